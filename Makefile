@@ -1,0 +1,20 @@
+# Two commands: `make demo` runs every demo notebook headless, `make test` runs
+# the tests (unit tests and headless notebook runs). Both create .venv first.
+PY := .venv/bin/python
+
+.PHONY: demo test bench venv clean
+
+venv:
+	@tools/venv.sh
+
+demo: venv
+	$(PY) tools/run_notebooks.py
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf build .venv
