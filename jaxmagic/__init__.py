@@ -1,0 +1,26 @@
+"""jaxmagic: IPython magics that switch on the right JAX debugging tool for one cell.
+
+``%load_ext jaxmagic`` registers the magics. Loading does not start a JAX
+backend, so ``XLA_FLAGS`` or ``jax_num_cpu_devices`` set afterwards still take
+effect. The probes (``jaxmagic.probes``) work without IPython.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:
+    from jaxmagic.magics import JaxMagics
+
+    ipython.register_magics(JaxMagics)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from jaxmagic.magics import JaxMagics
+
+    manager = ipython.magics_manager
+    for kind, names in JaxMagics.magics.items():
+        for name in names:
+            manager.magics[kind].pop(name, None)
+    manager.registry.pop(JaxMagics.__name__, None)

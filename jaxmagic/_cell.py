@@ -1,0 +1,65 @@
+"""Running a cell's body the way IPython runs any cell.
+
+``shell.run_cell`` gives the body a real cell filename (so tracebacks and
+reports show the cell's lines), runs magics inside it and displays the last
+expression - unlike ``exec`` under a made-up filename, which is what ``%%time``
+does. IPython would print an exception from the body at once; we capture it
+instead, so the magic can show its report first and then raise the very same
+exception, which IPython then shows as usual and which makes the cell fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from types import TracebackType
+
+
+@dataclasses.dataclass
+class CellOutcome:
+    """How the cell's body ended. ``exception`` is None when it ran through."""
+
+    exception: BaseException | None = None
+    syntax_error: bool = False  # the body did not compile; IPython already showed why
+
+    def reraise(self) -> None:
+        """Raise the body's exception again, with the traceback starting in the cell."""
+        __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
+        if self.exception is not None:
+            raise self.exception.with_traceback(_skip_runner_frames(self.exception.__traceback__))
+
+
+def _skip_runner_frames(tb: TracebackType | None) -> TracebackType | None:
+    # The traceback starts in IPython's run_code, which marks itself hidden.
+    while tb is not None and tb.tb_frame.f_locals.get("__tracebackhide__") == "__ipython_bottom__":
+        tb = tb.tb_next
+    return tb
+
+
+@contextlib.contextmanager
+def _exceptions_captured(shell, outcome: CellOutcome):
+    # run_code hands exceptions matching shell.custom_exceptions to
+    # shell.CustomTB instead of printing them. We set both directly rather than
+    # through set_custom_exc, whose wrapper would still emit an (empty) error.
+    saved = shell.custom_exceptions, shell.CustomTB
+
+    def capture(etype, value, tb, tb_offset=None):
+        outcome.exception = value
+
+    shell.custom_exceptions, shell.CustomTB = (BaseException,), capture
+    try:
+        yield
+    finally:
+        shell.custom_exceptions, shell.CustomTB = saved
+
+
+def run_cell_body(shell, cell: str) -> CellOutcome:
+    """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception."""
+    outcome = CellOutcome()
+    with _exceptions_captured(shell, outcome):
+        result = shell.run_cell(cell, store_history=False)
+    if result.error_before_exec is not None:
+        outcome.syntax_error = True
+    elif outcome.exception is None and result.error_in_exec is not None:
+        outcome.exception = result.error_in_exec
+    return outcome

@@ -1,0 +1,110 @@
+"""Find the call in the user's code that raised, and evaluate it again safely.
+
+When a NaN is raised in a backward pass, JAX can name only the primitive. To
+say more (which gradient leaf is NaN, which forward line it came from), the NaN
+probe looks at the innermost call on the user's line that failed - for example
+``jax.grad(reg_loss)(p_reg, x_reg)`` - and calls it once more under other
+settings. We only do so when re-evaluating the callee and the arguments cannot
+have side effects: names, attributes, subscripts, literals and arithmetic, plus
+calls to JAX's own transformations (``jax.grad(f)``, ``jax.jit(f)``, ...).
+Calling the function itself is the one thing repeated; the probe says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+from types import TracebackType
+from typing import Any
+
+from jaxmagic._frames import is_user_file
+
+_PURE_NODES = (
+    ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Slice,
+    ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Starred, ast.keyword, ast.Load,
+    ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.expr_context,
+)
+
+
+@dataclasses.dataclass
+class FailingCall:
+    """A call expression from the user's code, evaluated to its parts."""
+
+    source: str                 # "jax.grad(reg_loss)(p_reg, x_reg)"
+    function: Any
+    args: list[tuple[str, Any]]  # (source text, value) per positional argument
+    kwargs: dict[str, Any]
+
+    def __call__(self):
+        return self.function(*(v for _, v in self.args), **self.kwargs)
+
+
+def _innermost_user_tb(tb: TracebackType | None) -> TracebackType | None:
+    found = None
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def _is_jax_transformation(fn) -> bool:
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return (getattr(target, "__module__", "") or "").split(".")[0] == "jax"
+
+
+class _Evaluator:
+    def __init__(self, frame):
+        self.globals = frame.f_globals
+        self.locals = dict(frame.f_locals)
+
+    def eval(self, node: ast.AST):
+        """Evaluate a side-effect-free expression, or raise ValueError."""
+        self._check(node)
+        code = compile(ast.Expression(body=node), "<jaxmagic re-evaluation>", "eval")
+        return eval(code, self.globals, self.locals)
+
+    def _check(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Call):
+            if not _is_jax_transformation(self.eval(node.func)):
+                raise ValueError("calls something other than a JAX transformation")
+            for child in [*node.args, *node.keywords]:
+                self._check(child)
+            return
+        if not isinstance(node, _PURE_NODES):
+            raise ValueError(f"contains {type(node).__name__}")
+        for child in ast.iter_child_nodes(node):
+            self._check(child)
+
+
+def find_failing_call(tb: TracebackType | None) -> FailingCall | None:
+    """The call on the innermost user line of ``tb``, if it is safe to evaluate again."""
+    user_tb = _innermost_user_tb(tb)
+    if user_tb is None:
+        return None
+    try:
+        import executing
+
+        node = executing.Source.executing(user_tb).node
+    except Exception:
+        return None
+    if not isinstance(node, ast.Call):
+        return None
+    evaluator = _Evaluator(user_tb.tb_frame)
+    try:
+        function = evaluator.eval(node.func)
+        args = []
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                return None
+            args.append((ast.unparse(arg), evaluator.eval(arg)))
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return None
+            kwargs[kw.arg] = evaluator.eval(kw.value)
+    except Exception:
+        return None
+    return FailingCall(ast.unparse(node), function, args, kwargs)
+

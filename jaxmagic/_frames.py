@@ -1,0 +1,92 @@
+"""Which frames of a traceback are the user's own code.
+
+The user's code is the notebook cells and any file outside the Python
+installation (their own modules). JAX, IPython, the standard library, installed
+packages and jaxmagic itself are not: a report shows the lines a person wrote.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+import traceback
+from functools import lru_cache
+from types import TracebackType
+
+from jaxmagic.report import SourceLine
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs |= {os.path.join(sys.base_prefix, "lib"), os.path.join(sys.prefix, "lib")}
+    return tuple(sorted(os.path.abspath(d) + os.sep for d in dirs if d))
+
+
+def is_user_file(filename: str) -> bool:
+    """True for notebook cells and the user's own files, False for libraries."""
+    if not filename or filename.startswith("<frozen") or filename in ("<string>", "<decorator-gen>"):
+        return False
+    if filename.startswith("<"):  # "<ipython-input-3-...>" in terminal IPython, "<stdin>", ...
+        return filename.startswith(("<ipython-input", "<stdin>"))
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE_DIR + os.sep):
+        return False
+    return not path.startswith(_library_dirs())
+
+
+def cell_label(filename: str) -> str:
+    """"In [3]" when ``filename`` is a notebook cell of the running IPython, else ""."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return ""
+    shell = get_ipython()
+    compiler = getattr(shell, "compile", None)
+    format_name = getattr(compiler, "format_code_name", None)
+    if format_name is None:
+        return ""
+    try:
+        named = format_name(filename)
+    except Exception:
+        return ""
+    if not named:
+        return ""
+    _kind, name = named  # ("Cell", "In[3]")
+    return name.replace("In[", "In [")
+
+
+def source_line(filename: str, lineno: int, function: str) -> SourceLine:
+    code = linecache.getline(filename, lineno).strip()
+    return SourceLine(filename=filename, lineno=lineno, function=function, code=code, label=cell_label(filename))
+
+
+def user_lines(tb: TracebackType | None) -> list[SourceLine]:
+    """The user's frames of a traceback, outermost first."""
+    if tb is None:
+        return []
+    return [
+        source_line(frame.filename, frame.lineno or 0, frame.name)
+        for frame in traceback.extract_tb(tb)
+        if is_user_file(frame.filename)
+    ]
+
+
+def first_library_function(tb: TracebackType | None) -> str:
+    """Name of the first non-user function called from the innermost user frame.
+
+    For ``jnp.linalg.norm(b)`` failing deep inside JAX this is ``norm``: the
+    library call the user's line made.
+    """
+    if tb is None:
+        return ""
+    frames = traceback.extract_tb(tb)
+    last_user = max((i for i, f in enumerate(frames) if is_user_file(f.filename)), default=None)
+    if last_user is None or last_user + 1 >= len(frames):
+        return ""
+    return frames[last_user + 1].name

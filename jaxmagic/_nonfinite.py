@@ -1,0 +1,86 @@
+"""Find the NaN/inf leaves of a pytree, by key path (``[0]['b']``).
+
+This is how one locates a NaN by hand (chapter section 3.1 and 9.1): look at
+each leaf of the gradients or parameters and see which is not finite. Values
+are read on the host with NumPy, so the scan itself compiles nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+MAX_LEAVES = 10_000  # a scan is a diagnosis aid, not worth minutes on giant trees
+
+
+@dataclasses.dataclass
+class NonFiniteLeaf:
+    """One array leaf holding NaN or inf."""
+
+    holder: str       # what the leaf belongs to: "argument p_reg", "result of f(x)", "variable grads"
+    path: str         # key path inside the holder, "" for the holder itself
+    shape: list[int]
+    dtype: str
+    nan_count: int
+    inf_count: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.holder}{self.path}"
+
+
+def _host_values(leaf):
+    """The leaf as a NumPy array, or None if it is not an inexact array we can read."""
+    try:
+        import jax
+    except ImportError:  # pragma: no cover - jax is a dependency
+        jax = None
+    if jax is not None and isinstance(leaf, jax.core.Tracer):
+        return None
+    if jax is not None and isinstance(leaf, jax.Array):
+        if not leaf.is_fully_addressable or leaf.is_deleted():
+            return None
+    elif not isinstance(leaf, (np.ndarray, np.generic, float)):
+        return None
+    try:
+        values = np.asarray(leaf)
+    except Exception:
+        return None
+    if not np.issubdtype(values.dtype, np.inexact):
+        return None
+    return values
+
+
+def nonfinite_leaves(tree, holder: str) -> list[NonFiniteLeaf]:
+    """The leaves of ``tree`` that contain NaN or inf, in tree order."""
+    import jax
+
+    try:
+        leaves = jax.tree_util.tree_leaves_with_path(tree)
+    except Exception:
+        return []
+    found = []
+    for path, leaf in leaves[:MAX_LEAVES]:
+        values = _host_values(leaf)
+        if values is None:
+            continue
+        nans = int(np.count_nonzero(np.isnan(values)))
+        infs = int(np.count_nonzero(np.isinf(values)))
+        if nans or infs:
+            found.append(
+                NonFiniteLeaf(holder, jax.tree_util.keystr(path), list(values.shape), str(values.dtype), nans, infs)
+            )
+    return found
+
+
+def looks_like_array_tree(value) -> bool:
+    """Cheap test: is ``value`` an array, or a list/tuple/dict that holds arrays?"""
+    import jax
+
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return True
+    if isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return any(looks_like_array_tree(v) for v in list(items)[:64])
+    return False

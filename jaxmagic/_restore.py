@@ -1,0 +1,140 @@
+"""Snapshot and restore the process-wide JAX state that a probe may touch.
+
+Every probe switches some JAX tool on for one cell. Whatever happens in the
+cell (normal end, exception, KeyboardInterrupt), the JAX config values, the
+``jax`` loggers and the ``jax.monitoring`` listener lists must be exactly as
+they were before. One helper does this for all probes, so the contract lives in
+one place and one test checks it for every magic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Iterator
+
+# The listener lists of jax._src.monitoring, by attribute name. Probes register
+# listeners through the public API; we restore the lists themselves, in place,
+# so that references other code holds to them stay valid.
+_LISTENER_LISTS = (
+    "_event_listeners",
+    "_event_duration_secs_listeners",
+    "_event_time_span_listeners",
+    "_scalar_listeners",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggerState:
+    level: int
+    handlers: tuple
+    propagate: bool
+    disabled: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxStateSnapshot:
+    """Config values, jax logger states and monitoring listeners at one moment."""
+
+    config: dict[str, Any]
+    loggers: dict[str, LoggerState]
+    listeners: dict[str, tuple]
+
+    def differences(self, other: "JaxStateSnapshot") -> list[str]:
+        """Human-readable list of what differs between two snapshots (empty if equal)."""
+        diffs = []
+        for name in sorted(set(self.config) | set(other.config)):
+            if not _same(self.config.get(name), other.config.get(name)):
+                diffs.append(f"config {name}: {self.config.get(name)!r} -> {other.config.get(name)!r}")
+        for name in sorted(set(self.loggers) | set(other.loggers)):
+            before, after = self.loggers.get(name), other.loggers.get(name)
+            # A logger created during the run in its default state is no change.
+            if before != after and not (before is None and after == _default_logger_state()):
+                diffs.append(f"logger {name}: {before} -> {after}")
+        for name in _LISTENER_LISTS:
+            if self.listeners.get(name) != other.listeners.get(name):
+                diffs.append(f"monitoring {name}: {len(self.listeners.get(name, ()))} -> "
+                             f"{len(other.listeners.get(name, ()))} listeners")
+        return diffs
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. values whose == is elementwise
+        return a is b
+
+
+def _default_logger_state() -> LoggerState:
+    return LoggerState(logging.NOTSET, (), True, False)
+
+
+def _jax_loggers() -> dict[str, logging.Logger]:
+    loggers = {"jax": logging.getLogger("jax")}
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "jax" or name.startswith("jax.")) and isinstance(logger, logging.Logger):
+            loggers[name] = logger
+    return loggers
+
+
+def take_snapshot() -> JaxStateSnapshot:
+    """Record the JAX config, the ``jax`` loggers and the monitoring listeners.
+
+    Importing jax does not start a backend, so this is safe before the user has
+    chosen devices.
+    """
+    import jax
+    from jax._src import monitoring
+
+    loggers = {
+        name: LoggerState(lg.level, tuple(lg.handlers), lg.propagate, lg.disabled)
+        for name, lg in _jax_loggers().items()
+    }
+    listeners = {name: tuple(getattr(monitoring, name, ())) for name in _LISTENER_LISTS}
+    return JaxStateSnapshot(dict(jax.config.values), loggers, listeners)
+
+
+def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] | None = None) -> None:
+    """Put loggers and listeners back as recorded, and the given config values.
+
+    ``config_names`` are the switches the probe itself flips; ``None`` restores
+    every config value. A probe passes its own switches so that a setting the
+    user's cell changed on purpose (``jax_enable_x64``, say) is left as the
+    cell set it.
+    """
+    import jax
+    from jax._src import monitoring
+
+    names = snapshot.config if config_names is None else config_names
+    for name in names:
+        if name in snapshot.config and not _same(jax.config.values.get(name), snapshot.config[name]):
+            jax.config.update(name, snapshot.config[name])
+
+    current = _jax_loggers()
+    for name, logger in current.items():
+        state = snapshot.loggers.get(name, _default_logger_state())
+        logger.setLevel(state.level)
+        logger.propagate = state.propagate
+        logger.disabled = state.disabled
+        for handler in list(logger.handlers):
+            if handler not in state.handlers:
+                logger.removeHandler(handler)
+        for handler in state.handlers:
+            if handler not in logger.handlers:
+                logger.addHandler(handler)
+
+    for name, saved in snapshot.listeners.items():
+        live = getattr(monitoring, name, None)
+        if isinstance(live, list) and tuple(live) != saved:
+            live[:] = saved
+
+
+@contextlib.contextmanager
+def preserved_jax_state(config_names: tuple[str, ...] | None = None) -> Iterator[JaxStateSnapshot]:
+    """Run a block and restore the JAX state afterwards, however the block ends."""
+    snapshot = take_snapshot()
+    try:
+        yield snapshot
+    finally:
+        restore_snapshot(snapshot, config_names)

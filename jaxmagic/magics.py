@@ -1,0 +1,104 @@
+"""The IPython magics: argument parsing and wiring only, no JAX logic.
+
+Each magic parses its line with ``magic_arguments`` (so ``%jax_nans?`` prints
+real help), runs the cell or the call inside a probe, stores the report under
+``-o NAME`` and displays it.
+"""
+
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from jaxmagic import probes
+from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
+from jaxmagic._cell import CellOutcome, run_cell_body
+from jaxmagic.probes.check import error_set
+from jaxmagic.render import display_report
+
+OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
+
+
+@magics_class
+class JaxMagics(Magics):
+    # -- helpers --------------------------------------------------------------
+
+    def _parse(self, magic, line: str):
+        args = parse_argstring(magic, line)
+        name = getattr(args, "output", None)
+        if name is not None and not name.isidentifier():
+            raise UsageError(f"-o needs a Python variable name, got {name!r}.")
+        return args
+
+    def _publish(self, report, args) -> None:
+        if getattr(args, "output", None):
+            self.shell.user_ns[args.output] = report
+        display_report(report, use_widgets=getattr(self.shell, "kernel", None) is not None)
+
+    def _run_cell_in_probe(self, probe, args, cell: str):
+        """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
+        __tracebackhide__ = True  # noqa: F841 - keeps these frames out of the user's traceback
+        outcome = CellOutcome()
+        try:
+            with probe as report:
+                outcome = run_cell_body(self.shell, cell)
+                outcome.reraise()
+        except BaseException as error:
+            if error is not outcome.exception:
+                raise
+        self._publish(report, args)
+        outcome.reraise()
+
+    def _evaluate(self, call_text: str):
+        try:
+            return evaluate_call(call_text, self.shell.user_ns)
+        except CallExpressionError as error:
+            raise UsageError(str(error)) from None
+
+    # -- magics ---------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("--infs", action="store_true", help="Also stop at the first inf (jax_debug_infs).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_nans(self, line, cell):
+        """Run the cell with NaN checking on; say which primitive made the NaN, and where.
+
+        Checking is scoped to this cell (jax.debug_nans as a context manager),
+        so it also catches NaNs that the global jax_debug_nans switch misses
+        after a vmap has been traced. On a NaN the cell still fails with JAX's
+        FloatingPointError; above it, the report names the primitive, forward
+        or backward pass, your line, and the non-finite leaves (key paths such
+        as [0]['b']) of the failing call's arguments or result.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_nans, line)
+        probe = probes.nans(infs=args.infs, namespace=self.shell.user_ns)
+        return self._run_cell_in_probe(probe, args, cell)
+
+    @magic_arguments()
+    @argument("call", nargs="*", help="The call to check, e.g. risky(x, i).")
+    @argument("--errors", default="all", metavar="SETS",
+              help="Comma-separated checks: user, nan, div, index, float (nan+div), all. Default: all.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_check(self, line):
+        """Run one call under jit(checkify.checkify(f, errors=...)) and list every error found.
+
+        Finds your checkify.check failures, NaNs (with the primitive),
+        divisions by zero and out-of-bounds indices (which JAX otherwise clamps
+        silently). For a vmapped function, the failing samples' indices.
+        """
+        call_text, option_text = split_call_and_options(line)
+        args = self._parse(self.jax_check, option_text)
+        if not call_text:
+            raise UsageError("%jax_check needs a call to check, e.g. %jax_check risky(x, i)")
+        try:
+            error_set(args.errors)
+        except ValueError as error:
+            raise UsageError(f"--errors: {error}.") from None
+        call = self._evaluate(call_text)
+        report = probes.check(call.function, *call.args, errors=args.errors, call_text=call.text, **call.kwargs)
+        del call  # keep no user array alive
+        self._publish(report, args)

@@ -1,0 +1,177 @@
+"""checkify probe: run one call with checks compiled in and list every error.
+
+Usage without IPython::
+
+    report = jaxmagic.probes.check(risky, x, 5, errors="index")
+    report.errors[0].kind  # "index"
+
+``checkify`` compiles the checks into the program and returns an error value
+instead of raising, so it is immune to the vmap problem of ``jax_debug_nans``
+and also sees what JAX does silently: out-of-bounds indices are clamped,
+integer division by zero gives a value (chapter section 3.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from jaxmagic._restore import preserved_jax_state
+from jaxmagic._frames import is_user_file, source_line
+from jaxmagic.report import Report, SourceLine, Status
+
+ERROR_SET_NAMES = ("user", "nan", "div", "index", "float", "all")
+
+# checkify's exception classes -> our short kind names
+_KIND_OF_CLASS = {
+    "FailedCheckError": "user",
+    "NaNError": "nan",
+    "DivisionByZeroError": "div",
+    "OOBError": "index",
+}
+
+KIND_TITLES = {
+    "user": "your check failed",
+    "nan": "NaN produced",
+    "div": "division by zero",
+    "index": "out-of-bounds index (JAX clamps it silently)",
+}
+
+
+def error_set(names: str | list[str]):
+    """checkify's error set for names like "nan,index" (see ERROR_SET_NAMES)."""
+    from jax.experimental import checkify
+
+    sets = {
+        "user": checkify.user_checks,
+        "nan": checkify.nan_checks,
+        "div": checkify.div_checks,
+        "index": checkify.index_checks,
+        "float": checkify.float_checks,
+        "all": checkify.all_checks,
+    }
+    wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    unknown = [n for n in wanted if n not in sets]
+    if unknown or not wanted:
+        raise ValueError(f"unknown error set {', '.join(unknown) or '(empty)'}; "
+                         f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated")
+    combined = frozenset()
+    for name in wanted:
+        combined = combined | sets[name]
+    return combined
+
+
+@dataclasses.dataclass
+class CheckError:
+    """One error checkify found."""
+
+    kind: str                   # "user", "nan", "div", "index"
+    message: str
+    mapped_index: list[int] | None = None  # vmapped call: index of the failing sample
+    line: SourceLine | None = None
+
+
+@dataclasses.dataclass
+class CheckReport(Report):
+    """What ``%jax_check`` found for one call."""
+
+    kind = "jax_check"
+
+    call: str = ""
+    error_sets: list[str] = dataclasses.field(default_factory=lambda: ["all"])
+    errors: list[CheckError] = dataclasses.field(default_factory=list)
+    failure: str = ""  # the call could not be checked: "TypeError: ..."
+
+    @property
+    def status(self) -> Status:
+        if self.errors:
+            return Status.PROBLEM
+        return Status.ERROR if self.failure else Status.OK
+
+    @property
+    def kinds(self) -> list[str]:
+        """Kinds of error found, in order of first appearance, without repeats."""
+        return list(dict.fromkeys(e.kind for e in self.errors))
+
+    @property
+    def summary(self) -> str:
+        if self.failure:
+            return f"{self.call} could not be checked: {self.failure}"
+        if not self.errors:
+            return f"{self.call}: no error found (checked: {', '.join(self.error_sets)})."
+        kinds = ", ".join(KIND_TITLES[k].split(" (")[0] for k in self.kinds)
+        return f"{self.call}: {len(self.errors)} error(s) - {kinds}."
+
+    def document(self):
+        from jaxmagic.render.document import Document, Paragraph, Section, SourceLines, Table
+
+        sections = []
+        if self.errors:
+            rows = [[e.kind, "" if e.mapped_index is None else str(e.mapped_index), e.message,
+                     e.line.where if e.line else ""] for e in self.errors]
+            sections.append(Section("Errors", [Table(["kind", "mapped index", "message", "your line"], rows)]))
+            lines = [e.line for e in self.errors if e.line]
+            if lines:
+                sections.append(Section("Your lines", [SourceLines(list({l.where: l for l in lines}.values()))]))
+        if "index" in self.kinds:
+            sections.append(Section("Note", [Paragraph(
+                "Without checks JAX clamps out-of-bounds indices to the last valid one and returns a value: "
+                "a silent wrong result. Use jnp.take(..., mode='fill') or check the index yourself.")]))
+        sections.append(Section("Checked", [Paragraph(
+            f"jax.jit(checkify.checkify(fn, errors={'|'.join(self.error_sets)}))({self.call.partition('(')[2]}")]))
+        return Document("%jax_check", self.status, self.summary, sections)
+
+
+def check(fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "", **kwargs: Any) -> CheckReport:
+    """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error."""
+    import jax
+    from jax.experimental import checkify
+
+    names = [n.strip() for n in errors.split(",")] if isinstance(errors, str) else list(errors)
+    report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)
+    checked = jax.jit(checkify.checkify(fn, errors=error_set(names)))
+    with preserved_jax_state(()):
+        try:
+            err, _ = checked(*args, **kwargs)
+        except Exception as failure:  # a bug in the call itself, reported rather than raised
+            message = str(failure).strip().splitlines()
+            report.failure = f"{type(failure).__name__}: {message[0] if message else ''}"
+            return report
+    report.errors = _errors_of(err)
+    return report
+
+
+def _errors_of(err) -> list[CheckError]:
+    """Every error an ``Error`` value holds, not just the first one ``err.get()`` shows."""
+    import numpy as np
+    from jax.tree_util import tree_map, tree_unflatten
+
+    try:  # private fields: one entry per kind of check that can fail
+        preds, codes, metadata, payloads = err._pred, err._code, err._metadata, err._payload
+    except AttributeError:  # a future JAX: fall back to the public, first-error-only API
+        exc = err.get_exception()
+        return [] if exc is None else [_error_from(exc, None)]
+    found = []
+    for effect, pred in preds.items():
+        pred = np.asarray(pred)
+        code = np.asarray(codes[effect])
+        for index in zip(*np.nonzero(pred)) if pred.ndim else ([()] if pred else []):
+            payload = tree_map(lambda x, i=index: np.asarray(x)[i], payloads[effect])
+            exc = tree_unflatten(metadata[int(code[index])], payload)
+            found.append(_error_from(exc, [int(i) for i in index] if pred.ndim else None))
+    found.sort(key=lambda e: (e.mapped_index or [], list(KIND_TITLES).index(e.kind) if e.kind in KIND_TITLES else 9))
+    return found
+
+
+def _error_from(exc, mapped_index) -> CheckError:
+    kind = _KIND_OF_CLASS.get(type(exc).__name__, type(exc).__name__)
+    message = str(exc).strip()
+    return CheckError(kind, message, mapped_index, _user_line(getattr(exc, "traceback_info", None)))
+
+
+def _user_line(traceback_info) -> SourceLine | None:
+    frames = getattr(traceback_info, "frames", None) or []
+    for frame in frames:  # innermost first
+        if is_user_file(frame.file_name):
+            return source_line(frame.file_name, frame.line_num, frame.function_name)
+    return None

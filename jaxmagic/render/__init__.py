@@ -1,0 +1,39 @@
+"""Renderers: a report's Document drawn as widgets, static HTML or text."""
+
+from __future__ import annotations
+
+from jaxmagic.render.html import render_html
+from jaxmagic.render.text import render_text
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def static_bundle(report) -> dict[str, str]:
+    """``text/html`` and ``text/plain`` for a report (no widget)."""
+    doc = report.document()
+    return {"text/html": render_html(doc), "text/plain": render_text(doc)}
+
+
+def display_report(report, use_widgets: bool) -> None:
+    """Show a report in the current IPython frontend.
+
+    In a kernel with a widget manager the bundle carries the widget view and the
+    static HTML beside it, so a saved notebook still shows the report; in
+    terminal IPython only the text part is used.
+    """
+    from IPython.display import display
+
+    bundle = static_bundle(report)
+    if use_widgets:
+        try:
+            from jaxmagic.render.widgets import build_widget
+
+            widget_bundle = build_widget(report.document())._repr_mimebundle_()
+            if widget_bundle and WIDGET_MIME in widget_bundle:
+                bundle[WIDGET_MIME] = widget_bundle[WIDGET_MIME]
+        except ImportError:
+            pass
+    display(bundle, raw=True)
+
+
+__all__ = ["static_bundle", "display_report", "render_html", "render_text"]

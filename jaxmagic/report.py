@@ -1,0 +1,83 @@
+"""Reports: what a probe found, as plain data.
+
+A report holds strings, numbers, shapes and dtypes only - never an array, a
+tracer or a user function - so keeping one (``-o NAME``) keeps no memory alive.
+``to_dict()`` gives JSON-serialisable data; ``_repr_mimebundle_`` lets a report
+display itself (static HTML + plain text) wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, ClassVar
+
+
+class Status(str, enum.Enum):
+    """Overall verdict of a report, used for colour and the one-line summary."""
+
+    OK = "ok"            # the tool looked and found nothing wrong
+    PROBLEM = "problem"  # the tool found what it looks for
+    ERROR = "error"      # the cell failed for a reason the tool does not explain
+
+
+@dataclasses.dataclass
+class SourceLine:
+    """One line of the user's code: where a problem arose or was called from."""
+
+    filename: str
+    lineno: int
+    function: str
+    code: str
+    label: str = ""  # "In [3]" for a notebook cell, else empty
+
+    @property
+    def where(self) -> str:
+        place = self.label or self.filename
+        return f"{place}, line {self.lineno}, in {self.function}"
+
+
+@dataclasses.dataclass
+class Report:
+    """Base of all reports. Subclasses add their findings as fields."""
+
+    kind: ClassVar[str] = "report"  # the magic's name, e.g. "jax_nans"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _jsonable(dataclasses.asdict(self))
+        data["kind"] = self.kind
+        data["status"] = self.status.value
+        data["summary"] = self.summary
+        return data
+
+    @property
+    def status(self) -> Status:
+        raise NotImplementedError
+
+    @property
+    def summary(self) -> str:
+        """One sentence saying what was found."""
+        raise NotImplementedError
+
+    # Displaying a report object (e.g. the one stored by -o) shows it.
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from jaxmagic.render import static_bundle
+
+        return static_bundle(self)
+
+    def __str__(self) -> str:
+        from jaxmagic.render.text import render_text
+
+        return render_text(self)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
