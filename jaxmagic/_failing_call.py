@@ -40,11 +40,11 @@ class FailingCall:
         return self.function(*(v for _, v in self.args), **self.kwargs)
 
 
-def _innermost_user_tb(tb: TracebackType | None) -> TracebackType | None:
-    found = None
+def _user_tracebacks(tb: TracebackType | None) -> list[TracebackType]:
+    found = []
     while tb is not None:
         if is_user_file(tb.tb_frame.f_code.co_filename):
-            found = tb
+            found.append(tb)
         tb = tb.tb_next
     return found
 
@@ -66,6 +66,8 @@ class _Evaluator:
         return eval(code, self.globals, self.locals)
 
     def _check(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Lambda):  # creating a function runs none of its body
+            return
         if isinstance(node, ast.Call):
             if not _is_jax_transformation(self.eval(node.func)):
                 raise ValueError("calls something other than a JAX transformation")
@@ -78,11 +80,13 @@ class _Evaluator:
             self._check(child)
 
 
-def find_failing_call(tb: TracebackType | None) -> FailingCall | None:
-    """The call on the innermost user line of ``tb``, if it is safe to evaluate again."""
-    user_tb = _innermost_user_tb(tb)
-    if user_tb is None:
-        return None
+def failing_calls(tb: TracebackType | None) -> list[FailingCall]:
+    """The calls being made on the user's lines of ``tb`` that are safe to evaluate again, outermost first."""
+    calls = [_call_at(user_tb) for user_tb in _user_tracebacks(tb)]
+    return [call for call in calls if call is not None]
+
+
+def _call_at(user_tb: TracebackType) -> FailingCall | None:
     try:
         import executing
 

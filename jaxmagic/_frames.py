@@ -67,14 +67,18 @@ def source_line(filename: str, lineno: int, function: str) -> SourceLine:
 
 
 def user_lines(tb: TracebackType | None) -> list[SourceLine]:
-    """The user's frames of a traceback, outermost first."""
+    """The user's frames of a traceback, outermost first.
+
+    When jaxmagic itself called the user's code again (a re-run), only the
+    frames below jaxmagic's last frame belong to that call.
+    """
     if tb is None:
         return []
-    return [
-        source_line(frame.filename, frame.lineno or 0, frame.name)
-        for frame in traceback.extract_tb(tb)
-        if is_user_file(frame.filename)
-    ]
+    frames = traceback.extract_tb(tb)
+    ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
+    if ours:
+        frames = frames[ours[-1] + 1:]
+    return [source_line(f.filename, f.lineno or 0, f.name) for f in frames if is_user_file(f.filename)]
 
 
 def first_library_function(tb: TracebackType | None) -> str:

@@ -20,7 +20,7 @@ import io
 import re
 from typing import Iterator
 
-from jaxmagic._failing_call import FailingCall, find_failing_call
+from jaxmagic._failing_call import FailingCall, failing_calls
 from jaxmagic._frames import first_library_function, user_lines
 from jaxmagic._jax_prints import jax_prints_collected
 from jaxmagic._nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
@@ -247,24 +247,33 @@ def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
     report.call_path = user_lines(error.__traceback__)
     report.origin_lines, report.library_function = _origin(error, report.call_path)
 
-    call = find_failing_call(error.__traceback__)
-    if call is None:
-        if report.phase == "backward":
-            report.notes.append("The failing call could not be re-evaluated safely (it is not a plain call "
-                                "of names and literals), so its gradient leaves were not examined.")
+    calls = failing_calls(error.__traceback__)
+    if not calls:
+        report.notes.append("No call on your lines could be re-evaluated safely (only plain calls of names, "
+                            "attributes and literals are), so arguments and results were not examined.")
         return
-    report.failing_call = call.source
+    report.failing_call = calls[-1].source
+    # Outermost first: bad values passed into the cell's own call are the most telling.
+    for call in calls:
+        leaves = _argument_leaves(call)
+        if leaves:
+            report.nonfinite += leaves
+            report.notes.append(f"The arguments of {call.source} already held non-finite values when it was "
+                                "called: the value came in from an earlier step, not from this computation.")
+            return
+    if report.phase == "backward":
+        if not report.origin_lines:
+            _locate_op_by_eager_rerun(report, calls[-1], infs)
+        _scan_result_without_checks(report, calls[-1])
+
+
+def _argument_leaves(call: FailingCall) -> list[NonFiniteLeaf]:
+    leaves = []
     for source, value in call.args:
-        report.nonfinite += nonfinite_leaves(value, f"argument {source}")
+        leaves += nonfinite_leaves(value, f"argument {source}")
     for name, value in call.kwargs.items():
-        report.nonfinite += nonfinite_leaves(value, f"argument {name}=")
-    if report.nonfinite:
-        report.notes.append(f"The arguments of {call.source} already held non-finite values when it was called: "
-                            "the NaN came in from an earlier step.")
-        return
-    if report.phase == "backward" and not report.origin_lines:
-        _locate_op_by_eager_rerun(report, call, infs)
-    _scan_result_without_checks(report, call)
+        leaves += nonfinite_leaves(value, f"argument {name}=")
+    return leaves
 
 
 def _origin(error: BaseException, call_path: list[SourceLine]) -> tuple[list[SourceLine], str]:

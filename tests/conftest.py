@@ -1,0 +1,26 @@
+"""Shared fixtures: an in-process IPython shell with jaxmagic loaded."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+@pytest.fixture(scope="session")
+def ip():
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "jaxmagic")
+    shell.run_cell("import jax, jax.numpy as jnp\nfrom jax.experimental import checkify")
+    return shell
+
+
+def run(ip, cell: str):
+    """Run a cell; return IPython's ExecutionResult."""
+    return ip.run_cell(cell)
