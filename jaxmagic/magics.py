@@ -14,7 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from jaxmagic import probes
 from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic._cell import CellOutcome, run_cell_body
-from jaxmagic.probes.check import error_set
+from jaxmagic.probes.check import error_set, parse_vmap_axes
 from jaxmagic.render import display_report
 
 OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
@@ -81,6 +81,8 @@ class JaxMagics(Magics):
     @argument("call", nargs="*", help="The call to check, e.g. risky(x, i).")
     @argument("--errors", default="all", metavar="SETS",
               help="Comma-separated checks: user, nan, div, index, float (nan+div), all. Default: all.")
+    @argument("--vmap", metavar="AXES", help="Check each sample: vmap the checked function with these "
+              "in_axes (0, or 0,None, ...); errors then name the failing samples' indices.")
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_check(self, line):
@@ -96,9 +98,11 @@ class JaxMagics(Magics):
             raise UsageError("%jax_check needs a call to check, e.g. %jax_check risky(x, i)")
         try:
             error_set(args.errors)
+            vmap_axes = None if args.vmap is None else parse_vmap_axes(args.vmap)
         except ValueError as error:
-            raise UsageError(f"--errors: {error}.") from None
+            raise UsageError(f"{error}.") from None
         call = self._evaluate(call_text)
-        report = probes.check(call.function, *call.args, errors=args.errors, call_text=call.text, **call.kwargs)
+        report = probes.check(call.function, *call.args, errors=args.errors, call_text=call.text,
+                              vmap_axes=vmap_axes, **call.kwargs)
         del call  # keep no user array alive
         self._publish(report, args)

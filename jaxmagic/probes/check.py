@@ -122,14 +122,33 @@ class CheckReport(Report):
         return Document("%jax_check", self.status, self.summary, sections)
 
 
-def check(fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "", **kwargs: Any) -> CheckReport:
-    """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error."""
+def parse_vmap_axes(text: str):
+    """``"0"`` -> 0, ``"0,None"`` -> (0, None): vmap's in_axes from the command line."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        axes = tuple(None if p == "None" else int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"--vmap takes in_axes such as 0 or 0,None, got {text!r}") from None
+    return axes[0] if len(axes) == 1 else axes
+
+
+def check(fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "",
+          vmap_axes=None, **kwargs: Any) -> CheckReport:
+    """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error.
+
+    With ``vmap_axes`` the call is ``jit(vmap(checkify(fn), in_axes=vmap_axes))``: each
+    sample is checked on its own and errors carry the sample's ``mapped_index``.
+    (``checkify(vmap(f))`` would keep a single error without saying which sample.)
+    """
     import jax
     from jax.experimental import checkify
 
     names = [n.strip() for n in errors.split(",")] if isinstance(errors, str) else list(errors)
     report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)
-    checked = jax.jit(checkify.checkify(fn, errors=error_set(names)))
+    checked = checkify.checkify(fn, errors=error_set(names))
+    if vmap_axes is not None:
+        checked = jax.vmap(checked, in_axes=vmap_axes)
+    checked = jax.jit(checked)
     with preserved_jax_state(()):
         try:
             err, _ = checked(*args, **kwargs)

@@ -1,0 +1,183 @@
+"""Contracts every registered magic keeps (DESIGN.md), checked for each one.
+
+A new magic joins these tests by adding its example invocations to EXAMPLES;
+a registered magic without examples fails ``test_every_magic_has_examples``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from IPython.core.error import UsageError
+
+from jaxmagic._restore import take_snapshot
+from jaxmagic.magics import JaxMagics
+from jaxmagic.render import static_bundle
+from jaxmagic.render.widgets import build_widget
+
+EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+SETUP = f'''
+import jax, jax.numpy as jnp
+from jax.experimental import checkify
+EVIL = {EVIL!r}
+def f_ok(x):
+    return jnp.sum(x * 2)
+def f_evil(x):
+    checkify.check(jnp.all(x < 0), EVIL)
+    return x
+def f_raises(x):
+    raise ValueError(EVIL)
+def f_interrupt(x):
+    raise KeyboardInterrupt
+'''
+
+
+@dataclasses.dataclass
+class MagicExample:
+    ok: str           # a normal invocation storing its report in {out}
+    raising: str      # the user's code raises (or reports) an error whose text is EVIL
+    interrupt: str    # the user's code raises KeyboardInterrupt
+    bad_option: str   # an unknown option
+    malformed: str | None = None  # a malformed expression (line magics taking one)
+
+
+EXAMPLES = {
+    "jax_nans": MagicExample(
+        ok="%%jax_nans -o {out}\nx_ok = jnp.ones(3) * 2\nx_ok.sum()",
+        raising="%%jax_nans -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_nans -o {out}\nraise KeyboardInterrupt",
+        bad_option="%%jax_nans --bogus\n1",
+    ),
+    "jax_check": MagicExample(
+        ok="%jax_check f_ok(jnp.ones(3)) -o {out}",
+        raising="%jax_check f_evil(jnp.ones(3)) -o {out}",
+        interrupt="%jax_check f_interrupt(jnp.ones(3)) -o {out}",
+        bad_option="%jax_check f_ok(jnp.ones(3)) --bogus",
+        malformed="%jax_check f_ok(jnp.ones(3)",
+    ),
+}
+
+
+def registered_magics() -> list[str]:
+    return sorted(name for names in JaxMagics.magics.values() for name in names)
+
+
+@pytest.fixture(scope="module")
+def shell(ip):
+    ip.run_cell(SETUP)
+    return ip
+
+
+def test_every_magic_has_examples():
+    assert sorted(EXAMPLES) == registered_magics()
+
+
+@pytest.mark.parametrize("magic", registered_magics())
+@pytest.mark.parametrize("case", ["ok", "raising", "interrupt"])
+def test_leaves_no_trace(shell, magic, case):
+    before = take_snapshot()
+    result = shell.run_cell(getattr(EXAMPLES[magic], case).format(out="rep"))
+    after = take_snapshot()
+    assert before.differences(after) == []
+    if case == "interrupt":
+        assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    if case == "ok":
+        assert result.success
+
+
+@pytest.mark.parametrize("magic", registered_magics())
+def test_report_is_stored_and_escaped(shell, magic):
+    shell.user_ns.pop("evil_report", None)
+    shell.run_cell(EXAMPLES[magic].raising.format(out="evil_report"))
+    report = shell.user_ns["evil_report"]
+    html = static_bundle(report)["text/html"]
+    assert "&lt;script&gt;" in html, "the user's text should appear, escaped"
+    assert "<script>" not in html and "<img" not in html
+    widget_html = "".join(child.value for child in _html_widgets(build_widget(report.document())))
+    assert "&lt;script&gt;" in widget_html and "<script>" not in widget_html
+    assert EVIL in str(report.to_dict())
+
+
+def _html_widgets(widget):
+    children = getattr(widget, "children", None)
+    if children is None:
+        yield widget
+        return
+    for child in children:
+        yield from _html_widgets(child)
+
+
+@pytest.mark.parametrize("magic", registered_magics())
+def test_unknown_option_is_a_usage_error(shell, magic):
+    result = shell.run_cell(EXAMPLES[magic].bad_option)
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "unrecognized arguments: --bogus" in str(result.error_in_exec)
+
+
+@pytest.mark.parametrize("magic", [m for m in registered_magics() if EXAMPLES[m].malformed])
+def test_malformed_expression_is_a_usage_error(shell, magic):
+    result = shell.run_cell(EXAMPLES[magic].malformed)
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "not valid Python" in str(result.error_in_exec)
+
+
+@pytest.mark.parametrize("magic", registered_magics())
+def test_help_is_real(shell, magic):
+    doc = getattr(JaxMagics, magic).__doc__
+    assert "-o NAME" in doc or "--output" in doc
+
+
+def test_cell_exception_is_the_users_own_with_cell_lines(shell):
+    result = shell.run_cell("%%jax_nans\ny = 1\nraise ValueError('mine')")
+    error = result.error_in_exec
+    assert isinstance(error, ValueError) and str(error) == "mine"
+    import traceback
+
+    last = traceback.extract_tb(error.__traceback__)[-1]
+    assert last.lineno == 2 and last.line == "raise ValueError('mine')"
+    assert last.filename.startswith("<ipython-input") or last.filename.endswith(".py")
+
+
+def test_last_expression_still_displays(shell):
+    shell.run_cell("%%jax_nans\nanswer = 40\nanswer + 2")
+    assert shell.user_ns["_"] == 42
+
+
+def test_nan_cell_fails_and_report_explains(shell):
+    result = shell.run_cell("%%jax_nans -o nan_rep\njnp.log(jnp.array(-1.0))")
+    assert isinstance(result.error_in_exec, FloatingPointError)
+    assert shell.user_ns["nan_rep"].primitive == "log"
+
+
+def test_unload_and_reload(shell):
+    count = len(shell.magics_manager.magics["cell"])
+    shell.run_line_magic("unload_ext", "jaxmagic")
+    assert "jax_nans" not in shell.magics_manager.magics["cell"]
+    assert "jax_check" not in shell.magics_manager.magics["line"]
+    shell.run_line_magic("load_ext", "jaxmagic")
+    shell.run_line_magic("reload_ext", "jaxmagic")
+    assert len(shell.magics_manager.magics["cell"]) == count
+    assert shell.run_cell("%%jax_nans\n1").success
+
+
+LOAD_WITHOUT_BACKEND = textwrap.dedent("""
+    from IPython.testing.globalipapp import start_ipython
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "jaxmagic")
+    import jax._src.xla_bridge as xb
+    print("backend started:", xb.backends_are_initialized())
+    ip.run_cell("import os; os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'")
+    ip.run_cell("import jax; n = jax.device_count()")
+    print("devices:", ip.user_ns["n"])
+""")
+
+
+def test_load_ext_does_not_start_a_backend():
+    proc = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_BACKEND], capture_output=True, text=True, timeout=300)
+    assert "backend started: False" in proc.stdout, proc.stdout + proc.stderr
+    assert "devices: 4" in proc.stdout, proc.stdout + proc.stderr
