@@ -53,10 +53,28 @@ def _exceptions_captured(shell, outcome: CellOutcome):
         shell.custom_exceptions, shell.CustomTB = saved
 
 
+@contextlib.contextmanager
+def _named_as_current_cell(shell):
+    # IPython counted the magic's own cell before running it, so the body would
+    # be filed under the next number: tracebacks and reports would say
+    # "In [6]" for cell 5. Only the name changes; Out[] numbering is untouched.
+    compiler = shell.compile
+    original = compiler.cache
+
+    def cache(transformed_code, number=0, raw_code=None):
+        return original(transformed_code, max(number - 1, 0), raw_code)
+
+    compiler.cache = cache
+    try:
+        yield
+    finally:
+        del compiler.cache  # the instance attribute; the class method shows through again
+
+
 def run_cell_body(shell, cell: str) -> CellOutcome:
     """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception."""
     outcome = CellOutcome()
-    with _exceptions_captured(shell, outcome):
+    with _exceptions_captured(shell, outcome), _named_as_current_cell(shell):
         result = shell.run_cell(cell, store_history=False)
     if result.error_before_exec is not None:
         outcome.syntax_error = True
