@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from types import TracebackType
+
+import IPython
 
 
 @dataclasses.dataclass
@@ -26,6 +29,7 @@ class CellOutcome:
         """Raise the body's exception again, with the traceback starting in the cell."""
         __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
         if self.exception is not None:
+            _trim_jax_source_stack(self.exception)
             raise self.exception.with_traceback(_skip_runner_frames(self.exception.__traceback__))
 
 
@@ -34,6 +38,23 @@ def _skip_runner_frames(tb: TracebackType | None) -> TracebackType | None:
     while tb is not None and tb.tb_frame.f_locals.get("__tracebackhide__") == "__ipython_bottom__":
         tb = tb.tb_next
     return tb
+
+
+def _trim_jax_source_stack(error: BaseException) -> None:
+    # For errors in transformed code JAX chains a JaxStackTraceBeforeTransformation
+    # whose stack starts at the process entry (runpy, the kernel's event loop,
+    # IPython, jaxmagic). Start it at the cell instead, as the main traceback does.
+    cause = error.__cause__
+    if cause is None or type(cause).__name__ != "JaxStackTraceBeforeTransformation":
+        return
+    runner_dirs = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(IPython.__file__)))
+    start, tb = cause.__traceback__, cause.__traceback__
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(runner_dirs):
+            start = tb.tb_next
+        tb = tb.tb_next
+    if start is not None:
+        cause.with_traceback(start)
 
 
 @contextlib.contextmanager
