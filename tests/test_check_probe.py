@@ -67,6 +67,7 @@ def test_vmapped_function_reports_mapped_indices():
     per_sample = probes.check(pos_log, xs, errors="user", vmap_axes=0)
     assert [e.mapped_index for e in per_sample.errors] == [[1], [3]]
     assert "got -4.0" in per_sample.errors[1].message
+    assert per_sample.how_run == "jax.jit(jax.vmap(checkify.checkify(f, errors=user), in_axes=0))"
 
 
 def test_unknown_error_set_is_a_clear_error():

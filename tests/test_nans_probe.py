@@ -180,3 +180,11 @@ def test_probe_is_immune_to_the_vmap_miss_of_the_global_switch():
     lines = [l for l in proc.stdout.splitlines() if l.startswith(("global:", "probe:"))]
     # The control shows the bug exists in this JAX; the probe must still catch the NaN.
     assert lines == ["global: missed", "probe: caught log"], proc.stdout + proc.stderr
+
+
+def test_inf_without_infs_option_says_to_turn_inf_checks_on():
+    namespace = {}
+    with probes.nans(namespace=namespace) as report:
+        namespace["inf_val"] = jax.jit(lambda x: 1.0 / x)(jnp.array(0.0))
+    assert [leaf.name for leaf in report.nonfinite] == ["variable inf_val"]
+    assert "--infs" in report.summary and "holds inf" in report.summary

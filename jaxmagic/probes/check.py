@@ -79,6 +79,7 @@ class CheckReport(Report):
 
     call: str = ""
     error_sets: list[str] = dataclasses.field(default_factory=lambda: ["all"])
+    vmap_axes: str = ""  # in_axes when each sample was checked separately (--vmap)
     errors: list[CheckError] = dataclasses.field(default_factory=list)
     failure: str = ""  # the call could not be checked: "TypeError: ..."
 
@@ -87,6 +88,14 @@ class CheckReport(Report):
         if self.errors:
             return Status.PROBLEM
         return Status.ERROR if self.failure else Status.OK
+
+    @property
+    def how_run(self) -> str:
+        """The transformation applied to the function, in JAX's own terms."""
+        checked = f"checkify.checkify(f, errors={'|'.join(self.error_sets)})"
+        if self.vmap_axes:
+            checked = f"jax.vmap({checked}, in_axes={self.vmap_axes})"
+        return f"jax.jit({checked})"
 
     @property
     def kinds(self) -> list[str]:
@@ -117,8 +126,7 @@ class CheckReport(Report):
             sections.append(Section("Note", [Paragraph(
                 "Without checks JAX clamps out-of-bounds indices to the last valid one and returns a value: "
                 "a silent wrong result. Use jnp.take(..., mode='fill') or check the index yourself.")]))
-        sections.append(Section("Checked", [Paragraph(
-            f"jax.jit(checkify.checkify(fn, errors={'|'.join(self.error_sets)}))({self.call.partition('(')[2]}")]))
+        sections.append(Section("Checked", [Paragraph(f"{self.call}, run as {self.how_run}")]))
         return Document("%jax_check", self.status, self.summary, sections)
 
 
@@ -148,6 +156,7 @@ def check(fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: 
     checked = checkify.checkify(fn, errors=error_set(names))
     if vmap_axes is not None:
         checked = jax.vmap(checked, in_axes=vmap_axes)
+        report.vmap_axes = str(vmap_axes)
     checked = jax.jit(checked)
     with preserved_jax_state(()):
         try:

@@ -115,7 +115,12 @@ class NanReport(Report):
             return f"{what} produced by {prim} in {phase}{at}"
         if self.nonfinite:
             names = ", ".join(leaf.name for leaf in self.nonfinite[:3])
-            return (f"No JAX computation produced a {self.checked}, but {names} holds one: it came from "
+            only_inf = not any(leaf.nan_count for leaf in self.nonfinite)
+            if only_inf and "inf" not in self.checks:
+                return (f"No NaN appeared, but {names} holds inf, and inf checks were off: "
+                        "run the cell with %%jax_nans --infs to find where it is made.")
+            value = "inf" if only_inf else "NaN"
+            return (f"No JAX computation produced a {value}, but {names} holds one: it came from "
                     "outside JAX (NumPy, a literal, a loaded value) or from before the cell.")
         if self.other_error:
             return f"The cell failed with {self.other_error} before any {self.checked} appeared."
@@ -161,7 +166,9 @@ class NanReport(Report):
             return BACKWARD_EXPLANATION
         cause = FORWARD_CAUSES.get(self.primitive)
         text = f"`{self.primitive}` produced {self.value}" + (f": typically {cause}." if cause else ".")
-        return text + " Check the inputs of that line (the non-finite table lists what was already bad)."
+        if self.nonfinite:
+            return text + " The inputs were already non-finite: see the table of non-finite values."
+        return text + " Look at the values reaching that line (jax.debug.print, or %jax_check on the call)."
 
 
 def _bindings(namespace: dict | None) -> dict[str, int]:
@@ -252,7 +259,8 @@ def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
         report.notes.append("No call on your lines could be re-evaluated safely (only plain calls of names, "
                             "attributes and literals are), so arguments and results were not examined.")
         return
-    report.failing_call = calls[-1].source
+    # Forward: the cell's own call says most; backward: the innermost one is the gradient call.
+    report.failing_call = calls[-1].source if report.phase == "backward" else calls[0].source
     # Outermost first: bad values passed into the cell's own call are the most telling.
     for call in calls:
         leaves = _argument_leaves(call)

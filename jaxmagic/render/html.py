@@ -7,6 +7,7 @@ string that came from the user or from JAX is escaped here, in one place.
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
@@ -39,6 +40,8 @@ STYLE = """
 .jaxmagic .jm-src .jm-where{color:#57606a}
 .jaxmagic .jm-src .jm-code{white-space:pre-wrap;padding-left:1.5em}
 .jaxmagic .jm-src .jm-last .jm-code{color:var(--jm-accent);font-weight:600}
+.jaxmagic .jm-headline code{font-size:13px;color:var(--jm-accent);background:var(--jm-tint);padding:0 4px;border-radius:3px}
+.jaxmagic p code{background:#f6f8fa;padding:0 3px;border-radius:3px}
 .jaxmagic details{margin:4px 0}.jaxmagic summary{cursor:pointer;color:#57606a}
 .jaxmagic pre{background:#f6f8fa;padding:6px 8px;border-radius:4px;white-space:pre-wrap;margin:3px 0;max-height:18em;overflow:auto}
 """
@@ -60,8 +63,16 @@ def render_head_html(doc: Document) -> str:
         '<div class="jm-head">'
         f'<span class="jm-title">{escape(doc.title)}</span>'
         f'<span class="jm-badge">{STATUS_WORDS[doc.status]}</span></div>'
-        f'<div class="jm-headline">{escape(doc.headline)}</div>'
+        f'<div class="jm-headline">{inline_html(doc.headline)}</div>'
     )
+
+
+_BACKTICKS = re.compile(r"`([^`\n]+)`")
+
+
+def inline_html(text: str) -> str:
+    """Escaped text in which `backticked` spans (a primitive, a call) are shown as code."""
+    return _BACKTICKS.sub(r"<code>\1</code>", escape(text))
 
 
 def render_section_html(section: Section, with_title: bool = True) -> str:
@@ -71,7 +82,7 @@ def render_section_html(section: Section, with_title: bool = True) -> str:
 
 def _block_html(block) -> str:
     if isinstance(block, Paragraph):
-        return f"<p>{escape(block.text)}</p>"
+        return f"<p>{inline_html(block.text)}</p>"
     if isinstance(block, Facts):
         rows = "".join(f'<tr><th>{escape(k)}</th><td><code>{escape(v)}</code></td></tr>' for k, v in block.pairs)
         return f'<table class="jm-facts">{rows}</table>'
