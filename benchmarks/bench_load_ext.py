@@ -1,0 +1,85 @@
+"""What ``%load_ext jaxmagic`` costs beyond ``import jax``, in fresh processes.
+
+Each repetition starts two new Python processes that first create an
+IPython shell (not timed), then time either ``import jax`` alone or
+``import jax`` followed by ``%load_ext jaxmagic``. The difference of the
+medians is the extension's own import and registration cost (goal <= 0.1 s).
+``import jax`` itself varies by tens (on a busy machine, hundreds) of
+milliseconds between processes, so the loading process also times
+``%load_ext`` on its own, after ``import jax``: the steadier figure. The note
+of the first row gives the noise: ``import jax`` in the loading processes
+against ``import jax`` in the import-only ones. The loading process also reports whether a JAX backend was started: it must
+not be, so that ``XLA_FLAGS`` or ``jax_num_cpu_devices`` set after loading the
+extension still take effect.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from harness import Row, median
+
+REPETITIONS = 11
+
+_PRELUDE = """
+import json, time
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+"""
+
+IMPORT_ONLY = _PRELUDE + """
+t0 = time.perf_counter()
+import jax
+t1 = time.perf_counter()
+print(json.dumps({"total": t1 - t0}))
+"""
+
+IMPORT_AND_LOAD = _PRELUDE + """
+t0 = time.perf_counter()
+import jax
+t1 = time.perf_counter()
+ip.run_line_magic("load_ext", "jaxmagic")
+t2 = time.perf_counter()
+from jax._src import xla_bridge
+print(json.dumps({"total": t2 - t0, "load_ext": t2 - t1,
+                  "backend_initialized": xla_bridge.backends_are_initialized(),
+                  "registered": "jax_nans" in ip.magics_manager.magics["cell"]}))
+"""
+
+
+def measure(script: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark subprocess failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run() -> list[Row]:
+    measure(IMPORT_AND_LOAD)  # warm the OS file cache and .pyc files before timing
+    import_only, loaded = [], []
+    for rep in range(REPETITIONS):
+        pair = [(IMPORT_ONLY, import_only), (IMPORT_AND_LOAD, loaded)]
+        for script, results in (pair if rep % 2 == 0 else pair[::-1]):
+            results.append(measure(script))
+
+    backend = [r["backend_initialized"] for r in loaded]
+    registered = all(r["registered"] for r in loaded)
+    return [
+        Row("%load_ext jaxmagic - import jax", median([r["total"] for r in loaded]),
+            median([r["total"] for r in import_only]), compare="difference", goal=0.1,
+            note=f"difference of medians, {REPETITIONS} fresh processes each; noise: import jax took "
+                 f"{median([r['total'] - r['load_ext'] for r in loaded]) * 1e3:.0f} ms in these processes"),
+        Row("%load_ext jaxmagic alone, after import jax", median([r["load_ext"] for r in loaded]),
+            compare="difference", goal=0.1, value=median([r["load_ext"] for r in loaded]),
+            note="same processes, timed on its own: the steadier figure"),
+        Row("JAX backend initialized after %load_ext", compare="check", goal=False, value=any(backend),
+            note="magics registered" if registered else "MAGICS NOT REGISTERED"),
+    ]
+
+
+if __name__ == "__main__":
+    from harness import table
+
+    print(table(run()))

@@ -1,0 +1,132 @@
+"""Overhead of ``%%jax_nans`` on a cell that runs a small jitted step 1,000 times.
+
+Three ways of running the same cell body in one in-process IPython shell:
+
+* ``magic``:   ``%%jax_nans`` + body;
+* ``scoped``:  ``with jax.debug_nans(True):`` + body, as a plain cell - what a
+  user would write by hand; the baseline of the goal (<= 1.05x);
+* ``plain``:   the body with no checking at all (for information: the price
+  of ``jax_debug_nans`` itself, which the magic cannot avoid).
+
+All three go through ``shell.run_cell``, so they pay IPython's cell cost
+alike; the magic additionally pays its own nested ``run_cell`` of the body,
+which is part of what we measure. Everything is compiled in a warm-up first;
+then the three variants alternate for several repetitions and we report the
+median of the per-repetition ratios.
+"""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+
+from harness import Row, median, quiet, timed
+
+STEPS = 1000
+REPETITIONS = 25
+
+SETUP = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def step(params, x):
+    def loss(p):
+        h = jnp.tanh(x @ p["w1"] + p["b1"])
+        y = h @ p["w2"] + p["b2"]
+        return jnp.mean((y - 1.0) ** 2)
+    grads = jax.grad(loss)(params)
+    return jax.tree.map(lambda p, g: p - 1e-2 * g, params, grads)
+
+_key = jax.random.split(jax.random.key(0), 3)
+params0 = {
+    "w1": 0.1 * jax.random.normal(_key[0], (16, 32)), "b1": jnp.zeros(32),
+    "w2": 0.1 * jax.random.normal(_key[1], (32, 4)), "b2": jnp.zeros(4),
+}
+x = jax.random.normal(_key[2], (32, 16))
+"""
+
+BODY = f"""
+params = params0
+for _ in range({STEPS}):
+    params = step(params, x)
+params = jax.block_until_ready(params)
+""".strip()
+
+
+
+def variants(body: str) -> dict[str, str]:
+    return {
+        "magic": "%%jax_nans\n" + body,
+        "scoped": "with jax.debug_nans(True):\n" + textwrap.indent(body, "    "),
+        "plain": body,
+    }
+
+
+CELLS = variants(BODY)
+# The same cell without the loop: what the magic costs per cell, whatever the cell does.
+EMPTY_CELLS = variants("params = params0")
+
+
+def make_shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jaxmagic")
+    return shell
+
+
+def run_cell(shell, cell: str) -> None:
+    with quiet():
+        result = shell.run_cell(cell, store_history=False)
+    if not result.success:
+        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
+
+
+def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[float]]:
+    """Seconds per run of each cell; the cells take turns, in a rotating order."""
+    times: dict[str, list[float]] = {name: [] for name in cells}
+    order = list(cells)
+    for rep in range(repetitions):
+        # Rotate the order so no variant always runs right after the same one.
+        for name in order[rep % len(order):] + order[:rep % len(order)]:
+            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
+    return times
+
+
+def quartiles(values: list[float]) -> str:
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.3f}-{q3:.3f}"
+
+
+def run() -> list[Row]:
+    shell = make_shell()
+    run_cell(shell, SETUP)
+    for _ in range(2):  # compile under each config (debug_nans is part of jit's cache key), warm caches
+        for cell in list(CELLS.values()) + list(EMPTY_CELLS.values()):
+            run_cell(shell, cell)
+
+    times = alternate(shell, CELLS, REPETITIONS)
+    empty = alternate(shell, EMPTY_CELLS, REPETITIONS)
+
+    magic_vs_scoped = [m / s for m, s in zip(times["magic"], times["scoped"])]
+    magic_vs_plain = [m / p for m, p in zip(times["magic"], times["plain"])]
+    scoped_vs_plain = [s / p for s, p in zip(times["scoped"], times["plain"])]
+    per = f"{STEPS} jitted steps/cell, {REPETITIONS} reps"
+    return [
+        Row("%%jax_nans vs with jax.debug_nans(True)", median(times["magic"]), median(times["scoped"]),
+            goal=1.05, value=median(magic_vs_scoped),
+            note=f"{per}; middle half of the ratios: {quartiles(magic_vs_scoped)}"),
+        Row("%%jax_nans fixed cost per cell", median(empty["magic"]), median(empty["scoped"]),
+            compare="difference", value=median([m - s for m, s in zip(empty["magic"], empty["scoped"])]),
+            note="a one-line cell (params = params0), magic minus scoped; for information"),
+        Row("%%jax_nans vs no checking", median(times["magic"]), median(times["plain"]),
+            value=median(magic_vs_plain), note="for information"),
+        Row("with jax.debug_nans(True) vs no checking", median(times["scoped"]), median(times["plain"]),
+            value=median(scoped_vs_plain), note="the price of JAX's own NaN checking"),
+    ]
+
+
+if __name__ == "__main__":
+    from harness import table
+
+    print(table(run()))
