@@ -63,6 +63,7 @@ def test_vmapped_function_reports_mapped_indices():
     # checkify(vmap(f)) keeps a single error and does not say which sample failed ...
     whole = probes.check(jax.vmap(pos_log), xs, errors="user")
     assert len(whole.errors) == 1 and whole.errors[0].mapped_index is None
+    assert whole.vmapped_function and "--vmap" in str(whole)
     # ... vmap(checkify(f)) checks each sample: indices 1 and 3.
     per_sample = probes.check(pos_log, xs, errors="user", vmap_axes=0)
     assert [e.mapped_index for e in per_sample.errors] == [[1], [3]]

@@ -88,7 +88,7 @@ risky_batch = jax.vmap(risky, in_axes=(None, 0))
 idx = jnp.array([1, 5, 0])
 """),
     ("jax_check", "%jax_check -o jax_check risky(x_bad, 5)\n"),
-    ("jax_check_vmap", "%jax_check -o jax_check_vmap risky_batch(x_ok, idx)\n"),
+    ("jax_check_vmap", "%jax_check -o jax_check_vmap risky(x_ok, idx) --vmap None,0\n"),
 ]
 
 PAGE = """<!doctype html>

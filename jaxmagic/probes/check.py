@@ -80,6 +80,7 @@ class CheckReport(Report):
     call: str = ""
     error_sets: list[str] = dataclasses.field(default_factory=lambda: ["all"])
     vmap_axes: str = ""  # in_axes when each sample was checked separately (--vmap)
+    vmapped_function: bool = False  # the function was already a jax.vmap: errors carry no sample index
     errors: list[CheckError] = dataclasses.field(default_factory=list)
     failure: str = ""  # the call could not be checked: "TypeError: ..."
 
@@ -116,17 +117,25 @@ class CheckReport(Report):
 
         sections = []
         if self.errors:
-            rows = [[e.kind, "" if e.mapped_index is None else str(e.mapped_index), e.message,
-                     e.line.where if e.line else ""] for e in self.errors]
-            sections.append(Section("Errors", [Table(["kind", "mapped index", "message", "your line"], rows)]))
+            batched = any(e.mapped_index is not None for e in self.errors)
+            columns = ["kind"] + (["sample"] if batched else []) + ["message", "line"]
+            rows = [[e.kind] + ([str(e.mapped_index)] if batched else []) + [e.message.replace("`", "'"),
+                    f"{e.line.label or e.line.filename}:{e.line.lineno}" if e.line else "(not recorded)"]
+                    for e in self.errors]
+            sections.append(Section("Errors", [Table(columns, rows)]))
             lines = [e.line for e in self.errors if e.line]
             if lines:
                 sections.append(Section("Your lines", [SourceLines(list({l.where: l for l in lines}.values()))]))
+        if self.vmapped_function and self.errors:
+            sections.append(Section("Which sample?", [Paragraph(
+                "This function is a jax.vmap, so the check ran as checkify(vmap(f)): one error per kind, "
+                "without the sample it came from. Check the function before vmapping with "
+                "`--vmap AXES` (e.g. `%jax_check f(xs) --vmap 0`) to get each failing sample's index.")]))
         if "index" in self.kinds:
             sections.append(Section("Note", [Paragraph(
                 "Without checks JAX clamps out-of-bounds indices to the last valid one and returns a value: "
                 "a silent wrong result. Use jnp.take(..., mode='fill') or check the index yourself.")]))
-        sections.append(Section("Checked", [Paragraph(f"{self.call}, run as {self.how_run}")]))
+        sections.append(Section("Checked", [Paragraph(f"`{self.call}`, run as `{self.how_run}`")]))
         return Document("%jax_check", self.status, self.summary, sections)
 
 
@@ -153,6 +162,8 @@ def check(fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: 
 
     names = [n.strip() for n in errors.split(",")] if isinstance(errors, str) else list(errors)
     report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)
+    # jax.vmap's wrapper announces itself in its docstring; nothing else marks it.
+    report.vmapped_function = (getattr(fn, "__doc__", None) or "").startswith("Vectorized version of")
     checked = checkify.checkify(fn, errors=error_set(names))
     if vmap_axes is not None:
         checked = jax.vmap(checked, in_axes=vmap_axes)

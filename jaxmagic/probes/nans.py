@@ -58,7 +58,7 @@ BACKWARD_EXPLANATION = (
     "where it is evaluated - the gradient of a norm or sqrt at 0 is 0/0, the gradient of log at 0 is "
     "1/0 - or the jnp.where trap, where the branch that is not selected still gets a NaN gradient. The "
     "fix is to make the derivative finite there, e.g. the double-where safe norm: "
-    "jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)."
+    "`jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`."
 )
 
 
@@ -83,6 +83,7 @@ class NanReport(Report):
     jax_messages: list[str] = dataclasses.field(default_factory=list)
     other_error: str = ""         # the cell failed for another reason: "ValueError: ..."
     compiled_only: bool = False   # NaN in the compiled program that the de-optimized run did not reproduce
+    origin_by_rerun: bool = False  # origin_lines were found by re-running the call op by op
 
     @property
     def status(self) -> Status:
@@ -111,8 +112,8 @@ class NanReport(Report):
             phase = "a backward pass (gradient)" if self.phase == "backward" else "the forward computation"
             prim = f"`{self.primitive}`" if self.primitive else "a primitive JAX did not name"
             line = self.where_line
-            at = f", from {line.where}: {line.code}" if line else ""
-            return f"{what} produced by {prim} in {phase}{at}"
+            at = f", in {line.function} ({line.label or line.filename}, line {line.lineno})" if line else ""
+            return f"{what} produced by {prim} in {phase}{at}."
         if self.nonfinite:
             names = ", ".join(leaf.name for leaf in self.nonfinite[:3])
             only_inf = not any(leaf.nan_count for leaf in self.nonfinite)
@@ -138,14 +139,15 @@ class NanReport(Report):
                 facts.append(("failing call", self.failing_call))
             sections.append(Section("What", [Facts(facts)]))
             if self.origin_lines:
-                caption = ("The operation whose gradient produced it (found by re-running the call "
-                           "op by op):" if self.phase == "backward" else "The operation that produced it:")
+                caption = ("The operation whose gradient produced it" if self.phase == "backward"
+                           else "The operation that produced it")
+                caption += " (found by re-running the call op by op):" if self.origin_by_rerun else ":"
                 sections.append(Section("Your line", [SourceLines(self.origin_lines[-3:], caption)]))
             if self.call_path:
                 sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
             sections.append(Section("Why", [Paragraph(self._explanation())]))
         if self.nonfinite:
-            rows = [[leaf.name, str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
+            rows = [[f"`{leaf.name}`", str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
                     for leaf in self.nonfinite]
             sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
         if self.notes:
@@ -154,7 +156,8 @@ class NanReport(Report):
         if self.other_error:
             evidence = "\n".join(filter(None, [evidence, self.other_error]))
         if evidence:
-            sections.append(Section("JAX's messages", [Evidence(f"{len(evidence.splitlines())} lines", evidence)]))
+            title = f"JAX's messages ({len(evidence.splitlines())} lines)"
+            sections.append(Section("", [Evidence(title, evidence)]))
         return Document("%%jax_nans", self.status, self.summary, sections)
 
     def _explanation(self) -> str:
@@ -314,6 +317,7 @@ def _locate_op_by_eager_rerun(report: NanReport, call: FailingCall, infs: bool) 
         if not lines:
             lines = user_lines(rerun_error.__traceback__)[-1:]
         report.origin_lines, report.library_function = lines, function
+        report.origin_by_rerun = bool(lines)
         report.notes.append(f"To find your line, {call.source} was called once more under jax.disable_jit(), "
                             "op by op, with the same checks.")
     except Exception as other:

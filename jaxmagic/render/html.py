@@ -89,7 +89,7 @@ def _block_html(block) -> str:
     if isinstance(block, Table):
         head = "".join(f"<th>{escape(c)}</th>" for c in block.columns)
         body = "".join(
-            "<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in row) + "</tr>" for row in block.rows
+            "<tr>" + "".join(f"<td>{inline_html(str(cell))}</td>" for cell in row) + "</tr>" for row in block.rows
         )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     if isinstance(block, SourceLines):
