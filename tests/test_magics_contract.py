@@ -44,6 +44,11 @@ class MagicExample:
     interrupt: str    # the user's code raises KeyboardInterrupt
     bad_option: str   # an unknown option
     malformed: str | None = None  # a malformed expression (line magics taking one)
+    evil: str | None = None       # puts EVIL into the report; defaults to `raising`
+
+    @property
+    def escaping(self) -> str:
+        return self.evil or self.raising
 
 
 EXAMPLES = {
@@ -93,7 +98,7 @@ def test_leaves_no_trace(shell, magic, case):
 @pytest.mark.parametrize("magic", registered_magics())
 def test_report_is_stored_and_escaped(shell, magic):
     shell.user_ns.pop("evil_report", None)
-    shell.run_cell(EXAMPLES[magic].raising.format(out="evil_report"))
+    shell.run_cell(EXAMPLES[magic].escaping.format(out="evil_report"))
     report = shell.user_ns["evil_report"]
     html = static_bundle(report)["text/html"]
     assert "&lt;script&gt;" in html, "the user's text should appear, escaped"
