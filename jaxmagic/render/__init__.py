@@ -18,11 +18,18 @@ def display_report(report, use_widgets: bool) -> None:
     """Show a report in the current IPython frontend.
 
     In a kernel with a widget manager the bundle carries the widget view and the
-    static HTML beside it, so a saved notebook still shows the report; in
-    terminal IPython only the text part is used.
+    static HTML beside it, so a saved notebook still shows the report; in a
+    terminal, rich draws it when it can, else the plain text is shown.
     """
+    import sys
+
     from IPython.display import display
 
+    if not use_widgets and sys.stdout.isatty():
+        from jaxmagic.render.terminal import print_rich
+
+        if print_rich(report.document()):
+            return
     bundle = static_bundle(report)
     if use_widgets:
         try:

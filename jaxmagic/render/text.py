@@ -26,7 +26,7 @@ def _block_lines(block) -> list[str]:
         width = max((len(k) for k, _ in block.pairs), default=0)
         return [f"{k.ljust(width)}  {v}" for k, v in block.pairs]
     if isinstance(block, Table):
-        cells = [block.columns] + [[str(c) for c in row] for row in block.rows]
+        cells = [block.columns] + [[str(c).replace("`", "") for c in row] for row in block.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(block.columns))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
         lines.insert(1, "  ".join("-" * w for w in widths))

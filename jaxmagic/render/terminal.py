@@ -1,0 +1,53 @@
+"""Terminal IPython: a report drawn with rich (colour, boxed tables), when rich is present.
+
+Without rich, or when output is not a terminal, the plain text renderer is used.
+"""
+
+from __future__ import annotations
+
+from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, SourceLines, Table
+from jaxmagic.report import Status
+
+_STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"}
+
+
+def print_rich(doc: Document) -> bool:
+    """Print ``doc`` with rich to stdout; False if rich is not importable."""
+    try:
+        from rich.console import Console, Group
+        from rich.panel import Panel
+        from rich.table import Table as RichTable
+        from rich.text import Text
+    except ImportError:
+        return False
+    from jaxmagic.render.html import STATUS_WORDS
+
+    parts = [Text(doc.headline, style="bold")]
+    for section in doc.sections:
+        if section.title:
+            parts.append(Text(f"\n{section.title.upper()}", style="dim bold"))
+        for block in section.blocks:
+            if isinstance(block, Paragraph):
+                parts.append(Text(block.text))
+            elif isinstance(block, Facts):
+                grid = RichTable.grid(padding=(0, 2))
+                for name, value in block.pairs:
+                    grid.add_row(Text(name, style="bold"), Text(value, style="cyan"))
+                parts.append(grid)
+            elif isinstance(block, Table):
+                table = RichTable(*block.columns, show_edge=False, header_style="bold")
+                for row in block.rows:
+                    table.add_row(*(Text(str(cell).replace("`", "")) for cell in row))
+                parts.append(table)
+            elif isinstance(block, SourceLines):
+                if block.caption:
+                    parts.append(Text(block.caption))
+                for i, line in enumerate(block.lines):
+                    last = i == len(block.lines) - 1
+                    parts.append(Text(line.where, style="dim"))
+                    parts.append(Text("    " + line.code, style="bold red" if last else ""))
+            elif isinstance(block, Evidence):
+                parts.append(Text(f"{block.title}: " + " | ".join(block.text.splitlines()[:3]), style="dim"))
+    title = Text.assemble((doc.title, "bold"), " ", (STATUS_WORDS[doc.status], _STYLE[doc.status]))
+    Console().print(Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[doc.status]))
+    return True
