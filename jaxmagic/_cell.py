@@ -23,7 +23,6 @@ class CellOutcome:
     """How the cell's body ended. ``exception`` is None when it ran through."""
 
     exception: BaseException | None = None
-    syntax_error: bool = False  # the body did not compile; IPython already showed why
 
     def reraise(self) -> None:
         """Raise the body's exception again, with the traceback starting in the cell."""
@@ -92,13 +91,27 @@ def _named_as_current_cell(shell):
         del compiler.cache  # the instance attribute; the class method shows through again
 
 
+def shown_if_unparsable(shell, cell: str) -> bool:
+    """If the body does not parse, let IPython show the error as usual and return True.
+
+    A body that cannot run needs no probe and no report, and IPython's own
+    syntax-error display (line and caret, no stack) is the one users know.
+    """
+    try:
+        shell.compile.ast_parse(shell.transform_cell(cell))
+        return False
+    except (SyntaxError, ValueError, OverflowError, TypeError, MemoryError):
+        pass
+    # Outside the except block, so IPython's display does not chain our own parse attempt.
+    shell.run_cell(cell, store_history=False)
+    return True
+
+
 def run_cell_body(shell, cell: str) -> CellOutcome:
     """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception."""
     outcome = CellOutcome()
     with _exceptions_captured(shell, outcome), _named_as_current_cell(shell):
         result = shell.run_cell(cell, store_history=False)
-    if result.error_before_exec is not None:
-        outcome.syntax_error = True
-    elif outcome.exception is None and result.error_in_exec is not None:
-        outcome.exception = result.error_in_exec
+    if outcome.exception is None:  # not routed through CustomTB (e.g. rejected input)
+        outcome.exception = result.error_in_exec or result.error_before_exec
     return outcome

@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from jaxmagic import probes
 from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
-from jaxmagic._cell import CellOutcome, run_cell_body
+from jaxmagic._cell import CellOutcome, run_cell_body, shown_if_unparsable
 from jaxmagic.probes.check import error_set, parse_vmap_axes
 from jaxmagic.render import display_report
 
@@ -39,6 +39,8 @@ class JaxMagics(Magics):
     def _run_cell_in_probe(self, probe, args, cell: str):
         """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
         __tracebackhide__ = True  # noqa: F841 - keeps these frames out of the user's traceback
+        if shown_if_unparsable(self.shell, cell):
+            return None
         outcome = CellOutcome()
         try:
             with probe as report:

@@ -186,3 +186,10 @@ def test_load_ext_does_not_start_a_backend():
     proc = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_BACKEND], capture_output=True, text=True, timeout=300)
     assert "backend started: False" in proc.stdout, proc.stdout + proc.stderr
     assert "devices: 4" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_syntax_error_is_shown_by_ipython_without_a_report(shell):
+    shell.user_ns.pop("syntax_rep", None)
+    result = shell.run_cell("%%jax_nans -o syntax_rep\nx = (1,\n")
+    assert "syntax_rep" not in shell.user_ns          # nothing ran, so nothing to report
+    assert result.error_in_exec is None
