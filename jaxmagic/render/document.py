@@ -47,7 +47,44 @@ class Evidence:
     text: str
 
 
-Block = Union[Paragraph, Facts, Table, SourceLines, Evidence]
+@dataclasses.dataclass
+class GridCell:
+    """One cell of a Grid: a label, an optional second line, a colour and a tooltip.
+
+    ``style`` is "" (plain), "muted" (drawn hatched and grey: present but not
+    available here) or "alert" (drawn with a red border: something is wrong).
+    """
+
+    row: int
+    col: int
+    label: str
+    detail: str = ""    # a second, smaller line
+    colour: str = ""    # background as "#rrggbb"; "" for none
+    tooltip: str = ""
+    style: str = ""
+
+
+@dataclasses.dataclass
+class Grid:
+    """A rows x cols lattice of labelled, coloured cells, e.g. which device holds which block.
+
+    Cells missing from ``cells`` are left empty. ``row_sizes``/``col_sizes``
+    are relative heights/widths (equal when empty); ``row_labels``/
+    ``col_labels`` are drawn along the left and top edges. Consecutive grids
+    are drawn side by side where there is room (facets of one picture).
+    """
+
+    rows: int
+    cols: int
+    cells: list[GridCell]
+    caption: str = ""
+    row_labels: list[str] = dataclasses.field(default_factory=list)
+    col_labels: list[str] = dataclasses.field(default_factory=list)
+    row_sizes: list[float] = dataclasses.field(default_factory=list)
+    col_sizes: list[float] = dataclasses.field(default_factory=list)
+
+
+Block = Union[Paragraph, Facts, Table, SourceLines, Evidence, Grid]
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from html import escape
 
-from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.render.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
 from jaxmagic.report import Status
 
 STATUS_COLOURS = {
@@ -44,6 +44,19 @@ STYLE = """
 .jaxmagic p code{background:#f6f8fa;padding:0 3px;border-radius:3px}
 .jaxmagic details{margin:4px 0}.jaxmagic summary{cursor:pointer;color:#57606a}
 .jaxmagic pre{background:#f6f8fa;padding:6px 8px;border-radius:4px;white-space:pre-wrap;margin:3px 0;max-height:18em;overflow:auto}
+.jaxmagic .jm-gridfig{display:inline-block;vertical-align:top;margin:4px 14px 6px 0;max-width:100%;overflow-x:auto}
+.jaxmagic .jm-gridfig figcaption{font-size:12px;color:#57606a;margin:0 0 3px}
+.jaxmagic .jm-grid{display:grid;gap:2px;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
+.jaxmagic .jm-gl{color:#57606a;font-size:11px;display:flex;align-items:flex-end;justify-content:center;padding:0 2px 1px}
+.jaxmagic .jm-gl.jm-gr{align-items:center;justify-content:flex-end;padding:0 4px 0 0}
+.jaxmagic .jm-cell{display:flex;flex-direction:column;align-items:center;justify-content:center;border-radius:3px;
+ background:#eef1f4;color:#1f2328;overflow:hidden;white-space:nowrap;line-height:1.2;border:1px solid rgba(31,35,40,.18)}
+.jaxmagic .jm-cell b{font-weight:600}
+.jaxmagic .jm-cell span{font-size:10.5px;color:#3d444d}
+.jaxmagic .jm-compact{font-size:10.5px;gap:1px}
+.jaxmagic .jm-cell.jm-muted{background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781}
+.jaxmagic .jm-cell.jm-alert{border:2px solid #b3261e}
+.jaxmagic .jm-cell.jm-alert b{color:#b3261e}
 """
 
 
@@ -104,4 +117,70 @@ def _block_html(block) -> str:
         return f'{caption}<div class="jm-src">{"".join(rows)}</div>'
     if isinstance(block, Evidence):
         return f"<details><summary>{escape(block.title)}</summary><pre>{escape(block.text)}</pre></details>"
+    if isinstance(block, Grid):
+        return _grid_html(block)
     raise TypeError(f"unknown block {type(block).__name__}")
+
+
+_COLOUR = re.compile(r"#[0-9a-fA-F]{3,8}")
+_CELL_STYLES = {"muted": " jm-muted", "alert": " jm-alert"}
+
+
+def _grid_html(grid: Grid) -> str:
+    """A CSS grid: labels along the top and left edges, one coloured box per cell.
+
+    Sizes are in CSS px so the picture keeps its proportions in saved notebooks;
+    wide grids scroll sideways instead of squeezing their labels. Large grids
+    drop the second line of each cell (it stays in the tooltip).
+    """
+    compact = grid.cols > 12 or grid.rows * grid.cols > 144
+    show_detail = not compact and any(cell.detail for cell in grid.cells)
+    char_px = 6.6 if compact else 7.3
+    longest = max([len(c.label) for c in grid.cells] + [len(c.detail) for c in grid.cells if show_detail]
+                  + [len(label) for label in grid.col_labels] + [1])
+    cell_w = max(30 if compact else 56, min(180, round(longest * char_px + 12)))
+    cell_h = 38 if show_detail else (22 if compact else 30)
+    col_sizes = _relative_sizes(grid.col_sizes, grid.cols)
+    row_sizes = _relative_sizes(grid.row_sizes, grid.rows)
+    # Each track is at least big enough for its label, and shares the rest by size.
+    columns = [f"minmax({cell_w}px,{s:.3g}fr)" for s in col_sizes]
+    rows = [f"minmax({cell_h}px,{s:.3g}fr)" for s in row_sizes]
+    width = sum(max(cell_w, cell_w * s) for s in col_sizes)
+    height = sum(max(cell_h, cell_h * s) for s in row_sizes)
+    first_row = first_col = 1
+    if grid.row_labels:
+        label_w = max(len(label) for label in grid.row_labels) * 6.6 + 8
+        columns.insert(0, f"{label_w:.0f}px")
+        width += label_w
+        first_col = 2
+    if grid.col_labels:
+        rows.insert(0, "16px")
+        height += 16
+        first_row = 2
+    parts = ['<figure class="jm-gridfig">']
+    if grid.caption:
+        parts.append(f"<figcaption>{inline_html(grid.caption)}</figcaption>")
+    parts.append(f'<div class="jm-grid{" jm-compact" if compact else ""}" style="grid-template-columns:'
+                 f'{" ".join(columns)};grid-template-rows:{" ".join(rows)};width:{width:.0f}px;height:{height:.0f}px">')
+    for i, label in enumerate(grid.col_labels[:grid.cols]):
+        parts.append(f'<div class="jm-gl" style="grid-row:1;grid-column:{first_col + i}">{escape(label)}</div>')
+    for i, label in enumerate(grid.row_labels[:grid.rows]):
+        parts.append(f'<div class="jm-gl jm-gr" style="grid-row:{first_row + i};grid-column:1">{escape(label)}</div>')
+    for cell in grid.cells:
+        style = f"grid-row:{first_row + cell.row};grid-column:{first_col + cell.col}"
+        if cell.colour and _COLOUR.fullmatch(cell.colour) and cell.style != "muted":
+            style += f";background:{cell.colour}"
+        title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
+        detail = f"<span>{escape(cell.detail)}</span>" if show_detail and cell.detail else ""
+        parts.append(f'<div class="jm-cell{_CELL_STYLES.get(cell.style, "")}" style="{style}"{title}>'
+                     f"<b>{escape(cell.label)}</b>{detail}</div>")
+    parts.append("</div></figure>")
+    return "".join(parts)
+
+
+def _relative_sizes(sizes: list[float], count: int) -> list[float]:
+    """``sizes`` scaled to a mean of 1 (all 1 when missing or unusable)."""
+    if len(sizes) != count or count == 0 or min(sizes) <= 0:
+        return [1.0] * count
+    mean = sum(sizes) / count
+    return [s / mean for s in sizes]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, SourceLines, Table
+from jaxmagic.render.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 from jaxmagic.render.html import STATUS_WORDS
 
 
@@ -38,4 +38,44 @@ def _block_lines(block) -> list[str]:
         return lines
     if isinstance(block, Evidence):
         return [f"{block.title}:"] + ["  | " + line for line in block.text.splitlines()]
+    if isinstance(block, Grid):
+        return _grid_lines(block)
     raise TypeError(f"unknown block {type(block).__name__}")
+
+
+_CELL_MARKS = {"muted": "~", "alert": "!"}
+
+
+def _grid_lines(grid: Grid) -> list[str]:
+    """The grid as a box drawing: one box per cell, its label and (if any) detail centred.
+
+    Muted cells are drawn with "~" marks and alert cells with "!" marks around the
+    label, since plain text has no colour.
+    """
+    by_place = {(c.row, c.col): c for c in grid.cells}
+    show_detail = any(c.detail for c in grid.cells)
+
+    def label(cell) -> str:
+        if cell is None:
+            return ""
+        mark = _CELL_MARKS.get(cell.style, "")
+        return f"{mark}{cell.label}{mark}"
+
+    width = max([len(label(c)) for c in grid.cells] + [len(c.detail) for c in grid.cells if show_detail]
+                + [len(x) for x in grid.col_labels] + [1]) + 2
+    margin = max((len(x) for x in grid.row_labels), default=0)
+    pad = " " * (margin + 1) if margin else ""
+    rule = pad + "+" + "+".join("-" * width for _ in range(grid.cols)) + "+"
+    lines = [grid.caption] if grid.caption else []
+    if grid.col_labels:
+        lines.append((pad + " " + " ".join(x.center(width) for x in grid.col_labels)).rstrip())
+    lines.append(rule)
+    for r in range(grid.rows):
+        cells = [by_place.get((r, c)) for c in range(grid.cols)]
+        row_label = grid.row_labels[r] if r < len(grid.row_labels) else ""
+        lead = row_label.rjust(margin) + " " if margin else ""
+        lines.append(lead + "|" + "|".join(label(c).center(width) for c in cells) + "|")
+        if show_detail:
+            lines.append(pad + "|" + "|".join((c.detail if c else "").center(width) for c in cells) + "|")
+        lines.append(rule)
+    return lines
