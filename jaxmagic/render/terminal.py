@@ -5,7 +5,9 @@ Without rich, or when output is not a terminal, the plain text renderer is used.
 
 from __future__ import annotations
 
-from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, SourceLines, Table
+import re
+
+from jaxmagic.render.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 from jaxmagic.report import Status
 
 _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"}
@@ -48,6 +50,39 @@ def print_rich(doc: Document) -> bool:
                     parts.append(Text("    " + line.code, style="bold red" if last else ""))
             elif isinstance(block, Evidence):
                 parts.append(Text(f"{block.title}: " + " | ".join(block.text.splitlines()[:3]), style="dim"))
+            elif isinstance(block, Grid):
+                parts.append(_rich_grid(block))
     title = Text.assemble((doc.title, "bold"), " ", (STATUS_WORDS[doc.status], _STYLE[doc.status]))
     Console().print(Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[doc.status]))
     return True
+
+
+_COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
+
+
+def _rich_grid(grid: Grid):
+    """A Grid as a rich table: one coloured box per cell, edge labels as header and first column."""
+    from rich.console import Group
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    table = RichTable(show_header=bool(grid.col_labels), show_lines=True, header_style="dim", pad_edge=False)
+    if grid.row_labels:
+        table.add_column("", style="dim", justify="right")
+    for c in range(grid.cols):
+        table.add_column(grid.col_labels[c] if c < len(grid.col_labels) else "", justify="center")
+    by_place = {(cell.row, cell.col): cell for cell in grid.cells}
+    for r in range(grid.rows):
+        row = [Text(grid.row_labels[r])] if grid.row_labels and r < len(grid.row_labels) else []
+        for c in range(grid.cols):
+            cell = by_place.get((r, c))
+            if cell is None:
+                row.append(Text(""))
+                continue
+            style = "dim" if cell.style == "muted" else "bold red" if cell.style == "alert" else ""
+            if cell.style != "muted" and _COLOUR.fullmatch(cell.colour):
+                style = f"{style} #1f2328 on {cell.colour}".strip()
+            text = cell.label + (f"\n{cell.detail}" if cell.detail else "")
+            row.append(Text(text, style=style, justify="center"))
+        table.add_row(*row)
+    return Group(Text(grid.caption, style="italic"), table) if grid.caption else table
