@@ -88,7 +88,7 @@ def split_call_and_options(line: str) -> tuple[str, str]:
 
 
 # Options that take no value; every other option takes the next word.
-_FLAG_OPTIONS = {"--infs", "--all", "-h", "--help"}
+_FLAG_OPTIONS = {"--infs", "--all", "-h", "--help", "--intermediates", "--no-check"}
 
 
 def _top_level_words(line: str) -> list[str]:

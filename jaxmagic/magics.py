@@ -15,6 +15,7 @@ from jaxmagic import probes
 from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic._cell import CellOutcome, run_cell_body, shown_if_unparsable
 from jaxmagic.probes.check import error_set, parse_vmap_axes
+from jaxmagic._expression import callee_is_jitted, evaluate_expression, parse_expression
 from jaxmagic.render import display_report
 
 OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
@@ -108,3 +109,87 @@ class JaxMagics(Magics):
                               vmap_axes=vmap_axes, **call.kwargs)
         del call  # keep no user array alive
         self._publish(report, args)
+
+    @magic_arguments()
+    @argument("expression", nargs="*", help="An array or pytree of arrays, e.g. x or params['w']; or a call "
+              "f(x) of a jitted function, which is run and shown with its compiled shardings.")
+    @argument("--dims", metavar="I,J", help="For arrays of rank > 2: the two dimensions to draw; "
+              "the others' blocks become facets. Default: the split dimensions.")
+    @argument("--intermediates", action="store_true", help="For a call: also the sharding the compiler chose for "
+              "every value inside it (jax.debug.inspect_array_sharding in an instrumented copy, compiled not run).")
+    @argument("--no-check", action="store_true", help="Do not compare the copies of replicated blocks "
+              "(then no array data is read at all).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_sharding(self, line):
+        """Show which device holds which block of an array: typeof, mesh, PartitionSpec, a drawing.
+
+        Works for 0-D to N-D arrays (pick the drawn dimensions with --dims),
+        any number of devices, and arrays spread over several processes
+        (blocks of other processes are drawn hatched). Copies of replicated
+        blocks are compared bit for bit. For a call of a jitted function, the
+        call is run and its compiled input and output shardings are listed;
+        --intermediates adds the shardings chosen for values inside it.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        text, option_text = split_call_and_options(line)
+        args = self._parse(self.jax_sharding, option_text)
+        if not text:
+            raise UsageError("%jax_sharding needs an array expression or a call, e.g. %jax_sharding x")
+        dims = None
+        if args.dims is not None:
+            try:
+                dims = [int(d) for d in args.dims.split(",")]
+            except ValueError:
+                raise UsageError(f"--dims takes two dimensions such as 0,2, got {args.dims!r}.") from None
+        try:
+            parse_expression(text)
+            as_call = args.intermediates or callee_is_jitted(text, self.shell.user_ns)
+        except CallExpressionError as error:
+            raise UsageError(str(error)) from None
+        try:
+            if as_call:
+                call = self._evaluate(text)
+                report, error = probes.run_sharding_call(
+                    call.function, tuple(call.args), call.kwargs, call_text=call.text,
+                    intermediates=args.intermediates, dims=dims, check_replicas=not args.no_check)
+                del call  # keep no user array alive
+            else:
+                value = self._evaluate_value(text)
+                report, error = probes.sharding(value, expression=text.strip(), dims=dims,
+                                                check_replicas=not args.no_check), None
+                del value
+        except ValueError as problem:  # --dims that do not fit
+            if "--dims" not in str(problem):
+                raise
+            raise UsageError(f"{problem}.") from None
+        self._publish(report, args)
+        if error is not None:
+            raise error
+
+    def _evaluate_value(self, text: str):
+        try:
+            return evaluate_expression(text, self.shell.user_ns)
+        except CallExpressionError as error:
+            raise UsageError(str(error)) from None
+
+    @magic_arguments()
+    @argument("count", nargs="?", help="How many fake CPU devices (a number or an expression). "
+              "Without it: list the devices.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_devices(self, line):
+        """Give this kernel N fake CPU devices (before the JAX backend starts), or list the devices.
+
+        Put it right after %load_ext jaxmagic: JAX fixes the device count when
+        its backend starts (the first operation that needs a device). After
+        that the report says plainly that the kernel must be restarted.
+        Without N, lists the devices (starting the backend).
+        """
+        args = self._parse(self.jax_devices, line)
+        count = None
+        if args.count is not None:
+            count = self._evaluate_value(args.count)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise UsageError(f"%jax_devices takes a positive number of devices, got {args.count!r} = {count!r}.")
+        self._publish(probes.devices(count), args)

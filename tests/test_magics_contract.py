@@ -65,6 +65,22 @@ EXAMPLES = {
         bad_option="%jax_check f_ok(jnp.ones(3)) --bogus",
         malformed="%jax_check f_ok(jnp.ones(3)",
     ),
+    "jax_sharding": MagicExample(
+        ok="%jax_sharding jnp.arange(6.0).reshape(2, 3) -o {out}",
+        raising="%jax_sharding jax.jit(f_raises)(jnp.ones(3)) -o {out}",
+        interrupt="%jax_sharding jax.jit(f_interrupt)(jnp.ones(3)) -o {out}",
+        bad_option="%jax_sharding jnp.ones(3) --bogus",
+        malformed="%jax_sharding jnp.ones(3",
+    ),
+    "jax_devices": MagicExample(
+        ok="%jax_devices -o {out}",
+        raising="%jax_devices f_raises(1) -o {out}",
+        interrupt="%jax_devices f_interrupt(1) -o {out}",
+        bad_option="%jax_devices 1 --bogus",
+        malformed="%jax_devices (1",
+        # XLA_FLAGS is shown in the report: a string from the user's environment.
+        evil="import os\nos.environ['XLA_FLAGS'] = EVIL\n%jax_devices -o {out}\ndel os.environ['XLA_FLAGS']",
+    ),
 }
 
 

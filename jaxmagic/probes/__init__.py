@@ -5,6 +5,10 @@ returns (or yields) a report.
 """
 
 from jaxmagic.probes.check import CheckReport, check
+from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.nans import NanReport, nans
+from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
+from jaxmagic.probes.sharding import run_call as run_sharding_call
 
-__all__ = ["nans", "NanReport", "check", "CheckReport"]
+__all__ = ["nans", "NanReport", "check", "CheckReport", "sharding", "sharding_of_call", "run_sharding_call",
+           "ShardingReport", "devices", "DevicesReport"]

@@ -1,0 +1,426 @@
+"""Drawing a sharding report: which device holds which block, as Grid blocks.
+
+The probe (``jaxmagic.probes.sharding``) records each array's blocks (index
+ranges and holders) as data; this module decides how to show them:
+
+* rank 0 is one cell, rank 1 one row of blocks (wrapped when there are many),
+  rank 2 rows x columns; for rank > 2 two dimensions are drawn (``--dims``, or
+  by default the split ones) and the other split dimensions become facets, one
+  small grid per combination of their blocks (treescope's arrayviz does N-D the
+  same way);
+* a colour per device (a block held by several devices takes the colour of the
+  first), the holders as the label ("CPU 0,2"), the block's index ranges along
+  the edges and in the tooltip;
+* blocks held only by other processes are drawn hatched with their process
+  index; blocks whose copies differ are drawn with a red border.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import itertools
+import math
+
+from jaxmagic.render.document import Document, Facts, Grid, GridCell, Paragraph, Section, SourceLines, Table
+
+# Light colours, far apart in hue, so dark labels stay readable on all of them.
+PALETTE = [
+    "#a6cee3", "#fdbf6f", "#b2df8a", "#fb9a99", "#cab2d6", "#ffff99", "#8dd3c7", "#fccde5",
+    "#bebada", "#80b1d3", "#ccebc5", "#ffed6f", "#d9d9d9", "#f4cae4", "#e6f5c9", "#fdcdac",
+]
+MAX_FACETS = 16          # facets drawn for one array; the rest are counted
+MAX_ARRAYS_DRAWN = 8     # arrays of a pytree (or outputs of a call) drawn; all are tabled
+WRAP_1D_AFTER = 16       # a 1-D array with more blocks than this wraps into rows of 8
+
+
+def device_colours(device_ids: list[int]) -> dict[int, str]:
+    """A colour per device, in the given (mesh) order: the palette, then evenly spread hues."""
+    colours = {}
+    for n, device_id in enumerate(device_ids):
+        if len(device_ids) <= len(PALETTE):
+            colours[device_id] = PALETTE[n]
+        else:  # golden-angle hues, alternating lightness so neighbours differ
+            hue = (n * 0.618033988749895) % 1.0
+            light = 0.80 if n % 2 == 0 else 0.70
+            r, g, b = colorsys.hls_to_rgb(hue, light, 0.65)
+            colours[device_id] = "#%02x%02x%02x" % (round(r * 255), round(g * 255), round(b * 255))
+    return colours
+
+
+def id_list(ids: list[int]) -> str:
+    """``0,2`` for a few ids; runs of three or more compressed for longer lists: ``0-7,16-23``."""
+    ids = sorted(ids)
+    if len(ids) <= 4:
+        return ",".join(map(str, ids))
+    parts = []
+    for _, run in itertools.groupby(enumerate(ids), key=lambda pair: pair[1] - pair[0]):
+        run = [i for _, i in run]
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)))
+    return ",".join(parts)
+
+
+def holders_label(layout, holders: list[int]) -> str:
+    """"CPU 0,2": the platform and the ids of the devices holding a block."""
+    platforms = sorted({layout.device(h).platform.upper() for h in holders})
+    return f"{'/'.join(platforms)} {id_list(holders)}"
+
+
+def drawn_dims(layout, dims: list[int] | None = None) -> tuple[int | None, int | None]:
+    """The (row, column) dimensions to draw; None where the picture has no such axis.
+
+    Rank 0: (None, None); rank 1: (None, 0); rank 2: (0, 1). For rank > 2 the
+    requested ``dims`` if they fit, else the last two split dimensions, else a
+    split dimension with the last other one, else the last two.
+    """
+    rank = len(layout.shape)
+    if rank == 0:
+        return None, None
+    if rank == 1:
+        return None, 0
+    if dims and len(dims) == 2 and max(dims) < rank and dims[0] != dims[1]:
+        return dims[0], dims[1]
+    if rank == 2:
+        return 0, 1
+    chunks = _chunks_per_dim(layout)
+    split = [d for d in range(rank) if len(chunks[d]) > 1]
+    if len(split) >= 2:
+        return split[-2], split[-1]
+    if len(split) == 1:
+        other = max(d for d in range(rank) if d != split[0])
+        return tuple(sorted((split[0], other)))
+    return rank - 2, rank - 1
+
+
+def _chunks_per_dim(layout) -> list[list[tuple[int, int]]]:
+    return [sorted({tuple(b.index[d]) for b in layout.blocks}) for d in range(len(layout.shape))]
+
+
+def layout_grids(layout, dims: list[int] | None = None) -> tuple[list[Grid], list[str]]:
+    """The drawing of one array: one Grid per facet, and notes about what was left out."""
+    row_dim, col_dim = drawn_dims(layout, dims)
+    rank = len(layout.shape)
+    chunks = _chunks_per_dim(layout)
+    facet_dims = [d for d in range(rank) if d not in (row_dim, col_dim)]
+    colours = device_colours([d.id for d in layout.devices])
+    facets: dict[tuple, list] = {}
+    for block in layout.blocks:
+        facets.setdefault(tuple(tuple(block.index[d]) for d in facet_dims), []).append(block)
+    notes = []
+    keys = sorted(facets)
+    split_facet_dims = [d for d in facet_dims if len(chunks[d]) > 1]
+    if len(keys) > MAX_FACETS:
+        notes.append(f"{len(keys)} facets (one per block of dimension(s) "
+                     f"{', '.join(map(str, split_facet_dims))}); the first {MAX_FACETS} are drawn. "
+                     f"Choose the drawn dimensions with --dims I,J.")
+        keys = keys[:MAX_FACETS]
+    grids = []
+    for key in keys:
+        caption = _facet_caption(layout, key, facet_dims, row_dim, col_dim) if split_facet_dims else ""
+        grids.append(_facet_grid(layout, facets[key], row_dim, col_dim, chunks, colours, caption))
+    return grids, notes
+
+
+def _facet_caption(layout, key, facet_dims, row_dim, col_dim) -> str:
+    parts = []
+    for d in range(len(layout.shape)):
+        if d in facet_dims:
+            start, stop = key[facet_dims.index(d)]
+            parts.append(f"{start}:{stop}")
+        else:
+            parts.append(":")
+    return f"{layout.path or 'x'}[{', '.join(parts)}]"
+
+
+def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> Grid:
+    row_chunks = chunks[row_dim] if row_dim is not None else [None]
+    col_chunks = chunks[col_dim] if col_dim is not None else [None]
+    wrap = row_dim is None and len(col_chunks) > WRAP_1D_AFTER
+    cells = []
+    for block in blocks:
+        r = row_chunks.index(tuple(block.index[row_dim])) if row_dim is not None else 0
+        c = col_chunks.index(tuple(block.index[col_dim])) if col_dim is not None else 0
+        if wrap:
+            r, c = divmod(c, 8)
+        cells.append(_cell(layout, block, r, c, row_dim, col_dim, colours))
+    if wrap:
+        cols = 8
+        rows = math.ceil(len(col_chunks) / cols)
+        return Grid(rows, cols, cells, caption=caption or f"{len(col_chunks)} blocks, 8 per row")
+    grid = Grid(len(row_chunks), len(col_chunks), cells, caption=caption)
+    if col_dim is not None:
+        grid.col_labels = [f"{a}:{b}" for a, b in col_chunks]
+        grid.col_sizes = [b - a for a, b in col_chunks]
+    if row_dim is not None:
+        grid.row_labels = [f"{a}:{b}" for a, b in row_chunks]
+        grid.row_sizes = [b - a for a, b in row_chunks]
+    return grid
+
+
+def _cell(layout, block, r, c, row_dim, col_dim, colours) -> GridCell:
+    local = [h for h in block.holders if layout.device(h).addressable]
+    label = holders_label(layout, block.holders)
+    style = ""
+    if not local:
+        processes = sorted({layout.device(h).process for h in block.holders})
+        label += f" (p{','.join(map(str, processes))})"
+        style = "muted"
+    elif block.copies_differ:
+        style = "alert"
+        label += " !"
+    drawn = [d for d in (row_dim, col_dim) if d is not None]
+    detail = "[" + ", ".join(f"{block.index[d][0]}:{block.index[d][1]}" for d in drawn) + "]" if drawn else "scalar"
+    return GridCell(r, c, label, detail=detail, colour=colours.get(block.holders[0], ""),
+                    tooltip=_tooltip(layout, block), style=style)
+
+
+def _tooltip(layout, block) -> str:
+    name = layout.path or "x"
+    shape = "x".join(map(str, block.shape)) or "scalar"
+    lines = [f"{name}{block.index_text}: {shape} {layout.dtype}, {_bytes(math.prod(block.shape) * layout.itemsize)}"]
+    holders = [layout.device(h) for h in block.holders]
+    lines.append(f"held by {len(holders)} device(s): " + ", ".join(
+        d.name + ("" if d.addressable else f" (process {d.process})") for d in holders))
+    if block.copies_differ:
+        lines.append("copies differ: " + "; ".join(f"{id_list(g.devices)} -> {g.preview}" for g in block.copy_groups))
+    return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
+        n /= 1024
+    return f"{n} B"
+
+
+# -- the whole report ----------------------------------------------------------------
+
+
+def sharding_document(report) -> Document:
+    title = "%jax_sharding"
+    sections = []
+    arrays = report.arrays
+    if len(arrays) == 1:
+        sections.append(Section("Layout", _array_blocks(arrays[0], report.dims, with_facts=True)))
+    elif arrays:
+        sections.append(Section("Arrays", [_arrays_table(arrays)]))
+        drawn = []
+        for layout in arrays[:MAX_ARRAYS_DRAWN]:
+            drawn.append(Paragraph(f"`{layout.label}`: `{layout.typeof}`"
+                                   + (f", `{layout.spec}`" if layout.spec else "")))
+            drawn += _array_blocks(layout, report.dims, with_facts=False)
+        if len(arrays) > MAX_ARRAYS_DRAWN:
+            drawn.append(Paragraph(f"{len(arrays) - MAX_ARRAYS_DRAWN} more arrays are in the table above, not drawn."))
+        sections.append(Section("Layouts", drawn))
+    if report.other_leaves:
+        sections.append(Section("Not on a device", [Table(["leaf", "what it is"], report.other_leaves)]))
+    replicas = _replica_section(report)
+    if replicas:
+        sections.insert(0 if any(a.replica_check == "differ" for a in arrays) else len(sections), replicas)
+    if report.call is not None:
+        sections += _call_sections(report)
+    if report.failure:
+        sections.insert(0, Section("The call failed", [Paragraph(
+            f"`{report.expression}` raised `{report.failure}`; the error is shown below the report."
+            + (" The shardings it was compiled with are listed all the same." if report.call and report.call.inputs
+               else ""))]))
+    if arrays:
+        sections.append(_devices_section(arrays))
+    return Document(title, report.status, report.summary, sections)
+
+
+def _array_blocks(layout, dims, with_facts: bool) -> list:
+    blocks = []
+    if with_facts:
+        blocks.append(Facts(_facts(layout)))
+    grids, notes = layout_grids(layout, dims)
+    row_dim, col_dim = drawn_dims(layout, dims)
+    if len(layout.shape) > 2:
+        blocks.append(Paragraph(_drawn_dims_text(layout, row_dim, col_dim)))
+    blocks += grids
+    blocks += [Paragraph(note) for note in notes]
+    if not layout.fully_addressable:
+        others = sorted({d.process for d in layout.devices if not d.addressable})
+        blocks.append(Paragraph(
+            f"Not fully addressable: this is process {_this_process(layout)}; hatched blocks are held by "
+            f"process(es) {', '.join(map(str, others))} only, and their data cannot be read from here."))
+    return blocks
+
+
+def _this_process(layout) -> str:
+    mine = sorted({d.process for d in layout.devices if d.addressable})
+    return ",".join(map(str, mine)) or "?"
+
+
+def _drawn_dims_text(layout, row_dim, col_dim) -> str:
+    def describe(d):
+        axes = layout.dim_axes[d] if d < len(layout.dim_axes) else []
+        how = f"split over {', '.join(repr(a) for a in axes)}" if axes else "not split"
+        return f"dimension {d} (size {layout.shape[d]}, {how})"
+
+    text = f"Rows: {describe(row_dim)}; columns: {describe(col_dim)}."
+    others = [d for d in range(len(layout.shape)) if d not in (row_dim, col_dim)]
+    split = [d for d in others if len({tuple(b.index[d]) for b in layout.blocks}) > 1]
+    if split:
+        text += f" One grid per block of {', '.join(describe(d) for d in split)}."
+    elif others:
+        text += f" Dimension(s) {', '.join(map(str, others))} are not split, so every block spans them whole."
+    return text + " Choose others with --dims I,J."
+
+
+def _facts(layout) -> list[tuple[str, str]]:
+    facts = [("jax.typeof", layout.typeof)]
+    if layout.spec:
+        facts.append(("PartitionSpec", layout.spec))
+    facts.append(("sharding", layout.sharding_type + (f" ({layout.memory_kind})" if layout.memory_kind not in
+                                                      ("", "device") else "")))
+    if layout.mesh is not None:
+        facts.append(("mesh", layout.mesh.description))
+    kinds = sorted({d.device_kind for d in layout.devices})
+    facts.append(("devices", f"{len(layout.devices)} ({', '.join(kinds)})"
+                  + (f", processes {', '.join(map(str, layout.processes))}" if len(layout.processes) > 1 else "")))
+    shapes = sorted({tuple(b.shape) for b in layout.blocks})
+    facts.append(("shard shape", " / ".join(str(tuple(s)) for s in shapes) + f" of {tuple(layout.shape)}"))
+    per_device = sorted(set(layout.bytes_per_device().values()))
+    total = _bytes(layout.total_bytes)
+    if len(per_device) == 1:
+        facts.append(("bytes per device", f"{_bytes(per_device[0])} on each device (whole array {total})"))
+    else:
+        facts.append(("bytes per device", f"{_bytes(per_device[0])} to {_bytes(per_device[-1])} (whole array {total})"))
+    copies = max(len(b.holders) for b in layout.blocks) if layout.blocks else 0
+    if copies > 1:
+        over = layout.replicated_dims_summary
+        facts.append(("copies", f"each block on {copies} devices" + (f" (replicated over mesh axis {over})" if over else "")))
+    facts.append(("replica check", _replica_words(layout)))
+    return facts
+
+
+def _replica_words(layout) -> str:
+    check = layout.replica_check
+    if check == "consistent":
+        return f"all copies identical ({layout.copies_compared} local copies compared bit for bit)"
+    if check == "differ":
+        return f"COPIES DIFFER in {len(layout.blocks_differing)} block(s)"
+    if check == "not needed":
+        return "not needed (no block has two local copies)"
+    if check == "skipped":
+        return "skipped (--no-check)"
+    return check
+
+
+def _replica_section(report) -> Section | None:
+    differing = [a for a in report.arrays if a.replica_check == "differ"]
+    if not differing:
+        return None
+    rows = []
+    for layout in differing:
+        for block in layout.blocks_differing:
+            for group in block.copy_groups:
+                rows.append([layout.label, block.index_text, holders_label(layout, group.devices), group.preview])
+    blocks = [
+        Paragraph("These blocks are held by several devices, so every copy should be the same, but the copies "
+                  "differ. A value declared replicated (a `P()` or `None` in out_specs) that each device "
+                  "computed on its own data - typically `shard_map` with `check_vma=False` and a missing "
+                  "collective - comes back as device 0's copy, silently."),
+        Table(["array", "block", "devices", "their copy"], rows),
+        Paragraph("Fix: combine the per-device values with a collective inside the shard_map "
+                  "(`lax.psum`, `lax.pmean`, `lax.all_gather`) before returning them as replicated, or return them "
+                  "split (out_specs `P('axis')`) and combine outside. Keep `check_vma=True` (the default), "
+                  "which rejects this at trace time."),
+    ]
+    if any(not a.fully_addressable for a in differing):
+        blocks.append(Paragraph("Only the copies on this process's devices were compared."))
+    return Section("Copies that differ", blocks)
+
+
+def _arrays_table(arrays) -> Table:
+    rows = []
+    for layout in arrays:
+        shapes = sorted({tuple(b.shape) for b in layout.blocks})
+        per_device = sorted(set(layout.bytes_per_device().values()))
+        rows.append([f"`{layout.label}`", layout.typeof, layout.spec or layout.sharding_type,
+                     " / ".join(str(s) for s in shapes), " / ".join(_bytes(b) for b in per_device),
+                     _short_replica(layout)])
+    return Table(["array", "jax.typeof", "sharding", "shard shape", "bytes per device", "copies"], rows)
+
+
+def _short_replica(layout) -> str:
+    return {"consistent": "identical", "differ": "DIFFER", "not needed": "-", "skipped": "not checked"}.get(
+        layout.replica_check, layout.replica_check)
+
+
+def _call_sections(report) -> list[Section]:
+    call = report.call
+    sections = []
+    if call.inputs or call.outputs:
+        blocks = []
+        how = "" if call.was_jitted else f" (`{call.function}` is not jitted; jaxmagic compiled `jax.jit({call.function})`)"
+        blocks.append(Paragraph(f"The shardings `{report.expression}` was compiled with{how}:"))
+        rows = [["in", f"`{leaf.path}`", leaf.typeof, leaf.spec,
+                 "" if leaf.matches is None else ("same" if leaf.matches else f"differs: {leaf.given}")]
+                for leaf in call.inputs]
+        rows += [["out", f"`{leaf.path}`", leaf.typeof, leaf.spec, ""] for leaf in call.outputs]
+        blocks.append(Table(["", "value", "type", "compiled sharding", "the argument's own"], rows))
+        moved = call.resharded_inputs
+        if moved:
+            blocks.append(Paragraph(
+                f"{len(moved)} argument(s) arrive with a sharding other than the compiled one "
+                f"({', '.join(leaf.path for leaf in moved)}): JAX moves them to the compiled layout on every call. "
+                "Place them with `jax.device_put(x, sharding)` once, or pass `in_shardings` that match."))
+        sections.append(Section("Compiled shardings", blocks))
+    if call.intermediates_asked:
+        blocks = []
+        if call.intermediates_failure:
+            blocks.append(Paragraph(f"Could not inspect the intermediates: {call.intermediates_failure}"))
+        if call.intermediates:
+            blocks.append(Paragraph(
+                "Each value computed at the top level of the call, with its type at trace time (explicit "
+                "shardings show as `8@axis`) and the sharding the compiler chose, as "
+                "`jax.debug.inspect_array_sharding` reports it at compile time (an instrumented copy of the "
+                "call was compiled for this, not run)."))
+            rows = [[str(row.index), (row.line.label or row.line.filename) + f":{row.line.lineno}" if row.line else "",
+                     row.op + (" (yours)" if row.yours else ""), row.typeof, row.spec or "(not reported)"]
+                    for row in call.intermediates]
+            blocks.append(Table(["#", "line", "operation", "type at trace time", "compiler chose"], rows))
+            lines = list({row.line.where: row.line for row in call.intermediates if row.line}.values())
+            if lines:
+                blocks.append(SourceLines(lines[:12], caption="Your lines:"))
+            if call.intermediates_dropped:
+                blocks.append(Paragraph(f"{call.intermediates_dropped} more values not listed."))
+        sections.append(Section("Inside the call", blocks))
+    elif call.inputs:
+        sections.append(Section("Inside the call", [Paragraph(
+            "Add `--intermediates` to see the sharding the compiler chose for every value computed inside the "
+            "call (jaxmagic compiles an instrumented copy with `jax.debug.inspect_array_sharding` after each "
+            "operation; nothing is run).")]))
+    return sections
+
+
+def _devices_section(arrays) -> Section:
+    per_device: dict[int, int] = {}
+    info = {}
+    blocks_of: dict[int, list[str]] = {}
+    for layout in arrays:
+        for device_id, size in layout.bytes_per_device().items():
+            per_device[device_id] = per_device.get(device_id, 0) + size
+            info.setdefault(device_id, layout.device(device_id))
+        if len(arrays) == 1:
+            for block in layout.blocks:
+                for h in block.holders:
+                    blocks_of.setdefault(h, []).append(block.index_text)
+    order = [d.id for layout in arrays for d in layout.devices]
+    order = list(dict.fromkeys(order))
+    multi_process = len({info[i].process for i in order}) > 1
+    columns = ["device"] + (["process"] if multi_process else []) + ["mesh position"]
+    columns += ["block"] if blocks_of else []
+    columns += ["bytes" if len(arrays) == 1 else "bytes (all arrays)"]
+    rows = []
+    for device_id in order:
+        d = info[device_id]
+        row = [d.name + ("" if d.addressable else " (other process)")]
+        row += [str(d.process)] if multi_process else []
+        row += [str(tuple(d.mesh_position)) if d.mesh_position else "-"]
+        row += [" ".join(blocks_of.get(device_id, []))] if blocks_of else []
+        row += [_bytes(per_device[device_id])]
+        rows.append(row)
+    return Section("Devices", [Table(columns, rows)])
