@@ -31,6 +31,7 @@ class LoggerState:
     handlers: tuple
     propagate: bool
     disabled: bool
+    filters: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,7 @@ def take_snapshot() -> JaxStateSnapshot:
     from jax._src import monitoring
 
     loggers = {
-        name: LoggerState(lg.level, tuple(lg.handlers), lg.propagate, lg.disabled)
+        name: LoggerState(lg.level, tuple(lg.handlers), lg.propagate, lg.disabled, tuple(lg.filters))
         for name, lg in _jax_loggers().items()
     }
     listeners = {name: tuple(getattr(monitoring, name, ())) for name in _LISTENER_LISTS}
@@ -123,6 +124,12 @@ def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] |
         for handler in state.handlers:
             if handler not in logger.handlers:
                 logger.addHandler(handler)
+        for log_filter in list(logger.filters):
+            if log_filter not in state.filters:
+                logger.removeFilter(log_filter)
+        for log_filter in state.filters:
+            if log_filter not in logger.filters:
+                logger.addFilter(log_filter)
 
     for name, saved in snapshot.listeners.items():
         live = getattr(monitoring, name, None)

@@ -81,6 +81,36 @@ class JaxMagics(Magics):
         return self._run_cell_in_probe(probe, args, cell)
 
     @magic_arguments()
+    @argument("--budget", type=int, metavar="N", help="After the report, fail the cell if a function of yours "
+              "compiled more than N times (only the one named by --fn, if given).")
+    @argument("--fn", metavar="NAME", help="The function --budget applies to, e.g. train_step.")
+    @argument("--all", action="store_true", dest="show_all",
+              help="Also list the small compilations of eager operations (jnp calls outside jit).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_compiles(self, line, cell):
+        """Count every compilation in the cell per function, and say why each function compiled again.
+
+        For each compilation: the argument types, trace / lower / XLA compile
+        times, your line that caused it, and the cause in plain words - first
+        call, argument shape/dtype changed, Python scalar vs typed scalar (weak
+        type), pytree structure changed, static argument value changed (JAX
+        itself only says "explanation unavailable" there), a new function object
+        given to jit. Eager operations' small compilations are counted apart
+        (listed with --all). --budget N makes the cell fail after the report if
+        a function compiled more than N times.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_compiles, line)
+        if args.budget is not None and args.budget < 0:
+            raise UsageError(f"--budget takes a number of compilations, 0 or more; got {args.budget}.")
+        if args.fn is not None and args.budget is None:
+            raise UsageError("--fn names the function that --budget applies to; give --budget N as well.")
+        probe = probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
+        self._run_cell_in_probe(probe, args, cell)
+        probe.report.raise_if_over_budget()
+
+    @magic_arguments()
     @argument("call", nargs="*", help="The call to check, e.g. risky(x, i).")
     @argument("--errors", default="all", metavar="SETS",
               help="Comma-separated checks: user, nan, div, index, float (nan+div), all. Default: all.")

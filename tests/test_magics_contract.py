@@ -58,6 +58,12 @@ EXAMPLES = {
         interrupt="%%jax_nans -o {out}\nraise KeyboardInterrupt",
         bad_option="%%jax_nans --bogus\n1",
     ),
+    "jax_compiles": MagicExample(
+        ok="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(3))\njax.jit(f_ok)(jnp.ones(4))",
+        raising="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(5))\nraise ValueError(EVIL)",
+        interrupt="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(6))\nraise KeyboardInterrupt",
+        bad_option="%%jax_compiles --bogus\n1",
+    ),
     "jax_check": MagicExample(
         ok="%jax_check f_ok(jnp.ones(3)) -o {out}",
         raising="%jax_check f_evil(jnp.ones(3)) -o {out}",

@@ -5,6 +5,7 @@ returns (or yields) a report.
 """
 
 from jaxmagic.probes.check import CheckReport, check
+from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
@@ -12,3 +13,4 @@ from jaxmagic.probes.sharding import run_call as run_sharding_call
 
 __all__ = ["nans", "NanReport", "check", "CheckReport", "sharding", "sharding_of_call", "run_sharding_call",
            "ShardingReport", "devices", "DevicesReport"]
+__all__ += ["compiles", "CompileReport", "CompileBudgetExceeded"]

@@ -1,0 +1,274 @@
+"""Reading JAX's compile log and cache-miss explanations: all the text parsing in one place.
+
+With ``jax_log_compiles`` on, every backend compilation logs four WARNING lines
+(JAX 0.12)::
+
+    Finished tracing f for jit in 0.0025 sec
+    Compiling jit(f) with global shapes and types (ShapedArray(float32[3]), ...). Argument mapping: ...
+    Finished jaxpr to MLIR module conversion jit(f) in 0.0015 sec
+    Finished XLA compilation of jit(f) in 0.030 sec
+
+and with ``jax_explain_cache_misses`` on, a tracing cache miss logs::
+
+    TRACING CACHE MISS at <file>:22:4 (<module>):
+      for f defined at <file>:16
+      all previously seen cache keys differ. For the closest previous key:
+      different input types:
+      * at w, now i32[3] and before f32[3]
+
+This module turns such text into small data (no JAX import, no computation),
+so the probe never parses text itself and the formats are tested here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+# -- the four compile log lines -------------------------------------------------
+
+_TRACING = re.compile(r"^Finished tracing (?P<name>.+?) for (?P<wrapper>\w+) in (?P<secs>[\d.eE+-]+) sec")
+_COMPILING = re.compile(r"^Compiling (?P<function>\w+\(.*?\)) with global shapes and types (?P<types>.*?)\. Argument mapping")
+_LOWERING = re.compile(r"^Finished jaxpr to MLIR module conversion (?P<function>\w+\(.*?\)) in (?P<secs>[\d.eE+-]+) sec")
+_XLA = re.compile(r"^Finished XLA compilation of (?P<function>\w+\(.*?\)) in (?P<secs>[\d.eE+-]+) sec")
+_MISS = re.compile(r"^TRACING CACHE MISS at ")
+
+COMPILE_LOG_PREFIXES = ("Finished tracing ", "Compiling ", "Finished jaxpr to MLIR module conversion ",
+                        "Finished XLA compilation of ", "TRACING CACHE MISS at ")
+
+
+def is_compile_log_message(message: str) -> bool:
+    """True for the lines ``jax_log_compiles`` / ``jax_explain_cache_misses`` produce."""
+    return message.startswith(COMPILE_LOG_PREFIXES)
+
+
+def bare_name(function: str) -> str:
+    """``"jit(train_step)"`` -> ``"train_step"``; a name without a wrapper is returned as is."""
+    match = re.fullmatch(r"\w+\((.*)\)", function)
+    return match.group(1) if match else function
+
+
+@dataclasses.dataclass
+class CompileLogLine:
+    """One of the four compile log lines, read. ``name`` is the bare function name."""
+
+    stage: str             # "trace", "compiling", "lower", "xla"
+    name: str
+    seconds: float | None = None
+    types: list[str] = dataclasses.field(default_factory=list)  # "compiling": short types of the kept arguments
+
+
+def parse_compile_log_line(message: str) -> CompileLogLine | None:
+    """Read one of the four compile log lines; None for any other message."""
+    if match := _TRACING.match(message):
+        return CompileLogLine("trace", match["name"], float(match["secs"]))
+    if match := _COMPILING.match(message):
+        return CompileLogLine("compiling", bare_name(match["function"]), types=short_types(match["types"]))
+    if match := _LOWERING.match(message):
+        return CompileLogLine("lower", bare_name(match["function"]), float(match["secs"]))
+    if match := _XLA.match(message):
+        return CompileLogLine("xla", bare_name(match["function"]), float(match["secs"]))
+    return None
+
+
+# -- types ------------------------------------------------------------------------
+
+_DTYPE_SHORT = {
+    "float": "f", "int": "i", "uint": "u", "complex": "c", "bfloat": "bf",
+}
+_SHAPED = re.compile(r"ShapedArray\((?P<dtype>[\w<>]+)\[(?P<shape>[^\]]*)\](?P<extra>[^()]*(?:\([^()]*\))?[^()]*)\)")
+
+
+def short_dtype(dtype: str) -> str:
+    """``float32`` -> ``f32``, ``bfloat16`` -> ``bf16``; other names (bool, key<fry>) unchanged."""
+    match = re.fullmatch(r"([a-z]+?)(\d+)", dtype)
+    if match and match.group(1) in _DTYPE_SHORT:
+        return _DTYPE_SHORT[match.group(1)] + match.group(2)
+    return dtype
+
+
+def short_types(text: str) -> list[str]:
+    """``(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))`` -> ``["f32[3]", "i32[] weak"]``."""
+    types = []
+    for match in _SHAPED.finditer(text):
+        short = f"{short_dtype(match['dtype'])}[{match['shape'].replace(' ', '')}]"
+        if "weak_type=True" in match["extra"]:
+            short += " weak"
+        types.append(short)
+    return types
+
+
+def signature_text(types: list[str], limit: int = 160) -> str:
+    """The argument types as one line, cut at ``limit`` characters with the count of what was cut."""
+    text = ", ".join(types)
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(", ", 1)[0]
+    shown = cut.count(", ") + 1
+    return f"{cut}, ... ({len(types) - shown} more of {len(types)})"
+
+
+# -- cache-miss explanations -------------------------------------------------------
+
+@dataclasses.dataclass
+class TypeChange:
+    """One argument whose type differs from the closest earlier call."""
+
+    argument: str   # JAX's name for the leaf: "w", "params[0]['b']"
+    before: str     # "f32[3]", "f32[] weak"
+    now: str
+    what: str       # "shape", "dtype", "dtype and shape", "weak type", "sharding", "type"
+
+    @property
+    def text(self) -> str:
+        return f"{self.argument}: {self.before} -> {self.now}"
+
+
+@dataclasses.dataclass
+class CacheMissExplanation:
+    """What ``jax_explain_cache_misses`` said about one tracing cache miss."""
+
+    name: str              # bare function name
+    defined_at: str        # "file:line" ("" if JAX did not say)
+    kind: str              # "never_seen", "types", "pytree", "context", "debug_info", "unavailable", "other"
+    details: list[str] = dataclasses.field(default_factory=list)  # the "* ..." lines, without the "* "
+    type_changes: list[TypeChange] = dataclasses.field(default_factory=list)
+    redefined_hint: bool = False  # JAX saw another function defined on the same line
+    text: str = ""         # the explanation without the "TRACING CACHE MISS at ..." line
+
+
+_WEAK_HINT_URL = re.compile(r"https?://\S+$")
+_NEVER_SEEN = re.compile(r"^\s*(?P<name>.+?) id=\d+(?: defined at (?P<at>.+))?$")
+_FOR = re.compile(r"^\s*for (?P<name>.+?)(?: defined at (?P<at>.+))?$")
+_TYPE_CHANGE = re.compile(r"^at (?P<arg>.+?), now (?P<now>.+) and before (?P<before>.+)$")
+
+
+def parse_cache_miss(message: str) -> CacheMissExplanation | None:
+    """Read a ``TRACING CACHE MISS`` message; None for any other message."""
+    if not _MISS.match(message):
+        return None
+    lines = message.splitlines()[1:]
+    body = "\n".join(line.rstrip() for line in lines)
+    stripped = [line.strip() for line in lines]
+    if stripped and stripped[0] == "never seen function:":
+        match = _NEVER_SEEN.match(stripped[1]) if len(stripped) > 1 else None
+        return CacheMissExplanation(
+            name=match["name"] if match else "", defined_at=(match["at"] or "") if match else "",
+            kind="never_seen", redefined_hint=any("defined on the same line" in s for s in stripped), text=body)
+    match = _FOR.match(stripped[0]) if stripped else None
+    name, at = (match["name"], match["at"] or "") if match else ("", "")
+    rest = [s for s in stripped[1:] if not s.startswith("all previously seen cache keys differ")]
+    details = [_WEAK_HINT_URL.sub("", s[2:]).strip() for s in rest if s.startswith("* ")]
+    first = rest[0] if rest else ""
+    if first.startswith("different input types"):
+        kind = "types"
+    elif first.startswith("different input pytree"):
+        kind = "pytree"
+    elif first.startswith("Tracing context doesn't match"):
+        kind = "context"
+    elif first.startswith("Debug info doesn't match"):
+        kind = "debug_info"
+    elif first.startswith("cache miss explanation unavailable"):
+        kind = "unavailable"
+    else:
+        kind = "other"
+    explanation = CacheMissExplanation(name=name, defined_at=at, kind=kind, details=details, text=body)
+    if kind == "types":
+        explanation.type_changes = [change for d in details if (change := _type_change(d))]
+    return explanation
+
+
+def _type_change(detail: str) -> TypeChange | None:
+    match = _TYPE_CHANGE.match(detail)
+    if not match:
+        return None
+    before, now = _explained_type(match["before"]), _explained_type(match["now"])
+    return TypeChange(match["arg"], before[0], now[0], _what_changed(before, now))
+
+
+def _explained_type(text: str) -> tuple[str, str, str, bool, str]:
+    """``"f32[]{weak_type=True}"`` -> (display, dtype, shape, weak, sharding)."""
+    weak = "{weak_type=True}" in text
+    text = re.sub(r"\{weak_type=\w+\}", "", text).strip()
+    match = re.match(r"^(?P<dtype>[\w<>]+)\[(?P<shape>[^\]]*)\](?P<rest>.*)$", text)
+    if not match:
+        return text, text, "", weak, ""
+    sharding = match["rest"].strip()
+    if sharding in ("({})", "()"):
+        sharding = ""
+    display = f"{match['dtype']}[{match['shape']}]" + (" weak" if weak else "") + (f" {sharding}" if sharding else "")
+    return display, match["dtype"], match["shape"], weak, sharding
+
+
+def _what_changed(before, now) -> str:
+    _, dtype0, shape0, weak0, sharding0 = before
+    _, dtype1, shape1, weak1, sharding1 = now
+    if dtype0 != dtype1 and shape0 != shape1:
+        return "dtype and shape"
+    if dtype0 != dtype1:
+        return "dtype"
+    if shape0 != shape1:
+        return "shape"
+    if weak0 != weak1:
+        return "weak type"
+    if sharding0 != sharding1:
+        return "sharding"
+    return "type"
+
+
+_PYTREE_PATH = re.compile(r"^at input path (?P<path>\S+), now (?P<now>.+?) and before (?P<before>.+?), so (?P<why>.+)$")
+_KEY_SET = re.compile(r"symmetric difference of key sets: \{(?P<keys>[^}]*)\}")
+
+
+def keyword_passing_change(details: list[str]) -> list[str]:
+    """Argument names passed positionally in one call and by keyword in the other, if that is all that differs.
+
+    JAX describes it as the positional tuple (input path [0]) changing length and
+    the keyword dict (input path [1]) gaining or losing keys.
+    """
+    paths = [m for d in details if (m := _PYTREE_PATH.match(d))]
+    if not paths or {m["path"] for m in paths} != {"[0]", "[1]"}:
+        return []
+    keyword = next(m for m in paths if m["path"] == "[1]")
+    found = _KEY_SET.search(keyword["why"])
+    if not found or "tuple of length" not in next(m for m in paths if m["path"] == "[0]")["now"]:
+        return []
+    return re.findall(r"'([^']+)'", found["keys"])
+
+
+def pytree_changes(details: list[str], parameter_names: list[str]) -> list[str]:
+    """JAX's pytree differences with input paths named after the arguments.
+
+    ``at input path [0][1], now <class 'list'> and before <class 'dict'>, so their Python types differ``
+    becomes ``argument `x` (input path [0][1]): now list, before dict - their Python types differ``.
+    """
+    out = []
+    for detail in details:
+        match = _PYTREE_PATH.match(detail)
+        if not match:
+            out.append(detail)
+            continue
+        where = _argument_of_path(match["path"], parameter_names)
+        now, before = _class_names(match["now"]), _class_names(match["before"])
+        out.append(f"{where}: now {now}, before {before} - {match['why']}")
+    return out
+
+
+def _argument_of_path(path: str, parameter_names: list[str]) -> str:
+    positional = re.match(r"^\[0\]\[(\d+)\](.*)$", path)
+    if positional:
+        index, rest = int(positional.group(1)), positional.group(2)
+        name = parameter_names[index] if index < len(parameter_names) else f"#{index}"
+        return f"argument `{name}{rest}`"
+    keyword = re.match(r"^\[1\]\['([^']+)'\](.*)$", path)
+    if keyword:
+        return f"argument `{keyword.group(1)}{keyword.group(2)}`"
+    if path == "[0]":
+        return "the positional arguments"
+    if path == "[1]":
+        return "the keyword arguments"
+    return f"input path {path}"
+
+
+def _class_names(text: str) -> str:
+    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)

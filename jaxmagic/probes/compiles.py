@@ -1,0 +1,856 @@
+"""Compilation probe: which functions compiled during a block, how often, and why.
+
+Usage without IPython::
+
+    with jaxmagic.probes.compiles(budget=1) as report:    # raises CompileBudgetExceeded on exit
+        for step in range(8):
+            params, loss = train_step(params, x, y, key, step)
+    report.count("train_step"), report.function("train_step").main_cause
+
+Sources, all switched on for the block only and put back afterwards:
+
+* ``jax.monitoring``'s ``/jax/core/compile/backend_compile_duration`` event is
+  the count: one event per real XLA compilation, with ``fun_name`` (``jit(f)``).
+  Its trace and lowering siblings give the other two durations.
+* ``jax.log_compiles()`` logs the argument types of each compilation and
+  ``jax.explain_cache_misses()`` why the tracing cache missed. Both go to the
+  ``jax`` loggers as WARNING records; a filter on those loggers takes them
+  (and only them) out of the output and into the report.
+* When a compilation happens, the Python stack is still that of the call: jit's
+  ``cache_miss`` frame tells whether it is the user's function or an eager
+  operation, where it is defined and which static arguments it was given, and
+  the innermost frame of the user's code is the line that caused it.
+
+Nothing here calls into JAX while the block runs (no ``jnp``, no jit): the
+probe's bookkeeping is string work and compiles nothing itself. What is kept
+per compilation is bounded (see ``DETAILS_PER_FUNCTION``), so a cell that
+compiles a thousand shapes gives a summary, not a thousand log records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import reprlib
+import sys
+import threading
+from collections import Counter
+from typing import Any
+
+from jaxmagic._compile_log import (
+    CacheMissExplanation, bare_name, is_compile_log_message, keyword_passing_change, parse_cache_miss,
+    parse_compile_log_line, pytree_changes, signature_text,
+)
+from jaxmagic._frames import cell_label, is_user_file, source_line
+from jaxmagic._restore import _jax_loggers, preserved_jax_state
+from jaxmagic.report import Report, SourceLine, Status
+
+CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
+
+EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+
+DETAILS_PER_FUNCTION = 12  # compilations of one function kept in full; later ones are only counted
+DETAILS_TOTAL = 120        # compilations kept in full over all functions
+EXPLAIN_LIMIT = 16         # explained compilations of one function before explanations are switched off
+STATIC_VALUES_KEPT = 6     # first values of each static argument kept for the report
+CHANGES_KEPT = 8           # changed arguments listed per compilation
+LOG_LINE_CHARS = 600
+
+CAUSE_TITLES = {
+    "first": "first compilation",
+    "types": "argument types changed",
+    "weak_type": "Python scalar vs typed scalar (weak type)",
+    "pytree": "argument structure changed",
+    "passing": "argument passed by keyword vs positionally",
+    "static": "static argument value changed",
+    "static_identity": "static argument is a new, unequal object",
+    "new_function": "jit of a new function object",
+    "context": "JAX setting changed",
+    "no_retrace": "compiled again without re-tracing",
+    "unexplained": "JAX could not say",
+    "eager": "eager operation",
+}
+
+FIXES = {
+    "static": ("A static argument is part of the compiled program: every new value compiles it again. If the "
+               "argument only feeds arithmetic (a learning-rate schedule, a step counter), make it a traced "
+               "argument: drop it from static_argnames and pass an array, e.g. jnp.int32(step). Keep arguments "
+               "static only when they change the program's structure, and then let them take few values."),
+    "static_identity": ("The static argument compares unequal to the previous one although it prints the same: "
+                        "its class uses identity for == and hash. Pass a value type (a tuple, a NamedTuple, a "
+                        "frozen dataclass) or define __eq__ and __hash__ by value."),
+    "types": ("Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
+              "varying sizes pad to a few bucket sizes (e.g. powers of two) and mask, instead of one shape per call."),
+    "weak_type": ("A Python scalar (weakly typed) and a typed JAX scalar such as jnp.float32(1.0) are different "
+                  "argument types to jit, so the function compiles once for each. Pass the same kind every time, "
+                  "e.g. always jnp.float32(x) or jnp.int32(step)."),
+    "pytree": ("The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
+               "the same structure on every call, e.g. always the same keys, with zeros instead of a missing entry."),
+    "passing": ("The same argument was passed by keyword in one call and positionally in another; jit treats "
+                "these as different calls. Pass it the same way every time."),
+    "new_function": ("jax.jit was applied to a newly created function each time (a lambda or a closure made inside "
+                     "a loop or a factory). Each new function object starts with an empty cache. Create the jitted "
+                     "function once, outside the loop, and pass what changes as arguments."),
+    "context": ("A JAX setting that is part of the trace (a config value or a context manager such as "
+                "jax.default_matmul_precision) differed between the calls. Keep it fixed around the calls."),
+    "no_retrace": ("The traced program was reused but compiled again: a different jit option (donate_argnums, "
+                   "shardings), another device, or an explicit .lower().compile()."),
+    "unexplained": ("JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
+                    "static argument value gives; look for values jit hashes besides the traced arguments "
+                    "(static arguments, functools.partial arguments of the jitted function)."),
+    "eager": ("Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
+              "cheap and cached; a flood of them means eager code in a loop that could go inside a jitted function."),
+}
+
+
+class CompileBudgetExceeded(RuntimeError):
+    """A function compiled more often than the budget allows; the message says which and why."""
+
+
+@dataclasses.dataclass
+class Compilation:
+    """One backend compilation, kept in full (up to ``DETAILS_PER_FUNCTION`` per function)."""
+
+    function: str                 # bare name, e.g. "train_step"
+    number: int                   # 1 for the function's first compilation in the block
+    kind: str                     # "user", "eager" (a primitive run eagerly), "library" (a jitted JAX function)
+    cause: str                    # a key of CAUSE_TITLES
+    why: str                      # the cause in plain words
+    changes: list[str] = dataclasses.field(default_factory=list)  # "w: f32[3] -> i32[3]", "step: 0 -> 1"
+    argument_types: str = ""      # "f32[64,64], f32[8,64]" (the arguments kept by jit, flattened)
+    static_arguments: dict[str, str] = dataclasses.field(default_factory=dict)
+    trace_seconds: float | None = None
+    lower_seconds: float | None = None
+    compile_seconds: float = 0.0
+    line: SourceLine | None = None  # the user's line that made the call
+    jax_explanation: str = ""     # what jax_explain_cache_misses said
+    log: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FunctionCompiles:
+    """Everything compiled under one function name (and definition) in the block, summarised."""
+
+    name: str
+    kind: str
+    defined_at: str = ""          # "In [3], line 2" or "model.py:14"
+    count: int = 0
+    causes: dict[str, int] = dataclasses.field(default_factory=dict)
+    distinct_argument_types: int = 0
+    last_argument_types: str = ""
+    static_argnames: list[str] = dataclasses.field(default_factory=list)
+    static_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first distinct values, in order
+    static_value_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # distinct values seen
+    changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)    # "w (dtype)" -> times
+    change_examples: list[str] = dataclasses.field(default_factory=list)
+    trace_seconds: float = 0.0
+    lower_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    first_line: SourceLine | None = None
+
+    @property
+    def jit_name(self) -> str:
+        return f"jit({self.name})"
+
+    @property
+    def recompiled(self) -> bool:
+        return self.count > 1
+
+    @property
+    def main_cause(self) -> str:
+        """The most frequent reason it compiled again ("first" if it compiled once)."""
+        again = {cause: n for cause, n in self.causes.items() if cause != "first"}
+        if not again:
+            return "first" if self.causes else ""
+        return max(again, key=lambda cause: (again[cause], -list(CAUSE_TITLES).index(cause)))
+
+    @property
+    def reason(self) -> str:
+        """The main cause with its evidence, in a few words."""
+        cause = self.main_cause
+        if cause in ("static", "static_identity"):
+            parts = [f"`{name}`: {_value_sequence(values, self.static_value_counts.get(name, 0))}"
+                     for name, values in self.static_values.items() if len(set(values)) > 1 or cause == "static_identity"]
+            what = "static argument value changed" if cause == "static" else "static argument compares unequal"
+            return f"{what} ({'; '.join(parts)})" if parts else what
+        if cause in ("types", "weak_type", "pytree", "passing", "context") and self.change_examples:
+            shown = "; ".join(self.change_examples[:3])
+            more = len(self.change_examples) - 3
+            return f"{CAUSE_TITLES[cause]} ({shown}{f'; {more} more' if more > 0 else ''})"
+        return CAUSE_TITLES.get(cause, cause)
+
+    @property
+    def fix(self) -> str:
+        return FIXES.get(self.main_cause, "")
+
+    @property
+    def cause_breakdown(self) -> str:
+        """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
+        ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
+        return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
+
+
+def _value_sequence(values: list[str], distinct: int) -> str:
+    text = " -> ".join(values)
+    if distinct > len(values):
+        text += f" -> ... ({distinct} different values)"
+    return text
+
+
+@dataclasses.dataclass
+class CompileReport(Report):
+    """What ``%%jax_compiles`` found: compilations per function, their causes and costs."""
+
+    kind = "jax_compiles"
+
+    functions: list[FunctionCompiles] = dataclasses.field(default_factory=list)
+    compilations: list[Compilation] = dataclasses.field(default_factory=list)  # the first ones, in order
+    total_compilations: int = 0
+    show_all: bool = False
+    budget: int | None = None
+    budget_function: str = ""     # --fn: the budget applies to this function only
+    explanations_stopped: str = ""  # the function whose many compilations made us stop asking JAX why
+    log_lines: int = 0            # compile log lines captured (all of them, kept or not)
+    other_error: str = ""         # the block failed: "ValueError: ..."
+
+    # -- queries -------------------------------------------------------------
+
+    def function(self, name: str) -> FunctionCompiles | None:
+        """The summary for ``name`` ("f" or "jit(f)"), the most compiled one if several share the name."""
+        name = bare_name(name)
+        matches = [f for f in self.functions if f.name == name]
+        return max(matches, key=lambda f: f.count) if matches else None
+
+    def count(self, name: str) -> int:
+        """How many times functions named ``name`` ("f" or "jit(f)") compiled in the block."""
+        name = bare_name(name)
+        return sum(f.count for f in self.functions if f.name == name)
+
+    def compilations_of(self, name: str) -> list[Compilation]:
+        name = bare_name(name)
+        return [c for c in self.compilations if c.function == name]
+
+    @property
+    def user_functions(self) -> list[FunctionCompiles]:
+        return [f for f in self.functions if f.kind == "user"]
+
+    @property
+    def eager_functions(self) -> list[FunctionCompiles]:
+        return [f for f in self.functions if f.kind != "user"]
+
+    @property
+    def recompiled_functions(self) -> list[FunctionCompiles]:
+        """The user's functions that compiled more than once, most compilations first."""
+        return [f for f in self.user_functions if f.recompiled]
+
+    @property
+    def eager_compilations(self) -> int:
+        return sum(f.count for f in self.eager_functions)
+
+    @property
+    def over_budget(self) -> list[FunctionCompiles]:
+        if self.budget is None:
+            return []
+        if self.budget_function:
+            name = bare_name(self.budget_function)
+            return [f for f in self.functions if f.name == name and f.count > self.budget]
+        return [f for f in self.user_functions if f.count > self.budget]
+
+    @property
+    def budget_message(self) -> str:
+        over = self.over_budget
+        if not over:
+            return ""
+        parts = [f"{f.jit_name} compiled {f.count} times ({f.reason})" for f in over]
+        scope = f" for {bare_name(self.budget_function)}" if self.budget_function else " per function"
+        return f"Compile budget exceeded: {'; '.join(parts)}; the budget is {self.budget}{scope}."
+
+    def raise_if_over_budget(self) -> None:
+        """Raise CompileBudgetExceeded if a function compiled more often than the budget allows."""
+        __tracebackhide__ = True  # noqa: F841 - the error is about the cell, not about jaxmagic
+        if self.over_budget:
+            raise CompileBudgetExceeded(self.budget_message)
+
+    # -- Report ----------------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        if self.over_budget or self.recompiled_functions:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def summary(self) -> str:
+        text = self._findings()
+        if self.other_error:
+            text = f"The cell failed with {self.other_error}. Before that: {text[0].lower()}{text[1:]}"
+        return text
+
+    def _findings(self) -> str:
+        eager = self.eager_compilations
+        eager_note = f" (and {eager} small compilation{'s' if eager != 1 else ''} of eager operations)" if eager else ""
+        if self.over_budget:
+            over = self.over_budget
+            first = over[0]
+            text = f"Over budget: `{first.name}` compiled {first.count} times (budget {self.budget}): {first.reason}."
+            return text + (f" {len(over) - 1} more function(s) over budget." if len(over) > 1 else "")
+        recompiled = self.recompiled_functions
+        if len(recompiled) == 1:
+            f = recompiled[0]
+            return f"`{f.name}` compiled {f.count} times: {f.reason}."
+        if recompiled:
+            parts = ", ".join(f"`{f.name}` ({f.count}x, {CAUSE_TITLES.get(f.main_cause, f.main_cause)})"
+                              for f in recompiled[:4])
+            return f"{len(recompiled)} functions compiled more than once: {parts}."
+        users = self.user_functions
+        if users:
+            names = ", ".join(f"`{f.name}`" for f in users[:4]) + (", ..." if len(users) > 4 else "")
+            return f"{len(users)} function(s) compiled once each ({names}); nothing recompiled{eager_note}."
+        if eager:
+            return f"None of your jitted functions compiled; {eager} small compilation(s) of eager operations."
+        return "Nothing was compiled: every call in this cell reused an already compiled program."
+
+    def document(self):
+        from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, Table
+
+        sections = []
+        recompiled = self.recompiled_functions
+        if recompiled:
+            blocks = []
+            for f in recompiled[:8]:
+                where = f" (defined {f.defined_at})" if f.defined_at else ""
+                blocks.append(Paragraph(f"`{f.name}`{where} compiled {f.count} times: {f.reason}."))
+                if len([c for c in f.causes if c != "first"]) > 1:
+                    blocks.append(Paragraph(f"All causes: {f.cause_breakdown}."))
+                if f.main_cause in ("static", "unexplained", "static_identity"):
+                    blocks.append(Paragraph(
+                        "JAX's own explanation for these was only 'cache miss explanation unavailable': that is "
+                        "what JAX 0.12 says when a static argument's value (or another hashed value) changed."))
+                if f.fix:
+                    blocks.append(Paragraph(f"What to do: {f.fix}"))
+            sections.append(Section("Recompiled", blocks))
+
+        listed = self.functions if self.show_all else self.user_functions
+        if listed:
+            rows = [[f"`{f.jit_name}`", f.defined_at or "-", str(f.count), str(f.distinct_argument_types),
+                     f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
+                     _ms(f.trace_seconds), _ms(f.lower_seconds), _ms(f.compile_seconds)]
+                    for f in listed]
+            blocks = [Table(["function", "defined at", "compiles", "argument types", "why", "trace", "lower",
+                             "XLA compile"], rows)]
+        else:
+            blocks = []
+        eager = self.eager_functions
+        if eager and not self.show_all:
+            names = ", ".join(f"{f.name} x{f.count}" for f in sorted(eager, key=lambda f: -f.count)[:6])
+            more = ", ..." if len(eager) > 6 else ""
+            blocks.append(Paragraph(
+                f"Not listed: {self.eager_compilations} small compilation(s) of eager operations - JAX calls "
+                f"outside jit such as jnp.ones, each compiled once per new shape ({names}{more}). "
+                "`--all` lists them."))
+        if blocks:
+            sections.append(Section("Compilations per function", blocks))
+
+        shown = [c for c in self.compilations if self.show_all or c.kind == "user"]
+        if shown:
+            rows = [[str(c.number), f"`{c.function}`", _line_text(c.line), CAUSE_TITLES.get(c.cause, c.cause),
+                     "; ".join(c.changes) or "-", c.argument_types or "-",
+                     f"{_ms(c.trace_seconds)} / {_ms(c.lower_seconds)} / {_ms(c.compile_seconds)}"]
+                    for c in shown]
+            blocks = [Table(["#", "function", "your line", "cause", "what changed", "argument types",
+                             "trace / lower / compile"], rows)]
+            not_listed = sum(f.count for f in listed) - len(shown)
+            if not_listed > 0:
+                blocks.append(Paragraph(f"{not_listed} later compilation(s) are counted above but not listed one "
+                                        f"by one (the first {DETAILS_PER_FUNCTION} of each function are)."))
+            sections.append(Section("Each compilation", blocks))
+
+        if self.budget is not None:
+            scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
+            verdict = self.budget_message or "kept"
+            sections.append(Section("Budget", [Facts([("budget", f"at most {self.budget} compilation(s)"),
+                                                      ("applies to", scope), ("result", verdict)])]))
+        notes = []
+        if self.explanations_stopped:
+            notes.append(Paragraph(
+                f"`{self.explanations_stopped}` compiled more than {EXPLAIN_LIMIT} times, so JAX's cache-miss "
+                "explanations were switched off for the rest of the cell (their cost grows with every compilation); "
+                "later causes are inferred from the argument types and static values."))
+        if self.budget_function and not any(f.name == bare_name(self.budget_function) for f in self.functions):
+            notes.append(Paragraph(f"No function named `{bare_name(self.budget_function)}` compiled in this cell "
+                                   "(check the name given to --fn)."))
+        if notes:
+            sections.append(Section("Notes", notes))
+        log = [line for c in shown for line in c.log]
+        if log:
+            kept = f", {len(log)} of {self.log_lines} kept" if self.log_lines > len(log) else ""
+            sections.append(Section("", [Evidence(f"JAX's compile log for the compilations listed ({len(log)} lines"
+                                                  f"{kept})", "\n".join(log))]))
+        return Document("%%jax_compiles", self.status, self.summary, sections)
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _line_text(line: SourceLine | None) -> str:
+    if line is None:
+        return "-"
+    return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else f"{line.where}"
+
+
+# -- the probe ------------------------------------------------------------------
+
+
+class compiles:  # noqa: N801 - used like a function: ``with probes.compiles() as report``
+    """Count and explain every backend compilation in a ``with`` block.
+
+    ``budget``: at most this many compilations per user function (or only of
+    ``fn`` when given); when exceeded and the block itself did not raise,
+    leaving the block raises ``CompileBudgetExceeded`` (``raise_over_budget=False``
+    leaves that to the caller: ``report.raise_if_over_budget()``). ``show_all``
+    makes the report list eager-operation compilations as well.
+    """
+
+    def __init__(self, *, budget: int | None = None, fn: str | None = None, show_all: bool = False,
+                 raise_over_budget: bool = True):
+        if budget is not None and budget < 0:
+            raise ValueError(f"budget must be 0 or more, got {budget}")
+        self.report = CompileReport(show_all=show_all, budget=budget, budget_function=fn or "")
+        self.raise_over_budget = raise_over_budget
+        self._collector: _Collector | None = None
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> CompileReport:
+        import jax
+        from jax import monitoring
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(preserved_jax_state(CONFIG_NAMES))
+        collector = _Collector(self.report, stack)
+        try:
+            stack.enter_context(_compile_logs_captured(collector.on_log))
+            monitoring.register_event_duration_secs_listener(collector.on_duration)
+            stack.callback(_unregister, collector.on_duration)
+            stack.enter_context(jax.log_compiles(True))
+            stack.enter_context(jax.explain_cache_misses(True))
+        except BaseException:
+            stack.close()
+            raise
+        self._collector, self._stack = collector, stack
+        return self.report
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            self._stack.close()
+        finally:
+            self._collector.finish()
+            if exc is not None:
+                self.report.other_error = f"{exc_type.__name__}: {_first_line(exc)}"
+        if exc is None and self.raise_over_budget:
+            self.report.raise_if_over_budget()
+        return False
+
+
+def _unregister(listener) -> None:
+    from jax._src import monitoring
+
+    with contextlib.suppress(Exception):  # restored by preserved_jax_state in any case
+        monitoring.unregister_event_duration_listener(listener)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+@contextlib.contextmanager
+def _compile_logs_captured(on_log):
+    """Take the compile log records of every ``jax`` logger out of the output and hand them to ``on_log``.
+
+    A filter on a logger sees the records created by that logger, so it goes on
+    each ``jax.*`` logger. Other records pass as before. Loggers the user set
+    above WARNING are lowered to WARNING so compile records are created at all;
+    their other records below the user's level are still dropped, by the filter.
+    """
+    loggers = _jax_loggers()
+    user_levels = {name: logger.getEffectiveLevel() for name, logger in loggers.items()}
+
+    class _CompileLogFilter(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            try:
+                message = record.getMessage()
+            except Exception:  # a malformed record is not ours to judge
+                return True
+            if is_compile_log_message(message):
+                on_log(message)
+                return False
+            return record.levelno >= user_levels.get(record.name, logging.NOTSET)
+
+    log_filter = _CompileLogFilter()
+    for name, logger in loggers.items():
+        logger.addFilter(log_filter)
+        if user_levels[name] > logging.WARNING:
+            logger.setLevel(logging.WARNING)  # put back by preserved_jax_state
+    try:
+        yield
+    finally:
+        for logger in loggers.values():
+            logger.removeFilter(log_filter)
+
+
+@dataclasses.dataclass
+class _CallInfo:
+    """What the stack says about one compilation; strings only."""
+
+    kind: str = "user"
+    defined_file: str = ""
+    defined_line: int = 0
+    parameter_names: list[str] = dataclasses.field(default_factory=list)
+    static_argnames: list[str] = dataclasses.field(default_factory=list)
+    static_values: dict[str, tuple[str, int | None]] = dataclasses.field(default_factory=dict)
+    call_site: tuple[str, int, str] | None = None
+
+
+@dataclasses.dataclass
+class _FunctionState:
+    summary: FunctionCompiles
+    signatures: set = dataclasses.field(default_factory=set)
+    last_types: list[str] | None = None
+    last_static: dict[str, tuple[str, int | None]] | None = None
+    static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
+    explained: int = 0
+    detailed: int = 0
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 40
+_REPR.maxother = 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
+
+
+class _Collector:
+    """Receives monitoring events and compile log lines; builds the report as compilations happen."""
+
+    def __init__(self, report: CompileReport, stack: contextlib.ExitStack):
+        self.report = report
+        self._stack = stack
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._functions: dict[tuple, _FunctionState] = {}
+        self._last_of_name: dict[tuple, _FunctionState] = {}
+        # What arrived for a function since its last compilation, by bare name. Cleared at every
+        # compilation: leftovers belong to functions traced inside another one (inlined, never compiled).
+        self._pending_log: dict[str, list[str]] = {}
+        self._pending_types: dict[str, list[str]] = {}
+        self._pending_explanation: dict[str, CacheMissExplanation] = {}
+        self._pending_trace: dict[str, float] = {}
+        self._pending_lower: dict[str, float] = {}
+        self._user_file: dict[str, bool] = {}
+        self._explaining = True
+
+    # -- inputs --------------------------------------------------------------
+
+    def on_log(self, message: str) -> None:
+        with self._lock:
+            self.report.log_lines += 1
+            line = parse_compile_log_line(message)
+            explanation = None if line else parse_cache_miss(message)
+            name = line.name if line else explanation.name if explanation else ""
+            kept = self._pending_log.setdefault(name, [])
+            if len(kept) < 8:
+                kept.append(message[:LOG_LINE_CHARS])
+            if line is not None and line.stage == "compiling":
+                self._pending_types[name] = line.types
+            if explanation is not None:
+                self._pending_explanation[name] = explanation
+
+    def on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == EVENT_BACKEND_COMPILE:
+            info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
+            with self._lock:
+                self._compiled(bare_name(str(kwargs.get("fun_name", "?"))), duration, info)
+        elif event == EVENT_TRACE:
+            with self._lock:
+                self._pending_trace[bare_name(str(kwargs.get("fun_name", "?")))] = duration
+        elif event == EVENT_LOWER:
+            with self._lock:
+                self._pending_lower[bare_name(str(kwargs.get("fun_name", "?")))] = duration
+
+    # -- the stack at a compilation -------------------------------------------
+
+    def _is_user(self, filename: str) -> bool:
+        known = self._user_file.get(filename)
+        if known is None:
+            known = self._user_file[filename] = is_user_file(filename)
+        return known
+
+    def _inspect_stack(self) -> _CallInfo:
+        info = _CallInfo()
+        found_jit = False
+        frame = sys._getframe(1)
+        try:
+            for _ in range(400):
+                if frame is None:
+                    break
+                code = frame.f_code
+                if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
+                    found_jit = True
+                    with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
+                        _read_jit_frame(frame.f_locals, info, self._is_user)
+                if info.call_site is None and self._is_user(code.co_filename):
+                    info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
+                if found_jit and info.call_site is not None:
+                    break
+                frame = frame.f_back
+        finally:
+            del frame
+        return info
+
+    # -- one compilation -------------------------------------------------------
+
+    def _compiled(self, name: str, seconds: float, info: _CallInfo) -> None:
+        report = self.report
+        report.total_compilations += 1
+        explanation = self._pending_explanation.get(name)
+        types = self._pending_types.get(name)
+        trace_seconds = self._pending_trace.get(name)
+        lower_seconds = self._pending_lower.get(name)
+        log = self._pending_log.get(name, [])
+        for pending in (self._pending_log, self._pending_types, self._pending_explanation,
+                        self._pending_trace, self._pending_lower):
+            pending.clear()
+        if explanation is not None and not info.defined_file and explanation.defined_at:
+            info.defined_file, _, line = explanation.defined_at.rpartition(":")
+            info.defined_line = int(line) if line.isdigit() else 0
+
+        key = (name, info.kind, info.defined_file, info.defined_line)
+        state = self._functions.get(key)
+        if state is None and not info.defined_file:
+            # No frame or explanation said where it is defined (an AOT .compile(), or explanations
+            # switched off): it is the function of that name seen last.
+            state = self._last_of_name.get((name, info.kind))
+        if state is not None:
+            self._last_of_name[(name, info.kind)] = state
+        if state is None:
+            label = cell_label(info.defined_file) if info.defined_file else ""
+            defined_at = (f"{label}, line {info.defined_line}" if label else
+                          f"{info.defined_file}:{info.defined_line}" if info.defined_file else "")
+            state = self._functions[key] = _FunctionState(FunctionCompiles(
+                name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)))
+            report.functions.append(state.summary)
+            self._last_of_name[(name, info.kind)] = state
+        summary = state.summary
+
+        cause, why, changes = _classify(summary, state, explanation, types, info, trace_seconds is not None)
+        summary.count += 1
+        summary.causes[cause] = summary.causes.get(cause, 0) + 1
+        summary.trace_seconds += trace_seconds or 0.0
+        summary.lower_seconds += lower_seconds or 0.0
+        summary.compile_seconds += seconds
+        if types is not None:
+            if len(state.signatures) < 100_000:
+                state.signatures.add(hash(tuple(types)))
+            summary.distinct_argument_types = len(state.signatures)
+            summary.last_argument_types = signature_text(types)
+            state.last_types = types
+        if cause != "first":
+            _record_changes(summary, cause, changes)
+        _record_static(summary, state, info.static_values)
+        state.last_static = dict(info.static_values)
+        line = source_line(*info.call_site) if info.call_site else None
+        if summary.first_line is None:
+            summary.first_line = line
+
+        if state.detailed < DETAILS_PER_FUNCTION and len(report.compilations) < DETAILS_TOTAL:
+            state.detailed += 1
+            report.compilations.append(Compilation(
+                function=name, number=summary.count, kind=info.kind, cause=cause, why=why,
+                changes=changes[:CHANGES_KEPT], argument_types=signature_text(types) if types is not None else "",
+                static_arguments={k: v[0] for k, v in info.static_values.items()},
+                trace_seconds=trace_seconds, lower_seconds=lower_seconds, compile_seconds=seconds,
+                line=line, jax_explanation=explanation.text if explanation else "", log=list(log)))
+
+        if explanation is not None:
+            state.explained += 1
+            if state.explained >= EXPLAIN_LIMIT and self._explaining:
+                self._stop_explaining(name)
+
+    def _stop_explaining(self, name: str) -> None:
+        # JAX compares each cache miss with every key seen before, so explanations cost more with every
+        # compilation (1,000 shapes: ~50 s instead of ~1 s). The first ones say what there is to say.
+        if threading.get_ident() != self._thread:
+            return  # the setting is thread-local; another thread's context is not ours to change
+        import jax
+
+        self._explaining = False
+        self.report.explanations_stopped = name
+        self._stack.enter_context(jax.explain_cache_misses(False))
+
+    def finish(self) -> None:
+        with self._lock:
+            self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
+
+
+def _read_jit_frame(local_vars, info: _CallInfo, is_user) -> None:
+    fun = local_vars.get("fun")
+    jit_info = local_vars.get("jit_info")
+    args = local_vars.get("args", ()) or ()
+    kwargs = local_vars.get("kwargs", {}) or {}
+    if getattr(fun, "_apply_primitive", False):
+        info.kind = "eager"
+        return
+    code = _code_of(fun)
+    if code is not None:
+        info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
+        info.kind = "user" if is_user(code.co_filename) else "library"
+    if jit_info is None:
+        return
+    signature = getattr(jit_info, "fun_signature", None)
+    params = list(signature.parameters) if signature is not None else []
+    info.parameter_names = params
+    names = []
+    for index in getattr(jit_info, "static_argnums", ()) or ():
+        name = params[index] if index < len(params) else f"#{index}"
+        names.append(name)
+        if index < len(args):
+            info.static_values[name] = _static_value(args[index])
+    for name in getattr(jit_info, "static_argnames", ()) or ():
+        if name not in names:
+            names.append(name)
+        if name in kwargs:
+            info.static_values[name] = _static_value(kwargs[name])
+    info.static_argnames = names
+
+
+def _code_of(fun):
+    for candidate in (fun, getattr(fun, "func", None), getattr(type(fun), "__call__", None)):
+        code = getattr(candidate, "__code__", None)
+        if code is not None:
+            return code
+    return None
+
+
+def _static_value(value) -> tuple[str, int | None]:
+    """The printed value (bounded) and hash of a static argument; the value itself is not kept."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    try:
+        hashed = hash(value)
+    except Exception:
+        hashed = None
+    return text, hashed
+
+
+def _record_static(summary: FunctionCompiles, state: _FunctionState, values: dict) -> None:
+    for name, (text, _) in values.items():
+        seen = state.static_seen.setdefault(name, set())
+        if text in seen or len(seen) >= 100_000:
+            continue
+        seen.add(text)
+        summary.static_value_counts[name] = len(seen)
+        kept = summary.static_values.setdefault(name, [])
+        if len(kept) < STATIC_VALUES_KEPT:
+            kept.append(text)
+
+
+def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
+    for change in changes[:CHANGES_KEPT]:
+        if len(summary.change_examples) < 6 and change not in summary.change_examples:
+            summary.change_examples.append(change)
+    if cause in ("types", "weak_type"):
+        for change in changes[:CHANGES_KEPT]:
+            key = change.split(":", 1)[0]
+            if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
+                summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1
+
+
+def _classify(summary: FunctionCompiles, state: _FunctionState, explanation: CacheMissExplanation | None,
+              types: list[str] | None, info: _CallInfo, traced: bool) -> tuple[str, str, list[str]]:
+    """(cause, why in words, what changed) for one compilation."""
+    name = f"`{summary.name}`"
+    if info.kind != "user":
+        shapes = signature_text(types) if types is not None else "these arguments"
+        return "eager", f"An eager operation compiled for {shapes}.", []
+    static_changes, identity_changes = _static_changes(state.last_static, info.static_values)
+
+    if explanation is not None:
+        kind = explanation.kind
+        if kind == "never_seen":
+            if summary.count > 0 or explanation.redefined_hint:
+                where = f" ({summary.defined_at})" if summary.defined_at else ""
+                return ("new_function", f"{name} is a new function object from the same definition{where}: "
+                        "jit was given a freshly created function, whose cache starts empty.", [])
+            return "first", f"First compilation of {name}.", []
+        if kind == "types":
+            changes = [c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})")
+                       for c in explanation.type_changes]
+            changes = changes or explanation.details
+            if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
+                return ("weak_type", "A Python scalar and a typed JAX scalar are different argument types "
+                        "(weak typing): " + "; ".join(changes) + ".", changes)
+            return "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
+        if kind == "pytree":
+            passed = keyword_passing_change(explanation.details)
+            if passed:
+                changes = [f"{n}: passed by keyword in one call, positionally in the other" for n in passed]
+                return "passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes
+            changes = pytree_changes(explanation.details, info.parameter_names)
+            return "pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes
+        if kind == "context":
+            changes = [d.replace(" differs: now ", ": now ") for d in explanation.details]
+            return "context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes
+        # "unavailable", "debug_info", "other": JAX could not name it; static values can.
+    elif traced and summary.count == 0 and state.last_types is None and not static_changes:
+        return "first", f"First compilation of {name} in this cell.", []
+    elif not traced and summary.count > 0:
+        return ("no_retrace", f"{name} compiled again from its cached trace: different jit options, device, "
+                "or an explicit .lower().compile().", [])
+
+    if static_changes:
+        return ("static", f"Static argument value changed: {'; '.join(static_changes)}. A static argument is "
+                "part of the compiled program, so each new value compiles again.", static_changes)
+    if identity_changes:
+        return ("static_identity", f"Static argument {'; '.join(identity_changes)} is a new object that compares "
+                "unequal to the previous one although it prints the same.", identity_changes)
+    if explanation is None and types is not None and state.last_types is not None and types != state.last_types:
+        changes = _leaf_changes(state.last_types, types)
+        return "types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes
+    if explanation is None and summary.count == 0:
+        return "first", f"First compilation of {name} in this cell.", []
+    if info.static_values and state.last_static is None:
+        values = "; ".join(f"{k} = {v[0]}" for k, v in info.static_values.items())
+        return ("static", f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
+                "static value is the usual cause.", [])
+    return ("unexplained", "JAX could not say what differed ('cache miss explanation unavailable'), and no "
+            "static argument of this call changed.", [])
+
+
+def _static_changes(before: dict | None, now: dict) -> tuple[list[str], list[str]]:
+    """Static arguments whose value changed since the last compilation: (by value, same print but unequal)."""
+    if not before:
+        return [], []
+    changed, identity = [], []
+    for name, (text, hashed) in now.items():
+        if name not in before:
+            continue
+        old_text, old_hash = before[name]
+        if text != old_text:
+            changed.append(f"{name}: {old_text} -> {text}")
+        elif hashed != old_hash or hashed is None:
+            identity.append(f"{name} ({text})")
+    return changed, identity
+
+
+def _leaf_changes(before: list[str], now: list[str]) -> list[str]:
+    if len(before) != len(now):
+        return [f"{len(before)} -> {len(now)} array arguments"]
+    return [f"argument leaf {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(before, now)) if a != b][:CHANGES_KEPT]

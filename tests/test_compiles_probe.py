@@ -1,0 +1,499 @@
+"""The compilation probe on small programs with a known recompilation cause.
+
+Every test defines its functions inside the test, so no compilation cache from
+another test can hide (or add) a compilation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmagic import probes
+from jaxmagic._compile_log import (
+    keyword_passing_change, parse_cache_miss, parse_compile_log_line, pytree_changes, short_types, signature_text,
+)
+from jaxmagic._restore import take_snapshot
+from jaxmagic.probes.compiles import CompileBudgetExceeded
+
+# the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
+compiles_module = importlib.import_module("jaxmagic.probes.compiles")
+
+
+def test_static_argument_value_change_is_named_with_its_values():
+    @partial(jax.jit, static_argnames=("step",))
+    def decay(w, step):
+        return w * 0.9 ** step
+
+    w = jnp.ones(3)
+    with probes.compiles() as rep:
+        for step in range(4):
+            decay(w, step=step)
+    f = rep.function("decay")
+    assert rep.count("decay") == 4 and f.count == 4
+    assert f.causes == {"first": 1, "static": 3}
+    assert f.main_cause == "static" and f.static_argnames == ["step"]
+    assert f.static_values["step"] == ["0", "1", "2", "3"]
+    assert [c.changes for c in rep.compilations_of("decay")][1:] == [["step: 0 -> 1"], ["step: 1 -> 2"], ["step: 2 -> 3"]]
+    # JAX itself only said "explanation unavailable"; the report keeps that evidence
+    assert "cache miss explanation unavailable" in rep.compilations_of("decay")[1].jax_explanation
+    assert f.distinct_argument_types == 1  # same shapes every time: it is not the arguments
+    assert rep.recompiled_functions == [f] and "`step`: 0 -> 1 -> 2 -> 3" in rep.summary
+
+
+def test_dtype_change_names_the_argument_and_both_types():
+    @jax.jit
+    def scale(w, x):
+        return w * x
+
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        scale(jnp.ones(3), x)
+        scale(jnp.ones(3, jnp.int32), x)
+    second = rep.compilations_of("scale")[1]
+    assert second.cause == "types"
+    assert second.changes == ["w: f32[3] -> i32[3] (dtype)"]
+    assert second.argument_types == "i32[3], f32[3]"
+
+
+def test_shape_growth_counts_every_shape():
+    @jax.jit
+    def total(x):
+        return jnp.sum(x * 2)
+
+    xs = [jnp.ones(n) for n in (2, 3, 4, 5)]
+    with probes.compiles() as rep:
+        for x in xs:
+            total(x)
+        total(xs[0])  # seen before: no compilation
+    f = rep.function("total")
+    assert f.count == 4 and f.distinct_argument_types == 4
+    assert f.causes == {"first": 1, "types": 3}
+    # JAX compares with the closest earlier key, which need not be the previous call
+    assert rep.compilations_of("total")[3].changes[0].startswith("x: f32[")
+    assert rep.compilations_of("total")[3].changes[0].endswith("-> f32[5] (shape)")
+    assert f.changed_arguments == {"x": 3}
+
+
+def test_weak_type_flip_python_float_vs_jnp_float32():
+    @jax.jit
+    def double(x):
+        return x * 2
+
+    with probes.compiles() as rep:
+        double(jnp.float32(1.0))
+        double(1.0)
+        double(2.0)  # another Python float: same weak type, cached
+    f = rep.function("double")
+    assert f.count == 2 and f.main_cause == "weak_type"
+    assert rep.compilations_of("double")[1].changes == ["x: f32[] -> f32[] weak"]
+    assert rep.compilations_of("double")[1].argument_types == "f32[] weak"
+
+
+def test_pytree_structure_change():
+    @jax.jit
+    def first_leaf(tree):
+        return jax.tree.leaves(tree)[0] + 1
+
+    a = jnp.ones(2)
+    with probes.compiles() as rep:
+        first_leaf({"a": a})
+        first_leaf({"a": a, "b": a})
+    second = rep.compilations_of("first_leaf")[1]
+    assert second.cause == "pytree"
+    assert second.changes[0].startswith("argument `tree`: now dict with 2 children, before dict with 1 child")
+    assert "{'b'}" in second.changes[0]
+
+
+def test_keyword_vs_positional_passing():
+    @partial(jax.jit, static_argnames=("n",))
+    def power(x, n):
+        return x ** n
+
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        power(x, n=2)
+        power(x, 2)
+    second = rep.compilations_of("power")[1]
+    assert second.cause == "passing" and second.changes == ["n: passed by keyword in one call, positionally in the other"]
+
+
+def test_new_function_object_each_call():
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        for _ in range(3):
+            jax.jit(lambda v: v + 1)(x)  # a new lambda, and a new wrapper, every time
+    [f] = rep.user_functions
+    assert f.name == "<lambda>" and f.count == 3
+    assert f.causes == {"first": 1, "new_function": 2}
+
+
+def test_new_wrapper_of_the_same_function_does_not_compile():
+    def plain(x):
+        return x - 1
+
+    x = jnp.ones(3)
+    jax.jit(plain)(x)
+    with probes.compiles() as rep:
+        jax.jit(plain)(x)  # the cache belongs to the Python function, not to the wrapper
+    assert rep.count("plain") == 0 and rep.total_compilations == 0
+    assert rep.status.value == "ok" and "Nothing was compiled" in rep.summary
+
+
+def test_static_argument_that_compares_by_identity():
+    class Config:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __repr__(self):
+            return f"Config(scale={self.scale})"
+
+    @partial(jax.jit, static_argnums=1)
+    def apply(x, config):
+        return x * config.scale
+
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        apply(x, Config(2))
+        apply(x, Config(2))
+    second = rep.compilations_of("apply")[1]
+    assert second.cause == "static_identity" and second.changes == ["config (Config(scale=2))"]
+
+
+def test_config_context_change():
+    @jax.jit
+    def matmul(a):
+        return a @ a
+
+    a = jnp.ones((4, 4))
+    with probes.compiles() as rep:
+        matmul(a)
+        with jax.default_matmul_precision("highest"):
+            matmul(a)
+    second = rep.compilations_of("matmul")[1]
+    assert second.cause == "context"
+    assert second.changes == ["jax_default_matmul_precision: now highest and before None"]
+
+
+def test_eager_operations_are_kept_apart():
+    @jax.jit
+    def mlp_step(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    jax.clear_caches()  # so the eager jnp.ones below compile again, as in the chapter
+    with probes.compiles() as rep:
+        w = jnp.ones((64, 64))
+        mlp_step(w, jnp.ones((8, 64)))
+        mlp_step(w, jnp.ones((8, 64)))
+        mlp_step(w, jnp.ones((16, 64)))
+    assert [f.name for f in rep.user_functions] == ["mlp_step"]
+    assert rep.count("mlp_step") == 2
+    assert rep.eager_compilations >= 1
+    assert {f.kind for f in rep.eager_functions} == {"eager"}
+    assert "broadcast_in_dim" in {f.name for f in rep.eager_functions}
+    # the eager compilations do not make the report a problem; mlp_step compiled twice does
+    assert rep.function("mlp_step").main_cause == "types"
+    assert rep.compilations_of("mlp_step")[1].argument_types == "f32[64,64], f32[16,64]"
+
+
+def test_eager_only_cell_is_ok():
+    jax.clear_caches()
+    with probes.compiles() as rep:
+        jnp.zeros((3, 7))
+    assert rep.user_functions == [] and rep.eager_compilations >= 1
+    assert rep.status.value == "ok"
+
+
+def test_budget_kept_and_exceeded():
+    @partial(jax.jit, static_argnums=1)
+    def shift(x, k):
+        return x + k
+
+    x = jnp.ones(2)
+    with probes.compiles(budget=1) as kept:
+        shift(x, 1)
+        shift(x, 1)
+    assert kept.over_budget == [] and kept.budget_message == ""
+
+    with pytest.raises(CompileBudgetExceeded, match=r"jit\(shift\) compiled 2 times .*static argument.*budget is 1"):
+        with probes.compiles(budget=1) as over:
+            shift(x, 2)
+            shift(x, 3)
+    assert [f.name for f in over.over_budget] == ["shift"]
+    assert over.status.value == "problem" and over.summary.startswith("Over budget")
+
+
+def test_budget_for_one_function_only():
+    @jax.jit
+    def noisy(x):
+        return x + 1
+
+    @jax.jit
+    def quiet_fn(x):
+        return x * 3
+
+    with probes.compiles(budget=1, fn="jit(quiet_fn)") as rep:
+        noisy(jnp.ones(2))
+        noisy(jnp.ones(3))  # over 1, but the budget is about quiet_fn
+        quiet_fn(jnp.ones(2))
+    assert rep.over_budget == [] and rep.count("noisy") == 2
+
+
+def test_budget_error_does_not_replace_the_cells_own_error():
+    @jax.jit
+    def grow(x):
+        return x + 1
+
+    with pytest.raises(ValueError, match="mine"):
+        with probes.compiles(budget=0) as rep:
+            grow(jnp.ones(5))
+            raise ValueError("mine")
+    assert rep.other_error == "ValueError: mine" and rep.count("grow") == 1
+
+
+def test_call_site_is_the_users_line():
+    @jax.jit
+    def located(x):
+        return x + 1
+
+    with probes.compiles() as rep:
+        located(jnp.ones(4))  # the line to find
+    line = rep.compilations_of("located")[0].line
+    assert line.code == "located(jnp.ones(4))  # the line to find"
+    assert line.filename == __file__
+
+
+def test_durations_of_the_three_stages():
+    @jax.jit
+    def timed(x):
+        return jnp.sin(x) @ x
+
+    with probes.compiles() as rep:
+        timed(jnp.ones((8, 8)))
+    c = rep.compilations_of("timed")[0]
+    assert c.trace_seconds > 0 and c.lower_seconds > 0 and c.compile_seconds > 0
+    assert len(c.log) == 5  # the cache-miss explanation + the four log lines of one compilation
+    assert [line.split(" ")[0] for line in c.log] == ["TRACING", "Finished", "Compiling", "Finished", "Finished"]
+
+
+def test_leaves_config_loggers_and_listeners_as_found():
+    @jax.jit
+    def f(x):
+        return x * 2
+
+    before = take_snapshot()
+    with probes.compiles():
+        f(jnp.ones(3))
+    assert before.differences(take_snapshot()) == []
+    with pytest.raises(KeyboardInterrupt):
+        with probes.compiles():
+            f(jnp.ones(4))
+            raise KeyboardInterrupt
+    assert before.differences(take_snapshot()) == []
+    assert jax.config.jax_log_compiles is False and jax.config.jax_explain_cache_misses is False
+    assert not any(logging.getLogger(name).filters for name in before.loggers)
+
+
+def test_compile_log_does_not_spill_but_other_jax_warnings_pass():
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        @jax.jit
+        def g(x):
+            return x + 2
+
+        with probes.compiles() as rep:
+            g(jnp.ones(3))
+            logging.getLogger("jax._src.dispatch").warning("an unrelated JAX warning")
+    finally:
+        root.removeHandler(handler)
+    assert rep.count("g") == 1 and rep.log_lines >= 5
+    assert seen == ["an unrelated JAX warning"]
+
+
+def test_user_silenced_jax_logger_still_gives_shapes_and_stays_silent():
+    jax_logger = logging.getLogger("jax")
+    old = jax_logger.level
+    jax_logger.setLevel(logging.ERROR)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger().addHandler(handler)
+    try:
+        @jax.jit
+        def h(x):
+            return x - 2
+
+        with probes.compiles() as rep:
+            h(jnp.ones(6))
+            logging.getLogger("jax._src.dispatch").warning("silenced by the user's level")
+    finally:
+        logging.getLogger().removeHandler(handler)
+        jax_logger.setLevel(old)
+    assert rep.compilations_of("h")[0].argument_types == "f32[6]"
+    assert seen == []
+
+
+def test_probe_itself_compiles_nothing():
+    @jax.jit
+    def cached(x):
+        return x * 5
+
+    x = jnp.ones(3)
+    cached(x)
+    with probes.compiles() as rep:
+        for _ in range(200):
+            cached(x)
+    assert rep.total_compilations == 0 and rep.functions == []
+
+
+def test_many_compilations_are_summarised(monkeypatch):
+    monkeypatch.setattr(compiles_module, "DETAILS_PER_FUNCTION", 4)
+    monkeypatch.setattr(compiles_module, "EXPLAIN_LIMIT", 3)
+
+    @jax.jit
+    def sized(x):
+        return x.sum()
+
+    shapes = [jax.ShapeDtypeStruct((n,), jnp.float32) for n in range(1, 13)]
+    with probes.compiles() as rep:
+        for s in shapes:
+            sized.lower(s).compile()
+    [f] = rep.functions  # an AOT .compile() has no jit frame: one function all the same
+    assert f.count == 12 and f.distinct_argument_types == 12
+    assert len(rep.compilations_of("sized")) == 4
+    assert rep.explanations_stopped == "sized"
+    # after the explanations stopped, the cause comes from the compile log's types
+    assert f.causes == {"first": 1, "types": 11}
+    assert jax.config.jax_explain_cache_misses is False
+    text = str(rep)
+    assert "8 later compilation(s) are counted above but not listed" in text
+
+
+def test_report_is_plain_data():
+    @partial(jax.jit, static_argnums=1)
+    def f(x, n):
+        return x * n
+
+    x = jnp.ones(3)
+    with probes.compiles(budget=5) as rep:
+        f(x, 1)
+        f(x, 2)
+    data = json.loads(json.dumps(rep.to_dict()))
+    assert data["kind"] == "jax_compiles" and data["functions"][0]["count"] == 2
+    assert data["compilations"][1]["static_arguments"] == {"n": "2"}
+    html = rep._repr_mimebundle_()["text/html"]
+    assert "jit(f)" in html and "<script" not in html
+
+
+# -- the text parsing, on JAX's own messages -----------------------------------------
+
+
+def test_parse_the_four_log_lines():
+    assert parse_compile_log_line("Finished tracing decay_step for jit in 0.002487659 sec").seconds == pytest.approx(0.002487659)
+    compiling = parse_compile_log_line(
+        "Compiling jit(f) with global shapes and types (ShapedArray(float32[3]), ShapedArray(key<fry>[]), "
+        "ShapedArray(int32[], weak_type=True)). Argument mapping: (UnspecifiedValue, UnspecifiedValue, UnspecifiedValue).")
+    assert compiling.stage == "compiling" and compiling.name == "f"
+    assert compiling.types == ["f32[3]", "key<fry>[]", "i32[] weak"]
+    assert parse_compile_log_line("Finished jaxpr to MLIR module conversion jit(<lambda>) in 0.0015 sec").name == "<lambda>"
+    assert parse_compile_log_line("Finished XLA compilation of jit(f) in 0.030032873 sec").stage == "xla"
+    assert parse_compile_log_line("Some other message") is None
+
+
+def test_parse_cache_miss_kinds():
+    never = parse_cache_miss("TRACING CACHE MISS at x.py:22:4 (<module>):\n  never seen function:\n"
+                             "    decay_step id=4653816064 defined at /tmp/x.py:16")
+    assert (never.kind, never.name, never.defined_at) == ("never_seen", "decay_step", "/tmp/x.py:16")
+    weak = parse_cache_miss(
+        "TRACING CACHE MISS at x.py:27:20 (<lambda>):\n  for f defined at x.py:16\n"
+        "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
+        "  * at x, now f32[]{weak_type=True} and before f32[]{weak_type=False}"
+        "https://docs.jax.dev/en/latest/101/type_promotion.html#weak-types")
+    assert weak.kind == "types" and weak.type_changes[0].what == "weak type"
+    assert weak.type_changes[0].text == "x: f32[] -> f32[] weak"
+    sharded = parse_cache_miss(
+        "TRACING CACHE MISS at x.py:1:1 (<m>):\n  for f defined at x.py:16\n"
+        "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
+        "  * at x, now i32[3]({}) and before f32[]({})")
+    assert sharded.type_changes[0].text == "x: f32[] -> i32[3]" and sharded.type_changes[0].what == "dtype and shape"
+    unavailable = parse_cache_miss(
+        "TRACING CACHE MISS at x.py:2:2 (<m>):\n  for s defined at x.py:44\n"
+        "  all previously seen cache keys differ. For the closest previous key:\n  cache miss explanation unavailable")
+    assert unavailable.kind == "unavailable" and unavailable.name == "s"
+    assert parse_cache_miss("Finished tracing f for jit in 0.1 sec") is None
+
+
+def test_pytree_details_in_words():
+    details = ["at input path [0], now tuple of length 3 and before tuple of length 2, so the lengths do not match",
+               "at input path [1], now <class 'dict'> with 0 child and before <class 'dict'> with 1 child, so the "
+               "numbers of children do not match, with the symmetric difference of key sets: {'step'}"]
+    assert keyword_passing_change(details) == ["step"]
+    assert keyword_passing_change(details[:1]) == []
+    words = pytree_changes(["at input path [0][1], now <class 'list'> and before <class 'dict'>, so their Python "
+                            "types differ"], ["params", "x"])
+    assert words == ["argument `x`: now list, before dict - their Python types differ"]
+
+
+def test_signature_text_is_bounded():
+    types = short_types(", ".join(f"ShapedArray(float32[{n},{n}])" for n in range(100)))
+    assert len(types) == 100
+    text = signature_text(types, limit=60)
+    assert len(text) < 100 and text.endswith("more of 100)")
+
+
+def test_numpy_static_value_repr_is_bounded():
+    value = compiles_module._static_value(tuple(range(1000)))
+    assert len(value[0]) < 60 and value[1] == hash(tuple(range(1000)))
+    assert compiles_module._static_value(np.zeros(3))[1] is None  # unhashable: None, no error
+
+
+# -- the magic ----------------------------------------------------------------------
+
+
+def test_magic_budget_fails_the_cell_after_the_report(ip):
+    ip.run_cell("from functools import partial\n"
+                "@partial(jax.jit, static_argnames=('step',))\n"
+                "def magic_step(w, step):\n"
+                "    return w * 0.5 ** step\n")
+    result = ip.run_cell("%%jax_compiles --budget 1 -o budget_rep\n"
+                         "w_magic = jnp.ones(3)\n"
+                         "for s in range(3):\n"
+                         "    w_magic = magic_step(w_magic, step=s)\n")
+    assert isinstance(result.error_in_exec, CompileBudgetExceeded)
+    assert "jit(magic_step) compiled 3 times" in str(result.error_in_exec)
+    rep = ip.user_ns["budget_rep"]
+    assert rep.count("magic_step") == 3 and rep.function("magic_step").main_cause == "static"
+    assert rep.compilations_of("magic_step")[2].line.code == "w_magic = magic_step(w_magic, step=s)"
+    assert ip.user_ns["w_magic"].shape == (3,)  # the cell ran to the end before the budget was checked
+
+
+def test_magic_budget_kept_lets_the_cell_pass(ip):
+    ip.run_cell("@jax.jit\ndef kept_fn(x):\n    return x + 1\n")
+    result = ip.run_cell("%%jax_compiles --budget 1 --fn kept_fn -o kept_rep\n"
+                         "for n in [3, 3, 3, 4]:\n"
+                         "    kept_fn(jnp.ones(n))\n")
+    assert isinstance(result.error_in_exec, CompileBudgetExceeded)  # 2 shapes: 2 compilations
+    result = ip.run_cell("%%jax_compiles --budget 1 --fn kept_fn -o kept_rep\n"
+                         "for n in [3, 3, 4, 5]:\n"
+                         "    kept_fn(jnp.ones(n))\n")
+    assert result.success and ip.user_ns["kept_rep"].count("kept_fn") == 1  # only 5 is new
+    assert ip.user_ns["kept_rep"].over_budget == []
+
+
+def test_magic_options_are_checked(ip):
+    from IPython.core.error import UsageError
+
+    assert isinstance(ip.run_cell("%%jax_compiles --fn f\n1").error_in_exec, UsageError)
+    assert isinstance(ip.run_cell("%%jax_compiles --budget -1\n1").error_in_exec, UsageError)
+    assert isinstance(ip.run_cell("%%jax_compiles --budget many\n1").error_in_exec, UsageError)
