@@ -1,0 +1,66 @@
+"""Make every function trace afresh inside a block, without throwing caches away.
+
+JAX checks for leaked tracers when a trace ends (``jax.checking_leaks()``), so
+a function whose trace is already cached is not checked at all (chapter
+section 4.6). The chapter's remedy, ``jax.clear_caches()``, empties every cache
+of the process: after it, every jitted function and every eager operation is
+traced and compiled again, in this cell and in all later ones.
+
+JAX has a documented tool for a narrower effect: ``jax.make_user_context``
+makes a value that is part of every tracing, lowering and compilation cache
+key. Inside ``context(token)`` with a token never used before, nothing
+cached matches, so everything traces again; after the block the key is as
+before and the cached traces are hit again, untouched. The one price:
+creating the context adds an entry to every cache key, so each function
+cached before the first use traces once more at its next call. We create the
+context once per process, on first use, and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+from typing import Iterator
+
+_context = None
+_tokens = itertools.count(1)
+
+
+@dataclasses.dataclass
+class Retrace:
+    """How the block was made to trace afresh."""
+
+    method: str            # "user_context" or "clear_caches"
+    first_use: bool        # the cache-key context was created for this block
+
+    @property
+    def description(self) -> str:
+        if self.method == "clear_caches":
+            return ("This JAX has no jax.make_user_context, so jax.clear_caches() was called before the cell: "
+                    "every function traced again, and later cells compile their functions once more.")
+        text = ("Every function in the cell was traced afresh, under a cache key of jaxmagic's own "
+                "(jax.make_user_context), so cached traces could not hide a leak; your cached traces "
+                "and compiled functions are untouched and used again after the cell.")
+        if self.first_use:
+            text += (" This was the first %%jax_leaks in this process: creating that cache key makes each "
+                     "function compiled before now trace and compile once more at its next call.")
+        return text
+
+
+@contextlib.contextmanager
+def fresh_traces() -> Iterator[Retrace]:
+    """Run the block so that jit, scan, cond, ... trace again instead of using cached traces."""
+    global _context
+    import jax
+
+    make = getattr(jax, "make_user_context", None)
+    if make is None:  # older JAX: the blunt tool
+        jax.clear_caches()
+        yield Retrace("clear_caches", first_use=False)
+        return
+    first_use = _context is None
+    if first_use:
+        _context = make(None)
+    with _context(next(_tokens)):
+        yield Retrace("user_context", first_use)

@@ -1,0 +1,412 @@
+"""Tracer-error explainer: which kind of tracer error, which function, which argument, which fix.
+
+Usage without IPython::
+
+    try:
+        jax.jit(clip_positive)(x, 1.0)
+    except Exception as error:
+        report = jaxmagic.probes.explain(error)   # None for errors it does not explain
+    report.error_kind, report.traced_function, report.depends_on, report.fixes
+
+Inside ``jit``/``vmap``/``scan`` a function's arguments are tracers that know
+their shape and dtype but not their values; any Python operation that needs a
+value fails (chapter section 4). The exception classes are not one family
+(``TracerIntegerConversionError`` is no ``ConcretizationTypeError``; a shape or
+slice problem is a plain ``TypeError``/``IndexError``), so the explainer
+classifies by class *and* message. The facts come from JAX's message ("while
+tracing the function clip_positive ... depends on the values of the arguments
+x and limit"), from the traceback (your line) and from that frame's variables
+(which names on your line are tracers); the fixes are the chapter's table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import keyword
+import tokenize
+
+from jaxmagic import _tracer_text as text
+from jaxmagic._frames import is_user_file, source_line, user_lines
+from jaxmagic.report import Report, SourceLine, Status
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """One standard fix: what to write, and when it is the right one."""
+
+    use: str        # "jnp.where(cond, a, b)"
+    when: str       # "elementwise choice between two values"
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorKind:
+    key: str
+    title: str            # what went wrong, in a few words
+    triggers: str         # typical code that raises it
+    why: str              # one paragraph
+    fixes: tuple[Fix, ...]
+
+
+# The chapter's table of the seven tracer error kinds (section 4), plus the two
+# errors of the same family it treats elsewhere: a leaked tracer (4.6) and a
+# reused PRNG key (9). Order: most specific class first.
+KINDS: dict[str, ErrorKind] = {k.key: k for k in [
+    ErrorKind(
+        "bool", "Python `if`/`while`/`and`/`or` on a traced value",
+        "if x > 0:, while x > 1:, a and b, bool(x)",
+        "Python control flow needs a True/False while the function is traced, but a traced value has only "
+        "a shape and a dtype. Under plain jax.grad (no jit) the same code works, because grad's tracers carry "
+        "values: do not let an eager test fool you.",
+        (Fix("jnp.where(cond, a, b)", "choose between two values elementwise (both are computed)"),
+         Fix("lax.cond(pred, true_fn, false_fn, x)", "run only one branch; pred must be a scalar"),
+         Fix("lax.while_loop(cond_fn, body_fn, init)", "a while loop whose condition depends on traced values"),
+         Fix("static_argnames=('{arg}',)", "the condition depends on a setting (a Python number or flag), "
+             "not on data: one compilation per value"))),
+    ErrorKind(
+        "int", "a traced value used as a Python int",
+        "range(n), [a, b, c][i], operator.index(x)",
+        "range() and list indexing call __index__, which needs a concrete integer; while tracing, the "
+        "integer is a tracer.",
+        (Fix("static_argnames=('{arg}',)", "the number decides the program's structure (loop count, list "
+             "position): one compilation per value"),
+         Fix("lax.fori_loop(0, {arg}, body, init)", "a loop whose trip count is data"),
+         Fix("jnp.asarray(a_list)[{arg}]", "index a Python list with a traced index: make it an array first"))),
+    ErrorKind(
+        "array", "a traced value converted to a NumPy array",
+        "np.sin(x), np.asarray(x), a NumPy or SciPy function called on a tracer",
+        "NumPy functions call __array__, which needs the values; a tracer has none until the compiled "
+        "program runs.",
+        (Fix("jnp.sin(x) (the jax.numpy twin)", "most of NumPy exists in jax.numpy and traces"),
+         Fix("jax.pure_callback(f, jax.ShapeDtypeStruct(shape, dtype), x)",
+             "you really need NumPy or another library: call it from the compiled program, declaring "
+             "the result's shape and dtype"))),
+    ErrorKind(
+        "concrete", "a concrete value needed from a traced value",
+        "float(x), int(x), x.item(), jnp.arange(n), jnp.nonzero(x)",
+        "The operation needs a Python number, or an output size, that depends on a value known only when "
+        "the program runs; jit needs every shape while tracing.",
+        (Fix("stay in JAX: x * 2 instead of float(x) * 2, x.astype(float)", "the Python number was only a "
+             "means to compute"),
+         Fix("static_argnames=('{arg}',)", "a size or count that is a setting, such as n in jnp.arange(n)"),
+         Fix("a fixed size and a mask", "the size depends on data: compute on the largest size and mask"),
+         Fix("jnp.nonzero(x, size=k, fill_value=-1)", "jnp.nonzero / jnp.where(cond) with one argument / "
+             "jnp.unique: give the output size"))),
+    ErrorKind(
+        "bool_index", "boolean-mask indexing with a traced mask",
+        "x[x > 0], x[mask]",
+        "The result's length is the number of True entries, a value known only at run time; jit needs the "
+        "shape while tracing. NonConcreteBooleanIndexError is an IndexError, not a ConcretizationTypeError.",
+        (Fix("jnp.where(mask, x, 0)", "keep the shape, zero the rest; then sum/mean with the mask "
+             "(jnp.sum(jnp.where(mask, x, 0)) / jnp.sum(mask))"),
+         Fix("jnp.nonzero(mask, size=k, fill_value=0)", "you need the indices: give their number"))),
+    ErrorKind(
+        "shape", "an array shape that depends on a traced value",
+        "jnp.zeros(n), x.reshape(n, -1), jnp.ones((n, 3))",
+        "Shapes must be known while tracing; here a shape was computed from a traced value. JAX raises a "
+        "plain TypeError (\"Shapes must be 1D sequences of concrete values\").",
+        (Fix("static_argnames=('{arg}',)", "the shape argument is a setting: make it static"),
+         Fix("x.shape[0], x.ndim, len(x)", "derive sizes from shapes, which are static, not from values"))),
+    ErrorKind(
+        "slice", "slice bounds that depend on a traced value",
+        "x[i:i + 2], x[:n]",
+        "A slice with traced start or stop could have any length; jit needs the length while tracing. "
+        "JAX raises a plain IndexError (\"Array slice indices must have static start/stop/step\").",
+        (Fix("lax.dynamic_slice(x, ({arg},), (2,))", "the start is data, the length is fixed"),
+         Fix("x[jax.ds({arg}, 2)]", "the same with indexing syntax"),
+         Fix("lax.dynamic_update_slice(x, update, ({arg},))", "writing a window rather than reading it"),
+         Fix("static_argnames=('{arg}',)", "the bound is a setting, not data"))),
+    ErrorKind(
+        "leak", "a tracer used after its trace ended (a leak)",
+        "storing an intermediate in a global list, an attribute (self.h = h) or a closure during jit/grad",
+        "A traced function stored an intermediate value outside itself; after tracing, that value is a "
+        "tracer of a finished trace. JAX raises where it is used, which may be far from where it leaked.",
+        (Fix("return out, h", "return the value you need instead of storing it (has_aux=True with grad)"),
+         Fix("%%jax_leaks (jax.checking_leaks())", "find the leak where it happens: the function and the "
+             "variable that holds the tracer"))),
+    ErrorKind(
+        "key_reuse", "a PRNG key used twice",
+        "jax.random.normal(key) twice with the same key, with jax_debug_key_reuse on",
+        "Drawing twice from one key gives correlated (identical) random numbers. jax_debug_key_reuse "
+        "stops at the second use.",
+        (Fix("key, sub = jax.random.split(key)", "split before every use; use sub, keep key for later"),
+         Fix("jax.random.fold_in(key, step)", "one key per step or per index, derived from a base key"))),
+]}
+
+
+def classify(error: BaseException) -> str | None:
+    """The key of ``KINDS`` for a tracer-family error, or None for any other error.
+
+    Works without importing JAX: an error of a JAX class is only possible once
+    JAX is imported, and the plain TypeError/IndexError kinds are told by
+    JAX's message.
+    """
+    import sys
+
+    errors = getattr(sys.modules.get("jax"), "errors", None)
+    message = str(error)
+    if errors is not None:
+        checks = [
+            ("bool", "TracerBoolConversionError"), ("int", "TracerIntegerConversionError"),
+            ("array", "TracerArrayConversionError"), ("bool_index", "NonConcreteBooleanIndexError"),
+            ("leak", "UnexpectedTracerError"), ("key_reuse", "KeyReuseError"),
+            ("concrete", "ConcretizationTypeError"),
+        ]
+        for key, name in checks:
+            cls = getattr(errors, name, None)
+            if cls is not None and isinstance(error, cls):
+                return key
+    if isinstance(error, TypeError) and message.startswith("Shapes must be 1D sequences of concrete values"):
+        return "shape"
+    if isinstance(error, IndexError) and message.startswith("Array slice indices must have static"):
+        return "slice"
+    return None
+
+
+@dataclasses.dataclass
+class TracedName:
+    """A name on your line whose value was a tracer when the error happened."""
+
+    name: str
+    aval: str          # "float32[]"
+    tracer_type: str   # "JitTracer", "BatchTracer", ...
+    weak_type: bool = False  # made from a Python scalar (1.0, 3): a candidate for a static argument
+
+
+@dataclasses.dataclass
+class TracerErrorReport(Report):
+    """What the explainer says about one tracer-family error."""
+
+    kind = "jax_explain"
+
+    error_type: str = ""              # "TracerBoolConversionError"
+    error_kind: str = ""              # key of KINDS: "bool", "int", ...
+    title: str = ""                   # KINDS[error_kind].title
+    message: str = ""                 # the error's first line
+    jax_hint: str = ""                # JAX's extra sentence, e.g. "It arose in the jnp.arange argument 'stop'"
+    traced_function: str = ""         # "clip_positive" ("" when JAX did not say)
+    function_line: SourceLine | None = None   # where the traced function is defined
+    transformation: str = ""          # "jit", "vmap", "scan", ...
+    depends_on: list[str] = dataclasses.field(default_factory=list)   # argument names, from JAX's message
+    traced_names: list[TracedName] = dataclasses.field(default_factory=list)  # tracers on your line
+    your_lines: list[SourceLine] = dataclasses.field(default_factory=list)    # outermost first
+    fixes: list[Fix] = dataclasses.field(default_factory=list)        # best first, with your names filled in
+    why: str = ""
+    leaked_from: SourceLine | None = None     # UnexpectedTracerError: where the leaked value was made
+    held_by: list[str] = dataclasses.field(default_factory=list)      # UnexpectedTracerError: who holds it
+
+    @property
+    def status(self) -> Status:
+        return Status.PROBLEM
+
+    @property
+    def failing_line(self) -> SourceLine | None:
+        """Your innermost line: the one that did the operation."""
+        return self.your_lines[-1] if self.your_lines else None
+
+    @property
+    def depends_text(self) -> str:
+        """"x and limit" - the argument names as JAX lists them ("" if unknown)."""
+        return text.english_list(self.depends_on, code=False)
+
+    @property
+    def summary(self) -> str:
+        where = ""
+        if self.traced_function:
+            how = f" (traced for {self.transformation})" if self.transformation else ""
+            where = f" in `{self.traced_function}`{how}"
+        if self.error_kind == "leak":
+            held = f"; `{self.held_by[0]}` still holds it" if self.held_by else ""
+            return f"{self.error_type}: {self.title}{where}{held}."
+        if self.depends_on:
+            noun = "argument" if len(self.depends_on) == 1 else "arguments"
+            cause = f": the value depends on the {noun} {text.english_list(self.depends_on)}"
+        elif self.traced_names:
+            names = [t.name for t in self.traced_names]
+            cause = f": {text.english_list(names)} {'is a tracer' if len(names) == 1 else 'are tracers'} here"
+        else:
+            cause = ""
+        return f"{self.error_type}: {self.title}{where}{cause}."
+
+    def document(self):
+        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+
+        facts = [("error", self.error_type), ("kind", self.title)]
+        if self.traced_function:
+            facts.append(("traced function", self.traced_function
+                          + (f" (defined at {self.function_line.where})" if self.function_line else "")))
+        if self.transformation:
+            facts.append(("traced for", self.transformation))
+        if self.depends_on:
+            facts.append(("depends on", self.depends_text))
+        if self.traced_names:
+            facts.append(("tracers on your line", ", ".join(f"{t.name}: {t.aval}" for t in self.traced_names)))
+        if self.held_by:
+            facts.append(("still held by", ", ".join(self.held_by)))
+        if self.jax_hint:
+            facts.append(("JAX adds", self.jax_hint))
+        sections = [Section("What", [Facts(facts)])]
+        if self.your_lines:
+            caption = "Your frames, outermost first; the last one did the operation:" if len(self.your_lines) > 1 else ""
+            sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], caption)]))
+        if self.leaked_from:
+            sections.append(Section("Leaked there", [SourceLines([self.leaked_from],
+                                    "The leaked value was computed here, during an earlier trace:")]))
+        rows = [[f"`{fix.use}`", fix.when] for fix in self.fixes]
+        sections.append(Section("Fixes", [Table(["write", "when"], rows)]))
+        sections.append(Section("Why", [Paragraph(self.why)]))
+        return Document("%jax_explain", self.status, self.summary, sections)
+
+
+def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorReport | None:
+    """Explain a tracer-family error; None when ``error`` is of another kind.
+
+    ``namespace`` (the user's variables) lets an UnexpectedTracerError name the
+    variable that still holds the leaked tracer.
+    """
+    kind_key = classify(error)
+    if kind_key is None:
+        return None
+    kind = KINDS[kind_key]
+    message = str(error)
+    context = text.tracing_context(message)
+    report = TracerErrorReport(error_type=type(error).__name__, error_kind=kind_key, title=kind.title,
+                               message=_first_line(message), jax_hint=_jax_hint(message), why=kind.why)
+    report.your_lines = user_lines(error.__traceback__)
+    report.traced_names = _tracers_on_failing_line(error.__traceback__)
+    report.traced_function = "" if context.function == "<unknown>" else context.function
+    report.transformation = context.transformation
+    report.depends_on = context.depends_on
+    if context.file and is_user_file(context.file):
+        report.function_line = source_line(context.file, context.line, context.function)
+    if not report.transformation and report.traced_names:
+        report.transformation = text.TRANSFORMATION_OF_TRACER.get(report.traced_names[0].tracer_type, "")
+    if not report.traced_function and report.traced_names and report.your_lines:
+        report.traced_function = report.your_lines[-1].function  # the frame that held the tracers
+    if kind_key == "leak":
+        _add_leak_facts(report, error, namespace)
+    report.fixes = _fixes_for(kind, report)
+    return report
+
+
+def _first_line(message: str) -> str:
+    message = message.strip()
+    return message.splitlines()[0] if message else ""
+
+
+def _jax_hint(message: str) -> str:
+    """JAX's own extra sentence between the first line and the "while tracing" sentence, if any."""
+    lines = [line.strip() for line in message.strip().splitlines()[1:]]
+    for line in lines:
+        if not line or line.startswith(("The error occurred while tracing", "See https://", "This ", "-----")):
+            continue
+        if line.startswith(("If using `jit`", "The problem arose", "It arose", "The size argument",
+                            "This occurred", "To index an array")):
+            return line
+    return ""
+
+
+def _tracers_on_failing_line(tb) -> list[TracedName]:
+    """Names on your innermost line that were bound to tracers, read from that frame's variables."""
+    from jaxmagic._frames import is_user_file as user
+
+    frame, lineno = None, 0
+    while tb is not None:
+        if user(tb.tb_frame.f_code.co_filename):
+            frame, lineno = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    if frame is None:
+        return []
+    import linecache
+    import sys
+
+    core = getattr(sys.modules.get("jax"), "core", None)
+    tracer_class = getattr(core, "Tracer", None)
+    if tracer_class is None:
+        return []
+    code = linecache.getline(frame.f_code.co_filename, lineno)
+    names = []
+    for name in _names_in(code):
+        value = frame.f_locals.get(name)
+        if isinstance(value, tracer_class) and name not in [t.name for t in names]:
+            aval = getattr(value, "aval", None)
+            names.append(TracedName(name, aval.str_short() if hasattr(aval, "str_short") else str(aval),
+                                    type(value).__name__, bool(getattr(aval, "weak_type", False))))
+    del frame
+    return names
+
+
+def _names_in(code: str) -> list[str]:
+    names = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline):
+            if token.type == tokenize.NAME and not keyword.iskeyword(token.string) and token.string not in names:
+                names.append(token.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return names
+
+
+def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: dict | None) -> None:
+    from jaxmagic.probes.leaks import explain_unexpected_tracer
+
+    facts = explain_unexpected_tracer(error, namespace)
+    report.traced_function = facts.function if facts.function != "<unknown>" else ""
+    report.transformation = facts.transformation
+    report.leaked_from = facts.created_at
+    report.held_by = facts.held_by
+    report.traced_names = []
+
+
+def _fixes_for(kind: ErrorKind, report: TracerErrorReport) -> list[Fix]:
+    """The kind's fixes, with your argument name filled in and the best one for your line first."""
+    # The argument to name in a fix: one the value depends on; for static_argnames
+    # preferably one that arrived as a Python scalar (a weakly typed tracer), as
+    # settings such as a limit or a count usually do.
+    candidates = report.depends_on or [t.name for t in report.traced_names]
+    weak = {t.name for t in report.traced_names if t.weak_type}
+    arg = next((c for c in candidates if c in weak), candidates[0] if candidates else "n")
+    fixes = [Fix(f.use.replace("{arg}", arg), f.when) for f in kind.fixes]
+    function = report.traced_function
+    if function.isidentifier() and not keyword.iskeyword(function):
+        fixes = [Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_argnames") else f.use, f.when)
+                 for f in fixes]
+    line = report.failing_line.code if report.failing_line else ""
+    preferred = _preferred_fix(kind.key, line)
+    if preferred:
+        fixes.sort(key=lambda f: 0 if preferred in f.use else 1)
+    return fixes
+
+
+def _preferred_fix(kind: str, line: str) -> str:
+    """The fix that matches what your line does, as a substring of Fix.use ("" to keep the table's order)."""
+    stripped = line.strip()
+    if kind == "bool" and stripped.startswith("while "):
+        return "lax.while_loop"
+    if kind == "int":
+        if "range(" in stripped:
+            return "fori_loop"
+        if "[" in stripped:
+            return "jnp.asarray"
+    if kind == "concrete":
+        if "nonzero" in stripped or "unique" in stripped or "argwhere" in stripped:
+            return "size=k"
+        if "arange" in stripped or "zeros" in stripped or "ones" in stripped:
+            return "static_argnames"
+        if "float(" in stripped or "int(" in stripped or ".item()" in stripped:
+            return "stay in JAX"
+    return ""
+
+
+def explain_any(error: BaseException, namespace: dict | None = None) -> Report | None:
+    """A report for any error the explainer knows: tracer errors, and JAX's "Leaked trace" errors."""
+    if text.is_leak_message(str(error)):
+        from jaxmagic.probes.leaks import explain_leak
+
+        return explain_leak(error, namespace)
+    return explain(error, namespace)
+
+
+def already_explained(error: BaseException) -> bool:
+    """True when a jaxmagic report shown for this very error already explained it."""
+    return bool(getattr(error, "_jaxmagic_explained", ""))

@@ -1,0 +1,428 @@
+"""Tracer-leak probe: run code with ``jax.checking_leaks()`` and name who holds each leaked tracer.
+
+Usage without IPython::
+
+    with jaxmagic.probes.leaks(namespace=globals()) as report:
+        jax.jit(leaky_fn)(x)          # raises JAX's "Leaked trace ..." Exception
+    report.leaked[0].held_by            # ["leaked[0]"]
+
+Two things make JAX's own leak checking hard to use (chapter section 4.6):
+
+* it only checks when a trace ends, so a function whose trace is cached is
+  not checked; the probe makes everything trace afresh (``_retrace``), without
+  clearing caches;
+* it says who holds a leaked tracer by object ids as the garbage collector sees
+  them (``<list 4665787840>[0]``, then IPython's internals); the probe searches
+  the user's namespace for the same objects and reports names such as
+  ``leaked[0]``, ``cache.store['h']`` or ``m_leak.last_hidden``.
+
+An ``UnexpectedTracerError`` in the block (a tracer leaked earlier and used
+now) is explained too: where it was used, where it was created, which of your
+variables still holds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+from jaxmagic import _tracer_text as text
+from jaxmagic._frames import source_line, user_lines
+from jaxmagic._leak_holders import find_held, user_roots
+from jaxmagic._restore import preserved_jax_state
+from jaxmagic._retrace import fresh_traces
+from jaxmagic.report import Report, SourceLine, Status
+
+CONFIG_NAMES = ("jax_check_tracer_leaks",)
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+
+LEAK_FIX = (
+    "A function that JAX traces must hand back every value it wants to keep: return it "
+    "(`return out, h`, and `jax.grad(f, has_aux=True)` for extra outputs of a loss) instead of storing it "
+    "in a list, a dict, an attribute or a closure. What was stored is a tracer of a finished trace: "
+    "using it later raises UnexpectedTracerError, so empty the holder too."
+)
+
+
+@dataclasses.dataclass
+class LeakedTracer:
+    """One tracer that was still referenced when its trace ended."""
+
+    number: int                       # 1, 2, ... in JAX's order
+    tracer_type: str                  # "JitTracer"
+    aval: str                         # "float32[3]"
+    function: str                     # the function being traced ("Model.__call__" for a callable object)
+    transformation: str               # "jit", "vmap", "scan", ...
+    function_line: SourceLine | None = None   # where that function is defined
+    created_at: SourceLine | None = None      # the line that computed the leaked value
+    depends_on: list[str] = dataclasses.field(default_factory=list)  # it is (made from) these arguments
+    held_by: list[str] = dataclasses.field(default_factory=list)     # your names for where it is stored
+    kept_alive_by: int | None = None  # number of another leaked tracer whose computation refers to it
+    jax_chain: list[str] = dataclasses.field(default_factory=list)   # JAX's reference chain, ids removed
+
+    @property
+    def where(self) -> str:
+        if self.held_by:
+            return self.held_by[0]
+        if self.kept_alive_by is not None:
+            return f"(through tracer {self.kept_alive_by})"
+        return "(not found in your variables)"
+
+
+@dataclasses.dataclass
+class UnexpectedTracer:
+    """An UnexpectedTracerError: a tracer of a finished trace was used."""
+
+    aval: str = ""
+    tracer_type: str = ""
+    function: str = ""                # the function being traced when it leaked
+    transformation: str = ""
+    used_at: SourceLine | None = None     # your line that used it (raised the error)
+    created_at: SourceLine | None = None  # your line that computed it, inside the traced function
+    held_by: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class HeldTracer:
+    """A tracer that one of your variables still holds (leaked at some earlier time)."""
+
+    path: str
+    aval: str
+    tracer_type: str
+    created_at: SourceLine | None = None
+
+
+@dataclasses.dataclass
+class LeakReport(Report):
+    """What ``%%jax_leaks`` found."""
+
+    kind = "jax_leaks"
+
+    leaked: list[LeakedTracer] = dataclasses.field(default_factory=list)
+    trace_kind: str = ""              # "DynamicJaxprTrace" (jit), "BatchTrace" (vmap), ...
+    call_path: list[SourceLine] = dataclasses.field(default_factory=list)  # your frames of the leaking call
+    unexpected: UnexpectedTracer | None = None
+    held: list[HeldTracer] = dataclasses.field(default_factory=list)  # tracers your variables hold after the block
+    traced: list[str] = dataclasses.field(default_factory=list)       # functions traced in the block
+    eager_operations: int = 0         # eager primitives traced in the block (each is a tiny jit)
+    retrace_method: str = ""          # "user_context" or "clear_caches"
+    retrace_note: str = ""
+    other_error: str = ""             # the block failed for another reason: "ValueError: ..."
+    jax_message: str = ""             # JAX's error message, ids removed
+
+    @property
+    def status(self) -> Status:
+        if self.leaked or self.unexpected:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def primary(self) -> list[LeakedTracer]:
+        """The leaked tracers stored somewhere by your code (not merely referenced by another leaked one)."""
+        return [t for t in self.leaked if t.kept_alive_by is None]
+
+    @property
+    def held_by(self) -> list[str]:
+        """Every name found holding a leaked tracer, in order."""
+        return list(dict.fromkeys(p for t in self.leaked for p in t.held_by))
+
+    @property
+    def summary(self) -> str:
+        if self.leaked:
+            first = self.primary[0] if self.primary else self.leaked[0]
+            fn = f"`{first.function}`" if first.function else "a function"
+            where = (f"`{first.held_by[0]}` holds a {first.aval} tracer" if first.held_by
+                     else f"a {first.aval} tracer is still referenced")
+            more = len(self.leaked) - 1
+            extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
+            return f"Tracer leaked from {fn} (traced for {first.transformation or 'a transformation'}): {where}{extra}."
+        if self.unexpected:
+            u = self.unexpected
+            held = f"; `{u.held_by[0]}` holds it" if u.held_by else ""
+            fn = u.created_at.function if u.created_at else (u.function or "a traced function")
+            return (f"UnexpectedTracerError: a {u.aval or ''} tracer that leaked from `{fn}` earlier was used "
+                    f"here{held}.").replace("a  tracer", "a tracer")
+        if self.other_error:
+            return f"No tracer leaked before the cell failed with {self.other_error}."
+        held = f" (but `{self.held[0].path}` still holds a tracer leaked earlier)" if self.held else ""
+        return f"No tracer leaked{held}."
+
+    def document(self):
+        from jaxmagic.render.document import Document, Evidence, Paragraph, Section, SourceLines, Table
+
+        sections = []
+        if self.leaked:
+            rows = [[str(t.number), f"`{t.aval}`", f"`{t.where}`" if t.held_by else t.where,
+                     f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""),
+                     t.created_at.where if t.created_at else "",
+                     ", ".join(f"`{a}`" for a in t.depends_on)]
+                    for t in self.leaked]
+            sections.append(Section("Leaked tracers", [Table(
+                ["#", "value", "held by", "traced function", "created at", "is argument"], rows)]))
+            lines = [t.created_at for t in self.primary if t.created_at]
+            if lines:
+                sections.append(Section("Your line", [SourceLines(list({l.where: l for l in lines}.values()),
+                                                                  "The value that leaked was computed here:")]))
+            if self.call_path:
+                sections.append(Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")]))
+            secondary = [t for t in self.leaked if t.kept_alive_by is not None]
+            why = [Paragraph(LEAK_FIX)]
+            if secondary:
+                why.append(Paragraph(
+                    f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
+                    "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
+                    "fix the stored one and they go too."))
+            sections.append(Section("Fix", why))
+        if self.unexpected:
+            u = self.unexpected
+            lines = []
+            if u.created_at:
+                lines.append(dataclasses.replace(u.created_at, code=u.created_at.code))
+            facts = [("value", f"{u.aval} ({u.tracer_type})"),
+                     ("leaked from", f"{u.function} traced for {u.transformation}" if u.function else "(not named)")]
+            if u.held_by:
+                facts.append(("still held by", ", ".join(u.held_by)))
+            from jaxmagic.render.document import Facts
+
+            sections.append(Section("What", [Facts(facts)]))
+            if u.used_at:
+                sections.append(Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")]))
+            if u.created_at:
+                sections.append(Section("Leaked there", [SourceLines(
+                    [u.created_at], "It was computed here, while that function was being traced:")]))
+            sections.append(Section("Fix", [Paragraph(LEAK_FIX), Paragraph(
+                "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
+                "traced function under %%jax_leaks.")]))
+        if self.held and not self.leaked:
+            rows = [[f"`{h.path}`", f"`{h.aval}`", h.created_at.where if h.created_at else ""] for h in self.held]
+            sections.append(Section("Tracers your variables hold", [
+                Paragraph("These were leaked before; using one raises UnexpectedTracerError."),
+                Table(["variable", "value", "created at"], rows)]))
+        checked = [Paragraph(self.retrace_note)] if self.retrace_note else []
+        if self.traced or self.eager_operations:
+            names = ", ".join(f"`{n}`" for n in self.traced) or "no function of yours"
+            ops = (f", and {self.eager_operations} operation(s) of JAX's own (eager primitives, jax.numpy "
+                   "helpers)" if self.eager_operations else "")
+            checked.append(Paragraph(f"Traced with leak checking: {names}{ops}."))
+        elif self.retrace_note:
+            checked.append(Paragraph("Nothing was traced in the cell, so there was nothing to check."))
+        if checked:
+            sections.append(Section("How this was checked", checked))
+        evidence = "\n".join(filter(None, [self.jax_message, self.other_error if not self.jax_message else ""]))
+        if evidence:
+            sections.append(Section("", [Evidence(f"JAX's message ({len(evidence.splitlines())} lines)", evidence)]))
+        return Document("%%jax_leaks", self.status, self.summary, sections)
+
+
+def _is_tracer(value: Any) -> bool:
+    from jax.core import Tracer
+
+    return isinstance(value, Tracer)
+
+
+def _creation_line(tracer: Any) -> SourceLine | None:
+    """The user line where JAX recorded that the tracer was made, if it recorded one."""
+    try:
+        from jax._src import source_info_util
+
+        frame = source_info_util.user_frame(tracer._line_info.traceback)
+    except Exception:  # private API; a tracer without line info
+        return None
+    if frame is None:
+        return None
+    return source_line(frame.file_name, frame.start_line, frame.function_name)
+
+
+def _aval(tracer: Any) -> str:
+    try:
+        return tracer.aval.str_short()
+    except Exception:
+        return str(getattr(tracer, "aval", ""))
+
+
+def held_tracers(namespace: dict | None) -> list[HeldTracer]:
+    """Tracers that the variables of ``namespace`` hold (every one of them is a leaked tracer)."""
+    if not namespace:
+        return []
+    found, tracers = _find_tracers(namespace)
+    held = []
+    for tracer_id, places in found.items():
+        tracer = tracers[tracer_id]
+        held.append(HeldTracer(places[0].path, _aval(tracer), type(tracer).__name__, _creation_line(tracer)))
+    del tracers
+    return held
+
+
+def _find_tracers(namespace: dict) -> tuple[dict, dict]:
+    tracers: dict[int, Any] = {}
+
+    def is_target(value):
+        if _is_tracer(value):
+            tracers[id(value)] = value
+            return True
+        return False
+
+    return find_held(user_roots(namespace), is_target), tracers
+
+
+@contextlib.contextmanager
+def _trace_names(report: LeakReport):
+    import jax
+    from jax import lax
+
+    def on_event(event, duration, **kwargs):
+        if event != _TRACE_EVENT:
+            return
+        name = str(kwargs.get("fun_name", "?"))
+        # Eager primitives (jnp.ones runs broadcast_in_dim as a tiny jit) and jax.numpy's
+        # own jitted helpers (_reduce_sum) are JAX's, not the user's functions.
+        if hasattr(lax, f"{name}_p") or name.startswith("_"):
+            report.eager_operations += 1
+        elif name == "<unnamed function>":
+            report.traced.append("(a callable object)")
+        elif name not in report.traced:
+            report.traced.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
+
+
+@contextlib.contextmanager
+def leaks(*, namespace: dict | None = None) -> Iterator[LeakReport]:
+    """Check every trace in the block for leaked tracers, tracing cached functions afresh.
+
+    On a leak JAX's ``Exception("Leaked trace ...")`` propagates unchanged; an
+    ``UnexpectedTracerError`` too. The report is filled in before. With
+    ``namespace`` (the user's variables) the report names the variables that
+    hold leaked tracers.
+    """
+    import jax
+
+    report = LeakReport()
+    try:
+        with preserved_jax_state(CONFIG_NAMES), _trace_names(report), fresh_traces() as how, jax.checking_leaks():
+            report.retrace_method, report.retrace_note = how.method, how.description
+            yield report
+    except Exception as error:
+        try:
+            if text.is_leak_message(str(error)):
+                _explain_leak(report, error, namespace)
+            elif isinstance(error, jax.errors.UnexpectedTracerError):
+                report.unexpected = explain_unexpected_tracer(error, namespace)
+                report.jax_message = str(error).strip()
+            else:
+                report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+        except Exception as failure:  # never let our analysis hide the user's error
+            report.other_error = report.other_error or f"{type(error).__name__}: {_first_line(error)}"
+            report.retrace_note += f" (jaxmagic could not finish its analysis: {type(failure).__name__}: {failure})"
+        mark_explained(error, report)
+        raise
+    except BaseException as error:
+        report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+        raise
+    finally:
+        if not report.leaked and not report.unexpected:
+            report.held = held_tracers(namespace)
+
+
+def mark_explained(error: BaseException, report: Report) -> None:
+    """Tell the tracer-error explainer that ``report`` already explained ``error`` (no second explanation)."""
+    if report.status is Status.PROBLEM:
+        try:
+            error._jaxmagic_explained = report.kind
+        except Exception:
+            pass
+
+
+def _first_line(error: BaseException) -> str:
+    message = str(error).strip()
+    return message.splitlines()[0] if message else ""
+
+
+def explain_leak(error: BaseException, namespace: dict | None = None) -> LeakReport:
+    """A report for JAX's "Leaked trace ..." error raised by leak checking switched on some other way."""
+    report = LeakReport()
+    _explain_leak(report, error, namespace)
+    report.retrace_note = ("Leak checking was on (jax_check_tracer_leaks); functions whose traces were cached "
+                           "were not checked. %%jax_leaks traces them afresh.")
+    return report
+
+
+def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | None) -> None:
+    message = str(error)
+    report.trace_kind = text.leak_trace_kind(message)
+    report.jax_message = text.without_ids(message.strip())
+    report.call_path = user_lines(error.__traceback__)
+    blocks = text.leak_blocks(message)
+    found, tracers = _find_tracers(namespace) if namespace else ({}, {})
+    ids = {block.tracer_id for block in blocks}
+    number_of = {block.tracer_id: i + 1 for i, block in enumerate(blocks)}
+    # All blocks come from one trace. JAX names a callable object's function
+    # "<unknown>"; the line that made a stored tracer names it (Model.__call__).
+    created_lines = {b.tracer_id: _creation_line(tracers[b.tracer_id]) for b in blocks if b.tracer_id in tracers}
+    named = [b.context.function for b in blocks if b.context.function not in ("", "<unknown>")]
+    named += [line.function for line in created_lines.values() if line is not None]
+    for i, block in enumerate(blocks):
+        context = block.context
+        created = created_lines.get(block.tracer_id)
+        function = context.function
+        if function in ("", "<unknown>") and named:
+            function = named[0]
+        via = block.held_through_tracer(ids)
+        held_by = [h.path for h in found.get(block.tracer_id, [])]
+        if not held_by and via is None:
+            fallback = _path_from_chain(block.chain)
+            held_by = [fallback] if fallback else []
+        report.leaked.append(LeakedTracer(
+            number=i + 1, tracer_type=block.tracer_type, aval=block.aval, function=function,
+            transformation=context.transformation,
+            function_line=source_line(context.file, context.line, context.function) if context.file else None,
+            created_at=created, depends_on=context.depends_on, held_by=held_by,
+            kept_alive_by=number_of.get(via) if via is not None and not held_by else None,
+            jax_chain=[text.without_ids(f"<{l.child_type} {l.child_id}> is referred to by {l.holder}")
+                       for l in block.chain]))
+    del tracers
+
+
+def _path_from_chain(chain: list[text.ChainLink]) -> str:
+    """JAX's chain as one path when the search of the namespace found nothing: ``<Cache>.store['h']``.
+
+    The chain runs from the tracer up to a root; the root's text (a module
+    variable such as ``__main__.leaked``) followed by each link's own step.
+    """
+    if not chain:
+        return ""
+    import re
+
+    ref = re.compile(r"^<[\w.]+ \d+>")
+    root = chain[-1].holder
+    if ref.match(root):
+        root = text.without_ids(root)
+    path = root.removeprefix("__main__.")
+    for link in reversed(chain[:-1]):
+        match = ref.match(link.holder)
+        path += link.holder[match.end():] if match else f" <- {text.without_ids(link.holder)}"
+    return path
+
+
+def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> UnexpectedTracer:
+    """The facts of an UnexpectedTracerError: used where, created where, held by which variable."""
+    facts = text.escaped_tracer(str(error))
+    lines = user_lines(error.__traceback__)
+    created = (source_line(facts.created_file, facts.created_line, facts.created_function)
+               if facts.created_file else None)
+    held = held_tracers(namespace)
+    if created is not None:  # prefer the holders of this very tracer, matched by where it was made
+        same = [h for h in held if h.created_at and (h.created_at.filename, h.created_at.lineno)
+                == (created.filename, created.lineno)]
+        held = same or held
+    function = facts.function
+    if function in ("", "<unknown>") and facts.created_function:
+        function = facts.created_function
+    return UnexpectedTracer(aval=facts.aval, tracer_type=facts.tracer_type, function=function,
+                            transformation=facts.transformation, used_at=lines[-1] if lines else None,
+                            created_at=created, held_by=[h.path for h in held])
