@@ -1,6 +1,8 @@
 """jaxmagic: IPython magics that switch on the right JAX debugging tool for one cell.
 
-``%load_ext jaxmagic`` registers the magics. Loading does not start a JAX
+``%load_ext jaxmagic`` registers the magics and the tracer-error explainer
+(an IPython custom exception handler; ``%jax_explain off``, ``%unload_ext``
+remove it). Loading does not start a JAX
 backend, so ``XLA_FLAGS`` or ``jax_num_cpu_devices`` set afterwards still take
 effect. The probes (``jaxmagic.probes``) work without IPython.
 """
@@ -14,6 +16,10 @@ def load_ipython_extension(ipython) -> None:
     from jaxmagic.magics import JaxMagics
 
     ipython.register_magics(JaxMagics)
+    # The tracer-error explainer is on by default (%jax_explain off turns it off).
+    from jaxmagic import _explainer_hook
+
+    _explainer_hook.install(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -24,3 +30,6 @@ def unload_ipython_extension(ipython) -> None:
         for name in names:
             manager.magics[kind].pop(name, None)
     manager.registry.pop(JaxMagics.__name__, None)
+    from jaxmagic import _explainer_hook
+
+    _explainer_hook.uninstall(ipython)

@@ -223,3 +223,142 @@ class JaxMagics(Magics):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise UsageError(f"%jax_devices takes a positive number of devices, got {args.count!r} = {count!r}.")
         self._publish(probes.devices(count), args)
+
+    # -- tracer errors, leaks, config, environment, tracebacks (chapter sections 4 and 6) --
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_leaks(self, line, cell):
+        """Run the cell with tracer-leak checking; name the variable that holds each leaked tracer.
+
+        Every function in the cell traces afresh (a function whose trace is
+        cached would otherwise not be checked), without clearing your caches.
+        On a leak the cell fails with JAX's "Leaked trace" error; above it the
+        report names the traced function, each leaked tracer's shape and dtype,
+        and where it is stored in your terms - leaked[0], cache.store['h'],
+        m.last_hidden, box[0] (closed over by f) - with the fix. An
+        UnexpectedTracerError in the cell is explained too: where the old
+        tracer was used, where it was made, which variable still holds it.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_leaks, line)
+        return self._run_cell_in_probe(probes.leaks(namespace=self.shell.user_ns), args, cell)
+
+    @magic_arguments()
+    @argument("what", nargs="*", help="on | off | an exception (e.g. err); default: the last exception.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_explain(self, line):
+        """Explain tracer errors: `%jax_explain on|off`, or explain one exception now.
+
+        With `on` (the default when jaxmagic is loaded), a tracer-family error
+        raised by a cell - TracerBoolConversionError, TracerIntegerConversionError,
+        TracerArrayConversionError, ConcretizationTypeError,
+        NonConcreteBooleanIndexError, the "Shapes must be 1D sequences of
+        concrete values" TypeError, the "Array slice indices must have static
+        start/stop/step" IndexError, UnexpectedTracerError, KeyReuseError, and
+        JAX's "Leaked trace" error - gets an explanation above its normal
+        traceback: the traced function, the argument(s) the value depends on,
+        your line, and the standard fixes. Other exceptions are shown exactly
+        as before. `off` puts back the handler that was there before.
+
+        `%jax_explain` alone explains the last exception; `%jax_explain err`
+        the exception `err`; -o NAME stores that report.
+        """
+        from jaxmagic import _explainer_hook
+        from jaxmagic._expression import evaluate_expression
+
+        text, option_text = split_call_and_options(line)
+        args = self._parse(self.jax_explain, option_text)
+        word = text.strip()
+        if word in ("on", "off"):
+            if args.output:
+                raise UsageError("-o stores the explanation of an exception; `%jax_explain on|off` makes none.")
+            changed = (_explainer_hook.install if word == "on" else _explainer_hook.uninstall)(self.shell)
+            state = "on" if _explainer_hook.is_on(self.shell) else "off"
+            print(f"jaxmagic tracer-error explainer: {state}" + ("" if changed else " (unchanged)"))
+            return
+        if word:
+            try:
+                error = evaluate_expression(word, self.shell.user_ns)
+            except CallExpressionError as problem:
+                raise UsageError(str(problem)) from None
+            if not isinstance(error, BaseException):
+                raise UsageError(f"%jax_explain takes on, off or an exception; {word!r} is a {type(error).__name__}.")
+        else:
+            import sys
+
+            error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+            if error is None:
+                raise UsageError("There is no last exception to explain; pass one: %jax_explain err")
+        report = probes.explain_any(error, namespace=self.shell.user_ns)
+        kind = type(error).__name__
+        del error
+        if report is None:
+            raise UsageError(f"%jax_explain explains tracer errors (TracerBoolConversionError, ConcretizationTypeError, "
+                             f"UnexpectedTracerError, ...); {'this' if word else 'the last'} exception is a {kind}.")
+        self._publish(report, args)
+
+    @magic_arguments()
+    @argument("pattern", nargs="?", default="", help="List the flags whose name contains PATTERN.")
+    @argument("--all", action="store_true", dest="all_flags", help="List every flag with its value.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_config(self, line):
+        """List the JAX flags that differ from a fresh process's defaults, with both values.
+
+        A debugging switch left on (jax_debug_nans, jax_check_tracer_leaks,
+        jax_log_compiles, ...) makes code slow for no visible reason; this
+        shows it, and whether an environment variable set it. Defaults are read
+        once from a fresh subprocess and cached. --all lists every flag;
+        PATTERN lists the flags whose name contains it.
+        """
+        args = self._parse(self.jax_config, line)
+        try:
+            report = probes.config_diff(all_flags=args.all_flags, pattern=args.pattern)
+        except RuntimeError as error:
+            raise UsageError(str(error)) from None
+        self._publish(report, args)
+
+    @magic_arguments()
+    @argument("--show-host", action="store_true", help="Keep the host name (hidden by default).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_env(self, line):
+        """jax.print_environment_info(), ready to paste into an issue: host name hidden unless --show-host.
+
+        Also lists the JAX_* / XLA_* environment variables of this process.
+        Asks for the devices, so it starts the JAX backend if none is running.
+        """
+        args = self._parse(self.jax_env, line)
+        self._publish(probes.environment(show_host=args.show_host), args)
+
+    @magic_arguments()
+    @argument("mode", nargs="?", help="auto | tracebackhide | remove_frames | quiet_remove_frames | off: "
+              "switch jax_traceback_filtering for the next cells.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_traceback(self, line):
+        """Show (or switch) JAX's traceback filtering mode, and your frames of the last exception.
+
+        The five modes of jax_traceback_filtering decide how much of JAX's own
+        code a traceback shows; the report explains each and what `auto` means
+        here. With MODE, the mode is switched for the following cells (it is
+        read when an exception is raised). The last exception's traceback is
+        summarised: your frames only, with their lines, and how many frames
+        were JAX's.
+        """
+        import sys
+
+        args = self._parse(self.jax_traceback, line)
+        previous = ""
+        if args.mode is not None:
+            try:
+                previous = probes.set_traceback_filtering(args.mode)
+            except ValueError as error:
+                raise UsageError(f"{error}.") from None
+        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        report = probes.traceback_view(error, previous_mode=previous)
+        del error
+        self._publish(report, args)

@@ -34,6 +34,14 @@ def f_raises(x):
     raise ValueError(EVIL)
 def f_interrupt(x):
     raise KeyboardInterrupt
+def f_bool(x):
+    if x > 0:  # {EVIL}
+        return x
+    return -x
+try:
+    jax.jit(f_bool)(1.0)
+except Exception as _error:
+    tracer_error = _error
 '''
 
 
@@ -86,6 +94,48 @@ EXAMPLES = {
         malformed="%jax_devices (1",
         # XLA_FLAGS is shown in the report: a string from the user's environment.
         evil="import os\nos.environ['XLA_FLAGS'] = EVIL\n%jax_devices -o {out}\ndel os.environ['XLA_FLAGS']",
+    ),
+    "jax_leaks": MagicExample(
+        ok="%%jax_leaks -o {out}\nx_ok = jax.jit(f_ok)(jnp.ones(3))",
+        raising="%%jax_leaks -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_leaks -o {out}\nraise KeyboardInterrupt",
+        bad_option="%%jax_leaks --bogus\n1",
+        # A leak into a dict under a user-chosen key: the key is part of the holder's name.
+        evil="%%jax_leaks -o {out}\nevil_box = dict()\ndef evil_leak(x):\n    evil_box[EVIL] = x\n    return x\n"
+             "jax.jit(evil_leak)(1.0)",
+    ),
+    "jax_explain": MagicExample(
+        ok="%jax_explain tracer_error -o {out}",
+        raising="%jax_explain f_raises(1) -o {out}",
+        interrupt="%jax_explain f_interrupt(1) -o {out}",
+        bad_option="%jax_explain tracer_error --bogus",
+        malformed="%jax_explain tracer_error[",
+        evil="%jax_explain tracer_error -o {out}",  # the failing line's comment holds EVIL
+    ),
+    "jax_config": MagicExample(
+        ok="%jax_config -o {out}",
+        raising="%jax_config -o {out}\nraise ValueError(EVIL)",
+        interrupt="%jax_config -o {out}\nraise KeyboardInterrupt",
+        bad_option="%jax_config --bogus",
+        evil="jax.config.update('jax_hlo_source_file_canonicalization_regex', EVIL)\ntry:\n"
+             "    %jax_config -o {out}\nfinally:\n    jax.config.update('jax_hlo_source_file_canonicalization_regex', None)",
+    ),
+    "jax_env": MagicExample(
+        ok="%jax_env -o {out}",
+        raising="%jax_env -o {out}\nraise ValueError(EVIL)",
+        interrupt="%jax_env -o {out}\nraise KeyboardInterrupt",
+        bad_option="%jax_env --bogus",
+        evil="import os\nos.environ['JAX_JAXMAGIC_TEST'] = EVIL\ntry:\n    %jax_env -o {out}\n"
+             "finally:\n    del os.environ['JAX_JAXMAGIC_TEST']",
+    ),
+    "jax_traceback": MagicExample(
+        ok="%jax_traceback -o {out}",
+        raising="%jax_traceback -o {out}\nraise ValueError(EVIL)",
+        interrupt="%jax_traceback -o {out}\nraise KeyboardInterrupt",
+        bad_option="%jax_traceback --bogus",
+        # The last exception's message is shown.
+        evil="import sys\ntry:\n    f_raises(1)\nexcept ValueError as _e:\n    sys.last_exc = sys.last_value = _e\n"
+             "%jax_traceback -o {out}",
     ),
 }
 

@@ -5,6 +5,10 @@ returns (or yields) a report.
 """
 
 from jaxmagic.probes.check import CheckReport, check
+from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
+from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
+from jaxmagic.probes.leaks import LeakReport, leaks
+from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.nans import NanReport, nans
@@ -13,4 +17,6 @@ from jaxmagic.probes.sharding import run_call as run_sharding_call
 
 __all__ = ["nans", "NanReport", "check", "CheckReport", "sharding", "sharding_of_call", "run_sharding_call",
            "ShardingReport", "devices", "DevicesReport"]
+__all__ += ["leaks", "LeakReport", "explain", "explain_any", "TracerErrorReport", "config_diff", "ConfigReport",
+            "environment", "EnvReport", "traceback_view", "set_traceback_filtering", "TracebackReport"]
 __all__ += ["compiles", "CompileReport", "CompileBudgetExceeded"]
