@@ -228,12 +228,7 @@ class ShardingReport(Report):
             return f"`{what}` failed: {self.failure}"
         differing = [a for a in self.arrays if a.replica_check == "differ"]
         if differing:
-            a = differing[0]
-            block = a.blocks_differing[0]
-            groups = " vs ".join(_id_list(g.devices) for g in block.copy_groups)
-            where = f"`{a.path}`" if a.path else f"`{what}`"
-            return (f"{where} is declared replicated but its copies differ between devices "
-                    f"({groups}).")
+            return _differ_sentence(differing[0], what, self.call is not None)
         if self.failure:
             return f"`{what}` raised {self.failure}"
         if not self.arrays:
@@ -268,8 +263,21 @@ def _one_line(layout: ArrayLayout) -> str:
     return f"{layout.typeof}, {placement}: {shape}."
 
 
-def _id_list(ids: list[int]) -> str:
-    return "device " + ",".join(str(i) for i in ids) if len(ids) == 1 else "devices " + ",".join(map(str, ids))
+def _differ_sentence(layout: ArrayLayout, what: str, is_call: bool) -> str:
+    """"The result of `f(x)` is replicated (P()) but its copies differ: CPU 0 has 6.0, CPU 1 has 22.0."."""
+    subject = f"The result of `{what}`" if is_call else f"`{what}`"
+    if layout.path and layout.path not in ("result",):
+        subject = f"`{layout.path}` of " + (f"the result of `{what}`" if is_call else f"`{what}`")
+    block = layout.blocks_differing[0]
+    declared = f" (`{layout.spec}`)" if layout.spec else ""
+    names = [", ".join(layout.device(i).name for i in g.devices) for g in block.copy_groups]
+    if len(block.copy_groups) <= 8 and all(len(g.preview) <= 24 for g in block.copy_groups):
+        copies = ", ".join(f"{n} has {g.preview}" for n, g in zip(names, block.copy_groups))
+    else:
+        copies = " | ".join(names)
+    more = len(layout.blocks_differing) - 1
+    tail = f" (and {more} more block(s))" if more else ""
+    return f"{subject} is replicated{declared} but its copies differ: {copies}{tail}."
 
 
 # -- probes -----------------------------------------------------------------

@@ -145,8 +145,10 @@ def _grid_html(grid: Grid) -> str:
     # Each track is at least big enough for its label, and shares the rest by size.
     columns = [f"minmax({cell_w}px,{s:.3g}fr)" for s in col_sizes]
     rows = [f"minmax({cell_h}px,{s:.3g}fr)" for s in row_sizes]
-    width = sum(max(cell_w, cell_w * s) for s in col_sizes)
-    height = sum(max(cell_h, cell_h * s) for s in row_sizes)
+    gap = 1 if compact else 2
+    # Cells have a 1px border (2px for alerts): leave room for it and the gaps.
+    width = sum(max(cell_w, cell_w * s) for s in col_sizes) + gap * grid.cols + 4
+    height = sum(max(cell_h, cell_h * s) for s in row_sizes) + gap * grid.rows + 4
     first_row = first_col = 1
     if grid.row_labels:
         label_w = max(len(label) for label in grid.row_labels) * 6.6 + 8

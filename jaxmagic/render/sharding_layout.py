@@ -21,7 +21,8 @@ import colorsys
 import itertools
 import math
 
-from jaxmagic.render.document import Document, Facts, Grid, GridCell, Paragraph, Section, SourceLines, Table
+from jaxmagic.render.document import (Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines,
+                                     Table)
 
 # Light colours, far apart in hue, so dark labels stay readable on all of them.
 PALETTE = [
@@ -31,6 +32,7 @@ PALETTE = [
 MAX_FACETS = 16          # facets drawn for one array; the rest are counted
 MAX_ARRAYS_DRAWN = 8     # arrays of a pytree (or outputs of a call) drawn; all are tabled
 WRAP_1D_AFTER = 16       # a 1-D array with more blocks than this wraps into rows of 8
+MAX_DEVICE_ROWS = 16     # longer per-device tables are collapsed
 
 
 def device_colours(device_ids: list[int]) -> dict[int, str]:
@@ -41,8 +43,8 @@ def device_colours(device_ids: list[int]) -> dict[int, str]:
             colours[device_id] = PALETTE[n]
         else:  # golden-angle hues, alternating lightness so neighbours differ
             hue = (n * 0.618033988749895) % 1.0
-            light = 0.80 if n % 2 == 0 else 0.70
-            r, g, b = colorsys.hls_to_rgb(hue, light, 0.65)
+            light = 0.83 if n % 2 == 0 else 0.74
+            r, g, b = colorsys.hls_to_rgb(hue, light, 0.6)
             colours[device_id] = "#%02x%02x%02x" % (round(r * 255), round(g * 255), round(b * 255))
     return colours
 
@@ -141,7 +143,7 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
         c = col_chunks.index(tuple(block.index[col_dim])) if col_dim is not None else 0
         if wrap:
             r, c = divmod(c, 8)
-        cells.append(_cell(layout, block, r, c, row_dim, col_dim, colours))
+        cells.append(_cell(layout, block, r, c, row_dim, col_dim, colours, with_ranges=wrap))
     if wrap:
         cols = 8
         rows = math.ceil(len(col_chunks) / cols)
@@ -156,19 +158,19 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
     return grid
 
 
-def _cell(layout, block, r, c, row_dim, col_dim, colours) -> GridCell:
+def _cell(layout, block, r, c, row_dim, col_dim, colours, with_ranges: bool = False) -> GridCell:
     local = [h for h in block.holders if layout.device(h).addressable]
     label = holders_label(layout, block.holders)
-    style = ""
+    style = detail = ""
     if not local:
         processes = sorted({layout.device(h).process for h in block.holders})
-        label += f" (p{','.join(map(str, processes))})"
+        detail = f"process {','.join(map(str, processes))}"
         style = "muted"
     elif block.copies_differ:
-        style = "alert"
-        label += " !"
-    drawn = [d for d in (row_dim, col_dim) if d is not None]
-    detail = "[" + ", ".join(f"{block.index[d][0]}:{block.index[d][1]}" for d in drawn) + "]" if drawn else "scalar"
+        style, detail = "alert", "copies differ"
+    elif with_ranges:  # no edge labels to read the ranges from
+        drawn = [d for d in (row_dim, col_dim) if d is not None]
+        detail = "[" + ", ".join(f"{block.index[d][0]}:{block.index[d][1]}" for d in drawn) + "]"
     return GridCell(r, c, label, detail=detail, colour=colours.get(block.holders[0], ""),
                     tooltip=_tooltip(layout, block), style=style)
 
@@ -201,7 +203,8 @@ def sharding_document(report) -> Document:
     sections = []
     arrays = report.arrays
     if len(arrays) == 1:
-        sections.append(Section("Layout", _array_blocks(arrays[0], report.dims, with_facts=True)))
+        name = "Result" if report.call is not None else "Layout"
+        sections.append(Section(name, _array_blocks(arrays[0], report.dims, with_facts=True)))
     elif arrays:
         sections.append(Section("Arrays", [_arrays_table(arrays)]))
         drawn = []
@@ -280,7 +283,10 @@ def _facts(layout) -> list[tuple[str, str]]:
     facts.append(("devices", f"{len(layout.devices)} ({', '.join(kinds)})"
                   + (f", processes {', '.join(map(str, layout.processes))}" if len(layout.processes) > 1 else "")))
     shapes = sorted({tuple(b.shape) for b in layout.blocks})
-    facts.append(("shard shape", " / ".join(str(tuple(s)) for s in shapes) + f" of {tuple(layout.shape)}"))
+    if layout.shape:
+        facts.append(("shard shape", " / ".join(str(tuple(s)) for s in shapes) + f" of {tuple(layout.shape)}"))
+    else:
+        facts.append(("shard shape", "() - a scalar: every holder has the whole value"))
     per_device = sorted(set(layout.bytes_per_device().values()))
     total = _bytes(layout.total_bytes)
     if len(per_device) == 1:
@@ -313,16 +319,19 @@ def _replica_section(report) -> Section | None:
     if not differing:
         return None
     rows = []
+    several = len(report.arrays) > 1
     for layout in differing:
         for block in layout.blocks_differing:
             for group in block.copy_groups:
-                rows.append([layout.label, block.index_text, holders_label(layout, group.devices), group.preview])
+                rows.append(([f"`{layout.label}`"] if several else [])
+                            + [block.index_text if layout.shape else "(scalar)",
+                               holders_label(layout, group.devices), group.preview])
     blocks = [
         Paragraph("These blocks are held by several devices, so every copy should be the same, but the copies "
                   "differ. A value declared replicated (a `P()` or `None` in out_specs) that each device "
                   "computed on its own data - typically `shard_map` with `check_vma=False` and a missing "
                   "collective - comes back as device 0's copy, silently."),
-        Table(["array", "block", "devices", "their copy"], rows),
+        Table((["array"] if several else []) + ["block", "devices", "their copy"], rows),
         Paragraph("Fix: combine the per-device values with a collective inside the shard_map "
                   "(`lax.psum`, `lax.pmean`, `lax.all_gather`) before returning them as replicated, or return them "
                   "split (out_specs `P('axis')`) and combine outside. Keep `check_vma=True` (the default), "
@@ -407,7 +416,7 @@ def _devices_section(arrays) -> Section:
         if len(arrays) == 1:
             for block in layout.blocks:
                 for h in block.holders:
-                    blocks_of.setdefault(h, []).append(block.index_text)
+                    blocks_of.setdefault(h, []).append(block.index_text if layout.shape else "(scalar)")
     order = [d.id for layout in arrays for d in layout.devices]
     order = list(dict.fromkeys(order))
     multi_process = len({info[i].process for i in order}) > 1
@@ -423,4 +432,14 @@ def _devices_section(arrays) -> Section:
         row += [" ".join(blocks_of.get(device_id, []))] if blocks_of else []
         row += [_bytes(per_device[device_id])]
         rows.append(row)
-    return Section("Devices", [Table(columns, rows)])
+    if len(rows) <= MAX_DEVICE_ROWS:
+        return Section("Devices", [Table(columns, rows)])
+    # A long list stays collapsed: the drawing already shows who holds what.
+    from jaxmagic.render.text import _block_lines
+
+    sizes = sorted(set(per_device.values()))
+    summary = (f"{len(rows)} devices, {_bytes(sizes[0])} each" if len(sizes) == 1 else
+               f"{len(rows)} devices, {_bytes(sizes[0])} to {_bytes(sizes[-1])} each")
+    return Section("Devices", [Paragraph(summary + "."),
+                               Evidence(f"Per device ({len(rows)} devices)",
+                                        "\n".join(_block_lines(Table(columns, rows))))])
