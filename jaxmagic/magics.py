@@ -362,3 +362,18 @@ class JaxMagics(Magics):
         report = probes.traceback_view(error, previous_mode=previous)
         del error
         self._publish(report, args)
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_per_device(self, line, cell):
+        """Run the cell; show what each device printed inside shard_map, grouped by device.
+
+        jax.debug.print inside a shard_map prints once per device, in no set
+        order and without saying which device printed. For this cell every
+        such print is tagged with the device's mesh position (lax.axis_index
+        of each mesh axis) and the report shows the lines per device, on a
+        drawing of the mesh. The printed text itself is unchanged.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_per_device, line)
+        return self._run_cell_in_probe(probes.per_device(), args, cell)

@@ -86,6 +86,12 @@ EXAMPLES = {
         bad_option="%jax_sharding jnp.ones(3) --bogus",
         malformed="%jax_sharding jnp.ones(3",
     ),
+    "jax_per_device": MagicExample(
+        ok="%%jax_per_device -o {out}\njax.debug.print('x = {{x}}', x=jnp.ones(2))",
+        raising="%%jax_per_device -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_per_device -o {out}\nraise KeyboardInterrupt",
+        bad_option="%%jax_per_device --bogus\n1",
+    ),
     "jax_devices": MagicExample(
         ok="%jax_devices -o {out}",
         raising="%jax_devices f_raises(1) -o {out}",

@@ -12,6 +12,7 @@ from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering,
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.nans import NanReport, nans
+from jaxmagic.probes.per_device import PerDeviceReport, per_device
 from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
 from jaxmagic.probes.sharding import run_call as run_sharding_call
 
@@ -20,3 +21,4 @@ __all__ = ["nans", "NanReport", "check", "CheckReport", "sharding", "sharding_of
 __all__ += ["leaks", "LeakReport", "explain", "explain_any", "TracerErrorReport", "config_diff", "ConfigReport",
             "environment", "EnvReport", "traceback_view", "set_traceback_filtering", "TracebackReport"]
 __all__ += ["compiles", "CompileReport", "CompileBudgetExceeded"]
+__all__ += ["per_device", "PerDeviceReport"]
