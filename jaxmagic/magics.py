@@ -8,7 +8,7 @@ real help), runs the cell or the call inside a probe, stores the report under
 from __future__ import annotations
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxmagic import probes
@@ -377,3 +377,95 @@ class JaxMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         args = self._parse(self.jax_per_device, line)
         return self._run_cell_in_probe(probes.per_device(), args, cell)
+
+    # -- programs and memory (chapter sections 2 and 7) ----------------------
+
+    @magic_arguments()
+    @argument("words", nargs="*", help="[SCOPE] EXPR: an optional jax.named_scope name or path (encoder, "
+              "encoder/attn), then the call, e.g. model(params, x); arguments may be jax.ShapeDtypeStruct.")
+    @argument("--stage", default="all", metavar="STAGE",
+              help="jaxpr, stablehlo, hlo or all (comma-separated; default all). Memory and cost need hlo.")
+    @argument("--sweep", metavar="NAME=V1,V2,...", help="Compile once per value of NAME, a name the call "
+              "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_hlo(self, line):
+        """Find your named_scope in the jaxpr, StableHLO and optimized HLO of a call; memory before running.
+
+        %jax_hlo [SCOPE] EXPR traces, lowers and compiles EXPR (e.g.
+        model(params, x)) ahead of time - it never runs it. With SCOPE, the
+        operations of that jax.named_scope in each stage side by side, with
+        your lines, the kernels XLA runs them in, and operations that fusion
+        files under another scope's name. Without SCOPE, the tree of named
+        scopes with counts per stage. Always: globals or closure values baked
+        into the program as literals, captured constant arrays, and the
+        compiled program's memory_analysis() and cost_analysis(). --sweep
+        B=64,256,1024 compiles once per value of B and tabulates the memory.
+        """
+        from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep, split_scope_and_call
+
+        text, option_text = split_call_and_options(line)
+        args = self._parse(self.jax_hlo, option_text)
+        try:
+            scope, call_text = split_scope_and_call(text)
+            stages = parse_stages(args.stage)
+            sweep_name, sweep_values = parse_sweep(args.sweep) if args.sweep else ("", [])
+        except ValueError as error:
+            raise UsageError(f"{error}.") from None
+        if not call_text:
+            raise UsageError("%jax_hlo needs a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)")
+        namespace = self.shell.user_ns
+
+        def evaluated(value=None):
+            scope_ns = namespace if not sweep_name else {**namespace, sweep_name: value}
+            try:
+                return evaluate_call(call_text, scope_ns)
+            except CallExpressionError as problem:
+                raise UsageError(str(problem)) from None
+
+        call = evaluated(sweep_values[0] if sweep_values else None)
+        sweep = None
+        if sweep_name:
+            def build(value):
+                built = evaluated(value)
+                return built.function, built.args, built.kwargs
+
+            sweep = Sweep(sweep_name, sweep_values, build)
+        report = probes.hlo(call.function, *call.args, scope=scope, stage=stages, call_text=call.text,
+                            namespace=namespace, sweep=sweep, **call.kwargs)
+        del call, sweep  # keep no user array alive
+        self._publish(report, args)
+
+    @magic_arguments()
+    @argument("--top", type=int, default=10, metavar="N", help="Show the N largest groups (default 10; "
+              "the report keeps all).")
+    @argument("--profile", metavar="PATH", help="Also save jax.profiler.save_device_memory_profile(PATH) "
+              "(pprof format; open with pprof -http=:8080 PATH).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_cell_magic
+    def jax_live(self, line, cell=None):
+        """Live JAX arrays grouped by shape, dtype and placement, and the names that hold them.
+
+        %jax_live lists every live array (jax.live_arrays()) in groups with
+        count and bytes, and names their holders: your variables and what
+        they contain a few levels deep (hist['acts'][3], trainer.history[0]),
+        IPython's output cache (Out[12], _), the last error's traceback, and
+        the jit cache, which keeps arrays a jitted function read from globals
+        (jax.clear_caches() frees them). Device memory_stats() where the
+        backend has them. %%jax_live runs the cell and reports the arrays it
+        created that are still alive afterwards (its own result aside), with
+        their holders. Keeps no array alive itself.
+        """
+        import os
+
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_live, line)
+        if args.top < 1:
+            raise UsageError(f"--top takes a positive number of groups, got {args.top}.")
+        if args.profile and not os.path.isdir(os.path.dirname(os.path.abspath(args.profile))):
+            raise UsageError(f"--profile: the directory of {args.profile!r} does not exist.")
+        options = dict(namespace=self.shell.user_ns, top=args.top, profile=args.profile)
+        if cell is None:
+            self._publish(probes.live(**options), args)
+            return None
+        return self._run_cell_in_probe(probes.live_diff(**options), args, cell)

@@ -143,11 +143,25 @@ EXAMPLES = {
         evil="import sys\ntry:\n    f_raises(1)\nexcept ValueError as _e:\n    sys.last_exc = sys.last_value = _e\n"
              "%jax_traceback -o {out}",
     ),
+    "jax_hlo": MagicExample(
+        ok="%jax_hlo f_ok(jnp.ones(3)) -o {out}",
+        raising="%jax_hlo f_raises(jnp.ones(3)) -o {out}",
+        interrupt="%jax_hlo f_interrupt(jnp.ones(3)) -o {out}",
+        bad_option="%jax_hlo f_ok(jnp.ones(3)) --bogus",
+        malformed="%jax_hlo f_ok(jnp.ones(3)",
+    ),
+    "jax_live": MagicExample(  # a line and a cell magic: the line form here, the cell form in the others
+        ok="%jax_live -o {out}",
+        raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",
+        interrupt="%%jax_live -o {out}\nraise KeyboardInterrupt",
+        bad_option="%jax_live --bogus",
+    ),
 }
 
 
 def registered_magics() -> list[str]:
-    return sorted(name for names in JaxMagics.magics.values() for name in names)
+    # A line-and-cell magic (%jax_live / %%jax_live) is registered twice under one name.
+    return sorted({name for names in JaxMagics.magics.values() for name in names})
 
 
 @pytest.fixture(scope="module")

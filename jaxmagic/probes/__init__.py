@@ -22,3 +22,7 @@ __all__ += ["leaks", "LeakReport", "explain", "explain_any", "TracerErrorReport"
             "environment", "EnvReport", "traceback_view", "set_traceback_filtering", "TracebackReport"]
 __all__ += ["compiles", "CompileReport", "CompileBudgetExceeded"]
 __all__ += ["per_device", "PerDeviceReport"]
+from jaxmagic.probes.hlo import HloReport, hlo  # noqa: E402
+from jaxmagic.probes.live import LiveReport, live, live_diff  # noqa: E402
+
+__all__ += ["hlo", "HloReport", "live", "live_diff", "LiveReport"]

@@ -1,0 +1,331 @@
+"""Reading XLA's optimized-HLO text: the one place jaxmagic parses it.
+
+JAX hands out the program XLA will run only as text (``Compiled.as_text()``);
+there is no structured object for it in the public API. Everything the
+``%jax_hlo`` probe needs from that text is read here, and nowhere else:
+
+* computations and their instructions (name, opcode, result type), with the
+  computations each instruction calls (``calls=``, ``to_apply=``, ``body=``, ...);
+* each instruction's ``metadata``: ``op_name`` (JAX's name stack, e.g.
+  ``jit(f)/encoder/dot_general``; XLA joins the names of merged instructions
+  with ``;``), ``op_type`` and the source location;
+* the source location in both formats XLA has printed: the older inline
+  ``source_file="..." source_line=N`` and the compact tables since 2025
+  (``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` at
+  the top of the module, referenced by ``stack_frame_id=K``).
+
+The parser is tolerant: a line it does not understand is skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+# Roles of the computations an instruction refers to; "fused" bodies run inside
+# one kernel, "applied" ones are scalar reducers/comparators (to_apply=...),
+# "control" ones are loop bodies, conditions and branches that run as code.
+_CALL_ROLES = {
+    "calls": "fused",
+    "to_apply": "applied",
+    "body": "control",
+    "condition": "control",
+    "branch_computations": "control",
+    "true_computation": "control",
+    "false_computation": "control",
+    "called_computations": "control",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class HloFrame:
+    """One frame of an instruction's Python stack (innermost first in lists)."""
+
+    file: str
+    function: str
+    line: int
+
+
+@dataclasses.dataclass
+class HloInstruction:
+    name: str                       # without the leading %
+    opcode: str                     # "fusion", "dot", "multiply", ...
+    shape: str                      # "f32[3,8]{1,0}", "(f32[], s32[])"
+    computation: str                # the computation it belongs to
+    op_names: tuple[str, ...] = ()  # metadata op_name, split at ";"
+    op_type: str = ""
+    stack_frame_id: int | None = None
+    source_file: str = ""           # older inline format
+    source_line: int = 0
+    called: tuple[tuple[str, str], ...] = ()  # (attribute, computation), e.g. ("calls", "fused_computation.1")
+    fusion_kind: str = ""           # "kLoop", "kCustom", ... for fusion instructions
+    is_root: bool = False
+    text: str = ""                  # the instruction's line, stripped
+
+
+@dataclasses.dataclass
+class HloComputation:
+    name: str
+    is_entry: bool
+    instructions: list[HloInstruction] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class HloModuleText:
+    """The parsed module. ``stack(instr)`` gives an instruction's source frames."""
+
+    name: str
+    computations: dict[str, HloComputation]
+    frames: dict[int, tuple[HloFrame, int]]  # stack_frame_id -> (frame, parent id or 0)
+
+    @property
+    def entry(self) -> HloComputation | None:
+        return next((c for c in self.computations.values() if c.is_entry), None)
+
+    def instructions(self):
+        for computation in self.computations.values():
+            yield from computation.instructions
+
+    def stack(self, instruction: HloInstruction) -> list[HloFrame]:
+        """The instruction's Python frames, innermost first ([] when XLA kept none)."""
+        if instruction.stack_frame_id is not None:
+            frames, seen, frame_id = [], set(), instruction.stack_frame_id
+            while frame_id and frame_id in self.frames and frame_id not in seen:
+                seen.add(frame_id)
+                frame, frame_id = self.frames[frame_id]
+                frames.append(frame)
+            return frames
+        if instruction.source_file:
+            return [HloFrame(instruction.source_file, "", instruction.source_line)]
+        return []
+
+    @functools.cached_property
+    def callers(self) -> dict[str, tuple[str, HloInstruction]]:
+        """For each called computation: (its role, the first instruction calling it)."""
+        found: dict[str, tuple[str, HloInstruction]] = {}
+        for instruction in self.instructions():
+            for attribute, target in instruction.called:
+                found.setdefault(target, (_CALL_ROLES.get(attribute, "control"), instruction))
+        return found
+
+    def role(self, computation: str) -> str:
+        """"entry", "control" (runs as code), "fused" or "applied" (a reducer's body)."""
+        comp = self.computations.get(computation)
+        if comp is not None and comp.is_entry:
+            return "entry"
+        return self.callers.get(computation, ("control", None))[0]
+
+    def kernel_of(self, instruction: HloInstruction) -> HloInstruction:
+        """The instruction that runs ``instruction`` as code.
+
+        An instruction of the entry computation or of a loop body runs itself;
+        one inside a fused computation runs inside the fusion instruction that
+        calls it (the outermost one, for nested fusions); one inside a reducer
+        body runs inside the reduce that applies it.
+        """
+        kernel, seen = instruction, set()
+        while kernel.computation in self.callers and kernel.computation not in seen:
+            seen.add(kernel.computation)
+            role, caller = self.callers[kernel.computation]
+            if role == "control":
+                break
+            kernel = caller
+        return kernel
+
+
+_HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_CALLED = re.compile(r"\b(calls|to_apply|body|condition|branch_computations|true_computation|"
+                     r"false_computation|called_computations)=(\{[^}]*\}|%?[\w.\-]+)")
+_FUSION_KIND = re.compile(r"\bkind=(k\w+)")
+_TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+def parse_hlo_module(text: str) -> HloModuleText:
+    """Parse the text of ``Compiled.as_text()`` (one HLO module)."""
+    lines = text.splitlines()
+    module_name = ""
+    tables: dict[str, list[str]] = {name: [] for name in _TABLE_NAMES}
+    computations: dict[str, HloComputation] = {}
+    current: HloComputation | None = None
+    table: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        if current is None:
+            if stripped.startswith("HloModule "):
+                module_name = stripped.split()[1].rstrip(",")
+                table = None
+                continue
+            if stripped in _TABLE_NAMES:
+                table = stripped
+                continue
+            header = _HEADER.match(line)
+            if header and not stripped.startswith(("HloModule",)):
+                current = HloComputation(header.group(2), bool(header.group(1)))
+                computations[current.name] = current
+                table = None
+                continue
+            if table and stripped:
+                tables[table].append(stripped)
+            elif not stripped:
+                table = None
+            continue
+        if stripped == "}":
+            current = None
+            continue
+        instruction = _parse_instruction(line, current.name)
+        if instruction is not None:
+            current.instructions.append(instruction)
+    return HloModuleText(module_name, computations, _stack_frames(tables))
+
+
+def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
+    match = _INSTRUCTION.match(line)
+    if not match:
+        return None
+    is_root, name, rest = bool(match.group(1)), match.group(2), match.group(3)
+    shape, rest = _take_shape(rest)
+    opcode_match = re.match(r"\s*([\w\-]+)\(", rest)
+    if not opcode_match:
+        return None
+    opcode = opcode_match.group(1)
+    # Everything after the operand list: attributes and metadata.
+    operands_end = _matching(rest, opcode_match.end() - 1, "(", ")")
+    attributes = rest[operands_end + 1:] if operands_end >= 0 else ""
+    metadata = _metadata(attributes)
+    called = []
+    for attribute, value in _CALLED.findall(_without_metadata(attributes)):
+        for target in value.strip("{}").split(","):
+            target = target.strip().lstrip("%")
+            if target:
+                called.append((attribute, target))
+    kind = _FUSION_KIND.search(attributes) if opcode == "fusion" else None
+    op_name = metadata.get("op_name", "")
+    frame_id = metadata.get("stack_frame_id", "")
+    source_line = metadata.get("source_line", "")
+    return HloInstruction(
+        name=name,
+        opcode=opcode,
+        shape=shape,
+        computation=computation,
+        op_names=tuple(n for n in op_name.split(";") if n) if op_name else (),
+        op_type=metadata.get("op_type", ""),
+        stack_frame_id=int(frame_id) if frame_id.isdigit() else None,
+        source_file=metadata.get("source_file", ""),
+        source_line=int(source_line) if source_line.isdigit() else 0,
+        called=tuple(called),
+        fusion_kind=kind.group(1) if kind else "",
+        is_root=is_root,
+        text=line.strip(),
+    )
+
+
+def _take_shape(text: str) -> tuple[str, str]:
+    text = text.lstrip()
+    if text.startswith("("):
+        end = _matching(text, 0, "(", ")")
+        return text[:end + 1], text[end + 1:]
+    # "f32[3,8]{1,0}" has no spaces; "token[]" neither.
+    parts = text.split(" ", 1)
+    return parts[0], parts[1] if len(parts) > 1 else ""
+
+
+def _matching(text: str, start: int, open_char: str, close_char: str) -> int:
+    """Index of the bracket closing the one at ``start`` (skipping quoted strings), or -1."""
+    depth, i, quote = 0, start, False
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                quote = False
+        elif char == '"':
+            quote = True
+        elif char == open_char:
+            depth += 1
+        elif char == close_char:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _metadata_span(attributes: str) -> tuple[int, int]:
+    start = attributes.find("metadata={")
+    if start < 0:
+        return -1, -1
+    end = _matching(attributes, start + len("metadata="), "{", "}")
+    return start, end
+
+
+def _without_metadata(attributes: str) -> str:
+    start, end = _metadata_span(attributes)
+    if start < 0:
+        return attributes
+    return attributes[:start] + attributes[end + 1:]
+
+
+_METADATA_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+
+
+def _metadata(attributes: str) -> dict[str, str]:
+    """The fields of ``metadata={op_name="..." stack_frame_id=3 ...}``, strings unescaped."""
+    start, end = _metadata_span(attributes)
+    if start < 0 or end < 0:
+        return {}
+    body = attributes[start + len("metadata={"):end]
+    fields = {}
+    for key, value in _METADATA_FIELD.findall(body):
+        if value.startswith('"'):
+            value = _unescape(value[1:-1])
+        fields[key] = value
+    return fields
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
+
+
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_FIELD = re.compile(r"(\w+)=(-?\d+)")
+
+
+def _stack_frames(tables: dict[str, list[str]]) -> dict[int, tuple[HloFrame, int]]:
+    """stack_frame_id -> (frame, parent id or 0) from the compact tables."""
+
+    def rows(name: str) -> dict[int, str]:
+        out = {}
+        for row in tables.get(name, []):
+            match = _TABLE_ROW.match(row)
+            if match:
+                out[int(match.group(1))] = match.group(2)
+        return out
+
+    def quoted(value: str) -> str:
+        value = value.strip()
+        return _unescape(value[1:-1]) if value.startswith('"') and value.endswith('"') else value
+
+    files = {k: quoted(v) for k, v in rows("FileNames").items()}
+    functions = {k: quoted(v) for k, v in rows("FunctionNames").items()}
+    locations = {k: dict((f, int(n)) for f, n in _FIELD.findall(v)) for k, v in rows("FileLocations").items()}
+    stack = {k: dict((f, int(n)) for f, n in _FIELD.findall(v)) for k, v in rows("StackFrames").items()}
+    # XLA prints parent_frame_id one higher than the parent's row number (1 = no
+    # parent), so a frame whose "parent" is itself is a top frame. Older
+    # printers wrote the row number itself (0 = no parent); detect which.
+    shifted = any(fields.get("parent_frame_id") == k and k > 1 for k, fields in stack.items()) or (
+        stack.get(1, {}).get("parent_frame_id") == 1)
+    frames = {}
+    for frame_id, fields in stack.items():
+        location = locations.get(fields.get("file_location_id", 0), {})
+        frame = HloFrame(
+            file=files.get(location.get("file_name_id", 0), ""),
+            function=functions.get(location.get("function_name_id", 0), ""),
+            line=location.get("line", 0),
+        )
+        parent = fields.get("parent_frame_id", 0)
+        parent = parent - 1 if shifted else parent
+        frames[frame_id] = (frame, parent if parent != frame_id else 0)
+    return frames

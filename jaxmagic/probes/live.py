@@ -1,0 +1,554 @@
+"""Live-array probe: which JAX arrays are alive, how much they take, and who holds them.
+
+Usage without IPython::
+
+    report = jaxmagic.probes.live(namespace=globals())
+    report.groups[0].holders       # ["debug_cache[0..9]"]
+
+    with jaxmagic.probes.live_diff(namespace=globals()) as report:
+        train_for_a_while()
+    report.groups                  # arrays the block created that are still alive
+
+``jax.live_arrays()`` lists every array the process still holds. The probe
+groups them by (shape, dtype, placement) and names their holders: the user's
+variables and what they contain a few levels deep (``hist['acts'][3]``,
+``trainer.history[0]``), IPython's output cache (``Out[12]``, ``_``), the frames
+of the last error (``sys.last_traceback``), and the jit cache, which keeps the
+arrays a traced function closed over as constants of its program (chapter
+section 7.5). The probe keeps no array alive: snapshots are ids and weak
+references, the report holds strings and numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import os
+import weakref
+from typing import Any, Iterator
+
+from jaxmagic._holder_search import (
+    KIND_NAME,
+    KIND_OUTPUT,
+    KIND_TRACEBACK,
+    find_holders,
+    namespace_roots,
+    traceback_roots,
+)
+from jaxmagic.report import Report, Status
+
+KIND_JIT_CACHE = "jit cache"   # a constant of a traced program that JAX's caches keep
+KIND_ELSEWHERE = "elsewhere"   # nothing we can see holds it
+KIND_RESULT = "result"         # the cell's own result (Out[n])
+
+_SHOWN_HOLDERS = 6
+
+
+@dataclasses.dataclass
+class LiveGroup:
+    """Live arrays of one shape, dtype and placement."""
+
+    shape: tuple
+    dtype: str
+    placement: str                 # "cpu:0", or the sharding for arrays spread over devices
+    count: int = 0
+    bytes_each: int = 0
+    holders: list[str] = dataclasses.field(default_factory=list)  # "debug_cache[0..9]", "Out[12]", ...
+    by_kind: dict[str, int] = dataclasses.field(default_factory=dict)  # arrays per best holder kind
+    jit_functions: list[str] = dataclasses.field(default_factory=list)  # functions whose cache keeps them
+
+    @property
+    def total_bytes(self) -> int:
+        return self.count * self.bytes_each
+
+    @property
+    def held_by_names(self) -> int:
+        return self.by_kind.get(KIND_NAME, 0)
+
+    @property
+    def in_output_cache(self) -> int:
+        return self.by_kind.get(KIND_OUTPUT, 0)
+
+    @property
+    def in_jit_cache(self) -> int:
+        return self.by_kind.get(KIND_JIT_CACHE, 0)
+
+    @property
+    def elsewhere(self) -> int:
+        return self.by_kind.get(KIND_ELSEWHERE, 0)
+
+    @property
+    def type_text(self) -> str:
+        return f"{_short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+
+@dataclasses.dataclass
+class DeviceMemory:
+    device: str
+    stats: dict[str, int] | None  # Device.memory_stats(); None where the backend has none (CPU)
+
+
+@dataclasses.dataclass
+class LiveReport(Report):
+    """What ``%jax_live`` / ``%%jax_live`` found."""
+
+    kind = "jax_live"
+
+    mode: str = "snapshot"          # "snapshot" (line magic) or "cell" (arrays a cell left alive)
+    total_arrays: int = 0           # all live arrays at the end
+    total_bytes: int = 0
+    groups: list[LiveGroup] = dataclasses.field(default_factory=list)  # largest total first
+    top: int | None = None          # groups shown (None: all)
+    devices: list[DeviceMemory] = dataclasses.field(default_factory=list)
+    profile_path: str = ""
+    profile_bytes: int = 0
+    searched: int = 0               # values looked at while naming holders
+    search_truncated: bool = False
+    # cell mode
+    before_arrays: int = 0
+    before_bytes: int = 0
+    freed_arrays: int = 0           # alive before the cell, gone after it
+    freed_bytes: int = 0
+    result_arrays: int = 0          # arrays of the cell's own result (Out[n]): not counted as left behind
+    result_bytes: int = 0
+    result_label: str = ""
+    other_error: str = ""           # the cell raised: "ValueError: ..."
+
+    # -- derived --------------------------------------------------------------
+
+    @property
+    def arrays(self) -> int:
+        """Arrays in the groups: live arrays (snapshot) or arrays the cell left alive (cell)."""
+        return sum(g.count for g in self.groups)
+
+    @property
+    def bytes(self) -> int:
+        return sum(g.total_bytes for g in self.groups)
+
+    def count_by_kind(self, kind: str) -> int:
+        return sum(g.by_kind.get(kind, 0) for g in self.groups)
+
+    def group(self, shape, dtype: str | None = None) -> LiveGroup | None:
+        """The first group of this shape (and dtype, e.g. "float32"), or None."""
+        for g in self.groups:
+            if tuple(g.shape) == tuple(shape) and (dtype is None or g.dtype == dtype):
+                return g
+        return None
+
+    @property
+    def holders(self) -> list[str]:
+        """Every holder label of every group, in group order."""
+        return [h for g in self.groups for h in g.holders]
+
+    @property
+    def _worrying(self) -> int:
+        """Arrays no variable of the user holds directly: in containers aside, the ones that surprise."""
+        return sum(self.count_by_kind(k) for k in (KIND_OUTPUT, KIND_TRACEBACK, KIND_JIT_CACHE, KIND_ELSEWHERE))
+
+    @property
+    def status(self) -> Status:
+        if self.mode == "cell":
+            return Status.PROBLEM if self.groups else (Status.ERROR if self.other_error else Status.OK)
+        return Status.PROBLEM if (self.count_by_kind(KIND_JIT_CACHE) or self.count_by_kind(KIND_OUTPUT)
+                                  or self.count_by_kind(KIND_TRACEBACK)) else Status.OK
+
+    @property
+    def summary(self) -> str:
+        if self.mode == "cell":
+            return self._cell_summary()
+        text = f"{self.total_arrays} live array(s), {_bytes(self.total_bytes)} in {len(self.groups)} group(s)"
+        if self.groups:
+            g = self.groups[0]
+            text += f"; largest: {g.count} \u00d7 `{g.type_text}` ({_bytes(g.total_bytes)})"
+            if g.holders:
+                text += f" held by {_join_holders(g.holders, 2)}"
+        text += "."
+        return text + self._kind_sentence()
+
+    def _cell_summary(self) -> str:
+        failed = f" The cell failed ({self.other_error})." if self.other_error else ""
+        if not self.groups:
+            result = (f" Its result {self.result_label} holds {self.result_arrays} array(s)."
+                      if self.result_arrays else "")
+            return f"No array created by this cell is still alive.{result}{failed}"
+        parts = []
+        for g in self.groups[:2]:
+            held = f" held by {_join_holders(g.holders, 2)}" if g.holders else ""
+            parts.append(f"{g.count} \u00d7 `{g.type_text}`{held}")
+        more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
+        return (f"{self.arrays} array(s) ({_bytes(self.bytes)}) created by this cell are still alive: "
+                f"{'; '.join(parts)}{more}.{self._kind_sentence()}{failed}")
+
+    def _kind_sentence(self) -> str:
+        parts = []
+        jit = self.count_by_kind(KIND_JIT_CACHE)
+        if jit:
+            parts.append(f"{jit} kept only by the jit cache as constants (`jax.clear_caches()` frees them)")
+        out = self.count_by_kind(KIND_OUTPUT)
+        if out:
+            parts.append(f"{out} kept by IPython's output cache (Out[...], _)")
+        tb = self.count_by_kind(KIND_TRACEBACK)
+        if tb:
+            parts.append(f"{tb} kept by the last error's traceback")
+        return (" " + "; ".join(parts) + ".") if parts else ""
+
+    # -- rendering ------------------------------------------------------------
+
+    def document(self):
+        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
+
+        sections = []
+        shown = self.groups if self.top is None else self.groups[:self.top]
+        if self.groups:
+            rows = []
+            for g in shown:
+                rows.append([f"`{g.type_text}`", g.placement, str(g.count), _bytes(g.bytes_each),
+                             _bytes(g.total_bytes), self._held_text(g)])
+            blocks = [Table(["array", "placement", "count", "each", "total", "held by"], rows)]
+            if len(shown) < len(self.groups):
+                rest = self.groups[len(shown):]
+                blocks.append(Paragraph(f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
+                                        f"array(s), {_bytes(sum(g.total_bytes for g in rest))} (--top to see more)."))
+            title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
+            sections.append(Section(title, blocks))
+        advice = self._advice()
+        if advice:
+            sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
+        facts = []
+        if self.mode == "cell":
+            facts += [("before the cell", f"{self.before_arrays} arrays, {_bytes(self.before_bytes)}"),
+                      ("after the cell", f"{self.total_arrays} arrays, {_bytes(self.total_bytes)}"),
+                      ("created and still alive", f"{self.arrays} arrays, {_bytes(self.bytes)}"),
+                      ("freed by the cell", f"{self.freed_arrays} arrays, {_bytes(self.freed_bytes)}")]
+            if self.result_arrays:
+                facts.append((f"the cell's result {self.result_label}",
+                              f"{self.result_arrays} arrays, {_bytes(self.result_bytes)} (not counted above)"))
+        else:
+            facts.append(("live arrays", f"{self.total_arrays}, {_bytes(self.total_bytes)}"))
+        for device in self.devices[:8]:
+            if device.stats is None:
+                facts.append((f"{device.device} memory_stats()", "None: this backend does not report device "
+                              "memory (CPU); the sizes above are the arrays' own"))
+            else:
+                keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
+                text = ", ".join(f"{k} {_bytes(device.stats[k])}" for k in keys if k in device.stats)
+                facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
+        if self.search_truncated:
+            facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
+        sections.append(Section("Memory", [Facts(facts)]))
+        if self.profile_path:
+            sections.append(Section("Device memory profile", [Paragraph(
+                f"Saved `{self.profile_path}` ({_bytes(self.profile_bytes)}, pprof format: gzip-compressed "
+                "protobuf) with `jax.profiler.save_device_memory_profile`. It sums the live buffers by the "
+                f"Python stack that allocated them. Open it with `pprof -http=:8080 {self.profile_path}` "
+                "(pprof: `go install github.com/google/pprof@latest`) for a flame graph by allocating line.")]))
+        return Document("%%jax_live" if self.mode == "cell" else "%jax_live", self.status, self.summary, sections)
+
+    def _held_text(self, g: LiveGroup) -> str:
+        parts = []
+        if g.holders:
+            parts.append(_join_holders(g.holders, _SHOWN_HOLDERS))
+        if g.in_jit_cache:
+            functions = ", ".join(f"jit({f})" for f in g.jit_functions[:3])
+            parts.append(f"jit cache: constant of {functions}" if functions else "jit cache")
+        if g.elsewhere:
+            parts.append(f"{g.elsewhere} held elsewhere" if g.elsewhere < g.count else "held elsewhere")
+        return "; ".join(parts) or "-"
+
+    def _advice(self) -> list[str]:
+        advice = []
+        if self.count_by_kind(KIND_JIT_CACHE):
+            advice.append("Jit cache: a jitted function that reads a global array keeps it as a constant of its "
+                          "compiled program for as long as the function lives, even after the name is rebound. "
+                          "`jax.clear_caches()` frees them; pass large arrays as arguments instead.")
+        if self.count_by_kind(KIND_OUTPUT):
+            advice.append("IPython's output cache keeps every displayed result (`Out[n]`, `_`, `__`, `___`). "
+                          "`%reset -f out` empties it; end a cell with `;` to keep its result out of it.")
+        if self.count_by_kind(KIND_TRACEBACK):
+            advice.append("The last error's traceback keeps the failing frames and their local arrays "
+                          "(`sys.last_traceback`, and IPython's traceback printer keeps the last one it showed). "
+                          "They go when the next error replaces them, or with "
+                          "`sys.last_traceback = sys.last_value = sys.last_exc = None` and "
+                          "`get_ipython().InteractiveTB.tb = None`.")
+        if self.count_by_kind(KIND_ELSEWHERE):
+            advice.append("Held elsewhere: no variable, output, traceback or jit cache reaches these within three "
+                          "steps - a deeper structure, a closure of a library, or a reference outside the "
+                          "notebook's namespace. `gc.get_referrers(x)` on one of them shows who.")
+        if self.mode == "cell" and any(g.held_by_names for g in self.groups):
+            advice.append("Arrays kept in lists or dicts grow with every step: store what you need as Python "
+                          "numbers (`float(loss)`) and drop the arrays, or `del` the container. `x.delete()` frees "
+                          "an array's buffer at once, whatever still refers to it.")
+        return advice
+
+
+def _short_dtype(dtype: str) -> str:
+    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
+            "int64": "i64", "int8": "i8", "uint8": "u8", "uint32": "u32", "bool": "bool"}.get(dtype, dtype)
+
+
+def _bytes(n: int | float) -> str:
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def _join_holders(holders: list[str], limit: int) -> str:
+    shown = ", ".join(f"`{h}`" for h in holders[:limit])
+    return shown + (f" (+{len(holders) - limit} more)" if len(holders) > limit else "")
+
+
+# -- the probe ----------------------------------------------------------------
+
+
+def live(*, namespace: dict | None = None, top: int | None = None, profile: str | None = None) -> LiveReport:
+    """Every live JAX array, grouped, with the names that hold each group.
+
+    ``namespace``: the variables to search for holders (a notebook's user
+    namespace; IPython's ``Out``/``_`` in it are reported as the output cache).
+    ``top``: how many groups the rendered report shows (the report keeps all).
+    ``profile``: also save ``jax.profiler.save_device_memory_profile`` there.
+    """
+    import jax
+
+    report = LiveReport(mode="snapshot", top=top)
+    gc.collect()  # arrays in unreachable cycles are garbage, not live
+    arrays = jax.live_arrays()
+    try:
+        _describe(report, arrays, namespace, excluded=frozenset())
+    finally:
+        del arrays
+    report.devices = _device_memory()
+    if profile:
+        _save_profile(report, profile)
+    return report
+
+
+@contextlib.contextmanager
+def live_diff(*, namespace: dict | None = None, top: int | None = None,
+              profile: str | None = None) -> Iterator[LiveReport]:
+    """Snapshot the live arrays before and after the block; report the ones it created that are still alive.
+
+    The block's own result, if it lands in IPython's output cache (``Out[n]``,
+    ``_``), is not counted as left behind. The block's exception propagates
+    unchanged; the report is filled in before it does.
+    """
+    import jax
+
+    report = LiveReport(mode="cell", top=top)
+    gc.collect()
+    arrays = jax.live_arrays()
+    before = {id(a): weakref.ref(a) for a in arrays}
+    report.before_arrays = len(arrays)
+    report.before_bytes = _nbytes(arrays)
+    before_sizes = {id(a): _nbytes_one(a) for a in arrays}
+    del arrays
+    out_cache = namespace.get("Out") if namespace else None
+    outputs_before = set(out_cache) if isinstance(out_cache, dict) else set()
+    try:
+        yield report
+    except BaseException as error:
+        report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+        raise
+    finally:
+        gc.collect()
+        arrays = jax.live_arrays()
+        try:
+            alive_before = {id(a) for a in arrays if (ref := before.get(id(a))) is not None and ref() is a}
+            report.freed_arrays = len(before) - len(alive_before)
+            report.freed_bytes = sum(size for key, size in before_sizes.items() if key not in alive_before)
+            created = [a for a in arrays if id(a) not in alive_before]
+            excluded = _result_arrays(report, created, namespace, out_cache, outputs_before)
+            _describe(report, arrays, namespace, excluded=alive_before | excluded, created=created)
+            del created
+        finally:
+            del arrays
+            before.clear()
+        report.devices = _device_memory()
+        if profile:
+            _save_profile(report, profile)
+
+
+def _result_arrays(report: LiveReport, created: list, namespace, out_cache, outputs_before: set) -> frozenset:
+    """Ids of the created arrays reachable from the output-cache entries the block added (its result)."""
+    if not isinstance(out_cache, dict):
+        return frozenset()
+    new_keys = [k for k in out_cache if k not in outputs_before]
+    if not new_keys or not created:
+        return frozenset()
+    group_of = {id(a): 0 for a in created}
+    roots = [(f"Out[{k}]", out_cache[k], KIND_OUTPUT) for k in new_keys]
+    search = find_holders(group_of, roots)
+    ids = frozenset(search.best_kind)
+    report.result_label = ", ".join(f"Out[{k}]" for k in new_keys)
+    report.result_arrays = len(ids)
+    report.result_bytes = sum(_nbytes_one(a) for a in created if id(a) in ids)
+    return ids
+
+
+def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set,
+              created: list | None = None) -> None:
+    """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
+    import jax
+
+    report.total_arrays = len(arrays)
+    subject = arrays if created is None else created
+    one_device = jax.device_count() == 1 and jax.process_count() == 1
+    keys: dict[tuple, int] = {}
+    groups: list[LiveGroup] = []
+    group_of: dict[int, int] = {}
+    samples: list[Any] = []
+    for a in subject:
+        if id(a) in excluded:
+            continue
+        key = (a.shape, a.dtype) if one_device else (a.shape, a.dtype, a.sharding)
+        index = keys.get(key)
+        if index is None:
+            index = keys[key] = len(groups)
+            groups.append(LiveGroup(shape=tuple(a.shape), dtype=str(a.dtype), placement=""))
+            samples.append(a)
+        groups[index].count += 1
+        group_of[id(a)] = index
+    for group, sample in zip(groups, samples):
+        group.bytes_each = _nbytes_one(sample)
+        group.placement = _placement(sample)
+    del samples
+    report.total_bytes = sum(g.total_bytes for g in groups) if created is None else _nbytes(arrays)
+
+    roots = namespace_roots(namespace) + traceback_roots()
+    search = find_holders(group_of, roots)
+    del roots
+    report.searched, report.search_truncated = search.visited, search.truncated
+    unheld = [target for target in group_of if target not in search.best_kind]
+    jit_held = _jit_cache_constants(set(unheld)) if unheld else {}
+    for target, kind in search.best_kind.items():
+        counts = groups[group_of[target]].by_kind
+        counts[kind] = counts.get(kind, 0) + 1
+    for target in unheld:
+        group = groups[group_of[target]]
+        if target in jit_held:
+            group.by_kind[KIND_JIT_CACHE] = group.by_kind.get(KIND_JIT_CACHE, 0) + 1
+            if jit_held[target] not in group.jit_functions:
+                group.jit_functions.append(jit_held[target])
+        else:
+            group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
+    _name_holders(groups, search)
+    groups.sort(key=lambda g: (-g.total_bytes, -g.count))
+    report.groups = groups
+
+
+def _name_holders(groups: list[LiveGroup], search) -> None:
+    """Compressed holder labels per group: ``debug_cache[0..9]``, ``hist['acts'][3]``, ``Out[12]``."""
+    order = {KIND_NAME: 0, KIND_OUTPUT: 1, KIND_TRACEBACK: 2}
+    per_group: dict[int, list[tuple[int, str]]] = {}
+    for (group, kind, container), (low, high, count) in search.runs.items():
+        if count == 1:
+            label = f"{container}[{low}]"
+        elif count == high - low + 1:
+            label = f"{container}[{low}..{high}]"
+        else:
+            label = f"{container}[...] ({count} elements between {low} and {high})"
+        per_group.setdefault(group, []).append((order[kind], label))
+    for group, labelled in search.group_labels.items():
+        for kind, label in labelled:
+            per_group.setdefault(group, []).append((order[kind], label))
+    for group, labelled in per_group.items():
+        labelled.sort(key=lambda item: item[0])
+        # A traceback names the same array once per frame it passed through: two say enough.
+        traceback_labels = [label for kind, label in labelled if kind == order[KIND_TRACEBACK]][:2]
+        kept = [label for kind, label in labelled if kind != order[KIND_TRACEBACK]] + traceback_labels
+        groups[group].holders = list(dict.fromkeys(kept))
+
+
+def _jit_cache_constants(targets: set[int]) -> dict[int, str]:
+    """Of ``targets``, the ids held as constants of a traced jaxpr, with the traced function's name.
+
+    JAX's jit cache keeps the jaxpr of every traced function, and a jaxpr keeps
+    the arrays it closed over as its constants (``Jaxpr.consts``; a
+    ``ClosedJaxpr`` in older JAX). Finding the live jaxprs takes one pass over
+    the garbage collector's objects, done only when some array has no other
+    holder.
+    """
+    from jax._src import core
+
+    types = tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t is not None)
+    found: dict[int, str] = {}
+    for obj in gc.get_objects():
+        if not isinstance(obj, types):
+            continue
+        try:
+            consts = obj.consts
+        except Exception:
+            continue
+        if not consts:
+            continue
+        for value in consts:
+            if id(value) in targets and id(value) not in found:
+                info = getattr(obj, "debug_info", None)
+                found[id(value)] = getattr(info, "func_name", None) or "?"
+    return found
+
+
+_SIZES: dict[tuple, int] = {}
+
+
+def _nbytes_one(a) -> int:
+    """The array's (global) size in bytes, from its shape and dtype: cheaper than ``a.nbytes``."""
+    key = (a.shape, a.dtype)
+    size = _SIZES.get(key)
+    if size is None:
+        size = 1
+        for d in a.shape:
+            size *= int(d)
+        size *= a.dtype.itemsize
+        if len(_SIZES) < 4096:
+            _SIZES[key] = size
+    return size
+
+
+def _nbytes(arrays) -> int:
+    return sum(_nbytes_one(a) for a in arrays)
+
+
+def _placement(a) -> str:
+    try:
+        sharding = a.sharding
+        devices = sorted(sharding.device_set, key=lambda d: d.id)
+    except Exception:
+        return "?"
+    if len(devices) == 1:
+        d = devices[0]
+        return f"{d.platform}:{d.id}"
+    spec = getattr(sharding, "spec", None)
+    kind = type(sharding).__name__
+    return f"{len(devices)} devices, {kind}" + (f"({spec})" if spec is not None else "")
+
+
+def _device_memory() -> list[DeviceMemory]:
+    import jax
+
+    out = []
+    for device in jax.local_devices()[:8]:
+        try:
+            stats = device.memory_stats()
+        except Exception:
+            stats = None
+        out.append(DeviceMemory(f"{device.platform}:{device.id}",
+                                {k: int(v) for k, v in stats.items() if isinstance(v, (int, float))} if stats else None))
+    return out
+
+
+def _save_profile(report: LiveReport, path: str) -> None:
+    import jax
+
+    jax.profiler.save_device_memory_profile(path)
+    report.profile_path = path
+    report.profile_bytes = os.path.getsize(path)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
