@@ -43,6 +43,11 @@ TRANSFORMATION_OF_TRACER = {
 }
 
 
+def short_qualname(name: str) -> str:
+    """``"make.<locals>.Model.__call__"`` -> ``"Model.__call__"``: the part a person wrote."""
+    return name.rsplit("<locals>.", 1)[-1]
+
+
 def one_line(text: str) -> str:
     """``text`` with all whitespace runs (JAX wraps its messages) collapsed to one space."""
     return " ".join(text.split())
@@ -76,7 +81,7 @@ def tracing_context(message: str) -> TracingContext:
     else:
         created = _CREATED_ON.search(flat)
         if created:
-            context.function = created["function"]
+            context.function = short_qualname(created["function"])
             context.file, context.line = created["file"], int(created["line"])
             context.transformation = TRANSFORMATION_OF_TRACER.get(created["tracer"], "")
     depends = _DEPENDS.search(flat)
@@ -137,7 +142,7 @@ def escaped_tracer(message: str) -> EscapedTracer:
         facts.function, facts.transformation = match["function"], match["transformation"]
     if match := _LEAK_CREATED.search(flat):
         facts.created_file, facts.created_line = match["file"], int(match["line"])
-        facts.created_function = match["function"]
+        facts.created_function = short_qualname(match["function"])
     return facts
 
 

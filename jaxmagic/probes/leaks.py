@@ -231,7 +231,7 @@ def _creation_line(tracer: Any) -> SourceLine | None:
         return None
     if frame is None:
         return None
-    return source_line(frame.file_name, frame.start_line, frame.function_name)
+    return source_line(frame.file_name, frame.start_line, text.short_qualname(frame.function_name))
 
 
 def _aval(tracer: Any) -> str:

@@ -1,0 +1,202 @@
+"""The tracer-error explainer on the chapter's error kinds: kind, function, argument names, fixes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jaxmagic import probes
+from jaxmagic._tracer_text import english_list, split_names, tracing_context
+
+
+def clip_positive(x, limit):
+    if x > limit:
+        return limit
+    return x
+
+
+def repeat_add(x, n):
+    for _ in range(n):
+        x = x + 1.0
+    return x
+
+
+def pick(i):
+    return [10.0, 20.0, 30.0][i]
+
+
+def np_inside(x):
+    return np.sin(x) * 2
+
+
+def halve_while_big(x):
+    while x > 1:
+        x = x / 2
+    return x
+
+
+def make_zeros(n):
+    return jnp.zeros(n)
+
+
+def window(x, i):
+    return x[i:i + 2]
+
+
+def positive_sum(x):
+    return x[x > 0].sum()
+
+
+def to_float(x):
+    return float(x) * 2
+
+
+def count_up(n):
+    return jnp.arange(n)
+
+
+def nonzero_idx(x):
+    return jnp.nonzero(x)[0]
+
+
+def draw_twice(key):
+    a = jax.random.normal(key)
+    b = jax.random.normal(key)
+    return a + b
+
+
+def raised(fn):
+    try:
+        fn()
+    except Exception as error:  # the error under test
+        return error
+    raise AssertionError("expected an exception")
+
+
+# (call, error class name, kind, traced function, arguments, the fix listed first)
+CASES = [
+    (lambda: jax.jit(clip_positive)(jnp.float32(3.0), 1.0), "TracerBoolConversionError", "bool",
+     "clip_positive", ["x", "limit"], "jnp.where"),
+    (lambda: jax.jit(halve_while_big)(3.0), "TracerBoolConversionError", "bool", "halve_while_big", ["x"],
+     "lax.while_loop"),
+    (lambda: jax.jit(repeat_add)(1.0, 3), "TracerIntegerConversionError", "int", "repeat_add", ["n"],
+     "lax.fori_loop(0, n, body, init)"),
+    (lambda: jax.jit(pick)(1), "TracerIntegerConversionError", "int", "pick", ["i"], "jnp.asarray(a_list)[i]"),
+    (lambda: jax.jit(np_inside)(jnp.ones(3)), "TracerArrayConversionError", "array", "np_inside", ["x"], "jnp.sin"),
+    (lambda: jax.jit(to_float)(jnp.float32(1.0)), "ConcretizationTypeError", "concrete", "to_float", ["x"],
+     "stay in JAX"),
+    (lambda: jax.jit(count_up)(3), "ConcretizationTypeError", "concrete", "count_up", ["n"],
+     "jax.jit(count_up, static_argnames=('n',))"),
+    (lambda: jax.jit(nonzero_idx)(jnp.array([1.0, 0.0, 2.0])), "ConcretizationTypeError", "concrete",
+     "nonzero_idx", ["x"], "jnp.nonzero(x, size=k, fill_value=-1)"),
+    (lambda: jax.jit(positive_sum)(jnp.array([1.0, -1.0, 2.0])), "NonConcreteBooleanIndexError", "bool_index",
+     "positive_sum", [], "jnp.where(mask, x, 0)"),
+    (lambda: jax.jit(make_zeros)(3), "TypeError", "shape", "make_zeros", ["n"],
+     "jax.jit(make_zeros, static_argnames=('n',))"),
+    (lambda: jax.jit(window)(jnp.arange(5.0), 1), "IndexError", "slice", "window", ["i"],
+     "lax.dynamic_slice(x, (i,), (2,))"),
+]
+
+
+@pytest.mark.parametrize("call, error_type, kind, function, arguments, first_fix", CASES,
+                         ids=[c[2] + "-" + c[3] for c in CASES])
+def test_every_kind_is_explained(call, error_type, kind, function, arguments, first_fix):
+    error = raised(call)
+    report = probes.explain(error)
+    assert report is not None
+    assert report.error_type == error_type and report.error_kind == kind
+    assert report.traced_function == function
+    assert report.depends_on == arguments
+    assert report.fixes[0].use.startswith(first_fix), [f.use for f in report.fixes]
+    assert report.failing_line is not None and report.failing_line.function == function
+    assert report.transformation == "jit"
+    assert report.status.value == "problem"
+    assert error_type in report.summary
+
+
+def test_the_chapters_sentence_two_arguments():
+    report = probes.explain(raised(lambda: jax.jit(clip_positive)(jnp.float32(3.0), 1.0)))
+    assert report.depends_text == "x and limit"
+    assert "the arguments `x` and `limit`" in report.summary
+    # limit came in as a Python float (a weakly typed tracer): the one to make static
+    assert [t.name for t in report.traced_names] == ["x", "limit"]
+    assert [t.weak_type for t in report.traced_names] == [False, True]
+    assert "jax.jit(clip_positive, static_argnames=('limit',))" in [f.use for f in report.fixes]
+    assert report.failing_line.code == "if x > limit:"
+
+
+def test_vmap_error_names_function_and_tracers_from_the_frame():
+    # Under vmap JAX names no arguments; the explainer reads the tracers on the line.
+    report = probes.explain(raised(lambda: jax.vmap(clip_positive)(jnp.ones(3), jnp.ones(3))))
+    assert report.error_kind == "bool" and report.transformation == "vmap"
+    assert report.traced_function == "clip_positive" and report.depends_on == []
+    assert [t.name for t in report.traced_names] == ["x", "limit"]
+    assert "`x` and `limit` are tracers here" in report.summary
+
+
+def test_scan_body_is_named_with_its_transformation():
+    def body(carry, v):
+        return carry + (v if v > 0 else 0.0), None
+
+    report = probes.explain(raised(lambda: lax.scan(body, 0.0, jnp.ones(3))))
+    assert report.error_kind == "bool" and report.transformation == "scan"
+    assert report.traced_function == "body" and report.depends_on == ["v"]
+
+
+def test_key_reuse_is_explained():
+    with jax.debug_key_reuse(True):
+        error = raised(lambda: jax.jit(draw_twice)(jax.random.key(0)))
+    report = probes.explain(error)
+    assert report.error_kind == "key_reuse" and report.error_type == "KeyReuseError"
+    assert report.fixes[0].use.startswith("key, sub = jax.random.split(key)")
+
+
+def test_unexpected_tracer_names_where_it_was_made_and_who_holds_it():
+    class Model:
+        def __call__(self, x):
+            h = jnp.tanh(x)
+            self.last_hidden = h
+            return h * 2
+
+    m_leak = Model()
+    jax.jit(m_leak)(jnp.ones(3))
+    error = raised(lambda: jnp.sum(m_leak.last_hidden))
+    report = probes.explain(error, namespace={"m_leak": m_leak})
+    assert report.error_kind == "leak" and report.error_type == "UnexpectedTracerError"
+    assert report.leaked_from.code == "h = jnp.tanh(x)"
+    assert report.traced_function == "Model.__call__" and report.transformation == "jit"
+    assert report.held_by == ["m_leak.last_hidden"]
+    assert report.fixes[0].use == "return out, h"
+
+
+def test_other_errors_are_not_explained():
+    assert probes.explain(ValueError("x")) is None
+    assert probes.explain(TypeError("unsupported operand")) is None
+    assert probes.explain(raised(lambda: jnp.ones(3) + jnp.ones(4))) is None  # a shape mismatch, not a tracer error
+
+
+def test_report_holds_only_data():
+    report = probes.explain(raised(lambda: jax.jit(clip_positive)(jnp.float32(3.0), 1.0)))
+    data = report.to_dict()
+    assert data["kind"] == "jax_explain" and data["depends_on"] == ["x", "limit"]
+    from jaxmagic.render import static_bundle
+
+    html = static_bundle(report)["text/html"]
+    assert "if x &gt; limit:" in html and "static_argnames=(&#x27;limit&#x27;,)" in html
+    for value in report.__dict__.values():
+        assert not isinstance(value, (jax.Array, BaseException))
+
+
+def test_sentence_parsing():
+    message = ("Attempted boolean conversion of traced array with shape bool[].\nThe error occurred while tracing "
+               "the function clip_positive at /tmp/a b.py:4 for jit. This concrete value was not available in\n"
+               "Python because it depends on the values of the arguments x and limit.\nSee https://docs.jax.dev/")
+    context = tracing_context(message)
+    assert (context.function, context.file, context.line, context.transformation) == (
+        "clip_positive", "/tmp/a b.py", 4, "jit")
+    assert context.depends_on == ["x", "limit"]
+    assert split_names("x, y and p['a, b']") == ["x", "y", "p['a, b']"]
+    assert english_list(["x"]) == "`x`" and english_list(["x", "y", "z"], code=False) == "x, y and z"

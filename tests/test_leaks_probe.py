@@ -1,0 +1,234 @@
+"""The leak probe on small leaking programs: who holds each tracer, in the user's names."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxmagic import probes
+from jaxmagic._restore import take_snapshot
+from jaxmagic._tracer_text import leak_blocks
+
+
+def run_leak(namespace: dict, fn, *args):
+    """Run ``fn(*args)`` inside the probe; return (report, the exception it raised or None)."""
+    raised = None
+    try:
+        with probes.leaks(namespace=namespace) as report:
+            fn(*args)
+    except Exception as error:  # JAX's "Leaked trace" Exception, or UnexpectedTracerError
+        raised = error
+    return report, raised
+
+
+def test_list_holder():
+    leaked = []
+
+    def leaky_fn(x):
+        leaked.append(x)
+        return x + 1
+
+    report, error = run_leak({"leaked": leaked, "leaky_fn": leaky_fn}, jax.jit(leaky_fn), jnp.float32(1.0))
+    assert type(error) is Exception and str(error).startswith("Leaked trace DynamicJaxprTrace")
+    [tracer] = report.leaked
+    assert tracer.held_by == ["leaked[0]"] and tracer.aval == "float32[]"
+    assert tracer.function == "leaky_fn" and tracer.transformation == "jit" and tracer.depends_on == ["x"]
+    assert report.summary.startswith("Tracer leaked from `leaky_fn` (traced for jit): `leaked[0]` holds")
+    assert report.status.value == "problem" and report.traced == ["leaky_fn"]
+
+
+def test_dict_attribute_holder_and_the_tracer_it_keeps_alive():
+    class Cache:
+        pass
+
+    cache = Cache()
+    cache.store = {}
+
+    def remember(x):
+        h = jnp.tanh(x)
+        cache.store["h"] = h
+        return h
+
+    report, error = run_leak({"cache": cache}, jax.jit(remember), jnp.ones(3))
+    assert error is not None
+    first, second = report.leaked
+    assert first.held_by == ["cache.store['h']"] and first.created_at.code == 'h = jnp.tanh(x)'
+    # x is only alive because h's computation refers to it
+    assert second.held_by == [] and second.kept_alive_by == 1 and second.depends_on == ["x"]
+    assert [t.number for t in report.primary] == [1]
+
+
+def test_attribute_of_a_callable_object():
+    class Model:
+        def __call__(self, x):
+            h = jnp.tanh(x)
+            self.last_hidden = h
+            return h * 2
+
+    m_leak = Model()
+    report, _ = run_leak({"m_leak": m_leak}, jax.jit(m_leak), jnp.ones((2, 3)))
+    first = report.leaked[0]
+    assert first.held_by == ["m_leak.last_hidden"] and first.aval == "float32[2,3]"
+    # JAX calls a callable object's function "<unknown>"; its line names it
+    assert first.function == "Model.__call__"
+    assert all(t.function == "Model.__call__" for t in report.leaked)
+
+
+def test_class_attribute_holder():
+    class Model:
+        last = None
+
+        def __call__(self, x):
+            Model.last = x * 2
+            return x
+
+    report, _ = run_leak({"Model": Model, "model": Model()}, jax.jit(Model()), jnp.ones(2))
+    assert report.leaked[0].held_by[0] == "Model.last"
+
+
+def test_closure_and_default_argument_holders():
+    def make():
+        box = []
+
+        def g(x):
+            box.append(x * 2)
+            return x
+
+        return g
+
+    g = make()
+    report, _ = run_leak({"g": g}, jax.jit(g), jnp.ones(3))
+    assert report.leaked[0].held_by == ["box[0] (closed over by g)"]
+    assert report.leaked[0].created_at.function == "g"
+
+    def memo_fn(x, memo=[]):  # noqa: B006 - the classic mutable default, on purpose
+        memo.append(x)
+        return x
+
+    report, _ = run_leak({"memo_fn": memo_fn}, jax.jit(memo_fn), 1.0)
+    assert report.leaked[0].held_by == ["memo[0] (default argument of memo_fn)"]
+
+
+def test_jitted_wrapper_namedtuple_and_nested_containers():
+    Pair = collections.namedtuple("Pair", "a b")
+    history = {"steps": []}
+
+    def step(x):
+        history["steps"].append(Pair(1, x))
+        return x
+
+    step_jit = jax.jit(step)
+    report, _ = run_leak({"history": history, "step_jit": step_jit}, step_jit, 2.0)
+    assert report.leaked[0].held_by[0] == "history['steps'][0].b"
+
+
+def test_a_cached_function_is_traced_again_and_caught():
+    leaked2 = []
+
+    def leaky_cached(x):
+        leaked2.append(x)
+        return x * 2
+
+    leaky_cached_jit = jax.jit(leaky_cached)
+    leaky_cached_jit(jnp.float32(1.0))  # traced and cached without checks
+    leaked2.clear()
+    with jax.checking_leaks():          # JAX's own check alone: the cached trace hides the leak
+        leaky_cached_jit(jnp.float32(2.0))
+    assert leaked2 == []
+    report, error = run_leak({"leaked2": leaked2}, leaky_cached_jit, jnp.float32(2.0))
+    assert error is not None and report.leaked[0].held_by == ["leaked2[0]"]
+    assert report.retrace_method == "user_context" and "traced afresh" in report.retrace_note
+    leaked2.clear()
+
+
+def test_caches_are_untouched_after_the_probe():
+    traces = []
+
+    @jax.jit
+    def f(x):
+        traces.append(1)
+        return x + 1
+
+    f(jnp.ones(2))
+    with probes.leaks() as report:
+        f(jnp.ones(2))                  # traced again, under the probe's own cache key
+    assert len(traces) == 2 and report.status.value == "ok" and report.traced == ["f"]
+    f(jnp.ones(2))                      # after the probe: the old cached trace, no new trace
+    assert len(traces) == 2
+
+
+def test_clean_block_and_tracers_left_from_before():
+    class Model:
+        def __call__(self, x):
+            self.h = jnp.sin(x)
+            return x
+
+    old = Model()
+    jax.jit(old)(jnp.ones(2))           # leaked earlier, outside the probe
+    with probes.leaks(namespace={"old": old}) as report:
+        jnp.ones(3).sum()
+    assert report.leaked == [] and report.status.value == "ok"
+    assert [h.path for h in report.held] == ["old.h"] and report.held[0].created_at.code == "self.h = jnp.sin(x)"
+    assert report.summary == "No tracer leaked (but `old.h` still holds a tracer leaked earlier)."
+
+
+def test_unexpected_tracer_error_in_the_block():
+    class Model:
+        def __call__(self, x):
+            h = jnp.tanh(x)
+            self.last_hidden = h
+            return h * 2
+
+    m_leak = Model()
+    jax.jit(m_leak)(jnp.ones(3))
+    report, error = run_leak({"m_leak": m_leak}, lambda: jnp.sum(m_leak.last_hidden))
+    assert isinstance(error, jax.errors.UnexpectedTracerError)
+    u = report.unexpected
+    assert u.held_by == ["m_leak.last_hidden"] and u.created_at.code == "h = jnp.tanh(x)"
+    assert u.used_at.code == "report, error = run_leak({\"m_leak\": m_leak}, lambda: jnp.sum(m_leak.last_hidden))"
+    assert u.aval == "float32[3]" and u.transformation == "jit"
+    assert report.status.value == "problem"
+
+
+@pytest.mark.parametrize("how", ["clean", "leak", "other", "interrupt"])
+def test_leaves_config_as_found(how):
+    leaked = []
+
+    def leaky(x):
+        leaked.append(x)
+        return x
+
+    before = take_snapshot()
+    body = {"clean": lambda: jax.jit(lambda x: x + 1)(1.0), "leak": lambda: jax.jit(leaky)(1.0),
+            "other": lambda: int("x"), "interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt)}[how]
+    try:
+        with probes.leaks() as report:
+            body()
+    except BaseException:  # noqa: B036 - every way out is tested
+        pass
+    assert take_snapshot().differences(before) == []
+    assert jax.config.jax_check_tracer_leaks is False
+    assert report.to_dict()["kind"] == "jax_leaks"
+    if how == "other":
+        assert report.other_error.startswith("ValueError") and report.status.value == "error"
+
+
+def test_leak_message_parsing_keeps_each_block():
+    message = (
+        "Leaked trace DynamicJaxprTrace. Leaked tracer(s):\n\nJitTracer(float32[])\n"
+        "The error occurred while tracing the function leaky_fn at /tmp/x.py:3 for jit. This concrete value was "
+        "not available in Python because it depends on the value of the argument x.\n"
+        "<DynamicJaxprTracer 11> is referred to by <list 22>[0]\n<list 22> is referred to by __main__.leaked\n"
+        "<DynamicJaxprTracer 11> is referred to by the local variable 'leaked', a list containing it, of the frame "
+        "<module> (/tmp/x.py:9)\n")
+    [block] = leak_blocks(message)
+    assert (block.tracer_type, block.aval, block.tracer_id) == ("JitTracer", "float32[]", 11)
+    assert block.context.function == "leaky_fn" and block.context.depends_on == ["x"]
+    assert [link.holder for link in block.chain] == ["<list 22>[0]", "__main__.leaked"]
+    assert len(block.frame_holders) == 1
+    from jaxmagic.probes.leaks import _path_from_chain
+
+    assert _path_from_chain(block.chain) == "leaked[0]"
