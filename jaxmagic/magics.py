@@ -111,6 +111,53 @@ class JaxMagics(Magics):
         probe.report.raise_if_over_budget()
 
     @magic_arguments()
+    @argument("call", nargs="*", help="The call to time, e.g. deep(ws, x).")
+    @argument("-n", "--runs", type=int, default=20, metavar="RUNS",
+              help="Steady-state runs to time after the first one (default 20).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_stages(self, line):
+        """Time one jitted call stage by stage: trace, lower, compile, first run, steady run.
+
+        The call (f(x, y); f is jitted here if it is not) is taken apart with
+        jit(f).trace(...).lower().compile(), on a fresh copy of f so the
+        figures are a cold first call even if f ran before. Runs are timed
+        with block_until_ready. Also shows the compiled program's
+        memory_analysis() and cost_analysis(). Arguments may be
+        jax.ShapeDtypeStruct; then nothing is run.
+        """
+        call_text, option_text = split_call_and_options(line)
+        args = self._parse(self.jax_stages, option_text)
+        if not call_text:
+            raise UsageError("%jax_stages needs a call to time, e.g. %jax_stages step(params, x)")
+        if args.runs < 1:
+            raise UsageError(f"-n takes the number of steady-state runs, 1 or more; got {args.runs}.")
+        call = self._evaluate(call_text)
+        report = probes.stages_of_call(call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text)
+        del call  # keep no user array alive
+        self._publish(report, args)
+
+    @magic_arguments()
+    @argument("--mode", default="log", choices=["log", "disallow"],
+              help="log (default): run the whole cell and list every implicit transfer; disallow: make each "
+                   "one an error (the cell stops at the first one your code does not catch).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_transfers(self, line, cell):
+        """Run the cell under jax.transfer_guard; list each implicit host-to-device transfer with your line.
+
+        NumPy arrays, Python scalars and lists given to JAX are copied to the
+        device implicitly, on every call (explicit jax.device_put is allowed).
+        With --mode log the cell runs through and each transfer is listed with
+        the line that made it and the value's type; with --mode disallow each
+        becomes JAX's error. On the CPU backend device-to-host reads
+        (float(x)) are not intercepted.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_transfers, line)
+        return self._run_cell_in_probe(probes.transfers(mode=args.mode), args, cell)
+
+    @magic_arguments()
     @argument("call", nargs="*", help="The call to check, e.g. risky(x, i).")
     @argument("--errors", default="all", metavar="SETS",
               help="Comma-separated checks: user, nan, div, index, float (nan+div), all. Default: all.")

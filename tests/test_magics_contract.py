@@ -66,11 +66,18 @@ EXAMPLES = {
         interrupt="%%jax_nans -o {out}\nraise KeyboardInterrupt",
         bad_option="%%jax_nans --bogus\n1",
     ),
-    "jax_compiles": MagicExample(
-        ok="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(3))\njax.jit(f_ok)(jnp.ones(4))",
-        raising="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(5))\nraise ValueError(EVIL)",
-        interrupt="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(6))\nraise KeyboardInterrupt",
-        bad_option="%%jax_compiles --bogus\n1",
+    "jax_stages": MagicExample(
+        ok="%jax_stages f_ok(jnp.ones(3)) -n 3 -o {out}",
+        raising="%jax_stages f_raises(jnp.ones(3)) -o {out}",
+        interrupt="%jax_stages f_interrupt(jnp.ones(3)) -o {out}",
+        bad_option="%jax_stages f_ok(jnp.ones(3)) --bogus",
+        malformed="%jax_stages f_ok(jnp.ones(3)",
+    ),
+    "jax_transfers": MagicExample(
+        ok="%%jax_transfers -o {out}\njax.jit(f_ok)(jnp.ones(3))\njax.jit(f_ok)(1.0)",
+        raising="%%jax_transfers -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_transfers -o {out}\njax.jit(f_ok)(2.0)\nraise KeyboardInterrupt",
+        bad_option="%%jax_transfers --bogus\n1",
     ),
     "jax_check": MagicExample(
         ok="%jax_check f_ok(jnp.ones(3)) -o {out}",
@@ -78,6 +85,12 @@ EXAMPLES = {
         interrupt="%jax_check f_interrupt(jnp.ones(3)) -o {out}",
         bad_option="%jax_check f_ok(jnp.ones(3)) --bogus",
         malformed="%jax_check f_ok(jnp.ones(3)",
+    ),
+    "jax_compiles": MagicExample(
+        ok="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(3))\njax.jit(f_ok)(jnp.ones(4))",
+        raising="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(5))\nraise ValueError(EVIL)",
+        interrupt="%%jax_compiles -o {out}\njax.jit(f_ok)(jnp.ones(6))\nraise KeyboardInterrupt",
+        bad_option="%%jax_compiles --bogus\n1",
     ),
     "jax_sharding": MagicExample(
         ok="%jax_sharding jnp.arange(6.0).reshape(2, 3) -o {out}",

@@ -10,6 +10,8 @@ from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
 from jaxmagic.probes.leaks import LeakReport, leaks
 from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
+from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
+from jaxmagic.probes.transfers import TransferReport, transfers
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
@@ -26,3 +28,5 @@ from jaxmagic.probes.hlo import HloReport, hlo  # noqa: E402
 from jaxmagic.probes.live import LiveReport, live, live_diff  # noqa: E402
 
 __all__ += ["hlo", "HloReport", "live", "live_diff", "LiveReport"]
+__all__ += ["stages", "stages_of_call", "StagesReport"]
+__all__ += ["transfers", "TransferReport"]

@@ -1,0 +1,408 @@
+"""Transfer probe: every implicit host-to-device transfer of a block, with the user's line that made it.
+
+Usage without IPython::
+
+    with jaxmagic.probes.transfers() as report:          # mode="log": the block runs to the end
+        for _ in range(100):
+            y = f(np_x, 1.0)                             # a NumPy array and a Python scalar: 2 transfers a call
+    report.transfers[0].line.code, report.transfers[0].count
+
+    with jaxmagic.probes.transfers(mode="disallow"):     # the first implicit transfer raises
+        f(np_x)
+
+It runs the block under ``jax.transfer_guard`` (chapter section 5.5): passing a
+NumPy array or a Python scalar to a jitted function, ``jnp.array(list)`` or
+``x + 1`` copies host data to the device implicitly, on every call; an explicit
+``jax.device_put`` is allowed.
+
+``"disallow"`` turns the first implicit transfer into an error whose traceback
+gives the line. ``"log"`` lets the block run and makes JAX's C++ runtime write
+one line per transfer to the process's stderr (file descriptor 2), without a
+Python stack. To name the line of each transfer, the probe points descriptor 2
+at a temporary file for the block, and follows the user's lines with
+``sys.monitoring`` LINE events (JAX's and other libraries' code switch their
+events off at the first hit, so only the user's lines cost anything): when the
+file has grown since the last user line began, that line made the transfers.
+Everything else written to descriptor 2 is passed on to the real stderr.
+
+On the CPU backend arrays already live in host memory, so device-to-host reads
+(``float(x)``, ``np.asarray(x)``) are not intercepted; on GPU/TPU the guard
+catches them too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import sys
+import tempfile
+import threading
+from typing import Iterator
+
+from jaxmagic._compile_log import short_types
+from jaxmagic._frames import is_user_file, source_line, user_lines
+from jaxmagic._restore import preserved_jax_state
+from jaxmagic.report import Report, SourceLine, Status
+
+CONFIG_NAMES = ("jax_transfer_guard", "jax_transfer_guard_host_to_device", "jax_transfer_guard_device_to_host",
+                "jax_transfer_guard_device_to_device")
+MODES = ("log", "disallow")
+MAX_GROUPS = 200        # distinct (line, value) groups kept; further transfers are only counted
+TRUNCATE_AT = 1 << 20   # bytes of captured stderr after which the file is emptied again
+
+_GUARD_LINE = re.compile(r"guard_lib\.cc:\d+\] (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$")
+_DISALLOWED = re.compile(r"Disallowed (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$", re.MULTILINE)
+
+CPU_NOTE = ("On the CPU backend arrays already live in host memory, so reading a result back (float(x), "
+            "np.asarray(x), printing) is not intercepted. On GPU and TPU the guard catches those device-to-host "
+            "transfers too; that cannot be shown on this machine.")
+WHY = ("A NumPy array, a Python scalar or a Python list given to JAX is copied to the device every time it is "
+       "used - in a loop, on every iteration - and nothing in the code shows it. Move such data to the device "
+       "once, before the loop: jax.device_put(x) (an explicit transfer, which the guard allows) or jnp.asarray(x); "
+       "give scalars as jnp arrays (jnp.float32(lr)), or make them static if they select code.")
+
+
+@dataclasses.dataclass
+class Transfer:
+    """Implicit transfers of one kind of value made by one line (``count`` of them)."""
+
+    direction: str            # "host-to-device"
+    value: str                # "f32[3]", "f32[] weak"; "" when JAX did not describe it
+    line: SourceLine | None
+    count: int = 1
+
+    @property
+    def what(self) -> str:
+        """What the transferred value probably was, from its type."""
+        if not self.value:
+            return "not described by JAX (an argument of a jitted call)"
+        if self.value.endswith(" weak"):
+            return "a Python scalar"
+        return "a NumPy array or other host data"
+
+
+@dataclasses.dataclass
+class TransferReport(Report):
+    """What ``%%jax_transfers`` found: implicit transfers, grouped by line and value."""
+
+    kind = "jax_transfers"
+
+    mode: str = "log"
+    transfers: list[Transfer] = dataclasses.field(default_factory=list)
+    total: int = 0                  # every implicit transfer seen, also those not kept in a group
+    blocked: bool = False           # disallow: the block stopped at a transfer (the error was not caught)
+    message: str = ""               # disallow: JAX's error, first line
+    lines_followed: bool = True     # False when sys.monitoring had no free tool id
+    backend: str = ""
+    other_error: str = ""
+
+    @property
+    def status(self) -> Status:
+        if self.total:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def lines(self) -> list[SourceLine]:
+        """The user's lines that made implicit transfers, in order of first transfer, without repeats."""
+        return list({(t.line.filename, t.line.lineno): t.line for t in self.transfers if t.line}.values())
+
+    @property
+    def summary(self) -> str:
+        if self.blocked:
+            last = self.transfers[-1] if self.transfers else None
+            at = _at(last.line) if last and last.line else ""
+            value = f" of {last.value} ({last.what})" if last and last.value else ""
+            earlier = f" ({self.total - 1} earlier one(s) blocked and caught by your code)" if self.total > 1 else ""
+            return f"Stopped at an implicit host-to-device transfer{value}{at}{earlier}."
+        if self.total:
+            lines = self.lines
+            where = f" on {len(lines)} line(s) of yours" if lines else ""
+            verb = "blocked (your code caught the errors)" if self.mode == "disallow" else "made"
+            first = self.transfers[0]
+            head = f"{self.total} implicit transfer(s) {verb}{where}"
+            if first.line:
+                head += f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: " \
+                        f"`{first.line.code}`"
+            return head + "."
+        if self.other_error:
+            return f"The cell failed with {self.other_error}; no implicit transfer happened before."
+        return "No implicit host-to-device transfer in this cell."
+
+    def document(self):
+        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+
+        sections = []
+        if self.transfers:
+            rows = [[_line_cell(t.line), t.value or "-", t.what, str(t.count)] for t in self.transfers]
+            kept = sum(t.count for t in self.transfers)
+            blocks = [Table(["your line", "value", "what it is", "times"], rows)]
+            if self.total > kept:
+                blocks.append(Paragraph(f"{self.total - kept} more transfer(s) on other lines or values were "
+                                        f"counted but not listed (the first {MAX_GROUPS} groups are)."))
+            if not self.lines_followed:
+                blocks.append(Paragraph("Lines could not be followed (sys.monitoring had no free tool id), so the "
+                                        "transfers are listed without their line."))
+            sections.append(Section("Implicit transfers", blocks))
+            lines = self.lines
+            if lines:
+                sections.append(Section("Your lines", [SourceLines(lines[:8])]))
+            sections.append(Section("Why it matters", [Paragraph(WHY)]))
+        if self.blocked and self.message:
+            sections.append(Section("JAX's error", [Paragraph(self.message)]))
+        facts = [("mode", f"jax.transfer_guard({self.mode!r})"), ("backend", self.backend or "-")]
+        sections.append(Section("Checked", [Facts(facts)] + ([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])))
+        return Document("%%jax_transfers", self.status, self.summary, sections)
+
+
+def _at(line: SourceLine) -> str:
+    return f" at {line.label or line.filename}, line {line.lineno}: `{line.code}`"
+
+
+def _line_cell(line: SourceLine | None) -> str:
+    if line is None:
+        return "(not known)"
+    return f"{line.label or line.filename}:{line.lineno} `{line.code}`"
+
+
+def parse_transfer(text: str) -> tuple[str, str] | None:
+    """(direction, short value type) from a transfer guard message; None if it is not one."""
+    match = _GUARD_LINE.search(text) or _DISALLOWED.search(text)
+    if not match:
+        return None
+    types = short_types(match["rest"].split("dst_sharding")[0]) if "aval=" in match["rest"] else []
+    return match["direction"], types[0] if types else ""
+
+
+# -- the probe ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def transfers(mode: str = "log") -> Iterator[TransferReport]:
+    """Run a block under ``jax.transfer_guard(mode)`` and report its implicit transfers.
+
+    ``mode="log"`` (the default) lets the block run and lists every implicit
+    transfer with its line; ``mode="disallow"`` stops the block at the first
+    one with JAX's error (which propagates, after the report is filled in).
+    """
+    import jax
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    report = TransferReport(mode=mode)
+    with preserved_jax_state(CONFIG_NAMES):
+        report.backend = jax.default_backend()
+        try:
+            if mode == "disallow":
+                with _BlockedTransfers(report), jax.transfer_guard("disallow"):
+                    yield report
+            else:
+                with _GuardLog(report), jax.transfer_guard("log"):
+                    yield report
+        except BaseException as error:
+            found = parse_transfer(str(error)) if mode == "disallow" else None
+            if found is not None:
+                report.message = _first_line(error)
+                if not getattr(error, _SEEN, False):  # not seen raised (no sys.monitoring): from the traceback
+                    lines = user_lines(error.__traceback__)
+                    report.total += 1
+                    report.transfers.append(Transfer(found[0], found[1], lines[-1] if lines else None))
+            else:
+                report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+            raise
+        finally:
+            report.blocked = bool(report.message)
+
+
+_SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorded, so it counts once
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _acquire_tool_id(name: str) -> int | None:
+    """A free sys.monitoring tool id (3 or 4, the ones Python leaves to tools like this), or None."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return None
+    for tool in (3, 4):
+        if monitoring.get_tool(tool) is None:
+            monitoring.use_tool_id(tool, name)
+            return tool
+    return None
+
+
+def _release_tool_id(tool: int) -> None:
+    monitoring = sys.monitoring
+    monitoring.set_events(tool, 0)
+    for event in (monitoring.events.LINE, monitoring.events.RAISE):
+        monitoring.register_callback(tool, event, None)
+    monitoring.free_tool_id(tool)
+
+
+def _innermost_user_line(frame) -> SourceLine | None:
+    try:
+        while frame is not None:
+            if is_user_file(frame.f_code.co_filename):
+                return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
+
+
+class _BlockedTransfers:
+    """disallow: records each transfer-guard error where it is raised, also those the block catches itself."""
+
+    def __init__(self, report: TransferReport):
+        self.report = report
+        self._tool: int | None = None
+
+    def __enter__(self) -> "_BlockedTransfers":
+        self._tool = _acquire_tool_id("jaxmagic transfers")
+        if self._tool is None:
+            self.report.lines_followed = False
+            return self
+        sys.monitoring.register_callback(self._tool, sys.monitoring.events.RAISE, self._on_raise)
+        sys.monitoring.set_events(self._tool, sys.monitoring.events.RAISE)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._tool is not None:
+            _release_tool_id(self._tool)
+            self._tool = None
+        return False
+
+    def _on_raise(self, code, offset, exception) -> None:
+        # RAISE fires in every frame the exception passes through; the attribute makes it count once.
+        if type(exception).__name__ not in ("JaxRuntimeError", "XlaRuntimeError") or getattr(exception, _SEEN, False):
+            return
+        found = parse_transfer(str(exception))
+        if found is None:
+            return
+        try:
+            setattr(exception, _SEEN, True)
+        except Exception:
+            return
+        report = self.report
+        report.total += 1
+        if len(report.transfers) < MAX_GROUPS:
+            report.transfers.append(Transfer(found[0], found[1], _innermost_user_line(sys._getframe(1))))
+
+
+class _GuardLog:
+    """Captures descriptor 2 into a file and attributes transfer-guard lines to the user's line running."""
+
+    def __init__(self, report: TransferReport):
+        self.report = report
+        self._groups: dict[tuple, Transfer] = {}
+        self._current: tuple[str, int, str] | None = None
+        self._pending = b""
+        self._user_file: dict[str, bool] = {}
+        self._tool: int | None = None
+        self._lock = threading.Lock()
+
+    # -- descriptor 2 -------------------------------------------------------------
+
+    def __enter__(self) -> "_GuardLog":
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._fd = self._file.fileno()
+        self._saved = os.dup(2)
+        os.dup2(self._fd, 2)
+        self._read = 0
+        try:
+            self._start_following()
+        except BaseException:
+            self._restore_fd()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            self._stop_following()
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            self.check()
+            if self._pending:  # a last line without newline
+                self._handle_line(self._pending)
+                self._pending = b""
+        finally:
+            self._restore_fd()
+        return False
+
+    def _restore_fd(self) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.close()
+
+    def check(self) -> None:
+        """Read what was written to descriptor 2 since the last check; attribute it to the current line."""
+        with self._lock:
+            size = os.fstat(self._fd).st_size
+            if size <= self._read:
+                return
+            data = os.pread(self._fd, size - self._read, self._read)
+            self._read += len(data)
+            if self._read > TRUNCATE_AT:  # keep the file small in a long cell
+                os.ftruncate(self._fd, 0)
+                os.lseek(self._fd, 0, os.SEEK_SET)
+                self._read = 0
+            *complete, self._pending = (self._pending + data).split(b"\n")
+            for line in complete:
+                self._handle_line(line + b"\n")
+
+    def _handle_line(self, raw: bytes) -> None:
+        found = parse_transfer(raw.decode("utf-8", "replace"))
+        if found is None:
+            os.write(self._saved, raw)  # not ours: on to the real stderr
+            return
+        report = self.report
+        report.total += 1
+        if not found[1]:
+            # JAX's C++ fast path does not describe the value; on a line with one kind of transfer
+            # described earlier (the first, slower call), it is that kind again.
+            described = [g for (f, line), g in self._groups.items()
+                         if line == self._current and f[0] == found[0] and f[1]]
+            if len(described) == 1:
+                described[0].count += 1
+                return
+        key = (found, self._current)
+        group = self._groups.get(key)
+        if group is not None:
+            group.count += 1
+        elif len(self._groups) < MAX_GROUPS:
+            line = source_line(*self._current) if self._current else None
+            group = self._groups[key] = Transfer(found[0], found[1], line)
+            report.transfers.append(group)
+
+    # -- following the user's lines ------------------------------------------------
+
+    def _start_following(self) -> None:
+        self._tool = _acquire_tool_id("jaxmagic transfers")
+        if self._tool is None:
+            self.report.lines_followed = False
+            return
+        sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, self._on_line)
+        sys.monitoring.set_events(self._tool, sys.monitoring.events.LINE)
+
+    def _stop_following(self) -> None:
+        if self._tool is not None:
+            _release_tool_id(self._tool)
+            self._tool = None
+
+    def _on_line(self, code, line_number: int):
+        filename = code.co_filename
+        user = self._user_file.get(filename)
+        if user is None:
+            user = self._user_file[filename] = is_user_file(filename)
+        if not user:
+            return sys.monitoring.DISABLE  # library code: never call back for this line again
+        self.check()  # what was written since the previous user line belongs to it
+        self._current = (filename, line_number, code.co_name)
+        return None

@@ -1,0 +1,165 @@
+"""The transfer probe: implicit host-to-device transfers with the line that made them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmagic import probes
+from jaxmagic._restore import take_snapshot
+from jaxmagic.probes.transfers import parse_transfer
+
+
+@pytest.fixture(scope="module")
+def double():
+    f = jax.jit(lambda x: x * 2)
+    f(jnp.ones(3))
+    return f
+
+
+def _lines(report):
+    return {(t.line.code if t.line else None): t for t in report.transfers}
+
+
+def test_log_lists_numpy_and_scalar_arguments_with_their_lines(double):
+    x_dev = jnp.ones(3)
+    np_x = np.ones(3, np.float32)
+    with probes.transfers() as rep:
+        for _ in range(4):
+            double(np_x)  # numpy argument
+        double(1.0)  # python scalar
+        double(x_dev)  # device array: no transfer
+        double(jax.device_put(np_x))  # explicit: allowed, not listed
+    by_line = _lines(rep)
+    assert set(by_line) == {"double(np_x)  # numpy argument", "double(1.0)  # python scalar"}
+    numpy_group = by_line["double(np_x)  # numpy argument"]
+    assert numpy_group.count == 4 and numpy_group.value == "f32[3]"
+    assert numpy_group.what == "a NumPy array or other host data"
+    assert by_line["double(1.0)  # python scalar"].value == "f32[] weak"
+    assert by_line["double(1.0)  # python scalar"].what == "a Python scalar"
+    assert rep.total == 5 and rep.status.value == "problem" and not rep.blocked
+
+
+def test_transfer_inside_a_helper_is_blamed_on_the_helpers_line(double):
+    def helper(v):
+        return double(v)  # the helper's line
+
+    with probes.transfers() as rep:
+        helper(np.zeros(3, np.float32))
+    [group] = rep.transfers
+    assert group.line.code == "return double(v)  # the helper's line" and group.line.function == "helper"
+
+
+def test_eager_operations_on_host_values(double):
+    x = jnp.ones(3)
+    with probes.transfers() as rep:
+        y = x + 1  # the Python int 1
+        z = jnp.array([1.0, 2.0, 3.0])  # a Python list
+    by_line = _lines(rep)
+    assert by_line["y = x + 1  # the Python int 1"].value == "i32[] weak"
+    assert by_line["z = jnp.array([1.0, 2.0, 3.0])  # a Python list"].value == "f32[3]"
+    del y, z
+
+
+def test_clean_block_is_ok(double):
+    x = jnp.ones(3)
+    with probes.transfers() as rep:
+        double(x)
+        float(double(x).sum())  # device-to-host: not intercepted on CPU
+    assert rep.total == 0 and rep.status.value == "ok"
+    assert "No implicit" in rep.summary
+    if jax.default_backend() == "cpu":
+        assert "not intercepted" in str(rep)
+
+
+def test_other_stderr_output_is_passed_on(double, capfd):
+    with probes.transfers() as rep:
+        os.write(2, b"a line of someone else's\n")
+        double(np.ones(3, np.float32))
+        print("python stderr too", file=sys.stderr)
+    captured = capfd.readouterr()
+    assert "a line of someone else's" in captured.err and "python stderr too" in captured.err
+    assert "guard_lib" not in captured.err and rep.total == 1
+
+
+def test_disallow_stops_at_the_first_uncaught_transfer(double):
+    with pytest.raises(Exception, match="Disallowed host-to-device transfer") as info:
+        with probes.transfers(mode="disallow") as rep:
+            for value in (np.ones(3, np.float32), 1.0):
+                try:
+                    double(value)  # blocked, and caught here
+                except Exception:
+                    pass
+            double(jax.device_put(np.ones(3, np.float32)))  # explicit: allowed
+            double(np.zeros(2, np.float32))  # blocked, not caught
+    assert type(info.value).__name__ == "JaxRuntimeError"
+    assert rep.blocked and rep.total == 3
+    assert [t.value for t in rep.transfers] == ["f32[3]", "f32[] weak", "f32[2]"]
+    assert rep.transfers[0].line.code == "double(value)  # blocked, and caught here"
+    assert rep.transfers[-1].line.code == "double(np.zeros(2, np.float32))  # blocked, not caught"
+    assert rep.summary.startswith("Stopped at an implicit host-to-device transfer of f32[2]")
+    assert "2 earlier one(s) blocked and caught" in rep.summary
+
+
+def test_state_is_left_as_found(double):
+    before = take_snapshot()
+    fd_before = os.fstat(2)
+    with probes.transfers():
+        double(np.ones(3, np.float32))
+    with pytest.raises(KeyboardInterrupt):
+        with probes.transfers():
+            raise KeyboardInterrupt
+    with pytest.raises(Exception):
+        with probes.transfers(mode="disallow"):
+            double(np.ones(3, np.float32))
+    assert before.differences(take_snapshot()) == []
+    assert jax.config.values["jax_transfer_guard"] is None
+    after = os.fstat(2)
+    assert (after.st_dev, after.st_ino) == (fd_before.st_dev, fd_before.st_ino)
+    assert all(sys.monitoring.get_tool(tool) is None for tool in (3, 4))
+
+
+def test_other_errors_are_reported_and_raised():
+    with pytest.raises(ValueError):
+        with probes.transfers() as rep:
+            raise ValueError("mine")
+    assert rep.other_error == "ValueError: mine" and rep.status.value == "error"
+
+
+def test_parse_transfer_messages():
+    log_line = ("W1129 08:37:07.491211   28130 guard_lib.cc:154] host-to-device transfer: "
+                "aval=ShapedArray(float32[], weak_type=True), dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0))")
+    assert parse_transfer(log_line) == ("host-to-device", "f32[] weak")
+    assert parse_transfer("W1129 08:37:58.905025   28456 guard_lib.cc:154] host-to-device transfer: ") == \
+        ("host-to-device", "")
+    error = ("INVALID_ARGUMENT: Disallowed host-to-device transfer: aval=ShapedArray(int32[3]), "
+             "dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device)")
+    assert parse_transfer(error) == ("host-to-device", "i32[3]")
+    assert parse_transfer("some other warning") is None
+
+
+def test_report_is_plain_data(double):
+    with probes.transfers() as rep:
+        double(np.ones(3, np.float32))
+    data = json.loads(json.dumps(rep.to_dict()))
+    assert data["kind"] == "jax_transfers" and data["total"] == 1
+
+
+def test_magic_in_both_modes(ip):
+    ip.run_cell("import numpy as np\ntf_double = jax.jit(lambda v: v * 2)\ntf_double(jnp.ones(2))")
+    result = ip.run_cell("%%jax_transfers -o tr_log\nfor _ in range(3):\n    tf_double(np.ones(2, np.float32))")
+    assert result.success
+    [group] = ip.user_ns["tr_log"].transfers
+    assert group.count == 3 and group.line.code == "tf_double(np.ones(2, np.float32))"
+    result = ip.run_cell("%%jax_transfers --mode disallow -o tr_dis\ntf_double(1.0)")
+    assert type(result.error_in_exec).__name__ == "JaxRuntimeError"
+    assert ip.user_ns["tr_dis"].blocked and ip.user_ns["tr_dis"].transfers[0].line.code == "tf_double(1.0)"
+    from IPython.core.error import UsageError
+
+    assert isinstance(ip.run_cell("%%jax_transfers --mode allow\n1").error_in_exec, UsageError)
