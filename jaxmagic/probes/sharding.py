@@ -112,7 +112,9 @@ class ArrayLayout:
     itemsize: int = 0
     has_data: bool = True      # False for a ShapeDtypeStruct (a layout without values)
     fully_addressable: bool = True
-    replica_check: str = "not needed"  # "consistent", "differ", "not needed", "skipped", "not possible: ..."
+    # "consistent", "differ", "not needed", "skipped", "other processes" (copies only across processes),
+    # "no data (a ShapeDtypeStruct)", "not possible: ..."
+    replica_check: str = "not needed"
     copies_compared: int = 0
     note: str = ""
 
@@ -473,7 +475,10 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
     if not has_data:
         layout.replica_check = "no data (a ShapeDtypeStruct)"
     elif not any(len([h for h in b.holders if layout.device(h).addressable]) > 1 for b in layout.blocks):
-        layout.replica_check = "not needed"
+        # One local copy per block: nothing to compare here, but there may be copies elsewhere.
+        remote_copies = any(len(b.holders) > 1 and not all(layout.device(h).addressable for h in b.holders)
+                            for b in layout.blocks)
+        layout.replica_check = "other processes" if remote_copies else "not needed"
     elif not check_replicas:
         layout.replica_check = "skipped"
     else:

@@ -97,8 +97,11 @@ def _chunks_per_dim(layout) -> list[list[tuple[int, int]]]:
     return [sorted({tuple(b.index[d]) for b in layout.blocks}) for d in range(len(layout.shape))]
 
 
-def layout_grids(layout, dims: list[int] | None = None) -> tuple[list[Grid], list[str]]:
-    """The drawing of one array: one Grid per facet, and notes about what was left out."""
+def layout_grids(layout, dims: list[int] | None = None, name: str = "") -> tuple[list[Grid], list[str]]:
+    """The drawing of one array: one Grid per facet, and notes about what was left out.
+
+    ``name`` is used in facet captions (``name[0:2, :, :]``); default: the leaf's path, else "x".
+    """
     row_dim, col_dim = drawn_dims(layout, dims)
     rank = len(layout.shape)
     chunks = _chunks_per_dim(layout)
@@ -117,12 +120,12 @@ def layout_grids(layout, dims: list[int] | None = None) -> tuple[list[Grid], lis
         keys = keys[:MAX_FACETS]
     grids = []
     for key in keys:
-        caption = _facet_caption(layout, key, facet_dims, row_dim, col_dim) if split_facet_dims else ""
+        caption = _facet_caption(layout.path or name or "x", layout, key, facet_dims) if split_facet_dims else ""
         grids.append(_facet_grid(layout, facets[key], row_dim, col_dim, chunks, colours, caption))
     return grids, notes
 
 
-def _facet_caption(layout, key, facet_dims, row_dim, col_dim) -> str:
+def _facet_caption(name, layout, key, facet_dims) -> str:
     parts = []
     for d in range(len(layout.shape)):
         if d in facet_dims:
@@ -130,10 +133,17 @@ def _facet_caption(layout, key, facet_dims, row_dim, col_dim) -> str:
             parts.append(f"{start}:{stop}")
         else:
             parts.append(":")
-    return f"{layout.path or 'x'}[{', '.join(parts)}]"
+    return f"{name}[{', '.join(parts)}]"
 
 
 def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> Grid:
+    # A picture split along one axis only is a row of blocks, whatever the rank:
+    # draw it as one, so that many blocks can wrap instead of running off the page.
+    if row_dim is not None and col_dim is not None:
+        if len(chunks[row_dim]) == 1 and len(chunks[col_dim]) > WRAP_1D_AFTER:
+            row_dim = None
+        elif len(chunks[col_dim]) == 1 and len(chunks[row_dim]) > WRAP_1D_AFTER:
+            row_dim, col_dim = None, row_dim
     row_chunks = chunks[row_dim] if row_dim is not None else [None]
     col_chunks = chunks[col_dim] if col_dim is not None else [None]
     wrap = row_dim is None and len(col_chunks) > WRAP_1D_AFTER
@@ -147,7 +157,9 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
     if wrap:
         cols = 8
         rows = math.ceil(len(col_chunks) / cols)
-        return Grid(rows, cols, cells, caption=caption or f"{len(col_chunks)} blocks, 8 per row")
+        where = f"blocks of dimension {col_dim}" if len(layout.shape) > 1 else "blocks"
+        return Grid(rows, cols, cells, caption=(caption + ": " if caption else "")
+                    + f"{len(col_chunks)} {where}, 8 per row, with their index ranges")
     grid = Grid(len(row_chunks), len(col_chunks), cells, caption=caption)
     if col_dim is not None:
         grid.col_labels = [f"{a}:{b}" for a, b in col_chunks]
@@ -168,6 +180,9 @@ def _cell(layout, block, r, c, row_dim, col_dim, colours, with_ranges: bool = Fa
         style = "muted"
     elif block.copies_differ:
         style, detail = "alert", "copies differ"
+    elif len(local) < len(block.holders):
+        remote = sorted({layout.device(h).process for h in block.holders if not layout.device(h).addressable})
+        detail = f"also on process {','.join(map(str, remote))}"
     elif with_ranges:  # no edge labels to read the ranges from
         drawn = [d for d in (row_dim, col_dim) if d is not None]
         detail = "[" + ", ".join(f"{block.index[d][0]}:{block.index[d][1]}" for d in drawn) + "]"
@@ -204,7 +219,8 @@ def sharding_document(report) -> Document:
     arrays = report.arrays
     if len(arrays) == 1:
         name = "Result" if report.call is not None else "Layout"
-        sections.append(Section(name, _array_blocks(arrays[0], report.dims, with_facts=True)))
+        sections.append(Section(name, _array_blocks(arrays[0], report.dims, with_facts=True,
+                                                    name=report.expression if report.call is None else "result")))
     elif arrays:
         sections.append(Section("Arrays", [_arrays_table(arrays)]))
         drawn = []
@@ -232,11 +248,11 @@ def sharding_document(report) -> Document:
     return Document(title, report.status, report.summary, sections)
 
 
-def _array_blocks(layout, dims, with_facts: bool) -> list:
+def _array_blocks(layout, dims, with_facts: bool, name: str = "") -> list:
     blocks = []
     if with_facts:
         blocks.append(Facts(_facts(layout)))
-    grids, notes = layout_grids(layout, dims)
+    grids, notes = layout_grids(layout, dims, name=name)
     row_dim, col_dim = drawn_dims(layout, dims)
     if len(layout.shape) > 2:
         blocks.append(Paragraph(_drawn_dims_text(layout, row_dim, col_dim)))
@@ -245,8 +261,8 @@ def _array_blocks(layout, dims, with_facts: bool) -> list:
     if not layout.fully_addressable:
         others = sorted({d.process for d in layout.devices if not d.addressable})
         blocks.append(Paragraph(
-            f"Not fully addressable: this is process {_this_process(layout)}; hatched blocks are held by "
-            f"process(es) {', '.join(map(str, others))} only, and their data cannot be read from here."))
+            f"Not fully addressable: this is process {_this_process(layout)}; hatched blocks (~ in plain text) "
+            f"are held by process(es) {', '.join(map(str, others))} only, and their data cannot be read from here."))
     return blocks
 
 
@@ -311,6 +327,8 @@ def _replica_words(layout) -> str:
         return "not needed (no block has two local copies)"
     if check == "skipped":
         return "skipped (--no-check)"
+    if check == "other processes":
+        return "not possible here: the copies of each block are on different processes"
     return check
 
 
@@ -354,7 +372,8 @@ def _arrays_table(arrays) -> Table:
 
 
 def _short_replica(layout) -> str:
-    return {"consistent": "identical", "differ": "DIFFER", "not needed": "-", "skipped": "not checked"}.get(
+    return {"consistent": "identical", "differ": "DIFFER", "not needed": "-", "skipped": "not checked",
+            "other processes": "on other processes"}.get(
         layout.replica_check, layout.replica_check)
 
 
