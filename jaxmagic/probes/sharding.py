@@ -561,13 +561,16 @@ def _check_replicas(x, layout: ArrayLayout) -> None:
 
 
 def _same_bits(a, b) -> bool:
+    """Bit-for-bit equality (NaN payloads and -0.0 included), compared as unsigned integers."""
     import numpy as np
 
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.tobytes() == b.tobytes() if a.dtype.itemsize == 0 else bool(
-        np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(a.dtype.itemsize, np.uint8)
+    if a.dtype.itemsize not in (1, 2, 4, 8):
+        a, b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+    return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
 
 
 def _preview(copy, reference) -> str:
