@@ -120,8 +120,9 @@ class TracebackReport(Report):
 
         sections = []
         if self.error:
-            facts = [("exception", self.error), ("frames", f"{self.frames_total} ({self.frames_jax} of them JAX's, "
-                                                          f"{self.frames_hidden} marked hidden)")]
+            facts = [("exception", self.error),
+                     ("frames", f"{self.frames_total}: {len(self.your_frames)} yours, {self.frames_jax} JAX's; "
+                                f"{self.frames_hidden} marked __tracebackhide__ (IPython folds them)")]
             if self.cause:
                 facts.append(("__cause__", self.cause))
             if self.notes:
@@ -146,6 +147,14 @@ def _is_jax_file(filename: str) -> bool:
     return "/jax/_src/" in normalized or "/jaxlib/" in normalized or normalized.endswith("/jax/api.py")
 
 
+def _skip_ipython_runner(tb: TracebackType | None) -> TracebackType | None:
+    # A cell's traceback starts in IPython's run_code, which marks itself so;
+    # IPython does not show it, and neither do we count it.
+    while tb is not None and tb.tb_frame.f_locals.get("__tracebackhide__") == "__ipython_bottom__":
+        tb = tb.tb_next
+    return tb
+
+
 def traceback_view(error: BaseException | None = None, *, previous_mode: str = "") -> TracebackReport:
     """The filtering mode, and - for ``error`` - your frames and how many frames JAX added."""
     import jax
@@ -156,7 +165,7 @@ def traceback_view(error: BaseException | None = None, *, previous_mode: str = "
         return report
     message = str(error).strip()
     report.error = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}".rstrip(": ")
-    tb: TracebackType | None = error.__traceback__
+    tb: TracebackType | None = _skip_ipython_runner(error.__traceback__)
     frames = traceback.extract_tb(tb)
     report.frames_total = len(frames)
     report.frames_jax = sum(_is_jax_file(f.filename) for f in frames)
