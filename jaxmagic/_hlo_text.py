@@ -106,7 +106,10 @@ class HloModuleText:
         found: dict[str, tuple[str, HloInstruction]] = {}
         for instruction in self.instructions():
             for attribute, target in instruction.called:
-                found.setdefault(target, (_CALL_ROLES.get(attribute, "control"), instruction))
+                role = _CALL_ROLES.get(attribute, "control")
+                if attribute == "to_apply" and instruction.opcode in ("call", "async-start"):
+                    role = "control"  # a plain call runs its computation as code, like a loop body
+                found.setdefault(target, (role, instruction))
         return found
 
     def role(self, computation: str) -> str:

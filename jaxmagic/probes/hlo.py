@@ -1150,9 +1150,11 @@ def _literal_text(literal) -> str:
 def _scalar(value, python_only: bool = False):
     """A Python number for a scalar value, else None (arrays with more than one element are not literals)."""
     if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return value
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)  # also JAX's TypedInt/TypedFloat literals: plain Python numbers
+    if isinstance(value, float):
+        return float(value)
     if isinstance(value, np.generic):
         return value.item()
     if python_only:

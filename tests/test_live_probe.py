@@ -1,0 +1,228 @@
+"""The live-array probe (%jax_live, %%jax_live): groups, holders of every kind, no references kept.
+
+Every test uses array shapes of its own (7919, 1009, ...) so that arrays other
+tests left alive in this process do not disturb its assertions.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxmagic import probes
+from jaxmagic._holder_search import KIND_NAME, KIND_OUTPUT, find_holders, namespace_roots
+from jaxmagic.render import static_bundle
+from jaxmagic.report import Status
+
+
+def live_count() -> int:
+    gc.collect()
+    return len(jax.live_arrays())
+
+
+def test_holders_of_each_kind():
+    class Trainer:
+        def __init__(self):
+            self.history = [jnp.zeros((7919,))]
+
+    def make_closure():
+        table = jnp.ones((7907,))
+
+        def f(x):
+            return x + table
+        return f
+
+    Pair = collections.namedtuple("Pair", "mu nu")
+    ns = {
+        "debug_cache": [jnp.ones((1009, 3)) for _ in range(4)],
+        "hist": {"acts": [jnp.ones((1013,)) for _ in range(2)]},
+        "trainer": Trainer(),
+        "state": Pair(jnp.ones((1019,)), 1),
+        "loss_fn": make_closure(),
+        "plain": jnp.ones((1021,)),
+    }
+    report = probes.live(namespace=ns)
+    holders = {g.shape: g.holders for g in report.groups}
+    assert holders[(1009, 3)] == ["debug_cache[0..3]"]
+    assert holders[(1013,)] == ["hist['acts'][0..1]"]
+    assert holders[(7919,)] == ["trainer.history[0]"]
+    assert holders[(1019,)] == ["state.mu"]
+    assert holders[(7907,)] == ["loss_fn (closure variable table)"]
+    assert holders[(1021,)] == ["plain"]
+    group = report.group((1009, 3), "float32")
+    assert group.count == 4 and group.bytes_each == 1009 * 3 * 4 and group.held_by_names == 4
+    assert group.placement == f"{jax.devices()[0].platform}:0"
+
+
+def test_groups_are_largest_first_and_top_limits_the_view():
+    ns = {"small": [jnp.ones((3001,)) for _ in range(2)], "big": jnp.ones((3011, 40))}
+    report = probes.live(namespace=ns, top=1)
+    assert report.groups[0].total_bytes >= report.groups[-1].total_bytes
+    assert report.total_arrays >= 3 and report.total_bytes >= 3011 * 40 * 4
+    text = str(report)
+    assert "smaller group(s)" in text and "--top" in text
+
+
+def test_cell_diff_names_the_leaking_list():
+    """The chapter's section 7.3: a debugging list that keeps every step's activations."""
+
+    @jax.jit
+    def fwd_step(w, x):
+        h = jnp.tanh(x @ w)
+        return h, (h ** 2).mean()
+
+    ns = {"w7": jax.random.normal(jax.random.key(7), (128, 512)) / 12.0,
+          "x7": jax.random.normal(jax.random.key(8), (64, 128)), "debug_cache": []}
+    with probes.live_diff(namespace=ns) as report:
+        for _ in range(10):
+            h, loss = fwd_step(ns["w7"], ns["x7"])
+            ns["debug_cache"].append(h)
+        ns["h"], ns["loss"] = h, loss
+        del h, loss
+    leaked = report.group((64, 512), "float32")
+    assert leaked.count == 10 and leaked.holders[0] == "debug_cache[0..9]"
+    assert report.group((), "float32").holders == ["loss"]
+    assert report.status is Status.PROBLEM and "debug_cache[0..9]" in report.summary
+
+    # The fix: keep Python numbers, not arrays. Nothing the cell made stays alive.
+    stats_log = []
+    with probes.live_diff(namespace=ns) as report:
+        ns["debug_cache"].clear()
+        del ns["h"], ns["loss"]
+        for _ in range(10):
+            h, loss = fwd_step(ns["w7"], ns["x7"])
+            stats_log.append(float(loss))
+        del h, loss
+    assert report.groups == [] and report.status is Status.OK and len(stats_log) == 10
+    assert report.freed_arrays == 11  # the ten activations and the loss from before
+
+
+def test_jit_cache_constant_is_identified_and_clear_caches_frees_it():
+    """The chapter's section 7.5: a global read by a jitted function outlives its name."""
+    ns = {"TABLE": jnp.ones((509, 509))}
+
+    def lookup(x):
+        return (x + ns["TABLE"]).sum()
+
+    lookup_jit = jax.jit(lookup)
+    with probes.live_diff(namespace=ns) as report:
+        lookup_jit(jnp.float32(1.0))
+        ns["TABLE"] = jnp.zeros((251, 251))
+    old = probes.live(namespace=ns).group((509, 509))
+    assert old.count == 1 and old.in_jit_cache == 1 and old.jit_functions == ["lookup"]
+    assert "clear_caches" in str(probes.live(namespace=ns))
+    assert report.group((251, 251)).holders == ["TABLE"]
+    jax.clear_caches()
+    assert probes.live(namespace=ns).group((509, 509)) is None
+
+
+def test_unreachable_holder_is_held_elsewhere():
+    deep = {"a": {"b": {"c": {"d": jnp.ones((4099,))}}}}  # four steps below the name
+    report = probes.live(namespace={"deep": deep})
+    group = report.group((4099,))
+    assert group.elsewhere == 1 and group.holders == []
+    assert "held elsewhere" in str(report)
+    assert probes.live(namespace={"deep": deep["a"]}).group((4099,)).holders == ["deep['b']['c']['d']"]
+
+
+def test_traceback_holder():
+    def failing(big):
+        raise RuntimeError("boom")
+
+    try:
+        failing(jnp.ones((4111,)))
+    except RuntimeError as error:
+        sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+    try:
+        group = probes.live(namespace={}).group((4111,))
+        assert group.by_kind == {"traceback": 1}
+        assert group.holders == ["traceback: failing() big"]
+    finally:
+        sys.last_type = sys.last_value = sys.last_traceback = None
+
+
+def test_deleted_arrays_are_not_live():
+    """The chapter's section 7.4: x.delete() frees the buffer whatever refers to it."""
+    big = jnp.ones((1031, 1031))
+    alias = big
+    before = probes.live(namespace={"big": big, "alias": alias})
+    assert before.group((1031, 1031)).holders == ["big", "alias"]
+    big.delete()
+    after = probes.live(namespace={"big": big, "alias": alias})
+    assert after.group((1031, 1031)) is None
+    assert before.total_bytes - after.total_bytes == 1031 * 1031 * 4
+    assert alias.is_deleted()
+
+
+def test_probe_keeps_no_reference():
+    ns = {"keep": [jnp.ones((2003,)) for _ in range(5)]}
+    start = live_count()
+    report = probes.live(namespace=ns)
+    with probes.live_diff(namespace=ns) as diff:
+        ns["more"] = [jnp.ones((2011,)) for _ in range(3)]
+    assert live_count() == start + 3
+    del ns["keep"], ns["more"]
+    assert live_count() == start - 5
+    assert report.group((2003,)).count == 5 and diff.group((2011,)).count == 3
+
+
+def test_holder_search_is_linear_in_what_it_reaches():
+    arrays = [jnp.ones((5,)) for _ in range(50)]
+    shared = list(arrays)
+    # 2,000 names all pointing at the same list: the list is searched once, not 2,000 times.
+    ns = {f"name{i}": shared for i in range(2000)}
+    search = find_holders({id(a): 0 for a in arrays}, namespace_roots(ns))
+    assert search.visited == 2000 + 50
+    assert search.best_kind[id(arrays[7])] == KIND_NAME
+
+
+def test_output_cache_roots_are_named_as_such():
+    ns = {"Out": {12: jnp.ones((3,))}, "_": None, "_12": None, "_i12": "x", "In": [], "result": 1}
+    labels = [(label, kind) for label, _value, kind in namespace_roots(ns)]
+    assert labels == [("result", KIND_NAME), ("Out[12]", KIND_OUTPUT)]
+
+
+# -- through IPython ------------------------------------------------------------
+
+
+@pytest.fixture
+def shell(ip):
+    return ip
+
+
+def test_ipython_output_cache_and_cell_result(shell):
+    result = shell.run_cell("jnp.ones((6007,)) * 2", store_history=True)
+    number = shell.execution_count - 1
+    assert result.success
+    shell.run_cell("%jax_live -o live_rep", store_history=True)
+    report = shell.user_ns["live_rep"]
+    group = report.group((6007,))
+    assert group.by_kind == {KIND_OUTPUT: 1} and f"Out[{number}]" in group.holders
+    assert report.status is Status.PROBLEM and "%reset -f out" in static_bundle(report)["text/html"]
+    # the cell's own result is not what it leaves behind
+    shell.run_cell("%%jax_live -o cell_rep\nkept_6011 = [jnp.ones((6011,)) for _ in range(2)]\njnp.ones((6013,))",
+                   store_history=True)
+    cell = shell.user_ns["cell_rep"]
+    assert [g.shape for g in cell.groups] == [(6011,)] and cell.groups[0].holders == ["kept_6011[0..1]"]
+    assert cell.result_arrays == 1 and cell.result_label.startswith("Out[")
+
+
+def test_magic_options(shell):
+    import os
+    import tempfile
+
+    from IPython.core.error import UsageError
+
+    bad = shell.run_cell("%jax_live --top 0")
+    assert isinstance(bad.error_in_exec, UsageError) and "--top" in str(bad.error_in_exec)
+    path = os.path.join(tempfile.mkdtemp(), "memory.prof")
+    shell.run_cell(f"%jax_live --profile {path} -o prof_rep")
+    report = shell.user_ns["prof_rep"]
+    assert report.profile_path == path and open(path, "rb").read(2) == b"\x1f\x8b"  # gzip
+    assert "pprof -http" in str(report)
+    assert report.devices and report.devices[0].stats is None  # CPU: no memory_stats
