@@ -414,3 +414,9 @@ def test_colours_and_id_lists():
     assert device_colours([5, 3])[5] != device_colours([5, 3])[3]
     assert id_list([0, 2]) == "0,2" and id_list([0, 1, 2, 3]) == "0,1,2,3"
     assert id_list(list(range(8)) + list(range(16, 24)) + [30, 31]) == "0-7,16-23,30,31"
+
+
+def test_wide_grid_text_is_listed_cell_by_cell():
+    cells = [GridCell(0, c, f"device {c}", detail="x" * 30) for c in range(4)]
+    text = render_text(Document("t", Status.OK, "h", [Section("", [Grid(1, 4, cells, col_labels=["a", "b", "c", "d"])])]))
+    assert text.splitlines()[1:] == [f"  [{n}] device {c}  {'x' * 30}" for c, n in enumerate("abcd")]

@@ -55,6 +55,17 @@ x2 = jax.device_put(jnp.arange(16.0).reshape(8, 2), NamedSharding(mesh4, P("d"))
     ("jax_sharding_3d", "%jax_sharding t3 -o jax_sharding_3d"),
     ("jax_sharding_replica_trap", "%jax_sharding bad_sum(xs) -o jax_sharding_replica_trap"),
     ("jax_sharding_call", "%jax_sharding f(x2) --intermediates -o jax_sharding_call"),
+    ("jax_sharding_pytree", "%jax_sharding {'w': x, 'b': xs, 'step': 3} -o jax_sharding_pytree"),
+    (None, """\
+def local_sum(block):
+    jax.debug.print("local block {b}", b=block)
+    return block.sum()
+"""),
+    ("jax_per_device", """\
+%%jax_per_device -o jax_per_device
+jax.jit(jax.shard_map(local_sum, mesh=mesh4, in_specs=P("d"), out_specs=P(), check_vma=False))(xs)
+"""),
+    ("jax_devices", "%jax_devices -o jax_devices"),
 ]
 
 

@@ -108,7 +108,9 @@ class PerDeviceReport(Report):
             prints = [p for p in self.prints if p.site == site.key]
             if not prints:
                 continue
-            blocks = []
+            blocks = [Paragraph(f"Format `{site.fmt}`" + (", inside a shard_map over mesh axes "
+                                                           + ", ".join(f"`{a}`" for a in site.axes)
+                                                           if site.axes else ""))]
             if site.line:
                 blocks.append(SourceLines([site.line]))
             if site.axes:
@@ -140,8 +142,9 @@ class PerDeviceReport(Report):
             else:
                 blocks.append(Paragraph("Printed outside any shard_map (once for the whole array):"))
                 blocks.append(Table(["printed"], [[p.text] for p in prints]))
-            title = f"jax.debug.print({site.fmt!r})"
-            sections.append(Section(title, blocks))
+            where = f" in {site.line.function} ({site.line.label or site.line.filename}, line {site.line.lineno})" \
+                if site.line else ""
+            sections.append(Section(f"jax.debug.print{where}", blocks))
         untagged = [p for p in self.prints if not p.site]
         if untagged:
             sections.append(Section("Not tagged", [Paragraph(

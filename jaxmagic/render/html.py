@@ -136,9 +136,10 @@ def _grid_html(grid: Grid) -> str:
     compact = grid.cols > 12 or grid.rows * grid.cols > 144
     show_detail = not compact and any(cell.detail for cell in grid.cells)
     char_px = 6.6 if compact else 7.3
-    longest = max([len(c.label) for c in grid.cells] + [len(c.detail) for c in grid.cells if show_detail]
-                  + [len(label) for label in grid.col_labels] + [1])
-    cell_w = max(30 if compact else 56, min(180, round(longest * char_px + 12)))
+    longest = max([len(c.label) * char_px for c in grid.cells]
+                  + [len(c.detail) * 6.4 for c in grid.cells if show_detail]  # the smaller second line
+                  + [len(label) * 6.6 for label in grid.col_labels] + [char_px])
+    cell_w = max(30 if compact else 56, min(260, round(longest + 14)))
     cell_h = 38 if show_detail else (22 if compact else 30)
     col_sizes = _relative_sizes(grid.col_sizes, grid.cols)
     row_sizes = _relative_sizes(grid.row_sizes, grid.rows)

@@ -44,6 +44,7 @@ def _block_lines(block) -> list[str]:
 
 
 _CELL_MARKS = {"muted": "~", "alert": "!"}
+MAX_GRID_WIDTH = 110  # wider box drawings are listed cell by cell
 
 
 def _grid_lines(grid: Grid) -> list[str]:
@@ -67,6 +68,14 @@ def _grid_lines(grid: Grid) -> list[str]:
     pad = " " * (margin + 1) if margin else ""
     rule = pad + "+" + "+".join("-" * width for _ in range(grid.cols)) + "+"
     lines = [grid.caption] if grid.caption else []
+    if len(rule) > MAX_GRID_WIDTH:  # too wide for a terminal: one line per cell instead
+        for cell in sorted(grid.cells, key=lambda c: (c.row, c.col)):
+            where = ", ".join(part for part in (
+                grid.row_labels[cell.row] if cell.row < len(grid.row_labels) else "",
+                grid.col_labels[cell.col] if cell.col < len(grid.col_labels) else "") if part)
+            detail = f"  {cell.detail}" if cell.detail else ""
+            lines.append(f"[{where or f'{cell.row},{cell.col}'}] {label(cell)}{detail}")
+        return lines
     if grid.col_labels:
         lines.append((pad + " " + " ".join(x.center(width) for x in grid.col_labels)).rstrip())
     lines.append(rule)
