@@ -83,7 +83,14 @@ class DevicesReport(Report):
                 "The backend starts at the first JAX operation. If this process joins a multi-process job, call "
                 "`jax.distributed.initialize(...)` before that. `jax.devices()` then lists the devices.")]))
         if self.devices:
-            sections.append(Section("Devices", [Table(["id", "platform", "kind", "process"], self.devices)]))
+            from jaxmagic.render.sharding_layout import id_list
+
+            groups: dict[tuple, list[int]] = {}
+            for device_id, platform, kind, process in self.devices:
+                groups.setdefault((platform, kind, process), []).append(int(device_id))
+            rows = [[platform, kind, process, str(len(ids)), id_list(ids)]
+                    for (platform, kind, process), ids in groups.items()]
+            sections.append(Section("Devices", [Table(["platform", "kind", "process", "count", "ids"], rows)]))
         return Document("%jax_devices", self.status, self.summary, sections)
 
 

@@ -660,12 +660,15 @@ def _output_shardings(traced, compiled) -> list[LeafSharding]:
 
 
 def _spec_text(sharding) -> str:
+    """``P('d',)`` for a NamedSharding; else plain words for one device or full replication."""
     spec = getattr(sharding, "spec", None)
     if spec is not None:
         return str(spec)
-    if type(sharding).__name__ == "SingleDeviceSharding":
-        device = next(iter(sharding.device_set))
-        return f"single device {device.platform.upper()} {device.id}"
+    devices = list(getattr(sharding, "device_set", ()) or ())
+    if len(devices) == 1:
+        return f"single device {devices[0].platform.upper()} {devices[0].id}"
+    if getattr(sharding, "is_fully_replicated", False):
+        return f"replicated on {len(devices)} devices"
     return str(sharding)
 
 

@@ -283,7 +283,8 @@ def _drawn_dims_text(layout, row_dim, col_dim) -> str:
     if split:
         text += f" One grid per block of {', '.join(describe(d) for d in split)}."
     elif others:
-        text += f" Dimension(s) {', '.join(map(str, others))} are not split, so every block spans them whole."
+        text += (f" Dimension {others[0]} is not split, so every block spans it whole." if len(others) == 1 else
+                 f" Dimensions {', '.join(map(str, others))} are not split, so every block spans them whole.")
     return text + " Choose others with --dims I,J."
 
 
