@@ -231,16 +231,18 @@ class TracerErrorReport(Report):
     def document(self):
         from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
-        facts = [("error", self.error_type), ("kind", self.title)]
+        facts = [("error", self.error_type), ("kind", self.title.replace("`", ""))]
         if self.traced_function:
+            where = self.function_line
             facts.append(("traced function", self.traced_function
-                          + (f" (defined at {self.function_line.where})" if self.function_line else "")))
+                          + (f", defined at {where.label or where.filename}, line {where.lineno}" if where else "")))
         if self.transformation:
             facts.append(("traced for", self.transformation))
         if self.depends_on:
             facts.append(("depends on", self.depends_text))
         if self.traced_names:
-            facts.append(("tracers on your line", ", ".join(f"{t.name}: {t.aval}" for t in self.traced_names)))
+            facts.append(("tracers on your line", ", ".join(
+                f"{t.name}: {t.aval}" + (" (from a Python scalar)" if t.weak_type else "") for t in self.traced_names)))
         if self.held_by:
             facts.append(("still held by", ", ".join(self.held_by)))
         if self.jax_hint:

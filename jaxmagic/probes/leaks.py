@@ -154,12 +154,10 @@ class LeakReport(Report):
         sections = []
         if self.leaked:
             rows = [[str(t.number), f"`{t.aval}`", f"`{t.where}`" if t.held_by else t.where,
-                     f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""),
-                     t.created_at.where if t.created_at else "",
-                     ", ".join(f"`{a}`" for a in t.depends_on)]
+                     f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""), _origin(t)]
                     for t in self.leaked]
             sections.append(Section("Leaked tracers", [Table(
-                ["#", "value", "held by", "traced function", "created at", "is argument"], rows)]))
+                ["#", "value", "held by", "traced function", "what it is"], rows)]))
             lines = [t.created_at for t in self.primary if t.created_at]
             if lines:
                 sections.append(Section("Your line", [SourceLines(list({l.where: l for l in lines}.values()),
@@ -213,6 +211,16 @@ class LeakReport(Report):
         if evidence:
             sections.append(Section("", [Evidence(f"JAX's message ({len(evidence.splitlines())} lines)", evidence)]))
         return Document("%%jax_leaks", self.status, self.summary, sections)
+
+
+def _origin(tracer: LeakedTracer) -> str:
+    """"computed at In [4], line 8" or "the argument `x`": what the leaked tracer stands for."""
+    if tracer.created_at is not None:
+        return f"computed at {tracer.created_at.label or tracer.created_at.filename}, line {tracer.created_at.lineno}"
+    if tracer.depends_on:
+        noun = "argument" if len(tracer.depends_on) == 1 else "arguments"
+        return f"the {noun} " + ", ".join(f"`{a}`" for a in tracer.depends_on) + " (an input of the trace)"
+    return ""
 
 
 def _is_tracer(value: Any) -> bool:

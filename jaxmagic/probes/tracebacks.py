@@ -131,11 +131,11 @@ class TracebackReport(Report):
             if self.your_frames:
                 blocks.append(SourceLines(self.your_frames, "Outermost first; the last one raised:"))
             sections.append(Section("Your frames of the last error", blocks))
-        rows = [[f"`{mode}`", ("now" if mode == self.mode else "") + (" (applied)" if mode == self.resolved
-                                                                        and mode != self.mode else ""), text]
+        rows = [[f"`{mode}`", "set" if mode == self.mode else ("what auto means here" if mode == self.resolved
+                                                                  and self.mode == "auto" else ""), text]
                 for mode, text in MODES.items()]
         sections.append(Section("Modes", [
-            Table(["mode", "", "what a traceback shows"], rows),
+            Table(["mode", "here", "what a traceback shows"], rows),
             Paragraph("Switch with `%jax_traceback MODE` (the next cells), or `JAX_TRACEBACK_FILTERING=MODE` "
                       "before Python starts; an unknown value makes `import jax` fail with ValueError.")]))
         sections.append(Section("Reading a JAX traceback", [Paragraph(p) for p in READING_ORDER]))
