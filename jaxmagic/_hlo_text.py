@@ -138,7 +138,9 @@ class HloModuleText:
 
 
 _HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+# name = shape opcode(...: a tuple shape has spaces but no "=", so it is matched up to the
+# ")" that is followed by the opcode and its operand list.
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|\S+)\s+([\w\-]+)\((.*)$")
 _CALLED = re.compile(r"\b(calls|to_apply|body|condition|branch_computations|true_computation|"
                      r"false_computation|called_computations)=(\{[^}]*\}|%?[\w.\-]+)")
 _FUSION_KIND = re.compile(r"\bkind=(k\w+)")
@@ -187,23 +189,19 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
     match = _INSTRUCTION.match(line)
     if not match:
         return None
-    is_root, name, rest = bool(match.group(1)), match.group(2), match.group(3)
-    shape, rest = _take_shape(rest)
-    opcode_match = re.match(r"\s*([\w\-]+)\(", rest)
-    if not opcode_match:
-        return None
-    opcode = opcode_match.group(1)
-    # Everything after the operand list: attributes and metadata.
-    operands_end = _matching(rest, opcode_match.end() - 1, "(", ")")
-    attributes = rest[operands_end + 1:] if operands_end >= 0 else ""
-    metadata = _metadata(attributes)
+    is_root, name, shape, opcode, rest = match.groups()
+    metadata: dict[str, str] = {}
+    meta = _METADATA.search(rest)
+    if meta:
+        metadata = _metadata_fields(meta.group(1))
+        rest = rest[:meta.start()] + rest[meta.end():]
     called = []
-    for attribute, value in _CALLED.findall(_without_metadata(attributes)):
+    for attribute, value in _CALLED.findall(rest):
         for target in value.strip("{}").split(","):
             target = target.strip().lstrip("%")
             if target:
                 called.append((attribute, target))
-    kind = _FUSION_KIND.search(attributes) if opcode == "fusion" else None
+    kind = _FUSION_KIND.search(rest) if opcode == "fusion" else None
     op_name = metadata.get("op_name", "")
     frame_id = metadata.get("stack_frame_id", "")
     source_line = metadata.get("source_line", "")
@@ -219,67 +217,18 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
         source_line=int(source_line) if source_line.isdigit() else 0,
         called=tuple(called),
         fusion_kind=kind.group(1) if kind else "",
-        is_root=is_root,
+        is_root=bool(is_root),
         text=line.strip(),
     )
 
 
-def _take_shape(text: str) -> tuple[str, str]:
-    text = text.lstrip()
-    if text.startswith("("):
-        end = _matching(text, 0, "(", ")")
-        return text[:end + 1], text[end + 1:]
-    # "f32[3,8]{1,0}" has no spaces; "token[]" neither.
-    parts = text.split(" ", 1)
-    return parts[0], parts[1] if len(parts) > 1 else ""
-
-
-def _matching(text: str, start: int, open_char: str, close_char: str) -> int:
-    """Index of the bracket closing the one at ``start`` (skipping quoted strings), or -1."""
-    depth, i, quote = 0, start, False
-    while i < len(text):
-        char = text[i]
-        if quote:
-            if char == "\\":
-                i += 1
-            elif char == '"':
-                quote = False
-        elif char == '"':
-            quote = True
-        elif char == open_char:
-            depth += 1
-        elif char == close_char:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
-def _metadata_span(attributes: str) -> tuple[int, int]:
-    start = attributes.find("metadata={")
-    if start < 0:
-        return -1, -1
-    end = _matching(attributes, start + len("metadata="), "{", "}")
-    return start, end
-
-
-def _without_metadata(attributes: str) -> str:
-    start, end = _metadata_span(attributes)
-    if start < 0:
-        return attributes
-    return attributes[:start] + attributes[end + 1:]
-
-
+# metadata={...}: braces inside quoted strings (an op_name may contain any text) do not end it.
+_METADATA = re.compile(r'metadata=\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
 _METADATA_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
 
 
-def _metadata(attributes: str) -> dict[str, str]:
-    """The fields of ``metadata={op_name="..." stack_frame_id=3 ...}``, strings unescaped."""
-    start, end = _metadata_span(attributes)
-    if start < 0 or end < 0:
-        return {}
-    body = attributes[start + len("metadata={"):end]
+def _metadata_fields(body: str) -> dict[str, str]:
+    """The fields of ``op_name="..." stack_frame_id=3 ...``, strings unescaped."""
     fields = {}
     for key, value in _METADATA_FIELD.findall(body):
         if value.startswith('"'):
@@ -289,6 +238,8 @@ def _metadata(attributes: str) -> dict[str, str]:
 
 
 def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
 
 

@@ -39,12 +39,13 @@ _LEAF_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), ran
 
 @dataclasses.dataclass
 class HolderSearch:
-    """What ``find_holders`` found: per target id, its best holder kind and the paths to it."""
+    """What ``find_holders`` found: per target id its best holder kind; per group the paths to them."""
 
     best_kind: dict[int, str]                      # target id -> KIND_* of its best holder
-    labels: dict[int, list[tuple[str, str]]]       # target id -> [(kind, path)], first few, shortest first
     runs: dict[tuple[int, str, str], list[int]]    # (group, kind, container) -> [min, max, count] of int indices
-    group_labels: dict[int, list[tuple[str, str]]]  # group -> [(kind, path)] of non-indexed holders, first few
+    group_labels: dict[int, list[tuple[str, str]]]  # group -> [(kind, path)] of other holders, first few
+    label_counts: dict[int, int] = dataclasses.field(default_factory=dict)  # group -> all such paths found
+    kind_counts: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (group, best kind) -> targets
     visited: int = 0                               # containers and values looked at
     truncated: bool = False                        # the budget ran out before the search was complete
 
@@ -114,51 +115,74 @@ def traceback_roots() -> list[tuple[str, Any, str]]:
 
 
 def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]], *, max_depth: int = 3,
-                 labels_per_target: int = 2, labels_per_group: int = 12,
-                 budget: int = 5_000_000) -> HolderSearch:
+                 labels_per_group: int = 12, budget: int = 5_000_000) -> HolderSearch:
     """Search from ``roots`` for the objects whose ids are keys of ``group_of``.
 
     ``group_of`` maps each target id to a group number (the caller's grouping
-    of arrays); results are kept per target and, for display, per group.
-    ``max_depth`` is how many steps below a root are followed (3 reaches
-    ``trainer.history[0]`` and ``hist['acts'][3]``). ``budget`` bounds the
-    number of values looked at.
+    of arrays). Results are kept per target (the best kind of holder) and per
+    group (the paths, with list indices merged into runs such as
+    ``debug_cache[0..9]``). ``max_depth`` is how many steps below a root are
+    followed (3 reaches ``trainer.history[0]`` and ``hist['acts'][3]``).
+    ``budget`` bounds the number of values looked at.
     """
-    result = HolderSearch(best_kind={}, labels={}, runs={}, group_labels={})
-    best_kind, labels, runs, group_labels = result.best_kind, result.labels, result.runs, result.group_labels
+    result = HolderSearch(best_kind={}, runs={}, group_labels={})
+    best_kind, runs, group_labels = result.best_kind, result.runs, result.group_labels
+    group_get = group_of.get
     visited_containers: set[int] = set()
     count = 0
 
-    def hit(target: int, kind: str, container: str, key: str, index: int | None) -> None:
+    kind_counts = result.kind_counts
+
+    def mark(target: int, group: int, kind: str) -> None:
         current = best_kind.get(target)
-        if current is None or KIND_ORDER[kind] < KIND_ORDER[current]:
+        if current is None:
             best_kind[target] = kind
-        mine = labels.get(target)
-        if mine is None:
-            labels[target] = [(kind, container + key)]
-        elif len(mine) < labels_per_target:
-            mine.append((kind, container + key))
-        group = group_of[target]
-        if index is not None:
+            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
+        elif KIND_ORDER[kind] < KIND_ORDER[current]:
+            best_kind[target] = kind
+            kind_counts[(group, current)] -= 1
+            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
+
+    label_counts = result.label_counts
+
+    def labelled(group: int, kind: str, path: str) -> None:
+        label_counts[group] = label_counts.get(group, 0) + 1
+        listed = group_labels.setdefault(group, [])
+        if len(listed) < labels_per_group:
+            listed.append((kind, path))
+
+    def indexed_hits(indices, targets: list[int], groups: list[int], kind: str, container: str) -> None:
+        # The elements of one list/tuple that are targets, in index order.
+        nonlocal best_kind
+        if groups.count(groups[0]) == len(groups) and best_kind.keys().isdisjoint(targets):
+            # One group, none seen before (a list of like arrays): the run and the counts at once.
+            group = groups[0]
+            if best_kind:
+                best_kind.update(dict.fromkeys(targets, kind))
+            else:  # the first hits: the dict itself, not a copy
+                best_kind = result.best_kind = dict.fromkeys(targets, kind)
+            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + len(targets)
+            run = runs.get((group, kind, container))
+            if run is None:
+                runs[(group, kind, container)] = [indices[0], indices[-1], len(indices)]
+            else:
+                run[0], run[1], run[2] = min(run[0], indices[0]), max(run[1], indices[-1]), run[2] + len(indices)
+            return
+        for index, target, group in zip(indices, targets, groups):
+            mark(target, group, kind)
             run = runs.get((group, kind, container))
             if run is None:
                 runs[(group, kind, container)] = [index, index, 1]
             else:
-                if index < run[0]:
-                    run[0] = index
-                if index > run[1]:
-                    run[1] = index
-                run[2] += 1
-        else:
-            listed = group_labels.setdefault(group, [])
-            if len(listed) < labels_per_group:
-                listed.append((kind, container + key))
+                run[0], run[1], run[2] = min(run[0], index), max(run[1], index), run[2] + 1
 
     frontier: list[tuple[str, Any, str]] = []
     for label, value, kind in roots:
         count += 1
-        if id(value) in group_of:
-            hit(id(value), kind, label, "", None)
+        group = group_get(id(value))
+        if group is not None:
+            mark(id(value), group, kind)
+            labelled(group, kind, label)
         elif max_depth > 0 and _descendable(value):
             frontier.append((label, value, kind))
 
@@ -171,13 +195,35 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
             if id(container) in visited_containers:
                 continue
             visited_containers.add(id(container))
-            for key, index, child in _children(container):
-                count += 1
-                child_id = id(child)
-                if child_id in group_of:
-                    hit(child_id, kind, label, key, index)
-                elif go_deeper and _descendable(child):
-                    following.append((label + key, child, kind))
+            if type(container) is list or type(container) is tuple:
+                # The common case, kept tight: the lookups run as C loops (map), and no text is
+                # made for elements that are not hits.
+                ids = list(map(id, container))
+                groups = list(map(group_get, ids))
+                count += len(ids)
+                if None not in groups:  # every element is a target: a list of arrays
+                    if groups:
+                        indexed_hits(range(len(ids)), ids, groups, kind, label)
+                else:
+                    indices = [i for i, g in enumerate(groups) if g is not None]
+                    if indices:
+                        indexed_hits(indices, [ids[i] for i in indices], [groups[i] for i in indices], kind, label)
+                if go_deeper and None in groups:
+                    for index, (child, group) in enumerate(zip(container, groups)):
+                        if group is None and _descendable(child):
+                            following.append((f"{label}[{index}]", child, kind))
+            else:
+                for key, index, child in _children(container):
+                    count += 1
+                    group = group_get(id(child))
+                    if group is not None:
+                        if index is not None:
+                            indexed_hits([index], [id(child)], [group], kind, label)
+                        else:
+                            mark(id(child), group, kind)
+                            labelled(group, kind, label + key)
+                    elif go_deeper and _descendable(child):
+                        following.append((label + key, child, kind))
             if count > budget:
                 result.truncated = True
                 following = []

@@ -19,6 +19,7 @@ operation, so that the three stages can be compared operation by operation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 _WRAPPED = re.compile(r"^([\w\-]+)\((.*)\)$")
@@ -36,6 +37,7 @@ class NamePath:
         return self.segments[-1] if self.segments else ""
 
 
+@functools.lru_cache(maxsize=16384)
 def parse_name(text: str) -> NamePath:
     """Split a name stack / op_name into segments, unwrapping transformations."""
     segments: list[str] = []

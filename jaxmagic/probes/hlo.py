@@ -25,6 +25,7 @@ import inspect
 import linecache
 import re
 import time
+import types
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
@@ -587,13 +588,14 @@ def hlo(fn: Callable, *args: Any, scope: str | None = None, stage: str | Iterabl
         closed = traced.jaxpr
         report.function = f"jit({_traced_name(closed, fn)})"
         report.inputs, report.outputs = _signature(traced)
-        jaxpr_ops = _jaxpr_ops(closed, report.function)
-        known = _scope_names(closed)
+        walked = list(_walk_eqns(closed))
+        jaxpr_ops = _jaxpr_ops(walked, report.function)
+        known = _scope_names(walked)
         query = split_query(scope) if scope else ()
         known |= set(query)
         env = _NameEnvironment(fn, namespace)
-        report.literals = _baked_literals(closed, env)
-        report.constants = _captured_constants(closed, env)
+        report.literals = _baked_literals(walked, env)
+        report.constants = _captured_constants(closed, walked, env)
         per_stage: dict[str, list[_Op]] = {"jaxpr": jaxpr_ops}
         module = None
         if "stablehlo" in stages or "hlo" in stages:
@@ -615,9 +617,10 @@ def hlo(fn: Callable, *args: Any, scope: str | None = None, stage: str | Iterabl
                 per_stage["kernels"] = _hlo_kernels(module)
                 report.memory = _memory_figures(compiled)
                 report.cost = _cost(compiled)
+        scopes = _Scopes(known)
         if scope:
-            _collect_scope(report, per_stage, known, query, module)
-        report.tree, report.unscoped = _scope_tree(per_stage, known, stages)
+            _collect_scope(report, per_stage, scopes, query, module)
+        report.tree, report.unscoped = _scope_tree(per_stage, scopes, stages)
         if scope and not report.ops:
             report.suggestions = difflib.get_close_matches(scope, report.scope_paths, n=3, cutoff=0.5)
         if sweep is not None:
@@ -714,7 +717,7 @@ def _sub_jaxprs(eqn):
 
 
 def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False):
-    """Yield ``(eqn, segments, backward, is_leaf)`` for every equation, sub-jaxprs included.
+    """Yield ``(eqn, segments, backward, sub_jaxprs)`` for every equation, sub-jaxprs included.
 
     ``segments`` is the name path above the equation: the enclosing equations'
     name stacks and, for calls to jitted functions, ``jit(name)`` as JAX's
@@ -725,7 +728,7 @@ def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False):
         here = segments + own.segments
         back = backward or own.backward
         subs = _sub_jaxprs(eqn)
-        yield eqn, here, back, not subs
+        yield eqn, here, back, subs
         if subs:
             marker = ()
             if eqn.primitive.name in ("pjit", "jit", "closed_call", "core_call") and eqn.params.get("name"):
@@ -734,13 +737,13 @@ def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False):
                 yield from _walk_eqns(getattr(sub, "jaxpr", sub), here + marker, back)
 
 
-def _scope_names(closed) -> set[str]:
+def _scope_names(walked: list) -> set[str]:
     """Every user scope name on a name stack of the program (structured: Scope entries)."""
     from jax._src import source_info_util
 
     names: set[str] = set()
     scope_type = getattr(source_info_util, "Scope", None)
-    for eqn, _segments, _back, _leaf in _walk_eqns(closed):
+    for eqn, _segments, _back, _subs in walked:
         for entry in eqn.source_info.name_stack.stack:
             if scope_type is None or isinstance(entry, scope_type):
                 name = getattr(entry, "name", "")
@@ -749,10 +752,10 @@ def _scope_names(closed) -> set[str]:
     return names
 
 
-def _jaxpr_ops(closed, function: str) -> list[_Op]:
+def _jaxpr_ops(walked: list, function: str) -> list[_Op]:
     ops = []
-    for eqn, segments, backward, leaf in _walk_eqns(closed):
-        if not leaf:
+    for eqn, segments, backward, subs in walked:
+        if subs:
             continue
         prim = eqn.primitive.name
         path = NamePath(segments + (prim,), backward)
@@ -805,30 +808,35 @@ def _stablehlo_ops(lowered) -> list[_Op]:
     if main is None:
         return ops
 
-    def walk_regions(operation, prefix: str, frames: list, depth: int):
+    def walk_regions(operation, prefix: str, outer_frames, depth: int):
         for region in operation.regions:
             for block in region.blocks:
                 for child in block.operations:
-                    visit(child.operation, prefix, frames, depth)
+                    visit(child.operation, prefix, outer_frames, depth)
 
-    def visit(operation, prefix: str, frames: list, depth: int):
-        name, own_frames = _location(operation.location)
-        full = _join_name(prefix, name)
-        here_frames = own_frames or frames
+    def visit(operation, prefix: str, outer_frames, depth: int):
+        location = operation.location
+        full = _join_name(prefix, _location_name(location))
+
+        def frames(location=location, outer=outer_frames):
+            # Read only for the operations that are shown; an op of a called function has no
+            # file location of its own and takes its call's.
+            return _location_frames(location) or (outer() if outer else [])
+
         kind = operation.name
         if kind == "func.call" and depth < 32:
             callee = ir.FlatSymbolRefAttr(operation.attributes["callee"]).value
             if callee in functions:
-                walk_regions(functions[callee], full, here_frames, depth + 1)
+                walk_regions(functions[callee], full, frames, depth + 1)
             return
         if kind in _NOT_OPERATIONS:
             return
         ops.append(_Op("stablehlo", kind, parse_name(full), full,
-                       where=(lambda f=here_frames: _first_user_frame(f)), text=lambda k=kind, n=full: f"{k}  {n}"))
+                       where=(lambda f=frames: _first_user_frame(f())), text=lambda k=kind, n=full: f"{k}  {n}"))
         if kind in _CONTROL_FLOW:
-            walk_regions(operation, prefix, frames, depth)
+            walk_regions(operation, prefix, outer_frames, depth)
 
-    walk_regions(main, "", [], 0)
+    walk_regions(main, "", None, 0)
     return ops
 
 
@@ -840,21 +848,33 @@ def _join_name(prefix: str, name: str | None) -> str:
     return f"{prefix}/{name}"
 
 
-def _location(location) -> tuple[str | None, list[tuple[str, int, str]]]:
-    """(the operation's name, its frames innermost first) from an MLIR location."""
+def _location_name(location) -> str | None:
+    """The operation's name path: the outermost name of its MLIR location (None if it has none)."""
+    from jax._src.lib.mlir import ir
+
+    if isinstance(location, ir.NameLoc):
+        return location.name_str
+    if isinstance(location, ir.FusedLoc):
+        for inner in location.locations:
+            if isinstance(inner, ir.NameLoc):
+                return inner.name_str
+    return None
+
+
+def _location_frames(location) -> list[tuple[str, int, str]]:
+    """``(file, line, function)`` of an MLIR location's call stack, innermost first.
+
+    JAX writes ``loc("jit(f)/encoder/dot_general"(callsite("f"("x.py":4:2) at ...)))``:
+    below the operation's name, call sites whose callee is the function's
+    name around its file position.
+    """
     from jax._src.lib.mlir import ir
 
     frames: list[tuple[str, int, str]] = []
-    name: str | None = None
 
     def visit(loc, function: str = "", top: bool = False):
-        nonlocal name
         if isinstance(loc, ir.NameLoc):
-            if top and name is None:
-                name = loc.name_str
-                visit(loc.child_loc)
-            else:
-                visit(loc.child_loc, loc.name_str)
+            visit(loc.child_loc, "" if top else loc.name_str)
         elif isinstance(loc, ir.CallSiteLoc):
             visit(loc.callee, function)
             visit(loc.caller)
@@ -865,7 +885,7 @@ def _location(location) -> tuple[str | None, list[tuple[str, int, str]]]:
                 visit(inner, function, top)
 
     visit(location, top=True)
-    return name, frames
+    return frames
 
 
 def _first_user_frame(frames: list[tuple[str, int, str]]) -> SourceLine | None:
@@ -914,27 +934,41 @@ def _hlo_line(module, instruction) -> SourceLine | None:
 # -- matching -----------------------------------------------------------------
 
 
-def _matches(op: _Op, known: set[str], query: tuple[str, ...]) -> tuple[str, str] | None:
+class _Scopes:
+    """Scope paths of name texts (op_names, location names), each distinct text parsed once."""
+
+    def __init__(self, known: set[str]):
+        self.known = known
+        self._cache: dict[str, tuple[str, ...]] = {}
+
+    def of(self, text: str) -> tuple[str, ...]:
+        scopes = self._cache.get(text)
+        if scopes is None:
+            scopes = self._cache[text] = scope_path(parse_name(text), self.known)
+        return scopes
+
+    def contains(self, text: str, query: tuple[str, ...]) -> bool:
+        return find_run(self.of(text), query) >= 0
+
+
+def _matches(op: _Op, scopes: _Scopes, query: tuple[str, ...]) -> tuple[str, str] | None:
     """``(inner scopes, full name)`` when ``op`` lies inside the queried scope, else None."""
-    names = [op.full_name]
-    if op.instruction is not None:
-        names = list(op.instruction.op_names)
+    names = op.instruction.op_names if op.instruction is not None else (op.full_name,)
     for full in names:
-        path = op.path if full == op.full_name else parse_name(full)
-        scopes = scope_path(path, known, include_last=False)
-        end = find_run(scopes, query)
+        path = scopes.of(full)
+        end = find_run(path, query)
         if end >= 0:
-            return "/".join(scopes[end:]), full
+            return "/".join(path[end:]), full
     return None
 
 
-def _collect_scope(report: HloReport, per_stage: dict[str, list[_Op]], known: set[str],
+def _collect_scope(report: HloReport, per_stage: dict[str, list[_Op]], scopes: _Scopes,
                    query: tuple[str, ...], module) -> None:
-    kernel_ops: dict[str, list[int]] = {}
+    kernel_ops: dict[str, int] = {}
     kernels_seen: dict[str, Any] = {}
     for stage in report.stages:
         for op in per_stage.get(stage, []):
-            matched = _matches(op, known, query)
+            matched = _matches(op, scopes, query)
             if matched is None:
                 continue
             inner, full = matched
@@ -944,23 +978,21 @@ def _collect_scope(report: HloReport, per_stage: dict[str, list[_Op]], known: se
             if stage == "hlo" and module is not None:
                 kernel = module.kernel_of(op.instruction)
                 kernels_seen[kernel.name] = kernel
-                kernel_ops.setdefault(kernel.name, [0, 0])[0] += 1
+                kernel_ops[kernel.name] = kernel_ops.get(kernel.name, 0) + 1
                 if kernel is not op.instruction:
                     item.kernel = kernel.name
                     item.kernel_label = kernel.op_names[0] if kernel.op_names else ""
-                    item.kernel_in_scope = any(
-                        find_run(scope_path(parse_name(n), known), query) >= 0 for n in kernel.op_names)
+                    item.kernel_in_scope = any(scopes.contains(n, query) for n in kernel.op_names)
             report.ops.append(item)
     if module is None:
         return
     for name, kernel in kernels_seen.items():
-        in_scope = any(find_run(scope_path(parse_name(n), known), query) >= 0 for n in kernel.op_names)
+        in_scope = any(scopes.contains(n, query) for n in kernel.op_names)
         inside = _fused_instructions(module, kernel)
-        other = sum(1 for i in inside if i.op_names and not any(
-            find_run(scope_path(parse_name(n), known), query) >= 0 for n in i.op_names))
+        other = sum(1 for i in inside if i.op_names and not any(scopes.contains(n, query) for n in i.op_names))
         report.kernels.append(Kernel(name=name, opcode=kernel.opcode, fusion_kind=kernel.fusion_kind,
                                      label=kernel.op_names[0] if kernel.op_names else "", in_scope=in_scope,
-                                     scope_ops=kernel_ops[name][0], other_ops=other))
+                                     scope_ops=kernel_ops[name], other_ops=other))
 
 
 def _fused_instructions(module, kernel) -> list:
@@ -982,7 +1014,7 @@ def _fused_instructions(module, kernel) -> list:
     return out
 
 
-def _scope_tree(per_stage: dict[str, list[_Op]], known: set[str], stages: list[str]):
+def _scope_tree(per_stage: dict[str, list[_Op]], scopes: _Scopes, stages: list[str]):
     """Each scope path (and its ancestors) with operation counts per stage, descendants included."""
     counts: dict[tuple[str, ...], dict[str, int]] = {}
     unscoped: dict[str, int] = {}
@@ -1003,10 +1035,11 @@ def _scope_tree(per_stage: dict[str, list[_Op]], known: set[str], stages: list[s
         if stage not in stages and stage != "jaxpr":
             continue
         for op in per_stage.get(stage, []):
-            add(scope_path(op.path, known), stage)
+            add(scopes.of(op.full_name), stage)
     for op in per_stage.get("kernels", []):
-        add(scope_path(op.path, known), "kernels")
-    tree = sorted(order, key=lambda p: [order.index(p[:i + 1]) for i in range(len(p))])
+        add(scopes.of(op.full_name), "kernels")
+    first_seen = {path: i for i, path in enumerate(order)}
+    tree = sorted(order, key=lambda p: [first_seen[p[:i + 1]] for i in range(len(p))])
     nodes = [ScopeNode("/".join(p), {k: v for k, v in counts[p].items()}) for p in tree]
     if "jaxpr" not in stages:
         for node in nodes:
@@ -1063,6 +1096,32 @@ class _NameEnvironment:
         value = _follow(value, dotted[len(base):])
         return None if value is _MISSING else (value, kind)
 
+    def scalar_values(self) -> set:
+        """Every Python number a name (or one attribute/key below it) can give: literals equal to
+        none of these cannot be baked globals, and need no closer look."""
+        values = set()
+
+        def add(value):
+            number = _scalar(value, python_only=True)
+            if number is not None:
+                values.add(_rounded(number))
+
+        for table in (self.closure, self.globals, self.namespace, self._module_globals):
+            for name, value in list(table.items()):
+                if name.startswith("_") or name in ("In", "Out", "exit", "quit", "get_ipython"):
+                    continue  # IPython's history and caches are nobody's settings
+                if isinstance(value, (bool, int, float, np.generic)):
+                    add(value)
+                elif isinstance(value, dict):
+                    for item in list(value.values())[:1000]:
+                        add(item)
+                elif not isinstance(value, (type, types.ModuleType, types.FunctionType)):
+                    for attributes in (getattr(value, "__dict__", None), getattr(type(value), "__dict__", None)):
+                        if isinstance(attributes, (dict, types.MappingProxyType)):
+                            for item in list(attributes.values())[:1000]:
+                                add(item)
+        return values
+
     def by_identity(self) -> dict[int, tuple[str, str]]:
         out: dict[int, tuple[str, str]] = {}
         for table, kind in ((self.namespace, "global"), (self._module_globals, "global"), (self.globals, "global"),
@@ -1101,15 +1160,17 @@ def _unwrapped(fn):
         return fn
 
 
-def _baked_literals(closed, env: _NameEnvironment) -> list[BakedLiteral]:
+def _baked_literals(walked: list, env: _NameEnvironment) -> list[BakedLiteral]:
     from jax._src import core
 
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
-    for eqn, _segments, _back, _leaf in _walk_eqns(closed):
-        literals = [v for v in eqn.invars if isinstance(v, core.Literal)]
+    candidates = env.scalar_values()
+    for eqn, _segments, _back, _subs in walked:
+        literals = [v for v in eqn.invars if isinstance(v, core.Literal)
+                    and _rounded(_scalar(v.val)) in candidates]
         if not literals:
-            continue
+            continue  # no global or closure value equals any literal here: nothing to look up
         line = _eqn_line(eqn)
         if line is None or not line.code:
             continue
@@ -1137,6 +1198,16 @@ def _baked_literals(closed, env: _NameEnvironment) -> list[BakedLiteral]:
                                           equation=_eqn_text(eqn), line=line))
                 break
     return found
+
+
+def _rounded(value):
+    """A number as float32 would hold it (literals are usually f32): equal values compare equal."""
+    if value is None or isinstance(value, bool):
+        return value
+    try:
+        return float(np.float32(value))
+    except (OverflowError, TypeError, ValueError):
+        return value
 
 
 def _literal_text(literal) -> str:
@@ -1249,11 +1320,11 @@ def _local_names(filename: str, lineno: int) -> frozenset[str]:
     return frozenset(names - declared_global)
 
 
-def _captured_constants(closed, env: _NameEnvironment) -> list[CapturedConstant]:
+def _captured_constants(closed, walked: list, env: _NameEnvironment) -> list[CapturedConstant]:
     """Arrays held as constants of the traced program (closed-over globals and closure values)."""
     identities = env.by_identity()
     found, seen = [], set()
-    jaxprs = [closed] + [sub for eqn, *_ in _walk_eqns(closed) for sub in _sub_jaxprs(eqn)]
+    jaxprs = [closed] + [sub for _eqn, _segments, _back, subs in walked for sub in subs]
     for jaxpr in jaxprs:
         consts = list(getattr(jaxpr, "consts", None) or [])
         if not consts:

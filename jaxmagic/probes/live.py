@@ -21,6 +21,7 @@ references, the report holds strings and numbers.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -396,55 +397,79 @@ def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded
 
     report.total_arrays = len(arrays)
     subject = arrays if created is None else created
+    if excluded:
+        subject = [a for a in subject if id(a) not in excluded]
     one_device = jax.device_count() == 1 and jax.process_count() == 1
-    keys: dict[tuple, int] = {}
+    # Grouping 100,000 arrays is the hot loop. JAX shares one aval object among arrays of
+    # the same shape and dtype, so the aval's identity is a cheap first key (a plain
+    # attribute and an int); counting and the id -> key map then run as C loops. Keys
+    # that turn out to mean the same (shape, dtype, placement) are merged below.
+    if one_device:
+        tags = [id(a.aval) for a in subject]
+    else:
+        tags = [(id(a.aval), a.sharding) for a in subject]
+    counts = collections.Counter(tags)
+    group_of = dict(zip(map(id, subject), tags))
+    first_position: dict[Any, int] = {}
+    for position, tag in enumerate(tags):  # stops once every key has its sample, usually at once
+        if tag not in first_position:
+            first_position[tag] = position
+            if len(first_position) == len(counts):
+                break
+    del tags
     groups: list[LiveGroup] = []
-    group_of: dict[int, int] = {}
-    samples: list[Any] = []
-    for a in subject:
-        if id(a) in excluded:
-            continue
-        key = (a.shape, a.dtype) if one_device else (a.shape, a.dtype, a.sharding)
-        index = keys.get(key)
+    merged: dict[tuple, int] = {}
+    group_index: dict[Any, int] = {}
+    for tag, position in first_position.items():
+        sample = subject[position]
+        key = (tuple(sample.shape), str(sample.dtype), _placement(sample))
+        index = merged.get(key)
         if index is None:
-            index = keys[key] = len(groups)
-            groups.append(LiveGroup(shape=tuple(a.shape), dtype=str(a.dtype), placement=""))
-            samples.append(a)
-        groups[index].count += 1
-        group_of[id(a)] = index
-    for group, sample in zip(groups, samples):
-        group.bytes_each = _nbytes_one(sample)
-        group.placement = _placement(sample)
-    del samples
+            index = merged[key] = len(groups)
+            groups.append(LiveGroup(shape=key[0], dtype=key[1], placement=key[2], bytes_each=_nbytes_one(sample)))
+        groups[index].count += counts[tag]
+        group_index[tag] = index
+    del first_position
     report.total_bytes = sum(g.total_bytes for g in groups) if created is None else _nbytes(arrays)
 
     roots = namespace_roots(namespace) + traceback_roots()
     search = find_holders(group_of, roots)
     del roots
     report.searched, report.search_truncated = search.visited, search.truncated
-    unheld = [target for target in group_of if target not in search.best_kind]
-    jit_held = _jit_cache_constants(set(unheld)) if unheld else {}
-    for target, kind in search.best_kind.items():
-        counts = groups[group_of[target]].by_kind
-        counts[kind] = counts.get(kind, 0) + 1
+    best = search.best_kind
+    unheld = [target for target in group_of if target not in best] if len(best) < len(group_of) else []
+    jit_held = _jit_cache_constants(subject, set(unheld), group_of) if unheld else {}
+    for (tag, kind), count in search.kind_counts.items():
+        if count:
+            counts_of = groups[group_index[tag]].by_kind
+            counts_of[kind] = counts_of.get(kind, 0) + count
     for target in unheld:
-        group = groups[group_of[target]]
+        group = groups[group_index[group_of[target]]]
         if target in jit_held:
             group.by_kind[KIND_JIT_CACHE] = group.by_kind.get(KIND_JIT_CACHE, 0) + 1
             if jit_held[target] not in group.jit_functions:
                 group.jit_functions.append(jit_held[target])
         else:
             group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
-    _name_holders(groups, search)
+    _name_holders(groups, search, group_index)
+    del subject
     groups.sort(key=lambda g: (-g.total_bytes, -g.count))
     report.groups = groups
 
 
-def _name_holders(groups: list[LiveGroup], search) -> None:
+def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
     """Compressed holder labels per group: ``debug_cache[0..9]``, ``hist['acts'][3]``, ``Out[12]``."""
     order = {KIND_NAME: 0, KIND_OUTPUT: 1, KIND_TRACEBACK: 2}
+    runs: dict[tuple[int, str, str], list[int]] = {}
+    for (tag, kind, container), (low, high, count) in search.runs.items():
+        key = (group_index[tag], kind, container)
+        if key in runs:  # two keys of one group (arrays with separate avals): one run
+            run = runs[key]
+            run[0], run[1], run[2] = min(run[0], low), max(run[1], high), run[2] + count
+        else:
+            runs[key] = [low, high, count]
     per_group: dict[int, list[tuple[int, str]]] = {}
-    for (group, kind, container), (low, high, count) in search.runs.items():
+    for (group, kind, container), (low, high, count) in runs.items():
         if count == 1:
             label = f"{container}[{low}]"
         elif count == high - low + 1:
@@ -452,9 +477,9 @@ def _name_holders(groups: list[LiveGroup], search) -> None:
         else:
             label = f"{container}[...] ({count} elements between {low} and {high})"
         per_group.setdefault(group, []).append((order[kind], label))
-    for group, labelled in search.group_labels.items():
+    for tag, labelled in search.group_labels.items():
         for kind, label in labelled:
-            per_group.setdefault(group, []).append((order[kind], label))
+            per_group.setdefault(group_index[tag], []).append((order[kind], label))
     for group, labelled in per_group.items():
         labelled.sort(key=lambda item: item[0])
         # A traceback names the same array once per frame it passed through: two say enough.
@@ -463,32 +488,51 @@ def _name_holders(groups: list[LiveGroup], search) -> None:
         groups[group].holders = list(dict.fromkeys(kept))
 
 
-def _jit_cache_constants(targets: set[int]) -> dict[int, str]:
-    """Of ``targets``, the ids held as constants of a traced jaxpr, with the traced function's name.
+def _jit_cache_constants(subject: list, unheld: set[int], group_of: dict[int, int],
+                         per_group: int = 2, limit: int = 48) -> dict[int, str]:
+    """Of the ``unheld`` array ids, those held as constants of a traced jaxpr, with the function's name.
 
     JAX's jit cache keeps the jaxpr of every traced function, and a jaxpr keeps
     the arrays it closed over as its constants (``Jaxpr.consts``; a
-    ``ClosedJaxpr`` in older JAX). Finding the live jaxprs takes one pass over
-    the garbage collector's objects, done only when some array has no other
-    holder.
+    ``ClosedJaxpr`` in older JAX), in a list. We ask the garbage collector who
+    refers to a few unheld arrays of each group (a search over the heap whose
+    cost grows with the number of arrays asked about, hence the sample), then
+    who refers to the lists among them: the jaxprs. Every constant of those
+    jaxprs is then known, sampled or not.
     """
     from jax._src import core
 
-    types = tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t is not None)
+    jaxpr_types = tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t)
+    taken: dict[int, int] = {}
+    sample = []
+    for a in subject:
+        if id(a) in unheld:
+            group = group_of[id(a)]
+            if taken.get(group, 0) < per_group:
+                taken[group] = taken.get(group, 0) + 1
+                sample.append(a)
+                if len(sample) >= limit:
+                    break
+    if not sample:
+        return {}
+    ours = {id(subject), id(sample)}
+    lists = [r for r in gc.get_referrers(*sample) if type(r) is list and id(r) not in ours]
+    del sample
     found: dict[int, str] = {}
-    for obj in gc.get_objects():
-        if not isinstance(obj, types):
+    if not lists:
+        return found
+    for owner in gc.get_referrers(*lists):
+        if not isinstance(owner, jaxpr_types):
             continue
         try:
-            consts = obj.consts
+            consts = owner.consts
         except Exception:
             continue
-        if not consts:
-            continue
+        info = getattr(owner, "debug_info", None)
+        name = getattr(info, "func_name", None) or "?"
         for value in consts:
-            if id(value) in targets and id(value) not in found:
-                info = getattr(obj, "debug_info", None)
-                found[id(value)] = getattr(info, "func_name", None) or "?"
+            if id(value) in unheld:
+                found.setdefault(id(value), name)
     return found
 
 

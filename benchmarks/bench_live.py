@@ -1,0 +1,120 @@
+"""``%jax_live`` with 100,000 small live arrays, and how the holder search scales.
+
+The notebook holds 100,000 small arrays in a list (``arrays``) beside a few
+ordinary variables. In one in-process IPython shell, taking turns:
+
+* ``magic``:    ``%jax_live -o rep`` - gc, ``jax.live_arrays()``, grouping by
+  (shape, dtype, placement), the search for holders in the namespace, the
+  report and its display;
+* ``baseline``: the hand-written snapshot the goal compares against (<= 1.5x):
+  ``gc.collect()``, ``jax.live_arrays()`` and a ``Counter`` over ``(shape, dtype)``;
+* ``chapter``:  the chapter's ``live_summary()`` (``str(a.dtype)`` and ``a.nbytes``
+  per array), for information: the way most people write it.
+
+A second measurement times the holder search alone (``find_holders``) for
+namespaces of 1,000, 10,000 and 100,000 names each holding one array: linear
+growth means the 100,000-name search takes about ten times the 10,000-name one
+(a search that compared every name with every array would take a hundred times).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from harness import Row, median, quiet, timed
+
+ARRAYS = 100_000
+REPETITIONS = 9
+
+SETUP = f"""
+import gc
+from collections import Counter
+import jax, jax.numpy as jnp
+base = jnp.arange(3.0)
+arrays = [base + 0 for _ in range({ARRAYS})]
+jax.block_until_ready(arrays)
+params = {{"w": jnp.ones((256, 256)), "b": jnp.zeros(256)}}
+history = [jnp.ones((64, 64)) for _ in range(10)]
+"""
+
+CELLS = {
+    "magic": "%jax_live -o rep",
+    "baseline": "gc.collect()\n_live = jax.live_arrays()\n_groups = Counter((a.shape, a.dtype) for a in _live)\n"
+                "del _live",
+    "chapter": "gc.collect()\n_live = jax.live_arrays()\n"
+               "_summary = Counter((a.shape, str(a.dtype)) for a in _live), sum(a.nbytes for a in _live)\n"
+               "del _live",
+}
+
+
+def make_shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jaxmagic")
+    return shell
+
+
+def run_cell(shell, cell: str) -> None:
+    with quiet():
+        result = shell.run_cell(cell, store_history=False)
+    if not result.success:
+        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
+
+
+def holder_search_seconds(names: int) -> float:
+    import gc
+
+    import jax.numpy as jnp
+
+    from jaxmagic._holder_search import find_holders, namespace_roots
+
+    base = jnp.arange(3.0)
+    namespace = {f"v{i}": base + 0 for i in range(names)}
+    targets = {id(v): 0 for v in namespace.values()}
+    best = float("inf")
+    for _ in range(3):
+        gc.collect()
+        start = time.perf_counter()
+        search = find_holders(targets, namespace_roots(namespace))
+        best = min(best, time.perf_counter() - start)
+    assert len(search.best_kind) == names
+    del namespace, targets
+    return best
+
+
+def run() -> list[Row]:
+    shell = make_shell()
+    run_cell(shell, SETUP)
+    for cell in CELLS.values():  # warm up
+        run_cell(shell, cell)
+    times: dict[str, list[float]] = {name: [] for name in CELLS}
+    order = list(CELLS)
+    for rep in range(REPETITIONS):
+        for name in order[rep % len(order):] + order[:rep % len(order)]:
+            times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
+    report = shell.user_ns["rep"]
+    held = report.group((3,))
+    assert held is not None and held.count >= ARRAYS and held.holders[0].startswith("arrays[0..")
+    ratios = [m / b for m, b in zip(times["magic"], times["baseline"])]
+    chapter = [m / c for m, c in zip(times["magic"], times["chapter"])]
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    run_cell(shell, "del arrays, base, history, params, rep")
+
+    sizes = {n: holder_search_seconds(n) for n in (1_000, 10_000, 100_000)}
+    return [
+        Row(f"%jax_live, {ARRAYS:,} live arrays vs live_arrays()+Counter", median(times["magic"]),
+            median(times["baseline"]), goal=1.5, value=median(ratios),
+            note=f"{REPETITIONS} reps; middle half {q1:.2f}-{q3:.2f}; holders named: {held.holders[0]}"),
+        Row("%jax_live vs the chapter's live_summary()", median(times["magic"]), median(times["chapter"]),
+            value=median(chapter), note="str(dtype) and nbytes per array; for information"),
+        Row("holder search, 100,000 vs 10,000 names", sizes[100_000], sizes[10_000],
+            note=f"linear = 10x, quadratic = 100x; 1,000 names: {sizes[1_000] * 1e3:.1f} ms"),
+    ]
+
+
+if __name__ == "__main__":
+    from harness import table
+
+    print(table(run()))
