@@ -49,8 +49,13 @@ class Retrace:
 
 
 @contextlib.contextmanager
-def fresh_traces() -> Iterator[Retrace]:
-    """Run the block so that jit, scan, cond, ... trace again instead of using cached traces."""
+def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
+    """Run the block so that jit, scan, cond, ... trace again instead of using cached traces.
+
+    With ``token`` (a name of the caller's own, e.g. "jaxmagic-print"), every
+    block run with that token shares one cache key: what a block traced is
+    reused by the next block with the same token (and only by it).
+    """
     global _context
     import jax
 
@@ -62,5 +67,5 @@ def fresh_traces() -> Iterator[Retrace]:
     first_use = _context is None
     if first_use:
         _context = make(None)
-    with _context(next(_tokens)):
+    with _context(next(_tokens) if token is None else token):
         yield Retrace("user_context", first_use)

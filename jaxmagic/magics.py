@@ -516,3 +516,26 @@ class JaxMagics(Magics):
             self._publish(probes.live(**options), args)
             return None
         return self._run_cell_in_probe(probes.live_diff(**options), args, cell)
+
+    # -- seeing values, keys and the whole-cell check (chapter sections 1 and 9) --
+
+    @magic_arguments()
+    @argument("--echo", action="store_true", help="Also print each line as it arrives (by default the lines "
+              "are shown in the report only).")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_print(self, line, cell):
+        """Run the cell; show what jax.debug.print / log / callback produced, grouped by call site.
+
+        Every line is kept with the print that made it (format string, your
+        line, the transformations around it: vmap prints one line per sample,
+        a cond under vmap prints both branches, grad prints forward values)
+        and with the call of a jitted function it arrived in. The magic waits
+        for each call's prints (jax.effects_barrier), so no line spills into
+        a later cell, and warns when unordered prints of one call came out of
+        program order (the fix: jax.debug.print(ordered=True)). Your own
+        print() output appears as usual.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_print, line)
+        return self._run_cell_in_probe(probes.prints(echo=args.echo), args, cell)

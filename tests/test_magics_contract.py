@@ -163,6 +163,12 @@ EXAMPLES = {
         bad_option="%jax_hlo f_ok(jnp.ones(3)) --bogus",
         malformed="%jax_hlo f_ok(jnp.ones(3)",
     ),
+    "jax_print": MagicExample(
+        ok="%%jax_print -o {out}\njax.jit(lambda x: (jax.debug.print('x={{x}}', x=x), x)[1])(jnp.ones(2))",
+        raising="%%jax_print -o {out}\njax.debug.print(EVIL)\nraise ValueError(EVIL)",
+        interrupt="%%jax_print -o {out}\njax.debug.print('before')\nraise KeyboardInterrupt",
+        bad_option="%%jax_print --bogus\n1",
+    ),
     "jax_live": MagicExample(  # a line and a cell magic: the line form here, the cell form in the others
         ok="%jax_live -o {out}",
         raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",

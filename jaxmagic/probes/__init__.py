@@ -30,3 +30,6 @@ from jaxmagic.probes.live import LiveReport, live, live_diff  # noqa: E402
 __all__ += ["hlo", "HloReport", "live", "live_diff", "LiveReport"]
 __all__ += ["stages", "stages_of_call", "StagesReport"]
 __all__ += ["transfers", "TransferReport"]
+from jaxmagic.probes.prints import PrintReport, prints  # noqa: E402
+
+__all__ += ["prints", "PrintReport"]

@@ -15,13 +15,14 @@ also passes the device's mesh coordinates (``lax.axis_index`` of every mesh
 axis) to the print callback, which records the formatted line with its device.
 The printed text itself is unchanged and still goes to stdout.
 
-How: for the duration of the block ``jax.debug.print`` is replaced by a
-wrapper that adds two hidden keyword arguments, and JAX's print formatter
-(``jax._src.debugging._format_print_callback``) by one that removes them,
-records the line and prints it as JAX would. Both are put back afterwards.
-Executables compiled during the block keep our formatter; outside a probe it
-behaves exactly like JAX's. Prints in functions traced *before* the block (and
-so not re-traced) carry no tag: they are counted, not attributed to a device.
+How: the prints are caught where JAX binds them (``jaxmagic._debug_capture``,
+shared with ``%%jax_print``): a print traced inside a fully manual ``shard_map``
+gets the device's coordinates as a hidden argument, and JAX's print formatter
+records each line with them before printing it as JAX would. Executables
+compiled during the block keep that formatter; outside a probe it behaves
+exactly like JAX's. Prints in functions traced *before* the block (and so not
+re-traced) are not seen: define the function in the cell or call
+``jax.clear_caches()`` first.
 """
 
 from __future__ import annotations
@@ -32,24 +33,11 @@ import sys
 import threading
 from typing import Iterator
 
-from jaxmagic._frames import is_user_file, source_line
+from jaxmagic._debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
 from jaxmagic._restore import preserved_jax_state
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report import Report, Status
 
-_WHERE = "_jaxmagic_where"   # hidden keyword: the device's mesh coordinates (an int array)
-_SITE = "_jaxmagic_site"     # hidden keyword: which print call (a string, static)
-
-
-@dataclasses.dataclass
-class PrintSite:
-    """One ``jax.debug.print`` call in the user's code."""
-
-    key: str
-    fmt: str
-    line: SourceLine | None = None
-    axes: list[str] = dataclasses.field(default_factory=list)   # manual mesh axes ([] outside shard_map)
-    axis_sizes: list[int] = dataclasses.field(default_factory=list)
-    device_ids: list[int] = dataclasses.field(default_factory=list)  # mesh order; [] if the mesh was not found
+_WHERE = HIDDEN_PREFIX + "where"   # hidden keyword: the device's mesh coordinates (an int array)
 
 
 @dataclasses.dataclass
@@ -174,16 +162,19 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-class _Recorder:
-    """The active probe's storage; callbacks run on XLA's threads, hence the lock."""
+class _Recorder(Capture):
+    """The probe's storage; callbacks run on XLA's threads, hence the lock."""
 
     def __init__(self, report: PerDeviceReport):
         self.report = report
-        self.sites: dict[str, PrintSite] = {}
+        self.keys: set[str] = set()
         self.lock = threading.Lock()
 
-    def add_site(self, site: PrintSite) -> PrintSite:
-        """Register ``site``, or return the same call site seen before (a function traced twice)."""
+    def register(self, site: PrintSite) -> PrintSite:
+        """Note the mesh of a print inside a fully manual shard_map; reuse an equal site seen before."""
+        if site.api != "print":
+            return site  # only prints are tagged by device
+        _locate_on_mesh(site)
         where = (site.line.filename, site.line.lineno) if site.line else None
         with self.lock:
             for known in self.report.sites:
@@ -191,47 +182,47 @@ class _Recorder:
                 if (known.fmt, known_where, known.axes, known.device_ids) == (site.fmt, where, site.axes,
                                                                                site.device_ids):
                     return known
-            self.sites[site.key] = site
+            self.keys.add(site.key)
             self.report.sites.append(site)
             return site
 
-    def add_print(self, site_key: str, where, text: str) -> None:
-        position = [int(i) for i in where] if where is not None else []
-        site = self.sites.get(site_key)
+    def hidden_arguments(self, site: PrintSite) -> dict:
+        if not site.axes:
+            return {}
+        import jax
+        from jax import lax
+
+        return {_WHERE: jax.numpy.stack([lax.axis_index(a) for a in site.axes])}
+
+    def on_print(self, site: PrintSite | None, text: str, hidden: dict, is_log: bool) -> bool:
+        import numpy as np
+
+        where = hidden.get(_WHERE)
+        position = [int(i) for i in np.asarray(where).reshape(-1)] if where is not None else []
+        known = site if site is not None and site.key in self.keys else None
         device = None
-        if site and position and site.device_ids:
-            device = site.device_ids[_flat_index(position, site.axis_sizes)]
+        if known and position and known.device_ids:
+            device = known.device_ids[_flat_index(position, known.axis_sizes)]
         with self.lock:
-            self.report.prints.append(DevicePrint(site_key if site else "", text, position, device))
+            self.report.prints.append(DevicePrint(known.key if known else "", text, position, device))
+        return True  # the text still goes to stdout (or to logging), unchanged
 
 
-_active: _Recorder | None = None
-_site_counter = 0
-
-
-def _recording_format_callback(fmt, np_printoptions, has_placeholders, logging_record, *args, **kwargs):
-    """JAX's print formatter, plus: drop our hidden arguments and record the line."""
-    import copy
-
+def _locate_on_mesh(site: PrintSite) -> None:
+    """Fill the site's mesh axes when it is traced inside a fully manual shard_map (all axes manual)."""
     import numpy as np
-    from jax._src import debugging
 
-    where = kwargs.pop(_WHERE, None)
-    site = kwargs.pop(_SITE, "")
-    if has_placeholders:
-        with np.printoptions(**np_printoptions):
-            message = fmt.format(*args, **kwargs)
-    else:
-        message = " ".join((fmt, *(str(a) for a in args)))
-    recorder = _active
-    if recorder is not None:
-        recorder.add_print(str(site), None if where is None else np.asarray(where).reshape(-1), message)
-    if logging_record:
-        logging_record = copy.copy(logging_record)
-        logging_record.msg = message
-        debugging.logger.handle(logging_record)
-    else:
-        sys.stdout.write(message + "\n")
+    import jax
+
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = tuple(getattr(mesh, "manual_axes", ()) or ())
+    names = tuple(getattr(mesh, "axis_names", ()) or ())
+    if manual and set(manual) == set(names):  # fully manual: the body runs once per device
+        site.axes = list(names)
+        site.axis_sizes = [int(s) for s in mesh.axis_sizes]
+        concrete = _mesh_of_enclosing_shard_map(names)
+        if concrete is not None:
+            site.device_ids = [int(d.id) for d in np.asarray(concrete.devices).flat]
 
 
 def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]):
@@ -252,84 +243,14 @@ def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]):
     return None
 
 
-def _user_line() -> SourceLine | None:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return None
-
-
-def _make_tagged_print(original):
-    def tagged_print(fmt=None, *args, ordered=False, partitioned=False, skip_format_check=False, **kwargs):
-        if fmt is None:  # the two-call form: jax.debug.print(ordered=True)("...", x=x)
-            if args or kwargs:
-                return original(fmt, *args, ordered=ordered, partitioned=partitioned,
-                                skip_format_check=skip_format_check, **kwargs)
-            return lambda fmt, *a, **k: tagged_print(fmt, *a, ordered=ordered, partitioned=partitioned,
-                                                     skip_format_check=skip_format_check, **k)
-        recorder = _active
-        if recorder is None or kwargs.keys() & {_WHERE, _SITE}:
-            return original(fmt, *args, ordered=ordered, partitioned=partitioned,
-                            skip_format_check=skip_format_check, **kwargs)
-        import numpy as np
-
-        import jax
-        from jax import lax
-        from jax._src import debugging
-
-        if not skip_format_check:  # the user's mistakes get JAX's own messages
-            debugging.formatter.format(fmt, *args, **kwargs)
-        global _site_counter
-        _site_counter += 1
-        site = PrintSite(key=f"site{_site_counter}", fmt=str(fmt), line=_user_line())
-        mesh = jax.sharding.get_abstract_mesh()
-        manual = tuple(getattr(mesh, "manual_axes", ()) or ())
-        names = tuple(getattr(mesh, "axis_names", ()) or ())
-        hidden = {_SITE: site.key}
-        if manual and set(manual) == set(names):  # fully manual: the body runs once per device
-            site.axes = list(names)
-            site.axis_sizes = [int(s) for s in mesh.axis_sizes]
-            concrete = _mesh_of_enclosing_shard_map(names)
-            if concrete is not None:
-                site.device_ids = [int(d.id) for d in np.asarray(concrete.devices).flat]
-            hidden[_WHERE] = jax.numpy.stack([lax.axis_index(a) for a in names])
-        hidden[_SITE] = recorder.add_site(site).key
-        return original(fmt, *args, ordered=ordered, partitioned=partitioned, skip_format_check=True,
-                        **kwargs, **hidden)
-
-    tagged_print.__doc__ = original.__doc__
-    tagged_print.__wrapped__ = original
-    return tagged_print
-
-
 @contextlib.contextmanager
 def per_device() -> Iterator[PerDeviceReport]:
     """Record ``jax.debug.print`` lines during the block, tagged with the device inside shard_map."""
-    global _active
-    import jax
-    from jax._src import debugging
-
     report = PerDeviceReport()
-    if _active is not None:
-        raise RuntimeError("per_device() is already active; it does not nest")
-    original_print = jax.debug.print
-    original_format = debugging._format_print_callback
-    with preserved_jax_state(()):
-        _active = _Recorder(report)
-        jax.debug.print = _make_tagged_print(original_print)
-        debugging._format_print_callback = _recording_format_callback
+    with preserved_jax_state(()), capturing(_Recorder(report)):
         try:
             yield report
         except Exception as error:
             lines = str(error).strip().splitlines()
             report.failure = f"{type(error).__name__}: {lines[0] if lines else ''}"
             raise
-        finally:
-            try:
-                jax.effects_barrier()  # prints still in flight belong to this block
-            finally:
-                jax.debug.print = original_print
-                debugging._format_print_callback = original_format
-                _active = None

@@ -1,0 +1,191 @@
+"""See every top-level call of a jitted function (and every eager operation) with its arguments and results.
+
+JAX has no public hook for "a jitted function was called". Its C++ dispatch
+runs a cached executable without entering Python at all. One documented
+switch makes every call go through Python: ``jax_debug_key_reuse``, the
+key-reuse checker, which must look at each call's key arguments. With it on,
+each top-level primitive (``jit`` included) is run through
+``jax.experimental.key_reuse._core.call_impl_with_key_reuse_checks``, and each
+traced program is checked by ``check_key_reuse_jaxpr``.
+
+While ``observing_calls`` is active we turn the checker on and put our own
+function in place of those two, so that observers see each outermost call -
+its name (``train_step``, or the primitive ``add``), its flat arguments and its
+flat results - and the key-reuse checks themselves run as the caller asks:
+
+* ``"off"``: not at all (the observer only watches; nothing can raise);
+* ``"raise"``: exactly as JAX does with ``jax.debug_key_reuse(True)``;
+* ``"record"``: JAX's check runs, and a ``KeyReuseError`` is handed to
+  ``on_key_reuse`` instead of being raised - the call then runs as it would
+  with the checker off, so the user's program and results are unchanged.
+
+Separately for the per-call checks (eager code, and keys passed to a jitted
+function) and the checks of each traced program (a key used twice inside one
+function, found once when it is traced).
+
+The cost: every call takes JAX's Python dispatch path (about a millisecond on
+CPU instead of tens of microseconds), and ``jax_debug_key_reuse`` being part of
+the compilation cache key, each function compiles once more for the block.
+Calls made while another call is being observed (the jitted programs that
+eager operations run internally) are not reported again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
+
+CHECK_MODES = ("off", "raise", "record")
+
+
+class CallObserver:
+    """Receives the outermost calls. Both methods may raise only on purpose (a probe stopping the cell)."""
+
+    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
+        pass
+
+    def after(self, name: str, is_jit: bool, args: tuple, params: dict, outputs: list) -> None:
+        pass
+
+
+_state = threading.local()
+_active = False
+
+
+def available() -> bool:
+    """Whether this JAX has the two functions we put our observer in place of."""
+    try:
+        from jax.experimental.key_reuse import _core as key_reuse
+    except ImportError:
+        return False
+    return callable(getattr(key_reuse, "call_impl_with_key_reuse_checks", None)) and \
+        callable(getattr(key_reuse, "check_key_reuse_jaxpr", None))
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Run a block (a probe's own re-run of a call) unobserved and without key checks."""
+    import jax
+
+    depth = getattr(_state, "depth", 0)
+    _state.depth = depth + 1
+    try:
+        with jax.debug_key_reuse(False):
+            yield
+    finally:
+        _state.depth = depth
+
+
+@contextlib.contextmanager
+def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_checks: str = "off",
+                    on_key_reuse: Callable[[BaseException, str], None] | None = None) -> Iterator[bool]:
+    """Show every outermost call of the block to ``observers``; yield False if this JAX offers no way to.
+
+    ``call_checks`` / ``trace_checks``: "off", "raise" or "record" (see the
+    module docstring); "record" hands each ``KeyReuseError`` to
+    ``on_key_reuse(error, where)`` with where = "call" or "trace".
+    ``jax_debug_key_reuse`` is switched on for the block and put back after.
+    Does not nest.
+    """
+    global _active
+    import jax
+
+    for mode in (call_checks, trace_checks):
+        if mode not in CHECK_MODES:
+            raise ValueError(f"key-reuse check mode must be one of {CHECK_MODES}, got {mode!r}")
+    if not available():
+        yield False
+        return
+    if _active:
+        raise RuntimeError("another jaxmagic probe is already observing jit calls; they do not nest")
+    from jax._src import pjit
+    from jax.experimental.key_reuse import _core as key_reuse
+
+    original_call = key_reuse.call_impl_with_key_reuse_checks
+    original_check = key_reuse.check_key_reuse_jaxpr
+    reuse_error = jax.errors.KeyReuseError
+    jit_p = pjit.jit_p
+
+    def report(error: BaseException, where: str) -> None:
+        if on_key_reuse is not None:
+            on_key_reuse(error, where)
+
+    def call(prim, raw_impl, *args, **params):
+        depth = getattr(_state, "depth", 0)
+        if depth:  # inside an observed call, or paused: JAX's own behaviour, unobserved
+            if depth < 0 or call_checks == "off":
+                return raw_impl(*args, **params)
+            return original_call(prim, raw_impl, *args, **params)
+        is_jit = prim is jit_p
+        name = str(params.get("name", "jit")) if is_jit else str(getattr(prim, "name", prim))
+        _state.depth = 1
+        try:
+            for observer in observers:
+                observer.before(name, is_jit, args, params)
+            if call_checks == "off":
+                result = raw_impl(*args, **params)
+            elif call_checks == "raise":
+                result = original_call(prim, raw_impl, *args, **params)
+            else:
+                try:
+                    result = original_call(prim, raw_impl, *args, **params)
+                except reuse_error as error:
+                    report(error, "call")
+                    result = raw_impl(*args, **params)  # as it runs with the checker off
+            outputs = list(result) if getattr(prim, "multiple_results", False) else [result]
+            for observer in observers:
+                observer.after(name, is_jit, args, params, outputs)
+            return result
+        finally:
+            _state.depth = 0
+
+    def check(jaxpr, *rest, **kwargs):
+        if trace_checks == "off" or getattr(_state, "depth", 0) < 0:
+            return None
+        if trace_checks == "raise":
+            return original_check(jaxpr, *rest, **kwargs)
+        try:
+            return original_check(jaxpr, *rest, **kwargs)
+        except reuse_error as error:
+            report(error, "trace")
+            return None
+
+    _active = True
+    key_reuse.call_impl_with_key_reuse_checks = call
+    key_reuse.check_key_reuse_jaxpr = check
+    try:
+        with jax.debug_key_reuse(True):
+            yield True
+    finally:
+        key_reuse.call_impl_with_key_reuse_checks = original_call
+        key_reuse.check_key_reuse_jaxpr = original_check
+        _active = False
+
+
+def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
+    """The innermost frame of JAX's jit dispatch (``cache_miss`` in pjit.py) on the current stack, or None.
+
+    Its locals hold the call's original ``args`` and ``kwargs`` (static
+    arguments included), which the flat arguments an observer gets do not.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == name and code.co_filename.endswith(filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def is_typed_key(value: Any) -> bool:
+    """True for an array of typed PRNG keys (``jax.random.key``), not for legacy uint32 keys."""
+    import jax
+
+    dtype = getattr(value, "dtype", None)
+    try:
+        return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    except TypeError:
+        return False
