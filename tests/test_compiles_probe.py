@@ -45,7 +45,8 @@ def test_static_argument_value_change_is_named_with_its_values():
     # JAX itself only said "explanation unavailable"; the report keeps that evidence
     assert "cache miss explanation unavailable" in rep.compilations_of("decay")[1].jax_explanation
     assert f.distinct_argument_types == 1  # same shapes every time: it is not the arguments
-    assert rep.recompiled_functions == [f] and "`step`: 0 -> 1 -> 2 -> 3" in rep.summary
+    assert rep.recompiled_functions == [f]
+    assert rep.summary == "`decay` compiled 4 times: static argument value changed: `step` 0 -> 1 -> 2 -> 3."
 
 
 def test_dtype_change_names_the_argument_and_both_types():
@@ -61,6 +62,22 @@ def test_dtype_change_names_the_argument_and_both_types():
     assert second.cause == "types"
     assert second.changes == ["w: f32[3] -> i32[3] (dtype)"]
     assert second.argument_types == "i32[3], f32[3]"
+
+
+def test_two_causes_are_both_named():
+    @partial(jax.jit, static_argnames=("step",))
+    def decay_step(w, x, step):
+        return w - 0.1 * 0.99 ** step * x
+
+    w0, x0 = jnp.ones(3), jnp.ones(3)
+    with probes.compiles() as rep:
+        decay_step(w0, x0, step=0)
+        decay_step(w0, x0, step=1)
+        decay_step(w0.astype(jnp.int32), x0, step=1)
+    f = rep.function("decay_step")
+    assert f.causes_again == ["static", "types"]  # equally frequent: the static argument is named first
+    assert f.reason == ("static argument value changed: `step` 0 -> 1, and "
+                        "argument types changed: w: f32[3] -> i32[3] (dtype)")
 
 
 def test_shape_growth_counts_every_shape():

@@ -145,7 +145,7 @@ class FunctionCompiles:
     static_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first distinct values, in order
     static_value_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # distinct values seen
     changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)    # "w (dtype)" -> times
-    change_examples: list[str] = dataclasses.field(default_factory=list)
+    change_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # by cause, first few
     trace_seconds: float = 0.0
     lower_seconds: float = 0.0
     compile_seconds: float = 0.0
@@ -160,37 +160,74 @@ class FunctionCompiles:
         return self.count > 1
 
     @property
+    def causes_again(self) -> list[str]:
+        """Why it compiled again, most frequent first (ties: the more telling cause first)."""
+        again = [cause for cause in self.causes if cause != "first"]
+        return sorted(again, key=lambda cause: (-self.causes[cause], _priority(cause)))
+
+    @property
     def main_cause(self) -> str:
         """The most frequent reason it compiled again ("first" if it compiled once)."""
-        again = {cause: n for cause, n in self.causes.items() if cause != "first"}
-        if not again:
-            return "first" if self.causes else ""
-        return max(again, key=lambda cause: (again[cause], -list(CAUSE_TITLES).index(cause)))
+        again = self.causes_again
+        if again:
+            return again[0]
+        return "first" if self.causes else ""
+
+    def cause_text(self, cause: str) -> str:
+        """One cause with its evidence: "static argument value changed: `step` 0 -> 1 -> 2"."""
+        title = CAUSE_TITLES.get(cause, cause)
+        if cause in ("static", "static_identity"):
+            parts = [f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
+                     for name, values in self.static_values.items() if len(values) > 1 or cause == "static_identity"]
+            return f"{title}: {'; '.join(parts)}" if parts else title
+        examples = self.change_examples.get(cause, [])
+        if examples:
+            return f"{title}: {'; '.join(examples[:3])}" + ("; ..." if len(examples) > 3 else "")
+        return title
 
     @property
     def reason(self) -> str:
-        """The main cause with its evidence, in a few words."""
-        cause = self.main_cause
-        if cause in ("static", "static_identity"):
-            parts = [f"`{name}`: {_value_sequence(values, self.static_value_counts.get(name, 0))}"
-                     for name, values in self.static_values.items() if len(set(values)) > 1 or cause == "static_identity"]
-            what = "static argument value changed" if cause == "static" else "static argument compares unequal"
-            return f"{what} ({'; '.join(parts)})" if parts else what
-        if cause in ("types", "weak_type", "pytree", "passing", "context") and self.change_examples:
-            shown = "; ".join(self.change_examples[:3])
-            more = len(self.change_examples) - 3
-            return f"{CAUSE_TITLES[cause]} ({shown}{f'; {more} more' if more > 0 else ''})"
-        return CAUSE_TITLES.get(cause, cause)
+        """Why it compiled again, with the evidence, in a few words (every cause, most frequent first)."""
+        again = self.causes_again
+        if not again:
+            return CAUSE_TITLES.get(self.main_cause, self.main_cause)
+        text = ", and ".join(self.cause_text(cause) for cause in again[:3])
+        return text + (f", and {len(again) - 3} more cause(s)" if len(again) > 3 else "")
 
     @property
     def fix(self) -> str:
         return FIXES.get(self.main_cause, "")
 
     @property
+    def evidence(self) -> str:
+        """What changed between its compilations, as far as it is known."""
+        parts = []
+        for cause in self.causes_again[:3]:
+            if cause == "new_function":
+                parts.append("jit was given a new function object, from the same definition, each time")
+            elif cause == "no_retrace":
+                parts.append("compiled again without tracing again")
+            elif cause in ("static", "static_identity") or self.change_examples.get(cause):
+                parts.append(self.cause_text(cause).split(": ", 1)[-1])
+        text = "; ".join(parts)
+        if text and self.main_cause in ("static", "static_identity") and self.distinct_argument_types == 1:
+            text += " - with the same argument types every time"
+        return text
+
+    @property
     def cause_breakdown(self) -> str:
         """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
         ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
+
+
+# Which cause to name first when two are equally frequent: the ones people find hardest first.
+_CAUSE_PRIORITY = ("static", "static_identity", "new_function", "weak_type", "passing", "pytree", "types",
+                   "context", "no_retrace", "unexplained", "eager", "first")
+
+
+def _priority(cause: str) -> int:
+    return _CAUSE_PRIORITY.index(cause) if cause in _CAUSE_PRIORITY else len(_CAUSE_PRIORITY)
 
 
 def _value_sequence(values: list[str], distinct: int) -> str:
@@ -302,7 +339,7 @@ class CompileReport(Report):
             f = recompiled[0]
             return f"`{f.name}` compiled {f.count} times: {f.reason}."
         if recompiled:
-            parts = ", ".join(f"`{f.name}` ({f.count}x, {CAUSE_TITLES.get(f.main_cause, f.main_cause)})"
+            parts = ", ".join(f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"
                               for f in recompiled[:4])
             return f"{len(recompiled)} functions compiled more than once: {parts}."
         users = self.user_functions
@@ -319,28 +356,29 @@ class CompileReport(Report):
         sections = []
         recompiled = self.recompiled_functions
         if recompiled:
-            blocks = []
+            rows = [[f"`{f.name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
+                     f"{f.count}: {f.cause_breakdown}", f.evidence or "-"] for f in recompiled[:8]]
+            blocks = [Table(["function", "compilations", "what changed"], rows)]
+            if any(f.main_cause in ("static", "unexplained", "static_identity") for f in recompiled):
+                blocks.append(Paragraph(
+                    "JAX's own explanation for a changed static argument is only 'cache miss explanation "
+                    "unavailable' (JAX 0.12): jaxmagic compares the static values of the calls to name it."))
+            by_cause: dict[str, list[str]] = {}
             for f in recompiled[:8]:
-                where = f" (defined {f.defined_at})" if f.defined_at else ""
-                blocks.append(Paragraph(f"`{f.name}`{where} compiled {f.count} times: {f.reason}."))
-                if len([c for c in f.causes if c != "first"]) > 1:
-                    blocks.append(Paragraph(f"All causes: {f.cause_breakdown}."))
-                if f.main_cause in ("static", "unexplained", "static_identity"):
-                    blocks.append(Paragraph(
-                        "JAX's own explanation for these was only 'cache miss explanation unavailable': that is "
-                        "what JAX 0.12 says when a static argument's value (or another hashed value) changed."))
-                if f.fix:
-                    blocks.append(Paragraph(f"What to do: {f.fix}"))
+                by_cause.setdefault(f.main_cause, []).append(f"`{f.name}`")
+            for cause, names in by_cause.items():
+                if cause in FIXES:
+                    blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {FIXES[cause]}"))
             sections.append(Section("Recompiled", blocks))
 
         listed = self.functions if self.show_all else self.user_functions
         if listed:
             rows = [[f"`{f.jit_name}`", f.defined_at or "-", str(f.count), str(f.distinct_argument_types),
                      f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
-                     _ms(f.trace_seconds), _ms(f.lower_seconds), _ms(f.compile_seconds)]
+                     _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds)]
                     for f in listed]
-            blocks = [Table(["function", "defined at", "compiles", "argument types", "why", "trace", "lower",
-                             "XLA compile"], rows)]
+            blocks = [Table(["function", "defined at", "compiles", "distinct argument types", "why",
+                             "trace / lower / XLA compile, total"], rows)]
         else:
             blocks = []
         eager = self.eager_functions
@@ -358,10 +396,10 @@ class CompileReport(Report):
         if shown:
             rows = [[str(c.number), f"`{c.function}`", _line_text(c.line), CAUSE_TITLES.get(c.cause, c.cause),
                      "; ".join(c.changes) or "-", c.argument_types or "-",
-                     f"{_ms(c.trace_seconds)} / {_ms(c.lower_seconds)} / {_ms(c.compile_seconds)}"]
+                     _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds)]
                     for c in shown]
             blocks = [Table(["#", "function", "your line", "cause", "what changed", "argument types",
-                             "trace / lower / compile"], rows)]
+                             "trace / lower / XLA compile"], rows)]
             not_listed = sum(f.count for f in listed) - len(shown)
             if not_listed > 0:
                 blocks.append(Paragraph(f"{not_listed} later compilation(s) are counted above but not listed one "
@@ -392,10 +430,9 @@ class CompileReport(Report):
         return Document("%%jax_compiles", self.status, self.summary, sections)
 
 
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.1f} ms"
+def _stage_times(*seconds: float | None) -> str:
+    """``"1.4 / 1.3 / 27.3 ms"``: the three stage durations in one cell."""
+    return " / ".join("-" if t is None else f"{t * 1e3:.1f}" for t in seconds) + " ms"
 
 
 def _line_text(line: SourceLine | None) -> str:
@@ -763,9 +800,10 @@ def _record_static(summary: FunctionCompiles, state: _FunctionState, values: dic
 
 
 def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
+    examples = summary.change_examples.setdefault(cause, [])
     for change in changes[:CHANGES_KEPT]:
-        if len(summary.change_examples) < 6 and change not in summary.change_examples:
-            summary.change_examples.append(change)
+        if len(examples) < 6 and change not in examples:
+            examples.append(change)
     if cause in ("types", "weak_type"):
         for change in changes[:CHANGES_KEPT]:
             key = change.split(":", 1)[0]

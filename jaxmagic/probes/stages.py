@@ -120,7 +120,8 @@ class StagesReport(Report):
                 ("lower", self.lower_seconds, "jaxpr -> StableHLO (MLIR)"),
                 ("compile", self.compile_seconds, "XLA optimises and builds the executable"
                  + (f" (backend compile {_time(self.xla_compile_seconds)})" if self.xla_compile_seconds else "")),
-                ("first run", self.first_run_seconds, "transfer-in, execute, wait for the result"),
+                ("first run", self.first_run_seconds, "first execution (one-time set-up of the executable), "
+                 "waiting for the result"),
                 ("steady run", self.steady_run_seconds,
                  f"median of {self.runs} blocked runs (fastest {_time(self.steady_run_min_seconds)})"
                  if self.runs else ""),
@@ -151,7 +152,7 @@ class StagesReport(Report):
             if self.cost.get("flops") and self.cost.get("bytes accessed"):
                 pairs.append(("flops per byte", f"{self.cost['flops'] / self.cost['bytes accessed']:.2f}"))
             sections.append(Section("Cost (compiled.cost_analysis())", [Facts(pairs)]))
-        facts = [("call", f"`{self.call}`"), ("arguments", _grouped(self.argument_types) or "-")]
+        facts = [("call", self.call), ("arguments", _grouped(self.argument_types) or "-")]
         if self.output_types:
             facts.append(("outputs", _grouped(self.output_types)))
         how = "jax.jit applied by jaxmagic" if self.jitted_here else "your jitted function"

@@ -59,9 +59,10 @@ CPU_NOTE = ("On the CPU backend arrays already live in host memory, so reading a
             "np.asarray(x), printing) is not intercepted. On GPU and TPU the guard catches those device-to-host "
             "transfers too; that cannot be shown on this machine.")
 WHY = ("A NumPy array, a Python scalar or a Python list given to JAX is copied to the device every time it is "
-       "used - in a loop, on every iteration - and nothing in the code shows it. Move such data to the device "
-       "once, before the loop: jax.device_put(x) (an explicit transfer, which the guard allows) or jnp.asarray(x); "
-       "give scalars as jnp arrays (jnp.float32(lr)), or make them static if they select code.")
+       "used - in a loop, on every iteration - and nothing in the code shows it. Creating a JAX array from host "
+       "values (jnp.array(list), jnp.float32(0.5), even jnp.ones, which sends its fill value) is such a copy "
+       "too. Move the data to the device once, before the loop, with jax.device_put(x) (an explicit transfer, "
+       "which the guard allows), and keep it there; make scalars that select code static instead.")
 
 
 @dataclasses.dataclass
@@ -77,7 +78,7 @@ class Transfer:
     def what(self) -> str:
         """What the transferred value probably was, from its type."""
         if not self.value:
-            return "not described by JAX (an argument of a jitted call)"
+            return "not described by JAX (its fast path)"
         if self.value.endswith(" weak"):
             return "a Python scalar"
         return "a NumPy array or other host data"
@@ -125,14 +126,14 @@ class TransferReport(Report):
             head = f"{self.total} implicit transfer(s) {verb}{where}"
             if first.line:
                 head += f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: " \
-                        f"`{first.line.code}`"
+                        f"`{_code(first.line)}`"
             return head + "."
         if self.other_error:
             return f"The cell failed with {self.other_error}; no implicit transfer happened before."
         return "No implicit host-to-device transfer in this cell."
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.transfers:
@@ -146,9 +147,6 @@ class TransferReport(Report):
                 blocks.append(Paragraph("Lines could not be followed (sys.monitoring had no free tool id), so the "
                                         "transfers are listed without their line."))
             sections.append(Section("Implicit transfers", blocks))
-            lines = self.lines
-            if lines:
-                sections.append(Section("Your lines", [SourceLines(lines[:8])]))
             sections.append(Section("Why it matters", [Paragraph(WHY)]))
         if self.blocked and self.message:
             sections.append(Section("JAX's error", [Paragraph(self.message)]))
@@ -157,14 +155,20 @@ class TransferReport(Report):
         return Document("%%jax_transfers", self.status, self.summary, sections)
 
 
+def _code(line: SourceLine) -> str:
+    """The line's code without a trailing comment (for headlines)."""
+    return line.code.split("  #")[0].rstrip()
+
+
 def _at(line: SourceLine) -> str:
-    return f" at {line.label or line.filename}, line {line.lineno}: `{line.code}`"
+    return f" at {line.label or line.filename}, line {line.lineno}: `{_code(line)}`"
 
 
 def _line_cell(line: SourceLine | None) -> str:
     if line is None:
         return "(not known)"
-    return f"{line.label or line.filename}:{line.lineno} `{line.code}`"
+    inside = f" in {line.function}" if line.function not in ("<module>", "") else ""
+    return f"{line.label or line.filename}:{line.lineno}{inside} `{line.code}`"
 
 
 def parse_transfer(text: str) -> tuple[str, str] | None:

@@ -1,0 +1,169 @@
+"""What ``%%jax_compiles`` costs, and that its report stays bounded.
+
+1. Overhead on a cell that makes 10,000 calls of an already compiled jitted
+   function: ``%%jax_compiles`` + body against the plain body, both through
+   ``shell.run_cell`` in one in-process IPython shell, alternating; the median
+   of the per-repetition ratios (goal <= 1.05x). Nothing compiles in that cell,
+   so this is the price of the listeners and the switched-on log settings.
+   For information, the same for ``%%jax_transfers`` (its sys.monitoring LINE
+   events run on every line of the user's code) and the fixed cost per cell.
+2. A block compiling 1,000 distinct shapes of one function, under the probe:
+   the report is built (document, static HTML, ``to_dict``) and measured
+   against the same block with 100 shapes. What is kept per compilation is
+   bounded, so the report's size should barely grow (a ratio near 1, not 10),
+   and building it should stay in milliseconds. The block itself is also timed
+   with and without the probe, in CPU time of the process (JAX's cache-miss
+   explanations, which cost more with every compilation, are switched off
+   after the first few).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import importlib
+
+from harness import Row, median, quiet, timed
+
+EXPLAIN_LIMIT = importlib.import_module("jaxmagic.probes.compiles").EXPLAIN_LIMIT
+
+CALLS = 10_000
+REPETITIONS = 15
+
+SETUP = """
+import jax, jax.numpy as jnp, numpy as np
+
+@jax.jit
+def step(x):
+    return x * 0.5 + 1.0
+
+x = jnp.ones(8)
+step(x).block_until_ready()
+"""
+
+BODY = f"""
+y = x
+for _ in range({CALLS}):
+    y = step(y)
+y.block_until_ready()
+""".strip()
+
+CELLS = {
+    "compiles": "%%jax_compiles\n" + BODY,
+    "transfers": "%%jax_transfers\n" + BODY,
+    "plain": BODY,
+}
+EMPTY_CELLS = {"compiles": "%%jax_compiles\ny = x", "plain": "y = x"}
+
+
+def make_shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jaxmagic")
+    return shell
+
+
+def run_cell(shell, cell: str) -> None:
+    with quiet():
+        result = shell.run_cell(cell, store_history=False)
+    if not result.success:
+        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
+
+
+def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in cells}
+    order = list(cells)
+    for rep in range(repetitions):
+        for name in order[rep % len(order):] + order[:rep % len(order)]:
+            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
+    return times
+
+
+def quartiles(values: list[float]) -> str:
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.3f}-{q3:.3f}"
+
+
+def compile_shapes(n: int, probe: bool):
+    """Compile a small function for ``n`` new shapes; return (seconds, report or None)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmagic import probes
+
+    def total(v):  # a new function object per run: its cache starts empty
+        return jnp.sum(v * 2.0)
+
+    jitted = jax.jit(total)
+    shapes = [jax.ShapeDtypeStruct((k + 1,), jnp.float32) for k in range(n)]
+    # CPU time of this process (XLA's threads included): steadier than wall time on a shared machine.
+    start = time.process_time()
+    if probe:
+        with quiet(), probes.compiles() as report:
+            for s in shapes:
+                jitted.lower(s).compile()
+    else:
+        report = None
+        for s in shapes:
+            jitted.lower(s).compile()
+    return time.process_time() - start, report
+
+
+def build(report) -> tuple[float, int, int]:
+    """Seconds to build the report's document, HTML and dict; sizes of the HTML and the JSON."""
+    from jaxmagic.render import static_bundle
+
+    start = time.perf_counter()
+    html = static_bundle(report)["text/html"]
+    data = json.dumps(report.to_dict())
+    return time.perf_counter() - start, len(html), len(data)
+
+
+def run() -> list[Row]:
+    shell = make_shell()
+    run_cell(shell, SETUP)
+    for _ in range(2):  # warm everything up, including the first use of each magic
+        for cell in list(CELLS.values()) + list(EMPTY_CELLS.values()):
+            run_cell(shell, cell)
+    times = alternate(shell, CELLS, REPETITIONS)
+    empty = alternate(shell, EMPTY_CELLS, REPETITIONS)
+    compiles_vs_plain = [m / p for m, p in zip(times["compiles"], times["plain"])]
+    transfers_vs_plain = [m / p for m, p in zip(times["transfers"], times["plain"])]
+
+    _, small_report = compile_shapes(100, probe=True)
+    plain_seconds, _ = compile_shapes(1000, probe=False)
+    big_seconds, big_report = compile_shapes(1000, probe=True)
+    build(small_report)  # the first build imports the renderers: not part of the figure
+    small_build, small_html, small_json = build(small_report)
+    big_build, big_html, big_json = build(big_report)
+    assert big_report.count("total") == 1000, big_report.summary  # the count itself is exact
+
+    per = f"{CALLS} calls of a compiled jitted function/cell, {REPETITIONS} reps"
+    return [
+        Row("%%jax_compiles vs plain cell", median(times["compiles"]), median(times["plain"]), goal=1.05,
+            value=median(compiles_vs_plain), note=f"{per}; middle half of the ratios: {quartiles(compiles_vs_plain)}"),
+        Row("%%jax_compiles fixed cost per cell", median(empty["compiles"]), median(empty["plain"]),
+            compare="difference", value=median([m - p for m, p in zip(empty["compiles"], empty["plain"])]),
+            note="a one-line cell (y = x), magic minus plain; for information"),
+        Row("%%jax_transfers vs plain cell", median(times["transfers"]), median(times["plain"]),
+            value=median(transfers_vs_plain),
+            note=f"{per}; sys.monitoring LINE events on the cell's lines; for information"),
+        Row("1,000 shapes: report HTML size vs 100 shapes", compare="ratio", goal=1.5,
+            value=big_html / small_html, note=f"{big_html:,} vs {small_html:,} characters of HTML"),
+        Row("1,000 shapes: report JSON size vs 100 shapes", compare="ratio", goal=1.5,
+            value=big_json / small_json, note=f"{big_json:,} vs {small_json:,} characters of to_dict() JSON"),
+        Row("1,000 shapes: building the report", big_build, small_build, compare="difference", goal=0.1,
+            note="document + static HTML + to_dict, 1,000 shapes minus 100 shapes"),
+        Row("1,000 shapes compiled under the probe vs without (CPU time)", big_seconds, plain_seconds,
+            note=f"{len(big_report.compilations)} compilations kept in full; JAX's explanations asked for the "
+                 f"first {EXPLAIN_LIMIT} only; for information"),
+    ]
+
+
+if __name__ == "__main__":
+    from harness import table
+
+    print(table(run()))
