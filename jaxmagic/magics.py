@@ -539,3 +539,41 @@ class JaxMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         args = self._parse(self.jax_print, line)
         return self._run_cell_in_probe(probes.prints(echo=args.echo), args, cell)
+
+    @magic_arguments()
+    @argument("call", nargs="*", help="The call whose numbers look wrong, e.g. model(params, x).")
+    @argument("--ref", metavar="EXPR", help="The expected result (a name, or an expression in quotes), e.g. a "
+              "NumPy float64 computation. Default: the same function op by op in float64, when that is sound.")
+    @argument("--rtol", type=float, metavar="R", help="Relative tolerance (of each leaf's largest reference "
+              "value). Default by dtype: 1e-4 for float32, 1e-10 for float64.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_bisect(self, line):
+        """Run a call jitted, op by op (disable_jit) and as a float64 reference; say which layer is wrong.
+
+        jit wrong, eager right: the compilation layer (look at %jax_hlo);
+        both wrong: the algorithm or the data; both close to the reference
+        but not equal: float32 precision. Without --ref, the reference is the
+        same function run op by op with float64 inputs under jax.enable_x64 -
+        only when every value of that computation is float64 and it draws no
+        random numbers; else jit and eager are compared with each other. Also
+        lists arrays the function captures by closure (the chapter's section
+        1.4 miscompile). The call runs three times.
+        """
+        call_text, option_text = split_call_and_options(line)
+        args = self._parse(self.jax_bisect, option_text)
+        if not call_text:
+            raise UsageError("%jax_bisect needs a call, e.g. %jax_bisect model(params, x) --ref expected")
+        if args.rtol is not None and not args.rtol > 0:
+            raise UsageError(f"--rtol takes a positive relative tolerance, got {args.rtol}.")
+        reference = None
+        if args.ref is not None:
+            text = args.ref.strip()
+            if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # --ref "an expression with spaces"
+                text = text[1:-1]
+            reference = self._evaluate_value(text)
+        call = self._evaluate(call_text)
+        report = probes.bisect(call.function, *call.args, ref=reference, rtol=args.rtol, call_text=call.text,
+                               namespace=self.shell.user_ns, **call.kwargs)
+        del call, reference  # keep no user array alive
+        self._publish(report, args)

@@ -169,6 +169,13 @@ EXAMPLES = {
         interrupt="%%jax_print -o {out}\njax.debug.print('before')\nraise KeyboardInterrupt",
         bad_option="%%jax_print --bogus\n1",
     ),
+    "jax_bisect": MagicExample(
+        ok="%jax_bisect f_ok(jnp.arange(3.0)) -o {out}",
+        raising="%jax_bisect f_raises(jnp.ones(3)) -o {out}",
+        interrupt="%jax_bisect f_interrupt(jnp.ones(3)) -o {out}",
+        bad_option="%jax_bisect f_ok(jnp.ones(3)) --bogus",
+        malformed="%jax_bisect f_ok(jnp.ones(3)",
+    ),
     "jax_live": MagicExample(  # a line and a cell magic: the line form here, the cell form in the others
         ok="%jax_live -o {out}",
         raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",

@@ -33,3 +33,6 @@ __all__ += ["transfers", "TransferReport"]
 from jaxmagic.probes.prints import PrintReport, prints  # noqa: E402
 
 __all__ += ["prints", "PrintReport"]
+from jaxmagic.probes.bisect import BisectReport, bisect  # noqa: E402
+
+__all__ += ["bisect", "BisectReport"]
