@@ -67,12 +67,18 @@ def namespace_roots(namespace: dict | None) -> list[tuple[str, Any, str]]:
             continue
         roots.append((name, value, KIND_NAME))
     out = namespace.get("Out")
+    outputs = set()
     if isinstance(out, dict):
         for number, value in list(out.items()):
             roots.append((f"Out[{number}]", value, KIND_OUTPUT))
+            outputs.add(id(value))
     for alias in _OUTPUT_ALIASES:
-        if alias in namespace and namespace[alias] is not None and namespace[alias] != "":
-            roots.append((alias, namespace[alias], KIND_OUTPUT))
+        value = namespace.get(alias)
+        if value is None or isinstance(value, str):
+            continue  # IPython's empty default
+        # IPython stops updating _ once the user assigns it (for _ in range(10): ...): then
+        # it is an ordinary variable.
+        roots.append((alias, value, KIND_OUTPUT if id(value) in outputs or not isinstance(out, dict) else KIND_NAME))
     return roots
 
 

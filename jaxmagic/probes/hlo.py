@@ -716,8 +716,8 @@ def _sub_jaxprs(eqn):
     return list(core.jaxprs_in_params(eqn.params))
 
 
-def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False):
-    """Yield ``(eqn, segments, backward, sub_jaxprs)`` for every equation, sub-jaxprs included.
+def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, parents: tuple = ()):
+    """Yield ``(eqn, segments, backward, sub_jaxprs, parents)`` for every equation, sub-jaxprs included.
 
     ``segments`` is the name path above the equation: the enclosing equations'
     name stacks and, for calls to jitted functions, ``jit(name)`` as JAX's
@@ -728,13 +728,13 @@ def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False):
         here = segments + own.segments
         back = backward or own.backward
         subs = _sub_jaxprs(eqn)
-        yield eqn, here, back, subs
+        yield eqn, here, back, subs, parents
         if subs:
             marker = ()
             if eqn.primitive.name in ("pjit", "jit", "closed_call", "core_call") and eqn.params.get("name"):
                 marker = (f"jit({eqn.params['name']})",)
             for sub in subs:
-                yield from _walk_eqns(getattr(sub, "jaxpr", sub), here + marker, back)
+                yield from _walk_eqns(getattr(sub, "jaxpr", sub), here + marker, back, parents + (eqn,))
 
 
 def _scope_names(walked: list) -> set[str]:
@@ -743,7 +743,7 @@ def _scope_names(walked: list) -> set[str]:
 
     names: set[str] = set()
     scope_type = getattr(source_info_util, "Scope", None)
-    for eqn, _segments, _back, _subs in walked:
+    for eqn, _segments, _back, _subs, _parents in walked:
         for entry in eqn.source_info.name_stack.stack:
             if scope_type is None or isinstance(entry, scope_type):
                 name = getattr(entry, "name", "")
@@ -754,23 +754,30 @@ def _scope_names(walked: list) -> set[str]:
 
 def _jaxpr_ops(walked: list, function: str) -> list[_Op]:
     ops = []
-    for eqn, segments, backward, subs in walked:
+    for eqn, segments, backward, subs, parents in walked:
         if subs:
             continue
         prim = eqn.primitive.name
         path = NamePath(segments + (prim,), backward)
         ops.append(_Op("jaxpr", prim, path, "/".join((function,) + path.segments),
-                       where=(lambda e=eqn: _eqn_line(e)), text=(lambda e=eqn: _eqn_text(e))))
+                       where=(lambda e=eqn, ps=parents: _eqn_line(e, ps)), text=(lambda e=eqn: _eqn_text(e))))
     return ops
 
 
-def _eqn_line(eqn) -> SourceLine | None:
-    tb = eqn.source_info.traceback
-    if tb is None:
-        return None
-    for frame in tb.frames:  # innermost first
-        if is_user_file(frame.file_name):
-            return source_line(frame.file_name, frame.line_num, frame.function_name)
+def _eqn_line(eqn, parents: tuple = ()) -> SourceLine | None:
+    """The innermost line of the user's code on the equation's stack.
+
+    An equation inside a call (the max in jax.nn.relu's custom_jvp) may have been
+    traced from JAX's own code only; it then gets the line of the innermost
+    enclosing equation that has one - the user's call of relu.
+    """
+    for candidate in (eqn,) + tuple(reversed(parents)):
+        tb = candidate.source_info.traceback
+        if tb is None:
+            continue
+        for frame in tb.frames:  # innermost first
+            if is_user_file(frame.file_name):
+                return source_line(frame.file_name, frame.line_num, frame.function_name)
     return None
 
 
@@ -1166,12 +1173,12 @@ def _baked_literals(walked: list, env: _NameEnvironment) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
     candidates = env.scalar_values()
-    for eqn, _segments, _back, _subs in walked:
+    for eqn, _segments, _back, _subs, _parents in walked:
         literals = [v for v in eqn.invars if isinstance(v, core.Literal)
                     and _rounded(_scalar(v.val)) in candidates]
         if not literals:
             continue  # no global or closure value equals any literal here: nothing to look up
-        line = _eqn_line(eqn)
+        line = _eqn_line(eqn, _parents)
         if line is None or not line.code:
             continue
         names, constants = _names_in_code(line.code)
@@ -1211,10 +1218,13 @@ def _rounded(value):
 
 
 def _literal_text(literal) -> str:
-    """``2.0:f32[]``, as the jaxpr prints a literal."""
+    """``2.0:f32[]``, as the jaxpr prints a literal (the value at its own precision: 0.9, not 0.8999...)."""
     aval = getattr(literal, "aval", None)
     value = _scalar(literal.val)
-    shown = repr(value) if isinstance(value, float) else str(value)
+    try:
+        shown = str(np.asarray(value, dtype=aval.dtype)[()]) if aval is not None else str(value)
+    except (TypeError, ValueError):
+        shown = str(value)
     return f"{shown}:{_aval_text(aval)}" if aval is not None else shown
 
 
@@ -1324,7 +1334,7 @@ def _captured_constants(closed, walked: list, env: _NameEnvironment) -> list[Cap
     """Arrays held as constants of the traced program (closed-over globals and closure values)."""
     identities = env.by_identity()
     found, seen = [], set()
-    jaxprs = [closed] + [sub for _eqn, _segments, _back, subs in walked for sub in subs]
+    jaxprs = [closed] + [sub for _eqn, _segments, _back, subs, _parents in walked for sub in subs]
     for jaxpr in jaxprs:
         consts = list(getattr(jaxpr, "consts", None) or [])
         if not consts:
