@@ -514,3 +514,25 @@ def test_magic_options_are_checked(ip):
     assert isinstance(ip.run_cell("%%jax_compiles --fn f\n1").error_in_exec, UsageError)
     assert isinstance(ip.run_cell("%%jax_compiles --budget -1\n1").error_in_exec, UsageError)
     assert isinstance(ip.run_cell("%%jax_compiles --budget many\n1").error_in_exec, UsageError)
+
+
+def test_nested_probes_both_see_the_compilations():
+    @jax.jit
+    def inner_fn(x):
+        return x * 7
+
+    @jax.jit
+    def outer_fn(x):
+        return x * 8
+
+    before = take_snapshot()
+    with probes.compiles() as outer:
+        outer_fn(jnp.ones(3))
+        with probes.compiles() as inner:
+            inner_fn(jnp.ones(3))
+        outer_fn(jnp.ones(4))
+    assert before.differences(take_snapshot()) == []
+    assert inner.count("inner_fn") == 1 and inner.count("outer_fn") == 0
+    assert inner.compilations_of("inner_fn")[0].argument_types == "f32[3]"  # the inner probe got the log too
+    assert outer.count("inner_fn") == 1 and outer.count("outer_fn") == 2
+    assert outer.compilations_of("outer_fn")[1].changes == ["x: f32[3] -> f32[4] (shape)"]

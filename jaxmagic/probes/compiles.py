@@ -507,6 +507,12 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+# The probes active now (nested ones included) and the one filter that feeds them all. A
+# filter that drops a record stops the others from seeing it, so there is only ever one.
+_LOG_SINKS: list = []
+_LOG_FILTER: list = []  # [the filter, the loggers it is on], while any probe is active
+
+
 @contextlib.contextmanager
 def _compile_logs_captured(on_log):
     """Take the compile log records of every ``jax`` logger out of the output and hand them to ``on_log``.
@@ -516,30 +522,38 @@ def _compile_logs_captured(on_log):
     above WARNING are lowered to WARNING so compile records are created at all;
     their other records below the user's level are still dropped, by the filter.
     """
-    loggers = _jax_loggers()
-    user_levels = {name: logger.getEffectiveLevel() for name, logger in loggers.items()}
+    if not _LOG_SINKS:
+        loggers = _jax_loggers()
+        user_levels = {name: logger.getEffectiveLevel() for name, logger in loggers.items()}
 
-    class _CompileLogFilter(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            try:
-                message = record.getMessage()
-            except Exception:  # a malformed record is not ours to judge
-                return True
-            if is_compile_log_message(message):
-                on_log(message)
-                return False
-            return record.levelno >= user_levels.get(record.name, logging.NOTSET)
+        class _CompileLogFilter(logging.Filter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                try:
+                    message = record.getMessage()
+                except Exception:  # a malformed record is not ours to judge
+                    return True
+                if is_compile_log_message(message):
+                    for sink in list(_LOG_SINKS):
+                        sink(message)
+                    return False
+                return record.levelno >= user_levels.get(record.name, logging.NOTSET)
 
-    log_filter = _CompileLogFilter()
-    for name, logger in loggers.items():
-        logger.addFilter(log_filter)
-        if user_levels[name] > logging.WARNING:
-            logger.setLevel(logging.WARNING)  # put back by preserved_jax_state
+        log_filter = _CompileLogFilter()
+        for name, logger in loggers.items():
+            logger.addFilter(log_filter)
+            if user_levels[name] > logging.WARNING:
+                logger.setLevel(logging.WARNING)  # put back by preserved_jax_state
+        _LOG_FILTER[:] = [log_filter, list(loggers.values())]
+    _LOG_SINKS.append(on_log)
     try:
         yield
     finally:
-        for logger in loggers.values():
-            logger.removeFilter(log_filter)
+        _LOG_SINKS.remove(on_log)
+        if not _LOG_SINKS and _LOG_FILTER:
+            log_filter, loggers = _LOG_FILTER
+            for logger in loggers:
+                logger.removeFilter(log_filter)
+            _LOG_FILTER.clear()
 
 
 @dataclasses.dataclass
