@@ -536,3 +536,22 @@ def test_nested_probes_both_see_the_compilations():
     assert inner.compilations_of("inner_fn")[0].argument_types == "f32[3]"  # the inner probe got the log too
     assert outer.count("inner_fn") == 1 and outer.count("outer_fn") == 2
     assert outer.compilations_of("outer_fn")[1].changes == ["x: f32[3] -> f32[4] (shape)"]
+
+
+def test_unavailable_explanation_without_a_changed_static_argument():
+    # No real program is known to give "explanation unavailable" without a static argument that jaxmagic
+    # sees, so the classifier is fed JAX's message directly.
+    explanation = parse_cache_miss("TRACING CACHE MISS at x.py:2:2 (<m>):\n  for g defined at x.py:4\n"
+                                   "  all previously seen cache keys differ. For the closest previous key:\n"
+                                   "  cache miss explanation unavailable")
+    summary = compiles_module.FunctionCompiles(name="g", kind="user", count=1, causes={"first": 1})
+    state = compiles_module._FunctionState(summary, last_types=["f32[3]"], last_static={})
+    info = compiles_module._CallInfo()
+    cause, why, changes = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True)
+    assert cause == "unexplained" and changes == []
+    assert "no static arguments" in why
+    info.static_argnames = ["mode"]
+    info.static_values = {"mode": ("'fast'", hash("fast"))}
+    state.last_static = {"mode": ("'fast'", hash("fast"))}
+    cause, why, _ = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True)
+    assert cause == "unexplained" and "(mode) kept their values" in why

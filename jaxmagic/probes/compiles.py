@@ -99,8 +99,10 @@ FIXES = {
     "no_retrace": ("The traced program was reused but compiled again: a different jit option (donate_argnums, "
                    "shardings), another device, or an explicit .lower().compile()."),
     "unexplained": ("JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
-                    "static argument value gives; look for values jit hashes besides the traced arguments "
-                    "(static arguments, functools.partial arguments of the jitted function)."),
+                    "static argument value gives, and the static arguments jaxmagic could see did not change. "
+                    "Look at what else jit hashes into its cache key and is not a traced argument: static values "
+                    "hidden in a functools.partial or a callable object given to jax.jit, values a wrapper passes "
+                    "as static arguments, or a closure of a function that is created anew and jitted again."),
     "eager": ("Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
               "cheap and cached; a flood of them means eager code in a loop that could go inside a jitted function."),
 }
@@ -882,8 +884,12 @@ def _classify(summary: FunctionCompiles, state: _FunctionState, explanation: Cac
         values = "; ".join(f"{k} = {v[0]}" for k, v in info.static_values.items())
         return ("static", f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
                 "static value is the usual cause.", [])
-    return ("unexplained", "JAX could not say what differed ('cache miss explanation unavailable'), and no "
-            "static argument of this call changed.", [])
+    if info.static_argnames:
+        return ("unexplained", "JAX could not say what differed ('cache miss explanation unavailable'), and the "
+                f"static arguments of {name} ({', '.join(info.static_argnames)}) kept their values.", [])
+    return ("unexplained", f"JAX could not say what differed ('cache miss explanation unavailable'); {name} has "
+            "no static arguments, so a hashed value outside its argument list changed (a partial's or a "
+            "wrapper's static value, or a closure of a function jitted anew).", [])
 
 
 def _static_changes(before: dict | None, now: dict) -> tuple[list[str], list[str]]:
