@@ -163,3 +163,13 @@ def test_magic_in_both_modes(ip):
     from IPython.core.error import UsageError
 
     assert isinstance(ip.run_cell("%%jax_transfers --mode allow\n1").error_in_exec, UsageError)
+
+
+def test_long_cells_keep_the_capture_file_small(double, monkeypatch):
+    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers")
+    monkeypatch.setattr(transfers_module, "TRUNCATE_AT", 300)  # about two guard lines
+    np_x = np.ones(3, np.float32)
+    with probes.transfers() as rep:
+        for _ in range(25):
+            double(np_x)
+    assert rep.total == 25 and rep.transfers[0].count == 25

@@ -298,6 +298,13 @@ class _BlockedTransfers:
             report.transfers.append(Transfer(found[0], found[1], _innermost_user_line(sys._getframe(1))))
 
 
+def _read_at(fd: int, size: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # Windows: no pread; the file is in append mode, so this is safe
+    return os.read(fd, size)
+
+
 class _GuardLog:
     """Captures descriptor 2 into a file and attributes transfer-guard lines to the user's line running."""
 
@@ -315,7 +322,8 @@ class _GuardLog:
     def __enter__(self) -> "_GuardLog":
         with contextlib.suppress(Exception):
             sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
+        # Append mode: writes to descriptor 2 always go to the end, whatever offset reading left behind.
+        self._file = tempfile.TemporaryFile(mode="a+b")
         self._fd = self._file.fileno()
         self._saved = os.dup(2)
         os.dup2(self._fd, 2)
@@ -351,7 +359,7 @@ class _GuardLog:
             size = os.fstat(self._fd).st_size
             if size <= self._read:
                 return
-            data = os.pread(self._fd, size - self._read, self._read)
+            data = _read_at(self._fd, size - self._read, self._read)
             self._read += len(data)
             if self._read > TRUNCATE_AT:  # keep the file small in a long cell
                 os.ftruncate(self._fd, 0)
