@@ -79,12 +79,15 @@ def paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_checks: str = "off",
-                    on_key_reuse: Callable[[BaseException, str], None] | None = None) -> Iterator[bool]:
+                    on_key_reuse: Callable[..., None] | None = None) -> Iterator[bool]:
     """Show every outermost call of the block to ``observers``; yield False if this JAX offers no way to.
 
     ``call_checks`` / ``trace_checks``: "off", "raise" or "record" (see the
-    module docstring); "record" hands each ``KeyReuseError`` to
-    ``on_key_reuse(error, where)`` with where = "call" or "trace".
+    module docstring). Each ``KeyReuseError`` is shown to
+    ``on_key_reuse(error, where, function, params)`` - where is "call" or
+    "trace", function the name of the jitted function or primitive that got
+    the consumed key (or the traced function), params the call's parameters
+    ({} for a trace) - before it is raised ("raise") or instead ("record").
     ``jax_debug_key_reuse`` is switched on for the block and put back after.
     Does not nest.
     """
@@ -107,32 +110,33 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
     reuse_error = jax.errors.KeyReuseError
     jit_p = pjit.jit_p
 
-    def report(error: BaseException, where: str) -> None:
+    def report(error: BaseException, where: str, function: str, params: dict) -> None:
         if on_key_reuse is not None:
-            on_key_reuse(error, where)
+            on_key_reuse(error, where, function, params)
+
+    def checked(prim, raw_impl, name: str, args: tuple, params: dict):
+        __tracebackhide__ = True  # noqa: F841
+        if call_checks == "off":
+            return raw_impl(*args, **params)
+        try:
+            return original_call(prim, raw_impl, *args, **params)
+        except reuse_error as error:
+            report(error, "call", name, params)
+            if call_checks == "raise":
+                raise
+            return raw_impl(*args, **params)  # as it runs with the checker off
 
     def call(prim, raw_impl, *args, **params):
-        depth = getattr(_state, "depth", 0)
-        if depth:  # inside an observed call, or paused: JAX's own behaviour, unobserved
-            if depth < 0 or call_checks == "off":
-                return raw_impl(*args, **params)
-            return original_call(prim, raw_impl, *args, **params)
+        __tracebackhide__ = True  # noqa: F841 - the user's traceback is about their code
         is_jit = prim is jit_p
         name = str(params.get("name", "jit")) if is_jit else str(getattr(prim, "name", prim))
+        if getattr(_state, "depth", 0):  # inside an observed call: checked, not shown to the observers
+            return checked(prim, raw_impl, name, args, params)
         _state.depth = 1
         try:
             for observer in observers:
                 observer.before(name, is_jit, args, params)
-            if call_checks == "off":
-                result = raw_impl(*args, **params)
-            elif call_checks == "raise":
-                result = original_call(prim, raw_impl, *args, **params)
-            else:
-                try:
-                    result = original_call(prim, raw_impl, *args, **params)
-                except reuse_error as error:
-                    report(error, "call")
-                    result = raw_impl(*args, **params)  # as it runs with the checker off
+            result = checked(prim, raw_impl, name, args, params)
             outputs = list(result) if getattr(prim, "multiple_results", False) else [result]
             for observer in observers:
                 observer.after(name, is_jit, args, params, outputs)
@@ -141,14 +145,16 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
             _state.depth = 0
 
     def check(jaxpr, *rest, **kwargs):
-        if trace_checks == "off" or getattr(_state, "depth", 0) < 0:
+        __tracebackhide__ = True  # noqa: F841
+        if trace_checks == "off":
             return None
-        if trace_checks == "raise":
-            return original_check(jaxpr, *rest, **kwargs)
         try:
             return original_check(jaxpr, *rest, **kwargs)
         except reuse_error as error:
-            report(error, "trace")
+            info = getattr(jaxpr, "debug_info", None)
+            report(error, "trace", str(getattr(info, "func_name", "") or ""), {})
+            if trace_checks == "raise":
+                raise
             return None
 
     _active = True

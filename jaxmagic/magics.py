@@ -577,3 +577,22 @@ class JaxMagics(Magics):
                                namespace=self.shell.user_ns, **call.kwargs)
         del call, reference  # keep no user array alive
         self._publish(report, args)
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_keys(self, line, cell):
+        """Run the cell with jax.debug_key_reuse(True); explain a reused key; count the keys each jitted function got.
+
+        A typed key (jax.random.key) consumed twice stops the cell with JAX's
+        KeyReuseError; above it the report names what got the key (e.g.
+        random_split), the argument, your line of the second use and of the
+        first, and the fix: key, sub = jax.random.split(key) every step.
+        Also counts the distinct keys that reached each of your jitted
+        functions (the same key every step shows even when nothing raises)
+        and lists jax.random calls given a legacy uint32 PRNGKey, which the
+        checker cannot follow.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.jax_keys, line)
+        return self._run_cell_in_probe(probes.keys(), args, cell)

@@ -176,6 +176,15 @@ EXAMPLES = {
         bad_option="%jax_bisect f_ok(jnp.ones(3)) --bogus",
         malformed="%jax_bisect f_ok(jnp.ones(3)",
     ),
+    "jax_keys": MagicExample(
+        ok="%%jax_keys -o {out}\nk_ok, sub_ok = jax.random.split(jax.random.key(0))\njax.random.normal(sub_ok, (2,))",
+        raising="%%jax_keys -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_keys -o {out}\nraise KeyboardInterrupt",
+        bad_option="%%jax_keys --bogus\n1",
+        # The reused key's line (a comment holding EVIL) is shown.
+        evil="%%jax_keys -o {out}\nk_evil = jax.random.key(1)\njax.random.normal(k_evil)\n"
+             "jax.random.normal(k_evil)  # EVIL: <script>alert(1)</script><img src=x onerror=alert(2)>",
+    ),
     "jax_live": MagicExample(  # a line and a cell magic: the line form here, the cell form in the others
         ok="%jax_live -o {out}",
         raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",

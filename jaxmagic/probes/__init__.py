@@ -36,3 +36,6 @@ __all__ += ["prints", "PrintReport"]
 from jaxmagic.probes.bisect import BisectReport, bisect  # noqa: E402
 
 __all__ += ["bisect", "BisectReport"]
+from jaxmagic.probes.keys import KeyReport, keys  # noqa: E402
+
+__all__ += ["keys", "KeyReport"]

@@ -1,0 +1,440 @@
+"""Key probe: PRNG keys used twice, the keys each jitted function received, and legacy uint32 keys.
+
+Usage without IPython::
+
+    with jaxmagic.probes.keys() as report:          # raises jax.errors.KeyReuseError at a reused key
+        train(step_fn, params, X, Y, 5)
+    report.reuse.consumer, report.reuse.reused_at, report.reuse.first_used_at
+    report.flow("train_step").distinct, report.flow("train_step").calls
+
+Chapter section 9.3: a dropout key that never advances (``split(key)[0]`` on
+the same ``key`` every step) raises nothing and gives every step the same
+mask. Three views on it, all for the block only:
+
+* ``jax.debug_key_reuse(True)``: a typed key (``jax.random.key``) consumed
+  twice raises ``KeyReuseError``. JAX's message says which function got it and
+  at which index; the probe adds the argument's name, your line of the second
+  use and of the first one (JAX keeps it on the key), and the fix.
+* The keys that reached each of your jitted functions (the chapter's
+  ``key_data`` spy, without changing your code): at every call of a jitted
+  function the probe reads the raw data of each typed-key argument - reading
+  consumes nothing and changes no result - and counts the distinct keys per
+  function. "train_step got the same key in all 5 calls" shows up even where
+  nothing raises (a key rebuilt from the same seed every step).
+* Legacy raw keys (``jax.random.PRNGKey``, uint32 arrays) are invisible to the
+  checker; each jax.random call given one is listed with your line.
+
+``record=True`` (used by ``%%jax_doctor``) reports reused keys instead of
+raising, and lets the block run as it would without the checker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import re
+import sys
+import threading
+import traceback
+from typing import Any, Iterator
+
+from jaxmagic import _jit_calls
+from jaxmagic._frames import first_library_function, is_user_file, source_line
+from jaxmagic._restore import preserved_jax_state
+from jaxmagic.report import Report, SourceLine, Status
+
+CONFIG_NAMES = ("jax_debug_key_reuse",)
+FIX = ("Split before every use and carry the new key forward: `key, sub = jax.random.split(key)`, then use "
+       "`sub` and keep `key` for the next step. Or derive one key per step from a base key with "
+       "`jax.random.fold_in(key, step)`.")
+LEGACY_NOTE = ("`jax.random.PRNGKey` makes a raw uint32 array. The key-reuse checker cannot follow such keys "
+               "(and neither can the distinct-key count): create keys with `jax.random.key(seed)`.")
+MAX_FLOW_VALUES = 1000   # distinct key fingerprints kept per argument
+
+_PASSED = re.compile(r"Previously-consumed key passed to (?P<function>.+?) at index (?P<index>\d+)")
+_IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is already consumed")
+
+
+@dataclasses.dataclass
+class KeyReuse:
+    """One KeyReuseError: a typed key consumed a second time."""
+
+    message: str                     # JAX's first line
+    consumer: str = ""               # what got the consumed key: "random_split", "train_step", "random_bits"
+    index: int | None = None         # the argument index JAX gives
+    argument: str = ""               # its name, when known ("key")
+    where: str = "call"              # "call": at run time, between calls; "trace": inside one traced function
+    function: str = ""               # for "trace": the function being traced
+    reused_at: SourceLine | None = None
+    first_used_at: SourceLine | None = None
+    count: int = 1                   # record mode: how many times this same reuse happened
+
+    @property
+    def same_line(self) -> bool:
+        return bool(self.reused_at and self.first_used_at and
+                    (self.reused_at.filename, self.reused_at.lineno) ==
+                    (self.first_used_at.filename, self.first_used_at.lineno))
+
+    @property
+    def explanation(self) -> str:
+        what = f"`{self.consumer}`" + (f" (argument {self.index}" + (f", `{self.argument}`" if self.argument else "")
+                                        + ")" if self.index is not None else "")
+        if self.where == "trace":
+            inside = f" inside `{self.function}`" if self.function else ""
+            return (f"{what}{inside} is given a key that an earlier operation of the same function already "
+                    "consumed: both draw from the same random stream, so their random numbers are correlated "
+                    "(identical, for the same shape).")
+        text = f"{what} was given a key that had already been consumed"
+        if self.same_line:
+            return text + (" - on the same line, in an earlier pass of a loop: the loop uses the same key every "
+                           "time and never replaces it, so every step gets the same random numbers.")
+        if self.first_used_at:
+            return text + f" by your line {self.first_used_at.label or self.first_used_at.filename}, line " \
+                          f"{self.first_used_at.lineno}: the two uses get the same random numbers."
+        return text + ": the two uses get the same random numbers."
+
+
+@dataclasses.dataclass
+class KeyFlow:
+    """The typed keys one argument of one of your jitted functions received."""
+
+    function: str
+    argument: str                    # "key", or "argument 3"
+    calls: int = 0
+    distinct: int = 0
+    first_call: SourceLine | None = None
+    repeated_key: str = ""           # the data of the key seen most often, e.g. "[1797259609 2579123966]"
+    repeated_times: int = 0
+
+    @property
+    def repeated(self) -> bool:
+        return self.calls > 1 and self.distinct < self.calls
+
+
+@dataclasses.dataclass
+class LegacyKeyUse:
+    api: str                          # the jax.random function given a raw key: "normal"
+    line: SourceLine | None = None
+    count: int = 0
+
+
+@dataclasses.dataclass
+class KeyReport(Report):
+    """What ``%%jax_keys`` found."""
+
+    kind = "jax_keys"
+
+    reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
+    flows: list[KeyFlow] = dataclasses.field(default_factory=list)
+    legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
+    recorded: bool = False           # reuse was recorded, not raised
+    followed: bool = True            # False: this JAX gave no way to see calls (no key counts)
+    other_error: str = ""
+
+    def flow(self, function: str) -> KeyFlow | None:
+        """The key flow of ``function`` (the first argument that carries keys)."""
+        return next((f for f in self.flows if f.function == function), None)
+
+    @property
+    def repeated_flows(self) -> list[KeyFlow]:
+        return [f for f in self.flows if f.repeated]
+
+    @property
+    def status(self) -> Status:
+        if self.reuse or self.repeated_flows or self.legacy:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def summary(self) -> str:
+        parts = []
+        if self.reuse:
+            r = self.reuse[0]
+            at = f" at {r.reused_at.where}" if r.reused_at else ""
+            parts.append(f"Key reused: `{r.consumer}` got an already consumed key{at}"
+                         + (" (every pass of the loop uses the same key)" if r.same_line else "") + ".")
+        for f in self.repeated_flows[:2]:
+            parts.append(f"`{f.function}` received {f.distinct} distinct key(s) in {f.calls} calls "
+                         f"(argument `{f.argument}`).")
+        if self.legacy:
+            n = sum(u.count for u in self.legacy)
+            parts.append(f"{n} jax.random call(s) got a legacy uint32 PRNGKey, which the checker cannot follow.")
+        if not parts:
+            flows = [f for f in self.flows if f.calls]
+            if flows:
+                f = flows[0]
+                parts.append(f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in "
+                             f"{f.calls} call(s).")
+            else:
+                parts.append("No key was reused (no typed key reached a jitted function of yours).")
+        if self.other_error and not self.reuse:
+            parts.append(f"The cell failed with {self.other_error}.")
+        return " ".join(parts)
+
+    def document(self):
+        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+
+        sections = []
+        for r in self.reuse[:4]:
+            facts = [("consumer", f"`{r.consumer}`")]
+            if r.index is not None:
+                facts.append(("argument", f"{r.index}" + (f" (`{r.argument}`)" if r.argument else "")))
+            facts.append(("found", "when the function was traced" if r.where == "trace" else "when it was called"))
+            if r.count > 1:
+                facts.append(("times", str(r.count)))
+            blocks = [Facts(facts), Paragraph(r.explanation)]
+            lines = []
+            if r.first_used_at:
+                lines.append(r.first_used_at)
+            if r.reused_at and not r.same_line:
+                lines.append(r.reused_at)
+            if lines:
+                caption = ("First consumed here, then again on the same line:" if r.same_line else
+                           "First consumed, then used again:" if len(lines) > 1 else "Used here:")
+                blocks.append(SourceLines(lines, caption))
+            elif r.reused_at:
+                blocks.append(SourceLines([r.reused_at], "Used again here:"))
+            blocks.append(Paragraph(FIX))
+            sections.append(Section("Key reused", blocks))
+        if self.flows:
+            rows = [[f"`{f.function}`", f"`{f.argument}`", str(f.calls), str(f.distinct),
+                     (f"{f.repeated_times} x {f.repeated_key}" if f.repeated else "-"),
+                     f"{f.first_call.label or f.first_call.filename}:{f.first_call.lineno}" if f.first_call else "-"]
+                    for f in self.flows]
+            blocks = [Table(["function", "key argument", "calls", "distinct keys", "repeated key", "called from"],
+                            rows)]
+            if self.repeated_flows:
+                blocks.append(Paragraph("A function that gets the same key in several calls draws the same random "
+                                        "numbers every time (the same dropout mask every step). " + FIX))
+            blocks.append(Paragraph("Counted from the raw data of each typed key passed to a jitted function of "
+                                    "yours (jax.random.key_data, read without consuming the key)."))
+            sections.append(Section("Keys per jitted function", blocks))
+        if self.legacy:
+            rows = [[f"`jax.random.{u.api}`", str(u.count), u.line.where if u.line else "-",
+                     f"`{u.line.code}`" if u.line and u.line.code else "-"] for u in self.legacy]
+            sections.append(Section("Legacy uint32 keys", [Table(["function", "calls", "your line", "code"], rows),
+                                                           Paragraph(LEGACY_NOTE)]))
+        how = ["Checked with jax.debug_key_reuse(True) for this cell only"
+               + (": reuses were recorded and the cell ran on as it would without the checker."
+                  if self.recorded else ": the first reuse stops the cell with JAX's KeyReuseError.")]
+        if not self.followed:
+            how.append("This JAX gives no way to follow single calls, so keys per function were not counted.")
+        sections.append(Section("How this was checked", [Paragraph(t) for t in how]))
+        return Document("%%jax_keys", self.status, self.summary, sections)
+
+
+# -- explaining a KeyReuseError ---------------------------------------------------
+
+
+def _user_frames(tb) -> list[SourceLine]:
+    """The user's frames of a traceback, outermost first (jaxmagic's and libraries' left out)."""
+    if tb is None:
+        return []
+    return [source_line(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(tb)
+            if is_user_file(f.filename)]
+
+
+def explain_key_reuse(error: BaseException, where: str = "", function: str = "", params: dict | None = None
+                      ) -> KeyReuse:
+    """The facts of a ``KeyReuseError``: who got the key, which argument, where it was used and first used."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    reuse = KeyReuse(message=message, where=where or "call")
+    passed, in_trace = _PASSED.search(message), _IN_TRACE.search(message)
+    match = passed or in_trace
+    if match:
+        reuse.consumer = match.group("function")
+        reuse.index = int(match.group("index"))
+    if in_trace:
+        reuse.where = "trace"
+        reuse.function = function
+    elif function and reuse.consumer in ("jit-compiled function", ""):
+        reuse.consumer = function
+    if params and reuse.index is not None:
+        reuse.argument = _argument_name(params, reuse.index)
+    cause = error.__cause__
+    if cause is not None and type(cause).__name__ == "KeyReuseError":
+        first = _user_frames(cause.__traceback__)
+        reuse.first_used_at = first[-1] if first else None
+    if cause is not None and type(cause).__name__ == "JaxStackTraceBeforeTransformation":
+        inner = _user_frames(cause.__traceback__)  # the traced line that reused it
+        reuse.reused_at = inner[-1] if inner else None
+        called = first_library_function(cause.__traceback__)  # "uniform": what that line called
+        if called and reuse.consumer in ("jit", "pjit", "closed_call", ""):
+            reuse.consumer = f"jax.random.{called}" if _is_random_api(called) else called
+    if reuse.reused_at is None:
+        lines = _user_frames(error.__traceback__) or _user_frames_of_stack()
+        reuse.reused_at = lines[-1] if lines else None
+    return reuse
+
+
+def _is_random_api(name: str) -> bool:
+    import jax
+
+    return callable(getattr(jax.random, name, None))
+
+
+def _user_frames_of_stack() -> list[SourceLine]:
+    frame = sys._getframe(1)
+    lines = []
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            lines.append(source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return list(reversed(lines))
+
+
+def _argument_name(params: dict, index: int) -> str:
+    closed = params.get("jaxpr")
+    info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
+    names = getattr(info, "arg_names", None)
+    if names and 0 <= index < len(names) and names[index]:
+        return str(names[index])
+    return ""
+
+
+def _function_is_users(params: dict) -> bool:
+    closed = params.get("jaxpr")
+    info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
+    where = str(getattr(info, "func_src_info", "") or "")
+    match = re.search(r" at (.+):\d+$", where)
+    return bool(match) and is_user_file(match.group(1))
+
+
+# -- the probe -------------------------------------------------------------------
+
+
+class _KeyWatch(_jit_calls.CallObserver):
+    """Counts the distinct typed keys each argument of the user's jitted functions receives."""
+
+    def __init__(self, report: KeyReport):
+        self.report = report
+        self.flows: dict[tuple[str, int], KeyFlow] = {}
+        self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
+        self.lock = threading.Lock()
+
+    def before(self, name, is_jit, args, params) -> None:
+        if not is_jit or not _function_is_users(params):
+            return
+        for index, value in enumerate(args):
+            if not _jit_calls.is_typed_key(value):
+                continue
+            fingerprint, shown = _key_fingerprint(value)
+            key = (name, index)
+            with self.lock:
+                flow = self.flows.get(key)
+                if flow is None:
+                    argument = _argument_name(params, index) or f"argument {index}"
+                    flow = self.flows[key] = KeyFlow(name, argument, first_call=_caller_line())
+                    self.report.flows.append(flow)
+                    self.seen[key] = {}
+                flow.calls += 1
+                seen = self.seen[key]
+                if fingerprint in seen:
+                    seen[fingerprint][1] += 1
+                elif len(seen) < MAX_FLOW_VALUES:
+                    seen[fingerprint] = [shown, 1]
+                flow.distinct = len(seen)
+                shown_key, times = max(seen.values(), key=lambda item: item[1])
+                flow.repeated_key, flow.repeated_times = shown_key, times
+
+
+def _key_fingerprint(key) -> tuple[bytes, str]:
+    """A digest of a typed key's raw data and a short rendering of it; reads the data, consumes nothing."""
+    import numpy as np
+
+    import jax
+
+    base = getattr(key, "_base_array", None)
+    with jax.transfer_guard("allow"):
+        data = np.asarray(base if base is not None else jax.random.key_data(key))
+    shown = np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
+    return hashlib.blake2b(data.tobytes() + str(data.shape).encode(), digest_size=16).digest(), shown
+
+
+def _caller_line() -> SourceLine | None:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
+    """List each jax.random call given a raw uint32 key (they pass through ``_check_prng_key``)."""
+    try:
+        from jax._src.random import core as random_core
+    except ImportError:  # another layout: no legacy-key listing
+        yield
+        return
+    original = getattr(random_core, "_check_prng_key", None)
+    if original is None:
+        yield
+        return
+    uses: dict[tuple, LegacyKeyUse] = {}
+
+    def check(name, key, *args, **kwargs):
+        if not _jit_calls.is_typed_key(key) and hasattr(key, "dtype"):
+            line = _caller_line()
+            where = (str(name), line.filename, line.lineno) if line else (str(name), "", 0)
+            use = uses.get(where)
+            if use is None:
+                use = uses[where] = LegacyKeyUse(str(name), line)
+                report.legacy.append(use)
+            use.count += 1
+        return original(name, key, *args, **kwargs)
+
+    random_core._check_prng_key = check
+    try:
+        yield
+    finally:
+        random_core._check_prng_key = original
+
+
+@contextlib.contextmanager
+def keys(*, record: bool = False) -> Iterator[KeyReport]:
+    """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
+
+    Default: the first reuse raises JAX's ``KeyReuseError`` (the report is
+    filled in first). ``record=True``: every reuse is recorded and the block
+    runs on as it would without the checker.
+    """
+    import jax
+
+    from jaxmagic.probes.leaks import mark_explained
+
+    report = KeyReport(recorded=record)
+    mode = "record" if record else "raise"
+    seen: dict[tuple, KeyReuse] = {}
+
+    def on_reuse(error, where, function, params):
+        reuse = explain_key_reuse(error, where, function, params)
+        spot = (reuse.consumer, reuse.index, reuse.where,
+                (reuse.reused_at.filename, reuse.reused_at.lineno) if reuse.reused_at else None)
+        if spot in seen:
+            seen[spot].count += 1
+            return
+        seen[spot] = reuse
+        report.reuse.append(reuse)
+
+    try:
+        with preserved_jax_state(CONFIG_NAMES), _legacy_keys_listed(report), \
+                _jit_calls.observing_calls(_KeyWatch(report), call_checks=mode, trace_checks=mode,
+                                           on_key_reuse=on_reuse) as followed:
+            report.followed = followed
+            if not followed:  # at least JAX's own checker
+                with jax.debug_key_reuse(True):
+                    yield report
+            else:
+                yield report
+    except jax.errors.KeyReuseError as error:
+        if not report.reuse:  # raised without passing our observer (e.g. an older JAX)
+            report.reuse.append(explain_key_reuse(error))
+        mark_explained(error, report)
+        raise
+    except BaseException as error:
+        lines = str(error).strip().splitlines()
+        report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        raise
