@@ -182,7 +182,7 @@ class BisectReport(Report):
                    ("reference", self.reference_note or self.reference_kind)]
                   + ([("jit vs eager", f"max relative difference {_number(self.jit_vs_eager)}")]
                      if self.jit_vs_eager is not None else []))]))
-        sections.append(Section("Verdict", [Paragraph(f"{self.verdict_text[0].upper()}{self.verdict_text[1:]}. {self.next_step}")]))
+        sections.append(Section("Verdict", [Facts([("verdict", self.verdict_text)]), Paragraph(self.next_step)]))
         if self.captured:
             rows = [[f"`{c.name}`", str(tuple(c.shape)), c.dtype, _bytes(c.nbytes), c.line.where if c.line else "-"]
                     for c in self.captured]

@@ -359,4 +359,14 @@ def prints(*, echo: bool = False) -> Iterator[PrintReport]:
         report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise
     finally:
+        _number_printing_calls(report)
         report.out_of_order = _find_out_of_order(report)
+
+
+def _number_printing_calls(report: PrintReport) -> None:
+    """Number the calls that printed 1, 2, 3, ... (calls that printed nothing are only counted)."""
+    numbers = {call.number: i for i, call in enumerate(report.calls, 1)}
+    for call in report.calls:
+        call.number = numbers[call.number]
+    for line in report.lines:
+        line.call = numbers.get(line.call, 0)
