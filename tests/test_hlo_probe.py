@@ -104,7 +104,7 @@ def test_scope_tree_without_scope():
     tree = {node.path: node.counts for node in report.tree}
     assert tree["encoder"]["jaxpr"] == 3 and tree["encoder/attn"]["jaxpr"] == 1 and tree["head"]["jaxpr"] == 4
     assert tree["head"]["hlo"] >= 1 and tree["encoder"]["kernels"] >= 1
-    assert "3 named scope(s)" in report.summary
+    assert "3 named scopes" in report.summary
 
 
 def test_missing_scope_suggests_close_names():

@@ -222,14 +222,31 @@ class HloReport(Report):
             names = ", ".join(f"`{c.name}`" for c in captured[:3] if c.name) or "arrays made inside the function"
             parts.append(f"{len(captured)} captured array(s) ({_bytes(total)}: {names}) are constants of the "
                          "program; the jit cache keeps them alive.")
-        parts.append(self._scope_sentence())
+        if self.sweep:
+            parts.append(self._sweep_sentence())
+        if self.scope or self.tree or not parts:
+            parts.append(self._scope_sentence())
         return " ".join(parts)
+
+    def _sweep_sentence(self) -> str:
+        good = [p for p in self.sweep if p.memory]
+        values = ", ".join(p.value for p in self.sweep)
+        text = f"{self.function} compiled for {self.sweep_name} = {values}"
+        if len(good) >= 2:
+            first, last = good[0].memory, good[-1].memory
+            text += (f": outputs {_bytes(first.output_bytes)} -> {_bytes(last.output_bytes)}, temporaries "
+                     f"{_bytes(first.temp_bytes)} \u2192 {_bytes(last.temp_bytes)}, total {_bytes(first.total_bytes)} "
+                     f"\u2192 {_bytes(last.total_bytes)}")
+        failed = [p for p in self.sweep if p.failure]
+        if failed:
+            text += f" ({len(failed)} value(s) failed: {failed[0].failure})"
+        return text + " (memory_analysis; nothing allocated)."
 
     def _scope_sentence(self) -> str:
         if not self.scope:
-            n = len(self.tree)
-            stages = ", ".join(f"{self.unscoped_total(s)} {_UNITS[s]}" for s in self.stages)
-            return (f"{self.function}: {n} named scope(s)" + (f"; {stages} in total." if stages else "."))
+            stages = ", ".join(_counted(self.unscoped_total(s), _UNITS[s]) for s in self.stages)
+            scopes = _counted(len(self.tree), "named scope") if self.tree else "no named scopes"
+            return f"{self.function}: {stages}; {scopes}."
         if not self.scope_found:
             hint = f" Did you mean {', '.join(repr(s) for s in self.suggestions)}?" if self.suggestions else ""
             known = "" if self.suggestions or not self.tree else (
@@ -237,13 +254,14 @@ class HloReport(Report):
             if not self.tree:
                 known = " This program has no named scopes (jax.named_scope)."
             return f"Scope `{self.scope}` not found in {self.function}.{hint}{known}"
-        counts = ", ".join(f"{self.counts[s]} {_UNITS[s]}" for s in self.stages)
+        counts = ", ".join(_counted(self.counts[s], _UNITS[s]) for s in self.stages)
         text = f"Scope `{self.scope}` in {self.function}: {counts}"
         if "hlo" in self.stages and self.kernels:
-            text += f" in {len(self.kernels)} kernel(s)"
+            text += f" in {_counted(len(self.kernels), 'kernel')}"
         away = self.fused_away
         if away:
-            text += (f"; {sum(k.scope_ops for k in away)} of them run in kernel(s) XLA labels with another "
+            n = sum(k.scope_ops for k in away)
+            text += (f"; {n} of them {'runs' if n == 1 else 'run'} in a kernel XLA labels with another "
                      f"name ({', '.join('%' + k.name for k in away[:2])})")
         return text + "."
 
@@ -263,11 +281,14 @@ class HloReport(Report):
             if self.failure_line:
                 blocks.append(SourceLines([self.failure_line], "Your line:"))
             sections.append(Section("Failure", blocks))
+        if self.sweep:
+            sections.append(self._sweep_section(Section, Table, Paragraph))
         if self.literals:
             rows = [[f"`{lit.name}`", lit.kind, f"`{lit.value}`", f"`{lit.equation}`", _where(lit.line)]
                     for lit in self.literals]
             sections.append(Section("Baked-in values", [
                 Table(["name", "kind", "literal", "equation", "line"], rows),
+                *_lines_block(SourceLines, [lit.line for lit in self.literals]),
                 Paragraph("Tracing read these values once and wrote them into the program as literals. The jit "
                           "cache keeps that program, so assigning a new value later does not change the result "
                           "and does not recompile. Pass the value as an argument (or mark it static with "
@@ -278,19 +299,18 @@ class HloReport(Report):
                      str(tuple(c.shape)), c.dtype, _bytes(c.nbytes), _where(c.line)] for c in self.constants]
             sections.append(Section("Captured arrays", [
                 Table(["name", "kind", "shape", "dtype", "size", "used at"], rows),
+                *_lines_block(SourceLines, [c.line for c in self.constants]),
                 Paragraph("These arrays are closed over, not passed in: they become constants of the program, "
                           "the jit cache holds them for as long as the jitted function lives (even after the "
                           "name is rebound), and a new value needs a new trace. Pass large arrays as arguments; "
                           "`jax.clear_caches()` frees the ones already held."),
             ]))
         if self.scope:
-            sections += self._scope_sections(Table, Paragraph, Evidence)
+            sections += self._scope_sections(Table, Paragraph, Evidence, SourceLines)
         if self.tree or not self.scope:
             sections.append(self._tree_section(Section, Table, Paragraph))
         if self.memory or self.cost:
             sections.append(self._memory_section(Section, Facts, Paragraph))
-        if self.sweep:
-            sections.append(self._sweep_section(Section, Table, Paragraph))
         facts = [("call", self.call), ("function", self.function), ("stages", ", ".join(self.stages))]
         if self.inputs:
             facts.append(("inputs", "; ".join(self.inputs[:8]) + (" ..." if len(self.inputs) > 8 else "")))
@@ -304,7 +324,7 @@ class HloReport(Report):
             ".memory_analysis(), .cost_analysis()).")]))
         return Document("%jax_hlo", self.status, self.summary, sections)
 
-    def _scope_sections(self, Table, Paragraph, Evidence):
+    def _scope_sections(self, Table, Paragraph, Evidence, SourceLines):
         from jaxmagic.render.document import Section
 
         if not self.scope_found:
@@ -331,6 +351,7 @@ class HloReport(Report):
                                     "(all of them are in the report's `.ops`)."))
         if any(op.kernel and not op.kernel_in_scope for op in self.ops):
             blocks.append(Paragraph("* runs inside a kernel that XLA labels with another name: see Kernels."))
+        blocks += _lines_block(SourceLines, [op.line for op in self.ops])
         blocks.append(Paragraph(
             "One row per operation of the scope, matched across stages by its name path (the jaxpr's "
             "`source_info.name_stack`, the StableHLO location - `as_text(debug_info=True)` prints it - and the "
@@ -382,7 +403,7 @@ class HloReport(Report):
             if "hlo" in self.stages:
                 cells.append(str(self.unscoped.get("kernels", 0)))
             rows.append(cells)
-        blocks = [Table(columns, rows)] if rows else []
+        blocks = [Table(columns, rows)] if rows and self.tree else []
         if not self.tree:
             blocks.append(Paragraph("The program has no named scopes. Wrap parts of your function in "
                                     "`with jax.named_scope(\"name\"):` to find them in every stage."))
@@ -392,23 +413,21 @@ class HloReport(Report):
         return Section("Named scopes", blocks)
 
     def _memory_section(self, Section, Facts, Paragraph):
-        blocks = []
+        pairs = []
         if self.memory:
             m = self.memory
-            pairs = [("arguments", _bytes(m.argument_bytes)), ("outputs", _bytes(m.output_bytes)),
-                     ("temporaries", _bytes(m.temp_bytes)), ("aliased (donated)", _bytes(m.alias_bytes)),
-                     ("generated code", _bytes(m.generated_code_bytes)), ("total", _bytes(m.total_bytes))]
+            pairs += [("arguments", _bytes(m.argument_bytes)), ("outputs", _bytes(m.output_bytes)),
+                      ("temporaries", _bytes(m.temp_bytes)), ("aliased (donated)", _bytes(m.alias_bytes)),
+                      ("generated code", _bytes(m.generated_code_bytes)), ("total", _bytes(m.total_bytes))]
             if m.peak_bytes:
                 pairs.append(("peak", _bytes(m.peak_bytes)))
-            blocks.append(Facts(pairs))
-        if self.cost:
-            names = [("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes accessed")]
-            pairs = [(label, _number(self.cost[key])) for key, label in names if key in self.cost]
-            if pairs:
-                blocks.append(Facts(pairs))
-        blocks.append(Paragraph("From `Compiled.memory_analysis()` and `cost_analysis()`: figures of the compiled "
-                                "program, known before anything runs. Temporaries are XLA's scratch buffers; "
-                                "total = arguments + outputs + temporaries - aliased."))
+        names = [("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes accessed")]
+        pairs += [(label, _number(self.cost[key])) for key, label in names if key in self.cost]
+        blocks = [Facts(pairs), Paragraph(
+            "From `Compiled.memory_analysis()` and `cost_analysis()`: figures of the compiled program, known before "
+            "anything runs. Temporaries are XLA's scratch buffers; total = arguments + outputs + temporaries - "
+            "aliased." + (f" The sweep above compiled the call once per value of {self.sweep_name}; these "
+                          f"figures are for {self.sweep_name}={self.sweep[0].value}." if self.sweep else ""))]
         return Section("Memory and cost", blocks)
 
     def _sweep_section(self, Section, Table, Paragraph):
@@ -429,7 +448,11 @@ class HloReport(Report):
         return Section(f"Sweep over {self.sweep_name}", blocks)
 
 
-_UNITS = {"jaxpr": "jaxpr equations", "stablehlo": "StableHLO operations", "hlo": "HLO instructions"}
+_UNITS = {"jaxpr": "jaxpr equation", "stablehlo": "StableHLO operation", "hlo": "HLO instruction"}
+
+
+def _counted(n: int, unit: str) -> str:
+    return f"{n} {unit}" + ("" if n == 1 else "s")
 _STAGE_VERBS = {"trace": "traced", "jaxpr": "traced", "stablehlo": "lowered", "hlo": "compiled"}
 
 
@@ -446,6 +469,12 @@ def _stage_cell(stage: str, ops: list[ScopeOp]) -> str:
     distinct = list(dict.fromkeys(names))
     text = ", ".join(f"`{n}`" + (f" \u00d7{names.count(n)}" if names.count(n) > 1 else "") for n in distinct[:4])
     return text + (f" +{len(distinct) - 4}" if len(distinct) > 4 else "")
+
+
+def _lines_block(SourceLines, lines: list) -> list:
+    """A SourceLines block with each distinct line once (none when no line is known)."""
+    distinct = list({(l.filename, l.lineno): l for l in lines if l is not None}.values())
+    return [SourceLines(distinct[:8], "Your lines:")] if distinct else []
 
 
 def _where(line: SourceLine | None) -> str:

@@ -229,8 +229,8 @@ class LiveReport(Report):
             facts.append(("live arrays", f"{self.total_arrays}, {_bytes(self.total_bytes)}"))
         for device in self.devices[:8]:
             if device.stats is None:
-                facts.append((f"{device.device} memory_stats()", "None: this backend does not report device "
-                              "memory (CPU); the sizes above are the arrays' own"))
+                facts.append((f"{device.device} memory_stats()", "None (this backend reports no device memory "
+                              "figures; the sizes above are the arrays' own)"))
             else:
                 keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
                 text = ", ".join(f"{k} {_bytes(device.stats[k])}" for k in keys if k in device.stats)
@@ -250,6 +250,8 @@ class LiveReport(Report):
         parts = []
         if g.holders:
             parts.append(_join_holders(g.holders, _SHOWN_HOLDERS))
+        if g.in_output_cache and not g.held_by_names:
+            parts.append("IPython's output cache")
         if g.in_jit_cache:
             functions = ", ".join(f"jit({f})" for f in g.jit_functions[:3])
             parts.append(f"jit cache: constant of {functions}" if functions else "jit cache")
@@ -289,12 +291,13 @@ def _short_dtype(dtype: str) -> str:
 
 
 def _bytes(n: int | float) -> str:
+    """1.25 MiB, 128 KiB, 4 B: three significant figures."""
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
         n /= 1024
-    return f"{n:.2f} GiB"
+    return f"{n:.3g} GiB"
 
 
 def _join_holders(holders: list[str], limit: int) -> str:
