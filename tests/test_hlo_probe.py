@@ -270,3 +270,23 @@ def test_report_keeps_no_array_and_is_json():
     gc.collect()
     assert ref() is None
     json.dumps(report.to_dict())
+
+
+# -- through IPython ------------------------------------------------------------
+
+
+def test_magic_scope_sweep_and_usage_errors(ip):
+    from IPython.core.error import UsageError
+
+    ip.user_ns.update(scoped_mlp=scoped_mlp, P=P, per_example_loss=per_example_loss)
+    ip.run_cell("%jax_hlo encoder/attn scoped_mlp(P, jnp.ones((N, 4))) --sweep N=3,30 -o hlo_rep")
+    report = ip.user_ns["hlo_rep"]
+    assert report.scope == "encoder/attn" and {op.op for op in report.ops} == {"mul"}
+    assert [p.value for p in report.sweep] == ["3", "30"] and report.inputs[-1] == "x: f32[3,4]"
+    assert [p.memory.argument_bytes for p in report.sweep] == [(32 + 16 + n * 4) * 4 for n in (3, 30)]
+    assert "N" not in ip.user_ns  # the sweep name is bound for the magic only
+    for line, message in [("%jax_hlo", "needs a call"), ("%jax_hlo scoped_mlp(P, X) --stage xla", "unknown stage"),
+                          ("%jax_hlo scoped_mlp(P, X) --sweep 3,30", "NAME=V1"),
+                          ("%jax_hlo f(x) g(y)", "two expressions"), ("%jax_hlo nope(1)", "does not evaluate")]:
+        result = ip.run_cell(line)
+        assert isinstance(result.error_in_exec, UsageError) and message in str(result.error_in_exec), line

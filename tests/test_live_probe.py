@@ -226,3 +226,43 @@ def test_magic_options(shell):
     assert report.profile_path == path and open(path, "rb").read(2) == b"\x1f\x8b"  # gzip
     assert "pprof -http" in str(report)
     assert report.devices and report.devices[0].stats is None  # CPU: no memory_stats
+
+
+def test_magics_keep_nothing_alive(shell):
+    shell.run_cell("keep_9001 = [jnp.ones((9001,)) for _ in range(3)]")
+    before = live_count()
+    shell.run_cell("%jax_live -o keep_rep")
+    shell.run_cell("%%jax_live -o keep_cell\nmore_9011 = [jnp.ones((9011,)) for _ in range(2)]")
+    shell.run_cell("%jax_hlo jnp.sin(keep_9001[0]) -o keep_hlo")
+    assert live_count() == before + 2          # only what the cell itself keeps
+    shell.run_cell("del keep_9001, more_9011")
+    assert live_count() == before - 3
+    assert shell.user_ns["keep_cell"].group((9011,)).holders == ["more_9011[0..1]"]
+
+
+SHARDED = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+from jaxmagic import probes
+mesh = jax.make_mesh((4,), ("x",))
+ns = {"split": jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P("x"))),
+      "copies": jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P())), "local": jnp.ones((8, 4))}
+report = probes.live(namespace=ns)
+for g in report.groups:
+    print("RESULT", g.holders[0], g.placement, g.bytes_each, g.device_bytes_each)
+print("RESULT devices", len(report.devices), "on devices" in str(report))
+"""
+
+
+def test_placement_splits_groups_and_counts_device_bytes():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", SHARDED], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split()[1]: line.split(" ", 2)[2] for line in proc.stdout.splitlines() if line.startswith("RESULT")}
+    assert rows["split"] == "4 devices, NamedSharding(P('x',)) 128 128"
+    assert rows["copies"] == "4 devices, NamedSharding(P()) 128 512"   # replicated: once per device
+    assert rows["local"] == "cpu:0 128 128"
+    assert rows["devices"] == "4 True"

@@ -54,7 +54,8 @@ class LiveGroup:
     dtype: str
     placement: str                 # "cpu:0", or the sharding for arrays spread over devices
     count: int = 0
-    bytes_each: int = 0
+    bytes_each: int = 0            # the array's logical size
+    device_bytes_each: int = 0     # what its shards take on the devices (a replicated array: once per device)
     holders: list[str] = dataclasses.field(default_factory=list)  # "debug_cache[0..9]", "Out[12]", ...
     by_kind: dict[str, int] = dataclasses.field(default_factory=dict)  # arrays per best holder kind
     jit_functions: list[str] = dataclasses.field(default_factory=list)  # functions whose cache keeps them
@@ -203,10 +204,17 @@ class LiveReport(Report):
         shown = self.groups if self.top is None else self.groups[:self.top]
         if self.groups:
             rows = []
+            sharded = any(g.device_bytes_each != g.bytes_each for g in shown)
             for g in shown:
-                rows.append([f"`{g.type_text}`", g.placement, str(g.count), _bytes(g.bytes_each),
-                             _bytes(g.total_bytes), self._held_text(g)])
-            blocks = [Table(["array", "placement", "count", "each", "total", "held by"], rows)]
+                row = [f"`{g.type_text}`", g.placement, str(g.count), _bytes(g.bytes_each), _bytes(g.total_bytes)]
+                if sharded:
+                    row.append(_bytes(g.device_bytes_each * g.count))
+                rows.append(row + [self._held_text(g)])
+            columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
+            blocks = [Table(columns + ["held by"], rows)]
+            if sharded:
+                blocks.append(Paragraph("Sizes are the arrays' own; `on devices` adds up their shards on this "
+                                        "process's devices, so a replicated array counts once per device."))
             if len(shown) < len(self.groups):
                 rest = self.groups[len(shown):]
                 blocks.append(Paragraph(f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
@@ -227,14 +235,15 @@ class LiveReport(Report):
                               f"{self.result_arrays} arrays, {_bytes(self.result_bytes)} (not counted above)"))
         else:
             facts.append(("live arrays", f"{self.total_arrays}, {_bytes(self.total_bytes)}"))
-        for device in self.devices[:8]:
-            if device.stats is None:
-                facts.append((f"{device.device} memory_stats()", "None (this backend reports no device memory "
-                              "figures; the sizes above are the arrays' own)"))
-            else:
-                keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
-                text = ", ".join(f"{k} {_bytes(device.stats[k])}" for k in keys if k in device.stats)
-                facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
+        missing = [d.device for d in self.devices if d.stats is None]
+        if missing:
+            where = missing[0] if len(missing) == 1 else f"{len(missing)} devices ({missing[0]}...)"
+            facts.append((f"{where} memory_stats()", "None (this backend reports no device memory figures; "
+                          "the sizes above are the arrays' own)"))
+        for device in [d for d in self.devices if d.stats is not None][:8]:
+            keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
+            text = ", ".join(f"{k} {_bytes(device.stats[k])}" for k in keys if k in device.stats)
+            facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
         if self.search_truncated:
             facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
         sections.append(Section("Memory", [Facts(facts)]))
@@ -429,7 +438,8 @@ def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded
         index = merged.get(key)
         if index is None:
             index = merged[key] = len(groups)
-            groups.append(LiveGroup(shape=key[0], dtype=key[1], placement=key[2], bytes_each=_nbytes_one(sample)))
+            groups.append(LiveGroup(shape=key[0], dtype=key[1], placement=key[2], bytes_each=_nbytes_one(sample),
+                                    device_bytes_each=_device_bytes(sample)))
         groups[index].count += counts[tag]
         group_index[tag] = index
     del first_position
@@ -558,6 +568,17 @@ def _nbytes_one(a) -> int:
 
 def _nbytes(arrays) -> int:
     return sum(_nbytes_one(a) for a in arrays)
+
+
+def _device_bytes(a) -> int:
+    """Bytes the array's shards take on this process's devices."""
+    try:
+        shards = a.addressable_shards
+        if len(shards) <= 1:
+            return _nbytes_one(a)
+        return sum(_nbytes_one(shard.data) for shard in shards)
+    except Exception:
+        return _nbytes_one(a)
 
 
 def _placement(a) -> str:
