@@ -242,3 +242,16 @@ ENTRY %main (x: f32[]) -> f32[] {
     module = parse_hlo_module(text)
     (x,) = module.instructions()
     assert module.stack(x) == [HloFrame("a.py", "f", 3), HloFrame("a.py", "g", 9)]
+
+
+def test_quoted_braces_and_equals_do_not_end_the_metadata():
+    text = r'''HloModule m
+
+ENTRY %main (x: f32[2]) -> f32[2] {
+  %x = f32[2]{0} parameter(0)
+  ROOT %neg = f32[2]{0} negate(%x), metadata={op_name="jit(f)/odd {scope} = \"x\"/neg" stack_frame_id=3}, backend_config={"a":{"b":1}}
+}
+'''
+    (_, neg) = parse_hlo_module(text).instructions()
+    assert neg.op_names == ('jit(f)/odd {scope} = "x"/neg',) and neg.stack_frame_id == 3
+    assert neg.called == ()

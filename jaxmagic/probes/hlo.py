@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from jaxmagic._frames import is_user_file, source_line
-from jaxmagic._name_paths import NamePath, find_run, is_jit_segment, parse_name, scope_path, split_query
+from jaxmagic._name_paths import NamePath, find_run, parse_name, scope_path, split_query
 from jaxmagic._restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
