@@ -65,12 +65,13 @@ def evaluate_call(text: str, namespace: dict) -> EvaluatedCall:
     return EvaluatedCall(text, function, args, kwargs)
 
 
-def split_call_and_options(line: str) -> tuple[str, str]:
+def split_call_and_options(line: str, flags=frozenset({"-h", "--help"})) -> tuple[str, str]:
     """Separate ``risky(x, i) --errors index -o rep`` into the call and the options.
 
     Options may come before or after the call. A word starting with "-" is an
     option only at the top level (not inside brackets or quotes), so
-    ``f(x, -1)`` stays whole.
+    ``f(x, -1)`` stays whole. ``flags`` are the options that take no value;
+    every other option takes the next word.
     """
     words = _top_level_words(line)
     call_parts, option_parts = [], []
@@ -81,14 +82,11 @@ def split_call_and_options(line: str) -> tuple[str, str]:
             expect_value = False
         elif word.startswith("-") and len(word) > 1 and (word[1].isalpha() or word[1] == "-"):
             option_parts.append(word)
-            expect_value = "=" not in word and word not in _FLAG_OPTIONS
+            expect_value = "=" not in word and word not in flags
         else:
             call_parts.append(word)
     return " ".join(call_parts), " ".join(option_parts)
 
-
-# Options that take no value; every other option takes the next word.
-_FLAG_OPTIONS = {"--infs", "--all", "-h", "--help", "--intermediates", "--no-check"}
 
 
 def _top_level_words(line: str) -> list[str]:

@@ -53,6 +53,12 @@ class JaxMagics(Magics):
         self._publish(report, args)
         outcome.reraise()
 
+    def _split(self, magic, line: str) -> tuple[str, str]:
+        """The expression and the options of a line magic's line (options may come first or last)."""
+        flags = {option for action in magic.parser._actions if action.nargs == 0
+                 for option in action.option_strings}
+        return split_call_and_options(line, flags | {"-h", "--help"})
+
     def _evaluate(self, call_text: str):
         try:
             return evaluate_call(call_text, self.shell.user_ns)
@@ -126,7 +132,7 @@ class JaxMagics(Magics):
         memory_analysis() and cost_analysis(). Arguments may be
         jax.ShapeDtypeStruct; then nothing is run.
         """
-        call_text, option_text = split_call_and_options(line)
+        call_text, option_text = self._split(self.jax_stages, line)
         args = self._parse(self.jax_stages, option_text)
         if not call_text:
             raise UsageError("%jax_stages needs a call to time, e.g. %jax_stages step(params, x)")
@@ -172,7 +178,7 @@ class JaxMagics(Magics):
         divisions by zero and out-of-bounds indices (which JAX otherwise clamps
         silently). For a vmapped function, the failing samples' indices.
         """
-        call_text, option_text = split_call_and_options(line)
+        call_text, option_text = self._split(self.jax_check, line)
         args = self._parse(self.jax_check, option_text)
         if not call_text:
             raise UsageError("%jax_check needs a call to check, e.g. %jax_check risky(x, i)")
@@ -209,7 +215,7 @@ class JaxMagics(Magics):
         --intermediates adds the shardings chosen for values inside it.
         """
         __tracebackhide__ = True  # noqa: F841
-        text, option_text = split_call_and_options(line)
+        text, option_text = self._split(self.jax_sharding, line)
         args = self._parse(self.jax_sharding, option_text)
         if not text:
             raise UsageError("%jax_sharding needs an array expression or a call, e.g. %jax_sharding x")
@@ -316,7 +322,7 @@ class JaxMagics(Magics):
         from jaxmagic import _explainer_hook
         from jaxmagic._expression import evaluate_expression
 
-        text, option_text = split_call_and_options(line)
+        text, option_text = self._split(self.jax_explain, line)
         args = self._parse(self.jax_explain, option_text)
         word = text.strip()
         if word in ("on", "off"):
@@ -451,7 +457,7 @@ class JaxMagics(Magics):
         """
         from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep, split_scope_and_call
 
-        text, option_text = split_call_and_options(line)
+        text, option_text = self._split(self.jax_hlo, line)
         args = self._parse(self.jax_hlo, option_text)
         try:
             scope, call_text = split_scope_and_call(text)
@@ -560,7 +566,7 @@ class JaxMagics(Magics):
         lists arrays the function captures by closure (the chapter's section
         1.4 miscompile). The call runs three times.
         """
-        call_text, option_text = split_call_and_options(line)
+        call_text, option_text = self._split(self.jax_bisect, line)
         args = self._parse(self.jax_bisect, option_text)
         if not call_text:
             raise UsageError("%jax_bisect needs a call, e.g. %jax_bisect model(params, x) --ref expected")
@@ -596,3 +602,30 @@ class JaxMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         args = self._parse(self.jax_keys, line)
         return self._run_cell_in_probe(probes.keys(), args, cell)
+
+    @magic_arguments()
+    @argument("--skip", metavar="PROBES", help="Comma-separated probes not to run: nans, compiles, leaks, keys, "
+              "transfers, live.")
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_doctor(self, line, cell):
+        """Run the cell once under every probe; one dashboard with the findings in the order to fix them.
+
+        NaN (watched, not raised: the first call that made a NaN is re-run
+        alone after the cell under jax.debug_nans to name the primitive and
+        line), compilations (recompiled functions and why), tracer leaks,
+        random keys (reused keys recorded; the same key reaching a jitted
+        function every call), implicit transfers (logged) and arrays the cell
+        left piling up. Ranked: NaN first, then errors, then speed and memory,
+        then silent logic bugs; each finding names the magic that looks closer.
+        The cell runs once; a tracer leak still stops it.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        from jaxmagic.probes.doctor import parse_skip
+
+        args = self._parse(self.jax_doctor, line)
+        try:
+            skip = parse_skip(args.skip)
+        except ValueError as error:
+            raise UsageError(f"{error}.") from None
+        return self._run_cell_in_probe(probes.doctor(skip=skip, namespace=self.shell.user_ns), args, cell)

@@ -25,6 +25,11 @@ def test_split_call_and_options(line, call, options):
     assert split_call_and_options(line) == (call, options)
 
 
+def test_value_less_flags_do_not_swallow_the_expression():
+    assert split_call_and_options("--no-check x", {"--no-check"}) == ("x", "--no-check")
+    assert split_call_and_options("--no-check x") == ("", "--no-check x")  # unknown flag: takes a value
+
+
 def test_evaluate_call():
     ns = {"f": lambda a, b=0: a + b, "x": 2}
     call = evaluate_call("f(x, b=3)", ns)

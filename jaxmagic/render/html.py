@@ -18,7 +18,7 @@ STATUS_COLOURS = {
     Status.PROBLEM: ("#b3261e", "#fdecea"),
     Status.ERROR: ("#9a6700", "#fff8e5"),
 }
-STATUS_WORDS = {Status.OK: "OK", Status.PROBLEM: "FOUND", Status.ERROR: "CELL FAILED"}
+STATUS_WORDS = {Status.OK: "OK", Status.PROBLEM: "FOUND", Status.ERROR: "FAILED"}
 
 # Scoped under .jaxmagic so nothing leaks into the notebook's own styles.
 STYLE = """
@@ -93,11 +93,16 @@ def render_section_html(section: Section, with_title: bool = True) -> str:
     return title + "".join(_block_html(block) for block in section.blocks)
 
 
+def _fact_value_html(value: str) -> str:
+    # A bare value (a primitive, a call) is code; prose marks its code with backticks.
+    return inline_html(value) if "`" in value else f"<code>{escape(value)}</code>"
+
+
 def _block_html(block) -> str:
     if isinstance(block, Paragraph):
         return f"<p>{inline_html(block.text)}</p>"
     if isinstance(block, Facts):
-        rows = "".join(f'<tr><th>{escape(k)}</th><td><code>{escape(v)}</code></td></tr>' for k, v in block.pairs)
+        rows = "".join(f'<tr><th>{escape(k)}</th><td>{_fact_value_html(v)}</td></tr>' for k, v in block.pairs)
         return f'<table class="jm-facts">{rows}</table>'
     if isinstance(block, Table):
         head = "".join(f"<th>{escape(c)}</th>" for c in block.columns)
