@@ -8,6 +8,8 @@ ordinary variables. In one in-process IPython shell, taking turns:
   report and its display;
 * ``baseline``: the hand-written snapshot the goal compares against (<= 1.5x):
   ``gc.collect()``, ``jax.live_arrays()`` and a ``Counter`` over ``(shape, dtype)``;
+* ``probe``:    ``jaxmagic.probes.live(namespace=globals())`` as a plain cell, for
+  information: the magic without parsing its line and displaying the report;
 * ``chapter``:  the chapter's ``live_summary()`` (``str(a.dtype)`` and ``a.nbytes``
   per array), for information: the way most people write it.
 
@@ -31,6 +33,7 @@ SETUP = f"""
 import gc
 from collections import Counter
 import jax, jax.numpy as jnp
+import jaxmagic.probes
 base = jnp.arange(3.0)
 arrays = [base + 0 for _ in range({ARRAYS})]
 jax.block_until_ready(arrays)
@@ -40,6 +43,7 @@ history = [jnp.ones((64, 64)) for _ in range(10)]
 
 CELLS = {
     "magic": "%jax_live -o rep",
+    "probe": "_rep = jaxmagic.probes.live(namespace=globals())",
     "baseline": "gc.collect()\n_live = jax.live_arrays()\n_groups = Counter((a.shape, a.dtype) for a in _live)\n"
                 "del _live",
     "chapter": "gc.collect()\n_live = jax.live_arrays()\n"
@@ -99,14 +103,17 @@ def run() -> list[Row]:
     assert held is not None and held.count >= ARRAYS and held.holders[0].startswith("arrays[0..")
     ratios = [m / b for m, b in zip(times["magic"], times["baseline"])]
     chapter = [m / c for m, c in zip(times["magic"], times["chapter"])]
+    probe = [p / b for p, b in zip(times["probe"], times["baseline"])]
     q1, _, q3 = statistics.quantiles(ratios, n=4)
-    run_cell(shell, "del arrays, base, history, params, rep")
+    run_cell(shell, "del arrays, base, history, params, rep, _rep")
 
     sizes = {n: holder_search_seconds(n) for n in (1_000, 10_000, 100_000)}
     return [
         Row(f"%jax_live, {ARRAYS:,} live arrays vs live_arrays()+Counter", median(times["magic"]),
             median(times["baseline"]), goal=1.5, value=median(ratios),
             note=f"{REPETITIONS} reps; middle half {q1:.2f}-{q3:.2f}; holders named: {held.holders[0]}"),
+        Row("probes.live (no magic, no display) vs live_arrays()+Counter", median(times["probe"]),
+            median(times["baseline"]), value=median(probe), note="for information"),
         Row("%jax_live vs the chapter's live_summary()", median(times["magic"]), median(times["chapter"]),
             value=median(chapter), note="str(dtype) and nbytes per array; for information"),
         Row("holder search, 100,000 vs 10,000 names", sizes[100_000], sizes[10_000],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import sys
 import types
 from typing import Any, Iterable
@@ -164,7 +165,7 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
             # One group, none seen before (a list of like arrays): the run and the counts at once.
             group = groups[0]
             if best_kind:
-                best_kind.update(dict.fromkeys(targets, kind))
+                best_kind.update(zip(targets, itertools.repeat(kind)))
             else:  # the first hits: the dict itself, not a copy
                 best_kind = result.best_kind = dict.fromkeys(targets, kind)
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + len(targets)
@@ -183,12 +184,12 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
                 run[0], run[1], run[2] = min(run[0], index), max(run[1], index), run[2] + 1
 
     frontier: list[tuple[str, Any, str]] = []
+    root_hits: list[tuple[int, int, str, str]] = []
     for label, value, kind in roots:
         count += 1
         group = group_get(id(value))
         if group is not None:
-            mark(id(value), group, kind)
-            labelled(group, kind, label)
+            root_hits.append((id(value), group, kind, label))
         elif max_depth > 0 and _descendable(value):
             frontier.append((label, value, kind))
 
@@ -235,6 +236,21 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
                 following = []
                 break
         frontier = following
+    # Arrays bound to names directly are recorded last, so that the bulk of a big list lands in
+    # an empty dict (no copy); the order does not change the result.
+    for target, group, kind, label in root_hits:  # mark() and labelled(), inlined: one per name
+        current = best_kind.get(target)
+        if current is None or KIND_ORDER[kind] < KIND_ORDER[current]:
+            best_kind[target] = kind
+            if current is not None:
+                kind_counts[(group, current)] -= 1
+            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
+        label_counts[group] = label_counts.get(group, 0) + 1
+        listed = group_labels.get(group)
+        if listed is None:
+            group_labels[group] = [(kind, label)]
+        elif len(listed) < labels_per_group:
+            listed.append((kind, label))
     result.visited = count
     return result
 

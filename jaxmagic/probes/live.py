@@ -25,6 +25,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import operator
 import os
 import weakref
 from typing import Any, Iterator
@@ -417,18 +418,16 @@ def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded
     # attribute and an int); counting and the id -> key map then run as C loops. Keys
     # that turn out to mean the same (shape, dtype, placement) are merged below.
     if one_device:
-        tags = [id(a.aval) for a in subject]
+        group_of = dict(zip(map(id, subject), map(id, map(operator.attrgetter("aval"), subject))))
     else:
-        tags = [(id(a.aval), a.sharding) for a in subject]
-    counts = collections.Counter(tags)
-    group_of = dict(zip(map(id, subject), tags))
+        group_of = dict(zip(map(id, subject), [(id(a.aval), a.sharding) for a in subject]))
+    counts = collections.Counter(group_of.values())
     first_position: dict[Any, int] = {}
-    for position, tag in enumerate(tags):  # stops once every key has its sample, usually at once
+    for position, tag in enumerate(group_of.values()):  # stops once every key has its sample, usually at once
         if tag not in first_position:
             first_position[tag] = position
             if len(first_position) == len(counts):
                 break
-    del tags
     groups: list[LiveGroup] = []
     merged: dict[tuple, int] = {}
     group_index: dict[Any, int] = {}
