@@ -266,3 +266,21 @@ def test_placement_splits_groups_and_counts_device_bytes():
     assert rows["copies"] == "4 devices, NamedSharding(P()) 128 512"   # replicated: once per device
     assert rows["local"] == "cpu:0 128 128"
     assert rows["devices"] == "4 True"
+
+
+BEFORE_BACKEND = """
+from IPython.testing.globalipapp import start_ipython
+ip = start_ipython()
+ip.run_line_magic("load_ext", "jaxmagic")
+ip.run_cell("%jax_live -o rep")
+ip.run_cell("%%jax_live -o cell_rep\\nx = 1 + 1")
+import jax._src.xla_bridge as xb
+print("RESULT", xb.backends_are_initialized(), ip.user_ns["rep"].backend_started, ip.user_ns["cell_rep"].groups)
+"""
+
+
+def test_live_does_not_start_a_backend():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", BEFORE_BACKEND], capture_output=True, text=True, timeout=300)
+    assert "RESULT False False []" in proc.stdout, proc.stdout + proc.stderr

@@ -117,6 +117,7 @@ class LiveReport(Report):
     result_bytes: int = 0
     result_label: str = ""
     other_error: str = ""           # the cell raised: "ValueError: ..."
+    backend_started: bool = True    # False: no JAX backend existed, so no array did (none was started)
 
     # -- derived --------------------------------------------------------------
 
@@ -158,6 +159,9 @@ class LiveReport(Report):
 
     @property
     def summary(self) -> str:
+        if not self.backend_started:
+            return ("No JAX backend has started yet, so there is no live array; jaxmagic did not start one "
+                    "(XLA_FLAGS and jax.config device settings still take effect).")
         if self.mode == "cell":
             return self._cell_summary()
         text = f"{self.total_arrays} live array(s), {_bytes(self.total_bytes)} in {len(self.groups)} group(s)"
@@ -329,6 +333,10 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
     import jax
 
     report = LiveReport(mode="snapshot", top=top)
+    if not _backend_started():
+        # No backend, no arrays: say so rather than start one (XLA_FLAGS may still be on their way).
+        report.backend_started = False
+        return report
     gc.collect()  # arrays in unreachable cycles are garbage, not live
     arrays = jax.live_arrays()
     try:
@@ -354,7 +362,7 @@ def live_diff(*, namespace: dict | None = None, top: int | None = None,
 
     report = LiveReport(mode="cell", top=top)
     gc.collect()
-    arrays = jax.live_arrays()
+    arrays = jax.live_arrays() if _backend_started() else []  # no backend yet: nothing alive before
     before = {id(a): weakref.ref(a) for a in arrays}
     report.before_arrays = len(arrays)
     report.before_bytes = _nbytes(arrays)
@@ -369,6 +377,9 @@ def live_diff(*, namespace: dict | None = None, top: int | None = None,
         raise
     finally:
         gc.collect()
+        if not _backend_started():  # the block used no JAX array at all
+            report.backend_started = False
+            return
         arrays = jax.live_arrays()
         try:
             alive_before = {id(a) for a in arrays if (ref := before.get(id(a))) is not None and ref() is a}
@@ -567,6 +578,16 @@ def _nbytes_one(a) -> int:
 
 def _nbytes(arrays) -> int:
     return sum(_nbytes_one(a) for a in arrays)
+
+
+def _backend_started() -> bool:
+    """Whether a JAX backend exists (``jax.live_arrays()`` would start one otherwise)."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # a JAX without this helper: assume it has started
+        return True
 
 
 def _device_bytes(a) -> int:
