@@ -302,7 +302,8 @@ class HloReport(Report):
                 *_lines_block(SourceLines, [c.line for c in self.constants]),
                 Paragraph("These arrays are closed over, not passed in: they become constants of the program, "
                           "the jit cache holds them for as long as the jitted function lives (even after the "
-                          "name is rebound), and a new value needs a new trace. Pass large arrays as arguments; "
+                          "name is rebound), and a new value needs a new trace. Tracing the call here keeps them "
+                          "in JAX's cache just as calling it would. Pass large arrays as arguments; "
                           "`jax.clear_caches()` frees the ones already held."),
             ]))
         if self.scope:
