@@ -41,6 +41,7 @@ class Notebook:
                 nb.cells.append(nbformat.v4.new_markdown_cell(cell[1]))
             else:
                 nb.cells.append(nbformat.v4.new_code_cell(cell[1], metadata=cell[2]))
+            nb.cells[-1].id = f"{self.path.stem[:2]}-{len(nb.cells):03d}"  # stable ids: rebuilding changes nothing
         nbformat.write(nb, self.path)
         print(f"wrote {self.path.relative_to(ROOT)} ({len(self.cells)} cells)")
 
