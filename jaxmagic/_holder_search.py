@@ -265,14 +265,27 @@ def _descendable(value: Any) -> bool:
     module = type(value).__module__ or ""
     if module.startswith(("numpy", "IPython", "ipykernel", "jaxmagic", "traitlets", "zmq")):
         return False  # NumPy arrays hold no JAX arrays; the shell's own objects are not user data
+    if _key_data(value) is not None:
+        return True   # a typed PRNG key array: the live array is the key data inside it
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return False  # an array of some library (a JAX array not among the targets: deleted)
     return hasattr(value, "__dict__") or hasattr(type(value), "__slots__") or callable(
         getattr(value, "__wrapped__", None))
 
 
+def _key_data(value: Any):
+    """The uint32 array inside a typed PRNG key array (``jax.random.key``), else None."""
+    if type(value).__name__ != "PRNGKeyArray":
+        return None
+    return getattr(value, "_base_array", None)
+
+
 def _children(container: Any):
     """``(key text, int index or None, child)`` for one level below ``container``."""
+    data = _key_data(container)
+    if data is not None:
+        yield " (key data)", None, data
+        return
     if isinstance(container, (list, tuple)):
         fields = getattr(container, "_fields", None)
         if isinstance(container, tuple) and fields:  # a NamedTuple (optax states, ...)

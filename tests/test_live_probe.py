@@ -284,3 +284,10 @@ def test_live_does_not_start_a_backend():
 
     proc = subprocess.run([sys.executable, "-c", BEFORE_BACKEND], capture_output=True, text=True, timeout=300)
     assert "RESULT False False []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_typed_prng_keys_hold_their_key_data():
+    keys = jax.random.split(jax.random.key(3), 4099)
+    report = probes.live(namespace={"rngs": {"dropout": keys}})
+    group = report.group((4099, 2), "uint32")
+    assert group.holders == ["rngs['dropout'] (key data)"] and group.held_by_names == 1

@@ -25,6 +25,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import itertools
 import operator
 import os
 import weakref
@@ -460,8 +461,8 @@ def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded
     del roots
     report.searched, report.search_truncated = search.visited, search.truncated
     best = search.best_kind
-    unheld = [target for target in group_of if target not in best] if len(best) < len(group_of) else []
-    jit_held = _jit_cache_constants(subject, set(unheld), group_of) if unheld else {}
+    unheld = group_of.keys() - best.keys() if len(best) < len(group_of) else set()
+    jit_held = _jit_cache_constants(subject, unheld, group_of) if unheld else {}
     for (tag, kind), count in search.kind_counts.items():
         if count:
             counts_of = groups[group_index[tag]].by_kind
@@ -528,14 +529,13 @@ def _jit_cache_constants(subject: list, unheld: set[int], group_of: dict[int, in
     jaxpr_types = tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t)
     taken: dict[int, int] = {}
     sample = []
-    for a in subject:
-        if id(a) in unheld:
-            group = group_of[id(a)]
-            if taken.get(group, 0) < per_group:
-                taken[group] = taken.get(group, 0) + 1
-                sample.append(a)
-                if len(sample) >= limit:
-                    break
+    for a in itertools.compress(subject, map(unheld.__contains__, map(id, subject))):
+        group = group_of[id(a)]
+        if taken.get(group, 0) < per_group:
+            taken[group] = taken.get(group, 0) + 1
+            sample.append(a)
+            if len(sample) >= limit:
+                break
     if not sample:
         return {}
     ours = {id(subject), id(sample)}
