@@ -33,6 +33,7 @@ eager operations run internally) are not reported again.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
@@ -79,7 +80,8 @@ def paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_checks: str = "off",
-                    on_key_reuse: Callable[..., None] | None = None) -> Iterator[bool]:
+                    on_key_reuse: Callable[..., None] | None = None,
+                    only_user_calls: bool = False) -> Iterator[bool]:
     """Show every outermost call of the block to ``observers``; yield False if this JAX offers no way to.
 
     ``call_checks`` / ``trace_checks``: "off", "raise" or "record" (see the
@@ -88,6 +90,9 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
     "trace", function the name of the jitted function or primitive that got
     the consumed key (or the traced function), params the call's parameters
     ({} for a trace) - before it is raised ("raise") or instead ("record").
+    ``only_user_calls``: observe only calls of jitted functions made by the
+    user's own code (see ``_UserCallSwitch``): much cheaper, and eager
+    operations are then not seen.
     ``jax_debug_key_reuse`` is switched on for the block and put back after.
     Does not nest.
     """
@@ -161,12 +166,91 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
     key_reuse.call_impl_with_key_reuse_checks = call
     key_reuse.check_key_reuse_jaxpr = check
     try:
-        with jax.debug_key_reuse(True):
-            yield True
+        switch = _UserCallSwitch() if only_user_calls else None
+        if switch is not None and switch.start():
+            try:
+                yield True
+            finally:
+                switch.stop()
+        else:
+            with jax.debug_key_reuse(True):
+                yield True
     finally:
         key_reuse.call_impl_with_key_reuse_checks = original_call
         key_reuse.check_key_reuse_jaxpr = original_check
         _active = False
+
+
+class _UserCallSwitch:
+    """Switch the checker on only around calls of jitted functions made by the user's own code.
+
+    ``sys.monitoring`` reports each call made by Python code before it happens
+    (CALL) and each return of a C-implemented callable (C_RETURN / C_RAISE).
+    When the user's code calls a jitted function, ``jax.debug_key_reuse`` is
+    entered for that call, so only that call takes the Python path; eager
+    operations and JAX's own jitted helpers keep the fast path. Call sites in
+    library code are switched off at their first event (DISABLE).
+    """
+
+    def __init__(self):
+        import jax
+
+        from jaxmagic._frames import is_user_file
+
+        self._jit_type = type(jax.jit(lambda: None))
+        self._is_user_file = is_user_file
+        self._user: dict = {}
+        self._entered: list = []
+        self._tool: int | None = None
+
+    def start(self) -> bool:
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is None:
+            return False
+        for tool in (4, 3):
+            if monitoring.get_tool(tool) is None:
+                monitoring.use_tool_id(tool, "jaxmagic jit calls")
+                self._tool = tool
+                break
+        else:
+            return False
+        events = monitoring.events
+        monitoring.register_callback(self._tool, events.CALL, self._on_call)
+        monitoring.register_callback(self._tool, events.C_RETURN, self._on_return)
+        monitoring.register_callback(self._tool, events.C_RAISE, self._on_return)
+        monitoring.set_events(self._tool, events.CALL | events.C_RETURN | events.C_RAISE)
+        return True
+
+    def stop(self) -> None:
+        monitoring = sys.monitoring
+        tool, self._tool = self._tool, None
+        monitoring.set_events(tool, 0)
+        for event in (monitoring.events.CALL, monitoring.events.C_RETURN, monitoring.events.C_RAISE):
+            monitoring.register_callback(tool, event, None)
+        monitoring.free_tool_id(tool)
+        while self._entered:  # a call that never returned (KeyboardInterrupt inside C code)
+            self._entered.pop()[1].__exit__(None, None, None)
+        monitoring.restart_events()  # call sites switched off for us count again for the next tool
+
+    def _on_call(self, code, offset, callable_, arg0):
+        filename = code.co_filename
+        user = self._user.get(filename)
+        if user is None:
+            user = self._user[filename] = self._is_user_file(filename)
+        if not user:
+            return sys.monitoring.DISABLE
+        if type(callable_) is self._jit_type:
+            import jax
+
+            context = jax.debug_key_reuse(True)
+            context.__enter__()
+            self._entered.append((callable_, context))
+        return None
+
+    def _on_return(self, code, offset, callable_, arg0):
+        if self._entered and self._entered[-1][0] is callable_:
+            self._entered.pop()[1].__exit__(None, None, None)
+        return None
 
 
 def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
@@ -186,12 +270,26 @@ def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
     return None
 
 
+_key_dtypes: dict = {}
+
+
 def is_typed_key(value: Any) -> bool:
     """True for an array of typed PRNG keys (``jax.random.key``), not for legacy uint32 keys."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return False
+    try:
+        return _key_dtypes[dtype]
+    except (KeyError, TypeError):
+        pass
     import jax
 
-    dtype = getattr(value, "dtype", None)
     try:
-        return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        typed = bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
     except TypeError:
-        return False
+        typed = False
+    try:
+        _key_dtypes[dtype] = typed
+    except TypeError:
+        pass
+    return typed

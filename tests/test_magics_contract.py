@@ -185,6 +185,12 @@ EXAMPLES = {
         evil="%%jax_keys -o {out}\nk_evil = jax.random.key(1)\njax.random.normal(k_evil)\n"
              "jax.random.normal(k_evil)  # EVIL: <script>alert(1)</script><img src=x onerror=alert(2)>",
     ),
+    "jax_doctor": MagicExample(
+        ok="%%jax_doctor -o {out}\nx_doc = jax.jit(f_ok)(jnp.ones(3))",
+        raising="%%jax_doctor -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_doctor -o {out}\njax.jit(f_ok)(jnp.ones(2))\nraise KeyboardInterrupt",
+        bad_option="%%jax_doctor --bogus\n1",
+    ),
     "jax_live": MagicExample(  # a line and a cell magic: the line form here, the cell form in the others
         ok="%jax_live -o {out}",
         raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",

@@ -39,3 +39,6 @@ __all__ += ["bisect", "BisectReport"]
 from jaxmagic.probes.keys import KeyReport, keys  # noqa: E402
 
 __all__ += ["keys", "KeyReport"]
+from jaxmagic.probes.doctor import DoctorReport, doctor  # noqa: E402
+
+__all__ += ["doctor", "DoctorReport"]

@@ -129,6 +129,7 @@ class KeyReport(Report):
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     recorded: bool = False           # reuse was recorded, not raised
+    calls_checked: bool = True       # False: only traced functions were checked, not each call
     followed: bool = True            # False: this JAX gave no way to see calls (no key counts)
     other_error: str = ""
 
@@ -218,6 +219,9 @@ class KeyReport(Report):
         how = ["Checked with jax.debug_key_reuse(True) for this cell only"
                + (": reuses were recorded and the cell ran on as it would without the checker."
                   if self.recorded else ": the first reuse stops the cell with JAX's KeyReuseError.")]
+        if not self.calls_checked:
+            how.append("Each traced function was checked for a key used twice inside it; keys consumed twice "
+                       "between calls were not checked call by call (%%jax_keys does), only counted per function.")
         if not self.followed:
             how.append("This JAX gives no way to follow single calls, so keys per function were not counted.")
         sections.append(Section("How this was checked", [Paragraph(t) for t in how]))
@@ -319,7 +323,8 @@ class _KeyWatch(_jit_calls.CallObserver):
         for index, value in enumerate(args):
             if not _jit_calls.is_typed_key(value):
                 continue
-            fingerprint, shown = _key_fingerprint(value)
+            with _allow_transfers():  # reading the key is ours, not one of the user's transfers
+                fingerprint, shown = _key_fingerprint(value)
             key = (name, index)
             with self.lock:
                 flow = self.flows.get(key)
@@ -335,21 +340,42 @@ class _KeyWatch(_jit_calls.CallObserver):
                 elif len(seen) < MAX_FLOW_VALUES:
                     seen[fingerprint] = [shown, 1]
                 flow.distinct = len(seen)
-                shown_key, times = max(seen.values(), key=lambda item: item[1])
-                flow.repeated_key, flow.repeated_times = shown_key, times
+
+    def finish(self) -> None:
+        """Fill in each flow's most repeated key (rendered once, at the end)."""
+        for key, flow in self.flows.items():
+            seen = self.seen.get(key)
+            if seen:
+                data, times = max(seen.values(), key=lambda item: item[1])
+                flow.repeated_key, flow.repeated_times = _render_key(data), times
+        self.seen.clear()
 
 
-def _key_fingerprint(key) -> tuple[bytes, str]:
-    """A digest of a typed key's raw data and a short rendering of it; reads the data, consumes nothing."""
+def _key_fingerprint(key) -> tuple[bytes, object]:
+    """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
     import numpy as np
 
+    base = getattr(key, "_base_array", None)
+    if base is None:
+        import jax
+
+        base = jax.random.key_data(key)
+    data = np.asarray(base)
+    return hashlib.blake2b(data.tobytes() + str(data.shape).encode(), digest_size=16).digest(), data
+
+
+def _allow_transfers():
     import jax
 
-    base = getattr(key, "_base_array", None)
-    with jax.transfer_guard("allow"):
-        data = np.asarray(base if base is not None else jax.random.key_data(key))
-    shown = np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
-    return hashlib.blake2b(data.tobytes() + str(data.shape).encode(), digest_size=16).digest(), shown
+    if jax.default_backend() == "cpu":  # device-to-host reads are not guarded on CPU
+        return contextlib.nullcontext()
+    return jax.transfer_guard_device_to_host("allow")
+
+
+def _render_key(data) -> str:
+    import numpy as np
+
+    return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
 
 
 def _caller_line() -> SourceLine | None:
@@ -394,12 +420,19 @@ def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def keys(*, record: bool = False) -> Iterator[KeyReport]:
+def keys(*, record: bool = False, check_calls: bool = True,
+         also_observe: tuple[_jit_calls.CallObserver, ...] = (), only_user_calls: bool = False) -> Iterator[KeyReport]:
     """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
 
     Default: the first reuse raises JAX's ``KeyReuseError`` (the report is
     filled in first). ``record=True``: every reuse is recorded and the block
-    runs on as it would without the checker.
+    runs on as it would without the checker. ``check_calls=False`` checks each
+    traced function but not each call (much cheaper: the per-call check traces
+    some operations again at every call); keys passed again are then still
+    seen by the distinct-key count. ``also_observe``: more call observers for
+    the same pass over the calls (the observation does not nest).
+    ``only_user_calls``: watch only the jitted calls your own code makes (much
+    cheaper; eager code is then not checked).
     """
     import jax
 
@@ -407,6 +440,7 @@ def keys(*, record: bool = False) -> Iterator[KeyReport]:
 
     report = KeyReport(recorded=record)
     mode = "record" if record else "raise"
+    report.calls_checked = check_calls
     seen: dict[tuple, KeyReuse] = {}
 
     def on_reuse(error, where, function, params):
@@ -419,10 +453,12 @@ def keys(*, record: bool = False) -> Iterator[KeyReport]:
         seen[spot] = reuse
         report.reuse.append(reuse)
 
+    watch = _KeyWatch(report)
     try:
         with preserved_jax_state(CONFIG_NAMES), _legacy_keys_listed(report), \
-                _jit_calls.observing_calls(_KeyWatch(report), call_checks=mode, trace_checks=mode,
-                                           on_key_reuse=on_reuse) as followed:
+                _jit_calls.observing_calls(watch, *also_observe, trace_checks=mode,
+                                           call_checks=mode if check_calls else "off",
+                                           on_key_reuse=on_reuse, only_user_calls=only_user_calls) as followed:
             report.followed = followed
             if not followed:  # at least JAX's own checker
                 with jax.debug_key_reuse(True):
@@ -438,3 +474,5 @@ def keys(*, record: bool = False) -> Iterator[KeyReport]:
         lines = str(error).strip().splitlines()
         report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise
+    finally:
+        watch.finish()

@@ -300,19 +300,21 @@ def _trace_names(report: LeakReport):
 
 
 @contextlib.contextmanager
-def leaks(*, namespace: dict | None = None) -> Iterator[LeakReport]:
+def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) -> Iterator[LeakReport]:
     """Check every trace in the block for leaked tracers, tracing cached functions afresh.
 
     On a leak JAX's ``Exception("Leaked trace ...")`` propagates unchanged; an
     ``UnexpectedTracerError`` too. The report is filled in before. With
     ``namespace`` (the user's variables) the report names the variables that
-    hold leaked tracers.
+    hold leaked tracers. ``retrace_token`` (see ``_retrace.fresh_traces``):
+    blocks with the same token share their traces, each checked when made.
     """
     import jax
 
     report = LeakReport()
     try:
-        with preserved_jax_state(CONFIG_NAMES), _trace_names(report), fresh_traces() as how, jax.checking_leaks():
+        with preserved_jax_state(CONFIG_NAMES), _trace_names(report), fresh_traces(retrace_token) as how, \
+                jax.checking_leaks():
             report.retrace_method, report.retrace_note = how.method, how.description
             yield report
     except Exception as error:

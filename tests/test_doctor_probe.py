@@ -1,0 +1,174 @@
+"""%%jax_doctor's probe: the chapter's section 9 script with three, two, one and no bugs, and the other probes."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from jaxmagic import probes
+from jaxmagic._restore import take_snapshot
+from jaxmagic.probes.doctor import parse_skip
+
+N = 4
+
+
+def make_data(key, n=128, d=16):
+    kx, kw = jax.random.split(key)
+    X = jax.random.normal(kx, (n, d))
+    return X, (X @ jax.random.normal(kw, (d,)) > 0).astype(jnp.int32)
+
+
+def init_params(key, sizes):
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [{"w": jax.random.normal(k, (m, n)) * jnp.sqrt(2.0 / m), "b": jnp.zeros(n)}
+            for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+
+
+def forward(params, x, key=None, rate=0.2):
+    for i, layer in enumerate(params):
+        x = x @ layer["w"] + layer["b"]
+        if i < len(params) - 1:
+            x = jax.nn.relu(x)
+            if key is not None:
+                keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - rate, x.shape)
+                x = jnp.where(keep, x / (1 - rate), 0.0)
+    return x
+
+
+def cross_entropy(params, x, y, key):
+    logits = forward(params, x, key)
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def loss_norm(params, x, y, key):      # bug 1: the gradient of a norm at 0
+    return cross_entropy(params, x, y, key) + 1e-3 * sum(jnp.linalg.norm(layer["b"]) for layer in params)
+
+
+def safe_norm(v):
+    ss = jnp.sum(v ** 2)
+    return jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)
+
+
+def loss_safe(params, x, y, key):
+    return cross_entropy(params, x, y, key) + 1e-3 * sum(safe_norm(layer["b"]) for layer in params)
+
+
+def make_step(loss_fn, static_step):
+    def train_step(params, x, y, key, step):
+        lr = 0.5 * 0.98 ** step
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
+        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+    return jax.jit(train_step, static_argnames=("step",)) if static_step else jax.jit(train_step)
+
+
+def train(step_fn, params, X, Y, n, advance_key, typed_step):
+    key = jax.random.key(0)
+    losses = []
+    for step in range(n):
+        if advance_key:
+            key, step_key = jax.random.split(key)
+        else:                          # bug 3: the key never advances
+            step_key = jax.random.split(key)[0]
+        params, loss = step_fn(params, X, Y, step_key, jnp.int32(step) if typed_step else step)
+        losses.append(float(loss))
+    return params, losses
+
+
+X, Y = make_data(jax.random.key(42))
+P0 = init_params(jax.random.key(1), [16, 32, 32, 2])
+
+
+def run_doctor(loss_fn, static_step, advance_key, **kwargs):
+    step_fn = make_step(loss_fn, static_step)
+    with probes.doctor(namespace=globals(), **kwargs) as report:
+        _, losses = train(step_fn, P0, X, Y, N, advance_key, typed_step=not static_step)
+    return report, losses
+
+
+def test_three_bugs_in_one_run_in_the_order_to_fix_them():
+    before = take_snapshot()
+    report, losses = run_doctor(loss_norm, static_step=True, advance_key=False)
+    assert np.isfinite(losses[0]) and all(np.isnan(losses[1:]))        # the cell ran to the end
+    assert report.areas == ["NaN", "recompilation", "random keys"]
+    nan = report.finding("nans")
+    assert report.nans.primitive == "mul" and report.nans.phase == "backward"
+    assert "jnp.linalg.norm" in nan.line.code and report.nan_sighting.function == "train_step"
+    assert report.nan_sighting.call_number == 1 and report.nan_sighting.calls_with_nan == N
+    compile_finding = report.finding("compiles")
+    assert report.compiles.count("train_step") == N and "`step`" in compile_finding.title
+    keys = report.finding("keys")
+    assert "same key in 4 of its 4 calls" in keys.title and keys.next_magic == "%%jax_keys"
+    assert report.status.value == "problem" and report.summary.startswith("3 problems")
+    assert take_snapshot().differences(before) == []
+    assert jax.config.jax_debug_nans is False and jax.config.jax_debug_key_reuse is False
+
+
+def test_two_bugs_then_one_then_none():
+    two, _ = run_doctor(loss_safe, static_step=True, advance_key=False)
+    assert two.areas == ["recompilation", "random keys"]
+    one, _ = run_doctor(loss_safe, static_step=False, advance_key=False)
+    assert one.areas == ["random keys"] and one.compiles.count("train_step") == 1
+    none, losses = run_doctor(loss_safe, static_step=False, advance_key=True)
+    assert none.findings == [] and none.status.value == "ok"
+    assert none.keys.flow("train_step").distinct == N
+
+
+def test_results_are_those_of_the_plain_run():
+    step_fn = make_step(loss_safe, static_step=False)
+    _, plain = train(step_fn, P0, X, Y, N, True, True)
+    with probes.doctor(namespace=globals()):
+        _, watched = train(step_fn, P0, X, Y, N, True, True)
+    assert plain == watched
+
+
+def test_leak_stops_the_cell_and_is_ranked_after_nan():
+    box = []
+
+    @jax.jit
+    def leaky(x):
+        box.append(x * 2)
+        return x + 1
+
+    with pytest.raises(Exception, match="Leaked"):
+        with probes.doctor(namespace={"box": box}) as report:
+            leaky(jnp.ones(3))
+    assert report.areas[:1] == ["tracer leak"] and "box[0]" in report.findings[0].title
+    box.clear()
+
+
+def test_arrays_piling_up_and_host_arrays_copied_every_step():
+    @jax.jit
+    def double(v):
+        return v * 2
+
+    history = []
+    host = np.ones((4, 4), np.float32)
+    with probes.doctor(namespace={"history": history}) as report:
+        for _ in range(12):
+            history.append(double(host))        # a NumPy array, copied to the device at every call
+    assert "implicit transfers" in report.areas and "arrays piling up" in report.areas
+    live = report.finding("live")
+    assert "12 more `f32[4,4]`" in live.title and "history" in live.title
+    transfers = report.finding("transfers")
+    assert transfers.line.code.startswith("history.append(double(host))")
+    assert transfers.title == "`double` was given a NumPy array (f32[4,4], argument `v`) in 12 calls: copied to " \
+                              "the device every time"
+    assert report.transfers.total == 12
+    history.clear()
+
+
+def test_skip_and_errors():
+    with probes.doctor(skip=["nans", "keys", "live"]) as report:
+        jax.jit(lambda v: v + 1)(jnp.ones(2))
+    assert report.checked == ["compiles", "leaks", "transfers"] and report.findings == []
+    with pytest.raises(ValueError, match="unknown: speed"):
+        parse_skip("nans,speed")
+    with pytest.raises(ZeroDivisionError):
+        with probes.doctor() as failed:
+            1 / 0
+    assert failed.other_error.startswith("ZeroDivisionError")
