@@ -81,6 +81,7 @@ class Finding:
     line: SourceLine | None = None
     fix: str = ""
     next_magic: str = ""
+    short: str = ""       # a few words for the headline: "`mul` in the backward pass of `train_step`"
 
 
 @dataclasses.dataclass
@@ -135,7 +136,8 @@ class DoctorReport(Report):
             return f"Nothing found by {', '.join(self.checked)}.{failed}"
         n = len(self.findings)
         head = f"{n} problem{'s' if n > 1 else ''}, in the order to fix them: "
-        return head + " ".join(f"({i}) {f.title}" for i, f in enumerate(self.findings, 1)) + failed
+        return head + "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1)) \
+            + "." + failed
 
     def document(self):
         from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
@@ -156,7 +158,7 @@ class DoctorReport(Report):
                 if f.fix:
                     blocks.append(Paragraph(f.fix))
                 blocks.append(Paragraph(f"Next: `{f.next_magic}` on the same cell shows the details."))
-                sections.append(Section(f"{i}. {f.area}: {f.title}", blocks))
+                sections.append(Section(f"{i}. {f.area}", [Paragraph(f.title)] + blocks))
         rows = []
         for probe in PROBES:
             rank, area, magic = AREAS[probe]
@@ -173,8 +175,12 @@ class DoctorReport(Report):
             "All probes ran together, around one run of the cell. None of them stopped it for a finding it can "
             "record: the first NaN was noted (not raised) and only the call that made it was run again after the "
             "cell, under jax.debug_nans; reused keys were recorded; transfers were logged. A tracer leak would "
-            "still stop the cell, as under %%jax_leaks. Every call went through JAX's Python dispatch so the "
-            "doctor could see it, which costs about a millisecond per call."))
+            "still stop the cell, as under %%jax_leaks."))
+        how.append(Paragraph(
+            "The doctor watches the calls of jitted functions made by your own code (each takes JAX's Python "
+            "dispatch path for it: a fraction of a millisecond per call); NaNs made by eager operations or "
+            "inside library code are not watched - %%jax_nans sees those. Functions are traced and compiled "
+            "once more the first time the doctor sees them, under a cache key the doctor keeps."))
         sections.append(Section("How the probes were combined", how))
         return Document("%%jax_doctor", self.status, self.summary, sections)
 
@@ -246,7 +252,9 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
         if nan.origin_lines:
             line = nan.origin_lines[-1]
         if nan.nonfinite:
-            evidence += "; non-finite: " + ", ".join(f"`{leaf.name}`" for leaf in nan.nonfinite[:4])
+            names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
+            evidence += "; non-finite: " + ", ".join(f"`{n}`" for n in names[:4]) + \
+                (f" and {len(names) - 4} more" if len(names) > 4 else "")
         fix = BACKWARD_EXPLANATION if nan.phase == "backward" else \
             (f"`{nan.primitive}`: typically {FORWARD_CAUSES[nan.primitive]}." if nan.primitive in FORWARD_CAUSES
              else "")
@@ -254,7 +262,20 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
         title = f"NaN in the results of {where}"
     if s.rerun_note:
         evidence += ". " + s.rerun_note
-    return [_finding("nans", title, evidence=evidence, line=line, fix=fix)]
+    short = (f"`{nan.primitive}` in the {nan.phase} pass of {where}" if nan is not None and nan.found
+             else f"in the results of {where}")
+    return [_finding("nans", title, evidence=evidence, line=line, fix=fix, short=short)]
+
+
+def _leaf_path(name: str) -> str:
+    """``result of jax.grad(f)(p, x)[1][0]['b']`` -> ``grad(f)(...)[1][0]['b']``: the call shortened, the path kept."""
+    import re
+
+    match = re.match(r"(result of|argument) (.*?)(\(.*\))((?:\[[^\]]*\])*)$", name)
+    if match is None:
+        return name
+    callee = match.group(2).replace("jax.", "")
+    return f"{callee}(...){match.group(4)}"
 
 
 def _leak_findings(report: DoctorReport) -> list[Finding]:
@@ -273,6 +294,8 @@ def _leak_findings(report: DoctorReport) -> list[Finding]:
 
 
 def _compile_findings(report: DoctorReport) -> list[Finding]:
+    from jaxmagic.probes.compiles import CAUSE_TITLES
+
     compiles = report.compiles
     if compiles is None:
         return []
@@ -280,7 +303,8 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
     for f in compiles.recompiled_functions:
         found.append(_finding("compiles", f"`{f.name}` compiled {f.count} times: {f.reason}",
                               evidence=f.evidence or f.cause_breakdown, line=f.first_line, fix=f.fix,
-                              next_magic=f"%%jax_compiles --budget 1 --fn {f.name}"))
+                              next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
+                              short=f"`{f.name}` {f.count} times, {CAUSE_TITLES.get(f.main_cause, f.main_cause)}"))
     return found
 
 
@@ -357,6 +381,7 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
     for f in keys.repeated_flows:
         found.append(_finding("keys", f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} "
                                       f"calls (argument `{f.argument}`)",
+                              short=f"`{f.function}` got the same key {f.repeated_times} times",
                               evidence=f"{f.distinct} distinct key(s) in {f.calls} calls; the repeated key's data "
                                        f"is {f.repeated_key}: the same random numbers (e.g. the same dropout mask) "
                                        "every call", line=f.first_call, fix=FIX))
