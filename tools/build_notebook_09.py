@@ -997,6 +997,7 @@ def build() -> nbformat.NotebookNode:
             nb.cells.append(nbformat.v4.new_markdown_cell(cell[1]))
         else:
             nb.cells.append(nbformat.v4.new_code_cell(cell[1], metadata=cell[2]))
+        nb.cells[-1].id = f"{OUT.stem[:2]}-{len(nb.cells):03d}"  # stable ids: rebuilding changes nothing
     return nb
 
 
