@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 
 import numpy as np
 import pytest

@@ -12,10 +12,6 @@ Usage: ``.venv/bin/python tools/screenshot_compiles.py [--chromium PATH] [--scal
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import html
-import io
 import os
 import sys
 from pathlib import Path
@@ -23,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from screenshot_reports import BUILD_DIR, IMG_DIR, find_chromium, page, screenshot  # noqa: E402
+from screenshot_reports import ROOT, photograph  # noqa: E402
 
 CELLS: list[tuple[str | None, str]] = [
     (None, """\
@@ -95,56 +91,6 @@ f_tg(jax.device_put(np.ones(3, np.float32)))   # explicit: allowed
 ]
 
 
-def build_reports() -> dict[str, object]:
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    reports = {}
-    for name, cell in CELLS:
-        output = io.StringIO()
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            result = shell.run_cell(cell, store_history=True)
-        if name is None:
-            if not result.success:
-                raise RuntimeError(f"setup cell failed:\n{cell}\n{output.getvalue()}")
-            continue
-        if name not in shell.user_ns:
-            raise RuntimeError(f"the magic stored no report {name!r}:\n{output.getvalue()}")
-        reports[name] = shell.user_ns[name]
-    return reports
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chromium", help="the Chromium (or Chrome) executable")
-    parser.add_argument("--scale", type=float, default=2.0, help="device pixels per CSS px (default 2)")
-    parser.add_argument("--only", help="comma-separated report names to photograph (default: all)")
-    args = parser.parse_args(argv)
-    browser = find_chromium(args.chromium)
-
-    from jaxmagic.render import static_bundle
-
-    reports = build_reports()
-    wanted = set(args.only.split(",")) if args.only else set(reports)
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    sections = []
-    for name, report in reports.items():
-        report_html = static_bundle(report)["text/html"]
-        sections.append(f"<h2>{html.escape(name)}</h2>{report_html}")
-        if name not in wanted:
-            continue
-        single = BUILD_DIR / f"{name}.html"
-        single.write_text(page(name, report_html), encoding="utf-8")
-        width, height = screenshot(browser, single, IMG_DIR / f"{name}.png", args.scale)
-        print(f"docs/img/{name}.png  {width}x{height} CSS px  [{report.status.value}] {report.summary}")
-    combined = BUILD_DIR / "compiles.html"
-    combined.write_text(page("jaxmagic compilation reports", "".join(sections)), encoding="utf-8")
-    width, height = screenshot(browser, combined, BUILD_DIR / "compiles.png", 1.0)
-    print(f"{combined.relative_to(ROOT)} -> compiles.png  {width}x{height} CSS px")
-    return 0
-
-
 if __name__ == "__main__":
     os.chdir(ROOT)
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(photograph(CELLS, "compiles", "jaxmagic compilation reports", sys.argv[1:], __doc__))

@@ -108,19 +108,23 @@ document.body.setAttribute("data-size", Math.ceil(r.width) + "x" + Math.ceil(r.h
 """
 
 
-def build_reports() -> dict[str, object]:
-    """Run the cells; return the reports the magics stored, by name."""
+def build_reports(cells, setup_may_fail: bool = False) -> dict[str, object]:
+    """Run ``cells`` ((report name or None, cell) pairs); return the reports the magics stored, by name.
+
+    A set-up cell (name None) must succeed unless ``setup_may_fail``: some
+    reports explain the error a set-up cell raised.
+    """
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "jaxmagic")
     reports = {}
-    for name, cell in CELLS:
+    for name, cell in cells:
         output = io.StringIO()
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             result = shell.run_cell(cell, store_history=True)
         if name is None:
-            if not result.success:
+            if not result.success and not setup_may_fail:
                 raise RuntimeError(f"setup cell failed:\n{cell}\n{output.getvalue()}")
             continue
         if name not in shell.user_ns:
@@ -203,33 +207,39 @@ def page(title: str, body: str) -> str:
     return PAGE.format(title=html.escape(title), body=body, margin=PAGE_MARGIN, inner=PAGE_WIDTH - 2 * PAGE_MARGIN)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def photograph(cells, name: str, title: str, argv: list[str], description: str = "",
+               setup_may_fail: bool = False) -> int:
+    """Build the reports of ``cells``, save one PNG per report in docs/img and a combined page."""
+    parser = argparse.ArgumentParser(description=(description or __doc__).splitlines()[0])
     parser.add_argument("--chromium", help="the Chromium (or Chrome) executable")
     parser.add_argument("--scale", type=float, default=2.0, help="device pixels per CSS px (default 2, sharp on HiDPI)")
+    parser.add_argument("--only", help="comma-separated report names to photograph (default: all)")
     args = parser.parse_args(argv)
     browser = find_chromium(args.chromium)
 
     from jaxmagic.render import static_bundle
 
-    reports = build_reports()
+    reports = build_reports(cells, setup_may_fail)
+    wanted = set(args.only.split(",")) if args.only else set(reports)
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     sections = []
-    for name, report in reports.items():
+    for report_name, report in reports.items():
         report_html = static_bundle(report)["text/html"]
-        sections.append(f"<h2>{html.escape(name)}</h2>{report_html}")
-        single = BUILD_DIR / f"{name}.html"
-        single.write_text(page(name, report_html), encoding="utf-8")
-        width, height = screenshot(browser, single, IMG_DIR / f"{name}.png", args.scale)
-        print(f"docs/img/{name}.png  {width}x{height} CSS px  [{report.status.value}] {report.summary}")
+        sections.append(f"<h2>{html.escape(report_name)}</h2>{report_html}")
+        if report_name not in wanted:
+            continue
+        single = BUILD_DIR / f"{report_name}.html"
+        single.write_text(page(report_name, report_html), encoding="utf-8")
+        width, height = screenshot(browser, single, IMG_DIR / f"{report_name}.png", args.scale)
+        print(f"docs/img/{report_name}.png  {width}x{height} CSS px  [{report.status.value}] {report.summary}")
 
-    combined = BUILD_DIR / "reports.html"
-    combined.write_text(page("jaxmagic reports", "".join(sections)), encoding="utf-8")
-    width, height = screenshot(browser, combined, BUILD_DIR / "reports.png", 1.0)
-    print(f"{combined.relative_to(ROOT)} -> reports.png  {width}x{height} CSS px")
+    combined = BUILD_DIR / f"{name}.html"
+    combined.write_text(page(title, "".join(sections)), encoding="utf-8")
+    width, height = screenshot(browser, combined, BUILD_DIR / f"{name}.png", 1.0)
+    print(f"{combined.relative_to(ROOT)} -> {name}.png  {width}x{height} CSS px")
     return 0
 
 
 if __name__ == "__main__":
     os.chdir(ROOT)
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(photograph(CELLS, "reports", "jaxmagic reports", sys.argv[1:]))

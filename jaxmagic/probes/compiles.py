@@ -35,7 +35,6 @@ import logging
 import reprlib
 import sys
 import threading
-from collections import Counter
 from typing import Any
 
 from jaxmagic._compile_log import (

@@ -37,7 +37,7 @@ import re
 import sys
 import threading
 import traceback
-from typing import Any, Iterator
+from typing import Iterator
 
 from jaxmagic import _jit_calls
 from jaxmagic._frames import first_library_function, is_user_file, source_line
