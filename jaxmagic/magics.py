@@ -11,12 +11,25 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxmagic import probes
 from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic._cell import CellOutcome, run_cell_body, shown_if_unparsable
-from jaxmagic.probes.check import error_set, parse_vmap_axes
 from jaxmagic._expression import callee_is_jitted, evaluate_expression, parse_expression
 from jaxmagic.render import display_report
+
+class _ProbesOnFirstUse:
+    """``jaxmagic.probes``, imported when a magic first runs rather than at %load_ext.
+
+    The probes import JAX's internals and take a few hundred milliseconds to
+    import; loading the extension should cost almost nothing.
+    """
+
+    def __getattr__(self, name):
+        from jaxmagic import probes as module
+
+        return getattr(module, name)
+
+
+probes = _ProbesOnFirstUse()
 
 OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
 
@@ -183,6 +196,8 @@ class JaxMagics(Magics):
         if not call_text:
             raise UsageError("%jax_check needs a call to check, e.g. %jax_check risky(x, i)")
         try:
+            from jaxmagic.probes.check import error_set, parse_vmap_axes
+
             error_set(args.errors)
             vmap_axes = None if args.vmap is None else parse_vmap_axes(args.vmap)
         except ValueError as error:
