@@ -1,25 +1,42 @@
-"""Who holds an object: the names that reach it from a namespace, a few levels deep.
+"""Who holds an object: the names that reach it from a namespace.
 
-``find_holders`` walks outward from *roots* (the user's variables, IPython's
-output cache, the frames of the last traceback) breadth-first, into list and
-tuple elements, dict values, object attributes and closure cells, and records
-for each target object id the paths that reach it: ``debug_cache[3]``,
-``hist['acts'][0]``, ``trainer.history[2]``, ``Out[12]``.
+One breadth-first walk, used two ways. It starts from *roots* (a namespace's
+variables, IPython's output cache, the frames of the last traceback) and
+follows the references a person could name - list and tuple elements, dict
+values, attributes, ``__slots__``, closure cells, default arguments,
+``jax.jit`` wrappers, the key data of a typed PRNG key - so the first path that
+reaches an object is the shortest name for it.
 
-It costs time in proportion to the number of objects within reach (each
-container is visited once, whatever the number of targets): never the
-namespace size times the number of arrays. It holds references to nothing
-after it returns: results are ids, strings and numbers.
+* ``find_holders`` (``%jax_live``): many target arrays at once, given as ids
+  mapped to a group; three levels; per target the best kind of holder and per
+  group the paths, list indices merged into runs: ``debug_cache[0..9]``,
+  ``hist['acts'][0]``, ``trainer.history[2]``, ``Out[12]``.
+* ``find_held`` (``%jax_leaks``, ``%jax_explain``): targets found by a test
+  (is it a tracer?), deeper, through user classes, modules, methods and default
+  arguments too; up to three paths per target: ``leaked[0]``,
+  ``cache.store['h']``, ``box[0] (closed over by g)``, ``memo[0] (default
+  argument of f)``.
+
+The walk only reads: it looks at ``__dict__``/``__slots__``/closure cells
+directly and never calls a property, ``__getattr__``, ``__repr__`` or any
+other user code. It does not descend into arrays, library modules and classes
+or IPython's own objects. It costs time in proportion to the number of values
+within reach (each container is visited once, whatever the number of targets),
+bounded by depth and a budget, and holds references to nothing after it
+returns: results are ids, strings and numbers.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import inspect
+import functools
 import itertools
 import sys
 import types
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
+
+from jaxmagic._frames import is_user_file
 
 # Kinds of holder, in order of preference: a user-visible name explains an
 # array better than IPython's cache or a traceback does.
@@ -28,27 +45,35 @@ KIND_OUTPUT = "output"        # IPython's output cache: Out[n], _, __, ___
 KIND_TRACEBACK = "traceback"  # the frames of the last error (sys.last_traceback)
 KIND_ORDER = {KIND_NAME: 0, KIND_OUTPUT: 1, KIND_TRACEBACK: 2}
 
-# Names IPython (and Python) put into a namespace that are not the user's variables.
-_IPYTHON_NAMES = {"In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "quit", "get_ipython",
+# Edges the walk may follow besides container items, attributes and slots.
+CLOSURES = "closures"        # a function's closure cells ("closed over by", "closure variable")
+DEFAULTS = "defaults"        # a function's default arguments
+CLASSES = "classes"          # attributes of user-defined classes and modules
+METHODS = "methods"          # bound methods' functions, functools.partial's function and arguments
+SETS = "sets"                # elements of sets and frozensets
+KEY_DATA = "key data"        # the uint32 array inside a typed PRNG key array
+LIVE_EDGES = frozenset({CLOSURES, SETS, KEY_DATA})
+LEAK_EDGES = frozenset({CLOSURES, DEFAULTS, CLASSES, METHODS, KEY_DATA})
+
+BUDGET = 5_000_000  # values looked at
+
+# Names IPython (and Python) put into a namespace that are not the user's variables:
+# its output cache and input history hold references the user did not make (DESIGN.md).
+_IPYTHON_NAMES = {"In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "quit", "get_ipython", "open",
                   "_", "__", "___"}
 _OUTPUT_ALIASES = ("_", "__", "___")
+# Objects of these packages are infrastructure: never the place a user stored something.
+_SKIPPED_PACKAGES = frozenset({
+    "numpy", "IPython", "ipykernel", "traitlets", "zmq", "tornado", "asyncio", "jupyter_client", "logging",
+    "threading", "concurrent", "comm", "ipywidgets", "jaxmagic", "_pytest", "pytest", "nbclient",
+    "prompt_toolkit", "jedi", "parso"})
+_LEAF_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice, memoryview,
+               types.BuiltinFunctionType, types.BuiltinMethodType, types.CodeType, types.FrameType,
+               types.TracebackType)
+_SEQUENCES = (list, tuple, collections.deque)
 
-_LEAF_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice, type,
-               types.ModuleType, types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodType,
-               types.CodeType, types.FrameType, types.TracebackType, memoryview)
 
-
-@dataclasses.dataclass
-class HolderSearch:
-    """What ``find_holders`` found: per target id its best holder kind; per group the paths to them."""
-
-    best_kind: dict[int, str]                      # target id -> KIND_* of its best holder
-    runs: dict[tuple[int, str, str], list[int]]    # (group, kind, container) -> [min, max, count] of int indices
-    group_labels: dict[int, list[tuple[str, str]]]  # group -> [(kind, path)] of other holders, first few
-    label_counts: dict[int, int] = dataclasses.field(default_factory=dict)  # group -> all such paths found
-    kind_counts: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (group, best kind) -> targets
-    visited: int = 0                               # containers and values looked at
-    truncated: bool = False                        # the budget ran out before the search was complete
+# -- roots ----------------------------------------------------------------------
 
 
 def namespace_roots(namespace: dict | None) -> list[tuple[str, Any, str]]:
@@ -81,6 +106,13 @@ def namespace_roots(namespace: dict | None) -> list[tuple[str, Any, str]]:
         # it is an ordinary variable.
         roots.append((alias, value, KIND_OUTPUT if id(value) in outputs or not isinstance(out, dict) else KIND_NAME))
     return roots
+
+
+def user_roots(namespace: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The variables of a namespace a person made: no ``_``-names, no IPython history or helpers,
+    no library modules."""
+    return [(name, value, KIND_NAME) for name, value in list(namespace.items())
+            if not name.startswith("_") and name not in _IPYTHON_NAMES and not _is_library_module(value)]
 
 
 def _is_history_alias(name: str) -> bool:
@@ -121,8 +153,343 @@ def traceback_roots() -> list[tuple[str, Any, str]]:
     return roots
 
 
+# -- the walk -------------------------------------------------------------------
+
+
+def walk(roots: Iterable[tuple[str, Any, str]], *, on_items: Callable, on_hit: Callable,
+         target_ids: dict | None = None, is_target: Callable[[Any], bool] | None = None,
+         max_depth: int = 3, edges: frozenset = LIVE_EDGES, max_items: int | None = None,
+         restart_names: bool = False, budget: int = BUDGET) -> tuple[int, bool, list]:
+    """Breadth-first from ``roots`` ((label, object, kind) triples) to the targets.
+
+    A target is an object whose id is a key of ``target_ids`` (its value, the
+    target's key, is passed on), or for which ``is_target`` is true (key True).
+    Targets are not searched further. Hits below a root are reported as they
+    are found, shortest paths first: ``on_items(indices, ids, keys, kind,
+    label, note, depth)`` for the elements of one list or tuple ``label``, and
+    ``on_hit(target_id, key, kind, path, depth)`` for any other.
+
+    ``max_depth`` is how many steps below a root are followed, ``edges`` which
+    references besides items and attributes (``CLOSURES``, ``DEFAULTS``, ...),
+    ``max_items`` how many items of one container are looked at.
+    ``restart_names``: a closure variable or default argument starts a path of
+    its own (``box[0] (closed over by g)``) instead of extending its function's
+    (``g (closure variable box)[0]``).
+
+    Returns (values looked at, whether the budget ran out, the roots that are
+    targets as (target id, key, kind, label)).
+    """
+    by_id = target_ids is not None
+    key_get = target_ids.get if by_id else functools.partial(_test_target, is_target)
+    visited: set[int] = set()
+    keep_alive = []  # ids stay unique only while the objects live
+    slots: dict[type, list[str]] = {}  # caches of this walk, per type: they hold no class after it
+    descendable = functools.partial(_descendable, edges=edges, kinds={})
+    count = 0
+    truncated = False
+    root_hits: list[tuple[int, Any, str, str]] = []
+    frontier: list[tuple[str, str, Any, str]] = []  # (label, note, object, kind)
+    for label, value, kind in roots:
+        count += 1
+        key = key_get(id(value)) if by_id else key_get(value)
+        if key is not None:
+            root_hits.append((id(value), key, kind, label))
+        elif max_depth > 0 and descendable(value):
+            frontier.append((label, "", value, kind))
+
+    def named(label: str, note: str, step: str, relation: str) -> tuple[str, str]:
+        if not relation:
+            return label + step, note
+        if restart_names:
+            return step, f" ({relation} {label}{note})"
+        what = "closure variable" if relation == "closed over by" else "default argument"
+        return f"{label} ({what} {step})", note
+
+    depth = 0
+    while frontier and depth < max_depth:
+        depth += 1
+        following: list[tuple[str, str, Any, str]] = []
+        go_deeper = depth < max_depth
+        for label, note, container, kind in frontier:
+            if id(container) in visited:
+                continue
+            visited.add(id(container))
+            keep_alive.append(container)
+            if type(container) is list or type(container) is tuple:
+                # The common case, kept tight: the lookups run as C loops (map), and no text is
+                # made for elements that are not hits.
+                items = container if max_items is None or len(container) <= max_items else container[:max_items]
+                ids = list(map(id, items))
+                keys = list(map(key_get, ids if by_id else items))
+                count += len(ids)
+                if None not in keys:  # every element is a target: a list of arrays
+                    if keys:
+                        on_items(range(len(ids)), ids, keys, kind, label, note, depth)
+                else:
+                    indices = [i for i, k in enumerate(keys) if k is not None]
+                    if indices:
+                        on_items(indices, [ids[i] for i in indices], [keys[i] for i in indices], kind, label, note,
+                                 depth)
+                    if go_deeper:
+                        for index, (child, key) in enumerate(zip(items, keys)):
+                            if key is None and descendable(child):
+                                following.append((f"{label}[{index}]", note, child, kind))
+            else:
+                for step, index, child, relation in _children(container, edges, max_items, slots):
+                    count += 1
+                    key = key_get(id(child)) if by_id else key_get(child)
+                    if key is None:
+                        if go_deeper and descendable(child):
+                            following.append((*named(label, note, step, relation), child, kind))
+                    elif index is not None:
+                        on_items([index], [id(child)], [key], kind, label, note, depth)
+                    else:
+                        child_label, child_note = named(label, note, step, relation)
+                        on_hit(id(child), key, kind, child_label + child_note, depth)
+            if count > budget:
+                truncated = True
+                following = []
+                break
+        frontier = following
+    del keep_alive
+    return count, truncated, root_hits
+
+
+def _test_target(is_target: Callable[[Any], bool], value: Any) -> Any:
+    try:
+        return True if is_target(value) else None
+    except Exception:
+        return None
+
+
+# What a type's objects are to the walk (cached per type for one walk).
+_LEAF, _NONEMPTY, _FUNCTION, _MODULE, _CLASS, _ALWAYS, _KEY, _OBJECT = range(8)
+
+
+def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
+    """Whether ``value`` may hold a target that a person would name through it."""
+    cls = type(value)
+    kind = kinds.get(cls)
+    if kind is None:
+        kind = kinds[cls] = _type_kind(cls, edges)
+    if kind is _LEAF:
+        return False
+    if kind is _NONEMPTY:
+        return bool(value)
+    if kind is _OBJECT:
+        return _own_dict(value) is not None
+    if kind is _ALWAYS:
+        return True
+    if kind is _FUNCTION:
+        return ((CLOSURES in edges and bool(value.__closure__)) or DEFAULTS in edges
+                or "__wrapped__" in (_own_dict(value) or ()))
+    if kind is _MODULE:
+        return not _is_library_module(value)
+    if kind is _CLASS:
+        return _defined_by_user(value)
+    return _key_data(value) is not None  # _KEY: the live array is the key data inside it
+
+
+def _type_kind(cls: type, edges: frozenset) -> int:
+    if issubclass(cls, _LEAF_TYPES):
+        return _LEAF
+    if issubclass(cls, (list, tuple, dict, collections.deque)):
+        return _NONEMPTY
+    if issubclass(cls, (set, frozenset)):
+        return _NONEMPTY if SETS in edges else _LEAF
+    if issubclass(cls, types.FunctionType):
+        return _FUNCTION
+    if issubclass(cls, types.ModuleType):
+        return _MODULE if CLASSES in edges else _LEAF
+    if issubclass(cls, type):
+        return _CLASS if CLASSES in edges else _LEAF
+    if issubclass(cls, (types.MethodType, functools.partial)):
+        return _ALWAYS if METHODS in edges else _LEAF
+    if (getattr(cls, "__module__", "") or "").split(".")[0] in _SKIPPED_PACKAGES:
+        return _LEAF  # NumPy arrays hold no JAX arrays; the shell's own objects are not user data
+    if KEY_DATA in edges and cls.__name__ == "PRNGKeyArray":
+        return _KEY
+    if _is_array_type(cls):
+        return _LEAF  # an array of some library (a JAX array not among the targets: deleted)
+    return _ALWAYS if _slot_names(cls) else _OBJECT
+
+
+def _children(obj: Any, edges: frozenset, max_items: int | None,
+              slots: dict[type, list[str]]) -> Iterator[tuple[str, int | None, Any, str]]:
+    """``(step, int index or None, child, relation)`` for each reference ``obj`` holds that a person
+    could name. ``relation`` is "" for an ordinary step (``[0]``, ``.attr``) and a phrase such as
+    "closed over by" when the child is a variable of a function (``step`` is then its name)."""
+    if isinstance(obj, dict):
+        for key, value in itertools.islice(list(obj.items()), max_items):
+            yield _key_text(key), None, value, ""
+        return
+    if isinstance(obj, _SEQUENCES):
+        fields = getattr(type(obj), "_fields", None) if isinstance(obj, tuple) else None
+        for i, value in enumerate(itertools.islice(list(obj), max_items)):
+            if fields and i < len(fields):  # a NamedTuple (optax states, ...)
+                yield f".{fields[i]}", None, value, ""
+            else:
+                yield f"[{i}]", i, value, ""
+        return
+    if isinstance(obj, (set, frozenset)):
+        if SETS in edges:
+            for value in itertools.islice(list(obj), max_items):
+                yield "{...}", None, value, ""
+        return
+    if isinstance(obj, types.FunctionType):
+        yield from _function_children(obj, edges)
+        return
+    if isinstance(obj, types.MethodType):
+        yield ".__func__", None, obj.__func__, ""
+        return
+    if isinstance(obj, functools.partial):
+        yield ".func", None, obj.func, ""
+        for i, value in enumerate(obj.args):
+            yield f".args[{i}]", None, value, ""
+        for key, value in (obj.keywords or {}).items():
+            yield f".keywords[{key!r}]", None, value, ""
+        return
+    namespace = _own_dict(obj)
+    if isinstance(obj, (types.ModuleType, type)):
+        for key, value in list((namespace or {}).items()):
+            if not (isinstance(key, str) and key.startswith("__")):
+                yield f".{key}", None, value, ""
+        return
+    data = _key_data(obj) if KEY_DATA in edges else None
+    if data is not None:
+        yield " (key data)", None, data, ""
+        return
+    if namespace is not None and "__wrapped__" in namespace:
+        # A wrapper made by functools.wraps, such as jax.jit(f): a reference from jax.jit(f)'s
+        # closure is one from f's closure; the rest of the wrapper's state is JAX's.
+        wrapped = namespace["__wrapped__"]
+        if isinstance(wrapped, types.FunctionType):
+            yield from _function_children(wrapped, edges)
+        else:
+            yield "", None, wrapped, ""
+        return
+    if namespace is not None:
+        for key, value in itertools.islice(list(namespace.items()), max_items):
+            yield f".{key}", None, value, ""
+    names = slots.get(type(obj))
+    if names is None:
+        names = slots[type(obj)] = _slot_names(type(obj))
+    for name in names:
+        try:
+            value = _slot_value(obj, name)
+        except Exception:
+            continue
+        yield f".{name}", None, value, ""
+
+
+def _function_children(fn: types.FunctionType, edges: frozenset) -> Iterator[tuple[str, int | None, Any, str]]:
+    code = fn.__code__
+    if CLOSURES in edges:
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            yield name, None, value, "closed over by"
+    if DEFAULTS in edges:
+        positional = code.co_varnames[:code.co_argcount]
+        defaults = fn.__defaults__ or ()
+        for name, value in zip(positional[len(positional) - len(defaults):], defaults):
+            yield name, None, value, "default argument of"
+        for name, value in (fn.__kwdefaults__ or {}).items():
+            yield name, None, value, "default argument of"
+    namespace = _own_dict(fn)
+    if namespace and "__wrapped__" in namespace:
+        yield "", None, namespace["__wrapped__"], ""
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, (str, int, float, bool, type(None))):
+        return f"[{key!r}]"
+    if isinstance(key, tuple) and all(isinstance(k, (str, int, float, bool, type(None))) for k in key):
+        return f"[{key!r}]"
+    return f"[<{type(key).__name__}>]"  # never the repr of a user's object: that would run its code
+
+
+def _key_data(value: Any):
+    """The uint32 array inside a typed PRNG key array (``jax.random.key``), else None."""
+    if type(value).__name__ != "PRNGKeyArray":
+        return None
+    namespace = _own_dict(value)
+    if namespace is not None and "_base_array" in namespace:
+        return namespace["_base_array"]
+    try:
+        return _slot_value(value, "_base_array")
+    except Exception:
+        return None
+
+
+def _is_array_type(cls: type) -> bool:
+    """Arrays hold numbers, not references: a class with ``shape`` and ``dtype`` of its own."""
+    names = set()
+    for klass in cls.__mro__[:-1]:
+        names.update(klass.__dict__.keys() & {"shape", "dtype"})
+    return len(names) == 2
+
+
+def _is_library_module(value: Any) -> bool:
+    if not isinstance(value, types.ModuleType):
+        return False
+    return not is_user_file(getattr(value, "__file__", None) or "")
+
+
+def _defined_by_user(cls: type) -> bool:
+    module = getattr(cls, "__module__", "") or ""
+    if module == "__main__":
+        return True
+    mod = sys.modules.get(module)
+    return mod is not None and is_user_file(getattr(mod, "__file__", None) or "")
+
+
+def _own_dict(obj: Any) -> dict | None:
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return namespace if isinstance(namespace, (dict, types.MappingProxyType)) else None
+
+
+def _slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        if isinstance(slots, str):
+            slots = (slots,)
+        names += [s for s in slots if s not in ("__dict__", "__weakref__")]
+    return names
+
+
+def _slot_value(obj: Any, name: str) -> Any:
+    for klass in type(obj).__mro__:
+        descriptor = klass.__dict__.get(name)
+        if isinstance(descriptor, types.MemberDescriptorType):
+            return descriptor.__get__(obj, type(obj))
+    raise AttributeError(name)
+
+
+# -- %jax_live: many arrays, grouped --------------------------------------------
+
+
+@dataclasses.dataclass
+class HolderSearch:
+    """What ``find_holders`` found: per target id its best holder kind; per group the paths to them."""
+
+    best_kind: dict[int, str]                      # target id -> KIND_* of its best holder
+    runs: dict[tuple[int, str, str], list[int]]    # (group, kind, container) -> [min, max, count] of int indices
+    group_labels: dict[int, list[tuple[str, str]]]  # group -> [(kind, path)] of other holders, first few
+    label_counts: dict[int, int] = dataclasses.field(default_factory=dict)  # group -> all such paths found
+    kind_counts: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (group, best kind) -> targets
+    visited: int = 0                               # containers and values looked at
+    truncated: bool = False                        # the budget ran out before the search was complete
+
+
 def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]], *, max_depth: int = 3,
-                 labels_per_group: int = 12, budget: int = 5_000_000) -> HolderSearch:
+                 labels_per_group: int = 12, budget: int = BUDGET) -> HolderSearch:
     """Search from ``roots`` for the objects whose ids are keys of ``group_of``.
 
     ``group_of`` maps each target id to a group number (the caller's grouping
@@ -133,14 +500,11 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
     ``budget`` bounds the number of values looked at.
     """
     result = HolderSearch(best_kind={}, runs={}, group_labels={})
-    best_kind, runs, group_labels = result.best_kind, result.runs, result.group_labels
-    group_get = group_of.get
-    visited_containers: set[int] = set()
-    count = 0
-
-    kind_counts = result.kind_counts
+    runs, group_labels = result.runs, result.group_labels
+    kind_counts, label_counts = result.kind_counts, result.label_counts
 
     def mark(target: int, group: int, kind: str) -> None:
+        best_kind = result.best_kind
         current = best_kind.get(target)
         if current is None:
             best_kind[target] = kind
@@ -150,24 +514,24 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
             kind_counts[(group, current)] -= 1
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
 
-    label_counts = result.label_counts
-
-    def labelled(group: int, kind: str, path: str) -> None:
+    def on_hit(target: int, group: int, kind: str, path: str, _depth: int) -> None:
+        mark(target, group, kind)
         label_counts[group] = label_counts.get(group, 0) + 1
         listed = group_labels.setdefault(group, [])
         if len(listed) < labels_per_group:
             listed.append((kind, path))
 
-    def indexed_hits(indices, targets: list[int], groups: list[int], kind: str, container: str) -> None:
+    def on_items(indices, targets: list[int], groups: list[int], kind: str, container: str, _note: str,
+                 _depth: int) -> None:
         # The elements of one list/tuple that are targets, in index order.
-        nonlocal best_kind
+        best_kind = result.best_kind
         if groups.count(groups[0]) == len(groups) and best_kind.keys().isdisjoint(targets):
             # One group, none seen before (a list of like arrays): the run and the counts at once.
             group = groups[0]
             if best_kind:
                 best_kind.update(zip(targets, itertools.repeat(kind)))
             else:  # the first hits: the dict itself, not a copy
-                best_kind = result.best_kind = dict.fromkeys(targets, kind)
+                result.best_kind = dict.fromkeys(targets, kind)
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + len(targets)
             run = runs.get((group, kind, container))
             if run is None:
@@ -183,62 +547,13 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
             else:
                 run[0], run[1], run[2] = min(run[0], index), max(run[1], index), run[2] + 1
 
-    frontier: list[tuple[str, Any, str]] = []
-    root_hits: list[tuple[int, int, str, str]] = []
-    for label, value, kind in roots:
-        count += 1
-        group = group_get(id(value))
-        if group is not None:
-            root_hits.append((id(value), group, kind, label))
-        elif max_depth > 0 and _descendable(value):
-            frontier.append((label, value, kind))
-
-    depth = 0
-    while frontier and depth < max_depth:
-        depth += 1
-        following: list[tuple[str, Any, str]] = []
-        go_deeper = depth < max_depth
-        for label, container, kind in frontier:
-            if id(container) in visited_containers:
-                continue
-            visited_containers.add(id(container))
-            if type(container) is list or type(container) is tuple:
-                # The common case, kept tight: the lookups run as C loops (map), and no text is
-                # made for elements that are not hits.
-                ids = list(map(id, container))
-                groups = list(map(group_get, ids))
-                count += len(ids)
-                if None not in groups:  # every element is a target: a list of arrays
-                    if groups:
-                        indexed_hits(range(len(ids)), ids, groups, kind, label)
-                else:
-                    indices = [i for i, g in enumerate(groups) if g is not None]
-                    if indices:
-                        indexed_hits(indices, [ids[i] for i in indices], [groups[i] for i in indices], kind, label)
-                if go_deeper and None in groups:
-                    for index, (child, group) in enumerate(zip(container, groups)):
-                        if group is None and _descendable(child):
-                            following.append((f"{label}[{index}]", child, kind))
-            else:
-                for key, index, child in _children(container):
-                    count += 1
-                    group = group_get(id(child))
-                    if group is not None:
-                        if index is not None:
-                            indexed_hits([index], [id(child)], [group], kind, label)
-                        else:
-                            mark(id(child), group, kind)
-                            labelled(group, kind, label + key)
-                    elif go_deeper and _descendable(child):
-                        following.append((label + key, child, kind))
-            if count > budget:
-                result.truncated = True
-                following = []
-                break
-        frontier = following
+    result.visited, result.truncated, root_hits = walk(
+        roots, on_items=on_items, on_hit=on_hit, target_ids=group_of, max_depth=max_depth, edges=LIVE_EDGES,
+        budget=budget)
     # Arrays bound to names directly are recorded last, so that the bulk of a big list lands in
     # an empty dict (no copy); the order does not change the result.
-    for target, group, kind, label in root_hits:  # mark() and labelled(), inlined: one per name
+    best_kind = result.best_kind
+    for target, group, kind, label in root_hits:  # mark() and on_hit(), inlined: one per name
         current = best_kind.get(target)
         if current is None or KIND_ORDER[kind] < KIND_ORDER[current]:
             best_kind[target] = kind
@@ -251,81 +566,50 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
             group_labels[group] = [(kind, label)]
         elif len(listed) < labels_per_group:
             listed.append((kind, label))
-    result.visited = count
     return result
 
 
-def _descendable(value: Any) -> bool:
-    if isinstance(value, _LEAF_TYPES):
-        return False
-    if isinstance(value, (list, tuple, dict, set, frozenset)):
-        return bool(value)
-    if inspect.isfunction(value):
-        return bool(value.__closure__)
-    module = type(value).__module__ or ""
-    if module.startswith(("numpy", "IPython", "ipykernel", "jaxmagic", "traitlets", "zmq")):
-        return False  # NumPy arrays hold no JAX arrays; the shell's own objects are not user data
-    if _key_data(value) is not None:
-        return True   # a typed PRNG key array: the live array is the key data inside it
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return False  # an array of some library (a JAX array not among the targets: deleted)
-    return hasattr(value, "__dict__") or hasattr(type(value), "__slots__") or callable(
-        getattr(value, "__wrapped__", None))
+# -- %jax_leaks: tracers, found by a test -----------------------------------------
 
 
-def _key_data(value: Any):
-    """The uint32 array inside a typed PRNG key array (``jax.random.key``), else None."""
-    if type(value).__name__ != "PRNGKeyArray":
-        return None
-    return getattr(value, "_base_array", None)
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """One place where a target object is held."""
+
+    path: str        # "cache.store['h']", "box[0] (closed over by g)"
+    depth: int       # steps from the namespace
 
 
-def _children(container: Any):
-    """``(key text, int index or None, child)`` for one level below ``container``."""
-    data = _key_data(container)
-    if data is not None:
-        yield " (key data)", None, data
-        return
-    if isinstance(container, (list, tuple)):
-        fields = getattr(container, "_fields", None)
-        if isinstance(container, tuple) and fields:  # a NamedTuple (optax states, ...)
-            for name, child in zip(fields, container):
-                yield f".{name}", None, child
-            return
-        for index, child in enumerate(container):
-            yield f"[{index}]", index, child
-        return
-    if isinstance(container, dict):
-        for key, child in list(container.items()):
-            yield f"[{key!r}]", None, child
-        return
-    if isinstance(container, (set, frozenset)):
-        for child in list(container):
-            yield "{...}", None, child
-        return
-    if inspect.isfunction(container):
-        for name, cell in zip(container.__code__.co_freevars, container.__closure__ or ()):
-            try:
-                child = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            yield f" (closure variable {name})", None, child
-        return
-    wrapped = getattr(container, "__wrapped__", None)
-    if inspect.isfunction(wrapped) and wrapped.__closure__:  # jax.jit(f) and other wrappers
-        yield from _children(wrapped)
-    attributes = getattr(container, "__dict__", None)
-    if isinstance(attributes, dict):
-        for name, child in list(attributes.items()):
-            if name != "__wrapped__":
-                yield f".{name}", None, child
-    for cls in type(container).__mro__:
-        for name in getattr(cls, "__slots__", ()) if isinstance(getattr(cls, "__slots__", ()), (tuple, list)) else ():
-            if name in ("__dict__", "__weakref__"):
-                continue
-            try:
-                child = object.__getattribute__(container, name)
-            except AttributeError:
-                continue
-            yield f".{name}", None, child
+def find_held(roots: Iterable[tuple[str, Any, str]], is_target: Callable[[Any], bool], *, max_depth: int = 8,
+              max_items: int = 10_000, budget: int = BUDGET) -> dict[int, list[Held]]:
+    """``{id(target): [Held, ...]}`` for every object reachable from ``roots`` for which
+    ``is_target`` is true (it is called on every object reached, and should keep the
+    targets it accepts: their ids are only unique while they live).
 
+    Paths are shortest first (breadth-first search); each target gets at most
+    three. Deep: through user classes, modules, methods and default arguments,
+    with closure variables and defaults named on their own
+    (``box[0] (closed over by g)``).
+    """
+    found: dict[int, dict[str, int]] = {}
+
+    def on_hit(target: int, _key: Any, _kind: str, path: str, depth: int) -> None:
+        found.setdefault(target, {}).setdefault(path, depth)
+
+    def on_items(indices, targets, _keys, _kind, label: str, note: str, depth: int) -> None:
+        for index, target in zip(indices, targets):
+            found.setdefault(target, {}).setdefault(f"{label}[{index}]{note}", depth)
+
+    _visited, _truncated, root_hits = walk(
+        roots, on_items=on_items, on_hit=on_hit, is_target=is_target, max_depth=max_depth, edges=LEAK_EDGES,
+        max_items=max_items, restart_names=True, budget=budget)
+    # Targets in the order a breadth-first search meets them: names first.
+    places: dict[int, dict[str, int]] = {}
+    for target, _key, _kind, label in root_hits:
+        places.setdefault(target, {}).setdefault(label, 0)
+    for target, paths in found.items():
+        listed = places.setdefault(target, {})
+        for path, depth in paths.items():
+            listed.setdefault(path, depth)
+    return {target: [Held(path, depth) for path, depth in sorted(paths.items(), key=lambda item: item[1])[:3]]
+            for target, paths in places.items()}

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from jaxmagic import _tracer_text as text
 from jaxmagic._frames import source_line, user_lines
-from jaxmagic._leak_holders import find_held, user_roots
+from jaxmagic._holder_search import find_held, user_roots
 from jaxmagic._restore import preserved_jax_state
 from jaxmagic._retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
