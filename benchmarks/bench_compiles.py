@@ -20,12 +20,11 @@
 from __future__ import annotations
 
 import json
-import statistics
 import time
 
 import importlib
 
-from harness import Row, median, quiet, timed
+from harness import Row, alternate, make_shell, median, quartiles, quiet, run_cell
 
 EXPLAIN_LIMIT = importlib.import_module("jaxmagic.probes.compiles").EXPLAIN_LIMIT
 
@@ -58,33 +57,12 @@ CELLS = {
 EMPTY_CELLS = {"compiles": "%%jax_compiles\ny = x", "plain": "y = x"}
 
 
-def make_shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    return shell
 
 
-def run_cell(shell, cell: str) -> None:
-    with quiet():
-        result = shell.run_cell(cell, store_history=False)
-    if not result.success:
-        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
-def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in cells}
-    order = list(cells)
-    for rep in range(repetitions):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
-            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
-    return times
 
 
-def quartiles(values: list[float]) -> str:
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{q1:.3f}-{q3:.3f}"
 
 
 def compile_shapes(n: int, probe: bool):

@@ -21,9 +21,8 @@ more under its own cache key).
 
 from __future__ import annotations
 
-import statistics
 
-from harness import Row, median, quiet, timed
+from harness import Row, make_shell, median, quartiles, run_cell, timed
 
 STEPS = 200
 REPETITIONS = 9
@@ -93,24 +92,10 @@ CELLS = {"plain": LOOP, "doctor": "%%jax_doctor\n" + LOOP, "tools": TOOLS,
          "fresh_plain": FRESH, "fresh_doctor": "%%jax_doctor\n" + FRESH}
 
 
-def make_shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    return shell
 
 
-def run_cell(shell, cell: str) -> None:
-    with quiet():
-        result = shell.run_cell(cell, store_history=False)
-    if not result.success:
-        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
-def quartiles(values: list[float]) -> str:
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{q1:.2f}-{q3:.2f}"
 
 
 def run() -> list[Row]:
@@ -134,7 +119,7 @@ def run() -> list[Row]:
     doctor_plain = ratios("doctor", "plain")
     return [
         Row("%%jax_doctor vs the plain loop (steady)", median(times["doctor"]), median(times["plain"]), goal=1.5,
-            value=median(doctor_plain), note=f"{per}; middle half of the ratios: {quartiles(doctor_plain)}"),
+            value=median(doctor_plain), note=f"{per}; middle half of the ratios: {quartiles(doctor_plain, 2)}"),
         Row("%%jax_doctor vs the bare JAX switches", median(times["doctor"]), median(times["tools"]),
             value=median(ratios("doctor", "tools")),
             note="debug_nans + checking_leaks + log_compiles + explain_cache_misses + transfer_guard + "

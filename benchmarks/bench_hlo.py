@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 
-from harness import Row, median, quiet, timed
+from harness import Row, make_shell, median, run_cell, timed
 
 LAYERS = 40
 WIDTH = 256
@@ -51,19 +51,8 @@ CELLS = {
 }
 
 
-def make_shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    return shell
 
 
-def run_cell(shell, cell: str) -> None:
-    with quiet():
-        result = shell.run_cell(cell, store_history=False)
-    if not result.success:
-        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
 def run() -> list[Row]:

@@ -22,10 +22,9 @@ cache.
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 
-from harness import Row, median, quiet, timed
+from harness import Row, make_shell, median, quartiles, run_cell, timed
 
 STEPS = 200
 REPETITIONS = 15
@@ -76,24 +75,10 @@ CELLS = {
 }
 
 
-def make_shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    return shell
 
 
-def run_cell(shell, cell: str) -> None:
-    with quiet():
-        result = shell.run_cell(cell, store_history=False)
-    if not result.success:
-        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
-def quartiles(values: list[float]) -> str:
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{q1:.3f}-{q3:.3f}"
 
 
 def run() -> list[Row]:

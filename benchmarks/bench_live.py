@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from harness import Row, median, quiet, timed
+from harness import Row, make_shell, median, run_cell, timed
 
 ARRAYS = 100_000
 REPETITIONS = 9
@@ -52,19 +52,8 @@ CELLS = {
 }
 
 
-def make_shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    return shell
 
 
-def run_cell(shell, cell: str) -> None:
-    with quiet():
-        result = shell.run_cell(cell, store_history=False)
-    if not result.success:
-        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
 def holder_search_seconds(names: int) -> float:

@@ -17,10 +17,9 @@ median of the per-repetition ratios.
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 
-from harness import Row, median, quiet, timed
+from harness import Row, alternate, make_shell, median, quartiles, run_cell
 
 STEPS = 1000
 REPETITIONS = 25
@@ -67,35 +66,12 @@ CELLS = variants(BODY)
 EMPTY_CELLS = variants("params = params0")
 
 
-def make_shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jaxmagic")
-    return shell
 
 
-def run_cell(shell, cell: str) -> None:
-    with quiet():
-        result = shell.run_cell(cell, store_history=False)
-    if not result.success:
-        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
-def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[float]]:
-    """Seconds per run of each cell; the cells take turns, in a rotating order."""
-    times: dict[str, list[float]] = {name: [] for name in cells}
-    order = list(cells)
-    for rep in range(repetitions):
-        # Rotate the order so no variant always runs right after the same one.
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
-            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
-    return times
 
 
-def quartiles(values: list[float]) -> str:
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return f"{q1:.3f}-{q3:.3f}"
 
 
 def run() -> list[Row]:

@@ -138,3 +138,37 @@ def table(rows: list[Row]) -> str:
 
     rule = "  ".join("-" * w for w in widths) + "  " + "-" * 4
     return "\n".join([fmt(header), rule] + [fmt(line).rstrip() for line in lines])
+
+
+def make_shell():
+    """An in-process IPython shell with jaxmagic loaded."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jaxmagic")
+    return shell
+
+
+def run_cell(shell, cell: str) -> None:
+    """Run a benchmark cell quietly; a failing cell is a broken benchmark, not a timing."""
+    with quiet():
+        result = shell.run_cell(cell, store_history=False)
+    if not result.success:
+        raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
+
+
+def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[float]]:
+    """Seconds per run of each cell; the cells take turns, in a rotating order."""
+    times: dict[str, list[float]] = {name: [] for name in cells}
+    order = list(cells)
+    for rep in range(repetitions):
+        # Rotate the order so no variant always runs right after the same one.
+        for name in order[rep % len(order):] + order[:rep % len(order)]:
+            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
+    return times
+
+
+def quartiles(values: list[float], digits: int = 3) -> str:
+    """The middle half of ``values``, as "q1-q3"."""
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.{digits}f}-{q3:.{digits}f}"
