@@ -55,6 +55,8 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
         timeout=CELL_TIMEOUT_S,
         resources={"metadata": {"path": str(path.parent)}},
         store_widget_state=True,
+        # The kernel's start-up warning about TCP transport is noise on a local run.
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
     start = time.perf_counter()
     error = ""
