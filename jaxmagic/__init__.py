@@ -13,23 +13,23 @@ __version__ = "0.1.0"
 
 
 def load_ipython_extension(ipython) -> None:
-    from jaxmagic.magics import JaxMagics
+    from jaxmagic.ipython.magics import JaxMagics
 
     ipython.register_magics(JaxMagics)
     # The tracer-error explainer is on by default (%jax_explain off turns it off).
-    from jaxmagic import _explainer_hook
+    from jaxmagic.ipython import explainer_hook as _explainer_hook
 
     _explainer_hook.install(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from jaxmagic.magics import JaxMagics
+    from jaxmagic.ipython.magics import JaxMagics
 
     manager = ipython.magics_manager
     for kind, names in JaxMagics.magics.items():
         for name in names:
             manager.magics[kind].pop(name, None)
     manager.registry.pop(JaxMagics.__name__, None)
-    from jaxmagic import _explainer_hook
+    from jaxmagic.ipython import explainer_hook as _explainer_hook
 
     _explainer_hook.uninstall(ipython)

@@ -27,8 +27,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E4
 
 from jaxmagic import probes  # noqa: E402
 from jaxmagic.render import static_bundle  # noqa: E402
-from jaxmagic.render.document import Grid  # noqa: E402
-from jaxmagic.render.sharding_layout import drawn_dims, layout_grids  # noqa: E402
+from jaxmagic.report.document import Grid  # noqa: E402
+from jaxmagic.probes._support.sharding_layout import drawn_dims, layout_grids  # noqa: E402
 
 
 def drawing(report, dims=None) -> list[dict]:

@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from jaxmagic import probes  # noqa: E402
 from jaxmagic.render import static_bundle  # noqa: E402
-from jaxmagic.render.sharding_layout import layout_grids  # noqa: E402
+from jaxmagic.probes._support.sharding_layout import layout_grids  # noqa: E402
 
 mesh = jax.make_mesh((2, 2), ("data", "model"))
 data = np.arange(32, dtype=np.float32).reshape(8, 4)

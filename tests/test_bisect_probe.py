@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic import probes
-from jaxmagic._restore import take_snapshot
+from jaxmagic._jax.restore import take_snapshot
 
 
 def to64(a):

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from jaxmagic import probes
-from jaxmagic._compile_log import (
+from jaxmagic._jax.compile_log import (
     keyword_passing_change, parse_cache_miss, parse_compile_log_line, pytree_changes, short_types, signature_text,
 )
-from jaxmagic._restore import take_snapshot
+from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.compiles import CompileBudgetExceeded
 
 # the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic import probes
-from jaxmagic._restore import take_snapshot
+from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.doctor import parse_skip
 
 N = 4

@@ -9,7 +9,7 @@ import pytest
 from jax import lax
 
 from jaxmagic import probes
-from jaxmagic._tracer_text import english_list, split_names, tracing_context
+from jaxmagic.probes._support.tracer_text import english_list, split_names, tracing_context
 
 
 def clip_positive(x, limit):

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from jaxmagic import _explainer_hook
+from jaxmagic.ipython import explainer_hook as _explainer_hook
 
 CLIP = """
 def clip_positive(x, limit):

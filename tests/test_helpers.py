@@ -7,8 +7,8 @@ import logging
 import jax
 import pytest
 
-from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
-from jaxmagic._restore import preserved_jax_state, take_snapshot
+from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
+from jaxmagic._jax.restore import preserved_jax_state, take_snapshot
 
 
 @pytest.mark.parametrize(

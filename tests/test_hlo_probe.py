@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxmagic import probes
-from jaxmagic._name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
+from jaxmagic.probes._support.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
 from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep, split_scope_and_call
 from jaxmagic.report import Status
 

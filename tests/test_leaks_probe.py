@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 from jaxmagic import probes
-from jaxmagic._restore import take_snapshot
-from jaxmagic._tracer_text import leak_blocks
+from jaxmagic._jax.restore import take_snapshot
+from jaxmagic.probes._support.tracer_text import leak_blocks
 
 
 def run_leak(namespace: dict, fn, *args):

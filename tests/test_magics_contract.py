@@ -14,8 +14,8 @@ import textwrap
 import pytest
 from IPython.core.error import UsageError
 
-from jaxmagic._restore import take_snapshot
-from jaxmagic.magics import JaxMagics
+from jaxmagic._jax.restore import take_snapshot
+from jaxmagic.ipython.magics import JaxMagics
 from jaxmagic.render import static_bundle
 from jaxmagic.render.widgets import build_widget
 

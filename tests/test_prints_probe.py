@@ -13,7 +13,7 @@ from jax import lax
 from jax._src import debugging
 
 from jaxmagic import probes
-from jaxmagic._restore import take_snapshot
+from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.prints import ObservedCall, PrintedLine, PrintReport, PrintSite, _find_out_of_order
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.render.html import render_html
 from jaxmagic.render.terminal import print_rich
 from jaxmagic.render.text import render_text

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxmagic.render.document import Document, Grid, GridCell, Section
+from jaxmagic.report.document import Document, Grid, GridCell, Section
 from jaxmagic.render.html import render_html
-from jaxmagic.render.sharding_layout import device_colours, id_list
+from jaxmagic.probes._support.sharding_layout import device_colours, id_list
 from jaxmagic.render.text import render_text
 from jaxmagic.report import Status
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxmagic import probes
-from jaxmagic._restore import take_snapshot
+from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.transfers import parse_transfer
 
 

@@ -165,7 +165,7 @@ code("""
 """)
 
 code("""
-from jaxmagic.render.sharding_layout import layout_grids
+from jaxmagic.probes._support.sharding_layout import layout_grids
 
 def labels(report):
     grid = layout_grids(report.layout)[0][0]

@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxmagic._frames import user_lines
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic.report.source import user_lines
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 DEFAULT_RTOL = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
@@ -156,7 +156,7 @@ class BisectReport(Report):
         return text
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         rows = []

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from jaxmagic._restore import preserved_jax_state
-from jaxmagic._frames import is_user_file, source_line
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report import Report, SourceLine, Status
 
 ERROR_SET_NAMES = ("user", "nan", "div", "index", "float", "all")
@@ -113,7 +113,7 @@ class CheckReport(Report):
         return f"{self.call}: {len(self.errors)} error(s) - {kinds}."
 
     def document(self):
-        from jaxmagic.render.document import Document, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.errors:

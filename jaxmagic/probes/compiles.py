@@ -37,12 +37,12 @@ import sys
 import threading
 from typing import Any
 
-from jaxmagic._compile_log import (
+from jaxmagic._jax.compile_log import (
     CacheMissExplanation, bare_name, is_compile_log_message, keyword_passing_change, parse_cache_miss,
     parse_compile_log_line, pytree_changes, signature_text,
 )
-from jaxmagic._frames import cell_label, is_user_file, source_line
-from jaxmagic._restore import _jax_loggers, preserved_jax_state
+from jaxmagic.report.source import cell_label, is_user_file, source_line
+from jaxmagic._jax.restore import _jax_loggers, preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
@@ -352,7 +352,7 @@ class CompileReport(Report):
         return "Nothing was compiled: every call in this cell reused an already compiled program."
 
     def document(self):
-        from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 
         sections = []
         recompiled = self.recompiled_functions

@@ -105,7 +105,7 @@ class ConfigReport(Report):
         return f"{len(self.changed)} of {self.total} JAX flags differ from a fresh process: {names}{more}."
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.changed:
@@ -182,7 +182,7 @@ class EnvReport(Report):
         return f"{versions}; devices: {self.devices}; {host}."
 
     def document(self):
-        from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section
+        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section
 
         sections = [Section("Versions", [Facts(list(self.versions.items()) + [("devices", self.devices),
                                                                              ("process_count", self.process_count)])])]

@@ -59,7 +59,7 @@ class DevicesReport(Report):
         return f"{len(self.devices)} device(s) on the {self.default_backend} backend."
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         facts = []
         if self.requested is not None:
@@ -83,7 +83,7 @@ class DevicesReport(Report):
                 "The backend starts at the first JAX operation. If this process joins a multi-process job, call "
                 "`jax.distributed.initialize(...)` before that. `jax.devices()` then lists the devices.")]))
         if self.devices:
-            from jaxmagic.render.sharding_layout import id_list
+            from jaxmagic.probes._support.sharding_layout import id_list
 
             groups: dict[tuple, list[int]] = {}
             for device_id, platform, kind, process in self.devices:

@@ -14,7 +14,7 @@ everything after it; the doctor uses them so that they do not:
 
 * NaN: ``jax.debug_nans`` raises at the first NaN - at step 0 of a training
   loop, before any recompilation or key problem could show. The doctor watches
-  the results of every call instead (``jaxmagic._nan_watch``) and, after the
+  the results of every call instead (``jaxmagic.probes._support.nan_watch``) and, after the
   cell, re-runs only the one jitted call that first produced a NaN, with the
   same arguments, under the ``%%jax_nans`` probe - a jitted function is pure,
   so nothing the user would mind happens twice. The cell itself is never run
@@ -45,8 +45,8 @@ import contextlib
 import dataclasses
 from typing import Iterator
 
-from jaxmagic._frames import source_line
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic.report.source import source_line
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
@@ -140,7 +140,7 @@ class DoctorReport(Report):
             + "." + failed
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.findings:
@@ -431,8 +431,8 @@ def doctor(*, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = N
     the report is filled in. ``namespace`` (the user's variables) lets the
     probes name what holds leaked tracers and live arrays.
     """
-    from jaxmagic import _jit_calls
-    from jaxmagic._nan_watch import NanWatch
+    from jaxmagic._jax import jit_calls as _jit_calls
+    from jaxmagic.probes._support.nan_watch import NanWatch
     from jaxmagic.probes.compiles import compiles
     from jaxmagic.probes.keys import keys
     from jaxmagic.probes.leaks import leaks
@@ -483,7 +483,7 @@ class _HostArguments:
     def before(self, name, is_jit, args, params) -> None:
         import numpy as np
 
-        from jaxmagic import _jit_calls
+        from jaxmagic._jax import jit_calls as _jit_calls
 
         if not is_jit:
             return
@@ -496,7 +496,7 @@ class _HostArguments:
                 key = (name, index, value.shape, str(value.dtype))
                 entry = self.seen.get(key)
                 if entry is None:
-                    from jaxmagic._nan_watch import _user_frame
+                    from jaxmagic.probes._support.nan_watch import _user_frame
 
                     user = _user_frame()
                     entry = self.seen[key] = HostArgument(

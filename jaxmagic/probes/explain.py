@@ -26,8 +26,8 @@ import io
 import keyword
 import tokenize
 
-from jaxmagic import _tracer_text as text
-from jaxmagic._frames import is_user_file, source_line, user_lines
+from jaxmagic.probes._support import tracer_text as text
+from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report import Report, SourceLine, Status
 
 
@@ -229,7 +229,7 @@ class TracerErrorReport(Report):
         return f"{self.error_type}: {self.title}{where}{cause}."
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         facts = [("error", self.error_type), ("kind", self.title.replace("`", ""))]
         if self.traced_function:
@@ -310,7 +310,7 @@ def _jax_hint(message: str) -> str:
 
 def _tracers_on_failing_line(tb) -> list[TracedName]:
     """Names on your innermost line that were bound to tracers, read from that frame's variables."""
-    from jaxmagic._frames import is_user_file as user
+    from jaxmagic.report.source import is_user_file as user
 
     frame, lineno = None, 0
     while tb is not None:

@@ -13,7 +13,7 @@ but never run, so arguments may be ``jax.ShapeDtypeStruct``s and nothing is
 allocated. The probe reads each stage from its structured source where JAX has
 one - the jaxpr's equations and their ``source_info.name_stack``, the StableHLO
 module through the MLIR Python bindings JAX ships (operation locations) - and
-the optimized HLO from its text, through ``jaxmagic._hlo_text`` only.
+the optimized HLO from its text, through ``jaxmagic.probes._support.hlo_text`` only.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from jaxmagic._frames import is_user_file, source_line
-from jaxmagic._name_paths import NamePath, find_run, parse_name, scope_path, split_query
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.probes._support.name_paths import NamePath, find_run, parse_name, scope_path, split_query
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 STAGES = ("jaxpr", "stablehlo", "hlo")
@@ -272,7 +272,7 @@ class HloReport(Report):
     # -- rendering ------------------------------------------------------------
 
     def document(self):
-        from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.failure:
@@ -326,7 +326,7 @@ class HloReport(Report):
         return Document("%jax_hlo", self.status, self.summary, sections)
 
     def _scope_sections(self, Table, Paragraph, Evidence, SourceLines):
-        from jaxmagic.render.document import Section
+        from jaxmagic.report.document import Section
 
         if not self.scope_found:
             return []
@@ -570,7 +570,7 @@ def split_scope_and_call(text: str) -> tuple[str | None, str]:
     ``encoder/attn``, even ``jit(f)/encoder``), or a quoted string for a scope
     name with spaces. The call is everything after it.
     """
-    from jaxmagic._call_expr import _top_level_words
+    from jaxmagic.ipython.call_expression import _top_level_words
 
     words = _top_level_words(text.strip())
     if len(words) < 2:
@@ -640,7 +640,7 @@ def hlo(fn: Callable, *args: Any, scope: str | None = None, stage: str | Iterabl
                 if compiled is None:
                     report.failure_stage = "hlo"
                     return report
-                from jaxmagic._hlo_text import parse_hlo_module
+                from jaxmagic.probes._support.hlo_text import parse_hlo_module
 
                 module = parse_hlo_module(compiled.as_text())
                 per_stage["hlo"] = _hlo_ops(module)

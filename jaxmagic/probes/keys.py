@@ -39,9 +39,9 @@ import threading
 import traceback
 from typing import Iterator
 
-from jaxmagic import _jit_calls
-from jaxmagic._frames import first_library_function, is_user_file, source_line
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic._jax import jit_calls as _jit_calls
+from jaxmagic.report.source import first_library_function, is_user_file, source_line
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 CONFIG_NAMES = ("jax_debug_key_reuse",)
@@ -174,7 +174,7 @@ class KeyReport(Report):
         return " ".join(parts)
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         for r in self.reuse[:4]:

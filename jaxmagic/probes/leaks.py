@@ -27,11 +27,11 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator
 
-from jaxmagic import _tracer_text as text
-from jaxmagic._frames import source_line, user_lines
-from jaxmagic._holder_search import find_held, user_roots
-from jaxmagic._restore import preserved_jax_state
-from jaxmagic._retrace import fresh_traces
+from jaxmagic.probes._support import tracer_text as text
+from jaxmagic.report.source import source_line, user_lines
+from jaxmagic.probes._support.holder_search import find_held, user_roots
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
 
 CONFIG_NAMES = ("jax_check_tracer_leaks",)
@@ -149,7 +149,7 @@ class LeakReport(Report):
         return f"No tracer leaked{held}."
 
     def document(self):
-        from jaxmagic.render.document import Document, Evidence, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Evidence, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.leaked:
@@ -181,7 +181,7 @@ class LeakReport(Report):
                      ("leaked from", f"{u.function} traced for {u.transformation}" if u.function else "(not named)")]
             if u.held_by:
                 facts.append(("still held by", ", ".join(u.held_by)))
-            from jaxmagic.render.document import Facts
+            from jaxmagic.report.document import Facts
 
             sections.append(Section("What", [Facts(facts)]))
             if u.used_at:

@@ -31,7 +31,7 @@ import os
 import weakref
 from typing import Any, Iterator
 
-from jaxmagic._holder_search import (
+from jaxmagic.probes._support.holder_search import (
     KIND_NAME,
     KIND_OUTPUT,
     KIND_TRACEBACK,
@@ -204,7 +204,7 @@ class LiveReport(Report):
     # -- rendering ------------------------------------------------------------
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         shown = self.groups if self.top is None else self.groups[:self.top]

@@ -20,11 +20,11 @@ import io
 import re
 from typing import Iterator
 
-from jaxmagic._failing_call import FailingCall, failing_calls
-from jaxmagic._frames import first_library_function, user_lines
-from jaxmagic._jax_prints import jax_prints_collected
-from jaxmagic._nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic.probes._support.failing_call import FailingCall, failing_calls
+from jaxmagic.report.source import first_library_function, user_lines
+from jaxmagic._jax.jax_prints import jax_prints_collected
+from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
@@ -128,7 +128,7 @@ class NanReport(Report):
         return f"No {self.checked} appeared in any JAX computation of this cell."
 
     def document(self):
-        from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.found:

@@ -15,7 +15,7 @@ also passes the device's mesh coordinates (``lax.axis_index`` of every mesh
 axis) to the print callback, which records the formatted line with its device.
 The printed text itself is unchanged and still goes to stdout.
 
-How: the prints are caught where JAX binds them (``jaxmagic._debug_capture``,
+How: the prints are caught where JAX binds them (``jaxmagic._jax.debug_capture``,
 shared with ``%%jax_print``): a print traced inside a fully manual ``shard_map``
 gets the device's coordinates as a hidden argument, and JAX's print formatter
 records each line with them before printing it as JAX would. Executables
@@ -33,8 +33,8 @@ import sys
 import threading
 from typing import Iterator
 
-from jaxmagic._debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, Status
 
 _WHERE = HIDDEN_PREFIX + "where"   # hidden keyword: the device's mesh coordinates (an int array)
@@ -88,8 +88,8 @@ class PerDeviceReport(Report):
         return f"{len(tagged)} line(s) printed inside shard_map by {len(devices)} device(s), grouped by device."
 
     def document(self):
-        from jaxmagic.render.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
-        from jaxmagic.render.sharding_layout import device_colours
+        from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
+        from jaxmagic.probes._support.sharding_layout import device_colours
 
         sections = []
         for site in self.sites:

@@ -15,10 +15,10 @@ Under ``vmap`` a print makes one line per sample; in a ``lax.cond`` under
 ``vmap`` both branches print; under ``grad`` only forward values are printed.
 
 For the block, every debug print, log and callback is caught where JAX binds
-it (``jaxmagic._debug_capture``): each line is kept with its *site* - the
+it (``jaxmagic._jax.debug_capture``): each line is kept with its *site* - the
 format string or callback, the user's line, the transformations around it -
 and with the call of a jitted function (or eager operation) during which it
-arrived: the probe sees each call (``jaxmagic._jit_calls``) and waits for its
+arrived: the probe sees each call (``jaxmagic._jax.jit_calls``) and waits for its
 prints (``jax.effects_barrier()``) before the next one starts, so every line
 belongs to exactly one call, and none spills past the block. Within one call,
 the first line of each site is compared with the sites' order in the traced
@@ -29,7 +29,7 @@ Prints are kept out of stdout (the report shows them; ``echo=True`` prints
 them as well); ``jax.debug.log`` records still go to ``logging``; whatever the
 cell prints itself, with ``print``, is not touched. So that functions compiled
 before the block are seen too, everything is traced under a cache key of the
-probe's own (``jaxmagic._retrace``): each function compiles once more the
+probe's own (``jaxmagic._jax.retrace``): each function compiles once more the
 first time, and later print cells reuse that.
 """
 
@@ -41,11 +41,11 @@ import sys
 import threading
 from typing import Iterator
 
-from jaxmagic import _jit_calls
-from jaxmagic._debug_capture import Capture, PrintSite, capturing
-from jaxmagic._frames import is_user_file, source_line
-from jaxmagic._restore import preserved_jax_state
-from jaxmagic._retrace import fresh_traces
+from jaxmagic._jax import jit_calls as _jit_calls
+from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
 
 RETRACE_TOKEN = "jaxmagic-print"
@@ -160,7 +160,7 @@ class PrintReport(Report):
         return text + failed
 
     def document(self):
-        from jaxmagic.render.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.out_of_order:

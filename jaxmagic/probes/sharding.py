@@ -14,7 +14,7 @@ Usage without IPython::
     report.call.intermediates                  # what the compiler chose inside f
 
 The report is data only (strings and numbers): the drawing is made from it by
-``jaxmagic.render.sharding_layout``. Reading the layout touches no array data;
+``jaxmagic.probes._support.sharding_layout``. Reading the layout touches no array data;
 only the replica check reads the copies of blocks held by more than one local
 device, to compare them bit for bit (chapter section 8.3: a ``shard_map`` with
 ``check_vma=False`` returns a "replicated" value whose copies differ).
@@ -27,8 +27,8 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-from jaxmagic._frames import is_user_file, source_line
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 # Blocks up to this many elements show their values when copies differ.
@@ -243,7 +243,7 @@ class ShardingReport(Report):
         return f"`{what}`: {len(self.arrays)} {label} over {len(devices)} device(s)."
 
     def document(self):
-        from jaxmagic.render.sharding_layout import sharding_document
+        from jaxmagic.probes._support.sharding_layout import sharding_document
 
         return sharding_document(self)
 

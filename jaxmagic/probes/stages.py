@@ -27,8 +27,8 @@ import time
 import types
 from typing import Any, Callable
 
-from jaxmagic._compile_log import short_dtype
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic._jax.compile_log import short_dtype
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, Status
 
 DEFAULT_RUNS = 20
@@ -109,7 +109,7 @@ class StagesReport(Report):
         return text + "."
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.trace_seconds is not None:

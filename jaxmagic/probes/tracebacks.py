@@ -19,7 +19,7 @@ import dataclasses
 import traceback
 from types import TracebackType
 
-from jaxmagic._frames import user_lines
+from jaxmagic.report.source import user_lines
 from jaxmagic.report import Report, SourceLine, Status
 
 MODES: dict[str, str] = {
@@ -116,7 +116,7 @@ class TracebackReport(Report):
                 f"{self.frames_total} frames are yours.")
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, SourceLines, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.error:

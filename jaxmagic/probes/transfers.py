@@ -41,9 +41,9 @@ import tempfile
 import threading
 from typing import Iterator
 
-from jaxmagic._compile_log import short_types
-from jaxmagic._frames import is_user_file, source_line, user_lines
-from jaxmagic._restore import preserved_jax_state
+from jaxmagic._jax.compile_log import short_types
+from jaxmagic.report.source import is_user_file, source_line, user_lines
+from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 
 CONFIG_NAMES = ("jax_transfer_guard", "jax_transfer_guard_host_to_device", "jax_transfer_guard_device_to_host",
@@ -133,7 +133,7 @@ class TransferReport(Report):
         return "No implicit host-to-device transfer in this cell."
 
     def document(self):
-        from jaxmagic.render.document import Document, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.transfers:

@@ -14,33 +14,4 @@ def static_bundle(report) -> dict[str, str]:
     return {"text/html": render_html(doc), "text/plain": render_text(doc)}
 
 
-def display_report(report, use_widgets: bool) -> None:
-    """Show a report in the current IPython frontend.
-
-    In a kernel with a widget manager the bundle carries the widget view and the
-    static HTML beside it, so a saved notebook still shows the report; in a
-    terminal, rich draws it when it can, else the plain text is shown.
-    """
-    import sys
-
-    from IPython.display import display
-
-    if not use_widgets and sys.stdout.isatty():
-        from jaxmagic.render.terminal import print_rich
-
-        if print_rich(report.document()):
-            return
-    bundle = static_bundle(report)
-    if use_widgets:
-        try:
-            from jaxmagic.render.widgets import build_widget
-
-            widget_bundle = build_widget(report.document())._repr_mimebundle_()
-            if widget_bundle and WIDGET_MIME in widget_bundle:
-                bundle[WIDGET_MIME] = widget_bundle[WIDGET_MIME]
-        except ImportError:
-            pass
-    display(bundle, raw=True)
-
-
-__all__ = ["static_bundle", "display_report", "render_html", "render_text"]
+__all__ = ["static_bundle", "render_html", "render_text", "WIDGET_MIME"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from html import escape
 
-from jaxmagic.render.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
 from jaxmagic.report import Status
 
 STATUS_COLOURS = {
@@ -18,7 +18,6 @@ STATUS_COLOURS = {
     Status.PROBLEM: ("#b3261e", "#fdecea"),
     Status.ERROR: ("#9a6700", "#fff8e5"),
 }
-STATUS_WORDS = {Status.OK: "OK", Status.PROBLEM: "FOUND", Status.ERROR: "FAILED"}
 
 # Scoped under .jaxmagic so nothing leaks into the notebook's own styles.
 STYLE = """
@@ -75,7 +74,7 @@ def render_head_html(doc: Document) -> str:
     return (
         '<div class="jm-head">'
         f'<span class="jm-title">{escape(doc.title)}</span>'
-        f'<span class="jm-badge">{STATUS_WORDS[doc.status]}</span></div>'
+        f'<span class="jm-badge">{doc.status.word}</span></div>'
         f'<div class="jm-headline">{inline_html(doc.headline)}</div>'
     )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.render.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 from jaxmagic.report import Status
 
 _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"}
@@ -22,8 +22,7 @@ def print_rich(doc: Document) -> bool:
         from rich.text import Text
     except ImportError:
         return False
-    from jaxmagic.render.html import STATUS_WORDS
-
+    
     parts = [Text(doc.headline, style="bold")]
     for section in doc.sections:
         if section.title:
@@ -52,7 +51,7 @@ def print_rich(doc: Document) -> bool:
                 parts.append(Text(f"{block.title}: " + " | ".join(block.text.splitlines()[:3]), style="dim"))
             elif isinstance(block, Grid):
                 parts.append(_rich_grid(block))
-    title = Text.assemble((doc.title, "bold"), " ", (STATUS_WORDS[doc.status], _STYLE[doc.status]))
+    title = Text.assemble((doc.title, "bold"), " ", (doc.status.word, _STYLE[doc.status]))
     Console().print(Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[doc.status]))
     return True
 

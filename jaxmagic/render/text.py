@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import textwrap
 
-from jaxmagic.render.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
-from jaxmagic.render.html import STATUS_WORDS
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 
 
 def render_text(report_or_doc) -> str:
     doc = report_or_doc if isinstance(report_or_doc, Document) else report_or_doc.document()
-    out = [f"{doc.title} [{STATUS_WORDS[doc.status]}] {doc.headline}"]
+    out = [f"{doc.title} [{doc.status.word}] {doc.headline}"]
     for section in doc.sections:
         if section.title:
             out.append(f"\n{section.title}:")

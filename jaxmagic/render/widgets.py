@@ -7,7 +7,7 @@ widgets carry HTML strings only, never a user object.
 
 from __future__ import annotations
 
-from jaxmagic.render.document import Document
+from jaxmagic.report.document import Document
 from jaxmagic.render.html import STATUS_COLOURS, STYLE, render_head_html, render_section_html
 
 

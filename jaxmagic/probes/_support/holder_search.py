@@ -36,7 +36,7 @@ import sys
 import types
 from typing import Any, Callable, Iterable, Iterator
 
-from jaxmagic._frames import is_user_file
+from jaxmagic.report.source import is_user_file
 
 # Kinds of holder, in order of preference: a user-visible name explains an
 # array better than IPython's cache or a traceback does.

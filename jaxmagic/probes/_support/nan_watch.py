@@ -4,7 +4,7 @@
 ``%%jax_doctor``, which must see everything else the cell does too (a NaN at
 step 0 of a training loop would hide the recompilation at every step and the
 key that never changes). So the doctor *watches*: it sees every call of a
-jitted function and every eager operation (``jaxmagic._jit_calls``) and looks
+jitted function and every eager operation (``jaxmagic._jax.jit_calls``) and looks
 at their float results for NaN. The first call whose results hold a NaN while
 its arguments held none produced it; later calls only pass it on.
 
@@ -28,9 +28,9 @@ import dataclasses
 import io
 import sys
 
-from jaxmagic import _jit_calls
-from jaxmagic._failing_call import FailingCall
-from jaxmagic._frames import is_user_file, source_line
+from jaxmagic._jax import jit_calls as _jit_calls
+from jaxmagic.probes._support.failing_call import FailingCall
+from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report import SourceLine
 
 

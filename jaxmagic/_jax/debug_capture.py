@@ -31,7 +31,7 @@ form ``log_order = jax.debug.print(ordered=True)`` made earlier) and every
 re-bind of a print by a transformation (vmap unrolls a print once per sample,
 with the same site). Functions whose compiled executables were cached before
 the capture keep JAX's original formatter, so the probes make them trace again
-(``jaxmagic._retrace``) when they need every line.
+(``jaxmagic._jax.retrace``) when they need every line.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import sys
 import threading
 from typing import Any, Iterator
 
-from jaxmagic._frames import is_user_file, source_line
+from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report import SourceLine
 
 HIDDEN_PREFIX = "_jaxmagic_"

@@ -21,7 +21,7 @@ import colorsys
 import itertools
 import math
 
-from jaxmagic.render.document import (Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines,
+from jaxmagic.report.document import (Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines,
                                      Table)
 
 # Light colours, far apart in hue, so dark labels stay readable on all of them.

@@ -195,7 +195,7 @@ class _UserCallSwitch:
     def __init__(self):
         import jax
 
-        from jaxmagic._frames import is_user_file
+        from jaxmagic.report.source import is_user_file
 
         self._jit_type = type(jax.jit(lambda: None))
         self._is_user_file = is_user_file

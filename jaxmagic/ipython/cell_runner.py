@@ -46,7 +46,7 @@ def _trim_jax_source_stack(error: BaseException) -> None:
     cause = error.__cause__
     if cause is None or type(cause).__name__ != "JaxStackTraceBeforeTransformation":
         return
-    runner_dirs = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(IPython.__file__)))
+    runner_dirs = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(IPython.__file__)))
     start, tb = cause.__traceback__, cause.__traceback__
     while tb is not None:
         if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(runner_dirs):

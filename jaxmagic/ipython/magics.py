@@ -11,10 +11,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxmagic._call_expr import CallExpressionError, evaluate_call, split_call_and_options
-from jaxmagic._cell import CellOutcome, run_cell_body, shown_if_unparsable
-from jaxmagic._expression import callee_is_jitted, evaluate_expression, parse_expression
-from jaxmagic.render import display_report
+from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
+from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unparsable
+from jaxmagic.ipython.expression import callee_is_jitted, evaluate_expression, parse_expression
+from jaxmagic.ipython.display import display_report
 
 class _ProbesOnFirstUse:
     """``jaxmagic.probes``, imported when a magic first runs rather than at %load_ext.
@@ -334,8 +334,8 @@ class JaxMagics(Magics):
         `%jax_explain` alone explains the last exception; `%jax_explain err`
         the exception `err`; -o NAME stores that report.
         """
-        from jaxmagic import _explainer_hook
-        from jaxmagic._expression import evaluate_expression
+        from jaxmagic.ipython import explainer_hook as _explainer_hook
+        from jaxmagic.ipython.expression import evaluate_expression
 
         text, option_text = self._split(self.jax_explain, line)
         args = self._parse(self.jax_explain, option_text)

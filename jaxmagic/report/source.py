@@ -17,7 +17,8 @@ from types import TracebackType
 
 from jaxmagic.report import SourceLine
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# jaxmagic's own files are never the user's code (this file is jaxmagic/report/source.py).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @lru_cache(maxsize=1)

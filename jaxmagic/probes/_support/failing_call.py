@@ -18,7 +18,7 @@ import functools
 from types import TracebackType
 from typing import Any
 
-from jaxmagic._frames import is_user_file
+from jaxmagic.report.source import is_user_file
 
 _PURE_NODES = (
     ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Slice,

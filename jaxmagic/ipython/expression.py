@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from jaxmagic._call_expr import CallExpressionError
+from jaxmagic.ipython.call_expression import CallExpressionError
 
 
 def parse_expression(text: str) -> ast.expr:

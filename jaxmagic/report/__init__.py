@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from jaxmagic.report.document import Document
 
 
 class Status(str, enum.Enum):
@@ -19,6 +22,11 @@ class Status(str, enum.Enum):
     OK = "ok"            # the tool looked and found nothing wrong
     PROBLEM = "problem"  # the tool found what it looks for
     ERROR = "error"      # the cell failed for a reason the tool does not explain
+
+    @property
+    def word(self) -> str:
+        """The badge word every renderer shows: OK, FOUND or FAILED."""
+        return {"ok": "OK", "problem": "FOUND", "error": "FAILED"}[self.value]
 
 
 @dataclasses.dataclass
@@ -52,6 +60,10 @@ class Report:
 
     @property
     def status(self) -> Status:
+        raise NotImplementedError
+
+    def document(self) -> Document:
+        """What every renderer draws: the report as a domain-free Document."""
         raise NotImplementedError
 
     @property
