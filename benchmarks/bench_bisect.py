@@ -38,9 +38,11 @@ def bisect_numeric(fn, *args, ref):
     return err_jit, err_eager
 """
 
-CELLS = {"magic": "%jax_bisect param_version(W, X) --ref ref -o _bis",
-         "hand": "_errors = bisect_numeric(param_version, W, X, ref=ref)",
-         "auto": "%jax_bisect param_version(W, X) -o _bis_auto"}
+CELLS = {
+    "magic": "%jax_bisect param_version(W, X) --ref ref -o _bis",
+    "hand": "_errors = bisect_numeric(param_version, W, X, ref=ref)",
+    "auto": "%jax_bisect param_version(W, X) -o _bis_auto",
+}
 
 
 def run() -> list[Row]:
@@ -51,18 +53,33 @@ def run() -> list[Row]:
     times: dict[str, list[float]] = {name: [] for name in CELLS}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
     report, (err_jit, err_eager) = shell.user_ns["_bis"], shell.user_ns["_errors"]
     ratios = [m / h for m, h in zip(times["magic"], times["hand"])]
     return [
-        Row("%jax_bisect --ref vs the hand-written bisection", median(times["magic"]), median(times["hand"]),
-            goal=2.0, value=median(ratios), note=f"{REPETITIONS} reps; middle half: {quartiles(ratios)}"),
-        Row("%jax_bisect with its own float64 reference vs by hand", median(times["auto"]), median(times["hand"]),
-            value=median([a / h for a, h in zip(times["auto"], times["hand"])]), note="(for information)"),
-        Row("the same errors as by hand", compare="check", goal=True,
+        Row(
+            "%jax_bisect --ref vs the hand-written bisection",
+            median(times["magic"]),
+            median(times["hand"]),
+            goal=2.0,
+            value=median(ratios),
+            note=f"{REPETITIONS} reps; middle half: {quartiles(ratios)}",
+        ),
+        Row(
+            "%jax_bisect with its own float64 reference vs by hand",
+            median(times["auto"]),
+            median(times["hand"]),
+            value=median([a / h for a, h in zip(times["auto"], times["hand"])]),
+            note="(for information)",
+        ),
+        Row(
+            "the same errors as by hand",
+            compare="check",
+            goal=True,
             value=abs(report.jit.max_abs_error - err_jit) < 1e-9 and abs(report.eager.max_abs_error - err_eager) < 1e-9,
-            note=f"jit {err_jit:.3g}, eager {err_eager:.3g}"),
+            note=f"jit {err_jit:.3g}, eager {err_eager:.3g}",
+        ),
     ]
 
 

@@ -19,10 +19,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
-
-import importlib
 
 from harness import Row, alternate, make_shell, median, quartiles, quiet, run_cell
 
@@ -55,14 +54,6 @@ CELLS = {
     "plain": BODY,
 }
 EMPTY_CELLS = {"compiles": "%%jax_compiles\ny = x", "plain": "y = x"}
-
-
-
-
-
-
-
-
 
 
 def compile_shapes(n: int, probe: bool):
@@ -121,23 +112,58 @@ def run() -> list[Row]:
 
     per = f"{CALLS} calls of a compiled jitted function/cell, {REPETITIONS} reps"
     return [
-        Row("%%jax_compiles vs plain cell", median(times["compiles"]), median(times["plain"]), goal=1.05,
-            value=median(compiles_vs_plain), note=f"{per}; middle half of the ratios: {quartiles(compiles_vs_plain)}"),
-        Row("%%jax_compiles fixed cost per cell", median(empty["compiles"]), median(empty["plain"]),
-            compare="difference", value=median([m - p for m, p in zip(empty["compiles"], empty["plain"])]),
-            note="a one-line cell (y = x), magic minus plain; for information"),
-        Row("%%jax_transfers vs plain cell", median(times["transfers"]), median(times["plain"]),
+        Row(
+            "%%jax_compiles vs plain cell",
+            median(times["compiles"]),
+            median(times["plain"]),
+            goal=1.05,
+            value=median(compiles_vs_plain),
+            note=f"{per}; middle half of the ratios: {quartiles(compiles_vs_plain)}",
+        ),
+        Row(
+            "%%jax_compiles fixed cost per cell",
+            median(empty["compiles"]),
+            median(empty["plain"]),
+            compare="difference",
+            value=median([m - p for m, p in zip(empty["compiles"], empty["plain"])]),
+            note="a one-line cell (y = x), magic minus plain; for information",
+        ),
+        Row(
+            "%%jax_transfers vs plain cell",
+            median(times["transfers"]),
+            median(times["plain"]),
             value=median(transfers_vs_plain),
-            note=f"{per}; sys.monitoring LINE events on the cell's lines; for information"),
-        Row("1,000 shapes: report HTML size vs 100 shapes", compare="ratio", goal=1.5,
-            value=big_html / small_html, note=f"{big_html:,} vs {small_html:,} characters of HTML"),
-        Row("1,000 shapes: report JSON size vs 100 shapes", compare="ratio", goal=1.5,
-            value=big_json / small_json, note=f"{big_json:,} vs {small_json:,} characters of to_dict() JSON"),
-        Row("1,000 shapes: building the report", big_build, small_build, compare="difference", goal=0.1,
-            note="document + static HTML + to_dict, 1,000 shapes minus 100 shapes"),
-        Row("1,000 shapes compiled under the probe vs without (CPU time)", big_seconds, plain_seconds,
+            note=f"{per}; sys.monitoring LINE events on the cell's lines; for information",
+        ),
+        Row(
+            "1,000 shapes: report HTML size vs 100 shapes",
+            compare="ratio",
+            goal=1.5,
+            value=big_html / small_html,
+            note=f"{big_html:,} vs {small_html:,} characters of HTML",
+        ),
+        Row(
+            "1,000 shapes: report JSON size vs 100 shapes",
+            compare="ratio",
+            goal=1.5,
+            value=big_json / small_json,
+            note=f"{big_json:,} vs {small_json:,} characters of to_dict() JSON",
+        ),
+        Row(
+            "1,000 shapes: building the report",
+            big_build,
+            small_build,
+            compare="difference",
+            goal=0.1,
+            note="document + static HTML + to_dict, 1,000 shapes minus 100 shapes",
+        ),
+        Row(
+            "1,000 shapes compiled under the probe vs without (CPU time)",
+            big_seconds,
+            plain_seconds,
             note=f"{len(big_report.compilations)} compilations kept in full; JAX's explanations asked for the "
-                 f"first {EXPLAIN_LIMIT} only; for information"),
+            f"first {EXPLAIN_LIMIT} only; for information",
+        ),
     ]
 
 

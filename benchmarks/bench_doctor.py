@@ -21,7 +21,6 @@ more under its own cache key).
 
 from __future__ import annotations
 
-
 from harness import Row, make_shell, median, quartiles, run_cell, timed
 
 STEPS = 200
@@ -85,17 +84,18 @@ train_step = make_train_step()
 
 LOOP = f"params, losses = train(train_step, params0, X_tr, Y_tr, {STEPS})"
 FRESH = f"train_step_new = make_train_step()\nparams, losses = train(train_step_new, params0, X_tr, Y_tr, {STEPS})"
-TOOLS = ("with jax.debug_nans(True), jax.checking_leaks(), jax.log_compiles(True), jax.explain_cache_misses(True), "
-         "jax.transfer_guard('log'), jax.debug_key_reuse(True):\n    " + LOOP)
+TOOLS = (
+    "with jax.debug_nans(True), jax.checking_leaks(), jax.log_compiles(True), jax.explain_cache_misses(True), "
+    "jax.transfer_guard('log'), jax.debug_key_reuse(True):\n    " + LOOP
+)
 
-CELLS = {"plain": LOOP, "doctor": "%%jax_doctor\n" + LOOP, "tools": TOOLS,
-         "fresh_plain": FRESH, "fresh_doctor": "%%jax_doctor\n" + FRESH}
-
-
-
-
-
-
+CELLS = {
+    "plain": LOOP,
+    "doctor": "%%jax_doctor\n" + LOOP,
+    "tools": TOOLS,
+    "fresh_plain": FRESH,
+    "fresh_doctor": "%%jax_doctor\n" + FRESH,
+}
 
 
 def run() -> list[Row]:
@@ -109,7 +109,7 @@ def run() -> list[Row]:
     times: dict[str, list[float]] = {name: [] for name in CELLS}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
 
     def ratios(a: str, b: str) -> list[float]:
@@ -118,17 +118,36 @@ def run() -> list[Row]:
     per = f"{STEPS} steps of the section 9 MLP (dropout, 3 layers), {REPETITIONS} reps"
     doctor_plain = ratios("doctor", "plain")
     return [
-        Row("%%jax_doctor vs the plain loop (steady)", median(times["doctor"]), median(times["plain"]), goal=1.5,
-            value=median(doctor_plain), note=f"{per}; middle half of the ratios: {quartiles(doctor_plain, 2)}"),
-        Row("%%jax_doctor vs the bare JAX switches", median(times["doctor"]), median(times["tools"]),
+        Row(
+            "%%jax_doctor vs the plain loop (steady)",
+            median(times["doctor"]),
+            median(times["plain"]),
+            goal=1.5,
+            value=median(doctor_plain),
+            note=f"{per}; middle half of the ratios: {quartiles(doctor_plain, 2)}",
+        ),
+        Row(
+            "%%jax_doctor vs the bare JAX switches",
+            median(times["doctor"]),
+            median(times["tools"]),
             value=median(ratios("doctor", "tools")),
             note="debug_nans + checking_leaks + log_compiles + explain_cache_misses + transfer_guard + "
-                 "debug_key_reuse around the same loop (for information)"),
-        Row("cell defining and training a new step: doctor vs plain", median(times["fresh_doctor"]),
-            median(times["fresh_plain"]), value=median(ratios("fresh_doctor", "fresh_plain")),
-            note="both compile the new function; the doctor once more, under its cache key (for information)"),
-        Row("the clean loop gives no finding", compare="check", goal=True, value=not clean.findings,
-            note=clean.summary[:90]),
+            "debug_key_reuse around the same loop (for information)",
+        ),
+        Row(
+            "cell defining and training a new step: doctor vs plain",
+            median(times["fresh_doctor"]),
+            median(times["fresh_plain"]),
+            value=median(ratios("fresh_doctor", "fresh_plain")),
+            note="both compile the new function; the doctor once more, under its cache key (for information)",
+        ),
+        Row(
+            "the clean loop gives no finding",
+            compare="check",
+            goal=True,
+            value=not clean.findings,
+            note=clean.summary[:90],
+        ),
     ]
 
 

@@ -51,10 +51,6 @@ CELLS = {
 }
 
 
-
-
-
-
 def run() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
@@ -63,7 +59,7 @@ def run() -> list[Row]:
     times: dict[str, list[float]] = {name: [] for name in CELLS}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
     report = shell.user_ns["rep"]
     assert report.scope_found and len(report.tree) == LAYERS + 1, report.summary
@@ -72,11 +68,21 @@ def run() -> list[Row]:
     q1, _, q3 = statistics.quantiles(ratios, n=4)
     counts = ", ".join(f"{n} {s}" for s, n in report.counts.items())
     return [
-        Row(f"%jax_hlo SCOPE on a {LAYERS}-layer MLP vs lower+compile+as_text", median(times["magic"]),
-            median(times["baseline"]), goal=1.25, value=median(ratios),
-            note=f"{REPETITIONS} reps, fresh function each; middle half {q1:.2f}-{q3:.2f}; scope: {counts}"),
-        Row("probes.hlo (no magic, no display) vs lower+compile+as_text", median(times["probe"]),
-            median(times["baseline"]), value=median(probe), note="for information"),
+        Row(
+            f"%jax_hlo SCOPE on a {LAYERS}-layer MLP vs lower+compile+as_text",
+            median(times["magic"]),
+            median(times["baseline"]),
+            goal=1.25,
+            value=median(ratios),
+            note=f"{REPETITIONS} reps, fresh function each; middle half {q1:.2f}-{q3:.2f}; scope: {counts}",
+        ),
+        Row(
+            "probes.hlo (no magic, no display) vs lower+compile+as_text",
+            median(times["probe"]),
+            median(times["baseline"]),
+            value=median(probe),
+            note="for information",
+        ),
     ]
 
 

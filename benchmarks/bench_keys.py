@@ -18,9 +18,7 @@ from bench_doctor import LOOP, SETUP, make_shell, quartiles, run_cell
 from harness import Row, median, timed
 
 REPETITIONS = 7
-CELLS = {"magic": "%%jax_keys\n" + LOOP,
-         "bare": "with jax.debug_key_reuse(True):\n    " + LOOP,
-         "plain": LOOP}
+CELLS = {"magic": "%%jax_keys\n" + LOOP, "bare": "with jax.debug_key_reuse(True):\n    " + LOOP, "plain": LOOP}
 
 
 def run() -> list[Row]:
@@ -33,17 +31,32 @@ def run() -> list[Row]:
     times: dict[str, list[float]] = {name: [] for name in CELLS}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
     magic_bare = [m / b for m, b in zip(times["magic"], times["bare"])]
     return [
-        Row("%%jax_keys vs jax.debug_key_reuse(True)", median(times["magic"]), median(times["bare"]), goal=1.2,
-            value=median(magic_bare), note=f"200 steps, {REPETITIONS} reps; middle half: {quartiles(magic_bare)}"),
-        Row("jax.debug_key_reuse(True) vs no check", median(times["bare"]), median(times["plain"]),
+        Row(
+            "%%jax_keys vs jax.debug_key_reuse(True)",
+            median(times["magic"]),
+            median(times["bare"]),
+            goal=1.2,
+            value=median(magic_bare),
+            note=f"200 steps, {REPETITIONS} reps; middle half: {quartiles(magic_bare)}",
+        ),
+        Row(
+            "jax.debug_key_reuse(True) vs no check",
+            median(times["bare"]),
+            median(times["plain"]),
             value=statistics.median(b / p for b, p in zip(times["bare"], times["plain"])),
-            note="JAX's own per-call key checks (for information)"),
-        Row("keys counted: 200 distinct in 200 calls", compare="check", goal=True,
-            value=(check.calls, check.distinct) == (200, 200), note=f"{check.distinct}/{check.calls}"),
+            note="JAX's own per-call key checks (for information)",
+        ),
+        Row(
+            "keys counted: 200 distinct in 200 calls",
+            compare="check",
+            goal=True,
+            value=(check.calls, check.distinct) == (200, 200),
+            note=f"{check.distinct}/{check.calls}",
+        ),
     ]
 
 

@@ -75,12 +75,6 @@ CELLS = {
 }
 
 
-
-
-
-
-
-
 def run() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
@@ -92,7 +86,7 @@ def run() -> list[Row]:
     after: dict[str, list[float]] = {"magic": [], "clear": []}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
             if name in after:  # what an unrelated cached function costs right after this way of checking
                 after[name].append(timed(lambda: run_cell(shell, OTHER)))
@@ -101,14 +95,28 @@ def run() -> list[Row]:
     next_magic_vs_clear = [m / c for m, c in zip(after["magic"], after["clear"])]
     per = f"{STEPS} jitted steps + 2 evaluations per cell, {REPETITIONS} reps"
     return [
-        Row("%%jax_leaks vs clear_caches + checking_leaks", median(times["magic"]), median(times["clear"]),
-            goal=1.10, value=median(magic_vs_clear), note=f"{per}; middle half of the ratios: {quartiles(magic_vs_clear)}"),
-        Row("next cell, another jitted function: after %%jax_leaks vs after clear_caches", median(after["magic"]),
-            median(after["clear"]), value=median(next_magic_vs_clear),
-            note="predict(params0, x), compiled before; < 1: the magic left its cache warm (for information)"),
-        Row("%%jax_leaks vs the cached cell", median(times["magic"]), median(times["cached"]),
+        Row(
+            "%%jax_leaks vs clear_caches + checking_leaks",
+            median(times["magic"]),
+            median(times["clear"]),
+            goal=1.10,
+            value=median(magic_vs_clear),
+            note=f"{per}; middle half of the ratios: {quartiles(magic_vs_clear)}",
+        ),
+        Row(
+            "next cell, another jitted function: after %%jax_leaks vs after clear_caches",
+            median(after["magic"]),
+            median(after["clear"]),
+            value=median(next_magic_vs_clear),
+            note="predict(params0, x), compiled before; < 1: the magic left its cache warm (for information)",
+        ),
+        Row(
+            "%%jax_leaks vs the cached cell",
+            median(times["magic"]),
+            median(times["cached"]),
             value=median([m / c for m, c in zip(times["magic"], times["cached"])]),
-            note="the price of tracing and compiling again, which leak checking needs (for information)"),
+            note="the price of tracing and compiling again, which leak checking needs (for information)",
+        ),
     ]
 
 

@@ -45,15 +45,11 @@ CELLS = {
     "magic": "%jax_live -o rep",
     "probe": "_rep = jaxmagic.probes.live(namespace=globals())",
     "baseline": "gc.collect()\n_live = jax.live_arrays()\n_groups = Counter((a.shape, a.dtype) for a in _live)\n"
-                "del _live",
+    "del _live",
     "chapter": "gc.collect()\n_live = jax.live_arrays()\n"
-               "_summary = Counter((a.shape, str(a.dtype)) for a in _live), sum(a.nbytes for a in _live)\n"
-               "del _live",
+    "_summary = Counter((a.shape, str(a.dtype)) for a in _live), sum(a.nbytes for a in _live)\n"
+    "del _live",
 }
-
-
-
-
 
 
 def holder_search_seconds(names: int) -> float:
@@ -85,7 +81,7 @@ def run() -> list[Row]:
     times: dict[str, list[float]] = {name: [] for name in CELLS}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
     report = shell.user_ns["rep"]
     held = report.group((3,))
@@ -98,15 +94,34 @@ def run() -> list[Row]:
 
     sizes = {n: holder_search_seconds(n) for n in (1_000, 10_000, 100_000)}
     return [
-        Row(f"%jax_live, {ARRAYS:,} live arrays vs live_arrays()+Counter", median(times["magic"]),
-            median(times["baseline"]), goal=1.5, value=median(ratios),
-            note=f"{REPETITIONS} reps; middle half {q1:.2f}-{q3:.2f}; holders named: {held.holders[0]}"),
-        Row("probes.live (no magic, no display) vs live_arrays()+Counter", median(times["probe"]),
-            median(times["baseline"]), value=median(probe), note="for information"),
-        Row("%jax_live vs the chapter's live_summary()", median(times["magic"]), median(times["chapter"]),
-            value=median(chapter), note="str(dtype) and nbytes per array; for information"),
-        Row("holder search, 100,000 vs 10,000 names", sizes[100_000], sizes[10_000],
-            note=f"linear = 10x, quadratic = 100x; 1,000 names: {sizes[1_000] * 1e3:.1f} ms"),
+        Row(
+            f"%jax_live, {ARRAYS:,} live arrays vs live_arrays()+Counter",
+            median(times["magic"]),
+            median(times["baseline"]),
+            goal=1.5,
+            value=median(ratios),
+            note=f"{REPETITIONS} reps; middle half {q1:.2f}-{q3:.2f}; holders named: {held.holders[0]}",
+        ),
+        Row(
+            "probes.live (no magic, no display) vs live_arrays()+Counter",
+            median(times["probe"]),
+            median(times["baseline"]),
+            value=median(probe),
+            note="for information",
+        ),
+        Row(
+            "%jax_live vs the chapter's live_summary()",
+            median(times["magic"]),
+            median(times["chapter"]),
+            value=median(chapter),
+            note="str(dtype) and nbytes per array; for information",
+        ),
+        Row(
+            "holder search, 100,000 vs 10,000 names",
+            sizes[100_000],
+            sizes[10_000],
+            note=f"linear = 10x, quadratic = 100x; 1,000 names: {sizes[1_000] * 1e3:.1f} ms",
+        ),
     ]
 
 

@@ -29,14 +29,19 @@ from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 """
 
-IMPORT_ONLY = _PRELUDE + """
+IMPORT_ONLY = (
+    _PRELUDE
+    + """
 t0 = time.perf_counter()
 import jax
 t1 = time.perf_counter()
 print(json.dumps({"total": t1 - t0}))
 """
+)
 
-IMPORT_AND_LOAD = _PRELUDE + """
+IMPORT_AND_LOAD = (
+    _PRELUDE
+    + """
 t0 = time.perf_counter()
 import jax
 t1 = time.perf_counter()
@@ -47,6 +52,7 @@ print(json.dumps({"total": t2 - t0, "load_ext": t2 - t1,
                   "backend_initialized": xla_bridge.backends_are_initialized(),
                   "registered": "jax_nans" in ip.magics_manager.magics["cell"]}))
 """
+)
 
 
 def measure(script: str) -> dict:
@@ -61,21 +67,36 @@ def run() -> list[Row]:
     import_only, loaded = [], []
     for rep in range(REPETITIONS):
         pair = [(IMPORT_ONLY, import_only), (IMPORT_AND_LOAD, loaded)]
-        for script, results in (pair if rep % 2 == 0 else pair[::-1]):
+        for script, results in pair if rep % 2 == 0 else pair[::-1]:
             results.append(measure(script))
 
     backend = [r["backend_initialized"] for r in loaded]
     registered = all(r["registered"] for r in loaded)
     return [
-        Row("%load_ext jaxmagic - import jax", median([r["total"] for r in loaded]),
-            median([r["total"] for r in import_only]), compare="difference", goal=0.1,
+        Row(
+            "%load_ext jaxmagic - import jax",
+            median([r["total"] for r in loaded]),
+            median([r["total"] for r in import_only]),
+            compare="difference",
+            goal=0.1,
             note=f"difference of medians, {REPETITIONS} fresh processes each; noise: import jax took "
-                 f"{median([r['total'] - r['load_ext'] for r in loaded]) * 1e3:.0f} ms in these processes"),
-        Row("%load_ext jaxmagic alone, after import jax", median([r["load_ext"] for r in loaded]),
-            compare="difference", goal=0.1, value=median([r["load_ext"] for r in loaded]),
-            note="same processes, timed on its own: the steadier figure"),
-        Row("JAX backend initialized after %load_ext", compare="check", goal=False, value=any(backend),
-            note="magics registered" if registered else "MAGICS NOT REGISTERED"),
+            f"{median([r['total'] - r['load_ext'] for r in loaded]) * 1e3:.0f} ms in these processes",
+        ),
+        Row(
+            "%load_ext jaxmagic alone, after import jax",
+            median([r["load_ext"] for r in loaded]),
+            compare="difference",
+            goal=0.1,
+            value=median([r["load_ext"] for r in loaded]),
+            note="same processes, timed on its own: the steadier figure",
+        ),
+        Row(
+            "JAX backend initialized after %load_ext",
+            compare="check",
+            goal=False,
+            value=any(backend),
+            note="magics registered" if registered else "MAGICS NOT REGISTERED",
+        ),
     ]
 
 

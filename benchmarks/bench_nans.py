@@ -52,7 +52,6 @@ params = jax.block_until_ready(params)
 """.strip()
 
 
-
 def variants(body: str) -> dict[str, str]:
     return {
         "magic": "%%jax_nans\n" + body,
@@ -64,14 +63,6 @@ def variants(body: str) -> dict[str, str]:
 CELLS = variants(BODY)
 # The same cell without the loop: what the magic costs per cell, whatever the cell does.
 EMPTY_CELLS = variants("params = params0")
-
-
-
-
-
-
-
-
 
 
 def run() -> list[Row]:
@@ -89,16 +80,36 @@ def run() -> list[Row]:
     scoped_vs_plain = [s / p for s, p in zip(times["scoped"], times["plain"])]
     per = f"{STEPS} jitted steps/cell, {REPETITIONS} reps"
     return [
-        Row("%%jax_nans vs with jax.debug_nans(True)", median(times["magic"]), median(times["scoped"]),
-            goal=1.05, value=median(magic_vs_scoped),
-            note=f"{per}; middle half of the ratios: {quartiles(magic_vs_scoped)}"),
-        Row("%%jax_nans fixed cost per cell", median(empty["magic"]), median(empty["scoped"]),
-            compare="difference", value=median([m - s for m, s in zip(empty["magic"], empty["scoped"])]),
-            note="a one-line cell (params = params0), magic minus scoped; for information"),
-        Row("%%jax_nans vs no checking", median(times["magic"]), median(times["plain"]),
-            value=median(magic_vs_plain), note="for information"),
-        Row("with jax.debug_nans(True) vs no checking", median(times["scoped"]), median(times["plain"]),
-            value=median(scoped_vs_plain), note="the price of JAX's own NaN checking"),
+        Row(
+            "%%jax_nans vs with jax.debug_nans(True)",
+            median(times["magic"]),
+            median(times["scoped"]),
+            goal=1.05,
+            value=median(magic_vs_scoped),
+            note=f"{per}; middle half of the ratios: {quartiles(magic_vs_scoped)}",
+        ),
+        Row(
+            "%%jax_nans fixed cost per cell",
+            median(empty["magic"]),
+            median(empty["scoped"]),
+            compare="difference",
+            value=median([m - s for m, s in zip(empty["magic"], empty["scoped"])]),
+            note="a one-line cell (params = params0), magic minus scoped; for information",
+        ),
+        Row(
+            "%%jax_nans vs no checking",
+            median(times["magic"]),
+            median(times["plain"]),
+            value=median(magic_vs_plain),
+            note="for information",
+        ),
+        Row(
+            "with jax.debug_nans(True) vs no checking",
+            median(times["scoped"]),
+            median(times["plain"]),
+            value=median(scoped_vs_plain),
+            note="the price of JAX's own NaN checking",
+        ),
     ]
 
 

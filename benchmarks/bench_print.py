@@ -32,8 +32,10 @@ xs = jnp.linspace(0.0, 1.0, 1000)
 """
 
 BODY = f"for _ in range({CALLS}):\n    out = stats(xs)\njax.block_until_ready(out)"
-BARE = ("_buffer = io.StringIO()\nwith contextlib.redirect_stdout(_buffer):\n"
-        f"    for _ in range({CALLS}):\n        out = stats(xs)\n    jax.block_until_ready(out)\n    jax.effects_barrier()")
+BARE = (
+    "_buffer = io.StringIO()\nwith contextlib.redirect_stdout(_buffer):\n"
+    f"    for _ in range({CALLS}):\n        out = stats(xs)\n    jax.block_until_ready(out)\n    jax.effects_barrier()"
+)
 CELLS = {"magic": "%%jax_print\n" + BODY, "bare": BARE, "plain": BODY + "\njax.effects_barrier()"}
 
 
@@ -47,18 +49,32 @@ def run() -> list[Row]:
     times: dict[str, list[float]] = {name: [] for name in CELLS}
     order = list(CELLS)
     for rep in range(REPETITIONS):
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=CELLS[name]: run_cell(shell, c)))
     ratios = [m / b for m, b in zip(times["magic"], times["bare"])]
     return [
-        Row("%%jax_print vs redirect_stdout + effects_barrier", median(times["magic"]), median(times["bare"]),
-            goal=3.0, value=median(ratios), note=f"{CALLS} calls, {2 * CALLS} lines, {REPETITIONS} reps; "
-                                                 f"middle half: {quartiles(ratios)}"),
-        Row("%%jax_print vs printing to the cell", median(times["magic"]), median(times["plain"]),
-            value=median([m / p for m, p in zip(times["magic"], times["plain"])]), note="(for information)"),
-        Row("every line caught, by site and by call", compare="check", goal=True,
+        Row(
+            "%%jax_print vs redirect_stdout + effects_barrier",
+            median(times["magic"]),
+            median(times["bare"]),
+            goal=3.0,
+            value=median(ratios),
+            note=f"{CALLS} calls, {2 * CALLS} lines, {REPETITIONS} reps; middle half: {quartiles(ratios)}",
+        ),
+        Row(
+            "%%jax_print vs printing to the cell",
+            median(times["magic"]),
+            median(times["plain"]),
+            value=median([m / p for m, p in zip(times["magic"], times["plain"])]),
+            note="(for information)",
+        ),
+        Row(
+            "every line caught, by site and by call",
+            compare="check",
+            goal=True,
             value=len(check.texts) == 2 * CALLS and len(check.calls) == CALLS and len(check.sites) == 2,
-            note=f"{len(check.texts)} lines, {len(check.calls)} calls, {len(check.sites)} sites"),
+            note=f"{len(check.texts)} lines, {len(check.calls)} calls, {len(check.sites)} sites",
+        ),
     ]
 
 

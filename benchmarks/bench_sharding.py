@@ -31,28 +31,57 @@ REPETITIONS = 7
 def run() -> list[Row]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=64"
-    done = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True, env=env,
-                          timeout=1800, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child"], capture_output=True, text=True, env=env, timeout=1800, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"benchmark child failed:\n{done.stderr[-4000:]}")
     m = json.loads(done.stdout.strip().splitlines()[-1])
     return [
-        Row("%jax_sharding 64-device 2-D layout: probe + HTML + text + widget", median(m["render64"]),
-            compare="difference", goal=0.5, value=median(m["render64"]),
-            note=f"8x8 mesh, P('x','y'); {REPETITIONS} runs, median"),
-        Row("  vs jax.debug.visualize_array_sharding (rich) on the same array", median(m["render64"]),
-            median(m["visualize64"]), note="info: JAX's drawing prints a rich table, ours builds three views"),
-        Row("(4096,4096) split over 8 devices vs the same layout of (8,8)", median(m["split_big"]),
-            median(m["split_small"]), goal=1.5, value=median(m["split_ratio"]),
-            note="median of per-run ratios: no data read, so size does not matter"),
-        Row("array data read for the split (4096,4096) array", compare="check", goal=0, value=m["split_reads"],
-            note="reads of Shard.data, ArrayImpl._value, __array__, __buffer__ during probe + rendering"),
-        Row("(4096,4096) replicated on 8 devices: replica check vs by hand", median(m["replicated"]),
-            median(m["by_hand"]), value=median(m["replicated_ratio"]),
-            note=f"reads {m['replicated_reads']} copies of 64 MiB; by hand = the chapter's replicas_consistent"),
-        Row("(4096,4096) replicated, --no-check", median(m["replicated_no_check"]),
-            compare="difference", goal=0.5, value=median(m["replicated_no_check"]),
-            note=f"array data read: {m['no_check_reads']}"),
+        Row(
+            "%jax_sharding 64-device 2-D layout: probe + HTML + text + widget",
+            median(m["render64"]),
+            compare="difference",
+            goal=0.5,
+            value=median(m["render64"]),
+            note=f"8x8 mesh, P('x','y'); {REPETITIONS} runs, median",
+        ),
+        Row(
+            "  vs jax.debug.visualize_array_sharding (rich) on the same array",
+            median(m["render64"]),
+            median(m["visualize64"]),
+            note="info: JAX's drawing prints a rich table, ours builds three views",
+        ),
+        Row(
+            "(4096,4096) split over 8 devices vs the same layout of (8,8)",
+            median(m["split_big"]),
+            median(m["split_small"]),
+            goal=1.5,
+            value=median(m["split_ratio"]),
+            note="median of per-run ratios: no data read, so size does not matter",
+        ),
+        Row(
+            "array data read for the split (4096,4096) array",
+            compare="check",
+            goal=0,
+            value=m["split_reads"],
+            note="reads of Shard.data, ArrayImpl._value, __array__, __buffer__ during probe + rendering",
+        ),
+        Row(
+            "(4096,4096) replicated on 8 devices: replica check vs by hand",
+            median(m["replicated"]),
+            median(m["by_hand"]),
+            value=median(m["replicated_ratio"]),
+            note=f"reads {m['replicated_reads']} copies of 64 MiB; by hand = the chapter's replicas_consistent",
+        ),
+        Row(
+            "(4096,4096) replicated, --no-check",
+            median(m["replicated_no_check"]),
+            compare="difference",
+            goal=0.5,
+            value=median(m["replicated_no_check"]),
+            note=f"array data read: {m['no_check_reads']}",
+        ),
     ]
 
 
@@ -61,11 +90,11 @@ def child() -> dict:
     import io
     import time
 
-    import numpy as np
-
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from jaxmagic import probes
     from jaxmagic.render import static_bundle
@@ -92,6 +121,7 @@ def child() -> dict:
         def wrapper(*args, **kwargs):
             reads[kind] += 1
             return original(*args, **kwargs)
+
         return wrapper
 
     shard_data = array_impl.Shard.data
@@ -107,8 +137,20 @@ def child() -> dict:
         fn()
         return max(reads["n"], reads["shard_data"])  # np.asarray(shard.data) counts once, not twice
 
-    out: dict = {k: [] for k in ("render64", "visualize64", "split_big", "split_small", "split_ratio",
-                                 "replicated", "by_hand", "replicated_ratio", "replicated_no_check")}
+    out: dict = {
+        k: []
+        for k in (
+            "render64",
+            "visualize64",
+            "split_big",
+            "split_small",
+            "split_ratio",
+            "replicated",
+            "by_hand",
+            "replicated_ratio",
+            "replicated_no_check",
+        )
+    }
     mesh64 = jax.make_mesh((8, 8), ("x", "y"))
     big64 = jax.device_put(jnp.zeros((64, 64)), NamedSharding(mesh64, P("x", "y")))
     mesh8 = jax.make_mesh((4, 2), ("x", "y"), devices=jax.devices()[:8])

@@ -15,7 +15,7 @@ import gc
 import io
 import statistics
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 @dataclasses.dataclass
@@ -34,8 +34,8 @@ class Row:
     """
 
     name: str
-    measured: float | None = None   # seconds (median)
-    baseline: float | None = None   # seconds (median)
+    measured: float | None = None  # seconds (median)
+    baseline: float | None = None  # seconds (median)
     compare: str = "ratio"
     goal: float | bool | None = None
     value: float | bool | None = None
@@ -163,7 +163,7 @@ def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[
     order = list(cells)
     for rep in range(repetitions):
         # Rotate the order so no variant always runs right after the same one.
-        for name in order[rep % len(order):] + order[:rep % len(order)]:
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
             times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
     return times
 

@@ -26,10 +26,9 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
-
 import jax
 import jax.monitoring as monitoring
+import numpy as np
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -130,15 +129,22 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_py(code: str, *args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-           timeout: float = 300) -> subprocess.CompletedProcess:
+def run_py(
+    code: str, *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python process (this kernel's interpreter); return the CompletedProcess.
 
     Keys of ``env`` are added to a copy of the current environment from which
     XLA_FLAGS and JAX_* were removed.
     """
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], input=stdin,
-                          capture_output=True, text=True, env=clean_env(env), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=clean_env(env),
+        timeout=timeout,
+    )
 
 
 def result_lines(proc: subprocess.CompletedProcess) -> list[str]:

@@ -17,9 +17,9 @@ def load_ipython_extension(ipython) -> None:
 
     ipython.register_magics(JaxMagics)
     # The tracer-error explainer is on by default (%jax_explain off turns it off).
-    from jaxmagic.ipython import explainer_hook as _explainer_hook
+    from jaxmagic.ipython import explainer_hook
 
-    _explainer_hook.install(ipython)
+    explainer_hook.install(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -30,6 +30,6 @@ def unload_ipython_extension(ipython) -> None:
         for name in names:
             manager.magics[kind].pop(name, None)
     manager.registry.pop(JaxMagics.__name__, None)
-    from jaxmagic.ipython import explainer_hook as _explainer_hook
+    from jaxmagic.ipython import explainer_hook
 
-    _explainer_hook.uninstall(ipython)
+    explainer_hook.uninstall(ipython)

@@ -20,15 +20,16 @@ import sys
 if "--no-rich" in sys.argv:
     sys.modules["rich"] = None  # every "import rich..." now raises ImportError
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from jaxmagic import probes  # noqa: E402
-from jaxmagic.render import static_bundle  # noqa: E402
-from jaxmagic.report.document import Grid  # noqa: E402
-from jaxmagic.probes._support.sharding_layout import drawn_dims, layout_grids  # noqa: E402
+from jaxmagic import probes
+from jaxmagic.probes._support.sharding_layout import drawn_dims, layout_grids
+from jaxmagic.render import static_bundle
+from jaxmagic.report.document import Grid
 
 
 def drawing(report, dims=None) -> list[dict]:
@@ -49,17 +50,31 @@ def grid_data(grid: Grid) -> dict:
         if cell.style:
             styles[f"{cell.row},{cell.col}"] = cell.style
         colours.add(cell.colour)
-    return {"rows": grid.rows, "cols": grid.cols, "labels": labels, "details": details, "styles": styles,
-            "row_labels": grid.row_labels, "col_labels": grid.col_labels, "caption": grid.caption,
-            "distinct_colours": len(colours), "tooltip0": grid.cells[0].tooltip if grid.cells else ""}
+    return {
+        "rows": grid.rows,
+        "cols": grid.cols,
+        "labels": labels,
+        "details": details,
+        "styles": styles,
+        "row_labels": grid.row_labels,
+        "col_labels": grid.col_labels,
+        "caption": grid.caption,
+        "distinct_colours": len(colours),
+        "tooltip0": grid.cells[0].tooltip if grid.cells else "",
+    }
 
 
 def summary(report, dims=None) -> dict:
     bundle = static_bundle(report)
     data = report.to_dict()
-    return {"report": data, "drawing": drawing(report, dims) if report.arrays else [],
-            "text": bundle["text/plain"], "html": bundle["text/html"], "status": report.status.value,
-            "summary": report.summary}
+    return {
+        "report": data,
+        "drawing": drawing(report, dims) if report.arrays else [],
+        "text": bundle["text/plain"],
+        "html": bundle["text/html"],
+        "status": report.status.value,
+        "summary": report.summary,
+    }
 
 
 def main() -> dict:
@@ -69,15 +84,17 @@ def main() -> dict:
     mesh22 = jax.make_mesh((2, 2), ("data", "model"), devices=devices[:4])
     A = jnp.arange(32.0).reshape(8, 4)
 
-    out["one_d"] = summary(probes.sharding(jax.device_put(jnp.arange(16.0), NamedSharding(mesh4, P("d"))),
-                                           expression="v"))
-    out["two_d"] = summary(probes.sharding(jax.device_put(A, NamedSharding(mesh22, P("data", "model"))),
-                                           expression="x"))
-    out["partial"] = summary(probes.sharding(jax.device_put(A, NamedSharding(mesh22, P(None, "model"))),
-                                             expression="c"))
+    out["one_d"] = summary(
+        probes.sharding(jax.device_put(jnp.arange(16.0), NamedSharding(mesh4, P("d"))), expression="v")
+    )
+    out["two_d"] = summary(
+        probes.sharding(jax.device_put(A, NamedSharding(mesh22, P("data", "model"))), expression="x")
+    )
+    out["partial"] = summary(
+        probes.sharding(jax.device_put(A, NamedSharding(mesh22, P(None, "model"))), expression="c")
+    )
     out["replicated"] = summary(probes.sharding(jax.device_put(A, NamedSharding(mesh22, P())), expression="r"))
-    out["scalar"] = summary(probes.sharding(jax.device_put(jnp.float32(3), NamedSharding(mesh22, P())),
-                                            expression="s"))
+    out["scalar"] = summary(probes.sharding(jax.device_put(jnp.float32(3), NamedSharding(mesh22, P())), expression="s"))
     out["typeof_ones"] = str(jax.typeof(jnp.ones(3)))
 
     mesh222 = jax.make_mesh((2, 2, 2), ("a", "b", "c"), devices=devices[:8])
@@ -101,8 +118,9 @@ def main() -> dict:
     out["sixty_four_wide"] = summary(probes.sharding(wide, expression="wide"))
     flat = jax.device_put(jnp.zeros(128), NamedSharding(mesh88, P(("x", "y"))))
     out["sixty_four_1d"] = summary(probes.sharding(flat, expression="flat"))
-    out["sixty_four_replicated"] = summary(probes.sharding(
-        jax.device_put(jnp.zeros((4, 4)), NamedSharding(mesh88, P())), expression="rep64"))
+    out["sixty_four_replicated"] = summary(
+        probes.sharding(jax.device_put(jnp.zeros((4, 4)), NamedSharding(mesh88, P())), expression="rep64")
+    )
 
     # Section 8.3: a "replicated" shard_map result whose copies differ, and the fix.
     xs = jax.device_put(jnp.arange(16.0), NamedSharding(mesh4, P("d")))
@@ -142,13 +160,16 @@ def main() -> dict:
 
     def h(x, w):
         return x @ w
+
     # An uncommitted argument (made on the default device) is moved to the compiled layout on each call.
     h_placed = jax.jit(h, in_shardings=(NamedSharding(auto, P("a", "b")), NamedSharding(auto, P("b", None))))
-    out["resharded_call"] = summary(probes.sharding_of_call(h_placed, xa, jnp.ones((8, 4)),
-                                                            call_text="h_placed(xa, jnp.ones((8, 4)))"))
+    out["resharded_call"] = summary(
+        probes.sharding_of_call(h_placed, xa, jnp.ones((8, 4)), call_text="h_placed(xa, jnp.ones((8, 4)))")
+    )
     # A committed argument laid out differently is an error of JAX's: reported, not hidden.
-    out["mismatch_call"] = summary(probes.sharding_of_call(h_placed, xa, w_elsewhere,
-                                                           call_text="h_placed(xa, w_elsewhere)"))
+    out["mismatch_call"] = summary(
+        probes.sharding_of_call(h_placed, xa, w_elsewhere, call_text="h_placed(xa, w_elsewhere)")
+    )
 
     # shard_map local views: per-device prints
     def local_sum(b):
@@ -157,21 +178,23 @@ def main() -> dict:
 
     with probes.per_device() as per_device_report:
         jax.jit(jax.shard_map(local_sum, mesh=mesh4, in_specs=P("d"), out_specs=P(), check_vma=False))(xs)
-    out["per_device"] = {"by_device": {str(k): v for k, v in per_device_report.by_device().items()},
-                         "summary": per_device_report.summary,
-                         "text": static_bundle(per_device_report)["text/plain"],
-                         "print_restored": jax.debug.print.__name__}
+    out["per_device"] = {
+        "by_device": {str(k): v for k, v in per_device_report.by_device().items()},
+        "summary": per_device_report.summary,
+        "text": static_bundle(per_device_report)["text/plain"],
+        "print_restored": jax.debug.print.__name__,
+    }
 
     # Without rich, JAX's own drawing fails; ours does not need it.
     try:
         jax.debug.visualize_array_sharding(jax.device_put(A, NamedSharding(mesh22, P("data", "model"))))
         out["visualize"] = "ok"
-    except Exception as error:  # noqa: BLE001 - the demo wants JAX's exact message
+    except Exception as error:
         out["visualize"] = f"{type(error).__name__}: {error}"
-    from jaxmagic.render.terminal import print_rich
-
-    import io
     import contextlib
+    import io
+
+    from jaxmagic.render.terminal import print_rich
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

@@ -18,15 +18,17 @@ import jax
 
 port, process_id = sys.argv[1], int(sys.argv[2])
 jax.config.update("jax_num_cpu_devices", 2)
-jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
-                           initialization_timeout=60)
+jax.distributed.initialize(
+    coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=60
+)
 
 import numpy as np  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jaxmagic import probes  # noqa: E402
-from jaxmagic.render import static_bundle  # noqa: E402
 from jaxmagic.probes._support.sharding_layout import layout_grids  # noqa: E402
+from jaxmagic.render import static_bundle  # noqa: E402
 
 mesh = jax.make_mesh((2, 2), ("data", "model"))
 data = np.arange(32, dtype=np.float32).reshape(8, 4)
@@ -42,15 +44,24 @@ def described(report) -> dict:
     grid = grids[0]
     cells = {f"{c.row},{c.col}": {"label": c.label, "detail": c.detail, "style": c.style} for c in grid.cells}
     layout = report.arrays[0]
-    return {"status": report.status.value, "summary": report.summary, "cells": cells,
-            "fully_addressable": layout.fully_addressable, "replica_check": layout.replica_check,
-            "copies_compared": layout.copies_compared,
-            "devices": [[d.id, d.process, d.addressable] for d in layout.devices],
-            "text": static_bundle(report)["text/plain"], "html": static_bundle(report)["text/html"]}
+    return {
+        "status": report.status.value,
+        "summary": report.summary,
+        "cells": cells,
+        "fully_addressable": layout.fully_addressable,
+        "replica_check": layout.replica_check,
+        "copies_compared": layout.copies_compared,
+        "devices": [[d.id, d.process, d.addressable] for d in layout.devices],
+        "text": static_bundle(report)["text/plain"],
+        "html": static_bundle(report)["text/html"],
+    }
 
 
-out = {"process": jax.process_index(), "local": [d.id for d in jax.local_devices()],
-       "global": [d.id for d in jax.devices()]}
+out = {
+    "process": jax.process_index(),
+    "local": [d.id for d in jax.local_devices()],
+    "global": [d.id for d in jax.devices()],
+}
 x = global_array(P("data", "model"))
 out["split"] = described(probes.sharding(x, expression="x"))
 out["across"] = described(probes.sharding(global_array(P(None, "model")), expression="c"))

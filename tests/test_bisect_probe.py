@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
@@ -70,13 +69,13 @@ def test_both_wrong_is_the_algorithm_and_eager_only_wrong_is_named():
 
 def test_automatic_float64_reference_only_when_sound():
     def unstable_variance(x):  # fine in float64, cancels catastrophically in float32
-        return jnp.mean(x ** 2) - jnp.mean(x) ** 2
+        return jnp.mean(x**2) - jnp.mean(x) ** 2
 
     x = jnp.array([1e4 + 1, 1e4 + 2, 1e4 + 3], dtype=jnp.float32)
     report = probes.bisect(unstable_variance, x)
     assert report.reference_kind == "float64" and report.reference.leaves == ["() float64"]
     assert report.verdict == "algorithm"
-    assert abs(float(np.var(to64(x))) - 2 / 3) < 1e-9      # what the float64 run computed is the truth
+    assert abs(float(np.var(to64(x))) - 2 / 3) < 1e-9  # what the float64 run computed is the truth
 
     casting = probes.bisect(lambda v: v.astype(jnp.float32) * 2, x)
     assert casting.reference_kind == "none" and "float32" in casting.reference_note

@@ -18,7 +18,12 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.compile_log import (
-    keyword_passing_change, parse_cache_miss, parse_compile_log_line, pytree_changes, short_types, signature_text,
+    keyword_passing_change,
+    parse_cache_miss,
+    parse_compile_log_line,
+    pytree_changes,
+    short_types,
+    signature_text,
 )
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.compiles import CompileBudgetExceeded
@@ -30,7 +35,7 @@ compiles_module = importlib.import_module("jaxmagic.probes.compiles")
 def test_static_argument_value_change_is_named_with_its_values():
     @partial(jax.jit, static_argnames=("step",))
     def decay(w, step):
-        return w * 0.9 ** step
+        return w * 0.9**step
 
     w = jnp.ones(3)
     with probes.compiles() as rep:
@@ -41,7 +46,11 @@ def test_static_argument_value_change_is_named_with_its_values():
     assert f.causes == {"first": 1, "static": 3}
     assert f.main_cause == "static" and f.static_argnames == ["step"]
     assert f.static_values["step"] == ["0", "1", "2", "3"]
-    assert [c.changes for c in rep.compilations_of("decay")][1:] == [["step: 0 -> 1"], ["step: 1 -> 2"], ["step: 2 -> 3"]]
+    assert [c.changes for c in rep.compilations_of("decay")][1:] == [
+        ["step: 0 -> 1"],
+        ["step: 1 -> 2"],
+        ["step: 2 -> 3"],
+    ]
     # JAX itself only said "explanation unavailable"; the report keeps that evidence
     assert "cache miss explanation unavailable" in rep.compilations_of("decay")[1].jax_explanation
     assert f.distinct_argument_types == 1  # same shapes every time: it is not the arguments
@@ -67,7 +76,7 @@ def test_dtype_change_names_the_argument_and_both_types():
 def test_two_causes_are_both_named():
     @partial(jax.jit, static_argnames=("step",))
     def decay_step(w, x, step):
-        return w - 0.1 * 0.99 ** step * x
+        return w - 0.1 * 0.99**step * x
 
     w0, x0 = jnp.ones(3), jnp.ones(3)
     with probes.compiles() as rep:
@@ -76,8 +85,9 @@ def test_two_causes_are_both_named():
         decay_step(w0.astype(jnp.int32), x0, step=1)
     f = rep.function("decay_step")
     assert f.causes_again == ["static", "types"]  # equally frequent: the static argument is named first
-    assert f.reason == ("static argument value changed: `step` 0 -> 1, and "
-                        "argument types changed: w: f32[3] -> i32[3] (dtype)")
+    assert f.reason == (
+        "static argument value changed: `step` 0 -> 1, and argument types changed: w: f32[3] -> i32[3] (dtype)"
+    )
 
 
 def test_shape_growth_counts_every_shape():
@@ -132,14 +142,16 @@ def test_pytree_structure_change():
 def test_keyword_vs_positional_passing():
     @partial(jax.jit, static_argnames=("n",))
     def power(x, n):
-        return x ** n
+        return x**n
 
     x = jnp.ones(3)
     with probes.compiles() as rep:
         power(x, n=2)
         power(x, 2)
     second = rep.compilations_of("power")[1]
-    assert second.cause == "passing" and second.changes == ["n: passed by keyword in one call, positionally in the other"]
+    assert second.cause == "passing" and second.changes == [
+        "n: passed by keyword in one call, positionally in the other"
+    ]
 
 
 def test_new_function_object_each_call():
@@ -325,6 +337,7 @@ def test_compile_log_does_not_spill_but_other_jax_warnings_pass():
     root = logging.getLogger()
     root.addHandler(handler)
     try:
+
         @jax.jit
         def g(x):
             return x + 2
@@ -347,6 +360,7 @@ def test_user_silenced_jax_logger_still_gives_shapes_and_stays_silent():
     handler.emit = lambda record: seen.append(record.getMessage())
     logging.getLogger().addHandler(handler)
     try:
+
         @jax.jit
         def h(x):
             return x - 2
@@ -417,48 +431,63 @@ def test_report_is_plain_data():
 
 
 def test_parse_the_four_log_lines():
-    assert parse_compile_log_line("Finished tracing decay_step for jit in 0.002487659 sec").seconds == pytest.approx(0.002487659)
+    assert parse_compile_log_line("Finished tracing decay_step for jit in 0.002487659 sec").seconds == pytest.approx(
+        0.002487659
+    )
     compiling = parse_compile_log_line(
         "Compiling jit(f) with global shapes and types (ShapedArray(float32[3]), ShapedArray(key<fry>[]), "
-        "ShapedArray(int32[], weak_type=True)). Argument mapping: (UnspecifiedValue, UnspecifiedValue, UnspecifiedValue).")
+        "ShapedArray(int32[], weak_type=True)). Argument mapping: (UnspecifiedValue, UnspecifiedValue, UnspecifiedValue)."
+    )
     assert compiling.stage == "compiling" and compiling.name == "f"
     assert compiling.types == ["f32[3]", "key<fry>[]", "i32[] weak"]
-    assert parse_compile_log_line("Finished jaxpr to MLIR module conversion jit(<lambda>) in 0.0015 sec").name == "<lambda>"
+    assert (
+        parse_compile_log_line("Finished jaxpr to MLIR module conversion jit(<lambda>) in 0.0015 sec").name
+        == "<lambda>"
+    )
     assert parse_compile_log_line("Finished XLA compilation of jit(f) in 0.030032873 sec").stage == "xla"
     assert parse_compile_log_line("Some other message") is None
 
 
 def test_parse_cache_miss_kinds():
-    never = parse_cache_miss("TRACING CACHE MISS at x.py:22:4 (<module>):\n  never seen function:\n"
-                             "    decay_step id=4653816064 defined at /tmp/x.py:16")
+    never = parse_cache_miss(
+        "TRACING CACHE MISS at x.py:22:4 (<module>):\n  never seen function:\n"
+        "    decay_step id=4653816064 defined at /tmp/x.py:16"
+    )
     assert (never.kind, never.name, never.defined_at) == ("never_seen", "decay_step", "/tmp/x.py:16")
     weak = parse_cache_miss(
         "TRACING CACHE MISS at x.py:27:20 (<lambda>):\n  for f defined at x.py:16\n"
         "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
         "  * at x, now f32[]{weak_type=True} and before f32[]{weak_type=False}"
-        "https://docs.jax.dev/en/latest/101/type_promotion.html#weak-types")
+        "https://docs.jax.dev/en/latest/101/type_promotion.html#weak-types"
+    )
     assert weak.kind == "types" and weak.type_changes[0].what == "weak type"
     assert weak.type_changes[0].text == "x: f32[] -> f32[] weak"
     sharded = parse_cache_miss(
         "TRACING CACHE MISS at x.py:1:1 (<m>):\n  for f defined at x.py:16\n"
         "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
-        "  * at x, now i32[3]({}) and before f32[]({})")
+        "  * at x, now i32[3]({}) and before f32[]({})"
+    )
     assert sharded.type_changes[0].text == "x: f32[] -> i32[3]" and sharded.type_changes[0].what == "dtype and shape"
     unavailable = parse_cache_miss(
         "TRACING CACHE MISS at x.py:2:2 (<m>):\n  for s defined at x.py:44\n"
-        "  all previously seen cache keys differ. For the closest previous key:\n  cache miss explanation unavailable")
+        "  all previously seen cache keys differ. For the closest previous key:\n  cache miss explanation unavailable"
+    )
     assert unavailable.kind == "unavailable" and unavailable.name == "s"
     assert parse_cache_miss("Finished tracing f for jit in 0.1 sec") is None
 
 
 def test_pytree_details_in_words():
-    details = ["at input path [0], now tuple of length 3 and before tuple of length 2, so the lengths do not match",
-               "at input path [1], now <class 'dict'> with 0 child and before <class 'dict'> with 1 child, so the "
-               "numbers of children do not match, with the symmetric difference of key sets: {'step'}"]
+    details = [
+        "at input path [0], now tuple of length 3 and before tuple of length 2, so the lengths do not match",
+        "at input path [1], now <class 'dict'> with 0 child and before <class 'dict'> with 1 child, so the "
+        "numbers of children do not match, with the symmetric difference of key sets: {'step'}",
+    ]
     assert keyword_passing_change(details) == ["step"]
     assert keyword_passing_change(details[:1]) == []
-    words = pytree_changes(["at input path [0][1], now <class 'list'> and before <class 'dict'>, so their Python "
-                            "types differ"], ["params", "x"])
+    words = pytree_changes(
+        ["at input path [0][1], now <class 'list'> and before <class 'dict'>, so their Python types differ"],
+        ["params", "x"],
+    )
     assert words == ["argument `x`: now list, before dict - their Python types differ"]
 
 
@@ -479,14 +508,18 @@ def test_numpy_static_value_repr_is_bounded():
 
 
 def test_magic_budget_fails_the_cell_after_the_report(ip):
-    ip.run_cell("from functools import partial\n"
-                "@partial(jax.jit, static_argnames=('step',))\n"
-                "def magic_step(w, step):\n"
-                "    return w * 0.5 ** step\n")
-    result = ip.run_cell("%%jax_compiles --budget 1 -o budget_rep\n"
-                         "w_magic = jnp.ones(3)\n"
-                         "for s in range(3):\n"
-                         "    w_magic = magic_step(w_magic, step=s)\n")
+    ip.run_cell(
+        "from functools import partial\n"
+        "@partial(jax.jit, static_argnames=('step',))\n"
+        "def magic_step(w, step):\n"
+        "    return w * 0.5 ** step\n"
+    )
+    result = ip.run_cell(
+        "%%jax_compiles --budget 1 -o budget_rep\n"
+        "w_magic = jnp.ones(3)\n"
+        "for s in range(3):\n"
+        "    w_magic = magic_step(w_magic, step=s)\n"
+    )
     assert isinstance(result.error_in_exec, CompileBudgetExceeded)
     assert "jit(magic_step) compiled 3 times" in str(result.error_in_exec)
     rep = ip.user_ns["budget_rep"]
@@ -497,13 +530,13 @@ def test_magic_budget_fails_the_cell_after_the_report(ip):
 
 def test_magic_budget_kept_lets_the_cell_pass(ip):
     ip.run_cell("@jax.jit\ndef kept_fn(x):\n    return x + 1\n")
-    result = ip.run_cell("%%jax_compiles --budget 1 --fn kept_fn -o kept_rep\n"
-                         "for n in [3, 3, 3, 4]:\n"
-                         "    kept_fn(jnp.ones(n))\n")
+    result = ip.run_cell(
+        "%%jax_compiles --budget 1 --fn kept_fn -o kept_rep\nfor n in [3, 3, 3, 4]:\n    kept_fn(jnp.ones(n))\n"
+    )
     assert isinstance(result.error_in_exec, CompileBudgetExceeded)  # 2 shapes: 2 compilations
-    result = ip.run_cell("%%jax_compiles --budget 1 --fn kept_fn -o kept_rep\n"
-                         "for n in [3, 3, 4, 5]:\n"
-                         "    kept_fn(jnp.ones(n))\n")
+    result = ip.run_cell(
+        "%%jax_compiles --budget 1 --fn kept_fn -o kept_rep\nfor n in [3, 3, 4, 5]:\n    kept_fn(jnp.ones(n))\n"
+    )
     assert result.success and ip.user_ns["kept_rep"].count("kept_fn") == 1  # only 5 is new
     assert ip.user_ns["kept_rep"].over_budget == []
 
@@ -541,9 +574,11 @@ def test_nested_probes_both_see_the_compilations():
 def test_unavailable_explanation_without_a_changed_static_argument():
     # No real program is known to give "explanation unavailable" without a static argument that jaxmagic
     # sees, so the classifier is fed JAX's message directly.
-    explanation = parse_cache_miss("TRACING CACHE MISS at x.py:2:2 (<m>):\n  for g defined at x.py:4\n"
-                                   "  all previously seen cache keys differ. For the closest previous key:\n"
-                                   "  cache miss explanation unavailable")
+    explanation = parse_cache_miss(
+        "TRACING CACHE MISS at x.py:2:2 (<m>):\n  for g defined at x.py:4\n"
+        "  all previously seen cache keys differ. For the closest previous key:\n"
+        "  cache miss explanation unavailable"
+    )
     summary = compiles_module.FunctionCompiles(name="g", kind="user", count=1, causes={"first": 1})
     state = compiles_module._FunctionState(summary, last_types=["f32[3]"], last_static={})
     info = compiles_module._CallInfo()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
@@ -24,8 +22,10 @@ def make_data(key, n=128, d=16):
 
 def init_params(key, sizes):
     keys = jax.random.split(key, len(sizes) - 1)
-    return [{"w": jax.random.normal(k, (m, n)) * jnp.sqrt(2.0 / m), "b": jnp.zeros(n)}
-            for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+    return [
+        {"w": jax.random.normal(k, (m, n)) * jnp.sqrt(2.0 / m), "b": jnp.zeros(n)}
+        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
+    ]
 
 
 def forward(params, x, key=None, rate=0.2):
@@ -44,12 +44,12 @@ def cross_entropy(params, x, y, key):
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
 
-def loss_norm(params, x, y, key):      # bug 1: the gradient of a norm at 0
+def loss_norm(params, x, y, key):  # bug 1: the gradient of a norm at 0
     return cross_entropy(params, x, y, key) + 1e-3 * sum(jnp.linalg.norm(layer["b"]) for layer in params)
 
 
 def safe_norm(v):
-    ss = jnp.sum(v ** 2)
+    ss = jnp.sum(v**2)
     return jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)
 
 
@@ -59,9 +59,10 @@ def loss_safe(params, x, y, key):
 
 def make_step(loss_fn, static_step):
     def train_step(params, x, y, key, step):
-        lr = 0.5 * 0.98 ** step
+        lr = 0.5 * 0.98**step
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
         return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+
     return jax.jit(train_step, static_argnames=("step",)) if static_step else jax.jit(train_step)
 
 
@@ -71,7 +72,7 @@ def train(step_fn, params, X, Y, n, advance_key, typed_step):
     for step in range(n):
         if advance_key:
             key, step_key = jax.random.split(key)
-        else:                          # bug 3: the key never advances
+        else:  # bug 3: the key never advances
             step_key = jax.random.split(key)[0]
         params, loss = step_fn(params, X, Y, step_key, jnp.int32(step) if typed_step else step)
         losses.append(float(loss))
@@ -92,7 +93,7 @@ def run_doctor(loss_fn, static_step, advance_key, **kwargs):
 def test_three_bugs_in_one_run_in_the_order_to_fix_them():
     before = take_snapshot()
     report, losses = run_doctor(loss_norm, static_step=True, advance_key=False)
-    assert np.isfinite(losses[0]) and all(np.isnan(losses[1:]))        # the cell ran to the end
+    assert np.isfinite(losses[0]) and all(np.isnan(losses[1:]))  # the cell ran to the end
     assert report.areas == ["NaN", "recompilation", "random keys"]
     nan = report.finding("nans")
     assert report.nans.primitive == "mul" and report.nans.phase == "backward"
@@ -149,14 +150,16 @@ def test_arrays_piling_up_and_host_arrays_copied_every_step():
     host = np.ones((4, 4), np.float32)
     with probes.doctor(namespace={"history": history}) as report:
         for _ in range(12):
-            history.append(double(host))        # a NumPy array, copied to the device at every call
+            history.append(double(host))  # a NumPy array, copied to the device at every call
     assert "implicit transfers" in report.areas and "arrays piling up" in report.areas
     live = report.finding("live")
     assert "12 more `f32[4,4]`" in live.title and "history" in live.title
     transfers = report.finding("transfers")
     assert transfers.line.code.startswith("history.append(double(host))")
-    assert transfers.title == "`double` was given a NumPy array (f32[4,4], argument `v`) in 12 calls: copied to " \
-                              "the device every time"
+    assert (
+        transfers.title == "`double` was given a NumPy array (f32[4,4], argument `v`) in 12 calls: copied to "
+        "the device every time"
+    )
     assert report.transfers.total == 12
     history.clear()
 
@@ -169,5 +172,5 @@ def test_skip_and_errors():
         parse_skip("nans,speed")
     with pytest.raises(ZeroDivisionError):
         with probes.doctor() as failed:
-            1 / 0
+            _ = 1 / 0
     assert failed.other_error.startswith("ZeroDivisionError")

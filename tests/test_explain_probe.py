@@ -43,7 +43,7 @@ def make_zeros(n):
 
 
 def window(x, i):
-    return x[i:i + 2]
+    return x[i : i + 2]
 
 
 def positive_sum(x):
@@ -78,31 +78,86 @@ def raised(fn):
 
 # (call, error class name, kind, traced function, arguments, the fix listed first)
 CASES = [
-    (lambda: jax.jit(clip_positive)(jnp.float32(3.0), 1.0), "TracerBoolConversionError", "bool",
-     "clip_positive", ["x", "limit"], "jnp.where"),
-    (lambda: jax.jit(halve_while_big)(3.0), "TracerBoolConversionError", "bool", "halve_while_big", ["x"],
-     "lax.while_loop"),
-    (lambda: jax.jit(repeat_add)(1.0, 3), "TracerIntegerConversionError", "int", "repeat_add", ["n"],
-     "lax.fori_loop(0, n, body, init)"),
+    (
+        lambda: jax.jit(clip_positive)(jnp.float32(3.0), 1.0),
+        "TracerBoolConversionError",
+        "bool",
+        "clip_positive",
+        ["x", "limit"],
+        "jnp.where",
+    ),
+    (
+        lambda: jax.jit(halve_while_big)(3.0),
+        "TracerBoolConversionError",
+        "bool",
+        "halve_while_big",
+        ["x"],
+        "lax.while_loop",
+    ),
+    (
+        lambda: jax.jit(repeat_add)(1.0, 3),
+        "TracerIntegerConversionError",
+        "int",
+        "repeat_add",
+        ["n"],
+        "lax.fori_loop(0, n, body, init)",
+    ),
     (lambda: jax.jit(pick)(1), "TracerIntegerConversionError", "int", "pick", ["i"], "jnp.asarray(a_list)[i]"),
     (lambda: jax.jit(np_inside)(jnp.ones(3)), "TracerArrayConversionError", "array", "np_inside", ["x"], "jnp.sin"),
-    (lambda: jax.jit(to_float)(jnp.float32(1.0)), "ConcretizationTypeError", "concrete", "to_float", ["x"],
-     "stay in JAX"),
-    (lambda: jax.jit(count_up)(3), "ConcretizationTypeError", "concrete", "count_up", ["n"],
-     "jax.jit(count_up, static_argnames=('n',))"),
-    (lambda: jax.jit(nonzero_idx)(jnp.array([1.0, 0.0, 2.0])), "ConcretizationTypeError", "concrete",
-     "nonzero_idx", ["x"], "jnp.nonzero(x, size=k, fill_value=-1)"),
-    (lambda: jax.jit(positive_sum)(jnp.array([1.0, -1.0, 2.0])), "NonConcreteBooleanIndexError", "bool_index",
-     "positive_sum", [], "jnp.where(mask, x, 0)"),
-    (lambda: jax.jit(make_zeros)(3), "TypeError", "shape", "make_zeros", ["n"],
-     "jax.jit(make_zeros, static_argnames=('n',))"),
-    (lambda: jax.jit(window)(jnp.arange(5.0), 1), "IndexError", "slice", "window", ["i"],
-     "lax.dynamic_slice(x, (i,), (2,))"),
+    (
+        lambda: jax.jit(to_float)(jnp.float32(1.0)),
+        "ConcretizationTypeError",
+        "concrete",
+        "to_float",
+        ["x"],
+        "stay in JAX",
+    ),
+    (
+        lambda: jax.jit(count_up)(3),
+        "ConcretizationTypeError",
+        "concrete",
+        "count_up",
+        ["n"],
+        "jax.jit(count_up, static_argnames=('n',))",
+    ),
+    (
+        lambda: jax.jit(nonzero_idx)(jnp.array([1.0, 0.0, 2.0])),
+        "ConcretizationTypeError",
+        "concrete",
+        "nonzero_idx",
+        ["x"],
+        "jnp.nonzero(x, size=k, fill_value=-1)",
+    ),
+    (
+        lambda: jax.jit(positive_sum)(jnp.array([1.0, -1.0, 2.0])),
+        "NonConcreteBooleanIndexError",
+        "bool_index",
+        "positive_sum",
+        [],
+        "jnp.where(mask, x, 0)",
+    ),
+    (
+        lambda: jax.jit(make_zeros)(3),
+        "TypeError",
+        "shape",
+        "make_zeros",
+        ["n"],
+        "jax.jit(make_zeros, static_argnames=('n',))",
+    ),
+    (
+        lambda: jax.jit(window)(jnp.arange(5.0), 1),
+        "IndexError",
+        "slice",
+        "window",
+        ["i"],
+        "lax.dynamic_slice(x, (i,), (2,))",
+    ),
 ]
 
 
-@pytest.mark.parametrize("call, error_type, kind, function, arguments, first_fix", CASES,
-                         ids=[c[2] + "-" + c[3] for c in CASES])
+@pytest.mark.parametrize(
+    "call, error_type, kind, function, arguments, first_fix", CASES, ids=[c[2] + "-" + c[3] for c in CASES]
+)
 def test_every_kind_is_explained(call, error_type, kind, function, arguments, first_fix):
     error = raised(call)
     report = probes.explain(error)
@@ -191,12 +246,18 @@ def test_report_holds_only_data():
 
 
 def test_sentence_parsing():
-    message = ("Attempted boolean conversion of traced array with shape bool[].\nThe error occurred while tracing "
-               "the function clip_positive at /tmp/a b.py:4 for jit. This concrete value was not available in\n"
-               "Python because it depends on the values of the arguments x and limit.\nSee https://docs.jax.dev/")
+    message = (
+        "Attempted boolean conversion of traced array with shape bool[].\nThe error occurred while tracing "
+        "the function clip_positive at /tmp/a b.py:4 for jit. This concrete value was not available in\n"
+        "Python because it depends on the values of the arguments x and limit.\nSee https://docs.jax.dev/"
+    )
     context = tracing_context(message)
     assert (context.function, context.file, context.line, context.transformation) == (
-        "clip_positive", "/tmp/a b.py", 4, "jit")
+        "clip_positive",
+        "/tmp/a b.py",
+        4,
+        "jit",
+    )
     assert context.depends_on == ["x", "limit"]
     assert split_names("x, y and p['a, b']") == ["x", "y", "p['a, b']"]
     assert english_list(["x"]) == "`x`" and english_list(["x", "y", "z"], code=False) == "x, y and z"

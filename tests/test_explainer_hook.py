@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from jaxmagic.ipython import explainer_hook as _explainer_hook
+from jaxmagic.ipython import explainer_hook
 
 CLIP = """
 def clip_positive(x, limit):
@@ -47,13 +47,13 @@ def explanations(shown) -> list[str]:
 def shell(ip):
     ip.run_cell("import jax, jax.numpy as jnp")
     ip.run_cell(CLIP)
-    _explainer_hook.install(ip)
+    explainer_hook.install(ip)
     yield ip
-    _explainer_hook.install(ip)  # leave it as the extension does
+    explainer_hook.install(ip)  # leave it as the extension does
 
 
 def test_on_by_default_after_load_ext(ip):
-    assert _explainer_hook.is_on(ip)
+    assert explainer_hook.is_on(ip)
     assert ip.custom_exceptions == (Exception,)
 
 
@@ -68,17 +68,20 @@ def test_tracer_error_is_explained_above_the_normal_traceback(shell):
     assert sys.last_value is result.error_in_exec  # %debug and %tb still find it
 
 
-@pytest.mark.parametrize("cell", [
-    "raise ValueError('plain')",
-    "{}['missing']",
-    "1 / 0",
-    "jnp.ones(3) + jnp.ones(4)",           # a TypeError from JAX that is no tracer error
-    "from IPython.core.error import UsageError\nraise UsageError('usage')",
-])
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "raise ValueError('plain')",
+        "{}['missing']",
+        "1 / 0",
+        "jnp.ones(3) + jnp.ones(4)",  # a TypeError from JAX that is no tracer error
+        "from IPython.core.error import UsageError\nraise UsageError('usage')",
+    ],
+)
 def test_other_errors_are_shown_exactly_as_without_the_explainer(shell, cell):
     with captured(shell) as with_explainer:
         shell.run_cell(cell)
-    _explainer_hook.uninstall(shell)
+    explainer_hook.uninstall(shell)
     with captured(shell) as without:
         shell.run_cell(cell)
     assert explanations(with_explainer) == []
@@ -90,7 +93,7 @@ def test_cells_that_do_not_parse_are_shown_as_without_the_explainer(shell, cell)
     # With the explainer on, IPython hands parse errors to CustomTB too.
     with captured(shell) as with_explainer:
         result = shell.run_cell(cell)
-    _explainer_hook.uninstall(shell)
+    explainer_hook.uninstall(shell)
     with captured(shell) as without:
         shell.run_cell(cell)
     assert result.error_before_exec is not None
@@ -98,7 +101,7 @@ def test_cells_that_do_not_parse_are_shown_as_without_the_explainer(shell, cell)
 
 
 def test_off_restores_the_previous_handler_and_on_chains_it(shell):
-    _explainer_hook.uninstall(shell)
+    explainer_hook.uninstall(shell)
     seen = []
 
     def previous(self, etype, value, tb, tb_offset=None):
@@ -111,7 +114,7 @@ def test_off_restores_the_previous_handler_and_on_chains_it(shell):
         shell.run_line_magic("jax_explain", "on")
         assert shell.custom_exceptions == (Exception,)
         with captured(shell):
-            shell.run_cell("{}['missing']")      # the previous handler's exception: still its job
+            shell.run_cell("{}['missing']")  # the previous handler's exception: still its job
             shell.run_cell("jax.jit(clip_positive)(jnp.float32(3.0), 1.0)")
         assert seen == ["KeyError"]
         shell.run_line_magic("jax_explain", "off")
@@ -121,20 +124,20 @@ def test_off_restores_the_previous_handler_and_on_chains_it(shell):
 
 
 def test_unload_ext_removes_the_handler(shell):
-    assert _explainer_hook.is_on(shell)
+    assert explainer_hook.is_on(shell)
     shell.run_line_magic("unload_ext", "jaxmagic")
     try:
-        assert not _explainer_hook.is_on(shell) and shell.custom_exceptions == ()
+        assert not explainer_hook.is_on(shell) and shell.custom_exceptions == ()
     finally:
         shell.run_line_magic("load_ext", "jaxmagic")
-    assert _explainer_hook.is_on(shell)
+    assert explainer_hook.is_on(shell)
 
 
 def test_a_handler_installed_after_ours_is_left_alone(shell):
     shell.set_custom_exc((KeyError,), lambda self, *a, **k: [])
     theirs = shell.CustomTB
     try:
-        assert not _explainer_hook.uninstall(shell)
+        assert not explainer_hook.uninstall(shell)
         assert shell.CustomTB is theirs
     finally:
         shell.set_custom_exc((), None)
@@ -149,7 +152,7 @@ def test_error_re_raised_by_a_cell_magic_is_still_explained(shell):
     assert shell.user_ns["nans_rep"].other_error.startswith("TracerBoolConversionError")
     [text] = explanations(shown)
     assert "clip_positive" in text
-    assert _explainer_hook.is_on(shell)  # the magic put our handler back
+    assert explainer_hook.is_on(shell)  # the magic put our handler back
 
 
 def test_a_leak_explained_by_jax_leaks_is_not_explained_twice(shell):

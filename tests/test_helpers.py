@@ -7,8 +7,8 @@ import logging
 import jax
 import pytest
 
-from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic._jax.restore import preserved_jax_state, take_snapshot
+from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
 
 
 @pytest.mark.parametrize(
@@ -38,8 +38,14 @@ def test_evaluate_call():
 
 @pytest.mark.parametrize(
     "text, message",
-    [("", "got nothing"), ("f(", "not valid Python"), ("x + 1", "not a call"),
-     ("g(x)", "name 'g' is not defined"), ("x(1)", "is a int, not a function"), ("f(1/0)", "ZeroDivisionError")],
+    [
+        ("", "got nothing"),
+        ("f(", "not valid Python"),
+        ("x + 1", "not a call"),
+        ("g(x)", "name 'g' is not defined"),
+        ("x(1)", "is a int, not a function"),
+        ("f(1/0)", "ZeroDivisionError"),
+    ],
 )
 def test_bad_calls_say_why(text, message):
     with pytest.raises(CallExpressionError, match=message):

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from jaxmagic import probes
+from jaxmagic.ipython.call_expression import split_scope_and_call
 from jaxmagic.probes._support.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
-from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep, split_scope_and_call
+from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep
 from jaxmagic.report import Status
 
 
@@ -24,7 +25,7 @@ def scoped_mlp(params, x):
             h = h * 2
     with jax.named_scope("head"):
         out = h @ params["w2"]
-        loss = jnp.mean(out ** 2)
+        loss = jnp.mean(out**2)
     return loss
 
 
@@ -84,8 +85,11 @@ def test_scope_in_three_stages_with_lines():
     assert any(op.full_name.endswith("encoder/dot_general") for op in report.ops_in("hlo"))
     # each stage names the user's line
     dot_lines = {op.stage: op.line.lineno for op in report.ops if op.op == "dot_general"}
-    assert dot_lines == {"jaxpr": line_of("ENCODER LINE"), "stablehlo": line_of("ENCODER LINE"),
-                         "hlo": line_of("ENCODER LINE")}
+    assert dot_lines == {
+        "jaxpr": line_of("ENCODER LINE"),
+        "stablehlo": line_of("ENCODER LINE"),
+        "hlo": line_of("ENCODER LINE"),
+    }
     # nested scope is reported relative to the query
     assert {op.inner for op in report.ops if op.op == "mul"} == {"attn"}
     assert report.kernels and all(k.scope_ops >= 1 for k in report.kernels)
@@ -136,6 +140,7 @@ def test_scopes_inside_scan_and_grad():
         def body(c, x):
             with jax.named_scope("step"):
                 return c + scoped_mlp(params, x), None
+
         return jax.lax.scan(body, 0.0, xs)[0]
 
     report = probes.hlo(jax.grad(loss), P, jnp.ones((5, 3, 4)), scope="encoder")
@@ -177,11 +182,15 @@ def test_closure_attribute_and_subscript_literals():
     def make(s):
         def inner(x):
             return x * s + x * CFG.scale - SETTINGS["lr"] + x * 7.0  # 7.0 is written here: not flagged
+
         return inner
 
     report = probes.hlo(make(1.5), 2.0, stage="jaxpr")
     assert {(lit.name, lit.kind) for lit in report.literals} == {
-        ("s", "closure"), ("CFG.scale", "global"), ("SETTINGS['lr']", "global")}
+        ("s", "closure"),
+        ("CFG.scale", "global"),
+        ("SETTINGS['lr']", "global"),
+    }
 
 
 def test_parameter_named_like_a_global_is_not_flagged():
@@ -237,8 +246,11 @@ def test_sweep_tabulates_memory_per_value():
     per_ex_grad = jax.jit(jax.vmap(jax.grad(per_example_loss), in_axes=(None, 0, 0)))
 
     def build(batch):
-        return per_ex_grad, (spec_w, jax.ShapeDtypeStruct((batch, 256), jnp.float32),
-                             jax.ShapeDtypeStruct((batch,), jnp.float32)), {}
+        return (
+            per_ex_grad,
+            (spec_w, jax.ShapeDtypeStruct((batch, 256), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)),
+            {},
+        )
 
     fn, args, _ = build(8)
     report = probes.hlo(fn, *args, sweep=Sweep("B", [8, 32, 128], build))
@@ -285,8 +297,12 @@ def test_magic_scope_sweep_and_usage_errors(ip):
     assert [p.value for p in report.sweep] == ["3", "30"] and report.inputs[-1] == "x: f32[3,4]"
     assert [p.memory.argument_bytes for p in report.sweep] == [(32 + 16 + n * 4) * 4 for n in (3, 30)]
     assert "N" not in ip.user_ns  # the sweep name is bound for the magic only
-    for line, message in [("%jax_hlo", "needs a call"), ("%jax_hlo scoped_mlp(P, X) --stage xla", "unknown stage"),
-                          ("%jax_hlo scoped_mlp(P, X) --sweep 3,30", "NAME=V1"),
-                          ("%jax_hlo f(x) g(y)", "two expressions"), ("%jax_hlo nope(1)", "does not evaluate")]:
+    for line, message in [
+        ("%jax_hlo", "needs a call"),
+        ("%jax_hlo scoped_mlp(P, X) --stage xla", "unknown stage"),
+        ("%jax_hlo scoped_mlp(P, X) --sweep 3,30", "NAME=V1"),
+        ("%jax_hlo f(x) g(y)", "two expressions"),
+        ("%jax_hlo nope(1)", "does not evaluate"),
+    ]:
         result = ip.run_cell(line)
         assert isinstance(result.error_in_exec, UsageError) and message in str(result.error_in_exec), line

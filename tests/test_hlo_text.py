@@ -173,10 +173,10 @@ def test_computations_and_instructions_of_a_real_module():
 def test_roles_and_kernels():
     module = parse_hlo_module(SCAN_MODULE)
     assert module.role("main.5") == "entry"
-    assert module.role("region_0.3") == "control"            # the loop body runs as code
-    assert module.role("while.5_computation") == "control"   # reached through call(to_apply=...)
+    assert module.role("region_0.3") == "control"  # the loop body runs as code
+    assert module.role("while.5_computation") == "control"  # reached through call(to_apply=...)
     assert module.role("fused_computation") == "fused"
-    assert module.role("region_1.2") == "applied"            # the reducer of reduce_sum
+    assert module.role("region_1.2") == "applied"  # the reducer of reduce_sum
     names = {i.name: i for i in module.instructions()}
     # an instruction inside a fusion runs in the fusion instruction that calls it
     assert module.kernel_of(names["sin.0"]).name == "reduce_add_fusion"
@@ -203,7 +203,7 @@ def test_older_inline_format():
     assert names["exp.1"].op_type == "exp"
     assert module.stack(names["exp.1"]) == [HloFrame("/home/me/g.py", "", 12)]
     assert names["neg.2"].op_names == ("jit(g)/head/neg", "jit(g)/head/mul")  # merged with ";"
-    assert names["x"].op_names == ("x['a']",)                                   # escapes undone
+    assert names["x"].op_names == ("x['a']",)  # escapes undone
     # nested fusions: the inner fusion's instructions run in the outermost fusion
     assert module.kernel_of(names["exp.1"]).name == "fused"
     assert module.role("add_reducer") == "applied"
@@ -245,13 +245,13 @@ ENTRY %main (x: f32[]) -> f32[] {
 
 
 def test_quoted_braces_and_equals_do_not_end_the_metadata():
-    text = r'''HloModule m
+    text = r"""HloModule m
 
 ENTRY %main (x: f32[2]) -> f32[2] {
   %x = f32[2]{0} parameter(0)
   ROOT %neg = f32[2]{0} negate(%x), metadata={op_name="jit(f)/odd {scope} = \"x\"/neg" stack_frame_id=3}, backend_config={"a":{"b":1}}
 }
-'''
+"""
     (_, neg) = parse_hlo_module(text).instructions()
     assert neg.op_names == ('jit(f)/odd {scope} = "x"/neg',) and neg.stack_frame_id == 3
     assert neg.called == ()

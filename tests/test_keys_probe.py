@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import jax
 import jax.numpy as jnp
+import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
@@ -16,7 +15,7 @@ def noisy_step(w, key, step):
     return w + 0.01 * jax.random.normal(key, w.shape) * step
 
 
-def loop_same_key(n):                      # the chapter's bug: the key never advances
+def loop_same_key(n):  # the chapter's bug: the key never advances
     key = jax.random.key(0)
     w = jnp.zeros(3)
     for step in range(n):
@@ -34,7 +33,7 @@ def loop_fixed(n):
     return w
 
 
-def loop_reseeded(n):                      # no error anywhere: a fresh key with the same seed every step
+def loop_reseeded(n):  # no error anywhere: a fresh key with the same seed every step
     w = jnp.zeros(3)
     for step in range(n):
         w = noisy_step(w, jax.random.key(7), jnp.float32(step))
@@ -57,7 +56,7 @@ def test_eager_reuse_names_the_consumer_the_line_and_the_first_use():
 def test_record_mode_runs_on_and_counts_the_same_key_every_step():
     with probes.keys(record=True) as report:
         w = loop_same_key(5)
-    assert w.shape == (3,)                               # the loop ran to the end
+    assert w.shape == (3,)  # the loop ran to the end
     assert report.reuse[0].consumer == "random_split" and report.reuse[0].count == 4
     flow = report.flow("noisy_step")
     assert (flow.argument, flow.calls, flow.distinct, flow.repeated_times) == ("key", 5, 1, 5)
@@ -102,7 +101,7 @@ def test_reuse_inside_a_jitted_function_is_found_when_traced():
 
 def test_passing_a_consumed_key_to_a_jitted_function_names_the_argument():
     key = jax.random.key(3)
-    noisy_step(jnp.zeros(3), key, jnp.float32(1.0))       # outside the probe: not tracked
+    noisy_step(jnp.zeros(3), key, jnp.float32(1.0))  # outside the probe: not tracked
     with pytest.raises(jax.errors.KeyReuseError):
         with probes.keys() as report:
             k = jax.random.key(4)
@@ -116,6 +115,6 @@ def test_legacy_keys_are_listed_and_not_checked():
     with probes.keys() as report:
         raw = jax.random.PRNGKey(0)
         a, b = jax.random.normal(raw, (3,)), jax.random.normal(raw, (3,))
-    assert bool(jnp.all(a == b))                          # reused without any error
+    assert bool(jnp.all(a == b))  # reused without any error
     assert [(u.api, u.count) for u in report.legacy] == [("normal", 2)]
     assert report.legacy[0].line.function == "test_legacy_keys_are_listed_and_not_checked"

@@ -55,7 +55,7 @@ def test_dict_attribute_holder_and_the_tracer_it_keeps_alive():
     report, error = run_leak({"cache": cache}, jax.jit(remember), jnp.ones(3))
     assert error is not None
     first, second = report.leaked
-    assert first.held_by == ["cache.store['h']"] and first.created_at.code == 'h = jnp.tanh(x)'
+    assert first.held_by == ["cache.store['h']"] and first.created_at.code == "h = jnp.tanh(x)"
     # x is only alive because h's computation refers to it
     assert second.held_by == [] and second.kept_alive_by == 1 and second.depends_on == ["x"]
     assert [t.number for t in report.primary] == [1]
@@ -135,7 +135,7 @@ def test_a_cached_function_is_traced_again_and_caught():
     leaky_cached_jit = jax.jit(leaky_cached)
     leaky_cached_jit(jnp.float32(1.0))  # traced and cached without checks
     leaked2.clear()
-    with jax.checking_leaks():          # JAX's own check alone: the cached trace hides the leak
+    with jax.checking_leaks():  # JAX's own check alone: the cached trace hides the leak
         leaky_cached_jit(jnp.float32(2.0))
     assert leaked2 == []
     report, error = run_leak({"leaked2": leaked2}, leaky_cached_jit, jnp.float32(2.0))
@@ -154,9 +154,9 @@ def test_caches_are_untouched_after_the_probe():
 
     f(jnp.ones(2))
     with probes.leaks() as report:
-        f(jnp.ones(2))                  # traced again, under the probe's own cache key
+        f(jnp.ones(2))  # traced again, under the probe's own cache key
     assert len(traces) == 2 and report.status.value == "ok" and report.traced == ["f"]
-    f(jnp.ones(2))                      # after the probe: the old cached trace, no new trace
+    f(jnp.ones(2))  # after the probe: the old cached trace, no new trace
     assert len(traces) == 2
 
 
@@ -167,7 +167,7 @@ def test_clean_block_and_tracers_left_from_before():
             return x
 
     old = Model()
-    jax.jit(old)(jnp.ones(2))           # leaked earlier, outside the probe
+    jax.jit(old)(jnp.ones(2))  # leaked earlier, outside the probe
     with probes.leaks(namespace={"old": old}) as report:
         jnp.ones(3).sum()
     assert report.leaked == [] and report.status.value == "ok"
@@ -188,7 +188,7 @@ def test_unexpected_tracer_error_in_the_block():
     assert isinstance(error, jax.errors.UnexpectedTracerError)
     u = report.unexpected
     assert u.held_by == ["m_leak.last_hidden"] and u.created_at.code == "h = jnp.tanh(x)"
-    assert u.used_at.code == "report, error = run_leak({\"m_leak\": m_leak}, lambda: jnp.sum(m_leak.last_hidden))"
+    assert u.used_at.code == 'report, error = run_leak({"m_leak": m_leak}, lambda: jnp.sum(m_leak.last_hidden))'
     assert u.aval == "float32[3]" and u.transformation == "jit"
     assert report.status.value == "problem"
 
@@ -202,8 +202,12 @@ def test_leaves_config_as_found(how):
         return x
 
     before = take_snapshot()
-    body = {"clean": lambda: jax.jit(lambda x: x + 1)(1.0), "leak": lambda: jax.jit(leaky)(1.0),
-            "other": lambda: int("x"), "interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt)}[how]
+    body = {
+        "clean": lambda: jax.jit(lambda x: x + 1)(1.0),
+        "leak": lambda: jax.jit(leaky)(1.0),
+        "other": lambda: int("x"),
+        "interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt),
+    }[how]
     try:
         with probes.leaks() as report:
             body()
@@ -223,7 +227,8 @@ def test_leak_message_parsing_keeps_each_block():
         "not available in Python because it depends on the value of the argument x.\n"
         "<DynamicJaxprTracer 11> is referred to by <list 22>[0]\n<list 22> is referred to by __main__.leaked\n"
         "<DynamicJaxprTracer 11> is referred to by the local variable 'leaked', a list containing it, of the frame "
-        "<module> (/tmp/x.py:9)\n")
+        "<module> (/tmp/x.py:9)\n"
+    )
     [block] = leak_blocks(message)
     assert (block.tracer_type, block.aval, block.tracer_id) == ("JitTracer", "float32[]", 11)
     assert block.context.function == "leaky_fn" and block.context.depends_on == ["x"]

@@ -35,6 +35,7 @@ def test_holders_of_each_kind():
 
         def f(x):
             return x + table
+
         return f
 
     Pair = collections.namedtuple("Pair", "mu nu")
@@ -74,10 +75,13 @@ def test_cell_diff_names_the_leaking_list():
     @jax.jit
     def fwd_step(w, x):
         h = jnp.tanh(x @ w)
-        return h, (h ** 2).mean()
+        return h, (h**2).mean()
 
-    ns = {"w7": jax.random.normal(jax.random.key(7), (128, 512)) / 12.0,
-          "x7": jax.random.normal(jax.random.key(8), (64, 128)), "debug_cache": []}
+    ns = {
+        "w7": jax.random.normal(jax.random.key(7), (128, 512)) / 12.0,
+        "x7": jax.random.normal(jax.random.key(8), (64, 128)),
+        "debug_cache": [],
+    }
     with probes.live_diff(namespace=ns) as report:
         for _ in range(10):
             h, loss = fwd_step(ns["w7"], ns["x7"])
@@ -205,8 +209,10 @@ def test_ipython_output_cache_and_cell_result(shell):
     assert group.by_kind == {KIND_OUTPUT: 1} and f"Out[{number}]" in group.holders
     assert report.status is Status.PROBLEM and "%reset -f out" in static_bundle(report)["text/html"]
     # the cell's own result is not what it leaves behind
-    shell.run_cell("%%jax_live -o cell_rep\nkept_6011 = [jnp.ones((6011,)) for _ in range(2)]\njnp.ones((6013,))",
-                   store_history=True)
+    shell.run_cell(
+        "%%jax_live -o cell_rep\nkept_6011 = [jnp.ones((6011,)) for _ in range(2)]\njnp.ones((6013,))",
+        store_history=True,
+    )
     cell = shell.user_ns["cell_rep"]
     assert [g.shape for g in cell.groups] == [(6011,)] and cell.groups[0].holders == ["kept_6011[0..1]"]
     assert cell.result_arrays == 1 and cell.result_label.startswith("Out[")
@@ -234,7 +240,7 @@ def test_magics_keep_nothing_alive(shell):
     shell.run_cell("%jax_live -o keep_rep")
     shell.run_cell("%%jax_live -o keep_cell\nmore_9011 = [jnp.ones((9011,)) for _ in range(2)]")
     shell.run_cell("%jax_hlo jnp.sin(keep_9001[0]) -o keep_hlo")
-    assert live_count() == before + 2          # only what the cell itself keeps
+    assert live_count() == before + 2  # only what the cell itself keeps
     shell.run_cell("del keep_9001, more_9011")
     assert live_count() == before - 3
     assert shell.user_ns["keep_cell"].group((9011,)).holders == ["more_9011[0..1]"]
@@ -263,7 +269,7 @@ def test_placement_splits_groups_and_counts_device_bytes():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {line.split()[1]: line.split(" ", 2)[2] for line in proc.stdout.splitlines() if line.startswith("RESULT")}
     assert rows["split"] == "4 devices, NamedSharding(P('x',)) 128 128"
-    assert rows["copies"] == "4 devices, NamedSharding(P()) 128 512"   # replicated: once per device
+    assert rows["copies"] == "4 devices, NamedSharding(P()) 128 512"  # replicated: once per device
     assert rows["local"] == "cpu:0 128 128"
     assert rows["devices"] == "4 True"
 

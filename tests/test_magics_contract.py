@@ -21,7 +21,7 @@ from jaxmagic.render.widgets import build_widget
 
 EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
-SETUP = f'''
+SETUP = f"""
 import jax, jax.numpy as jnp
 from jax.experimental import checkify
 EVIL = {EVIL!r}
@@ -42,17 +42,17 @@ try:
     jax.jit(f_bool)(1.0)
 except Exception as _error:
     tracer_error = _error
-'''
+"""
 
 
 @dataclasses.dataclass
 class MagicExample:
-    ok: str           # a normal invocation storing its report in {out}
-    raising: str      # the user's code raises (or reports) an error whose text is EVIL
-    interrupt: str    # the user's code raises KeyboardInterrupt
-    bad_option: str   # an unknown option
+    ok: str  # a normal invocation storing its report in {out}
+    raising: str  # the user's code raises (or reports) an error whose text is EVIL
+    interrupt: str  # the user's code raises KeyboardInterrupt
+    bad_option: str  # an unknown option
     malformed: str | None = None  # a malformed expression (line magics taking one)
-    evil: str | None = None       # puts EVIL into the report; defaults to `raising`
+    evil: str | None = None  # puts EVIL into the report; defaults to `raising`
 
     @property
     def escaping(self) -> str:
@@ -121,7 +121,7 @@ EXAMPLES = {
         bad_option="%%jax_leaks --bogus\n1",
         # A leak into a dict under a user-chosen key: the key is part of the holder's name.
         evil="%%jax_leaks -o {out}\nevil_box = dict()\ndef evil_leak(x):\n    evil_box[EVIL] = x\n    return x\n"
-             "jax.jit(evil_leak)(1.0)",
+        "jax.jit(evil_leak)(1.0)",
     ),
     "jax_explain": MagicExample(
         ok="%jax_explain tracer_error -o {out}",
@@ -137,7 +137,7 @@ EXAMPLES = {
         interrupt="%jax_config -o {out}\nraise KeyboardInterrupt",
         bad_option="%jax_config --bogus",
         evil="jax.config.update('jax_hlo_source_file_canonicalization_regex', EVIL)\ntry:\n"
-             "    %jax_config -o {out}\nfinally:\n    jax.config.update('jax_hlo_source_file_canonicalization_regex', None)",
+        "    %jax_config -o {out}\nfinally:\n    jax.config.update('jax_hlo_source_file_canonicalization_regex', None)",
     ),
     "jax_env": MagicExample(
         ok="%jax_env -o {out}",
@@ -145,7 +145,7 @@ EXAMPLES = {
         interrupt="%jax_env -o {out}\nraise KeyboardInterrupt",
         bad_option="%jax_env --bogus",
         evil="import os\nos.environ['JAX_JAXMAGIC_TEST'] = EVIL\ntry:\n    %jax_env -o {out}\n"
-             "finally:\n    del os.environ['JAX_JAXMAGIC_TEST']",
+        "finally:\n    del os.environ['JAX_JAXMAGIC_TEST']",
     ),
     "jax_traceback": MagicExample(
         ok="%jax_traceback -o {out}",
@@ -154,7 +154,7 @@ EXAMPLES = {
         bad_option="%jax_traceback --bogus",
         # The last exception's message is shown.
         evil="import sys\ntry:\n    f_raises(1)\nexcept ValueError as _e:\n    sys.last_exc = sys.last_value = _e\n"
-             "%jax_traceback -o {out}",
+        "%jax_traceback -o {out}",
     ),
     "jax_hlo": MagicExample(
         ok="%jax_hlo f_ok(jnp.ones(3)) -o {out}",
@@ -183,7 +183,7 @@ EXAMPLES = {
         bad_option="%%jax_keys --bogus\n1",
         # The reused key's line (a comment holding EVIL) is shown.
         evil="%%jax_keys -o {out}\nk_evil = jax.random.key(1)\njax.random.normal(k_evil)\n"
-             "jax.random.normal(k_evil)  # EVIL: <script>alert(1)</script><img src=x onerror=alert(2)>",
+        "jax.random.normal(k_evil)  # EVIL: <script>alert(1)</script><img src=x onerror=alert(2)>",
     ),
     "jax_doctor": MagicExample(
         ok="%%jax_doctor -o {out}\nx_doc = jax.jit(f_ok)(jnp.ones(3))",
@@ -324,5 +324,5 @@ def test_load_ext_does_not_start_a_backend():
 def test_syntax_error_is_shown_by_ipython_without_a_report(shell):
     shell.user_ns.pop("syntax_rep", None)
     result = shell.run_cell("%%jax_nans -o syntax_rep\nx = (1,\n")
-    assert "syntax_rep" not in shell.user_ns          # nothing ran, so nothing to report
+    assert "syntax_rep" not in shell.user_ns  # nothing ran, so nothing to report
     assert result.error_in_exec is None

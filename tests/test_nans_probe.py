@@ -33,8 +33,10 @@ def test_forward_nan_in_jit_names_primitive_and_line():
     assert report.primitive == "log" and report.phase == "forward"
     assert report.where_line.function == "log_shifted"
     assert "jnp.log(y - 10)" in report.where_line.code
-    assert [line.function for line in report.call_path][-2:] == ["test_forward_nan_in_jit_names_primitive_and_line",
-                                                                 "log_shifted"]
+    assert [line.function for line in report.call_path][-2:] == [
+        "test_forward_nan_in_jit_names_primitive_and_line",
+        "log_shifted",
+    ]
     assert any("Invalid nan value" in m for m in report.jax_messages)
     assert report.status is Status.PROBLEM
 
@@ -177,7 +179,7 @@ VMAP_MISS = textwrap.dedent("""
 
 def test_probe_is_immune_to_the_vmap_miss_of_the_global_switch():
     proc = subprocess.run([sys.executable, "-c", VMAP_MISS], capture_output=True, text=True, timeout=300)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith(("global:", "probe:"))]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("global:", "probe:"))]
     # The control shows the bug exists in this JAX; the probe must still catch the NaN.
     assert lines == ["global: missed", "probe: caught log"], proc.stdout + proc.stderr
 

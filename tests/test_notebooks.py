@@ -25,7 +25,8 @@ def test_notebook_runs_and_shows_reports(path, tmp_path):
     nb = nbformat.read(run.output_path, as_version=4)
     html_reports = [
         output["data"]["text/html"]
-        for cell in nb.cells if cell.cell_type == "code"
+        for cell in nb.cells
+        if cell.cell_type == "code"
         for output in cell.get("outputs", [])
         if "text/html" in output.get("data", {}) and 'class="jaxmagic"' in output["data"]["text/html"]
     ]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 from jax import lax
 from jax._src import debugging
 
@@ -29,10 +28,9 @@ def test_lines_grouped_by_site_in_order_with_counts(capsys):
         stats(jnp.array([1.0, 2.0, 4.5]))
         stats(jnp.array([0.0, 1.0, 2.0]))
     out = capsys.readouterr().out
-    assert "the cell's own print" in out          # the user's print() is untouched
-    assert "mean=" not in out                      # the JAX prints went to the report
-    assert report.lines_of("mean={m:.3f} max={mx:.2f} n={n}") == ["mean=2.500 max=4.50 n=3",
-                                                                  "mean=1.000 max=2.00 n=3"]
+    assert "the cell's own print" in out  # the user's print() is untouched
+    assert "mean=" not in out  # the JAX prints went to the report
+    assert report.lines_of("mean={m:.3f} max={mx:.2f} n={n}") == ["mean=2.500 max=4.50 n=3", "mean=1.000 max=2.00 n=3"]
     assert report.lines_of("first={} last={}") == ["first=1.0 last=4.5", "first=0.0 last=2.0"]
     site = report.site_of("first={} last={}")
     assert site.line.code == 'jax.debug.print("first={} last={}", x[0], x[-1])' and site.context == ["jit"]
@@ -47,8 +45,12 @@ def test_transformations_shape_the_output():
         return jnp.sin(x) * x
 
     def branchy(x):
-        return lax.cond(x > 0, lambda x: (jax.debug.print("pos {x}", x=x), x)[1],
-                        lambda x: (jax.debug.print("neg {x}", x=x), -x)[1], x)
+        return lax.cond(
+            x > 0,
+            lambda x: (jax.debug.print("pos {x}", x=x), x)[1],
+            lambda x: (jax.debug.print("neg {x}", x=x), -x)[1],
+            x,
+        )
 
     with probes.prints() as report:
         jax.vmap(body)(jnp.array([1.0, 2.0, 3.0]))
@@ -58,18 +60,23 @@ def test_transformations_shape_the_output():
     by_context = {}
     for site in report.sites:
         by_context.setdefault((site.fmt, tuple(site.context)), []).extend(
-            line.text for line in report.lines if line.site == site.key)
+            line.text for line in report.lines if line.site == site.key
+        )
     assert by_context[("sees x = {x}", ("vmap",))] == ["sees x = 1.0", "sees x = 2.0", "sees x = 3.0"]
-    assert by_context[("sees x = {x}", ("jit", "grad"))] == ["sees x = 2.0"]      # the primal value only
-    assert by_context[("pos {x}", ("jit", "cond"))] == ["pos 1.0"]               # only the branch taken
-    assert sorted(by_context[("pos {x}", ("vmap", "cond"))] + by_context[("neg {x}", ("vmap", "cond"))]) == \
-        ["neg -1.0", "neg 1.0", "pos -1.0", "pos 1.0"]                           # both branches, every sample
+    assert by_context[("sees x = {x}", ("jit", "grad"))] == ["sees x = 2.0"]  # the primal value only
+    assert by_context[("pos {x}", ("jit", "cond"))] == ["pos 1.0"]  # only the branch taken
+    assert sorted(by_context[("pos {x}", ("vmap", "cond"))] + by_context[("neg {x}", ("vmap", "cond"))]) == [
+        "neg -1.0",
+        "neg 1.0",
+        "pos -1.0",
+        "pos 1.0",
+    ]  # both branches, every sample
     vmap_cond = next(s for s in report.sites if s.context == ["vmap", "cond"])
     assert any("BOTH branches" in note for note in report.notes_of(vmap_cond))
 
 
 def test_ordered_prints_keep_program_order_across_calls():
-    log_order = jax.debug.print(ordered=True)   # the two-call form, made before the block
+    log_order = jax.debug.print(ordered=True)  # the two-call form, made before the block
 
     @jax.jit
     def stage_a(x):
@@ -94,9 +101,14 @@ def test_out_of_order_is_found_per_call_from_first_lines():
     b = PrintSite(key="b", fmt="second", position=2)
     loop = PrintSite(key="c", fmt="in loop", position=3, context=["jit", "scan"])
     report = PrintReport(sites=[a, b, loop], calls=[ObservedCall(1, "f"), ObservedCall(2, "f")])
-    report.lines = [PrintedLine("b", "2", 1), PrintedLine("a", "1", 1),      # call 1: reversed
-                    PrintedLine("a", "1", 2), PrintedLine("b", "2", 2),      # call 2: in order
-                    PrintedLine("c", "x", 2), PrintedLine("c", "y", 2)]
+    report.lines = [
+        PrintedLine("b", "2", 1),
+        PrintedLine("a", "1", 1),  # call 1: reversed
+        PrintedLine("a", "1", 2),
+        PrintedLine("b", "2", 2),  # call 2: in order
+        PrintedLine("c", "x", 2),
+        PrintedLine("c", "y", 2),
+    ]
     found = _find_out_of_order(report)
     assert [(d.call, d.arrived, d.program) for d in found] == [(1, ["second", "first"], ["first", "second"])]
     # ordered prints are never reported
@@ -117,7 +129,7 @@ def test_function_compiled_before_the_cell_is_seen_and_nothing_arrives_late(caps
         step(jnp.float32(1.0))
     jax.effects_barrier()
     assert report.texts == ["step sees 1.0"]
-    assert "step sees" not in capsys.readouterr().out   # nothing leaked out after the block
+    assert "step sees" not in capsys.readouterr().out  # nothing leaked out after the block
     # a second print cell reuses what the first compiled, and still sees the line
     with probes.prints() as again:
         step(jnp.float32(2.0))
@@ -142,13 +154,13 @@ def test_echo_log_and_callbacks(capsys, caplog):
         f(jnp.array([0.25, 0.75]))
         jax.vmap(f)(jnp.ones((4, 2)))
     assert "echoed 1.5" in capsys.readouterr().out
-    assert "loss = 1.00" in [r.getMessage() for r in caplog.records]     # log records still reach logging
+    assert "loss = 1.00" in [r.getMessage() for r in caplog.records]  # log records still reach logging
     assert dbg.level == logging.NOTSET
     assert report.site_of("loss = {x:.2f}").api == "log"
-    assert len(records) == 5 and records[0] == (0.5, 0.25)               # the user's callback ran as usual
+    assert len(records) == 5 and records[0] == (0.5, 0.25)  # the user's callback ran as usual
     callback_site = report.site_of("test_echo_log_and_callbacks.record")
     assert callback_site.api == "callback"
-    assert len(report.lines_of(callback_site.fmt)) == 5                    # 1 call + 4 samples under vmap
+    assert len(report.lines_of(callback_site.fmt)) == 5  # 1 call + 4 samples under vmap
     assert report.lines_of(callback_site.fmt)[0] == "test_echo_log_and_callbacks.record(0.5, 0.25)"
 
 
@@ -161,8 +173,10 @@ def test_custom_vjp_gradient_tap_is_a_callback_in_the_backward_pass():
     def grad_tap(x, name):
         return x
 
-    grad_tap.defvjp(lambda x, name: (x, None),
-                    lambda name, _, g: (jax.debug.callback(lambda g: taps.append(np.asarray(g)), g), (g,))[1])
+    grad_tap.defvjp(
+        lambda x, name: (x, None),
+        lambda name, _, g: (jax.debug.callback(lambda g: taps.append(np.asarray(g)), g), (g,))[1],
+    )
 
     def loss(w, x):
         return jnp.sum(grad_tap(jnp.tanh(w * x), "h") ** 2)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.render.html import render_html
 from jaxmagic.render.terminal import print_rich
 from jaxmagic.render.text import render_text
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
 DOC = Document(
-    "%%jax_demo", Status.PROBLEM, "NaN produced by `log` <b>here</b>.",
+    "%%jax_demo",
+    Status.PROBLEM,
+    "NaN produced by `log` <b>here</b>.",
     [
         Section("What", [Facts([("primitive", "log")])]),
         Section("Your line", [SourceLines([SourceLine("cell.py", 3, "f", "return jnp.log(x) # <i>", "In [2]")])]),

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from jaxmagic.report.document import Document, Grid, GridCell, Section
-from jaxmagic.render.html import render_html
 from jaxmagic.probes._support.sharding_layout import device_colours, id_list
+from jaxmagic.render.html import render_html
 from jaxmagic.render.text import render_text
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Grid, GridCell, Section
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -39,9 +39,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_scenarios(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, str(TESTS / "sharding_scenarios.py"), *args], capture_output=True,
-                          text=True, timeout=300,
-                          env=clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=64"))
+    proc = subprocess.run(
+        [sys.executable, str(TESTS / "sharding_scenarios.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=64"),
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -94,7 +98,7 @@ def test_two_d_matches_the_chapter(scenarios):
     # the text drawing is the chapter's ascii_sharding picture, with index ranges on the edges
     lines = s["text"].splitlines()
     start = lines.index("         0:2     2:4")
-    assert lines[start + 1:start + 6] == [
+    assert lines[start + 1 : start + 6] == [
         "      +-------+-------+",
         "  0:4 | CPU 0 | CPU 1 |",
         "      +-------+-------+",
@@ -127,8 +131,9 @@ def test_three_d_draws_the_split_dims(scenarios):
     grid = only_grid(s)
     assert grid["labels"] == [["CPU 0", "CPU 1", "CPU 2", "CPU 3"], ["CPU 4", "CPU 5", "CPU 6", "CPU 7"]]
     assert grid["row_labels"] == ["0:2", "2:4"] and grid["col_labels"] == ["0:2", "2:4", "4:6", "6:8"]
-    assert "Rows: dimension 0 (size 4, split over 'a'); columns: dimension 2 (size 8, split over 'b', 'c')" in \
-        s["text"].replace("\n  ", " ")
+    assert "Rows: dimension 0 (size 4, split over 'a'); columns: dimension 2 (size 8, split over 'b', 'c')" in s[
+        "text"
+    ].replace("\n  ", " ")
 
 
 def test_three_d_facets(scenarios):
@@ -188,13 +193,17 @@ def test_replica_trap_is_found(scenarios):
 def test_call_compiled_and_intermediate_shardings(scenarios):
     call = scenarios["call"]["report"]["call"]
     assert call["was_jitted"] and call["intermediates_asked"]
-    assert [(leaf["path"], leaf["typeof"], leaf["spec"], leaf["matches"]) for leaf in call["inputs"]] == \
-        [("x2", "float32[8@d,2]", "P('d',)", True)]
+    assert [(leaf["path"], leaf["typeof"], leaf["spec"], leaf["matches"]) for leaf in call["inputs"]] == [
+        ("x2", "float32[8@d,2]", "P('d',)", True)
+    ]
     assert [(leaf["path"], leaf["spec"]) for leaf in call["outputs"]] == [("result", "P('d',)")]
     rows = [(r["op"], r["typeof"], r["spec"], r["yours"]) for r in call["intermediates"]]
-    assert rows == [("sin", "float32[8@d,2]", "P('d',)", False), ("mul", "float32[8@d,2]", "P('d',)", False),
-                    ("inspect_array_sharding", "float32[8@d,2]", "P('d',)", True),
-                    ("reduce_sum", "float32[8@d]", "P('d',)", False)]
+    assert rows == [
+        ("sin", "float32[8@d,2]", "P('d',)", False),
+        ("mul", "float32[8@d,2]", "P('d',)", False),
+        ("inspect_array_sharding", "float32[8@d,2]", "P('d',)", True),
+        ("reduce_sum", "float32[8@d]", "P('d',)", False),
+    ]
     assert call["intermediates"][0]["line"]["code"] == "b = jnp.sin(a) * 2"
     assert scenarios["call_seen"] == {"inspect": "P('d',)"}  # the user's own callback ran once, as usual
 
@@ -211,7 +220,9 @@ def test_uncommitted_argument_is_moved_and_mismatch_reported(scenarios):
     moved = [leaf for leaf in call["inputs"] if leaf["matches"] is False]
     assert [leaf["path"] for leaf in moved] == ["jnp.ones((8, 4))"]
     assert moved[0]["given"] == "single device CPU 0" and moved[0]["spec"] == "P('b', None)"
-    assert "JAX moves them to the compiled layout on every call" in " ".join(scenarios["resharded_call"]["text"].split())
+    assert "JAX moves them to the compiled layout on every call" in " ".join(
+        scenarios["resharded_call"]["text"].split()
+    )
     mismatch = scenarios["mismatch_call"]
     assert mismatch["status"] == "error" and "does not match the sharding" in mismatch["report"]["failure"]
 
@@ -227,9 +238,12 @@ def test_pytree_and_shape_dtype_struct(scenarios):
 
 def test_per_device_prints(scenarios):
     per_device = scenarios["per_device"]
-    assert per_device["by_device"] == {"0": ["local block [0. 1. 2. 3.]"], "1": ["local block [4. 5. 6. 7.]"],
-                                       "2": ["local block [ 8.  9. 10. 11.]"],
-                                       "3": ["local block [12. 13. 14. 15.]"]}
+    assert per_device["by_device"] == {
+        "0": ["local block [0. 1. 2. 3.]"],
+        "1": ["local block [4. 5. 6. 7.]"],
+        "2": ["local block [ 8.  9. 10. 11.]"],
+        "3": ["local block [12. 13. 14. 15.]"],
+    }
     assert per_device["print_restored"] == "debug_print"
     assert "device 2" in per_device["text"]
 
@@ -257,8 +271,10 @@ def free_port() -> int:
 def test_two_processes_on_loopback():
     port = free_port()
     command = [sys.executable, str(TESTS / "sharding_two_process.py"), str(port)]
-    procs = [subprocess.Popen(command + [str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=clean_env()) for i in range(2)]
+    procs = [
+        subprocess.Popen(command + [str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+        for i in range(2)
+    ]
     results = []
     try:
         for proc in procs:
@@ -312,8 +328,9 @@ DEVICES_SCRIPT = textwrap.dedent("""
 
 
 def test_jax_devices_in_a_fresh_kernel():
-    proc = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT], capture_output=True, text=True, timeout=300,
-                          env=clean_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", DEVICES_SCRIPT], capture_output=True, text=True, timeout=300, env=clean_env()
+    )
     assert "RESULT " in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert out["first"][:3] == [True, False, "ok"]
@@ -329,8 +346,7 @@ def test_jax_devices_in_a_fresh_kernel():
 
 
 def test_magic_on_values_and_calls(ip):
-    ip.run_cell("import numpy as np\nv = jnp.arange(6.0).reshape(2, 3)\n"
-                "@jax.jit\ndef double(a):\n    return a * 2\n")
+    ip.run_cell("import numpy as np\nv = jnp.arange(6.0).reshape(2, 3)\n@jax.jit\ndef double(a):\n    return a * 2\n")
     assert ip.run_cell("%jax_sharding v -o rep_v").success
     rep = ip.user_ns["rep_v"]
     assert rep.layout.typeof == "float32[2,3]" and rep.call is None
@@ -344,13 +360,16 @@ def test_magic_on_values_and_calls(ip):
     assert ip.user_ns["rep_idx"].expression == "v[0]"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("%jax_sharding", "needs an array expression"),
-    ("%jax_sharding undefined_name", "does not evaluate: NameError"),
-    ("%jax_sharding v --dims 0", "--dims takes two different dimensions"),
-    ("%jax_sharding v --dims a,b", "--dims takes two dimensions such as 0,2"),
-    ("%jax_sharding v --dims 0,4", "does not fit arrays of rank 2"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%jax_sharding", "needs an array expression"),
+        ("%jax_sharding undefined_name", "does not evaluate: NameError"),
+        ("%jax_sharding v --dims 0", "--dims takes two different dimensions"),
+        ("%jax_sharding v --dims a,b", "--dims takes two dimensions such as 0,2"),
+        ("%jax_sharding v --dims 0,4", "does not fit arrays of rank 2"),
+    ],
+)
 def test_magic_usage_errors(ip, line, message):
     from IPython.core.error import UsageError
 
@@ -386,9 +405,17 @@ EVIL = "<script>alert(1)</script>"
 
 
 def test_grid_html_is_escaped_and_colours_checked():
-    grid = Grid(1, 2, [GridCell(0, 0, EVIL, detail=EVIL, colour="#a6cee3", tooltip=EVIL + '"'),
-                       GridCell(0, 1, "b", colour="red;background:url(x)", style="muted")],
-                caption=EVIL, col_labels=[EVIL, "1"], row_labels=["r"])
+    grid = Grid(
+        1,
+        2,
+        [
+            GridCell(0, 0, EVIL, detail=EVIL, colour="#a6cee3", tooltip=EVIL + '"'),
+            GridCell(0, 1, "b", colour="red;background:url(x)", style="muted"),
+        ],
+        caption=EVIL,
+        col_labels=[EVIL, "1"],
+        row_labels=["r"],
+    )
     html = render_html(Document("t", Status.OK, "h", [Section("S", [grid])]))
     assert "<script>" not in html and "&lt;script&gt;" in html and "&quot;" in html
     assert "background:#a6cee3" in html and "url(x)" not in html
@@ -396,8 +423,13 @@ def test_grid_html_is_escaped_and_colours_checked():
 
 
 def test_grid_text_drawing():
-    grid = Grid(2, 2, [GridCell(0, 0, "CPU 0"), GridCell(0, 1, "CPU 1", style="muted"),
-                       GridCell(1, 0, "CPU 2,3", style="alert")], col_labels=["0:2", "2:4"], row_labels=["0:4", "4:8"])
+    grid = Grid(
+        2,
+        2,
+        [GridCell(0, 0, "CPU 0"), GridCell(0, 1, "CPU 1", style="muted"), GridCell(1, 0, "CPU 2,3", style="alert")],
+        col_labels=["0:2", "2:4"],
+        row_labels=["0:4", "4:8"],
+    )
     text = render_text(Document("t", Status.OK, "h", [Section("", [grid])]))
     assert text.splitlines()[1:] == [
         "           0:2         2:4",
@@ -418,5 +450,7 @@ def test_colours_and_id_lists():
 
 def test_wide_grid_text_is_listed_cell_by_cell():
     cells = [GridCell(0, c, f"device {c}", detail="x" * 30) for c in range(4)]
-    text = render_text(Document("t", Status.OK, "h", [Section("", [Grid(1, 4, cells, col_labels=["a", "b", "c", "d"])])]))
+    text = render_text(
+        Document("t", Status.OK, "h", [Section("", [Grid(1, 4, cells, col_labels=["a", "b", "c", "d"])])])
+    )
     assert text.splitlines()[1:] == [f"  [{n}] device {c}  {'x' * 30}" for c, n in enumerate("abcd")]

@@ -20,12 +20,19 @@ def test_every_stage_is_timed_and_the_first_call_adds_up():
     w, x = jnp.ones((16, 16)), jnp.ones((4, 16))
     rep = probes.stages(layer, w, x, runs=5, call_text="layer(w, x)")
     assert rep.status.value == "ok" and rep.runs == 5
-    for value in (rep.trace_seconds, rep.lower_seconds, rep.compile_seconds, rep.first_run_seconds,
-                  rep.steady_run_seconds, rep.xla_compile_seconds):
+    for value in (
+        rep.trace_seconds,
+        rep.lower_seconds,
+        rep.compile_seconds,
+        rep.first_run_seconds,
+        rep.steady_run_seconds,
+        rep.xla_compile_seconds,
+    ):
         assert value is not None and value > 0
     assert rep.xla_compile_seconds <= rep.compile_seconds
-    assert rep.first_call_seconds == pytest.approx(rep.trace_seconds + rep.lower_seconds + rep.compile_seconds
-                                                   + rep.first_run_seconds)
+    assert rep.first_call_seconds == pytest.approx(
+        rep.trace_seconds + rep.lower_seconds + rep.compile_seconds + rep.first_run_seconds
+    )
     assert rep.steady_run_min_seconds <= rep.steady_run_seconds
     assert rep.argument_types == ["f32[16,16]", "f32[4,16]"] and rep.output_types == ["f32[]"]
     assert rep.summary.startswith("`layer(w, x)`: trace ")
@@ -48,7 +55,7 @@ def test_an_already_compiled_function_is_timed_cold_on_a_copy():
 def test_static_arguments_are_kept_out_of_the_compiled_call():
     @partial(jax.jit, static_argnames=("n",))
     def power(x, n):
-        return x ** n
+        return x**n
 
     rep = probes.stages(power, jnp.ones(3), n=3, runs=2)
     assert rep.failure == "" and rep.steady_run_seconds is not None
@@ -113,12 +120,14 @@ def test_report_is_plain_data():
 
 
 def test_magic_times_a_call_from_the_namespace(ip):
-    ip.run_cell("def deep_fn(ws, x):\n"
-                "    for w in ws:\n"
-                "        x = jnp.tanh(x @ w)\n"
-                "    return x.sum()\n"
-                "ws_s = [jnp.eye(8) * 0.5 for _ in range(5)]\n"
-                "x_s = jnp.ones((2, 8))\n")
+    ip.run_cell(
+        "def deep_fn(ws, x):\n"
+        "    for w in ws:\n"
+        "        x = jnp.tanh(x @ w)\n"
+        "    return x.sum()\n"
+        "ws_s = [jnp.eye(8) * 0.5 for _ in range(5)]\n"
+        "x_s = jnp.ones((2, 8))\n"
+    )
     result = ip.run_cell("%jax_stages deep_fn(ws_s, x_s) -n 4 -o st_rep")
     assert result.success
     rep = ip.user_ns["st_rep"]

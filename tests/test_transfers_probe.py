@@ -115,7 +115,7 @@ def test_state_is_left_as_found(double):
     with pytest.raises(KeyboardInterrupt):
         with probes.transfers():
             raise KeyboardInterrupt
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever JAX raises for a disallowed transfer
         with probes.transfers(mode="disallow"):
             double(np.ones(3, np.float32))
     assert before.differences(take_snapshot()) == []
@@ -133,13 +133,19 @@ def test_other_errors_are_reported_and_raised():
 
 
 def test_parse_transfer_messages():
-    log_line = ("W1129 08:37:07.491211   28130 guard_lib.cc:154] host-to-device transfer: "
-                "aval=ShapedArray(float32[], weak_type=True), dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0))")
+    log_line = (
+        "W1129 08:37:07.491211   28130 guard_lib.cc:154] host-to-device transfer: "
+        "aval=ShapedArray(float32[], weak_type=True), dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0))"
+    )
     assert parse_transfer(log_line) == ("host-to-device", "f32[] weak")
-    assert parse_transfer("W1129 08:37:58.905025   28456 guard_lib.cc:154] host-to-device transfer: ") == \
-        ("host-to-device", "")
-    error = ("INVALID_ARGUMENT: Disallowed host-to-device transfer: aval=ShapedArray(int32[3]), "
-             "dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device)")
+    assert parse_transfer("W1129 08:37:58.905025   28456 guard_lib.cc:154] host-to-device transfer: ") == (
+        "host-to-device",
+        "",
+    )
+    error = (
+        "INVALID_ARGUMENT: Disallowed host-to-device transfer: aval=ShapedArray(int32[3]), "
+        "dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0), memory_kind=device)"
+    )
     assert parse_transfer(error) == ("host-to-device", "i32[3]")
     assert parse_transfer("some other warning") is None
 

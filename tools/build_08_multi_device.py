@@ -439,9 +439,12 @@ assert dict(jax.config.values) == CONFIG_AT_START
 print("JAX config unchanged since the start ✔")
 """)
 
-nb = new_notebook(cells=cells, metadata={
-    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-    "language_info": {"name": "python"},
-})
+nb = new_notebook(
+    cells=cells,
+    metadata={
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    },
+)
 nbformat.write(nb, OUT)
 print(f"wrote {OUT.relative_to(ROOT)} ({len(cells)} cells)")

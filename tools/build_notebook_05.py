@@ -337,12 +337,15 @@ code("""
 assert rep_budget_ok.count("mlp_step") == 2 and rep_budget_ok.over_budget == []
 """)
 
-code("""
+code(
+    """
 %%jax_compiles --budget 1 --fn mlp_step -o rep_budget
 jax.clear_caches()
 for n in [8, 8, 16, 16, 8]:
     mlp_step_jit(w5, jnp.ones((n, 64)))
-""", RAISES)
+""",
+    RAISES,
+)
 
 code("""
 err = pop_last_error()                            # the error that failed the cell above
@@ -558,11 +561,14 @@ A transfer the cell does not catch stops it, as it would without the magic; the 
 line:
 """)
 
-code("""
+code(
+    """
 %%jax_transfers --mode disallow -o rep_stop
 y = f_tg(x_dev)
 y = f_tg(np.arange(3, dtype=np.float32))
-""", RAISES)
+""",
+    RAISES,
+)
 
 code("""
 err = pop_last_error()

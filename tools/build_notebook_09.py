@@ -158,11 +158,14 @@ at the NaN with JAX's `FloatingPointError` (this cell is expected to fail), and 
 error says where it came from.
 """)
 
-code("""
+code(
+    """
 %%jax_nans -o nan_step0
 k_dbg = jax.random.key(123)
 step_v0(params0, X_tr, Y_tr, k_dbg, 0)
-""", RAISES)
+""",
+    RAISES,
+)
 
 code("""
 error = pop_last_error()
@@ -324,10 +327,13 @@ and the keys reaching each jitted function are counted from their data. Here the
 cell (expected to fail) at the second `split` of the same `key`.
 """)
 
-code("""
+code(
+    """
 %%jax_keys -o keys_v2
 train_v2(step_v2, params0, X_tr, Y_tr, 4)
-""", RAISES)
+""",
+    RAISES,
+)
 
 code("""
 e_reuse = pop_last_error()

@@ -751,13 +751,16 @@ the last traceback it printed. Every frame in it, with its local arrays, stays a
 searches those frames too, and labels what it finds there as held by the traceback.
 """)
 
-nb7.code("""
+nb7.code(
+    """
 def normalise(batch):
     norms = jnp.linalg.norm(batch, axis=1, keepdims=True)
     raise ValueError("a bad batch")           # fails after allocating
 
 normalise(jnp.ones((700, 700)))
-""", RAISES)
+""",
+    RAISES,
+)
 
 nb7.code("""
 %jax_live -o rep_tb

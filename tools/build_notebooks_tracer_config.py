@@ -29,13 +29,15 @@ def code(text: str, raises: bool = False):
 
 def notebook(cells) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                   "language_info": {"name": "python"}}
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
     nb.cells = cells
     return nb
 
 
-SETUP = '''
+SETUP = """
 %load_ext jaxmagic
 
 import re, sys, json, traceback
@@ -50,7 +52,7 @@ from _demo_helpers import show_error, run_py, result_lines, config_changes, pop_
 E = jax.errors
 CONFIG_AT_START = dict(jax.config.values)   # the last cell checks that nothing was left switched on
 print("JAX", jax.__version__, "| backend", jax.default_backend(), "| Python", sys.version.split()[0], "|", sys.platform)
-'''
+"""
 
 # ---------------------------------------------------------------------------------------------
 # 04 - tracer errors
@@ -102,10 +104,13 @@ NB04 = [
     unchanged. Object ids in JAX's leak messages differ from run to run, which is one reason
     `%%jax_leaks` replaces them with names.
     """),
-    code(SETUP + '''
+    code(
+        SETUP
+        + """
 shell = get_ipython()
 assert shell.custom_exceptions == (Exception,), "the explainer is installed by %load_ext"
-'''),
+"""
+    ),
     md("""
     ## The exception classes, as they really are
 
@@ -115,7 +120,7 @@ assert shell.custom_exceptions == (Exception,), "the explainer is installed by %
     the boolean-index error is an `IndexError`. To catch the whole family, catch
     `jax.errors.JAXTypeError` (or `TypeError`) and `IndexError`.
     """),
-    code('''
+    code("""
 for cls in [E.ConcretizationTypeError, E.TracerBoolConversionError, E.TracerIntegerConversionError,
             E.TracerArrayConversionError, E.NonConcreteBooleanIndexError, E.UnexpectedTracerError]:
     print(f"  {cls.__name__:30s} -> {[c.__name__ for c in cls.__mro__[1:4]]}")
@@ -127,7 +132,7 @@ assert all(issubclass(c, E.JAXTypeError) and issubclass(c, TypeError) for c in
            [E.ConcretizationTypeError, E.TracerIntegerConversionError, E.TracerArrayConversionError,
             E.UnexpectedTracerError])
 assert issubclass(E.NonConcreteBooleanIndexError, IndexError)
-'''),
+"""),
     md("""
     ## Reading a tracer error: two sentences matter
 
@@ -143,7 +148,7 @@ assert issubclass(E.NonConcreteBooleanIndexError, IndexError)
     flow that needs its value with a JAX primitive. Here is the sentence extracted by hand, the way
     the chapter does it:
     """),
-    code('''
+    code("""
 def clip_positive(x, limit):
     if x > limit:                  # needs the values of x and limit
         return limit
@@ -156,17 +161,17 @@ m = re.search(r"The error occurred while tracing the function (\\S+) at \\S+ for
 print("function:", m.group(1), "| argument(s):", m.group(2))
 assert isinstance(e_clip, E.TracerBoolConversionError)
 assert m.group(1) == "clip_positive" and m.group(2) == "x and limit"   # both take part in the comparison
-'''),
+"""),
     md("""
     `%jax_explain e_clip` does the same reading for any tracer error, and adds what the message
     does not say: which names on your line were tracers (here both, and `limit` arrived as a Python
     float, a *weakly typed* tracer, so it is the natural candidate for `static_argnames`), and the
     fixes for this kind of error.
     """),
-    code('''
+    code("""
 %jax_explain e_clip -o rep_clip
-'''),
-    code('''
+"""),
+    code("""
 assert rep_clip.error_kind == "bool" and rep_clip.traced_function == "clip_positive"
 assert rep_clip.depends_on == ["x", "limit"] and rep_clip.depends_text == "x and limit"   # the chapter's sentence
 assert rep_clip.failing_line.code.startswith("if x > limit:")
@@ -174,7 +179,7 @@ assert [(t.name, t.weak_type) for t in rep_clip.traced_names] == [("x", False), 
 assert [f.use for f in rep_clip.fixes][:2] == ["jnp.where(cond, a, b)", "lax.cond(pred, true_fn, false_fn, x)"]
 assert "jax.jit(clip_positive, static_argnames=('limit',))" in [f.use for f in rep_clip.fixes]
 print(rep_clip.summary)
-'''),
+"""),
     md("""
     ### The explainer at work
 
@@ -183,24 +188,27 @@ print(rep_clip.summary)
     message, `sys.last_value` for `%debug` all work as usual). `%jax_explain` with no argument
     explains the last exception again, and stores it.
     """),
-    code('''
+    code(
+        """
 jax.jit(clip_positive)(jnp.float32(3.0), 1.0)
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 %jax_explain -o rep_last
-'''),
-    code('''
+"""),
+    code("""
 err = pop_last_error()
 assert isinstance(err, E.TracerBoolConversionError)
 assert rep_last.depends_on == ["x", "limit"] and rep_last.failing_line.code.startswith("if x > limit:")
-'''),
+"""),
     md("""
     ## 4.1 `TracerBoolConversionError`
 
     A Python `if` on a traced value. Elementwise, `jnp.where` computes both sides and picks;
     `lax.cond` runs only one branch (the predicate must be a scalar).
     """),
-    code('''
+    code("""
 # wrong: a Python if on a traced value
 @jax.jit
 def relu_if(x):
@@ -213,8 +221,8 @@ rep = jaxmagic.probes.explain(e_bool)
 print("   explainer:", rep.summary)
 assert isinstance(e_bool, E.TracerBoolConversionError)
 assert rep.traced_function == "relu_if" and rep.depends_on == ["x"] and rep.fixes[0].use.startswith("jnp.where")
-'''),
-    code('''
+"""),
+    code("""
 # right: jnp.where elementwise, lax.cond when only one branch may run
 @jax.jit
 def relu_where(x):
@@ -228,14 +236,14 @@ xs = jnp.array([-2.0, 0.0, 3.0])
 print("jnp.where:", relu_where(xs), "| lax.cond:", [float(relu_cond(v)) for v in xs])
 assert np.array_equal(relu_where(xs), [0.0, 0.0, 3.0])
 assert [float(relu_cond(v)) for v in xs] == [0.0, 0.0, 3.0]
-'''),
+"""),
     md("""
     Under plain `jax.grad` (no `jit`) the Python `if` does **not** fail, because grad's tracers carry
     values. The same function fails as soon as it goes through `vmap` or `jit`, so an eager test with
     `grad` can fool you. Under `vmap`, JAX names no argument; the explainer reads the tracers on the
     failing line instead.
     """),
-    code('''
+    code("""
 def relu_plain(x):
     if x > 0:
         return x
@@ -248,7 +256,7 @@ print("   explainer:", rep.summary)
 assert float(jax.grad(relu_plain)(2.0)) == 1.0
 assert isinstance(e_vmap, E.TracerBoolConversionError)
 assert rep.transformation == "vmap" and rep.depends_on == [] and [t.name for t in rep.traced_names] == ["x"]
-'''),
+"""),
     md("""
     ## 4.2 `TracerIntegerConversionError`
 
@@ -257,7 +265,7 @@ assert rep.transformation == "vmap" and rep.depends_on == [] and [t.name for t i
     `lax.fori_loop` takes a traced trip count; a Python list indexed by a tracer must become an array.
     The explainer puts the fix that matches the line first.
     """),
-    code('''
+    code("""
 def repeat_add(x, n):
     for _ in range(n):
         x = x + 1.0
@@ -276,15 +284,15 @@ for name, fn in [("range(n)", lambda: jax.jit(repeat_add)(1.0, 3)), ("list[i]", 
 
 assert reports_int["range(n)"].depends_on == ["n"] and reports_int["range(n)"].fixes[0].use.startswith("lax.fori_loop")
 assert reports_int["list[i]"].depends_on == ["i"] and reports_int["list[i]"].fixes[0].use == "jnp.asarray(a_list)[i]"
-'''),
-    code('''
+"""),
+    code("""
 # right: static argument, fori_loop, or an array instead of a list
 repeat_static = jax.jit(repeat_add, static_argnames="n")
 repeat_fori = jax.jit(lambda x, n: lax.fori_loop(0, n, lambda _, v: v + 1.0, x))
 pick_arr = jax.jit(lambda i: jnp.asarray([10.0, 20.0, 30.0])[i])
 print("static:", repeat_static(1.0, n=3), "| fori_loop:", repeat_fori(1.0, 3), "| array index:", pick_arr(1))
 assert float(repeat_static(1.0, n=3)) == 4.0 and float(repeat_fori(1.0, 3)) == 4.0 and float(pick_arr(1)) == 20.0
-'''),
+"""),
     md("""
     ## 4.3 `TracerArrayConversionError`
 
@@ -292,7 +300,7 @@ assert float(repeat_static(1.0, n=3)) == 4.0 and float(repeat_fori(1.0, 3)) == 4
     `jax.numpy` twin; when you really need NumPy or another library, `jax.pure_callback` calls it from
     the compiled program, with the result's shape and dtype declared up front.
     """),
-    code('''
+    code("""
 @jax.jit
 def np_inside(x):
     return np.sin(x) * 2
@@ -315,7 +323,7 @@ def via_callback(x):
 ref = np.sin(np.ones(3)) * 2
 print("jnp:", jnp_inside(jnp.ones(3)), "| pure_callback:", via_callback(jnp.ones(3)))
 assert np.allclose(jnp_inside(jnp.ones(3)), ref) and np.allclose(via_callback(jnp.ones(3)), ref)
-'''),
+"""),
     md("""
     ## 4.4 `ConcretizationTypeError` (the base class itself)
 
@@ -323,7 +331,7 @@ assert np.allclose(jnp_inside(jnp.ones(3)), ref) and np.allclose(via_callback(jn
     saying where the value was needed ("It arose in the jnp.arange argument 'stop'"); the explainer
     keeps it as `jax_hint` and picks the matching fix.
     """),
-    code('''
+    code("""
 cases_bad = {
     "float(x)": lambda: jax.jit(lambda x: float(x) * 2)(jnp.float32(1.0)),
     "x.item()": lambda: jax.jit(lambda x: x.item())(jnp.float32(1.0)),
@@ -342,8 +350,8 @@ assert reports_conc["jnp.arange(n)"].jax_hint == "It arose in the jnp.arange arg
 assert reports_conc["jnp.arange(n)"].fixes[0].use == "static_argnames=('n',)"
 assert reports_conc["jnp.nonzero(x)"].fixes[0].use.startswith("jnp.nonzero(x, size=k")
 assert reports_conc["float(x)"].fixes[0].use.startswith("stay in JAX")
-'''),
-    code('''
+"""),
+    code("""
 # right: stay in JAX; a size that is a setting becomes static; otherwise give a fixed size
 f_float = jax.jit(lambda x: x * 2)
 f_arange = jax.jit(lambda n: jnp.arange(n), static_argnames="n")
@@ -352,7 +360,7 @@ print("arange(static n):", f_arange(n=3), "| nonzero(size=3):", f_nonzero(jnp.ar
 assert float(f_float(jnp.float32(1.0))) == 2.0
 assert f_arange(n=3).tolist() == [0, 1, 2]
 assert f_nonzero(jnp.array([1.0, 0.0, 2.0])).tolist() == [0, 2, -1]
-'''),
+"""),
     md("""
     ## 4.5 Boolean masks, shapes and slices with tracers
 
@@ -361,7 +369,7 @@ assert f_nonzero(jnp.array([1.0, 0.0, 2.0])).tolist() == [0, 2, -1]
     slice errors are a plain `TypeError` and a plain `IndexError`; the explainer recognises them by
     JAX's message.
     """),
-    code('''
+    code("""
 cases_shape = {
     "x[x > 0]": (lambda: jax.jit(lambda x: x[x > 0].sum())(jnp.array([1.0, -1.0, 2.0])), E.NonConcreteBooleanIndexError),
     "jnp.zeros(n)": (lambda: jax.jit(lambda n: jnp.zeros(n))(3), TypeError),
@@ -378,8 +386,8 @@ for name, (fn, expected) in cases_shape.items():
 assert [r.error_kind for r in reports_shape.values()] == ["bool_index", "shape", "slice"]
 assert reports_shape["x[i:i+2]"].fixes[0].use == "lax.dynamic_slice(x, (i,), (2,))"
 assert reports_shape["jnp.zeros(n)"].depends_on == ["n"]
-'''),
-    code('''
+"""),
+    code("""
 # right: a masked sum, a static shape, a dynamic slice of fixed length
 pos_sum = jax.jit(lambda x: jnp.sum(jnp.where(x > 0, x, 0.0)))
 zeros_n = jax.jit(lambda n: jnp.zeros(n), static_argnums=0)
@@ -388,21 +396,21 @@ print("masked sum:", pos_sum(jnp.array([1.0, -1.0, 2.0])), "| dynamic_slice:", w
 assert float(pos_sum(jnp.array([1.0, -1.0, 2.0]))) == 3.0
 assert zeros_n(3).shape == (3,)
 assert window(jnp.arange(5.0), 1).tolist() == [1.0, 2.0]
-'''),
+"""),
     md("""
     ### The seven kinds at a glance, from the explainer
 
     All wrong cells above, collected: each error's class, the kind the explainer gave it and the fix
     it lists first. Every row of the table at the top of this notebook is covered.
     """),
-    code('''
+    code("""
 collected = {"if x > limit": rep_clip, "if x > 0": jaxmagic.probes.explain(e_bool), **reports_int,
              "np.sin(x)": jaxmagic.probes.explain(e_arr), **reports_conc, **reports_shape}
 print(f"{'code':16s} {'exception':30s} {'kind':11s} first fix")
 for code_text, r in collected.items():
     print(f"{code_text:16s} {r.error_type:30s} {r.error_kind:11s} {r.fixes[0].use}")
 assert {r.error_kind for r in collected.values()} == {"bool", "int", "array", "concrete", "bool_index", "shape", "slice"}
-'''),
+"""),
     md("""
     ## 4.6 `UnexpectedTracerError`: a leaked tracer
 
@@ -410,7 +418,7 @@ assert {r.error_kind for r in collected.values()} == {"bool", "int", "array", "c
     attribute, a mutable container in a closure) leaks a tracer. The call itself succeeds; the error
     comes later, wherever the stored value is *used*, which can be far from where it leaked.
     """),
-    code('''
+    code("""
 # wrong: the jitted function stores an intermediate on the object
 class Model:
     def __call__(self, x):
@@ -420,18 +428,21 @@ class Model:
 
 m_leak = Model()
 jax.jit(m_leak)(jnp.ones(3))                 # no error here
-'''),
+"""),
     md("""
     Using the value raises. With the explainer on, the report above the traceback says where it was
     used, where it was computed (inside `Model.__call__`, during the earlier trace), and which of your
     variables still holds it. Running the same cell under `%%jax_leaks` gives the same facts as a
     stored report.
     """),
-    code('''
+    code(
+        """
 %%jax_leaks -o rep_use
 jnp.sum(m_leak.last_hidden)                  # used much later
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 err = pop_last_error()
 assert isinstance(err, E.UnexpectedTracerError)
 u = rep_use.unexpected
@@ -439,8 +450,8 @@ assert u.held_by == ["m_leak.last_hidden"] and u.aval == "float32[3]"
 assert u.used_at.code == "jnp.sum(m_leak.last_hidden)                  # used much later"
 assert u.created_at.code == "h = jnp.tanh(x)" and u.created_at.function == "Model.__call__"
 print(rep_use.summary)
-'''),
-    code('''
+"""),
+    code("""
 # right: return what you need
 class ModelOK:
     def __call__(self, x):
@@ -451,7 +462,7 @@ out, hidden = jax.jit(ModelOK())(jnp.ones(3))
 print("hidden, returned:", hidden)
 assert np.allclose(hidden, np.tanh(1.0)) and np.allclose(out, 2 * np.tanh(1.0))
 del m_leak                                   # the old tracer goes with it
-'''),
+"""),
     md("""
     ### Leak checking: the error at the moment of the leak
 
@@ -467,7 +478,7 @@ del m_leak                                   # the old tracer goes with it
     whose message lists each leaked tracer and a chain of referrers: which tracer, held by what.
     It turns some caching off, so use it only while debugging.
     """),
-    code('''
+    code("""
 leaked = []
 def leaky_fn(x):
     leaked.append(x)              # leaks into a global list
@@ -489,16 +500,19 @@ assert any("is referred to by" in l and "leaked" in l for l in msg_lines)
 assert any(re.fullmatch(r"<list \\d+> is referred to by __main__\\.leaked", l) for l in msg_lines)
 assert re.search(r"<list \\d+>\\[0\\]", str(leak_err))          # ids, not names
 leaked.clear()
-'''),
+"""),
     md("""
     `%%jax_leaks` runs a cell with the same checking and turns the chain into the names you used.
     The cell still fails with JAX's own exception, so nothing is hidden.
     """),
-    code('''
+    code(
+        """
 %%jax_leaks -o rep_leak
 jax.jit(leaky_fn)(jnp.float32(1.0))
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 err = pop_last_error()
 assert type(err) is Exception and str(err).startswith("Leaked trace DynamicJaxprTrace")
 [tracer] = rep_leak.leaked
@@ -507,14 +521,14 @@ assert tracer.function == "leaky_fn" and tracer.transformation == "jit" and trac
 assert rep_leak.traced == ["leaky_fn"]
 print(rep_leak.summary)
 leaked.clear()
-'''),
+"""),
     md("""
     Leaks through a dictionary on an object, and through a variable captured by a closure, get their
     names the same way. Storing one intermediate also keeps alive every tracer its computation used:
     JAX lists those too, and the report marks them as kept alive *through* the stored one, so you
     know which single line to fix.
     """),
-    code('''
+    code("""
 class Cache:
     pass
 
@@ -534,28 +548,34 @@ def make_step():
     return step
 
 step = make_step()
-'''),
-    code('''
+"""),
+    code(
+        """
 %%jax_leaks -o rep_dict
 jax.jit(remember)(jnp.ones(3))
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 err = pop_last_error()
 first, second = rep_dict.leaked
 assert first.held_by == ["cache.store['h']"] and first.created_at.code == 'h = jnp.tanh(x)'
 assert second.held_by == [] and second.kept_alive_by == 1 and second.depends_on == ["x"]
 cache.store.clear()
-'''),
-    code('''
+"""),
+    code(
+        """
 %%jax_leaks -o rep_closure
 jax.jit(step)(jnp.ones(2))
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 err = pop_last_error()
 assert rep_closure.leaked[0].held_by == ["history[0] (closed over by step)"]
 assert rep_closure.leaked[0].created_at.code == "history.append(x * 2)          # a list captured by a closure"
 step = make_step()                     # a fresh closure, without the dead tracer
-'''),
+"""),
     md("""
     ### Leak checking only happens while tracing
 
@@ -563,7 +583,7 @@ step = make_step()                     # a fresh closure, without the dead trace
     it again, and the leak goes unseen. The chapter's remedy is `jax.clear_caches()` first (or a new
     input signature).
     """),
-    code('''
+    code("""
 leaked2 = []
 def leaky_cached(x):
     leaked2.append(x)
@@ -587,7 +607,7 @@ print("cached trace:       ", r_cached)
 print("after clear_caches: ", r_cleared)
 assert r_cached == "no error" and r_cleared.startswith("error: Leaked trace")
 leaked2.clear()
-'''),
+"""),
     md("""
     `jax.clear_caches()` empties every cache of the process: afterwards every jitted function (and
     every eager operation) is traced and compiled again, in later cells too. `%%jax_leaks` needs
@@ -596,7 +616,7 @@ leaked2.clear()
     traces are used again, untouched. Below, `leaky_cached_jit` is cached again first; the magic
     still catches its leak, and a cached function called after the magic does not compile again.
     """),
-    code('''
+    code("""
 leaky_cached_jit(jnp.float32(1.0)); leaked2.clear()       # cached again, without checks
 
 @jax.jit
@@ -604,13 +624,16 @@ def scale(x):
     return 3 * x
 
 scale(jnp.ones(4))                                          # cached before the magic
-'''),
-    code('''
+"""),
+    code(
+        """
 %%jax_leaks -o rep_cached
 scale(jnp.ones(4))
 leaky_cached_jit(jnp.float32(2.0))
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 err = pop_last_error()
 assert rep_cached.leaked[0].held_by == ["leaked2[0]"]
 assert rep_cached.retrace_method == "user_context" and rep_cached.traced == ["scale", "leaky_cached"]
@@ -624,32 +647,32 @@ with CompileCounter(name="scale") as cc:
 print("compilations of jit(scale) after jax.clear_caches():", cc.count)
 assert cc.count == 1
 leaked2.clear()
-'''),
+"""),
     md("""
     A clean cell gets a one-line report. The fixed functions leak nothing:
     """),
-    code('''
+    code("""
 %%jax_leaks -o rep_clean
 out, hidden = jax.jit(ModelOK())(jnp.ones(3))
 total = jax.jit(lambda x: jnp.sum(jnp.tanh(x)))(jnp.ones(3))
-'''),
-    code('''
+"""),
+    code("""
 assert rep_clean.status.value == "ok" and rep_clean.leaked == [] and rep_clean.held == []
 assert rep_clean.summary == "No tracer leaked."
 assert jax.config.jax_check_tracer_leaks is False
-'''),
+"""),
     md("""
     ## Turning the explainer off and on
 
     `%jax_explain off` puts back the handler IPython had before (none, here); `%jax_explain on`
     installs the explainer again. `%unload_ext jaxmagic` removes it too.
     """),
-    code('''
+    code("""
 %jax_explain off
 assert shell.custom_exceptions == ()
 %jax_explain on
 assert shell.custom_exceptions == (Exception,)
-'''),
+"""),
     md("""
     ## Final check: nothing left switched on
 
@@ -657,14 +680,14 @@ assert shell.custom_exceptions == (Exception,)
     JAX flag with a fresh process's defaults; nothing may differ, and the configuration must be
     exactly what it was at the start.
     """),
-    code('''
+    code("""
 %jax_config -o final_config
-'''),
-    code('''
+"""),
+    code("""
 assert final_config.nondefault == {}, final_config.nondefault
 assert config_changes(CONFIG_AT_START) == {} and dict(jax.config.values) == CONFIG_AT_START
 print("JAX config unchanged since the start ✔")
-'''),
+"""),
 ]
 
 
@@ -702,7 +725,7 @@ NB06 = [
 
     The valid values, read from JAX itself (an invalid value makes `jax.config.update` list them):
     """),
-    code('''
+    code("""
 try:
     jax.config.update("jax_traceback_filtering", "bogus")
 except ValueError as e:
@@ -711,27 +734,27 @@ MODES_HERE = sorted(eval(valid))
 print("valid modes:", MODES_HERE)
 assert MODES_HERE == sorted(["off", "tracebackhide", "remove_frames", "quiet_remove_frames", "auto"])
 assert jax.config.jax_traceback_filtering == "auto"        # the failed update changed nothing
-'''),
+"""),
     md("""
     `%jax_traceback` explains each mode and says which one `auto` means here: in IPython >= 7.17 it
     is `tracebackhide` (frames are kept but marked, and IPython folds them into
     "[... skipping hidden N frame]"); in a plain Python process it is `quiet_remove_frames`.
     """),
-    code('''
+    code("""
 %jax_traceback -o tb_modes
-'''),
-    code('''
+"""),
+    code("""
 assert tb_modes.mode == "auto" and tb_modes.resolved == "tracebackhide"
 from jaxmagic.probes.tracebacks import MODES
 assert sorted(MODES) == MODES_HERE
-'''),
+"""),
     md("""
     The mode is read when an exception is raised, so it can be switched at any time. The same error
     under each of the five modes, counting the frames in the traceback, JAX's own frames among them,
     the `__cause__` and the notes JAX attaches; the last column is what the `%jax_traceback` probe
     counts as your frames.
     """),
-    code('''
+    code("""
 def inner_reshape(x):
     return x.reshape(3, 5)            # 4 elements into 3x5: fails
 
@@ -766,7 +789,7 @@ assert [r["frames"] for r in tb.values()] == [11, 11, 11, 6, 6]                 
 for r in tb.values():                                                                 # the probe counts the same
     assert r["view"].frames_total == r["frames"] and r["view"].your_frames[-1].function == "inner_reshape"
 assert jax.config.jax_traceback_filtering == "auto"
-'''),
+"""),
     md("""
     ### Switching with the magic, and reading your frames
 
@@ -775,19 +798,22 @@ assert jax.config.jax_traceback_filtering == "auto"
     summarises the last error: your frames, with the line of each, outermost first. Under `jit` your
     code appears twice: where the jitted function was called, and inside the traced function.
     """),
-    code('''
+    code("""
 %jax_traceback off -o tb_off
-'''),
-    code('''
+"""),
+    code("""
 assert jax.config.jax_traceback_filtering == "off" and tb_off.previous_mode == "auto"
-'''),
-    code('''
+"""),
+    code(
+        """
 outer_jit(jnp.ones(4))
-''', raises=True),
-    code('''
+""",
+        raises=True,
+    ),
+    code("""
 %jax_traceback auto -o tb_last
-'''),
-    code('''
+"""),
+    code("""
 err = pop_last_error()
 assert isinstance(err, TypeError) and str(err).startswith("cannot reshape array of shape (4,)")
 assert jax.config.jax_traceback_filtering == "auto" and tb_last.previous_mode == "off"
@@ -796,7 +822,7 @@ assert [f.function for f in tb_last.your_frames] == ["<module>", "<lambda>", "in
 assert tb_last.your_frames[-1].code == "return x.reshape(3, 5)            # 4 elements into 3x5: fails"
 assert tb_last.frames_total == tb["off"]["frames"] and tb_last.frames_jax == tb["off"]["jax"]   # mode off: all 11
 print(tb_last.summary)
-'''),
+"""),
     md("""
     ### In a plain Python process
 
@@ -904,16 +930,16 @@ assert {f.source for f in cfg_inside.changed} == {"set in this process"}
     `%jax_config --all` lists every option with its value; a word instead lists the options whose
     name contains it, which is the quickest way to find the one you half remember.
     """),
-    code('''
+    code("""
 %jax_config debug -o cfg_debug
-'''),
-    code('''
+"""),
+    code("""
 names = [f.name for f in cfg_debug.flags]
 assert "jax_debug_nans" in names and "jax_debug_infs" in names and all("debug" in n for n in names)
 assert cfg_debug.nondefault == {}
 cfg_all = jaxmagic.probes.config_diff(all_flags=True)
 assert len(cfg_all.flags) == cfg_all.total == 144
-'''),
+"""),
     md("""
     Environment variables have the same effect as `config.update`, but only when the process starts.
     A fresh process started with three of them set, and the same process asked through the
@@ -941,29 +967,29 @@ assert lines[1:] == ["jax_debug_nans True | environment variable JAX_DEBUG_NANS=
     text instead of printing it. Its `platform` line contains the host name, which you may not want
     to publish; the chapter removes it with a regular expression:
     """),
-    code('''
+    code("""
 env_info = jax.print_environment_info(return_string=True)
 safe_info = re.sub(r"node='[^']*'", "node='<removed>'", env_info)
 print(safe_info)
 assert f"jax:    {jax.__version__}" in env_info and "jaxlib:" in env_info and "device info:" in env_info
 assert "node='<removed>'" in safe_info
-'''),
+"""),
     md("""
     `%jax_env` does the same (and also replaces the host name wherever else it appears), lists the
     `JAX_*` / `XLA_*` environment variables of the process, and keeps the versions as fields.
     `--show-host` keeps the name.
     """),
-    code('''
+    code("""
 %jax_env -o env_rep
-'''),
-    code('''
+"""),
+    code("""
 import platform
 assert env_rep.versions["jax"] == jax.__version__ == "0.12.0.1" and env_rep.versions["jaxlib"] == "0.12.0.1"
 assert env_rep.devices == "cpu-1, 1 local devices" and env_rep.process_count == "1"
 assert "node='<hidden>'" in env_rep.text and platform.node() not in env_rep.text
 assert "system='Linux'" in env_rep.text           # the chapter's machine said Darwin
 print(env_rep.summary)
-'''),
+"""),
     md("""
     ## Final check: nothing left switched on
 
@@ -971,14 +997,14 @@ print(env_rep.summary)
     inside `with` blocks. Nothing may differ from a fresh process, and the configuration must be what
     it was at the start.
     """),
-    code('''
+    code("""
 %jax_config -o final_config
-'''),
-    code('''
+"""),
+    code("""
 assert final_config.nondefault == {}, final_config.nondefault
 assert config_changes(CONFIG_AT_START) == {} and dict(jax.config.values) == CONFIG_AT_START
 print("JAX config unchanged since the start ✔")
-'''),
+"""),
 ]
 
 

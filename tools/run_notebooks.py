@@ -87,7 +87,9 @@ def main(argv: list[str]) -> int:
     width = max(len(r.path.name) for r in runs)
     print(f"\n{'notebook'.ljust(width)}  cells  result  seconds")
     for run in runs:
-        print(f"{run.path.name.ljust(width)}  {run.code_cells:5d}  {'pass' if run.passed else 'FAIL':6s}  {run.seconds:7.1f}")
+        print(
+            f"{run.path.name.ljust(width)}  {run.code_cells:5d}  {'pass' if run.passed else 'FAIL':6s}  {run.seconds:7.1f}"
+        )
     for run in runs:
         if not run.passed:
             print(f"\n--- {run.path.name} failed ---\n{run.error[-3000:]}")

@@ -22,7 +22,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 from screenshot_reports import ROOT, photograph  # noqa: E402
 
 CELLS: list[tuple[str | None, str]] = [
-    (None, """\
+    (
+        None,
+        """\
 import jax, jax.numpy as jnp, numpy as np
 from functools import partial
 
@@ -45,14 +47,20 @@ x, y = jnp.ones((32, 16)), jnp.ones((32, 4))
 @jax.jit
 def scale(w, x):
     return w * x
-"""),
-    ("jax_compiles_static", """\
+""",
+    ),
+    (
+        "jax_compiles_static",
+        """\
 %%jax_compiles -o jax_compiles_static
 p = params
 for step in range(6):
     p = train_step(p, x, y, step)
-"""),
-    ("jax_compiles_causes", """\
+""",
+    ),
+    (
+        "jax_compiles_causes",
+        """\
 %%jax_compiles --all -o jax_compiles_causes
 w = jnp.ones(3)
 scale(w, jnp.float32(2.0))
@@ -62,8 +70,11 @@ for n in (4, 5):
     scale(jnp.ones(n), 2.0)            # shape changed
 for _ in range(2):
     jax.jit(lambda v: v + 1)(w)        # a new function object each time
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 def deep(ws, x):
     for w in ws:                       # a Python loop: unrolled, 40 layers to compile
         x = jnp.tanh(x @ w)
@@ -71,23 +82,30 @@ def deep(ws, x):
 
 ws_deep = [jax.random.normal(k, (32, 32)) / 6.0 for k in jax.random.split(jax.random.key(5), 40)]
 x_deep = jnp.ones((8, 32))
-"""),
+""",
+    ),
     ("jax_stages", "%jax_stages deep(ws_deep, x_deep) -o jax_stages\n"),
-    (None, """\
+    (
+        None,
+        """\
 f_tg = jax.jit(lambda x: x * 2)
 x_dev = jnp.ones(3)
 f_tg(x_dev)
 def step_on(batch):
     return f_tg(batch)
-"""),
-    ("jax_transfers", """\
+""",
+    ),
+    (
+        "jax_transfers",
+        """\
 %%jax_transfers -o jax_transfers
 for _ in range(10):
     f_tg(np.ones(3, np.float32))       # NumPy array: copied to the device each call
 f_tg(1.0)                              # Python scalar
 step_on(np.zeros(3, np.float32))
 f_tg(jax.device_put(np.ones(3, np.float32)))   # explicit: allowed
-"""),
+""",
+    ),
 ]
 
 

@@ -22,7 +22,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 from screenshot_reports import ROOT, photograph  # noqa: E402
 
 CELLS: list[tuple[str | None, str]] = [
-    (None, """\
+    (
+        None,
+        """\
 import jax, jax.numpy as jnp
 
 SCALE = 2.0
@@ -53,14 +55,20 @@ def per_example_loss(w, x, y):
 P_dim = 4096
 spec_w = jax.ShapeDtypeStruct((P_dim,), jnp.float32)
 per_ex_grad = jax.jit(jax.vmap(jax.grad(per_example_loss), in_axes=(None, 0, 0)))
-"""),
+""",
+    ),
     ("jax_hlo_scope", "%jax_hlo encoder scoped_mlp(p_ns, x_ns) -o jax_hlo_scope\n"),
     ("jax_hlo_tree", "%jax_hlo scoped_mlp(p_ns, x_ns) --stage jaxpr,hlo -o jax_hlo_tree\n"),
     ("jax_hlo_fused", "%jax_hlo a two_steps(jnp.ones(8)) -o jax_hlo_fused\n"),
     ("jax_hlo_baked", "%jax_hlo scaled(1.0) --stage jaxpr -o jax_hlo_baked\n"),
-    ("jax_hlo_sweep", "%jax_hlo per_ex_grad(spec_w, jax.ShapeDtypeStruct((B, P_dim), jnp.float32), "
-                      "jax.ShapeDtypeStruct((B,), jnp.float32)) --sweep B=64,256,1024 --stage hlo -o jax_hlo_sweep\n"),
-    (None, """\
+    (
+        "jax_hlo_sweep",
+        "%jax_hlo per_ex_grad(spec_w, jax.ShapeDtypeStruct((B, P_dim), jnp.float32), "
+        "jax.ShapeDtypeStruct((B,), jnp.float32)) --sweep B=64,256,1024 --stage hlo -o jax_hlo_sweep\n",
+    ),
+    (
+        None,
+        """\
 @jax.jit
 def fwd_step(w, x):
     h = jnp.tanh(x @ w)
@@ -68,15 +76,21 @@ def fwd_step(w, x):
 
 w7 = jax.random.normal(jax.random.key(7), (128, 512)) / 12.0
 x7 = jax.random.normal(jax.random.key(8), (64, 128))
-"""),
-    ("jax_live_cell", """\
+""",
+    ),
+    (
+        "jax_live_cell",
+        """\
 %%jax_live -o jax_live_cell
 debug_cache = []
 for step in range(10):
     h, loss = fwd_step(w7, x7)
     debug_cache.append(h)
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 TABLE = jnp.ones((512, 512))
 def lookup(x):
     return (x + TABLE).sum()
@@ -84,7 +98,8 @@ lookup_jit = jax.jit(lookup)
 lookup_jit(jnp.float32(1.0))
 TABLE = jnp.zeros((256, 256))
 hist = {"acts": [jnp.ones((32, 32)) for _ in range(3)]}
-"""),
+""",
+    ),
     (None, "jnp.ones((300, 300)) * 2\n"),
     ("jax_live", "%jax_live -o jax_live\n"),
 ]

@@ -36,28 +36,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 IMG_DIR = ROOT / "docs" / "img"
 BUILD_DIR = ROOT / "build" / "screenshots"
-PAGE_MARGIN = 12   # CSS px around a report in its own image
+PAGE_MARGIN = 12  # CSS px around a report in its own image
 PAGE_WIDTH = 1004  # CSS px: the report's max-width (980) plus margins
 
 # Cells run in order in one shell, like a notebook. A cell whose name is not
 # None stores its report with -o under that name; it becomes docs/img/<name>.png.
 CELLS: list[tuple[str | None, str]] = [
-    (None, """\
+    (
+        None,
+        """\
 import jax, jax.numpy as jnp
 from jax.experimental import checkify
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 def reg_loss(p, x):
     return jnp.sum((x @ p["w"] + p["b"]) ** 2) + 1e-3 * jnp.linalg.norm(p["b"])  # b starts at 0
 
 p_reg = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
 x_reg = jnp.ones((4, 3))
-"""),
-    ("jax_nans_backward", """\
+""",
+    ),
+    (
+        "jax_nans_backward",
+        """\
 %%jax_nans -o jax_nans_backward
 grads = jax.grad(reg_loss)(p_reg, x_reg)
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 @jax.jit
 def log_likelihood(w, x):
     z = x @ w
@@ -65,16 +76,25 @@ def log_likelihood(w, x):
 
 w = jnp.array([1.0, -2.0])
 x = jnp.array([[1.0, 0.0], [1.0, 1.0], [0.5, 2.0]])
-"""),
-    ("jax_nans_forward", """\
+""",
+    ),
+    (
+        "jax_nans_forward",
+        """\
 %%jax_nans -o jax_nans_forward
 ll = log_likelihood(w, x)
-"""),
-    ("jax_nans_clean", """\
+""",
+    ),
+    (
+        "jax_nans_clean",
+        """\
 %%jax_nans -o jax_nans_clean
 ll = log_likelihood(jnp.abs(w), x)
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 def risky(x, i):
     checkify.check(jnp.all(x > 0), "x must be positive, min = {m}", m=jnp.min(x))
     y = jnp.log(x)     # x <= 0 -> NaN
@@ -86,7 +106,8 @@ x_bad = jnp.array([-1.0, 2.0, 3.0])
 x_ok = jnp.array([1.0, 2.0, 3.0])
 risky_batch = jax.vmap(risky, in_axes=(None, 0))
 idx = jnp.array([1, 5, 0])
-"""),
+""",
+    ),
     ("jax_check", "%jax_check -o jax_check risky(x_bad, 5)\n"),
     ("jax_check_vmap", "%jax_check -o jax_check_vmap risky(x_ok, idx) --vmap None,0\n"),
 ]
@@ -143,9 +164,18 @@ def find_chromium(explicit: str | None) -> str:
 def chromium(browser: str, *args: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="jaxmagic-chromium-") as profile:
         command = [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--hide-scrollbars", f"--user-data-dir={profile}", *args,
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            *args,
         ]
         return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
@@ -166,8 +196,13 @@ def screenshot(browser: str, page: Path, png: Path, scale: float) -> tuple[int, 
     # Headless Chromium does not paint windows below a minimum height, so we
     # shoot a taller window and cut the image down to the measured height.
     window_height = max(height + 100, 600)
-    done = chromium(browser, f"--window-size={width},{window_height}", f"--force-device-scale-factor={scale}",
-                    f"--screenshot={png}", page.as_uri())
+    done = chromium(
+        browser,
+        f"--window-size={width},{window_height}",
+        f"--force-device-scale-factor={scale}",
+        f"--screenshot={png}",
+        page.as_uri(),
+    )
     if not png.exists():
         raise RuntimeError(f"no screenshot of {page}:\n{done.stderr[-2000:]}")
     keep_png_rows(png, round(height * scale))
@@ -183,8 +218,8 @@ def keep_png_rows(png: Path, rows: int) -> None:
     data = png.read_bytes()
     signature, pos, chunks = data[:8], 8, []
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        chunks.append((data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]))
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        chunks.append((data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]))
         pos += 12 + length
     ihdr = next(body for kind, body in chunks if kind == b"IHDR")
     width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", ihdr)
@@ -193,22 +228,24 @@ def keep_png_rows(png: Path, rows: int) -> None:
     if depth != 8 or interlace or colour not in (2, 6):
         raise RuntimeError(f"{png}: unexpected PNG format (depth {depth}, colour {colour}, interlace {interlace})")
     stride = 1 + width * (3 if colour == 2 else 4)
-    pixels = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))[:rows * stride]
+    pixels = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))[: rows * stride]
     new_ihdr = struct.pack(">II", width, rows) + ihdr[8:]
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    png.write_bytes(signature + chunk(b"IHDR", new_ihdr) + chunk(b"IDAT", zlib.compress(pixels, 9))
-                    + chunk(b"IEND", b""))
+    png.write_bytes(
+        signature + chunk(b"IHDR", new_ihdr) + chunk(b"IDAT", zlib.compress(pixels, 9)) + chunk(b"IEND", b"")
+    )
 
 
 def page(title: str, body: str) -> str:
     return PAGE.format(title=html.escape(title), body=body, margin=PAGE_MARGIN, inner=PAGE_WIDTH - 2 * PAGE_MARGIN)
 
 
-def photograph(cells, name: str, title: str, argv: list[str], description: str = "",
-               setup_may_fail: bool = False) -> int:
+def photograph(
+    cells, name: str, title: str, argv: list[str], description: str = "", setup_may_fail: bool = False
+) -> int:
     """Build the reports of ``cells``, save one PNG per report in docs/img and a combined page."""
     parser = argparse.ArgumentParser(description=(description or __doc__).splitlines()[0])
     parser.add_argument("--chromium", help="the Chromium (or Chrome) executable")

@@ -23,7 +23,9 @@ from screenshot_reports import ROOT, photograph  # noqa: E402
 
 CELLS: list[tuple[str | None, str]] = [
     (None, "%jax_devices 64"),
-    (None, """\
+    (
+        None,
+        """\
 import jax, jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -44,7 +46,8 @@ def f(a):
     b = jnp.sin(a) * 2
     return b.sum(axis=1)
 x2 = jax.device_put(jnp.arange(16.0).reshape(8, 2), NamedSharding(mesh4, P("d")))
-"""),
+""",
+    ),
     ("jax_sharding_2d", "%jax_sharding x -o jax_sharding_2d"),
     ("jax_sharding_partial", "%jax_sharding c -o jax_sharding_partial"),
     ("jax_sharding_64", "%jax_sharding big -o jax_sharding_64"),
@@ -52,15 +55,21 @@ x2 = jax.device_put(jnp.arange(16.0).reshape(8, 2), NamedSharding(mesh4, P("d"))
     ("jax_sharding_replica_trap", "%jax_sharding bad_sum(xs) -o jax_sharding_replica_trap"),
     ("jax_sharding_call", "%jax_sharding f(x2) --intermediates -o jax_sharding_call"),
     ("jax_sharding_pytree", "%jax_sharding {'w': x, 'b': xs, 'step': 3} -o jax_sharding_pytree"),
-    (None, """\
+    (
+        None,
+        """\
 def local_sum(block):
     jax.debug.print("local block {b}", b=block)
     return block.sum()
-"""),
-    ("jax_per_device", """\
+""",
+    ),
+    (
+        "jax_per_device",
+        """\
 %%jax_per_device -o jax_per_device
 jax.jit(jax.shard_map(local_sum, mesh=mesh4, in_specs=P("d"), out_specs=P(), check_vma=False))(xs)
-"""),
+""",
+    ),
     ("jax_devices", "%jax_devices -o jax_devices"),
 ]
 

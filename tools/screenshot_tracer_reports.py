@@ -15,11 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from screenshot_reports import ROOT, photograph  # noqa: E402
+from screenshot_reports import ROOT, photograph
 
 CELLS: list[tuple[str | None, str]] = [
     (None, "import jax, jax.numpy as jnp\nfrom jax import lax"),
-    (None, """\
+    (
+        None,
+        """\
 def clip_positive(x, limit):
     if x > limit:
         return limit
@@ -29,9 +31,12 @@ try:
     jax.jit(clip_positive)(jnp.float32(3.0), 1.0)
 except Exception as error:
     clip_error = error
-"""),
+""",
+    ),
     ("jax_explain", "%jax_explain clip_error -o jax_explain\n"),
-    (None, """\
+    (
+        None,
+        """\
 class Cache:
     pass
 
@@ -42,9 +47,12 @@ def remember(x):
     h = jnp.tanh(x)
     cache.store["h"] = h        # leaks the tracer h
     return h * 2
-"""),
+""",
+    ),
     ("jax_leaks", "%%jax_leaks -o jax_leaks\nout = jax.jit(remember)(jnp.ones(3))\n"),
-    (None, """\
+    (
+        None,
+        """\
 class Model:
     def __call__(self, x):
         h = jnp.tanh(x)
@@ -53,18 +61,25 @@ class Model:
 
 m_leak = Model()
 out = jax.jit(m_leak)(jnp.ones(3))
-"""),
+""",
+    ),
     ("jax_leaks_unexpected", "%%jax_leaks -o jax_leaks_unexpected\ntotal = jnp.sum(m_leak.last_hidden)\n"),
-    ("jax_config", """\
+    (
+        "jax_config",
+        """\
 with jax.debug_nans(True), jax.log_compiles(True):
     %jax_config -o jax_config
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 def inner_reshape(x):
     return x.reshape(3, 5)
 
 outer_jit = jax.jit(lambda x: inner_reshape(x) * 2)
-"""),
+""",
+    ),
     (None, "outer_jit(jnp.ones(4))\n"),  # fails on purpose: the last exception
     ("jax_traceback", "%jax_traceback -o jax_traceback\n"),
 ]
@@ -72,5 +87,4 @@ outer_jit = jax.jit(lambda x: inner_reshape(x) * 2)
 
 if __name__ == "__main__":
     os.chdir(ROOT)
-    sys.exit(photograph(CELLS, "tracer_reports", "jaxmagic tracer reports", sys.argv[1:], __doc__,
-                        setup_may_fail=True))
+    sys.exit(photograph(CELLS, "tracer_reports", "jaxmagic tracer reports", sys.argv[1:], __doc__, setup_may_fail=True))

@@ -22,7 +22,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 from screenshot_reports import ROOT, photograph  # noqa: E402
 
 CELLS: list[tuple[str | None, str]] = [
-    (None, """\
+    (
+        None,
+        """\
 import numpy as np, jax, jax.numpy as jnp
 from jax import lax
 from functools import partial
@@ -36,13 +38,19 @@ def stats(x):
 def branchy(x):
     return lax.cond(x > 0, lambda x: (jax.debug.print("positive {x}", x=x), x)[1],
                     lambda x: (jax.debug.print("negative {x}", x=x), -x)[1], x)
-"""),
-    ("jax_print", """\
+""",
+    ),
+    (
+        "jax_print",
+        """\
 %%jax_print -o jax_print
 stats(jnp.array([1.0, 2.0, 4.5]))
 jax.vmap(branchy)(jnp.array([1.0, -1.0]))
-"""),
-    (None, """\
+""",
+    ),
+    (
+        None,
+        """\
 W_bug = jax.random.normal(jax.random.key(1), (128, 128)) / jnp.sqrt(128.0)
 X_bug = jax.random.normal(jax.random.key(2), (50, 128))
 ref_bug = (np.asarray(W_bug, np.float64) @ np.asarray(X_bug, np.float64).T).sum(0)
@@ -52,10 +60,16 @@ def closure_version(X):
 
 def variance_by_moments(x):
     return jnp.mean(x ** 2) - jnp.mean(x) ** 2
-"""),
+""",
+    ),
     ("jax_bisect", "%jax_bisect closure_version(X_bug) --ref ref_bug -o jax_bisect\n"),
-    ("jax_bisect_algorithm", "%jax_bisect variance_by_moments(jnp.array([1e4 + 1, 1e4 + 2, 1e4 + 3])) -o jax_bisect_algorithm\n"),
-    (None, """\
+    (
+        "jax_bisect_algorithm",
+        "%jax_bisect variance_by_moments(jnp.array([1e4 + 1, 1e4 + 2, 1e4 + 3])) -o jax_bisect_algorithm\n",
+    ),
+    (
+        None,
+        """\
 def make_data(key, n=512, d=16):
     kx, kw = jax.random.split(key)
     X = jax.random.normal(kx, (n, d))
@@ -100,16 +114,23 @@ def train_v0(step_fn, params, X, Y, n_steps, seed=0):
 
 X_tr, Y_tr = make_data(jax.random.key(42))
 params0 = init_params(jax.random.key(1), [16, 64, 64, 2])
-"""),
-    ("jax_keys", """\
+""",
+    ),
+    (
+        "jax_keys",
+        """\
 %%jax_keys -o jax_keys
 train_v0(make_train_step_v0(loss_v0), params0, X_tr, Y_tr, 4)
-"""),
-    ("jax_doctor", """\
+""",
+    ),
+    (
+        "jax_doctor",
+        """\
 %%jax_doctor -o jax_doctor
 step_v0 = make_train_step_v0(loss_v0)
 _, losses_v0 = train_v0(step_v0, params0, X_tr, Y_tr, 8)
-"""),
+""",
+    ),
 ]
 
 

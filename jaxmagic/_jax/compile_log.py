@@ -25,16 +25,27 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from jaxmagic.report.wording import short_dtype
+
 # -- the four compile log lines -------------------------------------------------
 
 _TRACING = re.compile(r"^Finished tracing (?P<name>.+?) for (?P<wrapper>\w+) in (?P<secs>[\d.eE+-]+) sec")
-_COMPILING = re.compile(r"^Compiling (?P<function>\w+\(.*?\)) with global shapes and types (?P<types>.*?)\. Argument mapping")
-_LOWERING = re.compile(r"^Finished jaxpr to MLIR module conversion (?P<function>\w+\(.*?\)) in (?P<secs>[\d.eE+-]+) sec")
+_COMPILING = re.compile(
+    r"^Compiling (?P<function>\w+\(.*?\)) with global shapes and types (?P<types>.*?)\. Argument mapping"
+)
+_LOWERING = re.compile(
+    r"^Finished jaxpr to MLIR module conversion (?P<function>\w+\(.*?\)) in (?P<secs>[\d.eE+-]+) sec"
+)
 _XLA = re.compile(r"^Finished XLA compilation of (?P<function>\w+\(.*?\)) in (?P<secs>[\d.eE+-]+) sec")
 _MISS = re.compile(r"^TRACING CACHE MISS at ")
 
-COMPILE_LOG_PREFIXES = ("Finished tracing ", "Compiling ", "Finished jaxpr to MLIR module conversion ",
-                        "Finished XLA compilation of ", "TRACING CACHE MISS at ")
+COMPILE_LOG_PREFIXES = (
+    "Finished tracing ",
+    "Compiling ",
+    "Finished jaxpr to MLIR module conversion ",
+    "Finished XLA compilation of ",
+    "TRACING CACHE MISS at ",
+)
 
 
 def is_compile_log_message(message: str) -> bool:
@@ -52,7 +63,7 @@ def bare_name(function: str) -> str:
 class CompileLogLine:
     """One of the four compile log lines, read. ``name`` is the bare function name."""
 
-    stage: str             # "trace", "compiling", "lower", "xla"
+    stage: str  # "trace", "compiling", "lower", "xla"
     name: str
     seconds: float | None = None
     types: list[str] = dataclasses.field(default_factory=list)  # "compiling": short types of the kept arguments
@@ -73,18 +84,7 @@ def parse_compile_log_line(message: str) -> CompileLogLine | None:
 
 # -- types ------------------------------------------------------------------------
 
-_DTYPE_SHORT = {
-    "float": "f", "int": "i", "uint": "u", "complex": "c", "bfloat": "bf",
-}
 _SHAPED = re.compile(r"ShapedArray\((?P<dtype>[\w<>]+)\[(?P<shape>[^\]]*)\](?P<extra>[^()]*(?:\([^()]*\))?[^()]*)\)")
-
-
-def short_dtype(dtype: str) -> str:
-    """``float32`` -> ``f32``, ``bfloat16`` -> ``bf16``; other names (bool, key<fry>) unchanged."""
-    match = re.fullmatch(r"([a-z]+?)(\d+)", dtype)
-    if match and match.group(1) in _DTYPE_SHORT:
-        return _DTYPE_SHORT[match.group(1)] + match.group(2)
-    return dtype
 
 
 def short_types(text: str) -> list[str]:
@@ -110,14 +110,15 @@ def signature_text(types: list[str], limit: int = 160) -> str:
 
 # -- cache-miss explanations -------------------------------------------------------
 
+
 @dataclasses.dataclass
 class TypeChange:
     """One argument whose type differs from the closest earlier call."""
 
-    argument: str   # JAX's name for the leaf: "w", "params[0]['b']"
-    before: str     # "f32[3]", "f32[] weak"
+    argument: str  # JAX's name for the leaf: "w", "params[0]['b']"
+    before: str  # "f32[3]", "f32[] weak"
     now: str
-    what: str       # "shape", "dtype", "dtype and shape", "weak type", "sharding", "type"
+    what: str  # "shape", "dtype", "dtype and shape", "weak type", "sharding", "type"
 
     @property
     def text(self) -> str:
@@ -128,13 +129,13 @@ class TypeChange:
 class CacheMissExplanation:
     """What ``jax_explain_cache_misses`` said about one tracing cache miss."""
 
-    name: str              # bare function name
-    defined_at: str        # "file:line" ("" if JAX did not say)
-    kind: str              # "never_seen", "types", "pytree", "context", "debug_info", "unavailable", "other"
+    name: str  # bare function name
+    defined_at: str  # "file:line" ("" if JAX did not say)
+    kind: str  # "never_seen", "types", "pytree", "context", "debug_info", "unavailable", "other"
     details: list[str] = dataclasses.field(default_factory=list)  # the "* ..." lines, without the "* "
     type_changes: list[TypeChange] = dataclasses.field(default_factory=list)
     redefined_hint: bool = False  # JAX saw another function defined on the same line
-    text: str = ""         # the explanation without the "TRACING CACHE MISS at ..." line
+    text: str = ""  # the explanation without the "TRACING CACHE MISS at ..." line
 
 
 _WEAK_HINT_URL = re.compile(r"https?://\S+$")
@@ -153,8 +154,12 @@ def parse_cache_miss(message: str) -> CacheMissExplanation | None:
     if stripped and stripped[0] == "never seen function:":
         match = _NEVER_SEEN.match(stripped[1]) if len(stripped) > 1 else None
         return CacheMissExplanation(
-            name=match["name"] if match else "", defined_at=(match["at"] or "") if match else "",
-            kind="never_seen", redefined_hint=any("defined on the same line" in s for s in stripped), text=body)
+            name=match["name"] if match else "",
+            defined_at=(match["at"] or "") if match else "",
+            kind="never_seen",
+            redefined_hint=any("defined on the same line" in s for s in stripped),
+            text=body,
+        )
     match = _FOR.match(stripped[0]) if stripped else None
     name, at = (match["name"], match["at"] or "") if match else ("", "")
     rest = [s for s in stripped[1:] if not s.startswith("all previously seen cache keys differ")]

@@ -42,10 +42,11 @@ import itertools
 import os
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report import SourceLine
+from jaxmagic.report.source import is_user_file, source_line
 
 HIDDEN_PREFIX = "_jaxmagic_"
 SITE_ARG = HIDDEN_PREFIX + "site"
@@ -80,13 +81,13 @@ class PrintSite:
     """One ``jax.debug.print`` / ``log`` / ``callback`` call in the user's code."""
 
     key: str
-    fmt: str                      # the format string; for a callback, the function's name
-    api: str = "print"            # "print", "log" or "callback"
+    fmt: str  # the format string; for a callback, the function's name
+    api: str = "print"  # "print", "log" or "callback"
     line: SourceLine | None = None
     ordered: bool = False
     context: list[str] = dataclasses.field(default_factory=list)  # transformations around it, outermost first
-    position: int = 0             # order in which the sites were traced (program order within one function)
-    axes: list[str] = dataclasses.field(default_factory=list)   # manual mesh axes ([] outside shard_map)
+    position: int = 0  # order in which the sites were traced (program order within one function)
+    axes: list[str] = dataclasses.field(default_factory=list)  # manual mesh axes ([] outside shard_map)
     axis_sizes: list[int] = dataclasses.field(default_factory=list)
     device_ids: list[int] = dataclasses.field(default_factory=list)  # mesh order; [] if the mesh was not found
 
@@ -120,7 +121,7 @@ class Capture:
 
 
 _active: Capture | None = None
-_sites: dict[str, PrintSite] = {}   # every site ever made: executables compiled in a capture keep their keys
+_sites: dict[str, PrintSite] = {}  # every site ever made: executables compiled in a capture keep their keys
 _counter = itertools.count(1)
 _lock = threading.Lock()
 
@@ -160,8 +161,15 @@ def _context(frame) -> list[str]:
 def _new_site(fmt: str, api: str, ordered: bool, frame) -> PrintSite:
     with _lock:
         number = next(_counter)
-    return PrintSite(key=f"site{number}", fmt=fmt, api=api, line=_user_line(frame), ordered=ordered,
-                     context=_context(frame), position=number)
+    return PrintSite(
+        key=f"site{number}",
+        fmt=fmt,
+        api=api,
+        line=_user_line(frame),
+        ordered=ordered,
+        context=_context(frame),
+        position=number,
+    )
 
 
 def _keep(capture: Capture, new: PrintSite) -> PrintSite:
@@ -264,7 +272,7 @@ def render_arguments(flat_args, limit: int = 160) -> str:
             text = np.array2string(array, precision=4, threshold=8, edgeitems=2, separator=" ")
             parts.append(f"{array.dtype}{list(array.shape)} {' '.join(text.split())}")
     text = ", ".join(parts)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # -- the formatter ----------------------------------------------------------------
@@ -288,8 +296,9 @@ def _recording_format_callback(fmt, np_printoptions, has_placeholders, logging_r
     if capture is not None:
         key = hidden.get(SITE_ARG)
         try:
-            echo = capture.on_print(_sites.get(str(key)) if key is not None else None, message, hidden,
-                                    logging_record is not None)
+            echo = capture.on_print(
+                _sites.get(str(key)) if key is not None else None, message, hidden, logging_record is not None
+            )
         except Exception:  # recording must never lose the user's line
             echo = True
     if not echo:

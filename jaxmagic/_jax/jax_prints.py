@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 JAX_PRINT_PREFIXES = ("Invalid nan value encountered in the",)
 

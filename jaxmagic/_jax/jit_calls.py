@@ -35,7 +35,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 CHECK_MODES = ("off", "raise", "record")
 
@@ -60,8 +61,9 @@ def available() -> bool:
         from jax.experimental.key_reuse import _core as key_reuse
     except ImportError:
         return False
-    return callable(getattr(key_reuse, "call_impl_with_key_reuse_checks", None)) and \
-        callable(getattr(key_reuse, "check_key_reuse_jaxpr", None))
+    return callable(getattr(key_reuse, "call_impl_with_key_reuse_checks", None)) and callable(
+        getattr(key_reuse, "check_key_reuse_jaxpr", None)
+    )
 
 
 @contextlib.contextmanager
@@ -79,9 +81,13 @@ def paused() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_checks: str = "off",
-                    on_key_reuse: Callable[..., None] | None = None,
-                    only_user_calls: bool = False) -> Iterator[bool]:
+def observing_calls(
+    *observers: CallObserver,
+    call_checks: str = "off",
+    trace_checks: str = "off",
+    on_key_reuse: Callable[..., None] | None = None,
+    only_user_calls: bool = False,
+) -> Iterator[bool]:
     """Show every outermost call of the block to ``observers``; yield False if this JAX offers no way to.
 
     ``call_checks`` / ``trace_checks``: "off", "raise" or "record" (see the
@@ -120,7 +126,7 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
             on_key_reuse(error, where, function, params)
 
     def checked(prim, raw_impl, name: str, args: tuple, params: dict):
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if call_checks == "off":
             return raw_impl(*args, **params)
         try:
@@ -132,7 +138,7 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
             return raw_impl(*args, **params)  # as it runs with the checker off
 
     def call(prim, raw_impl, *args, **params):
-        __tracebackhide__ = True  # noqa: F841 - the user's traceback is about their code
+        __tracebackhide__ = True
         is_jit = prim is jit_p
         name = str(params.get("name", "jit")) if is_jit else str(getattr(prim, "name", prim))
         if getattr(_state, "depth", 0):  # inside an observed call: checked, not shown to the observers
@@ -150,7 +156,7 @@ def observing_calls(*observers: CallObserver, call_checks: str = "off", trace_ch
             _state.depth = 0
 
     def check(jaxpr, *rest, **kwargs):
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if trace_checks == "off":
             return None
         try:

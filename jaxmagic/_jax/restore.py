@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 # The listener lists of jax._src.monitoring, by attribute name. Probes register
 # listeners through the public API; we restore the lists themselves, in place,
@@ -42,7 +43,7 @@ class JaxStateSnapshot:
     loggers: dict[str, LoggerState]
     listeners: dict[str, tuple]
 
-    def differences(self, other: "JaxStateSnapshot") -> list[str]:
+    def differences(self, other: JaxStateSnapshot) -> list[str]:
         """Human-readable list of what differs between two snapshots (empty if equal)."""
         diffs = []
         for name in sorted(set(self.config) | set(other.config)):
@@ -55,8 +56,10 @@ class JaxStateSnapshot:
                 diffs.append(f"logger {name}: {before} -> {after}")
         for name in _LISTENER_LISTS:
             if self.listeners.get(name) != other.listeners.get(name):
-                diffs.append(f"monitoring {name}: {len(self.listeners.get(name, ()))} -> "
-                             f"{len(other.listeners.get(name, ()))} listeners")
+                diffs.append(
+                    f"monitoring {name}: {len(self.listeners.get(name, ()))} -> "
+                    f"{len(other.listeners.get(name, ()))} listeners"
+                )
         return diffs
 
 
@@ -71,7 +74,7 @@ def _default_logger_state() -> LoggerState:
     return LoggerState(logging.NOTSET, (), True, False)
 
 
-def _jax_loggers() -> dict[str, logging.Logger]:
+def jax_loggers() -> dict[str, logging.Logger]:
     loggers = {"jax": logging.getLogger("jax")}
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if (name == "jax" or name.startswith("jax.")) and isinstance(logger, logging.Logger):
@@ -90,7 +93,7 @@ def take_snapshot() -> JaxStateSnapshot:
 
     loggers = {
         name: LoggerState(lg.level, tuple(lg.handlers), lg.propagate, lg.disabled, tuple(lg.filters))
-        for name, lg in _jax_loggers().items()
+        for name, lg in jax_loggers().items()
     }
     listeners = {name: tuple(getattr(monitoring, name, ())) for name in _LISTENER_LISTS}
     return JaxStateSnapshot(dict(jax.config.values), loggers, listeners)
@@ -112,7 +115,7 @@ def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] |
         if name in snapshot.config and not _same(jax.config.values.get(name), snapshot.config[name]):
             jax.config.update(name, snapshot.config[name])
 
-    current = _jax_loggers()
+    current = jax_loggers()
     for name, logger in current.items():
         state = snapshot.loggers.get(name, _default_logger_state())
         logger.setLevel(state.level)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 _context = None
 _tokens = itertools.count(1)
@@ -31,20 +31,26 @@ _tokens = itertools.count(1)
 class Retrace:
     """How the block was made to trace afresh."""
 
-    method: str            # "user_context" or "clear_caches"
-    first_use: bool        # the cache-key context was created for this block
+    method: str  # "user_context" or "clear_caches"
+    first_use: bool  # the cache-key context was created for this block
 
     @property
     def description(self) -> str:
         if self.method == "clear_caches":
-            return ("This JAX has no jax.make_user_context, so jax.clear_caches() was called before the cell: "
-                    "every function traced again, and later cells compile their functions once more.")
-        text = ("Every function in the cell was traced afresh, under a cache key of jaxmagic's own "
-                "(jax.make_user_context), so cached traces could not hide a leak; your cached traces "
-                "and compiled functions are untouched and used again after the cell.")
+            return (
+                "This JAX has no jax.make_user_context, so jax.clear_caches() was called before the cell: "
+                "every function traced again, and later cells compile their functions once more."
+            )
+        text = (
+            "Every function in the cell was traced afresh, under a cache key of jaxmagic's own "
+            "(jax.make_user_context), so cached traces could not hide a leak; your cached traces "
+            "and compiled functions are untouched and used again after the cell."
+        )
         if self.first_use:
-            text += (" This was the first %%jax_leaks in this process: creating that cache key makes each "
-                     "function compiled before now trace and compile once more at its next call.")
+            text += (
+                " This was the first %%jax_leaks in this process: creating that cache key makes each "
+                "function compiled before now trace and compile once more at its next call."
+            )
         return text
 
 

@@ -44,8 +44,7 @@ def evaluate_call(text: str, namespace: dict) -> EvaluatedCall:
         except NameError as error:
             raise CallExpressionError(f"{what} {source!r} does not evaluate: {error}") from None
         except Exception as error:
-            raise CallExpressionError(f"{what} {source!r} does not evaluate: "
-                                      f"{type(error).__name__}: {error}") from None
+            raise CallExpressionError(f"{what} {source!r} does not evaluate: {type(error).__name__}: {error}") from None
 
     function = value_of(node.func, "the function")
     if not callable(function):
@@ -73,7 +72,7 @@ def split_call_and_options(line: str, flags=frozenset({"-h", "--help"})) -> tupl
     ``f(x, -1)`` stays whole. ``flags`` are the options that take no value;
     every other option takes the next word.
     """
-    words = _top_level_words(line)
+    words = top_level_words(line)
     call_parts, option_parts = [], []
     expect_value = False
     for word in words:
@@ -88,8 +87,7 @@ def split_call_and_options(line: str, flags=frozenset({"-h", "--help"})) -> tupl
     return " ".join(call_parts), " ".join(option_parts)
 
 
-
-def _top_level_words(line: str) -> list[str]:
+def top_level_words(line: str) -> list[str]:
     words, current, depth, quote = [], [], 0, ""
     for char in line:
         if quote:
@@ -114,3 +112,29 @@ def _top_level_words(line: str) -> list[str]:
     if current:
         words.append("".join(current))
     return words
+
+
+def split_scope_and_call(text: str) -> tuple[str | None, str]:
+    """``"encoder/attn model(p, x)"`` -> ``("encoder/attn", "model(p, x)")``; a call alone -> ``(None, call)``.
+
+    A scope is one word before the call: a bare name or path (``encoder``,
+    ``encoder/attn``, even ``jit(f)/encoder``), or a quoted string for a scope
+    name with spaces. The call is everything after it.
+    """
+    words = top_level_words(text.strip())
+    if len(words) < 2:
+        return None, text.strip()
+    first = words[0]
+    if first[:1] in "'\"":
+        try:
+            scope = ast.literal_eval(first)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"the scope {first} is not a valid quoted string") from None
+        return str(scope), " ".join(words[1:])
+    try:
+        node = ast.parse(first, mode="eval").body
+    except SyntaxError:
+        node = None
+    if isinstance(node, ast.Call):
+        raise ValueError(f"expected [SCOPE] EXPR, got two expressions: {first!r} and {' '.join(words[1:])!r}")
+    return first, " ".join(words[1:])

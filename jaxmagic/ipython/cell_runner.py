@@ -26,7 +26,7 @@ class CellOutcome:
 
     def reraise(self) -> None:
         """Raise the body's exception again, with the traceback starting in the cell."""
-        __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
+        __tracebackhide__ = True
         if self.exception is not None:
             _trim_jax_source_stack(self.exception)
             raise self.exception.with_traceback(_skip_runner_frames(self.exception.__traceback__))
@@ -46,7 +46,10 @@ def _trim_jax_source_stack(error: BaseException) -> None:
     cause = error.__cause__
     if cause is None or type(cause).__name__ != "JaxStackTraceBeforeTransformation":
         return
-    runner_dirs = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(IPython.__file__)))
+    runner_dirs = (
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        os.path.dirname(os.path.abspath(IPython.__file__)),
+    )
     start, tb = cause.__traceback__, cause.__traceback__
     while tb is not None:
         if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(runner_dirs):

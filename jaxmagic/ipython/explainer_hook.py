@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 import weakref
 
-_hooks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # What IPython does itself with an exception from parsing a cell (run_cell_async).
 _PARSE_ERRORS = (OverflowError, SyntaxError, ValueError, TypeError, MemoryError)

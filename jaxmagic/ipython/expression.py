@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from jaxmagic._jax import compat
 from jaxmagic.ipython.call_expression import CallExpressionError
 
 
@@ -43,4 +44,4 @@ def callee_is_jitted(text: str, namespace: dict) -> bool:
         function = eval(compile(ast.Expression(body=node.func), "<jaxmagic>", "eval"), namespace)
     except Exception:
         return False
-    return hasattr(function, "lower") and hasattr(function, "trace")
+    return compat.is_jitted(function)

@@ -13,8 +13,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unparsable
-from jaxmagic.ipython.expression import callee_is_jitted, evaluate_expression, parse_expression
 from jaxmagic.ipython.display import display_report
+from jaxmagic.ipython.expression import callee_is_jitted, evaluate_expression, parse_expression
+
 
 class _ProbesOnFirstUse:
     """``jaxmagic.probes``, imported when a magic first runs rather than at %load_ext.
@@ -52,7 +53,7 @@ class JaxMagics(Magics):
 
     def _run_cell_in_probe(self, probe, args, cell: str):
         """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
-        __tracebackhide__ = True  # noqa: F841 - keeps these frames out of the user's traceback
+        __tracebackhide__ = True
         if shown_if_unparsable(self.shell, cell):
             return None
         outcome = CellOutcome()
@@ -68,8 +69,7 @@ class JaxMagics(Magics):
 
     def _split(self, magic, line: str) -> tuple[str, str]:
         """The expression and the options of a line magic's line (options may come first or last)."""
-        flags = {option for action in magic.parser._actions if action.nargs == 0
-                 for option in action.option_strings}
+        flags = {option for action in magic.parser._actions if action.nargs == 0 for option in action.option_strings}
         return split_call_and_options(line, flags | {"-h", "--help"})
 
     def _evaluate(self, call_text: str):
@@ -94,17 +94,26 @@ class JaxMagics(Magics):
         or backward pass, your line, and the non-finite leaves (key paths such
         as [0]['b']) of the failing call's arguments or result.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_nans, line)
         probe = probes.nans(infs=args.infs, namespace=self.shell.user_ns)
         return self._run_cell_in_probe(probe, args, cell)
 
     @magic_arguments()
-    @argument("--budget", type=int, metavar="N", help="After the report, fail the cell if a function of yours "
-              "compiled more than N times (only the one named by --fn, if given).")
+    @argument(
+        "--budget",
+        type=int,
+        metavar="N",
+        help="After the report, fail the cell if a function of yours "
+        "compiled more than N times (only the one named by --fn, if given).",
+    )
     @argument("--fn", metavar="NAME", help="The function --budget applies to, e.g. train_step.")
-    @argument("--all", action="store_true", dest="show_all",
-              help="Also list the small compilations of eager operations (jnp calls outside jit).")
+    @argument(
+        "--all",
+        action="store_true",
+        dest="show_all",
+        help="Also list the small compilations of eager operations (jnp calls outside jit).",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_compiles(self, line, cell):
@@ -119,7 +128,7 @@ class JaxMagics(Magics):
         (listed with --all). --budget N makes the cell fail after the report if
         a function compiled more than N times.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_compiles, line)
         if args.budget is not None and args.budget < 0:
             raise UsageError(f"--budget takes a number of compilations, 0 or more; got {args.budget}.")
@@ -131,8 +140,14 @@ class JaxMagics(Magics):
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call to time, e.g. deep(ws, x).")
-    @argument("-n", "--runs", type=int, default=20, metavar="RUNS",
-              help="Steady-state runs to time after the first one (default 20).")
+    @argument(
+        "-n",
+        "--runs",
+        type=int,
+        default=20,
+        metavar="RUNS",
+        help="Steady-state runs to time after the first one (default 20).",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_stages(self, line):
@@ -157,9 +172,13 @@ class JaxMagics(Magics):
         self._publish(report, args)
 
     @magic_arguments()
-    @argument("--mode", default="log", choices=["log", "disallow"],
-              help="log (default): run the whole cell and list every implicit transfer; disallow: make each "
-                   "one an error (the cell stops at the first one your code does not catch).")
+    @argument(
+        "--mode",
+        default="log",
+        choices=["log", "disallow"],
+        help="log (default): run the whole cell and list every implicit transfer; disallow: make each "
+        "one an error (the cell stops at the first one your code does not catch).",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_transfers(self, line, cell):
@@ -172,16 +191,24 @@ class JaxMagics(Magics):
         becomes JAX's error. On the CPU backend device-to-host reads
         (float(x)) are not intercepted.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_transfers, line)
         return self._run_cell_in_probe(probes.transfers(mode=args.mode), args, cell)
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call to check, e.g. risky(x, i).")
-    @argument("--errors", default="all", metavar="SETS",
-              help="Comma-separated checks: user, nan, div, index, float (nan+div), all. Default: all.")
-    @argument("--vmap", metavar="AXES", help="Check each sample: vmap the checked function with these "
-              "in_axes (0, or 0,None, ...); errors then name the failing samples' indices.")
+    @argument(
+        "--errors",
+        default="all",
+        metavar="SETS",
+        help="Comma-separated checks: user, nan, div, index, float (nan+div), all. Default: all.",
+    )
+    @argument(
+        "--vmap",
+        metavar="AXES",
+        help="Check each sample: vmap the checked function with these "
+        "in_axes (0, or 0,None, ...); errors then name the failing samples' indices.",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_check(self, line):
@@ -203,20 +230,36 @@ class JaxMagics(Magics):
         except ValueError as error:
             raise UsageError(f"{error}.") from None
         call = self._evaluate(call_text)
-        report = probes.check(call.function, *call.args, errors=args.errors, call_text=call.text,
-                              vmap_axes=vmap_axes, **call.kwargs)
+        report = probes.check(
+            call.function, *call.args, errors=args.errors, call_text=call.text, vmap_axes=vmap_axes, **call.kwargs
+        )
         del call  # keep no user array alive
         self._publish(report, args)
 
     @magic_arguments()
-    @argument("expression", nargs="*", help="An array or pytree of arrays, e.g. x or params['w']; or a call "
-              "f(x) of a jitted function, which is run and shown with its compiled shardings.")
-    @argument("--dims", metavar="I,J", help="For arrays of rank > 2: the two dimensions to draw; "
-              "the others' blocks become facets. Default: the split dimensions.")
-    @argument("--intermediates", action="store_true", help="For a call: also the sharding the compiler chose for "
-              "every value inside it (jax.debug.inspect_array_sharding in an instrumented copy, compiled not run).")
-    @argument("--no-check", action="store_true", help="Do not compare the copies of replicated blocks "
-              "(then no array data is read at all).")
+    @argument(
+        "expression",
+        nargs="*",
+        help="An array or pytree of arrays, e.g. x or params['w']; or a call "
+        "f(x) of a jitted function, which is run and shown with its compiled shardings.",
+    )
+    @argument(
+        "--dims",
+        metavar="I,J",
+        help="For arrays of rank > 2: the two dimensions to draw; "
+        "the others' blocks become facets. Default: the split dimensions.",
+    )
+    @argument(
+        "--intermediates",
+        action="store_true",
+        help="For a call: also the sharding the compiler chose for "
+        "every value inside it (jax.debug.inspect_array_sharding in an instrumented copy, compiled not run).",
+    )
+    @argument(
+        "--no-check",
+        action="store_true",
+        help="Do not compare the copies of replicated blocks (then no array data is read at all).",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_sharding(self, line):
@@ -229,7 +272,7 @@ class JaxMagics(Magics):
         call is run and its compiled input and output shardings are listed;
         --intermediates adds the shardings chosen for values inside it.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         text, option_text = self._split(self.jax_sharding, line)
         args = self._parse(self.jax_sharding, option_text)
         if not text:
@@ -249,13 +292,21 @@ class JaxMagics(Magics):
             if as_call:
                 call = self._evaluate(text)
                 report, error = probes.run_sharding_call(
-                    call.function, tuple(call.args), call.kwargs, call_text=call.text,
-                    intermediates=args.intermediates, dims=dims, check_replicas=not args.no_check)
+                    call.function,
+                    tuple(call.args),
+                    call.kwargs,
+                    call_text=call.text,
+                    intermediates=args.intermediates,
+                    dims=dims,
+                    check_replicas=not args.no_check,
+                )
                 del call  # keep no user array alive
             else:
                 value = self._evaluate_value(text)
-                report, error = probes.sharding(value, expression=text.strip(), dims=dims,
-                                                check_replicas=not args.no_check), None
+                report, error = (
+                    probes.sharding(value, expression=text.strip(), dims=dims, check_replicas=not args.no_check),
+                    None,
+                )
                 del value
         except ValueError as problem:  # --dims that do not fit
             if "--dims" not in str(problem):
@@ -272,8 +323,9 @@ class JaxMagics(Magics):
             raise UsageError(str(error)) from None
 
     @magic_arguments()
-    @argument("count", nargs="?", help="How many fake CPU devices (a number or an expression). "
-              "Without it: list the devices.")
+    @argument(
+        "count", nargs="?", help="How many fake CPU devices (a number or an expression). Without it: list the devices."
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_devices(self, line):
@@ -309,7 +361,7 @@ class JaxMagics(Magics):
         UnexpectedTracerError in the cell is explained too: where the old
         tracer was used, where it was made, which variable still holds it.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_leaks, line)
         return self._run_cell_in_probe(probes.leaks(namespace=self.shell.user_ns), args, cell)
 
@@ -334,7 +386,7 @@ class JaxMagics(Magics):
         `%jax_explain` alone explains the last exception; `%jax_explain err`
         the exception `err`; -o NAME stores that report.
         """
-        from jaxmagic.ipython import explainer_hook as _explainer_hook
+        from jaxmagic.ipython import explainer_hook
         from jaxmagic.ipython.expression import evaluate_expression
 
         text, option_text = self._split(self.jax_explain, line)
@@ -343,8 +395,8 @@ class JaxMagics(Magics):
         if word in ("on", "off"):
             if args.output:
                 raise UsageError("-o stores the explanation of an exception; `%jax_explain on|off` makes none.")
-            changed = (_explainer_hook.install if word == "on" else _explainer_hook.uninstall)(self.shell)
-            state = "on" if _explainer_hook.is_on(self.shell) else "off"
+            changed = (explainer_hook.install if word == "on" else explainer_hook.uninstall)(self.shell)
+            state = "on" if explainer_hook.is_on(self.shell) else "off"
             print(f"jaxmagic tracer-error explainer: {state}" + ("" if changed else " (unchanged)"))
             return
         if word:
@@ -364,8 +416,10 @@ class JaxMagics(Magics):
         kind = type(error).__name__
         del error
         if report is None:
-            raise UsageError(f"%jax_explain explains tracer errors (TracerBoolConversionError, ConcretizationTypeError, "
-                             f"UnexpectedTracerError, ...); {'this' if word else 'the last'} exception is a {kind}.")
+            raise UsageError(
+                f"%jax_explain explains tracer errors (TracerBoolConversionError, ConcretizationTypeError, "
+                f"UnexpectedTracerError, ...); {'this' if word else 'the last'} exception is a {kind}."
+            )
         self._publish(report, args)
 
     @magic_arguments()
@@ -403,8 +457,12 @@ class JaxMagics(Magics):
         self._publish(probes.environment(show_host=args.show_host), args)
 
     @magic_arguments()
-    @argument("mode", nargs="?", help="auto | tracebackhide | remove_frames | quiet_remove_frames | off: "
-              "switch jax_traceback_filtering for the next cells.")
+    @argument(
+        "mode",
+        nargs="?",
+        help="auto | tracebackhide | remove_frames | quiet_remove_frames | off: "
+        "switch jax_traceback_filtering for the next cells.",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_traceback(self, line):
@@ -430,6 +488,7 @@ class JaxMagics(Magics):
         report = probes.traceback_view(error, previous_mode=previous)
         del error
         self._publish(report, args)
+
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
@@ -442,19 +501,31 @@ class JaxMagics(Magics):
         of each mesh axis) and the report shows the lines per device, on a
         drawing of the mesh. The printed text itself is unchanged.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_per_device, line)
         return self._run_cell_in_probe(probes.per_device(), args, cell)
 
     # -- programs and memory (chapter sections 2 and 7) ----------------------
 
     @magic_arguments()
-    @argument("words", nargs="*", help="[SCOPE] EXPR: an optional jax.named_scope name or path (encoder, "
-              "encoder/attn), then the call, e.g. model(params, x); arguments may be jax.ShapeDtypeStruct.")
-    @argument("--stage", default="all", metavar="STAGE",
-              help="jaxpr, stablehlo, hlo or all (comma-separated; default all). Memory and cost need hlo.")
-    @argument("--sweep", metavar="NAME=V1,V2,...", help="Compile once per value of NAME, a name the call "
-              "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().")
+    @argument(
+        "words",
+        nargs="*",
+        help="[SCOPE] EXPR: an optional jax.named_scope name or path (encoder, "
+        "encoder/attn), then the call, e.g. model(params, x); arguments may be jax.ShapeDtypeStruct.",
+    )
+    @argument(
+        "--stage",
+        default="all",
+        metavar="STAGE",
+        help="jaxpr, stablehlo, hlo or all (comma-separated; default all). Memory and cost need hlo.",
+    )
+    @argument(
+        "--sweep",
+        metavar="NAME=V1,V2,...",
+        help="Compile once per value of NAME, a name the call "
+        "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_hlo(self, line):
@@ -470,7 +541,8 @@ class JaxMagics(Magics):
         compiled program's memory_analysis() and cost_analysis(). --sweep
         B=64,256,1024 compiles once per value of B and tabulates the memory.
         """
-        from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep, split_scope_and_call
+        from jaxmagic.ipython.call_expression import split_scope_and_call
+        from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep
 
         text, option_text = self._split(self.jax_hlo, line)
         args = self._parse(self.jax_hlo, option_text)
@@ -481,7 +553,9 @@ class JaxMagics(Magics):
         except ValueError as error:
             raise UsageError(f"{error}.") from None
         if not call_text:
-            raise UsageError("%jax_hlo needs a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)")
+            raise UsageError(
+                "%jax_hlo needs a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
+            )
         namespace = self.shell.user_ns
 
         def evaluated(value=None):
@@ -494,21 +568,35 @@ class JaxMagics(Magics):
         call = evaluated(sweep_values[0] if sweep_values else None)
         sweep = None
         if sweep_name:
+
             def build(value):
                 built = evaluated(value)
                 return built.function, built.args, built.kwargs
 
             sweep = Sweep(sweep_name, sweep_values, build)
-        report = probes.hlo(call.function, *call.args, scope=scope, stage=stages, call_text=call.text,
-                            namespace=namespace, sweep=sweep, **call.kwargs)
+        report = probes.hlo(
+            call.function,
+            *call.args,
+            scope=scope,
+            stage=stages,
+            call_text=call.text,
+            namespace=namespace,
+            sweep=sweep,
+            **call.kwargs,
+        )
         del call, sweep  # keep no user array alive
         self._publish(report, args)
 
     @magic_arguments()
-    @argument("--top", type=int, default=10, metavar="N", help="Show the N largest groups (default 10; "
-              "the report keeps all).")
-    @argument("--profile", metavar="PATH", help="Also save jax.profiler.save_device_memory_profile(PATH) "
-              "(pprof format; open with pprof -http=:8080 PATH).")
+    @argument(
+        "--top", type=int, default=10, metavar="N", help="Show the N largest groups (default 10; the report keeps all)."
+    )
+    @argument(
+        "--profile",
+        metavar="PATH",
+        help="Also save jax.profiler.save_device_memory_profile(PATH) "
+        "(pprof format; open with pprof -http=:8080 PATH).",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_cell_magic
     def jax_live(self, line, cell=None):
@@ -526,7 +614,7 @@ class JaxMagics(Magics):
         """
         import os
 
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_live, line)
         if args.top < 1:
             raise UsageError(f"--top takes a positive number of groups, got {args.top}.")
@@ -541,8 +629,11 @@ class JaxMagics(Magics):
     # -- seeing values, keys and the whole-cell check (chapter sections 1 and 9) --
 
     @magic_arguments()
-    @argument("--echo", action="store_true", help="Also print each line as it arrives (by default the lines "
-              "are shown in the report only).")
+    @argument(
+        "--echo",
+        action="store_true",
+        help="Also print each line as it arrives (by default the lines are shown in the report only).",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_print(self, line, cell):
@@ -557,16 +648,25 @@ class JaxMagics(Magics):
         program order (the fix: jax.debug.print(ordered=True)). Your own
         print() output appears as usual.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_print, line)
         return self._run_cell_in_probe(probes.prints(echo=args.echo), args, cell)
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call whose numbers look wrong, e.g. model(params, x).")
-    @argument("--ref", metavar="EXPR", help="The expected result (a name, or an expression in quotes), e.g. a "
-              "NumPy float64 computation. Default: the same function op by op in float64, when that is sound.")
-    @argument("--rtol", type=float, metavar="R", help="Relative tolerance (of each leaf's largest reference "
-              "value). Default by dtype: 1e-4 for float32, 1e-10 for float64.")
+    @argument(
+        "--ref",
+        metavar="EXPR",
+        help="The expected result (a name, or an expression in quotes), e.g. a "
+        "NumPy float64 computation. Default: the same function op by op in float64, when that is sound.",
+    )
+    @argument(
+        "--rtol",
+        type=float,
+        metavar="R",
+        help="Relative tolerance (of each leaf's largest reference "
+        "value). Default by dtype: 1e-4 for float32, 1e-10 for float64.",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_bisect(self, line):
@@ -594,8 +694,15 @@ class JaxMagics(Magics):
                 text = text[1:-1]
             reference = self._evaluate_value(text)
         call = self._evaluate(call_text)
-        report = probes.bisect(call.function, *call.args, ref=reference, rtol=args.rtol, call_text=call.text,
-                               namespace=self.shell.user_ns, **call.kwargs)
+        report = probes.bisect(
+            call.function,
+            *call.args,
+            ref=reference,
+            rtol=args.rtol,
+            call_text=call.text,
+            namespace=self.shell.user_ns,
+            **call.kwargs,
+        )
         del call, reference  # keep no user array alive
         self._publish(report, args)
 
@@ -614,13 +721,16 @@ class JaxMagics(Magics):
         and lists jax.random calls given a legacy uint32 PRNGKey, which the
         checker cannot follow.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.jax_keys, line)
         return self._run_cell_in_probe(probes.keys(), args, cell)
 
     @magic_arguments()
-    @argument("--skip", metavar="PROBES", help="Comma-separated probes not to run: nans, compiles, leaks, keys, "
-              "transfers, live.")
+    @argument(
+        "--skip",
+        metavar="PROBES",
+        help="Comma-separated probes not to run: nans, compiles, leaks, keys, transfers, live.",
+    )
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_doctor(self, line, cell):
@@ -635,7 +745,7 @@ class JaxMagics(Magics):
         then silent logic bugs; each finding names the magic that looks closer.
         The cell runs once; a tracer leak still stops it.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         from jaxmagic.probes.doctor import parse_skip
 
         args = self._parse(self.jax_doctor, line)

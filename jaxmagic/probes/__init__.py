@@ -5,23 +5,45 @@ returns (or yields) a report.
 """
 
 from jaxmagic.probes.check import CheckReport, check
+from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
+from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
 from jaxmagic.probes.leaks import LeakReport, leaks
-from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
-from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
-from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
-from jaxmagic.probes.transfers import TransferReport, transfers
-from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
 from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
 from jaxmagic.probes.sharding import run_call as run_sharding_call
+from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
+from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
+from jaxmagic.probes.transfers import TransferReport, transfers
 
-__all__ = ["nans", "NanReport", "check", "CheckReport", "sharding", "sharding_of_call", "run_sharding_call",
-           "ShardingReport", "devices", "DevicesReport"]
-__all__ += ["leaks", "LeakReport", "explain", "explain_any", "TracerErrorReport", "config_diff", "ConfigReport",
-            "environment", "EnvReport", "traceback_view", "set_traceback_filtering", "TracebackReport"]
+__all__ = [
+    "nans",
+    "NanReport",
+    "check",
+    "CheckReport",
+    "sharding",
+    "sharding_of_call",
+    "run_sharding_call",
+    "ShardingReport",
+    "devices",
+    "DevicesReport",
+]
+__all__ += [
+    "leaks",
+    "LeakReport",
+    "explain",
+    "explain_any",
+    "TracerErrorReport",
+    "config_diff",
+    "ConfigReport",
+    "environment",
+    "EnvReport",
+    "traceback_view",
+    "set_traceback_filtering",
+    "TracebackReport",
+]
 __all__ += ["compiles", "CompileReport", "CompileBudgetExceeded"]
 __all__ += ["per_device", "PerDeviceReport"]
 from jaxmagic.probes.hlo import HloReport, hlo  # noqa: E402

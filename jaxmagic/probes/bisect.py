@@ -32,17 +32,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from jaxmagic.report.source import user_lines
+from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import user_lines
+from jaxmagic.report.wording import format_bytes, message_of
 
 DEFAULT_RTOL = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
-RANDOM_PRIMITIVES = ("random_bits", "random_wrap", "random_seed", "threefry2x32", "random_fold_in", "random_split",
-                     "rng_bit_generator", "rng_uniform")
+RANDOM_PRIMITIVES = (
+    "random_bits",
+    "random_wrap",
+    "random_seed",
+    "threefry2x32",
+    "random_fold_in",
+    "random_split",
+    "rng_bit_generator",
+    "rng_uniform",
+)
 
 VERDICTS = {
     "ok": "jit, eager and the reference agree",
@@ -56,43 +67,56 @@ VERDICTS = {
 }
 NEXT_STEPS = {
     "ok": "Nothing to bisect: the call gives the reference's numbers within the tolerance.",
-    "precision": ("Both runs miss the float64 reference by float32 rounding only. If that matters, reorder the "
-                  "computation (sum small terms first, use log-sum-exp, avoid subtracting close numbers) or compute "
-                  "the sensitive part in float64 (jax.enable_x64)."),
-    "compilation": ("The same operations give the right numbers one by one and wrong numbers compiled: look at the "
-                    "compiled program (%jax_hlo on the same call: constants, fusions), at constants captured by "
-                    "closure (pass arrays as arguments) and at XLA flags; then shrink the function while the "
-                    "difference stays."),
-    "algorithm": ("Compilation is not the cause: the eager run is as wrong. Check the formula and the data "
-                  "against the reference step by step (print intermediate values with %%jax_print)."),
-    "eager_differs": ("Unusual: the op-by-op run is the one that is off. Compare intermediate values op by op "
-                      "(reduction order and precision of eager ops can differ from the fused program's)."),
-    "agree": ("Give a reference (--ref a float64 NumPy result) to tell float32 precision from an algorithm "
-              "error; jaxmagic could not build a float64 run itself (see why above)."),
-    "jit_differs": ("The compiled and the op-by-op run disagree: one of them is wrong, most often the compiled one. "
-                    "Give a float64 reference (--ref) to be sure, then look at the program with %jax_hlo."),
+    "precision": (
+        "Both runs miss the float64 reference by float32 rounding only. If that matters, reorder the "
+        "computation (sum small terms first, use log-sum-exp, avoid subtracting close numbers) or compute "
+        "the sensitive part in float64 (jax.enable_x64)."
+    ),
+    "compilation": (
+        "The same operations give the right numbers one by one and wrong numbers compiled: look at the "
+        "compiled program (%jax_hlo on the same call: constants, fusions), at constants captured by "
+        "closure (pass arrays as arguments) and at XLA flags; then shrink the function while the "
+        "difference stays."
+    ),
+    "algorithm": (
+        "Compilation is not the cause: the eager run is as wrong. Check the formula and the data "
+        "against the reference step by step (print intermediate values with %%jax_print)."
+    ),
+    "eager_differs": (
+        "Unusual: the op-by-op run is the one that is off. Compare intermediate values op by op "
+        "(reduction order and precision of eager ops can differ from the fused program's)."
+    ),
+    "agree": (
+        "Give a reference (--ref a float64 NumPy result) to tell float32 precision from an algorithm "
+        "error; jaxmagic could not build a float64 run itself (see why above)."
+    ),
+    "jit_differs": (
+        "The compiled and the op-by-op run disagree: one of them is wrong, most often the compiled one. "
+        "Give a float64 reference (--ref) to be sure, then look at the program with %jax_hlo."
+    ),
     "failed": "See the error of the run that failed.",
 }
 CAPTURED_TRAP = (
     "The jitted function closes over arrays, which become constants of the compiled program. On the chapter's "
     "platform (jaxlib 0.12.0.1, macOS on Apple Silicon, CPU) the pattern `W @ x` then a sum with a captured `W` "
     "was miscompiled silently: jit wrong, eager right. Pass arrays as arguments instead; it also keeps them out "
-    "of the jit cache.")
+    "of the jit cache."
+)
 
 
 @dataclasses.dataclass
 class RunResult:
     """One way of running the call: its worst error against the reference (or against eager)."""
 
-    name: str                       # "jit", "eager", "reference"
-    how: str                        # how it was run, in words
+    name: str  # "jit", "eager", "reference"
+    how: str  # how it was run, in words
     ok: bool = True
-    error: str = ""                 # "ValueError: ..." when the run failed
+    error: str = ""  # "ValueError: ..." when the run failed
     error_line: SourceLine | None = None
-    max_abs_error: float | None = None   # worst |run - reference| over all leaves (None: not compared)
-    max_rel_error: float | None = None   # that error relative to max |reference| of its leaf
-    worst_leaf: str = ""            # key path of the leaf with the largest relative error
-    equal: bool = False             # bit-for-bit equal to the reference after conversion to float64
+    max_abs_error: float | None = None  # worst |run - reference| over all leaves (None: not compared)
+    max_rel_error: float | None = None  # that error relative to max |reference| of its leaf
+    worst_leaf: str = ""  # key path of the leaf with the largest relative error
+    equal: bool = False  # bit-for-bit equal to the reference after conversion to float64
     leaves: list[str] = dataclasses.field(default_factory=list)  # "(50,) float32" per output leaf
 
 
@@ -113,13 +137,13 @@ class BisectReport(Report):
 
     call: str = ""
     rtol: float = 0.0
-    reference_kind: str = ""        # "given", "float64", "none"
-    reference_note: str = ""        # why there is no automatic reference, or how it was made
+    reference_kind: str = ""  # "given", "float64", "none"
+    reference_note: str = ""  # why there is no automatic reference, or how it was made
     jit: RunResult | None = None
     eager: RunResult | None = None
     reference: RunResult | None = None
-    jit_vs_eager: float | None = None   # max relative difference between the two runs
-    verdict: str = ""               # a key of VERDICTS
+    jit_vs_eager: float | None = None  # max relative difference between the two runs
+    verdict: str = ""  # a key of VERDICTS
     captured: list[CapturedArray] = dataclasses.field(default_factory=list)
 
     @property
@@ -143,8 +167,10 @@ class BisectReport(Report):
             return f"The {failed.name} run of `{self.call}` failed: {failed.error}"
         text = f"`{self.call}`: {self.verdict_text}"
         if self.reference_kind != "none" and self.jit and self.eager:
-            text += (f" (max relative error: jit {_number(self.jit.max_rel_error)}, "
-                     f"eager {_number(self.eager.max_rel_error)}; tolerance {_number(self.rtol)})")
+            text += (
+                f" (max relative error: jit {_number(self.jit.max_rel_error)}, "
+                f"eager {_number(self.eager.max_rel_error)}; tolerance {_number(self.rtol)})"
+            )
         elif self.jit_vs_eager is not None:
             text += f" (max relative difference {_number(self.jit_vs_eager)}; {self.reference_note})"
         text += "."
@@ -170,25 +196,52 @@ class BisectReport(Report):
                 rows.append([run.name, run.how, "-", "-", "-", ", ".join(run.leaves[:3])])
                 continue
             compared = self.reference_kind != "none"
-            rows.append([run.name, run.how,
-                         _number(run.max_abs_error) if compared else "-",
-                         _number(run.max_rel_error) if compared else "-",
-                         ("equal" if run.equal else ("close" if run.max_rel_error <= self.rtol else "WRONG"))
-                         if compared and run.max_rel_error is not None else "-",
-                         (f"worst leaf {run.worst_leaf}" if run.worst_leaf else "") or ", ".join(run.leaves[:3])])
-        sections.append(Section("Three runs", [
-            Table(["run", "how", "max abs error", "max rel error", "vs reference", "notes"], rows),
-            Facts([("tolerance", f"relative {_number(self.rtol)} (of the largest reference value of each leaf)"),
-                   ("reference", self.reference_note or self.reference_kind)]
-                  + ([("jit vs eager", f"max relative difference {_number(self.jit_vs_eager)}")]
-                     if self.jit_vs_eager is not None else []))]))
+            rows.append(
+                [
+                    run.name,
+                    run.how,
+                    _number(run.max_abs_error) if compared else "-",
+                    _number(run.max_rel_error) if compared else "-",
+                    ("equal" if run.equal else ("close" if run.max_rel_error <= self.rtol else "WRONG"))
+                    if compared and run.max_rel_error is not None
+                    else "-",
+                    (f"worst leaf {run.worst_leaf}" if run.worst_leaf else "") or ", ".join(run.leaves[:3]),
+                ]
+            )
+        sections.append(
+            Section(
+                "Three runs",
+                [
+                    Table(["run", "how", "max abs error", "max rel error", "vs reference", "notes"], rows),
+                    Facts(
+                        [
+                            (
+                                "tolerance",
+                                f"relative {_number(self.rtol)} (of the largest reference value of each leaf)",
+                            ),
+                            ("reference", self.reference_note or self.reference_kind),
+                        ]
+                        + (
+                            [("jit vs eager", f"max relative difference {_number(self.jit_vs_eager)}")]
+                            if self.jit_vs_eager is not None
+                            else []
+                        )
+                    ),
+                ],
+            )
+        )
         sections.append(Section("Verdict", [Facts([("verdict", self.verdict_text)]), Paragraph(self.next_step)]))
         if self.captured:
-            rows = [[f"`{c.name}`", str(tuple(c.shape)), c.dtype, _bytes(c.nbytes), c.line.where if c.line else "-"]
-                    for c in self.captured]
-            sections.append(Section("Arrays captured by closure", [Table(["name", "shape", "dtype", "size",
-                                                                          "first used at"], rows),
-                                                                   Paragraph(CAPTURED_TRAP)]))
+            rows = [
+                [f"`{c.name}`", str(tuple(c.shape)), c.dtype, format_bytes(c.nbytes), c.line.where if c.line else "-"]
+                for c in self.captured
+            ]
+            sections.append(
+                Section(
+                    "Arrays captured by closure",
+                    [Table(["name", "shape", "dtype", "size", "first used at"], rows), Paragraph(CAPTURED_TRAP)],
+                )
+            )
         failed_lines = [r.error_line for r in (self.jit, self.eager, self.reference) if r and r.error_line]
         if failed_lines:
             sections.append(Section("Where a run failed", [SourceLines(failed_lines)]))
@@ -205,14 +258,6 @@ def _number(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 # -- the probe ------------------------------------------------------------------
 
 
@@ -223,14 +268,15 @@ def _is_static(value: Any) -> bool:
     if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic, jax.Array)):
         return False
     leaves = jax.tree.leaves(value)
-    return not leaves or not all(isinstance(l, (bool, int, float, complex, np.ndarray, np.generic, jax.Array))
-                                 for l in leaves)
+    return not leaves or not all(
+        isinstance(leaf, (bool, int, float, complex, np.ndarray, np.generic, jax.Array)) for leaf in leaves
+    )
 
 
 def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
     import jax
 
-    if hasattr(fn, "lower") and hasattr(fn, "trace"):
+    if compat.is_jitted(fn):
         return fn, "the jitted function as given"
     static = tuple(i for i, a in enumerate(args) if _is_static(a))
     static_names = tuple(k for k, v in kwargs.items() if _is_static(v))
@@ -295,7 +341,7 @@ def _run(run: RunResult, thunk: Callable[[], Any]):
         jax.block_until_ready(result)
     except Exception as error:  # the call's own failure is a finding, not ours
         run.ok = False
-        text = str(error).strip().splitlines()
+        text = message_of(error).strip().splitlines()
         run.error = f"{type(error).__name__}: {text[0] if text else ''}"
         lines = user_lines(error.__traceback__)
         run.error_line = lines[-1] if lines else None
@@ -370,12 +416,21 @@ def _captured(fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -
         program = hlo(fn, *args, stage=["jaxpr"], namespace=namespace, **kwargs)
     except Exception:
         return []
-    return [CapturedArray(c.name or "(an array made inside the function)", tuple(c.shape), c.dtype, c.nbytes, c.line)
-            for c in program.constants]
+    return [
+        CapturedArray(c.name or "(an array made inside the function)", tuple(c.shape), c.dtype, c.nbytes, c.line)
+        for c in program.constants
+    ]
 
 
-def bisect(fn: Callable, *args: Any, ref: Any = None, rtol: float | None = None, call_text: str = "",
-           namespace: dict | None = None, **kwargs: Any) -> BisectReport:
+def bisect(
+    fn: Callable,
+    *args: Any,
+    ref: Any = None,
+    rtol: float | None = None,
+    call_text: str = "",
+    namespace: dict | None = None,
+    **kwargs: Any,
+) -> BisectReport:
     """Run ``fn(*args, **kwargs)`` jitted, op by op and as a reference; say which layer is wrong.
 
     ``ref``: the expected result (a pytree of arrays, e.g. a NumPy float64
@@ -415,8 +470,10 @@ def bisect(fn: Callable, *args: Any, ref: Any = None, rtol: float | None = None,
                 else:
                     report.reference_kind = "float64"
                     report.reference = RunResult("reference", "float64: op by op, inputs upcast, jax.enable_x64")
-                    report.reference_note = ("the same function op by op in float64 (inputs upcast, "
-                                             "jax.enable_x64); every value of the computation is float64")
+                    report.reference_note = (
+                        "the same function op by op in float64 (inputs upcast, "
+                        "jax.enable_x64); every value of the computation is float64"
+                    )
 
                     def reference_run():
                         with jax.disable_jit():
@@ -460,8 +517,12 @@ def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:
     jit_ok = report.jit.max_rel_error <= report.rtol
     eager_ok = report.eager.max_rel_error <= report.rtol
     if jit_ok and eager_ok:
-        report.verdict = "ok" if (report.jit.max_rel_error == 0 or report.jit.equal) and \
-            (report.eager.max_rel_error == 0 or report.eager.equal) else "precision"
+        report.verdict = (
+            "ok"
+            if (report.jit.max_rel_error == 0 or report.jit.equal)
+            and (report.eager.max_rel_error == 0 or report.eager.equal)
+            else "precision"
+        )
     elif eager_ok:
         report.verdict = "compilation"
     elif jit_ok:

@@ -14,11 +14,13 @@ integer division by zero gives a value (chapter section 3.2).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import message_of
 
 ERROR_SET_NAMES = ("user", "nan", "div", "index", "float", "all")
 
@@ -53,8 +55,10 @@ def error_set(names: str | list[str]):
     wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
     unknown = [n for n in wanted if n not in sets]
     if unknown or not wanted:
-        raise ValueError(f"unknown error set {', '.join(unknown) or '(empty)'}; "
-                         f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated")
+        raise ValueError(
+            f"unknown error set {', '.join(unknown) or '(empty)'}; "
+            f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated"
+        )
     combined = frozenset()
     for name in wanted:
         combined = combined | sets[name]
@@ -65,7 +69,7 @@ def error_set(names: str | list[str]):
 class CheckError:
     """One error checkify found."""
 
-    kind: str                   # "user", "nan", "div", "index"
+    kind: str  # "user", "nan", "div", "index"
     message: str
     mapped_index: list[int] | None = None  # vmapped call: index of the failing sample
     line: SourceLine | None = None
@@ -119,22 +123,46 @@ class CheckReport(Report):
         if self.errors:
             batched = any(e.mapped_index is not None for e in self.errors)
             columns = ["kind"] + (["sample"] if batched else []) + ["message", "line"]
-            rows = [[e.kind] + ([str(e.mapped_index)] if batched else []) + [e.message.replace("`", "'"),
-                    f"{e.line.label or e.line.filename}:{e.line.lineno}" if e.line else "(not recorded)"]
-                    for e in self.errors]
+            rows = [
+                [e.kind]
+                + ([str(e.mapped_index)] if batched else [])
+                + [
+                    e.message.replace("`", "'"),
+                    f"{e.line.label or e.line.filename}:{e.line.lineno}" if e.line else "(not recorded)",
+                ]
+                for e in self.errors
+            ]
             sections.append(Section("Errors", [Table(columns, rows)]))
             lines = [e.line for e in self.errors if e.line]
             if lines:
-                sections.append(Section("Your lines", [SourceLines(list({l.where: l for l in lines}.values()))]))
+                sections.append(
+                    Section("Your lines", [SourceLines(list({line.where: line for line in lines}.values()))])
+                )
         if self.vmapped_function and self.errors:
-            sections.append(Section("Which sample?", [Paragraph(
-                "This function is a jax.vmap, so the check ran as checkify(vmap(f)): one error per kind, "
-                "without the sample it came from. Check the function before vmapping with "
-                "`--vmap AXES` (e.g. `%jax_check f(xs) --vmap 0`) to get each failing sample's index.")]))
+            sections.append(
+                Section(
+                    "Which sample?",
+                    [
+                        Paragraph(
+                            "This function is a jax.vmap, so the check ran as checkify(vmap(f)): one error per kind, "
+                            "without the sample it came from. Check the function before vmapping with "
+                            "`--vmap AXES` (e.g. `%jax_check f(xs) --vmap 0`) to get each failing sample's index."
+                        )
+                    ],
+                )
+            )
         if "index" in self.kinds:
-            sections.append(Section("Note", [Paragraph(
-                "Without checks JAX clamps out-of-bounds indices to the last valid one and returns a value: "
-                "a silent wrong result. Use jnp.take(..., mode='fill') or check the index yourself.")]))
+            sections.append(
+                Section(
+                    "Note",
+                    [
+                        Paragraph(
+                            "Without checks JAX clamps out-of-bounds indices to the last valid one and returns a value: "
+                            "a silent wrong result. Use jnp.take(..., mode='fill') or check the index yourself."
+                        )
+                    ],
+                )
+            )
         sections.append(Section("Checked", [Paragraph(f"`{self.call}`, run as `{self.how_run}`")]))
         return Document("%jax_check", self.status, self.summary, sections)
 
@@ -149,8 +177,9 @@ def parse_vmap_axes(text: str):
     return axes[0] if len(axes) == 1 else axes
 
 
-def check(fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "",
-          vmap_axes=None, **kwargs: Any) -> CheckReport:
+def check(
+    fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "", vmap_axes=None, **kwargs: Any
+) -> CheckReport:
     """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error.
 
     With ``vmap_axes`` the call is ``jit(vmap(checkify(fn), in_axes=vmap_axes))``: each
@@ -204,7 +233,7 @@ def _errors_of(err) -> list[CheckError]:
 
 def _error_from(exc, mapped_index) -> CheckError:
     kind = _KIND_OF_CLASS.get(type(exc).__name__, type(exc).__name__)
-    message = str(exc).strip()
+    message = message_of(exc).strip()
     return CheckError(kind, message, mapped_index, _user_line(getattr(exc, "traceback_info", None)))
 
 

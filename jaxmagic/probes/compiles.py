@@ -37,13 +37,21 @@ import sys
 import threading
 from typing import Any
 
+from jaxmagic._jax import compat
 from jaxmagic._jax.compile_log import (
-    CacheMissExplanation, bare_name, is_compile_log_message, keyword_passing_change, parse_cache_miss,
-    parse_compile_log_line, pytree_changes, signature_text,
+    CacheMissExplanation,
+    bare_name,
+    is_compile_log_message,
+    keyword_passing_change,
+    parse_cache_miss,
+    parse_compile_log_line,
+    pytree_changes,
+    signature_text,
 )
-from jaxmagic.report.source import cell_label, is_user_file, source_line
-from jaxmagic._jax.restore import _jax_loggers, preserved_jax_state
+from jaxmagic._jax.restore import jax_loggers, preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import cell_label, is_user_file, source_line
+from jaxmagic.report.wording import error_line
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
 
@@ -52,10 +60,10 @@ EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
 EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 DETAILS_PER_FUNCTION = 12  # compilations of one function kept in full; later ones are only counted
-DETAILS_TOTAL = 120        # compilations kept in full over all functions
-EXPLAIN_LIMIT = 16         # explained compilations of one function before explanations are switched off
-STATIC_VALUES_KEPT = 6     # first values of each static argument kept for the report
-CHANGES_KEPT = 8           # changed arguments listed per compilation
+DETAILS_TOTAL = 120  # compilations kept in full over all functions
+EXPLAIN_LIMIT = 16  # explained compilations of one function before explanations are switched off
+STATIC_VALUES_KEPT = 6  # first values of each static argument kept for the report
+CHANGES_KEPT = 8  # changed arguments listed per compilation
 LOG_LINE_CHARS = 600
 
 CAUSE_TITLES = {
@@ -74,36 +82,58 @@ CAUSE_TITLES = {
 }
 
 FIXES = {
-    "static": ("A static argument is part of the compiled program: every new value compiles it again. If the "
-               "argument only feeds arithmetic (a learning-rate schedule, a step counter), make it a traced "
-               "argument: drop it from static_argnames and pass an array, e.g. jnp.int32(step). Keep arguments "
-               "static only when they change the program's structure, and then let them take few values."),
-    "static_identity": ("The static argument compares unequal to the previous one although it prints the same: "
-                        "its class uses identity for == and hash. Pass a value type (a tuple, a NamedTuple, a "
-                        "frozen dataclass) or define __eq__ and __hash__ by value."),
-    "types": ("Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
-              "varying sizes pad to a few bucket sizes (e.g. powers of two) and mask, instead of one shape per call."),
-    "weak_type": ("A Python scalar (weakly typed) and a typed JAX scalar such as jnp.float32(1.0) are different "
-                  "argument types to jit, so the function compiles once for each. Pass the same kind every time, "
-                  "e.g. always jnp.float32(x) or jnp.int32(step)."),
-    "pytree": ("The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
-               "the same structure on every call, e.g. always the same keys, with zeros instead of a missing entry."),
-    "passing": ("The same argument was passed by keyword in one call and positionally in another; jit treats "
-                "these as different calls. Pass it the same way every time."),
-    "new_function": ("jax.jit was applied to a newly created function each time (a lambda or a closure made inside "
-                     "a loop or a factory). Each new function object starts with an empty cache. Create the jitted "
-                     "function once, outside the loop, and pass what changes as arguments."),
-    "context": ("A JAX setting that is part of the trace (a config value or a context manager such as "
-                "jax.default_matmul_precision) differed between the calls. Keep it fixed around the calls."),
-    "no_retrace": ("The traced program was reused but compiled again: a different jit option (donate_argnums, "
-                   "shardings), another device, or an explicit .lower().compile()."),
-    "unexplained": ("JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
-                    "static argument value gives, and the static arguments jaxmagic could see did not change. "
-                    "Look at what else jit hashes into its cache key and is not a traced argument: static values "
-                    "hidden in a functools.partial or a callable object given to jax.jit, values a wrapper passes "
-                    "as static arguments, or a closure of a function that is created anew and jitted again."),
-    "eager": ("Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
-              "cheap and cached; a flood of them means eager code in a loop that could go inside a jitted function."),
+    "static": (
+        "A static argument is part of the compiled program: every new value compiles it again. If the "
+        "argument only feeds arithmetic (a learning-rate schedule, a step counter), make it a traced "
+        "argument: drop it from static_argnames and pass an array, e.g. jnp.int32(step). Keep arguments "
+        "static only when they change the program's structure, and then let them take few values."
+    ),
+    "static_identity": (
+        "The static argument compares unequal to the previous one although it prints the same: "
+        "its class uses identity for == and hash. Pass a value type (a tuple, a NamedTuple, a "
+        "frozen dataclass) or define __eq__ and __hash__ by value."
+    ),
+    "types": (
+        "Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
+        "varying sizes pad to a few bucket sizes (e.g. powers of two) and mask, instead of one shape per call."
+    ),
+    "weak_type": (
+        "A Python scalar (weakly typed) and a typed JAX scalar such as jnp.float32(1.0) are different "
+        "argument types to jit, so the function compiles once for each. Pass the same kind every time, "
+        "e.g. always jnp.float32(x) or jnp.int32(step)."
+    ),
+    "pytree": (
+        "The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
+        "the same structure on every call, e.g. always the same keys, with zeros instead of a missing entry."
+    ),
+    "passing": (
+        "The same argument was passed by keyword in one call and positionally in another; jit treats "
+        "these as different calls. Pass it the same way every time."
+    ),
+    "new_function": (
+        "jax.jit was applied to a newly created function each time (a lambda or a closure made inside "
+        "a loop or a factory). Each new function object starts with an empty cache. Create the jitted "
+        "function once, outside the loop, and pass what changes as arguments."
+    ),
+    "context": (
+        "A JAX setting that is part of the trace (a config value or a context manager such as "
+        "jax.default_matmul_precision) differed between the calls. Keep it fixed around the calls."
+    ),
+    "no_retrace": (
+        "The traced program was reused but compiled again: a different jit option (donate_argnums, "
+        "shardings), another device, or an explicit .lower().compile()."
+    ),
+    "unexplained": (
+        "JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
+        "static argument value gives, and the static arguments jaxmagic could see did not change. "
+        "Look at what else jit hashes into its cache key and is not a traced argument: static values "
+        "hidden in a functools.partial or a callable object given to jax.jit, values a wrapper passes "
+        "as static arguments, or a closure of a function that is created anew and jitted again."
+    ),
+    "eager": (
+        "Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
+        "cheap and cached; a flood of them means eager code in a loop that could go inside a jitted function."
+    ),
 }
 
 
@@ -115,19 +145,19 @@ class CompileBudgetExceeded(RuntimeError):
 class Compilation:
     """One backend compilation, kept in full (up to ``DETAILS_PER_FUNCTION`` per function)."""
 
-    function: str                 # bare name, e.g. "train_step"
-    number: int                   # 1 for the function's first compilation in the block
-    kind: str                     # "user", "eager" (a primitive run eagerly), "library" (a jitted JAX function)
-    cause: str                    # a key of CAUSE_TITLES
-    why: str                      # the cause in plain words
+    function: str  # bare name, e.g. "train_step"
+    number: int  # 1 for the function's first compilation in the block
+    kind: str  # "user", "eager" (a primitive run eagerly), "library" (a jitted JAX function)
+    cause: str  # a key of CAUSE_TITLES
+    why: str  # the cause in plain words
     changes: list[str] = dataclasses.field(default_factory=list)  # "w: f32[3] -> i32[3]", "step: 0 -> 1"
-    argument_types: str = ""      # "f32[64,64], f32[8,64]" (the arguments kept by jit, flattened)
+    argument_types: str = ""  # "f32[64,64], f32[8,64]" (the arguments kept by jit, flattened)
     static_arguments: dict[str, str] = dataclasses.field(default_factory=dict)
     trace_seconds: float | None = None
     lower_seconds: float | None = None
     compile_seconds: float = 0.0
     line: SourceLine | None = None  # the user's line that made the call
-    jax_explanation: str = ""     # what jax_explain_cache_misses said
+    jax_explanation: str = ""  # what jax_explain_cache_misses said
     log: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -137,7 +167,7 @@ class FunctionCompiles:
 
     name: str
     kind: str
-    defined_at: str = ""          # "In [3], line 2" or "model.py:14"
+    defined_at: str = ""  # "In [3], line 2" or "model.py:14"
     count: int = 0
     causes: dict[str, int] = dataclasses.field(default_factory=dict)
     distinct_argument_types: int = 0
@@ -145,7 +175,7 @@ class FunctionCompiles:
     static_argnames: list[str] = dataclasses.field(default_factory=list)
     static_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first distinct values, in order
     static_value_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # distinct values seen
-    changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)    # "w (dtype)" -> times
+    changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)  # "w (dtype)" -> times
     change_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # by cause, first few
     trace_seconds: float = 0.0
     lower_seconds: float = 0.0
@@ -178,8 +208,11 @@ class FunctionCompiles:
         """One cause with its evidence: "static argument value changed: `step` 0 -> 1 -> 2"."""
         title = CAUSE_TITLES.get(cause, cause)
         if cause in ("static", "static_identity"):
-            parts = [f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
-                     for name, values in self.static_values.items() if len(values) > 1 or cause == "static_identity"]
+            parts = [
+                f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
+                for name, values in self.static_values.items()
+                if len(values) > 1 or cause == "static_identity"
+            ]
             return f"{title}: {'; '.join(parts)}" if parts else title
         examples = self.change_examples.get(cause, [])
         if examples:
@@ -223,8 +256,20 @@ class FunctionCompiles:
 
 
 # Which cause to name first when two are equally frequent: the ones people find hardest first.
-_CAUSE_PRIORITY = ("static", "static_identity", "new_function", "weak_type", "passing", "pytree", "types",
-                   "context", "no_retrace", "unexplained", "eager", "first")
+_CAUSE_PRIORITY = (
+    "static",
+    "static_identity",
+    "new_function",
+    "weak_type",
+    "passing",
+    "pytree",
+    "types",
+    "context",
+    "no_retrace",
+    "unexplained",
+    "eager",
+    "first",
+)
 
 
 def _priority(cause: str) -> int:
@@ -249,10 +294,10 @@ class CompileReport(Report):
     total_compilations: int = 0
     show_all: bool = False
     budget: int | None = None
-    budget_function: str = ""     # --fn: the budget applies to this function only
+    budget_function: str = ""  # --fn: the budget applies to this function only
     explanations_stopped: str = ""  # the function whose many compilations made us stop asking JAX why
-    log_lines: int = 0            # compile log lines captured (all of them, kept or not)
-    other_error: str = ""         # the block failed: "ValueError: ..."
+    log_lines: int = 0  # compile log lines captured (all of them, kept or not)
+    other_error: str = ""  # the block failed: "ValueError: ..."
 
     # -- queries -------------------------------------------------------------
 
@@ -308,7 +353,7 @@ class CompileReport(Report):
 
     def raise_if_over_budget(self) -> None:
         """Raise CompileBudgetExceeded if a function compiled more often than the budget allows."""
-        __tracebackhide__ = True  # noqa: F841 - the error is about the cell, not about jaxmagic
+        __tracebackhide__ = True
         if self.over_budget:
             raise CompileBudgetExceeded(self.budget_message)
 
@@ -340,8 +385,10 @@ class CompileReport(Report):
             f = recompiled[0]
             return f"`{f.name}` compiled {f.count} times: {f.reason}."
         if recompiled:
-            parts = ", ".join(f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"
-                              for f in recompiled[:4])
+            parts = ", ".join(
+                f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"
+                for f in recompiled[:4]
+            )
             return f"{len(recompiled)} functions compiled more than once: {parts}."
         users = self.user_functions
         if users:
@@ -357,13 +404,22 @@ class CompileReport(Report):
         sections = []
         recompiled = self.recompiled_functions
         if recompiled:
-            rows = [[f"`{f.name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
-                     f"{f.count}: {f.cause_breakdown}", f.evidence or "-"] for f in recompiled[:8]]
+            rows = [
+                [
+                    f"`{f.name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
+                    f"{f.count}: {f.cause_breakdown}",
+                    f.evidence or "-",
+                ]
+                for f in recompiled[:8]
+            ]
             blocks = [Table(["function", "compilations", "what changed"], rows)]
             if any(f.main_cause in ("static", "unexplained", "static_identity") for f in recompiled):
-                blocks.append(Paragraph(
-                    "JAX's own explanation for a changed static argument is only 'cache miss explanation "
-                    "unavailable' (JAX 0.12): jaxmagic compares the static values of the calls to name it."))
+                blocks.append(
+                    Paragraph(
+                        "JAX's own explanation for a changed static argument is only 'cache miss explanation "
+                        "unavailable' (JAX 0.12): jaxmagic compares the static values of the calls to name it."
+                    )
+                )
             by_cause: dict[str, list[str]] = {}
             for f in recompiled[:8]:
                 by_cause.setdefault(f.main_cause, []).append(f"`{f.name}`")
@@ -374,60 +430,132 @@ class CompileReport(Report):
 
         listed = self.functions if self.show_all else self.user_functions
         if listed:
-            rows = [[f"`{f.jit_name}`", f.defined_at or "-", str(f.count), str(f.distinct_argument_types),
-                     f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
-                     _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds)]
-                    for f in listed]
-            blocks = [Table(["function", "defined at", "compiles", "distinct argument types", "why",
-                             "trace / lower / XLA compile, total"], rows)]
+            rows = [
+                [
+                    f"`{f.jit_name}`",
+                    f.defined_at or "-",
+                    str(f.count),
+                    str(f.distinct_argument_types),
+                    f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
+                    _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
+                ]
+                for f in listed
+            ]
+            blocks = [
+                Table(
+                    [
+                        "function",
+                        "defined at",
+                        "compiles",
+                        "distinct argument types",
+                        "why",
+                        "trace / lower / XLA compile, total",
+                    ],
+                    rows,
+                )
+            ]
         else:
             blocks = []
         eager = self.eager_functions
         if eager and not self.show_all:
             names = ", ".join(f"{f.name} x{f.count}" for f in sorted(eager, key=lambda f: -f.count)[:6])
             more = ", ..." if len(eager) > 6 else ""
-            blocks.append(Paragraph(
-                f"Not listed: {self.eager_compilations} small compilation(s) of eager operations - JAX calls "
-                f"outside jit such as jnp.ones, each compiled once per new shape ({names}{more}). "
-                "`--all` lists them."))
+            blocks.append(
+                Paragraph(
+                    f"Not listed: {self.eager_compilations} small compilation(s) of eager operations - JAX calls "
+                    f"outside jit such as jnp.ones, each compiled once per new shape ({names}{more}). "
+                    "`--all` lists them."
+                )
+            )
         if blocks:
             sections.append(Section("Compilations per function", blocks))
 
         shown = [c for c in self.compilations if self.show_all or c.kind == "user"]
         if shown:
-            rows = [[str(c.number), f"`{c.function}`", _line_text(c.line), CAUSE_TITLES.get(c.cause, c.cause),
-                     "; ".join(c.changes) or "-", c.argument_types or "-",
-                     _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds)]
-                    for c in shown]
-            blocks = [Table(["#", "function", "your line", "cause", "what changed", "argument types",
-                             "trace / lower / XLA compile"], rows)]
+            rows = [
+                [
+                    str(c.number),
+                    f"`{c.function}`",
+                    _line_text(c.line),
+                    CAUSE_TITLES.get(c.cause, c.cause),
+                    "; ".join(c.changes) or "-",
+                    c.argument_types or "-",
+                    _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
+                ]
+                for c in shown
+            ]
+            blocks = [
+                Table(
+                    [
+                        "#",
+                        "function",
+                        "your line",
+                        "cause",
+                        "what changed",
+                        "argument types",
+                        "trace / lower / XLA compile",
+                    ],
+                    rows,
+                )
+            ]
             not_listed = sum(f.count for f in listed) - len(shown)
             if not_listed > 0:
-                blocks.append(Paragraph(f"{not_listed} later compilation(s) are counted above but not listed one "
-                                        f"by one (the first {DETAILS_PER_FUNCTION} of each function are)."))
+                blocks.append(
+                    Paragraph(
+                        f"{not_listed} later compilation(s) are counted above but not listed one "
+                        f"by one (the first {DETAILS_PER_FUNCTION} of each function are)."
+                    )
+                )
             sections.append(Section("Each compilation", blocks))
 
         if self.budget is not None:
             scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
             verdict = self.budget_message or "kept"
-            sections.append(Section("Budget", [Facts([("budget", f"at most {self.budget} compilation(s)"),
-                                                      ("applies to", scope), ("result", verdict)])]))
+            sections.append(
+                Section(
+                    "Budget",
+                    [
+                        Facts(
+                            [
+                                ("budget", f"at most {self.budget} compilation(s)"),
+                                ("applies to", scope),
+                                ("result", verdict),
+                            ]
+                        )
+                    ],
+                )
+            )
         notes = []
         if self.explanations_stopped:
-            notes.append(Paragraph(
-                f"`{self.explanations_stopped}` compiled more than {EXPLAIN_LIMIT} times, so JAX's cache-miss "
-                "explanations were switched off for the rest of the cell (their cost grows with every compilation); "
-                "later causes are inferred from the argument types and static values."))
+            notes.append(
+                Paragraph(
+                    f"`{self.explanations_stopped}` compiled more than {EXPLAIN_LIMIT} times, so JAX's cache-miss "
+                    "explanations were switched off for the rest of the cell (their cost grows with every compilation); "
+                    "later causes are inferred from the argument types and static values."
+                )
+            )
         if self.budget_function and not any(f.name == bare_name(self.budget_function) for f in self.functions):
-            notes.append(Paragraph(f"No function named `{bare_name(self.budget_function)}` compiled in this cell "
-                                   "(check the name given to --fn)."))
+            notes.append(
+                Paragraph(
+                    f"No function named `{bare_name(self.budget_function)}` compiled in this cell "
+                    "(check the name given to --fn)."
+                )
+            )
         if notes:
             sections.append(Section("Notes", notes))
         log = [line for c in shown for line in c.log]
         if log:
             kept = f", {len(log)} of {self.log_lines} kept" if self.log_lines > len(log) else ""
-            sections.append(Section("", [Evidence(f"JAX's compile log for the compilations listed ({len(log)} lines"
-                                                  f"{kept})", "\n".join(log))]))
+            sections.append(
+                Section(
+                    "",
+                    [
+                        Evidence(
+                            f"JAX's compile log for the compilations listed ({len(log)} lines{kept})", "\n".join(log)
+                        )
+                    ],
+                )
+            )
         return Document("%%jax_compiles", self.status, self.summary, sections)
 
 
@@ -445,7 +573,7 @@ def _line_text(line: SourceLine | None) -> str:
 # -- the probe ------------------------------------------------------------------
 
 
-class compiles:  # noqa: N801 - used like a function: ``with probes.compiles() as report``
+class compiles:
     """Count and explain every backend compilation in a ``with`` block.
 
     ``budget``: at most this many compilations per user function (or only of
@@ -455,8 +583,14 @@ class compiles:  # noqa: N801 - used like a function: ``with probes.compiles() a
     makes the report list eager-operation compilations as well.
     """
 
-    def __init__(self, *, budget: int | None = None, fn: str | None = None, show_all: bool = False,
-                 raise_over_budget: bool = True):
+    def __init__(
+        self,
+        *,
+        budget: int | None = None,
+        fn: str | None = None,
+        show_all: bool = False,
+        raise_over_budget: bool = True,
+    ):
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be 0 or more, got {budget}")
         self.report = CompileReport(show_all=show_all, budget=budget, budget_function=fn or "")
@@ -484,28 +618,20 @@ class compiles:  # noqa: N801 - used like a function: ``with probes.compiles() a
         return self.report
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         try:
             self._stack.close()
         finally:
             self._collector.finish()
             if exc is not None:
-                self.report.other_error = f"{exc_type.__name__}: {_first_line(exc)}"
+                self.report.other_error = error_line(exc)
         if exc is None and self.raise_over_budget:
             self.report.raise_if_over_budget()
         return False
 
 
 def _unregister(listener) -> None:
-    from jax._src import monitoring
-
-    with contextlib.suppress(Exception):  # restored by preserved_jax_state in any case
-        monitoring.unregister_event_duration_listener(listener)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
+    compat.unregister_duration_listener(listener)  # restored by preserved_jax_state in any case
 
 
 # The probes active now (nested ones included) and the one filter that feeds them all. A
@@ -524,7 +650,7 @@ def _compile_logs_captured(on_log):
     their other records below the user's level are still dropped, by the filter.
     """
     if not _LOG_SINKS:
-        loggers = _jax_loggers()
+        loggers = jax_loggers()
         user_levels = {name: logger.getEffectiveLevel() for name, logger in loggers.items()}
 
         class _CompileLogFilter(logging.Filter):
@@ -675,8 +801,13 @@ class _Collector:
         trace_seconds = self._pending_trace.get(name)
         lower_seconds = self._pending_lower.get(name)
         log = self._pending_log.get(name, [])
-        for pending in (self._pending_log, self._pending_types, self._pending_explanation,
-                        self._pending_trace, self._pending_lower):
+        for pending in (
+            self._pending_log,
+            self._pending_types,
+            self._pending_explanation,
+            self._pending_trace,
+            self._pending_lower,
+        ):
             pending.clear()
         if explanation is not None and not info.defined_file and explanation.defined_at:
             info.defined_file, _, line = explanation.defined_at.rpartition(":")
@@ -692,10 +823,18 @@ class _Collector:
             self._last_of_name[(name, info.kind)] = state
         if state is None:
             label = cell_label(info.defined_file) if info.defined_file else ""
-            defined_at = (f"{label}, line {info.defined_line}" if label else
-                          f"{info.defined_file}:{info.defined_line}" if info.defined_file else "")
-            state = self._functions[key] = _FunctionState(FunctionCompiles(
-                name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)))
+            defined_at = (
+                f"{label}, line {info.defined_line}"
+                if label
+                else f"{info.defined_file}:{info.defined_line}"
+                if info.defined_file
+                else ""
+            )
+            state = self._functions[key] = _FunctionState(
+                FunctionCompiles(
+                    name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
+                )
+            )
             report.functions.append(state.summary)
             self._last_of_name[(name, info.kind)] = state
         summary = state.summary
@@ -722,12 +861,24 @@ class _Collector:
 
         if state.detailed < DETAILS_PER_FUNCTION and len(report.compilations) < DETAILS_TOTAL:
             state.detailed += 1
-            report.compilations.append(Compilation(
-                function=name, number=summary.count, kind=info.kind, cause=cause, why=why,
-                changes=changes[:CHANGES_KEPT], argument_types=signature_text(types) if types is not None else "",
-                static_arguments={k: v[0] for k, v in info.static_values.items()},
-                trace_seconds=trace_seconds, lower_seconds=lower_seconds, compile_seconds=seconds,
-                line=line, jax_explanation=explanation.text if explanation else "", log=list(log)))
+            report.compilations.append(
+                Compilation(
+                    function=name,
+                    number=summary.count,
+                    kind=info.kind,
+                    cause=cause,
+                    why=why,
+                    changes=changes[:CHANGES_KEPT],
+                    argument_types=signature_text(types) if types is not None else "",
+                    static_arguments={k: v[0] for k, v in info.static_values.items()},
+                    trace_seconds=trace_seconds,
+                    lower_seconds=lower_seconds,
+                    compile_seconds=seconds,
+                    line=line,
+                    jax_explanation=explanation.text if explanation else "",
+                    log=list(log),
+                )
+            )
 
         if explanation is not None:
             state.explained += 1
@@ -782,7 +933,7 @@ def _read_jit_frame(local_vars, info: _CallInfo, is_user) -> None:
 
 
 def _code_of(fun):
-    for candidate in (fun, getattr(fun, "func", None), getattr(type(fun), "__call__", None)):
+    for candidate in (fun, getattr(fun, "func", None), getattr(type(fun), "__call__", None)):  # noqa: B004 - the class attribute, not callability
         code = getattr(candidate, "__code__", None)
         if code is not None:
             return code
@@ -826,8 +977,14 @@ def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1
 
 
-def _classify(summary: FunctionCompiles, state: _FunctionState, explanation: CacheMissExplanation | None,
-              types: list[str] | None, info: _CallInfo, traced: bool) -> tuple[str, str, list[str]]:
+def _classify(
+    summary: FunctionCompiles,
+    state: _FunctionState,
+    explanation: CacheMissExplanation | None,
+    types: list[str] | None,
+    info: _CallInfo,
+    traced: bool,
+) -> tuple[str, str, list[str]]:
     """(cause, why in words, what changed) for one compilation."""
     name = f"`{summary.name}`"
     if info.kind != "user":
@@ -840,16 +997,25 @@ def _classify(summary: FunctionCompiles, state: _FunctionState, explanation: Cac
         if kind == "never_seen":
             if summary.count > 0 or explanation.redefined_hint:
                 where = f" ({summary.defined_at})" if summary.defined_at else ""
-                return ("new_function", f"{name} is a new function object from the same definition{where}: "
-                        "jit was given a freshly created function, whose cache starts empty.", [])
+                return (
+                    "new_function",
+                    f"{name} is a new function object from the same definition{where}: "
+                    "jit was given a freshly created function, whose cache starts empty.",
+                    [],
+                )
             return "first", f"First compilation of {name}.", []
         if kind == "types":
-            changes = [c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})")
-                       for c in explanation.type_changes]
+            changes = [
+                c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})") for c in explanation.type_changes
+            ]
             changes = changes or explanation.details
             if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
-                return ("weak_type", "A Python scalar and a typed JAX scalar are different argument types "
-                        "(weak typing): " + "; ".join(changes) + ".", changes)
+                return (
+                    "weak_type",
+                    "A Python scalar and a typed JAX scalar are different argument types "
+                    "(weak typing): " + "; ".join(changes) + ".",
+                    changes,
+                )
             return "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
         if kind == "pytree":
             passed = keyword_passing_change(explanation.details)
@@ -865,15 +1031,27 @@ def _classify(summary: FunctionCompiles, state: _FunctionState, explanation: Cac
     elif traced and summary.count == 0 and state.last_types is None and not static_changes:
         return "first", f"First compilation of {name} in this cell.", []
     elif not traced and summary.count > 0:
-        return ("no_retrace", f"{name} compiled again from its cached trace: different jit options, device, "
-                "or an explicit .lower().compile().", [])
+        return (
+            "no_retrace",
+            f"{name} compiled again from its cached trace: different jit options, device, "
+            "or an explicit .lower().compile().",
+            [],
+        )
 
     if static_changes:
-        return ("static", f"Static argument value changed: {'; '.join(static_changes)}. A static argument is "
-                "part of the compiled program, so each new value compiles again.", static_changes)
+        return (
+            "static",
+            f"Static argument value changed: {'; '.join(static_changes)}. A static argument is "
+            "part of the compiled program, so each new value compiles again.",
+            static_changes,
+        )
     if identity_changes:
-        return ("static_identity", f"Static argument {'; '.join(identity_changes)} is a new object that compares "
-                "unequal to the previous one although it prints the same.", identity_changes)
+        return (
+            "static_identity",
+            f"Static argument {'; '.join(identity_changes)} is a new object that compares "
+            "unequal to the previous one although it prints the same.",
+            identity_changes,
+        )
     if explanation is None and types is not None and state.last_types is not None and types != state.last_types:
         changes = _leaf_changes(state.last_types, types)
         return "types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes
@@ -881,14 +1059,26 @@ def _classify(summary: FunctionCompiles, state: _FunctionState, explanation: Cac
         return "first", f"First compilation of {name} in this cell.", []
     if info.static_values and state.last_static is None:
         values = "; ".join(f"{k} = {v[0]}" for k, v in info.static_values.items())
-        return ("static", f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
-                "static value is the usual cause.", [])
+        return (
+            "static",
+            f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
+            "static value is the usual cause.",
+            [],
+        )
     if info.static_argnames:
-        return ("unexplained", "JAX could not say what differed ('cache miss explanation unavailable'), and the "
-                f"static arguments of {name} ({', '.join(info.static_argnames)}) kept their values.", [])
-    return ("unexplained", f"JAX could not say what differed ('cache miss explanation unavailable'); {name} has "
-            "no static arguments, so a hashed value outside its argument list changed (a partial's or a "
-            "wrapper's static value, or a closure of a function jitted anew).", [])
+        return (
+            "unexplained",
+            "JAX could not say what differed ('cache miss explanation unavailable'), and the "
+            f"static arguments of {name} ({', '.join(info.static_argnames)}) kept their values.",
+            [],
+        )
+    return (
+        "unexplained",
+        f"JAX could not say what differed ('cache miss explanation unavailable'); {name} has "
+        "no static arguments, so a hashed value outside its argument list changed (a partial's or a "
+        "wrapper's static value, or a closure of a function jitted anew).",
+        [],
+    )
 
 
 def _static_changes(before: dict | None, now: dict) -> tuple[list[str], list[str]]:

@@ -49,12 +49,20 @@ def default_config(refresh: bool = False) -> dict[str, str]:
 
     key = (sys.executable, jax.__version__)
     if refresh or key not in _defaults_cache:
-        done = subprocess.run([sys.executable, "-c", _DEFAULTS_SCRIPT], capture_output=True, text=True,
-                              env=clean_environment(), timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", _DEFAULTS_SCRIPT],
+            capture_output=True,
+            text=True,
+            env=clean_environment(),
+            timeout=300,
+            check=False,
+        )
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if done.returncode != 0 or not lines:
-            raise RuntimeError("could not read JAX's default configuration from a fresh process: "
-                               + (done.stderr.strip().splitlines() or ["no output"])[-1])
+            raise RuntimeError(
+                "could not read JAX's default configuration from a fresh process: "
+                + (done.stderr.strip().splitlines() or ["no output"])[-1]
+            )
         _defaults_cache[key] = json.loads(lines[-1].removeprefix("RESULT "))
     return dict(_defaults_cache[key])
 
@@ -64,9 +72,9 @@ class Flag:
     """One JAX flag: its value here and in a fresh process."""
 
     name: str
-    current: str              # repr of the value in this process
-    default: str              # repr of the value in a fresh process ("" if it has no such flag)
-    source: str = ""          # for a changed flag: "environment variable JAX_X" or "set in this process"
+    current: str  # repr of the value in this process
+    default: str  # repr of the value in a fresh process ("" if it has no such flag)
+    source: str = ""  # for a changed flag: "environment variable JAX_X" or "set in this process"
 
     @property
     def changed(self) -> bool:
@@ -80,8 +88,8 @@ class ConfigReport(Report):
     kind = "jax_config"
 
     changed: list[Flag] = dataclasses.field(default_factory=list)
-    flags: list[Flag] = dataclasses.field(default_factory=list)   # every flag (--all), or those matching PATTERN
-    total: int = 0                                                # flags in jax.config.values
+    flags: list[Flag] = dataclasses.field(default_factory=list)  # every flag (--all), or those matching PATTERN
+    total: int = 0  # flags in jax.config.values
     pattern: str = ""
     listed_all: bool = False
     environment: dict[str, str] = dataclasses.field(default_factory=dict)  # JAX_* / XLA_* variables set here
@@ -109,8 +117,10 @@ class ConfigReport(Report):
 
         sections = []
         if self.changed:
-            rows = [[f"`{f.name}`", f"`{f.current}`", f"`{f.default}`" if f.default else "(no such flag)", f.source]
-                    for f in self.changed]
+            rows = [
+                [f"`{f.name}`", f"`{f.current}`", f"`{f.default}`" if f.default else "(no such flag)", f.source]
+                for f in self.changed
+            ]
             sections.append(Section("Changed flags", [Table(["flag", "now", "fresh process", "set by"], rows)]))
         if self.flags:
             title = "All flags" if self.listed_all and not self.pattern else f"Flags matching '{self.pattern}'"
@@ -120,10 +130,18 @@ class ConfigReport(Report):
             sections.append(Section("", [Paragraph(f"No flag name contains '{self.pattern}'.")]))
         if self.environment:
             sections.append(Section("Environment variables", [Facts(list(self.environment.items()))]))
-        sections.append(Section("How", [Paragraph(
-            f"Defaults come from {self.defaults_from}. Read a flag with `jax.config.jax_debug_nans` or "
-            "`jax.debug_nans.value`; `jax.config.read(...)` raises AttributeError for flags that have a "
-            "context manager.")]))
+        sections.append(
+            Section(
+                "How",
+                [
+                    Paragraph(
+                        f"Defaults come from {self.defaults_from}. Read a flag with `jax.config.jax_debug_nans` or "
+                        "`jax.debug_nans.value`; `jax.config.read(...)` raises AttributeError for flags that have a "
+                        "context manager."
+                    )
+                ],
+            )
+        )
         return Document("%jax_config", self.status, self.summary, sections)
 
 
@@ -141,10 +159,18 @@ def config_diff(*, all_flags: bool = False, pattern: str = "", refresh: bool = F
     for flag in flags:
         if flag.changed:
             variable = flag.name.upper()
-            flag.source = (f"environment variable {variable}={os.environ[variable]}"
-                           if variable in os.environ else "set in this process")
-    report = ConfigReport(changed=[f for f in flags if f.changed], total=len(flags), pattern=pattern,
-                          listed_all=all_flags, environment=jax_environment_variables())
+            flag.source = (
+                f"environment variable {variable}={os.environ[variable]}"
+                if variable in os.environ
+                else "set in this process"
+            )
+    report = ConfigReport(
+        changed=[f for f in flags if f.changed],
+        total=len(flags),
+        pattern=pattern,
+        listed_all=all_flags,
+        environment=jax_environment_variables(),
+    )
     if pattern:
         report.flags = [f for f in flags if pattern.lower() in f.name.lower()]
     elif all_flags:
@@ -166,7 +192,7 @@ class EnvReport(Report):
 
     text: str = ""
     versions: dict[str, str] = dataclasses.field(default_factory=dict)  # jax, jaxlib, numpy, python
-    devices: str = ""                 # "cpu-1, 1 local devices"
+    devices: str = ""  # "cpu-1, 1 local devices"
     process_count: str = ""
     host_shown: bool = False
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -184,14 +210,30 @@ class EnvReport(Report):
     def document(self):
         from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section
 
-        sections = [Section("Versions", [Facts(list(self.versions.items()) + [("devices", self.devices),
-                                                                             ("process_count", self.process_count)])])]
+        sections = [
+            Section(
+                "Versions",
+                [
+                    Facts(
+                        list(self.versions.items()) + [("devices", self.devices), ("process_count", self.process_count)]
+                    )
+                ],
+            )
+        ]
         if self.environment:
             sections.append(Section("Environment variables", [Facts(list(self.environment.items()))]))
-        sections.append(Section("To paste into an issue", [
-            Paragraph("The output of jax.print_environment_info()"
-                      + ("." if self.host_shown else f", with the host name replaced by {HIDDEN}.")),
-            Evidence("jax.print_environment_info()", self.text)]))
+        sections.append(
+            Section(
+                "To paste into an issue",
+                [
+                    Paragraph(
+                        "The output of jax.print_environment_info()"
+                        + ("." if self.host_shown else f", with the host name replaced by {HIDDEN}.")
+                    ),
+                    Evidence("jax.print_environment_info()", self.text),
+                ],
+            )
+        )
         return Document("%jax_env", self.status, self.summary, sections)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from jaxmagic._jax import compat
 from jaxmagic.report import Report, Status
 
 _FLAG = "--xla_force_host_platform_device_count"
@@ -29,14 +30,14 @@ class DevicesReport(Report):
 
     kind = "jax_devices"
 
-    requested: int | None = None       # N of %jax_devices N (None: just list)
-    applied: bool = False              # jax_num_cpu_devices was set before the backend started
-    backend_started: bool = False      # the backend had started before this call
-    cpu_devices: int | None = None     # CPU devices JAX has (None: backend not started)
+    requested: int | None = None  # N of %jax_devices N (None: just list)
+    applied: bool = False  # jax_num_cpu_devices was set before the backend started
+    backend_started: bool = False  # the backend had started before this call
+    cpu_devices: int | None = None  # CPU devices JAX has (None: backend not started)
     devices: list[list[str]] = dataclasses.field(default_factory=list)  # [id, platform, kind, process]
     default_backend: str = ""
-    num_cpu_devices_config: int = -1   # jax_num_cpu_devices after the call
-    xla_flags: str = ""                # XLA_FLAGS in the environment
+    num_cpu_devices_config: int = -1  # jax_num_cpu_devices after the call
+    xla_flags: str = ""  # XLA_FLAGS in the environment
 
     @property
     def status(self) -> Status:
@@ -48,14 +49,15 @@ class DevicesReport(Report):
     def summary(self) -> str:
         n = self.requested
         if n is not None and self.applied:
-            return (f"{n} CPU devices: JAX will create them when its backend starts "
-                    f"(jax_num_cpu_devices = {n}).")
+            return f"{n} CPU devices: JAX will create them when its backend starts (jax_num_cpu_devices = {n})."
         if n is not None and self.cpu_devices == n:
             return f"JAX already has {n} CPU devices; nothing to change."
         if n is not None:
-            return (f"Too late for {n} devices: the JAX backend already started with {self.cpu_devices} CPU "
-                    f"device(s). Restart the kernel and run `%jax_devices {n}` right after `%load_ext jaxmagic`, "
-                    "before anything touches a device.")
+            return (
+                f"Too late for {n} devices: the JAX backend already started with {self.cpu_devices} CPU "
+                f"device(s). Restart the kernel and run `%jax_devices {n}` right after `%load_ext jaxmagic`, "
+                "before anything touches a device."
+            )
         return f"{len(self.devices)} device(s) on the {self.default_backend} backend."
 
     def document(self):
@@ -64,41 +66,57 @@ class DevicesReport(Report):
         facts = []
         if self.requested is not None:
             facts.append(("requested", f"{self.requested} CPU devices"))
-        facts.append(("backend", ("started before this call" if self.backend_started else "not started yet")
-                      + (f", default {self.default_backend}" if self.default_backend else "")))
+        facts.append(
+            (
+                "backend",
+                ("started before this call" if self.backend_started else "not started yet")
+                + (f", default {self.default_backend}" if self.default_backend else ""),
+            )
+        )
         facts.append(("jax_num_cpu_devices", str(self.num_cpu_devices_config)))
         if self.xla_flags:
             facts.append(("XLA_FLAGS", self.xla_flags))
         sections = [Section("Setting", [Facts(facts)])]
         if self.requested is not None and not self.applied and self.cpu_devices != self.requested:
-            sections.append(Section("Why it did not work", [Paragraph(
-                "JAX fixes the number of CPU devices when its backend starts: at the first operation that needs a "
-                "device (creating an array, `jax.devices()`, a jitted call), not at `import jax`. In this kernel "
-                "that has already happened, and neither `jax_num_cpu_devices` nor `XLA_FLAGS` changes it now. "
-                "Restart the kernel; put `%load_ext jaxmagic` and `%jax_devices N` in the first cell, before any "
-                "JAX operation. Other processes (`subprocess` with "
-                f"`XLA_FLAGS={_FLAG}=N`) are another way.")]))
+            sections.append(
+                Section(
+                    "Why it did not work",
+                    [
+                        Paragraph(
+                            "JAX fixes the number of CPU devices when its backend starts: at the first operation that needs a "
+                            "device (creating an array, `jax.devices()`, a jitted call), not at `import jax`. In this kernel "
+                            "that has already happened, and neither `jax_num_cpu_devices` nor `XLA_FLAGS` changes it now. "
+                            "Restart the kernel; put `%load_ext jaxmagic` and `%jax_devices N` in the first cell, before any "
+                            "JAX operation. Other processes (`subprocess` with "
+                            f"`XLA_FLAGS={_FLAG}=N`) are another way."
+                        )
+                    ],
+                )
+            )
         elif self.applied:
-            sections.append(Section("Note", [Paragraph(
-                "The backend starts at the first JAX operation. If this process joins a multi-process job, call "
-                "`jax.distributed.initialize(...)` before that. `jax.devices()` then lists the devices.")]))
+            sections.append(
+                Section(
+                    "Note",
+                    [
+                        Paragraph(
+                            "The backend starts at the first JAX operation. If this process joins a multi-process job, call "
+                            "`jax.distributed.initialize(...)` before that. `jax.devices()` then lists the devices."
+                        )
+                    ],
+                )
+            )
         if self.devices:
             from jaxmagic.probes._support.sharding_layout import id_list
 
             groups: dict[tuple, list[int]] = {}
             for device_id, platform, kind, process in self.devices:
                 groups.setdefault((platform, kind, process), []).append(int(device_id))
-            rows = [[platform, kind, process, str(len(ids)), id_list(ids)]
-                    for (platform, kind, process), ids in groups.items()]
+            rows = [
+                [platform, kind, process, str(len(ids)), id_list(ids)]
+                for (platform, kind, process), ids in groups.items()
+            ]
             sections.append(Section("Devices", [Table(["platform", "kind", "process", "count", "ids"], rows)]))
         return Document("%jax_devices", self.status, self.summary, sections)
-
-
-def backend_started() -> bool:
-    """True once JAX has created its backends (devices can no longer be added)."""
-    from jax._src import xla_bridge
-
-    return bool(xla_bridge.backends_are_initialized())
 
 
 def devices(count: int | None = None) -> DevicesReport:
@@ -111,8 +129,9 @@ def devices(count: int | None = None) -> DevicesReport:
 
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise ValueError(f"the number of devices must be a positive integer, got {count!r}")
-    report = DevicesReport(requested=count, backend_started=backend_started(),
-                           xla_flags=os.environ.get("XLA_FLAGS", ""))
+    report = DevicesReport(
+        requested=count, backend_started=compat.backend_started(), xla_flags=os.environ.get("XLA_FLAGS", "")
+    )
     if count is not None and not report.backend_started:
         jax.config.update("jax_num_cpu_devices", count)
         report.applied = True

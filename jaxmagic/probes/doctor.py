@@ -43,16 +43,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
-from jaxmagic.report.source import source_line
+from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import source_line
+from jaxmagic.report.wording import message_of
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
 RETRACE_TOKEN = "jaxmagic-doctor"
-LIVE_PILE_UP = 10        # arrays of one shape left alive by the cell from which they count as piling up
-REPEATED_TRANSFERS = 2   # implicit transfers of one line from which they count as per-step copies
+LIVE_PILE_UP = 10  # arrays of one shape left alive by the cell from which they count as piling up
+REPEATED_TRANSFERS = 2  # implicit transfers of one line from which they count as per-step copies
 
 AREAS = {  # probe -> (rank, area, the magic to run next)
     "nans": (1, "NaN", "%%jax_nans"),
@@ -66,7 +68,8 @@ ORDER_OF_ATTACK = (
     "Fix them in this order (the chapter's section 9.4): NaN first, because a NaN makes every other symptom "
     "meaningless; then errors that stop the program; then speed and memory (recompilation, transfers, arrays "
     "piling up); then the silent logic bugs that raise nothing, such as a random key that never changes. After "
-    "each fix, pin it down with an assert before moving on.")
+    "each fix, pin it down with an assert before moving on."
+)
 
 
 @dataclasses.dataclass
@@ -81,7 +84,7 @@ class Finding:
     line: SourceLine | None = None
     fix: str = ""
     next_magic: str = ""
-    short: str = ""       # a few words for the headline: "`mul` in the backward pass of `train_step`"
+    short: str = ""  # a few words for the headline: "`mul` in the backward pass of `train_step`"
 
 
 @dataclasses.dataclass
@@ -89,8 +92,8 @@ class HostArgument:
     """A NumPy array given to one of your jitted functions: JAX copies it to the device at every call."""
 
     function: str
-    argument: str       # "x" or "args[1]"
-    value: str          # "f32[4,4]"
+    argument: str  # "x" or "args[1]"
+    value: str  # "f32[4,4]"
     calls: int = 0
     line: SourceLine | None = None
 
@@ -104,14 +107,14 @@ class DoctorReport(Report):
     checked: list[str] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
     findings: list[Finding] = dataclasses.field(default_factory=list)
-    nan_sighting: object = None       # _nan_watch.NanSighting
-    nans: object = None               # NanReport of the re-run of the first NaN-producing call
-    compiles: object = None           # CompileReport
-    leaks: object = None              # LeakReport
-    keys: object = None               # KeyReport
-    transfers: object = None          # TransferReport
-    live: object = None               # LiveReport (a snapshot, taken only when arrays piled up)
-    live_growth: dict = dataclasses.field(default_factory=dict)   # "float32[32, 16]" -> arrays added by the cell
+    nan_sighting: object = None  # _nan_watch.NanSighting
+    nans: object = None  # NanReport of the re-run of the first NaN-producing call
+    compiles: object = None  # CompileReport
+    leaks: object = None  # LeakReport
+    keys: object = None  # KeyReport
+    transfers: object = None  # TransferReport
+    live: object = None  # LiveReport (a snapshot, taken only when arrays piled up)
+    live_growth: dict = dataclasses.field(default_factory=dict)  # "float32[32, 16]" -> arrays added by the cell
     host_arguments: list = dataclasses.field(default_factory=list)  # HostArgument: NumPy arrays given to jit
     other_error: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -136,19 +139,30 @@ class DoctorReport(Report):
             return f"Nothing found by {', '.join(self.checked)}.{failed}"
         n = len(self.findings)
         head = f"{n} problem{'s' if n > 1 else ''}, in the order to fix them: "
-        return head + "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1)) \
-            + "." + failed
+        return (
+            head
+            + "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1))
+            + "."
+            + failed
+        )
 
     def document(self):
         from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.findings:
-            rows = [[str(i), f.area, f.title, _where(f.line), f"`{f.next_magic}`"]
-                    for i, f in enumerate(self.findings, 1)]
-            sections.append(Section("Findings, in the order to fix them", [
-                Table(["#", "area", "finding", "your line", "look closer with"], rows),
-                Paragraph(ORDER_OF_ATTACK)]))
+            rows = [
+                [str(i), f.area, f.title, _where(f.line), f"`{f.next_magic}`"] for i, f in enumerate(self.findings, 1)
+            ]
+            sections.append(
+                Section(
+                    "Findings, in the order to fix them",
+                    [
+                        Table(["#", "area", "finding", "your line", "look closer with"], rows),
+                        Paragraph(ORDER_OF_ATTACK),
+                    ],
+                )
+            )
             for i, f in enumerate(self.findings, 1):
                 blocks = []
                 if f.evidence:
@@ -171,16 +185,22 @@ class DoctorReport(Report):
             rows.append([probe, result, f"`{magic}`"])
         sections.append(Section("Every probe", [Table(["probe", "result", "magic"], rows)]))
         how = [Paragraph(n) for n in self.notes]
-        how.append(Paragraph(
-            "All probes ran together, around one run of the cell. None of them stopped it for a finding it can "
-            "record: the first NaN was noted (not raised) and only the call that made it was run again after the "
-            "cell, under jax.debug_nans; reused keys were recorded; transfers were logged. A tracer leak would "
-            "still stop the cell, as under %%jax_leaks."))
-        how.append(Paragraph(
-            "The doctor watches the calls of jitted functions made by your own code (each takes JAX's Python "
-            "dispatch path for it: a fraction of a millisecond per call); NaNs made by eager operations or "
-            "inside library code are not watched - %%jax_nans sees those. Functions are traced and compiled "
-            "once more the first time the doctor sees them, under a cache key the doctor keeps."))
+        how.append(
+            Paragraph(
+                "All probes ran together, around one run of the cell. None of them stopped it for a finding it can "
+                "record: the first NaN was noted (not raised) and only the call that made it was run again after the "
+                "cell, under jax.debug_nans; reused keys were recorded; transfers were logged. A tracer leak would "
+                "still stop the cell, as under %%jax_leaks."
+            )
+        )
+        how.append(
+            Paragraph(
+                "The doctor watches the calls of jitted functions made by your own code (each takes JAX's Python "
+                "dispatch path for it: a fraction of a millisecond per call); NaNs made by eager operations or "
+                "inside library code are not watched - %%jax_nans sees those. Functions are traced and compiled "
+                "once more the first time the doctor sees them, under a cache key the doctor keeps."
+            )
+        )
         sections.append(Section("How the probes were combined", how))
         return Document("%%jax_doctor", self.status, self.summary, sections)
 
@@ -201,22 +221,28 @@ def _clean_text(probe: str, sub, report: DoctorReport) -> str:
         return "not run"
     if probe == "compiles":
         users = sub.user_functions
-        return (f"{len(users)} function(s), each compiled once" if users else "nothing of yours compiled") + \
-            " (the doctor's own first compilation included)"
+        return (
+            f"{len(users)} function(s), each compiled once" if users else "nothing of yours compiled"
+        ) + " (the doctor's own first compilation included)"
     if probe == "leaks":
         return "no tracer leaked"
     if probe == "keys":
         flows = [f for f in sub.flows if f.calls]
-        return ("a new key at every call: " + ", ".join(f"`{f.function}` {f.distinct}/{f.calls}" for f in flows)
-                if flows else "no key reuse; no typed key reached a jitted function")
+        return (
+            "a new key at every call: " + ", ".join(f"`{f.function}` {f.distinct}/{f.calls}" for f in flows)
+            if flows
+            else "no key reuse; no typed key reached a jitted function"
+        )
     if probe == "transfers":
         if not sub.total:
             return "no implicit transfer"
         undescribed = sum(t.count for t in sub.transfers if not t.value)
         text = f"{sub.total} implicit transfer(s), no host array given to a jitted function at every call"
         if undescribed:
-            text += (f"; JAX did not say what {undescribed} of them were (index constants and Python numbers "
-                     "usually): `%%jax_transfers --mode disallow` stops at each")
+            text += (
+                f"; JAX did not say what {undescribed} of them were (index constants and Python numbers "
+                "usually): `%%jax_transfers --mode disallow` stops at each"
+            )
         return text
     return sub.summary
 
@@ -240,10 +266,16 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
     later = f"; {s.calls_with_nan - 1} later call(s) returned NaN too" if s.calls_with_nan > 1 else ""
     nan = report.nans
     if s.came_in:
-        return [_finding("nans", f"NaN already in the arguments of {where} (call {s.call_number})",
-                         evidence=f"the arguments of its first call with a NaN result held NaN{later}: it was made "
-                                  "before this cell or outside JAX", line=s.line,
-                         next_magic="%%jax_nans (on the cell that made the arguments)")]
+        return [
+            _finding(
+                "nans",
+                f"NaN already in the arguments of {where} (call {s.call_number})",
+                evidence=f"the arguments of its first call with a NaN result held NaN{later}: it was made "
+                "before this cell or outside JAX",
+                line=s.line,
+                next_magic="%%jax_nans (on the cell that made the arguments)",
+            )
+        ]
     evidence = f"first in call {s.call_number} of {where} ({', '.join(s.leaves)}){later}"
     line, fix = s.line, ""
     if nan is not None and nan.found:
@@ -253,17 +285,29 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
             line = nan.origin_lines[-1]
         if nan.nonfinite:
             names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
-            evidence += "; non-finite: " + ", ".join(f"`{n}`" for n in names[:4]) + \
-                (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        fix = BACKWARD_EXPLANATION if nan.phase == "backward" else \
-            (f"`{nan.primitive}`: typically {FORWARD_CAUSES[nan.primitive]}." if nan.primitive in FORWARD_CAUSES
-             else "")
+            evidence += (
+                "; non-finite: "
+                + ", ".join(f"`{n}`" for n in names[:4])
+                + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            )
+        fix = (
+            BACKWARD_EXPLANATION
+            if nan.phase == "backward"
+            else (
+                f"`{nan.primitive}`: typically {FORWARD_CAUSES[nan.primitive]}."
+                if nan.primitive in FORWARD_CAUSES
+                else ""
+            )
+        )
     else:
         title = f"NaN in the results of {where}"
     if s.rerun_note:
         evidence += ". " + s.rerun_note
-    short = (f"`{nan.primitive}` in the {nan.phase} pass of {where}" if nan is not None and nan.found
-             else f"in the results of {where}")
+    short = (
+        f"`{nan.primitive}` in the {nan.phase} pass of {where}"
+        if nan is not None and nan.found
+        else f"in the results of {where}"
+    )
     return [_finding("nans", title, evidence=evidence, line=line, fix=fix, short=short)]
 
 
@@ -301,10 +345,17 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
         return []
     found = []
     for f in compiles.recompiled_functions:
-        found.append(_finding("compiles", f"`{f.name}` compiled {f.count} times: {f.reason}",
-                              evidence=f.evidence or f.cause_breakdown, line=f.first_line, fix=f.fix,
-                              next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
-                              short=f"`{f.name}` {f.count} times, {CAUSE_TITLES.get(f.main_cause, f.main_cause)}"))
+        found.append(
+            _finding(
+                "compiles",
+                f"`{f.name}` compiled {f.count} times: {f.reason}",
+                evidence=f.evidence or f.cause_breakdown,
+                line=f.first_line,
+                fix=f.fix,
+                next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
+                short=f"`{f.name}` {f.count} times, {CAUSE_TITLES.get(f.main_cause, f.main_cause)}",
+            )
+        )
     return found
 
 
@@ -321,13 +372,25 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
         # JAX's fast path does not describe the value (then it may be either): those are left to
         # %%jax_transfers, except host arrays given to a jitted function, which the doctor sees itself.
         if t.count >= REPEATED_TRANSFERS and _is_host_array(t.value):
-            found.append(_finding("transfers", f"{t.count} implicit host-to-device copies of {t.value} ({t.what}) "
-                                               "from one line", line=t.line, fix=WHY))
+            found.append(
+                _finding(
+                    "transfers",
+                    f"{t.count} implicit host-to-device copies of {t.value} ({t.what}) from one line",
+                    line=t.line,
+                    fix=WHY,
+                )
+            )
     for h in report.host_arguments:
         if h.calls >= REPEATED_TRANSFERS:
-            found.append(_finding("transfers", f"`{h.function}` was given a NumPy array ({h.value}, argument "
-                                               f"`{h.argument}`) in {h.calls} calls: copied to the device every time",
-                                  line=h.line, fix=WHY))
+            found.append(
+                _finding(
+                    "transfers",
+                    f"`{h.function}` was given a NumPy array ({h.value}, argument "
+                    f"`{h.argument}`) in {h.calls} calls: copied to the device every time",
+                    line=h.line,
+                    fix=WHY,
+                )
+            )
     return found[:3]
 
 
@@ -346,7 +409,7 @@ def _is_host_array(value: str) -> bool:
 
 
 def _live_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.probes.live import _bytes
+    from jaxmagic.report.wording import format_bytes as _bytes
 
     live = report.live
     if live is None:
@@ -359,15 +422,24 @@ def _live_findings(report: DoctorReport) -> list[Finding]:
         held = f", held by {', '.join(f'`{h}`' for h in g.holders[:2])}" if g.holders else ""
         if g.in_jit_cache and not g.holders:
             functions = ", ".join(f"jit({f})" for f in g.jit_functions[:2])
-            found.append(_finding("live", f"{added} more `{g.type_text}` kept by the jit cache as constants of "
-                                          f"{functions or 'a traced function'}",
-                                  fix="Pass large arrays as arguments instead of reading them from globals; "
-                                      "jax.clear_caches() frees them."))
+            found.append(
+                _finding(
+                    "live",
+                    f"{added} more `{g.type_text}` kept by the jit cache as constants of "
+                    f"{functions or 'a traced function'}",
+                    fix="Pass large arrays as arguments instead of reading them from globals; "
+                    "jax.clear_caches() frees them.",
+                )
+            )
         else:
-            found.append(_finding("live", f"{added} more `{g.type_text}` alive after the cell "
-                                          f"({_bytes(added * g.bytes_each)}){held}",
-                                  fix="Arrays kept in a list grow with every step: keep Python numbers "
-                                      "(float(loss)) or del the container; x.delete() frees an array at once."))
+            found.append(
+                _finding(
+                    "live",
+                    f"{added} more `{g.type_text}` alive after the cell ({_bytes(added * g.bytes_each)}){held}",
+                    fix="Arrays kept in a list grow with every step: keep Python numbers "
+                    "(float(loss)) or del the container; x.delete() frees an array at once.",
+                )
+            )
     return found[:3]
 
 
@@ -379,33 +451,60 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
         return []
     found = []
     for f in keys.repeated_flows:
-        found.append(_finding("keys", f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} "
-                                      f"calls (argument `{f.argument}`)",
-                              short=f"`{f.function}` got the same key {f.repeated_times} times",
-                              evidence=f"{f.distinct} distinct key(s) in {f.calls} calls; the repeated key's data "
-                                       f"is {f.repeated_key}: the same random numbers (e.g. the same dropout mask) "
-                                       "every call", line=f.first_call, fix=FIX))
+        found.append(
+            _finding(
+                "keys",
+                f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} "
+                f"calls (argument `{f.argument}`)",
+                short=f"`{f.function}` got the same key {f.repeated_times} times",
+                evidence=f"{f.distinct} distinct key(s) in {f.calls} calls; the repeated key's data "
+                f"is {f.repeated_key}: the same random numbers (e.g. the same dropout mask) "
+                "every call",
+                line=f.first_call,
+                fix=FIX,
+            )
+        )
     for r in keys.reuse:
-        found.append(_finding("keys", f"key used twice: `{r.consumer}` got an already consumed key"
-                                      + (f" ({r.count} times)" if r.count > 1 else ""),
-                              evidence=r.explanation, line=r.reused_at, fix=FIX))
+        found.append(
+            _finding(
+                "keys",
+                f"key used twice: `{r.consumer}` got an already consumed key"
+                + (f" ({r.count} times)" if r.count > 1 else ""),
+                evidence=r.explanation,
+                line=r.reused_at,
+                fix=FIX,
+            )
+        )
     if keys.legacy:
         n = sum(u.count for u in keys.legacy)
-        found.append(_finding("keys", f"{n} jax.random call(s) with a legacy uint32 PRNGKey (not checkable)",
-                              line=keys.legacy[0].line, fix=LEGACY_NOTE))
+        found.append(
+            _finding(
+                "keys",
+                f"{n} jax.random call(s) with a legacy uint32 PRNGKey (not checkable)",
+                line=keys.legacy[0].line,
+                fix=LEGACY_NOTE,
+            )
+        )
     return found
 
 
 def rank_findings(report: DoctorReport) -> list[Finding]:
     """Every finding of the sub-reports, in the order to fix them."""
     found = []
-    for collect in (_nan_findings, _leak_findings, _compile_findings, _transfer_findings, _live_findings,
-                    _key_findings):
+    for collect in (
+        _nan_findings,
+        _leak_findings,
+        _compile_findings,
+        _transfer_findings,
+        _live_findings,
+        _key_findings,
+    ):
         try:
             found += collect(report)
         except Exception as error:  # one probe's odd report must not hide the others
-            report.notes.append(f"jaxmagic could not read one report ({collect.__name__}): "
-                                f"{type(error).__name__}: {error}")
+            report.notes.append(
+                f"jaxmagic could not read one report ({collect.__name__}): {type(error).__name__}: {error}"
+            )
     return sorted(found, key=lambda f: f.rank)
 
 
@@ -431,7 +530,7 @@ def doctor(*, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = N
     the report is filled in. ``namespace`` (the user's variables) lets the
     probes name what holds leaked tracers and live arrays.
     """
-    from jaxmagic._jax import jit_calls as _jit_calls
+    from jaxmagic._jax import jit_calls
     from jaxmagic.probes._support.nan_watch import NanWatch
     from jaxmagic.probes.compiles import compiles
     from jaxmagic.probes.keys import keys
@@ -456,17 +555,19 @@ def doctor(*, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = N
                 report.compiles = stack.enter_context(compiles(raise_over_budget=False))
             if "transfers" not in skip:
                 report.transfers = stack.enter_context(transfers(mode="log"))
-            observers = ((watch,) if watch is not None else ()) + \
-                ((_HostArguments(report),) if "transfers" not in skip else ())
+            observers = ((watch,) if watch is not None else ()) + (
+                (_HostArguments(report),) if "transfers" not in skip else ()
+            )
             if "keys" not in skip:
-                report.keys = stack.enter_context(keys(record=True, check_calls=False, also_observe=observers,
-                                                       only_user_calls=True))
+                report.keys = stack.enter_context(
+                    keys(record=True, check_calls=False, also_observe=observers, only_user_calls=True)
+                )
             elif observers:
-                if not stack.enter_context(_jit_calls.observing_calls(*observers, only_user_calls=True)):
+                if not stack.enter_context(jit_calls.observing_calls(*observers, only_user_calls=True)):
                     report.notes.append("This JAX gives no way to see single calls: NaNs were not watched.")
             yield report
     except BaseException as error:
-        lines = str(error).strip().splitlines()
+        lines = message_of(error).strip().splitlines()
         report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise
     finally:
@@ -483,11 +584,11 @@ class _HostArguments:
     def before(self, name, is_jit, args, params) -> None:
         import numpy as np
 
-        from jaxmagic._jax import jit_calls as _jit_calls
+        from jaxmagic._jax import jit_calls
 
         if not is_jit:
             return
-        frame = _jit_calls.find_caller_frame()
+        frame = jit_calls.find_caller_frame()
         if frame is None:
             return
         given = frame.f_locals.get("args") or ()
@@ -496,14 +597,15 @@ class _HostArguments:
                 key = (name, index, value.shape, str(value.dtype))
                 entry = self.seen.get(key)
                 if entry is None:
-                    from jaxmagic.probes._support.nan_watch import _user_frame
+                    from jaxmagic.probes._support.nan_watch import user_frame
 
-                    user = _user_frame()
+                    user = user_frame()
                     entry = self.seen[key] = HostArgument(
-                        name, _parameter_name(frame.f_locals.get("fun"), index) or f"argument {index}",
+                        name,
+                        _parameter_name(frame.f_locals.get("fun"), index) or f"argument {index}",
                         f"{_short(str(value.dtype))}[{','.join(map(str, value.shape))}]",
-                        line=source_line(user.f_code.co_filename, user.f_lineno, user.f_code.co_name) if user
-                        else None)
+                        line=source_line(user.f_code.co_filename, user.f_lineno, user.f_code.co_name) if user else None,
+                    )
                     self.report.host_arguments.append(entry)
                 entry.calls += 1
 
@@ -516,16 +618,27 @@ def _parameter_name(fun, index: int) -> str:
     import inspect
 
     try:
-        names = [p.name for p in inspect.signature(fun).parameters.values()
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [
+            p.name
+            for p in inspect.signature(fun).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return ""
     return names[index] if index < len(names) else ""
 
 
 def _short(dtype: str) -> str:
-    return {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "float16": "f16",
-            "bfloat16": "bf16", "uint8": "u8", "bool": "bool"}.get(dtype, dtype)
+    return {
+        "float32": "f32",
+        "float64": "f64",
+        "int32": "i32",
+        "int64": "i64",
+        "float16": "f16",
+        "bfloat16": "bf16",
+        "uint8": "u8",
+        "bool": "bool",
+    }.get(dtype, dtype)
 
 
 @contextlib.contextmanager
@@ -548,16 +661,17 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
         if grown:
             snapshot = live(namespace=namespace)
             report.live = snapshot
-            report.live_growth = {f"{dtype}{list(shape)}": snapshot_count - before.get((shape, dtype), 0)
-                                  for (shape, dtype) in grown
-                                  for snapshot_count in [sum(g.count for g in snapshot.groups
-                                                             if (tuple(g.shape), g.dtype) == (shape, dtype))]}
+            report.live_growth = {
+                f"{dtype}{list(shape)}": snapshot_count - before.get((shape, dtype), 0)
+                for (shape, dtype) in grown
+                for snapshot_count in [
+                    sum(g.count for g in snapshot.groups if (tuple(g.shape), g.dtype) == (shape, dtype))
+                ]
+            }
 
 
 def _live_counts() -> dict[tuple, int]:
-    from jax._src import xla_bridge
-
-    if not xla_bridge.backends_are_initialized():
+    if not compat.backend_started():
         return {}
     import jax
 

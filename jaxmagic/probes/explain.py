@@ -27,111 +27,167 @@ import keyword
 import tokenize
 
 from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import is_user_file, source_line, user_lines
+from jaxmagic.report.wording import first_line, message_of
 
 
 @dataclasses.dataclass(frozen=True)
 class Fix:
     """One standard fix: what to write, and when it is the right one."""
 
-    use: str        # "jnp.where(cond, a, b)"
-    when: str       # "elementwise choice between two values"
+    use: str  # "jnp.where(cond, a, b)"
+    when: str  # "elementwise choice between two values"
 
 
 @dataclasses.dataclass(frozen=True)
 class ErrorKind:
     key: str
-    title: str            # what went wrong, in a few words
-    triggers: str         # typical code that raises it
-    why: str              # one paragraph
+    title: str  # what went wrong, in a few words
+    triggers: str  # typical code that raises it
+    why: str  # one paragraph
     fixes: tuple[Fix, ...]
 
 
 # The chapter's table of the seven tracer error kinds (section 4), plus the two
 # errors of the same family it treats elsewhere: a leaked tracer (4.6) and a
 # reused PRNG key (9). Order: most specific class first.
-KINDS: dict[str, ErrorKind] = {k.key: k for k in [
-    ErrorKind(
-        "bool", "Python `if`/`while`/`and`/`or` on a traced value",
-        "if x > 0:, while x > 1:, a and b, bool(x)",
-        "Python control flow needs a True/False while the function is traced, but a traced value has only "
-        "a shape and a dtype. Under plain jax.grad (no jit) the same code works, because grad's tracers carry "
-        "values: do not let an eager test fool you.",
-        (Fix("jnp.where(cond, a, b)", "choose between two values elementwise (both are computed)"),
-         Fix("lax.cond(pred, true_fn, false_fn, x)", "run only one branch; pred must be a scalar"),
-         Fix("lax.while_loop(cond_fn, body_fn, init)", "a while loop whose condition depends on traced values"),
-         Fix("static_argnames=('{arg}',)", "the condition depends on a setting (a Python number or flag), "
-             "not on data: one compilation per value"))),
-    ErrorKind(
-        "int", "a traced value used as a Python int",
-        "range(n), [a, b, c][i], operator.index(x)",
-        "range() and list indexing call __index__, which needs a concrete integer; while tracing, the "
-        "integer is a tracer.",
-        (Fix("static_argnames=('{arg}',)", "the number decides the program's structure (loop count, list "
-             "position): one compilation per value"),
-         Fix("lax.fori_loop(0, {arg}, body, init)", "a loop whose trip count is data"),
-         Fix("jnp.asarray(a_list)[{arg}]", "index a Python list with a traced index: make it an array first"))),
-    ErrorKind(
-        "array", "a traced value converted to a NumPy array",
-        "np.sin(x), np.asarray(x), a NumPy or SciPy function called on a tracer",
-        "NumPy functions call __array__, which needs the values; a tracer has none until the compiled "
-        "program runs.",
-        (Fix("jnp.sin(x) (the jax.numpy twin)", "most of NumPy exists in jax.numpy and traces"),
-         Fix("jax.pure_callback(f, jax.ShapeDtypeStruct(shape, dtype), x)",
-             "you really need NumPy or another library: call it from the compiled program, declaring "
-             "the result's shape and dtype"))),
-    ErrorKind(
-        "concrete", "a concrete value needed from a traced value",
-        "float(x), int(x), x.item(), jnp.arange(n), jnp.nonzero(x)",
-        "The operation needs a Python number, or an output size, that depends on a value known only when "
-        "the program runs; jit needs every shape while tracing.",
-        (Fix("stay in JAX: x * 2 instead of float(x) * 2, x.astype(float)", "the Python number was only a "
-             "means to compute"),
-         Fix("static_argnames=('{arg}',)", "a size or count that is a setting, such as n in jnp.arange(n)"),
-         Fix("a fixed size and a mask", "the size depends on data: compute on the largest size and mask"),
-         Fix("jnp.nonzero(x, size=k, fill_value=-1)", "jnp.nonzero / jnp.where(cond) with one argument / "
-             "jnp.unique: give the output size"))),
-    ErrorKind(
-        "bool_index", "boolean-mask indexing with a traced mask",
-        "x[x > 0], x[mask]",
-        "The result's length is the number of True entries, a value known only at run time; jit needs the "
-        "shape while tracing. NonConcreteBooleanIndexError is an IndexError, not a ConcretizationTypeError.",
-        (Fix("jnp.where(mask, x, 0)", "keep the shape, zero the rest; then sum/mean with the mask "
-             "(jnp.sum(jnp.where(mask, x, 0)) / jnp.sum(mask))"),
-         Fix("jnp.nonzero(mask, size=k, fill_value=0)", "you need the indices: give their number"))),
-    ErrorKind(
-        "shape", "an array shape that depends on a traced value",
-        "jnp.zeros(n), x.reshape(n, -1), jnp.ones((n, 3))",
-        "Shapes must be known while tracing; here a shape was computed from a traced value. JAX raises a "
-        "plain TypeError (\"Shapes must be 1D sequences of concrete values\").",
-        (Fix("static_argnames=('{arg}',)", "the shape argument is a setting: make it static"),
-         Fix("x.shape[0], x.ndim, len(x)", "derive sizes from shapes, which are static, not from values"))),
-    ErrorKind(
-        "slice", "slice bounds that depend on a traced value",
-        "x[i:i + 2], x[:n]",
-        "A slice with traced start or stop could have any length; jit needs the length while tracing. "
-        "JAX raises a plain IndexError (\"Array slice indices must have static start/stop/step\").",
-        (Fix("lax.dynamic_slice(x, ({arg},), (2,))", "the start is data, the length is fixed"),
-         Fix("x[jax.ds({arg}, 2)]", "the same with indexing syntax"),
-         Fix("lax.dynamic_update_slice(x, update, ({arg},))", "writing a window rather than reading it"),
-         Fix("static_argnames=('{arg}',)", "the bound is a setting, not data"))),
-    ErrorKind(
-        "leak", "a tracer used after its trace ended (a leak)",
-        "storing an intermediate in a global list, an attribute (self.h = h) or a closure during jit/grad",
-        "A traced function stored an intermediate value outside itself; after tracing, that value is a "
-        "tracer of a finished trace. JAX raises where it is used, which may be far from where it leaked.",
-        (Fix("return out, h", "return the value you need instead of storing it (has_aux=True with grad)"),
-         Fix("%%jax_leaks (jax.checking_leaks())", "find the leak where it happens: the function and the "
-             "variable that holds the tracer"))),
-    ErrorKind(
-        "key_reuse", "a PRNG key used twice",
-        "jax.random.normal(key) twice with the same key, with jax_debug_key_reuse on",
-        "Drawing twice from one key gives correlated (identical) random numbers. jax_debug_key_reuse "
-        "stops at the second use.",
-        (Fix("key, sub = jax.random.split(key)", "split before every use; use sub, keep key for later"),
-         Fix("jax.random.fold_in(key, step)", "one key per step or per index, derived from a base key"))),
-]}
+KINDS: dict[str, ErrorKind] = {
+    k.key: k
+    for k in [
+        ErrorKind(
+            "bool",
+            "Python `if`/`while`/`and`/`or` on a traced value",
+            "if x > 0:, while x > 1:, a and b, bool(x)",
+            "Python control flow needs a True/False while the function is traced, but a traced value has only "
+            "a shape and a dtype. Under plain jax.grad (no jit) the same code works, because grad's tracers carry "
+            "values: do not let an eager test fool you.",
+            (
+                Fix("jnp.where(cond, a, b)", "choose between two values elementwise (both are computed)"),
+                Fix("lax.cond(pred, true_fn, false_fn, x)", "run only one branch; pred must be a scalar"),
+                Fix("lax.while_loop(cond_fn, body_fn, init)", "a while loop whose condition depends on traced values"),
+                Fix(
+                    "static_argnames=('{arg}',)",
+                    "the condition depends on a setting (a Python number or flag), "
+                    "not on data: one compilation per value",
+                ),
+            ),
+        ),
+        ErrorKind(
+            "int",
+            "a traced value used as a Python int",
+            "range(n), [a, b, c][i], operator.index(x)",
+            "range() and list indexing call __index__, which needs a concrete integer; while tracing, the "
+            "integer is a tracer.",
+            (
+                Fix(
+                    "static_argnames=('{arg}',)",
+                    "the number decides the program's structure (loop count, list position): one compilation per value",
+                ),
+                Fix("lax.fori_loop(0, {arg}, body, init)", "a loop whose trip count is data"),
+                Fix("jnp.asarray(a_list)[{arg}]", "index a Python list with a traced index: make it an array first"),
+            ),
+        ),
+        ErrorKind(
+            "array",
+            "a traced value converted to a NumPy array",
+            "np.sin(x), np.asarray(x), a NumPy or SciPy function called on a tracer",
+            "NumPy functions call __array__, which needs the values; a tracer has none until the compiled "
+            "program runs.",
+            (
+                Fix("jnp.sin(x) (the jax.numpy twin)", "most of NumPy exists in jax.numpy and traces"),
+                Fix(
+                    "jax.pure_callback(f, jax.ShapeDtypeStruct(shape, dtype), x)",
+                    "you really need NumPy or another library: call it from the compiled program, declaring "
+                    "the result's shape and dtype",
+                ),
+            ),
+        ),
+        ErrorKind(
+            "concrete",
+            "a concrete value needed from a traced value",
+            "float(x), int(x), x.item(), jnp.arange(n), jnp.nonzero(x)",
+            "The operation needs a Python number, or an output size, that depends on a value known only when "
+            "the program runs; jit needs every shape while tracing.",
+            (
+                Fix(
+                    "stay in JAX: x * 2 instead of float(x) * 2, x.astype(float)",
+                    "the Python number was only a means to compute",
+                ),
+                Fix("static_argnames=('{arg}',)", "a size or count that is a setting, such as n in jnp.arange(n)"),
+                Fix("a fixed size and a mask", "the size depends on data: compute on the largest size and mask"),
+                Fix(
+                    "jnp.nonzero(x, size=k, fill_value=-1)",
+                    "jnp.nonzero / jnp.where(cond) with one argument / jnp.unique: give the output size",
+                ),
+            ),
+        ),
+        ErrorKind(
+            "bool_index",
+            "boolean-mask indexing with a traced mask",
+            "x[x > 0], x[mask]",
+            "The result's length is the number of True entries, a value known only at run time; jit needs the "
+            "shape while tracing. NonConcreteBooleanIndexError is an IndexError, not a ConcretizationTypeError.",
+            (
+                Fix(
+                    "jnp.where(mask, x, 0)",
+                    "keep the shape, zero the rest; then sum/mean with the mask "
+                    "(jnp.sum(jnp.where(mask, x, 0)) / jnp.sum(mask))",
+                ),
+                Fix("jnp.nonzero(mask, size=k, fill_value=0)", "you need the indices: give their number"),
+            ),
+        ),
+        ErrorKind(
+            "shape",
+            "an array shape that depends on a traced value",
+            "jnp.zeros(n), x.reshape(n, -1), jnp.ones((n, 3))",
+            "Shapes must be known while tracing; here a shape was computed from a traced value. JAX raises a "
+            'plain TypeError ("Shapes must be 1D sequences of concrete values").',
+            (
+                Fix("static_argnames=('{arg}',)", "the shape argument is a setting: make it static"),
+                Fix("x.shape[0], x.ndim, len(x)", "derive sizes from shapes, which are static, not from values"),
+            ),
+        ),
+        ErrorKind(
+            "slice",
+            "slice bounds that depend on a traced value",
+            "x[i:i + 2], x[:n]",
+            "A slice with traced start or stop could have any length; jit needs the length while tracing. "
+            'JAX raises a plain IndexError ("Array slice indices must have static start/stop/step").',
+            (
+                Fix("lax.dynamic_slice(x, ({arg},), (2,))", "the start is data, the length is fixed"),
+                Fix("x[jax.ds({arg}, 2)]", "the same with indexing syntax"),
+                Fix("lax.dynamic_update_slice(x, update, ({arg},))", "writing a window rather than reading it"),
+                Fix("static_argnames=('{arg}',)", "the bound is a setting, not data"),
+            ),
+        ),
+        ErrorKind(
+            "leak",
+            "a tracer used after its trace ended (a leak)",
+            "storing an intermediate in a global list, an attribute (self.h = h) or a closure during jit/grad",
+            "A traced function stored an intermediate value outside itself; after tracing, that value is a "
+            "tracer of a finished trace. JAX raises where it is used, which may be far from where it leaked.",
+            (
+                Fix("return out, h", "return the value you need instead of storing it (has_aux=True with grad)"),
+                Fix(
+                    "%%jax_leaks (jax.checking_leaks())",
+                    "find the leak where it happens: the function and the variable that holds the tracer",
+                ),
+            ),
+        ),
+        ErrorKind(
+            "key_reuse",
+            "a PRNG key used twice",
+            "jax.random.normal(key) twice with the same key, with jax_debug_key_reuse on",
+            "Drawing twice from one key gives correlated (identical) random numbers. jax_debug_key_reuse "
+            "stops at the second use.",
+            (
+                Fix("key, sub = jax.random.split(key)", "split before every use; use sub, keep key for later"),
+                Fix("jax.random.fold_in(key, step)", "one key per step or per index, derived from a base key"),
+            ),
+        ),
+    ]
+}
 
 
 def classify(error: BaseException) -> str | None:
@@ -144,12 +200,15 @@ def classify(error: BaseException) -> str | None:
     import sys
 
     errors = getattr(sys.modules.get("jax"), "errors", None)
-    message = str(error)
+    message = message_of(error)
     if errors is not None:
         checks = [
-            ("bool", "TracerBoolConversionError"), ("int", "TracerIntegerConversionError"),
-            ("array", "TracerArrayConversionError"), ("bool_index", "NonConcreteBooleanIndexError"),
-            ("leak", "UnexpectedTracerError"), ("key_reuse", "KeyReuseError"),
+            ("bool", "TracerBoolConversionError"),
+            ("int", "TracerIntegerConversionError"),
+            ("array", "TracerArrayConversionError"),
+            ("bool_index", "NonConcreteBooleanIndexError"),
+            ("leak", "UnexpectedTracerError"),
+            ("key_reuse", "KeyReuseError"),
             ("concrete", "ConcretizationTypeError"),
         ]
         for key, name in checks:
@@ -168,8 +227,8 @@ class TracedName:
     """A name on your line whose value was a tracer when the error happened."""
 
     name: str
-    aval: str          # "float32[]"
-    tracer_type: str   # "JitTracer", "BatchTracer", ...
+    aval: str  # "float32[]"
+    tracer_type: str  # "JitTracer", "BatchTracer", ...
     weak_type: bool = False  # made from a Python scalar (1.0, 3): a candidate for a static argument
 
 
@@ -179,21 +238,21 @@ class TracerErrorReport(Report):
 
     kind = "jax_explain"
 
-    error_type: str = ""              # "TracerBoolConversionError"
-    error_kind: str = ""              # key of KINDS: "bool", "int", ...
-    title: str = ""                   # KINDS[error_kind].title
-    message: str = ""                 # the error's first line
-    jax_hint: str = ""                # JAX's extra sentence, e.g. "It arose in the jnp.arange argument 'stop'"
-    traced_function: str = ""         # "clip_positive" ("" when JAX did not say)
-    function_line: SourceLine | None = None   # where the traced function is defined
-    transformation: str = ""          # "jit", "vmap", "scan", ...
-    depends_on: list[str] = dataclasses.field(default_factory=list)   # argument names, from JAX's message
+    error_type: str = ""  # "TracerBoolConversionError"
+    error_kind: str = ""  # key of KINDS: "bool", "int", ...
+    title: str = ""  # KINDS[error_kind].title
+    message: str = ""  # the error's first line
+    jax_hint: str = ""  # JAX's extra sentence, e.g. "It arose in the jnp.arange argument 'stop'"
+    traced_function: str = ""  # "clip_positive" ("" when JAX did not say)
+    function_line: SourceLine | None = None  # where the traced function is defined
+    transformation: str = ""  # "jit", "vmap", "scan", ...
+    depends_on: list[str] = dataclasses.field(default_factory=list)  # argument names, from JAX's message
     traced_names: list[TracedName] = dataclasses.field(default_factory=list)  # tracers on your line
-    your_lines: list[SourceLine] = dataclasses.field(default_factory=list)    # outermost first
-    fixes: list[Fix] = dataclasses.field(default_factory=list)        # best first, with your names filled in
+    your_lines: list[SourceLine] = dataclasses.field(default_factory=list)  # outermost first
+    fixes: list[Fix] = dataclasses.field(default_factory=list)  # best first, with your names filled in
     why: str = ""
-    leaked_from: SourceLine | None = None     # UnexpectedTracerError: where the leaked value was made
-    held_by: list[str] = dataclasses.field(default_factory=list)      # UnexpectedTracerError: who holds it
+    leaked_from: SourceLine | None = None  # UnexpectedTracerError: where the leaked value was made
+    held_by: list[str] = dataclasses.field(default_factory=list)  # UnexpectedTracerError: who holds it
 
     @property
     def status(self) -> Status:
@@ -206,7 +265,7 @@ class TracerErrorReport(Report):
 
     @property
     def depends_text(self) -> str:
-        """"x and limit" - the argument names as JAX lists them ("" if unknown)."""
+        """ "x and limit" - the argument names as JAX lists them ("" if unknown)."""
         return text.english_list(self.depends_on, code=False)
 
     @property
@@ -234,26 +293,44 @@ class TracerErrorReport(Report):
         facts = [("error", self.error_type), ("kind", self.title.replace("`", ""))]
         if self.traced_function:
             where = self.function_line
-            facts.append(("traced function", self.traced_function
-                          + (f", defined at {where.label or where.filename}, line {where.lineno}" if where else "")))
+            facts.append(
+                (
+                    "traced function",
+                    self.traced_function
+                    + (f", defined at {where.label or where.filename}, line {where.lineno}" if where else ""),
+                )
+            )
         if self.transformation:
             facts.append(("traced for", self.transformation))
         if self.depends_on:
             facts.append(("depends on", self.depends_text))
         if self.traced_names:
-            facts.append(("tracers on your line", ", ".join(
-                f"{t.name}: {t.aval}" + (" (from a Python scalar)" if t.weak_type else "") for t in self.traced_names)))
+            facts.append(
+                (
+                    "tracers on your line",
+                    ", ".join(
+                        f"{t.name}: {t.aval}" + (" (from a Python scalar)" if t.weak_type else "")
+                        for t in self.traced_names
+                    ),
+                )
+            )
         if self.held_by:
             facts.append(("still held by", ", ".join(self.held_by)))
         if self.jax_hint:
             facts.append(("JAX adds", self.jax_hint))
         sections = [Section("What", [Facts(facts)])]
         if self.your_lines:
-            caption = "Your frames, outermost first; the last one did the operation:" if len(self.your_lines) > 1 else ""
+            caption = (
+                "Your frames, outermost first; the last one did the operation:" if len(self.your_lines) > 1 else ""
+            )
             sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], caption)]))
         if self.leaked_from:
-            sections.append(Section("Leaked there", [SourceLines([self.leaked_from],
-                                    "The leaked value was computed here, during an earlier trace:")]))
+            sections.append(
+                Section(
+                    "Leaked there",
+                    [SourceLines([self.leaked_from], "The leaked value was computed here, during an earlier trace:")],
+                )
+            )
         rows = [[f"`{fix.use}`", fix.when] for fix in self.fixes]
         sections.append(Section("Fixes", [Table(["write", "when"], rows)]))
         sections.append(Section("Why", [Paragraph(self.why)]))
@@ -270,10 +347,16 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     if kind_key is None:
         return None
     kind = KINDS[kind_key]
-    message = str(error)
+    message = message_of(error)
     context = text.tracing_context(message)
-    report = TracerErrorReport(error_type=type(error).__name__, error_kind=kind_key, title=kind.title,
-                               message=_first_line(message), jax_hint=_jax_hint(message), why=kind.why)
+    report = TracerErrorReport(
+        error_type=type(error).__name__,
+        error_kind=kind_key,
+        title=kind.title,
+        message=first_line(message),
+        jax_hint=_jax_hint(message),
+        why=kind.why,
+    )
     report.your_lines = user_lines(error.__traceback__)
     report.traced_names = _tracers_on_failing_line(error.__traceback__)
     report.traced_function = "" if context.function == "<unknown>" else context.function
@@ -291,19 +374,22 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     return report
 
 
-def _first_line(message: str) -> str:
-    message = message.strip()
-    return message.splitlines()[0] if message else ""
-
-
 def _jax_hint(message: str) -> str:
     """JAX's own extra sentence between the first line and the "while tracing" sentence, if any."""
     lines = [line.strip() for line in message.strip().splitlines()[1:]]
     for line in lines:
         if not line or line.startswith(("The error occurred while tracing", "See https://", "This ", "-----")):
             continue
-        if line.startswith(("If using `jit`", "The problem arose", "It arose", "The size argument",
-                            "This occurred", "To index an array")):
+        if line.startswith(
+            (
+                "If using `jit`",
+                "The problem arose",
+                "It arose",
+                "The size argument",
+                "This occurred",
+                "To index an array",
+            )
+        ):
             return line
     return ""
 
@@ -332,8 +418,14 @@ def _tracers_on_failing_line(tb) -> list[TracedName]:
         value = frame.f_locals.get(name)
         if isinstance(value, tracer_class) and name not in [t.name for t in names]:
             aval = getattr(value, "aval", None)
-            names.append(TracedName(name, aval.str_short() if hasattr(aval, "str_short") else str(aval),
-                                    type(value).__name__, bool(getattr(aval, "weak_type", False))))
+            names.append(
+                TracedName(
+                    name,
+                    aval.str_short() if hasattr(aval, "str_short") else str(aval),
+                    type(value).__name__,
+                    bool(getattr(aval, "weak_type", False)),
+                )
+            )
     del frame
     return names
 
@@ -371,8 +463,10 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport) -> list[Fix]:
     fixes = [Fix(f.use.replace("{arg}", arg), f.when) for f in kind.fixes]
     function = report.traced_function
     if function.isidentifier() and not keyword.iskeyword(function):
-        fixes = [Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_argnames") else f.use, f.when)
-                 for f in fixes]
+        fixes = [
+            Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_argnames") else f.use, f.when)
+            for f in fixes
+        ]
     line = report.failing_line.code if report.failing_line else ""
     preferred = _preferred_fix(kind.key, line)
     if preferred:
@@ -402,7 +496,7 @@ def _preferred_fix(kind: str, line: str) -> str:
 
 def explain_any(error: BaseException, namespace: dict | None = None) -> Report | None:
     """A report for any error the explainer knows: tracer errors, and JAX's "Leaked trace" errors."""
-    if text.is_leak_message(str(error)):
+    if text.is_leak_message(message_of(error)):
         from jaxmagic.probes.leaks import explain_leak
 
         return explain_leak(error, namespace)

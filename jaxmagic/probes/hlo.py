@@ -26,22 +26,23 @@ import linecache
 import re
 import time
 import types
+from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-from jaxmagic.report.source import is_user_file, source_line
-from jaxmagic.probes._support.name_paths import NamePath, find_run, parse_name, scope_path, split_query
+from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.name_paths import NamePath, find_run, parse_name, scope_path, split_query
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import error_line, format_bytes, strip_ansi
 
 STAGES = ("jaxpr", "stablehlo", "hlo")
 STAGE_TITLES = {"jaxpr": "jaxpr", "stablehlo": "StableHLO", "hlo": "optimized HLO"}
 LARGE_CONSTANT_BYTES = 1 << 20  # captured arrays from here on are a memory concern (jit cache keeps them)
-SHOWN_ROWS = 40                 # rows per table in the rendered report; the report object keeps all
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+SHOWN_ROWS = 40  # rows per table in the rendered report; the report object keeps all
 
 
 # -- report -------------------------------------------------------------------
@@ -51,17 +52,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class ScopeOp:
     """One operation of the queried scope in one stage."""
 
-    stage: str           # "jaxpr", "stablehlo" or "hlo"
-    op: str              # the operation's own name segment: "dot_general", "max", "jit(relu)"
-    inner: str           # scopes nested inside the queried one ("attn"), "" if none
-    backward: bool       # part of a gradient's backward pass (under transpose)
-    name: str            # how the stage writes it: "dot_general", "stablehlo.dot_general", "%dot_general.1"
-    full_name: str       # the whole name path, e.g. "jit(f)/encoder/dot_general"
-    kernel: str = ""     # HLO: the instruction that runs it, when it runs inside a fusion
-    kernel_label: str = ""      # that kernel's op_name
+    stage: str  # "jaxpr", "stablehlo" or "hlo"
+    op: str  # the operation's own name segment: "dot_general", "max", "jit(relu)"
+    inner: str  # scopes nested inside the queried one ("attn"), "" if none
+    backward: bool  # part of a gradient's backward pass (under transpose)
+    name: str  # how the stage writes it: "dot_general", "stablehlo.dot_general", "%dot_general.1"
+    full_name: str  # the whole name path, e.g. "jit(f)/encoder/dot_general"
+    kernel: str = ""  # HLO: the instruction that runs it, when it runs inside a fusion
+    kernel_label: str = ""  # that kernel's op_name
     kernel_in_scope: bool = True
     line: SourceLine | None = None
-    text: str = ""       # the jaxpr equation / the HLO instruction line
+    text: str = ""  # the jaxpr equation / the HLO instruction line
 
     @property
     def key(self) -> tuple[bool, str, str]:
@@ -75,17 +76,17 @@ class Kernel:
     name: str
     opcode: str
     fusion_kind: str
-    label: str           # its op_name: the name a profiler shows
-    in_scope: bool       # the label itself carries the scope
-    scope_ops: int       # operations of the scope inside it
-    other_ops: int       # operations of other scopes fused into it
+    label: str  # its op_name: the name a profiler shows
+    in_scope: bool  # the label itself carries the scope
+    scope_ops: int  # operations of the scope inside it
+    other_ops: int  # operations of other scopes fused into it
 
 
 @dataclasses.dataclass
 class ScopeNode:
     """One named scope of the program with its operation counts (descendants included)."""
 
-    path: str            # "encoder/attn"
+    path: str  # "encoder/attn"
     counts: dict[str, int]  # per stage; "kernels": HLO instructions labelled with this scope
 
 
@@ -93,10 +94,10 @@ class ScopeNode:
 class BakedLiteral:
     """A global or closure value that tracing turned into a literal of the jaxpr."""
 
-    name: str            # "SCALE", "cfg.scale"
-    kind: str            # "global" or "closure"
-    value: str           # the literal as the jaxpr prints it: "2.0:f32[]"
-    equation: str        # "b:f32[] = mul a 2.0:f32[]"
+    name: str  # "SCALE", "cfg.scale"
+    kind: str  # "global" or "closure"
+    value: str  # the literal as the jaxpr prints it: "2.0:f32[]"
+    equation: str  # "b:f32[] = mul a 2.0:f32[]"
     line: SourceLine | None = None
 
 
@@ -104,8 +105,8 @@ class BakedLiteral:
 class CapturedConstant:
     """An array the traced function closes over: a constant of the program, kept by the jit cache."""
 
-    name: str            # "TABLE", or "" when it is not a visible global/closure value
-    kind: str            # "global", "closure" or "" (made inside the function)
+    name: str  # "TABLE", or "" when it is not a visible global/closure value
+    kind: str  # "global", "closure" or "" (made inside the function)
     shape: tuple
     dtype: str
     nbytes: int
@@ -148,10 +149,10 @@ class HloReport(Report):
     kind = "jax_hlo"
 
     call: str = ""
-    function: str = ""                  # "jit(scoped_mlp)"
-    scope: str = ""                     # the queried scope, "" for the scope tree
+    function: str = ""  # "jit(scoped_mlp)"
+    scope: str = ""  # the queried scope, "" for the scope tree
     stages: list[str] = dataclasses.field(default_factory=lambda: list(STAGES))
-    inputs: list[str] = dataclasses.field(default_factory=list)   # "x: f32[3,4]"
+    inputs: list[str] = dataclasses.field(default_factory=list)  # "x: f32[3,4]"
     outputs: list[str] = dataclasses.field(default_factory=list)
     ops: list[ScopeOp] = dataclasses.field(default_factory=list)
     kernels: list[Kernel] = dataclasses.field(default_factory=list)
@@ -165,7 +166,7 @@ class HloReport(Report):
     sweep_name: str = ""
     sweep: list[SweepPoint] = dataclasses.field(default_factory=list)
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # trace, lower, compile
-    failure: str = ""                   # "ValueError: ..." when a stage could not be built
+    failure: str = ""  # "ValueError: ..." when a stage could not be built
     failure_stage: str = ""
     failure_line: SourceLine | None = None
 
@@ -214,14 +215,18 @@ class HloReport(Report):
         if self.literals:
             first = self.literals[0]
             more = f" (and {len(self.literals) - 1} more)" if len(self.literals) > 1 else ""
-            parts.append(f"{first.kind} `{first.name}` is baked into {self.function} as the constant "
-                         f"`{first.value}`{more}: changing it later has no effect on the compiled function.")
+            parts.append(
+                f"{first.kind} `{first.name}` is baked into {self.function} as the constant "
+                f"`{first.value}`{more}: changing it later has no effect on the compiled function."
+            )
         captured = self.named_constants or [c for c in self.constants if c.large]
         if captured:
             total = sum(c.nbytes for c in captured)
             names = ", ".join(f"`{c.name}`" for c in captured[:3] if c.name) or "arrays made inside the function"
-            parts.append(f"{len(captured)} captured array(s) ({_bytes(total)}: {names}) are constants of the "
-                         "program; the jit cache keeps them alive.")
+            parts.append(
+                f"{len(captured)} captured array(s) ({format_bytes(total)}: {names}) are constants of the "
+                "program; the jit cache keeps them alive."
+            )
         if self.sweep:
             parts.append(self._sweep_sentence())
         if self.scope or self.tree or not parts:
@@ -234,9 +239,11 @@ class HloReport(Report):
         text = f"{self.function} compiled for {self.sweep_name} = {values}"
         if len(good) >= 2:
             first, last = good[0].memory, good[-1].memory
-            text += (f": outputs {_bytes(first.output_bytes)} -> {_bytes(last.output_bytes)}, temporaries "
-                     f"{_bytes(first.temp_bytes)} \u2192 {_bytes(last.temp_bytes)}, total {_bytes(first.total_bytes)} "
-                     f"\u2192 {_bytes(last.total_bytes)}")
+            text += (
+                f": outputs {format_bytes(first.output_bytes)} -> {format_bytes(last.output_bytes)}, temporaries "
+                f"{format_bytes(first.temp_bytes)} \u2192 {format_bytes(last.temp_bytes)}, total {format_bytes(first.total_bytes)} "
+                f"\u2192 {format_bytes(last.total_bytes)}"
+            )
         failed = [p for p in self.sweep if p.failure]
         if failed:
             text += f" ({len(failed)} value(s) failed: {failed[0].failure})"
@@ -249,8 +256,11 @@ class HloReport(Report):
             return f"{self.function}: {stages}; {scopes}."
         if not self.scope_found:
             hint = f" Did you mean {', '.join(repr(s) for s in self.suggestions)}?" if self.suggestions else ""
-            known = "" if self.suggestions or not self.tree else (
-                f" Scopes in this program: {', '.join(self.scope_paths[:8])}.")
+            known = (
+                ""
+                if self.suggestions or not self.tree
+                else (f" Scopes in this program: {', '.join(self.scope_paths[:8])}.")
+            )
             if not self.tree:
                 known = " This program has no named scopes (jax.named_scope)."
             return f"Scope `{self.scope}` not found in {self.function}.{hint}{known}"
@@ -261,13 +271,16 @@ class HloReport(Report):
         away = self.fused_away
         if away:
             n = sum(k.scope_ops for k in away)
-            text += (f"; {n} of them {'runs' if n == 1 else 'run'} in a kernel XLA labels with another "
-                     f"name ({', '.join('%' + k.name for k in away[:2])})")
+            text += (
+                f"; {n} of them {'runs' if n == 1 else 'run'} in a kernel XLA labels with another "
+                f"name ({', '.join('%' + k.name for k in away[:2])})"
+            )
         return text + "."
 
     def unscoped_total(self, stage: str) -> int:
         return self.unscoped.get(stage, 0) + sum(
-            node.counts.get(stage, 0) for node in self.tree if "/" not in node.path)
+            node.counts.get(stage, 0) for node in self.tree if "/" not in node.path
+        )
 
     # -- rendering ------------------------------------------------------------
 
@@ -276,36 +289,64 @@ class HloReport(Report):
 
         sections = []
         if self.failure:
-            blocks = [Paragraph(f"Building the {STAGE_TITLES.get(self.failure_stage, self.failure_stage)} "
-                                f"failed: {self.failure}")]
+            blocks = [
+                Paragraph(
+                    f"Building the {STAGE_TITLES.get(self.failure_stage, self.failure_stage)} failed: {self.failure}"
+                )
+            ]
             if self.failure_line:
                 blocks.append(SourceLines([self.failure_line], "Your line:"))
             sections.append(Section("Failure", blocks))
         if self.sweep:
             sections.append(self._sweep_section(Section, Table, Paragraph))
         if self.literals:
-            rows = [[f"`{lit.name}`", lit.kind, f"`{lit.value}`", f"`{lit.equation}`", _where(lit.line)]
-                    for lit in self.literals]
-            sections.append(Section("Baked-in values", [
-                Table(["name", "kind", "literal", "equation", "line"], rows),
-                *_lines_block(SourceLines, [lit.line for lit in self.literals]),
-                Paragraph("Tracing read these values once and wrote them into the program as literals. The jit "
-                          "cache keeps that program, so assigning a new value later does not change the result "
-                          "and does not recompile. Pass the value as an argument (or mark it static with "
-                          "`static_argnums` if it must stay a Python constant)."),
-            ]))
+            rows = [
+                [f"`{lit.name}`", lit.kind, f"`{lit.value}`", f"`{lit.equation}`", _where(lit.line)]
+                for lit in self.literals
+            ]
+            sections.append(
+                Section(
+                    "Baked-in values",
+                    [
+                        Table(["name", "kind", "literal", "equation", "line"], rows),
+                        *_lines_block(SourceLines, [lit.line for lit in self.literals]),
+                        Paragraph(
+                            "Tracing read these values once and wrote them into the program as literals. The jit "
+                            "cache keeps that program, so assigning a new value later does not change the result "
+                            "and does not recompile. Pass the value as an argument (or mark it static with "
+                            "`static_argnums` if it must stay a Python constant)."
+                        ),
+                    ],
+                )
+            )
         if self.constants:
-            rows = [[f"`{c.name}`" if c.name else "(made inside the function)", c.kind or "-",
-                     str(tuple(c.shape)), c.dtype, _bytes(c.nbytes), _where(c.line)] for c in self.constants]
-            sections.append(Section("Captured arrays", [
-                Table(["name", "kind", "shape", "dtype", "size", "used at"], rows),
-                *_lines_block(SourceLines, [c.line for c in self.constants]),
-                Paragraph("These arrays are closed over, not passed in: they become constants of the program, "
-                          "the jit cache holds them for as long as the jitted function lives (even after the "
-                          "name is rebound), and a new value needs a new trace. Tracing the call here keeps them "
-                          "in JAX's cache just as calling it would. Pass large arrays as arguments; "
-                          "`jax.clear_caches()` frees the ones already held."),
-            ]))
+            rows = [
+                [
+                    f"`{c.name}`" if c.name else "(made inside the function)",
+                    c.kind or "-",
+                    str(tuple(c.shape)),
+                    c.dtype,
+                    format_bytes(c.nbytes),
+                    _where(c.line),
+                ]
+                for c in self.constants
+            ]
+            sections.append(
+                Section(
+                    "Captured arrays",
+                    [
+                        Table(["name", "kind", "shape", "dtype", "size", "used at"], rows),
+                        *_lines_block(SourceLines, [c.line for c in self.constants]),
+                        Paragraph(
+                            "These arrays are closed over, not passed in: they become constants of the program, "
+                            "the jit cache holds them for as long as the jitted function lives (even after the "
+                            "name is rebound), and a new value needs a new trace. Tracing the call here keeps them "
+                            "in JAX's cache just as calling it would. Pass large arrays as arguments; "
+                            "`jax.clear_caches()` frees the ones already held."
+                        ),
+                    ],
+                )
+            )
         if self.scope:
             sections += self._scope_sections(Table, Paragraph, Evidence, SourceLines)
         if self.tree or not self.scope:
@@ -319,10 +360,19 @@ class HloReport(Report):
             facts.append(("outputs", "; ".join(self.outputs[:8]) + (" ..." if len(self.outputs) > 8 else "")))
         for stage, seconds in self.seconds.items():
             facts.append((f"{stage} time", f"{seconds * 1e3:.1f} ms"))
-        sections.append(Section("Program", [Facts(facts), Paragraph(
-            "Built ahead of time, never run: `jax.jit(f).trace(*args)` (jax.stages.Traced: .jaxpr, .out_info) -> "
-            "`.lower()` (Lowered: .as_text(debug_info=True)) -> `.compile()` (Compiled: .as_text(), "
-            ".memory_analysis(), .cost_analysis()).")]))
+        sections.append(
+            Section(
+                "Program",
+                [
+                    Facts(facts),
+                    Paragraph(
+                        "Built ahead of time, never run: `jax.jit(f).trace(*args)` (jax.stages.Traced: .jaxpr, .out_info) -> "
+                        "`.lower()` (Lowered: .as_text(debug_info=True)) -> `.compile()` (Compiled: .as_text(), "
+                        ".memory_analysis(), .cost_analysis())."
+                    ),
+                ],
+            )
+        )
         return Document("%jax_hlo", self.status, self.summary, sections)
 
     def _scope_sections(self, Table, Paragraph, Evidence, SourceLines):
@@ -348,33 +398,56 @@ class HloReport(Report):
             rows.append(cells)
         blocks = [Table(columns, rows)]
         if len(rows_by_key) > SHOWN_ROWS:
-            blocks.append(Paragraph(f"... and {len(rows_by_key) - SHOWN_ROWS} more operations "
-                                    "(all of them are in the report's `.ops`)."))
+            blocks.append(
+                Paragraph(
+                    f"... and {len(rows_by_key) - SHOWN_ROWS} more operations (all of them are in the report's `.ops`)."
+                )
+            )
         if any(op.kernel and not op.kernel_in_scope for op in self.ops):
             blocks.append(Paragraph("* runs inside a kernel that XLA labels with another name: see Kernels."))
         blocks += _lines_block(SourceLines, [op.line for op in self.ops])
-        blocks.append(Paragraph(
-            "One row per operation of the scope, matched across stages by its name path (the jaxpr's "
-            "`source_info.name_stack`, the StableHLO location - `as_text(debug_info=True)` prints it - and the "
-            "HLO `metadata={op_name=...}`). XLA may drop, merge or duplicate operations while optimizing, so "
-            "a row can be empty in one stage."))
+        blocks.append(
+            Paragraph(
+                "One row per operation of the scope, matched across stages by its name path (the jaxpr's "
+                "`source_info.name_stack`, the StableHLO location - `as_text(debug_info=True)` prints it - and the "
+                "HLO `metadata={op_name=...}`). XLA may drop, merge or duplicate operations while optimizing, so "
+                "a row can be empty in one stage."
+            )
+        )
         sections = [Section(f"Scope {self.scope}", blocks)]
         if self.kernels:
-            krows = [[f"%{k.name}", k.fusion_kind or k.opcode, f"`{k.label}`", "yes" if k.in_scope else "no",
-                      str(k.scope_ops), str(k.other_ops)] for k in self.kernels[:SHOWN_ROWS]]
-            kblocks = [Table(["kernel", "kind", "label (op_name)", "label in scope", "ops of the scope",
-                              "other ops"], krows)]
+            krows = [
+                [
+                    f"%{k.name}",
+                    k.fusion_kind or k.opcode,
+                    f"`{k.label}`",
+                    "yes" if k.in_scope else "no",
+                    str(k.scope_ops),
+                    str(k.other_ops),
+                ]
+                for k in self.kernels[:SHOWN_ROWS]
+            ]
+            kblocks = [
+                Table(["kernel", "kind", "label (op_name)", "label in scope", "ops of the scope", "other ops"], krows)
+            ]
             away = self.fused_away
             if away:
-                kblocks.append(Paragraph(
-                    f"XLA fused operations of `{self.scope}` into kernels whose label belongs to other code "
-                    f"({', '.join('%' + k.name for k in away[:4])}). A fusion keeps one op_name - usually its "
-                    "root's - so a profiler trace shows this work under that label, not under "
-                    f"`{self.scope}`. The instructions inside the fusion keep their own op_name, which is "
-                    "how they were found here."))
+                kblocks.append(
+                    Paragraph(
+                        f"XLA fused operations of `{self.scope}` into kernels whose label belongs to other code "
+                        f"({', '.join('%' + k.name for k in away[:4])}). A fusion keeps one op_name - usually its "
+                        "root's - so a profiler trace shows this work under that label, not under "
+                        f"`{self.scope}`. The instructions inside the fusion keep their own op_name, which is "
+                        "how they were found here."
+                    )
+                )
             else:
-                kblocks.append(Paragraph(f"Every kernel running `{self.scope}` is labelled with it: a profiler "
-                                         "trace shows its time under this scope."))
+                kblocks.append(
+                    Paragraph(
+                        f"Every kernel running `{self.scope}` is labelled with it: a profiler "
+                        "trace shows its time under this scope."
+                    )
+                )
             sections.append(Section("Kernels (optimized HLO)", kblocks))
         hlo_lines = [op.text for op in self.ops_in("hlo") if op.text]
         eqns = [op.text for op in self.ops_in("jaxpr") if op.text]
@@ -392,7 +465,7 @@ class HloReport(Report):
         if "hlo" in self.stages:
             columns.append("kernels labelled")
         rows = []
-        for node in self.tree[:SHOWN_ROWS * 2]:
+        for node in self.tree[: SHOWN_ROWS * 2]:
             depth = node.path.count("/")
             name = node.path.rsplit("/", 1)[-1]
             cells = [("\u00a0\u00a0" * depth) + f"`{name}`"] + [str(node.counts.get(s, 0)) for s in self.stages]
@@ -406,29 +479,51 @@ class HloReport(Report):
             rows.append(cells)
         blocks = [Table(columns, rows)] if rows and self.tree else []
         if not self.tree:
-            blocks.append(Paragraph("The program has no named scopes. Wrap parts of your function in "
-                                    "`with jax.named_scope(\"name\"):` to find them in every stage."))
+            blocks.append(
+                Paragraph(
+                    "The program has no named scopes. Wrap parts of your function in "
+                    '`with jax.named_scope("name"):` to find them in every stage.'
+                )
+            )
         else:
-            blocks.append(Paragraph("Counts include nested scopes. Ask for one with `%jax_hlo SCOPE EXPR` "
-                                    "(a nested one as `outer/inner`)."))
+            blocks.append(
+                Paragraph(
+                    "Counts include nested scopes. Ask for one with `%jax_hlo SCOPE EXPR` "
+                    "(a nested one as `outer/inner`)."
+                )
+            )
         return Section("Named scopes", blocks)
 
     def _memory_section(self, Section, Facts, Paragraph):
         pairs = []
         if self.memory:
             m = self.memory
-            pairs += [("arguments", _bytes(m.argument_bytes)), ("outputs", _bytes(m.output_bytes)),
-                      ("temporaries", _bytes(m.temp_bytes)), ("aliased (donated)", _bytes(m.alias_bytes)),
-                      ("generated code", _bytes(m.generated_code_bytes)), ("total", _bytes(m.total_bytes))]
+            pairs += [
+                ("arguments", format_bytes(m.argument_bytes)),
+                ("outputs", format_bytes(m.output_bytes)),
+                ("temporaries", format_bytes(m.temp_bytes)),
+                ("aliased (donated)", format_bytes(m.alias_bytes)),
+                ("generated code", format_bytes(m.generated_code_bytes)),
+                ("total", format_bytes(m.total_bytes)),
+            ]
             if m.peak_bytes:
-                pairs.append(("peak", _bytes(m.peak_bytes)))
+                pairs.append(("peak", format_bytes(m.peak_bytes)))
         names = [("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes accessed")]
         pairs += [(label, _number(self.cost[key])) for key, label in names if key in self.cost]
-        blocks = [Facts(pairs), Paragraph(
-            "From `Compiled.memory_analysis()` and `cost_analysis()`: figures of the compiled program, known before "
-            "anything runs. Temporaries are XLA's scratch buffers; total = arguments + outputs + temporaries - "
-            "aliased." + (f" The sweep above compiled the call once per value of {self.sweep_name}; these "
-                          f"figures are for {self.sweep_name}={self.sweep[0].value}." if self.sweep else ""))]
+        blocks = [
+            Facts(pairs),
+            Paragraph(
+                "From `Compiled.memory_analysis()` and `cost_analysis()`: figures of the compiled program, known before "
+                "anything runs. Temporaries are XLA's scratch buffers; total = arguments + outputs + temporaries - "
+                "aliased."
+                + (
+                    f" The sweep above compiled the call once per value of {self.sweep_name}; these "
+                    f"figures are for {self.sweep_name}={self.sweep[0].value}."
+                    if self.sweep
+                    else ""
+                )
+            ),
+        ]
         return Section("Memory and cost", blocks)
 
     def _sweep_section(self, Section, Table, Paragraph):
@@ -438,11 +533,20 @@ class HloReport(Report):
                 rows.append([point.value, point.failure, "", "", "", "", ""])
                 continue
             m = point.memory or MemoryFigures()
-            rows.append([point.value, _bytes(m.argument_bytes), _bytes(m.output_bytes), _bytes(m.temp_bytes),
-                         _bytes(m.generated_code_bytes), _bytes(m.total_bytes),
-                         _number(point.flops) if point.flops is not None else "-"])
-        blocks = [Table([self.sweep_name, "arguments", "outputs", "temporaries", "generated code", "total", "flops"],
-                        rows)]
+            rows.append(
+                [
+                    point.value,
+                    format_bytes(m.argument_bytes),
+                    format_bytes(m.output_bytes),
+                    format_bytes(m.temp_bytes),
+                    format_bytes(m.generated_code_bytes),
+                    format_bytes(m.total_bytes),
+                    _number(point.flops) if point.flops is not None else "-",
+                ]
+            )
+        blocks = [
+            Table([self.sweep_name, "arguments", "outputs", "temporaries", "generated code", "total", "flops"], rows)
+        ]
         growth = _sweep_growth(self.sweep_name, self.sweep)
         if growth:
             blocks.append(Paragraph(growth))
@@ -454,6 +558,8 @@ _UNITS = {"jaxpr": "jaxpr equation", "stablehlo": "StableHLO operation", "hlo": 
 
 def _counted(n: int, unit: str) -> str:
     return f"{n} {unit}" + ("" if n == 1 else "s")
+
+
 _STAGE_VERBS = {"trace": "traced", "jaxpr": "traced", "stablehlo": "lowered", "hlo": "compiled"}
 
 
@@ -474,7 +580,7 @@ def _stage_cell(stage: str, ops: list[ScopeOp]) -> str:
 
 def _lines_block(SourceLines, lines: list) -> list:
     """A SourceLines block with each distinct line once (none when no line is known)."""
-    distinct = list({(l.filename, l.lineno): l for l in lines if l is not None}.values())
+    distinct = list({(line.filename, line.lineno): line for line in lines if line is not None}.values())
     return [SourceLines(distinct[:8], "Your lines:")] if distinct else []
 
 
@@ -482,15 +588,6 @@ def _where(line: SourceLine | None) -> str:
     if line is None:
         return "-"
     return f"{line.label or line.filename}:{line.lineno}"
-
-
-def _bytes(n: int | float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _number(x: float) -> str:
@@ -516,12 +613,16 @@ def _sweep_growth(name: str, points: list[SweepPoint]) -> str:
     def ratio(a: int, b: int) -> str:
         return f"\u00d7{b / a:.2f}" if a else ("unchanged" if a == b else "from 0")
 
-    parts = [f"arguments {ratio(first.memory.argument_bytes, last.memory.argument_bytes)}",
-             f"outputs {ratio(first.memory.output_bytes, last.memory.output_bytes)}",
-             f"temporaries {ratio(first.memory.temp_bytes, last.memory.temp_bytes)}"]
+    parts = [
+        f"arguments {ratio(first.memory.argument_bytes, last.memory.argument_bytes)}",
+        f"outputs {ratio(first.memory.output_bytes, last.memory.output_bytes)}",
+        f"temporaries {ratio(first.memory.temp_bytes, last.memory.temp_bytes)}",
+    ]
     scale = f" (\u00d7{factor:g})" if factor else ""
-    return (f"From {name}={first.value} to {name}={last.value}{scale}: {', '.join(parts)}. Figures that grow "
-            f"in proportion to {name} will keep doing so: extrapolate before you allocate.")
+    return (
+        f"From {name}={first.value} to {name}={last.value}{scale}: {', '.join(parts)}. Figures that grow "
+        f"in proportion to {name} will keep doing so: extrapolate before you allocate."
+    )
 
 
 # -- the probe ----------------------------------------------------------------
@@ -563,37 +664,16 @@ def parse_sweep(text: str) -> tuple[str, list]:
     return name, parsed
 
 
-def split_scope_and_call(text: str) -> tuple[str | None, str]:
-    """``"encoder/attn model(p, x)"`` -> ``("encoder/attn", "model(p, x)")``; a call alone -> ``(None, call)``.
-
-    A scope is one word before the call: a bare name or path (``encoder``,
-    ``encoder/attn``, even ``jit(f)/encoder``), or a quoted string for a scope
-    name with spaces. The call is everything after it.
-    """
-    from jaxmagic.ipython.call_expression import _top_level_words
-
-    words = _top_level_words(text.strip())
-    if len(words) < 2:
-        return None, text.strip()
-    first = words[0]
-    if first[:1] in "'\"":
-        try:
-            scope = ast.literal_eval(first)
-        except (ValueError, SyntaxError):
-            raise ValueError(f"the scope {first} is not a valid quoted string") from None
-        return str(scope), " ".join(words[1:])
-    try:
-        node = ast.parse(first, mode="eval").body
-    except SyntaxError:
-        node = None
-    if isinstance(node, ast.Call):
-        raise ValueError(f"expected [SCOPE] EXPR, got two expressions: {first!r} and {' '.join(words[1:])!r}")
-    return first, " ".join(words[1:])
-
-
-def hlo(fn: Callable, *args: Any, scope: str | None = None, stage: str | Iterable[str] = "all",
-        call_text: str = "", namespace: dict | None = None, sweep: Sweep | None = None,
-        **kwargs: Any) -> HloReport:
+def hlo(
+    fn: Callable,
+    *args: Any,
+    scope: str | None = None,
+    stage: str | Iterable[str] = "all",
+    call_text: str = "",
+    namespace: dict | None = None,
+    sweep: Sweep | None = None,
+    **kwargs: Any,
+) -> HloReport:
     """Trace, lower and compile ``fn(*args, **kwargs)`` (never run it) and report on the program.
 
     With ``scope`` (``"encoder"``, ``"encoder/attn"``): the operations of that
@@ -608,9 +688,13 @@ def hlo(fn: Callable, *args: Any, scope: str | None = None, stage: str | Iterabl
     import jax
 
     stages = parse_stages(stage)
-    jitted = fn if _is_jitted(fn) else jax.jit(fn)
-    report = HloReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", scope=scope or "", stages=stages,
-                       function=f"jit({_function_name(fn)})")
+    jitted = fn if compat.is_jitted(fn) else jax.jit(fn)
+    report = HloReport(
+        call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)",
+        scope=scope or "",
+        stages=stages,
+        function=f"jit({_function_name(fn)})",
+    )
     with preserved_jax_state(()):
         traced = _timed(report, "trace", lambda: jitted.trace(*args, **kwargs))
         if traced is None:
@@ -659,10 +743,6 @@ def hlo(fn: Callable, *args: Any, scope: str | None = None, stage: str | Iterabl
     return report
 
 
-def _is_jitted(fn) -> bool:
-    return callable(getattr(fn, "trace", None)) and callable(getattr(fn, "lower", None))
-
-
 def _function_name(fn) -> str:
     target = inspect.unwrap(fn) if callable(fn) else fn
     return getattr(target, "__name__", None) or getattr(fn, "__name__", None) or type(fn).__name__
@@ -679,17 +759,12 @@ def _timed(report: HloReport, step: str, build: Callable[[], Any]):
     try:
         result = build()
     except Exception as error:  # the user's program failed to trace/lower/compile: report it
-        report.failure = f"{type(error).__name__}: {_first_line(error)}"
+        report.failure = error_line(error)
         report.failure_stage = {"trace": "jaxpr", "lower": "stablehlo", "compile": "hlo"}[step]
         report.failure_line = _innermost_user_line(error.__traceback__)
         return None
     report.seconds[step] = time.perf_counter() - start
     return result
-
-
-def _first_line(error: BaseException) -> str:
-    text = _ANSI.sub("", str(error)).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def _innermost_user_line(tb) -> SourceLine | None:
@@ -708,8 +783,7 @@ def _signature(traced) -> tuple[list[str], list[str]]:
     info = getattr(traced.jaxpr, "debug_info", None)
     names = list(getattr(info, "arg_names", None) or [])
     avals = jax.tree_util.tree_leaves(traced.in_avals)
-    inputs = [f"{names[i] if i < len(names) and names[i] else f'arg{i}'}: {_aval_text(a)}"
-              for i, a in enumerate(avals)]
+    inputs = [f"{names[i] if i < len(names) and names[i] else f'arg{i}'}: {_aval_text(a)}" for i, a in enumerate(avals)]
     outs = jax.tree_util.tree_leaves(traced.out_info)
     outputs = [_aval_text(o) for o in outs]
     return inputs, outputs
@@ -719,8 +793,18 @@ def _aval_text(aval) -> str:
     shape = getattr(aval, "shape", ())
     dtype = getattr(aval, "dtype", "")
     short = np.dtype(dtype).name if dtype is not None and str(dtype) else str(dtype)
-    short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
-             "int64": "i64", "bool": "bool", "uint8": "u8", "int8": "i8", "uint32": "u32"}.get(short, short)
+    short = {
+        "float32": "f32",
+        "float64": "f64",
+        "float16": "f16",
+        "bfloat16": "bf16",
+        "int32": "i32",
+        "int64": "i64",
+        "bool": "bool",
+        "uint8": "u8",
+        "int8": "i8",
+        "uint32": "u32",
+    }.get(short, short)
     return f"{short}[{','.join(str(d) for d in shape)}]"
 
 
@@ -741,9 +825,7 @@ class _Op:
 
 
 def _sub_jaxprs(eqn):
-    from jax._src import core
-
-    return list(core.jaxprs_in_params(eqn.params))
+    return compat.sub_jaxprs(eqn)
 
 
 def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, parents: tuple = ()):
@@ -769,10 +851,8 @@ def _walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, pa
 
 def _scope_names(walked: list) -> set[str]:
     """Every user scope name on a name stack of the program (structured: Scope entries)."""
-    from jax._src import source_info_util
-
     names: set[str] = set()
-    scope_type = getattr(source_info_util, "Scope", None)
+    scope_type = compat.scope_entry_type()
     for eqn, _segments, _back, _subs, _parents in walked:
         for entry in eqn.source_info.name_stack.stack:
             if scope_type is None or isinstance(entry, scope_type):
@@ -789,8 +869,16 @@ def _jaxpr_ops(walked: list, function: str) -> list[_Op]:
             continue
         prim = eqn.primitive.name
         path = NamePath(segments + (prim,), backward)
-        ops.append(_Op("jaxpr", prim, path, "/".join((function,) + path.segments),
-                       where=(lambda e=eqn, ps=parents: _eqn_line(e, ps)), text=(lambda e=eqn: _eqn_text(e))))
+        ops.append(
+            _Op(
+                "jaxpr",
+                prim,
+                path,
+                "/".join((function,) + path.segments),
+                where=(lambda e=eqn, ps=parents: _eqn_line(e, ps)),
+                text=(lambda e=eqn: _eqn_text(e)),
+            )
+        )
     return ops
 
 
@@ -813,7 +901,7 @@ def _eqn_line(eqn, parents: tuple = ()) -> SourceLine | None:
 
 def _eqn_text(eqn) -> str:
     try:
-        text = _ANSI.sub("", str(eqn)).strip()
+        text = strip_ansi(str(eqn)).strip()
     except Exception:
         return eqn.primitive.name
     return text if len(text) <= 240 else text[:237] + "..."
@@ -832,7 +920,7 @@ def _stablehlo_ops(lowered) -> list[_Op]:
     callee's operations - whose own locations are relative (``loc("max")``) -
     are named under the call's location, as XLA names them after inlining.
     """
-    from jax._src.lib.mlir import ir
+    ir = compat.mlir_ir()
 
     module = lowered.compiler_ir("stablehlo")
     functions = {}
@@ -868,8 +956,16 @@ def _stablehlo_ops(lowered) -> list[_Op]:
             return
         if kind in _NOT_OPERATIONS:
             return
-        ops.append(_Op("stablehlo", kind, parse_name(full), full,
-                       where=(lambda f=frames: _first_user_frame(f())), text=lambda k=kind, n=full: f"{k}  {n}"))
+        ops.append(
+            _Op(
+                "stablehlo",
+                kind,
+                parse_name(full),
+                full,
+                where=(lambda f=frames: _first_user_frame(f())),
+                text=lambda k=kind, n=full: f"{k}  {n}",
+            )
+        )
         if kind in _CONTROL_FLOW:
             walk_regions(operation, prefix, outer_frames, depth)
 
@@ -887,7 +983,7 @@ def _join_name(prefix: str, name: str | None) -> str:
 
 def _location_name(location) -> str | None:
     """The operation's name path: the outermost name of its MLIR location (None if it has none)."""
-    from jax._src.lib.mlir import ir
+    ir = compat.mlir_ir()
 
     if isinstance(location, ir.NameLoc):
         return location.name_str
@@ -905,7 +1001,7 @@ def _location_frames(location) -> list[tuple[str, int, str]]:
     below the operation's name, call sites whose callee is the function's
     name around its file position.
     """
-    from jax._src.lib.mlir import ir
+    ir = compat.mlir_ir()
 
     frames: list[tuple[str, int, str]] = []
 
@@ -944,9 +1040,17 @@ def _hlo_ops(module) -> list[_Op]:
         if module.role(instruction.computation) == "applied":
             continue  # the scalar body of a reduce/sort: part of that instruction
         for op_name in instruction.op_names:
-            ops.append(_Op("hlo", f"%{instruction.name}", parse_name(op_name), op_name,
-                           where=(lambda i=instruction: _hlo_line(module, i)), text=(lambda i=instruction: i.text),
-                           instruction=instruction))
+            ops.append(
+                _Op(
+                    "hlo",
+                    f"%{instruction.name}",
+                    parse_name(op_name),
+                    op_name,
+                    where=(lambda i=instruction: _hlo_line(module, i)),
+                    text=(lambda i=instruction: i.text),
+                    instruction=instruction,
+                )
+            )
             break  # one entry per instruction; merged op_names are checked when matching
     return ops
 
@@ -959,8 +1063,17 @@ def _hlo_kernels(module) -> list[_Op]:
             continue
         if module.role(instruction.computation) in ("entry", "control"):
             op_name = instruction.op_names[0]
-            ops.append(_Op("kernels", f"%{instruction.name}", parse_name(op_name), op_name,
-                           where=lambda: None, text=lambda i=instruction: i.text, instruction=instruction))
+            ops.append(
+                _Op(
+                    "kernels",
+                    f"%{instruction.name}",
+                    parse_name(op_name),
+                    op_name,
+                    where=lambda: None,
+                    text=lambda i=instruction: i.text,
+                    instruction=instruction,
+                )
+            )
     return ops
 
 
@@ -999,8 +1112,9 @@ def _matches(op: _Op, scopes: _Scopes, query: tuple[str, ...]) -> tuple[str, str
     return None
 
 
-def _collect_scope(report: HloReport, per_stage: dict[str, list[_Op]], scopes: _Scopes,
-                   query: tuple[str, ...], module) -> None:
+def _collect_scope(
+    report: HloReport, per_stage: dict[str, list[_Op]], scopes: _Scopes, query: tuple[str, ...], module
+) -> None:
     kernel_ops: dict[str, int] = {}
     kernels_seen: dict[str, Any] = {}
     for stage in report.stages:
@@ -1010,8 +1124,16 @@ def _collect_scope(report: HloReport, per_stage: dict[str, list[_Op]], scopes: _
                 continue
             inner, full = matched
             path = op.path if full == op.full_name else parse_name(full)
-            item = ScopeOp(stage=stage, op=path.op, inner=inner, backward=path.backward, name=op.name,
-                           full_name=full, line=op.where(), text=op.text())
+            item = ScopeOp(
+                stage=stage,
+                op=path.op,
+                inner=inner,
+                backward=path.backward,
+                name=op.name,
+                full_name=full,
+                line=op.where(),
+                text=op.text(),
+            )
             if stage == "hlo" and module is not None:
                 kernel = module.kernel_of(op.instruction)
                 kernels_seen[kernel.name] = kernel
@@ -1027,9 +1149,17 @@ def _collect_scope(report: HloReport, per_stage: dict[str, list[_Op]], scopes: _
         in_scope = any(scopes.contains(n, query) for n in kernel.op_names)
         inside = _fused_instructions(module, kernel)
         other = sum(1 for i in inside if i.op_names and not any(scopes.contains(n, query) for n in i.op_names))
-        report.kernels.append(Kernel(name=name, opcode=kernel.opcode, fusion_kind=kernel.fusion_kind,
-                                     label=kernel.op_names[0] if kernel.op_names else "", in_scope=in_scope,
-                                     scope_ops=kernel_ops[name], other_ops=other))
+        report.kernels.append(
+            Kernel(
+                name=name,
+                opcode=kernel.opcode,
+                fusion_kind=kernel.fusion_kind,
+                label=kernel.op_names[0] if kernel.op_names else "",
+                in_scope=in_scope,
+                scope_ops=kernel_ops[name],
+                other_ops=other,
+            )
+        )
 
 
 def _fused_instructions(module, kernel) -> list:
@@ -1076,7 +1206,7 @@ def _scope_tree(per_stage: dict[str, list[_Op]], scopes: _Scopes, stages: list[s
     for op in per_stage.get("kernels", []):
         add(scopes.of(op.full_name), "kernels")
     first_seen = {path: i for i, path in enumerate(order)}
-    tree = sorted(order, key=lambda p: [first_seen[p[:i + 1]] for i in range(len(p))])
+    tree = sorted(order, key=lambda p: [first_seen[p[: i + 1]] for i in range(len(p))])
     nodes = [ScopeNode("/".join(p), {k: v for k, v in counts[p].items()}) for p in tree]
     if "jaxpr" not in stages:
         for node in nodes:
@@ -1111,8 +1241,7 @@ class _NameEnvironment:
                     self.closure.setdefault(name, value)
                 for name, value in found.globals.items():
                     self.globals.setdefault(name, value)
-                following += [v for v in list(found.nonlocals.values()) + list(found.globals.values())
-                              if callable(v)]
+                following += [v for v in list(found.nonlocals.values()) + list(found.globals.values()) if callable(v)]
             pending = following
         self.namespace = namespace or {}
         self._module_globals = getattr(_unwrapped(fn), "__globals__", None) or {}
@@ -1123,14 +1252,18 @@ class _NameEnvironment:
         if root_name is None:
             return None
         base = root_name.group(0)
-        for table, kind in ((self.closure, "closure"), (self.globals, "global"), (self.namespace, "global"),
-                            (self._module_globals, "global")):
+        for table, kind in (  # noqa: B007 - kind is read after the break
+            (self.closure, "closure"),
+            (self.globals, "global"),
+            (self.namespace, "global"),
+            (self._module_globals, "global"),
+        ):
             if base in table:
                 value = table[base]
                 break
         else:
             return None
-        value = _follow(value, dotted[len(base):])
+        value = _follow(value, dotted[len(base) :])
         return None if value is _MISSING else (value, kind)
 
     def scalar_values(self) -> set:
@@ -1161,8 +1294,12 @@ class _NameEnvironment:
 
     def by_identity(self) -> dict[int, tuple[str, str]]:
         out: dict[int, tuple[str, str]] = {}
-        for table, kind in ((self.namespace, "global"), (self._module_globals, "global"), (self.globals, "global"),
-                            (self.closure, "closure")):
+        for table, kind in (
+            (self.namespace, "global"),
+            (self._module_globals, "global"),
+            (self.globals, "global"),
+            (self.closure, "closure"),
+        ):
             for name, value in table.items():
                 if not name.startswith("_") and hasattr(value, "shape") and hasattr(value, "dtype"):
                     out[id(value)] = (name, kind)
@@ -1198,14 +1335,11 @@ def _unwrapped(fn):
 
 
 def _baked_literals(walked: list, env: _NameEnvironment) -> list[BakedLiteral]:
-    from jax._src import core
-
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
     candidates = env.scalar_values()
     for eqn, _segments, _back, _subs, _parents in walked:
-        literals = [v for v in eqn.invars if isinstance(v, core.Literal)
-                    and _rounded(_scalar(v.val)) in candidates]
+        literals = [v for v in eqn.invars if compat.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
         if not literals:
             continue  # no global or closure value equals any literal here: nothing to look up
         line = _eqn_line(eqn, _parents)
@@ -1231,8 +1365,11 @@ def _baked_literals(walked: list, env: _NameEnvironment) -> list[BakedLiteral]:
                 if key in seen:
                     break
                 seen.add(key)
-                found.append(BakedLiteral(name=dotted, kind=kind, value=_literal_text(literal),
-                                          equation=_eqn_text(eqn), line=line))
+                found.append(
+                    BakedLiteral(
+                        name=dotted, kind=kind, value=_literal_text(literal), equation=_eqn_text(eqn), line=line
+                    )
+                )
                 break
     return found
 
@@ -1307,7 +1444,9 @@ def _names_in_code(code: str) -> tuple[tuple[str, ...], tuple]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             constants.append(node.value)
-        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(getattr(node, "ctx", None), ast.Load):
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(
+            getattr(node, "ctx", None), ast.Load
+        ):
             text = _dotted(node)
             if text:
                 names.append(text)
@@ -1381,8 +1520,9 @@ def _captured_constants(closed, walked: list, env: _NameEnvironment) -> list[Cap
             if not name and nbytes < LARGE_CONSTANT_BYTES:
                 continue  # a small array made inside the function: ordinary, not worth a line
             line = _first_use_line(inner, constvars[index]) if index < len(constvars) else None
-            found.append(CapturedConstant(name=name, kind=kind, shape=shape, dtype=str(value.dtype),
-                                          nbytes=nbytes, line=line))
+            found.append(
+                CapturedConstant(name=name, kind=kind, shape=shape, dtype=str(value.dtype), nbytes=nbytes, line=line)
+            )
     found.sort(key=lambda c: -c.nbytes)
     return found
 
@@ -1408,10 +1548,14 @@ def _memory_figures(compiled) -> MemoryFigures | None:
     def get(name: str) -> int:
         return int(getattr(stats, name, 0) or 0)
 
-    return MemoryFigures(argument_bytes=get("argument_size_in_bytes"), output_bytes=get("output_size_in_bytes"),
-                         alias_bytes=get("alias_size_in_bytes"), temp_bytes=get("temp_size_in_bytes"),
-                         generated_code_bytes=get("generated_code_size_in_bytes"),
-                         peak_bytes=get("peak_memory_in_bytes"))
+    return MemoryFigures(
+        argument_bytes=get("argument_size_in_bytes"),
+        output_bytes=get("output_size_in_bytes"),
+        alias_bytes=get("alias_size_in_bytes"),
+        temp_bytes=get("temp_size_in_bytes"),
+        generated_code_bytes=get("generated_code_size_in_bytes"),
+        peak_bytes=get("peak_memory_in_bytes"),
+    )
 
 
 def _cost(compiled) -> dict[str, float]:
@@ -1432,10 +1576,10 @@ def _sweep_point(sweep: Sweep, value) -> SweepPoint:
     point = SweepPoint(value=repr(value))
     try:
         fn, args, kwargs = sweep.build(value)
-        jitted = fn if _is_jitted(fn) else jax.jit(fn)
+        jitted = fn if compat.is_jitted(fn) else jax.jit(fn)
         compiled = jitted.lower(*args, **kwargs).compile()
     except Exception as error:
-        point.failure = f"{type(error).__name__}: {_first_line(error)}"
+        point.failure = error_line(error)
         return point
     point.memory = _memory_figures(compiled)
     point.flops = _cost(compiled).get("flops")

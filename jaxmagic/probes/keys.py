@@ -37,20 +37,25 @@ import re
 import sys
 import threading
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
-from jaxmagic._jax import jit_calls as _jit_calls
-from jaxmagic.report.source import first_library_function, is_user_file, source_line
+from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import first_library_function, is_user_file, source_line
+from jaxmagic.report.wording import message_of
 
 CONFIG_NAMES = ("jax_debug_key_reuse",)
-FIX = ("Split before every use and carry the new key forward: `key, sub = jax.random.split(key)`, then use "
-       "`sub` and keep `key` for the next step. Or derive one key per step from a base key with "
-       "`jax.random.fold_in(key, step)`.")
-LEGACY_NOTE = ("`jax.random.PRNGKey` makes a raw uint32 array. The key-reuse checker cannot follow such keys "
-               "(and neither can the distinct-key count): create keys with `jax.random.key(seed)`.")
-MAX_FLOW_VALUES = 1000   # distinct key fingerprints kept per argument
+FIX = (
+    "Split before every use and carry the new key forward: `key, sub = jax.random.split(key)`, then use "
+    "`sub` and keep `key` for the next step. Or derive one key per step from a base key with "
+    "`jax.random.fold_in(key, step)`."
+)
+LEGACY_NOTE = (
+    "`jax.random.PRNGKey` makes a raw uint32 array. The key-reuse checker cannot follow such keys "
+    "(and neither can the distinct-key count): create keys with `jax.random.key(seed)`."
+)
+MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
 
 _PASSED = re.compile(r"Previously-consumed key passed to (?P<function>.+?) at index (?P<index>\d+)")
 _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is already consumed")
@@ -60,38 +65,50 @@ _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is a
 class KeyReuse:
     """One KeyReuseError: a typed key consumed a second time."""
 
-    message: str                     # JAX's first line
-    consumer: str = ""               # what got the consumed key: "random_split", "train_step", "random_bits"
-    index: int | None = None         # the argument index JAX gives
-    argument: str = ""               # its name, when known ("key")
-    where: str = "call"              # "call": at run time, between calls; "trace": inside one traced function
-    function: str = ""               # for "trace": the function being traced
+    message: str  # JAX's first line
+    consumer: str = ""  # what got the consumed key: "random_split", "train_step", "random_bits"
+    index: int | None = None  # the argument index JAX gives
+    argument: str = ""  # its name, when known ("key")
+    where: str = "call"  # "call": at run time, between calls; "trace": inside one traced function
+    function: str = ""  # for "trace": the function being traced
     reused_at: SourceLine | None = None
     first_used_at: SourceLine | None = None
-    count: int = 1                   # record mode: how many times this same reuse happened
+    count: int = 1  # record mode: how many times this same reuse happened
 
     @property
     def same_line(self) -> bool:
-        return bool(self.reused_at and self.first_used_at and
-                    (self.reused_at.filename, self.reused_at.lineno) ==
-                    (self.first_used_at.filename, self.first_used_at.lineno))
+        return bool(
+            self.reused_at
+            and self.first_used_at
+            and (self.reused_at.filename, self.reused_at.lineno)
+            == (self.first_used_at.filename, self.first_used_at.lineno)
+        )
 
     @property
     def explanation(self) -> str:
-        what = f"`{self.consumer}`" + (f" (argument {self.index}" + (f", `{self.argument}`" if self.argument else "")
-                                        + ")" if self.index is not None else "")
+        what = f"`{self.consumer}`" + (
+            f" (argument {self.index}" + (f", `{self.argument}`" if self.argument else "") + ")"
+            if self.index is not None
+            else ""
+        )
         if self.where == "trace":
             inside = f" inside `{self.function}`" if self.function else ""
-            return (f"{what}{inside} is given a key that an earlier operation of the same function already "
-                    "consumed: both draw from the same random stream, so their random numbers are correlated "
-                    "(identical, for the same shape).")
+            return (
+                f"{what}{inside} is given a key that an earlier operation of the same function already "
+                "consumed: both draw from the same random stream, so their random numbers are correlated "
+                "(identical, for the same shape)."
+            )
         text = f"{what} was given a key that had already been consumed"
         if self.same_line:
-            return text + (" - on the same line, in an earlier pass of a loop: the loop uses the same key every "
-                           "time and never replaces it, so every step gets the same random numbers.")
+            return text + (
+                " - on the same line, in an earlier pass of a loop: the loop uses the same key every "
+                "time and never replaces it, so every step gets the same random numbers."
+            )
         if self.first_used_at:
-            return text + f" by your line {self.first_used_at.label or self.first_used_at.filename}, line " \
-                          f"{self.first_used_at.lineno}: the two uses get the same random numbers."
+            return (
+                text + f" by your line {self.first_used_at.label or self.first_used_at.filename}, line "
+                f"{self.first_used_at.lineno}: the two uses get the same random numbers."
+            )
         return text + ": the two uses get the same random numbers."
 
 
@@ -100,11 +117,11 @@ class KeyFlow:
     """The typed keys one argument of one of your jitted functions received."""
 
     function: str
-    argument: str                    # "key", or "argument 3"
+    argument: str  # "key", or "argument 3"
     calls: int = 0
     distinct: int = 0
     first_call: SourceLine | None = None
-    repeated_key: str = ""           # the data of the key seen most often, e.g. "[1797259609 2579123966]"
+    repeated_key: str = ""  # the data of the key seen most often, e.g. "[1797259609 2579123966]"
     repeated_times: int = 0
 
     @property
@@ -114,7 +131,7 @@ class KeyFlow:
 
 @dataclasses.dataclass
 class LegacyKeyUse:
-    api: str                          # the jax.random function given a raw key: "normal"
+    api: str  # the jax.random function given a raw key: "normal"
     line: SourceLine | None = None
     count: int = 0
 
@@ -128,9 +145,9 @@ class KeyReport(Report):
     reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
-    recorded: bool = False           # reuse was recorded, not raised
-    calls_checked: bool = True       # False: only traced functions were checked, not each call
-    followed: bool = True            # False: this JAX gave no way to see calls (no key counts)
+    recorded: bool = False  # reuse was recorded, not raised
+    calls_checked: bool = True  # False: only traced functions were checked, not each call
+    followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
     other_error: str = ""
 
     def flow(self, function: str) -> KeyFlow | None:
@@ -153,11 +170,15 @@ class KeyReport(Report):
         if self.reuse:
             r = self.reuse[0]
             at = f" at {r.reused_at.where}" if r.reused_at else ""
-            parts.append(f"Key reused: `{r.consumer}` got an already consumed key{at}"
-                         + (" (every pass of the loop uses the same key)" if r.same_line else "") + ".")
+            parts.append(
+                f"Key reused: `{r.consumer}` got an already consumed key{at}"
+                + (" (every pass of the loop uses the same key)" if r.same_line else "")
+                + "."
+            )
         for f in self.repeated_flows[:2]:
-            parts.append(f"`{f.function}` received {f.distinct} distinct key(s) in {f.calls} calls "
-                         f"(argument `{f.argument}`).")
+            parts.append(
+                f"`{f.function}` received {f.distinct} distinct key(s) in {f.calls} calls (argument `{f.argument}`)."
+            )
         if self.legacy:
             n = sum(u.count for u in self.legacy)
             parts.append(f"{n} jax.random call(s) got a legacy uint32 PRNGKey, which the checker cannot follow.")
@@ -165,8 +186,9 @@ class KeyReport(Report):
             flows = [f for f in self.flows if f.calls]
             if flows:
                 f = flows[0]
-                parts.append(f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in "
-                             f"{f.calls} call(s).")
+                parts.append(
+                    f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in {f.calls} call(s)."
+                )
             else:
                 parts.append("No key was reused (no typed key reached a jitted function of yours).")
         if self.other_error and not self.reuse:
@@ -191,37 +213,76 @@ class KeyReport(Report):
             if r.reused_at and not r.same_line:
                 lines.append(r.reused_at)
             if lines:
-                caption = ("First consumed here, then again on the same line:" if r.same_line else
-                           "First consumed, then used again:" if len(lines) > 1 else "Used here:")
+                caption = (
+                    "First consumed here, then again on the same line:"
+                    if r.same_line
+                    else "First consumed, then used again:"
+                    if len(lines) > 1
+                    else "Used here:"
+                )
                 blocks.append(SourceLines(lines, caption))
             elif r.reused_at:
                 blocks.append(SourceLines([r.reused_at], "Used again here:"))
             blocks.append(Paragraph(FIX))
             sections.append(Section("Key reused", blocks))
         if self.flows:
-            rows = [[f"`{f.function}`", f"`{f.argument}`", str(f.calls), str(f.distinct),
-                     (f"{f.repeated_times} x {f.repeated_key}" if f.repeated else "-"),
-                     f"{f.first_call.label or f.first_call.filename}:{f.first_call.lineno}" if f.first_call else "-"]
-                    for f in self.flows]
-            blocks = [Table(["function", "key argument", "calls", "distinct keys", "repeated key", "called from"],
-                            rows)]
+            rows = [
+                [
+                    f"`{f.function}`",
+                    f"`{f.argument}`",
+                    str(f.calls),
+                    str(f.distinct),
+                    (f"{f.repeated_times} x {f.repeated_key}" if f.repeated else "-"),
+                    f"{f.first_call.label or f.first_call.filename}:{f.first_call.lineno}" if f.first_call else "-",
+                ]
+                for f in self.flows
+            ]
+            blocks = [
+                Table(["function", "key argument", "calls", "distinct keys", "repeated key", "called from"], rows)
+            ]
             if self.repeated_flows:
-                blocks.append(Paragraph("A function that gets the same key in several calls draws the same random "
-                                        "numbers every time (the same dropout mask every step). " + FIX))
-            blocks.append(Paragraph("Counted from the raw data of each typed key passed to a jitted function of "
-                                    "yours (jax.random.key_data, read without consuming the key)."))
+                blocks.append(
+                    Paragraph(
+                        "A function that gets the same key in several calls draws the same random "
+                        "numbers every time (the same dropout mask every step). " + FIX
+                    )
+                )
+            blocks.append(
+                Paragraph(
+                    "Counted from the raw data of each typed key passed to a jitted function of "
+                    "yours (jax.random.key_data, read without consuming the key)."
+                )
+            )
             sections.append(Section("Keys per jitted function", blocks))
         if self.legacy:
-            rows = [[f"`jax.random.{u.api}`", str(u.count), u.line.where if u.line else "-",
-                     f"`{u.line.code}`" if u.line and u.line.code else "-"] for u in self.legacy]
-            sections.append(Section("Legacy uint32 keys", [Table(["function", "calls", "your line", "code"], rows),
-                                                           Paragraph(LEGACY_NOTE)]))
-        how = ["Checked with jax.debug_key_reuse(True) for this cell only"
-               + (": reuses were recorded and the cell ran on as it would without the checker."
-                  if self.recorded else ": the first reuse stops the cell with JAX's KeyReuseError.")]
+            rows = [
+                [
+                    f"`jax.random.{u.api}`",
+                    str(u.count),
+                    u.line.where if u.line else "-",
+                    f"`{u.line.code}`" if u.line and u.line.code else "-",
+                ]
+                for u in self.legacy
+            ]
+            sections.append(
+                Section(
+                    "Legacy uint32 keys",
+                    [Table(["function", "calls", "your line", "code"], rows), Paragraph(LEGACY_NOTE)],
+                )
+            )
+        how = [
+            "Checked with jax.debug_key_reuse(True) for this cell only"
+            + (
+                ": reuses were recorded and the cell ran on as it would without the checker."
+                if self.recorded
+                else ": the first reuse stops the cell with JAX's KeyReuseError."
+            )
+        ]
         if not self.calls_checked:
-            how.append("Each traced function was checked for a key used twice inside it; keys consumed twice "
-                       "between calls were not checked call by call (%%jax_keys does), only counted per function.")
+            how.append(
+                "Each traced function was checked for a key used twice inside it; keys consumed twice "
+                "between calls were not checked call by call (%%jax_keys does), only counted per function."
+            )
         if not self.followed:
             how.append("This JAX gives no way to follow single calls, so keys per function were not counted.")
         sections.append(Section("How this was checked", [Paragraph(t) for t in how]))
@@ -235,14 +296,16 @@ def _user_frames(tb) -> list[SourceLine]:
     """The user's frames of a traceback, outermost first (jaxmagic's and libraries' left out)."""
     if tb is None:
         return []
-    return [source_line(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(tb)
-            if is_user_file(f.filename)]
+    return [
+        source_line(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(tb) if is_user_file(f.filename)
+    ]
 
 
-def explain_key_reuse(error: BaseException, where: str = "", function: str = "", params: dict | None = None
-                      ) -> KeyReuse:
+def explain_key_reuse(
+    error: BaseException, where: str = "", function: str = "", params: dict | None = None
+) -> KeyReuse:
     """The facts of a ``KeyReuseError``: who got the key, which argument, where it was used and first used."""
-    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    message = message_of(error).strip().splitlines()[0] if message_of(error).strip() else ""
     reuse = KeyReuse(message=message, where=where or "call")
     passed, in_trace = _PASSED.search(message), _IN_TRACE.search(message)
     match = passed or in_trace
@@ -308,7 +371,7 @@ def _function_is_users(params: dict) -> bool:
 # -- the probe -------------------------------------------------------------------
 
 
-class _KeyWatch(_jit_calls.CallObserver):
+class _KeyWatch(jit_calls.CallObserver):
     """Counts the distinct typed keys each argument of the user's jitted functions receives."""
 
     def __init__(self, report: KeyReport):
@@ -321,7 +384,7 @@ class _KeyWatch(_jit_calls.CallObserver):
         if not is_jit or not _function_is_users(params):
             return
         for index, value in enumerate(args):
-            if not _jit_calls.is_typed_key(value):
+            if not jit_calls.is_typed_key(value):
                 continue
             with _allow_transfers():  # reading the key is ours, not one of the user's transfers
                 fingerprint, shown = _key_fingerprint(value)
@@ -390,9 +453,8 @@ def _caller_line() -> SourceLine | None:
 @contextlib.contextmanager
 def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
     """List each jax.random call given a raw uint32 key (they pass through ``_check_prng_key``)."""
-    try:
-        from jax._src.random import core as random_core
-    except ImportError:  # another layout: no legacy-key listing
+    random_core = compat.random_core()
+    if random_core is None:  # another layout: no legacy-key listing
         yield
         return
     original = getattr(random_core, "_check_prng_key", None)
@@ -402,7 +464,7 @@ def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
     uses: dict[tuple, LegacyKeyUse] = {}
 
     def check(name, key, *args, **kwargs):
-        if not _jit_calls.is_typed_key(key) and hasattr(key, "dtype"):
+        if not jit_calls.is_typed_key(key) and hasattr(key, "dtype"):
             line = _caller_line()
             where = (str(name), line.filename, line.lineno) if line else (str(name), "", 0)
             use = uses.get(where)
@@ -420,8 +482,13 @@ def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def keys(*, record: bool = False, check_calls: bool = True,
-         also_observe: tuple[_jit_calls.CallObserver, ...] = (), only_user_calls: bool = False) -> Iterator[KeyReport]:
+def keys(
+    *,
+    record: bool = False,
+    check_calls: bool = True,
+    also_observe: tuple[jit_calls.CallObserver, ...] = (),
+    only_user_calls: bool = False,
+) -> Iterator[KeyReport]:
     """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
 
     Default: the first reuse raises JAX's ``KeyReuseError`` (the report is
@@ -445,8 +512,12 @@ def keys(*, record: bool = False, check_calls: bool = True,
 
     def on_reuse(error, where, function, params):
         reuse = explain_key_reuse(error, where, function, params)
-        spot = (reuse.consumer, reuse.index, reuse.where,
-                (reuse.reused_at.filename, reuse.reused_at.lineno) if reuse.reused_at else None)
+        spot = (
+            reuse.consumer,
+            reuse.index,
+            reuse.where,
+            (reuse.reused_at.filename, reuse.reused_at.lineno) if reuse.reused_at else None,
+        )
         if spot in seen:
             seen[spot].count += 1
             return
@@ -455,10 +526,18 @@ def keys(*, record: bool = False, check_calls: bool = True,
 
     watch = _KeyWatch(report)
     try:
-        with preserved_jax_state(CONFIG_NAMES), _legacy_keys_listed(report), \
-                _jit_calls.observing_calls(watch, *also_observe, trace_checks=mode,
-                                           call_checks=mode if check_calls else "off",
-                                           on_key_reuse=on_reuse, only_user_calls=only_user_calls) as followed:
+        with (
+            preserved_jax_state(CONFIG_NAMES),
+            _legacy_keys_listed(report),
+            jit_calls.observing_calls(
+                watch,
+                *also_observe,
+                trace_checks=mode,
+                call_checks=mode if check_calls else "off",
+                on_key_reuse=on_reuse,
+                only_user_calls=only_user_calls,
+            ) as followed,
+        ):
             report.followed = followed
             if not followed:  # at least JAX's own checker
                 with jax.debug_key_reuse(True):
@@ -471,7 +550,7 @@ def keys(*, record: bool = False, check_calls: bool = True,
         mark_explained(error, report)
         raise
     except BaseException as error:
-        lines = str(error).strip().splitlines()
+        lines = message_of(error).strip().splitlines()
         report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise
     finally:

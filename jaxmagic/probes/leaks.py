@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.report.source import source_line, user_lines
-from jaxmagic.probes._support.holder_search import find_held, user_roots
+from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
+from jaxmagic.probes._support import tracer_text as text
+from jaxmagic.probes._support.holder_search import find_held, user_roots
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import source_line, user_lines
+from jaxmagic.report.wording import error_line, message_of
 
 CONFIG_NAMES = ("jax_check_tracer_leaks",)
 _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -49,17 +52,17 @@ LEAK_FIX = (
 class LeakedTracer:
     """One tracer that was still referenced when its trace ended."""
 
-    number: int                       # 1, 2, ... in JAX's order
-    tracer_type: str                  # "JitTracer"
-    aval: str                         # "float32[3]"
-    function: str                     # the function being traced ("Model.__call__" for a callable object)
-    transformation: str               # "jit", "vmap", "scan", ...
-    function_line: SourceLine | None = None   # where that function is defined
-    created_at: SourceLine | None = None      # the line that computed the leaked value
+    number: int  # 1, 2, ... in JAX's order
+    tracer_type: str  # "JitTracer"
+    aval: str  # "float32[3]"
+    function: str  # the function being traced ("Model.__call__" for a callable object)
+    transformation: str  # "jit", "vmap", "scan", ...
+    function_line: SourceLine | None = None  # where that function is defined
+    created_at: SourceLine | None = None  # the line that computed the leaked value
     depends_on: list[str] = dataclasses.field(default_factory=list)  # it is (made from) these arguments
-    held_by: list[str] = dataclasses.field(default_factory=list)     # your names for where it is stored
+    held_by: list[str] = dataclasses.field(default_factory=list)  # your names for where it is stored
     kept_alive_by: int | None = None  # number of another leaked tracer whose computation refers to it
-    jax_chain: list[str] = dataclasses.field(default_factory=list)   # JAX's reference chain, ids removed
+    jax_chain: list[str] = dataclasses.field(default_factory=list)  # JAX's reference chain, ids removed
 
     @property
     def where(self) -> str:
@@ -76,9 +79,9 @@ class UnexpectedTracer:
 
     aval: str = ""
     tracer_type: str = ""
-    function: str = ""                # the function being traced when it leaked
+    function: str = ""  # the function being traced when it leaked
     transformation: str = ""
-    used_at: SourceLine | None = None     # your line that used it (raised the error)
+    used_at: SourceLine | None = None  # your line that used it (raised the error)
     created_at: SourceLine | None = None  # your line that computed it, inside the traced function
     held_by: list[str] = dataclasses.field(default_factory=list)
 
@@ -100,16 +103,16 @@ class LeakReport(Report):
     kind = "jax_leaks"
 
     leaked: list[LeakedTracer] = dataclasses.field(default_factory=list)
-    trace_kind: str = ""              # "DynamicJaxprTrace" (jit), "BatchTrace" (vmap), ...
+    trace_kind: str = ""  # "DynamicJaxprTrace" (jit), "BatchTrace" (vmap), ...
     call_path: list[SourceLine] = dataclasses.field(default_factory=list)  # your frames of the leaking call
     unexpected: UnexpectedTracer | None = None
     held: list[HeldTracer] = dataclasses.field(default_factory=list)  # tracers your variables hold after the block
-    traced: list[str] = dataclasses.field(default_factory=list)       # functions traced in the block
-    eager_operations: int = 0         # eager primitives traced in the block (each is a tiny jit)
-    retrace_method: str = ""          # "user_context" or "clear_caches"
+    traced: list[str] = dataclasses.field(default_factory=list)  # functions traced in the block
+    eager_operations: int = 0  # eager primitives traced in the block (each is a tiny jit)
+    retrace_method: str = ""  # "user_context" or "clear_caches"
     retrace_note: str = ""
-    other_error: str = ""             # the block failed for another reason: "ValueError: ..."
-    jax_message: str = ""             # JAX's error message, ids removed
+    other_error: str = ""  # the block failed for another reason: "ValueError: ..."
+    jax_message: str = ""  # JAX's error message, ids removed
 
     @property
     def status(self) -> Status:
@@ -132,8 +135,11 @@ class LeakReport(Report):
         if self.leaked:
             first = self.primary[0] if self.primary else self.leaked[0]
             fn = f"`{first.function}`" if first.function else "a function"
-            where = (f"`{first.held_by[0]}` holds a {first.aval} tracer" if first.held_by
-                     else f"a {first.aval} tracer is still referenced")
+            where = (
+                f"`{first.held_by[0]}` holds a {first.aval} tracer"
+                if first.held_by
+                else f"a {first.aval} tracer is still referenced"
+            )
             more = len(self.leaked) - 1
             extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
             return f"Tracer leaked from {fn} (traced for {first.transformation or 'a transformation'}): {where}{extra}."
@@ -141,8 +147,9 @@ class LeakReport(Report):
             u = self.unexpected
             held = f"; `{u.held_by[0]}` holds it" if u.held_by else ""
             fn = u.created_at.function if u.created_at else (u.function or "a traced function")
-            return (f"UnexpectedTracerError: a {u.aval or ''} tracer that leaked from `{fn}` earlier was used "
-                    f"here{held}.").replace("a  tracer", "a tracer")
+            return (
+                f"UnexpectedTracerError: a {u.aval or ''} tracer that leaked from `{fn}` earlier was used here{held}."
+            ).replace("a  tracer", "a tracer")
         if self.other_error:
             return f"No tracer leaked before the cell failed with {self.other_error}."
         held = f" (but `{self.held[0].path}` still holds a tracer leaked earlier)" if self.held else ""
@@ -153,55 +160,103 @@ class LeakReport(Report):
 
         sections = []
         if self.leaked:
-            rows = [[str(t.number), f"`{t.aval}`", f"`{t.where}`" if t.held_by else t.where,
-                     f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""), _origin(t)]
-                    for t in self.leaked]
-            sections.append(Section("Leaked tracers", [Table(
-                ["#", "value", "held by", "traced function", "what it is"], rows)]))
+            rows = [
+                [
+                    str(t.number),
+                    f"`{t.aval}`",
+                    f"`{t.where}`" if t.held_by else t.where,
+                    f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""),
+                    _origin(t),
+                ]
+                for t in self.leaked
+            ]
+            sections.append(
+                Section("Leaked tracers", [Table(["#", "value", "held by", "traced function", "what it is"], rows)])
+            )
             lines = [t.created_at for t in self.primary if t.created_at]
             if lines:
-                sections.append(Section("Your line", [SourceLines(list({l.where: l for l in lines}.values()),
-                                                                  "The value that leaked was computed here:")]))
+                sections.append(
+                    Section(
+                        "Your line",
+                        [
+                            SourceLines(
+                                list({line.where: line for line in lines}.values()),
+                                "The value that leaked was computed here:",
+                            )
+                        ],
+                    )
+                )
             if self.call_path:
-                sections.append(Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")]))
+                sections.append(
+                    Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")])
+                )
             secondary = [t for t in self.leaked if t.kept_alive_by is not None]
             why = [Paragraph(LEAK_FIX)]
             if secondary:
-                why.append(Paragraph(
-                    f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
-                    "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
-                    "fix the stored one and they go too."))
+                why.append(
+                    Paragraph(
+                        f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
+                        "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
+                        "fix the stored one and they go too."
+                    )
+                )
             sections.append(Section("Fix", why))
         if self.unexpected:
             u = self.unexpected
             lines = []
             if u.created_at:
                 lines.append(dataclasses.replace(u.created_at, code=u.created_at.code))
-            facts = [("value", f"{u.aval} ({u.tracer_type})"),
-                     ("leaked from", f"{u.function} traced for {u.transformation}" if u.function else "(not named)")]
+            facts = [
+                ("value", f"{u.aval} ({u.tracer_type})"),
+                ("leaked from", f"{u.function} traced for {u.transformation}" if u.function else "(not named)"),
+            ]
             if u.held_by:
                 facts.append(("still held by", ", ".join(u.held_by)))
             from jaxmagic.report.document import Facts
 
             sections.append(Section("What", [Facts(facts)]))
             if u.used_at:
-                sections.append(Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")]))
+                sections.append(
+                    Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")])
+                )
             if u.created_at:
-                sections.append(Section("Leaked there", [SourceLines(
-                    [u.created_at], "It was computed here, while that function was being traced:")]))
-            sections.append(Section("Fix", [Paragraph(LEAK_FIX), Paragraph(
-                "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
-                "traced function under %%jax_leaks.")]))
+                sections.append(
+                    Section(
+                        "Leaked there",
+                        [SourceLines([u.created_at], "It was computed here, while that function was being traced:")],
+                    )
+                )
+            sections.append(
+                Section(
+                    "Fix",
+                    [
+                        Paragraph(LEAK_FIX),
+                        Paragraph(
+                            "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
+                            "traced function under %%jax_leaks."
+                        ),
+                    ],
+                )
+            )
         if self.held and not self.leaked:
             rows = [[f"`{h.path}`", f"`{h.aval}`", h.created_at.where if h.created_at else ""] for h in self.held]
-            sections.append(Section("Tracers your variables hold", [
-                Paragraph("These were leaked before; using one raises UnexpectedTracerError."),
-                Table(["variable", "value", "created at"], rows)]))
+            sections.append(
+                Section(
+                    "Tracers your variables hold",
+                    [
+                        Paragraph("These were leaked before; using one raises UnexpectedTracerError."),
+                        Table(["variable", "value", "created at"], rows),
+                    ],
+                )
+            )
         checked = [Paragraph(self.retrace_note)] if self.retrace_note else []
         if self.traced or self.eager_operations:
             names = ", ".join(f"`{n}`" for n in self.traced) or "no function of yours"
-            ops = (f", and {self.eager_operations} operation(s) of JAX's own (eager primitives, jax.numpy "
-                   "helpers)" if self.eager_operations else "")
+            ops = (
+                f", and {self.eager_operations} operation(s) of JAX's own (eager primitives, jax.numpy helpers)"
+                if self.eager_operations
+                else ""
+            )
             checked.append(Paragraph(f"Traced with leak checking: {names}{ops}."))
         elif self.retrace_note:
             checked.append(Paragraph("Nothing was traced in the cell, so there was nothing to check."))
@@ -214,7 +269,7 @@ class LeakReport(Report):
 
 
 def _origin(tracer: LeakedTracer) -> str:
-    """"computed at In [4], line 8" or "the argument `x`": what the leaked tracer stands for."""
+    """ "computed at In [4], line 8" or "the argument `x`": what the leaked tracer stands for."""
     if tracer.created_at is not None:
         return f"computed at {tracer.created_at.label or tracer.created_at.filename}, line {tracer.created_at.lineno}"
     if tracer.depends_on:
@@ -231,12 +286,8 @@ def _is_tracer(value: Any) -> bool:
 
 def _creation_line(tracer: Any) -> SourceLine | None:
     """The user line where JAX recorded that the tracer was made, if it recorded one."""
-    try:
-        from jax._src import source_info_util
-
-        frame = source_info_util.user_frame(tracer._line_info.traceback)
-    except Exception:  # private API; a tracer without line info
-        return None
+    line_info = getattr(tracer, "_line_info", None)  # private; a tracer may have none
+    frame = compat.user_frame(getattr(line_info, "traceback", None))
     if frame is None:
         return None
     return source_line(frame.file_name, frame.start_line, text.short_qualname(frame.function_name))
@@ -313,26 +364,30 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
 
     report = LeakReport()
     try:
-        with preserved_jax_state(CONFIG_NAMES), _trace_names(report), fresh_traces(retrace_token) as how, \
-                jax.checking_leaks():
+        with (
+            preserved_jax_state(CONFIG_NAMES),
+            _trace_names(report),
+            fresh_traces(retrace_token) as how,
+            jax.checking_leaks(),
+        ):
             report.retrace_method, report.retrace_note = how.method, how.description
             yield report
     except Exception as error:
         try:
-            if text.is_leak_message(str(error)):
+            if text.is_leak_message(message_of(error)):
                 _explain_leak(report, error, namespace)
             elif isinstance(error, jax.errors.UnexpectedTracerError):
                 report.unexpected = explain_unexpected_tracer(error, namespace)
-                report.jax_message = str(error).strip()
+                report.jax_message = message_of(error).strip()
             else:
-                report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+                report.other_error = error_line(error)
         except Exception as failure:  # never let our analysis hide the user's error
-            report.other_error = report.other_error or f"{type(error).__name__}: {_first_line(error)}"
+            report.other_error = report.other_error or error_line(error)
             report.retrace_note += f" (jaxmagic could not finish its analysis: {type(failure).__name__}: {failure})"
         mark_explained(error, report)
         raise
     except BaseException as error:
-        report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+        report.other_error = error_line(error)
         raise
     finally:
         if not report.leaked and not report.unexpected:
@@ -348,22 +403,19 @@ def mark_explained(error: BaseException, report: Report) -> None:
             pass
 
 
-def _first_line(error: BaseException) -> str:
-    message = str(error).strip()
-    return message.splitlines()[0] if message else ""
-
-
 def explain_leak(error: BaseException, namespace: dict | None = None) -> LeakReport:
     """A report for JAX's "Leaked trace ..." error raised by leak checking switched on some other way."""
     report = LeakReport()
     _explain_leak(report, error, namespace)
-    report.retrace_note = ("Leak checking was on (jax_check_tracer_leaks); functions whose traces were cached "
-                           "were not checked. %%jax_leaks traces them afresh.")
+    report.retrace_note = (
+        "Leak checking was on (jax_check_tracer_leaks); functions whose traces were cached "
+        "were not checked. %%jax_leaks traces them afresh."
+    )
     return report
 
 
 def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | None) -> None:
-    message = str(error)
+    message = message_of(error)
     report.trace_kind = text.leak_trace_kind(message)
     report.jax_message = text.without_ids(message.strip())
     report.call_path = user_lines(error.__traceback__)
@@ -387,14 +439,24 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
         if not held_by and via is None:
             fallback = _path_from_chain(block.chain)
             held_by = [fallback] if fallback else []
-        report.leaked.append(LeakedTracer(
-            number=i + 1, tracer_type=block.tracer_type, aval=block.aval, function=function,
-            transformation=context.transformation,
-            function_line=source_line(context.file, context.line, context.function) if context.file else None,
-            created_at=created, depends_on=context.depends_on, held_by=held_by,
-            kept_alive_by=number_of.get(via) if via is not None and not held_by else None,
-            jax_chain=[text.without_ids(f"<{l.child_type} {l.child_id}> is referred to by {l.holder}")
-                       for l in block.chain]))
+        report.leaked.append(
+            LeakedTracer(
+                number=i + 1,
+                tracer_type=block.tracer_type,
+                aval=block.aval,
+                function=function,
+                transformation=context.transformation,
+                function_line=source_line(context.file, context.line, context.function) if context.file else None,
+                created_at=created,
+                depends_on=context.depends_on,
+                held_by=held_by,
+                kept_alive_by=number_of.get(via) if via is not None and not held_by else None,
+                jax_chain=[
+                    text.without_ids(f"<{link.child_type} {link.child_id}> is referred to by {link.holder}")
+                    for link in block.chain
+                ],
+            )
+        )
     del tracers
 
 
@@ -415,24 +477,34 @@ def _path_from_chain(chain: list[text.ChainLink]) -> str:
     path = root.removeprefix("__main__.")
     for link in reversed(chain[:-1]):
         match = ref.match(link.holder)
-        path += link.holder[match.end():] if match else f" <- {text.without_ids(link.holder)}"
+        path += link.holder[match.end() :] if match else f" <- {text.without_ids(link.holder)}"
     return path
 
 
 def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> UnexpectedTracer:
     """The facts of an UnexpectedTracerError: used where, created where, held by which variable."""
-    facts = text.escaped_tracer(str(error))
+    facts = text.escaped_tracer(message_of(error))
     lines = user_lines(error.__traceback__)
-    created = (source_line(facts.created_file, facts.created_line, facts.created_function)
-               if facts.created_file else None)
+    created = (
+        source_line(facts.created_file, facts.created_line, facts.created_function) if facts.created_file else None
+    )
     held = held_tracers(namespace)
     if created is not None:  # prefer the holders of this very tracer, matched by where it was made
-        same = [h for h in held if h.created_at and (h.created_at.filename, h.created_at.lineno)
-                == (created.filename, created.lineno)]
+        same = [
+            h
+            for h in held
+            if h.created_at and (h.created_at.filename, h.created_at.lineno) == (created.filename, created.lineno)
+        ]
         held = same or held
     function = facts.function
     if function in ("", "<unknown>") and facts.created_function:
         function = facts.created_function
-    return UnexpectedTracer(aval=facts.aval, tracer_type=facts.tracer_type, function=function,
-                            transformation=facts.transformation, used_at=lines[-1] if lines else None,
-                            created_at=created, held_by=[h.path for h in held])
+    return UnexpectedTracer(
+        aval=facts.aval,
+        tracer_type=facts.tracer_type,
+        function=function,
+        transformation=facts.transformation,
+        used_at=lines[-1] if lines else None,
+        created_at=created,
+        held_by=[h.path for h in held],
+    )

@@ -29,8 +29,10 @@ import itertools
 import operator
 import os
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
+from jaxmagic._jax import compat
 from jaxmagic.probes._support.holder_search import (
     KIND_NAME,
     KIND_OUTPUT,
@@ -40,10 +42,11 @@ from jaxmagic.probes._support.holder_search import (
     traceback_roots,
 )
 from jaxmagic.report import Report, Status
+from jaxmagic.report.wording import error_line, format_bytes, short_dtype
 
-KIND_JIT_CACHE = "jit cache"   # a constant of a traced program that JAX's caches keep
-KIND_ELSEWHERE = "elsewhere"   # nothing we can see holds it
-KIND_RESULT = "result"         # the cell's own result (Out[n])
+KIND_JIT_CACHE = "jit cache"  # a constant of a traced program that JAX's caches keep
+KIND_ELSEWHERE = "elsewhere"  # nothing we can see holds it
+KIND_RESULT = "result"  # the cell's own result (Out[n])
 
 _SHOWN_HOLDERS = 6
 
@@ -54,10 +57,10 @@ class LiveGroup:
 
     shape: tuple
     dtype: str
-    placement: str                 # "cpu:0", or the sharding for arrays spread over devices
+    placement: str  # "cpu:0", or the sharding for arrays spread over devices
     count: int = 0
-    bytes_each: int = 0            # the array's logical size
-    device_bytes_each: int = 0     # what its shards take on the devices (a replicated array: once per device)
+    bytes_each: int = 0  # the array's logical size
+    device_bytes_each: int = 0  # what its shards take on the devices (a replicated array: once per device)
     holders: list[str] = dataclasses.field(default_factory=list)  # "debug_cache[0..9]", "Out[12]", ...
     by_kind: dict[str, int] = dataclasses.field(default_factory=dict)  # arrays per best holder kind
     jit_functions: list[str] = dataclasses.field(default_factory=list)  # functions whose cache keeps them
@@ -84,7 +87,7 @@ class LiveGroup:
 
     @property
     def type_text(self) -> str:
-        return f"{_short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+        return f"{short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
 
 
 @dataclasses.dataclass
@@ -99,26 +102,26 @@ class LiveReport(Report):
 
     kind = "jax_live"
 
-    mode: str = "snapshot"          # "snapshot" (line magic) or "cell" (arrays a cell left alive)
-    total_arrays: int = 0           # all live arrays at the end
+    mode: str = "snapshot"  # "snapshot" (line magic) or "cell" (arrays a cell left alive)
+    total_arrays: int = 0  # all live arrays at the end
     total_bytes: int = 0
     groups: list[LiveGroup] = dataclasses.field(default_factory=list)  # largest total first
-    top: int | None = None          # groups shown (None: all)
+    top: int | None = None  # groups shown (None: all)
     devices: list[DeviceMemory] = dataclasses.field(default_factory=list)
     profile_path: str = ""
     profile_bytes: int = 0
-    searched: int = 0               # values looked at while naming holders
+    searched: int = 0  # values looked at while naming holders
     search_truncated: bool = False
     # cell mode
     before_arrays: int = 0
     before_bytes: int = 0
-    freed_arrays: int = 0           # alive before the cell, gone after it
+    freed_arrays: int = 0  # alive before the cell, gone after it
     freed_bytes: int = 0
-    result_arrays: int = 0          # arrays of the cell's own result (Out[n]): not counted as left behind
+    result_arrays: int = 0  # arrays of the cell's own result (Out[n]): not counted as left behind
     result_bytes: int = 0
     result_label: str = ""
-    other_error: str = ""           # the cell raised: "ValueError: ..."
-    backend_started: bool = True    # False: no JAX backend existed, so no array did (none was started)
+    other_error: str = ""  # the cell raised: "ValueError: ..."
+    backend_started: bool = True  # False: no JAX backend existed, so no array did (none was started)
 
     # -- derived --------------------------------------------------------------
 
@@ -155,20 +158,29 @@ class LiveReport(Report):
     def status(self) -> Status:
         if self.mode == "cell":
             return Status.PROBLEM if self.groups else (Status.ERROR if self.other_error else Status.OK)
-        return Status.PROBLEM if (self.count_by_kind(KIND_JIT_CACHE) or self.count_by_kind(KIND_OUTPUT)
-                                  or self.count_by_kind(KIND_TRACEBACK)) else Status.OK
+        return (
+            Status.PROBLEM
+            if (
+                self.count_by_kind(KIND_JIT_CACHE)
+                or self.count_by_kind(KIND_OUTPUT)
+                or self.count_by_kind(KIND_TRACEBACK)
+            )
+            else Status.OK
+        )
 
     @property
     def summary(self) -> str:
         if not self.backend_started:
-            return ("No JAX backend has started yet, so there is no live array; jaxmagic did not start one "
-                    "(XLA_FLAGS and jax.config device settings still take effect).")
+            return (
+                "No JAX backend has started yet, so there is no live array; jaxmagic did not start one "
+                "(XLA_FLAGS and jax.config device settings still take effect)."
+            )
         if self.mode == "cell":
             return self._cell_summary()
-        text = f"{self.total_arrays} live array(s), {_bytes(self.total_bytes)} in {len(self.groups)} group(s)"
+        text = f"{self.total_arrays} live array(s), {format_bytes(self.total_bytes)} in {len(self.groups)} group(s)"
         if self.groups:
             g = self.groups[0]
-            text += f"; largest: {g.count} \u00d7 `{g.type_text}` ({_bytes(g.total_bytes)})"
+            text += f"; largest: {g.count} \u00d7 `{g.type_text}` ({format_bytes(g.total_bytes)})"
             if g.holders:
                 text += f" held by {_join_holders(g.holders, 2)}"
         text += "."
@@ -177,16 +189,19 @@ class LiveReport(Report):
     def _cell_summary(self) -> str:
         failed = f" The cell failed ({self.other_error})." if self.other_error else ""
         if not self.groups:
-            result = (f" Its result {self.result_label} holds {self.result_arrays} array(s)."
-                      if self.result_arrays else "")
+            result = (
+                f" Its result {self.result_label} holds {self.result_arrays} array(s)." if self.result_arrays else ""
+            )
             return f"No array created by this cell is still alive.{result}{failed}"
         parts = []
         for g in self.groups[:2]:
             held = f" held by {_join_holders(g.holders, 2)}" if g.holders else ""
             parts.append(f"{g.count} \u00d7 `{g.type_text}`{held}")
         more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
-        return (f"{self.arrays} array(s) ({_bytes(self.bytes)}) created by this cell are still alive: "
-                f"{'; '.join(parts)}{more}.{self._kind_sentence()}{failed}")
+        return (
+            f"{self.arrays} array(s) ({format_bytes(self.bytes)}) created by this cell are still alive: "
+            f"{'; '.join(parts)}{more}.{self._kind_sentence()}{failed}"
+        )
 
     def _kind_sentence(self) -> str:
         parts = []
@@ -207,24 +222,38 @@ class LiveReport(Report):
         from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
-        shown = self.groups if self.top is None else self.groups[:self.top]
+        shown = self.groups if self.top is None else self.groups[: self.top]
         if self.groups:
             rows = []
             sharded = any(g.device_bytes_each != g.bytes_each for g in shown)
             for g in shown:
-                row = [f"`{g.type_text}`", g.placement, str(g.count), _bytes(g.bytes_each), _bytes(g.total_bytes)]
+                row = [
+                    f"`{g.type_text}`",
+                    g.placement,
+                    str(g.count),
+                    format_bytes(g.bytes_each),
+                    format_bytes(g.total_bytes),
+                ]
                 if sharded:
-                    row.append(_bytes(g.device_bytes_each * g.count))
+                    row.append(format_bytes(g.device_bytes_each * g.count))
                 rows.append(row + [self._held_text(g)])
             columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
             blocks = [Table(columns + ["held by"], rows)]
             if sharded:
-                blocks.append(Paragraph("Sizes are the arrays' own; `on devices` adds up their shards on this "
-                                        "process's devices, so a replicated array counts once per device."))
+                blocks.append(
+                    Paragraph(
+                        "Sizes are the arrays' own; `on devices` adds up their shards on this "
+                        "process's devices, so a replicated array counts once per device."
+                    )
+                )
             if len(shown) < len(self.groups):
-                rest = self.groups[len(shown):]
-                blocks.append(Paragraph(f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
-                                        f"array(s), {_bytes(sum(g.total_bytes for g in rest))} (--top to see more)."))
+                rest = self.groups[len(shown) :]
+                blocks.append(
+                    Paragraph(
+                        f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
+                        f"array(s), {format_bytes(sum(g.total_bytes for g in rest))} (--top to see more)."
+                    )
+                )
             title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
             sections.append(Section(title, blocks))
         advice = self._advice()
@@ -232,33 +261,51 @@ class LiveReport(Report):
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
         facts = []
         if self.mode == "cell":
-            facts += [("before the cell", f"{self.before_arrays} arrays, {_bytes(self.before_bytes)}"),
-                      ("after the cell", f"{self.total_arrays} arrays, {_bytes(self.total_bytes)}"),
-                      ("created and still alive", f"{self.arrays} arrays, {_bytes(self.bytes)}"),
-                      ("freed by the cell", f"{self.freed_arrays} arrays, {_bytes(self.freed_bytes)}")]
+            facts += [
+                ("before the cell", f"{self.before_arrays} arrays, {format_bytes(self.before_bytes)}"),
+                ("after the cell", f"{self.total_arrays} arrays, {format_bytes(self.total_bytes)}"),
+                ("created and still alive", f"{self.arrays} arrays, {format_bytes(self.bytes)}"),
+                ("freed by the cell", f"{self.freed_arrays} arrays, {format_bytes(self.freed_bytes)}"),
+            ]
             if self.result_arrays:
-                facts.append((f"the cell's result {self.result_label}",
-                              f"{self.result_arrays} arrays, {_bytes(self.result_bytes)} (not counted above)"))
+                facts.append(
+                    (
+                        f"the cell's result {self.result_label}",
+                        f"{self.result_arrays} arrays, {format_bytes(self.result_bytes)} (not counted above)",
+                    )
+                )
         else:
-            facts.append(("live arrays", f"{self.total_arrays}, {_bytes(self.total_bytes)}"))
+            facts.append(("live arrays", f"{self.total_arrays}, {format_bytes(self.total_bytes)}"))
         missing = [d.device for d in self.devices if d.stats is None]
         if missing:
             where = missing[0] if len(missing) == 1 else f"{len(missing)} devices ({missing[0]}...)"
-            facts.append((f"{where} memory_stats()", "None (this backend reports no device memory figures; "
-                          "the sizes above are the arrays' own)"))
+            facts.append(
+                (
+                    f"{where} memory_stats()",
+                    "None (this backend reports no device memory figures; the sizes above are the arrays' own)",
+                )
+            )
         for device in [d for d in self.devices if d.stats is not None][:8]:
             keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
-            text = ", ".join(f"{k} {_bytes(device.stats[k])}" for k in keys if k in device.stats)
+            text = ", ".join(f"{k} {format_bytes(device.stats[k])}" for k in keys if k in device.stats)
             facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
         if self.search_truncated:
             facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
         sections.append(Section("Memory", [Facts(facts)]))
         if self.profile_path:
-            sections.append(Section("Device memory profile", [Paragraph(
-                f"Saved `{self.profile_path}` ({_bytes(self.profile_bytes)}, pprof format: gzip-compressed "
-                "protobuf) with `jax.profiler.save_device_memory_profile`. It sums the live buffers by the "
-                f"Python stack that allocated them. Open it with `pprof -http=:8080 {self.profile_path}` "
-                "(pprof: `go install github.com/google/pprof@latest`) for a flame graph by allocating line.")]))
+            sections.append(
+                Section(
+                    "Device memory profile",
+                    [
+                        Paragraph(
+                            f"Saved `{self.profile_path}` ({format_bytes(self.profile_bytes)}, pprof format: gzip-compressed "
+                            "protobuf) with `jax.profiler.save_device_memory_profile`. It sums the live buffers by the "
+                            f"Python stack that allocated them. Open it with `pprof -http=:8080 {self.profile_path}` "
+                            "(pprof: `go install github.com/google/pprof@latest`) for a flame graph by allocating line."
+                        )
+                    ],
+                )
+            )
         return Document("%%jax_live" if self.mode == "cell" else "%jax_live", self.status, self.summary, sections)
 
     def _held_text(self, g: LiveGroup) -> str:
@@ -277,42 +324,37 @@ class LiveReport(Report):
     def _advice(self) -> list[str]:
         advice = []
         if self.count_by_kind(KIND_JIT_CACHE):
-            advice.append("Jit cache: a jitted function that reads a global array keeps it as a constant of its "
-                          "compiled program for as long as the function lives, even after the name is rebound. "
-                          "`jax.clear_caches()` frees them; pass large arrays as arguments instead.")
+            advice.append(
+                "Jit cache: a jitted function that reads a global array keeps it as a constant of its "
+                "compiled program for as long as the function lives, even after the name is rebound. "
+                "`jax.clear_caches()` frees them; pass large arrays as arguments instead."
+            )
         if self.count_by_kind(KIND_OUTPUT):
-            advice.append("IPython's output cache keeps every displayed result (`Out[n]`, `_`, `__`, `___`). "
-                          "`%reset -f out` empties it; end a cell with `;` to keep its result out of it.")
+            advice.append(
+                "IPython's output cache keeps every displayed result (`Out[n]`, `_`, `__`, `___`). "
+                "`%reset -f out` empties it; end a cell with `;` to keep its result out of it."
+            )
         if self.count_by_kind(KIND_TRACEBACK):
-            advice.append("The last error's traceback keeps the failing frames and their local arrays "
-                          "(`sys.last_traceback`, and IPython's traceback printer keeps the last one it showed). "
-                          "They go when the next error replaces them, or with "
-                          "`sys.last_traceback = sys.last_value = sys.last_exc = None` and "
-                          "`get_ipython().InteractiveTB.tb = None`.")
+            advice.append(
+                "The last error's traceback keeps the failing frames and their local arrays "
+                "(`sys.last_traceback`, and IPython's traceback printer keeps the last one it showed). "
+                "They go when the next error replaces them, or with "
+                "`sys.last_traceback = sys.last_value = sys.last_exc = None` and "
+                "`get_ipython().InteractiveTB.tb = None`."
+            )
         if self.count_by_kind(KIND_ELSEWHERE):
-            advice.append("Held elsewhere: no variable, output, traceback or jit cache reaches these within three "
-                          "steps - a deeper structure, a closure of a library, or a reference outside the "
-                          "notebook's namespace. `gc.get_referrers(x)` on one of them shows who.")
+            advice.append(
+                "Held elsewhere: no variable, output, traceback or jit cache reaches these within three "
+                "steps - a deeper structure, a closure of a library, or a reference outside the "
+                "notebook's namespace. `gc.get_referrers(x)` on one of them shows who."
+            )
         if self.mode == "cell" and any(g.held_by_names for g in self.groups):
-            advice.append("Arrays kept in lists or dicts grow with every step: store what you need as Python "
-                          "numbers (`float(loss)`) and drop the arrays, or `del` the container. `x.delete()` frees "
-                          "an array's buffer at once, whatever still refers to it.")
+            advice.append(
+                "Arrays kept in lists or dicts grow with every step: store what you need as Python "
+                "numbers (`float(loss)`) and drop the arrays, or `del` the container. `x.delete()` frees "
+                "an array's buffer at once, whatever still refers to it."
+            )
         return advice
-
-
-def _short_dtype(dtype: str) -> str:
-    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
-            "int64": "i64", "int8": "i8", "uint8": "u8", "uint32": "u32", "bool": "bool"}.get(dtype, dtype)
-
-
-def _bytes(n: int | float) -> str:
-    """1.25 MiB, 128 KiB, 4 B: three significant figures."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} GiB"
 
 
 def _join_holders(holders: list[str], limit: int) -> str:
@@ -334,7 +376,7 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
     import jax
 
     report = LiveReport(mode="snapshot", top=top)
-    if not _backend_started():
+    if not compat.backend_started():
         # No backend, no arrays: say so rather than start one (XLA_FLAGS may still be on their way).
         report.backend_started = False
         return report
@@ -351,8 +393,9 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
 
 
 @contextlib.contextmanager
-def live_diff(*, namespace: dict | None = None, top: int | None = None,
-              profile: str | None = None) -> Iterator[LiveReport]:
+def live_diff(
+    *, namespace: dict | None = None, top: int | None = None, profile: str | None = None
+) -> Iterator[LiveReport]:
     """Snapshot the live arrays before and after the block; report the ones it created that are still alive.
 
     The block's own result, if it lands in IPython's output cache (``Out[n]``,
@@ -363,7 +406,7 @@ def live_diff(*, namespace: dict | None = None, top: int | None = None,
 
     report = LiveReport(mode="cell", top=top)
     gc.collect()
-    arrays = jax.live_arrays() if _backend_started() else []  # no backend yet: nothing alive before
+    arrays = jax.live_arrays() if compat.backend_started() else []  # no backend yet: nothing alive before
     before = {id(a): weakref.ref(a) for a in arrays}
     report.before_arrays = len(arrays)
     report.before_bytes = _nbytes(arrays)
@@ -374,28 +417,36 @@ def live_diff(*, namespace: dict | None = None, top: int | None = None,
     try:
         yield report
     except BaseException as error:
-        report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+        report.other_error = error_line(error)
         raise
     finally:
-        gc.collect()
-        if not _backend_started():  # the block used no JAX array at all
-            report.backend_started = False
-            return
-        arrays = jax.live_arrays()
-        try:
-            alive_before = {id(a) for a in arrays if (ref := before.get(id(a))) is not None and ref() is a}
-            report.freed_arrays = len(before) - len(alive_before)
-            report.freed_bytes = sum(size for key, size in before_sizes.items() if key not in alive_before)
-            created = [a for a in arrays if id(a) not in alive_before]
-            excluded = _result_arrays(report, created, namespace, out_cache, outputs_before)
-            _describe(report, arrays, namespace, excluded=alive_before | excluded, created=created)
-            del created
-        finally:
-            del arrays
-            before.clear()
-        report.devices = _device_memory()
-        if profile:
-            _save_profile(report, profile)
+        # Not a `return` inside `finally`: that would swallow the block's exception.
+        _finish_cell_report(report, before, before_sizes, namespace, out_cache, outputs_before, profile)
+
+
+def _finish_cell_report(report, before, before_sizes, namespace, out_cache, outputs_before, profile) -> None:
+    """Fill in what the block left alive (called on the way out of ``live(mode="cell")``)."""
+    import jax
+
+    gc.collect()
+    if not compat.backend_started():  # the block used no JAX array at all
+        report.backend_started = False
+        return
+    arrays = jax.live_arrays()
+    try:
+        alive_before = {id(a) for a in arrays if (ref := before.get(id(a))) is not None and ref() is a}
+        report.freed_arrays = len(before) - len(alive_before)
+        report.freed_bytes = sum(size for key, size in before_sizes.items() if key not in alive_before)
+        created = [a for a in arrays if id(a) not in alive_before]
+        excluded = _result_arrays(report, created, namespace, out_cache, outputs_before)
+        _describe(report, arrays, namespace, excluded=alive_before | excluded, created=created)
+        del created
+    finally:
+        del arrays
+        before.clear()
+    report.devices = _device_memory()
+    if profile:
+        _save_profile(report, profile)
 
 
 def _result_arrays(report: LiveReport, created: list, namespace, out_cache, outputs_before: set) -> frozenset:
@@ -415,8 +466,9 @@ def _result_arrays(report: LiveReport, created: list, namespace, out_cache, outp
     return ids
 
 
-def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set,
-              created: list | None = None) -> None:
+def _describe(
+    report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set, created: list | None = None
+) -> None:
     """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
     import jax
 
@@ -449,8 +501,15 @@ def _describe(report: LiveReport, arrays: list, namespace: dict | None, excluded
         index = merged.get(key)
         if index is None:
             index = merged[key] = len(groups)
-            groups.append(LiveGroup(shape=key[0], dtype=key[1], placement=key[2], bytes_each=_nbytes_one(sample),
-                                    device_bytes_each=_device_bytes(sample)))
+            groups.append(
+                LiveGroup(
+                    shape=key[0],
+                    dtype=key[1],
+                    placement=key[2],
+                    bytes_each=_nbytes_one(sample),
+                    device_bytes_each=_device_bytes(sample),
+                )
+            )
         groups[index].count += counts[tag]
         group_index[tag] = index
     del first_position
@@ -512,8 +571,9 @@ def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
         groups[group].holders = list(dict.fromkeys(kept))
 
 
-def _jit_cache_constants(subject: list, unheld: set[int], group_of: dict[int, int],
-                         per_group: int = 2, limit: int = 48) -> dict[int, str]:
+def _jit_cache_constants(
+    subject: list, unheld: set[int], group_of: dict[int, int], per_group: int = 2, limit: int = 48
+) -> dict[int, str]:
     """Of the ``unheld`` array ids, those held as constants of a traced jaxpr, with the function's name.
 
     JAX's jit cache keeps the jaxpr of every traced function, and a jaxpr keeps
@@ -524,9 +584,7 @@ def _jit_cache_constants(subject: list, unheld: set[int], group_of: dict[int, in
     who refers to the lists among them: the jaxprs. Every constant of those
     jaxprs is then known, sampled or not.
     """
-    from jax._src import core
-
-    jaxpr_types = tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t)
+    jaxpr_types = compat.jaxpr_types()
     taken: dict[int, int] = {}
     sample = []
     for a in itertools.compress(subject, map(unheld.__contains__, map(id, subject))):
@@ -580,16 +638,6 @@ def _nbytes(arrays) -> int:
     return sum(_nbytes_one(a) for a in arrays)
 
 
-def _backend_started() -> bool:
-    """Whether a JAX backend exists (``jax.live_arrays()`` would start one otherwise)."""
-    try:
-        from jax._src import xla_bridge
-
-        return bool(xla_bridge.backends_are_initialized())
-    except (ImportError, AttributeError):  # a JAX without this helper: assume it has started
-        return True
-
-
 def _device_bytes(a) -> int:
     """Bytes the array's shards take on this process's devices."""
     try:
@@ -624,8 +672,12 @@ def _device_memory() -> list[DeviceMemory]:
             stats = device.memory_stats()
         except Exception:
             stats = None
-        out.append(DeviceMemory(f"{device.platform}:{device.id}",
-                                {k: int(v) for k, v in stats.items() if isinstance(v, (int, float))} if stats else None))
+        out.append(
+            DeviceMemory(
+                f"{device.platform}:{device.id}",
+                {k: int(v) for k, v in stats.items() if isinstance(v, (int, float))} if stats else None,
+            )
+        )
     return out
 
 
@@ -635,8 +687,3 @@ def _save_profile(report: LiveReport, path: str) -> None:
     jax.profiler.save_device_memory_profile(path)
     report.profile_path = path
     report.profile_bytes = os.path.getsize(path)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""

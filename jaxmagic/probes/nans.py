@@ -18,14 +18,15 @@ import contextlib
 import dataclasses
 import io
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
-from jaxmagic.probes._support.failing_call import FailingCall, failing_calls
-from jaxmagic.report.source import first_library_function, user_lines
 from jaxmagic._jax.jax_prints import jax_prints_collected
-from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.failing_call import FailingCall, failing_calls
+from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import first_library_function, user_lines
+from jaxmagic.report.wording import error_line, first_line, message_of
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
 
@@ -70,19 +71,19 @@ class NanReport(Report):
 
     checks: list[str] = dataclasses.field(default_factory=lambda: ["nan"])
     found: bool = False
-    value: str = ""               # "nan" or "inf"
-    primitive: str = ""           # "log", "mul", ... ("" if JAX did not name one)
-    phase: str = ""               # "forward" or "backward"
-    message: str = ""             # JAX's error message, first line
-    call_path: list[SourceLine] = dataclasses.field(default_factory=list)    # user frames of the traceback
+    value: str = ""  # "nan" or "inf"
+    primitive: str = ""  # "log", "mul", ... ("" if JAX did not name one)
+    phase: str = ""  # "forward" or "backward"
+    message: str = ""  # JAX's error message, first line
+    call_path: list[SourceLine] = dataclasses.field(default_factory=list)  # user frames of the traceback
     origin_lines: list[SourceLine] = dataclasses.field(default_factory=list)  # user line of the op itself
-    library_function: str = ""    # the JAX function that line called, e.g. "norm"
-    failing_call: str = ""        # the call that raised, e.g. "jax.grad(reg_loss)(p_reg, x_reg)"
+    library_function: str = ""  # the JAX function that line called, e.g. "norm"
+    failing_call: str = ""  # the call that raised, e.g. "jax.grad(reg_loss)(p_reg, x_reg)"
     nonfinite: list[NonFiniteLeaf] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     jax_messages: list[str] = dataclasses.field(default_factory=list)
-    other_error: str = ""         # the cell failed for another reason: "ValueError: ..."
-    compiled_only: bool = False   # NaN in the compiled program that the de-optimized run did not reproduce
+    other_error: str = ""  # the cell failed for another reason: "ValueError: ..."
+    compiled_only: bool = False  # NaN in the compiled program that the de-optimized run did not reproduce
     origin_by_rerun: bool = False  # origin_lines were found by re-running the call op by op
 
     @property
@@ -106,8 +107,10 @@ class NanReport(Report):
     def summary(self) -> str:
         what = "NaN" if self.value == "nan" else "inf"
         if self.found and self.compiled_only:
-            return (f"{what} in the output of a compiled function, but not when JAX re-ran it op by op: "
-                    "the compiled program (an XLA optimisation or a nan/inf literal) made it.")
+            return (
+                f"{what} in the output of a compiled function, but not when JAX re-ran it op by op: "
+                "the compiled program (an XLA optimisation or a nan/inf literal) made it."
+            )
         if self.found:
             phase = "a backward pass (gradient)" if self.phase == "backward" else "the forward computation"
             prim = f"`{self.primitive}`" if self.primitive else "a primitive JAX did not name"
@@ -118,11 +121,15 @@ class NanReport(Report):
             names = ", ".join(leaf.name for leaf in self.nonfinite[:3])
             only_inf = not any(leaf.nan_count for leaf in self.nonfinite)
             if only_inf and "inf" not in self.checks:
-                return (f"No NaN appeared, but {names} holds inf, and inf checks were off: "
-                        "run the cell with %%jax_nans --infs to find where it is made.")
+                return (
+                    f"No NaN appeared, but {names} holds inf, and inf checks were off: "
+                    "run the cell with %%jax_nans --infs to find where it is made."
+                )
             value = "inf" if only_inf else "NaN"
-            return (f"No JAX computation produced a {value}, but {names} holds one: it came from "
-                    "outside JAX (NumPy, a literal, a loaded value) or from before the cell.")
+            return (
+                f"No JAX computation produced a {value}, but {names} holds one: it came from "
+                "outside JAX (NumPy, a literal, a loaded value) or from before the cell."
+            )
         if self.other_error:
             return f"The cell failed with {self.other_error} before any {self.checked} appeared."
         return f"No {self.checked} appeared in any JAX computation of this cell."
@@ -139,16 +146,21 @@ class NanReport(Report):
                 facts.append(("failing call", self.failing_call))
             sections.append(Section("What", [Facts(facts)]))
             if self.origin_lines:
-                caption = ("The operation whose gradient produced it" if self.phase == "backward"
-                           else "The operation that produced it")
+                caption = (
+                    "The operation whose gradient produced it"
+                    if self.phase == "backward"
+                    else "The operation that produced it"
+                )
                 caption += " (found by re-running the call op by op):" if self.origin_by_rerun else ":"
                 sections.append(Section("Your line", [SourceLines(self.origin_lines[-3:], caption)]))
             if self.call_path:
                 sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
             sections.append(Section("Why", [Paragraph(self._explanation())]))
         if self.nonfinite:
-            rows = [[f"`{leaf.name}`", str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
-                    for leaf in self.nonfinite]
+            rows = [
+                [f"`{leaf.name}`", str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
+                for leaf in self.nonfinite
+            ]
             sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
         if self.notes:
             sections.append(Section("How this was found", [Paragraph(n) for n in self.notes]))
@@ -162,9 +174,11 @@ class NanReport(Report):
 
     def _explanation(self) -> str:
         if self.compiled_only:
-            return ("JAX found the value in the compiled function's output, re-ran the function without "
-                    "jit to locate it, and the re-run produced none. Compare eager and jit results "
-                    "(jax.disable_jit()) and look for nan/inf constants.")
+            return (
+                "JAX found the value in the compiled function's output, re-ran the function without "
+                "jit to locate it, and the re-run produced none. Compare eager and jit results "
+                "(jax.disable_jit()) and look for nan/inf constants."
+            )
         if self.phase == "backward":
             return BACKWARD_EXPLANATION
         cause = FORWARD_CAUSES.get(self.primitive)
@@ -233,34 +247,31 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
                 report.notes.append(f"jaxmagic could not finish its analysis: {type(failure).__name__}: {failure}")
         raise
     except BaseException as error:
-        report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+        report.other_error = error_line(error)
         raise
     finally:
         report.nonfinite += _scan_rebound(namespace, before)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
     report.found = True
-    report.message = _first_line(error)
-    match = _MESSAGE.search(str(error))
+    report.message = first_line(error)
+    match = _MESSAGE.search(message_of(error))
     if match:
         report.value, report.primitive = match.group(1), match.group(2)
     else:
         report.value = "inf" if "inf" in report.message.split("(")[0] else "nan"
-    report.compiled_only = "de-optimized function did not" in str(error)
+    report.compiled_only = "de-optimized function did not" in message_of(error)
     report.phase = "backward" if any("backward pass" in m for m in report.jax_messages) else "forward"
     report.call_path = user_lines(error.__traceback__)
     report.origin_lines, report.library_function = _origin(error, report.call_path)
 
     calls = failing_calls(error.__traceback__)
     if not calls:
-        report.notes.append("No call on your lines could be re-evaluated safely (only plain calls of names, "
-                            "attributes and literals are), so arguments and results were not examined.")
+        report.notes.append(
+            "No call on your lines could be re-evaluated safely (only plain calls of names, "
+            "attributes and literals are), so arguments and results were not examined."
+        )
         return
     # Forward: the cell's own call says most; backward: the innermost one is the gradient call.
     report.failing_call = calls[-1].source if report.phase == "backward" else calls[0].source
@@ -269,8 +280,10 @@ def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
         leaves = _argument_leaves(call)
         if leaves:
             report.nonfinite += leaves
-            report.notes.append(f"The arguments of {call.source} already held non-finite values when it was "
-                                "called: the value came in from an earlier step, not from this computation.")
+            report.notes.append(
+                f"The arguments of {call.source} already held non-finite values when it was "
+                "called: the value came in from an earlier step, not from this computation."
+            )
             return
     if report.phase == "backward":
         if not report.origin_lines:
@@ -300,7 +313,7 @@ def _origin(error: BaseException, call_path: list[SourceLine]) -> tuple[list[Sou
     known = {(line.filename, line.lineno) for line in call_path}
     shared = [i for i, line in enumerate(lines) if (line.filename, line.lineno) in known]
     if shared:
-        lines = lines[shared[-1] + 1:]
+        lines = lines[shared[-1] + 1 :]
     return lines, first_library_function(cause.__traceback__)
 
 
@@ -318,14 +331,19 @@ def _locate_op_by_eager_rerun(report: NanReport, call: FailingCall, infs: bool) 
             lines = user_lines(rerun_error.__traceback__)[-1:]
         report.origin_lines, report.library_function = lines, function
         report.origin_by_rerun = bool(lines)
-        report.notes.append(f"To find your line, {call.source} was called once more under jax.disable_jit(), "
-                            "op by op, with the same checks.")
+        report.notes.append(
+            f"To find your line, {call.source} was called once more under jax.disable_jit(), "
+            "op by op, with the same checks."
+        )
     except Exception as other:
-        report.notes.append(f"Re-running {call.source} op by op to find your line failed: "
-                            f"{type(other).__name__}: {_first_line(other)}")
+        report.notes.append(
+            f"Re-running {call.source} op by op to find your line failed: {type(other).__name__}: {first_line(other)}"
+        )
     else:
-        report.notes.append(f"{call.source} did not produce the value when re-run op by op under "
-                            "jax.disable_jit(): the compiled program differs from the eager one.")
+        report.notes.append(
+            f"{call.source} did not produce the value when re-run op by op under "
+            "jax.disable_jit(): the compiled program differs from the eager one."
+        )
 
 
 def _scan_result_without_checks(report: NanReport, call: FailingCall) -> None:
@@ -333,12 +351,12 @@ def _scan_result_without_checks(report: NanReport, call: FailingCall) -> None:
         with _checks_off(), contextlib.redirect_stdout(io.StringIO()):
             result = call()
     except Exception as other:
-        report.notes.append(f"Re-running {call.source} without checks to see its result failed: "
-                            f"{type(other).__name__}: {_first_line(other)}")
+        report.notes.append(f"Re-running {call.source} without checks to see its result failed: " + error_line(other))
         return
     leaves = nonfinite_leaves(result, f"result of {call.source}")
     del result
     report.nonfinite += leaves
-    report.notes.append(f"{call.source} was called once more with checking off, to list which leaves of its "
-                        f"result are non-finite ({len(leaves)} found).")
-
+    report.notes.append(
+        f"{call.source} was called once more with checking off, to list which leaves of its "
+        f"result are non-finite ({len(leaves)} found)."
+    )

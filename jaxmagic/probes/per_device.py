@@ -31,18 +31,19 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, Status
+from jaxmagic.report.wording import message_of
 
-_WHERE = HIDDEN_PREFIX + "where"   # hidden keyword: the device's mesh coordinates (an int array)
+_WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)
 
 
 @dataclasses.dataclass
 class DevicePrint:
-    site: str                  # PrintSite.key ("" for a print we did not tag)
+    site: str  # PrintSite.key ("" for a print we did not tag)
     text: str
     position: list[int] = dataclasses.field(default_factory=list)  # mesh coordinates; [] = not per device
     device: int | None = None  # device id, when the mesh was found
@@ -81,24 +82,33 @@ class PerDeviceReport(Report):
             head = f"The cell failed ({self.failure})"
             return head + (f"; {len(tagged)} line(s) from {len(devices)} device(s) before that." if tagged else ".")
         if not self.prints:
-            return ("No jax.debug.print output in this cell. (A function traced before the cell is not re-traced, "
-                    "so its prints are not tagged: define it in the cell or call jax.clear_caches().)")
+            return (
+                "No jax.debug.print output in this cell. (A function traced before the cell is not re-traced, "
+                "so its prints are not tagged: define it in the cell or call jax.clear_caches().)"
+            )
         if not tagged:
             return f"{len(self.prints)} line(s) printed, none inside a shard_map: nothing to split by device."
         return f"{len(tagged)} line(s) printed inside shard_map by {len(devices)} device(s), grouped by device."
 
     def document(self):
-        from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
         from jaxmagic.probes._support.sharding_layout import device_colours
+        from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 
         sections = []
         for site in self.sites:
             prints = [p for p in self.prints if p.site == site.key]
             if not prints:
                 continue
-            blocks = [Paragraph(f"Format `{site.fmt}`" + (", inside a shard_map over mesh axes "
-                                                           + ", ".join(f"`{a}`" for a in site.axes)
-                                                           if site.axes else ""))]
+            blocks = [
+                Paragraph(
+                    f"Format `{site.fmt}`"
+                    + (
+                        ", inside a shard_map over mesh axes " + ", ".join(f"`{a}`" for a in site.axes)
+                        if site.axes
+                        else ""
+                    )
+                )
+            ]
             if site.line:
                 blocks.append(SourceLines([site.line]))
             if site.axes:
@@ -107,8 +117,11 @@ class PerDeviceReport(Report):
                 for p in prints:
                     grouped.setdefault(tuple(p.position), []).append(p.text)
                 rows_n = site.axis_sizes[0] if len(site.axis_sizes) > 1 else 1
-                cols_n = max(1, len(site.device_ids) // rows_n) if site.device_ids else \
-                    (int(_prod(site.axis_sizes[1:])) if len(site.axis_sizes) > 1 else site.axis_sizes[0])
+                cols_n = (
+                    max(1, len(site.device_ids) // rows_n)
+                    if site.device_ids
+                    else (int(_prod(site.axis_sizes[1:])) if len(site.axis_sizes) > 1 else site.axis_sizes[0])
+                )
                 cells = []
                 for position, texts in sorted(grouped.items()):
                     flat = _flat_index(list(position), site.axis_sizes)
@@ -116,8 +129,11 @@ class PerDeviceReport(Report):
                     device = site.device_ids[flat] if site.device_ids else None
                     name = f"device {device}" if device is not None else f"position {position}"
                     shown = texts[-1] if len(texts) == 1 else f"{texts[-1]} (+{len(texts) - 1} earlier)"
-                    cells.append(GridCell(r, c, name, detail=_short(shown), colour=colours.get(device, ""),
-                                          tooltip="\n".join(texts)))
+                    cells.append(
+                        GridCell(
+                            r, c, name, detail=_short(shown), colour=colours.get(device, ""), tooltip="\n".join(texts)
+                        )
+                    )
                 axes = ", ".join(f"{a}={n}" for a, n in zip(site.axes, site.axis_sizes))
                 blocks.append(Grid(rows_n, cols_n, cells, caption=f"mesh {axes}: each device's last line"))
                 rows = []
@@ -130,16 +146,27 @@ class PerDeviceReport(Report):
             else:
                 blocks.append(Paragraph("Printed outside any shard_map (once for the whole array):"))
                 blocks.append(Table(["printed"], [[p.text] for p in prints]))
-            where = f" in {site.line.function} ({site.line.label or site.line.filename}, line {site.line.lineno})" \
-                if site.line else ""
+            where = (
+                f" in {site.line.function} ({site.line.label or site.line.filename}, line {site.line.lineno})"
+                if site.line
+                else ""
+            )
             sections.append(Section(f"jax.debug.print{where}", blocks))
         untagged = [p for p in self.prints if not p.site]
         if untagged:
-            sections.append(Section("Not tagged", [Paragraph(
-                f"{len(untagged)} line(s) came from functions traced before this cell, which JAX does not trace "
-                "again, so they carry no device tag. Define the function in the cell (or call "
-                "jax.clear_caches() first) to see them per device."),
-                Table(["printed"], [[p.text] for p in untagged])]))
+            sections.append(
+                Section(
+                    "Not tagged",
+                    [
+                        Paragraph(
+                            f"{len(untagged)} line(s) came from functions traced before this cell, which JAX does not trace "
+                            "again, so they carry no device tag. Define the function in the cell (or call "
+                            "jax.clear_caches() first) to see them per device."
+                        ),
+                        Table(["printed"], [[p.text] for p in untagged]),
+                    ],
+                )
+            )
         return Document("%%jax_per_device", self.status, self.summary, sections)
 
 
@@ -159,7 +186,7 @@ def _flat_index(position: list[int], sizes: list[int]) -> int:
 
 def _short(text: str, limit: int = 40) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Recorder(Capture):
@@ -179,8 +206,12 @@ class _Recorder(Capture):
         with self.lock:
             for known in self.report.sites:
                 known_where = (known.line.filename, known.line.lineno) if known.line else None
-                if (known.fmt, known_where, known.axes, known.device_ids) == (site.fmt, where, site.axes,
-                                                                               site.device_ids):
+                if (known.fmt, known_where, known.axes, known.device_ids) == (
+                    site.fmt,
+                    where,
+                    site.axes,
+                    site.device_ids,
+                ):
                     return known
             self.keys.add(site.key)
             self.report.sites.append(site)
@@ -210,9 +241,8 @@ class _Recorder(Capture):
 
 def _locate_on_mesh(site: PrintSite) -> None:
     """Fill the site's mesh axes when it is traced inside a fully manual shard_map (all axes manual)."""
-    import numpy as np
-
     import jax
+    import numpy as np
 
     mesh = jax.sharding.get_abstract_mesh()
     manual = tuple(getattr(mesh, "manual_axes", ()) or ())
@@ -251,6 +281,6 @@ def per_device() -> Iterator[PerDeviceReport]:
         try:
             yield report
         except Exception as error:
-            lines = str(error).strip().splitlines()
+            lines = message_of(error).strip().splitlines()
             report.failure = f"{type(error).__name__}: {lines[0] if lines else ''}"
             raise

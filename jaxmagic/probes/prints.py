@@ -39,23 +39,24 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
-from jaxmagic._jax import jit_calls as _jit_calls
+from jaxmagic._jax import jit_calls
 from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import message_of
 
 RETRACE_TOKEN = "jaxmagic-print"
-MAX_LINES = 5000          # lines kept; later ones are only counted
-SHOWN_PER_SITE = 40       # lines per site in the rendered report (the report keeps all)
+MAX_LINES = 5000  # lines kept; later ones are only counted
+SHOWN_PER_SITE = 40  # lines per site in the rendered report (the report keeps all)
 
 CONTEXT_NOTES = {
     "vmap": "under `vmap`: one line per sample, with that sample's value",
     "grad": "under `grad`: forward (primal) values only - a gradient is never printed here; to see one, "
-            "tap it with a `custom_vjp` identity whose backward rule calls `jax.debug.callback`",
+    "tap it with a `custom_vjp` identity whose backward rule calls `jax.debug.callback`",
     "jvp": "under `jvp`: primal values only",
     "cond": "in a `lax.cond` branch: prints only when that branch runs",
     "scan": "in a `lax.scan` body: one line per iteration",
@@ -63,17 +64,19 @@ CONTEXT_NOTES = {
     "backward": "in a backward pass (a custom_vjp rule): runs when the gradient is computed",
     "shard_map": "inside `shard_map`: one line per device (%%jax_per_device tells them apart)",
 }
-VMAP_COND_NOTE = ("in a `lax.cond` branch under `vmap`: `vmap` turns the cond into a select, so BOTH branches run "
-                  "and print, for every sample")
+VMAP_COND_NOTE = (
+    "in a `lax.cond` branch under `vmap`: `vmap` turns the cond into a select, so BOTH branches run "
+    "and print, for every sample"
+)
 
 
 @dataclasses.dataclass
 class PrintedLine:
     """One line printed (or one callback run) during the block."""
 
-    site: str          # PrintSite.key ("" for a print whose tracing we did not see)
+    site: str  # PrintSite.key ("" for a print whose tracing we did not see)
     text: str
-    call: int = 0      # number of the observed call it arrived in (0: not within an observed call)
+    call: int = 0  # number of the observed call it arrived in (0: not within an observed call)
 
 
 @dataclasses.dataclass
@@ -81,9 +84,9 @@ class ObservedCall:
     """A call of a jitted function (or an eager operation) during which something printed."""
 
     number: int
-    function: str                    # the jitted function, or the primitive of an eager operation
+    function: str  # the jitted function, or the primitive of an eager operation
     jitted: bool = True
-    line: SourceLine | None = None   # the user's line that made the call
+    line: SourceLine | None = None  # the user's line that made the call
 
 
 @dataclasses.dataclass
@@ -92,8 +95,8 @@ class OutOfOrder:
 
     call: int
     function: str
-    arrived: list[str]      # formats, in the order their first lines arrived
-    program: list[str]      # the same formats in program (trace) order
+    arrived: list[str]  # formats, in the order their first lines arrived
+    program: list[str]  # the same formats in program (trace) order
 
 
 @dataclasses.dataclass
@@ -106,9 +109,9 @@ class PrintReport(Report):
     lines: list[PrintedLine] = dataclasses.field(default_factory=list)
     calls: list[ObservedCall] = dataclasses.field(default_factory=list)
     out_of_order: list[OutOfOrder] = dataclasses.field(default_factory=list)
-    dropped_lines: int = 0         # lines beyond MAX_LINES, counted only
-    calls_observed: int = 0        # every observed call, printing or not
-    calls_followed: bool = True    # False: this JAX offers no way to see calls (no per-call grouping)
+    dropped_lines: int = 0  # lines beyond MAX_LINES, counted only
+    calls_observed: int = 0  # every observed call, printing or not
+    calls_followed: bool = True  # False: this JAX offers no way to see calls (no per-call grouping)
     echoed: bool = False
     other_error: str = ""
 
@@ -155,8 +158,10 @@ class PrintReport(Report):
         text = f"{n} line(s) from {len(printed) or 'unknown'} site(s){during}, grouped by site."
         if self.out_of_order:
             d = self.out_of_order[0]
-            text = (f"Unordered prints came out of program order in `{d.function}` (call {d.call}): "
-                    f"`{d.arrived[0]}` before `{d.program[0]}`. " + text)
+            text = (
+                f"Unordered prints came out of program order in `{d.function}` (call {d.call}): "
+                f"`{d.arrived[0]}` before `{d.program[0]}`. " + text
+            )
         return text + failed
 
     def document(self):
@@ -164,26 +169,45 @@ class PrintReport(Report):
 
         sections = []
         if self.out_of_order:
-            rows = [[str(d.call), f"`{d.function}`", " -> ".join(f"`{f}`" for f in d.arrived),
-                     " -> ".join(f"`{f}`" for f in d.program)] for d in self.out_of_order[:8]]
-            sections.append(Section("Out of program order", [
-                Table(["call", "function", "first lines arrived", "program order"], rows),
-                Paragraph("Prints that are not ordered have no order among themselves: XLA may run them in any "
-                          "order. If the order matters, make them ordered - the two-call form "
-                          "`log = jax.debug.print(ordered=True)`, then `log(\"...\", x=x)` - at the cost of one "
-                          "serial dependency between them.")]))
+            rows = [
+                [
+                    str(d.call),
+                    f"`{d.function}`",
+                    " -> ".join(f"`{f}`" for f in d.arrived),
+                    " -> ".join(f"`{f}`" for f in d.program),
+                ]
+                for d in self.out_of_order[:8]
+            ]
+            sections.append(
+                Section(
+                    "Out of program order",
+                    [
+                        Table(["call", "function", "first lines arrived", "program order"], rows),
+                        Paragraph(
+                            "Prints that are not ordered have no order among themselves: XLA may run them in any "
+                            "order. If the order matters, make them ordered - the two-call form "
+                            '`log = jax.debug.print(ordered=True)`, then `log("...", x=x)` - at the cost of one '
+                            "serial dependency between them."
+                        ),
+                    ],
+                )
+            )
         by_site: dict[str, list[PrintedLine]] = {}
         for line in self.lines:
             by_site.setdefault(line.site, []).append(line)
         calls = {c.number: c for c in self.calls}
-        for site in sorted(self.sites, key=lambda s: min((i for i, l in enumerate(self.lines) if l.site == s.key),
-                                                          default=len(self.lines))):
+        for site in sorted(
+            self.sites,
+            key=lambda s: min((i for i, line in enumerate(self.lines) if line.site == s.key), default=len(self.lines)),
+        ):
             lines = by_site.get(site.key, [])
             if not lines:
                 continue
             what = {"print": "jax.debug.print", "log": "jax.debug.log", "callback": "jax.debug.callback"}[site.api]
-            facts = [("format" if site.api != "callback" else "callback", f"`{site.fmt}`"),
-                     ("lines" if site.api != "callback" else "calls", str(len(lines)))]
+            facts = [
+                ("format" if site.api != "callback" else "callback", f"`{site.fmt}`"),
+                ("lines" if site.api != "callback" else "calls", str(len(lines))),
+            ]
             if site.ordered:
                 facts.append(("ordered", "yes"))
             if site.context:
@@ -194,37 +218,65 @@ class PrintReport(Report):
             for note in _context_notes(site.context):
                 blocks.append(Paragraph(note[0].upper() + note[1:] + "."))
             if site.api == "log":
-                blocks.append(Paragraph("jax.debug.log records also went to Python logging (logger "
-                                        "`jax._src.debugging`, level INFO), as they do without jaxmagic."))
-            rows = [[str(line.call) if line.call else "-", _call_name(calls.get(line.call)), line.text]
-                    for line in lines[:SHOWN_PER_SITE]]
+                blocks.append(
+                    Paragraph(
+                        "jax.debug.log records also went to Python logging (logger "
+                        "`jax._src.debugging`, level INFO), as they do without jaxmagic."
+                    )
+                )
+            rows = [
+                [str(line.call) if line.call else "-", _call_name(calls.get(line.call)), line.text]
+                for line in lines[:SHOWN_PER_SITE]
+            ]
             blocks.append(Table(["call", "in", "printed" if site.api != "callback" else "arguments"], rows))
             if len(lines) > SHOWN_PER_SITE:
-                blocks.append(Paragraph(f"... and {len(lines) - SHOWN_PER_SITE} more line(s) (all are in the "
-                                        "report object's `lines`)."))
+                blocks.append(
+                    Paragraph(
+                        f"... and {len(lines) - SHOWN_PER_SITE} more line(s) (all are in the report object's `lines`)."
+                    )
+                )
             under = [c for c in site.context if c != "jit"]
             title = f"{what} in {site.where or '(line unknown)'}" + (f", under {' > '.join(under)}" if under else "")
             sections.append(Section(title, blocks))
         untagged = by_site.get("", [])
         if untagged:
-            sections.append(Section("Printed by code traced before the cell", [
-                Paragraph("These lines came from programs JAX had traced before this cell, so jaxmagic could not "
-                          "see which print made them."),
-                Table(["printed"], [[line.text] for line in untagged[:SHOWN_PER_SITE]])]))
+            sections.append(
+                Section(
+                    "Printed by code traced before the cell",
+                    [
+                        Paragraph(
+                            "These lines came from programs JAX had traced before this cell, so jaxmagic could not "
+                            "see which print made them."
+                        ),
+                        Table(["printed"], [[line.text] for line in untagged[:SHOWN_PER_SITE]]),
+                    ],
+                )
+            )
         notes = []
         if self.dropped_lines:
             notes.append(Paragraph(f"{self.dropped_lines} line(s) after the first {MAX_LINES} were counted, not kept."))
         if self.calls_followed:
-            notes.append(Paragraph(
-                f"The cell made {self.calls_observed} call(s) of jitted functions and eager operations; after each, "
-                "jaxmagic waited for its prints (jax.effects_barrier()), so each line belongs to one call and none "
-                "arrives after the cell."))
+            notes.append(
+                Paragraph(
+                    f"The cell made {self.calls_observed} call(s) of jitted functions and eager operations; after each, "
+                    "jaxmagic waited for its prints (jax.effects_barrier()), so each line belongs to one call and none "
+                    "arrives after the cell."
+                )
+            )
         else:
-            notes.append(Paragraph("This JAX version gives no way to follow single calls: lines are grouped by site, "
-                                   "not by call, and order within a call is not checked."))
+            notes.append(
+                Paragraph(
+                    "This JAX version gives no way to follow single calls: lines are grouped by site, "
+                    "not by call, and order within a call is not checked."
+                )
+            )
         if not self.echoed:
-            notes.append(Paragraph("The lines are shown here instead of in the cell's output (`--echo` prints them "
-                                   "too); what the cell printed with `print` appeared as usual."))
+            notes.append(
+                Paragraph(
+                    "The lines are shown here instead of in the cell's output (`--echo` prints them "
+                    "too); what the cell printed with `print` appeared as usual."
+                )
+            )
         sections.append(Section("How this was captured", notes))
         if self.other_error:
             sections.append(Section("", [Evidence("The cell's error", self.other_error)]))
@@ -240,7 +292,7 @@ def _call_name(call: ObservedCall | None) -> str:
 
 def _context_notes(context: list[str]) -> list[str]:
     notes = []
-    if "cond" in context and "vmap" in context[:context.index("cond")]:
+    if "cond" in context and "vmap" in context[: context.index("cond")]:
         notes.append(VMAP_COND_NOTE)
     for label in dict.fromkeys(context):
         if label == "jit":
@@ -255,12 +307,12 @@ def _context_notes(context: list[str]) -> list[str]:
 # -- the probe ---------------------------------------------------------------------
 
 
-class _Recorder(Capture, _jit_calls.CallObserver):
+class _Recorder(Capture, jit_calls.CallObserver):
     def __init__(self, report: PrintReport, echo: bool):
         self.report = report
         self.echo = echo
         self.lock = threading.Lock()
-        self.call = 0            # the observed call running now (0: none)
+        self.call = 0  # the observed call running now (0: none)
         self.call_info: ObservedCall | None = None
         self.call_printed = False
 
@@ -335,8 +387,9 @@ def _find_out_of_order(report: PrintReport) -> list[OutOfOrder]:
         program = sorted(arrived, key=lambda s: s.position)
         if arrived != program and not all(s.ordered for s in arrived):
             info = calls.get(call)
-            found.append(OutOfOrder(call, info.function if info else "?", [s.fmt for s in arrived],
-                                    [s.fmt for s in program]))
+            found.append(
+                OutOfOrder(call, info.function if info else "?", [s.fmt for s in arrived], [s.fmt for s in program])
+            )
     return found
 
 
@@ -350,12 +403,16 @@ def prints(*, echo: bool = False) -> Iterator[PrintReport]:
     report = PrintReport(echoed=echo)
     recorder = _Recorder(report, echo)
     try:
-        with preserved_jax_state(("jax_debug_key_reuse",)), fresh_traces(RETRACE_TOKEN), capturing(recorder), \
-                _jit_calls.observing_calls(recorder) as followed:
+        with (
+            preserved_jax_state(("jax_debug_key_reuse",)),
+            fresh_traces(RETRACE_TOKEN),
+            capturing(recorder),
+            jit_calls.observing_calls(recorder) as followed,
+        ):
             report.calls_followed = followed
             yield report
     except BaseException as error:
-        lines = str(error).strip().splitlines()
+        lines = message_of(error).strip().splitlines()
         report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
         raise
     finally:

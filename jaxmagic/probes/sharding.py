@@ -25,11 +25,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import message_of
 
 # Blocks up to this many elements show their values when copies differ.
 PREVIEW_ELEMENTS = 16
@@ -42,10 +45,10 @@ class DeviceInfo:
     """A device that holds a block of the array."""
 
     id: int
-    platform: str              # "cpu", "gpu", "tpu"
-    device_kind: str           # e.g. "cpu", "TPU v5 lite"
-    process: int               # jax process index owning the device
-    addressable: bool          # this process can read its data
+    platform: str  # "cpu", "gpu", "tpu"
+    device_kind: str  # e.g. "cpu", "TPU v5 lite"
+    process: int  # jax process index owning the device
+    addressable: bool  # this process can read its data
     mesh_position: list[int] = dataclasses.field(default_factory=list)  # [] without a mesh
 
     @property
@@ -57,8 +60,8 @@ class DeviceInfo:
 class MeshInfo:
     axis_names: list[str]
     axis_sizes: list[int]
-    axis_types: list[str]      # "Explicit", "Auto", "Manual"
-    device_ids: list[int]      # in mesh order (row-major over the axes)
+    axis_types: list[str]  # "Explicit", "Auto", "Manual"
+    device_ids: list[int]  # in mesh order (row-major over the axes)
 
     @property
     def description(self) -> str:
@@ -79,8 +82,8 @@ class CopyGroup:
 class Block:
     """One block of the array: its index ranges and the devices that hold a copy."""
 
-    index: list[list[int]]     # [start, stop) for each dimension
-    holders: list[int]         # device ids, ascending
+    index: list[list[int]]  # [start, stop) for each dimension
+    holders: list[int]  # device ids, ascending
     copies_differ: bool = False
     copy_groups: list[CopyGroup] = dataclasses.field(default_factory=list)  # filled when copies differ
 
@@ -98,19 +101,19 @@ class Block:
 class ArrayLayout:
     """How one array is laid out over devices. Holds no data."""
 
-    path: str                  # "" for the value itself, else the leaf's key path, e.g. "['w']"
+    path: str  # "" for the value itself, else the leaf's key path, e.g. "['w']"
     shape: list[int]
     dtype: str
-    typeof: str                # jax.typeof, e.g. "float32[8@data,4@model]"
-    sharding_type: str         # "NamedSharding", "SingleDeviceSharding", ...
-    spec: str = ""             # "P('data', 'model')" for a NamedSharding
+    typeof: str  # jax.typeof, e.g. "float32[8@data,4@model]"
+    sharding_type: str  # "NamedSharding", "SingleDeviceSharding", ...
+    spec: str = ""  # "P('data', 'model')" for a NamedSharding
     dim_axes: list[list[str]] = dataclasses.field(default_factory=list)  # mesh axes splitting each dimension
     memory_kind: str = ""
     mesh: MeshInfo | None = None
     devices: list[DeviceInfo] = dataclasses.field(default_factory=list)
     blocks: list[Block] = dataclasses.field(default_factory=list)
     itemsize: int = 0
-    has_data: bool = True      # False for a ShapeDtypeStruct (a layout without values)
+    has_data: bool = True  # False for a ShapeDtypeStruct (a layout without values)
     fully_addressable: bool = True
     # "consistent", "differ", "not needed", "skipped", "other processes" (copies only across processes),
     # "no data (a ShapeDtypeStruct)", "not possible: ..."
@@ -161,10 +164,10 @@ class ArrayLayout:
 class LeafSharding:
     """One input or output of a compiled call."""
 
-    path: str                  # "x", "params['w']", "result[0]"
+    path: str  # "x", "params['w']", "result[0]"
     typeof: str
-    spec: str                  # the sharding jit compiled it with
-    given: str = ""            # inputs: the argument's own sharding ("" when not a jax.Array)
+    spec: str  # the sharding jit compiled it with
+    given: str = ""  # inputs: the argument's own sharding ("" when not a jax.Array)
     matches: bool | None = None  # inputs: compiled == given (False: JAX moves the data on every call)
 
 
@@ -172,18 +175,18 @@ class LeafSharding:
 class IntermediateSharding:
     """A value computed inside the call, and the sharding the compiler chose for it."""
 
-    index: int                 # equation number in the call's jaxpr
-    op: str                    # "sin", "reduce_sum", "jit[norm]", "inspect_array_sharding"
-    typeof: str                # its type at trace time (shows explicit shardings)
-    spec: str                  # what the compiler chose ("" if it did not say)
+    index: int  # equation number in the call's jaxpr
+    op: str  # "sin", "reduce_sum", "jit[norm]", "inspect_array_sharding"
+    typeof: str  # its type at trace time (shows explicit shardings)
+    spec: str  # what the compiler chose ("" if it did not say)
     line: SourceLine | None = None
-    yours: bool = False        # reported by your own jax.debug.inspect_array_sharding call
+    yours: bool = False  # reported by your own jax.debug.inspect_array_sharding call
 
 
 @dataclasses.dataclass
 class CallShardings:
     function: str
-    was_jitted: bool           # the function was already a jax.jit (else the probe jitted it)
+    was_jitted: bool  # the function was already a jax.jit (else the probe jitted it)
     inputs: list[LeafSharding] = dataclasses.field(default_factory=list)
     outputs: list[LeafSharding] = dataclasses.field(default_factory=list)
     intermediates_asked: bool = False
@@ -205,9 +208,9 @@ class ShardingReport(Report):
     expression: str = ""
     arrays: list[ArrayLayout] = dataclasses.field(default_factory=list)
     other_leaves: list[list[str]] = dataclasses.field(default_factory=list)  # [path, what it is]
-    dims: list[int] | None = None   # the dimensions to draw for rank > 2 (--dims)
+    dims: list[int] | None = None  # the dimensions to draw for rank > 2 (--dims)
     call: CallShardings | None = None
-    failure: str = ""               # the call raised: "ValueError: ..."
+    failure: str = ""  # the call raised: "ValueError: ..."
     replicas_checked: bool = True
 
     @property
@@ -266,7 +269,7 @@ def _one_line(layout: ArrayLayout) -> str:
 
 
 def _differ_sentence(layout: ArrayLayout, what: str, is_call: bool) -> str:
-    """"The result of `f(x)` is replicated (P()) but its copies differ: CPU 0 has 6.0, CPU 1 has 22.0."."""
+    """ "The result of `f(x)` is replicated (P()) but its copies differ: CPU 0 has 6.0, CPU 1 has 22.0."."""
     subject = f"The result of `{what}`" if is_call else f"`{what}`"
     if layout.path and layout.path not in ("result",):
         subject = f"`{layout.path}` of " + (f"the result of `{what}`" if is_call else f"`{what}`")
@@ -285,8 +288,9 @@ def _differ_sentence(layout: ArrayLayout, what: str, is_call: bool) -> str:
 # -- probes -----------------------------------------------------------------
 
 
-def sharding(value: Any, *, expression: str = "", dims: list[int] | None = None,
-             check_replicas: bool = True) -> ShardingReport:
+def sharding(
+    value: Any, *, expression: str = "", dims: list[int] | None = None, check_replicas: bool = True
+) -> ShardingReport:
     """Report how ``value`` (a jax.Array, a ShapeDtypeStruct with a sharding, or a
     pytree of them) is laid out over devices.
 
@@ -294,30 +298,43 @@ def sharding(value: Any, *, expression: str = "", dims: list[int] | None = None,
     ``check_replicas`` compares the copies of each replicated block (False skips
     it: then no array data is read at all).
     """
-    report = ShardingReport(expression=expression, dims=list(dims) if dims else None,
-                            replicas_checked=check_replicas)
+    report = ShardingReport(expression=expression, dims=list(dims) if dims else None, replicas_checked=check_replicas)
     with preserved_jax_state(()):
         report.arrays, report.other_leaves = _layouts_of_tree(value, check_replicas)
     _check_dims(report)
     return report
 
 
-def sharding_of_call(fn: Callable, *args: Any, call_text: str = "", intermediates: bool = False,
-                     dims: list[int] | None = None, check_replicas: bool = True,
-                     **kwargs: Any) -> ShardingReport:
+def sharding_of_call(
+    fn: Callable,
+    *args: Any,
+    call_text: str = "",
+    intermediates: bool = False,
+    dims: list[int] | None = None,
+    check_replicas: bool = True,
+    **kwargs: Any,
+) -> ShardingReport:
     """Run ``fn(*args, **kwargs)`` (jitted) and report the shardings it was compiled with.
 
     Never raises for an error of the call itself: the report's ``failure`` says
     what happened (use ``run_call`` to also get the exception).
     """
-    report, _error = run_call(fn, args, kwargs, call_text=call_text, intermediates=intermediates,
-                              dims=dims, check_replicas=check_replicas)
+    report, _error = run_call(
+        fn, args, kwargs, call_text=call_text, intermediates=intermediates, dims=dims, check_replicas=check_replicas
+    )
     return report
 
 
-def run_call(fn: Callable, args: tuple, kwargs: dict, *, call_text: str = "", intermediates: bool = False,
-             dims: list[int] | None = None, check_replicas: bool = True
-             ) -> tuple[ShardingReport, BaseException | None]:
+def run_call(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    call_text: str = "",
+    intermediates: bool = False,
+    dims: list[int] | None = None,
+    check_replicas: bool = True,
+) -> tuple[ShardingReport, BaseException | None]:
     """Like ``sharding_of_call``, also returning the call's exception (None if it ran).
 
     The magic uses this to show the report and then raise the user's own error.
@@ -366,7 +383,7 @@ def run_call(fn: Callable, args: tuple, kwargs: dict, *, call_text: str = "", in
 
 
 def _error_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
+    lines = message_of(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
@@ -377,8 +394,10 @@ def _check_dims(report: ShardingReport) -> None:
         raise ValueError(f"--dims takes two different dimensions, such as 0,2; got {report.dims}")
     ranks = [len(a.shape) for a in report.arrays]
     if ranks and not any(max(report.dims) < r for r in ranks):
-        raise ValueError(f"--dims {report.dims[0]},{report.dims[1]} does not fit arrays of rank "
-                         f"{', '.join(map(str, sorted(set(ranks))))}")
+        raise ValueError(
+            f"--dims {report.dims[0]},{report.dims[1]} does not fit arrays of rank "
+            f"{', '.join(map(str, sorted(set(ranks))))}"
+        )
 
 
 # -- layouts ----------------------------------------------------------------
@@ -434,9 +453,14 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
     except Exception:
         typeof = f"{x.dtype}[{','.join(map(str, shape))}]"
     layout = ArrayLayout(
-        path=path, shape=list(shape), dtype=str(x.dtype), typeof=typeof,
-        sharding_type=type(sharding).__name__, memory_kind=str(getattr(sharding, "memory_kind", "") or ""),
-        itemsize=_itemsize(x.dtype), has_data=has_data,
+        path=path,
+        shape=list(shape),
+        dtype=str(x.dtype),
+        typeof=typeof,
+        sharding_type=type(sharding).__name__,
+        memory_kind=str(getattr(sharding, "memory_kind", "") or ""),
+        itemsize=_itemsize(x.dtype),
+        has_data=has_data,
     )
     mesh = getattr(sharding, "mesh", None)
     spec = getattr(sharding, "spec", None)
@@ -463,21 +487,28 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
         device_objects[int(device.id)] = device
     order = layout.mesh.device_ids if layout.mesh else sorted(device_objects)
     layout.devices = [
-        DeviceInfo(id=i, platform=str(device_objects[i].platform), device_kind=str(device_objects[i].device_kind),
-                   process=int(device_objects[i].process_index),
-                   addressable=_is_addressable(device_objects[i]),
-                   mesh_position=positions.get(i, []))
-        for i in order if i in device_objects
+        DeviceInfo(
+            id=i,
+            platform=str(device_objects[i].platform),
+            device_kind=str(device_objects[i].device_kind),
+            process=int(device_objects[i].process_index),
+            addressable=_is_addressable(device_objects[i]),
+            mesh_position=positions.get(i, []),
+        )
+        for i in order
+        if i in device_objects
     ]
-    layout.blocks = [Block(index=[list(b) for b in key], holders=sorted(holders))
-                     for key, holders in sorted(blocks.items())]
+    layout.blocks = [
+        Block(index=[list(b) for b in key], holders=sorted(holders)) for key, holders in sorted(blocks.items())
+    ]
     layout.fully_addressable = all(d.addressable for d in layout.devices)
     if not has_data:
         layout.replica_check = "no data (a ShapeDtypeStruct)"
     elif not any(len([h for h in b.holders if layout.device(h).addressable]) > 1 for b in layout.blocks):
         # One local copy per block: nothing to compare here, but there may be copies elsewhere.
-        remote_copies = any(len(b.holders) > 1 and not all(layout.device(h).addressable for h in b.holders)
-                            for b in layout.blocks)
+        remote_copies = any(
+            len(b.holders) > 1 and not all(layout.device(h).addressable for h in b.holders) for b in layout.blocks
+        )
         layout.replica_check = "other processes" if remote_copies else "not needed"
     elif not check_replicas:
         layout.replica_check = "skipped"
@@ -582,7 +613,9 @@ def _preview(copy, reference) -> str:
             return np.array2string(copy, separator=", ") if copy.ndim else str(copy.item())
     try:
         diff = np.abs(copy.astype(np.float64) - reference.astype(np.float64))
-        return f"max |difference| from the first copy {float(np.nanmax(diff)):.6g}, at {int((diff > 0).sum())} element(s)"
+        return (
+            f"max |difference| from the first copy {float(np.nanmax(diff)):.6g}, at {int((diff > 0).sum())} element(s)"
+        )
     except (TypeError, ValueError):
         return f"{int((copy != reference).sum())} element(s) differ from the first copy"
 
@@ -625,7 +658,9 @@ def _input_shardings(jitted, compiled, traced, args, kwargs, call_text: str) -> 
 def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     import jax
 
-    sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))[0]
+    sharding_leaves = jax.tree_util.tree_flatten_with_path(
+        shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )[0]
     info_leaves = jax.tree_util.tree_leaves(infos, is_leaf=lambda i: hasattr(i, "_aval") or hasattr(i, "shape"))
     value_leaves = jax.tree_util.tree_leaves(values) if values is not None else []
     rows = []
@@ -633,8 +668,11 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
         info = info_leaves[n] if n < len(info_leaves) else None
         aval = getattr(info, "_aval", None) or info
         value = value_leaves[n] if n < len(value_leaves) and len(value_leaves) == len(sharding_leaves) else None
-        row = LeafSharding(path=name + jax.tree_util.keystr(key_path), typeof=str(aval) if aval is not None else "",
-                           spec=_spec_text(sharding))
+        row = LeafSharding(
+            path=name + jax.tree_util.keystr(key_path),
+            typeof=str(aval) if aval is not None else "",
+            spec=_spec_text(sharding),
+        )
         if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer):
             row.given = _spec_text(value.sharding)
             try:
@@ -650,12 +688,18 @@ def _output_shardings(traced, compiled) -> list[LeafSharding]:
 
     rows = []
     shardings = jax.tree_util.tree_flatten_with_path(
-        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))[0]
+        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )[0]
     avals = list(traced.jaxpr.out_avals)
     for n, (key_path, sharding) in enumerate(shardings):
         aval = avals[n] if n < len(avals) else None
-        rows.append(LeafSharding(path="result" + jax.tree_util.keystr(key_path),
-                                 typeof=str(aval) if aval is not None else "", spec=_spec_text(sharding)))
+        rows.append(
+            LeafSharding(
+                path="result" + jax.tree_util.keystr(key_path),
+                typeof=str(aval) if aval is not None else "",
+                spec=_spec_text(sharding),
+            )
+        )
     return rows
 
 
@@ -682,8 +726,8 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
     calls are recorded too (their callbacks are not called again).
     """
     import jax
-    from jax._src import core, source_info_util
-    from jax._src.debugging import inspect_sharding_p
+
+    inspect_sharding_p = compat.inspect_sharding_primitive()
 
     closed = traced.jaxpr
     jaxpr, consts = closed.jaxpr, closed.consts
@@ -696,7 +740,7 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
             aval = eqn.invars[0].aval
             rows.append(IntermediateSharding(i, "inspect_array_sharding", str(aval), "", line, yours=True))
             continue
-        for j, var in enumerate(eqn.outvars):
+        for var in eqn.outvars:
             if not hasattr(var.aval, "shape"):
                 continue
             if len(rows) >= MAX_INTERMEDIATES:
@@ -714,7 +758,7 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
         env: dict = {}
 
         def read(v):
-            return v.val if isinstance(v, core.Literal) else env[v]
+            return v.val if compat.is_literal(v) else env[v]
 
         for var, const in zip(jaxpr.constvars, consts):
             env[var] = const
@@ -727,8 +771,7 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
                 continue
             bind_params = eqn.primitive.get_bind_params(eqn.params)
             subfuns, bind_params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
-            with source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack), \
-                    eqn.ctx.manager:
+            with compat.user_context(eqn), eqn.ctx.manager:
                 outs = eqn.primitive.bind(*subfuns, *invals, **bind_params)
             outs = outs if eqn.primitive.multiple_results else [outs]
             for j, (var, out) in enumerate(zip(eqn.outvars, outs)):
@@ -739,14 +782,16 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
                     jax.debug.inspect_array_sharding(out, callback=lambda s, key=(i, j): record(key, s))
         return [read(v) for v in jaxpr.outvars]
 
-    in_shardings = jax.tree_util.tree_leaves(compiled.input_shardings,
-                                             is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))
-    out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings,
-                                              is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))
-    abstract_args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
-                     for a, s in zip(closed.in_avals, in_shardings)]
-    jax.jit(instrumented, in_shardings=tuple(in_shardings),
-            out_shardings=list(out_shardings)).lower(*abstract_args).compile()
+    in_shardings = jax.tree_util.tree_leaves(
+        compiled.input_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )
+    out_shardings = jax.tree_util.tree_leaves(
+        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )
+    abstract_args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(closed.in_avals, in_shardings)]
+    jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
+        *abstract_args
+    ).compile()
     for row in rows:
         outputs = [r for r in row_of[row.index]]
         row.spec = reported.get((row.index, outputs.index(row)), "")
@@ -756,16 +801,15 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
 def _op_name(eqn) -> str:
     name = eqn.primitive.name
     inner = eqn.params.get("name")
-    return f"{name}[{inner}]" if inner and name in ("jit", "pjit", "closed_call", "custom_jvp_call", "custom_vjp_call") else name
+    return (
+        f"{name}[{inner}]"
+        if inner and name in ("jit", "pjit", "closed_call", "custom_jvp_call", "custom_vjp_call")
+        else name
+    )
 
 
 def _eqn_line(eqn) -> SourceLine | None:
-    from jax._src import source_info_util
-
-    try:
-        frames = list(source_info_util.user_frames(eqn.source_info.traceback))
-    except Exception:
-        return None
+    frames = compat.user_frames(getattr(eqn.source_info, "traceback", None))
     for frame in frames:  # innermost first
         if is_user_file(frame.file_name):
             return source_line(frame.file_name, frame.start_line, frame.function_name)

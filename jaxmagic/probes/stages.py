@@ -25,11 +25,13 @@ import dataclasses
 import statistics
 import time
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jaxmagic._jax.compile_log import short_dtype
+from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, Status
+from jaxmagic.report.wording import format_bytes, short_dtype
 
 DEFAULT_RUNS = 20
 
@@ -55,15 +57,15 @@ class StagesReport(Report):
 
     call: str = ""
     function: str = ""
-    jitted_here: bool = False       # the function was not jitted: jaxmagic applied jax.jit
-    fresh_copy: bool = False        # timed on a fresh copy of the function (cold caches)
+    jitted_here: bool = False  # the function was not jitted: jaxmagic applied jax.jit
+    fresh_copy: bool = False  # timed on a fresh copy of the function (cold caches)
     trace_seconds: float | None = None
     lower_seconds: float | None = None
     compile_seconds: float | None = None
     xla_compile_seconds: float | None = None  # the backend compile alone, from jax.monitoring
     cached_stages: list[str] = dataclasses.field(default_factory=list)  # stages served from a cache
     first_run_seconds: float | None = None
-    steady_run_seconds: float | None = None   # median of `runs`
+    steady_run_seconds: float | None = None  # median of `runs`
     steady_run_min_seconds: float | None = None
     runs: int = 0
     abstract_arguments: bool = False  # ShapeDtypeStruct arguments: compiled, not run
@@ -72,8 +74,8 @@ class StagesReport(Report):
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
     cost: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
-    failed_stage: str = ""           # "trace", "lower", "compile", "run"
-    failure: str = ""                # "TypeError: ..."
+    failed_stage: str = ""  # "trace", "lower", "compile", "run"
+    failure: str = ""  # "TypeError: ..."
 
     @property
     def status(self) -> Status:
@@ -96,13 +98,18 @@ class StagesReport(Report):
     def summary(self) -> str:
         if self.failure:
             return f"{self.call}: the {self.failed_stage} stage failed with {self.failure}"
-        parts = [f"trace {_time(self.trace_seconds)}", f"lower {_time(self.lower_seconds)}",
-                 f"compile {_time(self.compile_seconds)}"]
+        parts = [
+            f"trace {_time(self.trace_seconds)}",
+            f"lower {_time(self.lower_seconds)}",
+            f"compile {_time(self.compile_seconds)}",
+        ]
         text = f"`{self.call}`: " + ", ".join(parts)
         if self.abstract_arguments:
             return text + " (abstract arguments: compiled, not run)."
-        text += (f"; first run {_time(self.first_run_seconds)}, then {_time(self.steady_run_seconds)} per run "
-                 f"(median of {self.runs})")
+        text += (
+            f"; first run {_time(self.first_run_seconds)}, then {_time(self.steady_run_seconds)} per run "
+            f"(median of {self.runs})"
+        )
         ratio = self.runs_to_pay_for_compiling
         if ratio is not None and ratio >= 2:
             text += f" - compiling costs as much as {ratio:,.0f} runs"
@@ -118,13 +125,24 @@ class StagesReport(Report):
             for stage, seconds, what in (
                 ("trace", self.trace_seconds, "Python runs once with tracers: the jaxpr"),
                 ("lower", self.lower_seconds, "jaxpr -> StableHLO (MLIR)"),
-                ("compile", self.compile_seconds, "XLA optimises and builds the executable"
-                 + (f" (backend compile {_time(self.xla_compile_seconds)})" if self.xla_compile_seconds else "")),
-                ("first run", self.first_run_seconds, "first execution (one-time set-up of the executable), "
-                 "waiting for the result"),
-                ("steady run", self.steady_run_seconds,
-                 f"median of {self.runs} blocked runs (fastest {_time(self.steady_run_min_seconds)})"
-                 if self.runs else ""),
+                (
+                    "compile",
+                    self.compile_seconds,
+                    "XLA optimises and builds the executable"
+                    + (f" (backend compile {_time(self.xla_compile_seconds)})" if self.xla_compile_seconds else ""),
+                ),
+                (
+                    "first run",
+                    self.first_run_seconds,
+                    "first execution (one-time set-up of the executable), waiting for the result",
+                ),
+                (
+                    "steady run",
+                    self.steady_run_seconds,
+                    f"median of {self.runs} blocked runs (fastest {_time(self.steady_run_min_seconds)})"
+                    if self.runs
+                    else "",
+                ),
             ):
                 if seconds is None:
                     continue
@@ -134,13 +152,17 @@ class StagesReport(Report):
             blocks = []
             ratio = self.runs_to_pay_for_compiling
             if ratio is not None:
-                blocks.append(Paragraph(
-                    f"Tracing, lowering and compiling once cost as much as {ratio:,.0f} steady runs. That is paid "
-                    "again on every recompilation, so if this call is slow in a loop, check with %%jax_compiles "
-                    "that it compiles only once."))
+                blocks.append(
+                    Paragraph(
+                        f"Tracing, lowering and compiling once cost as much as {ratio:,.0f} steady runs. That is paid "
+                        "again on every recompilation, so if this call is slow in a loop, check with %%jax_compiles "
+                        "that it compiles only once."
+                    )
+                )
             if self.cached_stages:
-                blocks.append(Paragraph(
-                    f"Served from JAX's caches, not measured cold: {', '.join(self.cached_stages)}."))
+                blocks.append(
+                    Paragraph(f"Served from JAX's caches, not measured cold: {', '.join(self.cached_stages)}.")
+                )
             blocks.extend(Paragraph(note) for note in self.notes)
             if blocks:
                 sections.append(Section("Reading the numbers", blocks))
@@ -187,10 +209,8 @@ def _time(seconds: float | None) -> str:
 
 
 def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit} ({n:,} B)"
-    return f"{n} B"
+    """The size in binary units, with the exact count beside it once it reaches a KiB."""
+    return f"{format_bytes(n)} ({n:,} B)" if n >= 1024 else format_bytes(n)
 
 
 def _short(aval) -> str:
@@ -210,8 +230,9 @@ def stages(fn: Callable, *args: Any, runs: int = DEFAULT_RUNS, call_text: str = 
     return stages_of_call(fn, args, kwargs, runs=runs, call_text=call_text)
 
 
-def stages_of_call(fn: Callable, args: tuple | list, kwargs: dict, *, runs: int = DEFAULT_RUNS,
-                   call_text: str = "") -> StagesReport:
+def stages_of_call(
+    fn: Callable, args: tuple | list, kwargs: dict, *, runs: int = DEFAULT_RUNS, call_text: str = ""
+) -> StagesReport:
     """``stages`` with the call's arguments given as a sequence and a dict (any keyword names allowed)."""
     import jax
 
@@ -219,11 +240,10 @@ def stages_of_call(fn: Callable, args: tuple | list, kwargs: dict, *, runs: int 
         raise ValueError(f"runs must be 1 or more, got {runs}")
     name = getattr(fn, "__name__", type(fn).__name__)
     report = StagesReport(call=call_text or f"{name}(...)", function=name)
-    is_jitted = hasattr(fn, "trace") and hasattr(fn, "lower")
+    is_jitted = compat.is_jitted(fn)
     report.jitted_here = not is_jitted
     jitted, static_positions, static_names = _fresh_jitted(fn, is_jitted, report)
-    report.abstract_arguments = any(isinstance(leaf, jax.ShapeDtypeStruct)
-                                    for leaf in jax.tree.leaves((args, kwargs)))
+    report.abstract_arguments = any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves((args, kwargs)))
 
     with preserved_jax_state(()), _compile_events() as events:
         stage = "trace"
@@ -274,28 +294,41 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
     if is_jitted and (info is None or not _plain_jit_options(info)):
         copy = None
     if copy is None:
-        report.notes.append("The function could not be copied (not a plain Python function, or jit options such "
-                            "as shardings that are not copied), so its own jit was timed; stages it had done "
-                            "before come from JAX's caches.")
+        report.notes.append(
+            "The function could not be copied (not a plain Python function, or jit options such "
+            "as shardings that are not copied), so its own jit was timed; stages it had done "
+            "before come from JAX's caches."
+        )
         return (fn if is_jitted else jax.jit(fn)), static_positions, static_names
     report.fresh_copy = True
     options: dict[str, Any] = {}
     if info is not None:
-        options = {"static_argnums": static_positions or None, "static_argnames": static_names or None,
-                   "keep_unused": info.keep_unused}
+        options = {
+            "static_argnums": static_positions or None,
+            "static_argnames": static_names or None,
+            "keep_unused": info.keep_unused,
+        }
         if info.donate_argnums or info.donate_argnames:
-            report.notes.append("Buffer donation is left off in the timed copy, so repeated runs can reuse your "
-                                "arrays (with donation the first run would invalidate them).")
+            report.notes.append(
+                "Buffer donation is left off in the timed copy, so repeated runs can reuse your "
+                "arrays (with donation the first run would invalidate them)."
+            )
     return jax.jit(copy, **options), static_positions, static_names
 
 
 def _plain_jit_options(info) -> bool:
-    leaves = (*getattr(info, "out_shardings_leaves", ()), *getattr(info, "in_layouts_leaves", ()),
-              *getattr(info, "out_layouts_leaves", ()))
-    return (not getattr(info, "user_specified_in_shardings", True)
-            and all(leaf is None or type(leaf).__name__ == "UnspecifiedValue" for leaf in leaves)
-            and getattr(info, "device", None) is None and getattr(info, "backend", None) is None
-            and not getattr(info, "compiler_options_kvs", ()))
+    leaves = (
+        *getattr(info, "out_shardings_leaves", ()),
+        *getattr(info, "in_layouts_leaves", ()),
+        *getattr(info, "out_layouts_leaves", ()),
+    )
+    return (
+        not getattr(info, "user_specified_in_shardings", True)
+        and all(leaf is None or type(leaf).__name__ == "UnspecifiedValue" for leaf in leaves)
+        and getattr(info, "device", None) is None
+        and getattr(info, "backend", None) is None
+        and not getattr(info, "compiler_options_kvs", ())
+    )
 
 
 def _copy_function(fn):
@@ -372,7 +405,4 @@ def _compile_events():
     try:
         yield events
     finally:
-        with contextlib.suppress(Exception):
-            from jax._src import monitoring as _monitoring
-
-            _monitoring.unregister_event_duration_listener(listener)
+        compat.unregister_duration_listener(listener)

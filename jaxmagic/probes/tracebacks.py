@@ -16,30 +16,33 @@ function was called and inside the function itself.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import traceback
 from types import TracebackType
 
-from jaxmagic.report.source import user_lines
+from jaxmagic._jax import compat
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import user_lines
+from jaxmagic.report.wording import message_of
 
 MODES: dict[str, str] = {
     "auto": "The default. Under IPython >= 7.17 (notebooks) it means tracebackhide; in a plain Python "
-            "process it means quiet_remove_frames.",
+    "process it means quiet_remove_frames.",
     "tracebackhide": "Keeps every frame but marks JAX's own with __tracebackhide__; IPython and Jupyter fold "
-                     "them into \"[... skipping hidden N frame]\".",
+    'them into "[... skipping hidden N frame]".',
     "remove_frames": "Removes JAX's frames; the full stack is attached as the exception's __cause__ "
-                     "(UnfilteredStackTrace).",
+    "(UnfilteredStackTrace).",
     "quiet_remove_frames": "Removes JAX's frames and adds one short note saying so (\"For simplicity, JAX has "
-                           "removed its internal frames ...\").",
+    'removed its internal frames ...").',
     "off": "No filtering: every frame. Use it when you suspect a bug in JAX and report it.",
 }
 
 READING_ORDER = [
-    "Read from the bottom: the last line is the exception; for a tracer error look for \"The error occurred "
-    "while tracing the function ... argument ...\" (%jax_explain says it in one line).",
+    'Read from the bottom: the last line is the exception; for a tracer error look for "The error occurred '
+    'while tracing the function ... argument ..." (%jax_explain says it in one line).',
     "Going up, the first frame of your own code is the line that failed. Under jit your frames appear twice: "
     "where the jitted function was called and inside the traced function.",
-    "Frames in jax/_src are JAX's; \"[... skipping hidden N frame]\" is what tracebackhide folded.",
+    'Frames in jax/_src are JAX\'s; "[... skipping hidden N frame]" is what tracebackhide folded.',
     "JaxRuntimeError / XlaRuntimeError come from the compiled program: the stack shows only the call, not "
     "the lines inside; narrow it down with checkify (%jax_check) or jax.debug.print.",
 ]
@@ -52,12 +55,9 @@ def resolved_mode(mode: str | None = None) -> str:
     mode = mode or jax.config.jax_traceback_filtering
     if mode not in (None, "auto"):
         return mode
-    try:
-        from jax._src import traceback_util
-
-        return traceback_util._filtering_mode() if mode == jax.config.jax_traceback_filtering else _auto()
-    except Exception:  # private API moved: JAX's documented rule
+    if mode != jax.config.jax_traceback_filtering:
         return _auto()
+    return compat.traceback_filtering_mode() or _auto()  # private API moved: JAX's documented rule
 
 
 def _auto() -> str:
@@ -66,9 +66,8 @@ def _auto() -> str:
 
     under_ipython = hasattr(builtins, "get_ipython")
     if under_ipython:
-        import IPython
-
-        under_ipython = IPython.version_info[:2] >= (7, 17)
+        version = getattr(sys.modules.get("IPython"), "version_info", (0, 0))
+        under_ipython = tuple(version[:2]) >= (7, 17)
     return "tracebackhide" if under_ipython else "quiet_remove_frames"
 
 
@@ -89,16 +88,16 @@ class TracebackReport(Report):
 
     kind = "jax_traceback"
 
-    mode: str = ""                    # jax_traceback_filtering now
-    resolved: str = ""                # what it means here ("tracebackhide" for auto in IPython)
-    previous_mode: str = ""           # set when this call switched the mode
-    error: str = ""                   # "TypeError: cannot reshape ..." ("" when there is no exception)
-    frames_total: int = 0             # frames in the traceback as raised
-    frames_jax: int = 0               # of them JAX's own (jax/_src, jaxlib)
-    frames_hidden: int = 0            # of them marked __tracebackhide__ (folded by IPython)
+    mode: str = ""  # jax_traceback_filtering now
+    resolved: str = ""  # what it means here ("tracebackhide" for auto in IPython)
+    previous_mode: str = ""  # set when this call switched the mode
+    error: str = ""  # "TypeError: cannot reshape ..." ("" when there is no exception)
+    frames_total: int = 0  # frames in the traceback as raised
+    frames_jax: int = 0  # of them JAX's own (jax/_src, jaxlib)
+    frames_hidden: int = 0  # of them marked __tracebackhide__ (folded by IPython)
     your_frames: list[SourceLine] = dataclasses.field(default_factory=list)
-    cause: str = ""                   # type of __cause__, e.g. "UnfilteredStackTrace"
-    notes: int = 0                    # number of __notes__ JAX added
+    cause: str = ""  # type of __cause__, e.g. "UnfilteredStackTrace"
+    notes: int = 0  # number of __notes__ JAX added
 
     @property
     def status(self) -> Status:
@@ -106,23 +105,33 @@ class TracebackReport(Report):
 
     @property
     def summary(self) -> str:
-        switched = (f"Traceback filtering switched from {self.previous_mode} to {self.mode} for the next cells"
-                    if self.previous_mode else f"Traceback filtering: {self.mode}")
+        switched = (
+            f"Traceback filtering switched from {self.previous_mode} to {self.mode} for the next cells"
+            if self.previous_mode
+            else f"Traceback filtering: {self.mode}"
+        )
         if self.mode == "auto":
             switched += f" (= {self.resolved} here)"
         if not self.error:
             return switched + "."
-        return (f"{switched}. Last error {self.error.split(':')[0]}: {len(self.your_frames)} of its "
-                f"{self.frames_total} frames are yours.")
+        return (
+            f"{switched}. Last error {self.error.split(':')[0]}: {len(self.your_frames)} of its "
+            f"{self.frames_total} frames are yours."
+        )
 
     def document(self):
         from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.error:
-            facts = [("exception", self.error),
-                     ("frames", f"{self.frames_total}: {len(self.your_frames)} yours, {self.frames_jax} JAX's; "
-                                f"{self.frames_hidden} marked __tracebackhide__ (IPython folds them)")]
+            facts = [
+                ("exception", self.error),
+                (
+                    "frames",
+                    f"{self.frames_total}: {len(self.your_frames)} yours, {self.frames_jax} JAX's; "
+                    f"{self.frames_hidden} marked __tracebackhide__ (IPython folds them)",
+                ),
+            ]
             if self.cause:
                 facts.append(("__cause__", self.cause))
             if self.notes:
@@ -131,13 +140,28 @@ class TracebackReport(Report):
             if self.your_frames:
                 blocks.append(SourceLines(self.your_frames, "Outermost first; the last one raised:"))
             sections.append(Section("Your frames of the last error", blocks))
-        rows = [[f"`{mode}`", "set" if mode == self.mode else ("what auto means here" if mode == self.resolved
-                                                                  and self.mode == "auto" else ""), text]
-                for mode, text in MODES.items()]
-        sections.append(Section("Modes", [
-            Table(["mode", "here", "what a traceback shows"], rows),
-            Paragraph("Switch with `%jax_traceback MODE` (the next cells), or `JAX_TRACEBACK_FILTERING=MODE` "
-                      "before Python starts; an unknown value makes `import jax` fail with ValueError.")]))
+        rows = [
+            [
+                f"`{mode}`",
+                "set"
+                if mode == self.mode
+                else ("what auto means here" if mode == self.resolved and self.mode == "auto" else ""),
+                text,
+            ]
+            for mode, text in MODES.items()
+        ]
+        sections.append(
+            Section(
+                "Modes",
+                [
+                    Table(["mode", "here", "what a traceback shows"], rows),
+                    Paragraph(
+                        "Switch with `%jax_traceback MODE` (the next cells), or `JAX_TRACEBACK_FILTERING=MODE` "
+                        "before Python starts; an unknown value makes `import jax` fail with ValueError."
+                    ),
+                ],
+            )
+        )
         sections.append(Section("Reading a JAX traceback", [Paragraph(p) for p in READING_ORDER]))
         return Document("%jax_traceback", self.status, self.summary, sections)
 
@@ -163,7 +187,7 @@ def traceback_view(error: BaseException | None = None, *, previous_mode: str = "
     report = TracebackReport(mode=mode, resolved=resolved_mode(), previous_mode=previous_mode)
     if error is None:
         return report
-    message = str(error).strip()
+    message = message_of(error).strip()
     report.error = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}".rstrip(": ")
     tb: TracebackType | None = _skip_ipython_runner(error.__traceback__)
     frames = traceback.extract_tb(tb)

@@ -39,38 +39,47 @@ import re
 import sys
 import tempfile
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from jaxmagic._jax.compile_log import short_types
-from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.source import is_user_file, source_line, user_lines
+from jaxmagic.report.wording import error_line, first_line, message_of
 
-CONFIG_NAMES = ("jax_transfer_guard", "jax_transfer_guard_host_to_device", "jax_transfer_guard_device_to_host",
-                "jax_transfer_guard_device_to_device")
+CONFIG_NAMES = (
+    "jax_transfer_guard",
+    "jax_transfer_guard_host_to_device",
+    "jax_transfer_guard_device_to_host",
+    "jax_transfer_guard_device_to_device",
+)
 MODES = ("log", "disallow")
-MAX_GROUPS = 200        # distinct (line, value) groups kept; further transfers are only counted
-TRUNCATE_AT = 1 << 20   # bytes of captured stderr after which the file is emptied again
+MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
+TRUNCATE_AT = 1 << 20  # bytes of captured stderr after which the file is emptied again
 
 _GUARD_LINE = re.compile(r"guard_lib\.cc:\d+\] (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$")
 _DISALLOWED = re.compile(r"Disallowed (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$", re.MULTILINE)
 
-CPU_NOTE = ("On the CPU backend arrays already live in host memory, so reading a result back (float(x), "
-            "np.asarray(x), printing) is not intercepted. On GPU and TPU the guard catches those device-to-host "
-            "transfers too; that cannot be shown on this machine.")
-WHY = ("A NumPy array, a Python scalar or a Python list given to JAX is copied to the device every time it is "
-       "used - in a loop, on every iteration - and nothing in the code shows it. Creating a JAX array from host "
-       "values (jnp.array(list), jnp.float32(0.5), even jnp.ones, which sends its fill value) is such a copy "
-       "too. Move the data to the device once, before the loop, with jax.device_put(x) (an explicit transfer, "
-       "which the guard allows), and keep it there; make scalars that select code static instead.")
+CPU_NOTE = (
+    "On the CPU backend arrays already live in host memory, so reading a result back (float(x), "
+    "np.asarray(x), printing) is not intercepted. On GPU and TPU the guard catches those device-to-host "
+    "transfers too; that cannot be shown on this machine."
+)
+WHY = (
+    "A NumPy array, a Python scalar or a Python list given to JAX is copied to the device every time it is "
+    "used - in a loop, on every iteration - and nothing in the code shows it. Creating a JAX array from host "
+    "values (jnp.array(list), jnp.float32(0.5), even jnp.ones, which sends its fill value) is such a copy "
+    "too. Move the data to the device once, before the loop, with jax.device_put(x) (an explicit transfer, "
+    "which the guard allows), and keep it there; make scalars that select code static instead."
+)
 
 
 @dataclasses.dataclass
 class Transfer:
     """Implicit transfers of one kind of value made by one line (``count`` of them)."""
 
-    direction: str            # "host-to-device"
-    value: str                # "f32[3]", "f32[] weak"; "" when JAX did not describe it
+    direction: str  # "host-to-device"
+    value: str  # "f32[3]", "f32[] weak"; "" when JAX did not describe it
     line: SourceLine | None
     count: int = 1
 
@@ -92,10 +101,10 @@ class TransferReport(Report):
 
     mode: str = "log"
     transfers: list[Transfer] = dataclasses.field(default_factory=list)
-    total: int = 0                  # every implicit transfer seen, also those not kept in a group
-    blocked: bool = False           # disallow: the block stopped at a transfer (the error was not caught)
-    message: str = ""               # disallow: JAX's error, first line
-    lines_followed: bool = True     # False when sys.monitoring had no free tool id
+    total: int = 0  # every implicit transfer seen, also those not kept in a group
+    blocked: bool = False  # disallow: the block stopped at a transfer (the error was not caught)
+    message: str = ""  # disallow: JAX's error, first line
+    lines_followed: bool = True  # False when sys.monitoring had no free tool id
     backend: str = ""
     other_error: str = ""
 
@@ -125,8 +134,10 @@ class TransferReport(Report):
             first = self.transfers[0]
             head = f"{self.total} implicit transfer(s) {verb}{where}"
             if first.line:
-                head += f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: " \
-                        f"`{_code(first.line)}`"
+                head += (
+                    f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: "
+                    f"`{_code(first.line)}`"
+                )
             return head + "."
         if self.other_error:
             return f"The cell failed with {self.other_error}; no implicit transfer happened before."
@@ -141,11 +152,19 @@ class TransferReport(Report):
             kept = sum(t.count for t in self.transfers)
             blocks = [Table(["your line", "value", "what it is", "times"], rows)]
             if self.total > kept:
-                blocks.append(Paragraph(f"{self.total - kept} more transfer(s) on other lines or values were "
-                                        f"counted but not listed (the first {MAX_GROUPS} groups are)."))
+                blocks.append(
+                    Paragraph(
+                        f"{self.total - kept} more transfer(s) on other lines or values were "
+                        f"counted but not listed (the first {MAX_GROUPS} groups are)."
+                    )
+                )
             if not self.lines_followed:
-                blocks.append(Paragraph("Lines could not be followed (sys.monitoring had no free tool id), so the "
-                                        "transfers are listed without their line."))
+                blocks.append(
+                    Paragraph(
+                        "Lines could not be followed (sys.monitoring had no free tool id), so the "
+                        "transfers are listed without their line."
+                    )
+                )
             sections.append(Section("Implicit transfers", blocks))
             sections.append(Section("Why it matters", [Paragraph(WHY)]))
         if self.blocked and self.message:
@@ -206,26 +225,21 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
                 with _GuardLog(report), jax.transfer_guard("log"):
                     yield report
         except BaseException as error:
-            found = parse_transfer(str(error)) if mode == "disallow" else None
+            found = parse_transfer(message_of(error)) if mode == "disallow" else None
             if found is not None:
-                report.message = _first_line(error)
+                report.message = first_line(error)
                 if not getattr(error, _SEEN, False):  # not seen raised (no sys.monitoring): from the traceback
                     lines = user_lines(error.__traceback__)
                     report.total += 1
                     report.transfers.append(Transfer(found[0], found[1], lines[-1] if lines else None))
             else:
-                report.other_error = f"{type(error).__name__}: {_first_line(error)}"
+                report.other_error = error_line(error)
             raise
         finally:
             report.blocked = bool(report.message)
 
 
 _SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorded, so it counts once
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def _acquire_tool_id(name: str) -> int | None:
@@ -266,7 +280,7 @@ class _BlockedTransfers:
         self.report = report
         self._tool: int | None = None
 
-    def __enter__(self) -> "_BlockedTransfers":
+    def __enter__(self) -> _BlockedTransfers:
         self._tool = _acquire_tool_id("jaxmagic transfers")
         if self._tool is None:
             self.report.lines_followed = False
@@ -319,7 +333,7 @@ class _GuardLog:
 
     # -- descriptor 2 -------------------------------------------------------------
 
-    def __enter__(self) -> "_GuardLog":
+    def __enter__(self) -> _GuardLog:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         # Append mode: writes to descriptor 2 always go to the end, whatever offset reading left behind.
@@ -379,8 +393,9 @@ class _GuardLog:
         if not found[1]:
             # JAX's C++ fast path does not describe the value; on a line with one kind of transfer
             # described earlier (the first, slower call), it is that kind again.
-            described = [g for (f, line), g in self._groups.items()
-                         if line == self._current and f[0] == found[0] and f[1]]
+            described = [
+                g for (f, line), g in self._groups.items() if line == self._current and f[0] == found[0] and f[1]
+            ]
             if len(described) == 1:
                 described[0].count += 1
                 return

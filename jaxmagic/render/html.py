@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from html import escape
 
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
 
 STATUS_COLOURS = {
     Status.OK: ("#1b7f3b", "#eaf6ee"),
@@ -101,7 +101,7 @@ def _block_html(block) -> str:
     if isinstance(block, Paragraph):
         return f"<p>{inline_html(block.text)}</p>"
     if isinstance(block, Facts):
-        rows = "".join(f'<tr><th>{escape(k)}</th><td>{_fact_value_html(v)}</td></tr>' for k, v in block.pairs)
+        rows = "".join(f"<tr><th>{escape(k)}</th><td>{_fact_value_html(v)}</td></tr>" for k, v in block.pairs)
         return f'<table class="jm-facts">{rows}</table>'
     if isinstance(block, Table):
         head = "".join(f"<th>{escape(c)}</th>" for c in block.columns)
@@ -140,9 +140,12 @@ def _grid_html(grid: Grid) -> str:
     compact = grid.cols > 12 or grid.rows * grid.cols > 144
     show_detail = not compact and any(cell.detail for cell in grid.cells)
     char_px = 6.6 if compact else 7.3
-    longest = max([len(c.label) * char_px for c in grid.cells]
-                  + [len(c.detail) * 6.4 for c in grid.cells if show_detail]  # the smaller second line
-                  + [len(label) * 6.6 for label in grid.col_labels] + [char_px])
+    longest = max(
+        [len(c.label) * char_px for c in grid.cells]
+        + [len(c.detail) * 6.4 for c in grid.cells if show_detail]  # the smaller second line
+        + [len(label) * 6.6 for label in grid.col_labels]
+        + [char_px]
+    )
     cell_w = max(30 if compact else 56, min(260, round(longest + 14)))
     cell_h = 38 if show_detail else (22 if compact else 30)
     col_sizes = _relative_sizes(grid.col_sizes, grid.cols)
@@ -167,11 +170,13 @@ def _grid_html(grid: Grid) -> str:
     parts = ['<figure class="jm-gridfig">']
     if grid.caption:
         parts.append(f"<figcaption>{inline_html(grid.caption)}</figcaption>")
-    parts.append(f'<div class="jm-grid{" jm-compact" if compact else ""}" style="grid-template-columns:'
-                 f'{" ".join(columns)};grid-template-rows:{" ".join(rows)};width:{width:.0f}px;height:{height:.0f}px">')
-    for i, label in enumerate(grid.col_labels[:grid.cols]):
+    parts.append(
+        f'<div class="jm-grid{" jm-compact" if compact else ""}" style="grid-template-columns:'
+        f'{" ".join(columns)};grid-template-rows:{" ".join(rows)};width:{width:.0f}px;height:{height:.0f}px">'
+    )
+    for i, label in enumerate(grid.col_labels[: grid.cols]):
         parts.append(f'<div class="jm-gl" style="grid-row:1;grid-column:{first_col + i}">{escape(label)}</div>')
-    for i, label in enumerate(grid.row_labels[:grid.rows]):
+    for i, label in enumerate(grid.row_labels[: grid.rows]):
         parts.append(f'<div class="jm-gl jm-gr" style="grid-row:{first_row + i};grid-column:1">{escape(label)}</div>')
     for cell in grid.cells:
         style = f"grid-row:{first_row + cell.row};grid-column:{first_col + cell.col}"
@@ -179,8 +184,10 @@ def _grid_html(grid: Grid) -> str:
             style += f";background:{cell.colour}"
         title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
         detail = f"<span>{escape(cell.detail)}</span>" if show_detail and cell.detail else ""
-        parts.append(f'<div class="jm-cell{_CELL_STYLES.get(cell.style, "")}" style="{style}"{title}>'
-                     f"<b>{escape(cell.label)}</b>{detail}</div>")
+        parts.append(
+            f'<div class="jm-cell{_CELL_STYLES.get(cell.style, "")}" style="{style}"{title}>'
+            f"<b>{escape(cell.label)}</b>{detail}</div>"
+        )
     parts.append("</div></figure>")
     return "".join(parts)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 
 _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"}
 
@@ -22,7 +22,7 @@ def print_rich(doc: Document) -> bool:
         from rich.text import Text
     except ImportError:
         return False
-    
+
     parts = [Text(doc.headline, style="bold")]
     for section in doc.sections:
         if section.title:

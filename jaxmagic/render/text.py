@@ -14,11 +14,11 @@ def render_text(report_or_doc) -> str:
         if section.title:
             out.append(f"\n{section.title}:")
         for block in section.blocks:
-            out.extend("  " + line for line in _block_lines(block))
+            out.extend("  " + line for line in block_lines(block))
     return "\n".join(out)
 
 
-def _block_lines(block) -> list[str]:
+def block_lines(block) -> list[str]:
     if isinstance(block, Paragraph):
         return textwrap.wrap(block.text, 96) or [""]
     if isinstance(block, Facts):
@@ -61,17 +61,29 @@ def _grid_lines(grid: Grid) -> list[str]:
         mark = _CELL_MARKS.get(cell.style, "")
         return f"{mark}{cell.label}{mark}"
 
-    width = max([len(label(c)) for c in grid.cells] + [len(c.detail) for c in grid.cells if show_detail]
-                + [len(x) for x in grid.col_labels] + [1]) + 2
+    width = (
+        max(
+            [len(label(c)) for c in grid.cells]
+            + [len(c.detail) for c in grid.cells if show_detail]
+            + [len(x) for x in grid.col_labels]
+            + [1]
+        )
+        + 2
+    )
     margin = max((len(x) for x in grid.row_labels), default=0)
     pad = " " * (margin + 1) if margin else ""
     rule = pad + "+" + "+".join("-" * width for _ in range(grid.cols)) + "+"
     lines = [grid.caption] if grid.caption else []
     if len(rule) > MAX_GRID_WIDTH:  # too wide for a terminal: one line per cell instead
         for cell in sorted(grid.cells, key=lambda c: (c.row, c.col)):
-            where = ", ".join(part for part in (
-                grid.row_labels[cell.row] if cell.row < len(grid.row_labels) else "",
-                grid.col_labels[cell.col] if cell.col < len(grid.col_labels) else "") if part)
+            where = ", ".join(
+                part
+                for part in (
+                    grid.row_labels[cell.row] if cell.row < len(grid.row_labels) else "",
+                    grid.col_labels[cell.col] if cell.col < len(grid.col_labels) else "",
+                )
+                if part
+            )
             detail = f"  {cell.detail}" if cell.detail else ""
             lines.append(f"[{where or f'{cell.row},{cell.col}'}] {label(cell)}{detail}")
         return lines

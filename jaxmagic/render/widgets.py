@@ -7,8 +7,8 @@ widgets carry HTML strings only, never a user object.
 
 from __future__ import annotations
 
-from jaxmagic.report.document import Document
 from jaxmagic.render.html import STATUS_COLOURS, STYLE, render_head_html, render_section_html
+from jaxmagic.report.document import Document
 
 
 def build_widget(doc: Document):
@@ -18,8 +18,10 @@ def build_widget(doc: Document):
 
     def framed(inner: str) -> str:
         # Each HTML widget is styled on its own: widget HTML lives in separate DOM nodes.
-        return (f'<div class="jaxmagic" style="--jm-accent:{accent};--jm-tint:{tint};border:none;margin:0;'
-                f'padding:2px 4px"><style>{STYLE}</style>{inner}</div>')
+        return (
+            f'<div class="jaxmagic" style="--jm-accent:{accent};--jm-tint:{tint};border:none;margin:0;'
+            f'padding:2px 4px"><style>{STYLE}</style>{inner}</div>'
+        )
 
     head = widgets.HTML(value=framed(render_head_html(doc)))
     children = [head]

@@ -16,12 +16,12 @@ if TYPE_CHECKING:
     from jaxmagic.report.document import Document
 
 
-class Status(str, enum.Enum):
+class Status(str, enum.Enum):  # noqa: UP042 - reports compare and serialise it as a str
     """Overall verdict of a report, used for colour and the one-line summary."""
 
-    OK = "ok"            # the tool looked and found nothing wrong
+    OK = "ok"  # the tool looked and found nothing wrong
     PROBLEM = "problem"  # the tool found what it looks for
-    ERROR = "error"      # the cell failed for a reason the tool does not explain
+    ERROR = "error"  # the cell failed for a reason the tool does not explain
 
     @property
     def word(self) -> str:

@@ -8,7 +8,6 @@ magic therefore needs no renderer code of its own.
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
 
 from jaxmagic.report import SourceLine, Status
 
@@ -58,8 +57,8 @@ class GridCell:
     row: int
     col: int
     label: str
-    detail: str = ""    # a second, smaller line
-    colour: str = ""    # background as "#rrggbb"; "" for none
+    detail: str = ""  # a second, smaller line
+    colour: str = ""  # background as "#rrggbb"; "" for none
     tooltip: str = ""
     style: str = ""
 
@@ -84,7 +83,7 @@ class Grid:
     col_sizes: list[float] = dataclasses.field(default_factory=list)
 
 
-Block = Union[Paragraph, Facts, Table, SourceLines, Evidence, Grid]
+Block = Paragraph | Facts | Table | SourceLines | Evidence | Grid
 
 
 @dataclasses.dataclass
@@ -95,7 +94,7 @@ class Section:
 
 @dataclasses.dataclass
 class Document:
-    title: str            # the magic, e.g. "%%jax_nans"
+    title: str  # the magic, e.g. "%%jax_nans"
     status: Status
-    headline: str         # one sentence, the first thing a person reads
+    headline: str  # one sentence, the first thing a person reads
     sections: list[Section] = dataclasses.field(default_factory=list)

@@ -41,14 +41,19 @@ def is_user_file(filename: str) -> bool:
     return not path.startswith(_library_dirs())
 
 
-def cell_label(filename: str) -> str:
-    """"In [3]" when ``filename`` is a notebook cell of the running IPython, else ""."""
+def running_shell():
+    """The running IPython shell, or None. Never imports IPython: without it loaded there is no shell."""
+    ipython = sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
     try:
-        from IPython import get_ipython
-    except ImportError:
-        return ""
-    shell = get_ipython()
-    compiler = getattr(shell, "compile", None)
+        return get_ipython() if get_ipython is not None else None
+    except Exception:
+        return None
+
+
+def cell_label(filename: str) -> str:
+    """ "In [3]" when ``filename`` is a notebook cell of the running IPython, else ""."""
+    compiler = getattr(running_shell(), "compile", None)
     format_name = getattr(compiler, "format_code_name", None)
     if format_name is None:
         return ""
@@ -78,7 +83,7 @@ def user_lines(tb: TracebackType | None) -> list[SourceLine]:
     frames = traceback.extract_tb(tb)
     ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
     if ours:
-        frames = frames[ours[-1] + 1:]
+        frames = frames[ours[-1] + 1 :]
     return [source_line(f.filename, f.lineno or 0, f.name) for f in frames if is_user_file(f.filename)]
 
 

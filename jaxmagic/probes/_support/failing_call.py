@@ -21,9 +21,26 @@ from typing import Any
 from jaxmagic.report.source import is_user_file
 
 _PURE_NODES = (
-    ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Slice,
-    ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Starred, ast.keyword, ast.Load,
-    ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.expr_context,
+    ast.Name,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Constant,
+    ast.Tuple,
+    ast.List,
+    ast.Dict,
+    ast.Slice,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Compare,
+    ast.BoolOp,
+    ast.Starred,
+    ast.keyword,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+    ast.cmpop,
+    ast.boolop,
+    ast.expr_context,
 )
 
 
@@ -31,7 +48,7 @@ _PURE_NODES = (
 class FailingCall:
     """A call expression from the user's code, evaluated to its parts."""
 
-    source: str                 # "jax.grad(reg_loss)(p_reg, x_reg)"
+    source: str  # "jax.grad(reg_loss)(p_reg, x_reg)"
     function: Any
     args: list[tuple[str, Any]]  # (source text, value) per positional argument
     kwargs: dict[str, Any]
@@ -111,4 +128,3 @@ def _call_at(user_tb: TracebackType) -> FailingCall | None:
     except Exception:
         return None
     return FailingCall(ast.unparse(node), function, args, kwargs)
-

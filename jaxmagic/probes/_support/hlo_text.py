@@ -49,19 +49,19 @@ class HloFrame:
 
 @dataclasses.dataclass
 class HloInstruction:
-    name: str                       # without the leading %
-    opcode: str                     # "fusion", "dot", "multiply", ...
-    shape: str                      # "f32[3,8]{1,0}", "(f32[], s32[])"
-    computation: str                # the computation it belongs to
+    name: str  # without the leading %
+    opcode: str  # "fusion", "dot", "multiply", ...
+    shape: str  # "f32[3,8]{1,0}", "(f32[], s32[])"
+    computation: str  # the computation it belongs to
     op_names: tuple[str, ...] = ()  # metadata op_name, split at ";"
     op_type: str = ""
     stack_frame_id: int | None = None
-    source_file: str = ""           # older inline format
+    source_file: str = ""  # older inline format
     source_line: int = 0
     called: tuple[tuple[str, str], ...] = ()  # (attribute, computation), e.g. ("calls", "fused_computation.1")
-    fusion_kind: str = ""           # "kLoop", "kCustom", ... for fusion instructions
+    fusion_kind: str = ""  # "kLoop", "kCustom", ... for fusion instructions
     is_root: bool = False
-    text: str = ""                  # the instruction's line, stripped
+    text: str = ""  # the instruction's line, stripped
 
 
 @dataclasses.dataclass
@@ -113,7 +113,7 @@ class HloModuleText:
         return found
 
     def role(self, computation: str) -> str:
-        """"entry", "control" (runs as code), "fused" or "applied" (a reducer's body)."""
+        """ "entry", "control" (runs as code), "fused" or "applied" (a reducer's body)."""
         comp = self.computations.get(computation)
         if comp is not None and comp.is_entry:
             return "entry"
@@ -141,8 +141,10 @@ _HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$")
 # name = shape opcode(...: a tuple shape has spaces but no "=", so it is matched up to the
 # ")" that is followed by the opcode and its operand list.
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|\S+)\s+([\w\-]+)\((.*)$")
-_CALLED = re.compile(r"\b(calls|to_apply|body|condition|branch_computations|true_computation|"
-                     r"false_computation|called_computations)=(\{[^}]*\}|%?[\w.\-]+)")
+_CALLED = re.compile(
+    r"\b(calls|to_apply|body|condition|branch_computations|true_computation|"
+    r"false_computation|called_computations)=(\{[^}]*\}|%?[\w.\-]+)"
+)
 _FUSION_KIND = re.compile(r"\bkind=(k\w+)")
 _TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
@@ -194,7 +196,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
     meta = _METADATA.search(rest)
     if meta:
         metadata = _metadata_fields(meta.group(1))
-        rest = rest[:meta.start()] + rest[meta.end():]
+        rest = rest[: meta.start()] + rest[meta.end() :]
     called = []
     for attribute, value in _CALLED.findall(rest):
         for target in value.strip("{}").split(","):
@@ -270,7 +272,8 @@ def _stack_frames(tables: dict[str, list[str]]) -> dict[int, tuple[HloFrame, int
     # parent), so a frame whose "parent" is itself is a top frame. Older
     # printers wrote the row number itself (0 = no parent); detect which.
     shifted = any(fields.get("parent_frame_id") == k and k > 1 for k, fields in stack.items()) or (
-        stack.get(1, {}).get("parent_frame_id") == 1)
+        stack.get(1, {}).get("parent_frame_id") == 1
+    )
     frames = {}
     for frame_id, fields in stack.items():
         location = locations.get(fields.get("file_location_id", 0), {})

@@ -34,24 +34,25 @@ import functools
 import itertools
 import sys
 import types
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from jaxmagic.report.source import is_user_file
+from jaxmagic.report.source import is_user_file, running_shell
 
 # Kinds of holder, in order of preference: a user-visible name explains an
 # array better than IPython's cache or a traceback does.
-KIND_NAME = "name"            # reached from a variable of the user's namespace
-KIND_OUTPUT = "output"        # IPython's output cache: Out[n], _, __, ___
+KIND_NAME = "name"  # reached from a variable of the user's namespace
+KIND_OUTPUT = "output"  # IPython's output cache: Out[n], _, __, ___
 KIND_TRACEBACK = "traceback"  # the frames of the last error (sys.last_traceback)
 KIND_ORDER = {KIND_NAME: 0, KIND_OUTPUT: 1, KIND_TRACEBACK: 2}
 
 # Edges the walk may follow besides container items, attributes and slots.
-CLOSURES = "closures"        # a function's closure cells ("closed over by", "closure variable")
-DEFAULTS = "defaults"        # a function's default arguments
-CLASSES = "classes"          # attributes of user-defined classes and modules
-METHODS = "methods"          # bound methods' functions, functools.partial's function and arguments
-SETS = "sets"                # elements of sets and frozensets
-KEY_DATA = "key data"        # the uint32 array inside a typed PRNG key array
+CLOSURES = "closures"  # a function's closure cells ("closed over by", "closure variable")
+DEFAULTS = "defaults"  # a function's default arguments
+CLASSES = "classes"  # attributes of user-defined classes and modules
+METHODS = "methods"  # bound methods' functions, functools.partial's function and arguments
+SETS = "sets"  # elements of sets and frozensets
+KEY_DATA = "key data"  # the uint32 array inside a typed PRNG key array
 LIVE_EDGES = frozenset({CLOSURES, SETS, KEY_DATA})
 LEAK_EDGES = frozenset({CLOSURES, DEFAULTS, CLASSES, METHODS, KEY_DATA})
 
@@ -59,17 +60,67 @@ BUDGET = 5_000_000  # values looked at
 
 # Names IPython (and Python) put into a namespace that are not the user's variables:
 # its output cache and input history hold references the user did not make (DESIGN.md).
-_IPYTHON_NAMES = {"In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "quit", "get_ipython", "open",
-                  "_", "__", "___"}
+_IPYTHON_NAMES = {
+    "In",
+    "Out",
+    "_oh",
+    "_ih",
+    "_dh",
+    "_i",
+    "_ii",
+    "_iii",
+    "exit",
+    "quit",
+    "get_ipython",
+    "open",
+    "_",
+    "__",
+    "___",
+}
 _OUTPUT_ALIASES = ("_", "__", "___")
 # Objects of these packages are infrastructure: never the place a user stored something.
-_SKIPPED_PACKAGES = frozenset({
-    "numpy", "IPython", "ipykernel", "traitlets", "zmq", "tornado", "asyncio", "jupyter_client", "logging",
-    "threading", "concurrent", "comm", "ipywidgets", "jaxmagic", "_pytest", "pytest", "nbclient",
-    "prompt_toolkit", "jedi", "parso"})
-_LEAF_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice, memoryview,
-               types.BuiltinFunctionType, types.BuiltinMethodType, types.CodeType, types.FrameType,
-               types.TracebackType)
+_SKIPPED_PACKAGES = frozenset(
+    {
+        "numpy",
+        "IPython",
+        "ipykernel",
+        "traitlets",
+        "zmq",
+        "tornado",
+        "asyncio",
+        "jupyter_client",
+        "logging",
+        "threading",
+        "concurrent",
+        "comm",
+        "ipywidgets",
+        "jaxmagic",
+        "_pytest",
+        "pytest",
+        "nbclient",
+        "prompt_toolkit",
+        "jedi",
+        "parso",
+    }
+)
+_LEAF_TYPES = (
+    str,
+    bytes,
+    bytearray,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    range,
+    slice,
+    memoryview,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+)
 _SEQUENCES = (list, tuple, collections.deque)
 
 
@@ -111,8 +162,11 @@ def namespace_roots(namespace: dict | None) -> list[tuple[str, Any, str]]:
 def user_roots(namespace: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """The variables of a namespace a person made: no ``_``-names, no IPython history or helpers,
     no library modules."""
-    return [(name, value, KIND_NAME) for name, value in list(namespace.items())
-            if not name.startswith("_") and name not in _IPYTHON_NAMES and not _is_library_module(value)]
+    return [
+        (name, value, KIND_NAME)
+        for name, value in list(namespace.items())
+        if not name.startswith("_") and name not in _IPYTHON_NAMES and not _is_library_module(value)
+    ]
 
 
 def _is_history_alias(name: str) -> bool:
@@ -127,13 +181,7 @@ def traceback_roots() -> list[tuple[str, Any, str]]:
     tracebacks = [getattr(sys, "last_traceback", None)]
     last = getattr(sys, "last_exc", None)
     tracebacks.append(getattr(last, "__traceback__", None))
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except ImportError:
-        shell = None
-    printer = getattr(shell, "InteractiveTB", None)
+    printer = getattr(running_shell(), "InteractiveTB", None)
     tracebacks.append(getattr(printer, "tb", None))
     roots = []
     seen_frames: set[int] = set()
@@ -156,10 +204,19 @@ def traceback_roots() -> list[tuple[str, Any, str]]:
 # -- the walk -------------------------------------------------------------------
 
 
-def walk(roots: Iterable[tuple[str, Any, str]], *, on_items: Callable, on_hit: Callable,
-         target_ids: dict | None = None, is_target: Callable[[Any], bool] | None = None,
-         max_depth: int = 3, edges: frozenset = LIVE_EDGES, max_items: int | None = None,
-         restart_names: bool = False, budget: int = BUDGET) -> tuple[int, bool, list]:
+def walk(
+    roots: Iterable[tuple[str, Any, str]],
+    *,
+    on_items: Callable,
+    on_hit: Callable,
+    target_ids: dict | None = None,
+    is_target: Callable[[Any], bool] | None = None,
+    max_depth: int = 3,
+    edges: frozenset = LIVE_EDGES,
+    max_items: int | None = None,
+    restart_names: bool = False,
+    budget: int = BUDGET,
+) -> tuple[int, bool, list]:
     """Breadth-first from ``roots`` ((label, object, kind) triples) to the targets.
 
     A target is an object whose id is a key of ``target_ids`` (its value, the
@@ -228,8 +285,9 @@ def walk(roots: Iterable[tuple[str, Any, str]], *, on_items: Callable, on_hit: C
                 else:
                     indices = [i for i, k in enumerate(keys) if k is not None]
                     if indices:
-                        on_items(indices, [ids[i] for i in indices], [keys[i] for i in indices], kind, label, note,
-                                 depth)
+                        on_items(
+                            indices, [ids[i] for i in indices], [keys[i] for i in indices], kind, label, note, depth
+                        )
                     if go_deeper:
                         for index, (child, key) in enumerate(zip(items, keys)):
                             if key is None and descendable(child):
@@ -281,8 +339,11 @@ def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
     if kind is _ALWAYS:
         return True
     if kind is _FUNCTION:
-        return ((CLOSURES in edges and bool(value.__closure__)) or DEFAULTS in edges
-                or "__wrapped__" in (_own_dict(value) or ()))
+        return (
+            (CLOSURES in edges and bool(value.__closure__))
+            or DEFAULTS in edges
+            or "__wrapped__" in (_own_dict(value) or ())
+        )
     if kind is _MODULE:
         return not _is_library_module(value)
     if kind is _CLASS:
@@ -314,8 +375,9 @@ def _type_kind(cls: type, edges: frozenset) -> int:
     return _ALWAYS if _slot_names(cls) else _OBJECT
 
 
-def _children(obj: Any, edges: frozenset, max_items: int | None,
-              slots: dict[type, list[str]]) -> Iterator[tuple[str, int | None, Any, str]]:
+def _children(
+    obj: Any, edges: frozenset, max_items: int | None, slots: dict[type, list[str]]
+) -> Iterator[tuple[str, int | None, Any, str]]:
     """``(step, int index or None, child, relation)`` for each reference ``obj`` holds that a person
     could name. ``relation`` is "" for an ordinary step (``[0]``, ``.attr``) and a phrase such as
     "closed over by" when the child is a variable of a function (``step`` is then its name)."""
@@ -392,9 +454,9 @@ def _function_children(fn: types.FunctionType, edges: frozenset) -> Iterator[tup
                 continue
             yield name, None, value, "closed over by"
     if DEFAULTS in edges:
-        positional = code.co_varnames[:code.co_argcount]
+        positional = code.co_varnames[: code.co_argcount]
         defaults = fn.__defaults__ or ()
-        for name, value in zip(positional[len(positional) - len(defaults):], defaults):
+        for name, value in zip(positional[len(positional) - len(defaults) :], defaults):
             yield name, None, value, "default argument of"
         for name, value in (fn.__kwdefaults__ or {}).items():
             yield name, None, value, "default argument of"
@@ -479,17 +541,23 @@ def _slot_value(obj: Any, name: str) -> Any:
 class HolderSearch:
     """What ``find_holders`` found: per target id its best holder kind; per group the paths to them."""
 
-    best_kind: dict[int, str]                      # target id -> KIND_* of its best holder
-    runs: dict[tuple[int, str, str], list[int]]    # (group, kind, container) -> [min, max, count] of int indices
+    best_kind: dict[int, str]  # target id -> KIND_* of its best holder
+    runs: dict[tuple[int, str, str], list[int]]  # (group, kind, container) -> [min, max, count] of int indices
     group_labels: dict[int, list[tuple[str, str]]]  # group -> [(kind, path)] of other holders, first few
     label_counts: dict[int, int] = dataclasses.field(default_factory=dict)  # group -> all such paths found
     kind_counts: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (group, best kind) -> targets
-    visited: int = 0                               # containers and values looked at
-    truncated: bool = False                        # the budget ran out before the search was complete
+    visited: int = 0  # containers and values looked at
+    truncated: bool = False  # the budget ran out before the search was complete
 
 
-def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]], *, max_depth: int = 3,
-                 labels_per_group: int = 12, budget: int = BUDGET) -> HolderSearch:
+def find_holders(
+    group_of: dict[int, int],
+    roots: Iterable[tuple[str, Any, str]],
+    *,
+    max_depth: int = 3,
+    labels_per_group: int = 12,
+    budget: int = BUDGET,
+) -> HolderSearch:
     """Search from ``roots`` for the objects whose ids are keys of ``group_of``.
 
     ``group_of`` maps each target id to a group number (the caller's grouping
@@ -521,8 +589,9 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
         if len(listed) < labels_per_group:
             listed.append((kind, path))
 
-    def on_items(indices, targets: list[int], groups: list[int], kind: str, container: str, _note: str,
-                 _depth: int) -> None:
+    def on_items(
+        indices, targets: list[int], groups: list[int], kind: str, container: str, _note: str, _depth: int
+    ) -> None:
         # The elements of one list/tuple that are targets, in index order.
         best_kind = result.best_kind
         if groups.count(groups[0]) == len(groups) and best_kind.keys().isdisjoint(targets):
@@ -548,8 +617,14 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
                 run[0], run[1], run[2] = min(run[0], index), max(run[1], index), run[2] + 1
 
     result.visited, result.truncated, root_hits = walk(
-        roots, on_items=on_items, on_hit=on_hit, target_ids=group_of, max_depth=max_depth, edges=LIVE_EDGES,
-        budget=budget)
+        roots,
+        on_items=on_items,
+        on_hit=on_hit,
+        target_ids=group_of,
+        max_depth=max_depth,
+        edges=LIVE_EDGES,
+        budget=budget,
+    )
     # Arrays bound to names directly are recorded last, so that the bulk of a big list lands in
     # an empty dict (no copy); the order does not change the result.
     best_kind = result.best_kind
@@ -576,12 +651,18 @@ def find_holders(group_of: dict[int, int], roots: Iterable[tuple[str, Any, str]]
 class Held:
     """One place where a target object is held."""
 
-    path: str        # "cache.store['h']", "box[0] (closed over by g)"
-    depth: int       # steps from the namespace
+    path: str  # "cache.store['h']", "box[0] (closed over by g)"
+    depth: int  # steps from the namespace
 
 
-def find_held(roots: Iterable[tuple[str, Any, str]], is_target: Callable[[Any], bool], *, max_depth: int = 8,
-              max_items: int = 10_000, budget: int = BUDGET) -> dict[int, list[Held]]:
+def find_held(
+    roots: Iterable[tuple[str, Any, str]],
+    is_target: Callable[[Any], bool],
+    *,
+    max_depth: int = 8,
+    max_items: int = 10_000,
+    budget: int = BUDGET,
+) -> dict[int, list[Held]]:
     """``{id(target): [Held, ...]}`` for every object reachable from ``roots`` for which
     ``is_target`` is true (it is called on every object reached, and should keep the
     targets it accepts: their ids are only unique while they live).
@@ -601,8 +682,16 @@ def find_held(roots: Iterable[tuple[str, Any, str]], is_target: Callable[[Any], 
             found.setdefault(target, {}).setdefault(f"{label}[{index}]{note}", depth)
 
     _visited, _truncated, root_hits = walk(
-        roots, on_items=on_items, on_hit=on_hit, is_target=is_target, max_depth=max_depth, edges=LEAK_EDGES,
-        max_items=max_items, restart_names=True, budget=budget)
+        roots,
+        on_items=on_items,
+        on_hit=on_hit,
+        is_target=is_target,
+        max_depth=max_depth,
+        edges=LEAK_EDGES,
+        max_items=max_items,
+        restart_names=True,
+        budget=budget,
+    )
     # Targets in the order a breadth-first search meets them: names first.
     places: dict[int, dict[str, int]] = {}
     for target, _key, _kind, label in root_hits:
@@ -611,5 +700,7 @@ def find_held(roots: Iterable[tuple[str, Any, str]], is_target: Callable[[Any], 
         listed = places.setdefault(target, {})
         for path, depth in paths.items():
             listed.setdefault(path, depth)
-    return {target: [Held(path, depth) for path, depth in sorted(paths.items(), key=lambda item: item[1])[:3]]
-            for target, paths in places.items()}
+    return {
+        target: [Held(path, depth) for path, depth in sorted(paths.items(), key=lambda item: item[1])[:3]]
+        for target, paths in places.items()
+    }

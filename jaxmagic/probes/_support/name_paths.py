@@ -29,7 +29,7 @@ _JIT_NAMES = ("jit", "pjit")
 @dataclasses.dataclass(frozen=True)
 class NamePath:
     segments: tuple[str, ...]  # transformations unwrapped, in order; jit(...) kept as is
-    backward: bool             # under a transpose: part of a gradient's backward pass
+    backward: bool  # under a transpose: part of a gradient's backward pass
 
     @property
     def op(self) -> str:
@@ -69,8 +69,8 @@ def collapse_repeats(path: tuple[str, ...]) -> tuple[str, ...]:
         changed = False
         for size in range(1, len(items) // 2 + 1):
             for start in range(0, len(items) - 2 * size + 1):
-                if items[start:start + size] == items[start + size:start + 2 * size]:
-                    del items[start + size:start + 2 * size]
+                if items[start : start + size] == items[start + size : start + 2 * size]:
+                    del items[start + size : start + 2 * size]
                     changed = True
                     break
             if changed:
@@ -99,6 +99,6 @@ def find_run(path: tuple[str, ...], query: tuple[str, ...]) -> int:
     if not query:
         return -1
     for start in range(len(path) - len(query), -1, -1):
-        if path[start:start + len(query)] == query:
+        if path[start : start + len(query)] == query:
             return start + len(query)
     return -1

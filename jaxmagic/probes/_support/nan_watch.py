@@ -28,24 +28,25 @@ import dataclasses
 import io
 import sys
 
-from jaxmagic._jax import jit_calls as _jit_calls
+from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.failing_call import FailingCall
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report import SourceLine
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import message_of
 
 
 @dataclasses.dataclass
 class NanSighting:
     """The first call that produced a NaN, and how many calls returned one."""
 
-    function: str                      # the jitted function ("train_step") or the eager primitive ("log")
+    function: str  # the jitted function ("train_step") or the eager primitive ("log")
     jitted: bool
-    call_number: int                   # 1 for the function's first call in the cell
-    line: SourceLine | None = None     # the user's line that made the call
-    leaves: list[str] = dataclasses.field(default_factory=list)   # which outputs held NaN: "output 0 (64,)"
-    came_in: bool = False              # its arguments already held a NaN (made before the cell or outside JAX)
-    calls_with_nan: int = 0            # every call that returned a NaN, this one included
-    call_source: str = ""              # the re-run call, e.g. "step_fn(params, X, Y, step_key, step)"
+    call_number: int  # 1 for the function's first call in the cell
+    line: SourceLine | None = None  # the user's line that made the call
+    leaves: list[str] = dataclasses.field(default_factory=list)  # which outputs held NaN: "output 0 (64,)"
+    came_in: bool = False  # its arguments already held a NaN (made before the cell or outside JAX)
+    calls_with_nan: int = 0  # every call that returned a NaN, this one included
+    call_source: str = ""  # the re-run call, e.g. "step_fn(params, X, Y, step_key, step)"
     rerun_note: str = ""
 
 
@@ -83,7 +84,7 @@ def _is_float(value) -> bool:
     return floating
 
 
-class NanWatch(_jit_calls.CallObserver):
+class NanWatch(jit_calls.CallObserver):
     """A call observer that remembers the first NaN-producing call (see the module docstring).
 
     A call's results are looked at when the next call starts (or at ``flush``):
@@ -95,7 +96,7 @@ class NanWatch(_jit_calls.CallObserver):
     def __init__(self):
         self.sighting: NanSighting | None = None
         self._pending_rerun: FailingCall | None = None
-        self._last = None   # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals)
+        self._last = None  # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals)
         self._calls: dict[str, int] = {}
 
     def before(self, name, is_jit, args, params) -> None:
@@ -107,10 +108,10 @@ class NanWatch(_jit_calls.CallObserver):
             return  # enough counted
         if not any(_is_float(out) for out in outputs):
             return
-        frame = _user_frame()
+        frame = user_frame()
         jit_locals = None
         if is_jit and self.sighting is None:
-            dispatch = _jit_calls.find_caller_frame()
+            dispatch = jit_calls.find_caller_frame()
             if dispatch is not None:
                 local = dispatch.f_locals
                 jit_locals = (local.get("fun"), local.get("jit_info"), local.get("args"), local.get("kwargs"))
@@ -131,16 +132,22 @@ class NanWatch(_jit_calls.CallObserver):
                 return
             came_in = any(_is_float(a) and _float_has_nan(a) for a in args)
         sighting = NanSighting(
-            function=name, jitted=is_jit, call_number=number,
+            function=name,
+            jitted=is_jit,
+            call_number=number,
             line=source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame else None,
             leaves=[f"output {i} {tuple(getattr(outputs[i], 'shape', ()))}" for i in bad[:4]],
-            came_in=came_in, calls_with_nan=1)
+            came_in=came_in,
+            calls_with_nan=1,
+        )
         self.sighting = sighting
         if is_jit and not came_in:
             call = _rebuilt_call(name, jit_locals)
             if call is None:
-                sighting.rerun_note = ("The call could not be repeated safely (a jitted call whose arguments were "
-                                       "donated, or that JAX did not dispatch from Python), so it was not re-run.")
+                sighting.rerun_note = (
+                    "The call could not be repeated safely (a jitted call whose arguments were "
+                    "donated, or that JAX did not dispatch from Python), so it was not re-run."
+                )
             else:
                 self._pending_rerun, sighting.call_source = call, call.source
 
@@ -156,32 +163,43 @@ class NanWatch(_jit_calls.CallObserver):
         if sighting is None:
             return None
         if not sighting.jitted:  # an eager operation: the primitive and the line are known
-            return NanReport(found=True, value="nan", primitive=sighting.function, phase="forward",
-                             origin_lines=[sighting.line] if sighting.line else [],
-                             failing_call=sighting.line.code if sighting.line else "")
+            return NanReport(
+                found=True,
+                value="nan",
+                primitive=sighting.function,
+                phase="forward",
+                origin_lines=[sighting.line] if sighting.line else [],
+                failing_call=sighting.line.code if sighting.line else "",
+            )
         if call is None:
             return None
         report = None
         try:
-            with _jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
+            with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
                 with nans() as report:
                     call()
         except (FloatingPointError, ZeroDivisionError):
             pass
         except Exception as error:
-            lines = str(error).strip().splitlines()
-            sighting.rerun_note = (f"Re-running {call.source} under the NaN probe failed: {type(error).__name__}: "
-                                   f"{lines[0] if lines else ''}")
+            lines = message_of(error).strip().splitlines()
+            sighting.rerun_note = (
+                f"Re-running {call.source} under the NaN probe failed: {type(error).__name__}: "
+                f"{lines[0] if lines else ''}"
+            )
             return None
         finally:
             del call
         if report is not None and not report.found:
-            sighting.rerun_note = (f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
-                                   "jax.debug_nans: the result depends on something besides the arguments.")
+            sighting.rerun_note = (
+                f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
+                "jax.debug_nans: the result depends on something besides the arguments."
+            )
         elif report is not None:
-            sighting.rerun_note = (f"{sighting.call_source} was run once more after the cell, with the same "
-                                   "arguments, under jax.debug_nans (the %%jax_nans probe) to name the primitive "
-                                   "and the line.")
+            sighting.rerun_note = (
+                f"{sighting.call_source} was run once more after the cell, with the same "
+                "arguments, under jax.debug_nans (the %%jax_nans probe) to name the primitive "
+                "and the line."
+            )
         return report
 
 
@@ -199,14 +217,10 @@ def _rebuilt_call(name: str, jit_locals) -> FailingCall | None:
         return None
     if getattr(info, "donate_argnums", ()) or getattr(info, "donate_argnames", ()):
         return None  # its arguments were given away to the first call: they cannot be used again
-    try:
-        from jax._src import pjit
-
-        jitted = pjit._cpp_pjit(fun, info)
-    except Exception:
+    jitted = compat.compiled_call(fun, info)
+    if jitted is None:
         return None
-    return FailingCall(f"{name}(...)", jitted, [(f"argument {i}", a) for i, a in enumerate(args)],
-                       dict(kwargs or {}))
+    return FailingCall(f"{name}(...)", jitted, [(f"argument {i}", a) for i, a in enumerate(args)], dict(kwargs or {}))
 
 
 def _reading_allowed():
@@ -221,7 +235,7 @@ def _reading_allowed():
 _user_files: dict[str, bool] = {}
 
 
-def _user_frame():
+def user_frame():
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename

@@ -18,8 +18,8 @@ MAX_LEAVES = 10_000  # a scan is a diagnosis aid, not worth minutes on giant tre
 class NonFiniteLeaf:
     """One array leaf holding NaN or inf."""
 
-    holder: str       # what the leaf belongs to: "argument p_reg", "result of f(x)", "variable grads"
-    path: str         # key path inside the holder, "" for the holder itself
+    holder: str  # what the leaf belongs to: "argument p_reg", "result of f(x)", "variable grads"
+    path: str  # key path inside the holder, "" for the holder itself
     shape: list[int]
     dtype: str
     nan_count: int

@@ -21,18 +21,32 @@ import colorsys
 import itertools
 import math
 
-from jaxmagic.report.document import (Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines,
-                                     Table)
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.wording import format_bytes
 
 # Light colours, far apart in hue, so dark labels stay readable on all of them.
 PALETTE = [
-    "#a6cee3", "#fdbf6f", "#b2df8a", "#fb9a99", "#cab2d6", "#ffff99", "#8dd3c7", "#fccde5",
-    "#bebada", "#80b1d3", "#ccebc5", "#ffed6f", "#d9d9d9", "#f4cae4", "#e6f5c9", "#fdcdac",
+    "#a6cee3",
+    "#fdbf6f",
+    "#b2df8a",
+    "#fb9a99",
+    "#cab2d6",
+    "#ffff99",
+    "#8dd3c7",
+    "#fccde5",
+    "#bebada",
+    "#80b1d3",
+    "#ccebc5",
+    "#ffed6f",
+    "#d9d9d9",
+    "#f4cae4",
+    "#e6f5c9",
+    "#fdcdac",
 ]
-MAX_FACETS = 16          # facets drawn for one array; the rest are counted
-MAX_ARRAYS_DRAWN = 8     # arrays of a pytree (or outputs of a call) drawn; all are tabled
-WRAP_1D_AFTER = 16       # a 1-D array with more blocks than this wraps into rows of 8
-MAX_DEVICE_ROWS = 16     # longer per-device tables are collapsed
+MAX_FACETS = 16  # facets drawn for one array; the rest are counted
+MAX_ARRAYS_DRAWN = 8  # arrays of a pytree (or outputs of a call) drawn; all are tabled
+WRAP_1D_AFTER = 16  # a 1-D array with more blocks than this wraps into rows of 8
+MAX_DEVICE_ROWS = 16  # longer per-device tables are collapsed
 
 
 def device_colours(device_ids: list[int]) -> dict[int, str]:
@@ -45,7 +59,7 @@ def device_colours(device_ids: list[int]) -> dict[int, str]:
             hue = (n * 0.618033988749895) % 1.0
             light = 0.83 if n % 2 == 0 else 0.74
             r, g, b = colorsys.hls_to_rgb(hue, light, 0.6)
-            colours[device_id] = "#%02x%02x%02x" % (round(r * 255), round(g * 255), round(b * 255))
+            colours[device_id] = f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
     return colours
 
 
@@ -62,7 +76,7 @@ def id_list(ids: list[int]) -> str:
 
 
 def holders_label(layout, holders: list[int]) -> str:
-    """"CPU 0,2": the platform and the ids of the devices holding a block."""
+    """ "CPU 0,2": the platform and the ids of the devices holding a block."""
     platforms = sorted({layout.device(h).platform.upper() for h in holders})
     return f"{'/'.join(platforms)} {id_list(holders)}"
 
@@ -114,9 +128,11 @@ def layout_grids(layout, dims: list[int] | None = None, name: str = "") -> tuple
     keys = sorted(facets)
     split_facet_dims = [d for d in facet_dims if len(chunks[d]) > 1]
     if len(keys) > MAX_FACETS:
-        notes.append(f"{len(keys)} facets (one per block of dimension(s) "
-                     f"{', '.join(map(str, split_facet_dims))}); the first {MAX_FACETS} are drawn. "
-                     f"Choose the drawn dimensions with --dims I,J.")
+        notes.append(
+            f"{len(keys)} facets (one per block of dimension(s) "
+            f"{', '.join(map(str, split_facet_dims))}); the first {MAX_FACETS} are drawn. "
+            f"Choose the drawn dimensions with --dims I,J."
+        )
         keys = keys[:MAX_FACETS]
     grids = []
     for key in keys:
@@ -158,8 +174,13 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
         cols = 8
         rows = math.ceil(len(col_chunks) / cols)
         where = f"blocks of dimension {col_dim}" if len(layout.shape) > 1 else "blocks"
-        return Grid(rows, cols, cells, caption=(caption + ": " if caption else "")
-                    + f"{len(col_chunks)} {where}, 8 per row, with their index ranges")
+        return Grid(
+            rows,
+            cols,
+            cells,
+            caption=(caption + ": " if caption else "")
+            + f"{len(col_chunks)} {where}, 8 per row, with their index ranges",
+        )
     grid = Grid(len(row_chunks), len(col_chunks), cells, caption=caption)
     if col_dim is not None:
         grid.col_labels = [f"{a}:{b}" for a, b in col_chunks]
@@ -186,28 +207,31 @@ def _cell(layout, block, r, c, row_dim, col_dim, colours, with_ranges: bool = Fa
     elif with_ranges:  # no edge labels to read the ranges from
         drawn = [d for d in (row_dim, col_dim) if d is not None]
         detail = "[" + ", ".join(f"{block.index[d][0]}:{block.index[d][1]}" for d in drawn) + "]"
-    return GridCell(r, c, label, detail=detail, colour=colours.get(block.holders[0], ""),
-                    tooltip=_tooltip(layout, block), style=style)
+    return GridCell(
+        r,
+        c,
+        label,
+        detail=detail,
+        colour=colours.get(block.holders[0], ""),
+        tooltip=_tooltip(layout, block),
+        style=style,
+    )
 
 
 def _tooltip(layout, block) -> str:
     name = layout.path or "x"
     shape = "x".join(map(str, block.shape)) or "scalar"
-    lines = [f"{name}{block.index_text}: {shape} {layout.dtype}, {_bytes(math.prod(block.shape) * layout.itemsize)}"]
+    lines = [
+        f"{name}{block.index_text}: {shape} {layout.dtype}, {format_bytes(math.prod(block.shape) * layout.itemsize)}"
+    ]
     holders = [layout.device(h) for h in block.holders]
-    lines.append(f"held by {len(holders)} device(s): " + ", ".join(
-        d.name + ("" if d.addressable else f" (process {d.process})") for d in holders))
+    lines.append(
+        f"held by {len(holders)} device(s): "
+        + ", ".join(d.name + ("" if d.addressable else f" (process {d.process})") for d in holders)
+    )
     if block.copies_differ:
         lines.append("copies differ: " + "; ".join(f"{id_list(g.devices)} -> {g.preview}" for g in block.copy_groups))
     return "\n".join(lines)
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
-        n /= 1024
-    return f"{n} B"
 
 
 # -- the whole report ----------------------------------------------------------------
@@ -219,14 +243,21 @@ def sharding_document(report) -> Document:
     arrays = report.arrays
     if len(arrays) == 1:
         name = "Result" if report.call is not None else "Layout"
-        sections.append(Section(name, _array_blocks(arrays[0], report.dims, with_facts=True,
-                                                    name=report.expression if report.call is None else "result")))
+        sections.append(
+            Section(
+                name,
+                _array_blocks(
+                    arrays[0], report.dims, with_facts=True, name=report.expression if report.call is None else "result"
+                ),
+            )
+        )
     elif arrays:
         sections.append(Section("Arrays", [_arrays_table(arrays)]))
         drawn = []
         for layout in arrays[:MAX_ARRAYS_DRAWN]:
-            drawn.append(Paragraph(f"`{layout.label}`: `{layout.typeof}`"
-                                   + (f", `{layout.spec}`" if layout.spec else "")))
+            drawn.append(
+                Paragraph(f"`{layout.label}`: `{layout.typeof}`" + (f", `{layout.spec}`" if layout.spec else ""))
+            )
             drawn += _array_blocks(layout, report.dims, with_facts=False)
         if len(arrays) > MAX_ARRAYS_DRAWN:
             drawn.append(Paragraph(f"{len(arrays) - MAX_ARRAYS_DRAWN} more arrays are in the table above, not drawn."))
@@ -239,10 +270,22 @@ def sharding_document(report) -> Document:
     if report.call is not None:
         sections += _call_sections(report)
     if report.failure:
-        sections.insert(0, Section("The call failed", [Paragraph(
-            f"`{report.expression}` raised `{report.failure}`; the error is shown below the report."
-            + (" The shardings it was compiled with are listed all the same." if report.call and report.call.inputs
-               else ""))]))
+        sections.insert(
+            0,
+            Section(
+                "The call failed",
+                [
+                    Paragraph(
+                        f"`{report.expression}` raised `{report.failure}`; the error is shown below the report."
+                        + (
+                            " The shardings it was compiled with are listed all the same."
+                            if report.call and report.call.inputs
+                            else ""
+                        )
+                    )
+                ],
+            ),
+        )
     if arrays:
         sections.append(_devices_section(arrays))
     return Document(title, report.status, report.summary, sections)
@@ -260,9 +303,12 @@ def _array_blocks(layout, dims, with_facts: bool, name: str = "") -> list:
     blocks += [Paragraph(note) for note in notes]
     if not layout.fully_addressable:
         others = sorted({d.process for d in layout.devices if not d.addressable})
-        blocks.append(Paragraph(
-            f"Not fully addressable: this is process {_this_process(layout)}; hatched blocks (~ in plain text) "
-            f"are held by process(es) {', '.join(map(str, others))} only, and their data cannot be read from here."))
+        blocks.append(
+            Paragraph(
+                f"Not fully addressable: this is process {_this_process(layout)}; hatched blocks (~ in plain text) "
+                f"are held by process(es) {', '.join(map(str, others))} only, and their data cannot be read from here."
+            )
+        )
     return blocks
 
 
@@ -283,8 +329,11 @@ def _drawn_dims_text(layout, row_dim, col_dim) -> str:
     if split:
         text += f" One grid per block of {', '.join(describe(d) for d in split)}."
     elif others:
-        text += (f" Dimension {others[0]} is not split, so every block spans it whole." if len(others) == 1 else
-                 f" Dimensions {', '.join(map(str, others))} are not split, so every block spans them whole.")
+        text += (
+            f" Dimension {others[0]} is not split, so every block spans it whole."
+            if len(others) == 1
+            else f" Dimensions {', '.join(map(str, others))} are not split, so every block spans them whole."
+        )
     return text + " Choose others with --dims I,J."
 
 
@@ -292,28 +341,44 @@ def _facts(layout) -> list[tuple[str, str]]:
     facts = [("jax.typeof", layout.typeof)]
     if layout.spec:
         facts.append(("PartitionSpec", layout.spec))
-    facts.append(("sharding", layout.sharding_type + (f" ({layout.memory_kind})" if layout.memory_kind not in
-                                                      ("", "device") else "")))
+    facts.append(
+        (
+            "sharding",
+            layout.sharding_type + (f" ({layout.memory_kind})" if layout.memory_kind not in ("", "device") else ""),
+        )
+    )
     if layout.mesh is not None:
         facts.append(("mesh", layout.mesh.description))
     kinds = sorted({d.device_kind for d in layout.devices})
-    facts.append(("devices", f"{len(layout.devices)} ({', '.join(kinds)})"
-                  + (f", processes {', '.join(map(str, layout.processes))}" if len(layout.processes) > 1 else "")))
+    facts.append(
+        (
+            "devices",
+            f"{len(layout.devices)} ({', '.join(kinds)})"
+            + (f", processes {', '.join(map(str, layout.processes))}" if len(layout.processes) > 1 else ""),
+        )
+    )
     shapes = sorted({tuple(b.shape) for b in layout.blocks})
     if layout.shape:
         facts.append(("shard shape", " / ".join(str(tuple(s)) for s in shapes) + f" of {tuple(layout.shape)}"))
     else:
         facts.append(("shard shape", "() - a scalar: every holder has the whole value"))
     per_device = sorted(set(layout.bytes_per_device().values()))
-    total = _bytes(layout.total_bytes)
+    total = format_bytes(layout.total_bytes)
     if len(per_device) == 1:
-        facts.append(("bytes per device", f"{_bytes(per_device[0])} on each device (whole array {total})"))
+        facts.append(("bytes per device", f"{format_bytes(per_device[0])} on each device (whole array {total})"))
     else:
-        facts.append(("bytes per device", f"{_bytes(per_device[0])} to {_bytes(per_device[-1])} (whole array {total})"))
+        facts.append(
+            (
+                "bytes per device",
+                f"{format_bytes(per_device[0])} to {format_bytes(per_device[-1])} (whole array {total})",
+            )
+        )
     copies = max(len(b.holders) for b in layout.blocks) if layout.blocks else 0
     if copies > 1:
         over = layout.replicated_dims_summary
-        facts.append(("copies", f"each block on {copies} devices" + (f" (replicated over mesh axis {over})" if over else "")))
+        facts.append(
+            ("copies", f"each block on {copies} devices" + (f" (replicated over mesh axis {over})" if over else ""))
+        )
     facts.append(("replica check", _replica_words(layout)))
     return facts
 
@@ -342,19 +407,28 @@ def _replica_section(report) -> Section | None:
     for layout in differing:
         for block in layout.blocks_differing:
             for group in block.copy_groups:
-                rows.append(([f"`{layout.label}`"] if several else [])
-                            + [block.index_text if layout.shape else "(scalar)",
-                               holders_label(layout, group.devices), group.preview])
+                rows.append(
+                    ([f"`{layout.label}`"] if several else [])
+                    + [
+                        block.index_text if layout.shape else "(scalar)",
+                        holders_label(layout, group.devices),
+                        group.preview,
+                    ]
+                )
     blocks = [
-        Paragraph("These blocks are held by several devices, so every copy should be the same, but the copies "
-                  "differ. A value declared replicated (a `P()` or `None` in out_specs) that each device "
-                  "computed on its own data - typically `shard_map` with `check_vma=False` and a missing "
-                  "collective - comes back as device 0's copy, silently."),
+        Paragraph(
+            "These blocks are held by several devices, so every copy should be the same, but the copies "
+            "differ. A value declared replicated (a `P()` or `None` in out_specs) that each device "
+            "computed on its own data - typically `shard_map` with `check_vma=False` and a missing "
+            "collective - comes back as device 0's copy, silently."
+        ),
         Table((["array"] if several else []) + ["block", "devices", "their copy"], rows),
-        Paragraph("Fix: combine the per-device values with a collective inside the shard_map "
-                  "(`lax.psum`, `lax.pmean`, `lax.all_gather`) before returning them as replicated, or return them "
-                  "split (out_specs `P('axis')`) and combine outside. Keep `check_vma=True` (the default), "
-                  "which rejects this at trace time."),
+        Paragraph(
+            "Fix: combine the per-device values with a collective inside the shard_map "
+            "(`lax.psum`, `lax.pmean`, `lax.all_gather`) before returning them as replicated, or return them "
+            "split (out_specs `P('axis')`) and combine outside. Keep `check_vma=True` (the default), "
+            "which rejects this at trace time."
+        ),
     ]
     if any(not a.fully_addressable for a in differing):
         blocks.append(Paragraph("Only the copies on this process's devices were compared."))
@@ -366,16 +440,27 @@ def _arrays_table(arrays) -> Table:
     for layout in arrays:
         shapes = sorted({tuple(b.shape) for b in layout.blocks})
         per_device = sorted(set(layout.bytes_per_device().values()))
-        rows.append([f"`{layout.label}`", layout.typeof, layout.spec or layout.sharding_type,
-                     " / ".join(str(s) for s in shapes), " / ".join(_bytes(b) for b in per_device),
-                     _short_replica(layout)])
+        rows.append(
+            [
+                f"`{layout.label}`",
+                layout.typeof,
+                layout.spec or layout.sharding_type,
+                " / ".join(str(s) for s in shapes),
+                " / ".join(format_bytes(b) for b in per_device),
+                _short_replica(layout),
+            ]
+        )
     return Table(["array", "jax.typeof", "sharding", "shard shape", "bytes per device", "copies"], rows)
 
 
 def _short_replica(layout) -> str:
-    return {"consistent": "identical", "differ": "DIFFER", "not needed": "-", "skipped": "not checked",
-            "other processes": "on other processes"}.get(
-        layout.replica_check, layout.replica_check)
+    return {
+        "consistent": "identical",
+        "differ": "DIFFER",
+        "not needed": "-",
+        "skipped": "not checked",
+        "other processes": "on other processes",
+    }.get(layout.replica_check, layout.replica_check)
 
 
 def _call_sections(report) -> list[Section]:
@@ -383,33 +468,57 @@ def _call_sections(report) -> list[Section]:
     sections = []
     if call.inputs or call.outputs:
         blocks = []
-        how = "" if call.was_jitted else f" (`{call.function}` is not jitted; jaxmagic compiled `jax.jit({call.function})`)"
+        how = (
+            ""
+            if call.was_jitted
+            else f" (`{call.function}` is not jitted; jaxmagic compiled `jax.jit({call.function})`)"
+        )
         blocks.append(Paragraph(f"The shardings `{report.expression}` was compiled with{how}:"))
-        rows = [["in", f"`{leaf.path}`", leaf.typeof, leaf.spec,
-                 "" if leaf.matches is None else ("same" if leaf.matches else f"differs: {leaf.given}")]
-                for leaf in call.inputs]
+        rows = [
+            [
+                "in",
+                f"`{leaf.path}`",
+                leaf.typeof,
+                leaf.spec,
+                "" if leaf.matches is None else ("same" if leaf.matches else f"differs: {leaf.given}"),
+            ]
+            for leaf in call.inputs
+        ]
         rows += [["out", f"`{leaf.path}`", leaf.typeof, leaf.spec, ""] for leaf in call.outputs]
         blocks.append(Table(["", "value", "type", "compiled sharding", "the argument's own"], rows))
         moved = call.resharded_inputs
         if moved:
-            blocks.append(Paragraph(
-                f"{len(moved)} argument(s) arrive with a sharding other than the compiled one "
-                f"({', '.join(leaf.path for leaf in moved)}): JAX moves them to the compiled layout on every call. "
-                "Place them with `jax.device_put(x, sharding)` once, or pass `in_shardings` that match."))
+            blocks.append(
+                Paragraph(
+                    f"{len(moved)} argument(s) arrive with a sharding other than the compiled one "
+                    f"({', '.join(leaf.path for leaf in moved)}): JAX moves them to the compiled layout on every call. "
+                    "Place them with `jax.device_put(x, sharding)` once, or pass `in_shardings` that match."
+                )
+            )
         sections.append(Section("Compiled shardings", blocks))
     if call.intermediates_asked:
         blocks = []
         if call.intermediates_failure:
             blocks.append(Paragraph(f"Could not inspect the intermediates: {call.intermediates_failure}"))
         if call.intermediates:
-            blocks.append(Paragraph(
-                "Each value computed at the top level of the call, with its type at trace time (explicit "
-                "shardings show as `8@axis`) and the sharding the compiler chose, as "
-                "`jax.debug.inspect_array_sharding` reports it at compile time (an instrumented copy of the "
-                "call was compiled for this, not run)."))
-            rows = [[str(row.index), (row.line.label or row.line.filename) + f":{row.line.lineno}" if row.line else "",
-                     row.op + (" (yours)" if row.yours else ""), row.typeof, row.spec or "(not reported)"]
-                    for row in call.intermediates]
+            blocks.append(
+                Paragraph(
+                    "Each value computed at the top level of the call, with its type at trace time (explicit "
+                    "shardings show as `8@axis`) and the sharding the compiler chose, as "
+                    "`jax.debug.inspect_array_sharding` reports it at compile time (an instrumented copy of the "
+                    "call was compiled for this, not run)."
+                )
+            )
+            rows = [
+                [
+                    str(row.index),
+                    (row.line.label or row.line.filename) + f":{row.line.lineno}" if row.line else "",
+                    row.op + (" (yours)" if row.yours else ""),
+                    row.typeof,
+                    row.spec or "(not reported)",
+                ]
+                for row in call.intermediates
+            ]
             blocks.append(Table(["#", "line", "operation", "type at trace time", "compiler chose"], rows))
             lines = list({row.line.where: row.line for row in call.intermediates if row.line}.values())
             if lines:
@@ -418,10 +527,18 @@ def _call_sections(report) -> list[Section]:
                 blocks.append(Paragraph(f"{call.intermediates_dropped} more values not listed."))
         sections.append(Section("Inside the call", blocks))
     elif call.inputs:
-        sections.append(Section("Inside the call", [Paragraph(
-            "Add `--intermediates` to see the sharding the compiler chose for every value computed inside the "
-            "call (jaxmagic compiles an instrumented copy with `jax.debug.inspect_array_sharding` after each "
-            "operation; nothing is run).")]))
+        sections.append(
+            Section(
+                "Inside the call",
+                [
+                    Paragraph(
+                        "Add `--intermediates` to see the sharding the compiler chose for every value computed inside the "
+                        "call (jaxmagic compiles an instrumented copy with `jax.debug.inspect_array_sharding` after each "
+                        "operation; nothing is run)."
+                    )
+                ],
+            )
+        )
     return sections
 
 
@@ -450,16 +567,23 @@ def _devices_section(arrays) -> Section:
         row += [str(d.process)] if multi_process else []
         row += [str(tuple(d.mesh_position)) if d.mesh_position else "-"]
         row += [" ".join(blocks_of.get(device_id, []))] if blocks_of else []
-        row += [_bytes(per_device[device_id])]
+        row += [format_bytes(per_device[device_id])]
         rows.append(row)
     if len(rows) <= MAX_DEVICE_ROWS:
         return Section("Devices", [Table(columns, rows)])
     # A long list stays collapsed: the drawing already shows who holds what.
-    from jaxmagic.render.text import _block_lines
+    from jaxmagic.render.text import block_lines
 
     sizes = sorted(set(per_device.values()))
-    summary = (f"{len(rows)} devices, {_bytes(sizes[0])} each" if len(sizes) == 1 else
-               f"{len(rows)} devices, {_bytes(sizes[0])} to {_bytes(sizes[-1])} each")
-    return Section("Devices", [Paragraph(summary + "."),
-                               Evidence(f"Per device ({len(rows)} devices)",
-                                        "\n".join(_block_lines(Table(columns, rows))))])
+    summary = (
+        f"{len(rows)} devices, {format_bytes(sizes[0])} each"
+        if len(sizes) == 1
+        else f"{len(rows)} devices, {format_bytes(sizes[0])} to {format_bytes(sizes[-1])} each"
+    )
+    return Section(
+        "Devices",
+        [
+            Paragraph(summary + "."),
+            Evidence(f"Per device ({len(rows)} devices)", "\n".join(block_lines(Table(columns, rows)))),
+        ],
+    )

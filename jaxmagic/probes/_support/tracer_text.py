@@ -17,17 +17,23 @@ import re
 
 _TRACING = re.compile(
     r"The error occurred while tracing the function (?P<function>\S+)"
-    r"(?: at (?P<file>.+?):(?P<line>\d+))? for (?P<transformation>[\w.]+)\.")
+    r"(?: at (?P<file>.+?):(?P<line>\d+))? for (?P<transformation>[\w.]+)\."
+)
 _DEPENDS = re.compile(r"depends on the values? of the arguments? (?P<args>.+?)\.(?=\s|$)")
 # vmap (and other non-jaxpr traces) say where the tracer was made instead
 _CREATED_ON = re.compile(
     r"This (?P<tracer>\w+) with object id \d+ was created on line:\s*(?P<file>.+?):(?P<line>\d+)(?::\d+)?"
-    r" \((?P<function>[^)]*)\)")
+    r" \((?P<function>[^)]*)\)"
+)
 # UnexpectedTracerError
-_LEAKED_FROM = re.compile(r"The function being traced when the value leaked was (?P<function>\S+) traced for "
-                          r"(?P<transformation>[\w.]+)\.")
-_LEAK_CREATED = re.compile(r"The leaked intermediate value was created on line (?P<file>.+?):(?P<line>\d+)"
-                           r"(?::\d+)? \((?P<function>[^)]*)\)")
+_LEAKED_FROM = re.compile(
+    r"The function being traced when the value leaked was (?P<function>\S+) traced for "
+    r"(?P<transformation>[\w.]+)\."
+)
+_LEAK_CREATED = re.compile(
+    r"The leaked intermediate value was created on line (?P<file>.+?):(?P<line>\d+)"
+    r"(?::\d+)? \((?P<function>[^)]*)\)"
+)
 _ESCAPED_TYPE = re.compile(r"intermediate value with type (?P<aval>\S+) wrapped in a (?P<tracer>\w+)")
 # jax.checking_leaks()
 _LEAK_HEADER = re.compile(r"^Leaked (?P<what>\w+) (?P<trace>\w+)\. Leaked tracer\(s\):")
@@ -37,9 +43,14 @@ _OBJECT_REF = re.compile(r"<(?P<type>[\w.]+) (?P<id>\d+)>")
 
 # Tracer classes by the transformation that makes them.
 TRANSFORMATION_OF_TRACER = {
-    "DynamicJaxprTracer": "jit", "JitTracer": "jit", "JaxprTracer": "jit",
-    "BatchTracer": "vmap", "VmapTracer": "vmap",
-    "JVPTracer": "jvp/grad", "LinearizeTracer": "grad", "JaxprTracerLinearize": "grad",
+    "DynamicJaxprTracer": "jit",
+    "JitTracer": "jit",
+    "JaxprTracer": "jit",
+    "BatchTracer": "vmap",
+    "VmapTracer": "vmap",
+    "JVPTracer": "jvp/grad",
+    "LinearizeTracer": "grad",
+    "JaxprTracerLinearize": "grad",
 }
 
 
@@ -57,10 +68,10 @@ def one_line(text: str) -> str:
 class TracingContext:
     """Which function was being traced, for which transformation, and what the value depends on."""
 
-    function: str = ""            # "clip_positive", "<lambda>", "<unknown>" (a callable object)
-    file: str = ""                # where the function is defined ("" if JAX did not say)
+    function: str = ""  # "clip_positive", "<lambda>", "<unknown>" (a callable object)
+    file: str = ""  # where the function is defined ("" if JAX did not say)
     line: int = 0
-    transformation: str = ""      # "jit", "scan", "vmap", ...
+    transformation: str = ""  # "jit", "scan", "vmap", ...
     depends_on: list[str] = dataclasses.field(default_factory=list)  # argument names
 
 
@@ -124,13 +135,13 @@ def english_list(names: list[str], code: bool = True) -> str:
 class EscapedTracer:
     """The facts of an UnexpectedTracerError message."""
 
-    aval: str = ""                # "float32[3]"
-    tracer_type: str = ""         # "DynamicJaxprTracer"
-    function: str = ""            # the function being traced when the value leaked
+    aval: str = ""  # "float32[3]"
+    tracer_type: str = ""  # "DynamicJaxprTracer"
+    function: str = ""  # the function being traced when the value leaked
     transformation: str = ""
-    created_file: str = ""        # where the leaked value was created
+    created_file: str = ""  # where the leaked value was created
     created_line: int = 0
-    created_function: str = ""    # "Model.__call__"
+    created_function: str = ""  # "Model.__call__"
 
 
 def escaped_tracer(message: str) -> EscapedTracer:
@@ -152,7 +163,7 @@ class ChainLink:
 
     child_type: str
     child_id: int
-    holder: str                   # the text after "is referred to by"
+    holder: str  # the text after "is referred to by"
 
     @property
     def holder_ids(self) -> list[int]:
@@ -164,13 +175,13 @@ class ChainLink:
 class LeakBlock:
     """One leaked tracer of a ``jax.checking_leaks()`` error."""
 
-    tracer_type: str              # "JitTracer" (the repr's name)
-    aval: str                     # "float32[3]"
-    tracer_id: int                # id of the leaked tracer object (0 if JAX named none)
+    tracer_type: str  # "JitTracer" (the repr's name)
+    aval: str  # "float32[3]"
+    tracer_id: int  # id of the leaked tracer object (0 if JAX named none)
     context: TracingContext
     chain: list[ChainLink]
-    frame_holders: list[str]      # "the local variable 'leaked', a list containing it, of the frame ..."
-    text: str                     # the block as JAX wrote it
+    frame_holders: list[str]  # "the local variable 'leaked', a list containing it, of the frame ..."
+    text: str  # the block as JAX wrote it
 
     def held_through_tracer(self, tracer_ids: set[int]) -> int | None:
         """The id of another leaked tracer this one is reachable from (kept alive by), if any."""
@@ -185,7 +196,7 @@ def is_leak_message(message: str) -> bool:
 
 
 def leak_trace_kind(message: str) -> str:
-    """"DynamicJaxprTrace" from "Leaked trace DynamicJaxprTrace. ..." ("" if not a leak message)."""
+    """ "DynamicJaxprTrace" from "Leaked trace DynamicJaxprTrace. ..." ("" if not a leak message)."""
     match = _LEAK_HEADER.match(message.lstrip())
     return match["trace"] if match else ""
 
@@ -213,8 +224,11 @@ def leak_blocks(message: str) -> list[LeakBlock]:
                 frames.append(link["holder"])
                 continue
             chain.append(ChainLink(link["type"], int(link["id"]), link["holder"]))
-        blocks.append(LeakBlock(tracer_type, aval, tracer_id, tracing_context("\n".join(context_lines)),
-                                chain, frames, chunk.strip()))
+        blocks.append(
+            LeakBlock(
+                tracer_type, aval, tracer_id, tracing_context("\n".join(context_lines)), chain, frames, chunk.strip()
+            )
+        )
     return blocks
 
 

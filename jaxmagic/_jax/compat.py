@@ -1,0 +1,141 @@
+"""The questions jaxmagic asks of JAX's private modules, answered in one place.
+
+JAX's public API does not say whether a backend exists, which user frame made
+an equation, or which sub-programs an equation holds; ``jax._src`` does. Every
+such question is a function here, so a JAX release that moves something breaks
+one module, and each answer says what it does when the private name is gone.
+Nothing outside ``jaxmagic/_jax/`` imports ``jax._src``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+
+def backend_started() -> bool:
+    """True once JAX has created its backends (``jax.live_arrays()`` or ``jax.devices()`` would
+    otherwise start one, after which fake CPU devices can no longer be added).
+
+    A JAX without the private helper is assumed started: asking would start it anyway.
+    """
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return True
+
+
+def is_jitted(fn) -> bool:
+    """True for a ``jax.jit`` wrapper: it can be traced and lowered without being called."""
+    return callable(getattr(fn, "trace", None)) and callable(getattr(fn, "lower", None))
+
+
+def unregister_duration_listener(listener) -> None:
+    """Remove a ``jax.monitoring`` duration listener (JAX has no public way); quiet if it is gone."""
+    with contextlib.suppress(Exception):
+        from jax._src import monitoring
+
+        monitoring.unregister_event_duration_listener(listener)
+
+
+def traceback_filtering_mode() -> str | None:
+    """The traceback filtering mode JAX resolves ``auto`` to right now, or None if JAX cannot say."""
+    try:
+        from jax._src import traceback_util
+
+        return traceback_util._filtering_mode()
+    except Exception:
+        return None
+
+
+def user_frames(traceback) -> list:
+    """JAX's user frames (innermost first) of a traceback JAX recorded (an equation's
+    ``source_info.traceback``, a tracer's line info); [] when there is none."""
+    if traceback is None:
+        return []
+    try:
+        from jax._src import source_info_util
+
+        return list(source_info_util.user_frames(traceback))
+    except Exception:
+        return []
+
+
+def user_frame(traceback):
+    """The innermost of :func:`user_frames`, or None."""
+    frames = user_frames(traceback)
+    return frames[0] if frames else None
+
+
+def user_context(eqn):
+    """A context that makes equations bound inside it carry ``eqn``'s source info and name stack."""
+    from jax._src import source_info_util
+
+    return source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack)
+
+
+def scope_entry_type():
+    """The class of ``named_scope`` entries on a name stack (None in a JAX without it)."""
+    try:
+        from jax._src import source_info_util
+
+        return getattr(source_info_util, "Scope", None)
+    except ImportError:
+        return None
+
+
+def sub_jaxprs(eqn) -> list:
+    """The sub-programs an equation holds in its parameters (scan/while/cond bodies, calls)."""
+    from jax._src import core
+
+    return list(core.jaxprs_in_params(eqn.params))
+
+
+def is_literal(var) -> bool:
+    """True for a constant written into an equation (a ``Literal``), False for a variable."""
+    from jax._src import core
+
+    return isinstance(var, core.Literal)
+
+
+def jaxpr_types() -> tuple[type, ...]:
+    """``Jaxpr`` and ``ClosedJaxpr``: the objects that hold a traced program's constants."""
+    from jax._src import core
+
+    return tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t)
+
+
+def inspect_sharding_primitive():
+    """The primitive ``jax.debug.inspect_array_sharding`` binds."""
+    from jax._src.debugging import inspect_sharding_p
+
+    return inspect_sharding_p
+
+
+def compiled_call(fun, info) -> Any | None:
+    """A new jitted callable of ``fun`` with the jit options ``info`` recorded, or None."""
+    try:
+        from jax._src import pjit
+
+        return pjit._cpp_pjit(fun, info)
+    except Exception:
+        return None
+
+
+def mlir_ir():
+    """JAX's bundled MLIR Python bindings (``ir``), to read StableHLO locations."""
+    from jax._src.lib.mlir import ir
+
+    return ir
+
+
+def random_core():
+    """JAX's PRNG core module (where legacy uint32 keys are checked), or None."""
+    try:
+        from jax._src.random import core
+
+        return core
+    except ImportError:
+        return None

@@ -1,0 +1,67 @@
+"""Small pieces of wording every report shares: a message's first line, byte sizes, dtypes.
+
+One definition each, so two reports never say the same thing two ways.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """Text without terminal colour codes (ipykernel sets FORCE_COLOR, so jaxprs may carry them)."""
+    return _ANSI.sub("", text)
+
+
+def message_of(error: BaseException | str) -> str:
+    """``str(error)`` without colour codes; never raises, even when the exception's ``__str__`` does.
+
+    A user's exception class may have a broken ``__str__``: the report then names
+    the type and says so, and the user's exception itself is raised unchanged.
+    """
+    if isinstance(error, str):
+        text = error
+    else:
+        try:
+            text = str(error)
+        except Exception as problem:  # the user's __str__ raised: describe, never propagate
+            try:
+                detail = type(problem).__name__
+            except Exception:
+                detail = "an error"
+            text = f"<{type(error).__name__}: its message could not be read ({detail} in __str__)>"
+    return _ANSI.sub("", text)
+
+
+def first_line(error: BaseException | str) -> str:
+    """The first non-empty line of an exception's message (or of a text); "" when there is none."""
+    text = message_of(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def error_line(error: BaseException) -> str:
+    """``"TypeError: first line of the message"``, for a report's one-line account of an exception."""
+    return f"{type(error).__name__}: {first_line(error)}"
+
+
+def format_bytes(n: int | float) -> str:
+    """1.25 MiB, 128 KiB, 4 B: binary units, three significant figures."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} GiB"  # unreachable: the loop returns at GiB
+
+
+_DTYPE_SHORT = {"float": "f", "int": "i", "uint": "u", "complex": "c", "bfloat": "bf"}
+
+
+def short_dtype(dtype: str) -> str:
+    """``float32`` -> ``f32``, ``bfloat16`` -> ``bf16``; other names (bool, key<fry>) unchanged."""
+    match = re.fullmatch(r"([a-z]+?)(\d+)", str(dtype))
+    if match and match.group(1) in _DTYPE_SHORT:
+        return _DTYPE_SHORT[match.group(1)] + match.group(2)
+    return str(dtype)
