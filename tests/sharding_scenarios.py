@@ -127,8 +127,8 @@ def main() -> dict:
     bad = jax.jit(jax.shard_map(lambda b: b.sum(), mesh=mesh4, in_specs=P("d"), out_specs=P(), check_vma=False))
     good = jax.jit(jax.shard_map(lambda b: lax.psum(b.sum(), "d"), mesh=mesh4, in_specs=P("d"), out_specs=P()))
     out["bad_value"] = summary(probes.sharding(bad(xs), expression="bad(xs)"))
-    out["bad_call"] = summary(probes.sharding_of_call(bad, xs, call_text="bad(xs)"))
-    out["good_call"] = summary(probes.sharding_of_call(good, xs, call_text="good(xs)"))
+    out["bad_call"] = summary(probes.sharding_of_call(bad, (xs,), call_text="bad(xs)"))
+    out["good_call"] = summary(probes.sharding_of_call(good, (xs,), call_text="good(xs)"))
     out["no_check"] = summary(probes.sharding(bad(xs), expression="bad(xs)", check_replicas=False))
 
     # Section 8.2: compiled shardings and intermediates of a jitted call.
@@ -141,7 +141,7 @@ def main() -> dict:
         jax.debug.inspect_array_sharding(b, callback=lambda s: seen.__setitem__("inspect", str(s.spec)))
         return b.sum(axis=1)
 
-    out["call"] = summary(probes.sharding_of_call(f, x2, call_text="f(x2)", intermediates=True))
+    out["call"] = summary(probes.sharding_of_call(f, (x2,), call_text="f(x2)", intermediates=True))
     out["call_seen"] = seen
     auto = jax.make_mesh((2, 2), ("a", "b"), devices=devices[:4], axis_types=(AxisType.Auto,) * 2)
     xa = jax.device_put(jnp.ones((8, 8)), NamedSharding(auto, P("a", "b")))
@@ -153,7 +153,7 @@ def main() -> dict:
         h = x @ w
         return jnp.tanh(h).T
 
-    out["auto_call"] = summary(probes.sharding_of_call(g, xa, w, call_text="g(xa, w)", intermediates=True))
+    out["auto_call"] = summary(probes.sharding_of_call(g, (xa, w), call_text="g(xa, w)", intermediates=True))
     out["pytree"] = summary(probes.sharding({"w": xa, "b": jnp.ones(2), "n": 3}, expression="params"))
     sds = jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=NamedSharding(mesh22, P("data")))
     out["shape_dtype_struct"] = summary(probes.sharding(sds, expression="sds"))
@@ -164,11 +164,11 @@ def main() -> dict:
     # An uncommitted argument (made on the default device) is moved to the compiled layout on each call.
     h_placed = jax.jit(h, in_shardings=(NamedSharding(auto, P("a", "b")), NamedSharding(auto, P("b", None))))
     out["resharded_call"] = summary(
-        probes.sharding_of_call(h_placed, xa, jnp.ones((8, 4)), call_text="h_placed(xa, jnp.ones((8, 4)))")
+        probes.sharding_of_call(h_placed, (xa, jnp.ones((8, 4))), call_text="h_placed(xa, jnp.ones((8, 4)))")
     )
     # A committed argument laid out differently is an error of JAX's: reported, not hidden.
     out["mismatch_call"] = summary(
-        probes.sharding_of_call(h_placed, xa, w_elsewhere, call_text="h_placed(xa, w_elsewhere)")
+        probes.sharding_of_call(h_placed, (xa, w_elsewhere), call_text="h_placed(xa, w_elsewhere)")
     )
 
     # shard_map local views: per-device prints

@@ -72,8 +72,9 @@ def test_vmapped_function_reports_mapped_indices():
 
 
 def test_unknown_error_set_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown error set bogus"):
+    with pytest.raises(ValueError, match="unknown error sets bogus") as raised:
         error_set("nan,bogus")
+    assert raised.value.parameter == "errors"
 
 
 def test_call_that_raises_is_reported_not_raised():

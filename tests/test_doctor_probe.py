@@ -9,7 +9,6 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.doctor import parse_skip
 
 N = 4
 
@@ -168,8 +167,10 @@ def test_skip_and_errors():
     with probes.doctor(skip=["nans", "keys", "live"]) as report:
         jax.jit(lambda v: v + 1)(jnp.ones(2))
     assert report.checked == ["compiles", "leaks", "transfers"] and report.findings == []
-    with pytest.raises(ValueError, match="unknown: speed"):
-        parse_skip("nans,speed")
+    with pytest.raises(ValueError, match="unknown: speed") as raised:
+        with probes.doctor(skip=["nans", "speed"]):
+            pass
+    assert raised.value.parameter == "skip"
     with pytest.raises(ZeroDivisionError):
         with probes.doctor() as failed:
             _ = 1 / 0

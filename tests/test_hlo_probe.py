@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import weakref
@@ -13,8 +14,10 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic.ipython.call_expression import split_scope_and_call
+from jaxmagic.ipython.option_types import sweep as parse_sweep
+from jaxmagic.probes import ProbeArgumentError
 from jaxmagic.probes._support.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
-from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep
+from jaxmagic.probes.hlo import Sweep, parse_stages
 from jaxmagic.report import Status
 
 
@@ -63,11 +66,12 @@ def test_magic_line_parsing():
     with pytest.raises(ValueError, match="two expressions"):
         split_scope_and_call("f(x) g(y)")
     assert parse_sweep("B=64,256,1024") == ("B", [64, 256, 1024])
-    with pytest.raises(ValueError, match="NAME=V1"):
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=V1"):
         parse_sweep("64,256")
     assert parse_stages("hlo,jaxpr") == ["jaxpr", "hlo"] and parse_stages("all") == ["jaxpr", "stablehlo", "hlo"]
-    with pytest.raises(ValueError, match="unknown stage"):
+    with pytest.raises(ProbeArgumentError, match="unknown stages") as raised:
         parse_stages("xla")
+    assert raised.value.parameter == "stage"
 
 
 # -- scopes -------------------------------------------------------------------

@@ -144,7 +144,7 @@ def test_three_d_facets(scenarios):
     chosen = scenarios["three_d_dims01"]["drawing"]  # --dims 0,1: facets over dim 2
     assert [g["caption"] for g in chosen] == ["u[:, :, 0:4]", "u[:, :, 4:8]"]
     assert chosen[0]["labels"] == [["CPU 0", "CPU 2"], ["CPU 4", "CPU 6"]]
-    assert scenarios["bad_dims"] == "--dims 0,5 does not fit arrays of rank 3"
+    assert scenarios["bad_dims"] == "dims 0,5 does not fit arrays of rank 3"
 
 
 def test_sixty_four_devices_stay_readable(scenarios):
@@ -339,7 +339,7 @@ def test_jax_devices_in_a_fresh_kernel():
     assert (applied, cpu_devices, status) == (False, 4, "problem")
     assert "Restart the kernel" in summary and "already started with 4" in summary
     assert out["same"][0] == "ok" and "already has 4 CPU devices" in out["same"][1]
-    assert out["zero"].startswith("UsageError: %jax_devices takes a positive number")
+    assert out["zero"].startswith("UsageError: %jax_devices: count must be a positive whole number")
 
 
 # -- in this process (one device is enough) ---------------------------------------------
@@ -365,8 +365,9 @@ def test_magic_on_values_and_calls(ip):
     [
         ("%jax_sharding", "needs an array expression"),
         ("%jax_sharding undefined_name", "does not evaluate: NameError"),
-        ("%jax_sharding v --dims 0", "--dims takes two different dimensions"),
-        ("%jax_sharding v --dims a,b", "--dims takes two dimensions such as 0,2"),
+        ("%jax_sharding v --dims 0", "argument --dims: takes two dimensions such as 0,2"),
+        ("%jax_sharding v --dims 1,1", "--dims must be two different dimensions"),
+        ("%jax_sharding v --dims a,b", "argument --dims: takes two dimensions such as 0,2"),
         ("%jax_sharding v --dims 0,4", "does not fit arrays of rank 2"),
     ],
 )

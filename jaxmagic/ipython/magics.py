@@ -7,6 +7,8 @@ real help), runs the cell or the call inside a probe, stores the report under
 
 from __future__ import annotations
 
+import contextlib
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -15,6 +17,15 @@ from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call,
 from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unparsable
 from jaxmagic.ipython.display import display_report
 from jaxmagic.ipython.expression import callee_is_jitted, evaluate_expression, parse_expression
+from jaxmagic.ipython.option_types import (
+    bounded_int,
+    comma_list,
+    dimension_pair,
+    positive_float,
+    sweep,
+    vmap_axes,
+)
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 
 
 class _ProbesOnFirstUse:
@@ -45,6 +56,24 @@ class JaxMagics(Magics):
         if name is not None and not name.isidentifier():
             raise UsageError(f"-o needs a Python variable name, got {name!r}.")
         return args
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _options_checked(magic, **flag_of):
+        """Turn a probe's ProbeArgumentError into a UsageError that names the magic's option.
+
+        A parameter maps to the option whose argparse ``dest`` it equals, unless
+        ``flag_of`` names the option for it (``vmap_axes="--vmap"``).
+        """
+        try:
+            yield
+        except ProbeArgumentError as error:
+            flag = flag_of.get(error.parameter)
+            if flag is None:
+                options = [a.option_strings for a in magic.parser._actions if a.dest == error.parameter]
+                # An option is named by its flag; a positional argument by the magic and its name.
+                flag = max(options[0], key=len) if options and options[0] else f"%{magic.__name__}: {error.parameter}"
+            raise UsageError(f"{flag} {error.problem}.") from None
 
     def _publish(self, report, args) -> None:
         if getattr(args, "output", None):
@@ -102,7 +131,7 @@ class JaxMagics(Magics):
     @magic_arguments()
     @argument(
         "--budget",
-        type=int,
+        type=bounded_int(0),
         metavar="N",
         help="After the report, fail the cell if a function of yours "
         "compiled more than N times (only the one named by --fn, if given).",
@@ -130,11 +159,10 @@ class JaxMagics(Magics):
         """
         __tracebackhide__ = True
         args = self._parse(self.jax_compiles, line)
-        if args.budget is not None and args.budget < 0:
-            raise UsageError(f"--budget takes a number of compilations, 0 or more; got {args.budget}.")
         if args.fn is not None and args.budget is None:
             raise UsageError("--fn names the function that --budget applies to; give --budget N as well.")
-        probe = probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
+        with self._options_checked(self.jax_compiles):
+            probe = probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
         self._run_cell_in_probe(probe, args, cell)
         probe.report.raise_if_over_budget()
 
@@ -143,7 +171,7 @@ class JaxMagics(Magics):
     @argument(
         "-n",
         "--runs",
-        type=int,
+        type=bounded_int(1),
         default=20,
         metavar="RUNS",
         help="Steady-state runs to time after the first one (default 20).",
@@ -164,8 +192,6 @@ class JaxMagics(Magics):
         args = self._parse(self.jax_stages, option_text)
         if not call_text:
             raise UsageError("%jax_stages needs a call to time, e.g. %jax_stages step(params, x)")
-        if args.runs < 1:
-            raise UsageError(f"-n takes the number of steady-state runs, 1 or more; got {args.runs}.")
         call = self._evaluate(call_text)
         report = probes.stages_of_call(call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text)
         del call  # keep no user array alive
@@ -205,6 +231,7 @@ class JaxMagics(Magics):
     )
     @argument(
         "--vmap",
+        type=vmap_axes,
         metavar="AXES",
         help="Check each sample: vmap the checked function with these "
         "in_axes (0, or 0,None, ...); errors then name the failing samples' indices.",
@@ -222,17 +249,15 @@ class JaxMagics(Magics):
         args = self._parse(self.jax_check, option_text)
         if not call_text:
             raise UsageError("%jax_check needs a call to check, e.g. %jax_check risky(x, i)")
-        try:
-            from jaxmagic.probes.check import error_set, parse_vmap_axes
+        from jaxmagic.probes.check import error_set
 
+        with self._options_checked(self.jax_check):
             error_set(args.errors)
-            vmap_axes = None if args.vmap is None else parse_vmap_axes(args.vmap)
-        except ValueError as error:
-            raise UsageError(f"{error}.") from None
         call = self._evaluate(call_text)
-        report = probes.check(
-            call.function, *call.args, errors=args.errors, call_text=call.text, vmap_axes=vmap_axes, **call.kwargs
-        )
+        with self._options_checked(self.jax_check, vmap_axes="--vmap"):
+            report = probes.check_of_call(
+                call.function, call.args, call.kwargs, errors=args.errors, call_text=call.text, vmap_axes=args.vmap
+            )
         del call  # keep no user array alive
         self._publish(report, args)
 
@@ -245,6 +270,7 @@ class JaxMagics(Magics):
     )
     @argument(
         "--dims",
+        type=dimension_pair,
         metavar="I,J",
         help="For arrays of rank > 2: the two dimensions to draw; "
         "the others' blocks become facets. Default: the split dimensions.",
@@ -277,18 +303,13 @@ class JaxMagics(Magics):
         args = self._parse(self.jax_sharding, option_text)
         if not text:
             raise UsageError("%jax_sharding needs an array expression or a call, e.g. %jax_sharding x")
-        dims = None
-        if args.dims is not None:
-            try:
-                dims = [int(d) for d in args.dims.split(",")]
-            except ValueError:
-                raise UsageError(f"--dims takes two dimensions such as 0,2, got {args.dims!r}.") from None
+        dims = args.dims
         try:
             parse_expression(text)
             as_call = args.intermediates or callee_is_jitted(text, self.shell.user_ns)
         except CallExpressionError as error:
             raise UsageError(str(error)) from None
-        try:
+        with self._options_checked(self.jax_sharding):
             if as_call:
                 call = self._evaluate(text)
                 report, error = probes.run_sharding_call(
@@ -308,10 +329,6 @@ class JaxMagics(Magics):
                     None,
                 )
                 del value
-        except ValueError as problem:  # --dims that do not fit
-            if "--dims" not in str(problem):
-                raise
-            raise UsageError(f"{problem}.") from None
         self._publish(report, args)
         if error is not None:
             raise error
@@ -340,9 +357,9 @@ class JaxMagics(Magics):
         count = None
         if args.count is not None:
             count = self._evaluate_value(args.count)
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise UsageError(f"%jax_devices takes a positive number of devices, got {args.count!r} = {count!r}.")
-        self._publish(probes.devices(count), args)
+        with self._options_checked(self.jax_devices):
+            report = probes.devices(count)
+        self._publish(report, args)
 
     # -- tracer errors, leaks, config, environment, tracebacks (chapter sections 4 and 6) --
 
@@ -480,10 +497,8 @@ class JaxMagics(Magics):
         args = self._parse(self.jax_traceback, line)
         previous = ""
         if args.mode is not None:
-            try:
+            with self._options_checked(self.jax_traceback):
                 previous = probes.set_traceback_filtering(args.mode)
-            except ValueError as error:
-                raise UsageError(f"{error}.") from None
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         report = probes.traceback_view(error, previous_mode=previous)
         del error
@@ -522,6 +537,7 @@ class JaxMagics(Magics):
     )
     @argument(
         "--sweep",
+        type=sweep,
         metavar="NAME=V1,V2,...",
         help="Compile once per value of NAME, a name the call "
         "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().",
@@ -542,16 +558,17 @@ class JaxMagics(Magics):
         B=64,256,1024 compiles once per value of B and tabulates the memory.
         """
         from jaxmagic.ipython.call_expression import split_scope_and_call
-        from jaxmagic.probes.hlo import Sweep, parse_stages, parse_sweep
+        from jaxmagic.probes.hlo import Sweep, parse_stages
 
         text, option_text = self._split(self.jax_hlo, line)
         args = self._parse(self.jax_hlo, option_text)
         try:
             scope, call_text = split_scope_and_call(text)
-            stages = parse_stages(args.stage)
-            sweep_name, sweep_values = parse_sweep(args.sweep) if args.sweep else ("", [])
         except ValueError as error:
             raise UsageError(f"{error}.") from None
+        with self._options_checked(self.jax_hlo):
+            stages = parse_stages(args.stage)
+        sweep_name, sweep_values = args.sweep or ("", [])
         if not call_text:
             raise UsageError(
                 "%jax_hlo needs a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
@@ -574,22 +591,26 @@ class JaxMagics(Magics):
                 return built.function, built.args, built.kwargs
 
             sweep = Sweep(sweep_name, sweep_values, build)
-        report = probes.hlo(
+        report = probes.hlo_of_call(
             call.function,
-            *call.args,
+            call.args,
+            call.kwargs,
             scope=scope,
             stage=stages,
             call_text=call.text,
             namespace=namespace,
             sweep=sweep,
-            **call.kwargs,
         )
         del call, sweep  # keep no user array alive
         self._publish(report, args)
 
     @magic_arguments()
     @argument(
-        "--top", type=int, default=10, metavar="N", help="Show the N largest groups (default 10; the report keeps all)."
+        "--top",
+        type=bounded_int(1),
+        default=10,
+        metavar="N",
+        help="Show the N largest groups (default 10; the report keeps all).",
     )
     @argument(
         "--profile",
@@ -616,8 +637,6 @@ class JaxMagics(Magics):
 
         __tracebackhide__ = True
         args = self._parse(self.jax_live, line)
-        if args.top < 1:
-            raise UsageError(f"--top takes a positive number of groups, got {args.top}.")
         if args.profile and not os.path.isdir(os.path.dirname(os.path.abspath(args.profile))):
             raise UsageError(f"--profile: the directory of {args.profile!r} does not exist.")
         options = dict(namespace=self.shell.user_ns, top=args.top, profile=args.profile)
@@ -662,7 +681,7 @@ class JaxMagics(Magics):
     )
     @argument(
         "--rtol",
-        type=float,
+        type=positive_float,
         metavar="R",
         help="Relative tolerance (of each leaf's largest reference "
         "value). Default by dtype: 1e-4 for float32, 1e-10 for float64.",
@@ -685,8 +704,6 @@ class JaxMagics(Magics):
         args = self._parse(self.jax_bisect, option_text)
         if not call_text:
             raise UsageError("%jax_bisect needs a call, e.g. %jax_bisect model(params, x) --ref expected")
-        if args.rtol is not None and not args.rtol > 0:
-            raise UsageError(f"--rtol takes a positive relative tolerance, got {args.rtol}.")
         reference = None
         if args.ref is not None:
             text = args.ref.strip()
@@ -694,14 +711,14 @@ class JaxMagics(Magics):
                 text = text[1:-1]
             reference = self._evaluate_value(text)
         call = self._evaluate(call_text)
-        report = probes.bisect(
+        report = probes.bisect_of_call(
             call.function,
-            *call.args,
+            call.args,
+            call.kwargs,
             ref=reference,
             rtol=args.rtol,
             call_text=call.text,
             namespace=self.shell.user_ns,
-            **call.kwargs,
         )
         del call, reference  # keep no user array alive
         self._publish(report, args)
@@ -728,6 +745,8 @@ class JaxMagics(Magics):
     @magic_arguments()
     @argument(
         "--skip",
+        type=comma_list,
+        default=[],
         metavar="PROBES",
         help="Comma-separated probes not to run: nans, compiles, leaks, keys, transfers, live.",
     )
@@ -746,11 +765,7 @@ class JaxMagics(Magics):
         The cell runs once; a tracer leak still stops it.
         """
         __tracebackhide__ = True
-        from jaxmagic.probes.doctor import parse_skip
-
         args = self._parse(self.jax_doctor, line)
-        try:
-            skip = parse_skip(args.skip)
-        except ValueError as error:
-            raise UsageError(f"{error}.") from None
-        return self._run_cell_in_probe(probes.doctor(skip=skip, namespace=self.shell.user_ns), args, cell)
+        with self._options_checked(self.jax_doctor):
+            probe = probes.doctor(skip=args.skip, namespace=self.shell.user_ns)
+        return self._run_cell_in_probe(probe, args, cell)

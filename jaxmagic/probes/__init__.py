@@ -1,17 +1,28 @@
 """Probes: plain-Python context managers and functions, usable without IPython.
 
 Each probe switches one JAX tool on, runs the user's code, switches it off and
-returns (or yields) a report.
+returns (or yields) a report. Probes that take a call have two forms: the
+explicit ``X_of_call(fn, args, kwargs, *, options)``, where the call's own
+keywords can have any name, and ``X(fn, *args, options..., **kwargs)`` for
+people. A bad option raises ``ProbeArgumentError`` (a ValueError) naming the
+parameter.
 """
 
-from jaxmagic.probes.check import CheckReport, check
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes.bisect import BisectReport, bisect, bisect_of_call
+from jaxmagic.probes.check import CheckReport, check, check_of_call
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
 from jaxmagic.probes.devices import DevicesReport, devices
+from jaxmagic.probes.doctor import DoctorReport, doctor
 from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
+from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
+from jaxmagic.probes.keys import KeyReport, keys
 from jaxmagic.probes.leaks import LeakReport, leaks
+from jaxmagic.probes.live import LiveReport, live, live_diff
 from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
+from jaxmagic.probes.prints import PrintReport, prints
 from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
 from jaxmagic.probes.sharding import run_call as run_sharding_call
 from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
@@ -19,23 +30,38 @@ from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering,
 from jaxmagic.probes.transfers import TransferReport, transfers
 
 __all__ = [
+    "ProbeArgumentError",
+    # seeing values and the program (chapter sections 1-2)
+    "prints",
+    "PrintReport",
+    "bisect",
+    "bisect_of_call",
+    "BisectReport",
+    "hlo",
+    "hlo_of_call",
+    "HloReport",
+    # numerical problems (section 3)
     "nans",
     "NanReport",
     "check",
+    "check_of_call",
     "CheckReport",
-    "sharding",
-    "sharding_of_call",
-    "run_sharding_call",
-    "ShardingReport",
-    "devices",
-    "DevicesReport",
-]
-__all__ += [
-    "leaks",
-    "LeakReport",
+    # tracer errors and leaks (section 4)
     "explain",
     "explain_any",
     "TracerErrorReport",
+    "leaks",
+    "LeakReport",
+    # compilation and speed (section 5)
+    "compiles",
+    "CompileReport",
+    "CompileBudgetExceeded",
+    "stages",
+    "stages_of_call",
+    "StagesReport",
+    "transfers",
+    "TransferReport",
+    # errors and configuration (section 6)
     "config_diff",
     "ConfigReport",
     "environment",
@@ -43,24 +69,22 @@ __all__ += [
     "traceback_view",
     "set_traceback_filtering",
     "TracebackReport",
+    # memory (section 7)
+    "live",
+    "live_diff",
+    "LiveReport",
+    # several devices (section 8)
+    "sharding",
+    "sharding_of_call",
+    "run_sharding_call",
+    "ShardingReport",
+    "devices",
+    "DevicesReport",
+    "per_device",
+    "PerDeviceReport",
+    # the whole cell (section 9)
+    "keys",
+    "KeyReport",
+    "doctor",
+    "DoctorReport",
 ]
-__all__ += ["compiles", "CompileReport", "CompileBudgetExceeded"]
-__all__ += ["per_device", "PerDeviceReport"]
-from jaxmagic.probes.hlo import HloReport, hlo  # noqa: E402
-from jaxmagic.probes.live import LiveReport, live, live_diff  # noqa: E402
-
-__all__ += ["hlo", "HloReport", "live", "live_diff", "LiveReport"]
-__all__ += ["stages", "stages_of_call", "StagesReport"]
-__all__ += ["transfers", "TransferReport"]
-from jaxmagic.probes.prints import PrintReport, prints  # noqa: E402
-
-__all__ += ["prints", "PrintReport"]
-from jaxmagic.probes.bisect import BisectReport, bisect  # noqa: E402
-
-__all__ += ["bisect", "BisectReport"]
-from jaxmagic.probes.keys import KeyReport, keys  # noqa: E402
-
-__all__ += ["keys", "KeyReport"]
-from jaxmagic.probes.doctor import DoctorReport, doctor  # noqa: E402
-
-__all__ += ["doctor", "DoctorReport"]

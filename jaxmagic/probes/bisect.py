@@ -431,6 +431,21 @@ def bisect(
     namespace: dict | None = None,
     **kwargs: Any,
 ) -> BisectReport:
+    """``bisect_of_call(fn, args, kwargs, ...)`` for people: the call's own keywords may not be
+    named like this function's options here (use :func:`bisect_of_call` then)."""
+    return bisect_of_call(fn, args, kwargs, ref=ref, rtol=rtol, call_text=call_text, namespace=namespace)
+
+
+def bisect_of_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    ref: Any = None,
+    rtol: float | None = None,
+    call_text: str = "",
+    namespace: dict | None = None,
+) -> BisectReport:
     """Run ``fn(*args, **kwargs)`` jitted, op by op and as a reference; say which layer is wrong.
 
     ``ref``: the expected result (a pytree of arrays, e.g. a NumPy float64
@@ -441,6 +456,7 @@ def bisect(
     """
     import jax
 
+    args, kwargs = tuple(args), dict(kwargs or {})
     report = BisectReport(call=call_text or f"{getattr(fn, '__name__', 'f')}(...)")
     jitted, how = _jitted(fn, args, kwargs)
     with preserved_jax_state(("jax_enable_x64", "jax_disable_jit")):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import message_of
@@ -55,9 +56,10 @@ def error_set(names: str | list[str]):
     wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
     unknown = [n for n in wanted if n not in sets]
     if unknown or not wanted:
-        raise ValueError(
-            f"unknown error set {', '.join(unknown) or '(empty)'}; "
-            f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated"
+        raise ProbeArgumentError(
+            "errors",
+            f"names unknown error sets {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated",
         )
     combined = frozenset()
     for name in wanted:
@@ -167,18 +169,22 @@ class CheckReport(Report):
         return Document("%jax_check", self.status, self.summary, sections)
 
 
-def parse_vmap_axes(text: str):
-    """``"0"`` -> 0, ``"0,None"`` -> (0, None): vmap's in_axes from the command line."""
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        axes = tuple(None if p == "None" else int(p) for p in parts)
-    except ValueError:
-        raise ValueError(f"--vmap takes in_axes such as 0 or 0,None, got {text!r}") from None
-    return axes[0] if len(axes) == 1 else axes
-
-
 def check(
     fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "", vmap_axes=None, **kwargs: Any
+) -> CheckReport:
+    """``check_of_call(fn, args, kwargs, ...)`` for people: the call's own keywords may not be
+    named ``errors``, ``call_text`` or ``vmap_axes`` here (use :func:`check_of_call` then)."""
+    return check_of_call(fn, args, kwargs, errors=errors, call_text=call_text, vmap_axes=vmap_axes)
+
+
+def check_of_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    errors: str | list[str] = "all",
+    call_text: str = "",
+    vmap_axes=None,
 ) -> CheckReport:
     """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error.
 
@@ -189,6 +195,7 @@ def check(
     import jax
     from jax.experimental import checkify
 
+    args, kwargs = tuple(args), dict(kwargs or {})
     names = [n.strip() for n in errors.split(",")] if isinstance(errors, str) else list(errors)
     report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)
     # jax.vmap's wrapper announces itself in its docstring; nothing else marks it.

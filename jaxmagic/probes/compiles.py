@@ -49,6 +49,7 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.restore import jax_loggers, preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import cell_label, is_user_file, source_line
 from jaxmagic.report.wording import error_line
@@ -592,7 +593,7 @@ class compiles:
         raise_over_budget: bool = True,
     ):
         if budget is not None and budget < 0:
-            raise ValueError(f"budget must be 0 or more, got {budget}")
+            raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
         self.report = CompileReport(show_all=show_all, budget=budget, budget_function=fn or "")
         self.raise_over_budget = raise_over_budget
         self._collector: _Collector | None = None

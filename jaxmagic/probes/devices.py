@@ -19,6 +19,7 @@ import dataclasses
 import os
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, Status
 
 _FLAG = "--xla_force_host_platform_device_count"
@@ -128,7 +129,7 @@ def devices(count: int | None = None) -> DevicesReport:
     import jax
 
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-        raise ValueError(f"the number of devices must be a positive integer, got {count!r}")
+        raise ProbeArgumentError("count", f"must be a positive whole number of devices, got {count!r}")
     report = DevicesReport(
         requested=count, backend_started=compat.backend_started(), xla_flags=os.environ.get("XLA_FLAGS", "")
     )

@@ -47,6 +47,7 @@ from collections.abc import Iterator
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import message_of
@@ -511,25 +512,25 @@ def rank_findings(report: DoctorReport) -> list[Finding]:
 # -- the probe ------------------------------------------------------------------
 
 
-def parse_skip(text: str | None) -> list[str]:
-    """``"leaks,live"`` -> ["leaks", "live"]; ValueError naming an unknown probe."""
-    if not text:
-        return []
-    names = [word.strip() for word in text.split(",") if word.strip()]
-    unknown = [n for n in names if n not in PROBES]
-    if unknown:
-        raise ValueError(f"--skip takes probes among {', '.join(PROBES)}; unknown: {', '.join(unknown)}")
-    return names
-
-
-@contextlib.contextmanager
-def doctor(*, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = None) -> Iterator[DoctorReport]:
+def doctor(
+    *, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = None
+) -> contextlib.AbstractContextManager[DoctorReport]:
     """Run the block under every probe not in ``skip``; the report ranks what they found.
 
     The block's own exception (or a tracer leak's) propagates unchanged after
     the report is filled in. ``namespace`` (the user's variables) lets the
-    probes name what holds leaked tracers and live arrays.
+    probes name what holds leaked tracers and live arrays. An unknown name in
+    ``skip`` raises ProbeArgumentError here, before any block runs.
     """
+    skip = list(dict.fromkeys(skip))
+    unknown = [name for name in skip if name not in PROBES]
+    if unknown:
+        raise ProbeArgumentError("skip", f"takes probes among {', '.join(PROBES)}; unknown: {', '.join(unknown)}")
+    return _doctor_block(skip, namespace)
+
+
+@contextlib.contextmanager
+def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorReport]:
     from jaxmagic._jax import jit_calls
     from jaxmagic.probes._support.nan_watch import NanWatch
     from jaxmagic.probes.compiles import compiles
@@ -537,7 +538,6 @@ def doctor(*, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = N
     from jaxmagic.probes.leaks import leaks
     from jaxmagic.probes.transfers import transfers
 
-    skip = list(dict.fromkeys(skip))
     report = DoctorReport(checked=[p for p in PROBES if p not in skip], skipped=skip)
     watch = NanWatch() if "nans" not in skip else None
     try:

@@ -34,6 +34,7 @@ import numpy as np
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.name_paths import NamePath, find_run, parse_name, scope_path, split_query
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
@@ -644,24 +645,11 @@ def parse_stages(text: str | Iterable[str]) -> list[str]:
         return list(STAGES)
     unknown = [n for n in names if n not in STAGES]
     if unknown or not names:
-        raise ValueError(f"unknown stage {', '.join(unknown) or '(empty)'}; choose from jaxpr, stablehlo, hlo, all")
+        raise ProbeArgumentError(
+            "stage",
+            f"names unknown stages {', '.join(unknown) or '(none given)'}; choose from jaxpr, stablehlo, hlo, all",
+        )
     return [s for s in STAGES if s in names]
-
-
-def parse_sweep(text: str) -> tuple[str, list]:
-    """``"B=64,256,1024"`` -> ``("B", [64, 256, 1024])``."""
-    name, sep, values = text.partition("=")
-    name = name.strip()
-    if not sep or not name.isidentifier() or not values.strip():
-        raise ValueError(f"--sweep takes NAME=V1,V2,... such as B=64,256,1024, got {text!r}")
-    parsed = []
-    for raw in values.split(","):
-        raw = raw.strip()
-        try:
-            parsed.append(ast.literal_eval(raw))
-        except (ValueError, SyntaxError):
-            raise ValueError(f"--sweep value {raw!r} is not a Python literal (a number such as 64)") from None
-    return name, parsed
 
 
 def hlo(
@@ -673,6 +661,24 @@ def hlo(
     namespace: dict | None = None,
     sweep: Sweep | None = None,
     **kwargs: Any,
+) -> HloReport:
+    """``hlo_of_call(fn, args, kwargs, ...)`` for people: the call's own keywords may not be
+    named like this function's options here (use :func:`hlo_of_call` then)."""
+    return hlo_of_call(
+        fn, args, kwargs, scope=scope, stage=stage, call_text=call_text, namespace=namespace, sweep=sweep
+    )
+
+
+def hlo_of_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    scope: str | None = None,
+    stage: str | Iterable[str] = "all",
+    call_text: str = "",
+    namespace: dict | None = None,
+    sweep: Sweep | None = None,
 ) -> HloReport:
     """Trace, lower and compile ``fn(*args, **kwargs)`` (never run it) and report on the program.
 
@@ -687,6 +693,7 @@ def hlo(
     """
     import jax
 
+    args, kwargs = tuple(args), dict(kwargs or {})
     stages = parse_stages(stage)
     jitted = fn if compat.is_jitted(fn) else jax.jit(fn)
     report = HloReport(

@@ -9,7 +9,7 @@ Usage without IPython::
     layout.blocks        # each block: its index ranges and the devices holding it
     layout.replica_check # "consistent", "differ", "not needed", ...
 
-    report = jaxmagic.probes.sharding_of_call(f, x, intermediates=True)
+    report = jaxmagic.probes.sharding_of_call(f, (x,), intermediates=True)
     report.call.inputs, report.call.outputs   # the shardings jit compiled f with
     report.call.intermediates                  # what the compiler chose inside f
 
@@ -30,6 +30,7 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import message_of
@@ -307,12 +308,13 @@ def sharding(
 
 def sharding_of_call(
     fn: Callable,
-    *args: Any,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
     call_text: str = "",
     intermediates: bool = False,
     dims: list[int] | None = None,
     check_replicas: bool = True,
-    **kwargs: Any,
 ) -> ShardingReport:
     """Run ``fn(*args, **kwargs)`` (jitted) and report the shardings it was compiled with.
 
@@ -320,7 +322,13 @@ def sharding_of_call(
     what happened (use ``run_call`` to also get the exception).
     """
     report, _error = run_call(
-        fn, args, kwargs, call_text=call_text, intermediates=intermediates, dims=dims, check_replicas=check_replicas
+        fn,
+        tuple(args),
+        dict(kwargs or {}),
+        call_text=call_text,
+        intermediates=intermediates,
+        dims=dims,
+        check_replicas=check_replicas,
     )
     return report
 
@@ -391,12 +399,12 @@ def _check_dims(report: ShardingReport) -> None:
     if report.dims is None:
         return
     if len(report.dims) != 2 or report.dims[0] == report.dims[1]:
-        raise ValueError(f"--dims takes two different dimensions, such as 0,2; got {report.dims}")
+        raise ProbeArgumentError("dims", f"must be two different dimensions, such as 0,2; got {report.dims}")
     ranks = [len(a.shape) for a in report.arrays]
     if ranks and not any(max(report.dims) < r for r in ranks):
-        raise ValueError(
-            f"--dims {report.dims[0]},{report.dims[1]} does not fit arrays of rank "
-            f"{', '.join(map(str, sorted(set(ranks))))}"
+        raise ProbeArgumentError(
+            "dims",
+            f"{report.dims[0]},{report.dims[1]} does not fit arrays of rank {', '.join(map(str, sorted(set(ranks))))}",
         )
 
 

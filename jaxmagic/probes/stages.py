@@ -30,6 +30,7 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, Status
 from jaxmagic.report.wording import format_bytes, short_dtype
 
@@ -231,13 +232,13 @@ def stages(fn: Callable, *args: Any, runs: int = DEFAULT_RUNS, call_text: str = 
 
 
 def stages_of_call(
-    fn: Callable, args: tuple | list, kwargs: dict, *, runs: int = DEFAULT_RUNS, call_text: str = ""
+    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, runs: int = DEFAULT_RUNS, call_text: str = ""
 ) -> StagesReport:
     """``stages`` with the call's arguments given as a sequence and a dict (any keyword names allowed)."""
     import jax
 
     if runs < 1:
-        raise ValueError(f"runs must be 1 or more, got {runs}")
+        raise ProbeArgumentError("runs", f"must be 1 or more, got {runs}")
     name = getattr(fn, "__name__", type(fn).__name__)
     report = StagesReport(call=call_text or f"{name}(...)", function=name)
     is_jitted = compat.is_jitted(fn)

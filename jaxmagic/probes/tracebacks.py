@@ -21,6 +21,7 @@ import traceback
 from types import TracebackType
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import message_of
@@ -76,7 +77,7 @@ def set_traceback_filtering(mode: str) -> str:
     import jax
 
     if mode not in MODES:
-        raise ValueError(f"unknown traceback filtering mode {mode!r}; choose from {', '.join(MODES)}")
+        raise ProbeArgumentError("mode", f"{mode!r} is not a traceback filtering mode; choose from {', '.join(MODES)}")
     previous = jax.config.jax_traceback_filtering
     jax.config.update("jax_traceback_filtering", mode)
     return previous

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 
 from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
@@ -213,7 +214,7 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
     import jax
 
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise ProbeArgumentError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     report = TransferReport(mode=mode)
     with preserved_jax_state(CONFIG_NAMES):
         report.backend = jax.default_backend()

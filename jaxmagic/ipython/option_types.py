@@ -1,0 +1,90 @@
+"""argparse ``type=`` converters for magic options, so a bad value is IPython's own UsageError.
+
+``parse_argstring`` turns an ``argparse.ArgumentTypeError`` raised here into a
+one-line ``UsageError`` that names the option (``argument --dims: ...``). Only
+the text of the command line is parsed here; what a value means is checked by
+the probe, which raises ``ProbeArgumentError`` naming its parameter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+
+# A number of runs, groups or devices beyond this is a typo, not a request: we say so
+# instead of running until the user interrupts (or the backend fails to start).
+LARGEST_COUNT = 100_000
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """The user's value in a message, cut short: a UsageError should stay one readable line."""
+    text = str(text)
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def bounded_int(low: int, high: int = LARGEST_COUNT):
+    """A converter accepting whole numbers from ``low`` to ``high``."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes a whole number, got {_shown(text)}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"takes a number from {low} to {high:,}, got {value:,}")
+        return value
+
+    convert.__name__ = "number"  # argparse names the type in its own messages
+    return convert
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a positive number, got {_shown(text)}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a positive number, got {_shown(text)}")
+    return value
+
+
+def comma_list(text: str) -> list[str]:
+    """``"leaks, live"`` -> ``["leaks", "live"]``."""
+    return [word.strip() for word in text.split(",") if word.strip()]
+
+
+def dimension_pair(text: str) -> list[int]:
+    """``"0,2"`` -> ``[0, 2]``."""
+    try:
+        dims = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes two dimensions such as 0,2, got {_shown(text)}") from None
+    if len(dims) != 2:
+        raise argparse.ArgumentTypeError(f"takes two dimensions such as 0,2, got {_shown(text)}")
+    return dims
+
+
+def vmap_axes(text: str):
+    """``"0"`` -> 0, ``"0,None"`` -> (0, None): vmap's in_axes."""
+    try:
+        axes = tuple(None if part.strip() == "None" else int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes in_axes such as 0 or 0,None, got {_shown(text)}") from None
+    return axes[0] if len(axes) == 1 else axes
+
+
+def sweep(text: str) -> tuple[str, list]:
+    """``"B=64,256,1024"`` -> ``("B", [64, 256, 1024])``."""
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier() or not values.strip():
+        raise argparse.ArgumentTypeError(f"takes NAME=V1,V2,... such as B=64,256,1024, got {_shown(text)}")
+    parsed = []
+    for raw in values.split(","):
+        try:
+            parsed.append(ast.literal_eval(raw.strip()))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise argparse.ArgumentTypeError(
+                f"value {_shown(raw.strip())} is not a Python literal (a number such as 64)"
+            ) from None
+    return name, parsed

@@ -1,0 +1,141 @@
+"""The package's layers, enforced: who may import what (see docs/DESIGN.md)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "jaxmagic"
+
+# Mentions of jax._src outside _jax/ that are text, not imports: file paths a traceback
+# is classified by, and the name of JAX's logger in a message.
+JAX_SRC_TEXT_ALLOWED = {"probes/tracebacks.py", "probes/prints.py"}
+
+
+def _modules(under: str = "") -> list[Path]:
+    return sorted((PACKAGE / under).rglob("*.py"))
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` in the file names, at any depth."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_top_level_holds_only_subpackages():
+    entries = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    files = {name for name in entries if (PACKAGE / name).is_file()}
+    assert files == {"__init__.py"}, f"modules at the package top level: {sorted(files - {'__init__.py'})}"
+    assert {"ipython", "probes", "_jax", "report", "render"} <= entries
+
+
+def test_probes_import_without_ipython():
+    code = "import sys, jaxmagic.probes; sys.exit(1 if any(m.split('.')[0] == 'IPython' for m in sys.modules) else 0)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, "importing jaxmagic.probes imported IPython" + result.stderr[-2000:]
+
+
+def test_only_the_ipython_layer_imports_ipython():
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in _modules()
+        if path.relative_to(PACKAGE).parts[0] != "ipython"
+        and any(name.split(".")[0] == "IPython" for name in _imported_modules(path))
+    ]
+    assert offenders == []
+
+
+def test_jax_private_modules_only_under_underscore_jax():
+    offenders = []
+    for path in _modules():
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith("_jax/"):
+            continue
+        if any(name.startswith("jax._src") for name in _imported_modules(path)):
+            offenders.append(f"{relative} imports jax._src")
+        elif "jax._src" in path.read_text() and relative not in JAX_SRC_TEXT_ALLOWED:
+            offenders.append(f"{relative} mentions jax._src")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("layer", ["render", "report", "_jax"])
+def test_lower_layers_import_no_probe_and_no_magic(layer):
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in _modules(layer)
+        for name in _imported_modules(path)
+        if name.startswith(("jaxmagic.probes", "jaxmagic.ipython"))
+    ]
+    assert offenders == []
+
+
+def test_render_reads_only_the_document_model():
+    allowed = ("jaxmagic.render", "jaxmagic.report")
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in _modules("render")
+        for name in _imported_modules(path)
+        if name.startswith("jaxmagic") and not name.startswith(allowed)
+    ]
+    assert offenders == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    offenders = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxmagic"):
+                offenders += [
+                    f"{path.relative_to(PACKAGE)}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_")
+                ]
+    assert offenders == []
+
+
+def _report_classes():
+    from jaxmagic import probes
+    from jaxmagic.report import Report
+
+    return [value for value in vars(probes).values() if isinstance(value, type) and issubclass(value, Report)]
+
+
+def _dataclasses_in(hint) -> list[type]:
+    found = []
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        found.append(hint)
+    for argument in typing.get_args(hint):
+        found += _dataclasses_in(argument)
+    return found
+
+
+def test_report_field_types_are_importable_from_the_reports_module():
+    missing = []
+    for report_class in _report_classes():
+        module = importlib.import_module(report_class.__module__)
+        hints = typing.get_type_hints(report_class)
+        for field in dataclasses.fields(report_class):
+            for field_type in _dataclasses_in(hints.get(field.name)):
+                if getattr(module, field_type.__name__, None) is not field_type:
+                    missing.append(f"{report_class.__name__}.{field.name}: {field_type.__qualname__}")
+    assert missing == []
+
+
+def test_every_probe_is_listed_once_in_all():
+    from jaxmagic import probes
+
+    assert len(probes.__all__) == len(set(probes.__all__))
+    assert all(hasattr(probes, name) for name in probes.__all__)
+    assert {report.__name__ for report in _report_classes()} <= set(probes.__all__)
