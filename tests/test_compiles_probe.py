@@ -193,7 +193,10 @@ def test_static_argument_that_compares_by_identity():
         apply(x, Config(2))
         apply(x, Config(2))
     second = rep.compilations_of("apply")[1]
-    assert second.cause == "static_identity" and second.changes == ["config (Config(scale=2))"]
+    assert second.cause == "static_identity" and len(second.changes) == 1
+    change = second.changes[0]
+    assert change.startswith("config: a new Config (id 0x") and "equal-looking (Config(scale=2))" in change
+    assert "hashed by identity" in change
 
 
 def test_config_context_change():
@@ -500,8 +503,9 @@ def test_signature_text_is_bounded():
 
 def test_numpy_static_value_repr_is_bounded():
     value = compiles_module._static_value(tuple(range(1000)))
-    assert len(value[0]) < 60 and value[1] == hash(tuple(range(1000)))
-    assert compiles_module._static_value(np.zeros(3))[1] is None  # unhashable: None, no error
+    assert value.text == "<tuple object>" and value.hashed == hash(tuple(range(1000)))  # never cut mid-repr
+    assert not value.by_identity and value.kind == "value"
+    assert compiles_module._static_value(np.zeros(3)).hashed is None  # unhashable: None, no error
 
 
 # -- the magic ----------------------------------------------------------------------
@@ -582,11 +586,203 @@ def test_unavailable_explanation_without_a_changed_static_argument():
     summary = compiles_module.FunctionCompiles(name="g", kind="user", count=1, causes={"first": 1})
     state = compiles_module._FunctionState(summary, last_types=["f32[3]"], last_static={})
     info = compiles_module._CallInfo()
-    cause, why, changes = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True)
-    assert cause == "unexplained" and changes == []
-    assert "no static arguments" in why
+    [found] = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True, {})
+    assert found.cause == "unexplained" and found.changes == []
+    assert "no static arguments" in found.why
     info.static_argnames = ["mode"]
-    info.static_values = {"mode": ("'fast'", hash("fast"))}
-    state.last_static = {"mode": ("'fast'", hash("fast"))}
-    cause, why, _ = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True)
-    assert cause == "unexplained" and "(mode) kept their values" in why
+    info.static_values = {"mode": compiles_module._static_value("fast")}
+    state.last_static = {"mode": compiles_module._static_value("fast")}
+    [found] = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True, {})
+    assert found.cause == "unexplained" and "(mode) kept their values" in found.why
+
+
+# -- shapes from public issue threads ------------------------------------------------
+
+
+def test_jit_of_grad_built_inside_a_helper_is_the_users_function():
+    # jax-ml/jax#2515: `return jit(grad(_Likelihood))(pars[0], pars[1], x)` inside a helper called in a loop
+    def likelihood(s, m, w):
+        return jnp.sum(((w - m) / s) ** 2)
+
+    def dev_likelihood(pars, w):
+        return jax.jit(jax.grad(likelihood))(pars[0], pars[1], w)
+
+    w = jnp.ones(5)
+    with probes.compiles() as rep:
+        for _ in range(3):
+            dev_likelihood((1.0, 0.5), w)
+    f = rep.function("likelihood")
+    assert f.kind == "user" and f.count == 3 and rep.user_functions == [f]
+    assert f.causes == {"first": 1, "new_function": 2}
+    assert f.defined_at.endswith(str(likelihood.__code__.co_firstlineno))
+    assert "jax.jit(jax.grad(likelihood))" in f.reason  # the line that builds the wrapper
+    assert "a new jit wrapper built at each call" in rep.summary
+    second = rep.compilations_of("likelihood")[1]
+    assert "is jitted anew at each call" in second.why and "a JAX transformation of it" in second.why
+    assert "Build the jitted function once" in f.fix
+    assert not rep.summary.startswith("None of your jitted functions")
+
+
+def test_jit_of_a_partial_or_lambda_in_a_loop():
+    def scale(a, s):
+        return a * s
+
+    w = jnp.ones(3)
+    with probes.compiles() as rep:
+        for _ in range(3):
+            jax.jit(partial(scale, s=2.0))(w)
+            jax.jit(lambda a: a + 1)(w)
+    assert rep.function("scale").causes == {"first": 1, "new_function": 2}
+    assert rep.function("<lambda>").causes == {"first": 1, "new_function": 2}
+    assert "functools.partial" in rep.compilations_of("scale")[1].why
+
+
+def test_first_compilation_is_never_a_new_function_object():
+    src = "import jax\ndef twice(x):\n    return x * 2\njitted = jax.jit(twice)\n"
+    for _ in range(2):  # the second definition on the same line makes JAX hint at a redefinition
+        namespace = {}
+        exec(compile(src, "<ipython-input-99-redefine>", "exec"), namespace)
+        with probes.compiles() as rep:
+            namespace["jitted"](jnp.ones(2))
+        assert rep.function("twice").causes == {"first": 1}
+
+
+def test_optimizer_built_by_a_factory_as_static_argument():
+    # google-deepmind/optax#353 / patrick-kidger/equinox#940: a GradientTransformation (a NamedTuple of
+    # closures) passed as a static argument and built anew for each call
+    from collections.abc import Callable
+    from typing import NamedTuple
+
+    class GradientTransformation(NamedTuple):
+        init: Callable
+        update: Callable
+
+    def sgd(learning_rate):
+        def init(params):
+            return ()
+
+        def update(grads, state):
+            return -learning_rate * grads, state
+
+        return GradientTransformation(init, update)
+
+    @partial(jax.jit, static_argnames=("optimizer",))
+    def train_step(params, grads, optimizer):
+        updates, _ = optimizer.update(grads, ())
+        return params + updates
+
+    p = jnp.ones(4)
+    optimizers = [sgd(1e-2) for _ in range(3)]  # kept alive: distinct ids
+    with probes.compiles() as rep:
+        for optimizer in optimizers:
+            train_step(p, p, optimizer=optimizer)
+    f = rep.function("train_step")
+    assert f.causes == {"first": 1, "static_identity": 2}
+    assert "`optimizer` is a new GradientTransformation at each call (id 0x" in f.reason
+    assert "..." not in f.static_values["optimizer"][0][1:-1]  # never a repr cut in the middle
+    assert "jnp.int32" not in f.fix and "Build it once, before the loop" in f.fix
+    change = rep.compilations_of("train_step")[1].changes[0]
+    assert change.startswith("optimizer: a new GradientTransformation (id 0x")
+
+
+def test_dataclass_without_eq_as_static_argument_gets_the_object_fix():
+    import dataclasses
+
+    @dataclasses.dataclass(eq=False)
+    class Model:
+        width: int
+
+    @partial(jax.jit, static_argnums=1)
+    def forward(x, model):
+        return x * model.width
+
+    models = [Model(2), Model(2)]
+    with probes.compiles() as rep:
+        for model in models:
+            forward(jnp.ones(2), model)
+    f = rep.function("forward")
+    assert f.main_cause == "static_identity"
+    assert "equal-looking" in rep.compilations_of("forward")[1].changes[0]
+    assert "make it hashable by value" in f.fix and "pytree argument" in f.fix
+
+
+def test_numeric_static_argument_fix_suggests_a_traced_array():
+    @partial(jax.jit, static_argnums=1)
+    def decay(w, step):
+        return w * 0.9**step
+
+    with probes.compiles() as rep:
+        for step in range(3):
+            decay(jnp.ones(2), step)
+    assert "jnp.int32(step)" in rep.function("decay").fix
+
+
+def test_weak_type_and_a_changing_static_argument_are_both_named():
+    @partial(jax.jit, static_argnames=("n",))
+    def g(x, s, n):
+        return x * s + n
+
+    w = jnp.ones(3)
+    with probes.compiles() as rep:
+        g(w, 1.0, n=0)
+        for i in range(1, 4):
+            g(w, jnp.float32(1.0), n=i)
+    f = rep.function("g")
+    assert f.causes == {"first": 1, "weak_type": 1, "static": 3}
+    assert [c.cause for c in rep.compilations_of("g")] == ["first", "weak_type", "static", "static"]
+    assert rep.compilations_of("g")[1].also == ["static"]
+    assert "`n` 0 -> 1 -> 2 -> 3" in rep.summary and "weak type" in rep.summary
+    document = str(rep)
+    assert "jnp.int32(step)" in document and "always jnp.float32(x)" in document  # a fix for each cause
+
+
+def test_jaxmagics_own_settings_are_never_the_cause():
+    from jaxmagic._jax import jit_calls
+
+    @jax.jit
+    def step(x):
+        return jnp.sum(x * 2)
+
+    with jit_calls.observing_calls(jit_calls.CallObserver()):  # what %%jax_doctor / %%jax_keys run under
+        step(jnp.ones(3))
+    with probes.compiles() as rep:
+        for n in (3, 4):
+            step(jnp.ones(n))
+    assert [c.cause for c in rep.compilations_of("step")] == ["first", "types"]
+    assert rep.compilations_of("step")[1].changes == ["x: f32[3] -> f32[4]"]
+    assert "jax_debug_key_reuse" not in rep.summary and "context" not in rep.function("step").causes
+
+
+def test_own_retrace_token_is_never_the_cause():
+    from jaxmagic._jax.retrace import fresh_traces
+
+    @jax.jit
+    def step(x):
+        return x + 1
+
+    with fresh_traces("jaxmagic-test"):
+        step(jnp.ones(2))
+    with probes.compiles() as rep:
+        step(jnp.ones(2))
+    assert rep.function("step").causes == {"first": 1}
+    assert "user_context" not in rep.summary
+
+
+def test_users_own_setting_change_is_still_named():
+    @jax.jit
+    def matmul(a):
+        return a @ a
+
+    from jaxmagic._jax import jit_calls
+
+    with jit_calls.observing_calls(jit_calls.CallObserver()):
+        matmul(jnp.ones((2, 2)))
+    with probes.compiles() as rep:
+        matmul(jnp.ones((2, 2)))
+        with jax.debug_key_reuse(True):  # the user's own switch: theirs to see... unless it equals ours
+            matmul(jnp.ones((3, 3)))
+        with jax.default_matmul_precision("highest"):
+            matmul(jnp.ones((2, 2)))
+    causes = [c.cause for c in rep.compilations_of("matmul")]
+    assert causes[-1] == "context"
+    assert "jax_default_matmul_precision" in rep.compilations_of("matmul")[-1].changes[0]

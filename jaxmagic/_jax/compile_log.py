@@ -277,3 +277,30 @@ def _argument_of_path(path: str, parameter_names: list[str]) -> str:
 
 def _class_names(text: str) -> str:
     return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+
+
+_CONTEXT_DIFFERENCE = re.compile(r"^(?P<name>\S+) differs: now (?P<now>.*) and before (?P<before>.*)$")
+
+
+@dataclasses.dataclass
+class ContextDifference:
+    """One trace-context value that differs from the closest earlier call: ``jax_debug_key_reuse``, ``user_context``."""
+
+    name: str
+    now: str
+    before: str
+    detail: str  # JAX's own line
+
+    @property
+    def text(self) -> str:
+        return f"{self.name}: now {self.now} and before {self.before}"
+
+
+def context_differences(details: list[str]) -> list[ContextDifference]:
+    """The ``* <name> differs: now <a> and before <b>`` lines of a context explanation, read."""
+    out = []
+    for detail in details:
+        match = _CONTEXT_DIFFERENCE.match(detail)
+        if match:
+            out.append(ContextDifference(match["name"], match["now"], match["before"], detail))
+    return out

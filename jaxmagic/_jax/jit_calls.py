@@ -38,6 +38,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jaxmagic._jax.own_settings import note_own_value
+
 CHECK_MODES = ("off", "raise", "record")
 
 
@@ -111,6 +113,7 @@ def observing_calls(
     if not available():
         yield False
         return
+    note_own_value("jax_debug_key_reuse", True)  # part of the cache key: never the user's cause (own_settings)
     if _active:
         raise RuntimeError("another jaxmagic probe is already observing jit calls; they do not nest")
     from jax._src import pjit

@@ -23,6 +23,8 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 
+from jaxmagic._jax.own_settings import note_own_value
+
 _context = None
 _tokens = itertools.count(1)
 
@@ -73,5 +75,7 @@ def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
     first_use = _context is None
     if first_use:
         _context = make(None)
-    with _context(next(_tokens) if token is None else token):
+    value = next(_tokens) if token is None else token
+    note_own_value("user_context", value)  # part of the cache key: never the user's cause (own_settings)
+    with _context(value):
         yield Retrace("user_context", first_use)

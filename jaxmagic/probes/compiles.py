@@ -31,16 +31,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
-import reprlib
+import re
 import sys
 import threading
+import types
 from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
     bare_name,
+    context_differences,
     is_compile_log_message,
     keyword_passing_change,
     parse_cache_miss,
@@ -48,6 +51,7 @@ from jaxmagic._jax.compile_log import (
     pytree_changes,
     signature_text,
 )
+from jaxmagic._jax.own_settings import is_own_difference, users_values
 from jaxmagic._jax.restore import jax_loggers, preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
@@ -74,8 +78,8 @@ CAUSE_TITLES = {
     "pytree": "argument structure changed",
     "passing": "argument passed by keyword vs positionally",
     "static": "static argument value changed",
-    "static_identity": "static argument is a new, unequal object",
-    "new_function": "jit of a new function object",
+    "static_identity": "static argument is a new object each call, hashed by identity",
+    "new_function": "a new jit wrapper built at each call",
     "context": "JAX setting changed",
     "no_retrace": "compiled again without re-tracing",
     "unexplained": "JAX could not say",
@@ -84,15 +88,14 @@ CAUSE_TITLES = {
 
 FIXES = {
     "static": (
-        "A static argument is part of the compiled program: every new value compiles it again. If the "
-        "argument only feeds arithmetic (a learning-rate schedule, a step counter), make it a traced "
-        "argument: drop it from static_argnames and pass an array, e.g. jnp.int32(step). Keep arguments "
-        "static only when they change the program's structure, and then let them take few values."
+        "A static argument is part of the compiled program: every new value compiles it again. Keep "
+        "arguments static only when they change the program's structure (a mode, a layer count), and "
+        "then let them take few values; pass anything else as a traced argument."
     ),
     "static_identity": (
-        "The static argument compares unequal to the previous one although it prints the same: "
-        "its class uses identity for == and hash. Pass a value type (a tuple, a NamedTuple, a "
-        "frozen dataclass) or define __eq__ and __hash__ by value."
+        "The static argument is hashed by identity: a new object each call is a new cache key, however "
+        "alike the objects look. Build it once and pass the same object every time, or make it hashable "
+        "by value (define __eq__ and __hash__ over its fields, e.g. a frozen dataclass)."
     ),
     "types": (
         "Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
@@ -112,9 +115,10 @@ FIXES = {
         "these as different calls. Pass it the same way every time."
     ),
     "new_function": (
-        "jax.jit was applied to a newly created function each time (a lambda or a closure made inside "
-        "a loop or a factory). Each new function object starts with an empty cache. Create the jitted "
-        "function once, outside the loop, and pass what changes as arguments."
+        "jax.jit was applied to a newly built function each time (jax.jit(jax.grad(f)) inside a helper, "
+        "a lambda or functools.partial made in a loop). Each new wrapper starts with an empty cache. Build "
+        "the jitted function once, outside the helper or loop (e.g. grad_fn = jax.jit(jax.grad(loss)) at "
+        "module level), and pass what changes as arguments."
     ),
     "context": (
         "A JAX setting that is part of the trace (a config value or a context manager such as "
@@ -149,8 +153,9 @@ class Compilation:
     function: str  # bare name, e.g. "train_step"
     number: int  # 1 for the function's first compilation in the block
     kind: str  # "user", "eager" (a primitive run eagerly), "library" (a jitted JAX function)
-    cause: str  # a key of CAUSE_TITLES
-    why: str  # the cause in plain words
+    cause: str  # a key of CAUSE_TITLES: the main cause
+    why: str  # every cause in plain words
+    also: list[str] = dataclasses.field(default_factory=list)  # further causes of the same compilation
     changes: list[str] = dataclasses.field(default_factory=list)  # "w: f32[3] -> i32[3]", "step: 0 -> 1"
     argument_types: str = ""  # "f32[64,64], f32[8,64]" (the arguments kept by jit, flattened)
     static_arguments: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -176,6 +181,9 @@ class FunctionCompiles:
     static_argnames: list[str] = dataclasses.field(default_factory=list)
     static_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first distinct values, in order
     static_value_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # distinct values seen
+    static_kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # "number", "function", "object", ...
+    static_types: dict[str, str] = dataclasses.field(default_factory=dict)  # type name of each static argument
+    static_ids: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first ids, of identity-hashed ones
     changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)  # "w (dtype)" -> times
     change_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # by cause, first few
     trace_seconds: float = 0.0
@@ -208,6 +216,18 @@ class FunctionCompiles:
     def cause_text(self, cause: str) -> str:
         """One cause with its evidence: "static argument value changed: `step` 0 -> 1 -> 2"."""
         title = CAUSE_TITLES.get(cause, cause)
+        if cause == "static_identity" and self.static_ids:
+            parts = []
+            for name, ids in self.static_ids.items():
+                if len(ids) < 2:
+                    continue
+                shown = " -> ".join(f"id {i}" for i in ids) + (" -> ..." if self.count > len(ids) else "")
+                text = self.static_values.get(name, ["?"])[0]
+                parts.append(
+                    f"`{name}` is a new {self.static_types.get(name, 'object')} at each call ({shown}), looking like {text}"
+                )
+            if parts:
+                return f"{title}: {'; '.join(parts)}"
         if cause in ("static", "static_identity"):
             parts = [
                 f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
@@ -231,7 +251,18 @@ class FunctionCompiles:
 
     @property
     def fix(self) -> str:
-        return FIXES.get(self.main_cause, "")
+        """What to do about the main cause (for a static argument: what fits the kind of its values)."""
+        return self.fix_for(self.main_cause)
+
+    def fix_for(self, cause: str) -> str:
+        if cause in ("static", "static_identity"):
+            kinds = [self.static_kinds.get(name, "") for name in self.static_values]
+            kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
+            if kind and cause == "static_identity":
+                return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
+            if kind:
+                return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
+        return FIXES.get(cause, "")
 
     @property
     def evidence(self) -> str:
@@ -239,7 +270,7 @@ class FunctionCompiles:
         parts = []
         for cause in self.causes_again[:3]:
             if cause == "new_function":
-                parts.append("jit was given a new function object, from the same definition, each time")
+                parts.append("jit was given a newly built function (a new wrapper) at each call")
             elif cause == "no_retrace":
                 parts.append("compiled again without tracing again")
             elif cause in ("static", "static_identity") or self.change_examples.get(cause):
@@ -254,6 +285,33 @@ class FunctionCompiles:
         """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
         ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
+
+
+# The fix for a static argument, by the kind of its values (``StaticValue.kind``).
+STATIC_FIXES = {
+    "number": (
+        "The static value only feeds arithmetic (a learning-rate schedule, a step counter): make it a traced "
+        "argument - drop it from static_argnums/static_argnames and pass an array, e.g. jnp.int32(step)."
+    ),
+    "function": (
+        "A function is hashed by identity, so a lambda or functools.partial built anew for each call is a new "
+        "cache key. Build it once, before the loop, and pass that same object; put what changes into a "
+        "traced argument."
+    ),
+    "functions": (
+        "A tuple or NamedTuple holding functions (an optax GradientTransformation, a pair of init/apply "
+        "functions) is hashed by its functions' identities, so one built by a factory at each call is always "
+        "new. Build it once, before the loop, and pass that same object (or close over it); pass what "
+        "changes, such as a learning rate, as a traced argument."
+    ),
+    "object": (
+        "An object whose class has no __eq__/__hash__ of its own (a plain class, a dataclass(eq=False), a "
+        "module object) is hashed by identity. Build it once and reuse it; or make it hashable by value "
+        "(a frozen dataclass, or __eq__ and __hash__ over its fields); or, if it holds arrays, pass it as a "
+        "traced pytree argument instead of a static one (jax.tree_util.register_dataclass, "
+        "flax.struct.dataclass, equinox.Module)."
+    ),
+}
 
 
 # Which cause to name first when two are equally frequent: the ones people find hardest first.
@@ -421,12 +479,13 @@ class CompileReport(Report):
                         "unavailable' (JAX 0.12): jaxmagic compares the static values of the calls to name it."
                     )
                 )
-            by_cause: dict[str, list[str]] = {}
+            by_fix: dict[tuple[str, str], list[str]] = {}
             for f in recompiled[:8]:
-                by_cause.setdefault(f.main_cause, []).append(f"`{f.name}`")
-            for cause, names in by_cause.items():
-                if cause in FIXES:
-                    blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {FIXES[cause]}"))
+                for cause in f.causes_again[:3]:
+                    if f.fix_for(cause):
+                        by_fix.setdefault((cause, f.fix_for(cause)), []).append(f"`{f.name}`")
+            for (cause, fix), names in by_fix.items():
+                blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {fix}"))
             sections.append(Section("Recompiled", blocks))
 
         listed = self.functions if self.show_all else self.user_functions
@@ -693,8 +752,9 @@ class _CallInfo:
     defined_line: int = 0
     parameter_names: list[str] = dataclasses.field(default_factory=list)
     static_argnames: list[str] = dataclasses.field(default_factory=list)
-    static_values: dict[str, tuple[str, int | None]] = dataclasses.field(default_factory=dict)
+    static_values: dict[str, StaticValue] = dataclasses.field(default_factory=dict)
     call_site: tuple[str, int, str] | None = None
+    wrapper: str = ""  # what jax.jit was given around the user's function: "functools.partial", ...
 
 
 @dataclasses.dataclass
@@ -702,16 +762,10 @@ class _FunctionState:
     summary: FunctionCompiles
     signatures: set = dataclasses.field(default_factory=set)
     last_types: list[str] | None = None
-    last_static: dict[str, tuple[str, int | None]] | None = None
+    last_static: dict[str, StaticValue] | None = None
     static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
     explained: int = 0
     detailed: int = 0
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = 40
-_REPR.maxother = 40
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 
 
 class _Collector:
@@ -733,6 +787,7 @@ class _Collector:
         self._pending_lower: dict[str, float] = {}
         self._user_file: dict[str, bool] = {}
         self._explaining = True
+        self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
 
     # -- inputs --------------------------------------------------------------
 
@@ -840,9 +895,13 @@ class _Collector:
             self._last_of_name[(name, info.kind)] = state
         summary = state.summary
 
-        cause, why, changes = _classify(summary, state, explanation, types, info, trace_seconds is not None)
+        found = _classify(summary, state, explanation, types, info, trace_seconds is not None, self._user_values)
+        cause, why, changes = found[0].cause, " ".join(c.why for c in found), [x for c in found for x in c.changes]
         summary.count += 1
-        summary.causes[cause] = summary.causes.get(cause, 0) + 1
+        for each in found:
+            summary.causes[each.cause] = summary.causes.get(each.cause, 0) + 1
+            if each.cause != "first":
+                _record_changes(summary, each.cause, each.changes)
         summary.trace_seconds += trace_seconds or 0.0
         summary.lower_seconds += lower_seconds or 0.0
         summary.compile_seconds += seconds
@@ -852,8 +911,6 @@ class _Collector:
             summary.distinct_argument_types = len(state.signatures)
             summary.last_argument_types = signature_text(types)
             state.last_types = types
-        if cause != "first":
-            _record_changes(summary, cause, changes)
         _record_static(summary, state, info.static_values)
         state.last_static = dict(info.static_values)
         line = source_line(*info.call_site) if info.call_site else None
@@ -869,9 +926,10 @@ class _Collector:
                     kind=info.kind,
                     cause=cause,
                     why=why,
+                    also=[c.cause for c in found[1:]],
                     changes=changes[:CHANGES_KEPT],
                     argument_types=signature_text(types) if types is not None else "",
-                    static_arguments={k: v[0] for k, v in info.static_values.items()},
+                    static_arguments={k: v.text for k, v in info.static_values.items()},
                     trace_seconds=trace_seconds,
                     lower_seconds=lower_seconds,
                     compile_seconds=seconds,
@@ -910,7 +968,7 @@ def _read_jit_frame(local_vars, info: _CallInfo, is_user) -> None:
     if getattr(fun, "_apply_primitive", False):
         info.kind = "eager"
         return
-    code = _code_of(fun)
+    code, info.wrapper = defining_code(fun, is_user)
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
         info.kind = "user" if is_user(code.co_filename) else "library"
@@ -933,29 +991,109 @@ def _read_jit_frame(local_vars, info: _CallInfo, is_user) -> None:
     info.static_argnames = names
 
 
-def _code_of(fun):
-    for candidate in (fun, getattr(fun, "func", None), getattr(type(fun), "__call__", None)):  # noqa: B004 - the class attribute, not callability
-        code = getattr(candidate, "__code__", None)
+def _own_code(fun):
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        code = getattr(vars(type(fun)).get("__call__"), "__code__", None)  # a callable object
+    return code
+
+
+def defining_code(fun, is_user=is_user_file):
+    """(the code object where the function jax.jit was given is defined, what was wrapped around it).
+
+    jit is often given a wrapper: ``functools.partial(f, ...)``, ``jax.grad(f)``
+    (whose wrappers keep ``__wrapped__``), a jitted function, a decorator made
+    with ``functools.wraps``. What was written by the user is decided by where
+    the innermost function of that chain is defined, never by its name.
+    """
+    chain, wrapper = [], ""
+    for _ in range(32):
+        if fun is None:
+            break
+        if isinstance(fun, functools.partial):
+            wrapper = wrapper or "functools.partial"
+            fun = fun.func
+            continue
+        code = _own_code(fun)
         if code is not None:
-            return code
-    return None
+            chain.append(code)
+        inner = getattr(fun, "__wrapped__", None)
+        if inner is None or inner is fun:
+            break
+        if code is not None and not is_user(code.co_filename):
+            wrapper = wrapper or "a JAX transformation of it"
+        fun = inner
+    users = [code for code in chain if is_user(code.co_filename)]
+    if users:
+        return users[-1], wrapper
+    return (chain[0] if chain else None), ""
 
 
-def _static_value(value) -> tuple[str, int | None]:
-    """The printed value (bounded) and hash of a static argument; the value itself is not kept."""
+@dataclasses.dataclass(frozen=True)
+class StaticValue:
+    """What the report keeps of one static argument's value: text, hash, identity - never the value."""
+
+    text: str  # a whole short repr, or "<type> object" when the repr is long or shows an address
+    hashed: int | None
+    ident: int
+    type_name: str
+    by_identity: bool  # its hash and == are (or contain) object identity: functions, plain objects
+    kind: str  # "number", "function", "functions" (a tuple of them), "object", "value"
+    look: int = 0  # hash of the whole repr without addresses: equal-looking objects share it
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_REPR_CHARS = 60
+
+
+def _static_value(value) -> StaticValue:
+    """The printed value (whole, or type only) and hash of a static argument; the value itself is not kept."""
+    type_name = type(value).__name__
     try:
-        text = _REPR.repr(value)
+        text = repr(value)
     except Exception:
-        text = f"<{type(value).__name__}>"
+        text = ""
+    text = _ADDRESS.sub("", text)  # the same kind of object built again prints the same
+    look = hash(text)
+    if not text or len(text) > _REPR_CHARS or "\n" in text:
+        text = f"<{type_name} object>"
     try:
         hashed = hash(value)
     except Exception:
         hashed = None
-    return text, hashed
+    by_identity = _hashed_by_identity(value)
+    return StaticValue(text, hashed, id(value), type_name, by_identity, _static_kind(value, by_identity), look)
 
 
-def _record_static(summary: FunctionCompiles, state: _FunctionState, values: dict) -> None:
-    for name, (text, _) in values.items():
+def _hashed_by_identity(value, depth: int = 0) -> bool:
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
+        return True
+    if isinstance(value, (tuple, frozenset)) and depth < 3:
+        return any(_hashed_by_identity(item, depth + 1) for item in list(value)[:64])
+    cls = type(value)
+    return getattr(cls, "__hash__", None) is object.__hash__ and getattr(cls, "__eq__", None) is object.__eq__
+
+
+def _static_kind(value, by_identity: bool) -> str:
+    if isinstance(value, (bool, int, float, complex)):
+        return "number"
+    if not by_identity:
+        return "value"
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
+        return "function"
+    if isinstance(value, (tuple, frozenset)):
+        return "functions"
+    return "object"
+
+
+def _record_static(summary: FunctionCompiles, state: _FunctionState, values: dict[str, StaticValue]) -> None:
+    for name, value in values.items():
+        summary.static_kinds[name] = value.kind
+        summary.static_types[name] = value.type_name
+        ids = summary.static_ids.setdefault(name, [])
+        if value.by_identity and len(ids) < STATIC_VALUES_KEPT and f"{value.ident:#x}" not in ids:
+            ids.append(f"{value.ident:#x}")
+        text = value.text
         seen = state.static_seen.setdefault(name, set())
         if text in seen or len(seen) >= 100_000:
             continue
@@ -978,6 +1116,13 @@ def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1
 
 
+@dataclasses.dataclass
+class _Cause:
+    cause: str  # a key of CAUSE_TITLES
+    why: str
+    changes: list[str] = dataclasses.field(default_factory=list)
+
+
 def _classify(
     summary: FunctionCompiles,
     state: _FunctionState,
@@ -985,120 +1130,193 @@ def _classify(
     types: list[str] | None,
     info: _CallInfo,
     traced: bool,
-) -> tuple[str, str, list[str]]:
-    """(cause, why in words, what changed) for one compilation."""
-    name = f"`{summary.name}`"
+    user_values: dict[str, str],
+) -> list[_Cause]:
+    """Why one compilation happened: every cause seen, the main one first."""
     if info.kind != "user":
         shapes = signature_text(types) if types is not None else "these arguments"
-        return "eager", f"An eager operation compiled for {shapes}.", []
-    static_changes, identity_changes = _static_changes(state.last_static, info.static_values)
-
+        return [_Cause("eager", f"An eager operation compiled for {shapes}.")]
+    static = _static_cause(summary, state, info)
+    explanation = _without_own_context(explanation, user_values)
     if explanation is not None:
-        kind = explanation.kind
-        if kind == "never_seen":
-            if summary.count > 0 or explanation.redefined_hint:
-                where = f" ({summary.defined_at})" if summary.defined_at else ""
-                return (
-                    "new_function",
-                    f"{name} is a new function object from the same definition{where}: "
-                    "jit was given a freshly created function, whose cache starts empty.",
-                    [],
-                )
-            return "first", f"First compilation of {name}.", []
-        if kind == "types":
-            changes = [
-                c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})") for c in explanation.type_changes
-            ]
-            changes = changes or explanation.details
-            if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
-                return (
-                    "weak_type",
-                    "A Python scalar and a typed JAX scalar are different argument types "
-                    "(weak typing): " + "; ".join(changes) + ".",
-                    changes,
-                )
-            return "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
-        if kind == "pytree":
-            passed = keyword_passing_change(explanation.details)
-            if passed:
-                changes = [f"{n}: passed by keyword in one call, positionally in the other" for n in passed]
-                return "passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes
-            changes = pytree_changes(explanation.details, info.parameter_names)
-            return "pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes
-        if kind == "context":
-            changes = [d.replace(" differs: now ", ": now ") for d in explanation.details]
-            return "context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes
+        explained = _explained_cause(summary, state, explanation, types, info)
+        if explained is not None:
+            if explained.cause in ("first", "new_function"):
+                return [explained]
+            same_types = types is not None and state.last_types is not None and types == state.last_types
+            if static is not None and explained.cause in ("types", "weak_type") and same_types:
+                # JAX compares with the closest earlier key, which may be one with other types; against
+                # the previous compilation only the static argument changed.
+                return [static]
+            return [explained] + ([static] if static is not None else [])
         # "unavailable", "debug_info", "other": JAX could not name it; static values can.
-    elif traced and summary.count == 0 and state.last_types is None and not static_changes:
-        return "first", f"First compilation of {name} in this cell.", []
+    elif traced and summary.count == 0 and state.last_types is None and static is None:
+        return [_Cause("first", f"First compilation of `{summary.name}` in this cell.")]
     elif not traced and summary.count > 0:
-        return (
-            "no_retrace",
-            f"{name} compiled again from its cached trace: different jit options, device, "
-            "or an explicit .lower().compile().",
-            [],
-        )
+        return [
+            _Cause(
+                "no_retrace",
+                f"`{summary.name}` compiled again from its cached trace: different jit options, device, "
+                "or an explicit .lower().compile().",
+            )
+        ]
+    return [_unexplained_cause(summary, state, explanation, types, info, static)]
 
+
+def _without_own_context(
+    explanation: CacheMissExplanation | None, user_values: dict[str, str]
+) -> CacheMissExplanation | None:
+    """The explanation without the context differences jaxmagic's own settings made; None if nothing is left.
+
+    JAX ranks a context difference above any argument difference, so after a
+    probe ran a function under its own settings, every later miss of that
+    function is "explained" by them. Those say nothing about the user's calls:
+    the cause is then found as if JAX had said nothing.
+    """
+    if explanation is None or explanation.kind != "context":
+        return explanation
+    differences = context_differences(explanation.details)
+    kept = [d for d in differences if not is_own_difference(d.name, d.now, d.before, user_values)]
+    if differences and not kept:
+        return None
+    if len(kept) == len(differences):
+        return explanation
+    return dataclasses.replace(explanation, details=[d.detail for d in kept])
+
+
+def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
+    name = f"`{summary.name}`"
+    kind = explanation.kind
+    if kind == "never_seen":
+        if summary.count > 0:
+            return _new_function_cause(summary, info)
+        return _Cause("first", f"First compilation of {name}.")
+    if kind == "types":
+        changes = [
+            c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})") for c in explanation.type_changes
+        ]
+        changes = changes or explanation.details
+        if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
+            return _Cause(
+                "weak_type",
+                "A Python scalar and a typed JAX scalar are different argument types "
+                "(weak typing): " + "; ".join(changes) + ".",
+                changes,
+            )
+        return _Cause(
+            "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
+        )
+    if kind == "pytree":
+        passed = keyword_passing_change(explanation.details)
+        if passed:
+            changes = [f"{n}: passed by keyword in one call, positionally in the other" for n in passed]
+            return _Cause("passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes)
+        changes = pytree_changes(explanation.details, info.parameter_names)
+        return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
+    if kind == "context":
+        changes = [d.text for d in context_differences(explanation.details)] or explanation.details
+        return _Cause(
+            "context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes
+        )
+    return None
+
+
+def _new_function_cause(summary: FunctionCompiles, info: _CallInfo) -> _Cause:
+    where = f" (defined {summary.defined_at})" if summary.defined_at else ""
+    around = f", {info.wrapper}," if info.wrapper else ""
+    site = ""
+    if info.call_site is not None:
+        line = source_line(*info.call_site)
+        site = f" at {_line_text(line)}"
+    return _Cause(
+        "new_function",
+        f"`{summary.name}`{where} is jitted anew at each call{site}: jax.jit{around} builds a new wrapper "
+        "every time, and a new wrapper starts with an empty cache.",
+        [f"jax.jit applied to a newly built function{site}"],
+    )
+
+
+def _static_cause(summary: FunctionCompiles, state: _FunctionState, info: _CallInfo) -> _Cause | None:
+    static_changes, identity_changes = _static_changes(state.last_static, info.static_values)
+    if identity_changes:
+        return _Cause(
+            "static_identity",
+            f"Static argument {'; '.join(identity_changes)}: each call passes a new object, and jit "
+            "hashes it by identity, so none matches an earlier call.",
+            identity_changes,
+        )
     if static_changes:
-        return (
+        return _Cause(
             "static",
             f"Static argument value changed: {'; '.join(static_changes)}. A static argument is "
             "part of the compiled program, so each new value compiles again.",
             static_changes,
         )
-    if identity_changes:
-        return (
-            "static_identity",
-            f"Static argument {'; '.join(identity_changes)} is a new object that compares "
-            "unequal to the previous one although it prints the same.",
-            identity_changes,
-        )
+    return None
+
+
+def _unexplained_cause(summary, state, explanation, types, info, static: _Cause | None) -> _Cause:
+    name = f"`{summary.name}`"
+    if static is not None:
+        return static
     if explanation is None and types is not None and state.last_types is not None and types != state.last_types:
-        changes = _leaf_changes(state.last_types, types)
-        return "types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes
-    if explanation is None and summary.count == 0:
-        return "first", f"First compilation of {name} in this cell.", []
+        array_parameters = [p for p in info.parameter_names if p not in info.static_argnames]
+        changes = _leaf_changes(state.last_types, types, array_parameters)
+        return _Cause("types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes)
+    if summary.count == 0 and (explanation is None or explanation.kind != "unavailable" or not info.static_values):
+        return _Cause("first", f"First compilation of {name} in this cell.")
     if info.static_values and state.last_static is None:
-        values = "; ".join(f"{k} = {v[0]}" for k, v in info.static_values.items())
-        return (
+        values = "; ".join(f"{k} = {v.text}" for k, v in info.static_values.items())
+        return _Cause(
             "static",
             f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
             "static value is the usual cause.",
-            [],
         )
     if info.static_argnames:
-        return (
+        return _Cause(
             "unexplained",
             "JAX could not say what differed ('cache miss explanation unavailable'), and the "
             f"static arguments of {name} ({', '.join(info.static_argnames)}) kept their values.",
-            [],
         )
-    return (
+    return _Cause(
         "unexplained",
         f"JAX could not say what differed ('cache miss explanation unavailable'); {name} has "
         "no static arguments, so a hashed value outside its argument list changed (a partial's or a "
         "wrapper's static value, or a closure of a function jitted anew).",
-        [],
     )
 
 
-def _static_changes(before: dict | None, now: dict) -> tuple[list[str], list[str]]:
+def _static_changes(before: dict | None, now: dict[str, StaticValue]) -> tuple[list[str], list[str]]:
     """Static arguments whose value changed since the last compilation: (by value, same print but unequal)."""
     if not before:
         return [], []
     changed, identity = [], []
-    for name, (text, hashed) in now.items():
-        if name not in before:
+    for name, value in now.items():
+        old = before.get(name)
+        if old is None:
             continue
-        old_text, old_hash = before[name]
-        if text != old_text:
-            changed.append(f"{name}: {old_text} -> {text}")
-        elif hashed != old_hash or hashed is None:
-            identity.append(f"{name} ({text})")
+        if value.by_identity and (value.hashed != old.hashed or value.hashed is None):
+            looks = f"equal-looking ({value.text})" if value.look == old.look else f"{old.text} -> {value.text}"
+            identity.append(
+                f"{name}: a new {value.type_name} (id {old.ident:#x} -> id {value.ident:#x}), {looks}, "
+                "hashed by identity"
+            )
+        elif value.look != old.look:
+            text = f"{old.text} -> {value.text}" if value.text != old.text else f"{value.text}, printed differently"
+            changed.append(f"{name}: {text}")
+        elif value.hashed != old.hashed or value.hashed is None:
+            identity.append(
+                f"{name}: a new {value.type_name} (id {old.ident:#x} -> id {value.ident:#x}), equal-looking "
+                f"({value.text}) but unequal: its __eq__/__hash__ do not compare by value"
+            )
     return changed, identity
 
 
-def _leaf_changes(before: list[str], now: list[str]) -> list[str]:
+def _leaf_changes(before: list[str], now: list[str], parameter_names: list[str]) -> list[str]:
     if len(before) != len(now):
         return [f"{len(before)} -> {len(now)} array arguments"]
-    return [f"argument leaf {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(before, now)) if a != b][:CHANGES_KEPT]
+    if len(now) == len(parameter_names):  # one array per parameter: the leaves are the arguments
+        names = parameter_names
+    else:
+        names = [f"argument leaf {i}" for i in range(len(now))]
+    return [f"{n}: {a} -> {b}" for n, a, b in zip(names, before, now) if a != b][:CHANGES_KEPT]

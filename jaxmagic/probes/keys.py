@@ -40,6 +40,7 @@ import traceback
 from collections.abc import Iterator
 
 from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import first_library_function, is_user_file, source_line
@@ -540,6 +541,7 @@ def keys(
         ):
             report.followed = followed
             if not followed:  # at least JAX's own checker
+                note_own_value("jax_debug_key_reuse", True)
                 with jax.debug_key_reuse(True):
                     yield report
             else:

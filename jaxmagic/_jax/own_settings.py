@@ -1,0 +1,60 @@
+"""The trace-context values jaxmagic itself sets, so that a report never blames them.
+
+Some probes run the user's code under settings of their own that are part of
+JAX's tracing cache key: ``jax_debug_key_reuse`` (the key-reuse checker that
+sees every jitted call) and a ``jax.make_user_context`` token (fresh traces for
+the leak check). A function traced under them and traced again afterwards
+misses the cache, and ``jax_explain_cache_misses`` then names the difference
+("jax_debug_key_reuse differs: now False and before True") - JAX even prefers
+such a context difference over any difference of the arguments. That is
+jaxmagic's doing, not the user's.
+
+Each place that sets such a value says so here (``note_own_value``); the
+compilation probe compares every context difference JAX reports with these
+values and with what the user has set (a snapshot taken when its block starts).
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_own_values: dict[str, set[str]] = {}  # context name -> str() of the values jaxmagic has set
+
+
+def note_own_value(name: str, value) -> None:
+    """Record that jaxmagic runs code with the trace-context setting ``name`` = ``value``."""
+    with _lock:
+        _own_values.setdefault(name, set()).add(str(value))
+
+
+def own_values(name: str) -> frozenset[str]:
+    with _lock:
+        return frozenset(_own_values.get(name, ()))
+
+
+def users_values() -> dict[str, str]:
+    """The user's own value of each setting jaxmagic has set, as JAX prints them (taken now, outside our blocks)."""
+    import jax
+
+    values = {}
+    with _lock:
+        names = list(_own_values)
+    for name in names:
+        if name in jax.config.values:
+            values[name] = str(jax.config.values[name])
+    return values
+
+
+def is_own_difference(name: str, now: str, before: str, user_values: dict[str, str]) -> bool:
+    """True when a context difference JAX reports comes from a value jaxmagic set, not from the user.
+
+    One side must be a value jaxmagic has set that is not the user's own value
+    of that setting (``user_values``, from ``users_values()``); a setting the
+    user changes between two of their own calls is theirs to see.
+    """
+    ours = own_values(name)
+    if not ours:
+        return False
+    user = user_values.get(name)
+    return any(side in ours and side != user for side in (now, before))
