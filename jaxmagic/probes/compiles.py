@@ -994,7 +994,8 @@ def _read_jit_frame(local_vars, info: _CallInfo, is_user) -> None:
 def _own_code(fun):
     code = getattr(fun, "__code__", None)
     if code is None:
-        code = getattr(vars(type(fun)).get("__call__"), "__code__", None)  # a callable object
+        call = next((vars(cls)["__call__"] for cls in type(fun).__mro__ if "__call__" in vars(cls)), None)
+        code = getattr(call, "__code__", None)  # a callable object: where its class's __call__ is defined
     return code
 
 
