@@ -191,6 +191,12 @@ EXAMPLES = {
         interrupt="%%jax_doctor -o {out}\njax.jit(f_ok)(jnp.ones(2))\nraise KeyboardInterrupt",
         bad_option="%%jax_doctor --bogus\n1",
     ),
+    "jax_profile": MagicExample(
+        ok="%%jax_profile -o {out}\njax.jit(f_ok)(jnp.ones(3)).block_until_ready()",
+        raising="%%jax_profile -o {out}\njax.jit(f_ok)(jnp.ones(4))\nraise ValueError(EVIL)",
+        interrupt="%%jax_profile -o {out}\njax.jit(f_ok)(jnp.ones(2))\nraise KeyboardInterrupt",
+        bad_option="%%jax_profile --bogus\n1",
+    ),
     "jax_live": MagicExample(  # a line and a cell magic: the line form here, the cell form in the others
         ok="%jax_live -o {out}",
         raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",

@@ -139,3 +139,56 @@ def random_core():
         return core
     except ImportError:
         return None
+
+
+def profiler_session_active() -> bool:
+    """True while a ``jax.profiler`` trace is running (``start_trace`` would raise); False if JAX cannot say."""
+    try:
+        from jax._src import profiler
+
+        return getattr(profiler._profile_state, "session", None) is not None
+    except Exception:
+        return False
+
+
+def jit_cache_miss_code():
+    """The code object of jit's Python dispatch path (``cache_miss`` in pjit.py), or None.
+
+    A jitted call whose compiled program is not in the C++ dispatch cache runs
+    this function; its frame's locals are the call's ``args`` and ``kwargs``.
+    """
+    try:
+        import jax
+
+        miss = jax.jit(_identity)._cache_miss
+        code = getattr(miss, "__wrapped__", miss).__code__
+        return code if code.co_name == "cache_miss" else None
+    except Exception:
+        return None
+
+
+def _identity(x):
+    return x
+
+
+def jit_type() -> type:
+    """The class of the objects ``jax.jit`` returns (jaxlib's PjitFunction)."""
+    import jax
+
+    return type(jax.jit(_identity))
+
+
+def clear_dispatch_cache(jitted) -> bool:
+    """Empty the C++ dispatch cache of one jitted function, so its next call takes the Python path.
+
+    Nothing is compiled again: the Python path finds the program in JAX's own
+    caches and puts it back. False when this JAX's jit objects cannot do it.
+    """
+    clear = getattr(jitted, "_clear_cache", None)
+    if not callable(clear):
+        return False
+    try:
+        clear()
+        return True
+    except Exception:
+        return False

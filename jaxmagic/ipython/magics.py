@@ -520,6 +520,62 @@ class JaxMagics(Magics):
         args = self._parse(self.jax_per_device, line)
         return self._run_cell_in_probe(probes.per_device(), args, cell)
 
+    # -- where the run time goes (chapter section 5.5, step 4) ----------------
+
+    @magic_arguments()
+    @argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Run the cell N times first, unprofiled (its output hidden), so compilation and first "
+        "calls are left out; then profile one more run.",
+    )
+    @argument(
+        "--save",
+        metavar="DIR",
+        help="Keep the trace in DIR (Perfetto JSON and xprof's .xplane.pb); the report says how to open it.",
+    )
+    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @cell_magic
+    def jax_profile(self, line, cell):
+        """Run the cell under jax.profiler.trace; say where the time went, by your source line and named_scope.
+
+        Device time of every kernel, summed per line of your code and per
+        jax.named_scope (read from each program's optimized HLO), the top
+        kernels with their HLO instruction, and the cell's wall time split
+        into compilation, host dispatch, device execution and waiting - so
+        it shows at once whether the cell is compile-, host- or compute-bound,
+        and what to look at next. With each program's memory_analysis().
+        """
+        __tracebackhide__ = True
+        import os
+
+        from IPython.utils.capture import capture_output
+
+        from jaxmagic.probes.profile import trace_running
+
+        args = self._parse(self.jax_profile, line)
+        if args.warmup < 0:
+            raise UsageError(f"--warmup takes a number of runs, 0 or more; got {args.warmup}.")
+        if args.save is not None and os.path.exists(args.save) and not os.path.isdir(args.save):
+            raise UsageError(f"--save takes a directory; {args.save!r} is a file.")
+        if trace_running():
+            raise UsageError(
+                "A jax.profiler trace is already running, and traces do not nest: stop it with "
+                "jax.profiler.stop_trace() (or leave its `with jax.profiler.trace(...)` block), then run again."
+            )
+        if shown_if_unparsable(self.shell, cell):
+            return None
+        for run in range(1, args.warmup + 1):
+            with capture_output():
+                outcome = run_cell_body(self.shell, cell)
+            if outcome.exception is not None:
+                self._publish(probes.ProfileReport.warmup_failed(run, args.warmup, outcome.exception), args)
+                outcome.reraise()
+        probe = probes.profile(save=args.save, warmup_runs=args.warmup)
+        return self._run_cell_in_probe(probe, args, cell)
+
     # -- programs and memory (chapter sections 2 and 7) ----------------------
 
     @magic_arguments()

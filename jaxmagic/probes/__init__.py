@@ -23,6 +23,7 @@ from jaxmagic.probes.live import LiveReport, live, live_diff
 from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
 from jaxmagic.probes.prints import PrintReport, prints
+from jaxmagic.probes.profile import ProfilerBusy, ProfileReport, profile
 from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
 from jaxmagic.probes.sharding import run_call as run_sharding_call
 from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
@@ -61,6 +62,9 @@ __all__ = [
     "StagesReport",
     "transfers",
     "TransferReport",
+    "profile",
+    "ProfileReport",
+    "ProfilerBusy",
     # errors and configuration (section 6)
     "config_diff",
     "ConfigReport",

@@ -1,0 +1,235 @@
+"""Which compiled programs the user's jitted calls ran in a block, for the profiler to name their kernels.
+
+A profiler trace names each kernel after its optimized-HLO instruction
+(``ynn_fusion.1``) and its module (``jit_mlp``); what the instruction computes,
+its ``named_scope`` and the user's line are in the program's HLO text, which
+JAX gives only for a ``Compiled`` object. To get one per program that ran:
+
+* ``sys.monitoring`` CALL events in the user's own code (library code switches
+  its events off at the first hit) show each call of a jitted function, before
+  it happens. At the first call of each jitted function in the block its C++
+  dispatch cache is emptied (``compat.clear_dispatch_cache``), so that call
+  takes jit's Python path once - JAX finds the program in its own caches,
+  nothing compiles again - and a PY_START event on that path (``cache_miss``)
+  shows the call's arguments. Calls that compile anyway take the same path.
+* The arguments are kept as ``jax.ShapeDtypeStruct`` (static and Python scalar
+  arguments as they are) until the block ends; then ``f.lower(*specs).compile()``
+  gives the program's text and ``memory_analysis()`` - from JAX's caches, cheap.
+
+Calls made while JAX traces (tracer arguments) and calls from library code are
+not captured. A function called again with a signature compiled in an earlier
+cell is seen only at its first signature (its later programs show by kernel
+name). Costs: one Python callback per call in the user's code, and one
+Python-path dispatch (under a millisecond on CPU) per jitted function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from jaxmagic._jax import compat
+from jaxmagic.report.source import is_user_file
+from jaxmagic.report.wording import error_line
+
+TOOL_IDS = (2, 3, 4)  # sys.monitoring's profiler id first, then the free ones
+MAX_PROGRAMS = 64  # distinct (function, signature) pairs captured per block
+
+
+@dataclasses.dataclass
+class CompiledProgram:
+    """One program the block ran: its optimized HLO text and memory figures (no arrays)."""
+
+    function: str  # the jitted function's name, e.g. "mlp"
+    module: str  # the HLO module name, e.g. "jit_mlp" (what trace events call it)
+    hlo_text: str
+    memory: dict[str, int]  # memory_analysis() fields, in bytes
+    call_site: tuple[str, int, str] | None  # (filename, line, function) of the first call
+    problem: str = ""  # why the text could not be had ("" when it could)
+
+
+@dataclasses.dataclass
+class _Call:
+    function: Any  # the jitted callable (held until the block ends)
+    args: tuple
+    kwargs: dict
+    call_site: tuple[str, int, str] | None
+
+
+class ProgramCapture:
+    """Context manager: see the user's jitted calls; ``programs()`` afterwards compiles their text.
+
+    ``available`` is False when this Python or JAX offers no way to see them
+    (no ``sys.monitoring``, no free tool id, no jit dispatch path to watch).
+    """
+
+    def __init__(self):
+        self.available = False
+        self._calls: dict[tuple, _Call] = {}
+        self._cleared: dict[int, Any] = {}
+        self._user: dict[str, bool] = {}
+        self._pending: tuple | None = None
+        self._tool: int | None = None
+        self._code = None
+        self.overflow = 0
+
+    def __enter__(self) -> ProgramCapture:
+        import jax
+
+        monitoring = getattr(sys, "monitoring", None)
+        self._code = compat.jit_cache_miss_code()
+        if monitoring is None or self._code is None:
+            return self
+        self._jit_type = compat.jit_type()
+        self._tracer = jax.core.Tracer
+        for tool in TOOL_IDS:
+            if monitoring.get_tool(tool) is None:
+                monitoring.use_tool_id(tool, "jaxmagic profile")
+                self._tool = tool
+                break
+        else:
+            return self
+        events = monitoring.events
+        monitoring.register_callback(self._tool, events.CALL, self._on_call)
+        monitoring.register_callback(self._tool, events.PY_START, self._on_start)
+        monitoring.set_events(self._tool, events.CALL)
+        monitoring.set_local_events(self._tool, self._code, events.PY_START)
+        self.available = True
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        tool, self._tool = self._tool, None
+        if tool is not None:
+            monitoring = sys.monitoring
+            monitoring.set_events(tool, 0)
+            monitoring.set_local_events(tool, self._code, 0)
+            for event in (monitoring.events.CALL, monitoring.events.PY_START):
+                monitoring.register_callback(tool, event, None)
+            monitoring.free_tool_id(tool)
+            monitoring.restart_events()  # call sites switched off for us count again for other tools
+        self._cleared.clear()
+        self._pending = None
+        return False
+
+    # -- callbacks (run inside the user's code: small and never raising) --------
+
+    def _on_call(self, code, offset, callable_, arg0):
+        user = self._user.get(code.co_filename)
+        if user is None:
+            user = self._user[code.co_filename] = is_user_file(code.co_filename)
+        if not user:
+            return sys.monitoring.DISABLE
+        if type(callable_) is self._jit_type:
+            key = id(callable_)
+            if key not in self._cleared:
+                self._cleared[key] = callable_  # held, so its id is not reused within the block
+                compat.clear_dispatch_cache(callable_)
+            self._pending = (callable_, code, offset)
+        return None
+
+    def _on_start(self, code, offset):
+        pending, self._pending = self._pending, None
+        if pending is None or len(self._calls) >= MAX_PROGRAMS:
+            if pending is not None:
+                self.overflow += 1
+            return None
+        try:
+            self._capture(pending, sys._getframe(1))
+        except Exception:
+            pass  # a call we cannot read is shown by kernel name only
+        return None
+
+    def _capture(self, pending, frame) -> None:
+        import jax
+
+        function = pending[0]
+        args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        specs = []
+        for leaf in leaves:
+            if isinstance(leaf, self._tracer):
+                return  # a call inside a function being traced: not a program of its own
+            specs.append(_spec(leaf))
+        key = (id(function), treedef, tuple(_spec_key(s) for s in specs))
+        if key in self._calls:
+            return
+        spec_args, spec_kwargs = jax.tree_util.tree_unflatten(treedef, specs)
+        self._calls[key] = _Call(function, tuple(spec_args), dict(spec_kwargs), _user_site(frame))
+
+    # -- after the block -------------------------------------------------------
+
+    def programs(self) -> list[CompiledProgram]:
+        """Lower and compile each captured call again (from JAX's caches); then forget the calls."""
+        found = []
+        calls, self._calls = list(self._calls.values()), {}
+        for call in calls:
+            name = str(getattr(call.function, "__name__", "") or "jit")
+            try:
+                compiled = call.function.lower(*call.args, **call.kwargs).compile()
+                text = compiled.as_text() or ""
+                memory = _memory(compiled)
+                module = text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule ") else ""
+                found.append(CompiledProgram(name, module, text, memory, call.call_site))
+            except Exception as problem:
+                found.append(CompiledProgram(name, "", "", {}, call.call_site, problem=error_line(problem)))
+        return found
+
+
+def _user_site(frame) -> tuple[str, int, str] | None:
+    """(filename, line, function) of the innermost user frame above jit's dispatch frame."""
+    frame = frame.f_back
+    try:
+        while frame is not None:
+            if is_user_file(frame.f_code.co_filename):
+                return frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
+
+
+def _spec(leaf):
+    """A ShapeDtypeStruct for an array (a sharding only when it spans devices); other leaves as they are."""
+    import jax
+    import numpy as np
+
+    if isinstance(leaf, jax.Array):
+        sharding = leaf.sharding if len(leaf.sharding.device_set) > 1 else None
+        return jax.ShapeDtypeStruct(
+            leaf.shape, leaf.dtype, sharding=sharding, weak_type=bool(getattr(leaf, "weak_type", False))
+        )
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype)
+    return leaf
+
+
+def _spec_key(spec) -> Any:
+    import jax
+
+    if isinstance(spec, jax.ShapeDtypeStruct):
+        return ("spec", spec.shape, str(spec.dtype), spec.weak_type, str(spec.sharding))
+    try:
+        hash(spec)
+        return ("value", type(spec).__name__, spec)
+    except TypeError:
+        return ("object", id(spec))
+
+
+MEMORY_FIELDS = {
+    "argument_size_in_bytes": "arguments",
+    "output_size_in_bytes": "outputs",
+    "temp_size_in_bytes": "temporaries",
+    "alias_size_in_bytes": "aliased",
+    "generated_code_size_in_bytes": "generated code",
+}
+
+
+def _memory(compiled) -> dict[str, int]:
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:
+        return {}
+    if analysis is None:
+        return {}
+    return {label: int(getattr(analysis, field, 0) or 0) for field, label in MEMORY_FIELDS.items()}
