@@ -525,7 +525,7 @@ class JaxMagics(Magics):
     @magic_arguments()
     @argument(
         "--warmup",
-        type=int,
+        type=bounded_int(0),
         default=0,
         metavar="N",
         help="Run the cell N times first, unprofiled (its output hidden), so compilation and first "
@@ -549,17 +549,13 @@ class JaxMagics(Magics):
         and what to look at next. With each program's memory_analysis().
         """
         __tracebackhide__ = True
-        import os
-
         from IPython.utils.capture import capture_output
 
         from jaxmagic.probes.profile import trace_running
 
         args = self._parse(self.jax_profile, line)
-        if args.warmup < 0:
-            raise UsageError(f"--warmup takes a number of runs, 0 or more; got {args.warmup}.")
-        if args.save is not None and os.path.exists(args.save) and not os.path.isdir(args.save):
-            raise UsageError(f"--save takes a directory; {args.save!r} is a file.")
+        with self._options_checked(self.jax_profile):
+            probe = probes.profile(save=args.save, warmup_runs=args.warmup)
         if trace_running():
             raise UsageError(
                 "A jax.profiler trace is already running, and traces do not nest: stop it with "
@@ -573,7 +569,6 @@ class JaxMagics(Magics):
             if outcome.exception is not None:
                 self._publish(probes.ProfileReport.warmup_failed(run, args.warmup, outcome.exception), args)
                 outcome.reraise()
-        probe = probes.profile(save=args.save, warmup_runs=args.warmup)
         return self._run_cell_in_probe(probe, args, cell)
 
     # -- programs and memory (chapter sections 2 and 7) ----------------------

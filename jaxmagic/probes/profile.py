@@ -32,6 +32,7 @@ import time
 from jaxmagic._jax import compat
 from jaxmagic._jax.jit_programs import CompiledProgram, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.kernel_sources import KernelSource, ProgramSources, program_sources
 from jaxmagic.probes._support.trace_events import (
     DISPATCH_PREFIX,
@@ -693,6 +694,10 @@ class profile:
     """
 
     def __init__(self, *, save: str | None = None, warmup_runs: int = 0):
+        if save is not None and os.path.exists(save) and not os.path.isdir(save):
+            raise ProbeArgumentError("save", f"takes a directory; {save!r} is a file")
+        if warmup_runs < 0:
+            raise ProbeArgumentError("warmup_runs", "takes a number of runs, 0 or more")
         self.save = save
         self.report = ProfileReport(warmup_runs=warmup_runs)
         self._stack: contextlib.ExitStack | None = None
@@ -709,8 +714,6 @@ class profile:
                 "jax.profiler.stop_trace() and run again."
             )
         if self.save is not None:
-            if os.path.exists(self.save) and not os.path.isdir(self.save):
-                raise ValueError(f"save: {self.save!r} is a file, not a directory")
             os.makedirs(self.save, exist_ok=True)
         stack = contextlib.ExitStack()
         stack.enter_context(preserved_jax_state(()))
