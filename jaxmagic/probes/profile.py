@@ -31,7 +31,6 @@ import time
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.jit_programs import CompiledProgram, ProgramCapture
-from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.kernel_sources import KernelSource, ProgramSources, program_sources
 from jaxmagic.probes._support.trace_events import (
@@ -715,8 +714,9 @@ class profile:
             )
         if self.save is not None:
             os.makedirs(self.save, exist_ok=True)
+        # The compile probe keeps the JAX state contract (config, loggers, listeners) for the block;
+        # the profiler and the call capture touch none of it.
         stack = contextlib.ExitStack()
-        stack.enter_context(preserved_jax_state(()))
         try:
             self._compiles = compiles(raise_over_budget=False)
             self._compile_report = stack.enter_context(self._compiles)

@@ -48,8 +48,14 @@ class TraceEvent:
 
 
 def events_from_profile_data(profile_data) -> list[TraceEvent]:
-    """The kernel, dispatch and transfer events of a ``jax.profiler.ProfileData``."""
+    """The kernel, dispatch and transfer events of a ``jax.profiler.ProfileData``.
+
+    Reading an event's stats through jaxlib's bindings is the slow part, so a
+    name once seen without kernel stats (jaxlib's host events, ``end: ...``
+    markers) is not looked at again.
+    """
     events: list[TraceEvent] = []
+    host_names: set[str] = set()
     thread = 0
     with warnings.catch_warnings():
         # jaxlib's stats types warn "has no __module__ attribute" on first use (Python 3.13)
@@ -61,20 +67,29 @@ def events_from_profile_data(profile_data) -> list[TraceEvent]:
                 thread += 1
                 for event in line.events:
                     name = event.name
+                    if name in host_names:
+                        continue
                     if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES:
                         events.append(TraceEvent(name, thread, event.start_ns, event.duration_ns))
                         continue
-                    if name.startswith("end: "):
+                    op = module = program_id = run_id = ""
+                    for key, value in event.stats:
+                        if key == "hlo_op":
+                            op = value
+                        elif key == "hlo_module":
+                            module = value
+                        elif key == "run_id":
+                            run_id = value
+                        elif key == "program_id":
+                            program_id = value
+                    if not op:
+                        host_names.add(name)
                         continue
-                    stats = event.stats
-                    if not stats:
-                        continue
-                    found = {}
-                    for key, value in stats:
-                        if key in ("hlo_op", "hlo_module", "program_id", "run_id"):
-                            found[key] = value
-                    if "hlo_op" in found:
-                        events.append(_kernel(name, thread, event.start_ns, event.duration_ns, found))
+                    events.append(
+                        TraceEvent(
+                            name, thread, event.start_ns, event.duration_ns, module, op, str(program_id), str(run_id)
+                        )
+                    )
     return events
 
 
