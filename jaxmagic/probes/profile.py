@@ -52,9 +52,9 @@ TOP_LINES = 20
 NO_SCOPE = "(no named_scope)"
 
 SHARED_NOTE = (
-    "A kernel that fuses operations of several lines is split between them, in proportion to the "
-    "operations each line made in it - counting only its matmuls/convolutions when it has any. Such lines "
-    "are marked 'shared'."
+    "A kernel that fuses operations of several lines is split between them, in proportion to a rough count "
+    "of each line's operations in it (a matmul's multiply-adds, other operations' output elements); the last "
+    "column counts such kernels."
 )
 HOST_NOTE = (
     "Host dispatch is jaxlib's time inside each call of a jitted function (argument checks, launching; "
@@ -82,7 +82,7 @@ class LineTime:
     share: float  # of all device time, 0..1
     kernel_runs: int  # kernel executions that served this line
     kernels: int  # distinct kernels
-    shared: bool = False  # some of its kernels also serve other lines
+    shared_kernels: int = 0  # of its kernels, those that also serve other lines (their time is split)
     scopes: list[str] = dataclasses.field(default_factory=list)
     what: str = ""  # for line None: "eager operation `multiply`", ...
 
@@ -303,7 +303,7 @@ class ProfileReport(Report):
             ["waiting for the device", _ms(t.waiting), _pct(t.waiting, t.wall), "block_until_ready, reading results"],
             ["your Python, other host work", _ms(t.python), _pct(t.python, t.wall), ""],
         ]
-        blocks = [Table(["where the wall time went", "time", "share", ""], wall_rows)]
+        blocks = [Table(["part", "time", "share", "detail"], wall_rows)]
         blocks.append(
             Paragraph(
                 f"Wall time {_ms(t.wall)}; the device was busy {_ms(t.device_busy)} "
@@ -338,14 +338,14 @@ class ProfileReport(Report):
                     _pct(lt.share, 1),
                     str(lt.kernel_runs),
                     ", ".join(lt.scopes[:3]) or "-",
-                    "shared" if lt.shared else "",
+                    f"{lt.shared_kernels} of {lt.kernels} kernels shared" if lt.shared_kernels else "",
                 ]
                 for lt in self.lines[:TOP_LINES]
             ]
             blocks = [Table(["your line", "device time", "share", "kernel runs", "scope", ""], rows)]
             if len(self.lines) > TOP_LINES:
                 blocks.append(Paragraph(f"{len(self.lines) - TOP_LINES} more line(s) in the report object."))
-            if any(lt.shared for lt in self.lines):
+            if any(lt.shared_kernels for lt in self.lines):
                 blocks.append(Paragraph(SHARED_NOTE))
             sections.append(Section("By your source line", blocks))
         if self.scopes:
@@ -574,7 +574,7 @@ def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source) ->
             if program_row.identified or program_row.calls
             else f"`{module}`: an eager operation or a program run by library code"
         )
-        entry = lines.setdefault(("", 0, module), {"ns": 0.0, "runs": 0, "kernels": 0, "shared": False, "scopes": {}})
+        entry = lines.setdefault(("", 0, module), {"ns": 0.0, "runs": 0, "kernels": 0, "shared": 0, "scopes": {}})
         entry["ns"] += ns
         entry["runs"] += runs
         entry["kernels"] += 1
@@ -585,11 +585,11 @@ def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source) ->
     for owner in source.owners:
         share = ns * owner.weight
         key = (owner.file, owner.line, owner.function) if owner.line else ("", 0, f"{module}:{op_name}")
-        entry = lines.setdefault(key, {"ns": 0.0, "runs": 0, "kernels": 0, "shared": False, "scopes": {}})
+        entry = lines.setdefault(key, {"ns": 0.0, "runs": 0, "kernels": 0, "shared": 0, "scopes": {}})
         entry["ns"] += share
         entry["runs"] += runs
         entry["kernels"] += 1
-        entry["shared"] |= len(distinct_lines) > 1
+        entry["shared"] += len(distinct_lines) > 1
         entry["scopes"][owner.scope or NO_SCOPE] = None
         if not owner.line:
             entry["what"] = f"`{op_name}` in `{module}` (no source line in its HLO)"
@@ -618,7 +618,7 @@ def _line_rows(lines: dict, total_ns: float) -> list[LineTime]:
                 share=entry["ns"] / total_ns if total_ns else 0.0,
                 kernel_runs=entry["runs"],
                 kernels=entry["kernels"],
-                shared=entry["shared"],
+                shared_kernels=entry["shared"],
                 scopes=list(entry["scopes"]),
                 what=entry.get("what", ""),
             )

@@ -6,9 +6,9 @@ instructions inside the computations it fuses or applies (a reduce's adder),
 carry ``op_name`` (``jit(mlp)/encoder/dot_general``: the named_scope path
 between the program and the primitive) and the Python stack of the line that
 made it. A kernel that fuses operations of several lines serves them all; its
-time is split between them by how many of its instructions each one made, and
-when it contains a matmul, convolution or other heavy operation, only those
-count (an element-wise add fused behind a matmul costs little beside it).
+time is split between them in proportion to a rough count of each line's
+operations there: a matmul's multiply-adds, any other operation's output
+elements (an element-wise add fused behind a matmul costs little beside it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, par
 from jaxmagic.report.source import is_user_file
 
 _NOT_WORK = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
-HEAVY_OPCODES = {"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky", "sort"}
 _TRANSFORM = re.compile(
     r"^(?:jvp|transpose|vmap|pmap|remat|checkpoint|xmap|pjit|shard_map|custom_jvp_call|custom_vjp_call)\((.*)\)$"
 )
@@ -70,21 +69,60 @@ def program_sources(hlo_text: str) -> ProgramSources:
 
 def _describe(module: HloModuleText, kernel: HloInstruction) -> KernelSource:
     members = [kernel] + _inside(module, kernel)
-    made = [m for m in members if m.opcode not in _NOT_WORK and (_has_origin(m))]
-    heavy = [m for m in made if m.opcode in HEAVY_OPCODES or m.op_type in ("dot_general", "conv_general_dilated")]
-    counted = heavy or made
+    made = [m for m in members if m.opcode not in _NOT_WORK and _has_origin(m)]
+    shapes = {i.name: i.shape for i in members}
     shares: dict[tuple, float] = {}
-    for member in counted:
+    for member in made:
         scope = scope_of(member.op_names[0]) if member.op_names else ""
         frame = _user_frame(module, member)
         key = (scope, *frame)
-        shares[key] = shares.get(key, 0.0) + 1.0
+        shares[key] = shares.get(key, 0.0) + _cost(member, shapes, module)
     total = sum(shares.values()) or 1.0
-    owners = tuple(Owner(key[0], key[1], key[2], key[3], count / total) for key, count in shares.items())
+    owners = tuple(Owner(key[0], key[1], key[2], key[3], cost / total) for key, cost in shares.items())
     opcode = kernel.opcode + (f" ({kernel.fusion_kind})" if kernel.fusion_kind else "")
     op_types = tuple(dict.fromkeys(filter(None, (m.op_type or _primitive(m) for m in made))))
     text = kernel.text if len(kernel.text) <= 300 else kernel.text[:297] + "..."
     return KernelSource(kernel.name, opcode, op_types, owners, text)
+
+
+_DIMS = re.compile(r"\[([\d,]*)\]")
+_OPERANDS = re.compile(r"\((%?[\w.\-]+)")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+
+
+def _dims(shape: str) -> list[int]:
+    match = _DIMS.search(shape or "")
+    if not match or not match.group(1):
+        return []
+    return [int(d) for d in match.group(1).split(",") if d]
+
+
+def _elements(shape: str) -> int:
+    count = 1
+    for dim in _dims(shape):
+        count *= dim
+    return count
+
+
+def _cost(instruction: HloInstruction, shapes: dict[str, str], module: HloModuleText) -> float:
+    """A rough operation count: a matmul's multiply-adds, any other instruction's output elements.
+
+    Only the relative sizes matter: they split a fused kernel's time between the lines in it.
+    """
+    elements = float(_elements(instruction.shape))
+    if instruction.opcode == "dot":
+        lhs = _OPERANDS.search(
+            instruction.text[instruction.text.index(" dot(") :] if " dot(" in instruction.text else ""
+        )
+        contracting = _CONTRACTING.search(instruction.text)
+        if lhs and contracting and contracting.group(1):
+            lhs_dims = _dims(shapes.get(lhs.group(1).lstrip("%"), ""))
+            for index in (int(i) for i in contracting.group(1).split(",")):
+                if index < len(lhs_dims):
+                    elements *= lhs_dims[index]
+    elif instruction.opcode in ("convolution", "custom-call"):
+        elements *= 64  # unknown inner size: weigh it as a heavy operation
+    return max(elements, 1.0)
 
 
 def _inside(module: HloModuleText, kernel: HloInstruction) -> list[HloInstruction]:
