@@ -327,8 +327,13 @@ def test_load_ext_does_not_start_a_backend():
     assert "devices: 4" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_syntax_error_is_shown_by_ipython_without_a_report(shell):
+@pytest.mark.parametrize("body", ["x = (1,\n", "return 1\n"])
+def test_syntax_error_is_shown_once_by_ipython_without_a_report(shell, capsys, body):
+    # "return 1" parses but does not compile: it used to be shown twice, the second time through our frames.
     shell.user_ns.pop("syntax_rep", None)
-    result = shell.run_cell("%%jax_nans -o syntax_rep\nx = (1,\n")
+    capsys.readouterr()
+    result = shell.run_cell("%%jax_nans -o syntax_rep\n" + body)
+    shown = capsys.readouterr().out
     assert "syntax_rep" not in shell.user_ns  # nothing ran, so nothing to report
-    assert result.error_in_exec is None
+    assert isinstance(result.error_in_exec, SyntaxError)  # the cell fails, as it would without the magic
+    assert shown.count("Error:") == 1 and "jaxmagic" not in shown

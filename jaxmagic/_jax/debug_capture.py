@@ -45,6 +45,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
 
@@ -315,14 +316,17 @@ def _recording_format_callback(fmt, np_printoptions, has_placeholders, logging_r
 def capturing(capture: Capture) -> Iterator[Capture]:
     """Route every debug print/log/callback of the block through ``capture``; wait for them at the end.
 
-    Does not nest: a second capture while one is active raises RuntimeError.
+    Does not nest: a second capture while one is active raises AlreadyActive.
     """
     global _active
     import jax
     from jax._src import debugging
 
     if _active is not None:
-        raise RuntimeError("another jaxmagic probe is already capturing jax.debug output; they do not nest")
+        raise AlreadyActive(
+            "cannot run inside another magic that captures jax.debug output: "
+            "%%jax_print and %%jax_per_device do not combine with each other"
+        )
     print_p, callback_p = debugging.debug_print_p, debugging.debug_callback_p
     saved = (print_p.__dict__.get("bind"), callback_p.__dict__.get("bind"), debugging._format_print_callback)
     _active = capture

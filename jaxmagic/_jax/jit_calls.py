@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.own_settings import note_own_value
 
 CHECK_MODES = ("off", "raise", "record")
@@ -102,7 +103,7 @@ def observing_calls(
     user's own code (see ``_UserCallSwitch``): much cheaper, and eager
     operations are then not seen.
     ``jax_debug_key_reuse`` is switched on for the block and put back after.
-    Does not nest.
+    Does not nest: raises AlreadyActive while another block observes calls.
     """
     global _active
     import jax
@@ -115,7 +116,10 @@ def observing_calls(
         return
     note_own_value("jax_debug_key_reuse", True)  # part of the cache key: never the user's cause (own_settings)
     if _active:
-        raise RuntimeError("another jaxmagic probe is already observing jit calls; they do not nest")
+        raise AlreadyActive(
+            "cannot run inside another magic that follows every jit call: "
+            "%%jax_keys, %%jax_print and %%jax_doctor do not combine with one another"
+        )
     from jax._src import pjit
     from jax.experimental.key_reuse import _core as key_reuse
 
@@ -239,7 +243,9 @@ class _UserCallSwitch:
         monitoring.free_tool_id(tool)
         while self._entered:  # a call that never returned (KeyboardInterrupt inside C code)
             self._entered.pop()[1].__exit__(None, None, None)
-        monitoring.restart_events()  # call sites switched off for us count again for the next tool
+        # No sys.monitoring.restart_events(): it would switch back on the events that every other
+        # tool (a debugger, coverage) had switched off. The call sites we switched off are library
+        # code, which this switch never watches anyway.
 
     def _on_call(self, code, offset, callable_, arg0):
         filename = code.co_filename

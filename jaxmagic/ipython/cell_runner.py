@@ -10,12 +10,17 @@ exception, which IPython then shows as usual and which makes the cell fail.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import os
-from types import TracebackType
+import sys
 
 import IPython
+
+from jaxmagic.ipython.user_traceback import raise_users_error
+
+_IPYTHON_DIR = os.path.dirname(os.path.abspath(IPython.__file__))
 
 
 @dataclasses.dataclass
@@ -25,38 +30,20 @@ class CellOutcome:
     exception: BaseException | None = None
 
     def reraise(self) -> None:
-        """Raise the body's exception again, with the traceback starting in the cell."""
+        """Raise the body's exception again, its traceback starting in the cell, with no frame of ours."""
         __tracebackhide__ = True
-        if self.exception is not None:
-            _trim_jax_source_stack(self.exception)
-            raise self.exception.with_traceback(_skip_runner_frames(self.exception.__traceback__))
+        raise_users_error(self.exception)
 
 
-def _skip_runner_frames(tb: TracebackType | None) -> TracebackType | None:
-    # The traceback starts in IPython's run_code, which marks itself hidden.
-    while tb is not None and tb.tb_frame.f_locals.get("__tracebackhide__") == "__ipython_bottom__":
-        tb = tb.tb_next
-    return tb
-
-
-def _trim_jax_source_stack(error: BaseException) -> None:
-    # For errors in transformed code JAX chains a JaxStackTraceBeforeTransformation
-    # whose stack starts at the process entry (runpy, the kernel's event loop,
-    # IPython, jaxmagic). Start it at the cell instead, as the main traceback does.
-    cause = error.__cause__
-    if cause is None or type(cause).__name__ != "JaxStackTraceBeforeTransformation":
-        return
-    runner_dirs = (
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        os.path.dirname(os.path.abspath(IPython.__file__)),
-    )
-    start, tb = cause.__traceback__, cause.__traceback__
-    while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(runner_dirs):
-            start = tb.tb_next
-        tb = tb.tb_next
-    if start is not None:
-        cause.with_traceback(start)
+def _run_code_depth() -> int:
+    """How many of IPython's ``run_code`` frames (one per running cell) are on the stack."""
+    depth, frame = 0, sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "run_code" and code.co_filename.startswith(_IPYTHON_DIR):
+            depth += 1
+        frame = frame.f_back
+    return depth
 
 
 @contextlib.contextmanager
@@ -64,16 +51,42 @@ def _exceptions_captured(shell, outcome: CellOutcome):
     # run_code hands exceptions matching shell.custom_exceptions to
     # shell.CustomTB instead of printing them. We set both directly rather than
     # through set_custom_exc, whose wrapper would still emit an (empty) error.
+    # Only the body's own exception is ours: a cell the body runs itself
+    # (get_ipython().run_cell(...)) shows its error at once, as it would
+    # without the magic, and the body goes on.
     saved = shell.custom_exceptions, shell.CustomTB
+    body_depth = _run_code_depth() + 1
 
     def capture(etype, value, tb, tb_offset=None):
+        if _run_code_depth() > body_depth:  # a cell run by the body: as IPython would have shown it
+            if saved[0] and issubclass(etype, saved[0]):
+                return saved[1](etype, value, tb, tb_offset)
+            return shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
         outcome.exception = value
+        return None
+
+    # IPython prints SystemExit itself, before custom exceptions are asked; the
+    # magic raises it again after the report, where IPython prints it once.
+    had_own_showtraceback = "showtraceback" in vars(shell)
+    saved_showtraceback = shell.showtraceback
+
+    def showtraceback(*args, **kwargs):
+        error = sys.exc_info()[1]
+        if isinstance(error, SystemExit) and _run_code_depth() == body_depth:
+            outcome.exception = error
+            return None
+        return saved_showtraceback(*args, **kwargs)
 
     shell.custom_exceptions, shell.CustomTB = (BaseException,), capture
+    shell.showtraceback = showtraceback
     try:
         yield
     finally:
         shell.custom_exceptions, shell.CustomTB = saved
+        if had_own_showtraceback:
+            shell.showtraceback = saved_showtraceback
+        else:
+            del shell.showtraceback  # the instance attribute; the class method shows through again
 
 
 @contextlib.contextmanager
@@ -81,7 +94,10 @@ def _named_as_current_cell(shell):
     # IPython counted the magic's own cell before running it, so the body would
     # be filed under the next number: tracebacks and reports would say
     # "In [6]" for cell 5. Only the name changes; Out[] numbering is untouched.
+    # A magic cell inside a magic cell renames again: each level puts back
+    # exactly what it found.
     compiler = shell.compile
+    had_own_cache = "cache" in vars(compiler)
     original = compiler.cache
 
     def cache(transformed_code, number=0, raw_code=None):
@@ -91,30 +107,52 @@ def _named_as_current_cell(shell):
     try:
         yield
     finally:
-        del compiler.cache  # the instance attribute; the class method shows through again
+        if had_own_cache:
+            compiler.cache = original
+        else:
+            del compiler.cache  # the instance attribute; the class method shows through again
 
 
-def shown_if_unparsable(shell, cell: str) -> bool:
-    """If the body does not parse, let IPython show the error as usual and return True.
+def shown_if_unrunnable(shell, cell: str) -> bool:
+    """If the body cannot run at all (it does not parse or compile), let IPython show why; return True.
 
-    A body that cannot run needs no probe and no report, and IPython's own
-    syntax-error display (line and caret, no stack) is the one users know.
+    A body that cannot run needs no probe and no report. IPython shows its
+    syntax error as for any cell (line and caret, no stack), once; the
+    magic's own cell is then marked failed with that error, as the same cell
+    without the magic would be, so "Run All" stops there. ``return 1`` parses
+    but does not compile, so both are tried.
     """
     try:
-        shell.compile.ast_parse(shell.transform_cell(cell))
+        transformed = shell.transform_cell(cell)
+        filename = _cell_filename(shell, transformed, cell)
+        tree = shell.compile.ast_parse(transformed, filename=filename)
+        compile(tree, filename, "exec", shell.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, True)
         return False
-    except (SyntaxError, ValueError, OverflowError, TypeError, MemoryError):
+    except (SyntaxError, ValueError, OverflowError, TypeError, MemoryError, RecursionError):
         pass
-    # Outside the except block, so IPython's display does not chain our own parse attempt.
-    shell.run_cell(cell, store_history=False)
+    # Outside the except block, so IPython's display does not chain our own attempt.
+    magic_cell = getattr(shell.displayhook, "exec_result", None)
+    result = shell.run_cell(cell, store_history=False)
+    shell.displayhook.exec_result = magic_cell  # run_cell cleared it; the magic's cell is still running
+    if magic_cell is not None and magic_cell.error_in_exec is None:
+        magic_cell.error_in_exec = result.error_before_exec or result.error_in_exec
     return True
+
+
+def _cell_filename(shell, transformed: str, cell: str) -> str:
+    # The name IPython gives the body when it runs it, and its text in linecache,
+    # so the syntax error shows the cell's line.
+    number = max(getattr(shell, "execution_count", 1) - 1, 0)
+    return shell.compile.cache(transformed, number, cell)
 
 
 def run_cell_body(shell, cell: str) -> CellOutcome:
     """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception."""
     outcome = CellOutcome()
+    magic_cell = getattr(shell.displayhook, "exec_result", None)
     with _exceptions_captured(shell, outcome), _named_as_current_cell(shell):
         result = shell.run_cell(cell, store_history=False)
+    shell.displayhook.exec_result = magic_cell  # run_cell cleared it; the magic's cell is still running
     if outcome.exception is None:  # not routed through CustomTB (e.g. rejected input)
         outcome.exception = result.error_in_exec or result.error_before_exec
     return outcome

@@ -8,13 +8,15 @@ real help), runs the cell or the call inside a probe, stores the report under
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
-from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unparsable
+from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
 from jaxmagic.ipython.display import display_report
 from jaxmagic.ipython.expression import callee_is_jitted, evaluate_expression, parse_expression
 from jaxmagic.ipython.option_types import (
@@ -22,10 +24,13 @@ from jaxmagic.ipython.option_types import (
     comma_list,
     dimension_pair,
     positive_float,
+    shown,
     sweep,
     vmap_axes,
 )
+from jaxmagic.ipython.user_traceback import raise_users_error
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.report.wording import first_line
 
 
 class _ProbesOnFirstUse:
@@ -51,10 +56,18 @@ class JaxMagics(Magics):
     # -- helpers --------------------------------------------------------------
 
     def _parse(self, magic, line: str):
-        args = parse_argstring(magic, line)
+        try:
+            args = parse_argstring(magic, line)
+        except UsageError:
+            raise
+        except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+            raise UsageError(
+                f"%{magic.__name__}: the options {shown(line)} do not split into words ({first_line(error)}); "
+                "close the quote, or put a quote character inside the other kind of quotes."
+            ) from None
         name = getattr(args, "output", None)
         if name is not None and not name.isidentifier():
-            raise UsageError(f"-o needs a Python variable name, got {name!r}.")
+            raise UsageError(f"-o needs a Python variable name, got {shown(name)}.")
         return args
 
     @staticmethod
@@ -83,13 +96,18 @@ class JaxMagics(Magics):
     def _run_cell_in_probe(self, probe, args, cell: str):
         """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
         __tracebackhide__ = True
-        if shown_if_unparsable(self.shell, cell):
+        if shown_if_unrunnable(self.shell, cell):
             return None
         outcome = CellOutcome()
         try:
             with probe as report:
                 outcome = run_cell_body(self.shell, cell)
                 outcome.reraise()
+        except AlreadyActive as error:
+            if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
+                raise
+            magic = sys._getframe(1).f_code.co_name  # the cell magic that called us, e.g. jax_keys
+            raise UsageError(f"%%{magic} {error.problem}.") from None
         except BaseException as error:
             if error is not outcome.exception:
                 raise
@@ -164,7 +182,10 @@ class JaxMagics(Magics):
         with self._options_checked(self.jax_compiles):
             probe = probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
         self._run_cell_in_probe(probe, args, cell)
-        probe.report.raise_if_over_budget()
+        try:
+            probe.report.raise_if_over_budget()
+        except probes.CompileBudgetExceeded as over:  # raised on purpose, for the cell to fail: from no frame of ours
+            raise_users_error(over)
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call to time, e.g. deep(ws, x).")
@@ -188,14 +209,18 @@ class JaxMagics(Magics):
         memory_analysis() and cost_analysis(). Arguments may be
         jax.ShapeDtypeStruct; then nothing is run.
         """
+        __tracebackhide__ = True
         call_text, option_text = self._split(self.jax_stages, line)
         args = self._parse(self.jax_stages, option_text)
         if not call_text:
             raise UsageError("%jax_stages needs a call to time, e.g. %jax_stages step(params, x)")
         call = self._evaluate(call_text)
-        report = probes.stages_of_call(call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text)
+        report, error = probes.run_stages_call(
+            call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text
+        )
         del call  # keep no user array alive
         self._publish(report, args)
+        raise_users_error(error)
 
     @magic_arguments()
     @argument(
@@ -245,6 +270,7 @@ class JaxMagics(Magics):
         divisions by zero and out-of-bounds indices (which JAX otherwise clamps
         silently). For a vmapped function, the failing samples' indices.
         """
+        __tracebackhide__ = True
         call_text, option_text = self._split(self.jax_check, line)
         args = self._parse(self.jax_check, option_text)
         if not call_text:
@@ -255,11 +281,12 @@ class JaxMagics(Magics):
             error_set(args.errors)
         call = self._evaluate(call_text)
         with self._options_checked(self.jax_check, vmap_axes="--vmap"):
-            report = probes.check_of_call(
+            report, error = probes.run_check_call(
                 call.function, call.args, call.kwargs, errors=args.errors, call_text=call.text, vmap_axes=args.vmap
             )
         del call  # keep no user array alive
         self._publish(report, args)
+        raise_users_error(error)
 
     @magic_arguments()
     @argument(
@@ -330,8 +357,7 @@ class JaxMagics(Magics):
                 )
                 del value
         self._publish(report, args)
-        if error is not None:
-            raise error
+        raise_users_error(error)
 
     def _evaluate_value(self, text: str):
         try:
@@ -424,8 +450,6 @@ class JaxMagics(Magics):
             if not isinstance(error, BaseException):
                 raise UsageError(f"%jax_explain takes on, off or an exception; {word!r} is a {type(error).__name__}.")
         else:
-            import sys
-
             error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
             if error is None:
                 raise UsageError("There is no last exception to explain; pass one: %jax_explain err")
@@ -492,8 +516,6 @@ class JaxMagics(Magics):
         summarised: your frames only, with their lines, and how many frames
         were JAX's.
         """
-        import sys
-
         args = self._parse(self.jax_traceback, line)
         previous = ""
         if args.mode is not None:
@@ -608,6 +630,7 @@ class JaxMagics(Magics):
         compiled program's memory_analysis() and cost_analysis(). --sweep
         B=64,256,1024 compiles once per value of B and tabulates the memory.
         """
+        __tracebackhide__ = True
         from jaxmagic.ipython.call_expression import split_scope_and_call
         from jaxmagic.probes.hlo import Sweep, parse_stages
 
@@ -642,7 +665,7 @@ class JaxMagics(Magics):
                 return built.function, built.args, built.kwargs
 
             sweep = Sweep(sweep_name, sweep_values, build)
-        report = probes.hlo_of_call(
+        report, error = probes.run_hlo_call(
             call.function,
             call.args,
             call.kwargs,
@@ -654,6 +677,7 @@ class JaxMagics(Magics):
         )
         del call, sweep  # keep no user array alive
         self._publish(report, args)
+        raise_users_error(error)
 
     @magic_arguments()
     @argument(
@@ -751,6 +775,7 @@ class JaxMagics(Magics):
         lists arrays the function captures by closure (the chapter's section
         1.4 miscompile). The call runs three times.
         """
+        __tracebackhide__ = True
         call_text, option_text = self._split(self.jax_bisect, line)
         args = self._parse(self.jax_bisect, option_text)
         if not call_text:
@@ -762,7 +787,7 @@ class JaxMagics(Magics):
                 text = text[1:-1]
             reference = self._evaluate_value(text)
         call = self._evaluate(call_text)
-        report = probes.bisect_of_call(
+        report, error = probes.run_bisect_call(
             call.function,
             call.args,
             call.kwargs,
@@ -773,6 +798,7 @@ class JaxMagics(Magics):
         )
         del call, reference  # keep no user array alive
         self._publish(report, args)
+        raise_users_error(error)
 
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)

@@ -16,7 +16,7 @@ import ast
 LARGEST_COUNT = 100_000
 
 
-def _shown(text: str, limit: int = 60) -> str:
+def shown(text: str, limit: int = 60) -> str:
     """The user's value in a message, cut short: a UsageError should stay one readable line."""
     text = str(text)
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
@@ -29,7 +29,7 @@ def bounded_int(low: int, high: int = LARGEST_COUNT):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"takes a whole number, got {_shown(text)}") from None
+            raise argparse.ArgumentTypeError(f"takes a whole number, got {shown(text)}") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"takes a number from {low} to {high:,}, got {value:,}")
         return value
@@ -42,9 +42,9 @@ def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a positive number, got {_shown(text)}") from None
+        raise argparse.ArgumentTypeError(f"takes a positive number, got {shown(text)}") from None
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"takes a positive number, got {_shown(text)}")
+        raise argparse.ArgumentTypeError(f"takes a positive number, got {shown(text)}")
     return value
 
 
@@ -58,9 +58,9 @@ def dimension_pair(text: str) -> list[int]:
     try:
         dims = [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"takes two dimensions such as 0,2, got {_shown(text)}") from None
+        raise argparse.ArgumentTypeError(f"takes two dimensions such as 0,2, got {shown(text)}") from None
     if len(dims) != 2:
-        raise argparse.ArgumentTypeError(f"takes two dimensions such as 0,2, got {_shown(text)}")
+        raise argparse.ArgumentTypeError(f"takes two dimensions such as 0,2, got {shown(text)}")
     return dims
 
 
@@ -69,7 +69,7 @@ def vmap_axes(text: str):
     try:
         axes = tuple(None if part.strip() == "None" else int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"takes in_axes such as 0 or 0,None, got {_shown(text)}") from None
+        raise argparse.ArgumentTypeError(f"takes in_axes such as 0 or 0,None, got {shown(text)}") from None
     return axes[0] if len(axes) == 1 else axes
 
 
@@ -78,13 +78,13 @@ def sweep(text: str) -> tuple[str, list]:
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name.isidentifier() or not values.strip():
-        raise argparse.ArgumentTypeError(f"takes NAME=V1,V2,... such as B=64,256,1024, got {_shown(text)}")
+        raise argparse.ArgumentTypeError(f"takes NAME=V1,V2,... such as B=64,256,1024, got {shown(text)}")
     parsed = []
     for raw in values.split(","):
         try:
             parsed.append(ast.literal_eval(raw.strip()))
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             raise argparse.ArgumentTypeError(
-                f"value {_shown(raw.strip())} is not a Python literal (a number such as 64)"
+                f"value {shown(raw.strip())} is not a Python literal (a number such as 64)"
             ) from None
     return name, parsed

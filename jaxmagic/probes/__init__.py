@@ -4,19 +4,24 @@ Each probe switches one JAX tool on, runs the user's code, switches it off and
 returns (or yields) a report. Probes that take a call have two forms: the
 explicit ``X_of_call(fn, args, kwargs, *, options)``, where the call's own
 keywords can have any name, and ``X(fn, *args, options..., **kwargs)`` for
-people. A bad option raises ``ProbeArgumentError`` (a ValueError) naming the
-parameter.
+people. ``run_X_call`` (same arguments as ``X_of_call``) also returns the call's
+own exception, ``(report, exception or None)``: the magics show the report and
+then raise it. A bad option raises ``ProbeArgumentError`` (a ValueError) naming
+the parameter.
 """
 
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes.bisect import BisectReport, bisect, bisect_of_call
+from jaxmagic.probes.bisect import run_call as run_bisect_call
 from jaxmagic.probes.check import CheckReport, check, check_of_call
+from jaxmagic.probes.check import run_call as run_check_call
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
 from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
 from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
+from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
 from jaxmagic.probes.leaks import LeakReport, leaks
 from jaxmagic.probes.live import LiveReport, live, live_diff
@@ -27,6 +32,7 @@ from jaxmagic.probes.profile import ProfilerBusy, ProfileReport, profile
 from jaxmagic.probes.sharding import ShardingReport, sharding, sharding_of_call
 from jaxmagic.probes.sharding import run_call as run_sharding_call
 from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
+from jaxmagic.probes.stages import run_call as run_stages_call
 from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
 from jaxmagic.probes.transfers import TransferReport, transfers
 
@@ -37,15 +43,18 @@ __all__ = [
     "PrintReport",
     "bisect",
     "bisect_of_call",
+    "run_bisect_call",
     "BisectReport",
     "hlo",
     "hlo_of_call",
+    "run_hlo_call",
     "HloReport",
     # numerical problems (section 3)
     "nans",
     "NanReport",
     "check",
     "check_of_call",
+    "run_check_call",
     "CheckReport",
     # tracer errors and leaks (section 4)
     "explain",
@@ -59,6 +68,7 @@ __all__ = [
     "CompileBudgetExceeded",
     "stages",
     "stages_of_call",
+    "run_stages_call",
     "StagesReport",
     "transfers",
     "TransferReport",

@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import user_lines
-from jaxmagic.report.wording import format_bytes, message_of
+from jaxmagic.report.wording import error_line, format_bytes
 
 DEFAULT_RTOL = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
 RANDOM_PRIMITIVES = (
@@ -274,7 +274,6 @@ def _is_static(value: Any) -> bool:
 
 
 def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
-    import jax
 
     if compat.is_jitted(fn):
         return fn, "the jitted function as given"
@@ -283,7 +282,7 @@ def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
     how = "jax.jit(f)"
     if static or static_names:
         how += f" with static arguments {', '.join([str(i) for i in static] + list(static_names))}"
-    return jax.jit(fn, static_argnums=static, static_argnames=static_names), how
+    return jittable.jit(fn, static_argnums=static, static_argnames=static_names), how
 
 
 def _leaves(tree) -> list[tuple[str, Any]]:
@@ -333,16 +332,16 @@ def _describe(result) -> list[str]:
     return [f"{tuple(np.shape(leaf))} {getattr(leaf, 'dtype', type(leaf).__name__)}" for _, leaf in _leaves(result)]
 
 
-def _run(run: RunResult, thunk: Callable[[], Any]):
+def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception]):
     import jax
 
     try:
         result = thunk()
         jax.block_until_ready(result)
-    except Exception as error:  # the call's own failure is a finding, not ours
+    except Exception as error:  # the call's own failure is a finding, not ours; kept for the magic to raise
+        failed[run.name] = error
         run.ok = False
-        text = message_of(error).strip().splitlines()
-        run.error = f"{type(error).__name__}: {text[0] if text else ''}"
+        run.error = error_line(error)
         lines = user_lines(error.__traceback__)
         run.error_line = lines[-1] if lines else None
         return None
@@ -452,23 +451,46 @@ def bisect_of_call(
     computation); without it a float64 op-by-op run is the reference when that
     is sound. ``rtol``: the relative tolerance (default by the result's dtype:
     1e-4 for float32). ``namespace`` names captured globals. Never raises for
-    the call's own errors: a failed run is reported.
+    the call's own errors: a failed run is reported (use :func:`run_call` to
+    also get the exception).
+    """
+    report, _error = run_call(fn, args, kwargs, ref=ref, rtol=rtol, call_text=call_text, namespace=namespace)
+    return report
+
+
+def run_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    ref: Any = None,
+    rtol: float | None = None,
+    call_text: str = "",
+    namespace: dict | None = None,
+) -> tuple[BisectReport, Exception | None]:
+    """Like :func:`bisect_of_call`, also returning the exception of the call as written (None if it ran).
+
+    That is the jit run's exception when ``fn`` is jitted, else the op-by-op
+    run's: the error the user's own ``fn(*args, **kwargs)`` would raise. A run
+    that fails only in the other way (a tracer error under jit of a plain
+    function) is a finding of the report, not the user's error.
     """
     import jax
 
     args, kwargs = tuple(args), dict(kwargs or {})
+    failed: dict[str, Exception] = {}
     report = BisectReport(call=call_text or f"{getattr(fn, '__name__', 'f')}(...)")
     jitted, how = _jitted(fn, args, kwargs)
     with preserved_jax_state(("jax_enable_x64", "jax_disable_jit")):
         report.jit = RunResult("jit", how)
-        jit_result = _run(report.jit, lambda: jitted(*args, **kwargs))
+        jit_result = _run(report.jit, lambda: jitted(*args, **kwargs), failed)
         report.eager = RunResult("eager", "op by op under jax.disable_jit()")
 
         def eager():
             with jax.disable_jit():
                 return fn(*args, **kwargs)
 
-        eager_result = _run(report.eager, eager)
+        eager_result = _run(report.eager, eager, failed)
         reference = None
         if ref is not None:
             report.reference_kind = "given"
@@ -495,7 +517,7 @@ def bisect_of_call(
                         with jax.disable_jit():
                             return fn(*up_args, **up_kwargs)
 
-                    reference = _run(report.reference, reference_run)
+                    reference = _run(report.reference, reference_run, failed)
                 del up_args, up_kwargs
         sample = jit_result if jit_result is not None else eager_result
         dtypes = [str(getattr(leaf, "dtype", "float32")) for _, leaf in _leaves(sample)] if sample is not None else []
@@ -503,7 +525,7 @@ def bisect_of_call(
         _judge(report, jit_result, eager_result, reference)
         del jit_result, eager_result, reference, sample
     report.captured = _captured(fn, args, kwargs, namespace)
-    return report
+    return report, failed.get("jit" if compat.is_jitted(fn) else "eager")
 
 
 def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:

@@ -17,11 +17,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from jaxmagic._jax import jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import error_line, message_of
 
 ERROR_SET_NAMES = ("user", "nan", "div", "index", "float", "all")
 
@@ -191,6 +192,27 @@ def check_of_call(
     With ``vmap_axes`` the call is ``jit(vmap(checkify(fn), in_axes=vmap_axes))``: each
     sample is checked on its own and errors carry the sample's ``mapped_index``.
     (``checkify(vmap(f))`` would keep a single error without saying which sample.)
+    Never raises for the call's own exception: the report's ``failure`` says what
+    happened (use :func:`run_call` to also get the exception).
+    """
+    report, _error = run_call(fn, args, kwargs, errors=errors, call_text=call_text, vmap_axes=vmap_axes)
+    return report
+
+
+def run_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    errors: str | list[str] = "all",
+    call_text: str = "",
+    vmap_axes=None,
+) -> tuple[CheckReport, Exception | None]:
+    """Like :func:`check_of_call`, also returning the call's own exception (None if it ran).
+
+    The errors checkify found are findings, not exceptions: only a call that
+    raises (a Python error, a tracer error) gives an exception here. The magic
+    shows the report, then raises it.
     """
     import jax
     from jax.experimental import checkify
@@ -200,7 +222,7 @@ def check_of_call(
     report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)
     # jax.vmap's wrapper announces itself in its docstring; nothing else marks it.
     report.vmapped_function = (getattr(fn, "__doc__", None) or "").startswith("Vectorized version of")
-    checked = checkify.checkify(fn, errors=error_set(names))
+    checked = checkify.checkify(jittable.jittable(fn), errors=error_set(names))
     if vmap_axes is not None:
         checked = jax.vmap(checked, in_axes=vmap_axes)
         report.vmap_axes = str(vmap_axes)
@@ -208,12 +230,11 @@ def check_of_call(
     with preserved_jax_state(()):
         try:
             err, _ = checked(*args, **kwargs)
-        except Exception as failure:  # a bug in the call itself, reported rather than raised
-            message = str(failure).strip().splitlines()
-            report.failure = f"{type(failure).__name__}: {message[0] if message else ''}"
-            return report
+        except Exception as failure:  # a bug in the call itself: reported, and handed back
+            report.failure = error_line(failure)
+            return report, failure
     report.errors = _errors_of(err)
-    return report
+    return report, None
 
 
 def _errors_of(err) -> list[CheckError]:

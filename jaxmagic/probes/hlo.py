@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.name_paths import NamePath, find_run, parse_name, scope_path, split_query
@@ -689,13 +689,35 @@ def hlo_of_call(
     ``memory_analysis()``/``cost_analysis()`` of the compiled program.
     ``namespace`` (the user's globals) helps name baked globals. ``sweep``
     compiles the call once per value and tabulates the memory figures.
-    Returns the report; errors while building a stage are reported, not raised.
+    Returns the report; errors while building a stage are reported, not raised
+    (use :func:`run_call` to also get the exception).
     """
-    import jax
+    report, _error = run_call(
+        fn, args, kwargs, scope=scope, stage=stage, call_text=call_text, namespace=namespace, sweep=sweep
+    )
+    return report
+
+
+def run_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    scope: str | None = None,
+    stage: str | Iterable[str] = "all",
+    call_text: str = "",
+    namespace: dict | None = None,
+    sweep: Sweep | None = None,
+) -> tuple[HloReport, Exception | None]:
+    """Like :func:`hlo_of_call`, also returning the exception of the stage that failed (None if none).
+
+    The magic shows the report, then raises it.
+    """
 
     args, kwargs = tuple(args), dict(kwargs or {})
+    failed: list[Exception] = []  # the exception of the stage that failed, for the magic to raise
     stages = parse_stages(stage)
-    jitted = fn if compat.is_jitted(fn) else jax.jit(fn)
+    jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
     report = HloReport(
         call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)",
         scope=scope or "",
@@ -703,9 +725,9 @@ def hlo_of_call(
         function=f"jit({_function_name(fn)})",
     )
     with preserved_jax_state(()):
-        traced = _timed(report, "trace", lambda: jitted.trace(*args, **kwargs))
+        traced = _timed(report, "trace", lambda: jitted.trace(*args, **kwargs), failed)
         if traced is None:
-            return report
+            return report, failed[0]
         closed = traced.jaxpr
         report.function = f"jit({_traced_name(closed, fn)})"
         report.inputs, report.outputs = _signature(traced)
@@ -720,17 +742,17 @@ def hlo_of_call(
         per_stage: dict[str, list[_Op]] = {"jaxpr": jaxpr_ops}
         module = None
         if "stablehlo" in stages or "hlo" in stages:
-            lowered = _timed(report, "lower", traced.lower)
+            lowered = _timed(report, "lower", traced.lower, failed)
             if lowered is None:
                 report.failure_stage = "stablehlo"
-                return report
+                return report, failed[0]
             if "stablehlo" in stages:
                 per_stage["stablehlo"] = _stablehlo_ops(lowered)
             if "hlo" in stages:
-                compiled = _timed(report, "compile", lowered.compile)
+                compiled = _timed(report, "compile", lowered.compile, failed)
                 if compiled is None:
                     report.failure_stage = "hlo"
-                    return report
+                    return report, failed[0]
                 from jaxmagic.probes._support.hlo_text import parse_hlo_module
 
                 module = parse_hlo_module(compiled.as_text())
@@ -747,7 +769,7 @@ def hlo_of_call(
         if sweep is not None:
             report.sweep_name = sweep.name
             report.sweep = [_sweep_point(sweep, value) for value in sweep.values]
-    return report
+    return report, None
 
 
 def _function_name(fn) -> str:
@@ -761,11 +783,12 @@ def _traced_name(closed, fn) -> str:
     return name or _function_name(fn)
 
 
-def _timed(report: HloReport, step: str, build: Callable[[], Any]):
+def _timed(report: HloReport, step: str, build: Callable[[], Any], failed: list[Exception]):
     start = time.perf_counter()
     try:
         result = build()
-    except Exception as error:  # the user's program failed to trace/lower/compile: report it
+    except Exception as error:  # the user's program failed to trace/lower/compile: report it, hand it back
+        failed.append(error)
         report.failure = error_line(error)
         report.failure_stage = {"trace": "jaxpr", "lower": "stablehlo", "compile": "hlo"}[step]
         report.failure_line = _innermost_user_line(error.__traceback__)
@@ -1578,12 +1601,11 @@ def _cost(compiled) -> dict[str, float]:
 
 
 def _sweep_point(sweep: Sweep, value) -> SweepPoint:
-    import jax
 
     point = SweepPoint(value=repr(value))
     try:
         fn, args, kwargs = sweep.build(value)
-        jitted = fn if compat.is_jitted(fn) else jax.jit(fn)
+        jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
         compiled = jitted.lower(*args, **kwargs).compile()
     except Exception as error:
         point.failure = error_line(error)

@@ -28,11 +28,11 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, Status
-from jaxmagic.report.wording import format_bytes, short_dtype
+from jaxmagic.report.wording import error_line, format_bytes, short_dtype
 
 DEFAULT_RUNS = 20
 
@@ -234,7 +234,22 @@ def stages(fn: Callable, *args: Any, runs: int = DEFAULT_RUNS, call_text: str = 
 def stages_of_call(
     fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, runs: int = DEFAULT_RUNS, call_text: str = ""
 ) -> StagesReport:
-    """``stages`` with the call's arguments given as a sequence and a dict (any keyword names allowed)."""
+    """``stages`` with the call's arguments given as a sequence and a dict (any keyword names allowed).
+
+    Never raises for the call's own exception: the report's ``failure`` says
+    what happened (use :func:`run_call` to also get the exception).
+    """
+    report, _error = run_call(fn, args, kwargs, runs=runs, call_text=call_text)
+    return report
+
+
+def run_call(
+    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, runs: int = DEFAULT_RUNS, call_text: str = ""
+) -> tuple[StagesReport, Exception | None]:
+    """Like :func:`stages_of_call`, also returning the exception of the stage that failed (None if none).
+
+    The magic shows the report, then raises it.
+    """
     import jax
 
     if runs < 1:
@@ -246,6 +261,7 @@ def stages_of_call(
     jitted, static_positions, static_names = _fresh_jitted(fn, is_jitted, report)
     report.abstract_arguments = any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves((args, kwargs)))
 
+    error = None
     with preserved_jax_state(()), _compile_events() as events:
         stage = "trace"
         try:
@@ -271,13 +287,13 @@ def stages_of_call(
                 dynamic_args = [a for i, a in enumerate(args) if i not in static_positions]
                 dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
                 _time_runs(report, compiled, dynamic_args, dynamic_kwargs, runs)
-        except Exception as failure:  # the user's call failing is reported, like %jax_check does
+        except Exception as failure:  # the user's call failing: reported, and handed back
             report.failed_stage = stage
-            message = str(failure).strip().splitlines()
-            report.failure = f"{type(failure).__name__}: {message[0] if message else ''}"
+            report.failure = error_line(failure)
+            error = failure
     if report.trace_seconds is not None and events.traced is False:
         report.cached_stages.insert(0, "trace")
-    return report
+    return report, error
 
 
 def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
@@ -300,7 +316,7 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
             "as shardings that are not copied), so its own jit was timed; stages it had done "
             "before come from JAX's caches."
         )
-        return (fn if is_jitted else jax.jit(fn)), static_positions, static_names
+        return (fn if is_jitted else jittable.jit(fn)), static_positions, static_names
     report.fresh_copy = True
     options: dict[str, Any] = {}
     if info is not None:
