@@ -583,7 +583,7 @@ class JaxMagics(Magics):
                 "A jax.profiler trace is already running, and traces do not nest: stop it with "
                 "jax.profiler.stop_trace() (or leave its `with jax.profiler.trace(...)` block), then run again."
             )
-        if shown_if_unparsable(self.shell, cell):
+        if shown_if_unrunnable(self.shell, cell):
             return None
         for run in range(1, args.warmup + 1):
             with capture_output():
