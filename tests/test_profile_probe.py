@@ -235,3 +235,20 @@ def test_a_ten_thousand_event_trace_builds_a_report():
     assert sum(s.share for s in report.scopes if s.depth == 0 or s.path == NO_SCOPE) == pytest.approx(1.0)
     assert abs(sum(lt.share for lt in report.lines) - 1.0) < 1e-9
     assert report.document().sections
+
+
+def test_a_compiled_object_called_directly_is_named():
+    compiled = jax.jit(step).lower(jnp.ones((8, 8))).compile()
+    with probes.profile() as report:
+        for _ in range(4):
+            compiled(jnp.ones((8, 8))).block_until_ready()
+    program = report.program("step")
+    assert program is not None and program.identified and program.calls == 4
+    assert report.line("jnp.sin(x) * 0.5 + 1.0") is not None
+
+
+def test_a_trace_started_inside_the_block_is_the_users_error(tmp_path):
+    with pytest.raises(RuntimeError), probes.profile() as report:
+        jax.profiler.start_trace(str(tmp_path))
+    assert not profiler_session_active()
+    assert "traces do not nest" in report.summary

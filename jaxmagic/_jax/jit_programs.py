@@ -16,6 +16,9 @@ JAX gives only for a ``Compiled`` object. To get one per program that ran:
   arguments as they are) until the block ends; then ``f.lower(*specs).compile()``
   gives the program's text and ``memory_analysis()`` - from JAX's caches, cheap.
 
+A ``jax.stages.Compiled`` the user calls directly (``jit(f).lower(x).compile()``)
+gives its text at once and is kept until the block ends.
+
 Calls made while JAX traces (tracer arguments) and calls from library code are
 not captured. A function called again with a signature compiled in an earlier
 cell is seen only at its first signature (its later programs show by kernel
@@ -33,7 +36,7 @@ from jaxmagic._jax import compat
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
 
-TOOL_IDS = (2, 3, 4)  # sys.monitoring's profiler id first, then the free ones
+TOOL_IDS = (3, 4, 2)  # the free ids first; 2 (the profiler id) would clash with cProfile in the cell
 MAX_PROGRAMS = 64  # distinct (function, signature) pairs captured per block
 
 
@@ -70,6 +73,7 @@ class ProgramCapture:
         self._cleared: dict[int, Any] = {}
         self._user: dict[str, bool] = {}
         self._pending: tuple | None = None
+        self._compiled: dict[int, tuple] = {}  # id -> (jax.stages.Compiled, call site), called directly
         self._tool: int | None = None
         self._code = None
         self.overflow = 0
@@ -82,6 +86,7 @@ class ProgramCapture:
         if monitoring is None or self._code is None:
             return self
         self._jit_type = compat.jit_type()
+        self._compiled_type = jax.stages.Compiled
         self._tracer = jax.core.Tracer
         for tool in TOOL_IDS:
             if monitoring.get_tool(tool) is None:
@@ -120,7 +125,14 @@ class ProgramCapture:
             user = self._user[code.co_filename] = is_user_file(code.co_filename)
         if not user:
             return sys.monitoring.DISABLE
-        if type(callable_) is self._jit_type:
+        kind = type(callable_)
+        if kind is self._compiled_type:  # jit(f).lower(x).compile() called: its text is at hand
+            if id(callable_) not in self._compiled and len(self._compiled) < MAX_PROGRAMS:
+                caller = sys._getframe(1)
+                self._compiled[id(callable_)] = (callable_, (code.co_filename, caller.f_lineno or 0, code.co_name))
+                del caller
+            return None
+        if kind is self._jit_type:
             key = id(callable_)
             if key not in self._cleared:
                 self._cleared[key] = callable_  # held, so its id is not reused within the block
@@ -163,17 +175,32 @@ class ProgramCapture:
         """Lower and compile each captured call again (from JAX's caches); then forget the calls."""
         found = []
         calls, self._calls = list(self._calls.values()), {}
+        compiled, self._compiled = list(self._compiled.values()), {}
+        for program, site in compiled:
+            try:
+                text = program.as_text() or ""
+                module = _module_name(text)
+                name = module[4:] if module.startswith("jit_") else module or "compiled"
+                found.append(CompiledProgram(name, module, text, _memory(program), site))
+            except Exception as problem:
+                found.append(CompiledProgram("compiled", "", "", {}, site, problem=error_line(problem)))
+        del compiled
         for call in calls:
             name = str(getattr(call.function, "__name__", "") or "jit")
             try:
                 compiled = call.function.lower(*call.args, **call.kwargs).compile()
                 text = compiled.as_text() or ""
                 memory = _memory(compiled)
-                module = text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule ") else ""
+                module = _module_name(text)
                 found.append(CompiledProgram(name, module, text, memory, call.call_site))
             except Exception as problem:
                 found.append(CompiledProgram(name, "", "", {}, call.call_site, problem=error_line(problem)))
         return found
+
+
+def _module_name(text: str) -> str:
+    """``HloModule jit_mlp, is_scheduled=true, ...`` -> ``jit_mlp``."""
+    return text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule ") else ""
 
 
 def _user_site(frame) -> tuple[str, int, str] | None:

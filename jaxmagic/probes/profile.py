@@ -779,6 +779,8 @@ class profile:
             self.report.saved_files = _trace_files(self.save, since=self._started_epoch())
         if exc is not None:
             self.report.other_error = error_line(exc)
+            if isinstance(exc, RuntimeError) and "Only one profile may be run" in str(exc):
+                self.report.other_error += " (the cell started a profiler trace of its own; traces do not nest)"
         return False
 
     def _started_epoch(self) -> float:
