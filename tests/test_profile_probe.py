@@ -252,3 +252,14 @@ def test_a_trace_started_inside_the_block_is_the_users_error(tmp_path):
         jax.profiler.start_trace(str(tmp_path))
     assert not profiler_session_active()
     assert "traces do not nest" in report.summary
+
+
+def test_line_calls_count_program_executions():
+    fn = jax.jit(step)
+    x = jnp.ones((16, 16))
+    fn(x)
+    with probes.profile() as report:
+        for _ in range(7):
+            x = fn(x)
+        x.block_until_ready()
+    assert report.line("jnp.sin(x) * 0.5 + 1.0").calls == 7

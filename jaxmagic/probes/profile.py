@@ -82,6 +82,7 @@ class LineTime:
     share: float  # of all device time, 0..1
     kernel_runs: int  # kernel executions that served this line
     kernels: int  # distinct kernels
+    calls: int = 0  # executions of the programs this line is in (a loop's calls count each)
     shared_kernels: int = 0  # of its kernels, those that also serve other lines (their time is split)
     scopes: list[str] = dataclasses.field(default_factory=list)
     what: str = ""  # for line None: "eager operation `multiply`", ...
@@ -285,7 +286,7 @@ class ProfileReport(Report):
         return steps
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 
         sections = []
         t = self.time
@@ -336,13 +337,14 @@ class ProfileReport(Report):
                     _line_cell(lt),
                     _ms(lt.seconds),
                     _pct(lt.share, 1),
+                    str(lt.calls),
                     str(lt.kernel_runs),
                     ", ".join(lt.scopes[:3]) or "-",
                     f"{lt.shared_kernels} of {lt.kernels} kernels shared" if lt.shared_kernels else "",
                 ]
                 for lt in self.lines[:TOP_LINES]
             ]
-            blocks = [Table(["your line", "device time", "share", "kernel runs", "scope", ""], rows)]
+            blocks = [Table(["your line", "device time", "share", "calls", "kernel runs", "scope", ""], rows)]
             if len(self.lines) > TOP_LINES:
                 blocks.append(Paragraph(f"{len(self.lines) - TOP_LINES} more line(s) in the report object."))
             if any(lt.shared_kernels for lt in self.lines):
@@ -368,7 +370,9 @@ class ProfileReport(Report):
                 for k in self.kernels
             ]
             table = Table(["kernel", "program", "time", "share", "runs", "what", "scope", "lines"], rows)
-            sections.append(Section("By kernel", [table]))
+            hlo = "\n".join(f"{k.program}: {k.hlo}" for k in self.kernels[:6] if k.hlo)
+            blocks = [table] + ([Evidence("HLO of the top kernels", hlo)] if hlo else [])
+            sections.append(Section("By kernel", blocks))
         if self.programs:
             rows = [
                 [
@@ -477,7 +481,7 @@ def build_report(
     scopes: dict[str, list[float]] = {}  # path -> [inclusive ns, self ns]
     kernel_rows: list[KernelTime] = []
     program_rows: dict[tuple, ProgramTime] = {}
-    for (module, _program_id), group in per_program.items():
+    for (module, program_id), group in per_program.items():
         found = _choose(sources.get(module, []), group["ops"])
         program, described = found if found else (None, None)
         key = (module, id(program) if program else module)
@@ -489,7 +493,9 @@ def build_report(
         for op_name, (ns, runs) in group["ops"].items():
             source = described.kernels.get(op_name) if described else None
             kernel_rows.append(_kernel_row(op_name, module, ns, runs, total_ns, source))
-            _attribute(lines, scopes, ns, runs, op_name, module, row, source)
+            _attribute(
+                lines, scopes, ns, runs, op_name, module, row, source, ((module, program_id), len(group["runs"]))
+            )
     report.kernel_count = len(kernel_rows)
     kernel_rows.sort(key=lambda k: -k.seconds)
     report.kernels = kernel_rows[:TOP_KERNELS]
@@ -552,8 +558,9 @@ def _kernel_row(name: str, module: str, ns: float, runs: int, total_ns: float, s
     row = KernelTime(name=name, program=module, seconds=ns / 1e9, runs=runs, share=ns / total_ns if total_ns else 0.0)
     if source is not None:
         row.opcode, row.op_types, row.hlo = source.opcode, list(source.op_types), source.text
-        row.scopes = list(dict.fromkeys(o.scope or NO_SCOPE for o in source.owners))
-        row.lines = list(dict.fromkeys(_short_where(o.file, o.line) for o in source.owners if o.line))
+        owners = sorted(source.owners, key=lambda o: -o.weight)  # the larger share first
+        row.scopes = list(dict.fromkeys(o.scope or NO_SCOPE for o in owners))
+        row.lines = list(dict.fromkeys(_short_where(o.file, o.line) for o in owners if o.line))
     return row
 
 
@@ -567,7 +574,7 @@ def _short_where(filename: str, lineno: int) -> str:
     return f"{label}:{lineno}"
 
 
-def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source) -> None:
+def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, program_calls) -> None:
     if source is None or not source.owners:
         what = (
             f"`{module}` (its HLO was not seen)"
@@ -579,6 +586,7 @@ def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source) ->
         entry["runs"] += runs
         entry["kernels"] += 1
         entry["what"] = what
+        entry.setdefault("calls", {})[program_calls[0]] = program_calls[1]
         _add_scope(scopes, NO_SCOPE, ns)
         return
     distinct_lines = {(o.file, o.line) for o in source.owners}
@@ -591,6 +599,7 @@ def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source) ->
         entry["kernels"] += 1
         entry["shared"] += len(distinct_lines) > 1
         entry["scopes"][owner.scope or NO_SCOPE] = None
+        entry.setdefault("calls", {})[program_calls[0]] = program_calls[1]
         if not owner.line:
             entry["what"] = f"`{op_name}` in `{module}` (no source line in its HLO)"
         _add_scope(scopes, owner.scope or NO_SCOPE, share)
@@ -617,6 +626,7 @@ def _line_rows(lines: dict, total_ns: float) -> list[LineTime]:
                 seconds=entry["ns"] / 1e9,
                 share=entry["ns"] / total_ns if total_ns else 0.0,
                 kernel_runs=entry["runs"],
+                calls=sum(entry.get("calls", {}).values()),
                 kernels=entry["kernels"],
                 shared_kernels=entry["shared"],
                 scopes=list(entry["scopes"]),
