@@ -352,7 +352,9 @@ class ProfileReport(Report):
             sections.append(Section("By your source line", blocks))
         if self.scopes:
             rows = [
-                ["  " * s.depth + s.path, _ms(s.seconds), _pct(s.share, 1), _ms(s.self_seconds)] for s in self.scopes
+                # non-breaking spaces: HTML keeps the tree's indentation
+                ["\u00a0\u00a0" * s.depth + s.path, _ms(s.seconds), _pct(s.share, 1), _ms(s.self_seconds)]
+                for s in self.scopes
             ]
             sections.append(Section("By named_scope", [Table(["scope", "device time", "share", "self"], rows)]))
         if self.kernels:
