@@ -175,3 +175,28 @@ def test_skip_and_errors():
         with probes.doctor() as failed:
             _ = 1 / 0
     assert failed.other_error.startswith("ZeroDivisionError")
+
+
+def test_legacy_key_reuse_and_eager_key_reuse_are_reported():
+    @jax.jit
+    def noisy(w, rng):
+        return w + jax.random.normal(rng, w.shape)
+
+    with probes.doctor(namespace={}) as report:
+        rng = jax.random.PRNGKey(0)
+        w = jnp.zeros(3)
+        for _ in range(3):
+            w = noisy(w, rng)
+    finding = report.finding("keys")
+    assert "`noisy` got the same key in 3 of its 3 calls (argument `rng`)" in finding.title
+    assert "legacy uint32 key" in finding.evidence
+
+    with probes.doctor(namespace={}) as report:
+        key = jax.random.key(0)
+        for _epoch in range(3):
+            perm = jax.random.permutation(key, 8)
+    assert perm.shape == (8,)
+    finding = report.finding("keys")
+    assert finding.title.startswith("`jax.random.permutation`") and "in 3 of its 3 calls" in finding.title
+    assert finding.line.code == "perm = jax.random.permutation(key, 8)"
+    assert "split" in finding.fix

@@ -111,10 +111,69 @@ def test_passing_a_consumed_key_to_a_jitted_function_names_the_argument():
     assert (reuse.consumer, reuse.index, reuse.argument) == ("noisy_step", 1, "key")
 
 
-def test_legacy_keys_are_listed_and_not_checked():
+def test_legacy_keys_are_listed_and_followed_by_their_data():
     with probes.keys() as report:
         raw = jax.random.PRNGKey(0)
         a, b = jax.random.normal(raw, (3,)), jax.random.normal(raw, (3,))
-    assert bool(jnp.all(a == b))  # reused without any error
+    assert bool(jnp.all(a == b))  # reused without any error from JAX's checker
     assert [(u.api, u.count) for u in report.legacy] == [("normal", 2)]
-    assert report.legacy[0].line.function == "test_legacy_keys_are_listed_and_not_checked"
+    assert report.legacy[0].line.function == "test_legacy_keys_are_listed_and_followed_by_their_data"
+    [draw] = report.repeated_draws
+    assert (draw.api, draw.calls, draw.distinct, draw.legacy) == ("normal", 2, 1, True)
+    assert report.status.value == "problem" and "same legacy uint32 key data" in report.summary
+
+
+# -- shapes from public issue threads: legacy PRNGKey code, eager reuse per epoch -------------
+
+
+@jax.jit
+def dropout_step(w, key):
+    keep = jax.random.bernoulli(key, 0.5, w.shape)
+    return jnp.where(keep, w, 0.0)
+
+
+def test_legacy_key_passed_to_a_jitted_function_every_step_is_followed():
+    # most public code: `rng = jax.random.PRNGKey(0)` then `train_step(state, batch, rng)` every step
+    with probes.keys(record=True) as report:
+        rng = jax.random.PRNGKey(0)
+        w = jnp.ones(4)
+        for _ in range(4):
+            w = dropout_step(w, rng)
+    flow = report.flow("dropout_step")
+    assert flow.legacy and (flow.calls, flow.distinct, flow.repeated_times) == (4, 1, 4)
+    assert flow.argument == "key"
+    assert report.status.value == "problem"
+    assert "`dropout_step` received 1 distinct legacy uint32 key(s) in 4 calls (argument `key`)" in report.summary
+
+
+def test_legacy_keys_split_every_step_are_fine():
+    with probes.keys(record=True) as report:
+        rng = jax.random.PRNGKey(0)
+        w = jnp.ones(4)
+        for _ in range(4):
+            rng, sub = jax.random.split(rng)
+            w = dropout_step(w, sub)
+    assert report.flow("dropout_step").distinct == 4
+    assert report.repeated_draws == [] and report.status.value == "ok"
+    assert "No key was reused" in report.summary
+
+
+def test_fold_in_with_the_step_is_not_a_reuse():
+    with probes.keys(record=True) as report:
+        base = jax.random.PRNGKey(0)
+        for step in range(3):
+            jax.random.normal(jax.random.fold_in(base, step), (2,))
+    assert report.repeated_draws == [] and report.status.value == "ok"
+
+
+def test_eager_permutation_every_epoch_with_a_key_never_advanced():
+    # the classic data-loader bug: the same shuffle every epoch
+    with probes.keys(record=True, check_calls=False, only_user_calls=True) as report:  # the doctor's settings
+        key = jax.random.key(0)
+        for _epoch in range(3):
+            perm = jax.random.permutation(key, 10)
+    assert perm.shape == (10,)
+    [draw] = report.repeated_draws
+    assert (draw.api, draw.calls, draw.distinct, draw.legacy) == ("permutation", 3, 1, False)
+    assert draw.line.code == "perm = jax.random.permutation(key, 10)"
+    assert "in 3 of its 3 calls" in report.summary

@@ -445,7 +445,7 @@ def _live_findings(report: DoctorReport) -> list[Finding]:
 
 
 def _key_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.probes.keys import FIX, LEGACY_NOTE
+    from jaxmagic.probes.keys import FIX
 
     keys = report.keys
     if keys is None:
@@ -460,7 +460,7 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 short=f"`{f.function}` got the same key {f.repeated_times} times",
                 evidence=f"{f.distinct} distinct key(s) in {f.calls} calls; the repeated key's data "
                 f"is {f.repeated_key}: the same random numbers (e.g. the same dropout mask) "
-                "every call",
+                "every call" + (" (a legacy uint32 key, followed by its data)" if f.legacy else ""),
                 line=f.first_call,
                 fix=FIX,
             )
@@ -476,16 +476,20 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 fix=FIX,
             )
         )
-    if keys.legacy:
-        n = sum(u.count for u in keys.legacy)
-        found.append(
-            _finding(
-                "keys",
-                f"{n} jax.random call(s) with a legacy uint32 PRNGKey (not checkable)",
-                line=keys.legacy[0].line,
-                fix=LEGACY_NOTE,
+    if not keys.repeated_flows:  # the same bug seen from the eager side: named once, by the flow if there is one
+        for d in keys.repeated_draws[:3]:
+            found.append(
+                _finding(
+                    "keys",
+                    d.text,
+                    short=f"`jax.random.{d.api}` got the same key {d.repeated_times} times",
+                    evidence=f"{d.distinct} distinct key(s) in {d.calls} calls; the repeated key's data is "
+                    f"{d.repeated_key}: the same random numbers every call"
+                    + (" (a legacy uint32 key, followed by its data)" if d.legacy else ""),
+                    line=d.line,
+                    fix=FIX,
+                )
             )
-        )
     return found
 
 

@@ -22,7 +22,14 @@ mask. Three views on it, all for the block only:
   function. "train_step got the same key in all 5 calls" shows up even where
   nothing raises (a key rebuilt from the same seed every step).
 * Legacy raw keys (``jax.random.PRNGKey``, uint32 arrays) are invisible to the
-  checker; each jax.random call given one is listed with your line.
+  checker, so they are followed by their key data: a jitted function of yours
+  whose program wraps an argument as a key (``random_wrap``) has that
+  argument's data counted like a typed key's.
+* Every eager jax.random call (typed or legacy key) is followed the same way:
+  the key's data and the call's other arguments, per line of yours. The same
+  key data with the same arguments at one line in N of N calls draws the same
+  numbers N times (``perm = jax.random.permutation(key, n)`` every epoch with
+  ``key`` never advanced).
 
 ``record=True`` (used by ``%%jax_doctor``) reports reused keys instead of
 raising, and lets the block run as it would without the checker.
@@ -53,9 +60,13 @@ FIX = (
     "`jax.random.fold_in(key, step)`."
 )
 LEGACY_NOTE = (
-    "`jax.random.PRNGKey` makes a raw uint32 array. The key-reuse checker cannot follow such keys "
-    "(and neither can the distinct-key count): create keys with `jax.random.key(seed)`."
+    "`jax.random.PRNGKey` makes a raw uint32 array. JAX's key-reuse checker cannot follow such keys; "
+    "jaxmagic followed them by their key data. Creating keys with `jax.random.key(seed)` lets JAX "
+    "itself raise at a reuse."
 )
+# jax.random functions that read a key without drawing from it
+_NOT_DRAWING = frozenset({"key_data", "key_impl"})
+MAX_DRAW_LINES = 200  # lines followed per block
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
 
 _PASSED = re.compile(r"Previously-consumed key passed to (?P<function>.+?) at index (?P<index>\d+)")
@@ -124,10 +135,37 @@ class KeyFlow:
     first_call: SourceLine | None = None
     repeated_key: str = ""  # the data of the key seen most often, e.g. "[1797259609 2579123966]"
     repeated_times: int = 0
+    legacy: bool = False  # a raw uint32 key (jax.random.PRNGKey), found as the program wraps it into a key
 
     @property
     def repeated(self) -> bool:
         return self.calls > 1 and self.distinct < self.calls
+
+
+@dataclasses.dataclass
+class RepeatedDraw:
+    """One eager jax.random call of one line of yours, followed by the data of the keys it was given."""
+
+    api: str  # "permutation", "normal", "split"
+    line: SourceLine | None
+    legacy: bool = False  # given raw uint32 keys (jax.random.PRNGKey)
+    calls: int = 0
+    distinct: int = 0  # distinct (key data, other arguments)
+    repeated_key: str = ""
+    repeated_times: int = 0
+
+    @property
+    def repeated(self) -> bool:
+        return self.calls > 1 and self.distinct < self.calls
+
+    @property
+    def text(self) -> str:
+        kind = "legacy uint32 key" if self.legacy else "key"
+        where = f" at {self.line.where}" if self.line else ""
+        return (
+            f"`jax.random.{self.api}`{where} got the same {kind} data (and the same other arguments) "
+            f"in {self.repeated_times} of its {self.calls} calls"
+        )
 
 
 @dataclasses.dataclass
@@ -146,6 +184,7 @@ class KeyReport(Report):
     reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
+    draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
     recorded: bool = False  # reuse was recorded, not raised
     calls_checked: bool = True  # False: only traced functions were checked, not each call
     followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
@@ -160,8 +199,18 @@ class KeyReport(Report):
         return [f for f in self.flows if f.repeated]
 
     @property
+    def repeated_draws(self) -> list[RepeatedDraw]:
+        """Eager draws with repeated key data, except those a recorded reuse already names (same line)."""
+        named = {(r.reused_at.filename, r.reused_at.lineno) for r in self.reuse if r.reused_at}
+        return [
+            d
+            for d in self.draws
+            if d.repeated and not (d.line and (d.line.filename, d.line.lineno) in named and not d.legacy)
+        ]
+
+    @property
     def status(self) -> Status:
-        if self.reuse or self.repeated_flows or self.legacy:
+        if self.reuse or self.repeated_flows or self.repeated_draws:
             return Status.PROBLEM
         return Status.ERROR if self.other_error else Status.OK
 
@@ -177,12 +226,17 @@ class KeyReport(Report):
                 + "."
             )
         for f in self.repeated_flows[:2]:
+            kind = " legacy uint32" if f.legacy else ""
             parts.append(
-                f"`{f.function}` received {f.distinct} distinct key(s) in {f.calls} calls (argument `{f.argument}`)."
+                f"`{f.function}` received {f.distinct} distinct{kind} key(s) in {f.calls} calls (argument `{f.argument}`)."
             )
-        if self.legacy:
+        for d in self.repeated_draws[:2]:
+            parts.append(d.text + ": the same random numbers each time.")
+        if self.legacy and not parts:
             n = sum(u.count for u in self.legacy)
-            parts.append(f"{n} jax.random call(s) got a legacy uint32 PRNGKey, which the checker cannot follow.")
+            parts.append(
+                f"No key was reused: {n} jax.random call(s) got a legacy uint32 PRNGKey, followed by their key data."
+            )
         if not parts:
             flows = [f for f in self.flows if f.calls]
             if flows:
@@ -241,6 +295,13 @@ class KeyReport(Report):
             blocks = [
                 Table(["function", "key argument", "calls", "distinct keys", "repeated key", "called from"], rows)
             ]
+            if any(f.legacy for f in self.flows):
+                blocks.append(
+                    Paragraph(
+                        "Legacy uint32 keys are counted where your function's program wraps the argument as "
+                        "a key (jax.random functions do so with a raw key)."
+                    )
+                )
             if self.repeated_flows:
                 blocks.append(
                     Paragraph(
@@ -255,6 +316,34 @@ class KeyReport(Report):
                 )
             )
             sections.append(Section("Keys per jitted function", blocks))
+        if self.draws:
+            shown = [d for d in self.draws if d.repeated] or self.draws[:8]
+            rows = [
+                [
+                    f"`jax.random.{d.api}`",
+                    "legacy uint32" if d.legacy else "typed",
+                    str(d.calls),
+                    str(d.distinct),
+                    (f"{d.repeated_times} x {d.repeated_key}" if d.repeated else "-"),
+                    d.line.where if d.line else "-",
+                ]
+                for d in shown[:12]
+            ]
+            blocks = [Table(["function", "key", "calls", "distinct", "repeated key", "your line"], rows)]
+            if self.repeated_draws:
+                blocks.append(
+                    Paragraph(
+                        "The same key data with the same other arguments draws the same random numbers: "
+                        "a loop that reuses a key it never advances (e.g. the same permutation every epoch). " + FIX
+                    )
+                )
+            blocks.append(
+                Paragraph(
+                    "Eager jax.random calls outside jit, followed by the data of the key each call was given "
+                    "(read without consuming it) and its other arguments."
+                )
+            )
+            sections.append(Section("Eager random calls per line", blocks))
         if self.legacy:
             rows = [
                 [
@@ -379,13 +468,15 @@ class _KeyWatch(jit_calls.CallObserver):
         self.report = report
         self.flows: dict[tuple[str, int], KeyFlow] = {}
         self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
+        self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
         if not is_jit or not _function_is_users(params):
             return
+        legacy = self._legacy_arguments(params)
         for index, value in enumerate(args):
-            if not jit_calls.is_typed_key(value):
+            if not jit_calls.is_typed_key(value) and index not in legacy:
                 continue
             with _allow_transfers():  # reading the key is ours, not one of the user's transfers
                 fingerprint, shown = _key_fingerprint(value)
@@ -394,7 +485,7 @@ class _KeyWatch(jit_calls.CallObserver):
                 flow = self.flows.get(key)
                 if flow is None:
                     argument = _argument_name(params, index) or f"argument {index}"
-                    flow = self.flows[key] = KeyFlow(name, argument, first_call=_caller_line())
+                    flow = self.flows[key] = KeyFlow(name, argument, first_call=_caller_line(), legacy=index in legacy)
                     self.report.flows.append(flow)
                     self.seen[key] = {}
                 flow.calls += 1
@@ -405,8 +496,26 @@ class _KeyWatch(jit_calls.CallObserver):
                     seen[fingerprint] = [shown, 1]
                 flow.distinct = len(seen)
 
+    def _legacy_arguments(self, params) -> frozenset[int]:
+        """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return frozenset()
+        cached = self.legacy_arguments.get(id(jaxpr))
+        if cached is not None and cached[0] is jaxpr:
+            return cached[1]
+        try:
+            found = frozenset(_wrapped_inputs(jaxpr))
+        except Exception:  # another jaxpr layout: follow typed keys only
+            found = frozenset()
+        if len(self.legacy_arguments) < 1000:
+            self.legacy_arguments[id(jaxpr)] = (jaxpr, found)
+        return found
+
     def finish(self) -> None:
         """Fill in each flow's most repeated key (rendered once, at the end)."""
+        self.legacy_arguments.clear()
         for key, flow in self.flows.items():
             seen = self.seen.get(key)
             if seen:
@@ -415,15 +524,34 @@ class _KeyWatch(jit_calls.CallObserver):
         self.seen.clear()
 
 
+def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
+    """Indices of the program's inputs that reach ``random_wrap`` (a raw key made a typed one), through calls."""
+    invars = list(jaxpr.invars)
+    found = set()
+    for eqn in jaxpr.eqns:
+        inputs = [invars.index(v) if v in invars else None for v in eqn.invars]
+        if eqn.primitive.name == "random_wrap":
+            found |= {i for i in inputs[:1] if i is not None}
+        elif depth < 4:
+            for sub in compat.sub_jaxprs(eqn):
+                inner = getattr(sub, "jaxpr", sub)
+                if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's
+                    found |= {inputs[i] for i in _wrapped_inputs(inner, depth + 1) if inputs[i] is not None}
+    return found
+
+
 def _key_fingerprint(key) -> tuple[bytes, object]:
     """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
     import numpy as np
 
-    base = getattr(key, "_base_array", None)
-    if base is None:
-        import jax
+    if jit_calls.is_typed_key(key):
+        base = getattr(key, "_base_array", None)
+        if base is None:
+            import jax
 
-        base = jax.random.key_data(key)
+            base = jax.random.key_data(key)
+    else:
+        base = key  # a raw uint32 key is its own key data
     data = np.asarray(base)
     return hashlib.blake2b(data.tobytes() + str(data.shape).encode(), digest_size=16).digest(), data
 
@@ -451,9 +579,51 @@ def _caller_line() -> SourceLine | None:
     return None
 
 
+def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
+    """Digest of a concrete key's data and the drawing function's other arguments; None under a trace."""
+    import jax
+
+    if isinstance(key, jax.core.Tracer):
+        return None
+    digest, data = _key_fingerprint(key)
+    code = frame.f_code if frame is not None else None
+    others = []
+    if code is not None:
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        for name in names:
+            if name != "key":
+                others.append(f"{name}={_argument_fingerprint(frame.f_locals.get(name))}")
+    extra = hashlib.blake2b("|".join(others).encode(), digest_size=16).digest()
+    return digest + extra, data
+
+
+def _argument_fingerprint(value) -> str:
+    import jax
+    import numpy as np
+
+    if isinstance(value, jax.core.Tracer):
+        return f"tracer {id(value)}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        if getattr(value, "size", 0) <= 4096:
+            try:
+                array = np.asarray(value)
+                return f"{array.dtype}{array.shape}:" + hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
+            except Exception:
+                pass
+        return f"array id {id(value)}"
+    try:
+        return repr(value)[:400]
+    except Exception:
+        return f"{type(value).__name__} id {id(value)}"
+
+
 @contextlib.contextmanager
-def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
-    """List each jax.random call given a raw uint32 key (they pass through ``_check_prng_key``)."""
+def _random_calls_followed(report: KeyReport) -> Iterator[None]:
+    """Follow each eager jax.random call by its key's data (they all pass through ``_check_prng_key``).
+
+    Lists the calls given a raw uint32 key, and counts per (function, line of
+    yours) the distinct key data and other arguments each call was given.
+    """
     random_core = compat.random_core()
     if random_core is None:  # another layout: no legacy-key listing
         yield
@@ -463,23 +633,61 @@ def _legacy_keys_listed(report: KeyReport) -> Iterator[None]:
         yield
         return
     uses: dict[tuple, LegacyKeyUse] = {}
+    draws: dict[tuple, tuple[RepeatedDraw, dict]] = {}
+    lock = threading.Lock()
 
     def check(name, key, *args, **kwargs):
-        if not jit_calls.is_typed_key(key) and hasattr(key, "dtype"):
-            line = _caller_line()
-            where = (str(name), line.filename, line.lineno) if line else (str(name), "", 0)
-            use = uses.get(where)
-            if use is None:
-                use = uses[where] = LegacyKeyUse(str(name), line)
-                report.legacy.append(use)
-            use.count += 1
+        try:
+            _follow(str(name), key, sys._getframe(1))
+        except Exception:  # following is ours: never the user's error
+            pass
         return original(name, key, *args, **kwargs)
+
+    def _follow(name, key, frame):
+        if not hasattr(key, "dtype"):
+            return
+        legacy = not jit_calls.is_typed_key(key)
+        line = _caller_line()
+        where = (name, line.filename, line.lineno) if line else (name, "", 0)
+        if legacy:
+            with lock:
+                use = uses.get(where)
+                if use is None:
+                    use = uses[where] = LegacyKeyUse(name, line)
+                    report.legacy.append(use)
+                use.count += 1
+        if name in _NOT_DRAWING or line is None:
+            return
+        with _allow_transfers():  # reading the key is ours, not one of the user's transfers
+            found = _draw_fingerprint(key, frame)
+        if found is None:
+            return
+        fingerprint, data = found
+        with lock:
+            entry = draws.get(where)
+            if entry is None:
+                if len(draws) >= MAX_DRAW_LINES:
+                    return
+                entry = draws[where] = (RepeatedDraw(name, line, legacy=legacy), {})
+                report.draws.append(entry[0])
+            draw, seen = entry
+            draw.calls += 1
+            if fingerprint in seen:
+                seen[fingerprint][1] += 1
+            elif len(seen) < MAX_FLOW_VALUES:
+                seen[fingerprint] = [data, 1]
+            draw.distinct = len(seen)
 
     random_core._check_prng_key = check
     try:
         yield
     finally:
         random_core._check_prng_key = original
+        for draw, seen in draws.values():
+            if seen:
+                data, times = max(seen.values(), key=lambda item: item[1])
+                draw.repeated_key, draw.repeated_times = _render_key(data), times
+        draws.clear()
 
 
 @contextlib.contextmanager
@@ -529,7 +737,7 @@ def keys(
     try:
         with (
             preserved_jax_state(CONFIG_NAMES),
-            _legacy_keys_listed(report),
+            _random_calls_followed(report),
             jit_calls.observing_calls(
                 watch,
                 *also_observe,
