@@ -261,3 +261,53 @@ def test_sentence_parsing():
     assert context.depends_on == ["x", "limit"]
     assert split_names("x, y and p['a, b']") == ["x", "y", "p['a, b']"]
     assert english_list(["x"]) == "`x`" and english_list(["x", "y", "z"], code=False) == "x, y and z"
+
+
+# -- shapes from public issue threads -------------------------------------------------
+
+
+def _sample_actions_error(derived: bool):
+    from jax import lax
+
+    @jax.jit
+    def sample_actions(logits, key, temperature):
+        scale = temperature * 2 if derived else temperature
+
+        def cond(state):
+            return state[0] < 3
+
+        def step(state):
+            i, x = state
+            if scale > 0:  # a closure variable of the loop body, traced by jit
+                x = x / scale
+            return i + 1, x
+
+        return lax.while_loop(cond, step, (0, logits))[1]
+
+    try:
+        sample_actions(jnp.ones(4), jax.random.key(0), 1.0)
+    except Exception as error:
+        return error
+    raise AssertionError("no error")
+
+
+def test_fix_names_the_jitted_function_not_the_loop_body():
+    report = probes.explain(_sample_actions_error(derived=False))
+    assert report.error_kind == "bool" and report.traced_function == "step"
+    assert report.jitted_function == "sample_actions" and report.jitted_transformation == "jit"
+    assert report.origin_arguments == {"scale": "temperature"}
+    assert report.depends_on == ["temperature"]
+    uses = [f.use for f in report.fixes]
+    jitted = report.jitted_function
+    assert f"jax.jit({jitted}, static_argnames=('temperature',))" in uses
+    assert not any("jax.jit(step" in use for use in uses)
+    assert f"`scale` comes from the argument `temperature` of `{jitted}`" in report.summary
+
+
+def test_fix_for_a_value_derived_inside_the_jitted_function_does_not_guess_an_argument():
+    report = probes.explain(_sample_actions_error(derived=True))
+    assert report.origin_arguments == {}
+    uses = [f.use for f in report.fixes]
+    assert not any("static_argnames=('scale'" in use for use in uses)
+    assert any(use.endswith("static_argnames=(...))") for use in uses)
+    assert any("could not tell which argument" in f.when for f in report.fixes)

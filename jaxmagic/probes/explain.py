@@ -251,6 +251,10 @@ class TracerErrorReport(Report):
     your_lines: list[SourceLine] = dataclasses.field(default_factory=list)  # outermost first
     fixes: list[Fix] = dataclasses.field(default_factory=list)  # best first, with your names filled in
     why: str = ""
+    jitted_function: str = ""  # the outermost function of yours being traced (the one you gave jax.jit)
+    jitted_line: SourceLine | None = None  # where it is defined
+    jitted_transformation: str = ""  # what traced it: "jit", "vmap", ...
+    origin_arguments: dict[str, str] = dataclasses.field(default_factory=dict)  # name on your line -> its argument
     leaked_from: SourceLine | None = None  # UnexpectedTracerError: where the leaked value was made
     held_by: list[str] = dataclasses.field(default_factory=list)  # UnexpectedTracerError: who holds it
 
@@ -277,7 +281,19 @@ class TracerErrorReport(Report):
         if self.error_kind == "leak":
             held = f"; `{self.held_by[0]}` still holds it" if self.held_by else ""
             return f"{self.error_type}: {self.title}{where}{held}."
-        if self.depends_on:
+        if self.jitted_function and self.jitted_function != self.traced_function:
+            where += f", inside `{self.jitted_function}`" + (
+                f" ({self.jitted_transformation})" if self.jitted_transformation else ""
+            )
+        if self.origin_arguments:
+            parts = [
+                f"`{name}` is the argument `{argument}` of `{self.jitted_function}`"
+                if name == argument
+                else f"`{name}` comes from the argument `{argument}` of `{self.jitted_function}`"
+                for name, argument in self.origin_arguments.items()
+            ]
+            cause = ": " + "; ".join(parts)
+        elif self.depends_on:
             noun = "argument" if len(self.depends_on) == 1 else "arguments"
             cause = f": the value depends on the {noun} {text.english_list(self.depends_on)}"
         elif self.traced_names:
@@ -302,6 +318,15 @@ class TracerErrorReport(Report):
             )
         if self.transformation:
             facts.append(("traced for", self.transformation))
+        if self.jitted_function and self.jitted_function != self.traced_function:
+            where = self.jitted_line
+            facts.append(
+                (
+                    "inside",
+                    f"{self.jitted_function} ({self.jitted_transformation or 'traced'})"
+                    + (f", defined at {where.label or where.filename}, line {where.lineno}" if where else ""),
+                )
+            )
         if self.depends_on:
             facts.append(("depends on", self.depends_text))
         if self.traced_names:
@@ -370,8 +395,74 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         report.traced_function = report.your_lines[-1].function  # the frame that held the tracers
     if kind_key == "leak":
         _add_leak_facts(report, error, namespace)
+    else:
+        _add_traced_origin(report, error.__traceback__)
     report.fixes = _fixes_for(kind, report)
     return report
+
+
+def _add_traced_origin(report: TracerErrorReport, tb) -> None:
+    """The function of yours that was given to the transformation, and the argument each tracer on your line is.
+
+    The failing frame may be a loop body or a branch (``step`` of a
+    ``while_loop``) that reads a tracer from its closure: the fix belongs to
+    the function that was jitted. The frames of the traceback hold their
+    variables; a function of yours whose *parameter* is bound to a tracer is a
+    traced function, the outermost one is the one the transformation was given,
+    and a tracer on the failing line that is the very object bound to one of
+    its parameters comes from that argument.
+    """
+    import inspect
+    import sys
+
+    core = getattr(sys.modules.get("jax"), "core", None)
+    tracer_class = getattr(core, "Tracer", None)
+    if tracer_class is None:
+        return
+    frames = []
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    if not frames:
+        return
+    failing, lineno = frames[-1]
+    failing_code = failing.f_code
+    import linecache
+
+    on_line = {}
+    for name in _names_in(linecache.getline(failing.f_code.co_filename, lineno)):
+        value = failing.f_locals.get(name)
+        if isinstance(value, tracer_class):
+            on_line[name] = value
+    traced = []
+    for frame, _ in frames:
+        code = frame.f_code
+        count = code.co_argcount + code.co_kwonlyargcount
+        count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+        parameters = {name: frame.f_locals.get(name) for name in code.co_varnames[:count]}
+        tracers = {name: value for name, value in parameters.items() if isinstance(value, tracer_class)}
+        if tracers:
+            traced.append((frame, tracers))
+    del failing, frames
+    if not traced:
+        return
+    outer, parameters = traced[0]
+    if outer.f_code is failing_code:
+        del outer, traced, parameters, on_line
+        return  # the failing function is the one traced: JAX's own message names its arguments
+    report.jitted_function = outer.f_code.co_name
+    report.jitted_line = source_line(outer.f_code.co_filename, outer.f_code.co_firstlineno, outer.f_code.co_name)
+    first = next(iter(parameters.values()))
+    report.jitted_transformation = text.TRANSFORMATION_OF_TRACER.get(type(first).__name__, "")
+    for name, value in on_line.items():
+        for parameter, bound in parameters.items():
+            if bound is value:
+                report.origin_arguments[name] = parameter
+                break
+    if report.origin_arguments:
+        report.depends_on = list(dict.fromkeys(report.origin_arguments.values()))
+    del outer, traced, parameters, first, on_line
 
 
 def _jax_hint(message: str) -> str:
@@ -458,10 +549,22 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport) -> list[Fix]:
     # preferably one that arrived as a Python scalar (a weakly typed tracer), as
     # settings such as a limit or a count usually do.
     candidates = report.depends_on or [t.name for t in report.traced_names]
-    weak = {t.name for t in report.traced_names if t.weak_type}
+    weak = {report.origin_arguments.get(t.name, t.name) for t in report.traced_names if t.weak_type}
     arg = next((c for c in candidates if c in weak), candidates[0] if candidates else "n")
     fixes = [Fix(f.use.replace("{arg}", arg), f.when) for f in kind.fixes]
-    function = report.traced_function
+    # static_argnames belongs to the function given to jax.jit (not a loop body it calls), and only
+    # names one of its arguments: without such an argument the fix is left as a pattern.
+    jitted = report.jitted_function if report.jitted_transformation == "jit" else ""
+    function = jitted or report.traced_function
+    if jitted and jitted != report.traced_function and not report.origin_arguments:
+        fixes = [f for f in fixes if not f.use.startswith("static_argnames")] + [
+            Fix(
+                f"jax.jit({jitted}, static_argnames=(...))",
+                f"the value comes from an argument of {jitted} that is a setting; jaxmagic could not tell which "
+                "argument it comes from",
+            )
+        ]
+        function = ""
     if function.isidentifier() and not keyword.iskeyword(function):
         fixes = [
             Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_argnames") else f.use, f.when)
