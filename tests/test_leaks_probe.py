@@ -237,3 +237,51 @@ def test_leak_message_parsing_keeps_each_block():
     from jaxmagic.probes.leaks import _path_from_chain
 
     assert _path_from_chain(block.chain) == "leaked[0]"
+
+
+# -- shapes from public issue threads: leaks through grad and vmap, not only jit -------------
+
+
+def test_leak_through_grad_names_the_transformation_and_the_start_of_the_trace():
+    store = []
+
+    def loss(w):
+        h = w * 2
+        store.append(h)  # the classic "save an intermediate for logging" leak
+        return jnp.sum(h)
+
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"store": store}) as report:
+            jax.grad(loss)(jnp.ones(2))
+    first = report.leaked[0]
+    assert first.transformation == "grad" and first.aval == "f32[2]"
+    assert "traced for grad" in report.summary and "<module>" not in report.summary
+    assert "jax.grad(loss)(jnp.ones(2))" in report.summary  # where the trace was started
+    assert "a  tracer" not in report.summary
+    assert "no jitted function of yours" not in str(report) and "no function of yours" not in str(report)
+
+
+def test_leak_through_vmap_names_the_function_and_a_whole_aval():
+    store = []
+
+    def leaky(x):
+        y = jnp.sin(x)
+        store.append(y)
+        return y
+
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"store": store}) as report:
+            jax.vmap(leaky)(jnp.ones(3))
+    assert report.summary.startswith("Tracer leaked from `leaky` (traced for vmap)")
+    assert report.leaked[0].aval == "float32[] (batched float32[3])"
+    assert "Traced with leak checking: `leaky`" in str(report)
+
+
+def test_traced_functions_are_told_by_where_they_are_defined():
+    def _private_step(x):  # a leading underscore is still the user's function
+        return x + 1
+
+    with probes.leaks() as report:
+        jax.jit(_private_step)(jnp.ones(2))
+        jax.eval_shape(_private_step, jnp.ones(3))
+    assert report.traced == ["_private_step"]

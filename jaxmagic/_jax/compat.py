@@ -192,3 +192,30 @@ def clear_dispatch_cache(jitted) -> bool:
         return True
     except Exception:
         return False
+
+
+def function_being_traced():
+    """The Python callable JAX is tracing right now (from a trace event's stack), or None.
+
+    JAX's tracing entry points hold the function as a ``linear_util.WrappedFun``
+    (a local named ``fun`` with the callable as ``.f``); jit's dispatch holds it
+    as ``fun`` itself. The innermost such frame is the trace that just ended.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    try:
+        for _ in range(200):
+            if frame is None:
+                return None
+            if "jax" in frame.f_code.co_filename and "fun" in frame.f_code.co_varnames:
+                fun = frame.f_locals.get("fun")
+                inner = getattr(fun, "f", None)
+                if inner is not None and hasattr(fun, "transforms"):  # a WrappedFun
+                    return inner
+                if callable(fun):
+                    return fun
+            frame = frame.f_back
+        return None
+    finally:
+        del frame

@@ -55,7 +55,7 @@ from jaxmagic._jax.own_settings import is_own_difference, users_values
 from jaxmagic._jax.restore import jax_loggers, preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
-from jaxmagic.report.source import cell_label, is_user_file, source_line
+from jaxmagic.report.source import cell_label, defining_code, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
@@ -989,45 +989,6 @@ def _read_jit_frame(local_vars, info: _CallInfo, is_user) -> None:
         if name in kwargs:
             info.static_values[name] = _static_value(kwargs[name])
     info.static_argnames = names
-
-
-def _own_code(fun):
-    code = getattr(fun, "__code__", None)
-    if code is None:
-        call = next((vars(cls)["__call__"] for cls in type(fun).__mro__ if "__call__" in vars(cls)), None)
-        code = getattr(call, "__code__", None)  # a callable object: where its class's __call__ is defined
-    return code
-
-
-def defining_code(fun, is_user=is_user_file):
-    """(the code object where the function jax.jit was given is defined, what was wrapped around it).
-
-    jit is often given a wrapper: ``functools.partial(f, ...)``, ``jax.grad(f)``
-    (whose wrappers keep ``__wrapped__``), a jitted function, a decorator made
-    with ``functools.wraps``. What was written by the user is decided by where
-    the innermost function of that chain is defined, never by its name.
-    """
-    chain, wrapper = [], ""
-    for _ in range(32):
-        if fun is None:
-            break
-        if isinstance(fun, functools.partial):
-            wrapper = wrapper or "functools.partial"
-            fun = fun.func
-            continue
-        code = _own_code(fun)
-        if code is not None:
-            chain.append(code)
-        inner = getattr(fun, "__wrapped__", None)
-        if inner is None or inner is fun:
-            break
-        if code is not None and not is_user(code.co_filename):
-            wrapper = wrapper or "a JAX transformation of it"
-        fun = inner
-    users = [code for code in chain if is_user(code.co_filename)]
-    if users:
-        return users[-1], wrapper
-    return (chain[0] if chain else None), ""
 
 
 @dataclasses.dataclass(frozen=True)

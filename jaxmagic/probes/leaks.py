@@ -34,7 +34,7 @@ from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.holder_search import find_held, user_roots
 from jaxmagic.report import Report, SourceLine, Status
-from jaxmagic.report.source import source_line, user_lines
+from jaxmagic.report.source import defining_code, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, message_of
 
 CONFIG_NAMES = ("jax_check_tracer_leaks",)
@@ -134,15 +134,18 @@ class LeakReport(Report):
     def summary(self) -> str:
         if self.leaked:
             first = self.primary[0] if self.primary else self.leaked[0]
-            fn = f"`{first.function}`" if first.function else "a function"
-            where = (
-                f"`{first.held_by[0]}` holds a {first.aval} tracer"
-                if first.held_by
-                else f"a {first.aval} tracer is still referenced"
+            how = first.transformation or "a transformation"
+            fn = (
+                f"`{first.function}` (traced for {how})"
+                if first.function
+                else f"a function traced for {how} (JAX's message does not name it"
+                + (f"; the trace was started at {_place(self.call_path[-1])})" if self.call_path else ")")
             )
+            tracer = f"a {first.aval} tracer" if first.aval else "a tracer"
+            where = f"`{first.held_by[0]}` holds {tracer}" if first.held_by else f"{tracer} is still referenced"
             more = len(self.leaked) - 1
             extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
-            return f"Tracer leaked from {fn} (traced for {first.transformation or 'a transformation'}): {where}{extra}."
+            return f"Tracer leaked from {fn}: {where}{extra}."
         if self.unexpected:
             u = self.unexpected
             held = f"; `{u.held_by[0]}` holds it" if u.held_by else ""
@@ -250,14 +253,24 @@ class LeakReport(Report):
                 )
             )
         checked = [Paragraph(self.retrace_note)] if self.retrace_note else []
-        if self.traced or self.eager_operations:
-            names = ", ".join(f"`{n}`" for n in self.traced) or "no function of yours"
+        traced = list(dict.fromkeys(self.traced + [t.function for t in self.leaked if t.function]))
+        if traced or self.eager_operations or self.leaked:
+            names = ", ".join(f"`{n}`" for n in traced) or (
+                "a function of yours that JAX does not name" if self.leaked else "no jitted function of yours"
+            )
             ops = (
                 f", and {self.eager_operations} operation(s) of JAX's own (eager primitives, jax.numpy helpers)"
                 if self.eager_operations
                 else ""
             )
             checked.append(Paragraph(f"Traced with leak checking: {names}{ops}."))
+            if not self.traced:
+                checked.append(
+                    Paragraph(
+                        "JAX announces only jit traces; functions transformed by grad or vmap without jit are "
+                        "checked as well, but only named here when they leak."
+                    )
+                )
         elif self.retrace_note:
             checked.append(Paragraph("Nothing was traced in the cell, so there was nothing to check."))
         if checked:
@@ -266,6 +279,11 @@ class LeakReport(Report):
         if evidence:
             sections.append(Section("", [Evidence(f"JAX's message ({len(evidence.splitlines())} lines)", evidence)]))
         return Document("%%jax_leaks", self.status, self.summary, sections)
+
+
+def _place(line: SourceLine) -> str:
+    """ "In [3], line 2 (`jax.grad(f)(x)`)": where, without the enclosing function's name (often `<module>`)."""
+    return f"{line.label or line.filename}, line {line.lineno}" + (f" (`{line.code}`)" if line.code else "")
 
 
 def _origin(tracer: LeakedTracer) -> str:
@@ -325,23 +343,36 @@ def _find_tracers(namespace: dict) -> tuple[dict, dict]:
     return find_held(user_roots(namespace), is_target), tracers
 
 
+def _whose_trace() -> str:
+    """ "user" or "library": where the function jit is tracing now is defined; "" if the stack does not say."""
+    fun = compat.function_being_traced()
+    if fun is None:
+        return ""
+    if getattr(fun, "_apply_primitive", False):
+        return "library"
+    code, _ = defining_code(fun)
+    if code is None:
+        return ""
+    return "user" if is_user_file(code.co_filename) else "library"
+
+
 @contextlib.contextmanager
 def _trace_names(report: LeakReport):
     import jax
-    from jax import lax
 
     def on_event(event, duration, **kwargs):
         if event != _TRACE_EVENT:
             return
         name = str(kwargs.get("fun_name", "?"))
-        # Eager primitives (jnp.ones runs broadcast_in_dim as a tiny jit) and jax.numpy's
-        # own jitted helpers (_reduce_sum) are JAX's, not the user's functions.
-        if hasattr(lax, f"{name}_p") or name.startswith("_"):
+        # Eager primitives (jnp.ones runs broadcast_in_dim as a tiny jit) and jax.numpy's own jitted
+        # helpers (_reduce_sum) are JAX's: told by where the traced function is defined.
+        whose = _whose_trace()
+        if whose == "library":
             report.eager_operations += 1
         elif name == "<unnamed function>":
             report.traced.append("(a callable object)")
         elif name not in report.traced:
-            report.traced.append(name)
+            report.traced.append(name if whose == "user" else f"{name} (jaxmagic could not tell whose)")
 
     jax.monitoring.register_event_duration_secs_listener(on_event)
     try:
@@ -426,8 +457,14 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
     # All blocks come from one trace. JAX names a callable object's function
     # "<unknown>"; the line that made a stored tracer names it (Model.__call__).
     created_lines = {b.tracer_id: _creation_line(tracers[b.tracer_id]) for b in blocks if b.tracer_id in tracers}
+    # An input tracer is "made" where the trace was started (the call of the jitted function, often
+    # the cell itself): that line is on the call path, outside the traced function, and names nothing.
+    started = {(line.filename, line.lineno) for line in report.call_path}
+    created_lines = {
+        k: line for k, line in created_lines.items() if line is not None and (line.filename, line.lineno) not in started
+    }
     named = [b.context.function for b in blocks if b.context.function not in ("", "<unknown>")]
-    named += [line.function for line in created_lines.values() if line is not None]
+    named += [line.function for line in created_lines.values()]
     for i, block in enumerate(blocks):
         context = block.context
         created = created_lines.get(block.tracer_id)
@@ -445,7 +482,7 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
                 tracer_type=block.tracer_type,
                 aval=block.aval,
                 function=function,
-                transformation=context.transformation,
+                transformation=context.transformation or text.TRANSFORMATION_OF_TRACER.get(block.tracer_type, ""),
                 function_line=source_line(context.file, context.line, context.function) if context.file else None,
                 created_at=created,
                 depends_on=context.depends_on,

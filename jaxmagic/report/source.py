@@ -7,12 +7,12 @@ packages and jaxmagic itself are not: a report shows the lines a person wrote.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
 import sysconfig
 import traceback
-from functools import lru_cache
 from types import TracebackType
 
 from jaxmagic.report import SourceLine
@@ -21,7 +21,7 @@ from jaxmagic.report import SourceLine
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _library_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -100,3 +100,42 @@ def first_library_function(tb: TracebackType | None) -> str:
     if last_user is None or last_user + 1 >= len(frames):
         return ""
     return frames[last_user + 1].name
+
+
+def _own_code(fun):
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        call = next((vars(cls)["__call__"] for cls in type(fun).__mro__ if "__call__" in vars(cls)), None)
+        code = getattr(call, "__code__", None)  # a callable object: where its class's __call__ is defined
+    return code
+
+
+def defining_code(fun, is_user=is_user_file):
+    """(the code object where the function jax.jit was given is defined, what was wrapped around it).
+
+    jit is often given a wrapper: ``functools.partial(f, ...)``, ``jax.grad(f)``
+    (whose wrappers keep ``__wrapped__``), a jitted function, a decorator made
+    with ``functools.wraps``. What was written by the user is decided by where
+    the innermost function of that chain is defined, never by its name.
+    """
+    chain, wrapper = [], ""
+    for _ in range(32):
+        if fun is None:
+            break
+        if isinstance(fun, functools.partial):
+            wrapper = wrapper or "functools.partial"
+            fun = fun.func
+            continue
+        code = _own_code(fun)
+        if code is not None:
+            chain.append(code)
+        inner = getattr(fun, "__wrapped__", None)
+        if inner is None or inner is fun:
+            break
+        if code is not None and not is_user(code.co_filename):
+            wrapper = wrapper or "a JAX transformation of it"
+        fun = inner
+    users = [code for code in chain if is_user(code.co_filename)]
+    if users:
+        return users[-1], wrapper
+    return (chain[0] if chain else None), ""

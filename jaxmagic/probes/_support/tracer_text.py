@@ -37,7 +37,7 @@ _LEAK_CREATED = re.compile(
 _ESCAPED_TYPE = re.compile(r"intermediate value with type (?P<aval>\S+) wrapped in a (?P<tracer>\w+)")
 # jax.checking_leaks()
 _LEAK_HEADER = re.compile(r"^Leaked (?P<what>\w+) (?P<trace>\w+)\. Leaked tracer\(s\):")
-_TRACER_REPR = re.compile(r"^(?P<tracer>\w+)\((?P<aval>[^)]*)\)$")
+_TRACER_REPR = re.compile(r"^(?P<tracer>\w+)\((?P<aval>.*)\)$")
 _CHAIN_LINE = re.compile(r"^<(?P<type>[\w.]+) (?P<id>\d+)> is referred to by (?P<holder>.*)$")
 _OBJECT_REF = re.compile(r"<(?P<type>[\w.]+) (?P<id>\d+)>")
 
@@ -50,6 +50,7 @@ TRANSFORMATION_OF_TRACER = {
     "VmapTracer": "vmap",
     "JVPTracer": "jvp/grad",
     "LinearizeTracer": "grad",
+    "GradTracer": "grad",
     "JaxprTracerLinearize": "grad",
 }
 
@@ -195,6 +196,23 @@ def is_leak_message(message: str) -> bool:
     return bool(_LEAK_HEADER.match(message.lstrip()))
 
 
+def tracer_aval(inner: str) -> str:
+    """The abstract value inside a tracer's repr, whole: ``float32[3]``, ``float32[] (batched float32[2])``.
+
+    ``VmapTracer(aval=float32[], batched=float32[2])`` and
+    ``GradTracer(primal=2.0, typeof(tangent)=f32[])`` name it by field.
+    """
+    inner = inner.strip().lstrip("~")
+    aval = re.search(r"(?:^|, )aval=([^,]+)", inner)
+    if aval:
+        batched = re.search(r"(?:^|, )batched=([^,]+)", inner)
+        return aval.group(1).strip() + (f" (batched {batched.group(1).strip()})" if batched else "")
+    tangent = re.search(r"typeof\(tangent\)=([^,]+)", inner)
+    if tangent:
+        return tangent.group(1).strip()
+    return inner
+
+
 def leak_trace_kind(message: str) -> str:
     """ "DynamicJaxprTrace" from "Leaked trace DynamicJaxprTrace. ..." ("" if not a leak message)."""
     match = _LEAK_HEADER.match(message.lstrip())
@@ -212,7 +230,7 @@ def leak_blocks(message: str) -> list[LeakBlock]:
         if not lines:
             continue
         head = _TRACER_REPR.match(lines[0].strip())
-        tracer_type, aval = (head["tracer"], head["aval"].lstrip("~")) if head else (lines[0].strip(), "")
+        tracer_type, aval = (head["tracer"], tracer_aval(head["aval"])) if head else (lines[0].strip(), "")
         chain, frames, context_lines, tracer_id = [], [], [], 0
         for line in lines[1:]:
             link = _CHAIN_LINE.match(line.strip())
