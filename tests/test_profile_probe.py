@@ -263,3 +263,19 @@ def test_line_calls_count_program_executions():
             x = fn(x)
         x.block_until_ready()
     assert report.line("jnp.sin(x) * 0.5 + 1.0").calls == 7
+
+
+def test_profile_inside_profile_is_a_usage_error(shell):
+    result = shell.run_cell("%%jax_profile -o outer_prof\n%%jax_profile\nprof_step(jnp.ones(2))")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "%%jax_profile cannot run while a jax.profiler trace is already running" in str(result.error_in_exec)
+    assert not profiler_session_active()
+
+
+def test_compiles_nested_inside_profile(shell):
+    result = shell.run_cell(
+        "%%jax_profile -o outer_prof\n%%jax_compiles -o inner_comp\njax.jit(prof_step)(jnp.ones(5))"
+    )
+    assert result.success, result.error_in_exec
+    assert shell.user_ns["inner_comp"].count("prof_step") == 1
+    assert shell.user_ns["outer_prof"].time.user_compilations == 1

@@ -244,6 +244,7 @@ def test_no_magic_restarts_other_tools_events(shell, monkeypatch):
         "%%jax_doctor\njax.jit(f_rel_ok)(x_rel)",
         "%%jax_transfers\njax.jit(f_rel_ok)(1.0)",
         "%%jax_keys\njax.jit(f_rel_ok)(x_rel)",
+        "%%jax_profile\njax.jit(f_rel_ok)(x_rel)",
     ):
         assert shell.run_cell(cell).success
     assert restarts == []

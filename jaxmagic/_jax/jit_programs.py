@@ -112,7 +112,8 @@ class ProgramCapture:
             for event in (monitoring.events.CALL, monitoring.events.PY_START):
                 monitoring.register_callback(tool, event, None)
             monitoring.free_tool_id(tool)
-            monitoring.restart_events()  # call sites switched off for us count again for other tools
+            # No sys.monitoring.restart_events(): it would switch back on what other tools (a debugger,
+            # coverage) switched off. The call sites switched off for us are library code, never watched.
         self._cleared.clear()
         self._pending = None
         return False

@@ -573,16 +573,13 @@ class JaxMagics(Magics):
         __tracebackhide__ = True
         from IPython.utils.capture import capture_output
 
-        from jaxmagic.probes.profile import trace_running
+        from jaxmagic.probes.profile import PROFILER_BUSY, trace_running
 
         args = self._parse(self.jax_profile, line)
         with self._options_checked(self.jax_profile):
             probe = probes.profile(save=args.save, warmup_runs=args.warmup)
         if trace_running():
-            raise UsageError(
-                "A jax.profiler trace is already running, and traces do not nest: stop it with "
-                "jax.profiler.stop_trace() (or leave its `with jax.profiler.trace(...)` block), then run again."
-            )
+            raise UsageError(f"%%jax_profile {PROFILER_BUSY}.")
         if shown_if_unrunnable(self.shell, cell):
             return None
         for run in range(1, args.warmup + 1):

@@ -30,6 +30,7 @@ import os
 import time
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import CompiledProgram, ProgramCapture
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.kernel_sources import KernelSource, ProgramSources, program_sources
@@ -64,8 +65,17 @@ HOST_NOTE = (
 )
 
 
-class ProfilerBusy(RuntimeError):
+PROFILER_BUSY = (
+    "cannot run while a jax.profiler trace is already running (traces do not nest): stop it with "
+    "jax.profiler.stop_trace(), or leave its `with jax.profiler.trace(...)` block, then run again"
+)
+
+
+class ProfilerBusy(AlreadyActive):
     """A jax.profiler trace is already running; traces do not nest."""
+
+    def __init__(self):
+        super().__init__(PROFILER_BUSY)
 
 
 def trace_running() -> bool:
@@ -719,11 +729,7 @@ class profile:
         from jaxmagic.probes.compiles import compiles
 
         if compat.profiler_session_active():
-            raise ProfilerBusy(
-                "A jax.profiler trace is already running (jax.profiler.start_trace without stop_trace, or "
-                "a jax.profiler.trace block around this one); traces do not nest. Stop it with "
-                "jax.profiler.stop_trace() and run again."
-            )
+            raise ProfilerBusy()
         if self.save is not None:
             os.makedirs(self.save, exist_ok=True)
         # The compile probe keeps the JAX state contract (config, loggers, listeners) for the block;
