@@ -219,3 +219,13 @@ def function_being_traced():
         return None
     finally:
         del frame
+
+
+def trace_context_size() -> int | None:
+    """How many values JAX's tracing cache key holds for its context (configs and user contexts); None if unknown."""
+    try:
+        from jax._src import config
+
+        return len(config.trace_context_names())
+    except Exception:
+        return None

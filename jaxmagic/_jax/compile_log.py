@@ -279,7 +279,9 @@ def _class_names(text: str) -> str:
     return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
 
 
-_CONTEXT_DIFFERENCE = re.compile(r"^(?P<name>\S+) differs: now (?P<now>.*) and before (?P<before>.*)$")
+_CONTEXT_DIFFERENCE = re.compile(
+    r"^(?P<name>\S+|number of tracing context values) differs: now (?P<now>.*) and before (?P<before>.*)$"
+)
 
 
 @dataclasses.dataclass

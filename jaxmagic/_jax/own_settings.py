@@ -20,12 +20,27 @@ import threading
 
 _lock = threading.Lock()
 _own_values: dict[str, set[str]] = {}  # context name -> str() of the values jaxmagic has set
+_own_growth: set[tuple[str, str]] = set()  # (entries after, entries before) jaxmagic's own context was created
+
+# JAX's words when two cache keys hold different numbers of context values (a context was created between)
+CONTEXT_COUNT = "number of tracing context values"
 
 
 def note_own_value(name: str, value) -> None:
     """Record that jaxmagic runs code with the trace-context setting ``name`` = ``value``."""
     with _lock:
         _own_values.setdefault(name, set()).add(str(value))
+
+
+def note_own_context_created(before: int | None, after: int | None) -> None:
+    """Record that jaxmagic's own ``make_user_context`` took the context from ``before`` to ``after`` values.
+
+    Every function cached before then misses once afterwards, and JAX explains
+    it as "number of tracing context values differs: now <after> and before <before>".
+    """
+    if before is not None and after is not None and before != after:
+        with _lock:
+            _own_growth.add((str(after), str(before)))
 
 
 def own_values(name: str) -> frozenset[str]:
@@ -53,6 +68,9 @@ def is_own_difference(name: str, now: str, before: str, user_values: dict[str, s
     of that setting (``user_values``, from ``users_values()``); a setting the
     user changes between two of their own calls is theirs to see.
     """
+    if name == CONTEXT_COUNT:
+        with _lock:
+            return (now, before) in _own_growth
     ours = own_values(name)
     if not ours:
         return False

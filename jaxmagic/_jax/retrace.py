@@ -23,7 +23,8 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-from jaxmagic._jax.own_settings import note_own_value
+from jaxmagic._jax import compat
+from jaxmagic._jax.own_settings import note_own_context_created, note_own_value
 
 # One token for every block that names none: a token per block would make an identical
 # cell trace and compile everything again at every run, and each of those compilations
@@ -81,7 +82,9 @@ def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
         return
     first_use = _context is None
     if first_use:
+        size = compat.trace_context_size()
         _context = make(None)
+        note_own_context_created(size, compat.trace_context_size())  # never the user's cause (own_settings)
     value = DEFAULT_TOKEN if token is None else token
     note_own_value("user_context", value)  # part of the cache key: never the user's cause (own_settings)
     with _context(value):
