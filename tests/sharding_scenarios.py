@@ -171,6 +171,21 @@ def main() -> dict:
         probes.sharding_of_call(h_placed, (xa, w_elsewhere), call_text="h_placed(xa, w_elsewhere)")
     )
 
+    # A requested sharding the compiler cannot honour: 17 rows over 8 devices come out replicated.
+    mesh8 = jax.make_mesh((8,), ("data",), devices=devices[:8], axis_types=(AxisType.Auto,))
+
+    def constrained(x):
+        y = jnp.sin(x)
+        y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh8, P("data")))
+        return y * 2
+
+    out["uneven_constraint"] = summary(
+        probes.sharding_of_call(jax.jit(constrained), (jnp.ones((17, 4)),), call_text="constrained(x17)")
+    )
+    out["even_constraint"] = summary(
+        probes.sharding_of_call(jax.jit(constrained), (jnp.ones((16, 4)),), call_text="constrained(x16)")
+    )
+
     # shard_map local views: per-device prints
     def local_sum(b):
         jax.debug.print("local block {b}", b=b)

@@ -310,3 +310,30 @@ def test_magic_scope_sweep_and_usage_errors(ip):
     ]:
         result = ip.run_cell(line)
         assert isinstance(result.error_in_exec, UsageError) and message in str(result.error_in_exec), line
+
+
+# -- shapes from public issue threads: NumPy arrays built while tracing -------------------
+
+
+def test_numpy_array_built_inside_a_jitted_function_is_a_constant():
+    # jax-ml/jax#2515-style code: NumPy inside the traced function runs once, at trace time
+    def add_noise(x):
+        noise = np.random.rand(32000).astype(np.float32)
+        return x + noise
+
+    report = probes.hlo(add_noise, jnp.ones(32000))
+    [constant] = [c for c in report.constants if c.made_while_tracing]
+    assert constant.numpy and constant.shape == (32000,) and constant.nbytes == 128000
+    assert constant.line.code == "return x + noise"
+    assert report.status is Status.PROBLEM
+    assert "NumPy array of 125 KiB (float32[32000]) while it is traced" in report.summary
+    assert "same numbers on every call" in report.summary
+    assert "jax.random with a key argument" in " ".join(str(report).split())
+
+
+def test_small_numpy_constants_are_ordinary():
+    def shift(x):
+        return x + np.arange(4, dtype=np.float32)
+
+    report = probes.hlo(shift, jnp.ones(4))
+    assert not any(c.made_while_tracing for c in report.constants)

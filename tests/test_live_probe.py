@@ -297,3 +297,16 @@ def test_typed_prng_keys_hold_their_key_data():
     report = probes.live(namespace={"rngs": {"dropout": keys}})
     group = report.group((4099, 2), "uint32")
     assert group.holders == ["rngs['dropout'] (key data)"] and group.held_by_names == 1
+
+
+def test_holders_differing_in_one_list_index_are_one_range():
+    # the common metrics log: a list of dicts of arrays, one per step
+    train_metrics = []
+    namespace = {"train_metrics": train_metrics}
+    with probes.live_diff(namespace=namespace) as report:
+        for step in range(40):
+            train_metrics.append({"preds": jnp.ones(64) * step, "loss": jnp.float32(step)})
+    holders = sorted(h for g in report.groups for h in g.holders)
+    assert holders == ["train_metrics[0..39]['loss']", "train_metrics[0..39]['preds']"]
+    assert "more)" not in report.summary and "train_metrics[0..39]['preds']" in report.summary
+    train_metrics.clear()

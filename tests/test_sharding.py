@@ -455,3 +455,18 @@ def test_wide_grid_text_is_listed_cell_by_cell():
         Document("t", Status.OK, "h", [Section("", [Grid(1, 4, cells, col_labels=["a", "b", "c", "d"])])])
     )
     assert text.splitlines()[1:] == [f"  [{n}] device {c}  {'x' * 30}" for c, n in enumerate("abcd")]
+
+
+def test_uneven_sharding_constraint_is_a_finding(scenarios):
+    # "with_sharding_constraint not applied": asked P('data') on 17 rows over 8 devices, came out replicated
+    s = scenarios["uneven_constraint"]
+    assert s["status"] == "problem"
+    [check] = s["report"]["call"]["constraints"]
+    assert check["requested"] == "P('data',)" and check["came_out"] == "P()" and check["copies"] == 8
+    assert check["uneven"] == ["dimension 0 (17) over 'data' (8 devices)"]
+    assert "asked for P('data',) on a float32[17,4] value" in s["summary"]
+    assert "came out P() (8 full copies)" in s["summary"] and "does not divide evenly" in s["summary"]
+    assert "Sharding constraints not honoured" in s["text"] and "pad it" in " ".join(s["text"].split())
+    even = scenarios["even_constraint"]
+    assert even["status"] == "ok" and even["report"]["call"]["constraints"][0]["uneven"] == []
+    assert "P('data',) over 8 device(s)" in even["summary"]

@@ -43,6 +43,9 @@ from jaxmagic.report.wording import error_line, format_bytes, strip_ansi
 STAGES = ("jaxpr", "stablehlo", "hlo")
 STAGE_TITLES = {"jaxpr": "jaxpr", "stablehlo": "StableHLO", "hlo": "optimized HLO"}
 LARGE_CONSTANT_BYTES = 1 << 20  # captured arrays from here on are a memory concern (jit cache keeps them)
+# An array made while tracing (NumPy code in the function: np.random.rand(n), np.arange(n)) from here on
+# is a finding: its values are fixed at trace time, and the program and the jit cache carry it.
+BAKED_CONSTANT_BYTES = 1 << 14
 SHOWN_ROWS = 40  # rows per table in the rendered report; the report object keeps all
 
 
@@ -112,10 +115,16 @@ class CapturedConstant:
     dtype: str
     nbytes: int
     line: SourceLine | None = None
+    numpy: bool = False  # a NumPy array (NumPy code run at trace time), not a JAX array
 
     @property
     def large(self) -> bool:
         return self.nbytes >= LARGE_CONSTANT_BYTES
+
+    @property
+    def made_while_tracing(self) -> bool:
+        """An array computed by the function's own code during tracing (no global or closure holds it)."""
+        return not self.name and self.nbytes >= BAKED_CONSTANT_BYTES
 
 
 @dataclasses.dataclass
@@ -202,7 +211,7 @@ class HloReport(Report):
     def status(self) -> Status:
         if self.failure:
             return Status.ERROR
-        if self.literals or self.named_constants or any(c.large for c in self.constants):
+        if self.literals or self.named_constants or any(c.large or c.made_while_tracing for c in self.constants):
             return Status.PROBLEM
         if self.scope and not self.scope_found:
             return Status.PROBLEM
@@ -220,7 +229,18 @@ class HloReport(Report):
                 f"{first.kind} `{first.name}` is baked into {self.function} as the constant "
                 f"`{first.value}`{more}: changing it later has no effect on the compiled function."
             )
-        captured = self.named_constants or [c for c in self.constants if c.large]
+        made = [c for c in self.constants if c.made_while_tracing]
+        for c in made[:2]:
+            what = "a NumPy array" if c.numpy else "an array"
+            at = f", first used at {_where(c.line)}" if c.line else ""
+            parts.append(
+                f"{self.function} builds {what} of {format_bytes(c.nbytes)} ({c.dtype}{list(c.shape)}) while it is "
+                f"traced{at}: it is a constant of the compiled program, computed once at trace time (a NumPy "
+                "random draw gives the same numbers on every call) and kept alive by the jit cache."
+            )
+        if len(made) > 2:
+            parts.append(f"{len(made) - 2} more such constant(s) below.")
+        captured = self.named_constants or [c for c in self.constants if c.large and c.name]
         if captured:
             total = sum(c.nbytes for c in captured)
             names = ", ".join(f"`{c.name}`" for c in captured[:3] if c.name) or "arrays made inside the function"
@@ -338,6 +358,19 @@ class HloReport(Report):
                     [
                         Table(["name", "kind", "shape", "dtype", "size", "used at"], rows),
                         *_lines_block(SourceLines, [c.line for c in self.constants]),
+                        *(
+                            [
+                                Paragraph(
+                                    "Arrays made inside the function by NumPy (or from Python data) are computed once, "
+                                    "when the function is traced, and written into the program: np.random draws the "
+                                    "same numbers on every call, and the array travels with the compiled program. "
+                                    "Use jax.numpy (jax.random with a key argument) so the value is computed when "
+                                    "the program runs, or pass the array in as an argument."
+                                )
+                            ]
+                            if any(c.made_while_tracing for c in self.constants)
+                            else []
+                        ),
                         Paragraph(
                             "These arrays are closed over, not passed in: they become constants of the program, "
                             "the jit cache holds them for as long as the jitted function lives (even after the "
@@ -1547,11 +1580,21 @@ def _captured_constants(closed, walked: list, env: _NameEnvironment) -> list[Cap
             seen.add(id(value))
             name, kind = identities.get(id(value), ("", ""))
             nbytes = int(getattr(value, "nbytes", 0) or 0)
-            if not name and nbytes < LARGE_CONSTANT_BYTES:
+            if not name and nbytes < BAKED_CONSTANT_BYTES:
                 continue  # a small array made inside the function: ordinary, not worth a line
             line = _first_use_line(inner, constvars[index]) if index < len(constvars) else None
+            import numpy as np
+
             found.append(
-                CapturedConstant(name=name, kind=kind, shape=shape, dtype=str(value.dtype), nbytes=nbytes, line=line)
+                CapturedConstant(
+                    name=name,
+                    kind=kind,
+                    shape=shape,
+                    dtype=str(value.dtype),
+                    nbytes=nbytes,
+                    line=line,
+                    numpy=isinstance(value, np.ndarray),
+                )
             )
     found.sort(key=lambda c: -c.nbytes)
     return found

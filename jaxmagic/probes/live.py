@@ -553,13 +553,17 @@ def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
             runs[key] = [low, high, count]
     per_group: dict[int, list[tuple[int, str]]] = {}
     for (group, kind, container), (low, high, count) in runs.items():
-        if count == 1:
-            label = f"{container}[{low}]"
-        elif count == high - low + 1:
-            label = f"{container}[{low}..{high}]"
+        per_group.setdefault(group, []).append((order[kind], _run_label(container, "", low, high, count)))
+    index_runs: dict[tuple[int, str, tuple[str, str]], list[int]] = {}
+    for (tag, kind, parts), (low, high, count) in search.index_runs.items():
+        key = (group_index[tag], kind, parts)
+        if key in index_runs:
+            run = index_runs[key]
+            run[0], run[1], run[2] = min(run[0], low), max(run[1], high), run[2] + count
         else:
-            label = f"{container}[...] ({count} elements between {low} and {high})"
-        per_group.setdefault(group, []).append((order[kind], label))
+            index_runs[key] = [low, high, count]
+    for (group, kind, (before, after)), (low, high, count) in index_runs.items():
+        per_group.setdefault(group, []).append((order[kind], _run_label(before, after, low, high, count)))
     for tag, labelled in search.group_labels.items():
         for kind, label in labelled:
             per_group.setdefault(group_index[tag], []).append((order[kind], label))
@@ -569,6 +573,15 @@ def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
         traceback_labels = [label for kind, label in labelled if kind == order[KIND_TRACEBACK]][:2]
         kept = [label for kind, label in labelled if kind != order[KIND_TRACEBACK]] + traceback_labels
         groups[group].holders = list(dict.fromkeys(kept))
+
+
+def _run_label(before: str, after: str, low: int, high: int, count: int) -> str:
+    """``train_metrics[0..39]['preds']``: the holders that differ only in one list index, as one range."""
+    if count == 1:
+        return f"{before}[{low}]{after}"
+    if count == high - low + 1:
+        return f"{before}[{low}..{high}]{after}"
+    return f"{before}[...]{after} ({count} elements between {low} and {high})"
 
 
 def _jit_cache_constants(

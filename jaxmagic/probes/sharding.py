@@ -185,6 +185,65 @@ class IntermediateSharding:
 
 
 @dataclasses.dataclass
+class ConstraintCheck:
+    """One ``with_sharding_constraint`` in the call: what was asked, what came out, and why they differ."""
+
+    requested: str  # "P('data',)"
+    typeof: str  # "float32[17,4]"
+    line: SourceLine | None = None
+    uneven: list[str] = dataclasses.field(default_factory=list)  # "dimension 0 (17) over 'data' (8 devices)"
+    came_out: str = ""  # the compiled sharding of the value, where it could be observed ("" if not)
+    observed_as: str = ""  # "the result", "result[1]": where came_out was read
+    copies: int = 0  # devices holding a full copy, when it came out replicated
+
+    @property
+    def honoured(self) -> bool | None:
+        """True/False when the outcome was observed; None when jaxmagic could not tell."""
+        if not self.came_out:
+            return None
+        return _same_spec(self.came_out, self.requested)
+
+    @property
+    def text(self) -> str:
+        where = f" at {self.line.label or self.line.filename}, line {self.line.lineno}" if self.line else ""
+        asked = f"with_sharding_constraint asked for {self.requested} on a {self.typeof} value{where}"
+        if self.honoured is None:
+            return (
+                asked
+                + (f"; {'; '.join(self.uneven)} does not divide evenly" if self.uneven else "")
+                + (", and jaxmagic could not observe what the compiler made of it (it is not an output)")
+            )
+        copies = f" ({self.copies} full copies)" if self.copies > 1 else ""
+        text = f"{asked}, but {self.observed_as} came out {self.came_out}{copies}"
+        if self.uneven:
+            text += f": {'; '.join(self.uneven)} does not divide evenly"
+        return text
+
+    @property
+    def fix(self) -> str:
+        if self.uneven:
+            return (
+                "Make the sharded dimension a multiple of the device count: pad it (jnp.pad to the next multiple, "
+                "and mask the padding in reductions), drop the remainder (x[: n - n % devices]), or shard another "
+                "dimension that divides evenly."
+            )
+        return (
+            "The compiler chose another layout for this value: constrain the value that is returned (or give "
+            "jax.jit out_shardings), and check that the mesh axes named in the spec are Auto axes."
+        )
+
+
+def _same_spec(a: str, b: str) -> bool:
+    def norm(text: str) -> str:
+        text = text.replace(" ", "").replace(",)", ")")
+        while text.endswith(",None)"):
+            text = text[: -len(",None)")] + ")"
+        return text.replace("P(None)", "P()")
+
+    return norm(a) == norm(b)
+
+
+@dataclasses.dataclass
 class CallShardings:
     function: str
     was_jitted: bool  # the function was already a jax.jit (else the probe jitted it)
@@ -194,10 +253,15 @@ class CallShardings:
     intermediates: list[IntermediateSharding] = dataclasses.field(default_factory=list)
     intermediates_dropped: int = 0  # beyond MAX_INTERMEDIATES
     intermediates_failure: str = ""
+    constraints: list[ConstraintCheck] = dataclasses.field(default_factory=list)
 
     @property
     def resharded_inputs(self) -> list[LeafSharding]:
         return [leaf for leaf in self.inputs if leaf.matches is False]
+
+    @property
+    def unhonoured_constraints(self) -> list[ConstraintCheck]:
+        return [c for c in self.constraints if c.honoured is False]
 
 
 @dataclasses.dataclass
@@ -218,6 +282,8 @@ class ShardingReport(Report):
     def status(self) -> Status:
         if any(a.replica_check == "differ" for a in self.arrays):
             return Status.PROBLEM
+        if self.call is not None and self.call.unhonoured_constraints:
+            return Status.PROBLEM
         if self.failure:
             return Status.ERROR
         return Status.OK
@@ -235,6 +301,10 @@ class ShardingReport(Report):
         differing = [a for a in self.arrays if a.replica_check == "differ"]
         if differing:
             return _differ_sentence(differing[0], what, self.call is not None)
+        if self.call is not None and self.call.unhonoured_constraints:
+            first = self.call.unhonoured_constraints[0]
+            more = len(self.call.unhonoured_constraints) - 1
+            return f"`{what}`: {first.text}." + (f" {more} more constraint(s) not honoured." if more else "")
         if self.failure:
             return f"`{what}` raised {self.failure}"
         if not self.arrays:
@@ -380,6 +450,10 @@ def run_call(
             return report, error
         call.inputs = _input_shardings(jitted, compiled, traced, args, kwargs, text)
         call.outputs = _output_shardings(traced, compiled)
+        try:
+            call.constraints = _constraint_checks(traced, call.outputs, report.arrays)
+        except Exception:  # another jaxpr layout: no constraint checks, the rest of the report stands
+            call.constraints = []
         if intermediates:
             try:
                 call.intermediates, call.intermediates_dropped = _intermediates(traced, compiled)
@@ -804,6 +878,45 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
         outputs = [r for r in row_of[row.index]]
         row.spec = reported.get((row.index, outputs.index(row)), "")
     return rows, dropped
+
+
+def _constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
+    """Every ``sharding_constraint`` of the top-level program, checked against the shardings that came out."""
+    closed = traced.jaxpr
+    jaxpr = closed.jaxpr
+    out_index = {id(v): i for i, v in enumerate(jaxpr.outvars)}
+    checks = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name != "sharding_constraint":
+            continue
+        sharding = eqn.params.get("sharding")
+        spec = getattr(sharding, "spec", None)
+        mesh = getattr(sharding, "mesh", None)
+        for var in eqn.outvars:
+            aval = var.aval
+            check = ConstraintCheck(_spec_text(sharding), str(aval), _eqn_line(eqn))
+            shape = tuple(getattr(aval, "shape", ()))
+            sizes = dict(getattr(mesh, "shape", {}) or {})
+            for dim, entry in enumerate(tuple(spec or ())[: len(shape)]):
+                axes = _axes_of(entry)
+                devices = math.prod(sizes.get(a, 1) for a in axes)
+                if devices > 1 and shape[dim] % devices:
+                    names = ", ".join(repr(a) for a in axes)
+                    check.uneven.append(f"dimension {dim} ({shape[dim]}) over {names} ({devices} devices)")
+            index = out_index.get(id(var))
+            if index is not None and index < len(outputs):
+                check.came_out, check.observed_as = outputs[index].spec, f"`{outputs[index].path}`"
+            elif check.uneven and outputs and all(o.typeof.split("{")[0] == check.typeof for o in outputs[:1]):
+                # the value is not returned as such; the result of the same shape computed from it is
+                check.came_out, check.observed_as = outputs[0].spec, f"the result `{outputs[0].path}` made from it"
+            if check.came_out and index is not None and index < len(arrays):
+                layout = arrays[index]
+                if layout.blocks and len(layout.blocks) == 1:
+                    check.copies = len(layout.devices)
+            elif check.came_out and arrays and len(arrays[0].blocks) == 1:
+                check.copies = len(arrays[0].devices)
+            checks.append(check)
+    return checks
 
 
 def _op_name(eqn) -> str:

@@ -32,6 +32,7 @@ import collections
 import dataclasses
 import functools
 import itertools
+import re
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -545,6 +546,9 @@ class HolderSearch:
     runs: dict[tuple[int, str, str], list[int]]  # (group, kind, container) -> [min, max, count] of int indices
     group_labels: dict[int, list[tuple[str, str]]]  # group -> [(kind, path)] of other holders, first few
     label_counts: dict[int, int] = dataclasses.field(default_factory=dict)  # group -> all such paths found
+    # (group, kind, (path before, path after) its first integer index) -> [min, max, count]: the holders
+    # ``train_metrics[0]['preds']`` ... ``train_metrics[39]['preds']`` as one run
+    index_runs: dict[tuple[int, str, tuple[str, str]], list[int]] = dataclasses.field(default_factory=dict)
     kind_counts: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (group, best kind) -> targets
     visited: int = 0  # containers and values looked at
     truncated: bool = False  # the budget ran out before the search was complete
@@ -582,9 +586,21 @@ def find_holders(
             kind_counts[(group, current)] -= 1
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
 
+    index_runs = result.index_runs
+
     def on_hit(target: int, group: int, kind: str, path: str, _depth: int) -> None:
         mark(target, group, kind)
         label_counts[group] = label_counts.get(group, 0) + 1
+        index = _FIRST_INDEX.search(path)
+        if index is not None:  # an element of a list of containers: merged into a run with its siblings
+            number = int(index.group(1))
+            key = (group, kind, (path[: index.start()], path[index.end() :]))
+            run = index_runs.get(key)
+            if run is None:
+                index_runs[key] = [number, number, 1]
+            else:
+                run[0], run[1], run[2] = min(run[0], number), max(run[1], number), run[2] + 1
+            return
         listed = group_labels.setdefault(group, [])
         if len(listed) < labels_per_group:
             listed.append((kind, path))
@@ -642,6 +658,9 @@ def find_holders(
         elif len(listed) < labels_per_group:
             listed.append((kind, label))
     return result
+
+
+_FIRST_INDEX = re.compile(r"\[(\d+)\]")
 
 
 # -- %jax_leaks: tracers, found by a test -----------------------------------------

@@ -466,6 +466,22 @@ def _short_replica(layout) -> str:
 def _call_sections(report) -> list[Section]:
     call = report.call
     sections = []
+    if call.constraints:
+        rows = [
+            [
+                c.requested,
+                c.typeof,
+                (c.came_out + (f" ({c.copies} full copies)" if c.copies > 1 else "")) if c.came_out else "not observed",
+                "; ".join(c.uneven) + " does not divide evenly" if c.uneven else "-",
+                f"{c.line.label or c.line.filename}:{c.line.lineno}" if c.line else "-",
+            ]
+            for c in call.constraints
+        ]
+        blocks = [Table(["asked for", "value", "came out", "why", "line"], rows)]
+        for c in call.unhonoured_constraints[:2]:
+            blocks.append(Paragraph(f"{c.text}. {c.fix}"))
+        title = "Sharding constraints not honoured" if call.unhonoured_constraints else "Sharding constraints"
+        sections.append(Section(title, blocks))
     if call.inputs or call.outputs:
         blocks = []
         how = (
