@@ -5,7 +5,7 @@ process with ``XLA_FLAGS=--xla_force_host_platform_device_count=64``; ``run()``
 starts it and turns its figures into rows.
 
 * 64-device 2-D layout (an 8x8 mesh, ``P('x', 'y')``): the probe plus every
-  rendering a notebook gets (static HTML, plain text, the widget). Goal: <= 0.5 s.
+  rendering a notebook gets (static HTML and plain text). Goal: <= 0.5 s.
   For scale, JAX's own ``visualize_array_sharding`` (rich, printing) on the same array.
 * (4096, 4096) float32 (64 MiB) split over 8 devices: the probe must not read the data.
   Measured against the same layout of an (8, 8) array (the time should not grow with
@@ -39,7 +39,7 @@ def run() -> list[Row]:
     m = json.loads(done.stdout.strip().splitlines()[-1])
     return [
         Row(
-            "%jax_sharding 64-device 2-D layout: probe + HTML + text + widget",
+            "%jax_sharding 64-device 2-D layout: probe + HTML + text",
             median(m["render64"]),
             compare="difference",
             goal=0.5,
@@ -98,12 +98,10 @@ def child() -> dict:
 
     from jaxmagic import probes
     from jaxmagic.render import static_bundle
-    from jaxmagic.render.widgets import build_widget
 
     def show(value, **options):
         report = probes.sharding(value, expression="x", **options)
         static_bundle(report)
-        build_widget(report.document())
         return report
 
     def timed(fn) -> float:

@@ -17,7 +17,6 @@ from IPython.core.error import UsageError
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.ipython.magics import JaxMagics
 from jaxmagic.render import static_bundle
-from jaxmagic.render.widgets import build_widget
 
 EVIL = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
@@ -242,18 +241,7 @@ def test_report_is_stored_and_escaped(shell, magic):
     html = static_bundle(report)["text/html"]
     assert "&lt;script&gt;" in html, "the user's text should appear, escaped"
     assert "<script>" not in html and "<img" not in html
-    widget_html = "".join(child.value for child in _html_widgets(build_widget(report.document())))
-    assert "&lt;script&gt;" in widget_html and "<script>" not in widget_html
     assert EVIL in str(report.to_dict())
-
-
-def _html_widgets(widget):
-    children = getattr(widget, "children", None)
-    if children is None:
-        yield widget
-        return
-    for child in children:
-        yield from _html_widgets(child)
 
 
 @pytest.mark.parametrize("magic", registered_magics())

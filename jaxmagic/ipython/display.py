@@ -1,4 +1,13 @@
-"""Showing a report in the running IPython frontend: widget, static HTML or terminal text."""
+"""Showing a report in the running IPython frontend: static HTML, or terminal text.
+
+In a kernel the report is one mimebundle of ``text/html`` (self-contained, see
+jaxmagic/render/html.py) and ``text/plain``, and nothing else: no widget view.
+A widget view does not survive a notebook saved without widget state
+(JupyterLab's default shows "Error displaying widget: model not found" and never
+falls back to the HTML beside it, ipywidgets#3773), and nbconvert keeps the
+widget view, drops the HTML and loads the widget manager from a CDN. The static
+HTML collapses its sections with ``<details>``, which is all the widget did.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +15,18 @@ import sys
 
 from IPython.display import display
 
-from jaxmagic.render import WIDGET_MIME, static_bundle
+from jaxmagic.render import static_bundle
 
 
-def display_report(report, use_widgets: bool) -> None:
+def display_report(report, in_kernel: bool) -> None:
     """Show a report in the current IPython frontend.
 
-    In a kernel with a widget manager the bundle carries the widget view and the
-    static HTML beside it, so a saved notebook still shows the report; in a
-    terminal, rich draws it when it can, else the plain text is shown.
+    In a kernel (a notebook, VS Code, Qt console) the static bundle is shown; in
+    a terminal, rich draws the report when it can, else the plain text is shown.
     """
-    if not use_widgets and sys.stdout.isatty():
+    if not in_kernel and sys.stdout.isatty():
         from jaxmagic.render.terminal import print_rich
 
         if print_rich(report.document()):
             return
-    bundle = static_bundle(report)
-    if use_widgets:
-        try:
-            from jaxmagic.render.widgets import build_widget
-
-            widget_bundle = build_widget(report.document())._repr_mimebundle_()
-            if widget_bundle and WIDGET_MIME in widget_bundle:
-                bundle[WIDGET_MIME] = widget_bundle[WIDGET_MIME]
-        except ImportError:
-            pass
-    display(bundle, raw=True)
+    display(static_bundle(report), raw=True)

@@ -91,7 +91,7 @@ class JaxMagics(Magics):
     def _publish(self, report, args) -> None:
         if getattr(args, "output", None):
             self.shell.user_ns[args.output] = report
-        display_report(report, use_widgets=getattr(self.shell, "kernel", None) is not None)
+        display_report(report, in_kernel=getattr(self.shell, "kernel", None) is not None)
 
     def _run_cell_in_probe(self, probe, args, cell: str):
         """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""

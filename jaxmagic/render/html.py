@@ -1,8 +1,29 @@
-"""Self-contained static HTML for a report.
+"""Self-contained static HTML for a report: the one view a notebook keeps.
 
-This is the ``text/html`` part of every report's mimebundle: it survives saving
-the notebook, nbviewer, GitHub and frontends without a widget manager. Every
-string that came from the user or from JAX is escaped here, in one place.
+This is the ``text/html`` part of every report's mimebundle, and what a person
+sees wherever the notebook is opened: live JupyterLab or Notebook 7, reopened
+after saving, exported by nbconvert and read offline, on nbviewer or GitHub, in
+VS Code, and untrusted (a notebook someone sent). So it needs nothing but
+itself:
+
+* **No ``<style>`` block, no script, no external resource.** JupyterLab's
+  sanitizer removes ``<style>`` from untrusted output; every element carries
+  its style inline, which the sanitizer keeps (checked in a real browser by
+  tests/test_browser.py). Inline styles also outrank JupyterLab's and
+  nbconvert's own table and paragraph CSS (right-aligned cells, centred
+  tables).
+* **Collapsing without JavaScript**: each titled section is a
+  ``<details>``/``<summary>``.
+* **Theme colours** come from JupyterLab's CSS variables with light fallbacks
+  (``var(--jp-layout-color1, #fff)``). The sanitizer drops any declaration
+  holding ``var()``, so each such colour is preceded by a value it keeps that
+  reads on light and dark alike (a translucent grey) or by nothing at all,
+  letting the theme's own colours show through.
+* **Wraps in narrow windows**: long tokens (a call signature, a leaf path)
+  carry ``<wbr>`` break points, wide tables and drawings scroll sideways
+  inside the report instead of pushing it past the notebook's edge.
+
+Every string that came from the user or from JAX is escaped here, in one place.
 """
 
 from __future__ import annotations
@@ -13,69 +34,72 @@ from html import escape
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
 
-STATUS_COLOURS = {
-    Status.OK: ("#1b7f3b", "#eaf6ee"),
-    Status.PROBLEM: ("#b3261e", "#fdecea"),
-    Status.ERROR: ("#9a6700", "#fff8e5"),
+# Accent per status: a fixed colour (kept by the sanitizer, readable on light and
+# dark) then JupyterLab's themed equivalent.
+STATUS_ACCENTS = {
+    Status.OK: ("#1a7f37", "--jp-success-color1"),
+    Status.PROBLEM: ("#cf222e", "--jp-error-color1"),
+    Status.ERROR: ("#9a6700", "--jp-warn-color1"),
 }
 
-# Scoped under .jaxmagic so nothing leaks into the notebook's own styles.
-STYLE = """
-.jaxmagic{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;font-size:13px;line-height:1.45;
- border:1px solid #d0d7de;border-left:5px solid var(--jm-accent);border-radius:6px;padding:8px 12px;margin:4px 0;
- background:#fff;color:#1f2328;max-width:980px}
-.jaxmagic .jm-head{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap}
-.jaxmagic .jm-title{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-weight:600;color:#57606a}
-.jaxmagic .jm-badge{font-size:11px;font-weight:700;letter-spacing:.04em;padding:1px 7px;border-radius:10px;
- color:var(--jm-accent);background:var(--jm-tint);border:1px solid var(--jm-accent)}
-.jaxmagic .jm-headline{font-size:14px;font-weight:600;margin:4px 0 2px}
-.jaxmagic h4{font-size:12px;text-transform:uppercase;letter-spacing:.05em;color:#57606a;margin:10px 0 4px}
-.jaxmagic p{margin:3px 0}
-.jaxmagic table{border-collapse:collapse;margin:4px 0}
-.jaxmagic th,.jaxmagic td{border:1px solid #d8dee4;padding:2px 8px;text-align:left;vertical-align:top}
-.jaxmagic th{background:#f6f8fa;font-weight:600}
-.jaxmagic code,.jaxmagic pre,.jaxmagic .jm-src{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
-.jaxmagic .jm-src{background:#f6f8fa;border-radius:4px;padding:4px 8px;margin:3px 0}
-.jaxmagic .jm-src .jm-where{color:#57606a}
-.jaxmagic .jm-src .jm-code{white-space:pre-wrap;padding-left:1.5em}
-.jaxmagic .jm-src .jm-last .jm-code{color:var(--jm-accent);font-weight:600}
-.jaxmagic .jm-headline code{font-size:13px;color:var(--jm-accent);background:var(--jm-tint);padding:0 4px;border-radius:3px}
-.jaxmagic p code{background:#f6f8fa;padding:0 3px;border-radius:3px}
-.jaxmagic details{margin:4px 0}.jaxmagic summary{cursor:pointer;color:#57606a}
-.jaxmagic pre{background:#f6f8fa;padding:6px 8px;border-radius:4px;white-space:pre-wrap;margin:3px 0;max-height:18em;overflow:auto}
-.jaxmagic .jm-gridfig{display:inline-block;vertical-align:top;margin:4px 14px 6px 0;max-width:100%;overflow-x:auto}
-.jaxmagic .jm-gridfig figcaption{font-size:12px;color:#57606a;margin:0 0 3px}
-.jaxmagic .jm-grid{display:grid;gap:2px;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
-.jaxmagic .jm-gl{color:#57606a;font-size:11px;display:flex;align-items:flex-end;justify-content:center;padding:0 2px 1px}
-.jaxmagic .jm-gl.jm-gr{align-items:center;justify-content:flex-end;padding:0 4px 0 0}
-.jaxmagic .jm-cell{display:flex;flex-direction:column;align-items:center;justify-content:center;border-radius:3px;
- background:#eef1f4;color:#1f2328;overflow:hidden;white-space:nowrap;line-height:1.2;border:1px solid rgba(31,35,40,.18)}
-.jaxmagic .jm-cell b{font-weight:600}
-.jaxmagic .jm-cell span{font-size:10.5px;color:#3d444d}
-.jaxmagic .jm-compact{font-size:10.5px;gap:1px}
-.jaxmagic .jm-cell.jm-muted{background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781}
-.jaxmagic .jm-cell.jm-alert{border:2px solid #b3261e}
-.jaxmagic .jm-cell.jm-alert b{color:#b3261e}
-"""
+MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono',monospace"
+SANS = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif"
+# A translucent grey reads on any background; the variable gives the theme's own.
+TINT = "background:rgba(128,128,128,.12);background:var(--jp-layout-color2,#f6f8fa)"
+LINE = "1px solid rgba(128,128,128,.35)"
+LINE_COLOUR = "border-color:var(--jp-border-color2,#d0d7de)"
+MUTED = "color:var(--jp-content-font-color2,#57606a)"
+CARD = (
+    f"{SANS};font-size:13px;line-height:1.45;text-align:left;border:{LINE};{LINE_COLOUR};"
+    "border-radius:6px;padding:8px 12px;margin:4px 0;max-width:980px;box-sizing:border-box;"
+    "overflow-wrap:break-word;background:var(--jp-layout-color1,#fff);color:var(--jp-content-font-color1,#1f2328)"
+)
+CODE = f"{MONO};font-size:12px;{TINT};padding:0 3px;border-radius:3px;white-space:normal"
+CELL = f"border:{LINE};{LINE_COLOUR};padding:2px 8px;text-align:left;vertical-align:top;white-space:normal"
+SCROLLS = "max-width:100%;overflow-x:auto"  # a wide table or drawing scrolls inside the report
+
+# A section opens by default when it is the first, or when the whole report is short.
+SHORT_REPORT_ROWS = 14
 
 
 def render_html(doc: Document) -> str:
-    accent, tint = STATUS_COLOURS[doc.status]
+    accent = _accent(doc.status)
     parts = [
-        f'<div class="jaxmagic" style="--jm-accent:{accent};--jm-tint:{tint}"><style>{STYLE}</style>',
+        f'<div class="jaxmagic" style="{CARD};border-left:5px solid {accent[0]};border-left-color:{accent[1]}">',
         render_head_html(doc),
     ]
-    parts.extend(render_section_html(section) for section in doc.sections)
+    open_all = sum(_rows(block) for s in doc.sections for block in s.blocks) <= SHORT_REPORT_ROWS
+    parts.extend(render_section_html(section, open_=open_all or i == 0) for i, section in enumerate(doc.sections))
     parts.append("</div>")
     return "".join(parts)
 
 
+def _accent(status: Status) -> tuple[str, str]:
+    fixed, variable = STATUS_ACCENTS[status]
+    return fixed, f"var({variable},{fixed})"
+
+
 def render_head_html(doc: Document) -> str:
+    fixed, themed = _accent(doc.status)
+    # The space between title and badge keeps them apart even with every style gone.
     return (
-        '<div class="jm-head">'
-        f'<span class="jm-title">{escape(doc.title)}</span>'
-        f'<span class="jm-badge">{doc.status.word}</span></div>'
-        f'<div class="jm-headline">{inline_html(doc.headline)}</div>'
+        '<div class="jm-head" style="display:flex;flex-wrap:wrap;align-items:baseline;gap:2px 10px">'
+        f'<span class="jm-title" style="{MONO};font-size:12.5px;font-weight:600;{MUTED}">{escape(doc.title)}</span> '
+        f'<span class="jm-badge" style="{SANS};font-size:11px;font-weight:700;letter-spacing:.04em;padding:0 7px;'
+        f'border-radius:10px;color:#fff;background:{fixed};background:{themed}">{doc.status.word}</span></div>'
+        f'<div class="jm-headline" style="font-size:14px;font-weight:600;margin:4px 0 2px">'
+        f"{inline_html(doc.headline)}</div>"
+    )
+
+
+def render_section_html(section: Section, open_: bool = True) -> str:
+    body = "".join(_block_html(block) for block in section.blocks)
+    if not section.title:
+        return f'<div class="jm-section" style="margin:6px 0 0">{body}</div>'
+    return (
+        f'<details class="jm-section"{" open" if open_ else ""} style="margin:6px 0 0">'
+        f'<summary style="cursor:pointer;font-size:12px;font-weight:600;text-transform:uppercase;'
+        f'letter-spacing:.05em;{MUTED};margin:0 0 2px">{escape(section.title)}</summary>{body}</details>'
     )
 
 
@@ -84,50 +108,114 @@ _BACKTICKS = re.compile(r"`([^`\n]+)`")
 
 def inline_html(text: str) -> str:
     """Escaped text in which `backticked` spans (a primitive, a call) are shown as code."""
-    return _BACKTICKS.sub(r"<code>\1</code>", escape(text))
+    parts = _BACKTICKS.split(text)
+    return "".join(
+        f'<code style="{CODE}">{breakable_html(part)}</code>' if i % 2 else breakable_html(part)
+        for i, part in enumerate(parts)
+    )
 
 
-def render_section_html(section: Section, with_title: bool = True) -> str:
-    title = f"<h4>{escape(section.title)}</h4>" if with_title and section.title else ""
-    return title + "".join(_block_html(block) for block in section.blocks)
+_LONG_RUN = re.compile(r"\S{24,}")
+_BREAK_AFTER = re.compile(r"(?<=[(\[{,./_=:|>])")
+
+
+def breakable_html(text: str) -> str:
+    """``text`` escaped, with ``<wbr>`` break points inside long unbroken runs.
+
+    A call signature such as ``jit(step)(float32[64,128], {'b': float32[128]})``
+    or a leaf path has no space to wrap at: it would widen its table past a
+    narrow window. Break points go after brackets, commas, dots and the like,
+    where a reader expects a line to continue.
+    """
+    out, last = [], 0
+    for match in _LONG_RUN.finditer(text):
+        out.append(escape(text[last : match.start()]))
+        out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(match.group())))
+        last = match.end()
+    out.append(escape(text[last:]))
+    return "".join(out)
 
 
 def _fact_value_html(value: str) -> str:
     # A bare value (a primitive, a call) is code; prose marks its code with backticks.
-    return inline_html(value) if "`" in value else f"<code>{escape(value)}</code>"
+    return inline_html(value) if "`" in value else f'<code style="{CODE}">{breakable_html(value)}</code>'
+
+
+def _table(rows_html: str, cls: str = "") -> str:
+    klass = f' class="{cls}"' if cls else ""
+    return (
+        f'<div style="{SCROLLS}"><table{klass} style="border-collapse:collapse;margin:4px 0;width:auto;'
+        f'table-layout:auto;font-size:12.5px;line-height:1.4">{rows_html}</table></div>'
+    )
 
 
 def _block_html(block) -> str:
     if isinstance(block, Paragraph):
-        return f"<p>{inline_html(block.text)}</p>"
+        return f'<p style="margin:3px 0;text-align:left">{inline_html(block.text)}</p>'
     if isinstance(block, Facts):
-        rows = "".join(f"<tr><th>{escape(k)}</th><td>{_fact_value_html(v)}</td></tr>" for k, v in block.pairs)
-        return f'<table class="jm-facts">{rows}</table>'
-    if isinstance(block, Table):
-        head = "".join(f"<th>{escape(c)}</th>" for c in block.columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{inline_html(str(cell))}</td>" for cell in row) + "</tr>" for row in block.rows
+        rows = "".join(
+            f'<tr><th style="{CELL};{TINT};font-weight:600">{escape(k)}</th>'
+            f'<td style="{CELL}">{_fact_value_html(v)}</td></tr>'
+            for k, v in block.pairs
         )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return _table(rows, "jm-facts")
+    if isinstance(block, Table):
+        head = "".join(f'<th style="{CELL};{TINT};font-weight:600">{escape(c)}</th>' for c in block.columns)
+        body = "".join(
+            "<tr>" + "".join(f'<td style="{CELL}">{inline_html(str(cell))}</td>' for cell in row) + "</tr>"
+            for row in block.rows
+        )
+        return _table(f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody>")
     if isinstance(block, SourceLines):
-        caption = f"<p>{escape(block.caption)}</p>" if block.caption else ""
+        caption = f'<p style="margin:3px 0">{escape(block.caption)}</p>' if block.caption else ""
         rows = []
         for i, line in enumerate(block.lines):
-            last = ' class="jm-last"' if i == len(block.lines) - 1 else ""
+            last = i == len(block.lines) - 1
+            emphasis = ";font-weight:600" if last else ""
             rows.append(
-                f'<div{last}><div class="jm-where">{escape(line.where)}</div>'
-                f'<div class="jm-code">{escape(line.code)}</div></div>'
+                f'<div{' class="jm-last"' if last else ""}>'
+                f'<div style="{MUTED}">{breakable_html(line.where)}</div>'
+                f'<div style="white-space:pre-wrap;padding-left:1.5em{emphasis}">{breakable_html(line.code)}</div>'
+                "</div>"
             )
-        return f'{caption}<div class="jm-src">{"".join(rows)}</div>'
+        return (
+            f'{caption}<div class="jm-src" style="{MONO};font-size:12px;{TINT};border-radius:4px;'
+            f'padding:4px 8px;margin:3px 0">{"".join(rows)}</div>'
+        )
     if isinstance(block, Evidence):
-        return f"<details><summary>{escape(block.title)}</summary><pre>{escape(block.text)}</pre></details>"
+        return (
+            f'<details style="margin:4px 0"><summary style="cursor:pointer;{MUTED}">{escape(block.title)}</summary>'
+            f'<pre style="{MONO};font-size:12px;{TINT};padding:6px 8px;border-radius:4px;white-space:pre-wrap;'
+            f'margin:3px 0;max-height:18em;overflow:auto;border:none">{breakable_html(block.text)}</pre></details>'
+        )
     if isinstance(block, Grid):
         return _grid_html(block)
     raise TypeError(f"unknown block {type(block).__name__}")
 
 
+def _rows(block) -> int:
+    """Roughly how many lines a block takes on screen: decides which sections start open."""
+    if isinstance(block, Facts):
+        return len(block.pairs)
+    if isinstance(block, Table):
+        return len(block.rows) + 1
+    if isinstance(block, SourceLines):
+        return 2 * len(block.lines) + bool(block.caption)
+    if isinstance(block, Grid):
+        return block.rows + 2
+    return 1  # a paragraph, or collapsed evidence
+
+
 _COLOUR = re.compile(r"#[0-9a-fA-F]{3,8}")
-_CELL_STYLES = {"muted": " jm-muted", "alert": " jm-alert"}
+GRID_LABEL = f"{MUTED};font-size:11px;display:flex;padding:0 2px 1px"
+CELL_BOX = (
+    "display:flex;flex-direction:column;align-items:center;justify-content:center;border-radius:3px;"
+    "background:#eef1f4;color:#1f2328;overflow:hidden;white-space:nowrap;line-height:1.2;"
+    "border:1px solid rgba(31,35,40,.18)"
+)
+# Hatched grey: present but not available here. The plain grey first, for the sanitizer.
+MUTED_CELL = ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781"
+ALERT_CELL = ";border:2px solid #b3261e"
 
 
 def _grid_html(grid: Grid) -> str:
@@ -135,7 +223,9 @@ def _grid_html(grid: Grid) -> str:
 
     Sizes are in CSS px so the picture keeps its proportions in saved notebooks;
     wide grids scroll sideways instead of squeezing their labels. Large grids
-    drop the second line of each cell (it stays in the tooltip).
+    drop the second line of each cell (it stays in the tooltip). Cells keep
+    their own light colours and dark text in every theme: the colours tell
+    devices apart, and dark on pastel reads on a dark page too.
     """
     compact = grid.cols > 12 or grid.rows * grid.cols > 144
     show_detail = not compact and any(cell.detail for cell in grid.cells)
@@ -167,26 +257,45 @@ def _grid_html(grid: Grid) -> str:
         rows.insert(0, "16px")
         height += 16
         first_row = 2
-    parts = ['<figure class="jm-gridfig">']
+    parts = [f'<figure class="jm-gridfig" style="display:inline-block;vertical-align:top;margin:4px 14px 6px 0;{SCROLLS}">']
     if grid.caption:
-        parts.append(f"<figcaption>{inline_html(grid.caption)}</figcaption>")
+        parts.append(f'<figcaption style="font-size:12px;{MUTED};margin:0 0 3px">{inline_html(grid.caption)}</figcaption>')
+    font = f"{MONO};font-size:{'10.5px' if compact else '12px'}"
     parts.append(
-        f'<div class="jm-grid{" jm-compact" if compact else ""}" style="grid-template-columns:'
-        f'{" ".join(columns)};grid-template-rows:{" ".join(rows)};width:{width:.0f}px;height:{height:.0f}px">'
+        f'<div class="jm-grid{" jm-compact" if compact else ""}" style="display:grid;gap:{gap}px;{font};'
+        f'grid-template-columns:{" ".join(columns)};grid-template-rows:{" ".join(rows)};'
+        f'width:{width:.0f}px;height:{height:.0f}px">'
     )
     for i, label in enumerate(grid.col_labels[: grid.cols]):
-        parts.append(f'<div class="jm-gl" style="grid-row:1;grid-column:{first_col + i}">{escape(label)}</div>')
-    for i, label in enumerate(grid.row_labels[: grid.rows]):
-        parts.append(f'<div class="jm-gl jm-gr" style="grid-row:{first_row + i};grid-column:1">{escape(label)}</div>')
-    for cell in grid.cells:
-        style = f"grid-row:{first_row + cell.row};grid-column:{first_col + cell.col}"
-        if cell.colour and _COLOUR.fullmatch(cell.colour) and cell.style != "muted":
-            style += f";background:{cell.colour}"
-        title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
-        detail = f"<span>{escape(cell.detail)}</span>" if show_detail and cell.detail else ""
         parts.append(
-            f'<div class="jm-cell{_CELL_STYLES.get(cell.style, "")}" style="{style}"{title}>'
-            f"<b>{escape(cell.label)}</b>{detail}</div>"
+            f'<div class="jm-gl" style="{GRID_LABEL};align-items:flex-end;justify-content:center;'
+            f'grid-row:1;grid-column:{first_col + i}">{escape(label)}</div>'
+        )
+    for i, label in enumerate(grid.row_labels[: grid.rows]):
+        parts.append(
+            f'<div class="jm-gl jm-gr" style="{GRID_LABEL};align-items:center;justify-content:flex-end;'
+            f'padding:0 4px 0 0;grid-row:{first_row + i};grid-column:1">{escape(label)}</div>'
+        )
+    for cell in grid.cells:
+        style = f"{CELL_BOX};grid-row:{first_row + cell.row};grid-column:{first_col + cell.col}"
+        klass = "jm-cell"
+        if cell.style == "muted":
+            style += MUTED_CELL
+            klass += " jm-muted"
+        elif cell.colour and _COLOUR.fullmatch(cell.colour):
+            style += f";background:{cell.colour}"
+        if cell.style == "alert":
+            style += ALERT_CELL
+            klass += " jm-alert"
+        title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
+        label_style = ' style="font-weight:600;color:#b3261e"' if cell.style == "alert" else ' style="font-weight:600"'
+        detail = (
+            f'<span style="font-size:10.5px;color:#3d444d">{escape(cell.detail)}</span>'
+            if show_detail and cell.detail
+            else ""
+        )
+        parts.append(
+            f'<div class="{klass}" style="{style}"{title}><b{label_style}>{escape(cell.label)}</b>{detail}</div>'
         )
     parts.append("</div></figure>")
     return "".join(parts)

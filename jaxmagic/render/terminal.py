@@ -1,6 +1,8 @@
 """Terminal IPython: a report drawn with rich (colour, boxed tables), when rich is present.
 
 Without rich, or when output is not a terminal, the plain text renderer is used.
+Table cells wrap at spaces and fold a word too long for its column onto the
+next line; nothing is cut short with "…" (rich's default for a squeezed cell).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph,
 _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"}
 
 
-def print_rich(doc: Document) -> bool:
-    """Print ``doc`` with rich to stdout; False if rich is not importable."""
+def print_rich(doc: Document, console=None) -> bool:
+    """Print ``doc`` with rich (to ``console``, else stdout); False if rich is not importable."""
     try:
         from rich.console import Console, Group
         from rich.panel import Panel
@@ -32,11 +34,15 @@ def print_rich(doc: Document) -> bool:
                 parts.append(Text(block.text))
             elif isinstance(block, Facts):
                 grid = RichTable.grid(padding=(0, 2))
+                grid.add_column(no_wrap=True)
+                grid.add_column(overflow="fold")
                 for name, value in block.pairs:
                     grid.add_row(Text(name, style="bold"), Text(value, style="cyan"))
                 parts.append(grid)
             elif isinstance(block, Table):
-                table = RichTable(*block.columns, show_edge=False, header_style="bold")
+                table = RichTable(show_edge=False, header_style="bold")
+                for column in block.columns:
+                    table.add_column(column, overflow="fold")
                 for row in block.rows:
                     table.add_row(*(Text(str(cell).replace("`", "")) for cell in row))
                 parts.append(table)
@@ -52,7 +58,7 @@ def print_rich(doc: Document) -> bool:
             elif isinstance(block, Grid):
                 parts.append(_rich_grid(block))
     title = Text.assemble((doc.title, "bold"), " ", (doc.status.word, _STYLE[doc.status]))
-    Console().print(Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[doc.status]))
+    (console or Console()).print(Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[doc.status]))
     return True
 
 

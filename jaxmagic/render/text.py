@@ -1,35 +1,78 @@
-"""Plain text for a report: the ``text/plain`` part and terminal IPython."""
+"""Plain text for a report: the ``text/plain`` part and terminal IPython.
+
+Text is laid out for a given width (100 columns by default, the terminal's in a
+terminal): paragraphs and table cells wrap at spaces - never inside an option
+such as ``--budget`` - and a token too long for its column breaks after a
+bracket, comma or dot. Nothing is cut short: every character of every cell is
+in the output.
+"""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 
+DEFAULT_WIDTH = 100
+INDENT = "  "  # blocks sit under their section title
+COLUMN_GAP = "  "
+MIN_COLUMN = 8  # a column is never squeezed below this (or its longest word, if shorter)
 
-def render_text(report_or_doc) -> str:
+
+def render_text(report_or_doc, width: int = DEFAULT_WIDTH) -> str:
     doc = report_or_doc if isinstance(report_or_doc, Document) else report_or_doc.document()
-    out = [f"{doc.title} [{doc.status.word}] {doc.headline}"]
+    out = wrap(f"{doc.title} [{doc.status.word}] {doc.headline}", width, subsequent_indent=INDENT)
     for section in doc.sections:
         if section.title:
             out.append(f"\n{section.title}:")
         for block in section.blocks:
-            out.extend("  " + line for line in block_lines(block))
+            out.extend(INDENT + line for line in block_lines(block, width - len(INDENT)))
     return "\n".join(out)
 
 
-def block_lines(block) -> list[str]:
+def wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken at spaces (not at hyphens)."""
+    width = max(width, 1)
+    lines = textwrap.wrap(
+        text,
+        width,
+        subsequent_indent=subsequent_indent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+    out = []
+    for line in lines or [""]:
+        while len(line) > width:  # one word longer than the line
+            cut = _break_point(line, width)
+            out.append(line[:cut])
+            line = subsequent_indent + line[cut:]
+        out.append(line)
+    return out
+
+
+_BREAK_AFTER = re.compile(r"[(\[{,./_=:|>]")
+
+
+def _break_point(word: str, width: int) -> int:
+    """Where to split a too-long word: after the last bracket, comma or dot that fits, else at ``width``."""
+    points = [m.end() for m in _BREAK_AFTER.finditer(word, 0, width) if m.end() > width // 3]
+    return points[-1] if points else width
+
+
+def block_lines(block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[str]:
     if isinstance(block, Paragraph):
-        return textwrap.wrap(block.text, 96) or [""]
+        return wrap(block.text, width)
     if isinstance(block, Facts):
-        width = max((len(k) for k, _ in block.pairs), default=0)
-        return [f"{k.ljust(width)}  {v}" for k, v in block.pairs]
-    if isinstance(block, Table):
-        cells = [block.columns] + [[str(c).replace("`", "") for c in row] for row in block.rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(block.columns))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        name_width = max((len(k) for k, _ in block.pairs), default=0)
+        lines = []
+        for name, value in block.pairs:
+            value_lines = wrap(value, max(width - name_width - len(COLUMN_GAP), MIN_COLUMN))
+            lines.append(f"{name.ljust(name_width)}{COLUMN_GAP}{value_lines[0]}".rstrip())
+            lines.extend(" " * (name_width + len(COLUMN_GAP)) + more for more in value_lines[1:])
         return lines
+    if isinstance(block, Table):
+        return table_lines(block.columns, [[str(c).replace("`", "") for c in row] for row in block.rows], width)
     if isinstance(block, SourceLines):
         lines = [block.caption] if block.caption else []
         for line in block.lines:
@@ -40,6 +83,43 @@ def block_lines(block) -> list[str]:
     if isinstance(block, Grid):
         return _grid_lines(block)
     raise TypeError(f"unknown block {type(block).__name__}")
+
+
+def column_widths(columns: list[str], rows: list[list[str]], width: int) -> list[int]:
+    """Widths that fit the table in ``width`` columns, taking from the widest column first.
+
+    Each column keeps at least its longest word (up to MIN_COLUMN), so short
+    columns (a count, a time) are never wrapped to make room for a long one.
+    """
+    cells = [columns] + rows
+    natural = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    floor = [
+        min(natural[i], max(MIN_COLUMN, min(max((len(w) for row in cells for w in row[i].split()), default=1), 12)))
+        for i in range(len(columns))
+    ]
+    widths = list(natural)
+    room = width - len(COLUMN_GAP) * (len(columns) - 1)
+    while sum(widths) > room:
+        shrinkable = [i for i in range(len(widths)) if widths[i] > floor[i]]
+        if not shrinkable:
+            break  # narrower than the floors allow: let the lines run long rather than lose text
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
+
+
+def table_lines(columns: list[str], rows: list[list[str]], width: int) -> list[str]:
+    """A table whose cells wrap within their column, with a rule under the header."""
+    widths = column_widths(columns, rows, width)
+    lines = []
+    for row_index, row in enumerate([columns] + rows):
+        wrapped = [wrap(cell, w) for cell, w in zip(row, widths)]
+        for k in range(max(len(cell) for cell in wrapped)):
+            parts = [(cell[k] if k < len(cell) else "").ljust(w) for cell, w in zip(wrapped, widths)]
+            lines.append(COLUMN_GAP.join(parts).rstrip())
+        if row_index == 0:
+            lines.append(COLUMN_GAP.join("-" * w for w in widths))
+    return lines
 
 
 _CELL_MARKS = {"muted": "~", "alert": "!"}

@@ -1,0 +1,333 @@
+"""Reports as a person meets them, in a real JupyterLab in headless Chromium.
+
+One notebook with a cell per registered magic (the examples of
+test_magics_contract.py, plus a few that find something) is run in JupyterLab
+through its own commands, saved, and opened again without running - the case
+where ipywidgets views read "Error displaying widget: model not found". Then:
+JupyterLab's dark theme, a 900 px window with the file browser open, the same
+notebook untrusted (its HTML sanitized), and nbconvert's HTML export opened
+with every network request blocked, light and dark. Every page must show every
+report's headline, log no console error and make no request off the machine.
+
+Screenshots go to build/browser/; with JAXMAGIC_UPDATE_SCREENSHOTS=1 the
+light and dark pictures in docs/img/ are refreshed from the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyterlab_session import Watched, browser, lab_server, require_chromium
+from test_magics_contract import EXAMPLES, SETUP, registered_magics
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "build" / "browser"
+DOCS_IMG = ROOT / "docs" / "img"
+NOTEBOOK = "reports.ipynb"
+RUN_TIMEOUT_MS = 240_000
+VIEWPORT = {"width": 1280, "height": 1000}
+
+# Reports that find something (the contract examples mostly find nothing); none raises,
+# so "Run All" goes through every cell.
+FINDING_CELLS = {
+    "jax_check": "%jax_check f_evil(jnp.ones(3))",
+    "jax_doctor": "%%jax_doctor\n"
+    "def f_nan(x):\n    return jnp.log(x)\n"
+    "for width in (3, 4):  # two shapes: a recompilation; log(-1): a NaN\n"
+    "    jax.jit(f_nan)(-jnp.ones(width))",
+    "jax_compiles": "%%jax_compiles\n"
+    "def layer_with_a_long_name(params, activations, scale=1.0):\n"
+    "    return jnp.tanh(activations @ params['w_hidden_projection'] + params['b_hidden_projection']) * scale\n"
+    "for n in (8, 16, 32):\n"
+    "    jax.jit(layer_with_a_long_name)({'w_hidden_projection': jnp.ones((n, 4)),"
+    " 'b_hidden_projection': jnp.ones(4)}, jnp.ones((2, n)))",
+}
+
+
+def notebook_cells() -> list[tuple[str, str]]:
+    """(magic, source) of every report cell: one per registered magic, then the finding ones."""
+    cells = [(magic, EXAMPLES[magic].ok.format(out=f"report_{magic}")) for magic in registered_magics()]
+    return cells + list(FINDING_CELLS.items())
+
+
+def build_notebook() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "jaxmagic", "display_name": "Python (jaxmagic)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext jaxmagic"), nbformat.v4.new_code_cell(SETUP.strip())]
+    nb.cells += [nbformat.v4.new_code_cell(source) for _, source in notebook_cells()]
+    return nb
+
+
+def test_the_browser_notebook_has_a_cell_for_every_magic():
+    covered = {magic for magic, _ in notebook_cells()}
+    assert covered >= set(registered_magics())
+
+
+# -- JavaScript run in the page ---------------------------------------------------
+
+PANEL = "window.jupyterapp && window.jupyterapp.shell.currentWidget"
+JS_READY = f"""() => {{
+  const w = {PANEL};
+  return !!(w && w.context && w.context.isReady && w.content && w.content.widgets.length > 0
+    && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel
+    && w.sessionContext.session.kernel.connectionStatus === 'connected');
+}}"""
+JS_RUN_DONE = f"""() => {{
+  const w = {PANEL};
+  const code = w.content.widgets.filter(c => c.model.type === 'code');
+  const failed = code.find(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'));
+  if (failed) return 'error: ' + JSON.stringify(failed.model.outputs.toJSON()).slice(0, 3000);
+  return code.every(c => c.model.executionCount) && w.sessionContext.session.kernel.status === 'idle';
+}}"""
+JS_HELPERS = """
+const luminance = (css) => {
+  const m = css.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+  const [r, g, b] = m[1].split(',').map(Number).slice(0, 3).map(v => {
+    v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+};
+const opaque = (css) => css && css !== 'transparent' && !/rgba\\([^)]*,\\s*0\\)$/.test(css);
+const backgroundOf = (el) => {  // the colour actually painted behind el
+  for (let e = el; e; e = e.parentElement) {
+    const bg = getComputedStyle(e).backgroundColor; if (opaque(bg)) return bg;
+  }
+  return 'rgb(255, 255, 255)';
+};
+const contrast = (a, b) => { const [x, y] = [luminance(a), luminance(b)].sort((p, q) => q - p);
+  return (x + 0.05) / (y + 0.05); };
+"""
+JS_REPORTS = (
+    """() => {"""
+    + JS_HELPERS
+    + """
+  const lab = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const root = lab ? lab.node : document.body;  // JupyterLab: the open notebook's tab only
+  const reports = [...root.querySelectorAll('.jaxmagic')];
+  const text = root.innerText;
+  return {
+    page_text_flags: ['model not found', 'Loading widget', 'Error displaying widget']
+      .filter(flag => text.includes(flag)),
+    reports: reports.map(r => {
+      const head = r.querySelector('.jm-headline'), title = r.querySelector('.jm-title'),
+            badge = r.querySelector('.jm-badge'), rect = r.getBoundingClientRect();
+      const area = r.closest('.jp-OutputArea-output, .jp-RenderedHTMLCommon') || r.parentElement;
+      const cells = [...r.querySelectorAll('td')];
+      const bg = backgroundOf(r), fg = getComputedStyle(head).color;
+      return {
+        headline: head ? head.innerText.trim() : '',
+        headline_height: head ? head.getBoundingClientRect().height : 0,
+        visible: rect.width > 0 && rect.height > 0 && getComputedStyle(r).visibility !== 'hidden',
+        background: bg, background_luminance: luminance(bg), text_contrast: contrast(fg, bg),
+        badge_background: badge ? getComputedStyle(badge).backgroundColor : '',
+        title_font: title ? getComputedStyle(title).fontFamily : '',
+        title_badge_gap: title && badge ? badge.getBoundingClientRect().left - title.getBoundingClientRect().right : 0,
+        cell_align: [...new Set(cells.map(c => getComputedStyle(c).textAlign))],
+        overflow_px: Math.max(r.scrollWidth - r.clientWidth,
+                              rect.right - area.getBoundingClientRect().right, 0),
+        sections: r.querySelectorAll('details.jm-section').length,
+      };
+    }),
+  };
+}"""
+)
+
+
+@dataclasses.dataclass
+class Lab:
+    server: object
+    chromium: object
+    saved: Path  # the notebook as JupyterLab saved it after running every cell
+    run_watch: Watched
+
+
+def _open_page(lab_or_chromium, url: str, viewport=VIEWPORT):
+    context = lab_or_chromium.new_context(viewport=viewport, device_scale_factor=1)
+    page = context.new_page()
+    watch = Watched()
+    watch.attach(page)
+    page.goto(url)
+    return context, page, watch
+
+
+def _wait_ready(page) -> None:
+    page.wait_for_function(JS_READY, timeout=90_000)
+
+
+def _command(page, command: str, args: dict | None = None) -> None:
+    page.evaluate("([c, a]) => window.jupyterapp.commands.execute(c, a)", [command, args or {}])
+
+
+def _shot(page, name: str) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def lab():
+    require_chromium()
+    with lab_server() as server, browser() as chromium:
+        nbformat.write(build_notebook(), server.root / NOTEBOOK)
+        context, page, watch = _open_page(chromium, server.lab_url(NOTEBOOK))
+        try:
+            _wait_ready(page)
+            _command(page, "notebook:run-all-cells")
+            page.wait_for_function(JS_RUN_DONE, timeout=RUN_TIMEOUT_MS, polling=500)
+            done = page.evaluate(JS_RUN_DONE)
+            assert done is True, done
+            page.wait_for_timeout(500)  # the last outputs paint
+            _shot(page, "1_run_light")
+            _command(page, "docmanager:save")
+            page.wait_for_function(f"() => !({PANEL}).context.model.dirty", timeout=30_000)
+            _command(page, "kernelmenu:shutdown")
+        finally:
+            context.close()
+        yield Lab(server, chromium, server.root / NOTEBOOK, watch)
+
+
+def _check_every_report(found: dict, expected: int) -> None:
+    assert found["page_text_flags"] == [], f"the page shows {found['page_text_flags']}"
+    reports = found["reports"]
+    assert len(reports) == expected, f"{len(reports)} reports on the page, {expected} expected"
+    for report in reports:
+        assert report["visible"] and report["headline"] and report["headline_height"] > 0, report
+        assert report["text_contrast"] >= 4.5, f"headline hard to read: {report}"
+
+
+def _check_clean(watch: Watched, where: str) -> None:
+    assert watch.external_requests == [], f"{where}: requests off the machine: {watch.external_requests}"
+    assert watch.console_errors == [], f"{where}: console errors: {watch.console_errors}"
+
+
+def test_run_in_jupyterlab_shows_every_report(lab):
+    saved = nbformat.read(lab.saved, as_version=4)
+    assert "widgets" not in saved.metadata, "nothing in the saved notebook depends on a widget model"
+    _check_clean(lab.run_watch, "running the notebook")
+
+
+def test_reopened_light_dark_and_narrow(lab):
+    expected = len(notebook_cells())
+    context, page, watch = _open_page(lab.chromium, lab.server.lab_url(NOTEBOOK))
+    try:
+        _wait_ready(page)
+        page.wait_for_selector(".jaxmagic")
+        page.wait_for_timeout(300)
+        light = page.evaluate(JS_REPORTS)
+        _check_every_report(light, expected)
+        assert all(r["background_luminance"] > 0.8 for r in light["reports"]), "light theme: light reports"
+        assert all(r["cell_align"] in ([], ["left"]) for r in light["reports"]), "table cells align left"
+        assert all(r["overflow_px"] <= 1 for r in light["reports"]), [r["overflow_px"] for r in light["reports"]]
+        _shot(page, "2_reopened_light")
+        if os.environ.get("JAXMAGIC_UPDATE_SCREENSHOTS"):
+            _docs_shots(page, "light")
+
+        _command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+        page.wait_for_timeout(800)  # the theme's stylesheet applies
+        dark = page.evaluate(JS_REPORTS)
+        _check_every_report(dark, expected)
+        assert all(r["background_luminance"] < 0.1 for r in dark["reports"]), "the report background follows the theme"
+        _shot(page, "3_reopened_dark")
+        if os.environ.get("JAXMAGIC_UPDATE_SCREENSHOTS"):
+            _docs_shots(page, "dark")
+        _command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+
+        page.set_viewport_size({"width": 900, "height": 1000})
+        _command(page, "filebrowser:activate")
+        page.wait_for_timeout(800)
+        narrow = page.evaluate(JS_REPORTS)
+        _check_every_report(narrow, expected)
+        too_wide = [(r["headline"][:60], r["overflow_px"]) for r in narrow["reports"] if r["overflow_px"] > 1]
+        assert too_wide == [], f"reports wider than the notebook at 900 px: {too_wide}"
+        _shot(page, "4_narrow_900px")
+    finally:
+        context.close()
+    _check_clean(watch, "the reopened notebook")
+
+
+def test_untrusted_notebook_keeps_its_styles(lab):
+    nb = nbformat.read(lab.saved, as_version=4)
+    nb.metadata["jaxmagic_test"] = "a copy someone sent: not signed here, so JupyterLab sanitizes its HTML"
+    nbformat.write(nb, lab.server.root / "untrusted.ipynb")
+    context, page, watch = _open_page(lab.chromium, lab.server.lab_url("untrusted.ipynb"))
+    try:
+        _wait_ready(page)
+        page.wait_for_selector(".jaxmagic")
+        path, trusted = page.evaluate(
+            f"() => [({PANEL}).context.path, ({PANEL}).content.widgets"
+            ".filter(c => c.model.type === 'code' && c.model.outputs.length).map(c => c.model.trusted)]"
+        )
+        assert path == "untrusted.ipynb" and trusted and not any(trusted), "the copy should open untrusted"
+        found = page.evaluate(JS_REPORTS)
+        _check_every_report(found, len(notebook_cells()))
+        for report in found["reports"]:
+            assert "monospace" in report["title_font"].lower() or "mono" in report["title_font"].lower(), report
+            assert report["title_badge_gap"] >= 4, f"title and badge run together: {report}"
+            assert report["badge_background"] not in ("", "rgba(0, 0, 0, 0)"), f"no badge colour: {report}"
+            assert report["cell_align"] in ([], ["left"]), f"table cells not left-aligned: {report}"
+        _shot(page, "5_untrusted")
+    finally:
+        context.close()
+    _check_clean(watch, "the untrusted notebook")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_exported_html_offline(lab, theme, tmp_path):
+    out = tmp_path / f"exported_{theme}"
+    done = subprocess.run(
+        [sys.executable, "-m", "nbconvert", "--to", "html", f"--HTMLExporter.theme={theme}", str(lab.saved),
+         "--output-dir", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    html_file = out / (lab.saved.stem + ".html")
+    context = lab.chromium.new_context(viewport=VIEWPORT)
+    blocked: list[str] = []
+
+    def block_network(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", block_network)
+    page = context.new_page()
+    try:
+        page.goto(html_file.as_uri())
+        page.wait_for_selector(".jaxmagic")
+        found = page.evaluate(JS_REPORTS)
+        _check_every_report(found, len(notebook_cells()))
+        for report in found["reports"]:
+            assert report["cell_align"] in ([], ["left"]), f"exported table cells not left-aligned: {report}"
+            if theme == "dark":
+                assert report["background_luminance"] < 0.1, report
+        _shot(page, f"6_exported_{theme}")
+    finally:
+        context.close()
+    reports_html = [
+        output["data"]["text/html"]
+        for cell in nbformat.read(lab.saved, as_version=4).cells
+        for output in cell.get("outputs", [])
+        if "text/html" in output.get("data", {})
+    ]
+    loads = re.compile(r"<(script|link|img|iframe|style)\b|<[^>]*\s(src|href)=|url\(|@import")
+    assert not [m.group() for html in reports_html for m in loads.finditer(html)], "a report loads a resource"
+
+
+def _docs_shots(page, theme: str) -> None:
+    """docs/img/notebook_<theme>.png: a few report cells as JupyterLab shows them."""
+    cells = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(".jaxmagic"))
+    last = cells.count() - 1  # the finding cells close the notebook, in FINDING_CELLS' order
+    for offset, magic in enumerate(reversed(FINDING_CELLS)):
+        cells.nth(last - offset).screenshot(path=str(DOCS_IMG / f"notebook_{magic}_{theme}.png"))
