@@ -133,6 +133,13 @@ JS_REPORTS = (
         overflow_px: Math.max(r.scrollWidth - r.clientWidth,
                               rect.right - area.getBoundingClientRect().right, 0),
         sections: r.querySelectorAll('details.jm-section').length,
+        // tables too wide to wrap scroll sideways inside the report: how many do, here
+        scrolled_tables: [...r.querySelectorAll('table')].filter(t => t.checkVisibility() && t.parentElement.scrollWidth >
+                                                                  t.parentElement.clientWidth + 1)
+                                                          .map(t => [t.parentElement.scrollWidth,
+                                                                     t.parentElement.clientWidth,
+                                                                     t.innerText.slice(0, 40)]),
+        title: title ? title.innerText : '',
       };
     }),
   };
@@ -227,8 +234,7 @@ def test_reopened_light_dark_and_narrow(lab):
         assert all(r["cell_align"] in ([], ["left"]) for r in light["reports"]), "table cells align left"
         assert all(r["overflow_px"] <= 1 for r in light["reports"]), [r["overflow_px"] for r in light["reports"]]
         _shot(page, "2_reopened_light")
-        if os.environ.get("JAXMAGIC_UPDATE_SCREENSHOTS"):
-            _docs_shots(page, "light")
+        _report_shots(page, "light")
 
         _command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
         page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
@@ -237,8 +243,7 @@ def test_reopened_light_dark_and_narrow(lab):
         _check_every_report(dark, expected)
         assert all(r["background_luminance"] < 0.1 for r in dark["reports"]), "the report background follows the theme"
         _shot(page, "3_reopened_dark")
-        if os.environ.get("JAXMAGIC_UPDATE_SCREENSHOTS"):
-            _docs_shots(page, "dark")
+        _report_shots(page, "dark")
         _command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
         page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
 
@@ -246,9 +251,15 @@ def test_reopened_light_dark_and_narrow(lab):
         _command(page, "filebrowser:activate")
         page.wait_for_timeout(800)
         narrow = page.evaluate(JS_REPORTS)
+        _report_shots(page, "narrow", width=900)
         _check_every_report(narrow, expected)
         too_wide = [(r["headline"][:60], r["overflow_px"]) for r in narrow["reports"] if r["overflow_px"] > 1]
         assert too_wide == [], f"reports wider than the notebook at 900 px: {too_wide}"
+        # The doctor's findings table and its paragraph wrap (the issue's case); a table
+        # of long unbreakable names may scroll inside its report, never past the notebook.
+        doctor = [r for r in narrow["reports"] if r["title"] == "%%jax_doctor"]
+        print("tables scrolling sideways at 900 px:", [(r["title"], r["scrolled_tables"]) for r in narrow["reports"] if r["scrolled_tables"]])
+        assert doctor and all(r["scrolled_tables"] == [] for r in doctor), doctor
         _shot(page, "4_narrow_900px")
     finally:
         context.close()
@@ -325,9 +336,23 @@ def test_exported_html_offline(lab, theme, tmp_path):
     assert not [m.group() for html in reports_html for m in loads.finditer(html)], "a report loads a resource"
 
 
-def _docs_shots(page, theme: str) -> None:
-    """docs/img/notebook_<theme>.png: a few report cells as JupyterLab shows them."""
+def _report_shots(page, theme: str, width: int = VIEWPORT["width"]) -> None:
+    """One picture per report cell as JupyterLab shows it, in build/browser/<theme>/.
+
+    With JAXMAGIC_UPDATE_SCREENSHOTS=1 the finding cells' pictures are also
+    written to docs/img/lab_<magic>_<theme>.png, the README's light and dark views.
+    """
+    folder = SHOTS / theme
+    folder.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size({"width": width, "height": 4000})  # a tall report fits whole
+    page.wait_for_timeout(300)
     cells = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(".jaxmagic"))
-    last = cells.count() - 1  # the finding cells close the notebook, in FINDING_CELLS' order
-    for offset, magic in enumerate(reversed(FINDING_CELLS)):
-        cells.nth(last - offset).screenshot(path=str(DOCS_IMG / f"notebook_{magic}_{theme}.png"))
+    names = [magic for magic, _ in notebook_cells()]
+    names[-len(FINDING_CELLS) :] = [f"{magic}_found" for magic in FINDING_CELLS]
+    assert cells.count() == len(names)
+    for index, name in enumerate(names):
+        path = folder / f"{index:02d}_{name}.png"
+        cells.nth(index).screenshot(path=str(path))
+        if os.environ.get("JAXMAGIC_UPDATE_SCREENSHOTS") and name.endswith("_found"):
+            (DOCS_IMG / f"lab_{name.removesuffix('_found')}_{theme}.png").write_bytes(path.read_bytes())
+    page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})

@@ -98,8 +98,7 @@ def render_section_html(section: Section, open_: bool = True) -> str:
         return f'<div class="jm-section" style="margin:6px 0 0">{body}</div>'
     return (
         f'<details class="jm-section"{" open" if open_ else ""} style="margin:6px 0 0">'
-        f'<summary style="cursor:pointer;font-size:12px;font-weight:600;text-transform:uppercase;'
-        f'letter-spacing:.05em;{MUTED};margin:0 0 2px">{escape(section.title)}</summary>{body}</details>'
+        f'<summary style="cursor:pointer;font-size:12.5px;font-weight:600;{MUTED};margin:0 0 2px">{escape(section.title)}</summary>{body}</details>'
     )
 
 
@@ -116,7 +115,11 @@ def inline_html(text: str) -> str:
 
 
 _LONG_RUN = re.compile(r"\S{24,}")
-_BREAK_AFTER = re.compile(r"(?<=[(\[{,./_=:|>])")
+_BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
+
+
+_HYPHENATED = re.compile(r"\S*-\S*")
+NO_WRAP = '<span style="white-space:nowrap">{}</span>'
 
 
 def breakable_html(text: str) -> str:
@@ -125,12 +128,23 @@ def breakable_html(text: str) -> str:
     A call signature such as ``jit(step)(float32[64,128], {'b': float32[128]})``
     or a leaf path has no space to wrap at: it would widen its table past a
     narrow window. Break points go after brackets, commas, dots and the like,
-    where a reader expects a line to continue.
+    where a reader expects a line to continue. A short word with a hyphen
+    (``--budget``, ``->``) is kept whole: browsers would break after its hyphen.
     """
     out, last = [], 0
     for match in _LONG_RUN.finditer(text):
-        out.append(escape(text[last : match.start()]))
+        out.append(_whole_hyphenated(text[last : match.start()]))
         out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(match.group())))
+        last = match.end()
+    out.append(_whole_hyphenated(text[last:]))
+    return "".join(out)
+
+
+def _whole_hyphenated(text: str) -> str:
+    out, last = [], 0
+    for match in _HYPHENATED.finditer(text):
+        out.append(escape(text[last : match.start()]))
+        out.append(NO_WRAP.format(escape(match.group())))
         last = match.end()
     out.append(escape(text[last:]))
     return "".join(out)
