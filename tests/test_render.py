@@ -1,6 +1,11 @@
-"""Renderers draw any Document: HTML escapes, text and rich agree on the content."""
+"""Renderers draw any Document: HTML escapes and stands alone, text and rich agree and wrap."""
 
 from __future__ import annotations
+
+import io
+import re
+
+import pytest
 
 from jaxmagic.render.html import render_html
 from jaxmagic.render.terminal import print_rich
@@ -21,13 +26,88 @@ DOC = Document(
     ],
 )
 
+# A compile table as %%jax_compiles makes it: long call signatures, an option, a long cause.
+WIDE = Document(
+    "%%jax_compiles",
+    Status.PROBLEM,
+    "train_step compiled 3 times: argument types changed.",
+    [
+        Section(
+            "Each compilation",
+            [
+                Table(
+                    ["#", "function", "your line", "cause", "what changed", "trace / lower / XLA compile"],
+                    [
+                        [
+                            "1",
+                            "`jit(<lambda>)(float32[64,128], {'b': float32[128], 'w': float32[128,128]})`",
+                            "In [4]:2 `loss = step(params, batch)`",
+                            "first compilation",
+                            "-",
+                            "20.1 / 3.2 / 140.7 ms",
+                        ],
+                        [
+                            "2",
+                            "`jit(<lambda>)(float32[32,128], {'b': float32[128], 'w': float32[128,128]})`",
+                            "In [4]:2 `loss = step(params, batch)`",
+                            "argument types changed",
+                            "batch: f32[64,128] -> f32[32,128] (shape); fix with --budget 1 --fn train_step",
+                            "6.4 / 2.2 / 74.5 ms",
+                        ],
+                    ],
+                )
+            ],
+        )
+    ],
+)
+
 
 def test_html_escapes_and_marks_code():
     html = render_html(DOC)
     assert "&lt;b&gt;here&lt;/b&gt;" in html and "<b>here" not in html
-    assert "<code>log</code>" in html and "<code>grads[&#x27;b&#x27;]</code>" in html
+    assert re.search(r"<code [^>]*>log</code>", html) and re.search(r"<code [^>]*>grads\[&#x27;b&#x27;\]</code>", html)
     assert "# &lt;i&gt;" in html and "a &amp; b" in html and "invalid value &lt;nan&gt;" in html
     assert "In [2], line 3, in f" in html
+
+
+def test_html_stands_alone():
+    """No <style> (JupyterLab removes it from untrusted output), no script, nothing fetched."""
+    html = render_html(DOC)
+    assert html.startswith('<div class="jaxmagic" style="')
+    for absent in ("<style", "<script", "<link", "src=", "url(", "@import", "--jm-"):
+        assert absent not in html
+    # Every element that shows text carries its own style, so JupyterLab's CSS cannot undo it.
+    for tag in ("td", "th", "table", "p", "code", "summary", "pre"):
+        bare = re.findall(rf"<{tag}>", html)
+        assert bare == [], f"<{tag}> without an inline style"
+    assert html.count("text-align:left") >= 3  # JupyterLab right-aligns table cells
+
+
+def test_html_sections_collapse_without_javascript():
+    html = render_html(DOC)
+    titles = re.findall(r'<details class="jm-section"( open)? [^>]*><summary [^>]*>([^<]*)</summary>', html)
+    assert [t for _, t in titles] == ["What", "Your line", "Leaves", "Why"]  # the untitled section is not collapsible
+    assert all(opened for opened, _ in titles), "a short report opens every section"
+    long = Document("t", Status.OK, "h", [Section(f"S{i}", [Table(["a"], [["1"]] * 10)]) for i in range(3)])
+    opened = re.findall(r'<details class="jm-section"( open)?', render_html(long))
+    assert opened == [" open", "", ""], "a long report opens its first section only"
+
+
+def test_html_colours_follow_the_theme_with_fallbacks_the_sanitizer_keeps():
+    html = render_html(DOC)
+    card = re.match(r'<div class="jaxmagic" style="([^"]*)"', html).group(1)
+    assert "background:var(--jp-layout-color1,#fff)" in card and "color:var(--jp-content-font-color1,#1f2328)" in card
+    # The sanitizer drops a declaration holding var(): each themed tint follows one it keeps.
+    assert "background:rgba(128,128,128,.12);background:var(--jp-layout-color2,#f6f8fa)" in html
+    assert "border-left:5px solid #cf222e;border-left-color:var(--jp-error-color1,#cf222e)" in card
+
+
+def test_html_long_tokens_can_wrap_and_options_stay_whole():
+    html = render_html(WIDE)
+    assert "jit(<wbr>&lt;lambda&gt;<wbr>)(<wbr>float32[<wbr>64,<wbr>128],<wbr>" in html
+    assert '<span style="white-space:nowrap">--budget</span>' in html
+    assert '<span style="white-space:nowrap">-&gt;</span>' in html
+    assert 'style="max-width:100%;overflow-x:auto"><table' in html  # too wide anyway: it scrolls in the report
 
 
 def test_text_and_rich_show_the_same_facts(capsys):
@@ -38,3 +118,35 @@ def test_text_and_rich_show_the_same_facts(capsys):
     rich_out = capsys.readouterr().out
     for fragment in ("%%jax_demo", "FOUND", "primitive", "return jnp.log(x)", "grads['b']"):
         assert fragment in rich_out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_text_wraps_long_cells_at_the_width(width):
+    text = render_text(WIDE, width=width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width, "\n".join(line for line in lines if len(line) > width)
+    assert "…" not in text
+    # Read the columns back from the rule under the header: each cell's text is all there.
+    rule_index = next(i for i, line in enumerate(lines) if set(line.strip()) <= {"-", " "} and "--" in line)
+    spans = [m.span() for m in re.finditer(r"-+", lines[rule_index])]
+    body = lines[rule_index + 1 :]
+    columns = ["".join(line[a:b] for line in body).replace(" ", "") for a, b in spans]
+    for row in WIDE.sections[0].blocks[0].rows:
+        for column, cell in zip(columns, row):
+            assert cell.replace("`", "").replace(" ", "") in column, cell
+    assert not any(re.search(r"(^|\s)--$", line.rstrip()) for line in lines)  # never "--" / "budget 1"
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_rich_wraps_long_cells_at_the_width(width):
+    from rich.console import Console
+
+    out = io.StringIO()
+    print_rich(WIDE, console=Console(file=out, width=width, color_system=None))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text
+    words = set(re.sub(r"[│┃╭╮╰╯─━╇]+", " ", text).split())
+    for word in ("compilation", "changed", "74.5", "--budget", "--fn", "train_step"):
+        assert word in words, word
+    assert not any(re.search(r"(^|\s)--$", line.rstrip(" │")) for line in text.splitlines())
