@@ -119,7 +119,7 @@ def lab_server(start_timeout_s: float = 90):
             "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
             f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
         ]
-        log = open(tmp_path / "lab.log", "w+")  # noqa: SIM115 - closed in the finally below
+        log = open(tmp_path / "lab.log", "w+")  # closed in the finally below
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
         server = LabServer(f"http://127.0.0.1:{port}/", token, root)
         try:
