@@ -168,6 +168,16 @@ def _wait_ready(page) -> None:
     page.wait_for_function(JS_READY, timeout=90_000)
 
 
+def _wait_for_reports(page, expected: int) -> None:
+    """Until the open notebook (or the page) shows ``expected`` reports: outputs render as they load."""
+    page.wait_for_function(
+        "n => ((window.jupyterapp && window.jupyterapp.shell.currentWidget) ? "
+        "window.jupyterapp.shell.currentWidget.node : document.body).querySelectorAll('.jaxmagic').length >= n",
+        arg=expected,
+        timeout=60_000,
+    )
+
+
 def _command(page, command: str, args: dict | None = None) -> None:
     page.evaluate("([c, a]) => window.jupyterapp.commands.execute(c, a)", [command, args or {}])
 
@@ -226,7 +236,7 @@ def test_reopened_light_dark_and_narrow(lab):
     context, page, watch = _open_page(lab.chromium, lab.server.lab_url(NOTEBOOK))
     try:
         _wait_ready(page)
-        page.wait_for_selector(".jaxmagic")
+        _wait_for_reports(page, expected)
         page.wait_for_timeout(300)
         light = page.evaluate(JS_REPORTS)
         _check_every_report(light, expected)
@@ -273,7 +283,7 @@ def test_untrusted_notebook_keeps_its_styles(lab):
     context, page, watch = _open_page(lab.chromium, lab.server.lab_url("untrusted.ipynb"))
     try:
         _wait_ready(page)
-        page.wait_for_selector(".jaxmagic")
+        _wait_for_reports(page, len(notebook_cells()))
         path, trusted = page.evaluate(
             f"() => [({PANEL}).context.path, ({PANEL}).content.widgets"
             ".filter(c => c.model.type === 'code' && c.model.outputs.length).map(c => c.model.trusted)]"
@@ -316,7 +326,7 @@ def test_exported_html_offline(lab, theme, tmp_path):
     page = context.new_page()
     try:
         page.goto(html_file.as_uri())
-        page.wait_for_selector(".jaxmagic")
+        _wait_for_reports(page, len(notebook_cells()))
         found = page.evaluate(JS_REPORTS)
         _check_every_report(found, len(notebook_cells()))
         for report in found["reports"]:

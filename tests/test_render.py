@@ -96,7 +96,8 @@ def test_html_sections_collapse_without_javascript():
 def test_html_colours_follow_the_theme_with_fallbacks_the_sanitizer_keeps():
     html = render_html(DOC)
     card = re.match(r'<div class="jaxmagic" style="([^"]*)"', html).group(1)
-    assert "background:var(--jp-layout-color1,#fff)" in card and "color:var(--jp-content-font-color1,#1f2328)" in card
+    assert "background:var(--jp-layout-color1,var(--vscode-editor-background,#fff))" in card
+    assert "color:var(--jp-content-font-color1,var(--vscode-editor-foreground,#1f2328))" in card
     # The sanitizer drops a declaration holding var(): each themed tint follows one it keeps.
     assert "background:rgba(128,128,128,.12);background:var(--jp-layout-color2,#f6f8fa)" in html
     assert "border-left:5px solid #cf222e;border-left-color:var(--jp-error-color1,#cf222e)" in card

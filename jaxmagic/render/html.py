@@ -15,7 +15,8 @@ itself:
 * **Collapsing without JavaScript**: each titled section is a
   ``<details>``/``<summary>``.
 * **Theme colours** come from JupyterLab's CSS variables with light fallbacks
-  (``var(--jp-layout-color1, #fff)``). The sanitizer drops any declaration
+  (``var(--jp-layout-color1, #fff)``; the card's own colours fall back to VS
+  Code's theme variables first). The sanitizer drops any declaration
   holding ``var()``, so each such colour is preceded by a value it keeps that
   reads on light and dark alike (a translucent grey) or by nothing at all,
   letting the theme's own colours show through.
@@ -52,7 +53,8 @@ MUTED = "color:var(--jp-content-font-color2,#57606a)"
 CARD = (
     f"{SANS};font-size:13px;line-height:1.45;text-align:left;border:{LINE};{LINE_COLOUR};"
     "border-radius:6px;padding:8px 12px;margin:4px 0;max-width:980px;box-sizing:border-box;"
-    "overflow-wrap:break-word;background:var(--jp-layout-color1,#fff);color:var(--jp-content-font-color1,#1f2328)"
+    "overflow-wrap:break-word;background:var(--jp-layout-color1,var(--vscode-editor-background,#fff));"
+    "color:var(--jp-content-font-color1,var(--vscode-editor-foreground,#1f2328))"
 )
 CODE = f"{MONO};font-size:12px;{TINT};padding:0 3px;border-radius:3px;white-space:normal"
 CELL = f"border:{LINE};{LINE_COLOUR};padding:2px 8px;text-align:left;vertical-align:top;white-space:normal"
