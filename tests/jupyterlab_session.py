@@ -181,4 +181,3 @@ class Watched:
             return
         if parts.hostname not in LOCAL_HOSTS:
             self.external_requests.append(request.url)
-

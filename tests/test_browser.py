@@ -16,9 +16,8 @@ light and dark pictures in docs/img/ are refreshed from the same run.
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -268,7 +267,10 @@ def test_reopened_light_dark_and_narrow(lab):
         # The doctor's findings table and its paragraph wrap (the case); a table
         # of long unbreakable names may scroll inside its report, never past the notebook.
         doctor = [r for r in narrow["reports"] if r["title"] == "%%jax_doctor"]
-        print("tables scrolling sideways at 900 px:", [(r["title"], r["scrolled_tables"]) for r in narrow["reports"] if r["scrolled_tables"]])
+        print(
+            "tables scrolling sideways at 900 px:",
+            [(r["title"], r["scrolled_tables"]) for r in narrow["reports"] if r["scrolled_tables"]],
+        )
         assert doctor and all(r["scrolled_tables"] == [] for r in doctor), doctor
         _shot(page, "4_narrow_900px")
     finally:

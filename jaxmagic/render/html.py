@@ -110,18 +110,12 @@ _BACKTICKS = re.compile(r"`([^`\n]+)`")
 def inline_html(text: str) -> str:
     """Escaped text in which `backticked` spans (a primitive, a call) are shown as code."""
     parts = _BACKTICKS.split(text)
-    return "".join(
-        f'<code style="{CODE}">{breakable_html(part)}</code>' if i % 2 else breakable_html(part)
-        for i, part in enumerate(parts)
-    )
+    return "".join(code_html(part) if i % 2 else breakable_html(part) for i, part in enumerate(parts))
 
 
-_LONG_RUN = re.compile(r"\S{24,}")
+_LONG_RUN_CHARS = 24
+_LONG_RUN = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}")
 _BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
-
-
-_HYPHENATED = re.compile(r"\S*-\S*")
-NO_WRAP = '<span style="white-space:nowrap">{}</span>'
 
 
 def breakable_html(text: str) -> str:
@@ -130,31 +124,38 @@ def breakable_html(text: str) -> str:
     A call signature such as ``jit(step)(float32[64,128], {'b': float32[128]})``
     or a leaf path has no space to wrap at: it would widen its table past a
     narrow window. Break points go after brackets, commas, dots and the like,
-    where a reader expects a line to continue. A short word with a hyphen
-    (``--budget``, ``->``) is kept whole: browsers would break after its hyphen.
+    where a reader expects a line to continue.
     """
     out, last = [], 0
     for match in _LONG_RUN.finditer(text):
-        out.append(_whole_hyphenated(text[last : match.start()]))
-        out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(match.group())))
-        last = match.end()
-    out.append(_whole_hyphenated(text[last:]))
-    return "".join(out)
-
-
-def _whole_hyphenated(text: str) -> str:
-    out, last = [], 0
-    for match in _HYPHENATED.finditer(text):
         out.append(escape(text[last : match.start()]))
-        out.append(NO_WRAP.format(escape(match.group())))
+        out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(match.group())))
         last = match.end()
     out.append(escape(text[last:]))
     return "".join(out)
 
 
+SHORT_CODE = 32  # characters: a code span this short is never broken across lines
+
+
+def code_html(text: str) -> str:
+    """A code span. Browsers break after a hyphen, which would split ``--budget``
+    into "--" and "budget": a short span stays on one line, a long one wraps at
+    its spaces (and the break points of breakable_html) with each option whole."""
+    if len(text) <= SHORT_CODE:
+        return f'<code style="{CODE};white-space:nowrap">{escape(text)}</code>'
+    words = []
+    for word in re.split(r"(\s+)", text):
+        if "-" in word and len(word) < _LONG_RUN_CHARS:
+            words.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
+        else:
+            words.append(breakable_html(word))
+    return f'<code style="{CODE}">{"".join(words)}</code>'
+
+
 def _fact_value_html(value: str) -> str:
     # A bare value (a primitive, a call) is code; prose marks its code with backticks.
-    return inline_html(value) if "`" in value else f'<code style="{CODE}">{breakable_html(value)}</code>'
+    return inline_html(value) if "`" in value else code_html(value)
 
 
 def _table(rows_html: str, cls: str = "") -> str:
@@ -189,7 +190,7 @@ def _block_html(block) -> str:
             last = i == len(block.lines) - 1
             emphasis = ";font-weight:600" if last else ""
             rows.append(
-                f'<div{' class="jm-last"' if last else ""}>'
+                f"<div{' class="jm-last"' if last else ''}>"
                 f'<div style="{MUTED}">{breakable_html(line.where)}</div>'
                 f'<div style="white-space:pre-wrap;padding-left:1.5em{emphasis}">{breakable_html(line.code)}</div>'
                 "</div>"
@@ -230,7 +231,9 @@ CELL_BOX = (
     "border:1px solid rgba(31,35,40,.18)"
 )
 # Hatched grey: present but not available here. The plain grey first, for the sanitizer.
-MUTED_CELL = ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781"
+MUTED_CELL = (
+    ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781"
+)
 ALERT_CELL = ";border:2px solid #b3261e"
 
 
@@ -273,13 +276,17 @@ def _grid_html(grid: Grid) -> str:
         rows.insert(0, "16px")
         height += 16
         first_row = 2
-    parts = [f'<figure class="jm-gridfig" style="display:inline-block;vertical-align:top;margin:4px 14px 6px 0;{SCROLLS}">']
+    parts = [
+        f'<figure class="jm-gridfig" style="display:inline-block;vertical-align:top;margin:4px 14px 6px 0;{SCROLLS}">'
+    ]
     if grid.caption:
-        parts.append(f'<figcaption style="font-size:12px;{MUTED};margin:0 0 3px">{inline_html(grid.caption)}</figcaption>')
+        parts.append(
+            f'<figcaption style="font-size:12px;{MUTED};margin:0 0 3px">{inline_html(grid.caption)}</figcaption>'
+        )
     font = f"{MONO};font-size:{'10.5px' if compact else '12px'}"
     parts.append(
         f'<div class="jm-grid{" jm-compact" if compact else ""}" style="display:grid;gap:{gap}px;{font};'
-        f'grid-template-columns:{" ".join(columns)};grid-template-rows:{" ".join(rows)};'
+        f"grid-template-columns:{' '.join(columns)};grid-template-rows:{' '.join(rows)};"
         f'width:{width:.0f}px;height:{height:.0f}px">'
     )
     for i, label in enumerate(grid.col_labels[: grid.cols]):
