@@ -110,11 +110,13 @@ _BACKTICKS = re.compile(r"`([^`\n]+)`")
 def inline_html(text: str) -> str:
     """Escaped text in which `backticked` spans (a primitive, a call) are shown as code."""
     parts = _BACKTICKS.split(text)
-    return "".join(code_html(part) if i % 2 else breakable_html(part) for i, part in enumerate(parts))
+    return "".join(
+        f'<code style="{CODE}">{breakable_html(part)}</code>' if i % 2 else breakable_html(part)
+        for i, part in enumerate(parts)
+    )
 
 
 _LONG_RUN_CHARS = 24
-_LONG_RUN = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}")
 _BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
 
 
@@ -124,38 +126,23 @@ def breakable_html(text: str) -> str:
     A call signature such as ``jit(step)(float32[64,128], {'b': float32[128]})``
     or a leaf path has no space to wrap at: it would widen its table past a
     narrow window. Break points go after brackets, commas, dots and the like,
-    where a reader expects a line to continue.
+    where a reader expects a line to continue. An option such as ``--budget``
+    is kept whole: browsers break after the second of two hyphens.
     """
-    out, last = [], 0
-    for match in _LONG_RUN.finditer(text):
-        out.append(escape(text[last : match.start()]))
-        out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(match.group())))
-        last = match.end()
-    out.append(escape(text[last:]))
-    return "".join(out)
-
-
-SHORT_CODE = 32  # characters: a code span this short is never broken across lines
-
-
-def code_html(text: str) -> str:
-    """A code span. Browsers break after a hyphen, which would split ``--budget``
-    into "--" and "budget": a short span stays on one line, a long one wraps at
-    its spaces (and the break points of breakable_html) with each option whole."""
-    if len(text) <= SHORT_CODE:
-        return f'<code style="{CODE};white-space:nowrap">{escape(text)}</code>'
-    words = []
+    out = []
     for word in re.split(r"(\s+)", text):
-        if "-" in word and len(word) < _LONG_RUN_CHARS:
-            words.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
+        if len(word) >= _LONG_RUN_CHARS:
+            out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
+        elif "--" in word:
+            out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
         else:
-            words.append(breakable_html(word))
-    return f'<code style="{CODE}">{"".join(words)}</code>'
+            out.append(escape(word))
+    return "".join(out)
 
 
 def _fact_value_html(value: str) -> str:
     # A bare value (a primitive, a call) is code; prose marks its code with backticks.
-    return inline_html(value) if "`" in value else code_html(value)
+    return inline_html(value) if "`" in value else f'<code style="{CODE}">{breakable_html(value)}</code>'
 
 
 def _table(rows_html: str, cls: str = "") -> str:
