@@ -113,6 +113,7 @@ def test_html_long_tokens_can_wrap_and_options_stay_whole():
         assert (
             '<span style="white-space:nowrap">--budget</span> 1 <span style="white-space:nowrap">--fn</span>' in options
         )
+    assert '<span style="white-space:nowrap">-&gt;</span>' in html
     assert "%reset -f out" in render_html(Document("t", Status.OK, "`%reset -f out`", []))  # one hyphen: no break
     assert 'style="max-width:100%;overflow-x:auto"><table' in html  # too wide anyway: it scrolls in the report
 

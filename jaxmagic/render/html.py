@@ -127,13 +127,13 @@ def breakable_html(text: str) -> str:
     or a leaf path has no space to wrap at: it would widen its table past a
     narrow window. Break points go after brackets, commas, dots and the like,
     where a reader expects a line to continue. An option such as ``--budget``
-    is kept whole: browsers break after the second of two hyphens.
+    and an arrow ``->`` are kept whole: browsers break after their hyphen.
     """
     out = []
     for word in re.split(r"(\s+)", text):
         if len(word) >= _LONG_RUN_CHARS:
             out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
-        elif "--" in word:
+        elif "--" in word or "->" in word:
             out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
         else:
             out.append(escape(word))
