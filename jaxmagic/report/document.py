@@ -1,7 +1,7 @@
 """The structure every renderer draws: a report describes itself as a Document.
 
 Reports say *what* to show (a headline, sections of paragraphs, tables, source
-lines and raw evidence); the HTML, widget and text renderers decide *how*. A new
+lines and raw evidence); the HTML, text and terminal renderers decide *how*. A new
 magic therefore needs no renderer code of its own.
 """
 
