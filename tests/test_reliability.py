@@ -9,6 +9,8 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import traceback
 
 import pytest
@@ -18,6 +20,7 @@ from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.ipython.magics import JaxMagics
 
 SETUP = """
+import time
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental import checkify
 x_rel = jnp.arange(3.0)
@@ -290,3 +293,87 @@ def test_system_exit_is_shown_once(shell, capsys):
     result = shell.run_cell("%%jax_nans\nraise SystemExit(3)")
     assert isinstance(result.error_in_exec, SystemExit)
     assert _shown(capsys).count("An exception has occurred") == 1  # IPython's display of it, once
+
+
+# -- 5. other threads ----------------------------------------------------------------------------
+
+
+class _BackgroundJaxWork:
+    """A thread calling jitted functions (new ones: they compile and take host data) until stopped."""
+
+    def __init__(self):
+        import jax
+        import numpy as np
+
+        self.stop = threading.Event()
+        self.saw_key_reuse_on = 0
+        self.errors: list[BaseException] = []
+        self.rounds = 0
+
+        def work():
+            while not self.stop.is_set():
+                try:
+                    scale = float(self.rounds % 7)
+
+                    def background_step(v, scale=scale):
+                        jax.debug.print("background {v}", v=v.sum())
+                        return v * scale
+
+                    jax.jit(background_step)(np.ones(3, np.float32))
+                    if jax.config.jax_debug_key_reuse:
+                        self.saw_key_reuse_on += 1
+                except BaseException as error:
+                    self.errors.append(error)
+                self.rounds += 1
+                time.sleep(0.002)
+
+        self.thread = threading.Thread(target=work, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        while self.rounds < 2:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
+CELL_WORK = "for _i in range(5):\n    jax.jit(f_rel_ok)(x_rel)\n    time.sleep(0.02)\n"
+
+
+def test_compiles_lists_only_the_cells_compilations(shell):
+    shell.run_cell("import time\ndef cell_only_step(v):\n    return v - 2")
+    with _BackgroundJaxWork() as background:
+        assert shell.run_cell("%%jax_compiles -o rel_comp\njax.jit(cell_only_step)(x_rel)\ntime.sleep(0.2)").success
+    report = shell.user_ns["rel_comp"]
+    assert [f.name for f in report.functions if f.kind == "user"] == ["cell_only_step"]
+    assert report.other_thread_compilations > 0 and "Other threads compiled" in str(report.document())
+    assert not background.errors
+
+
+def test_transfers_are_blamed_on_the_cells_own_lines_only(shell):
+    cell = "%%jax_transfers -o rel_tr\nfor _i in range(10):\n    jax.jit(f_rel_ok)(1.0)\n    time.sleep(0.03)"
+    with _BackgroundJaxWork() as background:
+        assert shell.run_cell(cell).success
+    transfers = shell.user_ns["rel_tr"].transfers
+    assert transfers and sum(t.count for t in transfers) >= 10
+    assert not [t for t in transfers if t.line is None or t.line.filename == __file__]  # the thread's code
+    assert not background.errors
+
+
+def test_print_leaves_other_threads_prints_to_them(shell):
+    with _BackgroundJaxWork() as background:
+        cell = "%%jax_print -o rel_pr\njax.debug.print('cell {x}', x=x_rel.sum())\ntime.sleep(0.3)"
+        assert shell.run_cell(cell).success
+    report = shell.user_ns["rel_pr"]
+    assert report.texts == ["cell 3.0"]
+    assert not background.errors
+
+
+def test_doctor_leaves_another_threads_key_reuse_checker_off(shell):
+    with _BackgroundJaxWork() as background:
+        for _round in range(10):
+            assert shell.run_cell("%%jax_doctor\n" + CELL_WORK).success
+    assert background.saw_key_reuse_on == 0 and not background.errors

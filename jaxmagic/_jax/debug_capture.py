@@ -120,8 +120,12 @@ class Capture:
     def on_callback(self, site: PrintSite, arguments: str) -> None:
         """A callback is about to run with these arguments (rendered as text)."""
 
+    other_thread_lines = 0  # lines printed by other threads' prints during the capture (printed as usual)
+
 
 _active: Capture | None = None
+_capture_thread: int | None = None  # the thread the capture belongs to: other threads' prints are theirs
+OTHER_THREAD = "other-thread"  # the site key of a print another thread traced during a capture
 _sites: dict[str, PrintSite] = {}  # every site ever made: executables compiled in a capture keep their keys
 _counter = itertools.count(1)
 _lock = threading.Lock()
@@ -191,6 +195,11 @@ def _wrap_print_bind(original):
             return original(*dyn_args, **params)  # not capturing, or a re-bind of a print already tagged
         from jax._src import debugging
 
+        if threading.get_ident() != _capture_thread:  # another thread's print: tagged so it is printed as usual
+            args, kwargs = debugging.merge_callback_args(params["in_tree"], dyn_args, params["static_args"])
+            kwargs = {**kwargs, SITE_ARG: _SiteKey(OTHER_THREAD)}
+            in_tree, new_dyn, new_static = debugging._split_callback_args(tuple(args), kwargs)
+            return original(*new_dyn, **dict(params, in_tree=in_tree, static_args=tuple(new_static.items())))
         fmt = str(params.get("fmt", ""))
         api = "log" if params.get("logging_record") is not None else "print"
         site = _keep(capture, _new_site(fmt, api, bool(params.get("ordered")), sys._getframe(1)))
@@ -217,7 +226,7 @@ def _is_site_value(value) -> bool:
 def _wrap_callback_bind(original):
     def bind(*dyn_args, callback, **params):
         capture = _active
-        if capture is None or isinstance(callback, _RecordingCallback):
+        if capture is None or isinstance(callback, _RecordingCallback) or threading.get_ident() != _capture_thread:
             return original(*dyn_args, callback=callback, **params)
         from jax._src import debugging
 
@@ -294,8 +303,11 @@ def _recording_format_callback(fmt, np_printoptions, has_placeholders, logging_r
         message = " ".join((fmt, *(str(a) for a in args)))
     capture = _active
     echo = True
-    if capture is not None:
-        key = hidden.get(SITE_ARG)
+    key = hidden.get(SITE_ARG)
+    if key == OTHER_THREAD:  # traced by another thread during a capture: its line, printed as usual
+        if capture is not None:
+            capture.other_thread_lines += 1
+    elif capture is not None:
         try:
             echo = capture.on_print(
                 _sites.get(str(key)) if key is not None else None, message, hidden, logging_record is not None
@@ -318,7 +330,7 @@ def capturing(capture: Capture) -> Iterator[Capture]:
 
     Does not nest: a second capture while one is active raises AlreadyActive.
     """
-    global _active
+    global _active, _capture_thread
     import jax
     from jax._src import debugging
 
@@ -329,7 +341,7 @@ def capturing(capture: Capture) -> Iterator[Capture]:
         )
     print_p, callback_p = debugging.debug_print_p, debugging.debug_callback_p
     saved = (print_p.__dict__.get("bind"), callback_p.__dict__.get("bind"), debugging._format_print_callback)
-    _active = capture
+    _active, _capture_thread = capture, threading.get_ident()
     print_p.bind = _wrap_print_bind(print_p.bind)
     callback_p.bind = _wrap_callback_bind(callback_p.bind)
     debugging._format_print_callback = _recording_format_callback

@@ -127,6 +127,7 @@ def observing_calls(
     original_check = key_reuse.check_key_reuse_jaxpr
     reuse_error = jax.errors.KeyReuseError
     jit_p = pjit.jit_p
+    block_thread = threading.get_ident()  # only the block's own thread is observed (and checked our way)
 
     def report(error: BaseException, where: str, function: str, params: dict) -> None:
         if on_key_reuse is not None:
@@ -146,6 +147,8 @@ def observing_calls(
 
     def call(prim, raw_impl, *args, **params):
         __tracebackhide__ = True
+        if threading.get_ident() != block_thread:  # another thread with the checker on: JAX's own behaviour
+            return original_call(prim, raw_impl, *args, **params)
         is_jit = prim is jit_p
         name = str(params.get("name", "jit")) if is_jit else str(getattr(prim, "name", prim))
         if getattr(_state, "depth", 0):  # inside an observed call: checked, not shown to the observers
@@ -164,6 +167,8 @@ def observing_calls(
 
     def check(jaxpr, *rest, **kwargs):
         __tracebackhide__ = True
+        if threading.get_ident() != block_thread:
+            return original_check(jaxpr, *rest, **kwargs)
         if trace_checks == "off":
             return None
         try:
@@ -215,6 +220,9 @@ class _UserCallSwitch:
         self._user: dict = {}
         self._entered: list = []
         self._tool: int | None = None
+        # sys.monitoring reports every thread's calls; only the block's thread is switched (the
+        # checker's switch is thread-local: entered in another thread, it would stay on there).
+        self._thread = threading.get_ident()
 
     def start(self) -> bool:
         monitoring = getattr(sys, "monitoring", None)
@@ -248,6 +256,8 @@ class _UserCallSwitch:
         # code, which this switch never watches anyway.
 
     def _on_call(self, code, offset, callable_, arg0):
+        if threading.get_ident() != self._thread:
+            return None  # not DISABLE: that would switch the call site off for the block's thread too
         filename = code.co_filename
         user = self._user.get(filename)
         if user is None:
@@ -263,6 +273,8 @@ class _UserCallSwitch:
         return None
 
     def _on_return(self, code, offset, callable_, arg0):
+        if threading.get_ident() != self._thread:
+            return None
         if self._entered and self._entered[-1][0] is callable_:
             self._entered.pop()[1].__exit__(None, None, None)
         return None

@@ -355,6 +355,7 @@ class CompileReport(Report):
     budget: int | None = None
     budget_function: str = ""  # --fn: the budget applies to this function only
     explanations_stopped: str = ""  # the function whose many compilations made us stop asking JAX why
+    other_thread_compilations: int = 0  # compilations made by other threads during the block (not listed)
     log_lines: int = 0  # compile log lines captured (all of them, kept or not)
     other_error: str = ""  # the block failed: "ValueError: ..."
 
@@ -586,6 +587,13 @@ class CompileReport(Report):
                 )
             )
         notes = []
+        if self.other_thread_compilations:
+            notes.append(
+                Paragraph(
+                    f"Other threads compiled {self.other_thread_compilations} time(s) while the cell ran; "
+                    "those compilations are not the cell's and are not listed."
+                )
+            )
         if self.explanations_stopped:
             notes.append(
                 Paragraph(
@@ -792,6 +800,8 @@ class _Collector:
     # -- inputs --------------------------------------------------------------
 
     def on_log(self, message: str) -> None:
+        if threading.get_ident() != self._thread:  # logged while another thread compiled: not the block's
+            return
         with self._lock:
             self.report.log_lines += 1
             line = parse_compile_log_line(message)
@@ -806,6 +816,11 @@ class _Collector:
                 self._pending_explanation[name] = explanation
 
     def on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        if threading.get_ident() != self._thread:  # another thread's work (a data loader): not the block's
+            if event == EVENT_BACKEND_COMPILE:
+                with self._lock:
+                    self.report.other_thread_compilations += 1
+            return
         if event == EVENT_BACKEND_COMPILE:
             info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
             with self._lock:

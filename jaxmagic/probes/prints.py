@@ -47,7 +47,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import error_line
 
 RETRACE_TOKEN = "jaxmagic-print"
 MAX_LINES = 5000  # lines kept; later ones are only counted
@@ -114,6 +114,7 @@ class PrintReport(Report):
     calls_followed: bool = True  # False: this JAX offers no way to see calls (no per-call grouping)
     echoed: bool = False
     other_error: str = ""
+    other_thread_lines: int = 0  # lines other threads printed during the cell: printed as usual, not the cell's
 
     # -- queries ---------------------------------------------------------------
 
@@ -277,6 +278,13 @@ class PrintReport(Report):
                     "too); what the cell printed with `print` appeared as usual."
                 )
             )
+        if self.other_thread_lines:
+            notes.append(
+                Paragraph(
+                    f"Other threads printed {self.other_thread_lines} line(s) while the cell ran; those lines are "
+                    "not the cell's: they were printed as usual and are not listed."
+                )
+            )
         sections.append(Section("How this was captured", notes))
         if self.other_error:
             sections.append(Section("", [Evidence("The cell's error", self.other_error)]))
@@ -412,10 +420,10 @@ def prints(*, echo: bool = False) -> Iterator[PrintReport]:
             report.calls_followed = followed
             yield report
     except BaseException as error:
-        lines = message_of(error).strip().splitlines()
-        report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        report.other_error = error_line(error)
         raise
     finally:
+        report.other_thread_lines = recorder.other_thread_lines
         _number_printing_calls(report)
         report.out_of_order = _find_out_of_order(report)
 

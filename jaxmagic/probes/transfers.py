@@ -280,6 +280,7 @@ class _BlockedTransfers:
     def __init__(self, report: TransferReport):
         self.report = report
         self._tool: int | None = None
+        self._thread = threading.get_ident()
 
     def __enter__(self) -> _BlockedTransfers:
         self._tool = _acquire_tool_id("jaxmagic transfers")
@@ -297,6 +298,8 @@ class _BlockedTransfers:
         return False
 
     def _on_raise(self, code, offset, exception) -> None:
+        if threading.get_ident() != self._thread:
+            return
         # RAISE fires in every frame the exception passes through; the attribute makes it count once.
         if type(exception).__name__ not in ("JaxRuntimeError", "XlaRuntimeError") or getattr(exception, _SEEN, False):
             return
@@ -331,6 +334,7 @@ class _GuardLog:
         self._user_file: dict[str, bool] = {}
         self._tool: int | None = None
         self._lock = threading.Lock()
+        self._thread = threading.get_ident()
 
     # -- descriptor 2 -------------------------------------------------------------
 
@@ -425,6 +429,8 @@ class _GuardLog:
             self._tool = None
 
     def _on_line(self, code, line_number: int):
+        if threading.get_ident() != self._thread:  # another thread's line (a data loader) made none of
+            return None  # the block's transfers (the guard is thread-local); not DISABLE: the line may be shared
         filename = code.co_filename
         user = self._user_file.get(filename)
         if user is None:
