@@ -377,3 +377,49 @@ def test_doctor_leaves_another_threads_key_reuse_checker_off(shell):
         for _round in range(10):
             assert shell.run_cell("%%jax_doctor\n" + CELL_WORK).success
     assert background.saw_key_reuse_on == 0 and not background.errors
+
+
+# -- 8. bad input: one clear UsageError sentence ------------------------------------------------
+
+BAD_LINES = [
+    '%jax_check f_rel_ok(x_rel) --errors "nan',  # unbalanced quote (shlex)
+    "%%jax_nans --infs 'x\n1",
+    "%jax_check f_rel_ok(*3)",
+    "%jax_check f_rel_ok(**3)",
+    "%jax_check f_rel_ok(" + "(" * 300 + "x_rel" + ")" * 300 + ")",
+    "%jax_bisect f_rel_ok(x_rel) --ref \"'a string'\"",
+    "%jax_check rel_generator(x_rel)",
+    "%jax_live --profile /",
+    "%jax_live --profile /no/such/folder/p.prof",
+    "%jax_live --profile /tmp/" + "p" * 300,
+    "%jax_stages f_rel_ok(x_rel) --runs 10**30",
+    "%jax_devices 2147483648",
+    "%jax_hlo x_rel + 1",
+    "%jax_check f_rel_ok(" + "y" * 12000 + ")",
+    "%jax_stages f_rel_ok(x_rel) -o 'not a name'",
+]
+
+
+@pytest.mark.parametrize("line", BAD_LINES, ids=lambda line: line[:40])
+def test_bad_input_is_one_short_usage_error(shell, line):
+    shell.run_cell("def rel_generator(v):\n    yield v")
+    before = take_snapshot()
+    result = shell.run_cell(line)
+    error = result.error_in_exec
+    assert isinstance(error, UsageError), f"{type(error).__name__}: {error}"
+    message = str(error)
+    assert "\n" not in message and len(message) < 300, message
+    assert before.differences(take_snapshot()) == []
+
+
+def test_hlo_names_globals_whose_attributes_raise(shell):
+    shell.run_cell(
+        "class RelWeird:\n    def __getattr__(self, name):\n        raise RuntimeError('no attributes')\n"
+        "    @property\n    def shape(self):\n        raise RuntimeError('no shape')\nrel_weird = RelWeird()"
+    )
+    assert shell.run_cell("%jax_hlo f_rel_ok(x_rel)").success
+
+
+def test_hlo_expression_that_is_not_a_call_is_named_whole(shell):
+    result = shell.run_cell("%jax_hlo x_rel + 1")
+    assert "'x_rel + 1' is not a call" in str(result.error_in_exec)

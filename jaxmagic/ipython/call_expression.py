@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 from typing import Any
+
+from jaxmagic.report.wording import error_line, shown
 
 
 class CallExpressionError(ValueError):
@@ -24,43 +27,87 @@ class EvaluatedCall:
     kwargs: dict[str, Any]
 
 
+def parse_python(text: str, what: str = "expression") -> ast.expr:
+    """The expression ``text`` as an AST; CallExpressionError (one sentence) when it is not one."""
+    try:
+        return ast.parse(text, mode="eval").body
+    except SyntaxError as error:
+        raise CallExpressionError(f"{shown(text)} is not valid Python ({error.msg})") from None
+    except (RecursionError, MemoryError):  # thousands of terms or brackets: Python's parser gives up
+        raise CallExpressionError(
+            f"the {what} ({len(text):,} characters) is too deeply nested for Python to parse; "
+            "compute the value in a cell first and pass its name"
+        ) from None
+
+
+def evaluate_node(expr: ast.expr, namespace: dict, what: str):
+    """The value of one parsed expression in ``namespace``; CallExpressionError naming ``what`` when it fails."""
+    source = _source_of(expr)
+    try:
+        return eval(compile(ast.Expression(body=expr), "<jaxmagic>", "eval"), namespace)
+    except (RecursionError, MemoryError):
+        raise CallExpressionError(
+            f"{what} {source} is too deeply nested for Python to compile; compute it in a cell first"
+        ) from None
+    except Exception as error:
+        raise CallExpressionError(f"{what} {source} does not evaluate: {shown_error(error)}") from None
+
+
+def _source_of(expr: ast.expr) -> str:
+    try:
+        return shown(ast.unparse(expr))
+    except (RecursionError, ValueError):
+        return "(an expression)"
+
+
+def shown_error(error: BaseException) -> str:
+    """``NameError: name 'y' is not defined``, cut to a readable length; never raises."""
+    return shown(error_line(error), limit=160, quoted=False)
+
+
 def evaluate_call(text: str, namespace: dict) -> EvaluatedCall:
     """Evaluate ``f(a, b, k=c)`` in ``namespace`` without calling ``f``."""
     text = text.strip()
     if not text:
         raise CallExpressionError("expected a call expression such as f(x, y), got nothing")
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as error:
-        raise CallExpressionError(f"{text!r} is not valid Python ({error.msg})") from None
-    node = tree.body
+    node = parse_python(text, "call")
     if not isinstance(node, ast.Call):
-        raise CallExpressionError(f"{text!r} is not a call; write the call to check, such as f(x, y)")
-
-    def value_of(expr: ast.expr, what: str):
-        source = ast.unparse(expr)
-        try:
-            return eval(compile(ast.Expression(body=expr), "<jaxmagic>", "eval"), namespace)
-        except NameError as error:
-            raise CallExpressionError(f"{what} {source!r} does not evaluate: {error}") from None
-        except Exception as error:
-            raise CallExpressionError(f"{what} {source!r} does not evaluate: {type(error).__name__}: {error}") from None
-
-    function = value_of(node.func, "the function")
+        raise CallExpressionError(f"{shown(text)} is not a call; write a call such as f(x, y)")
+    function = evaluate_node(node.func, namespace, "the function")
     if not callable(function):
-        raise CallExpressionError(f"{ast.unparse(node.func)!r} is a {type(function).__name__}, not a function")
+        raise CallExpressionError(f"{_source_of(node.func)} is a {type(function).__name__}, not a function")
+    if inspect.isgeneratorfunction(function) or inspect.iscoroutinefunction(function):
+        kind = "generator" if inspect.isgeneratorfunction(function) else "coroutine (async def)"
+        raise CallExpressionError(
+            f"{_source_of(node.func)} is a {kind} function: calling it runs none of its body, so JAX has "
+            "nothing to trace; call a function that returns arrays"
+        )
     args = []
     for arg in node.args:
         if isinstance(arg, ast.Starred):
-            args.extend(value_of(arg.value, "the argument"))
+            value = evaluate_node(arg.value, namespace, "the argument")
+            try:
+                args.extend(value)
+            except TypeError:
+                raise CallExpressionError(
+                    f"*{_source_of(arg.value)} needs an iterable (a list or tuple), got a {type(value).__name__}"
+                ) from None
         else:
-            args.append(value_of(arg, "the argument"))
+            args.append(evaluate_node(arg, namespace, "the argument"))
     kwargs = {}
     for kw in node.keywords:
         if kw.arg is None:
-            kwargs.update(value_of(kw.value, "the argument"))
+            value = evaluate_node(kw.value, namespace, "the argument")
+            try:
+                kwargs.update(value)
+            except (TypeError, ValueError):
+                raise CallExpressionError(
+                    f"**{_source_of(kw.value)} needs a mapping (a dict), got a {type(value).__name__}"
+                ) from None
+            if not all(isinstance(key, str) for key in kwargs):
+                raise CallExpressionError(f"**{_source_of(kw.value)} needs string keys (argument names)")
         else:
-            kwargs[kw.arg] = value_of(kw.value, f"the argument {kw.arg}=")
+            kwargs[kw.arg] = evaluate_node(kw.value, namespace, f"the argument {kw.arg}=")
     return EvaluatedCall(text, function, args, kwargs)
 
 
@@ -122,19 +169,27 @@ def split_scope_and_call(text: str) -> tuple[str | None, str]:
     name with spaces. The call is everything after it.
     """
     words = top_level_words(text.strip())
-    if len(words) < 2:
+    if len(words) < 2 or _is_one_expression(text):  # `xs + 1` is one expression, not a scope and `+ 1`
         return None, text.strip()
     first = words[0]
     if first[:1] in "'\"":
         try:
             scope = ast.literal_eval(first)
         except (ValueError, SyntaxError):
-            raise ValueError(f"the scope {first} is not a valid quoted string") from None
+            raise ValueError(f"the scope {shown(first, quoted=False)} is not a valid quoted string") from None
         return str(scope), " ".join(words[1:])
     try:
         node = ast.parse(first, mode="eval").body
     except SyntaxError:
         node = None
     if isinstance(node, ast.Call):
-        raise ValueError(f"expected [SCOPE] EXPR, got two expressions: {first!r} and {' '.join(words[1:])!r}")
+        raise ValueError(f"expected [SCOPE] EXPR, got two expressions: {shown(first)} and {shown(' '.join(words[1:]))}")
     return first, " ".join(words[1:])
+
+
+def _is_one_expression(text: str) -> bool:
+    try:
+        ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return False
+    return True

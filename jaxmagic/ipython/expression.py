@@ -10,17 +10,15 @@ import ast
 from typing import Any
 
 from jaxmagic._jax import compat
-from jaxmagic.ipython.call_expression import CallExpressionError
+from jaxmagic.ipython.call_expression import CallExpressionError, parse_python, shown_error
+from jaxmagic.report.wording import shown
 
 
 def parse_expression(text: str) -> ast.expr:
     text = text.strip()
     if not text:
         raise CallExpressionError("expected an expression such as x or f(x), got nothing")
-    try:
-        return ast.parse(text, mode="eval").body
-    except SyntaxError as error:
-        raise CallExpressionError(f"{text!r} is not valid Python ({error.msg})") from None
+    return parse_python(text)
 
 
 def evaluate_expression(text: str, namespace: dict) -> Any:
@@ -28,8 +26,10 @@ def evaluate_expression(text: str, namespace: dict) -> Any:
     node = parse_expression(text)
     try:
         return eval(compile(ast.Expression(body=node), "<jaxmagic>", "eval"), namespace)
+    except (RecursionError, MemoryError):
+        raise CallExpressionError(f"{shown(text.strip())} is too deeply nested for Python to compile") from None
     except Exception as error:
-        raise CallExpressionError(f"{text.strip()!r} does not evaluate: {type(error).__name__}: {error}") from None
+        raise CallExpressionError(f"{shown(text.strip())} does not evaluate: {shown_error(error)}") from None
 
 
 def callee_is_jitted(text: str, namespace: dict) -> bool:

@@ -24,13 +24,12 @@ from jaxmagic.ipython.option_types import (
     comma_list,
     dimension_pair,
     positive_float,
-    shown,
     sweep,
     vmap_axes,
 )
 from jaxmagic.ipython.user_traceback import raise_users_error
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report.wording import first_line
+from jaxmagic.report.wording import first_line, shown
 
 
 class _ProbesOnFirstUse:
@@ -49,6 +48,30 @@ class _ProbesOnFirstUse:
 probes = _ProbesOnFirstUse()
 
 OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
+
+
+def _check_profile_path(path: str) -> None:
+    """UsageError unless a memory profile can be written at ``path`` (a file in a folder that exists)."""
+    import os
+
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(full):
+        raise UsageError(
+            f"--profile takes a file name, and {shown(path)} is a folder; give e.g. {shown(os.path.join(path, 'memory.prof'))}."
+        )
+    folder, name = os.path.split(full)
+    if not os.path.isdir(folder):
+        raise UsageError(f"--profile: the folder of {shown(path)} does not exist; create it or give another path.")
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        longest = 255
+    if len(name.encode()) > longest:
+        raise UsageError(
+            f"--profile: the file name {shown(name)} is longer than this file system allows ({longest} bytes)."
+        )
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--profile: the folder of {shown(path)} is not writable.")
 
 
 @magics_class
@@ -705,12 +728,11 @@ class JaxMagics(Magics):
         created that are still alive afterwards (its own result aside), with
         their holders. Keeps no array alive itself.
         """
-        import os
 
         __tracebackhide__ = True
         args = self._parse(self.jax_live, line)
-        if args.profile and not os.path.isdir(os.path.dirname(os.path.abspath(args.profile))):
-            raise UsageError(f"--profile: the directory of {args.profile!r} does not exist.")
+        if args.profile:
+            _check_profile_path(args.profile)
         options = dict(namespace=self.shell.user_ns, top=args.top, profile=args.profile)
         if cell is None:
             self._publish(probes.live(**options), args)
@@ -784,15 +806,16 @@ class JaxMagics(Magics):
                 text = text[1:-1]
             reference = self._evaluate_value(text)
         call = self._evaluate(call_text)
-        report, error = probes.run_bisect_call(
-            call.function,
-            call.args,
-            call.kwargs,
-            ref=reference,
-            rtol=args.rtol,
-            call_text=call.text,
-            namespace=self.shell.user_ns,
-        )
+        with self._options_checked(self.jax_bisect):
+            report, error = probes.run_bisect_call(
+                call.function,
+                call.args,
+                call.kwargs,
+                ref=reference,
+                rtol=args.rtol,
+                call_text=call.text,
+                namespace=self.shell.user_ns,
+            )
         del call, reference  # keep no user array alive
         self._publish(report, args)
         raise_users_error(error)

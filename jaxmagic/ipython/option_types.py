@@ -11,15 +11,11 @@ from __future__ import annotations
 import argparse
 import ast
 
+from jaxmagic.report.wording import shown
+
 # A number of runs, groups or devices beyond this is a typo, not a request: we say so
 # instead of running until the user interrupts (or the backend fails to start).
 LARGEST_COUNT = 100_000
-
-
-def shown(text: str, limit: int = 60) -> str:
-    """The user's value in a message, cut short: a UsageError should stay one readable line."""
-    text = str(text)
-    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def bounded_int(low: int, high: int = LARGEST_COUNT):

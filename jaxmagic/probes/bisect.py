@@ -39,6 +39,7 @@ import numpy as np
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, format_bytes
@@ -478,6 +479,8 @@ def run_call(
     import jax
 
     args, kwargs = tuple(args), dict(kwargs or {})
+    if ref is not None:
+        _check_reference(ref)
     failed: dict[str, Exception] = {}
     report = BisectReport(call=call_text or f"{getattr(fn, '__name__', 'f')}(...)")
     jitted, how = _jitted(fn, args, kwargs)
@@ -526,6 +529,21 @@ def run_call(
         del jit_result, eager_result, reference, sample
     report.captured = _captured(fn, args, kwargs, namespace)
     return report, failed.get("jit" if compat.is_jitted(fn) else "eager")
+
+
+def _check_reference(ref) -> None:
+    """ProbeArgumentError unless ``ref`` is numbers: an array, a scalar or a pytree of them."""
+    import jax
+
+    leaves = jax.tree.leaves(ref)
+    numeric = (bool, int, float, complex, np.ndarray, np.generic, jax.Array)
+    wrong = next((leaf for leaf in leaves if not isinstance(leaf, numeric)), None)
+    if not leaves or wrong is not None:
+        kind = type(wrong if wrong is not None else ref).__name__
+        raise ProbeArgumentError("ref", f"takes the expected result (an array or a pytree of arrays), got a {kind}")
+    for leaf in leaves:
+        if isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind not in "biufc":
+            raise ProbeArgumentError("ref", f"takes numbers, got an array of {leaf.dtype}")
 
 
 def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:

@@ -1349,7 +1349,7 @@ class _NameEnvironment:
                     for item in list(value.values())[:1000]:
                         add(item)
                 elif not isinstance(value, (type, types.ModuleType, types.FunctionType)):
-                    for attributes in (getattr(value, "__dict__", None), getattr(type(value), "__dict__", None)):
+                    for attributes in (_attribute(value, "__dict__"), _attribute(type(value), "__dict__")):
                         if isinstance(attributes, (dict, types.MappingProxyType)):
                             for item in list(attributes.values())[:1000]:
                                 add(item)
@@ -1364,12 +1364,25 @@ class _NameEnvironment:
             (self.closure, "closure"),
         ):
             for name, value in table.items():
-                if not name.startswith("_") and hasattr(value, "shape") and hasattr(value, "dtype"):
+                if (
+                    not name.startswith("_")
+                    and _attribute(value, "shape") is not None
+                    and _attribute(value, "dtype") is not None
+                ):
                     out[id(value)] = (name, kind)
         return out
 
 
 _MISSING = object()
+
+
+def _attribute(value, name: str):
+    """``getattr(value, name, None)`` for any object of the user's: a property or ``__getattr__`` that
+    raises something other than AttributeError means "no such attribute" here, not our failure."""
+    try:
+        return getattr(value, name, None)
+    except Exception:
+        return None
 
 
 def _follow(value, accessors: str):

@@ -46,6 +46,21 @@ def error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first_line(error)}"
 
 
+def shown(value, limit: int = 60, quoted: bool = True) -> str:
+    """A value of the user's in a message, on one line and cut short, so a UsageError stays readable.
+
+    ``str(value)`` (or its repr when ``str`` raises), its whitespace runs made one space, at most
+    ``limit`` characters (the cut marked with "…"), quoted like a repr unless ``quoted`` is False.
+    """
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        text = f"<a {type(value).__name__}>"
+    text = " ".join(text.split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return repr(text) if quoted else text
+
+
 def format_bytes(n: int | float) -> str:
     """1.25 MiB, 128 KiB, 4 B: binary units, three significant figures."""
     n = float(n)
