@@ -81,8 +81,8 @@ class JaxMagics(Magics):
     def _parse(self, magic, line: str):
         try:
             args = parse_argstring(magic, line)
-        except UsageError:
-            raise
+        except UsageError as error:  # argparse's message echoes the words it rejects: keep it one short line
+            raise UsageError(shown(str(error), limit=240, quoted=False)) from None
         except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
             raise UsageError(
                 f"%{magic.__name__}: the options {shown(line)} do not split into words ({first_line(error)}); "

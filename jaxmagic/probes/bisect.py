@@ -283,7 +283,10 @@ def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
     how = "jax.jit(f)"
     if static or static_names:
         how += f" with static arguments {', '.join([str(i) for i in static] + list(static_names))}"
-    return jittable.jit(fn, static_argnums=static, static_argnames=static_names), how
+    try:
+        return jittable.jit(fn, static_argnums=static, static_argnames=static_names), how
+    except (TypeError, ValueError):  # the call does not fit the signature: let the run raise what a call would
+        return jittable.jit(fn), "jax.jit(f)"
 
 
 def _leaves(tree) -> list[tuple[str, Any]]:
