@@ -786,3 +786,24 @@ def test_users_own_setting_change_is_still_named():
     causes = [c.cause for c in rep.compilations_of("matmul")]
     assert causes[-1] == "context"
     assert "jax_default_matmul_precision" in rep.compilations_of("matmul")[-1].changes[0]
+
+
+def test_weak_type_found_from_the_compile_log_when_jaxs_explanation_is_jaxmagics():
+    # notebook 09, exercise 4: batches made by jnp.full(4, 1.0 + i) are weakly typed, one made by
+    # jnp.array([...]) is not; the function ran under the doctor's key-reuse checker before
+    from jaxmagic._jax import jit_calls
+
+    @jax.jit
+    def ex_step(w, batch):
+        return w - 0.01 * jnp.mean(jnp.log(batch) * w)
+
+    batches = [jnp.full(4, 1.0 + i) for i in range(4)]
+    batches[2] = jnp.array([1.0, 2.0, 3.0, 4.0])
+    with jit_calls.observing_calls(jit_calls.CallObserver()):
+        ex_step(jnp.float32(1.0), batches[0])
+    with probes.compiles() as rep:
+        for batch in batches:
+            ex_step(jnp.float32(1.0), batch)
+    f = rep.function("ex_step")
+    assert f.causes == {"first": 1, "weak_type": 1}
+    assert rep.compilations_of("ex_step")[1].changes == ["batch: f32[4] weak -> f32[4]"]

@@ -1239,6 +1239,13 @@ def _unexplained_cause(summary, state, explanation, types, info, static: _Cause 
     if explanation is None and types is not None and state.last_types is not None and types != state.last_types:
         array_parameters = [p for p in info.parameter_names if p not in info.static_argnames]
         changes = _leaf_changes(state.last_types, types, array_parameters)
+        if _only_weak_type_differs(state.last_types, types):
+            return _Cause(
+                "weak_type",
+                "A Python scalar (or an array made from one, such as jnp.full(4, 1.0)) and a typed JAX value are "
+                "different argument types (weak typing; from the compile log): " + "; ".join(changes) + ".",
+                changes,
+            )
         return _Cause("types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes)
     if summary.count == 0 and (explanation is None or explanation.kind != "unavailable" or not info.static_values):
         return _Cause("first", f"First compilation of {name} in this cell.")
@@ -1287,6 +1294,13 @@ def _static_changes(before: dict | None, now: dict[str, StaticValue]) -> tuple[l
                 f"({value.text}) but unequal: its __eq__/__hash__ do not compare by value"
             )
     return changed, identity
+
+
+def _only_weak_type_differs(before: list[str], now: list[str]) -> bool:
+    """True when the compile log's types differ only in being weakly typed ("f32[4] weak" vs "f32[4]")."""
+    if len(before) != len(now) or before == now:
+        return False
+    return all(a.removesuffix(" weak") == b.removesuffix(" weak") for a, b in zip(before, now))
 
 
 def _leaf_changes(before: list[str], now: list[str], parameter_names: list[str]) -> list[str]:
