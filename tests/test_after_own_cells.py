@@ -62,7 +62,9 @@ def test_next_report_blames_no_setting_or_frame_of_jaxmagic(shell, before, magic
     assert first.error_in_exec is None
     shell.user_ns.pop("after_report", None)
     result = shell.run_cell(
-        f"%%{magic} -o after_report\nfor n in ({a}, {b}, {c}):\n    after_y = after_jstep(jnp.ones(n))\n"
+        f"%%{magic} -o after_report\nafter_raw = jax.random.PRNGKey(0)\nfor n in ({a}, {b}, {c}):\n"
+        "    after_y = after_jstep(jnp.ones(n))\n"
+        "    after_draw = jax.random.normal(after_raw, (2,))  # a legacy key never advanced: a finding with a line\n"
     )
     assert result.error_in_exec is None, result.error_in_exec
     report = shell.user_ns["after_report"]

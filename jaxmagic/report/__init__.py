@@ -41,8 +41,9 @@ class SourceLine:
 
     @property
     def where(self) -> str:
-        place = self.label or self.filename
-        return f"{place}, line {self.lineno}, in {self.function}"
+        place = f"{self.label or self.filename}, line {self.lineno}"
+        # A cell's top level has no function to name (Python calls module code "<module>").
+        return place if self.function in ("", "<module>") else f"{place}, in {self.function}"
 
 
 @dataclasses.dataclass
