@@ -50,7 +50,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import source_line
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import error_line, message_of
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
 RETRACE_TOKEN = "jaxmagic-doctor"
@@ -507,9 +507,7 @@ def rank_findings(report: DoctorReport) -> list[Finding]:
         try:
             found += collect(report)
         except Exception as error:  # one probe's odd report must not hide the others
-            report.notes.append(
-                f"jaxmagic could not read one report ({collect.__name__}): {type(error).__name__}: {error}"
-            )
+            report.notes.append(f"jaxmagic could not read one report ({collect.__name__}): {error_line(error)}")
     return sorted(found, key=lambda f: f.rank)
 
 
@@ -691,4 +689,4 @@ def _explain_nan(report: DoctorReport, watch) -> None:
     try:
         report.nans = watch.explain()
     except Exception as error:  # never let our analysis hide the user's results
-        report.notes.append(f"jaxmagic could not explain the NaN: {type(error).__name__}: {error}")
+        report.notes.append(f"jaxmagic could not explain the NaN: {error_line(error)}")

@@ -414,7 +414,7 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
                 report.other_error = error_line(error)
         except Exception as failure:  # never let our analysis hide the user's error
             report.other_error = report.other_error or error_line(error)
-            report.retrace_note += f" (jaxmagic could not finish its analysis: {type(failure).__name__}: {failure})"
+            report.retrace_note += f" (jaxmagic could not finish its analysis: {error_line(failure)})"
         mark_explained(error, report)
         raise
     except BaseException as error:

@@ -244,7 +244,7 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
             try:
                 _explain(report, error, infs)
             except Exception as failure:  # never let our analysis hide the user's error
-                report.notes.append(f"jaxmagic could not finish its analysis: {type(failure).__name__}: {failure}")
+                report.notes.append(f"jaxmagic could not finish its analysis: {error_line(failure)}")
         raise
     except BaseException as error:
         report.other_error = error_line(error)
