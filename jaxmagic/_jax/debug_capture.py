@@ -126,7 +126,8 @@ class Capture:
 _active: Capture | None = None
 _capture_thread: int | None = None  # the thread the capture belongs to: other threads' prints are theirs
 OTHER_THREAD = "other-thread"  # the site key of a print another thread traced during a capture
-_sites: dict[str, PrintSite] = {}  # every site ever made: executables compiled in a capture keep their keys
+_sites: dict[str, PrintSite] = {}  # the sites made (executables compiled in a capture keep their keys)
+MAX_SITES = 10_000  # bounds _sites: each site is a few hundred bytes, kept while its executable may run
 _counter = itertools.count(1)
 _lock = threading.Lock()
 
@@ -181,6 +182,8 @@ def _keep(capture: Capture, new: PrintSite) -> PrintSite:
     kept = capture.register(new)
     with _lock:
         _sites.setdefault(kept.key, kept)
+        while len(_sites) > MAX_SITES:  # a cell re-run with a new lambda makes a new site each time
+            del _sites[next(iter(_sites))]  # the oldest: its print, if it still runs, is shown untagged
     return kept
 
 
