@@ -1,8 +1,9 @@
 # Two commands: `make demo` runs every demo notebook headless, `make test` runs
 # the tests (unit tests and headless notebook runs). Both create .venv first.
+# `make notebooks` syncs each demo notebook with its paired source demo_notebooks/NN_*.py.
 PY := .venv/bin/python
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv notebooks clean
 
 venv:
 	@tools/venv.sh
@@ -12,6 +13,9 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+notebooks: venv
+	$(PY) tools/sync_notebooks.py
 
 bench: venv
 	$(PY) benchmarks/run_all.py
