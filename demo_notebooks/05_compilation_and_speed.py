@@ -544,13 +544,14 @@ def train_v0(step_fn, params, X, Y, n_steps, seed=0):
     key = jax.random.key(seed)
     losses = []
     for step in range(n_steps):
-        step_key = jax.random.split(key)[0]                         # a sub-key per step for dropout
+        step_key = jax.random.split(key)[0]                         # a sub-key for this step's dropout
         params, loss = step_fn(params, X, Y, step_key, step)
         losses.append(float(loss))
     return params, losses
 
 # the fix of section 9.1: a norm whose gradient at 0 is 0 (double where)
 def safe_norm(v):
+    """||v||; value 0 and gradient 0 at v = 0 (double where)."""
     ss = jnp.sum(v ** 2)
     ok = ss > 0
     return jnp.where(ok, jnp.sqrt(jnp.where(ok, ss, 1.0)), 0.0)
