@@ -21,69 +21,22 @@ more under its own cache key).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from harness import Row, make_shell, median, quartiles, run_cell, timed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "demo_notebooks"))  # the section 9 script
+import section9_script
 
 STEPS = 200
 REPETITIONS = 9
 
-SETUP = """
-import jax, jax.numpy as jnp
+# The chapter's section 9 script with its three bugs fixed (demo_notebooks/section9_script.py).
+SETUP = section9_script.source(bugs_fixed=3) + "train_step = make_train_step_v2(loss_v1)\n"
 
-def make_data(key, n=512, d=16):
-    kx, kw = jax.random.split(key)
-    X = jax.random.normal(kx, (n, d))
-    w_true = jax.random.normal(kw, (d,))
-    return X, (X @ w_true > 0).astype(jnp.int32)
-
-def init_params(key, sizes):
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [{"w": jax.random.normal(k, (m, n)) * jnp.sqrt(2.0 / m), "b": jnp.zeros(n)}
-            for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
-
-def forward(params, x, key=None, rate=0.2):
-    for i, layer in enumerate(params):
-        x = x @ layer["w"] + layer["b"]
-        if i < len(params) - 1:
-            x = jax.nn.relu(x)
-            if key is not None:
-                keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - rate, x.shape)
-                x = jnp.where(keep, x / (1 - rate), 0.0)
-    return x
-
-def safe_norm(v):
-    ss = jnp.sum(v ** 2)
-    ok = ss > 0
-    return jnp.where(ok, jnp.sqrt(jnp.where(ok, ss, 1.0)), 0.0)
-
-def loss_fn(params, x, y, key):
-    logits = forward(params, x, key)
-    ce = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
-    return ce + 1e-3 * sum(safe_norm(layer["b"]) for layer in params)
-
-def make_train_step():
-    @jax.jit
-    def train_step(params, x, y, key, step):
-        lr = 0.5 * 0.98 ** step
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
-        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
-    return train_step
-
-def train(step_fn, params, X, Y, n_steps, seed=0):
-    key = jax.random.key(seed)
-    losses = []
-    for step in range(n_steps):
-        key, step_key = jax.random.split(key)
-        params, loss = step_fn(params, X, Y, step_key, jnp.int32(step))
-        losses.append(float(loss))
-    return params, losses
-
-X_tr, Y_tr = make_data(jax.random.key(42))
-params0 = init_params(jax.random.key(1), [16, 64, 64, 2])
-train_step = make_train_step()
-"""
-
-LOOP = f"params, losses = train(train_step, params0, X_tr, Y_tr, {STEPS})"
-FRESH = f"train_step_new = make_train_step()\nparams, losses = train(train_step_new, params0, X_tr, Y_tr, {STEPS})"
+LOOP = f"params, losses = train_v3(train_step, params0, X_tr, Y_tr, {STEPS})"
+FRESH = f"train_step_new = make_train_step_v2(loss_v1)\nparams, losses = train_v3(train_step_new, params0, X_tr, Y_tr, {STEPS})"
 TOOLS = (
     "with jax.debug_nans(True), jax.checking_leaks(), jax.log_compiles(True), jax.explain_cache_misses(True), "
     "jax.transfer_guard('log'), jax.debug_key_reuse(True):\n    " + LOOP

@@ -9,6 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "demo_notebooks"))  # section9_script, the chapter's training script
 
 
 @pytest.fixture(scope="session")

@@ -6,92 +6,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import section9_script as s9
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
 
 N = 4
+X, Y, P0 = s9.data(n=128, sizes=(16, 32, 32, 2))  # the chapter's script on a smaller model and data set
 
 
-def make_data(key, n=128, d=16):
-    kx, kw = jax.random.split(key)
-    X = jax.random.normal(kx, (n, d))
-    return X, (X @ jax.random.normal(kw, (d,)) > 0).astype(jnp.int32)
-
-
-def init_params(key, sizes):
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [
-        {"w": jax.random.normal(k, (m, n)) * jnp.sqrt(2.0 / m), "b": jnp.zeros(n)}
-        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
-    ]
-
-
-def forward(params, x, key=None, rate=0.2):
-    for i, layer in enumerate(params):
-        x = x @ layer["w"] + layer["b"]
-        if i < len(params) - 1:
-            x = jax.nn.relu(x)
-            if key is not None:
-                keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - rate, x.shape)
-                x = jnp.where(keep, x / (1 - rate), 0.0)
-    return x
-
-
-def cross_entropy(params, x, y, key):
-    logits = forward(params, x, key)
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
-
-
-def loss_norm(params, x, y, key):  # bug 1: the gradient of a norm at 0
-    return cross_entropy(params, x, y, key) + 1e-3 * sum(jnp.linalg.norm(layer["b"]) for layer in params)
-
-
-def safe_norm(v):
-    ss = jnp.sum(v**2)
-    return jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)
-
-
-def loss_safe(params, x, y, key):
-    return cross_entropy(params, x, y, key) + 1e-3 * sum(safe_norm(layer["b"]) for layer in params)
-
-
-def make_step(loss_fn, static_step):
-    def train_step(params, x, y, key, step):
-        lr = 0.5 * 0.98**step
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
-        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
-
-    return jax.jit(train_step, static_argnames=("step",)) if static_step else jax.jit(train_step)
-
-
-def train(step_fn, params, X, Y, n, advance_key, typed_step):
-    key = jax.random.key(0)
-    losses = []
-    for step in range(n):
-        if advance_key:
-            key, step_key = jax.random.split(key)
-        else:  # bug 3: the key never advances
-            step_key = jax.random.split(key)[0]
-        params, loss = step_fn(params, X, Y, step_key, jnp.int32(step) if typed_step else step)
-        losses.append(float(loss))
-    return params, losses
-
-
-X, Y = make_data(jax.random.key(42))
-P0 = init_params(jax.random.key(1), [16, 32, 32, 2])
-
-
-def run_doctor(loss_fn, static_step, advance_key, **kwargs):
-    step_fn = make_step(loss_fn, static_step)
+def run_doctor(bugs_fixed, **kwargs):
+    """The section 9 script with its first ``bugs_fixed`` bugs fixed, run under the doctor."""
+    script = s9.version(bugs_fixed)
+    step_fn = script.make_train_step(script.loss)
     with probes.doctor(namespace=globals(), **kwargs) as report:
-        _, losses = train(step_fn, P0, X, Y, N, advance_key, typed_step=not static_step)
+        _, losses = script.train(step_fn, P0, X, Y, N)
     return report, losses
 
 
 def test_three_bugs_in_one_run_in_the_order_to_fix_them():
     before = take_snapshot()
-    report, losses = run_doctor(loss_norm, static_step=True, advance_key=False)
+    report, losses = run_doctor(0)
     assert np.isfinite(losses[0]) and all(np.isnan(losses[1:]))  # the cell ran to the end
     assert report.areas == ["NaN", "recompilation", "random keys"]
     nan = report.finding("nans")
@@ -108,20 +43,20 @@ def test_three_bugs_in_one_run_in_the_order_to_fix_them():
 
 
 def test_two_bugs_then_one_then_none():
-    two, _ = run_doctor(loss_safe, static_step=True, advance_key=False)
+    two, _ = run_doctor(1)
     assert two.areas == ["recompilation", "random keys"]
-    one, _ = run_doctor(loss_safe, static_step=False, advance_key=False)
+    one, _ = run_doctor(2)
     assert one.areas == ["random keys"] and one.compiles.count("train_step") == 1
-    none, losses = run_doctor(loss_safe, static_step=False, advance_key=True)
+    none, losses = run_doctor(3)
     assert none.findings == [] and none.status.value == "ok"
     assert none.keys.flow("train_step").distinct == N
 
 
 def test_results_are_those_of_the_plain_run():
-    step_fn = make_step(loss_safe, static_step=False)
-    _, plain = train(step_fn, P0, X, Y, N, True, True)
+    step_fn = s9.make_train_step_v2(s9.loss_v1)
+    _, plain = s9.train_v3(step_fn, P0, X, Y, N)
     with probes.doctor(namespace=globals()):
-        _, watched = train(step_fn, P0, X, Y, N, True, True)
+        _, watched = s9.train_v3(step_fn, P0, X, Y, N)
     assert plain == watched
 
 

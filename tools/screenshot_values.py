@@ -21,6 +21,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from screenshot_reports import ROOT, photograph  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "demo_notebooks"))
+import section9_script  # noqa: E402
+
 CELLS: list[tuple[str | None, str]] = [
     (
         None,
@@ -67,55 +70,7 @@ def variance_by_moments(x):
         "jax_bisect_algorithm",
         "%jax_bisect variance_by_moments(jnp.array([1e4 + 1, 1e4 + 2, 1e4 + 3])) -o jax_bisect_algorithm\n",
     ),
-    (
-        None,
-        """\
-def make_data(key, n=512, d=16):
-    kx, kw = jax.random.split(key)
-    X = jax.random.normal(kx, (n, d))
-    return X, (X @ jax.random.normal(kw, (d,)) > 0).astype(jnp.int32)
-
-def init_params(key, sizes):
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [{"w": jax.random.normal(k, (m, n)) * jnp.sqrt(2.0 / m), "b": jnp.zeros(n)}
-            for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
-
-def forward(params, x, key=None, rate=0.2):
-    for i, layer in enumerate(params):
-        x = x @ layer["w"] + layer["b"]
-        if i < len(params) - 1:
-            x = jax.nn.relu(x)
-            if key is not None:
-                keep = jax.random.bernoulli(jax.random.fold_in(key, i), 1 - rate, x.shape)
-                x = jnp.where(keep, x / (1 - rate), 0.0)
-    return x
-
-def loss_v0(params, x, y, key):
-    logits = forward(params, x, key)
-    ce = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
-    return ce + 1e-3 * sum(jnp.linalg.norm(layer["b"]) for layer in params)
-
-def make_train_step_v0(loss_fn):
-    @partial(jax.jit, static_argnames=("step",))
-    def train_step(params, x, y, key, step):
-        lr = 0.5 * 0.98 ** step
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
-        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
-    return train_step
-
-def train_v0(step_fn, params, X, Y, n_steps, seed=0):
-    key = jax.random.key(seed)
-    losses = []
-    for step in range(n_steps):
-        step_key = jax.random.split(key)[0]
-        params, loss = step_fn(params, X, Y, step_key, step)
-        losses.append(float(loss))
-    return params, losses
-
-X_tr, Y_tr = make_data(jax.random.key(42))
-params0 = init_params(jax.random.key(1), [16, 64, 64, 2])
-""",
-    ),
+    (None, section9_script.source(bugs_fixed=0)),  # the chapter's section 9 script, its three bugs in
     (
         "jax_keys",
         """\
