@@ -25,3 +25,18 @@ def ip():
 def run(ip, cell: str):
     """Run a cell; return IPython's ExecutionResult."""
     return ip.run_cell(cell)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say, per demo notebook, whether its test executed it or checked ``make demo``'s stamped run."""
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for name, value in getattr(report, "user_properties", ())
+        if name == "notebook_run"
+    ]
+    if lines:
+        terminalreporter.write_sep("-", "demo notebook runs checked")
+        for line in sorted(set(lines)):
+            terminalreporter.write_line(line)

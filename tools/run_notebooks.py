@@ -6,17 +6,31 @@ Each notebook runs in a fresh kernel of the project's environment (the
 "jaxmagic" kernel spec that tools/venv.sh installs into .venv), with widget
 state stored, and is written executed under build/notebooks/. Exit status 1 if
 any notebook failed.
+
+Beside each executed notebook goes a stamp, ``NN_name.stamp.json``: the hash
+of every input of the run (``inputs_digest``: the notebook, every file under
+jaxmagic/, the helper modules in demo_notebooks/, pyproject.toml,
+constraints.txt, this file, the kernel spec, the Python version and every
+installed distribution's version), the hash of the executed file and the
+result. ``reusable_run`` accepts an executed notebook only if its stamp says
+it passed and both hashes still hold, so tests/test_notebooks.py checks a run
+of ``make demo`` instead of executing the notebook a second time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.metadata
+import json
 import os
+import platform
 import sys
 import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -44,8 +58,68 @@ def demo_notebooks() -> list[Path]:
     return sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
 
 
+def _input_files(path: Path) -> list[Path]:
+    """Every file whose content can change what the notebook at ``path`` does when executed."""
+    package = [p for p in sorted((ROOT / "jaxmagic").rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    helpers = [p for p in sorted(path.parent.glob("*.py")) if not p.name[:1].isdigit()]  # not the notebook sources
+    project = [ROOT / "pyproject.toml", ROOT / "constraints.txt", Path(__file__).resolve()]
+    return [path, *package, *helpers, *project]
+
+
+def _environment() -> list[str]:
+    """The interpreter, the kernel spec and every installed distribution, as text lines."""
+    spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
+    # A set: the same distribution is listed twice when the project root is on sys.path (its egg-info).
+    dists = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()})
+    return [sys.version, platform.platform(), json.dumps(spec.argv), spec.resource_dir, *dists]
+
+
+def inputs_digest(path: Path) -> str:
+    """sha256 over the inputs of executing ``path``: files (by path and content) and environment."""
+    digest = hashlib.sha256()
+    for file in _input_files(path):
+        name = file.relative_to(ROOT) if file.is_relative_to(ROOT) else file
+        digest.update(f"file {name} {file.stat().st_size}\n".encode())
+        digest.update(file.read_bytes())
+    for line in _environment():
+        digest.update(f"env {line}\n".encode())
+    return digest.hexdigest()
+
+
+def stamp_path(output_path: Path) -> Path:
+    return output_path.with_suffix(".stamp.json")
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def reusable_run(path: Path, build_dir: Path = BUILD_DIR) -> tuple[NotebookRun | None, str]:
+    """The passing run of ``path`` under ``build_dir`` if its stamp proves the same inputs, and why (not)."""
+    output_path = build_dir / path.name
+    stamp_file = stamp_path(output_path)
+    if not stamp_file.exists() or not output_path.exists():
+        return None, f"no stamped run of {path.name} under {build_dir}"
+    try:
+        stamp = json.loads(stamp_file.read_text())
+    except ValueError:
+        return None, f"unreadable stamp {stamp_file.name}"
+    if stamp.get("notebook") != path.name or not stamp.get("passed"):
+        return None, f"the stamped run of {path.name} did not pass"
+    if stamp.get("output_sha256") != _file_digest(output_path):
+        return None, f"{output_path.name} is not the file its stamp describes"
+    if stamp.get("inputs_sha256") != inputs_digest(path):
+        return None, f"the inputs of {path.name} changed since it was executed"
+    run = NotebookRun(path, output_path, stamp["code_cells"], stamp["seconds"])
+    return run, f"reused {output_path.relative_to(ROOT) if output_path.is_relative_to(ROOT) else output_path}"
+
+
 def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
     """Run every cell of ``path`` in a fresh kernel; save the executed copy."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    output_path = build_dir / path.name
+    stamp_path(output_path).unlink(missing_ok=True)  # an old stamp must never describe the new file
+    inputs = inputs_digest(path)  # before the run: an edit made during it makes the stamp stale
     nb = nbformat.read(path, as_version=4)
     env_before = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugger warning on stderr
@@ -68,10 +142,19 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
         if env_before is None:
             os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
     seconds = time.perf_counter() - start
-    build_dir.mkdir(parents=True, exist_ok=True)
-    output_path = build_dir / path.name
     nbformat.write(nb, output_path)
     code_cells = sum(1 for cell in nb.cells if cell.cell_type == "code")
+    stamp = {
+        "notebook": path.name,
+        "passed": not error,
+        "inputs_sha256": inputs,
+        "output_sha256": _file_digest(output_path),
+        "code_cells": code_cells,
+        "seconds": round(seconds, 1),
+    }
+    partial = stamp_path(output_path).with_suffix(".tmp")
+    partial.write_text(json.dumps(stamp, indent=1) + "\n")
+    partial.replace(stamp_path(output_path))
     return NotebookRun(path, output_path, code_cells, seconds, error)
 
 
