@@ -298,6 +298,9 @@ err = pop_last_error()                            # the error that failed the ce
 assert isinstance(err, jaxmagic.probes.CompileBudgetExceeded)
 assert str(err).startswith("Compile budget exceeded: jit(mlp_step) compiled 2 times")
 assert [f.name for f in rep_budget.over_budget] == ["mlp_step"] and rep_budget.status.value == "problem"
+# after jax.clear_caches() the first compilation is a first compilation, the second one new shapes
+assert rep_budget.function("mlp_step").causes == {"first": 1, "types": 1}
+assert "argument types changed" in str(err) and "new jit wrapper" not in str(err)
 print(err)
 
 

@@ -290,7 +290,8 @@ assert "key, sub = jax.random.split(key)" in str(keys_v2)
 # %% [markdown]
 # The chapter's second tool by hand: a spy around the step function records the data of every key it
 # receives. Five steps, one distinct key. And the legacy `PRNGKey`: the same reuse goes unnoticed by
-# the checker - `%%jax_keys` lists those calls instead.
+# the checker - `%%jax_keys` follows those keys by their data instead: the same key data reaching
+# `jax.random.normal` in 2 of its 2 calls is the same finding as for a typed key.
 
 # %%
 seen_keys = []
@@ -311,6 +312,9 @@ same = bool(jnp.all(jax.random.normal(raw, (3,)) == jax.random.normal(raw, (3,))
 print("PRNGKey used twice: no error, identical draws =", same)
 assert same and keys_legacy.reuse == []
 assert [(u.api, u.count) for u in keys_legacy.legacy] == [("normal", 2)]
+[draw] = keys_legacy.repeated_draws                                  # followed by its key data
+assert (draw.api, draw.calls, draw.distinct, draw.legacy) == ("normal", 2, 1, True)
+assert keys_legacy.status.value == "problem" and "same legacy uint32 key data" in keys_legacy.summary
 
 
 # %% [markdown]
@@ -715,6 +719,9 @@ assert first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches[:5]) is None
 # `%%jax_doctor` finds the same step without the hand-written loop: it watches every call, notes the
 # first whose result holds a NaN from arguments that held none, and re-runs just that call under the
 # NaN probe.
+# It also reports, rightly, that `ex4_step` compiles twice: `jnp.full(4, 1.0 + i)` makes weakly typed
+# batches and `jnp.array([...])` a typed one (the weak type of the data, never the doctor's own
+# key-reuse checker, which also changes JAX's cache key).
 
 # %%
 # %%jax_doctor -o doc_ex4
@@ -727,6 +734,12 @@ s = doc_ex4.nan_sighting
 print(doc_ex4.summary)
 assert s.function == "ex4_step" and s.call_number == 6        # the sixth call: batch index 5
 assert doc_ex4.nans.primitive == "log" and doc_ex4.areas[0] == "NaN"
+# The recompilation is real, and its cause is the data's: jnp.full(4, 1.0 + i) makes weakly typed
+# batches, ex4_batches[5] = jnp.array([...]) a typed one. Never the doctor's own key-reuse checker.
+comp = doc_ex4.compiles.function("ex4_step")
+assert doc_ex4.areas == ["NaN", "recompilation"] and comp.causes == {"first": 1, "weak_type": 1}, comp.causes
+assert doc_ex4.compiles.compilations_of("ex4_step")[1].changes == ["batch: f32[4] weak -> f32[4]"]
+assert "jax_debug_key_reuse" not in comp.reason and "JAX setting" not in doc_ex4.summary
 
 
 # %%
