@@ -279,3 +279,11 @@ def test_compiles_nested_inside_profile(shell):
     assert result.success, result.error_in_exec
     assert shell.user_ns["inner_comp"].count("prof_step") == 1
     assert shell.user_ns["outer_prof"].time.user_compilations == 1
+
+
+def test_a_trace_without_kernel_events_says_so():
+    trace = {"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 50, "name": "PjitFunction(f)"}]}
+    report = build_report(events_from_trace_json(trace), wall_seconds=0.001)
+    assert not report.events_supported and not report.host_only
+    assert "emitted no kernel events" in report.summary
+    assert any(section.title == "No kernel events" for section in report.document().sections)
