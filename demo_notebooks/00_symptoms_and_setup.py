@@ -12,6 +12,24 @@
 # do not know where to start, `%%jax_doctor` runs a cell under all the probes and ranks what it finds.
 
 # %% [markdown]
+# ### What you should be able to do after the chapter
+#
+# 1. Go from a symptom (NaN, wrong numbers, repeated compiling, a tracer error, growing memory, a slow
+#    step, devices that disagree) straight to the first tool to try.
+# 2. See runtime values inside `jit`, `vmap` and `grad` with `jax.debug.print`, `jax.debug.callback`,
+#    `jax.debug.breakpoint` and `jax.disable_jit()`, and know what each does under each transformation.
+# 3. See the program itself (jaxpr, StableHLO, optimized HLO) and find your own code in the HLO with
+#    `jax.named_scope`.
+# 4. Catch numerical problems with `jax_debug_nans`, `checkify` and `check_grads`, and work around the
+#    case where `jax_debug_nans` misses a NaN in 0.12.0.1.
+# 5. Recognise each tracer error and its standard fix, and catch leaked tracers with the leak checker.
+# 6. Read a JAX traceback, switch `JAX_TRACEBACK_FILTERING`, and inspect the current configuration.
+# 7. Track memory with `memory_analysis`, `live_arrays`, `delete` and `clear_caches`, and multi-device
+#    problems with `jax.typeof` and the sharding inspectors.
+#
+# Notebook 10 closes with the chapter's summary and a quick-reference table of the APIs.
+
+# %% [markdown]
 # | Symptom | Do this first | Then reach for | jaxmagic | Section |
 # |---|---|---|---|---|
 # | NaN or inf in the output | On the host, check after every step that the loss is finite | `checkify` with `float_checks` names the primitive. Or re-run the bad step inside `with jax.debug_nans(True):`. If you switch it on globally with `config.update`, call `jax.clear_caches()` first | ✅ `%%jax_nans [--infs]` · ✅ `%jax_check` | §3, §9 |

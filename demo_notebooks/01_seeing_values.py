@@ -373,11 +373,11 @@ assert abs(act_log.records[0]["mean"] - h0.mean()) < 1e-5 and abs(act_log.record
 assert len(act_log.records) == 2 + 8
 
 cb_sites = [s for s in pr_cb.sites if s.api == "callback"]
-calls_per_context = {" > ".join(s.context): len(pr_cb.lines_of(s.fmt)) for s in cb_sites}
+# count the report's lines per site (the format string is shared by the jit and the vmap site)
+calls_per_context = {" > ".join(s.context): len([l for l in pr_cb.lines if l.site == s.key]) for s in cb_sites}
 print("callback site:", cb_sites[0].fmt, "| calls per context:", calls_per_context)
-assert cb_sites[0].fmt == "ActivationLog.record._host"
-assert sum(len([l for l in pr_cb.lines if l.site == s.key]) for s in cb_sites) == 10
-assert any(s.context == ["vmap"] for s in cb_sites)
+assert {s.fmt for s in cb_sites} == {"ActivationLog.record._host"}
+assert calls_per_context == {"jit": 2, "vmap": 8}, calls_per_context     # 2 layers; 4 samples x 2 layers
 
 # %% [markdown]
 # ## 1.3 `jax.debug.breakpoint`

@@ -24,11 +24,10 @@
 #
 # The chapter was run on macOS arm64 with Python 3.14. This notebook runs on **Linux x86_64 with
 # Python 3.13**, with the same JAX/jaxlib 0.12.0.1 on CPU. The jaxpr text, the name stacks and the
-# StableHLO locations come out as in the chapter. The optimized HLO is XLA's own choice for this CPU:
-# the same operations of the `encoder` scope are there, but XLA numbers and fuses instructions its own
-# way, so some instruction names differ from the chapter's list (here, for instance, the relu's
-# broadcast is `%broadcast.4`, not `%broadcast.2`). The assertions check what the chapter checks, and
-# compare jaxmagic's findings with the hand-written search on the same text.
+# StableHLO locations come out as in the chapter. So does the optimized HLO of the `encoder` scope:
+# the same five instructions under the same names as the chapter's list (the relu's broadcast is
+# `%broadcast.2` here too), which the cell of §2.2 asserts. The assertions check what the chapter
+# checks, and compare jaxmagic's findings with the hand-written search on the same text.
 
 # %%
 # %load_ext jaxmagic
@@ -200,6 +199,9 @@ for name, op in enc_ops:
 assert stacks.count("encoder") >= 2 and stacks.count("head") >= 3
 assert "encoder" not in plain and "jit(scoped_mlp)/encoder/dot_general" in dbg
 assert any(op.endswith("encoder/dot_general") for _, op in enc_ops)
+# the instruction names of the chapter's list, in its order
+assert [name for name, _ in enc_ops] == ["dot_general.1", "broadcast.2", "max.2", "ynn_fusion.1",
+                                         "broadcast_maximum_fusion"], enc_ops
 assert np.isclose(float(compiled(p_ns, x_ns)),
                   float(np.mean((np.maximum(to64(x_ns) @ to64(p_ns["w1"]), 0) @ to64(p_ns["w2"])) ** 2)))
 
