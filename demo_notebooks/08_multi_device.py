@@ -145,7 +145,25 @@ print(labels(rep_x), labels(rep_c), labels(rep_r))
 # notebook view is jaxmagic's own HTML.
 
 # %%
-jax.debug.visualize_array_sharding(x)       # rich is installed: JAX draws the layout
+import io
+import rich.console
+
+drawn = []                                   # what JAX hands to rich, kept to check the drawing
+_rich_print = rich.console.Console.print
+def _keep(self, *objects, **kwargs):
+    drawn.extend(objects)
+    return _rich_print(self, *objects, **kwargs)
+rich.console.Console.print = _keep
+try:
+    jax.debug.visualize_array_sharding(x)   # rich is installed: JAX draws the layout
+finally:
+    rich.console.Console.print = _rich_print
+plain = rich.console.Console(file=io.StringIO(), width=80, color_system=None, force_jupyter=False)
+for obj in drawn:
+    plain.print(obj)
+rows = [line for line in plain.file.getvalue().splitlines() if "CPU" in line]
+assert rows == ["│ CPU 0 │ CPU 1 │", "│ CPU 2 │ CPU 3 │"], rows   # the same 2x2 layout as %jax_sharding
+del drawn, plain
 
 # %%
 saved_rich = sys.modules.get("rich")
