@@ -419,8 +419,10 @@ assert np.allclose(losses_fixed, losses_v3[:N_DRILL], atol=1e-6)   # the doctor 
 # | 3 | A leak detector with `jax.live_arrays()` | §7.3 |
 # | 4 | Find the first NaN step, and the primitive, automatically | §3.1, §9 |
 #
-# Each exercise gives its problem code, a solution, and the chapter's self-check, which calls the
-# solution on inputs it has not seen.
+# Exercise 1 is laid out as in the chapter: the task, the problem code, an answer area, and the
+# self-check, which says "not answered yet" until the answer's names exist and then tries them on
+# inputs they have not seen. Its reference answer is in the appendix at the end, where the self-check
+# runs again and must pass. Exercises 2-4 still show their solution before their self-check.
 #
 # ### Exercise 1: four tracer errors
 #
@@ -453,62 +455,41 @@ ex1_x = jnp.array([3.0, -1.0, 4.0, -1.5, 5.0])
 ex1_calls = {"ex1_normalize": (ex1_normalize, (ex1_x, "l1")), "ex1_topk_mean": (ex1_topk_mean, (ex1_x, 2)),
              "ex1_count_pos": (ex1_count_pos, (ex1_x,)), "ex1_clip_by_norm": (ex1_clip_by_norm, (ex1_x, 2.0))}
 
-# %% [markdown]
-# **Solution.** The explainer that jaxmagic installs (`%jax_explain`) names the kind of each tracer
-# error, the argument it depends on and the standard fix; `explain` is the same as a function.
-# The fixes: a string or a shape-deciding integer becomes a static argument; a boolean index becomes
-# a masked sum; a value-dependent `if` becomes `jnp.where`.
+# %%
+# ✍️ Answer area: exercise 1
+# Write your code here, then run the self-check below. The reference answer is in the appendix at the end.
 
 # %%
-ex1_errors, explained = {}, {}
-for name, (fn, args) in ex1_calls.items():
+# 🧪 Self-check: exercise 1 (the chapter's, on new inputs)
+def ex1_self_check():
+    """True when ex1_errors and fixed are right; None while they are not defined yet."""
     try:
-        jax.jit(fn)(*args)
-        ex1_errors[name] = None
-    except Exception as e:
-        ex1_errors[name] = type(e).__name__
-        report = jaxmagic.probes.explain_any(e)
-        explained[name] = report.error_kind if report is not None else "(not a tracer error)"
-print("exceptions:", ex1_errors)
-print("explainer's kinds:", explained)
-assert ex1_errors == {"ex1_normalize": "TypeError", "ex1_topk_mean": "IndexError",
-                      "ex1_count_pos": "NonConcreteBooleanIndexError", "ex1_clip_by_norm": "TracerBoolConversionError"}
-assert explained["ex1_count_pos"] == "bool_index" and explained["ex1_clip_by_norm"] == "bool"
-assert explained["ex1_topk_mean"] == "slice"
+        ex1_errors, fixed
+    except NameError as e:
+        print(f"⏳ exercise 1 not answered yet: {e}")
+        return None
+    assert ex1_errors == {"ex1_normalize": "TypeError", "ex1_topk_mean": "IndexError",
+                          "ex1_count_pos": "NonConcreteBooleanIndexError",
+                          "ex1_clip_by_norm": "TracerBoolConversionError"}, f"wrong exception classes: {ex1_errors}"
+    missing = set(ex1_calls) - set(fixed)
+    assert not missing, f"missing from fixed: {sorted(missing)}"
+    for name in ex1_calls:
+        assert hasattr(fixed[name], "lower"), f"fixed['{name}'] should be a jax.jit function"
+    x = jnp.array([-2.0, 0.5, 7.0, 1.0, -3.0, 2.5])
+    x64 = to64(x)
+    cases = [("ex1_normalize", (x, "l1"), x64 / np.abs(x64).sum()),
+             ("ex1_normalize", (x, "l2"), x64 / np.linalg.norm(x64)),
+             ("ex1_topk_mean", (x, 3), np.sort(x64)[::-1][:3].mean()),
+             ("ex1_count_pos", (x,), 4), ("ex1_count_pos", (-jnp.abs(x),), 0),
+             ("ex1_clip_by_norm", (x, 1.0), x64 / np.linalg.norm(x64)),
+             ("ex1_clip_by_norm", (x, 100.0), x64)]
+    for name, args, ref in cases:
+        out = fixed[name](*args)
+        assert np.allclose(to64(out), ref, atol=1e-5), f"{name}: got {np.asarray(out)}, expected {ref}"
+    print("✅ exercise 1 self-check passed")
+    return True
 
-fixed = {
-    "ex1_normalize": jax.jit(ex1_normalize, static_argnames="mode"),
-    "ex1_topk_mean": jax.jit(ex1_topk_mean, static_argnames="k"),
-    "ex1_count_pos": jax.jit(lambda x: jnp.sum(x > 0)),
-    "ex1_clip_by_norm": jax.jit(lambda x, max_norm: x * jnp.minimum(1.0, max_norm / jnp.linalg.norm(x))),
-}
-x64 = to64(ex1_x)
-refs = {"ex1_normalize": x64 / np.abs(x64).sum(), "ex1_topk_mean": np.sort(x64)[::-1][:2].mean(),
-        "ex1_count_pos": (x64 > 0).sum(), "ex1_clip_by_norm": x64 * min(1.0, 2.0 / np.linalg.norm(x64))}
-for name, (_, args) in ex1_calls.items():
-    out = fixed[name](*args)
-    print(f"  {name:17s} -> {np.round(np.asarray(out), 4)}")
-    assert np.allclose(out, refs[name], atol=1e-6)
-
-# %%
-# Self-check, exercise 1 (the chapter's): new inputs
-assert ex1_errors == {"ex1_normalize": "TypeError", "ex1_topk_mean": "IndexError",
-                      "ex1_count_pos": "NonConcreteBooleanIndexError",
-                      "ex1_clip_by_norm": "TracerBoolConversionError"}, f"wrong exception classes: {ex1_errors}"
-assert not set(ex1_calls) - set(fixed)
-for _name in ex1_calls:
-    assert hasattr(fixed[_name], "lower"), f"fixed['{_name}'] should be a jax.jit function"
-_x = jnp.array([-2.0, 0.5, 7.0, 1.0, -3.0, 2.5])
-_x64 = to64(_x)
-_cases = [("ex1_normalize", (_x, "l1"), _x64 / np.abs(_x64).sum()),
-          ("ex1_normalize", (_x, "l2"), _x64 / np.linalg.norm(_x64)),
-          ("ex1_topk_mean", (_x, 3), np.sort(_x64)[::-1][:3].mean()),
-          ("ex1_count_pos", (_x,), 4), ("ex1_count_pos", (-jnp.abs(_x),), 0),
-          ("ex1_clip_by_norm", (_x, 1.0), _x64 / np.linalg.norm(_x64)),
-          ("ex1_clip_by_norm", (_x, 100.0), _x64)]
-for _name, _args, _ref in _cases:
-    assert np.allclose(to64(fixed[_name](*_args)), _ref, atol=1e-5), (_name, _args)
-print("✅ exercise 1 self-check passed")
+ex1_self_check()
 
 
 # %% [markdown]
@@ -930,6 +911,61 @@ n_auto, n_off = tb_auto.count('  File "'), tb_off.count('  File "')
 print(f"in a script: {n_auto} frames with auto, {n_off} with off")
 assert "JAX has removed its internal frames" in tb_auto and "JAX has removed" not in tb_off
 assert n_auto < n_off
+
+# %% [markdown]
+# ## Appendix: reference answers
+#
+# Try each exercise in its answer area first and check it with its self-check; come here once it
+# passes, or when you are stuck. The answers below run in order and replace anything of the same name
+# that you defined in an answer area. Each one ends by running its exercise's self-check, which must
+# pass.
+
+# %% [markdown]
+# ### Exercise 1
+#
+# The task is in the exercise 1 section above. The explainer that jaxmagic installs (`%jax_explain`)
+# names the kind of each tracer error, the argument it depends on and the standard fix;
+# `explain_any` is the same as a function.
+# The fixes: a string or a shape-deciding integer becomes a static argument; a boolean index becomes
+# a masked sum; a value-dependent `if` becomes `jnp.where`.
+
+# %%
+# Reference answer: exercise 1
+ex1_errors, explained = {}, {}
+for name, (fn, args) in ex1_calls.items():
+    try:
+        jax.jit(fn)(*args)
+        ex1_errors[name] = None
+    except Exception as e:
+        ex1_errors[name] = type(e).__name__
+        report = jaxmagic.probes.explain_any(e)
+        explained[name] = report.error_kind if report is not None else "(not a tracer error)"
+print("exceptions:", ex1_errors)
+print("explainer's kinds:", explained)
+assert ex1_errors == {"ex1_normalize": "TypeError", "ex1_topk_mean": "IndexError",
+                      "ex1_count_pos": "NonConcreteBooleanIndexError", "ex1_clip_by_norm": "TracerBoolConversionError"}
+assert explained["ex1_count_pos"] == "bool_index" and explained["ex1_clip_by_norm"] == "bool"
+assert explained["ex1_topk_mean"] == "slice"
+
+fixed = {
+    "ex1_normalize": jax.jit(ex1_normalize, static_argnames="mode"),
+    "ex1_topk_mean": jax.jit(ex1_topk_mean, static_argnames="k"),
+    "ex1_count_pos": jax.jit(lambda x: jnp.sum(x > 0)),
+    "ex1_clip_by_norm": jax.jit(lambda x, max_norm: x * jnp.minimum(1.0, max_norm / jnp.linalg.norm(x))),
+}
+x64 = to64(ex1_x)
+refs = {"ex1_normalize": x64 / np.abs(x64).sum(), "ex1_topk_mean": np.sort(x64)[::-1][:2].mean(),
+        "ex1_count_pos": (x64 > 0).sum(), "ex1_clip_by_norm": x64 * min(1.0, 2.0 / np.linalg.norm(x64))}
+for name, (_, args) in ex1_calls.items():
+    out = fixed[name](*args)
+    print(f"  {name:17s} -> {np.round(np.asarray(out), 4)}")
+    assert np.allclose(out, refs[name], atol=1e-6)
+assert np.allclose(fixed["ex1_normalize"](ex1_x, "l2"), x64 / np.linalg.norm(x64), atol=1e-6)   # the other branch
+assert np.allclose(fixed["ex1_clip_by_norm"](ex1_x, 100.0), x64)           # no scaling needed: x comes back as it is
+
+# %%
+assert ex1_self_check(), "exercise 1's self-check must pass with the reference answer"
+
 
 # %% [markdown]
 # ## Nothing left switched on
