@@ -377,7 +377,29 @@ assert st_abstract.argument_types[-1] == "f32[128,32]" and st_abstract.jitted_he
 assert st_abstract.cost["flops"] > st.cost["flops"]       # 16x the rows: more work
 
 # %% [markdown]
-# ### Supplement: `jax.transfer_guard` finds implicit transfers
+# ### Step 4: which operations take the run time — `%%jax_profile`
+#
+# By hand, step 4 means `jax.profiler.trace`, then TensorBoard or Perfetto, then matching kernel names
+# such as `ynn_fusion.1` to your code. `%%jax_profile` runs the cell under the profiler and maps every
+# kernel back to the optimized-HLO instruction it ran, and from there to its `named_scope` and your
+# source line. `--warmup 1` runs the cell once first, so the compilation is not in the figures.
+
+# %%
+# %%jax_profile --warmup 1 -o prof_deep
+for _ in range(20):
+    jd(ws_deep, x_deep).block_until_ready()
+
+# %%
+top = prof_deep.lines[0]
+assert top.line is not None and top.line.code == "x = jnp.tanh(x @ w)" and top.line.function == "deep"
+assert top.share > 0.9, top.share                      # the 40 unrolled layers are where the time goes
+assert top.calls == 20 and top.kernel_runs >= 800       # 20 calls, 40 layers each
+others = [t for t in prof_deep.lines[1:] if t.line is not None]
+assert all(t.seconds <= top.seconds for t in others)   # the reduction in `return x.sum()` ranks lower
+assert prof_deep.program("deep").calls == 20
+assert prof_deep.time.compilations == 0                 # the warm-up run paid for compiling
+print(f"{top.share:.0%} of the device time on `{top.line.code}`; bound: {prof_deep.bound}")
+
 #
 # Passing a NumPy array or a Python scalar to a jitted function copies it from host to device on
 # every call. On GPU and TPU that can be the main cost, and nothing in the code shows it.
