@@ -229,3 +229,89 @@ def trace_context_size() -> int | None:
         return len(config.trace_context_names())
     except Exception:
         return None
+
+
+# -- evaluating a jaxpr equation by equation (the NaN producer search) -----------
+
+
+def closed_parts(program) -> tuple[Any, list]:
+    """``(jaxpr, consts)`` of a ``ClosedJaxpr``; an open ``Jaxpr`` (remat's body) has no consts."""
+    inner = getattr(program, "jaxpr", None)
+    if inner is not None and hasattr(program, "consts"):
+        return inner, list(program.consts)
+    return program, []
+
+
+def bind_equation(eqn, values: list) -> list:
+    """Run one equation on concrete values as ``jax.core.eval_jaxpr`` does; its outputs as a list."""
+    from jax._src import source_info_util
+
+    subfuns, bind_params = _bind_params(eqn)
+    with source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack):
+        with eqn.ctx.manager:
+            out = eqn.primitive.bind(*subfuns, *values, **bind_params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def _bind_params(eqn):
+    got = eqn.primitive.get_bind_params(eqn.params)
+    if isinstance(got, tuple):  # older JAX: (subfuns, params)
+        return got
+    return (), got
+
+
+def jaxpr_function(program):
+    """A jitted Python function running ``program`` (a ``ClosedJaxpr`` or open ``Jaxpr``): one compiled
+    call per scan/while iteration instead of one eager call per equation."""
+    import jax
+
+    jaxpr, consts = closed_parts(program)
+    from jax._src import core
+
+    def run(*args):
+        return core.eval_jaxpr(jaxpr, consts, *args)
+
+    return jax.jit(run)
+
+
+def scan_operands(eqn, args: list) -> tuple[list, list, list]:
+    """``(consts, carry, xs)`` of a ``scan`` equation's inputs, in the body's input order."""
+    params = eqn.params
+    if "ft_in" in params:  # JAX >= 0.10: flat trees say which inputs are which
+        consts, carry, xs = params["ft_in"].update(list(args)).unpack()
+        return list(consts.vals), list(carry.vals), list(xs.vals)
+    n_consts, n_carry = params["num_consts"], params["num_carry"]
+    return list(args[:n_consts]), list(args[n_consts : n_consts + n_carry]), list(args[n_consts + n_carry :])
+
+
+def while_operands(eqn, args: list) -> tuple[list, list, list]:
+    """``(cond_consts, body_consts, carry)`` of a ``while`` equation's inputs."""
+    n_cond, n_body = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+    return list(args[:n_cond]), list(args[n_cond : n_cond + n_body]), list(args[n_cond + n_body :])
+
+
+def name_stack_text(eqn) -> str:
+    """The equation's name stack as JAX prints it (``jvp(f)/transpose(jvp(f))``), '' if none."""
+    try:
+        return str(eqn.source_info.name_stack)
+    except Exception:
+        return ""
+
+
+def traceback_frames(traceback) -> list[tuple[str, int, str]]:
+    """``(file, line, function)`` of every frame of a traceback JAX recorded, innermost first; [] if none."""
+    try:
+        return [(f.file_name, int(f.line_num), str(f.function_name)) for f in traceback.frames]
+    except Exception:
+        return []
+
+
+def called_function(eqn) -> tuple[str, str]:
+    """``(name, file)`` of the Python function a call equation (``jit``, ``closed_call``) traced, from
+    its sub-program's debug info (``("_std", ".../jax/_src/numpy/reductions.py")``); ("", "") if unknown."""
+    for program in sub_jaxprs(eqn)[:1]:
+        info = getattr(getattr(program, "jaxpr", program), "debug_info", None)
+        name = str(getattr(info, "func_name", "") or "")
+        filename = str(getattr(info, "func_filename", "") or "")
+        return name, filename
+    return "", ""

@@ -128,3 +128,71 @@ def _call_at(user_tb: TracebackType) -> FailingCall | None:
     except Exception:
         return None
     return FailingCall(ast.unparse(node), function, args, kwargs)
+
+
+def failing_expressions(tb: TracebackType | None) -> list[tuple[FailingCall, TracebackType]]:
+    """Per user frame of ``tb`` (outermost first), the largest expression around the call that was
+    running which is safe to evaluate again, as a function of the arrays it reads, with its frame.
+
+    For ``y = jnp.where(x > 0, jnp.log(x), 0.0)`` failing in ``jnp.log`` this is
+    ``lambda x: jnp.where(x > 0, jnp.log(x), 0.0)`` called with ``x``: tracing it
+    gives the whole statement's program, so a NaN the ``where`` discards is seen
+    as discarded. The function is compiled with the frame's file name and line
+    numbers, so the equations it makes point at the user's own line.
+    """
+    found = []
+    for user_tb in _user_tracebacks(tb):
+        expression = _expression_at(user_tb)
+        if expression is not None:
+            found.append((expression, user_tb))
+    return found
+
+
+def _expression_at(user_tb: TracebackType) -> FailingCall | None:
+    try:
+        import executing
+
+        node = executing.Source.executing(user_tb).node
+    except Exception:
+        return None
+    if not isinstance(node, ast.expr):
+        return None
+    chain = [node]
+    while isinstance(getattr(chain[-1], "parent", None), ast.expr):
+        chain.append(chain[-1].parent)
+    frame = user_tb.tb_frame
+    for candidate in reversed(chain):  # the largest first
+        call = _as_function(candidate, frame)
+        if call is not None:
+            return call
+    return None
+
+
+def _as_function(node: ast.expr, frame) -> FailingCall | None:
+    from jaxmagic.probes._support.nonfinite import looks_like_array_tree
+
+    evaluator = _Evaluator(frame)
+    try:
+        if isinstance(node, ast.Call):  # the callee may be the user's own function; what it gets must be pure
+            evaluator.eval(node.func)
+            for child in [*node.args, *node.keywords]:
+                evaluator._check(child)
+        else:
+            evaluator._check(node)
+    except Exception:
+        return None
+    names = list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+    scope = {**frame.f_globals, **evaluator.locals}
+    arrays = [(name, scope[name]) for name in names if name in scope and looks_like_array_tree(scope[name])]
+    text = ast.unparse(node)
+    try:
+        tree = ast.parse(f"lambda {', '.join(name for name, _ in arrays)}: ({text})", mode="eval")
+        ast.increment_lineno(tree, getattr(node, "lineno", 1) - 1)
+        code = compile(tree, frame.f_code.co_filename, "eval")
+        function = eval(code, {k: v for k, v in scope.items() if k not in dict(arrays)})
+        function.__code__ = function.__code__.replace(
+            co_name=frame.f_code.co_name, co_qualname=frame.f_code.co_qualname
+        )
+    except Exception:
+        return None
+    return FailingCall(text, function, arrays, {})

@@ -1,0 +1,160 @@
+"""Evaluate a traced program equation by equation on concrete values, looking inside sub-programs.
+
+``jax.core.eval_jaxpr`` runs a program's top-level equations; a ``scan`` or a
+nested ``jit`` is one opaque step there. To say *which* operation inside a
+loop body made a value, the NaN producer search needs to open those steps.
+This module does that generically:
+
+* every equation is first run as a whole (``bind``: compiled, fast);
+* a :class:`Listener` looks at its inputs and outputs and may ask to look
+  inside (``look_inside``). Only then is the equation opened: the sub-programs
+  are found in its parameters (``compat.sub_jaxprs``), and one small rule per
+  primitive says how the equation's inputs reach them - ``scan`` slices ``xs``
+  and threads the carry iteration by iteration, ``while`` alternates cond and
+  body, ``cond``/``switch`` picks the branch its index selects. Every other
+  primitive with exactly one sub-program taking the equation's inputs and
+  giving its outputs (``jit``, ``closed_call``, ``remat``/``checkpoint``,
+  ``custom_jvp_call``, ``custom_vjp_call``, ...) is opened as a call;
+* a loop is opened by running its body once per iteration as a compiled
+  function, and only the iteration the listener points at is evaluated
+  equation by equation.
+
+An equation that cannot be opened (an opaque custom call, ``shard_map`` with
+collectives, a primitive with several bodies of unknown meaning) is reported
+to the listener with ``cannot_open``, and its bind's outputs stand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxmagic._jax import compat
+
+MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where an opened equation sits: the equation, and the iteration (scan/while) or branch (cond)."""
+
+    eqn: Any
+    kind: str  # "scan", "while", "cond" or "call"
+    index: int | None = None  # iteration of a loop, branch of a cond, None for a call
+
+
+class Listener:
+    """What the walk asks at each equation. Override what you need."""
+
+    def look_inside(self, eqn, inputs: list, outputs: list, path: tuple[Position, ...]) -> bool:
+        """Open this equation (or this loop iteration)? ``eqn`` is the equation being opened."""
+        return False
+
+    def visit(self, eqn, inputs: list, outputs: list, path: tuple[Position, ...]) -> bool:
+        """An equation ran (after it was opened, if it was). Return True to end the investigation:
+        the walk leaves every opened equation and goes on with the top level."""
+        return False
+
+    def cannot_open(self, eqn, path: tuple[Position, ...]) -> None:
+        """``look_inside`` asked for an equation this module has no rule for."""
+
+
+class _EndInvestigation(Exception):
+    """Raised inside an opened equation when the listener has seen enough; caught at the top level."""
+
+
+class Walk:
+    """Evaluate ``program`` on ``args`` for ``listener``; ``run`` returns the program's outputs."""
+
+    def __init__(self, listener: Listener):
+        self.listener = listener
+        self._compiled: dict[int, Any] = {}
+
+    def run(self, program, args: list) -> list:
+        jaxpr, consts = compat.closed_parts(program)
+        return self._walk(jaxpr, consts, args, (), top=True)
+
+    # -- one level ----------------------------------------------------------------
+
+    def _walk(self, jaxpr, consts: list, args: list, path: tuple[Position, ...], top: bool = False) -> list:
+        env: dict = {}
+
+        def read(var):
+            return var.val if compat.is_literal(var) else env[var]
+
+        for var, value in zip(jaxpr.constvars, consts):
+            env[var] = value
+        for var, value in zip(jaxpr.invars, args):
+            env[var] = value
+        for eqn in jaxpr.eqns:
+            inputs = [read(v) for v in eqn.invars]
+            outputs = compat.bind_equation(eqn, inputs)
+            if compat.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
+                try:
+                    self._open(eqn, inputs, path)
+                except _EndInvestigation:
+                    if not top:
+                        raise
+            if self.listener.visit(eqn, inputs, outputs, path) and not top:
+                raise _EndInvestigation
+            for var, value in zip(eqn.outvars, outputs):
+                env[var] = value
+        return [read(v) for v in jaxpr.outvars]
+
+    # -- opening an equation -------------------------------------------------------
+
+    def _open(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
+        name = eqn.primitive.name
+        if name == "scan":
+            self._open_scan(eqn, inputs, path)
+        elif name == "while":
+            self._open_while(eqn, inputs, path)
+        elif name == "cond":
+            branches = eqn.params["branches"]
+            index = int(max(0, min(len(branches) - 1, int(inputs[0]))))
+            jaxpr, consts = compat.closed_parts(branches[index])
+            self._walk(jaxpr, consts, inputs[1:], (*path, Position(eqn, "cond", index)))
+        else:
+            subs = compat.sub_jaxprs(eqn)
+            if len(subs) == 1:
+                jaxpr, consts = compat.closed_parts(subs[0])
+                if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
+                    self._walk(jaxpr, consts, inputs, (*path, Position(eqn, "call")))
+                    return
+            self.listener.cannot_open(eqn, path)
+
+    def _body(self, program):
+        """The compiled function of a loop body (made once per body in this walk)."""
+        key = id(program)
+        if key not in self._compiled:
+            self._compiled[key] = (program, compat.jaxpr_function(program))
+        return self._compiled[key][1]
+
+    def _open_scan(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
+        consts, carry, xs = compat.scan_operands(eqn, inputs)
+        body = eqn.params["jaxpr"]
+        run_body = self._body(body)
+        length = int(eqn.params["length"])
+        order = range(length - 1, -1, -1) if eqn.params.get("reverse") else range(length)
+        jaxpr, body_consts = compat.closed_parts(body)
+        for i in order:
+            step_inputs = [*consts, *carry, *(x[i] for x in xs)]
+            step_outputs = list(run_body(*step_inputs))
+            position = (*path, Position(eqn, "scan", i))
+            if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
+                self._walk(jaxpr, body_consts, step_inputs, position)
+            carry = step_outputs[: len(carry)]
+
+    def _open_while(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
+        cond_consts, body_consts, carry = compat.while_operands(eqn, inputs)
+        run_cond, run_body = self._body(eqn.params["cond_jaxpr"]), self._body(eqn.params["body_jaxpr"])
+        jaxpr, consts = compat.closed_parts(eqn.params["body_jaxpr"])
+        for i in range(MAX_LOOP_ITERATIONS):
+            if not bool(run_cond(*cond_consts, *carry)[0]):
+                return
+            step_inputs = [*body_consts, *carry]
+            step_outputs = list(run_body(*step_inputs))
+            position = (*path, Position(eqn, "while", i))
+            if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
+                self._walk(jaxpr, consts, step_inputs, position)
+            carry = step_outputs

@@ -1,0 +1,437 @@
+"""Find the operation that produced a NaN/inf: the producer search.
+
+JAX's ``debug_nans`` names the outermost primitive whose output held the NaN:
+``scan`` for a NaN made inside a scan body, ``jit`` for a nested function.
+This search goes to the operation itself. It runs only after a NaN/inf was
+seen (nothing here costs anything on a clean cell):
+
+1. trace the failing call with its real argument values (``jax.make_jaxpr``;
+   for a gradient call the program holds the backward pass too);
+2. evaluate that program equation by equation (``jaxmagic._jax.jaxpr_eval``),
+   opening a control-flow or call equation only when its inputs are finite and
+   its outputs are not - a loop iteration by iteration, with the body compiled
+   and only the failing iteration evaluated op by op;
+3. the **producer** is the first equation whose inputs are all finite and
+   whose output is not. Its line, its loop iterations, the first bad element
+   and the input values there are what the report shows. When it made inf and
+   a NaN is sought, the equation that turned the inf into NaN is named too;
+   when the program's result is finite after all, the NaN lived only in a
+   discarded branch of ``where``/``select``.
+
+Constants written into the program (``Literal``s, e.g. the ``nan`` jnp.var
+returns for too few samples) do not count as non-finite inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+
+import numpy as np
+
+from jaxmagic._jax import compat
+from jaxmagic._jax.jaxpr_eval import Listener, Walk
+from jaxmagic.report import SourceLine
+from jaxmagic.report.source import is_user_file, source_line
+
+# Operand names of binary primitives, for "the denominator was 0.0".
+_OPERAND_NAMES = {
+    "div": ("numerator", "denominator"),
+    "rem": ("dividend", "divisor"),
+    "pow": ("base", "exponent"),
+    "sub": ("left", "right"),
+    "add": ("left", "right"),
+    "mul": ("left", "right"),
+    "atan2": ("y", "x"),
+}
+
+_SELECTS = ("select_n", "_where", "where", "select")
+
+
+@dataclasses.dataclass
+class LoopPosition:
+    """One enclosing loop or branch of the producer: ``scan`` iteration 899, ``cond`` branch 1."""
+
+    primitive: str  # "scan", "while" or "cond"
+    index: int  # iteration (scan: position in xs, counted from 0 even for reverse=True) or branch
+    line: SourceLine | None = None  # the user's line that made the loop
+
+    @property
+    def text(self) -> str:
+        return f"branch {self.index} of `cond`" if self.primitive == "cond" else f"iteration {self.index}"
+
+
+@dataclasses.dataclass
+class OperandValue:
+    """One input of the producer, at the first bad element."""
+
+    role: str  # "denominator", "operand", "x", ...
+    value: str  # "-1.0", or a summary "f32[3] in [-1.0, 2.0]" when no single element applies
+    shape: list[int]
+    dtype: str
+    made_by: str = ""  # primitive that computed it ("reduce_sum"); "" for an input or constant
+    constant: bool = False  # written into the program (a literal)
+
+
+@dataclasses.dataclass
+class NanProducer:
+    """The first operation whose inputs were finite and whose output was not."""
+
+    primitive: str  # "log", "div", ...
+    value: str  # what it made: "nan" or "inf"
+    line: SourceLine | None = None  # the user's line (for a library function: the line that called it)
+    library_function: str = ""  # "jnp.std" when the operation ran inside a JAX library function
+    phase: str = "forward"  # "forward" or "backward"
+    derivative: bool = False  # computed by JAX for a gradient (its line is the forward line it differentiates)
+    loops: list[LoopPosition] = dataclasses.field(default_factory=list)  # outermost first
+    calls: list[str] = dataclasses.field(default_factory=list)  # jitted functions it sat in, outermost first
+    index: list[int] = dataclasses.field(default_factory=list)  # first bad element of its output
+    operands: list[OperandValue] = dataclasses.field(default_factory=list)
+    output_shape: list[int] = dataclasses.field(default_factory=list)
+    bad_count: int = 0  # non-finite elements of its output
+    name_stack: str = ""
+    nan_maker: str = ""  # it made inf; this operation turned inf into NaN: "`mul`: inf * 0.0"
+    nan_maker_line: SourceLine | None = None
+    discarded_by: str = ""  # the NaN never reached the result: "jnp.where" dropped it
+    discarded_line: SourceLine | None = None
+
+    @property
+    def forward_line(self) -> SourceLine | None:
+        """For a gradient operation, the forward line whose derivative it computes."""
+        return self.line if self.derivative or self.phase == "backward" else None
+
+    @property
+    def where_in_loops(self) -> str:
+        return ", ".join(loop.text for loop in self.loops)
+
+    @property
+    def description(self) -> str:
+        """``"`log` got -1.0 at index [2], iteration 2"``; ``"`div`: 0.0/0.0 at index [0] ..."``."""
+        at = f" at index {self.index}" if self.index else ""
+        loops = f", {self.where_in_loops}" if self.loops else ""
+        values = [op for op in self.operands if not op.constant] or self.operands
+        if self.primitive == "div" and len(self.operands) == 2:
+            num, den = self.operands
+            text = f"`div`: {num.value}/{den.value}{at}{loops}; the denominator"
+            text += f" (from `{den.made_by}`)" if den.made_by else ""
+            return text + f" was {den.value}"
+        if len(values) == 1:
+            return f"`{self.primitive}` got {values[0].value}{at}{loops}"
+        got = ", ".join(f"{op.role} {op.value}" for op in self.operands)
+        return f"`{self.primitive}` got {got}{at}{loops}"
+
+
+@dataclasses.dataclass
+class ProducerSearch:
+    """The outcome of one producer search."""
+
+    producer: NanProducer | None = None
+    searched: str = ""  # the expression whose program was evaluated
+    stopped_at: list[str] = dataclasses.field(default_factory=list)  # primitives it could not look inside
+    result_finite: bool = False  # the program's result held no NaN/inf (the NaN was discarded)
+    failure: str = ""  # why no search ran: "tracing failed: ..."
+    equations: int = 0  # equations evaluated one by one
+
+
+# -- reading values ------------------------------------------------------------------
+
+
+def _host(value):
+    if isinstance(value, compat_tracer_types()):
+        return None
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return None
+    if not np.issubdtype(array.dtype, np.inexact):
+        return None
+    return array
+
+
+def compat_tracer_types():
+    import jax
+
+    return (jax.core.Tracer,)
+
+
+def _bad_mask(value, want_nan: bool):
+    array = _host(value)
+    if array is None:
+        return None
+    mask = np.isnan(array) if want_nan else ~np.isfinite(array)
+    return mask if mask.any() else None
+
+
+def _any_bad(values, want_nan: bool = False) -> bool:
+    return any(_bad_mask(v, want_nan) is not None for v in values)
+
+
+def _number(x) -> str:
+    if isinstance(x, np.floating):
+        return str(x)  # the shortest text that reads back as this float32/float64
+    if isinstance(x, float):
+        return repr(x)
+    if isinstance(x, (np.complexfloating, complex)):
+        return repr(complex(x))
+    if isinstance(x, (np.bool_, bool)):
+        return str(bool(x))
+    return str(x.item() if hasattr(x, "item") else x)
+
+
+def _operand_at(value, out_shape: tuple, index: tuple) -> str:
+    array = np.asarray(value)
+    try:
+        if array.size == 1:
+            return _number(array.reshape(())[()])
+        return _number(np.broadcast_to(array, out_shape)[index])
+    except Exception:
+        pass
+    if np.issubdtype(array.dtype, np.number) and array.size:
+        finite = array[np.isfinite(array)] if np.issubdtype(array.dtype, np.inexact) else array
+        spread = f" in [{_number(finite.min())}, {_number(finite.max())}]" if finite.size else " all non-finite"
+        zeros = int(np.count_nonzero(array == 0))
+        return f"{compat_short(array)}{spread}" + (f", {zeros} zero(s)" if zeros else "")
+    return compat_short(array)
+
+
+def compat_short(array) -> str:
+    from jaxmagic.report.wording import short_dtype
+
+    return f"{short_dtype(str(array.dtype))}[{','.join(map(str, array.shape))}]"
+
+
+# -- where an equation came from -----------------------------------------------------
+
+
+def _user_line(eqn) -> SourceLine | None:
+    for filename, lineno, function in compat.traceback_frames(eqn.source_info.traceback):
+        if is_user_file(filename):
+            return source_line(filename, lineno, function)
+    return None
+
+
+def public_name(function: str, filename: str = "") -> str:
+    """``std`` -> ``jnp.std``: the public name a user would write, best effort."""
+    import jax
+    import jax.numpy as jnp
+
+    name = function.split(".")[-1].lstrip("_")
+    if "<" in name:
+        return ""
+    parts = filename.replace(os.sep, "/")
+    spaces = [("jax.nn", jax.nn), ("jnp.linalg", jnp.linalg), ("jnp", jnp), ("jax.lax", jax.lax)]
+    if "/nn/" in parts:
+        spaces.insert(0, spaces.pop(0))
+    elif "linalg" in parts:
+        spaces.insert(0, spaces.pop(1))
+    for prefix, space in spaces:
+        if hasattr(space, name):
+            return f"{prefix}.{name}"
+    return name
+
+
+# -- the listener ---------------------------------------------------------------------
+
+
+class _Search(Listener):
+    def __init__(self, want_nan: bool, strict: bool):
+        self.want_nan = want_nan  # a NaN was caught (not only an inf)
+        self.strict = strict  # the producer must make the NaN itself from finite inputs
+        self.result = ProducerSearch()
+        self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
+        self._made_by: dict = {}
+
+    def look_inside(self, eqn, inputs, outputs, path) -> bool:
+        if self.stage == "producer":
+            return not _any_bad(_non_literal(eqn, inputs)) and _any_bad(outputs, want_nan=self.strict)
+        if self.stage == "nan_maker":
+            return not _any_bad(inputs, want_nan=True) and _any_bad(outputs, want_nan=True)
+        return False
+
+    def cannot_open(self, eqn, path) -> None:
+        self.result.stopped_at.append(eqn.primitive.name)
+
+    def visit(self, eqn, inputs, outputs, path) -> bool:
+        """Record the producer, then the NaN maker, then (top level only) what discarded the NaN.
+
+        An equation that was opened and held the producer has moved the stage
+        on before it is visited itself, so at each stage the first equation that
+        fits is the innermost one.
+        """
+        self.result.equations += 1
+        for var in eqn.outvars:
+            self._made_by[id(var)] = eqn
+        if self.stage == "producer":
+            if _any_bad(_non_literal(eqn, inputs)) or not _any_bad(outputs, want_nan=self.strict):
+                return False
+            self.result.producer = self._producer(eqn, inputs, outputs, path)
+            if self.want_nan and not _any_bad(outputs, want_nan=True):
+                self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
+                return False
+            self.stage = "absorber"
+            return True
+        if self.stage == "nan_maker":
+            if _any_bad(inputs, want_nan=True) or not _any_bad(outputs, want_nan=True):
+                return False
+            self._nan_maker(eqn, inputs, outputs, path)
+            self.stage = "absorber"
+            return True
+        producer = self.result.producer
+        if not path and producer is not None and not producer.discarded_by:
+            if _any_bad(_non_literal(eqn, inputs)) and not _any_bad(outputs):
+                name = str(eqn.params.get("name", eqn.primitive.name))
+                producer.discarded_by = "jnp.where" if name in _SELECTS else public_name(name) or name
+                producer.discarded_line = _user_line(eqn)
+        return False
+
+    def _nan_maker(self, eqn, inputs, outputs, path) -> None:
+        producer = self.result.producer
+        bad = [m for m in (_bad_mask(o, True) for o in outputs) if m is not None]
+        mask = bad[0]
+        index = tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
+        values = [_operand_at(v, mask.shape, index) for v in inputs if _readable(v)]
+        symbol = {"mul": " * ", "sub": " - ", "add": " + ", "div": " / "}.get(eqn.primitive.name)
+        joined = symbol.join(values) if symbol and len(values) == 2 else ", ".join(values)
+        producer.nan_maker = f"`{eqn.primitive.name}`: {joined}"
+        producer.nan_maker_line = _user_line(eqn)
+        if "transpose" in _stack(eqn, path):
+            producer.phase = "backward"
+
+    def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
+        bad = [(i, m) for i, m in ((i, _bad_mask(o, False)) for i, o in enumerate(outputs)) if m is not None]
+        which, mask = bad[0]
+        out = np.asarray(outputs[which])
+        index = tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
+        made = "nan" if np.isnan(out[index] if index else out).any() else "inf"
+        names = _OPERAND_NAMES.get(eqn.primitive.name, ())
+        operands = []
+        for k, (var, value) in enumerate(zip(eqn.invars, inputs)):
+            if not _readable(value):
+                continue
+            array = np.asarray(value)
+            maker = self._made_by.get(id(var))
+            operands.append(
+                OperandValue(
+                    role=names[k] if k < len(names) else ("x" if len(inputs) == 1 else f"operand {k}"),
+                    value=_operand_at(array, out.shape, index),
+                    shape=list(array.shape),
+                    dtype=str(array.dtype),
+                    made_by=maker.primitive.name if maker is not None else "",
+                    constant=compat.is_literal(var),
+                )
+            )
+        stack = _stack(eqn, path)
+        loops, calls, library = [], [], ""
+        for position in path:
+            if position.kind in ("scan", "while", "cond"):
+                loops.append(LoopPosition(position.kind, int(position.index), _user_line(position.eqn)))
+                continue
+            function, filename = compat.called_function(position.eqn)
+            if filename and not is_user_file(filename):
+                library = library or public_name(function, filename)
+            elif "name" in position.eqn.params:
+                calls.append(str(position.eqn.params["name"]))
+        return NanProducer(
+            primitive=eqn.primitive.name,
+            value=made,
+            line=_user_line(eqn),
+            library_function=library,
+            phase="backward" if "transpose" in stack else "forward",
+            derivative="jvp" in stack or "transpose" in stack,
+            loops=loops,
+            calls=calls,
+            index=list(index),
+            operands=operands,
+            output_shape=list(out.shape),
+            bad_count=int(np.count_nonzero(mask)),
+            name_stack=stack,
+        )
+
+
+def _stack(eqn, path) -> str:
+    """The name stack from the top-level program down to ``eqn`` (a body's equations carry only their own part)."""
+    return "/".join(filter(None, [*(compat.name_stack_text(p.eqn) for p in path), compat.name_stack_text(eqn)]))
+
+
+def _non_literal(eqn, inputs):
+    """The inputs that are not constants written into the program (a loop step's inputs are all kept)."""
+    if len(inputs) != len(eqn.invars):
+        return inputs
+    return [value for var, value in zip(eqn.invars, inputs) if not compat.is_literal(var)]
+
+
+def _readable(value) -> bool:
+    try:
+        np.asarray(value)
+    except Exception:
+        return False
+    return not isinstance(value, compat_tracer_types())
+
+
+# -- the search -------------------------------------------------------------------------
+
+
+def search(function, args: list, kwargs: dict | None = None, *, source: str = "", want_nan: bool = True):
+    """Trace ``function(*args, **kwargs)`` and evaluate it to find the producer. Never raises.
+
+    Array leaves of the arguments are the program's inputs; everything else
+    (functions, Python numbers, strings) is fixed at its value. ``want_nan``:
+    a NaN was caught (False: only an inf), so an inf producer is followed to
+    the operation that made the NaN.
+    """
+    import jax
+
+    from jaxmagic._jax import jit_calls
+
+    result = ProducerSearch(searched=source)
+    kwargs = dict(kwargs or {})
+    leaves, tree = jax.tree_util.tree_flatten((list(args), kwargs))
+    dynamic = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray, np.generic))]
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        result.failure = "its arguments are tracers (it runs inside a transformation)"
+        return result
+
+    def traced(*values):
+        filled = list(leaves)
+        for i, value in zip(dynamic, values):
+            filled[i] = value
+        call_args, call_kwargs = jax.tree_util.tree_unflatten(tree, filled)
+        return function(*call_args, **call_kwargs)
+
+    values = [leaves[i] for i in dynamic]
+    quiet = contextlib.ExitStack()
+    quiet.enter_context(jax.debug_nans(False))
+    quiet.enter_context(jax.debug_infs(False))
+    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    quiet.enter_context(jit_calls.paused())
+    with quiet:
+        try:
+            program = jax.make_jaxpr(traced)(*values)
+        except Exception as error:
+            from jaxmagic.report.wording import error_line
+
+            result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
+            return result
+        # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
+        # first operation that made a non-finite value (and the one that turned it into NaN).
+        for strict in (True, False) if want_nan else (False,):
+            listener = _Search(want_nan, strict)
+            try:
+                outputs = Walk(listener).run(program, values)
+            except Exception as error:
+                from jaxmagic.report.wording import error_line
+
+                listener.result.failure = f"evaluating its program failed: {error_line(error)}"
+                outputs = None
+                break
+            if listener.result.producer is not None:
+                break
+    found = listener.result
+    found.searched = source
+    found.result_finite = outputs is not None and not _any_bad(outputs)
+    if found.producer is not None and not found.result_finite:
+        found.producer.discarded_by, found.producer.discarded_line = "", None
+    found.stopped_at = list(dict.fromkeys(found.stopped_at))
+    return found
