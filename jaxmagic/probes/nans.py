@@ -22,11 +22,15 @@ from collections.abc import Iterator
 
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.probes._support.failing_call import FailingCall, failing_calls
+from jaxmagic.probes._support.call_sites import counting_call_sites
+from jaxmagic.probes._support.failing_call import FailingCall, failing_calls, failing_expressions
+from jaxmagic.probes._support.nan_producer import LoopPosition, NanProducer, OperandValue, ProducerSearch, search
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.report import Report, SourceLine, Status
-from jaxmagic.report.source import first_library_function, user_lines
+from jaxmagic.report.source import first_library_function, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
+
+__all__ = ["LoopPosition", "NanProducer", "NanReport", "NonFiniteLeaf", "OperandValue", "ProducerSearch", "nans"]
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
 
@@ -62,6 +66,15 @@ BACKWARD_EXPLANATION = (
     "`jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`."
 )
 
+DISCARDED_EXPLANATION = (
+    "The value was made in a branch that `{by}` then discarded: the result is finite, and under jax.jit "
+    "nothing is raised. jax.debug_nans checks every operation's output, so it raises anyway. It matters "
+    "for gradients: the gradient of the discarded branch is still computed and multiplied by zero, and "
+    "0 * NaN (or 0 * inf) is NaN - the jnp.where trap. The fix is the double where: make the input of "
+    "the unsafe operation safe in the discarded case too, e.g. "
+    "`jnp.where(x > 0, jnp.log(jnp.where(x > 0, x, 1.0)), 0.0)`."
+)
+
 
 @dataclasses.dataclass
 class NanReport(Report):
@@ -85,6 +98,12 @@ class NanReport(Report):
     other_error: str = ""  # the cell failed for another reason: "ValueError: ..."
     compiled_only: bool = False  # NaN in the compiled program that the de-optimized run did not reproduce
     origin_by_rerun: bool = False  # origin_lines were found by re-running the call op by op
+    producer: NanProducer | None = None  # the operation that made the value (the producer search)
+    searched_call: str = ""  # the expression whose program the producer search evaluated
+    search_stopped_at: list[str] = dataclasses.field(default_factory=list)  # primitives it could not open
+    call_number: int = 0  # which call of call_line failed (0: not counted), for cells that loop
+    call_line: SourceLine | None = None  # the user's line whose call count is call_number
+    python_error: str = ""  # Python's own ZeroDivisionError/OverflowError: no JAX NaN/inf at all
 
     @property
     def status(self) -> Status:
@@ -98,7 +117,9 @@ class NanReport(Report):
 
     @property
     def where_line(self) -> SourceLine | None:
-        """The user line to blame: the op's own line if known, else the innermost call."""
+        """The user line to blame: the producer's line, else the op's own line if known, else the innermost call."""
+        if self.producer is not None and self.producer.line is not None:
+            return self.producer.line
         if self.origin_lines:
             return self.origin_lines[-1]
         return self.call_path[-1] if self.call_path else None
@@ -111,6 +132,13 @@ class NanReport(Report):
                 f"{what} in the output of a compiled function, but not when JAX re-ran it op by op: "
                 "the compiled program (an XLA optimisation or a nan/inf literal) made it."
             )
+        if self.python_error:
+            return (
+                f"Python raised {self.python_error}: a plain Python number operation, not JAX. "
+                "No NaN or inf was produced by JAX in this cell."
+            )
+        if self.found and self.producer is not None:
+            return self._producer_summary(what)
         if self.found:
             phase = "a backward pass (gradient)" if self.phase == "backward" else "the forward computation"
             prim = f"`{self.primitive}`" if self.primitive else "a primitive JAX did not name"
@@ -134,11 +162,34 @@ class NanReport(Report):
             return f"The cell failed with {self.other_error} before any {self.checked} appeared."
         return f"No {self.checked} appeared in any JAX computation of this cell."
 
+    def _producer_summary(self, what: str) -> str:
+        p = self.producer
+        inside = f" inside `{p.library_function}`" if p.library_function else ""
+        line = p.line
+        at = f" at {line.function} ({line.label or line.filename}, line {line.lineno})" if line else ""
+        loops = f", {p.where_in_loops}" if p.loops else ""
+        call = f", call {self.call_number}" if self.call_number > 1 else ""
+        if p.discarded_by:
+            return (
+                f"{what} made by `{p.primitive}`{inside}{at}{loops} in a branch that `{p.discarded_by}` "
+                "discarded: the result is finite, but jax.debug_nans raises on it (and a gradient through it "
+                "would be NaN)."
+            )
+        phase = "a backward pass (gradient)" if p.phase == "backward" else "the forward computation"
+        if p.nan_maker and p.value == "inf":
+            return (
+                f"NaN in {phase}: `{p.primitive}`{inside} made inf{at}{loops}{call}, and `{p.nan_maker}` "
+                f"made NaN of it ({p.nan_maker_values})."
+            )
+        return f"{what} produced by `{p.primitive}`{inside} in {phase}{at}{loops}{call}."
+
     def document(self):
         from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
-        if self.found:
+        if self.found and self.producer is not None:
+            sections += self._producer_sections()
+        elif self.found:
             facts = [("value", self.value), ("primitive", self.primitive or "(not named)"), ("phase", self.phase)]
             if self.library_function:
                 facts.append(("inside", self.library_function))
@@ -156,6 +207,20 @@ class NanReport(Report):
             if self.call_path:
                 sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
             sections.append(Section("Why", [Paragraph(self._explanation())]))
+        if self.python_error:
+            sections.append(
+                Section(
+                    "Why",
+                    [
+                        Paragraph(
+                            "Python's own arithmetic raised this, on Python numbers (float or int), before JAX "
+                            "saw anything: JAX arrays never raise on division by zero or overflow, they give "
+                            "inf or NaN. Fix the Python expression, or compute it with jnp if you want JAX's "
+                            "behaviour."
+                        )
+                    ],
+                )
+            )
         if self.nonfinite:
             rows = [
                 [f"`{leaf.name}`", str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
@@ -172,7 +237,64 @@ class NanReport(Report):
             sections.append(Section("", [Evidence(title, evidence)]))
         return Document("%%jax_nans", self.status, self.summary, sections)
 
+    def _producer_sections(self) -> list:
+        from jaxmagic.report.document import Facts, Paragraph, Section, SourceLines
+
+        p = self.producer
+        facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]
+        facts.append(("values", p.description))
+        if p.library_function:
+            facts.append(("inside", f"`{p.library_function}`, called from your line"))
+        phase = p.phase + (" (computed for the gradient)" if p.derivative and p.phase == "backward" else "")
+        facts.append(("pass", phase))
+        for loop in p.loops:
+            where = f" ({loop.line.label or loop.line.filename}, line {loop.line.lineno})" if loop.line else ""
+            facts.append((f"`{loop.primitive}`", loop.text + where))
+        if p.calls:
+            facts.append(("in jitted", " > ".join(f"`{c}`" for c in p.calls)))
+        if self.call_number > 1 and self.call_line is not None:
+            facts.append(("call", f"{self.call_number} of line {self.call_line.lineno}: `{self.call_line.code}`"))
+        if p.nan_maker:
+            facts.append(("then", f"`{p.nan_maker}` turned it into NaN: {p.nan_maker_values}"))
+        if p.discarded_by:
+            facts.append(("discarded by", f"`{p.discarded_by}`: the result is finite"))
+        if self.primitive and self.primitive != p.primitive:
+            facts.append(("JAX named", f"`{self.primitive}` (the outermost operation the value left)"))
+        if self.failing_call or self.searched_call:
+            facts.append(("failing call", self.searched_call or self.failing_call))
+        sections = [Section("What", [Facts(facts)])]
+        lines = [line for line in (p.line, p.nan_maker_line, p.discarded_line) if line is not None]
+        lines = list({(line.filename, line.lineno): line for line in lines}.values())
+        if lines:
+            if p.phase == "backward" or p.derivative:
+                caption = "The forward line whose derivative produced it"
+            else:
+                caption = "The line that produced it"
+            caption += f" (found by evaluating {self.searched_call} operation by operation):"
+            sections.append(Section("Your line", [SourceLines(lines, caption)]))
+        if self.call_path:
+            sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
+        sections.append(Section("Why", [Paragraph(self._explanation())]))
+        return sections
+
     def _explanation(self) -> str:
+        p = self.producer
+        if p is not None and p.discarded_by:
+            return DISCARDED_EXPLANATION.format(by=p.discarded_by)
+        if p is not None and p.phase == "forward" and not p.derivative:
+            cause = FORWARD_CAUSES.get(p.primitive)
+            return f"{p.description}" + (f": {cause}." if cause else ".")
+        if p is not None:
+            line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
+            then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
+            return (
+                f"{p.description}, in the derivative{line} JAX computed for the gradient.{then} "
+                "The usual cause is a function whose derivative is undefined where it is evaluated - sqrt or "
+                "a norm at 0 (0.5/0 = inf, times a zero cotangent = NaN), log at 0 - or the jnp.where trap, "
+                "where the branch that is not selected still gets a NaN gradient. Make the derivative finite "
+                "there, e.g. the double-where safe norm: "
+                "`jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`."
+            )
         if self.compiled_only:
             return (
                 "JAX found the value in the compiled function's output, re-ran the function without "
@@ -236,13 +358,23 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
     """
     report = NanReport(checks=["nan", "inf"] if infs else ["nan"])
     before = _bindings(namespace)
+    counts = None
     try:
-        with preserved_jax_state(CONFIG_NAMES), jax_prints_collected(report.jax_messages), _checks_on(infs):
+        with (
+            preserved_jax_state(CONFIG_NAMES),
+            jax_prints_collected(report.jax_messages),
+            counting_call_sites() as counts,
+            _checks_on(infs),
+        ):
             yield report
-    except (FloatingPointError, ZeroDivisionError) as error:
+    except (ZeroDivisionError, OverflowError) as error:  # Python's own arithmetic: JAX arrays never raise these
+        report.python_error = report.other_error = error_line(error)
+        report.call_path = user_lines(error.__traceback__)
+        raise
+    except FloatingPointError as error:
         with preserved_jax_state(CONFIG_NAMES):
             try:
-                _explain(report, error, infs)
+                _explain(report, error, infs, counts)
             except Exception as failure:  # never let our analysis hide the user's error
                 report.notes.append(f"jaxmagic could not finish its analysis: {error_line(failure)}")
         raise
@@ -253,7 +385,11 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
         report.nonfinite += _scan_rebound(namespace, before)
 
 
-def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
+def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -> None:
+    if not _MESSAGE.search(message_of(error)) and not _raised_by_jax(error):
+        report.python_error = report.other_error = error_line(error)  # NumPy's np.seterr(all="raise"), ...
+        report.call_path = user_lines(error.__traceback__)
+        return
     report.found = True
     report.message = first_line(error)
     match = _MESSAGE.search(message_of(error))
@@ -267,15 +403,6 @@ def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
     report.origin_lines, report.library_function = _origin(error, report.call_path)
 
     calls = failing_calls(error.__traceback__)
-    if not calls:
-        report.notes.append(
-            "No call on your lines could be re-evaluated safely (only plain calls of names, "
-            "attributes and literals are), so arguments and results were not examined."
-        )
-        return
-    # Forward: the cell's own call says most; backward: the innermost one is the gradient call.
-    report.failing_call = calls[-1].source if report.phase == "backward" else calls[0].source
-    # Outermost first: bad values passed into the cell's own call are the most telling.
     for call in calls:
         leaves = _argument_leaves(call)
         if leaves:
@@ -285,10 +412,96 @@ def _explain(report: NanReport, error: BaseException, infs: bool) -> None:
                 "called: the value came in from an earlier step, not from this computation."
             )
             return
+    _search_producer(report, error, counts)
+    if not calls:
+        report.notes.append(
+            "No call on your lines could be re-evaluated safely (only plain calls of names, "
+            "attributes and literals are), so arguments and results were not examined."
+        )
+        return
+    # Forward: the cell's own call says most; backward: the innermost one is the gradient call.
+    report.failing_call = calls[-1].source if report.phase == "backward" else calls[0].source
     if report.phase == "backward":
-        if not report.origin_lines:
+        if not report.origin_lines and report.producer is None:
             _locate_op_by_eager_rerun(report, calls[-1], infs)
         _scan_result_without_checks(report, calls[-1])
+
+
+def _raised_by_jax(error: BaseException) -> bool:
+    tb = error.__traceback__
+    while tb is not None:
+        if "/jax/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _search_producer(report: NanReport, error: BaseException, counts) -> None:
+    """Find the operation that made the value: evaluate the failing expression's program op by op.
+
+    The user frames are tried outermost first (the cell's own statement gives
+    the most context: the discarded ``where``, the call number of the loop);
+    a frame whose expression cannot be traced again gives way to the next.
+    """
+    tried = []
+    for call, user_tb in failing_expressions(error.__traceback__):
+        values = [value for _, value in call.args]
+        if any(nonfinite_leaves(value, "") for value in values):
+            return  # the value came in through the arguments: the finding says so
+        found = apply_search(report, call, want_nan=report.value == "nan")
+        tried.append(found)
+        if report.producer is not None:
+            _count_calls(report, error, counts)
+            return
+    for found in tried:
+        if found.failure:
+            report.notes.append(f"The operation could not be located in {found.searched}: {found.failure}.")
+
+
+def _count_calls(report: NanReport, error: BaseException, counts) -> None:
+    """The call number of the user's line that ran most often: the loop's pass that failed.
+
+    Only frames before JAX's first frame count: below it the user's functions
+    run because JAX traces them (or re-runs them to locate a NaN), not once per call.
+    """
+    if counts is None:
+        return
+    best = (0, None)
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if "/jax/" in code.co_filename.replace("\\", "/"):
+            break
+        if is_user_file(code.co_filename):
+            number = counts.number(tb)
+            if number > best[0]:
+                best = (number, source_line(code.co_filename, tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    report.call_number, report.call_line = best
+
+
+def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True) -> ProducerSearch:
+    """Run the producer search on ``call`` and put what it found into ``report``; return the search."""
+    found = search(call.function, [v for _, v in call.args], call.kwargs, source=call.source, want_nan=want_nan)
+    report.search_stopped_at = list(dict.fromkeys(report.search_stopped_at + found.stopped_at))
+    if found.producer is None:
+        if found.stopped_at:
+            report.notes.append(
+                f"The producer search could not look inside `{'`, `'.join(found.stopped_at)}` in "
+                f"{found.searched}; the primitive JAX named is shown instead."
+            )
+        return found
+    report.producer, report.searched_call = found.producer, found.searched
+    report.notes.append(
+        f"{found.searched} was traced again with the same argument values and its program evaluated "
+        f"operation by operation ({found.equations} operations, loops iteration by iteration) to find the "
+        "first operation whose inputs were finite and whose output was not."
+    )
+    if found.stopped_at:
+        report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
+    if found.producer.phase == "backward":
+        report.phase = "backward"
+    return found
 
 
 def _argument_leaves(call: FailingCall) -> list[NonFiniteLeaf]:

@@ -92,7 +92,8 @@ class NanProducer:
     output_shape: list[int] = dataclasses.field(default_factory=list)
     bad_count: int = 0  # non-finite elements of its output
     name_stack: str = ""
-    nan_maker: str = ""  # it made inf; this operation turned inf into NaN: "`mul`: inf * 0.0"
+    nan_maker: str = ""  # it made inf; this primitive then turned the inf into NaN ("mul")
+    nan_maker_values: str = ""  # what that primitive got at its first NaN: "inf * 0.0"
     nan_maker_line: SourceLine | None = None
     discarded_by: str = ""  # the NaN never reached the result: "jnp.where" dropped it
     discarded_line: SourceLine | None = None
@@ -205,10 +206,13 @@ def compat_short(array) -> str:
 # -- where an equation came from -----------------------------------------------------
 
 
-def _user_line(eqn) -> SourceLine | None:
-    for filename, lineno, function in compat.traceback_frames(eqn.source_info.traceback):
-        if is_user_file(filename):
-            return source_line(filename, lineno, function)
+def _user_line(eqn, path=()) -> SourceLine | None:
+    """The innermost user frame that made ``eqn``; inside a nested jit JAX records only the frames
+    below the jit, so the enclosing equations of ``path`` are asked in turn (innermost first)."""
+    for made in (eqn, *(p.eqn for p in reversed(path))):
+        for filename, lineno, function in compat.traceback_frames(made.source_info.traceback):
+            if is_user_file(filename):
+                return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1])
     return None
 
 
@@ -294,8 +298,8 @@ class _Search(Listener):
         values = [_operand_at(v, mask.shape, index) for v in inputs if _readable(v)]
         symbol = {"mul": " * ", "sub": " - ", "add": " + ", "div": " / "}.get(eqn.primitive.name)
         joined = symbol.join(values) if symbol and len(values) == 2 else ", ".join(values)
-        producer.nan_maker = f"`{eqn.primitive.name}`: {joined}"
-        producer.nan_maker_line = _user_line(eqn)
+        producer.nan_maker, producer.nan_maker_values = eqn.primitive.name, joined
+        producer.nan_maker_line = _user_line(eqn, path)
         if "transpose" in _stack(eqn, path):
             producer.phase = "backward"
 
@@ -326,7 +330,7 @@ class _Search(Listener):
         loops, calls, library = [], [], ""
         for position in path:
             if position.kind in ("scan", "while", "cond"):
-                loops.append(LoopPosition(position.kind, int(position.index), _user_line(position.eqn)))
+                loops.append(LoopPosition(position.kind, int(position.index), _user_line(position.eqn, path)))
                 continue
             function, filename = compat.called_function(position.eqn)
             if filename and not is_user_file(filename):
@@ -336,7 +340,7 @@ class _Search(Listener):
         return NanProducer(
             primitive=eqn.primitive.name,
             value=made,
-            line=_user_line(eqn),
+            line=_user_line(eqn, path),
             library_function=library,
             phase="backward" if "transpose" in stack else "forward",
             derivative="jvp" in stack or "transpose" in stack,
