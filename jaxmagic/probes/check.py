@@ -76,6 +76,7 @@ class CheckError:
     message: str
     mapped_index: list[int] | None = None  # vmapped call: index of the failing sample
     line: SourceLine | None = None
+    producer: object = None  # NanProducer of a "nan" error: the operation, its iteration and values
 
 
 @dataclasses.dataclass
@@ -136,6 +137,14 @@ class CheckReport(Report):
                 for e in self.errors
             ]
             sections.append(Section("Errors", [Table(columns, rows)]))
+            located = [e for e in self.errors if e.producer is not None]
+            if located:
+                sections.append(
+                    Section(
+                        "Where the NaN was made",
+                        [Paragraph(_producer_text(e.producer)) for e in located],
+                    )
+                )
             lines = [e.line for e in self.errors if e.line]
             if lines:
                 sections.append(
@@ -168,6 +177,14 @@ class CheckReport(Report):
             )
         sections.append(Section("Checked", [Paragraph(f"`{self.call}`, run as `{self.how_run}`")]))
         return Document("%jax_check", self.status, self.summary, sections)
+
+
+def _producer_text(producer) -> str:
+    inside = f" inside `{producer.library_function}`" if producer.library_function else ""
+    text = f"{producer.description}{inside} ({producer.phase} pass)"
+    if producer.nan_maker:
+        text += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
+    return text + ". Found by evaluating the call's program operation by operation."
 
 
 def check(
@@ -234,7 +251,35 @@ def run_call(
             report.failure = error_line(failure)
             return report, failure
     report.errors = _errors_of(err)
+    if any(e.kind == "nan" for e in report.errors):
+        _locate_nans(
+            report,
+            checked_fn=jax.vmap(fn, in_axes=vmap_axes) if vmap_axes is not None else fn,
+            args=args,
+            kwargs=kwargs,
+        )
     return report, None
+
+
+def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
+    """checkify names the primitive, and a line only when the user's code made it: the producer
+    search (the same as ``%%jax_nans``'s) adds the line inside a library function, the loop
+    iteration and the values."""
+    from jaxmagic.probes._support.nan_producer import search
+
+    found = search(checked_fn, list(args), kwargs, source=report.call)
+    producer = found.producer
+    if producer is None:
+        return
+    for error in report.errors:
+        if error.kind != "nan" or error.producer is not None:
+            continue
+        named = error.message.rstrip(".").rsplit(" ", 1)[-1]
+        if named in (producer.primitive, producer.nan_maker) or error.line is None:
+            error.producer = producer
+            if error.line is None:
+                error.line = producer.line
+            return
 
 
 def _errors_of(err) -> list[CheckError]:

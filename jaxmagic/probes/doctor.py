@@ -279,11 +279,23 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
         ]
     evidence = f"first in call {s.call_number} of {where} ({', '.join(s.leaves)}){later}"
     line, fix = s.line, ""
+    producer = nan.producer if nan is not None and nan.found else None
+    if producer is not None:
+        phase = "the backward pass (gradient)" if producer.phase == "backward" else "the forward pass"
+        inside = f" inside `{producer.library_function}`" if producer.library_function else ""
+        title = f"NaN made by `{producer.primitive}`{inside} in {phase} of {where}"
+        if producer.discarded_by:
+            title += f" (in a branch `{producer.discarded_by}` discarded)"
+        line = producer.line or s.line
+        evidence += f"; {producer.description}"
+        if producer.nan_maker:
+            evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
     if nan is not None and nan.found:
-        phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
-        title = f"NaN made by `{nan.primitive or '?'}` in {phase} of {where}"
-        if nan.origin_lines:
-            line = nan.origin_lines[-1]
+        if producer is None:
+            phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
+            title = f"NaN made by `{nan.primitive or '?'}` in {phase} of {where}"
+            if nan.origin_lines:
+                line = nan.origin_lines[-1]
         if nan.nonfinite:
             names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
             evidence += (
@@ -300,12 +312,14 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
                 else ""
             )
         )
+        if producer is not None and producer.phase == "forward" and producer.primitive in FORWARD_CAUSES:
+            fix = f"`{producer.primitive}`: typically {FORWARD_CAUSES[producer.primitive]}."
     else:
         title = f"NaN in the results of {where}"
     if s.rerun_note:
         evidence += ". " + s.rerun_note
     short = (
-        f"`{nan.primitive}` in the {nan.phase} pass of {where}"
+        f"`{producer.primitive if producer else nan.primitive}` in the {nan.phase} pass of {where}"
         if nan is not None and nan.found
         else f"in the results of {where}"
     )
@@ -685,6 +699,7 @@ def _live_counts() -> dict[tuple, int]:
 
 
 def _explain_nan(report: DoctorReport, watch) -> None:
+    watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
     report.nan_sighting = watch.sighting
     try:
         report.nans = watch.explain()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.call_sites import counting_call_sites
-from jaxmagic.probes._support.failing_call import FailingCall, failing_calls, failing_expressions
+from jaxmagic.probes._support.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.probes._support.nan_producer import LoopPosition, NanProducer, OperandValue, ProducerSearch, search
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.report import Report, SourceLine, Status
@@ -422,7 +422,7 @@ def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -
     # Forward: the cell's own call says most; backward: the innermost one is the gradient call.
     report.failing_call = calls[-1].source if report.phase == "backward" else calls[0].source
     if report.phase == "backward":
-        if not report.origin_lines and report.producer is None:
+        if not report.origin_lines:
             _locate_op_by_eager_rerun(report, calls[-1], infs)
         _scan_result_without_checks(report, calls[-1])
 
@@ -461,8 +461,9 @@ def _search_producer(report: NanReport, error: BaseException, counts) -> None:
 def _count_calls(report: NanReport, error: BaseException, counts) -> None:
     """The call number of the user's line that ran most often: the loop's pass that failed.
 
-    Only frames before JAX's first frame count: below it the user's functions
-    run because JAX traces them (or re-runs them to locate a NaN), not once per call.
+    Frames below a call of a JAX function do not count: there the user's
+    functions run because JAX traces them (or re-runs them to locate a NaN),
+    not once per call.
     """
     if counts is None:
         return
@@ -470,12 +471,12 @@ def _count_calls(report: NanReport, error: BaseException, counts) -> None:
     tb = error.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if "/jax/" in code.co_filename.replace("\\", "/"):
-            break
         if is_user_file(code.co_filename):
             number = counts.number(tb)
             if number > best[0]:
                 best = (number, source_line(code.co_filename, tb.tb_lineno, code.co_name))
+            if enters_jax(tb):
+                break
         tb = tb.tb_next
     report.call_number, report.call_line = best
 

@@ -196,3 +196,20 @@ def _as_function(node: ast.expr, frame) -> FailingCall | None:
     except Exception:
         return None
     return FailingCall(text, function, arrays, {})
+
+
+def enters_jax(user_tb: TracebackType) -> bool:
+    """True when the call running in this user frame is a JAX function (``f`` jitted, ``jax.grad(f)``,
+    ``jnp.sum``): the user frames below it run because JAX traces (or re-runs) them, not once per call."""
+    try:
+        import executing
+
+        node = executing.Source.executing(user_tb).node
+        if not isinstance(node, ast.Call):
+            return False
+        callee = _Evaluator(user_tb.tb_frame).eval(node.func)
+    except Exception:
+        return False
+    from jaxmagic._jax.compat import is_jitted
+
+    return is_jitted(callee) or _is_jax_transformation(callee)

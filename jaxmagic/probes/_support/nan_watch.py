@@ -156,7 +156,7 @@ class NanWatch(jit_calls.CallObserver):
 
         Call this after the cell, with no other probe active. Never raises.
         """
-        from jaxmagic.probes.nans import NanReport, nans
+        from jaxmagic.probes.nans import NanReport, apply_search, nans
 
         self.flush()
         sighting, call, self._pending_rerun = self.sighting, self._pending_rerun, None
@@ -186,9 +186,15 @@ class NanWatch(jit_calls.CallObserver):
                 f"Re-running {call.source} under the NaN probe failed: {type(error).__name__}: "
                 f"{lines[0] if lines else ''}"
             )
-            return None
-        finally:
             del call
+            return None
+        if report is not None and report.found:
+            if report.producer is None:  # the whole jitted call, traced once more with its arguments
+                with jit_calls.paused():
+                    apply_search(report, call, want_nan=report.value != "inf")
+            report.call_number = sighting.call_number
+            report.call_line = sighting.line
+        del call
         if report is not None and not report.found:
             sighting.rerun_note = (
                 f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
