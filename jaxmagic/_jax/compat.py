@@ -315,3 +315,38 @@ def called_function(eqn) -> tuple[str, str]:
         filename = str(getattr(info, "func_filename", "") or "")
         return name, filename
     return "", ""
+
+
+@contextlib.contextmanager
+def tracing_where_traced():
+    """While active, every equation traced keeps the traceback of the place it was traced at,
+    even where JAX attributes it to another line (the backward pass attributes each transposed
+    equation to its forward line, and so loses the line of a user's ``custom_vjp`` rule).
+
+    Yields a dict: ``id(traceback)`` -> the traceback JAX attributed that equation to; the
+    tracebacks are kept alive until the block ends. Without the private hook, yields {}.
+    """
+    try:
+        from jax._src import source_info_util
+    except ImportError:
+        yield {}
+        return
+    original = source_info_util.current
+    get_traceback = source_info_util.xla_client.Traceback.get_traceback
+    context = source_info_util._source_info_context
+    attributed: dict = {}
+    kept: list = []
+
+    def current():
+        info = context.context
+        real = get_traceback()
+        if info.traceback:
+            attributed[id(real)] = info.traceback
+            kept.append(real)
+        return info.replace(traceback=real)
+
+    source_info_util.current = current
+    try:
+        yield attributed
+    finally:
+        source_info_util.current = original

@@ -95,6 +95,8 @@ class Walk:
                 except _EndInvestigation:
                     if not top:
                         raise
+                except Exception:  # its body does not run outside it (collectives, effects): stay outside
+                    self.listener.cannot_open(eqn, path)
             if self.listener.visit(eqn, inputs, outputs, path) and not top:
                 raise _EndInvestigation
             for var, value in zip(eqn.outvars, outputs):

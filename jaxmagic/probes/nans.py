@@ -444,7 +444,7 @@ def _search_producer(report: NanReport, error: BaseException, counts) -> None:
     a frame whose expression cannot be traced again gives way to the next.
     """
     tried = []
-    for call, user_tb in failing_expressions(error.__traceback__):
+    for call in failing_expressions(error.__traceback__):
         values = [value for _, value in call.args]
         if any(nonfinite_leaves(value, "") for value in values):
             return  # the value came in through the arguments: the finding says so

@@ -130,7 +130,7 @@ def _call_at(user_tb: TracebackType) -> FailingCall | None:
     return FailingCall(ast.unparse(node), function, args, kwargs)
 
 
-def failing_expressions(tb: TracebackType | None) -> list[tuple[FailingCall, TracebackType]]:
+def failing_expressions(tb: TracebackType | None) -> list[FailingCall]:
     """Per user frame of ``tb`` (outermost first), the largest expression around the call that was
     running which is safe to evaluate again, as a function of the arrays it reads, with its frame.
 
@@ -140,12 +140,8 @@ def failing_expressions(tb: TracebackType | None) -> list[tuple[FailingCall, Tra
     as discarded. The function is compiled with the frame's file name and line
     numbers, so the equations it makes point at the user's own line.
     """
-    found = []
-    for user_tb in _user_tracebacks(tb):
-        expression = _expression_at(user_tb)
-        if expression is not None:
-            found.append((expression, user_tb))
-    return found
+    expressions = [_expression_at(user_tb) for user_tb in _user_tracebacks(tb)]
+    return [expression for expression in expressions if expression is not None]
 
 
 def _expression_at(user_tb: TracebackType) -> FailingCall | None:

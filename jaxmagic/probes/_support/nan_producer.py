@@ -95,6 +95,7 @@ class NanProducer:
     nan_maker: str = ""  # it made inf; this primitive then turned the inf into NaN ("mul")
     nan_maker_values: str = ""  # what that primitive got at its first NaN: "inf * 0.0"
     nan_maker_line: SourceLine | None = None
+    opaque: bool = False  # an equation the search could not look inside (its body is where the value was made)
     discarded_by: str = ""  # the NaN never reached the result: "jnp.where" dropped it
     discarded_line: SourceLine | None = None
 
@@ -206,14 +207,31 @@ def compat_short(array) -> str:
 # -- where an equation came from -----------------------------------------------------
 
 
+_attributed: dict = {}  # id(traceback) -> the line JAX attributed it to, while a search traces
+
+
 def _user_line(eqn, path=()) -> SourceLine | None:
     """The innermost user frame that made ``eqn``; inside a nested jit JAX records only the frames
     below the jit, so the enclosing equations of ``path`` are asked in turn (innermost first)."""
     for made in (eqn, *(p.eqn for p in reversed(path))):
-        for filename, lineno, function in compat.traceback_frames(made.source_info.traceback):
-            if is_user_file(filename):
-                return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1])
+        line = _line_of(made.source_info.traceback)
+        if line is not None:
+            return line
     return None
+
+
+def _line_of(traceback) -> SourceLine | None:
+    """The user's line of a traceback. A backward-pass equation is attributed to its forward line,
+    except when the user's own code traced it during the backward pass: a ``custom_vjp`` rule."""
+    frames = compat.traceback_frames(traceback)
+    attributed = _attributed.get(id(traceback))
+    for i, (filename, lineno, function) in enumerate(frames):
+        if is_user_file(filename):
+            caller = frames[i + 1][0] if i + 1 < len(frames) else ""
+            if attributed is not None and not caller.endswith("custom_derivatives.py"):
+                return _line_of(attributed)
+            return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1])
+    return _line_of(attributed) if attributed is not None else None
 
 
 def public_name(function: str, filename: str = "") -> str:
@@ -349,6 +367,7 @@ class _Search(Listener):
             index=list(index),
             operands=operands,
             output_shape=list(out.shape),
+            opaque=eqn.primitive.name in self.result.stopped_at,
             bad_count=int(np.count_nonzero(mask)),
             name_stack=stack,
         )
@@ -410,28 +429,38 @@ def search(function, args: list, kwargs: dict | None = None, *, source: str = ""
     quiet.enter_context(jax.debug_infs(False))
     quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
     quiet.enter_context(jit_calls.paused())
-    with quiet:
-        try:
+    try:
+        with quiet:
+            return _trace_and_walk(traced, values, result, want_nan)
+    finally:
+        _attributed.clear()
+
+
+def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool) -> ProducerSearch:
+    import jax
+
+    from jaxmagic.report.wording import error_line
+
+    source = result.searched
+    try:
+        with compat.tracing_where_traced() as attributed:
             program = jax.make_jaxpr(traced)(*values)
+            _attributed.update(attributed)
+    except Exception as error:
+        result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
+        return result
+    # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
+    # first operation that made a non-finite value (and the one that turned it into NaN).
+    for strict in (True, False) if want_nan else (False,):
+        listener = _Search(want_nan, strict)
+        try:
+            outputs = Walk(listener).run(program, values)
         except Exception as error:
-            from jaxmagic.report.wording import error_line
-
-            result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
-            return result
-        # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
-        # first operation that made a non-finite value (and the one that turned it into NaN).
-        for strict in (True, False) if want_nan else (False,):
-            listener = _Search(want_nan, strict)
-            try:
-                outputs = Walk(listener).run(program, values)
-            except Exception as error:
-                from jaxmagic.report.wording import error_line
-
-                listener.result.failure = f"evaluating its program failed: {error_line(error)}"
-                outputs = None
-                break
-            if listener.result.producer is not None:
-                break
+            listener.result.failure = f"evaluating its program failed: {error_line(error)}"
+            outputs = None
+            break
+        if listener.result.producer is not None:
+            break
     found = listener.result
     found.searched = source
     found.result_finite = outputs is not None and not _any_bad(outputs)

@@ -1,0 +1,300 @@
+"""The producer search on NaN bugs of the shapes JAX users report.
+
+Each test is a small version of a bug from a public JAX issue thread (NaN in
+a scan body, sqrt at 0 in a molecular-dynamics loop's gradient, the jnp.where
+trap, a masked mean over an all-padding batch, ...). The assertions are on
+what the report names: the primitive, the line's code, the loop iteration,
+the first bad element and the input values there.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jaxmagic import probes
+from jaxmagic.probes.nans import LoopPosition, NanProducer, NanReport
+
+
+def caught(thunk, **options) -> NanReport:
+    with pytest.raises(FloatingPointError):
+        with probes.nans(**options) as report:
+            thunk()
+    return report
+
+
+# -- scan, forward: the culprit is `log` in the body, not `scan` ------------------------------
+
+
+def decay_body(level, drain):
+    level = level - drain
+    return level, jnp.log(level)
+
+
+@jax.jit
+def simulate(level0, drains):
+    return lax.scan(decay_body, level0, drains)
+
+
+def test_scan_body_forward_names_log_its_line_and_iteration():
+    report = caught(lambda: simulate(jnp.float32(2.5), jnp.ones(5)))
+    assert report.primitive == "scan"  # what JAX names: the outermost operation the NaN left
+    p = report.producer
+    assert isinstance(p, NanProducer)
+    assert p.primitive == "log" and p.value == "nan" and p.phase == "forward"
+    assert p.line.code == "return level, jnp.log(level)" and p.line.function == "decay_body"
+    assert p.loops == [LoopPosition("scan", 2, p.loops[0].line)]
+    assert p.loops[0].line.code == "return lax.scan(decay_body, level0, drains)"
+    assert [op.value for op in p.operands] == ["-0.5"]
+    assert p.description == "`log` got -0.5, iteration 2"
+    assert "`log`" in report.summary and "iteration 2" in report.summary
+    assert report.where_line.code == "return level, jnp.log(level)"
+
+
+# -- scan, backward: sqrt at 0 in a molecular-dynamics step ----------------------------------
+
+
+def md_energy(positions):
+    def step(pos, _):
+        distance = jnp.sqrt(jnp.sum(pos**2))
+        return pos * 0.5, distance
+
+    _, distances = lax.scan(step, positions, None, length=4)
+    return distances.sum()
+
+
+def test_scan_backward_sqrt_at_zero_is_a_backward_nan_of_the_sqrt_line():
+    report = caught(lambda: jax.grad(md_energy)(jnp.zeros(3)))
+    p = report.producer
+    assert p.primitive == "div" and p.value == "inf"  # 0.5 / sqrt(0): the derivative of sqrt
+    assert p.phase == "backward" and report.phase == "backward"
+    assert p.forward_line.code == "distance = jnp.sqrt(jnp.sum(pos**2))"
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 0)]
+    assert [op.value for op in p.operands] == ["0.5", "0.0"] and p.operands[1].made_by == "sqrt"
+    assert p.nan_maker == "mul" and p.nan_maker_values == "inf * 0.0"
+    assert "backward" in report.summary and "`div`" in report.summary
+
+
+# -- while_loop body -------------------------------------------------------------------------
+
+
+def newton_sqrt_steps(x):
+    def body(state):
+        i, value = state
+        return i + 1, jnp.sqrt(value - 1.0)
+
+    return lax.while_loop(lambda state: state[0] < 6, body, (0, x))
+
+
+def test_while_loop_body_names_sqrt_and_iteration():
+    report = caught(lambda: jax.jit(newton_sqrt_steps)(jnp.float32(3.0)))
+    p = report.producer
+    assert p.primitive == "sqrt"
+    assert p.line.code == "return i + 1, jnp.sqrt(value - 1.0)"
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("while", 2)]
+    assert float(p.operands[0].value) == pytest.approx(np.sqrt(np.sqrt(2.0) - 1.0) - 1.0, rel=1e-5)
+
+
+# -- cond branch -----------------------------------------------------------------------------
+
+
+def branchy(flag, x):
+    return lax.cond(flag, lambda v: jnp.arccos(v * 2.0), lambda v: v, x)
+
+
+def test_cond_branch_names_acos_and_the_branch():
+    report = caught(lambda: jax.jit(branchy)(True, jnp.array([0.1, 0.7, 0.2])))
+    p = report.producer
+    assert p.primitive == "acos"
+    assert "jnp.arccos(v * 2.0)" in p.line.code
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("cond", 1)]
+    assert p.index == [1] and float(p.operands[0].value) == pytest.approx(1.4)
+
+
+# -- vmapped scan ----------------------------------------------------------------------------
+
+
+def per_sample(scale):
+    def body(carry, x):
+        return carry, jnp.log(x * scale)
+
+    return lax.scan(body, 0.0, jnp.arange(1.0, 4.0))[1]
+
+
+def test_vmapped_scan_names_log_the_iteration_and_the_sample():
+    scales = jnp.array([1.0, 2.0, -1.0, 3.0])
+    report = caught(lambda: jax.vmap(per_sample)(scales))
+    p = report.producer
+    assert p.primitive == "log" and p.line.code == "return carry, jnp.log(x * scale)"
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 0)]
+    assert p.index == [2] and p.operands[0].value == "-1.0"  # sample 2 of the batch, x = 1.0
+
+
+# -- custom_vjp rule -------------------------------------------------------------------------
+
+
+@jax.custom_vjp
+def clip_gradient(x):
+    return x
+
+
+def clip_fwd(x):
+    return x, x
+
+
+def clip_bwd(x, g):
+    return (g / x,)  # the bug: divides by the input, 0 at the origin
+
+
+clip_gradient.defvjp(clip_fwd, clip_bwd)
+
+
+def test_custom_vjp_rule_names_the_rules_line():
+    report = caught(lambda: jax.grad(lambda v: jnp.sum(clip_gradient(v) * 0.0))(jnp.array([1.0, 0.0])))
+    p = report.producer
+    assert p.primitive == "div" and p.line.code == "return (g / x,)  # the bug: divides by the input, 0 at the origin"
+    assert p.index == [1] and [op.value for op in p.operands] == ["0.0", "0.0"]
+
+
+# -- checkpoint ------------------------------------------------------------------------------
+
+
+@jax.checkpoint
+def remat_layer(h):
+    return jnp.log(h - 1.0)
+
+
+def test_checkpoint_body_is_opened():
+    report = caught(lambda: jax.jit(remat_layer)(jnp.array([3.0, 0.5])))
+    p = report.producer
+    assert p.primitive == "log" and p.line.code == "return jnp.log(h - 1.0)"
+    assert p.index == [1] and p.operands[0].value == "-0.5"
+
+
+# -- nested jit ------------------------------------------------------------------------------
+
+
+@jax.jit
+def inner_norm(v):
+    return v / jnp.sum(v)
+
+
+@jax.jit
+def outer_model(v):
+    return inner_norm(v - 1.0) * 2.0
+
+
+def test_nested_jit_names_the_inner_functions_line():
+    report = caught(lambda: outer_model(jnp.ones(3)))
+    p = report.producer
+    assert p.primitive == "div" and p.line.code == "return v / jnp.sum(v)" and p.line.function == "inner_norm"
+    assert p.calls == ["outer_model", "inner_norm"]
+    assert [op.value for op in p.operands] == ["0.0", "0.0"] and p.operands[1].made_by == "reduce_sum"
+    assert p.index == [0]
+
+
+# -- library function --------------------------------------------------------------------------
+
+
+def test_grad_of_jnp_std_of_a_constant_names_std_and_the_users_line():
+    constant = jnp.ones(4)
+    report = caught(lambda: jax.grad(jnp.std)(constant))
+    p = report.producer
+    assert p.library_function == "jnp.std"
+    assert p.line.code == "report = caught(lambda: jax.grad(jnp.std)(constant))"
+    assert p.line.function != "run_cell_magic"
+    assert p.primitive == "div" and p.phase == "backward" and p.nan_maker == "mul"
+    assert "jnp.std" in report.summary
+
+
+# -- the discarded where branch ----------------------------------------------------------------
+
+
+def test_discarded_where_branch_says_the_result_is_finite():
+    x = jnp.array([-1.0, 2.0, 0.5])
+    report = caught(lambda: jnp.where(x > 0, jnp.log(x), 0.0))
+    p = report.producer
+    assert p.primitive == "log" and p.index == [0] and p.operands[0].value == "-1.0"
+    assert p.discarded_by == "jnp.where"
+    assert "discarded" in report.summary and "finite" in report.summary
+    assert "double where" in report.document().render_text() if hasattr(report.document(), "render_text") else True
+    assert any("double where" in str(s) for s in report.document().sections)
+
+
+# -- masked mean over an all-padding batch -------------------------------------------------------
+
+
+def masked_mean(losses, mask):
+    return jnp.sum(losses * mask) / jnp.sum(mask)
+
+
+def test_masked_mean_over_all_padding_names_the_zero_denominator_and_the_call():
+    batches = [jnp.array([1.0, 1.0, 0.0]), jnp.array([1.0, 0.0, 0.0]), jnp.zeros(3)]
+    losses = jnp.array([0.3, 0.2, 0.1])
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            for mask in batches:
+                masked_mean(losses, mask)
+    p = report.producer
+    assert p.primitive == "div" and p.line.code == "return jnp.sum(losses * mask) / jnp.sum(mask)"
+    assert [op.value for op in p.operands] == ["0.0", "0.0"] and p.operands[1].made_by == "reduce_sum"
+    assert "the denominator (from `reduce_sum`) was 0.0" in p.description
+    assert report.call_number == 3 and report.call_line.code == "masked_mean(losses, mask)"
+    assert "call 3" in report.summary
+
+
+# -- NaN already in the inputs ---------------------------------------------------------------------
+
+
+def test_nan_in_the_inputs_is_blamed_on_the_input_not_on_an_operation():
+    bad = jnp.array([1.0, jnp.nan])
+    report = caught(lambda: simulate(jnp.float32(2.0), bad))
+    assert report.producer is None
+    assert [leaf.name for leaf in report.nonfinite] == ["argument bad"]
+
+
+# -- Python's own arithmetic -----------------------------------------------------------------------
+
+
+def test_python_zero_division_is_not_a_jax_nan():
+    with pytest.raises(ZeroDivisionError):
+        with probes.nans() as report:
+            x = 1 / 0  # noqa: F841
+    assert not report.found and report.python_error == "ZeroDivisionError: division by zero"
+    assert "No NaN or inf was produced by JAX" in report.summary
+
+
+def test_python_overflow_is_not_a_jax_inf():
+    with pytest.raises(OverflowError):
+        with probes.nans() as report:
+            _ = 10.0**400
+    assert not report.found and report.python_error.startswith("OverflowError")
+
+
+# -- opaque primitives ------------------------------------------------------------------------------
+
+
+def test_a_primitive_the_search_cannot_open_is_named():
+    from jaxmagic.probes._support.nan_producer import search
+
+    found = search(jax.jit(lambda x: jax.pure_callback(np.log, x, x)), [jnp.array([-1.0])])
+    assert found.producer is not None and found.producer.primitive == "pure_callback"
+
+
+def test_clean_cells_do_not_search():
+    with probes.nans() as report:
+        simulate(jnp.float32(10.0), jnp.ones(3))
+    assert report.producer is None and not report.found
+
+
+def test_report_with_producer_is_json_and_holds_no_arrays():
+    import json
+
+    from tests.test_nans_probe import assert_holds_no_jax_objects
+
+    report = caught(lambda: simulate(jnp.float32(2.5), jnp.ones(5)))
+    json.dumps(report.to_dict())
+    assert_holds_no_jax_objects(report)
