@@ -298,3 +298,76 @@ def test_report_with_producer_is_json_and_holds_no_arrays():
     report = caught(lambda: simulate(jnp.float32(2.5), jnp.ones(5)))
     json.dumps(report.to_dict())
     assert_holds_no_jax_objects(report)
+
+
+# -- the doctor: the last (and only) call of the cell is watched too -------------------------------
+
+
+def test_doctor_sees_a_nan_from_the_only_call_and_names_the_producer():
+    with probes.doctor(skip=["live"]) as report:
+        levels = simulate(jnp.float32(2.5), jnp.ones(5))
+    assert bool(jnp.isnan(levels[1]).any())
+    finding = report.finding("nans")
+    assert finding is not None, report.findings
+    assert report.nan_sighting.function == "simulate" and report.nan_sighting.call_number == 1
+    assert finding.title == "NaN made by `log` in the forward pass of `simulate`"
+    assert finding.line.code == "return level, jnp.log(level)"
+    assert "`log` got -0.5, iteration 2" in finding.evidence
+    assert report.nans.producer.loops[0].index == 2
+
+
+def test_doctor_names_the_call_number_of_the_last_call():
+    with probes.doctor(skip=["live"]) as report:
+        for start in (6.5, 5.5, 4.5):
+            levels = simulate(jnp.float32(start), jnp.ones(5))
+    del levels
+    assert report.nan_sighting.call_number == 3  # the last call of the loop is the only one with a NaN
+    assert report.nans.call_number == 3
+    assert report.finding("nans").line.code == "return level, jnp.log(level)"
+
+
+# -- %jax_check: checkify names the primitive, the search adds the line and the values -------------
+
+
+def test_check_adds_the_producer_to_a_nan_without_a_line():
+    report = probes.check(jax.grad(jnp.std), jnp.ones(4), errors="nan")
+    nan_errors = [e for e in report.errors if e.kind == "nan"]
+    assert nan_errors and nan_errors[0].producer is not None
+    producer = nan_errors[0].producer
+    assert producer.library_function == "jnp.std" and producer.primitive == "div"
+    assert producer.nan_maker == "mul"
+
+
+def test_check_adds_iteration_and_values_inside_a_scan():
+    def run(level0, drains):
+        return lax.scan(decay_body, level0, drains)
+
+    report = probes.check(run, jnp.float32(2.5), jnp.ones(5), errors="nan")
+    (error,) = report.errors
+    assert error.line.code == "return level, jnp.log(level)"
+    assert error.producer.loops[0].index == 2 and error.producer.operands[0].value == "-0.5"
+
+
+def test_shard_map_body_that_cannot_run_outside_is_named_as_the_stop():
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+
+    def local(x):
+        return jnp.log(jax.lax.psum(x, "d"))
+
+    sharded = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jnp.array([-1.0, 2.0])
+    report = caught(lambda: sharded(x))
+    assert report.search_stopped_at == ["shard_map"]
+    assert report.producer.primitive == "shard_map" and report.producer.opaque
+    assert "could not look inside `shard_map`" in report.summary
+    assert report.message  # JAX's own message is kept as evidence
+
+
+def test_numpy_floating_point_error_is_not_a_jax_nan():
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report, np.errstate(invalid="raise"):
+            np.log(np.array([-1.0]))
+    assert not report.found and report.python_error.startswith("FloatingPointError")

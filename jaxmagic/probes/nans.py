@@ -34,6 +34,9 @@ __all__ = ["LoopPosition", "NanProducer", "NanReport", "NonFiniteLeaf", "Operand
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
 
+_JAX_WORDING = re.compile(
+    r"\((nan|inf)\) encountered|Invalid (nan|inf) value"
+)  # NumPy says "invalid value encountered"
 _MESSAGE = re.compile(r"invalid value \((nan|inf)\) encountered in ([\w.\-]+)")
 
 # What usually makes each primitive produce NaN/inf in a forward computation.
@@ -169,6 +172,11 @@ class NanReport(Report):
         at = f" at {line.function} ({line.label or line.filename}, line {line.lineno})" if line else ""
         loops = f", {p.where_in_loops}" if p.loops else ""
         call = f", call {self.call_number}" if self.call_number > 1 else ""
+        if p.opaque:
+            return (
+                f"{what} produced inside `{p.primitive}`{at}{loops}{call}; the search could not look inside "
+                f"`{p.primitive}`, so the operation itself is not named."
+            )
         if p.discarded_by:
             return (
                 f"{what} made by `{p.primitive}`{inside}{at}{loops} in a branch that `{p.discarded_by}` "
@@ -386,7 +394,7 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
 
 
 def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -> None:
-    if not _MESSAGE.search(message_of(error)) and not _raised_by_jax(error):
+    if not _JAX_WORDING.search(message_of(error)) and not _raised_by_jax(error):
         report.python_error = report.other_error = error_line(error)  # NumPy's np.seterr(all="raise"), ...
         report.call_path = user_lines(error.__traceback__)
         return

@@ -132,7 +132,7 @@ def _call_at(user_tb: TracebackType) -> FailingCall | None:
 
 def failing_expressions(tb: TracebackType | None) -> list[FailingCall]:
     """Per user frame of ``tb`` (outermost first), the largest expression around the call that was
-    running which is safe to evaluate again, as a function of the arrays it reads, with its frame.
+    running which is safe to evaluate again, as a function of the arrays it reads.
 
     For ``y = jnp.where(x > 0, jnp.log(x), 0.0)`` failing in ``jnp.log`` this is
     ``lambda x: jnp.where(x > 0, jnp.log(x), 0.0)`` called with ``x``: tracing it
