@@ -261,17 +261,16 @@ def _bind_params(eqn):
 
 
 def jaxpr_function(program):
-    """A jitted Python function running ``program`` (a ``ClosedJaxpr`` or open ``Jaxpr``): one compiled
-    call per scan/while iteration instead of one eager call per equation."""
-    import jax
+    """A Python function running ``program`` (a ``ClosedJaxpr`` or open ``Jaxpr``) on its inputs, returning
+    the list of its outputs; traceable, so it can be jitted or used inside ``lax.scan``."""
+    from jax._src import core
 
     jaxpr, consts = closed_parts(program)
-    from jax._src import core
 
     def run(*args):
         return core.eval_jaxpr(jaxpr, consts, *args)
 
-    return jax.jit(run)
+    return run
 
 
 def scan_operands(eqn, args: list) -> tuple[list, list, list]:

@@ -15,9 +15,12 @@ This module does that generically:
   primitive with exactly one sub-program taking the equation's inputs and
   giving its outputs (``jit``, ``closed_call``, ``remat``/``checkpoint``,
   ``custom_jvp_call``, ``custom_vjp_call``, ...) is opened as a call;
-* a loop is opened by running its body once per iteration as a compiled
-  function, and only the iteration the listener points at is evaluated
-  equation by equation.
+* a loop is opened by running it once more, compiled, with a flag per
+  iteration that the listener supplies (``step_flag``, traced): the first
+  flagged iteration and its inputs come back from one compiled call, and only
+  that iteration is evaluated equation by equation. A listener without a flag
+  gets each iteration's inputs and outputs in Python, one compiled body call
+  per iteration.
 
 An equation that cannot be opened (an opaque custom call, ``shard_map`` with
 collectives, a primitive with several bodies of unknown meaning) is reported
@@ -46,6 +49,8 @@ class Position:
 class Listener:
     """What the walk asks at each equation. Override what you need."""
 
+    step_flags = False  # True: step_flag is implemented, loops are searched compiled
+
     def look_inside(self, eqn, inputs: list, outputs: list, path: tuple[Position, ...]) -> bool:
         """Open this equation (or this loop iteration)? ``eqn`` is the equation being opened."""
         return False
@@ -57,6 +62,11 @@ class Listener:
 
     def cannot_open(self, eqn, path: tuple[Position, ...]) -> None:
         """``look_inside`` asked for an equation this module has no rule for."""
+
+    def step_flag(self, inputs: list, outputs: list):
+        """``look_inside`` for one loop iteration, as a traced boolean (inputs and outputs are tracers);
+        used when ``step_flags`` is True."""
+        raise NotImplementedError
 
 
 class _EndInvestigation(Exception):
@@ -127,36 +137,120 @@ class Walk:
 
     def _body(self, program):
         """The compiled function of a loop body (made once per body in this walk)."""
+        import jax
+
         key = id(program)
         if key not in self._compiled:
-            self._compiled[key] = (program, compat.jaxpr_function(program))
+            self._compiled[key] = (program, jax.jit(compat.jaxpr_function(program)))
         return self._compiled[key][1]
 
     def _open_scan(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
         consts, carry, xs = compat.scan_operands(eqn, inputs)
-        body = eqn.params["jaxpr"]
-        run_body = self._body(body)
-        length = int(eqn.params["length"])
-        order = range(length - 1, -1, -1) if eqn.params.get("reverse") else range(length)
-        jaxpr, body_consts = compat.closed_parts(body)
-        for i in order:
+        length, reverse = int(eqn.params["length"]), bool(eqn.params.get("reverse"))
+        run_body = None if self.listener.step_flags else self._body(eqn.params["jaxpr"])
+        jaxpr, body_consts = compat.closed_parts(eqn.params["jaxpr"])
+        step = 0  # in the order the scan runs its iterations
+        while step < length:
+            if self.listener.step_flags:
+                first = self._first_flagged_scan(eqn, consts, carry, xs, step)
+                if first is None:
+                    return
+                step, carry = first
+            i = length - 1 - step if reverse else step  # the position in xs: "iteration 900"
             step_inputs = [*consts, *carry, *(x[i] for x in xs)]
-            step_outputs = list(run_body(*step_inputs))
             position = (*path, Position(eqn, "scan", i))
-            if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
-                self._walk(jaxpr, body_consts, step_inputs, position)
+            if self.listener.step_flags:  # flagged: evaluate it op by op (its outputs come from that too)
+                step_outputs = self._walk(jaxpr, body_consts, step_inputs, position)
+            else:
+                step_outputs = list(run_body(*step_inputs))
+                if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
+                    self._walk(jaxpr, body_consts, step_inputs, position)
             carry = step_outputs[: len(carry)]
+            step += 1
+
+    def _first_flagged_scan(self, eqn, consts, carry, xs, start: int):
+        """``(step, carry before it)`` of the first iteration from ``start`` on that the listener's flag
+        marks, from one compiled run of the rest of the scan; None when none is marked."""
+        import jax
+        import jax.numpy as jnp
+
+        listener, body = self.listener, compat.jaxpr_function(eqn.params["jaxpr"])
+        n_carry, length = len(carry), int(eqn.params["length"])
+        reverse = bool(eqn.params.get("reverse"))
+        rest = [x[: length - start] if reverse else x[start:] for x in xs]
+
+        def flagged(consts, carry, xs):
+            def step(state, x):
+                carry, saved, found, index, i = state
+                ins = [*consts, *carry, *(x or ())]
+                outs = body(*ins)
+                hit = jnp.logical_and(listener.step_flag(ins, outs), jnp.logical_not(found))
+                saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
+                return (list(outs[:n_carry]), saved, found | hit, jnp.where(hit, i, index), i + 1), None
+
+            init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
+            final, _ = jax.lax.scan(step, init, list(xs) if xs else None, length=length - start, reverse=reverse)
+            return final[1], final[2], final[3]
+
+        saved, found, index = jax.jit(flagged)(consts, carry, rest)
+        if not bool(found):
+            return None
+        return start + int(index), list(saved)
 
     def _open_while(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
         cond_consts, body_consts, carry = compat.while_operands(eqn, inputs)
-        run_cond, run_body = self._body(eqn.params["cond_jaxpr"]), self._body(eqn.params["body_jaxpr"])
+        flags = self.listener.step_flags
+        run_cond = None if flags else self._body(eqn.params["cond_jaxpr"])
+        run_body = None if flags else self._body(eqn.params["body_jaxpr"])
         jaxpr, consts = compat.closed_parts(eqn.params["body_jaxpr"])
-        for i in range(MAX_LOOP_ITERATIONS):
-            if not bool(run_cond(*cond_consts, *carry)[0]):
+        i = 0
+        while i < MAX_LOOP_ITERATIONS:
+            if self.listener.step_flags:
+                first = self._first_flagged_while(eqn, cond_consts, body_consts, carry)
+                if first is None:
+                    return
+                skipped, carry = first
+                i += skipped
+            elif not bool(run_cond(*cond_consts, *carry)[0]):
                 return
             step_inputs = [*body_consts, *carry]
-            step_outputs = list(run_body(*step_inputs))
             position = (*path, Position(eqn, "while", i))
-            if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
-                self._walk(jaxpr, consts, step_inputs, position)
+            if self.listener.step_flags:
+                step_outputs = self._walk(jaxpr, consts, step_inputs, position)
+            else:
+                step_outputs = list(run_body(*step_inputs))
+                if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
+                    self._walk(jaxpr, consts, step_inputs, position)
             carry = step_outputs
+            i += 1
+
+    def _first_flagged_while(self, eqn, cond_consts, body_consts, carry):
+        """``(iterations before it, carry before it)`` of the first iteration the listener's flag marks,
+        from one compiled run of the rest of the loop; None when none is marked."""
+        import jax
+        import jax.numpy as jnp
+
+        listener = self.listener
+        cond = compat.jaxpr_function(eqn.params["cond_jaxpr"])
+        body = compat.jaxpr_function(eqn.params["body_jaxpr"])
+
+        def flagged(cond_consts, body_consts, carry):
+            def keep_going(state):
+                return cond(*cond_consts, *state[0])[0]
+
+            def step(state):
+                carry, saved, found, index, i = state
+                ins = [*body_consts, *carry]
+                outs = body(*ins)
+                hit = jnp.logical_and(listener.step_flag(ins, outs), jnp.logical_not(found))
+                saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
+                return list(outs), saved, found | hit, jnp.where(hit, i, index), i + 1
+
+            init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
+            final = jax.lax.while_loop(keep_going, step, init)
+            return final[1], final[2], final[3]
+
+        saved, found, index = jax.jit(flagged)(cond_consts, body_consts, carry)
+        if not bool(found):
+            return None
+        return int(index), list(saved)

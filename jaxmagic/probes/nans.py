@@ -137,7 +137,7 @@ class NanReport(Report):
             )
         if self.python_error:
             return (
-                f"Python raised {self.python_error}: a plain Python number operation, not JAX. "
+                f"{self.python_error} - raised by Python (or NumPy) arithmetic, not by JAX: "
                 "No NaN or inf was produced by JAX in this cell."
             )
         if self.found and self.producer is not None:
@@ -221,7 +221,7 @@ class NanReport(Report):
                     "Why",
                     [
                         Paragraph(
-                            "Python's own arithmetic raised this, on Python numbers (float or int), before JAX "
+                            "Python's own arithmetic (or NumPy's, with np.seterr) raised this, on Python or NumPy numbers, before JAX "
                             "saw anything: JAX arrays never raise on division by zero or overflow, they give "
                             "inf or NaN. Fix the Python expression, or compute it with jnp if you want JAX's "
                             "behaviour."

@@ -275,6 +275,26 @@ class _Search(Listener):
     def cannot_open(self, eqn, path) -> None:
         self.result.stopped_at.append(eqn.primitive.name)
 
+    step_flags = True
+
+    def step_flag(self, inputs, outputs):
+        """``look_inside`` for a loop iteration, traced: found by one compiled run of the loop."""
+        import jax.numpy as jnp
+
+        def bad(values, nan_only):
+            flags = [
+                jnp.any(jnp.isnan(v) if nan_only else ~jnp.isfinite(v))
+                for v in values
+                if jnp.issubdtype(v.dtype, jnp.inexact)
+            ]
+            return jnp.any(jnp.stack(flags)) if flags else jnp.array(False)
+
+        if self.stage == "producer":
+            return ~bad(inputs, False) & bad(outputs, self.strict)
+        if self.stage == "nan_maker":
+            return ~bad(inputs, True) & bad(outputs, True)
+        return jnp.array(False)
+
     def visit(self, eqn, inputs, outputs, path) -> bool:
         """Record the producer, then the NaN maker, then (top level only) what discarded the NaN.
 
