@@ -503,8 +503,9 @@ def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True)
     report.producer, report.searched_call = found.producer, found.searched
     report.notes.append(
         f"{found.searched} was traced again with the same argument values and its program evaluated "
-        f"operation by operation ({found.equations} operations, loops iteration by iteration) to find the "
-        "first operation whose inputs were finite and whose output was not."
+        f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
+        "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
+        "whose inputs were finite and whose output was not."
     )
     if found.stopped_at:
         report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
