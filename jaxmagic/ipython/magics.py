@@ -160,9 +160,11 @@ class JaxMagics(Magics):
         Checking is scoped to this cell (jax.debug_nans as a context manager),
         so it also catches NaNs that the global jax_debug_nans switch misses
         after a vmap has been traced. On a NaN the cell still fails with JAX's
-        FloatingPointError; above it, the report names the primitive, forward
-        or backward pass, your line, and the non-finite leaves (key paths such
-        as [0]['b']) of the failing call's arguments or result.
+        FloatingPointError; above it, the report names the operation that
+        produced the value - inside scan/while/cond bodies, nested jit and
+        library functions, with the loop iteration and the input values there -
+        the forward or backward pass, your line, and the non-finite leaves (key
+        paths such as [0]['b']) of the failing call's arguments or result.
         """
         __tracebackhide__ = True
         args = self._parse(self.jax_nans, line)

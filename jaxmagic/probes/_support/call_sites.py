@@ -64,4 +64,5 @@ def counting_call_sites() -> Iterator[CallSiteCounts | None]:
         monitoring.set_events(tool, 0)
         monitoring.register_callback(tool, monitoring.events.CALL, None)
         monitoring.free_tool_id(tool)
-        monitoring.restart_events()  # call sites switched off for us count again for the next tool
+        # No sys.monitoring.restart_events(): it would switch back on what every other tool (a
+        # debugger, coverage) switched off. What we switched off is library code, never counted.

@@ -9,11 +9,13 @@ at their float results for NaN. The first call whose results hold a NaN while
 its arguments held none produced it; later calls only pass it on.
 
 A call's results are looked at when the next call starts, when they are
-normally computed already, so the watch does not make the program wait.
+normally computed already, so the watch does not make the program wait; the
+last call's results are looked at when the cell ends (``flush``).
 
-To name the primitive and the line, that one call - not the cell - is run once
-more after the cell, under the NaN probe (``jax.debug_nans``, its backward-pass
-and op-by-op analysis included), with the same arguments: a jitted function is
+To name the operation and the line, that one call - not the cell - is run once
+more after the cell, under the NaN probe (``jax.debug_nans``, its producer
+search included: the line inside a scan body, the iteration, the values), with
+the same arguments: a jitted function is
 pure, so this repeats nothing the user would mind (its debug prints are
 discarded). The call is rebuilt from JAX's dispatch frame (the function, its
 jit options, the call's arguments) and kept only until then; a call whose
