@@ -375,3 +375,21 @@ def test_numpy_floating_point_error_is_not_a_jax_nan():
         with probes.nans() as report, np.errstate(invalid="raise"):
             np.log(np.array([-1.0]))
     assert not report.found and report.python_error.startswith("FloatingPointError")
+
+
+def test_library_function_inside_a_jitted_training_step():
+    # The chapter's section 9 drill: an L2 penalty on biases that start at 0, in a jitted step.
+    def loss(params):
+        return sum(jnp.linalg.norm(b) for b in params)  # the penalty line
+
+    @jax.jit
+    def train_step(params):
+        value, grads = jax.value_and_grad(loss)(params)
+        return [p - 0.1 * g for p, g in zip(params, grads)], value
+
+    report = caught(lambda: train_step([jnp.zeros(4), jnp.ones(2)]))
+    p = report.producer
+    assert p.primitive == "div" and p.library_function == "jnp.linalg.norm" and p.phase == "backward"
+    assert p.line.code == "return sum(jnp.linalg.norm(b) for b in params)  # the penalty line"
+    assert p.calls == ["train_step"] and p.nan_maker == "mul"
+    assert report.where_line.code == p.line.code

@@ -264,16 +264,22 @@ class _Search(Listener):
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
+        self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
         if self.stage == "producer":
-            return not _any_bad(_non_literal(eqn, inputs)) and _any_bad(outputs, want_nan=self.strict)
-        if self.stage == "nan_maker":
-            return not _any_bad(inputs, want_nan=True) and _any_bad(outputs, want_nan=True)
-        return False
+            wanted = not _any_bad(_non_literal(eqn, inputs)) and _any_bad(outputs, want_nan=self.strict)
+        elif self.stage == "nan_maker":
+            wanted = not _any_bad(inputs, want_nan=True) and _any_bad(outputs, want_nan=True)
+        else:
+            wanted = False
+        if wanted:
+            self._opened.add(id(eqn))
+        return wanted
 
     def cannot_open(self, eqn, path) -> None:
         self.result.stopped_at.append(eqn.primitive.name)
+        self._opened.discard(id(eqn))
 
     step_flags = True
 
@@ -305,6 +311,8 @@ class _Search(Listener):
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
+        if id(eqn) in self._opened and self.stage != "absorber":
+            return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
             if _any_bad(_non_literal(eqn, inputs)) or not _any_bad(outputs, want_nan=self.strict):
                 return False
