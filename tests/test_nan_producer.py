@@ -315,7 +315,7 @@ def test_doctor_sees_a_nan_from_the_only_call_and_names_the_producer():
     assert finding is not None, report.findings
     assert report.nan_sighting.function == "simulate" and report.nan_sighting.call_number == 1
     assert finding.title == "NaN made by `log` in the forward pass of `simulate`"
-    assert finding.line.code == "return level, jnp.log(level)"
+    assert report.nans.producer.line.code == "return level, jnp.log(level)"
     assert "`log` got -0.5, iteration 2" in finding.evidence
     assert report.nans.producer.loops[0].index == 2
 
@@ -327,7 +327,7 @@ def test_doctor_names_the_call_number_of_the_last_call():
     del levels
     assert report.nan_sighting.call_number == 3  # the last call of the loop is the only one with a NaN
     assert report.nans.call_number == 3
-    assert report.finding("nans").line.code == "return level, jnp.log(level)"
+    assert report.nans.producer.line.code == "return level, jnp.log(level)"
 
 
 # -- %jax_check: checkify names the primitive, the search adds the line and the values -------------

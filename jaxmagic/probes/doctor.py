@@ -286,7 +286,9 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
         title = f"NaN made by `{producer.primitive}`{inside} in {phase} of {where}"
         if producer.discarded_by:
             title += f" (in a branch `{producer.discarded_by}` discarded)"
-        line = producer.line or s.line
+        # The line JAX attached (a backward pass's forward line), else the call site; the producer's
+        # own line is in report.nans and in %%jax_nans.
+        line = nan.origin_lines[-1] if nan.origin_lines else s.line
         evidence += f"; {producer.description}"
         if producer.nan_maker:
             evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
