@@ -261,6 +261,52 @@ assert jax.config.jax_debug_nans is False
 
 
 # %% [markdown]
+# ### A NaN inside a `scan`: JAX names the loop, `%%jax_nans` names the operation
+#
+# Real JAX code is full of loops under `lax.scan` (RNNs, ODE solvers, simulations). When the NaN is
+# made inside the loop body, `jax_debug_nans` can only name the outermost operation the NaN came out
+# of: `scan`, at the `lax.scan(...)` line. Below, a tank level drains by 1 per step and the body takes
+# its log; at step 2 the level is -0.5.
+
+# %%
+def drain_body(level, drain):
+    level = level - drain
+    return level, jnp.log(level)          # NaN once the level is below 0
+
+@jax.jit
+def simulate(level0, drains):
+    return lax.scan(drain_body, level0, drains)
+
+with jax.debug_nans(True):
+    e_scan = show_error(lambda: simulate(jnp.float32(2.5), jnp.ones(5)))
+assert str(e_scan) == "invalid value (nan) encountered in scan"      # only the loop is named
+
+# %% [markdown]
+# `%%jax_nans` then searches for the **producer**: it traces the failing call again with the same
+# argument values and evaluates its program operation by operation, opening `scan`, `while`, `cond`,
+# nested `jit`, `checkpoint` and custom-derivative rules. A loop is run once more compiled to find
+# its first bad iteration; only that iteration is evaluated op by op. The producer is the first
+# operation whose inputs were finite and whose output was not. The search costs nothing on a clean
+# cell: it runs only after JAX raised.
+
+# %% tags=["raises-exception"]
+# %%jax_nans -o rep_scan
+simulate(jnp.float32(2.5), jnp.ones(5))
+
+# %%
+err = pop_last_error()
+assert str(err) == "invalid value (nan) encountered in scan" and rep_scan.primitive == "scan"   # JAX's words, kept
+p = rep_scan.producer
+print(rep_scan.summary)
+print("values:", p.description)
+assert p.primitive == "log" and p.phase == "forward"
+assert p.line.function == "drain_body" and p.line.code == "return level, jnp.log(level)          # NaN once the level is below 0"
+assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 2)]      # the third step
+assert [op.value for op in p.operands] == ["-0.5"]                                # what log got
+assert jax.config.jax_debug_nans is False
+
+
+# %% [markdown]
 # ### A NaN in the backward pass: JAX names only the primitive
 #
 # A classic source is the gradient of `jnp.linalg.norm` at the zero vector. There

@@ -139,6 +139,15 @@ bad_leaves = sorted({leaf.name.split(")")[-1] for leaf in nan_step0.nonfinite})
 print("non-finite leaves:", bad_leaves)
 assert bad_leaves == ["[1][0]['b']", "[1][1]['b']", "[1][2]['b']"]   # the gradients of the three biases only
 
+# %%
+# The operation itself: the producer search evaluated step_v0's program (forward and backward) op by op
+p = nan_step0.producer
+print("producer:", p.description, "| inside", p.library_function, "| then", f"`{p.nan_maker}`", p.nan_maker_values)
+assert p.primitive == "div" and p.library_function == "jnp.linalg.norm" and p.phase == "backward"
+assert [op.value for op in p.operands] == ["0.5", "0.0"]      # d sqrt(s)/ds = 0.5 / sqrt(s), at s = 0
+assert p.nan_maker == "mul" and "inf" in p.nan_maker_values     # then 0 * inf = NaN
+assert p.line.code == origin.code and p.calls == ["train_step"]
+
 # %% [markdown]
 # The chapter reaches the same diagnosis by hand: `checkify` on the forward pass and on the gradient,
 # then a leaf-by-leaf look at the gradient, then the loss split in its two terms. `%jax_check` does the
@@ -166,7 +175,9 @@ assert finite(g_ce) and not finite(g_reg)
 # **Diagnosis.** The forward pass is fine; the NaN is in the gradient, only for the biases, and it
 # comes from the penalty. The biases start at zero, and $\nabla_b \lVert b\rVert = b / \lVert b\rVert$
 # is $0/0$ at $b = 0$. In a backward pass `jax_debug_nans` alone can only name the primitive (`mul`);
-# `%%jax_nans` re-ran the call op by op to find the forward line whose gradient it is.
+# `%%jax_nans` evaluated the step's program op by op and named the operation: `div` computing
+# 0.5/0.0 inside `jnp.linalg.norm` (the derivative of its `sqrt` at 0), which `mul` then turns into
+# NaN (0 * inf), at the penalty line.
 #
 # **Fix:** a norm whose value and gradient are 0 at 0, with the double `where`.
 
@@ -391,6 +402,7 @@ assert doc_v0.areas == ["NaN", "recompilation", "random keys"]                  
 assert losses_doctor[1:] == losses_v0[1:] or all(np.isnan(losses_doctor[1:]))    # the cell ran to its end
 nan_f, comp_f, key_f = doc_v0.findings
 assert doc_v0.nans.primitive == "mul" and doc_v0.nans.phase == "backward" and "jnp.linalg.norm" in nan_f.line.code
+assert doc_v0.nans.producer.library_function == "jnp.linalg.norm" and "`div`: 0.5/0.0" in nan_f.evidence   # the producer, as in 9.1
 assert doc_v0.nan_sighting.function == "train_step" and doc_v0.nan_sighting.call_number == 1
 assert doc_v0.compiles.count("train_step") == N_DRILL and "static" in comp_f.title and "`step`" in comp_f.title
 assert f"same key in {N_DRILL} of its {N_DRILL} calls" in key_f.title and key_f.next_magic == "%%jax_keys"
