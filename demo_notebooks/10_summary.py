@@ -140,3 +140,14 @@ assert jax.__version__ == "0.12.0.1"
 assert set(jax.config.values) >= {"jax_debug_nans", "jax_debug_infs", "jax_traceback_filtering",
                                   "jax_log_compiles", "jax_explain_cache_misses", "jax_debug_key_reuse"}
 print(sum(map(len, APIS.values())), "APIs of the table exist in JAX", jax.__version__)
+
+# %% [markdown]
+# Last, the state this notebook leaves behind: `%jax_config` lists the JAX switches that differ from
+# their defaults. None should: every magic switched its tool on for one cell only.
+
+# %%
+# %jax_config -o config_at_end
+
+# %%
+assert config_at_end.status.value == "ok", config_at_end.summary
+print(config_at_end.summary)
