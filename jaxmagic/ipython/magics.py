@@ -116,11 +116,25 @@ class JaxMagics(Magics):
             self.shell.user_ns[args.output] = report
         display_report(report, in_kernel=getattr(self.shell, "kernel", None) is not None)
 
-    def _run_cell_in_probe(self, probe, args, cell: str):
+    def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
+        """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
+
+        ``build_probe(args)`` returns the probe (a ProbeArgumentError it raises
+        names the magic's option); the probe is returned for what the magic
+        does after the report (``%%jax_compiles --budget``).
+        """
+        __tracebackhide__ = True
+        args = self._parse(magic, line)
+        with self._options_checked(magic):
+            probe = build_probe(args)
+        self._run_cell_in_probe(magic, probe, args, cell)
+        return probe
+
+    def _run_cell_in_probe(self, magic, probe, args, cell: str) -> None:
         """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
         __tracebackhide__ = True
         if shown_if_unrunnable(self.shell, cell):
-            return None
+            return
         outcome = CellOutcome()
         try:
             with probe as report:
@@ -129,8 +143,7 @@ class JaxMagics(Magics):
         except AlreadyActive as error:
             if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
                 raise
-            magic = sys._getframe(1).f_code.co_name  # the cell magic that called us, e.g. jax_keys
-            raise UsageError(f"%%{magic} {error.problem}.") from None
+            raise UsageError(f"%%{magic.__name__} {error.problem}.") from None
         except BaseException as error:
             if error is not outcome.exception:
                 raise
@@ -167,9 +180,9 @@ class JaxMagics(Magics):
         paths such as [0]['b']) of the failing call's arguments or result.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_nans, line)
-        probe = probes.nans(infs=args.infs, namespace=self.shell.user_ns)
-        return self._run_cell_in_probe(probe, args, cell)
+        self._run_cell_magic(
+            self.jax_nans, line, cell, lambda args: probes.nans(infs=args.infs, namespace=self.shell.user_ns)
+        )
 
     @magic_arguments()
     @argument(
@@ -201,12 +214,13 @@ class JaxMagics(Magics):
         a function compiled more than N times.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_compiles, line)
-        if args.fn is not None and args.budget is None:
-            raise UsageError("--fn names the function that --budget applies to; give --budget N as well.")
-        with self._options_checked(self.jax_compiles):
-            probe = probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
-        self._run_cell_in_probe(probe, args, cell)
+
+        def build_probe(args):
+            if args.fn is not None and args.budget is None:
+                raise UsageError("--fn names the function that --budget applies to; give --budget N as well.")
+            return probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
+
+        probe = self._run_cell_magic(self.jax_compiles, line, cell, build_probe)
         try:
             probe.report.raise_if_over_budget()
         except probes.CompileBudgetExceeded as over:  # raised on purpose, for the cell to fail: from no frame of ours
@@ -268,8 +282,7 @@ class JaxMagics(Magics):
         (float(x)) are not intercepted.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_transfers, line)
-        return self._run_cell_in_probe(probes.transfers(mode=args.mode), args, cell)
+        self._run_cell_magic(self.jax_transfers, line, cell, lambda args: probes.transfers(mode=args.mode))
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call to check, e.g. risky(x, i).")
@@ -430,8 +443,7 @@ class JaxMagics(Magics):
         tracer was used, where it was made, which variable still holds it.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_leaks, line)
-        return self._run_cell_in_probe(probes.leaks(namespace=self.shell.user_ns), args, cell)
+        self._run_cell_magic(self.jax_leaks, line, cell, lambda args: probes.leaks(namespace=self.shell.user_ns))
 
     @magic_arguments()
     @argument("what", nargs="*", help="on | off | an exception (e.g. err); default: the last exception.")
@@ -564,8 +576,7 @@ class JaxMagics(Magics):
         drawing of the mesh. The printed text itself is unchanged.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_per_device, line)
-        return self._run_cell_in_probe(probes.per_device(), args, cell)
+        self._run_cell_magic(self.jax_per_device, line, cell, lambda args: probes.per_device())
 
     # -- where the run time goes (chapter section 5.5, step 4) ----------------
 
@@ -613,7 +624,8 @@ class JaxMagics(Magics):
             if outcome.exception is not None:
                 self._publish(probes.ProfileReport.warmup_failed(run, args.warmup, outcome.exception), args)
                 outcome.reraise()
-        return self._run_cell_in_probe(probe, args, cell)
+        self._run_cell_in_probe(self.jax_profile, probe, args, cell)
+        return None
 
     # -- programs and memory (chapter sections 2 and 7) ----------------------
 
@@ -739,7 +751,8 @@ class JaxMagics(Magics):
         if cell is None:
             self._publish(probes.live(**options), args)
             return None
-        return self._run_cell_in_probe(probes.live_diff(**options), args, cell)
+        self._run_cell_in_probe(self.jax_live, probes.live_diff(**options), args, cell)
+        return None
 
     # -- seeing values, keys and the whole-cell check (chapter sections 1 and 9) --
 
@@ -764,8 +777,7 @@ class JaxMagics(Magics):
         print() output appears as usual.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_print, line)
-        return self._run_cell_in_probe(probes.prints(echo=args.echo), args, cell)
+        self._run_cell_magic(self.jax_print, line, cell, lambda args: probes.prints(echo=args.echo))
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call whose numbers look wrong, e.g. model(params, x).")
@@ -838,8 +850,7 @@ class JaxMagics(Magics):
         checker cannot follow.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_keys, line)
-        return self._run_cell_in_probe(probes.keys(), args, cell)
+        self._run_cell_magic(self.jax_keys, line, cell, lambda args: probes.keys())
 
     @magic_arguments()
     @argument(
@@ -864,7 +875,6 @@ class JaxMagics(Magics):
         The cell runs once; a tracer leak still stops it.
         """
         __tracebackhide__ = True
-        args = self._parse(self.jax_doctor, line)
-        with self._options_checked(self.jax_doctor):
-            probe = probes.doctor(skip=args.skip, namespace=self.shell.user_ns)
-        return self._run_cell_in_probe(probe, args, cell)
+        self._run_cell_magic(
+            self.jax_doctor, line, cell, lambda args: probes.doctor(skip=args.skip, namespace=self.shell.user_ns)
+        )
