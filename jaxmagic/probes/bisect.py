@@ -439,27 +439,17 @@ def bisect(
     return bisect_of_call(fn, args, kwargs, ref=ref, rtol=rtol, call_text=call_text, namespace=namespace)
 
 
-def bisect_of_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
-    *,
-    ref: Any = None,
-    rtol: float | None = None,
-    call_text: str = "",
-    namespace: dict | None = None,
-) -> BisectReport:
+def bisect_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> BisectReport:
     """Run ``fn(*args, **kwargs)`` jitted, op by op and as a reference; say which layer is wrong.
 
-    ``ref``: the expected result (a pytree of arrays, e.g. a NumPy float64
-    computation); without it a float64 op-by-op run is the reference when that
-    is sound. ``rtol``: the relative tolerance (default by the result's dtype:
-    1e-4 for float32). ``namespace`` names captured globals. Never raises for
-    the call's own errors: a failed run is reported (use :func:`run_call` to
-    also get the exception).
+    ``options`` are :func:`run_call`'s. ``ref``: the expected result (a pytree
+    of arrays, e.g. a NumPy float64 computation); without it a float64
+    op-by-op run is the reference when that is sound. ``rtol``: the relative
+    tolerance (default by the result's dtype: 1e-4 for float32). ``namespace``
+    names captured globals. Never raises for the call's own errors: a failed
+    run is reported (use :func:`run_call` to also get the exception).
     """
-    report, _error = run_call(fn, args, kwargs, ref=ref, rtol=rtol, call_text=call_text, namespace=namespace)
-    return report
+    return run_call(fn, args, kwargs, **options)[0]
 
 
 def run_call(

@@ -195,25 +195,17 @@ def check(
     return check_of_call(fn, args, kwargs, errors=errors, call_text=call_text, vmap_axes=vmap_axes)
 
 
-def check_of_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
-    *,
-    errors: str | list[str] = "all",
-    call_text: str = "",
-    vmap_axes=None,
-) -> CheckReport:
+def check_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> CheckReport:
     """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error.
 
-    With ``vmap_axes`` the call is ``jit(vmap(checkify(fn), in_axes=vmap_axes))``: each
-    sample is checked on its own and errors carry the sample's ``mapped_index``.
+    ``options`` are :func:`run_call`'s. With ``vmap_axes`` the call is
+    ``jit(vmap(checkify(fn), in_axes=vmap_axes))``: each sample is checked on
+    its own and errors carry the sample's ``mapped_index``.
     (``checkify(vmap(f))`` would keep a single error without saying which sample.)
     Never raises for the call's own exception: the report's ``failure`` says what
     happened (use :func:`run_call` to also get the exception).
     """
-    report, _error = run_call(fn, args, kwargs, errors=errors, call_text=call_text, vmap_axes=vmap_axes)
-    return report
+    return run_call(fn, args, kwargs, **options)[0]
 
 
 def run_call(

@@ -702,33 +702,21 @@ def hlo(
     )
 
 
-def hlo_of_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
-    *,
-    scope: str | None = None,
-    stage: str | Iterable[str] = "all",
-    call_text: str = "",
-    namespace: dict | None = None,
-    sweep: Sweep | None = None,
-) -> HloReport:
+def hlo_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> HloReport:
     """Trace, lower and compile ``fn(*args, **kwargs)`` (never run it) and report on the program.
 
-    With ``scope`` (``"encoder"``, ``"encoder/attn"``): the operations of that
-    ``jax.named_scope`` in each stage, side by side. Without: the tree of
-    named scopes with counts per stage. Always: literals baked in from
-    globals/closures and captured constant arrays; with the ``hlo`` stage,
+    ``options`` are :func:`run_call`'s. With ``scope`` (``"encoder"``,
+    ``"encoder/attn"``): the operations of that ``jax.named_scope`` in each
+    stage, side by side. Without: the tree of named scopes with counts per
+    stage. Always: literals baked in from globals/closures and captured
+    constant arrays; with the ``hlo`` stage,
     ``memory_analysis()``/``cost_analysis()`` of the compiled program.
     ``namespace`` (the user's globals) helps name baked globals. ``sweep``
     compiles the call once per value and tabulates the memory figures.
     Returns the report; errors while building a stage are reported, not raised
     (use :func:`run_call` to also get the exception).
     """
-    report, _error = run_call(
-        fn, args, kwargs, scope=scope, stage=stage, call_text=call_text, namespace=namespace, sweep=sweep
-    )
-    return report
+    return run_call(fn, args, kwargs, **options)[0]
 
 
 def run_call(

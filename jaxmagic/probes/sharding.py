@@ -377,36 +377,21 @@ def sharding(
 
 
 def sharding_of_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
-    *,
-    call_text: str = "",
-    intermediates: bool = False,
-    dims: list[int] | None = None,
-    check_replicas: bool = True,
+    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any
 ) -> ShardingReport:
     """Run ``fn(*args, **kwargs)`` (jitted) and report the shardings it was compiled with.
 
-    Never raises for an error of the call itself: the report's ``failure`` says
-    what happened (use ``run_call`` to also get the exception).
+    ``options`` are :func:`run_call`'s. Never raises for an error of the call
+    itself: the report's ``failure`` says what happened (use ``run_call`` to
+    also get the exception).
     """
-    report, _error = run_call(
-        fn,
-        tuple(args),
-        dict(kwargs or {}),
-        call_text=call_text,
-        intermediates=intermediates,
-        dims=dims,
-        check_replicas=check_replicas,
-    )
-    return report
+    return run_call(fn, args, kwargs, **options)[0]
 
 
 def run_call(
     fn: Callable,
-    args: tuple,
-    kwargs: dict,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
     *,
     call_text: str = "",
     intermediates: bool = False,
@@ -422,6 +407,7 @@ def run_call(
     """
     import jax
 
+    args, kwargs = tuple(args), dict(kwargs or {})
     name = getattr(fn, "__name__", None) or type(fn).__name__
     text = call_text or f"{name}(...)"
     was_jitted = hasattr(fn, "lower") and hasattr(fn, "trace")

@@ -231,16 +231,14 @@ def stages(fn: Callable, *args: Any, runs: int = DEFAULT_RUNS, call_text: str = 
     return stages_of_call(fn, args, kwargs, runs=runs, call_text=call_text)
 
 
-def stages_of_call(
-    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, runs: int = DEFAULT_RUNS, call_text: str = ""
-) -> StagesReport:
+def stages_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> StagesReport:
     """``stages`` with the call's arguments given as a sequence and a dict (any keyword names allowed).
 
-    Never raises for the call's own exception: the report's ``failure`` says
-    what happened (use :func:`run_call` to also get the exception).
+    ``options`` are :func:`run_call`'s. Never raises for the call's own
+    exception: the report's ``failure`` says what happened (use
+    :func:`run_call` to also get the exception).
     """
-    report, _error = run_call(fn, args, kwargs, runs=runs, call_text=call_text)
-    return report
+    return run_call(fn, args, kwargs, **options)[0]
 
 
 def run_call(
