@@ -80,3 +80,24 @@ def test_probe_restores_only_its_own_switches():
         assert jax.config.jax_debug_infs is True
     finally:
         jax.config.update("jax_debug_infs", False)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ValueError: bad", "ValueError: bad."),
+        ("UsageError: they do not combine.", "UsageError: they do not combine."),
+        ("x: f32[1] -> f32[2]; ...", "x: f32[1] -> f32[2]; ..."),
+        ("what?", "what?"),
+    ],
+)
+def test_a_quoted_message_ends_its_sentence_once(text, expected):
+    from jaxmagic.report.wording import ended
+
+    assert ended(text) == expected
+
+
+def test_a_failed_cell_summary_has_one_full_stop(ip):
+    ip.run_cell("%%jax_doctor -o doctor_nested\n%%jax_keys\nx = 1\n")
+    summary = ip.user_ns["doctor_nested"].summary
+    assert "do not combine with one another." in summary and ".." not in summary

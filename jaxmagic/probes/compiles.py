@@ -56,7 +56,7 @@ from jaxmagic._jax.restore import jax_loggers, preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import cell_label, defining_code, is_user_file, source_line
-from jaxmagic.report.wording import error_line
+from jaxmagic.report.wording import ended, error_line
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
 
@@ -429,7 +429,7 @@ class CompileReport(Report):
     def summary(self) -> str:
         text = self._findings()
         if self.other_error:
-            text = f"The cell failed with {self.other_error}. Before that: {text[0].lower()}{text[1:]}"
+            text = f"The cell failed with {ended(self.other_error)} Before that: {text[0].lower()}{text[1:]}"
         return text
 
     def _findings(self) -> str:
@@ -438,12 +438,12 @@ class CompileReport(Report):
         if self.over_budget:
             over = self.over_budget
             first = over[0]
-            text = f"Over budget: `{first.name}` compiled {first.count} times (budget {self.budget}): {first.reason}."
+            text = f"Over budget: `{first.name}` compiled {first.count} times (budget {self.budget}): {ended(first.reason)}"
             return text + (f" {len(over) - 1} more function(s) over budget." if len(over) > 1 else "")
         recompiled = self.recompiled_functions
         if len(recompiled) == 1:
             f = recompiled[0]
-            return f"`{f.name}` compiled {f.count} times: {f.reason}."
+            return f"`{f.name}` compiled {f.count} times: {ended(f.reason)}"
         if recompiled:
             parts = ", ".join(
                 f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"

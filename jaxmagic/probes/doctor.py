@@ -50,7 +50,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import source_line
-from jaxmagic.report.wording import error_line, message_of
+from jaxmagic.report.wording import ended, error_line, message_of
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
 RETRACE_TOKEN = "jaxmagic-doctor"
@@ -135,7 +135,7 @@ class DoctorReport(Report):
 
     @property
     def summary(self) -> str:
-        failed = f" The cell failed with {self.other_error}." if self.other_error else ""
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
         if not self.findings:
             return f"Nothing found by {', '.join(self.checked)}.{failed}"
         n = len(self.findings)

@@ -51,7 +51,7 @@ from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import first_library_function, is_user_file, source_line
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import ended, message_of
 
 CONFIG_NAMES = ("jax_debug_key_reuse",)
 FIX = (
@@ -247,7 +247,7 @@ class KeyReport(Report):
             else:
                 parts.append("No key was reused (no typed key reached a jitted function of yours).")
         if self.other_error and not self.reuse:
-            parts.append(f"The cell failed with {self.other_error}.")
+            parts.append(f"The cell failed with {ended(self.other_error)}")
         return " ".join(parts)
 
     def document(self):

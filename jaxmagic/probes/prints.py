@@ -47,7 +47,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
-from jaxmagic.report.wording import error_line
+from jaxmagic.report.wording import ended, error_line
 
 RETRACE_TOKEN = "jaxmagic-print"
 MAX_LINES = 5000  # lines kept; later ones are only counted
@@ -151,7 +151,7 @@ class PrintReport(Report):
     def summary(self) -> str:
         printed = [s for s in self.sites if any(line.site == s.key for line in self.lines)]
         n = len(self.lines) + self.dropped_lines
-        failed = f" The cell failed with {self.other_error}." if self.other_error else ""
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
         if not n:
             return f"No jax.debug.print, log or callback output in this cell.{failed}"
         calls = len(self.calls)

@@ -46,7 +46,7 @@ from jaxmagic.probes._support.trace_events import (
 )
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import source_line
-from jaxmagic.report.wording import error_line, format_bytes
+from jaxmagic.report.wording import ended, error_line, format_bytes
 
 TOP_KERNELS = 12
 TOP_LINES = 20
@@ -235,7 +235,7 @@ class ProfileReport(Report):
             return f"Warm-up run {self.failed_in_warmup} failed with {self.other_error}; nothing was profiled."
         text = self._findings()
         if self.other_error:
-            text = f"The cell failed with {self.other_error}. Until then: {text[0].lower()}{text[1:]}"
+            text = f"The cell failed with {ended(self.other_error)} Until then: {text[0].lower()}{text[1:]}"
         return text
 
     def _findings(self) -> str:

@@ -46,6 +46,12 @@ def error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first_line(error)}"
 
 
+def ended(text: str) -> str:
+    """``text`` as the end of a sentence: a full stop added unless it already ends with one
+    (an error message quoted inside a report's sentence, "The cell failed with ValueError: bad.")."""
+    return text if text.rstrip().endswith((".", "!", "?", "…")) else text + "."
+
+
 def shown(value, limit: int = 60, quoted: bool = True) -> str:
     """A value of the user's in a message, on one line and cut short, so a UsageError stays readable.
 
