@@ -7,8 +7,9 @@
 # one with the magics, fix it, and pin the fix down with `assert`s before moving on. Then we run the
 # original script once more under a single `%%jax_doctor` cell, which finds all three at once.
 #
-# The notebook ends with the chapter's four exercises (solved, their self-checks passing) and its
-# six-question quiz (every answer that is a checkable fact is checked by code).
+# Then come the chapter's four exercises (each with an answer area and a self-check), its six-question
+# quiz (every answer that is a checkable fact is checked by code), and an appendix with the reference
+# answers, where each exercise's self-check runs again and passes.
 #
 # ### This machine and the chapter
 #
@@ -261,9 +262,10 @@ N_LONG = 60
 params_v2, losses_v2 = train_v2(step_v2, params0, X_tr, Y_tr, N_LONG)
 
 # %%
-# The chapter compares all 60 steps with the static-step version. That version compiles once per step,
-# so 60 of its steps cost about 60 / N_DRILL times the N_DRILL steps timed in 9.0 (printed below);
-# to keep the notebook short we compare over its first N_DRILL steps, computed in 9.1.
+# The chapter compares all 60 steps with the static-step version. That version compiles at every step,
+# so its 60 steps would cost 60 / N_DRILL times the N_DRILL steps timed in 9.0 (the estimate is printed
+# below) for no new information. We compare with the N_DRILL steps it ran in 9.1 instead (same data,
+# same keys, same NaN fix), which the fixed version must reproduce step by step.
 print(f"static-step version: {N_DRILL} steps took {t_drill:.1f} s here, so {N_LONG} would take about "
       f"{t_drill * N_LONG / N_DRILL:.0f} s")
 diff = np.abs(np.array(losses_v2[:N_DRILL]) - losses_v1).max()
@@ -431,10 +433,12 @@ assert np.allclose(losses_fixed, losses_v3[:N_DRILL], atol=1e-6)   # the doctor 
 # | 3 | A leak detector with `jax.live_arrays()` | §7.3 |
 # | 4 | Find the first NaN step, and the primitive, automatically | §3.1, §9 |
 #
-# Exercise 1 is laid out as in the chapter: the task, the problem code, an answer area, and the
-# self-check, which says "not answered yet" until the answer's names exist and then tries them on
-# inputs they have not seen. Its reference answer is in the appendix at the end, where the self-check
-# runs again and must pass. Exercises 2-4 still show their solution before their self-check.
+# Each exercise is laid out as in the chapter: the task, the problem code, an answer area, and a
+# self-check. The self-check says "not answered yet" (and returns `False`) until the names the task
+# asks for exist; then it tries them on inputs they have not seen, so a wrong answer fails one of its
+# asserts. The reference answers, and the magics that diagnose each problem, are in the appendix at
+# the end: running the notebook top to bottom shows the four "not answered yet" lines here, then
+# runs every self-check again there, where it must pass.
 #
 # ### Exercise 1: four tracer errors
 #
@@ -474,12 +478,12 @@ ex1_calls = {"ex1_normalize": (ex1_normalize, (ex1_x, "l1")), "ex1_topk_mean": (
 # %%
 # 🧪 Self-check: exercise 1 (the chapter's, on new inputs)
 def ex1_self_check():
-    """True when ex1_errors and fixed are right; None while they are not defined yet."""
+    """True when ex1_errors and fixed pass; False while they are not defined yet; AssertionError when wrong."""
     try:
         ex1_errors, fixed
     except NameError as e:
         print(f"⏳ exercise 1 not answered yet: {e}")
-        return None
+        return False
     assert ex1_errors == {"ex1_normalize": "TypeError", "ex1_topk_mean": "IndexError",
                           "ex1_count_pos": "NonConcreteBooleanIndexError",
                           "ex1_clip_by_norm": "TracerBoolConversionError"}, f"wrong exception classes: {ex1_errors}"
@@ -507,87 +511,81 @@ ex1_self_check()
 # %% [markdown]
 # ### Exercise 2: a `nan_guard` decorator
 #
-# `nan_guard(fn)` compiles `jax.jit(checkify.checkify(fn, errors=...))`, checking NaNs, divisions by
-# zero and `fn`'s own `checkify.check`s. A failed check raises `FloatingPointError("<fn name>: <message>")`;
-# otherwise it returns `fn`'s output. Same-shaped calls compile once, failing calls included.
+# Write a decorator `nan_guard(fn)` that
+#
+# 1. compiles `jax.jit(checkify.checkify(fn, errors=...))`, checking NaNs, divisions by zero and
+#    `fn`'s own `checkify.check`s;
+# 2. when a check fails, raises `FloatingPointError` whose message starts with `"<fn name>: "`,
+#    followed by checkify's message; otherwise returns `fn`'s output;
+# 3. on `ex2_layer` below: returns the right result for good input, reports the NaN of `log` for
+#    a negative input and the custom check for `scale = 0`;
+# 4. compiles once for five same-shaped calls, the failing ones included (check it with
+#    `CompileCounter`).
+#
+# Interface for the self-check: `nan_guard(fn)` returns a function called like `fn`.
 
 # %%
 def ex2_layer(x, scale):
     checkify.check(scale != 0, "scale must not be 0")
     return jnp.log(x) * scale
 
-def nan_guard(fn):
-    checked = jax.jit(checkify.checkify(fn, errors=checkify.float_checks | checkify.user_checks))
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        err, out = checked(*args, **kwargs)
-        msg = err.get()
-        if msg is not None:
-            raise FloatingPointError(f"{fn.__name__}: {msg.strip()}")
-        return out
-    wrapper.checked = checked
-    return wrapper
-
-guarded = nan_guard(ex2_layer)
-good_x, bad_x = jnp.array([1.0, 2.0, 4.0]), jnp.array([1.0, -2.0, 4.0])
-s1, s0 = jnp.float32(2.0), jnp.float32(0.0)
-outcomes = []
-with CompileCounter() as cc_ex2:
-    for x, s in [(good_x, s1), (bad_x, s1), (good_x, s0), (good_x, s1), (bad_x, s1)]:
-        try:
-            outcomes.append(("ok", guarded(x, s)))
-        except FloatingPointError as e:
-            outcomes.append(("err", str(e)))
-for kind, v in outcomes:
-    print(f"  {kind:3s} {v}")
-assert [k for k, _ in outcomes] == ["ok", "err", "err", "ok", "err"]
-assert np.allclose(outcomes[0][1], np.log(to64(good_x)) * 2.0)
-assert outcomes[1][1].startswith("ex2_layer: nan generated by primitive: log")
-assert outcomes[2][1].startswith("ex2_layer: scale must not be 0")
-assert cc_ex2.count == 1
-
-# %% [markdown]
-# `%jax_check` gives the same errors for one call, all at once, with your line:
+# %%
+# ✍️ Answer area: exercise 2
+# Write your code here, then run the self-check below. The reference answer is in the appendix at the end.
 
 # %%
-# %jax_check ex2_layer(bad_x, s0) -o chk_ex2
+# 🧪 Self-check: exercise 2 (the chapter's, on a function the answer has not seen)
+def ex2_self_check():
+    """True when nan_guard passes; False while it is not defined yet; AssertionError when wrong."""
+    try:
+        nan_guard
+    except NameError as e:
+        print(f"⏳ exercise 2 not answered yet: {e}")
+        return False
 
-# %%
-assert sorted(chk_ex2.kinds) == ["nan", "user"]
-assert any("scale must not be 0" in e.message for e in chk_ex2.errors)
+    def probe(x, s):
+        checkify.check(s > 0, "s must be positive")
+        return jnp.sqrt(x) * s
 
+    guarded = nan_guard(probe)
+    good, bad = jnp.array([1.0, 4.0, 9.0]), jnp.array([1.0, -4.0, 9.0])
+    results = []
+    with CompileCounter() as cc:
+        for x, s in [(good, 2.0), (bad, 2.0), (good, -1.0), (good, 3.0), (bad, 3.0)]:
+            try:
+                results.append(("ok", guarded(x, jnp.float32(s))))
+            except FloatingPointError as e:
+                results.append(("err", str(e)))
+    kinds = [k for k, _ in results]
+    assert kinds == ["ok", "err", "err", "ok", "err"], f"which calls fail: {kinds} (expected ok/err/err/ok/err)"
+    assert np.allclose(to64(results[0][1]), [2.0, 4.0, 6.0]) and np.allclose(to64(results[3][1]), [3.0, 6.0, 9.0]), \
+        "good input should return fn's output"
+    assert results[1][1].startswith("probe: ") and "nan" in results[1][1] and "sqrt" in results[1][1], \
+        f"the NaN message should start with 'probe: ' and name sqrt: {results[1][1]!r}"
+    assert results[2][1].startswith("probe: ") and "s must be positive" in results[2][1], \
+        f"wrong message for the custom check: {results[2][1]!r}"
+    assert cc.count == 1, f"five same-shaped calls should compile once, they compiled {cc.count} times"
+    print("✅ exercise 2 self-check passed")
+    return True
 
-# %%
-# Self-check, exercise 2 (the chapter's): a new function
-def _probe(x, s):
-    checkify.check(s > 0, "s must be positive")
-    return jnp.sqrt(x) * s
-_guarded = nan_guard(_probe)
-_good, _bad = jnp.array([1.0, 4.0, 9.0]), jnp.array([1.0, -4.0, 9.0])
-_results = []
-with CompileCounter() as _cc:
-    for _xx, _s in [(_good, 2.0), (_bad, 2.0), (_good, -1.0), (_good, 3.0), (_bad, 3.0)]:
-        try:
-            _results.append(("ok", _guarded(_xx, jnp.float32(_s))))
-        except FloatingPointError as e:
-            _results.append(("err", str(e)))
-assert [k for k, _ in _results] == ["ok", "err", "err", "ok", "err"]
-assert np.allclose(to64(_results[0][1]), [2.0, 4.0, 6.0]) and np.allclose(to64(_results[3][1]), [3.0, 6.0, 9.0])
-assert _results[1][1].startswith("_probe: ") and "nan" in _results[1][1] and "sqrt" in _results[1][1]
-assert _results[2][1].startswith("_probe: ") and "s must be positive" in _results[2][1]
-assert _cc.count == 1
-print("✅ exercise 2 self-check passed")
+ex2_self_check()
 
 
 # %% [markdown]
 # ### Exercise 3: a leak detector
 #
-# `track_new_arrays(fn, *args)` runs `fn(*args)` and returns `(result, Counter)`, the counter holding
-# the arrays created by the call that are still alive afterwards, by `(shape, dtype)` - the result
-# itself not counted. Keep only ids in the snapshot, or the snapshot itself keeps arrays alive. Then a
-# trainer that keeps every gradient in `self.history` leaks five `(32, 16)` arrays in five steps; the
-# fixed one keeps Python floats.
+# Write `track_new_arrays(fn, *args)`: it runs `fn(*args)` and returns `(result, Counter)`, the
+# counter holding, by `(shape, dtype)`, the arrays the call created that are still alive afterwards -
+# the result itself not counted. Hint: note the ids of `jax.live_arrays()` before and after, and do not
+# let your own snapshot keep arrays alive. Then:
+#
+# 1. on `ex3_Trainer(...).run(5)` below, find the five leaked `(32, 16)` arrays (held by `self.history`);
+# 2. write `ex3_TrainerFixed`, which records only the gradient norm as a Python float: nothing leaks,
+#    and both versions end with the same parameters.
+#
+# Interface for the self-check: `track_new_arrays(fn, *args)` as above, the counter's keys
+# `(shape tuple, dtype)`; `ex3_TrainerFixed(w, x)` built and run like `ex3_Trainer`, with Python floats
+# in `history`.
 
 # %%
 @jax.jit
@@ -608,81 +606,67 @@ class ex3_Trainer:
 ex3_w0 = jax.random.normal(jax.random.key(30), (32, 16)) / 6.0
 ex3_x = jax.random.normal(jax.random.key(31), (8, 32))
 
-def track_new_arrays(fn, *args):
-    gc.collect()
-    before_ids = {id(a) for a in jax.live_arrays()}          # ids only: no array is kept alive by us
-    out = fn(*args)
-    jax.block_until_ready(out)
-    gc.collect()
-    out_ids = {id(a) for a in jax.tree.leaves(out)}
-    new = Counter((a.shape, str(a.dtype)) for a in jax.live_arrays()
-                  if id(a) not in before_ids and id(a) not in out_ids)
-    return out, new
-
-class ex3_TrainerFixed(ex3_Trainer):
-    def run(self, n):
-        for _ in range(n):
-            self.w, g = ex3_step(self.w, self.x)
-            self.history.append(float(jnp.linalg.norm(g)))   # a Python float only
-        return self.w
-
-t_bad, t_ok = ex3_Trainer(ex3_w0, ex3_x), ex3_TrainerFixed(ex3_w0, ex3_x)
-w_bad, leaks_bad = track_new_arrays(t_bad.run, 5)
-w_ok, leaks_ok = track_new_arrays(t_ok.run, 5)
-print("leaky version:", dict(leaks_bad))
-print("fixed version:", dict(leaks_ok), "| gradient norms:", [round(v, 4) for v in t_ok.history])
-assert leaks_bad == Counter({((32, 16), "float32"): 5})
-assert leaks_ok == Counter() and len(t_ok.history) == 5
-assert np.array_equal(w_bad, w_ok)
-
-# %% [markdown]
-# `%%jax_live` does the same for a cell, and also names the holder:
+# %%
+# ✍️ Answer area: exercise 3
+# Write your code here, then run the self-check below. The reference answer is in the appendix at the end.
 
 # %%
-# %%jax_live -o live_ex3
-t_bad2 = ex3_Trainer(ex3_w0, ex3_x)
-w_bad2 = t_bad2.run(5)
+# 🧪 Self-check: exercise 3 (the chapter's, on a new leaky function and new weights)
+def ex3_self_check():
+    """True when track_new_arrays and ex3_TrainerFixed pass; False while not defined yet; AssertionError when wrong."""
+    try:
+        track_new_arrays, ex3_TrainerFixed
+    except NameError as e:
+        print(f"⏳ exercise 3 not answered yet: {e}")
+        return False
+    by_shape = lambda c: Counter({(tuple(k[0]), str(k[1])): v for k, v in c.items()})
+    keep = []
 
-# %%
-g = live_ex3.group((32, 16), "float32")
-print(live_ex3.summary)
-assert g is not None and g.count >= 5 and any("t_bad2.history" in h for h in g.holders)
-del t_bad2, w_bad2
+    def leaky(n):
+        for i in range(n):
+            keep.append(jnp.ones((3, i + 1)))                   # kept outside: alive after the call
+            tmp = jnp.zeros((5,)) + i                           # temporary: freed when the call ends
+        return jnp.arange(7.0)
 
-# %%
-# Self-check, exercise 3 (the chapter's)
-_norm = lambda c: Counter({(tuple(k[0]), str(k[1])): v for k, v in c.items()})
-_keep = []
-def _leaky(n):
-    for i in range(n):
-        _keep.append(jnp.ones((3, i + 1)))                  # kept outside: alive after the call
-        _tmp = jnp.zeros((5,)) + i                          # temporary: freed when the call ends
-    return jnp.arange(7.0)
-_out, _cnt = track_new_arrays(_leaky, 3)
-assert np.array_equal(np.asarray(_out), np.arange(7.0))
-assert _norm(_cnt) == Counter({((3, 1), "float32"): 1, ((3, 2), "float32"): 1, ((3, 3), "float32"): 1}), dict(_cnt)
-_, _cnt2 = track_new_arrays(lambda: jnp.ones((4, 4)) * 2)
-assert not _cnt2, dict(_cnt2)
-del _keep
-_w0 = jax.random.normal(jax.random.key(9030), (32, 16)) / 6.0
-_xx = jax.random.normal(jax.random.key(9031), (8, 32))
-_t = ex3_TrainerFixed(_w0, _xx)
-_wf, _leak = track_new_arrays(_t.run, 3)
-assert not _leak, dict(_leak)
-assert len(_t.history) == 3 and all(isinstance(v, float) for v in _t.history)
-assert np.array_equal(np.asarray(_wf), np.asarray(ex3_Trainer(_w0, _xx).run(3)))
-print("✅ exercise 3 self-check passed")
+    out, counted = track_new_arrays(leaky, 3)
+    assert np.array_equal(np.asarray(out), np.arange(7.0)), "the first value returned should be fn's result"
+    assert by_shape(counted) == Counter({((3, 1), "float32"): 1, ((3, 2), "float32"): 1, ((3, 3), "float32"): 1}), \
+        f"wrong count: {dict(counted)} (expected one each of (3,1), (3,2), (3,3); not the result, not the temporaries)"
+    _, counted = track_new_arrays(lambda: jnp.ones((4, 4)) * 2)
+    assert not counted, f"nothing leaks here (the result does not count), got {dict(counted)}"
+    keep.clear()
+    w0 = jax.random.normal(jax.random.key(9030), (32, 16)) / 6.0
+    x = jax.random.normal(jax.random.key(9031), (8, 32))
+    trainer = ex3_TrainerFixed(w0, x)
+    w_final, leaked = track_new_arrays(trainer.run, 3)
+    assert not leaked, f"ex3_TrainerFixed still leaks: {dict(leaked)}"
+    assert len(trainer.history) == 3 and all(isinstance(v, float) for v in trainer.history), \
+        f"history should hold 3 Python floats, it holds {[type(v).__name__ for v in trainer.history]}"
+    assert np.array_equal(np.asarray(w_final), np.asarray(ex3_Trainer(w0, x).run(3))), \
+        "the fixed trainer should end with exactly the original's parameters"
+    print("✅ exercise 3 self-check passed")
+    return True
+
+ex3_self_check()
 
 
 # %% [markdown]
 # ### Exercise 4: find the first NaN step automatically
 #
-# `first_nan_step(step_fn, w, batches)` trains normally (no `jax_debug_nans` all the time), checks the
-# loss on the host after every step, and when a loss is not finite re-runs *that* step, with the
-# parameters from before it, inside `with jax.debug_nans(True):` - the scoped form, which the vmap
-# problem of this JAX version does not affect. It returns `(step, primitive)`, the primitive parsed
-# from the `FloatingPointError`, or `None` if no NaN appeared; `jax_debug_nans` is `False` again
-# afterwards.
+# In the data stream `ex4_batches` of the jitted training step `ex4_step` below, batch 5 holds a
+# negative number, which makes `log` produce a NaN. Write `first_nan_step(step_fn, w, batches)` that
+#
+# 1. trains normally (no `jax_debug_nans` all the time), checking the loss on the host after every step;
+# 2. when a loss is not finite, re-runs *that* step alone - the parameters from before it, the same
+#    batch - inside `with jax.debug_nans(True):`. The scoped form is not affected by the vmap problem of
+#    this JAX version; switched on globally with `config.update`, it would need `jax.clear_caches()`
+#    first in a process that has traced a `vmap` (§3.1);
+# 3. returns `(step, primitive)`, the primitive parsed from the `FloatingPointError` message
+#    "invalid value (nan) encountered in <primitive>", or `None` when no NaN appears;
+# 4. gives `(5, "log")` here and leaves `jax_debug_nans` `False` afterwards.
+#
+# Interface for the self-check: `first_nan_step(step_fn, w, batches)`, where `step_fn(w, batch)`
+# returns `(new parameters, loss)`.
 
 # %%
 @jax.jit
@@ -693,72 +677,45 @@ def ex4_step(w, batch):
 ex4_batches = [jnp.full(4, 1.0 + i) for i in range(8)]
 ex4_batches[5] = jnp.array([1.0, 2.0, -3.0, 4.0])
 
-def first_nan_step(step_fn, w, batches):
-    for i, batch in enumerate(batches):
-        w_new, loss = step_fn(w, batch)
-        if not np.isfinite(float(loss)):
-            with jax.debug_nans(True):                     # scoped: not affected by the vmap problem
-                try:
-                    jax.block_until_ready(step_fn(w, batch))   # this step again, with the parameters before it
-                    return i, None
-                except FloatingPointError as e:
-                    m = re.search(r"encountered in (\w+)", str(e))
-                    return i, m.group(1) if m else str(e)
-        w = w_new
-    return None
-
-result = first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches)
-print("first NaN:", result)
-assert result == (5, "log") and jax.config.jax_debug_nans is False
-assert first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches[:5]) is None
-
-# %% [markdown]
-# `%%jax_doctor` finds the same step without the hand-written loop: it watches every call, notes the
-# first whose result holds a NaN from arguments that held none, and re-runs just that call under the
-# NaN probe.
-# It also reports, rightly, that `ex4_step` compiles twice: `jnp.full(4, 1.0 + i)` makes weakly typed
-# batches and `jnp.array([...])` a typed one (the weak type of the data, never the doctor's own
-# key-reuse checker, which also changes JAX's cache key).
+# %%
+# ✍️ Answer area: exercise 4
+# Write your code here, then run the self-check below. The reference answer is in the appendix at the end.
 
 # %%
-# %%jax_doctor -o doc_ex4
-w_ = jnp.float32(1.0)
-for batch in ex4_batches:
-    w_, loss_ = ex4_step(w_, batch)
+# 🧪 Self-check: exercise 4 (the chapter's, on a new step whose NaN comes from sqrt)
+def ex4_self_check():
+    """True when first_nan_step passes; False while it is not defined yet; AssertionError when wrong."""
+    try:
+        first_nan_step
+    except NameError as e:
+        print(f"⏳ exercise 4 not answered yet: {e}")
+        return False
 
-# %%
-s = doc_ex4.nan_sighting
-print(doc_ex4.summary)
-assert s.function == "ex4_step" and s.call_number == 6        # the sixth call: batch index 5
-assert doc_ex4.nans.primitive == "log" and doc_ex4.areas[0] == "NaN"
-# The recompilation is real, and its cause is the data's: jnp.full(4, 1.0 + i) makes weakly typed
-# batches, ex4_batches[5] = jnp.array([...]) a typed one. Never the doctor's own key-reuse checker.
-comp = doc_ex4.compiles.function("ex4_step")
-assert doc_ex4.areas == ["NaN", "recompilation"] and comp.causes == {"first": 1, "weak_type": 1}, comp.causes
-assert doc_ex4.compiles.compilations_of("ex4_step")[1].changes == ["batch: f32[4] weak -> f32[4]"]
-assert "jax_debug_key_reuse" not in comp.reason and "JAX setting" not in doc_ex4.summary
+    @jax.jit
+    def probe_step(w, b):
+        loss = jnp.mean(jnp.sqrt(b) * w)
+        return w * 0.9 + 0.1, loss
 
+    batches = [jnp.full(3, 1.0 + i) for i in range(6)]
+    batches[3] = jnp.array([4.0, -1.0, 9.0])
+    calls = []                                 # per call: was debug_nans on, and the parameter passed
 
-# %%
-# Self-check, exercise 4 (the chapter's): a new step whose NaN comes from sqrt
-@jax.jit
-def _probe_step(w, b):
-    loss = jnp.mean(jnp.sqrt(b) * w)
-    return w * 0.9 + 0.1, loss
-_bs = [jnp.full(3, 1.0 + i) for i in range(6)]
-_bs[3] = jnp.array([4.0, -1.0, 9.0])
-_log = []
-def _spy(w, b):
-    _log.append((bool(jax.config.jax_debug_nans), float(w)))
-    return _probe_step(w, b)
-_r = first_nan_step(_spy, jnp.float32(2.0), _bs)
-assert _r == (3, "sqrt"), _r
-assert jax.config.jax_debug_nans is False
-_flags = [f for f, _ in _log]
-assert _flags[:4] == [False] * 4 and len(_flags) > 4 and all(_flags[4:]), _flags
-assert _log[-1][1] == _log[3][1]
-assert first_nan_step(_spy, jnp.float32(2.0), _bs[:3]) is None
-print("✅ exercise 4 self-check passed")
+    def spy(w, b):
+        calls.append((bool(jax.config.jax_debug_nans), float(w)))
+        return probe_step(w, b)
+
+    result = first_nan_step(spy, jnp.float32(2.0), batches)
+    assert result == (3, "sqrt"), f"expected (3, 'sqrt'), got {result} (a None primitive: was the step re-run?)"
+    assert jax.config.jax_debug_nans is False, "jax_debug_nans should be False again afterwards"
+    flags = [f for f, _ in calls]
+    assert flags[:4] == [False] * 4 and len(flags) > 4 and all(flags[4:]), \
+        f"the first 4 steps should run with debug_nans off, the re-run with it on; got {flags}"
+    assert calls[-1][1] == calls[3][1], f"the re-run should use the parameter from before the step, {calls[3][1]}"
+    assert first_nan_step(spy, jnp.float32(2.0), batches[:3]) is None, "no NaN at all should give None"
+    print("✅ exercise 4 self-check passed")
+    return True
+
+ex4_self_check()
 
 # %% [markdown]
 # ## Quiz (six questions)
@@ -874,28 +831,32 @@ assert all("explanation unavailable" in m for m in misses[1:])
 # (`%%jax_leaks` traces afresh under a cache key of its own.)
 
 # %%
-quiz5_box = []
+quiz5_box = []                     # the function appends to it while tracing: its length counts traces
 @jax.jit
 def quiz5(x):
     quiz5_box.append(x)            # leaks the tracer
     return x + 1
 
-quiz5(jnp.ones(2))                 # traced once, without leak checking
-try:
-    with jax.checking_leaks():
-        quiz5(jnp.ones(2))         # cached: not traced, not checked
-    raised_when_cached = False
-except Exception as e:
-    raised_when_cached = "Leaked" in str(e)
+def leak_error_of(call):
+    """The exception `call()` raises under jax.checking_leaks(), or None."""
+    try:
+        with jax.checking_leaks():
+            call()
+    except Exception as e:
+        return e
+    return None
+
+quiz5(jnp.ones(2))                                          # traced once, without leak checking
+error_when_cached = leak_error_of(lambda: quiz5(jnp.ones(2)))
+traces_when_cached = len(quiz5_box)
 jax.clear_caches()
-try:
-    with jax.checking_leaks():
-        quiz5(jnp.ones(2))         # traced again: the leak is found
-    raised_after_clear = False
-except Exception as e:
-    raised_after_clear = "Leaked" in str(e)
+error_after_clear = leak_error_of(lambda: quiz5(jnp.ones(2)))
+traces_after_clear = len(quiz5_box)
 quiz5_box.clear()
-assert not raised_when_cached and raised_after_clear
+print(f"cached call: {error_when_cached!r}, traces so far {traces_when_cached} | after clear_caches: "
+      f"{type(error_after_clear).__name__}, traces so far {traces_after_clear}")
+assert error_when_cached is None and traces_when_cached == 1     # the cached call was not traced, so not checked
+assert traces_after_clear == 2 and "Leaked" in str(error_after_clear)   # traced again: the leak is found
 
 # %% [markdown]
 # **6.** About `JAX_TRACEBACK_FILTERING`'s default `auto`: A. In Jupyter (IPython ≥ 7.17) it means
@@ -977,6 +938,185 @@ assert np.allclose(fixed["ex1_clip_by_norm"](ex1_x, 100.0), x64)           # no 
 
 # %%
 assert ex1_self_check(), "exercise 1's self-check must pass with the reference answer"
+
+
+# %% [markdown]
+# ### Exercise 2
+#
+# The task is in the exercise 2 section above. `checkify.float_checks` covers NaN, inf and division
+# by zero; `user_checks` the function's own `checkify.check`s. Wrapping the checkified function in
+# `jax.jit` once, outside the wrapper, is what makes the five calls compile once.
+
+# %%
+# Reference answer: exercise 2
+def nan_guard(fn):
+    checked = jax.jit(checkify.checkify(fn, errors=checkify.float_checks | checkify.user_checks))
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        err, out = checked(*args, **kwargs)
+        msg = err.get()
+        if msg is not None:
+            raise FloatingPointError(f"{fn.__name__}: {msg.strip()}")
+        return out
+    wrapper.checked = checked
+    return wrapper
+
+guarded = nan_guard(ex2_layer)
+good_x, bad_x = jnp.array([1.0, 2.0, 4.0]), jnp.array([1.0, -2.0, 4.0])
+s1, s0 = jnp.float32(2.0), jnp.float32(0.0)
+outcomes = []
+with CompileCounter() as cc_ex2:
+    for x, s in [(good_x, s1), (bad_x, s1), (good_x, s0), (good_x, s1), (bad_x, s1)]:
+        try:
+            outcomes.append(("ok", guarded(x, s)))
+        except FloatingPointError as e:
+            outcomes.append(("err", str(e)))
+for kind, v in outcomes:
+    print(f"  {kind:3s} {v}")
+print("compilations:", cc_ex2.count)
+assert [k for k, _ in outcomes] == ["ok", "err", "err", "ok", "err"]
+assert np.allclose(outcomes[0][1], np.log(to64(good_x)) * 2.0)
+assert outcomes[1][1].startswith("ex2_layer: nan generated by primitive: log")
+assert outcomes[2][1].startswith("ex2_layer: scale must not be 0")
+assert cc_ex2.count == 1
+
+# %% [markdown]
+# `%jax_check` gives the same errors for one call, all at once, with your line:
+
+# %%
+# %jax_check ex2_layer(bad_x, s0) -o chk_ex2
+
+# %%
+assert sorted(chk_ex2.kinds) == ["nan", "user"]
+assert any("scale must not be 0" in e.message for e in chk_ex2.errors)
+
+# %%
+assert ex2_self_check(), "exercise 2's self-check must pass with the reference answer"
+
+
+# %% [markdown]
+# ### Exercise 3
+#
+# The task is in the exercise 3 section above. The snapshot keeps only ids: a list of the arrays
+# themselves would keep every one of them alive, and the detector would find its own snapshot.
+
+# %%
+# Reference answer: exercise 3
+def track_new_arrays(fn, *args):
+    gc.collect()
+    before_ids = {id(a) for a in jax.live_arrays()}          # ids only: no array is kept alive by us
+    out = fn(*args)
+    jax.block_until_ready(out)
+    gc.collect()
+    out_ids = {id(a) for a in jax.tree.leaves(out)}
+    new = Counter((a.shape, str(a.dtype)) for a in jax.live_arrays()
+                  if id(a) not in before_ids and id(a) not in out_ids)
+    return out, new
+
+class ex3_TrainerFixed(ex3_Trainer):
+    def run(self, n):
+        for _ in range(n):
+            self.w, g = ex3_step(self.w, self.x)
+            self.history.append(float(jnp.linalg.norm(g)))   # a Python float only
+        return self.w
+
+t_bad, t_ok = ex3_Trainer(ex3_w0, ex3_x), ex3_TrainerFixed(ex3_w0, ex3_x)
+w_bad, leaks_bad = track_new_arrays(t_bad.run, 5)
+w_ok, leaks_ok = track_new_arrays(t_ok.run, 5)
+print("leaky version:", dict(leaks_bad))
+print("fixed version:", dict(leaks_ok), "| gradient norms:", [round(v, 4) for v in t_ok.history])
+assert leaks_bad == Counter({((32, 16), "float32"): 5})
+assert leaks_ok == Counter() and len(t_ok.history) == 5
+assert np.array_equal(w_bad, w_ok)
+
+# %% [markdown]
+# `%%jax_live` does the same for a cell, and also names the holder:
+
+# %%
+# %%jax_live -o live_ex3
+t_bad2 = ex3_Trainer(ex3_w0, ex3_x)
+w_bad2 = t_bad2.run(5)
+
+# %%
+g = live_ex3.group((32, 16), "float32")
+print(live_ex3.summary)
+assert g is not None and g.count >= 5 and any("t_bad2.history" in h for h in g.holders)
+del t_bad2, w_bad2
+
+# %%
+assert ex3_self_check(), "exercise 3's self-check must pass with the reference answer"
+
+
+# %% [markdown]
+# ### Exercise 4
+#
+# The task is in the exercise 4 section above. The loop keeps the parameters from before each step,
+# so the re-run sees exactly the inputs that produced the NaN.
+
+# %%
+# Reference answer: exercise 4
+def first_nan_step(step_fn, w, batches):
+    for i, batch in enumerate(batches):
+        w_new, loss = step_fn(w, batch)
+        if not np.isfinite(float(loss)):
+            with jax.debug_nans(True):                     # scoped: not affected by the vmap problem
+                try:
+                    jax.block_until_ready(step_fn(w, batch))   # this step again, with the parameters before it
+                    return i, None
+                except FloatingPointError as e:
+                    m = re.search(r"encountered in (\w+)", str(e))
+                    return i, m.group(1) if m else str(e)
+        w = w_new
+    return None
+
+result = first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches)
+print("first NaN:", result)
+assert result == (5, "log") and jax.config.jax_debug_nans is False
+assert first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches[:5]) is None     # no NaN in the first 5 steps
+
+# %% [markdown]
+# `%%jax_doctor` finds the same step without the hand-written loop: it watches every call, notes the
+# first whose result holds a NaN from arguments that held none, and re-runs just that call under the
+# NaN probe. It reports two findings, in this order:
+#
+# 1. **NaN**: `log` in the forward pass of `ex4_step`, first in its sixth call (batch index 5), where
+#    `log` got -3.0 at index [2];
+# 2. **recompilation**: `ex4_step` compiled twice, the second time because of a weak type - the
+#    changed argument is `batch`, `f32[4] weak -> f32[4]`. `jnp.full(4, 1.0 + i)` takes its dtype from
+#    a Python float, so those batches are weakly typed arrays, while `jnp.array([1.0, 2.0, -3.0, 4.0])`
+#    is a typed one. (The headline of the cause, "Python scalar vs typed scalar", names the usual
+#    source of a weak type; the evidence line names this one.) The cause is the data's, never the
+#    doctor's own key-reuse checker, which also changes JAX's cache key.
+
+# %%
+# %%jax_doctor -o doc_ex4
+w_ = jnp.float32(1.0)
+for batch in ex4_batches:
+    w_, loss_ = ex4_step(w_, batch)
+
+# %%
+print(doc_ex4.summary)
+# the full list of findings, in order: which probe, which area, which magic looks closer
+assert [(f.probe, f.area, f.next_magic) for f in doc_ex4.findings] == [
+    ("nans", "NaN", "%%jax_nans"), ("compiles", "recompilation", "%%jax_compiles --budget 1 --fn ex4_step")]
+nan_f, comp_f = doc_ex4.findings
+s = doc_ex4.nan_sighting
+assert s.function == "ex4_step" and s.call_number == 6                # the sixth call: batch index 5
+assert (doc_ex4.nans.primitive, doc_ex4.nans.phase) == ("log", "forward")
+assert "`log` got -3.0 at index [2]" in nan_f.evidence
+# the recompilation: its causes and the one argument that changed
+comp = doc_ex4.compiles.function("ex4_step")
+assert comp.count == 2 and comp.causes == {"first": 1, "weak_type": 1}, comp.causes
+assert [c.changes for c in doc_ex4.compiles.compilations_of("ex4_step")] == [[], ["batch: f32[4] weak -> f32[4]"]]
+assert comp_f.evidence == "batch: f32[4] weak -> f32[4]" and "(weak type)" in comp_f.title
+assert "jax_debug_key_reuse" not in comp.reason and "JAX setting" not in doc_ex4.summary
+# and the data really is as the finding says
+assert [b.weak_type for b in (ex4_batches[4], ex4_batches[5])] == [True, False]
+
+
+# %%
+assert ex4_self_check(), "exercise 4's self-check must pass with the reference answer"
 
 
 # %% [markdown]
