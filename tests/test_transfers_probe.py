@@ -179,3 +179,34 @@ def test_long_cells_keep_the_capture_file_small(double, monkeypatch):
         for _ in range(25):
             double(np_x)
     assert rep.total == 25 and rep.transfers[0].count == 25
+
+
+def test_output_past_the_mapped_part_of_the_capture_file_is_passed_on(double, monkeypatch, capfd):
+    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers")
+    monkeypatch.setattr(transfers_module, "MAPPED_BYTES", 1024)
+    monkeypatch.setattr(transfers_module, "TRUNCATE_AT", 300)
+    np_x = np.ones(3, np.float32)
+    with probes.transfers() as rep:
+        os.write(2, b"x" * 3000 + b"\n")  # one write longer than the mapped part
+        for _ in range(5):
+            double(np_x)
+    assert capfd.readouterr().err.count("x") >= 3000
+    assert rep.total == 5 and rep.transfers[0].count == 5
+
+
+def test_lines_are_followed_without_a_memory_map(double, monkeypatch):
+    import mmap
+
+    def no_map(*args, **kwargs):
+        raise OSError("no mmap here")
+
+    monkeypatch.setattr(mmap, "mmap", no_map)
+    np_x = np.ones(3, np.float32)
+    with probes.transfers() as rep:
+        double(np_x)  # the first line
+        for _ in range(3):
+            double(1.0)  # the second line
+    assert {t.line.code: t.count for t in rep.transfers} == {
+        "double(np_x)  # the first line": 1,
+        "double(1.0)  # the second line": 3,
+    }

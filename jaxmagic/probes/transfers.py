@@ -22,7 +22,9 @@ Python stack. To name the line of each transfer, the probe points descriptor 2
 at a temporary file for the block, and follows the user's lines with
 ``sys.monitoring`` LINE events (JAX's and other libraries' code switch their
 events off at the first hit, so only the user's lines cost anything): when the
-file has grown since the last user line began, that line made the transfers.
+file has grown since the last user line began, that line made the transfers
+(the file is memory-mapped, so that check reads one byte instead of making a
+system call on every line: see ``_CaptureFile``).
 Everything else written to descriptor 2 is passed on to the real stderr.
 
 On the CPU backend arrays already live in host memory, so device-to-host reads
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import mmap
 import os
 import re
 import sys
@@ -57,6 +60,7 @@ CONFIG_NAMES = (
 MODES = ("log", "disallow")
 MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
 TRUNCATE_AT = 1 << 20  # bytes of captured stderr after which the file is emptied again
+MAPPED_BYTES = 4 << 20  # size of the capture file's memory map (sparse; above TRUNCATE_AT)
 
 _GUARD_LINE = re.compile(r"guard_lib\.cc:\d+\] (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$")
 _DISALLOWED = re.compile(r"Disallowed (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$", re.MULTILINE)
@@ -316,11 +320,77 @@ class _BlockedTransfers:
             report.transfers.append(Transfer(found[0], found[1], _innermost_user_line(sys._getframe(1))))
 
 
+class _CaptureFile:
+    """The file descriptor 2 points at during the block, and a check for new bytes that costs no system call.
+
+    The file is not in append mode: descriptor 2 shares its offset, so every
+    write lands at the end of what was written before. It is sized to
+    ``MAPPED_BYTES`` up front (sparse: it reads as zeros) and memory-mapped,
+    so "has anything been written since ``read``?" is one byte of memory
+    (non-zero: written) instead of an ``fstat`` per user line, which costs
+    microseconds. Where mapping fails, every check asks the file instead.
+    """
+
+    def __init__(self):
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        self.fd = self.file.fileno()
+        self.read = 0  # bytes handed on so far
+        self.mapped = None
+        try:
+            os.ftruncate(self.fd, MAPPED_BYTES)
+            self.mapped = mmap.mmap(self.fd, MAPPED_BYTES)
+        except (OSError, ValueError, AttributeError):
+            os.ftruncate(self.fd, 0)
+        # view[read] is non-zero when something was written since the last take() (a NUL byte written
+        # first is seen at the next write); without a mapping, every check asks the file.
+        self.view = self.mapped if self.mapped is not None else _ALWAYS_WRITTEN
+
+    def take(self) -> bytes:
+        """The bytes written since the last call; the file is emptied again once it has grown large."""
+        end = os.lseek(self.fd, 0, os.SEEK_CUR)  # where the next write lands (descriptor 2's offset)
+        if end <= self.read:
+            return b""
+        if self.mapped is not None and end <= MAPPED_BYTES:
+            data = self.mapped[self.read : end]
+        else:
+            data = _read_at(self.fd, end - self.read, self.read)
+        self.read = end
+        if self.read > TRUNCATE_AT or self.read >= MAPPED_BYTES:  # keep the file small in a long cell
+            if self.mapped is not None:
+                self.mapped[: min(self.read, MAPPED_BYTES)] = bytes(min(self.read, MAPPED_BYTES))
+                with contextlib.suppress(OSError):  # what was written past the mapping
+                    os.ftruncate(self.fd, MAPPED_BYTES)
+            else:
+                os.ftruncate(self.fd, 0)
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            self.read = 0
+        return data
+
+    def close(self) -> None:
+        if self.mapped is not None:
+            self.mapped.close()
+        self.file.close()
+
+
+class _AlwaysWritten:
+    """Stands in for the memory map where there is none: "maybe written" at every offset."""
+
+    def __getitem__(self, offset: int) -> int:
+        return 1
+
+
+_ALWAYS_WRITTEN = _AlwaysWritten()
+
+
 def _read_at(fd: int, size: int, offset: int) -> bytes:
     if hasattr(os, "pread"):
         return os.pread(fd, size, offset)
-    os.lseek(fd, offset, os.SEEK_SET)  # Windows: no pread; the file is in append mode, so this is safe
-    return os.read(fd, size)
+    end = os.lseek(fd, 0, os.SEEK_CUR)  # Windows has no pread: descriptor 2 shares this offset, so put it back
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, size)
+    finally:
+        os.lseek(fd, end, os.SEEK_SET)
 
 
 class _GuardLog:
@@ -329,7 +399,7 @@ class _GuardLog:
     def __init__(self, report: TransferReport):
         self.report = report
         self._groups: dict[tuple, Transfer] = {}
-        self._current: tuple[str, int, str] | None = None
+        self._at: tuple | None = None  # (code object, line number) of the user's line running
         self._pending = b""
         self._user_file: dict[str, bool] = {}
         self._tool: int | None = None
@@ -341,12 +411,9 @@ class _GuardLog:
     def __enter__(self) -> _GuardLog:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
-        # Append mode: writes to descriptor 2 always go to the end, whatever offset reading left behind.
-        self._file = tempfile.TemporaryFile(mode="a+b")
-        self._fd = self._file.fileno()
+        self._capture = _CaptureFile()
         self._saved = os.dup(2)
-        os.dup2(self._fd, 2)
-        self._read = 0
+        os.dup2(self._capture.fd, 2)
         try:
             self._start_following()
         except BaseException:
@@ -370,20 +437,14 @@ class _GuardLog:
     def _restore_fd(self) -> None:
         os.dup2(self._saved, 2)
         os.close(self._saved)
-        self._file.close()
+        self._capture.close()
 
     def check(self) -> None:
         """Read what was written to descriptor 2 since the last check; attribute it to the current line."""
         with self._lock:
-            size = os.fstat(self._fd).st_size
-            if size <= self._read:
+            data = self._capture.take()
+            if not data:
                 return
-            data = _read_at(self._fd, size - self._read, self._read)
-            self._read += len(data)
-            if self._read > TRUNCATE_AT:  # keep the file small in a long cell
-                os.ftruncate(self._fd, 0)
-                os.lseek(self._fd, 0, os.SEEK_SET)
-                self._read = 0
             *complete, self._pending = (self._pending + data).split(b"\n")
             for line in complete:
                 self._handle_line(line + b"\n")
@@ -398,20 +459,27 @@ class _GuardLog:
         if not found[1]:
             # JAX's C++ fast path does not describe the value; on a line with one kind of transfer
             # described earlier (the first, slower call), it is that kind again.
-            described = [
-                g for (f, line), g in self._groups.items() if line == self._current and f[0] == found[0] and f[1]
-            ]
+            current = self._current()
+            described = [g for (f, line), g in self._groups.items() if line == current and f[0] == found[0] and f[1]]
             if len(described) == 1:
                 described[0].count += 1
                 return
-        key = (found, self._current)
+        current = self._current()
+        key = (found, current)
         group = self._groups.get(key)
         if group is not None:
             group.count += 1
         elif len(self._groups) < MAX_GROUPS:
-            line = source_line(*self._current) if self._current else None
+            line = source_line(*current) if current else None
             group = self._groups[key] = Transfer(found[0], found[1], line)
             report.transfers.append(group)
+
+    def _current(self) -> tuple[str, int, str] | None:
+        """(file, line, function) of the user's line running, or None before the first."""
+        if self._at is None:
+            return None
+        code, line_number = self._at
+        return (code.co_filename, line_number, code.co_name)
 
     # -- following the user's lines ------------------------------------------------
 
@@ -420,7 +488,7 @@ class _GuardLog:
         if self._tool is None:
             self.report.lines_followed = False
             return
-        sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, self._on_line)
+        sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, self._line_callback())
         sys.monitoring.set_events(self._tool, sys.monitoring.events.LINE)
 
     def _stop_following(self) -> None:
@@ -428,15 +496,23 @@ class _GuardLog:
             _release_tool_id(self._tool)
             self._tool = None
 
-    def _on_line(self, code, line_number: int):
-        if threading.get_ident() != self._thread:  # another thread's line (a data loader) made none of
-            return None  # the block's transfers (the guard is thread-local); not DISABLE: the line may be shared
-        filename = code.co_filename
-        user = self._user_file.get(filename)
-        if user is None:
-            user = self._user_file[filename] = is_user_file(filename)
-        if not user:
-            return sys.monitoring.DISABLE  # library code: never call back for this line again
-        self.check()  # what was written since the previous user line belongs to it
-        self._current = (filename, line_number, code.co_name)
-        return None
+    def _line_callback(self):
+        """The LINE callback. It runs on every line of the user's code, so it reads only locals and one byte."""
+        block_thread, get_ident = self._thread, threading.get_ident
+        user_file, disable = self._user_file, sys.monitoring.DISABLE
+        capture, view, check = self._capture, self._capture.view, self.check
+
+        def on_line(code, line_number: int):
+            if get_ident() != block_thread:  # another thread's line (a data loader) made none of the
+                return None  # block's transfers (the guard is thread-local); not DISABLE: the line may be shared
+            user = user_file.get(code.co_filename)
+            if user is None:
+                user = user_file[code.co_filename] = is_user_file(code.co_filename)
+            if not user:
+                return disable  # library code: never call back for this line again
+            if view[capture.read]:
+                check()  # what was written since the previous user line belongs to it
+            self._at = (code, line_number)
+            return None
+
+        return on_line
