@@ -1085,9 +1085,9 @@ assert first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches[:5]) is None     #
 # 2. **recompilation**: `ex4_step` compiled twice, the second time because of a weak type - the
 #    changed argument is `batch`, `f32[4] weak -> f32[4]`. `jnp.full(4, 1.0 + i)` takes its dtype from
 #    a Python float, so those batches are weakly typed arrays, while `jnp.array([1.0, 2.0, -3.0, 4.0])`
-#    is a typed one. (The headline of the cause, "Python scalar vs typed scalar", names the usual
-#    source of a weak type; the evidence line names this one.) The cause is the data's, never the
-#    doctor's own key-reuse checker, which also changes JAX's cache key.
+#    is a typed one; the cause's headline says "weakly typed vs typed argument" and its evidence line
+#    names the argument. The cause is the data's, never the doctor's own key-reuse checker, which
+#    also changes JAX's cache key.
 
 # %%
 # %%jax_doctor -o doc_ex4
@@ -1109,7 +1109,7 @@ assert "`log` got -3.0 at index [2]" in nan_f.evidence
 comp = doc_ex4.compiles.function("ex4_step")
 assert comp.count == 2 and comp.causes == {"first": 1, "weak_type": 1}, comp.causes
 assert [c.changes for c in doc_ex4.compiles.compilations_of("ex4_step")] == [[], ["batch: f32[4] weak -> f32[4]"]]
-assert comp_f.evidence == "batch: f32[4] weak -> f32[4]" and "(weak type)" in comp_f.title
+assert comp_f.evidence == "batch: f32[4] weak -> f32[4]" and "weakly typed vs typed argument (weak type)" in comp_f.title
 assert "jax_debug_key_reuse" not in comp.reason and "JAX setting" not in doc_ex4.summary
 # and the data really is as the finding says
 assert [b.weak_type for b in (ex4_batches[4], ex4_batches[5])] == [True, False]

@@ -124,6 +124,23 @@ def test_weak_type_flip_python_float_vs_jnp_float32():
     assert rep.compilations_of("double")[1].argument_types == "f32[] weak"
 
 
+def test_weak_type_of_an_array_made_from_a_python_float_is_not_called_a_scalar():
+    # jnp.full(4, 1.0 + i) takes its dtype from a Python float: a weakly typed *array*
+    @jax.jit
+    def scale(batch):
+        return batch * 2
+
+    with probes.compiles() as rep:
+        scale(jnp.array([1.0, 2.0, 3.0, 4.0]))
+        scale(jnp.full(4, 1.0))
+    f = rep.function("scale")
+    assert f.causes == {"first": 1, "weak_type": 1}
+    assert rep.compilations_of("scale")[1].changes == ["batch: f32[4] -> f32[4] weak"]
+    assert f.reason.startswith("weakly typed vs typed argument (weak type): batch")
+    assert "an array whose dtype came from one" in rep.compilations_of("scale")[1].why
+    assert "dtype=jnp.float32" in f.fix
+
+
 def test_pytree_structure_change():
     @jax.jit
     def first_leaf(tree):

@@ -206,7 +206,7 @@ class JaxMagics(Magics):
 
         For each compilation: the argument types, trace / lower / XLA compile
         times, your line that caused it, and the cause in plain words - first
-        call, argument shape/dtype changed, Python scalar vs typed scalar (weak
+        call, argument shape/dtype changed, weakly typed vs typed argument (weak
         type), pytree structure changed, static argument value changed (JAX
         itself only says "explanation unavailable" there), a new function object
         given to jit. Eager operations' small compilations are counted apart

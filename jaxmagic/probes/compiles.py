@@ -74,7 +74,7 @@ LOG_LINE_CHARS = 600
 CAUSE_TITLES = {
     "first": "first compilation",
     "types": "argument types changed",
-    "weak_type": "Python scalar vs typed scalar (weak type)",
+    "weak_type": "weakly typed vs typed argument (weak type)",
     "pytree": "argument structure changed",
     "passing": "argument passed by keyword vs positionally",
     "static": "static argument value changed",
@@ -102,9 +102,10 @@ FIXES = {
         "varying sizes pad to a few bucket sizes (e.g. powers of two) and mask, instead of one shape per call."
     ),
     "weak_type": (
-        "A Python scalar (weakly typed) and a typed JAX scalar such as jnp.float32(1.0) are different "
-        "argument types to jit, so the function compiles once for each. Pass the same kind every time, "
-        "e.g. always jnp.float32(x) or jnp.int32(step)."
+        "A weakly typed value - a Python scalar, or an array whose dtype came from one, such as "
+        "jnp.full(4, 1.0) - and a typed value of the same shape and dtype are different argument types "
+        "to jit, so the function compiles once for each. Pass the same kind every time: give it a dtype, "
+        "e.g. always jnp.float32(x), jnp.int32(step) or jnp.full(4, 1.0, dtype=jnp.float32)."
     ),
     "pytree": (
         "The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
@@ -1176,8 +1177,8 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
         if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
             return _Cause(
                 "weak_type",
-                "A Python scalar and a typed JAX scalar are different argument types "
-                "(weak typing): " + "; ".join(changes) + ".",
+                "A weakly typed value (a Python scalar, or an array whose dtype came from one) and a "
+                "typed one are different argument types (weak typing): " + "; ".join(changes) + ".",
                 changes,
             )
         return _Cause(
