@@ -412,16 +412,18 @@ def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
     return ""
 
 
-def _captured(fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -> list[CapturedArray]:
-    from jaxmagic.probes.hlo import hlo
+def _captured(jitted: Callable, fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -> list[CapturedArray]:
+    """The arrays the program holds as constants. ``jitted`` already ran with these arguments, so its
+    trace comes from JAX's cache: only the constants are looked at, not a whole %jax_hlo report."""
+    from jaxmagic.probes.hlo import captured_constants_of_call
 
     try:
-        program = hlo(fn, *args, stage=["jaxpr"], namespace=namespace, **kwargs)
+        constants = captured_constants_of_call(jitted, args, kwargs, fn=fn, namespace=namespace)
     except Exception:
         return []
     return [
         CapturedArray(c.name or "(an array made inside the function)", tuple(c.shape), c.dtype, c.nbytes, c.line)
-        for c in program.constants
+        for c in constants
     ]
 
 
@@ -520,7 +522,7 @@ def run_call(
         report.rtol = rtol if rtol is not None else max((DEFAULT_RTOL.get(d, 1e-4) for d in dtypes), default=1e-4)
         _judge(report, jit_result, eager_result, reference)
         del jit_result, eager_result, reference, sample
-    report.captured = _captured(fn, args, kwargs, namespace)
+    report.captured = _captured(jitted, fn, args, kwargs, namespace)
     return report, failed.get("jit" if compat.is_jitted(fn) else "eager")
 
 

@@ -1563,6 +1563,18 @@ def _local_names(filename: str, lineno: int) -> frozenset[str]:
     return frozenset(names - declared_global)
 
 
+def captured_constants_of_call(
+    jitted: Callable, args: tuple, kwargs: dict, *, fn: Callable, namespace: dict | None = None
+) -> list[CapturedConstant]:
+    """The arrays ``jitted(*args, **kwargs)`` holds as constants, named from ``fn``'s globals and closure.
+
+    Only the trace and the constants, none of the rest of the report: for a probe that already ran
+    ``jitted`` with these arguments, whose trace JAX then has in its cache. Raises what tracing raises.
+    """
+    closed = jitted.trace(*args, **kwargs).jaxpr
+    return _captured_constants(closed, list(_walk_eqns(closed)), _NameEnvironment(fn, namespace))
+
+
 def _captured_constants(closed, walked: list, env: _NameEnvironment) -> list[CapturedConstant]:
     """Arrays held as constants of the traced program (closed-over globals and closure values)."""
     identities = env.by_identity()
