@@ -280,6 +280,21 @@ class _UserCallSwitch:
         return None
 
 
+_guarded_backend: list[bool] = []  # [whether device-to-host reads are guarded], once the backend is known
+
+
+def reads_allowed():
+    """A context in which our own reads of device values (key data, results looked at for NaN) pass
+    any transfer guard: they are not the user's transfers. On CPU nothing is guarded (a no-op)."""
+    import jax
+
+    if not _guarded_backend:
+        _guarded_backend.append(jax.default_backend() != "cpu")
+    if not _guarded_backend[0]:
+        return contextlib.nullcontext()
+    return jax.transfer_guard_device_to_host("allow")
+
+
 def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
     """The innermost frame of JAX's jit dispatch (``cache_miss`` in pjit.py) on the current stack, or None.
 

@@ -45,7 +45,9 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-from jaxmagic._jax import compat
+import numpy as np
+
+from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
@@ -549,7 +551,6 @@ def doctor(
 
 @contextlib.contextmanager
 def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorReport]:
-    from jaxmagic._jax import jit_calls
     from jaxmagic.probes._support.nan_watch import NanWatch
     from jaxmagic.probes.compiles import compiles
     from jaxmagic.probes.keys import keys
@@ -600,10 +601,6 @@ class _HostArguments:
         self.seen: dict[tuple, HostArgument] = {}
 
     def before(self, name, is_jit, args, params) -> None:
-        import numpy as np
-
-        from jaxmagic._jax import jit_calls
-
         if not is_jit:
             return
         frame = jit_calls.find_caller_frame()

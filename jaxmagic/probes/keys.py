@@ -49,6 +49,7 @@ from collections.abc import Iterator
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import first_library_function, is_user_file, source_line
 from jaxmagic.report.wording import ended, message_of
@@ -450,12 +451,20 @@ def _argument_name(params: dict, index: int) -> str:
     return ""
 
 
+_users_functions: dict[str, bool] = {}  # a traced function's "f at file:line" -> whether the file is the user's
+
+
 def _function_is_users(params: dict) -> bool:
     closed = params.get("jaxpr")
     info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
     where = str(getattr(info, "func_src_info", "") or "")
-    match = re.search(r" at (.+):\d+$", where)
-    return bool(match) and is_user_file(match.group(1))
+    known = _users_functions.get(where)  # asked at every call of a jitted function: answered once per function
+    if known is None:
+        match = re.search(r" at (.+):\d+$", where)
+        known = bool(match) and is_user_file(match.group(1))
+        if len(_users_functions) < 10_000:
+            _users_functions[where] = known
+    return known
 
 
 # -- the probe -------------------------------------------------------------------
@@ -478,7 +487,7 @@ class _KeyWatch(jit_calls.CallObserver):
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
                 continue
-            with _allow_transfers():  # reading the key is ours, not one of the user's transfers
+            with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
                 fingerprint, shown = _key_fingerprint(value)
             key = (name, index)
             with self.lock:
@@ -553,15 +562,9 @@ def _key_fingerprint(key) -> tuple[bytes, object]:
     else:
         base = key  # a raw uint32 key is its own key data
     data = np.asarray(base)
-    return hashlib.blake2b(data.tobytes() + str(data.shape).encode(), digest_size=16).digest(), data
-
-
-def _allow_transfers():
-    import jax
-
-    if jax.default_backend() == "cpu":  # device-to-host reads are not guarded on CPU
-        return contextlib.nullcontext()
-    return jax.transfer_guard_device_to_host("allow")
+    raw = data.tobytes() + str(data.shape).encode()
+    # A key or two is a few bytes: its data is its own fingerprint; a batch of keys is digested.
+    return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data
 
 
 def _render_key(data) -> str:
@@ -571,12 +574,11 @@ def _render_key(data) -> str:
 
 
 def _caller_line() -> SourceLine | None:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return None
+    return _line_of(user_frame())
+
+
+def _line_of(frame) -> SourceLine | None:
+    return None if frame is None else source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
 
 
 def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
@@ -647,18 +649,18 @@ def _random_calls_followed(report: KeyReport) -> Iterator[None]:
         if not hasattr(key, "dtype"):
             return
         legacy = not jit_calls.is_typed_key(key)
-        line = _caller_line()
-        where = (name, line.filename, line.lineno) if line else (name, "", 0)
+        user = user_frame()  # the SourceLine (reading the line's text) is made once per line, not per call
+        where = (name, user.f_code.co_filename, user.f_lineno) if user is not None else (name, "", 0)
         if legacy:
             with lock:
                 use = uses.get(where)
                 if use is None:
-                    use = uses[where] = LegacyKeyUse(name, line)
+                    use = uses[where] = LegacyKeyUse(name, _line_of(user))
                     report.legacy.append(use)
                 use.count += 1
-        if name in _NOT_DRAWING or line is None:
+        if name in _NOT_DRAWING or user is None:
             return
-        with _allow_transfers():  # reading the key is ours, not one of the user's transfers
+        with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
             found = _draw_fingerprint(key, frame)
         if found is None:
             return
@@ -668,7 +670,7 @@ def _random_calls_followed(report: KeyReport) -> Iterator[None]:
             if entry is None:
                 if len(draws) >= MAX_DRAW_LINES:
                     return
-                entry = draws[where] = (RepeatedDraw(name, line, legacy=legacy), {})
+                entry = draws[where] = (RepeatedDraw(name, _line_of(user), legacy=legacy), {})
                 report.draws.append(entry[0])
             draw, seen = entry
             draw.calls += 1

@@ -125,7 +125,7 @@ class NanWatch(jit_calls.CallObserver):
         if last is None:
             return
         name, is_jit, args, outputs, number, frame, lineno, jit_locals = last
-        with _reading_allowed():  # our reads are not the user's transfers
+        with jit_calls.reads_allowed():  # our reads are not the user's transfers
             bad = [i for i, out in enumerate(outputs) if _is_float(out) and _float_has_nan(out)]
             if not bad:
                 return
@@ -229,15 +229,6 @@ def _rebuilt_call(name: str, jit_locals) -> FailingCall | None:
     if jitted is None:
         return None
     return FailingCall(f"{name}(...)", jitted, [(f"argument {i}", a) for i, a in enumerate(args)], dict(kwargs or {}))
-
-
-def _reading_allowed():
-    """Let us read results to the host under any transfer guard (on CPU nothing is guarded: no-op)."""
-    import jax
-
-    if jax.default_backend() == "cpu":
-        return contextlib.nullcontext()
-    return jax.transfer_guard_device_to_host("allow")
 
 
 _user_files: dict[str, bool] = {}
