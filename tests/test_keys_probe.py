@@ -177,3 +177,26 @@ def test_eager_permutation_every_epoch_with_a_key_never_advanced():
     assert (draw.api, draw.calls, draw.distinct, draw.legacy) == ("permutation", 3, 1, False)
     assert draw.line.code == "perm = jax.random.permutation(key, 10)"
     assert "in 3 of its 3 calls" in report.summary
+
+
+def unpacked_split_loop(n, advance):
+    """``a, b = jax.random.split(key)`` unstacks the keys: JAX learns which outputs are fresh keys
+    by tracing the unstack, a signature the probe traces once and reuses at every later call."""
+    key = jax.random.key(3)
+    for _ in range(n):
+        if advance:
+            key, sub = jax.random.split(key)
+        else:
+            sub, _ = jax.random.split(key)
+        jax.random.normal(sub, (2,))
+
+
+def test_unpacked_split_signatures_reused_across_calls_and_blocks():
+    for _ in range(2):  # the second block reuses the signatures the first one traced
+        with probes.keys(record=True) as report:
+            unpacked_split_loop(4, advance=True)
+        assert report.reuse == []
+        with probes.keys(record=True) as report:
+            unpacked_split_loop(4, advance=False)
+        assert [r.consumer for r in report.reuse] == ["random_split"]
+        assert report.reuse[0].count == 3 and report.reuse[0].same_line

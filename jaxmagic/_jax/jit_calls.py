@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.own_settings import note_own_value
 
@@ -138,7 +139,7 @@ def observing_calls(
         if call_checks == "off":
             return raw_impl(*args, **params)
         try:
-            return original_call(prim, raw_impl, *args, **params)
+            return compat.call_with_key_reuse_checks(prim, raw_impl, args, params, original_call)
         except reuse_error as error:
             report(error, "call", name, params)
             if call_checks == "raise":
