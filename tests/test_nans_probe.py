@@ -190,3 +190,30 @@ def test_inf_without_infs_option_says_to_turn_inf_checks_on():
         namespace["inf_val"] = jax.jit(lambda x: 1.0 / x)(jnp.array(0.0))
     assert [leaf.name for leaf in report.nonfinite] == ["variable inf_val"]
     assert "--infs" in report.summary and "holds inf" in report.summary
+
+
+def test_call_sites_are_counted_on_the_blocks_thread_only():
+    import threading
+
+    from jaxmagic.probes._support.call_sites import counting_call_sites
+
+    def work(fail):
+        if fail:
+            raise RuntimeError("stop")
+
+    def call_site(fail=False):
+        work(fail)  # the counted call
+
+    with counting_call_sites() as counts:
+        other = threading.Thread(target=lambda: [call_site() for _ in range(5)])
+        other.start()
+        other.join()
+        for _ in range(3):
+            call_site()
+        try:
+            call_site(fail=True)
+        except RuntimeError as error:
+            tb = error.__traceback__
+    while tb.tb_frame.f_code is not call_site.__code__:
+        tb = tb.tb_next
+    assert counts.number(tb) == 4  # the 4th call on this thread; the other thread's 5 are not the block's

@@ -323,6 +323,9 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self.call = 0  # the observed call running now (0: none)
         self.call_info: ObservedCall | None = None
         self.call_printed = False
+        self.call_sites: dict[int, tuple[str, int, str] | None] = {}  # call number -> where it was made
+        self._user_file: dict[str, bool] = {}
+        self._known: dict[str, str] = {}  # site key -> key of this report's equal site (a print's every line)
 
     # Capture
     def register(self, site: PrintSite) -> PrintSite:
@@ -346,8 +349,14 @@ class _Recorder(Capture, jit_calls.CallObserver):
                 self.report.calls.append(self.call_info)
 
     def on_print(self, site, text, hidden, is_log) -> bool:
-        # register() also maps a site made by an earlier print cell (its executable is cached) to this report's.
-        self._add(self.register(site).key if site is not None else "", text)
+        # register() also maps a site made by an earlier print cell (its executable is cached) to this
+        # report's; it compares with every site, so each site is mapped once and then looked up.
+        key = ""
+        if site is not None:
+            key = self._known.get(site.key)
+            if key is None:
+                key = self._known[site.key] = self.register(site).key
+        self._add(key, text)
         return self.echo or is_log
 
     def on_callback(self, site, arguments) -> None:
@@ -357,7 +366,10 @@ class _Recorder(Capture, jit_calls.CallObserver):
     def before(self, name, is_jit, args, params) -> None:
         self.report.calls_observed += 1
         self.call = self.report.calls_observed
-        self.call_info = ObservedCall(self.call, name, is_jit, _caller_line())
+        # Where the call was made: a (file, line, function) tuple now, its source line only for the
+        # calls that print, at the end (finish_calls) - a call that prints nothing costs no lookup.
+        self.call_info = ObservedCall(self.call, name, is_jit)
+        self.call_sites[self.call] = self._caller()
         self.call_printed = False
 
     def after(self, name, is_jit, args, params, outputs) -> None:
@@ -366,16 +378,35 @@ class _Recorder(Capture, jit_calls.CallObserver):
         try:
             jax.effects_barrier()  # this call's prints arrive now, before the next call starts
         finally:
+            if not self.call_printed:
+                self.call_sites.pop(self.call, None)
             self.call, self.call_info = 0, None
 
+    def _caller(self) -> tuple[str, int, str] | None:
+        """(file, line, function) of the innermost user frame on the stack (file names judged once each)."""
+        frame = sys._getframe(2)
+        user_file = self._user_file
+        try:
+            while frame is not None:
+                filename = frame.f_code.co_filename
+                user = user_file.get(filename)
+                if user is None:
+                    user = user_file[filename] = is_user_file(filename)
+                if user:
+                    return (filename, frame.f_lineno, frame.f_code.co_name)
+                frame = frame.f_back
+            return None
+        finally:
+            del frame
 
-def _caller_line() -> SourceLine | None:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return None
+    def finish_calls(self) -> None:
+        """Give each call that printed its source line (looked up once per distinct line)."""
+        lines: dict[tuple, SourceLine] = {}
+        for call in self.report.calls:
+            where = self.call_sites.get(call.number)
+            if where is not None:
+                call.line = lines.get(where) or lines.setdefault(where, source_line(*where))
+        self.call_sites.clear()
 
 
 def _find_out_of_order(report: PrintReport) -> list[OutOfOrder]:
@@ -424,6 +455,7 @@ def prints(*, echo: bool = False) -> Iterator[PrintReport]:
         raise
     finally:
         report.other_thread_lines = recorder.other_thread_lines
+        recorder.finish_calls()
         _number_printing_calls(report)
         report.out_of_order = _find_out_of_order(report)
 

@@ -6,13 +6,15 @@ calls made at each call site of the user's own code (``sys.monitoring`` CALL
 events, Python 3.12+) answers that: the failing frame's call instruction has
 run N times, so it failed in call N. Call sites in library code are switched
 off at their first event, so only the user's own calls cost a callback (well
-under a microsecond each; a jitted call costs tens).
+under a microsecond each; a jitted call costs tens). Only the thread that
+entered the block is counted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -22,26 +24,46 @@ _TOOL_IDS = (5, 4, 3)  # 0-2 are the debugger, coverage and profilers by convent
 
 
 class CallSiteCounts:
-    """Calls made so far at each ``(code, instruction offset)`` of the user's code."""
+    """Calls made so far at each ``(code, instruction offset)`` of the user's code, by the block's thread."""
 
     def __init__(self):
-        self.counts: dict[tuple, int] = {}
-        self._user: dict[str, bool] = {}
+        # id(code) -> (code, {offset: calls}). Keyed by identity: hashing a code object hashes its
+        # bytecode and constants (microseconds, more than the rest of a callback); the entry keeps
+        # the code alive, so its id cannot be reused while we count.
+        self._by_code: dict[int, tuple] = {}
+        self._thread = threading.get_ident()
+        self.on_call = self._callback()
 
-    def on_call(self, code, offset, callable_, arg0):
-        filename = code.co_filename
-        user = self._user.get(filename)
-        if user is None:
-            user = self._user[filename] = is_user_file(filename)
-        if not user:
-            return sys.monitoring.DISABLE
-        key = (code, offset)
-        self.counts[key] = self.counts.get(key, 0) + 1
-        return None
+    def _callback(self):
+        """The CALL callback: it runs on every call the user's code makes, so it reads only locals."""
+        by_code, user_file, block_thread = self._by_code, {}, self._thread
+        get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
+
+        def on_call(code, offset, callable_, arg0):
+            if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
+                return None  # the call site may be the cell's too)
+            entry = by_code.get(id(code))
+            if entry is None:
+                filename = code.co_filename
+                user = user_file.get(filename)
+                if user is None:
+                    user = user_file[filename] = is_user_file(filename)
+                if not user:
+                    return disable  # library code: this call site never calls back again
+                entry = by_code[id(code)] = (code, {})
+            sites = entry[1]
+            sites[offset] = sites.get(offset, 0) + 1
+            return None
+
+        return on_call
 
     def number(self, tb: TracebackType) -> int:
         """How many times the call running in ``tb``'s frame had been made (0 if not counted)."""
-        return self.counts.get((tb.tb_frame.f_code, tb.tb_lasti), 0)
+        code = tb.tb_frame.f_code
+        entry = self._by_code.get(id(code))
+        if entry is None or entry[0] is not code:
+            return 0
+        return entry[1].get(tb.tb_lasti, 0)
 
 
 @contextlib.contextmanager
