@@ -202,3 +202,25 @@ def test_state_is_restored_and_errors_propagate():
     assert jax.config.jax_debug_key_reuse is False
     assert debugging.debug_print_p.bind == print_bind and debugging._format_print_callback is formatter
     assert "bind" not in debugging.debug_print_p.__dict__
+
+
+def test_each_call_is_attributed_directly_called_or_not():
+    import functools
+
+    @jax.jit
+    def show(x, tag):
+        jax.debug.print("value {x}", x=x)
+        return x + tag
+
+    via_partial = functools.partial(show, tag=1.0)
+    with probes.prints() as report:
+        for i in range(2):
+            show(jnp.float32(i), 0.0)  # a direct call
+        via_partial(jnp.float32(5.0))  # through a partial: observed on the key-reuse path
+        jax.debug.print("eager {x}", x=jnp.float32(7.0))  # an eager operation
+    assert report.texts == ["value 0.0", "value 1.0", "value 5.0", "eager 7.0"]
+    assert [line.call for line in report.lines] == [1, 2, 3, 4]
+    assert [c.function for c in report.calls[:3]] == ["show"] * 3 and report.calls[3].jitted is False
+    assert [c.line.code for c in report.calls[:2]] == ["show(jnp.float32(i), 0.0)  # a direct call"] * 2
+    assert report.calls[2].line.code.startswith("via_partial(")
+    assert jax.config.values["jax_debug_key_reuse"] is False

@@ -33,6 +33,7 @@ eager operations run internally) are not reported again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -91,6 +92,7 @@ def observing_calls(
     trace_checks: str = "off",
     on_key_reuse: Callable[..., None] | None = None,
     only_user_calls: bool = False,
+    direct_user_jit_calls: bool = False,
 ) -> Iterator[bool]:
     """Show every outermost call of the block to ``observers``; yield False if this JAX offers no way to.
 
@@ -103,6 +105,12 @@ def observing_calls(
     ``only_user_calls``: observe only calls of jitted functions made by the
     user's own code (see ``_UserCallSwitch``): much cheaper, and eager
     operations are then not seen.
+    ``direct_user_jit_calls``: for observers that need only the call's name
+    (they get no arguments, parameters or outputs for these calls): the
+    user's own calls of jitted functions are seen through ``sys.monitoring``
+    (``_DirectUserJitCalls``) and run with the checker off, on JAX's usual
+    path, instead of on the key-reuse path (~100 us more per call); every
+    other call is observed as before. Key-reuse checks must be "off".
     ``jax_debug_key_reuse`` is switched on for the block and put back after.
     Does not nest: raises AlreadyActive while another block observes calls.
     """
@@ -112,6 +120,8 @@ def observing_calls(
     for mode in (call_checks, trace_checks):
         if mode not in CHECK_MODES:
             raise ValueError(f"key-reuse check mode must be one of {CHECK_MODES}, got {mode!r}")
+    if direct_user_jit_calls and (call_checks, trace_checks) != ("off", "off"):
+        raise ValueError("direct_user_jit_calls runs calls without key-reuse checks: both check modes must be 'off'")
     if not available():
         yield False
         return
@@ -192,8 +202,15 @@ def observing_calls(
             finally:
                 switch.stop()
         else:
+            direct = _DirectUserJitCalls(observers) if direct_user_jit_calls else None
             with jax.debug_key_reuse(True):
-                yield True
+                if direct is not None and direct.start():
+                    try:
+                        yield True
+                    finally:
+                        direct.stop()
+                else:
+                    yield True
     finally:
         key_reuse.call_impl_with_key_reuse_checks = original_call
         key_reuse.check_key_reuse_jaxpr = original_check
@@ -294,6 +311,109 @@ def reads_allowed():
     if not _guarded_backend[0]:
         return contextlib.nullcontext()
     return jax.transfer_guard_device_to_host("allow")
+
+
+class _DirectUserJitCalls:
+    """Observe the user's own calls of jitted functions around the call, with the key-reuse checker off.
+
+    With ``jax_debug_key_reuse`` on, every call takes JAX's key-reuse path
+    (``jit_p.bind`` and a new dispatch object per call). Observers that need
+    only the call's name do not need that path for the calls the user's code
+    makes itself: ``sys.monitoring`` reports each such call before it happens
+    (CALL) and its return (C_RETURN / C_RAISE), so the observers are told
+    there and ``jax.debug_key_reuse(False)`` is entered for the call, which
+    then runs as it does without jaxmagic. Calls made inside it are not
+    observed (as on the key-reuse path: only outermost calls are). Calls the
+    user's code makes through something else (a partial, a library) and eager
+    operations are still observed on the key-reuse path. Call sites in library
+    code are switched off at their first event (DISABLE).
+    """
+
+    def __init__(self, observers: tuple):
+        import jax
+
+        from jaxmagic.report.source import is_user_file
+
+        self._observers = observers
+        self._jit_type = type(jax.jit(lambda: None))
+        self._checker_off = functools.partial(jax.debug_key_reuse, False)
+        self._is_user_file = is_user_file
+        self._user: dict = {}
+        self._entered: list = []  # (callable, name, the entered checker-off context)
+        self._tool: int | None = None
+        self._thread = threading.get_ident()  # only the block's thread: the checker switch is thread-local
+
+    def start(self) -> bool:
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is None:
+            return False
+        for tool in (4, 3):
+            if monitoring.get_tool(tool) is None:
+                monitoring.use_tool_id(tool, "jaxmagic jit calls")
+                self._tool = tool
+                break
+        else:
+            return False
+        events = monitoring.events
+        monitoring.register_callback(self._tool, events.CALL, self._on_call)
+        monitoring.register_callback(self._tool, events.C_RETURN, self._on_return)
+        monitoring.register_callback(self._tool, events.C_RAISE, self._on_raise)
+        monitoring.set_events(self._tool, events.CALL | events.C_RETURN | events.C_RAISE)
+        return True
+
+    def stop(self) -> None:
+        monitoring = sys.monitoring
+        tool, self._tool = self._tool, None
+        monitoring.set_events(tool, 0)
+        for event in (monitoring.events.CALL, monitoring.events.C_RETURN, monitoring.events.C_RAISE):
+            monitoring.register_callback(tool, event, None)
+        monitoring.free_tool_id(tool)
+        while self._entered:  # a call that never returned (KeyboardInterrupt inside C code)
+            self._leave(None)
+        # No sys.monitoring.restart_events(): see _UserCallSwitch.stop.
+
+    def _on_call(self, code, offset, callable_, arg0):
+        if threading.get_ident() != self._thread:
+            return None  # not DISABLE: that would switch the call site off for the block's thread too
+        filename = code.co_filename
+        user = self._user.get(filename)
+        if user is None:
+            user = self._user[filename] = self._is_user_file(filename)
+        if not user:
+            return sys.monitoring.DISABLE
+        if type(callable_) is not self._jit_type or getattr(_state, "depth", 0):
+            return None  # not a jitted function, or inside an observed call (the user's code being traced)
+        name = str(getattr(callable_, "__name__", "jit"))
+        context = self._checker_off()
+        context.__enter__()
+        _state.depth = 1
+        self._entered.append((callable_, name, context))
+        try:
+            for observer in self._observers:
+                observer.before(name, True, (), {})
+        except BaseException:
+            self._leave(None)
+            raise
+        return None
+
+    def _on_return(self, code, offset, callable_, arg0):
+        if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
+            self._leave(self._observers)
+        return None
+
+    def _on_raise(self, code, offset, callable_, arg0):
+        if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
+            self._leave(None)  # as on the key-reuse path: a call that raised is not shown to ``after``
+        return None
+
+    def _leave(self, observers) -> None:
+        _, name, context = self._entered.pop()
+        try:
+            for observer in observers or ():
+                observer.after(name, True, (), {}, [])
+        finally:
+            context.__exit__(None, None, None)
+            _state.depth = 0
 
 
 def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):

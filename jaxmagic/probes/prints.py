@@ -18,7 +18,9 @@ For the block, every debug print, log and callback is caught where JAX binds
 it (``jaxmagic._jax.debug_capture``): each line is kept with its *site* - the
 format string or callback, the user's line, the transformations around it -
 and with the call of a jitted function (or eager operation) during which it
-arrived: the probe sees each call (``jaxmagic._jax.jit_calls``) and waits for its
+arrived: the probe sees each call (``jaxmagic._jax.jit_calls``; the user's own
+calls of jitted functions through ``sys.monitoring``, so they keep JAX's usual
+dispatch path) and waits for its
 prints (``jax.effects_barrier()``) before the next one starts, so every line
 belongs to exactly one call, and none spills past the block. Within one call,
 the first line of each site is compared with the sites' order in the traced
@@ -446,7 +448,7 @@ def prints(*, echo: bool = False) -> Iterator[PrintReport]:
             preserved_jax_state(("jax_debug_key_reuse",)),
             fresh_traces(RETRACE_TOKEN),
             capturing(recorder),
-            jit_calls.observing_calls(recorder) as followed,
+            jit_calls.observing_calls(recorder, direct_user_jit_calls=True) as followed,
         ):
             report.calls_followed = followed
             yield report
