@@ -118,6 +118,7 @@ def inline_html(text: str) -> str:
 
 _LONG_RUN_CHARS = 24
 _BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
+_SPACES = re.compile(r"(\s+)")
 
 
 def breakable_html(text: str) -> str:
@@ -129,8 +130,10 @@ def breakable_html(text: str) -> str:
     where a reader expects a line to continue. An option such as ``--budget``
     and an arrow ``->`` are kept whole: browsers break after their hyphen.
     """
+    if len(text) < _LONG_RUN_CHARS and "--" not in text and "->" not in text:
+        return escape(text)  # no run long enough to break, nothing to keep whole
     out = []
-    for word in re.split(r"(\s+)", text):
+    for word in _SPACES.split(text):
         if len(word) >= _LONG_RUN_CHARS:
             out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
         elif "--" in word or "->" in word:

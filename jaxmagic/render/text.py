@@ -31,9 +31,14 @@ def render_text(report_or_doc, width: int = DEFAULT_WIDTH) -> str:
     return "\n".join(out)
 
 
+_OTHER_WHITESPACE = re.compile(r"[^\S ]")  # whitespace that textwrap would replace or expand
+
+
 def wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
     """``text`` in lines of at most ``width`` columns, broken at spaces (not at hyphens)."""
     width = max(width, 1)
+    if len(text) <= width and text and text == text.strip() and not _OTHER_WHITESPACE.search(text):
+        return [text]  # fits on one line: what textwrap would return, without its work (a report has hundreds)
     lines = textwrap.wrap(
         text,
         width,
