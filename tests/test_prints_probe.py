@@ -224,3 +224,23 @@ def test_each_call_is_attributed_directly_called_or_not():
     assert [c.line.code for c in report.calls[:2]] == ["show(jnp.float32(i), 0.0)  # a direct call"] * 2
     assert report.calls[2].line.code.startswith("via_partial(")
     assert jax.config.values["jax_debug_key_reuse"] is False
+
+
+def test_a_jitted_call_inside_a_trace_is_not_a_call_of_its_own():
+    import functools
+
+    @jax.jit
+    def inner(x):
+        jax.debug.print("inner {x}", x=x)
+        return x * 2
+
+    def outer(x):
+        return inner(x) + 1  # called while jit traces outer: inlined, not a call
+
+    jitted_outer = jax.jit(outer)
+    one, two = jnp.float32(1.0), jnp.float32(2.0)  # made before: an eager operation is a call too
+    with probes.prints() as report:
+        functools.partial(jitted_outer)(one)  # traced here, on the key-reuse path
+        jitted_outer(two)
+    assert report.texts == ["inner 1.0", "inner 2.0"]
+    assert [c.function for c in report.calls] == ["outer", "outer"] and report.calls_observed == 2

@@ -178,6 +178,16 @@ def jit_type() -> type:
     return type(jax.jit(_identity))
 
 
+def top_level_check():
+    """A function answering "is JAX at the top level (nothing traced: a call runs eagerly)?", or None."""
+    try:
+        from jax._src import core
+
+        return core.trace_state_clean if callable(core.trace_state_clean) else None
+    except (ImportError, AttributeError):
+        return None
+
+
 def clear_dispatch_cache(jitted) -> bool:
     """Empty the C++ dispatch cache of one jitted function, so its next call takes the Python path.
 

@@ -322,8 +322,9 @@ class _DirectUserJitCalls:
     makes itself: ``sys.monitoring`` reports each such call before it happens
     (CALL) and its return (C_RETURN / C_RAISE), so the observers are told
     there and ``jax.debug_key_reuse(False)`` is entered for the call, which
-    then runs as it does without jaxmagic. Calls made inside it are not
-    observed (as on the key-reuse path: only outermost calls are). Calls the
+    then runs as it does without jaxmagic. Only calls made at JAX's top level
+    (nothing being traced) are taken this way, and calls made inside them are
+    not observed (as on the key-reuse path: only outermost calls are). Calls the
     user's code makes through something else (a partial, a library) and eager
     operations are still observed on the key-reuse path. Call sites in library
     code are switched off at their first event (DISABLE).
@@ -332,10 +333,12 @@ class _DirectUserJitCalls:
     def __init__(self, observers: tuple):
         import jax
 
+        from jaxmagic._jax import compat
         from jaxmagic.report.source import is_user_file
 
         self._observers = observers
-        self._jit_type = type(jax.jit(lambda: None))
+        self._jit_type = compat.jit_type()
+        self._top_level = compat.top_level_check()
         self._checker_off = functools.partial(jax.debug_key_reuse, False)
         self._is_user_file = is_user_file
         self._user: dict = {}
@@ -345,7 +348,7 @@ class _DirectUserJitCalls:
 
     def start(self) -> bool:
         monitoring = getattr(sys, "monitoring", None)
-        if monitoring is None:
+        if monitoring is None or self._top_level is None:
             return False
         for tool in (4, 3):
             if monitoring.get_tool(tool) is None:
@@ -381,8 +384,10 @@ class _DirectUserJitCalls:
             user = self._user[filename] = self._is_user_file(filename)
         if not user:
             return sys.monitoring.DISABLE
-        if type(callable_) is not self._jit_type or getattr(_state, "depth", 0):
-            return None  # not a jitted function, or inside an observed call (the user's code being traced)
+        if type(callable_) is not self._jit_type or getattr(_state, "depth", 0) or not self._top_level():
+            # Not a jitted function; inside an observed call; or inside a trace (the user's code being
+            # traced by jit, vmap, grad): there the key-reuse path decides, as without this class.
+            return None
         name = str(getattr(callable_, "__name__", "jit"))
         context = self._checker_off()
         context.__enter__()
