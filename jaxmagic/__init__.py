@@ -20,6 +20,10 @@ def load_ipython_extension(ipython) -> None:
     from jaxmagic.ipython import explainer_hook
 
     explainer_hook.install(ipython)
+    # jaxmagic's cache-key context, made before the user has compiled anything (see early_context).
+    from jaxmagic.ipython import early_context
+
+    early_context.install(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -33,3 +37,6 @@ def unload_ipython_extension(ipython) -> None:
     from jaxmagic.ipython import explainer_hook
 
     explainer_hook.uninstall(ipython)
+    from jaxmagic.ipython import early_context
+
+    early_context.uninstall(ipython)

@@ -13,8 +13,10 @@ traces again (once per token: a later block with the same token reuses those
 traces); after the block the key is as before and the user's cached traces are
 hit again, untouched. The one price:
 creating the context adds an entry to every cache key, so each function
-cached before the first use traces once more at its next call. We create the
-context once per process, on first use, and say so.
+cached before it was created traces and compiles once more at its next call.
+We create the context once per process: in a notebook as soon as JAX is
+imported (``create_context``, called by the extension, when the user has
+cached nothing yet); otherwise on first use, and say so.
 """
 
 from __future__ import annotations
@@ -62,6 +64,25 @@ class Retrace:
         return text
 
 
+def create_context() -> bool:
+    """Create jaxmagic's cache-key context if this JAX has one and it does not exist yet.
+
+    True when it was created now: every function cached before this call
+    traces and compiles once more at its next call (never again after).
+    Importing JAX is the caller's decision: this imports it.
+    """
+    global _context
+    import jax
+
+    make = getattr(jax, "make_user_context", None)
+    if make is None or _context is not None:
+        return False
+    size = compat.trace_context_size()
+    _context = make(None)
+    note_own_context_created(size, compat.trace_context_size())  # never the user's cause (own_settings)
+    return True
+
+
 @contextlib.contextmanager
 def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
     """Run the block so that jit, scan, cond, ... trace again instead of using the user's cached traces.
@@ -72,7 +93,6 @@ def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
     identical cell run again compiles nothing new. A trace reused that way was
     made - and checked, for a probe that checks traces - in an earlier block.
     """
-    global _context
     import jax
 
     make = getattr(jax, "make_user_context", None)
@@ -80,11 +100,7 @@ def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
         jax.clear_caches()
         yield Retrace("clear_caches", first_use=False)
         return
-    first_use = _context is None
-    if first_use:
-        size = compat.trace_context_size()
-        _context = make(None)
-        note_own_context_created(size, compat.trace_context_size())  # never the user's cause (own_settings)
+    first_use = create_context()
     value = DEFAULT_TOKEN if token is None else token
     note_own_value("user_context", value)  # part of the cache key: never the user's cause (own_settings)
     with _context(value):
