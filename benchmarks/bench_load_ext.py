@@ -16,6 +16,7 @@ extension still take effect.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -55,8 +56,13 @@ print(json.dumps({"total": t2 - t0, "load_ext": t2 - t1,
 )
 
 
+# A user's Python caches compiled modules (.pyc); a machine that sets PYTHONDONTWRITEBYTECODE (this
+# one does) would time compiling jaxmagic's sources from scratch in every process instead.
+_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def measure(script: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, env=_ENV)
     if done.returncode != 0:
         raise RuntimeError(f"benchmark subprocess failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])

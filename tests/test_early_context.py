@@ -15,6 +15,7 @@ SCRIPT = textwrap.dedent(
     ip = start_ipython()
     ip.run_line_magic("load_ext", "jaxmagic")
     assert "jax" not in sys.modules, "%load_ext imported JAX"
+    assert "jaxmagic.probes" not in sys.modules, "%load_ext imported the probes (they load on first use)"
     ip.run_cell("import jax, jax.numpy as jnp")
     ip.run_cell('''
     @jax.jit

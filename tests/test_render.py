@@ -158,3 +158,12 @@ def test_rich_wraps_long_cells_at_the_width(width):
     for word in ("compilation", "changed", "74.5", "--budget", "--fn", "train_step"):
         assert word in words, word
     assert not any(re.search(r"(^|\s)--$", line.rstrip(" │")) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("width", [1, 2, 4])
+def test_a_line_no_wider_than_its_indent_still_wraps(width):
+    from jaxmagic.render.text import wrap
+
+    lines = wrap("a_very_long_identifier and more words", width, subsequent_indent="    ")
+    assert "".join(line.strip() for line in lines).replace(" ", "") == "a_very_long_identifierandmorewords"
+    assert all(len(line) <= width for line in lines)

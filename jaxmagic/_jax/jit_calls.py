@@ -217,138 +217,32 @@ def observing_calls(
         _active = False
 
 
-class _UserCallSwitch:
-    """Switch the checker on only around calls of jitted functions made by the user's own code.
+class _UserCallMonitor:
+    """The calls the block's thread makes from the user's own code, seen through ``sys.monitoring``.
 
     ``sys.monitoring`` reports each call made by Python code before it happens
     (CALL) and each return of a C-implemented callable (C_RETURN / C_RAISE).
-    When the user's code calls a jitted function, ``jax.debug_key_reuse`` is
-    entered for that call, so only that call takes the Python path; eager
-    operations and JAX's own jitted helpers keep the fast path. Call sites in
-    library code are switched off at their first event (DISABLE).
+    Call sites in library code are switched off at their first event
+    (DISABLE). A subclass says what to do at a call of the user's
+    (``_at_user_call``), at a return (``_on_return``) or raise (``_on_raise``),
+    and how to leave the calls still entered when the block stops
+    (``_leave_all``: a call that never returned, KeyboardInterrupt inside C code).
     """
 
     def __init__(self):
-        import jax
-
         from jaxmagic.report.source import is_user_file
 
-        self._jit_type = type(jax.jit(lambda: None))
         self._is_user_file = is_user_file
         self._user: dict = {}
         self._entered: list = []
         self._tool: int | None = None
-        # sys.monitoring reports every thread's calls; only the block's thread is switched (the
+        # sys.monitoring reports every thread's calls; only the block's thread is watched (the
         # checker's switch is thread-local: entered in another thread, it would stay on there).
         self._thread = threading.get_ident()
 
     def start(self) -> bool:
         monitoring = getattr(sys, "monitoring", None)
         if monitoring is None:
-            return False
-        for tool in (4, 3):
-            if monitoring.get_tool(tool) is None:
-                monitoring.use_tool_id(tool, "jaxmagic jit calls")
-                self._tool = tool
-                break
-        else:
-            return False
-        events = monitoring.events
-        monitoring.register_callback(self._tool, events.CALL, self._on_call)
-        monitoring.register_callback(self._tool, events.C_RETURN, self._on_return)
-        monitoring.register_callback(self._tool, events.C_RAISE, self._on_return)
-        monitoring.set_events(self._tool, events.CALL | events.C_RETURN | events.C_RAISE)
-        return True
-
-    def stop(self) -> None:
-        monitoring = sys.monitoring
-        tool, self._tool = self._tool, None
-        monitoring.set_events(tool, 0)
-        for event in (monitoring.events.CALL, monitoring.events.C_RETURN, monitoring.events.C_RAISE):
-            monitoring.register_callback(tool, event, None)
-        monitoring.free_tool_id(tool)
-        while self._entered:  # a call that never returned (KeyboardInterrupt inside C code)
-            self._entered.pop()[1].__exit__(None, None, None)
-        # No sys.monitoring.restart_events(): it would switch back on the events that every other
-        # tool (a debugger, coverage) had switched off. The call sites we switched off are library
-        # code, which this switch never watches anyway.
-
-    def _on_call(self, code, offset, callable_, arg0):
-        if threading.get_ident() != self._thread:
-            return None  # not DISABLE: that would switch the call site off for the block's thread too
-        filename = code.co_filename
-        user = self._user.get(filename)
-        if user is None:
-            user = self._user[filename] = self._is_user_file(filename)
-        if not user:
-            return sys.monitoring.DISABLE
-        if type(callable_) is self._jit_type:
-            import jax
-
-            context = jax.debug_key_reuse(True)
-            context.__enter__()
-            self._entered.append((callable_, context))
-        return None
-
-    def _on_return(self, code, offset, callable_, arg0):
-        if threading.get_ident() != self._thread:
-            return None
-        if self._entered and self._entered[-1][0] is callable_:
-            self._entered.pop()[1].__exit__(None, None, None)
-        return None
-
-
-_guarded_backend: list[bool] = []  # [whether device-to-host reads are guarded], once the backend is known
-
-
-def reads_allowed():
-    """A context in which our own reads of device values (key data, results looked at for NaN) pass
-    any transfer guard: they are not the user's transfers. On CPU nothing is guarded (a no-op)."""
-    import jax
-
-    if not _guarded_backend:
-        _guarded_backend.append(jax.default_backend() != "cpu")
-    if not _guarded_backend[0]:
-        return contextlib.nullcontext()
-    return jax.transfer_guard_device_to_host("allow")
-
-
-class _DirectUserJitCalls:
-    """Observe the user's own calls of jitted functions around the call, with the key-reuse checker off.
-
-    With ``jax_debug_key_reuse`` on, every call takes JAX's key-reuse path
-    (``jit_p.bind`` and a new dispatch object per call). Observers that need
-    only the call's name do not need that path for the calls the user's code
-    makes itself: ``sys.monitoring`` reports each such call before it happens
-    (CALL) and its return (C_RETURN / C_RAISE), so the observers are told
-    there and ``jax.debug_key_reuse(False)`` is entered for the call, which
-    then runs as it does without jaxmagic. Only calls made at JAX's top level
-    (nothing being traced) are taken this way, and calls made inside them are
-    not observed (as on the key-reuse path: only outermost calls are). Calls the
-    user's code makes through something else (a partial, a library) and eager
-    operations are still observed on the key-reuse path. Call sites in library
-    code are switched off at their first event (DISABLE).
-    """
-
-    def __init__(self, observers: tuple):
-        import jax
-
-        from jaxmagic._jax import compat
-        from jaxmagic.report.source import is_user_file
-
-        self._observers = observers
-        self._jit_type = compat.jit_type()
-        self._top_level = compat.top_level_check()
-        self._checker_off = functools.partial(jax.debug_key_reuse, False)
-        self._is_user_file = is_user_file
-        self._user: dict = {}
-        self._entered: list = []  # (callable, name, the entered checker-off context)
-        self._tool: int | None = None
-        self._thread = threading.get_ident()  # only the block's thread: the checker switch is thread-local
-
-    def start(self) -> bool:
-        monitoring = getattr(sys, "monitoring", None)
-        if monitoring is None or self._top_level is None:
             return False
         for tool in (4, 3):
             if monitoring.get_tool(tool) is None:
@@ -371,9 +265,10 @@ class _DirectUserJitCalls:
         for event in (monitoring.events.CALL, monitoring.events.C_RETURN, monitoring.events.C_RAISE):
             monitoring.register_callback(tool, event, None)
         monitoring.free_tool_id(tool)
-        while self._entered:  # a call that never returned (KeyboardInterrupt inside C code)
-            self._leave(None)
-        # No sys.monitoring.restart_events(): see _UserCallSwitch.stop.
+        self._leave_all()
+        # No sys.monitoring.restart_events(): it would switch back on the events that every other
+        # tool (a debugger, coverage) had switched off. The call sites we switched off are library
+        # code, which these monitors never watch anyway.
 
     def _on_call(self, code, offset, callable_, arg0):
         if threading.get_ident() != self._thread:
@@ -384,6 +279,102 @@ class _DirectUserJitCalls:
             user = self._user[filename] = self._is_user_file(filename)
         if not user:
             return sys.monitoring.DISABLE
+        return self._at_user_call(callable_)
+
+    def _at_user_call(self, callable_):
+        raise NotImplementedError
+
+    def _on_return(self, code, offset, callable_, arg0):
+        raise NotImplementedError
+
+    def _on_raise(self, code, offset, callable_, arg0):
+        return self._on_return(code, offset, callable_, arg0)
+
+    def _leave_all(self) -> None:
+        raise NotImplementedError
+
+
+class _UserCallSwitch(_UserCallMonitor):
+    """Switch the checker on only around calls of jitted functions made by the user's own code.
+
+    When the user's code calls a jitted function, ``jax.debug_key_reuse`` is
+    entered for that call, so only that call takes the Python path; eager
+    operations and JAX's own jitted helpers keep the fast path.
+    """
+
+    def __init__(self):
+        import jax
+
+        super().__init__()
+        self._jit_type = type(jax.jit(lambda: None))
+
+    def _at_user_call(self, callable_):
+        if type(callable_) is self._jit_type:
+            import jax
+
+            context = jax.debug_key_reuse(True)
+            context.__enter__()
+            self._entered.append((callable_, context))
+        return None
+
+    def _on_return(self, code, offset, callable_, arg0):
+        if threading.get_ident() != self._thread:
+            return None
+        if self._entered and self._entered[-1][0] is callable_:
+            self._entered.pop()[1].__exit__(None, None, None)
+        return None
+
+    def _leave_all(self) -> None:
+        while self._entered:
+            self._entered.pop()[1].__exit__(None, None, None)
+
+
+_guarded_backend: list[bool] = []  # [whether device-to-host reads are guarded], once the backend is known
+
+
+def reads_allowed():
+    """A context in which our own reads of device values (key data, results looked at for NaN) pass
+    any transfer guard: they are not the user's transfers. On CPU nothing is guarded (a no-op)."""
+    import jax
+
+    if not _guarded_backend:
+        _guarded_backend.append(jax.default_backend() != "cpu")
+    if not _guarded_backend[0]:
+        return contextlib.nullcontext()
+    return jax.transfer_guard_device_to_host("allow")
+
+
+class _DirectUserJitCalls(_UserCallMonitor):
+    """Observe the user's own calls of jitted functions around the call, with the key-reuse checker off.
+
+    With ``jax_debug_key_reuse`` on, every call takes JAX's key-reuse path
+    (``jit_p.bind`` and a new dispatch object per call). Observers that need
+    only the call's name do not need that path for the calls the user's code
+    makes itself: ``sys.monitoring`` reports each such call before it happens
+    (CALL) and its return (C_RETURN / C_RAISE), so the observers are told
+    there and ``jax.debug_key_reuse(False)`` is entered for the call, which
+    then runs as it does without jaxmagic. Only calls made at JAX's top level
+    (nothing being traced) are taken this way, and calls made inside them are
+    not observed (as on the key-reuse path: only outermost calls are). Calls the
+    user's code makes through something else (a partial, a library) and eager
+    operations are still observed on the key-reuse path.
+    """
+
+    def __init__(self, observers: tuple):
+        import jax
+
+        from jaxmagic._jax import compat
+
+        super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
+        self._observers = observers
+        self._jit_type = compat.jit_type()
+        self._top_level = compat.top_level_check()
+        self._checker_off = functools.partial(jax.debug_key_reuse, False)
+
+    def start(self) -> bool:
+        return self._top_level is not None and super().start()
+
+    def _at_user_call(self, callable_):
         if type(callable_) is not self._jit_type or getattr(_state, "depth", 0) or not self._top_level():
             # Not a jitted function; inside an observed call; or inside a trace (the user's code being
             # traced by jit, vmap, grad): there the key-reuse path decides, as without this class.
@@ -410,6 +401,10 @@ class _DirectUserJitCalls:
         if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
             self._leave(None)  # as on the key-reuse path: a call that raised is not shown to ``after``
         return None
+
+    def _leave_all(self) -> None:
+        while self._entered:
+            self._leave(None)
 
     def _leave(self, observers) -> None:
         _, name, context = self._entered.pop()

@@ -28,7 +28,6 @@ from jaxmagic.ipython.option_types import (
     vmap_axes,
 )
 from jaxmagic.ipython.user_traceback import raise_users_error
-from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report.wording import first_line, shown
 
 
@@ -103,7 +102,12 @@ class JaxMagics(Magics):
         """
         try:
             yield
-        except ProbeArgumentError as error:
+        except Exception as error:
+            # Imported here: importing any probe module imports them all, which %load_ext must not do.
+            from jaxmagic.probes._support.arguments import ProbeArgumentError
+
+            if not isinstance(error, ProbeArgumentError):
+                raise
             flag = flag_of.get(error.parameter)
             if flag is None:
                 options = [a.option_strings for a in magic.parser._actions if a.dest == error.parameter]

@@ -37,6 +37,8 @@ _OTHER_WHITESPACE = re.compile(r"[^\S ]")  # whitespace that textwrap would repl
 def wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
     """``text`` in lines of at most ``width`` columns, broken at spaces (not at hyphens)."""
     width = max(width, 1)
+    if len(subsequent_indent) >= width:  # an indent as wide as the line would leave no room: drop it
+        subsequent_indent = ""
     if len(text) <= width and text and text == text.strip() and not _OTHER_WHITESPACE.search(text):
         return [text]  # fits on one line: what textwrap would return, without its work (a report has hundreds)
     lines = textwrap.wrap(
