@@ -297,7 +297,7 @@ def _call_name(call: ObservedCall | None) -> str:
     if call is None:
         return "-"
     at = f" ({call.line.label or call.line.filename}:{call.line.lineno})" if call.line else ""
-    return f"`{call.function}`{at}" if call.jitted else f"eager{at}"
+    return f"`{call.function}`{at}" if call.jitted else f"eager `{call.function}`{at}"
 
 
 def _context_notes(context: list[str]) -> list[str]:
