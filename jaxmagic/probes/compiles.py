@@ -794,7 +794,6 @@ class _Collector:
         self._pending_explanation: dict[str, CacheMissExplanation] = {}
         self._pending_trace: dict[str, float] = {}
         self._pending_lower: dict[str, float] = {}
-        self._user_file: dict[str, bool] = {}
         self._explaining = True
         self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
 
@@ -835,12 +834,6 @@ class _Collector:
 
     # -- the stack at a compilation -------------------------------------------
 
-    def _is_user(self, filename: str) -> bool:
-        known = self._user_file.get(filename)
-        if known is None:
-            known = self._user_file[filename] = is_user_file(filename)
-        return known
-
     def _inspect_stack(self) -> _CallInfo:
         info = _CallInfo()
         found_jit = False
@@ -853,8 +846,8 @@ class _Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        _read_jit_frame(frame.f_locals, info, self._is_user)
-                if info.call_site is None and self._is_user(code.co_filename):
+                        _read_jit_frame(frame.f_locals, info, is_user_file)
+                if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                 if found_jit and info.call_site is not None:
                     break

@@ -48,7 +48,7 @@ from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.report import Report, SourceLine, Status
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import ended, error_line
 
 RETRACE_TOKEN = "jaxmagic-print"
@@ -326,7 +326,6 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self.call_info: ObservedCall | None = None
         self.call_printed = False
         self.call_sites: dict[int, tuple[str, int, str] | None] = {}  # call number -> where it was made
-        self._user_file: dict[str, bool] = {}
         self._known: dict[str, str] = {}  # site key -> key of this report's equal site (a print's every line)
 
     # Capture
@@ -385,19 +384,10 @@ class _Recorder(Capture, jit_calls.CallObserver):
             self.call, self.call_info = 0, None
 
     def _caller(self) -> tuple[str, int, str] | None:
-        """(file, line, function) of the innermost user frame on the stack (file names judged once each)."""
-        frame = sys._getframe(2)
-        user_file = self._user_file
+        """(file, line, function) of the innermost user frame on the stack."""
+        frame = innermost_user_frame(sys._getframe(2))
         try:
-            while frame is not None:
-                filename = frame.f_code.co_filename
-                user = user_file.get(filename)
-                if user is None:
-                    user = user_file[filename] = is_user_file(filename)
-                if user:
-                    return (filename, frame.f_lineno, frame.f_code.co_name)
-                frame = frame.f_back
-            return None
+            return (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame else None
         finally:
             del frame
 

@@ -48,7 +48,7 @@ from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
-from jaxmagic.report.source import is_user_file, source_line, user_lines
+from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 
 CONFIG_NAMES = (
@@ -268,12 +268,9 @@ def _release_tool_id(tool: int) -> None:
 
 
 def _innermost_user_line(frame) -> SourceLine | None:
+    frame = innermost_user_frame(frame)
     try:
-        while frame is not None:
-            if is_user_file(frame.f_code.co_filename):
-                return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-            frame = frame.f_back
-        return None
+        return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame else None
     finally:
         del frame
 

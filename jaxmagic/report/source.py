@@ -22,6 +22,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @functools.lru_cache(maxsize=1)
+@functools.cache
 def _library_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -29,6 +30,7 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(sorted(os.path.abspath(d) + os.sep for d in dirs if d))
 
 
+@functools.lru_cache(maxsize=16_384)  # asked for every frame walked: each file name is judged once
 def is_user_file(filename: str) -> bool:
     """True for notebook cells and the user's own files, False for libraries."""
     if not filename or filename.startswith("<frozen") or filename in ("<string>", "<decorator-gen>"):
@@ -39,6 +41,13 @@ def is_user_file(filename: str) -> bool:
     if path.startswith(_PACKAGE_DIR + os.sep):
         return False
     return not path.startswith(_library_dirs())
+
+
+def innermost_user_frame(frame):
+    """``frame``, or the nearest frame it was called from, that runs the user's code; None if none does."""
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
 
 
 def running_shell():

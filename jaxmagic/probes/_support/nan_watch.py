@@ -33,7 +33,7 @@ import sys
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.failing_call import FailingCall
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import message_of
 
 
@@ -231,17 +231,6 @@ def _rebuilt_call(name: str, jit_locals) -> FailingCall | None:
     return FailingCall(f"{name}(...)", jitted, [(f"argument {i}", a) for i, a in enumerate(args)], dict(kwargs or {}))
 
 
-_user_files: dict[str, bool] = {}
-
-
 def user_frame():
-    frame = sys._getframe(2)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        user = _user_files.get(filename)
-        if user is None:
-            user = _user_files[filename] = is_user_file(filename)
-        if user:
-            return frame
-        frame = frame.f_back
-    return None
+    """The innermost frame of the user's code that led to the caller of this function."""
+    return innermost_user_frame(sys._getframe(2))
