@@ -325,3 +325,24 @@ def test_syntax_error_is_shown_once_by_ipython_without_a_report(shell, capsys, b
     assert "syntax_rep" not in shell.user_ns  # nothing ran, so nothing to report
     assert isinstance(result.error_in_exec, SyntaxError)  # the cell fails, as it would without the magic
     assert shown.count("Error:") == 1 and "jaxmagic" not in shown
+
+
+def test_a_cell_that_ran_is_checked_again_once_an_input_transformer_breaks_it(shell, capsys):
+    # The magic remembers which cell texts compile, so a re-run cell is not compiled twice; what a
+    # text compiles to also depends on IPython's transformers, so a new one makes it check again.
+    body = "rerun_value = 1\n"
+    assert shell.run_cell("%%jax_nans\n" + body).success
+    shell.user_ns.pop("syntax_rep", None)
+
+    def breaks_it(lines):  # the body only: the magic's own cell is a run_cell_magic call by now
+        return lines if "run_cell_magic" in lines[0] else ["rerun_value = (\n"]
+
+    shell.input_transformers_post.append(breaks_it)
+    try:
+        capsys.readouterr()
+        result = shell.run_cell("%%jax_nans -o syntax_rep\n" + body)
+    finally:
+        shell.input_transformers_post.remove(breaks_it)
+    assert "syntax_rep" not in shell.user_ns
+    assert isinstance(result.error_in_exec, SyntaxError)
+    assert shell.run_cell("%%jax_nans -o syntax_rep\n" + body).success  # and runs again without it

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 # The listener lists of jax._src.monitoring, by attribute name. Probes register
 # listeners through the public API; we restore the lists themselves, in place,
@@ -26,8 +26,9 @@ _LISTENER_LISTS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class LoggerState:
+class LoggerState(NamedTuple):
+    # A named tuple, not a frozen dataclass: a snapshot makes one per jax logger (~25) at every
+    # cell, and a frozen dataclass's __init__ costs several times a tuple's.
     level: int
     handlers: tuple
     propagate: bool
@@ -52,7 +53,7 @@ class JaxStateSnapshot:
         for name in sorted(set(self.loggers) | set(other.loggers)):
             before, after = self.loggers.get(name), other.loggers.get(name)
             # A logger created during the run in its default state is no change.
-            if before != after and not (before is None and after == _default_logger_state()):
+            if before != after and not (before is None and after == _DEFAULT_LOGGER_STATE):
                 diffs.append(f"logger {name}: {before} -> {after}")
         for name in _LISTENER_LISTS:
             if self.listeners.get(name) != other.listeners.get(name):
@@ -70,8 +71,7 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-def _default_logger_state() -> LoggerState:
-    return LoggerState(logging.NOTSET, (), True, False)
+_DEFAULT_LOGGER_STATE = LoggerState(logging.NOTSET, (), True, False)
 
 
 def jax_loggers() -> dict[str, logging.Logger]:
@@ -82,8 +82,25 @@ def jax_loggers() -> dict[str, logging.Logger]:
     return loggers
 
 
-def take_snapshot() -> JaxStateSnapshot:
-    """Record the JAX config, the ``jax`` loggers and the monitoring listeners.
+def _config_values(jax, names: tuple[str, ...] | None) -> dict[str, Any]:
+    """The current values of the config options ``names`` (every option's, for None); unknown names are left out."""
+    if names is None:
+        return dict(jax.config.values)
+    # jax.config.values builds a dict of all ~150 options (~25 us); a probe flips its own few, and
+    # those are states with a context manager, which jax.config reads as attributes.
+    values = {}
+    for name in names:
+        try:
+            values[name] = getattr(jax.config, name)
+        except AttributeError:  # an option read only through jax.config.values, or no option at all
+            every = jax.config.values
+            if name in every:
+                values[name] = every[name]
+    return values
+
+
+def take_snapshot(config_names: tuple[str, ...] | None = None) -> JaxStateSnapshot:
+    """Record the JAX config (``config_names`` only, if given), the ``jax`` loggers and the monitoring listeners.
 
     Importing jax does not start a backend, so this is safe before the user has
     chosen devices.
@@ -96,7 +113,7 @@ def take_snapshot() -> JaxStateSnapshot:
         for name, lg in jax_loggers().items()
     }
     listeners = {name: tuple(getattr(monitoring, name, ())) for name in _LISTENER_LISTS}
-    return JaxStateSnapshot(dict(jax.config.values), loggers, listeners)
+    return JaxStateSnapshot(_config_values(jax, config_names), loggers, listeners)
 
 
 def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] | None = None) -> None:
@@ -111,13 +128,14 @@ def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] |
     from jax._src import monitoring
 
     names = snapshot.config if config_names is None else config_names
+    now = _config_values(jax, config_names)
     for name in names:
-        if name in snapshot.config and not _same(jax.config.values.get(name), snapshot.config[name]):
+        if name in snapshot.config and not _same(now.get(name), snapshot.config[name]):
             jax.config.update(name, snapshot.config[name])
 
     current = jax_loggers()
     for name, logger in current.items():
-        state = snapshot.loggers.get(name, _default_logger_state())
+        state = snapshot.loggers.get(name, _DEFAULT_LOGGER_STATE)
         # Only what changed: setLevel empties the level cache of every logger of the process (a
         # notebook holds hundreds), so calling it for each of JAX's ~25 loggers cost milliseconds.
         if logger.level != state.level:
@@ -148,7 +166,7 @@ def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] |
 @contextlib.contextmanager
 def preserved_jax_state(config_names: tuple[str, ...] | None = None) -> Iterator[JaxStateSnapshot]:
     """Run a block and restore the JAX state afterwards, however the block ends."""
-    snapshot = take_snapshot()
+    snapshot = take_snapshot(config_names)
     try:
         yield snapshot
     finally:

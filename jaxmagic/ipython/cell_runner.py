@@ -113,6 +113,11 @@ def _named_as_current_cell(shell):
             del compiler.cache  # the instance attribute; the class method shows through again
 
 
+# Cell texts (with what their compiling depends on) known to compile, oldest first.
+_RUNNABLE_CELLS: dict[tuple, bool] = {}
+_RUNNABLE_CELLS_KEPT = 256
+
+
 def shown_if_unrunnable(shell, cell: str) -> bool:
     """If the body cannot run at all (it does not parse or compile), let IPython show why; return True.
 
@@ -122,11 +127,26 @@ def shown_if_unrunnable(shell, cell: str) -> bool:
     without the magic would be, so "Run All" stops there. ``return 1`` parses
     but does not compile, so both are tried.
     """
+    # Whether a text compiles depends on it, the compiler's flags (``from __future__`` in an earlier
+    # cell) and the transformers IPython applies first; a cell run again (the loop one re-runs while
+    # tuning) is not transformed and compiled a second time before its run.
+    key = (
+        cell,
+        shell.compile.flags,
+        tuple(shell.input_transformers_cleanup),
+        tuple(shell.input_transformers_post),
+        tuple(shell.ast_transformers),
+    )
+    if key in _RUNNABLE_CELLS:
+        return False
     try:
         transformed = shell.transform_cell(cell)
         filename = _cell_filename(shell, transformed, cell)
         tree = shell.compile.ast_parse(transformed, filename=filename)
         compile(tree, filename, "exec", shell.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, True)
+        if len(_RUNNABLE_CELLS) >= _RUNNABLE_CELLS_KEPT:
+            _RUNNABLE_CELLS.pop(next(iter(_RUNNABLE_CELLS)))  # the oldest
+        _RUNNABLE_CELLS[key] = True
         return False
     except (SyntaxError, ValueError, OverflowError, TypeError, MemoryError, RecursionError):
         pass
