@@ -135,3 +135,128 @@ def test_legacy_key_reuse_and_eager_key_reuse_are_reported():
     assert finding.title.startswith("`jax.random.permutation`") and "in 3 of its 3 calls" in finding.title
     assert finding.line.code == "perm = jax.random.permutation(key, 8)"
     assert "split" in finding.fix
+
+
+# -- the calls stay on JAX's fast path: what the doctor still sees -----------------------------
+
+
+def test_a_nan_that_first_appears_in_a_later_call_is_found_there(monkeypatch):
+    # Calls after the first are served by JAX's C++ dispatch; the doctor reads them through JAX's post hook.
+    from jax._src import pjit
+
+    python_path_calls = []
+    infer_params = pjit._infer_params
+    monkeypatch.setattr(pjit, "_infer_params", lambda *a: python_path_calls.append(1) or infer_params(*a))
+
+    @jax.jit
+    def shrink(x):
+        return jnp.log(x), x - 1.0
+
+    with probes.doctor(namespace={}) as report:
+        x = jnp.array(3.0)
+        logs = []
+        for i in range(6):
+            y, x = shrink(x)  # log(3), log(2), log(1), log(0) = -inf, log(-1) = NaN, log(-2)
+            logs.append(float(y))
+            if i == 0:  # the first call compiles (jit's Python path); the others stay on the fast path
+                python_path_calls.clear()
+        after_the_first = len(python_path_calls)
+    assert np.isnan(logs[4]) and not np.isnan(logs[3])
+    assert after_the_first == 0
+    assert report.areas[0] == "NaN"
+    assert report.nan_sighting.function == "shrink" and report.nan_sighting.call_number == 5
+    assert report.nan_sighting.calls_with_nan == 2
+    assert report.nans.primitive == "log" and "-1" in report.nans.producer.description
+
+
+def test_a_static_argument_is_passed_again_when_the_nan_call_is_repeated():
+    # The optimizer-as-static-argument shape: the call is repeated with its static argument.
+    class Sgd:
+        def __init__(self, rate):
+            self.rate = rate
+
+        def __hash__(self):
+            return hash(self.rate)
+
+        def __eq__(self, other):
+            return isinstance(other, Sgd) and other.rate == self.rate
+
+    @jax.jit
+    def update(params, optimizer, scale):
+        return params - optimizer.rate * jnp.sqrt(scale)
+
+    update = jax.jit(update.__wrapped__, static_argnums=1)
+    with probes.doctor(namespace={}) as report:
+        params = jnp.ones(3)
+        for scale in (1.0, 4.0, -1.0):
+            params = update(params, Sgd(0.1), jnp.float32(scale))
+    assert report.nan_sighting.function == "update" and report.nan_sighting.call_number == 3
+    assert report.nans.primitive == "sqrt"
+
+
+def test_a_key_used_twice_inside_a_jitted_function_is_found_without_the_checker_on():
+    @jax.jit
+    def inner(key):
+        return jax.random.normal(key, (2,))
+
+    @jax.jit
+    def noisy_twice(key, x):
+        return x + jax.random.normal(key, (2,)) + inner(key)  # the same key, here and in inner
+
+    with probes.doctor(namespace={}) as report:
+        key = jax.random.key(0)
+        for _ in range(3):
+            key, sub = jax.random.split(key)
+            y = noisy_twice(sub, jnp.zeros(2))
+    assert y.shape == (2,)
+    assert [r.where for r in report.keys.reuse] == ["trace"]
+    assert report.finding("keys") is not None
+
+
+def test_a_cell_that_switches_debug_nans_itself_is_told_what_was_not_watched():
+    from jaxmagic._jax import compat
+
+    hook = compat.post_hook_state()
+    before = hook.get_local()
+
+    @jax.jit
+    def half(x):
+        return x / 2
+
+    with probes.doctor(namespace={}) as report:
+        with jax.debug_nans(True):
+            half(jnp.ones(2))
+        half(jnp.ones(2))
+    assert any("switched jax.debug_nans" in note for note in report.notes)
+    assert hook.get_local() is before and jax.config.jax_debug_nans is False
+
+
+def test_another_threads_jitted_calls_are_not_watched():
+    import threading
+
+    @jax.jit
+    def bad(x):
+        return jnp.log(x)
+
+    bad(jnp.ones(2))  # compiled before: the thread's calls take the fast path
+    started, finish = threading.Event(), threading.Event()
+    thread_results = []  # the last result only: arrays piling up in the thread are not this test's subject
+
+    def work():
+        started.set()
+        for _ in range(2000):
+            thread_results[:] = [bad(-jnp.ones(2))]  # NaN in the other thread
+            if finish.is_set():
+                break
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    started.wait()
+    try:
+        with probes.doctor(namespace={}) as report:
+            for _ in range(20):
+                bad(jnp.ones(2))
+    finally:
+        finish.set()
+        thread.join()
+    assert thread_results and report.nan_sighting is None and report.findings == []

@@ -406,3 +406,62 @@ def call_with_key_reuse_checks(prim, raw_impl, args: tuple, params: dict, origin
     result = raw_impl(*args, **params)
     signature.update_consumption(list(args), result if prim.multiple_results else [result])
     return result
+
+
+def post_hook_state():
+    """JAX's setting for the function its C++ jit calls after each fast-path call, or None.
+
+    ``jax.debug_nans`` puts its NaN check there: ``hook(jitted, args, kwargs,
+    output)`` runs after every call the C++ dispatch serves from its cache,
+    with the call's own arguments and its result, while the call stays on the
+    fast path. Calls that take jit's Python path (``cache_miss``: the first of
+    a signature, programs with effects) do not call it. ``swap_local`` /
+    ``set_local`` set it for one thread; ``value`` is the hook in effect.
+    """
+    try:
+        from jax._src import api
+
+        state = api._post_hook_state
+        needed = ("swap_local", "set_local", "get_local", "value")
+        return state if all(hasattr(state, name) for name in needed) else None
+    except (ImportError, AttributeError):
+        return None
+
+
+def jit_arguments(jit_info, args: tuple, kwargs: dict):
+    """``(signature, dynamic arguments)`` of a call of a jitted function (its ``_jit_info``) as its dispatch sees it, or None.
+
+    The signature (hashable: the static arguments, the pytree structure) with
+    the dynamic leaves' types identifies the traced program; the dynamic
+    leaves are the program's inputs after its hoisted constants.
+    """
+    try:
+        from jax._src import tree_util
+        from jax._src.lib import jax_jit
+
+        return jax_jit.parse_arguments(
+            args,
+            tuple(kwargs.values()),
+            tuple(kwargs.keys()),
+            jit_info.static_argnums,
+            jit_info.static_argnames,
+            tree_util.tracing_registry,
+        )
+    except Exception:
+        return None
+
+
+def jit_program(fun, jit_info, args: tuple, kwargs: dict):
+    """``(hoisted constants, jit parameters)`` of a call of a jitted ``fun``, from JAX's trace cache, or None.
+
+    Traces only if this signature was never traced in the current context; the
+    parameters hold the program (``params["jaxpr"]``) as the key-reuse path's
+    observers see it.
+    """
+    try:
+        from jax._src import pjit
+
+        p, _ = pjit._infer_params(fun, jit_info, args, kwargs)
+        return list(p.consts), p.params
+    except Exception:
+        return None

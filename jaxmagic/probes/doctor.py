@@ -198,10 +198,10 @@ class DoctorReport(Report):
         )
         how.append(
             Paragraph(
-                "The doctor watches the calls of jitted functions made by your own code (each takes JAX's Python "
-                "dispatch path for it: a fraction of a millisecond per call); NaNs made by eager operations or "
-                "inside library code are not watched - %%jax_nans sees those. Functions are traced and compiled "
-                "once more the first time the doctor sees them, under a cache key the doctor keeps."
+                "The doctor watches the calls of jitted functions made by your own code, after each call, "
+                "with the calls left on JAX's fast path; NaNs made by eager operations or inside library code "
+                "are not watched - %%jax_nans sees those. Functions are traced and compiled once more the first "
+                "time the doctor sees them, under a cache key the doctor keeps."
             )
         )
         sections.append(Section("How the probes were combined", how))
@@ -577,12 +577,21 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             observers = ((watch,) if watch is not None else ()) + (
                 (_HostArguments(report),) if "transfers" not in skip else ()
             )
+
+            def calls_unseen():
+                report.notes.append(
+                    "The cell switched jax.debug_nans (or debug_infs) itself, which takes over the hook the "
+                    "doctor watches jitted calls through: calls after that were not watched for NaN, keys or "
+                    "NumPy arguments."
+                )
+
+            watching = {"only_user_calls": True, "fast_path": True, "on_calls_unseen": calls_unseen}
             if "keys" not in skip:
                 report.keys = stack.enter_context(
-                    keys(record=True, check_calls=False, also_observe=observers, only_user_calls=True)
+                    keys(record=True, check_calls=False, also_observe=observers, **watching)
                 )
             elif observers:
-                if not stack.enter_context(jit_calls.observing_calls(*observers, only_user_calls=True)):
+                if not stack.enter_context(jit_calls.observing_calls(*observers, **watching)):
                     report.notes.append("This JAX gives no way to see single calls: NaNs were not watched.")
             yield report
     except BaseException as error:
@@ -603,10 +612,10 @@ class _HostArguments:
     def before(self, name, is_jit, args, params) -> None:
         if not is_jit:
             return
-        frame = jit_calls.find_caller_frame()
-        if frame is None:
+        local = jit_calls.call_locals()
+        if local is None:
             return
-        given = frame.f_locals.get("args") or ()
+        given = local.get("args") or ()
         for index, value in enumerate(given):
             if isinstance(value, np.ndarray) and value.size > 1:
                 key = (name, index, value.shape, str(value.dtype))
@@ -617,7 +626,7 @@ class _HostArguments:
                     user = user_frame()
                     entry = self.seen[key] = HostArgument(
                         name,
-                        _parameter_name(frame.f_locals.get("fun"), index) or f"argument {index}",
+                        _parameter_name(local.get("fun"), index) or f"argument {index}",
                         f"{_short(str(value.dtype))}[{','.join(map(str, value.shape))}]",
                         line=source_line(user.f_code.co_filename, user.f_lineno, user.f_code.co_name) if user else None,
                     )

@@ -699,6 +699,8 @@ def keys(
     check_calls: bool = True,
     also_observe: tuple[jit_calls.CallObserver, ...] = (),
     only_user_calls: bool = False,
+    fast_path: bool = False,
+    on_calls_unseen=None,
 ) -> Iterator[KeyReport]:
     """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
 
@@ -710,7 +712,9 @@ def keys(
     seen by the distinct-key count. ``also_observe``: more call observers for
     the same pass over the calls (the observation does not nest).
     ``only_user_calls``: watch only the jitted calls your own code makes (much
-    cheaper; eager code is then not checked).
+    cheaper; eager code is then not checked). ``fast_path``: the same calls,
+    left on JAX's C++ path (cheaper still; needs ``record`` and not
+    ``check_calls``; ``on_calls_unseen``: see ``jit_calls.observing_calls``).
     """
     import jax
 
@@ -747,6 +751,8 @@ def keys(
                 call_checks=mode if check_calls else "off",
                 on_key_reuse=on_reuse,
                 only_user_calls=only_user_calls,
+                fast_path=fast_path,
+                on_calls_unseen=on_calls_unseen,
             ) as followed,
         ):
             report.followed = followed

@@ -113,9 +113,8 @@ class NanWatch(jit_calls.CallObserver):
         frame = user_frame()
         jit_locals = None
         if is_jit and self.sighting is None:
-            dispatch = jit_calls.find_caller_frame()
-            if dispatch is not None:
-                local = dispatch.f_locals
+            local = jit_calls.call_locals()
+            if local is not None:
                 jit_locals = (local.get("fun"), local.get("jit_info"), local.get("args"), local.get("kwargs"))
         self._last = (name, is_jit, args, outputs, number, frame, frame.f_lineno if frame else 0, jit_locals)
 
