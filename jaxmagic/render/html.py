@@ -118,7 +118,8 @@ def inline_html(text: str) -> str:
 
 _LONG_RUN_CHARS = 24
 _BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
-_SPACES = re.compile(r"(\s+)")
+# A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
+_SPECIAL_WORD = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}|\S*(?:--|->)\S*")
 
 
 def breakable_html(text: str) -> str:
@@ -132,14 +133,17 @@ def breakable_html(text: str) -> str:
     """
     if len(text) < _LONG_RUN_CHARS and "--" not in text and "->" not in text:
         return escape(text)  # no run long enough to break, nothing to keep whole
-    out = []
-    for word in _SPACES.split(text):
+    # The text between special words is escaped in one piece: a report has hundreds of words.
+    out, start = [], 0
+    for match in _SPECIAL_WORD.finditer(text):
+        out.append(escape(text[start : match.start()]))
+        word = match.group(0)
         if len(word) >= _LONG_RUN_CHARS:
             out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
-        elif "--" in word or "->" in word:
-            out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
         else:
-            out.append(escape(word))
+            out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
+        start = match.end()
+    out.append(escape(text[start:]))
     return "".join(out)
 
 
