@@ -119,9 +119,10 @@ class FastPathCalls:
             local = frame.f_locals
             p, jit_info, args, kwargs = local["p"], local["jit_info"], local["args"], local["kwargs"]
             found = compat.jit_arguments(jit_info, args, kwargs)
-            if found is not None:
-                self._programs.setdefault(self._program_key(jit_info, *found), (jit_info, list(p.consts), p.params))
-            self._observe(local["fun"], jit_info, args, kwargs, list(p.consts), p.params, result[0])
+            if found is None:
+                return None
+            self._programs.setdefault(self._program_key(jit_info, *found), (jit_info, list(p.consts), p.params))
+            self._observe(local["fun"], jit_info, args, kwargs, list(p.consts), p.params, result[0], found[1])
         except Exception:
             pass
         return None
@@ -159,14 +160,11 @@ class FastPathCalls:
                 return
             program = self._programs[key] = (jit_info, *traced)
         _, consts, params = program
-        self._observe(jitted._fun, jit_info, args, kwargs, consts, params, output, dynamic=found[1])
+        self._observe(jitted._fun, jit_info, args, kwargs, consts, params, output, found[1])
 
-    def _observe(self, fun, jit_info, args, kwargs, consts, params, output, dynamic=None) -> None:
+    def _observe(self, fun, jit_info, args, kwargs, consts, params, output, dynamic) -> None:
         import jax
 
-        if dynamic is None:
-            found = compat.jit_arguments(jit_info, args, kwargs)
-            dynamic = found[1] if found is not None else []
         flat_args = (*consts, *dynamic)
         outputs = jax.tree_util.tree_leaves(output)
         name = str(params.get("name", "jit"))
