@@ -102,3 +102,32 @@ def test_pytrees_static_arguments_and_failures():
     assert take_snapshot().differences(before) == []
     wrong_shape = probes.bisect(lambda v: v * 2, jnp.ones(3), ref=np.ones(4))
     assert wrong_shape.verdict == "failed" and "shape" in wrong_shape.jit.error
+
+
+def test_a_second_run_reads_the_same_trace_and_holds_nothing_alive():
+    import gc
+    import weakref
+
+    def closure_version(x):
+        return jax.vmap(lambda row: jnp.sum(W @ row))(x)
+
+    traces = []
+
+    def on_duration(event, *args, **kwargs):
+        if "jaxpr_trace" in event:
+            traces.append(event)
+
+    first = probes.bisect(closure_version, X, ref=REF, namespace=globals())
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    try:
+        second = probes.bisect(closure_version, X, ref=REF, namespace=globals())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_duration)
+    assert [c.name for c in first.captured] == [c.name for c in second.captured] == ["W"]
+    assert second.jit.max_abs_error == first.jit.max_abs_error
+    assert traces == []  # the captured arrays were read from the trace JAX had cached at the first run
+
+    held = weakref.ref(closure_version)
+    del closure_version, first, second
+    gc.collect()
+    assert held() is None

@@ -465,3 +465,8 @@ def jit_program(fun, jit_info, args: tuple, kwargs: dict):
         return list(p.consts), p.params
     except Exception:
         return None
+
+
+def jit_options(jitted):
+    """The jit options (``PjitInfo``) a jitted function was made with, or None; ``compiled_call`` takes them."""
+    return getattr(jitted, "_jit_info", None)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -284,9 +285,35 @@ def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
     if static or static_names:
         how += f" with static arguments {', '.join([str(i) for i in static] + list(static_names))}"
     try:
-        return jittable.jit(fn, static_argnums=static, static_argnames=static_names), how
+        return _jit_again(fn, static, static_names), how
     except (TypeError, ValueError):  # the call does not fit the signature: let the run raise what a call would
         return jittable.jit(fn), "jax.jit(f)"
+
+
+# fn -> {(static argnums, static argnames): its jit options (PjitInfo)}. A new jax.jit(fn) per run is
+# served by JAX's C++ cache, but its trace - read for the captured arrays - is keyed by the jit
+# options' identity and would be made again at every run (~0.3 ms). The options hold nothing fn does
+# not hold itself (its signature), and the entry goes when fn does.
+_jit_options: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Callable:
+    """``jax.jit(fn, static_argnums=..., static_argnames=...)``, with the jit options of the last run of ``fn``."""
+    key = (static, static_names)
+    try:
+        known = _jit_options.setdefault(fn, {})
+    except TypeError:  # not weakly referenceable (np.sum): jittable wraps it anew each time
+        return jittable.jit(fn, static_argnums=static, static_argnames=static_names)
+    info = known.get(key)
+    if info is not None:
+        jitted = compat.compiled_call(fn, info)
+        if jitted is not None:
+            return jitted
+    jitted = jittable.jit(fn, static_argnums=static, static_argnames=static_names)
+    info = compat.jit_options(jitted)
+    if info is not None and len(known) < 8:
+        known[key] = info
+    return jitted
 
 
 def _leaves(tree) -> list[tuple[str, Any]]:
