@@ -81,6 +81,12 @@ LONG_CELLS = {"compiles": "%%jax_compiles\n" + LONG_BODY, "plain": LONG_BODY}
 EMPTY_CELLS = {"compiles": "%%jax_compiles\ny = x", "plain": "y = x"}
 
 
+def instruction_cells(steps: int) -> dict[str, str]:
+    """The cells for ``benchmarks/instructions.py``, baseline first: the loop with ``steps`` calls."""
+    body = BODY.replace(f"range({CALLS})", f"range({steps})")
+    return {"plain": body, "compiles": "%%jax_compiles\n" + body, "transfers": "%%jax_transfers\n" + body}
+
+
 def compile_shapes(n: int, probe: bool):
     """Compile a small function for ``n`` new shapes; return (seconds, report or None)."""
     import jax

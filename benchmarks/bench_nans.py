@@ -61,6 +61,14 @@ def variants(body: str) -> dict[str, str]:
 
 
 CELLS = variants(BODY)
+
+
+def instruction_cells(steps: int) -> dict[str, str]:
+    """The cells for ``benchmarks/instructions.py``, baseline first: the loop with ``steps`` steps."""
+    cells = variants(BODY.replace(f"range({STEPS})", f"range({steps})"))
+    return {"scoped": cells["scoped"], "magic": cells["magic"], "plain": cells["plain"]}
+
+
 # The same cell without the loop: what the magic costs per cell, whatever the cell does.
 EMPTY_CELLS = variants("params = params0")
 
