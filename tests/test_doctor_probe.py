@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -181,11 +183,10 @@ def test_a_static_argument_is_passed_again_when_the_nan_call_is_repeated():
         def __eq__(self, other):
             return isinstance(other, Sgd) and other.rate == self.rate
 
-    @jax.jit
+    @functools.partial(jax.jit, static_argnums=1)
     def update(params, optimizer, scale):
         return params - optimizer.rate * jnp.sqrt(scale)
 
-    update = jax.jit(update.__wrapped__, static_argnums=1)
     with probes.doctor(namespace={}) as report:
         params = jnp.ones(3)
         for scale in (1.0, 4.0, -1.0):
