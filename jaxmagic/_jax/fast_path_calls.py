@@ -148,7 +148,9 @@ class FastPathCalls:
         )
 
     def _fast_path_call(self, jitted, args, kwargs, output) -> None:
-        jit_info = jitted._jit_info
+        jit_info = compat.jit_options(jitted)
+        if jit_info is None:
+            return
         found = compat.jit_arguments(jit_info, args, kwargs)
         if found is None:
             return

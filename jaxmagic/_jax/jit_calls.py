@@ -219,6 +219,7 @@ def observing_calls(
     key_reuse.call_impl_with_key_reuse_checks = call
     key_reuse.check_key_reuse_jaxpr = check
     try:
+        monitor = None  # what sees the calls besides `call`, once started
         if fast_path:
             from jaxmagic._jax.fast_path_calls import FastPathCalls
 
@@ -226,28 +227,22 @@ def observing_calls(
             given = observers
             observers = ()  # `call` observes nothing: a call the user's own checker sends its way is fast's
             if fast.start():
-                try:
-                    yield True
-                finally:
-                    fast.stop()
-                return
-            observers, only_user_calls = given, True  # this JAX has no such hooks
-        switch = _UserCallSwitch() if only_user_calls else None
-        if switch is not None and switch.start():
-            try:
-                yield True
-            finally:
-                switch.stop()
-        else:
-            direct = _DirectUserJitCalls(observers) if direct_user_jit_calls else None
-            with jax.debug_key_reuse(True):
+                monitor = fast
+            else:  # this JAX has no such hooks
+                observers, only_user_calls = given, True
+        if monitor is None and only_user_calls:
+            switch = _UserCallSwitch()
+            if switch.start():
+                monitor = switch
+        with contextlib.ExitStack() as stack:
+            if monitor is None:  # every call takes the key-reuse path: the checker is on for the block
+                stack.enter_context(jax.debug_key_reuse(True))
+                direct = _DirectUserJitCalls(observers) if direct_user_jit_calls else None
                 if direct is not None and direct.start():
-                    try:
-                        yield True
-                    finally:
-                        direct.stop()
-                else:
-                    yield True
+                    monitor = direct
+            if monitor is not None:
+                stack.callback(monitor.stop)  # before the checker is switched off again
+            yield True
     finally:
         key_reuse.call_impl_with_key_reuse_checks = original_call
         key_reuse.check_key_reuse_jaxpr = original_check
