@@ -35,8 +35,7 @@ import threading
 from collections.abc import Callable
 
 from jaxmagic._jax import compat
-
-_TOOL_IDS = (4, 3, 5)
+from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 
 
 class FastPathCalls:
@@ -56,22 +55,20 @@ class FastPathCalls:
         self._thread = threading.get_ident()
         self._hook_state = None
         self._previous_hook = self._previous_local = self._installed = None
-        self._tool: int | None = None
-        self._code = None
+        self._tool: MonitoringTool | None = None
         self.lost = False
 
     def start(self) -> bool:
-        monitoring = getattr(sys, "monitoring", None)
         hook_state, code, top_level = compat.post_hook_state(), compat.jit_cache_miss_code(), compat.top_level_check()
-        if monitoring is None or hook_state is None or code is None or top_level is None:
+        if hook_state is None or code is None or top_level is None:
             return False
-        tool = next((t for t in _TOOL_IDS if monitoring.get_tool(t) is None), None)
-        if tool is None:
+        try:
+            tool = MonitoringTool("jaxmagic jit calls")
+        except NoFreeToolId:
             return False
-        monitoring.use_tool_id(tool, "jaxmagic jit calls")
-        self._tool, self._code, self._top_level = tool, code, top_level
-        monitoring.register_callback(tool, monitoring.events.PY_RETURN, self._on_miss_return)
-        monitoring.set_local_events(tool, code, monitoring.events.PY_RETURN)
+        self._tool, self._top_level = tool, top_level
+        tool.on(tool.events.PY_RETURN, self._on_miss_return)
+        tool.watch_code(code, tool.events.PY_RETURN)
         # The hook in effect (jax.debug_nans' check, or None) is called after ours; what the thread
         # had set itself (JAX's "unset" marker, usually) is what ``stop`` puts back.
         self._hook_state, self._previous_hook = hook_state, hook_state.value
@@ -80,11 +77,8 @@ class FastPathCalls:
         return True
 
     def stop(self) -> None:
-        monitoring = sys.monitoring
-        tool, self._tool = self._tool, None
-        monitoring.set_local_events(tool, self._code, 0)
-        monitoring.register_callback(tool, monitoring.events.PY_RETURN, None)
-        monitoring.free_tool_id(tool)
+        self._tool.release()
+        self._tool = None
         if self._hook_state.get_local() is self._installed:
             self._hook_state.set_local(self._previous_local)
         else:  # jax.debug_nans entered or left in the block: JAX set its own hook (or none) since

@@ -41,6 +41,7 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
+from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
 
 CHECK_MODES = ("off", "raise", "record")
@@ -267,40 +268,28 @@ class _UserCallMonitor:
         self._is_user_file = is_user_file
         self._user: dict = {}
         self._entered: list = []
-        self._tool: int | None = None
+        self._tool: MonitoringTool | None = None
         # sys.monitoring reports every thread's calls; only the block's thread is watched (the
         # checker's switch is thread-local: entered in another thread, it would stay on there).
         self._thread = threading.get_ident()
 
     def start(self) -> bool:
-        monitoring = getattr(sys, "monitoring", None)
-        if monitoring is None:
+        try:
+            tool = MonitoringTool("jaxmagic jit calls")
+        except NoFreeToolId:
             return False
-        for tool in (4, 3):
-            if monitoring.get_tool(tool) is None:
-                monitoring.use_tool_id(tool, "jaxmagic jit calls")
-                self._tool = tool
-                break
-        else:
-            return False
-        events = monitoring.events
-        monitoring.register_callback(self._tool, events.CALL, self._on_call)
-        monitoring.register_callback(self._tool, events.C_RETURN, self._on_return)
-        monitoring.register_callback(self._tool, events.C_RAISE, self._on_raise)
-        monitoring.set_events(self._tool, events.CALL | events.C_RETURN | events.C_RAISE)
+        events = tool.events
+        tool.on(events.CALL, self._on_call)
+        tool.on(events.C_RETURN, self._on_return)
+        tool.on(events.C_RAISE, self._on_raise)
+        tool.watch(events.CALL | events.C_RETURN | events.C_RAISE)
+        self._tool = tool
         return True
 
     def stop(self) -> None:
-        monitoring = sys.monitoring
-        tool, self._tool = self._tool, None
-        monitoring.set_events(tool, 0)
-        for event in (monitoring.events.CALL, monitoring.events.C_RETURN, monitoring.events.C_RAISE):
-            monitoring.register_callback(tool, event, None)
-        monitoring.free_tool_id(tool)
+        self._tool.release()
+        self._tool = None
         self._leave_all()
-        # No sys.monitoring.restart_events(): it would switch back on the events that every other
-        # tool (a debugger, coverage) had switched off. The call sites we switched off are library
-        # code, which these monitors never watch anyway.
 
     def _on_call(self, code, offset, callable_, arg0):
         if threading.get_ident() != self._thread:

@@ -33,10 +33,10 @@ import sys
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
 
-TOOL_IDS = (3, 4, 2)  # the free ids first; 2 (the profiler id) would clash with cProfile in the cell
 MAX_PROGRAMS = 64  # distinct (function, signature) pairs captured per block
 
 
@@ -74,46 +74,36 @@ class ProgramCapture:
         self._user: dict[str, bool] = {}
         self._pending: tuple | None = None
         self._compiled: dict[int, tuple] = {}  # id -> (jax.stages.Compiled, call site), called directly
-        self._tool: int | None = None
+        self._tool: MonitoringTool | None = None
         self._code = None
         self.overflow = 0
 
     def __enter__(self) -> ProgramCapture:
         import jax
 
-        monitoring = getattr(sys, "monitoring", None)
         self._code = compat.jit_cache_miss_code()
-        if monitoring is None or self._code is None:
+        if self._code is None:
             return self
         self._jit_type = compat.jit_type()
         self._compiled_type = jax.stages.Compiled
         self._tracer = jax.core.Tracer
-        for tool in TOOL_IDS:
-            if monitoring.get_tool(tool) is None:
-                monitoring.use_tool_id(tool, "jaxmagic profile")
-                self._tool = tool
-                break
-        else:
+        try:
+            tool = MonitoringTool("jaxmagic profile")
+        except NoFreeToolId:
             return self
-        events = monitoring.events
-        monitoring.register_callback(self._tool, events.CALL, self._on_call)
-        monitoring.register_callback(self._tool, events.PY_START, self._on_start)
-        monitoring.set_events(self._tool, events.CALL)
-        monitoring.set_local_events(self._tool, self._code, events.PY_START)
+        events = tool.events
+        tool.on(events.CALL, self._on_call)
+        tool.on(events.PY_START, self._on_start)
+        tool.watch(events.CALL)
+        tool.watch_code(self._code, events.PY_START)
+        self._tool = tool
         self.available = True
         return self
 
     def __exit__(self, *exc) -> bool:
-        tool, self._tool = self._tool, None
-        if tool is not None:
-            monitoring = sys.monitoring
-            monitoring.set_events(tool, 0)
-            monitoring.set_local_events(tool, self._code, 0)
-            for event in (monitoring.events.CALL, monitoring.events.PY_START):
-                monitoring.register_callback(tool, event, None)
-            monitoring.free_tool_id(tool)
-            # No sys.monitoring.restart_events(): it would switch back on what other tools (a debugger,
-            # coverage) switched off. The call sites switched off for us are library code, never watched.
+        if self._tool is not None:
+            self._tool.release()
+            self._tool = None
         self._cleared.clear()
         self._pending = None
         return False

@@ -45,6 +45,7 @@ import threading
 from collections.abc import Iterator
 
 from jaxmagic._jax.compile_log import short_types
+from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import Report, SourceLine, Status
@@ -247,24 +248,13 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
 _SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorded, so it counts once
 
 
-def _acquire_tool_id(name: str) -> int | None:
-    """A free sys.monitoring tool id (3 or 4, the ones Python leaves to tools like this), or None."""
-    monitoring = getattr(sys, "monitoring", None)
-    if monitoring is None:
+def _claimed_tool(report: TransferReport) -> MonitoringTool | None:
+    """A sys.monitoring tool id for following the cell, or None (then said in the report)."""
+    try:
+        return MonitoringTool("jaxmagic transfers")
+    except NoFreeToolId:
+        report.lines_followed = False
         return None
-    for tool in (3, 4):
-        if monitoring.get_tool(tool) is None:
-            monitoring.use_tool_id(tool, name)
-            return tool
-    return None
-
-
-def _release_tool_id(tool: int) -> None:
-    monitoring = sys.monitoring
-    monitoring.set_events(tool, 0)
-    for event in (monitoring.events.LINE, monitoring.events.RAISE):
-        monitoring.register_callback(tool, event, None)
-    monitoring.free_tool_id(tool)
 
 
 def _innermost_user_line(frame) -> SourceLine | None:
@@ -280,21 +270,19 @@ class _BlockedTransfers:
 
     def __init__(self, report: TransferReport):
         self.report = report
-        self._tool: int | None = None
+        self._tool: MonitoringTool | None = None
         self._thread = threading.get_ident()
 
     def __enter__(self) -> _BlockedTransfers:
-        self._tool = _acquire_tool_id("jaxmagic transfers")
-        if self._tool is None:
-            self.report.lines_followed = False
-            return self
-        sys.monitoring.register_callback(self._tool, sys.monitoring.events.RAISE, self._on_raise)
-        sys.monitoring.set_events(self._tool, sys.monitoring.events.RAISE)
+        self._tool = _claimed_tool(self.report)
+        if self._tool is not None:
+            self._tool.on(self._tool.events.RAISE, self._on_raise)
+            self._tool.watch(self._tool.events.RAISE)
         return self
 
     def __exit__(self, *exc) -> bool:
         if self._tool is not None:
-            _release_tool_id(self._tool)
+            self._tool.release()
             self._tool = None
         return False
 
@@ -399,7 +387,7 @@ class _GuardLog:
         self._at: tuple | None = None  # (code object, line number) of the user's line running
         self._pending = b""
         self._user_file: dict[str, bool] = {}
-        self._tool: int | None = None
+        self._tool: MonitoringTool | None = None
         self._lock = threading.Lock()
         self._thread = threading.get_ident()
 
@@ -481,16 +469,14 @@ class _GuardLog:
     # -- following the user's lines ------------------------------------------------
 
     def _start_following(self) -> None:
-        self._tool = _acquire_tool_id("jaxmagic transfers")
-        if self._tool is None:
-            self.report.lines_followed = False
-            return
-        sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, self._line_callback())
-        sys.monitoring.set_events(self._tool, sys.monitoring.events.LINE)
+        self._tool = _claimed_tool(self.report)
+        if self._tool is not None:
+            self._tool.on(self._tool.events.LINE, self._line_callback())
+            self._tool.watch(self._tool.events.LINE)
 
     def _stop_following(self) -> None:
         if self._tool is not None:
-            _release_tool_id(self._tool)
+            self._tool.release()
             self._tool = None
 
     def _line_callback(self):

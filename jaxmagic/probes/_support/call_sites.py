@@ -18,9 +18,8 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
+from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
-
-_TOOL_IDS = (5, 4, 3)  # 0-2 are the debugger, coverage and profilers by convention
 
 
 class CallSiteCounts:
@@ -69,22 +68,13 @@ class CallSiteCounts:
 @contextlib.contextmanager
 def counting_call_sites() -> Iterator[CallSiteCounts | None]:
     """Count the user's calls in the block; yield None when ``sys.monitoring`` is missing or all its tools are taken."""
-    monitoring = getattr(sys, "monitoring", None)
-    tool = None
-    if monitoring is not None:
-        tool = next((t for t in _TOOL_IDS if monitoring.get_tool(t) is None), None)
-    if tool is None:
+    try:
+        tool = MonitoringTool("jaxmagic call sites")
+    except NoFreeToolId:
         yield None
         return
     counts = CallSiteCounts()
-    monitoring.use_tool_id(tool, "jaxmagic call sites")
-    try:
-        monitoring.register_callback(tool, monitoring.events.CALL, counts.on_call)
-        monitoring.set_events(tool, monitoring.events.CALL)
+    with tool:
+        tool.on(tool.events.CALL, counts.on_call)
+        tool.watch(tool.events.CALL)
         yield counts
-    finally:
-        monitoring.set_events(tool, 0)
-        monitoring.register_callback(tool, monitoring.events.CALL, None)
-        monitoring.free_tool_id(tool)
-        # No sys.monitoring.restart_events(): it would switch back on what every other tool (a
-        # debugger, coverage) switched off. What we switched off is library code, never counted.
