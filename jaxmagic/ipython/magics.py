@@ -7,169 +7,40 @@ real help), runs the cell or the call inside a probe, stores the report under
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.capture import capture_output
 
-from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
-from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
-from jaxmagic.ipython.display import display_report
-from jaxmagic.ipython.expression import callee_is_jitted, evaluate_expression, parse_expression
+from jaxmagic.ipython import explainer_hook
+from jaxmagic.ipython.call_expression import split_scope_and_call
+from jaxmagic.ipython.cell_runner import run_cell_body, shown_if_unrunnable
+from jaxmagic.ipython.expression import callee_is_jitted, parse_expression
+from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import (
     bounded_int,
     comma_list,
     dimension_pair,
     positive_float,
+    profile_path,
     sweep,
+    variable_name,
     vmap_axes,
 )
 from jaxmagic.ipython.user_traceback import raise_users_error
-from jaxmagic.report.wording import first_line, shown
-
-
-class _ProbesOnFirstUse:
-    """``jaxmagic.probes``, imported when a magic first runs rather than at %load_ext.
-
-    The probes import JAX's internals and take a few hundred milliseconds to
-    import; loading the extension should cost almost nothing.
-    """
-
-    def __getattr__(self, name):
-        from jaxmagic import probes as module
-
-        return getattr(module, name)
-
-
-probes = _ProbesOnFirstUse()
 
 OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
 
 
-def _check_profile_path(path: str) -> None:
-    """UsageError unless a memory profile can be written at ``path`` (a file in a folder that exists)."""
-    import os
-
-    full = os.path.abspath(os.path.expanduser(path))
-    if os.path.isdir(full):
-        raise UsageError(
-            f"--profile takes a file name, and {shown(path)} is a folder; give e.g. {shown(os.path.join(path, 'memory.prof'))}."
-        )
-    folder, name = os.path.split(full)
-    if not os.path.isdir(folder):
-        raise UsageError(f"--profile: the folder of {shown(path)} does not exist; create it or give another path.")
-    try:
-        longest = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):
-        longest = 255
-    if len(name.encode()) > longest:
-        raise UsageError(
-            f"--profile: the file name {shown(name)} is longer than this file system allows ({longest} bytes)."
-        )
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--profile: the folder of {shown(path)} is not writable.")
-
-
 @magics_class
-class JaxMagics(Magics):
-    # -- helpers --------------------------------------------------------------
-
-    def _parse(self, magic, line: str):
-        try:
-            args = parse_argstring(magic, line)
-        except UsageError as error:  # argparse's message echoes the words it rejects: keep it one short line
-            raise UsageError(shown(str(error), limit=240, quoted=False)) from None
-        except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
-            raise UsageError(
-                f"%{magic.__name__}: the options {shown(line)} do not split into words ({first_line(error)}); "
-                "close the quote, or put a quote character inside the other kind of quotes."
-            ) from None
-        name = getattr(args, "output", None)
-        if name is not None and not name.isidentifier():
-            raise UsageError(f"-o needs a Python variable name, got {shown(name)}.")
-        return args
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _options_checked(magic, **flag_of):
-        """Turn a probe's ProbeArgumentError into a UsageError that names the magic's option.
-
-        A parameter maps to the option whose argparse ``dest`` it equals, unless
-        ``flag_of`` names the option for it (``vmap_axes="--vmap"``).
-        """
-        try:
-            yield
-        except Exception as error:
-            # Imported here: importing any probe module imports them all, which %load_ext must not do.
-            from jaxmagic.probes._support.arguments import ProbeArgumentError
-
-            if not isinstance(error, ProbeArgumentError):
-                raise
-            flag = flag_of.get(error.parameter)
-            if flag is None:
-                options = [a.option_strings for a in magic.parser._actions if a.dest == error.parameter]
-                # An option is named by its flag; a positional argument by the magic and its name.
-                flag = max(options[0], key=len) if options and options[0] else f"%{magic.__name__}: {error.parameter}"
-            raise UsageError(f"{flag} {error.problem}.") from None
-
-    def _publish(self, report, args) -> None:
-        if getattr(args, "output", None):
-            self.shell.user_ns[args.output] = report
-        display_report(report, in_kernel=getattr(self.shell, "kernel", None) is not None)
-
-    def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
-        """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
-
-        ``build_probe(args)`` returns the probe (a ProbeArgumentError it raises
-        names the magic's option); the probe is returned for what the magic
-        does after the report (``%%jax_compiles --budget``).
-        """
-        __tracebackhide__ = True
-        args = self._parse(magic, line)
-        with self._options_checked(magic):
-            probe = build_probe(args)
-        self._run_cell_in_probe(magic, probe, args, cell)
-        return probe
-
-    def _run_cell_in_probe(self, magic, probe, args, cell: str) -> None:
-        """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
-        __tracebackhide__ = True
-        if shown_if_unrunnable(self.shell, cell):
-            return
-        outcome = CellOutcome()
-        try:
-            with probe as report:
-                outcome = run_cell_body(self.shell, cell)
-                outcome.reraise()
-        except AlreadyActive as error:
-            if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
-                raise
-            raise UsageError(f"%%{magic.__name__} {error.problem}.") from None
-        except BaseException as error:
-            if error is not outcome.exception:
-                raise
-        self._publish(report, args)
-        outcome.reraise()
-
-    def _split(self, magic, line: str) -> tuple[str, str]:
-        """The expression and the options of a line magic's line (options may come first or last)."""
-        flags = {option for action in magic.parser._actions if action.nargs == 0 for option in action.option_strings}
-        return split_call_and_options(line, flags | {"-h", "--help"})
-
-    def _evaluate(self, call_text: str):
-        try:
-            return evaluate_call(call_text, self.shell.user_ns)
-        except CallExpressionError as error:
-            raise UsageError(str(error)) from None
-
+class JaxMagics(MagicRunner):
     # -- magics ---------------------------------------------------------------
 
     @magic_arguments()
     @argument("--infs", action="store_true", help="Also stop at the first inf (jax_debug_infs).")
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_nans(self, line, cell):
         """Run the cell with NaN checking on; say which primitive made the NaN, and where.
@@ -203,7 +74,7 @@ class JaxMagics(Magics):
         dest="show_all",
         help="Also list the small compilations of eager operations (jnp calls outside jit).",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_compiles(self, line, cell):
         """Count every compilation in the cell per function, and say why each function compiled again.
@@ -240,7 +111,7 @@ class JaxMagics(Magics):
         metavar="RUNS",
         help="Steady-state runs to time after the first one (default 20).",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_stages(self, line):
         """Time one jitted call stage by stage: trace, lower, compile, first run, steady run.
@@ -253,17 +124,14 @@ class JaxMagics(Magics):
         jax.ShapeDtypeStruct; then nothing is run.
         """
         __tracebackhide__ = True
-        call_text, option_text = self._split(self.jax_stages, line)
-        args = self._parse(self.jax_stages, option_text)
-        if not call_text:
-            raise UsageError("%jax_stages needs a call to time, e.g. %jax_stages step(params, x)")
-        call = self._evaluate(call_text)
-        report, error = probes.run_stages_call(
-            call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text
+        self._run_call_magic(
+            self.jax_stages,
+            line,
+            needs="a call to time, e.g. %jax_stages step(params, x)",
+            run=lambda call, args: probes.run_stages_call(
+                call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text
+            ),
         )
-        del call  # keep no user array alive
-        self._publish(report, args)
-        raise_users_error(error)
 
     @magic_arguments()
     @argument(
@@ -273,7 +141,7 @@ class JaxMagics(Magics):
         help="log (default): run the whole cell and list every implicit transfer; disallow: make each "
         "one an error (the cell stops at the first one your code does not catch).",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_transfers(self, line, cell):
         """Run the cell under jax.transfer_guard; list each implicit host-to-device transfer with your line.
@@ -303,7 +171,7 @@ class JaxMagics(Magics):
         help="Check each sample: vmap the checked function with these "
         "in_axes (0, or 0,None, ...); errors then name the failing samples' indices.",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_check(self, line):
         """Run one call under jit(checkify.checkify(f, errors=...)) and list every error found.
@@ -313,22 +181,23 @@ class JaxMagics(Magics):
         silently). For a vmapped function, the failing samples' indices.
         """
         __tracebackhide__ = True
-        call_text, option_text = self._split(self.jax_check, line)
-        args = self._parse(self.jax_check, option_text)
-        if not call_text:
-            raise UsageError("%jax_check needs a call to check, e.g. %jax_check risky(x, i)")
-        from jaxmagic.probes.check import error_set
+        from jaxmagic.probes.check import error_set  # deferred: a probe imports JAX, which %load_ext must not
 
-        with self._options_checked(self.jax_check):
-            error_set(args.errors)
-        call = self._evaluate(call_text)
-        with self._options_checked(self.jax_check, vmap_axes="--vmap"):
-            report, error = probes.run_check_call(
+        def checked_call(text, args):
+            with self._options_checked(self.jax_check):
+                error_set(args.errors)  # a wrong --errors is said before the call is evaluated
+            return self._evaluate(text)
+
+        self._run_call_magic(
+            self.jax_check,
+            line,
+            needs="a call to check, e.g. %jax_check risky(x, i)",
+            evaluate=checked_call,
+            run=lambda call, args: probes.run_check_call(
                 call.function, call.args, call.kwargs, errors=args.errors, call_text=call.text, vmap_axes=args.vmap
-            )
-        del call  # keep no user array alive
-        self._publish(report, args)
-        raise_users_error(error)
+            ),
+            flag_of={"vmap_axes": "--vmap"},
+        )
 
     @magic_arguments()
     @argument(
@@ -355,7 +224,7 @@ class JaxMagics(Magics):
         action="store_true",
         help="Do not compare the copies of replicated blocks (then no array data is read at all).",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_sharding(self, line):
         """Show which device holds which block of an array: typeof, mesh, PartitionSpec, a drawing.
@@ -368,50 +237,43 @@ class JaxMagics(Magics):
         --intermediates adds the shardings chosen for values inside it.
         """
         __tracebackhide__ = True
-        text, option_text = self._split(self.jax_sharding, line)
-        args = self._parse(self.jax_sharding, option_text)
-        if not text:
-            raise UsageError("%jax_sharding needs an array expression or a call, e.g. %jax_sharding x")
-        dims = args.dims
-        try:
-            parse_expression(text)
-            as_call = args.intermediates or callee_is_jitted(text, self.shell.user_ns)
-        except CallExpressionError as error:
-            raise UsageError(str(error)) from None
-        with self._options_checked(self.jax_sharding):
-            if as_call:
-                call = self._evaluate(text)
-                report, error = probes.run_sharding_call(
-                    call.function,
-                    tuple(call.args),
-                    call.kwargs,
-                    call_text=call.text,
-                    intermediates=args.intermediates,
-                    dims=dims,
-                    check_replicas=not args.no_check,
-                )
-                del call  # keep no user array alive
-            else:
-                value = self._evaluate_value(text)
-                report, error = (
-                    probes.sharding(value, expression=text.strip(), dims=dims, check_replicas=not args.no_check),
-                    None,
-                )
-                del value
-        self._publish(report, args)
-        raise_users_error(error)
 
-    def _evaluate_value(self, text: str):
-        try:
-            return evaluate_expression(text, self.shell.user_ns)
-        except CallExpressionError as error:
-            raise UsageError(str(error)) from None
+        def call_or_value(text, args):
+            with expression_checked():
+                parse_expression(text)
+                as_call = args.intermediates or callee_is_jitted(text, self.shell.user_ns)
+            return (self._evaluate(text), None, text) if as_call else (None, self._evaluate_value(text), text)
+
+        def run(inputs, args):
+            call, value, text = inputs
+            if call is None:
+                report = probes.sharding(
+                    value, expression=text.strip(), dims=args.dims, check_replicas=not args.no_check
+                )
+                return report, None
+            return probes.run_sharding_call(
+                call.function,
+                tuple(call.args),
+                call.kwargs,
+                call_text=call.text,
+                intermediates=args.intermediates,
+                dims=args.dims,
+                check_replicas=not args.no_check,
+            )
+
+        self._run_call_magic(
+            self.jax_sharding,
+            line,
+            needs="an array expression or a call, e.g. %jax_sharding x",
+            evaluate=call_or_value,
+            run=run,
+        )
 
     @magic_arguments()
     @argument(
         "count", nargs="?", help="How many fake CPU devices (a number or an expression). Without it: list the devices."
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_devices(self, line):
         """Give this kernel N fake CPU devices (before the JAX backend starts), or list the devices.
@@ -432,7 +294,7 @@ class JaxMagics(Magics):
     # -- tracer errors, leaks, config, environment, tracebacks (chapter sections 4 and 6) --
 
     @magic_arguments()
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_leaks(self, line, cell):
         """Run the cell with tracer-leak checking; name the variable that holds each leaked tracer.
@@ -451,7 +313,7 @@ class JaxMagics(Magics):
 
     @magic_arguments()
     @argument("what", nargs="*", help="on | off | an exception (e.g. err); default: the last exception.")
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_explain(self, line):
         """Explain tracer errors: `%jax_explain on|off`, or explain one exception now.
@@ -470,9 +332,6 @@ class JaxMagics(Magics):
         `%jax_explain` alone explains the last exception; `%jax_explain err`
         the exception `err`; -o NAME stores that report.
         """
-        from jaxmagic.ipython import explainer_hook
-        from jaxmagic.ipython.expression import evaluate_expression
-
         text, option_text = self._split(self.jax_explain, line)
         args = self._parse(self.jax_explain, option_text)
         word = text.strip()
@@ -484,10 +343,7 @@ class JaxMagics(Magics):
             print(f"jaxmagic tracer-error explainer: {state}" + ("" if changed else " (unchanged)"))
             return
         if word:
-            try:
-                error = evaluate_expression(word, self.shell.user_ns)
-            except CallExpressionError as problem:
-                raise UsageError(str(problem)) from None
+            error = self._evaluate_value(word)
             if not isinstance(error, BaseException):
                 raise UsageError(f"%jax_explain takes on, off or an exception; {word!r} is a {type(error).__name__}.")
         else:
@@ -507,7 +363,7 @@ class JaxMagics(Magics):
     @magic_arguments()
     @argument("pattern", nargs="?", default="", help="List the flags whose name contains PATTERN.")
     @argument("--all", action="store_true", dest="all_flags", help="List every flag with its value.")
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_config(self, line):
         """List the JAX flags that differ from a fresh process's defaults, with both values.
@@ -527,7 +383,7 @@ class JaxMagics(Magics):
 
     @magic_arguments()
     @argument("--show-host", action="store_true", help="Keep the host name (hidden by default).")
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_env(self, line):
         """jax.print_environment_info(), ready to paste into an issue: host name hidden unless --show-host.
@@ -545,7 +401,7 @@ class JaxMagics(Magics):
         help="auto | tracebackhide | remove_frames | quiet_remove_frames | off: "
         "switch jax_traceback_filtering for the next cells.",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_traceback(self, line):
         """Show (or switch) JAX's traceback filtering mode, and your frames of the last exception.
@@ -568,7 +424,7 @@ class JaxMagics(Magics):
         self._publish(report, args)
 
     @magic_arguments()
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_per_device(self, line, cell):
         """Run the cell; show what each device printed inside shard_map, grouped by device.
@@ -598,7 +454,7 @@ class JaxMagics(Magics):
         metavar="DIR",
         help="Keep the trace in DIR (Perfetto JSON and xprof's .xplane.pb); the report says how to open it.",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_profile(self, line, cell):
         """Run the cell under jax.profiler.trace; say where the time went, by your source line and named_scope.
@@ -611,9 +467,7 @@ class JaxMagics(Magics):
         and what to look at next. With each program's memory_analysis().
         """
         __tracebackhide__ = True
-        from IPython.utils.capture import capture_output
-
-        from jaxmagic.probes.profile import PROFILER_BUSY, trace_running
+        from jaxmagic.probes.profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see above)
 
         args = self._parse(self.jax_profile, line)
         with self._options_checked(self.jax_profile):
@@ -653,7 +507,7 @@ class JaxMagics(Magics):
         help="Compile once per value of NAME, a name the call "
         "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_hlo(self, line):
         """Find your named_scope in the jaxpr, StableHLO and optimized HLO of a call; memory before running.
@@ -669,53 +523,46 @@ class JaxMagics(Magics):
         B=64,256,1024 compiles once per value of B and tabulates the memory.
         """
         __tracebackhide__ = True
-        from jaxmagic.ipython.call_expression import split_scope_and_call
-        from jaxmagic.probes.hlo import Sweep, parse_stages
+        from jaxmagic.probes.hlo import Sweep, parse_stages  # deferred: imports JAX (see above)
 
-        text, option_text = self._split(self.jax_hlo, line)
-        args = self._parse(self.jax_hlo, option_text)
-        try:
-            scope, call_text = split_scope_and_call(text)
-        except ValueError as error:
-            raise UsageError(f"{error}.") from None
-        with self._options_checked(self.jax_hlo):
-            stages = parse_stages(args.stage)
-        sweep_name, sweep_values = args.sweep or ("", [])
-        if not call_text:
-            raise UsageError(
-                "%jax_hlo needs a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
-            )
+        needs = "a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
         namespace = self.shell.user_ns
 
-        def evaluated(value=None):
-            scope_ns = namespace if not sweep_name else {**namespace, sweep_name: value}
+        def scoped_call(text, args):
             try:
-                return evaluate_call(call_text, scope_ns)
-            except CallExpressionError as problem:
-                raise UsageError(str(problem)) from None
+                scope, call_text = split_scope_and_call(text)
+            except ValueError as error:
+                raise UsageError(f"{error}.") from None
+            with self._options_checked(self.jax_hlo):
+                stages = parse_stages(args.stage)
+            if not call_text:
+                raise UsageError(f"%jax_hlo needs {needs}")
+            sweep_name, sweep_values = args.sweep or ("", [])
 
-        call = evaluated(sweep_values[0] if sweep_values else None)
-        sweep = None
-        if sweep_name:
+            def evaluated(value=None):
+                return self._evaluate(call_text, namespace if not sweep_name else {**namespace, sweep_name: value})
 
             def build(value):
                 built = evaluated(value)
                 return built.function, built.args, built.kwargs
 
-            sweep = Sweep(sweep_name, sweep_values, build)
-        report, error = probes.run_hlo_call(
-            call.function,
-            call.args,
-            call.kwargs,
-            scope=scope,
-            stage=stages,
-            call_text=call.text,
-            namespace=namespace,
-            sweep=sweep,
-        )
-        del call, sweep  # keep no user array alive
-        self._publish(report, args)
-        raise_users_error(error)
+            call = evaluated(sweep_values[0] if sweep_values else None)
+            return call, Sweep(sweep_name, sweep_values, build) if sweep_name else None, scope, stages
+
+        def run(inputs, args):
+            call, sweep, scope, stages = inputs
+            return probes.run_hlo_call(
+                call.function,
+                call.args,
+                call.kwargs,
+                scope=scope,
+                stage=stages,
+                call_text=call.text,
+                namespace=namespace,
+                sweep=sweep,
+            )
+
+        self._run_call_magic(self.jax_hlo, line, needs=needs, evaluate=scoped_call, run=run)
 
     @magic_arguments()
     @argument(
@@ -727,11 +574,12 @@ class JaxMagics(Magics):
     )
     @argument(
         "--profile",
+        type=profile_path,
         metavar="PATH",
         help="Also save jax.profiler.save_device_memory_profile(PATH) "
         "(pprof format; open with pprof -http=:8080 PATH).",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_cell_magic
     def jax_live(self, line, cell=None):
         """Live JAX arrays grouped by shape, dtype and placement, and the names that hold them.
@@ -749,8 +597,6 @@ class JaxMagics(Magics):
 
         __tracebackhide__ = True
         args = self._parse(self.jax_live, line)
-        if args.profile:
-            _check_profile_path(args.profile)
         options = dict(namespace=self.shell.user_ns, top=args.top, profile=args.profile)
         if cell is None:
             self._publish(probes.live(**options), args)
@@ -766,7 +612,7 @@ class JaxMagics(Magics):
         action="store_true",
         help="Also print each line as it arrives (by default the lines are shown in the report only).",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_print(self, line, cell):
         """Run the cell; show what jax.debug.print / log / callback produced, grouped by call site.
@@ -798,7 +644,7 @@ class JaxMagics(Magics):
         help="Relative tolerance (of each leaf's largest reference "
         "value). Default by dtype: 1e-4 for float32, 1e-10 for float64.",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @line_magic
     def jax_bisect(self, line):
         """Run a call jitted, op by op (disable_jit) and as a float64 reference; say which layer is wrong.
@@ -813,19 +659,19 @@ class JaxMagics(Magics):
         1.4 miscompile). The call runs three times.
         """
         __tracebackhide__ = True
-        call_text, option_text = self._split(self.jax_bisect, line)
-        args = self._parse(self.jax_bisect, option_text)
-        if not call_text:
-            raise UsageError("%jax_bisect needs a call, e.g. %jax_bisect model(params, x) --ref expected")
-        reference = None
-        if args.ref is not None:
-            text = args.ref.strip()
-            if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # --ref "an expression with spaces"
-                text = text[1:-1]
-            reference = self._evaluate_value(text)
-        call = self._evaluate(call_text)
-        with self._options_checked(self.jax_bisect):
-            report, error = probes.run_bisect_call(
+
+        def reference_and_call(text, args):
+            reference = None
+            if args.ref is not None:
+                ref_text = args.ref.strip()
+                if len(ref_text) > 1 and ref_text[0] == ref_text[-1] and ref_text[0] in "'\"":  # --ref "a b"
+                    ref_text = ref_text[1:-1]
+                reference = self._evaluate_value(ref_text)
+            return reference, self._evaluate(text)
+
+        def run(inputs, args):
+            reference, call = inputs
+            return probes.run_bisect_call(
                 call.function,
                 call.args,
                 call.kwargs,
@@ -834,12 +680,17 @@ class JaxMagics(Magics):
                 call_text=call.text,
                 namespace=self.shell.user_ns,
             )
-        del call, reference  # keep no user array alive
-        self._publish(report, args)
-        raise_users_error(error)
+
+        self._run_call_magic(
+            self.jax_bisect,
+            line,
+            needs="a call, e.g. %jax_bisect model(params, x) --ref expected",
+            evaluate=reference_and_call,
+            run=run,
+        )
 
     @magic_arguments()
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_keys(self, line, cell):
         """Run the cell with jax.debug_key_reuse(True); explain a reused key; count the keys each jitted function got.
@@ -864,7 +715,7 @@ class JaxMagics(Magics):
         metavar="PROBES",
         help="Comma-separated probes not to run: nans, compiles, leaks, keys, transfers, live.",
     )
-    @argument("-o", "--output", metavar="NAME", help=OUTPUT_HELP)
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_doctor(self, line, cell):
         """Run the cell once under every probe; one dashboard with the findings in the order to fix them.

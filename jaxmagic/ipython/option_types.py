@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 
 from jaxmagic.report.wording import shown
 
@@ -84,3 +85,33 @@ def sweep(text: str) -> tuple[str, list]:
                 f"value {shown(raw.strip())} is not a Python literal (a number such as 64)"
             ) from None
     return name, parsed
+
+
+def profile_path(path: str) -> str:
+    """A file a memory profile can be written to: a file name in a folder that exists and is writable."""
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(full):
+        raise argparse.ArgumentTypeError(
+            f"takes a file name, and {shown(path)} is a folder; give e.g. {shown(os.path.join(path, 'memory.prof'))}"
+        )
+    folder, name = os.path.split(full)
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the folder of {shown(path)} does not exist; create it or give another path")
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        longest = 255
+    if len(name.encode()) > longest:
+        raise argparse.ArgumentTypeError(
+            f"the file name {shown(name)} is longer than this file system allows ({longest} bytes)"
+        )
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"the folder of {shown(path)} is not writable")
+    return path
+
+
+def variable_name(text: str) -> str:
+    """A name ``-o`` can bind in the user namespace."""
+    if not text.isidentifier():
+        raise argparse.ArgumentTypeError(f"needs a Python variable name, got {shown(text)}")
+    return text

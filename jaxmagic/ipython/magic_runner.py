@@ -1,0 +1,155 @@
+"""What every jaxmagic magic does around its probe: parse the line, run the cell or call, show, raise.
+
+``MagicRunner`` is the base of ``JaxMagics``: the magics themselves (in
+``magics.py``) only declare their options and say which probe to build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics
+from IPython.core.magic_arguments import parse_argstring
+
+from jaxmagic._jax.exclusive import AlreadyActive
+from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
+from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
+from jaxmagic.ipython.display import display_report
+from jaxmagic.ipython.expression import evaluate_expression
+from jaxmagic.ipython.user_traceback import raise_users_error
+from jaxmagic.report.wording import first_line, shown
+
+
+class _ProbesOnFirstUse:
+    """``jaxmagic.probes``, imported when a magic first runs rather than at %load_ext.
+
+    The probes import JAX's internals and take a few hundred milliseconds to
+    import; loading the extension should cost almost nothing.
+    """
+
+    def __getattr__(self, name):
+        from jaxmagic import probes as module
+
+        return getattr(module, name)
+
+
+probes = _ProbesOnFirstUse()
+
+
+@contextlib.contextmanager
+def expression_checked():
+    """A call or expression that does not parse or evaluate: IPython's UsageError with our message."""
+    try:
+        yield
+    except CallExpressionError as error:
+        raise UsageError(str(error)) from None
+
+
+class MagicRunner(Magics):
+    def _parse(self, magic, line: str):
+        try:
+            args = parse_argstring(magic, line)
+        except UsageError as error:  # argparse's message echoes the words it rejects: keep it one short line
+            raise UsageError(shown(str(error), limit=240, quoted=False)) from None
+        except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+            raise UsageError(
+                f"%{magic.__name__}: the options {shown(line)} do not split into words ({first_line(error)}); "
+                "close the quote, or put a quote character inside the other kind of quotes."
+            ) from None
+        return args
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _options_checked(magic, **flag_of):
+        """Turn a probe's ProbeArgumentError into a UsageError that names the magic's option.
+
+        A parameter maps to the option whose argparse ``dest`` it equals, unless
+        ``flag_of`` names the option for it (``vmap_axes="--vmap"``).
+        """
+        try:
+            yield
+        except Exception as error:
+            # deferred: importing any probe module imports them all (and JAX), which %load_ext must not do.
+            from jaxmagic.probes._support.arguments import ProbeArgumentError
+
+            if not isinstance(error, ProbeArgumentError):
+                raise
+            flag = flag_of.get(error.parameter)
+            if flag is None:
+                options = [a.option_strings for a in magic.parser._actions if a.dest == error.parameter]
+                # An option is named by its flag; a positional argument by the magic and its name.
+                flag = max(options[0], key=len) if options and options[0] else f"%{magic.__name__}: {error.parameter}"
+            raise UsageError(f"{flag} {error.problem}.") from None
+
+    def _publish(self, report, args) -> None:
+        if getattr(args, "output", None):
+            self.shell.user_ns[args.output] = report
+        display_report(report, in_kernel=getattr(self.shell, "kernel", None) is not None)
+
+    def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
+        """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
+
+        ``build_probe(args)`` returns the probe (a ProbeArgumentError it raises
+        names the magic's option); the probe is returned for what the magic
+        does after the report (``%%jax_compiles --budget``).
+        """
+        __tracebackhide__ = True
+        args = self._parse(magic, line)
+        with self._options_checked(magic):
+            probe = build_probe(args)
+        self._run_cell_in_probe(magic, probe, args, cell)
+        return probe
+
+    def _run_cell_in_probe(self, magic, probe, args, cell: str) -> None:
+        """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
+        __tracebackhide__ = True
+        if shown_if_unrunnable(self.shell, cell):
+            return
+        outcome = CellOutcome()
+        try:
+            with probe as report:
+                outcome = run_cell_body(self.shell, cell)
+                outcome.reraise()
+        except AlreadyActive as error:
+            if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
+                raise
+            raise UsageError(f"%%{magic.__name__} {error.problem}.") from None
+        except BaseException as error:
+            if error is not outcome.exception:
+                raise
+        self._publish(report, args)
+        outcome.reraise()
+
+    def _split(self, magic, line: str) -> tuple[str, str]:
+        """The expression and the options of a line magic's line (options may come first or last)."""
+        flags = {option for action in magic.parser._actions if action.nargs == 0 for option in action.option_strings}
+        return split_call_and_options(line, flags | {"-h", "--help"})
+
+    def _evaluate(self, call_text: str, namespace: dict | None = None):
+        with expression_checked():
+            return evaluate_call(call_text, self.shell.user_ns if namespace is None else namespace)
+
+    def _evaluate_value(self, text: str):
+        with expression_checked():
+            return evaluate_expression(text, self.shell.user_ns)
+
+    def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None) -> None:
+        """The shape of every line magic that takes a call: parse, evaluate, probe, show, raise.
+
+        ``evaluate(text, args)`` turns the expression into the probe's inputs
+        (default: the call); ``run(inputs, args)`` returns ``(report, error)``.
+        The inputs are dropped before the user's error is raised, so its
+        traceback keeps no user array alive.
+        """
+        __tracebackhide__ = True
+        text, option_text = self._split(magic, line)
+        args = self._parse(magic, option_text)
+        if not text:
+            raise UsageError(f"%{magic.__name__} needs {needs}")
+        inputs = evaluate(text, args) if evaluate is not None else self._evaluate(text)
+        with self._options_checked(magic, **(flag_of or {})):
+            report, error = run(inputs, args)
+        del inputs  # keep no user array alive
+        self._publish(report, args)
+        raise_users_error(error)
