@@ -345,8 +345,9 @@ def capturing(capture: Capture) -> Iterator[Capture]:
     print_p, callback_p = debugging.debug_print_p, debugging.debug_callback_p
     saved = (print_p.__dict__.get("bind"), callback_p.__dict__.get("bind"), debugging._format_print_callback)
     _active, _capture_thread = capture, threading.get_ident()
-    print_p.bind = _wrap_print_bind(print_p.bind)
-    callback_p.bind = _wrap_callback_bind(callback_p.bind)
+    # An instance attribute over the class's method (the type checker sees a method assigned).
+    print_p.bind = _wrap_print_bind(print_p.bind)  # type: ignore[method-assign]
+    callback_p.bind = _wrap_callback_bind(callback_p.bind)  # type: ignore[method-assign]
     debugging._format_print_callback = _recording_format_callback
     try:
         yield capture
@@ -358,6 +359,6 @@ def capturing(capture: Capture) -> Iterator[Capture]:
                 if bind is None:
                     del primitive.bind  # the instance attribute; the class method shows through again
                 else:
-                    primitive.bind = bind
+                    primitive.bind = bind  # type: ignore[method-assign]
             debugging._format_print_callback = saved[2]
             _active = None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
@@ -53,8 +54,10 @@ class FastPathCalls:
         self._programs: dict[tuple, tuple] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
         self._traced: dict[int, object] = {}  # id(closed jaxpr) -> it, told to on_trace once
         self._thread = threading.get_ident()
-        self._hook_state = None
-        self._previous_hook = self._previous_local = self._installed = None
+        self._hook_state: Any = None  # JAX's thread-local post-hook state (compat.post_hook_state)
+        self._previous_hook: Any = None
+        self._previous_local: Any = None
+        self._installed: Callable | None = None
         self._tool: MonitoringTool | None = None
         self.lost = False
 
@@ -77,8 +80,9 @@ class FastPathCalls:
         return True
 
     def stop(self) -> None:
-        self._tool.release()
-        self._tool = None
+        if self._tool is not None:
+            self._tool.release()
+            self._tool = None
         if self._hook_state.get_local() is self._installed:
             self._hook_state.set_local(self._previous_local)
         else:  # jax.debug_nans entered or left in the block: JAX set its own hook (or none) since

@@ -162,6 +162,7 @@ class Walk:
             if self.listener.step_flags:  # flagged: evaluate it op by op (its outputs come from that too)
                 step_outputs = self._walk(jaxpr, body_consts, step_inputs, position)
             else:
+                assert run_body is not None  # made whenever the listener does not flag steps
                 step_outputs = list(run_body(*step_inputs))
                 if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
                     self._walk(jaxpr, body_consts, step_inputs, position)
@@ -211,13 +212,16 @@ class Walk:
                     return
                 skipped, carry = first
                 i += skipped
-            elif not bool(run_cond(*cond_consts, *carry)[0]):
-                return
+            else:
+                assert run_cond is not None  # made whenever the listener does not flag steps
+                if not bool(run_cond(*cond_consts, *carry)[0]):
+                    return
             step_inputs = [*body_consts, *carry]
             position = (*path, Position(eqn, "while", i))
             if self.listener.step_flags:
                 step_outputs = self._walk(jaxpr, consts, step_inputs, position)
             else:
+                assert run_body is not None  # made whenever the listener does not flag steps
                 step_outputs = list(run_body(*step_inputs))
                 if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
                     self._walk(jaxpr, consts, step_inputs, position)

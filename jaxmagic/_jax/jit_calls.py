@@ -37,7 +37,8 @@ import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
@@ -220,7 +221,7 @@ def observing_calls(
     key_reuse.call_impl_with_key_reuse_checks = call
     key_reuse.check_key_reuse_jaxpr = check
     try:
-        monitor = None  # what sees the calls besides `call`, once started
+        monitor: _Monitor | None = None  # what sees the calls besides `call`, once started
         if fast_path:
             from jaxmagic._jax.fast_path_calls import FastPathCalls
 
@@ -248,6 +249,12 @@ def observing_calls(
         key_reuse.call_impl_with_key_reuse_checks = original_call
         key_reuse.check_key_reuse_jaxpr = original_check
         _active = False
+
+
+class _Monitor(Protocol):
+    """What sees the block's jitted calls: the fast path, or one of the sys.monitoring watchers below."""
+
+    def stop(self) -> None: ...
 
 
 class _UserCallMonitor:
@@ -287,8 +294,9 @@ class _UserCallMonitor:
         return True
 
     def stop(self) -> None:
-        self._tool.release()
-        self._tool = None
+        if self._tool is not None:
+            self._tool.release()
+            self._tool = None
         self._leave_all()
 
     def _on_call(self, code, offset, callable_, arg0):
@@ -453,9 +461,7 @@ def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
     Its locals hold the call's original ``args`` and ``kwargs`` (static
     arguments included), which the flat arguments an observer gets do not.
     """
-    import sys
-
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == name and code.co_filename.endswith(filename):

@@ -100,13 +100,12 @@ class ProgramCapture:
         self.available = True
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> None:
         if self._tool is not None:
             self._tool.release()
             self._tool = None
         self._cleared.clear()
         self._pending = None
-        return False
 
     # -- callbacks (run inside the user's code: small and never raising) --------
 

@@ -35,7 +35,8 @@ class MonitoringTool:
             taken = ", ".join(f"{tool}: {monitoring.get_tool(tool)}" for tool in TOOL_IDS)
             raise NoFreeToolId(f"every sys.monitoring tool id jaxmagic may use is taken ({taken})")
         monitoring.use_tool_id(free, name)
-        self.id: int | None = free
+        self.id: int = free
+        self._claimed = True
         self._events = monitoring.events
         self._callbacks: set[int] = set()
         self._local_codes: list[CodeType] = []
@@ -59,9 +60,9 @@ class MonitoringTool:
         self._local_codes.append(code)
 
     def release(self) -> None:
-        tool, self.id = self.id, None
-        if tool is None:
+        if not self._claimed:
             return
+        self._claimed, tool = False, self.id
         monitoring = sys.monitoring
         monitoring.set_events(tool, 0)
         for code in self._local_codes:

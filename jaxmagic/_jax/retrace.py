@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.own_settings import note_own_context_created, note_own_value
@@ -33,7 +33,7 @@ from jaxmagic._jax.own_settings import note_own_context_created, note_own_value
 # stays in JAX's caches (memory grew by ~430 KB per %%jax_leaks run, without bound).
 DEFAULT_TOKEN = "jaxmagic"
 
-_context = None
+_context: Callable[[str], contextlib.AbstractContextManager] | None = None  # jax.make_user_context's
 
 
 @dataclasses.dataclass
@@ -103,5 +103,7 @@ def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
     first_use = create_context()
     value = DEFAULT_TOKEN if token is None else token
     note_own_value("user_context", value)  # part of the cache key: never the user's cause (own_settings)
-    with _context(value):
+    context = _context
+    assert context is not None  # create_context made it: this JAX has user contexts
+    with context(value):
         yield Retrace("user_context", first_use)

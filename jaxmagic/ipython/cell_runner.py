@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+from types import FrameType
 
 import IPython
 
@@ -37,7 +38,8 @@ class CellOutcome:
 
 def _run_code_depth() -> int:
     """How many of IPython's ``run_code`` frames (one per running cell) are on the stack."""
-    depth, frame = 0, sys._getframe(1)
+    depth = 0
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "run_code" and code.co_filename.startswith(_IPYTHON_DIR):

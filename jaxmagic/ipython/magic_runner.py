@@ -47,6 +47,12 @@ def expression_checked():
 
 
 class MagicRunner(Magics):
+    @property
+    def user_ns(self) -> dict:
+        """The namespace the user's cells run in (a registered Magics always has its shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
+
     def _parse(self, magic, line: str):
         try:
             args = parse_argstring(magic, line)
@@ -84,7 +90,7 @@ class MagicRunner(Magics):
 
     def _publish(self, report, args) -> None:
         if getattr(args, "output", None):
-            self.shell.user_ns[args.output] = report
+            self.user_ns[args.output] = report
         display_report(report, in_kernel=getattr(self.shell, "kernel", None) is not None)
 
     def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
@@ -128,11 +134,11 @@ class MagicRunner(Magics):
 
     def _evaluate(self, call_text: str, namespace: dict | None = None):
         with expression_checked():
-            return evaluate_call(call_text, self.shell.user_ns if namespace is None else namespace)
+            return evaluate_call(call_text, self.user_ns if namespace is None else namespace)
 
     def _evaluate_value(self, text: str):
         with expression_checked():
-            return evaluate_expression(text, self.shell.user_ns)
+            return evaluate_expression(text, self.user_ns)
 
     def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None) -> None:
         """The shape of every line magic that takes a call: parse, evaluate, probe, show, raise.

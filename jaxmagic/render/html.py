@@ -179,11 +179,11 @@ def _block_html(block) -> str:
         return _table(f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody>")
     if isinstance(block, SourceLines):
         caption = f'<p style="margin:3px 0">{escape(block.caption)}</p>' if block.caption else ""
-        rows = []
+        lines = []
         for i, line in enumerate(block.lines):
             last = i == len(block.lines) - 1
             emphasis = ";font-weight:600" if last else ""
-            rows.append(
+            lines.append(
                 f"<div{' class="jm-last"' if last else ''}>"
                 f'<div style="{MUTED}">{breakable_html(line.where)}</div>'
                 f'<div style="white-space:pre-wrap;padding-left:1.5em{emphasis}">{breakable_html(line.code)}</div>'
@@ -191,7 +191,7 @@ def _block_html(block) -> str:
             )
         return (
             f'{caption}<div class="jm-src" style="{MONO};font-size:12px;{TINT};border-radius:4px;'
-            f'padding:4px 8px;margin:3px 0">{"".join(rows)}</div>'
+            f'padding:4px 8px;margin:3px 0">{"".join(lines)}</div>'
         )
     if isinstance(block, Evidence):
         return (

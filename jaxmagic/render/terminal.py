@@ -18,14 +18,14 @@ _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"
 def print_rich(doc: Document, console=None) -> bool:
     """Print ``doc`` with rich (to ``console``, else stdout); False if rich is not importable."""
     try:
-        from rich.console import Console, Group
+        from rich.console import Console, Group, RenderableType
         from rich.panel import Panel
         from rich.table import Table as RichTable
         from rich.text import Text
     except ImportError:
         return False
 
-    parts = [Text(doc.headline, style="bold")]
+    parts: list[RenderableType] = [Text(doc.headline, style="bold")]
     for section in doc.sections:
         if section.title:
             parts.append(Text(f"\n{section.title.upper()}", style="dim bold"))

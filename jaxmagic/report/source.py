@@ -89,7 +89,7 @@ def user_lines(tb: TracebackType | None) -> list[SourceLine]:
     """
     if tb is None:
         return []
-    frames = traceback.extract_tb(tb)
+    frames: list[traceback.FrameSummary] = list(traceback.extract_tb(tb))
     ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
     if ours:
         frames = frames[ours[-1] + 1 :]
