@@ -45,7 +45,8 @@ class WatchHook:
         kind = self.stack.pop() if self.stack else ""
         if kind != "watch" or not self.watch.in_cell:
             return
-        findings = self.watch.end_cell()
+        count = getattr(result, "execution_count", None)
+        findings = self.watch.end_cell(f"In [{count}]" if count is not None else None)
         if findings.findings:
             try:
                 from jaxmagic.ipython.display import display_report

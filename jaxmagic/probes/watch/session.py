@@ -111,8 +111,13 @@ class Watch:
             return
         self._stack = stack
 
-    def end_cell(self) -> CellFindings:
-        """Switch everything off again; the cell's new findings (none: a clean cell). Never raises."""
+    def end_cell(self, label: str | None = None) -> CellFindings:
+        """Switch everything off again; the cell's new findings (none: a clean cell). Never raises.
+
+        ``label`` names the cell, when known only now (IPython numbers a cell as it ends).
+        """
+        if label:
+            self._cell = label
         result = CellFindings(self._cell)
         stack, self._stack = self._stack, None
         if stack is None:
@@ -165,7 +170,7 @@ class Watch:
         s = watch.sighting
         if s is None:
             return []
-        key = ("NaN", s.function, s.line.filename if s.line else "", s.line.lineno if s.line else 0)
+        key = ("NaN", s.function)  # the same function making NaN again, from any line: counted, not re-run
         if key in self._told:
             self._told[key].count += 1
             return []
