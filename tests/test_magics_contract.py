@@ -209,8 +209,7 @@ EXAMPLES = {
         interrupt="%jax_watch -o {out}\nget_ipython().run_cell('jax.jit(f_ok)(jnp.ones(2))\\nraise KeyboardInterrupt')"
         "\n%jax_watch off\nraise KeyboardInterrupt",
         bad_option="%jax_watch --bogus",
-        evil="%jax_watch -o {out}\nget_ipython().run_cell('jax.jit(jnp.log)(-jnp.ones(2))  # ' + EVIL)\n"
-        "%jax_watch off",
+        evil="%jax_watch -o {out}\nget_ipython().run_cell('jax.jit(jnp.log)(-jnp.ones(2))  # ' + EVIL)\n%jax_watch off",
     ),
 }
 
