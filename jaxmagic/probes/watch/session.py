@@ -33,7 +33,7 @@ def check_areas(only) -> list[str]:
     """The areas to watch (all by default); ProbeArgumentError for an unknown one."""
     if not only:
         return list(AREAS)
-    wanted = [a.strip() for a in only if a.strip()]
+    wanted = [a.strip().strip("'\"").strip() for a in only if a.strip().strip("'\"").strip()]
     lower = {a.lower(): a for a in AREAS}
     lower.update({"nans": "NaN", "nan": "NaN", "keys": "random keys", "compiles": "recompilation"})
     unknown = [a for a in wanted if a.lower() not in lower]
