@@ -153,3 +153,10 @@ def test_bad_area_is_a_usage_error(shell):
     assert isinstance(result.error_in_exec, UsageError) and "--only" in str(result.error_in_exec)
     result = cell(shell, "%jax_watch --only NaN,memory -o wlog")
     assert result.success and shell.user_ns["wlog"].to_dict()["areas"] == ["NaN", "memory"]
+
+
+def test_arrays_shown_as_cell_results_are_not_growing_memory(shell):
+    cell(shell, "%jax_watch -o wlog")
+    for _ in range(4):
+        cell(shell, "jnp.ones(7) * 2")  # each result stays in Out: IPython's history, not the user's list
+    assert findings(shell, "memory") == []

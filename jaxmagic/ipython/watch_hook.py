@@ -39,14 +39,19 @@ class WatchHook:
             return
         self.stack.append("watch")
         count = getattr(self.shell, "execution_count", 0)
-        self.watch.begin_cell(f"In [{count}]")
+        self.watch.begin_cell(f"In [{count}]", self._history())
+
+    def _history(self) -> tuple:
+        """What IPython holds for its output history: its arrays are not the cells' growing memory."""
+        ns = self.shell.user_ns
+        return tuple(v for v in (ns.get("Out"), ns.get("_"), ns.get("__"), ns.get("___")) if v is not None)
 
     def post_run_cell(self, result=None) -> None:
         kind = self.stack.pop() if self.stack else ""
         if kind != "watch" or not self.watch.in_cell:
             return
         count = getattr(result, "execution_count", None)
-        findings = self.watch.end_cell(f"In [{count}]" if count is not None else None)
+        findings = self.watch.end_cell(f"In [{count}]" if count is not None else None, self._history())
         if findings.findings:
             try:
                 from jaxmagic.ipython.display import display_report

@@ -73,8 +73,11 @@ def parameter_name(fun, index: int) -> str:
     return names[index] if index < len(names) else ""
 
 
-def live_counts() -> tuple[dict[tuple, int], int]:
-    """Live JAX arrays counted by (shape, dtype name), and their bytes; ({}, 0) before the backend starts."""
+def live_counts(skip_ids: frozenset = frozenset()) -> tuple[dict[tuple, int], int]:
+    """Live JAX arrays counted by (shape, dtype name), and their bytes; ({}, 0) before the backend starts.
+
+    Arrays whose ``id`` is in ``skip_ids`` (e.g. those IPython's ``Out`` holds) are not counted.
+    """
     from jaxmagic._jax import compat
 
     if not compat.backend_started():
@@ -84,6 +87,8 @@ def live_counts() -> tuple[dict[tuple, int], int]:
     counts: dict[tuple, int] = {}
     total = 0
     for array in jax.live_arrays():
+        if skip_ids and id(array) in skip_ids:
+            continue
         key = (tuple(array.shape), str(array.dtype))
         counts[key] = counts.get(key, 0) + 1
         try:

@@ -58,13 +58,17 @@ class Watch:
         self._live_before: dict = {}
         self._streaks: dict[tuple, int] = {}
         self._bytes_start: int | None = None
+        self._held = ()
 
     @property
     def in_cell(self) -> bool:
         return self._stack is not None
 
-    def begin_cell(self, label: str) -> None:
-        """Switch the watch on for one cell; never raises."""
+    def begin_cell(self, label: str, held=()) -> None:
+        """Switch the watch on for one cell; never raises.
+
+        ``held``: values whose arrays are not the cell's to count (IPython's ``Out``, ``_``, ...).
+        """
         self._cell = label
         if "jax" not in sys.modules:
             return
@@ -75,7 +79,7 @@ class Watch:
             if "memory" in areas:
                 from jaxmagic.probes._support.host_arguments import live_counts
 
-                self._live_before, total = live_counts()
+                self._live_before, total = live_counts(_ids_of(held))
                 if self._bytes_start is None:
                     self._bytes_start = total
             if "recompilation" in areas:
@@ -111,13 +115,14 @@ class Watch:
             return
         self._stack = stack
 
-    def end_cell(self, label: str | None = None) -> CellFindings:
+    def end_cell(self, label: str | None = None, held=()) -> CellFindings:
         """Switch everything off again; the cell's new findings (none: a clean cell). Never raises.
 
         ``label`` names the cell, when known only now (IPython numbers a cell as it ends).
         """
         if label:
             self._cell = label
+        self._held = held
         result = CellFindings(self._cell)
         stack, self._stack = self._stack, None
         if stack is None:
@@ -288,7 +293,8 @@ class Watch:
         from jaxmagic.probes._support.host_arguments import live_counts
         from jaxmagic.report.wording import format_bytes, short_dtype
 
-        after, total = live_counts()
+        after, total = live_counts(_ids_of(self._held))
+        self._held = ()
         before, self._live_before = self._live_before, {}
         found = []
         for key in set(before) | set(after):
@@ -318,3 +324,14 @@ class Watch:
                 next_magic="%jax_live",
             )
         return found
+
+
+def _ids_of(held) -> frozenset:
+    """The ids of the arrays among ``held`` (one level of lists, tuples and dict values)."""
+    ids = set()
+    for value in held:
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if hasattr(item, "dtype") and hasattr(item, "shape"):
+                ids.add(id(item))
+    return frozenset(ids)
