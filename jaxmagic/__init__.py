@@ -37,6 +37,9 @@ def unload_ipython_extension(ipython) -> None:
     from jaxmagic.ipython import explainer_hook
 
     explainer_hook.uninstall(ipython)
+    from jaxmagic.ipython import watch_hook
+
+    watch_hook.uninstall(ipython)
     from jaxmagic.ipython import early_context
 
     early_context.uninstall(ipython)

@@ -202,6 +202,15 @@ EXAMPLES = {
         interrupt="%%jax_live -o {out}\nraise KeyboardInterrupt",
         bad_option="%jax_live --bogus",
     ),
+    "jax_watch": MagicExample(  # a later cell is watched: run here as a cell inside the example's own cell
+        ok="%jax_watch on -o {out}\nget_ipython().run_cell('y_w = jax.jit(f_ok)(jnp.ones(3))')\n%jax_watch off",
+        raising="%jax_watch -o {out}\nget_ipython().run_cell('raise ValueError(EVIL)')\n%jax_watch off\n"
+        "raise ValueError(EVIL)",
+        interrupt="%jax_watch -o {out}\nget_ipython().run_cell('jax.jit(f_ok)(jnp.ones(2))\\nraise KeyboardInterrupt')"
+        "\n%jax_watch off\nraise KeyboardInterrupt",
+        bad_option="%jax_watch --bogus",
+        evil="%jax_watch -o {out}\nget_ipython().run_cell('jax.jit(jnp.log)(-jnp.ones(2))  # ' + EVIL)\n%jax_watch off",
+    ),
 }
 
 

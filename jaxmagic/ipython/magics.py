@@ -733,3 +733,37 @@ class JaxMagics(MagicRunner):
         self._run_cell_magic(
             self.jax_doctor, line, cell, lambda args: probes.doctor(skip=args.skip, namespace=self.shell.user_ns)
         )
+
+    @magic_arguments()
+    @argument("what", nargs="?", default="on", choices=("on", "off", "status"), help="on (default) | off | status")
+    @argument("--only", type=comma_list, default=None, metavar="AREAS", help="Watch only these areas, e.g. NaN,memory.")
+    @argument("--budget", type=bounded_int(0), default=2, help="Compilations per function before it is told (2).")
+    @argument("-o", "--output", metavar="NAME", help="Bind the watch's log (it keeps growing while the watch is on).")
+    @line_magic
+    def jax_watch(self, line):
+        """Watch every later cell for NaN, recompilation, transfers, growing memory and reused keys.
+
+        `%jax_watch` (= on) watches each later cell on JAX's fast path until
+        `%jax_watch off`; a watched cell runs exactly as unwatched, and a new
+        problem is shown once, under the cell that caused it. `status` shows
+        what is watched and found so far; -o NAME binds the log.
+        """
+        from jaxmagic.ipython import watch_hook
+
+        args = self._parse(self.jax_watch, line)
+        watch = watch_hook.current(self.shell)
+        if args.what == "on":
+            with self._options_checked(self.jax_watch):
+                watch = probes.Watch(only=args.only or (), budget=args.budget)
+            watch_hook.install(self.shell, watch)
+            print(f"jaxmagic watch: on ({', '.join(watch.log.areas)}; budget {args.budget})")
+        elif args.what == "off":
+            watch = watch_hook.uninstall(self.shell) or watch
+            if watch is None:
+                print("jaxmagic watch: off (unchanged)")
+        if args.what != "on" and watch is not None:
+            self._publish(watch.log, args)
+        elif args.output:
+            self.shell.user_ns[args.output] = watch.log if watch is not None else None
+        if args.what == "status" and watch is None:
+            print("jaxmagic watch: off")

@@ -35,6 +35,7 @@ from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
 from jaxmagic.probes.stages import run_call as run_stages_call
 from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
 from jaxmagic.probes.transfers import TransferReport, transfers
+from jaxmagic.probes.watch import Watch, WatchLog
 
 __all__ = [
     "ProbeArgumentError",
@@ -101,4 +102,6 @@ __all__ = [
     "KeyReport",
     "doctor",
     "DoctorReport",
+    "Watch",
+    "WatchLog",
 ]

@@ -1,0 +1,88 @@
+"""``%jax_watch`` as IPython ``pre_run_cell`` / ``post_run_cell`` callbacks.
+
+Each top-level cell of the main thread is watched (``probes.watch.Watch``)
+from ``pre_run_cell`` to ``post_run_cell``; post_run_cell runs after an
+error or an interrupt too, so nothing stays switched on. Cells that use one of
+jaxmagic's own magics are not watched (a cell magic's report covers its cell,
+and its probe does not nest with the watch), nor are cells run inside them.
+A cell's new findings are shown under it; a clean cell prints nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+
+_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)
+
+
+class WatchHook:
+    def __init__(self, shell, watch):
+        self.shell = shell
+        self.watch = watch
+        self.thread = threading.get_ident()
+        self.stack: list[str] = []  # per running cell: "watch", "magic" (jaxmagic's), "control" (%jax_watch only)
+
+    def pre_run_cell(self, info=None) -> None:
+        if threading.get_ident() != self.thread:
+            self.stack.append("other")
+            return
+        raw = getattr(info, "raw_cell", "") or ""
+        magics = set(_OWN_MAGIC.findall(raw)) if "jax_" in raw else set()
+        if magics:
+            self.stack.append("control" if magics == {"watch"} else "magic")
+            return
+        if any(kind in ("watch", "magic") for kind in self.stack):
+            self.stack.append("inner")
+            return
+        self.stack.append("watch")
+        count = getattr(self.shell, "execution_count", 0)
+        self.watch.begin_cell(f"In [{count}]", self._history())
+
+    def _history(self) -> tuple:
+        """What IPython holds for its output history: its arrays are not the cells' growing memory."""
+        ns = self.shell.user_ns
+        return tuple(v for v in (ns.get("Out"), ns.get("_"), ns.get("__"), ns.get("___")) if v is not None)
+
+    def post_run_cell(self, result=None) -> None:
+        kind = self.stack.pop() if self.stack else ""
+        if kind != "watch" or not self.watch.in_cell:
+            return
+        count = getattr(result, "execution_count", None)
+        findings = self.watch.end_cell(f"In [{count}]" if count is not None else None, self._history())
+        if findings.findings:
+            try:
+                from jaxmagic.ipython.display import display_report
+
+                display_report(findings, in_kernel=getattr(self.shell, "kernel", None) is not None)
+            except Exception:
+                pass
+
+
+def current(shell):
+    hook = _hooks.get(shell)
+    return hook.watch if hook is not None else None
+
+
+def install(shell, watch) -> None:
+    uninstall(shell)
+    hook = WatchHook(shell, watch)
+    _hooks[shell] = hook
+    shell.events.register("pre_run_cell", hook.pre_run_cell)
+    shell.events.register("post_run_cell", hook.post_run_cell)
+
+
+def uninstall(shell):
+    """Stop watching; the watch that was on (or None)."""
+    hook = _hooks.pop(shell, None)
+    if hook is None:
+        return None
+    for event, callback in (("pre_run_cell", hook.pre_run_cell), ("post_run_cell", hook.post_run_cell)):
+        try:
+            shell.events.unregister(event, callback)
+        except ValueError:
+            pass
+    hook.watch.close()
+    return hook.watch

@@ -1,0 +1,129 @@
+"""The watch's log and its findings: plain data, as every report."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxmagic.report import Report, SourceLine, Status
+
+AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
+
+
+@dataclasses.dataclass
+class WatchFinding(Report):
+    """One problem a watched cell caused, told once; ``count`` counts it again in later cells."""
+
+    kind = "jax_watch"
+
+    area: str  # one of AREAS
+    cell: str  # "In [7]"
+    headline: str
+    function: str = ""
+    line: SourceLine | None = None
+    call: int | None = None  # NaN: the call number of the function in that cell
+    details: str = ""
+    fix: str = ""
+    next_magic: str = ""
+    count: int = 1  # how many times it was seen (recompilations: compilations so far)
+
+    @property
+    def status(self) -> Status:
+        return Status.PROBLEM
+
+    @property
+    def summary(self) -> str:
+        return self.headline
+
+    def blocks(self) -> list:
+        from jaxmagic.report.document import Facts, Paragraph, SourceLines
+
+        blocks = []
+        if self.details:
+            blocks.append(Facts([("evidence", self.details)]))
+        if self.line is not None:
+            blocks.append(SourceLines([self.line]))
+        if self.fix:
+            blocks.append(Paragraph(self.fix))
+        if self.next_magic:
+            blocks.append(Paragraph(f"Next: `{self.next_magic}` on that cell shows the details."))
+        return blocks
+
+    def document(self):
+        from jaxmagic.report.document import Document, Section
+
+        return Document("%jax_watch", self.status, self.headline, [Section(f"{self.area}: details", self.blocks())])
+
+
+@dataclasses.dataclass
+class CellFindings(Report):
+    """What one watched cell showed: its new findings, one headline each, details folded."""
+
+    kind = "jax_watch"
+
+    cell: str
+    findings: list[WatchFinding] = dataclasses.field(default_factory=list)
+
+    @property
+    def status(self) -> Status:
+        return Status.PROBLEM if self.findings else Status.OK
+
+    @property
+    def summary(self) -> str:
+        if not self.findings:
+            return f"{self.cell}: nothing found."
+        return f"{self.cell}: " + "; ".join(f"{f.area}: {f.headline}" for f in self.findings)
+
+    def document(self):
+        from jaxmagic.report.document import Document, Section
+
+        sections = [Section(f"{f.area}: {f.headline}", f.blocks()) for f in self.findings]
+        headline = f"{len(self.findings)} new finding(s) in {self.cell}" if self.findings else self.summary
+        return Document("%jax_watch", self.status, headline, sections)
+
+
+@dataclasses.dataclass
+class WatchLog(Report):
+    """Everything the watch found since ``%jax_watch on``; keeps growing while the watch is on."""
+
+    kind = "jax_watch"
+
+    on: bool = False
+    areas: list[str] = dataclasses.field(default_factory=lambda: list(AREAS))
+    budget: int = 2
+    cells_watched: int = 0
+    findings: list[WatchFinding] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data = super().to_dict()
+        data["findings"] = [f.to_dict() for f in self.findings]
+        return data
+
+    @property
+    def status(self) -> Status:
+        return Status.PROBLEM if self.findings else Status.OK
+
+    @property
+    def summary(self) -> str:
+        state = "on" if self.on else "off"
+        found = f"{len(self.findings)} finding(s)" if self.findings else "nothing found"
+        return f"Watch {state} ({', '.join(self.areas)}; {self.cells_watched} cell(s) watched): {found}."
+
+    def document(self):
+        from jaxmagic.report.document import Document, Paragraph, Section, Table
+
+        sections = []
+        if self.findings:
+            rows = [[f.cell, f.area, f.headline, str(f.count), f"`{f.next_magic}`"] for f in self.findings]
+            sections.append(Section("Found so far", [Table(["cell", "area", "finding", "seen", "look closer"], rows)]))
+            sections += [Section(f"{f.cell} {f.area}: {f.headline}", f.blocks()) for f in self.findings]
+        how = [Paragraph(n) for n in self.notes]
+        how.append(
+            Paragraph(
+                f"Watched: {', '.join(self.areas)}; recompilation budget {self.budget} compilations per function. "
+                "The calls of your own jitted functions are watched on JAX's fast path, after each call; "
+                "cells of jaxmagic's own magics are not watched (their reports cover them)."
+            )
+        )
+        sections.append(Section("What is watched", how))
+        return Document("%jax_watch", self.status, self.summary, sections)

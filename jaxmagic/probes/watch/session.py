@@ -1,0 +1,337 @@
+"""Watch cell after cell: the doctor's cheap mechanisms switched on for one cell at a time.
+
+``Watch.begin_cell(label)`` switches on, for that cell only, what
+``%%jax_doctor`` watches with: the calls of the user's own jitted functions
+on JAX's fast path (the post-call hook and ``cache_miss`` monitoring, through
+``jaxmagic.probes.keys(record=True, check_calls=False, fast_path=True)``, which
+also counts the keys each function gets), the NaN watch
+(``probes._support.nan_watch``), NumPy arguments
+(``probes._support.host_arguments``) and the compile log
+(``jaxmagic.probes.compiles``). ``end_cell()`` switches every one of them off
+again - nothing of JAX stays on between cells - re-runs the first NaN-making
+call alone under ``jax.debug_nans`` (as the doctor does), counts live arrays,
+and returns the findings that are new. A problem already told is counted,
+not told again.
+
+A cell without JAX (``jax`` not imported) switches nothing on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
+
+MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells in a row
+MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the watch began
+
+
+def check_areas(only) -> list[str]:
+    """The areas to watch (all by default); ProbeArgumentError for an unknown one."""
+    if not only:
+        return list(AREAS)
+    wanted = [a.strip().strip("'\"").strip() for a in only if a.strip().strip("'\"").strip()]
+    lower = {a.lower(): a for a in AREAS}
+    lower.update({"nans": "NaN", "nan": "NaN", "keys": "random keys", "compiles": "recompilation"})
+    unknown = [a for a in wanted if a.lower() not in lower]
+    if unknown:
+        raise ProbeArgumentError("only", f"takes areas among {', '.join(AREAS)}; unknown: {', '.join(unknown)}")
+    return list(dict.fromkeys(lower[a.lower()] for a in wanted))
+
+
+class Watch:
+    """The state of one ``%jax_watch`` session (plain Python: usable without IPython)."""
+
+    def __init__(self, *, only=(), budget: int = 2, memory_bytes: int = MEMORY_BYTES):
+        if budget < 0:
+            raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
+        self.log = WatchLog(on=True, areas=check_areas(only), budget=budget)
+        self.memory_bytes = memory_bytes
+        self._stack: contextlib.ExitStack | None = None
+        self._cell = ""
+        self._nan = self._hosts = self._keys = self._compiles = None
+        self._compilations: dict[str, int] = {}  # function -> compilations in watched cells
+        self._told: dict[tuple, WatchFinding] = {}
+        self._live_before: dict = {}
+        self._streaks: dict[tuple, int] = {}
+        self._bytes_start: int | None = None
+        self._held = ()
+
+    @property
+    def in_cell(self) -> bool:
+        return self._stack is not None
+
+    def begin_cell(self, label: str, held=()) -> None:
+        """Switch the watch on for one cell; never raises.
+
+        ``held``: values whose arrays are not the cell's to count (IPython's ``Out``, ``_``, ...).
+        """
+        self._cell = label
+        if "jax" not in sys.modules:
+            return
+        areas = self.log.areas
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(preserved_jax_state(()))
+            if "memory" in areas:
+                from jaxmagic.probes._support.host_arguments import live_counts
+
+                self._live_before, total = live_counts(_ids_of(held))
+                if self._bytes_start is None:
+                    self._bytes_start = total
+            if "recompilation" in areas:
+                from jaxmagic.probes.compiles import compiles
+
+                self._compiles = stack.enter_context(compiles(raise_over_budget=False))
+            observers = []
+            if "NaN" in areas:
+                from jaxmagic.probes._support.nan_watch import NanWatch
+
+                self._nan = NanWatch()
+                observers.append(self._nan)
+            if "transfers" in areas:
+                from jaxmagic.probes._support.host_arguments import HostArguments
+
+                self._hosts = HostArguments()
+                observers.append(self._hosts)
+            watching = {"only_user_calls": True, "fast_path": True}
+            if "random keys" in areas:
+                from jaxmagic.probes.keys import keys
+
+                self._keys = stack.enter_context(
+                    keys(record=True, check_calls=False, also_observe=tuple(observers), **watching)
+                )
+            elif observers:
+                from jaxmagic._jax import jit_calls
+
+                stack.enter_context(jit_calls.observing_calls(*observers, **watching))
+        except Exception as error:
+            stack.close()
+            self._nan = self._hosts = self._keys = self._compiles = None
+            self._note(f"{label} was not watched: {type(error).__name__}: {error}")
+            return
+        self._stack = stack
+
+    def end_cell(self, label: str | None = None, held=()) -> CellFindings:
+        """Switch everything off again; the cell's new findings (none: a clean cell). Never raises.
+
+        ``label`` names the cell, when known only now (IPython numbers a cell as it ends).
+        """
+        if label:
+            self._cell = label
+        self._held = held
+        result = CellFindings(self._cell)
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return result
+        try:
+            stack.close()
+        except Exception as error:
+            self._note(f"{self._cell}: the watch could not be switched off cleanly: {type(error).__name__}")
+        nan, hosts, keys, compiles = self._nan, self._hosts, self._keys, self._compiles
+        self._nan = self._hosts = self._keys = self._compiles = None
+        for collect, sub in (
+            (self._nan_findings, nan),
+            (self._compile_findings, compiles),
+            (self._transfer_findings, hosts),
+            (self._key_findings, keys),
+            (self._memory_findings, True if "memory" in self.log.areas else None),
+        ):
+            if sub is None:
+                continue
+            try:
+                result.findings += collect(sub)
+            except Exception as error:  # one area's odd report must not hide the others
+                self._note(f"{self._cell}: jaxmagic could not read one area ({collect.__name__}): {error}")
+        self.log.cells_watched += 1
+        return result
+
+    def close(self) -> None:
+        """End the watch (switching off a cell still in progress, after an interrupt)."""
+        if self._stack is not None:
+            self.end_cell()
+        self.log.on = False
+
+    # -- findings ---------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        if text not in self.log.notes:
+            self.log.notes.append(text)
+
+    def _new(self, key: tuple, **fields) -> list[WatchFinding]:
+        told = self._told.get(key)
+        if told is not None:
+            told.count += fields.get("count", 1) if fields.get("area") != "recompilation" else 0
+            return []
+        finding = self._told[key] = WatchFinding(cell=self._cell, **fields)
+        self.log.findings.append(finding)
+        return [finding]
+
+    def _nan_findings(self, watch) -> list[WatchFinding]:
+        watch.flush()
+        s = watch.sighting
+        if s is None:
+            return []
+        key = ("NaN", s.function)  # the same function making NaN again, from any line: counted, not re-run
+        if key in self._told:
+            self._told[key].count += 1
+            return []
+        nan = watch.explain()
+        headline = f"NaN in the results of `{s.function}` (call {s.call_number} in this cell)"
+        details = f"first in call {s.call_number} of `{s.function}` ({', '.join(s.leaves)})"
+        if s.calls_with_nan > 1:
+            details += f"; {s.calls_with_nan - 1} later call(s) returned NaN too"
+        line, fix = s.line, ""
+        if s.came_in:
+            headline = f"NaN already in the arguments of `{s.function}` (call {s.call_number})"
+        elif nan is not None and nan.found:
+            producer = nan.producer
+            primitive = producer.primitive if producer is not None else (nan.primitive or "?")
+            phase = "backward pass (gradient)" if nan.phase == "backward" else "forward pass"
+            headline = f"NaN made by `{primitive}` in the {phase} of `{s.function}` (call {s.call_number})"
+            if producer is not None:
+                details += f"; {producer.description}"
+            if nan.origin_lines:
+                line = nan.origin_lines[-1]
+            from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
+
+            if nan.phase == "backward":
+                fix = BACKWARD_EXPLANATION
+            elif primitive in FORWARD_CAUSES:
+                fix = f"`{primitive}`: typically {FORWARD_CAUSES[primitive]}."
+        if s.rerun_note:
+            details += ". " + s.rerun_note
+        return self._new(
+            key,
+            area="NaN",
+            headline=headline,
+            function=s.function,
+            line=line,
+            call=s.call_number,
+            details=details,
+            fix=fix,
+            next_magic="%%jax_nans",
+        )
+
+    def _compile_findings(self, report) -> list[WatchFinding]:
+        found = []
+        for f in report.user_functions:
+            total = self._compilations[f.name] = self._compilations.get(f.name, 0) + f.count
+            key = ("recompilation", f.name)
+            if key in self._told:
+                self._told[key].count = total
+                continue
+            if total > self.log.budget:
+                found += self._new(
+                    key,
+                    area="recompilation",
+                    headline=f"`{f.name}` compiled {total} times (budget {self.log.budget}): {f.reason}",
+                    function=f.name,
+                    line=f.first_line,
+                    details=f.evidence or f.cause_breakdown,
+                    fix=f.fix,
+                    next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
+                    count=total,
+                )
+        return found
+
+    def _transfer_findings(self, hosts) -> list[WatchFinding]:
+        from jaxmagic.probes.transfers import WHY
+
+        found = []
+        for h in hosts.seen.values():
+            if h.calls < 2:
+                continue
+            found += self._new(
+                ("transfers", h.function, h.argument, h.value),
+                area="transfers",
+                headline=f"`{h.function}` was given a NumPy array ({h.value}, argument `{h.argument}`) in "
+                f"{h.calls} calls: copied to the device every time",
+                function=h.function,
+                line=h.line,
+                details=f"{h.calls} calls in this cell",
+                fix=WHY,
+                next_magic="%%jax_transfers --mode disallow",
+                count=h.calls,
+            )
+        return found
+
+    def _key_findings(self, keys) -> list[WatchFinding]:
+        from jaxmagic.probes.keys import FIX
+
+        found = []
+        for f in keys.repeated_flows:
+            legacy = " (a legacy uint32 key, followed by its data)" if f.legacy else ""
+            found += self._new(
+                ("random keys", f.function, f.argument),
+                area="random keys",
+                headline=f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} calls "
+                f"(argument `{f.argument}`)",
+                function=f.function,
+                line=f.first_call,
+                details=f"{f.distinct} distinct key(s) in {f.calls} calls: the same random numbers every call" + legacy,
+                fix=FIX,
+                next_magic="%%jax_keys",
+            )
+        for r in keys.reuse:
+            found += self._new(
+                ("random keys", r.consumer, r.reused_at.lineno if r.reused_at else 0),
+                area="random keys",
+                headline=f"key used twice: `{r.consumer}` got an already consumed key",
+                function=r.function or r.consumer,
+                line=r.reused_at,
+                details=r.explanation,
+                fix=FIX,
+                next_magic="%%jax_keys",
+            )
+        return found
+
+    def _memory_findings(self, _) -> list[WatchFinding]:
+        from jaxmagic.probes._support.host_arguments import live_counts
+        from jaxmagic.report.wording import format_bytes, short_dtype
+
+        after, total = live_counts(_ids_of(self._held))
+        self._held = ()
+        before, self._live_before = self._live_before, {}
+        found = []
+        for key in set(before) | set(after):
+            grew = after.get(key, 0) > before.get(key, 0)
+            streak = self._streaks[key] = self._streaks.get(key, 0) + 1 if grew else 0
+            if not grew:
+                self._streaks.pop(key, None)
+            if streak >= MEMORY_CELLS:
+                shape, dtype = key
+                text = f"{short_dtype(dtype)}[{','.join(map(str, shape))}]"
+                found += self._new(
+                    ("memory", key),
+                    area="memory",
+                    headline=f"live `{text}` arrays grew in {streak} cells in a row ({after.get(key, 0)} now)",
+                    details=f"{after.get(key, 0) - before.get(key, 0)} more in this cell",
+                    fix="Arrays kept in a list grow with every step: keep Python numbers (float(loss)) or del "
+                    "the container; x.delete() frees an array at once.",
+                    next_magic="%jax_live",
+                )
+        if self._bytes_start is not None and total - self._bytes_start >= self.memory_bytes:
+            found += self._new(
+                ("memory", "bytes"),
+                area="memory",
+                headline=f"device memory in use grew by {format_bytes(total - self._bytes_start)} since the "
+                "watch began",
+                details=f"{format_bytes(total)} in live arrays now",
+                next_magic="%jax_live",
+            )
+        return found
+
+
+def _ids_of(held) -> frozenset:
+    """The ids of the arrays among ``held`` (one level of lists, tuples and dict values)."""
+    ids = set()
+    for value in held:
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if hasattr(item, "dtype") and hasattr(item, "shape"):
+                ids.add(id(item))
+    return frozenset(ids)

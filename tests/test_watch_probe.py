@@ -1,0 +1,162 @@
+"""%jax_watch: cells watched one after another, on programs shaped like real bugs; the log's to_dict()."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from jaxmagic._jax.restore import take_snapshot
+
+
+def _tools():
+    monitoring = getattr(sys, "monitoring", None)
+    return [monitoring.get_tool(i) for i in range(6)] if monitoring else []
+
+
+def _callbacks(ip):
+    return {event: list(ip.events.callbacks[event]) for event in ("pre_run_cell", "post_run_cell")}
+
+
+@pytest.fixture
+def shell(ip):
+    ip.run_cell("import numpy as np", store_history=True)
+    yield ip
+    ip.run_cell("%jax_watch off", store_history=True)
+
+
+def cell(ip, source: str):
+    return ip.run_cell(source, store_history=True)
+
+
+def findings(ip, area=None):
+    found = ip.user_ns["wlog"].to_dict()["findings"]
+    return [f for f in found if area is None or f["area"] == area]
+
+
+def test_nan_at_call_37_of_a_loop_in_the_third_cell(shell):
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "@jax.jit\ndef update(w, lr):\n    return jnp.sqrt(w - lr)\nw0 = jnp.ones(4)")
+    cell(shell, "lrs = [i / 35.5 for i in range(60)]")
+    result = cell(shell, "outs = []\nfor i in range(60):\n    outs.append(update(w0, lrs[i]))\nlast = outs[-1]")
+    assert result.success
+    (nan,) = findings(shell, "NaN")
+    assert nan["function"] == "update"
+    assert nan["call"] == 37
+    assert "sqrt" in nan["summary"]
+    assert nan["line"]["code"].strip() == "outs.append(update(w0, lrs[i]))"
+    assert nan["cell"] == nan["line"]["label"]
+    assert nan["next_magic"] == "%%jax_nans"
+    # The cell ran as unwatched: every result is there, NaN included.
+    assert len(shell.user_ns["outs"]) == 60 and bool(jnp_isnan(shell.user_ns["last"]))
+    # The same NaN again is counted, not told again.
+    cell(shell, "for i in range(60):\n    update(w0, lrs[i])")
+    assert len(findings(shell, "NaN")) == 1
+
+
+def jnp_isnan(x):
+    import numpy as np
+
+    return np.isnan(np.asarray(x)).any()
+
+
+def test_recompiling_helper_called_from_a_library_like_function(shell):
+    cell(shell, "%jax_watch --budget 2 -o wlog")
+    cell(
+        shell,
+        "@jax.jit\ndef normalize(x):\n    return x / x.sum()\n"
+        "def evaluate(batches):\n    return [normalize(b) for b in batches]\n",
+    )
+    cell(shell, "res = evaluate([jnp.ones(n) for n in range(1, 3)])")
+    assert findings(shell) == []  # two compilations: within the budget
+    cell(shell, "res = evaluate([jnp.ones(n) for n in range(3, 6)])")
+    (found,) = findings(shell, "recompilation")
+    assert found["function"] == "normalize"
+    assert found["count"] == 5
+    assert "shape" in found["summary"]
+    assert found["next_magic"] == "%%jax_compiles --budget 1 --fn normalize"
+    cell(shell, "res = evaluate([jnp.ones(n) for n in range(6, 9)])")
+    (found,) = findings(shell, "recompilation")  # counted, not told again
+    assert found["count"] == 8
+
+
+def test_metrics_list_growing_across_cells(shell):
+    cell(shell, "metrics = []\n%jax_watch -o wlog")
+    cell(shell, "m = jax.jit(lambda x: (x * x).mean(keepdims=True))\nmetrics += [m(jnp.ones(5)) for _ in range(4)]")
+    cell(shell, "metrics += [m(jnp.ones(5)) for _ in range(4)]")
+    assert findings(shell, "memory") == []
+    cell(shell, "metrics += [m(jnp.ones(5)) for _ in range(4)]")
+    (found,) = findings(shell, "memory")
+    assert "f32[1]" in found["summary"] and "3 cells" in found["summary"]
+    assert found["next_magic"] == "%jax_live"
+    cell(shell, "metrics += [m(jnp.ones(5)) for _ in range(4)]")
+    assert len(findings(shell, "memory")) == 1
+
+
+def test_host_array_at_every_call_and_keys_typed_and_legacy(shell):
+    cell(shell, "%jax_watch -o wlog")
+    cell(
+        shell,
+        "X_host = np.ones((16, 3), np.float32)\n"
+        "@jax.jit\ndef predict(x, w):\n    return x @ w\n"
+        "for _ in range(5):\n    predict(X_host, jnp.ones(3))",
+    )
+    (found,) = findings(shell, "transfers")
+    assert found["function"] == "predict" and "f32[16,3]" in found["summary"] and "`x`" in found["summary"]
+    assert found["line"]["code"].strip() == "predict(X_host, jnp.ones(3))"
+    cell(
+        shell,
+        "@jax.jit\ndef noisy(key, x):\n    return x + jax.random.normal(key, x.shape)\n"
+        "legacy = jax.random.PRNGKey(0)\ntyped = jax.random.key(1)\n"
+        "for _ in range(4):\n    noisy(legacy, jnp.ones(2))\n    noisy(typed, jnp.ones(2))",
+    )
+    keys = findings(shell, "random keys")
+    assert keys and all(k["function"] == "noisy" for k in keys)
+    assert keys[0]["line"]["code"].strip().startswith("noisy(")
+
+
+def test_clean_cell_prints_nothing_and_magic_cells_are_not_watched_twice(shell, capsys):
+    cell(shell, "%jax_watch -o wlog")
+    capsys.readouterr()
+    result = cell(shell, "ok = jax.jit(lambda x: x + 1)(jnp.ones(3))")
+    assert result.success and capsys.readouterr().out == ""
+    result = cell(shell, "%%jax_nans -o nrep\nbad = jnp.log(-jnp.ones(2))")  # the magic's own probe: no AlreadyActive
+    assert result.error_in_exec is not None and "AlreadyActive" not in repr(result.error_in_exec)
+    assert findings(shell) == []
+    assert shell.user_ns["wlog"].to_dict()["on"] is True
+
+
+def test_contract_on_off_ok_raising_interrupt(shell):
+    before, tools, callbacks = take_snapshot(), _tools(), _callbacks(shell)
+    cell(shell, "%jax_watch -o wlog")
+    for source in (
+        "y_ok = jax.jit(lambda x: x * 3)(jnp.ones(3))",
+        "jax.jit(lambda x: x * 3)(jnp.ones(3))\nraise ValueError('mine')",
+        "jax.jit(lambda x: x * 3)(jnp.ones(2))\nraise KeyboardInterrupt",
+    ):
+        result = cell(shell, source)
+        assert take_snapshot().differences(before) == [] and _tools() == tools
+        if "ValueError" in source:
+            assert isinstance(result.error_in_exec, ValueError) and str(result.error_in_exec) == "mine"
+        if "Keyboard" in source:
+            assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    cell(shell, "%jax_watch status")
+    cell(shell, "%jax_watch off")
+    assert shell.user_ns["wlog"].to_dict()["on"] is False
+    assert take_snapshot().differences(before) == [] and _tools() == tools and _callbacks(shell) == callbacks
+
+
+def test_bad_area_is_a_usage_error(shell):
+    from IPython.core.error import UsageError
+
+    result = cell(shell, "%jax_watch --only NaN,bogus")
+    assert isinstance(result.error_in_exec, UsageError) and "--only" in str(result.error_in_exec)
+    result = cell(shell, "%jax_watch --only NaN,memory -o wlog")
+    assert result.success and shell.user_ns["wlog"].to_dict()["areas"] == ["NaN", "memory"]
+
+
+def test_arrays_shown_as_cell_results_are_not_growing_memory(shell):
+    cell(shell, "%jax_watch -o wlog")
+    for _ in range(4):
+        cell(shell, "jnp.ones(7) * 2")  # each result stays in Out: IPython's history, not the user's list
+    assert findings(shell, "memory") == []
