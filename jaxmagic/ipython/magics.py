@@ -14,7 +14,7 @@ from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_c
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.capture import capture_output
 
-from jaxmagic.ipython import explainer_hook
+from jaxmagic.ipython import explainer_hook, watch_hook
 from jaxmagic.ipython.call_expression import split_scope_and_call
 from jaxmagic.ipython.cell_runner import run_cell_body, shown_if_unrunnable
 from jaxmagic.ipython.expression import callee_is_jitted, parse_expression
@@ -56,7 +56,7 @@ class JaxMagics(MagicRunner):
         """
         __tracebackhide__ = True
         self._run_cell_magic(
-            self.jax_nans, line, cell, lambda args: probes.nans(infs=args.infs, namespace=self.shell.user_ns)
+            self.jax_nans, line, cell, lambda args: probes.nans(infs=args.infs, namespace=self.user_ns)
         )
 
     @magic_arguments()
@@ -241,7 +241,7 @@ class JaxMagics(MagicRunner):
         def call_or_value(text, args):
             with expression_checked():
                 parse_expression(text)
-                as_call = args.intermediates or callee_is_jitted(text, self.shell.user_ns)
+                as_call = args.intermediates or callee_is_jitted(text, self.user_ns)
             return (self._evaluate(text), None, text) if as_call else (None, self._evaluate_value(text), text)
 
         def run(inputs, args):
@@ -309,7 +309,7 @@ class JaxMagics(MagicRunner):
         tracer was used, where it was made, which variable still holds it.
         """
         __tracebackhide__ = True
-        self._run_cell_magic(self.jax_leaks, line, cell, lambda args: probes.leaks(namespace=self.shell.user_ns))
+        self._run_cell_magic(self.jax_leaks, line, cell, lambda args: probes.leaks(namespace=self.user_ns))
 
     @magic_arguments()
     @argument("what", nargs="*", help="on | off | an exception (e.g. err); default: the last exception.")
@@ -350,7 +350,7 @@ class JaxMagics(MagicRunner):
             error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
             if error is None:
                 raise UsageError("There is no last exception to explain; pass one: %jax_explain err")
-        report = probes.explain_any(error, namespace=self.shell.user_ns)
+        report = probes.explain_any(error, namespace=self.user_ns)
         kind = type(error).__name__
         del error
         if report is None:
@@ -526,7 +526,7 @@ class JaxMagics(MagicRunner):
         from jaxmagic.probes.hlo import Sweep, parse_stages  # deferred: imports JAX (see above)
 
         needs = "a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
-        namespace = self.shell.user_ns
+        namespace = self.user_ns
 
         def scoped_call(text, args):
             try:
@@ -597,7 +597,7 @@ class JaxMagics(MagicRunner):
 
         __tracebackhide__ = True
         args = self._parse(self.jax_live, line)
-        options = dict(namespace=self.shell.user_ns, top=args.top, profile=args.profile)
+        options = dict(namespace=self.user_ns, top=args.top, profile=args.profile)
         if cell is None:
             self._publish(probes.live(**options), args)
             return None
@@ -678,7 +678,7 @@ class JaxMagics(MagicRunner):
                 ref=reference,
                 rtol=args.rtol,
                 call_text=call.text,
-                namespace=self.shell.user_ns,
+                namespace=self.user_ns,
             )
 
         self._run_call_magic(
@@ -731,14 +731,20 @@ class JaxMagics(MagicRunner):
         """
         __tracebackhide__ = True
         self._run_cell_magic(
-            self.jax_doctor, line, cell, lambda args: probes.doctor(skip=args.skip, namespace=self.shell.user_ns)
+            self.jax_doctor, line, cell, lambda args: probes.doctor(skip=args.skip, namespace=self.user_ns)
         )
 
     @magic_arguments()
     @argument("what", nargs="?", default="on", choices=("on", "off", "status"), help="on (default) | off | status")
     @argument("--only", type=comma_list, default=None, metavar="AREAS", help="Watch only these areas, e.g. NaN,memory.")
     @argument("--budget", type=bounded_int(0), default=2, help="Compilations per function before it is told (2).")
-    @argument("-o", "--output", metavar="NAME", help="Bind the watch's log (it keeps growing while the watch is on).")
+    @argument(
+        "-o",
+        "--output",
+        type=variable_name,
+        metavar="NAME",
+        help="Bind the watch's log (it keeps growing while the watch is on).",
+    )
     @line_magic
     def jax_watch(self, line):
         """Watch every later cell for NaN, recompilation, transfers, growing memory and reused keys.
@@ -748,8 +754,6 @@ class JaxMagics(MagicRunner):
         problem is shown once, under the cell that caused it. `status` shows
         what is watched and found so far; -o NAME binds the log.
         """
-        from jaxmagic.ipython import watch_hook
-
         args = self._parse(self.jax_watch, line)
         watch = watch_hook.current(self.shell)
         if args.what == "on":
@@ -764,6 +768,6 @@ class JaxMagics(MagicRunner):
         if args.what != "on" and watch is not None:
             self._publish(watch.log, args)
         elif args.output:
-            self.shell.user_ns[args.output] = watch.log if watch is not None else None
+            self.user_ns[args.output] = watch.log if watch is not None else None
         if args.what == "status" and watch is None:
             print("jaxmagic watch: off")
