@@ -117,7 +117,7 @@ def build(report) -> tuple[float, int, int]:
     from jaxmagic.render import static_bundle
 
     start = time.perf_counter()
-    html = static_bundle(report)["text/html"]
+    html = static_bundle(report.document())["text/html"]
     data = json.dumps(report.to_dict())
     return time.perf_counter() - start, len(html), len(data)
 

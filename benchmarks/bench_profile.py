@@ -110,7 +110,7 @@ def build_from_trace(trace, programs) -> tuple[float, object]:
 
     start = time.perf_counter()
     report = build_report(events_from_trace_json(trace), programs)
-    static_bundle(report)
+    static_bundle(report.document())
     json.dumps(report.to_dict())
     return time.perf_counter() - start, report
 

@@ -101,7 +101,7 @@ def child() -> dict:
 
     def show(value, **options):
         report = probes.sharding(value, expression="x", **options)
-        static_bundle(report)
+        static_bundle(report.document())
         return report
 
     def timed(fn) -> float:

@@ -65,7 +65,7 @@ def grid_data(grid: Grid) -> dict:
 
 
 def summary(report, dims=None) -> dict:
-    bundle = static_bundle(report)
+    bundle = static_bundle(report.document())
     data = report.to_dict()
     return {
         "report": data,
@@ -196,7 +196,7 @@ def main() -> dict:
     out["per_device"] = {
         "by_device": {str(k): v for k, v in per_device_report.by_device().items()},
         "summary": per_device_report.summary,
-        "text": static_bundle(per_device_report)["text/plain"],
+        "text": static_bundle(per_device_report.document())["text/plain"],
         "print_restored": jax.debug.print.__name__,
     }
 

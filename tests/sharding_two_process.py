@@ -52,8 +52,8 @@ def described(report) -> dict:
         "replica_check": layout.replica_check,
         "copies_compared": layout.copies_compared,
         "devices": [[d.id, d.process, d.addressable] for d in layout.devices],
-        "text": static_bundle(report)["text/plain"],
-        "html": static_bundle(report)["text/html"],
+        "text": static_bundle(report.document())["text/plain"],
+        "html": static_bundle(report.document())["text/html"],
     }
 
 

@@ -239,7 +239,7 @@ def test_report_holds_only_data():
     assert data["kind"] == "jax_explain" and data["depends_on"] == ["x", "limit"]
     from jaxmagic.render import static_bundle
 
-    html = static_bundle(report)["text/html"].replace("<wbr>", "")  # line-break hints in long tokens
+    html = static_bundle(report.document())["text/html"].replace("<wbr>", "")  # line-break hints in long tokens
     assert "if x &gt; limit:" in html and "static_argnames=(&#x27;limit&#x27;,)" in html
     for value in report.__dict__.values():
         assert not isinstance(value, (jax.Array, BaseException))

@@ -92,6 +92,41 @@ def test_render_reads_only_the_document_model():
     assert offenders == []
 
 
+def _jaxmagic_imports(under: str) -> list[tuple[str, str]]:
+    return [
+        (path.relative_to(PACKAGE).as_posix(), name)
+        for path in _modules(under)
+        for name in _imported_modules(path)
+        if name == "jaxmagic" or name.startswith("jaxmagic.")
+    ]
+
+
+def test_the_report_model_imports_only_itself():
+    offenders = [
+        f"{path}: {name}" for path, name in _jaxmagic_imports("report") if not name.startswith("jaxmagic.report")
+    ]
+    assert offenders == []
+
+
+def test_probe_support_imports_no_probe():
+    support_or_lower = ("jaxmagic.probes._support", "jaxmagic._jax", "jaxmagic.report", "jaxmagic.render")
+    offenders = [
+        f"{path}: {name}"
+        for path, name in _jaxmagic_imports("probes/_support")
+        if not name.startswith(support_or_lower)
+    ]
+    assert offenders == []
+
+
+def test_only_the_extension_entry_point_imports_the_ipython_layer():
+    offenders = [
+        f"{path}: {name}"
+        for path, name in _jaxmagic_imports("")
+        if name.startswith("jaxmagic.ipython") and not path.startswith("ipython/") and path != "__init__.py"
+    ]
+    assert offenders == []
+
+
 def test_no_private_name_is_imported_across_modules():
     offenders = []
     for path in _modules():

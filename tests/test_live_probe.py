@@ -207,7 +207,7 @@ def test_ipython_output_cache_and_cell_result(shell):
     report = shell.user_ns["live_rep"]
     group = report.group((6007,))
     assert group.by_kind == {KIND_OUTPUT: 1} and f"Out[{number}]" in group.holders
-    assert report.status is Status.PROBLEM and "%reset -f out" in static_bundle(report)["text/html"]
+    assert report.status is Status.PROBLEM and "%reset -f out" in static_bundle(report.document())["text/html"]
     # the cell's own result is not what it leaves behind
     shell.run_cell(
         "%%jax_live -o cell_rep\nkept_6011 = [jnp.ones((6011,)) for _ in range(2)]\njnp.ones((6013,))",

@@ -247,7 +247,7 @@ def test_report_is_stored_and_escaped(shell, magic):
     shell.user_ns.pop("evil_report", None)
     shell.run_cell(EXAMPLES[magic].escaping.format(out="evil_report"))
     report = shell.user_ns["evil_report"]
-    html = static_bundle(report)["text/html"]
+    html = static_bundle(report.document())["text/html"]
     assert "&lt;script&gt;" in html, "the user's text should appear, escaped"
     assert "<script>" not in html and "<img" not in html
     assert EVIL in str(report.to_dict())

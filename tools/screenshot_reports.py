@@ -2,7 +2,7 @@
 
 Runs real buggy JAX code through the magics in an in-process IPython shell
 (the same path a notebook takes: ``%%jax_nans -o NAME``, ``%jax_check -o NAME``),
-renders each report with ``jaxmagic.render.static_bundle(report)['text/html']``
+renders each report with ``jaxmagic.render.static_bundle(report.document())['text/html']``
 - the static HTML a saved notebook keeps - and photographs it with headless
 Chromium:
 
@@ -261,7 +261,7 @@ def photograph(
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     sections = []
     for report_name, report in reports.items():
-        report_html = static_bundle(report)["text/html"]
+        report_html = static_bundle(report.document())["text/html"]
         sections.append(f"<h2>{html.escape(report_name)}</h2>{report_html}")
         if report_name not in wanted:
             continue

@@ -16,6 +16,7 @@ import sys
 from IPython.display import display
 
 from jaxmagic.render import static_bundle
+from jaxmagic.render.terminal import print_rich
 
 
 def display_report(report, in_kernel: bool) -> None:
@@ -24,9 +25,7 @@ def display_report(report, in_kernel: bool) -> None:
     In a kernel (a notebook, VS Code, Qt console) the static bundle is shown; in
     a terminal, rich draws the report when it can, else the plain text is shown.
     """
-    if not in_kernel and sys.stdout.isatty():
-        from jaxmagic.render.terminal import print_rich
-
-        if print_rich(report.document()):
-            return
-    display(static_bundle(report), raw=True)
+    doc = report.document()
+    if not in_kernel and sys.stdout.isatty() and print_rich(doc):
+        return
+    display(static_bundle(doc), raw=True)

@@ -28,6 +28,10 @@ from __future__ import annotations
 import sys
 import weakref
 
+from IPython.display import display
+
+from jaxmagic.render import static_bundle
+
 _hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # What IPython does itself with an exception from parsing a cell (run_cell_async).
@@ -65,11 +69,7 @@ class ExplainerHook:
             report = explain_any(error, namespace=self.shell.user_ns)
             if report is None:
                 return
-            from IPython.display import display
-
-            from jaxmagic.render import static_bundle
-
-            display(static_bundle(report), raw=True)
+            display(static_bundle(report.document()), raw=True)
         except Exception:  # the explanation is a bonus: never let it cost the user their traceback
             pass
 

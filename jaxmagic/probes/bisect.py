@@ -41,7 +41,8 @@ import numpy as np
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, format_bytes
 

@@ -20,7 +20,8 @@ from typing import Any
 from jaxmagic._jax import jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, message_of
 

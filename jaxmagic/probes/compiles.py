@@ -54,7 +54,8 @@ from jaxmagic._jax.compile_log import (
 from jaxmagic._jax.own_settings import is_own_difference, users_values
 from jaxmagic._jax.restore import jax_loggers, preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import cell_label, defining_code, is_user_file, source_line
 from jaxmagic.report.wording import ended, error_line
 

@@ -27,7 +27,8 @@ import socket
 import subprocess
 import sys
 
-from jaxmagic.report import Report, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
 
 _DEFAULTS_SCRIPT = "import jax, json; print('RESULT ' + json.dumps({k: repr(v) for k, v in jax.config.values.items()}))"
 _defaults_cache: dict[tuple[str, str], dict[str, str]] = {}

@@ -20,7 +20,8 @@ import os
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
 from jaxmagic.report.wording import shown
 
 _FLAG = "--xla_force_host_platform_device_count"

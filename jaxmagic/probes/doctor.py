@@ -50,7 +50,8 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import ended, error_line, message_of
 

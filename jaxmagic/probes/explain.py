@@ -27,7 +27,8 @@ import keyword
 import tokenize
 
 from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import first_line, message_of
 

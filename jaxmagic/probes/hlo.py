@@ -36,7 +36,8 @@ from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.name_paths import NamePath, find_run, parse_name, scope_path, split_query
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, format_bytes, strip_ansi
 

@@ -50,7 +50,8 @@ from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.nan_watch import user_frame
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import first_library_function, is_user_file, source_line
 from jaxmagic.report.wording import ended, message_of
 

@@ -33,7 +33,8 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.holder_search import find_held, user_roots
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import defining_code, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, message_of
 

@@ -41,7 +41,8 @@ from jaxmagic.probes._support.holder_search import (
     namespace_roots,
     traceback_roots,
 )
-from jaxmagic.report import Report, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
 from jaxmagic.report.wording import error_line, format_bytes, short_dtype
 
 KIND_JIT_CACHE = "jit cache"  # a constant of a traced program that JAX's caches keep

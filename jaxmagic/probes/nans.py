@@ -26,7 +26,8 @@ from jaxmagic.probes._support.call_sites import counting_call_sites
 from jaxmagic.probes._support.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.probes._support.nan_producer import LoopPosition, NanProducer, OperandValue, ProducerSearch, search
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import first_library_function, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 

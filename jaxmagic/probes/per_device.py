@@ -35,7 +35,8 @@ from collections.abc import Iterator
 
 from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.report import Report, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
 from jaxmagic.report.wording import message_of
 
 _WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)

@@ -47,7 +47,8 @@ from jaxmagic._jax import jit_calls
 from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import ended, error_line
 

@@ -34,6 +34,7 @@ from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import CompiledProgram, ProgramCapture
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.kernel_sources import KernelSource, ProgramSources, program_sources
+from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.trace_events import (
     DISPATCH_PREFIX,
     TRANSFER_NAMES,
@@ -44,7 +45,7 @@ from jaxmagic.probes._support.trace_events import (
     self_times,
     union_ns,
 )
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import ended, error_line, format_bytes
 

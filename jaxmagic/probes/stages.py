@@ -31,7 +31,8 @@ from typing import Any
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
 from jaxmagic.report.wording import error_line, format_bytes, short_dtype
 
 DEFAULT_RUNS = 20

@@ -22,7 +22,8 @@ from types import TracebackType
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import message_of
 

@@ -48,7 +48,8 @@ from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 

@@ -1,15 +1,13 @@
-"""Renderers: a report's Document drawn as static HTML or text (plain, or rich in a terminal)."""
+"""Renderers: a Document drawn as static HTML or text (plain, or rich in a terminal).
+
+Renderers read only ``jaxmagic.report.document``; ``ShowsItself`` lets an
+object with a ``document()`` display itself through them.
+"""
 
 from __future__ import annotations
 
+from jaxmagic.render.display import ShowsItself, static_bundle
 from jaxmagic.render.html import render_html
 from jaxmagic.render.text import render_text
 
-
-def static_bundle(report) -> dict[str, str]:
-    """``text/html`` and ``text/plain`` for a report: everything a notebook shows and keeps."""
-    doc = report.document()
-    return {"text/html": render_html(doc), "text/plain": render_text(doc)}
-
-
-__all__ = ["static_bundle", "render_html", "render_text"]
+__all__ = ["ShowsItself", "static_bundle", "render_html", "render_text"]

@@ -20,8 +20,7 @@ COLUMN_GAP = "  "
 MIN_COLUMN = 8  # a column is never squeezed below this (or its longest word, if shorter)
 
 
-def render_text(report_or_doc, width: int = DEFAULT_WIDTH) -> str:
-    doc = report_or_doc if isinstance(report_or_doc, Document) else report_or_doc.document()
+def render_text(doc: Document, width: int = DEFAULT_WIDTH) -> str:
     out = wrap(f"{doc.title} [{doc.status.word}] {doc.headline}", width, subsequent_indent=INDENT)
     for section in doc.sections:
         if section.title:

@@ -2,8 +2,9 @@
 
 A report holds strings, numbers, shapes and dtypes only - never an array, a
 tracer or a user function - so keeping one (``-o NAME``) keeps no memory alive.
-``to_dict()`` gives JSON-serialisable data; ``_repr_mimebundle_`` lets a report
-display itself (static HTML + plain text) wherever it is shown.
+``to_dict()`` gives JSON-serialisable data and ``document()`` the report as a
+domain-free ``Document``. The model imports no renderer: a probe's report shows
+itself through ``jaxmagic.render.ShowsItself`` (``probes/_support/report_base.py``).
 """
 
 from __future__ import annotations
@@ -71,17 +72,6 @@ class Report:
     def summary(self) -> str:
         """One sentence saying what was found."""
         raise NotImplementedError
-
-    # Displaying a report object (e.g. the one stored by -o) shows it.
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        from jaxmagic.render import static_bundle
-
-        return static_bundle(self)
-
-    def __str__(self) -> str:
-        from jaxmagic.render.text import render_text
-
-        return render_text(self)
 
 
 def _jsonable(value: Any) -> Any:

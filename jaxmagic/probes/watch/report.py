@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
 
 AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
 
