@@ -10,7 +10,7 @@ import sys
 import types
 from typing import Any
 
-from jaxmagic.probes._support.holder_walk import _is_library_module
+from jaxmagic.probes._support.holder_walk import is_library_module
 from jaxmagic.report.source import running_shell
 
 # Kinds of holder, in order of preference: a user-visible name explains an
@@ -80,7 +80,7 @@ def user_roots(namespace: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return [
         (name, value, KIND_NAME)
         for name, value in list(namespace.items())
-        if not name.startswith("_") and name not in _IPYTHON_NAMES and not _is_library_module(value)
+        if not name.startswith("_") and name not in _IPYTHON_NAMES and not is_library_module(value)
     ]
 
 

@@ -217,7 +217,7 @@ def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
             or "__wrapped__" in (_own_dict(value) or ())
         )
     if kind is _MODULE:
-        return not _is_library_module(value)
+        return not is_library_module(value)
     if kind is _CLASS:
         return _defined_by_user(value)
     return _key_data(value) is not None  # _KEY: the live array is the key data inside it
@@ -366,7 +366,7 @@ def _is_array_type(cls: type) -> bool:
     return len(names) == 2
 
 
-def _is_library_module(value: Any) -> bool:
+def is_library_module(value: Any) -> bool:
     if not isinstance(value, types.ModuleType):
         return False
     return not is_user_file(getattr(value, "__file__", None) or "")

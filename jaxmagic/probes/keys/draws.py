@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
 from jaxmagic.probes._support.nan_watch import user_frame
-from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, _key_fingerprint, _line_of, _render_key
+from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, line_of, render_key
 from jaxmagic.probes.keys.report import KeyReport, LegacyKeyUse, RepeatedDraw
 
 # jax.random functions that read a key without drawing from it
@@ -25,7 +25,7 @@ def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
 
     if isinstance(key, jax.core.Tracer):
         return None
-    digest, data = _key_fingerprint(key)
+    digest, data = key_fingerprint(key)
     code = frame.f_code if frame is not None else None
     others = []
     if code is not None:
@@ -57,7 +57,7 @@ def _argument_fingerprint(value) -> str:
 
 
 @contextlib.contextmanager
-def _random_calls_followed(report: KeyReport) -> Iterator[None]:
+def random_calls_followed(report: KeyReport) -> Iterator[None]:
     """Follow each eager jax.random call by its key's data (see ``_jax.prng_checks``).
 
     Lists the calls given a raw uint32 key, and counts per (function, line of
@@ -77,7 +77,7 @@ def _random_calls_followed(report: KeyReport) -> Iterator[None]:
             with lock:
                 use = uses.get(where)
                 if use is None:
-                    use = uses[where] = LegacyKeyUse(name, _line_of(user))
+                    use = uses[where] = LegacyKeyUse(name, line_of(user))
                     report.legacy.append(use)
                 use.count += 1
         if name in _NOT_DRAWING or user is None:
@@ -92,7 +92,7 @@ def _random_calls_followed(report: KeyReport) -> Iterator[None]:
             if entry is None:
                 if len(draws) >= MAX_DRAW_LINES:
                     return
-                entry = draws[where] = (RepeatedDraw(name, _line_of(user), legacy=legacy), {})
+                entry = draws[where] = (RepeatedDraw(name, line_of(user), legacy=legacy), {})
                 report.draws.append(entry[0])
             draw, seen = entry
             draw.calls += 1
@@ -109,5 +109,5 @@ def _random_calls_followed(report: KeyReport) -> Iterator[None]:
         for draw, seen in draws.values():
             if seen:
                 data, times = max(seen.values(), key=lambda item: item[1])
-                draw.repeated_key, draw.repeated_times = _render_key(data), times
+                draw.repeated_key, draw.repeated_times = render_key(data), times
         draws.clear()

@@ -10,14 +10,14 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.probes.keys.report import KeyFlow, KeyReport
-from jaxmagic.probes.keys.reuse import _argument_name, _function_is_users
+from jaxmagic.probes.keys.reuse import argument_name, function_is_users
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
 
 
-class _KeyWatch(jit_calls.CallObserver):
+class KeyWatch(jit_calls.CallObserver):
     """Counts the distinct typed keys each argument of the user's jitted functions receives."""
 
     def __init__(self, report: KeyReport):
@@ -28,19 +28,19 @@ class _KeyWatch(jit_calls.CallObserver):
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
-        if not is_jit or not _function_is_users(params):
+        if not is_jit or not function_is_users(params):
             return
         legacy = self._legacy_arguments(params)
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
                 continue
             with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
-                fingerprint, shown = _key_fingerprint(value)
+                fingerprint, shown = key_fingerprint(value)
             key = (name, index)
             with self.lock:
                 flow = self.flows.get(key)
                 if flow is None:
-                    argument = _argument_name(params, index) or f"argument {index}"
+                    argument = argument_name(params, index) or f"argument {index}"
                     flow = self.flows[key] = KeyFlow(name, argument, first_call=_caller_line(), legacy=index in legacy)
                     self.report.flows.append(flow)
                     self.seen[key] = {}
@@ -76,7 +76,7 @@ class _KeyWatch(jit_calls.CallObserver):
             seen = self.seen.get(key)
             if seen:
                 data, times = max(seen.values(), key=lambda item: item[1])
-                flow.repeated_key, flow.repeated_times = _render_key(data), times
+                flow.repeated_key, flow.repeated_times = render_key(data), times
         self.seen.clear()
 
 
@@ -96,7 +96,7 @@ def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
     return found
 
 
-def _key_fingerprint(key) -> tuple[bytes, object]:
+def key_fingerprint(key) -> tuple[bytes, object]:
     """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
     if jit_calls.is_typed_key(key):
         base = getattr(key, "_base_array", None)
@@ -112,14 +112,14 @@ def _key_fingerprint(key) -> tuple[bytes, object]:
     return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data
 
 
-def _render_key(data) -> str:
+def render_key(data) -> str:
 
     return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
 
 
 def _caller_line() -> SourceLine | None:
-    return _line_of(user_frame())
+    return line_of(user_frame())
 
 
-def _line_of(frame) -> SourceLine | None:
+def line_of(frame) -> SourceLine | None:
     return None if frame is None else source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

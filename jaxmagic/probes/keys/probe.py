@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.probes.keys.draws import _random_calls_followed
-from jaxmagic.probes.keys.flows import _KeyWatch
+from jaxmagic.probes.keys.draws import random_calls_followed
+from jaxmagic.probes.keys.flows import KeyWatch
 from jaxmagic.probes.keys.report import KeyReport, KeyReuse
 from jaxmagic.probes.keys.reuse import explain_key_reuse
 from jaxmagic.probes.leaks import mark_explained
@@ -63,11 +63,11 @@ def keys(
         seen[spot] = reuse
         report.reuse.append(reuse)
 
-    watch = _KeyWatch(report)
+    watch = KeyWatch(report)
     try:
         with (
             preserved_jax_state(CONFIG_NAMES),
-            _random_calls_followed(report),
+            random_calls_followed(report),
             jit_calls.observing_calls(
                 watch,
                 *also_observe,

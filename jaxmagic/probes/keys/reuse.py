@@ -41,7 +41,7 @@ def explain_key_reuse(
     elif function and reuse.consumer in ("jit-compiled function", ""):
         reuse.consumer = function
     if params and reuse.index is not None:
-        reuse.argument = _argument_name(params, reuse.index)
+        reuse.argument = argument_name(params, reuse.index)
     cause = error.__cause__
     if cause is not None and type(cause).__name__ == "KeyReuseError":
         first = _user_frames(cause.__traceback__)
@@ -74,7 +74,7 @@ def _user_frames_of_stack() -> list[SourceLine]:
     return list(reversed(lines))
 
 
-def _argument_name(params: dict, index: int) -> str:
+def argument_name(params: dict, index: int) -> str:
     closed = params.get("jaxpr")
     info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
     names = getattr(info, "arg_names", None)
@@ -86,7 +86,7 @@ def _argument_name(params: dict, index: int) -> str:
 _users_functions: dict[str, bool] = {}  # a traced function's "f at file:line" -> whether the file is the user's
 
 
-def _function_is_users(params: dict) -> bool:
+def function_is_users(params: dict) -> bool:
     closed = params.get("jaxpr")
     info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
     where = str(getattr(info, "func_src_info", "") or "")

@@ -6,7 +6,7 @@ import ast
 import math
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.sharding.layouts import _axes_of
+from jaxmagic.probes.sharding.layouts import axes_of
 from jaxmagic.probes.sharding.report import (
     MAX_INTERMEDIATES,
     ArrayLayout,
@@ -32,7 +32,7 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
     return names, kw_names
 
 
-def _input_shardings(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
+def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
     arg_names, kw_names = _argument_names(call_text, args, kwargs)
     info = getattr(jitted, "_jit_info", None)
     static = {i % len(args) for i in getattr(info, "static_argnums", ()) or ()} if args else set()
@@ -78,7 +78,7 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     return rows
 
 
-def _output_shardings(traced, compiled) -> list[LeafSharding]:
+def outputs_as_compiled(traced, compiled) -> list[LeafSharding]:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     rows = []
@@ -111,7 +111,7 @@ def _spec_text(sharding) -> str:
     return str(sharding)
 
 
-def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
+def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding], int]:
     """Compile an instrumented copy of the call that asks the compiler for every
     intermediate's sharding (``jax.debug.inspect_array_sharding`` after each
     top-level operation), with the same input and output shardings.
@@ -193,7 +193,7 @@ def _intermediates(traced, compiled) -> tuple[list[IntermediateSharding], int]:
     return rows, dropped
 
 
-def _constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
+def constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
     """Every ``sharding_constraint`` of the top-level program, checked against the shardings that came out."""
     closed = traced.jaxpr
     jaxpr = closed.jaxpr
@@ -211,7 +211,7 @@ def _constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLa
             shape = tuple(getattr(aval, "shape", ()))
             sizes = dict(getattr(mesh, "shape", {}) or {})
             for dim, entry in enumerate(tuple(spec or ())[: len(shape)]):
-                axes = _axes_of(entry)
+                axes = axes_of(entry)
                 devices = math.prod(sizes.get(a, 1) for a in axes)
                 if devices > 1 and shape[dim] % devices:
                     names = ", ".join(repr(a) for a in axes)

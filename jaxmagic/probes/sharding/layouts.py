@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic.probes.sharding.replicas import _bounds, _check_replicas
+from jaxmagic.probes.sharding.replicas import block_bounds, compare_replicas
 from jaxmagic.probes.sharding.report import ArrayLayout, Block, DeviceInfo, MeshInfo
 
 
-def _layouts_of_tree(value: Any, check_replicas: bool, root: str = "") -> tuple[list[ArrayLayout], list[list[str]]]:
+def layouts_of_tree(value: Any, check_replicas: bool, root: str = "") -> tuple[list[ArrayLayout], list[list[str]]]:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     leaves, _ = jax.tree_util.tree_flatten_with_path(value)
@@ -82,12 +82,12 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
             positions[int(device.id)] = [int(i) for i in position]
     if spec is not None:
         layout.spec = str(spec)
-        layout.dim_axes = [_axes_of(entry) for entry in tuple(spec)] + [[] for _ in range(len(shape) - len(spec))]
+        layout.dim_axes = [axes_of(entry) for entry in tuple(spec)] + [[] for _ in range(len(shape) - len(spec))]
     index_map = sharding.devices_indices_map(shape)
     blocks: dict[tuple, list[int]] = {}
     device_objects = {}
     for device, index in index_map.items():
-        key = tuple(_bounds(s, n) for s, n in zip(index, shape))
+        key = tuple(block_bounds(s, n) for s, n in zip(index, shape))
         blocks.setdefault(key, []).append(int(device.id))
         device_objects[int(device.id)] = device
     order = layout.mesh.device_ids if layout.mesh else sorted(device_objects)
@@ -118,7 +118,7 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
     elif not check_replicas:
         layout.replica_check = "skipped"
     else:
-        _check_replicas(x, layout)
+        compare_replicas(x, layout)
     return layout
 
 
@@ -135,7 +135,7 @@ def _itemsize(dtype) -> int:
         return int(getattr(dtype, "itemsize", 0) or 0)
 
 
-def _axes_of(entry) -> list[str]:
+def axes_of(entry) -> list[str]:
     if entry is None:
         return []
     if isinstance(entry, (tuple, list)):

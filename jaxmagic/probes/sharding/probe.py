@@ -8,9 +8,14 @@ from typing import Any
 from jaxmagic._jax import jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.sharding.compiled import _constraint_checks, _input_shardings, _intermediates, _output_shardings
-from jaxmagic.probes.sharding.layouts import _layouts_of_tree
-from jaxmagic.probes.sharding.report import CallShardings, ShardingReport, _error_line
+from jaxmagic.probes.sharding.compiled import (
+    constraint_checks,
+    inputs_as_compiled,
+    intermediate_shardings,
+    outputs_as_compiled,
+)
+from jaxmagic.probes.sharding.layouts import layouts_of_tree
+from jaxmagic.probes.sharding.report import CallShardings, ShardingReport, failure_text
 
 
 def sharding(
@@ -25,7 +30,7 @@ def sharding(
     """
     report = ShardingReport(expression=expression, dims=list(dims) if dims else None, replicas_checked=check_replicas)
     with preserved_jax_state(()):
-        report.arrays, report.other_leaves = _layouts_of_tree(value, check_replicas)
+        report.arrays, report.other_leaves = layouts_of_tree(value, check_replicas)
     _check_dims(report)
     return report
 
@@ -75,10 +80,10 @@ def run_call(
             jax.block_until_ready(result)
         except Exception as failure:
             error = failure
-            report.failure = _error_line(failure)
+            report.failure = failure_text(failure)
             result = None
         if result is not None:
-            report.arrays, report.other_leaves = _layouts_of_tree(result, check_replicas, root="result")
+            report.arrays, report.other_leaves = layouts_of_tree(result, check_replicas, root="result")
         del result
         try:
             traced = jitted.trace(*args, **kwargs)
@@ -86,19 +91,19 @@ def run_call(
         except Exception as failure:  # the call's own error, reported above
             if error is None:
                 error = failure
-                report.failure = _error_line(failure)
+                report.failure = failure_text(failure)
             return report, error
-        call.inputs = _input_shardings(jitted, compiled, traced, args, kwargs, text)
-        call.outputs = _output_shardings(traced, compiled)
+        call.inputs = inputs_as_compiled(jitted, compiled, traced, args, kwargs, text)
+        call.outputs = outputs_as_compiled(traced, compiled)
         try:
-            call.constraints = _constraint_checks(traced, call.outputs, report.arrays)
+            call.constraints = constraint_checks(traced, call.outputs, report.arrays)
         except Exception:  # another jaxpr layout: no constraint checks, the rest of the report stands
             call.constraints = []
         if intermediates:
             try:
-                call.intermediates, call.intermediates_dropped = _intermediates(traced, compiled)
+                call.intermediates, call.intermediates_dropped = intermediate_shardings(traced, compiled)
             except Exception as failure:
-                call.intermediates_failure = _error_line(failure)
+                call.intermediates_failure = failure_text(failure)
         del traced, compiled
     _check_dims(report)
     return report, error

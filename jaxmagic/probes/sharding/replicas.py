@@ -6,26 +6,26 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic.probes.sharding.report import ArrayLayout, CopyGroup, _error_line
+from jaxmagic.probes.sharding.report import ArrayLayout, CopyGroup, failure_text
 
 # Blocks up to this many elements show their values when copies differ.
 PREVIEW_ELEMENTS = 16
 
 
-def _bounds(index, size: int) -> tuple[int, int]:
+def block_bounds(index, size: int) -> tuple[int, int]:
     if isinstance(index, slice):
         start, stop, _ = index.indices(size)
         return start, stop
     return int(index), int(index) + 1
 
 
-def _check_replicas(x, layout: ArrayLayout) -> None:
+def compare_replicas(x, layout: ArrayLayout) -> None:
     """Compare, bit for bit, the local copies of every block held by several devices."""
     import jax  # deferred: importing jaxmagic does not import JAX
 
     by_index: dict[tuple, list] = {}
     for shard in x.addressable_shards:
-        key = tuple(_bounds(s, n) for s, n in zip(shard.index, x.shape))
+        key = tuple(block_bounds(s, n) for s, n in zip(shard.index, x.shape))
         by_index.setdefault(key, []).append(shard)
     compared = 0
     try:
@@ -53,7 +53,7 @@ def _check_replicas(x, layout: ArrayLayout) -> None:
                 block.copy_groups = [CopyGroup(ids, _preview(copy, reference)) for ids, copy in groups]
             del groups
     except Exception as failure:  # a dtype we cannot read on the host, say
-        layout.replica_check = f"not possible: {_error_line(failure)}"
+        layout.replica_check = f"not possible: {failure_text(failure)}"
         return
     layout.copies_compared = compared
     layout.replica_check = "differ" if layout.blocks_differing else "consistent"

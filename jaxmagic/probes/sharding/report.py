@@ -326,6 +326,6 @@ def _differ_sentence(layout: ArrayLayout, what: str, is_call: bool) -> str:
     return f"{subject} is replicated{declared} but its copies differ: {copies}{tail}."
 
 
-def _error_line(error: BaseException) -> str:
+def failure_text(error: BaseException) -> str:
     lines = message_of(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
