@@ -1,0 +1,406 @@
+"""The holder search's walk: one breadth-first pass from the roots over the references a person could name.
+
+List and tuple elements, dict values, attributes, ``__slots__``, and the
+chosen edges (closure cells, default arguments, classes and modules, methods,
+sets, a typed key's data); it only reads, never calls user code, and is
+bounded by depth and ``BUDGET``. ``holder_search`` turns what it reaches into holders.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import sys
+import types
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from jaxmagic.report.source import is_user_file
+
+# Edges the walk may follow besides container items, attributes and slots.
+CLOSURES = "closures"  # a function's closure cells ("closed over by", "closure variable")
+DEFAULTS = "defaults"  # a function's default arguments
+CLASSES = "classes"  # attributes of user-defined classes and modules
+METHODS = "methods"  # bound methods' functions, functools.partial's function and arguments
+SETS = "sets"  # elements of sets and frozensets
+KEY_DATA = "key data"  # the uint32 array inside a typed PRNG key array
+LIVE_EDGES = frozenset({CLOSURES, SETS, KEY_DATA})
+LEAK_EDGES = frozenset({CLOSURES, DEFAULTS, CLASSES, METHODS, KEY_DATA})
+
+BUDGET = 5_000_000  # values looked at
+
+# Objects of these packages are infrastructure: never the place a user stored something.
+_SKIPPED_PACKAGES = frozenset(
+    {
+        "numpy",
+        "IPython",
+        "ipykernel",
+        "traitlets",
+        "zmq",
+        "tornado",
+        "asyncio",
+        "jupyter_client",
+        "logging",
+        "threading",
+        "concurrent",
+        "comm",
+        "ipywidgets",
+        "jaxmagic",
+        "_pytest",
+        "pytest",
+        "nbclient",
+        "prompt_toolkit",
+        "jedi",
+        "parso",
+    }
+)
+_LEAF_TYPES = (
+    str,
+    bytes,
+    bytearray,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    range,
+    slice,
+    memoryview,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+)
+_SEQUENCES = (list, tuple, collections.deque)
+
+
+def walk(
+    roots: Iterable[tuple[str, Any, str]],
+    *,
+    on_items: Callable,
+    on_hit: Callable,
+    target_ids: dict | None = None,
+    is_target: Callable[[Any], bool] | None = None,
+    max_depth: int = 3,
+    edges: frozenset = LIVE_EDGES,
+    max_items: int | None = None,
+    restart_names: bool = False,
+    budget: int = BUDGET,
+) -> tuple[int, bool, list]:
+    """Breadth-first from ``roots`` ((label, object, kind) triples) to the targets.
+
+    A target is an object whose id is a key of ``target_ids`` (its value, the
+    target's key, is passed on), or for which ``is_target`` is true (key True).
+    Targets are not searched further. Hits below a root are reported as they
+    are found, shortest paths first: ``on_items(indices, ids, keys, kind,
+    label, note, depth)`` for the elements of one list or tuple ``label``, and
+    ``on_hit(target_id, key, kind, path, depth)`` for any other.
+
+    ``max_depth`` is how many steps below a root are followed, ``edges`` which
+    references besides items and attributes (``CLOSURES``, ``DEFAULTS``, ...),
+    ``max_items`` how many items of one container are looked at.
+    ``restart_names``: a closure variable or default argument starts a path of
+    its own (``box[0] (closed over by g)``) instead of extending its function's
+    (``g (closure variable box)[0]``).
+
+    Returns (values looked at, whether the budget ran out, the roots that are
+    targets as (target id, key, kind, label)).
+    """
+    by_id = target_ids is not None
+    key_get = target_ids.get if by_id else functools.partial(_test_target, is_target)
+    visited: set[int] = set()
+    keep_alive = []  # ids stay unique only while the objects live
+    slots: dict[type, list[str]] = {}  # caches of this walk, per type: they hold no class after it
+    descendable = functools.partial(_descendable, edges=edges, kinds={})
+    count = 0
+    truncated = False
+    root_hits: list[tuple[int, Any, str, str]] = []
+    frontier: list[tuple[str, str, Any, str]] = []  # (label, note, object, kind)
+    for label, value, kind in roots:
+        count += 1
+        key = key_get(id(value)) if by_id else key_get(value)
+        if key is not None:
+            root_hits.append((id(value), key, kind, label))
+        elif max_depth > 0 and descendable(value):
+            frontier.append((label, "", value, kind))
+
+    def named(label: str, note: str, step: str, relation: str) -> tuple[str, str]:
+        if not relation:
+            return label + step, note
+        if restart_names:
+            return step, f" ({relation} {label}{note})"
+        what = "closure variable" if relation == "closed over by" else "default argument"
+        return f"{label} ({what} {step})", note
+
+    depth = 0
+    while frontier and depth < max_depth:
+        depth += 1
+        following: list[tuple[str, str, Any, str]] = []
+        go_deeper = depth < max_depth
+        for label, note, container, kind in frontier:
+            if id(container) in visited:
+                continue
+            visited.add(id(container))
+            keep_alive.append(container)
+            if type(container) is list or type(container) is tuple:
+                # The common case, kept tight: the lookups run as C loops (map), and no text is
+                # made for elements that are not hits.
+                items = container if max_items is None or len(container) <= max_items else container[:max_items]
+                ids = list(map(id, items))
+                keys = list(map(key_get, ids if by_id else items))
+                count += len(ids)
+                if None not in keys:  # every element is a target: a list of arrays
+                    if keys:
+                        on_items(range(len(ids)), ids, keys, kind, label, note, depth)
+                else:
+                    indices = [i for i, k in enumerate(keys) if k is not None]
+                    if indices:
+                        on_items(
+                            indices, [ids[i] for i in indices], [keys[i] for i in indices], kind, label, note, depth
+                        )
+                    if go_deeper:
+                        for index, (child, key) in enumerate(zip(items, keys)):
+                            if key is None and descendable(child):
+                                following.append((f"{label}[{index}]", note, child, kind))
+            else:
+                for step, index, child, relation in _children(container, edges, max_items, slots):
+                    count += 1
+                    key = key_get(id(child)) if by_id else key_get(child)
+                    if key is None:
+                        if go_deeper and descendable(child):
+                            following.append((*named(label, note, step, relation), child, kind))
+                    elif index is not None:
+                        on_items([index], [id(child)], [key], kind, label, note, depth)
+                    else:
+                        child_label, child_note = named(label, note, step, relation)
+                        on_hit(id(child), key, kind, child_label + child_note, depth)
+            if count > budget:
+                truncated = True
+                following = []
+                break
+        frontier = following
+    del keep_alive
+    return count, truncated, root_hits
+
+
+def _test_target(is_target: Callable[[Any], bool], value: Any) -> Any:
+    try:
+        return True if is_target(value) else None
+    except Exception:
+        return None
+
+
+# What a type's objects are to the walk (cached per type for one walk).
+_LEAF, _NONEMPTY, _FUNCTION, _MODULE, _CLASS, _ALWAYS, _KEY, _OBJECT = range(8)
+
+
+def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
+    """Whether ``value`` may hold a target that a person would name through it."""
+    cls = type(value)
+    kind = kinds.get(cls)
+    if kind is None:
+        kind = kinds[cls] = _type_kind(cls, edges)
+    if kind is _LEAF:
+        return False
+    if kind is _NONEMPTY:
+        return bool(value)
+    if kind is _OBJECT:
+        return _own_dict(value) is not None
+    if kind is _ALWAYS:
+        return True
+    if kind is _FUNCTION:
+        return (
+            (CLOSURES in edges and bool(value.__closure__))
+            or DEFAULTS in edges
+            or "__wrapped__" in (_own_dict(value) or ())
+        )
+    if kind is _MODULE:
+        return not is_library_module(value)
+    if kind is _CLASS:
+        return _defined_by_user(value)
+    return _key_data(value) is not None  # _KEY: the live array is the key data inside it
+
+
+def _type_kind(cls: type, edges: frozenset) -> int:
+    if issubclass(cls, _LEAF_TYPES):
+        return _LEAF
+    if issubclass(cls, (list, tuple, dict, collections.deque)):
+        return _NONEMPTY
+    if issubclass(cls, (set, frozenset)):
+        return _NONEMPTY if SETS in edges else _LEAF
+    if issubclass(cls, types.FunctionType):
+        return _FUNCTION
+    if issubclass(cls, types.ModuleType):
+        return _MODULE if CLASSES in edges else _LEAF
+    if issubclass(cls, type):
+        return _CLASS if CLASSES in edges else _LEAF
+    if issubclass(cls, (types.MethodType, functools.partial)):
+        return _ALWAYS if METHODS in edges else _LEAF
+    if (getattr(cls, "__module__", "") or "").split(".")[0] in _SKIPPED_PACKAGES:
+        return _LEAF  # NumPy arrays hold no JAX arrays; the shell's own objects are not user data
+    if KEY_DATA in edges and cls.__name__ == "PRNGKeyArray":
+        return _KEY
+    if _is_array_type(cls):
+        return _LEAF  # an array of some library (a JAX array not among the targets: deleted)
+    return _ALWAYS if _slot_names(cls) else _OBJECT
+
+
+def _children(
+    obj: Any, edges: frozenset, max_items: int | None, slots: dict[type, list[str]]
+) -> Iterator[tuple[str, int | None, Any, str]]:
+    """``(step, int index or None, child, relation)`` for each reference ``obj`` holds that a person
+    could name. ``relation`` is "" for an ordinary step (``[0]``, ``.attr``) and a phrase such as
+    "closed over by" when the child is a variable of a function (``step`` is then its name)."""
+    if isinstance(obj, dict):
+        for key, value in itertools.islice(list(obj.items()), max_items):
+            yield _key_text(key), None, value, ""
+        return
+    if isinstance(obj, _SEQUENCES):
+        fields = getattr(type(obj), "_fields", None) if isinstance(obj, tuple) else None
+        for i, value in enumerate(itertools.islice(list(obj), max_items)):
+            if fields and i < len(fields):  # a NamedTuple (optax states, ...)
+                yield f".{fields[i]}", None, value, ""
+            else:
+                yield f"[{i}]", i, value, ""
+        return
+    if isinstance(obj, (set, frozenset)):
+        if SETS in edges:
+            for value in itertools.islice(list(obj), max_items):
+                yield "{...}", None, value, ""
+        return
+    if isinstance(obj, types.FunctionType):
+        yield from _function_children(obj, edges)
+        return
+    if isinstance(obj, types.MethodType):
+        yield ".__func__", None, obj.__func__, ""
+        return
+    if isinstance(obj, functools.partial):
+        yield ".func", None, obj.func, ""
+        for i, value in enumerate(obj.args):
+            yield f".args[{i}]", None, value, ""
+        for key, value in (obj.keywords or {}).items():
+            yield f".keywords[{key!r}]", None, value, ""
+        return
+    namespace = _own_dict(obj)
+    if isinstance(obj, (types.ModuleType, type)):
+        for key, value in list((namespace or {}).items()):
+            if not (isinstance(key, str) and key.startswith("__")):
+                yield f".{key}", None, value, ""
+        return
+    data = _key_data(obj) if KEY_DATA in edges else None
+    if data is not None:
+        yield " (key data)", None, data, ""
+        return
+    if namespace is not None and "__wrapped__" in namespace:
+        # A wrapper made by functools.wraps, such as jax.jit(f): a reference from jax.jit(f)'s
+        # closure is one from f's closure; the rest of the wrapper's state is JAX's.
+        wrapped = namespace["__wrapped__"]
+        if isinstance(wrapped, types.FunctionType):
+            yield from _function_children(wrapped, edges)
+        else:
+            yield "", None, wrapped, ""
+        return
+    if namespace is not None:
+        for key, value in itertools.islice(list(namespace.items()), max_items):
+            yield f".{key}", None, value, ""
+    names = slots.get(type(obj))
+    if names is None:
+        names = slots[type(obj)] = _slot_names(type(obj))
+    for name in names:
+        try:
+            value = _slot_value(obj, name)
+        except Exception:
+            continue
+        yield f".{name}", None, value, ""
+
+
+def _function_children(fn: types.FunctionType, edges: frozenset) -> Iterator[tuple[str, int | None, Any, str]]:
+    code = fn.__code__
+    if CLOSURES in edges:
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            yield name, None, value, "closed over by"
+    if DEFAULTS in edges:
+        positional = code.co_varnames[: code.co_argcount]
+        defaults = fn.__defaults__ or ()
+        for name, value in zip(positional[len(positional) - len(defaults) :], defaults):
+            yield name, None, value, "default argument of"
+        for name, value in (fn.__kwdefaults__ or {}).items():
+            yield name, None, value, "default argument of"
+    namespace = _own_dict(fn)
+    if namespace and "__wrapped__" in namespace:
+        yield "", None, namespace["__wrapped__"], ""
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, (str, int, float, bool, type(None))):
+        return f"[{key!r}]"
+    if isinstance(key, tuple) and all(isinstance(k, (str, int, float, bool, type(None))) for k in key):
+        return f"[{key!r}]"
+    return f"[<{type(key).__name__}>]"  # never the repr of a user's object: that would run its code
+
+
+def _key_data(value: Any):
+    """The uint32 array inside a typed PRNG key array (``jax.random.key``), else None."""
+    if type(value).__name__ != "PRNGKeyArray":
+        return None
+    namespace = _own_dict(value)
+    if namespace is not None and "_base_array" in namespace:
+        return namespace["_base_array"]
+    try:
+        return _slot_value(value, "_base_array")
+    except Exception:
+        return None
+
+
+def _is_array_type(cls: type) -> bool:
+    """Arrays hold numbers, not references: a class with ``shape`` and ``dtype`` of its own."""
+    names = set()
+    for klass in cls.__mro__[:-1]:
+        names.update(klass.__dict__.keys() & {"shape", "dtype"})
+    return len(names) == 2
+
+
+def is_library_module(value: Any) -> bool:
+    if not isinstance(value, types.ModuleType):
+        return False
+    return not is_user_file(getattr(value, "__file__", None) or "")
+
+
+def _defined_by_user(cls: type) -> bool:
+    module = getattr(cls, "__module__", "") or ""
+    if module == "__main__":
+        return True
+    mod = sys.modules.get(module)
+    return mod is not None and is_user_file(getattr(mod, "__file__", None) or "")
+
+
+def _own_dict(obj: Any) -> dict | None:
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return namespace if isinstance(namespace, (dict, types.MappingProxyType)) else None
+
+
+def _slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        if isinstance(slots, str):
+            slots = (slots,)
+        names += [s for s in slots if s not in ("__dict__", "__weakref__")]
+    return names
+
+
+def _slot_value(obj: Any, name: str) -> Any:
+    for klass in type(obj).__mro__:
+        descriptor = klass.__dict__.get(name)
+        if isinstance(descriptor, types.MemberDescriptorType):
+            return descriptor.__get__(obj, type(obj))
+    raise AttributeError(name)

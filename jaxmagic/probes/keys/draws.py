@@ -1,0 +1,113 @@
+"""Eager jax.random calls followed by their key data: legacy uint32 keys, and the same numbers drawn again per line."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+from jaxmagic._jax import jit_calls, prng_checks
+from jaxmagic.probes._support.nan_watch import user_frame
+from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, line_of, render_key
+from jaxmagic.probes.keys.report import KeyReport, LegacyKeyUse, RepeatedDraw
+
+# jax.random functions that read a key without drawing from it
+_NOT_DRAWING = frozenset({"key_data", "key_impl"})
+MAX_DRAW_LINES = 200  # lines followed per block
+
+
+def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
+    """Digest of a concrete key's data and the drawing function's other arguments; None under a trace."""
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    if isinstance(key, jax.core.Tracer):
+        return None
+    digest, data = key_fingerprint(key)
+    code = frame.f_code if frame is not None else None
+    others = []
+    if code is not None:
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        for name in names:
+            if name != "key":
+                others.append(f"{name}={_argument_fingerprint(frame.f_locals.get(name))}")
+    extra = hashlib.blake2b("|".join(others).encode(), digest_size=16).digest()
+    return digest + extra, data
+
+
+def _argument_fingerprint(value) -> str:
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    if isinstance(value, jax.core.Tracer):
+        return f"tracer {id(value)}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        if getattr(value, "size", 0) <= 4096:
+            try:
+                array = np.asarray(value)
+                return f"{array.dtype}{array.shape}:" + hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
+            except Exception:
+                pass
+        return f"array id {id(value)}"
+    try:
+        return repr(value)[:400]
+    except Exception:
+        return f"{type(value).__name__} id {id(value)}"
+
+
+@contextlib.contextmanager
+def random_calls_followed(report: KeyReport) -> Iterator[None]:
+    """Follow each eager jax.random call by its key's data (see ``_jax.prng_checks``).
+
+    Lists the calls given a raw uint32 key, and counts per (function, line of
+    yours) the distinct key data and other arguments each call was given.
+    """
+    uses: dict[tuple, LegacyKeyUse] = {}
+    draws: dict[tuple, tuple[RepeatedDraw, dict]] = {}
+    lock = threading.Lock()
+
+    def _follow(name, key, frame):
+        if not hasattr(key, "dtype"):
+            return
+        legacy = not jit_calls.is_typed_key(key)
+        user = user_frame()  # the SourceLine (reading the line's text) is made once per line, not per call
+        where = (name, user.f_code.co_filename, user.f_lineno) if user is not None else (name, "", 0)
+        if legacy:
+            with lock:
+                use = uses.get(where)
+                if use is None:
+                    use = uses[where] = LegacyKeyUse(name, line_of(user))
+                    report.legacy.append(use)
+                use.count += 1
+        if name in _NOT_DRAWING or user is None:
+            return
+        with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
+            found = _draw_fingerprint(key, frame)
+        if found is None:
+            return
+        fingerprint, data = found
+        with lock:
+            entry = draws.get(where)
+            if entry is None:
+                if len(draws) >= MAX_DRAW_LINES:
+                    return
+                entry = draws[where] = (RepeatedDraw(name, line_of(user), legacy=legacy), {})
+                report.draws.append(entry[0])
+            draw, seen = entry
+            draw.calls += 1
+            if fingerprint in seen:
+                seen[fingerprint][1] += 1
+            elif len(seen) < MAX_FLOW_VALUES:
+                seen[fingerprint] = [data, 1]
+            draw.distinct = len(seen)
+
+    try:
+        with prng_checks.following_key_checks(_follow):
+            yield
+    finally:
+        for draw, seen in draws.values():
+            if seen:
+                data, times = max(seen.values(), key=lambda item: item[1])
+                draw.repeated_key, draw.repeated_times = render_key(data), times
+        draws.clear()

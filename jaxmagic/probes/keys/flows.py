@@ -1,0 +1,125 @@
+"""The keys each jitted function of yours receives: distinct typed (and ``random_wrap``-ed legacy) keys per argument."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+from jaxmagic._jax import compat, jit_calls
+from jaxmagic.probes._support.nan_watch import user_frame
+from jaxmagic.probes.keys.report import KeyFlow, KeyReport
+from jaxmagic.probes.keys.reuse import argument_name, function_is_users
+from jaxmagic.report import SourceLine
+from jaxmagic.report.source import source_line
+
+MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
+
+
+class KeyWatch(jit_calls.CallObserver):
+    """Counts the distinct typed keys each argument of the user's jitted functions receives."""
+
+    def __init__(self, report: KeyReport):
+        self.report = report
+        self.flows: dict[tuple[str, int], KeyFlow] = {}
+        self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
+        self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
+        self.lock = threading.Lock()
+
+    def before(self, name, is_jit, args, params) -> None:
+        if not is_jit or not function_is_users(params):
+            return
+        legacy = self._legacy_arguments(params)
+        for index, value in enumerate(args):
+            if not jit_calls.is_typed_key(value) and index not in legacy:
+                continue
+            with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
+                fingerprint, shown = key_fingerprint(value)
+            key = (name, index)
+            with self.lock:
+                flow = self.flows.get(key)
+                if flow is None:
+                    argument = argument_name(params, index) or f"argument {index}"
+                    flow = self.flows[key] = KeyFlow(name, argument, first_call=_caller_line(), legacy=index in legacy)
+                    self.report.flows.append(flow)
+                    self.seen[key] = {}
+                flow.calls += 1
+                seen = self.seen[key]
+                if fingerprint in seen:
+                    seen[fingerprint][1] += 1
+                elif len(seen) < MAX_FLOW_VALUES:
+                    seen[fingerprint] = [shown, 1]
+                flow.distinct = len(seen)
+
+    def _legacy_arguments(self, params) -> frozenset[int]:
+        """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return frozenset()
+        cached = self.legacy_arguments.get(id(jaxpr))
+        if cached is not None and cached[0] is jaxpr:
+            return cached[1]
+        try:
+            found = frozenset(_wrapped_inputs(jaxpr))
+        except Exception:  # another jaxpr layout: follow typed keys only
+            found = frozenset()
+        if len(self.legacy_arguments) < 1000:
+            self.legacy_arguments[id(jaxpr)] = (jaxpr, found)
+        return found
+
+    def finish(self) -> None:
+        """Fill in each flow's most repeated key (rendered once, at the end)."""
+        self.legacy_arguments.clear()
+        for key, flow in self.flows.items():
+            seen = self.seen.get(key)
+            if seen:
+                data, times = max(seen.values(), key=lambda item: item[1])
+                flow.repeated_key, flow.repeated_times = render_key(data), times
+        self.seen.clear()
+
+
+def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
+    """Indices of the program's inputs that reach ``random_wrap`` (a raw key made a typed one), through calls."""
+    invars = list(jaxpr.invars)
+    found = set()
+    for eqn in jaxpr.eqns:
+        inputs = [invars.index(v) if v in invars else None for v in eqn.invars]
+        if eqn.primitive.name == "random_wrap":
+            found |= {i for i in inputs[:1] if i is not None}
+        elif depth < 4:
+            for sub in compat.sub_jaxprs(eqn):
+                inner = getattr(sub, "jaxpr", sub)
+                if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's
+                    found |= {inputs[i] for i in _wrapped_inputs(inner, depth + 1) if inputs[i] is not None}
+    return found
+
+
+def key_fingerprint(key) -> tuple[bytes, object]:
+    """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
+    if jit_calls.is_typed_key(key):
+        base = getattr(key, "_base_array", None)
+        if base is None:
+            import jax  # deferred: importing jaxmagic does not import JAX
+
+            base = jax.random.key_data(key)
+    else:
+        base = key  # a raw uint32 key is its own key data
+    data = np.asarray(base)
+    raw = data.tobytes() + str(data.shape).encode()
+    # A key or two is a few bytes: its data is its own fingerprint; a batch of keys is digested.
+    return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data
+
+
+def render_key(data) -> str:
+
+    return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
+
+
+def _caller_line() -> SourceLine | None:
+    return line_of(user_frame())
+
+
+def line_of(frame) -> SourceLine | None:
+    return None if frame is None else source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

@@ -1,0 +1,99 @@
+"""The key probe itself: ``keys()``, one pass over the block's calls with JAX's key-reuse checker on."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from jaxmagic._jax import jit_calls
+from jaxmagic._jax.own_settings import note_own_value
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes.keys.draws import random_calls_followed
+from jaxmagic.probes.keys.flows import KeyWatch
+from jaxmagic.probes.keys.report import KeyReport, KeyReuse
+from jaxmagic.probes.keys.reuse import explain_key_reuse
+from jaxmagic.probes.leaks import mark_explained
+from jaxmagic.report.wording import message_of
+
+CONFIG_NAMES = ("jax_debug_key_reuse",)
+
+
+@contextlib.contextmanager
+def keys(
+    *,
+    record: bool = False,
+    check_calls: bool = True,
+    also_observe: tuple[jit_calls.CallObserver, ...] = (),
+    only_user_calls: bool = False,
+    fast_path: bool = False,
+    on_calls_unseen=None,
+) -> Iterator[KeyReport]:
+    """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
+
+    Default: the first reuse raises JAX's ``KeyReuseError`` (the report is
+    filled in first). ``record=True``: every reuse is recorded and the block
+    runs on as it would without the checker. ``check_calls=False`` checks each
+    traced function but not each call (much cheaper: the per-call check traces
+    some operations again at every call); keys passed again are then still
+    seen by the distinct-key count. ``also_observe``: more call observers for
+    the same pass over the calls (the observation does not nest).
+    ``only_user_calls``: watch only the jitted calls your own code makes (much
+    cheaper; eager code is then not checked). ``fast_path``: the same calls,
+    left on JAX's C++ path (cheaper still; needs ``record`` and not
+    ``check_calls``; ``on_calls_unseen``: see ``jit_calls.observing_calls``).
+    """
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    report = KeyReport(recorded=record)
+    mode = "record" if record else "raise"
+    report.calls_checked = check_calls
+    seen: dict[tuple, KeyReuse] = {}
+
+    def on_reuse(error, where, function, params):
+        reuse = explain_key_reuse(error, where, function, params)
+        spot = (
+            reuse.consumer,
+            reuse.index,
+            reuse.where,
+            (reuse.reused_at.filename, reuse.reused_at.lineno) if reuse.reused_at else None,
+        )
+        if spot in seen:
+            seen[spot].count += 1
+            return
+        seen[spot] = reuse
+        report.reuse.append(reuse)
+
+    watch = KeyWatch(report)
+    try:
+        with (
+            preserved_jax_state(CONFIG_NAMES),
+            random_calls_followed(report),
+            jit_calls.observing_calls(
+                watch,
+                *also_observe,
+                trace_checks=mode,
+                call_checks=mode if check_calls else "off",
+                on_key_reuse=on_reuse,
+                only_user_calls=only_user_calls,
+                fast_path=fast_path,
+                on_calls_unseen=on_calls_unseen,
+            ) as followed,
+        ):
+            report.followed = followed
+            if not followed:  # at least JAX's own checker
+                note_own_value("jax_debug_key_reuse", True)
+                with jax.debug_key_reuse(True):
+                    yield report
+            else:
+                yield report
+    except jax.errors.KeyReuseError as error:
+        if not report.reuse:  # raised without passing our observer (e.g. an older JAX)
+            report.reuse.append(explain_key_reuse(error))
+        mark_explained(error, report)
+        raise
+    except BaseException as error:
+        lines = message_of(error).strip().splitlines()
+        report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        raise
+    finally:
+        watch.finish()

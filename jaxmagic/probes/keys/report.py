@@ -1,0 +1,329 @@
+"""The key probe's report: what ``%%jax_keys`` found (reused keys, key flows, repeated draws, legacy keys) and its wording."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.wording import ended
+
+FIX = (
+    "Split before every use and carry the new key forward: `key, sub = jax.random.split(key)`, then use "
+    "`sub` and keep `key` for the next step. Or derive one key per step from a base key with "
+    "`jax.random.fold_in(key, step)`."
+)
+LEGACY_NOTE = (
+    "`jax.random.PRNGKey` makes a raw uint32 array. JAX's key-reuse checker cannot follow such keys; "
+    "jaxmagic followed them by their key data. Creating keys with `jax.random.key(seed)` lets JAX "
+    "itself raise at a reuse."
+)
+
+
+@dataclasses.dataclass
+class KeyReuse:
+    """One KeyReuseError: a typed key consumed a second time."""
+
+    message: str  # JAX's first line
+    consumer: str = ""  # what got the consumed key: "random_split", "train_step", "random_bits"
+    index: int | None = None  # the argument index JAX gives
+    argument: str = ""  # its name, when known ("key")
+    where: str = "call"  # "call": at run time, between calls; "trace": inside one traced function
+    function: str = ""  # for "trace": the function being traced
+    reused_at: SourceLine | None = None
+    first_used_at: SourceLine | None = None
+    count: int = 1  # record mode: how many times this same reuse happened
+
+    @property
+    def same_line(self) -> bool:
+        return bool(
+            self.reused_at
+            and self.first_used_at
+            and (self.reused_at.filename, self.reused_at.lineno)
+            == (self.first_used_at.filename, self.first_used_at.lineno)
+        )
+
+    @property
+    def explanation(self) -> str:
+        what = f"`{self.consumer}`" + (
+            f" (argument {self.index}" + (f", `{self.argument}`" if self.argument else "") + ")"
+            if self.index is not None
+            else ""
+        )
+        if self.where == "trace":
+            inside = f" inside `{self.function}`" if self.function else ""
+            return (
+                f"{what}{inside} is given a key that an earlier operation of the same function already "
+                "consumed: both draw from the same random stream, so their random numbers are correlated "
+                "(identical, for the same shape)."
+            )
+        text = f"{what} was given a key that had already been consumed"
+        if self.same_line:
+            return text + (
+                " - on the same line, in an earlier pass of a loop: the loop uses the same key every "
+                "time and never replaces it, so every step gets the same random numbers."
+            )
+        if self.first_used_at:
+            return (
+                text + f" by your line {self.first_used_at.label or self.first_used_at.filename}, line "
+                f"{self.first_used_at.lineno}: the two uses get the same random numbers."
+            )
+        return text + ": the two uses get the same random numbers."
+
+
+@dataclasses.dataclass
+class KeyFlow:
+    """The typed keys one argument of one of your jitted functions received."""
+
+    function: str
+    argument: str  # "key", or "argument 3"
+    calls: int = 0
+    distinct: int = 0
+    first_call: SourceLine | None = None
+    repeated_key: str = ""  # the data of the key seen most often, e.g. "[1797259609 2579123966]"
+    repeated_times: int = 0
+    legacy: bool = False  # a raw uint32 key (jax.random.PRNGKey), found as the program wraps it into a key
+
+    @property
+    def repeated(self) -> bool:
+        return self.calls > 1 and self.distinct < self.calls
+
+
+@dataclasses.dataclass
+class RepeatedDraw:
+    """One eager jax.random call of one line of yours, followed by the data of the keys it was given."""
+
+    api: str  # "permutation", "normal", "split"
+    line: SourceLine | None
+    legacy: bool = False  # given raw uint32 keys (jax.random.PRNGKey)
+    calls: int = 0
+    distinct: int = 0  # distinct (key data, other arguments)
+    repeated_key: str = ""
+    repeated_times: int = 0
+
+    @property
+    def repeated(self) -> bool:
+        return self.calls > 1 and self.distinct < self.calls
+
+    @property
+    def text(self) -> str:
+        kind = "legacy uint32 key" if self.legacy else "key"
+        where = f" at {self.line.where}" if self.line else ""
+        return (
+            f"`jax.random.{self.api}`{where} got the same {kind} data (and the same other arguments) "
+            f"in {self.repeated_times} of its {self.calls} calls"
+        )
+
+
+@dataclasses.dataclass
+class LegacyKeyUse:
+    api: str  # the jax.random function given a raw key: "normal"
+    line: SourceLine | None = None
+    count: int = 0
+
+
+@dataclasses.dataclass
+class KeyReport(Report):
+    """What ``%%jax_keys`` found."""
+
+    kind = "jax_keys"
+
+    reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
+    flows: list[KeyFlow] = dataclasses.field(default_factory=list)
+    legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
+    draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
+    recorded: bool = False  # reuse was recorded, not raised
+    calls_checked: bool = True  # False: only traced functions were checked, not each call
+    followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
+    other_error: str = ""
+
+    def flow(self, function: str) -> KeyFlow | None:
+        """The key flow of ``function`` (the first argument that carries keys)."""
+        return next((f for f in self.flows if f.function == function), None)
+
+    @property
+    def repeated_flows(self) -> list[KeyFlow]:
+        return [f for f in self.flows if f.repeated]
+
+    @property
+    def repeated_draws(self) -> list[RepeatedDraw]:
+        """Eager draws with repeated key data, except those a recorded reuse already names (same line)."""
+        named = {(r.reused_at.filename, r.reused_at.lineno) for r in self.reuse if r.reused_at}
+        return [
+            d
+            for d in self.draws
+            if d.repeated and not (d.line and (d.line.filename, d.line.lineno) in named and not d.legacy)
+        ]
+
+    @property
+    def status(self) -> Status:
+        if self.reuse or self.repeated_flows or self.repeated_draws:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def summary(self) -> str:
+        parts = []
+        if self.reuse:
+            r = self.reuse[0]
+            at = f" at {r.reused_at.where}" if r.reused_at else ""
+            parts.append(
+                f"Key reused: `{r.consumer}` got an already consumed key{at}"
+                + (" (every pass of the loop uses the same key)" if r.same_line else "")
+                + "."
+            )
+        for f in self.repeated_flows[:2]:
+            kind = " legacy uint32" if f.legacy else ""
+            parts.append(
+                f"`{f.function}` received {f.distinct} distinct{kind} key(s) in {f.calls} calls (argument `{f.argument}`)."
+            )
+        for d in self.repeated_draws[:2]:
+            parts.append(d.text + ": the same random numbers each time.")
+        if self.legacy and not parts:
+            n = sum(u.count for u in self.legacy)
+            parts.append(
+                f"No key was reused: {n} jax.random call(s) got a legacy uint32 PRNGKey, followed by their key data."
+            )
+        if not parts:
+            flows = [f for f in self.flows if f.calls]
+            if flows:
+                f = flows[0]
+                parts.append(
+                    f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in {f.calls} call(s)."
+                )
+            else:
+                parts.append("No key was reused (no typed key reached a jitted function of yours).")
+        if self.other_error and not self.reuse:
+            parts.append(f"The cell failed with {ended(self.other_error)}")
+        return " ".join(parts)
+
+    def document(self):
+
+        sections = []
+        for r in self.reuse[:4]:
+            facts = [("consumer", f"`{r.consumer}`")]
+            if r.index is not None:
+                facts.append(("argument", f"{r.index}" + (f" (`{r.argument}`)" if r.argument else "")))
+            facts.append(("found", "when the function was traced" if r.where == "trace" else "when it was called"))
+            if r.count > 1:
+                facts.append(("times", str(r.count)))
+            blocks = [Facts(facts), Paragraph(r.explanation)]
+            lines = []
+            if r.first_used_at:
+                lines.append(r.first_used_at)
+            if r.reused_at and not r.same_line:
+                lines.append(r.reused_at)
+            if lines:
+                caption = (
+                    "First consumed here, then again on the same line:"
+                    if r.same_line
+                    else "First consumed, then used again:"
+                    if len(lines) > 1
+                    else "Used here:"
+                )
+                blocks.append(SourceLines(lines, caption))
+            elif r.reused_at:
+                blocks.append(SourceLines([r.reused_at], "Used again here:"))
+            blocks.append(Paragraph(FIX))
+            sections.append(Section("Key reused", blocks))
+        if self.flows:
+            rows = [
+                [
+                    f"`{f.function}`",
+                    f"`{f.argument}`",
+                    str(f.calls),
+                    str(f.distinct),
+                    (f"{f.repeated_times} x {f.repeated_key}" if f.repeated else "-"),
+                    f"{f.first_call.label or f.first_call.filename}:{f.first_call.lineno}" if f.first_call else "-",
+                ]
+                for f in self.flows
+            ]
+            blocks = [
+                Table(["function", "key argument", "calls", "distinct keys", "repeated key", "called from"], rows)
+            ]
+            if any(f.legacy for f in self.flows):
+                blocks.append(
+                    Paragraph(
+                        "Legacy uint32 keys are counted where your function's program wraps the argument as "
+                        "a key (jax.random functions do so with a raw key)."
+                    )
+                )
+            if self.repeated_flows:
+                blocks.append(
+                    Paragraph(
+                        "A function that gets the same key in several calls draws the same random "
+                        "numbers every time (the same dropout mask every step). " + FIX
+                    )
+                )
+            blocks.append(
+                Paragraph(
+                    "Counted from the raw data of each typed key passed to a jitted function of "
+                    "yours (jax.random.key_data, read without consuming the key)."
+                )
+            )
+            sections.append(Section("Keys per jitted function", blocks))
+        if self.draws:
+            shown = [d for d in self.draws if d.repeated] or self.draws[:8]
+            rows = [
+                [
+                    f"`jax.random.{d.api}`",
+                    "legacy uint32" if d.legacy else "typed",
+                    str(d.calls),
+                    str(d.distinct),
+                    (f"{d.repeated_times} x {d.repeated_key}" if d.repeated else "-"),
+                    d.line.where if d.line else "-",
+                ]
+                for d in shown[:12]
+            ]
+            blocks = [Table(["function", "key", "calls", "distinct", "repeated key", "your line"], rows)]
+            if self.repeated_draws:
+                blocks.append(
+                    Paragraph(
+                        "The same key data with the same other arguments draws the same random numbers: "
+                        "a loop that reuses a key it never advances (e.g. the same permutation every epoch). " + FIX
+                    )
+                )
+            blocks.append(
+                Paragraph(
+                    "Eager jax.random calls outside jit, followed by the data of the key each call was given "
+                    "(read without consuming it) and its other arguments."
+                )
+            )
+            sections.append(Section("Eager random calls per line", blocks))
+        if self.legacy:
+            rows = [
+                [
+                    f"`jax.random.{u.api}`",
+                    str(u.count),
+                    u.line.where if u.line else "-",
+                    f"`{u.line.code}`" if u.line and u.line.code else "-",
+                ]
+                for u in self.legacy
+            ]
+            sections.append(
+                Section(
+                    "Legacy uint32 keys",
+                    [Table(["function", "calls", "your line", "code"], rows), Paragraph(LEGACY_NOTE)],
+                )
+            )
+        how = [
+            "Checked with jax.debug_key_reuse(True) for this cell only"
+            + (
+                ": reuses were recorded and the cell ran on as it would without the checker."
+                if self.recorded
+                else ": the first reuse stops the cell with JAX's KeyReuseError."
+            )
+        ]
+        if not self.calls_checked:
+            how.append(
+                "Each traced function was checked for a key used twice inside it; keys consumed twice "
+                "between calls were not checked call by call (%%jax_keys does), only counted per function."
+            )
+        if not self.followed:
+            how.append("This JAX gives no way to follow single calls, so keys per function were not counted.")
+        sections.append(Section("How this was checked", [Paragraph(t) for t in how]))
+        return Document("%%jax_keys", self.status, self.summary, sections)
+
+
+# -- explaining a KeyReuseError ---------------------------------------------------

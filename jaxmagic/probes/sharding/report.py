@@ -1,0 +1,332 @@
+"""The sharding probe's report: array layouts, a call's shardings and constraints, and their wording."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes._support.sharding_layout import sharding_document
+from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.wording import message_of
+
+# At most this many intermediates are listed for one call.
+MAX_INTERMEDIATES = 200
+
+
+@dataclasses.dataclass
+class DeviceInfo:
+    """A device that holds a block of the array."""
+
+    id: int
+    platform: str  # "cpu", "gpu", "tpu"
+    device_kind: str  # e.g. "cpu", "TPU v5 lite"
+    process: int  # jax process index owning the device
+    addressable: bool  # this process can read its data
+    mesh_position: list[int] = dataclasses.field(default_factory=list)  # [] without a mesh
+
+    @property
+    def name(self) -> str:
+        return f"{self.platform.upper()} {self.id}"
+
+
+@dataclasses.dataclass
+class MeshInfo:
+    axis_names: list[str]
+    axis_sizes: list[int]
+    axis_types: list[str]  # "Explicit", "Auto", "Manual"
+    device_ids: list[int]  # in mesh order (row-major over the axes)
+
+    @property
+    def description(self) -> str:
+        axes = ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes))
+        kinds = sorted(set(self.axis_types))
+        return f"{axes} ({'/'.join(kinds)} axes)" if kinds else axes
+
+
+@dataclasses.dataclass
+class CopyGroup:
+    """Devices whose copies of one block are identical, and what that copy holds."""
+
+    devices: list[int]
+    preview: str
+
+
+@dataclasses.dataclass
+class Block:
+    """One block of the array: its index ranges and the devices that hold a copy."""
+
+    index: list[list[int]]  # [start, stop) for each dimension
+    holders: list[int]  # device ids, ascending
+    copies_differ: bool = False
+    copy_groups: list[CopyGroup] = dataclasses.field(default_factory=list)  # filled when copies differ
+
+    @property
+    def shape(self) -> list[int]:
+        return [stop - start for start, stop in self.index]
+
+    @property
+    def index_text(self) -> str:
+        """``[0:4, 2:4]`` (``[]`` for a scalar)."""
+        return "[" + ", ".join(f"{a}:{b}" for a, b in self.index) + "]"
+
+
+@dataclasses.dataclass
+class ArrayLayout:
+    """How one array is laid out over devices. Holds no data."""
+
+    path: str  # "" for the value itself, else the leaf's key path, e.g. "['w']"
+    shape: list[int]
+    dtype: str
+    typeof: str  # jax.typeof, e.g. "float32[8@data,4@model]"
+    sharding_type: str  # "NamedSharding", "SingleDeviceSharding", ...
+    spec: str = ""  # "P('data', 'model')" for a NamedSharding
+    dim_axes: list[list[str]] = dataclasses.field(default_factory=list)  # mesh axes splitting each dimension
+    memory_kind: str = ""
+    mesh: MeshInfo | None = None
+    devices: list[DeviceInfo] = dataclasses.field(default_factory=list)
+    blocks: list[Block] = dataclasses.field(default_factory=list)
+    itemsize: int = 0
+    has_data: bool = True  # False for a ShapeDtypeStruct (a layout without values)
+    fully_addressable: bool = True
+    # "consistent", "differ", "not needed", "skipped", "other processes" (copies only across processes),
+    # "no data (a ShapeDtypeStruct)", "not possible: ..."
+    replica_check: str = "not needed"
+    copies_compared: int = 0
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.path or "value"
+
+    @property
+    def processes(self) -> list[int]:
+        return sorted({d.process for d in self.devices})
+
+    @property
+    def addressable_devices(self) -> list[int]:
+        return [d.id for d in self.devices if d.addressable]
+
+    @property
+    def blocks_differing(self) -> list[Block]:
+        return [b for b in self.blocks if b.copies_differ]
+
+    def device(self, device_id: int) -> DeviceInfo:
+        return next(d for d in self.devices if d.id == device_id)
+
+    def bytes_per_device(self) -> dict[int, int]:
+        held = {d.id: 0 for d in self.devices}
+        for block in self.blocks:
+            for device_id in block.holders:
+                held[device_id] = held.get(device_id, 0) + math.prod(block.shape) * self.itemsize
+        return held
+
+    @property
+    def total_bytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def replicated_dims_summary(self) -> str:
+        """Which mesh axes hold copies (the axes that split no dimension)."""
+        if self.mesh is None:
+            return ""
+        used = {axis for axes in self.dim_axes for axis in axes}
+        return ", ".join(a for a in self.mesh.axis_names if a not in used)
+
+
+@dataclasses.dataclass
+class LeafSharding:
+    """One input or output of a compiled call."""
+
+    path: str  # "x", "params['w']", "result[0]"
+    typeof: str
+    spec: str  # the sharding jit compiled it with
+    given: str = ""  # inputs: the argument's own sharding ("" when not a jax.Array)
+    matches: bool | None = None  # inputs: compiled == given (False: JAX moves the data on every call)
+
+
+@dataclasses.dataclass
+class IntermediateSharding:
+    """A value computed inside the call, and the sharding the compiler chose for it."""
+
+    index: int  # equation number in the call's jaxpr
+    op: str  # "sin", "reduce_sum", "jit[norm]", "inspect_array_sharding"
+    typeof: str  # its type at trace time (shows explicit shardings)
+    spec: str  # what the compiler chose ("" if it did not say)
+    line: SourceLine | None = None
+    yours: bool = False  # reported by your own jax.debug.inspect_array_sharding call
+
+
+@dataclasses.dataclass
+class ConstraintCheck:
+    """One ``with_sharding_constraint`` in the call: what was asked, what came out, and why they differ."""
+
+    requested: str  # "P('data',)"
+    typeof: str  # "float32[17,4]"
+    line: SourceLine | None = None
+    uneven: list[str] = dataclasses.field(default_factory=list)  # "dimension 0 (17) over 'data' (8 devices)"
+    came_out: str = ""  # the compiled sharding of the value, where it could be observed ("" if not)
+    observed_as: str = ""  # "the result", "result[1]": where came_out was read
+    copies: int = 0  # devices holding a full copy, when it came out replicated
+
+    @property
+    def honoured(self) -> bool | None:
+        """True/False when the outcome was observed; None when jaxmagic could not tell."""
+        if not self.came_out:
+            return None
+        return _same_spec(self.came_out, self.requested)
+
+    @property
+    def text(self) -> str:
+        where = f" at {self.line.label or self.line.filename}, line {self.line.lineno}" if self.line else ""
+        asked = f"with_sharding_constraint asked for {self.requested} on a {self.typeof} value{where}"
+        if self.honoured is None:
+            return (
+                asked
+                + (f"; {'; '.join(self.uneven)} does not divide evenly" if self.uneven else "")
+                + (", and jaxmagic could not observe what the compiler made of it (it is not an output)")
+            )
+        copies = f" ({self.copies} full copies)" if self.copies > 1 else ""
+        text = f"{asked}, but {self.observed_as} came out {self.came_out}{copies}"
+        if self.uneven:
+            text += f": {'; '.join(self.uneven)} does not divide evenly"
+        return text
+
+    @property
+    def fix(self) -> str:
+        if self.uneven:
+            return (
+                "Make the sharded dimension a multiple of the device count: pad it (jnp.pad to the next multiple, "
+                "and mask the padding in reductions), drop the remainder (x[: n - n % devices]), or shard another "
+                "dimension that divides evenly."
+            )
+        return (
+            "The compiler chose another layout for this value: constrain the value that is returned (or give "
+            "jax.jit out_shardings), and check that the mesh axes named in the spec are Auto axes."
+        )
+
+
+def _same_spec(a: str, b: str) -> bool:
+    def norm(text: str) -> str:
+        text = text.replace(" ", "").replace(",)", ")")
+        while text.endswith(",None)"):
+            text = text[: -len(",None)")] + ")"
+        return text.replace("P(None)", "P()")
+
+    return norm(a) == norm(b)
+
+
+@dataclasses.dataclass
+class CallShardings:
+    function: str
+    was_jitted: bool  # the function was already a jax.jit (else the probe jitted it)
+    inputs: list[LeafSharding] = dataclasses.field(default_factory=list)
+    outputs: list[LeafSharding] = dataclasses.field(default_factory=list)
+    intermediates_asked: bool = False
+    intermediates: list[IntermediateSharding] = dataclasses.field(default_factory=list)
+    intermediates_dropped: int = 0  # beyond MAX_INTERMEDIATES
+    intermediates_failure: str = ""
+    constraints: list[ConstraintCheck] = dataclasses.field(default_factory=list)
+
+    @property
+    def resharded_inputs(self) -> list[LeafSharding]:
+        return [leaf for leaf in self.inputs if leaf.matches is False]
+
+    @property
+    def unhonoured_constraints(self) -> list[ConstraintCheck]:
+        return [c for c in self.constraints if c.honoured is False]
+
+
+@dataclasses.dataclass
+class ShardingReport(Report):
+    """What ``%jax_sharding`` found for one expression or call."""
+
+    kind = "jax_sharding"
+
+    expression: str = ""
+    arrays: list[ArrayLayout] = dataclasses.field(default_factory=list)
+    other_leaves: list[list[str]] = dataclasses.field(default_factory=list)  # [path, what it is]
+    dims: list[int] | None = None  # the dimensions to draw for rank > 2 (--dims)
+    call: CallShardings | None = None
+    failure: str = ""  # the call raised: "ValueError: ..."
+    replicas_checked: bool = True
+
+    @property
+    def status(self) -> Status:
+        if any(a.replica_check == "differ" for a in self.arrays):
+            return Status.PROBLEM
+        if self.call is not None and self.call.unhonoured_constraints:
+            return Status.PROBLEM
+        if self.failure:
+            return Status.ERROR
+        return Status.OK
+
+    @property
+    def layout(self) -> ArrayLayout | None:
+        """The single array's layout (None when the value held no array or several)."""
+        return self.arrays[0] if len(self.arrays) == 1 else None
+
+    @property
+    def summary(self) -> str:
+        what = self.expression or "value"
+        if self.failure and not self.arrays:
+            return f"`{what}` failed: {self.failure}"
+        differing = [a for a in self.arrays if a.replica_check == "differ"]
+        if differing:
+            return _differ_sentence(differing[0], what, self.call is not None)
+        if self.call is not None and self.call.unhonoured_constraints:
+            first = self.call.unhonoured_constraints[0]
+            more = len(self.call.unhonoured_constraints) - 1
+            return f"`{what}`: {first.text}." + (f" {more} more constraint(s) not honoured." if more else "")
+        if self.failure:
+            return f"`{what}` raised {self.failure}"
+        if not self.arrays:
+            kinds = ", ".join(sorted({kind for _, kind in self.other_leaves})) or "nothing"
+            return f"`{what}` holds no JAX array ({kinds})."
+        if len(self.arrays) == 1:
+            return f"`{what}`: {_one_line(self.arrays[0])}"
+        devices = sorted({d.id for a in self.arrays for d in a.devices})
+        label = "outputs" if self.call else "arrays"
+        return f"`{what}`: {len(self.arrays)} {label} over {len(devices)} device(s)."
+
+    def document(self):
+        return sharding_document(self)
+
+
+def _one_line(layout: ArrayLayout) -> str:
+    n = len(layout.devices)
+    if layout.spec:
+        placement = f"{layout.spec} over {n} device(s)"
+    else:
+        placement = f"{layout.sharding_type} on {n} device(s)"
+    distinct = len(layout.blocks)
+    copies = sum(len(b.holders) for b in layout.blocks)
+    if distinct == 1 and copies > 1:
+        shape = "fully replicated"
+    elif copies > distinct:
+        shape = f"{distinct} blocks, each on {copies // distinct} devices"
+    else:
+        shape = f"{distinct} block(s)"
+    return f"{layout.typeof}, {placement}: {shape}."
+
+
+def _differ_sentence(layout: ArrayLayout, what: str, is_call: bool) -> str:
+    """ "The result of `f(x)` is replicated (P()) but its copies differ: CPU 0 has 6.0, CPU 1 has 22.0."."""
+    subject = f"The result of `{what}`" if is_call else f"`{what}`"
+    if layout.path and layout.path not in ("result",):
+        subject = f"`{layout.path}` of " + (f"the result of `{what}`" if is_call else f"`{what}`")
+    block = layout.blocks_differing[0]
+    declared = f" (`{layout.spec}`)" if layout.spec else ""
+    names = [", ".join(layout.device(i).name for i in g.devices) for g in block.copy_groups]
+    if len(block.copy_groups) <= 8 and all(len(g.preview) <= 24 for g in block.copy_groups):
+        copies = ", ".join(f"{n} has {g.preview}" for n, g in zip(names, block.copy_groups))
+    else:
+        copies = " | ".join(names)
+    more = len(layout.blocks_differing) - 1
+    tail = f" (and {more} more block(s))" if more else ""
+    return f"{subject} is replicated{declared} but its copies differ: {copies}{tail}."
+
+
+def failure_text(error: BaseException) -> str:
+    lines = message_of(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
