@@ -47,7 +47,7 @@ from typing import Any
 
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.source import innermost_user_line
 
 HIDDEN_PREFIX = "_jaxmagic_"
 SITE_ARG = HIDDEN_PREFIX + "site"
@@ -143,14 +143,6 @@ def site(key: str) -> PrintSite | None:
 # -- where a print is traced ---------------------------------------------------
 
 
-def _user_line(frame) -> SourceLine | None:
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return None
-
-
 def _context(frame) -> list[str]:
     """Transformations around the current point, outermost first (consecutive repeats merged)."""
     found = []
@@ -171,7 +163,7 @@ def _new_site(fmt: str, api: str, ordered: bool, frame) -> PrintSite:
         key=f"site{number}",
         fmt=fmt,
         api=api,
-        line=_user_line(frame),
+        line=innermost_user_line(frame),
         ordered=ordered,
         context=_context(frame),
         position=number,

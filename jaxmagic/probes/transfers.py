@@ -50,7 +50,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines
+from jaxmagic.report.source import innermost_user_line, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 
 CONFIG_NAMES = (
@@ -258,14 +258,6 @@ def _claimed_tool(report: TransferReport) -> MonitoringTool | None:
         return None
 
 
-def _innermost_user_line(frame) -> SourceLine | None:
-    frame = innermost_user_frame(frame)
-    try:
-        return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name) if frame else None
-    finally:
-        del frame
-
-
 class _BlockedTransfers:
     """disallow: records each transfer-guard error where it is raised, also those the block catches itself."""
 
@@ -303,7 +295,7 @@ class _BlockedTransfers:
         report = self.report
         report.total += 1
         if len(report.transfers) < MAX_GROUPS:
-            report.transfers.append(Transfer(found[0], found[1], _innermost_user_line(sys._getframe(1))))
+            report.transfers.append(Transfer(found[0], found[1], innermost_user_line(sys._getframe(1))))
 
 
 class _CaptureFile:

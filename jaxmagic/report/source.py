@@ -13,7 +13,7 @@ import os
 import sys
 import sysconfig
 import traceback
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from jaxmagic.report import SourceLine
 
@@ -81,17 +81,40 @@ def source_line(filename: str, lineno: int, function: str) -> SourceLine:
     return SourceLine(filename=filename, lineno=lineno, function=function, code=code, label=cell_label(filename))
 
 
-def user_lines(tb: TracebackType | None) -> list[SourceLine]:
+def line_of(frame: FrameType | None) -> SourceLine | None:
+    """The line ``frame`` is running, or None for no frame."""
+    if frame is None:
+        return None
+    return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def innermost_user_line(frame: FrameType | None) -> SourceLine | None:
+    """The line of the user's code running in ``frame`` or nearest below it on the stack; None if none."""
+    return line_of(innermost_user_frame(frame))
+
+
+def user_lines_of_stack(frame: FrameType | None) -> list[SourceLine]:
+    """The user's lines on the stack from ``frame`` outwards, outermost first."""
+    lines = []
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            lines.append(source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return lines[::-1]
+
+
+def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[SourceLine]:
     """The user's frames of a traceback, outermost first.
 
     When jaxmagic itself called the user's code again (a re-run), only the
-    frames below jaxmagic's last frame belong to that call.
+    frames below jaxmagic's last frame belong to that call (``below_jaxmagic``;
+    False when jaxmagic's own frames sit between the user's, as a checker's do).
     """
     if tb is None:
         return []
     frames: list[traceback.FrameSummary] = list(traceback.extract_tb(tb))
     ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
-    if ours:
+    if ours and below_jaxmagic:
         frames = frames[ours[-1] + 1 :]
     return [source_line(f.filename, f.lineno or 0, f.name) for f in frames if is_user_file(f.filename)]
 

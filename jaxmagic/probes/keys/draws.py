@@ -11,8 +11,9 @@ import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
 from jaxmagic.probes._support.nan_watch import user_frame
-from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, line_of, render_key
+from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
 from jaxmagic.probes.keys.report import KeyReport, LegacyKeyUse, RepeatedDraw
+from jaxmagic.report.source import line_of
 
 # jax.random functions that read a key without drawing from it
 _NOT_DRAWING = frozenset({"key_data", "key_impl"})

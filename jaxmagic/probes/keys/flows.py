@@ -11,8 +11,7 @@ from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.probes.keys.report import KeyFlow, KeyReport
 from jaxmagic.probes.keys.reuse import argument_name, function_is_users
-from jaxmagic.report import SourceLine
-from jaxmagic.report.source import source_line
+from jaxmagic.report.source import line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
 
@@ -41,7 +40,9 @@ class KeyWatch(jit_calls.CallObserver):
                 flow = self.flows.get(key)
                 if flow is None:
                     argument = argument_name(params, index) or f"argument {index}"
-                    flow = self.flows[key] = KeyFlow(name, argument, first_call=_caller_line(), legacy=index in legacy)
+                    flow = self.flows[key] = KeyFlow(
+                        name, argument, first_call=line_of(user_frame()), legacy=index in legacy
+                    )
                     self.report.flows.append(flow)
                     self.seen[key] = {}
                 flow.calls += 1
@@ -115,11 +116,3 @@ def key_fingerprint(key) -> tuple[bytes, object]:
 def render_key(data) -> str:
 
     return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
-
-
-def _caller_line() -> SourceLine | None:
-    return line_of(user_frame())
-
-
-def line_of(frame) -> SourceLine | None:
-    return None if frame is None else source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

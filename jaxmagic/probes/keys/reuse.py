@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
-import traceback
 
 from jaxmagic.probes.keys.report import KeyReuse
-from jaxmagic.report import SourceLine
-from jaxmagic.report.source import first_library_function, is_user_file, source_line
+from jaxmagic.report.source import first_library_function, is_user_file, user_lines, user_lines_of_stack
 from jaxmagic.report.wording import message_of
 
 _PASSED = re.compile(r"Previously-consumed key passed to (?P<function>.+?) at index (?P<index>\d+)")
 _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is already consumed")
-
-
-def _user_frames(tb) -> list[SourceLine]:
-    """The user's frames of a traceback, outermost first (jaxmagic's and libraries' left out)."""
-    if tb is None:
-        return []
-    return [
-        source_line(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(tb) if is_user_file(f.filename)
-    ]
 
 
 def explain_key_reuse(
@@ -44,16 +33,16 @@ def explain_key_reuse(
         reuse.argument = argument_name(params, reuse.index)
     cause = error.__cause__
     if cause is not None and type(cause).__name__ == "KeyReuseError":
-        first = _user_frames(cause.__traceback__)
+        first = user_lines(cause.__traceback__, below_jaxmagic=False)
         reuse.first_used_at = first[-1] if first else None
     if cause is not None and type(cause).__name__ == "JaxStackTraceBeforeTransformation":
-        inner = _user_frames(cause.__traceback__)  # the traced line that reused it
+        inner = user_lines(cause.__traceback__, below_jaxmagic=False)  # the traced line that reused it
         reuse.reused_at = inner[-1] if inner else None
         called = first_library_function(cause.__traceback__)  # "uniform": what that line called
         if called and reuse.consumer in ("jit", "pjit", "closed_call", ""):
             reuse.consumer = f"jax.random.{called}" if _is_random_api(called) else called
     if reuse.reused_at is None:
-        lines = _user_frames(error.__traceback__) or _user_frames_of_stack()
+        lines = user_lines(error.__traceback__, below_jaxmagic=False) or user_lines_of_stack(sys._getframe(1))
         reuse.reused_at = lines[-1] if lines else None
     return reuse
 
@@ -62,16 +51,6 @@ def _is_random_api(name: str) -> bool:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     return callable(getattr(jax.random, name, None))
-
-
-def _user_frames_of_stack() -> list[SourceLine]:
-    frame = sys._getframe(1)
-    lines = []
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            lines.append(source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
-        frame = frame.f_back
-    return list(reversed(lines))
 
 
 def argument_name(params: dict, index: int) -> str:
