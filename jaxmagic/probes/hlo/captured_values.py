@@ -1,0 +1,369 @@
+"""Values of the user's that tracing fixed into the program: globals and closure values baked in as
+literals, and arrays held as constants (named from the function's globals, closure and namespace)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import re
+import types
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from jaxmagic._jax import compat
+from jaxmagic.probes.hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
+from jaxmagic.probes.hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
+from jaxmagic.report import SourceLine
+
+
+class NameEnvironment:
+    """The values a traced function can read by name: its closure, its globals, the user's namespace."""
+
+    def __init__(self, fn, namespace: dict | None):
+        self.closure: dict[str, Any] = {}
+        self.globals: dict[str, Any] = {}
+        seen = set()
+        pending = [fn]
+        for _ in range(3):  # the function, the functions it names, and theirs
+            following = []
+            for f in pending:
+                f = _unwrapped(f)
+                if id(f) in seen or not inspect.isfunction(f):
+                    continue
+                seen.add(id(f))
+                try:
+                    found = inspect.getclosurevars(f)
+                except (TypeError, ValueError):
+                    continue
+                for name, value in found.nonlocals.items():
+                    self.closure.setdefault(name, value)
+                for name, value in found.globals.items():
+                    self.globals.setdefault(name, value)
+                following += [v for v in list(found.nonlocals.values()) + list(found.globals.values()) if callable(v)]
+            pending = following
+        self.namespace = namespace or {}
+        self._module_globals = getattr(_unwrapped(fn), "__globals__", None) or {}
+
+    def resolve(self, dotted: str) -> tuple[Any, str] | None:
+        root, _, rest = dotted.partition(".")
+        root_name = re.match(r"[A-Za-z_]\w*", root)
+        if root_name is None:
+            return None
+        base = root_name.group(0)
+        for table, kind in (  # noqa: B007 - kind is read after the break
+            (self.closure, "closure"),
+            (self.globals, "global"),
+            (self.namespace, "global"),
+            (self._module_globals, "global"),
+        ):
+            if base in table:
+                value = table[base]
+                break
+        else:
+            return None
+        value = _follow(value, dotted[len(base) :])
+        return None if value is _MISSING else (value, kind)
+
+    def scalar_values(self) -> set:
+        """Every Python number a name (or one attribute/key below it) can give: literals equal to
+        none of these cannot be baked globals, and need no closer look."""
+        values = set()
+
+        def add(value):
+            number = _scalar(value, python_only=True)
+            if number is not None:
+                values.add(_rounded(number))
+
+        for table in (self.closure, self.globals, self.namespace, self._module_globals):
+            for name, value in list(table.items()):
+                if name.startswith("_") or name in ("In", "Out", "exit", "quit", "get_ipython"):
+                    continue  # IPython's history and caches are nobody's settings
+                if isinstance(value, (bool, int, float, np.generic)):
+                    add(value)
+                elif isinstance(value, dict):
+                    for item in list(value.values())[:1000]:
+                        add(item)
+                elif not isinstance(value, (type, types.ModuleType, types.FunctionType)):
+                    for attributes in (_attribute(value, "__dict__"), _attribute(type(value), "__dict__")):
+                        if isinstance(attributes, (dict, types.MappingProxyType)):
+                            for item in list(attributes.values())[:1000]:
+                                add(item)
+        return values
+
+    def by_identity(self) -> dict[int, tuple[str, str]]:
+        out: dict[int, tuple[str, str]] = {}
+        for table, kind in (
+            (self.namespace, "global"),
+            (self._module_globals, "global"),
+            (self.globals, "global"),
+            (self.closure, "closure"),
+        ):
+            for name, value in table.items():
+                if (
+                    not name.startswith("_")
+                    and _attribute(value, "shape") is not None
+                    and _attribute(value, "dtype") is not None
+                ):
+                    out[id(value)] = (name, kind)
+        return out
+
+
+_MISSING = object()
+
+
+def _attribute(value, name: str):
+    """``getattr(value, name, None)`` for any object of the user's: a property or ``__getattr__`` that
+    raises something other than AttributeError means "no such attribute" here, not our failure."""
+    try:
+        return getattr(value, name, None)
+    except Exception:
+        return None
+
+
+def _follow(value, accessors: str):
+    """Apply ``.attr`` / ``['key']`` / ``[0]`` accessors without running user code."""
+    for match in re.finditer(r"\.(\w+)|\[('([^']*)'|\"([^\"]*)\"|(-?\d+))\]", accessors):
+        try:
+            if match.group(1):
+                value = inspect.getattr_static(value, match.group(1))
+            elif match.group(5) is not None:
+                value = value[int(match.group(5))] if isinstance(value, (list, tuple)) else _MISSING
+            else:
+                key = match.group(3) if match.group(3) is not None else match.group(4)
+                value = value[key] if isinstance(value, dict) else _MISSING
+        except (AttributeError, KeyError, IndexError, TypeError):
+            return _MISSING
+        if value is _MISSING:
+            return value
+    return value
+
+
+def _unwrapped(fn):
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:
+        return fn
+
+
+def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
+    found: list[BakedLiteral] = []
+    seen: set[tuple] = set()
+    candidates = env.scalar_values()
+    for eqn, _segments, _back, _subs, _parents in walked:
+        literals = [v for v in eqn.invars if compat.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
+        if not literals:
+            continue  # no global or closure value equals any literal here: nothing to look up
+        line = eqn_line(eqn, _parents)
+        if line is None or not line.code:
+            continue
+        names, constants = _names_in_code(line.code)
+        local = _local_names(line.filename, line.lineno)
+        for literal in literals:
+            value = _scalar(literal.val)
+            if value is None or any(_equal(value, c) for c in constants):
+                continue  # written in the code itself
+            for dotted in names:
+                if dotted.split(".")[0].split("[")[0] in local:
+                    continue
+                resolved = env.resolve(dotted)
+                if resolved is None:
+                    continue
+                target, kind = resolved
+                target_value = _scalar(target, python_only=True)
+                if target_value is None or not _equal(value, target_value, literal):
+                    continue
+                key = (dotted, line.filename, line.lineno, str(literal))
+                if key in seen:
+                    break
+                seen.add(key)
+                found.append(
+                    BakedLiteral(
+                        name=dotted, kind=kind, value=_literal_text(literal), equation=eqn_text(eqn), line=line
+                    )
+                )
+                break
+    return found
+
+
+def _rounded(value):
+    """A number as float32 would hold it (literals are usually f32): equal values compare equal."""
+    if value is None or isinstance(value, bool):
+        return value
+    try:
+        return float(np.float32(value))
+    except (OverflowError, TypeError, ValueError):
+        return value
+
+
+def _literal_text(literal) -> str:
+    """``2.0:f32[]``, as the jaxpr prints a literal (the value at its own precision: 0.9, not 0.8999...)."""
+    aval = getattr(literal, "aval", None)
+    value = _scalar(literal.val)
+    try:
+        shown = str(np.asarray(value, dtype=aval.dtype)[()]) if aval is not None else str(value)
+    except (TypeError, ValueError):
+        shown = str(value)
+    return f"{shown}:{aval_text(aval)}" if aval is not None else shown
+
+
+def _scalar(value, python_only: bool = False):
+    """A Python number for a scalar value, else None (arrays with more than one element are not literals)."""
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)  # also JAX's TypedInt/TypedFloat literals: plain Python numbers
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if python_only:
+        return None  # a global array is a captured constant, not a baked Python value
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return None
+    if array.shape == () and array.dtype.kind in "biuf":
+        return array.item()
+    return None
+
+
+def _equal(a, b, literal=None) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    try:
+        if literal is not None and hasattr(literal, "aval"):
+            dtype = np.dtype(literal.aval.dtype)
+            return bool(np.asarray(a, dtype=dtype) == np.asarray(b, dtype=dtype))
+        return float(a) == float(b)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+@lru_cache(maxsize=512)
+def _names_in_code(code: str) -> tuple[tuple[str, ...], tuple]:
+    """Dotted names (``SCALE``, ``cfg.scale``, ``CONFIG['lr']``) and numeric constants in one line."""
+    tree = None
+    for candidate in (code, code.rstrip(":") + ": pass", "(" + code + ")"):
+        try:
+            tree = ast.parse(candidate.strip())
+            break
+        except SyntaxError:
+            continue
+    if tree is None:
+        return (), ()
+    names, constants = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            constants.append(node.value)
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(
+            getattr(node, "ctx", None), ast.Load
+        ):
+            text = _dotted(node)
+            if text:
+                names.append(text)
+    # Longest first: cfg.scale before cfg.
+    return tuple(sorted(dict.fromkeys(names), key=len, reverse=True)), tuple(constants)
+
+
+def _dotted(node) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        base = _dotted(node.value)
+        return f"{base}[{node.slice.value!r}]" if base else None
+    return None
+
+
+@lru_cache(maxsize=256)
+def _local_names(filename: str, lineno: int) -> frozenset[str]:
+    """Parameters and assigned names of the function enclosing ``filename:lineno`` (not globals)."""
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return frozenset()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            end = getattr(node, "end_lineno", node.lineno)
+            if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
+                best = node
+    if best is None:
+        return frozenset()
+    names = set()
+    args = best.args
+    for arg in args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]:
+        names.add(arg.arg)
+    declared_global = set()
+    body = best.body if isinstance(best.body, list) else [best.body]
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
+                declared_global.update(node.names)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return frozenset(names - declared_global)
+
+
+def captured_constants_of_call(
+    jitted: Callable, args: tuple, kwargs: dict, *, fn: Callable, namespace: dict | None = None
+) -> list[CapturedConstant]:
+    """The arrays ``jitted(*args, **kwargs)`` holds as constants, named from ``fn``'s globals and closure.
+
+    Only the trace and the constants, none of the rest of the report: for a probe that already ran
+    ``jitted`` with these arguments, whose trace JAX then has in its cache. Raises what tracing raises.
+    """
+    closed = jitted.trace(*args, **kwargs).jaxpr
+    return captured_constants(closed, list(walk_eqns(closed)), NameEnvironment(fn, namespace))
+
+
+def captured_constants(closed, walked: list, env: NameEnvironment) -> list[CapturedConstant]:
+    """Arrays held as constants of the traced program (closed-over globals and closure values)."""
+    identities = env.by_identity()
+    found, seen = [], set()
+    jaxprs = [closed] + [sub for _eqn, _segments, _back, subs, _parents in walked for sub in subs]
+    for jaxpr in jaxprs:
+        consts = list(getattr(jaxpr, "consts", None) or [])
+        if not consts:
+            continue
+        inner = getattr(jaxpr, "jaxpr", jaxpr)
+        constvars = list(getattr(inner, "constvars", []))
+        for index, value in enumerate(consts):
+            shape = tuple(getattr(value, "shape", ()) or ())
+            if id(value) in seen or not hasattr(value, "dtype"):
+                continue
+            seen.add(id(value))
+            name, kind = identities.get(id(value), ("", ""))
+            nbytes = int(getattr(value, "nbytes", 0) or 0)
+            if not name and nbytes < BAKED_CONSTANT_BYTES:
+                continue  # a small array made inside the function: ordinary, not worth a line
+            line = _first_use_line(inner, constvars[index]) if index < len(constvars) else None
+            found.append(
+                CapturedConstant(
+                    name=name,
+                    kind=kind,
+                    shape=shape,
+                    dtype=str(value.dtype),
+                    nbytes=nbytes,
+                    line=line,
+                    numpy=isinstance(value, np.ndarray),
+                )
+            )
+    found.sort(key=lambda c: -c.nbytes)
+    return found
+
+
+def _first_use_line(jaxpr, var) -> SourceLine | None:
+    for eqn in jaxpr.eqns:
+        if any(v is var for v in eqn.invars):
+            return eqn_line(eqn)
+    return None

@@ -1,0 +1,181 @@
+"""The probe: trace, lower and compile one call (never run it) and fill an ``HloReport``."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from jaxmagic._jax import compat, jittable
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.hlo_text import parse_hlo_module
+from jaxmagic.probes._support.name_paths import split_query
+from jaxmagic.probes.hlo.captured_values import NameEnvironment, baked_literals, captured_constants
+from jaxmagic.probes.hlo.jaxpr import jaxpr_ops, scope_names, signature, walk_eqns
+from jaxmagic.probes.hlo.memory import Sweep, cost_figures, memory_figures, sweep_point
+from jaxmagic.probes.hlo.optimized_hlo import hlo_kernels, hlo_ops
+from jaxmagic.probes.hlo.records import STAGES
+from jaxmagic.probes.hlo.report import HloReport
+from jaxmagic.probes.hlo.scopes import ScopePaths, StageOp, collect_scope, scope_tree
+from jaxmagic.probes.hlo.stablehlo import stablehlo_ops
+from jaxmagic.report import SourceLine
+from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import error_line
+
+
+def parse_stages(text: str | Iterable[str]) -> list[str]:
+    """``"all"`` / ``"jaxpr,hlo"`` -> the stages in pipeline order."""
+    names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
+    if "all" in names:
+        return list(STAGES)
+    unknown = [n for n in names if n not in STAGES]
+    if unknown or not names:
+        raise ProbeArgumentError(
+            "stage",
+            f"names unknown stages {', '.join(unknown) or '(none given)'}; choose from jaxpr, stablehlo, hlo, all",
+        )
+    return [s for s in STAGES if s in names]
+
+
+def hlo(
+    fn: Callable,
+    *args: Any,
+    scope: str | None = None,
+    stage: str | Iterable[str] = "all",
+    call_text: str = "",
+    namespace: dict | None = None,
+    sweep: Sweep | None = None,
+    **kwargs: Any,
+) -> HloReport:
+    """``hlo_of_call(fn, args, kwargs, ...)`` for people: the call's own keywords may not be
+    named like this function's options here (use :func:`hlo_of_call` then)."""
+    return hlo_of_call(
+        fn, args, kwargs, scope=scope, stage=stage, call_text=call_text, namespace=namespace, sweep=sweep
+    )
+
+
+def hlo_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> HloReport:
+    """Trace, lower and compile ``fn(*args, **kwargs)`` (never run it) and report on the program.
+
+    ``options`` are :func:`run_call`'s. With ``scope`` (``"encoder"``,
+    ``"encoder/attn"``): the operations of that ``jax.named_scope`` in each
+    stage, side by side. Without: the tree of named scopes with counts per
+    stage. Always: literals baked in from globals/closures and captured
+    constant arrays; with the ``hlo`` stage,
+    ``memory_analysis()``/``cost_analysis()`` of the compiled program.
+    ``namespace`` (the user's globals) helps name baked globals. ``sweep``
+    compiles the call once per value and tabulates the memory figures.
+    Returns the report; errors while building a stage are reported, not raised
+    (use :func:`run_call` to also get the exception).
+    """
+    return run_call(fn, args, kwargs, **options)[0]
+
+
+def run_call(
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    scope: str | None = None,
+    stage: str | Iterable[str] = "all",
+    call_text: str = "",
+    namespace: dict | None = None,
+    sweep: Sweep | None = None,
+) -> tuple[HloReport, Exception | None]:
+    """Like :func:`hlo_of_call`, also returning the exception of the stage that failed (None if none).
+
+    The magic shows the report, then raises it.
+    """
+
+    args, kwargs = tuple(args), dict(kwargs or {})
+    failed: list[Exception] = []  # the exception of the stage that failed, for the magic to raise
+    stages = parse_stages(stage)
+    jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
+    report = HloReport(
+        call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)",
+        scope=scope or "",
+        stages=stages,
+        function=f"jit({_function_name(fn)})",
+    )
+    with preserved_jax_state(()):
+        traced = _timed(report, "trace", lambda: jitted.trace(*args, **kwargs), failed)
+        if traced is None:
+            return report, failed[0]
+        closed = traced.jaxpr
+        report.function = f"jit({_traced_name(closed, fn)})"
+        report.inputs, report.outputs = signature(traced)
+        walked = list(walk_eqns(closed))
+        traced_ops = jaxpr_ops(walked, report.function)
+        known = scope_names(walked)
+        query = split_query(scope) if scope else ()
+        known |= set(query)
+        env = NameEnvironment(fn, namespace)
+        report.literals = baked_literals(walked, env)
+        report.constants = captured_constants(closed, walked, env)
+        per_stage: dict[str, list[StageOp]] = {"jaxpr": traced_ops}
+        module = None
+        if "stablehlo" in stages or "hlo" in stages:
+            lowered = _timed(report, "lower", traced.lower, failed)
+            if lowered is None:
+                report.failure_stage = "stablehlo"
+                return report, failed[0]
+            if "stablehlo" in stages:
+                per_stage["stablehlo"] = stablehlo_ops(lowered)
+            if "hlo" in stages:
+                compiled = _timed(report, "compile", lowered.compile, failed)
+                if compiled is None:
+                    report.failure_stage = "hlo"
+                    return report, failed[0]
+                module = parse_hlo_module(compiled.as_text())
+                per_stage["hlo"] = hlo_ops(module)
+                per_stage["kernels"] = hlo_kernels(module)
+                report.memory = memory_figures(compiled)
+                report.cost = cost_figures(compiled)
+        scopes = ScopePaths(known)
+        if scope:
+            collect_scope(report, per_stage, scopes, query, module)
+        report.tree, report.unscoped = scope_tree(per_stage, scopes, stages)
+        if scope and not report.ops:
+            report.suggestions = difflib.get_close_matches(scope, report.scope_paths, n=3, cutoff=0.5)
+        if sweep is not None:
+            report.sweep_name = sweep.name
+            report.sweep = [sweep_point(sweep, value) for value in sweep.values]
+    return report, None
+
+
+def _function_name(fn) -> str:
+    target = inspect.unwrap(fn) if callable(fn) else fn
+    return getattr(target, "__name__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _traced_name(closed, fn) -> str:
+    info = getattr(closed, "debug_info", None)
+    name = getattr(info, "func_name", None) if info is not None else None
+    return name or _function_name(fn)
+
+
+def _timed(report: HloReport, step: str, build: Callable[[], Any], failed: list[Exception]):
+    start = time.perf_counter()
+    try:
+        result = build()
+    except Exception as error:  # the user's program failed to trace/lower/compile: report it, hand it back
+        failed.append(error)
+        report.failure = error_line(error)
+        report.failure_stage = {"trace": "jaxpr", "lower": "stablehlo", "compile": "hlo"}[step]
+        report.failure_line = _innermost_user_line(error.__traceback__)
+        return None
+    report.seconds[step] = time.perf_counter() - start
+    return result
+
+
+def _innermost_user_line(tb) -> SourceLine | None:
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            found = source_line(code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return found
