@@ -37,7 +37,7 @@ from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, captu
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Status
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import error_line
 
 _WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)
 
@@ -282,6 +282,5 @@ def per_device() -> Iterator[PerDeviceReport]:
         try:
             yield report
         except Exception as error:
-            lines = message_of(error).strip().splitlines()
-            report.failure = f"{type(error).__name__}: {lines[0] if lines else ''}"
+            report.failure = error_line(error)
             raise

@@ -25,7 +25,7 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.source import user_lines
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import error_line
 
 MODES: dict[str, str] = {
     "auto": "The default. Under IPython >= 7.17 (notebooks) it means tracebackhide; in a plain Python "
@@ -189,8 +189,7 @@ def traceback_view(error: BaseException | None = None, *, previous_mode: str = "
     report = TracebackReport(mode=mode, resolved=resolved_mode(), previous_mode=previous_mode)
     if error is None:
         return report
-    message = message_of(error).strip()
-    report.error = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}".rstrip(": ")
+    report.error = error_line(error).rstrip(": ")
     tb: TracebackType | None = _skip_ipython_runner(error.__traceback__)
     frames = traceback.extract_tb(tb)
     report.frames_total = len(frames)

@@ -13,7 +13,7 @@ from jaxmagic.probes.keys.flows import KeyWatch
 from jaxmagic.probes.keys.report import KeyReport, KeyReuse
 from jaxmagic.probes.keys.reuse import explain_key_reuse
 from jaxmagic.probes.leaks import mark_explained
-from jaxmagic.report.wording import message_of
+from jaxmagic.report.wording import error_line
 
 CONFIG_NAMES = ("jax_debug_key_reuse",)
 
@@ -92,8 +92,7 @@ def keys(
         mark_explained(error, report)
         raise
     except BaseException as error:
-        lines = message_of(error).strip().splitlines()
-        report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        report.other_error = error_line(error)
         raise
     finally:
         watch.finish()

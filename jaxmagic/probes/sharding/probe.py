@@ -15,7 +15,8 @@ from jaxmagic.probes.sharding.compiled import (
     outputs_as_compiled,
 )
 from jaxmagic.probes.sharding.layouts import layouts_of_tree
-from jaxmagic.probes.sharding.report import CallShardings, ShardingReport, failure_text
+from jaxmagic.probes.sharding.report import CallShardings, ShardingReport
+from jaxmagic.report.wording import error_line
 
 
 def sharding(
@@ -80,7 +81,7 @@ def run_call(
             jax.block_until_ready(result)
         except Exception as failure:
             error = failure
-            report.failure = failure_text(failure)
+            report.failure = error_line(failure)
             result = None
         if result is not None:
             report.arrays, report.other_leaves = layouts_of_tree(result, check_replicas, root="result")
@@ -91,7 +92,7 @@ def run_call(
         except Exception as failure:  # the call's own error, reported above
             if error is None:
                 error = failure
-                report.failure = failure_text(failure)
+                report.failure = error_line(failure)
             return report, error
         call.inputs = inputs_as_compiled(jitted, compiled, traced, args, kwargs, text)
         call.outputs = outputs_as_compiled(traced, compiled)
@@ -103,7 +104,7 @@ def run_call(
             try:
                 call.intermediates, call.intermediates_dropped = intermediate_shardings(traced, compiled)
             except Exception as failure:
-                call.intermediates_failure = failure_text(failure)
+                call.intermediates_failure = error_line(failure)
         del traced, compiled
     _check_dims(report)
     return report, error

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic.probes.sharding.report import ArrayLayout, CopyGroup, failure_text
+from jaxmagic.probes.sharding.report import ArrayLayout, CopyGroup
+from jaxmagic.report.wording import error_line
 
 # Blocks up to this many elements show their values when copies differ.
 PREVIEW_ELEMENTS = 16
@@ -53,7 +54,7 @@ def compare_replicas(x, layout: ArrayLayout) -> None:
                 block.copy_groups = [CopyGroup(ids, _preview(copy, reference)) for ids, copy in groups]
             del groups
     except Exception as failure:  # a dtype we cannot read on the host, say
-        layout.replica_check = f"not possible: {failure_text(failure)}"
+        layout.replica_check = f"not possible: {error_line(failure)}"
         return
     layout.copies_compared = compared
     layout.replica_check = "differ" if layout.blocks_differing else "consistent"

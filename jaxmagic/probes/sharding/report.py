@@ -8,7 +8,6 @@ import math
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import sharding_document
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.wording import message_of
 
 # At most this many intermediates are listed for one call.
 MAX_INTERMEDIATES = 200
@@ -325,8 +324,3 @@ def _differ_sentence(layout: ArrayLayout, what: str, is_call: bool) -> str:
     more = len(layout.blocks_differing) - 1
     tail = f" (and {more} more block(s))" if more else ""
     return f"{subject} is replicated{declared} but its copies differ: {copies}{tail}."
-
-
-def failure_text(error: BaseException) -> str:
-    lines = message_of(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"
