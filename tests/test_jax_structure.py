@@ -43,3 +43,14 @@ def test_keys_following_restores_the_check_and_drops_follow_errors():
         assert prng_checks.key_check() is not original
         jax.random.normal(jax.random.key(1), (2,))
     assert prng_checks.key_check() is original
+
+
+def test_jit_options_are_read_from_the_jitted_function():
+    def f(x, n):
+        return x * n
+
+    info = compat.jit_options(jax.jit(f, static_argnums=(1,), donate_argnums=(0,)))
+    assert info is not None, "a jitted function no longer keeps its options in _jit_info"
+    assert tuple(info.static_argnums) == (1,) and tuple(info.donate_argnums) == (0,)
+    for field in ("static_argnames", "donate_argnames", "keep_unused"):
+        assert hasattr(info, field), f"PjitInfo has no {field}"

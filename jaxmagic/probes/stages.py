@@ -303,7 +303,7 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
     import jax
 
     original = getattr(fn, "__wrapped__", None) if is_jitted else fn
-    info = getattr(fn, "_jit_info", None) if is_jitted else None
+    info = compat.jit_options(fn) if is_jitted else None
     static_positions = tuple(getattr(info, "static_argnums", ()) or ())
     static_names = tuple(getattr(info, "static_argnames", ()) or ())
     copy = _copy_function(original)
