@@ -14,6 +14,8 @@ import os
 
 from jaxmagic.report.wording import shown
 
+OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
+
 # A number of runs, groups or devices beyond this is a typo, not a request: we say so
 # instead of running until the user interrupts (or the backend fails to start).
 LARGEST_COUNT = 100_000
