@@ -30,6 +30,7 @@ from jaxmagic.probes.compiles import CompileBudgetExceeded
 
 # the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
 compiles_module = importlib.import_module("jaxmagic.probes.compiles")
+limits_module = importlib.import_module("jaxmagic.probes.compiles.limits")
 
 
 def test_static_argument_value_change_is_named_with_its_values():
@@ -409,8 +410,8 @@ def test_probe_itself_compiles_nothing():
 
 
 def test_many_compilations_are_summarised(monkeypatch):
-    monkeypatch.setattr(compiles_module, "DETAILS_PER_FUNCTION", 4)
-    monkeypatch.setattr(compiles_module, "EXPLAIN_LIMIT", 3)
+    monkeypatch.setattr(limits_module, "DETAILS_PER_FUNCTION", 4)
+    monkeypatch.setattr(limits_module, "EXPLAIN_LIMIT", 3)
 
     @jax.jit
     def sized(x):
@@ -519,10 +520,10 @@ def test_signature_text_is_bounded():
 
 
 def test_numpy_static_value_repr_is_bounded():
-    value = compiles_module._static_value(tuple(range(1000)))
+    value = compiles_module.static_value(tuple(range(1000)))
     assert value.text == "<tuple object>" and value.hashed == hash(tuple(range(1000)))  # never cut mid-repr
     assert not value.by_identity and value.kind == "value"
-    assert compiles_module._static_value(np.zeros(3)).hashed is None  # unhashable: None, no error
+    assert compiles_module.static_value(np.zeros(3)).hashed is None  # unhashable: None, no error
 
 
 # -- the magic ----------------------------------------------------------------------
@@ -601,15 +602,15 @@ def test_unavailable_explanation_without_a_changed_static_argument():
         "  cache miss explanation unavailable"
     )
     summary = compiles_module.FunctionCompiles(name="g", kind="user", count=1, causes={"first": 1})
-    state = compiles_module._FunctionState(summary, last_types=["f32[3]"], last_static={})
-    info = compiles_module._CallInfo()
-    [found] = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True, {})
+    state = compiles_module.FunctionState(summary, last_types=["f32[3]"], last_static={})
+    info = compiles_module.CallInfo()
+    [found] = compiles_module.classify(summary, state, explanation, ["f32[3]"], info, True, {})
     assert found.cause == "unexplained" and found.changes == []
     assert "no static arguments" in found.why
     info.static_argnames = ["mode"]
-    info.static_values = {"mode": compiles_module._static_value("fast")}
-    state.last_static = {"mode": compiles_module._static_value("fast")}
-    [found] = compiles_module._classify(summary, state, explanation, ["f32[3]"], info, True, {})
+    info.static_values = {"mode": compiles_module.static_value("fast")}
+    state.last_static = {"mode": compiles_module.static_value("fast")}
+    [found] = compiles_module.classify(summary, state, explanation, ["f32[3]"], info, True, {})
     assert found.cause == "unexplained" and "(mode) kept their values" in found.why
 
 

@@ -1,0 +1,87 @@
+"""Compilation probe: which functions compiled during a block, how often, and why.
+
+Usage without IPython::
+
+    with jaxmagic.probes.compiles(budget=1) as report:    # raises CompileBudgetExceeded on exit
+        for step in range(8):
+            params, loss = train_step(params, x, y, key, step)
+    report.count("train_step"), report.function("train_step").main_cause
+
+Sources, all switched on for the block only and put back afterwards:
+
+* ``jax.monitoring``'s ``/jax/core/compile/backend_compile_duration`` event is
+  the count: one event per real XLA compilation, with ``fun_name`` (``jit(f)``).
+  Its trace and lowering siblings give the other two durations.
+* ``jax.log_compiles()`` logs the argument types of each compilation and
+  ``jax.explain_cache_misses()`` why the tracing cache missed. Both go to the
+  ``jax`` loggers as WARNING records; a filter on those loggers takes them
+  (and only them) out of the output and into the report.
+* When a compilation happens, the Python stack is still that of the call: jit's
+  ``cache_miss`` frame tells whether it is the user's function or an eager
+  operation, where it is defined and which static arguments it was given, and
+  the innermost frame of the user's code is the line that caused it.
+
+Nothing here calls into JAX while the block runs (no ``jnp``, no jit): the
+probe's bookkeeping is string work and compiles nothing itself. What is kept
+per compilation is bounded (see ``limits.DETAILS_PER_FUNCTION``), so a cell that
+compiles a thousand shapes gives a summary, not a thousand log records.
+
+The package: ``probe`` (the ``compiles`` context manager), ``collector`` (the
+monitoring listener that builds the report as compilations happen), ``logs``
+(the filter on the ``jax`` loggers), ``stack`` (jit's frame at a compilation),
+``causes`` (why one compilation happened, in words), ``report`` (the report,
+its causes and fixes in words, and its document) and ``limits`` (what is kept).
+"""
+
+from jaxmagic.probes.compiles.causes import classify
+from jaxmagic.probes.compiles.collector import (
+    EVENT_BACKEND_COMPILE,
+    EVENT_LOWER,
+    EVENT_TRACE,
+    FunctionState,
+)
+from jaxmagic.probes.compiles.limits import (
+    CHANGES_KEPT,
+    DETAILS_PER_FUNCTION,
+    DETAILS_TOTAL,
+    EXPLAIN_LIMIT,
+    LOG_LINE_CHARS,
+    STATIC_VALUES_KEPT,
+)
+from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
+from jaxmagic.probes.compiles.report import (
+    CAUSE_TITLES,
+    FIXES,
+    STATIC_FIXES,
+    Compilation,
+    CompileBudgetExceeded,
+    CompileReport,
+    FunctionCompiles,
+)
+from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
+
+__all__ = [
+    "CAUSE_TITLES",
+    "CHANGES_KEPT",
+    "CONFIG_NAMES",
+    "CallInfo",
+    "Compilation",
+    "CompileBudgetExceeded",
+    "CompileReport",
+    "DETAILS_PER_FUNCTION",
+    "DETAILS_TOTAL",
+    "EVENT_BACKEND_COMPILE",
+    "EVENT_LOWER",
+    "EVENT_TRACE",
+    "EXPLAIN_LIMIT",
+    "FIXES",
+    "FunctionCompiles",
+    "FunctionState",
+    "LOG_LINE_CHARS",
+    "STATIC_FIXES",
+    "STATIC_VALUES_KEPT",
+    "StaticValue",
+    "classify",
+    "compiles",
+    "static_value",
+]

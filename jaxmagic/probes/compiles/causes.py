@@ -1,0 +1,245 @@
+"""Why one compilation happened: the cause found from JAX's explanation, the argument types and static values.
+
+Each cause comes with its sentence (``_Cause.why``) and the changes that show it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from jaxmagic._jax.compile_log import (
+    CacheMissExplanation,
+    context_differences,
+    keyword_passing_change,
+    pytree_changes,
+    signature_text,
+)
+from jaxmagic._jax.own_settings import is_own_difference
+from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
+from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
+from jaxmagic.report.source import source_line
+
+if TYPE_CHECKING:  # the collector imports this module
+    from jaxmagic.probes.compiles.collector import FunctionState
+
+
+@dataclasses.dataclass
+class _Cause:
+    cause: str  # a key of CAUSE_TITLES
+    why: str
+    changes: list[str] = dataclasses.field(default_factory=list)
+
+
+def classify(
+    summary: FunctionCompiles,
+    state: FunctionState,
+    explanation: CacheMissExplanation | None,
+    types: list[str] | None,
+    info: CallInfo,
+    traced: bool,
+    user_values: dict[str, str],
+) -> list[_Cause]:
+    """Why one compilation happened: every cause seen, the main one first."""
+    if info.kind != "user":
+        shapes = signature_text(types) if types is not None else "these arguments"
+        return [_Cause("eager", f"An eager operation compiled for {shapes}.")]
+    static = _static_cause(summary, state, info)
+    explanation = _without_own_context(explanation, user_values)
+    if explanation is not None:
+        explained = _explained_cause(summary, state, explanation, types, info)
+        if explained is not None:
+            if explained.cause in ("first", "new_function"):
+                return [explained]
+            same_types = types is not None and state.last_types is not None and types == state.last_types
+            if static is not None and explained.cause in ("types", "weak_type") and same_types:
+                # JAX compares with the closest earlier key, which may be one with other types; against
+                # the previous compilation only the static argument changed.
+                return [static]
+            return [explained] + ([static] if static is not None else [])
+        # "unavailable", "debug_info", "other": JAX could not name it; static values can.
+    elif traced and summary.count == 0 and state.last_types is None and static is None:
+        return [_Cause("first", f"First compilation of `{summary.name}` in this cell.")]
+    elif not traced and summary.count > 0:
+        return [
+            _Cause(
+                "no_retrace",
+                f"`{summary.name}` compiled again from its cached trace: different jit options, device, "
+                "or an explicit .lower().compile().",
+            )
+        ]
+    return [_unexplained_cause(summary, state, explanation, types, info, static)]
+
+
+def _without_own_context(
+    explanation: CacheMissExplanation | None, user_values: dict[str, str]
+) -> CacheMissExplanation | None:
+    """The explanation without the context differences jaxmagic's own settings made; None if nothing is left.
+
+    JAX ranks a context difference above any argument difference, so after a
+    probe ran a function under its own settings, every later miss of that
+    function is "explained" by them. Those say nothing about the user's calls:
+    the cause is then found as if JAX had said nothing.
+    """
+    if explanation is None or explanation.kind != "context":
+        return explanation
+    differences = context_differences(explanation.details)
+    kept = [d for d in differences if not is_own_difference(d.name, d.now, d.before, user_values)]
+    if differences and not kept:
+        return None
+    if len(kept) == len(differences):
+        return explanation
+    return dataclasses.replace(explanation, details=[d.detail for d in kept])
+
+
+def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
+    name = f"`{summary.name}`"
+    kind = explanation.kind
+    if kind == "never_seen":
+        if summary.count > 0:
+            return _new_function_cause(summary, info)
+        return _Cause("first", f"First compilation of {name}.")
+    if kind == "types":
+        changes = [
+            c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})") for c in explanation.type_changes
+        ]
+        changes = changes or explanation.details
+        if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
+            return _Cause(
+                "weak_type",
+                "A weakly typed value (a Python scalar, or an array whose dtype came from one) and a "
+                "typed one are different argument types (weak typing): " + "; ".join(changes) + ".",
+                changes,
+            )
+        return _Cause(
+            "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
+        )
+    if kind == "pytree":
+        passed = keyword_passing_change(explanation.details)
+        if passed:
+            changes = [f"{n}: passed by keyword in one call, positionally in the other" for n in passed]
+            return _Cause("passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes)
+        changes = pytree_changes(explanation.details, info.parameter_names)
+        return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
+    if kind == "context":
+        changes = [d.text for d in context_differences(explanation.details)] or explanation.details
+        return _Cause(
+            "context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes
+        )
+    return None
+
+
+def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
+    where = f" (defined {summary.defined_at})" if summary.defined_at else ""
+    around = f", {info.wrapper}," if info.wrapper else ""
+    site = ""
+    if info.call_site is not None:
+        line = source_line(*info.call_site)
+        site = f" at {line_text(line)}"
+    return _Cause(
+        "new_function",
+        f"`{summary.name}`{where} is jitted anew at each call{site}: jax.jit{around} builds a new wrapper "
+        "every time, and a new wrapper starts with an empty cache.",
+        [f"jax.jit applied to a newly built function{site}"],
+    )
+
+
+def _static_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:
+    static_changes, identity_changes = _static_changes(state.last_static, info.static_values)
+    if identity_changes:
+        return _Cause(
+            "static_identity",
+            f"Static argument {'; '.join(identity_changes)}: each call passes a new object, and jit "
+            "hashes it by identity, so none matches an earlier call.",
+            identity_changes,
+        )
+    if static_changes:
+        return _Cause(
+            "static",
+            f"Static argument value changed: {'; '.join(static_changes)}. A static argument is "
+            "part of the compiled program, so each new value compiles again.",
+            static_changes,
+        )
+    return None
+
+
+def _unexplained_cause(summary, state, explanation, types, info, static: _Cause | None) -> _Cause:
+    name = f"`{summary.name}`"
+    if static is not None:
+        return static
+    if explanation is None and types is not None and state.last_types is not None and types != state.last_types:
+        array_parameters = [p for p in info.parameter_names if p not in info.static_argnames]
+        changes = _leaf_changes(state.last_types, types, array_parameters)
+        if _only_weak_type_differs(state.last_types, types):
+            return _Cause(
+                "weak_type",
+                "A Python scalar (or an array made from one, such as jnp.full(4, 1.0)) and a typed JAX value are "
+                "different argument types (weak typing; from the compile log): " + "; ".join(changes) + ".",
+                changes,
+            )
+        return _Cause("types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes)
+    if summary.count == 0 and (explanation is None or explanation.kind != "unavailable" or not info.static_values):
+        return _Cause("first", f"First compilation of {name} in this cell.")
+    if info.static_values and state.last_static is None:
+        values = "; ".join(f"{k} = {v.text}" for k, v in info.static_values.items())
+        return _Cause(
+            "static",
+            f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
+            "static value is the usual cause.",
+        )
+    if info.static_argnames:
+        return _Cause(
+            "unexplained",
+            "JAX could not say what differed ('cache miss explanation unavailable'), and the "
+            f"static arguments of {name} ({', '.join(info.static_argnames)}) kept their values.",
+        )
+    return _Cause(
+        "unexplained",
+        f"JAX could not say what differed ('cache miss explanation unavailable'); {name} has "
+        "no static arguments, so a hashed value outside its argument list changed (a partial's or a "
+        "wrapper's static value, or a closure of a function jitted anew).",
+    )
+
+
+def _static_changes(before: dict | None, now: dict[str, StaticValue]) -> tuple[list[str], list[str]]:
+    """Static arguments whose value changed since the last compilation: (by value, same print but unequal)."""
+    if not before:
+        return [], []
+    changed, identity = [], []
+    for name, value in now.items():
+        old = before.get(name)
+        if old is None:
+            continue
+        if value.by_identity and (value.hashed != old.hashed or value.hashed is None):
+            looks = f"equal-looking ({value.text})" if value.look == old.look else f"{old.text} -> {value.text}"
+            identity.append(
+                f"{name}: a new {value.type_name} (id {old.ident:#x} -> id {value.ident:#x}), {looks}, "
+                "hashed by identity"
+            )
+        elif value.look != old.look:
+            text = f"{old.text} -> {value.text}" if value.text != old.text else f"{value.text}, printed differently"
+            changed.append(f"{name}: {text}")
+        elif value.hashed != old.hashed or value.hashed is None:
+            identity.append(
+                f"{name}: a new {value.type_name} (id {old.ident:#x} -> id {value.ident:#x}), equal-looking "
+                f"({value.text}) but unequal: its __eq__/__hash__ do not compare by value"
+            )
+    return changed, identity
+
+
+def _only_weak_type_differs(before: list[str], now: list[str]) -> bool:
+    """True when the compile log's types differ only in being weakly typed ("f32[4] weak" vs "f32[4]")."""
+    if len(before) != len(now) or before == now:
+        return False
+    return all(a.removesuffix(" weak") == b.removesuffix(" weak") for a, b in zip(before, now))
+
+
+def _leaf_changes(before: list[str], now: list[str], parameter_names: list[str]) -> list[str]:
+    if len(before) != len(now):
+        return [f"{len(before)} -> {len(now)} array arguments"]
+    if len(now) == len(parameter_names):  # one array per parameter: the leaves are the arguments
+        names = parameter_names
+    else:
+        names = [f"argument leaf {i}" for i in range(len(now))]
+    return [f"{n}: {a} -> {b}" for n, a, b in zip(names, before, now) if a != b][: limits.CHANGES_KEPT]

@@ -1,0 +1,260 @@
+"""Building the compilation report as compilations happen, from monitoring events, log lines and the stack."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+from typing import Any
+
+from jaxmagic._jax.compile_log import (
+    CacheMissExplanation,
+    bare_name,
+    parse_cache_miss,
+    parse_compile_log_line,
+    signature_text,
+)
+from jaxmagic._jax.own_settings import users_values
+from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.causes import classify
+from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, read_jit_frame
+from jaxmagic.report.source import cell_label, is_user_file, source_line
+
+EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+
+
+@dataclasses.dataclass
+class FunctionState:
+    summary: FunctionCompiles
+    signatures: set = dataclasses.field(default_factory=set)
+    last_types: list[str] | None = None
+    last_static: dict[str, StaticValue] | None = None
+    static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
+    explained: int = 0
+    detailed: int = 0
+
+
+class Collector:
+    """Receives monitoring events and compile log lines; builds the report as compilations happen."""
+
+    def __init__(self, report: CompileReport, stack: contextlib.ExitStack):
+        self.report = report
+        self._stack = stack
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._functions: dict[tuple, FunctionState] = {}
+        self._last_of_name: dict[tuple, FunctionState] = {}
+        # What arrived for a function since its last compilation, by bare name. Cleared at every
+        # compilation: leftovers belong to functions traced inside another one (inlined, never compiled).
+        self._pending_log: dict[str, list[str]] = {}
+        self._pending_types: dict[str, list[str]] = {}
+        self._pending_explanation: dict[str, CacheMissExplanation] = {}
+        self._pending_trace: dict[str, float] = {}
+        self._pending_lower: dict[str, float] = {}
+        self._explaining = True
+        self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
+
+    # -- inputs --------------------------------------------------------------
+
+    def on_log(self, message: str) -> None:
+        if threading.get_ident() != self._thread:  # logged while another thread compiled: not the block's
+            return
+        with self._lock:
+            self.report.log_lines += 1
+            line = parse_compile_log_line(message)
+            explanation = None if line else parse_cache_miss(message)
+            name = line.name if line else explanation.name if explanation else ""
+            kept = self._pending_log.setdefault(name, [])
+            if len(kept) < 8:
+                kept.append(message[: limits.LOG_LINE_CHARS])
+            if line is not None and line.stage == "compiling":
+                self._pending_types[name] = line.types
+            if explanation is not None:
+                self._pending_explanation[name] = explanation
+
+    def on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        if threading.get_ident() != self._thread:  # another thread's work (a data loader): not the block's
+            if event == EVENT_BACKEND_COMPILE:
+                with self._lock:
+                    self.report.other_thread_compilations += 1
+            return
+        if event == EVENT_BACKEND_COMPILE:
+            info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
+            with self._lock:
+                self._compiled(bare_name(str(kwargs.get("fun_name", "?"))), duration, info)
+        elif event == EVENT_TRACE:
+            with self._lock:
+                self._pending_trace[bare_name(str(kwargs.get("fun_name", "?")))] = duration
+        elif event == EVENT_LOWER:
+            with self._lock:
+                self._pending_lower[bare_name(str(kwargs.get("fun_name", "?")))] = duration
+
+    # -- the stack at a compilation -------------------------------------------
+
+    def _inspect_stack(self) -> CallInfo:
+        info = CallInfo()
+        found_jit = False
+        frame = sys._getframe(1)
+        try:
+            for _ in range(400):
+                if frame is None:
+                    break
+                code = frame.f_code
+                if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
+                    found_jit = True
+                    with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
+                        read_jit_frame(frame.f_locals, info, is_user_file)
+                if info.call_site is None and is_user_file(code.co_filename):
+                    info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
+                if found_jit and info.call_site is not None:
+                    break
+                frame = frame.f_back
+        finally:
+            del frame
+        return info
+
+    # -- one compilation -------------------------------------------------------
+
+    def _compiled(self, name: str, seconds: float, info: CallInfo) -> None:
+        report = self.report
+        report.total_compilations += 1
+        explanation = self._pending_explanation.get(name)
+        types = self._pending_types.get(name)
+        trace_seconds = self._pending_trace.get(name)
+        lower_seconds = self._pending_lower.get(name)
+        log = self._pending_log.get(name, [])
+        for pending in (
+            self._pending_log,
+            self._pending_types,
+            self._pending_explanation,
+            self._pending_trace,
+            self._pending_lower,
+        ):
+            pending.clear()
+        if explanation is not None and not info.defined_file and explanation.defined_at:
+            info.defined_file, _, line = explanation.defined_at.rpartition(":")
+            info.defined_line = int(line) if line.isdigit() else 0
+
+        key = (name, info.kind, info.defined_file, info.defined_line)
+        state = self._functions.get(key)
+        if state is None and not info.defined_file:
+            # No frame or explanation said where it is defined (an AOT .compile(), or explanations
+            # switched off): it is the function of that name seen last.
+            state = self._last_of_name.get((name, info.kind))
+        if state is not None:
+            self._last_of_name[(name, info.kind)] = state
+        if state is None:
+            label = cell_label(info.defined_file) if info.defined_file else ""
+            defined_at = (
+                f"{label}, line {info.defined_line}"
+                if label
+                else f"{info.defined_file}:{info.defined_line}"
+                if info.defined_file
+                else ""
+            )
+            state = self._functions[key] = FunctionState(
+                FunctionCompiles(
+                    name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
+                )
+            )
+            report.functions.append(state.summary)
+            self._last_of_name[(name, info.kind)] = state
+        summary = state.summary
+
+        found = classify(summary, state, explanation, types, info, trace_seconds is not None, self._user_values)
+        cause, why, changes = found[0].cause, " ".join(c.why for c in found), [x for c in found for x in c.changes]
+        summary.count += 1
+        for each in found:
+            summary.causes[each.cause] = summary.causes.get(each.cause, 0) + 1
+            if each.cause != "first":
+                _record_changes(summary, each.cause, each.changes)
+        summary.trace_seconds += trace_seconds or 0.0
+        summary.lower_seconds += lower_seconds or 0.0
+        summary.compile_seconds += seconds
+        if types is not None:
+            if len(state.signatures) < 100_000:
+                state.signatures.add(hash(tuple(types)))
+            summary.distinct_argument_types = len(state.signatures)
+            summary.last_argument_types = signature_text(types)
+            state.last_types = types
+        _record_static(summary, state, info.static_values)
+        state.last_static = dict(info.static_values)
+        line = source_line(*info.call_site) if info.call_site else None
+        if summary.first_line is None:
+            summary.first_line = line
+
+        if state.detailed < limits.DETAILS_PER_FUNCTION and len(report.compilations) < limits.DETAILS_TOTAL:
+            state.detailed += 1
+            report.compilations.append(
+                Compilation(
+                    function=name,
+                    number=summary.count,
+                    kind=info.kind,
+                    cause=cause,
+                    why=why,
+                    also=[c.cause for c in found[1:]],
+                    changes=changes[: limits.CHANGES_KEPT],
+                    argument_types=signature_text(types) if types is not None else "",
+                    static_arguments={k: v.text for k, v in info.static_values.items()},
+                    trace_seconds=trace_seconds,
+                    lower_seconds=lower_seconds,
+                    compile_seconds=seconds,
+                    line=line,
+                    jax_explanation=explanation.text if explanation else "",
+                    log=list(log),
+                )
+            )
+
+        if explanation is not None:
+            state.explained += 1
+            if state.explained >= limits.EXPLAIN_LIMIT and self._explaining:
+                self._stop_explaining(name)
+
+    def _stop_explaining(self, name: str) -> None:
+        # JAX compares each cache miss with every key seen before, so explanations cost more with every
+        # compilation (1,000 shapes: ~50 s instead of ~1 s). The first ones say what there is to say.
+        if threading.get_ident() != self._thread:
+            return  # the setting is thread-local; another thread's context is not ours to change
+        import jax  # deferred: importing the package does not import JAX
+
+        self._explaining = False
+        self.report.explanations_stopped = name
+        self._stack.enter_context(jax.explain_cache_misses(False))
+
+    def finish(self) -> None:
+        with self._lock:
+            self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
+
+
+def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:
+    for name, value in values.items():
+        summary.static_kinds[name] = value.kind
+        summary.static_types[name] = value.type_name
+        ids = summary.static_ids.setdefault(name, [])
+        if value.by_identity and len(ids) < limits.STATIC_VALUES_KEPT and f"{value.ident:#x}" not in ids:
+            ids.append(f"{value.ident:#x}")
+        text = value.text
+        seen = state.static_seen.setdefault(name, set())
+        if text in seen or len(seen) >= 100_000:
+            continue
+        seen.add(text)
+        summary.static_value_counts[name] = len(seen)
+        kept = summary.static_values.setdefault(name, [])
+        if len(kept) < limits.STATIC_VALUES_KEPT:
+            kept.append(text)
+
+
+def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
+    examples = summary.change_examples.setdefault(cause, [])
+    for change in changes[: limits.CHANGES_KEPT]:
+        if len(examples) < 6 and change not in examples:
+            examples.append(change)
+    if cause in ("types", "weak_type"):
+        for change in changes[: limits.CHANGES_KEPT]:
+            key = change.split(":", 1)[0]
+            if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
+                summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1

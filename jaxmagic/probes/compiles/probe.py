@@ -1,0 +1,76 @@
+"""The ``compiles`` probe: the ``with`` block that switches the compilation sources on and off."""
+
+from __future__ import annotations
+
+import contextlib
+
+from jaxmagic._jax import compat
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes.compiles.collector import Collector
+from jaxmagic.probes.compiles.logs import compile_logs_captured
+from jaxmagic.probes.compiles.report import CompileReport
+from jaxmagic.report.wording import error_line
+
+CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
+
+
+class compiles:
+    """Count and explain every backend compilation in a ``with`` block.
+
+    ``budget``: at most this many compilations per user function (or only of
+    ``fn`` when given); when exceeded and the block itself did not raise,
+    leaving the block raises ``CompileBudgetExceeded`` (``raise_over_budget=False``
+    leaves that to the caller: ``report.raise_if_over_budget()``). ``show_all``
+    makes the report list eager-operation compilations as well.
+    """
+
+    def __init__(
+        self,
+        *,
+        budget: int | None = None,
+        fn: str | None = None,
+        show_all: bool = False,
+        raise_over_budget: bool = True,
+    ):
+        if budget is not None and budget < 0:
+            raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
+        self.report = CompileReport(show_all=show_all, budget=budget, budget_function=fn or "")
+        self.raise_over_budget = raise_over_budget
+        self._collector: Collector | None = None
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> CompileReport:
+        import jax  # deferred: importing the package does not import JAX
+        from jax import monitoring
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(preserved_jax_state(CONFIG_NAMES))
+        collector = Collector(self.report, stack)
+        try:
+            stack.enter_context(compile_logs_captured(collector.on_log))
+            monitoring.register_event_duration_secs_listener(collector.on_duration)
+            stack.callback(_unregister, collector.on_duration)
+            stack.enter_context(jax.log_compiles(True))
+            stack.enter_context(jax.explain_cache_misses(True))
+        except BaseException:
+            stack.close()
+            raise
+        self._collector, self._stack = collector, stack
+        return self.report
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        __tracebackhide__ = True
+        try:
+            self._stack.close()
+        finally:
+            self._collector.finish()
+            if exc is not None:
+                self.report.other_error = error_line(exc)
+        if exc is None and self.raise_over_budget:
+            self.report.raise_if_over_budget()
+        return False
+
+
+def _unregister(listener) -> None:
+    compat.unregister_duration_listener(listener)  # restored by preserved_jax_state in any case

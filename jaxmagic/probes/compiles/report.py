@@ -1,0 +1,581 @@
+"""The compilation report: what was compiled and why, in words (causes, fixes, sentences) and as a document.
+
+Plain data filled in by ``collector.Collector`` while the block runs; nothing
+here measures or calls into JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxmagic._jax.compile_log import bare_name
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.compiles import limits
+from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
+from jaxmagic.report.wording import ended
+
+CAUSE_TITLES = {
+    "first": "first compilation",
+    "types": "argument types changed",
+    "weak_type": "weakly typed vs typed argument (weak type)",
+    "pytree": "argument structure changed",
+    "passing": "argument passed by keyword vs positionally",
+    "static": "static argument value changed",
+    "static_identity": "static argument is a new object each call, hashed by identity",
+    "new_function": "a new jit wrapper built at each call",
+    "context": "JAX setting changed",
+    "no_retrace": "compiled again without re-tracing",
+    "unexplained": "JAX could not say",
+    "eager": "eager operation",
+}
+
+FIXES = {
+    "static": (
+        "A static argument is part of the compiled program: every new value compiles it again. Keep "
+        "arguments static only when they change the program's structure (a mode, a layer count), and "
+        "then let them take few values; pass anything else as a traced argument."
+    ),
+    "static_identity": (
+        "The static argument is hashed by identity: a new object each call is a new cache key, however "
+        "alike the objects look. Build it once and pass the same object every time, or make it hashable "
+        "by value (define __eq__ and __hash__ over its fields, e.g. a frozen dataclass)."
+    ),
+    "types": (
+        "Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
+        "varying sizes pad to a few bucket sizes (e.g. powers of two) and mask, instead of one shape per call."
+    ),
+    "weak_type": (
+        "A weakly typed value - a Python scalar, or an array whose dtype came from one, such as "
+        "jnp.full(4, 1.0) - and a typed value of the same shape and dtype are different argument types "
+        "to jit, so the function compiles once for each. Pass the same kind every time: give it a dtype, "
+        "e.g. always jnp.float32(x), jnp.int32(step) or jnp.full(4, 1.0, dtype=jnp.float32)."
+    ),
+    "pytree": (
+        "The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
+        "the same structure on every call, e.g. always the same keys, with zeros instead of a missing entry."
+    ),
+    "passing": (
+        "The same argument was passed by keyword in one call and positionally in another; jit treats "
+        "these as different calls. Pass it the same way every time."
+    ),
+    "new_function": (
+        "jax.jit was applied to a newly built function each time (jax.jit(jax.grad(f)) inside a helper, "
+        "a lambda or functools.partial made in a loop). Each new wrapper starts with an empty cache. Build "
+        "the jitted function once, outside the helper or loop (e.g. grad_fn = jax.jit(jax.grad(loss)) at "
+        "module level), and pass what changes as arguments."
+    ),
+    "context": (
+        "A JAX setting that is part of the trace (a config value or a context manager such as "
+        "jax.default_matmul_precision) differed between the calls. Keep it fixed around the calls."
+    ),
+    "no_retrace": (
+        "The traced program was reused but compiled again: a different jit option (donate_argnums, "
+        "shardings), another device, or an explicit .lower().compile()."
+    ),
+    "unexplained": (
+        "JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
+        "static argument value gives, and the static arguments jaxmagic could see did not change. "
+        "Look at what else jit hashes into its cache key and is not a traced argument: static values "
+        "hidden in a functools.partial or a callable object given to jax.jit, values a wrapper passes "
+        "as static arguments, or a closure of a function that is created anew and jitted again."
+    ),
+    "eager": (
+        "Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
+        "cheap and cached; a flood of them means eager code in a loop that could go inside a jitted function."
+    ),
+}
+
+
+class CompileBudgetExceeded(RuntimeError):
+    """A function compiled more often than the budget allows; the message says which and why."""
+
+
+@dataclasses.dataclass
+class Compilation:
+    """One backend compilation, kept in full (up to ``DETAILS_PER_FUNCTION`` per function)."""
+
+    function: str  # bare name, e.g. "train_step"
+    number: int  # 1 for the function's first compilation in the block
+    kind: str  # "user", "eager" (a primitive run eagerly), "library" (a jitted JAX function)
+    cause: str  # a key of CAUSE_TITLES: the main cause
+    why: str  # every cause in plain words
+    also: list[str] = dataclasses.field(default_factory=list)  # further causes of the same compilation
+    changes: list[str] = dataclasses.field(default_factory=list)  # "w: f32[3] -> i32[3]", "step: 0 -> 1"
+    argument_types: str = ""  # "f32[64,64], f32[8,64]" (the arguments kept by jit, flattened)
+    static_arguments: dict[str, str] = dataclasses.field(default_factory=dict)
+    trace_seconds: float | None = None
+    lower_seconds: float | None = None
+    compile_seconds: float = 0.0
+    line: SourceLine | None = None  # the user's line that made the call
+    jax_explanation: str = ""  # what jax_explain_cache_misses said
+    log: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FunctionCompiles:
+    """Everything compiled under one function name (and definition) in the block, summarised."""
+
+    name: str
+    kind: str
+    defined_at: str = ""  # "In [3], line 2" or "model.py:14"
+    count: int = 0
+    causes: dict[str, int] = dataclasses.field(default_factory=dict)
+    distinct_argument_types: int = 0
+    last_argument_types: str = ""
+    static_argnames: list[str] = dataclasses.field(default_factory=list)
+    static_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first distinct values, in order
+    static_value_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # distinct values seen
+    static_kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # "number", "function", "object", ...
+    static_types: dict[str, str] = dataclasses.field(default_factory=dict)  # type name of each static argument
+    static_ids: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first ids, of identity-hashed ones
+    changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)  # "w (dtype)" -> times
+    change_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # by cause, first few
+    trace_seconds: float = 0.0
+    lower_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    first_line: SourceLine | None = None
+
+    @property
+    def jit_name(self) -> str:
+        return f"jit({self.name})"
+
+    @property
+    def recompiled(self) -> bool:
+        return self.count > 1
+
+    @property
+    def causes_again(self) -> list[str]:
+        """Why it compiled again, most frequent first (ties: the more telling cause first)."""
+        again = [cause for cause in self.causes if cause != "first"]
+        return sorted(again, key=lambda cause: (-self.causes[cause], _priority(cause)))
+
+    @property
+    def main_cause(self) -> str:
+        """The most frequent reason it compiled again ("first" if it compiled once)."""
+        again = self.causes_again
+        if again:
+            return again[0]
+        return "first" if self.causes else ""
+
+    def cause_text(self, cause: str) -> str:
+        """One cause with its evidence: "static argument value changed: `step` 0 -> 1 -> 2"."""
+        title = CAUSE_TITLES.get(cause, cause)
+        if cause == "static_identity" and self.static_ids:
+            parts = []
+            for name, ids in self.static_ids.items():
+                if len(ids) < 2:
+                    continue
+                shown = " -> ".join(f"id {i}" for i in ids) + (" -> ..." if self.count > len(ids) else "")
+                text = self.static_values.get(name, ["?"])[0]
+                parts.append(
+                    f"`{name}` is a new {self.static_types.get(name, 'object')} at each call ({shown}), looking like {text}"
+                )
+            if parts:
+                return f"{title}: {'; '.join(parts)}"
+        if cause in ("static", "static_identity"):
+            parts = [
+                f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
+                for name, values in self.static_values.items()
+                if len(values) > 1 or cause == "static_identity"
+            ]
+            return f"{title}: {'; '.join(parts)}" if parts else title
+        examples = self.change_examples.get(cause, [])
+        if examples:
+            return f"{title}: {'; '.join(examples[:3])}" + ("; ..." if len(examples) > 3 else "")
+        return title
+
+    @property
+    def reason(self) -> str:
+        """Why it compiled again, with the evidence, in a few words (every cause, most frequent first)."""
+        again = self.causes_again
+        if not again:
+            return CAUSE_TITLES.get(self.main_cause, self.main_cause)
+        text = ", and ".join(self.cause_text(cause) for cause in again[:3])
+        return text + (f", and {len(again) - 3} more cause(s)" if len(again) > 3 else "")
+
+    @property
+    def fix(self) -> str:
+        """What to do about the main cause (for a static argument: what fits the kind of its values)."""
+        return self.fix_for(self.main_cause)
+
+    def fix_for(self, cause: str) -> str:
+        if cause in ("static", "static_identity"):
+            kinds = [self.static_kinds.get(name, "") for name in self.static_values]
+            kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
+            if kind and cause == "static_identity":
+                return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
+            if kind:
+                return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
+        return FIXES.get(cause, "")
+
+    @property
+    def evidence(self) -> str:
+        """What changed between its compilations, as far as it is known."""
+        parts = []
+        for cause in self.causes_again[:3]:
+            if cause == "new_function":
+                parts.append("jit was given a newly built function (a new wrapper) at each call")
+            elif cause == "no_retrace":
+                parts.append("compiled again without tracing again")
+            elif cause in ("static", "static_identity") or self.change_examples.get(cause):
+                parts.append(self.cause_text(cause).split(": ", 1)[-1])
+        text = "; ".join(parts)
+        if text and self.main_cause in ("static", "static_identity") and self.distinct_argument_types == 1:
+            text += " - with the same argument types every time"
+        return text
+
+    @property
+    def cause_breakdown(self) -> str:
+        """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
+        ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
+        return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
+
+
+# The fix for a static argument, by the kind of its values (``StaticValue.kind``).
+STATIC_FIXES = {
+    "number": (
+        "The static value only feeds arithmetic (a learning-rate schedule, a step counter): make it a traced "
+        "argument - drop it from static_argnums/static_argnames and pass an array, e.g. jnp.int32(step)."
+    ),
+    "function": (
+        "A function is hashed by identity, so a lambda or functools.partial built anew for each call is a new "
+        "cache key. Build it once, before the loop, and pass that same object; put what changes into a "
+        "traced argument."
+    ),
+    "functions": (
+        "A tuple or NamedTuple holding functions (an optax GradientTransformation, a pair of init/apply "
+        "functions) is hashed by its functions' identities, so one built by a factory at each call is always "
+        "new. Build it once, before the loop, and pass that same object (or close over it); pass what "
+        "changes, such as a learning rate, as a traced argument."
+    ),
+    "object": (
+        "An object whose class has no __eq__/__hash__ of its own (a plain class, a dataclass(eq=False), a "
+        "module object) is hashed by identity. Build it once and reuse it; or make it hashable by value "
+        "(a frozen dataclass, or __eq__ and __hash__ over its fields); or, if it holds arrays, pass it as a "
+        "traced pytree argument instead of a static one (jax.tree_util.register_dataclass, "
+        "flax.struct.dataclass, equinox.Module)."
+    ),
+}
+
+
+# Which cause to name first when two are equally frequent: the ones people find hardest first.
+_CAUSE_PRIORITY = (
+    "static",
+    "static_identity",
+    "new_function",
+    "weak_type",
+    "passing",
+    "pytree",
+    "types",
+    "context",
+    "no_retrace",
+    "unexplained",
+    "eager",
+    "first",
+)
+
+
+def _priority(cause: str) -> int:
+    return _CAUSE_PRIORITY.index(cause) if cause in _CAUSE_PRIORITY else len(_CAUSE_PRIORITY)
+
+
+def _value_sequence(values: list[str], distinct: int) -> str:
+    text = " -> ".join(values)
+    if distinct > len(values):
+        text += f" -> ... ({distinct} different values)"
+    return text
+
+
+@dataclasses.dataclass
+class CompileReport(Report):
+    """What ``%%jax_compiles`` found: compilations per function, their causes and costs."""
+
+    kind = "jax_compiles"
+
+    functions: list[FunctionCompiles] = dataclasses.field(default_factory=list)
+    compilations: list[Compilation] = dataclasses.field(default_factory=list)  # the first ones, in order
+    total_compilations: int = 0
+    show_all: bool = False
+    budget: int | None = None
+    budget_function: str = ""  # --fn: the budget applies to this function only
+    explanations_stopped: str = ""  # the function whose many compilations made us stop asking JAX why
+    other_thread_compilations: int = 0  # compilations made by other threads during the block (not listed)
+    log_lines: int = 0  # compile log lines captured (all of them, kept or not)
+    other_error: str = ""  # the block failed: "ValueError: ..."
+
+    # -- queries -------------------------------------------------------------
+
+    def function(self, name: str) -> FunctionCompiles | None:
+        """The summary for ``name`` ("f" or "jit(f)"), the most compiled one if several share the name."""
+        name = bare_name(name)
+        matches = [f for f in self.functions if f.name == name]
+        return max(matches, key=lambda f: f.count) if matches else None
+
+    def count(self, name: str) -> int:
+        """How many times functions named ``name`` ("f" or "jit(f)") compiled in the block."""
+        name = bare_name(name)
+        return sum(f.count for f in self.functions if f.name == name)
+
+    def compilations_of(self, name: str) -> list[Compilation]:
+        name = bare_name(name)
+        return [c for c in self.compilations if c.function == name]
+
+    @property
+    def user_functions(self) -> list[FunctionCompiles]:
+        return [f for f in self.functions if f.kind == "user"]
+
+    @property
+    def eager_functions(self) -> list[FunctionCompiles]:
+        return [f for f in self.functions if f.kind != "user"]
+
+    @property
+    def recompiled_functions(self) -> list[FunctionCompiles]:
+        """The user's functions that compiled more than once, most compilations first."""
+        return [f for f in self.user_functions if f.recompiled]
+
+    @property
+    def eager_compilations(self) -> int:
+        return sum(f.count for f in self.eager_functions)
+
+    @property
+    def over_budget(self) -> list[FunctionCompiles]:
+        if self.budget is None:
+            return []
+        if self.budget_function:
+            name = bare_name(self.budget_function)
+            return [f for f in self.functions if f.name == name and f.count > self.budget]
+        return [f for f in self.user_functions if f.count > self.budget]
+
+    @property
+    def budget_message(self) -> str:
+        over = self.over_budget
+        if not over:
+            return ""
+        parts = [f"{f.jit_name} compiled {f.count} times ({f.reason})" for f in over]
+        scope = f" for {bare_name(self.budget_function)}" if self.budget_function else " per function"
+        return f"Compile budget exceeded: {'; '.join(parts)}; the budget is {self.budget}{scope}."
+
+    def raise_if_over_budget(self) -> None:
+        """Raise CompileBudgetExceeded if a function compiled more often than the budget allows."""
+        __tracebackhide__ = True
+        if self.over_budget:
+            raise CompileBudgetExceeded(self.budget_message)
+
+    # -- Report ----------------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        if self.over_budget or self.recompiled_functions:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def summary(self) -> str:
+        text = self._findings()
+        if self.other_error:
+            text = f"The cell failed with {ended(self.other_error)} Before that: {text[0].lower()}{text[1:]}"
+        return text
+
+    def _findings(self) -> str:
+        eager = self.eager_compilations
+        eager_note = f" (and {eager} small compilation{'s' if eager != 1 else ''} of eager operations)" if eager else ""
+        if self.over_budget:
+            over = self.over_budget
+            first = over[0]
+            text = f"Over budget: `{first.name}` compiled {first.count} times (budget {self.budget}): {ended(first.reason)}"
+            return text + (f" {len(over) - 1} more function(s) over budget." if len(over) > 1 else "")
+        recompiled = self.recompiled_functions
+        if len(recompiled) == 1:
+            f = recompiled[0]
+            return f"`{f.name}` compiled {f.count} times: {ended(f.reason)}"
+        if recompiled:
+            parts = ", ".join(
+                f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"
+                for f in recompiled[:4]
+            )
+            return f"{len(recompiled)} functions compiled more than once: {parts}."
+        users = self.user_functions
+        if users:
+            names = ", ".join(f"`{f.name}`" for f in users[:4]) + (", ..." if len(users) > 4 else "")
+            return f"{len(users)} function(s) compiled once each ({names}); nothing recompiled{eager_note}."
+        if eager:
+            return f"None of your jitted functions compiled; {eager} small compilation(s) of eager operations."
+        return "Nothing was compiled: every call in this cell reused an already compiled program."
+
+    def document(self):
+        sections = []
+        recompiled = self.recompiled_functions
+        if recompiled:
+            rows = [
+                [
+                    f"`{f.name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
+                    f"{f.count}: {f.cause_breakdown}",
+                    f.evidence or "-",
+                ]
+                for f in recompiled[:8]
+            ]
+            blocks = [Table(["function", "compilations", "what changed"], rows)]
+            if any(f.main_cause in ("static", "unexplained", "static_identity") for f in recompiled):
+                blocks.append(
+                    Paragraph(
+                        "JAX's own explanation for a changed static argument is only 'cache miss explanation "
+                        "unavailable' (JAX 0.12): jaxmagic compares the static values of the calls to name it."
+                    )
+                )
+            by_fix: dict[tuple[str, str], list[str]] = {}
+            for f in recompiled[:8]:
+                for cause in f.causes_again[:3]:
+                    if f.fix_for(cause):
+                        by_fix.setdefault((cause, f.fix_for(cause)), []).append(f"`{f.name}`")
+            for (cause, fix), names in by_fix.items():
+                blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {fix}"))
+            sections.append(Section("Recompiled", blocks))
+
+        listed = self.functions if self.show_all else self.user_functions
+        if listed:
+            rows = [
+                [
+                    f"`{f.jit_name}`",
+                    f.defined_at or "-",
+                    str(f.count),
+                    str(f.distinct_argument_types),
+                    f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
+                    _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
+                ]
+                for f in listed
+            ]
+            blocks = [
+                Table(
+                    [
+                        "function",
+                        "defined at",
+                        "compiles",
+                        "distinct argument types",
+                        "why",
+                        "trace / lower / XLA compile, total",
+                    ],
+                    rows,
+                )
+            ]
+        else:
+            blocks = []
+        eager = self.eager_functions
+        if eager and not self.show_all:
+            names = ", ".join(f"{f.name} x{f.count}" for f in sorted(eager, key=lambda f: -f.count)[:6])
+            more = ", ..." if len(eager) > 6 else ""
+            blocks.append(
+                Paragraph(
+                    f"Not listed: {self.eager_compilations} small compilation(s) of eager operations - JAX calls "
+                    f"outside jit such as jnp.ones, each compiled once per new shape ({names}{more}). "
+                    "`--all` lists them."
+                )
+            )
+        if blocks:
+            sections.append(Section("Compilations per function", blocks))
+
+        shown = [c for c in self.compilations if self.show_all or c.kind == "user"]
+        if shown:
+            rows = [
+                [
+                    str(c.number),
+                    f"`{c.function}`",
+                    line_text(c.line),
+                    CAUSE_TITLES.get(c.cause, c.cause),
+                    "; ".join(c.changes) or "-",
+                    c.argument_types or "-",
+                    _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
+                ]
+                for c in shown
+            ]
+            blocks = [
+                Table(
+                    [
+                        "#",
+                        "function",
+                        "your line",
+                        "cause",
+                        "what changed",
+                        "argument types",
+                        "trace / lower / XLA compile",
+                    ],
+                    rows,
+                )
+            ]
+            not_listed = sum(f.count for f in listed) - len(shown)
+            if not_listed > 0:
+                blocks.append(
+                    Paragraph(
+                        f"{not_listed} later compilation(s) are counted above but not listed one "
+                        f"by one (the first {limits.DETAILS_PER_FUNCTION} of each function are)."
+                    )
+                )
+            sections.append(Section("Each compilation", blocks))
+
+        if self.budget is not None:
+            scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
+            verdict = self.budget_message or "kept"
+            sections.append(
+                Section(
+                    "Budget",
+                    [
+                        Facts(
+                            [
+                                ("budget", f"at most {self.budget} compilation(s)"),
+                                ("applies to", scope),
+                                ("result", verdict),
+                            ]
+                        )
+                    ],
+                )
+            )
+        notes = []
+        if self.other_thread_compilations:
+            notes.append(
+                Paragraph(
+                    f"Other threads compiled {self.other_thread_compilations} time(s) while the cell ran; "
+                    "those compilations are not the cell's and are not listed."
+                )
+            )
+        if self.explanations_stopped:
+            notes.append(
+                Paragraph(
+                    f"`{self.explanations_stopped}` compiled more than {limits.EXPLAIN_LIMIT} times, so JAX's cache-miss "
+                    "explanations were switched off for the rest of the cell (their cost grows with every compilation); "
+                    "later causes are inferred from the argument types and static values."
+                )
+            )
+        if self.budget_function and not any(f.name == bare_name(self.budget_function) for f in self.functions):
+            notes.append(
+                Paragraph(
+                    f"No function named `{bare_name(self.budget_function)}` compiled in this cell "
+                    "(check the name given to --fn)."
+                )
+            )
+        if notes:
+            sections.append(Section("Notes", notes))
+        log = [line for c in shown for line in c.log]
+        if log:
+            kept = f", {len(log)} of {self.log_lines} kept" if self.log_lines > len(log) else ""
+            sections.append(
+                Section(
+                    "",
+                    [
+                        Evidence(
+                            f"JAX's compile log for the compilations listed ({len(log)} lines{kept})", "\n".join(log)
+                        )
+                    ],
+                )
+            )
+        return Document("%%jax_compiles", self.status, self.summary, sections)
+
+
+def _stage_times(*seconds: float | None) -> str:
+    """``"1.4 / 1.3 / 27.3 ms"``: the three stage durations in one cell."""
+    return " / ".join("-" if t is None else f"{t * 1e3:.1f}" for t in seconds) + " ms"
+
+
+def line_text(line: SourceLine | None) -> str:
+    if line is None:
+        return "-"
+    return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else f"{line.where}"

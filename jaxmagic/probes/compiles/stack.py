@@ -1,0 +1,115 @@
+"""Reading the stack at a compilation: jit's ``cache_miss`` frame says what compiled and with which static arguments.
+
+Strings, hashes and ids only: no argument value is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import types
+
+from jaxmagic.report.source import defining_code
+
+
+@dataclasses.dataclass
+class CallInfo:
+    """What the stack says about one compilation; strings only."""
+
+    kind: str = "user"
+    defined_file: str = ""
+    defined_line: int = 0
+    parameter_names: list[str] = dataclasses.field(default_factory=list)
+    static_argnames: list[str] = dataclasses.field(default_factory=list)
+    static_values: dict[str, StaticValue] = dataclasses.field(default_factory=dict)
+    call_site: tuple[str, int, str] | None = None
+    wrapper: str = ""  # what jax.jit was given around the user's function: "functools.partial", ...
+
+
+def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
+    fun = local_vars.get("fun")
+    jit_info = local_vars.get("jit_info")
+    args = local_vars.get("args", ()) or ()
+    kwargs = local_vars.get("kwargs", {}) or {}
+    if getattr(fun, "_apply_primitive", False):
+        info.kind = "eager"
+        return
+    code, info.wrapper = defining_code(fun, is_user)
+    if code is not None:
+        info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
+        info.kind = "user" if is_user(code.co_filename) else "library"
+    if jit_info is None:
+        return
+    signature = getattr(jit_info, "fun_signature", None)
+    params = list(signature.parameters) if signature is not None else []
+    info.parameter_names = params
+    names = []
+    for index in getattr(jit_info, "static_argnums", ()) or ():
+        name = params[index] if index < len(params) else f"#{index}"
+        names.append(name)
+        if index < len(args):
+            info.static_values[name] = static_value(args[index])
+    for name in getattr(jit_info, "static_argnames", ()) or ():
+        if name not in names:
+            names.append(name)
+        if name in kwargs:
+            info.static_values[name] = static_value(kwargs[name])
+    info.static_argnames = names
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticValue:
+    """What the report keeps of one static argument's value: text, hash, identity - never the value."""
+
+    text: str  # a whole short repr, or "<type> object" when the repr is long or shows an address
+    hashed: int | None
+    ident: int
+    type_name: str
+    by_identity: bool  # its hash and == are (or contain) object identity: functions, plain objects
+    kind: str  # "number", "function", "functions" (a tuple of them), "object", "value"
+    look: int = 0  # hash of the whole repr without addresses: equal-looking objects share it
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_REPR_CHARS = 60
+
+
+def static_value(value) -> StaticValue:
+    """The printed value (whole, or type only) and hash of a static argument; the value itself is not kept."""
+    type_name = type(value).__name__
+    try:
+        text = repr(value)
+    except Exception:
+        text = ""
+    text = _ADDRESS.sub("", text)  # the same kind of object built again prints the same
+    look = hash(text)
+    if not text or len(text) > _REPR_CHARS or "\n" in text:
+        text = f"<{type_name} object>"
+    try:
+        hashed = hash(value)
+    except Exception:
+        hashed = None
+    by_identity = _hashed_by_identity(value)
+    return StaticValue(text, hashed, id(value), type_name, by_identity, _static_kind(value, by_identity), look)
+
+
+def _hashed_by_identity(value, depth: int = 0) -> bool:
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
+        return True
+    if isinstance(value, (tuple, frozenset)) and depth < 3:
+        return any(_hashed_by_identity(item, depth + 1) for item in list(value)[:64])
+    cls = type(value)
+    return getattr(cls, "__hash__", None) is object.__hash__ and getattr(cls, "__eq__", None) is object.__eq__
+
+
+def _static_kind(value, by_identity: bool) -> str:
+    if isinstance(value, (bool, int, float, complex)):
+        return "number"
+    if not by_identity:
+        return "value"
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
+        return "function"
+    if isinstance(value, (tuple, frozenset)):
+        return "functions"
+    return "object"
