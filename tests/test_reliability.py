@@ -285,7 +285,7 @@ def test_exceeded_compile_budget_shows_no_jaxmagic_frame(shell, capsys):
     result = shell.run_cell("%%jax_compiles --budget 0\njax.jit(lambda v: v - 1)(x_rel)")
     shown = _shown(capsys)
     assert type(result.error_in_exec).__name__ == "CompileBudgetExceeded"
-    assert "compiles.py" not in shown and "jaxmagic/" not in _frames_text(result.error_in_exec)
+    assert "probes/compiles" not in shown and "jaxmagic/" not in _frames_text(result.error_in_exec)
 
 
 def test_system_exit_is_shown_once(shell, capsys):
