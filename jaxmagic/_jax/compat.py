@@ -10,6 +10,7 @@ Nothing outside ``jaxmagic/_jax/`` imports ``jax._src``.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 
@@ -211,7 +212,6 @@ def function_being_traced():
     (a local named ``fun`` with the callable as ``.f``); jit's dispatch holds it
     as ``fun`` itself. The innermost such frame is the trace that just ended.
     """
-    import sys
 
     frame = sys._getframe(1)
     try:

@@ -37,6 +37,7 @@ the capture keep JAX's original formatter, so the probes make them trace again
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import itertools
 import os
@@ -44,6 +45,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.report import SourceLine
@@ -266,7 +269,6 @@ def _callback_name(flat_callback) -> str:
 
 def render_arguments(flat_args, limit: int = 160) -> str:
     """The callback's arguments as short text: values for scalars, ``dtype[shape] values`` for arrays."""
-    import numpy as np
 
     parts = []
     for value in flat_args:
@@ -285,9 +287,7 @@ def render_arguments(flat_args, limit: int = 160) -> str:
 
 def _recording_format_callback(fmt, np_printoptions, has_placeholders, logging_record, *args, **kwargs):
     """JAX's print formatter, plus: take our hidden arguments out and hand the line to the capture."""
-    import copy
 
-    import numpy as np
     from jax._src import debugging
 
     hidden = {name: kwargs.pop(name) for name in list(kwargs) if name.startswith(HIDDEN_PREFIX)}

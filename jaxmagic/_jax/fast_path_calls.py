@@ -37,13 +37,13 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic.report.source import is_user_file
 
 
 class FastPathCalls:
     """Observe the user's top-level jitted calls (``start`` / ``stop``); see the module docstring."""
 
     def __init__(self, observers: tuple, state, on_trace: Callable | None = None, on_lost: Callable | None = None):
-        from jaxmagic.report.source import is_user_file
 
         self._observers = observers
         self._state = state  # jit_calls' thread-local: depth (inside an observed call) and the call's details

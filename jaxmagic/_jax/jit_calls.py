@@ -42,8 +42,10 @@ from typing import Any, Protocol
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
+from jaxmagic._jax.fast_path_calls import FastPathCalls
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
+from jaxmagic.report.source import is_user_file
 
 CHECK_MODES = ("off", "raise", "record")
 
@@ -223,8 +225,6 @@ def observing_calls(
     try:
         monitor: _Monitor | None = None  # what sees the calls besides `call`, once started
         if fast_path:
-            from jaxmagic._jax.fast_path_calls import FastPathCalls
-
             fast = FastPathCalls(observers, _state, on_trace=check_traced, on_lost=on_calls_unseen)
             given = observers
             observers = ()  # `call` observes nothing: a call the user's own checker sends its way is fast's
@@ -270,7 +270,6 @@ class _UserCallMonitor:
     """
 
     def __init__(self):
-        from jaxmagic.report.source import is_user_file
 
         self._is_user_file = is_user_file
         self._user: dict = {}
@@ -391,8 +390,6 @@ class _DirectUserJitCalls(_UserCallMonitor):
 
     def __init__(self, observers: tuple):
         import jax
-
-        from jaxmagic._jax import compat
 
         super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
         self._observers = observers

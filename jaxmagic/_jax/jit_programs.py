@@ -32,6 +32,8 @@ import dataclasses
 import sys
 from typing import Any
 
+import numpy as np
+
 from jaxmagic._jax import compat
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
@@ -209,7 +211,6 @@ def _user_site(frame) -> tuple[str, int, str] | None:
 def _spec(leaf):
     """A ShapeDtypeStruct for an array (a sharding only when it spans devices); other leaves as they are."""
     import jax
-    import numpy as np
 
     if isinstance(leaf, jax.Array):
         sharding = leaf.sharding if len(leaf.sharding.device_set) > 1 else None

@@ -42,7 +42,9 @@ from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.hlo import captured_constants_of_call
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, format_bytes
 
@@ -185,7 +187,6 @@ class BisectReport(Report):
         return text
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         rows = []
@@ -443,7 +444,6 @@ def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
 def _captured(jitted: Callable, fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -> list[CapturedArray]:
     """The arrays the program holds as constants. ``jitted`` already ran with these arguments, so its
     trace comes from JAX's cache: only the constants are looked at, not a whole %jax_hlo report."""
-    from jaxmagic.probes.hlo import captured_constants_of_call
 
     try:
         constants = captured_constants_of_call(jitted, args, kwargs, fn=fn, namespace=namespace)

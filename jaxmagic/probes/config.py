@@ -29,6 +29,7 @@ import sys
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 
 _DEFAULTS_SCRIPT = "import jax, json; print('RESULT ' + json.dumps({k: repr(v) for k, v in jax.config.values.items()}))"
 _defaults_cache: dict[tuple[str, str], dict[str, str]] = {}
@@ -114,7 +115,6 @@ class ConfigReport(Report):
         return f"{len(self.changed)} of {self.total} JAX flags differ from a fresh process: {names}{more}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.changed:
@@ -209,7 +209,6 @@ class EnvReport(Report):
         return f"{versions}; devices: {self.devices}; {host}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section
 
         sections = [
             Section(

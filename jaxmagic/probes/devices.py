@@ -21,7 +21,9 @@ import os
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes._support.sharding_layout import id_list
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import shown
 
 _FLAG = "--xla_force_host_platform_device_count"
@@ -66,7 +68,6 @@ class DevicesReport(Report):
         return f"{len(self.devices)} device(s) on the {self.default_backend} backend."
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         facts = []
         if self.requested is not None:
@@ -111,8 +112,6 @@ class DevicesReport(Report):
                 )
             )
         if self.devices:
-            from jaxmagic.probes._support.sharding_layout import id_list
-
             groups: dict[tuple, list[int]] = {}
             for device_id, platform, kind, process in self.devices:
                 groups.setdefault((platform, kind, process), []).append(int(device_id))

@@ -22,14 +22,20 @@ x and limit"), from the traceback (your line) and from that frame's variables
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import io
 import keyword
+import linecache
+import sys
 import tokenize
 
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.leaks import explain_leak, explain_unexpected_tracer
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import is_user_file, source_line, user_lines
+from jaxmagic.report.source import is_user_file as user
 from jaxmagic.report.wording import first_line, message_of
 
 
@@ -198,7 +204,6 @@ def classify(error: BaseException) -> str | None:
     JAX is imported, and the plain TypeError/IndexError kinds are told by
     JAX's message.
     """
-    import sys
 
     errors = getattr(sys.modules.get("jax"), "errors", None)
     message = message_of(error)
@@ -305,7 +310,6 @@ class TracerErrorReport(Report):
         return f"{self.error_type}: {self.title}{where}{cause}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         facts = [("error", self.error_type), ("kind", self.title.replace("`", ""))]
         if self.traced_function:
@@ -413,8 +417,6 @@ def _add_traced_origin(report: TracerErrorReport, tb) -> None:
     and a tracer on the failing line that is the very object bound to one of
     its parameters comes from that argument.
     """
-    import inspect
-    import sys
 
     core = getattr(sys.modules.get("jax"), "core", None)
     tracer_class = getattr(core, "Tracer", None)
@@ -429,7 +431,6 @@ def _add_traced_origin(report: TracerErrorReport, tb) -> None:
         return
     failing, lineno = frames[-1]
     failing_code = failing.f_code
-    import linecache
 
     on_line = {}
     for name in _names_in(linecache.getline(failing.f_code.co_filename, lineno)):
@@ -488,7 +489,6 @@ def _jax_hint(message: str) -> str:
 
 def _tracers_on_failing_line(tb) -> list[TracedName]:
     """Names on your innermost line that were bound to tracers, read from that frame's variables."""
-    from jaxmagic.report.source import is_user_file as user
 
     frame, lineno = None, 0
     while tb is not None:
@@ -497,8 +497,6 @@ def _tracers_on_failing_line(tb) -> list[TracedName]:
         tb = tb.tb_next
     if frame is None:
         return []
-    import linecache
-    import sys
 
     core = getattr(sys.modules.get("jax"), "core", None)
     tracer_class = getattr(core, "Tracer", None)
@@ -534,7 +532,6 @@ def _names_in(code: str) -> list[str]:
 
 
 def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: dict | None) -> None:
-    from jaxmagic.probes.leaks import explain_unexpected_tracer
 
     facts = explain_unexpected_tracer(error, namespace)
     report.traced_function = facts.function if facts.function != "<unknown>" else ""
@@ -601,8 +598,6 @@ def _preferred_fix(kind: str, line: str) -> str:
 def explain_any(error: BaseException, namespace: dict | None = None) -> Report | None:
     """A report for any error the explainer knows: tracer errors, and JAX's "Leaked trace" errors."""
     if text.is_leak_message(message_of(error)):
-        from jaxmagic.probes.leaks import explain_leak
-
         return explain_leak(error, namespace)
     return explain(error, namespace)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,7 @@ from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.holder_search import find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import defining_code, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, message_of
 
@@ -160,7 +162,6 @@ class LeakReport(Report):
         return f"No tracer leaked{held}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Evidence, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.leaked:
@@ -216,7 +217,6 @@ class LeakReport(Report):
             ]
             if u.held_by:
                 facts.append(("still held by", ", ".join(u.held_by)))
-            from jaxmagic.report.document import Facts
 
             sections.append(Section("What", [Facts(facts)]))
             if u.used_at:
@@ -506,7 +506,6 @@ def _path_from_chain(chain: list[text.ChainLink]) -> str:
     """
     if not chain:
         return ""
-    import re
 
     ref = re.compile(r"^<[\w.]+ \d+>")
     root = chain[-1].holder

@@ -28,6 +28,7 @@ from jaxmagic.probes._support.nan_producer import LoopPosition, NanProducer, Ope
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import first_library_function, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 
@@ -193,7 +194,6 @@ class NanReport(Report):
         return f"{what} produced by `{p.primitive}`{inside} in {phase}{at}{loops}{call}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.found and self.producer is not None:
@@ -247,7 +247,6 @@ class NanReport(Report):
         return Document("%%jax_nans", self.status, self.summary, sections)
 
     def _producer_sections(self) -> list:
-        from jaxmagic.report.document import Facts, Paragraph, Section, SourceLines
 
         p = self.producer
         facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]

@@ -33,10 +33,14 @@ import sys
 import threading
 from collections.abc import Iterator
 
+import numpy as np
+
 from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes._support.sharding_layout import device_colours
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import error_line
 
 _WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)
@@ -92,8 +96,6 @@ class PerDeviceReport(Report):
         return f"{len(tagged)} line(s) printed inside shard_map by {len(devices)} device(s), grouped by device."
 
     def document(self):
-        from jaxmagic.probes._support.sharding_layout import device_colours
-        from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 
         sections = []
         for site in self.sites:
@@ -227,7 +229,6 @@ class _Recorder(Capture):
         return {_WHERE: jax.numpy.stack([lax.axis_index(a) for a in site.axes])}
 
     def on_print(self, site: PrintSite | None, text: str, hidden: dict, is_log: bool) -> bool:
-        import numpy as np
 
         where = hidden.get(_WHERE)
         position = [int(i) for i in np.asarray(where).reshape(-1)] if where is not None else []
@@ -243,7 +244,6 @@ class _Recorder(Capture):
 def _locate_on_mesh(site: PrintSite) -> None:
     """Fill the site's mesh axes when it is traced inside a fully manual shard_map (all axes manual)."""
     import jax
-    import numpy as np
 
     mesh = jax.sharding.get_abstract_mesh()
     manual = tuple(getattr(mesh, "manual_axes", ()) or ())

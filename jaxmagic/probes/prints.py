@@ -49,6 +49,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import ended, error_line
 
@@ -169,7 +170,6 @@ class PrintReport(Report):
         return text + failed
 
     def document(self):
-        from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.out_of_order:

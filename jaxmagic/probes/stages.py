@@ -33,6 +33,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import error_line, format_bytes, short_dtype
 
 DEFAULT_RUNS = 20
@@ -118,7 +119,6 @@ class StagesReport(Report):
         return text + "."
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.trace_seconds is not None:

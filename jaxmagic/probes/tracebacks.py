@@ -15,6 +15,7 @@ function was called and inside the function itself.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import sys
 import traceback
@@ -24,6 +25,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
 
@@ -64,7 +66,6 @@ def resolved_mode(mode: str | None = None) -> str:
 
 def _auto() -> str:
     # JAX's own test: IPython puts get_ipython into builtins while it runs code.
-    import builtins
 
     under_ipython = hasattr(builtins, "get_ipython")
     if under_ipython:
@@ -122,7 +123,6 @@ class TracebackReport(Report):
         )
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
         sections = []
         if self.error:

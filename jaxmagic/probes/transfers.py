@@ -50,6 +50,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.source import innermost_user_line, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 
@@ -151,7 +152,6 @@ class TransferReport(Report):
         return "No implicit host-to-device transfer in this cell."
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 
         sections = []
         if self.transfers:

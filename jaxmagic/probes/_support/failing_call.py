@@ -18,6 +18,10 @@ import functools
 from types import TracebackType
 from typing import Any
 
+import executing
+
+from jaxmagic._jax.compat import is_jitted
+from jaxmagic.probes._support.nonfinite import looks_like_array_tree
 from jaxmagic.report.source import is_user_file
 
 _PURE_NODES = (
@@ -105,8 +109,6 @@ def failing_calls(tb: TracebackType | None) -> list[FailingCall]:
 
 def _call_at(user_tb: TracebackType) -> FailingCall | None:
     try:
-        import executing
-
         node = executing.Source.executing(user_tb).node
     except Exception:
         return None
@@ -146,8 +148,6 @@ def failing_expressions(tb: TracebackType | None) -> list[FailingCall]:
 
 def _expression_at(user_tb: TracebackType) -> FailingCall | None:
     try:
-        import executing
-
         node = executing.Source.executing(user_tb).node
     except Exception:
         return None
@@ -165,7 +165,6 @@ def _expression_at(user_tb: TracebackType) -> FailingCall | None:
 
 
 def _as_function(node: ast.expr, frame) -> FailingCall | None:
-    from jaxmagic.probes._support.nonfinite import looks_like_array_tree
 
     evaluator = _Evaluator(frame)
     try:
@@ -198,14 +197,11 @@ def enters_jax(user_tb: TracebackType) -> bool:
     """True when the call running in this user frame is a JAX function (``f`` jitted, ``jax.grad(f)``,
     ``jnp.sum``): the user frames below it run because JAX traces (or re-runs) them, not once per call."""
     try:
-        import executing
-
         node = executing.Source.executing(user_tb).node
         if not isinstance(node, ast.Call):
             return False
         callee = _Evaluator(user_tb.tb_frame).eval(node.func)
     except Exception:
         return False
-    from jaxmagic._jax.compat import is_jitted
 
     return is_jitted(callee) or _is_jax_transformation(callee)

@@ -11,7 +11,8 @@ import inspect
 
 import numpy as np
 
-from jaxmagic._jax import jit_calls
+from jaxmagic._jax import compat, jit_calls
+from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import short_dtype
@@ -45,8 +46,6 @@ class HostArguments(jit_calls.CallObserver):
                 key = (name, index, value.shape, value.dtype)
                 entry = self.seen.get(key)
                 if entry is None:
-                    from jaxmagic.probes._support.nan_watch import user_frame
-
                     user = user_frame()
                     entry = self.seen[key] = HostArgumentUse(
                         name,
@@ -78,7 +77,6 @@ def live_counts(skip_ids: frozenset = frozenset()) -> tuple[dict[tuple, int], in
 
     Arrays whose ``id`` is in ``skip_ids`` (e.g. those IPython's ``Out`` holds) are not counted.
     """
-    from jaxmagic._jax import compat
 
     if not compat.backend_started():
         return {}, 0

@@ -31,10 +31,11 @@ import os
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.wording import error_line, short_dtype
 
 # Operand names of binary primitives, for "the denominator was 0.0".
 _OPERAND_NAMES = {
@@ -199,7 +200,6 @@ def _operand_at(value, out_shape: tuple, index: tuple) -> str:
 
 
 def compat_short(array) -> str:
-    from jaxmagic.report.wording import short_dtype
 
     return f"{short_dtype(str(array.dtype))}[{','.join(map(str, array.shape))}]"
 
@@ -434,8 +434,6 @@ def search(function, args: list, kwargs: dict | None = None, *, source: str = ""
     """
     import jax
 
-    from jaxmagic._jax import jit_calls
-
     result = ProducerSearch(searched=source)
     kwargs = dict(kwargs or {})
     leaves, tree = jax.tree_util.tree_flatten((list(args), kwargs))
@@ -466,8 +464,6 @@ def search(function, args: list, kwargs: dict | None = None, *, source: str = ""
 
 def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool) -> ProducerSearch:
     import jax
-
-    from jaxmagic.report.wording import error_line
 
     source = result.searched
     try:

@@ -21,6 +21,7 @@ import colorsys
 import itertools
 import math
 
+from jaxmagic.render.text import block_lines
 from jaxmagic.report.document import Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import format_bytes
 
@@ -588,7 +589,6 @@ def _devices_section(arrays) -> Section:
     if len(rows) <= MAX_DEVICE_ROWS:
         return Section("Devices", [Table(columns, rows)])
     # A long list stays collapsed: the drawing already shows who holds what.
-    from jaxmagic.render.text import block_lines
 
     sizes = sorted(set(per_device.values()))
     summary = (

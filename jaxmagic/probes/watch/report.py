@@ -6,6 +6,7 @@ import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 
 AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
 
@@ -36,7 +37,6 @@ class WatchFinding(Report):
         return self.headline
 
     def blocks(self) -> list:
-        from jaxmagic.report.document import Facts, Paragraph, SourceLines
 
         blocks = []
         if self.details:
@@ -50,7 +50,6 @@ class WatchFinding(Report):
         return blocks
 
     def document(self):
-        from jaxmagic.report.document import Document, Section
 
         return Document("%jax_watch", self.status, self.headline, [Section(f"{self.area}: details", self.blocks())])
 
@@ -75,7 +74,6 @@ class CellFindings(Report):
         return f"{self.cell}: " + "; ".join(f"{f.area}: {f.headline}" for f in self.findings)
 
     def document(self):
-        from jaxmagic.report.document import Document, Section
 
         sections = [Section(f"{f.area}: {f.headline}", f.blocks()) for f in self.findings]
         headline = f"{len(self.findings)} new finding(s) in {self.cell}" if self.findings else self.summary
@@ -111,7 +109,6 @@ class WatchLog(Report):
         return f"Watch {state} ({', '.join(self.areas)}; {self.cells_watched} cell(s) watched): {found}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Paragraph, Section, Table
 
         sections = []
         if self.findings:

@@ -21,9 +21,17 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from jaxmagic._jax import jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
+from jaxmagic.probes._support.nan_watch import NanWatch
+from jaxmagic.probes.compiles import compiles
+from jaxmagic.probes.keys import FIX, keys
+from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
+from jaxmagic.probes.transfers import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
+from jaxmagic.report.wording import format_bytes, short_dtype
 
 MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells in a row
 MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the watch began
@@ -77,36 +85,24 @@ class Watch:
         try:
             stack.enter_context(preserved_jax_state(()))
             if "memory" in areas:
-                from jaxmagic.probes._support.host_arguments import live_counts
-
                 self._live_before, total = live_counts(_ids_of(held))
                 if self._bytes_start is None:
                     self._bytes_start = total
             if "recompilation" in areas:
-                from jaxmagic.probes.compiles import compiles
-
                 self._compiles = stack.enter_context(compiles(raise_over_budget=False))
             observers = []
             if "NaN" in areas:
-                from jaxmagic.probes._support.nan_watch import NanWatch
-
                 self._nan = NanWatch()
                 observers.append(self._nan)
             if "transfers" in areas:
-                from jaxmagic.probes._support.host_arguments import HostArguments
-
                 self._hosts = HostArguments()
                 observers.append(self._hosts)
             watching = {"only_user_calls": True, "fast_path": True}
             if "random keys" in areas:
-                from jaxmagic.probes.keys import keys
-
                 self._keys = stack.enter_context(
                     keys(record=True, check_calls=False, also_observe=tuple(observers), **watching)
                 )
             elif observers:
-                from jaxmagic._jax import jit_calls
-
                 stack.enter_context(jit_calls.observing_calls(*observers, **watching))
         except Exception as error:
             stack.close()
@@ -196,7 +192,6 @@ class Watch:
                 details += f"; {producer.description}"
             if nan.origin_lines:
                 line = nan.origin_lines[-1]
-            from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
 
             if nan.phase == "backward":
                 fix = BACKWARD_EXPLANATION
@@ -239,7 +234,6 @@ class Watch:
         return found
 
     def _transfer_findings(self, hosts) -> list[WatchFinding]:
-        from jaxmagic.probes.transfers import WHY
 
         found = []
         for h in hosts.seen.values():
@@ -260,7 +254,6 @@ class Watch:
         return found
 
     def _key_findings(self, keys) -> list[WatchFinding]:
-        from jaxmagic.probes.keys import FIX
 
         found = []
         for f in keys.repeated_flows:
@@ -290,8 +283,6 @@ class Watch:
         return found
 
     def _memory_findings(self, _) -> list[WatchFinding]:
-        from jaxmagic.probes._support.host_arguments import live_counts
-        from jaxmagic.report.wording import format_bytes, short_dtype
 
         after, total = live_counts(_ids_of(self._held))
         self._held = ()
