@@ -174,3 +174,43 @@ def test_every_probe_is_listed_once_in_all():
     assert len(probes.__all__) == len(set(probes.__all__))
     assert all(hasattr(probes, name) for name in probes.__all__)
     assert {report.__name__ for report in _report_classes()} <= set(probes.__all__)
+
+
+def _function_local_imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, module, guarded by ``except ImportError``) of each import inside a function."""
+    found = []
+
+    def visit(node, in_function: bool, guarded: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                module = child.module if isinstance(child, ast.ImportFrom) else child.names[0].name
+                found.append((child.lineno, module or "", guarded))
+            catches_import_error = isinstance(child, ast.Try) and any(
+                "ImportError" in ast.unparse(handler.type or ast.Constant(None)) for handler in child.handlers
+            )
+            visit(
+                child,
+                in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)),
+                guarded or catches_import_error,
+            )
+
+    visit(ast.parse(path.read_text()), False, False)
+    return found
+
+
+def test_function_local_imports_only_defer_an_import():
+    """Inside a function, an import defers JAX, the probes (at %load_ext), IPython or rich (drawing only)."""
+    offenders = []
+    for path in _modules():
+        relative = path.relative_to(PACKAGE).as_posix()
+        at_load = relative.startswith("ipython/") or relative == "__init__.py"
+        for line, module, guarded in _function_local_imports(path):
+            top = module.split(".")[0]
+            deferred = (
+                top in ("jax", "jaxlib", "IPython", "rich")
+                or guarded
+                or (at_load and (module == "jaxmagic" or module.startswith(("jaxmagic.probes", "jaxmagic.ipython"))))
+            )
+            if not deferred:
+                offenders.append(f"{relative}:{line}: {module}")
+    assert offenders == []

@@ -67,6 +67,7 @@ _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
 
 def _rich_grid(grid: Grid):
     """A Grid as a rich table: one coloured box per cell, edge labels as header and first column."""
+    # deferred: rich is imported only to draw (print_rich has checked that it imports)
     from rich.console import Group
     from rich.table import Table as RichTable
     from rich.text import Text
