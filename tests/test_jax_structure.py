@@ -54,3 +54,38 @@ def test_jit_options_are_read_from_the_jitted_function():
     assert tuple(info.static_argnums) == (1,) and tuple(info.donate_argnums) == (0,)
     for field in ("static_argnames", "donate_argnames", "keep_unused"):
         assert hasattr(info, field), f"PjitInfo has no {field}"
+
+
+def test_an_eager_operation_is_told_from_a_users_jitted_function():
+    from jax._src import dispatch  # the structure under test is private by nature
+
+    eager = dispatch.xla_primitive_callable(jax.lax.sin_p)  # what jnp.sin(x) outside jit compiles
+    assert compat.is_eager_operation(eager.__wrapped__), "eager primitives are no longer marked _apply_primitive"
+    assert not compat.is_eager_operation(jax.jit(lambda x: x).__wrapped__)
+
+
+def test_a_tracer_keeps_the_line_it_was_made_on():
+    lines = []
+
+    def f(x):
+        y = x * 2
+        lines.append(compat.tracer_line_info(y))
+        return y
+
+    jax.jit(f)(1.0)
+    info = lines[0]
+    assert info is not None and hasattr(info, "traceback"), "tracers no longer keep their source info"
+    frame = compat.user_frame(info.traceback)
+    assert frame is not None and frame.function_name.endswith("f")
+
+
+def test_traced_argument_info_has_an_abstract_value():
+    traced = jax.jit(lambda x: x + 1).trace(jax.numpy.ones((2, 3)))
+    leaf = jax.tree_util.tree_leaves(traced.args_info, is_leaf=compat.has_abstract_value)[0]
+    assert compat.has_abstract_value(leaf), "ArgInfo no longer keeps _aval"
+    assert tuple(compat.abstract_value(leaf).shape) == (2, 3)
+
+
+def test_typed_key_data_reads_the_raw_words():
+    key = jax.random.key(7)
+    assert (jax.numpy.asarray(compat.typed_key_data(key)) == jax.random.key_data(key)).all()

@@ -470,3 +470,32 @@ def jit_program(fun, jit_info, args: tuple, kwargs: dict):
 def jit_options(jitted):
     """The jit options (``PjitInfo``) a jitted function was made with, or None; ``compiled_call`` takes them."""
     return getattr(jitted, "_jit_info", None)
+
+
+def is_eager_operation(fun) -> bool:
+    """True for the function jit wraps around one primitive applied eagerly (``jnp.sin(x)`` outside jit)."""
+    return bool(getattr(fun, "_apply_primitive", False))
+
+
+def tracer_line_info(tracer):
+    """The source info JAX recorded where a tracer was made (its ``traceback`` is the user's frames), or None."""
+    return getattr(tracer, "_line_info", None)
+
+
+def abstract_value(info):
+    """The abstract value (shape, dtype, weak type) of a traced argument's or output's info, else ``info`` itself."""
+    return getattr(info, "_aval", None) or info
+
+
+def has_abstract_value(info) -> bool:
+    return hasattr(info, "_aval")
+
+
+def typed_key_data(key):
+    """The raw uint32 data of a typed key without copying it (``jax.random.key_data`` when JAX keeps it elsewhere)."""
+    base = getattr(key, "_base_array", None)
+    if base is None:
+        import jax
+
+        base = jax.random.key_data(key)
+    return base

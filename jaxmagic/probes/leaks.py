@@ -305,7 +305,7 @@ def _is_tracer(value: Any) -> bool:
 
 def _creation_line(tracer: Any) -> SourceLine | None:
     """The user line where JAX recorded that the tracer was made, if it recorded one."""
-    line_info = getattr(tracer, "_line_info", None)  # private; a tracer may have none
+    line_info = compat.tracer_line_info(tracer)  # a tracer may have none
     frame = compat.user_frame(getattr(line_info, "traceback", None))
     if frame is None:
         return None
@@ -349,7 +349,7 @@ def _whose_trace() -> str:
     fun = compat.function_being_traced()
     if fun is None:
         return ""
-    if getattr(fun, "_apply_primitive", False):
+    if compat.is_eager_operation(fun):
         return "library"
     code, _ = defining_code(fun)
     if code is None:

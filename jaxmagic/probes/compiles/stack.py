@@ -10,6 +10,7 @@ import functools
 import re
 import types
 
+from jaxmagic._jax import compat
 from jaxmagic.report.source import defining_code
 
 
@@ -32,7 +33,7 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
     kwargs = local_vars.get("kwargs", {}) or {}
-    if getattr(fun, "_apply_primitive", False):
+    if compat.is_eager_operation(fun):
         info.kind = "eager"
         return
     code, info.wrapper = defining_code(fun, is_user)

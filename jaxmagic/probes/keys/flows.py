@@ -100,11 +100,7 @@ def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
 def key_fingerprint(key) -> tuple[bytes, object]:
     """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
     if jit_calls.is_typed_key(key):
-        base = getattr(key, "_base_array", None)
-        if base is None:
-            import jax  # deferred: importing jaxmagic does not import JAX
-
-            base = jax.random.key_data(key)
+        base = compat.typed_key_data(key)
     else:
         base = key  # a raw uint32 key is its own key data
     data = np.asarray(base)

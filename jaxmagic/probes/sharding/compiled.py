@@ -34,7 +34,7 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
 
 def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
     arg_names, kw_names = _argument_names(call_text, args, kwargs)
-    info = getattr(jitted, "_jit_info", None)
+    info = compat.jit_options(jitted)
     static = {i % len(args) for i in getattr(info, "static_argnums", ()) or ()} if args else set()
     in_args, in_kwargs = compiled.input_shardings
     info_args, info_kwargs = traced.args_info
@@ -56,12 +56,14 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     sharding_leaves = jax.tree_util.tree_flatten_with_path(
         shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
     )[0]
-    info_leaves = jax.tree_util.tree_leaves(infos, is_leaf=lambda i: hasattr(i, "_aval") or hasattr(i, "shape"))
+    info_leaves = jax.tree_util.tree_leaves(
+        infos, is_leaf=lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")
+    )
     value_leaves = jax.tree_util.tree_leaves(values) if values is not None else []
     rows = []
     for n, (key_path, sharding) in enumerate(sharding_leaves):
         info = info_leaves[n] if n < len(info_leaves) else None
-        aval = getattr(info, "_aval", None) or info
+        aval = compat.abstract_value(info)
         value = value_leaves[n] if n < len(value_leaves) and len(value_leaves) == len(sharding_leaves) else None
         row = LeafSharding(
             path=name + jax.tree_util.keystr(key_path),
