@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 from collections.abc import Iterator
 
 import numpy as np
@@ -50,6 +51,8 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.nan_watch import NanWatch, user_frame
+from jaxmagic.probes.nans import NanReport, apply_search, nans
 from jaxmagic.report import Report, SourceLine, Status
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import ended, error_line, message_of
@@ -551,7 +554,6 @@ def doctor(
 
 @contextlib.contextmanager
 def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorReport]:
-    from jaxmagic.probes._support.nan_watch import NanWatch
     from jaxmagic.probes.compiles import compiles
     from jaxmagic.probes.keys import keys
     from jaxmagic.probes.leaks import leaks
@@ -621,8 +623,6 @@ class _HostArguments:
                 key = (name, index, value.shape, str(value.dtype))
                 entry = self.seen.get(key)
                 if entry is None:
-                    from jaxmagic.probes._support.nan_watch import user_frame
-
                     user = user_frame()
                     entry = self.seen[key] = HostArgument(
                         name,
@@ -710,6 +710,60 @@ def _explain_nan(report: DoctorReport, watch) -> None:
     watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
     report.nan_sighting = watch.sighting
     try:
-        report.nans = watch.explain()
+        report.nans = explain_nan_sighting(watch)
     except Exception as error:  # never let our analysis hide the user's results
         report.notes.append(f"jaxmagic could not explain the NaN: {error_line(error)}")
+
+
+def explain_nan_sighting(watch: NanWatch):
+    """Re-run the first NaN-producing jitted call the watch saw under the NaN probe; its NanReport (or None).
+
+    Call this after the cell, with no other probe active. Never raises.
+    """
+    sighting, call = watch.take_rerun()
+    if sighting is None:
+        return None
+    if not sighting.jitted:  # an eager operation: the primitive and the line are known
+        return NanReport(
+            found=True,
+            value="nan",
+            primitive=sighting.function,
+            phase="forward",
+            origin_lines=[sighting.line] if sighting.line else [],
+            failing_call=sighting.line.code if sighting.line else "",
+        )
+    if call is None:
+        return None
+    report = None
+    try:
+        with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
+            with nans() as report:
+                call()
+    except (FloatingPointError, ZeroDivisionError):
+        pass
+    except Exception as error:
+        lines = message_of(error).strip().splitlines()
+        sighting.rerun_note = (
+            f"Re-running {call.source} under the NaN probe failed: {type(error).__name__}: {lines[0] if lines else ''}"
+        )
+        del call
+        return None
+    if report is not None and report.found:
+        if report.producer is None:  # the whole jitted call, traced once more with its arguments
+            with jit_calls.paused():
+                apply_search(report, call, want_nan=report.value != "inf")
+        report.call_number = sighting.call_number
+        report.call_line = sighting.line
+    del call
+    if report is not None and not report.found:
+        sighting.rerun_note = (
+            f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
+            "jax.debug_nans: the result depends on something besides the arguments."
+        )
+    elif report is not None:
+        sighting.rerun_note = (
+            f"{sighting.call_source} was run once more after the cell, with the same "
+            "arguments, under jax.debug_nans (the %%jax_nans probe) to name the primitive "
+            "and the line."
+        )
+    return report
