@@ -1,0 +1,479 @@
+"""The doctor's report: its findings, ranked in the order to fix them, their wording and ``document()``.
+
+What the probes measured (``jaxmagic.probes.doctor.measure``) becomes one
+Finding per area here; ``rank_findings`` orders them (the order of attack in
+``jaxmagic.probes.doctor``'s docstring).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from jaxmagic.probes.compiles import CAUSE_TITLES
+from jaxmagic.probes.keys import FIX
+from jaxmagic.probes.leaks import LEAK_FIX
+from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
+from jaxmagic.probes.transfers import WHY
+from jaxmagic.report import Report, SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.wording import ended, error_line, format_bytes
+
+PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
+RETRACE_TOKEN = "jaxmagic-doctor"
+LIVE_PILE_UP = 10  # arrays of one shape left alive by the cell from which they count as piling up
+REPEATED_TRANSFERS = 2  # implicit transfers of one line from which they count as per-step copies
+
+AREAS = {  # probe -> (rank, area, the magic to run next)
+    "nans": (1, "NaN", "%%jax_nans"),
+    "leaks": (2, "tracer leak", "%%jax_leaks"),
+    "compiles": (3, "recompilation", "%%jax_compiles"),
+    "transfers": (4, "implicit transfers", "%%jax_transfers --mode disallow"),
+    "live": (5, "arrays piling up", "%%jax_live"),
+    "keys": (6, "random keys", "%%jax_keys"),
+}
+ORDER_OF_ATTACK = (
+    "Fix them in this order (the chapter's section 9.4): NaN first, because a NaN makes every other symptom "
+    "meaningless; then errors that stop the program; then speed and memory (recompilation, transfers, arrays "
+    "piling up); then the silent logic bugs that raise nothing, such as a random key that never changes. After "
+    "each fix, pin it down with an assert before moving on."
+)
+
+
+@dataclasses.dataclass
+class Finding:
+    """One problem, with its evidence and the magic that looks closer."""
+
+    probe: str
+    rank: int
+    area: str
+    title: str
+    evidence: str = ""
+    line: SourceLine | None = None
+    fix: str = ""
+    next_magic: str = ""
+    short: str = ""  # a few words for the headline: "`mul` in the backward pass of `train_step`"
+
+
+@dataclasses.dataclass
+class HostArgument:
+    """A NumPy array given to one of your jitted functions: JAX copies it to the device at every call."""
+
+    function: str
+    argument: str  # "x" or "args[1]"
+    value: str  # "f32[4,4]"
+    calls: int = 0
+    line: SourceLine | None = None
+
+
+@dataclasses.dataclass
+class DoctorReport(Report):
+    """What ``%%jax_doctor`` found, ranked."""
+
+    kind = "jax_doctor"
+
+    checked: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    nan_sighting: object = None  # _nan_watch.NanSighting
+    nans: object = None  # NanReport of the re-run of the first NaN-producing call
+    compiles: object = None  # CompileReport
+    leaks: object = None  # LeakReport
+    keys: object = None  # KeyReport
+    transfers: object = None  # TransferReport
+    live: object = None  # LiveReport (a snapshot, taken only when arrays piled up)
+    live_growth: dict = dataclasses.field(default_factory=dict)  # "float32[32, 16]" -> arrays added by the cell
+    host_arguments: list = dataclasses.field(default_factory=list)  # HostArgument: NumPy arrays given to jit
+    other_error: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def finding(self, probe: str) -> Finding | None:
+        return next((f for f in self.findings if f.probe == probe), None)
+
+    @property
+    def areas(self) -> list[str]:
+        return [f.area for f in self.findings]
+
+    @property
+    def status(self) -> Status:
+        if self.findings:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def summary(self) -> str:
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
+        if not self.findings:
+            return f"Nothing found by {', '.join(self.checked)}.{failed}"
+        n = len(self.findings)
+        head = f"{n} problem{'s' if n > 1 else ''}, in the order to fix them: "
+        return (
+            head
+            + "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1))
+            + "."
+            + failed
+        )
+
+    def document(self):
+        sections = []
+        if self.findings:
+            rows = [
+                [str(i), f.area, f.title, _where(f.line), f"`{f.next_magic}`"] for i, f in enumerate(self.findings, 1)
+            ]
+            sections.append(
+                Section(
+                    "Findings, in the order to fix them",
+                    [
+                        Table(["#", "area", "finding", "your line", "look closer with"], rows),
+                        Paragraph(ORDER_OF_ATTACK),
+                    ],
+                )
+            )
+            for i, f in enumerate(self.findings, 1):
+                blocks = []
+                if f.evidence:
+                    blocks.append(Facts([("evidence", f.evidence)]))
+                if f.line:
+                    blocks.append(SourceLines([f.line]))
+                if f.fix:
+                    blocks.append(Paragraph(f.fix))
+                blocks.append(Paragraph(f"Next: `{f.next_magic}` on the same cell shows the details."))
+                sections.append(Section(f"{i}. {f.area}", [Paragraph(f.title)] + blocks))
+        rows = []
+        for probe in PROBES:
+            rank, area, magic = AREAS[probe]
+            if probe in self.skipped:
+                rows.append([probe, "skipped (--skip)", "-"])
+                continue
+            found = [f for f in self.findings if f.probe == probe]
+            sub = getattr(self, probe, None)
+            result = "; ".join(f.title for f in found) if found else _clean_text(probe, sub, self)
+            rows.append([probe, result, f"`{magic}`"])
+        sections.append(Section("Every probe", [Table(["probe", "result", "magic"], rows)]))
+        how = [Paragraph(n) for n in self.notes]
+        how.append(
+            Paragraph(
+                "All probes ran together, around one run of the cell. None of them stopped it for a finding it can "
+                "record: the first NaN was noted (not raised) and only the call that made it was run again after the "
+                "cell, under jax.debug_nans; reused keys were recorded; transfers were logged. A tracer leak would "
+                "still stop the cell, as under %%jax_leaks."
+            )
+        )
+        how.append(
+            Paragraph(
+                "The doctor watches the calls of jitted functions made by your own code, after each call, "
+                "with the calls left on JAX's fast path; NaNs made by eager operations or inside library code "
+                "are not watched - %%jax_nans sees those. Functions are traced and compiled once more the first "
+                "time the doctor sees them, under a cache key the doctor keeps."
+            )
+        )
+        sections.append(Section("How the probes were combined", how))
+        return Document("%%jax_doctor", self.status, self.summary, sections)
+
+
+def _where(line: SourceLine | None) -> str:
+    if line is None:
+        return "-"
+    return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else line.where
+
+
+def _clean_text(probe: str, sub, report: DoctorReport) -> str:
+    if probe == "nans":
+        sighting = report.nan_sighting
+        return "no NaN in any result" if sighting is None else "NaN seen (see the finding)"
+    if probe == "live":
+        return f"no shape of array grew by {LIVE_PILE_UP} or more"
+    if sub is None:
+        return "not run"
+    if probe == "compiles":
+        users = sub.user_functions
+        return (
+            f"{len(users)} function(s), each compiled once" if users else "nothing of yours compiled"
+        ) + " (the doctor's own first compilation included)"
+    if probe == "leaks":
+        return "no tracer leaked"
+    if probe == "keys":
+        flows = [f for f in sub.flows if f.calls]
+        return (
+            "a new key at every call: " + ", ".join(f"`{f.function}` {f.distinct}/{f.calls}" for f in flows)
+            if flows
+            else "no key reuse; no typed key reached a jitted function"
+        )
+    if probe == "transfers":
+        if not sub.total:
+            return "no implicit transfer"
+        undescribed = sum(t.count for t in sub.transfers if not t.value)
+        text = f"{sub.total} implicit transfer(s), no host array given to a jitted function at every call"
+        if undescribed:
+            text += (
+                f"; JAX did not say what {undescribed} of them were (index constants and Python numbers "
+                "usually): `%%jax_transfers --mode disallow` stops at each"
+            )
+        return text
+    return sub.summary
+
+
+# -- findings ------------------------------------------------------------------
+
+
+def _finding(probe: str, title: str, **fields) -> Finding:
+    rank, area, magic = AREAS[probe]
+    fields.setdefault("next_magic", magic)
+    return Finding(probe=probe, rank=rank, area=area, title=title, **fields)
+
+
+def _nan_findings(report: DoctorReport) -> list[Finding]:
+    s = report.nan_sighting
+    if s is None:
+        return []
+    where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
+    later = f"; {s.calls_with_nan - 1} later call(s) returned NaN too" if s.calls_with_nan > 1 else ""
+    nan = report.nans
+    if s.came_in:
+        return [
+            _finding(
+                "nans",
+                f"NaN already in the arguments of {where} (call {s.call_number})",
+                evidence=f"the arguments of its first call with a NaN result held NaN{later}: it was made "
+                "before this cell or outside JAX",
+                line=s.line,
+                next_magic="%%jax_nans (on the cell that made the arguments)",
+            )
+        ]
+    evidence = f"first in call {s.call_number} of {where} ({', '.join(s.leaves)}){later}"
+    line, fix = s.line, ""
+    producer = nan.producer if nan is not None and nan.found else None
+    if producer is not None:
+        phase = "the backward pass (gradient)" if producer.phase == "backward" else "the forward pass"
+        inside = f" inside `{producer.library_function}`" if producer.library_function else ""
+        title = f"NaN made by `{producer.primitive}`{inside} in {phase} of {where}"
+        if producer.discarded_by:
+            title += f" (in a branch `{producer.discarded_by}` discarded)"
+        # The line JAX attached (a backward pass's forward line), else the call site; the producer's
+        # own line is in report.nans and in %%jax_nans.
+        line = nan.origin_lines[-1] if nan.origin_lines else s.line
+        evidence += f"; {producer.description}"
+        if producer.nan_maker:
+            evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
+    if nan is not None and nan.found:
+        if producer is None:
+            phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
+            title = f"NaN made by `{nan.primitive or '?'}` in {phase} of {where}"
+            if nan.origin_lines:
+                line = nan.origin_lines[-1]
+        if nan.nonfinite:
+            names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
+            evidence += (
+                "; non-finite: "
+                + ", ".join(f"`{n}`" for n in names[:4])
+                + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            )
+        fix = (
+            BACKWARD_EXPLANATION
+            if nan.phase == "backward"
+            else (
+                f"`{nan.primitive}`: typically {FORWARD_CAUSES[nan.primitive]}."
+                if nan.primitive in FORWARD_CAUSES
+                else ""
+            )
+        )
+        if producer is not None and producer.phase == "forward" and producer.primitive in FORWARD_CAUSES:
+            fix = f"`{producer.primitive}`: typically {FORWARD_CAUSES[producer.primitive]}."
+    else:
+        title = f"NaN in the results of {where}"
+    if s.rerun_note:
+        evidence += ". " + s.rerun_note
+    short = (
+        f"`{producer.primitive if producer else nan.primitive}` in the {nan.phase} pass of {where}"
+        if nan is not None and nan.found
+        else f"in the results of {where}"
+    )
+    return [_finding("nans", title, evidence=evidence, line=line, fix=fix, short=short)]
+
+
+def _leaf_path(name: str) -> str:
+    """``result of jax.grad(f)(p, x)[1][0]['b']`` -> ``grad(f)(...)[1][0]['b']``: the call shortened, the path kept."""
+    match = re.match(r"(result of|argument) (.*?)(\(.*\))((?:\[[^\]]*\])*)$", name)
+    if match is None:
+        return name
+    callee = match.group(2).replace("jax.", "")
+    return f"{callee}(...){match.group(4)}"
+
+
+def _leak_findings(report: DoctorReport) -> list[Finding]:
+    leaks = report.leaks
+    if leaks is None or not (leaks.leaked or leaks.unexpected):
+        return []
+    line = None
+    if leaks.leaked:
+        first = leaks.primary[0] if leaks.primary else leaks.leaked[0]
+        line = first.created_at
+    elif leaks.unexpected is not None:
+        line = leaks.unexpected.created_at or leaks.unexpected.used_at
+    return [_finding("leaks", leaks.summary.rstrip("."), line=line, fix=LEAK_FIX)]
+
+
+def _compile_findings(report: DoctorReport) -> list[Finding]:
+    compiles = report.compiles
+    if compiles is None:
+        return []
+    found = []
+    for f in compiles.recompiled_functions:
+        found.append(
+            _finding(
+                "compiles",
+                f"`{f.name}` compiled {f.count} times: {f.reason}",
+                evidence=f.evidence or f.cause_breakdown,
+                line=f.first_line,
+                fix=f.fix,
+                next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
+                short=f"`{f.name}` {f.count} times, {CAUSE_TITLES.get(f.main_cause, f.main_cause)}",
+            )
+        )
+    return found
+
+
+def _transfer_findings(report: DoctorReport) -> list[Finding]:
+    transfers = report.transfers
+    if transfers is None:
+        return []
+    found = []
+    for t in transfers.transfers:
+        # Python scalars and index constants copied each step cost next to nothing; host arrays do not.
+        # JAX's fast path does not describe the value: then it may be either, and the line is shown.
+        # JAX's fast path does not describe the value (then it may be either): those are left to
+        # %%jax_transfers, except host arrays given to a jitted function, which the doctor sees itself.
+        if t.count >= REPEATED_TRANSFERS and _is_host_array(t.value):
+            found.append(
+                _finding(
+                    "transfers",
+                    f"{t.count} implicit host-to-device copies of {t.value} ({t.what}) from one line",
+                    line=t.line,
+                    fix=WHY,
+                )
+            )
+    for h in report.host_arguments:
+        if h.calls >= REPEATED_TRANSFERS:
+            found.append(
+                _finding(
+                    "transfers",
+                    f"`{h.function}` was given a NumPy array ({h.value}, argument "
+                    f"`{h.argument}`) in {h.calls} calls: copied to the device every time",
+                    line=h.line,
+                    fix=WHY,
+                )
+            )
+    return found[:3]
+
+
+def _is_host_array(value: str) -> bool:
+    """True for a transferred value of more than one element ("f32[512,16]"), False for scalars and unknowns."""
+    match = re.search(r"\[([\d,\s]*)\]", value or "")
+    if match is None:
+        return False
+    dims = [int(d) for d in match.group(1).replace(" ", "").split(",") if d]
+    size = 1
+    for d in dims:
+        size *= d
+    return bool(dims) and size > 1
+
+
+def _live_findings(report: DoctorReport) -> list[Finding]:
+    live = report.live
+    if live is None:
+        return []
+    found = []
+    for g in live.groups:
+        added = report.live_growth.get(f"{g.dtype}{list(g.shape)}", 0)
+        if added < LIVE_PILE_UP:
+            continue
+        held = f", held by {', '.join(f'`{h}`' for h in g.holders[:2])}" if g.holders else ""
+        if g.in_jit_cache and not g.holders:
+            functions = ", ".join(f"jit({f})" for f in g.jit_functions[:2])
+            found.append(
+                _finding(
+                    "live",
+                    f"{added} more `{g.type_text}` kept by the jit cache as constants of "
+                    f"{functions or 'a traced function'}",
+                    fix="Pass large arrays as arguments instead of reading them from globals; "
+                    "jax.clear_caches() frees them.",
+                )
+            )
+        else:
+            found.append(
+                _finding(
+                    "live",
+                    f"{added} more `{g.type_text}` alive after the cell ({format_bytes(added * g.bytes_each)}){held}",
+                    fix="Arrays kept in a list grow with every step: keep Python numbers "
+                    "(float(loss)) or del the container; x.delete() frees an array at once.",
+                )
+            )
+    return found[:3]
+
+
+def _key_findings(report: DoctorReport) -> list[Finding]:
+    keys = report.keys
+    if keys is None:
+        return []
+    found = []
+    for f in keys.repeated_flows:
+        found.append(
+            _finding(
+                "keys",
+                f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} "
+                f"calls (argument `{f.argument}`)",
+                short=f"`{f.function}` got the same key {f.repeated_times} times",
+                evidence=f"{f.distinct} distinct key(s) in {f.calls} calls; the repeated key's data "
+                f"is {f.repeated_key}: the same random numbers (e.g. the same dropout mask) "
+                "every call" + (" (a legacy uint32 key, followed by its data)" if f.legacy else ""),
+                line=f.first_call,
+                fix=FIX,
+            )
+        )
+    for r in keys.reuse:
+        found.append(
+            _finding(
+                "keys",
+                f"key used twice: `{r.consumer}` got an already consumed key"
+                + (f" ({r.count} times)" if r.count > 1 else ""),
+                evidence=r.explanation,
+                line=r.reused_at,
+                fix=FIX,
+            )
+        )
+    if not keys.repeated_flows:  # the same bug seen from the eager side: named once, by the flow if there is one
+        for d in keys.repeated_draws[:3]:
+            found.append(
+                _finding(
+                    "keys",
+                    d.text,
+                    short=f"`jax.random.{d.api}` got the same key {d.repeated_times} times",
+                    evidence=f"{d.distinct} distinct key(s) in {d.calls} calls; the repeated key's data is "
+                    f"{d.repeated_key}: the same random numbers every call"
+                    + (" (a legacy uint32 key, followed by its data)" if d.legacy else ""),
+                    line=d.line,
+                    fix=FIX,
+                )
+            )
+    return found
+
+
+def rank_findings(report: DoctorReport) -> list[Finding]:
+    """Every finding of the sub-reports, in the order to fix them."""
+    found = []
+    for collect in (
+        _nan_findings,
+        _leak_findings,
+        _compile_findings,
+        _transfer_findings,
+        _live_findings,
+        _key_findings,
+    ):
+        try:
+            found += collect(report)
+        except Exception as error:  # one probe's odd report must not hide the others
+            report.notes.append(f"jaxmagic could not read one report ({collect.__name__}): {error_line(error)}")
+    return sorted(found, key=lambda f: f.rank)
+
+
+# -- the probe ------------------------------------------------------------------
