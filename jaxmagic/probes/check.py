@@ -17,11 +17,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic._jax import jittable
+from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.nan_producer import search
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, message_of
 
@@ -45,7 +47,7 @@ KIND_TITLES = {
 
 def error_set(names: str | list[str]):
     """checkify's error set for names like "nan,index" (see ERROR_SET_NAMES)."""
-    from jax.experimental import checkify
+    from jax.experimental import checkify  # deferred: importing jaxmagic.probes imports no JAX
 
     sets = {
         "user": checkify.user_checks,
@@ -122,8 +124,6 @@ class CheckReport(Report):
         return f"{self.call}: {len(self.errors)} error(s) - {kinds}."
 
     def document(self):
-        from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
-
         sections = []
         if self.errors:
             batched = any(e.mapped_index is not None for e in self.errors)
@@ -224,7 +224,7 @@ def run_call(
     raises (a Python error, a tracer error) gives an exception here. The magic
     shows the report, then raises it.
     """
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
     from jax.experimental import checkify
 
     args, kwargs = tuple(args), dict(kwargs or {})
@@ -258,8 +258,6 @@ def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
     """checkify names the primitive, and a line only when the user's code made it: the producer
     search (the same as ``%%jax_nans``'s) adds the line inside a library function, the loop
     iteration and the values."""
-    from jaxmagic.probes._support.nan_producer import search
-
     found = search(checked_fn, list(args), kwargs, source=report.call)
     producer = found.producer
     if producer is None:
@@ -277,22 +275,7 @@ def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
 
 def _errors_of(err) -> list[CheckError]:
     """Every error an ``Error`` value holds, not just the first one ``err.get()`` shows."""
-    import numpy as np
-    from jax.tree_util import tree_map, tree_unflatten
-
-    try:  # private fields: one entry per kind of check that can fail
-        preds, codes, metadata, payloads = err._pred, err._code, err._metadata, err._payload
-    except AttributeError:  # a future JAX: fall back to the public, first-error-only API
-        exc = err.get_exception()
-        return [] if exc is None else [_error_from(exc, None)]
-    found = []
-    for effect, pred in preds.items():
-        pred = np.asarray(pred)
-        code = np.asarray(codes[effect])
-        for index in zip(*np.nonzero(pred)) if pred.ndim else ([()] if pred else []):
-            payload = tree_map(lambda x, i=index: np.asarray(x)[i], payloads[effect])
-            exc = tree_unflatten(metadata[int(code[index])], payload)
-            found.append(_error_from(exc, [int(i) for i in index] if pred.ndim else None))
+    found = [_error_from(exc, mapped_index) for exc, mapped_index in checkify_errors.every_error(err)]
     found.sort(key=lambda e: (e.mapped_index or [], list(KIND_TITLES).index(e.kind) if e.kind in KIND_TITLES else 9))
     return found
 
@@ -300,12 +283,11 @@ def _errors_of(err) -> list[CheckError]:
 def _error_from(exc, mapped_index) -> CheckError:
     kind = _KIND_OF_CLASS.get(type(exc).__name__, type(exc).__name__)
     message = message_of(exc).strip()
-    return CheckError(kind, message, mapped_index, _user_line(getattr(exc, "traceback_info", None)))
+    return CheckError(kind, message, mapped_index, _user_line(checkify_errors.error_frames(exc)))
 
 
-def _user_line(traceback_info) -> SourceLine | None:
-    frames = getattr(traceback_info, "frames", None) or []
-    for frame in frames:  # innermost first
-        if is_user_file(frame.file_name):
-            return source_line(frame.file_name, frame.line_num, frame.function_name)
+def _user_line(frames: list[tuple[str, int, str]]) -> SourceLine | None:
+    for file_name, line_num, function_name in frames:  # innermost first
+        if is_user_file(file_name):
+            return source_line(file_name, line_num, function_name)
     return None

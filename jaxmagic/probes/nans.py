@@ -20,11 +20,13 @@ import io
 import re
 from collections.abc import Iterator
 
+from jaxmagic._jax import jit_calls
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.call_sites import counting_call_sites
 from jaxmagic.probes._support.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.probes._support.nan_producer import LoopPosition, NanProducer, OperandValue, ProducerSearch, search
+from jaxmagic.probes._support.nan_watch import NanWatch
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
@@ -583,3 +585,54 @@ def _scan_result_without_checks(report: NanReport, call: FailingCall) -> None:
         f"{call.source} was called once more with checking off, to list which leaves of its "
         f"result are non-finite ({len(leaves)} found)."
     )
+
+
+def explain_nan_sighting(watch: NanWatch):
+    """Re-run the first NaN-producing jitted call the watch saw under the NaN probe; its NanReport (or None).
+
+    Call this after the cell, with no other probe active. Never raises.
+    """
+    sighting, call = watch.take_rerun()
+    if sighting is None:
+        return None
+    if not sighting.jitted:  # an eager operation: the primitive and the line are known
+        return NanReport(
+            found=True,
+            value="nan",
+            primitive=sighting.function,
+            phase="forward",
+            origin_lines=[sighting.line] if sighting.line else [],
+            failing_call=sighting.line.code if sighting.line else "",
+        )
+    if call is None:
+        return None
+    report = None
+    try:
+        with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
+            with nans() as report:
+                call()
+    except (FloatingPointError, ZeroDivisionError):
+        pass
+    except Exception as error:
+        sighting.rerun_note = f"Re-running {call.source} under the NaN probe failed: {error_line(error)}"
+        del call
+        return None
+    if report is not None and report.found:
+        if report.producer is None:  # the whole jitted call, traced once more with its arguments
+            with jit_calls.paused():
+                apply_search(report, call, want_nan=report.value != "inf")
+        report.call_number = sighting.call_number
+        report.call_line = sighting.line
+    del call
+    if report is not None and not report.found:
+        sighting.rerun_note = (
+            f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
+            "jax.debug_nans: the result depends on something besides the arguments."
+        )
+    elif report is not None:
+        sighting.rerun_note = (
+            f"{sighting.call_source} was run once more after the cell, with the same "
+            "arguments, under jax.debug_nans (the %%jax_nans probe) to name the primitive "
+            "and the line."
+        )
+    return report

@@ -1,7 +1,6 @@
 """A call observer noting NumPy arrays among the arguments of the user's jitted calls (copied every call).
 
-Shared by the probes that watch calls on JAX's fast path (``%jax_watch``; the
-doctor has its own copy of this today).
+Shared by the probes that watch calls on JAX's fast path (``%%jax_doctor``, ``%jax_watch``).
 """
 
 from __future__ import annotations

@@ -25,16 +25,15 @@ the primitive and the line are known when the NaN appears.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import sys
+
+import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.failing_call import FailingCall
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_frame, source_line
-from jaxmagic.report.wording import message_of
 
 
 @dataclasses.dataclass
@@ -54,8 +53,6 @@ class NanSighting:
 
 def _float_has_nan(value) -> bool:
     """True when a float array holds a NaN (call only for float values; see ``_is_float``)."""
-    import numpy as np
-
     try:
         return bool(np.isnan(np.asarray(value)).any())
     except Exception:  # not readable here (deleted, on another process)
@@ -73,8 +70,6 @@ def _is_float(value) -> bool:
         return _float_dtypes[dtype]
     except (KeyError, TypeError):
         pass
-    import numpy as np
-
     try:
         floating = bool(np.issubdtype(dtype, np.inexact))
     except TypeError:  # PRNG key dtypes and other extended dtypes
@@ -152,62 +147,16 @@ class NanWatch(jit_calls.CallObserver):
             else:
                 self._pending_rerun, sighting.call_source = call, call.source
 
-    def explain(self):
-        """Re-run the first NaN-producing jitted call under the NaN probe; return its NanReport (or None).
+    def take_rerun(self) -> tuple[NanSighting | None, FailingCall | None]:
+        """Flush, then hand over the sighting and the call to re-run (kept no longer here).
 
-        Call this after the cell, with no other probe active. Never raises.
+        The re-run itself, under the NaN probe, is the doctor's
+        (``jaxmagic.probes.nans.explain_nan_sighting``): a support
+        module runs no probe.
         """
-        from jaxmagic.probes.nans import NanReport, apply_search, nans
-
         self.flush()
-        sighting, call, self._pending_rerun = self.sighting, self._pending_rerun, None
-        if sighting is None:
-            return None
-        if not sighting.jitted:  # an eager operation: the primitive and the line are known
-            return NanReport(
-                found=True,
-                value="nan",
-                primitive=sighting.function,
-                phase="forward",
-                origin_lines=[sighting.line] if sighting.line else [],
-                failing_call=sighting.line.code if sighting.line else "",
-            )
-        if call is None:
-            return None
-        report = None
-        try:
-            with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
-                with nans() as report:
-                    call()
-        except (FloatingPointError, ZeroDivisionError):
-            pass
-        except Exception as error:
-            lines = message_of(error).strip().splitlines()
-            sighting.rerun_note = (
-                f"Re-running {call.source} under the NaN probe failed: {type(error).__name__}: "
-                f"{lines[0] if lines else ''}"
-            )
-            del call
-            return None
-        if report is not None and report.found:
-            if report.producer is None:  # the whole jitted call, traced once more with its arguments
-                with jit_calls.paused():
-                    apply_search(report, call, want_nan=report.value != "inf")
-            report.call_number = sighting.call_number
-            report.call_line = sighting.line
-        del call
-        if report is not None and not report.found:
-            sighting.rerun_note = (
-                f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
-                "jax.debug_nans: the result depends on something besides the arguments."
-            )
-        elif report is not None:
-            sighting.rerun_note = (
-                f"{sighting.call_source} was run once more after the cell, with the same "
-                "arguments, under jax.debug_nans (the %%jax_nans probe) to name the primitive "
-                "and the line."
-            )
-        return report
+        call, self._pending_rerun = self._pending_rerun, None
+        return self.sighting, call
 
 
 def _rebuilt_call(name: str, jit_locals) -> FailingCall | None:

@@ -28,7 +28,7 @@ from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan_watch import NanWatch
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.keys import FIX, keys
-from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
+from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES, explain_nan_sighting
 from jaxmagic.probes.transfers import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype
@@ -175,7 +175,7 @@ class Watch:
         if key in self._told:
             self._told[key].count += 1
             return []
-        nan = watch.explain()
+        nan = explain_nan_sighting(watch)
         headline = f"NaN in the results of `{s.function}` (call {s.call_number} in this cell)"
         details = f"first in call {s.call_number} of `{s.function}` ({', '.join(s.leaves)})"
         if s.calls_with_nan > 1:

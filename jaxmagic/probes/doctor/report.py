@@ -1,59 +1,24 @@
-"""Doctor probe: one run of a cell under every applicable probe, findings ranked in the order to fix them.
+"""The doctor's report: its findings, ranked in the order to fix them, their wording and ``document()``.
 
-Usage without IPython::
-
-    with jaxmagic.probes.doctor(namespace=globals()) as report:
-        params, losses = train(step_fn, params0, X, Y, 8)
-    [f.area for f in report.findings]     # ["NaN", "recompilation", "random keys"]
-    report.compiles.count("train_step"), report.nan_sighting.function, report.keys.repeated_flows
-
-The probes - NaN/inf, compilations, tracer leaks, key reuse, implicit
-transfers, live arrays - are entered together, around one run of the cell.
-Two of JAX's tools stop a program at the first finding, which would hide
-everything after it; the doctor uses them so that they do not:
-
-* NaN: ``jax.debug_nans`` raises at the first NaN - at step 0 of a training
-  loop, before any recompilation or key problem could show. The doctor watches
-  the results of every call instead (``jaxmagic.probes._support.nan_watch``) and, after the
-  cell, re-runs only the one jitted call that first produced a NaN, with the
-  same arguments, under the ``%%jax_nans`` probe - a jitted function is pure,
-  so nothing the user would mind happens twice. The cell itself is never run
-  again.
-* Key reuse: recorded, not raised (``jaxmagic.probes.keys(record=True)``); each
-  traced function is checked for a key used twice, and the keys reaching each
-  jitted function are counted. Keys consumed twice between calls are not
-  checked call by call (that check re-traces operations at every call and
-  would make the doctor several times slower); the count shows their effect,
-  and ``%%jax_keys`` gives the line.
-* Transfers: logged (``jax.transfer_guard("log")``), never disallowed.
-
-A tracer leak still stops the cell, as under ``%%jax_leaks``: the leaked tracer
-would break the code that uses it anyway. Traces are made under a cache key of
-the doctor's own, kept from one doctor cell to the next, so a function is traced
-(with leak checking) and compiled once more the first time the doctor sees it,
-not at every doctor cell.
-
-Order of attack (chapter section 9.4): NaN first, because it makes every other
-symptom meaningless; then errors that stop the program (leaked tracers); then
-speed and memory (recompilation, implicit transfers, arrays piling up); then
-silent logic bugs such as a random key that never changes.
+What the probes measured (``jaxmagic.probes.doctor.measure``) becomes one
+Finding per area here; ``rank_findings`` orders them (the order of attack in
+``jaxmagic.probes.doctor``'s docstring).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
+import re
 
-import numpy as np
-
-from jaxmagic._jax import compat, jit_calls
-from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.compiles import CAUSE_TITLES
+from jaxmagic.probes.keys import FIX
+from jaxmagic.probes.leaks import LEAK_FIX
+from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
+from jaxmagic.probes.transfers import WHY
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.source import source_line
-from jaxmagic.report.wording import ended, error_line, message_of
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.wording import ended, error_line, format_bytes
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
 RETRACE_TOKEN = "jaxmagic-doctor"
@@ -92,17 +57,6 @@ class Finding:
 
 
 @dataclasses.dataclass
-class HostArgument:
-    """A NumPy array given to one of your jitted functions: JAX copies it to the device at every call."""
-
-    function: str
-    argument: str  # "x" or "args[1]"
-    value: str  # "f32[4,4]"
-    calls: int = 0
-    line: SourceLine | None = None
-
-
-@dataclasses.dataclass
 class DoctorReport(Report):
     """What ``%%jax_doctor`` found, ranked."""
 
@@ -119,7 +73,7 @@ class DoctorReport(Report):
     transfers: object = None  # TransferReport
     live: object = None  # LiveReport (a snapshot, taken only when arrays piled up)
     live_growth: dict = dataclasses.field(default_factory=dict)  # "float32[32, 16]" -> arrays added by the cell
-    host_arguments: list = dataclasses.field(default_factory=list)  # HostArgument: NumPy arrays given to jit
+    host_arguments: list = dataclasses.field(default_factory=list)  # HostArgumentUse: NumPy arrays given to jit
     other_error: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -151,8 +105,6 @@ class DoctorReport(Report):
         )
 
     def document(self):
-        from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
-
         sections = []
         if self.findings:
             rows = [
@@ -261,8 +213,6 @@ def _finding(probe: str, title: str, **fields) -> Finding:
 
 
 def _nan_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
-
     s = report.nan_sighting
     if s is None:
         return []
@@ -333,8 +283,6 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
 
 def _leaf_path(name: str) -> str:
     """``result of jax.grad(f)(p, x)[1][0]['b']`` -> ``grad(f)(...)[1][0]['b']``: the call shortened, the path kept."""
-    import re
-
     match = re.match(r"(result of|argument) (.*?)(\(.*\))((?:\[[^\]]*\])*)$", name)
     if match is None:
         return name
@@ -343,8 +291,6 @@ def _leaf_path(name: str) -> str:
 
 
 def _leak_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.probes.leaks import LEAK_FIX
-
     leaks = report.leaks
     if leaks is None or not (leaks.leaked or leaks.unexpected):
         return []
@@ -358,8 +304,6 @@ def _leak_findings(report: DoctorReport) -> list[Finding]:
 
 
 def _compile_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.probes.compiles import CAUSE_TITLES
-
     compiles = report.compiles
     if compiles is None:
         return []
@@ -383,8 +327,6 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
     transfers = report.transfers
     if transfers is None:
         return []
-    from jaxmagic.probes.transfers import WHY
-
     found = []
     for t in transfers.transfers:
         # Python scalars and index constants copied each step cost next to nothing; host arrays do not.
@@ -416,8 +358,6 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
 
 def _is_host_array(value: str) -> bool:
     """True for a transferred value of more than one element ("f32[512,16]"), False for scalars and unknowns."""
-    import re
-
     match = re.search(r"\[([\d,\s]*)\]", value or "")
     if match is None:
         return False
@@ -429,8 +369,6 @@ def _is_host_array(value: str) -> bool:
 
 
 def _live_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.report.wording import format_bytes as _bytes
-
     live = report.live
     if live is None:
         return []
@@ -455,7 +393,7 @@ def _live_findings(report: DoctorReport) -> list[Finding]:
             found.append(
                 _finding(
                     "live",
-                    f"{added} more `{g.type_text}` alive after the cell ({_bytes(added * g.bytes_each)}){held}",
+                    f"{added} more `{g.type_text}` alive after the cell ({format_bytes(added * g.bytes_each)}){held}",
                     fix="Arrays kept in a list grow with every step: keep Python numbers "
                     "(float(loss)) or del the container; x.delete() frees an array at once.",
                 )
@@ -464,8 +402,6 @@ def _live_findings(report: DoctorReport) -> list[Finding]:
 
 
 def _key_findings(report: DoctorReport) -> list[Finding]:
-    from jaxmagic.probes.keys import FIX
-
     keys = report.keys
     if keys is None:
         return []
@@ -531,186 +467,3 @@ def rank_findings(report: DoctorReport) -> list[Finding]:
 
 
 # -- the probe ------------------------------------------------------------------
-
-
-def doctor(
-    *, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = None
-) -> contextlib.AbstractContextManager[DoctorReport]:
-    """Run the block under every probe not in ``skip``; the report ranks what they found.
-
-    The block's own exception (or a tracer leak's) propagates unchanged after
-    the report is filled in. ``namespace`` (the user's variables) lets the
-    probes name what holds leaked tracers and live arrays. An unknown name in
-    ``skip`` raises ProbeArgumentError here, before any block runs.
-    """
-    skip = list(dict.fromkeys(skip))
-    unknown = [name for name in skip if name not in PROBES]
-    if unknown:
-        raise ProbeArgumentError("skip", f"takes probes among {', '.join(PROBES)}; unknown: {', '.join(unknown)}")
-    return _doctor_block(skip, namespace)
-
-
-@contextlib.contextmanager
-def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorReport]:
-    from jaxmagic.probes._support.nan_watch import NanWatch
-    from jaxmagic.probes.compiles import compiles
-    from jaxmagic.probes.keys import keys
-    from jaxmagic.probes.leaks import leaks
-    from jaxmagic.probes.transfers import transfers
-
-    report = DoctorReport(checked=[p for p in PROBES if p not in skip], skipped=skip)
-    watch = NanWatch() if "nans" not in skip else None
-    try:
-        with preserved_jax_state(()), contextlib.ExitStack() as stack:
-            # Entered outermost first; they exit in reverse, so the NaN re-run happens after every probe
-            # but the live-array one has finished (it must not count as the cell's compilations, transfers
-            # or traces) and before the live-array diff (so the arguments it held are released).
-            if "live" not in skip:
-                stack.enter_context(_live_growth(report, namespace))
-            if watch is not None:
-                stack.callback(_explain_nan, report, watch)
-            if "leaks" not in skip:
-                report.leaks = stack.enter_context(leaks(namespace=namespace, retrace_token=RETRACE_TOKEN))
-            if "compiles" not in skip:
-                report.compiles = stack.enter_context(compiles(raise_over_budget=False))
-            if "transfers" not in skip:
-                report.transfers = stack.enter_context(transfers(mode="log"))
-            observers = ((watch,) if watch is not None else ()) + (
-                (_HostArguments(report),) if "transfers" not in skip else ()
-            )
-
-            def calls_unseen():
-                report.notes.append(
-                    "The cell switched jax.debug_nans (or debug_infs) itself, which takes over the hook the "
-                    "doctor watches jitted calls through: calls after that were not watched for NaN, keys or "
-                    "NumPy arguments."
-                )
-
-            watching = {"only_user_calls": True, "fast_path": True, "on_calls_unseen": calls_unseen}
-            if "keys" not in skip:
-                report.keys = stack.enter_context(
-                    keys(record=True, check_calls=False, also_observe=observers, **watching)
-                )
-            elif observers:
-                if not stack.enter_context(jit_calls.observing_calls(*observers, **watching)):
-                    report.notes.append("This JAX gives no way to see single calls: NaNs were not watched.")
-            yield report
-    except BaseException as error:
-        lines = message_of(error).strip().splitlines()
-        report.other_error = f"{type(error).__name__}: {lines[0] if lines else ''}"
-        raise
-    finally:
-        report.findings = rank_findings(report)
-
-
-class _HostArguments:
-    """A call observer noting NumPy arrays (more than one element) among the arguments of jitted calls."""
-
-    def __init__(self, report: DoctorReport):
-        self.report = report
-        self.seen: dict[tuple, HostArgument] = {}
-
-    def before(self, name, is_jit, args, params) -> None:
-        if not is_jit:
-            return
-        local = jit_calls.call_locals()
-        if local is None:
-            return
-        given = local.get("args") or ()
-        for index, value in enumerate(given):
-            if isinstance(value, np.ndarray) and value.size > 1:
-                key = (name, index, value.shape, str(value.dtype))
-                entry = self.seen.get(key)
-                if entry is None:
-                    from jaxmagic.probes._support.nan_watch import user_frame
-
-                    user = user_frame()
-                    entry = self.seen[key] = HostArgument(
-                        name,
-                        _parameter_name(local.get("fun"), index) or f"argument {index}",
-                        f"{_short(str(value.dtype))}[{','.join(map(str, value.shape))}]",
-                        line=source_line(user.f_code.co_filename, user.f_lineno, user.f_code.co_name) if user else None,
-                    )
-                    self.report.host_arguments.append(entry)
-                entry.calls += 1
-
-    def after(self, *args) -> None:
-        pass
-
-
-def _parameter_name(fun, index: int) -> str:
-    """The name of the ``index``-th positional parameter of ``fun`` ("" when it has none)."""
-    import inspect
-
-    try:
-        names = [
-            p.name
-            for p in inspect.signature(fun).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        return ""
-    return names[index] if index < len(names) else ""
-
-
-def _short(dtype: str) -> str:
-    return {
-        "float32": "f32",
-        "float64": "f64",
-        "int32": "i32",
-        "int64": "i64",
-        "float16": "f16",
-        "bfloat16": "bf16",
-        "uint8": "u8",
-        "bool": "bool",
-    }.get(dtype, dtype)
-
-
-@contextlib.contextmanager
-def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]:
-    """Count live arrays by shape and dtype before and after; name the holders only of groups that grew.
-
-    Counting needs no garbage collection (a full collection costs tens of
-    milliseconds in a notebook process, twice per cell); only when a group grew
-    by ``LIVE_PILE_UP`` or more does the live-array probe run, collect garbage
-    and name the holders. Garbage not yet collected makes a group look larger
-    before, so growth is never overstated.
-    """
-    from jaxmagic.probes.live import live
-
-    before = _live_counts()
-    try:
-        yield
-    finally:
-        grown = {k: n - before.get(k, 0) for k, n in _live_counts().items() if n - before.get(k, 0) >= LIVE_PILE_UP}
-        if grown:
-            snapshot = live(namespace=namespace)
-            report.live = snapshot
-            report.live_growth = {
-                f"{dtype}{list(shape)}": snapshot_count - before.get((shape, dtype), 0)
-                for (shape, dtype) in grown
-                for snapshot_count in [
-                    sum(g.count for g in snapshot.groups if (tuple(g.shape), g.dtype) == (shape, dtype))
-                ]
-            }
-
-
-def _live_counts() -> dict[tuple, int]:
-    if not compat.backend_started():
-        return {}
-    import jax
-
-    counts: dict[tuple, int] = {}
-    for array in jax.live_arrays():
-        key = (tuple(array.shape), str(array.dtype))
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def _explain_nan(report: DoctorReport, watch) -> None:
-    watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
-    report.nan_sighting = watch.sighting
-    try:
-        report.nans = watch.explain()
-    except Exception as error:  # never let our analysis hide the user's results
-        report.notes.append(f"jaxmagic could not explain the NaN: {error_line(error)}")

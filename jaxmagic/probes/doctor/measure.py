@@ -1,0 +1,132 @@
+"""The doctor's measuring: one run of the block under every probe not skipped, and what it adds.
+
+Besides entering the probes, the doctor watches jitted calls for NumPy
+arguments (``_support.host_arguments``), counts live arrays before and after
+(``_live_growth``), and after the block re-runs the first NaN-producing call
+under the NaN probe (``nans.explain_nan_sighting``). See ``jaxmagic.probes.doctor``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from jaxmagic._jax import jit_calls
+from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
+from jaxmagic.probes._support.nan_watch import NanWatch
+from jaxmagic.probes.compiles import compiles
+from jaxmagic.probes.doctor.report import (
+    LIVE_PILE_UP,
+    PROBES,
+    RETRACE_TOKEN,
+    DoctorReport,
+    rank_findings,
+)
+from jaxmagic.probes.keys import keys
+from jaxmagic.probes.leaks import leaks
+from jaxmagic.probes.live import live
+from jaxmagic.probes.nans import explain_nan_sighting
+from jaxmagic.probes.transfers import transfers
+from jaxmagic.report.wording import error_line
+
+
+def doctor(
+    *, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = None
+) -> contextlib.AbstractContextManager[DoctorReport]:
+    """Run the block under every probe not in ``skip``; the report ranks what they found.
+
+    The block's own exception (or a tracer leak's) propagates unchanged after
+    the report is filled in. ``namespace`` (the user's variables) lets the
+    probes name what holds leaked tracers and live arrays. An unknown name in
+    ``skip`` raises ProbeArgumentError here, before any block runs.
+    """
+    skip = list(dict.fromkeys(skip))
+    unknown = [name for name in skip if name not in PROBES]
+    if unknown:
+        raise ProbeArgumentError("skip", f"takes probes among {', '.join(PROBES)}; unknown: {', '.join(unknown)}")
+    return _doctor_block(skip, namespace)
+
+
+@contextlib.contextmanager
+def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorReport]:
+    report = DoctorReport(checked=[p for p in PROBES if p not in skip], skipped=skip)
+    host = HostArguments() if "transfers" not in skip else None  # NumPy arrays given to jitted calls
+    watch = NanWatch() if "nans" not in skip else None
+    try:
+        with preserved_jax_state(()), contextlib.ExitStack() as stack:
+            # Entered outermost first; they exit in reverse, so the NaN re-run happens after every probe
+            # but the live-array one has finished (it must not count as the cell's compilations, transfers
+            # or traces) and before the live-array diff (so the arguments it held are released).
+            if "live" not in skip:
+                stack.enter_context(_live_growth(report, namespace))
+            if watch is not None:
+                stack.callback(_explain_nan, report, watch)
+            if "leaks" not in skip:
+                report.leaks = stack.enter_context(leaks(namespace=namespace, retrace_token=RETRACE_TOKEN))
+            if "compiles" not in skip:
+                report.compiles = stack.enter_context(compiles(raise_over_budget=False))
+            if "transfers" not in skip:
+                report.transfers = stack.enter_context(transfers(mode="log"))
+            observers = ((watch,) if watch is not None else ()) + ((host,) if host is not None else ())
+
+            def calls_unseen():
+                report.notes.append(
+                    "The cell switched jax.debug_nans (or debug_infs) itself, which takes over the hook the "
+                    "doctor watches jitted calls through: calls after that were not watched for NaN, keys or "
+                    "NumPy arguments."
+                )
+
+            watching = {"only_user_calls": True, "fast_path": True, "on_calls_unseen": calls_unseen}
+            if "keys" not in skip:
+                report.keys = stack.enter_context(
+                    keys(record=True, check_calls=False, also_observe=observers, **watching)
+                )
+            elif observers:
+                if not stack.enter_context(jit_calls.observing_calls(*observers, **watching)):
+                    report.notes.append("This JAX gives no way to see single calls: NaNs were not watched.")
+            yield report
+    except BaseException as error:
+        report.other_error = error_line(error)
+        raise
+    finally:
+        if host is not None:
+            report.host_arguments = list(host.seen.values())
+        report.findings = rank_findings(report)
+
+
+@contextlib.contextmanager
+def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]:
+    """Count live arrays by shape and dtype before and after; name the holders only of groups that grew.
+
+    Counting needs no garbage collection (a full collection costs tens of
+    milliseconds in a notebook process, twice per cell); only when a group grew
+    by ``LIVE_PILE_UP`` or more does the live-array probe run, collect garbage
+    and name the holders. Garbage not yet collected makes a group look larger
+    before, so growth is never overstated.
+    """
+    before = live_counts()[0]
+    try:
+        yield
+    finally:
+        grown = {k: n - before.get(k, 0) for k, n in live_counts()[0].items() if n - before.get(k, 0) >= LIVE_PILE_UP}
+        if grown:
+            snapshot = live(namespace=namespace)
+            report.live = snapshot
+            report.live_growth = {
+                f"{dtype}{list(shape)}": snapshot_count - before.get((shape, dtype), 0)
+                for (shape, dtype) in grown
+                for snapshot_count in [
+                    sum(g.count for g in snapshot.groups if (tuple(g.shape), g.dtype) == (shape, dtype))
+                ]
+            }
+
+
+def _explain_nan(report: DoctorReport, watch) -> None:
+    watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
+    report.nan_sighting = watch.sighting
+    try:
+        report.nans = explain_nan_sighting(watch)
+    except Exception as error:  # never let our analysis hide the user's results
+        report.notes.append(f"jaxmagic could not explain the NaN: {error_line(error)}")

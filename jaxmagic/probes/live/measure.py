@@ -1,0 +1,374 @@
+"""The live-array probe's measuring: snapshot ``jax.live_arrays()``, group the arrays, name their holders.
+
+See ``jaxmagic.probes.live`` for what is looked at; the report is
+``jaxmagic.probes.live.report``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import itertools
+import operator
+import os
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from jaxmagic._jax import compat
+from jaxmagic.probes._support.holder_search import (
+    KIND_NAME,
+    KIND_OUTPUT,
+    KIND_TRACEBACK,
+    find_holders,
+    namespace_roots,
+    traceback_roots,
+)
+from jaxmagic.probes.live.report import (
+    KIND_ELSEWHERE,
+    KIND_JIT_CACHE,
+    DeviceMemory,
+    LiveGroup,
+    LiveReport,
+)
+from jaxmagic.report.wording import error_line
+
+# -- the probe ----------------------------------------------------------------
+
+
+def live(*, namespace: dict | None = None, top: int | None = None, profile: str | None = None) -> LiveReport:
+    """Every live JAX array, grouped, with the names that hold each group.
+
+    ``namespace``: the variables to search for holders (a notebook's user
+    namespace; IPython's ``Out``/``_`` in it are reported as the output cache).
+    ``top``: how many groups the rendered report shows (the report keeps all).
+    ``profile``: also save ``jax.profiler.save_device_memory_profile`` there.
+    """
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    report = LiveReport(mode="snapshot", top=top)
+    if not compat.backend_started():
+        # No backend, no arrays: say so rather than start one (XLA_FLAGS may still be on their way).
+        report.backend_started = False
+        return report
+    gc.collect()  # arrays in unreachable cycles are garbage, not live
+    arrays = jax.live_arrays()
+    try:
+        _describe(report, arrays, namespace, excluded=frozenset())
+    finally:
+        del arrays
+    report.devices = _device_memory()
+    if profile:
+        _save_profile(report, profile)
+    return report
+
+
+@contextlib.contextmanager
+def live_diff(
+    *, namespace: dict | None = None, top: int | None = None, profile: str | None = None
+) -> Iterator[LiveReport]:
+    """Snapshot the live arrays before and after the block; report the ones it created that are still alive.
+
+    The block's own result, if it lands in IPython's output cache (``Out[n]``,
+    ``_``), is not counted as left behind. The block's exception propagates
+    unchanged; the report is filled in before it does.
+    """
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    report = LiveReport(mode="cell", top=top)
+    gc.collect()
+    arrays = jax.live_arrays() if compat.backend_started() else []  # no backend yet: nothing alive before
+    before = {id(a): weakref.ref(a) for a in arrays}
+    report.before_arrays = len(arrays)
+    report.before_bytes = _nbytes(arrays)
+    before_sizes = {id(a): _nbytes_one(a) for a in arrays}
+    del arrays
+    out_cache = namespace.get("Out") if namespace else None
+    outputs_before = set(out_cache) if isinstance(out_cache, dict) else set()
+    try:
+        yield report
+    except BaseException as error:
+        report.other_error = error_line(error)
+        raise
+    finally:
+        # Not a `return` inside `finally`: that would swallow the block's exception.
+        _finish_cell_report(report, before, before_sizes, namespace, out_cache, outputs_before, profile)
+
+
+def _finish_cell_report(report, before, before_sizes, namespace, out_cache, outputs_before, profile) -> None:
+    """Fill in what the block left alive (called on the way out of ``live(mode="cell")``)."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    gc.collect()
+    if not compat.backend_started():  # the block used no JAX array at all
+        report.backend_started = False
+        return
+    arrays = jax.live_arrays()
+    try:
+        alive_before = {id(a) for a in arrays if (ref := before.get(id(a))) is not None and ref() is a}
+        report.freed_arrays = len(before) - len(alive_before)
+        report.freed_bytes = sum(size for key, size in before_sizes.items() if key not in alive_before)
+        created = [a for a in arrays if id(a) not in alive_before]
+        excluded = _result_arrays(report, created, namespace, out_cache, outputs_before)
+        _describe(report, arrays, namespace, excluded=alive_before | excluded, created=created)
+        del created
+    finally:
+        del arrays
+        before.clear()
+    report.devices = _device_memory()
+    if profile:
+        _save_profile(report, profile)
+
+
+def _result_arrays(report: LiveReport, created: list, namespace, out_cache, outputs_before: set) -> frozenset:
+    """Ids of the created arrays reachable from the output-cache entries the block added (its result)."""
+    if not isinstance(out_cache, dict):
+        return frozenset()
+    new_keys = [k for k in out_cache if k not in outputs_before]
+    if not new_keys or not created:
+        return frozenset()
+    group_of = {id(a): 0 for a in created}
+    roots = [(f"Out[{k}]", out_cache[k], KIND_OUTPUT) for k in new_keys]
+    search = find_holders(group_of, roots)
+    ids = frozenset(search.best_kind)
+    report.result_label = ", ".join(f"Out[{k}]" for k in new_keys)
+    report.result_arrays = len(ids)
+    report.result_bytes = sum(_nbytes_one(a) for a in created if id(a) in ids)
+    return ids
+
+
+def _describe(
+    report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set, created: list | None = None
+) -> None:
+    """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    report.total_arrays = len(arrays)
+    subject = arrays if created is None else created
+    if excluded:
+        subject = [a for a in subject if id(a) not in excluded]
+    one_device = jax.device_count() == 1 and jax.process_count() == 1
+    # Grouping 100,000 arrays is the hot loop. JAX shares one aval object among arrays of
+    # the same shape and dtype, so the aval's identity is a cheap first key (a plain
+    # attribute and an int); counting and the id -> key map then run as C loops. Keys
+    # that turn out to mean the same (shape, dtype, placement) are merged below.
+    if one_device:
+        group_of = dict(zip(map(id, subject), map(id, map(operator.attrgetter("aval"), subject))))
+    else:
+        group_of = dict(zip(map(id, subject), [(id(a.aval), a.sharding) for a in subject]))
+    counts = collections.Counter(group_of.values())
+    first_position: dict[Any, int] = {}
+    for position, tag in enumerate(group_of.values()):  # stops once every key has its sample, usually at once
+        if tag not in first_position:
+            first_position[tag] = position
+            if len(first_position) == len(counts):
+                break
+    groups: list[LiveGroup] = []
+    merged: dict[tuple, int] = {}
+    group_index: dict[Any, int] = {}
+    for tag, position in first_position.items():
+        sample = subject[position]
+        key = (tuple(sample.shape), str(sample.dtype), _placement(sample))
+        index = merged.get(key)
+        if index is None:
+            index = merged[key] = len(groups)
+            groups.append(
+                LiveGroup(
+                    shape=key[0],
+                    dtype=key[1],
+                    placement=key[2],
+                    bytes_each=_nbytes_one(sample),
+                    device_bytes_each=_device_bytes(sample),
+                )
+            )
+        groups[index].count += counts[tag]
+        group_index[tag] = index
+    del first_position
+    report.total_bytes = sum(g.total_bytes for g in groups) if created is None else _nbytes(arrays)
+
+    roots = namespace_roots(namespace) + traceback_roots()
+    search = find_holders(group_of, roots)
+    del roots
+    report.searched, report.search_truncated = search.visited, search.truncated
+    best = search.best_kind
+    unheld = group_of.keys() - best.keys() if len(best) < len(group_of) else set()
+    jit_held = _jit_cache_constants(subject, unheld, group_of) if unheld else {}
+    for (tag, kind), count in search.kind_counts.items():
+        if count:
+            counts_of = groups[group_index[tag]].by_kind
+            counts_of[kind] = counts_of.get(kind, 0) + count
+    for target in unheld:
+        group = groups[group_index[group_of[target]]]
+        if target in jit_held:
+            group.by_kind[KIND_JIT_CACHE] = group.by_kind.get(KIND_JIT_CACHE, 0) + 1
+            if jit_held[target] not in group.jit_functions:
+                group.jit_functions.append(jit_held[target])
+        else:
+            group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
+    _name_holders(groups, search, group_index)
+    del subject
+    groups.sort(key=lambda g: (-g.total_bytes, -g.count))
+    report.groups = groups
+
+
+def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
+    """Compressed holder labels per group: ``debug_cache[0..9]``, ``hist['acts'][3]``, ``Out[12]``."""
+    order = {KIND_NAME: 0, KIND_OUTPUT: 1, KIND_TRACEBACK: 2}
+    runs: dict[tuple[int, str, str], list[int]] = {}
+    for (tag, kind, container), (low, high, count) in search.runs.items():
+        key = (group_index[tag], kind, container)
+        if key in runs:  # two keys of one group (arrays with separate avals): one run
+            run = runs[key]
+            run[0], run[1], run[2] = min(run[0], low), max(run[1], high), run[2] + count
+        else:
+            runs[key] = [low, high, count]
+    per_group: dict[int, list[tuple[int, str]]] = {}
+    for (group, kind, container), (low, high, count) in runs.items():
+        per_group.setdefault(group, []).append((order[kind], _run_label(container, "", low, high, count)))
+    index_runs: dict[tuple[int, str, tuple[str, str]], list[int]] = {}
+    for (tag, kind, parts), (low, high, count) in search.index_runs.items():
+        key = (group_index[tag], kind, parts)
+        if key in index_runs:
+            run = index_runs[key]
+            run[0], run[1], run[2] = min(run[0], low), max(run[1], high), run[2] + count
+        else:
+            index_runs[key] = [low, high, count]
+    for (group, kind, (before, after)), (low, high, count) in index_runs.items():
+        per_group.setdefault(group, []).append((order[kind], _run_label(before, after, low, high, count)))
+    for tag, labelled in search.group_labels.items():
+        for kind, label in labelled:
+            per_group.setdefault(group_index[tag], []).append((order[kind], label))
+    for group, labelled in per_group.items():
+        labelled.sort(key=lambda item: item[0])
+        # A traceback names the same array once per frame it passed through: two say enough.
+        traceback_labels = [label for kind, label in labelled if kind == order[KIND_TRACEBACK]][:2]
+        kept = [label for kind, label in labelled if kind != order[KIND_TRACEBACK]] + traceback_labels
+        groups[group].holders = list(dict.fromkeys(kept))
+
+
+def _run_label(before: str, after: str, low: int, high: int, count: int) -> str:
+    """``train_metrics[0..39]['preds']``: the holders that differ only in one list index, as one range."""
+    if count == 1:
+        return f"{before}[{low}]{after}"
+    if count == high - low + 1:
+        return f"{before}[{low}..{high}]{after}"
+    return f"{before}[...]{after} ({count} elements between {low} and {high})"
+
+
+def _jit_cache_constants(
+    subject: list, unheld: set[int], group_of: dict[int, int], per_group: int = 2, limit: int = 48
+) -> dict[int, str]:
+    """Of the ``unheld`` array ids, those held as constants of a traced jaxpr, with the function's name.
+
+    JAX's jit cache keeps the jaxpr of every traced function, and a jaxpr keeps
+    the arrays it closed over as its constants (``Jaxpr.consts``; a
+    ``ClosedJaxpr`` in older JAX), in a list. We ask the garbage collector who
+    refers to a few unheld arrays of each group (a search over the heap whose
+    cost grows with the number of arrays asked about, hence the sample), then
+    who refers to the lists among them: the jaxprs. Every constant of those
+    jaxprs is then known, sampled or not.
+    """
+    jaxpr_types = compat.jaxpr_types()
+    taken: dict[int, int] = {}
+    sample = []
+    for a in itertools.compress(subject, map(unheld.__contains__, map(id, subject))):
+        group = group_of[id(a)]
+        if taken.get(group, 0) < per_group:
+            taken[group] = taken.get(group, 0) + 1
+            sample.append(a)
+            if len(sample) >= limit:
+                break
+    if not sample:
+        return {}
+    ours = {id(subject), id(sample)}
+    lists = [r for r in gc.get_referrers(*sample) if type(r) is list and id(r) not in ours]
+    del sample
+    found: dict[int, str] = {}
+    if not lists:
+        return found
+    for owner in gc.get_referrers(*lists):
+        if not isinstance(owner, jaxpr_types):
+            continue
+        try:
+            consts = owner.consts
+        except Exception:
+            continue
+        info = getattr(owner, "debug_info", None)
+        name = getattr(info, "func_name", None) or "?"
+        for value in consts:
+            if id(value) in unheld:
+                found.setdefault(id(value), name)
+    return found
+
+
+_SIZES: dict[tuple, int] = {}
+
+
+def _nbytes_one(a) -> int:
+    """The array's (global) size in bytes, from its shape and dtype: cheaper than ``a.nbytes``."""
+    key = (a.shape, a.dtype)
+    size = _SIZES.get(key)
+    if size is None:
+        size = 1
+        for d in a.shape:
+            size *= int(d)
+        size *= a.dtype.itemsize
+        if len(_SIZES) < 4096:
+            _SIZES[key] = size
+    return size
+
+
+def _nbytes(arrays) -> int:
+    return sum(_nbytes_one(a) for a in arrays)
+
+
+def _device_bytes(a) -> int:
+    """Bytes the array's shards take on this process's devices."""
+    try:
+        shards = a.addressable_shards
+        if len(shards) <= 1:
+            return _nbytes_one(a)
+        return sum(_nbytes_one(shard.data) for shard in shards)
+    except Exception:
+        return _nbytes_one(a)
+
+
+def _placement(a) -> str:
+    try:
+        sharding = a.sharding
+        devices = sorted(sharding.device_set, key=lambda d: d.id)
+    except Exception:
+        return "?"
+    if len(devices) == 1:
+        d = devices[0]
+        return f"{d.platform}:{d.id}"
+    spec = getattr(sharding, "spec", None)
+    kind = type(sharding).__name__
+    return f"{len(devices)} devices, {kind}" + (f"({spec})" if spec is not None else "")
+
+
+def _device_memory() -> list[DeviceMemory]:
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    out = []
+    for device in jax.local_devices()[:8]:
+        try:
+            stats = device.memory_stats()
+        except Exception:
+            stats = None
+        out.append(
+            DeviceMemory(
+                f"{device.platform}:{device.id}",
+                {k: int(v) for k, v in stats.items() if isinstance(v, (int, float))} if stats else None,
+            )
+        )
+    return out
+
+
+def _save_profile(report: LiveReport, path: str) -> None:
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    jax.profiler.save_device_memory_profile(path)
+    report.profile_path = path
+    report.profile_bytes = os.path.getsize(path)

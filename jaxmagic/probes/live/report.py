@@ -1,0 +1,330 @@
+"""The live-array probe's report: the groups of live arrays, their holders, its wording and ``document()``.
+
+The measuring - snapshots, grouping, the holder search - is
+``jaxmagic.probes.live.measure``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxmagic.probes._support.holder_search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.wording import format_bytes, short_dtype
+
+KIND_JIT_CACHE = "jit cache"  # a constant of a traced program that JAX's caches keep
+KIND_ELSEWHERE = "elsewhere"  # nothing we can see holds it
+KIND_RESULT = "result"  # the cell's own result (Out[n])
+
+_SHOWN_HOLDERS = 6
+
+
+@dataclasses.dataclass
+class LiveGroup:
+    """Live arrays of one shape, dtype and placement."""
+
+    shape: tuple
+    dtype: str
+    placement: str  # "cpu:0", or the sharding for arrays spread over devices
+    count: int = 0
+    bytes_each: int = 0  # the array's logical size
+    device_bytes_each: int = 0  # what its shards take on the devices (a replicated array: once per device)
+    holders: list[str] = dataclasses.field(default_factory=list)  # "debug_cache[0..9]", "Out[12]", ...
+    by_kind: dict[str, int] = dataclasses.field(default_factory=dict)  # arrays per best holder kind
+    jit_functions: list[str] = dataclasses.field(default_factory=list)  # functions whose cache keeps them
+
+    @property
+    def total_bytes(self) -> int:
+        return self.count * self.bytes_each
+
+    @property
+    def held_by_names(self) -> int:
+        return self.by_kind.get(KIND_NAME, 0)
+
+    @property
+    def in_output_cache(self) -> int:
+        return self.by_kind.get(KIND_OUTPUT, 0)
+
+    @property
+    def in_jit_cache(self) -> int:
+        return self.by_kind.get(KIND_JIT_CACHE, 0)
+
+    @property
+    def elsewhere(self) -> int:
+        return self.by_kind.get(KIND_ELSEWHERE, 0)
+
+    @property
+    def type_text(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+
+@dataclasses.dataclass
+class DeviceMemory:
+    device: str
+    stats: dict[str, int] | None  # Device.memory_stats(); None where the backend has none (CPU)
+
+
+@dataclasses.dataclass
+class LiveReport(Report):
+    """What ``%jax_live`` / ``%%jax_live`` found."""
+
+    kind = "jax_live"
+
+    mode: str = "snapshot"  # "snapshot" (line magic) or "cell" (arrays a cell left alive)
+    total_arrays: int = 0  # all live arrays at the end
+    total_bytes: int = 0
+    groups: list[LiveGroup] = dataclasses.field(default_factory=list)  # largest total first
+    top: int | None = None  # groups shown (None: all)
+    devices: list[DeviceMemory] = dataclasses.field(default_factory=list)
+    profile_path: str = ""
+    profile_bytes: int = 0
+    searched: int = 0  # values looked at while naming holders
+    search_truncated: bool = False
+    # cell mode
+    before_arrays: int = 0
+    before_bytes: int = 0
+    freed_arrays: int = 0  # alive before the cell, gone after it
+    freed_bytes: int = 0
+    result_arrays: int = 0  # arrays of the cell's own result (Out[n]): not counted as left behind
+    result_bytes: int = 0
+    result_label: str = ""
+    other_error: str = ""  # the cell raised: "ValueError: ..."
+    backend_started: bool = True  # False: no JAX backend existed, so no array did (none was started)
+
+    # -- derived --------------------------------------------------------------
+
+    @property
+    def arrays(self) -> int:
+        """Arrays in the groups: live arrays (snapshot) or arrays the cell left alive (cell)."""
+        return sum(g.count for g in self.groups)
+
+    @property
+    def bytes(self) -> int:
+        return sum(g.total_bytes for g in self.groups)
+
+    def count_by_kind(self, kind: str) -> int:
+        return sum(g.by_kind.get(kind, 0) for g in self.groups)
+
+    def group(self, shape, dtype: str | None = None) -> LiveGroup | None:
+        """The first group of this shape (and dtype, e.g. "float32"), or None."""
+        for g in self.groups:
+            if tuple(g.shape) == tuple(shape) and (dtype is None or g.dtype == dtype):
+                return g
+        return None
+
+    @property
+    def holders(self) -> list[str]:
+        """Every holder label of every group, in group order."""
+        return [h for g in self.groups for h in g.holders]
+
+    @property
+    def _worrying(self) -> int:
+        """Arrays no variable of the user holds directly: in containers aside, the ones that surprise."""
+        return sum(self.count_by_kind(k) for k in (KIND_OUTPUT, KIND_TRACEBACK, KIND_JIT_CACHE, KIND_ELSEWHERE))
+
+    @property
+    def status(self) -> Status:
+        if self.mode == "cell":
+            return Status.PROBLEM if self.groups else (Status.ERROR if self.other_error else Status.OK)
+        return (
+            Status.PROBLEM
+            if (
+                self.count_by_kind(KIND_JIT_CACHE)
+                or self.count_by_kind(KIND_OUTPUT)
+                or self.count_by_kind(KIND_TRACEBACK)
+            )
+            else Status.OK
+        )
+
+    @property
+    def summary(self) -> str:
+        if not self.backend_started:
+            return (
+                "No JAX backend has started yet, so there is no live array; jaxmagic did not start one "
+                "(XLA_FLAGS and jax.config device settings still take effect)."
+            )
+        if self.mode == "cell":
+            return self._cell_summary()
+        text = f"{self.total_arrays} live array(s), {format_bytes(self.total_bytes)} in {len(self.groups)} group(s)"
+        if self.groups:
+            g = self.groups[0]
+            text += f"; largest: {g.count} \u00d7 `{g.type_text}` ({format_bytes(g.total_bytes)})"
+            if g.holders:
+                text += f" held by {_join_holders(g.holders, 2)}"
+        text += "."
+        return text + self._kind_sentence()
+
+    def _cell_summary(self) -> str:
+        failed = f" The cell failed ({self.other_error})." if self.other_error else ""
+        if not self.groups:
+            result = (
+                f" Its result {self.result_label} holds {self.result_arrays} array(s)." if self.result_arrays else ""
+            )
+            return f"No array created by this cell is still alive.{result}{failed}"
+        parts = []
+        for g in self.groups[:2]:
+            held = f" held by {_join_holders(g.holders, 2)}" if g.holders else ""
+            parts.append(f"{g.count} \u00d7 `{g.type_text}`{held}")
+        more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
+        return (
+            f"{self.arrays} array(s) ({format_bytes(self.bytes)}) created by this cell are still alive: "
+            f"{'; '.join(parts)}{more}.{self._kind_sentence()}{failed}"
+        )
+
+    def _kind_sentence(self) -> str:
+        parts = []
+        jit = self.count_by_kind(KIND_JIT_CACHE)
+        if jit:
+            parts.append(f"{jit} kept only by the jit cache as constants (`jax.clear_caches()` frees them)")
+        out = self.count_by_kind(KIND_OUTPUT)
+        if out:
+            parts.append(f"{out} kept by IPython's output cache (Out[...], _)")
+        tb = self.count_by_kind(KIND_TRACEBACK)
+        if tb:
+            parts.append(f"{tb} kept by the last error's traceback")
+        return (" " + "; ".join(parts) + ".") if parts else ""
+
+    # -- rendering ------------------------------------------------------------
+
+    def document(self):
+        sections = []
+        shown = self.groups if self.top is None else self.groups[: self.top]
+        if self.groups:
+            rows = []
+            sharded = any(g.device_bytes_each != g.bytes_each for g in shown)
+            for g in shown:
+                row = [
+                    f"`{g.type_text}`",
+                    g.placement,
+                    str(g.count),
+                    format_bytes(g.bytes_each),
+                    format_bytes(g.total_bytes),
+                ]
+                if sharded:
+                    row.append(format_bytes(g.device_bytes_each * g.count))
+                rows.append(row + [self._held_text(g)])
+            columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
+            blocks = [Table(columns + ["held by"], rows)]
+            if sharded:
+                blocks.append(
+                    Paragraph(
+                        "Sizes are the arrays' own; `on devices` adds up their shards on this "
+                        "process's devices, so a replicated array counts once per device."
+                    )
+                )
+            if len(shown) < len(self.groups):
+                rest = self.groups[len(shown) :]
+                blocks.append(
+                    Paragraph(
+                        f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
+                        f"array(s), {format_bytes(sum(g.total_bytes for g in rest))} (--top to see more)."
+                    )
+                )
+            title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
+            sections.append(Section(title, blocks))
+        advice = self._advice()
+        if advice:
+            sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
+        facts = []
+        if self.mode == "cell":
+            facts += [
+                ("before the cell", f"{self.before_arrays} arrays, {format_bytes(self.before_bytes)}"),
+                ("after the cell", f"{self.total_arrays} arrays, {format_bytes(self.total_bytes)}"),
+                ("created and still alive", f"{self.arrays} arrays, {format_bytes(self.bytes)}"),
+                ("freed by the cell", f"{self.freed_arrays} arrays, {format_bytes(self.freed_bytes)}"),
+            ]
+            if self.result_arrays:
+                facts.append(
+                    (
+                        f"the cell's result {self.result_label}",
+                        f"{self.result_arrays} arrays, {format_bytes(self.result_bytes)} (not counted above)",
+                    )
+                )
+        else:
+            facts.append(("live arrays", f"{self.total_arrays}, {format_bytes(self.total_bytes)}"))
+        missing = [d.device for d in self.devices if d.stats is None]
+        if missing:
+            where = missing[0] if len(missing) == 1 else f"{len(missing)} devices ({missing[0]}...)"
+            facts.append(
+                (
+                    f"{where} memory_stats()",
+                    "None (this backend reports no device memory figures; the sizes above are the arrays' own)",
+                )
+            )
+        for device in [d for d in self.devices if d.stats is not None][:8]:
+            keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
+            text = ", ".join(f"{k} {format_bytes(device.stats[k])}" for k in keys if k in device.stats)
+            facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
+        if self.search_truncated:
+            facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
+        sections.append(Section("Memory", [Facts(facts)]))
+        if self.profile_path:
+            sections.append(
+                Section(
+                    "Device memory profile",
+                    [
+                        Paragraph(
+                            f"Saved `{self.profile_path}` ({format_bytes(self.profile_bytes)}, pprof format: gzip-compressed "
+                            "protobuf) with `jax.profiler.save_device_memory_profile`. It sums the live buffers by the "
+                            f"Python stack that allocated them. Open it with `pprof -http=:8080 {self.profile_path}` "
+                            "(pprof: `go install github.com/google/pprof@latest`) for a flame graph by allocating line."
+                        )
+                    ],
+                )
+            )
+        return Document("%%jax_live" if self.mode == "cell" else "%jax_live", self.status, self.summary, sections)
+
+    def _held_text(self, g: LiveGroup) -> str:
+        parts = []
+        if g.holders:
+            parts.append(_join_holders(g.holders, _SHOWN_HOLDERS))
+        if g.in_output_cache and not g.held_by_names:
+            parts.append("IPython's output cache")
+        if g.in_jit_cache:
+            functions = ", ".join(f"jit({f})" for f in g.jit_functions[:3])
+            parts.append(f"jit cache: constant of {functions}" if functions else "jit cache")
+        if g.elsewhere:
+            parts.append(f"{g.elsewhere} held elsewhere" if g.elsewhere < g.count else "held elsewhere")
+        return "; ".join(parts) or "-"
+
+    def _advice(self) -> list[str]:
+        advice = []
+        if self.count_by_kind(KIND_JIT_CACHE):
+            advice.append(
+                "Jit cache: a jitted function that reads a global array keeps it as a constant of its "
+                "compiled program for as long as the function lives, even after the name is rebound. "
+                "`jax.clear_caches()` frees them; pass large arrays as arguments instead."
+            )
+        if self.count_by_kind(KIND_OUTPUT):
+            advice.append(
+                "IPython's output cache keeps every displayed result (`Out[n]`, `_`, `__`, `___`). "
+                "`%reset -f out` empties it; end a cell with `;` to keep its result out of it."
+            )
+        if self.count_by_kind(KIND_TRACEBACK):
+            advice.append(
+                "The last error's traceback keeps the failing frames and their local arrays "
+                "(`sys.last_traceback`, and IPython's traceback printer keeps the last one it showed). "
+                "They go when the next error replaces them, or with "
+                "`sys.last_traceback = sys.last_value = sys.last_exc = None` and "
+                "`get_ipython().InteractiveTB.tb = None`."
+            )
+        if self.count_by_kind(KIND_ELSEWHERE):
+            advice.append(
+                "Held elsewhere: no variable, output, traceback or jit cache reaches these within three "
+                "steps - a deeper structure, a closure of a library, or a reference outside the "
+                "notebook's namespace. `gc.get_referrers(x)` on one of them shows who."
+            )
+        if self.mode == "cell" and any(g.held_by_names for g in self.groups):
+            advice.append(
+                "Arrays kept in lists or dicts grow with every step: store what you need as Python "
+                "numbers (`float(loss)`) and drop the arrays, or `del` the container. `x.delete()` frees "
+                "an array's buffer at once, whatever still refers to it."
+            )
+        return advice
+
+
+def _join_holders(holders: list[str], limit: int) -> str:
+    shown = ", ".join(f"`{h}`" for h in holders[:limit])
+    return shown + (f" (+{len(holders) - limit} more)" if len(holders) > limit else "")
