@@ -43,6 +43,7 @@
 # | Randomness is wrong (the same dropout mask every step) | Print the `key_data` of every step's key | `jax_debug_key_reuse` raises at the first reused key | ✅ `%%jax_keys` | §9 |
 # | A debugging switch left on; a bug report to write | List the flags that differ from the defaults | `jax.config.values`, `jax.print_environment_info()` | ✅ `%jax_config` · ✅ `%jax_env` | §6 |
 # | Several of the above at once, or no idea where to start | Run the cell once under every probe | NaN first, then errors, then speed and memory, then silent logic bugs | ✅ `%%jax_doctor` | §9 |
+# | A problem in a cell you did not suspect (step 30,000 of a loop) | Leave a cheap watch on | NaN in jitted results, recompilation, per-call transfers, growing memory, reused keys, told under the cell | ✅ `%jax_watch` | §9 |
 #
 # Each magic is shown at work in the notebook of its section: 01 (values), 02 (programs), 03 (numerical
 # problems), 04 (tracer errors), 05 (compilation and speed), 06 (errors and configuration), 07 (memory),
@@ -76,7 +77,7 @@ assert not xla_bridge.backends_are_initialized(), "%load_ext jaxmagic must not s
 shell = get_ipython()
 # every magic of the table's jaxmagic column is registered
 LINE_MAGICS = ["jax_bisect", "jax_check", "jax_config", "jax_devices", "jax_env", "jax_explain", "jax_hlo",
-               "jax_live", "jax_sharding", "jax_stages", "jax_traceback"]
+               "jax_live", "jax_sharding", "jax_stages", "jax_traceback", "jax_watch"]
 CELL_MAGICS = ["jax_compiles", "jax_doctor", "jax_keys", "jax_leaks", "jax_live", "jax_nans", "jax_per_device",
                "jax_print", "jax_profile", "jax_transfers"]
 missing = [f"%{m}" for m in LINE_MAGICS if shell.find_line_magic(m) is None] + \
