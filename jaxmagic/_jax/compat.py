@@ -10,6 +10,7 @@ Nothing outside ``jaxmagic/_jax/`` imports ``jax._src``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from typing import Any
 
@@ -152,6 +153,7 @@ def profiler_session_active() -> bool:
         return False
 
 
+@functools.cache  # making a jitted function to read it costs ~0.1 ms; it is the same code object every time
 def jit_cache_miss_code():
     """The code object of jit's Python dispatch path (``cache_miss`` in pjit.py), or None.
 
@@ -172,6 +174,7 @@ def _identity(x):
     return x
 
 
+@functools.cache
 def jit_type() -> type:
     """The class of the objects ``jax.jit`` returns (jaxlib's PjitFunction)."""
     import jax

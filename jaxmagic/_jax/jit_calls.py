@@ -331,10 +331,8 @@ class _UserCallSwitch(_UserCallMonitor):
     """
 
     def __init__(self):
-        import jax
-
         super().__init__()
-        self._jit_type = type(jax.jit(lambda: None))
+        self._jit_type = compat.jit_type()
 
     def _at_user_call(self, callable_):
         if type(callable_) is self._jit_type:
