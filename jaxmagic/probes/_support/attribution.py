@@ -1,0 +1,248 @@
+"""Attribution: one way, for every probe, to say where a value was made.
+
+Every finding answers three questions (``jaxmagic.report.provenance.Provenance``):
+the user's line that made the value, the innermost user function with the
+transformations around it, and the user's line that started the trace or made the
+call. The sources, most structured first:
+
+- a jaxpr equation: ``source_info.traceback`` (the frames at trace time; for an
+  equation of a backward pass JAX records its forward line) and the name stacks of
+  the equation and of the equations around it (``vmap()``, ``jvp()``,
+  ``transpose(jvp())``, ``jit(step)``, a scan body);
+- a Python frame, when the event happens while the user's code runs (a trace, a
+  key drawn eagerly);
+- the line JAX's own error message names ("... from line file.py:4:8 (f)");
+- a NumPy object's allocation traceback (``tracemalloc``, when it was tracing).
+
+User code versus library is decided by ``report.source.is_user_file`` alone, never by
+names: a Flax or Optax frame is a library frame, a frame of the user's own module is not.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tracemalloc
+from collections.abc import Sequence
+from types import FrameType
+
+from jaxmagic._jax import compat
+from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
+from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines_of_stack
+
+__all__ = [
+    "Provenance",
+    "public_name",
+    "of_equation",
+    "of_frame",
+    "of_message",
+    "of_numpy",
+    "started_by",
+    "transform_path",
+]
+
+# -- the transformation path ----------------------------------------------------------
+
+_WRAPPED = re.compile(r"^([\w\-]+)\((.*)\)$")
+_BODIES = {  # what a control-flow or call equation makes of the equations inside it
+    "scan": "scan body",
+    "while": "while loop",
+    "cond": "cond branch",
+    "custom_jvp_call": "custom_jvp",
+    "custom_vjp_call": "custom_vjp",
+    "custom_vjp_call_jaxpr": "custom_vjp",
+    "remat": "checkpoint",
+    "checkpoint": "checkpoint",
+    "shard_map": "shard_map",
+    "xla_pmap": "pmap",
+}
+
+
+def _name_stack_segments(text: str) -> list[str]:
+    """``"vmap()/jvp()/encoder"`` -> ``["vmap", "jvp", "encoder"]``; ``transpose(jvp())`` is the
+    backward pass of a gradient, ``jit(f)`` is kept as written."""
+    out = []
+    for raw in filter(None, (s.strip() for s in text.split("/"))):
+        match = _WRAPPED.match(raw)
+        if match is None:
+            out.append(raw)  # a jax.named_scope of the user's
+        elif match.group(1) in ("jit", "pjit"):
+            out.append(f"jit({match.group(2)})" if match.group(2) else "jit")
+        elif match.group(1) == "transpose":
+            out.append("grad (backward pass)")
+        else:
+            out.append(match.group(1))
+    return out
+
+
+def _body_name(eqn) -> str:
+    """What an enclosing equation is, seen from an equation inside it."""
+    primitive = eqn.primitive.name
+    if primitive in ("jit", "pjit", "closed_call", "core_call"):
+        name = str(eqn.params.get("name", "") or "")
+        return f"jit({name})" if primitive in ("jit", "pjit") else name or primitive
+    return _BODIES.get(primitive, primitive)
+
+
+def transform_path(eqn, enclosing: Sequence = ()) -> list[str]:
+    """The transformations around ``eqn``, outermost first.
+
+    ``enclosing`` holds the equations whose sub-programs contain it, outermost first
+    (a ``jit`` equation, then a ``scan`` inside it): a name stack is relative to the
+    program it is in, so the path is the enclosing equations' stacks and bodies in turn.
+    """
+    path: list[str] = []
+    for outer in enclosing:
+        path += _name_stack_segments(compat.name_stack_text(outer))
+        path.append(_body_name(outer))
+    path += _name_stack_segments(compat.name_stack_text(eqn))
+    return [seg for i, seg in enumerate(path) if i == 0 or seg != path[i - 1]]
+
+
+# -- from an equation -------------------------------------------------------------------
+
+
+def _short_function(name: str) -> str:
+    return name.rsplit("<locals>.", 1)[-1]
+
+
+# JAX's dispatch machinery: frames between the user's line and the function it called
+# (``api_boundary`` wrappers, jit's dispatch, WrappedFun calls) - never what the user called.
+_DISPATCH_FILES = ("traceback_util.py", "pjit.py", "api.py", "api_util.py", "linear_util.py", "functools.py", "contextlib.py")
+
+
+def _called_library(frames: list, user_index: int) -> str:
+    """The library function the user's frame at ``user_index`` called (frames innermost first):
+    a public JAX name (``jax.nn.logsumexp``), or ``package: Class.method`` for another library;
+    "" when the user's line called no such function (an operator, a primitive bound directly)."""
+    for filename, _lineno, function in reversed(frames[:user_index]):
+        path = filename.replace("\\", "/")
+        if path.rsplit("/", 1)[-1] in _DISPATCH_FILES or function.startswith("<"):
+            continue
+        if "/jax/" in path:
+            return public_name(_short_function(function), filename)
+        package = path.split("site-packages/", 1)[-1].split("/", 1)[0] if "site-packages/" in path else ""
+        return f"{package}: {_short_function(function)}" if package else _short_function(function)
+    return ""
+
+
+def _user_frame_of(traceback) -> tuple[SourceLine | None, str]:
+    """(the innermost user line of a JAX traceback, the library function that line called)."""
+    frames = compat.traceback_frames(traceback)  # innermost first
+    for i, (filename, lineno, function) in enumerate(frames):
+        if is_user_file(filename):
+            return source_line(filename, lineno, _short_function(function)), _called_library(frames, i)
+    return None, ""
+
+
+def public_name(function: str, filename: str = "") -> str:
+    """``logsumexp`` in ``jax/_src/nn/functions.py`` -> ``jax.nn.logsumexp``: the name a user writes;
+    "" when no public namespace of JAX has it (``Primitive.bind``, an operator's helper)."""
+    import jax
+    import jax.numpy as jnp
+
+    name = function.split(".")[-1]
+    if "<" in name or "." in function.rsplit("<locals>.", 1)[-1]:
+        return ""  # a method or a local helper of JAX's: not something the user called by name
+    path = filename.replace("\\", "/")
+    spaces = [("jnp", jnp), ("jax.nn", jax.nn), ("jnp.linalg", jnp.linalg), ("jax.lax", jax.lax), ("jax.random", jax.random)]
+    preferred = "jax.nn" if "/nn/" in path else "jnp.linalg" if "linalg" in path else "jax.lax" if "/lax/" in path else ""
+    spaces.sort(key=lambda entry: entry[0] != preferred)
+    for candidate in (name, name.lstrip("_")):
+        for prefix, space in spaces:
+            if hasattr(space, candidate):
+                return f"{prefix}.{candidate}"
+    return ""
+
+
+def of_equation(eqn, enclosing: Sequence = (), started: SourceLine | None = None, position: str = "") -> Provenance:
+    """Where ``eqn`` of a traced program was made.
+
+    Inside a nested jit JAX records only the frames below that jit, so when the
+    equation's own traceback has no user frame the enclosing equations are asked,
+    innermost first.
+    """
+    line, library = None, ""
+    for made in (eqn, *reversed(list(enclosing))):
+        line, library = _user_frame_of(getattr(made.source_info, "traceback", None))
+        if line is not None:
+            break
+    return Provenance(
+        made_at=line,
+        function=line.function if line is not None else "",
+        transforms=transform_path(eqn, enclosing),
+        position=position,
+        started_by=started,
+        library_function=library,
+        unknown="" if line is not None else "JAX recorded no frame of your code for this operation",
+    )
+
+
+# -- from a Python frame -----------------------------------------------------------------
+
+
+def of_frame(frame: FrameType | None, transforms: Sequence[str] = ()) -> Provenance:
+    """Where the code running in ``frame`` (or the nearest user frame it was called from) is."""
+    user = innermost_user_frame(frame)
+    if user is None:
+        return Provenance(transforms=list(transforms), unknown="no frame of your code was on the stack")
+    line = source_line(user.f_code.co_filename, user.f_lineno, _short_function(user.f_code.co_qualname))
+    return Provenance(made_at=line, function=line.function, transforms=list(transforms), started_by=started_by(user))
+
+
+def started_by(frame: FrameType | None = None) -> SourceLine | None:
+    """The outermost user line on the stack: the cell line that made the call or started the trace."""
+    frame = frame if frame is not None else sys._getframe(1)
+    lines = user_lines_of_stack(frame)
+    return lines[0] if lines else None
+
+
+# -- from JAX's error message ------------------------------------------------------------
+
+# "operation a:i32[] = add 3:i32[] 1:i32[]\n    from line /tmp/m.py:4:8 (f)"
+_FROM_LINE = re.compile(r"from line (?P<file>.+?):(?P<line>\d+)(?::\d+)? \((?P<function>[^)]*)\)")
+# "The error occurred while tracing the function f at /tmp/m.py:2 for jit."
+_WHILE_TRACING = re.compile(r"while tracing the function (?P<function>\S+) at (?P<file>.+?):(?P<line>\d+) for (?P<how>\w+)")
+
+
+def of_message(text: str) -> Provenance | None:
+    """The line JAX's error message says made the offending value, with the function it traced;
+    None when the message names no line of the user's."""
+    made = None
+    for match in _FROM_LINE.finditer(text):
+        if is_user_file(match["file"]):
+            made = source_line(match["file"], int(match["line"]), _short_function(match["function"]))
+    traced = _WHILE_TRACING.search(text)
+    if made is None and traced is None:
+        return None
+    function = made.function if made is not None else _short_function(traced["function"]) if traced else ""
+    transforms = [f"{traced['how']}({_short_function(traced['function'])})"] if traced else []
+    # The "at file:line" of the traced function is where it is defined, not the call that
+    # started the trace: the caller fills ``started_by`` from the stack when it has one.
+    return Provenance(
+        made_at=made,
+        function=function,
+        transforms=transforms,
+        unknown="" if made is not None else "JAX's message names the traced function but not the line",
+    )
+
+
+# -- from a NumPy object -----------------------------------------------------------------
+
+
+def of_numpy(obj) -> Provenance:
+    """The user's line that allocated a NumPy array, from ``tracemalloc`` (only while it traces)."""
+    if not tracemalloc.is_tracing():
+        return Provenance(unknown="NumPy allocations are recorded only while tracemalloc traces")
+    try:
+        trace = tracemalloc.get_object_traceback(obj)
+    except Exception:
+        trace = None
+    if trace is None:
+        return Provenance(unknown="the array was allocated before its allocations were recorded")
+    for frame in reversed(list(trace)):  # most recent call last -> innermost first
+        if is_user_file(frame.filename):
+            line = source_line(frame.filename, frame.lineno, "")
+            return Provenance(made_at=line)
+    return Provenance(unknown="no frame of your code allocated it")
