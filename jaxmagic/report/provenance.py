@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.report import SourceLine
+from jaxmagic.report.document import Block, Facts, Paragraph, SourceLines
 
 
 @dataclasses.dataclass
@@ -71,3 +72,25 @@ class Provenance:
         """The lines to show, producing line first and the call that started it as context."""
         shown = [line for line in (self.made_at, self.started_by) if line is not None]
         return shown if len(shown) < 2 or shown[0] != shown[1] else shown[:1]
+
+
+def provenance_blocks(provenance: Provenance, what: str = "the value") -> list[Block]:
+    """The blocks every report shows for a provenance: the producing line first, then the
+    function and transformations, then the call that started it as context - or why the
+    line could not be told."""
+    blocks: list[Block] = []
+    if provenance.made_at is not None:
+        blocks.append(SourceLines([provenance.made_at], caption=f"The line that made {what}:"))
+    elif provenance.unknown:
+        blocks.append(Paragraph(f"Could not tell which line made {what}, because {provenance.unknown}."))
+    pairs = [(name, value) for name, value in (
+        ("library function", provenance.library_function),
+        ("function", provenance.function if provenance.function != "<module>" else ""),
+        ("transformations", provenance.path),
+        ("where", provenance.position),
+    ) if value]
+    if pairs:
+        blocks.append(Facts(pairs))
+    if provenance.started_by is not None and provenance.started_by != provenance.made_at:
+        blocks.append(SourceLines([provenance.started_by], caption="Started by the call:"))
+    return blocks
