@@ -19,13 +19,19 @@ from jaxmagic.render import static_bundle
 from jaxmagic.render.terminal import print_rich
 
 
-def display_report(report, in_kernel: bool) -> None:
+def display_report(report, in_kernel: bool, live_view=None) -> None:
     """Show a report in the current IPython frontend.
 
-    In a kernel (a notebook, VS Code, Qt console) the static bundle is shown; in
-    a terminal, rich draws the report when it can, else the plain text is shown.
+    In a kernel (a notebook, VS Code, Qt console) the static bundle is shown - in
+    place of the cell's live view when one was shown; in a terminal, rich draws the
+    report when it can, else the plain text is shown.
     """
     doc = report.document()
+    if live_view is not None:
+        live_view.stop()  # a terminal status line is erased before the report prints
     if not in_kernel and sys.stdout.isatty() and print_rich(doc):
         return
-    display(static_bundle(doc), raw=True)
+    bundle = static_bundle(doc)
+    if live_view is not None and live_view.show_report(bundle):
+        return
+    display(bundle, raw=True)

@@ -17,6 +17,7 @@ from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call,
 from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
 from jaxmagic.ipython.display import display_report
 from jaxmagic.ipython.expression import evaluate_expression
+from jaxmagic.ipython.live_view import LiveView
 from jaxmagic.ipython.user_traceback import raise_users_error
 from jaxmagic.report.wording import first_line, shown
 
@@ -88,10 +89,14 @@ class MagicRunner(Magics):
                 flag = max(options[0], key=len) if options and options[0] else f"%{magic.__name__}: {error.parameter}"
             raise UsageError(f"{flag} {error.problem}.") from None
 
-    def _publish(self, report, args) -> None:
+    @property
+    def _in_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
+
+    def _publish(self, report, args, live_view=None) -> None:
         if getattr(args, "output", None):
             self.user_ns[args.output] = report
-        display_report(report, in_kernel=getattr(self.shell, "kernel", None) is not None)
+        display_report(report, in_kernel=self._in_kernel, live_view=live_view)
 
     def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
         """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
@@ -112,19 +117,23 @@ class MagicRunner(Magics):
         __tracebackhide__ = True
         if shown_if_unrunnable(self.shell, cell):
             return
+        # deferred: the probes are imported when a magic first runs, never at %load_ext
+        from jaxmagic.probes._support.progress import collecting
+
         outcome = CellOutcome()
-        try:
-            with probe as report:
-                outcome = run_cell_body(self.shell, cell)
-                outcome.reraise()
-        except AlreadyActive as error:
-            if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
-                raise
-            raise UsageError(f"%%{magic.__name__} {error.problem}.") from None
-        except BaseException as error:
-            if error is not outcome.exception:
-                raise
-        self._publish(report, args)
+        with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self._in_kernel) as view:
+            try:
+                with probe as report:
+                    outcome = run_cell_body(self.shell, cell)
+                    outcome.reraise()
+            except AlreadyActive as error:
+                if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
+                    raise
+                raise UsageError(f"%%{magic.__name__} {error.problem}.") from None
+            except BaseException as error:
+                if error is not outcome.exception:
+                    raise
+            self._publish(report, args, live_view=view)
         outcome.reraise()
 
     def _split(self, magic, line: str) -> tuple[str, str]:

@@ -41,6 +41,7 @@ STATUS_ACCENTS = {
     Status.OK: ("#1a7f37", "--jp-success-color1"),
     Status.PROBLEM: ("#cf222e", "--jp-error-color1"),
     Status.ERROR: ("#9a6700", "--jp-warn-color1"),
+    Status.RUNNING: ("#0969da", "--jp-brand-color1"),
 }
 
 MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono',monospace"
@@ -82,13 +83,15 @@ def _accent(status: Status) -> tuple[str, str]:
 
 
 def render_head_html(doc: Document) -> str:
-    fixed, themed = _accent(doc.status)
+    fixed = STATUS_ACCENTS[doc.status][0]
     # The space between title and badge keeps them apart even with every style gone.
     return (
         '<div class="jm-head" style="display:flex;flex-wrap:wrap;align-items:baseline;gap:2px 10px">'
         f'<span class="jm-title" style="{MONO};font-size:12.5px;font-weight:600;{MUTED}">{escape(doc.title)}</span> '
         f'<span class="jm-badge" style="{SANS};font-size:11px;font-weight:700;letter-spacing:.04em;padding:0 7px;'
-        f'border-radius:10px;color:#fff;background:{fixed};background:{themed}">{doc.status.word}</span></div>'
+        # The badge keeps its fixed colour in every theme: white text on it is >= 4.5:1, which
+        # JupyterLab's dark-theme accents (lighter) are not.
+        f'border-radius:10px;color:#fff;background:{fixed}">{doc.status.word}</span></div>'
         f'<div class="jm-headline" style="font-size:14px;font-weight:600;margin:4px 0 2px">'
         f"{inline_html(doc.headline)}</div>"
     )

@@ -12,7 +12,7 @@ import re
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
 
-_STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"}
+_STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow", Status.RUNNING: "cyan"}
 
 
 def print_rich(doc: Document, console=None) -> bool:

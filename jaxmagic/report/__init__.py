@@ -23,11 +23,12 @@ class Status(str, enum.Enum):  # noqa: UP042 - reports compare and serialise it 
     OK = "ok"  # the tool looked and found nothing wrong
     PROBLEM = "problem"  # the tool found what it looks for
     ERROR = "error"  # the cell failed for a reason the tool does not explain
+    RUNNING = "running"  # a live view of a cell still running: what was seen so far
 
     @property
     def word(self) -> str:
         """The badge word every renderer shows: OK, FOUND or FAILED."""
-        return {"ok": "OK", "problem": "FOUND", "error": "FAILED"}[self.value]
+        return {"ok": "OK", "problem": "FOUND", "error": "FAILED", "running": "RUNNING"}[self.value]
 
 
 @dataclasses.dataclass

@@ -83,12 +83,16 @@ def provenance_blocks(provenance: Provenance, what: str = "the value") -> list[B
         blocks.append(SourceLines([provenance.made_at], caption=f"The line that made {what}:"))
     elif provenance.unknown:
         blocks.append(Paragraph(f"Could not tell which line made {what}, because {provenance.unknown}."))
-    pairs = [(name, value) for name, value in (
-        ("library function", provenance.library_function),
-        ("function", provenance.function if provenance.function != "<module>" else ""),
-        ("transformations", provenance.path),
-        ("where", provenance.position),
-    ) if value]
+    pairs = [
+        (name, value)
+        for name, value in (
+            ("library function", provenance.library_function),
+            ("function", provenance.function if provenance.function != "<module>" else ""),
+            ("transformations", provenance.path),
+            ("where", provenance.position),
+        )
+        if value
+    ]
     if pairs:
         blocks.append(Facts(pairs))
     if provenance.started_by is not None and provenance.started_by != provenance.made_at:

@@ -96,6 +96,11 @@ class NanWatch(jit_calls.CallObserver):
         self._last = None  # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals)
         self._calls: dict[str, int] = {}
 
+    @property
+    def calls_seen(self) -> int:
+        """Calls watched so far (read by a live view from another thread)."""
+        return sum(list(self._calls.values()))
+
     def before(self, name, is_jit, args, params) -> None:
         self.flush()
 

@@ -6,6 +6,7 @@ import contextlib
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes.compiles.collector import Collector
 from jaxmagic.probes.compiles.logs import compile_logs_captured
@@ -57,6 +58,7 @@ class compiles:
             stack.close()
             raise
         self._collector, self._stack = collector, stack
+        progress.publish(lambda: compile_progress(self.report))
         return self.report
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -74,3 +76,14 @@ class compiles:
 
 def _unregister(listener) -> None:
     compat.unregister_duration_listener(listener)  # restored by preserved_jax_state in any case
+
+
+def compile_progress(report: CompileReport) -> tuple[list[tuple[str, int]], list[str]]:
+    """What a live view shows while the block runs (read from another thread: reads and copies only)."""
+    findings = [
+        f"`{function.name}` compiled {function.count} times so far"
+        + (f", {function.defined_at}" if function.defined_at else "")
+        for function in list(report.functions)
+        if function.kind == "user" and function.count > 1
+    ]
+    return [("compilations", report.total_compilations)], findings

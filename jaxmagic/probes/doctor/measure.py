@@ -13,10 +13,12 @@ from collections.abc import Iterator
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan_watch import NanWatch
 from jaxmagic.probes.compiles import compiles
+from jaxmagic.probes.compiles.probe import compile_progress
 from jaxmagic.probes.doctor.report import (
     LIVE_PILE_UP,
     PROBES,
@@ -86,6 +88,7 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             elif observers:
                 if not stack.enter_context(jit_calls.observing_calls(*observers, **watching)):
                     report.notes.append("This JAX gives no way to see single calls: NaNs were not watched.")
+            progress.publish(lambda: _doctor_progress(report, watch))
             yield report
     except BaseException as error:
         report.other_error = error_line(error)
@@ -130,3 +133,20 @@ def _explain_nan(report: DoctorReport, watch) -> None:
         report.nans = explain_nan_sighting(watch)
     except Exception as error:  # never let our analysis hide the user's results
         report.notes.append(f"jaxmagic could not explain the NaN: {error_line(error)}")
+
+
+def _doctor_progress(report: DoctorReport, watch: NanWatch | None) -> tuple[list[tuple[str, int]], list[str]]:
+    """What a live view shows while the doctor's block runs (another thread: reads only)."""
+    counters: list[tuple[str, int]] = []
+    findings: list[str] = []
+    sighting = watch.sighting if watch is not None else None
+    if watch is not None:
+        counters.append(("jitted calls watched", watch.calls_seen))
+    if sighting is not None:
+        where = f" ({sighting.line.where})" if sighting.line is not None else ""
+        findings.append(f"NaN in the result of call {sighting.call_number} of `{sighting.function}`{where}")
+    if report.compiles is not None:
+        compiled, recompiled = compile_progress(report.compiles)
+        counters += compiled
+        findings += recompiled
+    return counters, findings
