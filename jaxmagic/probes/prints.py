@@ -47,6 +47,7 @@ from jaxmagic._jax import jit_calls
 from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
+from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
@@ -434,6 +435,7 @@ def prints(*, echo: bool = False) -> Iterator[PrintReport]:
     """
     report = PrintReport(echoed=echo)
     recorder = _Recorder(report, echo)
+    progress.publish(lambda: ([("lines printed", len(report.lines)), ("calls", report.calls_observed)], []))
     try:
         with (
             preserved_jax_state(("jax_debug_key_reuse",)),

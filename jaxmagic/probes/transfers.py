@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
@@ -222,6 +223,7 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
     if mode not in MODES:
         raise ProbeArgumentError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     report = TransferReport(mode=mode)
+    progress.publish(lambda: ([("implicit transfers", report.total)], []))
     with preserved_jax_state(CONFIG_NAMES):
         report.backend = jax.default_backend()
         try:
