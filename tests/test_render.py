@@ -167,3 +167,17 @@ def test_a_line_no_wider_than_its_indent_still_wraps(width):
     lines = wrap("a_very_long_identifier and more words", width, subsequent_indent="    ")
     assert "".join(line.strip() for line in lines).replace(" ", "") == "a_very_long_identifierandmorewords"
     assert all(len(line) <= width for line in lines)
+
+
+def test_a_one_row_device_grid_wraps_its_tiles_instead_of_a_fixed_width_wider_than_the_card():
+    import re
+
+    from jaxmagic.report.document import Grid, GridCell
+
+    cells = [GridCell(0, i, f"device {i}", detail=f"loss = {i}.123456") for i in range(16)]
+    strip = render_html(Document("%%jax_per_device", Status.OK, "h", [Section("s", [Grid(1, 16, cells, wrap=True)])]))
+    widths = [int(w) for w in re.findall(r"[^-]width:(\d+)px", strip)]
+    assert "flex-wrap:wrap" in strip and max(widths) < 300, widths  # each tile is small; the row wraps
+    assert all(f"device {i}" in strip for i in range(16))
+    mesh = render_html(Document("%%jax_sharding", Status.OK, "h", [Section("s", [Grid(1, 16, cells)])]))
+    assert "jm-tiles" not in mesh and "jm-tiles" in strip  # a layout keeps its columns

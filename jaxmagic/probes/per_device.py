@@ -138,7 +138,9 @@ class PerDeviceReport(Report):
                         )
                     )
                 axes = ", ".join(f"{a}={n}" for a, n in zip(site.axes, site.axis_sizes))
-                blocks.append(Grid(rows_n, cols_n, cells, caption=f"mesh {axes}: each device's last line"))
+                blocks.append(
+                    Grid(rows_n, cols_n, cells, caption=f"mesh {axes}: each device's last line", wrap=rows_n == 1)
+                )
                 rows = []
                 for position, texts in sorted(grouped.items()):
                     flat = _flat_index(list(position), site.axis_sizes)

@@ -254,6 +254,9 @@ def _grid_html(grid: Grid) -> str:
     )
     cell_w = max(30 if compact else 56, min(260, round(longest + 14)))
     cell_h = 38 if show_detail else (22 if compact else 30)
+    if grid.wrap and grid.rows == 1 and not grid.row_labels:
+        font = f"{MONO};font-size:{'10.5px' if compact else '12px'}"
+        return _tile_strip_html(grid, cell_w, cell_h, show_detail, font)
     col_sizes = _relative_sizes(grid.col_sizes, grid.cols)
     row_sizes = _relative_sizes(grid.row_sizes, grid.rows)
     # Each track is at least big enough for its label, and shares the rest by size.
@@ -297,26 +300,53 @@ def _grid_html(grid: Grid) -> str:
             f'padding:0 4px 0 0;grid-row:{first_row + i};grid-column:1">{escape(label)}</div>'
         )
     for cell in grid.cells:
-        style = f"{CELL_BOX};grid-row:{first_row + cell.row};grid-column:{first_col + cell.col}"
-        klass = "jm-cell"
-        if cell.style == "muted":
-            style += MUTED_CELL
-            klass += " jm-muted"
-        elif cell.colour and _COLOUR.fullmatch(cell.colour):
-            style += f";background:{cell.colour}"
-        if cell.style == "alert":
-            style += ALERT_CELL
-            klass += " jm-alert"
-        title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
-        label_style = ' style="font-weight:600;color:#b3261e"' if cell.style == "alert" else ' style="font-weight:600"'
-        detail = (
-            f'<span style="font-size:10.5px;color:#3d444d">{escape(cell.detail)}</span>'
-            if show_detail and cell.detail
-            else ""
-        )
         parts.append(
-            f'<div class="{klass}" style="{style}"{title}><b{label_style}>{escape(cell.label)}</b>{detail}</div>'
+            _cell_html(cell, show_detail, f"grid-row:{first_row + cell.row};grid-column:{first_col + cell.col}")
         )
+    parts.append("</div></figure>")
+    return "".join(parts)
+
+
+def _cell_html(cell, show_detail: bool, place: str) -> str:
+    """One coloured box of a grid; ``place`` positions it (grid tracks, or a tile's size)."""
+    style = f"{CELL_BOX};{place}"
+    klass = "jm-cell"
+    if cell.style == "muted":
+        style += MUTED_CELL
+        klass += " jm-muted"
+    elif cell.colour and _COLOUR.fullmatch(cell.colour):
+        style += f";background:{cell.colour}"
+    if cell.style == "alert":
+        style += ALERT_CELL
+        klass += " jm-alert"
+    title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
+    label_style = ' style="font-weight:600;color:#b3261e"' if cell.style == "alert" else ' style="font-weight:600"'
+    detail = (
+        f'<span style="font-size:10.5px;color:#3d444d">{escape(cell.detail)}</span>'
+        if show_detail and cell.detail
+        else ""
+    )
+    return f'<div class="{klass}" style="{style}"{title}><b{label_style}>{escape(cell.label)}</b>{detail}</div>'
+
+
+def _tile_strip_html(grid: Grid, cell_w: int, cell_h: int, show_detail: bool, font: str) -> str:
+    """A one-row grid (one tile per device) as tiles that wrap to the report's width: a row of
+    a dozen labelled devices is wider than any notebook, and its order is all that matters."""
+    parts = ['<figure class="jm-gridfig" style="display:block;margin:4px 0 6px;max-width:100%">']
+    if grid.caption:
+        parts.append(
+            f'<figcaption style="font-size:12px;{MUTED};margin:0 0 3px">{inline_html(grid.caption)}</figcaption>'
+        )
+    parts.append(f'<div class="jm-grid jm-tiles" style="display:flex;flex-wrap:wrap;gap:2px;{font}">')
+    for cell in sorted(grid.cells, key=lambda c: c.col):
+        label = grid.col_labels[cell.col] if cell.col < len(grid.col_labels) else ""
+        box = _cell_html(cell, show_detail, f"width:{cell_w}px;height:{cell_h}px;box-sizing:border-box")
+        if label:
+            box = (
+                f'<div style="display:flex;flex-direction:column"><div class="jm-gl" style="{GRID_LABEL};'
+                f'justify-content:center">{escape(label)}</div>{box}</div>'
+            )
+        parts.append(box)
     parts.append("</div></figure>")
     return "".join(parts)
 

@@ -81,6 +81,7 @@ class Grid:
     col_labels: list[str] = dataclasses.field(default_factory=list)
     row_sizes: list[float] = dataclasses.field(default_factory=list)
     col_sizes: list[float] = dataclasses.field(default_factory=list)
+    wrap: bool = False  # a one-row grid whose order is all that matters (devices): tiles wrap to the width
 
 
 Block = Paragraph | Facts | Table | SourceLines | Evidence | Grid
