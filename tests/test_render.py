@@ -181,3 +181,13 @@ def test_a_one_row_device_grid_wraps_its_tiles_instead_of_a_fixed_width_wider_th
     assert all(f"device {i}" in strip for i in range(16))
     mesh = render_html(Document("%%jax_sharding", Status.OK, "h", [Section("s", [Grid(1, 16, cells)])]))
     assert "jm-tiles" not in mesh and "jm-tiles" in strip  # a layout keeps its columns
+
+
+def test_columns_of_measurements_are_right_aligned_and_others_left():
+    from jaxmagic.report.document import Table
+
+    table = Table(["line", "time", "share"], [["In [1]:4", "12.3 ms", "45%"], ["In [1]:5", "1,234.0 ms", "-"]])
+    html = render_html(Document("%%jax_profile", Status.OK, "h", [Section("s", [table])]))
+    cells = re.findall(r'<td style="([^"]*)">([^<]*)', html)
+    right = {text for style, text in cells if "text-align:right" in style}
+    assert right == {"12.3 ms", "45%", "1,234.0 ms", "-"}

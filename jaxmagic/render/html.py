@@ -33,7 +33,17 @@ import re
 from html import escape
 
 from jaxmagic.report import Status
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import (
+    Document,
+    Evidence,
+    Facts,
+    Grid,
+    Paragraph,
+    Section,
+    SourceLines,
+    Table,
+    numeric_columns,
+)
 
 # Accent per status: a fixed colour (kept by the sanitizer, readable on light and
 # dark) then JupyterLab's themed equivalent.
@@ -103,7 +113,7 @@ def render_section_html(section: Section, open_: bool = True) -> str:
         return f'<div class="jm-section" style="margin:6px 0 0">{body}</div>'
     return (
         f'<details class="jm-section"{" open" if open_ else ""} style="margin:6px 0 0">'
-        f'<summary style="cursor:pointer;font-size:12.5px;font-weight:600;{MUTED};margin:0 0 2px">{escape(section.title)}</summary>{body}</details>'
+        f'<summary style="display:list-item;cursor:pointer;font-size:12.5px;font-weight:600;{MUTED};margin:0 0 2px">{escape(section.title)}</summary>{body}</details>'
     )
 
 
@@ -174,9 +184,14 @@ def _block_html(block) -> str:
         )
         return _table(rows, "jm-facts")
     if isinstance(block, Table):
-        head = "".join(f'<th style="{CELL};{TINT};font-weight:600">{escape(c)}</th>' for c in block.columns)
+        align = [";text-align:right" if numeric else "" for numeric in numeric_columns(block)]
+        head = "".join(
+            f'<th style="{CELL};{TINT};font-weight:600{a}">{escape(c)}</th>' for c, a in zip(block.columns, align)
+        )
         body = "".join(
-            "<tr>" + "".join(f'<td style="{CELL}">{inline_html(str(cell))}</td>' for cell in row) + "</tr>"
+            "<tr>"
+            + "".join(f'<td style="{CELL}{a}">{inline_html(str(cell))}</td>' for cell, a in zip(row, align))
+            + "</tr>"
             for row in block.rows
         )
         return _table(f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody>")
@@ -198,7 +213,7 @@ def _block_html(block) -> str:
         )
     if isinstance(block, Evidence):
         return (
-            f'<details style="margin:4px 0"><summary style="cursor:pointer;{MUTED}">{escape(block.title)}</summary>'
+            f'<details style="margin:4px 0"><summary style="display:list-item;cursor:pointer;{MUTED}">{escape(block.title)}</summary>'
             f'<pre style="{MONO};font-size:12px;{TINT};padding:6px 8px;border-radius:4px;white-space:pre-wrap;'
             f'margin:3px 0;max-height:18em;overflow:auto;border:none">{breakable_html(block.text)}</pre></details>'
         )

@@ -8,6 +8,7 @@ magic therefore needs no renderer code of its own.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from jaxmagic.report import SourceLine, Status
 
@@ -99,3 +100,16 @@ class Document:
     status: Status
     headline: str  # one sentence, the first thing a person reads
     sections: list[Section] = dataclasses.field(default_factory=list)
+
+
+# A measurement: "12.3 ms", "45%", "1,234", "3.1e-07", "x1.25", "-" for none.
+_NUMBER = re.compile(r"^(-|[x~<>]?[-+]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?\s*(%|[a-zA-Z]{1,3}|KiB|MiB|GiB|x)?)$")
+
+
+def numeric_columns(table: Table) -> list[bool]:
+    """Which columns hold only numbers (with units): renderers align them right, so digits line up."""
+    out = []
+    for k in range(len(table.columns)):
+        cells = [str(row[k]).strip() for row in table.rows if k < len(row) and str(row[k]).strip()]
+        out.append(bool(cells) and any(c != "-" for c in cells) and all(_NUMBER.match(c) for c in cells))
+    return out
