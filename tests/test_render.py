@@ -191,3 +191,20 @@ def test_columns_of_measurements_are_right_aligned_and_others_left():
     cells = re.findall(r'<td style="([^"]*)">([^<]*)', html)
     right = {text for style, text in cells if "text-align:right" in style}
     assert right == {"12.3 ms", "45%", "1,234.0 ms", "-"}
+
+
+def test_text_never_runs_past_the_width_yet_keeps_every_character_of_quoted_logs_and_code():
+    log = "WARNING:jax._src.interpreters.pxla:Compiling jit(train_step) with global shapes and types " + ", ".join(
+        f"ShapedArray(float32[{i},128])" for i in range(30)
+    )
+    code = "loss = " + " + ".join(f"jnp.sum(params['layer_{i}']['kernel'] ** 2)" for i in range(8))
+    doc = Document(
+        "%%jax_compiles",
+        Status.PROBLEM,
+        "h",
+        [Section("s", [Evidence("JAX's log", log), SourceLines([SourceLine("<cell>", 3, "f", code, "In [3]")])])],
+    )
+    text = render_text(doc)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    squeezed = re.sub(r"\s|\|", "", text)
+    assert re.sub(r"\s", "", log) in squeezed and re.sub(r"\s", "", code) in squeezed

@@ -80,12 +80,19 @@ def block_lines(block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[str]:
     if isinstance(block, Table):
         return table_lines(block.columns, [[str(c).replace("`", "") for c in row] for row in block.rows], width)
     if isinstance(block, SourceLines):
-        lines = [block.caption] if block.caption else []
+        lines = wrap(block.caption, width) if block.caption else []
         for line in block.lines:
-            lines += [line.where, "    " + line.code]
+            lines += wrap(line.where, width, subsequent_indent="  ")
+            lines += ["    " + part for part in wrap(line.code, width - 4, subsequent_indent="    ")]
         return lines
     if isinstance(block, Evidence):
-        return [f"{block.title}:"] + ["  | " + line for line in block.text.splitlines()]
+        # Quoted log lines (a JAX compile log line can be 500 characters) fold at the width, each
+        # continuation marked so the original lines can still be told apart.
+        lines = [f"{block.title}:"]
+        for quoted in block.text.splitlines():
+            folded = wrap(quoted.rstrip(), width - 6) if quoted.strip() else [""]
+            lines += ["  | " + folded[0], *("  |   " + more.lstrip() for more in folded[1:])]
+        return lines
     if isinstance(block, Grid):
         return _grid_lines(block)
     raise TypeError(f"unknown block {type(block).__name__}")
