@@ -109,3 +109,35 @@ def test_a_short_cell_shows_its_report_once_without_a_live_view(kernel):
     assert not displays(messages)
     reports = [m for m in messages if m["msg_type"] == "display_data"]
     assert len(reports) == 1 and "%%jax_compiles" in reports[0]["content"]["data"]["text/plain"]
+
+
+WATCHED_LOOP = """
+@jax.jit
+def update(w, x):
+    return w * jnp.sqrt(x)
+w = jnp.ones(2)
+for step in range(8):
+    w = update(w, jnp.full(2, -1.0 if step == 2 else 1.0))  # call 3: sqrt of a negative number
+    time.sleep(0.4)
+"""
+
+CLEAN_WATCHED_LOOP = """
+for step in range(6):
+    w = update(jnp.ones(2), jnp.ones(2))
+    time.sleep(0.4)
+"""
+
+
+def test_a_watched_cell_shows_a_new_problem_while_it_runs_and_a_clean_one_shows_nothing(kernel):
+    run(kernel, "%jax_watch on")
+    try:
+        messages = run(kernel, WATCHED_LOOP)
+        shown = displays(messages)
+        assert shown and shown[0][0] == "display_data" and "[RUNNING]" in shown[0][2]
+        assert "NaN in the results of `update` (call 3)" in shown[0][2]
+        assert shown[-1][0] == "update_display_data" and "[RUNNING]" not in shown[-1][2]
+        assert "update" in shown[-1][2]
+        clean = run(kernel, CLEAN_WATCHED_LOOP)
+        assert not [m for m in clean if m["msg_type"] in ("display_data", "update_display_data", "stream")]
+    finally:
+        run(kernel, "%jax_watch off")

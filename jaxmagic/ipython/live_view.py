@@ -52,11 +52,21 @@ def progress_document(title: str, elapsed: float, snapshot) -> Document:
 class LiveView:
     """A live view of one cell, for ``with``: shown after DELAY, stopped on exit; ``show_report`` ends it."""
 
-    def __init__(self, title: str, board, *, in_kernel: bool, delay: float = DELAY, interval: float = INTERVAL):
+    def __init__(
+        self,
+        title: str,
+        board,
+        *,
+        in_kernel: bool,
+        only_with_findings: bool = False,
+        delay: float = DELAY,
+        interval: float = INTERVAL,
+    ):
         self.title = title
         self.board = board
         self.delay, self.interval = delay, interval
         self.in_kernel = in_kernel
+        self.only_with_findings = only_with_findings  # %jax_watch: a clean cell shows nothing at all
         self.terminal = not in_kernel and _stdout_is_terminal()
         self.enabled = os.environ.get("JAXMAGIC_LIVE_VIEW", "1") != "0" and (in_kernel or self.terminal)
         self.handle = None  # the display handle, once the card was shown
@@ -109,7 +119,7 @@ class LiveView:
         while True:
             try:
                 snapshot = self.board.snapshot()
-                if snapshot != last:
+                if snapshot != last and (snapshot.findings or not self.only_with_findings):
                     self._show(snapshot)
                     last = snapshot
             except Exception:  # a live view never disturbs the cell: the final report still comes

@@ -14,6 +14,9 @@ import re
 import threading
 import weakref
 
+from jaxmagic.ipython.display import display_report
+from jaxmagic.ipython.live_view import LiveView
+
 _hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)
 
@@ -23,6 +26,7 @@ class WatchHook:
         self.shell = shell
         self.watch = watch
         self.thread = threading.get_ident()
+        self.live_view: LiveView | None = None
         self.stack: list[str] = []  # per running cell: "watch", "magic" (jaxmagic's), "control" (%jax_watch only)
 
     def pre_run_cell(self, info=None) -> None:
@@ -40,6 +44,9 @@ class WatchHook:
         self.stack.append("watch")
         count = getattr(self.shell, "execution_count", 0)
         self.watch.begin_cell(f"In [{count}]", self._history())
+        self.live_view = None
+        if self.watch.in_cell:
+            self.live_view = _live_view(self.watch, in_kernel=getattr(self.shell, "kernel", None) is not None)
 
     def _history(self) -> tuple:
         """What IPython holds for its output history: its arrays are not the cells' growing memory."""
@@ -51,14 +58,26 @@ class WatchHook:
         if kind != "watch" or not self.watch.in_cell:
             return
         count = getattr(result, "execution_count", None)
+        view, self.live_view = self.live_view, None
+        if view is not None:
+            view.stop()
         findings = self.watch.end_cell(f"In [{count}]" if count is not None else None, self._history())
-        if findings.findings:
+        if findings.findings or view is not None and view.handle is not None:
             try:
-                from jaxmagic.ipython.display import display_report
-
-                display_report(findings, in_kernel=getattr(self.shell, "kernel", None) is not None)
-            except Exception:
+                display_report(findings, in_kernel=getattr(self.shell, "kernel", None) is not None, live_view=view)
+            except Exception:  # a watched cell never fails because of the watch
                 pass
+
+
+def _live_view(watch, in_kernel: bool) -> LiveView | None:
+    """A live view of the watched cell that shows itself only once a new problem is seen."""
+    from jaxmagic.probes._support.progress import Board  # deferred: %load_ext imports no probe
+
+    board = Board()
+    board.add(watch.live_progress)
+    view = LiveView("%jax_watch", board, in_kernel=in_kernel, only_with_findings=True)
+    view.__enter__()
+    return view
 
 
 def current(shell):

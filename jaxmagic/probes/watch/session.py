@@ -72,6 +72,17 @@ class Watch:
     def in_cell(self) -> bool:
         return self._stack is not None
 
+    def live_progress(self) -> tuple[list[tuple[str, int]], list[str]]:
+        """What a live view shows while a watched cell runs (another thread: reads only). A watched
+        cell shows nothing until something is found, so only a problem not told before counts."""
+        nan = self._nan
+        sighting = nan.sighting if nan is not None else None
+        counters = [("jitted calls watched", nan.calls_seen)] if nan is not None else []
+        if sighting is None or ("NaN", sighting.function) in self._told:
+            return counters, []
+        where = f" ({sighting.line.where})" if sighting.line is not None else ""
+        return counters, [f"NaN in the results of `{sighting.function}` (call {sighting.call_number}){where}"]
+
     def begin_cell(self, label: str, held=()) -> None:
         """Switch the watch on for one cell; never raises.
 
