@@ -126,6 +126,7 @@ JS_REPORTS = (
         visible: rect.width > 0 && rect.height > 0 && getComputedStyle(r).visibility !== 'hidden',
         background: bg, background_luminance: luminance(bg), text_contrast: contrast(fg, bg),
         badge_background: badge ? getComputedStyle(badge).backgroundColor : '',
+        badge_contrast: badge ? contrast(getComputedStyle(badge).color, getComputedStyle(badge).backgroundColor) : 99,
         title_font: title ? getComputedStyle(title).fontFamily : '',
         title_badge_gap: title && badge ? badge.getBoundingClientRect().left - title.getBoundingClientRect().right : 0,
         cell_align: [...new Set(cells.map(c => getComputedStyle(c).textAlign))],
@@ -217,6 +218,7 @@ def _check_every_report(found: dict, expected: int) -> None:
     for report in reports:
         assert report["visible"] and report["headline"] and report["headline_height"] > 0, report
         assert report["text_contrast"] >= 4.5, f"headline hard to read: {report}"
+        assert report["badge_contrast"] >= 4.5, f"badge hard to read: {report}"
 
 
 def _check_clean(watch: Watched, where: str) -> None:
@@ -240,7 +242,7 @@ def test_reopened_light_dark_and_narrow(lab):
         light = page.evaluate(JS_REPORTS)
         _check_every_report(light, expected)
         assert all(r["background_luminance"] > 0.8 for r in light["reports"]), "light theme: light reports"
-        assert all(r["cell_align"] in ([], ["left"]) for r in light["reports"]), "table cells align left"
+        assert all(set(r["cell_align"]) <= {"left", "right"} for r in light["reports"]), "cells keep their alignment"
         assert all(r["overflow_px"] <= 1 for r in light["reports"]), [r["overflow_px"] for r in light["reports"]]
         _shot(page, "2_reopened_light")
         _report_shots(page, "light")
@@ -297,7 +299,7 @@ def test_untrusted_notebook_keeps_its_styles(lab):
             assert "monospace" in report["title_font"].lower() or "mono" in report["title_font"].lower(), report
             assert report["title_badge_gap"] >= 4, f"title and badge run together: {report}"
             assert report["badge_background"] not in ("", "rgba(0, 0, 0, 0)"), f"no badge colour: {report}"
-            assert report["cell_align"] in ([], ["left"]), f"table cells not left-aligned: {report}"
+            assert set(report["cell_align"]) <= {"left", "right"}, f"table cells lost their alignment: {report}"
         _shot(page, "5_untrusted")
     finally:
         context.close()
@@ -332,7 +334,7 @@ def test_exported_html_offline(lab, theme, tmp_path):
         found = page.evaluate(JS_REPORTS)
         _check_every_report(found, len(notebook_cells()))
         for report in found["reports"]:
-            assert report["cell_align"] in ([], ["left"]), f"exported table cells not left-aligned: {report}"
+            assert set(report["cell_align"]) <= {"left", "right"}, f"exported cells lost their alignment: {report}"
             if theme == "dark":
                 assert report["background_luminance"] < 0.1, report
         _shot(page, f"6_exported_{theme}")
@@ -368,3 +370,72 @@ def _report_shots(page, theme: str, width: int = VIEWPORT["width"]) -> None:
         if os.environ.get("JAXMAGIC_UPDATE_SCREENSHOTS") and name.endswith("_found") and theme != "narrow":
             (DOCS_IMG / f"lab_{name.removesuffix('_found')}_{theme}.png").write_bytes(path.read_bytes())
     page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})
+
+
+LIVE_NOTEBOOK = "live.ipynb"
+LIVE_CELL = (
+    "%%jax_compiles\n"
+    "def shrink(x):\n    return x.sum()\n"
+    "for n in range(1, 13):\n"
+    "    jax.jit(shrink)(jnp.ones(n))  # a new shape each step: a recompilation each step\n"
+    "    time.sleep(0.5)"
+)
+JS_LIVE = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const cards = [...w.node.querySelectorAll('.jaxmagic')];
+  return cards.map(c => [c.querySelector('.jm-badge').innerText.trim(), c.querySelector('.jm-headline').innerText]);
+}"""
+
+
+def test_a_live_view_updates_while_the_cell_runs_and_the_saved_notebook_keeps_only_the_report(lab):
+    """Look at a live view while it updates, then at the notebook saved and opened again."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext jaxmagic\nimport time\nimport jax, jax.numpy as jnp"),
+        nbformat.v4.new_code_cell(LIVE_CELL),
+    ]
+    nb.metadata["kernelspec"] = {"name": "jaxmagic", "display_name": "Python (jaxmagic)", "language": "python"}
+    nbformat.write(nb, lab.server.root / LIVE_NOTEBOOK)
+    context, page, watch = _open_page(lab.chromium, lab.server.lab_url(LIVE_NOTEBOOK))
+    try:
+        _wait_ready(page)
+        # Not awaited: the command's promise resolves only when every cell has run.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        page.wait_for_function(
+            "() => [...window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jm-badge')]"
+            ".some(b => b.innerText.trim() === 'RUNNING')",
+            timeout=60_000,
+        )
+        seen = []
+        for k in range(6):
+            seen.append(page.evaluate(JS_LIVE))
+            if k in (0, 3):
+                _shot(page, f"5_live_view_{k}")
+            page.wait_for_timeout(700)
+        page.wait_for_function(JS_RUN_DONE, timeout=RUN_TIMEOUT_MS, polling=500)
+        page.wait_for_timeout(300)
+        final = page.evaluate(JS_LIVE)
+        _shot(page, "5_live_view_final")
+        running = [cards for cards in seen if cards and cards[0][0] == "RUNNING"]
+        assert all(len(cards) == 1 for cards in seen), f"one card while the cell runs: {seen}"
+        assert len({cards[0][1] for cards in running}) >= 2, f"the live view did not change: {running}"
+        assert any("compiled" in cards[0][1] or "finding" in cards[0][1] for cards in running), running
+        assert len(final) == 1 and final[0][0] == "FOUND", f"the report replaces the live view: {final}"
+        _command(page, "docmanager:save")
+        page.wait_for_function(f"() => !({PANEL}).context.model.dirty", timeout=30_000)
+        _command(page, "kernelmenu:shutdown")
+    finally:
+        context.close()
+    saved = nbformat.read(lab.server.root / LIVE_NOTEBOOK, as_version=4)
+    outputs = saved.cells[1].outputs
+    assert len(outputs) == 1 and "RUNNING" not in outputs[0]["data"]["text/plain"], outputs
+    context, page, watch = _open_page(lab.chromium, lab.server.lab_url(LIVE_NOTEBOOK))
+    try:
+        _wait_ready(page)
+        _wait_for_reports(page, 1)
+        reopened = page.evaluate(JS_LIVE)
+        assert reopened == final, (reopened, final)
+        _shot(page, "5_live_view_reopened")
+    finally:
+        context.close()
+    _check_clean(watch, "the live-view notebook")

@@ -80,10 +80,11 @@ def _unregister(listener) -> None:
 
 def compile_progress(report: CompileReport) -> tuple[list[tuple[str, int]], list[str]]:
     """What a live view shows while the block runs (read from another thread: reads and copies only)."""
+    yours = [function for function in list(report.functions) if function.kind == "user"]
     findings = [
         f"`{function.name}` compiled {function.count} times so far"
         + (f", {function.defined_at}" if function.defined_at else "")
-        for function in list(report.functions)
-        if function.kind == "user" and function.count > 1
+        for function in yours
+        if function.count > 1
     ]
-    return [("compilations", report.total_compilations)], findings
+    return [("compilations of your functions", sum(function.count for function in yours))], findings
