@@ -41,6 +41,24 @@ try:
     jax.jit(f_bool)(1.0)
 except Exception as _error:
     tracer_error = _error
+import jaxmagic.probes
+with jaxmagic.probes.nans() as rep_g:
+    jnp.ones(3).sum()
+class InProcessView:  # the shape of an ipyparallel view, its "engines" run here (%jax_gather's contract)
+    class Result:
+        def __init__(self, fn, args, fail):
+            self.fn, self.args, self.fail = fn, args, fail
+        def get(self, timeout=None):
+            if self.fail:
+                raise ValueError(self.fail)
+            return self.fn(*self.args)
+    def __init__(self, n, fail=""):
+        self.targets, self.client, self.fail = list(range(n)), self, fail
+    def __getitem__(self, engine):
+        return self
+    def apply_async(self, fn, *args):
+        return InProcessView.Result(fn, args, self.fail)
+local_view, evil_view = InProcessView(2), InProcessView(2, fail=EVIL)
 """
 
 
@@ -201,6 +219,13 @@ EXAMPLES = {
         raising="%%jax_live -o {out}\nheld_evil = {{EVIL: jnp.ones(3)}}\nraise ValueError(EVIL)",
         interrupt="%%jax_live -o {out}\nraise KeyboardInterrupt",
         bad_option="%jax_live --bogus",
+    ),
+    "jax_gather": MagicExample(
+        ok="%jax_gather rep_g --view local_view -o {out}",
+        raising="%jax_gather rep_g --view local_view -o {out}\nraise ValueError(EVIL)",
+        interrupt="%jax_gather rep_g --view local_view -o {out}\nraise KeyboardInterrupt",
+        bad_option="%jax_gather rep_g --bogus",
+        evil="%jax_gather rep_g --view evil_view -o {out}",  # an engine's error, shown
     ),
     "jax_watch": MagicExample(  # a later cell is watched: run here as a cell inside the example's own cell
         ok="%jax_watch on -o {out}\nget_ipython().run_cell('y_w = jax.jit(f_ok)(jnp.ones(3))')\n%jax_watch off",

@@ -481,3 +481,53 @@ class LineMagics(MagicRunner):
             self.user_ns[args.output] = watch.log if watch is not None else None
         if args.what == "status" and watch is None:
             print("jaxmagic watch: off")
+
+    @magic_arguments()
+    @argument("name", help="The name each engine bound its report to (-o NAME of the magic run under %%px).")
+    @argument(
+        "--view",
+        metavar="VIEW",
+        help="The ipyparallel view (a name in this namespace); default: the one DirectView here.",
+    )
+    @argument(
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="Seconds to wait for all engines (default 30); engines that did not answer are named.",
+    )
+    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @line_magic
+    def jax_gather(self, line):
+        """Merge one magic's report from every engine of an ipyparallel view: a row per process, the differences.
+
+        Run a magic on every engine with `%%px`, binding its report (`%%jax_doctor -o rep`),
+        then `%jax_gather rep`. The merged report names what differs between processes: a
+        NaN on some only (with each one's line and call), a function compiled differently
+        on some (the processes run different programs: collectives can hang), memory
+        growing on some, the same random key on every process, and engines that failed or
+        did not answer within --timeout (where a hang is).
+        """
+        args = self._parse(self.jax_gather, line)
+        view = self._ipyparallel_view(args.view)
+        report = probes.gather_from_engines(view, args.name, args.timeout)
+        self._publish(report, args)
+
+    def _ipyparallel_view(self, name: str | None):
+        """The view named ``name``, or the one DirectView of the namespace; a UsageError otherwise."""
+        ipp = sys.modules.get("ipyparallel")
+        if name is not None:
+            view = self.user_ns.get(name)
+            if view is None or not hasattr(view, "apply_async") or not hasattr(view, "client"):
+                raise UsageError(f"--view {name!r} is not an ipyparallel view in this namespace.")
+            return view
+        direct = getattr(ipp, "DirectView", None) if ipp is not None else None
+        views = [v for k, v in self.user_ns.items() if not k.startswith("_") and direct and isinstance(v, direct)]
+        views = list({id(v): v for v in views}.values())
+        if len(views) != 1:
+            found = "no ipyparallel DirectView" if not views else f"{len(views)} DirectViews"
+            raise UsageError(
+                f"%jax_gather: there is {found} in this namespace; start engines "
+                "(`rc = ipp.Cluster(n=2).start_and_connect_sync(); dv = rc[:]`) or name one with --view."
+            )
+        return views[0]

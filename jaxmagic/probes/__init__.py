@@ -20,6 +20,7 @@ from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environ
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
 from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
+from jaxmagic.probes.gather import GatherReport, gather, gather_from_engines
 from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
 from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
@@ -38,6 +39,9 @@ from jaxmagic.probes.transfers import TransferReport, transfers
 from jaxmagic.probes.watch import Watch, WatchLog
 
 __all__ = [
+    "GatherReport",
+    "gather",
+    "gather_from_engines",
     "ProbeArgumentError",
     # seeing values and the program (chapter sections 1-2)
     "prints",

@@ -1,0 +1,53 @@
+"""jax.distributed's key-value store, used out of band (no collective) to bring reports to process 0.
+
+``jax.distributed.initialize`` connects every process to a coordination service
+that keeps a key-value store. Setting a key and waiting for one with a timeout
+involves no collective, so a process that hangs or died cannot make the others
+wait beyond the timeout: they name it instead. JAX has no public API for the
+store; its client is ``jax._src.distributed.global_state.client``.
+"""
+
+from __future__ import annotations
+
+
+def _state():
+    from jax._src import distributed
+
+    return distributed.global_state
+
+
+def initialized() -> bool:
+    """True when this process joined a ``jax.distributed`` job."""
+    try:
+        return _state().client is not None
+    except Exception:
+        return False
+
+
+def process_index_and_count() -> tuple[int, int]:
+    """(this process's index, the number of processes) of the job; (0, 1) outside one."""
+    state = _state()
+    if state.client is None:
+        return 0, 1
+    return int(state.process_id), int(state.num_processes)
+
+
+def put(key: str, value: bytes) -> None:
+    _state().client.key_value_set_bytes(key, value)
+
+
+def wait_for(key: str, timeout_s: float) -> bytes | None:
+    """The value of ``key`` once some process set it; None when none did within ``timeout_s``."""
+    try:
+        return _state().client.blocking_key_value_get_bytes(key, max(1, int(timeout_s * 1000)))
+    except Exception as error:  # the service raises on a deadline: no value
+        if "DEADLINE" in str(error).upper() or "timed out" in str(error).lower() or "NOT_FOUND" in str(error).upper():
+            return None
+        raise
+
+
+def delete(key: str) -> None:
+    try:
+        _state().client.key_value_delete(key)
+    except Exception:
+        pass

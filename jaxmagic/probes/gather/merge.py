@@ -1,0 +1,135 @@
+"""Bringing one report from every process together: from ipyparallel engines, or through jax.distributed.
+
+Each process turns its report into a ``ProcessEntry`` (the report's ``to_dict()``
+data, its headline, the process index and host), so nothing but plain data crosses
+processes. ``merge`` sorts the entries by process and lists the differences
+(``gather.compare``).
+
+- **Engines** (``%jax_gather NAME``): ``engine_entry(NAME)`` runs on every engine of
+  an ipyparallel view (``view.apply_async``); each engine answers on its own, so an
+  engine that is still busy (a hang) or died is named after the timeout while the
+  others' reports are merged.
+- **A script** on every host (``jaxmagic.gather(report)``): each process puts its entry
+  in jax.distributed's key-value store and process 0 waits for each one with the
+  remaining time - no collective, so a stuck process cannot hang the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+
+from jaxmagic._jax import distributed_store
+from jaxmagic.probes.gather.compare import differences
+from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
+from jaxmagic.report.source import running_shell
+from jaxmagic.report.wording import error_line
+
+
+def entry_of(report, *, process: int | None, engine: int | None = None) -> ProcessEntry:
+    """This process's entry for ``report`` (any jaxmagic report, or None when there is none)."""
+    host = socket.gethostname()
+    if report is None or not hasattr(report, "to_dict"):
+        what = "nothing" if report is None else f"a {type(report).__name__}, not a jaxmagic report"
+        return ProcessEntry(
+            process, engine, host, headline=f"no report here ({what})", status="failed", error=f"no report ({what})"
+        )
+    try:
+        data = report.to_dict()
+    except Exception as error:  # a report that cannot describe itself is named, not fatal
+        return ProcessEntry(process, engine, host, status="failed", error=f"its report failed: {error_line(error)}")
+    return ProcessEntry(
+        process,
+        engine,
+        host,
+        headline=str(data.get("summary", "")),
+        status=str(data.get("status", "")),
+        kind=str(data.get("kind", "")),
+        report=data,
+    )
+
+
+def merge(entries: list[ProcessEntry], name: str = "", notes: list[str] | None = None) -> GatherReport:
+    ordered = sorted(entries, key=lambda e: (e.process is None, e.process or 0, e.engine or 0))
+    report = GatherReport(name=name, processes=ordered, findings=differences(ordered), notes=list(notes or []))
+    kinds = sorted({e.kind for e in ordered if e.kind})
+    if len(kinds) > 1:
+        report.notes.append(
+            f"The processes sent reports of different magics ({', '.join(kinds)}): compared where they overlap."
+        )
+    return report
+
+
+# -- ipyparallel engines ------------------------------------------------------------------
+
+
+def engine_entry(name: str) -> dict:
+    """Run on an engine: the entry of the report bound to ``name`` in the engine's namespace."""
+    shell = running_shell()  # an engine is an IPython kernel: its namespace holds the report
+    namespace = shell.user_ns if shell is not None else {}
+    process = distributed_store.process_index_and_count()[0] if distributed_store.initialized() else None
+    return dataclasses.asdict(entry_of(namespace.get(name), process=process))
+
+
+def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
+    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all."""
+    client = view.client
+    targets = list(view.targets) if isinstance(view.targets, (list, tuple, range)) else list(client.ids)
+    pending = {}
+    for engine in targets:
+        try:
+            pending[engine] = client[engine].apply_async(engine_entry, name)
+        except Exception as error:  # the engine is gone (its process died): named below
+            pending[engine] = error
+    deadline = time.monotonic() + timeout
+    entries = []
+    for engine, result in pending.items():
+        try:
+            if isinstance(result, Exception):
+                raise result
+            data = result.get(timeout=max(0.0, deadline - time.monotonic()))
+            entry = ProcessEntry(**data)
+            entry.engine = engine
+        except Exception as error:  # busy past the deadline (a hang), died, or raised
+            late = type(error).__name__ == "TimeoutError"
+            why = f"did not answer within {timeout:g} s (still running its cell?)" if late else error_line(error)
+            if isinstance(error, IndexError):  # ipyparallel no longer lists it: its engine stopped
+                why = f"its engine stopped ({error_line(error)})"
+            entry = ProcessEntry(None, engine, status="missing" if late else "failed", headline=why, error=why)
+        entries.append(entry)
+    return merge(entries, name, [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."])
+
+
+# -- a script on every process --------------------------------------------------------------
+
+_rounds = {"n": 0}  # every process calls gather the same number of times: the n-th calls meet
+
+
+def gather(report, timeout: float = 60.0) -> GatherReport | None:
+    """Bring ``report`` from every process of a ``jax.distributed`` job to process 0, merged.
+
+    Returns the merged report on process 0 and None on the others. Processes whose
+    report did not arrive within ``timeout`` seconds are named in it.
+    """
+    if not distributed_store.initialized():
+        return merge([entry_of(report, process=0)], notes=["jax.distributed is not initialised: one process only."])
+    process, count = distributed_store.process_index_and_count()
+    _rounds["n"] += 1
+    prefix = f"jaxmagic/gather/{_rounds['n']}/"
+    entry = entry_of(report, process=process)
+    distributed_store.put(prefix + str(process), json.dumps(dataclasses.asdict(entry)).encode())
+    if process != 0:
+        return None
+    deadline = time.monotonic() + timeout
+    entries = []
+    for other in range(count):
+        data = distributed_store.wait_for(prefix + str(other), max(0.001, deadline - time.monotonic()))
+        if data is None:
+            why = f"sent no report within {timeout:g} s"
+            entries.append(ProcessEntry(other, status="missing", headline=why, error=why))
+        else:
+            entries.append(ProcessEntry(**json.loads(data)))
+            distributed_store.delete(prefix + str(other))
+    return merge(entries, entry.kind, [f"Gathered through jax.distributed's key-value store from {count} process(es)."])

@@ -1,0 +1,105 @@
+"""The merged report of one magic run on many processes: a row per process, the differences as findings."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Paragraph, Section, Table
+
+
+@dataclasses.dataclass
+class ProcessEntry:
+    """What one process (an ipyparallel engine, or a script's process) sent back."""
+
+    process: int | None  # jax.process_index(); None when jax.distributed was not initialised there
+    engine: int | None = None  # the ipyparallel engine id (None in the script path)
+    host: str = ""
+    headline: str = ""  # the report's summary, or why there is none
+    status: str = ""  # the report's status ("ok", "problem", "error"), "missing" or "failed"
+    kind: str = ""  # the report's magic ("jax_doctor")
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)  # the report's to_dict()
+    error: str = ""  # the engine failed or did not answer: why
+
+    @property
+    def name(self) -> str:
+        if self.process is not None:
+            return f"process {self.process}"
+        return f"engine {self.engine}" if self.engine is not None else "a process"
+
+
+@dataclasses.dataclass
+class GatherFinding:
+    """A difference between processes, with the processes it concerns."""
+
+    area: str  # "NaN", "divergence", "memory", "random keys", "not finished"
+    processes: list[int | None]
+    summary: str
+    function: str = ""
+    line: str = ""  # the user's line, "In [3], line 4: code"
+    details: list[str] = dataclasses.field(default_factory=list)  # one per process where they differ
+    fix: str = ""
+
+
+@dataclasses.dataclass
+class GatherReport(Report):
+    """What ``%jax_gather NAME`` (or ``jaxmagic.gather``) brought together."""
+
+    kind = "jax_gather"
+
+    name: str = ""  # the report variable gathered ("rep"), or the report kind in the script path
+    processes: list[ProcessEntry] = dataclasses.field(default_factory=list)
+    findings: list[GatherFinding] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def status(self) -> Status:
+        if self.findings:
+            return Status.PROBLEM
+        if any(entry.status in ("problem",) for entry in self.processes):
+            return Status.PROBLEM
+        return Status.OK
+
+    @property
+    def summary(self) -> str:
+        n = len(self.processes)
+        if self.findings:
+            first = self.findings[0]
+            more = f" (and {len(self.findings) - 1} more difference(s))" if len(self.findings) > 1 else ""
+            return f"{first.summary}{more}"
+        problems = [e for e in self.processes if e.status == "problem"]
+        if problems:
+            return f"Every one of the {n} processes found the same: {problems[0].headline}"
+        return f"The {n} processes agree: {self.processes[0].headline}" if n else "No process answered."
+
+    def document(self) -> Document:
+        sections = []
+        if self.findings:
+            rows = [
+                [f.area, ", ".join(_process_text(p) for p in f.processes), f.function and f"`{f.function}`", f.summary]
+                for f in self.findings
+            ]
+            blocks: list = [Table(["area", "processes", "function", "what differs"], rows)]
+            for finding in self.findings:
+                text = "; ".join(finding.details)
+                if finding.line:
+                    text = f"{finding.line}. {text}" if text else finding.line
+                if finding.fix:
+                    text = f"{text} {finding.fix}" if text else finding.fix
+                if text:
+                    blocks.append(Paragraph(f"{finding.area} ({finding.summary.split(':')[0]}): {text}"))
+            sections.append(Section("Differences between processes", blocks))
+        rows = [
+            [_process_text(e.process), "" if e.engine is None else str(e.engine), e.host, e.status, e.headline]
+            for e in self.processes
+        ]
+        sections.append(Section("Processes", [Table(["process", "engine", "host", "status", "report"], rows)]))
+        if self.notes:
+            sections.append(Section("How this was gathered", [Paragraph(n) for n in self.notes]))
+        return Document("%jax_gather", self.status, self.summary, sections)
+
+
+def _process_text(process: int | None) -> str:
+    return "?" if process is None else str(process)
