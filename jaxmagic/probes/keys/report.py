@@ -7,6 +7,7 @@ import dataclasses
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
 
 FIX = (
@@ -34,6 +35,10 @@ class KeyReuse:
     reused_at: SourceLine | None = None
     first_used_at: SourceLine | None = None
     count: int = 1  # record mode: how many times this same reuse happened
+    loop_call: SourceLine | None = None  # the lax.fori_loop/scan/while_loop call whose body reuses the key
+    loop: str = ""  # "scan body", "while loop": the loop primitive JAX checked
+    fix: str = ""  # the fix that applies to this code; FIX (the general one) when no specific one was found
+    provenance: Provenance | None = None  # made_at: the line that draws with the reused key
 
     @property
     def same_line(self) -> bool:
@@ -51,6 +56,13 @@ class KeyReuse:
             if self.index is not None
             else ""
         )
+        if self.loop_call is not None:
+            inside = f" in the loop body `{self.function}`" if self.function else " in the loop body"
+            return (
+                f"{what}{inside} draws with a key that the loop uses again at its next pass "
+                f"(`{self.loop_call.code}`): every pass draws from the same random stream, so the "
+                "passes get correlated (identical, for the same shape) random numbers."
+            )
         if self.where == "trace":
             inside = f" inside `{self.function}`" if self.function else ""
             return (
@@ -209,23 +221,29 @@ class KeyReport(Report):
             if r.count > 1:
                 facts.append(("times", str(r.count)))
             blocks = [Facts(facts), Paragraph(r.explanation)]
-            lines = []
-            if r.first_used_at:
-                lines.append(r.first_used_at)
-            if r.reused_at and not r.same_line:
-                lines.append(r.reused_at)
-            if lines:
-                caption = (
-                    "First consumed here, then again on the same line:"
-                    if r.same_line
-                    else "First consumed, then used again:"
-                    if len(lines) > 1
-                    else "Used here:"
-                )
-                blocks.append(SourceLines(lines, caption))
-            elif r.reused_at:
-                blocks.append(SourceLines([r.reused_at], "Used again here:"))
-            blocks.append(Paragraph(FIX))
+            if r.provenance is not None and r.loop_call is not None:
+                blocks += provenance_blocks(r.provenance, "the draw with the reused key")
+                blocks.append(SourceLines([r.loop_call], "In the body of the loop:"))
+            else:
+                lines = []
+                if r.first_used_at:
+                    lines.append(r.first_used_at)
+                if r.reused_at and not r.same_line:
+                    lines.append(r.reused_at)
+                if lines:
+                    caption = (
+                        "First consumed here, then again on the same line:"
+                        if r.same_line
+                        else "First consumed, then used again:"
+                        if len(lines) > 1
+                        else "Used here:"
+                    )
+                    blocks.append(SourceLines(lines, caption))
+                elif r.reused_at:
+                    blocks.append(SourceLines([r.reused_at], "Used again here:"))
+                if r.provenance is not None:
+                    blocks += [b for b in provenance_blocks(r.provenance, "the reused key's use") if not isinstance(b, SourceLines) or b.lines != [r.reused_at]]
+            blocks.append(Paragraph(r.fix or FIX))
             sections.append(Section("Key reused", blocks))
         if self.flows:
             rows = [
