@@ -204,6 +204,7 @@ def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
 def _static_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:
     static_changes, identity_changes = _static_changes(state.last_static, info.static_values)
     if identity_changes:
+        _name_identity_fix(summary, state.last_static or {}, info.static_values)
         return _Cause(
             "static_identity",
             f"Static argument {'; '.join(identity_changes)}: each call passes a new object, and jit "
@@ -218,6 +219,28 @@ def _static_cause(summary: FunctionCompiles, state: FunctionState, info: CallInf
             static_changes,
         )
     return None
+
+
+def _name_identity_fix(summary: FunctionCompiles, before: dict[str, StaticValue], now: dict[str, StaticValue]) -> None:
+    """The static-argument fix naming the parameter that is a new object at each call, and what it is."""
+    for name, value in now.items():
+        old = before.get(name)
+        if old is None or old.ident == value.ident or not value.by_identity or value.kind == "functions":
+            continue
+        if name not in summary.static_argnames:
+            continue  # only a real parameter of the jitted function is named
+        kind = "function" if value.kind == "function" else value.type_name
+        how = (
+            "define it once (outside the loop, or at module level) and pass that same function"
+            if value.kind == "function"
+            else f"build it once (outside the loop) and pass that same object, or define __eq__ and __hash__ on "
+            f"{value.type_name} over its settings (a frozen dataclass) so equal ones match"
+        )
+        summary.field_fixes["static_identity"] = (
+            f"The static argument `{name}` of `{summary.name}` is a new {kind} at each call, compared by identity: "
+            f"{how}" + (f" ({value.check})." if value.check else " (a suggestion: not tried on your code).")
+        )
+        return
 
 
 def _unexplained_cause(summary, state, explanation, types, info, static: _Cause | None) -> _Cause:

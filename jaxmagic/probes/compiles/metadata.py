@@ -70,7 +70,7 @@ def _by_identity(value) -> bool:
     return getattr(cls, "__eq__", None) is object.__eq__
 
 
-def _check(value, by_identity: bool) -> str:
+def identity_check(value, by_identity: bool) -> str:
     """Try, on the value itself, that an equal-looking copy is a different cache key."""
     if not by_identity:
         return ""
@@ -166,7 +166,7 @@ def _add(found: dict, path: str, owner: str, field: str, item) -> None:
     by_identity = _by_identity(item)
     found[path] = MetaValue(
         path, owner, field, type(item).__name__, shown, look, _code_of(item), id(item), by_identity,
-        _check(item, by_identity),
+        identity_check(item, by_identity),
     )
 
 

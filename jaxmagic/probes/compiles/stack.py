@@ -11,7 +11,7 @@ import re
 import types
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.compiles.metadata import MetaValue, pytree_metadata
+from jaxmagic.probes.compiles.metadata import MetaValue, identity_check, pytree_metadata
 from jaxmagic.report.source import defining_code
 
 
@@ -82,6 +82,7 @@ class StaticValue:
     by_identity: bool  # its hash and == are (or contain) object identity: functions, plain objects
     kind: str  # "number", "function", "functions" (a tuple of them), "object", "value"
     look: int = 0  # hash of the whole repr without addresses: equal-looking objects share it
+    check: str = ""  # tried on the value: "checked: a copy of it compares unequal to it, ..."
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -104,7 +105,9 @@ def static_value(value) -> StaticValue:
     except Exception:
         hashed = None
     by_identity = _hashed_by_identity(value)
-    return StaticValue(text, hashed, id(value), type_name, by_identity, _static_kind(value, by_identity), look)
+    kind = _static_kind(value, by_identity)
+    check = identity_check(value, kind in ("function", "object"))
+    return StaticValue(text, hashed, id(value), type_name, by_identity, kind, look, check)
 
 
 def _hashed_by_identity(value, depth: int = 0) -> bool:
