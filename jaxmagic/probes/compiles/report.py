@@ -217,8 +217,13 @@ class FunctionCompiles:
         return self.fix_for(self.main_cause)
 
     def fix_for(self, cause: str) -> str:
-        if cause in self.field_fixes:
-            return self.field_fixes[cause]
+        named = self.field_fixes.get(cause, "")
+        if named and cause != "static_identity":
+            return named
+        general = self._general_fix(cause)
+        return f"{named} {general}" if named and general else named or general
+
+    def _general_fix(self, cause: str) -> str:
         if cause in ("static", "static_identity"):
             kinds = [self.static_kinds.get(name, "") for name in self.static_values]
             kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
