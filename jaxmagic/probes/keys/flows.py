@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.probes.keys.report import KeyFlow, KeyReport
 from jaxmagic.probes.keys.reuse import argument_name, function_is_users
@@ -40,8 +41,14 @@ class KeyWatch(jit_calls.CallObserver):
                 flow = self.flows.get(key)
                 if flow is None:
                     argument = argument_name(params, index) or f"argument {index}"
+                    caller = user_frame()
+                    line = line_of(caller)
                     flow = self.flows[key] = KeyFlow(
-                        name, argument, first_call=line_of(user_frame()), legacy=index in legacy
+                        name,
+                        argument,
+                        first_call=line,
+                        legacy=index in legacy,
+                        provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
                     )
                     self.report.flows.append(flow)
                     self.seen[key] = {}

@@ -96,6 +96,7 @@ class KeyFlow:
     repeated_key: str = ""  # the data of the key seen most often, e.g. "[1797259609 2579123966]"
     repeated_times: int = 0
     legacy: bool = False  # a raw uint32 key (jax.random.PRNGKey), found as the program wraps it into a key
+    provenance: Provenance | None = None  # made_at: the first call that passed the key; transforms: jit(function)
 
     @property
     def repeated(self) -> bool:
@@ -113,6 +114,7 @@ class RepeatedDraw:
     distinct: int = 0  # distinct (key data, other arguments)
     repeated_key: str = ""
     repeated_times: int = 0
+    provenance: Provenance | None = None  # made_at: the drawing line; started_by: the cell line
 
     @property
     def repeated(self) -> bool:
@@ -133,6 +135,7 @@ class LegacyKeyUse:
     api: str  # the jax.random function given a raw key: "normal"
     line: SourceLine | None = None
     count: int = 0
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass
@@ -267,6 +270,9 @@ class KeyReport(Report):
                         "a key (jax.random functions do so with a raw key)."
                     )
                 )
+            first = next((f for f in self.repeated_flows if f.provenance is not None), None)
+            if first is not None and first.provenance is not None:
+                blocks += provenance_blocks(first.provenance, f"the first call of `{first.function}` with that key")
             if self.repeated_flows:
                 blocks.append(
                     Paragraph(
@@ -295,6 +301,9 @@ class KeyReport(Report):
                 for d in shown[:12]
             ]
             blocks = [Table(["function", "key", "calls", "distinct", "repeated key", "your line"], rows)]
+            first_draw = next((d for d in self.repeated_draws if d.provenance is not None), None)
+            if first_draw is not None and first_draw.provenance is not None:
+                blocks += provenance_blocks(first_draw.provenance, "the same random numbers again")
             if self.repeated_draws:
                 blocks.append(
                     Paragraph(
