@@ -60,7 +60,7 @@ class KeyReuse:
             inside = f" in the loop body `{self.function}`" if self.function else " in the loop body"
             return (
                 f"{what}{inside} draws with a key that the loop uses again at its next pass "
-                f"(`{self.loop_call.code}`): every pass draws from the same random stream, so the "
+                f"(the loop at line {self.loop_call.lineno}): every pass draws from the same random stream, so the "
                 "passes get correlated (identical, for the same shape) random numbers."
             )
         if self.where == "trace":
