@@ -11,7 +11,10 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 from jaxmagic._jax import compat
+from jaxmagic.report.source import is_user_file
 
 CHECK_NAME = "_check_prng_key"  # (name, key, *, allow_batched=False) -> (key, wrapped); looked up at each call
 
@@ -81,7 +84,7 @@ def reuse_equations(error: BaseException) -> list:
 
 def _key_reuse_module():
     try:
-        from jax.experimental.key_reuse import _core
+        from jax.experimental.key_reuse import _core  # deferred: importing jaxmagic does not import JAX
     except Exception:
         return None
     return _core
@@ -150,7 +153,7 @@ def _first_consumer(jaxpr, targets, module, depth: int = 0):
 
 
 def is_literal_var(var) -> bool:
-    from jax._src import core
+    from jax._src import core  # deferred: importing jaxmagic does not import JAX
 
     return isinstance(var, core.Literal)
 
@@ -158,8 +161,6 @@ def is_literal_var(var) -> bool:
 def _inside_user_call(eqn, index: int, module, depth: int):
     """When ``eqn`` calls a function of the user's (a nested jit of theirs), the equation inside it
     that consumes its argument ``index``: the line inside that function, not the call."""
-    from jaxmagic.report.source import is_user_file
-
     if depth >= 4 or eqn.primitive.name not in ("jit", "pjit", "closed_call", "core_call"):
         return None
     closed = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
@@ -211,8 +212,6 @@ def _consumed_constant(body, consts: int, module) -> bool:
         signature = module.jaxpr_type_signature(body)
     except Exception:
         return False
-    import numpy as np
-
     return any(np.any(s.mask) for s in signature.sinks if s.idx < consts)
 
 
@@ -272,7 +271,7 @@ def passes_with_sibling(loop_eqn, program, eqn) -> bool | None:
     if len(siblings) != 1:
         return None
     import jax  # deferred: importing jaxmagic does not import JAX
-    from jax._src import core
+    from jax._src import core  # deferred: as above
 
     try:
         sibling = siblings[0]

@@ -162,7 +162,9 @@ def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallI
 
 
 def _identity_text(change: MetaChange) -> str:
-    alike = f"the same code ({change.same_code.rsplit(' ', 1)[-1]})" if change.same_code else f"the same text {change.now}"
+    alike = (
+        f"the same code ({change.same_code.rsplit(' ', 1)[-1]})" if change.same_code else f"the same text {change.now}"
+    )
     return f"`{change.path}` ({change.owner}.{change.field}) is a new {change.type_name} with {alike}"
 
 

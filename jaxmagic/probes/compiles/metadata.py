@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import re
 import types
 
 MAX_NODES = 400  # pytree nodes looked at per argument
@@ -38,8 +39,6 @@ class MetaValue:
 
 
 def _address_free(text: str) -> str:
-    import re
-
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
@@ -91,7 +90,11 @@ def identity_check(value, by_identity: bool) -> str:
         return ""
     if equal:
         return ""
-    how = "the same code made into a new function" if isinstance(value, types.FunctionType) else "a copy of it (copy.copy)"
+    how = (
+        "the same code made into a new function"
+        if isinstance(value, types.FunctionType)
+        else "a copy of it (copy.copy)"
+    )
     return f"checked: {how} compares unequal to it, so a {type(value).__name__} built anew is a new cache key"
 
 
@@ -165,7 +168,15 @@ def _add(found: dict, path: str, owner: str, field: str, item) -> None:
     shown = text if len(text) <= 60 and "\n" not in text else f"<{type(item).__name__} object>"
     by_identity = _by_identity(item)
     found[path] = MetaValue(
-        path, owner, field, type(item).__name__, shown, look, _code_of(item), id(item), by_identity,
+        path,
+        owner,
+        field,
+        type(item).__name__,
+        shown,
+        look,
+        _code_of(item),
+        id(item),
+        by_identity,
         identity_check(item, by_identity),
     )
 
@@ -196,11 +207,22 @@ def metadata_changes(before: dict[str, MetaValue] | None, now: dict[str, MetaVal
         if old.type_name != value.type_name:
             out.append(MetaChange(path, value.owner, value.field, value.type_name, old.text, value.text, ""))
             continue
-        if value.by_identity and old.ident != value.ident and (old.look == value.look or (value.code and value.code == old.code)):
+        if (
+            value.by_identity
+            and old.ident != value.ident
+            and (old.look == value.look or (value.code and value.code == old.code))
+        ):
             out.append(
                 MetaChange(
-                    path, value.owner, value.field, value.type_name, old.text, value.text,
-                    value.code if value.code == old.code else "", value.check, identity=True,
+                    path,
+                    value.owner,
+                    value.field,
+                    value.type_name,
+                    old.text,
+                    value.text,
+                    value.code if value.code == old.code else "",
+                    value.check,
+                    identity=True,
                 )
             )
         elif old.look != value.look:

@@ -457,7 +457,9 @@ class CompileReport(Report):
             for f in recompiled[:3]:
                 again = next((c for c in self.compilations if c.function == f.name and c.cause != "first"), None)
                 if again is not None and again.provenance is not None:
-                    blocks += provenance_blocks(again.provenance, f"compilation {again.number} of `{f.name}` (the call)")
+                    blocks += provenance_blocks(
+                        again.provenance, f"compilation {again.number} of `{f.name}` (the call)"
+                    )
             sections.append(Section("Recompiled", blocks))
 
         listed = self.functions if self.show_all else self.user_functions

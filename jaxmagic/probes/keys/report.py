@@ -245,7 +245,11 @@ class KeyReport(Report):
                 elif r.reused_at:
                     blocks.append(SourceLines([r.reused_at], "Used again here:"))
                 if r.provenance is not None:
-                    blocks += [b for b in provenance_blocks(r.provenance, "the reused key's use") if not isinstance(b, SourceLines) or b.lines != [r.reused_at]]
+                    blocks += [
+                        b
+                        for b in provenance_blocks(r.provenance, "the reused key's use")
+                        if not isinstance(b, SourceLines) or b.lines != [r.reused_at]
+                    ]
             blocks.append(Paragraph(r.fix or FIX))
             sections.append(Section("Key reused", blocks))
         if self.flows:

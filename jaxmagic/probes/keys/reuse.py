@@ -103,9 +103,7 @@ def _explain_loop(reuse: KeyReuse, equations: list, message: str, started) -> No
     if fix is not None:
         tried = prng_checks.passes_with_sibling(loop_eqn, program, culprit)
         if tried:
-            checked = (
-                f"checked: with `{fix.split_off}` in that draw, JAX's key-reuse check of the traced loop passes"
-            )
+            checked = f"checked: with `{fix.split_off}` in that draw, JAX's key-reuse check of the traced loop passes"
         elif prng_checks.split_sibling_unused(program, culprit):
             checked = f"checked: in the traced loop body the key split off as `{fix.split_off}` is never used"
         else:
@@ -126,7 +124,9 @@ def _provenance(reuse: KeyReuse, equations: list, started) -> Provenance:
         provenance.transforms = _jit_prefix(reuse.function, provenance.transforms)
         if provenance.made_at is not None:
             return provenance
-    return attribution.of_source_line(reuse.reused_at, started, _jit_prefix(reuse.function, []) if reuse.where == "trace" else [])
+    return attribution.of_source_line(
+        reuse.reused_at, started, _jit_prefix(reuse.function, []) if reuse.where == "trace" else []
+    )
 
 
 def _fix(reuse: KeyReuse) -> str:
