@@ -361,3 +361,13 @@ def test_flows_and_draws_carry_provenance():
     assert flow["provenance"]["transforms"] == ["jit(dropout_step)"]
     [draw] = report.repeated_draws
     assert draw.provenance.made_at.code == "jax.random.normal(rng, (2,))"
+
+
+def test_eager_fori_loop_names_the_body_line_and_the_loop_without_a_jit():
+    with probes.keys(record=True) as report:
+        augment(jax.random.key(0), jnp.ones((4, 3)), 5)  # not jitted: JAX traces the loop itself
+    data = report.to_dict()["reuse"][0]
+    assert data["reused_at"]["lineno"] == _line_of(augment, "flips = ")
+    assert data["loop_call"]["code"] == "return jax.lax.fori_loop(0, n_rounds, body, (key, images))"
+    assert data["provenance"]["transforms"] == ["scan body"]  # no jit of the user's around it
+    assert "Draw with `subkey`" in data["fix"]

@@ -82,6 +82,26 @@ def reuse_equations(error: BaseException) -> list:
     return found
 
 
+def checked_program_is_users(error: BaseException) -> bool | None:
+    """Whether the outermost program JAX's key-reuse check was reading when it raised is a function of the
+    user's (a jitted function) rather than one JAX traced itself (an eager ``lax.fori_loop`` is checked
+    through a program JAX traces around the loop primitive); None when it cannot be told."""
+    tb = getattr(error, "__traceback__", None)
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == _SIGNATURE_FUNCTION and "key_reuse" in code.co_filename.replace("\\", "/"):
+            try:
+                jaxpr = tb.tb_frame.f_locals.get("jaxpr")
+            except Exception:
+                return None
+            where = str(getattr(getattr(jaxpr, "debug_info", None), "func_src_info", "") or "")
+            if " at " not in where:
+                return None
+            return is_user_file(where.rsplit(" at ", 1)[-1].rsplit(":", 1)[0])
+        tb = tb.tb_next
+    return None
+
+
 def _key_reuse_module():
     try:
         from jax.experimental.key_reuse import _core  # deferred: importing jaxmagic does not import JAX

@@ -47,8 +47,10 @@ def explain_key_reuse(
             reuse.consumer = f"jax.random.{called}" if _is_random_api(called) else called
     started = attribution.started_by(sys._getframe(1))
     equations = prng_checks.reuse_equations(error)
+    # the jitted function JAX checked; none when JAX traced the program itself around an eager loop
+    traced = function if prng_checks.checked_program_is_users(error) is not False else ""
     if equations and _in_loop_body(equations[-1], message):
-        _explain_loop(reuse, equations, message, started)
+        _explain_loop(reuse, equations, message, started, traced)
     if reuse.reused_at is None:
         lines = user_lines(error.__traceback__, below_jaxmagic=False) or user_lines_of_stack(sys._getframe(1))
         reuse.reused_at = lines[-1] if lines else None
@@ -70,14 +72,16 @@ def _jit_prefix(function: str, transforms: list[str]) -> list[str]:
     return transforms
 
 
-def _explain_loop(reuse: KeyReuse, equations: list, message: str, started) -> None:
+def _explain_loop(reuse: KeyReuse, equations: list, message: str, started, traced: str) -> None:
     """A key reused from one pass of a loop to the next: the line in the body that draws with it."""
     loop_eqn = equations[-1]
-    traced = reuse.function or reuse.consumer
     reuse.where = "trace"
     reuse.loop = "scan body" if loop_eqn.primitive.name == "scan" else "while loop"  # as attribution names them
     loop = attribution.of_equation(loop_eqn, equations[:-1], started)
     reuse.loop_call = loop.made_at
+    if reuse.loop_call is None:  # an eager loop: JAX traced it itself, and the loop call is on the stack
+        lines = user_lines_of_stack(sys._getframe(2))
+        reuse.loop_call = lines[-1] if lines else None
     found = prng_checks.loop_reuse_culprit(loop_eqn, message)
     if found is None:
         reuse.provenance = Provenance(
