@@ -371,3 +371,31 @@ def test_eager_fori_loop_names_the_body_line_and_the_loop_without_a_jit():
     assert data["loop_call"]["code"] == "return jax.lax.fori_loop(0, n_rounds, body, (key, images))"
     assert data["provenance"]["transforms"] == ["scan body"]  # no jit of the user's around it
     assert "Draw with `subkey`" in data["fix"]
+
+
+def _loop_reuse(draw_sub_too):
+    from jax.experimental.key_reuse import _core
+
+    from jaxmagic._jax import prng_checks
+
+    def f(key):
+        def body(i, carry):
+            key, x = carry
+            key, sub = jax.random.split(key)
+            x = x + jax.random.normal(key)
+            if draw_sub_too:
+                x = x + jax.random.uniform(sub)
+            return key, x
+
+        return jax.lax.fori_loop(0, 3, body, (key, 0.0))
+
+    with pytest.raises(jax.errors.KeyReuseError) as info:
+        _core.check_key_reuse_jaxpr(jax.make_jaxpr(f)(jax.random.key(0)).jaxpr)
+    loop = prng_checks.reuse_equations(info.value)[-1]
+    culprit, _calls, program = prng_checks.loop_reuse_culprit(loop, str(info.value))
+    return prng_checks.passes_with_sibling(loop, program, culprit)
+
+
+def test_trying_the_split_off_fix_on_the_traced_loop_can_fail():
+    assert _loop_reuse(draw_sub_too=False) is True
+    assert _loop_reuse(draw_sub_too=True) is False  # `sub` is drawn from too: using it twice is no fix
