@@ -955,3 +955,26 @@ def test_config_object_without_eq_in_static_argnames_names_that_parameter():
     assert f.fix.startswith("The static argument `cfg` of `forward` is a new Config at each call")
     assert "define __eq__ and __hash__ on Config" in f.fix and "checked: a copy of it" in f.fix
     assert "static_argnames=('" not in f.fix  # no new static argument is invented
+
+
+def test_metadata_equal_in_print_but_not_a_field_is_still_identity_not_keys():
+    # a custom pytree node whose aux data is a wrapper tuple, not one of its attributes
+    class Box:
+        def __init__(self, x, fn):
+            self.x, self.fn = x, fn
+
+    jax.tree_util.register_pytree_node(
+        Box, lambda b: ((b.x,), (b.fn.__name__, jax.jit(b.fn))), lambda aux, ch: Box(ch[0], aux[1])
+    )
+
+    @jax.jit
+    def run(box):
+        return box.x * 2
+
+    with probes.compiles() as rep:
+        for _ in range(2):
+            run(Box(jnp.ones(2), jnp.sin))
+    f = rep.function("run")
+    assert f.main_cause == "pytree_identity"
+    assert "could not be told" in f.reason or "could not be told" in rep.compilations_of("run")[1].why
+    assert "always the same keys" not in f.fix and "Build it once, outside the loop" in f.fix

@@ -6,6 +6,7 @@ Each cause comes with its sentence (``_Cause.why``) and the changes that show it
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING
 
 from jaxmagic._jax.compile_log import (
@@ -125,6 +126,15 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
             fields = _metadata_cause(summary, state, info)
             if fields is not None:
                 return fields
+            if any(_same_metadata_text(d) for d in explanation.details):
+                changes = pytree_changes(explanation.details, info.parameter_names)
+                return _Cause(
+                    "pytree_identity",
+                    "An argument's pytree metadata prints the same as at the earlier call but compares unequal: "
+                    "it holds an object compared by identity (which field could not be told from the "
+                    "arguments): " + "; ".join(changes) + ".",
+                    changes,
+                )
         changes = pytree_changes(explanation.details, info.parameter_names)
         return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
     if kind == "context":
@@ -133,6 +143,18 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
             "context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes
         )
     return None
+
+
+_METADATA = re.compile(
+    r"now (?P<now>.*) with pytree metadata (?P<a>.*) and before (?P<before>.*) with pytree metadata (?P<b>.*), so"
+)
+
+
+def _same_metadata_text(detail: str) -> bool:
+    """JAX's "... now X with pytree metadata M and before X with pytree metadata M, so the pytree node
+    metadata does not match": the same text both times, so the metadata differs only by identity."""
+    match = _METADATA.search(detail)
+    return bool(match) and match["now"] == match["before"] and match["a"] == match["b"]
 
 
 def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:
