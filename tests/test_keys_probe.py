@@ -347,6 +347,9 @@ def test_two_draws_under_vmap_in_jit_name_the_vmapped_function():
     assert prov["function"] == "one" and prov["transforms"] == ["jit(per_sample)", "vmap"]
     assert prov["library_function"] == "jax.random.uniform"
     assert "jax.random.uniform(k)" in prov["made_at"]["code"]
+    fix = report.reuse[0].fix  # the two draws, named as written, each given its own key
+    assert "`jax.random.normal(k)` and `jax.random.uniform(k)` both draw with `k`" in fix
+    assert "`k1, k2 = jax.random.split(k)`" in fix and "`jax.random.uniform(k2)`" in fix
 
 
 def test_flows_and_draws_carry_provenance():

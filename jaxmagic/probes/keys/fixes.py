@@ -138,3 +138,76 @@ def _split_before(scope: ast.AST, name: str, lineno: int) -> tuple[ast.Assign, l
             if best is None or node.lineno > best[0].lineno:
                 best = (node, names)
     return best
+
+
+_NOT_DRAWS = frozenset({"split", "fold_in", "key_data", "key_impl", "wrap_key_data", "clone"})
+
+
+@dataclasses.dataclass
+class SameKeyDrawsFix:
+    key: str  # "k"
+    calls: list[str]  # the draws with that key, as written: ["jax.random.normal(k)", "jax.random.uniform(k)"]
+    fixed: list[str]  # the same draws, each with its own key
+
+    @property
+    def text(self) -> str:
+        names = [f"{self.key}{i + 1}" for i in range(len(self.calls))]
+        drawn = " and ".join(f"`{c}`" for c in self.calls)
+        return (
+            f"{drawn} {'both' if len(self.calls) == 2 else 'all'} draw with `{self.key}`, so they get the same random bits. Split it once for them, "
+            f"`{', '.join(names)} = jax.random.split({self.key}{'' if len(names) == 2 else f', {len(names)}'})`, "
+            f"and give each draw its own key: " + ", ".join(f"`{c}`" for c in self.fixed) + " (a suggestion: not tried)"
+        )
+
+
+def same_key_draws_fix(line: SourceLine | None, consumer: str) -> SameKeyDrawsFix | None:
+    """When the line's draw (``consumer``, e.g. ``jax.random.uniform``) uses a key an earlier draw of the same
+    function drew with, the key not being assigned between them: the draws, named as written."""
+    if line is None or not line.filename:
+        return None
+    lines = linecache.getlines(line.filename)
+    if not lines:
+        return None
+    source = "".join(lines)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    scope = _enclosing_scope(tree, line.lineno)
+    api = consumer.rsplit(".", 1)[-1]
+    draws = [
+        node
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr not in _NOT_DRAWS
+        and _key_argument(node) is not None
+        and node.lineno <= line.lineno
+    ]
+    draws.sort(key=lambda n: (n.lineno, n.col_offset))
+    reused = [n for n in draws if n.lineno <= line.lineno <= (n.end_lineno or n.lineno) and n.func.attr == api]  # type: ignore[attr-defined]
+    if not reused:
+        return None
+    key = _key_argument(reused[-1])
+    assert key is not None
+    same = [n for n in draws if (_key_argument(n) or key).id == key.id and n.lineno <= reused[-1].lineno]
+    if len(same) < 2 or _assigned_between(scope, key.id, same[0].lineno, reused[-1].lineno):
+        return None
+    texts, fixed = [], []
+    for i, call in enumerate(same):
+        text = ast.get_source_segment(source, call) or ""
+        argument = _key_argument(call)
+        if not text or argument is None or call.lineno != call.end_lineno:
+            return None
+        start = argument.col_offset - call.col_offset
+        texts.append(text)
+        fixed.append(text[:start] + f"{key.id}{i + 1}" + text[start + len(argument.id) :])
+    return SameKeyDrawsFix(key.id, texts, fixed)
+
+
+def _assigned_between(scope: ast.AST, name: str, first: int, last: int) -> bool:
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            if first <= node.lineno <= last:
+                return True
+    return False

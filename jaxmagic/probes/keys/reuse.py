@@ -7,7 +7,7 @@ import sys
 
 from jaxmagic._jax import prng_checks
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes.keys.fixes import split_off_fix
+from jaxmagic.probes.keys.fixes import same_key_draws_fix, split_off_fix
 from jaxmagic.probes.keys.report import FIX, KeyReuse
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import first_library_function, is_user_file, user_lines, user_lines_of_stack
@@ -139,6 +139,10 @@ def _fix(reuse: KeyReuse) -> str:
         fix = split_off_fix(line)
         if fix is not None:
             return f"{fix.text} (a suggestion, checked against your source: `{fix.split_off}` is never read in `{line.function}`)."
+    if reuse.where == "trace" and reuse.consumer.startswith("jax.random."):
+        draws = same_key_draws_fix(reuse.reused_at, reuse.consumer)
+        if draws is not None:
+            return draws.text + "."
     return FIX
 
 
