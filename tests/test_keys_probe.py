@@ -402,3 +402,47 @@ def _loop_reuse(draw_sub_too):
 def test_trying_the_split_off_fix_on_the_traced_loop_can_fail():
     assert _loop_reuse(draw_sub_too=False) is True
     assert _loop_reuse(draw_sub_too=True) is False  # `sub` is drawn from too: using it twice is no fix
+
+
+# -- one key for a whole vmapped batch (flax#4973 shape: one key given to a model vmapped over
+# streams, in_axes None for the key, so every stream gets the same noise) -------------------------
+
+
+def stream_noise(x, key):
+    noise = jax.random.normal(key, x.shape)
+    return x + 0.1 * noise
+
+
+@jax.jit
+def all_streams(xs, key):
+    return jax.vmap(stream_noise, in_axes=(0, None))(xs, key)
+
+
+@jax.jit
+def all_streams_fixed(xs, key):
+    keys = jax.random.split(key, xs.shape[0])
+    return jax.vmap(stream_noise)(xs, keys)
+
+
+def test_one_key_for_a_whole_vmapped_batch_is_named_at_the_draw():
+    with probes.keys(record=True) as report:
+        key = jax.random.key(0)
+        for _ in range(2):
+            key, sub = jax.random.split(key)
+            ys = all_streams(jnp.zeros((4, 2)), sub)
+    assert bool(jnp.all(ys == ys[0]))  # every stream got the same noise: the finding is true
+    [shared] = report.to_dict()["shared"]
+    assert shared["line"]["code"] == "noise = jax.random.normal(key, x.shape)"
+    assert shared["api"] == "jax.random.normal" and shared["key"] == "key" and shared["calls"] == 2
+    prov = shared["provenance"]
+    assert prov["function"] == "stream_noise" and prov["transforms"] == ["jit(all_streams)", "vmap"]
+    assert prov["started_by"]["code"] == "ys = all_streams(jnp.zeros((4, 2)), sub)"
+    assert "Split `key` into one key per element" in shared["fix"]
+    assert report.status.value == "problem" and "one key for the whole vmapped batch" in report.summary
+
+
+def test_one_key_per_element_is_not_flagged():
+    with probes.keys(record=True) as report:
+        ys = all_streams_fixed(jnp.zeros((4, 2)), jax.random.key(0))
+    assert not bool(jnp.all(ys == ys[0]))
+    assert report.shared == [] and report.status.value == "ok"

@@ -312,3 +312,63 @@ def passes_with_sibling(loop_eqn, program, eqn) -> bool | None:
     except Exception:
         return None
     return True
+
+
+# -- one key for a whole vmapped batch (keyscomp) ----------------------------------------------
+#
+# Under ``vmap`` a draw whose key is not batched (a key closed over, or passed with in_axes=None)
+# runs once and its numbers are broadcast: every element of the batch gets the same noise. JAX's
+# key-reuse checker says nothing (the key is consumed once). In the traced program it is a draw
+# (a call of a jax.random function, or ``random_bits``) under ``vmap`` whose key is one key.
+
+_MAX_EQUATIONS = 5000
+
+
+def _draws_bits(program, depth: int = 0) -> bool:
+    """Whether the program draws random bits (a split or a fold_in alone draws nothing)."""
+    for eqn in program.eqns:
+        if eqn.primitive.name == "random_bits":
+            return True
+        if depth < 8:
+            for sub in compat.sub_jaxprs(eqn):
+                if _draws_bits(getattr(sub, "jaxpr", sub), depth + 1):
+                    return True
+    return False
+
+
+def shared_key_draws(closed) -> list[tuple]:
+    """Draws under ``vmap`` with a single (unbatched) key in a user's traced program:
+    ``[(draw equation, enclosing equations outermost first)]``, at most one per drawing equation."""
+    program = getattr(closed, "jaxpr", closed)
+    found: list[tuple] = []
+    seen = [0]
+
+    def walk(jaxpr, enclosing: list, under_vmap: bool, depth: int) -> None:
+        for eqn in jaxpr.eqns:
+            seen[0] += 1
+            if seen[0] > _MAX_EQUATIONS or depth > 8:
+                return
+            vmapped = under_vmap or "vmap" in compat.name_stack_text(eqn)
+            keys = [v for v in eqn.invars if _is_key(v) and not is_literal_var(v)]
+            name = eqn.primitive.name
+            subs = compat.sub_jaxprs(eqn)
+            if name == "random_bits" or (keys and subs and name in ("jit", "pjit", "closed_call")):
+                called, filename = compat.called_function(eqn) if subs else ("", "")
+                library = name == "random_bits" or (filename and not is_user_file(filename))
+                if library:
+                    if (
+                        vmapped
+                        and keys
+                        and tuple(keys[0].aval.shape) == ()
+                        and (name == "random_bits" or _draws_bits(getattr(subs[0], "jaxpr", subs[0])))
+                    ):
+                        found.append((eqn, list(enclosing)))
+                    continue
+            for sub in subs:
+                walk(getattr(sub, "jaxpr", sub), [*enclosing, eqn], vmapped, depth + 1)
+
+    try:
+        walk(program, [], False, 0)
+    except Exception:  # another jaxpr layout: nothing found, nothing claimed
+        return []
+    return found

@@ -211,3 +211,40 @@ def _assigned_between(scope: ast.AST, name: str, first: int, last: int) -> bool:
             if first <= node.lineno <= last:
                 return True
     return False
+
+
+def draw_key_name(line: SourceLine | None, api: str) -> tuple[str, str]:
+    """(the key's name, the call as written) of the ``api`` draw (``jax.random.normal``) on ``line``;
+    ("", "") when the line has no such call with a plain name for its key."""
+    if line is None or not line.filename:
+        return "", ""
+    source = "".join(linecache.getlines(line.filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return "", ""
+    scope = _enclosing_scope(tree, line.lineno)
+    short = api.rsplit(".", 1)[-1]
+    for call in _draw_calls(scope, line.lineno):
+        key = _key_argument(call)
+        if key is not None and isinstance(call.func, ast.Attribute) and call.func.attr == short:
+            return key.id, ast.get_source_segment(source, call) or ""
+    return "", ""
+
+
+def shared_key_fix(line: SourceLine | None, api: str) -> tuple[str, str]:
+    """(the key's name, the fix) for a draw under vmap with one key for the whole batch."""
+    key, call = draw_key_name(line, api)
+    if not key:
+        return "", (
+            "Give each element of the batch its own key: split the key into one key per element "
+            "(`jax.random.split(key, n)`, n the batch size) and pass them through `jax.vmap` with the data "
+            "(a suggestion: not tried)."
+        )
+    return key, (
+        f"`{call}` draws with `{key}`, which is not batched: vmap runs the draw once and every element gets "
+        f"its numbers. Split `{key}` into one key per element (`jax.random.split({key}, n)`, n the batch size) "
+        f"and pass those keys through `jax.vmap` beside the data (in_axes 0), drawing with each element's own "
+        f"key inside (a suggestion: not tried). If the same numbers for every element are what you want, "
+        f"nothing needs changing."
+    )

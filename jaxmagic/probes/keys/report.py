@@ -131,6 +131,28 @@ class RepeatedDraw:
 
 
 @dataclasses.dataclass
+class SharedKeyDraw:
+    """A draw under ``vmap`` with one key for the whole batch: every element gets the same random numbers."""
+
+    function: str  # the jitted function of yours whose program has it: "noisy"
+    api: str  # "jax.random.normal"
+    line: SourceLine | None = None
+    key: str = ""  # the key's name on that line, as written ("key"); "" when it could not be read
+    fix: str = ""
+    calls: int = 0
+    provenance: Provenance | None = None  # made_at: the draw; function; jit(noisy) > vmap; started_by
+
+    @property
+    def text(self) -> str:
+        where = f" at {self.line.where}" if self.line else ""
+        with_key = f" with `{self.key}`" if self.key else ""
+        return (
+            f"`{self.api}`{where} draws{with_key}, one key for the whole vmapped batch "
+            f"({self.provenance.path if self.provenance else 'vmap'}): every element gets the same random numbers"
+        )
+
+
+@dataclasses.dataclass
 class LegacyKeyUse:
     api: str  # the jax.random function given a raw key: "normal"
     line: SourceLine | None = None
@@ -148,6 +170,7 @@ class KeyReport(Report):
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
+    shared: list[SharedKeyDraw] = dataclasses.field(default_factory=list)  # one key for a whole vmapped batch
     recorded: bool = False  # reuse was recorded, not raised
     calls_checked: bool = True  # False: only traced functions were checked, not each call
     followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
@@ -173,7 +196,7 @@ class KeyReport(Report):
 
     @property
     def status(self) -> Status:
-        if self.reuse or self.repeated_flows or self.repeated_draws:
+        if self.reuse or self.repeated_flows or self.repeated_draws or self.shared:
             return Status.PROBLEM
         return Status.ERROR if self.other_error else Status.OK
 
@@ -195,6 +218,8 @@ class KeyReport(Report):
             )
         for d in self.repeated_draws[:2]:
             parts.append(d.text + ": the same random numbers each time.")
+        for shared in self.shared[:2]:
+            parts.append(shared.text + ".")
         if self.legacy and not parts:
             n = sum(u.count for u in self.legacy)
             parts.append(
@@ -252,6 +277,12 @@ class KeyReport(Report):
                     ]
             blocks.append(Paragraph(r.fix or FIX))
             sections.append(Section("Key reused", blocks))
+        for shared in self.shared[:4]:
+            blocks = [Paragraph(shared.text + ".")]
+            if shared.provenance is not None:
+                blocks += provenance_blocks(shared.provenance, "the draw")
+            blocks.append(Paragraph(shared.fix))
+            sections.append(Section("One key for a whole batch", blocks))
         if self.flows:
             rows = [
                 [
