@@ -911,6 +911,7 @@ def test_lambda_in_a_static_field_is_a_new_function_with_the_same_code():
     assert f.main_cause == "pytree_identity"
     assert "is a new function with the same code (" in f.reason and "<lambda>" in f.reason
     assert "checked: the same code made into a new function compares unequal to it" in f.fix
+    assert "made by `apply(Dense(jnp.eye(2), lambda v: jnp.maximum(v, 0.0)), jnp.ones(2))`" in f.fix
 
 
 def test_static_field_value_change_names_the_field_not_the_keys():

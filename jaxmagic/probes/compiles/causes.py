@@ -21,7 +21,7 @@ from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
-from jaxmagic.report.source import source_line
+from jaxmagic.report.source import is_user_file, source_line
 
 if TYPE_CHECKING:  # the collector imports this module
     from jaxmagic.probes.compiles.collector import FunctionState
@@ -200,6 +200,9 @@ def _identity_fix(change: MetaChange, function: str) -> str:
             f"{what} one time, before the loop or at module level, and pass that same object to every "
             f"`{change.owner}`; or keep it out of the static fields"
         )
+        made = _function_made_at(change)
+        if made is not None:
+            fix += f". The {what} is made by `{made.code}` ({made.where}), a new one each time that line runs"
     else:
         fix = (
             f"{field} holds a new {change.type_name} each time, and {change.type_name} has no __eq__/__hash__ of its "
@@ -208,6 +211,18 @@ def _identity_fix(change: MetaChange, function: str) -> str:
             f"settings (a frozen dataclass)"
         )
     return fix + (f" ({change.check})." if change.check else " (a suggestion: not tried on your code).")
+
+
+def _function_made_at(change: MetaChange):
+    """For a plain function of the user's (a lambda, a nested def) kept in the field: the line that makes it
+    (its definition runs again at every pass); None for anything else."""
+    if change.type_name != "function" or not change.same_code:
+        return None
+    location = change.same_code.rsplit(" ", 1)[0]
+    filename, _, line = location.rpartition(":")
+    if not line.isdigit() or not is_user_file(filename):
+        return None
+    return source_line(filename, int(line), "")
 
 
 def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
