@@ -149,7 +149,11 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
                     continue  # field names, counts: not a static value of the user's
                 _add(found, f"{path}.{field}", kind.__name__, field, item)
         if isinstance(obj, dict):
-            names = [f"{path}[{k!r}]" for k in sorted(obj, key=repr)] if len(obj) == len(children) else []
+            try:
+                ordered = sorted(obj)  # the order jax.tree_util flattens a dict in
+            except TypeError:
+                ordered = []
+            names = [f"{path}[{k!r}]" for k in ordered] if len(ordered) == len(children) else []
         elif isinstance(obj, (list, tuple)) and len(obj) == len(children):
             names = [f"{path}[{i}]" for i in range(len(children))]
         else:
