@@ -34,6 +34,29 @@ class SplitOffFix:
         )
 
 
+_PARSED: dict[str, tuple[int, int, str, ast.AST]] = {}  # filename -> (id and length of its lines, source, tree)
+
+
+def _parsed(filename: str) -> tuple[str, ast.AST] | None:
+    """The source and syntax tree of a file (a notebook cell), parsed once while linecache keeps its lines:
+    a reuse recorded at every pass of a loop is explained at every pass."""
+    lines = linecache.getlines(filename)
+    if not lines:
+        return None
+    known = _PARSED.get(filename)
+    if known is not None and known[0] == id(lines) and known[1] == len(lines):
+        return known[2], known[3]
+    source = "".join(lines)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    if len(_PARSED) > 64:
+        _PARSED.clear()
+    _PARSED[filename] = (id(lines), len(lines), source, tree)
+    return source, tree
+
+
 def _enclosing_scope(tree: ast.AST, lineno: int) -> ast.AST:
     best: ast.AST = tree
     for node in ast.walk(tree):
@@ -84,14 +107,10 @@ def split_off_fix(draw: SourceLine | None) -> SplitOffFix | None:
     forward while ``sub`` is never read; None when the code is not of that shape (or cannot be read)."""
     if draw is None or not draw.filename:
         return None
-    lines = linecache.getlines(draw.filename)
-    if not lines:
+    parsed = _parsed(draw.filename)
+    if parsed is None:
         return None
-    source = "".join(lines)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
+    source, tree = parsed
     scope = _enclosing_scope(tree, draw.lineno)
     for call in _draw_calls(scope, draw.lineno):
         key = _key_argument(call)
@@ -165,14 +184,10 @@ def same_key_draws_fix(line: SourceLine | None, consumer: str) -> SameKeyDrawsFi
     function drew with, the key not being assigned between them: the draws, named as written."""
     if line is None or not line.filename:
         return None
-    lines = linecache.getlines(line.filename)
-    if not lines:
+    parsed = _parsed(line.filename)
+    if parsed is None:
         return None
-    source = "".join(lines)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
+    source, tree = parsed
     scope = _enclosing_scope(tree, line.lineno)
     api = consumer.rsplit(".", 1)[-1]
     draws = [
@@ -218,11 +233,10 @@ def draw_key_name(line: SourceLine | None, api: str) -> tuple[str, str]:
     ("", "") when the line has no such call with a plain name for its key."""
     if line is None or not line.filename:
         return "", ""
-    source = "".join(linecache.getlines(line.filename))
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    parsed = _parsed(line.filename)
+    if parsed is None:
         return "", ""
+    source, tree = parsed
     scope = _enclosing_scope(tree, line.lineno)
     short = api.rsplit(".", 1)[-1]
     for call in _draw_calls(scope, line.lineno):
