@@ -825,3 +825,157 @@ def test_weak_type_found_from_the_compile_log_when_jaxs_explanation_is_jaxmagics
     f = rep.function("ex_step")
     assert f.causes == {"first": 1, "weak_type": 1}
     assert rep.compilations_of("ex_step")[1].changes == ["batch: f32[4] weak -> f32[4]"]
+
+
+# -- static fields compared by identity, and static-field values (issue 23) ----------------------
+# Shapes from public threads: equinox#686 "Why is this function recompiling?" (a Module keeps
+# `self.forward = jax.jit(fk_fn)`, and re-initialising the module recompiles `step`); jax#33043
+# (a register_dataclass class whose static field `idx` takes another value); a Flax-style
+# struct with an activation lambda in a pytree_node=False field; a config object without __eq__
+# given to static_argnames.
+
+
+def _register(cls, data, meta):
+    import dataclasses
+
+    return jax.tree_util.register_dataclass(dataclasses.dataclass(cls), data_fields=data, meta_fields=meta)
+
+
+def test_jit_wrapper_kept_in_a_static_field_is_named_with_build_it_once():
+    def forward_kinematics(q):
+        return jnp.sin(q)
+
+    class Trajectory:
+        scale: jax.Array
+        forward: object
+
+    Trajectory = _register(Trajectory, ["scale"], ["forward"])
+
+    @jax.jit
+    def step(model, x):
+        return model.forward(x * model.scale)
+
+    with probes.compiles() as rep:
+        for _ in range(3):
+            model = Trajectory(jnp.ones(3), jax.jit(forward_kinematics))  # re-initialised each run
+            step(model, jnp.ones(3))
+    f = rep.function("step")
+    assert f.causes == {"first": 1, "pytree_identity": 2}
+    second = rep.to_dict()["compilations"]
+    second = [c for c in second if c["function"] == "step"][1]
+    assert second["cause"] == "pytree_identity"
+    assert "`model.forward` (Trajectory.forward) is a new PjitFunction with the same code" in second["changes"][0]
+    fix = second["fix"]
+    assert "`Trajectory.forward` gets a new jit wrapper" in fix and "Build it once (outside the loop)" in fix
+    assert "checked: a copy of it (copy.copy) compares unequal to it" in fix
+    assert "always the same keys" not in fix  # the structure advice does not apply
+    prov = second["provenance"]
+    assert prov["made_at"]["code"] == "step(model, jnp.ones(3))" and prov["transforms"] == ["jit(step)"]
+    assert prov["started_by"]["function"] == "test_jit_wrapper_kept_in_a_static_field_is_named_with_build_it_once"
+    assert "Build it once (outside the loop)" in " ".join(str(rep).split())
+
+
+def test_the_same_jit_wrapper_built_once_compiles_once():
+    class Trajectory:
+        scale: jax.Array
+        forward: object
+
+    Trajectory = _register(Trajectory, ["scale"], ["forward"])
+
+    @jax.jit
+    def step(model, x):
+        return model.forward(x * model.scale)
+
+    forward = jax.jit(jnp.sin)
+    with probes.compiles() as rep:
+        for _ in range(3):
+            step(Trajectory(jnp.ones(3), forward), jnp.ones(3))
+    assert rep.function("step").count == 1
+
+
+def test_lambda_in_a_static_field_is_a_new_function_with_the_same_code():
+    class Dense:
+        w: jax.Array
+        activation: object
+
+    Dense = _register(Dense, ["w"], ["activation"])
+
+    @jax.jit
+    def apply(layer, x):
+        return layer.activation(x @ layer.w)
+
+    with probes.compiles() as rep:
+        for _ in range(2):
+            apply(Dense(jnp.eye(2), lambda v: jnp.maximum(v, 0.0)), jnp.ones(2))
+    f = rep.function("apply")
+    assert f.main_cause == "pytree_identity"
+    assert "is a new function with the same code (" in f.reason and "<lambda>" in f.reason
+    assert "checked: the same code made into a new function compares unequal to it" in f.fix
+    assert "made by `apply(Dense(jnp.eye(2), lambda v: jnp.maximum(v, 0.0)), jnp.ones(2))`" in f.fix
+
+
+def test_static_field_value_change_names_the_field_not_the_keys():
+    class Shape:
+        length: jax.Array
+        idx: int
+
+    Shape = _register(Shape, ["length"], ["idx"])
+
+    @jax.jit
+    def area(shape):
+        return shape.length * shape.length
+
+    with probes.compiles() as rep:
+        area(Shape(jnp.asarray(10.0), 2))
+        area(Shape(jnp.asarray(10.0), 3))
+    f = rep.function("area")
+    assert f.causes == {"first": 1, "pytree_static": 1}
+    assert "`shape.idx` (Shape.idx): 2 -> 3" in f.reason
+    assert "`Shape.idx` is a static field" in f.fix and "keys" not in f.fix
+
+
+def test_config_object_without_eq_in_static_argnames_names_that_parameter():
+    class Config:
+        def __init__(self, depth):
+            self.depth = depth
+
+        def __repr__(self):
+            return f"Config(depth={self.depth})"
+
+    @partial(jax.jit, static_argnames=("cfg",))
+    def forward(x, cfg):
+        for _ in range(cfg.depth):
+            x = jnp.tanh(x)
+        return x
+
+    with probes.compiles() as rep:
+        for _ in range(3):
+            forward(jnp.ones(3), cfg=Config(2))
+    f = rep.function("forward")
+    assert f.main_cause == "static_identity"
+    assert f.fix.startswith("The static argument `cfg` of `forward` is a new Config at each call")
+    assert "define __eq__ and __hash__ on Config" in f.fix and "checked: a copy of it" in f.fix
+    assert "static_argnames=('" not in f.fix  # no new static argument is invented
+
+
+def test_metadata_equal_in_print_but_not_a_field_is_still_identity_not_keys():
+    # a custom pytree node whose aux data is a wrapper tuple, not one of its attributes
+    class Box:
+        def __init__(self, x, fn):
+            self.x, self.fn = x, fn
+
+    jax.tree_util.register_pytree_node(
+        Box, lambda b: ((b.x,), (b.fn.__name__, jax.jit(b.fn))), lambda aux, ch: Box(ch[0], aux[1])
+    )
+
+    @jax.jit
+    def run(box):
+        return box.x * 2
+
+    with probes.compiles() as rep:
+        for _ in range(2):
+            run(Box(jnp.ones(2), jnp.sin))
+    f = rep.function("run")
+    assert f.main_cause == "pytree_identity"
+    assert "could not be told" in f.reason or "could not be told" in rep.compilations_of("run")[1].why
+    assert "always the same keys" not in f.fix and "Build it once, outside the loop" in f.fix

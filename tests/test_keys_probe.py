@@ -200,3 +200,249 @@ def test_unpacked_split_signatures_reused_across_calls_and_blocks():
             unpacked_split_loop(4, advance=False)
         assert [r.consumer for r in report.reuse] == ["random_split"]
         assert report.reuse[0].count == 3 and report.reuse[0].same_line
+
+
+# -- keys reused from one pass of a loop body to the next (issue 23) -----------------------------
+# Shapes from public threads: the TF_JAX_tutorials report "key, subkey = random.split(key), then
+# random.randint(key, ...) - subkey is never used", inside a fori_loop body the way BlackJAX's
+# kernels carry rng_key in the loop state (blackjax#53); a dropout key closed over by a scan body
+# (every step draws the same mask); the same loop with a traced trip count (a while loop).
+
+
+def augment(key, images, n_rounds):
+    def body(i, carry):
+        key, images = carry
+        key, subkey = jax.random.split(key)
+        flips = jax.random.bernoulli(key, 0.5, images.shape[:1])
+        return key, jnp.where(flips[:, None], images[:, ::-1], images)
+
+    return jax.lax.fori_loop(0, n_rounds, body, (key, images))
+
+
+def _line_of(fn, text):
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_key_reused_in_a_fori_loop_body_is_put_on_the_draw_inside_the_body():
+    step = jax.jit(augment, static_argnums=2)
+    with pytest.raises(jax.errors.KeyReuseError):
+        with probes.keys() as report:
+            step(jax.random.key(0), jnp.ones((4, 3)), 5)
+    data = report.to_dict()["reuse"][0]
+    assert data["reused_at"]["code"] == "flips = jax.random.bernoulli(key, 0.5, images.shape[:1])"
+    assert data["reused_at"]["lineno"] == _line_of(augment, "flips = ")
+    assert data["consumer"] == "jax.random.bernoulli" and data["function"] == "body"
+    assert data["loop_call"]["code"] == "return jax.lax.fori_loop(0, n_rounds, body, (key, images))"
+    prov = data["provenance"]
+    assert prov["made_at"] == data["reused_at"] and prov["function"] == "body"
+    assert prov["transforms"] == ["jit(augment)", "scan body"]
+    assert prov["library_function"] == "jax.random.bernoulli"
+    assert prov["started_by"]["code"] == "step(jax.random.key(0), jnp.ones((4, 3)), 5)"
+    # the fix names the variables as written, and was tried on the traced loop
+    fix = data["fix"]
+    assert "`key, subkey = jax.random.split(key)`" in fix and "Draw with `subkey`" in fix
+    assert "`jax.random.bernoulli(subkey, 0.5, images.shape[:1])`" in fix
+    assert "checked: with `subkey` in that draw, JAX's key-reuse check of the traced loop passes" in fix
+    text = str(report)
+    assert "jit(augment) > scan body" in text and text.index("flips = ") < text.index("fori_loop(0, n_rounds")
+
+
+def test_the_fixed_fori_loop_body_is_clean():
+    def fixed(key, images, n_rounds):
+        def body(i, carry):
+            key, images = carry
+            key, subkey = jax.random.split(key)
+            flips = jax.random.bernoulli(subkey, 0.5, images.shape[:1])
+            return key, jnp.where(flips[:, None], images[:, ::-1], images)
+
+        return jax.lax.fori_loop(0, n_rounds, body, (key, images))
+
+    with probes.keys() as report:
+        jax.jit(fixed, static_argnums=2)(jax.random.key(0), jnp.ones((4, 3)), 5)
+    assert report.reuse == [] and report.status.value == "ok"
+
+
+def test_traced_trip_count_is_a_while_loop_and_still_names_the_body_line():
+    step = jax.jit(augment)  # n_rounds traced: fori_loop becomes a while loop
+    with pytest.raises(jax.errors.KeyReuseError):
+        with probes.keys() as report:
+            step(jax.random.key(0), jnp.ones((4, 3)), jnp.int32(5))
+    reuse = report.reuse[0]
+    assert reuse.reused_at.lineno == _line_of(augment, "flips = ")
+    assert reuse.provenance.transforms == ["jit(augment)", "while loop"]
+    assert "Draw with `subkey`" in reuse.fix
+
+
+def test_dropout_key_closed_over_by_a_scan_body_gets_the_loop_fix_not_a_split_off_one():
+    def train(params, key, batches):
+        def step(w, batch):
+            mask = jax.random.bernoulli(key, 0.9, w.shape)  # the same mask at every step
+            return w - 0.1 * jnp.where(mask, batch, 0.0), None
+
+        w, _ = jax.lax.scan(step, params, batches)
+        return w
+
+    with probes.keys(record=True) as report:
+        jax.jit(train)(jnp.ones(3), jax.random.key(1), jnp.ones((6, 3)))
+    reuse = report.reuse[0]
+    assert reuse.reused_at.code == "mask = jax.random.bernoulli(key, 0.9, w.shape)  # the same mask at every step"
+    assert reuse.function == "step" and reuse.loop_call.code == "w, _ = jax.lax.scan(step, params, batches)"
+    assert reuse.provenance.transforms == ["jit(train)", "scan body"]
+    assert "jax.random.fold_in(key, i)" in reuse.fix and "Draw with" not in reuse.fix
+    assert report.to_dict()["reuse"][0]["provenance"]["made_at"]["function"] == "step"
+
+
+def test_eager_loop_drawing_with_the_carried_key_names_the_split_off_key():
+    def sample_chain(n):
+        key = jax.random.key(0)
+        total = 0.0
+        for _ in range(n):
+            key, sub = jax.random.split(key)
+            noise = jax.random.normal(key, (2,))
+            total = total + noise.sum()
+        return total
+
+    with pytest.raises(jax.errors.KeyReuseError):
+        with probes.keys() as report:
+            sample_chain(3)
+    data = report.to_dict()["reuse"][0]
+    assert data["first_used_at"]["code"] == "noise = jax.random.normal(key, (2,))"
+    assert data["reused_at"]["code"] == "key, sub = jax.random.split(key)"
+    assert "Draw with `sub`: `jax.random.normal(sub, (2,))`" in data["fix"]
+    assert "a suggestion" in data["fix"]
+    assert data["provenance"]["made_at"] == data["reused_at"]
+    assert data["provenance"]["started_by"]["code"] == "sample_chain(3)"
+
+
+def test_split_off_key_that_is_used_elsewhere_keeps_the_general_fix():
+    def chain(n):
+        key = jax.random.key(0)
+        for _ in range(n):
+            key, sub = jax.random.split(key)
+            jax.random.normal(key, (2,)) + jax.random.uniform(sub, (2,))
+
+    with pytest.raises(jax.errors.KeyReuseError):
+        with probes.keys() as report:
+            chain(3)
+    from jaxmagic.probes.keys import FIX
+
+    assert report.reuse[0].fix == FIX  # `sub` is read: the code is not the split-off shape
+
+
+def test_two_draws_under_vmap_in_jit_name_the_vmapped_function():
+    @jax.jit
+    def per_sample(keys, x):
+        def one(k, xi):
+            return xi + jax.random.normal(k) + jax.random.uniform(k)
+
+        return jax.vmap(one)(keys, x)
+
+    with pytest.raises(jax.errors.KeyReuseError):
+        with probes.keys() as report:
+            per_sample(jax.random.split(jax.random.key(0), 4), jnp.ones(4))
+    prov = report.to_dict()["reuse"][0]["provenance"]
+    assert prov["function"] == "one" and prov["transforms"] == ["jit(per_sample)", "vmap"]
+    assert prov["library_function"] == "jax.random.uniform"
+    assert "jax.random.uniform(k)" in prov["made_at"]["code"]
+    fix = report.reuse[0].fix  # the two draws, named as written, each given its own key
+    assert "`jax.random.normal(k)` and `jax.random.uniform(k)` both draw with `k`" in fix
+    assert "`k1, k2 = jax.random.split(k)`" in fix and "`jax.random.uniform(k2)`" in fix
+
+
+def test_flows_and_draws_carry_provenance():
+    with probes.keys(record=True) as report:
+        rng = jax.random.PRNGKey(0)
+        w = jnp.ones(4)
+        for _ in range(3):
+            w = dropout_step(w, rng)
+            jax.random.normal(rng, (2,))
+    flow = report.to_dict()["flows"][0]
+    assert flow["provenance"]["made_at"]["code"] == "w = dropout_step(w, rng)"
+    assert flow["provenance"]["transforms"] == ["jit(dropout_step)"]
+    [draw] = report.repeated_draws
+    assert draw.provenance.made_at.code == "jax.random.normal(rng, (2,))"
+
+
+def test_eager_fori_loop_names_the_body_line_and_the_loop_without_a_jit():
+    with probes.keys(record=True) as report:
+        augment(jax.random.key(0), jnp.ones((4, 3)), 5)  # not jitted: JAX traces the loop itself
+    data = report.to_dict()["reuse"][0]
+    assert data["reused_at"]["lineno"] == _line_of(augment, "flips = ")
+    assert data["loop_call"]["code"] == "return jax.lax.fori_loop(0, n_rounds, body, (key, images))"
+    assert data["provenance"]["transforms"] == ["scan body"]  # no jit of the user's around it
+    assert "Draw with `subkey`" in data["fix"]
+
+
+def _loop_reuse(draw_sub_too):
+    from jax.experimental.key_reuse import _core
+
+    from jaxmagic._jax import prng_checks
+
+    def f(key):
+        def body(i, carry):
+            key, x = carry
+            key, sub = jax.random.split(key)
+            x = x + jax.random.normal(key)
+            if draw_sub_too:
+                x = x + jax.random.uniform(sub)
+            return key, x
+
+        return jax.lax.fori_loop(0, 3, body, (key, 0.0))
+
+    with pytest.raises(jax.errors.KeyReuseError) as info:
+        _core.check_key_reuse_jaxpr(jax.make_jaxpr(f)(jax.random.key(0)).jaxpr)
+    loop = prng_checks.reuse_equations(info.value)[-1]
+    culprit, _calls, program = prng_checks.loop_reuse_culprit(loop, str(info.value))
+    return prng_checks.passes_with_sibling(loop, program, culprit)
+
+
+def test_trying_the_split_off_fix_on_the_traced_loop_can_fail():
+    assert _loop_reuse(draw_sub_too=False) is True
+    assert _loop_reuse(draw_sub_too=True) is False  # `sub` is drawn from too: using it twice is no fix
+
+
+# -- one key for a whole vmapped batch (flax#4973 shape: one key given to a model vmapped over
+# streams, in_axes None for the key, so every stream gets the same noise) -------------------------
+
+
+def stream_noise(x, key):
+    noise = jax.random.normal(key, x.shape)
+    return x + 0.1 * noise
+
+
+@jax.jit
+def all_streams(xs, key):
+    return jax.vmap(stream_noise, in_axes=(0, None))(xs, key)
+
+
+@jax.jit
+def all_streams_fixed(xs, key):
+    keys = jax.random.split(key, xs.shape[0])
+    return jax.vmap(stream_noise)(xs, keys)
+
+
+def test_one_key_for_a_whole_vmapped_batch_is_named_at_the_draw():
+    with probes.keys(record=True) as report:
+        key = jax.random.key(0)
+        for _ in range(2):
+            key, sub = jax.random.split(key)
+            ys = all_streams(jnp.zeros((4, 2)), sub)
+    assert bool(jnp.all(ys == ys[0]))  # every stream got the same noise: the finding is true
+    [shared] = report.to_dict()["shared"]
+    assert shared["line"]["code"] == "noise = jax.random.normal(key, x.shape)"
+    assert shared["api"] == "jax.random.normal" and shared["key"] == "key" and shared["calls"] == 2
+    prov = shared["provenance"]
+    assert prov["function"] == "stream_noise" and prov["transforms"] == ["jit(all_streams)", "vmap"]
+    assert prov["started_by"]["code"] == "ys = all_streams(jnp.zeros((4, 2)), sub)"
+    assert "Split `key` into one key per element" in shared["fix"]
+    assert report.status.value == "problem" and "one key for the whole vmapped batch" in report.summary
+
+
+def test_one_key_per_element_is_not_flagged():
+    with probes.keys(record=True) as report:
+        ys = all_streams_fixed(jnp.zeros((4, 2)), jax.random.key(0))
+    assert not bool(jnp.all(ys == ys[0]))
+    assert report.shared == [] and report.status.value == "ok"

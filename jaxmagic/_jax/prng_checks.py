@@ -11,7 +11,10 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 from jaxmagic._jax import compat
+from jaxmagic.report.source import is_user_file
 
 CHECK_NAME = "_check_prng_key"  # (name, key, *, allow_batched=False) -> (key, wrapped); looked up at each call
 
@@ -49,3 +52,323 @@ def following_key_checks(follow: Callable[[str, object, object], None]) -> Itera
         yield True
     finally:
         setattr(core, CHECK_NAME, original)
+
+
+# -- where JAX's key-reuse check was when it raised (keyscomp) ---------------------------------
+#
+# ``jax.experimental.key_reuse._core.jaxpr_type_signature`` walks a program's equations, each in
+# a frame whose local ``eqn`` is the equation being checked; it recurses into calls and loop
+# bodies. The frames of a ``KeyReuseError`` raised by that check therefore name the equation JAX
+# was at, and the equations around it (a ``jit`` call, the ``scan`` of a ``fori_loop``).
+
+_SIGNATURE_FUNCTION = "jaxpr_type_signature"
+
+
+def reuse_equations(error: BaseException) -> list:
+    """The equations JAX's key-reuse check was inside when it raised ``error``, outermost first;
+    [] when it was raised elsewhere (a call checked at run time, another JAX layout)."""
+    found = []
+    tb = getattr(error, "__traceback__", None)
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == _SIGNATURE_FUNCTION and "key_reuse" in code.co_filename.replace("\\", "/"):
+            try:
+                eqn = tb.tb_frame.f_locals.get("eqn")
+            except Exception:
+                eqn = None
+            if eqn is not None and hasattr(eqn, "primitive"):
+                found.append(eqn)
+        tb = tb.tb_next
+    return found
+
+
+def checked_program_is_users(error: BaseException) -> bool | None:
+    """Whether the outermost program JAX's key-reuse check was reading when it raised is a function of the
+    user's (a jitted function) rather than one JAX traced itself (an eager ``lax.fori_loop`` is checked
+    through a program JAX traces around the loop primitive); None when it cannot be told."""
+    tb = getattr(error, "__traceback__", None)
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == _SIGNATURE_FUNCTION and "key_reuse" in code.co_filename.replace("\\", "/"):
+            try:
+                jaxpr = tb.tb_frame.f_locals.get("jaxpr")
+            except Exception:
+                return None
+            where = str(getattr(getattr(jaxpr, "debug_info", None), "func_src_info", "") or "")
+            if " at " not in where:
+                return None
+            return is_user_file(where.rsplit(" at ", 1)[-1].rsplit(":", 1)[0])
+        tb = tb.tb_next
+    return None
+
+
+def _key_reuse_module():
+    try:
+        from jax.experimental.key_reuse import _core  # deferred: importing jaxmagic does not import JAX
+    except Exception:
+        return None
+    return _core
+
+
+def _is_key(var) -> bool:
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    dtype = getattr(getattr(var, "aval", None), "dtype", None)
+    try:
+        return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    except Exception:
+        return False
+
+
+def _loop_parts(eqn):
+    """(body jaxpr, number of constants, number of carries) of a ``scan`` or ``while`` equation; None otherwise."""
+    name = eqn.primitive.name
+    if name == "scan":
+        closed = eqn.params.get("jaxpr")
+        body = getattr(closed, "jaxpr", closed)
+        if "num_consts" in eqn.params:
+            consts, carry = int(eqn.params["num_consts"]), int(eqn.params["num_carry"])
+        else:
+            consts, carry, _ = (len(g) for g in eqn.params["ft_in"].unpack())
+        return body, consts, carry
+    if name == "while":
+        closed = eqn.params.get("body_jaxpr")
+        body = getattr(closed, "jaxpr", closed)
+        consts = int(eqn.params.get("body_nconsts", 0))
+        return body, consts, len(body.outvars)
+    return None
+
+
+def _first_consumer(jaxpr, targets, module, depth: int = 0):
+    """The first equation of ``jaxpr`` that consumes one of ``targets`` (variables, followed through
+    the equations that only pass a key on), with the call equations it is inside: (eqn, [calls]) or None."""
+    forwards: dict = {}
+
+    def resolve(var):
+        for _ in range(len(forwards) + 1):
+            if var in forwards:
+                var = forwards[var]
+            else:
+                break
+        return var
+
+    for eqn in jaxpr.eqns:
+        try:
+            signature = module.key_reuse_signature_from_eqn(eqn)
+        except Exception:
+            signature = module.unknown_signature(eqn)
+        for sink in signature.sinks:
+            if 0 <= sink.idx < len(eqn.invars) and _is_key(eqn.invars[sink.idx]):
+                var = eqn.invars[sink.idx]
+                try:
+                    hit = not is_literal_var(var) and resolve(var) in targets
+                except TypeError:
+                    hit = False
+                if hit:
+                    inner = _inside_user_call(eqn, sink.idx, module, depth)
+                    return inner if inner is not None else (eqn, [], jaxpr)
+        for in_idx, out_idx in signature.forwards:
+            forwards[eqn.outvars[out_idx]] = eqn.invars[in_idx]
+    return None
+
+
+def is_literal_var(var) -> bool:
+    from jax._src import core  # deferred: importing jaxmagic does not import JAX
+
+    return isinstance(var, core.Literal)
+
+
+def _inside_user_call(eqn, index: int, module, depth: int):
+    """When ``eqn`` calls a function of the user's (a nested jit of theirs), the equation inside it
+    that consumes its argument ``index``: the line inside that function, not the call."""
+    if depth >= 4 or eqn.primitive.name not in ("jit", "pjit", "closed_call", "core_call"):
+        return None
+    closed = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+    inner = getattr(closed, "jaxpr", closed)
+    if inner is None or len(inner.invars) != len(eqn.invars):
+        return None
+    where = str(getattr(getattr(inner, "debug_info", None), "func_src_info", "") or "")
+    source = where.rsplit(" at ", 1)[-1].rsplit(":", 1)[0] if " at " in where else ""
+    if not source or not is_user_file(source):
+        return None  # jax.random.normal's own jit: the call is the user's line
+    found = _first_consumer(inner, {inner.invars[index]}, module, depth + 1)
+    if found is None:
+        return None
+    culprit, calls, program = found
+    return culprit, [eqn, *calls], program
+
+
+def loop_reuse_culprit(loop_eqn, message: str):
+    """For a ``KeyReuseError`` JAX raised at a ``scan``/``while`` (a ``fori_loop``) - "... body function
+    leads to key reuse when repeatedly executed" - the equation inside the body that draws with the key
+    that is reused at the next pass, with the call equations between the body and it and the
+    program it is in: (eqn, [calls], jaxpr) or None when it cannot be told.
+
+    A key constant of the body (closed over) consumed at every pass: its consumer. A key carried from
+    pass to pass consumed inside the body: the equation that consumes the key the body hands to the
+    next pass (``key, sub = split(key)`` then ``normal(key)``: the draw consumes the carried ``key``)."""
+    module = _key_reuse_module()
+    parts = _loop_parts(loop_eqn)
+    if module is None or parts is None:
+        return None
+    body, consts, carry = parts
+    try:
+        if "cond function" in message or "both use" in message:
+            return None  # a key the loop's condition consumes: not a line of the body
+        if "constants" in message or (loop_eqn.primitive.name == "while" and _consumed_constant(body, consts, module)):
+            targets = {v for v in body.invars[:consts] if _is_key(v)}
+            found = _first_consumer(body, targets, module)
+            if found is not None:
+                return found
+        outgoing = {v for v in body.outvars[:carry] if _is_key(v) and not is_literal_var(v)}
+        # a carried key handed on unchanged is the incoming one: follow the outgoing variables back
+        return _first_consumer(body, outgoing | _forwarded_inputs(body, outgoing, module), module)
+    except Exception:  # another jaxpr layout: could not tell
+        return None
+
+
+def _consumed_constant(body, consts: int, module) -> bool:
+    try:
+        signature = module.jaxpr_type_signature(body)
+    except Exception:
+        return False
+    return any(np.any(s.mask) for s in signature.sinks if s.idx < consts)
+
+
+def _forwarded_inputs(body, outgoing: set, module) -> set:
+    """Inputs of ``body`` that reach one of ``outgoing`` only through equations that pass a key on."""
+    forwards: dict = {}
+    for eqn in body.eqns:
+        try:
+            signature = module.key_reuse_signature_from_eqn(eqn)
+        except Exception:
+            continue
+        for in_idx, out_idx in signature.forwards:
+            forwards[eqn.outvars[out_idx]] = eqn.invars[in_idx]
+    found = set()
+    for var in outgoing:
+        for _ in range(len(forwards) + 1):
+            if var in forwards:
+                var = forwards[var]
+            else:
+                break
+        if var in body.invars:
+            found.add(var)
+    return found
+
+
+def split_sibling_unused(program, eqn) -> bool | None:
+    """Whether ``eqn`` draws with one key of a ``split`` whose other keys ``program`` never reads
+    (``key, sub = split(key)``; ``normal(key)``; ``sub`` unused): True, False, or None when ``eqn``'s
+    key does not come from a split in ``program``."""
+    keys = [v for v in eqn.invars if _is_key(v) and not is_literal_var(v)]
+    if not keys:
+        return None
+    producer = next((e for e in program.eqns if keys[0] in e.outvars), None)
+    if producer is None or producer.primitive.name != "unstack":
+        return None
+    source = producer.invars[0]
+    if not any(source in e.outvars and e.primitive.name == "random_split" for e in program.eqns):
+        return None
+    siblings = [v for v in producer.outvars if v is not keys[0]]
+    read = {id(v) for e in program.eqns for v in e.invars} | {id(v) for v in program.outvars}
+    return bool(siblings) and all(id(v) not in read for v in siblings)
+
+
+def passes_with_sibling(loop_eqn, program, eqn) -> bool | None:
+    """Try the fix on the traced program: ``eqn`` (in the loop body ``program``) draws with the other key
+    of its split instead, and JAX's key-reuse check of the loop runs again. True: it passes; False: it
+    still reports a reuse; None: it could not be tried (the draw is not directly in the body)."""
+    module = _key_reuse_module()
+    parts = _loop_parts(loop_eqn)
+    if module is None or parts is None or parts[0] is not program:
+        return None
+    keys = [v for v in eqn.invars if _is_key(v) and not is_literal_var(v)]
+    producer = next((e for e in program.eqns if keys and keys[0] in e.outvars), None)
+    if producer is None or producer.primitive.name != "unstack":
+        return None
+    siblings = [v for v in producer.outvars if v is not keys[0]]
+    if len(siblings) != 1:
+        return None
+    import jax  # deferred: importing jaxmagic does not import JAX
+    from jax._src import core  # deferred: as above
+
+    try:
+        sibling = siblings[0]
+        if isinstance(sibling, core.DropVar):  # the unused key has no name yet: give it one
+            sibling = core.Var(sibling.aval)
+            producer_new = producer.replace(outvars=[sibling if v is siblings[0] else v for v in producer.outvars])
+        else:
+            producer_new = producer
+        drawn = eqn.replace(invars=[sibling if v is keys[0] else v for v in eqn.invars])
+        eqns = [producer_new if e is producer else drawn if e is eqn else e for e in program.eqns]
+        body = program.replace(eqns=eqns)
+        key = "jaxpr" if loop_eqn.primitive.name == "scan" else "body_jaxpr"
+        closed = loop_eqn.params[key]
+        new_loop = loop_eqn.replace(params={**loop_eqn.params, key: closed.replace(jaxpr=body)})
+        module.key_reuse_signature_from_eqn(new_loop)
+    except jax.errors.KeyReuseError:
+        return False
+    except Exception:
+        return None
+    return True
+
+
+# -- one key for a whole vmapped batch (keyscomp) ----------------------------------------------
+#
+# Under ``vmap`` a draw whose key is not batched (a key closed over, or passed with in_axes=None)
+# runs once and its numbers are broadcast: every element of the batch gets the same noise. JAX's
+# key-reuse checker says nothing (the key is consumed once). In the traced program it is a draw
+# (a call of a jax.random function, or ``random_bits``) under ``vmap`` whose key is one key.
+
+_MAX_EQUATIONS = 5000
+
+
+def _draws_bits(program, depth: int = 0) -> bool:
+    """Whether the program draws random bits (a split or a fold_in alone draws nothing)."""
+    for eqn in program.eqns:
+        if eqn.primitive.name == "random_bits":
+            return True
+        if depth < 8:
+            for sub in compat.sub_jaxprs(eqn):
+                if _draws_bits(getattr(sub, "jaxpr", sub), depth + 1):
+                    return True
+    return False
+
+
+def shared_key_draws(closed) -> list[tuple]:
+    """Draws under ``vmap`` with a single (unbatched) key in a user's traced program:
+    ``[(draw equation, enclosing equations outermost first)]``, at most one per drawing equation."""
+    program = getattr(closed, "jaxpr", closed)
+    found: list[tuple] = []
+    seen = [0]
+
+    def walk(jaxpr, enclosing: list, under_vmap: bool, depth: int) -> None:
+        for eqn in jaxpr.eqns:
+            seen[0] += 1
+            if seen[0] > _MAX_EQUATIONS or depth > 8:
+                return
+            vmapped = under_vmap or "vmap" in compat.name_stack_text(eqn)
+            keys = [v for v in eqn.invars if _is_key(v) and not is_literal_var(v)]
+            name = eqn.primitive.name
+            subs = compat.sub_jaxprs(eqn)
+            if name == "random_bits" or (keys and subs and name in ("jit", "pjit", "closed_call")):
+                called, filename = compat.called_function(eqn) if subs else ("", "")
+                library = name == "random_bits" or (filename and not is_user_file(filename))
+                if library:
+                    if (
+                        vmapped
+                        and keys
+                        and tuple(keys[0].aval.shape) == ()
+                        and (name == "random_bits" or _draws_bits(getattr(subs[0], "jaxpr", subs[0])))
+                    ):
+                        found.append((eqn, list(enclosing)))
+                    continue
+            for sub in subs:
+                walk(getattr(sub, "jaxpr", sub), [*enclosing, eqn], vmapped, depth + 1)
+
+    try:
+        walk(program, [], False, 0)
+    except Exception:  # another jaxpr layout: nothing found, nothing claimed
+        return []
+    return found

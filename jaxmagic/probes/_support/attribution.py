@@ -264,3 +264,18 @@ def of_numpy(obj) -> Provenance:
             line = source_line(frame.filename, frame.lineno, "")
             return Provenance(made_at=line)
     return Provenance(unknown="no frame of your code allocated it")
+
+
+# -- keyscomp (helper session: random keys and recompilation) -------------------------------
+
+
+def of_source_line(
+    line: SourceLine | None, started: SourceLine | None = None, transforms: Sequence[str] = ()
+) -> Provenance:
+    """Provenance of a value a probe already placed on a user line (a key consumed eagerly, a call
+    that compiled): that line, its function, and the line that started it as context."""
+    if line is None:
+        return Provenance(
+            transforms=list(transforms), started_by=started, unknown="no line of your code was on the stack"
+        )
+    return Provenance(made_at=line, function=line.function, transforms=list(transforms), started_by=started)

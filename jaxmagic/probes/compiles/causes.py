@@ -6,6 +6,7 @@ Each cause comes with its sentence (``_Cause.why``) and the changes that show it
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING
 
 from jaxmagic._jax.compile_log import (
@@ -17,9 +18,10 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.own_settings import is_own_difference
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
-from jaxmagic.report.source import source_line
+from jaxmagic.report.source import is_user_file, source_line
 
 if TYPE_CHECKING:  # the collector imports this module
     from jaxmagic.probes.compiles.collector import FunctionState
@@ -120,6 +122,19 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
         if passed:
             changes = [f"{n}: passed by keyword in one call, positionally in the other" for n in passed]
             return _Cause("passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes)
+        if any("metadata" in d for d in explanation.details):
+            fields = _metadata_cause(summary, state, info)
+            if fields is not None:
+                return fields
+            if any(_same_metadata_text(d) for d in explanation.details):
+                changes = pytree_changes(explanation.details, info.parameter_names)
+                return _Cause(
+                    "pytree_identity",
+                    "An argument's pytree metadata prints the same as at the earlier call but compares unequal: "
+                    "it holds an object compared by identity (which field could not be told from the "
+                    "arguments): " + "; ".join(changes) + ".",
+                    changes,
+                )
         changes = pytree_changes(explanation.details, info.parameter_names)
         return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
     if kind == "context":
@@ -128,6 +143,86 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
             "context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes
         )
     return None
+
+
+_METADATA = re.compile(
+    r"now (?P<now>.*) with pytree metadata (?P<a>.*) and before (?P<before>.*) with pytree metadata (?P<b>.*), so"
+)
+
+
+def _same_metadata_text(detail: str) -> bool:
+    """JAX's "... now X with pytree metadata M and before X with pytree metadata M, so the pytree node
+    metadata does not match": the same text both times, so the metadata differs only by identity."""
+    match = _METADATA.search(detail)
+    return bool(match) and match["now"] == match["before"] and match["a"] == match["b"]
+
+
+def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:
+    """A pytree argument's static field changed: a new object alike the last one (compared by identity),
+    or a new value. Names the field; None when no field of the arguments changed as far as can be seen."""
+    changes = metadata_changes(state.last_metadata, info.metadata)
+    if not changes:
+        return None
+    same = [c for c in changes if c.identity]
+    if same:
+        texts = [_identity_text(c) for c in same[: limits.CHANGES_KEPT]]
+        summary.field_fixes["pytree_identity"] = _identity_fix(same[0], summary.name)
+        return _Cause(
+            "pytree_identity",
+            "A static field of an argument holds a new object at this call, alike the last one but compared "
+            "by identity, so the cache key differs: " + "; ".join(texts) + ".",
+            texts,
+        )
+    texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: limits.CHANGES_KEPT]]
+    first = changes[0]
+    summary.field_fixes["pytree_static"] = (
+        f"`{first.owner}.{first.field}` is a static field: each new value ({first.before} -> {first.now}) compiles "
+        f"`{summary.name}` again. Keep it static only if it changes the program's structure and takes few values; "
+        f"otherwise make `{first.field}` a data field (an array, traced) instead of pytree metadata."
+    )
+    return _Cause("pytree_static", "A static field of an argument changed value: " + "; ".join(texts) + ".", texts)
+
+
+def _identity_text(change: MetaChange) -> str:
+    alike = (
+        f"the same code ({change.same_code.rsplit(' ', 1)[-1]})" if change.same_code else f"the same text {change.now}"
+    )
+    return f"`{change.path}` ({change.owner}.{change.field}) is a new {change.type_name} with {alike}"
+
+
+def _identity_fix(change: MetaChange, function: str) -> str:
+    field = f"`{change.owner}.{change.field}`"
+    if change.type_name in ("PjitFunction", "function", "partial", "method"):
+        what = "jit wrapper" if change.type_name == "PjitFunction" else "function"
+        fix = (
+            f"{field} gets a new {what} each time a `{change.owner}` is built, and a {what} compares by identity, "
+            f"so every new `{change.owner}` compiles `{function}` again. Build it once (outside the loop): make the "
+            f"{what} one time, before the loop or at module level, and pass that same object to every "
+            f"`{change.owner}`; or keep it out of the static fields"
+        )
+        made = _function_made_at(change)
+        if made is not None:
+            fix += f". The {what} is made by `{made.code}` ({made.where}), a new one each time that line runs"
+    else:
+        fix = (
+            f"{field} holds a new {change.type_name} each time, and {change.type_name} has no __eq__/__hash__ of its "
+            f"own, so it compares by identity and every new one compiles `{function}` again. Build it once "
+            f"(outside the loop) and reuse it, or define __eq__ and __hash__ on {change.type_name} over its "
+            f"settings (a frozen dataclass)"
+        )
+    return fix + (f" ({change.check})." if change.check else " (a suggestion: not tried on your code).")
+
+
+def _function_made_at(change: MetaChange):
+    """For a plain function of the user's (a lambda, a nested def) kept in the field: the line that makes it
+    (its definition runs again at every pass); None for anything else."""
+    if change.type_name != "function" or not change.same_code:
+        return None
+    location = change.same_code.rsplit(" ", 1)[0]
+    filename, _, line = location.rpartition(":")
+    if not line.isdigit() or not is_user_file(filename):
+        return None
+    return source_line(filename, int(line), "")
 
 
 def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
@@ -148,6 +243,7 @@ def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
 def _static_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:
     static_changes, identity_changes = _static_changes(state.last_static, info.static_values)
     if identity_changes:
+        _name_identity_fix(summary, state.last_static or {}, info.static_values)
         return _Cause(
             "static_identity",
             f"Static argument {'; '.join(identity_changes)}: each call passes a new object, and jit "
@@ -164,10 +260,36 @@ def _static_cause(summary: FunctionCompiles, state: FunctionState, info: CallInf
     return None
 
 
+def _name_identity_fix(summary: FunctionCompiles, before: dict[str, StaticValue], now: dict[str, StaticValue]) -> None:
+    """The static-argument fix naming the parameter that is a new object at each call, and what it is."""
+    for name, value in now.items():
+        old = before.get(name)
+        if old is None or old.ident == value.ident or not value.by_identity or value.kind == "functions":
+            continue
+        if name not in summary.static_argnames:
+            continue  # only a real parameter of the jitted function is named
+        kind = "function" if value.kind == "function" else value.type_name
+        how = (
+            "define it once (outside the loop, or at module level) and pass that same function"
+            if value.kind == "function"
+            else f"build it once (outside the loop) and pass that same object, or define __eq__ and __hash__ on "
+            f"{value.type_name} over its settings (a frozen dataclass) so equal ones match"
+        )
+        summary.field_fixes["static_identity"] = (
+            f"The static argument `{name}` of `{summary.name}` is a new {kind} at each call, compared by identity: "
+            f"{how}" + (f" ({value.check})." if value.check else " (a suggestion: not tried on your code).")
+        )
+        return
+
+
 def _unexplained_cause(summary, state, explanation, types, info, static: _Cause | None) -> _Cause:
     name = f"`{summary.name}`"
     if static is not None:
         return static
+    if summary.count > 0 and types == state.last_types:
+        fields = _metadata_cause(summary, state, info)
+        if fields is not None:
+            return fields
     if explanation is None and types is not None and state.last_types is not None and types != state.last_types:
         array_parameters = [p for p in info.parameter_names if p not in info.static_argnames]
         changes = _leaf_changes(state.last_types, types, array_parameters)

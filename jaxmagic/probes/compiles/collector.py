@@ -16,6 +16,7 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.own_settings import users_values
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
@@ -33,6 +34,7 @@ class FunctionState:
     signatures: set = dataclasses.field(default_factory=set)
     last_types: list[str] | None = None
     last_static: dict[str, StaticValue] | None = None
+    last_metadata: dict | None = None  # static fields of pytree arguments at the last compilation (MetaValue)
     static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
     explained: int = 0
     detailed: int = 0
@@ -110,8 +112,8 @@ class Collector:
                         read_jit_frame(frame.f_locals, info, is_user_file)
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
-                if found_jit and info.call_site is not None:
-                    break
+                if is_user_file(code.co_filename):
+                    info.started_site = (code.co_filename, frame.f_lineno, code.co_name)  # outermost so far
                 frame = frame.f_back
         finally:
             del frame
@@ -183,6 +185,7 @@ class Collector:
             state.last_types = types
         _record_static(summary, state, info.static_values)
         state.last_static = dict(info.static_values)
+        state.last_metadata = dict(info.metadata)
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
@@ -206,6 +209,12 @@ class Collector:
                     line=line,
                     jax_explanation=explanation.text if explanation else "",
                     log=list(log),
+                    fix=summary.fix_for(cause) if cause not in ("first", "eager") else "",
+                    provenance=attribution.of_source_line(
+                        line,
+                        source_line(*info.started_site) if info.started_site else None,
+                        [f"jit({name})"] if info.kind != "eager" else [],
+                    ),
                 )
             )
 

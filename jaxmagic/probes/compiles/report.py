@@ -13,6 +13,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
 
 CAUSE_TITLES = {
@@ -20,6 +21,8 @@ CAUSE_TITLES = {
     "types": "argument types changed",
     "weak_type": "weakly typed vs typed argument (weak type)",
     "pytree": "argument structure changed",
+    "pytree_identity": "a static field holds a new object each call, compared by identity",
+    "pytree_static": "a static field of an argument changed value",
     "passing": "argument passed by keyword vs positionally",
     "static": "static argument value changed",
     "static_identity": "static argument is a new object each call, hashed by identity",
@@ -54,6 +57,17 @@ FIXES = {
     "pytree": (
         "The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
         "the same structure on every call, e.g. always the same keys, with zeros instead of a missing entry."
+    ),
+    "pytree_identity": (
+        "A static field (pytree metadata) is compared with == as part of the cache key; a jit wrapper, "
+        "a lambda or an object without __eq__/__hash__ compares by identity, so one built anew is a new "
+        "key however alike it looks. Build it once, outside the loop, and keep passing that same object; "
+        "or keep something there that compares by value (define __eq__ and __hash__ on its class)."
+    ),
+    "pytree_static": (
+        "A static field (pytree metadata) is part of the compiled program: every new value compiles "
+        "again. Keep it static only when it changes the program's structure; a value that only feeds "
+        "arithmetic belongs in a data field (a traced array)."
     ),
     "passing": (
         "The same argument was passed by keyword in one call and positionally in another; jit treats "
@@ -110,6 +124,8 @@ class Compilation:
     line: SourceLine | None = None  # the user's line that made the call
     jax_explanation: str = ""  # what jax_explain_cache_misses said
     log: list[str] = dataclasses.field(default_factory=list)
+    fix: str = ""  # the fix for this compilation's cause, naming the argument or field, when there is one
+    provenance: Provenance | None = None  # made_at: the call that compiled; started_by: the cell line
 
 
 @dataclasses.dataclass
@@ -135,6 +151,7 @@ class FunctionCompiles:
     lower_seconds: float = 0.0
     compile_seconds: float = 0.0
     first_line: SourceLine | None = None
+    field_fixes: dict[str, str] = dataclasses.field(default_factory=dict)  # cause -> the fix naming the field
 
     @property
     def jit_name(self) -> str:
@@ -200,6 +217,13 @@ class FunctionCompiles:
         return self.fix_for(self.main_cause)
 
     def fix_for(self, cause: str) -> str:
+        named = self.field_fixes.get(cause, "")
+        if named and cause != "static_identity":
+            return named
+        general = self._general_fix(cause)
+        return f"{named} {general}" if named and general else named or general
+
+    def _general_fix(self, cause: str) -> str:
         if cause in ("static", "static_identity"):
             kinds = [self.static_kinds.get(name, "") for name in self.static_values]
             kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
@@ -430,6 +454,12 @@ class CompileReport(Report):
                         by_fix.setdefault((cause, f.fix_for(cause)), []).append(f"`{f.name}`")
             for (cause, fix), names in by_fix.items():
                 blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {fix}"))
+            for f in recompiled[:3]:
+                again = next((c for c in self.compilations if c.function == f.name and c.cause != "first"), None)
+                if again is not None and again.provenance is not None:
+                    blocks += provenance_blocks(
+                        again.provenance, f"compilation {again.number} of `{f.name}` (the call)"
+                    )
             sections.append(Section("Recompiled", blocks))
 
         listed = self.functions if self.show_all else self.user_functions

@@ -11,6 +11,7 @@ import re
 import types
 
 from jaxmagic._jax import compat
+from jaxmagic.probes.compiles.metadata import MetaValue, identity_check, pytree_metadata
 from jaxmagic.report.source import defining_code
 
 
@@ -26,6 +27,8 @@ class CallInfo:
     static_values: dict[str, StaticValue] = dataclasses.field(default_factory=dict)
     call_site: tuple[str, int, str] | None = None
     wrapper: str = ""  # what jax.jit was given around the user's function: "functools.partial", ...
+    metadata: dict[str, MetaValue] = dataclasses.field(default_factory=dict)  # static fields of pytree arguments
+    started_site: tuple[str, int, str] | None = None  # the outermost user frame: the cell line that started it
 
 
 def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
@@ -57,6 +60,15 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
         if name in kwargs:
             info.static_values[name] = static_value(kwargs[name])
     info.static_argnames = names
+    if info.kind == "user":
+        static_indices = set(getattr(jit_info, "static_argnums", ()) or ())
+        for index, value in enumerate(args):
+            if index not in static_indices:
+                name = params[index] if index < len(params) else f"argument {index}"
+                info.metadata.update(pytree_metadata(name, value))
+        for name, value in kwargs.items():
+            if name not in names:
+                info.metadata.update(pytree_metadata(name, value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +82,7 @@ class StaticValue:
     by_identity: bool  # its hash and == are (or contain) object identity: functions, plain objects
     kind: str  # "number", "function", "functions" (a tuple of them), "object", "value"
     look: int = 0  # hash of the whole repr without addresses: equal-looking objects share it
+    check: str = ""  # tried on the value: "checked: a copy of it compares unequal to it, ..."
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -92,7 +105,9 @@ def static_value(value) -> StaticValue:
     except Exception:
         hashed = None
     by_identity = _hashed_by_identity(value)
-    return StaticValue(text, hashed, id(value), type_name, by_identity, _static_kind(value, by_identity), look)
+    kind = _static_kind(value, by_identity)
+    check = identity_check(value, kind in ("function", "object"))
+    return StaticValue(text, hashed, id(value), type_name, by_identity, kind, look, check)
 
 
 def _hashed_by_identity(value, depth: int = 0) -> bool:

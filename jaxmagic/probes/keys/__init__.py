@@ -42,7 +42,16 @@ Modules: ``probe`` (``keys()``), ``reuse`` (explaining a ``KeyReuseError``),
 from jaxmagic.probes.keys.draws import MAX_DRAW_LINES
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES
 from jaxmagic.probes.keys.probe import CONFIG_NAMES, keys
-from jaxmagic.probes.keys.report import FIX, LEGACY_NOTE, KeyFlow, KeyReport, KeyReuse, LegacyKeyUse, RepeatedDraw
+from jaxmagic.probes.keys.report import (
+    FIX,
+    LEGACY_NOTE,
+    KeyFlow,
+    KeyReport,
+    KeyReuse,
+    LegacyKeyUse,
+    RepeatedDraw,
+    SharedKeyDraw,
+)
 from jaxmagic.probes.keys.reuse import explain_key_reuse
 
 __all__ = [
@@ -56,6 +65,7 @@ __all__ = [
     "KeyReuse",
     "LegacyKeyUse",
     "RepeatedDraw",
+    "SharedKeyDraw",
     "explain_key_reuse",
     "keys",
 ]

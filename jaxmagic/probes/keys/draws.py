@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
 from jaxmagic.probes.keys.report import KeyReport, LegacyKeyUse, RepeatedDraw
@@ -78,7 +79,10 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
             with lock:
                 use = uses.get(where)
                 if use is None:
-                    use = uses[where] = LegacyKeyUse(name, line_of(user))
+                    line = line_of(user)
+                    use = uses[where] = LegacyKeyUse(
+                        name, line, provenance=attribution.of_source_line(line, attribution.started_by(user))
+                    )
                     report.legacy.append(use)
                 use.count += 1
         if name in _NOT_DRAWING or user is None:
@@ -93,7 +97,12 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
             if entry is None:
                 if len(draws) >= MAX_DRAW_LINES:
                     return
-                entry = draws[where] = (RepeatedDraw(name, line_of(user), legacy=legacy), {})
+                line = line_of(user)
+                started = attribution.started_by(user)
+                entry = draws[where] = (
+                    RepeatedDraw(name, line, legacy=legacy, provenance=attribution.of_source_line(line, started)),
+                    {},
+                )
                 report.draws.append(entry[0])
             draw, seen = entry
             draw.calls += 1

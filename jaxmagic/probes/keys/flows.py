@@ -7,9 +7,11 @@ import threading
 
 import numpy as np
 
-from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax import compat, jit_calls, prng_checks
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan_watch import user_frame
-from jaxmagic.probes.keys.report import KeyFlow, KeyReport
+from jaxmagic.probes.keys.fixes import shared_key_fix
+from jaxmagic.probes.keys.report import KeyFlow, KeyReport, SharedKeyDraw
 from jaxmagic.probes.keys.reuse import argument_name, function_is_users
 from jaxmagic.report.source import line_of
 
@@ -24,11 +26,14 @@ class KeyWatch(jit_calls.CallObserver):
         self.flows: dict[tuple[str, int], KeyFlow] = {}
         self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
         self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
+        self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
+        self.shared: dict[tuple, SharedKeyDraw] = {}  # (function, file, line, api) -> finding
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
         if not is_jit or not function_is_users(params):
             return
+        self._shared_draws(name, params)
         legacy = self._legacy_arguments(params)
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
@@ -40,8 +45,14 @@ class KeyWatch(jit_calls.CallObserver):
                 flow = self.flows.get(key)
                 if flow is None:
                     argument = argument_name(params, index) or f"argument {index}"
+                    caller = user_frame()
+                    line = line_of(caller)
                     flow = self.flows[key] = KeyFlow(
-                        name, argument, first_call=line_of(user_frame()), legacy=index in legacy
+                        name,
+                        argument,
+                        first_call=line,
+                        legacy=index in legacy,
+                        provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
                     )
                     self.report.flows.append(flow)
                     self.seen[key] = {}
@@ -52,6 +63,36 @@ class KeyWatch(jit_calls.CallObserver):
                 elif len(seen) < MAX_FLOW_VALUES:
                     seen[fingerprint] = [shown, 1]
                 flow.distinct = len(seen)
+
+    def _shared_draws(self, name: str, params) -> None:
+        """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return
+        known = self.shared_seen.get(id(jaxpr))
+        if known is not None and known[0] is jaxpr:  # type: ignore[index]
+            for finding in known[1]:  # type: ignore[index]
+                finding.calls += 1
+            return
+        found = []
+        caller = user_frame()
+        started = attribution.started_by(caller) if caller is not None else None
+        for eqn, enclosing in prng_checks.shared_key_draws(jaxpr):
+            provenance = attribution.of_equation(eqn, enclosing, started)
+            provenance.transforms = [f"jit({name})", *provenance.transforms]
+            line = provenance.made_at
+            api = provenance.library_function or "jax.random"
+            spot = (name, line.filename if line else "", line.lineno if line else 0, api)
+            finding = self.shared.get(spot)
+            if finding is None:
+                key, fix = shared_key_fix(line, api)
+                finding = self.shared[spot] = SharedKeyDraw(name, api, line, key, fix, 0, provenance)
+                self.report.shared.append(finding)
+            finding.calls += 1
+            found.append(finding)
+        if len(self.shared_seen) < 1000:
+            self.shared_seen[id(jaxpr)] = (jaxpr, found)
 
     def _legacy_arguments(self, params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
@@ -73,6 +114,7 @@ class KeyWatch(jit_calls.CallObserver):
     def finish(self) -> None:
         """Fill in each flow's most repeated key (rendered once, at the end)."""
         self.legacy_arguments.clear()
+        self.shared_seen.clear()
         for key, flow in self.flows.items():
             seen = self.seen.get(key)
             if seen:

@@ -7,6 +7,7 @@ import dataclasses
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
 
 FIX = (
@@ -34,6 +35,10 @@ class KeyReuse:
     reused_at: SourceLine | None = None
     first_used_at: SourceLine | None = None
     count: int = 1  # record mode: how many times this same reuse happened
+    loop_call: SourceLine | None = None  # the lax.fori_loop/scan/while_loop call whose body reuses the key
+    loop: str = ""  # "scan body", "while loop": the loop primitive JAX checked
+    fix: str = ""  # the fix that applies to this code; FIX (the general one) when no specific one was found
+    provenance: Provenance | None = None  # made_at: the line that draws with the reused key
 
     @property
     def same_line(self) -> bool:
@@ -51,6 +56,13 @@ class KeyReuse:
             if self.index is not None
             else ""
         )
+        if self.loop_call is not None:
+            inside = f" in the loop body `{self.function}`" if self.function else " in the loop body"
+            return (
+                f"{what}{inside} draws with a key that the loop uses again at its next pass "
+                f"(the loop at line {self.loop_call.lineno}): every pass draws from the same random stream, so the "
+                "passes get correlated (identical, for the same shape) random numbers."
+            )
         if self.where == "trace":
             inside = f" inside `{self.function}`" if self.function else ""
             return (
@@ -84,6 +96,7 @@ class KeyFlow:
     repeated_key: str = ""  # the data of the key seen most often, e.g. "[1797259609 2579123966]"
     repeated_times: int = 0
     legacy: bool = False  # a raw uint32 key (jax.random.PRNGKey), found as the program wraps it into a key
+    provenance: Provenance | None = None  # made_at: the first call that passed the key; transforms: jit(function)
 
     @property
     def repeated(self) -> bool:
@@ -101,6 +114,7 @@ class RepeatedDraw:
     distinct: int = 0  # distinct (key data, other arguments)
     repeated_key: str = ""
     repeated_times: int = 0
+    provenance: Provenance | None = None  # made_at: the drawing line; started_by: the cell line
 
     @property
     def repeated(self) -> bool:
@@ -117,10 +131,33 @@ class RepeatedDraw:
 
 
 @dataclasses.dataclass
+class SharedKeyDraw:
+    """A draw under ``vmap`` with one key for the whole batch: every element gets the same random numbers."""
+
+    function: str  # the jitted function of yours whose program has it: "noisy"
+    api: str  # "jax.random.normal"
+    line: SourceLine | None = None
+    key: str = ""  # the key's name on that line, as written ("key"); "" when it could not be read
+    fix: str = ""
+    calls: int = 0
+    provenance: Provenance | None = None  # made_at: the draw; function; jit(noisy) > vmap; started_by
+
+    @property
+    def text(self) -> str:
+        where = f" at {self.line.where}" if self.line else ""
+        with_key = f" with `{self.key}`" if self.key else ""
+        return (
+            f"`{self.api}`{where} draws{with_key}, one key for the whole vmapped batch "
+            f"({self.provenance.path if self.provenance else 'vmap'}): every element gets the same random numbers"
+        )
+
+
+@dataclasses.dataclass
 class LegacyKeyUse:
     api: str  # the jax.random function given a raw key: "normal"
     line: SourceLine | None = None
     count: int = 0
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass
@@ -133,6 +170,7 @@ class KeyReport(Report):
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
+    shared: list[SharedKeyDraw] = dataclasses.field(default_factory=list)  # one key for a whole vmapped batch
     recorded: bool = False  # reuse was recorded, not raised
     calls_checked: bool = True  # False: only traced functions were checked, not each call
     followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
@@ -158,7 +196,7 @@ class KeyReport(Report):
 
     @property
     def status(self) -> Status:
-        if self.reuse or self.repeated_flows or self.repeated_draws:
+        if self.reuse or self.repeated_flows or self.repeated_draws or self.shared:
             return Status.PROBLEM
         return Status.ERROR if self.other_error else Status.OK
 
@@ -180,6 +218,8 @@ class KeyReport(Report):
             )
         for d in self.repeated_draws[:2]:
             parts.append(d.text + ": the same random numbers each time.")
+        for shared in self.shared[:2]:
+            parts.append(shared.text + ".")
         if self.legacy and not parts:
             n = sum(u.count for u in self.legacy)
             parts.append(
@@ -209,24 +249,40 @@ class KeyReport(Report):
             if r.count > 1:
                 facts.append(("times", str(r.count)))
             blocks = [Facts(facts), Paragraph(r.explanation)]
-            lines = []
-            if r.first_used_at:
-                lines.append(r.first_used_at)
-            if r.reused_at and not r.same_line:
-                lines.append(r.reused_at)
-            if lines:
-                caption = (
-                    "First consumed here, then again on the same line:"
-                    if r.same_line
-                    else "First consumed, then used again:"
-                    if len(lines) > 1
-                    else "Used here:"
-                )
-                blocks.append(SourceLines(lines, caption))
-            elif r.reused_at:
-                blocks.append(SourceLines([r.reused_at], "Used again here:"))
-            blocks.append(Paragraph(FIX))
+            if r.provenance is not None and r.loop_call is not None:
+                blocks += provenance_blocks(r.provenance, "the draw with the reused key")
+                blocks.append(SourceLines([r.loop_call], "In the body of the loop:"))
+            else:
+                lines = []
+                if r.first_used_at:
+                    lines.append(r.first_used_at)
+                if r.reused_at and not r.same_line:
+                    lines.append(r.reused_at)
+                if lines:
+                    caption = (
+                        "First consumed here, then again on the same line:"
+                        if r.same_line
+                        else "First consumed, then used again:"
+                        if len(lines) > 1
+                        else "Used here:"
+                    )
+                    blocks.append(SourceLines(lines, caption))
+                elif r.reused_at:
+                    blocks.append(SourceLines([r.reused_at], "Used again here:"))
+                if r.provenance is not None:
+                    blocks += [
+                        b
+                        for b in provenance_blocks(r.provenance, "the reused key's use")
+                        if not isinstance(b, SourceLines) or b.lines != [r.reused_at]
+                    ]
+            blocks.append(Paragraph(r.fix or FIX))
             sections.append(Section("Key reused", blocks))
+        for shared in self.shared[:4]:
+            blocks = [Paragraph(shared.text + ".")]
+            if shared.provenance is not None:
+                blocks += provenance_blocks(shared.provenance, "the draw")
+            blocks.append(Paragraph(shared.fix))
+            sections.append(Section("One key for a whole batch", blocks))
         if self.flows:
             rows = [
                 [
@@ -249,6 +305,9 @@ class KeyReport(Report):
                         "a key (jax.random functions do so with a raw key)."
                     )
                 )
+            first = next((f for f in self.repeated_flows if f.provenance is not None), None)
+            if first is not None and first.provenance is not None:
+                blocks += provenance_blocks(first.provenance, f"the first call of `{first.function}` with that key")
             if self.repeated_flows:
                 blocks.append(
                     Paragraph(
@@ -277,6 +336,9 @@ class KeyReport(Report):
                 for d in shown[:12]
             ]
             blocks = [Table(["function", "key", "calls", "distinct", "repeated key", "your line"], rows)]
+            first_draw = next((d for d in self.repeated_draws if d.provenance is not None), None)
+            if first_draw is not None and first_draw.provenance is not None:
+                blocks += provenance_blocks(first_draw.provenance, "the same random numbers again")
             if self.repeated_draws:
                 blocks.append(
                     Paragraph(

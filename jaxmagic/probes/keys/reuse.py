@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 import sys
 
-from jaxmagic.probes.keys.report import KeyReuse
+from jaxmagic._jax import prng_checks
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes.keys.fixes import same_key_draws_fix, split_off_fix
+from jaxmagic.probes.keys.report import FIX, KeyReuse
+from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import first_library_function, is_user_file, user_lines, user_lines_of_stack
 from jaxmagic.report.wording import message_of
 
@@ -41,10 +45,105 @@ def explain_key_reuse(
         called = first_library_function(cause.__traceback__)  # "uniform": what that line called
         if called and reuse.consumer in ("jit", "pjit", "closed_call", ""):
             reuse.consumer = f"jax.random.{called}" if _is_random_api(called) else called
+    started = attribution.started_by(sys._getframe(1))
+    equations = prng_checks.reuse_equations(error)
+    # the jitted function JAX checked; none when JAX traced the program itself around an eager loop
+    traced = function if prng_checks.checked_program_is_users(error) is not False else ""
+    if equations and _in_loop_body(equations[-1], message):
+        _explain_loop(reuse, equations, message, started, traced)
     if reuse.reused_at is None:
         lines = user_lines(error.__traceback__, below_jaxmagic=False) or user_lines_of_stack(sys._getframe(1))
         reuse.reused_at = lines[-1] if lines else None
+    if reuse.provenance is None:
+        reuse.provenance = _provenance(reuse, equations, started)
+    if not reuse.fix:
+        reuse.fix = _fix(reuse)
     return reuse
+
+
+def _in_loop_body(eqn, message: str) -> bool:
+    return eqn.primitive.name in ("scan", "while") and "when repeatedly executed" in message
+
+
+def _jit_prefix(function: str, transforms: list[str]) -> list[str]:
+    """The traced function's own ``jit(f)`` first: JAX checks the program inside it, not the call."""
+    if function and not (transforms and transforms[0].startswith("jit")):
+        return [f"jit({function})", *transforms]
+    return transforms
+
+
+def _explain_loop(reuse: KeyReuse, equations: list, message: str, started, traced: str) -> None:
+    """A key reused from one pass of a loop to the next: the line in the body that draws with it."""
+    loop_eqn = equations[-1]
+    reuse.where = "trace"
+    reuse.loop = "scan body" if loop_eqn.primitive.name == "scan" else "while loop"  # as attribution names them
+    loop = attribution.of_equation(loop_eqn, equations[:-1], started)
+    reuse.loop_call = loop.made_at
+    if reuse.loop_call is None:  # an eager loop: JAX traced it itself, and the loop call is on the stack
+        lines = user_lines_of_stack(sys._getframe(2))
+        reuse.loop_call = lines[-1] if lines else None
+    found = prng_checks.loop_reuse_culprit(loop_eqn, message)
+    if found is None:
+        reuse.provenance = Provenance(
+            made_at=None,
+            function=loop.function,
+            transforms=_jit_prefix(traced, loop.transforms),
+            started_by=started,
+            unknown="JAX names only the loop, and the draw inside its body that consumes the reused key "
+            "could not be found in the traced program",
+        )
+        reuse.reused_at = loop.made_at
+        return
+    culprit, calls, program = found
+    provenance = attribution.of_equation(culprit, [*equations, *calls], started)
+    provenance.transforms = _jit_prefix(traced, provenance.transforms)
+    reuse.provenance = provenance
+    reuse.reused_at = provenance.made_at
+    reuse.function = provenance.function
+    if provenance.library_function:
+        reuse.consumer = provenance.library_function
+    reuse.index = None
+    fix = split_off_fix(provenance.made_at)
+    if fix is not None:
+        tried = prng_checks.passes_with_sibling(loop_eqn, program, culprit)
+        if tried:
+            checked = f"checked: with `{fix.split_off}` in that draw, JAX's key-reuse check of the traced loop passes"
+        elif prng_checks.split_sibling_unused(program, culprit):
+            checked = f"checked: in the traced loop body the key split off as `{fix.split_off}` is never used"
+        else:
+            checked = f"checked against your source only: `{fix.split_off}` is never read in `{provenance.function}`"
+        reuse.fix = f"{fix.text} ({checked})."
+    else:
+        reuse.fix = (
+            "Carry a fresh key through the loop: split the carried key at every pass, "
+            "`key, sub = jax.random.split(key)`, draw with `sub` and return `key` in the carry; or derive "
+            "one key per pass with `jax.random.fold_in(key, i)` from the loop index."
+        )
+
+
+def _provenance(reuse: KeyReuse, equations: list, started) -> Provenance:
+    """Where the reused key was drawn with: the equation JAX's check was at, else the line of the use."""
+    if reuse.where == "trace" and equations:
+        provenance = attribution.of_equation(equations[-1], equations[:-1], started)
+        provenance.transforms = _jit_prefix(reuse.function, provenance.transforms)
+        if provenance.made_at is not None:
+            return provenance
+    return attribution.of_source_line(
+        reuse.reused_at, started, _jit_prefix(reuse.function, []) if reuse.where == "trace" else []
+    )
+
+
+def _fix(reuse: KeyReuse) -> str:
+    """The fix for this code: draw with the key split off for it, when that is the shape; else the general one."""
+    for line in (reuse.first_used_at, reuse.reused_at):
+        fix = split_off_fix(line)
+        if fix is not None:
+            return f"{fix.text} (a suggestion, checked against your source: `{fix.split_off}` is never read in `{line.function}`)."
+    if reuse.where == "trace" and reuse.consumer.startswith("jax.random."):
+        draws = same_key_draws_fix(reuse.reused_at, reuse.consumer)
+        if draws is not None:
+            return draws.text + "."
+    return FIX
 
 
 def _is_random_api(name: str) -> bool:
