@@ -199,3 +199,46 @@ def test_a_script_on_two_processes_gathers_on_process_0_through_the_key_value_st
     assert all(p.returncode == 0 for p in procs), outs
     assert "MERGED [1] NaN on 1 of 2 processes only" in outs[0], outs[0]
     assert "MERGED None" in outs[1]
+
+
+RAGGED = """%%px
+%%jax_compiles -o rep_c
+@jax.jit
+def step(w, x):
+    return w - 0.01 * (x.T @ (x @ w))
+w = jnp.ones(3)
+rows = 10 if jax.process_index() == 3 else 16   # the last process's shard is ragged
+for start in range(0, rows, 8):
+    w = step(w, jnp.ones((min(8, rows - start), 3)))
+"""
+
+
+def test_four_engines_under_px_name_the_one_process_that_runs_another_program(ip):
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    started = ipp.Cluster(n=4, engines="local", controller_ip="127.0.0.1", log_level=40)
+    client = started.start_and_connect_sync()
+    try:
+        client.wait_for_engines(4, timeout=120)
+        view = client[:]
+        view.execute("%load_ext jaxmagic\nimport jax, jax.numpy as jnp", block=True)
+        port = _free_port()
+        joins = [
+            client[i].execute(
+                f"jax.distributed.initialize('127.0.0.1:{port}', num_processes=4, process_id={i})", block=False
+            )
+            for i in client.ids
+        ]
+        for join in joins:
+            join.get(timeout=120)
+        view.activate()  # %%px in this shell runs the cell on every engine
+        ip.user_ns["dv"] = view
+        ip.run_cell(RAGGED)
+        ip.run_line_magic("jax_gather", "rep_c -o merged")
+        data = ip.user_ns["merged"].to_dict()
+        divergence = [f for f in data["findings"] if f["area"] == "divergence"]
+        assert [p["process"] for p in data["processes"]] == [0, 1, 2, 3]
+        assert divergence and divergence[0]["function"] == "step" and divergence[0]["processes"] == [3], data
+        assert "collective" in divergence[0]["fix"]
+    finally:
+        client.close()
+        started.stop_cluster_sync()
