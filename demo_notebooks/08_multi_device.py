@@ -369,6 +369,91 @@ assert float(value) == float(np.arange(16.0).sum()) == 120.0 and replicas_consis
 del value
 
 # %% [markdown]
+# ## 8.4 Beyond one process: ipyparallel engines of a `jax.distributed` job, one merged report
+#
+# A job that outgrows one machine runs one process per host, joined by `jax.distributed.initialize`.
+# From a notebook such a job is driven with **ipyparallel**: an engine per process, and `%%px` runs a
+# cell on all of them. The bugs that hurt there are per process - a NaN from one host's data shard, one
+# process compiling another program (a ragged last batch) so the collectives wait for ever, memory
+# growing on one host, the same dropout key on every host. Run a magic on every engine with `%%px`,
+# binding its report (`-o rep`), then `%jax_gather rep` in the notebook merges them: a row per process
+# and the differences as findings. (`pip install jaxmagic[parallel]` brings ipyparallel.)
+#
+# Here: two local engines on loopback, each a `jax.distributed` CPU process.
+
+# %%
+import os
+import socket
+import ipyparallel as ipp
+
+os.environ["JAX_PLATFORMS"] = "cpu"  # the engines inherit it: this machine has no accelerator
+cluster = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
+rc = cluster.start_and_connect_sync()
+rc.wait_for_engines(2, timeout=120)
+dv = rc[:]
+dv.block = True  # %%px waits for the engines and shows what they display
+dv.activate()  # %%px now runs a cell on both engines
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+dv.execute("%load_ext jaxmagic\nimport numpy as np, jax, jax.numpy as jnp", block=True)
+joined = [rc[i].execute(f"jax.distributed.initialize('127.0.0.1:{port}', 2, {i})", block=False) for i in rc.ids]
+[j.get(timeout=120) for j in joined]
+print(dv.apply_sync(lambda: (__import__("jax").process_index(), __import__("jax").process_count())))
+
+# %% [markdown]
+# A small data-parallel training script, run under `%%jax_doctor` on every process. Each process loads
+# its own shard; process 1's holds one bad sample and is 4 rows short (its last batch is ragged), only
+# process 0 keeps a list of arrays, and both seed their dropout keys with `PRNGKey(0)`.
+
+# %%
+# %%px
+# %%jax_doctor -o rep
+def loss_fn(w, x, y):
+    h = jnp.sqrt(x) @ w               # a negative input gives NaN
+    return jnp.mean((h - y) ** 2)
+
+@jax.jit
+def train_step(w, x, y, dropout_key):
+    keep = jax.random.bernoulli(dropout_key, 0.9, x.shape)
+    loss, g = jax.value_and_grad(loss_fn)(w, x * keep, y)
+    return w - 0.1 * g, loss
+
+me = jax.process_index()
+data = np.random.default_rng(me).uniform(0.1, 1.0, size=(44 if me == 1 else 48, 4)).astype(np.float32)
+if me == 1:
+    data[9, 0] = -1.0                 # one bad sample in process 1's shard
+key = jax.random.PRNGKey(0)           # the same seed on every process
+w, history = jnp.ones(4), []
+for start in range(0, len(data), 8):
+    key, dropout_key = jax.random.split(key)
+    batch = jnp.asarray(data[start:start + 8])
+    w, loss = train_step(w, batch, batch.sum(axis=1), dropout_key)
+    if me == 0:
+        history.extend(jnp.zeros(3) + i for i in range(4))
+
+# %%
+# %jax_gather rep -o merged
+
+# %%
+found = {f.area: f for f in merged.findings}
+assert [p.process for p in merged.processes] == [0, 1]
+assert found["NaN"].processes == [1] and "jnp.sqrt(x) @ w" in found["NaN"].line   # the line, on process 1 only
+assert found["divergence"].function == "train_step"     # process 1 compiled a second program: collectives hang
+assert found["memory"].processes == [0]                 # only process 0 piles arrays up
+assert found["random keys"].processes == [0, 1]         # the same dropout keys everywhere: fold_in the index
+print(sorted(found))
+
+# %% [markdown]
+# The same merge without a notebook: a script launched on every host calls `jaxmagic.gather(report)`;
+# the reports travel through jax.distributed's key-value store (no collective, so a process that hangs
+# cannot hang the others - it is named after the timeout) and process 0 gets the merged report.
+
+# %%
+rc.close()
+cluster.stop_cluster_sync()
+
+# %% [markdown]
 # ## Final check: nothing left switched on
 #
 # `%jax_devices` set `jax_num_cpu_devices` before the snapshot at the top was taken; nothing after it

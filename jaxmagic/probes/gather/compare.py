@@ -50,7 +50,7 @@ def _where(line: Dict | None) -> str:
     if not line:
         return ""
     place = f"{line.get('label') or line.get('filename')}, line {line.get('lineno')}"
-    code = line.get("code", "")
+    code = " ".join(str(line.get("code", "")).split())
     return f"{place}: {code}" if code else place
 
 
@@ -62,11 +62,13 @@ def nan_of(report: Dict) -> Dict | None:
             origin = (nans.get("origin_lines") or [None])[-1] or producer.get("line")
             path = nans.get("call_path") or []
             line = origin or (path[-1] if path else None)
+            made_by = nans.get("primitive") or producer.get("primitive") or ""
             return {
                 "function": (line or {}).get("function", ""),
                 "line": _where(line),
                 "call": nans.get("call_number") or None,
-                "summary": nans.get("summary", ""),
+                # a report nested in the doctor's carries its fields, not its summary
+                "summary": nans.get("summary") or (f"NaN made by `{made_by}`" if made_by else "NaN"),
             }
     sighting = report.get("nan_sighting")
     if isinstance(sighting, dict):
@@ -160,7 +162,7 @@ def _nan_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     some = bool(without)
     functions = sorted({nan["function"] for _e, nan in with_nan if nan["function"]})
     details = [
-        f"{e.name}: {nan['summary']}" + (f" (call {nan['call']})" if nan.get("call") else "") for e, nan in with_nan
+        f"{e.name}: {nan['summary']}" + (f" in call {nan['call']}" if nan.get("call") else "") for e, nan in with_nan
     ]
     lines = sorted({nan["line"] for _e, nan in with_nan if nan["line"]})
     return [
@@ -235,8 +237,9 @@ def _odd_ones_out(seen: list) -> list[ProcessEntry]:
     """The processes whose value differs from the most common one (all of them when there is no majority)."""
     keys = [repr(f) for _e, f in seen]
     common = max(set(keys), key=keys.count)
-    odd = [e for (e, _f), key in zip(seen, keys) if key != common]
-    return odd or [e for e, _f in seen]
+    if keys.count(common) * 2 <= len(keys):  # no majority (two processes that differ): name them all
+        return [e for e, _f in seen]
+    return [e for (e, _f), key in zip(seen, keys) if key != common]
 
 
 def _memory_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
@@ -259,20 +262,22 @@ def _key_sameness(entries: list[ProcessEntry]) -> list[GatherFinding]:
     if len(entries) < 2:
         return []
     per_process = [key_data(e.report) for e in entries]
-    findings = []
-    for site in sorted(set.intersection(*(set(keys) for keys in per_process))):
-        values = {keys[site] for keys in per_process}
-        if len(values) == 1:
-            findings.append(
-                GatherFinding(
-                    area="random keys",
-                    processes=[e.process for e in entries],
-                    function=site,
-                    details=[f"key data {next(iter(values))} on every process"],
-                    summary=f"The same random key on every process for {site}",
-                    fix="Every process drew the same numbers (the same dropout mask, the same shuffle). Where each "
-                    "process should draw its own, fold the process index in: "
-                    "`key = jax.random.fold_in(key, jax.process_index())`.",
-                )
-            )
-    return findings
+    same = [
+        site
+        for site in sorted(set.intersection(*(set(keys) for keys in per_process)))
+        if len({keys[site] for keys in per_process}) == 1
+    ]
+    if not same:
+        return []
+    return [
+        GatherFinding(
+            area="random keys",
+            processes=[e.process for e in entries],
+            function=", ".join(same),
+            details=[f"{site}: key data {per_process[0][site]} on every process" for site in same],
+            summary=f"The same random keys on every process ({len(same)} place(s))",
+            fix="Every process drew the same numbers (the same dropout mask, the same shuffle). Where each "
+            "process should draw its own, fold the process index in: "
+            "`key = jax.random.fold_in(key, jax.process_index())`.",
+        )
+    ]

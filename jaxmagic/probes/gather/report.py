@@ -83,13 +83,10 @@ class GatherReport(Report):
             ]
             blocks: list = [Table(["area", "processes", "function", "what differs"], rows)]
             for finding in self.findings:
-                text = "; ".join(finding.details)
-                if finding.line:
-                    text = f"{finding.line}. {text}" if text else finding.line
-                if finding.fix:
-                    text = f"{text} {finding.fix}" if text else finding.fix
+                per_process = "; ".join(finding.details)
+                text = " ".join(part for part in (f"{per_process}." if per_process else "", finding.fix) if part)
                 if text:
-                    blocks.append(Paragraph(f"{finding.area} ({finding.summary.split(':')[0]}): {text}"))
+                    blocks.append(Paragraph(f"{finding.area.capitalize()}: {text}"))
             sections.append(Section("Differences between processes", blocks))
         rows = [
             [_process_text(e.process), "" if e.engine is None else str(e.engine), e.host, e.status, e.headline]
