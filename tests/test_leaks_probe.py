@@ -285,3 +285,85 @@ def test_traced_functions_are_told_by_where_they_are_defined():
         jax.jit(_private_step)(jnp.ones(2))
         jax.eval_shape(_private_step, jnp.ones(3))
     assert report.traced == ["_private_step"]
+
+
+# -- issue 23: nested transformations name the innermost function, the path and the storing line --
+
+
+def test_leak_from_grad_inside_jit_names_the_loss_the_path_and_the_storing_line():
+    # Shaped like the "save an intermediate for logging" leaks of jax-ml/jax#3086 / #7556, written the
+    # way training steps are: jax.grad of a loss inside a jitted step.
+    activations = []
+
+    def loss_fn(w, x):
+        h = jnp.tanh(w * x)
+        activations.append(h)
+        return jnp.sum(h**2)
+
+    @jax.jit
+    def train_step(w, x):
+        g = jax.grad(loss_fn)(w, x)
+        return w - 0.1 * g
+
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"activations": activations}) as report:
+            train_step(jnp.ones(3), jnp.ones(3))
+    data = report.to_dict()
+    first = data["leaked"][0]
+    assert first["function"] == "loss_fn" and first["held_by"] == ["activations[0]"]
+    provenance = first["provenance"]
+    assert provenance["function"] == "loss_fn"
+    assert provenance["transforms"] == ["jit(train_step)", "grad"]
+    assert provenance["made_at"]["code"] == "h = jnp.tanh(w * x)"
+    assert provenance["started_by"]["code"] == "train_step(jnp.ones(3), jnp.ones(3))"
+    assert first["stored_at"]["code"] == "activations.append(h)"
+    assert "`loss_fn` (traced for jit(train_step) > grad)" in data["summary"]
+    text = str(report)
+    assert text.index("h = jnp.tanh(w * x)") < text.index("activations.append(h)")
+
+
+def test_leak_of_a_vmap_input_names_the_function_given_to_vmap_not_module():
+    # jax-ml/jax#13022: a closure over vmap's input kept in an attribute's dict; JAX says the tracer
+    # "was created on line ... (<module>)" - the vmap call, not the function that leaked it.
+    class Holder:
+        def __init__(self):
+            self.dct = {}
+
+    a = Holder()
+
+    def sketch(x):
+        a.dct["hi"] = [lambda: x]
+        return x
+
+    with pytest.raises(Exception, match="Leaked trace BatchTrace"):
+        with probes.leaks(namespace={"a": a}) as report:
+            jax.vmap(sketch)(jnp.arange(3))
+    first = report.to_dict()["leaked"][0]
+    assert first["function"] == "sketch"
+    assert first["provenance"]["function"] == "sketch" and first["provenance"]["transforms"] == ["vmap"]
+    # the leaked value is vmap's input: no line inside sketch made it, and the report says so
+    assert first["provenance"]["made_at"] is None and "input" in first["provenance"]["unknown"]
+    assert first["provenance"]["started_by"]["code"] == "jax.vmap(sketch)(jnp.arange(3))"
+    assert first["stored_at"]["code"] == 'a.dct["hi"] = [lambda: x]'
+    assert "<module>" not in report.summary and report.summary.startswith("Tracer leaked from `sketch`")
+
+
+def test_leak_from_a_method_under_grad_names_the_method_and_the_attribute_store():
+    # Flax/Haiku-style: a module object keeps an intermediate as an attribute during jax.grad.
+    class Encoder:
+        def __call__(self, params, x):
+            hidden = jnp.tanh(params * x)
+            self.last_hidden = hidden
+            return jnp.sum(hidden)
+
+    enc = Encoder()
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"enc": enc}) as report:
+            jax.grad(enc)(jnp.ones(2), jnp.ones(2))
+    first = report.to_dict()["leaked"][0]
+    assert first["held_by"] == ["enc.last_hidden"]
+    assert first["provenance"]["function"] == "Encoder.__call__" and first["provenance"]["transforms"] == ["grad"]
+    # grad without jit computes eagerly: JAX records no line for the value, and the report says so
+    assert first["provenance"]["made_at"] is None and "recorded no line" in first["provenance"]["unknown"]
+    assert first["stored_at"]["code"] == "self.last_hidden = hidden"
+    assert "Could not tell which line made the leaked value" in str(report)

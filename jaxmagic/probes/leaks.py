@@ -32,11 +32,14 @@ from typing import Any
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
+from jaxmagic._jax.transform_stack import Transformation, leak_error_stacks, of_traceback, unfiltered_traceback
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.holder_search import find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import defining_code, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, message_of
 
@@ -66,6 +69,8 @@ class LeakedTracer:
     held_by: list[str] = dataclasses.field(default_factory=list)  # your names for where it is stored
     kept_alive_by: int | None = None  # number of another leaked tracer whose computation refers to it
     jax_chain: list[str] = dataclasses.field(default_factory=list)  # JAX's reference chain, ids removed
+    stored_at: SourceLine | None = None  # the one line of the traced function that stores into the holder
+    provenance: Provenance | None = None  # made at, innermost function, transformations, started by
 
     @property
     def where(self) -> str:
@@ -87,6 +92,8 @@ class UnexpectedTracer:
     used_at: SourceLine | None = None  # your line that used it (raised the error)
     created_at: SourceLine | None = None  # your line that computed it, inside the traced function
     held_by: list[str] = dataclasses.field(default_factory=list)
+    stored_at: SourceLine | None = None  # the one line of the function that made it storing into the holder
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass
@@ -138,6 +145,8 @@ class LeakReport(Report):
         if self.leaked:
             first = self.primary[0] if self.primary else self.leaked[0]
             how = first.transformation or "a transformation"
+            if first.provenance is not None and len(first.provenance.transforms) > 1:
+                how = first.provenance.path  # "jit(step) > grad"
             fn = (
                 f"`{first.function}` (traced for {how})"
                 if first.function
@@ -148,7 +157,8 @@ class LeakReport(Report):
             where = f"`{first.held_by[0]}` holds {tracer}" if first.held_by else f"{tracer} is still referenced"
             more = len(self.leaked) - 1
             extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
-            return f"Tracer leaked from {fn}: {where}{extra}."
+            started = f"; the trace was started at {_place(self.call_path[-1])}" if first.function and self.call_path else ""
+            return f"Tracer leaked from {fn}: {where}{started}{extra}."
         if self.unexpected:
             u = self.unexpected
             held = f"; `{u.held_by[0]}` holds it" if u.held_by else ""
@@ -179,7 +189,13 @@ class LeakReport(Report):
                 Section("Leaked tracers", [Table(["#", "value", "held by", "traced function", "what it is"], rows)])
             )
             lines = [t.created_at for t in self.primary if t.created_at]
-            if lines:
+            first = self.primary[0] if self.primary else self.leaked[0]
+            if first.provenance is not None:
+                blocks = provenance_blocks(first.provenance, f"the leaked value (tracer {first.number})")
+                if first.stored_at is not None:
+                    blocks.insert(1, SourceLines([first.stored_at], f"The line that stored it in `{first.where}`:"))
+                sections.append(Section("Where it was made", blocks))
+                lines = []
                 sections.append(
                     Section(
                         "Your line",
@@ -229,6 +245,10 @@ class LeakReport(Report):
                         "Leaked there",
                         [SourceLines([u.created_at], "It was computed here, while that function was being traced:")],
                     )
+                )
+            if u.stored_at is not None:
+                sections.append(
+                    Section("Stored there", [SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:")])
                 )
             sections.append(
                 Section(
@@ -400,6 +420,7 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
             preserved_jax_state(CONFIG_NAMES),
             _trace_names(report),
             fresh_traces(retrace_token) as how,
+            leak_error_stacks() as stacks,
             jax.checking_leaks(),
         ):
             report.retrace_method, report.retrace_note = how.method, how.description
@@ -407,7 +428,7 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
     except Exception as error:
         try:
             if text.is_leak_message(message_of(error)):
-                _explain_leak(report, error, namespace)
+                _explain_leak(report, error, namespace, stacks[-1] if stacks else None)
             elif isinstance(error, jax.errors.UnexpectedTracerError):
                 report.unexpected = explain_unexpected_tracer(error, namespace)
                 report.jax_message = message_of(error).strip()
@@ -446,8 +467,16 @@ def explain_leak(error: BaseException, namespace: dict | None = None) -> LeakRep
     return report
 
 
-def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | None) -> None:
+def _explain_leak(
+    report: LeakReport, error: BaseException, namespace: dict | None, stack: list[Transformation] | None = None
+) -> None:
+    """Fill ``report`` from a leak error. ``stack``: the transformations on the stack when JAX raised it
+    (recorded by the probe); without it they are read from the traceback when JAX kept its frames."""
     message = message_of(error)
+    if stack is None:
+        stack = of_traceback(unfiltered_traceback(error))
+    innermost = stack[-1] if stack else None
+    labels = [t.label for t in stack]
     report.trace_kind = text.leak_trace_kind(message)
     report.jax_message = text.without_ids(message.strip())
     report.call_path = user_lines(error.__traceback__)
@@ -464,19 +493,40 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
     created_lines = {
         k: line for k, line in created_lines.items() if line is not None and (line.filename, line.lineno) not in started
     }
-    named = [b.context.function for b in blocks if b.context.function not in ("", "<unknown>")]
+    # A "created on line" in the <module> of a cell (vmap's input, made at the vmap call) names no traced function.
+    on_path = {(line.filename, line.lineno) for line in report.call_path}
+    named = [
+        b.context.function
+        for b in blocks
+        if b.context.function not in ("", "<unknown>", "<module>") and (b.context.file, b.context.line) not in on_path
+    ]
     named += [line.function for line in created_lines.values()]
+    started = report.call_path[0] if report.call_path else None
     for i, block in enumerate(blocks):
         context = block.context
         created = created_lines.get(block.tracer_id)
         function = context.function
-        if function in ("", "<unknown>") and named:
-            function = named[0]
+        from_message = function not in ("", "<unknown>", "<module>") and (context.file, context.line) not in on_path
+        if not from_message:
+            function = innermost.function if innermost is not None else named[0] if named else ""
         via = block.held_through_tracer(ids)
         held_by = [h.path for h in found.get(block.tracer_id, [])]
         if not held_by and via is None:
             fallback = _path_from_chain(block.chain)
             held_by = [fallback] if fallback else []
+        if block.tracer_id in tracers:
+            provenance = attribution.of_tracer(tracers[block.tracer_id], labels, started, report.call_path)
+        else:
+            provenance = Provenance(
+                transforms=labels,
+                started_by=started,
+                unknown="the tracer was not found in your variables, so its recorded line could not be read",
+            )
+        if created is not None and provenance.made_at is None:
+            provenance = dataclasses.replace(provenance, made_at=created, unknown="")
+        created = created or provenance.made_at
+        provenance.function = function if innermost is not None or not provenance.function else provenance.function
+        stored = _stored_at(held_by[0], innermost, provenance) if held_by else None
         report.leaked.append(
             LeakedTracer(
                 number=i + 1,
@@ -493,9 +543,23 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
                     text.without_ids(f"<{link.child_type} {link.child_id}> is referred to by {link.holder}")
                     for link in block.chain
                 ],
+                stored_at=stored,
+                provenance=provenance,
             )
         )
     del tracers
+
+
+def _stored_at(holder: str, traced: Transformation | None, provenance: Provenance) -> SourceLine | None:
+    """The one line of the traced function (or of the function that made the value) storing into ``holder``."""
+    if traced is not None and traced.defined_at is not None:
+        where = traced.defined_at
+        return attribution.stored_line(holder, where.filename, where.lineno, traced.function)
+    made = provenance.made_at
+    if made is None:
+        return None
+    start = attribution.enclosing_function_start(made.filename, made.lineno)
+    return attribution.stored_line(holder, made.filename, start, made.function) if start else None
 
 
 def _path_from_chain(chain: list[text.ChainLink]) -> str:
