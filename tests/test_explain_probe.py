@@ -311,3 +311,109 @@ def test_fix_for_a_value_derived_inside_the_jitted_function_does_not_guess_an_ar
     assert not any("static_argnames=('scale'" in use for use in uses)
     assert any(use.endswith("static_argnames=(...))") for use in uses)
     assert any("could not tell which argument" in f.when for f in report.fixes)
+
+
+# -- issue 23: where the value was made, fixes that apply (tried where cheap), leaks in disguise ----
+
+
+def custom_ones(arr):
+    count = jnp.add(arr.size, 1)
+    return jnp.ones((count,))
+
+
+def test_a_size_computed_by_jax_numpy_is_blamed_on_the_line_that_made_it():
+    # jax-ml/jax#4449 "Operations on static inputs/shapes yield concretization errors": jnp.add on
+    # arr.size makes a tracer; `arr.size + 1` works.
+    report = probes.explain(raised(lambda: jax.jit(custom_ones)(jnp.ones(3))))
+    data = report.to_dict()
+    assert data["error_kind"] == "shape"
+    provenance = data["provenance"]
+    assert provenance["made_at"]["code"] == "count = jnp.add(arr.size, 1)"
+    assert provenance["function"] == "custom_ones" and provenance["transforms"] == ["jit(custom_ones)"]
+    assert data["your_lines"][-1]["code"] == "return jnp.ones((count,))"  # the use, kept as context
+    # no static_argnames for `count`: it is no parameter of custom_ones
+    assert not any("static_argnames" in fix["use"] for fix in data["fixes"])
+    first = data["fixes"][0]
+    assert first["use"] == "arr.size + 1" and "jnp.add(arr.size, 1)" in first["when"]
+    assert first["checked"].startswith("suggestion")
+    assert "it was made by `count = jnp.add(arr.size, 1)`" in data["summary"]
+    text = str(report)
+    assert text.index("count = jnp.add(arr.size, 1)") < text.index("return jnp.ones((count,))")
+
+
+def padded_length(x, pad):
+    n = jnp.multiply(x.shape[0], pad)
+    return jnp.zeros(n)
+
+
+def test_a_product_of_static_values_gets_the_python_expression_and_no_argument_invented():
+    report = probes.explain(raised(lambda: jax.jit(padded_length, static_argnames="pad")(jnp.ones(3), 2)))
+    data = report.to_dict()
+    assert data["provenance"]["made_at"]["code"] == "n = jnp.multiply(x.shape[0], pad)"
+    assert data["fixes"][0]["use"] == "x.shape[0] * pad"
+    assert not any("static_argnames=('n',)" in fix["use"] for fix in data["fixes"])
+
+
+def test_a_static_argnames_fix_for_a_real_parameter_is_tried_on_the_function():
+    report = probes.explain(raised(lambda: jax.jit(count_up)(3)))
+    fix = report.to_dict()["fixes"][0]
+    assert fix["use"] == "jax.jit(count_up, static_argnames=('n',))"
+    assert fix["checked"] == "checked: tracing `count_up` with `n` static succeeds with this call's arguments"
+
+
+def test_a_static_argnames_fix_that_fails_for_this_call_says_so():
+    # an array for the "static" argument: making it static cannot work (arrays are not hashable)
+    report = probes.explain(raised(lambda: jax.jit(make_zeros)(jnp.array(3))))
+    static = [f for f in report.to_dict()["fixes"] if "static_argnames" in f["use"]]
+    assert static and static[0]["checked"].startswith("checked: still fails")
+    assert "static_argnames" not in report.fixes[0].use  # a fix known to fail is not offered first
+
+
+class Encoder:
+    """A Haiku/Flax-style module that caches an activation on itself while jitted."""
+
+    def __init__(self):
+        self.cache = None
+
+    def __call__(self, x):
+        h = jnp.tanh(x)
+        self.cache = h
+        return h.sum()
+
+
+def test_a_tracer_reaching_device_put_is_explained_as_the_leak_it_is():
+    enc = Encoder()
+    jax.jit(enc)(jnp.ones(3))
+    error = raised(lambda: jax.device_put(enc.cache))
+    assert not isinstance(error, jax.errors.UnexpectedTracerError)  # JAX 0.12 says "not a valid JAX type"
+    assert "is not a valid JAX type" in str(error)
+    report = probes.explain(error, namespace={"enc": enc})
+    data = report.to_dict()
+    assert data["error_kind"] == "leak" and data["error_type"] == type(error).__name__
+    assert data["held_by"] == ["enc.cache"]
+    assert data["traced_function"] == "Encoder.__call__"
+    assert data["stored_at"]["code"] == "self.cache = h"
+    assert data["provenance"]["made_at"]["code"] == "h = jnp.tanh(x)"
+    assert data["provenance"]["transforms"] == ["jit(Encoder.__call__)"]
+    assert "`enc.cache` still holds it" in data["summary"]
+
+
+def test_a_kept_tracer_given_to_numpy_is_a_leak_not_a_numpy_call_inside_jit():
+    enc = Encoder()
+    jax.jit(enc)(jnp.ones(2))
+    error = raised(lambda: np.asarray(enc.cache))
+    assert isinstance(error, jax.errors.TracerArrayConversionError)
+    data = probes.explain(error, namespace={"enc": enc}).to_dict()
+    assert data["error_kind"] == "leak" and data["disguised_as"] == "array"
+    assert data["held_by"] == ["enc.cache"] and data["stored_at"]["code"] == "self.cache = h"
+    assert not any("jnp.sin" in fix["use"] for fix in data["fixes"])
+    # the same error inside jit stays a NumPy-inside-jit error
+    assert probes.explain(raised(lambda: jax.jit(np_inside)(jnp.ones(3)))).error_kind == "array"
+
+
+def test_an_error_the_explainer_does_not_know_still_gets_a_report_saying_why():
+    assert probes.explain_any(raised(lambda: int("x"))) is None
+    report = probes.explain_or_say_why(raised(lambda: int("x")))
+    data = report.to_dict()
+    assert data["kind"] == "jax_explain" and data["status"] == "error" and data["error_type"] == "ValueError"
+    assert "not a tracer error" in data["reason"] and data["summary"].startswith("jaxmagic could not explain")

@@ -55,6 +55,7 @@ class Transformation:
     function: str  # "loss", "Model.__call__" (the part of the qualified name the user wrote)
     defined_at: SourceLine | None  # where that function is defined
     called_from: SourceLine | None  # the user's line that applied the transformation
+    parameters: tuple[str, ...] = ()  # the function's parameter names, as its code declares them
 
     @property
     def label(self) -> str:
@@ -115,8 +116,63 @@ def transformations(frames: list[tuple[FrameType, int]]) -> list[Transformation]
             continue  # grad_f, then value_and_grad_f and vjp for the same function: one grad
         seen_codes.append(fcode)
         defined = source_line(fcode.co_filename, fcode.co_firstlineno, function)
-        found.append(Transformation(name, function, defined, caller))
+        found.append(Transformation(name, function, defined, caller, _parameters(fcode)))
     return found
+
+
+def _parameters(code) -> tuple[str, ...]:
+    count = code.co_argcount + code.co_kwonlyargcount
+    names = code.co_varnames[:count]
+    return tuple(n for n in names if n != "self")
+
+
+def stack_at_raise(error: BaseException) -> list[tuple[FrameType, int]]:
+    """The whole stack where ``error`` was raised, outermost first: the innermost frame of its
+    traceback and every frame it was called from. A frame keeps its caller after it finished, so
+    this holds JAX's frames even when JAX filtered them out of the traceback."""
+    tb = error.__traceback__
+    lines: dict[int, int] = {}
+    innermost = None
+    while tb is not None:
+        lines[id(tb.tb_frame)] = tb.tb_lineno
+        innermost = tb.tb_frame
+        tb = tb.tb_next
+    frames = []
+    frame = innermost
+    while frame is not None:
+        frames.append((frame, lines.get(id(frame), frame.f_lineno)))
+        frame = frame.f_back
+    del frame, innermost
+    return frames[::-1]
+
+
+def jit_call(frames: list[tuple[FrameType, int]], function: str):
+    """``(fun, args, kwargs)`` of the jitted call of the user's ``function`` among ``frames`` (jit's
+    ``cache_miss`` keeps them), or None. The caller must not keep them past its check."""
+    for frame, _ in frames:
+        code = frame.f_code
+        if code.co_name != "cache_miss" or not _is_jax_file(code.co_filename):
+            continue
+        try:
+            fun, args, kwargs = (frame.f_locals.get(k) for k in ("fun", "args", "kwargs"))
+        except Exception:
+            continue
+        user = _user_function(fun)
+        if user is not None and user[0] == function and isinstance(args, tuple) and isinstance(kwargs, dict):
+            return fun, args, kwargs
+    return None
+
+
+def traced_for(tracer) -> tuple[str, str]:
+    """(transformation, function) of the trace that made ``tracer``, from the debug info jit keeps on
+    its trace (``("jit", "step")``); a name JAX does not know (a callable object) is ""."""
+    trace = getattr(made_by(tracer), "_trace", None)
+    info = getattr(getattr(trace, "frame", None), "debug_info", None)
+    if info is None:
+        return "", ""
+    how = str(getattr(info, "traced_for", "") or "")
+    name = str(getattr(info, "func_name", "") or "")
+    return how, "" if name.startswith("<unknown") else name.rsplit("<locals>.", 1)[-1]
 
 
 def of_traceback(tb: TracebackType | None) -> list[Transformation]:

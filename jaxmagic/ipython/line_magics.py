@@ -234,14 +234,9 @@ class LineMagics(MagicRunner):
             error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
             if error is None:
                 raise UsageError("There is no last exception to explain; pass one: %jax_explain err")
-        report = probes.explain_any(error, namespace=self.user_ns)
-        kind = type(error).__name__
+        # An error it cannot explain still gets a report (saying why), so `-o` works on every error.
+        report = probes.explain_or_say_why(error, namespace=self.user_ns)
         del error
-        if report is None:
-            raise UsageError(
-                f"%jax_explain explains tracer errors (TracerBoolConversionError, ConcretizationTypeError, "
-                f"UnexpectedTracerError, ...); {'this' if word else 'the last'} exception is a {kind}."
-            )
         self._publish(report, args)
 
     @magic_arguments()

@@ -19,7 +19,7 @@ from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compi
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
-from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
+from jaxmagic.probes.explain import TracerErrorReport, UnexplainedErrorReport, explain, explain_any, explain_or_say_why
 from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
 from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
@@ -60,7 +60,9 @@ __all__ = [
     # tracer errors and leaks (section 4)
     "explain",
     "explain_any",
+    "explain_or_say_why",
     "TracerErrorReport",
+    "UnexplainedErrorReport",
     "leaks",
     "LeakReport",
     # compilation and speed (section 5)

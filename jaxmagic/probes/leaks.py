@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +36,7 @@ from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic._jax.transform_stack import Transformation, leak_error_stacks, of_traceback, unfiltered_traceback
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.probes._support.holder_search import find_held, user_roots
+from jaxmagic.probes._support.holder_search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
@@ -157,7 +158,9 @@ class LeakReport(Report):
             where = f"`{first.held_by[0]}` holds {tracer}" if first.held_by else f"{tracer} is still referenced"
             more = len(self.leaked) - 1
             extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
-            started = f"; the trace was started at {_place(self.call_path[-1])}" if first.function and self.call_path else ""
+            started = (
+                f"; the trace was started at {_place(self.call_path[-1])}" if first.function and self.call_path else ""
+            )
             return f"Tracer leaked from {fn}: {where}{started}{extra}."
         if self.unexpected:
             u = self.unexpected
@@ -248,7 +251,9 @@ class LeakReport(Report):
                 )
             if u.stored_at is not None:
                 sections.append(
-                    Section("Stored there", [SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:")])
+                    Section(
+                        "Stored there", [SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:")]
+                    )
                 )
             sections.append(
                 Section(
@@ -600,6 +605,14 @@ def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> U
     function = facts.function
     if function in ("", "<unknown>") and facts.created_function:
         function = facts.created_function
+    how = facts.transformation
+    provenance = Provenance(
+        made_at=created,
+        function=function,
+        transforms=[f"{how}({function})" if how == "jit" and function else how] if how else [],
+        unknown="" if created is not None else "JAX's message names no line of yours that made the value",
+    )
+    paths = [h.path for h in held]
     return UnexpectedTracer(
         aval=facts.aval,
         tracer_type=facts.tracer_type,
@@ -607,5 +620,86 @@ def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> U
         transformation=facts.transformation,
         used_at=lines[-1] if lines else None,
         created_at=created,
-        held_by=[h.path for h in held],
+        held_by=paths,
+        stored_at=_stored_at(paths[0], None, provenance) if paths else None,
+        provenance=provenance,
     )
+
+
+def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> UnexpectedTracer | None:
+    """A tracer kept past its trace that reached an operation raising another kind of error (JAX 0.12:
+    ``jax.device_put`` says "Argument of type <class '...DynamicJaxprTracer'> is not a valid JAX type";
+    ``np.asarray`` raises TracerArrayConversionError). Told by the tracer it carries - a tracer in the
+    exception's arguments, bound on the failing line, or named in the message - at a line that no
+    transformation was tracing (so its trace had ended). None when that is not the case."""
+    from jaxmagic._jax.transform_stack import stack_at_raise, traced_for, transformations
+
+    frames = stack_at_raise(error)
+    tb, failing, lineno = error.__traceback__, None, 0
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            failing, lineno = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    if failing is None:
+        del frames
+        return None
+    upto = (
+        [entry for entry in frames[: [f for f, _ in frames].index(failing) + 1]]
+        if any(f is failing for f, _ in frames)
+        else []
+    )
+    inside = transformations(upto)
+    del frames, upto
+    if inside:  # the failing line ran while a transformation traced it: a tracer there is no leak
+        del failing
+        return None
+    code = source_line(failing.f_code.co_filename, lineno, failing.f_code.co_name)
+    candidates: dict[int, Any] = {}
+    for value in error.args:
+        if _is_tracer(value):
+            candidates[id(value)] = value
+    scopes = (failing.f_locals, failing.f_globals)
+    roots = []
+    for name in text.names_in(code.code):
+        scope = next((scope for scope in scopes if name in scope), None)
+        if scope is not None and not isinstance(scope[name], types.ModuleType):
+            roots.append((name, scope[name], KIND_NAME))
+    del failing, scopes
+
+    def is_target(value):
+        if _is_tracer(value):
+            candidates[id(value)] = value
+            return True
+        return False
+
+    on_line = find_held(roots, is_target, max_depth=4) if roots else {}
+    del roots
+    mentioned = text.mentioned_tracer(message_of(error))
+    if not candidates and not mentioned:
+        return None
+    in_namespace, _ = _find_tracers(namespace) if namespace and candidates else ({}, {})
+    tracer = next(iter(candidates.values()), None)
+    facts = UnexpectedTracer(tracer_type=mentioned, used_at=code)
+    if tracer is not None:
+        facts.aval, facts.tracer_type = _aval(tracer), type(tracer).__name__
+        paths = [h.path for h in in_namespace.get(id(tracer), [])] + [h.path for h in on_line.get(id(tracer), [])]
+        facts.held_by = list(dict.fromkeys(paths))
+        how, function = traced_for(tracer)
+        how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
+        provenance = attribution.of_tracer(tracer, (), started=None)
+        function = function or provenance.function
+        facts.function, facts.transformation = function, how
+        if how:
+            provenance.transforms = [f"{how}({function})" if how == "jit" and function else how]
+        provenance.function = function
+        facts.created_at = provenance.made_at
+        facts.provenance = provenance
+        if facts.held_by:
+            facts.stored_at = _stored_at(facts.held_by[0], None, provenance)
+    else:
+        facts.provenance = Provenance(
+            unknown=f"the {mentioned} the message names was not found on your line or in the error's arguments"
+        )
+    candidates.clear()
+    del tracer, in_namespace
+    return facts

@@ -253,3 +253,34 @@ def leak_blocks(message: str) -> list[LeakBlock]:
 def without_ids(text: str) -> str:
     """JAX's "<list 4665787840>" references as "<list>": ids mean nothing to a reader."""
     return _OBJECT_REF.sub(lambda m: f"<{m['type']}>", text)
+
+
+def names_in(code: str) -> list[str]:
+    """The names (not keywords) on a line of Python, in order, each once."""
+    import io
+    import keyword
+    import tokenize
+
+    names: list[str] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline):
+            if token.type == tokenize.NAME and not keyword.iskeyword(token.string) and token.string not in names:
+                names.append(token.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return names
+
+
+# "Argument of type <class '...DynamicJaxprTracer'> is not a valid JAX type", "JitTracer(float32[3])"
+_TRACER_MENTION = re.compile(r"\b(?P<tracer>[A-Z]\w*Tracer)\b")
+
+
+_JAX_TRACERS = set(TRANSFORMATION_OF_TRACER) | {"Tracer", "LinearizeTracer", "JVPTracer", "EvalTracer"}
+
+
+def mentioned_tracer(message: str) -> str:
+    """The JAX tracer class a message names (``DynamicJaxprTracer``, ``JitTracer(float32[3])``), "" if none."""
+    for match in _TRACER_MENTION.finditer(message):
+        if match["tracer"] in _JAX_TRACERS:
+            return match["tracer"]
+    return ""
