@@ -21,13 +21,15 @@ x and limit"), from the traceback (your line) and from that frame's variables
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import keyword
 import linecache
+import re
 import sys
 
-from jaxmagic._jax.transform_stack import Transformation, stack_at_raise, transformations
+from jaxmagic._jax.transform_stack import Transformation, jit_call, stack_at_raise, transformations
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.report_base import Report
@@ -725,8 +727,6 @@ _PYTHON = {
 
 def _jnp_call(node) -> str:
     """ "add" for a call of ``jnp.add`` / ``jax.numpy.add``, else ""."""
-    import ast
-
     func = getattr(node, "func", None)
     if not isinstance(func, ast.Attribute):
         return ""
@@ -741,8 +741,6 @@ def _jnp_call(node) -> str:
 def static_expression(code: str) -> tuple[str, str] | None:
     """(the jax.numpy call on a line, the Python/NumPy expression computing the same from static values):
     ``n = jnp.add(x.size, 1)`` -> ("jnp.add(x.size, 1)", "x.size + 1"); None when the line has no such call."""
-    import ast
-
     source = code.strip()
     try:
         tree = ast.parse(source)
@@ -767,8 +765,6 @@ def static_expression(code: str) -> tuple[str, str] | None:
 
 def _static_names(use: str) -> list[str]:
     """The names of a ``static_argnames=('n',)`` fix; [] for none or a pattern ``(...)``."""
-    import re
-
     match = re.search(r"static_argnames=\(([^)]*)\)", use)
     if match is None:
         return []
@@ -811,14 +807,12 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
 
 def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list) -> Fix:
     """Trace the user's jitted function again with ``names`` static and the same arguments (no compile)."""
-    from jaxmagic._jax.transform_stack import jit_call
-
     call = jit_call(frames, jitted.function)
     if call is None:
         return dataclasses.replace(fix, checked="suggestion: not tried (the call's arguments were not found)")
     shown = ", ".join(f"`{n}`" for n in names)
     try:
-        import jax  # deferred: only once a tracer error is explained
+        import jax  # deferred: JAX is imported only once a tracer error is explained
 
         fun, args, kwargs = call
         jax.jit(fun, static_argnames=tuple(names)).trace(*args, **kwargs)

@@ -33,8 +33,16 @@ from typing import Any
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
-from jaxmagic._jax.transform_stack import Transformation, leak_error_stacks, of_traceback, unfiltered_traceback
-from jaxmagic.probes._support import attribution
+from jaxmagic._jax.transform_stack import (
+    Transformation,
+    leak_error_stacks,
+    of_traceback,
+    stack_at_raise,
+    traced_for,
+    transformations,
+    unfiltered_traceback,
+)
+from jaxmagic.probes._support import tracer_origin
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.holder_search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
@@ -520,7 +528,7 @@ def _explain_leak(
             fallback = _path_from_chain(block.chain)
             held_by = [fallback] if fallback else []
         if block.tracer_id in tracers:
-            provenance = attribution.of_tracer(tracers[block.tracer_id], labels, started, report.call_path)
+            provenance = tracer_origin.of_tracer(tracers[block.tracer_id], labels, started, report.call_path)
         else:
             provenance = Provenance(
                 transforms=labels,
@@ -559,12 +567,12 @@ def _stored_at(holder: str, traced: Transformation | None, provenance: Provenanc
     """The one line of the traced function (or of the function that made the value) storing into ``holder``."""
     if traced is not None and traced.defined_at is not None:
         where = traced.defined_at
-        return attribution.stored_line(holder, where.filename, where.lineno, traced.function)
+        return tracer_origin.stored_line(holder, where.filename, where.lineno, traced.function)
     made = provenance.made_at
     if made is None:
         return None
-    start = attribution.enclosing_function_start(made.filename, made.lineno)
-    return attribution.stored_line(holder, made.filename, start, made.function) if start else None
+    start = tracer_origin.enclosing_function_start(made.filename, made.lineno)
+    return tracer_origin.stored_line(holder, made.filename, start, made.function) if start else None
 
 
 def _path_from_chain(chain: list[text.ChainLink]) -> str:
@@ -632,8 +640,6 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     ``np.asarray`` raises TracerArrayConversionError). Told by the tracer it carries - a tracer in the
     exception's arguments, bound on the failing line, or named in the message - at a line that no
     transformation was tracing (so its trace had ended). None when that is not the case."""
-    from jaxmagic._jax.transform_stack import stack_at_raise, traced_for, transformations
-
     frames = stack_at_raise(error)
     tb, failing, lineno = error.__traceback__, None, 0
     while tb is not None:
@@ -686,7 +692,7 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
         facts.held_by = list(dict.fromkeys(paths))
         how, function = traced_for(tracer)
         how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
-        provenance = attribution.of_tracer(tracer, (), started=None)
+        provenance = tracer_origin.of_tracer(tracer, (), started=None)
         function = function or provenance.function
         facts.function, facts.transformation = function, how
         if how:

@@ -13,7 +13,10 @@ the tests in tests/test_tracer_text.py pin the exact texts of JAX 0.12.
 from __future__ import annotations
 
 import dataclasses
+import io
+import keyword
 import re
+import tokenize
 
 _TRACING = re.compile(
     r"The error occurred while tracing the function (?P<function>\S+)"
@@ -257,10 +260,6 @@ def without_ids(text: str) -> str:
 
 def names_in(code: str) -> list[str]:
     """The names (not keywords) on a line of Python, in order, each once."""
-    import io
-    import keyword
-    import tokenize
-
     names: list[str] = []
     try:
         for token in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline):
