@@ -417,3 +417,26 @@ def test_an_error_the_explainer_does_not_know_still_gets_a_report_saying_why():
     data = report.to_dict()
     assert data["kind"] == "jax_explain" and data["status"] == "error" and data["error_type"] == "ValueError"
     assert "not a tracer error" in data["reason"] and data["summary"].startswith("jaxmagic could not explain")
+
+
+def test_a_leak_caught_by_checking_leaks_without_the_magic_names_the_loss_under_jit():
+    # leak checking switched on by the user (jax.checking_leaks), explained afterwards: the path is
+    # read from the frames the error was raised in, though JAX filtered its frames out of the traceback
+    logged = []
+
+    def loss_fn(w, x):
+        h = jnp.tanh(w * x)
+        logged.append(h)
+        return jnp.sum(h**2)
+
+    @jax.jit
+    def train_step(w, x):
+        return w - 0.1 * jax.grad(loss_fn)(w, x)
+
+    with jax.checking_leaks():
+        error = raised(lambda: train_step(jnp.ones(3), jnp.ones(3)))
+    first = probes.explain_any(error, {"logged": logged}).to_dict()["leaked"][0]
+    assert first["function"] == "loss_fn" and first["held_by"] == ["logged[0]"]
+    assert first["provenance"]["transforms"] == ["jit(train_step)", "grad"]
+    assert first["provenance"]["made_at"]["code"] == "h = jnp.tanh(w * x)"
+    assert first["stored_at"]["code"] == "logged.append(h)"

@@ -339,7 +339,7 @@ def test_leak_of_a_vmap_input_names_the_function_given_to_vmap_not_module():
         with probes.leaks(namespace={"a": a}) as report:
             jax.vmap(sketch)(jnp.arange(3))
     first = report.to_dict()["leaked"][0]
-    assert first["function"] == "sketch"
+    assert first["function"] == "sketch" and first["function_line"]["code"] == "def sketch(x):"
     assert first["provenance"]["function"] == "sketch" and first["provenance"]["transforms"] == ["vmap"]
     # the leaked value is vmap's input: no line inside sketch made it, and the report says so
     assert first["provenance"]["made_at"] is None and "input" in first["provenance"]["unknown"]

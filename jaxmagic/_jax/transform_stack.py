@@ -132,11 +132,15 @@ def stack_at_raise(error: BaseException) -> list[tuple[FrameType, int]]:
     this holds JAX's frames even when JAX filtered them out of the traceback."""
     tb = error.__traceback__
     lines: dict[int, int] = {}
-    innermost = None
+    in_tb = []
     while tb is not None:
         lines[id(tb.tb_frame)] = tb.tb_lineno
-        innermost = tb.tb_frame
+        in_tb.append(tb.tb_frame)
         tb = tb.tb_next
+    # A finished generator's frame (a context manager's) has lost its caller: start from the
+    # innermost frame that kept one.
+    innermost = next((f for f in reversed(in_tb) if f.f_back is not None), in_tb[0] if in_tb else None)
+    del in_tb
     frames = []
     frame = innermost
     while frame is not None:

@@ -206,7 +206,8 @@ class LeakReport(Report):
                 if first.stored_at is not None:
                     blocks.insert(1, SourceLines([first.stored_at], f"The line that stored it in `{first.where}`:"))
                 sections.append(Section("Where it was made", blocks))
-                lines = []
+                lines = [line for line in lines if line != first.created_at]
+            if lines:
                 sections.append(
                     Section(
                         "Your line",
@@ -487,7 +488,7 @@ def _explain_leak(
     (recorded by the probe); without it they are read from the traceback when JAX kept its frames."""
     message = message_of(error)
     if stack is None:
-        stack = of_traceback(unfiltered_traceback(error))
+        stack = transformations(stack_at_raise(error)) or of_traceback(unfiltered_traceback(error))
     innermost = stack[-1] if stack else None
     labels = [t.label for t in stack]
     report.trace_kind = text.leak_trace_kind(message)
@@ -547,7 +548,11 @@ def _explain_leak(
                 aval=block.aval,
                 function=function,
                 transformation=context.transformation or text.TRANSFORMATION_OF_TRACER.get(block.tracer_type, ""),
-                function_line=source_line(context.file, context.line, context.function) if context.file else None,
+                function_line=innermost.defined_at
+                if innermost is not None and innermost.function == function
+                else source_line(context.file, context.line, context.function)
+                if context.file and from_message
+                else None,
                 created_at=created,
                 depends_on=context.depends_on,
                 held_by=held_by,
