@@ -367,3 +367,40 @@ def test_leak_from_a_method_under_grad_names_the_method_and_the_attribute_store(
     assert first["provenance"]["made_at"] is None and "recorded no line" in first["provenance"]["unknown"]
     assert first["stored_at"]["code"] == "self.last_hidden = hidden"
     assert "Could not tell which line made the leaked value" in str(report)
+
+
+def test_a_tracer_used_later_names_where_it_was_made_and_stored_before_the_use():
+    # Equinox/Flax-style: a model keeps its last activation; a later cell sums it (UnexpectedTracerError)
+    class Mlp:
+        def __call__(self, x):
+            act = jnp.maximum(x, 0.0)
+            self.last_act = act
+            return act.sum()
+
+    mlp = Mlp()
+    jax.jit(mlp)(jnp.ones(3))
+    report, error = run_leak({"mlp": mlp}, lambda: jnp.sum(mlp.last_act))
+    assert isinstance(error, jax.errors.UnexpectedTracerError)
+    u = report.to_dict()["unexpected"]
+    assert u["held_by"] == ["mlp.last_act"] and u["stored_at"]["code"] == "self.last_act = act"
+    assert u["provenance"]["made_at"]["code"] == "act = jnp.maximum(x, 0.0)"
+    assert u["provenance"]["transforms"] == ["jit(Mlp.__call__)"]
+    text = str(report)
+    assert text.index("act = jnp.maximum(x, 0.0)") < text.index("jnp.sum(mlp.last_act)")
+
+
+def test_tracers_left_from_before_carry_where_they_were_made_and_stored():
+    history = {}
+
+    def record(x):
+        y = x * 3
+        history["y"] = y
+        return y
+
+    jax.jit(record)(jnp.ones(2))
+    with probes.leaks(namespace={"history": history}) as report:
+        pass
+    [held] = report.to_dict()["held"]
+    assert held["path"] == "history['y']" and held["stored_at"]["code"] == 'history["y"] = y'
+    assert held["provenance"]["made_at"]["code"] == "y = x * 3"
+    assert held["provenance"]["transforms"] == ["jit(record)"]

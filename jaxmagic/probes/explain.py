@@ -156,7 +156,10 @@ KINDS: dict[str, ErrorKind] = {
             'plain TypeError ("Shapes must be 1D sequences of concrete values").',
             (
                 Fix("static_argnames=('{arg}',)", "the shape argument is a setting: make it static"),
-                Fix("x.shape[0], x.ndim, len(x)", "derive sizes from shapes, which are static, not from values"),
+                Fix(
+                    "<array>.shape[0], <array>.ndim, len(<array>)",
+                    "derive sizes from the shapes of your arrays, which are static, not from values",
+                ),
             ),
         ),
         ErrorKind(
@@ -398,7 +401,10 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     """
     kind_key = classify(error)
     kept = None
-    if kind_key not in ("leak", "key_reuse"):
+    carries_tracer = bool(text.mentioned_tracer(message_of(error))) or any(
+        type(arg).__name__ in text.TRANSFORMATION_OF_TRACER or "Tracer" in type(arg).__name__ for arg in error.args
+    )
+    if kind_key not in ("leak", "key_reuse") and (kind_key is not None or carries_tracer):
         try:
             kept = explain_kept_tracer(error, namespace)
         except Exception:  # the explanation is a bonus: never fail on an error we cannot read
@@ -779,6 +785,15 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
     fixes = list(report.fixes)
     if jitted is not None:
         fixes = [f for f in fixes if set(_static_names(f.use)) <= set(jitted.parameters)]
+    else:  # no jit on the stack: the function a fix names, by its frame in the traceback
+        parameters = _parameters_of_frames(frames)
+        fixes = [
+            f
+            for f in fixes
+            if not _static_names(f.use)
+            or _jitted_name(f.use) not in parameters
+            or set(_static_names(f.use)) <= parameters[_jitted_name(f.use)]
+        ]
     made = report.provenance.made_at if report.provenance is not None else None
     expression = static_expression(made.code) if made is not None else None
     if expression is not None:
@@ -885,3 +900,20 @@ def explain_or_say_why(error: BaseException, namespace: dict | None = None) -> R
         reason=reason,
         your_lines=user_lines(error.__traceback__),
     )
+
+
+def _jitted_name(use: str) -> str:
+    """ "count_up" of ``jax.jit(count_up, static_argnames=('n',))``; "" for a fix without one."""
+    match = re.match(r"jax\.jit\(([\w.]+),", use)
+    return match.group(1) if match else ""
+
+
+def _parameters_of_frames(frames: list) -> dict[str, set[str]]:
+    """The parameter names of each user function running in ``frames``, by its name."""
+    found: dict[str, set[str]] = {}
+    for frame, _ in frames:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+            found.setdefault(code.co_name, set()).update(n for n in names if n != "self")
+    return found

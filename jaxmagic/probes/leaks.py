@@ -113,6 +113,8 @@ class HeldTracer:
     aval: str
     tracer_type: str
     created_at: SourceLine | None = None
+    stored_at: SourceLine | None = None  # the one line of the function that made it storing into ``path``
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass
@@ -247,22 +249,21 @@ class LeakReport(Report):
                 facts.append(("still held by", ", ".join(u.held_by)))
 
             sections.append(Section("What", [Facts(facts)]))
-            if u.used_at:
-                sections.append(
-                    Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")])
-                )
-            if u.created_at:
+            if u.provenance is not None:  # the producing line first, the use after it as context
+                blocks = provenance_blocks(u.provenance, "the leaked value")
+                if u.stored_at is not None:
+                    blocks.insert(1, SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:"))
+                sections.append(Section("Leaked there", blocks))
+            elif u.created_at:
                 sections.append(
                     Section(
                         "Leaked there",
                         [SourceLines([u.created_at], "It was computed here, while that function was being traced:")],
                     )
                 )
-            if u.stored_at is not None:
+            if u.used_at:
                 sections.append(
-                    Section(
-                        "Stored there", [SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:")]
-                    )
+                    Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")])
                 )
             sections.append(
                 Section(
@@ -361,7 +362,23 @@ def held_tracers(namespace: dict | None) -> list[HeldTracer]:
     held = []
     for tracer_id, places in found.items():
         tracer = tracers[tracer_id]
-        held.append(HeldTracer(places[0].path, _aval(tracer), type(tracer).__name__, _creation_line(tracer)))
+        provenance = tracer_origin.of_tracer(tracer)
+        how, function = traced_for(tracer)
+        function = function or provenance.function
+        how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
+        provenance.function = function
+        provenance.transforms = [f"jit({function})" if how == "jit" and function else how] if how else []
+        path = places[0].path
+        held.append(
+            HeldTracer(
+                path,
+                _aval(tracer),
+                type(tracer).__name__,
+                _creation_line(tracer),
+                _stored_at(path, None, provenance),
+                provenance,
+            )
+        )
     del tracers
     return held
 
