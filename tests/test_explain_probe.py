@@ -358,7 +358,7 @@ def test_a_static_argnames_fix_for_a_real_parameter_is_tried_on_the_function():
     report = probes.explain(raised(lambda: jax.jit(count_up)(3)))
     fix = report.to_dict()["fixes"][0]
     assert fix["use"] == "jax.jit(count_up, static_argnames=('n',))"
-    assert fix["checked"] == "checked: tracing `count_up` with `n` static succeeds with this call's arguments"
+    assert fix["checked"].startswith("checked: tracing `count_up` with `n` static succeeds with this call's arguments")
 
 
 def test_a_static_argnames_fix_that_fails_for_this_call_says_so():
@@ -440,3 +440,16 @@ def test_a_leak_caught_by_checking_leaks_without_the_magic_names_the_loss_under_
     assert first["provenance"]["transforms"] == ["jit(train_step)", "grad"]
     assert first["provenance"]["made_at"]["code"] == "h = jnp.tanh(w * x)"
     assert first["stored_at"]["code"] == "logged.append(h)"
+
+
+def make_grid(x, n, scale):
+    if scale > 1:  # a setting the user already made static
+        x = x * scale
+    return jnp.zeros((n,)) + x.sum()
+
+
+def test_trying_static_argnames_keeps_the_arguments_the_user_already_made_static():
+    report = probes.explain(raised(lambda: jax.jit(make_grid, static_argnames="scale")(jnp.ones(2), 3, 2.0)))
+    fix = next(f for f in report.to_dict()["fixes"] if "static_argnames" in f["use"])
+    assert fix["use"] == "jax.jit(make_grid, static_argnames=('scale', 'n'))"
+    assert fix["checked"].startswith("checked: tracing `make_grid` with `n` static succeeds")

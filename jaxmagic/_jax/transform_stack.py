@@ -151,19 +151,24 @@ def stack_at_raise(error: BaseException) -> list[tuple[FrameType, int]]:
 
 
 def jit_call(frames: list[tuple[FrameType, int]], function: str):
-    """``(fun, args, kwargs)`` of the jitted call of the user's ``function`` among ``frames`` (jit's
-    ``cache_miss`` keeps them), or None. The caller must not keep them past its check."""
+    """``(fun, args, kwargs, static)`` of the jitted call of the user's ``function`` among ``frames``
+    (jit's ``cache_miss`` keeps them; ``static`` is the jit's own ``{"static_argnums": ...,
+    "static_argnames": ...}``), or None. The caller must not keep them past its check."""
     for frame, _ in frames:
         code = frame.f_code
         if code.co_name != "cache_miss" or not _is_jax_file(code.co_filename):
             continue
         try:
-            fun, args, kwargs = (frame.f_locals.get(k) for k in ("fun", "args", "kwargs"))
+            fun, args, kwargs, info = (frame.f_locals.get(k) for k in ("fun", "args", "kwargs", "jit_info"))
         except Exception:
             continue
         user = _user_function(fun)
         if user is not None and user[0] == function and isinstance(args, tuple) and isinstance(kwargs, dict):
-            return fun, args, kwargs
+            static = {
+                "static_argnums": tuple(getattr(info, "static_argnums", ()) or ()),
+                "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()),
+            }
+            return fun, args, kwargs, static
     return None
 
 

@@ -22,8 +22,10 @@ x and limit"), from the traceback (your line) and from that frame's variables
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import inspect
+import io
 import keyword
 import linecache
 import re
@@ -826,18 +828,33 @@ def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list
     if call is None:
         return dataclasses.replace(fix, checked="suggestion: not tried (the call's arguments were not found)")
     shown = ", ".join(f"`{n}`" for n in names)
+    output = io.StringIO()  # the function's own prints while it is traced again are not the user's output
+    names_now = tuple(names)
     try:
         import jax  # deferred: JAX is imported only once a tracer error is explained
 
-        fun, args, kwargs = call
-        jax.jit(fun, static_argnames=tuple(names)).trace(*args, **kwargs)
+        fun, args, kwargs, static = call
+        names_now = tuple(dict.fromkeys(static["static_argnames"] + tuple(names)))
+        # Given both, jit takes each list as written: the new names' positions are added to the numbers.
+        positional = [
+            p.name
+            for p in inspect.signature(fun).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        numbers = set(static["static_argnums"]) | {positional.index(n) for n in names if n in positional}
+        options = {"static_argnames": names_now, "static_argnums": tuple(sorted(numbers)) or None}
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            jax.jit(fun, **options).trace(*args, **kwargs)
     except Exception as failure:
         result = f"checked: still fails - tracing `{jitted.function}` with {shown} static raised {error_line(failure)}"
     else:
         result = f"checked: tracing `{jitted.function}` with {shown} static succeeds with this call's arguments"
     finally:
         del call
-    return dataclasses.replace(fix, checked=result)
+    use = fix.use
+    if len(names_now) > len(names) and use.startswith(f"jax.jit({jitted.function}, static_argnames="):
+        use = f"jax.jit({jitted.function}, static_argnames={names_now!r})"  # keep what was static already
+    return dataclasses.replace(fix, use=use, checked=result + " (jaxmagic traced your function once more to try it)")
 
 
 # -- every error gets a report: one the explainer cannot explain says so and why -------------------
