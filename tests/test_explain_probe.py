@@ -453,3 +453,32 @@ def test_trying_static_argnames_keeps_the_arguments_the_user_already_made_static
     fix = next(f for f in report.to_dict()["fixes"] if "static_argnames" in f["use"])
     assert fix["use"] == "jax.jit(make_grid, static_argnames=('scale', 'n'))"
     assert fix["checked"].startswith("checked: tracing `make_grid` with `n` static succeeds")
+
+
+@pytest.mark.parametrize(
+    "use, error_type",
+    [
+        (lambda enc: enc.cache.block_until_ready(), "AttributeError"),  # "... not available on traced array"
+        (lambda enc: {enc.cache: "step"}, "TypeError"),  # "unhashable type: 'DynamicJaxprTracer'"
+    ],
+    ids=["block_until_ready", "dict-key"],
+)
+def test_other_disguises_of_a_kept_tracer_are_leaks_too(use, error_type):
+    enc = Encoder()
+    jax.jit(enc)(jnp.ones(2))
+    error = raised(lambda: use(enc))
+    assert type(error).__name__ == error_type
+    data = probes.explain(error, namespace={"enc": enc}).to_dict()
+    assert data["error_kind"] == "leak" and data["held_by"] == ["enc.cache"]
+    assert data["stored_at"]["code"] == "self.cache = h"
+
+
+def wait_inside(x):
+    return x.block_until_ready()
+
+
+def test_the_same_message_inside_jit_is_not_called_a_leak():
+    error = raised(lambda: jax.jit(wait_inside)(jnp.ones(2)))
+    assert "traced array" in str(error)
+    assert probes.explain(error) is None
+    assert "not a tracer kept past its trace" in probes.explain_or_say_why(error).reason

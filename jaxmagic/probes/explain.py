@@ -403,7 +403,7 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     """
     kind_key = classify(error)
     kept = None
-    carries_tracer = bool(text.mentioned_tracer(message_of(error))) or any(
+    carries_tracer = text.mentions_tracer(message_of(error)) or any(
         type(arg).__name__ in text.TRANSFORMATION_OF_TRACER or "Tracer" in type(arg).__name__ for arg in error.args
     )
     if kind_key not in ("leak", "key_reuse") and (kind_key is not None or carries_tracer):
@@ -900,10 +900,9 @@ def explain_or_say_why(error: BaseException, namespace: dict | None = None) -> R
         return report
     message = message_of(error)
     if not reason:
-        mentioned = text.mentioned_tracer(message)
-        if mentioned:
+        if text.mentions_tracer(message):
             reason = (
-                f"its message names a {mentioned}, but it was raised while a transformation was tracing your code "
+                "its message speaks of a tracer, but it was raised while a transformation was tracing your code "
                 "(not a tracer kept past its trace) and it is none of the tracer errors jaxmagic knows"
             )
         else:

@@ -702,7 +702,9 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
 
     on_line = find_held(roots, is_target, max_depth=4) if roots else {}
     del roots
-    mentioned = text.mentioned_tracer(message_of(error))
+    mentioned = text.mentioned_tracer(message_of(error)) or (
+        "tracer" if text.mentions_tracer(message_of(error)) else ""
+    )
     if not candidates and not mentioned:
         return None
     in_namespace, _ = _find_tracers(namespace) if namespace and candidates else ({}, {})

@@ -283,3 +283,9 @@ def mentioned_tracer(message: str) -> str:
         if match["tracer"] in _JAX_TRACERS:
             return match["tracer"]
     return ""
+
+
+def mentions_tracer(message: str) -> bool:
+    """True when a message speaks of a JAX tracer: a tracer class (``DynamicJaxprTracer``) or JAX's
+    words for one ("... is not available on traced array with shape float32[3]")."""
+    return bool(mentioned_tracer(message)) or "traced array with shape" in message
