@@ -404,3 +404,27 @@ def test_tracers_left_from_before_carry_where_they_were_made_and_stored():
     assert held["path"] == "history['y']" and held["stored_at"]["code"] == 'history["y"] = y'
     assert held["provenance"]["made_at"]["code"] == "y = x * 3"
     assert held["provenance"]["transforms"] == ["jit(record)"]
+
+
+def test_leak_from_a_scan_body_inside_jit_names_the_body_and_the_loop():
+    # BlackJAX/NumPyro-style sampler loop: the body appends each state to a Python list for inspection
+    states = []
+
+    def one_step(position, noise):
+        position = position + 0.1 * jnp.sin(noise)
+        states.append(position)
+        return position, position
+
+    @jax.jit
+    def sample(noises):
+        return jax.lax.scan(one_step, 0.0, noises)
+
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"states": states}) as report:
+            sample(jnp.ones(4))
+    first = report.to_dict()["leaked"][0]
+    assert first["function"] == "one_step" and first["held_by"] == ["states[0]"]
+    assert first["provenance"]["transforms"] == ["jit(sample)", "scan body"]
+    assert first["provenance"]["made_at"]["code"] == "position = position + 0.1 * jnp.sin(noise)"
+    assert first["stored_at"]["code"] == "states.append(position)"
+    assert "(traced for jit(sample) > scan body)" in report.summary

@@ -43,7 +43,7 @@ def test_vmap_and_scan_frames_hold_the_function(how):
         assert [t.name for t in seen[0]] == ["vmap"]
     else:
         jax.lax.scan(body, 0.0, jnp.ones(2))
-        assert [(t.name, t.function) for t in seen[0]] == [("scan", "body")]
+        assert [(t.name, t.function, t.label) for t in seen[0]] == [("scan", "body", "scan body")]
 
 
 def test_the_leak_checkers_error_builder_is_watched():

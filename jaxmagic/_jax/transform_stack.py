@@ -47,6 +47,9 @@ _API_FRAMES = {
 }
 
 
+_BODY_LABELS = {"scan": "scan body", "while_loop": "while loop", "fori_loop": "fori_loop body"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Transformation:
     """One transformation on the stack and the user's function it was tracing."""
@@ -59,8 +62,11 @@ class Transformation:
 
     @property
     def label(self) -> str:
-        """``jit(step)`` for jit (the function names the compiled program), else ``grad``."""
-        return f"jit({self.function})" if self.name == "jit" else self.name
+        """``jit(step)`` for jit (the function names the compiled program), ``scan body`` for a loop's
+        body (the words ``probes._support.attribution`` uses for a body's equations), else ``grad``."""
+        if self.name == "jit":
+            return f"jit({self.function})"
+        return _BODY_LABELS.get(self.name, self.name)
 
 
 def _is_jax_file(filename: str) -> bool:
