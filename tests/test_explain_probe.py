@@ -181,6 +181,9 @@ def test_the_chapters_sentence_two_arguments():
     assert [t.weak_type for t in report.traced_names] == [False, True]
     assert "jax.jit(clip_positive, static_argnames=('limit',))" in [f.use for f in report.fixes]
     assert report.failing_line.code == "if x > limit:"
+    # tried: limit static is valid but x is still traced at `if x > limit:`, and the fix says so
+    static = next(f for f in report.fixes if "static_argnames" in f.use)
+    assert static.checked.startswith("checked: not enough on its own") and "TracerBoolConversionError" in static.checked
 
 
 def test_vmap_error_names_function_and_tracers_from_the_frame():
@@ -364,9 +367,12 @@ def test_a_static_argnames_fix_for_a_real_parameter_is_tried_on_the_function():
 def test_a_static_argnames_fix_that_fails_for_this_call_says_so():
     # an array for the "static" argument: making it static cannot work (arrays are not hashable)
     report = probes.explain(raised(lambda: jax.jit(make_zeros)(jnp.array(3))))
-    static = [f for f in report.to_dict()["fixes"] if "static_argnames" in f["use"]]
-    assert static and static[0]["checked"].startswith("checked: still fails")
-    assert "static_argnames" not in report.fixes[0].use  # a fix known to fail is not offered first
+    data = report.to_dict()
+    assert not any("static_argnames" in f["use"] for f in data["fixes"])  # it does not apply: not offered
+    [rejected] = data["rejected_fixes"]
+    assert rejected["use"] == "jax.jit(make_zeros, static_argnames=('n',))"
+    assert rejected["checked"].startswith("checked: still fails") and "Non-hashable" in rejected["checked"]
+    assert "Tried on your function and left out" in str(report)
 
 
 class Encoder:
@@ -482,3 +488,30 @@ def test_the_same_message_inside_jit_is_not_called_a_leak():
     assert "traced array" in str(error)
     assert probes.explain(error) is None
     assert "not a tracer kept past its trace" in probes.explain_or_say_why(error).reason
+
+
+def doubled_padding(x):
+    n = jnp.add(x.size, 1)
+    m = n * 2
+    return jnp.zeros(m)
+
+
+def test_in_a_chain_the_line_where_the_value_became_a_tracer_is_named():
+    data = probes.explain(raised(lambda: jax.jit(doubled_padding)(jnp.ones(3)))).to_dict()
+    assert data["provenance"]["made_at"]["code"] == "n = jnp.add(x.size, 1)"  # not `m = n * 2`
+    assert data["fixes"][0]["use"] == "x.size + 1"
+
+
+def count_true(mask):
+    n = jnp.sum(mask)
+    return jnp.zeros(n)
+
+
+def test_a_size_computed_from_data_gets_no_static_expression():
+    # the count of True entries depends on values: no Python expression keeps it static, and
+    # making the array `mask` static cannot work - tried, and said so
+    data = probes.explain(raised(lambda: jax.jit(count_true)(jnp.array([1, 0, 1])))).to_dict()
+    assert data["provenance"]["made_at"] is None and "mask" in data["provenance"]["unknown"]
+    assert not any(fix["use"].startswith(("np.", "sum(")) for fix in data["fixes"])
+    assert not any("static_argnames" in fix["use"] for fix in data["fixes"])
+    assert [f["use"] for f in data["rejected_fixes"]] == ["jax.jit(count_true, static_argnames=('mask',))"]

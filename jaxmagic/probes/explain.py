@@ -258,6 +258,8 @@ class TracerErrorReport(Report):
     title: str = ""  # KINDS[error_kind].title
     message: str = ""  # the error's first line
     jax_hint: str = ""  # JAX's extra sentence, e.g. "It arose in the jnp.arange argument 'stop'"
+    jax_message_text: str = ""  # JAX's whole message (the operations it names)
+    rejected_fixes: list[Fix] = dataclasses.field(default_factory=list)  # tried on your function: still fail
     traced_function: str = ""  # "clip_positive" ("" when JAX did not say)
     function_line: SourceLine | None = None  # where the traced function is defined
     transformation: str = ""  # "jit", "vmap", "scan", ...
@@ -390,7 +392,15 @@ class TracerErrorReport(Report):
                 )
             )
         rows = [[f"`{fix.use}`", fix.when, fix.checked] for fix in self.fixes]
-        sections.append(Section("Fixes", [Table(["write", "when", "tried"], rows)]))
+        fix_blocks: list = [Table(["write", "when", "tried"], rows)]
+        if self.rejected_fixes:
+            fix_blocks.append(
+                Paragraph(
+                    "Tried on your function and left out, because it does not work for this call: "
+                    + "; ".join(f"`{f.use}` ({f.checked.removeprefix('checked: ')})" for f in self.rejected_fixes)
+                )
+            )
+        sections.append(Section("Fixes", fix_blocks))
         sections.append(Section("Why", [Paragraph(self.why)]))
         return Document("%jax_explain", self.status, self.summary, sections)
 
@@ -425,6 +435,7 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         title=kind.title,
         message=first_line(message),
         jax_hint=_jax_hint(message),
+        jax_message_text=message,
         why=kind.why,
     )
     report.your_lines = user_lines(error.__traceback__)
@@ -466,7 +477,15 @@ def _provenance_of(report: TracerErrorReport, message: str, inside: list[Transfo
     labels = [t.label for t in inside]
     named = attribution.of_message(message)
     if named is not None and named.made_at is not None:
-        return dataclasses.replace(named, transforms=labels or named.transforms, started_by=started)
+        # Of a chain (n = jnp.add(x.size, 1); m = n * 2) the value became a tracer at the first
+        # operation whose inputs were all static; of_message names the last line.
+        origin = next(
+            (op for op in text.traced_operations(message) if op.static_inputs and is_user_file(op.file)), None
+        )
+        made = source_line(origin.file, origin.line, origin.function) if origin is not None else named.made_at
+        return dataclasses.replace(
+            named, made_at=made, function=made.function, transforms=labels or named.transforms, started_by=started
+        )
     function = inside[-1].function if inside else report.traced_function
     if not labels and report.transformation:
         labels = [f"jit({function})" if report.transformation == "jit" and function else report.transformation]
@@ -797,7 +816,12 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
             or set(_static_names(f.use)) <= parameters[_jitted_name(f.use)]
         ]
     made = report.provenance.made_at if report.provenance is not None else None
-    expression = static_expression(made.code) if made is not None else None
+    # only for a value JAX says it made from static inputs alone (literals in its operation)
+    static_made = made is not None and any(
+        op.static_inputs and (op.file, op.line) == (made.filename, made.lineno)
+        for op in text.traced_operations(report.jax_message_text)
+    )
+    expression = static_expression(made.code) if made is not None and static_made else None
     if expression is not None:
         original, static = expression
         fixes.insert(
@@ -818,8 +842,10 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
         elif not fix.checked:
             fix = dataclasses.replace(fix, checked="suggestion: not tried")
         tried.append(fix)
-    tried.sort(key=lambda f: f.checked.startswith("checked: still fails"))
-    report.fixes = tried
+    # a fix tried on the user's function that still fails does not apply: it is reported apart
+    tried.sort(key=lambda f: f.checked.startswith("checked: not enough"))
+    report.fixes = [f for f in tried if not f.checked.startswith("checked: still fails")]
+    report.rejected_fixes = [f for f in tried if f.checked.startswith("checked: still fails")]
 
 
 def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list) -> Fix:
@@ -846,7 +872,15 @@ def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             jax.jit(fun, **options).trace(*args, **kwargs)
     except Exception as failure:
-        result = f"checked: still fails - tracing `{jitted.function}` with {shown} static raised {error_line(failure)}"
+        if classify(failure) is not None:  # valid, but other traced values still need a fix of their own
+            result = (
+                f"checked: not enough on its own - tracing `{jitted.function}` with {shown} static still raises "
+                f"{error_line(failure)}"
+            )
+        else:  # the static argument itself cannot work (an array is not hashable, ...)
+            result = (
+                f"checked: still fails - tracing `{jitted.function}` with {shown} static raised {error_line(failure)}"
+            )
     else:
         result = f"checked: tracing `{jitted.function}` with {shown} static succeeds with this call's arguments"
     finally:

@@ -289,3 +289,41 @@ def mentions_tracer(message: str) -> bool:
     """True when a message speaks of a JAX tracer: a tracer class (``DynamicJaxprTracer``) or JAX's
     words for one ("... is not available on traced array with shape float32[3]")."""
     return bool(mentioned_tracer(message)) or "traced array with shape" in message
+
+
+# "This value became a tracer due to JAX operations on these lines:\n\n  operation a:i32[] = add 3:i32[] 1:i32[]
+#     from line /tmp/m.py:7:8 (f)"
+_OPERATION = re.compile(
+    r"operation (?P<operation>[^\n]*?)\n\s*from line (?P<file>.+?):(?P<line>\d+)(?::\d+)? \((?P<function>[^)]*)\)"
+)
+_LITERAL = re.compile(r"^(?:-?[\d.]+(?:e[-+]?\d+)?|True|False|inf|-inf|nan):")
+
+
+@dataclasses.dataclass
+class TracedOperation:
+    """One operation JAX names as a reason a value became a tracer, in the message's order."""
+
+    operation: str  # "a:i32[] = add 3:i32[] 1:i32[]"
+    file: str
+    line: int
+    function: str
+    static_inputs: bool  # every input is a literal (a static value JAX turned into a constant)
+
+
+def traced_operations(message: str) -> list[TracedOperation]:
+    """The operations of "This value became a tracer due to JAX operations on these lines", in order."""
+    found = []
+    for match in _OPERATION.finditer(message):
+        operation = match["operation"].strip()
+        right = re.sub(r"\[[^\]]*\]", "", operation.split(" = ", 1)[-1])  # drop [axes=(0,)] and the like
+        inputs = right.split()[1:]
+        found.append(
+            TracedOperation(
+                operation,
+                match["file"],
+                int(match["line"]),
+                short_qualname(match["function"]),
+                bool(inputs) and all(_LITERAL.match(token) for token in inputs),
+            )
+        )
+    return found
