@@ -213,8 +213,13 @@ class LineMagics(MagicRunner):
         your line, and the standard fixes. Other exceptions are shown exactly
         as before. `off` puts back the handler that was there before.
 
+        A tracer kept past its trace that JAX reports as another error (e.g.
+        "... is not a valid JAX type" from jax.device_put) is explained as the
+        leak it is: who holds it, the function that made it, the line that stored it.
+
         `%jax_explain` alone explains the last exception; `%jax_explain err`
-        the exception `err`; -o NAME stores that report.
+        the exception `err`; -o NAME stores that report - for an error it
+        cannot explain, a report saying why.
         """
         text, option_text = self._split(self.jax_explain, line)
         args = self._parse(self.jax_explain, option_text)

@@ -802,19 +802,24 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
     """Make the fixes apply to this program: static_argnames only for a parameter of the jitted function
     (from its code); for a value a jax.numpy call computed from static values, the expression that keeps
     it static; a static_argnames fix tried on the user's own function with the same arguments."""
-    jitted = next((t for t in inside if t.name == "jit"), None)
-    fixes = list(report.fixes)
-    if jitted is not None:
-        fixes = [f for f in fixes if set(_static_names(f.use)) <= set(jitted.parameters)]
-    else:  # no jit on the stack: the function a fix names, by its frame in the traceback
-        parameters = _parameters_of_frames(frames)
-        fixes = [
-            f
-            for f in fixes
-            if not _static_names(f.use)
-            or _jitted_name(f.use) not in parameters
-            or set(_static_names(f.use)) <= parameters[_jitted_name(f.use)]
-        ]
+    jits = {t.function.rsplit(".", 1)[-1]: t for t in inside if t.name == "jit"}  # innermost wins
+
+    def jit_of(fix: Fix) -> Transformation | None:
+        return jits.get(_jitted_name(fix.use).rsplit(".", 1)[-1]) if _static_names(fix.use) else None
+
+    parameters = _parameters_of_frames(frames)  # for a function no jit on the stack traced
+
+    def applies(fix: Fix) -> bool:
+        names = set(_static_names(fix.use))
+        if not names:
+            return True
+        jitted = jit_of(fix)
+        if jitted is not None:
+            return names <= set(jitted.parameters)
+        known = parameters.get(_jitted_name(fix.use).rsplit(".", 1)[-1])
+        return known is None or names <= known
+
+    fixes = [f for f in report.fixes if applies(f)]
     made = report.provenance.made_at if report.provenance is not None else None
     # only for a value JAX says it made from static inputs alone (literals in its operation)
     static_made = made is not None and any(
@@ -837,6 +842,7 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
     tried = []
     for fix in fixes:
         names = _static_names(fix.use)
+        jitted = jit_of(fix)
         if names and jitted is not None and not fix.checked:
             fix = _try_static(fix, jitted, names, frames)
         elif not fix.checked:
