@@ -181,6 +181,9 @@ def test_the_chapters_sentence_two_arguments():
     assert [t.weak_type for t in report.traced_names] == [False, True]
     assert "jax.jit(clip_positive, static_argnames=('limit',))" in [f.use for f in report.fixes]
     assert report.failing_line.code == "if x > limit:"
+    # tried: limit static is valid but x is still traced at `if x > limit:`, and the fix says so
+    static = next(f for f in report.fixes if "static_argnames" in f.use)
+    assert static.checked.startswith("checked: not enough on its own") and "TracerBoolConversionError" in static.checked
 
 
 def test_vmap_error_names_function_and_tracers_from_the_frame():
@@ -311,3 +314,204 @@ def test_fix_for_a_value_derived_inside_the_jitted_function_does_not_guess_an_ar
     assert not any("static_argnames=('scale'" in use for use in uses)
     assert any(use.endswith("static_argnames=(...))") for use in uses)
     assert any("could not tell which argument" in f.when for f in report.fixes)
+
+
+# -- issue 23: where the value was made, fixes that apply (tried where cheap), leaks in disguise ----
+
+
+def custom_ones(arr):
+    count = jnp.add(arr.size, 1)
+    return jnp.ones((count,))
+
+
+def test_a_size_computed_by_jax_numpy_is_blamed_on_the_line_that_made_it():
+    # jax-ml/jax#4449 "Operations on static inputs/shapes yield concretization errors": jnp.add on
+    # arr.size makes a tracer; `arr.size + 1` works.
+    report = probes.explain(raised(lambda: jax.jit(custom_ones)(jnp.ones(3))))
+    data = report.to_dict()
+    assert data["error_kind"] == "shape"
+    provenance = data["provenance"]
+    assert provenance["made_at"]["code"] == "count = jnp.add(arr.size, 1)"
+    assert provenance["function"] == "custom_ones" and provenance["transforms"] == ["jit(custom_ones)"]
+    assert data["your_lines"][-1]["code"] == "return jnp.ones((count,))"  # the use, kept as context
+    # no static_argnames for `count`: it is no parameter of custom_ones
+    assert not any("static_argnames" in fix["use"] for fix in data["fixes"])
+    first = data["fixes"][0]
+    assert first["use"] == "arr.size + 1" and "jnp.add(arr.size, 1)" in first["when"]
+    assert first["checked"].startswith("suggestion")
+    assert "it was made by `count = jnp.add(arr.size, 1)`" in data["summary"]
+    text = str(report)
+    assert text.index("count = jnp.add(arr.size, 1)") < text.index("return jnp.ones((count,))")
+
+
+def padded_length(x, pad):
+    n = jnp.multiply(x.shape[0], pad)
+    return jnp.zeros(n)
+
+
+def test_a_product_of_static_values_gets_the_python_expression_and_no_argument_invented():
+    report = probes.explain(raised(lambda: jax.jit(padded_length, static_argnames="pad")(jnp.ones(3), 2)))
+    data = report.to_dict()
+    assert data["provenance"]["made_at"]["code"] == "n = jnp.multiply(x.shape[0], pad)"
+    assert data["fixes"][0]["use"] == "x.shape[0] * pad"
+    assert not any("static_argnames=('n',)" in fix["use"] for fix in data["fixes"])
+
+
+def test_a_static_argnames_fix_for_a_real_parameter_is_tried_on_the_function():
+    report = probes.explain(raised(lambda: jax.jit(count_up)(3)))
+    fix = report.to_dict()["fixes"][0]
+    assert fix["use"] == "jax.jit(count_up, static_argnames=('n',))"
+    assert fix["checked"].startswith("checked: tracing `count_up` with `n` static succeeds with this call's arguments")
+
+
+def test_a_static_argnames_fix_that_fails_for_this_call_says_so():
+    # an array for the "static" argument: making it static cannot work (arrays are not hashable)
+    report = probes.explain(raised(lambda: jax.jit(make_zeros)(jnp.array(3))))
+    data = report.to_dict()
+    assert not any("static_argnames" in f["use"] for f in data["fixes"])  # it does not apply: not offered
+    [rejected] = data["rejected_fixes"]
+    assert rejected["use"] == "jax.jit(make_zeros, static_argnames=('n',))"
+    assert rejected["checked"].startswith("checked: still fails") and "Non-hashable" in rejected["checked"]
+    assert "Tried on your function and left out" in str(report)
+
+
+class Encoder:
+    """A Haiku/Flax-style module that caches an activation on itself while jitted."""
+
+    def __init__(self):
+        self.cache = None
+
+    def __call__(self, x):
+        h = jnp.tanh(x)
+        self.cache = h
+        return h.sum()
+
+
+def test_a_tracer_reaching_device_put_is_explained_as_the_leak_it_is():
+    enc = Encoder()
+    jax.jit(enc)(jnp.ones(3))
+    error = raised(lambda: jax.device_put(enc.cache))
+    assert not isinstance(error, jax.errors.UnexpectedTracerError)  # JAX 0.12 says "not a valid JAX type"
+    assert "is not a valid JAX type" in str(error)
+    report = probes.explain(error, namespace={"enc": enc})
+    data = report.to_dict()
+    assert data["error_kind"] == "leak" and data["error_type"] == type(error).__name__
+    assert data["held_by"] == ["enc.cache"]
+    assert data["traced_function"] == "Encoder.__call__"
+    assert data["stored_at"]["code"] == "self.cache = h"
+    assert data["provenance"]["made_at"]["code"] == "h = jnp.tanh(x)"
+    assert data["provenance"]["transforms"] == ["jit(Encoder.__call__)"]
+    assert "`enc.cache` still holds it" in data["summary"]
+
+
+def test_a_kept_tracer_given_to_numpy_is_a_leak_not_a_numpy_call_inside_jit():
+    enc = Encoder()
+    jax.jit(enc)(jnp.ones(2))
+    error = raised(lambda: np.asarray(enc.cache))
+    assert isinstance(error, jax.errors.TracerArrayConversionError)
+    data = probes.explain(error, namespace={"enc": enc}).to_dict()
+    assert data["error_kind"] == "leak" and data["disguised_as"] == "array"
+    assert data["held_by"] == ["enc.cache"] and data["stored_at"]["code"] == "self.cache = h"
+    assert not any("jnp.sin" in fix["use"] for fix in data["fixes"])
+    # the same error inside jit stays a NumPy-inside-jit error
+    assert probes.explain(raised(lambda: jax.jit(np_inside)(jnp.ones(3)))).error_kind == "array"
+
+
+def test_an_error_the_explainer_does_not_know_still_gets_a_report_saying_why():
+    assert probes.explain_any(raised(lambda: int("x"))) is None
+    report = probes.explain_or_say_why(raised(lambda: int("x")))
+    data = report.to_dict()
+    assert data["kind"] == "jax_explain" and data["status"] == "error" and data["error_type"] == "ValueError"
+    assert "not a tracer error" in data["reason"] and data["summary"].startswith("jaxmagic could not explain")
+
+
+def test_a_leak_caught_by_checking_leaks_without_the_magic_names_the_loss_under_jit():
+    # leak checking switched on by the user (jax.checking_leaks), explained afterwards: the path is
+    # read from the frames the error was raised in, though JAX filtered its frames out of the traceback
+    logged = []
+
+    def loss_fn(w, x):
+        h = jnp.tanh(w * x)
+        logged.append(h)
+        return jnp.sum(h**2)
+
+    @jax.jit
+    def train_step(w, x):
+        return w - 0.1 * jax.grad(loss_fn)(w, x)
+
+    with jax.checking_leaks():
+        error = raised(lambda: train_step(jnp.ones(3), jnp.ones(3)))
+    first = probes.explain_any(error, {"logged": logged}).to_dict()["leaked"][0]
+    assert first["function"] == "loss_fn" and first["held_by"] == ["logged[0]"]
+    assert first["provenance"]["transforms"] == ["jit(train_step)", "grad"]
+    assert first["provenance"]["made_at"]["code"] == "h = jnp.tanh(w * x)"
+    assert first["stored_at"]["code"] == "logged.append(h)"
+
+
+def make_grid(x, n, scale):
+    if scale > 1:  # a setting the user already made static
+        x = x * scale
+    return jnp.zeros((n,)) + x.sum()
+
+
+def test_trying_static_argnames_keeps_the_arguments_the_user_already_made_static():
+    report = probes.explain(raised(lambda: jax.jit(make_grid, static_argnames="scale")(jnp.ones(2), 3, 2.0)))
+    fix = next(f for f in report.to_dict()["fixes"] if "static_argnames" in f["use"])
+    assert fix["use"] == "jax.jit(make_grid, static_argnames=('scale', 'n'))"
+    assert fix["checked"].startswith("checked: tracing `make_grid` with `n` static succeeds")
+
+
+@pytest.mark.parametrize(
+    "use, error_type",
+    [
+        (lambda enc: enc.cache.block_until_ready(), "AttributeError"),  # "... not available on traced array"
+        (lambda enc: {enc.cache: "step"}, "TypeError"),  # "unhashable type: 'DynamicJaxprTracer'"
+    ],
+    ids=["block_until_ready", "dict-key"],
+)
+def test_other_disguises_of_a_kept_tracer_are_leaks_too(use, error_type):
+    enc = Encoder()
+    jax.jit(enc)(jnp.ones(2))
+    error = raised(lambda: use(enc))
+    assert type(error).__name__ == error_type
+    data = probes.explain(error, namespace={"enc": enc}).to_dict()
+    assert data["error_kind"] == "leak" and data["held_by"] == ["enc.cache"]
+    assert data["stored_at"]["code"] == "self.cache = h"
+
+
+def wait_inside(x):
+    return x.block_until_ready()
+
+
+def test_the_same_message_inside_jit_is_not_called_a_leak():
+    error = raised(lambda: jax.jit(wait_inside)(jnp.ones(2)))
+    assert "traced array" in str(error)
+    assert probes.explain(error) is None
+    assert "not a tracer kept past its trace" in probes.explain_or_say_why(error).reason
+
+
+def doubled_padding(x):
+    n = jnp.add(x.size, 1)
+    m = n * 2
+    return jnp.zeros(m)
+
+
+def test_in_a_chain_the_line_where_the_value_became_a_tracer_is_named():
+    data = probes.explain(raised(lambda: jax.jit(doubled_padding)(jnp.ones(3)))).to_dict()
+    assert data["provenance"]["made_at"]["code"] == "n = jnp.add(x.size, 1)"  # not `m = n * 2`
+    assert data["fixes"][0]["use"] == "x.size + 1"
+
+
+def count_true(mask):
+    n = jnp.sum(mask)
+    return jnp.zeros(n)
+
+
+def test_a_size_computed_from_data_gets_no_static_expression():
+    # the count of True entries depends on values: no Python expression keeps it static, and
+    # making the array `mask` static cannot work - tried, and said so
+    data = probes.explain(raised(lambda: jax.jit(count_true)(jnp.array([1, 0, 1])))).to_dict()
+    assert data["provenance"]["made_at"] is None and "mask" in data["provenance"]["unknown"]
+    assert not any(fix["use"].startswith(("np.", "sum(")) for fix in data["fixes"])
+    assert not any("static_argnames" in fix["use"] for fix in data["fixes"])
+    assert [f["use"] for f in data["rejected_fixes"]] == ["jax.jit(count_true, static_argnames=('mask',))"]

@@ -195,3 +195,56 @@ INSTALL_WITHOUT_JAX = textwrap.dedent("""
 def test_installing_the_explainer_imports_no_jax():
     proc = subprocess.run([sys.executable, "-c", INSTALL_WITHOUT_JAX], capture_output=True, text=True, timeout=300)
     assert "jax imported: False | explainer: (<class 'Exception'>,)" in proc.stdout, proc.stdout + proc.stderr
+
+
+# -- issue 23: tracer errors in disguise, and -o on every error --------------------------------
+
+ENCODER = """
+class Encoder:
+    def __init__(self):
+        self.cache = None
+
+    def __call__(self, x):
+        h = jnp.tanh(x)
+        self.cache = h
+        return h.sum()
+
+enc = Encoder()
+jax.jit(enc)(jnp.ones(3))
+"""
+
+
+def test_a_tracer_kept_on_an_attribute_reaching_device_put_is_explained_as_a_leak(shell):
+    shell.run_cell(ENCODER)
+    with captured(shell) as shown:
+        result = shell.run_cell("jax.device_put(enc.cache)")
+    assert "is not a valid JAX type" in str(result.error_in_exec)
+    [text] = explanations(shown)
+    assert "a tracer used after its trace ended" in text and "enc.cache" in text
+    assert "self.cache = h" in text and "h = jnp.tanh(x)" in text
+    [traceback_text] = shown["tracebacks"]  # the user's traceback still follows, unchanged
+    assert "is not a valid JAX type" in traceback_text
+    shell.run_line_magic("jax_explain", "-o leak_rep")
+    data = shell.user_ns["leak_rep"].to_dict()
+    assert data["error_kind"] == "leak" and data["held_by"] == ["enc.cache"]
+    assert data["stored_at"]["code"] == "self.cache = h"
+    assert data["provenance"]["function"] == "Encoder.__call__"
+    shell.run_cell("del enc")
+
+
+def test_explain_o_works_on_an_error_it_cannot_explain(shell):
+    shell.run_cell("try:\n    int('x')\nexcept ValueError as err:\n    plain_error = err")
+    result = shell.run_cell("%jax_explain plain_error -o plain_rep")
+    assert result.error_in_exec is None
+    report = shell.user_ns["plain_rep"]
+    assert report.to_dict()["error_type"] == "ValueError" and report.status.value == "error"
+    assert "not a tracer error" in report.reason
+
+
+def test_a_static_argnames_fix_is_tried_in_a_notebook_cell(shell):
+    # IPython keeps JAX's frames (tracebackhide): the jitted call's arguments are there to try the fix.
+    shell.run_cell("def count_up(n):\n    return jnp.arange(n)")
+    shell.run_cell("try:\n    jax.jit(count_up)(3)\nexcept Exception as err:\n    count_error = err")
+    shell.run_line_magic("jax_explain", "count_error -o count_rep")
+    fix = shell.user_ns["count_rep"].fixes[0]
+    assert fix.use == "jax.jit(count_up, static_argnames=('n',))" and fix.checked.startswith("checked: tracing")

@@ -285,3 +285,146 @@ def test_traced_functions_are_told_by_where_they_are_defined():
         jax.jit(_private_step)(jnp.ones(2))
         jax.eval_shape(_private_step, jnp.ones(3))
     assert report.traced == ["_private_step"]
+
+
+# -- issue 23: nested transformations name the innermost function, the path and the storing line --
+
+
+def test_leak_from_grad_inside_jit_names_the_loss_the_path_and_the_storing_line():
+    # Shaped like the "save an intermediate for logging" leaks of jax-ml/jax#3086 / #7556, written the
+    # way training steps are: jax.grad of a loss inside a jitted step.
+    activations = []
+
+    def loss_fn(w, x):
+        h = jnp.tanh(w * x)
+        activations.append(h)
+        return jnp.sum(h**2)
+
+    @jax.jit
+    def train_step(w, x):
+        g = jax.grad(loss_fn)(w, x)
+        return w - 0.1 * g
+
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"activations": activations}) as report:
+            train_step(jnp.ones(3), jnp.ones(3))
+    data = report.to_dict()
+    first = data["leaked"][0]
+    assert first["function"] == "loss_fn" and first["held_by"] == ["activations[0]"]
+    provenance = first["provenance"]
+    assert provenance["function"] == "loss_fn"
+    assert provenance["transforms"] == ["jit(train_step)", "grad"]
+    assert provenance["made_at"]["code"] == "h = jnp.tanh(w * x)"
+    assert provenance["started_by"]["code"] == "train_step(jnp.ones(3), jnp.ones(3))"
+    assert first["stored_at"]["code"] == "activations.append(h)"
+    assert "`loss_fn` (traced for jit(train_step) > grad)" in data["summary"]
+    text = str(report)
+    assert text.index("h = jnp.tanh(w * x)") < text.index("activations.append(h)")
+
+
+def test_leak_of_a_vmap_input_names_the_function_given_to_vmap_not_module():
+    # jax-ml/jax#13022: a closure over vmap's input kept in an attribute's dict; JAX says the tracer
+    # "was created on line ... (<module>)" - the vmap call, not the function that leaked it.
+    class Holder:
+        def __init__(self):
+            self.dct = {}
+
+    a = Holder()
+
+    def sketch(x):
+        a.dct["hi"] = [lambda: x]
+        return x
+
+    with pytest.raises(Exception, match="Leaked trace BatchTrace"):
+        with probes.leaks(namespace={"a": a}) as report:
+            jax.vmap(sketch)(jnp.arange(3))
+    first = report.to_dict()["leaked"][0]
+    assert first["function"] == "sketch" and first["function_line"]["code"] == "def sketch(x):"
+    assert first["provenance"]["function"] == "sketch" and first["provenance"]["transforms"] == ["vmap"]
+    # the leaked value is vmap's input: no line inside sketch made it, and the report says so
+    assert first["provenance"]["made_at"] is None and "input" in first["provenance"]["unknown"]
+    assert first["provenance"]["started_by"]["code"] == "jax.vmap(sketch)(jnp.arange(3))"
+    assert first["stored_at"]["code"] == 'a.dct["hi"] = [lambda: x]'
+    assert "<module>" not in report.summary and report.summary.startswith("Tracer leaked from `sketch`")
+
+
+def test_leak_from_a_method_under_grad_names_the_method_and_the_attribute_store():
+    # Flax/Haiku-style: a module object keeps an intermediate as an attribute during jax.grad.
+    class Encoder:
+        def __call__(self, params, x):
+            hidden = jnp.tanh(params * x)
+            self.last_hidden = hidden
+            return jnp.sum(hidden)
+
+    enc = Encoder()
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"enc": enc}) as report:
+            jax.grad(enc)(jnp.ones(2), jnp.ones(2))
+    first = report.to_dict()["leaked"][0]
+    assert first["held_by"] == ["enc.last_hidden"]
+    assert first["provenance"]["function"] == "Encoder.__call__" and first["provenance"]["transforms"] == ["grad"]
+    # grad without jit computes eagerly: JAX records no line for the value, and the report says so
+    assert first["provenance"]["made_at"] is None and "recorded no line" in first["provenance"]["unknown"]
+    assert first["stored_at"]["code"] == "self.last_hidden = hidden"
+    assert "Could not tell which line made the leaked value" in str(report)
+
+
+def test_a_tracer_used_later_names_where_it_was_made_and_stored_before_the_use():
+    # Equinox/Flax-style: a model keeps its last activation; a later cell sums it (UnexpectedTracerError)
+    class Mlp:
+        def __call__(self, x):
+            act = jnp.maximum(x, 0.0)
+            self.last_act = act
+            return act.sum()
+
+    mlp = Mlp()
+    jax.jit(mlp)(jnp.ones(3))
+    report, error = run_leak({"mlp": mlp}, lambda: jnp.sum(mlp.last_act))
+    assert isinstance(error, jax.errors.UnexpectedTracerError)
+    u = report.to_dict()["unexpected"]
+    assert u["held_by"] == ["mlp.last_act"] and u["stored_at"]["code"] == "self.last_act = act"
+    assert u["provenance"]["made_at"]["code"] == "act = jnp.maximum(x, 0.0)"
+    assert u["provenance"]["transforms"] == ["jit(Mlp.__call__)"]
+    text = str(report)
+    assert text.index("act = jnp.maximum(x, 0.0)") < text.index("jnp.sum(mlp.last_act)")
+
+
+def test_tracers_left_from_before_carry_where_they_were_made_and_stored():
+    history = {}
+
+    def record(x):
+        y = x * 3
+        history["y"] = y
+        return y
+
+    jax.jit(record)(jnp.ones(2))
+    with probes.leaks(namespace={"history": history}) as report:
+        pass
+    [held] = report.to_dict()["held"]
+    assert held["path"] == "history['y']" and held["stored_at"]["code"] == 'history["y"] = y'
+    assert held["provenance"]["made_at"]["code"] == "y = x * 3"
+    assert held["provenance"]["transforms"] == ["jit(record)"]
+
+
+def test_leak_from_a_scan_body_inside_jit_names_the_body_and_the_loop():
+    # BlackJAX/NumPyro-style sampler loop: the body appends each state to a Python list for inspection
+    states = []
+
+    def one_step(position, noise):
+        position = position + 0.1 * jnp.sin(noise)
+        states.append(position)
+        return position, position
+
+    @jax.jit
+    def sample(noises):
+        return jax.lax.scan(one_step, 0.0, noises)
+
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"states": states}) as report:
+            sample(jnp.ones(4))
+    first = report.to_dict()["leaked"][0]
+    assert first["function"] == "one_step" and first["held_by"] == ["states[0]"]
+    assert first["provenance"]["transforms"] == ["jit(sample)", "scan body"]
+    assert first["provenance"]["made_at"]["code"] == "position = position + 0.1 * jnp.sin(noise)"
+    assert first["stored_at"]["code"] == "states.append(position)"
+    assert "(traced for jit(sample) > scan body)" in report.summary

@@ -213,8 +213,13 @@ class LineMagics(MagicRunner):
         your line, and the standard fixes. Other exceptions are shown exactly
         as before. `off` puts back the handler that was there before.
 
+        A tracer kept past its trace that JAX reports as another error (e.g.
+        "... is not a valid JAX type" from jax.device_put) is explained as the
+        leak it is: who holds it, the function that made it, the line that stored it.
+
         `%jax_explain` alone explains the last exception; `%jax_explain err`
-        the exception `err`; -o NAME stores that report.
+        the exception `err`; -o NAME stores that report - for an error it
+        cannot explain, a report saying why.
         """
         text, option_text = self._split(self.jax_explain, line)
         args = self._parse(self.jax_explain, option_text)
@@ -234,14 +239,9 @@ class LineMagics(MagicRunner):
             error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
             if error is None:
                 raise UsageError("There is no last exception to explain; pass one: %jax_explain err")
-        report = probes.explain_any(error, namespace=self.user_ns)
-        kind = type(error).__name__
+        # An error it cannot explain still gets a report (saying why), so `-o` works on every error.
+        report = probes.explain_or_say_why(error, namespace=self.user_ns)
         del error
-        if report is None:
-            raise UsageError(
-                f"%jax_explain explains tracer errors (TracerBoolConversionError, ConcretizationTypeError, "
-                f"UnexpectedTracerError, ...); {'this' if word else 'the last'} exception is a {kind}."
-            )
         self._publish(report, args)
 
     @magic_arguments()

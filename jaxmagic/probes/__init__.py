@@ -19,7 +19,7 @@ from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compi
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
-from jaxmagic.probes.explain import TracerErrorReport, explain, explain_any
+from jaxmagic.probes.explain import TracerErrorReport, UnexplainedErrorReport, explain, explain_any, explain_or_say_why
 from jaxmagic.probes.gather import GatherReport, gather, gather_from_engines
 from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
 from jaxmagic.probes.hlo import run_call as run_hlo_call
@@ -39,9 +39,6 @@ from jaxmagic.probes.transfers import TransferReport, transfers
 from jaxmagic.probes.watch import Watch, WatchLog
 
 __all__ = [
-    "GatherReport",
-    "gather",
-    "gather_from_engines",
     "ProbeArgumentError",
     # seeing values and the program (chapter sections 1-2)
     "prints",
@@ -64,7 +61,9 @@ __all__ = [
     # tracer errors and leaks (section 4)
     "explain",
     "explain_any",
+    "explain_or_say_why",
     "TracerErrorReport",
+    "UnexplainedErrorReport",
     "leaks",
     "LeakReport",
     # compilation and speed (section 5)
@@ -88,6 +87,10 @@ __all__ = [
     "traceback_view",
     "set_traceback_filtering",
     "TracebackReport",
+    # many processes (ipyparallel engines, jax.distributed)
+    "gather",
+    "gather_from_engines",
+    "GatherReport",
     # memory (section 7)
     "live",
     "live_diff",

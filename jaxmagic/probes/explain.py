@@ -21,22 +21,27 @@ x and limit"), from the traceback (your line) and from that frame's variables
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import dataclasses
 import inspect
 import io
 import keyword
 import linecache
+import re
 import sys
-import tokenize
 
+from jaxmagic._jax.transform_stack import Transformation, jit_call, stack_at_raise, transformations
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.leaks import explain_leak, explain_unexpected_tracer
+from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.source import is_user_file as user
-from jaxmagic.report.wording import first_line, message_of
+from jaxmagic.report.wording import error_line, first_line, message_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +50,7 @@ class Fix:
 
     use: str  # "jnp.where(cond, a, b)"
     when: str  # "elementwise choice between two values"
+    checked: str = ""  # "checked: ..." when jaxmagic tried it on your function, "suggestion: ..." when not
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +158,10 @@ KINDS: dict[str, ErrorKind] = {
             'plain TypeError ("Shapes must be 1D sequences of concrete values").',
             (
                 Fix("static_argnames=('{arg}',)", "the shape argument is a setting: make it static"),
-                Fix("x.shape[0], x.ndim, len(x)", "derive sizes from shapes, which are static, not from values"),
+                Fix(
+                    "<array>.shape[0], <array>.ndim, len(<array>)",
+                    "derive sizes from the shapes of your arrays, which are static, not from values",
+                ),
             ),
         ),
         ErrorKind(
@@ -249,6 +258,8 @@ class TracerErrorReport(Report):
     title: str = ""  # KINDS[error_kind].title
     message: str = ""  # the error's first line
     jax_hint: str = ""  # JAX's extra sentence, e.g. "It arose in the jnp.arange argument 'stop'"
+    jax_message_text: str = ""  # JAX's whole message (the operations it names)
+    rejected_fixes: list[Fix] = dataclasses.field(default_factory=list)  # tried on your function: still fail
     traced_function: str = ""  # "clip_positive" ("" when JAX did not say)
     function_line: SourceLine | None = None  # where the traced function is defined
     transformation: str = ""  # "jit", "vmap", "scan", ...
@@ -263,6 +274,9 @@ class TracerErrorReport(Report):
     origin_arguments: dict[str, str] = dataclasses.field(default_factory=dict)  # name on your line -> its argument
     leaked_from: SourceLine | None = None  # UnexpectedTracerError: where the leaked value was made
     held_by: list[str] = dataclasses.field(default_factory=list)  # UnexpectedTracerError: who holds it
+    stored_at: SourceLine | None = None  # a leak: the one line of the traced function storing into the holder
+    disguised_as: str = ""  # a leak JAX raised as another error: the kind it looked like ("array", "" for none)
+    provenance: Provenance | None = None  # where the offending value was made, in what, started by which call
 
     @property
     def status(self) -> Status:
@@ -286,7 +300,12 @@ class TracerErrorReport(Report):
             where = f" in `{self.traced_function}`{how}"
         if self.error_kind == "leak":
             held = f"; `{self.held_by[0]}` still holds it" if self.held_by else ""
-            return f"{self.error_type}: {self.title}{where}{held}."
+            raised_as = (
+                " (raised as another error: the value is a tracer kept past its trace)"
+                if self.error_type not in ("UnexpectedTracerError",)
+                else ""
+            )
+            return f"{self.error_type}: {self.title}{where}{held}{raised_as}."
         if self.jitted_function and self.jitted_function != self.traced_function:
             where += f", inside `{self.jitted_function}`" + (
                 f" ({self.jitted_transformation})" if self.jitted_transformation else ""
@@ -307,6 +326,9 @@ class TracerErrorReport(Report):
             cause = f": {text.english_list(names)} {'is a tracer' if len(names) == 1 else 'are tracers'} here"
         else:
             cause = ""
+        made = self.provenance.made_at if self.provenance is not None else None
+        if made is not None and made != self.failing_line:
+            cause += f"{';' if cause else ':'} it was made by `{made.code}` ({made.where})"
         return f"{self.error_type}: {self.title}{where}{cause}."
 
     def document(self):
@@ -349,20 +371,36 @@ class TracerErrorReport(Report):
         if self.jax_hint:
             facts.append(("JAX adds", self.jax_hint))
         sections = [Section("What", [Facts(facts)])]
+        if self.provenance is not None:
+            what = "the leaked value" if self.error_kind == "leak" else "the traced value"
+            blocks = provenance_blocks(self.provenance, what)
+            if self.stored_at is not None and self.held_by:
+                blocks.insert(1, SourceLines([self.stored_at], f"The line that stored it in `{self.held_by[0]}`:"))
+            sections.append(Section("Where it was made", blocks))
         if self.your_lines:
             caption = (
                 "Your frames, outermost first; the last one did the operation:" if len(self.your_lines) > 1 else ""
             )
+            if self.provenance is not None and self.provenance.made_at is not None:
+                caption = "Where it was used (the line that raised), as context:"
             sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], caption)]))
-        if self.leaked_from:
+        if self.leaked_from and (self.provenance is None or self.provenance.made_at != self.leaked_from):
             sections.append(
                 Section(
                     "Leaked there",
                     [SourceLines([self.leaked_from], "The leaked value was computed here, during an earlier trace:")],
                 )
             )
-        rows = [[f"`{fix.use}`", fix.when] for fix in self.fixes]
-        sections.append(Section("Fixes", [Table(["write", "when"], rows)]))
+        rows = [[f"`{fix.use}`", fix.when, fix.checked] for fix in self.fixes]
+        fix_blocks: list = [Table(["write", "when", "tried"], rows)]
+        if self.rejected_fixes:
+            fix_blocks.append(
+                Paragraph(
+                    "Tried on your function and left out, because it does not work for this call: "
+                    + "; ".join(f"`{f.use}` ({f.checked.removeprefix('checked: ')})" for f in self.rejected_fixes)
+                )
+            )
+        sections.append(Section("Fixes", fix_blocks))
         sections.append(Section("Why", [Paragraph(self.why)]))
         return Document("%jax_explain", self.status, self.summary, sections)
 
@@ -374,6 +412,18 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     variable that still holds the leaked tracer.
     """
     kind_key = classify(error)
+    kept = None
+    carries_tracer = text.mentions_tracer(message_of(error)) or any(
+        type(arg).__name__ in text.TRANSFORMATION_OF_TRACER or "Tracer" in type(arg).__name__ for arg in error.args
+    )
+    if kind_key not in ("leak", "key_reuse") and (kind_key is not None or carries_tracer):
+        try:
+            kept = explain_kept_tracer(error, namespace)
+        except Exception:  # the explanation is a bonus: never fail on an error we cannot read
+            kept = None
+    disguised = ""
+    if kept is not None:
+        kind_key, disguised = "leak", kind_key or "other"
     if kind_key is None:
         return None
     kind = KINDS[kind_key]
@@ -385,6 +435,7 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         title=kind.title,
         message=first_line(message),
         jax_hint=_jax_hint(message),
+        jax_message_text=message,
         why=kind.why,
     )
     report.your_lines = user_lines(error.__traceback__)
@@ -398,12 +449,78 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         report.transformation = text.TRANSFORMATION_OF_TRACER.get(report.traced_names[0].tracer_type, "")
     if not report.traced_function and report.traced_names and report.your_lines:
         report.traced_function = report.your_lines[-1].function  # the frame that held the tracers
+    if kept is not None:
+        _add_kept_facts(report, kept, disguised)
+        report.fixes = _fixes_for(kind, report)
+        return report
     if kind_key == "leak":
         _add_leak_facts(report, error, namespace)
-    else:
-        _add_traced_origin(report, error.__traceback__)
-    report.fixes = _fixes_for(kind, report)
+        report.fixes = _fixes_for(kind, report)
+        return report
+    _add_traced_origin(report, error.__traceback__)
+    frames = stack_at_raise(error)
+    try:
+        inside = transformations(frames)
+        report.provenance = _provenance_of(report, message, inside)
+        report.fixes = _fixes_for(kind, report)
+        _fit_static_fixes(report, inside, frames)
+    finally:
+        del frames
     return report
+
+
+def _provenance_of(report: TracerErrorReport, message: str, inside: list[Transformation]) -> Provenance:
+    """Where the traced value was made: the line JAX's message names ("This value became a tracer due
+    to JAX operations on these lines: ... from line ..."), else why it cannot be told; the function and
+    the transformations from the stack when the error was raised; the call that started it."""
+    started = report.your_lines[0] if report.your_lines else None
+    labels = [t.label for t in inside]
+    named = attribution.of_message(message)
+    if named is not None and named.made_at is not None:
+        # Of a chain (n = jnp.add(x.size, 1); m = n * 2) the value became a tracer at the first
+        # operation whose inputs were all static; of_message names the last line.
+        origin = next(
+            (op for op in text.traced_operations(message) if op.static_inputs and is_user_file(op.file)), None
+        )
+        made = source_line(origin.file, origin.line, origin.function) if origin is not None else named.made_at
+        return dataclasses.replace(
+            named, made_at=made, function=made.function, transforms=labels or named.transforms, started_by=started
+        )
+    function = inside[-1].function if inside else report.traced_function
+    if not labels and report.transformation:
+        labels = [f"jit({function})" if report.transformation == "jit" and function else report.transformation]
+    if report.depends_on:
+        noun = "argument" if len(report.depends_on) == 1 else "arguments"
+        why = (
+            f"it is (made from) the {noun} {text.english_list(report.depends_on)}"
+            + (f" of `{function}`" if function else "")
+            + ", an input of the trace; JAX's message names no line that computed it"
+        )
+    else:
+        why = "JAX's message names no line of yours that made it"
+    return Provenance(function=function, transforms=labels, started_by=started, unknown=why)
+
+
+def _add_kept_facts(report: TracerErrorReport, kept: UnexpectedTracer, disguised: str) -> None:
+    """A tracer kept past its trace that JAX reported as another error: explained as the leak it is."""
+    report.traced_function = kept.function
+    report.transformation = kept.transformation
+    report.leaked_from = kept.created_at
+    report.held_by = kept.held_by
+    report.stored_at = kept.stored_at
+    report.disguised_as = disguised
+    report.traced_names = []
+    report.depends_on = []
+    report.function_line = None
+    provenance = kept.provenance or Provenance(unknown="the tracer was not found")
+    if report.your_lines:
+        provenance = dataclasses.replace(provenance, started_by=None)
+    report.provenance = provenance
+    report.why = (
+        f"JAX raised {report.error_type}, not UnexpectedTracerError, but the value it got is a tracer of a trace "
+        "that had ended: a traced function stored it outside itself (an attribute, a list, a global) and it was "
+        "used after the trace. " + KINDS["leak"].why
+    )
 
 
 def _add_traced_origin(report: TracerErrorReport, tb) -> None:
@@ -521,14 +638,7 @@ def _tracers_on_failing_line(tb) -> list[TracedName]:
 
 
 def _names_in(code: str) -> list[str]:
-    names = []
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline):
-            if token.type == tokenize.NAME and not keyword.iskeyword(token.string) and token.string not in names:
-                names.append(token.string)
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return names
+    return text.names_in(code)
 
 
 def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: dict | None) -> None:
@@ -538,6 +648,8 @@ def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: 
     report.transformation = facts.transformation
     report.leaked_from = facts.created_at
     report.held_by = facts.held_by
+    report.stored_at = facts.stored_at
+    report.provenance = facts.provenance
     report.traced_names = []
 
 
@@ -605,3 +717,259 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
 def already_explained(error: BaseException) -> bool:
     """True when a jaxmagic report shown for this very error already explained it."""
     return bool(getattr(error, "_jaxmagic_explained", ""))
+
+
+# -- fixes that apply to the program: a parameter for static_argnames, a static expression, tried ----
+
+_BINARY = {
+    "add": "+",
+    "subtract": "-",
+    "multiply": "*",
+    "divide": "/",
+    "true_divide": "/",
+    "floor_divide": "//",
+    "power": "**",
+    "mod": "%",
+    "remainder": "%",
+}
+_PYTHON = {
+    "ceil": "math.ceil",
+    "floor": "math.floor",
+    "sqrt": "math.sqrt",
+    "log": "math.log",
+    "log2": "math.log2",
+    "exp": "math.exp",
+    "prod": "math.prod",
+    "sum": "sum",
+    "maximum": "max",
+    "minimum": "min",
+    "abs": "abs",
+    "round": "round",
+    "int32": "int",
+    "int64": "int",
+    "asarray": "",
+    "array": "",
+}
+
+
+def _jnp_call(node) -> str:
+    """ "add" for a call of ``jnp.add`` / ``jax.numpy.add``, else ""."""
+    func = getattr(node, "func", None)
+    if not isinstance(func, ast.Attribute):
+        return ""
+    owner = func.value
+    if isinstance(owner, ast.Name) and owner.id == "jnp":
+        return func.attr
+    if isinstance(owner, ast.Attribute) and owner.attr == "numpy" and getattr(owner.value, "id", "") == "jax":
+        return func.attr
+    return ""
+
+
+def static_expression(code: str) -> tuple[str, str] | None:
+    """(the jax.numpy call on a line, the Python/NumPy expression computing the same from static values):
+    ``n = jnp.add(x.size, 1)`` -> ("jnp.add(x.size, 1)", "x.size + 1"); None when the line has no such call."""
+    source = code.strip()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        op = _jnp_call(node)
+        if not op or node.keywords:
+            continue
+        original = ast.get_source_segment(source, node) or ast.unparse(node)
+        args = [ast.get_source_segment(source, a) or ast.unparse(a) for a in node.args]
+        if op in _BINARY and len(args) == 2:
+            return original, f"{args[0]} {_BINARY[op]} {args[1]}"
+        if op in _PYTHON and len(args) >= 1:
+            name = _PYTHON[op]
+            return original, f"{name}({', '.join(args)})" if name else args[0]
+        return original, f"np.{op}({', '.join(args)})"
+    return None
+
+
+def _static_names(use: str) -> list[str]:
+    """The names of a ``static_argnames=('n',)`` fix; [] for none or a pattern ``(...)``."""
+    match = re.search(r"static_argnames=\(([^)]*)\)", use)
+    if match is None:
+        return []
+    return re.findall(r"'(\w+)'", match.group(1))
+
+
+def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], frames: list) -> None:
+    """Make the fixes apply to this program: static_argnames only for a parameter of the jitted function
+    (from its code); for a value a jax.numpy call computed from static values, the expression that keeps
+    it static; a static_argnames fix tried on the user's own function with the same arguments."""
+    jits = {t.function.rsplit(".", 1)[-1]: t for t in inside if t.name == "jit"}  # innermost wins
+
+    def jit_of(fix: Fix) -> Transformation | None:
+        return jits.get(_jitted_name(fix.use).rsplit(".", 1)[-1]) if _static_names(fix.use) else None
+
+    parameters = _parameters_of_frames(frames)  # for a function no jit on the stack traced
+
+    def applies(fix: Fix) -> bool:
+        names = set(_static_names(fix.use))
+        if not names:
+            return True
+        jitted = jit_of(fix)
+        if jitted is not None:
+            return names <= set(jitted.parameters)
+        known = parameters.get(_jitted_name(fix.use).rsplit(".", 1)[-1])
+        return known is None or names <= known
+
+    fixes = [f for f in report.fixes if applies(f)]
+    made = report.provenance.made_at if report.provenance is not None else None
+    # only for a value JAX says it made from static inputs alone (literals in its operation)
+    static_made = made is not None and any(
+        op.static_inputs and (op.file, op.line) == (made.filename, made.lineno)
+        for op in text.traced_operations(report.jax_message_text)
+    )
+    expression = static_expression(made.code) if made is not None and static_made else None
+    if expression is not None:
+        original, static = expression
+        fixes.insert(
+            0,
+            Fix(
+                static,
+                f"instead of `{original}` in `{made.code}` ({made.where}): a jax.numpy operation makes a traced "
+                "value under jit even when its inputs are static (shapes, sizes, Python numbers); Python, `math` "
+                "or NumPy arithmetic on them stays a concrete number",
+                "suggestion: not tried (it changes your code)",
+            ),
+        )
+    tried = []
+    for fix in fixes:
+        names = _static_names(fix.use)
+        jitted = jit_of(fix)
+        if names and jitted is not None and not fix.checked:
+            fix = _try_static(fix, jitted, names, frames)
+        elif not fix.checked:
+            fix = dataclasses.replace(fix, checked="suggestion: not tried")
+        tried.append(fix)
+    # a fix tried on the user's function that still fails does not apply: it is reported apart
+    tried.sort(key=lambda f: f.checked.startswith("checked: not enough"))
+    report.fixes = [f for f in tried if not f.checked.startswith("checked: still fails")]
+    report.rejected_fixes = [f for f in tried if f.checked.startswith("checked: still fails")]
+
+
+def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list) -> Fix:
+    """Trace the user's jitted function again with ``names`` static and the same arguments (no compile)."""
+    call = jit_call(frames, jitted.function)
+    if call is None:
+        return dataclasses.replace(fix, checked="suggestion: not tried (the call's arguments were not found)")
+    shown = ", ".join(f"`{n}`" for n in names)
+    output = io.StringIO()  # the function's own prints while it is traced again are not the user's output
+    names_now = tuple(names)
+    try:
+        import jax  # deferred: JAX is imported only once a tracer error is explained
+
+        fun, args, kwargs, static = call
+        names_now = tuple(dict.fromkeys(static["static_argnames"] + tuple(names)))
+        # Given both, jit takes each list as written: the new names' positions are added to the numbers.
+        positional = [
+            p.name
+            for p in inspect.signature(fun).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        numbers = set(static["static_argnums"]) | {positional.index(n) for n in names if n in positional}
+        options = {"static_argnames": names_now, "static_argnums": tuple(sorted(numbers)) or None}
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            jax.jit(fun, **options).trace(*args, **kwargs)
+    except Exception as failure:
+        if classify(failure) is not None:  # valid, but other traced values still need a fix of their own
+            result = (
+                f"checked: not enough on its own - tracing `{jitted.function}` with {shown} static still raises "
+                f"{error_line(failure)}"
+            )
+        else:  # the static argument itself cannot work (an array is not hashable, ...)
+            result = (
+                f"checked: still fails - tracing `{jitted.function}` with {shown} static raised {error_line(failure)}"
+            )
+    else:
+        result = f"checked: tracing `{jitted.function}` with {shown} static succeeds with this call's arguments"
+    finally:
+        del call
+    use = fix.use
+    if len(names_now) > len(names) and use.startswith(f"jax.jit({jitted.function}, static_argnames="):
+        use = f"jax.jit({jitted.function}, static_argnames={names_now!r})"  # keep what was static already
+    return dataclasses.replace(fix, use=use, checked=result + " (jaxmagic traced your function once more to try it)")
+
+
+# -- every error gets a report: one the explainer cannot explain says so and why -------------------
+
+
+@dataclasses.dataclass
+class UnexplainedErrorReport(Report):
+    """``%jax_explain`` on an error it does not explain: what the error is, and why it is not explained."""
+
+    kind = "jax_explain"
+
+    error_type: str = ""  # "ValueError"
+    message: str = ""  # the error's first line
+    reason: str = ""  # why jaxmagic could not explain it
+    your_lines: list[SourceLine] = dataclasses.field(default_factory=list)  # outermost first
+
+    @property
+    def status(self) -> Status:
+        return Status.ERROR
+
+    @property
+    def summary(self) -> str:
+        return f"jaxmagic could not explain this {self.error_type}: {self.reason}."
+
+    def document(self):
+        sections = [Section("What", [Facts([("error", self.error_type), ("message", self.message)])])]
+        if self.your_lines:
+            sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], "")]))
+        sections.append(Section("Why not", [Paragraph(f"Could not explain it, because {self.reason}.")]))
+        return Document("%jax_explain", self.status, self.summary, sections)
+
+
+def explain_or_say_why(error: BaseException, namespace: dict | None = None) -> Report:
+    """``explain_any``'s report, or - for an error it does not explain - a report saying so and why."""
+    try:
+        report = explain_any(error, namespace)
+    except Exception as failure:  # never fail on the user's error
+        reason = f"jaxmagic's own analysis failed ({error_line(failure)})"
+        report = None
+    else:
+        reason = ""
+    if report is not None:
+        return report
+    message = message_of(error)
+    if not reason:
+        if text.mentions_tracer(message):
+            reason = (
+                "its message speaks of a tracer, but it was raised while a transformation was tracing your code "
+                "(not a tracer kept past its trace) and it is none of the tracer errors jaxmagic knows"
+            )
+        else:
+            reason = (
+                "it is not a tracer error: no JAX tracer error type, no tracer in its message or arguments, "
+                "and no tracer on the line that raised it"
+            )
+    return UnexplainedErrorReport(
+        error_type=type(error).__name__,
+        message=first_line(message),
+        reason=reason,
+        your_lines=user_lines(error.__traceback__),
+    )
+
+
+def _jitted_name(use: str) -> str:
+    """ "count_up" of ``jax.jit(count_up, static_argnames=('n',))``; "" for a fix without one."""
+    match = re.match(r"jax\.jit\(([\w.]+),", use)
+    return match.group(1) if match else ""
+
+
+def _parameters_of_frames(frames: list) -> dict[str, set[str]]:
+    """The parameter names of each user function running in ``frames``, by its name."""
+    found: dict[str, set[str]] = {}
+    for frame, _ in frames:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+            found.setdefault(code.co_name, set()).update(n for n in names if n != "self")
+    return found

@@ -26,17 +26,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import types
 from collections.abc import Iterator
 from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
+from jaxmagic._jax.transform_stack import (
+    Transformation,
+    leak_error_stacks,
+    of_traceback,
+    stack_at_raise,
+    traced_for,
+    transformations,
+    unfiltered_traceback,
+)
+from jaxmagic.probes._support import tracer_origin
 from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.probes._support.holder_search import find_held, user_roots
+from jaxmagic.probes._support.holder_search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import defining_code, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, message_of
 
@@ -66,6 +78,8 @@ class LeakedTracer:
     held_by: list[str] = dataclasses.field(default_factory=list)  # your names for where it is stored
     kept_alive_by: int | None = None  # number of another leaked tracer whose computation refers to it
     jax_chain: list[str] = dataclasses.field(default_factory=list)  # JAX's reference chain, ids removed
+    stored_at: SourceLine | None = None  # the one line of the traced function that stores into the holder
+    provenance: Provenance | None = None  # made at, innermost function, transformations, started by
 
     @property
     def where(self) -> str:
@@ -87,6 +101,8 @@ class UnexpectedTracer:
     used_at: SourceLine | None = None  # your line that used it (raised the error)
     created_at: SourceLine | None = None  # your line that computed it, inside the traced function
     held_by: list[str] = dataclasses.field(default_factory=list)
+    stored_at: SourceLine | None = None  # the one line of the function that made it storing into the holder
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass
@@ -97,6 +113,8 @@ class HeldTracer:
     aval: str
     tracer_type: str
     created_at: SourceLine | None = None
+    stored_at: SourceLine | None = None  # the one line of the function that made it storing into ``path``
+    provenance: Provenance | None = None
 
 
 @dataclasses.dataclass
@@ -138,6 +156,8 @@ class LeakReport(Report):
         if self.leaked:
             first = self.primary[0] if self.primary else self.leaked[0]
             how = first.transformation or "a transformation"
+            if first.provenance is not None and len(first.provenance.transforms) > 1:
+                how = first.provenance.path  # "jit(step) > grad"
             fn = (
                 f"`{first.function}` (traced for {how})"
                 if first.function
@@ -148,7 +168,10 @@ class LeakReport(Report):
             where = f"`{first.held_by[0]}` holds {tracer}" if first.held_by else f"{tracer} is still referenced"
             more = len(self.leaked) - 1
             extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
-            return f"Tracer leaked from {fn}: {where}{extra}."
+            started = (
+                f"; the trace was started at {_place(self.call_path[-1])}" if first.function and self.call_path else ""
+            )
+            return f"Tracer leaked from {fn}: {where}{started}{extra}."
         if self.unexpected:
             u = self.unexpected
             held = f"; `{u.held_by[0]}` holds it" if u.held_by else ""
@@ -179,6 +202,13 @@ class LeakReport(Report):
                 Section("Leaked tracers", [Table(["#", "value", "held by", "traced function", "what it is"], rows)])
             )
             lines = [t.created_at for t in self.primary if t.created_at]
+            first = self.primary[0] if self.primary else self.leaked[0]
+            if first.provenance is not None:
+                blocks = provenance_blocks(first.provenance, f"the leaked value (tracer {first.number})")
+                if first.stored_at is not None:
+                    blocks.insert(1, SourceLines([first.stored_at], f"The line that stored it in `{first.where}`:"))
+                sections.append(Section("Where it was made", blocks))
+                lines = [line for line in lines if line != first.created_at]
             if lines:
                 sections.append(
                     Section(
@@ -219,16 +249,21 @@ class LeakReport(Report):
                 facts.append(("still held by", ", ".join(u.held_by)))
 
             sections.append(Section("What", [Facts(facts)]))
-            if u.used_at:
-                sections.append(
-                    Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")])
-                )
-            if u.created_at:
+            if u.provenance is not None:  # the producing line first, the use after it as context
+                blocks = provenance_blocks(u.provenance, "the leaked value")
+                if u.stored_at is not None:
+                    blocks.insert(1, SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:"))
+                sections.append(Section("Leaked there", blocks))
+            elif u.created_at:
                 sections.append(
                     Section(
                         "Leaked there",
                         [SourceLines([u.created_at], "It was computed here, while that function was being traced:")],
                     )
+                )
+            if u.used_at:
+                sections.append(
+                    Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")])
                 )
             sections.append(
                 Section(
@@ -327,7 +362,23 @@ def held_tracers(namespace: dict | None) -> list[HeldTracer]:
     held = []
     for tracer_id, places in found.items():
         tracer = tracers[tracer_id]
-        held.append(HeldTracer(places[0].path, _aval(tracer), type(tracer).__name__, _creation_line(tracer)))
+        provenance = tracer_origin.of_tracer(tracer)
+        how, function = traced_for(tracer)
+        function = function or provenance.function
+        how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
+        provenance.function = function
+        provenance.transforms = [f"jit({function})" if how == "jit" and function else how] if how else []
+        path = places[0].path
+        held.append(
+            HeldTracer(
+                path,
+                _aval(tracer),
+                type(tracer).__name__,
+                _creation_line(tracer),
+                _stored_at(path, None, provenance),
+                provenance,
+            )
+        )
     del tracers
     return held
 
@@ -400,6 +451,7 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
             preserved_jax_state(CONFIG_NAMES),
             _trace_names(report),
             fresh_traces(retrace_token) as how,
+            leak_error_stacks() as stacks,
             jax.checking_leaks(),
         ):
             report.retrace_method, report.retrace_note = how.method, how.description
@@ -407,7 +459,7 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
     except Exception as error:
         try:
             if text.is_leak_message(message_of(error)):
-                _explain_leak(report, error, namespace)
+                _explain_leak(report, error, namespace, stacks[-1] if stacks else None)
             elif isinstance(error, jax.errors.UnexpectedTracerError):
                 report.unexpected = explain_unexpected_tracer(error, namespace)
                 report.jax_message = message_of(error).strip()
@@ -446,8 +498,16 @@ def explain_leak(error: BaseException, namespace: dict | None = None) -> LeakRep
     return report
 
 
-def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | None) -> None:
+def _explain_leak(
+    report: LeakReport, error: BaseException, namespace: dict | None, stack: list[Transformation] | None = None
+) -> None:
+    """Fill ``report`` from a leak error. ``stack``: the transformations on the stack when JAX raised it
+    (recorded by the probe); without it they are read from the traceback when JAX kept its frames."""
     message = message_of(error)
+    if stack is None:
+        stack = transformations(stack_at_raise(error)) or of_traceback(unfiltered_traceback(error))
+    innermost = stack[-1] if stack else None
+    labels = [t.label for t in stack]
     report.trace_kind = text.leak_trace_kind(message)
     report.jax_message = text.without_ids(message.strip())
     report.call_path = user_lines(error.__traceback__)
@@ -464,19 +524,40 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
     created_lines = {
         k: line for k, line in created_lines.items() if line is not None and (line.filename, line.lineno) not in started
     }
-    named = [b.context.function for b in blocks if b.context.function not in ("", "<unknown>")]
+    # A "created on line" in the <module> of a cell (vmap's input, made at the vmap call) names no traced function.
+    on_path = {(line.filename, line.lineno) for line in report.call_path}
+    named = [
+        b.context.function
+        for b in blocks
+        if b.context.function not in ("", "<unknown>", "<module>") and (b.context.file, b.context.line) not in on_path
+    ]
     named += [line.function for line in created_lines.values()]
+    started = report.call_path[0] if report.call_path else None
     for i, block in enumerate(blocks):
         context = block.context
         created = created_lines.get(block.tracer_id)
         function = context.function
-        if function in ("", "<unknown>") and named:
-            function = named[0]
+        from_message = function not in ("", "<unknown>", "<module>") and (context.file, context.line) not in on_path
+        if not from_message:
+            function = innermost.function if innermost is not None else named[0] if named else ""
         via = block.held_through_tracer(ids)
         held_by = [h.path for h in found.get(block.tracer_id, [])]
         if not held_by and via is None:
             fallback = _path_from_chain(block.chain)
             held_by = [fallback] if fallback else []
+        if block.tracer_id in tracers:
+            provenance = tracer_origin.of_tracer(tracers[block.tracer_id], labels, started, report.call_path)
+        else:
+            provenance = Provenance(
+                transforms=labels,
+                started_by=started,
+                unknown="the tracer was not found in your variables, so its recorded line could not be read",
+            )
+        if created is not None and provenance.made_at is None:
+            provenance = dataclasses.replace(provenance, made_at=created, unknown="")
+        created = created or provenance.made_at
+        provenance.function = function if innermost is not None or not provenance.function else provenance.function
+        stored = _stored_at(held_by[0], innermost, provenance) if held_by else None
         report.leaked.append(
             LeakedTracer(
                 number=i + 1,
@@ -484,7 +565,11 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
                 aval=block.aval,
                 function=function,
                 transformation=context.transformation or text.TRANSFORMATION_OF_TRACER.get(block.tracer_type, ""),
-                function_line=source_line(context.file, context.line, context.function) if context.file else None,
+                function_line=innermost.defined_at
+                if innermost is not None and innermost.function == function
+                else source_line(context.file, context.line, context.function)
+                if context.file and from_message
+                else None,
                 created_at=created,
                 depends_on=context.depends_on,
                 held_by=held_by,
@@ -493,9 +578,23 @@ def _explain_leak(report: LeakReport, error: BaseException, namespace: dict | No
                     text.without_ids(f"<{link.child_type} {link.child_id}> is referred to by {link.holder}")
                     for link in block.chain
                 ],
+                stored_at=stored,
+                provenance=provenance,
             )
         )
     del tracers
+
+
+def _stored_at(holder: str, traced: Transformation | None, provenance: Provenance) -> SourceLine | None:
+    """The one line of the traced function (or of the function that made the value) storing into ``holder``."""
+    if traced is not None and traced.defined_at is not None:
+        where = traced.defined_at
+        return tracer_origin.stored_line(holder, where.filename, where.lineno, traced.function)
+    made = provenance.made_at
+    if made is None:
+        return None
+    start = tracer_origin.enclosing_function_start(made.filename, made.lineno)
+    return tracer_origin.stored_line(holder, made.filename, start, made.function) if start else None
 
 
 def _path_from_chain(chain: list[text.ChainLink]) -> str:
@@ -536,6 +635,14 @@ def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> U
     function = facts.function
     if function in ("", "<unknown>") and facts.created_function:
         function = facts.created_function
+    how = facts.transformation
+    provenance = Provenance(
+        made_at=created,
+        function=function,
+        transforms=[f"{how}({function})" if how == "jit" and function else how] if how else [],
+        unknown="" if created is not None else "JAX's message names no line of yours that made the value",
+    )
+    paths = [h.path for h in held]
     return UnexpectedTracer(
         aval=facts.aval,
         tracer_type=facts.tracer_type,
@@ -543,5 +650,86 @@ def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> U
         transformation=facts.transformation,
         used_at=lines[-1] if lines else None,
         created_at=created,
-        held_by=[h.path for h in held],
+        held_by=paths,
+        stored_at=_stored_at(paths[0], None, provenance) if paths else None,
+        provenance=provenance,
     )
+
+
+def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> UnexpectedTracer | None:
+    """A tracer kept past its trace that reached an operation raising another kind of error (JAX 0.12:
+    ``jax.device_put`` says "Argument of type <class '...DynamicJaxprTracer'> is not a valid JAX type";
+    ``np.asarray`` raises TracerArrayConversionError). Told by the tracer it carries - a tracer in the
+    exception's arguments, bound on the failing line, or named in the message - at a line that no
+    transformation was tracing (so its trace had ended). None when that is not the case."""
+    frames = stack_at_raise(error)
+    tb, failing, lineno = error.__traceback__, None, 0
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            failing, lineno = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    if failing is None:
+        del frames
+        return None
+    upto = (
+        [entry for entry in frames[: [f for f, _ in frames].index(failing) + 1]]
+        if any(f is failing for f, _ in frames)
+        else []
+    )
+    inside = transformations(upto)
+    del frames, upto
+    if inside:  # the failing line ran while a transformation traced it: a tracer there is no leak
+        del failing
+        return None
+    code = source_line(failing.f_code.co_filename, lineno, failing.f_code.co_name)
+    candidates: dict[int, Any] = {}
+    for value in error.args:
+        if _is_tracer(value):
+            candidates[id(value)] = value
+    scopes = (failing.f_locals, failing.f_globals)
+    roots = []
+    for name in text.names_in(code.code):
+        scope = next((scope for scope in scopes if name in scope), None)
+        if scope is not None and not isinstance(scope[name], types.ModuleType):
+            roots.append((name, scope[name], KIND_NAME))
+    del failing, scopes
+
+    def is_target(value):
+        if _is_tracer(value):
+            candidates[id(value)] = value
+            return True
+        return False
+
+    on_line = find_held(roots, is_target, max_depth=4) if roots else {}
+    del roots
+    mentioned = text.mentioned_tracer(message_of(error)) or (
+        "tracer" if text.mentions_tracer(message_of(error)) else ""
+    )
+    if not candidates and not mentioned:
+        return None
+    in_namespace, _ = _find_tracers(namespace) if namespace and candidates else ({}, {})
+    tracer = next(iter(candidates.values()), None)
+    facts = UnexpectedTracer(tracer_type=mentioned, used_at=code)
+    if tracer is not None:
+        facts.aval, facts.tracer_type = _aval(tracer), type(tracer).__name__
+        paths = [h.path for h in in_namespace.get(id(tracer), [])] + [h.path for h in on_line.get(id(tracer), [])]
+        facts.held_by = list(dict.fromkeys(paths))
+        how, function = traced_for(tracer)
+        how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
+        provenance = tracer_origin.of_tracer(tracer, (), started=None)
+        function = function or provenance.function
+        facts.function, facts.transformation = function, how
+        if how:
+            provenance.transforms = [f"{how}({function})" if how == "jit" and function else how]
+        provenance.function = function
+        facts.created_at = provenance.made_at
+        facts.provenance = provenance
+        if facts.held_by:
+            facts.stored_at = _stored_at(facts.held_by[0], None, provenance)
+    else:
+        facts.provenance = Provenance(
+            unknown=f"the {mentioned} the message names was not found on your line or in the error's arguments"
+        )
+    candidates.clear()
+    del tracer, in_namespace
+    return facts

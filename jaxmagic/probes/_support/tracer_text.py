@@ -13,7 +13,10 @@ the tests in tests/test_tracer_text.py pin the exact texts of JAX 0.12.
 from __future__ import annotations
 
 import dataclasses
+import io
+import keyword
 import re
+import tokenize
 
 _TRACING = re.compile(
     r"The error occurred while tracing the function (?P<function>\S+)"
@@ -253,3 +256,74 @@ def leak_blocks(message: str) -> list[LeakBlock]:
 def without_ids(text: str) -> str:
     """JAX's "<list 4665787840>" references as "<list>": ids mean nothing to a reader."""
     return _OBJECT_REF.sub(lambda m: f"<{m['type']}>", text)
+
+
+def names_in(code: str) -> list[str]:
+    """The names (not keywords) on a line of Python, in order, each once."""
+    names: list[str] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline):
+            if token.type == tokenize.NAME and not keyword.iskeyword(token.string) and token.string not in names:
+                names.append(token.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return names
+
+
+# "Argument of type <class '...DynamicJaxprTracer'> is not a valid JAX type", "JitTracer(float32[3])"
+_TRACER_MENTION = re.compile(r"\b(?P<tracer>[A-Z]\w*Tracer)\b")
+
+
+_JAX_TRACERS = set(TRANSFORMATION_OF_TRACER) | {"Tracer", "LinearizeTracer", "JVPTracer", "EvalTracer"}
+
+
+def mentioned_tracer(message: str) -> str:
+    """The JAX tracer class a message names (``DynamicJaxprTracer``, ``JitTracer(float32[3])``), "" if none."""
+    for match in _TRACER_MENTION.finditer(message):
+        if match["tracer"] in _JAX_TRACERS:
+            return match["tracer"]
+    return ""
+
+
+def mentions_tracer(message: str) -> bool:
+    """True when a message speaks of a JAX tracer: a tracer class (``DynamicJaxprTracer``) or JAX's
+    words for one ("... is not available on traced array with shape float32[3]")."""
+    return bool(mentioned_tracer(message)) or "traced array with shape" in message
+
+
+# "This value became a tracer due to JAX operations on these lines:\n\n  operation a:i32[] = add 3:i32[] 1:i32[]
+#     from line /tmp/m.py:7:8 (f)"
+_OPERATION = re.compile(
+    r"operation (?P<operation>[^\n]*?)\n\s*from line (?P<file>.+?):(?P<line>\d+)(?::\d+)? \((?P<function>[^)]*)\)"
+)
+_LITERAL = re.compile(r"^(?:-?[\d.]+(?:e[-+]?\d+)?|True|False|inf|-inf|nan):")
+
+
+@dataclasses.dataclass
+class TracedOperation:
+    """One operation JAX names as a reason a value became a tracer, in the message's order."""
+
+    operation: str  # "a:i32[] = add 3:i32[] 1:i32[]"
+    file: str
+    line: int
+    function: str
+    static_inputs: bool  # every input is a literal (a static value JAX turned into a constant)
+
+
+def traced_operations(message: str) -> list[TracedOperation]:
+    """The operations of "This value became a tracer due to JAX operations on these lines", in order."""
+    found = []
+    for match in _OPERATION.finditer(message):
+        operation = match["operation"].strip()
+        right = re.sub(r"\[[^\]]*\]", "", operation.split(" = ", 1)[-1])  # drop [axes=(0,)] and the like
+        inputs = right.split()[1:]
+        found.append(
+            TracedOperation(
+                operation,
+                match["file"],
+                int(match["line"]),
+                short_qualname(match["function"]),
+                bool(inputs) and all(_LITERAL.match(token) for token in inputs),
+            )
+        )
+    return found
