@@ -9,7 +9,8 @@ never touches the cell's thread. At the end the card is *updated* with the final
 report, so a saved notebook holds exactly the static report, as without a live
 view. A cell that ends before DELAY shows its report as usual, with no card.
 
-In terminal IPython the view is one status line that rewrites itself (only when
+On an ipyparallel engine there is no live view: ``%%px`` forwards displays to the
+client but not their updates. In terminal IPython the view is one status line that rewrites itself (only when
 stdout is a terminal) and is erased before the report prints. Setting the
 environment variable ``JAXMAGIC_LIVE_VIEW=0`` switches the view off.
 """
@@ -27,6 +28,7 @@ from IPython.display import display
 from jaxmagic.render import static_bundle
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Paragraph, Section
+from jaxmagic.report.source import running_shell
 
 DELAY = 1.0  # seconds before a cell counts as long
 INTERVAL = 0.5  # at most two refreshes a second
@@ -68,7 +70,11 @@ class LiveView:
         self.in_kernel = in_kernel
         self.only_with_findings = only_with_findings  # %jax_watch: a clean cell shows nothing at all
         self.terminal = not in_kernel and _stdout_is_terminal()
-        self.enabled = os.environ.get("JAXMAGIC_LIVE_VIEW", "1") != "0" and (in_kernel or self.terminal)
+        self.enabled = (
+            os.environ.get("JAXMAGIC_LIVE_VIEW", "1") != "0"
+            and (in_kernel or self.terminal)
+            and not _on_ipyparallel_engine()
+        )
         self.handle = None  # the display handle, once the card was shown
         self.updates = 0
         self._stop = threading.Event()
@@ -142,6 +148,13 @@ class LiveView:
         else:
             self.handle.update(bundle, raw=True)
         self.updates += 1
+
+
+def _on_ipyparallel_engine() -> bool:
+    """An ipyparallel engine forwards ``display_data`` to the client but not display updates, so a
+    live card there would stay as it was first shown, above the final report."""
+    kernel = getattr(running_shell(), "kernel", None)
+    return type(kernel).__module__.startswith("ipyparallel")
 
 
 def _stdout_is_terminal() -> bool:

@@ -86,7 +86,7 @@ class GatherReport(Report):
                 per_process = "; ".join(finding.details)
                 text = " ".join(part for part in (f"{per_process}." if per_process else "", finding.fix) if part)
                 if text:
-                    blocks.append(Paragraph(f"{finding.area.capitalize()}: {text}"))
+                    blocks.append(Paragraph(f"{finding.area[:1].upper()}{finding.area[1:]}: {text}"))
             sections.append(Section("Differences between processes", blocks))
         rows = [
             [_process_text(e.process), "" if e.engine is None else str(e.engine), e.host, e.status, e.headline]
