@@ -979,3 +979,23 @@ def test_metadata_equal_in_print_but_not_a_field_is_still_identity_not_keys():
     assert f.main_cause == "pytree_identity"
     assert "could not be told" in f.reason or "could not be told" in rep.compilations_of("run")[1].why
     assert "always the same keys" not in f.fix and "Build it once, outside the loop" in f.fix
+
+
+def test_each_compilation_writes_out_only_what_changed_from_the_row_above():
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmagic.probes import compiles
+
+    def scale(x, factor):
+        return x * factor
+
+    f = jax.jit(scale, static_argnames="factor")
+    with compiles() as report:
+        for factor in (1, 2, 3):
+            f(jnp.ones(3), factor=factor)  # same line, same argument types: only the static changes
+    table = next(s for s in report.document().sections if s.title == "Each compilation").blocks[0]
+    line_col, types_col = table.columns.index("your line"), table.columns.index("argument types")
+    assert table.rows[0][line_col] != "same" and table.rows[0][types_col] == "f32[3]"
+    assert [row[line_col] for row in table.rows[1:]] == ["same", "same"]
+    assert [row[types_col] for row in table.rows[1:]] == ["same", "same"]

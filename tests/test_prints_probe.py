@@ -244,3 +244,17 @@ def test_a_jitted_call_inside_a_trace_is_not_a_call_of_its_own():
         jitted_outer(two)
     assert report.texts == ["inner 1.0", "inner 2.0"]
     assert [c.function for c in report.calls] == ["outer", "outer"] and report.calls_observed == 2
+
+
+def test_two_prints_on_one_line_get_sections_told_apart_by_their_format():
+    @jax.jit
+    def twice(x):
+        jax.debug.print("a={}", x)
+        jax.debug.print("b={}", x * 2)  # noqa: E702 - one line, two sites
+        return x
+
+    with probes.prints() as report:
+        twice(jnp.ones(2))
+    titles = [s.title for s in report.document().sections]
+    assert len(titles) == len(set(titles))
+    assert any(t.endswith(": `b={}`") for t in titles)

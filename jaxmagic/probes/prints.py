@@ -52,7 +52,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import innermost_user_frame, source_line
-from jaxmagic.report.wording import ended, error_line
+from jaxmagic.report.wording import ended, error_line, shown
 
 RETRACE_TOKEN = "jaxmagic-print"
 MAX_LINES = 5000  # lines kept; later ones are only counted
@@ -201,6 +201,7 @@ class PrintReport(Report):
         for line in self.lines:
             by_site.setdefault(line.site, []).append(line)
         calls = {c.number: c for c in self.calls}
+        titles: set[str] = set()
         for site in sorted(
             self.sites,
             key=lambda s: min((i for i, line in enumerate(self.lines) if line.site == s.key), default=len(self.lines)),
@@ -242,6 +243,9 @@ class PrintReport(Report):
                 )
             under = [c for c in site.context if c != "jit"]
             title = f"{what} in {site.where or '(line unknown)'}" + (f", under {' > '.join(under)}" if under else "")
+            if title in titles:  # two prints on one line: tell the sections apart by what they print
+                title += f": `{shown(site.fmt, limit=40, quoted=False)}`"
+            titles.add(title)
             sections.append(Section(title, blocks))
         untagged = by_site.get("", [])
         if untagged:

@@ -506,18 +506,24 @@ class CompileReport(Report):
 
         shown = [c for c in self.compilations if self.show_all or c.kind == "user"]
         if shown:
-            rows = [
-                [
-                    str(c.number),
-                    f"`{c.function}`",
-                    line_text(c.line),
-                    CAUSE_TITLES.get(c.cause, c.cause),
-                    "; ".join(c.changes) or "-",
-                    c.argument_types or "-",
-                    _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
-                ]
-                for c in shown
-            ]
+            rows = []
+            for i, c in enumerate(shown):
+                previous = shown[i - 1] if i else None
+                # Only what changed from the row above is written out: a loop's rows share the line.
+                same = previous is not None and previous.function == c.function
+                line = line_text(c.line)
+                types = c.argument_types or "-"
+                rows.append(
+                    [
+                        str(c.number),
+                        f"`{c.function}`",
+                        "same" if same and line == line_text(previous.line) else line,
+                        CAUSE_TITLES.get(c.cause, c.cause),
+                        "; ".join(c.changes) or "-",
+                        "same" if same and types == (previous.argument_types or "-") else types,
+                        _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
+                    ]
+                )
             blocks = [
                 Table(
                     [
