@@ -129,7 +129,7 @@ def inline_html(text: str) -> str:
     )
 
 
-_LONG_RUN_CHARS = 24
+_LONG_RUN_CHARS = 14  # a 900 px notebook with the sidebar open leaves ~420 px for a table
 _BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
 # A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
 _SPECIAL_WORD = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}|\S*(?:--|->)\S*")
