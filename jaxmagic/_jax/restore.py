@@ -74,12 +74,33 @@ def _same(a: Any, b: Any) -> bool:
 _DEFAULT_LOGGER_STATE = LoggerState(logging.NOTSET, (), True, False)
 
 
+_jax_logger_cache: dict[str, Any] = {"size": -1, "loggers": {}, "placeholders": []}
+
+
 def jax_loggers() -> dict[str, logging.Logger]:
+    """The ``jax`` logger and every ``jax.*`` logger that exists.
+
+    Walking every logger of a notebook process costs ~60 us and each probe's snapshot
+    did it twice per cell; loggers are only ever added to the manager's dict (a
+    placeholder becomes a logger in place, also counted here by type), so the walk is
+    redone only when the dict or the placeholders in it changed.
+    """
+    registry = logging.root.manager.loggerDict
+    size = len(registry)
+    if size == _jax_logger_cache["size"] and not any(
+        isinstance(registry.get(n), logging.Logger) for n in _jax_logger_cache["placeholders"]
+    ):
+        return dict(_jax_logger_cache["loggers"])
     loggers = {"jax": logging.getLogger("jax")}
-    for name, logger in list(logging.root.manager.loggerDict.items()):
-        if (name == "jax" or name.startswith("jax.")) and isinstance(logger, logging.Logger):
-            loggers[name] = logger
-    return loggers
+    placeholders = []
+    for name, logger in list(registry.items()):
+        if name == "jax" or name.startswith("jax."):
+            if isinstance(logger, logging.Logger):
+                loggers[name] = logger
+            else:
+                placeholders.append(name)
+    _jax_logger_cache.update(size=len(registry), loggers=loggers, placeholders=placeholders)
+    return dict(loggers)
 
 
 def _config_values(jax, names: tuple[str, ...] | None) -> dict[str, Any]:
