@@ -12,6 +12,7 @@ from jaxmagic.probes._support.holder_search import KIND_NAME, KIND_OUTPUT, KIND_
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes, short_dtype
 
 KIND_JIT_CACHE = "jit cache"  # a constant of a traced program that JAX's caches keep
@@ -19,6 +20,7 @@ KIND_ELSEWHERE = "elsewhere"  # nothing we can see holds it
 KIND_RESULT = "result"  # the cell's own result (Out[n])
 
 _SHOWN_HOLDERS = 6
+CONTAINER_ARRAYS = 100  # arrays of one shape and dtype in one container of the user's from here on: a finding
 
 
 @dataclasses.dataclass
@@ -61,6 +63,40 @@ class LiveGroup:
 
 
 @dataclasses.dataclass
+class ContainerFinding:
+    """One container of the user's (a list, dict, tuple, deque or object) holding many arrays of one
+    shape and dtype: ``metrics`` appended in a loop, ``keys = list(jax.random.split(key, 2000))``."""
+
+    container: str  # "metrics", "state.history", "keys"
+    holders: str  # how its arrays are named: "metrics[0..1999]", "keys[0..1999] (key data)"
+    count: int
+    shape: tuple
+    dtype: str
+    bytes_each: int
+    bytes: int  # count * bytes_each
+    kind: str = "list"  # "list", "dict", "tuple", "deque", "object", "list of containers"
+    key_data: bool = False  # the arrays are the data of PRNG keys (u32[2] or typed keys)
+    provenance: Provenance | None = None  # the line that made the arrays (from tracemalloc), or why not
+    fix: str = ""
+
+    @property
+    def type_text(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+    @property
+    def line(self):
+        """The line that made the first array of the container, or None when it could not be told."""
+        return self.provenance.made_at if self.provenance is not None else None
+
+    @property
+    def sentence(self) -> str:
+        return (
+            f"`{self.container}` holds {self.count} arrays `{self.type_text}` "
+            f"({format_bytes(self.bytes)} in {self.count} separate buffers)"
+        )
+
+
+@dataclasses.dataclass
 class DeviceMemory:
     device: str
     stats: dict[str, int] | None  # Device.memory_stats(); None where the backend has none (CPU)
@@ -76,6 +112,8 @@ class LiveReport(Report):
     total_arrays: int = 0  # all live arrays at the end
     total_bytes: int = 0
     groups: list[LiveGroup] = dataclasses.field(default_factory=list)  # largest total first
+    # containers of the user's holding CONTAINER_ARRAYS or more arrays of one shape and dtype, most first
+    containers: list[ContainerFinding] = dataclasses.field(default_factory=list)
     top: int | None = None  # groups shown (None: all)
     devices: list[DeviceMemory] = dataclasses.field(default_factory=list)
     profile_path: str = ""
@@ -131,7 +169,8 @@ class LiveReport(Report):
         return (
             Status.PROBLEM
             if (
-                self.count_by_kind(KIND_JIT_CACHE)
+                self.containers
+                or self.count_by_kind(KIND_JIT_CACHE)
                 or self.count_by_kind(KIND_OUTPUT)
                 or self.count_by_kind(KIND_TRACEBACK)
             )
@@ -154,7 +193,15 @@ class LiveReport(Report):
             if g.holders:
                 text += f" held by {_join_holders(g.holders, 2)}"
         text += "."
-        return text + self._kind_sentence()
+        return text + self._container_sentence() + self._kind_sentence()
+
+    def _container_sentence(self) -> str:
+        if not self.containers:
+            return ""
+        first = self.containers[0]
+        made = f", made at {first.line.where}" if first.line is not None else ""
+        more = f" ({len(self.containers) - 1} more container(s) below)" if len(self.containers) > 1 else ""
+        return f" {first.sentence}{made}{more}."
 
     def _cell_summary(self) -> str:
         failed = f" The cell failed ({self.other_error})." if self.other_error else ""
@@ -170,7 +217,7 @@ class LiveReport(Report):
         more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
         return (
             f"{self.arrays} array(s) ({format_bytes(self.bytes)}) created by this cell are still alive: "
-            f"{'; '.join(parts)}{more}.{self._kind_sentence()}{failed}"
+            f"{'; '.join(parts)}{more}.{self._container_sentence()}{self._kind_sentence()}{failed}"
         )
 
     def _kind_sentence(self) -> str:
@@ -224,6 +271,8 @@ class LiveReport(Report):
                 )
             title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
             sections.append(Section(title, blocks))
+        if self.containers:
+            sections.append(self._container_section())
         advice = self._advice()
         if advice:
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
@@ -275,6 +324,23 @@ class LiveReport(Report):
                 )
             )
         return Document("%%jax_live" if self.mode == "cell" else "%jax_live", self.status, self.summary, sections)
+
+    def _container_section(self) -> Section:
+        blocks: list = []
+        for finding in self.containers[:8]:
+            blocks.append(
+                Paragraph(
+                    f"{finding.sentence}: `{finding.holders}`. Each is an array of its own, with its own buffer "
+                    "and Python object; a container filled in a loop keeps growing with it."
+                )
+            )
+            if finding.provenance is not None:
+                blocks += provenance_blocks(finding.provenance, f"the arrays in `{finding.container}`")
+            if finding.fix:
+                blocks.append(Paragraph(finding.fix))
+        if len(self.containers) > 8:
+            blocks.append(Paragraph(f"... and {len(self.containers) - 8} more container(s) (see `to_dict()`)."))
+        return Section(f"Containers holding {CONTAINER_ARRAYS} or more arrays of one shape", blocks)
 
     def _held_text(self, g: LiveGroup) -> str:
         parts = []
