@@ -210,3 +210,68 @@ def test_lines_are_followed_without_a_memory_map(double, monkeypatch):
         "double(np_x)  # the first line": 1,
         "double(1.0)  # the second line": 3,
     }
+
+
+# -- a call that is traced and run at once (issue 23, class 2) ----------------------------
+
+
+def test_numpy_argument_of_a_call_traced_first_is_on_the_call_line():
+    """The copy of a NumPy batch made by the first call of a jitted loss was put on the last line
+    traced inside the loss (`return (err ** 2).mean()`), not on the call that passed it."""
+
+    def loss(w, batch):
+        pred = batch @ w
+        err = pred - 1.0
+        return (err**2).mean()  # the last line traced
+
+    step = jax.jit(loss)
+    w = jnp.ones((5,))
+    batch = np.ones((8, 5), np.float32)
+    with probes.transfers() as rep:
+        for _ in range(3):
+            value = step(w, batch)  # the call
+    data = rep.to_dict()["transfers"]
+    assert [t["line"]["code"] for t in data] == ["value = step(w, batch)  # the call"]
+    (group,) = data
+    assert group["count"] == 3 and group["value"] == "f32[8,5]"
+    assert group["argument"] == "batch" and group["traced"] == "loss"
+    provenance = group["provenance"]
+    assert provenance["made_at"]["code"] == "value = step(w, batch)  # the call"
+    assert provenance["started_by"]["function"] == "test_numpy_argument_of_a_call_traced_first_is_on_the_call_line"
+    assert "argument `batch`" in rep.summary
+    assert "This call traced `loss` first" in str(rep)
+
+
+class _Basis:
+    """DESC-style (PlasmaControl/DESC#1051): a NumPy matrix kept on an object and handed to a
+    jitted function on every recover() call - a host-to-device copy per iteration."""
+
+    def __init__(self):
+        self.Ainv = np.eye(6, dtype=np.float32)
+        self._project = jax.jit(lambda a, x: a @ x)
+
+    def recover(self, x):
+        return self._project(self.Ainv, x)  # Ainv is copied here
+
+
+def test_numpy_attribute_passed_from_a_method_names_the_attribute_and_the_outer_call():
+    basis = _Basis()
+    x = jnp.ones((6,))
+    with probes.transfers() as rep:
+        for _ in range(2):
+            x = basis.recover(x)  # the outer call
+    (group,) = rep.to_dict()["transfers"]
+    assert group["line"]["code"] == "return self._project(self.Ainv, x)  # Ainv is copied here"
+    assert group["line"]["function"] == "recover" and group["count"] == 2
+    assert group["argument"] == "self.Ainv" and group["value"] == "f32[6,6]"
+    assert group["provenance"]["started_by"]["code"] == "x = basis.recover(x)  # the outer call"
+
+
+def test_two_numpy_arguments_of_one_type_are_both_named_as_candidates():
+    f = jax.jit(lambda a, b: a - b)
+    a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with probes.transfers() as rep:
+        f(a, b)
+    (group,) = rep.to_dict()["transfers"]
+    assert group["count"] == 2 and group["argument"] == "" and group["candidates"] == ["a", "b"]
+    assert "one of a, b" in str(rep)
