@@ -337,3 +337,76 @@ def test_small_numpy_constants_are_ordinary():
 
     report = probes.hlo(shift, jnp.ones(4))
     assert not any(c.made_while_tracing for c in report.constants)
+
+
+# -- where a constant built while tracing was made (issue 23, class 2) --------------------
+
+
+@pytest.fixture
+def allocations_recorded():
+    import tracemalloc
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    yield
+    if started:
+        tracemalloc.stop()
+
+
+_GRID = [float(i) / 7 for i in range(6000)]
+
+
+def test_numpy_table_built_while_tracing_is_reported_at_the_building_line(allocations_recorded):
+    """jax#553-style: `np.asarray(table)` / `np.arange(n)` inside a jitted function becomes a
+    constant of the program; JAX records only its first use, tracemalloc the line that built it."""
+
+    def interpolate(x):
+        grid = np.asarray(_GRID, dtype=np.float32)  # builds the table
+        scaled = x * 2.0
+        return scaled + grid  # first use
+
+    report = probes.hlo(interpolate, jnp.ones(6000), stage="jaxpr")
+    data = report.to_dict()
+    (constant,) = [c for c in data["constants"] if c["nbytes"] == 6000 * 4]
+    assert constant["line"]["code"] == "return scaled + grid  # first use"
+    made = constant["provenance"]["made_at"]
+    assert made["code"] == "grid = np.asarray(_GRID, dtype=np.float32)  # builds the table"
+    assert made["function"] == "interpolate" and constant["provenance"]["function"] == "interpolate"
+    assert constant["provenance"]["unknown"] == ""
+    assert f"built at {__file__}:{made['lineno']}, first used at {__file__}:{constant['line']['lineno']}" in report.summary
+    assert "The line that made the float32[6000] array:" in str(report)
+
+
+def test_a_copy_jax_made_says_it_could_not_tell_and_names_the_first_use(allocations_recorded):
+    """`np.arange(n)` is float64: JAX keeps its float32 copy, made by JAX, so the NumPy line is
+    not recorded - never the first use or the call presented as the building line."""
+
+    def positions(x):
+        steps = np.arange(6007.0)  # float64
+        return x + steps
+
+    report = probes.hlo(positions, jnp.ones(6007), stage="jaxpr")
+    (constant,) = [c for c in report.to_dict()["constants"] if c["shape"] == [6007]]
+    provenance = constant["provenance"]
+    assert provenance["made_at"] is None
+    assert "a copy JAX made of it" in provenance["unknown"]
+    assert constant["line"]["code"] == "return x + steps"
+    assert f"first used at {__file__}, line {constant['line']['lineno']}, in positions" in provenance["unknown"]
+    assert "could not be told" in report.summary
+
+
+def test_without_tracemalloc_the_building_line_is_not_told():
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is on in this process")
+
+    def lookup(x):
+        table = np.linspace(0.0, 1.0, 6011, dtype=np.float32)
+        return x * table
+
+    report = probes.hlo(lookup, jnp.ones(6011), stage="jaxpr")
+    (constant,) = [c for c in report.constants if c.shape == (6011,)]
+    assert constant.provenance.made_at is None and "tracemalloc" in constant.provenance.unknown
+    assert constant.line.code == "return x * table"

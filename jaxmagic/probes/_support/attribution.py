@@ -303,12 +303,15 @@ def of_numpy_built(obj) -> Provenance:
         package = _package_of(frame.filename)
         if package == "numpy":
             continue  # np.linspace and friends: NumPy's Python code, called by the user's line
-        return Provenance(
-            unknown=(
-                "the array JAX keeps is a copy JAX made of it (for example converting float64 to float32), "
-                "so the NumPy call that built the original was not recorded"
+        if package in ("jax", "jaxlib"):
+            return Provenance(
+                unknown=(
+                    "the array JAX keeps is a copy JAX made of it (for example converting float64 to float32), "
+                    "so the NumPy call that built the original was not recorded"
+                )
             )
-        )
+        where = package or frame.filename
+        return Provenance(unknown=f"it was allocated by code that is not yours ({where}), not by a line of yours")
     return Provenance(unknown="no frame of your code allocated it")
 
 

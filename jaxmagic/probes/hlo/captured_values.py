@@ -4,6 +4,7 @@ literals, and arrays held as constants (named from the function's globals, closu
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import linecache
 import re
@@ -15,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.attribution import of_allocation, of_equation, of_numpy_built
 from jaxmagic.probes.hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
 from jaxmagic.probes.hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
 from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
 
 
 class NameEnvironment:
@@ -330,8 +333,10 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
     """Arrays held as constants of the traced program (closed-over globals and closure values)."""
     identities = env.by_identity()
     found, seen = [], set()
-    jaxprs = [closed] + [sub for _eqn, _segments, _back, subs, _parents in walked for sub in subs]
-    for jaxpr in jaxprs:
+    jaxprs = [(closed, ())] + [
+        (sub, (*parents, eqn)) for eqn, _segments, _back, subs, parents in walked for sub in subs
+    ]
+    for jaxpr, enclosing in jaxprs:
         consts = list(getattr(jaxpr, "consts", None) or [])
         if not consts:
             continue
@@ -346,7 +351,8 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
             nbytes = int(getattr(value, "nbytes", 0) or 0)
             if not name and nbytes < BAKED_CONSTANT_BYTES:
                 continue  # a small array made inside the function: ordinary, not worth a line
-            line = _first_use_line(inner, constvars[index]) if index < len(constvars) else None
+            use = _first_use(inner, constvars[index]) if index < len(constvars) else None
+            line = eqn_line(use, enclosing) if use is not None else None
             found.append(
                 CapturedConstant(
                     name=name,
@@ -356,14 +362,59 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
                     nbytes=nbytes,
                     line=line,
                     numpy=isinstance(value, np.ndarray),
+                    provenance=constant_provenance(value, use, enclosing, line),
                 )
             )
     found.sort(key=lambda c: -c.nbytes)
     return found
 
 
-def _first_use_line(jaxpr, var) -> SourceLine | None:
+def _first_use(jaxpr, var):
     for eqn in jaxpr.eqns:
         if any(v is var for v in eqn.invars):
-            return eqn_line(eqn)
+            return eqn
     return None
+
+
+def constant_provenance(value, use, enclosing: tuple, line: SourceLine | None) -> Provenance:
+    """Where a constant of the program was built: the line that allocated it (``tracemalloc``,
+    for a NumPy array the NumPy call itself, never a copy JAX made), with the function and
+    transformations of its first use; otherwise no line, and why - the program records only
+    the equation that first uses it, which is not where the array was built."""
+    built = of_numpy_built(value) if isinstance(value, np.ndarray) else of_allocation(value)
+    used = of_equation(use, enclosing) if use is not None else Provenance()
+    if built.made_at is not None:
+        function = _enclosing_function(built.made_at.filename, built.made_at.lineno)
+        made = dataclasses.replace(built.made_at, function=function or "<module>")
+        same = bool(function) and function == used.function
+        return Provenance(
+            made_at=made,
+            function=function,
+            transforms=used.transforms if same else [],
+            started_by=built.started_by,
+        )
+    first = f"it is first used at {line.where}" if line is not None else "no use of it names a line of yours"
+    return Provenance(
+        function=used.function,
+        transforms=used.transforms,
+        unknown=f"{built.unknown}; the program records only where it is used ({first})",
+    )
+
+
+@lru_cache(maxsize=256)
+def _enclosing_function(filename: str, lineno: int) -> str:
+    """The innermost function whose body holds ``filename:lineno`` ("" at module level)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source) if source else None
+    except SyntaxError:
+        tree = None
+    if tree is None:
+        return ""
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            end = getattr(node, "end_lineno", node.lineno)
+            if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
+                best = node
+    return best.name if best is not None else ""
