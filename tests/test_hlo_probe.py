@@ -374,7 +374,9 @@ def test_numpy_table_built_while_tracing_is_reported_at_the_building_line(alloca
     assert made["code"] == "grid = np.asarray(_GRID, dtype=np.float32)  # builds the table"
     assert made["function"] == "interpolate" and constant["provenance"]["function"] == "interpolate"
     assert constant["provenance"]["unknown"] == ""
-    assert f"built at {__file__}:{made['lineno']}, first used at {__file__}:{constant['line']['lineno']}" in report.summary
+    assert (
+        f"built at {__file__}:{made['lineno']}, first used at {__file__}:{constant['line']['lineno']}" in report.summary
+    )
     assert "The line that made the float32[6000] array:" in str(report)
 
 

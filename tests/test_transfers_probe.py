@@ -230,6 +230,7 @@ def test_numpy_argument_of_a_call_traced_first_is_on_the_call_line():
     with probes.transfers() as rep:
         for _ in range(3):
             value = step(w, batch)  # the call
+    assert value.shape == ()
     data = rep.to_dict()["transfers"]
     assert [t["line"]["code"] for t in data] == ["value = step(w, batch)  # the call"]
     (group,) = data

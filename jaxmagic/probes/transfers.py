@@ -34,8 +34,10 @@ catches them too.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import inspect
 import mmap
 import os
 import re
@@ -43,6 +45,8 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+
+import numpy as np
 
 from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
@@ -164,8 +168,7 @@ class TransferReport(Report):
         sections = []
         if self.transfers:
             rows = [
-                [_line_cell(t.line), t.value or "-", t.what, _argument_cell(t), str(t.count)]
-                for t in self.transfers
+                [_line_cell(t.line), t.value or "-", t.what, _argument_cell(t), str(t.count)] for t in self.transfers
             ]
             kept = sum(t.count for t in self.transfers)
             blocks = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
@@ -641,8 +644,6 @@ def _line_text(frame) -> str:
 
 def _host_type(value) -> str:
     """How the transfer guard writes a host value's type (``f32[8,5]``, ``f32[] weak``); "" for no host value."""
-    import numpy as np  # deferred: numpy comes with JAX; this module is imported before it
-
     if isinstance(value, bool):
         return "bool[] weak"
     if isinstance(value, int):
@@ -664,8 +665,6 @@ def _host_arguments(frame, code: str) -> list[tuple[str, str]]:
     """The arguments of the calls on one line that are host values (NumPy arrays, Python scalars) in
     ``frame``'s variables, as (expression, type). Names, attributes and subscripts with constant
     keys are looked up without running user code; literals are typed as written."""
-    import ast
-
     try:
         tree = ast.parse(code.strip().rstrip(":") or "0")
     except SyntaxError:
@@ -693,9 +692,6 @@ _NOTHING = object()
 def _value_of(node, frame):
     """The value of a name (``batch``), attribute (``data.x``) or constant subscript (``d['x']``) in
     ``frame``, read without running user code; a literal number as written; else ``_NOTHING``."""
-    import ast
-    import inspect
-
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return node.value
     if isinstance(node, ast.Name):

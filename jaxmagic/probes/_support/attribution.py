@@ -279,7 +279,8 @@ def _package_of(filename: str) -> str:
 def allocation_traceback(obj):
     """``tracemalloc``'s frames for ``obj`` (innermost first), or (None, why not)."""
     if not tracemalloc.is_tracing():
-        return None, "allocations are recorded only while tracemalloc traces (`tracemalloc.start(25)` before the code that makes them)"
+        why = "allocations are recorded only while tracemalloc traces (`tracemalloc.start(25)` before the code that makes them)"
+        return None, why
     try:
         trace = tracemalloc.get_object_traceback(obj)
     except Exception:

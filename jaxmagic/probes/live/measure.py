@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.probes._support.holder_search import (
     KIND_NAME,
     KIND_OUTPUT,
@@ -25,7 +26,6 @@ from jaxmagic.probes._support.holder_search import (
     namespace_roots,
     traceback_roots,
 )
-from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.probes.live.report import (
     CONTAINER_ARRAYS,
     KIND_ELSEWHERE,
