@@ -412,3 +412,24 @@ def test_without_tracemalloc_the_building_line_is_not_told():
     (constant,) = [c for c in report.constants if c.shape == (6011,)]
     assert constant.provenance.made_at is None and "tracemalloc" in constant.provenance.unknown
     assert constant.line.code == "return x * table"
+
+
+TEMPERATURE = 0.7
+
+
+def test_baked_global_under_vmap_names_its_line_function_and_transformation():
+    """A sampling temperature read as a global inside a vmapped function (a common Flax/Haiku
+    sampler shape): baked into the program as a literal, at the line that read it, under vmap."""
+
+    def logits_fn(x):
+        return jnp.tanh(x) / TEMPERATURE  # reads the global
+
+    def batched(xs):
+        return jax.vmap(logits_fn)(xs).sum()
+
+    report = probes.hlo(batched, jnp.ones((4, 3)), stage="jaxpr")
+    (literal,) = [lit for lit in report.to_dict()["literals"] if lit["name"] == "TEMPERATURE"]
+    provenance = literal["provenance"]
+    assert provenance["made_at"]["code"] == "return jnp.tanh(x) / TEMPERATURE  # reads the global"
+    assert provenance["function"] == "logits_fn" and provenance["transforms"] == ["vmap"]
+    assert literal["line"] == provenance["made_at"]

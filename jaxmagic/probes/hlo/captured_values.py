@@ -156,11 +156,11 @@ def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
     candidates = env.scalar_values()
-    for eqn, _segments, _back, _subs, _parents in walked:
+    for eqn, _segments, _back, _subs, parents in walked:
         literals = [v for v in eqn.invars if compat.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
         if not literals:
             continue  # no global or closure value equals any literal here: nothing to look up
-        line = eqn_line(eqn, _parents)
+        line = eqn_line(eqn, parents)
         if line is None or not line.code:
             continue
         names, constants = _names_in_code(line.code)
@@ -185,11 +185,29 @@ def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
                 seen.add(key)
                 found.append(
                     BakedLiteral(
-                        name=dotted, kind=kind, value=_literal_text(literal), equation=eqn_text(eqn), line=line
+                        name=dotted,
+                        kind=kind,
+                        value=_literal_text(literal),
+                        equation=eqn_text(eqn),
+                        line=line,
+                        provenance=_literal_provenance(eqn, parents, line),
                     )
                 )
                 break
     return found
+
+
+def _literal_provenance(eqn, parents: tuple, line: SourceLine) -> Provenance:
+    """The line that read the global while tracing (the one the table shows), with the function and
+    the transformations around its equation."""
+    used = of_equation(eqn, parents)
+    same = used.made_at is not None and (used.made_at.filename, used.made_at.lineno) == (line.filename, line.lineno)
+    return Provenance(
+        made_at=line,
+        function=used.function if same else "",
+        transforms=used.transforms,
+        library_function=used.library_function if same else "",
+    )
 
 
 def _rounded(value):

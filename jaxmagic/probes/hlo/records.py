@@ -67,6 +67,7 @@ class BakedLiteral:
     value: str  # the literal as the jaxpr prints it: "2.0:f32[]"
     equation: str  # "b:f32[] = mul a 2.0:f32[]"
     line: SourceLine | None = None
+    provenance: Provenance | None = None  # made_at: the line that read the value while tracing (= line)
 
 
 @dataclasses.dataclass
