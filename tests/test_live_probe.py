@@ -405,3 +405,24 @@ def test_fewer_than_the_threshold_is_no_finding():
     small = [jnp.ones((1049,)) for _ in range(99)]
     report = probes.live(namespace={"small": small})
     assert report.containers == [] and report.group((1049,)).holders == ["small[0..98]"]
+
+
+def test_groups_carry_the_line_that_made_them_while_tracemalloc_traces(allocations_recorded):
+    activations = [jnp.ones((1051, 2)) for _ in range(3)]  # the making line
+    report = probes.live(namespace={"activations": activations})
+    group = report.to_dict()["groups"][[g.shape for g in report.groups].index((1051, 2))]
+    assert report.allocations_recorded
+    made = group["provenance"]["made_at"]
+    assert made["code"] == "activations = [jnp.ones((1051, 2)) for _ in range(3)]  # the making line"
+    assert f"{__file__}:{made['lineno']}" in static_bundle(report.document())["text/html"].replace("<wbr>", "")
+
+
+def test_without_tracemalloc_the_report_says_how_to_get_the_lines():
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is on in this process")
+    kept = jnp.ones((1061,))
+    report = probes.live(namespace={"kept": kept})
+    assert not report.allocations_recorded and report.group((1061,)).provenance is None
+    assert "tracemalloc.start(25)" in str(report)

@@ -169,7 +169,8 @@ def find_holders(
     ) -> None:
         # The elements of one list/tuple that are targets, in index order.
         best_kind = result.best_kind
-        if groups.count(groups[0]) == len(groups):
+        one_group = groups.count(groups[0]) == len(groups)
+        if one_group:
             held = containers.get((groups[0], kind, container))
             if held is None:
                 containers[(groups[0], kind, container)] = [len(targets), targets[0]]
@@ -182,7 +183,7 @@ def find_holders(
                     containers[(group, kind, container)] = [1, target]
                 else:
                     held[0] += 1
-        if groups.count(groups[0]) == len(groups) and best_kind.keys().isdisjoint(targets):
+        if one_group and best_kind.keys().isdisjoint(targets):
             # One group, none seen before (a list of like arrays): the run and the counts at once.
             group = groups[0]
             if best_kind:

@@ -12,6 +12,7 @@ import gc
 import itertools
 import operator
 import os
+import tracemalloc
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,8 @@ from jaxmagic.probes.live.report import (
     LiveReport,
 )
 from jaxmagic.report.wording import error_line
+
+PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces
 
 # -- the probe ----------------------------------------------------------------
 
@@ -170,12 +173,14 @@ def _describe(
     groups: list[LiveGroup] = []
     merged: dict[tuple, int] = {}
     group_index: dict[Any, int] = {}
+    sample_position: list[int] = []  # per group: the position in ``subject`` of one of its arrays
     for tag, position in first_position.items():
         sample = subject[position]
         key = (tuple(sample.shape), str(sample.dtype), _placement(sample))
         index = merged.get(key)
         if index is None:
             index = merged[key] = len(groups)
+            sample_position.append(position)
             groups.append(
                 LiveGroup(
                     shape=key[0],
@@ -211,6 +216,12 @@ def _describe(
             group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
     _name_holders(groups, search, group_index)
     report.containers = _container_findings(search, groups, group_index, subject, cell=created is not None)
+    report.allocations_recorded = tracemalloc.is_tracing()
+    if report.allocations_recorded:
+        # The line that made one array of each of the largest groups: one traceback lookup per group.
+        largest = sorted(range(len(groups)), key=lambda i: -groups[i].total_bytes)[:PROVENANCE_GROUPS]
+        for i in largest:
+            groups[i].provenance = of_allocation(subject[sample_position[i]])
     del subject
     groups.sort(key=lambda g: (-g.total_bytes, -g.count))
     report.groups = groups

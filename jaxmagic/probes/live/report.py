@@ -36,6 +36,8 @@ class LiveGroup:
     holders: list[str] = dataclasses.field(default_factory=list)  # "debug_cache[0..9]", "Out[12]", ...
     by_kind: dict[str, int] = dataclasses.field(default_factory=dict)  # arrays per best holder kind
     jit_functions: list[str] = dataclasses.field(default_factory=list)  # functions whose cache keeps them
+    # the line that made one of them (tracemalloc; only while it traces, for the largest groups)
+    provenance: Provenance | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -130,6 +132,7 @@ class LiveReport(Report):
     result_label: str = ""
     other_error: str = ""  # the cell raised: "ValueError: ..."
     backend_started: bool = True  # False: no JAX backend existed, so no array did (none was started)
+    allocations_recorded: bool = False  # tracemalloc traced: the groups' provenance gives the lines that made them
 
     # -- derived --------------------------------------------------------------
 
@@ -252,8 +255,13 @@ class LiveReport(Report):
                 if sharded:
                     row.append(format_bytes(g.device_bytes_each * g.count))
                 rows.append(row + [self._held_text(g)])
+            made = any(g.provenance is not None and g.provenance.made_at is not None for g in shown)
+            if made:
+                for row, g in zip(rows, shown):
+                    line = g.provenance.made_at if g.provenance is not None else None
+                    row.append(f"{line.label or line.filename}:{line.lineno}" if line else "-")
             columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
-            blocks = [Table(columns + ["held by"], rows)]
+            blocks = [Table(columns + ["held by"] + (["made at (one of them)"] if made else []), rows)]
             if sharded:
                 blocks.append(
                     Paragraph(
@@ -306,6 +314,14 @@ class LiveReport(Report):
             keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
             text = ", ".join(f"{k} {format_bytes(device.stats[k])}" for k in keys if k in device.stats)
             facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
+        if self.groups and not self.allocations_recorded:
+            facts.append(
+                (
+                    "lines that made them",
+                    "not recorded: tracemalloc was not tracing (`import tracemalloc; tracemalloc.start(25)` "
+                    "before the code that makes the arrays records them)",
+                )
+            )
         if self.search_truncated:
             facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
         sections.append(Section("Memory", [Facts(facts)]))
