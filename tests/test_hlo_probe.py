@@ -398,20 +398,27 @@ def test_a_copy_jax_made_says_it_could_not_tell_and_names_the_first_use(allocati
     assert "could not be told" in report.summary
 
 
-def test_without_tracemalloc_the_building_line_is_not_told():
+def test_a_function_already_traced_gets_the_building_line_from_a_fresh_trace():
+    """The usual notebook order: the jitted function ran (its trace is cached, tracemalloc was off),
+    then %jax_hlo looks at it. A fresh copy is traced once with tracemalloc on; static arguments kept."""
+    import functools
     import tracemalloc
 
-    if tracemalloc.is_tracing():
-        pytest.skip("tracemalloc is on in this process")
+    was_tracing = tracemalloc.is_tracing()
 
-    def lookup(x):
-        table = np.linspace(0.0, 1.0, 6011, dtype=np.float32)
+    @functools.partial(jax.jit, static_argnums=1)
+    def lookup(x, n):
+        table = np.linspace(0.0, 1.0, n, dtype=np.float32)  # builds the table
         return x * table
 
-    report = probes.hlo(lookup, jnp.ones(6011), stage="jaxpr")
+    lookup(jnp.ones(6011), 6011)  # traced and cached before the probe
+    report = probes.hlo(lookup, jnp.ones(6011), 6011, stage="jaxpr")
     (constant,) = [c for c in report.constants if c.shape == (6011,)]
-    assert constant.provenance.made_at is None and "tracemalloc" in constant.provenance.unknown
     assert constant.line.code == "return x * table"
+    made = constant.provenance.made_at
+    assert made is not None and made.code == "table = np.linspace(0.0, 1.0, n, dtype=np.float32)  # builds the table"
+    assert made.function == "lookup" and constant.provenance.unknown == ""
+    assert tracemalloc.is_tracing() == was_tracing  # switched on for the fresh trace only
 
 
 TEMPERATURE = 0.7

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import linecache
 import re
+import tracemalloc
 import types
 from collections.abc import Callable
 from functools import lru_cache
@@ -336,20 +338,41 @@ def _local_names(filename: str, lineno: int) -> frozenset[str]:
 
 
 def captured_constants_of_call(
-    jitted: Callable, args: tuple, kwargs: dict, *, fn: Callable, namespace: dict | None = None
+    jitted: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    fn: Callable,
+    namespace: dict | None = None,
+    building_lines: bool = False,
 ) -> list[CapturedConstant]:
     """The arrays ``jitted(*args, **kwargs)`` holds as constants, named from ``fn``'s globals and closure.
 
     Only the trace and the constants, none of the rest of the report: for a probe that already ran
     ``jitted`` with these arguments, whose trace JAX then has in its cache. Raises what tracing raises.
+    ``building_lines``: find the line that built a NumPy constant by tracing a fresh copy of ``fn``
+    once more with tracemalloc on (see :func:`captured_constants`); off, the provenance says why not.
     """
     closed = jitted.trace(*args, **kwargs).jaxpr
-    return captured_constants(closed, list(walk_eqns(closed)), NameEnvironment(fn, namespace))
+    return captured_constants(
+        closed,
+        list(walk_eqns(closed)),
+        NameEnvironment(fn, namespace),
+        fresh_trace=fresh_trace_of(fn, args, kwargs) if building_lines else None,
+    )
 
 
-def captured_constants(closed, walked: list, env: NameEnvironment) -> list[CapturedConstant]:
-    """Arrays held as constants of the traced program (closed-over globals and closure values)."""
+def captured_constants(
+    closed, walked: list, env: NameEnvironment, fresh_trace: Callable[[], Any] | None = None
+) -> list[CapturedConstant]:
+    """Arrays held as constants of the traced program (closed-over globals and closure values).
+
+    ``fresh_trace`` (from :func:`fresh_trace_of`): when a NumPy array built while tracing has no
+    recorded allocation (the trace came from JAX's cache, or tracemalloc was off), a fresh copy of
+    the function is traced once with tracemalloc on, to find the line that built it.
+    """
     identities = env.by_identity()
+    rebuilt: list | None = None  # per top-level constant of a fresh trace: (shape, dtype, provenance)
     found, seen = [], set()
     jaxprs = [(closed, ())] + [
         (sub, (*parents, eqn)) for eqn, _segments, _back, subs, parents in walked for sub in subs
@@ -371,6 +394,33 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
                 continue  # a small array made inside the function: ordinary, not worth a line
             use = _first_use(inner, constvars[index]) if index < len(constvars) else None
             line = eqn_line(use, enclosing) if use is not None else None
+            provenance = constant_provenance(value, use, enclosing, line)
+            if (
+                provenance.made_at is None
+                and not name
+                and not enclosing
+                and fresh_trace is not None
+                and isinstance(value, np.ndarray)
+                and _not_recorded(value)
+            ):
+                if rebuilt is None:
+                    rebuilt = _built_in_fresh_trace(fresh_trace)
+                if len(rebuilt) == len(consts) and rebuilt[index][:2] == (shape, str(value.dtype)):
+                    fresh = rebuilt[index][2]
+                    if fresh.made_at is not None:
+                        where = fresh.made_at
+                        function = _enclosing_function(where.filename, where.lineno)
+                        provenance = Provenance(
+                            made_at=dataclasses.replace(where, function=function or "<module>"),
+                            function=function,
+                            transforms=provenance.transforms if function == provenance.function else [],
+                        )
+                    else:
+                        _reason, _, used = provenance.unknown.partition("; ")
+                        seen = f"{fresh.unknown} (seen in a fresh trace of the function with tracemalloc on)"
+                        provenance.unknown = f"{seen}; {used}" if used else seen
+                else:
+                    provenance.unknown += "; a fresh trace of the function did not make the same constants"
             found.append(
                 CapturedConstant(
                     name=name,
@@ -380,7 +430,7 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
                     nbytes=nbytes,
                     line=line,
                     numpy=isinstance(value, np.ndarray),
-                    provenance=constant_provenance(value, use, enclosing, line),
+                    provenance=provenance,
                 )
             )
     found.sort(key=lambda c: -c.nbytes)
@@ -436,3 +486,69 @@ def _enclosing_function(filename: str, lineno: int) -> str:
             if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
                 best = node
     return best.name if best is not None else ""
+
+
+# -- the building line from a fresh trace ------------------------------------------------
+
+
+def _not_recorded(value) -> bool:
+    """True when tracemalloc holds no allocation record for the array (off, or started after it)."""
+    if not tracemalloc.is_tracing():
+        return True
+    root = value
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    try:
+        return tracemalloc.get_object_traceback(root) is None
+    except Exception:
+        return True
+
+
+def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any] | None:
+    """A function that traces a fresh copy of ``fn`` (the Python function under its jit) with the
+    same static arguments, so that JAX's caches cannot answer and its NumPy code runs again; None
+    when ``fn`` is no plain Python function or its jit has options a copy would not keep."""
+    original = _unwrapped(fn)
+    if not inspect.isfunction(original):
+        return None
+    options: dict[str, Any] = {}
+    if compat.is_jitted(fn):
+        info = compat.jit_options(fn)
+        if info is None or getattr(info, "user_specified_in_shardings", True) or getattr(info, "device", None):
+            return None
+        if getattr(info, "backend", None):
+            return None
+        options = {
+            "static_argnums": tuple(getattr(info, "static_argnums", ()) or ()) or None,
+            "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()) or None,
+        }
+
+    def trace():
+        import jax  # deferred: importing the probes does not import JAX
+
+        copy = functools.wraps(original)(lambda *a, **k: original(*a, **k))
+        return jax.jit(copy, **options).trace(*args, **kwargs).jaxpr
+
+    return trace
+
+
+def _built_in_fresh_trace(fresh_trace: Callable[[], Any]) -> list[tuple[tuple, str, Provenance]]:
+    """(shape, dtype, where it was built) of each constant of a fresh trace made with tracemalloc on;
+    [] when the trace fails. Runs the function's Python code once more (it is traced again)."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    try:
+        closed = fresh_trace()
+        out = []
+        for value in list(getattr(closed, "consts", None) or []):
+            built = of_numpy_built(value) if isinstance(value, np.ndarray) else Provenance(unknown="not a NumPy array")
+            shape = tuple(getattr(value, "shape", ()) or ())
+            out.append((shape, str(getattr(value, "dtype", "")), built))
+        del closed
+        return out
+    except Exception:
+        return []
+    finally:
+        if started:
+            tracemalloc.stop()
