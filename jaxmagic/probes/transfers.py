@@ -173,12 +173,13 @@ class TransferReport(Report):
             kept = sum(t.count for t in self.transfers)
             blocks = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
             for t in self.transfers[:3]:
-                if t.traced and t.provenance is not None:
+                if t.traced and t.provenance is not None and (t.argument or t.candidates):
                     blocks += provenance_blocks(t.provenance, f"the transfer of {t.value or 'the value'}")
                     blocks.append(
                         Paragraph(
-                            f"This call traced `{t.traced}` first; the copy of its host arguments was made after "
-                            "the trace, by the call on this line (not by the last line traced inside the function)."
+                            f"This call traced `{t.traced}` first; its argument {_argument_cell(t)} was copied "
+                            "to the device after the trace, when the call ran on this line (not by the last "
+                            "line traced inside the function)."
                         )
                     )
             if self.total > kept:
