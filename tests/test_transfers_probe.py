@@ -276,3 +276,17 @@ def test_two_numpy_arguments_of_one_type_are_both_named_as_candidates():
     (group,) = rep.to_dict()["transfers"]
     assert group["count"] == 2 and group["argument"] == "" and group["candidates"] == ["a", "b"]
     assert "one of a, b" in str(rep)
+
+
+def test_a_scalar_added_on_the_call_line_is_not_named_as_an_argument():
+    """`loss = step(w, batch) + 1.0`: the batch is the call's argument; the 1.0 is copied on the same
+    line by the addition, and no argument of the call is named for it."""
+    step = jax.jit(lambda w, b: (b @ w).sum())
+    w, batch = jnp.ones((3,)), np.ones((2, 3), np.float32)
+    with probes.transfers() as rep:
+        loss = step(w, batch) + 1.0
+    assert loss.shape == ()
+    by_value = {t["value"]: t for t in rep.to_dict()["transfers"]}
+    assert by_value["f32[2,3]"]["argument"] == "batch"
+    assert by_value["f32[] weak"]["argument"] == "" and by_value["f32[] weak"]["candidates"] == []
+    assert by_value["f32[] weak"]["line"]["code"] == "loss = step(w, batch) + 1.0"
