@@ -398,6 +398,7 @@ def test_list_of_metric_dicts_is_one_finding_and_typed_keys_count_by_key_data(al
     assert found["train_metrics"]["holders"] == "train_metrics[0..129]['loss']"
     assert found["train_metrics"]["count"] == 130 and found["train_metrics"]["kind"] == "nested"
     assert found["keys"]["holders"] == "keys[0..299] (key data)" and found["keys"]["key_data"]
+    assert found["keys"]["fix"].startswith("Suggestion (not tried): These are PRNG keys; if they come from one")
     assert found["keys"]["provenance"]["made_at"]["code"] == "keys = list(jax.random.split(jax.random.key(3), 300))"
 
 

@@ -334,8 +334,9 @@ def _container_findings(
 def _container_fix(container: str, count: int, group: LiveGroup, key_data: bool) -> str:
     """What to do about a container of many arrays: a suggestion (nothing was tried)."""
     if key_data or (group.dtype == "uint32" and tuple(group.shape) == (2,)):
+        what = "These are PRNG keys; if they come" if key_data else "If these are PRNG keys"
         return (
-            f"Suggestion (not tried): if these are PRNG keys from one `jax.random.split(key, {count})`, keep the "
+            f"Suggestion (not tried): {what} from one `jax.random.split(key, {count})`, keep the "
             "one array it returns and index it when you need a key, instead of `list(...)` of it "
             f"({count} arrays, one buffer each); `del {container}` frees them."
         )

@@ -76,8 +76,9 @@ class ContainerFinding:
     dtype: str
     bytes_each: int
     bytes: int  # count * bytes_each
-    kind: str = "list"  # "list", "dict", "tuple", "deque", "object", "list of containers"
-    key_data: bool = False  # the arrays are the data of PRNG keys (u32[2] or typed keys)
+    kind: str = "sequence"  # "sequence" (list, tuple, deque), "mapping or object" (dict values, attributes),
+    # "nested" (one array in each element of a list: ``train_metrics[0..39]['loss']``, typed keys' data)
+    key_data: bool = False  # the arrays are the data of typed PRNG keys (jax.random.key)
     provenance: Provenance | None = None  # the line that made the arrays (from tracemalloc), or why not
     fix: str = ""
 
