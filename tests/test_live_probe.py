@@ -427,3 +427,16 @@ def test_without_tracemalloc_the_report_says_how_to_get_the_lines():
     report = probes.live(namespace={"kept": kept})
     assert not report.allocations_recorded and report.group((1061,)).provenance is None
     assert "tracemalloc.start(25)" in str(report)
+
+
+def test_magic_flags_the_list_of_keys_of_a_notebook_cell(shell, allocations_recorded):
+    """The issue's case through the magic: `%jax_live` said [OK] while a cell's list held 2,000 keys."""
+    shell.run_cell("import jax\nkey = jax.random.PRNGKey(0)\nkey, *sample_keys = jax.random.split(key, 2001)")
+    shell.run_cell("%jax_live -o keys_rep")
+    report = shell.user_ns["keys_rep"]
+    (finding,) = [c for c in report.to_dict()["containers"] if c["container"] == "sample_keys"]
+    assert report.status is Status.PROBLEM and finding["count"] == 2000
+    made = finding["provenance"]["made_at"]
+    assert made["code"] == "key, *sample_keys = jax.random.split(key, 2001)" and made["lineno"] == 3
+    assert made["label"].startswith("In [")  # named as the notebook names the cell
+    shell.run_cell("del sample_keys")
