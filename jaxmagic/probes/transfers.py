@@ -27,6 +27,17 @@ file has grown since the last user line began, that line made the transfers
 system call on every line: see ``_CaptureFile``).
 Everything else written to descriptor 2 is passed on to the real stderr.
 
+A call that is traced and run at once (the first call of a jitted function) runs the
+user's function inside JAX, so the last user line before the copy of its NumPy
+arguments is a line of the traced function. A user function that a library called (seen
+at its first line) therefore also gets PY_RETURN events, for that code object only: when
+it returns, the line that made the call is the current line again, and the host values
+that line passed (its arguments that are NumPy arrays or Python scalars, looked up by
+name) are kept to name the argument of each copy. Limits: CPython gives no LINE event to
+a one-line lambda made inside a function, so its trace is not seen (the copy is still on
+the calling line, without the traced function); a function first called by the user's
+own code and traced later is not followed either.
+
 On the CPU backend arrays already live in host memory, so device-to-host reads
 (``float(x)``, ``np.asarray(x)``) are not intercepted; on GPU/TPU the guard
 catches them too.
@@ -440,6 +451,8 @@ class _GuardLog:
         # and returned -> what was seen then: the host values the line passed, the function traced
         self._calls: dict[tuple[int, int], _CallSite] = {}
         self._frame_of_line = None  # while check() runs from a LINE event: the frame of the new line
+        self._code_state: dict[int, bool] = {}  # id(code) -> the user's code (kept in _codes)
+        self._codes: list = []
 
     # -- descriptor 2 -------------------------------------------------------------
 
@@ -469,6 +482,8 @@ class _GuardLog:
         finally:
             self._restore_fd()
             self._calls.clear()  # code objects and nothing of the user's values: but not kept past the block
+            self._code_state.clear()
+            self._codes.clear()
         return False
 
     def _restore_fd(self) -> None:
@@ -546,7 +561,7 @@ class _GuardLog:
         if self._tool is not None:
             self._tool.on(self._tool.events.LINE, self._line_callback())
             self._tool.on(self._tool.events.PY_RETURN, self._return_callback())
-            self._tool.watch(self._tool.events.LINE | self._tool.events.PY_RETURN)
+            self._tool.watch(self._tool.events.LINE)  # PY_RETURN: per code object, see _first_sight
 
     def _stop_following(self) -> None:
         if self._tool is not None:
@@ -556,15 +571,17 @@ class _GuardLog:
     def _line_callback(self):
         """The LINE callback. It runs on every line of the user's code, so it reads only locals and one byte."""
         block_thread, get_ident = self._thread, threading.get_ident
-        user_file, disable = self._user_file, sys.monitoring.DISABLE
+        disable = sys.monitoring.DISABLE
         capture, view, check = self._capture, self._capture.view, self.check
+
+        code_state, first_sight = self._code_state, self._first_sight
 
         def on_line(code, line_number: int):
             if get_ident() != block_thread:  # another thread's line (a data loader) made none of the
                 return None  # block's transfers (the guard is thread-local); not DISABLE: the line may be shared
-            user = user_file.get(code.co_filename)
+            user = code_state.get(id(code))
             if user is None:
-                user = user_file[code.co_filename] = is_user_file(code.co_filename)
+                user = first_sight(code)
             if not user:
                 return disable  # library code: never call back for this line again
             if view[capture.read]:
@@ -578,24 +595,37 @@ class _GuardLog:
 
         return on_line
 
+    def _first_sight(self, code) -> bool:
+        """Whether ``code`` is the user's (asked once per code object, at its first line). A function
+        of the user's that a library called - JAX tracing it for a jitted call, a transformation -
+        also gets PY_RETURN events (for this code object only, so ordinary calls cost nothing more):
+        when it returns, the line that called into the library runs again."""
+        name = code.co_filename
+        user = self._user_file.get(name)
+        if user is None:
+            user = self._user_file[name] = is_user_file(name)
+        self._codes.append(code)  # ids stay unique while the entries live
+        self._code_state[id(code)] = user
+        if user and self._tool is not None:
+            caller = sys._getframe(2).f_back  # 0: here, 1: on_line, 2: the function's own frame
+            if caller is not None and not is_user_file(caller.f_code.co_filename):
+                self._tool.watch_code(code, self._tool.events.PY_RETURN)
+        return user
+
     def _return_callback(self):
         """The PY_RETURN callback: when a function of the user's returns, the line that called it
         runs again - also when JAX called it, tracing it for a jitted call: then the host arguments
         of that call are copied after the trace, and belong to the user's line that made the call,
-        not to the last line traced inside the function."""
+        not to the last line traced inside the function. Switched on per code object by
+        ``_first_sight``."""
         block_thread, get_ident = self._thread, threading.get_ident
-        user_file, disable = self._user_file, sys.monitoring.DISABLE
+        user_file = self._user_file
         capture, view, check = self._capture, self._capture.view, self.check
         calls = self._calls
 
-        def on_return(code, _offset: int, _value):
+        def on_return(code, _offset: int, _value):  # only for the user's functions a library called
             if get_ident() != block_thread:
                 return None
-            user = user_file.get(code.co_filename)
-            if user is None:
-                user = user_file[code.co_filename] = is_user_file(code.co_filename)
-            if not user:
-                return disable
             if view[capture.read]:
                 check()  # written by the function's last line: that line's
             caller = sys._getframe(1).f_back
