@@ -440,3 +440,20 @@ def test_magic_flags_the_list_of_keys_of_a_notebook_cell(shell, allocations_reco
     assert made["code"] == "key, *sample_keys = jax.random.split(key, 2001)" and made["lineno"] == 3
     assert made["label"].startswith("In [")  # named as the notebook names the cell
     shell.run_cell("del sample_keys")
+
+
+def test_cell_mode_says_the_cell_made_them_when_the_line_is_not_recorded():
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is on in this process")
+    ns: dict = {}
+    with probes.live_diff(namespace=ns) as report:
+        ns["grads_log"] = []
+        for step in range(105):
+            ns["grads_log"].append(jnp.full((1063,), step))
+    (finding,) = report.to_dict()["containers"]
+    assert finding["container"] == "grads_log" and finding["count"] == 105
+    assert finding["provenance"]["made_at"] is None
+    assert finding["provenance"]["unknown"].endswith("; they were made while this cell ran")
+    assert report.status is Status.PROBLEM and "`grads_log` holds 105 arrays" in report.summary
