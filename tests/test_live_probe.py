@@ -371,6 +371,7 @@ def test_metrics_appended_in_a_loop_to_an_attribute(allocations_recorded):
     assert finding["container"] == "trainer.history" and finding["count"] == 150
     assert finding["shape"] == [] and finding["dtype"] == "float32" and finding["kind"] == "sequence"
     assert finding["provenance"]["made_at"]["code"] == "loss = train_step(w, x)"
+    assert finding["provenance"]["function"] == "test_metrics_appended_in_a_loop_to_an_attribute"
     assert "float(x)" in finding["fix"] and "del trainer.history" in finding["fix"]
 
 

@@ -20,6 +20,9 @@ names: a Flax or Optax frame is a library frame, a frame of the user's own modul
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
 import re
 import sys
 import tracemalloc
@@ -299,8 +302,7 @@ def of_numpy_built(obj) -> Provenance:
         return Provenance(unknown=why)
     for frame in frames:
         if is_user_file(frame.filename):
-            line = source_line(frame.filename, frame.lineno, "")
-            return Provenance(made_at=line, started_by=_outermost_user(frames))
+            return _made_by(frame, frames)
         package = _package_of(frame.filename)
         if package == "numpy":
             continue  # np.linspace and friends: NumPy's Python code, called by the user's line
@@ -325,15 +327,43 @@ def of_allocation(obj) -> Provenance:
         return Provenance(unknown=why)
     for frame in frames:
         if is_user_file(frame.filename):
-            line = source_line(frame.filename, frame.lineno, "")
-            return Provenance(made_at=line, started_by=_outermost_user(frames))
+            return _made_by(frame, frames)
     if len(frames) <= 1:
         return Provenance(unknown="tracemalloc kept one frame per allocation (start it with `tracemalloc.start(25)`)")
     return Provenance(unknown="no frame of your code was among the frames tracemalloc kept")
 
 
+def _made_by(frame, frames) -> Provenance:
+    """A provenance from tracemalloc's frame of the user's that allocated, named with its function
+    (tracemalloc keeps no function names: the source says which ``def`` holds the line)."""
+    function = enclosing_function(frame.filename, frame.lineno)
+    line = source_line(frame.filename, frame.lineno, function or "<module>")
+    return Provenance(made_at=line, function=function, started_by=_outermost_user(frames))
+
+
 def _outermost_user(frames) -> SourceLine | None:
     for frame in reversed(frames):
         if is_user_file(frame.filename):
-            return source_line(frame.filename, frame.lineno, "")
+            function = enclosing_function(frame.filename, frame.lineno)
+            return source_line(frame.filename, frame.lineno, function or "<module>")
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def enclosing_function(filename: str, lineno: int) -> str:
+    """The innermost ``def`` whose body holds ``filename:lineno`` ("" at module level, or when the
+    source cannot be read or parsed)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        tree = None
+    if tree is None:
+        return ""
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            end = getattr(node, "end_lineno", node.lineno)
+            if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
+                best = node
+    return best.name if best is not None else ""

@@ -4,7 +4,6 @@ literals, and arrays held as constants (named from the function's globals, closu
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import inspect
 import linecache
@@ -408,10 +407,9 @@ def captured_constants(
                 if len(rebuilt) == len(consts) and rebuilt[index][:2] == (shape, str(value.dtype)):
                     fresh = rebuilt[index][2]
                     if fresh.made_at is not None:
-                        where = fresh.made_at
-                        function = _enclosing_function(where.filename, where.lineno)
+                        function = fresh.function
                         provenance = Provenance(
-                            made_at=dataclasses.replace(where, function=function or "<module>"),
+                            made_at=fresh.made_at,
                             function=function,
                             transforms=provenance.transforms if function == provenance.function else [],
                         )
@@ -452,11 +450,10 @@ def constant_provenance(value, use, enclosing: tuple, line: SourceLine | None) -
     built = of_numpy_built(value) if isinstance(value, np.ndarray) else of_allocation(value)
     used = of_equation(use, enclosing) if use is not None else Provenance()
     if built.made_at is not None:
-        function = _enclosing_function(built.made_at.filename, built.made_at.lineno)
-        made = dataclasses.replace(built.made_at, function=function or "<module>")
+        function = built.function  # the def holding the building line (attribution reads the source)
         same = bool(function) and function == used.function
         return Provenance(
-            made_at=made,
+            made_at=built.made_at,
             function=function,
             transforms=used.transforms if same else [],
             started_by=built.started_by,
@@ -467,25 +464,6 @@ def constant_provenance(value, use, enclosing: tuple, line: SourceLine | None) -
         transforms=used.transforms,
         unknown=f"{built.unknown}; the program records only where it is used ({first})",
     )
-
-
-@lru_cache(maxsize=256)
-def _enclosing_function(filename: str, lineno: int) -> str:
-    """The innermost function whose body holds ``filename:lineno`` ("" at module level)."""
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source) if source else None
-    except SyntaxError:
-        tree = None
-    if tree is None:
-        return ""
-    best = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            end = getattr(node, "end_lineno", node.lineno)
-            if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
-                best = node
-    return best.name if best is not None else ""
 
 
 # -- the building line from a fresh trace ------------------------------------------------
