@@ -421,6 +421,25 @@ def test_a_function_already_traced_gets_the_building_line_from_a_fresh_trace():
     assert tracemalloc.is_tracing() == was_tracing  # switched on for the fresh trace only
 
 
+def test_several_cached_constants_each_get_their_own_answer():
+    """A cached trace with a float64 table (JAX keeps its float32 copy) and a float32 table: the
+    fresh trace names the line of the one NumPy built, and says why not for the copy."""
+
+    @jax.jit
+    def features(x):
+        ramp = np.arange(6029.0)  # float64: JAX keeps a copy
+        ones = np.ones(6029, np.float32)  # kept as built
+        return x * ramp + ones
+
+    features(1.0)
+    report = probes.hlo(features, 1.0, stage="jaxpr")
+    constants = [c for c in report.constants if c.shape == (6029,)]
+    made = sorted((c.provenance.made_at.code if c.provenance.made_at else "") for c in constants)
+    assert made == ["", "ones = np.ones(6029, np.float32)  # kept as built"]
+    (copy,) = [c for c in constants if c.provenance.made_at is None]
+    assert "a copy JAX made of it" in copy.provenance.unknown and "first used at" in copy.provenance.unknown
+
+
 TEMPERATURE = 0.7
 
 

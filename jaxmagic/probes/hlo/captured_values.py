@@ -414,9 +414,9 @@ def captured_constants(
                             transforms=provenance.transforms if function == provenance.function else [],
                         )
                     else:
-                        _reason, _, used = provenance.unknown.partition("; ")
-                        seen = f"{fresh.unknown} (seen in a fresh trace of the function with tracemalloc on)"
-                        provenance.unknown = f"{seen}; {used}" if used else seen
+                        _reason, _, first_use = provenance.unknown.partition("; ")
+                        why = f"{fresh.unknown} (seen in a fresh trace of the function with tracemalloc on)"
+                        provenance.unknown = f"{why}; {first_use}" if first_use else why
                 else:
                     provenance.unknown += "; a fresh trace of the function did not make the same constants"
             found.append(
