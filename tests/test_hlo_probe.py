@@ -337,3 +337,125 @@ def test_small_numpy_constants_are_ordinary():
 
     report = probes.hlo(shift, jnp.ones(4))
     assert not any(c.made_while_tracing for c in report.constants)
+
+
+# -- where a constant built while tracing was made (issue 23, class 2) --------------------
+
+
+@pytest.fixture
+def allocations_recorded():
+    import tracemalloc
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    yield
+    if started:
+        tracemalloc.stop()
+
+
+_GRID = [float(i) / 7 for i in range(6000)]
+
+
+def test_numpy_table_built_while_tracing_is_reported_at_the_building_line(allocations_recorded):
+    """jax#553-style: `np.asarray(table)` / `np.arange(n)` inside a jitted function becomes a
+    constant of the program; JAX records only its first use, tracemalloc the line that built it."""
+
+    def interpolate(x):
+        grid = np.asarray(_GRID, dtype=np.float32)  # builds the table
+        scaled = x * 2.0
+        return scaled + grid  # first use
+
+    report = probes.hlo(interpolate, jnp.ones(6000), stage="jaxpr")
+    data = report.to_dict()
+    (constant,) = [c for c in data["constants"] if c["nbytes"] == 6000 * 4]
+    assert constant["line"]["code"] == "return scaled + grid  # first use"
+    made = constant["provenance"]["made_at"]
+    assert made["code"] == "grid = np.asarray(_GRID, dtype=np.float32)  # builds the table"
+    assert made["function"] == "interpolate" and constant["provenance"]["function"] == "interpolate"
+    assert constant["provenance"]["unknown"] == ""
+    assert (
+        f"built at {__file__}:{made['lineno']}, first used at {__file__}:{constant['line']['lineno']}" in report.summary
+    )
+    assert "The line that made the float32[6000] array:" in str(report)
+
+
+def test_a_copy_jax_made_says_it_could_not_tell_and_names_the_first_use(allocations_recorded):
+    """`np.arange(n)` is float64: JAX keeps its float32 copy, made by JAX, so the NumPy line is
+    not recorded - never the first use or the call presented as the building line."""
+
+    def positions(x):
+        steps = np.arange(6007.0)  # float64
+        return x + steps
+
+    report = probes.hlo(positions, jnp.ones(6007), stage="jaxpr")
+    (constant,) = [c for c in report.to_dict()["constants"] if c["shape"] == [6007]]
+    provenance = constant["provenance"]
+    assert provenance["made_at"] is None
+    assert "a copy JAX made of it" in provenance["unknown"]
+    assert constant["line"]["code"] == "return x + steps"
+    assert f"first used at {__file__}, line {constant['line']['lineno']}, in " in provenance["unknown"]
+    assert "could not be told" in report.summary
+
+
+def test_a_function_already_traced_gets_the_building_line_from_a_fresh_trace():
+    """The usual notebook order: the jitted function ran (its trace is cached, tracemalloc was off),
+    then %jax_hlo looks at it. A fresh copy is traced once with tracemalloc on; static arguments kept."""
+    import functools
+    import tracemalloc
+
+    was_tracing = tracemalloc.is_tracing()
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def lookup(x, n):
+        table = np.linspace(0.0, 1.0, n, dtype=np.float32)  # builds the table
+        return x * table
+
+    lookup(jnp.ones(6011), 6011)  # traced and cached before the probe
+    report = probes.hlo(lookup, jnp.ones(6011), 6011, stage="jaxpr")
+    (constant,) = [c for c in report.constants if c.shape == (6011,)]
+    assert constant.line.code == "return x * table"
+    made = constant.provenance.made_at
+    assert made is not None and made.code == "table = np.linspace(0.0, 1.0, n, dtype=np.float32)  # builds the table"
+    assert made.function == "lookup" and constant.provenance.unknown == ""
+    assert tracemalloc.is_tracing() == was_tracing  # switched on for the fresh trace only
+
+
+def test_several_cached_constants_each_get_their_own_answer():
+    """A cached trace with a float64 table (JAX keeps its float32 copy) and a float32 table: the
+    fresh trace names the line of the one NumPy built, and says why not for the copy."""
+
+    @jax.jit
+    def features(x):
+        ramp = np.arange(6029.0)  # float64: JAX keeps a copy
+        ones = np.ones(6029, np.float32)  # kept as built
+        return x * ramp + ones
+
+    features(1.0)
+    report = probes.hlo(features, 1.0, stage="jaxpr")
+    constants = [c for c in report.constants if c.shape == (6029,)]
+    made = sorted((c.provenance.made_at.code if c.provenance.made_at else "") for c in constants)
+    assert made == ["", "ones = np.ones(6029, np.float32)  # kept as built"]
+    (copy,) = [c for c in constants if c.provenance.made_at is None]
+    assert "a copy JAX made of it" in copy.provenance.unknown and "first used at" in copy.provenance.unknown
+
+
+TEMPERATURE = 0.7
+
+
+def test_baked_global_under_vmap_names_its_line_function_and_transformation():
+    """A sampling temperature read as a global inside a vmapped function (a common Flax/Haiku
+    sampler shape): baked into the program as a literal, at the line that read it, under vmap."""
+
+    def logits_fn(x):
+        return jnp.tanh(x) / TEMPERATURE  # reads the global
+
+    def batched(xs):
+        return jax.vmap(logits_fn)(xs).sum()
+
+    report = probes.hlo(batched, jnp.ones((4, 3)), stage="jaxpr")
+    (literal,) = [lit for lit in report.to_dict()["literals"] if lit["name"] == "TEMPERATURE"]
+    provenance = literal["provenance"]
+    assert provenance["made_at"]["code"] == "return jnp.tanh(x) / TEMPERATURE  # reads the global"
+    assert provenance["function"] == "logits_fn" and provenance["transforms"] == ["vmap"]
+    assert literal["line"] == provenance["made_at"]

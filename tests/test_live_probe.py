@@ -310,3 +310,151 @@ def test_holders_differing_in_one_list_index_are_one_range():
     assert holders == ["train_metrics[0..39]['loss']", "train_metrics[0..39]['preds']"]
     assert "more)" not in report.summary and "train_metrics[0..39]['preds']" in report.summary
     train_metrics.clear()
+
+
+# -- containers holding many arrays (issue 23, class 6) -----------------------------------
+
+
+@pytest.fixture
+def allocations_recorded():
+    """tracemalloc with enough frames to reach the user's line, stopped again if we started it."""
+    import tracemalloc
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    yield
+    if started:
+        tracemalloc.stop()
+
+
+def test_list_of_keys_from_one_split_is_a_finding_with_its_line(allocations_recorded):
+    """jax#17432 ("Jax leaks memory with random keys"): `key, *data_keys = random.split(key, iters + 1)`
+    keeps one array per key; `%jax_live` said [OK]."""
+    key = jax.random.PRNGKey(0)
+    key, *data_keys = jax.random.split(key, 2001)  # the line that made them
+    report = probes.live(namespace={"key": key, "data_keys": data_keys})
+    found = report.to_dict()["containers"]
+    assert report.status is Status.PROBLEM
+    assert [c["container"] for c in found] == ["data_keys"]
+    finding = found[0]
+    assert finding["count"] == 2000 and finding["shape"] == [2] and finding["dtype"] == "uint32"
+    assert finding["bytes"] == 2000 * 8 and finding["holders"] == "data_keys[0..1999]"
+    made = finding["provenance"]["made_at"]
+    assert made["code"] == "key, *data_keys = jax.random.split(key, 2001)  # the line that made them"
+    assert made["filename"] == __file__
+    assert "jax.random.split(key, 2000)" in finding["fix"] and "del data_keys" in finding["fix"]
+    text = str(report)
+    assert "`data_keys` holds 2000 arrays `u32[2]`" in report.summary
+    assert "The line that made the arrays in `data_keys`:" in text
+
+
+def test_metrics_appended_in_a_loop_to_an_attribute(allocations_recorded):
+    """A trainer that keeps every step's loss array (the Flax/Optax loop `history.append(loss)`):
+    the container is named through the object, the line is the one that made the losses."""
+
+    class Trainer:
+        def __init__(self):
+            self.history = []
+
+    @jax.jit
+    def train_step(w, x):
+        return ((x @ w) ** 2).mean()
+
+    trainer = Trainer()
+    w, x = jnp.ones((7,)), jnp.ones((3, 7))
+    for _ in range(150):
+        loss = train_step(w, x)
+        trainer.history.append(loss)
+    report = probes.live(namespace={"trainer": trainer, "w": w, "x": x})
+    (finding,) = report.to_dict()["containers"]
+    assert finding["container"] == "trainer.history" and finding["count"] == 150
+    assert finding["shape"] == [] and finding["dtype"] == "float32" and finding["kind"] == "sequence"
+    assert finding["provenance"]["made_at"]["code"] == "loss = train_step(w, x)"
+    assert finding["provenance"]["function"] == "test_metrics_appended_in_a_loop_to_an_attribute"
+    assert "float(x)" in finding["fix"] and "del trainer.history" in finding["fix"]
+
+
+def test_without_tracemalloc_the_line_is_not_told_and_says_why():
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is on in this process")
+    metrics = {f"step_{i}": jnp.full((1031,), i) for i in range(120)}  # a dict of metrics, Haiku-style
+    report = probes.live(namespace={"metrics": metrics})
+    (finding,) = [c for c in report.to_dict()["containers"] if c["container"] == "metrics"]
+    assert finding["count"] == 120 and finding["shape"] == [1031] and finding["holders"] == "metrics[...]"
+    provenance = finding["provenance"]
+    assert provenance["made_at"] is None and "tracemalloc" in provenance["unknown"]
+    assert "Could not tell which line made the arrays in `metrics`, because" in str(report)
+
+
+def test_list_of_metric_dicts_is_one_finding_and_typed_keys_count_by_key_data(allocations_recorded):
+    """`train_metrics.append({'loss': loss, 'acc': acc})` per step; and `list(jax.random.split(key, n))`
+    of typed keys (jax.random.key), whose arrays are the keys' data."""
+    train_metrics = [{"loss": jnp.zeros((1039,)), "step": i} for i in range(130)]
+    keys = list(jax.random.split(jax.random.key(3), 300))
+    report = probes.live(namespace={"train_metrics": train_metrics, "keys": keys})
+    found = {c["container"]: c for c in report.to_dict()["containers"]}
+    assert found["train_metrics"]["holders"] == "train_metrics[0..129]['loss']"
+    assert found["train_metrics"]["count"] == 130 and found["train_metrics"]["kind"] == "nested"
+    assert found["keys"]["holders"] == "keys[0..299] (key data)" and found["keys"]["key_data"]
+    assert found["keys"]["fix"].startswith("Suggestion (not tried): These are PRNG keys; if they come from one")
+    assert found["keys"]["provenance"]["made_at"]["code"] == "keys = list(jax.random.split(jax.random.key(3), 300))"
+
+
+def test_fewer_than_the_threshold_is_no_finding():
+    small = [jnp.ones((1049,)) for _ in range(99)]
+    report = probes.live(namespace={"small": small})
+    assert report.containers == [] and report.group((1049,)).holders == ["small[0..98]"]
+
+
+def test_groups_carry_the_line_that_made_them_while_tracemalloc_traces(allocations_recorded):
+    activations = [jnp.ones((1051, 2)) for _ in range(3)]  # the making line
+    report = probes.live(namespace={"activations": activations})
+    group = report.to_dict()["groups"][[g.shape for g in report.groups].index((1051, 2))]
+    assert report.allocations_recorded
+    made = group["provenance"]["made_at"]
+    assert made["code"] == "activations = [jnp.ones((1051, 2)) for _ in range(3)]  # the making line"
+    assert f"{__file__}:{made['lineno']}" in static_bundle(report.document())["text/html"].replace("<wbr>", "")
+
+
+def test_without_tracemalloc_the_report_says_how_to_get_the_lines():
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is on in this process")
+    kept = jnp.ones((1061,))
+    report = probes.live(namespace={"kept": kept})
+    assert not report.allocations_recorded and report.group((1061,)).provenance is None
+    assert "tracemalloc.start(25)" in str(report)
+
+
+def test_magic_flags_the_list_of_keys_of_a_notebook_cell(shell, allocations_recorded):
+    """The issue's case through the magic: `%jax_live` said [OK] while a cell's list held 2,000 keys."""
+    shell.run_cell("import jax\nkey = jax.random.PRNGKey(0)\nkey, *sample_keys = jax.random.split(key, 2001)")
+    shell.run_cell("%jax_live -o keys_rep")
+    report = shell.user_ns["keys_rep"]
+    (finding,) = [c for c in report.to_dict()["containers"] if c["container"] == "sample_keys"]
+    assert report.status is Status.PROBLEM and finding["count"] == 2000
+    made = finding["provenance"]["made_at"]
+    assert made["code"] == "key, *sample_keys = jax.random.split(key, 2001)" and made["lineno"] == 3
+    assert made["label"].startswith("In [")  # named as the notebook names the cell
+    shell.run_cell("del sample_keys")
+
+
+def test_cell_mode_says_the_cell_made_them_when_the_line_is_not_recorded():
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc is on in this process")
+    ns: dict = {}
+    with probes.live_diff(namespace=ns) as report:
+        ns["grads_log"] = []
+        for step in range(105):
+            ns["grads_log"].append(jnp.full((1063,), step))
+    (finding,) = report.to_dict()["containers"]
+    assert finding["container"] == "grads_log" and finding["count"] == 105
+    assert finding["provenance"]["made_at"] is None
+    assert finding["provenance"]["unknown"].endswith("; they were made while this cell ran")
+    assert report.status is Status.PROBLEM and "`grads_log` holds 105 arrays" in report.summary

@@ -210,3 +210,107 @@ def test_lines_are_followed_without_a_memory_map(double, monkeypatch):
         "double(np_x)  # the first line": 1,
         "double(1.0)  # the second line": 3,
     }
+
+
+# -- a call that is traced and run at once (issue 23, class 2) ----------------------------
+
+
+def test_numpy_argument_of_a_call_traced_first_is_on_the_call_line():
+    """The copy of a NumPy batch made by the first call of a jitted loss was put on the last line
+    traced inside the loss (`return (err ** 2).mean()`), not on the call that passed it."""
+
+    def loss(w, batch):
+        pred = batch @ w
+        err = pred - 1.0
+        return (err**2).mean()  # the last line traced
+
+    step = jax.jit(loss)
+    w = jnp.ones((5,))
+    batch = np.ones((8, 5), np.float32)
+    with probes.transfers() as rep:
+        for _ in range(3):
+            value = step(w, batch)  # the call
+    assert value.shape == ()
+    data = rep.to_dict()["transfers"]
+    assert [t["line"]["code"] for t in data] == ["value = step(w, batch)  # the call"]
+    (group,) = data
+    assert group["count"] == 3 and group["value"] == "f32[8,5]"
+    assert group["argument"] == "batch" and group["traced"] == "loss"
+    provenance = group["provenance"]
+    assert provenance["made_at"]["code"] == "value = step(w, batch)  # the call"
+    assert provenance["started_by"]["function"] == "test_numpy_argument_of_a_call_traced_first_is_on_the_call_line"
+    assert "argument `batch`" in rep.summary
+    assert "This call traced `loss` first; its argument `batch` was copied" in " ".join(str(rep).split())
+
+
+@jax.jit
+def _project(a, x):
+    return a @ x
+
+
+class _Basis:
+    """DESC-style (PlasmaControl/DESC#1051): a NumPy matrix kept on an object and handed to a
+    jitted function on every recover() call - a host-to-device copy per iteration."""
+
+    def __init__(self):
+        self.Ainv = np.eye(6, dtype=np.float32)
+
+    def recover(self, x):
+        return _project(self.Ainv, x)  # Ainv is copied here
+
+
+def test_numpy_attribute_passed_from_a_method_names_the_attribute_and_the_outer_call():
+    basis = _Basis()
+    x = jnp.ones((6,))
+    with probes.transfers() as rep:
+        for _ in range(2):
+            x = basis.recover(x)  # the outer call
+    (group,) = rep.to_dict()["transfers"]
+    assert group["line"]["code"] == "return _project(self.Ainv, x)  # Ainv is copied here"
+    assert group["line"]["function"] == "recover" and group["count"] == 2
+    assert group["argument"] == "self.Ainv" and group["value"] == "f32[6,6]" and group["traced"] == "_project"
+    assert group["provenance"]["started_by"]["code"] == "x = basis.recover(x)  # the outer call"
+
+
+def test_two_numpy_arguments_of_one_type_are_both_named_as_candidates():
+    f = jax.jit(lambda a, b: a - b)
+    a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with probes.transfers() as rep:
+        f(a, b)
+    (group,) = rep.to_dict()["transfers"]
+    assert group["count"] == 2 and group["argument"] == "" and group["candidates"] == ["a", "b"]
+    assert "one of a, b" in str(rep)
+
+
+def test_a_scalar_added_on_the_call_line_is_not_named_as_an_argument():
+    """`loss = step(w, batch) + 1.0`: the batch is the call's argument; the 1.0 is copied on the same
+    line by the addition, and no argument of the call is named for it."""
+    step = jax.jit(lambda w, b: (b @ w).sum())
+    w, batch = jnp.ones((3,)), np.ones((2, 3), np.float32)
+    with probes.transfers() as rep:
+        loss = step(w, batch) + 1.0
+    assert loss.shape == ()
+    by_value = {t["value"]: t for t in rep.to_dict()["transfers"]}
+    assert by_value["f32[2,3]"]["argument"] == "batch"
+    assert by_value["f32[] weak"]["argument"] == "" and by_value["f32[] weak"]["candidates"] == []
+    assert by_value["f32[] weak"]["line"]["code"] == "loss = step(w, batch) + 1.0"
+
+
+def test_a_nested_one_line_lambda_is_not_seen_traced_and_nothing_is_guessed():
+    """CPython gives no LINE event to a one-line lambda made inside a function, so its trace is not
+    seen: the copy is still on the line that made the call, and no traced function is named."""
+
+    class Holder:
+        def __init__(self):
+            self.table = np.ones((5, 5), np.float32)
+            self.apply = jax.jit(lambda t, v: t @ v)
+
+        def step(self, v):
+            return self.apply(self.table, v)  # the call
+
+    holder, v = Holder(), jnp.ones((5,))
+    with probes.transfers() as rep:
+        holder.step(v)
+    (group,) = rep.to_dict()["transfers"]
+    assert group["line"]["code"] == "return self.apply(self.table, v)  # the call"
+    assert group["traced"] == "" and group["provenance"]["made_at"] == group["line"]

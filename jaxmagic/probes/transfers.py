@@ -27,6 +27,17 @@ file has grown since the last user line began, that line made the transfers
 system call on every line: see ``_CaptureFile``).
 Everything else written to descriptor 2 is passed on to the real stderr.
 
+A call that is traced and run at once (the first call of a jitted function) runs the
+user's function inside JAX, so the last user line before the copy of its NumPy
+arguments is a line of the traced function. A user function that a library called (seen
+at its first line) therefore also gets PY_RETURN events, for that code object only: when
+it returns, the line that made the call is the current line again, and the host values
+that line passed (its arguments that are NumPy arrays or Python scalars, looked up by
+name) are kept to name the argument of each copy. Limits: CPython gives no LINE event to
+a one-line lambda made inside a function, so its trace is not seen (the copy is still on
+the calling line, without the traced function); a function first called by the user's
+own code and traced later is not followed either.
+
 On the CPU backend arrays already live in host memory, so device-to-host reads
 (``float(x)``, ``np.asarray(x)``) are not intercepted; on GPU/TPU the guard
 catches them too.
@@ -34,8 +45,10 @@ catches them too.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import inspect
 import mmap
 import os
 import re
@@ -44,16 +57,20 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
+import numpy as np
+
 from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.attribution import started_by
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import innermost_user_line, is_user_file, source_line, user_lines
-from jaxmagic.report.wording import error_line, first_line, message_of
+from jaxmagic.report.wording import error_line, first_line, message_of, short_dtype
 
 CONFIG_NAMES = (
     "jax_transfer_guard",
@@ -89,8 +106,12 @@ class Transfer:
 
     direction: str  # "host-to-device"
     value: str  # "f32[3]", "f32[] weak"; "" when JAX did not describe it
-    line: SourceLine | None
+    line: SourceLine | None  # the user's line that handed the host value to JAX (the call that passed it)
     count: int = 1
+    argument: str = ""  # the expression on that line whose value was copied ("batch"); "" when not told
+    candidates: list[str] = dataclasses.field(default_factory=list)  # several arguments of that type: one of them
+    traced: str = ""  # the user function a trace of this call ran ("loss"), when the call was traced first
+    provenance: Provenance | None = None  # made_at: the line above; started_by: the outermost call
 
     @property
     def what(self) -> str:
@@ -147,6 +168,8 @@ class TransferReport(Report):
                     f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: "
                     f"`{_code(first.line)}`"
                 )
+                if first.argument:
+                    head += f" (argument `{first.argument}`)"
             return head + "."
         if self.other_error:
             return f"The cell failed with {self.other_error}; no implicit transfer happened before."
@@ -156,9 +179,21 @@ class TransferReport(Report):
 
         sections = []
         if self.transfers:
-            rows = [[_line_cell(t.line), t.value or "-", t.what, str(t.count)] for t in self.transfers]
+            rows = [
+                [_line_cell(t.line), t.value or "-", t.what, _argument_cell(t), str(t.count)] for t in self.transfers
+            ]
             kept = sum(t.count for t in self.transfers)
-            blocks = [Table(["your line", "value", "what it is", "times"], rows)]
+            blocks = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
+            for t in self.transfers[:3]:
+                if t.traced and t.provenance is not None and (t.argument or t.candidates):
+                    blocks += provenance_blocks(t.provenance, f"the transfer of {t.value or 'the value'}")
+                    blocks.append(
+                        Paragraph(
+                            f"This call traced `{t.traced}` first; its argument {_argument_cell(t)} was copied "
+                            "to the device after the trace, when the call ran on this line (not by the last "
+                            "line traced inside the function)."
+                        )
+                    )
             if self.total > kept:
                 blocks.append(
                     Paragraph(
@@ -189,6 +224,14 @@ def _code(line: SourceLine) -> str:
 
 def _at(line: SourceLine) -> str:
     return f" at {line.label or line.filename}, line {line.lineno}: `{_code(line)}`"
+
+
+def _argument_cell(t: Transfer) -> str:
+    if t.argument:
+        return f"`{t.argument}`"
+    if t.candidates:
+        return "one of " + ", ".join(f"`{c}`" for c in t.candidates)
+    return "-"
 
 
 def _line_cell(line: SourceLine | None) -> str:
@@ -240,7 +283,20 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
                 if not getattr(error, _SEEN, False):  # not seen raised (no sys.monitoring): from the traceback
                     lines = user_lines(error.__traceback__)
                     report.total += 1
-                    report.transfers.append(Transfer(found[0], found[1], lines[-1] if lines else None))
+                    line = lines[-1] if lines else None
+                    report.transfers.append(
+                        Transfer(
+                            found[0],
+                            found[1],
+                            line,
+                            provenance=Provenance(
+                                made_at=line,
+                                function=line.function if line else "",
+                                started_by=lines[0] if lines else None,
+                                unknown="" if line else "the error's traceback holds no line of yours",
+                            ),
+                        )
+                    )
             else:
                 report.other_error = error_line(error)
             raise
@@ -297,7 +353,15 @@ class _BlockedTransfers:
         report = self.report
         report.total += 1
         if len(report.transfers) < MAX_GROUPS:
-            report.transfers.append(Transfer(found[0], found[1], innermost_user_line(sys._getframe(1))))
+            frame = sys._getframe(1)
+            line = innermost_user_line(frame)
+            provenance = Provenance(
+                made_at=line,
+                function=line.function if line else "",
+                started_by=started_by(frame),
+                unknown="" if line else "no frame of your code was on the stack",
+            )
+            report.transfers.append(Transfer(found[0], found[1], line, provenance=provenance))
 
 
 class _CaptureFile:
@@ -385,6 +449,12 @@ class _GuardLog:
         self._tool: MonitoringTool | None = None
         self._lock = threading.Lock()
         self._thread = threading.get_ident()
+        # (id(code), line) of a user line that called into JAX, which ran a user function (a trace)
+        # and returned -> what was seen then: the host values the line passed, the function traced
+        self._calls: dict[tuple[int, int], _CallSite] = {}
+        self._frame_of_line = None  # while check() runs from a LINE event: the frame of the new line
+        self._code_state: dict[int, bool] = {}  # id(code) -> the user's code (kept in _codes)
+        self._codes: list = []
 
     # -- descriptor 2 -------------------------------------------------------------
 
@@ -404,6 +474,7 @@ class _GuardLog:
     def __exit__(self, *exc) -> bool:
         try:
             self._stop_following()
+            self._frame_of_line = None
             with contextlib.suppress(Exception):
                 sys.stderr.flush()
             self.check()
@@ -412,6 +483,9 @@ class _GuardLog:
                 self._pending = b""
         finally:
             self._restore_fd()
+            self._calls.clear()  # code objects and nothing of the user's values: but not kept past the block
+            self._code_state.clear()
+            self._codes.clear()
         return False
 
     def _restore_fd(self) -> None:
@@ -452,7 +526,28 @@ class _GuardLog:
         elif len(self._groups) < MAX_GROUPS:
             line = source_line(*current) if current else None
             group = self._groups[key] = Transfer(found[0], found[1], line)
+            self._describe(group)
             report.transfers.append(group)
+
+    def _describe(self, group: Transfer) -> None:
+        """The argument, traced function and provenance of a new group (at most MAX_GROUPS times)."""
+        site = self._calls.get((id(self._at[0]), self._at[1])) if self._at is not None else None
+        if site is not None:
+            group.traced = site.traced
+            group.argument, group.candidates = _argument_of(site.arguments, group.value)
+            group.provenance = Provenance(
+                made_at=group.line,
+                function=group.line.function if group.line else "",
+                started_by=site.started_by,
+            )
+        elif group.line is not None:
+            group.provenance = Provenance(made_at=group.line, function=group.line.function)
+            frame = self._frame_of_line
+            if frame is not None and self._at is not None and frame.f_code is self._at[0]:
+                # The next line runs in the same frame: its variables are the ones the line passed.
+                group.argument, group.candidates = _argument_of(_host_arguments(frame, group.line.code), group.value)
+        else:
+            group.provenance = Provenance(unknown="the transfer came before any line of yours ran in the block")
 
     def _current(self) -> tuple[str, int, str] | None:
         """(file, line, function) of the user's line running, or None before the first."""
@@ -467,7 +562,8 @@ class _GuardLog:
         self._tool = _claimed_tool(self.report)
         if self._tool is not None:
             self._tool.on(self._tool.events.LINE, self._line_callback())
-            self._tool.watch(self._tool.events.LINE)
+            self._tool.on(self._tool.events.PY_RETURN, self._return_callback())
+            self._tool.watch(self._tool.events.LINE)  # PY_RETURN: per code object, see _first_sight
 
     def _stop_following(self) -> None:
         if self._tool is not None:
@@ -477,20 +573,194 @@ class _GuardLog:
     def _line_callback(self):
         """The LINE callback. It runs on every line of the user's code, so it reads only locals and one byte."""
         block_thread, get_ident = self._thread, threading.get_ident
-        user_file, disable = self._user_file, sys.monitoring.DISABLE
+        disable = sys.monitoring.DISABLE
         capture, view, check = self._capture, self._capture.view, self.check
+
+        code_state, first_sight = self._code_state, self._first_sight
 
         def on_line(code, line_number: int):
             if get_ident() != block_thread:  # another thread's line (a data loader) made none of the
                 return None  # block's transfers (the guard is thread-local); not DISABLE: the line may be shared
-            user = user_file.get(code.co_filename)
+            user = code_state.get(id(code))
             if user is None:
-                user = user_file[code.co_filename] = is_user_file(code.co_filename)
+                user = first_sight(code)
             if not user:
                 return disable  # library code: never call back for this line again
             if view[capture.read]:
-                check()  # what was written since the previous user line belongs to it
+                self._frame_of_line = sys._getframe(1)
+                try:
+                    check()  # what was written since the previous user line belongs to it
+                finally:
+                    self._frame_of_line = None
             self._at = (code, line_number)
             return None
 
         return on_line
+
+    def _first_sight(self, code) -> bool:
+        """Whether ``code`` is the user's (asked once per code object, at its first line). A function
+        of the user's that a library called - JAX tracing it for a jitted call, a transformation -
+        also gets PY_RETURN events (for this code object only, so ordinary calls cost nothing more):
+        when it returns, the line that called into the library runs again."""
+        name = code.co_filename
+        user = self._user_file.get(name)
+        if user is None:
+            user = self._user_file[name] = is_user_file(name)
+        self._codes.append(code)  # ids stay unique while the entries live
+        self._code_state[id(code)] = user
+        if user and self._tool is not None:
+            caller = sys._getframe(2).f_back  # 0: here, 1: on_line, 2: the function's own frame
+            if caller is not None and not is_user_file(caller.f_code.co_filename):
+                self._tool.watch_code(code, self._tool.events.PY_RETURN)
+        return user
+
+    def _return_callback(self):
+        """The PY_RETURN callback: when a function of the user's returns, the line that called it
+        runs again - also when JAX called it, tracing it for a jitted call: then the host arguments
+        of that call are copied after the trace, and belong to the user's line that made the call,
+        not to the last line traced inside the function. Switched on per code object by
+        ``_first_sight``."""
+        block_thread, get_ident = self._thread, threading.get_ident
+        user_file = self._user_file
+        capture, view, check = self._capture, self._capture.view, self.check
+        calls = self._calls
+
+        def on_return(code, _offset: int, _value):  # only for the user's functions a library called
+            if get_ident() != block_thread:
+                return None
+            if view[capture.read]:
+                check()  # written by the function's last line: that line's
+            caller = sys._getframe(1).f_back
+            if caller is None:
+                return None
+            name = caller.f_code.co_filename
+            known = user_file.get(name)
+            if known is None:
+                known = user_file[name] = is_user_file(name)
+            if known:  # called by the user's code: that line continues
+                self._at = (caller.f_code, caller.f_lineno)
+                return None
+            # Called by a library (JAX tracing it for a jitted call, a transformation, a callback):
+            # the user's line below, which made the call, continues - remember what it passed.
+            below = caller.f_back
+            while below is not None and not is_user_file(below.f_code.co_filename):
+                below = below.f_back
+            if below is None:
+                return None
+            self._at = (below.f_code, below.f_lineno)
+            key = (id(below.f_code), below.f_lineno)
+            if key not in calls:  # once per call site: the first trace
+                calls[key] = _CallSite(
+                    code=below.f_code,
+                    traced=code.co_qualname.rsplit("<locals>.", 1)[-1],
+                    arguments=_host_arguments(below, _line_text(below)),
+                    started_by=started_by(below),
+                )
+            return None
+
+        return on_return
+
+
+@dataclasses.dataclass
+class _CallSite:
+    """A user line whose call into JAX ran (traced) a user function: seen when that function returned."""
+
+    code: object  # the line's code object (kept so its id stays unique while the entry lives)
+    traced: str  # the function that was traced
+    arguments: list[tuple[str, str]]  # (expression, type as the guard writes it) of the host values passed
+    started_by: SourceLine | None
+
+
+def _line_text(frame) -> str:
+    return source_line(frame.f_code.co_filename, frame.f_lineno, "").code
+
+
+def _host_type(value) -> str:
+    """How the transfer guard writes a host value's type (``f32[8,5]``, ``f32[] weak``); "" for no host value."""
+    if isinstance(value, bool):
+        return "bool[] weak"
+    if isinstance(value, int):
+        return "i32[] weak"
+    if isinstance(value, float):
+        return "f32[] weak"
+    if isinstance(value, (np.ndarray, np.generic)):
+        import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+        try:
+            dtype = jax.dtypes.canonicalize_dtype(value.dtype)
+        except Exception:
+            dtype = value.dtype
+        return f"{short_dtype(str(dtype))}[{','.join(str(d) for d in np.shape(value))}]"
+    return ""
+
+
+def _host_arguments(frame, code: str) -> list[tuple[str, str]]:
+    """The arguments of the calls on one line that are host values (NumPy arrays, Python scalars) in
+    ``frame``'s variables, as (expression, type). Names, attributes and subscripts with constant
+    keys are looked up without running user code; literals are typed as written."""
+    try:
+        tree = ast.parse(code.strip().rstrip(":") or "0")
+    except SyntaxError:
+        try:
+            tree = ast.parse("(" + code.strip() + ")")
+        except SyntaxError:
+            return []
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            value = _value_of(arg, frame)
+            if value is _NOTHING:
+                continue
+            typed = _host_type(value)
+            if typed:
+                found.append((ast.unparse(arg), typed))
+    return found
+
+
+_NOTHING = object()
+
+
+def _value_of(node, frame):
+    """The value of a name (``batch``), attribute (``data.x``) or constant subscript (``d['x']``) in
+    ``frame``, read without running user code; a literal number as written; else ``_NOTHING``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name):
+        for table in (frame.f_locals, frame.f_globals):
+            try:
+                if node.id in table:
+                    return table[node.id]
+            except Exception:
+                return _NOTHING
+        return _NOTHING
+    if isinstance(node, ast.Attribute):
+        base = _value_of(node.value, frame)
+        if base is _NOTHING:
+            return _NOTHING
+        try:
+            return inspect.getattr_static(base, node.attr)
+        except AttributeError:
+            return _NOTHING
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        base = _value_of(node.value, frame)
+        if isinstance(base, dict):
+            return base.get(node.slice.value, _NOTHING)
+        if isinstance(base, (list, tuple)) and isinstance(node.slice.value, int):
+            try:
+                return base[node.slice.value]
+            except IndexError:
+                return _NOTHING
+    return _NOTHING
+
+
+def _argument_of(arguments: list[tuple[str, str]], value: str) -> tuple[str, list[str]]:
+    """(the argument whose type is the transfer's, the arguments of that type when several have it);
+    ("", []) when none has, or the transfer's type is not known."""
+    if not value:
+        return "", []
+    matching = list(dict.fromkeys(expression for expression, typed in arguments if typed == value))
+    if len(matching) == 1:
+        return matching[0], []
+    return "", matching

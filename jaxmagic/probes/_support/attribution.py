@@ -20,6 +20,9 @@ names: a Flax or Optax frame is a library frame, a frame of the user's own modul
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
 import re
 import sys
 import tracemalloc
@@ -279,3 +282,121 @@ def of_source_line(
             transforms=list(transforms), started_by=started, unknown="no line of your code was on the stack"
         )
     return Provenance(made_at=line, function=line.function, transforms=list(transforms), started_by=started)
+
+
+# -- livexfer: allocation tracebacks of NumPy arrays and of JAX arrays' Python objects ---------
+#
+# ``of_numpy`` takes the innermost user frame of an allocation traceback. For an array JAX
+# allocated itself (the float32 copy of a float64 NumPy array, made when the array is first
+# used or when the trace ends) that frame is the line that *used* the array, or the line that
+# started the trace - not the line that built it. The functions below accept a frame only when
+# the allocation was made by it (directly, or through NumPy), never through JAX.
+
+
+def _root_array(obj):
+    """The NumPy array a view (JAX's ``TypedNdArray`` of a constant is one) was made from."""
+    seen = 0
+    while seen < 16:
+        base = getattr(obj, "base", None)
+        if base is None or not hasattr(base, "shape") or not hasattr(base, "dtype"):
+            return obj
+        obj, seen = base, seen + 1
+    return obj
+
+
+def _package_of(filename: str) -> str:
+    path = filename.replace("\\", "/")
+    if "site-packages/" not in path and "dist-packages/" not in path:
+        return ""
+    rest = path.split("site-packages/", 1)[-1] if "site-packages/" in path else path.split("dist-packages/", 1)[-1]
+    return rest.split("/", 1)[0]
+
+
+def allocation_traceback(obj):
+    """``tracemalloc``'s frames for ``obj`` (innermost first), or (None, why not)."""
+    if not tracemalloc.is_tracing():
+        why = "allocations are recorded only while tracemalloc traces (`tracemalloc.start(25)` before the code that makes them)"
+        return None, why
+    try:
+        trace = tracemalloc.get_object_traceback(obj)
+    except Exception:
+        trace = None
+    if trace is None:
+        return None, "it was made before tracemalloc started recording allocations"
+    return list(reversed(list(trace))), ""
+
+
+def of_numpy_built(obj) -> Provenance:
+    """The user's line that built a NumPy array (also when ``obj`` is a view of it, such as the
+    constant JAX keeps), from ``tracemalloc``; unknown, with the reason, when the array was
+    allocated by JAX (a converted copy) or before allocations were recorded."""
+    frames, why = allocation_traceback(_root_array(obj))
+    if frames is None:
+        return Provenance(unknown=why)
+    for frame in frames:
+        if is_user_file(frame.filename):
+            return _made_by(frame, frames)
+        package = _package_of(frame.filename)
+        if package == "numpy":
+            continue  # np.linspace and friends: NumPy's Python code, called by the user's line
+        if package in ("jax", "jaxlib"):
+            return Provenance(
+                unknown=(
+                    "the array JAX keeps is a copy JAX made of it (for example converting float64 to float32), "
+                    "so the NumPy call that built the original was not recorded"
+                )
+            )
+        where = package or frame.filename
+        return Provenance(unknown=f"it was allocated by code that is not yours ({where}), not by a line of yours")
+    return Provenance(unknown="no frame of your code allocated it")
+
+
+def of_allocation(obj) -> Provenance:
+    """The user's line whose call allocated ``obj`` (any Python object: a JAX array's Python
+    object is made by the user's line that called ``jax.random.split``, ``jnp.ones``, a jitted
+    function or iterated an array), from ``tracemalloc``; unknown with the reason otherwise."""
+    frames, why = allocation_traceback(obj)
+    if frames is None:
+        return Provenance(unknown=why)
+    for frame in frames:
+        if is_user_file(frame.filename):
+            return _made_by(frame, frames)
+    if len(frames) <= 1:
+        return Provenance(unknown="tracemalloc kept one frame per allocation (start it with `tracemalloc.start(25)`)")
+    return Provenance(unknown="no frame of your code was among the frames tracemalloc kept")
+
+
+def _made_by(frame, frames) -> Provenance:
+    """A provenance from tracemalloc's frame of the user's that allocated, named with its function
+    (tracemalloc keeps no function names: the source says which ``def`` holds the line)."""
+    function = enclosing_function(frame.filename, frame.lineno)
+    line = source_line(frame.filename, frame.lineno, function or "<module>")
+    return Provenance(made_at=line, function=function, started_by=_outermost_user(frames))
+
+
+def _outermost_user(frames) -> SourceLine | None:
+    for frame in reversed(frames):
+        if is_user_file(frame.filename):
+            function = enclosing_function(frame.filename, frame.lineno)
+            return source_line(frame.filename, frame.lineno, function or "<module>")
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def enclosing_function(filename: str, lineno: int) -> str:
+    """The innermost ``def`` whose body holds ``filename:lineno`` ("" at module level, or when the
+    source cannot be read or parsed)."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        tree = None
+    if tree is None:
+        return ""
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            end = getattr(node, "end_lineno", node.lineno)
+            if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
+                best = node
+    return best.name if best is not None else ""

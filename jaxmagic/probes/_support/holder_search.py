@@ -96,6 +96,10 @@ class HolderSearch:
     # ``train_metrics[0]['preds']`` ... ``train_metrics[39]['preds']`` as one run
     index_runs: dict[tuple[int, str, tuple[str, str]], list[int]] = dataclasses.field(default_factory=dict)
     kind_counts: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (group, best kind) -> targets
+    # (group, kind, container path) -> [targets it holds directly, id of the first]: a list, dict, deque,
+    # tuple or object holding arrays itself (``metrics``, ``state.history``, ``hist['acts']``)
+    containers: dict[tuple[int, str, str], list[int]] = dataclasses.field(default_factory=dict)
+    index_first: dict[tuple, int] = dataclasses.field(default_factory=dict)  # index_runs key -> its first target
     visited: int = 0  # containers and values looked at
     truncated: bool = False  # the budget ran out before the search was complete
 
@@ -134,8 +138,16 @@ def find_holders(
 
     index_runs = result.index_runs
 
-    def on_hit(target: int, group: int, kind: str, path: str, _depth: int) -> None:
+    containers = result.containers
+
+    def on_hit(target: int, group: int, kind: str, path: str, _depth: int, container: str = "") -> None:
         mark(target, group, kind)
+        if container:
+            held = containers.get((group, kind, container))
+            if held is None:
+                containers[(group, kind, container)] = [1, target]
+            else:
+                held[0] += 1
         label_counts[group] = label_counts.get(group, 0) + 1
         index = _FIRST_INDEX.search(path)
         if index is not None:  # an element of a list of containers: merged into a run with its siblings
@@ -144,6 +156,7 @@ def find_holders(
             run = index_runs.get(key)
             if run is None:
                 index_runs[key] = [number, number, 1]
+                result.index_first[key] = target
             else:
                 run[0], run[1], run[2] = min(run[0], number), max(run[1], number), run[2] + 1
             return
@@ -156,7 +169,21 @@ def find_holders(
     ) -> None:
         # The elements of one list/tuple that are targets, in index order.
         best_kind = result.best_kind
-        if groups.count(groups[0]) == len(groups) and best_kind.keys().isdisjoint(targets):
+        one_group = groups.count(groups[0]) == len(groups)
+        if one_group:
+            held = containers.get((groups[0], kind, container))
+            if held is None:
+                containers[(groups[0], kind, container)] = [len(targets), targets[0]]
+            else:
+                held[0] += len(targets)
+        else:
+            for target, group in zip(targets, groups):
+                held = containers.get((group, kind, container))
+                if held is None:
+                    containers[(group, kind, container)] = [1, target]
+                else:
+                    held[0] += 1
+        if one_group and best_kind.keys().isdisjoint(targets):
             # One group, none seen before (a list of like arrays): the run and the counts at once.
             group = groups[0]
             if best_kind:
@@ -239,7 +266,7 @@ def find_held(
     """
     found: dict[int, dict[str, int]] = {}
 
-    def on_hit(target: int, _key: Any, _kind: str, path: str, depth: int) -> None:
+    def on_hit(target: int, _key: Any, _kind: str, path: str, depth: int, _container: str = "") -> None:
         found.setdefault(target, {}).setdefault(path, depth)
 
     def on_items(indices, targets, _keys, _kind, label: str, note: str, depth: int) -> None:

@@ -96,7 +96,8 @@ def walk(
     Targets are not searched further. Hits below a root are reported as they
     are found, shortest paths first: ``on_items(indices, ids, keys, kind,
     label, note, depth)`` for the elements of one list or tuple ``label``, and
-    ``on_hit(target_id, key, kind, path, depth)`` for any other.
+    ``on_hit(target_id, key, kind, path, depth, container)`` for any other (``container``:
+    the path of the dict, object or function that holds it).
 
     ``max_depth`` is how many steps below a root are followed, ``edges`` which
     references besides items and attributes (``CLOSURES``, ``DEFAULTS``, ...),
@@ -175,7 +176,7 @@ def walk(
                         on_items([index], [id(child)], [key], kind, label, note, depth)
                     else:
                         child_label, child_note = named(label, note, step, relation)
-                        on_hit(id(child), key, kind, child_label + child_note, depth)
+                        on_hit(id(child), key, kind, child_label + child_note, depth, label + note)
             if count > budget:
                 truncated = True
                 following = []

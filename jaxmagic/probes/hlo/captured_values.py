@@ -4,9 +4,11 @@ literals, and arrays held as constants (named from the function's globals, closu
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import linecache
 import re
+import tracemalloc
 import types
 from collections.abc import Callable
 from functools import lru_cache
@@ -15,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.attribution import of_allocation, of_equation, of_numpy_built
 from jaxmagic.probes.hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
 from jaxmagic.probes.hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
 from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
 
 
 class NameEnvironment:
@@ -153,11 +157,11 @@ def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
     candidates = env.scalar_values()
-    for eqn, _segments, _back, _subs, _parents in walked:
+    for eqn, _segments, _back, _subs, parents in walked:
         literals = [v for v in eqn.invars if compat.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
         if not literals:
             continue  # no global or closure value equals any literal here: nothing to look up
-        line = eqn_line(eqn, _parents)
+        line = eqn_line(eqn, parents)
         if line is None or not line.code:
             continue
         names, constants = _names_in_code(line.code)
@@ -182,11 +186,29 @@ def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
                 seen.add(key)
                 found.append(
                     BakedLiteral(
-                        name=dotted, kind=kind, value=_literal_text(literal), equation=eqn_text(eqn), line=line
+                        name=dotted,
+                        kind=kind,
+                        value=_literal_text(literal),
+                        equation=eqn_text(eqn),
+                        line=line,
+                        provenance=_literal_provenance(eqn, parents, line),
                     )
                 )
                 break
     return found
+
+
+def _literal_provenance(eqn, parents: tuple, line: SourceLine) -> Provenance:
+    """The line that read the global while tracing (the one the table shows), with the function and
+    the transformations around its equation."""
+    used = of_equation(eqn, parents)
+    same = used.made_at is not None and (used.made_at.filename, used.made_at.lineno) == (line.filename, line.lineno)
+    return Provenance(
+        made_at=line,
+        function=used.function if same else "",
+        transforms=used.transforms,
+        library_function=used.library_function if same else "",
+    )
 
 
 def _rounded(value):
@@ -315,23 +337,46 @@ def _local_names(filename: str, lineno: int) -> frozenset[str]:
 
 
 def captured_constants_of_call(
-    jitted: Callable, args: tuple, kwargs: dict, *, fn: Callable, namespace: dict | None = None
+    jitted: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    fn: Callable,
+    namespace: dict | None = None,
+    building_lines: bool = False,
 ) -> list[CapturedConstant]:
     """The arrays ``jitted(*args, **kwargs)`` holds as constants, named from ``fn``'s globals and closure.
 
     Only the trace and the constants, none of the rest of the report: for a probe that already ran
     ``jitted`` with these arguments, whose trace JAX then has in its cache. Raises what tracing raises.
+    ``building_lines``: find the line that built a NumPy constant by tracing a fresh copy of ``fn``
+    once more with tracemalloc on (see :func:`captured_constants`); off, the provenance says why not.
     """
     closed = jitted.trace(*args, **kwargs).jaxpr
-    return captured_constants(closed, list(walk_eqns(closed)), NameEnvironment(fn, namespace))
+    return captured_constants(
+        closed,
+        list(walk_eqns(closed)),
+        NameEnvironment(fn, namespace),
+        fresh_trace=fresh_trace_of(fn, args, kwargs) if building_lines else None,
+    )
 
 
-def captured_constants(closed, walked: list, env: NameEnvironment) -> list[CapturedConstant]:
-    """Arrays held as constants of the traced program (closed-over globals and closure values)."""
+def captured_constants(
+    closed, walked: list, env: NameEnvironment, fresh_trace: Callable[[], Any] | None = None
+) -> list[CapturedConstant]:
+    """Arrays held as constants of the traced program (closed-over globals and closure values).
+
+    ``fresh_trace`` (from :func:`fresh_trace_of`): when a NumPy array built while tracing has no
+    recorded allocation (the trace came from JAX's cache, or tracemalloc was off), a fresh copy of
+    the function is traced once with tracemalloc on, to find the line that built it.
+    """
     identities = env.by_identity()
+    rebuilt: list | None = None  # per top-level constant of a fresh trace: (shape, dtype, provenance)
     found, seen = [], set()
-    jaxprs = [closed] + [sub for _eqn, _segments, _back, subs, _parents in walked for sub in subs]
-    for jaxpr in jaxprs:
+    jaxprs = [(closed, ())] + [
+        (sub, (*parents, eqn)) for eqn, _segments, _back, subs, parents in walked for sub in subs
+    ]
+    for jaxpr, enclosing in jaxprs:
         consts = list(getattr(jaxpr, "consts", None) or [])
         if not consts:
             continue
@@ -346,7 +391,34 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
             nbytes = int(getattr(value, "nbytes", 0) or 0)
             if not name and nbytes < BAKED_CONSTANT_BYTES:
                 continue  # a small array made inside the function: ordinary, not worth a line
-            line = _first_use_line(inner, constvars[index]) if index < len(constvars) else None
+            use = _first_use(inner, constvars[index]) if index < len(constvars) else None
+            line = eqn_line(use, enclosing) if use is not None else None
+            provenance = constant_provenance(value, use, enclosing, line)
+            if (
+                provenance.made_at is None
+                and not name
+                and not enclosing
+                and fresh_trace is not None
+                and isinstance(value, np.ndarray)
+                and _not_recorded(value)
+            ):
+                if rebuilt is None:
+                    rebuilt = _built_in_fresh_trace(fresh_trace)
+                if len(rebuilt) == len(consts) and rebuilt[index][:2] == (shape, str(value.dtype)):
+                    fresh = rebuilt[index][2]
+                    if fresh.made_at is not None:
+                        function = fresh.function
+                        provenance = Provenance(
+                            made_at=fresh.made_at,
+                            function=function,
+                            transforms=provenance.transforms if function == provenance.function else [],
+                        )
+                    else:
+                        _reason, _, first_use = provenance.unknown.partition("; ")
+                        why = f"{fresh.unknown} (seen in a fresh trace of the function with tracemalloc on)"
+                        provenance.unknown = f"{why}; {first_use}" if first_use else why
+                else:
+                    provenance.unknown += "; a fresh trace of the function did not make the same constants"
             found.append(
                 CapturedConstant(
                     name=name,
@@ -356,14 +428,105 @@ def captured_constants(closed, walked: list, env: NameEnvironment) -> list[Captu
                     nbytes=nbytes,
                     line=line,
                     numpy=isinstance(value, np.ndarray),
+                    provenance=provenance,
                 )
             )
     found.sort(key=lambda c: -c.nbytes)
     return found
 
 
-def _first_use_line(jaxpr, var) -> SourceLine | None:
+def _first_use(jaxpr, var):
     for eqn in jaxpr.eqns:
         if any(v is var for v in eqn.invars):
-            return eqn_line(eqn)
+            return eqn
     return None
+
+
+def constant_provenance(value, use, enclosing: tuple, line: SourceLine | None) -> Provenance:
+    """Where a constant of the program was built: the line that allocated it (``tracemalloc``,
+    for a NumPy array the NumPy call itself, never a copy JAX made), with the function and
+    transformations of its first use; otherwise no line, and why - the program records only
+    the equation that first uses it, which is not where the array was built."""
+    built = of_numpy_built(value) if isinstance(value, np.ndarray) else of_allocation(value)
+    used = of_equation(use, enclosing) if use is not None else Provenance()
+    if built.made_at is not None:
+        function = built.function  # the def holding the building line (attribution reads the source)
+        same = bool(function) and function == used.function
+        return Provenance(
+            made_at=built.made_at,
+            function=function,
+            transforms=used.transforms if same else [],
+            started_by=built.started_by,
+        )
+    first = f"it is first used at {line.where}" if line is not None else "no use of it names a line of yours"
+    return Provenance(
+        function=used.function,
+        transforms=used.transforms,
+        unknown=f"{built.unknown}; the program records only where it is used ({first})",
+    )
+
+
+# -- the building line from a fresh trace ------------------------------------------------
+
+
+def _not_recorded(value) -> bool:
+    """True when tracemalloc holds no allocation record for the array (off, or started after it)."""
+    if not tracemalloc.is_tracing():
+        return True
+    root = value
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    try:
+        return tracemalloc.get_object_traceback(root) is None
+    except Exception:
+        return True
+
+
+def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any] | None:
+    """A function that traces a fresh copy of ``fn`` (the Python function under its jit) with the
+    same static arguments, so that JAX's caches cannot answer and its NumPy code runs again; None
+    when ``fn`` is no plain Python function or its jit has options a copy would not keep."""
+    original = _unwrapped(fn)
+    if not inspect.isfunction(original):
+        return None
+    options: dict[str, Any] = {}
+    if compat.is_jitted(fn):
+        info = compat.jit_options(fn)
+        if info is None or getattr(info, "user_specified_in_shardings", True) or getattr(info, "device", None):
+            return None
+        if getattr(info, "backend", None):
+            return None
+        options = {
+            "static_argnums": tuple(getattr(info, "static_argnums", ()) or ()) or None,
+            "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()) or None,
+        }
+
+    def trace():
+        import jax  # deferred: importing the probes does not import JAX
+
+        copy = functools.wraps(original)(lambda *a, **k: original(*a, **k))
+        return jax.jit(copy, **options).trace(*args, **kwargs).jaxpr
+
+    return trace
+
+
+def _built_in_fresh_trace(fresh_trace: Callable[[], Any]) -> list[tuple[tuple, str, Provenance]]:
+    """(shape, dtype, where it was built) of each constant of a fresh trace made with tracemalloc on;
+    [] when the trace fails. Runs the function's Python code once more (it is traced again)."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    try:
+        closed = fresh_trace()
+        out = []
+        for value in list(getattr(closed, "consts", None) or []):
+            built = of_numpy_built(value) if isinstance(value, np.ndarray) else Provenance(unknown="not a NumPy array")
+            shape = tuple(getattr(value, "shape", ()) or ())
+            out.append((shape, str(getattr(value, "dtype", "")), built))
+        del closed
+        return out
+    except Exception:
+        return []
+    finally:
+        if started:
+            tracemalloc.stop()

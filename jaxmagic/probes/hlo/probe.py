@@ -13,7 +13,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.hlo_text import parse_hlo_module
 from jaxmagic.probes._support.name_paths import split_query
-from jaxmagic.probes.hlo.captured_values import NameEnvironment, baked_literals, captured_constants
+from jaxmagic.probes.hlo.captured_values import NameEnvironment, baked_literals, captured_constants, fresh_trace_of
 from jaxmagic.probes.hlo.jaxpr import jaxpr_ops, scope_names, signature, walk_eqns
 from jaxmagic.probes.hlo.memory import Sweep, cost_figures, memory_figures, sweep_point
 from jaxmagic.probes.hlo.optimized_hlo import hlo_kernels, hlo_ops
@@ -114,7 +114,7 @@ def run_call(
         known |= set(query)
         env = NameEnvironment(fn, namespace)
         report.literals = baked_literals(walked, env)
-        report.constants = captured_constants(closed, walked, env)
+        report.constants = captured_constants(closed, walked, env, fresh_trace=fresh_trace_of(fn, args, kwargs))
         per_stage: dict[str, list[StageOp]] = {"jaxpr": traced_ops}
         module = None
         if "stablehlo" in stages or "hlo" in stages:

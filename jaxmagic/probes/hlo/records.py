@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
 
 STAGES = ("jaxpr", "stablehlo", "hlo")
 LARGE_CONSTANT_BYTES = 1 << 20  # captured arrays from here on are a memory concern (jit cache keeps them)
@@ -66,6 +67,7 @@ class BakedLiteral:
     value: str  # the literal as the jaxpr prints it: "2.0:f32[]"
     equation: str  # "b:f32[] = mul a 2.0:f32[]"
     line: SourceLine | None = None
+    provenance: Provenance | None = None  # made_at: the line that read the value while tracing (= line)
 
 
 @dataclasses.dataclass
@@ -77,8 +79,11 @@ class CapturedConstant:
     shape: tuple
     dtype: str
     nbytes: int
-    line: SourceLine | None = None
+    line: SourceLine | None = None  # where the program first uses it (its equation's source_info)
     numpy: bool = False  # a NumPy array (NumPy code run at trace time), not a JAX array
+    # made_at: the line that built the array (tracemalloc's record of its allocation), or None with
+    # ``unknown`` saying why and where it is first used; function and transformations of the first use
+    provenance: Provenance | None = None
 
     @property
     def large(self) -> bool:

@@ -17,6 +17,7 @@ from jaxmagic.probes.hlo.records import (
 )
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.wording import format_bytes
 
 STAGE_TITLES = {"jaxpr": "jaxpr", "stablehlo": "StableHLO", "hlo": "optimized HLO"}
@@ -104,6 +105,11 @@ class HloReport(Report):
         for c in made[:2]:
             what = "a NumPy array" if c.numpy else "an array"
             at = f", first used at {_where(c.line)}" if c.line else ""
+            built = c.provenance.made_at if c.provenance is not None else None
+            if built is not None:
+                at = f", built at {_where(built)}{at}"
+            elif c.line:
+                at += " (the line that built it could not be told)"
             parts.append(
                 f"{self.function} builds {what} of {format_bytes(c.nbytes)} ({c.dtype}{list(c.shape)}) while it is "
                 f"traced{at}: it is a constant of the compiled program, computed once at trace time (a NumPy "
@@ -227,6 +233,12 @@ class HloReport(Report):
                     [
                         Table(["name", "kind", "shape", "dtype", "size", "used at"], rows),
                         *_lines_block([c.line for c in self.constants]),
+                        *[
+                            block
+                            for c in self.constants[:3]
+                            if c.made_while_tracing and c.provenance is not None
+                            for block in provenance_blocks(c.provenance, f"the {c.dtype}{list(c.shape)} array")
+                        ],
                         *(
                             [
                                 Paragraph(

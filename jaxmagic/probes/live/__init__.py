@@ -15,19 +15,32 @@ variables and what they contain a few levels deep (``hist['acts'][3]``,
 ``trainer.history[0]``), IPython's output cache (``Out[12]``, ``_``), the frames
 of the last error (``sys.last_traceback``), and the jit cache, which keeps the
 arrays a traced function closed over as constants of its program (chapter
-section 7.5). The probe keeps no array alive: snapshots are ids and weak
-references, the report holds strings and numbers.
+section 7.5). A container of the user's holding 100 or more arrays of one
+shape and dtype (``keys = list(jax.random.split(key, 2000))``, a list of
+metrics appended in a loop) is a finding of its own (``report.containers``),
+with the line that made the arrays when ``tracemalloc`` recorded it. The probe
+keeps no array alive: snapshots are ids and weak references, the report holds
+strings and numbers.
 """
 
 from __future__ import annotations
 
 from jaxmagic.probes.live.measure import live, live_diff
-from jaxmagic.probes.live.report import KIND_ELSEWHERE, KIND_JIT_CACHE, KIND_RESULT, DeviceMemory, LiveGroup, LiveReport
+from jaxmagic.probes.live.report import (
+    KIND_ELSEWHERE,
+    KIND_JIT_CACHE,
+    KIND_RESULT,
+    ContainerFinding,
+    DeviceMemory,
+    LiveGroup,
+    LiveReport,
+)
 
 __all__ = [
     "KIND_ELSEWHERE",
     "KIND_JIT_CACHE",
     "KIND_RESULT",
+    "ContainerFinding",
     "DeviceMemory",
     "LiveGroup",
     "LiveReport",

@@ -12,11 +12,13 @@ import gc
 import itertools
 import operator
 import os
+import tracemalloc
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.probes._support.holder_search import (
     KIND_NAME,
     KIND_OUTPUT,
@@ -26,13 +28,17 @@ from jaxmagic.probes._support.holder_search import (
     traceback_roots,
 )
 from jaxmagic.probes.live.report import (
+    CONTAINER_ARRAYS,
     KIND_ELSEWHERE,
     KIND_JIT_CACHE,
+    ContainerFinding,
     DeviceMemory,
     LiveGroup,
     LiveReport,
 )
 from jaxmagic.report.wording import error_line
+
+PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces
 
 # -- the probe ----------------------------------------------------------------
 
@@ -167,12 +173,14 @@ def _describe(
     groups: list[LiveGroup] = []
     merged: dict[tuple, int] = {}
     group_index: dict[Any, int] = {}
+    sample_position: list[int] = []  # per group: the position in ``subject`` of one of its arrays
     for tag, position in first_position.items():
         sample = subject[position]
         key = (tuple(sample.shape), str(sample.dtype), _placement(sample))
         index = merged.get(key)
         if index is None:
             index = merged[key] = len(groups)
+            sample_position.append(position)
             groups.append(
                 LiveGroup(
                     shape=key[0],
@@ -207,6 +215,13 @@ def _describe(
         else:
             group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
     _name_holders(groups, search, group_index)
+    report.containers = _container_findings(search, groups, group_index, subject, cell=created is not None)
+    report.allocations_recorded = tracemalloc.is_tracing()
+    if report.allocations_recorded:
+        # The line that made one array of each of the largest groups: one traceback lookup per group.
+        largest = sorted(range(len(groups)), key=lambda i: -groups[i].total_bytes)[:PROVENANCE_GROUPS]
+        for i in largest:
+            groups[i].provenance = of_allocation(subject[sample_position[i]])
     del subject
     groups.sort(key=lambda g: (-g.total_bytes, -g.count))
     report.groups = groups
@@ -245,6 +260,90 @@ def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
         traceback_labels = [label for kind, label in labelled if kind == order[KIND_TRACEBACK]][:2]
         kept = [label for kind, label in labelled if kind != order[KIND_TRACEBACK]] + traceback_labels
         groups[group].holders = list(dict.fromkeys(kept))
+
+
+def _container_findings(
+    search, groups: list[LiveGroup], group_index: dict, subject: list, *, cell: bool
+) -> list[ContainerFinding]:
+    """Containers of the user's holding ``CONTAINER_ARRAYS`` or more arrays of one group.
+
+    From the counts the holder search kept per container (lists, tuples, deques, dicts,
+    objects' attributes) and per run of like containers (``train_metrics[0..39]['preds']``,
+    the key data of a list of typed keys): linear in what the search visited. The line that
+    made the arrays is read from ``tracemalloc`` for one array of each container.
+    """
+    found: dict[tuple[int, str], list] = {}  # (group, container) -> [count, first id, holders label, kind]
+    for (tag, kind, container), (count, first) in search.containers.items():
+        if kind != KIND_NAME:
+            continue
+        key = (group_index[tag], container)
+        entry = found.get(key)
+        if entry is None:
+            run = search.runs.get((tag, kind, container))
+            shape = "sequence" if run is not None else "mapping or object"
+            label = _run_label(container, "", *run) if run is not None else f"{container}[...]"
+            found[key] = [count, first, label, shape]
+        else:
+            entry[0] += count
+    for (tag, kind, (before, after)), (low, high, count) in search.index_runs.items():
+        if kind != KIND_NAME or not after:
+            continue  # an empty rest is a dict's integer key: the dict is counted above
+        key = (group_index[tag], f"{before}[i]{after}")
+        entry = found.get(key)
+        if entry is None:
+            first = search.index_first.get((tag, kind, (before, after)))
+            found[key] = [count, first, _run_label(before, after, low, high, count), "nested"]
+        else:
+            entry[0] += count
+    flagged = [(key, entry) for key, entry in found.items() if entry[0] >= CONTAINER_ARRAYS]
+    if not flagged:
+        return []
+    wanted = {entry[1] for _key, entry in flagged}
+    samples = {id(a): a for a in subject if id(a) in wanted}
+    findings = []
+    for (group, container), (count, first, label, kind) in flagged:
+        g = groups[group]
+        key_data = " (key data)" in label
+        if kind == "nested":
+            container = label.split("[", 1)[0]
+        sample = samples.get(first)
+        provenance = of_allocation(sample) if sample is not None else None
+        del sample
+        if provenance is not None and provenance.made_at is None and cell:
+            provenance.unknown += "; they were made while this cell ran"
+        findings.append(
+            ContainerFinding(
+                container=container,
+                holders=label,
+                count=count,
+                shape=tuple(g.shape),
+                dtype=g.dtype,
+                bytes_each=g.bytes_each,
+                bytes=count * g.bytes_each,
+                kind=kind,
+                key_data=key_data,
+                provenance=provenance,
+                fix=_container_fix(container, count, g, key_data),
+            )
+        )
+    samples.clear()
+    findings.sort(key=lambda f: (-f.count, -f.bytes))
+    return findings
+
+
+def _container_fix(container: str, count: int, group: LiveGroup, key_data: bool) -> str:
+    """What to do about a container of many arrays: a suggestion (nothing was tried)."""
+    if key_data or (group.dtype == "uint32" and tuple(group.shape) == (2,)):
+        what = "These are PRNG keys; if they come" if key_data else "If these are PRNG keys"
+        return (
+            f"Suggestion (not tried): {what} from one `jax.random.split(key, {count})`, keep the "
+            "one array it returns and index it when you need a key, instead of `list(...)` of it "
+            f"({count} arrays, one buffer each); `del {container}` frees them."
+        )
+    return (
+        f"Suggestion (not tried): keep Python numbers (`float(x)`) if you only need the values, or stack "
+        f"them into one array (`jnp.stack(...)`) when you store them; `del {container}` frees them."
+    )
 
 
 def _run_label(before: str, after: str, low: int, high: int, count: int) -> str:

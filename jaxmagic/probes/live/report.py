@@ -12,6 +12,7 @@ from jaxmagic.probes._support.holder_search import KIND_NAME, KIND_OUTPUT, KIND_
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes, short_dtype
 
 KIND_JIT_CACHE = "jit cache"  # a constant of a traced program that JAX's caches keep
@@ -19,6 +20,7 @@ KIND_ELSEWHERE = "elsewhere"  # nothing we can see holds it
 KIND_RESULT = "result"  # the cell's own result (Out[n])
 
 _SHOWN_HOLDERS = 6
+CONTAINER_ARRAYS = 100  # arrays of one shape and dtype in one container of the user's from here on: a finding
 
 
 @dataclasses.dataclass
@@ -34,6 +36,8 @@ class LiveGroup:
     holders: list[str] = dataclasses.field(default_factory=list)  # "debug_cache[0..9]", "Out[12]", ...
     by_kind: dict[str, int] = dataclasses.field(default_factory=dict)  # arrays per best holder kind
     jit_functions: list[str] = dataclasses.field(default_factory=list)  # functions whose cache keeps them
+    # the line that made one of them (tracemalloc; only while it traces, for the largest groups)
+    provenance: Provenance | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -61,6 +65,41 @@ class LiveGroup:
 
 
 @dataclasses.dataclass
+class ContainerFinding:
+    """One container of the user's (a list, dict, tuple, deque or object) holding many arrays of one
+    shape and dtype: ``metrics`` appended in a loop, ``keys = list(jax.random.split(key, 2000))``."""
+
+    container: str  # "metrics", "state.history", "keys"
+    holders: str  # how its arrays are named: "metrics[0..1999]", "keys[0..1999] (key data)"
+    count: int
+    shape: tuple
+    dtype: str
+    bytes_each: int
+    bytes: int  # count * bytes_each
+    kind: str = "sequence"  # "sequence" (list, tuple, deque), "mapping or object" (dict values, attributes),
+    # "nested" (one array in each element of a list: ``train_metrics[0..39]['loss']``, typed keys' data)
+    key_data: bool = False  # the arrays are the data of typed PRNG keys (jax.random.key)
+    provenance: Provenance | None = None  # the line that made the arrays (from tracemalloc), or why not
+    fix: str = ""
+
+    @property
+    def type_text(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+    @property
+    def line(self):
+        """The line that made the first array of the container, or None when it could not be told."""
+        return self.provenance.made_at if self.provenance is not None else None
+
+    @property
+    def sentence(self) -> str:
+        return (
+            f"`{self.container}` holds {self.count} arrays `{self.type_text}` "
+            f"({format_bytes(self.bytes)} in {self.count} separate buffers)"
+        )
+
+
+@dataclasses.dataclass
 class DeviceMemory:
     device: str
     stats: dict[str, int] | None  # Device.memory_stats(); None where the backend has none (CPU)
@@ -76,6 +115,8 @@ class LiveReport(Report):
     total_arrays: int = 0  # all live arrays at the end
     total_bytes: int = 0
     groups: list[LiveGroup] = dataclasses.field(default_factory=list)  # largest total first
+    # containers of the user's holding CONTAINER_ARRAYS or more arrays of one shape and dtype, most first
+    containers: list[ContainerFinding] = dataclasses.field(default_factory=list)
     top: int | None = None  # groups shown (None: all)
     devices: list[DeviceMemory] = dataclasses.field(default_factory=list)
     profile_path: str = ""
@@ -92,6 +133,7 @@ class LiveReport(Report):
     result_label: str = ""
     other_error: str = ""  # the cell raised: "ValueError: ..."
     backend_started: bool = True  # False: no JAX backend existed, so no array did (none was started)
+    allocations_recorded: bool = False  # tracemalloc traced: the groups' provenance gives the lines that made them
 
     # -- derived --------------------------------------------------------------
 
@@ -131,7 +173,8 @@ class LiveReport(Report):
         return (
             Status.PROBLEM
             if (
-                self.count_by_kind(KIND_JIT_CACHE)
+                self.containers
+                or self.count_by_kind(KIND_JIT_CACHE)
                 or self.count_by_kind(KIND_OUTPUT)
                 or self.count_by_kind(KIND_TRACEBACK)
             )
@@ -154,7 +197,15 @@ class LiveReport(Report):
             if g.holders:
                 text += f" held by {_join_holders(g.holders, 2)}"
         text += "."
-        return text + self._kind_sentence()
+        return text + self._container_sentence() + self._kind_sentence()
+
+    def _container_sentence(self) -> str:
+        if not self.containers:
+            return ""
+        first = self.containers[0]
+        made = f", made at {first.line.where}" if first.line is not None else ""
+        more = f" ({len(self.containers) - 1} more container(s) below)" if len(self.containers) > 1 else ""
+        return f" {first.sentence}{made}{more}."
 
     def _cell_summary(self) -> str:
         failed = f" The cell failed ({self.other_error})." if self.other_error else ""
@@ -170,7 +221,7 @@ class LiveReport(Report):
         more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
         return (
             f"{self.arrays} array(s) ({format_bytes(self.bytes)}) created by this cell are still alive: "
-            f"{'; '.join(parts)}{more}.{self._kind_sentence()}{failed}"
+            f"{'; '.join(parts)}{more}.{self._container_sentence()}{self._kind_sentence()}{failed}"
         )
 
     def _kind_sentence(self) -> str:
@@ -205,8 +256,13 @@ class LiveReport(Report):
                 if sharded:
                     row.append(format_bytes(g.device_bytes_each * g.count))
                 rows.append(row + [self._held_text(g)])
+            made = any(g.provenance is not None and g.provenance.made_at is not None for g in shown)
+            if made:
+                for row, g in zip(rows, shown):
+                    line = g.provenance.made_at if g.provenance is not None else None
+                    row.append(f"{line.label or line.filename}:{line.lineno}" if line else "-")
             columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
-            blocks = [Table(columns + ["held by"], rows)]
+            blocks = [Table(columns + ["held by"] + (["made at (one of them)"] if made else []), rows)]
             if sharded:
                 blocks.append(
                     Paragraph(
@@ -224,6 +280,8 @@ class LiveReport(Report):
                 )
             title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
             sections.append(Section(title, blocks))
+        if self.containers:
+            sections.append(self._container_section())
         advice = self._advice()
         if advice:
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
@@ -257,6 +315,14 @@ class LiveReport(Report):
             keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
             text = ", ".join(f"{k} {format_bytes(device.stats[k])}" for k in keys if k in device.stats)
             facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
+        if self.groups and not self.allocations_recorded:
+            facts.append(
+                (
+                    "lines that made them",
+                    "not recorded: tracemalloc was not tracing (`import tracemalloc; tracemalloc.start(25)` "
+                    "before the code that makes the arrays records them)",
+                )
+            )
         if self.search_truncated:
             facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
         sections.append(Section("Memory", [Facts(facts)]))
@@ -275,6 +341,23 @@ class LiveReport(Report):
                 )
             )
         return Document("%%jax_live" if self.mode == "cell" else "%jax_live", self.status, self.summary, sections)
+
+    def _container_section(self) -> Section:
+        blocks: list = []
+        for finding in self.containers[:8]:
+            blocks.append(
+                Paragraph(
+                    f"{finding.sentence}: `{finding.holders}`. Each is an array of its own, with its own buffer "
+                    "and Python object; a container filled in a loop keeps growing with it."
+                )
+            )
+            if finding.provenance is not None:
+                blocks += provenance_blocks(finding.provenance, f"the arrays in `{finding.container}`")
+            if finding.fix:
+                blocks.append(Paragraph(finding.fix))
+        if len(self.containers) > 8:
+            blocks.append(Paragraph(f"... and {len(self.containers) - 8} more container(s) (see `to_dict()`)."))
+        return Section(f"Containers holding {CONTAINER_ARRAYS} or more arrays of one shape", blocks)
 
     def _held_text(self, g: LiveGroup) -> str:
         parts = []
