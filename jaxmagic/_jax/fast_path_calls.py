@@ -106,6 +106,8 @@ class FastPathCalls:
 
     def _on_miss_return(self, code, offset, result):
         try:
+            if threading.get_ident() == self._thread:
+                self._keep_hook()
             if threading.get_ident() != self._thread or getattr(self._state, "depth", 0) or not self._top_level():
                 return None  # another thread's call, our own re-run, or a call inside a trace
             frame = sys._getframe(1)
@@ -124,6 +126,20 @@ class FastPathCalls:
         except Exception:
             pass
         return None
+
+    def _keep_hook(self) -> None:
+        """Put our hook back when JAX's own code took it away while tracing.
+
+        JAX enters ``config.debug_nans(False)`` around parts of its own tracing
+        (``jnp.var``/``jnp.std``, ``lax`` sorting, evaluating a scan body's jaxpr);
+        leaving that context sets the thread's post hook to None, which would stop
+        every later call of the block from being seen. A hook JAX set to its NaN
+        check (the user's own ``jax.debug_nans(True)``) is left alone: that is the
+        case ``lost`` reports.
+        """
+        state = self._hook_state
+        if state is not None and self._installed is not None and state.get_local() is None:
+            state.set_local(self._installed)
 
     # -- observing -------------------------------------------------------------------
 
