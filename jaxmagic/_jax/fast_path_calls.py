@@ -71,7 +71,8 @@ class FastPathCalls:
             return False
         self._tool, self._top_level = tool, top_level
         tool.on(tool.events.PY_RETURN, self._on_miss_return)
-        tool.watch_code(code, tool.events.PY_RETURN)
+        tool.on(tool.events.PY_START, self._on_miss_start)
+        tool.watch_code(code, tool.events.PY_RETURN | tool.events.PY_START)
         # The hook in effect (jax.debug_nans' check, or None) is called after ours; what the thread
         # had set itself (JAX's "unset" marker, usually) is what ``stop`` puts back.
         self._hook_state, self._previous_hook = hook_state, hook_state.value
@@ -123,6 +124,30 @@ class FastPathCalls:
                 return None
             self._programs.setdefault(self._program_key(jit_info, *found), (jit_info, list(p.consts), p.params))
             self._observe(local["fun"], jit_info, args, kwargs, list(p.consts), p.params, result[0], found[1])
+        except Exception:
+            pass
+        return None
+
+    def _on_miss_start(self, code, offset):
+        """Before a call on jit's Python path runs: tell observers that keep donated arguments
+        (``before_donation(args, kwargs, jit_info)``) while those arguments still exist."""
+        try:
+            if threading.get_ident() != self._thread or getattr(self._state, "depth", 0):
+                return None
+            frame = sys._getframe(1)
+            local = frame.f_locals
+            jit_info = local.get("jit_info")
+            if jit_info is None or not donates(jit_info) or not self._top_level():
+                return None
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
+                caller = caller.f_back
+            if caller is None or not self._made_by_user(caller):
+                return None
+            for observer in self._observers:
+                keep = getattr(observer, "before_donation", None)
+                if keep is not None:
+                    _quietly(keep, local.get("args", ()), local.get("kwargs", {}), jit_info)
         except Exception:
             pass
         return None
@@ -199,6 +224,11 @@ class FastPathCalls:
         finally:
             self._state.depth = 0
             self._state.call = None
+
+
+def donates(jit_info) -> bool:
+    """True when the jitted function was made with ``donate_argnums`` / ``donate_argnames``."""
+    return bool(getattr(jit_info, "donate_argnums", ()) or getattr(jit_info, "donate_argnames", ()))
 
 
 def _quietly(method, *args) -> None:
