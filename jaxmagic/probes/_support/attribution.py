@@ -246,3 +246,13 @@ def of_numpy(obj) -> Provenance:
             line = source_line(frame.filename, frame.lineno, "")
             return Provenance(made_at=line)
     return Provenance(unknown="no frame of your code allocated it")
+
+
+# -- nansdoc (the NaN side): added for the NaN producer search ----------------------------
+
+
+def library_called(traceback) -> str:
+    """The library function (public name) that the innermost user line of a JAX traceback called;
+    "" when it called none. For an equation JAX traced for a backward pass, pass the traceback of
+    the forward line it was attributed to."""
+    return _user_frame_of(traceback)[1]

@@ -33,7 +33,9 @@ import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
+from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, short_dtype
 
@@ -99,6 +101,8 @@ class NanProducer:
     opaque: bool = False  # an equation the search could not look inside (its body is where the value was made)
     discarded_by: str = ""  # the NaN never reached the result: "jnp.where" dropped it
     discarded_line: SourceLine | None = None
+    provenance: Provenance | None = None  # made_at (= line), function, transformations, iteration, library function
+    neg_inf_rows: str = ""  # a max-reduction on its line saw rows that were all -inf: "1 of 3 rows (axis 1)"
 
     @property
     def forward_line(self) -> SourceLine | None:
@@ -264,6 +268,7 @@ class _Search(Listener):
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
+        self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
         self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
@@ -311,6 +316,7 @@ class _Search(Listener):
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
+        _note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
         if id(eqn) in self._opened and self.stage != "absorber":
             return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
@@ -383,10 +389,15 @@ class _Search(Listener):
                 library = library or public_name(function, filename)
             elif "name" in position.eqn.params:
                 calls.append(str(position.eqn.params["name"]))
+        line = _user_line(eqn, path)
+        provenance = _provenance(eqn, path, line, loops)
+        library = library or provenance.library_function
+        provenance.library_function = library
         return NanProducer(
             primitive=eqn.primitive.name,
             value=made,
-            line=_user_line(eqn, path),
+            line=line,
+            provenance=provenance,
             library_function=library,
             phase="backward" if "transpose" in stack else "forward",
             derivative="jvp" in stack or "transpose" in stack,
@@ -399,6 +410,52 @@ class _Search(Listener):
             bad_count=int(np.count_nonzero(mask)),
             name_stack=stack,
         )
+
+
+def _provenance(eqn, path, line: SourceLine | None, loops: list[LoopPosition]) -> Provenance:
+    """Where the producer was made (``attribution.of_equation``), its line the one the search attributes
+    (a backward-pass operation at its forward line) and the library function called there by public name."""
+    provenance = attribution.of_equation(eqn, [p.eqn for p in path], position=", ".join(loop.text for loop in loops))
+    attributed = _attributed.get(id(getattr(eqn.source_info, "traceback", None)))
+    if attributed is not None:  # traced for the backward pass: the forward line's frames name the library function
+        provenance.library_function = attribution.library_called(attributed) or provenance.library_function
+    if line is not None:
+        provenance.made_at, provenance.function, provenance.unknown = line, line.function, ""
+    inside_library = set()  # a library function's own jit (``jit(_std)``) is no transformation of the user's
+    for position in path:
+        function, filename = compat.called_function(position.eqn)
+        if filename and not is_user_file(filename) and "name" in position.eqn.params:
+            inside_library.add(f"jit({position.eqn.params['name']})")
+    provenance.transforms = [t for t in provenance.transforms if t not in inside_library]
+    return provenance
+
+
+_MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
+
+
+def _note_neg_inf_rows(found: dict, eqn, inputs, path) -> None:
+    """A ``reduce_max`` (or a jitted logsumexp/log_softmax/softmax) whose input holds rows that are all
+    -inf - a fully masked attention row: recorded by the user's line, for the fix."""
+    axes = None
+    if eqn.primitive.name == "reduce_max":
+        axes = tuple(eqn.params.get("axes", ()))
+    elif str(eqn.params.get("name", "")) in _MAX_OF_ROWS:
+        inner = getattr(eqn.params.get("jaxpr"), "jaxpr", None)
+        first = next((e for e in getattr(inner, "eqns", ()) if e.primitive.name == "reduce_max"), None)
+        axes = tuple(first.params.get("axes", ())) if first is not None else None
+    if axes is None or not inputs:
+        return
+    array = _host(inputs[0])
+    if array is None or not array.ndim or not axes or not np.isneginf(array).any():
+        return
+    try:
+        rows = np.all(np.isneginf(array), axis=axes)
+    except Exception:
+        return
+    if rows.any():
+        line = _user_line(eqn, path)
+        if line is not None:
+            found.setdefault((line.filename, line.lineno), f"{int(rows.sum())} of {rows.size} rows (axis {', '.join(map(str, axes))})")
 
 
 def _stack(eqn, path) -> str:
@@ -487,6 +544,12 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
             break
     found = listener.result
     found.searched = source
+    producer = found.producer
+    if producer is not None:
+        for line in (producer.line, producer.nan_maker_line):
+            if line is not None and (line.filename, line.lineno) in listener.neg_inf_rows:
+                producer.neg_inf_rows = listener.neg_inf_rows[(line.filename, line.lineno)]
+                break
     found.result_finite = outputs is not None and not _any_bad(outputs)
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None

@@ -266,9 +266,9 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
                 "compiled before the cell is copied only after it ran)"
             )
             return (
-                f"The call could not be repeated: {missing} of {name} were donated (donate_argnums) and deleted by "
-                f"the call, and the watch held no copy of them, because {why}. So the primitive and the line "
-                "inside the function are not known; %%jax_nans on the cell finds them."
+                f"The call could not be repeated: {missing} of `{name}` (donated: donate_argnums) had been deleted "
+                f"by the call, and the watch held no copy, because {why}. So the operation and the line inside "
+                "the function are not known; %%jax_nans on the cell finds them."
             )
         import jax
 
