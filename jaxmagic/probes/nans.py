@@ -45,6 +45,9 @@ __all__ = [
     "OperandValue",
     "Provenance",
     "ProducerSearch",
+    "explain_nan_sighting",
+    "nan_finding_provenance",
+    "nan_finding_text",
     "nan_fix",
     "nans",
 ]
@@ -743,6 +746,58 @@ def _scan_result_without_checks(report: NanReport, call: FailingCall) -> None:
         f"{call.source} was called once more with checking off, to list which leaves of its "
         f"result are non-finite ({len(leaves)} found)."
     )
+
+
+# -- the doctor's and the watch's NaN finding --------------------------------------------
+
+
+def nan_finding_text(s, nan, where: str) -> tuple[str, str, str, str]:
+    """(title, evidence, fix, short) of a NaN sighting (``NanSighting``) explained by ``nan`` (the
+    NanReport of its re-run, or None); shared by the doctor and ``%jax_watch``."""
+    evidence = f"first in call {s.call_number} of {where} ({', '.join(s.leaves)})"
+    if nan is None or not nan.found:
+        return f"NaN in the results of {where}", evidence, "", f"in the results of {where}"
+    producer = nan.producer
+    primitive = producer.primitive if producer is not None else (nan.primitive or "?")
+    phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
+    library = nan.library_function
+    inside = f" inside `{library}`" if library else ""
+    title = f"NaN made by `{primitive}`{inside} in {phase} of {where}"
+    if producer is not None:
+        if producer.discarded_by:
+            title += f" (in a branch `{producer.discarded_by}` discarded)"
+        evidence += f"; {producer.description}"
+        if producer.nan_maker:
+            evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
+    fix = nan.fix or (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
+    short = f"`{primitive}`{inside} in the {nan.phase} pass of {where}"
+    return title, evidence, fix, short
+
+
+def nan_finding_provenance(s, nan) -> Provenance:
+    """The NaN probe's provenance of the re-run, with the call the user's cell made as ``started_by``;
+    when the re-run could not be made, why the producing line is not known."""
+    if nan is not None and nan.found and nan.provenance is not None:
+        made = nan.provenance
+        transforms = list(made.transforms)
+        if s.jitted and not (transforms and transforms[0] == f"jit({s.function})"):
+            transforms.insert(0, f"jit({s.function})")  # the re-run searched an expression inside the jitted call
+        return Provenance(
+            made_at=made.made_at,
+            function=made.function,
+            transforms=transforms,
+            position=made.position,
+            started_by=s.line,
+            library_function=made.library_function,
+            unknown=made.unknown,
+        )
+    why = s.rerun_note or "the call was not re-run under jax.debug_nans"
+    return Provenance(started_by=s.line, unknown=f"only the call that returned it is known: {ended_sentence(why)}")
+
+
+def ended_sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].lower() + text[1:].rstrip(".") if text else text
 
 
 def explain_nan_sighting(watch: NanWatch):

@@ -416,8 +416,12 @@ def _provenance(eqn, path, line: SourceLine | None, loops: list[LoopPosition]) -
     """Where the producer was made (``attribution.of_equation``), its line the one the search attributes
     (a backward-pass operation at its forward line) and the library function called there by public name."""
     provenance = attribution.of_equation(eqn, [p.eqn for p in path], position=", ".join(loop.text for loop in loops))
+    own = provenance.made_at
+    if line is not None and own is not None and (own.filename, own.lineno) != (line.filename, line.lineno):
+        provenance.library_function = ""  # what another line (a loop's call) called is not this operation's
     attributed = _attributed.get(id(getattr(eqn.source_info, "traceback", None)))
-    if attributed is not None:  # traced for the backward pass: the forward line's frames name the library function
+    if attributed is not None and "transpose" in _stack(eqn, path):  # traced for the backward pass: the forward
+        # line's frames name the library function (elsewhere the attributed frames are a loop's call, not a library's)
         provenance.library_function = attribution.library_called(attributed) or provenance.library_function
     if line is not None:
         provenance.made_at, provenance.function, provenance.unknown = line, line.function, ""
