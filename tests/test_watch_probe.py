@@ -44,8 +44,12 @@ def test_nan_at_call_37_of_a_loop_in_the_third_cell(shell):
     assert nan["function"] == "update"
     assert nan["call"] == 37
     assert "sqrt" in nan["summary"]
-    assert nan["line"]["code"].strip() == "outs.append(update(w0, lrs[i]))"
-    assert nan["cell"] == nan["line"]["label"]
+    # The producing line inside the jitted function; the cell's call is the context that started it.
+    assert nan["line"]["code"].strip() == "return jnp.sqrt(w - lr)" and nan["line"]["function"] == "update"
+    assert nan["provenance"]["made_at"] == nan["line"] and nan["provenance"]["transforms"] == ["jit(update)"]
+    assert nan["provenance"]["started_by"]["code"].strip() == "outs.append(update(w0, lrs[i]))"
+    assert nan["cell"] == nan["provenance"]["started_by"]["label"]
+    assert "sqrt" in nan["fix"] and "safe norm" not in nan["fix"]
     assert nan["next_magic"] == "%%jax_nans"
     # The cell ran as unwatched: every result is there, NaN included.
     assert len(shell.user_ns["outs"]) == 60 and bool(jnp_isnan(shell.user_ns["last"]))
