@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic._jax.fast_path_calls import FastPathCalls, donates
+from jaxmagic._jax.fast_path_calls import FastPathCalls
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic.report.source import is_user_file
@@ -459,10 +459,14 @@ def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:
     args, kwargs = tuple(args or ()), dict(kwargs or {})
     for i in getattr(jit_info, "donate_argnums", ()) or ():
         if 0 <= i < len(args):
-            found += [(f"argument {i}", leaf) for leaf in jax.tree_util.tree_leaves(args[i]) if isinstance(leaf, jax.Array)]
+            found += [
+                (f"argument {i}", leaf) for leaf in jax.tree_util.tree_leaves(args[i]) if isinstance(leaf, jax.Array)
+            ]
     for name in getattr(jit_info, "donate_argnames", ()) or ():
         if name in kwargs:
-            found += [(f"{name}=", leaf) for leaf in jax.tree_util.tree_leaves(kwargs[name]) if isinstance(leaf, jax.Array)]
+            found += [
+                (f"{name}=", leaf) for leaf in jax.tree_util.tree_leaves(kwargs[name]) if isinstance(leaf, jax.Array)
+            ]
     return found
 
 

@@ -32,8 +32,8 @@ from jaxmagic.probes._support.nan_watch import NanWatch
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 
@@ -318,10 +318,10 @@ class NanReport(Report):
         if p is not None:
             line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
             then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
-            return (
-                f"{p.description}, in the derivative{line} JAX computed for the gradient.{then}"
-                + (fix or " Could not tell which fix applies to these values: make the derivative finite where "
-                   "it is evaluated (the double where guards the input of the operation).")
+            return f"{p.description}, in the derivative{line} JAX computed for the gradient.{then}" + (
+                fix
+                or " Could not tell which fix applies to these values: make the derivative finite where "
+                "it is evaluated (the double where guards the input of the operation)."
             )
         if self.compiled_only:
             return (
@@ -363,7 +363,9 @@ def nan_fix(report: NanReport) -> str:
     p = report.producer
     if p is None:
         if report.primitive in FORWARD_CAUSES and report.phase == "forward":
-            return f"`{report.primitive}` produced {report.value or 'NaN'}: typically {FORWARD_CAUSES[report.primitive]}."
+            return (
+                f"`{report.primitive}` produced {report.value or 'NaN'}: typically {FORWARD_CAUSES[report.primitive]}."
+            )
         return ""
     library = p.library_function
     code = f" (`{p.line.code}`)" if p.line is not None and p.line.code else ""

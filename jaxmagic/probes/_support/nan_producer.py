@@ -459,7 +459,10 @@ def _note_neg_inf_rows(found: dict, eqn, inputs, path) -> None:
     if rows.any():
         line = _user_line(eqn, path)
         if line is not None:
-            found.setdefault((line.filename, line.lineno), f"{int(rows.sum())} of {rows.size} rows (axis {', '.join(map(str, axes))})")
+            found.setdefault(
+                (line.filename, line.lineno),
+                f"{int(rows.sum())} of {rows.size} rows (axis {', '.join(map(str, axes))})",
+            )
 
 
 def _stack(eqn, path) -> str:

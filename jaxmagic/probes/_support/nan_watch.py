@@ -62,7 +62,9 @@ class NanSighting:
     calls_with_nan: int = 0  # every call that returned a NaN, this one included
     call_source: str = ""  # the re-run call, e.g. "step_fn(params, X, Y, step_key, step)"
     rerun_note: str = ""
-    donated: list[str] = dataclasses.field(default_factory=list)  # donated arguments the re-run used the watch's copies of
+    donated: list[str] = dataclasses.field(
+        default_factory=list
+    )  # donated arguments the re-run used the watch's copies of
 
 
 def _float_has_nan(value) -> bool:
@@ -143,7 +145,10 @@ class NanWatch(jit_calls.CallObserver):
         leaves = [leaf for _, leaf in jit_calls.donated_leaves(jit_info, args, kwargs) if not _deleted(leaf)]
         size = _nbytes(leaves)
         if size > self.copy_limit:
-            self._before_call, self._not_copied = [], f"its donated arguments ({format_bytes(size)}) are over the {format_bytes(self.copy_limit)} the watch copies"
+            self._before_call, self._not_copied = (
+                [],
+                f"its donated arguments ({format_bytes(size)}) are over the {format_bytes(self.copy_limit)} the watch copies",
+            )
             return
         self._before_call = list(zip(leaves, _copied(leaves)))
 
@@ -261,9 +266,13 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
         # re-run donates nothing (the copies stay for the producer search after it).
         if kept is None or kept["missing"]:
             missing = ", ".join(dict.fromkeys(kept["missing"])) if kept else "its donated arguments"
-            why = kept["why"] if kept and kept["why"] else (
-                "they were made before the watch saw a call that could copy them (the first call of a function "
-                "compiled before the cell is copied only after it ran)"
+            why = (
+                kept["why"]
+                if kept and kept["why"]
+                else (
+                    "they were made before the watch saw a call that could copy them (the first call of a function "
+                    "compiled before the cell is copied only after it ran)"
+                )
             )
             return (
                 f"The call could not be repeated: {missing} of `{name}` (donated: donate_argnums) had been deleted "

@@ -17,8 +17,8 @@ from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans import nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers import WHY
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended, error_line, format_bytes
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
@@ -246,8 +246,14 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
     line = provenance.made_at or s.line
     return [
         _finding(
-            "nans", title, evidence=evidence + later_text(s, nan, later), line=line, fix=fix, short=short,
-            provenance=provenance, call_number=s.call_number,
+            "nans",
+            title,
+            evidence=evidence + later_text(s, nan, later),
+            line=line,
+            fix=fix,
+            short=short,
+            provenance=provenance,
+            call_number=s.call_number,
         )
     ]
 

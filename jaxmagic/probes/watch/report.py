@@ -6,8 +6,8 @@ import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 
 AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
 
