@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic._jax.fast_path_calls import FastPathCalls
+from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic.report.source import is_user_file
