@@ -109,15 +109,7 @@ def _short_function(name: str) -> str:
 
 # JAX's dispatch machinery: frames between the user's line and the function it called
 # (``api_boundary`` wrappers, jit's dispatch, WrappedFun calls) - never what the user called.
-_DISPATCH_FILES = (
-    "traceback_util.py",
-    "pjit.py",
-    "api.py",
-    "api_util.py",
-    "linear_util.py",
-    "functools.py",
-    "contextlib.py",
-)
+_DISPATCH_FILES = ("traceback_util.py", "pjit.py", "api.py", "api_util.py", "linear_util.py", "functools.py", "contextlib.py")
 
 
 def _called_library(frames: list, user_index: int) -> str:
@@ -154,16 +146,8 @@ def public_name(function: str, filename: str = "") -> str:
     if "<" in name or "." in function.rsplit("<locals>.", 1)[-1]:
         return ""  # a method or a local helper of JAX's: not something the user called by name
     path = filename.replace("\\", "/")
-    spaces = [
-        ("jnp", jnp),
-        ("jax.nn", jax.nn),
-        ("jnp.linalg", jnp.linalg),
-        ("jax.lax", jax.lax),
-        ("jax.random", jax.random),
-    ]
-    preferred = (
-        "jax.nn" if "/nn/" in path else "jnp.linalg" if "linalg" in path else "jax.lax" if "/lax/" in path else ""
-    )
+    spaces = [("jnp", jnp), ("jax.nn", jax.nn), ("jnp.linalg", jnp.linalg), ("jax.lax", jax.lax), ("jax.random", jax.random)]
+    preferred = "jax.nn" if "/nn/" in path else "jnp.linalg" if "linalg" in path else "jax.lax" if "/lax/" in path else ""
     spaces.sort(key=lambda entry: entry[0] != preferred)
     for candidate in (name, name.lstrip("_")):
         for prefix, space in spaces:
@@ -219,9 +203,7 @@ def started_by(frame: FrameType | None = None) -> SourceLine | None:
 # "operation a:i32[] = add 3:i32[] 1:i32[]\n    from line /tmp/m.py:4:8 (f)"
 _FROM_LINE = re.compile(r"from line (?P<file>.+?):(?P<line>\d+)(?::\d+)? \((?P<function>[^)]*)\)")
 # "The error occurred while tracing the function f at /tmp/m.py:2 for jit."
-_WHILE_TRACING = re.compile(
-    r"while tracing the function (?P<function>\S+) at (?P<file>.+?):(?P<line>\d+) for (?P<how>\w+)"
-)
+_WHILE_TRACING = re.compile(r"while tracing the function (?P<function>\S+) at (?P<file>.+?):(?P<line>\d+) for (?P<how>\w+)")
 
 
 def of_message(text: str) -> Provenance | None:
