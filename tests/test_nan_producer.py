@@ -460,3 +460,23 @@ def test_zero_denominator_from_a_sum_is_guarded_not_safe_normed():
     assert data["producer"]["primitive"] == "div"
     assert "denominator" in data["fix"] and "sum" in data["fix"] and "sqrt" not in data["fix"]
     assert data["provenance"]["made_at"]["code"] == "return jnp.sum(x * mask) / jnp.sum(mask)"
+
+
+def donated_loss(w, x):
+    return jnp.sum(jnp.log(x @ w))
+
+
+def test_the_producer_search_of_a_donating_step_keeps_the_users_arrays():
+    # Evaluating the jitted call op by op must not give the user's parameters away (donate_argnums).
+    from jaxmagic.probes._support.nan_producer import search
+
+    def step(w, x):
+        loss, g = jax.value_and_grad(donated_loss)(w, x)
+        return w - g, loss
+
+    train_step = jax.jit(step, donate_argnums=(0,))
+    w, x = jnp.ones((3, 2)), -jnp.ones((4, 3))
+    found = search(train_step, [w, x], {}, source="train_step(w, x)")
+    assert not w.is_deleted()
+    assert found.producer.primitive == "log" and found.producer.line.code == "return jnp.sum(jnp.log(x @ w))"
+    assert found.producer.provenance.transforms[0] == "jit(step)"
