@@ -416,7 +416,9 @@ def test_logsumexp_of_a_fully_masked_row_is_named_and_not_offered_the_safe_norm(
     prov = data["provenance"]
     assert prov["library_function"] == "jax.nn.logsumexp" and prov["function"] == "masked_attention_loss"
     assert prov["made_at"]["code"] == "return jnp.sum(jax.nn.logsumexp(scores, axis=-1))"
-    assert prov["made_at"] == data["producer"]["line"]
+    assert data["producer"]["line"]["code"] == "scores = jnp.where(mask, scores, -jnp.inf)"  # the -inf, made here
+    assert data["producer"]["nan_maker_line"] == prov["made_at"]  # the NaN made of it inside logsumexp
+    assert prov["transforms"] == ["grad (backward pass)"]
     assert "1 of 3 rows" in data["fix"] and "-inf" in data["fix"]
     assert "scores = jnp.where(mask, scores, -jnp.inf)" in data["fix"]
     assert "sqrt" not in data["fix"] and "norm" not in data["fix"]
@@ -480,3 +482,23 @@ def test_the_producer_search_of_a_donating_step_keeps_the_users_arrays():
     assert not w.is_deleted()
     assert found.producer.primitive == "log" and found.producer.line.code == "return jnp.sum(jnp.log(x @ w))"
     assert found.producer.provenance.transforms[0] == "jit(step)"
+
+
+def masked_classifier_loss(logits, mask):
+    logits = jnp.where(mask, logits, -jnp.inf)
+    return -jnp.sum(jax.nn.log_softmax(logits, axis=-1)[:, 0])
+
+
+def test_log_softmax_of_a_fully_masked_row_names_log_softmax_and_the_fill():
+    # allenai/allennlp#890's masked_log_softmax, in JAX: one row with no label allowed.
+    logits = jnp.ones((3, 3))
+    mask = jnp.array([[True, True, False], [False, False, False], [True, False, False]])
+    report = caught(lambda: jax.grad(masked_classifier_loss)(logits, mask))
+    data = report.to_dict()
+    assert data["library_function"] == "jax.nn.log_softmax"
+    assert data["producer"]["line"]["code"] == "logits = jnp.where(mask, logits, -jnp.inf)"  # the -inf made here
+    prov = data["provenance"]  # the NaN made inside log_softmax, on the next line
+    assert prov["made_at"]["code"] == "return -jnp.sum(jax.nn.log_softmax(logits, axis=-1)[:, 0])"
+    assert prov["library_function"] == "jax.nn.log_softmax" and prov["function"] == "masked_classifier_loss"
+    assert "1 of 3 rows" in data["fix"] and "`logits = jnp.where(mask, logits, -jnp.inf)`" in data["fix"]
+    assert "sqrt" not in data["fix"] and "log(" not in data["fix"]

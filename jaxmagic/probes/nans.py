@@ -197,6 +197,13 @@ class NanReport(Report):
                 f"`{p.primitive}`, so the operation itself is not named."
             )
         if p.discarded_by:
+            if p.nan_maker and p.value == "inf":
+                inside = f" inside `{p.nan_maker_library}`" if p.nan_maker_library else ""
+                return (
+                    f"NaN made by `{p.nan_maker}`{inside} ({p.nan_maker_values}) of an inf `{p.primitive}` "
+                    f"made{at}{loops}, in a branch that `{p.discarded_by}` discarded: the result is finite, but "
+                    "jax.debug_nans raises on it (and a gradient through it would be NaN)."
+                )
             return (
                 f"{what} made by `{p.primitive}`{inside}{at}{loops} in a branch that `{p.discarded_by}` "
                 "discarded: the result is finite, but jax.debug_nans raises on it (and a gradient through it "
@@ -369,14 +376,18 @@ def nan_fix(report: NanReport) -> str:
         return ""
     library = p.library_function
     code = f" (`{p.line.code}`)" if p.line is not None and p.line.code else ""
+    if p.neg_inf_rows and p.nan_maker_library in _ROW_FUNCTIONS:  # -inf made elsewhere, NaN in the row function
+        library = p.nan_maker_library
+        code = f" (`{p.nan_maker_line.code}`)" if p.nan_maker_line is not None and p.nan_maker_line.code else ""
     if p.neg_inf_rows and (library in _ROW_FUNCTIONS or p.primitive in ("sub", "log", "exp", "mul")):
         where = _inf_line(p)
         fill = f" - the `-jnp.inf` in `{where.code}`" if where is not None else ""
         name = f"`{library}`" if library else "the max-subtracting reduction"
         dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "float32")
+        in_what = "its gradient" if p.phase == "backward" or p.derivative else "its value"
         return (
             f"{name}{code} got {p.neg_inf_rows} in which every entry is -inf (a fully masked row): there the "
-            "result is -inf and its gradient is exp(-inf - (-inf)) = NaN. Fill masked entries with a large finite "
+            f"max it subtracts is -inf too, and -inf - (-inf) is NaN (in {in_what}). Fill masked entries with a large finite "
             f"negative number instead of -inf{fill} (e.g. `jnp.finfo(jnp.{dtype}).min`), or leave rows with no "
             "unmasked entry out of the loss." + SUGGESTION
         )
@@ -437,6 +448,12 @@ def nan_provenance(report: NanReport, started: SourceLine | None = None) -> Prov
     line JAX attached; ``started`` (or the outermost user frame) is the call that started it."""
     started = started or report.call_line or (report.call_path[0] if report.call_path else None)
     p = report.producer
+    if p is not None and p.value == "inf" and p.nan_maker_library and p.nan_maker_provenance is not None:
+        # The inf was made on one line, the NaN of it inside a library function called on another
+        # (a -inf mask fill, then logsumexp): the NaN is the value reported, made where that function ran.
+        made = dataclasses.replace(p.nan_maker_provenance, started_by=started)
+        made.transforms = list(made.transforms)
+        return made
     if p is not None and p.provenance is not None:
         made = dataclasses.replace(p.provenance, started_by=started)
         made.transforms = list(made.transforms)
@@ -578,8 +595,10 @@ def _conclude(report: NanReport, started: SourceLine | None = None) -> None:
     if not report.found:
         return
     p = report.producer
-    if p is not None and p.library_function:
-        report.library_function = p.library_function
+    if p is not None and (p.library_function or p.nan_maker_library):
+        # The function the NaN was made in: the NaN maker's, when the producer made only an inf it turned into NaN.
+        nan_made_there = p.value == "inf" and p.nan_maker and p.nan_maker_library
+        report.library_function = p.nan_maker_library if nan_made_there else p.library_function
     report.provenance = nan_provenance(report, started)
     report.fix = nan_fix(report)
 

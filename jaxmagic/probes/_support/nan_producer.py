@@ -98,6 +98,8 @@ class NanProducer:
     nan_maker: str = ""  # it made inf; this primitive then turned the inf into NaN ("mul")
     nan_maker_values: str = ""  # what that primitive got at its first NaN: "inf * 0.0"
     nan_maker_line: SourceLine | None = None
+    nan_maker_library: str = ""  # the library function the NaN maker ran in ("jax.nn.log_softmax")
+    nan_maker_provenance: Provenance | None = None  # where the NaN maker ran (its line, function, transformations)
     opaque: bool = False  # an equation the search could not look inside (its body is where the value was made)
     discarded_by: str = ""  # the NaN never reached the result: "jnp.where" dropped it
     discarded_line: SourceLine | None = None
@@ -269,11 +271,42 @@ class _Search(Listener):
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
         self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
+        self._constant: set = set()  # id(var) of values made only from constants passed into an opened call
+        self._seeded: set = set()
         self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
+
+    def _seed(self, path) -> None:
+        """Inside an opened call, the parameters that got a constant (``jnp.where(m, s, -jnp.inf)``
+        passes ``-inf`` into ``_where``'s program) are constants there too, and so is what is made of
+        them alone: an inf written into the program is not a value some operation produced."""
+        if not path or path[-1].kind != "call" or id(path[-1].eqn) in self._seeded:
+            return
+        outer = path[-1].eqn
+        self._seeded.add(id(outer))
+        subs = compat.sub_jaxprs(outer)
+        if len(subs) != 1:
+            return
+        jaxpr, _ = compat.closed_parts(subs[0])
+        for var, inner in zip(outer.invars, jaxpr.invars):
+            if compat.is_literal(var) or id(var) in self._constant:
+                self._constant.add(id(inner))
+
+    def _free(self, eqn, inputs, path):
+        """The inputs that are neither constants written into the program nor made of such alone."""
+        self._seed(path)
+        if len(inputs) != len(eqn.invars):
+            return inputs
+        return [v for var, v in zip(eqn.invars, inputs) if not compat.is_literal(var) and id(var) not in self._constant]
+
+    def _note_constants(self, eqn, path) -> None:
+        self._seed(path)
+        held = [compat.is_literal(var) or id(var) in self._constant for var in eqn.invars]
+        if held and all(held) and any(not compat.is_literal(var) for var in eqn.invars):
+            self._constant.update(id(var) for var in eqn.outvars)
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
         if self.stage == "producer":
-            wanted = not _any_bad(_non_literal(eqn, inputs)) and _any_bad(outputs, want_nan=self.strict)
+            wanted = not _any_bad(self._free(eqn, inputs, path)) and _any_bad(outputs, want_nan=self.strict)
         elif self.stage == "nan_maker":
             wanted = not _any_bad(inputs, want_nan=True) and _any_bad(outputs, want_nan=True)
         else:
@@ -317,11 +350,14 @@ class _Search(Listener):
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
         _note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
+        self._note_constants(eqn, path)
         if id(eqn) in self._opened and self.stage != "absorber":
             return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
-            if _any_bad(_non_literal(eqn, inputs)) or not _any_bad(outputs, want_nan=self.strict):
+            if _any_bad(self._free(eqn, inputs, path)) or not _any_bad(outputs, want_nan=self.strict):
                 return False
+            if eqn.outvars and all(id(var) in self._constant for var in eqn.outvars):
+                return False  # made of constants passed into the call alone: the operation using it is the producer
             self.result.producer = self._producer(eqn, inputs, outputs, path)
             if self.want_nan and not _any_bad(outputs, want_nan=True):
                 self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
@@ -336,7 +372,7 @@ class _Search(Listener):
             return True
         producer = self.result.producer
         if not path and producer is not None and not producer.discarded_by:
-            if _any_bad(_non_literal(eqn, inputs)) and not _any_bad(outputs):
+            if _any_bad(self._free(eqn, inputs, path)) and not _any_bad(outputs):
                 name = str(eqn.params.get("name", eqn.primitive.name))
                 producer.discarded_by = "jnp.where" if name in _SELECTS else public_name(name) or name
                 producer.discarded_line = _user_line(eqn)
@@ -352,6 +388,25 @@ class _Search(Listener):
         joined = symbol.join(values) if symbol and len(values) == 2 else ", ".join(values)
         producer.nan_maker, producer.nan_maker_values = eqn.primitive.name, joined
         producer.nan_maker_line = _user_line(eqn, path)
+        library = next(
+            (
+                public_name(*compat.called_function(p.eqn))
+                for p in path
+                if p.kind == "call"
+                and compat.called_function(p.eqn)[1]
+                and not is_user_file(compat.called_function(p.eqn)[1])
+            ),
+            "",
+        )
+        loops = [
+            LoopPosition(p.kind, int(p.index), _user_line(p.eqn, path))
+            for p in path
+            if p.kind in ("scan", "while", "cond")
+        ]
+        made = _provenance(eqn, path, producer.nan_maker_line, loops)
+        producer.nan_maker_library = library or made.library_function
+        made.library_function = producer.nan_maker_library
+        producer.nan_maker_provenance = made
         if "transpose" in _stack(eqn, path):
             producer.phase = "backward"
 
