@@ -19,7 +19,8 @@ the same arguments: a jitted function is
 pure, so this repeats nothing the user would mind (its debug prints are
 discarded). The call is rebuilt from JAX's dispatch frame (the function, its
 jit options, the call's arguments) and kept only until then; a call whose
-arguments were donated cannot be repeated. Eager operations need no re-run:
+arguments were donated is repeated with the copies described below, without
+donation. Eager operations need no re-run:
 the primitive and the line are known when the NaN appears.
 
 Donated arguments (``jax.jit(step, donate_argnums=(0, 1))``, how training
