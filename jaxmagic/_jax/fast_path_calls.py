@@ -24,6 +24,11 @@ operations are not. ``on_trace(closed_jaxpr, name)`` is told each program
 such a call traced or used for the first time in the block (the key-reuse
 checker's per-program check runs there, since the checker itself is off).
 
+Before a call on that Python path runs (``sys.monitoring`` PY_START on ``cache_miss``),
+observers with a ``before_donation(args, kwargs, jit_info)`` method are told the
+arguments of a call of a function that donates, while they still exist (the NaN
+watch copies them to replay the call).
+
 A cell that switches ``jax.debug_nans`` itself replaces the post hook for the
 rest of the block; ``lost`` then says so, and ``on_lost()`` is called at ``stop``.
 """
