@@ -183,4 +183,4 @@ def test_nan_in_a_donated_training_step_is_replayed_at_the_users_call_number(she
     assert nan["line"]["code"].strip() == "return jnp.sum(jnp.log(x @ w))" and nan["line"]["function"] == "loss_fn"
     assert nan["provenance"]["started_by"]["code"].strip() == "w, loss = train_step(w, x)"
     assert nan["provenance"]["transforms"][0] == "jit(step)"
-    assert "argument 0 were donated" in nan["details"]
+    assert "`step` donates argument 0: the re-run used the copies the watch kept" in nan["details"]

@@ -393,25 +393,28 @@ def nan_fix(report: NanReport) -> str:
         )
     if p.discarded_by and not library:
         prim = p.primitive
+        at_where = f" (`{p.discarded_line.code}`)" if p.discarded_line is not None and p.discarded_line.code else ""
         return (
             f"`{prim}` made {p.value} in the branch `{p.discarded_by}` discarded{code}; its gradient is still "
             "computed and multiplied by zero (0 * NaN = NaN). Use the double where: make the input of "
-            f"`{prim}` safe in the discarded case too, e.g. `jnp.where(ok, jnp.{prim}(jnp.where(ok, x, 1.0)), 0.0)`."
+            f"`{prim}` safe in the discarded case too - with `ok` the condition of the `{p.discarded_by}`{at_where} "
+            f"and `v` the value given to `{prim}`: `jnp.where(ok, jnp.{prim}(jnp.where(ok, v, 1.0)), 0.0)`."
             + SUGGESTION
         )
     sqrt_made = p.primitive in _SQRT_LIKE or any(op.made_by in _SQRT_LIKE for op in p.operands)
     if library == "jnp.std" or library == "jnp.var" and sqrt_made:
         return (
             f"The gradient of `jnp.std`{code} where the variance is 0 (all entries equal) is 0.5/sqrt(0) = inf "
-            f"({p.description}). Take the square root of the variance kept away from 0: "
-            "`jnp.sqrt(jnp.var(x, axis=...) + eps)`, or the double where on the variance." + SUGGESTION
+            f"({p.description}). Take the square root of the variance kept away from 0, with the same arguments "
+            "as the `jnp.std` call: `jnp.sqrt(jnp.var(..., axis=...) + eps)`, or the double where on the variance."
+            + SUGGESTION
         )
     if sqrt_made and (p.derivative or p.phase == "backward") and _zero_operand(p):
         what = f"`{library}`" if library else "the square root"
         return (
             f"The derivative of {what}{code} at 0 is 0.5/sqrt(0) = inf ({p.description}). Use the double-where "
-            "safe norm, so that the gradient is finite at 0 too: "
-            "`ss = jnp.sum(x**2, axis=-1); jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`." + SUGGESTION
+            f"safe norm, so that the gradient is finite at 0 too (`v` the value given to {what} there): "
+            "`ss = jnp.sum(v**2, axis=-1); jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`." + SUGGESTION
         )
     if p.primitive in ("sqrt", "rsqrt") and not p.derivative:
         return (
@@ -435,8 +438,9 @@ def nan_fix(report: NanReport) -> str:
     if p.primitive in ("log", "log1p") and not library:
         return (
             f"`{p.primitive}` got {p.operands[0].value if p.operands else 'a value out of its domain'}{code}: "
-            f"clamp its input (`jnp.{p.primitive}(jnp.maximum(x, tiny))`) or select with the double where "
-            f"(`jnp.where(x > 0, jnp.{p.primitive}(jnp.where(x > 0, x, 1.0)), fallback)`)." + SUGGESTION
+            f"with `v` the value given to `{p.primitive}` there, clamp it (`jnp.{p.primitive}(jnp.maximum(v, tiny))`) "
+            f"or select with the double where (`jnp.where(v > 0, jnp.{p.primitive}(jnp.where(v > 0, v, 1.0)), "
+            "fallback)`)." + SUGGESTION
         )
     if p.phase == "forward" and not p.derivative and p.primitive in FORWARD_CAUSES:
         return f"`{p.primitive}`: typically {FORWARD_CAUSES[p.primitive]}."

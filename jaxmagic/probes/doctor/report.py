@@ -269,8 +269,8 @@ def later_text(s, nan, later: str) -> str:
         )
     if s.donated:
         text += (
-            f". {', '.join(s.donated)} of `{s.function}` were donated: the re-run used the copies the watch kept "
-            "of them"
+            f". `{s.function}` donates {', '.join(s.donated)}: the re-run used the copies the watch kept, "
+            "without donation"
         )
     if s.rerun_note:
         text += ". " + s.rerun_note

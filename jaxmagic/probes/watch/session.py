@@ -189,7 +189,7 @@ class Watch:
             provenance.unknown = "the NaN came in through the arguments, made before this call"
             provenance.made_at = None
         if s.donated:
-            details += f". {', '.join(s.donated)} were donated: the re-run used the copies the watch kept of them"
+            details += f". `{s.function}` donates {', '.join(s.donated)}: the re-run used the copies the watch kept"
         if s.rerun_note:
             details += ". " + s.rerun_note
         return self._new(
