@@ -323,3 +323,30 @@ def test_donated_arguments_over_the_copy_limit_are_named_not_guessed():
     sighting, call = watch.take_rerun()
     assert sighting.call_number == 2 and call is None
     assert "argument 0 of `fresh_step`" in sighting.rerun_note and "over the 8 B" in sighting.rerun_note
+
+
+def distance_loss(w, x):  # finite at 0; its gradient is not
+    return jnp.sum(jnp.linalg.norm(x @ w, axis=-1))
+
+
+def test_a_gradient_only_nan_in_a_donated_step_is_found_in_call_2_not_3():
+    # Only the new parameters hold the NaN (the loss is finite), and they are donated to call 3 at once:
+    # without a copy the doctor could not read call 2's results and blamed call 3.
+    def norm_step(w, x):
+        loss, g = jax.value_and_grad(distance_loss)(w, x)
+        return w - 0.1 * g, loss
+
+    train_step = jax.jit(norm_step, donate_argnums=(0,))
+    batches = [jnp.ones((4, 3)), jnp.zeros((4, 3)), jnp.ones((4, 3))]
+    with probes.doctor() as report:
+        w = jnp.ones((3, 2))
+        for x in batches:
+            w, loss = train_step(w, x)
+    finding = next(f for f in report.to_dict()["findings"] if f["probe"] == "nans")
+    assert finding["call_number"] == 2 and report.nan_sighting.leaves == ["output 0 (3, 2)"]
+    assert finding["line"]["code"] == "return jnp.sum(jnp.linalg.norm(x @ w, axis=-1))"
+    prov = finding["provenance"]
+    assert prov["library_function"] == "jnp.linalg.norm" and prov["function"] == "distance_loss"
+    assert "grad (backward pass)" in prov["transforms"] and prov["transforms"][0] == "jit(norm_step)"
+    assert prov["started_by"]["code"] == "w, loss = train_step(w, x)"
+    assert "safe norm" in finding["fix"]
