@@ -65,6 +65,7 @@ class FastPathCalls:
         self._installed: Callable | None = None
         self._tool: MonitoringTool | None = None
         self.lost = False
+        self._replaced = False  # a trace ran while JAX's own NaN check had replaced our hook
 
     def start(self) -> bool:
         hook_state, code, top_level = compat.post_hook_state(), compat.jit_cache_miss_code(), compat.top_level_check()
@@ -89,9 +90,11 @@ class FastPathCalls:
         if self._tool is not None:
             self._tool.release()
             self._tool = None
-        if self._hook_state.get_local() is self._installed:
+        if self._hook_state.get_local() is self._installed and not self._replaced:
             self._hook_state.set_local(self._previous_local)
         else:  # jax.debug_nans entered or left in the block: JAX set its own hook (or none) since
+            if self._hook_state.get_local() is self._installed:
+                self._hook_state.set_local(self._previous_local)
             self.lost = True
             if self._on_lost is not None:
                 self._on_lost()
@@ -165,11 +168,18 @@ class FastPathCalls:
         leaving that context sets the thread's post hook to None, which would stop
         every later call of the block from being seen. A hook JAX set to its NaN
         check (the user's own ``jax.debug_nans(True)``) is left alone: that is the
-        case ``lost`` reports.
+        case ``lost`` reports. (A ``jax.debug_nans(True)`` block of the user's in which
+        nothing is traced, followed later by a trace, is not told apart from JAX's own
+        switch: the calls inside it go unseen without a note.)
         """
         state = self._hook_state
-        if state is not None and self._installed is not None and state.get_local() is None:
+        if state is None or self._installed is None:
+            return
+        local = state.get_local()
+        if local is None:
             state.set_local(self._installed)
+        elif local is not self._installed:
+            self._replaced = True  # the user's jax.debug_nans(True) is on: calls are not seen meanwhile
 
     # -- observing -------------------------------------------------------------------
 
