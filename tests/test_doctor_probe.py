@@ -218,7 +218,9 @@ def test_a_cell_that_switches_debug_nans_itself_is_told_what_was_not_watched():
     from jaxmagic._jax import compat
 
     hook = compat.post_hook_state()
-    before = hook.get_local()
+    with jax.debug_nans(True):
+        pass
+    before = hook.get_local()  # what leaving the cell's own debug_nans block leaves, with or without the doctor
 
     @jax.jit
     def half(x):
