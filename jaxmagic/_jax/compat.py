@@ -256,10 +256,15 @@ def closed_parts(program) -> tuple[Any, list]:
 
 
 def bind_equation(eqn, values: list) -> list:
-    """Run one equation on concrete values as ``jax.core.eval_jaxpr`` does; its outputs as a list."""
+    """Run one equation on concrete values as ``jax.core.eval_jaxpr`` does; its outputs as a list.
+
+    A jitted call's donation is dropped: the values are the user's own arrays (a probe's re-evaluation
+    must not delete them) and are read again when the equation is opened."""
     from jax._src import source_info_util
 
     subfuns, bind_params = _bind_params(eqn)
+    if any(bind_params.get("donated_invars", ())):  # a jitted call that donates: its inputs are read again after
+        bind_params = {**bind_params, "donated_invars": (False,) * len(bind_params["donated_invars"])}
     with source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack):
         with eqn.ctx.manager:
             out = eqn.primitive.bind(*subfuns, *values, **bind_params)

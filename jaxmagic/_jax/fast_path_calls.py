@@ -24,6 +24,11 @@ operations are not. ``on_trace(closed_jaxpr, name)`` is told each program
 such a call traced or used for the first time in the block (the key-reuse
 checker's per-program check runs there, since the checker itself is off).
 
+Before a call on that Python path runs (``sys.monitoring`` PY_START on ``cache_miss``),
+observers with a ``before_donation(args, kwargs, jit_info)`` method are told the
+arguments of a call of a function that donates, while they still exist (the NaN
+watch copies them to replay the call).
+
 A cell that switches ``jax.debug_nans`` itself replaces the post hook for the
 rest of the block; ``lost`` then says so, and ``on_lost()`` is called at ``stop``.
 """
@@ -60,6 +65,7 @@ class FastPathCalls:
         self._installed: Callable | None = None
         self._tool: MonitoringTool | None = None
         self.lost = False
+        self._replaced = False  # a trace ran while JAX's own NaN check had replaced our hook
 
     def start(self) -> bool:
         hook_state, code, top_level = compat.post_hook_state(), compat.jit_cache_miss_code(), compat.top_level_check()
@@ -71,7 +77,8 @@ class FastPathCalls:
             return False
         self._tool, self._top_level = tool, top_level
         tool.on(tool.events.PY_RETURN, self._on_miss_return)
-        tool.watch_code(code, tool.events.PY_RETURN)
+        tool.on(tool.events.PY_START, self._on_miss_start)
+        tool.watch_code(code, tool.events.PY_RETURN | tool.events.PY_START)
         # The hook in effect (jax.debug_nans' check, or None) is called after ours; what the thread
         # had set itself (JAX's "unset" marker, usually) is what ``stop`` puts back.
         self._hook_state, self._previous_hook = hook_state, hook_state.value
@@ -83,9 +90,11 @@ class FastPathCalls:
         if self._tool is not None:
             self._tool.release()
             self._tool = None
-        if self._hook_state.get_local() is self._installed:
+        if self._hook_state.get_local() is self._installed and not self._replaced:
             self._hook_state.set_local(self._previous_local)
         else:  # jax.debug_nans entered or left in the block: JAX set its own hook (or none) since
+            if self._hook_state.get_local() is self._installed:
+                self._hook_state.set_local(self._previous_local)
             self.lost = True
             if self._on_lost is not None:
                 self._on_lost()
@@ -106,6 +115,8 @@ class FastPathCalls:
 
     def _on_miss_return(self, code, offset, result):
         try:
+            if threading.get_ident() == self._thread:
+                self._keep_hook()
             if threading.get_ident() != self._thread or getattr(self._state, "depth", 0) or not self._top_level():
                 return None  # another thread's call, our own re-run, or a call inside a trace
             frame = sys._getframe(1)
@@ -124,6 +135,51 @@ class FastPathCalls:
         except Exception:
             pass
         return None
+
+    def _on_miss_start(self, code, offset):
+        """Before a call on jit's Python path runs: tell observers that keep donated arguments
+        (``before_donation(args, kwargs, jit_info)``) while those arguments still exist."""
+        try:
+            if threading.get_ident() != self._thread or getattr(self._state, "depth", 0):
+                return None
+            frame = sys._getframe(1)
+            local = frame.f_locals
+            jit_info = local.get("jit_info")
+            if jit_info is None or not donates(jit_info) or not self._top_level():
+                return None
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
+                caller = caller.f_back
+            if caller is None or not self._made_by_user(caller):
+                return None
+            for observer in self._observers:
+                keep = getattr(observer, "before_donation", None)
+                if keep is not None:
+                    _quietly(keep, local.get("args", ()), local.get("kwargs", {}), jit_info)
+        except Exception:
+            pass
+        return None
+
+    def _keep_hook(self) -> None:
+        """Put our hook back when JAX's own code took it away while tracing.
+
+        JAX enters ``config.debug_nans(False)`` around parts of its own tracing
+        (``jnp.var``/``jnp.std``, ``lax`` sorting, evaluating a scan body's jaxpr);
+        leaving that context sets the thread's post hook to None, which would stop
+        every later call of the block from being seen. A hook JAX set to its NaN
+        check (the user's own ``jax.debug_nans(True)``) is left alone: that is the
+        case ``lost`` reports. (A ``jax.debug_nans(True)`` block of the user's in which
+        nothing is traced, followed later by a trace, is not told apart from JAX's own
+        switch: the calls inside it go unseen without a note.)
+        """
+        state = self._hook_state
+        if state is None or self._installed is None:
+            return
+        local = state.get_local()
+        if local is None:
+            state.set_local(self._installed)
+        elif local is not self._installed:
+            self._replaced = True  # the user's jax.debug_nans(True) is on: calls are not seen meanwhile
 
     # -- observing -------------------------------------------------------------------
 
@@ -183,6 +239,11 @@ class FastPathCalls:
         finally:
             self._state.depth = 0
             self._state.call = None
+
+
+def donates(jit_info) -> bool:
+    """True when the jitted function was made with ``donate_argnums`` / ``donate_argnames``."""
+    return bool(getattr(jit_info, "donate_argnums", ()) or getattr(jit_info, "donate_argnames", ()))
 
 
 def _quietly(method, *args) -> None:

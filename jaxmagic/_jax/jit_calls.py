@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic._jax.fast_path_calls import FastPathCalls
+from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic.report.source import is_user_file
@@ -448,6 +448,34 @@ def call_locals() -> dict | None:
         return details
     frame = find_caller_frame()
     return None if frame is None else frame.f_locals
+
+
+def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:
+    """``[(argument, array)]``: the array leaves of a call's arguments that ``donate_argnums`` /
+    ``donate_argnames`` give away (deleted after the call); ``argument`` is "argument 0" or "lr="."""
+    import jax
+
+    found: list[tuple[str, Any]] = []
+    args, kwargs = tuple(args or ()), dict(kwargs or {})
+    for i in getattr(jit_info, "donate_argnums", ()) or ():
+        if 0 <= i < len(args):
+            found += [
+                (f"argument {i}", leaf) for leaf in jax.tree_util.tree_leaves(args[i]) if isinstance(leaf, jax.Array)
+            ]
+    for name in getattr(jit_info, "donate_argnames", ()) or ():
+        if name in kwargs:
+            found += [
+                (f"{name}=", leaf) for leaf in jax.tree_util.tree_leaves(kwargs[name]) if isinstance(leaf, jax.Array)
+            ]
+    return found
+
+
+def without_donation(jit_info):
+    """The same jit options with nothing donated: a re-run of the call keeps its (copied) arguments."""
+    try:
+        return jit_info._replace(donate_argnums=(), donate_argnames=())
+    except Exception:
+        return None
 
 
 def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):

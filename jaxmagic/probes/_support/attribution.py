@@ -400,3 +400,13 @@ def enclosing_function(filename: str, lineno: int) -> str:
             if node.lineno <= lineno <= end and (best is None or node.lineno >= best.lineno):
                 best = node
     return best.name if best is not None else ""
+
+
+# -- nansdoc (the NaN side): added for the NaN producer search ----------------------------
+
+
+def library_called(traceback) -> str:
+    """The library function (public name) that the innermost user line of a JAX traceback called;
+    "" when it called none. For an equation JAX traced for a backward pass, pass the traceback of
+    the forward line it was attributed to."""
+    return _user_frame_of(traceback)[1]

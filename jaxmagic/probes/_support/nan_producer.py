@@ -33,7 +33,9 @@ import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
+from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, short_dtype
 
@@ -96,9 +98,13 @@ class NanProducer:
     nan_maker: str = ""  # it made inf; this primitive then turned the inf into NaN ("mul")
     nan_maker_values: str = ""  # what that primitive got at its first NaN: "inf * 0.0"
     nan_maker_line: SourceLine | None = None
+    nan_maker_library: str = ""  # the library function the NaN maker ran in ("jax.nn.log_softmax")
+    nan_maker_provenance: Provenance | None = None  # where the NaN maker ran (its line, function, transformations)
     opaque: bool = False  # an equation the search could not look inside (its body is where the value was made)
     discarded_by: str = ""  # the NaN never reached the result: "jnp.where" dropped it
     discarded_line: SourceLine | None = None
+    provenance: Provenance | None = None  # made_at (= line), function, transformations, iteration, library function
+    neg_inf_rows: str = ""  # a max-reduction on its line saw rows that were all -inf: "1 of 3 rows (axis 1)"
 
     @property
     def forward_line(self) -> SourceLine | None:
@@ -264,11 +270,43 @@ class _Search(Listener):
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
+        self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
+        self._constant: set = set()  # id(var) of values made only from constants passed into an opened call
+        self._seeded: set = set()
         self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
+
+    def _seed(self, path) -> None:
+        """Inside an opened call, the parameters that got a constant (``jnp.where(m, s, -jnp.inf)``
+        passes ``-inf`` into ``_where``'s program) are constants there too, and so is what is made of
+        them alone: an inf written into the program is not a value some operation produced."""
+        if not path or path[-1].kind != "call" or id(path[-1].eqn) in self._seeded:
+            return
+        outer = path[-1].eqn
+        self._seeded.add(id(outer))
+        subs = compat.sub_jaxprs(outer)
+        if len(subs) != 1:
+            return
+        jaxpr, _ = compat.closed_parts(subs[0])
+        for var, inner in zip(outer.invars, jaxpr.invars):
+            if compat.is_literal(var) or id(var) in self._constant:
+                self._constant.add(id(inner))
+
+    def _free(self, eqn, inputs, path):
+        """The inputs that are neither constants written into the program nor made of such alone."""
+        self._seed(path)
+        if len(inputs) != len(eqn.invars):
+            return inputs
+        return [v for var, v in zip(eqn.invars, inputs) if not compat.is_literal(var) and id(var) not in self._constant]
+
+    def _note_constants(self, eqn, path) -> None:
+        self._seed(path)
+        held = [compat.is_literal(var) or id(var) in self._constant for var in eqn.invars]
+        if held and all(held) and any(not compat.is_literal(var) for var in eqn.invars):
+            self._constant.update(id(var) for var in eqn.outvars)
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
         if self.stage == "producer":
-            wanted = not _any_bad(_non_literal(eqn, inputs)) and _any_bad(outputs, want_nan=self.strict)
+            wanted = not _any_bad(self._free(eqn, inputs, path)) and _any_bad(outputs, want_nan=self.strict)
         elif self.stage == "nan_maker":
             wanted = not _any_bad(inputs, want_nan=True) and _any_bad(outputs, want_nan=True)
         else:
@@ -311,11 +349,15 @@ class _Search(Listener):
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
+        _note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
+        self._note_constants(eqn, path)
         if id(eqn) in self._opened and self.stage != "absorber":
             return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
-            if _any_bad(_non_literal(eqn, inputs)) or not _any_bad(outputs, want_nan=self.strict):
+            if _any_bad(self._free(eqn, inputs, path)) or not _any_bad(outputs, want_nan=self.strict):
                 return False
+            if eqn.outvars and all(id(var) in self._constant for var in eqn.outvars):
+                return False  # made of constants passed into the call alone: the operation using it is the producer
             self.result.producer = self._producer(eqn, inputs, outputs, path)
             if self.want_nan and not _any_bad(outputs, want_nan=True):
                 self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
@@ -330,7 +372,7 @@ class _Search(Listener):
             return True
         producer = self.result.producer
         if not path and producer is not None and not producer.discarded_by:
-            if _any_bad(_non_literal(eqn, inputs)) and not _any_bad(outputs):
+            if _any_bad(self._free(eqn, inputs, path)) and not _any_bad(outputs):
                 name = str(eqn.params.get("name", eqn.primitive.name))
                 producer.discarded_by = "jnp.where" if name in _SELECTS else public_name(name) or name
                 producer.discarded_line = _user_line(eqn)
@@ -346,6 +388,25 @@ class _Search(Listener):
         joined = symbol.join(values) if symbol and len(values) == 2 else ", ".join(values)
         producer.nan_maker, producer.nan_maker_values = eqn.primitive.name, joined
         producer.nan_maker_line = _user_line(eqn, path)
+        library = next(
+            (
+                public_name(*compat.called_function(p.eqn))
+                for p in path
+                if p.kind == "call"
+                and compat.called_function(p.eqn)[1]
+                and not is_user_file(compat.called_function(p.eqn)[1])
+            ),
+            "",
+        )
+        loops = [
+            LoopPosition(p.kind, int(p.index), _user_line(p.eqn, path))
+            for p in path
+            if p.kind in ("scan", "while", "cond")
+        ]
+        made = _provenance(eqn, path, producer.nan_maker_line, loops)
+        producer.nan_maker_library = library or made.library_function
+        made.library_function = producer.nan_maker_library
+        producer.nan_maker_provenance = made
         if "transpose" in _stack(eqn, path):
             producer.phase = "backward"
 
@@ -383,10 +444,15 @@ class _Search(Listener):
                 library = library or public_name(function, filename)
             elif "name" in position.eqn.params:
                 calls.append(str(position.eqn.params["name"]))
+        line = _user_line(eqn, path)
+        provenance = _provenance(eqn, path, line, loops)
+        library = library or provenance.library_function
+        provenance.library_function = library
         return NanProducer(
             primitive=eqn.primitive.name,
             value=made,
-            line=_user_line(eqn, path),
+            line=line,
+            provenance=provenance,
             library_function=library,
             phase="backward" if "transpose" in stack else "forward",
             derivative="jvp" in stack or "transpose" in stack,
@@ -399,6 +465,59 @@ class _Search(Listener):
             bad_count=int(np.count_nonzero(mask)),
             name_stack=stack,
         )
+
+
+def _provenance(eqn, path, line: SourceLine | None, loops: list[LoopPosition]) -> Provenance:
+    """Where the producer was made (``attribution.of_equation``), its line the one the search attributes
+    (a backward-pass operation at its forward line) and the library function called there by public name."""
+    provenance = attribution.of_equation(eqn, [p.eqn for p in path], position=", ".join(loop.text for loop in loops))
+    own = provenance.made_at
+    if line is not None and own is not None and (own.filename, own.lineno) != (line.filename, line.lineno):
+        provenance.library_function = ""  # what another line (a loop's call) called is not this operation's
+    attributed = _attributed.get(id(getattr(eqn.source_info, "traceback", None)))
+    if attributed is not None and "transpose" in _stack(eqn, path):  # traced for the backward pass: the forward
+        # line's frames name the library function (elsewhere the attributed frames are a loop's call, not a library's)
+        provenance.library_function = attribution.library_called(attributed) or provenance.library_function
+    if line is not None:
+        provenance.made_at, provenance.function, provenance.unknown = line, line.function, ""
+    inside_library = set()  # a library function's own jit (``jit(_std)``) is no transformation of the user's
+    for position in path:
+        function, filename = compat.called_function(position.eqn)
+        if filename and not is_user_file(filename) and "name" in position.eqn.params:
+            inside_library.add(f"jit({position.eqn.params['name']})")
+    provenance.transforms = [t for t in provenance.transforms if t not in inside_library]
+    return provenance
+
+
+_MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
+
+
+def _note_neg_inf_rows(found: dict, eqn, inputs, path) -> None:
+    """A ``reduce_max`` (or a jitted logsumexp/log_softmax/softmax) whose input holds rows that are all
+    -inf - a fully masked attention row: recorded by the user's line, for the fix."""
+    axes = None
+    if eqn.primitive.name == "reduce_max":
+        axes = tuple(eqn.params.get("axes", ()))
+    elif str(eqn.params.get("name", "")) in _MAX_OF_ROWS:
+        inner = getattr(eqn.params.get("jaxpr"), "jaxpr", None)
+        first = next((e for e in getattr(inner, "eqns", ()) if e.primitive.name == "reduce_max"), None)
+        axes = tuple(first.params.get("axes", ())) if first is not None else None
+    if axes is None or not inputs:
+        return
+    array = _host(inputs[0])
+    if array is None or not array.ndim or not axes or not np.isneginf(array).any():
+        return
+    try:
+        rows = np.all(np.isneginf(array), axis=axes)
+    except Exception:
+        return
+    if rows.any():
+        line = _user_line(eqn, path)
+        if line is not None:
+            found.setdefault(
+                (line.filename, line.lineno),
+                f"{int(rows.sum())} of {rows.size} rows (axis {', '.join(map(str, axes))})",
+            )
 
 
 def _stack(eqn, path) -> str:
@@ -487,6 +606,12 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
             break
     found = listener.result
     found.searched = source
+    producer = found.producer
+    if producer is not None:
+        for line in (producer.line, producer.nan_maker_line):
+            if line is not None and (line.filename, line.lineno) in listener.neg_inf_rows:
+                producer.neg_inf_rows = listener.neg_inf_rows[(line.filename, line.lineno)]
+                break
     found.result_finite = outputs is not None and not _any_bad(outputs)
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None

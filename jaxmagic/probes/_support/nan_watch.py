@@ -19,8 +19,21 @@ the same arguments: a jitted function is
 pure, so this repeats nothing the user would mind (its debug prints are
 discarded). The call is rebuilt from JAX's dispatch frame (the function, its
 jit options, the call's arguments) and kept only until then; a call whose
-arguments were donated cannot be repeated. Eager operations need no re-run:
+arguments were donated is repeated with the copies described below, without
+donation. Eager operations need no re-run:
 the primitive and the line are known when the NaN appears.
+
+Donated arguments (``jax.jit(step, donate_argnums=(0, 1))``, how training
+steps are written) are deleted by the call that gets them, so the call could
+not be repeated and its results, donated to the next call, could not be read.
+While the watch is on it keeps a copy of what a later repeat needs, for calls of
+functions that donate only, within ``copy_limit`` bytes (``DONATED_COPY_LIMIT``,
+64 MB) per call: the donated arguments of a call on jit's Python path (its
+first call, copied before it runs), and the results of each call (a later
+call's donated arguments are the earlier call's results: ``w, opt =
+step(w, opt, x)``), read for NaN there too. A donated argument it holds no copy
+of (made before the cell and given to a call already compiled, or over the
+limit) is named in the note that says why the call was not repeated.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.failing_call import FailingCall
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_frame, source_line
+from jaxmagic.report.wording import format_bytes
 
 
 @dataclasses.dataclass
@@ -49,6 +63,9 @@ class NanSighting:
     calls_with_nan: int = 0  # every call that returned a NaN, this one included
     call_source: str = ""  # the re-run call, e.g. "step_fn(params, X, Y, step_key, step)"
     rerun_note: str = ""
+    donated: list[str] = dataclasses.field(
+        default_factory=list
+    )  # donated arguments the re-run used the watch's copies of
 
 
 def _float_has_nan(value) -> bool:
@@ -81,6 +98,27 @@ def _is_float(value) -> bool:
     return floating
 
 
+DONATED_COPY_LIMIT = 64 * 2**20  # bytes of one call's donated arguments (or results) the watch copies
+
+
+def _nbytes(leaves) -> int:
+    return sum(int(getattr(leaf, "nbytes", 0) or 0) for leaf in leaves)
+
+
+def _deleted(value) -> bool:
+    try:
+        return bool(value.is_deleted())
+    except Exception:
+        return False
+
+
+def _copied(leaves) -> list:
+    """Device copies of ``leaves`` (dispatched, not waited for: they are made before a later call donates them)."""
+    import jax.numpy as jnp
+
+    return [jnp.copy(leaf) for leaf in leaves]
+
+
 class NanWatch(jit_calls.CallObserver):
     """A call observer that remembers the first NaN-producing call (see the module docstring).
 
@@ -90,11 +128,30 @@ class NanWatch(jit_calls.CallObserver):
     arguments and results are held until then.
     """
 
-    def __init__(self):
+    def __init__(self, copy_limit: int = DONATED_COPY_LIMIT):
         self.sighting: NanSighting | None = None
+        self.copy_limit = copy_limit
         self._pending_rerun: FailingCall | None = None
-        self._last = None  # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals)
+        # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals, kept copies)
+        self._last = None
         self._calls: dict[str, int] = {}
+        self._before_call: list = []  # (donated argument, its copy) of the call about to run
+        self._results: list = []  # (result, its copy) of the last call of a function that donates
+        self._not_copied = ""  # why the last call's donated arguments or results were not copied
+
+    def before_donation(self, args, kwargs, jit_info) -> None:
+        """A call of a function that donates is about to run on jit's Python path: copy what it donates."""
+        if self.sighting is not None:
+            return
+        leaves = [leaf for _, leaf in jit_calls.donated_leaves(jit_info, args, kwargs) if not _deleted(leaf)]
+        size = _nbytes(leaves)
+        if size > self.copy_limit:
+            self._before_call, self._not_copied = (
+                [],
+                f"its donated arguments ({format_bytes(size)}) are over the {format_bytes(self.copy_limit)} the watch copies",
+            )
+            return
+        self._before_call = list(zip(leaves, _copied(leaves)))
 
     @property
     def calls_seen(self) -> int:
@@ -108,22 +165,52 @@ class NanWatch(jit_calls.CallObserver):
         self._calls[name] = number = self._calls.get(name, 0) + 1
         if self.sighting is not None and self.sighting.calls_with_nan > 1000:
             return  # enough counted
-        if not any(_is_float(out) for out in outputs):
-            return
-        frame = user_frame()
-        jit_locals = None
+        jit_locals, kept = None, None
         if is_jit and self.sighting is None:
             local = jit_calls.call_locals()
             if local is not None:
                 jit_locals = (local.get("fun"), local.get("jit_info"), local.get("args"), local.get("kwargs"))
-        self._last = (name, is_jit, args, outputs, number, frame, frame.f_lineno if frame else 0, jit_locals)
+                if jit_calls.donates(jit_locals[1]):
+                    kept = self._keep_donated(jit_locals, outputs)
+        self._before_call = []
+        if not any(_is_float(out) for out in outputs):
+            return
+        frame = user_frame()
+        self._last = (name, is_jit, args, outputs, number, frame, frame.f_lineno if frame else 0, jit_locals, kept)
+
+    def _keep_donated(self, jit_locals, outputs) -> dict:
+        """For a call of a function that donates: the copies of its donated arguments (by the id of the
+        deleted array), and copies of its results (its next call's donated arguments)."""
+        _, info, args, kwargs = jit_locals
+        held = self._before_call + self._results
+        copies: dict = {"arguments": {}, "missing": [], "results": {}, "why": ""}
+        for argument, leaf in jit_calls.donated_leaves(info, args, kwargs):
+            copy = next((c for original, c in held if original is leaf), None)
+            if copy is not None:
+                copies["arguments"][id(leaf)] = copy
+            elif _deleted(leaf):
+                copies["missing"].append(argument)
+        copies["why"] = self._not_copied
+        self._not_copied = ""
+        arrays = [out for out in outputs if hasattr(out, "is_deleted")]
+        size = _nbytes(arrays)
+        if size > self.copy_limit:
+            self._results = []
+            self._not_copied = f"the results of the call before it ({format_bytes(size)}) are over the {format_bytes(self.copy_limit)} the watch copies"
+        else:
+            self._results = list(zip(arrays, _copied(arrays)))
+            copies["results"] = {id(original): copy for original, copy in self._results}
+        return copies
 
     def flush(self) -> None:
         """Look at the last call's results now."""
         last, self._last = self._last, None
         if last is None:
             return
-        name, is_jit, args, outputs, number, frame, lineno, jit_locals = last
+        name, is_jit, args, outputs, number, frame, lineno, jit_locals, kept = last
+        if kept is not None:  # results donated to a later call, arguments donated to this one: their copies
+            outputs = [kept["results"].get(id(out), out) for out in outputs]
+            args = [kept["arguments"].get(id(a), a) for a in args]
         with jit_calls.reads_allowed():  # our reads are not the user's transfers
             bad = [i for i, out in enumerate(outputs) if _is_float(out) and _float_has_nan(out)]
             if not bad:
@@ -143,14 +230,18 @@ class NanWatch(jit_calls.CallObserver):
         )
         self.sighting = sighting
         if is_jit and not came_in:
-            call = _rebuilt_call(name, jit_locals)
-            if call is None:
+            call = _rebuilt_call(name, jit_locals, kept)
+            if isinstance(call, str):
+                sighting.rerun_note = call
+            elif call is None:
                 sighting.rerun_note = (
-                    "The call could not be repeated safely (a jitted call whose arguments were "
-                    "donated, or that JAX did not dispatch from Python), so it was not re-run."
+                    "The call could not be repeated safely (JAX did not dispatch it from Python), so it was not re-run."
                 )
             else:
                 self._pending_rerun, sighting.call_source = call, call.source
+                if kept is not None:
+                    sighting.donated = sorted({argument for argument, _ in jit_calls.donated_leaves(*jit_locals[1:])})
+        self._results = self._before_call = []  # nothing more is re-run: the copies are not needed
 
     def take_rerun(self) -> tuple[NanSighting | None, FailingCall | None]:
         """Flush, then hand over the sighting and the call to re-run (kept no longer here).
@@ -164,7 +255,7 @@ class NanWatch(jit_calls.CallObserver):
         return self.sighting, call
 
 
-def _rebuilt_call(name: str, jit_locals) -> FailingCall | None:
+def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
     """The jitted call, rebuilt from JAX's dispatch frame: the same function, options and arguments.
 
     JAX's ``cache_miss`` frame holds the user's function, its jit options and
@@ -176,8 +267,33 @@ def _rebuilt_call(name: str, jit_locals) -> FailingCall | None:
     fun, info, args, kwargs = jit_locals
     if fun is None or info is None or args is None:
         return None
-    if getattr(info, "donate_argnums", ()) or getattr(info, "donate_argnames", ()):
-        return None  # its arguments were given away to the first call: they cannot be used again
+    if jit_calls.donates(info):
+        # Its donated arguments were deleted by the call: the watch's copies stand in for them, and the
+        # re-run donates nothing (the copies stay for the producer search after it).
+        if kept is None or kept["missing"]:
+            missing = ", ".join(dict.fromkeys(kept["missing"])) if kept else "its donated arguments"
+            why = (
+                kept["why"]
+                if kept and kept["why"]
+                else (
+                    "they were made before the watch saw a call that could copy them (the first call of a function "
+                    "compiled before the cell is copied only after it ran)"
+                )
+            )
+            return (
+                f"The call could not be repeated: {missing} of `{name}` (donated: donate_argnums) had been deleted "
+                f"by the call, and the watch held no copy, because {why}. So the operation and the line inside "
+                "the function are not known; %%jax_nans on the cell finds them."
+            )
+        import jax
+
+        def restored(value):
+            return jax.tree_util.tree_map(lambda leaf: kept["arguments"].get(id(leaf), leaf), value)
+
+        args, kwargs = restored(tuple(args)), restored(dict(kwargs or {}))
+        info = jit_calls.without_donation(info)
+        if info is None:
+            return None
     jitted = compat.compiled_call(fun, info)
     if jitted is None:
         return None

@@ -76,8 +76,8 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             def calls_unseen():
                 report.notes.append(
                     "The cell switched jax.debug_nans (or debug_infs) itself, which takes over the hook the "
-                    "doctor watches jitted calls through: calls after that were not watched for NaN, keys or "
-                    "NumPy arguments."
+                    "doctor watches jitted calls through: calls made while it was on (and after it, until a "
+                    "call traced a function) were not watched for NaN, keys or NumPy arguments."
                 )
 
             watching = {"only_user_calls": True, "fast_path": True, "on_calls_unseen": calls_unseen}

@@ -14,10 +14,11 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import CAUSE_TITLES
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
-from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES
+from jaxmagic.probes.nans import nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers import WHY
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended, error_line, format_bytes
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
@@ -54,6 +55,8 @@ class Finding:
     fix: str = ""
     next_magic: str = ""
     short: str = ""  # a few words for the headline: "`mul` in the backward pass of `train_step`"
+    provenance: Provenance | None = None  # where the value was made; the call that started it as context
+    call_number: int = 0  # NaN: which call of the function (the user's calls) first returned it
 
 
 @dataclasses.dataclass
@@ -123,7 +126,9 @@ class DoctorReport(Report):
                 blocks = []
                 if f.evidence:
                     blocks.append(Facts([("evidence", f.evidence)]))
-                if f.line:
+                if f.provenance is not None:
+                    blocks += provenance_blocks(f.provenance, "it")
+                elif f.line:
                     blocks.append(SourceLines([f.line]))
                 if f.fix:
                     blocks.append(Paragraph(f.fix))
@@ -213,6 +218,8 @@ def _finding(probe: str, title: str, **fields) -> Finding:
 
 
 def _nan_findings(report: DoctorReport) -> list[Finding]:
+    """The NaN finding: the same line, call number and provenance as ``%%jax_nans`` on the cell - the
+    producing line inside the user's function, the call site (``w, loss = train_step(...)``) as context."""
     s = report.nan_sighting
     if s is None:
         return []
@@ -228,57 +235,46 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
                 "before this cell or outside JAX",
                 line=s.line,
                 next_magic="%%jax_nans (on the cell that made the arguments)",
+                provenance=Provenance(
+                    started_by=s.line, unknown="the NaN came in through the arguments, made before this call"
+                ),
+                call_number=s.call_number,
             )
         ]
-    evidence = f"first in call {s.call_number} of {where} ({', '.join(s.leaves)}){later}"
-    line, fix = s.line, ""
-    producer = nan.producer if nan is not None and nan.found else None
-    if producer is not None:
-        phase = "the backward pass (gradient)" if producer.phase == "backward" else "the forward pass"
-        inside = f" inside `{producer.library_function}`" if producer.library_function else ""
-        title = f"NaN made by `{producer.primitive}`{inside} in {phase} of {where}"
-        if producer.discarded_by:
-            title += f" (in a branch `{producer.discarded_by}` discarded)"
-        # The line JAX attached (a backward pass's forward line), else the call site; the producer's
-        # own line is in report.nans and in %%jax_nans.
-        line = nan.origin_lines[-1] if nan.origin_lines else s.line
-        evidence += f"; {producer.description}"
-        if producer.nan_maker:
-            evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
-    if nan is not None and nan.found:
-        if producer is None:
-            phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
-            title = f"NaN made by `{nan.primitive or '?'}` in {phase} of {where}"
-            if nan.origin_lines:
-                line = nan.origin_lines[-1]
-        if nan.nonfinite:
-            names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
-            evidence += (
-                "; non-finite: "
-                + ", ".join(f"`{n}`" for n in names[:4])
-                + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            )
-        fix = (
-            BACKWARD_EXPLANATION
-            if nan.phase == "backward"
-            else (
-                f"`{nan.primitive}`: typically {FORWARD_CAUSES[nan.primitive]}."
-                if nan.primitive in FORWARD_CAUSES
-                else ""
-            )
+    title, evidence, fix, short = nan_finding_text(s, nan, where)
+    provenance = nan_finding_provenance(s, nan)
+    line = provenance.made_at or s.line
+    return [
+        _finding(
+            "nans",
+            title,
+            evidence=evidence + later_text(s, nan, later),
+            line=line,
+            fix=fix,
+            short=short,
+            provenance=provenance,
+            call_number=s.call_number,
         )
-        if producer is not None and producer.phase == "forward" and producer.primitive in FORWARD_CAUSES:
-            fix = f"`{producer.primitive}`: typically {FORWARD_CAUSES[producer.primitive]}."
-    else:
-        title = f"NaN in the results of {where}"
+    ]
+
+
+def later_text(s, nan, later: str) -> str:
+    text = later
+    if nan is not None and nan.found and nan.nonfinite:
+        names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
+        text += (
+            "; non-finite: "
+            + ", ".join(f"`{n}`" for n in names[:4])
+            + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        )
+    if s.donated:
+        text += (
+            f". `{s.function}` donates {', '.join(s.donated)}: the re-run used the copies the watch kept, "
+            "without donation"
+        )
     if s.rerun_note:
-        evidence += ". " + s.rerun_note
-    short = (
-        f"`{producer.primitive if producer else nan.primitive}` in the {nan.phase} pass of {where}"
-        if nan is not None and nan.found
-        else f"in the results of {where}"
-    )
-    return [_finding("nans", title, evidence=evidence, line=line, fix=fix, short=short)]
+        text += ". " + s.rerun_note
+    return text
 
 
 def _leaf_path(name: str) -> str:

@@ -7,6 +7,7 @@ import dataclasses
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 
 AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
 
@@ -27,6 +28,7 @@ class WatchFinding(Report):
     fix: str = ""
     next_magic: str = ""
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
+    provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
 
     @property
     def status(self) -> Status:
@@ -41,7 +43,9 @@ class WatchFinding(Report):
         blocks = []
         if self.details:
             blocks.append(Facts([("evidence", self.details)]))
-        if self.line is not None:
+        if self.provenance is not None:
+            blocks += provenance_blocks(self.provenance, "it")
+        elif self.line is not None:
             blocks.append(SourceLines([self.line]))
         if self.fix:
             blocks.append(Paragraph(self.fix))

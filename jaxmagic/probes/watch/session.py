@@ -28,7 +28,7 @@ from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan_watch import NanWatch
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.keys import FIX, keys
-from jaxmagic.probes.nans import BACKWARD_EXPLANATION, FORWARD_CAUSES, explain_nan_sighting
+from jaxmagic.probes.nans import explain_nan_sighting, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype
@@ -187,27 +187,20 @@ class Watch:
             self._told[key].count += 1
             return []
         nan = explain_nan_sighting(watch)
-        headline = f"NaN in the results of `{s.function}` (call {s.call_number} in this cell)"
-        details = f"first in call {s.call_number} of `{s.function}` ({', '.join(s.leaves)})"
+        where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
+        title, details, fix, _ = nan_finding_text(s, nan, where)
+        headline = f"{title} (call {s.call_number} in this cell)"
         if s.calls_with_nan > 1:
             details += f"; {s.calls_with_nan - 1} later call(s) returned NaN too"
-        line, fix = s.line, ""
+        provenance = nan_finding_provenance(s, nan)
+        line = provenance.made_at or s.line
         if s.came_in:
             headline = f"NaN already in the arguments of `{s.function}` (call {s.call_number})"
-        elif nan is not None and nan.found:
-            producer = nan.producer
-            primitive = producer.primitive if producer is not None else (nan.primitive or "?")
-            phase = "backward pass (gradient)" if nan.phase == "backward" else "forward pass"
-            headline = f"NaN made by `{primitive}` in the {phase} of `{s.function}` (call {s.call_number})"
-            if producer is not None:
-                details += f"; {producer.description}"
-            if nan.origin_lines:
-                line = nan.origin_lines[-1]
-
-            if nan.phase == "backward":
-                fix = BACKWARD_EXPLANATION
-            elif primitive in FORWARD_CAUSES:
-                fix = f"`{primitive}`: typically {FORWARD_CAUSES[primitive]}."
+            fix, line = "", s.line
+            provenance.unknown = "the NaN came in through the arguments, made before this call"
+            provenance.made_at = None
+        if s.donated:
+            details += f". `{s.function}` donates {', '.join(s.donated)}: the re-run used the copies the watch kept"
         if s.rerun_note:
             details += ". " + s.rerun_note
         return self._new(
@@ -220,6 +213,7 @@ class Watch:
             details=details,
             fix=fix,
             next_magic="%%jax_nans",
+            provenance=provenance,
         )
 
     def _compile_findings(self, report) -> list[WatchFinding]:
