@@ -324,7 +324,12 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
     if transfers is None:
         return []
     found = []
+    # A host array given to a jitted function is told once, by the finding that names the function and
+    # the argument (below); the transfer log's line for the same copies would repeat it.
+    host_lines = {(h.line.filename, h.line.lineno) for h in report.host_arguments if h.line is not None}
     for t in transfers.transfers:
+        if t.line is not None and (t.line.filename, t.line.lineno) in host_lines:
+            continue
         # Python scalars and index constants copied each step cost next to nothing; host arrays do not.
         # JAX's fast path does not describe the value: then it may be either, and the line is shown.
         # JAX's fast path does not describe the value (then it may be either): those are left to
