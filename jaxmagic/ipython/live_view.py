@@ -93,9 +93,8 @@ class LiveView:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.stop()
-        return False
 
     def stop(self) -> None:
         """Stop refreshing; erase a terminal status line. The card stays until ``show_report``."""
