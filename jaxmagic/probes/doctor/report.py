@@ -419,6 +419,7 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 "every call" + (" (a legacy uint32 key, followed by its data)" if f.legacy else ""),
                 line=f.first_call,
                 fix=FIX,
+                provenance=f.provenance,
             )
         )
     for r in keys.reuse:
@@ -429,7 +430,19 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 + (f" ({r.count} times)" if r.count > 1 else ""),
                 evidence=r.explanation,
                 line=r.reused_at,
-                fix=FIX,
+                fix=r.fix or FIX,
+                provenance=r.provenance,
+            )
+        )
+    for shared in keys.shared:
+        found.append(
+            _finding(
+                "keys",
+                shared.text,
+                short=f"`{shared.api}` under vmap with one key for the whole batch",
+                line=shared.line,
+                fix=shared.fix or FIX,
+                provenance=shared.provenance,
             )
         )
     if not keys.repeated_flows:  # the same bug seen from the eager side: named once, by the flow if there is one

@@ -272,6 +272,7 @@ class Watch:
                 line=f.first_call,
                 details=f"{f.distinct} distinct key(s) in {f.calls} calls: the same random numbers every call" + legacy,
                 fix=FIX,
+                provenance=f.provenance,
                 next_magic="%%jax_keys",
             )
         for r in keys.reuse:
@@ -282,7 +283,8 @@ class Watch:
                 function=r.function or r.consumer,
                 line=r.reused_at,
                 details=r.explanation,
-                fix=FIX,
+                fix=r.fix or FIX,
+                provenance=r.provenance,
                 next_magic="%%jax_keys",
             )
         return found
