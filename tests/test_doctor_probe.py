@@ -352,3 +352,26 @@ def test_a_gradient_only_nan_in_a_donated_step_is_found_in_call_2_not_3():
     assert "grad (backward pass)" in prov["transforms"] and prov["transforms"][0] == "jit(norm_step)"
     assert prov["started_by"]["code"] == "w, loss = train_step(w, x)"
     assert "safe norm" in finding["fix"]
+
+
+def test_a_key_reused_in_a_fori_loop_body_is_the_keys_probes_finding_with_its_fix_and_provenance():
+    # The BlackJAX/TF-tutorial shape: split off `sub`, then draw with the carried `key`.
+    from jax import lax
+
+    @jax.jit
+    def augment(key, x):
+        def body(i, carry):
+            key, x = carry
+            key, sub = jax.random.split(key)
+            flips = jax.random.bernoulli(key, 0.5, x.shape)  # draws with key, not sub
+            return key, jnp.where(flips, -x, x)
+
+        return lax.fori_loop(0, 3, body, (key, x))
+
+    with probes.doctor() as report:
+        augment(jax.random.key(0), jnp.ones(3))
+    keys = report.to_dict()["findings"][0]
+    assert keys["area"] == "random keys"
+    assert keys["line"]["code"].startswith("flips = jax.random.bernoulli(key, 0.5, x.shape)")
+    assert "Draw with `sub`" in keys["fix"] or "draw with `sub`" in keys["fix"].lower()
+    assert keys["provenance"]["function"] == "body" and keys["provenance"]["transforms"][-1] == "scan body"
