@@ -130,7 +130,7 @@ def inline_html(text: str) -> str:
 
 
 _LONG_RUN_CHARS = 14  # a 900 px notebook with the sidebar open leaves ~420 px for a table
-_BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # not after "_": names stay whole
+_BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # after "_" only in long names (_name_parts)
 # A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
 _SPECIAL_WORD = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}|\S*(?:--|->)\S*")
 
@@ -152,12 +152,22 @@ def breakable_html(text: str) -> str:
         out.append(escape(text[start : match.start()]))
         word = match.group(0)
         if len(word) >= _LONG_RUN_CHARS:
-            out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
+            pieces = [part for piece in _BREAK_AFTER.split(word) for part in _name_parts(piece)]
+            out.append("<wbr>".join(escape(piece) for piece in pieces))
         else:
             out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
         start = match.end()
     out.append(escape(text[start:]))
     return "".join(out)
+
+
+_UNDERSCORE = re.compile(r"(?<=_)(?=[^_])")
+
+
+def _name_parts(piece: str) -> list[str]:
+    """A name of 16 characters or more (``layer_with_a_long_name``) may break after an underscore:
+    kept whole it alone makes a table column wider than a narrow notebook."""
+    return _UNDERSCORE.split(piece) if len(piece) >= 16 else [piece]
 
 
 def _fact_value_html(value: str) -> str:
