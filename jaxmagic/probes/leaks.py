@@ -313,7 +313,16 @@ class LeakReport(Report):
             sections.append(Section("How this was checked", checked))
         evidence = "\n".join(filter(None, [self.jax_message, self.other_error if not self.jax_message else ""]))
         if evidence:
-            sections.append(Section("", [Evidence(f"JAX's message ({len(evidence.splitlines())} lines)", evidence)]))
+            sections.append(
+                Section(
+                    "",
+                    [
+                        Evidence(
+                            f"JAX's message ({len(evidence.splitlines())} lines, as in the traceback below)", evidence
+                        )
+                    ],
+                )
+            )
         return Document("%%jax_leaks", self.status, self.summary, sections)
 
 

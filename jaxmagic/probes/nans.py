@@ -264,11 +264,13 @@ class NanReport(Report):
             sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
         if self.notes:
             sections.append(Section("How this was found", [Paragraph(n) for n in self.notes]))
-        evidence = "\n".join(self.jax_messages + ([self.message] if self.message else []))
+        # The FloatingPointError itself (self.message) is re-raised under the report: its traceback
+        # shows it, so only what JAX printed on the way is kept here.
+        evidence = "\n".join(self.jax_messages)
         if self.other_error:
             evidence = "\n".join(filter(None, [evidence, self.other_error]))
         if evidence:
-            title = f"JAX's messages ({len(evidence.splitlines())} lines)"
+            title = f"What JAX printed while the cell ran ({len(evidence.splitlines())} lines; the error is below)"
             sections.append(Section("", [Evidence(title, evidence)]))
         return Document("%%jax_nans", self.status, self.summary, sections)
 
