@@ -44,6 +44,7 @@
 # | A debugging switch left on; a bug report to write | List the flags that differ from the defaults | `jax.config.values`, `jax.print_environment_info()` | ✅ `%jax_config` · ✅ `%jax_env` | §6 |
 # | Several of the above at once, or no idea where to start | Run the cell once under every probe | NaN first, then errors, then speed and memory, then silent logic bugs | ✅ `%%jax_doctor` | §9 |
 # | A problem in a cell you did not suspect (step 30,000 of a loop) | Leave a cheap watch on | NaN in jitted results, recompilation, per-call transfers, growing memory, reused keys, told under the cell | ✅ `%jax_watch` | §9 |
+# | One process of a multi-process job misbehaves (a NaN from its shard, a ragged batch that hangs the collectives) | Run the same check on every process and compare | `%%px` on ipyparallel engines, one per `jax.distributed` process | ✅ `%jax_gather` | §8 |
 #
 # Each magic is shown at work in the notebook of its section: 01 (values), 02 (programs), 03 (numerical
 # problems), 04 (tracer errors), 05 (compilation and speed), 06 (errors and configuration), 07 (memory),
@@ -76,8 +77,8 @@ from jax._src import xla_bridge   # private, but the only direct way to ask "has
 assert not xla_bridge.backends_are_initialized(), "%load_ext jaxmagic must not start a JAX backend"
 shell = get_ipython()
 # every magic of the table's jaxmagic column is registered
-LINE_MAGICS = ["jax_bisect", "jax_check", "jax_config", "jax_devices", "jax_env", "jax_explain", "jax_hlo",
-               "jax_live", "jax_sharding", "jax_stages", "jax_traceback", "jax_watch"]
+LINE_MAGICS = ["jax_bisect", "jax_check", "jax_config", "jax_devices", "jax_env", "jax_explain", "jax_gather",
+               "jax_hlo", "jax_live", "jax_sharding", "jax_stages", "jax_traceback", "jax_watch"]
 CELL_MAGICS = ["jax_compiles", "jax_doctor", "jax_keys", "jax_leaks", "jax_live", "jax_nans", "jax_per_device",
                "jax_print", "jax_profile", "jax_transfers"]
 missing = [f"%{m}" for m in LINE_MAGICS if shell.find_line_magic(m) is None] + \
