@@ -10,6 +10,7 @@ piling up on one process, the same dropout key everywhere, an engine still busy
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -23,6 +24,21 @@ import jaxmagic.probes as probes
 from jaxmagic.probes.gather import entry_of, merge
 
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is the optional extra jaxmagic[parallel]")
+
+
+@contextlib.contextmanager
+def _cpu_engines():
+    """JAX_PLATFORMS=cpu while engines start (they inherit it); this process's environment after, as before
+    (kernels started later by other tests, the demo notebooks, must not inherit it)."""
+    before = os.environ.get("JAX_PLATFORMS")
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["JAX_PLATFORMS"]
+        else:
+            os.environ["JAX_PLATFORMS"] = before
 
 
 def _free_port() -> int:
@@ -102,11 +118,11 @@ for start in range(0, len(data), 8):  # process 1's last batch has 4 rows: anoth
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ["JAX_PLATFORMS"] = "cpu"  # the engines inherit it
     started = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
-    client = started.start_and_connect_sync()
-    try:
+    with _cpu_engines():
+        client = started.start_and_connect_sync()
         client.wait_for_engines(2, timeout=120)
+    try:
         view = client[:]
         view.execute("%load_ext jaxmagic\nimport jax, jax.numpy as jnp", block=True)
         port = _free_port()
@@ -214,11 +230,11 @@ for start in range(0, rows, 8):
 
 
 def test_four_engines_under_px_name_the_one_process_that_runs_another_program(ip):
-    os.environ["JAX_PLATFORMS"] = "cpu"
     started = ipp.Cluster(n=4, engines="local", controller_ip="127.0.0.1", log_level=40)
-    client = started.start_and_connect_sync()
-    try:
+    with _cpu_engines():
+        client = started.start_and_connect_sync()
         client.wait_for_engines(4, timeout=120)
+    try:
         view = client[:]
         view.execute("%load_ext jaxmagic\nimport jax, jax.numpy as jnp", block=True)
         port = _free_port()
