@@ -116,19 +116,21 @@ for start in range(0, len(data), 8):  # process 1's last batch has 4 rows: anoth
 """
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    started = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
+@contextlib.contextmanager
+def jax_job(engines: int):
+    """A local ipyparallel cluster whose engines are the processes of one jax.distributed job (CPU)."""
+    started = ipp.Cluster(n=engines, engines="local", controller_ip="127.0.0.1", log_level=40)
     with _cpu_engines():
         client = started.start_and_connect_sync()
-        client.wait_for_engines(2, timeout=120)
+        client.wait_for_engines(engines, timeout=120)
     try:
         view = client[:]
         view.execute("%load_ext jaxmagic\nimport jax, jax.numpy as jnp", block=True)
         port = _free_port()
         joins = [
             client[i].execute(
-                f"jax.distributed.initialize('127.0.0.1:{port}', num_processes=2, process_id={i})", block=False
+                f"jax.distributed.initialize('127.0.0.1:{port}', num_processes={engines}, process_id={i})",
+                block=False,
             )
             for i in client.ids
         ]
@@ -138,6 +140,12 @@ def cluster():
     finally:
         client.close()
         started.stop_cluster_sync()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with jax_job(2) as job:
+        yield job
 
 
 def test_the_doctor_on_every_engine_merged_names_each_per_process_bug(cluster, ip):
@@ -230,31 +238,13 @@ for start in range(0, rows, 8):
 
 
 def test_four_engines_under_px_name_the_one_process_that_runs_another_program(ip):
-    started = ipp.Cluster(n=4, engines="local", controller_ip="127.0.0.1", log_level=40)
-    with _cpu_engines():
-        client = started.start_and_connect_sync()
-        client.wait_for_engines(4, timeout=120)
-    try:
-        view = client[:]
-        view.execute("%load_ext jaxmagic\nimport jax, jax.numpy as jnp", block=True)
-        port = _free_port()
-        joins = [
-            client[i].execute(
-                f"jax.distributed.initialize('127.0.0.1:{port}', num_processes=4, process_id={i})", block=False
-            )
-            for i in client.ids
-        ]
-        for join in joins:
-            join.get(timeout=120)
+    with jax_job(4) as (_client, view):
         view.activate()  # %%px in this shell runs the cell on every engine
         ip.user_ns["dv"] = view
         ip.run_cell(RAGGED)
         ip.run_line_magic("jax_gather", "rep_c -o merged")
-        data = ip.user_ns["merged"].to_dict()
-        divergence = [f for f in data["findings"] if f["area"] == "divergence"]
-        assert [p["process"] for p in data["processes"]] == [0, 1, 2, 3]
-        assert divergence and divergence[0]["function"] == "step" and divergence[0]["processes"] == [3], data
-        assert "collective" in divergence[0]["fix"]
-    finally:
-        client.close()
-        started.stop_cluster_sync()
+    data = ip.user_ns["merged"].to_dict()
+    divergence = [f for f in data["findings"] if f["area"] == "divergence"]
+    assert [p["process"] for p in data["processes"]] == [0, 1, 2, 3]
+    assert divergence and divergence[0]["function"] == "step" and divergence[0]["processes"] == [3], data
+    assert "collective" in divergence[0]["fix"]
