@@ -337,13 +337,14 @@ print("your frames in the traceback:", [(f.name, f.line) for f in user_frames])
 
 
 def cause_frames(error):
-    """Your frames (function, line within it, code) in the traceback of ``error.__cause__``."""
+    """The frames of this cell's file (function, line within reg_loss, code) in ``error.__cause__``'s traceback."""
     return [(f.name, f.lineno - reg_loss.__code__.co_firstlineno + 1, f.line)
-            for f in traceback.extract_tb(error.__cause__.__traceback__) if "site-packages" not in f.filename]
+            for f in traceback.extract_tb(error.__cause__.__traceback__)
+            if f.filename == reg_loss.__code__.co_filename]
 
 
 print("err.__cause__:", type(err.__cause__).__name__)
-print("your frames in err.__cause__ (filtering auto):", cause_frames(err))
+print("innermost frame of err.__cause__ (filtering auto):", cause_frames(err)[-1])
 filtering_before = jax.config.jax_traceback_filtering
 jax.config.update("jax_traceback_filtering", "off")
 try:
@@ -351,7 +352,7 @@ try:
         err_off = show_error(lambda: jax.grad(reg_loss)(p_reg, x_reg))
 finally:
     jax.config.update("jax_traceback_filtering", filtering_before)
-print("your frames in err.__cause__ (filtering off):", cause_frames(err_off))
+print("innermost frame of err.__cause__ (filtering off):", cause_frames(err_off)[-1])
 
 # leaf by leaf: which parameter's gradient holds a NaN?
 grads = jax.grad(reg_loss)(p_reg, x_reg)
