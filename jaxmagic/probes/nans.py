@@ -82,12 +82,13 @@ FORWARD_CAUSES = {
 
 BACKWARD_EXPLANATION = (
     "In a backward pass JAX's error message names only the primitive of the gradient code JAX generated. "
-    "The forward line whose derivative failed is in the error's __cause__ (JAX's "
-    'JaxStackTraceBeforeTransformation, printed above the error as "the preceding stack trace"), with '
-    "traceback filtering on or off, when JAX recorded that line. The usual cause is a function whose "
-    "derivative is undefined at the point where it is evaluated, or the jnp.where trap, where the branch that is not selected still gets a NaN "
-    "gradient. Which fix applies depends on the operation and the values it got: %%jax_nans on the cell "
-    "names them."
+    "Where the gradient was taken outside jax.jit, JAX 0.12 chains the forward line whose derivative failed "
+    "as the error's __cause__ (JaxStackTraceBeforeTransformation, printed above the error as \"the preceding "
+    'stack trace"), with traceback filtering on or off; inside a jitted function it chains none, and the '
+    "traceback ends at the line that took the gradient. The usual cause is a function whose "
+    "derivative is undefined at the point where it is evaluated, or the jnp.where trap, where the branch that "
+    "is not selected still gets a NaN gradient. Which fix applies depends on the operation and the values it "
+    "got: %%jax_nans on the cell names them."
 )
 
 DISCARDED_EXPLANATION = (
