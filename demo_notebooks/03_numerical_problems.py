@@ -320,7 +320,9 @@ assert jax.config.jax_debug_nans is False
 # source of the JAX operation that, once transformed by JAX, triggered the following exception"),
 # and its traceback ends in `reg_loss`, at the penalty line - the forward line whose derivative
 # failed. It is there with `JAX_TRACEBACK_FILTERING` left at `auto` and with it set to `off` (the
-# cell below checks both). Which parameter's gradient is broken it does not say: for that you look
+# cell below checks both). That is for a `jax.grad` called outside `jit`: when the gradient is taken
+# inside a jitted function (`jax.jit(jax.grad(reg_loss))`, or notebook 09's `train_step`) the error
+# has no `__cause__`, and nothing in it names your line. Which parameter's gradient is broken it does not say: for that you look
 # at the gradient leaf by leaf. Note that no `jax.clear_caches()` is needed here: the `with` form is
 # immune to the problem above.
 
@@ -353,6 +355,9 @@ try:
 finally:
     jax.config.update("jax_traceback_filtering", filtering_before)
 print("innermost frame of err.__cause__ (filtering off):", cause_frames(err_off)[-1])
+with jax.debug_nans(True):
+    err_jit = show_error(lambda: jax.jit(jax.grad(reg_loss))(p_reg, x_reg))
+print("jit(grad): err.__cause__ =", repr(err_jit.__cause__))
 
 # leaf by leaf: which parameter's gradient holds a NaN?
 grads = jax.grad(reg_loss)(p_reg, x_reg)
@@ -368,6 +373,8 @@ for e in (err, err_off):                                      # its __cause__ en
     assert str(e) == "invalid value (nan) encountered in mul"
     name, line_in_function, code = cause_frames(e)[-1]
     assert (name, line_in_function) == ("reg_loss", 2) and "jnp.linalg.norm(p[\"b\"])" in code
+assert str(err_jit) == "invalid value (nan) encountered in mul" and err_jit.__cause__ is None   # inside jit: none
+del err_off, err_jit
 assert bad_leaves == ["['b']"]
 
 # %% [markdown]
