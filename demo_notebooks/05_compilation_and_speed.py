@@ -413,6 +413,8 @@ assert layer.line.function == "deep" and layer.calls == 20
 assert layer.kernel_runs == 1600                        # 20 calls x 40 layers x 2 kernels (the product, the tanh)
 assert layer.scopes == ["layers"]                       # its kernels are attributed to the named_scope
 assert prof_deep.scope("layers") is not None
+total = by_code["return x.sum()"]                       # the reduction: outside the scope, one kernel per call
+assert (total.calls, total.kernel_runs, total.scopes) == (20, 20, ["(no named_scope)"])
 assert prof_deep.program("deep").calls == 20
 assert prof_deep.time.compilations == 0                 # the warm-up run paid for compiling
 print(f"{layer.share:.0%} of the device time on `{layer.line.code}`; bound: {prof_deep.bound}")
