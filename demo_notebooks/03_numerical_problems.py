@@ -307,7 +307,7 @@ assert jax.config.jax_debug_nans is False
 
 
 # %% [markdown]
-# ### A NaN in the backward pass: JAX names only the primitive
+# ### A NaN in the backward pass: JAX's message names only the primitive
 #
 # A classic source is the gradient of `jnp.linalg.norm` at the zero vector. There
 # $\nabla\lVert b\rVert = b/\lVert b\rVert = 0/0$. Below, the bias `b` starts at zero, and the loss
