@@ -368,7 +368,7 @@ def train_v3(step_fn, params, X, Y, n_steps, seed=0):
 
 # %%
 # %%jax_keys -o keys_v3
-train_v3(step_v2, params0, X_tr, Y_tr, 5)
+params_k3, losses_k3 = train_v3(step_v2, params0, X_tr, Y_tr, 5)    # assigned: no echo of the parameters
 
 # %%
 assert keys_v3.reuse == [] and keys_v3.status.value == "ok"          # the checker finds nothing now
@@ -741,12 +741,19 @@ ex4_self_check()
 # %% [markdown]
 # ## Quiz (six questions)
 #
-# Each answer that is a checkable fact is checked by code below the question.
+# Each answer is folded until you open it; each that is a checkable fact is checked by the code cell
+# below the question.
 #
 # **1.** In JAX 0.12.0.1, which of these is a subclass of `jax.errors.ConcretizationTypeError`?
 # A. `TracerIntegerConversionError` B. `TracerArrayConversionError` C. `TracerBoolConversionError`
-# D. all three. — **C.** Only `TracerBoolConversionError`; the other two derive from `JAXTypeError`
+# D. all three.
+#
+# <details><summary>Answer (click to open)</summary>
+#
+# **C.** Only `TracerBoolConversionError`; the other two derive from `JAXTypeError`
 # directly. To catch them all, catch `jax.errors.JAXTypeError` (or `TypeError`).
+#
+# </details>
 
 # %%
 E = jax.errors
@@ -759,8 +766,13 @@ assert all(issubclass(c, E.JAXTypeError) and issubclass(c, TypeError)
 
 # %% [markdown]
 # **2.** `jax.vmap(f)(jnp.array([1.0, -1.0]))`, where `f` calls `lax.cond(x > 0, branch_a, branch_b, x)`
-# and each branch has one `jax.debug.print`. How many lines are printed? A. 2 B. 4 C. 1 D. 0 —
+# and each branch has one `jax.debug.print`. How many lines are printed? A. 2 B. 4 C. 1 D. 0
+#
+# <details><summary>Answer (click to open)</summary>
+#
 # **B.** `vmap` turns the cond into a select: both branches run for both samples, 2 × 2 = 4 lines.
+#
+# </details>
 
 # %%
 # %%jax_print -o quiz2
@@ -783,9 +795,14 @@ assert len(quiz2.texts) == 4 and sorted(quiz2.texts) == ["branch a -1.0", "branc
 # * C. `UnexpectedTracerError` is raised
 # * D. the process crashes
 #
-# — **B.** It silently returns NaN;
+#
+# <details><summary>Answer (click to open)</summary>
+#
+# **B.** It silently returns NaN;
 # call `jax.clear_caches()` first, or use the scoped `with jax.debug_nans(True):` or `checkify`.
-# Checked in a fresh process, so this kernel's caches are not involved:
+# Checked in a fresh process, so this kernel's caches are not involved (the cell below).
+#
+# </details>
 
 # %%
 QUIZ3 = '''
@@ -820,8 +837,14 @@ assert result_lines(proc) == ["global nan", "scoped raised", "cleared raised"]
 # **4.** With `jax_explain_cache_misses` on, the log says only "cache miss explanation unavailable",
 # and `jax_log_compiles` shows the same argument shapes every time. The most likely cause?
 # A. the input dtype changes B. the value of a static argument changes C. the pytree structure
-# changes D. `jax_debug_nans` is on. — **B.** A static argument's value changes. (`%%jax_compiles` named it in section 9.2; here JAX's own
+# changes D. `jax_debug_nans` is on.
+#
+# <details><summary>Answer (click to open)</summary>
+#
+# **B.** A static argument's value changes. (`%%jax_compiles` named it in section 9.2; here JAX's own
 # words.)
+#
+# </details>
 
 # %%
 @partial(jax.jit, static_argnames=("n",))
@@ -847,9 +870,14 @@ assert all("explanation unavailable" in m for m in misses[1:])
 # * C. the leak check only works under `vmap`
 # * D. the leak check only works on GPU
 #
-# — **B.** The function had been traced before with the same input
+#
+# <details><summary>Answer (click to open)</summary>
+#
+# **B.** The function had been traced before with the same input
 # types: the call hit the cache, nothing was traced, and leaks are only checked when a trace ends.
 # (`%%jax_leaks` traces afresh under a cache key of its own.)
+#
+# </details>
 
 # %%
 quiz5_box = []                     # the function appends to it while tracing: its length counts traces
@@ -882,7 +910,13 @@ assert traces_after_clear == 2 and "Leaked" in str(error_after_clear)   # traced
 # %% [markdown]
 # **6.** About `JAX_TRACEBACK_FILTERING`'s default `auto`: A. In Jupyter (IPython ≥ 7.17) it means
 # `tracebackhide`, in a plain Python script `quiet_remove_frames` B. always `off` C. always
-# `remove_frames`, the full stack in `__cause__` D. it only affects `jax.grad`'s errors. — **A.**
+# `remove_frames`, the full stack in `__cause__` D. it only affects `jax.grad`'s errors.
+#
+# <details><summary>Answer (click to open)</summary>
+#
+# **A.**
+#
+# </details>
 
 # %%
 import traceback as _tb
