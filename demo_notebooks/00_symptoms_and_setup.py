@@ -162,6 +162,17 @@ assert jax.__version__ == "0.12.0.1" and jax.default_backend() == "cpu"
 assert xla_bridge.backends_are_initialized()      # asking for the devices is what started it
 
 # %% [markdown]
+# The helpers are short; here is the code of the three the notebooks use most, as it is in
+# `_demo_helpers.py`:
+
+# %%
+import inspect
+import _demo_helpers
+for helper in (_demo_helpers.show_error, _demo_helpers.capture_stdout, _demo_helpers.CompileCounter):
+    print(inspect.getsource(helper))
+assert show_error is _demo_helpers.show_error and CompileCounter is _demo_helpers.CompileCounter
+
+# %% [markdown]
 # ### The helpers at work
 #
 # Each helper is checked once here, so later notebooks can rely on it.

@@ -121,10 +121,10 @@ first_lines = [pr_stats.texts[0], pr_stats.texts[2]]
 reversed_calls = sum(t.startswith("positional") for t in first_lines)
 print("calls whose prints came out reversed:", reversed_calls, "| reported:", len(pr_stats.out_of_order))
 assert len(pr_stats.out_of_order) == reversed_calls
-if pr_stats.out_of_order:
-    d = pr_stats.out_of_order[0]
-    assert d.function == "stats" and d.program[0].startswith("mean=") and d.arrived[0].startswith("positional")
-    assert "out of program order" in pr_stats.summary
+assert pr_stats.out_of_order, "the prints came out in program order: the text above says they do not here"
+d = pr_stats.out_of_order[0]
+assert d.function == "stats" and d.program[0].startswith("mean=") and d.arrived[0].startswith("positional")
+assert "out of program order" in pr_stats.summary
 
 # %% [markdown]
 # ### The two-call form and `ordered=True`

@@ -307,18 +307,24 @@ assert jax.config.jax_debug_nans is False
 
 
 # %% [markdown]
-# ### A NaN in the backward pass: JAX names only the primitive
+# ### A NaN in the backward pass: JAX's message names only the primitive
 #
 # A classic source is the gradient of `jnp.linalg.norm` at the zero vector. There
 # $\nabla\lVert b\rVert = b/\lVert b\rVert = 0/0$. Below, the bias `b` starts at zero, and the loss
 # has a small norm penalty on it.
 #
-# With plain `jax.debug_nans`, the error only says `invalid value (nan) encountered in mul`. The
-# failing `mul` is in gradient code that JAX generated, so no line of yours computed it. The
-# traceback does not have a single frame inside `reg_loss`, and `JAX_TRACEBACK_FILTERING=off` does
-# not add one. You then have to look at the gradient leaf by leaf to find which parameter's
-# gradient is broken. Note that no `jax.clear_caches()` is needed here: the `with` form is immune
-# to the problem above.
+# With plain `jax.debug_nans`, the error message only says `invalid value (nan) encountered in mul`.
+# The failing `mul` is in gradient code that JAX generated, and the error's own traceback
+# (`err.__traceback__`) has no frame inside `reg_loss`. But JAX 0.12 chains a second exception to
+# it: `err.__cause__` is a `JaxStackTraceBeforeTransformation` ("The preceding stack trace is the
+# source of the JAX operation that, once transformed by JAX, triggered the following exception"),
+# and its traceback ends in `reg_loss`, at the penalty line - the forward line whose derivative
+# failed. It is there with `JAX_TRACEBACK_FILTERING` left at `auto` and with it set to `off` (the
+# cell below checks both). That is for a `jax.grad` called outside `jit`: when the gradient is taken
+# inside a jitted function (`jax.jit(jax.grad(reg_loss))`, or notebook 09's `train_step`) the error
+# has no `__cause__`, and nothing in it names your line. Which parameter's gradient is broken it does not say: for that you look
+# at the gradient leaf by leaf. Note that no `jax.clear_caches()` is needed here: the `with` form is
+# immune to the problem above.
 
 # %%
 def reg_loss(p, x):
@@ -331,6 +337,28 @@ with jax.debug_nans(True):
 user_frames = [f for f in traceback.extract_tb(err.__traceback__) if "site-packages" not in f.filename]
 print("your frames in the traceback:", [(f.name, f.line) for f in user_frames])
 
+
+def cause_frames(error):
+    """The frames of this cell's file (function, line within reg_loss, code) in ``error.__cause__``'s traceback."""
+    return [(f.name, f.lineno - reg_loss.__code__.co_firstlineno + 1, f.line)
+            for f in traceback.extract_tb(error.__cause__.__traceback__)
+            if f.filename == reg_loss.__code__.co_filename]
+
+
+print("err.__cause__:", type(err.__cause__).__name__)
+print("innermost frame of err.__cause__ (filtering auto):", cause_frames(err)[-1])
+filtering_before = jax.config.jax_traceback_filtering
+jax.config.update("jax_traceback_filtering", "off")
+try:
+    with jax.debug_nans(True):
+        err_off = show_error(lambda: jax.grad(reg_loss)(p_reg, x_reg))
+finally:
+    jax.config.update("jax_traceback_filtering", filtering_before)
+print("innermost frame of err.__cause__ (filtering off):", cause_frames(err_off)[-1])
+with jax.debug_nans(True):
+    err_jit = show_error(lambda: jax.jit(jax.grad(reg_loss))(p_reg, x_reg))
+print("jit(grad): err.__cause__ =", repr(err_jit.__cause__))
+
 # leaf by leaf: which parameter's gradient holds a NaN?
 grads = jax.grad(reg_loss)(p_reg, x_reg)
 bad_leaves = [jax.tree_util.keystr(path) for path, g in jax.tree_util.tree_leaves_with_path(grads)
@@ -338,15 +366,25 @@ bad_leaves = [jax.tree_util.keystr(path) for path, g in jax.tree_util.tree_leave
 print("gradient leaves with a NaN:", bad_leaves)
 
 assert isinstance(err, FloatingPointError) and str(err) == "invalid value (nan) encountered in mul"
-assert "reg_loss" not in [f.name for f in user_frames]       # not one frame inside reg_loss
+assert "reg_loss" not in [f.name for f in user_frames]       # the error's own traceback: not inside reg_loss
+assert filtering_before == "auto"
+for e in (err, err_off):                                      # its __cause__ ends in reg_loss, line 2 of it
+    assert type(e.__cause__).__name__ == "JaxStackTraceBeforeTransformation"
+    assert str(e) == "invalid value (nan) encountered in mul"
+    name, line_in_function, code = cause_frames(e)[-1]
+    assert (name, line_in_function) == ("reg_loss", 2) and "jnp.linalg.norm(p[\"b\"])" in code
+assert str(err_jit) == "invalid value (nan) encountered in mul" and err_jit.__cause__ is None   # inside jit: none
+del err_off, err_jit
 assert bad_leaves == ["['b']"]
 
 # %% [markdown]
-# `%%jax_nans` does both steps for you. When the NaN comes from a backward pass, the magic calls the
-# failing call once more under `jax.disable_jit()`. Op by op, the forward operations keep their
-# source lines, so it can name **the line of yours whose gradient went wrong**. It then runs the
-# call once more with checking off and scans the result for non-finite leaves, giving each one's
-# key path.
+# `%%jax_nans` does both steps for you. When the NaN comes from a backward pass, it reads the
+# forward line from the error's `__cause__` (the stack JAX recorded before transforming), so it
+# names **the line of yours whose gradient went wrong** without running anything again. Only when
+# JAX attached no such line does it call the failing call once more under `jax.disable_jit()`, op
+# by op, to find one; here it did not need to (`rep_grad.origin_by_rerun` is `False`). It then
+# runs the call once more with checking off and scans the result for non-finite leaves, giving
+# each one's key path.
 
 # %% tags=["raises-exception"]
 # %%jax_nans -o rep_grad
@@ -361,6 +399,8 @@ origin = rep_grad.origin_lines[-1]
 assert origin.function == "reg_loss" and "jnp.linalg.norm(p[\"b\"])" in origin.code
 assert any(leaf.path == "['b']" for leaf in rep_grad.nonfinite)
 assert [leaf.name for leaf in rep_grad.nonfinite] == ["result of jax.grad(reg_loss)(p_reg, x_reg)['b']"]
+assert rep_grad.origin_by_rerun is False                          # the line came from err.__cause__
+assert not any("disable_jit" in note for note in rep_grad.notes)  # no op-by-op re-run was made
 assert jax.config.jax_debug_nans is False
 print(rep_grad.summary)
 

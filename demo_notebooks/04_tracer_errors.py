@@ -304,6 +304,12 @@ assert reports_conc["jnp.arange(n)"].jax_hint == "It arose in the jnp.arange arg
 assert reports_conc["jnp.arange(n)"].fixes[0].use == "static_argnames=('n',)"
 assert reports_conc["jnp.nonzero(x)"].fixes[0].use.startswith("jnp.nonzero(x, size=k")
 assert reports_conc["float(x)"].fixes[0].use.startswith("stay in JAX")
+# x.item(): JAX adds no hint; the report names the argument; its fixes are the general list of this kind
+# of error (the same as for float(x): the first one is written for float(x), not for x.item())
+item = reports_conc["x.item()"]
+print("x.item():", item.summary)
+assert item.jax_hint == "" and "the value depends on the argument `x`" in item.summary
+assert [f.use for f in item.fixes] == [f.use for f in reports_conc["float(x)"].fixes]
 
 # %%
 # right: stay in JAX; a size that is a setting becomes static; otherwise give a fixed size
@@ -614,6 +620,12 @@ assert jax.config.jax_check_tracer_leaks is False
 assert shell.custom_exceptions == ()
 # %jax_explain on
 assert shell.custom_exceptions == (Exception,)
+
+# %%
+# %unload_ext jaxmagic
+assert shell.custom_exceptions == () and shell.find_line_magic("jax_explain") is None   # explainer and magics gone
+# %load_ext jaxmagic
+assert shell.custom_exceptions == (Exception,) and shell.find_line_magic("jax_explain") is not None
 
 # %% [markdown]
 # ## Final check: nothing left switched on

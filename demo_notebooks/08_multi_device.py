@@ -175,6 +175,28 @@ finally:
 assert isinstance(e_norich, ValueError)
 assert str(e_norich) == "`visualize_sharding` requires `rich` to be installed."
 
+# %% [markdown]
+# The chapter's replacement needs no `rich`: `x.sharding.devices_indices_map(x.shape)` gives the slice
+# each device holds, and a few lines turn it into the same grid.
+
+# %%
+def ascii_sharding(arr):
+    """The layout of a 2-D array as rows of device labels, from devices_indices_map (no rich)."""
+    index_map = arr.sharding.devices_indices_map(arr.shape)
+    starts = [sorted({(sl[k].start or 0) for sl in index_map.values()}) for k in (0, 1)]
+    grid = [[[] for _ in starts[1]] for _ in starts[0]]
+    for device, (rows_sl, cols_sl) in index_map.items():
+        grid[starts[0].index(rows_sl.start or 0)][starts[1].index(cols_sl.start or 0)].append(
+            f"{device.platform.upper()} {device.id}")
+    return [[",".join(cell) for cell in row] for row in grid]
+
+for device, index in sorted(x.sharding.devices_indices_map(x.shape).items(), key=lambda kv: kv[0].id):
+    print(f"  {device}: {index}")
+grid = ascii_sharding(x)
+for row in grid:
+    print("  | " + " | ".join(row) + " |")
+assert grid == labels(rep_x) == [["CPU 0", "CPU 1"], ["CPU 2", "CPU 3"]]   # the same layout as JAX and %jax_sharding
+
 # %%
 sys.modules["rich"] = None
 try:
@@ -225,24 +247,34 @@ assert grids[0].row_labels == ["0:2", "2:4"] and grids[0].col_labels == ["0:4", 
 mesh_d = jax.make_mesh((4,), ("d",), devices=jax.devices()[:4])
 x82 = jax.device_put(jnp.arange(16.0).reshape(8, 2), NamedSharding(mesh_d, P("d")))
 seen = {}
+inspect_calls = []                                            # one entry per call of the callback
+
+def on_sharding(s):
+    inspect_calls.append(str(s.spec))
+    seen["inspect"] = str(s.spec)
 
 @jax.jit
 def f(a):
     seen["trace_typeof"] = str(jax.typeof(a))                 # read while tracing
     b = jnp.sin(a) * 2
-    jax.debug.inspect_array_sharding(b, callback=lambda s: seen.__setitem__("inspect", str(s.spec)))
+    jax.debug.inspect_array_sharding(b, callback=on_sharding)
     return b.sum(axis=1)
 
 out = f(x82)
+calls_after_first = len(inspect_calls)
+for _ in range(3):
+    jax.block_until_ready(f(x82))                             # the compiled f, called again
 seen["out_typeof"] = str(jax.typeof(out))
 seen["out_spec"] = str(out.sharding.spec)
 for k, v in seen.items():
     print(f"  {k:13s} {v}")
 assert seen["trace_typeof"] == "float32[8@d,2]" and seen["inspect"] == "P('d',)"
 assert seen["out_typeof"] == "float32[8@d]" and seen["out_spec"] == "P('d',)"
+print("callback calls: after the first call of f", calls_after_first, "| after three more", len(inspect_calls))
+assert calls_after_first == 1 and inspect_calls == ["P('d',)"]   # once, at compile time; not at later calls
 
 # %% [markdown]
-# The callback ran once, when `f` was compiled; calling `f` again does not call it. `%jax_sharding` on
+# The callback ran once, when `f` was compiled; calling `f` three more times did not call it again. `%jax_sharding` on
 # the call lists the shardings `f` was compiled with. `--intermediates` compiles an instrumented copy of
 # `f` (it is not run) that calls `inspect_array_sharding` after every operation, so every value inside
 # gets its compiler-chosen sharding, next to its type at trace time and your line. Your own

@@ -25,8 +25,10 @@
 #    and in the `op_name` of the optimized HLO.
 # 4. **Numerics.** `jax.debug_nans` / `jax.debug_infs` work as context managers. In 0.12.0.1, switched
 #    on globally with `config.update`, they stop checking computations that were already cached once a
-#    `vmap` has been traced (the `with` form is not affected); a NaN in the backward pass is reported
-#    only by primitive name. `checkify` has four kinds of check: your own assertions, NaN, division by
+#    `vmap` has been traced (the `with` form is not affected). A NaN in the backward pass: the message
+#    names only the primitive; for a `jax.grad` taken outside `jit` the error's `__cause__`
+#    (`JaxStackTraceBeforeTransformation`) holds your forward line, with traceback filtering `auto`
+#    or `off`; inside a jitted function there is no `__cause__`. `checkify` has four kinds of check: your own assertions, NaN, division by
 #    zero and out-of-bounds indices (which JAX otherwise clamps silently). `vmap(checkify)` reports every
 #    failing sample, `checkify(vmap)` only one; `float_checks` does not catch inf. `check_grads` on a
 #    `custom_vjp` function works only with `modes=["rev"]`.
@@ -69,7 +71,7 @@
 # | `jax.stages` Traced / Lowered / Compiled | the three stage objects | `%jax_stages` times each stage |
 # | `with jax.named_scope("name"):` | prefix the ops inside, to find them in HLO or a trace | `%jax_hlo SCOPE`, `%%jax_profile` |
 # | `with jax.debug_nans(True):` / `jax.debug_infs(True)` | raise `FloatingPointError` on NaN / inf in the block | `%%jax_nans [--infs]` |
-# | `jax.clear_caches()` | empty the compile caches (global `debug_nans` gap, leak checks, cached constants) | done by `%%jax_nans`, `%%jax_leaks` |
+# | `jax.clear_caches()` | empty the compile caches (global `debug_nans` gap, leak checks, cached constants) | not called by the magics: `%%jax_nans` uses the `with` form, which has no gap; `%%jax_leaks` traces afresh under a cache key of its own (`jax.make_user_context`) and leaves your caches as they were |
 # | `checkify.checkify(f, errors=...)` | functional checks, returns `(err, out)`; `err.get()` / `err.throw()` | `%jax_check` |
 # | `checkify.check(pred, "msg {v}", v=x)` | your own runtime assertion (must be under `checkify`) | `%jax_check` |
 # | `checkify.user_checks` / `nan_checks` / `div_checks` / `index_checks` / `float_checks` / `all_checks` | error sets, combined with `\|` | `%jax_check --errors` |
@@ -79,7 +81,7 @@
 # | `with jax.checking_leaks():` / `jax.check_tracer_leaks(True)` | check for leaked tracers at the end of tracing, with the reference chain | `%%jax_leaks` |
 # | `with jax.log_compiles():` | 4 log lines per compilation (shapes, time) | `%%jax_compiles` |
 # | `with jax.explain_cache_misses():` | why the cache missed | `%%jax_compiles` |
-# | `jit_f._cache_size()` | private: number of cache entries (shared by all wrappers of one function) | `%%jax_compiles` |
+# | `jit_f._cache_size()` | private: number of cache entries (shared by all wrappers of one function) | — (`%%jax_compiles` does not read it: it counts `jax.monitoring`'s backend-compile events) |
 # | `jax.monitoring.register_event_duration_secs_listener` | the base of the chapter's `CompileCounter` (`/jax/core/compile/backend_compile_duration`) | `%%jax_compiles --budget N` |
 # | `with jax.transfer_guard("disallow"):` | an implicit host ↔ device copy raises | `%%jax_transfers` |
 # | `JAX_TRACEBACK_FILTERING=off` (or `tracebackhide`, `remove_frames`, `quiet_remove_frames`, `auto`) | how much of JAX's own stack a traceback shows; also `jax.config.update("jax_traceback_filtering", ...)` | `%jax_traceback` |
@@ -140,6 +142,60 @@ assert jax.__version__ == "0.12.0.1"
 assert set(jax.config.values) >= {"jax_debug_nans", "jax_debug_infs", "jax_traceback_filtering",
                                   "jax_log_compiles", "jax_explain_cache_misses", "jax_debug_key_reuse"}
 print(sum(map(len, APIS.values())), "APIs of the table exist in JAX", jax.__version__)
+
+# %% [markdown]
+# Three claims above about what JAX and the magics do, checked here: where a backward-pass NaN's line
+# is; that `%%jax_nans` and `%%jax_leaks` never call `jax.clear_caches()`; that `%%jax_compiles` counts
+# compilation events, not `_cache_size()`.
+
+# %%
+import pathlib, traceback
+import jax.numpy as jnp
+import jaxmagic
+from jaxmagic.probes.compiles import EVENT_BACKEND_COMPILE
+
+def norm_loss(b):
+    return jnp.linalg.norm(b)                       # its gradient at 0 is 0/0
+
+def nan_error(fn):
+    with jax.debug_nans(True):
+        try:
+            fn(jnp.zeros(2))
+        except FloatingPointError as e:
+            return e
+    raise AssertionError("no FloatingPointError")
+
+err_grad, err_jit = nan_error(jax.grad(norm_loss)), nan_error(jax.jit(jax.grad(norm_loss)))
+cause_names = [f.name for f in traceback.extract_tb(err_grad.__cause__.__traceback__)]
+print(f"grad: {err_grad} | __cause__ {type(err_grad.__cause__).__name__} ends in {cause_names[-1]}")
+print(f"jit(grad): {err_jit} | __cause__ {err_jit.__cause__!r}")
+assert str(err_grad) == str(err_jit) == "invalid value (nan) encountered in mul"
+assert type(err_grad.__cause__).__name__ == "JaxStackTraceBeforeTransformation" and cause_names[-1] == "norm_loss"
+assert err_jit.__cause__ is None
+del err_grad, err_jit
+
+# count the calls of jax.clear_caches made by the two magics' cells (the next two cells)
+cleared = []
+real_clear_caches = jax.clear_caches
+jax.clear_caches = lambda: (cleared.append(1), real_clear_caches())[1]
+
+# %%
+# %%jax_nans -o nans_10
+jax.jit(lambda x: x * 2.0)(jnp.ones(3))
+
+# %%
+# %%jax_leaks -o leaks_10
+jax.jit(lambda x: x * 3.0)(jnp.ones(3))
+
+# %%
+jax.clear_caches = real_clear_caches
+print("jax.clear_caches() calls during %%jax_nans and %%jax_leaks:", len(cleared), "| leaks retraced by:",
+      leaks_10.retrace_method)
+assert cleared == [] and not nans_10.found and leaks_10.retrace_method == "user_context"
+# the compile magic counts backend-compile events; nothing in jaxmagic reads _cache_size()
+package = pathlib.Path(jaxmagic.__file__).parent
+assert EVENT_BACKEND_COMPILE == "/jax/core/compile/backend_compile_duration"
+assert not [p.name for p in package.rglob("*.py") if "_cache_size" in p.read_text()]
 
 # %% [markdown]
 # Last, the state this notebook leaves behind: `%jax_config` lists the JAX switches that differ from
