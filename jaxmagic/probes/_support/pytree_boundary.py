@@ -1,0 +1,588 @@
+"""What a jitted call receives, against what the same call receives op by op.
+
+``jax.jit`` does not hand the function the arguments it was given: it flattens them
+(a dict by its *sorted* keys, a custom pytree node by its flatten function), turns
+every leaf into an array (a Python ``int`` into a weakly typed int32, a float64 NumPy
+array into float32 without x64) and rebuilds the tree from the flat list. The
+function body runs once, when it is traced: a NumPy random draw, ``time.time()`` or a
+Python counter in the body is frozen into the program. An eager run sees none of
+this. So a difference between a jitted and an eager run can be made before the
+compiled program runs at all; :func:`before_program` tells, by re-running the eager
+function with what jit gave it, and names the stage, the user's line and a fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jaxmagic._jax import compat
+from jaxmagic.probes._support import attribution
+from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
+from jaxmagic.report.source import is_user_file, source_line
+
+STAGES = {
+    "pytree_order": "the pytree flattening order of a dict argument (jit iterates its keys sorted)",
+    "custom_node": "a custom pytree node, rebuilt by its unflatten function under jit",
+    "argument_dtypes": "the arguments' dtypes (jit turns Python numbers and NumPy arrays into JAX arrays)",
+    "trace_time_python": "Python code in the function that runs once, when jit traces it",
+    "none": "not before the program: the runs receive the same inputs",
+    "not_checked": "could not tell",
+}
+
+_NONDETERMINISTIC = ("random", "time", "perf_counter", "monotonic", "datetime", "now", "urandom", "uuid")
+
+
+@dataclasses.dataclass
+class ReorderedDict:
+    """A dict in the arguments whose keys jit iterates in another order than the call gave them."""
+
+    path: str  # "d", "params['encoder']"
+    given_order: list[str]
+    jit_order: list[str]
+
+
+@dataclasses.dataclass
+class BeforeProgram:
+    """Whether a jit/eager difference is already there in what the runs receive, and where."""
+
+    stage: str = "not_checked"  # a key of STAGES
+    explains: bool = False  # True: this stage explains the difference; compilation is not the cause
+    checked: str = ""  # "checked: ... -> outcome"
+    line: SourceLine | None = None  # the user's line that depends on it (order, draw, counter)
+    line_how: str = ""  # how the line was found
+    provenance: Provenance | None = None
+    fix: str = ""
+    dicts: list[ReorderedDict] = dataclasses.field(default_factory=list)
+    argument: str = ""  # the argument it concerns ("d", "lr")
+
+    @property
+    def stage_text(self) -> str:
+        return STAGES.get(self.stage, self.stage)
+
+
+# -- the checks ----------------------------------------------------------------------
+
+
+def before_program(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    is_static: Callable[[Any], bool],
+    run_eager: Callable[[tuple, dict], Any],
+    run_jit: Callable[[], Any],
+    eager_result: Any,
+    jit_result: Any,
+    distance: Callable[[Any, Any], float],
+    rtol: float,
+) -> BeforeProgram:
+    """Re-run the eager call with what jit gave the function, stage by stage; the first stage after
+    which eager gives jit's numbers is where the difference was made.
+
+    ``distance(a, b)``: max relative difference of two results (inf when they do not match in
+    structure). ``run_eager(args, kwargs)`` runs ``fn`` op by op; ``run_jit()`` the jitted call again.
+    """
+    found = BeforeProgram()
+    names = _argument_names(fn, args, kwargs)
+    inner = _python_function(fn)
+
+    # 1. does the eager run even repeat itself? If not, jit froze the first trace's Python values.
+    try:
+        again = run_eager(args, kwargs)
+        eager_again = distance(again, eager_result)
+    except Exception as error:
+        found.checked = f"checked: running the eager call again failed ({type(error).__name__}), so nothing was compared"
+        return found
+    if eager_again > rtol:
+        try:
+            jit_again = distance(run_jit(), jit_result)
+        except Exception:
+            jit_again = None
+        found.stage, found.explains = "trace_time_python", True
+        found.checked = (
+            f"checked: two eager runs of the same call differ from each other (max relative difference "
+            f"{_number(eager_again)})"
+            + (
+                f", two jit runs {'give the same numbers' if jit_again <= rtol else 'differ too'}"
+                if jit_again is not None
+                else ""
+            )
+            + ": the function's Python code makes new values at each run, and under jit it ran once, when "
+            "it was traced, so the program keeps the values of that run"
+        )
+        lines = _nondeterministic_lines(inner)
+        if lines:
+            found.line, found.line_how = lines[0], "the function's source calls this when it runs (found by reading it)"
+            found.provenance = attribution.of_source_line(lines[0])
+            found.fix = (
+                f"Make the value an argument of the function (a `jax.random` key for random numbers, the time or "
+                f"counter as an input) instead of computing it in the body at `{lines[0].code}`: a suggestion, "
+                "not tried."
+            )
+        else:
+            found.provenance = Provenance(unknown="no call of random, time or a counter was found in its source")
+            found.fix = (
+                "Pass anything that changes between calls (random keys, times, counters) as an argument instead "
+                "of computing it in Python inside the function: a suggestion, not tried."
+            )
+        return found
+
+    import jax
+
+    dynamic = [i for i, a in enumerate(args) if not is_static(a)]
+    dynamic_kw = [k for k, v in kwargs.items() if not is_static(v)]
+
+    def with_dynamic(new_args: list, new_kwargs: dict) -> tuple[tuple, dict]:
+        full = list(args)
+        for i, value in zip(dynamic, new_args):
+            full[i] = value
+        return tuple(full), {**kwargs, **new_kwargs}
+
+    given = ([args[i] for i in dynamic], {k: kwargs[k] for k in dynamic_kw})
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten(given)
+        rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
+    except Exception as error:
+        found.checked = f"checked: flattening the arguments as jit does failed ({type(error).__name__})"
+        return found
+
+    # 2. the pytree boundary: the same leaves, the tree rebuilt as jit rebuilds it
+    reordered = _reordered_dicts(given, rebuilt, [names[i] for i in dynamic] + dynamic_kw)
+    customs = _custom_nodes(given, [names[i] for i in dynamic] + dynamic_kw)
+    if reordered or customs:
+        try:
+            structured = run_eager(*with_dynamic(*rebuilt))
+            gap = distance(structured, jit_result)
+        except Exception as error:
+            gap, structured = None, None
+            failure = type(error).__name__
+        what = (
+            f"{_dict_words(reordered)} rebuilt in sorted key order"
+            if reordered and not customs
+            else "the arguments flattened and rebuilt as jit does ("
+            + ", ".join([f"{_dict_words(reordered)} in sorted key order"] if reordered else [])
+            + (", " if reordered else "")
+            + ", ".join(f"`{path}` ({kind}) by its unflatten function" for path, kind in customs[:3])
+            + ")"
+        )
+        if gap is None:
+            found.checked = f"checked: eager with {what} failed ({failure})"
+        elif gap <= rtol:
+            found.stage = "pytree_order" if reordered else "custom_node"
+            found.explains, found.dicts = True, reordered
+            found.checked = (
+                f"checked: eager with {what} gives jit's numbers (max relative difference {_number(gap)}), "
+                f"while with the arguments as given it differs from jit"
+            )
+            if reordered:
+                _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt, reordered, names)
+            else:
+                _custom_node_line(found, inner, customs)
+            return found
+        else:
+            found.dicts = reordered
+            found.checked = (
+                f"checked: eager with {what} still differs from jit (max relative difference {_number(gap)}), "
+                "so the flattening order does not explain the difference"
+            )
+        del structured
+
+    # 3. the leaves: Python numbers and NumPy arrays become JAX arrays under jit
+    converted, changed = _as_jit_leaves(leaves, jax)
+    if changed:
+        kinds = ", ".join(sorted(changed))
+        try:
+            typed = run_eager(*with_dynamic(*jax.tree_util.tree_unflatten(treedef, converted)))
+            gap = distance(typed, jit_result)
+        except Exception as error:
+            found.checked += f"; checked: eager with the arguments converted as jit does failed ({type(error).__name__})"
+            gap = None
+        if gap is not None and gap <= rtol:
+            argument = next(iter(changed.values()))
+            found.stage, found.explains, found.argument = "argument_dtypes", True, argument
+            found.checked = (
+                (found.checked + "; " if found.checked else "")
+                + f"checked: eager with {kinds} converted to JAX arrays, as jit converts them, gives jit's numbers "
+                f"(max relative difference {_number(gap)})"
+            )
+            found.provenance = Provenance(unknown="the conversion happens at the call, not on a line of the function")
+            found.fix = (
+                f"Pass `{argument}` as the JAX array the function should compute with (e.g. `jnp.asarray(...)` with "
+                "the dtype you mean) so that both runs see the same dtype, or mark it static if it is a setting: "
+                "a suggestion, not tried."
+            )
+            return found
+        if gap is not None:
+            found.checked = (
+                (found.checked + "; " if found.checked else "")
+                + f"checked: eager with {kinds} converted to JAX arrays as jit does still differs from jit "
+                f"(max relative difference {_number(gap)})"
+            )
+    found.stage = "none"
+    if not found.checked:
+        found.checked = (
+            "checked: the eager call repeats its numbers, and its arguments hold no dict whose order jit changes, "
+            "no custom pytree node and no Python number or NumPy array jit would convert"
+        )
+    return found
+
+
+# -- dicts, custom nodes, leaves --------------------------------------------------------
+
+
+def _argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    try:
+        bound = inspect.signature(_python_function(fn)).bind_partial(*args, **kwargs)
+        positional = list(bound.arguments)[: len(args)]
+        if len(positional) == len(args):
+            return positional
+    except (TypeError, ValueError):
+        pass
+    return [f"argument {i}" for i in range(len(args))]
+
+
+def _python_function(fn: Callable) -> Callable:
+    """The user's Python function behind a ``jax.jit`` wrapper (``__wrapped__``)."""
+    inner = fn
+    for _ in range(8):
+        wrapped = getattr(inner, "__wrapped__", None)
+        if wrapped is None or wrapped is inner:
+            break
+        inner = wrapped
+    return inner
+
+
+def _reordered_dicts(given, rebuilt, names: list[str]) -> list[ReorderedDict]:
+    found: list[ReorderedDict] = []
+    positional, keywords = given
+    positional_rebuilt, keywords_rebuilt = rebuilt
+    pairs = list(zip(names, positional + [keywords[k] for k in keywords], positional_rebuilt + [keywords_rebuilt[k] for k in keywords]))
+    for name, a, b in pairs:
+        _walk_dicts(a, b, name, found, 0)
+    return found
+
+
+def _walk_dicts(a, b, path: str, found: list[ReorderedDict], depth: int) -> None:
+    if depth > 20 or len(found) > 16:
+        return
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        given, got = list(a.keys()), list(b.keys())
+        if given != got and sorted(map(repr, given)) == sorted(map(repr, got)):
+            found.append(ReorderedDict(path, [repr(k) for k in given], [repr(k) for k in got]))
+        for key in given:
+            if key in b:
+                _walk_dicts(a[key], b[key], f"{path}[{key!r}]", found, depth + 1)
+    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _walk_dicts(x, y, f"{path}[{i}]", found, depth + 1)
+
+
+def _custom_nodes(given, names: list[str]) -> list[tuple[str, str]]:
+    """(path, type name) of the custom pytree nodes among the arguments (not dict, list, tuple, None)."""
+    import jax
+
+    found: list[tuple[str, str]] = []
+
+    def visit(node, path: str, depth: int) -> None:
+        if depth > 20 or len(found) > 16 or node is None:
+            return
+        if isinstance(node, Mapping) and type(node) in (dict,):
+            for key, value in node.items():
+                visit(value, f"{path}[{key!r}]", depth + 1)
+        elif isinstance(node, (list, tuple)):
+            for i, value in enumerate(node):
+                visit(value, f"{path}[{i}]", depth + 1)
+        else:
+            try:
+                leaf = jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(node))
+            except Exception:
+                return
+            if not leaf:
+                found.append((path, type(node).__name__))
+
+    positional, keywords = given
+    for name, value in zip(names, positional + [keywords[k] for k in keywords]):
+        visit(value, name, 0)
+    return found
+
+
+def _as_jit_leaves(leaves: list, jax) -> tuple[list, dict[str, str]]:
+    """The leaves as jit hands them to the function, and {what was converted: an example's type}."""
+    import numpy as np
+
+    converted, changed = [], {}
+    for leaf in leaves:
+        if isinstance(leaf, (bool, int, float, complex)):
+            changed.setdefault(f"Python {type(leaf).__name__}s", type(leaf).__name__)
+            converted.append(jax.numpy.asarray(leaf))
+        elif isinstance(leaf, (np.ndarray, np.generic)):
+            changed.setdefault("NumPy arrays", "a NumPy array")
+            converted.append(jax.numpy.asarray(leaf))
+        else:
+            converted.append(leaf)
+    return converted, changed
+
+
+def _dict_words(reordered: list[ReorderedDict]) -> str:
+    paths = ", ".join(f"`{d.path}`" for d in reordered[:3])
+    return f"the dict {paths}" if len(reordered) == 1 else f"the dicts {paths}"
+
+
+# -- the line that depends on the order ---------------------------------------------------
+
+
+def _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt, reordered, names) -> None:
+    """Trace the function twice, the dicts in the order given and in jit's order: the first operation
+    that differs is where the order reaches the computation (its ``source_info``); the line that
+    iterates the dict is read from the function's source."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(given)
+
+    def traced(in_given_order: bool):
+        def run(flat):
+            tree = jax.tree_util.tree_unflatten(treedef, flat)
+            if in_given_order:
+                tree = in_order_of(given, tree)
+            new_args, new_kwargs = tree
+            full = list(args)
+            for i, value in zip(dynamic, new_args):
+                full[i] = value
+            return inner(*full, **{**kwargs, **new_kwargs})
+
+        return jax.make_jaxpr(run)(leaves)
+
+    eqn_line = None
+    try:
+        as_given, as_jit = traced(True), traced(False)
+        eqn = _first_difference(as_given.jaxpr, as_jit.jaxpr)
+        if eqn is not None:
+            found.provenance = attribution.of_equation(eqn)
+            eqn_line = found.provenance.made_at
+    except Exception:
+        pass
+    iterating = _iterating_lines(inner, [d.path.split("[", 1)[0] for d in reordered])
+    line = None
+    if eqn_line is not None:
+        line = next((it for it in iterating if it.lineno == eqn_line.lineno and it.filename == eqn_line.filename), None)
+        if line is None:
+            line = next((it for it in iterating if it.filename == eqn_line.filename and it.lineno < eqn_line.lineno), None)
+            line = line if line is not None and _loop_holds(inner, line.lineno, eqn_line.lineno) else None
+    if line is not None:
+        found.line = line
+        found.line_how = (
+            "it iterates the dict (read in the function's source), and the first operation whose operands "
+            "change with the order is on "
+            + ("this line" if eqn_line is not None and eqn_line.lineno == line.lineno else f"line {eqn_line.lineno}")
+            + " (the traced program's source_info)"
+        )
+    elif eqn_line is not None:
+        found.line = eqn_line
+        found.line_how = "the first operation whose operands change with the order (the traced program's source_info)"
+    elif iterating:
+        found.line = iterating[0]
+        found.line_how = "it iterates the dict (read in the function's source); no operation of the traced program differs, so the order decides which value is used"
+    if found.line is not None and (found.provenance is None or found.provenance.made_at != found.line):
+        found.provenance = attribution.of_source_line(found.line)
+    elif found.provenance is None:
+        found.provenance = Provenance(unknown="no line of the function's source iterates the dict by name")
+    first = reordered[0]
+    keys = ", ".join(first.given_order)
+    found.argument = first.path
+    found.fix = (
+        f"Do not rely on the order of `{first.path}` (built with keys {keys}; under jit the function sees "
+        f"{', '.join(first.jit_order)}): iterate `sorted({first.path})` keys, e.g. "
+        f"`[{first.path}[k] for k in sorted({first.path})]`, or pass a list or a NamedTuple instead of the dict. "
+        "A suggestion, not tried: the check above rebuilt the dict in sorted order, it did not change your code."
+    )
+
+
+def _custom_node_line(found: BeforeProgram, inner, customs: list[tuple[str, str]]) -> None:
+    path, kind = customs[0]
+    found.argument = path
+    iterating = _iterating_lines(inner, [p.split("[", 1)[0] for p, _ in customs])
+    if iterating:
+        found.line = iterating[0]
+        found.line_how = "it iterates the argument in its own order (read in the function's source)"
+        found.provenance = attribution.of_source_line(iterating[0])
+    else:
+        found.provenance = Provenance(unknown="no line of the function's source iterates the argument by name")
+    found.fix = (
+        f"Under jit the function receives `{path}` as `{kind}`'s unflatten function rebuilds it from its "
+        "flattened children, not the object you passed: make flatten and unflatten keep what the function "
+        "reads (the order of its entries, attributes that are not children), or do not depend on that order "
+        "(iterate sorted keys). A suggestion, not tried."
+    )
+
+
+def in_order_of(original, tree):
+    """``tree`` (as jit rebuilt it) with every dict in the key order of ``original``."""
+    if isinstance(original, Mapping) and isinstance(tree, Mapping):
+        items = [(k, in_order_of(original[k], tree[k])) for k in original if k in tree]
+        try:
+            return type(tree)(items)
+        except Exception:
+            return dict(items)
+    if isinstance(original, (list, tuple)) and isinstance(tree, (list, tuple)) and len(original) == len(tree):
+        items = [in_order_of(a, b) for a, b in zip(original, tree)]
+        if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+            return type(tree)(*items)
+        return type(tree)(items)
+    return tree
+
+
+def _eqn_key(eqn, ids: dict) -> tuple:
+    operands = []
+    for var in eqn.invars:
+        if compat.is_literal(var):
+            operands.append(("literal", repr(getattr(var, "val", var))))
+        else:
+            operands.append(ids.get(id(var), "?"))
+    for var in eqn.outvars:
+        ids[id(var)] = len(ids)
+    params = tuple(
+        (name, repr(value))
+        for name, value in sorted(eqn.params.items())
+        if isinstance(value, (int, float, str, bool, tuple)) and not any(hasattr(v, "eqns") for v in (value if isinstance(value, tuple) else ()))
+    )
+    return (eqn.primitive.name, tuple(operands), params)
+
+
+def _first_difference(a, b):
+    """The first equation of ``a`` that differs from ``b``'s (primitive, operands by position, params)."""
+    ids_a = {id(v): i for i, v in enumerate(a.invars)}
+    ids_b = {id(v): i for i, v in enumerate(b.invars)}
+    for i, eqn in enumerate(a.eqns):
+        if i >= len(b.eqns):
+            return eqn
+        if _eqn_key(eqn, ids_a) != _eqn_key(b.eqns[i], ids_b):
+            return eqn
+    return None
+
+
+# -- reading the function's source ------------------------------------------------------
+
+
+def _source_tree(fn) -> tuple[ast.AST | None, str, int]:
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+    except (OSError, TypeError, AttributeError):
+        return None, "", 0
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return None, "", 0
+    return tree, filename, start - 1
+
+
+def _line(filename: str, lineno: int, fn) -> SourceLine | None:
+    if not is_user_file(filename):
+        return None
+    return source_line(filename, lineno, getattr(fn, "__name__", ""))
+
+
+def _names_of(node) -> str:
+    """``d`` for ``d``, ``d.values()``'s receiver; ``params['x']`` -> ``params``."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _iterating_lines(fn, names: list[str]) -> list[SourceLine]:
+    """Lines of ``fn``'s source that iterate one of ``names`` in its own order: ``.values()``, ``.items()``,
+    ``.keys()``, ``for k in d``, ``list(d)``, ``iter(d)``, ``zip(d, ...)``, ``*d``."""
+    tree, filename, offset = _source_tree(fn)
+    if tree is None or not names:
+        return []
+    wanted = set(names)
+    hits: list[int] = []
+
+    def iterable(node) -> bool:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("values", "items", "keys"):
+            return _names_of(node.func.value) in wanted
+        return isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)) and _names_of(node) in wanted
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("values", "items", "keys"):
+            if _names_of(node.func.value) in wanted:
+                hits.append(node.lineno)
+        elif isinstance(node, (ast.For, ast.comprehension)) and iterable(node.iter):
+            hits.append(getattr(node, "lineno", None) or node.iter.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("list", "tuple", "iter", "zip", "enumerate", "next")
+            and any(iterable(arg) for arg in node.args)
+        ):
+            hits.append(node.lineno)
+        elif isinstance(node, ast.Starred) and iterable(node.value):
+            hits.append(node.lineno)
+    lines = [_line(filename, offset + n, fn) for n in sorted(set(hits))]
+    return [line for line in lines if line is not None]
+
+
+def _loop_holds(fn, loop_line: int, body_line: int) -> bool:
+    """True when a ``for`` statement on ``loop_line`` has ``body_line`` in its body (file line numbers)."""
+    tree, _filename, offset = _source_tree(fn)
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and node.lineno + offset == loop_line:
+            return node.lineno + offset <= body_line <= (node.end_lineno or node.lineno) + offset
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp)) and node.lineno + offset == loop_line:
+            return node.lineno + offset <= body_line <= (node.end_lineno or node.lineno) + offset
+    return False
+
+
+def _nondeterministic_lines(fn) -> list[SourceLine]:
+    """Lines of ``fn``'s source that call something giving new values at each call (``np.random.*``,
+    ``random.*``, ``time.time()``, ``datetime.now()``) or change state outside the function
+    (``global``/``nonlocal`` names assigned, ``.append`` on a name that is not local)."""
+    tree, filename, offset = _source_tree(fn)
+    if tree is None:
+        return []
+    hits: list[int] = []
+    function = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None)
+    local_names = set()
+    if function is not None and not isinstance(function, ast.Lambda):
+        local_names = {a.arg for a in function.args.args + function.args.kwonlyargs}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                local_names.add(node.id)
+    outer = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            outer.update(node.names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            text = ast.unparse(node.func)
+            parts = text.split(".")
+            if parts[0] in ("jax", "jnp", "lax"):
+                continue
+            if any(part in _NONDETERMINISTIC for part in parts):
+                hits.append(node.lineno)
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend", "pop", "update"):
+                owner = _names_of(node.func.value)
+                if owner and owner not in local_names:
+                    hits.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id in outer for t in targets):
+                hits.append(node.lineno)
+    lines = [_line(filename, offset + n, fn) for n in sorted(set(hits))]
+    return [line for line in lines if line is not None]
+
+
+def _number(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
