@@ -41,12 +41,17 @@ import numpy as np
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.pytree_boundary import BeforeProgram, ReorderedDict, before_program, in_order_of
+from jaxmagic.probes._support.pytree_boundary import (  # noqa: F401 (ReorderedDict: the type of BeforeProgram.dicts)
+    BeforeProgram,
+    ReorderedDict,
+    before_program,
+    in_order_of,
+)
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.hlo import captured_constants_of_call
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, format_bytes
 

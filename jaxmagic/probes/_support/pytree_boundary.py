@@ -45,6 +45,8 @@ class ReorderedDict:
     path: str  # "d", "params['encoder']"
     given_order: list[str]
     jit_order: list[str]
+    # sorting this dict alone makes eager give jit's numbers (checked when several dicts are reordered)
+    explains: bool | None = None
 
 
 @dataclasses.dataclass
@@ -97,7 +99,9 @@ def before_program(
         again = run_eager(args, kwargs)
         eager_again = distance(again, eager_result)
     except Exception as error:
-        found.checked = f"checked: running the eager call again failed ({type(error).__name__}), so nothing was compared"
+        found.checked = (
+            f"checked: running the eager call again failed ({type(error).__name__}), so nothing was compared"
+        )
         return found
     if eager_again > rtol:
         try:
@@ -180,6 +184,23 @@ def before_program(
                 f"checked: eager with {what} gives jit's numbers (max relative difference {_number(gap)}), "
                 f"while with the arguments as given it differs from jit"
             )
+            if len(reordered) > 1:
+                _which_dicts(
+                    reordered,
+                    given,
+                    rebuilt,
+                    [names[i] for i in dynamic] + dynamic_kw,
+                    lambda tree: distance(run_eager(*with_dynamic(*tree)), jit_result),
+                    rtol,
+                )
+                alone = [d for d in reordered if d.explains]
+                if alone:
+                    found.checked += f"; sorting {_dict_words(alone)} alone does too" + (
+                        f", sorting {_dict_words([d for d in reordered if d.explains is False])} alone does not"
+                        if any(d.explains is False for d in reordered)
+                        else ""
+                    )
+                    reordered = alone + [d for d in reordered if not d.explains]
             if reordered:
                 _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt, reordered, names)
             else:
@@ -194,14 +215,17 @@ def before_program(
         del structured
 
     # 3. the leaves: Python numbers and NumPy arrays become JAX arrays under jit
-    converted, changed = _as_jit_leaves(leaves, jax)
+    arg_names = [names[i] for i in dynamic] + dynamic_kw
+    converted, changed = _as_jit_leaves(jax.tree_util.tree_flatten_with_path(given)[0], arg_names, jax)
     if changed:
         kinds = ", ".join(sorted(changed))
         try:
             typed = run_eager(*with_dynamic(*jax.tree_util.tree_unflatten(treedef, converted)))
             gap = distance(typed, jit_result)
         except Exception as error:
-            found.checked += f"; checked: eager with the arguments converted as jit does failed ({type(error).__name__})"
+            found.checked += (
+                f"; checked: eager with the arguments converted as jit does failed ({type(error).__name__})"
+            )
             gap = None
         if gap is not None and gap <= rtol:
             argument = next(iter(changed.values()))
@@ -211,7 +235,13 @@ def before_program(
                 + f"checked: eager with {kinds} converted to JAX arrays, as jit converts them, gives jit's numbers "
                 f"(max relative difference {_number(gap)})"
             )
-            found.provenance = Provenance(unknown="the conversion happens at the call, not on a line of the function")
+            reads = _reading_lines(inner, argument.split("[", 1)[0])
+            if reads:
+                found.line = reads[0]
+                found.line_how = f"the first line of the function that reads `{argument}` (read in its source)"
+                found.provenance = attribution.of_source_line(reads[0])
+            else:
+                found.provenance = Provenance(unknown=f"no line of the function's source reads `{argument}` by name")
             found.fix = (
                 f"Pass `{argument}` as the JAX array the function should compute with (e.g. `jnp.asarray(...)` with "
                 "the dtype you mean) so that both runs see the same dtype, or mark it static if it is a setting: "
@@ -262,10 +292,46 @@ def _reordered_dicts(given, rebuilt, names: list[str]) -> list[ReorderedDict]:
     found: list[ReorderedDict] = []
     positional, keywords = given
     positional_rebuilt, keywords_rebuilt = rebuilt
-    pairs = list(zip(names, positional + [keywords[k] for k in keywords], positional_rebuilt + [keywords_rebuilt[k] for k in keywords]))
+    pairs = list(
+        zip(
+            names,
+            positional + [keywords[k] for k in keywords],
+            positional_rebuilt + [keywords_rebuilt[k] for k in keywords],
+        )
+    )
     for name, a, b in pairs:
         _walk_dicts(a, b, name, found, 0)
     return found
+
+
+def _which_dicts(reordered: list[ReorderedDict], given, rebuilt, names: list[str], gap, rtol: float) -> None:
+    """Sort each reordered dict alone (the first four) and see whether eager then gives jit's numbers."""
+    for entry in reordered[:4]:
+        positional, keywords = given
+        positional_rebuilt, keywords_rebuilt = rebuilt
+        new_positional = [_sort_at(a, b, name, entry.path) for name, a, b in zip(names, positional, positional_rebuilt)]
+        new_keywords = {k: _sort_at(keywords[k], keywords_rebuilt[k], k, entry.path) for k in keywords}
+        try:
+            entry.explains = gap((new_positional, new_keywords)) <= rtol
+        except Exception:
+            entry.explains = None
+
+
+def _sort_at(a, b, path: str, target: str):
+    """``a`` with the one dict at ``target`` in jit's key order (``b``'s), every other dict as given."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        keys = list(b.keys()) if path == target else list(a.keys())
+        items = [(k, _sort_at(a[k], b[k], f"{path}[{k!r}]", target)) for k in keys if k in a and k in b]
+        try:
+            return type(a)(items)
+        except Exception:
+            return dict(items)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        items = [_sort_at(x, y, f"{path}[{i}]", target) for i, (x, y) in enumerate(zip(a, b))]
+        if isinstance(a, tuple) and hasattr(a, "_fields"):
+            return type(a)(*items)
+        return type(a)(items)
+    return a
 
 
 def _walk_dicts(a, b, path: str, found: list[ReorderedDict], depth: int) -> None:
@@ -312,21 +378,49 @@ def _custom_nodes(given, names: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _as_jit_leaves(leaves: list, jax) -> tuple[list, dict[str, str]]:
-    """The leaves as jit hands them to the function, and {what was converted: an example's type}."""
+def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax) -> tuple[list, dict[str, str]]:
+    """The leaves as jit hands them to the function, and {what was converted: the first argument
+    (path) holding such a leaf}."""
     import numpy as np
 
     converted, changed = [], {}
-    for leaf in leaves:
+    for path, leaf in paths_and_leaves:
         if isinstance(leaf, (bool, int, float, complex)):
-            changed.setdefault(f"Python {type(leaf).__name__}s", type(leaf).__name__)
+            changed.setdefault(f"Python {type(leaf).__name__}s", _leaf_name(path, names))
             converted.append(jax.numpy.asarray(leaf))
         elif isinstance(leaf, (np.ndarray, np.generic)):
-            changed.setdefault("NumPy arrays", "a NumPy array")
+            changed.setdefault("NumPy arrays", _leaf_name(path, names))
             converted.append(jax.numpy.asarray(leaf))
         else:
             converted.append(leaf)
     return converted, changed
+
+
+def _leaf_name(path: tuple, names: list[str]) -> str:
+    """``(SequenceKey(0), SequenceKey(1), DictKey('w'))`` of ``(positional, keywords)`` -> ``n['w']``."""
+    import jax
+
+    if len(path) < 2:
+        return "an argument"
+    which, key = path[0], path[1]
+    if getattr(which, "idx", None) == 0:
+        index = getattr(key, "idx", None)
+        name = names[index] if index is not None and index < len(names) else "an argument"
+    else:
+        name = str(getattr(key, "key", "an argument"))
+    return name + jax.tree_util.keystr(tuple(path[2:]))
+
+
+def _reading_lines(fn, name: str) -> list[SourceLine]:
+    """Lines of ``fn``'s source that read the name ``name``."""
+    tree, filename, offset = _source_tree(fn)
+    if tree is None:
+        return []
+    hits = sorted(
+        {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)}
+    )
+    lines = [_line(filename, offset + n, fn) for n in hits]
+    return [line for line in lines if line is not None]
 
 
 def _dict_words(reordered: list[ReorderedDict]) -> str:
@@ -372,7 +466,9 @@ def _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt,
     if eqn_line is not None:
         line = next((it for it in iterating if it.lineno == eqn_line.lineno and it.filename == eqn_line.filename), None)
         if line is None:
-            line = next((it for it in iterating if it.filename == eqn_line.filename and it.lineno < eqn_line.lineno), None)
+            line = next(
+                (it for it in iterating if it.filename == eqn_line.filename and it.lineno < eqn_line.lineno), None
+            )
             line = line if line is not None and _loop_holds(inner, line.lineno, eqn_line.lineno) else None
     if line is not None:
         found.line = line
@@ -449,7 +545,8 @@ def _eqn_key(eqn, ids: dict) -> tuple:
     params = tuple(
         (name, repr(value))
         for name, value in sorted(eqn.params.items())
-        if isinstance(value, (int, float, str, bool, tuple)) and not any(hasattr(v, "eqns") for v in (value if isinstance(value, tuple) else ()))
+        if isinstance(value, (int, float, str, bool, tuple))
+        and not any(hasattr(v, "eqns") for v in (value if isinstance(value, tuple) else ()))
     )
     return (eqn.primitive.name, tuple(operands), params)
 
@@ -505,12 +602,20 @@ def _iterating_lines(fn, names: list[str]) -> list[SourceLine]:
     hits: list[int] = []
 
     def iterable(node) -> bool:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("values", "items", "keys"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("values", "items", "keys")
+        ):
             return _names_of(node.func.value) in wanted
         return isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)) and _names_of(node) in wanted
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("values", "items", "keys"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("values", "items", "keys")
+        ):
             if _names_of(node.func.value) in wanted:
                 hits.append(node.lineno)
         elif isinstance(node, (ast.For, ast.comprehension)) and iterable(node.iter):
@@ -536,7 +641,10 @@ def _loop_holds(fn, loop_line: int, body_line: int) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.For) and node.lineno + offset == loop_line:
             return node.lineno + offset <= body_line <= (node.end_lineno or node.lineno) + offset
-        if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp)) and node.lineno + offset == loop_line:
+        if (
+            isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp))
+            and node.lineno + offset == loop_line
+        ):
             return node.lineno + offset <= body_line <= (node.end_lineno or node.lineno) + offset
     return False
 
@@ -549,7 +657,9 @@ def _nondeterministic_lines(fn) -> list[SourceLine]:
     if tree is None:
         return []
     hits: list[int] = []
-    function = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None)
+    function = next(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None
+    )
     local_names = set()
     if function is not None and not isinstance(function, ast.Lambda):
         local_names = {a.arg for a in function.args.args + function.args.kwonlyargs}
