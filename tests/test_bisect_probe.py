@@ -294,3 +294,57 @@ def test_no_input_check_when_jit_and_eager_agree():
 
     report = probes.bisect(ordered, {"b": jnp.ones(2), "a": jnp.ones(2)})
     assert report.verdict in ("ok", "precision") and report.before_program is None
+
+
+SCALE = 2.0
+
+
+def test_a_global_changed_after_the_trace_is_a_stale_program_not_the_compiler():
+    # the FAQ "jit does not see my updated global": the program keeps the value read when it was traced
+    global SCALE
+
+    def rescale(x):
+        return x * SCALE
+
+    x = jnp.ones(3)
+    assert probes.bisect(rescale, x).verdict == "ok"  # traces with SCALE = 2.0
+    SCALE = 3.0
+    try:
+        report = probes.bisect(rescale, x)  # jit reuses that program; eager reads 3.0
+    finally:
+        SCALE = 2.0
+    before = report.to_dict()["before_program"]
+    assert report.verdict == "before_program" and before["stage"] == "stale_trace"
+    assert before["line"]["code"] == "return x * SCALE" and before["argument"] == "SCALE"
+    assert before["checked"].startswith("checked: a new trace of the function")
+    assert "reads `SCALE` from outside the function" in before["fix"]
+
+
+def test_an_array_captured_by_a_user_jitted_function_and_replaced_later():
+    # equinox/flax users re-binding a global weight after jitting: the old array is a program constant
+    weights = {"w": jnp.ones(3)}
+
+    def project(x):
+        return x @ weights["w"]
+
+    jitted = jax.jit(project)
+    jitted(jnp.ones(3))
+    weights["w"] = jnp.full(3, 2.0)
+    report = probes.bisect(jitted, jnp.ones(3))
+    assert report.verdict == "before_program" and report.before_program.stage == "stale_trace"
+    assert report.before_program.line.code == 'return x @ weights["w"]'
+
+
+def test_the_input_checks_hold_nothing_alive():
+    import gc
+    import weakref
+
+    def func(input_dict):
+        return jnp.concatenate(list(input_dict.values()), axis=0)
+
+    report = probes.bisect(func, {"b": jnp.zeros(2), "a": jnp.ones(2)})
+    assert report.verdict == "before_program"
+    held = weakref.ref(func)
+    del func, report
+    gc.collect()
+    assert held() is None

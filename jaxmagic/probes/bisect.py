@@ -615,6 +615,28 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
         jax.block_until_ready(result)
         return result
 
+    def fresh_jit():
+        inner = fn
+        for _ in range(8):
+            wrapped = getattr(inner, "__wrapped__", None)
+            if wrapped is None or wrapped is inner:
+                break
+            inner = wrapped
+
+        def fresh(*fresh_args, **fresh_kwargs):  # a new function object: nothing of JAX's caches fits it
+            return inner(*fresh_args, **fresh_kwargs)
+
+        static = tuple(i for i, a in enumerate(args) if _is_static(a))
+        static_names = tuple(k for k, v in kwargs.items() if _is_static(v))
+        again = jittable.jit(fresh, static_argnums=static, static_argnames=static_names)
+        result = again(*args, **kwargs)
+        jax.block_until_ready(result)
+        try:
+            programs = again.trace(*args, **kwargs).jaxpr, jitted.trace(*args, **kwargs).jaxpr
+        except Exception:
+            programs = None, None
+        return (result, *programs)
+
     def distance(a, b) -> float:
         probe = RunResult("jit", "")
         try:
@@ -635,6 +657,7 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
             jit_result=jit_result,
             distance=distance,
             rtol=report.rtol,
+            fresh_jit=fresh_jit,
         )
     except Exception as error:  # a check of ours must not hide the runs' verdict
         return BeforeProgram(checked=f"could not check what the runs receive, because {error_line(error)}")

@@ -31,6 +31,8 @@ STAGES = {
     "custom_node": "a custom pytree node, rebuilt by its unflatten function under jit",
     "argument_dtypes": "the arguments' dtypes (jit turns Python numbers and NumPy arrays into JAX arrays)",
     "trace_time_python": "Python code in the function that runs once, when jit traces it",
+    "stale_trace": "a Python value read when jit traced the function (a global, a closed-over value, a static "
+    "argument), changed since: jit reuses the program traced with the old value",
     "none": "not before the program: the runs receive the same inputs",
     "not_checked": "could not tell",
 }
@@ -83,12 +85,15 @@ def before_program(
     jit_result: Any,
     distance: Callable[[Any, Any], float],
     rtol: float,
+    fresh_jit: Callable[[], tuple[Any, Any, Any]] | None = None,
 ) -> BeforeProgram:
     """Re-run the eager call with what jit gave the function, stage by stage; the first stage after
     which eager gives jit's numbers is where the difference was made.
 
     ``distance(a, b)``: max relative difference of two results (inf when they do not match in
-    structure). ``run_eager(args, kwargs)`` runs ``fn`` op by op; ``run_jit()`` the jitted call again.
+    structure). ``run_eager(args, kwargs)`` runs ``fn`` op by op; ``run_jit()`` the jitted call again;
+    ``fresh_jit()`` jits a new function object calling ``fn`` (a new trace, nothing cached) and returns
+    (its result, the program it traced, the program the jitted call used).
     """
     found = BeforeProgram()
     names = _argument_names(fn, args, kwargs)
@@ -136,6 +141,24 @@ def before_program(
                 "of computing it in Python inside the function: a suggestion, not tried."
             )
         return found
+
+    # 2. was the program jit ran traced when a global, a closed-over or a static value was different?
+    if fresh_jit is not None:
+        try:
+            fresh, fresh_program, used_program = fresh_jit()
+            fresh_gap = distance(fresh, eager_result)
+        except Exception:
+            fresh_gap, fresh_program, used_program = None, None, None
+        if fresh_gap is not None and fresh_gap <= rtol:
+            found.stage, found.explains = "stale_trace", True
+            found.checked = (
+                f"checked: a new trace of the function (jit of a new function object calling it, so nothing "
+                f"cached is reused) gives eager's numbers (max relative difference {_number(fresh_gap)}), while "
+                "the program the jitted call ran gives other numbers: that program was traced earlier, when a "
+                "Python value the function reads was different"
+            )
+            _stale_line(found, inner, used_program, fresh_program)
+            return found
 
     import jax
 
@@ -517,6 +540,65 @@ def _custom_node_line(found: BeforeProgram, inner, customs: list[tuple[str, str]
     )
 
 
+def _stale_line(found: BeforeProgram, inner, used_program, fresh_program) -> None:
+    eqn = None
+    if used_program is not None and fresh_program is not None:
+        try:
+            eqn = _first_difference(*compat.closed_parts(fresh_program), *compat.closed_parts(used_program))
+        except Exception:
+            eqn = None
+    names: list[str] = []
+    if eqn is not None:
+        found.provenance = attribution.of_equation(eqn)
+        found.line = found.provenance.made_at
+        found.line_how = (
+            "the first operation that differs between the program jit ran and a new trace (its source_info)"
+        )
+        if found.line is not None:
+            names = _outer_names_on(inner, found.line.lineno)
+    if found.provenance is None:
+        found.provenance = Provenance(
+            unknown="no operation differs between the two traces that JAX recorded a line for"
+        )
+    read = ", ".join(f"`{n}`" for n in names[:3])
+    found.argument = names[0] if names else ""
+    found.fix = (
+        (f"The line reads {read} from outside the function. " if read else "")
+        + "jit reads globals, closed-over Python values and static arguments once, when it traces, and reuses "
+        "that program while the arguments' shapes and dtypes stay the same (a new `jax.jit(f)` of the same "
+        "function reuses it too): pass the value as an argument, or mark it static with a value that compares "
+        "unequal when it changes. A suggestion, not tried."
+    )
+
+
+def _outer_names_on(fn, lineno: int) -> list[str]:
+    """Names read on ``lineno`` of ``fn`` that are its globals or closed-over variables."""
+    code = getattr(fn, "__code__", None)
+    tree, _filename, offset = _source_tree(fn)
+    if code is None or tree is None:
+        return []
+    outer = set(code.co_names) | set(code.co_freevars)
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.lineno + offset == lineno
+            and node.id in outer
+            and node.id not in found
+            and not callable((getattr(fn, "__globals__", {}) or {}).get(node.id))
+            and not _is_module((getattr(fn, "__globals__", {}) or {}).get(node.id))
+        ):
+            found.append(node.id)
+    return found
+
+
+def _is_module(value) -> bool:
+    import types
+
+    return isinstance(value, types.ModuleType)
+
+
 def in_order_of(original, tree):
     """``tree`` (as jit rebuilt it) with every dict in the key order of ``original``."""
     if isinstance(original, Mapping) and isinstance(tree, Mapping):
@@ -533,6 +615,20 @@ def in_order_of(original, tree):
     return tree
 
 
+def _digest(value) -> str:
+    import hashlib
+
+    import numpy as np
+
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return repr(type(value))
+    if array.nbytes > 1 << 24:
+        return f"{array.shape} {array.dtype}"
+    return f"{array.shape} {array.dtype} {hashlib.sha1(array.tobytes()).hexdigest()}"
+
+
 def _eqn_key(eqn, ids: dict) -> tuple:
     operands = []
     for var in eqn.invars:
@@ -541,7 +637,7 @@ def _eqn_key(eqn, ids: dict) -> tuple:
         else:
             operands.append(ids.get(id(var), "?"))
     for var in eqn.outvars:
-        ids[id(var)] = len(ids)
+        ids[id(var)] = len(ids) + 1_000_000
     params = tuple(
         (name, repr(value))
         for name, value in sorted(eqn.params.items())
@@ -551,10 +647,16 @@ def _eqn_key(eqn, ids: dict) -> tuple:
     return (eqn.primitive.name, tuple(operands), params)
 
 
-def _first_difference(a, b):
-    """The first equation of ``a`` that differs from ``b``'s (primitive, operands by position, params)."""
-    ids_a = {id(v): i for i, v in enumerate(a.invars)}
-    ids_b = {id(v): i for i, v in enumerate(b.invars)}
+def _first_difference(a, consts_a=(), b=None, consts_b=()):
+    """The first equation of ``a`` that differs from ``b``'s (primitive, operands by position, params,
+    constants by value)."""
+    if b is None:
+        b, consts_a = consts_a, ()
+    ids_a: dict = {id(v): i for i, v in enumerate(a.invars)}
+    ids_b: dict = {id(v): i for i, v in enumerate(b.invars)}
+    for ids, program, consts in ((ids_a, a, consts_a), (ids_b, b, consts_b)):
+        for var, value in zip(getattr(program, "constvars", ()), consts):
+            ids[id(var)] = ("constant", _digest(value))
     for i, eqn in enumerate(a.eqns):
         if i >= len(b.eqns):
             return eqn
