@@ -348,3 +348,26 @@ def test_the_input_checks_hold_nothing_alive():
     del func, report
     gc.collect()
     assert held() is None
+
+
+def test_a_static_argument_changed_in_place_finds_the_old_program():
+    # jax-ml/jax#9024, #13992: a static object mutated after the first call; jit's cache returns the old program
+    from functools import partial
+
+    class Config:
+        def __init__(self, scale):
+            self.scale = scale
+
+    @partial(jax.jit, static_argnums=1)
+    def apply(x, config):
+        return x * config.scale
+
+    config = Config(2.0)
+    x = jnp.ones(3)
+    apply(x, config)
+    config.scale = 3.0
+    report = probes.bisect(apply, x, config)
+    before = report.to_dict()["before_program"]
+    assert report.verdict == "before_program" and before["stage"] == "stale_trace"
+    assert before["line"]["code"] == "return x * config.scale" and before["argument"] == "config"
+    assert "static argument `config`" in before["fix"] and "frozen dataclass" in before["fix"]

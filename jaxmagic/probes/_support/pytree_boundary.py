@@ -157,7 +157,8 @@ def before_program(
                 "the program the jitted call ran gives other numbers: that program was traced earlier, when a "
                 "Python value the function reads was different"
             )
-            _stale_line(found, inner, used_program, fresh_program)
+            statics = [n for n, a in zip(names, args) if is_static(a)] + [k for k, v in kwargs.items() if is_static(v)]
+            _stale_line(found, inner, used_program, fresh_program, statics)
             return found
 
     import jax
@@ -540,7 +541,7 @@ def _custom_node_line(found: BeforeProgram, inner, customs: list[tuple[str, str]
     )
 
 
-def _stale_line(found: BeforeProgram, inner, used_program, fresh_program) -> None:
+def _stale_line(found: BeforeProgram, inner, used_program, fresh_program, statics: list[str]) -> None:
     eqn = None
     if used_program is not None and fresh_program is not None:
         try:
@@ -548,6 +549,7 @@ def _stale_line(found: BeforeProgram, inner, used_program, fresh_program) -> Non
         except Exception:
             eqn = None
     names: list[str] = []
+    static_read: list[str] = []
     if eqn is not None:
         found.provenance = attribution.of_equation(eqn)
         found.line = found.provenance.made_at
@@ -556,14 +558,23 @@ def _stale_line(found: BeforeProgram, inner, used_program, fresh_program) -> Non
         )
         if found.line is not None:
             names = _outer_names_on(inner, found.line.lineno)
+            static_read = [n for n in _names_on(inner, found.line.lineno) if n in statics]
     if found.provenance is None:
         found.provenance = Provenance(
             unknown="no operation differs between the two traces that JAX recorded a line for"
         )
     read = ", ".join(f"`{n}`" for n in names[:3])
-    found.argument = names[0] if names else ""
+    found.argument = static_read[0] if static_read else names[0] if names else ""
+    static_words = ", ".join(f"`{n}`" for n in static_read[:3])
     found.fix = (
-        (f"The line reads {read} from outside the function. " if read else "")
+        (
+            f"The line reads the static argument {static_words}: jit looks a static value up by its hash and "
+            "equality, so an object changed in place after the first call finds the old program; make it "
+            "immutable (a frozen dataclass, a tuple) and pass a new object when it changes. "
+            if static_read
+            else ""
+        )
+        + (f"The line reads {read} from outside the function. " if read else "")
         + "jit reads globals, closed-over Python values and static arguments once, when it traces, and reuses "
         "that program while the arguments' shapes and dtypes stay the same (a new `jax.jit(f)` of the same "
         "function reuses it too): pass the value as an argument, or mark it static with a value that compares "
@@ -591,6 +602,18 @@ def _outer_names_on(fn, lineno: int) -> list[str]:
         ):
             found.append(node.id)
     return found
+
+
+def _names_on(fn, lineno: int) -> list[str]:
+    """Names read on ``lineno`` of ``fn`` (file line number)."""
+    tree, _filename, offset = _source_tree(fn)
+    if tree is None:
+        return []
+    return [
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.lineno + offset == lineno
+    ]
 
 
 def _is_module(value) -> bool:
