@@ -284,7 +284,10 @@ def test_a_real_float32_reassociation_is_not_blamed_on_the_dict_order():
     before = report.to_dict()["before_program"]
     assert report.jit_vs_eager > report.rtol and report.verdict != "before_program"
     assert before["stage"] == "none" and before["explains"] is False
+    assert before["checked"].startswith("checked: the eager call run again repeats its numbers")
+    assert "a new trace of the function (nothing cached) differs from eager too" in before["checked"]
     assert "rebuilt in sorted key order still differs from jit" in before["checked"]
+    assert before["dicts"][0]["given_order"] == ["'x'", "'eps'"]
     assert before["line"] is None and before["fix"] == ""
 
 

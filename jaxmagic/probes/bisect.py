@@ -3,7 +3,8 @@
 Usage without IPython::
 
     report = jaxmagic.probes.bisect(closure_version, X, ref=ref64)
-    report.verdict          # "compilation", "algorithm", "precision", "eager_differs", "ok", "jit_differs", ...
+    report.verdict          # "compilation", "algorithm", "precision", "before_program", "ok", "jit_differs", ...
+    report.before_program   # when jit and eager disagree: stage, checked, line, fix
     report.jit.max_abs_error, report.eager.max_abs_error
     report.captured         # arrays the jitted function closes over (the chapter's section 1.4 trap)
 
@@ -24,7 +25,28 @@ floating-point value of the computation in float64 (no cast back to float32)
 and no random numbers (whose bits depend on the dtype). If not, the report
 says why and compares jit with eager only.
 
-The function is called three times (jit, eager, reference); the report holds
+Before a jit/eager difference is called the compiler's, the probe checks
+what each run *receives* (``_support/pytree_boundary.py``; verdict
+``"before_program"``, details in ``report.before_program``), in this order:
+
+* the eager call run again: if it does not repeat its numbers, Python code in
+  the body (``np.random``, ``time.time()``, a counter) makes new values at each
+  call, and under jit it ran once, at trace time;
+* a new trace (jit of a new function object): if it gives eager's numbers, the
+  program jit ran was traced when a global, a closed-over value or a static
+  argument was different;
+* the arguments flattened and rebuilt as jit does (a dict by sorted keys, a
+  custom node by its unflatten), each reordered dict alone too: if eager then
+  gives jit's numbers, the function depends on the order; the line is the first
+  operation whose operands change with the order (two traces compared by their
+  ``source_info``) and the line iterating the dict (the function's source);
+* Python numbers and NumPy arrays converted to JAX arrays as jit converts them.
+
+Each says ``checked: ...`` with its outcome; a check that does not explain the
+difference says so and the verdict stays.
+
+The function is called three times (jit, eager, reference); when jit and eager
+disagree, up to about eight times more for the checks above. The report holds
 the errors and shapes, not the results.
 """
 

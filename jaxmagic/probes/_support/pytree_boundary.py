@@ -33,7 +33,7 @@ STAGES = {
     "trace_time_python": "Python code in the function that runs once, when jit traces it",
     "stale_trace": "a Python value read when jit traced the function (a global, a closed-over value, a static "
     "argument), changed since: jit reuses the program traced with the old value",
-    "none": "not before the program: the runs receive the same inputs",
+    "none": "not found before the program: what the runs receive does not explain the difference",
     "not_checked": "could not tell",
 }
 
@@ -141,6 +141,7 @@ def before_program(
                 "of computing it in Python inside the function: a suggestion, not tried."
             )
         return found
+    notes = [f"the eager call run again repeats its numbers (max relative difference {_number(eager_again)})"]
 
     # 2. was the program jit ran traced when a global, a closed-over or a static value was different?
     if fresh_jit is not None:
@@ -160,6 +161,12 @@ def before_program(
             statics = [n for n, a in zip(names, args) if is_static(a)] + [k for k, v in kwargs.items() if is_static(v)]
             _stale_line(found, inner, used_program, fresh_program, statics)
             return found
+        notes.append(
+            "a new trace of the function (nothing cached) could not be run"
+            if fresh_gap is None
+            else f"a new trace of the function (nothing cached) differs from eager too (max relative difference "
+            f"{_number(fresh_gap)}), so the program jit ran is not an old one"
+        )
 
     import jax
 
@@ -247,9 +254,7 @@ def before_program(
             typed = run_eager(*with_dynamic(*jax.tree_util.tree_unflatten(treedef, converted)))
             gap = distance(typed, jit_result)
         except Exception as error:
-            found.checked += (
-                f"; checked: eager with the arguments converted as jit does failed ({type(error).__name__})"
-            )
+            found.checked += f"; eager with the arguments converted as jit does failed ({type(error).__name__})"
             gap = None
         if gap is not None and gap <= rtol:
             argument = next(iter(changed.values()))
@@ -275,14 +280,17 @@ def before_program(
         if gap is not None:
             found.checked = (
                 (found.checked + "; " if found.checked else "")
-                + f"checked: eager with {kinds} converted to JAX arrays as jit does still differs from jit "
+                + f"eager with {kinds} converted to JAX arrays as jit does still differs from jit "
                 f"(max relative difference {_number(gap)})"
             )
     found.stage = "none"
-    if not found.checked:
+    done = "; ".join(notes)
+    if found.checked:
+        found.checked = f"checked: {done}; {found.checked.removeprefix('checked: ')}"
+    else:
         found.checked = (
-            "checked: the eager call repeats its numbers, and its arguments hold no dict whose order jit changes, "
-            "no custom pytree node and no Python number or NumPy array jit would convert"
+            f"checked: {done}; the arguments hold no dict whose order jit changes, no custom pytree node and no "
+            "Python number or NumPy array jit would convert"
         )
     return found
 
