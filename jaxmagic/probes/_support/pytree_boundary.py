@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import inspect
 import textwrap
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support import attribution
@@ -413,8 +417,6 @@ def _custom_nodes(given, names: list[str]) -> list[tuple[str, str]]:
 def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax) -> tuple[list, dict[str, str]]:
     """The leaves as jit hands them to the function, and {what was converted: the first argument
     (path) holding such a leaf}."""
-    import numpy as np
-
     converted, changed = [], {}
     for path, leaf in paths_and_leaves:
         if isinstance(leaf, (bool, int, float, complex)):
@@ -625,8 +627,6 @@ def _names_on(fn, lineno: int) -> list[str]:
 
 
 def _is_module(value) -> bool:
-    import types
-
     return isinstance(value, types.ModuleType)
 
 
@@ -647,10 +647,6 @@ def in_order_of(original, tree):
 
 
 def _digest(value) -> str:
-    import hashlib
-
-    import numpy as np
-
     try:
         array = np.asarray(value)
     except Exception:
