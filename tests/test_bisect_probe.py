@@ -243,6 +243,7 @@ def test_numpy_random_in_the_body_is_frozen_at_trace_time():
     assert report.verdict == "before_program" and before["stage"] == "trace_time_python"
     assert "two eager runs of the same call differ" in before["checked"]
     assert "two jit runs give the same numbers" in before["checked"]
+    assert "random states set back before the second run, two eager runs repeat their numbers" in before["checked"]
     assert "np.random.normal" in before["line"]["code"] and before["line"]["function"] == "noisy"
     assert "jax.random" in before["fix"]
 
@@ -258,6 +259,24 @@ def test_python_counter_mutated_inside_the_function():
     report = probes.bisect(counted, jnp.ones(3))
     assert report.verdict == "before_program" and report.before_program.stage == "trace_time_python"
     assert report.before_program.line.code == "calls.append(1)"
+    assert (
+        "still differ" in report.before_program.checked
+        and "not (only) a global random draw" in report.before_program.checked
+    )
+
+
+def test_a_call_that_changes_at_every_run_jitted_or_not_is_not_compared():
+    # a host callback drawing with NumPy (jax.pure_callback threads): new numbers at each jitted call too
+    def with_callback(x):
+        noise = jax.pure_callback(
+            lambda: np.random.normal(size=3).astype(np.float32), jax.ShapeDtypeStruct((3,), jnp.float32)
+        )
+        return x + noise
+
+    report = probes.bisect(with_callback, jnp.ones(3))
+    before = report.before_program
+    assert report.verdict == "before_program" and before.stage == "nondeterministic"
+    assert "two jit runs differ too" in before.checked and "says nothing about compilation" in before.checked
 
 
 def test_python_int_argument_becomes_int32_under_jit():

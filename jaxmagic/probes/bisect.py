@@ -97,7 +97,10 @@ VERDICTS = {
     "eager_differs": "eager wrong, jit right",
     "agree": "jit and eager agree (no reference to check them against)",
     "jit_differs": "jit and eager disagree (no reference to say which is right)",
-    "before_program": "jit and eager receive different inputs: the difference is made before the program runs",
+    "before_program": (
+        "the difference is made before the compiled program runs (in what the runs receive, or in Python), "
+        "not by compilation"
+    ),
     "failed": "a run failed",
 }
 NEXT_STEPS = {
@@ -130,8 +133,9 @@ NEXT_STEPS = {
         "Give a float64 reference (--ref) to be sure, then look at the program with %jax_hlo."
     ),
     "before_program": (
-        "Compilation is not the cause: the jitted function is handed something else than the eager one (see "
-        "'Before the program runs'). Change the line named there; then run %jax_bisect again."
+        "Compilation is not the cause: the jitted function is handed something else than the eager one, or "
+        "its Python code ran at another time (see 'Before the program runs'). Change the line named there; "
+        "then run %jax_bisect again."
     ),
     "failed": "See the error of the run that failed.",
 }

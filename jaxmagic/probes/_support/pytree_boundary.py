@@ -35,6 +35,7 @@ STAGES = {
     "custom_node": "a custom pytree node, rebuilt by its unflatten function under jit",
     "argument_dtypes": "the arguments' dtypes (jit turns Python numbers and NumPy arrays into JAX arrays)",
     "trace_time_python": "Python code in the function that runs once, when jit traces it",
+    "nondeterministic": "the call itself: it gives new numbers at each run, jitted or not",
     "stale_trace": "a Python value read when jit traced the function (a global, a closed-over value, a static "
     "argument), changed since: jit reuses the program traced with the old value",
     "none": "not found before the program: what the runs receive does not explain the difference",
@@ -117,19 +118,32 @@ def before_program(
             jit_again = distance(run_jit(), jit_result)
         except Exception:
             jit_again = None
-        found.stage, found.explains = "trace_time_python", True
+        frozen = jit_again is not None and jit_again <= rtol
+        found.stage, found.explains = ("trace_time_python" if frozen else "nondeterministic"), True
         found.checked = (
             f"checked: two eager runs of the same call differ from each other (max relative difference "
             f"{_number(eager_again)})"
             + (
-                f", two jit runs {'give the same numbers' if jit_again <= rtol else 'differ too'}"
-                if jit_again is not None
-                else ""
+                ", two jit runs give the same numbers: the function's Python code makes new values at each run, "
+                "and under jit it ran once, when it was traced, so the program keeps the values of that run"
+                if frozen
+                else (", two jit runs differ too" if jit_again is not None else "")
+                + ": the call gives new numbers at each run, so a difference between a jit and an eager run "
+                "says nothing about compilation"
             )
-            + ": the function's Python code makes new values at each run, and under jit it ran once, when "
-            "it was traced, so the program keeps the values of that run"
         )
         lines = _nondeterministic_lines(inner)
+        seeded = _with_global_random_state_kept(run_eager, args, kwargs, distance)
+        if seeded is not None:
+            found.checked += (
+                "; with NumPy's and Python's global random states set back before the second run, two eager runs "
+                + (
+                    f"repeat their numbers (max relative difference {_number(seeded)}): the new values come from "
+                    "a global random draw"
+                    if seeded <= rtol
+                    else f"still differ (max relative difference {_number(seeded)}): not (only) a global random draw"
+                )
+            )
         if lines:
             found.line, found.line_how = lines[0], "the function's source calls this when it runs (found by reading it)"
             found.provenance = attribution.of_source_line(lines[0])
@@ -778,6 +792,40 @@ def _loop_holds(fn, loop_line: int, body_line: int) -> bool:
     return False
 
 
+def _from_jax(fn, name: str) -> bool:
+    """True when ``name`` in ``fn`` is JAX's (``from jax import random``): deterministic given its key."""
+    value = (getattr(fn, "__globals__", {}) or {}).get(name)
+    closure = dict(
+        zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()), getattr(fn, "__closure__", None) or ())
+    )
+    if value is None and name in closure:
+        try:
+            value = closure[name].cell_contents
+        except ValueError:
+            value = None
+    module = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "") or ""
+    return module.split(".")[0] in ("jax", "jaxlib")
+
+
+def _with_global_random_state_kept(run_eager, args, kwargs, distance) -> float | None:
+    """Run the eager call twice from the same NumPy and Python global random states; the difference
+    of the two runs (None when a run failed). The states are left as the first run left them."""
+    import random
+
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        first = run_eager(args, kwargs)
+        numpy_after, python_after = np.random.get_state(), random.getstate()
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+        second = run_eager(args, kwargs)
+        np.random.set_state(numpy_after)
+        random.setstate(python_after)
+        return distance(first, second)
+    except Exception:
+        return None
+
+
 def _nondeterministic_lines(fn) -> list[SourceLine]:
     """Lines of ``fn``'s source that call something giving new values at each call (``np.random.*``,
     ``random.*``, ``time.time()``, ``datetime.now()``) or change state outside the function
@@ -803,7 +851,7 @@ def _nondeterministic_lines(fn) -> list[SourceLine]:
         if isinstance(node, ast.Call):
             text = ast.unparse(node.func)
             parts = text.split(".")
-            if parts[0] in ("jax", "jnp", "lax"):
+            if parts[0] in ("jax", "jnp", "lax") or _from_jax(fn, parts[0]):
                 continue
             if any(part in _NONDETERMINISTIC for part in parts):
                 hits.append(node.lineno)
