@@ -227,13 +227,12 @@ def before_program(
         if gap is None:
             found.checked = f"checked: eager with {what} failed ({failure})"
         elif gap <= rtol:
-            found.stage = "pytree_order" if reordered else "custom_node"
-            found.explains, found.dicts = True, reordered
+            found.explains = True
             found.checked = (
                 f"checked: eager with {what} gives jit's numbers (max relative difference {_number(gap)}), "
                 f"while with the arguments as given it differs from jit"
             )
-            if len(reordered) > 1:
+            if len(reordered) > 1 or (reordered and customs):
                 _which_dicts(
                     reordered,
                     given,
@@ -250,6 +249,11 @@ def before_program(
                         else ""
                     )
                     reordered = alone + [d for d in reordered if not d.explains]
+                elif customs and all(d.explains is False for d in reordered[:4]):
+                    found.checked += f"; sorting {_dict_words(reordered)} alone does not, so the custom nodes as jit rebuilds them make the difference"
+                    found.dicts, reordered = reordered, []
+            found.stage = "pytree_order" if reordered else "custom_node"
+            found.dicts = reordered or found.dicts
             if reordered:
                 _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt, reordered, names)
             else:
@@ -269,7 +273,8 @@ def before_program(
     if changed:
         kinds = ", ".join(sorted(changed))
         try:
-            typed = run_eager(*with_dynamic(*jax.tree_util.tree_unflatten(treedef, converted)))
+            # the dicts kept in the order given: only the leaves change
+            typed = run_eager(*with_dynamic(*in_order_of(given, jax.tree_util.tree_unflatten(treedef, converted))))
             gap = distance(typed, jit_result)
         except Exception as error:
             found.checked += f"; eager with the arguments converted as jit does failed ({type(error).__name__})"
@@ -278,8 +283,8 @@ def before_program(
             argument = next(iter(changed.values()))
             found.stage, found.explains, found.argument = "argument_dtypes", True, argument
             found.checked = (
-                (found.checked + "; " if found.checked else "")
-                + f"checked: eager with {kinds} converted to JAX arrays, as jit converts them, gives jit's numbers "
+                (found.checked + "; " if found.checked else "checked: ")
+                + f"eager with {kinds} converted to JAX arrays, as jit converts them, gives jit's numbers "
                 f"(max relative difference {_number(gap)})"
             )
             reads = _reading_lines(inner, argument.split("[", 1)[0])
