@@ -232,6 +232,16 @@ def test_custom_pytree_node_rebuilt_in_sorted_order():
     assert before["line"]["code"] == "return jnp.stack(list(feats.cols.values()))"
     assert "unflatten" in before["fix"]
 
+    # with an unsorted options dict beside it, sorting that dict alone is tried and does not explain it
+    def stack_scaled(feats, opts):
+        return jnp.stack(list(feats.cols.values())) * opts["s"] + opts["t"]
+
+    options = {"t": jnp.float32(1.0), "s": jnp.float32(2.0)}
+    mixed = probes.bisect(stack_scaled, Features({"z": jnp.ones(2), "a": jnp.zeros(2)}), options)
+    assert mixed.verdict == "before_program" and mixed.before_program.stage == "custom_node"
+    assert "sorting the dict `opts` alone does not" in mixed.before_program.checked
+    assert [(d.path, d.explains) for d in mixed.before_program.dicts] == [("opts", False)]
+
 
 def test_numpy_random_in_the_body_is_frozen_at_trace_time():
     # google/objax#208, JAX's "pure functions" gotcha: a NumPy draw inside jit runs once, at trace time
