@@ -161,6 +161,7 @@ def test_dict_values_concatenated_in_insertion_order_is_not_the_compiler():
         assert before["line"]["function"] == "func"
         assert before["provenance"]["made_at"]["lineno"] == before["line"]["lineno"]
         assert before["provenance"]["library_function"] == "jnp.concatenate"
+        assert before["provenance"]["started_by"]["code"].startswith("report = probes.bisect(fn, input_dict")
         assert before["dicts"] == [
             {"path": "input_dict", "given_order": ["'b'", "'a'"], "jit_order": ["'a'", "'b'"], "explains": None}
         ]

@@ -78,7 +78,17 @@ class BeforeProgram:
 # -- the checks ----------------------------------------------------------------------
 
 
-def before_program(
+def before_program(fn: Callable, args: tuple, kwargs: dict, **checks: Any) -> BeforeProgram:
+    """Re-run the eager call with what jit gave the function, stage by stage; the first stage after
+    which eager gives jit's numbers is where the difference was made (see :func:`_checks` for the
+    keywords). The finding's provenance is started by the user's line that made the bisecting call."""
+    found = _checks(fn, args, kwargs, **checks)
+    if found.provenance is not None and found.provenance.started_by is None:
+        found.provenance.started_by = attribution.started_by()
+    return found
+
+
+def _checks(
     fn: Callable,
     args: tuple,
     kwargs: dict,
