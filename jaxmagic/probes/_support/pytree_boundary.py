@@ -17,6 +17,7 @@ import ast
 import dataclasses
 import hashlib
 import inspect
+import random
 import textwrap
 import types
 from collections.abc import Callable, Mapping
@@ -825,8 +826,6 @@ def _from_jax(fn, name: str) -> bool:
 def _with_global_random_state_kept(run_eager, args, kwargs, distance) -> float | None:
     """Run the eager call twice from the same NumPy and Python global random states; the difference
     of the two runs (None when a run failed). The states are left as the first run left them."""
-    import random
-
     numpy_state, python_state = np.random.get_state(), random.getstate()
     try:
         first = run_eager(args, kwargs)
