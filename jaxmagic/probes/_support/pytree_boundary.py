@@ -693,8 +693,9 @@ def _eqn_key(eqn, ids: dict) -> tuple:
             operands.append(("literal", repr(getattr(var, "val", var))))
         else:
             operands.append(ids.get(id(var), "?"))
-    for var in eqn.outvars:
-        ids[id(var)] = len(ids) + 1_000_000
+    for var in eqn.outvars:  # numbered in order of definition, apart from the inputs and constants
+        ids[-1] = ids.get(-1, 0) + 1
+        ids[id(var)] = ("value", ids[-1])
     params = tuple(
         (name, repr(value))
         for name, value in sorted(eqn.params.items())
