@@ -89,20 +89,43 @@ def before_program(fn: Callable, args: tuple, kwargs: dict, **checks: Any) -> Be
     return found
 
 
-def _checks(
-    fn: Callable,
-    args: tuple,
-    kwargs: dict,
-    *,
-    is_static: Callable[[Any], bool],
-    run_eager: Callable[[tuple, dict], Any],
-    run_jit: Callable[[], Any],
-    eager_result: Any,
-    jit_result: Any,
-    distance: Callable[[Any, Any], float],
-    rtol: float,
-    fresh_jit: Callable[[], tuple[Any, Any, Any]] | None = None,
-) -> BeforeProgram:
+@dataclasses.dataclass
+class _Call:
+    """The call being bisected and the ways to run it again (see :func:`_checks`)."""
+
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    is_static: Callable[[Any], bool]
+    run_eager: Callable[[tuple, dict], Any]
+    run_jit: Callable[[], Any]
+    eager_result: Any
+    jit_result: Any
+    distance: Callable[[Any, Any], float]
+    rtol: float
+    fresh_jit: Callable[[], tuple[Any, Any, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        self.names = _argument_names(self.fn, self.args, self.kwargs)
+        self.inner = _python_function(self.fn)
+        self.dynamic = [i for i, a in enumerate(self.args) if not self.is_static(a)]
+        self.dynamic_kw = [k for k, v in self.kwargs.items() if not self.is_static(v)]
+        self.dynamic_names = [self.names[i] for i in self.dynamic] + self.dynamic_kw
+        self.given = ([self.args[i] for i in self.dynamic], {k: self.kwargs[k] for k in self.dynamic_kw})
+
+    def with_dynamic(self, new_args: list, new_kwargs: dict) -> tuple[tuple, dict]:
+        """The call's arguments with the traced ones replaced (the static ones as given)."""
+        full = list(self.args)
+        for i, value in zip(self.dynamic, new_args):
+            full[i] = value
+        return tuple(full), {**self.kwargs, **new_kwargs}
+
+    def gap_to_jit(self, dynamic_tree) -> float:
+        """Max relative difference between jit's result and eager run with these traced arguments."""
+        return self.distance(self.run_eager(*self.with_dynamic(*dynamic_tree)), self.jit_result)
+
+
+def _checks(fn: Callable, args: tuple, kwargs: dict, **options: Any) -> BeforeProgram:
     """Re-run the eager call with what jit gave the function, stage by stage; the first stage after
     which eager gives jit's numbers is where the difference was made.
 
@@ -111,212 +134,38 @@ def _checks(
     ``fresh_jit()`` jits a new function object calling ``fn`` (a new trace, nothing cached) and returns
     (its result, the program it traced, the program the jitted call used).
     """
+    call = _Call(fn, args, kwargs, **options)
     found = BeforeProgram()
-    names = _argument_names(fn, args, kwargs)
-    inner = _python_function(fn)
-
     # 1. does the eager run even repeat itself? If not, jit froze the first trace's Python values.
     try:
-        again = run_eager(args, kwargs)
-        eager_again = distance(again, eager_result)
+        eager_again = call.distance(call.run_eager(args, kwargs), call.eager_result)
     except Exception as error:
         found.checked = (
             f"checked: running the eager call again failed ({type(error).__name__}), so nothing was compared"
         )
         return found
-    if eager_again > rtol:
-        try:
-            jit_again = distance(run_jit(), jit_result)
-        except Exception:
-            jit_again = None
-        frozen = jit_again is not None and jit_again <= rtol
-        found.stage, found.explains = ("trace_time_python" if frozen else "nondeterministic"), True
-        found.checked = (
-            f"checked: two eager runs of the same call differ from each other (max relative difference "
-            f"{_number(eager_again)})"
-            + (
-                ", two jit runs give the same numbers: the function's Python code makes new values at each run, "
-                "and under jit it ran once, when it was traced, so the program keeps the values of that run"
-                if frozen
-                else (", two jit runs differ too" if jit_again is not None else "")
-                + ": the call gives new numbers at each run, so a difference between a jit and an eager run "
-                "says nothing about compilation"
-            )
-        )
-        lines = _nondeterministic_lines(inner)
-        seeded = _with_global_random_state_kept(run_eager, args, kwargs, distance)
-        if seeded is not None:
-            found.checked += (
-                "; with NumPy's and Python's global random states set back before the second run, two eager runs "
-                + (
-                    f"repeat their numbers (max relative difference {_number(seeded)}): the new values come from "
-                    "a global random draw"
-                    if seeded <= rtol
-                    else f"still differ (max relative difference {_number(seeded)}): not (only) a global random draw"
-                )
-            )
-        if lines:
-            found.line, found.line_how = lines[0], "the function's source calls this when it runs (found by reading it)"
-            found.provenance = attribution.of_source_line(lines[0])
-            found.fix = (
-                f"Make the value an argument of the function (a `jax.random` key for random numbers, the time or "
-                f"counter as an input) instead of computing it in the body at `{lines[0].code}`: a suggestion, "
-                "not tried."
-            )
-        else:
-            found.provenance = Provenance(unknown="no call of random, time or a counter was found in its source")
-            found.fix = (
-                "Pass anything that changes between calls (random keys, times, counters) as an argument instead "
-                "of computing it in Python inside the function: a suggestion, not tried."
-            )
+    if eager_again > call.rtol:
+        _nondeterministic_stage(found, call, eager_again)
         return found
     notes = [f"the eager call run again repeats its numbers (max relative difference {_number(eager_again)})"]
-
     # 2. was the program jit ran traced when a global, a closed-over or a static value was different?
-    if fresh_jit is not None:
-        try:
-            fresh, fresh_program, used_program = fresh_jit()
-            fresh_gap = distance(fresh, eager_result)
-        except Exception:
-            fresh_gap, fresh_program, used_program = None, None, None
-        if fresh_gap is not None and fresh_gap <= rtol:
-            found.stage, found.explains = "stale_trace", True
-            found.checked = (
-                f"checked: a new trace of the function (jit of a new function object calling it, so nothing "
-                f"cached is reused) gives eager's numbers (max relative difference {_number(fresh_gap)}), while "
-                "the program the jitted call ran gives other numbers: that program was traced earlier, when a "
-                "Python value the function reads was different"
-            )
-            statics = [n for n, a in zip(names, args) if is_static(a)] + [k for k, v in kwargs.items() if is_static(v)]
-            _stale_line(found, inner, used_program, fresh_program, statics)
-            return found
-        notes.append(
-            "a new trace of the function (nothing cached) could not be run"
-            if fresh_gap is None
-            else f"a new trace of the function (nothing cached) differs from eager too (max relative difference "
-            f"{_number(fresh_gap)}), so the program jit ran is not an old one"
-        )
+    if call.fresh_jit is not None and _stale_stage(found, call, notes):
+        return found
 
     import jax
 
-    dynamic = [i for i, a in enumerate(args) if not is_static(a)]
-    dynamic_kw = [k for k, v in kwargs.items() if not is_static(v)]
-
-    def with_dynamic(new_args: list, new_kwargs: dict) -> tuple[tuple, dict]:
-        full = list(args)
-        for i, value in zip(dynamic, new_args):
-            full[i] = value
-        return tuple(full), {**kwargs, **new_kwargs}
-
-    given = ([args[i] for i in dynamic], {k: kwargs[k] for k in dynamic_kw})
     try:
-        leaves, treedef = jax.tree_util.tree_flatten(given)
+        leaves, treedef = jax.tree_util.tree_flatten(call.given)
         rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
     except Exception as error:
         found.checked = f"checked: flattening the arguments as jit does failed ({type(error).__name__})"
         return found
-
-    # 2. the pytree boundary: the same leaves, the tree rebuilt as jit rebuilds it
-    reordered = _reordered_dicts(given, rebuilt, [names[i] for i in dynamic] + dynamic_kw)
-    customs = _custom_nodes(given, [names[i] for i in dynamic] + dynamic_kw)
-    if reordered or customs:
-        try:
-            structured = run_eager(*with_dynamic(*rebuilt))
-            gap = distance(structured, jit_result)
-        except Exception as error:
-            gap, structured = None, None
-            failure = type(error).__name__
-        what = (
-            f"{_dict_words(reordered)} rebuilt in sorted key order"
-            if reordered and not customs
-            else "the arguments flattened and rebuilt as jit does ("
-            + ", ".join([f"{_dict_words(reordered)} in sorted key order"] if reordered else [])
-            + (", " if reordered else "")
-            + ", ".join(f"`{path}` ({kind}) by its unflatten function" for path, kind in customs[:3])
-            + ")"
-        )
-        if gap is None:
-            found.checked = f"checked: eager with {what} failed ({failure})"
-        elif gap <= rtol:
-            found.explains = True
-            found.checked = (
-                f"checked: eager with {what} gives jit's numbers (max relative difference {_number(gap)}), "
-                f"while with the arguments as given it differs from jit"
-            )
-            if len(reordered) > 1 or (reordered and customs):
-                _which_dicts(
-                    reordered,
-                    given,
-                    rebuilt,
-                    [names[i] for i in dynamic] + dynamic_kw,
-                    lambda tree: distance(run_eager(*with_dynamic(*tree)), jit_result),
-                    rtol,
-                )
-                alone = [d for d in reordered if d.explains]
-                if alone:
-                    found.checked += f"; sorting {_dict_words(alone)} alone does too" + (
-                        f", sorting {_dict_words([d for d in reordered if d.explains is False])} alone does not"
-                        if any(d.explains is False for d in reordered)
-                        else ""
-                    )
-                    reordered = alone + [d for d in reordered if not d.explains]
-                elif customs and all(d.explains is False for d in reordered[:4]):
-                    found.checked += f"; sorting {_dict_words(reordered)} alone does not, so the custom nodes as jit rebuilds them make the difference"
-                    found.dicts, reordered = reordered, []
-            found.stage = "pytree_order" if reordered else "custom_node"
-            found.dicts = reordered or found.dicts
-            if reordered:
-                _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt, reordered, names)
-            else:
-                _custom_node_line(found, inner, customs)
-            return found
-        else:
-            found.dicts = reordered
-            found.checked = (
-                f"checked: eager with {what} still differs from jit (max relative difference {_number(gap)}), "
-                "so the flattening order does not explain the difference"
-            )
-        del structured
-
-    # 3. the leaves: Python numbers and NumPy arrays become JAX arrays under jit
-    arg_names = [names[i] for i in dynamic] + dynamic_kw
-    converted, changed = _as_jit_leaves(jax.tree_util.tree_flatten_with_path(given)[0], arg_names, jax)
-    if changed:
-        kinds = ", ".join(sorted(changed))
-        try:
-            # the dicts kept in the order given: only the leaves change
-            typed = run_eager(*with_dynamic(*in_order_of(given, jax.tree_util.tree_unflatten(treedef, converted))))
-            gap = distance(typed, jit_result)
-        except Exception as error:
-            found.checked += f"; eager with the arguments converted as jit does failed ({type(error).__name__})"
-            gap = None
-        if gap is not None and gap <= rtol:
-            argument = next(iter(changed.values()))
-            found.stage, found.explains, found.argument = "argument_dtypes", True, argument
-            found.checked = (
-                (found.checked + "; " if found.checked else "checked: ")
-                + f"eager with {kinds} converted to JAX arrays, as jit converts them, gives jit's numbers "
-                f"(max relative difference {_number(gap)})"
-            )
-            reads = _reading_lines(inner, argument.split("[", 1)[0])
-            if reads:
-                found.line = reads[0]
-                found.line_how = f"the first line of the function that reads `{argument}` (read in its source)"
-                found.provenance = attribution.of_source_line(reads[0])
-            else:
-                found.provenance = Provenance(unknown=f"no line of the function's source reads `{argument}` by name")
-            found.fix = (
-                f"Pass `{argument}` as the JAX array the function should compute with (e.g. `jnp.asarray(...)` with "
-                "the dtype you mean) so that both runs see the same dtype, or mark it static if it is a setting: "
-                "a suggestion, not tried."
-            )
-            return found
-        if gap is not None:
-            found.checked = (
-                (found.checked + "; " if found.checked else "")
-                + f"eager with {kinds} converted to JAX arrays as jit does still differs from jit "
-                f"(max relative difference {_number(gap)})"
-            )
+    # 3. the pytree boundary: the same leaves, the tree rebuilt as jit rebuilds it
+    if _pytree_stage(found, call, rebuilt):
+        return found
+    # 4. the leaves: Python numbers and NumPy arrays become JAX arrays under jit
+    if _dtype_stage(found, call, treedef):
+        return found
     found.stage = "none"
     done = "; ".join(notes)
     if found.checked:
@@ -327,6 +176,186 @@ def _checks(
             "Python number or NumPy array jit would convert"
         )
     return found
+
+
+def _nondeterministic_stage(found: BeforeProgram, call: _Call, eager_again: float) -> None:
+    """Two eager runs differ: is jit frozen (trace-time Python) or new at each run too?"""
+    rtol = call.rtol
+    try:
+        jit_again = call.distance(call.run_jit(), call.jit_result)
+    except Exception:
+        jit_again = None
+    frozen = jit_again is not None and jit_again <= rtol
+    found.stage, found.explains = ("trace_time_python" if frozen else "nondeterministic"), True
+    found.checked = (
+        f"checked: two eager runs of the same call differ from each other (max relative difference "
+        f"{_number(eager_again)})"
+        + (
+            ", two jit runs give the same numbers: the function's Python code makes new values at each run, "
+            "and under jit it ran once, when it was traced, so the program keeps the values of that run"
+            if frozen
+            else (", two jit runs differ too" if jit_again is not None else "")
+            + ": the call gives new numbers at each run, so a difference between a jit and an eager run "
+            "says nothing about compilation"
+        )
+    )
+    seeded = _with_global_random_state_kept(call.run_eager, call.args, call.kwargs, call.distance)
+    if seeded is not None:
+        found.checked += (
+            "; with NumPy's and Python's global random states set back before the second run, two eager runs "
+            + (
+                f"repeat their numbers (max relative difference {_number(seeded)}): the new values come from "
+                "a global random draw"
+                if seeded <= rtol
+                else f"still differ (max relative difference {_number(seeded)}): not (only) a global random draw"
+            )
+        )
+    lines = _nondeterministic_lines(call.inner)
+    if lines:
+        found.line, found.line_how = lines[0], "the function's source calls this when it runs (found by reading it)"
+        found.provenance = attribution.of_source_line(lines[0])
+        found.fix = (
+            f"Make the value an argument of the function (a `jax.random` key for random numbers, the time or "
+            f"counter as an input) instead of computing it in the body at `{lines[0].code}`: a suggestion, "
+            "not tried."
+        )
+    else:
+        found.provenance = Provenance(unknown="no call of random, time or a counter was found in its source")
+        found.fix = (
+            "Pass anything that changes between calls (random keys, times, counters) as an argument instead "
+            "of computing it in Python inside the function: a suggestion, not tried."
+        )
+
+
+def _stale_stage(found: BeforeProgram, call: _Call, notes: list[str]) -> bool:
+    """A new trace gives eager's numbers: the program jit ran is an old one (True: named in ``found``)."""
+    assert call.fresh_jit is not None
+    try:
+        fresh, fresh_program, used_program = call.fresh_jit()
+        fresh_gap = call.distance(fresh, call.eager_result)
+    except Exception:
+        fresh_gap, fresh_program, used_program = None, None, None
+    if fresh_gap is not None and fresh_gap <= call.rtol:
+        found.stage, found.explains = "stale_trace", True
+        found.checked = (
+            f"checked: a new trace of the function (jit of a new function object calling it, so nothing "
+            f"cached is reused) gives eager's numbers (max relative difference {_number(fresh_gap)}), while "
+            "the program the jitted call ran gives other numbers: that program was traced earlier, when a "
+            "Python value the function reads was different"
+        )
+        statics = [n for n, a in zip(call.names, call.args) if call.is_static(a)]
+        statics += [k for k, v in call.kwargs.items() if call.is_static(v)]
+        _stale_line(found, call.inner, used_program, fresh_program, statics)
+        return True
+    notes.append(
+        "a new trace of the function (nothing cached) could not be run"
+        if fresh_gap is None
+        else f"a new trace of the function (nothing cached) differs from eager too (max relative difference "
+        f"{_number(fresh_gap)}), so the program jit ran is not an old one"
+    )
+    return False
+
+
+def _pytree_stage(found: BeforeProgram, call: _Call, rebuilt) -> bool:
+    """Eager with the arguments rebuilt as jit rebuilds them (True: that explains it, named in ``found``)."""
+    reordered = _reordered_dicts(call.given, rebuilt, call.dynamic_names)
+    customs = _custom_nodes(call.given, call.dynamic_names)
+    if not reordered and not customs:
+        return False
+    try:
+        gap = call.gap_to_jit(rebuilt)
+    except Exception as error:
+        gap, failure = None, type(error).__name__
+    what = (
+        f"{_dict_words(reordered)} rebuilt in sorted key order"
+        if reordered and not customs
+        else "the arguments flattened and rebuilt as jit does ("
+        + ", ".join([f"{_dict_words(reordered)} in sorted key order"] if reordered else [])
+        + (", " if reordered else "")
+        + ", ".join(f"`{path}` ({kind}) by its unflatten function" for path, kind in customs[:3])
+        + ")"
+    )
+    if gap is None:
+        found.checked = f"checked: eager with {what} failed ({failure})"
+        return False
+    if gap > call.rtol:
+        found.dicts = reordered
+        found.checked = (
+            f"checked: eager with {what} still differs from jit (max relative difference {_number(gap)}), "
+            "so the flattening order does not explain the difference"
+        )
+        return False
+    found.explains = True
+    found.checked = (
+        f"checked: eager with {what} gives jit's numbers (max relative difference {_number(gap)}), "
+        f"while with the arguments as given it differs from jit"
+    )
+    if len(reordered) > 1 or (reordered and customs):
+        _which_dicts(reordered, call.given, rebuilt, call.dynamic_names, call.gap_to_jit, call.rtol)
+        alone = [d for d in reordered if d.explains]
+        if alone:
+            found.checked += f"; sorting {_dict_words(alone)} alone does too" + (
+                f", sorting {_dict_words([d for d in reordered if d.explains is False])} alone does not"
+                if any(d.explains is False for d in reordered)
+                else ""
+            )
+            reordered = alone + [d for d in reordered if not d.explains]
+        elif customs and all(d.explains is False for d in reordered[:4]):
+            found.checked += (
+                f"; sorting {_dict_words(reordered)} alone does not, so the custom nodes as jit rebuilds them "
+                "make the difference"
+            )
+            found.dicts, reordered = reordered, []
+    found.stage = "pytree_order" if reordered else "custom_node"
+    found.dicts = reordered or found.dicts
+    if reordered:
+        _order_line(found, call, rebuilt, reordered)
+    else:
+        _custom_node_line(found, call.inner, customs)
+    return True
+
+
+def _dtype_stage(found: BeforeProgram, call: _Call, treedef) -> bool:
+    """Eager with the leaves converted as jit converts them (True: that explains it, named in ``found``)."""
+    import jax
+
+    converted, changed = _as_jit_leaves(jax.tree_util.tree_flatten_with_path(call.given)[0], call.dynamic_names, jax)
+    if not changed:
+        return False
+    kinds = ", ".join(sorted(changed))
+    try:
+        # the dicts kept in the order given: only the leaves change
+        gap = call.gap_to_jit(in_order_of(call.given, jax.tree_util.tree_unflatten(treedef, converted)))
+    except Exception as error:
+        found.checked += f"; eager with the arguments converted as jit does failed ({type(error).__name__})"
+        return False
+    if gap > call.rtol:
+        found.checked = (
+            (found.checked + "; " if found.checked else "")
+            + f"eager with {kinds} converted to JAX arrays as jit does still differs from jit "
+            f"(max relative difference {_number(gap)})"
+        )
+        return False
+    argument = next(iter(changed.values()))
+    found.stage, found.explains, found.argument = "argument_dtypes", True, argument
+    found.checked = (
+        (found.checked + "; " if found.checked else "checked: ")
+        + f"eager with {kinds} converted to JAX arrays, as jit converts them, gives jit's numbers "
+        f"(max relative difference {_number(gap)})"
+    )
+    reads = _reading_lines(call.inner, argument.split("[", 1)[0])
+    if reads:
+        found.line = reads[0]
+        found.line_how = f"the first line of the function that reads `{argument}` (read in its source)"
+        found.provenance = attribution.of_source_line(reads[0])
+    else:
+        found.provenance = Provenance(unknown=f"no line of the function's source reads `{argument}` by name")
+    found.fix = (
+        f"Pass `{argument}` as the JAX array the function should compute with (e.g. `jnp.asarray(...)` with "
+        "the dtype you mean) so that both runs see the same dtype, or mark it static if it is a setting: "
+        "a suggestion, not tried."
+    )
+    return True
 
 
 # -- dicts, custom nodes, leaves --------------------------------------------------------
@@ -495,31 +524,29 @@ def _dict_words(reordered: list[ReorderedDict]) -> str:
 # -- the line that depends on the order ---------------------------------------------------
 
 
-def _order_line(found, inner, args, kwargs, dynamic, dynamic_kw, given, rebuilt, reordered, names) -> None:
+def _order_line(found: BeforeProgram, call: _Call, rebuilt, reordered: list[ReorderedDict]) -> None:
     """Trace the function twice, the dicts in the order given and in jit's order: the first operation
     that differs is where the order reaches the computation (its ``source_info``); the line that
     iterates the dict is read from the function's source."""
     import jax
 
-    leaves, treedef = jax.tree_util.tree_flatten(given)
+    leaves, treedef = jax.tree_util.tree_flatten(call.given)
+    inner = call.inner
 
     def traced(in_given_order: bool):
         def run(flat):
             tree = jax.tree_util.tree_unflatten(treedef, flat)
             if in_given_order:
-                tree = in_order_of(given, tree)
-            new_args, new_kwargs = tree
-            full = list(args)
-            for i, value in zip(dynamic, new_args):
-                full[i] = value
-            return inner(*full, **{**kwargs, **new_kwargs})
+                tree = in_order_of(call.given, tree)
+            full_args, full_kwargs = call.with_dynamic(*tree)
+            return inner(*full_args, **full_kwargs)
 
         return jax.make_jaxpr(run)(leaves)
 
     eqn_line = None
     try:
         as_given, as_jit = traced(True), traced(False)
-        eqn = _first_difference(as_given.jaxpr, as_jit.jaxpr)
+        eqn = _first_difference(*compat.closed_parts(as_given), *compat.closed_parts(as_jit))
         if eqn is not None:
             found.provenance = attribution.of_equation(eqn)
             eqn_line = found.provenance.made_at
@@ -705,11 +732,9 @@ def _eqn_key(eqn, ids: dict) -> tuple:
     return (eqn.primitive.name, tuple(operands), params)
 
 
-def _first_difference(a, consts_a=(), b=None, consts_b=()):
+def _first_difference(a, consts_a: list, b, consts_b: list):
     """The first equation of ``a`` that differs from ``b``'s (primitive, operands by position, params,
     constants by value)."""
-    if b is None:
-        b, consts_a = consts_a, ()
     ids_a: dict = {id(v): i for i, v in enumerate(a.invars)}
     ids_b: dict = {id(v): i for i, v in enumerate(b.invars)}
     for ids, program, consts in ((ids_a, a, consts_a), (ids_b, b, consts_b)):
