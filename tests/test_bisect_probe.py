@@ -168,6 +168,9 @@ def test_dict_values_concatenated_in_insertion_order_is_not_the_compiler():
         assert "sorted(input_dict)" in before["fix"] and "NamedTuple" in before["fix"]
         assert "not tried" in before["fix"]
         assert "input_dict.values()" in data["summary"]
+        text, html = str(report), report._repr_mimebundle_()["text/html"]
+        assert "Before the program runs" in text and "keys as jit gives them" in text
+        assert "Before the program runs" in html and "Fix: Do not rely on the order of" in html
 
 
 def test_first_key_of_a_dict_decides_the_value_without_any_operation():
@@ -319,6 +322,9 @@ def test_a_real_float32_reassociation_is_not_blamed_on_the_dict_order():
     assert "rebuilt in sorted key order still differs from jit" in before["checked"]
     assert before["dicts"][0]["given_order"] == ["'x'", "'eps'"]
     assert before["line"] is None and before["fix"] == ""
+    assert "What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it" in (
+        report.summary
+    )
 
 
 def test_no_input_check_when_jit_and_eager_agree():

@@ -225,6 +225,8 @@ class BisectReport(Report):
             if before.line is not None:
                 text += f": `{before.line.code}` ({before.line.where})"
             text += "."
+        elif before is not None and before.stage == "none":
+            text += " What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it."
         if self.verdict == "compilation":
             text += " Look at the program with %jax_hlo."
         if self.captured:
