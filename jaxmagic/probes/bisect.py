@@ -32,15 +32,15 @@ what each run *receives* (``_support/pytree_boundary.py``; verdict
 * the eager call run again: if it does not repeat its numbers, Python code in
   the body (``np.random``, ``time.time()``, a counter) makes new values at each
   call, and under jit it ran once, at trace time;
-* a new trace (jit of a new function object): if it gives eager's numbers, the
-  program jit ran was traced when a global, a closed-over value or a static
-  argument was different;
 * the arguments flattened and rebuilt as jit does (a dict by sorted keys, a
   custom node by its unflatten), each reordered dict alone too: if eager then
   gives jit's numbers, the function depends on the order; the line is the first
   operation whose operands change with the order (two traces compared by their
   ``source_info``) and the line iterating the dict (the function's source);
-* Python numbers and NumPy arrays converted to JAX arrays as jit converts them.
+* Python numbers and NumPy arrays converted to JAX arrays as jit converts them;
+* a new trace (jit of a new function object): if it gives eager's numbers, the
+  program jit ran was traced when a global, a closed-over value or a static
+  argument was different.
 
 Each says ``checked: ...`` with its outcome; a check that does not explain the
 difference says so and the verdict stays.

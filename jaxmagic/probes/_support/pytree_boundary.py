@@ -148,9 +148,6 @@ def _checks(fn: Callable, args: tuple, kwargs: dict, **options: Any) -> BeforePr
         _nondeterministic_stage(found, call, eager_again)
         return found
     notes = [f"the eager call run again repeats its numbers (max relative difference {_number(eager_again)})"]
-    # 2. was the program jit ran traced when a global, a closed-over or a static value was different?
-    if call.fresh_jit is not None and _stale_stage(found, call, notes):
-        return found
 
     import jax
 
@@ -160,11 +157,15 @@ def _checks(fn: Callable, args: tuple, kwargs: dict, **options: Any) -> BeforePr
     except Exception as error:
         found.checked = f"checked: flattening the arguments as jit does failed ({type(error).__name__})"
         return found
-    # 3. the pytree boundary: the same leaves, the tree rebuilt as jit rebuilds it
+    # 2. the pytree boundary: the same leaves, the tree rebuilt as jit rebuilds it
     if _pytree_stage(found, call, rebuilt):
         return found
-    # 4. the leaves: Python numbers and NumPy arrays become JAX arrays under jit
+    # 3. the leaves: Python numbers and NumPy arrays become JAX arrays under jit
     if _dtype_stage(found, call, treedef):
+        return found
+    # 4. was the program jit ran traced when a global, a closed-over or a static value was different?
+    #    (last: it compiles the function once more)
+    if call.fresh_jit is not None and _stale_stage(found, call, notes):
         return found
     found.stage = "none"
     done = "; ".join(notes)
