@@ -412,6 +412,13 @@ class LineMagics(MagicRunner):
         random numbers; else jit and eager are compared with each other. Also
         lists arrays the function captures by closure (the chapter's section
         1.4 miscompile). The call runs three times.
+
+        When jit and eager disagree, it first checks what each run receives
+        before blaming compilation: Python code that runs once at trace time
+        (np.random, a counter), a program traced with an older global or static
+        value, a dict argument that jit iterates in sorted key order (or a
+        custom pytree node), Python numbers that become int32/float32. It names
+        that stage, the line and a fix, with what was checked (a few more runs).
         """
         __tracebackhide__ = True
 

@@ -3,7 +3,8 @@
 Usage without IPython::
 
     report = jaxmagic.probes.bisect(closure_version, X, ref=ref64)
-    report.verdict          # "compilation", "algorithm", "precision", "eager_differs", "ok", "jit_differs", ...
+    report.verdict          # "compilation", "algorithm", "precision", "before_program", "ok", "jit_differs", ...
+    report.before_program   # when jit and eager disagree: stage, checked, line, fix
     report.jit.max_abs_error, report.eager.max_abs_error
     report.captured         # arrays the jitted function closes over (the chapter's section 1.4 trap)
 
@@ -24,7 +25,28 @@ floating-point value of the computation in float64 (no cast back to float32)
 and no random numbers (whose bits depend on the dtype). If not, the report
 says why and compares jit with eager only.
 
-The function is called three times (jit, eager, reference); the report holds
+Before a jit/eager difference is called the compiler's, the probe checks
+what each run *receives* (``_support/pytree_boundary.py``; verdict
+``"before_program"``, details in ``report.before_program``), in this order:
+
+* the eager call run again: if it does not repeat its numbers, Python code in
+  the body (``np.random``, ``time.time()``, a counter) makes new values at each
+  call, and under jit it ran once, at trace time;
+* the arguments flattened and rebuilt as jit does (a dict by sorted keys, a
+  custom node by its unflatten), each reordered dict alone too: if eager then
+  gives jit's numbers, the function depends on the order; the line is the first
+  operation whose operands change with the order (two traces compared by their
+  ``source_info``) and the line iterating the dict (the function's source);
+* Python numbers and NumPy arrays converted to JAX arrays as jit converts them;
+* a new trace (jit of a new function object): if it gives eager's numbers, the
+  program jit ran was traced when a global, a closed-over value or a static
+  argument was different.
+
+Each says ``checked: ...`` with its outcome; a check that does not explain the
+difference says so and the verdict stays.
+
+The function is called three times (jit, eager, reference); when jit and eager
+disagree, up to about eight times more for the checks above. The report holds
 the errors and shapes, not the results.
 """
 
@@ -41,10 +63,17 @@ import numpy as np
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.pytree_boundary import (  # noqa: F401 (ReorderedDict: the type of BeforeProgram.dicts)
+    BeforeProgram,
+    ReorderedDict,
+    before_program,
+    in_order_of,
+)
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.hlo import captured_constants_of_call
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, format_bytes
 
@@ -68,6 +97,10 @@ VERDICTS = {
     "eager_differs": "eager wrong, jit right",
     "agree": "jit and eager agree (no reference to check them against)",
     "jit_differs": "jit and eager disagree (no reference to say which is right)",
+    "before_program": (
+        "the difference is made before the compiled program runs (in what the runs receive, or in Python), "
+        "not by compilation"
+    ),
     "failed": "a run failed",
 }
 NEXT_STEPS = {
@@ -98,6 +131,11 @@ NEXT_STEPS = {
     "jit_differs": (
         "The compiled and the op-by-op run disagree: one of them is wrong, most often the compiled one. "
         "Give a float64 reference (--ref) to be sure, then look at the program with %jax_hlo."
+    ),
+    "before_program": (
+        "Compilation is not the cause: the jitted function is handed something else than the eager one, or "
+        "its Python code ran at another time (see 'Before the program runs'). Change the line named there; "
+        "then run %jax_bisect again."
     ),
     "failed": "See the error of the run that failed.",
 }
@@ -150,6 +188,8 @@ class BisectReport(Report):
     jit_vs_eager: float | None = None  # max relative difference between the two runs
     verdict: str = ""  # a key of VERDICTS
     captured: list[CapturedArray] = dataclasses.field(default_factory=list)
+    # when jit and eager disagree: whether what the runs receive already differs (dict order, dtypes, trace time)
+    before_program: BeforeProgram | None = None
 
     @property
     def status(self) -> Status:
@@ -179,6 +219,14 @@ class BisectReport(Report):
         elif self.jit_vs_eager is not None:
             text += f" (max relative difference {_number(self.jit_vs_eager)}; {self.reference_note})"
         text += "."
+        before = self.before_program
+        if self.verdict == "before_program" and before is not None:
+            text += f" The difference is already in {before.stage_text}"
+            if before.line is not None:
+                text += f": `{before.line.code}` ({before.line.where})"
+            text += "."
+        elif before is not None and before.stage == "none":
+            text += " What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it."
         if self.verdict == "compilation":
             text += " Look at the program with %jax_hlo."
         if self.captured:
@@ -235,6 +283,26 @@ class BisectReport(Report):
             )
         )
         sections.append(Section("Verdict", [Facts([("verdict", self.verdict_text)]), Paragraph(self.next_step)]))
+        before = self.before_program
+        if before is not None:
+            blocks: list = [
+                Facts([("stage", before.stage_text), ("explains the difference", "yes" if before.explains else "no")]),
+                Paragraph(before.checked),
+            ]
+            if before.explains and before.provenance is not None:
+                blocks += provenance_blocks(before.provenance, "the difference")
+                if before.line_how:
+                    blocks.append(Paragraph(f"Why this line: {before.line_how}."))
+            if before.dicts:
+                blocks.append(
+                    Table(
+                        ["dict", "keys as given", "keys as jit gives them"],
+                        [[f"`{d.path}`", ", ".join(d.given_order), ", ".join(d.jit_order)] for d in before.dicts],
+                    )
+                )
+            if before.explains and before.fix:
+                blocks.append(Paragraph(f"Fix: {before.fix}"))
+            sections.append(Section("Before the program runs", blocks))
         if self.captured:
             rows = [
                 [f"`{c.name}`", str(tuple(c.shape)), c.dtype, format_bytes(c.nbytes), c.line.where if c.line else "-"]
@@ -395,7 +463,8 @@ def _upcast(value):
             return jnp.asarray(np.asarray(x, dtype=np.complex128))
         return x
 
-    return jax.tree.map(leaf, value)
+    # jax.tree.map rebuilds dicts in sorted key order: keep the order the call gave (the eager run's)
+    return in_order_of(value, jax.tree.map(leaf, value))
 
 
 def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
@@ -549,9 +618,77 @@ def run_call(
         dtypes = [str(getattr(leaf, "dtype", "float32")) for _, leaf in _leaves(sample)] if sample is not None else []
         report.rtol = rtol if rtol is not None else max((DEFAULT_RTOL.get(d, 1e-4) for d in dtypes), default=1e-4)
         _judge(report, jit_result, eager_result, reference)
+        if report.verdict != "failed" and (report.jit_vs_eager or 0.0) > report.rtol:
+            report.before_program = _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result)
+            if report.before_program.explains:
+                report.verdict = "before_program"
         del jit_result, eager_result, reference, sample
     report.captured = _captured(jitted, fn, args, kwargs, namespace)
     return report, failed.get("jit" if compat.is_jitted(fn) else "eager")
+
+
+def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) -> BeforeProgram:
+    """Is the jit/eager difference already in what the runs receive? Re-runs the eager call (see
+    ``pytree_boundary.before_program``); never raises."""
+    import jax
+
+    def run_eager(new_args, new_kwargs):
+        with jax.disable_jit():
+            result = fn(*new_args, **new_kwargs)
+        jax.block_until_ready(result)
+        return result
+
+    def run_jit():
+        result = jitted(*args, **kwargs)
+        jax.block_until_ready(result)
+        return result
+
+    def fresh_jit():
+        inner = fn
+        for _ in range(8):
+            wrapped = getattr(inner, "__wrapped__", None)
+            if wrapped is None or wrapped is inner:
+                break
+            inner = wrapped
+
+        def fresh(*fresh_args, **fresh_kwargs):  # a new function object: nothing of JAX's caches fits it
+            return inner(*fresh_args, **fresh_kwargs)
+
+        static = tuple(i for i, a in enumerate(args) if _is_static(a))
+        static_names = tuple(k for k, v in kwargs.items() if _is_static(v))
+        again = jittable.jit(fresh, static_argnums=static, static_argnames=static_names)
+        result = again(*args, **kwargs)
+        jax.block_until_ready(result)
+        try:
+            programs = again.trace(*args, **kwargs).jaxpr, jitted.trace(*args, **kwargs).jaxpr
+        except Exception:
+            programs = None, None
+        return (result, *programs)
+
+    def distance(a, b) -> float:
+        probe = RunResult("jit", "")
+        try:
+            _compare(probe, a, [(path, _as64(leaf)) for path, leaf in _leaves(b)], symmetric=True)
+        except ValueError:
+            return math.inf
+        return probe.max_rel_error if probe.max_rel_error is not None else math.inf
+
+    try:
+        return before_program(
+            fn,
+            args,
+            kwargs,
+            is_static=_is_static,
+            run_eager=run_eager,
+            run_jit=run_jit,
+            eager_result=eager_result,
+            jit_result=jit_result,
+            distance=distance,
+            rtol=report.rtol,
+            fresh_jit=fresh_jit,
+        )
+    except Exception as error:  # a check of ours must not hide the runs' verdict
+        return BeforeProgram(checked=f"could not check what the runs receive, because {error_line(error)}")
 
 
 def _check_reference(ref) -> None:
