@@ -304,8 +304,8 @@ assert reports_conc["jnp.arange(n)"].jax_hint == "It arose in the jnp.arange arg
 assert reports_conc["jnp.arange(n)"].fixes[0].use == "static_argnames=('n',)"
 assert reports_conc["jnp.nonzero(x)"].fixes[0].use.startswith("jnp.nonzero(x, size=k")
 assert reports_conc["float(x)"].fixes[0].use.startswith("stay in JAX")
-# x.item(): JAX adds no hint; the report names the argument; its fixes are the general list of this kind
-# of error (the same as for float(x): the first one is written for float(x), not for x.item())
+# x.item(): JAX adds no hint; the report names the argument; its fixes are this kind's list, with the
+# traced name on the failing line (`x`) filled in - the same list as for float(x)
 item = reports_conc["x.item()"]
 print("x.item():", item.summary)
 assert item.jax_hint == "" and "the value depends on the argument `x`" in item.summary

@@ -124,7 +124,7 @@ KINDS: dict[str, ErrorKind] = {
             "the program runs; jit needs every shape while tracing.",
             (
                 Fix(
-                    "stay in JAX: x * 2 instead of float(x) * 2, x.astype(float)",
+                    "stay in JAX: {value} * 2 instead of float({value}) * 2, {value}.astype(float)",
                     "the Python number was only a means to compute",
                 ),
                 Fix("static_argnames=('{arg}',)", "a size or count that is a setting, such as n in jnp.arange(n)"),
@@ -662,6 +662,14 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport) -> list[Fix]:
     weak = {report.origin_arguments.get(t.name, t.name) for t in report.traced_names if t.weak_type}
     arg = next((c for c in candidates if c in weak), candidates[0] if candidates else "n")
     fixes = [Fix(f.use.replace("{arg}", arg), f.when) for f in kind.fixes]
+    # {value}: the traced name on your failing line (x in x.item()); a fix never shows a name your code lacks.
+    value = report.traced_names[0].name if report.traced_names else ""
+    fixes = [
+        Fix(f.use.replace("{value}", value), f.when)
+        if value or "{value}" not in f.use
+        else Fix("stay in JAX: compute with the array itself instead of a Python number (.astype for a dtype)", f.when)
+        for f in fixes
+    ]
     # static_argnames belongs to the function given to jax.jit (not a loop body it calls), and only
     # names one of its arguments: without such an argument the fix is left as a pattern.
     jitted = report.jitted_function if report.jitted_transformation == "jit" else ""
