@@ -233,3 +233,54 @@ def test_magic_names_the_library_function_by_its_public_name(ip):
     assert data["provenance"]["made_at"]["code"].strip() == "return jnp.sum(jnp.std(x, axis=0))"
     assert data["provenance"]["started_by"]["code"].strip() == "g_std = jax.grad(feature_scale_loss)(jnp.ones((4, 3)))"
     assert "variance is 0" in data["fix"]
+
+
+# -- issue 28: a clean report says what was checked -------------------------------------------
+
+
+@jax.jit
+def layer_norm_f16(x, scale):
+    # A hand-written mixed-precision layer norm: the variance overflows float16 (max 65504) to inf,
+    # and rsqrt(inf) = 0 hides it - the output is finite (and wrong).
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale
+
+
+@jax.jit
+def finite_or_zero(x):
+    y = jnp.exp(x)
+    return jnp.where(jnp.isfinite(y), y, 0.0)
+
+
+@jax.jit
+def cleaned_logits(x):
+    z = x * 1e30
+    return jnp.nan_to_num(z * z)
+
+
+def _f16_activations():
+    return jnp.array([[300.0, -300.0, 250.0, -250.0]], jnp.float16)
+
+
+def test_clean_report_says_which_calls_were_checked_and_points_to_inside():
+    x = _f16_activations()
+    with probes.nans(infs=True) as report:
+        for _ in range(3):
+            out = layer_norm_f16(x, jnp.float16(1.0))
+        finite_or_zero(jnp.array([100.0]))
+    assert bool(jnp.all(jnp.isfinite(out)))  # the overflow is hidden: nothing raised
+    data = report.to_dict()
+    assert data["status"] == "ok"
+    assert data["jit_calls"] == {"layer_norm_f16": 3, "finite_or_zero": 1}
+    scope = data["checked_scope"]
+    assert "the outputs of 3 calls of `layer_norm_f16` and 1 call of `finite_or_zero`" in scope
+    assert "checked only where they reach an output" in scope and "--inside" in scope
+    assert scope in data["summary"] and "any JAX computation" not in data["summary"]
+
+
+def test_clean_report_of_eager_cell_says_no_jitted_call_was_made():
+    with probes.nans() as report:
+        jnp.ones(3) * 2
+    assert report.jit_calls == {}
+    assert "the output of every eager operation (the cell called no jitted function directly)" in report.summary

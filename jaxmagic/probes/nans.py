@@ -126,6 +126,8 @@ class NanReport(Report):
     python_error: str = ""  # Python's own ZeroDivisionError/OverflowError: no JAX NaN/inf at all
     provenance: Provenance | None = None  # made_at (the producing line), function, transformations, started_by
     fix: str = ""  # the fix that matches the producing operation and the values it saw ("" when none is known)
+    jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
+    checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)
 
     @property
     def status(self) -> Status:
@@ -182,7 +184,7 @@ class NanReport(Report):
             )
         if self.other_error:
             return f"The cell failed with {self.other_error} before any {self.checked} appeared."
-        return f"No {self.checked} appeared in any JAX computation of this cell."
+        return f"No {self.checked} in what was checked: {self.checked_scope or scope_text(self.jit_calls)}"
 
     def _producer_summary(self, what: str) -> str:
         p = self.producer
@@ -262,6 +264,8 @@ class NanReport(Report):
                 for leaf in self.nonfinite
             ]
             sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
+        if self.status is Status.OK:
+            sections.append(Section("What was checked", [Paragraph(self.checked_scope or scope_text(self.jit_calls))]))
         if self.notes:
             sections.append(Section("How this was found", [Paragraph(n) for n in self.notes]))
         # The FloatingPointError itself (self.message) is re-raised under the report: its traceback
@@ -345,6 +349,38 @@ class NanReport(Report):
         if self.nonfinite:
             return text + " The inputs were already non-finite: see the table of non-finite values."
         return text + " Look at the values reaching that line (jax.debug.print, or %jax_check on the call)."
+
+
+def _calls_text(jit_calls: dict[str, int]) -> str:
+    parts = [f"{n} call{'s' if n != 1 else ''} of `{name}`" for name, n in jit_calls.items()]
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else ""
+
+
+def scope_text(jit_calls: dict[str, int], inside: int = 0, counted: bool = True) -> str:
+    """What ``jax.debug_nans``/``debug_infs`` looked at in this cell, in words: the outputs of the
+    compiled programs of the jitted calls the cell made (``jit_calls``) and of every eager operation;
+    ``inside``: how many calls were also evaluated op by op (``--inside``)."""
+    calls = _calls_text(jit_calls)
+    if not counted:
+        text = (
+            "the outputs of every compiled program and every eager operation the cell ran (its jitted calls could "
+            "not be counted: sys.monitoring was unavailable); values inside compiled programs are checked only "
+            "where they reach an output"
+        )
+    elif calls:
+        text = (
+            f"the outputs of {calls} made by the cell (and of every eager operation); values inside compiled "
+            "programs are checked only where they reach an output"
+        )
+    else:
+        text = (
+            "the output of every eager operation (the cell called no jitted function directly); values inside a "
+            "compiled program (a jitted function called through jax.grad, vmap or a library) are checked only where "
+            "they reach its output"
+        )
+    if inside:
+        return text + f"; {inside} call{'s' if inside != 1 else ''} evaluated op by op, every intermediate checked."
+    return text + " - `%%jax_nans --inside` checks every intermediate."
 
 
 # -- the fix: matched to the producing operation and the values it saw -----------------------
@@ -551,6 +587,8 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
         raise
     finally:
         report.nonfinite += _scan_rebound(namespace, before)
+        report.jit_calls = dict(counts.jitted) if counts is not None else {}
+        report.checked_scope = scope_text(report.jit_calls, counted=counts is not None)
 
 
 def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -> None:

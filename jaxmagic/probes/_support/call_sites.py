@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
+from jaxmagic._jax import compat
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 
@@ -31,12 +32,14 @@ class CallSiteCounts:
         # the code alive, so its id cannot be reused while we count.
         self._by_code: dict[int, tuple] = {}
         self._thread = threading.get_ident()
+        self.jitted: dict[str, int] = {}  # name -> top-level calls of that jitted function the user's code made
         self.on_call = self._callback()
 
     def _callback(self):
         """The CALL callback: it runs on every call the user's code makes, so it reads only locals."""
         by_code, user_file, block_thread = self._by_code, {}, self._thread
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
+        jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
 
         def on_call(code, offset, callable_, arg0):
             if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
@@ -52,6 +55,9 @@ class CallSiteCounts:
                 entry = by_code[id(code)] = (code, {})
             sites = entry[1]
             sites[offset] = sites.get(offset, 0) + 1
+            if type(callable_) is jit_type and (top_level is None or top_level()):
+                name = str(getattr(callable_, "__name__", "jit"))
+                jitted[name] = jitted.get(name, 0) + 1
             return None
 
         return on_call
