@@ -284,3 +284,80 @@ def test_clean_report_of_eager_cell_says_no_jitted_call_was_made():
         jnp.ones(3) * 2
     assert report.jit_calls == {}
     assert "the output of every eager operation (the cell called no jitted function directly)" in report.summary
+
+
+# -- issue 28: %%jax_nans --inside finds the masked non-finite value ---------------------------
+
+
+def _only_inside_finding(report, function):
+    data = report.to_dict()
+    found = [s for s in data["inside_searches"] if s["function"] == function]
+    assert len(found) == 1 and found[0]["failure"] == ""
+    return data, found[0]
+
+
+def test_inside_finds_float16_variance_overflow_hidden_by_rsqrt():
+    x = _f16_activations()
+    with probes.nans(infs=True, inside=True) as report:
+        for _ in range(3):
+            out = layer_norm_f16(x, jnp.float16(1.0))
+    assert bool(jnp.all(jnp.isfinite(out)))  # the cell ran as without the probe
+    data, found = _only_inside_finding(report, "layer_norm_f16")
+    assert data["status"] == "problem" and not data["found"]
+    producer = found["producer"]
+    assert (producer["primitive"], producer["value"]) == ("square", "inf")
+    assert producer["line"]["code"] == "var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)"
+    assert producer["line"]["function"] == "layer_norm_f16"
+    assert (found["masked_by"], found["masked_primitive"]) == ("jax.lax.rsqrt", "rsqrt")
+    assert found["masked_line"]["code"] == "return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale"
+    assert found["call"] == 1 and found["reached_output"] is False
+    assert "`square` made inf" in data["summary"] and "`jax.lax.rsqrt`" in data["summary"]
+    assert "masked it" in data["summary"]
+    assert "evaluated op by op (1 call)" in data["checked_scope"]
+    assert "later calls only where values reach an output" in data["checked_scope"]
+
+
+def test_inside_finds_overflow_hidden_by_where_isfinite():
+    with probes.nans(infs=True, inside=True) as report:
+        finite_or_zero(jnp.array([1.0, 100.0]))
+    _, found = _only_inside_finding(report, "finite_or_zero")
+    assert found["producer"]["primitive"] == "exp"
+    assert found["producer"]["line"]["code"] == "y = jnp.exp(x)"
+    assert found["producer"]["index"] == [1]
+    assert found["masked_by"] == "jnp.where"
+    assert found["masked_line"]["code"] == "return jnp.where(jnp.isfinite(y), y, 0.0)"
+
+
+def test_inside_finds_inf_hidden_by_nan_to_num():
+    with probes.nans(inside=True) as report:
+        cleaned_logits(jnp.array([1.0, 1e-20]))
+    _, found = _only_inside_finding(report, "cleaned_logits")
+    assert found["producer"]["primitive"] == "mul"
+    assert found["producer"]["line"]["code"] == "return jnp.nan_to_num(z * z)"
+    assert found["masked_by"] == "jnp.nan_to_num"
+    assert found["masked_line"]["code"] == "return jnp.nan_to_num(z * z)"
+
+
+@jax.jit
+def masked_attention(scores, mask):
+    scores = jnp.where(mask, scores, -jnp.inf)
+    return jax.nn.softmax(scores, axis=-1)
+
+
+def test_inside_does_not_report_a_written_minus_inf_mask_and_stays_ok():
+    mask = jnp.array([[True, False, True], [True, True, False]])
+    with probes.nans(infs=True, inside=True) as report:
+        masked_attention(jnp.ones((2, 3)), mask)
+    data = report.to_dict()
+    assert data["status"] == "ok" and report.inside_findings == []
+    assert [s["function"] for s in data["inside_searches"]] == ["masked_attention"]
+    assert "with --inside, the first call was also evaluated op by op (1 call)" in data["summary"]
+
+
+def test_without_inside_masked_values_stay_ok_with_precise_words():
+    with probes.nans(infs=True) as report:
+        cleaned_logits(jnp.array([1.0, 1e-20]))
+        finite_or_zero(jnp.array([100.0]))
+    data = report.to_dict()
+    assert data["status"] == "ok" and data["inside_searches"] == []
+    assert "values inside compiled programs are checked only where they reach an output" in data["summary"]
