@@ -53,7 +53,10 @@ class CellMagics(MagicRunner):
         """
         __tracebackhide__ = True
         self._run_cell_magic(
-            self.jax_nans, line, cell, lambda args: probes.nans(infs=args.infs, namespace=self.user_ns, inside=args.inside)
+            self.jax_nans,
+            line,
+            cell,
+            lambda args: probes.nans(infs=args.infs, namespace=self.user_ns, inside=args.inside),
         )
 
     @magic_arguments()

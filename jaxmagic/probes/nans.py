@@ -444,7 +444,12 @@ def _inside_section(found: InsideSearch) -> Section:
     lines = [line for line in (p.line, found.masked_line) if line is not None]
     lines = list({(line.filename, line.lineno): line for line in lines}.values())
     if lines:
-        blocks.append(SourceLines(lines, "The line that made it, and the one that masked it:" if found.masked_line else "The line that made it:"))
+        blocks.append(
+            SourceLines(
+                lines,
+                "The line that made it, and the one that masked it:" if found.masked_line else "The line that made it:",
+            )
+        )
     if found.masked_by:
         blocks.append(
             Paragraph(
@@ -1034,13 +1039,17 @@ class _FirstCalls(jit_calls.CallObserver):
 @contextlib.contextmanager
 def _evaluating_inside(report: NanReport, counts):
     if counts is None:
-        report.notes.append("--inside needs sys.monitoring to see your calls, and it was unavailable: nothing was evaluated op by op.")
+        report.notes.append(
+            "--inside needs sys.monitoring to see your calls, and it was unavailable: nothing was evaluated op by op."
+        )
         yield
         return
     try:
         with jit_calls.observing_calls(_FirstCalls(report, counts)) as observed:
             if not observed:
-                report.notes.append("--inside could not observe jitted calls in this JAX: nothing was evaluated op by op.")
+                report.notes.append(
+                    "--inside could not observe jitted calls in this JAX: nothing was evaluated op by op."
+                )
             yield
     except AlreadyActive as error:
         report.notes.append(f"--inside did not run: {error}")
