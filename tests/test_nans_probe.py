@@ -361,3 +361,14 @@ def test_without_inside_masked_values_stay_ok_with_precise_words():
     data = report.to_dict()
     assert data["status"] == "ok" and data["inside_searches"] == []
     assert "values inside compiled programs are checked only where they reach an output" in data["summary"]
+
+
+def test_inside_provenance_names_the_jit_and_the_cell_line_that_called_it():
+    with probes.nans(infs=True, inside=True) as report:
+        finite_or_zero(jnp.array([100.0]))  # the call
+    (found,) = report.to_dict()["inside_searches"]
+    made = found["producer"]["provenance"]
+    assert made["made_at"]["code"] == "y = jnp.exp(x)" and made["function"] == "finite_or_zero"
+    assert made["transforms"][0] == "jit(finite_or_zero)"
+    assert made["started_by"]["code"] == "finite_or_zero(jnp.array([100.0]))  # the call"
+    assert found["masked_provenance"]["made_at"]["code"] == "return jnp.where(jnp.isfinite(y), y, 0.0)"

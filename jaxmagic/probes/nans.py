@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import io
 import re
+import sys
 import traceback as traceback_module
 from collections.abc import Iterator
 
@@ -285,7 +286,7 @@ class NanReport(Report):
             sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
         if self.inside_findings:
             sections += [_inside_section(found) for found in self.inside_findings]
-        if self.status is Status.OK or self.inside:
+        if self.inside_findings:
             sections.append(Section("What was checked", [Paragraph(self.checked_scope or scope_text(self.jit_calls))]))
         if self.notes:
             sections.append(Section("How this was found", [Paragraph(n) for n in self.notes]))
@@ -441,22 +442,19 @@ def _inside_section(found: InsideSearch) -> Section:
     blocks = [Facts(facts)]
     if p.provenance is not None:
         blocks += provenance_blocks(p.provenance, f"the {p.value}")
-    lines = [line for line in (p.line, found.masked_line) if line is not None]
-    lines = list({(line.filename, line.lineno): line for line in lines}.values())
-    if lines:
-        blocks.append(
-            SourceLines(
-                lines,
-                "The line that made it, and the one that masked it:" if found.masked_line else "The line that made it:",
-            )
-        )
+    if found.masked_line is not None:
+        blocks.append(SourceLines([found.masked_line], f"The line that masked it (`{found.masked_by}`):"))
+    elif p.line is not None and p.provenance is None:
+        blocks.append(SourceLines([p.line], "The line that made it:"))
     if found.masked_by:
+        dtypes = {op.dtype for op in p.operands}
+        limit = {"float16": " (float16 overflows above 65504)", "bfloat16": " (bfloat16 overflows above 3.4e38)"}
+        hint = "".join(limit[d] for d in sorted(dtypes) if d in limit)
         blocks.append(
             Paragraph(
                 f"The {p.value} never reached an output of the compiled program, which is all jax.debug_nans and "
-                f"jax.debug_infs check under jit. Whatever `{found.masked_by}` returned there stands for a value "
-                "that could not be computed: check the dtype and range of the values on the first line "
-                "(float16 overflows above 65504)."
+                f"jax.debug_infs check under jit. What `{found.masked_by}` returned there stands for a value "
+                f"that could not be computed: look at the dtype and range of the values on the first line{hint}."
             )
         )
     return Section(f"Inside `{found.function}`", blocks)
@@ -1020,6 +1018,12 @@ class _FirstCalls(jit_calls.CallObserver):
         self.seen.add(name)
         try:
             found = search_inside(program, list(args), function=name, call=self.counts.jitted[name])
+            started = attribution.started_by(sys._getframe(1))
+            for made in (found.producer.provenance if found.producer else None, found.masked_provenance):
+                if made is not None:
+                    made.started_by = started
+                    if f"jit({name})" not in made.transforms:
+                        made.transforms.insert(0, f"jit({name})")  # the program evaluated is this jit's body
         except Exception as error:  # never let the check break the user's call
             found = InsideSearch(function=name, failure=f"evaluating `{name}` op by op failed: {error_line(error)}")
         self.report.inside_searches.append(found)
