@@ -407,6 +407,10 @@ def scope_text(jit_calls: dict[str, int], inside: int = 0, counted: bool = True)
             f"; with --inside, {first} was also evaluated op by op ({inside} call{'s' if inside != 1 else ''}), "
             f"every intermediate checked{later}."
         )
+    if not calls:
+        return (
+            text + " - `%%jax_nans --inside` checks every intermediate of the jitted functions a cell calls directly."
+        )
     return text + " - `%%jax_nans --inside` checks every intermediate."
 
 
@@ -671,6 +675,11 @@ def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = Fa
         report.nonfinite += _scan_rebound(namespace, before)
         report.jit_calls = dict(counts.jitted) if counts is not None else {}
         evaluated = sum(1 for found in report.inside_searches if not found.failure)
+        if inside and not report.inside_searches and counts is not None:
+            report.notes.append(
+                "--inside evaluated no call op by op: the cell called no jitted function of its own directly "
+                "(calls through jax.grad, vmap or a library are not evaluated)."
+            )
         report.checked_scope = scope_text(report.jit_calls, inside=evaluated, counted=counts is not None)
 
 

@@ -40,6 +40,7 @@ class CallSiteCounts:
         by_code, user_file, block_thread = self._by_code, {}, self._thread
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
         jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
+        user_jit: dict[int, tuple] = {}  # id(jitted function) -> (it, defined in the user's code)
 
         def on_call(code, offset, callable_, arg0):
             if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
@@ -56,8 +57,12 @@ class CallSiteCounts:
             sites = entry[1]
             sites[offset] = sites.get(offset, 0) + 1
             if type(callable_) is jit_type and (top_level is None or top_level()):
-                name = str(getattr(callable_, "__name__", "jit"))
-                jitted[name] = jitted.get(name, 0) + 1
+                known = user_jit.get(id(callable_))
+                if known is None or known[0] is not callable_:
+                    known = user_jit[id(callable_)] = (callable_, _defined_by_user(callable_))
+                if known[1]:
+                    name = str(getattr(callable_, "__name__", "jit"))
+                    jitted[name] = jitted.get(name, 0) + 1
             return None
 
         return on_call
@@ -69,6 +74,13 @@ class CallSiteCounts:
         if entry is None or entry[0] is not code:
             return 0
         return entry[1].get(tb.tb_lasti, 0)
+
+
+def _defined_by_user(jitted) -> bool:
+    """Whether a jitted function is the user's own (``jnp.log`` is a jitted function too, of JAX's):
+    by the file of the function it wraps; True when that is not known (a jitted ``partial``)."""
+    code = getattr(getattr(jitted, "__wrapped__", None), "__code__", None)
+    return code is None or is_user_file(code.co_filename)
 
 
 @contextlib.contextmanager

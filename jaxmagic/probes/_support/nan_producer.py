@@ -740,9 +740,12 @@ def search_inside(program, args: list, *, function: str = "", call: int = 1, bud
         found.reached_output = outputs is not None and _any_bad(outputs)
         if listener.masked is not None:
             eqn, path = listener.masked
-            name = str(eqn.params.get("name", eqn.primitive.name))
-            found.masked_primitive = eqn.primitive.name if eqn.primitive.name != "jit" else name
-            found.masked_by = "jnp.where" if name in _SELECTS else public_name(name) or name
+            name = eqn.params.get("name") if compat.sub_jaxprs(eqn) else None
+            if name is None:  # a primitive: by its own name ("rsqrt", "select_n", "clamp", "min")
+                found.masked_primitive = found.masked_by = eqn.primitive.name
+            else:  # a jitted library function: by the name the user wrote ("jnp.where", "jnp.nan_to_num")
+                found.masked_primitive = str(name)
+                found.masked_by = "jnp.where" if name in _SELECTS else public_name(str(name)) or str(name)
             found.masked_line = _user_line(eqn, path)
             found.masked_provenance = _provenance(eqn, path, found.masked_line, [])
     return found
