@@ -426,3 +426,14 @@ def test_inside_says_when_no_jitted_call_of_the_users_was_evaluated():
         jax.grad(lambda x: jnp.sum(jnp.log(x)))(jnp.ones(2))
     assert report.inside_searches == [] and report.status is Status.OK
     assert any("--inside evaluated no call op by op" in note for note in report.notes)
+
+
+def test_inside_under_another_probe_that_follows_every_call_runs_the_cell_and_says_why_not():
+    from jaxmagic._jax import jit_calls
+
+    with jit_calls.observing_calls(jit_calls.CallObserver()):
+        with probes.nans(inside=True) as report:
+            out = finite_or_zero(jnp.array([100.0]))
+    assert float(out[0]) == 0.0 and report.inside_searches == []
+    assert any(note.startswith("--inside did not run: cannot run inside another magic") for note in report.notes)
+    assert not any("evaluated no call" in note for note in report.notes)

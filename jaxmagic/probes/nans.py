@@ -675,7 +675,8 @@ def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = Fa
         report.nonfinite += _scan_rebound(namespace, before)
         report.jit_calls = dict(counts.jitted) if counts is not None else {}
         evaluated = sum(1 for found in report.inside_searches if not found.failure)
-        if inside and not report.inside_searches and counts is not None:
+        tried = not any(note.startswith("--inside") for note in report.notes)
+        if inside and tried and not report.inside_searches and counts is not None:
             report.notes.append(
                 "--inside evaluated no call op by op: the cell called no jitted function of its own directly "
                 "(calls through jax.grad, vmap or a library are not evaluated)."
@@ -1057,13 +1058,12 @@ def _evaluating_inside(report: NanReport, counts):
         )
         yield
         return
-    try:
-        with jit_calls.observing_calls(_FirstCalls(report, counts)) as observed:
-            if not observed:
-                report.notes.append(
-                    "--inside could not observe jitted calls in this JAX: nothing was evaluated op by op."
-                )
-            yield
-    except AlreadyActive as error:
-        report.notes.append(f"--inside did not run: {error}")
-        raise
+    with contextlib.ExitStack() as stack:
+        try:
+            observed = stack.enter_context(jit_calls.observing_calls(_FirstCalls(report, counts)))
+        except AlreadyActive as error:  # another probe follows every call: the cell runs without --inside
+            report.notes.append(f"--inside did not run: {error}")
+            observed = True
+        if not observed:
+            report.notes.append("--inside could not observe jitted calls in this JAX: nothing was evaluated op by op.")
+        yield

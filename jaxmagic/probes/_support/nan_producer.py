@@ -688,12 +688,17 @@ class _Inside(_Search):
         return True
 
     def visit(self, eqn, inputs, outputs, path) -> bool:
+        """Returning True inside an opened equation leaves it (and every loop iteration after): done
+        when the mask is found, and when the budget is spent (the rest then runs compiled, whole)."""
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
         _note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
         tainted = self._tainted(eqn) if len(inputs) == len(eqn.invars) else [False] * len(inputs)
         self._note_constants(eqn, path)
+        if path and self.stage == "producer" and self.result.equations >= self.budget:
+            self.budget_reached = True
+            return True
         if self.stage == "producer":
             if id(eqn) in self._opened or not _any_bad(outputs):
                 return False
@@ -711,6 +716,7 @@ class _Inside(_Search):
             real = [v for v, t in zip(inputs, tainted) if not t]
             if _any_bad(real) and _has_inexact(outputs) and not _any_bad(outputs):
                 self.masked = (eqn, path)
+                return bool(path)  # found inside a loop body or call: the later iterations need not be walked
         return False
 
 
@@ -743,9 +749,13 @@ def search_inside(program, args: list, *, function: str = "", call: int = 1, bud
             name = eqn.params.get("name") if compat.sub_jaxprs(eqn) else None
             if name is None:  # a primitive: by its own name ("rsqrt", "select_n", "clamp", "min")
                 found.masked_primitive = found.masked_by = eqn.primitive.name
-            else:  # a jitted library function: by the name the user wrote ("jnp.where", "jnp.nan_to_num")
+            else:  # a jitted library function by the name the user wrote ("jnp.where"); a function of the user's by its own
                 found.masked_primitive = str(name)
-                found.masked_by = "jnp.where" if name in _SELECTS else public_name(str(name)) or str(name)
+                filename = compat.called_function(eqn)[1]
+                if filename and is_user_file(filename):
+                    found.masked_by = str(name)
+                else:
+                    found.masked_by = "jnp.where" if name in _SELECTS else public_name(str(name)) or str(name)
             found.masked_line = _user_line(eqn, path)
             found.masked_provenance = _provenance(eqn, path, found.masked_line, [])
     return found
