@@ -1039,6 +1039,11 @@ class _FirstCalls(jit_calls.CallObserver):
         self.report.inside_searches.append(found)
         if found.failure:
             self.report.notes.append(found.failure)
+        else:
+            self.report.notes.append(
+                f"--inside: call {found.call} of `{name}` was evaluated op by op on its own arguments just before "
+                f"it ran ({found.equations} operations, with the checks off)."
+            )
         if found.budget_reached:
             self.report.notes.append(
                 f"`{name}` has more operations than --inside evaluates one by one ({found.equations}); the "
