@@ -320,6 +320,19 @@ def test_nan_cell_fails_and_report_explains(shell):
     assert shell.user_ns["nan_rep"].primitive == "log"
 
 
+def test_nans_inside_names_the_masked_overflow_and_its_lines(shell):
+    shell.run_cell("@jax.jit\ndef soft_clip(x):\n    y = jnp.exp(x)\n    return jnp.where(jnp.isfinite(y), y, 0.0)\n")
+    plain = shell.run_cell("%%jax_nans --infs -o plain_rep\nsoft_clip(jnp.array([100.0]))")
+    assert plain.success and shell.user_ns["plain_rep"].status.value == "ok"
+    assert "1 call of `soft_clip`" in shell.user_ns["plain_rep"].summary
+    result = shell.run_cell("%%jax_nans --infs --inside -o inside_rep\nsoft_clip(jnp.array([100.0]))")
+    assert result.success  # a masked value is a finding, not an error: the cell's result stands
+    found = shell.user_ns["inside_rep"].to_dict()["inside_searches"][0]
+    assert (found["producer"]["primitive"], found["masked_by"]) == ("exp", "jnp.where")
+    assert found["producer"]["line"]["code"] == "y = jnp.exp(x)"
+    assert found["masked_line"]["code"] == "return jnp.where(jnp.isfinite(y), y, 0.0)"
+
+
 def test_unload_and_reload(shell):
     count = len(shell.magics_manager.magics["cell"])
     shell.run_line_magic("unload_ext", "jaxmagic")

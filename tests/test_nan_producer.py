@@ -502,3 +502,47 @@ def test_log_softmax_of_a_fully_masked_row_names_log_softmax_and_the_fill():
     assert prov["library_function"] == "jax.nn.log_softmax" and prov["function"] == "masked_classifier_loss"
     assert "1 of 3 rows" in data["fix"] and "`logits = jnp.where(mask, logits, -jnp.inf)`" in data["fix"]
     assert "sqrt" not in data["fix"] and "log(" not in data["fix"]
+
+
+# -- search_inside: every intermediate of one jitted call (%%jax_nans --inside) ------------------
+
+
+def _body_of(jitted, *args):
+    """The traced program of one jitted call, as %%jax_nans --inside gets it (the jit equation's body)."""
+    (eqn,) = jax.make_jaxpr(jitted)(*args).jaxpr.eqns
+    return eqn.params["jaxpr"]
+
+
+def test_search_inside_a_long_scan_stops_at_its_budget():
+    from jaxmagic.probes._support.nan_producer import search_inside
+
+    @jax.jit
+    def running_sum(xs):
+        return lax.scan(lambda c, x: (c + jnp.tanh(x), None), 0.0, xs)[0]
+
+    xs = jnp.linspace(-1.0, 1.0, 3000)
+    found = search_inside(_body_of(running_sum, xs), [xs], function="running_sum", budget=60)
+    assert found.producer is None and found.failure == ""
+    assert found.budget_reached and found.equations < 100
+
+
+def _finite_only(v):
+    return jnp.nan_to_num(v, posinf=0.0)
+
+
+finite_only = jax.jit(_finite_only)
+
+
+def test_search_inside_names_a_masking_function_of_the_users_by_its_own_name():
+    from jaxmagic.probes._support.nan_producer import search_inside
+
+    @jax.jit
+    def embed(x):
+        h = jnp.exp(x)  # overflows for x > 88
+        return finite_only(h)
+
+    x = jnp.array([1.0, 100.0])
+    found = search_inside(_body_of(embed, x), [x], function="embed")
+    assert (found.producer.primitive, found.producer.line.code) == ("exp", "h = jnp.exp(x)  # overflows for x > 88")
+    assert (found.masked_by, found.masked_primitive) == ("_finite_only", "_finite_only")
+    assert found.masked_line.code == "return finite_only(h)"

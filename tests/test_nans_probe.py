@@ -233,3 +233,207 @@ def test_magic_names_the_library_function_by_its_public_name(ip):
     assert data["provenance"]["made_at"]["code"].strip() == "return jnp.sum(jnp.std(x, axis=0))"
     assert data["provenance"]["started_by"]["code"].strip() == "g_std = jax.grad(feature_scale_loss)(jnp.ones((4, 3)))"
     assert "variance is 0" in data["fix"]
+
+
+# -- issue 28: a clean report says what was checked -------------------------------------------
+
+
+@jax.jit
+def layer_norm_f16(x, scale):
+    # A hand-written mixed-precision layer norm: the variance overflows float16 (max 65504) to inf,
+    # and rsqrt(inf) = 0 hides it - the output is finite (and wrong).
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale
+
+
+@jax.jit
+def finite_or_zero(x):
+    y = jnp.exp(x)
+    return jnp.where(jnp.isfinite(y), y, 0.0)
+
+
+@jax.jit
+def cleaned_logits(x):
+    z = x * 1e30
+    return jnp.nan_to_num(z * z)
+
+
+def _f16_activations():
+    return jnp.array([[300.0, -300.0, 250.0, -250.0]], jnp.float16)
+
+
+def test_clean_report_says_which_calls_were_checked_and_points_to_inside():
+    x = _f16_activations()
+    with probes.nans(infs=True) as report:
+        for _ in range(3):
+            out = layer_norm_f16(x, jnp.float16(1.0))
+        finite_or_zero(jnp.array([100.0]))
+    assert bool(jnp.all(jnp.isfinite(out)))  # the overflow is hidden: nothing raised
+    data = report.to_dict()
+    assert data["status"] == "ok"
+    assert data["jit_calls"] == {"layer_norm_f16": 3, "finite_or_zero": 1}
+    scope = data["checked_scope"]
+    assert "the outputs of 3 calls of `layer_norm_f16` and 1 call of `finite_or_zero`" in scope
+    assert "checked only where they reach an output" in scope and "--inside" in scope
+    assert scope in data["summary"] and "any JAX computation" not in data["summary"]
+
+
+def test_clean_report_of_eager_cell_says_no_jitted_call_was_made():
+    with probes.nans() as report:
+        jnp.ones(3) * 2
+    assert report.jit_calls == {}
+    assert "the output of every eager operation (the cell called no jitted function directly)" in report.summary
+
+
+# -- issue 28: %%jax_nans --inside finds the masked non-finite value ---------------------------
+
+
+def _only_inside_finding(report, function):
+    data = report.to_dict()
+    found = [s for s in data["inside_searches"] if s["function"] == function]
+    assert len(found) == 1 and found[0]["failure"] == ""
+    return data, found[0]
+
+
+def test_inside_finds_float16_variance_overflow_hidden_by_rsqrt():
+    x = _f16_activations()
+    with probes.nans(infs=True, inside=True) as report:
+        for _ in range(3):
+            out = layer_norm_f16(x, jnp.float16(1.0))
+    assert bool(jnp.all(jnp.isfinite(out)))  # the cell ran as without the probe
+    data, found = _only_inside_finding(report, "layer_norm_f16")
+    assert data["status"] == "problem" and not data["found"]
+    producer = found["producer"]
+    assert (producer["primitive"], producer["value"]) == ("square", "inf")
+    assert producer["line"]["code"] == "var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)"
+    assert producer["line"]["function"] == "layer_norm_f16"
+    assert (found["masked_by"], found["masked_primitive"]) == ("rsqrt", "rsqrt")
+    assert found["masked_line"]["code"] == "return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale"
+    assert found["call"] == 1 and found["reached_output"] is False
+    assert "`square` made inf" in data["summary"] and "`rsqrt`" in data["summary"]
+    assert "masked it" in data["summary"]
+    assert "evaluated op by op (1 call)" in data["checked_scope"]
+    assert "later calls only where values reach an output" in data["checked_scope"]
+
+
+def test_inside_finds_overflow_hidden_by_where_isfinite():
+    with probes.nans(infs=True, inside=True) as report:
+        finite_or_zero(jnp.array([1.0, 100.0]))
+    _, found = _only_inside_finding(report, "finite_or_zero")
+    assert found["producer"]["primitive"] == "exp"
+    assert found["producer"]["line"]["code"] == "y = jnp.exp(x)"
+    assert found["producer"]["index"] == [1]
+    assert found["masked_by"] == "jnp.where"
+    assert found["masked_line"]["code"] == "return jnp.where(jnp.isfinite(y), y, 0.0)"
+
+
+def test_inside_finds_inf_hidden_by_nan_to_num():
+    with probes.nans(inside=True) as report:
+        cleaned_logits(jnp.array([1.0, 1e-20]))
+    _, found = _only_inside_finding(report, "cleaned_logits")
+    assert found["producer"]["primitive"] == "mul"
+    assert found["producer"]["line"]["code"] == "return jnp.nan_to_num(z * z)"
+    assert found["masked_by"] == "jnp.nan_to_num"
+    assert found["masked_line"]["code"] == "return jnp.nan_to_num(z * z)"
+
+
+@jax.jit
+def masked_attention(scores, mask):
+    scores = jnp.where(mask, scores, -jnp.inf)
+    return jax.nn.softmax(scores, axis=-1)
+
+
+def test_inside_does_not_report_a_written_minus_inf_mask_and_stays_ok():
+    mask = jnp.array([[True, False, True], [True, True, False]])
+    with probes.nans(infs=True, inside=True) as report:
+        masked_attention(jnp.ones((2, 3)), mask)
+    data = report.to_dict()
+    assert data["status"] == "ok" and report.inside_findings == []
+    assert [s["function"] for s in data["inside_searches"]] == ["masked_attention"]
+    assert "with --inside, the first call was also evaluated op by op (1 call)" in data["summary"]
+
+
+def test_without_inside_masked_values_stay_ok_with_precise_words():
+    with probes.nans(infs=True) as report:
+        cleaned_logits(jnp.array([1.0, 1e-20]))
+        finite_or_zero(jnp.array([100.0]))
+    data = report.to_dict()
+    assert data["status"] == "ok" and data["inside_searches"] == []
+    assert "values inside compiled programs are checked only where they reach an output" in data["summary"]
+
+
+def test_inside_provenance_names_the_jit_and_the_cell_line_that_called_it():
+    with probes.nans(infs=True, inside=True) as report:
+        finite_or_zero(jnp.array([100.0]))  # the call
+    (found,) = report.to_dict()["inside_searches"]
+    made = found["producer"]["provenance"]
+    assert made["made_at"]["code"] == "y = jnp.exp(x)" and made["function"] == "finite_or_zero"
+    assert made["transforms"][0] == "jit(finite_or_zero)"
+    assert made["started_by"]["code"] == "finite_or_zero(jnp.array([100.0]))  # the call"
+    assert found["masked_provenance"]["made_at"]["code"] == "return jnp.where(jnp.isfinite(y), y, 0.0)"
+
+
+@jax.jit
+def safe_log(x):
+    # The jnp.where trap in the forward pass: log(-1) = NaN is made, then discarded by the where.
+    return jnp.where(x > 0, jnp.log(x), 0.0)
+
+
+@jax.jit
+def clipped_square(x):
+    return jnp.clip(x * x, -1e4, 1e4)
+
+
+@jax.jit
+def capped_activation_sum(xs):
+    def body(total, x):
+        e = jnp.exp(x)
+        return total + jnp.minimum(e, 1.0), None
+
+    return jax.lax.scan(body, 0.0, xs)[0]
+
+
+def test_inside_names_nan_discarded_by_where_clip_and_min_in_a_scan_iteration():
+    with probes.nans(inside=True) as report:
+        safe_log(jnp.array([1.0, -1.0]))
+        clipped_square(jnp.array([1.0, 300.0], jnp.float16))
+        capped_activation_sum(jnp.array([1.0, 2.0, 100.0, 3.0]))
+    by_function = {s["function"]: s for s in report.to_dict()["inside_searches"]}
+    log = by_function["safe_log"]
+    assert (log["producer"]["primitive"], log["producer"]["value"], log["masked_by"]) == ("log", "nan", "jnp.where")
+    clip = by_function["clipped_square"]
+    assert (clip["producer"]["primitive"], clip["producer"]["value"]) == ("mul", "inf")
+    assert clip["masked_by"] == "jnp.clip" and clip["producer"]["index"] == [1]
+    loop = by_function["capped_activation_sum"]
+    assert loop["producer"]["line"]["code"] == "e = jnp.exp(x)"
+    assert [(p["primitive"], p["index"]) for p in loop["producer"]["loops"]] == [("scan", 2)]
+    assert (loop["masked_by"], loop["masked_line"]["code"]) == ("min", "return total + jnp.minimum(e, 1.0), None")
+    assert report.summary.startswith("`log` made nan") and "(2 more jitted functions made one too)" in report.summary
+
+
+def test_inside_with_a_nan_that_reaches_the_output_keeps_the_usual_finding():
+    with pytest.raises(FloatingPointError):
+        with probes.nans(inside=True) as report:
+            log_shifted(jnp.array(1.0))
+    assert report.found and report.primitive == "log" and "jnp.log(y - 10)" in report.where_line.code
+    (found,) = report.to_dict()["inside_searches"]
+    assert found["function"] == "log_shifted" and found["reached_output"] and found["masked_by"] == ""
+
+
+def test_inside_says_when_no_jitted_call_of_the_users_was_evaluated():
+    with probes.nans(inside=True) as report:
+        jax.grad(lambda x: jnp.sum(jnp.log(x)))(jnp.ones(2))
+    assert report.inside_searches == [] and report.status is Status.OK
+    assert any("--inside evaluated no call op by op" in note for note in report.notes)
+
+
+def test_inside_under_another_probe_that_follows_every_call_runs_the_cell_and_says_why_not():
+    from jaxmagic._jax import jit_calls
+
+    with jit_calls.observing_calls(jit_calls.CallObserver()):
+        with probes.nans(inside=True) as report:
+            out = finite_or_zero(jnp.array([100.0]))
+    assert float(out[0]) == 0.0 and report.inside_searches == []
+    assert any(note.startswith("--inside did not run: cannot run inside another magic") for note in report.notes)
+    assert not any("evaluated no call" in note for note in report.notes)

@@ -25,6 +25,13 @@ class CellMagics(MagicRunner):
 
     @magic_arguments()
     @argument("--infs", action="store_true", help="Also stop at the first inf (jax_debug_infs).")
+    @argument(
+        "--inside",
+        action="store_true",
+        help="Also evaluate the first call of each jitted function op by op and report the first NaN/inf "
+        "made inside it, even one a later operation masked (rsqrt(inf)=0, jnp.where, jnp.nan_to_num). "
+        "Every call then takes JAX's slower Python dispatch path.",
+    )
     @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
     @cell_magic
     def jax_nans(self, line, cell):
@@ -38,10 +45,18 @@ class CellMagics(MagicRunner):
         library functions, with the loop iteration and the input values there -
         the forward or backward pass, your line, and the non-finite leaves (key
         paths such as [0]['b']) of the failing call's arguments or result.
+
+        Under jit only the outputs of the compiled program are checked; a clean
+        report says so. With --inside, an inf or NaN that a later operation
+        masked (a float16 variance through rsqrt, jnp.where(jnp.isfinite(x), x, 0),
+        jnp.nan_to_num) is found too, with your lines of both operations.
         """
         __tracebackhide__ = True
         self._run_cell_magic(
-            self.jax_nans, line, cell, lambda args: probes.nans(infs=args.infs, namespace=self.user_ns)
+            self.jax_nans,
+            line,
+            cell,
+            lambda args: probes.nans(infs=args.infs, namespace=self.user_ns, inside=args.inside),
         )
 
     @magic_arguments()

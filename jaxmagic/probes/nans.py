@@ -18,16 +18,26 @@ import contextlib
 import dataclasses
 import io
 import re
+import sys
 import traceback as traceback_module
 from collections.abc import Iterator
 
 from jaxmagic._jax import jit_calls
+from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.call_sites import counting_call_sites
 from jaxmagic.probes._support.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
-from jaxmagic.probes._support.nan_producer import LoopPosition, NanProducer, OperandValue, ProducerSearch, search
+from jaxmagic.probes._support.nan_producer import (
+    InsideSearch,
+    LoopPosition,
+    NanProducer,
+    OperandValue,
+    ProducerSearch,
+    search,
+    search_inside,
+)
 from jaxmagic.probes._support.nan_watch import NanWatch
 from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.probes._support.report_base import Report
@@ -38,6 +48,7 @@ from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
 
 __all__ = [
+    "InsideSearch",
     "LoopPosition",
     "NanProducer",
     "NanReport",
@@ -129,10 +140,19 @@ class NanReport(Report):
     python_error: str = ""  # Python's own ZeroDivisionError/OverflowError: no JAX NaN/inf at all
     provenance: Provenance | None = None  # made_at (the producing line), function, transformations, started_by
     fix: str = ""  # the fix that matches the producing operation and the values it saw ("" when none is known)
+    jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
+    checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)
+    inside: bool = False  # --inside: the first call of each jitted function was evaluated op by op
+    inside_searches: list[InsideSearch] = dataclasses.field(default_factory=list)  # one per call evaluated
+
+    @property
+    def inside_findings(self) -> list[InsideSearch]:
+        """The evaluated calls in which an operation made a non-finite value (masked later or not)."""
+        return [s for s in self.inside_searches if s.producer is not None]
 
     @property
     def status(self) -> Status:
-        if self.found or self.nonfinite:
+        if self.found or self.nonfinite or self.inside_findings:
             return Status.PROBLEM
         return Status.ERROR if self.other_error else Status.OK
 
@@ -183,9 +203,11 @@ class NanReport(Report):
                 f"No JAX computation produced a {value}, but {names} holds one: it came from "
                 "outside JAX (NumPy, a literal, a loaded value) or from before the cell."
             )
+        if self.inside_findings:
+            return inside_summary(self.inside_findings[0], len(self.inside_findings))
         if self.other_error:
             return f"The cell failed with {self.other_error} before any {self.checked} appeared."
-        return f"No {self.checked} appeared in any JAX computation of this cell."
+        return f"No {self.checked} in what was checked: {self.checked_scope or scope_text(self.jit_calls)}"
 
     def _producer_summary(self, what: str) -> str:
         p = self.producer
@@ -265,6 +287,10 @@ class NanReport(Report):
                 for leaf in self.nonfinite
             ]
             sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
+        if self.inside_findings:
+            sections += [_inside_section(found) for found in self.inside_findings]
+        if self.inside_findings:
+            sections.append(Section("What was checked", [Paragraph(self.checked_scope or scope_text(self.jit_calls))]))
         if self.notes:
             sections.append(Section("How this was found", [Paragraph(n) for n in self.notes]))
         # The FloatingPointError itself (self.message) is re-raised under the report: its traceback
@@ -348,6 +374,97 @@ class NanReport(Report):
         if self.nonfinite:
             return text + " The inputs were already non-finite: see the table of non-finite values."
         return text + " Look at the values reaching that line (jax.debug.print, or %jax_check on the call)."
+
+
+def _calls_text(jit_calls: dict[str, int]) -> str:
+    parts = [f"{n} call{'s' if n != 1 else ''} of `{name}`" for name, n in jit_calls.items()]
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else ""
+
+
+def scope_text(jit_calls: dict[str, int], inside: int = 0, counted: bool = True) -> str:
+    """What ``jax.debug_nans``/``debug_infs`` looked at in this cell, in words: the outputs of the
+    compiled programs of the jitted calls the cell made (``jit_calls``) and of every eager operation;
+    ``inside``: how many calls were also evaluated op by op (``--inside``)."""
+    calls = _calls_text(jit_calls)
+    if not counted:
+        text = (
+            "the outputs of every compiled program and every eager operation the cell ran (its jitted calls could "
+            "not be counted: sys.monitoring was unavailable); values inside compiled programs are checked only "
+            "where they reach an output"
+        )
+    elif calls:
+        text = (
+            f"the outputs of {calls} made by the cell (and of every eager operation); values inside compiled "
+            "programs are checked only where they reach an output"
+        )
+    else:
+        text = (
+            "the output of every eager operation (the cell called no jitted function directly); values inside a "
+            "compiled program (a jitted function called through jax.grad, vmap or a library) are checked only where "
+            "they reach its output"
+        )
+    if inside:
+        later = " (later calls only where values reach an output)" if sum(jit_calls.values()) > inside else ""
+        first = "the first call of each jitted function" if inside > 1 else "the first call"
+        return text + (
+            f"; with --inside, {first} was also evaluated op by op ({inside} call{'s' if inside != 1 else ''}), "
+            f"every intermediate checked{later}."
+        )
+    if not calls:
+        return (
+            text + " - `%%jax_nans --inside` checks every intermediate of the jitted functions a cell calls directly."
+        )
+    return text + " - `%%jax_nans --inside` checks every intermediate."
+
+
+def _at(line: SourceLine | None) -> str:
+    return f" at {line.function} ({line.label or line.filename}, line {line.lineno})" if line is not None else ""
+
+
+def inside_summary(found: InsideSearch, count: int = 1) -> str:
+    p = found.producer
+    inside = f" inside `{p.library_function}`" if p.library_function else ""
+    made = f"`{p.primitive}`{inside} made {p.value}{_at(p.line)}, in call {found.call} of `{found.function}`"
+    more = f" ({count - 1} more jitted function{'s' if count > 2 else ''} made one too)" if count > 1 else ""
+    if found.masked_by:
+        return (
+            f"{made}, and `{found.masked_by}`{_at(found.masked_line)} masked it: the output is finite, so "
+            f"jax.debug_nans/debug_infs did not see it, and the result may be silently wrong{more}."
+        )
+    if found.reached_output:
+        return f"{made}, and it reached the output{more}."
+    return f"{made}; it did not reach the output, and no single operation that masked it was found{more}."
+
+
+def _inside_section(found: InsideSearch) -> Section:
+    p = found.producer
+    facts = [("operation", f"`{p.primitive}` made {p.value}"), ("values", p.description)]
+    if p.library_function:
+        facts.append(("inside", f"`{p.library_function}`, called from your line"))
+    facts.append(("call", f"{found.call} of `{found.function}`"))
+    if found.masked_by:
+        facts.append(("masked by", f"`{found.masked_by}` (`{found.masked_primitive}`): its output is finite"))
+    elif found.reached_output:
+        facts.append(("reached", "the output of the call"))
+    blocks = [Facts(facts)]
+    if p.provenance is not None:
+        blocks += provenance_blocks(p.provenance, f"the {p.value}")
+    if found.masked_line is not None:
+        blocks.append(SourceLines([found.masked_line], f"The line that masked it (`{found.masked_by}`):"))
+    elif p.line is not None and p.provenance is None:
+        blocks.append(SourceLines([p.line], "The line that made it:"))
+    if found.masked_by:
+        dtypes = {op.dtype for op in p.operands}
+        limit = {"float16": " (float16 overflows above 65504)", "bfloat16": " (bfloat16 overflows above 3.4e38)"}
+        hint = "".join(limit[d] for d in sorted(dtypes) if d in limit)
+        blocks.append(
+            Paragraph(
+                f"The {p.value} never reached an output of the compiled program, which is all jax.debug_nans and "
+                f"jax.debug_infs check under jit. What `{found.masked_by}` returned there stands for a value "
+                f"that could not be computed: look at the dtype and range of the values on the first line{hint}."
+            )
+        )
+    return Section(f"Inside `{found.function}`", blocks)
 
 
 # -- the fix: matched to the producing operation and the values it saw -----------------------
@@ -518,15 +635,19 @@ def _checks_off():
 
 
 @contextlib.contextmanager
-def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanReport]:
+def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = False) -> Iterator[NanReport]:
     """Check every JAX computation in the block for NaN (and inf with ``infs``).
 
     On a NaN the block's ``FloatingPointError`` propagates unchanged; the
     yielded report is filled in before it does. ``namespace`` (a dict of the
     user's variables) lets the probe also list NaN leaves of the variables the
-    block bound.
+    block bound. ``inside``: the first call of each jitted function the block
+    calls is also evaluated op by op before it runs, and the first operation
+    that made a NaN or inf is reported even when a later one masked it
+    (``report.inside_searches``); every call then takes JAX's slower Python
+    dispatch path.
     """
-    report = NanReport(checks=["nan", "inf"] if infs else ["nan"])
+    report = NanReport(checks=["nan", "inf"] if infs else ["nan"], inside=inside)
     before = _bindings(namespace)
     counts = None
     try:
@@ -534,6 +655,7 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
             preserved_jax_state(CONFIG_NAMES),
             jax_prints_collected(report.jax_messages),
             counting_call_sites() as counts,
+            _evaluating_inside(report, counts) if inside else contextlib.nullcontext(),
             _checks_on(infs),
         ):
             yield report
@@ -554,6 +676,15 @@ def nans(*, infs: bool = False, namespace: dict | None = None) -> Iterator[NanRe
         raise
     finally:
         report.nonfinite += _scan_rebound(namespace, before)
+        report.jit_calls = dict(counts.jitted) if counts is not None else {}
+        evaluated = sum(1 for found in report.inside_searches if not found.failure)
+        tried = not any(note.startswith("--inside") for note in report.notes)
+        if inside and tried and not report.inside_searches and counts is not None:
+            report.notes.append(
+                "--inside evaluated no call op by op: the cell called no jitted function of its own directly "
+                "(calls through jax.grad, vmap or a library are not evaluated)."
+            )
+        report.checked_scope = scope_text(report.jit_calls, inside=evaluated, counted=counts is not None)
 
 
 def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -> None:
@@ -884,3 +1015,63 @@ def explain_nan_sighting(watch: NanWatch):
             "and the line."
         )
     return report
+
+
+class _FirstCalls(jit_calls.CallObserver):
+    """Evaluates the first call of each jitted function the user's code called, op by op, before it runs."""
+
+    def __init__(self, report: NanReport, counts):
+        self.report, self.counts = report, counts
+        self.seen: set[str] = set()
+
+    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
+        program = params.get("jaxpr")
+        if not is_jit or program is None or name in self.seen or name not in self.counts.jitted:
+            return  # an eager operation (jnp functions run as jitted programs too), or a later call
+        self.seen.add(name)
+        try:
+            found = search_inside(program, list(args), function=name, call=self.counts.jitted[name])
+            started = attribution.started_by(sys._getframe(1))
+            for made in (found.producer.provenance if found.producer else None, found.masked_provenance):
+                if made is not None:
+                    made.started_by = started
+                    if f"jit({name})" not in made.transforms:
+                        made.transforms.insert(0, f"jit({name})")  # the program evaluated is this jit's body
+        except Exception as error:  # never let the check break the user's call
+            found = InsideSearch(function=name, failure=f"evaluating `{name}` op by op failed: {error_line(error)}")
+        self.report.inside_searches.append(found)
+        if found.failure:
+            self.report.notes.append(found.failure)
+        else:
+            self.report.notes.append(
+                f"--inside: call {found.call} of `{name}` was evaluated op by op on its own arguments just before "
+                f"it ran ({found.equations} operations, with the checks off)."
+            )
+        if found.budget_reached:
+            self.report.notes.append(
+                f"`{name}` has more operations than --inside evaluates one by one ({found.equations}); the "
+                "sub-programs after that were run whole, and only their outputs were checked."
+            )
+        if found.stopped_at:
+            self.report.notes.append(
+                f"--inside could not look inside `{'`, `'.join(found.stopped_at)}` in `{name}`: only its outputs were checked."
+            )
+
+
+@contextlib.contextmanager
+def _evaluating_inside(report: NanReport, counts):
+    if counts is None:
+        report.notes.append(
+            "--inside needs sys.monitoring to see your calls, and it was unavailable: nothing was evaluated op by op."
+        )
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            observed = stack.enter_context(jit_calls.observing_calls(_FirstCalls(report, counts)))
+        except AlreadyActive as error:  # another probe follows every call: the cell runs without --inside
+            report.notes.append(f"--inside did not run: {error}")
+            observed = True
+        if not observed:
+            report.notes.append("--inside could not observe jitted calls in this JAX: nothing was evaluated op by op.")
+        yield

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
+from jaxmagic._jax import compat
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 
@@ -31,12 +32,15 @@ class CallSiteCounts:
         # the code alive, so its id cannot be reused while we count.
         self._by_code: dict[int, tuple] = {}
         self._thread = threading.get_ident()
+        self.jitted: dict[str, int] = {}  # name -> top-level calls of that jitted function the user's code made
         self.on_call = self._callback()
 
     def _callback(self):
         """The CALL callback: it runs on every call the user's code makes, so it reads only locals."""
         by_code, user_file, block_thread = self._by_code, {}, self._thread
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
+        jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
+        user_jit: dict[int, tuple] = {}  # id(jitted function) -> (it, defined in the user's code)
 
         def on_call(code, offset, callable_, arg0):
             if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
@@ -52,6 +56,13 @@ class CallSiteCounts:
                 entry = by_code[id(code)] = (code, {})
             sites = entry[1]
             sites[offset] = sites.get(offset, 0) + 1
+            if type(callable_) is jit_type and (top_level is None or top_level()):
+                known = user_jit.get(id(callable_))
+                if known is None or known[0] is not callable_:
+                    known = user_jit[id(callable_)] = (callable_, _defined_by_user(callable_))
+                if known[1]:
+                    name = str(getattr(callable_, "__name__", "jit"))
+                    jitted[name] = jitted.get(name, 0) + 1
             return None
 
         return on_call
@@ -63,6 +74,13 @@ class CallSiteCounts:
         if entry is None or entry[0] is not code:
             return 0
         return entry[1].get(tb.tb_lasti, 0)
+
+
+def _defined_by_user(jitted) -> bool:
+    """Whether a jitted function is the user's own (``jnp.log`` is a jitted function too, of JAX's):
+    by the file of the function it wraps; True when that is not known (a jitted ``partial``)."""
+    code = getattr(getattr(jitted, "__wrapped__", None), "__code__", None)
+    return code is None or is_user_file(code.co_filename)
 
 
 @contextlib.contextmanager
