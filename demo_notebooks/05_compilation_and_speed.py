@@ -417,7 +417,7 @@ total = by_code["return x.sum()"]                       # the reduction: outside
 assert (total.calls, total.kernel_runs, total.scopes) == (20, 20, ["(no named_scope)"])
 assert prof_deep.program("deep").calls == 20
 assert prof_deep.time.compilations == 0                 # the warm-up run paid for compiling
-print(f"{layer.share:.0%} of the device time on `{layer.line.code}`; bound: {prof_deep.bound}")
+print(f"{layer.share:.0%} of the kernel time on `{layer.line.code}`; bound: {prof_deep.bound}")
 
 # %% [markdown]
 # ## Supplement: `jax.transfer_guard`
