@@ -269,12 +269,12 @@ class ProfileReport(Report):
         blocks.append(
             Paragraph(
                 f"Wall time {_ms(t.wall)}: the rows above split it and add up to it. The headline's \"on the "
-                f"device\" {_pct(t.device, t.wall)} is the two device rows together ({_ms(t.device)}). "
+                f'device" {_pct(t.device, t.wall)} is the two device rows together ({_ms(t.device)}). '
                 f"Counted differently, kernels were running on some thread during {_ms(t.device_busy)} "
                 f"({_pct(t.device_busy, t.wall)} of the wall time); that span also overlaps host dispatch and "
                 "Python (the device works while the host goes on), so it is not a row of the split. "
                 f"{self.kernel_events} kernel run(s) of {self.kernel_count} kernel(s), {_ms(self.device_seconds)} "
-                "of kernel time summed over all threads: the \"kernel time\" of the tables below, and the whole "
+                'of kernel time summed over all threads: the "kernel time" of the tables below, and the whole '
                 f"their shares are of. {HOST_NOTE}"
             )
         )
@@ -322,7 +322,9 @@ class ProfileReport(Report):
                 ["\u00a0\u00a0" * s.depth + s.path, _ms(s.seconds), _pct(s.share, 1), _ms(s.self_seconds)]
                 for s in self.scopes
             ]
-            sections.append(Section("By named_scope", [Table(["scope", "kernel time", "of kernel time", "self"], rows)]))
+            sections.append(
+                Section("By named_scope", [Table(["scope", "kernel time", "of kernel time", "self"], rows)])
+            )
         if self.kernels:
             rows = [
                 [
@@ -337,7 +339,9 @@ class ProfileReport(Report):
                 ]
                 for k in self.kernels
             ]
-            table = Table(["kernel", "program", "kernel time", "of kernel time", "runs", "what", "scope", "lines"], rows)
+            table = Table(
+                ["kernel", "program", "kernel time", "of kernel time", "runs", "what", "scope", "lines"], rows
+            )
             hlo = "\n".join(f"{k.program}: {k.hlo}" for k in self.kernels[:6] if k.hlo)
             blocks = [table] + ([Evidence("HLO of the top kernels", hlo)] if hlo else [])
             sections.append(Section("By kernel", blocks))
