@@ -503,3 +503,20 @@ def test_equations_keep_the_variable_names_of_the_printed_jaxpr():
     texts = [op["text"] for op in data["ops"] if op["stage"] == "jaxpr"]
     assert texts == ["c:f32[] = mul b 2.0:f32[]", "d:f32[] = sub a c"]
     assert all(t in printed for t in texts)
+
+
+def test_a_compile_read_from_the_persistent_cache_is_not_called_a_compile():
+    # Only the labelling, from the events JAX reports: with the persistent cache, the backend-compile
+    # event wraps a disk read; the report must not call that a compile time.
+    from jaxmagic.probes.hlo.probe import _note_cached
+    from jaxmagic.probes.hlo.report import HloReport
+
+    report = HloReport(call="f(x)", seconds={"compile": 0.004})
+    _note_cached(
+        report,
+        "compile",
+        {"/jax/core/compile/backend_compile_duration", "/jax/compilation_cache/cache_retrieval_time_sec"},
+    )
+    assert report.to_dict()["cached"] == [] and report.to_dict()["compile_from_disk"] is True
+    facts = dict(next(s for s in report.document().sections if s.title == "Program").blocks[0].pairs)
+    assert facts["compile time"] == "4.0 ms, reading the program from JAX's persistent compilation cache (not compiled)"

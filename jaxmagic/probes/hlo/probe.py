@@ -187,10 +187,16 @@ def _work_events():
         compat.unregister_duration_listener(listener)
 
 
+_PERSISTENT_CACHE_READ = "/jax/compilation_cache/cache_retrieval_time_sec"
+
+
 def _note_cached(report: HloReport, step: str, seen: set[str]) -> None:
-    """Record ``step`` as served from JAX's caches if its work event did not fire since the last step."""
+    """Record ``step`` as served from JAX's caches if its work event did not fire since the last step
+    (a compile read from the persistent compilation cache fires it too: that is told apart)."""
     if _WORK_EVENTS[step] not in seen:
         report.cached.append(step)
+    elif step == "compile" and _PERSISTENT_CACHE_READ in seen:
+        report.compile_from_disk = True
     seen.clear()
 
 

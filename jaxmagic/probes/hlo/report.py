@@ -49,6 +49,7 @@ class HloReport(Report):
     sweep: list[SweepPoint] = dataclasses.field(default_factory=list)
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # trace, lower, compile
     cached: list[str] = dataclasses.field(default_factory=list)  # steps JAX served from its caches (no work timed)
+    compile_from_disk: bool = False  # the compile step read the program from JAX's persistent compilation cache
     failure: str = ""  # "ValueError: ..." when a stage could not be built
     failure_stage: str = ""
     failure_line: SourceLine | None = None
@@ -281,6 +282,14 @@ class HloReport(Report):
                         f"{stage} time",
                         f"cached ({_DONE_BEFORE[stage]} before in this process; the {seconds * 1e3:.1f} ms "
                         f"measured is the cache look-up, not a {stage} - `%jax_stages` times a fresh one)",
+                    )
+                )
+            elif stage == "compile" and self.compile_from_disk:
+                facts.append(
+                    (
+                        "compile time",
+                        f"{seconds * 1e3:.1f} ms, reading the program from JAX's persistent compilation cache "
+                        "(not compiled)",
                     )
                 )
             else:
