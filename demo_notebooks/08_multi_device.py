@@ -138,21 +138,22 @@ print(labels(rep_x), labels(rep_c), labels(rep_r))
 # %% [markdown]
 # ### Without `rich`
 #
-# `jax.debug.visualize_array_sharding` draws with `rich`. Here `rich` is installed, so it works (its
-# output is shown below). To see what happens without it, we block the import the way the chapter
-# does: `sys.modules["rich"] = None` makes every `import rich` fail, as if it were not installed. JAX's
-# drawing then fails with a `ValueError`; `%jax_sharding` draws the same picture as before, because the
-# notebook view is jaxmagic's own HTML.
+# `jax.debug.visualize_array_sharding` draws with `rich`. Here `rich` is installed, so it works. Its
+# drawing is shown below as plain text: JAX prints it on a rich console of its own, which in a notebook
+# writes colours as terminal escape codes into the saved text output, so the cell takes the table JAX
+# drew and prints it on a console without colour (`color_system=None`). To see what happens without
+# `rich`, we block the import the way the chapter does: `sys.modules["rich"] = None` makes every
+# `import rich` fail, as if it were not installed. JAX's drawing then fails with a `ValueError`;
+# `%jax_sharding` draws the same picture as before, because the notebook view is jaxmagic's own HTML.
 
 # %%
 import io
 import rich.console
 
-drawn = []                                   # what JAX hands to rich, kept to check the drawing
+drawn = []                                   # the table JAX hands to rich, kept instead of printed
 _rich_print = rich.console.Console.print
 def _keep(self, *objects, **kwargs):
     drawn.extend(objects)
-    return _rich_print(self, *objects, **kwargs)
 rich.console.Console.print = _keep
 try:
     jax.debug.visualize_array_sharding(x)   # rich is installed: JAX draws the layout
@@ -161,7 +162,10 @@ finally:
 plain = rich.console.Console(file=io.StringIO(), width=80, color_system=None, force_jupyter=False)
 for obj in drawn:
     plain.print(obj)
-rows = [line for line in plain.file.getvalue().splitlines() if "CPU" in line]
+drawing_text = plain.file.getvalue()
+print(drawing_text)                          # JAX's drawing, without colour
+assert drawn and "\x1b" not in drawing_text   # no terminal escape codes in the saved output
+rows = [line for line in drawing_text.splitlines() if "CPU" in line]
 assert rows == ["│ CPU 0 │ CPU 1 │", "│ CPU 2 │ CPU 3 │"], rows   # the same 2x2 layout as %jax_sharding
 del drawn, plain
 

@@ -459,3 +459,64 @@ def test_baked_global_under_vmap_names_its_line_function_and_transformation():
     assert provenance["made_at"]["code"] == "return jnp.tanh(x) / TEMPERATURE  # reads the global"
     assert provenance["function"] == "logits_fn" and provenance["transforms"] == ["vmap"]
     assert literal["line"] == provenance["made_at"]
+
+
+def test_compile_time_on_a_cache_hit_says_cached_not_a_bare_zero():
+    # "compile time 0.0 ms" for a function the notebook had already run: the compile came from JAX's
+    # cache. The report says so; a function never compiled before gets a plain, measured time.
+    @jax.jit
+    def scale_then_shift(x):
+        return x * 3.25 + 0.75
+
+    x = jnp.arange(5.0)
+    fresh = probes.hlo_of_call(scale_then_shift, (x,))
+    assert "compile" in fresh.to_dict()["seconds"] and "compile" not in fresh.to_dict()["cached"]
+    scale_then_shift(x)  # the user runs it; now %jax_hlo on the same call compiles nothing
+    again = probes.hlo_of_call(scale_then_shift, (x,))
+    data = again.to_dict()
+    assert "compile" in data["cached"]
+    facts = dict(next(s for s in again.document().sections if s.title == "Program").blocks[0].pairs)
+    assert facts["compile time"].startswith("cached (compiled before in this process;")
+    assert "not a compile" in facts["compile time"]
+    fresh_facts = dict(next(s for s in fresh.document().sections if s.title == "Program").blocks[0].pairs)
+    assert fresh_facts["compile time"].endswith(" ms") and "cached" not in fresh_facts["compile time"]
+
+
+def test_equations_keep_the_variable_names_of_the_printed_jaxpr():
+    # The report quoted `a:f32[] = mul b 2.0` beside the printed jaxpr's `b:f32[] = mul a 2.0`:
+    # each equation was printed alone, so JAX named its output first. It now uses the jaxpr's names.
+    from jaxmagic.report.wording import strip_ansi
+
+    LR = 2.0
+
+    def step(w, g):
+        with jax.named_scope("update"):
+            return w - g * LR
+
+    w, g = jnp.float32(1.0), jnp.float32(0.5)
+    printed = strip_ansi(str(jax.jit(step).trace(w, g).jaxpr))
+    report = probes.hlo_of_call(step, (w, g), scope="update", stage="jaxpr", namespace={"LR": LR})
+    data = report.to_dict()
+    (literal,) = data["literals"]
+    assert literal["name"] == "LR" and literal["equation"] == "c:f32[] = mul b 2.0:f32[]"
+    assert literal["equation"] in printed
+    texts = [op["text"] for op in data["ops"] if op["stage"] == "jaxpr"]
+    assert texts == ["c:f32[] = mul b 2.0:f32[]", "d:f32[] = sub a c"]
+    assert all(t in printed for t in texts)
+
+
+def test_a_compile_read_from_the_persistent_cache_is_not_called_a_compile():
+    # Only the labelling, from the events JAX reports: with the persistent cache, the backend-compile
+    # event wraps a disk read; the report must not call that a compile time.
+    from jaxmagic.probes.hlo.probe import _note_cached
+    from jaxmagic.probes.hlo.report import HloReport
+
+    report = HloReport(call="f(x)", seconds={"compile": 0.004})
+    _note_cached(
+        report,
+        "compile",
+        {"/jax/core/compile/backend_compile_duration", "/jax/compilation_cache/cache_retrieval_time_sec"},
+    )
+    assert report.to_dict()["cached"] == [] and report.to_dict()["compile_from_disk"] is True
+    facts = dict(next(s for s in report.document().sections if s.title == "Program").blocks[0].pairs)
+    assert facts["compile time"] == "4.0 ms, reading the program from JAX's persistent compilation cache (not compiled)"

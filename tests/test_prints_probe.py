@@ -257,3 +257,31 @@ def test_two_prints_on_one_line_get_sections_told_apart_by_their_format():
     titles = [s.title for s in report.document().sections]
     assert len(titles) == len(set(titles))
     assert any(t.endswith(": `b={}`") for t in titles)
+
+
+def test_the_two_call_counts_say_what_each_counts():
+    # A training step that prints its loss, between eager set-up and a jitted step that prints nothing:
+    # the headline counts the calls that printed, the capture note all calls, and both say so.
+    @jax.jit
+    def loss_fn(w):
+        loss = (w**2).sum()
+        jax.debug.print("loss={l}", l=loss)
+        return loss
+
+    @jax.jit
+    def update(w):
+        return w - 0.1 * w
+
+    w = jnp.ones(3)
+    with probes.prints() as report:
+        for _ in range(2):
+            loss_fn(w)
+            w = update(w)
+    data = report.to_dict()
+    printing = len(data["calls"])
+    assert printing == 2 and [c["function"] for c in data["calls"]] == ["loss_fn", "loss_fn"]
+    assert data["calls_observed"] == 4
+    assert f"during {printing} of the {data['calls_observed']} call(s) observed (those that printed)" in data["summary"]
+    captured = next(s for s in report.document().sections if s.title == "How this was captured")
+    text = " ".join(getattr(b, "text", "") for b in captured.blocks)
+    assert "made 4 call(s)" in text and "2 of them printed" in text

@@ -287,3 +287,32 @@ def test_a_trace_without_kernel_events_says_so():
     assert not report.events_supported and not report.host_only
     assert "emitted no kernel events" in report.summary
     assert any(section.title == "No kernel events" for section in report.document().sections)
+
+
+def test_the_time_split_is_one_labelled_account(two_scope_report):
+    # The report said "device 31%" in the headline, "busy (35%)" below and "device, inside the call 0 us"
+    # in its table, unlabelled. Now the headline's device share is the table's two device rows together,
+    # the rows split the wall time, and the busy span and the kernel-time sum are named as other measures.
+    report = two_scope_report
+    data = report.to_dict()
+    t = data["time"]
+    pct = lambda part: f"{100 * part / t['wall']:.0f}%"  # noqa: E731
+    device = t["device_inline"] + t["waiting"]
+    assert (
+        f"by what the calling thread did: on the device (running kernels or waiting for them) {pct(device)},"
+        in (data["summary"])
+    )
+    assert "of kernel time" in data["summary"]  # the top line's share names its whole
+    section = next(s for s in report.document().sections if s.title == "Where the wall time went")
+    table, paragraph = section.blocks[0], section.blocks[1]
+    assert table.columns == ["what the calling thread did", "time", "share of wall time", "detail"]
+    labels = [row[0] for row in table.rows]
+    assert labels[2] == "device: running kernels inside a call, on the calling thread"
+    assert labels[3] == "device: waiting outside calls while kernels ran"
+    assert sum(t[k] for k in ("compile", "dispatch", "device_inline", "waiting", "python")) == pytest.approx(t["wall"])
+    assert f'The headline\'s "on the device" {pct(device)} is the two device rows together' in paragraph.text
+    assert "kernels were running on some thread during" in paragraph.text
+    assert f"({pct(t['device_busy'])} of the wall time)" in paragraph.text
+    assert f"{data['kernel_events']} kernel run(s)" in paragraph.text
+    by_line = next(s for s in report.document().sections if s.title == "By your source line").blocks[0]
+    assert by_line.columns[1:3] == ["kernel time", "of kernel time"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 from typing import Any
 
 
@@ -507,3 +508,52 @@ def typed_key_data(key):
 
         base = jax.random.key_data(key)
     return base
+
+
+_PP_CONTEXT_LOCK = threading.Lock()
+
+
+def jaxpr_equation_printer(jaxpr):
+    """A function printing one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
+    ``str(jaxpr)`` gives it.
+
+    ``str(eqn)`` names the variables of the lone equation afresh (its output becomes ``a``), so the
+    text would not match the printed jaxpr. JAX's top-level printer makes a naming context that the
+    public API does not hand out: it is recorded while that printer runs, then each equation is
+    printed with it. If this JAX does not allow it, the function returned prints like ``str(eqn)``
+    and its ``same_names`` attribute is False.
+    """
+    inner = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr prints its Jaxpr
+    context = settings = None
+    try:
+        from jax._src import core
+
+        made = []
+        original = core.JaxprPpContext
+
+        class _Recorded(original):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                made.append(self)
+
+        with _PP_CONTEXT_LOCK:
+            core.JaxprPpContext = _Recorded
+            try:
+                core.pp_toplevel_jaxpr(inner)
+            finally:
+                core.JaxprPpContext = original
+        if made:
+            context, settings = made[0], core.JaxprPpSettings()
+    except Exception:  # a JAX whose printer moved: print each equation on its own
+        context = None
+
+    def text(eqn) -> str:
+        if context is None:
+            return str(eqn)
+        try:
+            return core.pp_eqn(eqn, context, settings).format()
+        except Exception:
+            return str(eqn)
+
+    text.same_names = context is not None
+    return text

@@ -160,7 +160,7 @@ class PrintReport(Report):
         if not n:
             return f"No jax.debug.print, log or callback output in this cell.{failed}"
         calls = len(self.calls)
-        during = f" during {calls} call(s)" if calls else ""
+        during = f" during {calls} of the {self.calls_observed} call(s) observed (those that printed)" if calls else ""
         text = f"{n} line(s) from {len(printed) or 'unknown'} site(s){during}, grouped by site."
         if self.out_of_order:
             d = self.out_of_order[0]
@@ -267,9 +267,10 @@ class PrintReport(Report):
         if self.calls_followed:
             notes.append(
                 Paragraph(
-                    f"The cell made {self.calls_observed} call(s) of jitted functions and eager operations; after each, "
-                    "jaxmagic waited for its prints (jax.effects_barrier()), so each line belongs to one call and none "
-                    "arrives after the cell."
+                    f"The cell made {self.calls_observed} call(s) of jitted functions and eager operations "
+                    f"(all counted, printing or not); {len(self.calls)} of them printed, and only those are numbered "
+                    "(call 1, 2, ...) in the tables above. After each call, jaxmagic waited for its prints "
+                    "(jax.effects_barrier()), so each line belongs to one call and none arrives after the cell."
                 )
             )
         else:

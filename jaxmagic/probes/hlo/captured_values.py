@@ -153,7 +153,7 @@ def _unwrapped(fn):
         return fn
 
 
-def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
+def baked_literals(walked: list, env: NameEnvironment, printer=None) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
     candidates = env.scalar_values()
@@ -189,7 +189,7 @@ def baked_literals(walked: list, env: NameEnvironment) -> list[BakedLiteral]:
                         name=dotted,
                         kind=kind,
                         value=_literal_text(literal),
-                        equation=eqn_text(eqn),
+                        equation=eqn_text(eqn, printer),
                         line=line,
                         provenance=_literal_provenance(eqn, parents, line),
                     )

@@ -50,7 +50,9 @@ def scope_names(walked: list) -> set[str]:
     return names
 
 
-def jaxpr_ops(walked: list, function: str) -> list[StageOp]:
+def jaxpr_ops(walked: list, function: str, printer=None) -> list[StageOp]:
+    """The operations of the walked jaxpr; ``printer`` (``compat.jaxpr_equation_printer``) names
+    their variables as the printed jaxpr does."""
     ops = []
     for eqn, segments, backward, subs, parents in walked:
         if subs:
@@ -64,7 +66,7 @@ def jaxpr_ops(walked: list, function: str) -> list[StageOp]:
                 path,
                 "/".join((function,) + path.segments),
                 where=(lambda e=eqn, ps=parents: eqn_line(e, ps)),
-                text=(lambda e=eqn: eqn_text(e)),
+                text=(lambda e=eqn: eqn_text(e, printer)),
             )
         )
     return ops
@@ -87,9 +89,10 @@ def eqn_line(eqn, parents: tuple = ()) -> SourceLine | None:
     return None
 
 
-def eqn_text(eqn) -> str:
+def eqn_text(eqn, printer=None) -> str:
+    """The equation as JAX prints it; with ``printer``, with the names ``str(jaxpr)`` gives its variables."""
     try:
-        text = strip_ansi(str(eqn)).strip()
+        text = strip_ansi(printer(eqn) if printer is not None else str(eqn)).strip()
     except Exception:
         return eqn.primitive.name
     return text if len(text) <= 240 else text[:237] + "..."

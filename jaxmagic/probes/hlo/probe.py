@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import time
@@ -100,20 +101,22 @@ def run_call(
         stages=stages,
         function=f"jit({_function_name(fn)})",
     )
-    with preserved_jax_state(()):
+    with preserved_jax_state(()), _work_events() as done:
         traced = _timed(report, "trace", lambda: jitted.trace(*args, **kwargs), failed)
         if traced is None:
             return report, failed[0]
+        _note_cached(report, "trace", done)
         closed = traced.jaxpr
         report.function = f"jit({_traced_name(closed, fn)})"
         report.inputs, report.outputs = signature(traced)
         walked = list(walk_eqns(closed))
-        traced_ops = jaxpr_ops(walked, report.function)
+        printer = compat.jaxpr_equation_printer(closed)  # equations named as str(traced.jaxpr) names them
+        traced_ops = jaxpr_ops(walked, report.function, printer)
         known = scope_names(walked)
         query = split_query(scope) if scope else ()
         known |= set(query)
         env = NameEnvironment(fn, namespace)
-        report.literals = baked_literals(walked, env)
+        report.literals = baked_literals(walked, env, printer)
         report.constants = captured_constants(closed, walked, env, fresh_trace=fresh_trace_of(fn, args, kwargs))
         per_stage: dict[str, list[StageOp]] = {"jaxpr": traced_ops}
         module = None
@@ -122,6 +125,7 @@ def run_call(
             if lowered is None:
                 report.failure_stage = "stablehlo"
                 return report, failed[0]
+            _note_cached(report, "lower", done)
             if "stablehlo" in stages:
                 per_stage["stablehlo"] = stablehlo_ops(lowered)
             if "hlo" in stages:
@@ -129,6 +133,7 @@ def run_call(
                 if compiled is None:
                     report.failure_stage = "hlo"
                     return report, failed[0]
+                _note_cached(report, "compile", done)
                 module = parse_hlo_module(compiled.as_text())
                 per_stage["hlo"] = hlo_ops(module)
                 per_stage["kernels"] = hlo_kernels(module)
@@ -155,6 +160,44 @@ def _traced_name(closed, fn) -> str:
     info = getattr(closed, "debug_info", None)
     name = getattr(info, "func_name", None) if info is not None else None
     return name or _function_name(fn)
+
+
+# The jax.monitoring event each step emits when it really does its work (none on a cache hit).
+_WORK_EVENTS = {
+    "trace": "/jax/core/compile/jaxpr_trace_duration",
+    "lower": "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "compile": "/jax/core/compile/backend_compile_duration",
+}
+
+
+@contextlib.contextmanager
+def _work_events():
+    """The names of the compile events JAX reported in the block (a set, emptied by ``_note_cached``)."""
+    from jax import monitoring
+
+    seen: set[str] = set()
+
+    def listener(event: str, duration: float, **kwargs: Any) -> None:
+        seen.add(event)
+
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield seen
+    finally:
+        compat.unregister_duration_listener(listener)
+
+
+_PERSISTENT_CACHE_READ = "/jax/compilation_cache/cache_retrieval_time_sec"
+
+
+def _note_cached(report: HloReport, step: str, seen: set[str]) -> None:
+    """Record ``step`` as served from JAX's caches if its work event did not fire since the last step
+    (a compile read from the persistent compilation cache fires it too: that is told apart)."""
+    if _WORK_EVENTS[step] not in seen:
+        report.cached.append(step)
+    elif step == "compile" and _PERSISTENT_CACHE_READ in seen:
+        report.compile_from_disk = True
+    seen.clear()
 
 
 def _timed(report: HloReport, step: str, build: Callable[[], Any], failed: list[Exception]):

@@ -197,18 +197,19 @@ class ProfileReport(Report):
             compiled = f", {_pct(t.compile, t.wall)} of it compiling" if t.compile else ""
             return f"No JAX computation ran on the device: the time was all host-side ({wall}{compiled})."
         split = (
-            f"{wall}: device {_pct(t.device, t.wall)}, host dispatch and Python {_pct(t.host, t.wall)}, "
-            f"compilation {_pct(t.compile, t.wall)}"
+            f"{wall} wall time, by what the calling thread did: on the device (running kernels or waiting for "
+            f"them) {_pct(t.device, t.wall)}, host dispatch and Python {_pct(t.host, t.wall)}, "
+            f"compiling {_pct(t.compile, t.wall)}"
         )
         bound = {"device": "compute-bound", "host": "host-bound (dispatch / Python)", "compile": "compile-bound"}
         text = f"{split} - {bound[self.bound]}."
         top = next((t for t in self.lines if t.line is not None), None)
         if top is not None:
-            text += f" Most device time: `{_code(top.line)}` ({top.where}, {_pct(top.share, 1)})"
+            text += f" Most kernel time: `{_code(top.line)}` ({top.where}, {_pct(top.share, 1)} of kernel time)"
             scope = next((s for s in self.scopes if s.depth == 0), None)
             text += f", scope `{scope.path}`." if scope is not None and scope.path != NO_SCOPE else "."
         elif self.lines:
-            text += f" Most device time: {self.lines[0].what} ({_pct(self.lines[0].share, 1)})."
+            text += f" Most kernel time: {self.lines[0].what} ({_pct(self.lines[0].share, 1)} of kernel time)."
         return text
 
     @property
@@ -248,23 +249,33 @@ class ProfileReport(Report):
         if self.failed_in_warmup:
             return Document("%%jax_profile", self.status, self.summary, [Section("Warm-up", [Paragraph(self.summary)])])
         wall_rows = [
-            ["compilation", _ms(t.compile), _pct(t.compile, t.wall), _compile_detail(t)],
-            ["host dispatch (jaxlib, per call)", _ms(t.dispatch), _pct(t.dispatch, t.wall), f"{t.calls} call(s)"],
+            ["compiling (trace, lower, XLA compile)", _ms(t.compile), _pct(t.compile, t.wall), _compile_detail(t)],
+            ["host dispatch (jaxlib, inside calls)", _ms(t.dispatch), _pct(t.dispatch, t.wall), f"{t.calls} call(s)"],
             [
-                "device, inside the call",
+                "device: running kernels inside a call, on the calling thread",
                 _ms(t.device_inline),
                 _pct(t.device_inline, t.wall),
-                "small programs run inline",
+                "small programs on CPU run inline" if t.device_inline else "none: no kernel ran inside a call",
             ],
-            ["waiting for the device", _ms(t.waiting), _pct(t.waiting, t.wall), "block_until_ready, reading results"],
+            [
+                "device: waiting outside calls while kernels ran",
+                _ms(t.waiting),
+                _pct(t.waiting, t.wall),
+                "block_until_ready, reading results",
+            ],
             ["your Python, other host work", _ms(t.python), _pct(t.python, t.wall), ""],
         ]
-        blocks = [Table(["part", "time", "share", "detail"], wall_rows)]
+        blocks = [Table(["what the calling thread did", "time", "share of wall time", "detail"], wall_rows)]
         blocks.append(
             Paragraph(
-                f"Wall time {_ms(t.wall)}; the device was busy {_ms(t.device_busy)} "
-                f"({_pct(t.device_busy, t.wall)}), {self.kernel_events} kernel run(s) of "
-                f"{self.kernel_count} kernel(s). {HOST_NOTE}"
+                f"Wall time {_ms(t.wall)}: the rows above split it and add up to it. The headline's \"on the "
+                f'device" {_pct(t.device, t.wall)} is the two device rows together ({_ms(t.device)}). '
+                f"Counted differently, kernels were running on some thread during {_ms(t.device_busy)} "
+                f"({_pct(t.device_busy, t.wall)} of the wall time); that span also overlaps host dispatch and "
+                "Python (the device works while the host goes on), so it is not a row of the split. "
+                f"{self.kernel_events} kernel run(s) of {self.kernel_count} kernel(s), {_ms(self.device_seconds)} "
+                'of kernel time summed over all threads: the "kernel time" of the tables below, and the whole '
+                f"their shares are of. {HOST_NOTE}"
             )
         )
         if self.warmup_runs:
@@ -299,7 +310,7 @@ class ProfileReport(Report):
                 ]
                 for lt in self.lines[:TOP_LINES]
             ]
-            blocks = [Table(["your line", "device time", "share", "calls", "kernel runs", "scope", ""], rows)]
+            blocks = [Table(["your line", "kernel time", "of kernel time", "calls", "kernel runs", "scope", ""], rows)]
             if len(self.lines) > TOP_LINES:
                 blocks.append(Paragraph(f"{len(self.lines) - TOP_LINES} more line(s) in the report object."))
             if any(lt.shared_kernels for lt in self.lines):
@@ -311,7 +322,9 @@ class ProfileReport(Report):
                 ["\u00a0\u00a0" * s.depth + s.path, _ms(s.seconds), _pct(s.share, 1), _ms(s.self_seconds)]
                 for s in self.scopes
             ]
-            sections.append(Section("By named_scope", [Table(["scope", "device time", "share", "self"], rows)]))
+            sections.append(
+                Section("By named_scope", [Table(["scope", "kernel time", "of kernel time", "self"], rows)])
+            )
         if self.kernels:
             rows = [
                 [
@@ -326,7 +339,9 @@ class ProfileReport(Report):
                 ]
                 for k in self.kernels
             ]
-            table = Table(["kernel", "program", "time", "share", "runs", "what", "scope", "lines"], rows)
+            table = Table(
+                ["kernel", "program", "kernel time", "of kernel time", "runs", "what", "scope", "lines"], rows
+            )
             hlo = "\n".join(f"{k.program}: {k.hlo}" for k in self.kernels[:6] if k.hlo)
             blocks = [table] + ([Evidence("HLO of the top kernels", hlo)] if hlo else [])
             sections.append(Section("By kernel", blocks))
@@ -340,7 +355,7 @@ class ProfileReport(Report):
                 ]
                 for p in self.programs
             ]
-            blocks = [Table(["program", "calls", "device time", *_MEMORY_COLUMNS], rows)]
+            blocks = [Table(["program", "calls", "kernel time", *_MEMORY_COLUMNS], rows)]
             blocks.append(Paragraph("Memory is each compiled program's memory_analysis()."))
             problems = [f"`{p.function}`: {p.problem}" for p in self.programs if p.problem]
             if problems:
