@@ -994,7 +994,7 @@ def test_each_compilation_writes_out_only_what_changed_from_the_row_above():
     with compiles() as report:
         for factor in (1, 2, 3):
             f(jnp.ones(3), factor=factor)  # same line, same argument types: only the static changes
-    table = next(s for s in report.document().sections if s.title == "Each compilation").blocks[0]
+    table = next(s for s in report.document().sections if s.title.startswith("Each compilation")).blocks[0]
     line_col, types_col = table.columns.index("your line"), table.columns.index("argument types")
     assert table.rows[0][line_col] != "same" and table.rows[0][types_col] == "f32[3]"
     assert [row[line_col] for row in table.rows[1:]] == ["same", "same"]

@@ -464,12 +464,12 @@ class CompileReport(Report):
 
         listed = self.functions if self.show_all else self.user_functions
         if listed:
+            # Four columns, so the table fits a narrow notebook: where a function is defined goes under its
+            # name, the number of distinct argument types beside the number of compilations.
             rows = [
                 [
-                    f"`{f.jit_name}`",
-                    f.defined_at or "-",
-                    str(f.count),
-                    str(f.distinct_argument_types),
+                    f"`{f.jit_name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
+                    f"{f.count} ({f.distinct_argument_types} argument type(s))",
                     f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
                     _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
                 ]
@@ -477,14 +477,7 @@ class CompileReport(Report):
             ]
             blocks = [
                 Table(
-                    [
-                        "function",
-                        "defined at",
-                        "compiles",
-                        "distinct argument types",
-                        "why",
-                        "trace / lower / XLA compile, total",
-                    ],
+                    ["function (defined at)", "compiles", "why", "trace / lower / XLA compile, total"],
                     rows,
                 )
             ]
@@ -513,31 +506,32 @@ class CompileReport(Report):
                 same = previous is not None and previous.function == c.function
                 line = line_text(c.line)
                 types = c.argument_types or "-"
+                changed = "; ".join(c.changes)
                 rows.append(
                     [
                         str(c.number),
                         f"`{c.function}`",
                         "same" if same and line == line_text(previous.line) else line,
-                        CAUSE_TITLES.get(c.cause, c.cause),
-                        "; ".join(c.changes) or "-",
+                        CAUSE_TITLES.get(c.cause, c.cause) + (f": {changed}" if changed else ""),
                         "same" if same and types == (previous.argument_types or "-") else types,
                         _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
                     ]
                 )
-            blocks = [
-                Table(
-                    [
-                        "#",
-                        "function",
-                        "your line",
-                        "cause",
-                        "what changed",
-                        "argument types",
-                        "trace / lower / XLA compile",
-                    ],
-                    rows,
-                )
+            columns = [
+                "#",
+                "function",
+                "your line",
+                "cause: what changed",
+                "argument types",
+                "trace / lower / XLA compile",
             ]
+            functions = {c.function for c in shown}
+            title = "Each compilation"
+            if len(functions) == 1:  # one function: named in the title, not in a column of its own
+                title += f" of `{next(iter(functions))}`"
+                columns.pop(1)
+                rows = [row[:1] + row[2:] for row in rows]
+            blocks = [Table(columns, rows)]
             not_listed = sum(f.count for f in listed) - len(shown)
             if not_listed > 0:
                 blocks.append(
@@ -546,7 +540,7 @@ class CompileReport(Report):
                         f"by one (the first {limits.DETAILS_PER_FUNCTION} of each function are)."
                     )
                 )
-            sections.append(Section("Each compilation", blocks))
+            sections.append(Section(title, blocks))
 
         if self.budget is not None:
             scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
