@@ -274,6 +274,9 @@ def test_reopened_light_dark_and_narrow(lab):
             [(r["title"], r["scrolled_tables"]) for r in narrow["reports"] if r["scrolled_tables"]],
         )
         assert doctor and all(r["scrolled_tables"] == [] for r in doctor), doctor
+        # Every table open by default fits: only code listings may scroll sideways.
+        scrolled = [(r["title"], r["scrolled_tables"]) for r in narrow["reports"] if r["scrolled_tables"]]
+        assert scrolled == [], f"tables scrolling sideways at 900 px: {scrolled}"
         _shot(page, "4_narrow_900px")
     finally:
         context.close()
