@@ -83,11 +83,11 @@ def test_a_message_without_a_user_line_says_nothing():
 
 
 def test_numpy_array_line_comes_from_its_allocation_and_says_why_when_not_recorded():
-    assert attribution.of_numpy(np.ones(3)).unknown  # tracemalloc off: says so, names no line
+    assert attribution.of_numpy_built(np.ones(3)).unknown  # tracemalloc off: says so, names no line
     tracemalloc.start()
     try:
         table = np.arange(1000.0)  # allocated here
-        prov = attribution.of_numpy(table)
+        prov = attribution.of_numpy_built(table)
     finally:
         tracemalloc.stop()
     assert prov.made_at is not None and prov.made_at.code.endswith("# allocated here")

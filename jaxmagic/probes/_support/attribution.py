@@ -40,7 +40,9 @@ __all__ = [
     "of_equation",
     "of_frame",
     "of_message",
-    "of_numpy",
+    "of_numpy_built",
+    "of_allocation",
+    "of_source_line",
     "started_by",
     "transform_path",
 ]
@@ -249,27 +251,7 @@ def of_message(text: str) -> Provenance | None:
     )
 
 
-# -- from a NumPy object -----------------------------------------------------------------
-
-
-def of_numpy(obj) -> Provenance:
-    """The user's line that allocated a NumPy array, from ``tracemalloc`` (only while it traces)."""
-    if not tracemalloc.is_tracing():
-        return Provenance(unknown="NumPy allocations are recorded only while tracemalloc traces")
-    try:
-        trace = tracemalloc.get_object_traceback(obj)
-    except Exception:
-        trace = None
-    if trace is None:
-        return Provenance(unknown="the array was allocated before its allocations were recorded")
-    for frame in reversed(list(trace)):  # most recent call last -> innermost first
-        if is_user_file(frame.filename):
-            line = source_line(frame.filename, frame.lineno, "")
-            return Provenance(made_at=line)
-    return Provenance(unknown="no frame of your code allocated it")
-
-
-# -- keyscomp (helper session: random keys and recompilation) -------------------------------
+# -- from a line a probe already placed (a key drawn eagerly, a call that compiled) -------------
 
 
 def of_source_line(
@@ -284,9 +266,9 @@ def of_source_line(
     return Provenance(made_at=line, function=line.function, transforms=list(transforms), started_by=started)
 
 
-# -- livexfer: allocation tracebacks of NumPy arrays and of JAX arrays' Python objects ---------
+# -- from an allocation: NumPy arrays and JAX arrays' Python objects (tracemalloc) -------------
 #
-# ``of_numpy`` takes the innermost user frame of an allocation traceback. For an array JAX
+# The innermost user frame of an allocation traceback is not enough: for an array JAX
 # allocated itself (the float32 copy of a float64 NumPy array, made when the array is first
 # used or when the trace ends) that frame is the line that *used* the array, or the line that
 # started the trace - not the line that built it. The functions below accept a frame only when
@@ -402,7 +384,7 @@ def enclosing_function(filename: str, lineno: int) -> str:
     return best.name if best is not None else ""
 
 
-# -- nansdoc (the NaN side): added for the NaN producer search ----------------------------
+# -- the library function a line called (the NaN producer search) ------------------------------
 
 
 def library_called(traceback) -> str:
