@@ -141,3 +141,33 @@ def test_a_watched_cell_shows_a_new_problem_while_it_runs_and_a_clean_one_shows_
         assert not [m for m in clean if m["msg_type"] in ("display_data", "update_display_data", "stream")]
     finally:
         run(kernel, "%jax_watch off")
+
+
+def test_a_card_is_never_left_running_when_the_magic_fails_before_its_report(monkeypatch):
+    import time as time_module
+
+    from jaxmagic.ipython import live_view
+    from jaxmagic.probes._support.progress import Board
+
+    class Handle:
+        def __init__(self):
+            self.shown = []
+
+        def update(self, bundle, raw=False):
+            self.shown.append(bundle["text/plain"])
+
+    handle = Handle()
+
+    def fake_display(bundle, raw=False, display_id=False):
+        handle.shown.append(bundle["text/plain"])
+        return handle
+
+    monkeypatch.setattr(live_view, "display", fake_display)
+    board = Board()
+    board.add(lambda: ([("calls", 1)], []))
+    with pytest.raises(RuntimeError):
+        with live_view.LiveView("%%jax_doctor", board, in_kernel=True, delay=0.01, interval=0.01):
+            time_module.sleep(0.3)
+            raise RuntimeError("the probe failed")
+    assert "[RUNNING]" in handle.shown[0]
+    assert "[FAILED]" in handle.shown[-1] and "RuntimeError" in handle.shown[-1]

@@ -76,6 +76,7 @@ class LiveView:
             and not _on_ipyparallel_engine()
         )
         self.handle = None  # the display handle, once the card was shown
+        self.replaced = False  # the card was replaced by the report (or by a note that there is none)
         self.updates = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -93,8 +94,14 @@ class LiveView:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.stop()
+        if self.handle is not None and not self.replaced:
+            # The magic itself failed before it had a report: the card must not stay RUNNING.
+            what = f" ({type(exc).__name__})" if exc is not None else ""
+            stopped = Document(self.title, Status.ERROR, f"The cell stopped before the report could be made{what}.")
+            self.handle.update(static_bundle(stopped), raw=True)
+            self.replaced = True
 
     def stop(self) -> None:
         """Stop refreshing; erase a terminal status line. The card stays until ``show_report``."""
@@ -113,6 +120,7 @@ class LiveView:
         if self.handle is None:
             return False
         self.handle.update(bundle, raw=True)
+        self.replaced = True
         return True
 
     # -- the timer thread ------------------------------------------------------------
