@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -170,7 +171,7 @@ def test_the_doctor_on_every_engine_merged_names_each_per_process_bug(cluster, i
     assert "Differences between processes" in html and "process" in str(merged)
 
 
-def test_a_busy_engine_is_named_after_the_timeout_and_a_killed_one_as_failed(cluster, ip):
+def test_a_busy_engine_is_named_after_the_timeout_and_one_killed_mid_cell_as_failed(cluster, ip):
     client, view = cluster
     busy = client[1].execute("import time\ntime.sleep(20)", block=False)
     ip.user_ns["dv"] = view
@@ -180,7 +181,10 @@ def test_a_busy_engine_is_named_after_the_timeout_and_a_killed_one_as_failed(clu
     stuck = [f for f in ip.user_ns["merged"].to_dict()["findings"] if f["area"] == "not finished"]
     assert stuck and stuck[0]["processes"] == [1] and "did not answer within 3 s" in stuck[0]["summary"]
     busy.get(timeout=60)
-    client[1].apply_async(os._exit, 1)  # the process dies
+    pid = client[1].apply_sync(os.getpid)
+    client[1].execute("import time\ntime.sleep(30)", block=False)  # a cell running on process 1 ...
+    time.sleep(1)
+    os.kill(pid, signal.SIGKILL)  # ... when the process is killed
     time.sleep(3)
     ip.run_line_magic("jax_gather", "rep --timeout 10 -o merged")
     stuck = [f for f in ip.user_ns["merged"].to_dict()["findings"] if f["area"] == "not finished"]
