@@ -194,15 +194,7 @@ def _compile_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     findings = []
     for name in names:
         seen = [(e, functions.get(name)) for e, functions in per_process]
-        signature = {
-            (f or {}).get("count", 0).__str__()
-            + "|"
-            + (f or {}).get("types", "")
-            + "|"
-            + repr(sorted(((f or {}).get("statics") or {}).items()))
-            for _e, f in seen
-        }
-        if len(signature) < 2:
+        if len({_program_signature(f) for _e, f in seen}) < 2:
             continue
         details = []
         for e, f in seen:
@@ -233,9 +225,16 @@ def _compile_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     return findings
 
 
+def _program_signature(compiled: Dict | None) -> tuple:
+    """What must be equal on every process for them to run the same programs of one function."""
+    compiled = compiled or {}
+    statics = compiled.get("statics") or {}
+    return compiled.get("count", 0), compiled.get("types", ""), repr(sorted(statics.items()))
+
+
 def _odd_ones_out(seen: list) -> list[ProcessEntry]:
     """The processes whose value differs from the most common one (all of them when there is no majority)."""
-    keys = [repr(f) for _e, f in seen]
+    keys = [_program_signature(f) for _e, f in seen]
     common = max(set(keys), key=keys.count)
     if keys.count(common) * 2 <= len(keys):  # no majority (two processes that differ): name them all
         return [e for e, _f in seen]
