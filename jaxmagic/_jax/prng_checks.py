@@ -68,37 +68,39 @@ def reuse_equations(error: BaseException) -> list:
     """The equations JAX's key-reuse check was inside when it raised ``error``, outermost first;
     [] when it was raised elsewhere (a call checked at run time, another JAX layout)."""
     found = []
+    for frame in _check_frames(error):
+        try:
+            eqn = frame.f_locals.get("eqn")
+        except Exception:
+            eqn = None
+        if eqn is not None and hasattr(eqn, "primitive"):
+            found.append(eqn)
+    return found
+
+
+def _check_frames(error: BaseException):
+    """The frames of JAX's key-reuse check in ``error``'s traceback, outermost first."""
     tb = getattr(error, "__traceback__", None)
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_name == _SIGNATURE_FUNCTION and "key_reuse" in code.co_filename.replace("\\", "/"):
-            try:
-                eqn = tb.tb_frame.f_locals.get("eqn")
-            except Exception:
-                eqn = None
-            if eqn is not None and hasattr(eqn, "primitive"):
-                found.append(eqn)
+            yield tb.tb_frame
         tb = tb.tb_next
-    return found
 
 
 def checked_program_is_users(error: BaseException) -> bool | None:
     """Whether the outermost program JAX's key-reuse check was reading when it raised is a function of the
     user's (a jitted function) rather than one JAX traced itself (an eager ``lax.fori_loop`` is checked
     through a program JAX traces around the loop primitive); None when it cannot be told."""
-    tb = getattr(error, "__traceback__", None)
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == _SIGNATURE_FUNCTION and "key_reuse" in code.co_filename.replace("\\", "/"):
-            try:
-                jaxpr = tb.tb_frame.f_locals.get("jaxpr")
-            except Exception:
-                return None
-            where = str(getattr(getattr(jaxpr, "debug_info", None), "func_src_info", "") or "")
-            if " at " not in where:
-                return None
-            return is_user_file(where.rsplit(" at ", 1)[-1].rsplit(":", 1)[0])
-        tb = tb.tb_next
+    for frame in _check_frames(error):  # the outermost one
+        try:
+            jaxpr = frame.f_locals.get("jaxpr")
+        except Exception:
+            return None
+        where = str(getattr(getattr(jaxpr, "debug_info", None), "func_src_info", "") or "")
+        if " at " not in where:
+            return None
+        return is_user_file(where.rsplit(" at ", 1)[-1].rsplit(":", 1)[0])
     return None
 
 

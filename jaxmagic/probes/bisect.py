@@ -68,6 +68,7 @@ from jaxmagic.probes._support.pytree_boundary import (  # noqa: F401 (ReorderedD
     ReorderedDict,
     before_program,
     in_order_of,
+    python_function,
 )
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.hlo import captured_constants_of_call
@@ -644,12 +645,7 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
         return result
 
     def fresh_jit():
-        inner = fn
-        for _ in range(8):
-            wrapped = getattr(inner, "__wrapped__", None)
-            if wrapped is None or wrapped is inner:
-                break
-            inner = wrapped
+        inner = python_function(fn)
 
         def fresh(*fresh_args, **fresh_kwargs):  # a new function object: nothing of JAX's caches fits it
             return inner(*fresh_args, **fresh_kwargs)

@@ -569,11 +569,7 @@ def search(function, args: list, kwargs: dict | None = None, *, source: str = ""
         return function(*call_args, **call_kwargs)
 
     values = [leaves[i] for i in dynamic]
-    quiet = contextlib.ExitStack()
-    quiet.enter_context(jax.debug_nans(False))
-    quiet.enter_context(jax.debug_infs(False))
-    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
-    quiet.enter_context(jit_calls.paused())
+    quiet = _quiet_evaluation()
     try:
         with quiet:
             return _trace_and_walk(traced, values, result, want_nan)
@@ -723,15 +719,10 @@ class _Inside(_Search):
 def search_inside(program, args: list, *, function: str = "", call: int = 1, budget: int = MAX_INSIDE_EQUATIONS):
     """Evaluate a jitted call's traced program (``program``, a Jaxpr or ClosedJaxpr) on its flat
     arguments op by op; an ``InsideSearch``. Never raises; runs with NaN/inf checks off."""
-    import jax
 
     found = InsideSearch(function=function, call=call)
     listener = _Inside(budget)
-    quiet = contextlib.ExitStack()
-    quiet.enter_context(jax.debug_nans(False))
-    quiet.enter_context(jax.debug_infs(False))
-    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
-    quiet.enter_context(jit_calls.paused())
+    quiet = _quiet_evaluation()
     try:
         with quiet:
             outputs = Walk(listener).run(program, list(args))
@@ -759,3 +750,16 @@ def search_inside(program, args: list, *, function: str = "", call: int = 1, bud
             found.masked_line = _user_line(eqn, path)
             found.masked_provenance = _provenance(eqn, path, found.masked_line, [])
     return found
+
+
+def _quiet_evaluation() -> contextlib.ExitStack:
+    """What evaluating a user's program op by op runs under: NaN/inf checks off (the search looks for
+    them itself), its prints discarded, and our own call observation paused."""
+    import jax
+
+    quiet = contextlib.ExitStack()
+    quiet.enter_context(jax.debug_nans(False))
+    quiet.enter_context(jax.debug_infs(False))
+    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    quiet.enter_context(jit_calls.paused())
+    return quiet

@@ -107,7 +107,7 @@ class _Call:
 
     def __post_init__(self) -> None:
         self.names = _argument_names(self.fn, self.args, self.kwargs)
-        self.inner = _python_function(self.fn)
+        self.inner = python_function(self.fn)
         self.dynamic = [i for i, a in enumerate(self.args) if not self.is_static(a)]
         self.dynamic_kw = [k for k, v in self.kwargs.items() if not self.is_static(v)]
         self.dynamic_names = [self.names[i] for i in self.dynamic] + self.dynamic_kw
@@ -364,7 +364,7 @@ def _dtype_stage(found: BeforeProgram, call: _Call, treedef) -> bool:
 
 def _argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     try:
-        bound = inspect.signature(_python_function(fn)).bind_partial(*args, **kwargs)
+        bound = inspect.signature(python_function(fn)).bind_partial(*args, **kwargs)
         positional = list(bound.arguments)[: len(args)]
         if len(positional) == len(args):
             return positional
@@ -373,7 +373,7 @@ def _argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     return [f"argument {i}" for i in range(len(args))]
 
 
-def _python_function(fn: Callable) -> Callable:
+def python_function(fn: Callable) -> Callable:
     """The user's Python function behind a ``jax.jit`` wrapper (``__wrapped__``)."""
     inner = fn
     for _ in range(8):
