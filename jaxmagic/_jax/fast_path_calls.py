@@ -29,6 +29,13 @@ observers with a ``before_donation(args, kwargs, jit_info)`` method are told the
 arguments of a call of a function that donates, while they still exist (the NaN
 watch copies them to replay the call).
 
+With a ``CallSampler`` (``call_sampling``), every fast-path call is counted but
+only the calls it says are due are observed, so that observing costs a bounded
+share of the block's time; observers find the call's number (its count in the
+block, per function) in ``jit_calls.call_number()``. The last call of each
+function, if skipped, is observed when the block ends (with its own line, as
+``jit_calls.call_site()`` gives every observed call's).
+
 A cell that switches ``jax.debug_nans`` itself replaces the post hook for the
 rest of the block; ``lost`` then says so, and ``on_lost()`` is called at ``stop``.
 """
@@ -38,9 +45,11 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 
@@ -48,12 +57,21 @@ from jaxmagic.report.source import is_user_file
 class FastPathCalls:
     """Observe the user's top-level jitted calls (``start`` / ``stop``); see the module docstring."""
 
-    def __init__(self, observers: tuple, state, on_trace: Callable | None = None, on_lost: Callable | None = None):
+    def __init__(
+        self,
+        observers: tuple,
+        state,
+        on_trace: Callable | None = None,
+        on_lost: Callable | None = None,
+        sampler: CallSampler | None = None,
+    ):
 
         self._observers = observers
         self._state = state  # jit_calls' thread-local: depth (inside an observed call) and the call's details
         self._on_trace = on_trace
         self._on_lost = on_lost
+        self._sampler = sampler or CallSampler(share=None)  # none given: every call is observed
+        self._unlooked: dict = {}  # function -> its last call, when the sampler skipped it
         self._is_user_file = is_user_file
         self._user: dict[str, bool] = {}
         self._programs: dict[tuple, tuple] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
@@ -87,6 +105,7 @@ class FastPathCalls:
         return True
 
     def stop(self) -> None:
+        self._look_at_last_calls()
         if self._tool is not None:
             self._tool.release()
             self._tool = None
@@ -101,12 +120,32 @@ class FastPathCalls:
         self._programs.clear()
         self._traced.clear()
 
+    def _look_at_last_calls(self) -> None:
+        """Observe each function's last call of the block when the sampler skipped it: a NaN a skipped
+        call made and passed on to the end of the block is then still seen (its line, as it was)."""
+        unlooked, self._unlooked = self._unlooked, {}
+        for function, (jitted, args, kwargs, output, caller, lineno) in unlooked.items():
+            try:
+                self._sampler.skipped[function] -= 1
+                self._fast_path_call(jitted, args, kwargs, output, self._sampler.calls[function], caller, lineno)
+            except Exception:
+                pass
+
     # -- the two hooks (inside the user's calls: never raising an error of ours) ------------
 
     def _hook(self, jitted, args, kwargs, output):
         try:
-            if not getattr(self._state, "depth", 0) and self._made_by_user(sys._getframe(1)):
-                self._fast_path_call(jitted, args, kwargs, output)
+            caller = sys._getframe(1)
+            if not getattr(self._state, "depth", 0) and self._made_by_user(caller):
+                function = jitted._fun
+                number = self._sampler.take(function)
+                if number:
+                    began = perf_counter()
+                    self._unlooked.pop(function, None)
+                    self._fast_path_call(jitted, args, kwargs, output, number, caller, caller.f_lineno)
+                    self._sampler.spent += perf_counter() - began
+                else:  # looked at when the block ends, if it stays the function's last call
+                    self._unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lineno)
         except Exception:
             pass  # a call we cannot read is not observed
         previous = self._previous_hook
@@ -131,7 +170,10 @@ class FastPathCalls:
             if found is None:
                 return None
             self._programs.setdefault(self._program_key(jit_info, *found), (jit_info, list(p.consts), p.params))
-            self._observe(local["fun"], jit_info, args, kwargs, list(p.consts), p.params, result[0], found[1])
+            number = self._sampler.count(local["fun"])
+            self._unlooked.pop(local["fun"], None)
+            observed = (local["fun"], jit_info, args, kwargs, list(p.consts), p.params, result[0], found[1])
+            self._observe(*observed, number, caller, caller.f_lineno)
         except Exception:
             pass
         return None
@@ -201,7 +243,7 @@ class FastPathCalls:
             ),
         )
 
-    def _fast_path_call(self, jitted, args, kwargs, output) -> None:
+    def _fast_path_call(self, jitted, args, kwargs, output, number: int, caller, lineno: int) -> None:
         jit_info = compat.jit_options(jitted)
         if jit_info is None:
             return
@@ -216,9 +258,9 @@ class FastPathCalls:
                 return
             program = self._programs[key] = (jit_info, *traced)
         _, consts, params = program
-        self._observe(jitted._fun, jit_info, args, kwargs, consts, params, output, found[1])
+        self._observe(jitted._fun, jit_info, args, kwargs, consts, params, output, found[1], number, caller, lineno)
 
-    def _observe(self, fun, jit_info, args, kwargs, consts, params, output, dynamic) -> None:
+    def _observe(self, fun, jit_info, args, kwargs, consts, params, output, dynamic, number, caller, lineno) -> None:
         import jax
 
         flat_args = (*consts, *dynamic)
@@ -229,7 +271,10 @@ class FastPathCalls:
             self._traced[id(closed)] = closed
             self._on_trace(closed, name)
         self._state.depth = 1
-        self._state.call = {"fun": fun, "jit_info": jit_info, "args": args, "kwargs": kwargs}
+        self._state.call = {
+            "fun": fun, "jit_info": jit_info, "args": args, "kwargs": kwargs,
+            "number": number, "site": (caller, lineno),
+        }  # fmt: skip
         try:
             # The call has run already; observers are told "before" and "after" in a row.
             for observer in self._observers:

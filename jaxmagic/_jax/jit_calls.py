@@ -41,6 +41,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
@@ -99,6 +100,7 @@ def observing_calls(
     direct_user_jit_calls: bool = False,
     fast_path: bool = False,
     on_calls_unseen: Callable[[], None] | None = None,
+    sampler: CallSampler | None = None,
 ) -> Iterator[bool]:
     """Show every outermost call of the block to ``observers``; yield False if this JAX offers no way to.
 
@@ -124,7 +126,9 @@ def observing_calls(
     ``trace_checks`` says, and ``call_checks`` must be "off". Falls back to
     ``only_user_calls`` when this JAX has no such hooks. ``on_calls_unseen()``
     is called at the end if the block switched ``jax.debug_nans`` itself, which
-    takes over the hook: fast-path calls after that were not seen.
+    takes over the hook: fast-path calls after that were not seen. ``sampler``
+    (with ``fast_path``): observe only the fast-path calls it says are due
+    (``call_sampling``); every call is counted.
     ``jax_debug_key_reuse`` is switched on for the block and put back after
     (not with ``fast_path``).
     Does not nest: raises AlreadyActive while another block observes calls.
@@ -225,7 +229,7 @@ def observing_calls(
     try:
         monitor: _Monitor | None = None  # what sees the calls besides `call`, once started
         if fast_path:
-            fast = FastPathCalls(observers, _state, on_trace=check_traced, on_lost=on_calls_unseen)
+            fast = FastPathCalls(observers, _state, on_trace=check_traced, on_lost=on_calls_unseen, sampler=sampler)
             given = observers
             observers = ()  # `call` observes nothing: a call the user's own checker sends its way is fast's
             if fast.start():
@@ -448,6 +452,20 @@ def call_locals() -> dict | None:
         return details
     frame = find_caller_frame()
     return None if frame is None else frame.f_locals
+
+
+def call_number() -> int | None:
+    """The observed call's number among its function's calls in the block, when the fast path counted
+    it (``fast_path_calls``: calls it did not show observers are counted too); else None."""
+    details = getattr(_state, "call", None)
+    return None if details is None else details.get("number")
+
+
+def call_site():
+    """``(frame, line number)`` of the user's code that made the observed call, when the fast path
+    knows it (it may be observed after the call, at the block's end); else None."""
+    details = getattr(_state, "call", None)
+    return None if details is None else details.get("site")
 
 
 def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:

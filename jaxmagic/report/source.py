@@ -81,11 +81,11 @@ def source_line(filename: str, lineno: int, function: str) -> SourceLine:
     return SourceLine(filename=filename, lineno=lineno, function=function, code=code, label=cell_label(filename))
 
 
-def line_of(frame: FrameType | None) -> SourceLine | None:
-    """The line ``frame`` is running, or None for no frame."""
+def line_of(frame: FrameType | None, lineno: int | None = None) -> SourceLine | None:
+    """The line ``frame`` is running (or line ``lineno`` of its code, recorded earlier), or None for no frame."""
     if frame is None:
         return None
-    return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    return source_line(frame.f_code.co_filename, lineno or frame.f_lineno, frame.f_code.co_name)
 
 
 def innermost_user_line(frame: FrameType | None) -> SourceLine | None:

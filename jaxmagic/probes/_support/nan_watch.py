@@ -57,6 +57,9 @@ class NanSighting:
     function: str  # the jitted function ("train_step") or the eager primitive ("log")
     jitted: bool
     call_number: int  # 1 for the function's first call in the cell
+    # Calls of the function not looked at just before this one (first, last), when a watch that looks at a
+    # share of the calls skipped some: a NaN in the arguments may have been made by one of them.
+    unread_before: tuple[int, int] | None = None
     line: SourceLine | None = None  # the user's line that made the call
     leaves: list[str] = dataclasses.field(default_factory=list)  # which outputs held NaN: "output 0 (64,)"
     came_in: bool = False  # its arguments already held a NaN (made before the cell or outside JAX)
@@ -134,7 +137,8 @@ class NanWatch(jit_calls.CallObserver):
         self._pending_rerun: FailingCall | None = None
         # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals, kept copies)
         self._last = None
-        self._calls: dict[str, int] = {}
+        self._calls: dict[str, int] = {}  # name -> calls seen
+        self._looked_at: dict[str, int] = {}  # name -> the number of its last call seen
         self._before_call: list = []  # (donated argument, its copy) of the call about to run
         self._results: list = []  # (result, its copy) of the last call of a function that donates
         self._not_copied = ""  # why the last call's donated arguments or results were not copied
@@ -162,7 +166,9 @@ class NanWatch(jit_calls.CallObserver):
         self.flush()
 
     def after(self, name, is_jit, args, params, outputs) -> None:
-        self._calls[name] = number = self._calls.get(name, 0) + 1
+        self._calls[name] = counted = self._calls.get(name, 0) + 1
+        number = (jit_calls.call_number() if is_jit else None) or counted
+        previous, self._looked_at[name] = self._looked_at.get(name, 0), number
         if self.sighting is not None and self.sighting.calls_with_nan > 1000:
             return  # enough counted
         jit_locals, kept = None, None
@@ -175,8 +181,8 @@ class NanWatch(jit_calls.CallObserver):
         self._before_call = []
         if not any(_is_float(out) for out in outputs):
             return
-        frame = user_frame()
-        self._last = (name, is_jit, args, outputs, number, frame, frame.f_lineno if frame else 0, jit_locals, kept)
+        frame, lineno = call_site()
+        self._last = (name, is_jit, args, outputs, number, frame, lineno, jit_locals, kept, previous)
 
     def _keep_donated(self, jit_locals, outputs) -> dict:
         """For a call of a function that donates: the copies of its donated arguments (by the id of the
@@ -207,7 +213,7 @@ class NanWatch(jit_calls.CallObserver):
         last, self._last = self._last, None
         if last is None:
             return
-        name, is_jit, args, outputs, number, frame, lineno, jit_locals, kept = last
+        name, is_jit, args, outputs, number, frame, lineno, jit_locals, kept, previous = last
         if kept is not None:  # results donated to a later call, arguments donated to this one: their copies
             outputs = [kept["results"].get(id(out), out) for out in outputs]
             args = [kept["arguments"].get(id(a), a) for a in args]
@@ -227,6 +233,7 @@ class NanWatch(jit_calls.CallObserver):
             leaves=[f"output {i} {tuple(getattr(outputs[i], 'shape', ()))}" for i in bad[:4]],
             came_in=came_in,
             calls_with_nan=1,
+            unread_before=(previous + 1, number - 1) if came_in and number - previous > 1 else None,
         )
         self.sighting = sighting
         if is_jit and not came_in:
@@ -303,3 +310,13 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
 def user_frame():
     """The innermost frame of the user's code that led to the caller of this function."""
     return innermost_user_frame(sys._getframe(2))
+
+
+def call_site():
+    """``(frame, line number)`` of the user's code that made the observed call (the innermost user frame
+    that led to the caller of this function, unless the fast path recorded it); ``(None, 0)`` if none."""
+    site = jit_calls.call_site()
+    if site is not None:
+        return site
+    frame = innermost_user_frame(sys._getframe(2))
+    return frame, frame.f_lineno if frame is not None else 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, prng_checks
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.nan_watch import user_frame
+from jaxmagic.probes._support.nan_watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.report import KeyFlow, KeyReport, SharedKeyDraw
 from jaxmagic.probes.keys.reuse import argument_name, function_is_users
@@ -45,8 +45,8 @@ class KeyWatch(jit_calls.CallObserver):
                 flow = self.flows.get(key)
                 if flow is None:
                     argument = argument_name(params, index) or f"argument {index}"
-                    caller = user_frame()
-                    line = line_of(caller)
+                    caller, lineno = call_site()
+                    line = line_of(caller, lineno)
                     flow = self.flows[key] = KeyFlow(
                         name,
                         argument,
@@ -76,7 +76,7 @@ class KeyWatch(jit_calls.CallObserver):
                 finding.calls += 1
             return
         found = []
-        caller = user_frame()
+        caller, _ = call_site()
         started = attribution.started_by(caller) if caller is not None else None
         for eqn, enclosing in prng_checks.shared_key_draws(jaxpr):
             provenance = attribution.of_equation(eqn, enclosing, started)

@@ -27,6 +27,7 @@ def keys(
     only_user_calls: bool = False,
     fast_path: bool = False,
     on_calls_unseen=None,
+    sampler=None,
 ) -> Iterator[KeyReport]:
     """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
 
@@ -40,7 +41,7 @@ def keys(
     ``only_user_calls``: watch only the jitted calls your own code makes (much
     cheaper; eager code is then not checked). ``fast_path``: the same calls,
     left on JAX's C++ path (cheaper still; needs ``record`` and not
-    ``check_calls``; ``on_calls_unseen``: see ``jit_calls.observing_calls``).
+    ``check_calls``; ``on_calls_unseen``, ``sampler``: see ``jit_calls.observing_calls``).
     """
     import jax  # deferred: importing jaxmagic does not import JAX
 
@@ -77,6 +78,7 @@ def keys(
                 only_user_calls=only_user_calls,
                 fast_path=fast_path,
                 on_calls_unseen=on_calls_unseen,
+                sampler=sampler,
             ) as followed,
         ):
             report.followed = followed

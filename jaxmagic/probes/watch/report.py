@@ -94,6 +94,8 @@ class WatchLog(Report):
     areas: list[str] = dataclasses.field(default_factory=lambda: list(AREAS))
     budget: int = 2
     cells_watched: int = 0
+    calls_counted: int = 0  # calls of the user's jitted functions in watched cells
+    calls_looked_at: int = 0  # of them, those whose results, keys and arguments were looked at
     findings: list[WatchFinding] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -101,6 +103,19 @@ class WatchLog(Report):
         data = super().to_dict()
         data["findings"] = [f.to_dict() for f in self.findings]
         return data
+
+    @property
+    def coverage(self) -> str:
+        """Which calls were looked at: all, or a share (fast loops), said in numbers."""
+        if self.calls_looked_at == self.calls_counted:
+            return f"Every one of the {self.calls_counted:,} calls of your jitted functions was looked at."
+        return (
+            f"{self.calls_looked_at:,} of the {self.calls_counted:,} calls of your jitted functions were looked at "
+            "(results read for NaN, keys and NumPy arguments noted); the others were counted only: on loops of "
+            "short steps the watch looks at a share of the calls, to cost a few percent. A NaN made by a call not "
+            "looked at is seen at the next call looked at, if it is still there; %%jax_nans or %%jax_doctor "
+            "on a cell looks at every call."
+        )
 
     @property
     def status(self) -> Status:
@@ -127,5 +142,6 @@ class WatchLog(Report):
                 "cells of jaxmagic's own magics are not watched (their reports cover them)."
             )
         )
+        how.append(Paragraph(self.coverage))
         sections.append(Section("What is watched", how))
         return Document("%jax_watch", self.status, self.summary, sections)

@@ -1,0 +1,58 @@
+"""Which of the user's fast-path jitted calls get looked at, so that looking costs a bounded share of the time.
+
+Looking at a call (reading its results for NaN, its keys, its arguments) costs
+a few microseconds to tens of microseconds of Python, however small the call:
+on a loop of a 7 us jitted step, looking at every call makes it several times
+slower. ``%jax_watch`` must cost at most a few percent, so it looks at every
+call while the time it spent looking stays within ``share`` of the time since
+the block began (plus a fixed ``credit``, which lets the first calls of every
+block be looked at: a NaN at call 37 of a loop is still seen at call 37), and
+only counts the others. On steps that take long against the look (a training
+step of a model), every call is looked at; on tiny steps, a regular sample.
+
+Every call is counted, so the call numbers observers are given stay exact;
+``skipped`` says, per function, how many calls were not looked at; an
+observer given the number of each call it sees can tell "the arguments held a
+NaN" apart from "an earlier call, not looked at, made it".
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+SHARE = 0.03  # of the block's time spent looking at calls (the rest of the watch's cost is the hook itself)
+CREDIT = 0.002  # seconds of looking every block may spend first, whatever its length
+
+
+class CallSampler:
+    """Count the user's calls per function and say which to look at (``due``); see the module docstring."""
+
+    def __init__(self, share: float | None = SHARE, credit: float = CREDIT):
+        self.share = share
+        self.credit = credit
+        self.start = perf_counter()
+        self.spent = 0.0  # seconds spent looking at calls
+        self.calls: dict = {}  # the called function (the Python one jit wraps) -> calls counted
+        self.skipped: dict = {}  # the same key -> calls not looked at
+
+    def count(self, function) -> int:
+        """Count one call of ``function``; its number (1 for the first call in the block)."""
+        number = self.calls[function] = self.calls.get(function, 0) + 1
+        return number
+
+    def take(self, function) -> int:
+        """Count one call of ``function``: its number when it is due to be looked at within the share
+        (always, with no share), else 0 (counted as skipped). One call, as it runs at every call."""
+        number = self.calls[function] = self.calls.get(function, 0) + 1
+        if self.share is None or self.spent <= self.credit + self.share * (perf_counter() - self.start):
+            return number
+        self.skipped[function] = self.skipped.get(function, 0) + 1
+        return 0
+
+    @property
+    def total_calls(self) -> int:
+        return sum(list(self.calls.values()))
+
+    @property
+    def total_skipped(self) -> int:
+        return sum(list(self.skipped.values()))
