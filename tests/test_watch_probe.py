@@ -184,3 +184,53 @@ def test_nan_in_a_donated_training_step_is_replayed_at_the_users_call_number(she
     assert nan["provenance"]["started_by"]["code"].strip() == "w, loss = train_step(w, x)"
     assert nan["provenance"]["transforms"][0] == "jit(step)"
     assert "`step` donates argument 0: the re-run used the copies the watch kept" in nan["details"]
+
+
+def test_sampler_counts_every_call_and_looks_within_its_share():
+    from jaxmagic._jax.call_sampling import CallSampler
+
+    sampler = CallSampler(share=0.0, credit=0.0)
+    f, g = object(), object()
+    assert sampler.take(f) == 1  # nothing spent yet: due
+    sampler.spent = 1e-6
+    assert [sampler.take(f), sampler.take(g), sampler.take(f)] == [0, 0, 0]
+    assert sampler.calls == {f: 3, g: 1} and sampler.total_skipped == 3
+    every = CallSampler(share=None)
+    every.spent = 1.0
+    assert [every.take(f), every.take(f)] == [1, 2]
+
+
+def test_nan_made_by_a_call_not_looked_at_is_seen_at_the_end_and_said_so(shell, monkeypatch):
+    # A fast loop whose carry turns NaN at call 302 and stays NaN (the shape of a diverging training
+    # loop). With a sampler that looks only at the first calls (call 1 runs on jit's Python path and
+    # is always looked at, call 2 while nothing was spent yet), the last call is looked at when the
+    # cell ends: the NaN is told, and the report says which calls were not looked at - never that
+    # the last call made it.
+    from jaxmagic._jax import call_sampling
+    from jaxmagic.probes.watch import session
+
+    monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0))
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "@jax.jit\ndef drift(s, i):\n    return s + jnp.log(300.5 - i)\n")
+    result = cell(shell, "s = jnp.zeros(3)\nfor i in range(400):\n    s = drift(s, i)")
+    assert result.success and bool(jnp_isnan(shell.user_ns["s"]))
+    (nan,) = findings(shell, "NaN")
+    assert nan["call"] == 400 and "already in the arguments" in nan["summary"]
+    assert "calls 3-399 of `drift`" in nan["provenance"]["unknown"] and "%%jax_nans" in nan["provenance"]["unknown"]
+    assert nan["line"]["code"].strip() == "s = drift(s, i)"
+    log = shell.user_ns["wlog"]
+    assert (log.calls_counted, log.calls_looked_at) == (400, 3)
+    assert "3 of the 400 calls" in log.coverage
+
+
+def test_a_fast_loop_watched_with_the_default_share_keeps_exact_call_numbers(shell):
+    # 3,000 calls of a tiny step: the watch looks at a share only, but a NaN made at call 2,500 that
+    # does not persist is either seen at its own call number or not told at all - never misplaced.
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "@jax.jit\ndef tick(s, i):\n    return s * 0.5 + jnp.sqrt(i - 2499.0) * 0\n")
+    result = cell(shell, "s = jnp.ones(2)\nfor i in range(3000):\n    s = tick(s, i)")
+    assert result.success
+    log = shell.user_ns["wlog"]
+    assert log.calls_counted == 3000 and 0 < log.calls_looked_at <= 3000
+    for nan in findings(shell, "NaN"):
+        assert nan["call"] <= 2500 or "already in the arguments" in nan["summary"]
