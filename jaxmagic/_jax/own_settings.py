@@ -55,9 +55,10 @@ def users_values() -> dict[str, str]:
     values = {}
     with _lock:
         names = list(_own_values)
+    every = jax.config.values  # builds a dict of every option (~25 us): once, not twice per name
     for name in names:
-        if name in jax.config.values:
-            values[name] = str(jax.config.values[name])
+        if name in every:
+            values[name] = str(every[name])
     return values
 
 
