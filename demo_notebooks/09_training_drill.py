@@ -445,6 +445,50 @@ assert np.allclose(losses_fixed, losses_v3[:N_DRILL], atol=1e-6)   # the doctor 
 
 
 # %% [markdown]
+# ## Leave a watch on: `%jax_watch`
+#
+# The doctor needs you to suspect the cell first. `%jax_watch` watches every later cell with the
+# doctor's cheap mechanisms - the hook JAX calls after each jitted call on its fast path, the compile
+# log, counters - until `%jax_watch off`. A clean cell prints nothing; a new problem is told once,
+# under the cell that caused it, with its line and the magic to look closer with; the same problem
+# in a later cell is counted, not told again. The first NaN-making call alone is repeated after the
+# cell under `jax.debug_nans`, as the doctor does, to name the operation. On loops of very short steps
+# the watch looks at a share of the calls only, to cost a few percent (every call is counted, so call
+# numbers stay exact); `watch_log.coverage` says how many it looked at.
+
+# %%
+# %jax_watch -o watch_log
+
+# %%
+step_v0_watched = make_train_step_v0(loss_v0)
+_, losses_watched = train_v0(step_v0_watched, params0, X_tr, Y_tr, N_DRILL)
+
+# %% [markdown]
+# The fixed script, watched as well: nothing appears under it.
+
+# %%
+_, losses_watched_fixed = train_v3(make_train_step_v2(loss_v1), params0, X_tr, Y_tr, N_DRILL)
+
+# %%
+# %jax_watch off
+
+# %%
+found = watch_log.to_dict()["findings"]
+print(watch_log.summary)
+print(watch_log.coverage)
+assert [f["area"] for f in found] == ["NaN", "recompilation", "random keys"]   # the three bugs, in the doctor's order
+assert len({f["cell"] for f in found}) == 1                                      # all under the first watched cell
+nan_w, comp_w, key_w = found
+assert nan_w["function"] == "train_step" and nan_w["call"] == 1                   # call 1 made it (its gradient)
+assert "jnp.linalg.norm" in nan_w["line"]["code"] and nan_w["next_magic"] == "%%jax_nans"
+assert comp_w["function"] == "train_step" and comp_w["count"] == N_DRILL          # over the budget of 2
+assert key_w["function"] == "train_step" and f"same key in {N_DRILL} of its {N_DRILL} calls" in key_w["summary"]
+np.testing.assert_allclose(losses_watched, losses_v0, rtol=1e-6)                 # watched: the same losses, NaN included
+np.testing.assert_allclose(losses_watched_fixed, losses_v3[:N_DRILL], atol=1e-6)
+assert watch_log.on is False and watch_log.calls_looked_at == watch_log.calls_counted == 2 * N_DRILL
+
+
+# %% [markdown]
 # ## Exercises
 #
 # | # | Topic | Section |

@@ -63,7 +63,7 @@ class Watch:
         self._cell = ""
         self._nan = self._hosts = self._keys = self._compiles = None
         self._sampler: CallSampler | None = None
-        self._compilations: dict[str, int] = {}  # function -> compilations in watched cells
+        self._compilations: dict[tuple, int] = {}  # (name, defined at) -> compilations in watched cells
         self._told: dict[tuple, WatchFinding] = {}
         self._live_before: dict = {}
         self._streaks: dict[tuple, int] = {}
@@ -232,8 +232,11 @@ class Watch:
     def _compile_findings(self, report) -> list[WatchFinding]:
         found = []
         for f in report.user_functions:
-            total = self._compilations[f.name] = self._compilations.get(f.name, 0) + f.count
-            key = ("recompilation", f.name)
+            # One function is one name at one definition: a second `train_step` defined elsewhere (a
+            # fixed version of the step, say) is counted apart.
+            function = (f.name, f.defined_at)
+            total = self._compilations[function] = self._compilations.get(function, 0) + f.count
+            key = ("recompilation", *function)
             if key in self._told:
                 self._told[key].count = total
                 continue
