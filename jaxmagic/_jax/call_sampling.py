@@ -5,9 +5,9 @@ a few microseconds to tens of microseconds of Python, however small the call:
 on a loop of a 7 us jitted step, looking at every call makes it several times
 slower. ``%jax_watch`` must cost at most a few percent, so it looks at every
 call while the time it spent looking stays within ``share`` of the time since
-the block began (plus a fixed ``credit``, which lets the first calls of every
-block be looked at: a NaN at call 37 of a loop is still seen at call 37), and
-only counts the others. On steps that take long against the look (a training
+the block began (plus a fixed ``credit``), and only counts the others. The
+first ``first_calls`` calls of each function are always looked at (a NaN at
+call 37 of a loop is seen at call 37, whatever the machine's load). On steps that take long against the look (a training
 step of a model), every call is looked at; on tiny steps, a regular sample.
 
 Every call is counted, so the call numbers observers are given stay exact;
@@ -22,14 +22,16 @@ from time import perf_counter
 
 SHARE = 0.03  # of the block's time spent looking at calls (the rest of the watch's cost is the hook itself)
 CREDIT = 0.002  # seconds of looking every block may spend first, whatever its length
+FIRST_CALLS = 100  # the first calls of each function in a block are always looked at, however busy the machine
 
 
 class CallSampler:
     """Count the user's calls per function and say which to look at (``due``); see the module docstring."""
 
-    def __init__(self, share: float | None = SHARE, credit: float = CREDIT):
+    def __init__(self, share: float | None = SHARE, credit: float = CREDIT, first_calls: int = FIRST_CALLS):
         self.share = share
         self.credit = credit
+        self.first_calls = first_calls
         self.start = perf_counter()
         self.spent = 0.0  # seconds spent looking at calls
         self.calls: dict = {}  # the called function (the Python one jit wraps) -> calls counted
@@ -44,7 +46,11 @@ class CallSampler:
         """Count one call of ``function``: its number when it is due to be looked at within the share
         (always, with no share), else 0 (counted as skipped). One call, as it runs at every call."""
         number = self.calls[function] = self.calls.get(function, 0) + 1
-        if self.share is None or self.spent <= self.credit + self.share * (perf_counter() - self.start):
+        if (
+            self.share is None
+            or number <= self.first_calls
+            or self.spent <= self.credit + self.share * (perf_counter() - self.start)
+        ):
             return number
         self.skipped[function] = self.skipped.get(function, 0) + 1
         return 0

@@ -157,6 +157,14 @@ def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] |
     current = jax_loggers()
     for name, logger in current.items():
         state = snapshot.loggers.get(name, _DEFAULT_LOGGER_STATE)
+        if (
+            logger.level == state.level
+            and logger.propagate == state.propagate
+            and logger.disabled == state.disabled
+            and tuple(logger.handlers) == state.handlers
+            and tuple(logger.filters) == state.filters
+        ):
+            continue  # the usual case, checked at once (three restores a cell while %jax_watch is on)
         # Only what changed: setLevel empties the level cache of every logger of the process (a
         # notebook holds hundreds), so calling it for each of JAX's ~25 loggers cost milliseconds.
         if logger.level != state.level:

@@ -58,7 +58,7 @@ class NanSighting:
     jitted: bool
     call_number: int  # 1 for the function's first call in the cell
     # Calls of the function not looked at just before this one (first, last), when a watch that looks at a
-    # share of the calls skipped some: a NaN in the arguments may have been made by one of them.
+    # share of the calls skipped some: one of them may have made a NaN first (or the one in the arguments).
     unread_before: tuple[int, int] | None = None
     line: SourceLine | None = None  # the user's line that made the call
     leaves: list[str] = dataclasses.field(default_factory=list)  # which outputs held NaN: "output 0 (64,)"
@@ -233,7 +233,7 @@ class NanWatch(jit_calls.CallObserver):
             leaves=[f"output {i} {tuple(getattr(outputs[i], 'shape', ()))}" for i in bad[:4]],
             came_in=came_in,
             calls_with_nan=1,
-            unread_before=(previous + 1, number - 1) if came_in and number - previous > 1 else None,
+            unread_before=(previous + 1, number - 1) if number - previous > 1 else None,
         )
         self.sighting = sighting
         if is_jit and not came_in:

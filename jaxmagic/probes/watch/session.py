@@ -195,6 +195,17 @@ class Watch:
         where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
         title, details, fix, _ = nan_finding_text(s, nan, where)
         headline = f"{title} (call {s.call_number} in this cell)"
+        unread = ""
+        if s.unread_before:
+            first, last = s.unread_before
+            calls = f"call {first}" if first == last else f"calls {first}-{last}"
+            unread = (
+                f"{calls} of `{s.function}`, which the watch counted but did not look at (on fast loops it looks "
+                "at a share of the calls, to cost under 5%)"
+            )
+            if not s.came_in:
+                headline = f"{title} (first seen at call {s.call_number} in this cell; {calls} were not looked at)"
+                details += f". An earlier call among {unread} may have made a NaN first: %%jax_nans looks at every call"
         if s.calls_with_nan > 1:
             details += f"; {s.calls_with_nan - 1} later call(s) returned NaN too"
         provenance = nan_finding_provenance(s, nan)
@@ -203,14 +214,8 @@ class Watch:
             headline = f"NaN already in the arguments of `{s.function}` (call {s.call_number})"
             fix, line = "", s.line
             provenance.unknown = "the NaN came in through the arguments, made before this call"
-            if s.unread_before:
-                first, last = s.unread_before
-                calls = f"call {first}" if first == last else f"calls {first}-{last}"
-                provenance.unknown += (
-                    f", perhaps by {calls} of `{s.function}`, which the watch counted but did not look at (on "
-                    f"fast loops it looks at a share of the calls, to cost under 5%): %%jax_nans on this cell "
-                    "looks at every call"
-                )
+            if unread:
+                provenance.unknown += f", perhaps by {unread}: %%jax_nans on this cell looks at every call"
             provenance.made_at = None
         if s.donated:
             details += f". `{s.function}` donates {', '.join(s.donated)}: the re-run used the copies the watch kept"
