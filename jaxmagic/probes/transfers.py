@@ -577,16 +577,19 @@ class _GuardLog:
 
     def _line_callback(self):
         """The LINE callback. It runs on every line of the user's code, so its usual case - the block's
-        thread, a user's line already seen, nothing written since the previous line - is one line of
-        code reading locals and one byte: CPython instruments every line of every code object for LINE
-        events, the callback's own included (skipped while it runs, but each line start still costs),
-        so a callback of one line costs about half of one of ten."""
+        thread, a user's line already seen, nothing written since the previous line - does the least
+        it can: a set lookup, one byte of the memory map and two stores into a list (each Python
+        operation here is paid on every line; valgrind counted ~2,600 instructions a line for the
+        former callback's dict lookups and new tuple, against ~700 for calling an empty one)."""
         block_thread, get_ident = self._thread, threading.get_ident
         capture, view, at, user_codes = self._capture, self._capture.view, self._at, self._user_codes
         other_line = self._other_line
 
         def on_line(code, line_number: int):
-            if get_ident() == block_thread and id(code) in user_codes and not view[capture.read]: at[0] = code; at[1] = line_number; return None  # noqa: E701, E702  # fmt: skip
+            if get_ident() == block_thread and id(code) in user_codes and not view[capture.read]:
+                at[0] = code
+                at[1] = line_number
+                return None
             return other_line(code, line_number)
 
         return on_line
