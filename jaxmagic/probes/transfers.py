@@ -586,7 +586,8 @@ class _GuardLog:
         other_line = self._other_line
 
         def on_line(code, line_number: int):
-            if get_ident() == block_thread and id(code) in user_codes and not view[capture.read]:
+            # `code is at[0]`: the line before ran in the same code object (a loop, a function's body)
+            if get_ident() == block_thread and (code is at[0] or id(code) in user_codes) and not view[capture.read]:
                 at[0] = code
                 at[1] = line_number
                 return None
