@@ -45,6 +45,11 @@ CELLS = {
 }
 
 
+def instruction_cells(steps: int) -> dict[str, str]:
+    """The cells for ``benchmarks/instructions.py``, baseline first: ``steps`` bisections of the call."""
+    return {name: "\n".join([CELLS[name]] * steps) if steps else "pass" for name in ("hand", "magic", "auto")}
+
+
 def run() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)

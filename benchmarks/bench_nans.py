@@ -6,7 +6,11 @@ Three ways of running the same cell body in one in-process IPython shell:
 * ``scoped``:  ``with jax.debug_nans(True):`` + body, as a plain cell - what a
   user would write by hand; the baseline of the goal (<= 1.05x);
 * ``plain``:   the body with no checking at all (for information: the price
-  of ``jax_debug_nans`` itself, which the magic cannot avoid).
+  of ``jax_debug_nans`` itself, which the magic cannot avoid);
+* ``inside``:  ``%%jax_nans --inside`` + body: the first call of ``step`` is also
+  traced and evaluated op by op (every intermediate checked), and every call takes
+  JAX's Python dispatch path; measured against ``magic`` (no goal is set: for
+  information, so that its price is stated).
 
 All three go through ``shell.run_cell``, so they pay IPython's cell cost
 alike; the magic additionally pays its own nested ``run_cell`` of the body,
@@ -57,6 +61,7 @@ def variants(body: str) -> dict[str, str]:
         "magic": "%%jax_nans\n" + body,
         "scoped": "with jax.debug_nans(True):\n" + textwrap.indent(body, "    "),
         "plain": body,
+        "inside": "%%jax_nans --inside\n" + body,
     }
 
 
@@ -66,11 +71,11 @@ CELLS = variants(BODY)
 def instruction_cells(steps: int) -> dict[str, str]:
     """The cells for ``benchmarks/instructions.py``, baseline first: the loop with ``steps`` steps."""
     cells = variants(BODY.replace(f"range({STEPS})", f"range({steps})"))
-    return {"scoped": cells["scoped"], "magic": cells["magic"], "plain": cells["plain"]}
+    return {name: cells[name] for name in ("scoped", "magic", "plain", "inside")}
 
 
 # The same cell without the loop: what the magic costs per cell, whatever the cell does.
-EMPTY_CELLS = variants("params = params0")
+EMPTY_CELLS = {name: cell for name, cell in variants("params = params0").items() if name != "inside"}
 
 
 def run() -> list[Row]:
@@ -80,12 +85,16 @@ def run() -> list[Row]:
         for cell in list(CELLS.values()) + list(EMPTY_CELLS.values()):
             run_cell(shell, cell)
 
+    run_cell(shell, "%%jax_nans --inside -o _inside_check\n" + BODY)
+    inside_check = shell.user_ns["_inside_check"]
     times = alternate(shell, CELLS, REPETITIONS)
     empty = alternate(shell, EMPTY_CELLS, REPETITIONS)
 
     magic_vs_scoped = [m / s for m, s in zip(times["magic"], times["scoped"])]
     magic_vs_plain = [m / p for m, p in zip(times["magic"], times["plain"])]
     scoped_vs_plain = [s / p for s, p in zip(times["scoped"], times["plain"])]
+    inside_vs_magic = [i / m for i, m in zip(times["inside"], times["magic"])]
+    searched = [found for found in inside_check.inside_searches if not found.failure]
     per = f"{STEPS} jitted steps/cell, {REPETITIONS} reps"
     return [
         Row(
@@ -117,6 +126,22 @@ def run() -> list[Row]:
             median(times["plain"]),
             value=median(scoped_vs_plain),
             note="the price of JAX's own NaN checking",
+        ),
+        Row(
+            "%%jax_nans --inside vs %%jax_nans",
+            median(times["inside"]),
+            median(times["magic"]),
+            value=median(inside_vs_magic),
+            note=f"{per}; the first call evaluated op by op, every call on JAX's Python path; no goal "
+            f"(for information); middle half of the ratios: {quartiles(inside_vs_magic)}",
+        ),
+        Row(
+            "--inside evaluated the first call op by op",
+            compare="check",
+            goal=True,
+            value=len(searched) == 1 and searched[0].equations > 0 and not inside_check.inside_findings,
+            note=f"{len(searched)} call(s) evaluated, {sum(f.equations for f in searched)} equations, "
+            f"{len(inside_check.inside_findings)} finding(s)",
         ),
     ]
 

@@ -42,6 +42,12 @@ BARE = (
 CELLS = {"magic": "%%jax_print\n" + BODY, "bare": BARE, "plain": BODY + "\njax.effects_barrier()"}
 
 
+def instruction_cells(steps: int) -> dict[str, str]:
+    """The cells for ``benchmarks/instructions.py``, baseline first: ``steps`` calls."""
+    loop = f"range({CALLS})"
+    return {name: CELLS[name].replace(loop, f"range({steps})") for name in ("bare", "magic", "plain")}
+
+
 def run() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)

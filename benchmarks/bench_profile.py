@@ -68,6 +68,14 @@ def cells(trace_dir: str) -> dict[str, str]:
     }
 
 
+def instruction_cells(steps: int) -> dict[str, str]:
+    """The cells for ``benchmarks/instructions.py``, baseline first: the loop with ``steps`` calls (the
+    per-call cost; the fixed cost per cell, the same with any number of steps, cancels out)."""
+    variants = cells(tempfile.gettempdir())  # the variant writing there is not counted
+    loop = f"range({CALLS})"
+    return {name: variants[name].replace(loop, f"range({steps})") for name in ("bare_same_options", "profile")}
+
+
 EMPTY_CELLS = {
     "profile": "%%jax_profile\nx = x0",
     "bare_same_options": "with jax.profiler.trace(None, profiler_options=options):\n    x = x0",

@@ -208,3 +208,21 @@ def test_text_never_runs_past_the_width_yet_keeps_every_character_of_quoted_logs
     assert max(len(line) for line in text.splitlines()) <= 100
     squeezed = re.sub(r"\s|\|", "", text)
     assert re.sub(r"\s", "", log) in squeezed and re.sub(r"\s", "", code) in squeezed
+
+
+def test_the_fast_wrap_of_plain_spaced_text_gives_textwrap_s_lines():
+    """Text with no whitespace but spaces is wrapped without textwrap (reports wrap hundreds of cells):
+    the lines must be textwrap's own, runs of spaces and words longer than the line included."""
+    import random
+    import textwrap
+
+    from jaxmagic.render.text import _greedy_lines
+
+    rng = random.Random(0)
+    words = ["a", "bb", "ccc", "--budget", "x" * 15, "jit(step)(float32[64,128])", "y" * 40]
+    for _ in range(3000):
+        text = "".join(rng.choice(words) + " " * rng.choice([1, 1, 2, 3]) for _ in range(rng.randint(1, 20))).strip()
+        width = rng.randint(1, 60)
+        indent = rng.choice([indent for indent in ("", "  ", "    ") if len(indent) < width])
+        expected = textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+        assert _greedy_lines(text, width, indent) == expected, (text, width, indent)

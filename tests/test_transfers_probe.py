@@ -314,3 +314,39 @@ def test_a_nested_one_line_lambda_is_not_seen_traced_and_nothing_is_guessed():
     (group,) = rep.to_dict()["transfers"]
     assert group["line"]["code"] == "return self.apply(self.table, v)  # the call"
     assert group["traced"] == "" and group["provenance"]["made_at"] == group["line"]
+
+
+def test_lines_in_loops_nested_functions_and_lambdas_are_the_ones_that_transferred(double):
+    """Each transfer is on the line that made it, whatever ran before and after it: a loop's lines
+    alternating with clean ones, a nested function's line, and the line that called a lambda (which
+    has no line events of its own)."""
+    x_dev, np_x = jnp.ones(3), np.ones(3, np.float32)
+
+    def outer(v):
+        def inner(w):
+            return double(w)  # inner's transfer
+
+        clean = double(x_dev)  # clean, in outer
+        return inner(v) + clean
+
+    through_lambda = lambda v: double(v)  # noqa: E731
+
+    with probes.transfers() as rep:
+        for i in range(3):
+            double(x_dev)  # clean, in the loop
+            outer(np_x)  # the helper's line: nothing of its own
+            through_lambda(np_x)  # the lambda's caller
+            y = double(x_dev) + i  # a Python int, added
+            double(x_dev)  # clean again
+        del y
+    by_line: dict[str, int] = {}
+    for group in rep.transfers:  # a value JAX's fast path did not describe may be a group of its own
+        by_line[group.line.code] = by_line.get(group.line.code, 0) + group.count
+    assert by_line == {
+        "return double(w)  # inner's transfer": 3,
+        "through_lambda(np_x)  # the lambda's caller": 3,
+        "y = double(x_dev) + i  # a Python int, added": 3,
+    }, by_line
+    assert rep.total == 9
+    [inner_group] = [t for t in rep.transfers if t.line.function == "inner"]
+    assert inner_group.line.code.startswith("return double(w)")

@@ -402,15 +402,24 @@ def _as64(leaf) -> np.ndarray:
     return array.astype(np.complex128 if np.iscomplexobj(array) else np.float64)
 
 
-def _compare(run: RunResult, result, reference: list[tuple[str, np.ndarray]], symmetric: bool = False) -> None:
-    """Fill ``run``'s errors against ``reference``: relative to the largest reference value of each leaf
-    (``symmetric``: to the larger of both, for two runs of which neither is known to be right)."""
-    leaves = _leaves(result)
+def _leaves64(tree) -> list[tuple[str, np.ndarray]]:
+    """(path, float64 or complex128 NumPy copy) of each leaf: converted once per result, then compared."""
+    return [(path, _as64(leaf)) for path, leaf in _leaves(tree)]
+
+
+def _compare(
+    run: RunResult,
+    leaves: list[tuple[str, np.ndarray]],
+    reference: list[tuple[str, np.ndarray]],
+    symmetric: bool = False,
+) -> None:
+    """Fill ``run``'s errors (its result's ``_leaves64``) against ``reference``: relative to the largest
+    reference value of each leaf (``symmetric``: to the larger of both, for two runs of which neither
+    is known to be right)."""
     if len(leaves) != len(reference):
         raise ValueError(f"the {run.name} result has {len(leaves)} leaves, the reference {len(reference)}")
     worst_abs, worst_rel, worst_leaf, equal = 0.0, 0.0, "", True
-    for (path, leaf), (_, ref) in zip(leaves, reference):
-        value = _as64(leaf)
+    for (path, value), (_, ref) in zip(leaves, reference):
         if value.shape != ref.shape:
             raise ValueError(f"leaf {path}: the {run.name} result has shape {value.shape}, the reference {ref.shape}")
         diff = np.abs(value - ref)
@@ -664,7 +673,7 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
     def distance(a, b) -> float:
         probe = RunResult("jit", "")
         try:
-            _compare(probe, a, [(path, _as64(leaf)) for path, leaf in _leaves(b)], symmetric=True)
+            _compare(probe, _leaves64(a), _leaves64(b), symmetric=True)
         except ValueError:
             return math.inf
         return probe.max_rel_error if probe.max_rel_error is not None else math.inf
@@ -707,19 +716,19 @@ def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:
     if any(not r.ok for r in runs):
         report.verdict = "failed"
         return
+    jit_leaves, eager_leaves = _leaves64(jit_result), _leaves64(eager_result)
     if reference is not None:
-        ref_leaves = [(path, _as64(leaf)) for path, leaf in _leaves(reference)]
-        for run, result in ((report.jit, jit_result), (report.eager, eager_result)):
+        ref_leaves = _leaves64(reference)
+        for run, leaves in ((report.jit, jit_leaves), (report.eager, eager_leaves)):
             try:
-                _compare(run, result, ref_leaves)
+                _compare(run, leaves, ref_leaves)
             except ValueError as problem:
                 run.ok, run.error = False, f"does not match the reference: {problem}"
                 report.verdict = "failed"
                 return
-    eager_leaves = [(path, _as64(leaf)) for path, leaf in _leaves(eager_result)]
     probe = RunResult("jit", "")
     try:
-        _compare(probe, jit_result, eager_leaves, symmetric=True)
+        _compare(probe, jit_leaves, eager_leaves, symmetric=True)
         report.jit_vs_eager = probe.max_rel_error
     except ValueError:
         report.jit_vs_eager = math.inf

@@ -443,7 +443,9 @@ class _GuardLog:
     def __init__(self, report: TransferReport):
         self.report = report
         self._groups: dict[tuple, Transfer] = {}
-        self._at: tuple | None = None  # (code object, line number) of the user's line running
+        # [code object, line number] of the user's line running ([None, 0] before the first): a list
+        # the LINE callback writes in place (cheaper there than an attribute holding a new tuple)
+        self._at: list = [None, 0]
         self._pending = b""
         self._user_file: dict[str, bool] = {}
         self._tool: MonitoringTool | None = None
@@ -454,6 +456,7 @@ class _GuardLog:
         self._calls: dict[tuple[int, int], _CallSite] = {}
         self._frame_of_line = None  # while check() runs from a LINE event: the frame of the new line
         self._code_state: dict[int, bool] = {}  # id(code) -> the user's code (kept in _codes)
+        self._user_codes: set[int] = set()  # the ids in _code_state of the user's code objects
         self._codes: list = []
 
     # -- descriptor 2 -------------------------------------------------------------
@@ -485,6 +488,7 @@ class _GuardLog:
             self._restore_fd()
             self._calls.clear()  # code objects and nothing of the user's values: but not kept past the block
             self._code_state.clear()
+            self._user_codes.clear()
             self._codes.clear()
         return False
 
@@ -531,7 +535,8 @@ class _GuardLog:
 
     def _describe(self, group: Transfer) -> None:
         """The argument, traced function and provenance of a new group (at most MAX_GROUPS times)."""
-        site = self._calls.get((id(self._at[0]), self._at[1])) if self._at is not None else None
+        code, line_number = self._at
+        site = self._calls.get((id(code), line_number)) if code is not None else None
         if site is not None:
             group.traced = site.traced
             group.argument, group.candidates = _argument_of(site.arguments, group.value)
@@ -543,7 +548,7 @@ class _GuardLog:
         elif group.line is not None:
             group.provenance = Provenance(made_at=group.line, function=group.line.function)
             frame = self._frame_of_line
-            if frame is not None and self._at is not None and frame.f_code is self._at[0]:
+            if frame is not None and code is not None and frame.f_code is code:
                 # The next line runs in the same frame: its variables are the ones the line passed.
                 group.argument, group.candidates = _argument_of(_host_arguments(frame, group.line.code), group.value)
         else:
@@ -551,9 +556,9 @@ class _GuardLog:
 
     def _current(self) -> tuple[str, int, str] | None:
         """(file, line, function) of the user's line running, or None before the first."""
-        if self._at is None:
-            return None
         code, line_number = self._at
+        if code is None:
+            return None
         return (code.co_filename, line_number, code.co_name)
 
     # -- following the user's lines ------------------------------------------------
@@ -571,31 +576,43 @@ class _GuardLog:
             self._tool = None
 
     def _line_callback(self):
-        """The LINE callback. It runs on every line of the user's code, so it reads only locals and one byte."""
+        """The LINE callback. It runs on every line of the user's code, so its usual case - the block's
+        thread, a user's line already seen, nothing written since the previous line - does the least
+        it can: an identity test (or a set lookup), one byte of the memory map and two stores into a
+        list. Each Python operation here is paid on every line: in a two-line loop valgrind counted
+        ~3,300 instructions a line with the former callback (a dict lookup per line, a new tuple in
+        an attribute), ~1,800 with a callback like this one, ~700 with an empty one."""
         block_thread, get_ident = self._thread, threading.get_ident
-        disable = sys.monitoring.DISABLE
-        capture, view, check = self._capture, self._capture.view, self.check
-
-        code_state, first_sight = self._code_state, self._first_sight
+        capture, view, at, user_codes = self._capture, self._capture.view, self._at, self._user_codes
+        other_line = self._other_line
 
         def on_line(code, line_number: int):
-            if get_ident() != block_thread:  # another thread's line (a data loader) made none of the
-                return None  # block's transfers (the guard is thread-local); not DISABLE: the line may be shared
-            user = code_state.get(id(code))
-            if user is None:
-                user = first_sight(code)
-            if not user:
-                return disable  # library code: never call back for this line again
-            if view[capture.read]:
-                self._frame_of_line = sys._getframe(1)
-                try:
-                    check()  # what was written since the previous user line belongs to it
-                finally:
-                    self._frame_of_line = None
-            self._at = (code, line_number)
-            return None
+            # `code is at[0]`: the line before ran in the same code object (a loop, a function's body)
+            if get_ident() == block_thread and (code is at[0] or id(code) in user_codes) and not view[capture.read]:
+                at[0] = code
+                at[1] = line_number
+                return None
+            return other_line(code, line_number)
 
         return on_line
+
+    def _other_line(self, code, line_number: int):
+        """Every other LINE event: another thread's, a code object's first, or after a write."""
+        if threading.get_ident() != self._thread:  # another thread's line (a data loader) made none of the
+            return None  # block's transfers (the guard is thread-local); not DISABLE: the line may be shared
+        user = self._code_state.get(id(code))
+        if user is None:
+            user = self._first_sight(code)
+        if not user:
+            return sys.monitoring.DISABLE  # library code: never call back for this line again
+        if self._capture.view[self._capture.read]:
+            self._frame_of_line = sys._getframe(2)  # 0: here, 1: on_line, 2: the frame of the new line
+            try:
+                self.check()  # what was written since the previous user line belongs to it
+            finally:
+                self._frame_of_line = None
+        self._at[0], self._at[1] = code, line_number
+        return None
 
     def _first_sight(self, code) -> bool:
         """Whether ``code`` is the user's (asked once per code object, at its first line). A function
@@ -608,8 +625,10 @@ class _GuardLog:
             user = self._user_file[name] = is_user_file(name)
         self._codes.append(code)  # ids stay unique while the entries live
         self._code_state[id(code)] = user
+        if user:
+            self._user_codes.add(id(code))
         if user and self._tool is not None:
-            caller = sys._getframe(2).f_back  # 0: here, 1: on_line, 2: the function's own frame
+            caller = sys._getframe(3).f_back  # 0: here, 1: _other_line, 2: on_line, 3: the function's own frame
             if caller is not None and not is_user_file(caller.f_code.co_filename):
                 self._tool.watch_code(code, self._tool.events.PY_RETURN)
         return user
@@ -638,7 +657,7 @@ class _GuardLog:
             if known is None:
                 known = user_file[name] = is_user_file(name)
             if known:  # called by the user's code: that line continues
-                self._at = (caller.f_code, caller.f_lineno)
+                self._at[0], self._at[1] = caller.f_code, caller.f_lineno
                 return None
             # Called by a library (JAX tracing it for a jitted call, a transformation, a callback):
             # the user's line below, which made the call, continues - remember what it passed.
@@ -647,7 +666,7 @@ class _GuardLog:
                 below = below.f_back
             if below is None:
                 return None
-            self._at = (below.f_code, below.f_lineno)
+            self._at[0], self._at[1] = below.f_code, below.f_lineno
             key = (id(below.f_code), below.f_lineno)
             if key not in calls:  # once per call site: the first trace
                 calls[key] = _CallSite(

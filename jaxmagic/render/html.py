@@ -122,6 +122,8 @@ _BACKTICKS = re.compile(r"`([^`\n]+)`")
 
 def inline_html(text: str) -> str:
     """Escaped text in which `backticked` spans (a primitive, a call) are shown as code."""
+    if "`" not in text:  # most table cells: nothing to split (a report has hundreds)
+        return breakable_html(text)
     parts = _BACKTICKS.split(text)
     return "".join(
         f'<code style="{CODE}">{breakable_html(part)}</code>' if i % 2 else breakable_html(part)

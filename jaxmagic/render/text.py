@@ -38,15 +38,18 @@ def wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
     width = max(width, 1)
     if len(subsequent_indent) >= width:  # an indent as wide as the line would leave no room: drop it
         subsequent_indent = ""
-    if len(text) <= width and text and text == text.strip() and not _OTHER_WHITESPACE.search(text):
-        return [text]  # fits on one line: what textwrap would return, without its work (a report has hundreds)
-    lines = textwrap.wrap(
-        text,
-        width,
-        subsequent_indent=subsequent_indent,
-        break_on_hyphens=False,
-        break_long_words=False,
-    )
+    if text and text == text.strip() and not _OTHER_WHITESPACE.search(text):
+        if len(text) <= width:
+            return [text]  # fits on one line: what textwrap would return, without its work (a report has hundreds)
+        lines = _greedy_lines(text, width, subsequent_indent)
+    else:
+        lines = textwrap.wrap(
+            text,
+            width,
+            subsequent_indent=subsequent_indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
     out = []
     for line in lines or [""]:
         while len(line) > width:  # one word longer than the line
@@ -55,6 +58,36 @@ def wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
             line = subsequent_indent + line[cut:]
         out.append(line)
     return out
+
+
+_SPACES = re.compile(r"( +)")
+
+
+def _greedy_lines(text: str, width: int, subsequent_indent: str) -> list[str]:
+    """``textwrap.wrap(text, width, subsequent_indent=..., break_on_hyphens=False, break_long_words=False)``
+    for a text with no whitespace but spaces, none at either end: the same lines, without textwrap's
+    whitespace translation and regular-expression split of the general case (its ``_wrap_chunks``, on
+    the words and runs of spaces)."""
+    chunks = [chunk for chunk in _SPACES.split(text) if chunk]
+    chunks.reverse()
+    lines: list[str] = []
+    while chunks:
+        indent = subsequent_indent if lines else ""
+        room = width - len(indent)
+        if lines and chunks[-1][0] == " ":  # a line does not start with the spaces that ended the last one
+            chunks.pop()
+        line: list[str] = []
+        used = 0
+        while chunks and used + len(chunks[-1]) <= room:
+            used += len(chunks[-1])
+            line.append(chunks.pop())
+        if chunks and not line and len(chunks[-1]) > room:  # a word longer than the line: alone on it
+            line.append(chunks.pop())
+        if line and line[-1][0] == " ":
+            line.pop()
+        if line:
+            lines.append(indent + "".join(line))
+    return lines
 
 
 _BREAK_AFTER = re.compile(r"[(\[{,./_=:|>]")

@@ -72,22 +72,21 @@ def events_from_profile_data(profile_data) -> list[TraceEvent]:
                     if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES:
                         events.append(TraceEvent(name, thread, event.start_ns, event.duration_ns))
                         continue
-                    op = module = program_id = run_id = ""
-                    for key, value in event.stats:
-                        if key == "hlo_op":
-                            op = value
-                        elif key == "hlo_module":
-                            module = value
-                        elif key == "run_id":
-                            run_id = value
-                        elif key == "program_id":
-                            program_id = value
+                    stats = dict(event.stats)  # ~10 pairs; a later pair of one key wins, as it did in a loop
+                    op = stats.get("hlo_op", "")
                     if not op:
                         host_names.add(name)
                         continue
                     events.append(
                         TraceEvent(
-                            name, thread, event.start_ns, event.duration_ns, module, op, str(program_id), str(run_id)
+                            name,
+                            thread,
+                            event.start_ns,
+                            event.duration_ns,
+                            stats.get("hlo_module", ""),
+                            op,
+                            str(stats.get("program_id", "")),
+                            str(stats.get("run_id", "")),
                         )
                     )
     return events
@@ -153,13 +152,14 @@ def self_times(kernels: list[TraceEvent]) -> list[float]:
     """
     order = sorted(range(len(kernels)), key=lambda i: (kernels[i].thread, kernels[i].start_ns, -kernels[i].duration_ns))
     result = [k.duration_ns for k in kernels]
+    ends = [k.start_ns + k.duration_ns for k in kernels]  # end_ns, computed once per kernel
     stack: list[int] = []
     thread = None
     for index in order:
         event = kernels[index]
         if event.thread != thread:
             stack, thread = [], event.thread
-        while stack and kernels[stack[-1]].end_ns <= event.start_ns:
+        while stack and ends[stack[-1]] <= event.start_ns:
             stack.pop()
         if stack:
             result[stack[-1]] -= event.duration_ns

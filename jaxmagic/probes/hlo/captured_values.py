@@ -25,13 +25,31 @@ from jaxmagic.report.provenance import Provenance
 
 
 class NameEnvironment:
-    """The values a traced function can read by name: its closure, its globals, the user's namespace."""
+    """The values a traced function can read by name: its closure, its globals, the user's namespace.
+
+    The closure and globals (of the function, the functions it names, and theirs) are gathered when
+    first asked for: a program that holds no constant never needs them.
+    """
 
     def __init__(self, fn, namespace: dict | None):
-        self.closure: dict[str, Any] = {}
-        self.globals: dict[str, Any] = {}
+        self._fn = fn
+        self.namespace = namespace or {}
+        self._module_globals = getattr(_unwrapped(fn), "__globals__", None) or {}
+
+    @property
+    def closure(self) -> dict[str, Any]:
+        return self._names[0]
+
+    @property
+    def globals(self) -> dict[str, Any]:
+        return self._names[1]
+
+    @functools.cached_property
+    def _names(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        closure: dict[str, Any] = {}
+        globals_: dict[str, Any] = {}
         seen = set()
-        pending = [fn]
+        pending = [self._fn]
         for _ in range(3):  # the function, the functions it names, and theirs
             following = []
             for f in pending:
@@ -44,13 +62,12 @@ class NameEnvironment:
                 except (TypeError, ValueError):
                     continue
                 for name, value in found.nonlocals.items():
-                    self.closure.setdefault(name, value)
+                    closure.setdefault(name, value)
                 for name, value in found.globals.items():
-                    self.globals.setdefault(name, value)
+                    globals_.setdefault(name, value)
                 following += [v for v in list(found.nonlocals.values()) + list(found.globals.values()) if callable(v)]
             pending = following
-        self.namespace = namespace or {}
-        self._module_globals = getattr(_unwrapped(fn), "__globals__", None) or {}
+        return closure, globals_
 
     def resolve(self, dotted: str) -> tuple[Any, str] | None:
         root, _, rest = dotted.partition(".")
@@ -370,7 +387,7 @@ def captured_constants(
     recorded allocation (the trace came from JAX's cache, or tracemalloc was off), a fresh copy of
     the function is traced once with tracemalloc on, to find the line that built it.
     """
-    identities = env.by_identity()
+    identities: dict | None = None  # looked up at the first constant: most programs hold none
     rebuilt: list | None = None  # per top-level constant of a fresh trace: (shape, dtype, provenance)
     found, seen = [], set()
     jaxprs = [(closed, ())] + [
@@ -387,6 +404,8 @@ def captured_constants(
             if id(value) in seen or not hasattr(value, "dtype"):
                 continue
             seen.add(id(value))
+            if identities is None:
+                identities = env.by_identity()
             name, kind = identities.get(id(value), ("", ""))
             nbytes = int(getattr(value, "nbytes", 0) or 0)
             if not name and nbytes < BAKED_CONSTANT_BYTES:

@@ -43,7 +43,7 @@ def build_report(
 ) -> ProfileReport:
     """The report of one traced block: ``events`` from ``trace_events``, the programs' HLO, the compile report."""
     report = ProfileReport(warmup_runs=warmup_runs)
-    kernels = [e for e in events if e.is_kernel]
+    kernels = [e for e in events if e.op]  # is_kernel, without a property call per event
     dispatches = outermost([e for e in events if e.name.startswith(DISPATCH_PREFIX)])
     report.kernel_events = len(kernels)
     report.events_supported = bool(kernels) or not dispatches
@@ -260,7 +260,8 @@ def _wall_time(events, kernels, dispatches, wall_seconds, compile_report) -> Wal
         t.user_compilations = sum(f.count for f in compile_report.user_functions)
         t.recompiled = [f"{f.name} ({f.count}x: {f.reason})" for f in compile_report.recompiled_functions]
     t.compile = min(t.compile, t.wall)
-    t.device_busy = union_ns(kernel_spans) / 1e9
+    kernel_busy_ns = union_ns(kernel_spans)
+    t.device_busy = kernel_busy_ns / 1e9
     inline_ns = 0.0
     threads = {d.thread for d in dispatches}
     for thread in threads:
@@ -273,7 +274,7 @@ def _wall_time(events, kernels, dispatches, wall_seconds, compile_report) -> Wal
     compile_inside = min(t.compile, max(dispatch_total - t.device_inline, 0.0))
     t.dispatch = max(min(dispatch_total - t.device_inline - compile_inside, t.wall - t.compile - t.device_inline), 0.0)
     rest = max(t.wall - t.compile - t.dispatch - t.device_inline, 0.0)
-    busy_outside = max(union_ns(kernel_spans) - overlap_ns(kernel_spans, dispatch_spans), 0.0) / 1e9
+    busy_outside = max(kernel_busy_ns - overlap_ns(kernel_spans, dispatch_spans), 0.0) / 1e9
     t.waiting = min(rest, busy_outside)
     t.python = rest - t.waiting
     return t
