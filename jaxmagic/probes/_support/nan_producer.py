@@ -339,6 +339,29 @@ class _Search(Listener):
             return ~bad(inputs, True) & bad(outputs, True)
         return jnp.array(False)
 
+    def checkpoint(self, eqn, outputs) -> bool:
+        """The strict pass (a NaN from finite inputs) keeps its values before the first non-finite one
+        on each level it goes down through: when it finds no producer, the second pass starts there.
+        Nothing before that point is opened or recorded differently in the two passes."""
+        return self.strict and _any_bad(outputs)
+
+    def state(self):
+        return (
+            dict(self._made_by),
+            dict(self.neg_inf_rows),
+            set(self._constant),
+            set(self._seeded),
+            set(self._opened),
+            self.result.equations,
+            list(self.result.stopped_at),
+        )
+
+    def restore(self, state) -> None:
+        made_by, neg_inf_rows, constant, seeded, opened, equations, stopped_at = state
+        self._made_by, self.neg_inf_rows = dict(made_by), dict(neg_inf_rows)
+        self._constant, self._seeded, self._opened = set(constant), set(seeded), set(opened)
+        self.result.equations, self.result.stopped_at = equations, list(stopped_at)
+
     def visit(self, eqn, inputs, outputs, path) -> bool:
         """Record the producer, then the NaN maker, then (top level only) what discarded the NaN.
 
@@ -590,16 +613,21 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         return result
     # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
     # first operation that made a non-finite value (and the one that turned it into NaN).
+    # The second pass starts where the first met its first non-finite value (what comes before, it
+    # would evaluate and record the same way).
+    resume = None
     for strict in (True, False) if want_nan else (False,):
         listener = _Search(want_nan, strict)
+        walk = Walk(listener, resume)
         try:
-            outputs = Walk(listener).run(program, values)
+            outputs = walk.run(program, values)
         except Exception as error:
             listener.result.failure = f"evaluating its program failed: {error_line(error)}"
             outputs = None
             break
         if listener.result.producer is not None:
             break
+        resume = walk.checkpoints
     found = listener.result
     found.searched = source
     producer = found.producer
