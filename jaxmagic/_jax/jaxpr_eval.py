@@ -29,11 +29,13 @@ to the listener with ``cannot_open``, and its bind's outputs stand.
 A second walk of the same program on the same arguments need not evaluate
 again what the first one did before anything of interest happened. The first
 walk keeps a :class:`Checkpoint` on each level of calls (no loop iteration)
-it went down through: the level's values just before the first equation the
-listener marks (``checkpoint``), and the listener's own record then
-(``state``). A walk given those checkpoints (``resume``) starts each such
-level at its checkpoint, with the listener's record restored (``restore``):
-what it sees from there on is what it would have seen from the start.
+it went down through: where the first equation the listener marks sits
+(``checkpoint``), the listener's own record then (``state``), and every value
+the level computed. A walk given those checkpoints (``resume``) starts each such
+level at its checkpoint, with the listener's record restored (``restore``), and
+takes the values the first walk computed there instead of running the
+equations again (an equation it opens is still evaluated inside): what it sees
+from there on is what it would have seen from the start, the same arrays.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class Checkpoint:
     index: int  # the marked equation's position in its level
     eqn: Any  # the marked equation
     args: list  # the level's arguments: resumed only on the same arrays
-    env: dict  # var -> value of everything before the marked equation
+    env: dict  # var -> value: the level's values, all of them once the first walk has left the level
     state: Any  # the listener's record then
 
 
@@ -148,12 +150,17 @@ class Walk:
         resumed = self._resume.get(chain) if chain is not None else None
         if resumed is not None and len(resumed.args) == len(args) and all(a is b for a, b in zip(resumed.args, args)):
             env, start = dict(resumed.env), resumed.index
+        else:
+            resumed = None
         for index in range(start, len(jaxpr.eqns)):
             eqn = jaxpr.eqns[index]
             inputs = [read(v) for v in eqn.invars]
-            outputs = compat.bind_equation(eqn, inputs)
+            if resumed is not None and all(v in resumed.env for v in eqn.outvars):
+                outputs = [resumed.env[v] for v in eqn.outvars]  # what the first walk computed from these inputs
+            else:
+                outputs = compat.bind_equation(eqn, inputs)
             if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
-                self.checkpoints[chain] = Checkpoint(index, eqn, list(args), dict(env), self.listener.state())
+                self.checkpoints[chain] = Checkpoint(index, eqn, list(args), env, self.listener.state())
             if compat.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
                 try:
                     self._open(eqn, inputs, path)
