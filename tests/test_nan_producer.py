@@ -606,7 +606,11 @@ def deep_step_args(bad: str, layers: int = 10, width: int = 8):
 
     params = [layer(i, key) for i, key in enumerate(jax.random.split(jax.random.PRNGKey(0), layers))]
     opt = {"m": jax.tree.map(jnp.zeros_like, params), "v": jax.tree.map(jnp.zeros_like, params)}
-    return [params, opt, jax.random.normal(jax.random.PRNGKey(1), (4, width))]
+    args = [params, opt, jax.random.normal(jax.random.PRNGKey(1), (4, width))]
+    # The user's own call came first (it made the NaN), so JAX traced the step outside the search: a
+    # program first traced inside a search keeps the tracebacks of the search's tracing in JAX's cache.
+    jax.block_until_ready(deep_train_step(*args))
+    return args
 
 
 def _search_deep_step(bad: str):
