@@ -5,8 +5,8 @@ Two programs:
 * a jitted ``lax.scan`` of 1,000 iterations over a small state, whose body
   makes a NaN at iteration 900 (``log`` of a negative number);
 * a jitted training step of a deep MLP (layer norm, matmul, gelu; forward,
-  backward and an Adam update) whose layer 9 makes the NaN, at about 1.5k, 5k
-  and 20k equations (layer count and width vary): in the forward pass
+  backward and an Adam update) whose layer 9 makes the NaN, at about 1.5k and 5k
+  equations, and 20k with ``JAXMAGIC_BENCH_LARGE=1`` (layer count and width vary): in the forward pass
   (``log`` of a temperature that went negative) or only in the backward pass
   (the gradient of ``jnp.linalg.norm`` of a gate that is all zeros).
 
