@@ -546,3 +546,157 @@ def test_search_inside_names_a_masking_function_of_the_users_by_its_own_name():
     assert (found.producer.primitive, found.producer.line.code) == ("exp", "h = jnp.exp(x)  # overflows for x > 88")
     assert (found.masked_by, found.masked_primitive) == ("_finite_only", "_finite_only")
     assert found.masked_line.code == "return finite_only(h)"
+
+
+# -- issue 27: the producer search on a deep model's training step ---------------------------------
+# The shapes of public threads, in a 10-layer MLP step (layer norm, matmul, gelu; value_and_grad and an
+# Adam update, ~1.5k equations): a log of a scale that went negative in one layer (forward), the gradient
+# of jnp.linalg.norm at a zero vector (backward: 0.5/0 = inf, then inf * 0), a sqrt of a damping term
+# that goes negative in one micro-step of a scan body, and a log in the taken branch of a cond.
+
+BAD_LAYER = 9
+
+
+def deep_block(p, h):
+    mu = h.mean(-1, keepdims=True)
+    var = ((h - mu) ** 2).mean(-1, keepdims=True)
+    z = (p["g"] * (h - mu) / jnp.sqrt(var + 1e-5)) @ p["w"] + p["b"]
+    z = z * jnp.log(p["temperature"])  # forward NaN where the temperature went negative
+    z = z * jnp.linalg.norm(p["gate"])  # backward NaN where the gate is all zeros
+
+    def micro_step(z, t):
+        return z + 0.1 * jnp.sqrt(p["damping"] - 0.1 * t) * jnp.tanh(z), None  # the damping's micro-step
+
+    z, _ = lax.scan(micro_step, z, jnp.arange(4.0))
+    z = lax.cond(p["rescale"] > 0, lambda v: v * jnp.log(p["scale"]), lambda v: v, z)  # the rescaling branch
+    return h + jax.nn.gelu(z)
+
+
+def deep_loss(params, x):
+    h = x
+    for p in params:
+        h = deep_block(p, h)
+    return jnp.mean(h**2)
+
+
+@jax.jit
+def deep_train_step(params, opt, x):
+    value, grads = jax.value_and_grad(deep_loss)(params, x)
+    m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, opt["m"], grads)
+    v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, opt["v"], grads)
+    params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, m, v)
+    return params, {"m": m, "v": v}, value
+
+
+def deep_step_args(bad: str, layers: int = 10, width: int = 8):
+    """The step's arguments, with layer 9 broken the ``bad`` way."""
+
+    def layer(i, key):
+        hit = (i == BAD_LAYER) and bad
+        return {
+            "w": jax.random.normal(key, (width, width)) / np.sqrt(width),
+            "b": jnp.zeros(width),
+            "g": jnp.ones(width),
+            "temperature": jnp.float32(-1.0 if hit == "log" else np.e),
+            "gate": jnp.zeros(4) if hit == "norm" else jnp.full(4, 0.5),
+            "damping": jnp.float32(0.25 if hit == "scan" else 1.0),
+            "rescale": jnp.float32(1.0 if hit == "cond" else 0.0),
+            "scale": jnp.float32(-2.0 if hit == "cond" else 1.0),
+        }
+
+    params = [layer(i, key) for i, key in enumerate(jax.random.split(jax.random.PRNGKey(0), layers))]
+    opt = {"m": jax.tree.map(jnp.zeros_like, params), "v": jax.tree.map(jnp.zeros_like, params)}
+    args = [params, opt, jax.random.normal(jax.random.PRNGKey(1), (4, width))]
+    # The user's own call came first (it made the NaN), so JAX traced the step outside the search: a
+    # program first traced inside a search keeps the tracebacks of the search's tracing in JAX's cache.
+    jax.block_until_ready(deep_train_step(*args))
+    return args
+
+
+def _search_deep_step(bad: str):
+    from jaxmagic.probes._support.nan_producer import search
+
+    args = deep_step_args(bad)
+    found = search(deep_train_step, args, source="deep_train_step(params, opt, x)")
+    assert found.failure == "" and found.producer is not None, found
+    return found.producer
+
+
+def test_deep_training_step_forward_nan_in_layer_9_is_named_at_its_line():
+    p = _search_deep_step("log")
+    assert (p.primitive, p.value, p.phase) == ("log", "nan", "forward")
+    assert p.line.code == 'z = z * jnp.log(p["temperature"])  # forward NaN where the temperature went negative'
+    assert p.line.function == "deep_block" and p.calls == ["deep_train_step"]
+    assert [op.value for op in p.operands] == ["-1.0"]
+
+
+def test_deep_training_step_backward_nan_in_layer_9_is_named_at_its_line():
+    p = _search_deep_step("norm")
+    assert (p.primitive, p.value, p.phase, p.nan_maker) == ("div", "inf", "backward", "mul")
+    assert p.library_function == "jnp.linalg.norm"
+    assert p.line.code == 'z = z * jnp.linalg.norm(p["gate"])  # backward NaN where the gate is all zeros'
+    assert p.nan_maker_line.code == p.line.code
+
+
+def test_nan_inside_a_scan_body_of_layer_9_names_the_micro_step_and_iteration():
+    p = _search_deep_step("scan")
+    assert (p.primitive, p.phase) == ("sqrt", "forward")
+    assert 'jnp.sqrt(p["damping"] - 0.1 * t)' in p.line.code and p.line.function == "micro_step"
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 3)]
+    assert float(p.operands[0].value) == pytest.approx(-0.05, abs=1e-6)
+
+
+def test_nan_inside_a_cond_branch_of_layer_9_names_the_branch():
+    p = _search_deep_step("cond")
+    assert (p.primitive, p.phase) == ("log", "forward")
+    assert (
+        p.line.code
+        == 'z = lax.cond(p["rescale"] > 0, lambda v: v * jnp.log(p["scale"]), lambda v: v, z)  # the rescaling branch'
+    )
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("cond", 1)]
+    assert [op.value for op in p.operands] == ["-2.0"]
+
+
+@pytest.mark.parametrize(
+    "function, make_args",
+    [
+        (lambda *a: deep_train_step(*a), lambda: deep_step_args("norm")),
+        (masked_attention_loss, lambda: [jnp.ones((3, 2)), jnp.ones((3, 2)), jnp.eye(3, dtype=bool)]),
+        (jax.grad(masked_attention_loss), lambda: [jnp.ones((3, 2)), jnp.ones((3, 2)), jnp.eye(3, dtype=bool) & False]),
+    ],
+    ids=["deep-step-backward-inf", "masked-logsumexp", "grad-of-fully-masked-logsumexp"],
+)
+def test_the_second_pass_resumed_at_the_first_non_finite_value_names_what_a_full_pass_names(
+    function, make_args, monkeypatch
+):
+    # When no operation made a NaN from finite values (an inf came first), the second pass starts where
+    # the first met its first non-finite value: the same search as evaluating everything again.
+    import dataclasses
+
+    from jaxmagic.probes._support import nan_producer
+
+    args = make_args()
+    resumed = nan_producer.search(function, args)
+    monkeypatch.setattr(nan_producer._Search, "checkpoint", lambda self, eqn, outputs: False)
+    again = nan_producer.search(function, args)
+    assert resumed.producer is not None
+    assert dataclasses.asdict(resumed) == dataclasses.asdict(again)
+
+
+def test_scan_of_1000_iterations_with_a_nan_at_900_names_log_at_iteration_900():
+    from jaxmagic.probes._support.nan_producer import search
+
+    def body(state, drive):
+        state = jnp.tanh(state * 0.9 + drive)
+        energy = jnp.log(jnp.sum(state**2) - drive[0] * 1e3)
+        return state, energy
+
+    @jax.jit
+    def simulate(state0, drives):
+        return lax.scan(body, state0, drives)
+
+    drives = jnp.zeros((1000, 8)).at[900, 0].set(1.0)
+    p = search(simulate, [jnp.full(8, 0.5), drives]).producer
+    assert (p.primitive, p.line.code) == ("log", "energy = jnp.log(jnp.sum(state**2) - drive[0] * 1e3)")
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 900)]
+    assert float(p.operands[0].value) < 0

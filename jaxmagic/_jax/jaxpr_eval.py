@@ -25,6 +25,17 @@ This module does that generically:
 An equation that cannot be opened (an opaque custom call, ``shard_map`` with
 collectives, a primitive with several bodies of unknown meaning) is reported
 to the listener with ``cannot_open``, and its bind's outputs stand.
+
+A second walk of the same program on the same arguments need not evaluate
+again what the first one did before anything of interest happened. The first
+walk keeps a :class:`Checkpoint` on each level of calls (no loop iteration)
+it went down through: where the first equation the listener marks sits
+(``checkpoint``), the listener's own record then (``state``), and every value
+the level computed. A walk given those checkpoints (``resume``) starts each such
+level at its checkpoint, with the listener's record restored (``restore``), and
+takes the values the first walk computed there instead of running the
+equations again (an equation it opens is still evaluated inside): what it sees
+from there on is what it would have seen from the start, the same arrays.
 """
 
 from __future__ import annotations
@@ -68,6 +79,28 @@ class Listener:
         used when ``step_flags`` is True."""
         raise NotImplementedError
 
+    def checkpoint(self, eqn, outputs: list) -> bool:
+        """Keep the walk's state just before this equation (the first one marked on its level)?"""
+        return False
+
+    def state(self):
+        """The listener's record so far, for a later walk resuming at a checkpoint (see ``restore``)."""
+        return None
+
+    def restore(self, state) -> None:
+        """Take on a record made by ``state`` (a walk resuming at a checkpoint skips what made it)."""
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """One level of a walk just before the first equation the listener marked there."""
+
+    index: int  # the marked equation's position in its level
+    eqn: Any  # the marked equation
+    args: list  # the level's arguments: resumed only on the same arrays
+    env: dict  # var -> value: the level's values, all of them once the first walk has left the level
+    state: Any  # the listener's record then
+
 
 class _EndInvestigation(Exception):
     """Raised inside an opened equation when the listener has seen enough; caught at the top level."""
@@ -76,13 +109,30 @@ class _EndInvestigation(Exception):
 class Walk:
     """Evaluate ``program`` on ``args`` for ``listener``; ``run`` returns the program's outputs."""
 
-    def __init__(self, listener: Listener):
+    def __init__(self, listener: Listener, resume: dict | None = None):
         self.listener = listener
         self._compiled: dict[int, Any] = {}
+        self.checkpoints: dict[tuple, Checkpoint] = {}  # by the calls that lead to the level: see ``resume``
+        self._resume = resume or {}
 
     def run(self, program, args: list) -> list:
+        """The program's outputs. With ``resume`` (a former walk's ``checkpoints`` on the same program and
+        arguments), the deepest checkpoint's listener record is taken on first."""
         jaxpr, consts = compat.closed_parts(program)
+        if self._resume:
+            self.listener.restore(self._resume[max(self._resume, key=len)].state)
         return self._walk(jaxpr, consts, args, (), top=True)
+
+    def _chain(self, path: tuple[Position, ...]) -> tuple | None:
+        """The key of a level reached only through calls, each the checkpointed equation of its level
+        (one line of levels per walk: what a resumed walk goes down through first); None elsewhere."""
+        key: tuple = ()
+        for position in path:
+            kept = self.checkpoints.get(key) or self._resume.get(key)
+            if position.kind != "call" or kept is None or kept.eqn is not position.eqn:
+                return None
+            key = (*key, id(position.eqn))
+        return key
 
     # -- one level ----------------------------------------------------------------
 
@@ -96,9 +146,21 @@ class Walk:
             env[var] = value
         for var, value in zip(jaxpr.invars, args):
             env[var] = value
-        for eqn in jaxpr.eqns:
+        chain, start = self._chain(path), 0
+        resumed = self._resume.get(chain) if chain is not None else None
+        if resumed is not None and len(resumed.args) == len(args) and all(a is b for a, b in zip(resumed.args, args)):
+            env, start = dict(resumed.env), resumed.index
+        else:
+            resumed = None
+        for index in range(start, len(jaxpr.eqns)):
+            eqn = jaxpr.eqns[index]
             inputs = [read(v) for v in eqn.invars]
-            outputs = compat.bind_equation(eqn, inputs)
+            if resumed is not None and all(v in resumed.env for v in eqn.outvars):
+                outputs = [resumed.env[v] for v in eqn.outvars]  # what the first walk computed from these inputs
+            else:
+                outputs = compat.bind_equation(eqn, inputs)
+            if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
+                self.checkpoints[chain] = Checkpoint(index, eqn, list(args), env, self.listener.state())
             if compat.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
                 try:
                     self._open(eqn, inputs, path)

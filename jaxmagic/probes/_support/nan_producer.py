@@ -20,6 +20,16 @@ seen (nothing here costs anything on a clean cell):
 
 Constants written into the program (``Literal``s, e.g. the ``nan`` jnp.var
 returns for too few samples) do not count as non-finite inputs.
+
+The search is two passes at most: first for an operation that made a NaN from
+finite inputs; when there is none (an inf came first: the gradient of ``sqrt``
+or ``norm`` at 0, ``log(0)``), for the first that made any non-finite value.
+The second pass starts where the first met its first non-finite value and
+reads the values the first one computed (``jaxpr_eval``'s checkpoints), so a
+training step is evaluated once, not twice. Compiling the program, or prefixes
+of it to bisect, was measured slower than this walk on CPU
+(``benchmarks/bench_nan_producer.py``: one compile of a 1.5k-equation step costs
+more than the whole search).
 """
 
 from __future__ import annotations
@@ -339,6 +349,29 @@ class _Search(Listener):
             return ~bad(inputs, True) & bad(outputs, True)
         return jnp.array(False)
 
+    def checkpoint(self, eqn, outputs) -> bool:
+        """The strict pass (a NaN from finite inputs) keeps its values before the first non-finite one
+        on each level it goes down through: when it finds no producer, the second pass starts there.
+        Nothing before that point is opened or recorded differently in the two passes."""
+        return self.strict and _any_bad(outputs)
+
+    def state(self):
+        return (
+            dict(self._made_by),
+            dict(self.neg_inf_rows),
+            set(self._constant),
+            set(self._seeded),
+            set(self._opened),
+            self.result.equations,
+            list(self.result.stopped_at),
+        )
+
+    def restore(self, state) -> None:
+        made_by, neg_inf_rows, constant, seeded, opened, equations, stopped_at = state
+        self._made_by, self.neg_inf_rows = dict(made_by), dict(neg_inf_rows)
+        self._constant, self._seeded, self._opened = set(constant), set(seeded), set(opened)
+        self.result.equations, self.result.stopped_at = equations, list(stopped_at)
+
     def visit(self, eqn, inputs, outputs, path) -> bool:
         """Record the producer, then the NaN maker, then (top level only) what discarded the NaN.
 
@@ -590,16 +623,21 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         return result
     # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
     # first operation that made a non-finite value (and the one that turned it into NaN).
+    # The second pass starts where the first met its first non-finite value (what comes before, it
+    # would evaluate and record the same way).
+    resume = None
     for strict in (True, False) if want_nan else (False,):
         listener = _Search(want_nan, strict)
+        walk = Walk(listener, resume)
         try:
-            outputs = Walk(listener).run(program, values)
+            outputs = walk.run(program, values)
         except Exception as error:
             listener.result.failure = f"evaluating its program failed: {error_line(error)}"
             outputs = None
             break
         if listener.result.producer is not None:
             break
+        resume = walk.checkpoints
     found = listener.result
     found.searched = source
     producer = found.producer
