@@ -6,11 +6,13 @@ Each root is ``(name, value, kind)``; the kinds, in order of preference, are
 
 from __future__ import annotations
 
+import itertools
+import operator
 import sys
 import types
 from typing import Any
 
-from jaxmagic.probes._support.holder_walk import is_library_module
+from jaxmagic.probes._support.holder_walk import collector_paused, is_library_module
 from jaxmagic.report.source import running_shell
 
 # Kinds of holder, in order of preference: a user-visible name explains an
@@ -51,13 +53,16 @@ def namespace_roots(namespace: dict | None) -> list[tuple[str, Any, str]]:
     """
     if not namespace:
         return []
-    roots = []
-    for name, value in list(namespace.items()):
-        if name.startswith("__") and name.endswith("__"):
-            continue
-        if name in _IPYTHON_NAMES or _is_history_alias(name) or value is namespace:
-            continue
-        roots.append((name, value, KIND_NAME))
+    with collector_paused():  # a tuple per name: see collector_paused
+        names, values = list(namespace), list(namespace.values())
+        # C loops over the names (a namespace may hold a million): only the few that start
+        # with "_" are looked at one by one.
+        skipped = set(filter(_is_not_a_variable, filter(operator.methodcaller("startswith", "_"), names)))
+        skipped.update(_IPYTHON_NAMES & namespace.keys())
+        skipped.update(itertools.compress(names, map(operator.is_, values, itertools.repeat(namespace))))
+        kept = map(operator.not_, map(skipped.__contains__, names))
+        roots = list(itertools.compress(zip(names, values, itertools.repeat(KIND_NAME)), kept))
+        del names, values
     out = namespace.get("Out")
     outputs = set()
     if isinstance(out, dict):
@@ -82,6 +87,11 @@ def user_roots(namespace: dict[str, Any]) -> list[tuple[str, Any, str]]:
         for name, value in list(namespace.items())
         if not name.startswith("_") and name not in _IPYTHON_NAMES and not is_library_module(value)
     ]
+
+
+def _is_not_a_variable(name: str) -> bool:
+    # __name__, __builtins__ (Python's), _12 and _i12 (IPython's history)
+    return (name.startswith("__") and name.endswith("__")) or _is_history_alias(name)
 
 
 def _is_history_alias(name: str) -> bool:

@@ -31,6 +31,7 @@ itself); this one turns what the walk reaches into holders.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import re
@@ -56,6 +57,7 @@ from jaxmagic.probes._support.holder_walk import (
     LIVE_EDGES,
     METHODS,
     SETS,
+    RootHits,
     walk,
 )
 
@@ -216,8 +218,56 @@ def find_holders(
     )
     # Arrays bound to names directly are recorded last, so that the bulk of a big list lands in
     # an empty dict (no copy); the order does not change the result.
-    best_kind = result.best_kind
-    for target, group, kind, label in root_hits:  # mark() and on_hit(), inlined: one per name
+    _record_root_hits(result, root_hits, labels_per_group)
+    return result
+
+
+def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_group: int) -> None:
+    """The roots that are targets (arrays bound to names, ``Out[n]`` entries), in root order.
+
+    The names of a namespace come first and are of the best kind: while they name distinct
+    arrays not reached otherwise (a namespace of a million names, each bound to an array),
+    they are recorded by C loops (a dict, a Counter) and only the first labels of each group
+    are looked at one by one; the rest, one hit at a time.
+    """
+    ids, groups, kinds, labels = root_hits
+    if not ids:
+        return
+    best_kind, kind_counts, label_counts, group_labels = (
+        result.best_kind,
+        result.kind_counts,
+        result.label_counts,
+        result.group_labels,
+    )
+    names = len(kinds)
+    for kind in KIND_ORDER:
+        if kind != KIND_NAME and kind in kinds:
+            names = min(names, kinds.index(kind))
+    fresh = dict.fromkeys(ids[:names] if names < len(ids) else ids, KIND_NAME)
+    if names and len(fresh) == names and best_kind.keys().isdisjoint(fresh):
+        if best_kind:
+            best_kind.update(fresh)
+        else:
+            result.best_kind = best_kind = fresh
+        per_group = collections.Counter(groups[:names] if names < len(groups) else groups)
+        unlisted = 0  # groups with room for more labels
+        for group, count in per_group.items():
+            kind_counts[(group, KIND_NAME)] = kind_counts.get((group, KIND_NAME), 0) + count
+            label_counts[group] = label_counts.get(group, 0) + count
+            if len(group_labels.setdefault(group, [])) < labels_per_group:
+                unlisted += 1
+        for group, label in zip(groups, labels[:names] if names < len(labels) else labels):
+            if not unlisted:
+                break
+            listed = group_labels[group]
+            if len(listed) < labels_per_group:
+                listed.append((KIND_NAME, label))
+                unlisted -= len(listed) == labels_per_group
+        start = names
+    else:
+        start = 0
+    del fresh
+    for target, group, kind, label in zip(ids[start:], groups[start:], kinds[start:], labels[start:]):
         current = best_kind.get(target)
         if current is None or KIND_ORDER[kind] < KIND_ORDER[current]:
             best_kind[target] = kind
@@ -230,7 +280,6 @@ def find_holders(
             group_labels[group] = [(kind, label)]
         elif len(listed) < labels_per_group:
             listed.append((kind, label))
-    return result
 
 
 _FIRST_INDEX = re.compile(r"\[(\d+)\]")
@@ -286,7 +335,7 @@ def find_held(
     )
     # Targets in the order a breadth-first search meets them: names first.
     places: dict[int, dict[str, int]] = {}
-    for target, _key, _kind, label in root_hits:
+    for target, label in zip(root_hits.ids, root_hits.labels):
         places.setdefault(target, {}).setdefault(label, 0)
     for target, paths in found.items():
         listed = places.setdefault(target, {})

@@ -9,12 +9,15 @@ bounded by depth and ``BUDGET``. ``holder_search`` turns what it reaches into ho
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
+import gc
 import itertools
+import operator
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from jaxmagic.report.source import is_user_file
 
@@ -88,7 +91,7 @@ def walk(
     max_items: int | None = None,
     restart_names: bool = False,
     budget: int = BUDGET,
-) -> tuple[int, bool, list]:
+) -> tuple[int, bool, RootHits]:
     """Breadth-first from ``roots`` ((label, object, kind) triples) to the targets.
 
     A target is an object whose id is a key of ``target_ids`` (its value, the
@@ -107,8 +110,45 @@ def walk(
     (``g (closure variable box)[0]``).
 
     Returns (values looked at, whether the budget ran out, the roots that are
-    targets as (target id, key, kind, label)).
+    targets as ``RootHits``).
     """
+    with collector_paused():
+        return _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_items, restart_names, budget)
+
+
+class RootHits(NamedTuple):
+    """The roots that are targets, as four lists in root order.
+
+    Columns rather than a tuple per hit: a namespace of a million names bound to arrays
+    is a million hits, and four lists filled by C loops cost a fraction of a million tuples.
+    """
+
+    ids: list[int]
+    keys: list  # the targets' keys (``target_ids`` values, or True)
+    kinds: list[str]
+    labels: list[str]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The garbage collector paused (and restored as it was) while a search runs.
+
+    A search allocates a few objects per value it reaches and keeps them until it
+    returns; with the collector on, every 2,000 allocations start a collection and some
+    of them traverse the whole heap, so the search's cost would grow faster than the
+    number of names it reaches. The search makes no reference cycles of its own, and
+    the probes collect (``gc.collect()``) before they look.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_items, restart_names, budget):
     by_id = target_ids is not None
     key_get = target_ids.get if by_id else functools.partial(_test_target, is_target)
     visited: set[int] = set()
@@ -117,15 +157,28 @@ def walk(
     descendable = functools.partial(_descendable, edges=edges, kinds={})
     count = 0
     truncated = False
-    root_hits: list[tuple[int, Any, str, str]] = []
     frontier: list[tuple[str, str, Any, str]] = []  # (label, note, object, kind)
-    for label, value, kind in roots:
-        count += 1
-        key = key_get(id(value)) if by_id else key_get(value)
-        if key is not None:
-            root_hits.append((id(value), key, kind, label))
-        elif max_depth > 0 and descendable(value):
-            frontier.append((label, "", value, kind))
+    # The roots as columns, looked up by C loops (map, compress): a namespace may hold a
+    # million names, most of them neither targets nor containers.
+    roots = roots if type(roots) is list else list(roots)
+    values = list(map(operator.itemgetter(1), roots))
+    ids = list(map(id, values))
+    keys = list(map(key_get, ids if by_id else values))
+    del values
+    count += len(ids)
+    hit = list(map(operator.is_not, keys, itertools.repeat(None)))
+    root_hits = RootHits(
+        list(itertools.compress(ids, hit)),
+        list(itertools.compress(keys, hit)),
+        list(itertools.compress(map(operator.itemgetter(2), roots), hit)),
+        list(itertools.compress(map(operator.itemgetter(0), roots), hit)),
+    )
+    del ids, keys
+    if max_depth > 0:
+        for label, value, kind in itertools.compress(roots, map(operator.not_, hit)):
+            if descendable(value):
+                frontier.append((label, "", value, kind))
+    del hit
 
     def named(label: str, note: str, step: str, relation: str) -> tuple[str, str]:
         if not relation:

@@ -156,11 +156,12 @@ def _describe(
         subject = [a for a in subject if id(a) not in excluded]
     one_device = jax.device_count() == 1 and jax.process_count() == 1
     # Grouping 100,000 arrays is the hot loop. JAX shares one aval object among arrays of
-    # the same shape and dtype, so the aval's identity is a cheap first key (a plain
-    # attribute and an int); counting and the id -> key map then run as C loops. Keys
-    # that turn out to mean the same (shape, dtype, placement) are merged below.
+    # the same shape and dtype, and interns it (hashed and compared by identity, in C), so
+    # the aval itself is a cheap first key: no int per array; counting and the id -> key
+    # map then run as C loops. Keys that turn out to mean the same (shape, dtype,
+    # placement) are merged below.
     if one_device:
-        group_of = dict(zip(map(id, subject), map(id, map(operator.attrgetter("aval"), subject))))
+        group_of = dict(zip(map(id, subject), map(operator.attrgetter("aval"), subject)))
     else:
         group_of = dict(zip(map(id, subject), [(id(a.aval), a.sharding) for a in subject]))
     counts = collections.Counter(group_of.values())
@@ -298,8 +299,11 @@ def _container_findings(
     flagged = [(key, entry) for key, entry in found.items() if entry[0] >= CONTAINER_ARRAYS]
     if not flagged:
         return []
-    wanted = {entry[1] for _key, entry in flagged}
-    samples = {id(a): a for a in subject if id(a) in wanted}
+    samples = {}
+    tracing = tracemalloc.is_tracing()
+    if tracing:  # else of_allocation says why no line is known, whichever array it is given: no search for one
+        wanted = {entry[1] for _key, entry in flagged}
+        samples = {id(a): a for a in itertools.compress(subject, map(wanted.__contains__, map(id, subject)))}
     findings = []
     for (group, container), (count, first, label, kind) in flagged:
         g = groups[group]
@@ -307,7 +311,7 @@ def _container_findings(
         if kind == "nested":
             container = label.split("[", 1)[0]
         sample = samples.get(first)
-        provenance = of_allocation(sample) if sample is not None else None
+        provenance = of_allocation(sample) if sample is not None or not tracing else None
         del sample
         if provenance is not None and provenance.made_at is None and cell:
             provenance.unknown += "; they were made while this cell ran"
