@@ -51,7 +51,9 @@ def instruction_cells(steps: int) -> dict[str, str]:
     """For ``benchmarks/instructions.py``: the small-step loop unwatched, then watched through the
     plain-Python ``Watch`` (what ``%jax_watch`` does around each cell), ``steps`` calls."""
     loop = f"s = jnp.zeros(8)\nfor _ in range({steps}):\n    s = small_step(s, small_x)\ns.block_until_ready()"
-    watched = "_watch.begin_cell('In [0]')\ntry:\n" + textwrap.indent(loop, "    ") + "\nfinally:\n    _watch.end_cell()"
+    watched = (
+        "_watch.begin_cell('In [0]')\ntry:\n" + textwrap.indent(loop, "    ") + "\nfinally:\n    _watch.end_cell()"
+    )
     return {"plain": loop, "watched": watched}
 
 
