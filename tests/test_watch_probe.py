@@ -243,3 +243,16 @@ def test_a_fast_loop_watched_with_the_default_share_never_misplaces_the_first_na
         assert "not look at" in said or "not looked at" in said
         first, last = re.search(r"calls (\d+)-(\d+)", said).groups()
         assert int(first) <= 2500 <= int(last)  # the calls not looked at hold the one that made it
+
+
+def test_live_arrays_are_counted_after_a_share_of_the_cells_when_counting_is_slow():
+    # Counting walks every live array: with 100,000 of them (~7 ms) it is not done after every short cell,
+    # but at least every COUNT_EVERY cells; a cheap count is done after every cell.
+    from jaxmagic.probes.watch import session
+
+    watch = session.Watch()
+    watch._count_seconds = 1.0  # the last count took a second
+    assert [watch._count_due() for _ in range(session.COUNT_EVERY)] == [False] * (session.COUNT_EVERY - 1) + [True]
+    assert watch._counts_in_consecutive_cells is False  # memory findings then say "counts", not "cells"
+    watch._count_seconds = 0.0001
+    assert all(watch._count_due() for _ in range(3))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.call_sampling import CallSampler
@@ -36,6 +37,9 @@ from jaxmagic.report.wording import format_bytes, short_dtype
 
 MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells in a row
 MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the watch began
+# Counting walks every live array (~70 ns each: 7 ms at 100,000): after a cell only when the last count
+# took at most this share of the cell's time (or under COUNT_ALWAYS), and at least every COUNT_EVERY cells.
+COUNT_SHARE, COUNT_ALWAYS, COUNT_EVERY = 0.05, 0.0005, 10
 
 
 def check_areas(only) -> list[str]:
@@ -69,6 +73,10 @@ class Watch:
         self._streaks: dict[tuple, int] = {}
         self._bytes_start: int | None = None
         self._held = ()
+        self._cell_began = 0.0
+        self._count_seconds = 0.0  # how long the last count of the live arrays took
+        self._cells_since_count = 0
+        self._counts_in_consecutive_cells = True  # the streaks so far: counted after every cell
 
     @property
     def in_cell(self) -> bool:
@@ -91,6 +99,7 @@ class Watch:
         ``held``: values whose arrays are not the cell's to count (IPython's ``Out``, ``_``, ...).
         """
         self._cell = label
+        self._cell_began = time.perf_counter()
         if "jax" not in sys.modules:
             return
         areas = self.log.areas
@@ -150,7 +159,7 @@ class Watch:
             (self._compile_findings, compiles),
             (self._transfer_findings, hosts),
             (self._key_findings, keys),
-            (self._memory_findings, True if "memory" in self.log.areas else None),
+            (self._memory_findings, True if "memory" in self.log.areas and self._count_due() else None),
         ):
             if sub is None:
                 continue
@@ -310,14 +319,35 @@ class Watch:
             )
         return found
 
+    def _count_due(self) -> bool:
+        """Whether to count the live arrays after this cell (see COUNT_SHARE)."""
+        cell_seconds = time.perf_counter() - self._cell_began
+        self._cells_since_count += 1
+        due = (
+            self._count_seconds <= max(COUNT_ALWAYS, COUNT_SHARE * cell_seconds)
+            or self._cells_since_count >= COUNT_EVERY
+        )
+        if due:
+            self._counts_in_consecutive_cells &= self._cells_since_count == 1
+            self._cells_since_count = 0
+        return due
+
     def _memory_findings(self, _) -> list[WatchFinding]:
 
         # Counted once per cell, at its end: the growth since the last watched cell ended (each count walks
         # every live array).
+        began = time.perf_counter()
         after, total = live_counts(_ids_of(self._held))
+        self._count_seconds = time.perf_counter() - began
         self._held = ()
         before, self._live_before = self._live_before, after
         found = []
+
+        def in_a_row(streak: int) -> str:
+            if self._counts_in_consecutive_cells:
+                return f"in {streak} cells in a row"
+            return f"at {streak} counts in a row (the live arrays are counted after a share of the cells)"
+
         for key in set(before) | set(after):
             grew = after.get(key, 0) > before.get(key, 0)
             streak = self._streaks[key] = self._streaks.get(key, 0) + 1 if grew else 0
@@ -329,7 +359,7 @@ class Watch:
                 found += self._new(
                     ("memory", key),
                     area="memory",
-                    headline=f"live `{text}` arrays grew in {streak} cells in a row ({after.get(key, 0)} now)",
+                    headline=f"live `{text}` arrays grew {in_a_row(streak)} ({after.get(key, 0)} now)",
                     details=f"{after.get(key, 0) - before.get(key, 0)} more in this cell",
                     fix="Arrays kept in a list grow with every step: keep Python numbers (float(loss)) or del "
                     "the container; x.delete() frees an array at once.",
