@@ -250,7 +250,10 @@ def test_live_arrays_are_counted_after_a_share_of_the_cells_when_counting_is_slo
     # but at least every COUNT_EVERY cells; a cheap count is done after every cell.
     from jaxmagic.probes.watch import session
 
+    import time
+
     watch = session.Watch()
+    watch._cell_began = time.perf_counter()  # a cell that began now: short
     watch._count_seconds = 1.0  # the last count took a second
     assert [watch._count_due() for _ in range(session.COUNT_EVERY)] == [False] * (session.COUNT_EVERY - 1) + [True]
     assert watch._counts_in_consecutive_cells is False  # memory findings then say "counts", not "cells"
