@@ -235,7 +235,7 @@ def test_a_fast_loop_watched_with_the_default_share_never_misplaces_the_first_na
     result = cell(shell, "s = jnp.ones(2)\nfor i in range(1, 3001):\n    s = tick(s, i)")
     assert result.success
     log = shell.user_ns["wlog"]
-    assert log.calls_counted == 3000 and 100 <= log.calls_looked_at <= 3000
+    assert log.calls_counted == 3000 and 40 <= log.calls_looked_at <= 3000
     (nan,) = findings(shell, "NaN")
     if nan["call"] != 2500:
         assert nan["call"] > 2500

@@ -22,7 +22,7 @@ from time import perf_counter
 
 SHARE = 0.03  # of the block's time spent looking at calls (the rest of the watch's cost is the hook itself)
 CREDIT = 0.002  # seconds of looking every block may spend first, whatever its length
-FIRST_CALLS = 100  # the first calls of each function in a block are always looked at, however busy the machine
+FIRST_CALLS = 40  # the first calls of each function in a block are always looked at, however busy the machine
 
 
 class CallSampler:
