@@ -85,7 +85,12 @@ def test_recompiling_helper_called_from_a_library_like_function(shell):
     assert found["count"] == 8
 
 
-def test_metrics_list_growing_across_cells(shell):
+def test_metrics_list_growing_across_cells(shell, monkeypatch):
+    from jaxmagic.probes.watch import session
+
+    # Counted after every cell, however many arrays earlier tests left alive (the share rule that
+    # skips slow counts has its own test below).
+    monkeypatch.setattr(session, "COUNT_ALWAYS", 10.0)
     cell(shell, "metrics = []\n%jax_watch -o wlog")
     cell(shell, "m = jax.jit(lambda x: (x * x).mean(keepdims=True))\nmetrics += [m(jnp.ones(5)) for _ in range(4)]")
     cell(shell, "metrics += [m(jnp.ones(5)) for _ in range(4)]")
@@ -248,9 +253,9 @@ def test_a_fast_loop_watched_with_the_default_share_never_misplaces_the_first_na
 def test_live_arrays_are_counted_after_a_share_of_the_cells_when_counting_is_slow():
     # Counting walks every live array: with 100,000 of them (~7 ms) it is not done after every short cell,
     # but at least every COUNT_EVERY cells; a cheap count is done after every cell.
-    from jaxmagic.probes.watch import session
-
     import time
+
+    from jaxmagic.probes.watch import session
 
     watch = session.Watch()
     watch._cell_began = time.perf_counter()  # a cell that began now: short
