@@ -34,6 +34,9 @@ class CallSampler:
         self.first_calls = first_calls
         self.start = perf_counter()
         self.spent = 0.0  # seconds spent looking at calls
+        # The first moment at which spent <= credit + share * (now - start) holds again: one
+        # comparison a call (``take`` runs at every call of the loop), moved on by ``looked``.
+        self.next_look = float("-inf")
         self.calls: dict = {}  # the called function (the Python one jit wraps) -> calls counted
         self.skipped: dict = {}  # the same key -> calls not looked at
 
@@ -44,16 +47,24 @@ class CallSampler:
 
     def take(self, function) -> int:
         """Count one call of ``function``: its number when it is due to be looked at within the share
-        (always, with no share), else 0 (counted as skipped). One call, as it runs at every call."""
-        number = self.calls[function] = self.calls.get(function, 0) + 1
-        if (
-            self.share is None
-            or number <= self.first_calls
-            or self.spent <= self.credit + self.share * (perf_counter() - self.start)
-        ):
+        (always, with no share), else 0 (counted as skipped). Lean, as it runs at every call."""
+        calls = self.calls
+        number = calls[function] = calls.get(function, 0) + 1
+        if number <= self.first_calls or perf_counter() >= self.next_look:
             return number
         self.skipped[function] = self.skipped.get(function, 0) + 1
         return 0
+
+    def looked(self, seconds: float) -> None:
+        """Add the time one look took to the time spent, and move the next look on accordingly."""
+        self.spent += seconds
+        over = self.spent - self.credit
+        if self.share is None or over <= 0:
+            self.next_look = float("-inf")  # every call (no share), or still within the credit
+        elif self.share > 0:
+            self.next_look = self.start + over / self.share
+        else:
+            self.next_look = float("inf")
 
     @property
     def total_calls(self) -> int:
