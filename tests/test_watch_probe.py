@@ -125,6 +125,25 @@ def test_host_array_at_every_call_and_keys_typed_and_legacy(shell):
     assert keys[0]["line"]["code"].strip().startswith("noisy(")
 
 
+def test_eager_draws_with_one_key_and_one_key_for_a_vmapped_batch(shell):
+    # Two shapes of user threads: noise drawn in a Python loop with a key never split (the same
+    # numbers every pass), and a per-example draw under vmap closing over one key (every example
+    # gets the same numbers).
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "key = jax.random.key(0)\nfor step in range(4):\n    noise = jax.random.normal(key, (3,))")
+    (draw,) = findings(shell, "random keys")
+    assert draw["function"] == "jax.random.normal" and "4 of its 4 calls" in draw["summary"]
+    assert draw["line"]["code"].strip() == "noise = jax.random.normal(key, (3,))"
+    cell(
+        shell,
+        "@jax.jit\ndef augment(key, xs):\n    return jax.vmap(lambda x: x + jax.random.normal(key, x.shape))(xs)\n"
+        "out = augment(jax.random.key(1), jnp.ones((8, 2)))",
+    )
+    shared = findings(shell, "random keys")[1:]
+    assert len(shared) == 1 and shared[0]["function"] == "augment" and "whole batch" in shared[0]["summary"]
+    assert "jax.random.normal(key, x.shape)" in shared[0]["line"]["code"]
+
+
 def test_clean_cell_prints_nothing_and_magic_cells_are_not_watched_twice(shell, capsys):
     cell(shell, "%jax_watch -o wlog")
     capsys.readouterr()

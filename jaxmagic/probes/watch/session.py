@@ -39,7 +39,7 @@ MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells i
 MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the watch began
 # Counting walks every live array (~70 ns each: 7 ms at 100,000): after a cell only when the last count
 # took at most this share of the cell's time (or under COUNT_ALWAYS), and at least every COUNT_EVERY cells.
-COUNT_SHARE, COUNT_ALWAYS, COUNT_EVERY = 0.05, 0.0005, 10
+COUNT_SHARE, COUNT_ALWAYS, COUNT_EVERY = 0.05, 0.0002, 10
 
 
 def check_areas(only) -> list[str]:
@@ -317,6 +317,32 @@ class Watch:
                 provenance=r.provenance,
                 next_magic="%%jax_keys",
             )
+        for shared in keys.shared:
+            found += self._new(
+                ("random keys", shared.function, shared.api, shared.line.lineno if shared.line else 0),
+                area="random keys",
+                headline=f"`{shared.api}` under vmap in `{shared.function}` draws with one key for the whole batch",
+                function=shared.function,
+                line=shared.line,
+                details=shared.text,
+                fix=shared.fix or FIX,
+                provenance=shared.provenance,
+                next_magic="%%jax_keys",
+            )
+        if not keys.repeated_flows:  # the same bug seen from the eager side: told once, by the flow if there is one
+            for d in keys.repeated_draws:
+                found += self._new(
+                    ("random keys", f"jax.random.{d.api}", d.line.lineno if d.line else 0),
+                    area="random keys",
+                    headline=f"`jax.random.{d.api}` got the same key in {d.repeated_times} of its {d.calls} calls",
+                    function=f"jax.random.{d.api}",
+                    line=d.line,
+                    details=f"{d.text}: the same random numbers every call"
+                    + (" (a legacy uint32 key, followed by its data)" if d.legacy else ""),
+                    fix=FIX,
+                    provenance=d.provenance,
+                    next_magic="%%jax_keys",
+                )
         return found
 
     def _count_due(self) -> bool:
