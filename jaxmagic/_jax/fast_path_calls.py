@@ -295,12 +295,13 @@ class FastPathCalls:
             self._state.call = None
 
 
-def line_at(code, offset: int) -> int | None:
-    """The line of ``code`` the instruction at byte ``offset`` belongs to (a frame's ``f_lasti``)."""
+def line_at(code, offset: int) -> int:
+    """The line of ``code`` the instruction at byte ``offset`` belongs to (a frame's ``f_lasti``);
+    the code's first line for an instruction of no line (CPython marks some so)."""
     for start, end, line in code.co_lines():
-        if start <= offset < end:
+        if start <= offset < end and line is not None:
             return line
-    return None
+    return code.co_firstlineno
 
 
 def donates(jit_info) -> bool:
