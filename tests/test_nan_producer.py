@@ -607,9 +607,6 @@ def deep_step_args(bad: str, layers: int = 10, width: int = 8):
     params = [layer(i, key) for i, key in enumerate(jax.random.split(jax.random.PRNGKey(0), layers))]
     opt = {"m": jax.tree.map(jnp.zeros_like, params), "v": jax.tree.map(jnp.zeros_like, params)}
     args = [params, opt, jax.random.normal(jax.random.PRNGKey(1), (4, width))]
-    # The user's own call came first (it made the NaN), so JAX traced the step outside the search: a
-    # program first traced inside a search keeps the tracebacks of the search's tracing in JAX's cache.
-    jax.block_until_ready(deep_train_step(*args))
     return args
 
 
@@ -644,6 +641,24 @@ def test_nan_inside_a_scan_body_of_layer_9_names_the_micro_step_and_iteration():
     assert 'jnp.sqrt(p["damping"] - 0.1 * t)' in p.line.code and p.line.function == "micro_step"
     assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 3)]
     assert float(p.operands[0].value) == pytest.approx(-0.05, abs=1e-6)
+
+
+def test_a_program_first_traced_by_a_search_names_the_body_line_when_searched_again_from_jax_cache():
+    # The search traces with JAX's attributions replaced (a transposed equation keeps its own traceback);
+    # JAX caches that trace, and the next search of the same function reads it from the cache: the
+    # scan's line, not the body's, was named then (the attributions had gone with the first search).
+    from jaxmagic.probes._support.nan_producer import search
+
+    @jax.jit
+    def energy_step(positions):
+        return jax.grad(md_energy)(positions)
+
+    lines = []
+    for _ in range(2):
+        found = search(energy_step, [jnp.zeros(3)], source="energy_step(x)")
+        assert found.producer is not None, found
+        lines.append(found.producer.forward_line.code)
+    assert lines == ["distance = jnp.sqrt(jnp.sum(pos**2))"] * 2
 
 
 def test_nan_inside_a_cond_branch_of_layer_9_names_the_branch():

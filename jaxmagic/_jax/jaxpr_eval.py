@@ -20,7 +20,10 @@ This module does that generically:
   flagged iteration and its inputs come back from one compiled call, and only
   that iteration is evaluated equation by equation. A listener without a flag
   gets each iteration's inputs and outputs in Python, one compiled body call
-  per iteration.
+  per iteration. The compiled loops and bodies are kept across walks, by the
+  body program (JAX's trace cache gives the same program object for the same
+  function each time it traces it) and the flag: compiling a loop costs 10-20x
+  running it, and the same call is searched again whenever its cell is re-run.
 
 An equation that cannot be opened (an opaque custom call, ``shard_map`` with
 collectives, a primitive with several bodies of unknown meaning) is reported
@@ -41,11 +44,29 @@ from there on is what it would have seen from the start, the same arrays.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from jaxmagic._jax import compat
 
 MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
+KEPT_COMPILED = 16  # compiled loops and bodies kept across walks (each holds its program and executable)
+
+_compiled: OrderedDict[tuple, tuple[tuple, Callable]] = OrderedDict()  # key -> (programs held, jitted function)
+
+
+def _kept(programs: tuple, kind: tuple, make: Callable[[], Callable]) -> Callable:
+    """The jitted function ``make()`` gives for the loop ``programs`` and ``kind``, made once and kept
+    for later walks: kept by the programs' ids, and holding them so that no id is reused meanwhile."""
+    key = (*map(id, programs), *kind)
+    entry = _compiled.get(key)
+    if entry is None or any(a is not b for a, b in zip(entry[0], programs)):
+        entry = _compiled[key] = (programs, make())
+        while len(_compiled) > KEPT_COMPILED:
+            _compiled.popitem(last=False)
+    _compiled.move_to_end(key)
+    return entry[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +82,9 @@ class Listener:
     """What the walk asks at each equation. Override what you need."""
 
     step_flags = False  # True: step_flag is implemented, loops are searched compiled
+    # What step_flag flags now (hashable): a compiled loop traced with one listener's flag is kept and
+    # reused for any later listener of the same class with an equal key.
+    step_flag_key: Hashable = None
 
     def look_inside(self, eqn, inputs: list, outputs: list, path: tuple[Position, ...]) -> bool:
         """Open this equation (or this loop iteration)? ``eqn`` is the equation being opened."""
@@ -74,9 +98,10 @@ class Listener:
     def cannot_open(self, eqn, path: tuple[Position, ...]) -> None:
         """``look_inside`` asked for an equation this module has no rule for."""
 
-    def step_flag(self, inputs: list, outputs: list):
+    @staticmethod
+    def step_flag(key, inputs: list, outputs: list):
         """``look_inside`` for one loop iteration, as a traced boolean (inputs and outputs are tracers);
-        used when ``step_flags`` is True."""
+        used when ``step_flags`` is True. A function of ``key`` (the listener's ``step_flag_key``) alone."""
         raise NotImplementedError
 
     def checkpoint(self, eqn, outputs: list) -> bool:
@@ -111,7 +136,6 @@ class Walk:
 
     def __init__(self, listener: Listener, resume: dict | None = None):
         self.listener = listener
-        self._compiled: dict[int, Any] = {}
         self.checkpoints: dict[tuple, Checkpoint] = {}  # by the calls that lead to the level: see ``resume``
         self._resume = resume or {}
 
@@ -198,13 +222,17 @@ class Walk:
             self.listener.cannot_open(eqn, path)
 
     def _body(self, program):
-        """The compiled function of a loop body (made once per body in this walk)."""
+        """The compiled function of a loop body (kept across walks)."""
         import jax
 
-        key = id(program)
-        if key not in self._compiled:
-            self._compiled[key] = (program, jax.jit(compat.jaxpr_function(program)))
-        return self._compiled[key][1]
+        return _kept((program,), ("body",), lambda: jax.jit(compat.jaxpr_function(program)))
+
+    def _flag(self) -> tuple[Callable, Hashable]:
+        """The listener's flag as a function of the iteration's inputs and outputs alone, and its key
+        (what a compiled loop is kept by)."""
+        listener = self.listener
+        flag, key = type(listener).step_flag, listener.step_flag_key
+        return (lambda ins, outs: flag(key, ins, outs)), (type(listener), key)
 
     def _open_scan(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
         consts, carry, xs = compat.scan_operands(eqn, inputs)
@@ -237,25 +265,32 @@ class Walk:
         import jax
         import jax.numpy as jnp
 
-        listener, body = self.listener, compat.jaxpr_function(eqn.params["jaxpr"])
+        program = eqn.params["jaxpr"]
         n_carry, length = len(carry), int(eqn.params["length"])
         reverse = bool(eqn.params.get("reverse"))
         rest = [x[: length - start] if reverse else x[start:] for x in xs]
+        flag, flag_key = self._flag()
 
-        def flagged(consts, carry, xs):
-            def step(state, x):
-                carry, saved, found, index, i = state
-                ins = [*consts, *carry, *(x or ())]
-                outs = body(*ins)
-                hit = jnp.logical_and(listener.step_flag(ins, outs), jnp.logical_not(found))
-                saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
-                return (list(outs[:n_carry]), saved, found | hit, jnp.where(hit, i, index), i + 1), None
+        def make():
+            body = compat.jaxpr_function(program)
 
-            init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
-            final, _ = jax.lax.scan(step, init, list(xs) if xs else None, length=length - start, reverse=reverse)
-            return final[1], final[2], final[3]
+            def flagged(consts, carry, xs, length):
+                def step(state, x):
+                    carry, saved, found, index, i = state
+                    ins = [*consts, *carry, *(x or ())]
+                    outs = body(*ins)
+                    hit = jnp.logical_and(flag(ins, outs), jnp.logical_not(found))
+                    saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
+                    return (list(outs[:n_carry]), saved, found | hit, jnp.where(hit, i, index), i + 1), None
 
-        saved, found, index = jax.jit(flagged)(consts, carry, rest)
+                init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
+                final, _ = jax.lax.scan(step, init, list(xs) if xs else None, length=length, reverse=reverse)
+                return final[1], final[2], final[3]
+
+            return jax.jit(flagged, static_argnums=3)
+
+        flagged = _kept((program,), ("scan", flag_key, n_carry, reverse), make)
+        saved, found, index = flagged(consts, carry, rest, length - start)
         if not bool(found):
             return None
         return start + int(index), list(saved)
@@ -296,27 +331,33 @@ class Walk:
         import jax
         import jax.numpy as jnp
 
-        listener = self.listener
-        cond = compat.jaxpr_function(eqn.params["cond_jaxpr"])
-        body = compat.jaxpr_function(eqn.params["body_jaxpr"])
+        cond_program, body_program = eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"]
+        flag, flag_key = self._flag()
 
-        def flagged(cond_consts, body_consts, carry):
-            def keep_going(state):
-                return cond(*cond_consts, *state[0])[0]
+        def make():
+            cond = compat.jaxpr_function(cond_program)
+            body = compat.jaxpr_function(body_program)
 
-            def step(state):
-                carry, saved, found, index, i = state
-                ins = [*body_consts, *carry]
-                outs = body(*ins)
-                hit = jnp.logical_and(listener.step_flag(ins, outs), jnp.logical_not(found))
-                saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
-                return list(outs), saved, found | hit, jnp.where(hit, i, index), i + 1
+            def flagged(cond_consts, body_consts, carry):
+                def keep_going(state):
+                    return cond(*cond_consts, *state[0])[0]
 
-            init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
-            final = jax.lax.while_loop(keep_going, step, init)
-            return final[1], final[2], final[3]
+                def step(state):
+                    carry, saved, found, index, i = state
+                    ins = [*body_consts, *carry]
+                    outs = body(*ins)
+                    hit = jnp.logical_and(flag(ins, outs), jnp.logical_not(found))
+                    saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
+                    return list(outs), saved, found | hit, jnp.where(hit, i, index), i + 1
 
-        saved, found, index = jax.jit(flagged)(cond_consts, body_consts, carry)
+                init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
+                final = jax.lax.while_loop(keep_going, step, init)
+                return final[1], final[2], final[3]
+
+            return jax.jit(flagged)
+
+        flagged = _kept((cond_program, body_program), ("while", flag_key), make)
+        saved, found, index = flagged(cond_consts, body_consts, carry)
         if not bool(found):
             return None
         return int(index), list(saved)

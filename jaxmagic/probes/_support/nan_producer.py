@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import weakref
 
 import numpy as np
 
@@ -223,7 +224,49 @@ def compat_short(array) -> str:
 # -- where an equation came from -----------------------------------------------------
 
 
-_attributed: dict = {}  # id(traceback) -> the line JAX attributed it to, while a search traces
+_attributed: dict = {}  # id(traceback) -> the traceback JAX attributed it to, during a search
+
+# The same, kept with each traced program (``Jaxpr``) for its own equations, as long as it lives: JAX
+# caches a program first traced inside a search (under ``compat.tracing_where_traced``), and a later
+# search of the same function reads it from that cache, with the tracebacks the first search gave it.
+_kept_attributions: dict[int, tuple[weakref.ref, dict]] = {}  # id(jaxpr) -> (it, its table)
+
+
+def _programs_in(program) -> list:
+    """``program``'s ``Jaxpr`` and every sub-program's, at any depth."""
+    found, todo = [], [compat.closed_parts(program)[0]]
+    while todo:
+        jaxpr = todo.pop()
+        found.append(jaxpr)
+        for eqn in jaxpr.eqns:
+            todo.extend(getattr(sub, "jaxpr", sub) for sub in compat.sub_jaxprs(eqn))
+    return found
+
+
+def _keep_attributions(program, attributed: dict) -> None:
+    """Keep, with each of ``program``'s jaxprs, the attributions of the tracebacks its equations hold
+    (held by them: their ids stay theirs while the jaxpr lives), and of the tracebacks those were
+    attributed to in turn (a transformation's equation attributed to one an earlier one made: held by
+    the table itself)."""
+    for jaxpr in _programs_in(program):
+        table = {}
+        for eqn in jaxpr.eqns:
+            traceback = getattr(eqn.source_info, "traceback", None)
+            while id(traceback) in attributed and id(traceback) not in table:
+                table[id(traceback)] = traceback = attributed[id(traceback)]
+        kept = _kept_attributions.get(id(jaxpr))
+        if table and (kept is None or kept[0]() is not jaxpr):
+            key = id(jaxpr)
+            _kept_attributions[key] = (weakref.ref(jaxpr, lambda _, key=key: _kept_attributions.pop(key, None)), table)
+
+
+def _kept_attributions_of(program) -> dict:
+    found: dict = {}
+    for jaxpr in _programs_in(program):
+        kept = _kept_attributions.get(id(jaxpr))
+        if kept is not None and kept[0]() is jaxpr:
+            found.update(kept[1])
+    return found
 
 
 def _user_line(eqn, path=()) -> SourceLine | None:
@@ -331,9 +374,16 @@ class _Search(Listener):
 
     step_flags = True
 
-    def step_flag(self, inputs, outputs):
+    @property
+    def step_flag_key(self):
+        return (self.stage, self.strict)
+
+    @staticmethod
+    def step_flag(key, inputs, outputs):
         """``look_inside`` for a loop iteration, traced: found by one compiled run of the loop."""
         import jax.numpy as jnp
+
+        stage, strict = key
 
         def bad(values, nan_only):
             flags = [
@@ -343,9 +393,9 @@ class _Search(Listener):
             ]
             return jnp.any(jnp.stack(flags)) if flags else jnp.array(False)
 
-        if self.stage == "producer":
-            return ~bad(inputs, False) & bad(outputs, self.strict)
-        if self.stage == "nan_maker":
+        if stage == "producer":
+            return ~bad(inputs, False) & bad(outputs, strict)
+        if stage == "nan_maker":
             return ~bad(inputs, True) & bad(outputs, True)
         return jnp.array(False)
 
@@ -617,7 +667,8 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
     try:
         with compat.tracing_where_traced() as attributed:
             program = jax.make_jaxpr(traced)(*values)
-            _attributed.update(attributed)
+            _keep_attributions(program, attributed)
+            _attributed.update(_kept_attributions_of(program))
     except Exception as error:
         result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
         return result
