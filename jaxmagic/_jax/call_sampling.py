@@ -47,7 +47,8 @@ class CallSampler:
 
     def take(self, function) -> int:
         """Count one call of ``function``: its number when it is due to be looked at within the share
-        (always, with no share), else 0 (counted as skipped). Lean, as it runs at every call."""
+        (always, with no share), else 0 (counted as skipped). ``fast_path_calls``' post hook does the
+        same inline (a method call there is ~0.2 us a call)."""
         calls = self.calls
         number = calls[function] = calls.get(function, 0) + 1
         if number <= self.first_calls or perf_counter() >= self.next_look:

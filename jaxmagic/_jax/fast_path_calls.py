@@ -100,7 +100,7 @@ class FastPathCalls:
         # The hook in effect (jax.debug_nans' check, or None) is called after ours; what the thread
         # had set itself (JAX's "unset" marker, usually) is what ``stop`` puts back.
         self._hook_state, self._previous_hook = hook_state, hook_state.value
-        self._installed = self._hook  # one bound method: each `self._hook` would make a new one, never `is` this
+        self._installed = self._made_hook()
         self._previous_local = hook_state.swap_local(self._installed)
         return True
 
@@ -123,7 +123,8 @@ class FastPathCalls:
     def _look_at_last_calls(self) -> None:
         """Observe each function's last call of the block when the sampler skipped it: a NaN a skipped
         call made and passed on to the end of the block is then still seen (its line, as it was)."""
-        unlooked, self._unlooked = self._unlooked, {}
+        unlooked = dict(self._unlooked)  # the dict itself stays: the hook holds it
+        self._unlooked.clear()
         for function, (jitted, args, kwargs, output, caller, offset) in unlooked.items():
             try:
                 self._sampler.skipped[function] -= 1
@@ -134,32 +135,45 @@ class FastPathCalls:
 
     # -- the two hooks (inside the user's calls: never raising an error of ours) ------------
 
-    def _hook(self, jitted, args, kwargs, output):
-        # Runs after every fast-path call of the block's thread: on a loop of a 9 us step each 0.1 us
-        # here is 1% of the cell (why the line of a skipped call is its instruction offset, not
-        # ``f_lineno``, which scans the code's line table: ~0.6 us).
-        try:
-            caller = sys._getframe(1)
-            if not self._state.depth:
-                filename = caller.f_code.co_filename
-                user = self._user.get(filename)
-                if user is None:
-                    user = self._made_by_user(caller)
-                if user:
-                    function = jitted._fun
-                    number = self._sampler.take(function)
-                    if number:
-                        began = perf_counter()
-                        self._unlooked.pop(function, None)
-                        self._fast_path_call(jitted, args, kwargs, output, number, caller, caller.f_lineno)
-                        self._sampler.looked(perf_counter() - began)
-                    else:  # looked at when the block ends, if it stays the function's last call
-                        self._unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lasti)
-        except Exception:
-            pass  # a call we cannot read is not observed
-        previous = self._previous_hook
-        if previous is not None:  # jax.debug_nans was on around the block: its check still runs
-            previous(jitted, args, kwargs, output)
+    def _made_hook(self) -> Callable:
+        """The post hook: a closure over what it reads, as it runs after every fast-path call of the
+        block's thread - on a loop of a 9 us step each 0.1 us here is 1% of the cell. Its usual case,
+        a call of the user's the sampler skips, is a frame, two dict reads, a count and a kept tuple:
+        the sampler's ``take`` is inlined (a method call is ~0.2 us) and the line of a skipped call
+        is kept as its instruction offset (``f_lineno`` scans the code's line table: ~0.6 us)."""
+        getframe, state, user_files, made_by_user = sys._getframe, self._state, self._user, self._made_by_user
+        sampler, unlooked, fast_path_call, previous = (
+            self._sampler,
+            self._unlooked,
+            self._fast_path_call,
+            self._previous_hook,
+        )
+        calls, skipped, first_calls = sampler.calls, sampler.skipped, sampler.first_calls
+
+        def hook(jitted, args, kwargs, output):
+            try:
+                caller = getframe(1)
+                if not state.depth:
+                    user = user_files.get(caller.f_code.co_filename)
+                    if user is None:
+                        user = made_by_user(caller)
+                    if user:
+                        function = jitted._fun
+                        number = calls[function] = calls.get(function, 0) + 1  # CallSampler.take
+                        if number <= first_calls or perf_counter() >= sampler.next_look:
+                            began = perf_counter()
+                            unlooked.pop(function, None)
+                            fast_path_call(jitted, args, kwargs, output, number, caller, caller.f_lineno)
+                            sampler.looked(perf_counter() - began)
+                        else:  # looked at when the block ends, if it stays the function's last call
+                            skipped[function] = skipped.get(function, 0) + 1
+                            unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lasti)
+            except Exception:
+                pass  # a call we cannot read is not observed
+            if previous is not None:  # jax.debug_nans was on around the block: its check still runs
+                previous(jitted, args, kwargs, output)
+
+        return hook
 
     def _on_miss_return(self, code, offset, result):
         try:
