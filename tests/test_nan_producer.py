@@ -715,3 +715,85 @@ def test_scan_of_1000_iterations_with_a_nan_at_900_names_log_at_iteration_900():
     assert (p.primitive, p.line.code) == ("log", "energy = jnp.log(jnp.sum(state**2) - drive[0] * 1e3)")
     assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 900)]
     assert float(p.operands[0].value) < 0
+
+
+# -- arguments holding inf but no NaN: the NaN is made inside, not passed in -----------------------------
+
+
+def hmm_log_normalizer(log_A, log_likelihoods):
+    # The forward algorithm of an HMM (jax#475): an observation impossible in every state
+    # (log-likelihood -inf) makes Zt = 0, and alpha_c / Zt is 0/0.
+    A, likes = jnp.exp(log_A), jnp.exp(log_likelihoods)
+
+    def step(carry, like_t):
+        alpha_p, log_prob = carry
+        alpha_c = alpha_p * like_t
+        Zt = jnp.sum(alpha_c)
+        log_prob = log_prob + jnp.log(Zt)
+        alpha_c = alpha_c / Zt  # the NaN: 0/0 where no state explains the observation
+        return (alpha_c @ A, log_prob), None
+
+    (_, log_prob), _ = lax.scan(step, (jnp.ones(3), 0.0), likes)
+    return log_prob
+
+
+def test_minus_inf_log_likelihoods_in_the_arguments_do_not_hide_the_division_that_made_the_nan():
+    hmm_grad = jax.jit(jax.grad(hmm_log_normalizer))
+    log_A = jnp.log(jnp.full((3, 3), 1 / 3))
+    log_likelihoods = jnp.zeros((6, 3)).at[4].set(-jnp.inf)
+    report = caught(lambda: hmm_grad(log_A, log_likelihoods))
+    p = report.producer
+    assert p is not None, report.notes  # was: "the arguments already held non-finite values ... came in"
+    assert (p.primitive, p.value, p.line.code) == (
+        "div",
+        "nan",
+        "alpha_c = alpha_c / Zt  # the NaN: 0/0 where no state explains the observation",
+    )
+    assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 4)]
+    assert [op.value for op in p.operands] == ["0.0", "0.0"]
+    assert not any("came in" in note for note in report.notes)
+    assert "held no NaN" in " ".join(report.notes)
+
+
+@jax.jit
+def masked_attention(scores, v):
+    return jax.nn.softmax(scores, axis=-1) @ v
+
+
+def test_a_fully_masked_attention_row_passed_in_as_minus_inf_names_softmax_and_its_row():
+    mask = jnp.array([[True, True, False], [False, False, False]])  # the second query sees nothing
+    scores = jnp.where(mask, jnp.ones((2, 3)), -jnp.inf)
+    report = caught(lambda: masked_attention(scores, jnp.ones((3, 4))))
+    p = report.producer
+    assert (p.primitive, p.value, p.library_function) == ("sub", "nan", "jax.nn.softmax")
+    assert p.index == [1, 0]  # the NaN, not the -inf that row 0's masked entry passed through
+    assert [op.value for op in p.operands] == ["-inf", "-inf"]
+    assert p.neg_inf_rows == "1 of 2 rows (axis 1)"
+    assert "jnp.finfo" in report.fix
+
+
+def test_nan_in_the_arguments_is_still_said_to_have_come_in():
+    bad = jnp.array([[1.0, jnp.nan, 0.0], [0.0, 0.0, 0.0]])
+    report = caught(lambda: masked_attention(bad, jnp.ones((3, 4))))
+    assert report.producer is None
+    assert any("came in" in note for note in report.notes)
+
+
+def _apply_twice(f, x):
+    return f(f(x))
+
+
+def _fails(x):
+    raise FloatingPointError("invalid value (nan) encountered in log")
+
+
+def test_a_lambda_frame_evaluates_its_own_body_not_the_call_that_made_the_lambda():
+    # A lambda's body runs in a frame of its own: the expression around it (`_apply_twice(lambda ...)`)
+    # belongs to the caller's frame. Evaluated in the lambda's frame it re-ran the whole enclosing call
+    # (a `pytest.raises` block, a training loop) with whatever names that frame could see.
+    from jaxmagic.probes._support.failing_call import failing_expressions
+
+    with pytest.raises(FloatingPointError) as caught_error:
+        _apply_twice(lambda v: _fails(v) + 1, jnp.ones(2))
+    sources = [call.source for call in failing_expressions(caught_error.tb)]
+    assert sources == ["_apply_twice(lambda v: _fails(v) + 1, jnp.ones(2))", "f(x)", "_fails(v)"]

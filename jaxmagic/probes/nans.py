@@ -705,16 +705,27 @@ def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -
     report.origin_lines, report.library_function = _origin(error, report.call_path)
 
     calls = failing_calls(error.__traceback__)
+    infinite = []  # (call, its arguments' leaves holding inf and no NaN), when a NaN was caught
     for call in calls:
         leaves = _argument_leaves(call)
-        if leaves:
+        if leaves and not _made_from_infinities(report, leaves):
             report.nonfinite += leaves
             report.notes.append(
                 f"The arguments of {call.source} already held non-finite values when it was "
                 "called: the value came in from an earlier step, not from this computation."
             )
             return
+        if leaves:
+            infinite.append((call, leaves))
     _search_producer(report, error, counts)
+    if infinite and report.producer is None:
+        call, leaves = infinite[0]
+        report.nonfinite += leaves
+        report.notes.append(
+            f"The arguments of {call.source} held inf but no NaN when it was called (a log-probability "
+            "of -inf, a mask): an operation inside turned an infinity into NaN (inf - inf, 0 * inf, "
+            "inf / inf), which the search could not name."
+        )
     if not calls:
         report.notes.append(
             "No call on your lines could be re-evaluated safely (only plain calls of names, "
@@ -762,9 +773,10 @@ def _search_producer(report: NanReport, error: BaseException, counts) -> None:
     tried = []
     for call in failing_expressions(error.__traceback__):
         values = [value for _, value in call.args]
-        if any(nonfinite_leaves(value, "") for value in values):
+        held = [leaf for value in values for leaf in nonfinite_leaves(value, "")]
+        if held and not _made_from_infinities(report, held):
             return  # the value came in through the arguments: the finding says so
-        found = apply_search(report, call, want_nan=report.value == "nan")
+        found = apply_search(report, call, want_nan=report.value == "nan", given_inf=bool(held))
         tried.append(found)
         if report.producer is not None:
             _count_calls(report, error, counts)
@@ -797,9 +809,13 @@ def _count_calls(report: NanReport, error: BaseException, counts) -> None:
     report.call_number, report.call_line = best
 
 
-def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True) -> ProducerSearch:
-    """Run the producer search on ``call`` and put what it found into ``report``; return the search."""
-    found = search(call.function, [v for _, v in call.args], call.kwargs, source=call.source, want_nan=want_nan)
+def apply_search(
+    report: NanReport, call: FailingCall, *, want_nan: bool = True, given_inf: bool = False
+) -> ProducerSearch:
+    """Run the producer search on ``call`` and put what it found into ``report``; return the search.
+    ``given_inf``: the call's arguments held inf and no NaN (``search``)."""
+    args = [v for _, v in call.args]
+    found = search(call.function, args, call.kwargs, source=call.source, want_nan=want_nan, given_inf=given_inf)
     report.search_stopped_at = list(dict.fromkeys(report.search_stopped_at + found.stopped_at))
     if found.producer is None:
         if found.stopped_at:
@@ -813,13 +829,23 @@ def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True)
         f"{found.searched} was traced again with the same argument values and its program evaluated "
         f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
-        "whose inputs were finite and whose output was not."
+        + (
+            "whose inputs held no NaN and whose output did (its arguments held inf, taken as given)."
+            if found.given_inf
+            else "whose inputs were finite and whose output was not."
+        )
     )
     if found.stopped_at:
         report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
     if found.producer.phase == "backward":
         report.phase = "backward"
     return found
+
+
+def _made_from_infinities(report: NanReport, leaves: list[NonFiniteLeaf]) -> bool:
+    """A NaN was caught and the arguments held inf but no NaN: the NaN was made inside the call
+    (``exp(-inf) = 0``, then ``0 / 0``; ``-inf - -inf``), not passed in - searched for, not blamed on them."""
+    return report.value == "nan" and not any(leaf.nan_count for leaf in leaves)
 
 
 def _argument_leaves(call: FailingCall) -> list[NonFiniteLeaf]:

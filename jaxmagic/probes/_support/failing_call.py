@@ -154,7 +154,12 @@ def _expression_at(user_tb: TracebackType) -> FailingCall | None:
     if not isinstance(node, ast.expr):
         return None
     chain = [node]
-    while isinstance(getattr(chain[-1], "parent", None), ast.expr):
+    # Up to the frame's own expression: a lambda's (or a generator expression's) body runs in a frame of
+    # its own, so what encloses it - `jax.tree.map(lambda p, g: ..., params, grads)` - belongs to the
+    # frame that made the lambda, and evaluated here it would read this frame's names.
+    while isinstance(getattr(chain[-1], "parent", None), ast.expr) and not isinstance(
+        chain[-1].parent, (ast.Lambda, ast.GeneratorExp)
+    ):
         chain.append(chain[-1].parent)
     frame = user_tb.tb_frame
     for candidate in reversed(chain):  # the largest first

@@ -153,6 +153,7 @@ class ProducerSearch:
     result_finite: bool = False  # the program's result held no NaN/inf (the NaN was discarded)
     failure: str = ""  # why no search ran: "tracing failed: ..."
     equations: int = 0  # equations evaluated one by one
+    given_inf: bool = False  # its inputs held inf and no NaN: the producer made NaN from inputs without NaN
 
 
 # -- reading values ------------------------------------------------------------------
@@ -186,6 +187,11 @@ def _bad_mask(value, want_nan: bool):
 
 def _any_bad(values, want_nan: bool = False) -> bool:
     return any(_bad_mask(v, want_nan) is not None for v in values)
+
+
+def _only_infinities(values) -> bool:
+    """Some of ``values`` hold inf, none holds NaN."""
+    return _any_bad(values) and not _any_bad(values, want_nan=True)
 
 
 def _number(x) -> str:
@@ -317,9 +323,12 @@ def public_name(function: str, filename: str = "") -> str:
 
 
 class _Search(Listener):
-    def __init__(self, want_nan: bool, strict: bool):
+    def __init__(self, want_nan: bool, strict: bool, given_inf: bool = False):
         self.want_nan = want_nan  # a NaN was caught (not only an inf)
         self.strict = strict  # the producer must make the NaN itself from finite inputs
+        # The arguments held inf (no NaN) and a NaN was caught: their infinities are given, not made, so
+        # the producer is the first operation whose inputs held no NaN and whose output did.
+        self.given_inf = given_inf
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
@@ -359,7 +368,9 @@ class _Search(Listener):
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
         if self.stage == "producer":
-            wanted = not _any_bad(self._free(eqn, inputs, path)) and _any_bad(outputs, want_nan=self.strict)
+            wanted = not _any_bad(self._free(eqn, inputs, path), want_nan=self.given_inf) and _any_bad(
+                outputs, want_nan=self.strict
+            )
         elif self.stage == "nan_maker":
             wanted = not _any_bad(inputs, want_nan=True) and _any_bad(outputs, want_nan=True)
         else:
@@ -376,14 +387,14 @@ class _Search(Listener):
 
     @property
     def step_flag_key(self):
-        return (self.stage, self.strict)
+        return (self.stage, self.strict, self.given_inf)
 
     @staticmethod
     def step_flag(key, inputs, outputs):
         """``look_inside`` for a loop iteration, traced: found by one compiled run of the loop."""
         import jax.numpy as jnp
 
-        stage, strict = key
+        stage, strict, given_inf = key
 
         def bad(values, nan_only):
             flags = [
@@ -394,7 +405,7 @@ class _Search(Listener):
             return jnp.any(jnp.stack(flags)) if flags else jnp.array(False)
 
         if stage == "producer":
-            return ~bad(inputs, False) & bad(outputs, strict)
+            return ~bad(inputs, given_inf) & bad(outputs, strict)
         if stage == "nan_maker":
             return ~bad(inputs, True) & bad(outputs, True)
         return jnp.array(False)
@@ -437,7 +448,9 @@ class _Search(Listener):
         if id(eqn) in self._opened and self.stage != "absorber":
             return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
-            if _any_bad(self._free(eqn, inputs, path)) or not _any_bad(outputs, want_nan=self.strict):
+            if _any_bad(self._free(eqn, inputs, path), want_nan=self.given_inf) or not _any_bad(
+                outputs, want_nan=self.strict
+            ):
                 return False
             if eqn.outvars and all(id(var) in self._constant for var in eqn.outvars):
                 return False  # made of constants passed into the call alone: the operation using it is the producer
@@ -494,7 +507,9 @@ class _Search(Listener):
             producer.phase = "backward"
 
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
-        bad = [(i, m) for i, m in ((i, _bad_mask(o, False)) for i, o in enumerate(outputs)) if m is not None]
+        # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
+        # passed through from an input - a masked -inf - is no value it made).
+        bad = [(i, m) for i, m in ((i, _bad_mask(o, self.strict)) for i, o in enumerate(outputs)) if m is not None]
         which, mask = bad[0]
         out = np.asarray(outputs[which])
         index = tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
@@ -626,13 +641,23 @@ def _readable(value) -> bool:
 # -- the search -------------------------------------------------------------------------
 
 
-def search(function, args: list, kwargs: dict | None = None, *, source: str = "", want_nan: bool = True):
+def search(
+    function,
+    args: list,
+    kwargs: dict | None = None,
+    *,
+    source: str = "",
+    want_nan: bool = True,
+    given_inf: bool = False,
+):
     """Trace ``function(*args, **kwargs)`` and evaluate it to find the producer. Never raises.
 
     Array leaves of the arguments are the program's inputs; everything else
     (functions, Python numbers, strings) is fixed at its value. ``want_nan``:
     a NaN was caught (False: only an inf), so an inf producer is followed to
-    the operation that made the NaN.
+    the operation that made the NaN. ``given_inf``: the arguments hold inf (and
+    no NaN) and a NaN was caught: the producer is the first operation whose
+    inputs held no NaN and whose output did.
     """
     import jax
 
@@ -655,12 +680,12 @@ def search(function, args: list, kwargs: dict | None = None, *, source: str = ""
     quiet = _quiet_evaluation()
     try:
         with quiet:
-            return _trace_and_walk(traced, values, result, want_nan)
+            return _trace_and_walk(traced, values, result, want_nan, given_inf)
     finally:
         _attributed.clear()
 
 
-def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool) -> ProducerSearch:
+def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool, given_inf: bool) -> ProducerSearch:
     import jax
 
     source = result.searched
@@ -672,13 +697,15 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
     except Exception as error:
         result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
         return result
+    # Arrays the function closes over are constants of its program: infinities there are given too.
+    given_inf = given_inf or (want_nan and _only_infinities([*compat.closed_parts(program)[1], *values]))
     # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
     # first operation that made a non-finite value (and the one that turned it into NaN).
     # The second pass starts where the first met its first non-finite value (what comes before, it
     # would evaluate and record the same way).
     resume = None
-    for strict in (True, False) if want_nan else (False,):
-        listener = _Search(want_nan, strict)
+    for strict in (True,) if given_inf else (True, False) if want_nan else (False,):
+        listener = _Search(want_nan, strict, given_inf)
         walk = Walk(listener, resume)
         try:
             outputs = walk.run(program, values)
@@ -690,7 +717,7 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
             break
         resume = walk.checkpoints
     found = listener.result
-    found.searched = source
+    found.searched, found.given_inf = source, given_inf
     producer = found.producer
     if producer is not None:
         for line in (producer.line, producer.nan_maker_line):
