@@ -1,18 +1,26 @@
 """Run every benchmark (``make bench``) and print one table of results.
 
 Each ``benchmarks/bench_<name>.py`` module exposes ``run() -> list[Row]``
-(see ``harness.Row``); this script imports them in name order, runs them and
-prints their rows together. ``python benchmarks/run_all.py nans`` runs only
-the modules whose name contains ``nans``. Timings are reported, never asserted:
-the exit status is 0 unless a benchmark itself crashed.
+(see ``harness.Row``); this script runs them in name order, each in a process
+of its own, and prints their rows together. ``python benchmarks/run_all.py nans``
+runs only the modules whose name contains ``nans``. Timings are reported, never
+asserted: the exit status is 0 unless a benchmark itself crashed.
+
+A process per module: the benchmarks share IPython's one ``InteractiveShell``, so
+in one process a module ran with every earlier module's namespace still alive
+(``bench_live``'s 100,000 arrays made ``%jax_watch``'s cell without JAX pay +4 ms
+for counting them, and ``%jax_live``'s holder search walk every earlier name).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -41,11 +49,8 @@ def main(argv: list[str]) -> int:
     for name in modules:
         print(f"\n== {name}", flush=True)
         start = time.perf_counter()
-        try:
-            module = importlib.import_module(name)
-            new_rows = module.run()
-        except Exception:
-            traceback.print_exc()
+        new_rows = _run_in_own_process(name)
+        if new_rows is None:
             crashed.append(name)
             continue
         for row in new_rows:
@@ -61,5 +66,28 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _run_in_own_process(name: str) -> list[Row] | None:
+    """The rows of ``name``'s ``run()``, run in a new Python process; None if it crashed (its
+    traceback printed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.pickle"
+        done = subprocess.run([sys.executable, __file__, "--one", name, str(out)], check=False)
+        if done.returncode != 0 or not out.exists():
+            return None
+        return pickle.loads(out.read_bytes())
+
+
+def _run_one(name: str, out: str) -> int:
+    try:
+        rows = importlib.import_module(name).run()
+    except Exception:
+        traceback.print_exc()
+        return 1
+    Path(out).write_bytes(pickle.dumps(rows))
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]:
+        sys.exit(_run_one(sys.argv[2], sys.argv[3]))
     sys.exit(main(sys.argv[1:]))
