@@ -797,3 +797,29 @@ def test_a_lambda_frame_evaluates_its_own_body_not_the_call_that_made_the_lambda
         _apply_twice(lambda v: _fails(v) + 1, jnp.ones(2))
     sources = [call.source for call in failing_expressions(caught_error.tb)]
     assert sources == ["_apply_twice(lambda v: _fails(v) + 1, jnp.ones(2))", "f(x)", "_fails(v)"]
+
+
+@jax.jit
+def gp_log_det(x, lengthscale):
+    # A Gaussian-process kernel without jitter (GPJax / NumPyro threads): two equal inputs make K
+    # singular in float32, and its Cholesky factor is NaN.
+    d = x[:, None] - x[None, :]
+    K = jnp.exp(-0.5 * (d / lengthscale) ** 2)
+    L = jnp.linalg.cholesky(K)
+    return 2.0 * jnp.sum(jnp.log(jnp.diag(L)))
+
+
+def test_cholesky_of_a_kernel_that_is_not_positive_definite_says_so_and_tries_the_jitter():
+    report = caught(lambda: gp_log_det(jnp.array([0.0, 1.0, 1.0, 2.0]), 1.0))
+    p = report.producer
+    assert (p.primitive, p.line.code, p.library_function) == (
+        "cholesky",
+        "L = jnp.linalg.cholesky(K)",
+        "jnp.linalg.cholesky",
+    )
+    assert p.operands[0].value.startswith("a 4x4 matrix whose smallest eigenvalue is")
+    assert p.jitter  # the smallest jitter with which the same cholesky equation gave finite values
+    assert f"K + {p.jitter} * jnp.eye(K.shape[-1])" in report.fix and "Tried on these values" in report.fix
+    x = jnp.array([0.0, 1.0, 1.0, 2.0])  # the fix, applied to the user's matrix, factors it
+    kernel = jnp.exp(-0.5 * (x[:, None] - x[None, :]) ** 2)
+    assert bool(jnp.isfinite(jnp.linalg.cholesky(kernel + float(p.jitter) * jnp.eye(4))).all())

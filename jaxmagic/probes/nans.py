@@ -538,6 +538,20 @@ def nan_fix(report: NanReport) -> str:
             f"safe norm, so that the gradient is finite at 0 too (`v` the value given to {what} there): "
             "`ss = jnp.sum(v**2, axis=-1); jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`." + SUGGESTION
         )
+    if p.primitive == "cholesky" and not p.derivative:
+        what = f"`{library}`" if library else "`cholesky`"
+        matrix = p.operands[0].value if p.operands else "a matrix that is not positive definite"
+        fix = (
+            f"{what}{code} got {matrix}: a covariance or kernel matrix with duplicated or nearly collinear "
+            "rows loses positive definiteness in float32. Add a small multiple of the identity before factorizing "
+            "(`K` the matrix given there): "
+        )
+        if p.jitter:
+            return (
+                fix + f"`jnp.linalg.cholesky(K + {p.jitter} * jnp.eye(K.shape[-1]))`. Tried on these values: with "
+                f"{p.jitter} added to the diagonal, the same `cholesky` gives finite values."
+            )
+        return fix + "`jnp.linalg.cholesky(K + eps * jnp.eye(K.shape[-1]))`." + SUGGESTION
     if p.primitive in ("sqrt", "rsqrt") and not p.derivative:
         return (
             f"`{p.primitive}` got a negative value ({p.description}){code}: keep its input at or above 0 "

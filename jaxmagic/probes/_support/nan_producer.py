@@ -116,6 +116,7 @@ class NanProducer:
     discarded_line: SourceLine | None = None
     provenance: Provenance | None = None  # made_at (= line), function, transformations, iteration, library function
     neg_inf_rows: str = ""  # a max-reduction on its line saw rows that were all -inf: "1 of 3 rows (axis 1)"
+    jitter: str = ""  # cholesky of a matrix not positive definite: the smallest diagonal jitter that let it factor
 
     @property
     def forward_line(self) -> SourceLine | None:
@@ -204,6 +205,34 @@ def _number(x) -> str:
     if isinstance(x, (np.bool_, bool)):
         return str(bool(x))
     return str(x.item() if hasattr(x, "item") else x)
+
+
+JITTERS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)  # tried in turn, times the mean of the diagonal
+
+
+def _definiteness(matrices, index: tuple, eqn) -> tuple[str, str]:
+    """What a Cholesky factorization got, at the first bad element's matrix: ``"a 4x4 matrix whose smallest
+    eigenvalue is -1.2e-08 (not positive definite)"``, and the smallest jitter (a multiple of the mean
+    of its diagonal, added to every matrix's diagonal) with which the program's own equation ``eqn``
+    factors the input to finite values ("" if none did)."""
+    matrix = matrices[tuple(index[:-2])] if matrices.ndim > 2 and len(index) >= 2 else matrices
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or not np.isfinite(matrix).all():
+        return compat_short(matrices), ""
+    n = matrix.shape[0]
+    symmetric = np.tril(matrix) + np.tril(matrix, -1).T  # what jnp.linalg.cholesky factors: the lower triangle
+    smallest = np.linalg.eigvalsh(symmetric.astype(np.float64))[0]
+    text = f"a {n}x{n} matrix whose smallest eigenvalue is {smallest:.3g}" + (
+        " (not positive definite)" if smallest <= 0 else ""
+    )
+    scale = float(np.mean(np.abs(np.diag(symmetric)))) or 1.0
+    for jitter in JITTERS:
+        try:
+            jittered = (matrices + jitter * scale * np.eye(n)).astype(matrices.dtype)
+            if not _any_bad(compat.bind_equation(eqn, [jittered])):
+                return text, f"{jitter * scale:.0e}"
+        except Exception:
+            return text, ""
+    return text, ""
 
 
 def _operand_at(value, out_shape: tuple, index: tuple) -> str:
@@ -546,7 +575,11 @@ class _Search(Listener):
         provenance = _provenance(eqn, path, line, loops)
         library = library or provenance.library_function
         provenance.library_function = library
+        jitter = ""
+        if eqn.primitive.name == "cholesky" and operands and _readable(inputs[0]):
+            operands[0].value, jitter = _definiteness(np.asarray(inputs[0]), index, eqn)
         return NanProducer(
+            jitter=jitter,
             primitive=eqn.primitive.name,
             value=made,
             line=line,
