@@ -542,9 +542,8 @@ def nan_fix(report: NanReport) -> str:
         what = f"`{library}`" if library else "`cholesky`"
         matrix = p.operands[0].value if p.operands else "a matrix that is not positive definite"
         fix = (
-            f"{what}{code} got {matrix}: a covariance or kernel matrix with duplicated or nearly collinear "
-            "rows loses positive definiteness in float32. Add a small multiple of the identity before factorizing "
-            "(`K` the matrix given there): "
+            f"{what}{code} got {matrix}; a Cholesky factorization needs a positive definite matrix. Add a "
+            "small multiple of the identity before factorizing (`K` the matrix given there): "
         )
         if p.jitter:
             return (
