@@ -789,7 +789,7 @@ def _search_producer(report: NanReport, error: BaseException, counts) -> None:
         held = [leaf for value in values for leaf in nonfinite_leaves(value, "")]
         if held and not _made_from_infinities(report, held):
             return  # the value came in through the arguments: the finding says so
-        found = apply_search(report, call, want_nan=report.value == "nan", given_inf=bool(held))
+        found = apply_search(report, call, want_nan=report.value == "nan")
         tried.append(found)
         if report.producer is not None:
             _count_calls(report, error, counts)
@@ -822,13 +822,9 @@ def _count_calls(report: NanReport, error: BaseException, counts) -> None:
     report.call_number, report.call_line = best
 
 
-def apply_search(
-    report: NanReport, call: FailingCall, *, want_nan: bool = True, given_inf: bool = False
-) -> ProducerSearch:
-    """Run the producer search on ``call`` and put what it found into ``report``; return the search.
-    ``given_inf``: the call's arguments held inf and no NaN (``search``)."""
-    args = [v for _, v in call.args]
-    found = search(call.function, args, call.kwargs, source=call.source, want_nan=want_nan, given_inf=given_inf)
+def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True) -> ProducerSearch:
+    """Run the producer search on ``call`` and put what it found into ``report``; return the search."""
+    found = search(call.function, [v for _, v in call.args], call.kwargs, source=call.source, want_nan=want_nan)
     report.search_stopped_at = list(dict.fromkeys(report.search_stopped_at + found.stopped_at))
     if found.producer is None:
         if found.stopped_at:

@@ -278,29 +278,28 @@ def _programs_in(program) -> list:
     return found
 
 
-def _keep_attributions(program, attributed: dict) -> None:
-    """Keep, with each of ``program``'s jaxprs, the attributions of the tracebacks its equations hold
-    (held by them: their ids stay theirs while the jaxpr lives), and of the tracebacks those were
-    attributed to in turn (a transformation's equation attributed to one an earlier one made: held by
-    the table itself)."""
-    for jaxpr in _programs_in(program):
-        table = {}
-        for eqn in jaxpr.eqns:
-            traceback = getattr(eqn.source_info, "traceback", None)
-            while id(traceback) in attributed and id(traceback) not in table:
-                table[id(traceback)] = traceback = attributed[id(traceback)]
-        kept = _kept_attributions.get(id(jaxpr))
-        if table and (kept is None or kept[0]() is not jaxpr):
-            key = id(jaxpr)
-            _kept_attributions[key] = (weakref.ref(jaxpr, lambda _, key=key: _kept_attributions.pop(key, None)), table)
-
-
-def _kept_attributions_of(program) -> dict:
+def _attributions_of(program, attributed: dict) -> dict:
+    """The attributions of ``program``'s equations: those this trace made (``attributed``) and those
+    kept from an earlier search's trace of a sub-program JAX has cached since. This trace's are kept
+    with each of its jaxprs, for the tracebacks its equations hold (held by them: their ids stay theirs
+    while the jaxpr lives) and those the tracebacks were attributed to in turn (held by the table)."""
     found: dict = {}
     for jaxpr in _programs_in(program):
         kept = _kept_attributions.get(id(jaxpr))
-        if kept is not None and kept[0]() is jaxpr:
-            found.update(kept[1])
+        if kept is None or kept[0]() is not jaxpr:
+            table = {}
+            for eqn in jaxpr.eqns:
+                traceback = getattr(eqn.source_info, "traceback", None)
+                while id(traceback) in attributed and id(traceback) not in table:
+                    table[id(traceback)] = traceback = attributed[id(traceback)]
+            if not table:
+                continue
+            key = id(jaxpr)
+            kept = _kept_attributions[key] = (
+                weakref.ref(jaxpr, lambda _, key=key: _kept_attributions.pop(key, None)),
+                table,
+            )
+        found.update(kept[1])
     return found
 
 
@@ -681,16 +680,16 @@ def search(
     *,
     source: str = "",
     want_nan: bool = True,
-    given_inf: bool = False,
 ):
     """Trace ``function(*args, **kwargs)`` and evaluate it to find the producer. Never raises.
 
     Array leaves of the arguments are the program's inputs; everything else
     (functions, Python numbers, strings) is fixed at its value. ``want_nan``:
     a NaN was caught (False: only an inf), so an inf producer is followed to
-    the operation that made the NaN. ``given_inf``: the arguments hold inf (and
-    no NaN) and a NaN was caught: the producer is the first operation whose
-    inputs held no NaN and whose output did.
+    the operation that made the NaN. When a NaN was caught and the arguments (or
+    the arrays the function closes over) hold inf but no NaN, those infinities are
+    given: the producer is the first operation whose inputs held no NaN and whose
+    output did (``ProducerSearch.given_inf``).
     """
     import jax
 
@@ -713,25 +712,24 @@ def search(
     quiet = _quiet_evaluation()
     try:
         with quiet:
-            return _trace_and_walk(traced, values, result, want_nan, given_inf)
+            return _trace_and_walk(traced, values, result, want_nan)
     finally:
         _attributed.clear()
 
 
-def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool, given_inf: bool) -> ProducerSearch:
+def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool) -> ProducerSearch:
     import jax
 
     source = result.searched
     try:
         with compat.tracing_where_traced() as attributed:
             program = jax.make_jaxpr(traced)(*values)
-            _keep_attributions(program, attributed)
-            _attributed.update(_kept_attributions_of(program))
+            _attributed.update(_attributions_of(program, attributed))
     except Exception as error:
         result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
         return result
     # Arrays the function closes over are constants of its program: infinities there are given too.
-    given_inf = given_inf or (want_nan and _only_infinities([*compat.closed_parts(program)[1], *values]))
+    given_inf = want_nan and _only_infinities([*compat.closed_parts(program)[1], *values])
     # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
     # first operation that made a non-finite value (and the one that turned it into NaN).
     # The second pass starts where the first met its first non-finite value (what comes before, it
