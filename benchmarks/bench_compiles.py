@@ -84,7 +84,13 @@ EMPTY_CELLS = {"compiles": "%%jax_compiles\ny = x", "plain": "y = x"}
 def instruction_cells(steps: int) -> dict[str, str]:
     """The cells for ``benchmarks/instructions.py``, baseline first: the loop with ``steps`` calls."""
     body = BODY.replace(f"range({CALLS})", f"range({steps})")
-    return {"plain": body, "compiles": "%%jax_compiles\n" + body, "transfers": "%%jax_transfers\n" + body}
+    guarded = 'with jax.transfer_guard("log"):\n' + "".join(f"    {line}\n" for line in body.splitlines())
+    return {
+        "plain": body,
+        "compiles": "%%jax_compiles\n" + body,
+        "transfers": "%%jax_transfers\n" + body,
+        "guard": guarded,  # the bare tool %%jax_transfers switches on, for comparison
+    }
 
 
 def compile_shapes(n: int, probe: bool):

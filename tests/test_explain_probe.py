@@ -102,7 +102,14 @@ CASES = [
         ["n"],
         "lax.fori_loop(0, n, body, init)",
     ),
-    (lambda: jax.jit(pick)(1), "TracerIntegerConversionError", "int", "pick", ["i"], "jnp.asarray(a_list)[i]"),
+    (
+        lambda: jax.jit(pick)(1),
+        "TracerIntegerConversionError",
+        "int",
+        "pick",
+        ["i"],
+        "jnp.asarray([10.0, 20.0, 30.0])[i]",
+    ),
     (lambda: jax.jit(np_inside)(jnp.ones(3)), "TracerArrayConversionError", "array", "np_inside", ["x"], "jnp.sin"),
     (
         lambda: jax.jit(to_float)(jnp.float32(1.0)),
@@ -150,7 +157,7 @@ CASES = [
         "slice",
         "window",
         ["i"],
-        "lax.dynamic_slice(x, (i,), (2,))",
+        "lax.dynamic_slice_in_dim(x, i, 2, axis=0)",
     ),
 ]
 
@@ -511,7 +518,156 @@ def test_a_size_computed_from_data_gets_no_static_expression():
     # the count of True entries depends on values: no Python expression keeps it static, and
     # making the array `mask` static cannot work - tried, and said so
     data = probes.explain(raised(lambda: jax.jit(count_true)(jnp.array([1, 0, 1])))).to_dict()
-    assert data["provenance"]["made_at"] is None and "mask" in data["provenance"]["unknown"]
+    # JAX's message names no line; the tracer on the failing line records the one that made it
+    assert data["provenance"]["made_at"]["code"] == "n = jnp.sum(mask)"
+    assert data["fixes"][0]["use"] == "a fixed size and a mask"  # a size from data: no setting to make static
     assert not any(fix["use"].startswith(("np.", "sum(")) for fix in data["fixes"])
     assert not any("static_argnames" in fix["use"] for fix in data["fixes"])
     assert [f["use"] for f in data["rejected_fixes"]] == ["jax.jit(count_true, static_argnames=('mask',))"]
+
+
+# -- fixes fitted to the failing line (shapes from public threads) ---------------------------------
+
+
+def _uses(report):
+    return [f.use for f in report.fixes]
+
+
+def test_a_count_from_two_settings_through_jnp_ceil_needs_both_static_and_math_ceil():
+    # asantini29/phentax#28: `int(jnp.ceil(T / delta_t))` inside jit. Making T static alone is not
+    # enough, nor both: jnp.ceil makes a tracer even from static inputs; math.ceil with both static works.
+    @jax.jit
+    def waveform(T, delta_t):
+        n = int(jnp.ceil(T / delta_t))
+        return jnp.zeros(n)
+
+    report = probes.explain(raised(lambda: waveform(1.0, 0.1)))
+    first = report.fixes[0]
+    assert first.use == "math.ceil(T / delta_t)" and "static_argnames=('T', 'delta_t')" in first.when
+    assert first.checked.startswith("checked: gives a concrete value once T = 1.0, delta_t = 0.1 are static")
+    static = next(f for f in report.fixes if "static_argnames" in f.use)
+    assert static.use == "jax.jit(waveform, static_argnames=('T', 'delta_t'))"
+    assert static.checked.startswith("checked: not enough on its own")
+    assert not any("nonzero" in use for use in _uses(report))
+
+
+def test_printing_a_python_number_of_a_traced_loss_gets_jax_debug_print():
+    @jax.jit
+    def step(p):
+        loss = jnp.sum(p**2)
+        print(f"loss {float(loss):.3f}", "step")
+        return p - 0.1 * p
+
+    report = probes.explain(raised(lambda: step(jnp.ones(2))))
+    assert report.fixes[0].use == 'jax.debug.print("loss {:.3f} step", loss)'
+    assert report.fixes[0].checked.startswith("checked: traces with loss: float32[]")
+    assert report.provenance.made_at.code == "loss = jnp.sum(p**2)"  # the tracer's own line, not "an input"
+    assert not any(use.startswith(("a fixed size", "jnp.nonzero", "stay in JAX")) for use in _uses(report))
+
+
+def test_an_assert_on_traced_values_gets_checkify_not_where():
+    @jax.jit
+    def f(x):
+        assert jnp.all(x > 0), "inputs must be positive"
+        return jnp.log(x)
+
+    report = probes.explain(raised(lambda: f(jnp.ones(3))))
+    assert report.fixes[0].use == 'checkify.check(jnp.all(x > 0), "inputs must be positive")'
+    assert not any(use.startswith(("jnp.where", "lax.cond", "lax.while_loop")) for use in _uses(report))
+
+
+def test_a_scipy_function_with_a_jax_twin_is_rewritten_and_traced_on_the_shapes():
+    import scipy.special
+
+    @jax.jit
+    def scaled(x):
+        return 2.0 * scipy.special.erfcx(np.asarray(x))
+
+    report = probes.explain(raised(lambda: scaled(jnp.ones(3))))
+    assert report.fixes[0].use == "2.0 * jax.scipy.special.erfcx(jnp.asarray(x))"
+    assert report.fixes[0].checked.startswith("checked: traces with x: float32[3]")
+
+
+def test_a_library_function_without_a_jax_twin_gets_pure_callback_naming_it():
+    import scipy.special
+
+    @jax.jit
+    def bessel(x):
+        return scipy.special.kv(1.0, x)
+
+    report = probes.explain(raised(lambda: bessel(jnp.ones(3))))
+    assert _uses(report) == ["jax.pure_callback(scipy.special.kv, jax.ShapeDtypeStruct(x.shape, x.dtype), x)"]
+
+
+def test_a_slice_of_traced_length_gets_dynamic_slice_with_its_own_length_tried_with_it_static():
+    @jax.jit
+    def window(x, i, k):
+        return x[i : i + k]
+
+    report = probes.explain(raised(lambda: window(jnp.arange(10.0), 2, 3)))
+    assert report.fixes[0].use == "lax.dynamic_slice_in_dim(x, i, k, axis=0)"
+    assert "once k = 3 is static" in report.fixes[0].checked
+    assert "jax.jit(window, static_argnames=('k',))" in _uses(report)  # the length, not the start
+
+
+def test_a_list_of_functions_indexed_by_a_traced_integer_gets_lax_switch():
+    def swish(v):
+        return v * jax.nn.sigmoid(v)
+
+    def make_layer(activations):
+        @jax.jit
+        def layer(h, which):
+            return activations[which](h)
+
+        return layer
+
+    for activations, tried in (([jnp.tanh, jax.nn.relu], True), ([jnp.tanh, swish], False)):
+        layer = make_layer(activations)
+        report = probes.explain(raised(lambda layer=layer: layer(jnp.ones(2), 1)))
+        assert report.fixes[0].use == "lax.switch(which, activations, h)"
+        if tried:  # JAX's own functions: traced on the shapes
+            assert report.fixes[0].checked.startswith("checked: traces with h: float32[2], which: int32[]")
+        else:  # lax.switch would call swish, the user's: nothing of theirs runs again
+            assert report.fixes[0].checked == "suggestion: not tried"
+
+
+def test_control_flow_under_vmap_or_scan_gets_no_static_argnames():
+    def relu(x):
+        if x > 0:
+            return x
+        return 0.0
+
+    for error in (raised(lambda: jax.vmap(relu)(jnp.arange(3.0))),):
+        report = probes.explain(error)
+        assert report.fixes[0].use == "jnp.where(x > 0, a, b)"
+        assert not any("static_argnames" in use for use in _uses(report))
+        assert not any(use.startswith("lax.while_loop") for use in _uses(report))
+
+
+def test_a_python_loop_over_a_traced_count_gets_fori_loop_with_its_bounds():
+    def repeat(x, start, stop):
+        for _ in range(start, stop):
+            x = x * 2
+        return x
+
+    report = probes.explain(raised(lambda: jax.jit(repeat)(1.0, 0, 3)))
+    assert report.fixes[0].use == "lax.fori_loop(start, stop, body, init)"
+    assert not any(use.startswith("jnp.asarray") for use in _uses(report))
+
+
+def test_a_traced_parameter_of_an_operation_is_explained_and_repeat_gets_its_total_length():
+    # jnp.tile(x, k) with a traced k: JAX 0.12 raises a TypeError about hashable equation parameters
+    def tile(x, k):
+        return jnp.tile(x, k)
+
+    report = probes.explain(raised(lambda: jax.jit(tile)(jnp.ones(2), 3)))
+    assert report.error_kind == "concrete"
+    assert report.fixes[0].use == "jax.jit(tile, static_argnames=('k',))"
+    assert report.fixes[0].checked.startswith("checked: tracing `tile` with `k` static succeeds")
+
+    def repeat_rows(x, counts):  # counts per element: data, so no static argument can work
+        return jnp.repeat(x, counts)
+
+    report = probes.explain(raised(lambda: jax.jit(repeat_rows)(jnp.ones(2), jnp.array([1, 2]))))
+    assert report.fixes[0].use == "jnp.repeat(x, counts, total_repeat_length=N)"  # a parameter jnp.repeat has
+    assert [f.use for f in report.rejected_fixes] == ["jax.jit(repeat_rows, static_argnames=('counts',))"]

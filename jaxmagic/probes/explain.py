@@ -22,6 +22,7 @@ x and limit"), from the traceback (your line) and from that frame's variables
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
 import dataclasses
 import inspect
@@ -30,10 +31,12 @@ import keyword
 import linecache
 import re
 import sys
+import types
 
 from jaxmagic._jax.transform_stack import Transformation, jit_call, stack_at_raise, transformations
-from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support import attribution, fix_trial, line_fixes, tracer_origin
 from jaxmagic.probes._support import tracer_text as text
+from jaxmagic.probes._support.line_fixes import Fix
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
 from jaxmagic.report import SourceLine, Status
@@ -42,15 +45,6 @@ from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.source import is_user_file as user
 from jaxmagic.report.wording import error_line, first_line, message_of
-
-
-@dataclasses.dataclass(frozen=True)
-class Fix:
-    """One standard fix: what to write, and when it is the right one."""
-
-    use: str  # "jnp.where(cond, a, b)"
-    when: str  # "elementwise choice between two values"
-    checked: str = ""  # "checked: ..." when jaxmagic tried it on your function, "suggestion: ..." when not
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +102,7 @@ KINDS: dict[str, ErrorKind] = {
             "NumPy functions call __array__, which needs the values; a tracer has none until the compiled "
             "program runs.",
             (
-                Fix("jnp.sin(x) (the jax.numpy twin)", "most of NumPy exists in jax.numpy and traces"),
+                Fix("jnp.<name>(...) for np.<name>(...)", "most of NumPy exists in jax.numpy and traces"),
                 Fix(
                     "jax.pure_callback(f, jax.ShapeDtypeStruct(shape, dtype), x)",
                     "you really need NumPy or another library: call it from the compiled program, declaring "
@@ -162,6 +156,7 @@ KINDS: dict[str, ErrorKind] = {
                     "<array>.shape[0], <array>.ndim, len(<array>)",
                     "derive sizes from the shapes of your arrays, which are static, not from values",
                 ),
+                Fix("a fixed size and a mask", "the size depends on data: compute on the largest size and mask"),
             ),
         ),
         ErrorKind(
@@ -234,6 +229,10 @@ def classify(error: BaseException) -> str | None:
         return "shape"
     if isinstance(error, IndexError) and message.startswith("Array slice indices must have static"):
         return "slice"
+    if isinstance(error, TypeError) and "parameters to jaxpr equations must have __hash__" in message:
+        # jnp.tile(x, k) with a traced k: a parameter of the operation (reps) got a tracer
+        if text.mentions_tracer(message):
+            return "concrete"
     return None
 
 
@@ -277,6 +276,7 @@ class TracerErrorReport(Report):
     stored_at: SourceLine | None = None  # a leak: the one line of the traced function storing into the holder
     disguised_as: str = ""  # a leak JAX raised as another error: the kind it looked like ("array", "" for none)
     provenance: Provenance | None = None  # where the offending value was made, in what, started by which call
+    failing_lambda: str = ""  # the body of the lambda that raised, when the failing line is more than it
 
     @property
     def status(self) -> Status:
@@ -439,6 +439,7 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         why=kind.why,
     )
     report.your_lines = user_lines(error.__traceback__)
+    report.failing_lambda = _lambda_body(error.__traceback__)
     report.traced_names = _tracers_on_failing_line(error.__traceback__)
     report.traced_function = "" if context.function == "<unknown>" else context.function
     report.transformation = context.transformation
@@ -462,8 +463,10 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     try:
         inside = transformations(frames)
         report.provenance = _provenance_of(report, message, inside)
-        report.fixes = _fixes_for(kind, report)
-        _fit_static_fixes(report, inside, frames)
+        if report.provenance.made_at is None:
+            report.provenance = _made_on_failing_line(report, error.__traceback__) or report.provenance
+        report.fixes = _fixes_for(kind, report, _resolver(error.__traceback__))
+        _fit_static_fixes(report, inside, frames, error.__traceback__)
     finally:
         del frames
     return report
@@ -499,6 +502,102 @@ def _provenance_of(report: TracerErrorReport, message: str, inside: list[Transfo
     else:
         why = "JAX's message names no line of yours that made it"
     return Provenance(function=function, transforms=labels, started_by=started, unknown=why)
+
+
+def _innermost_user_entry(tb):
+    """The traceback entry of your innermost frame (the one whose line raised), or None."""
+    entry = None
+    while tb is not None:
+        if user(tb.tb_frame.f_code.co_filename):
+            entry = tb
+        tb = tb.tb_next
+    return entry
+
+
+def _innermost_user_frame(tb):
+    entry = _innermost_user_entry(tb)
+    return entry.tb_frame if entry is not None else None
+
+
+def _lambda_body(tb) -> str:
+    """The source of the innermost user frame's lambda body (``jnp.arange(n)`` of ``"case":
+    lambda: jax.jit(lambda n: jnp.arange(n))(3),``), from the columns CPython keeps for its
+    instructions; "" when that frame is no one-line lambda."""
+    entry = _innermost_user_entry(tb)
+    if entry is None or entry.tb_frame.f_code.co_name != "<lambda>":
+        return ""
+    code, lineno = entry.tb_frame.f_code, entry.tb_lineno
+    # RETURN_VALUE carries the body expression's span (RESUME's is column 0: the whole line)
+    spans = [
+        (start, end)
+        for line, end_line, start, end in code.co_positions()
+        if line == lineno == end_line and start and end
+    ]
+    if not spans:
+        return ""
+    text = linecache.getline(code.co_filename, lineno).encode()
+    return text[min(s for s, _ in spans) : max(e for _, e in spans)].decode(errors="replace")
+
+
+def _made_on_failing_line(report: TracerErrorReport, tb) -> Provenance | None:
+    """Where a tracer on the failing line was computed, from the line JAX recorded on it
+    (``n = jnp.sum(mask)`` for ``jnp.zeros(n)``); None when every tracer there is an input of the
+    trace (bound to a parameter of a traced function of yours) or JAX recorded no line of yours."""
+    core = getattr(sys.modules.get("jax"), "core", None)
+    tracer_class = getattr(core, "Tracer", None)
+    frame = _innermost_user_frame(tb)
+    if tracer_class is None or frame is None or report.provenance is None:
+        return None
+    inputs = set()
+    walk = tb
+    while walk is not None:  # the values bound to parameters of your functions: inputs of a trace
+        code = walk.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            count = code.co_argcount + code.co_kwonlyargcount
+            inputs.update(id(walk.tb_frame.f_locals.get(name)) for name in code.co_varnames[:count])
+        walk = walk.tb_next
+    found = None
+    for traced in report.traced_names:
+        value = frame.f_locals.get(traced.name)
+        if not isinstance(value, tracer_class) or id(value) in inputs:
+            continue
+        outside = report.your_lines[:-1]
+        made = tracer_origin.of_tracer(value, report.provenance.transforms, report.provenance.started_by, outside)
+        if made.made_at is not None:
+            found = dataclasses.replace(made, function=made.made_at.function)
+            break
+    del frame
+    return found
+
+
+def _resolver(tb):
+    """``resolve(dotted name) -> (object, module name)`` in the failing frame's scope, or None.
+
+    Only module attributes are followed, read from the module's ``__dict__`` (no ``__getattr__``,
+    no property): ``np.linalg.norm`` -> (the function, "numpy.linalg").
+    """
+    frame = _innermost_user_frame(tb)
+    scopes = (dict(frame.f_locals), frame.f_globals) if frame is not None else ()
+    del frame
+
+    def resolve(name: str):
+        first, *rest = name.split(".")
+        scope = next((s for s in (*scopes, vars(builtins)) if first in s), None)
+        if scope is None:
+            return None
+        value = scope[first]
+        module = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "") or ""
+        for part in rest:
+            if not isinstance(value, types.ModuleType):
+                return None
+            value = vars(value).get(part)
+            if value is None:
+                return None
+            if isinstance(value, types.ModuleType):
+                module = value.__name__
+        return value, module if isinstance(module, str) else ""
+
+    return resolve
 
 
 def _add_kept_facts(report: TracerErrorReport, kept: UnexpectedTracer, disguised: str) -> None:
@@ -607,13 +706,10 @@ def _jax_hint(message: str) -> str:
 def _tracers_on_failing_line(tb) -> list[TracedName]:
     """Names on your innermost line that were bound to tracers, read from that frame's variables."""
 
-    frame, lineno = None, 0
-    while tb is not None:
-        if user(tb.tb_frame.f_code.co_filename):
-            frame, lineno = tb.tb_frame, tb.tb_lineno
-        tb = tb.tb_next
-    if frame is None:
+    entry = _innermost_user_entry(tb)
+    if entry is None:
         return []
+    frame, lineno = entry.tb_frame, entry.tb_lineno
 
     core = getattr(sys.modules.get("jax"), "core", None)
     tracer_class = getattr(core, "Tracer", None)
@@ -653,15 +749,21 @@ def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: 
     report.traced_names = []
 
 
-def _fixes_for(kind: ErrorKind, report: TracerErrorReport) -> list[Fix]:
-    """The kind's fixes, with your argument name filled in and the best one for your line first."""
+def _fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve=lambda name: None) -> list[Fix]:
+    """The kind's fixes that fit your line, with your names filled in, the best one first.
+
+    ``resolve`` gives the object a dotted name on the failing line stands for (see ``_resolver``).
+    """
     # The argument to name in a fix: one the value depends on; for static_argnames
-    # preferably one that arrived as a Python scalar (a weakly typed tracer), as
-    # settings such as a limit or a count usually do.
+    # preferably the ones that arrived as Python scalars (weakly typed tracers), as
+    # settings such as a limit or a count usually do - all of them: a value computed from
+    # two settings (int(T / dt)) needs both static.
     candidates = report.depends_on or [t.name for t in report.traced_names]
     weak = {report.origin_arguments.get(t.name, t.name) for t in report.traced_names if t.weak_type}
-    arg = next((c for c in candidates if c in weak), candidates[0] if candidates else "n")
-    fixes = [Fix(f.use.replace("{arg}", arg), f.when) for f in kind.fixes]
+    settings = [c for c in candidates if c in weak]
+    arg = settings[0] if settings else (candidates[0] if candidates else "n")
+    static = ", ".join(repr(name) for name in settings or [arg]) + ("," if len(settings) < 2 else "")
+    fixes = [Fix(f.use.replace("('{arg}',)", f"({static})").replace("{arg}", arg), f.when) for f in kind.fixes]
     # {value}: the traced name on your failing line (x in x.item()); a fix never shows a name your code lacks.
     value = report.traced_names[0].name if report.traced_names else ""
     fixes = [
@@ -689,6 +791,8 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport) -> list[Fix]:
             for f in fixes
         ]
     line = report.failing_line.code if report.failing_line else ""
+    code = line_fixes.read_line(line) or line_fixes.read_line(report.failing_lambda)
+    fixes = line_fixes.fit(kind.key, fixes, code, report.traced_names, resolve)
     preferred = _preferred_fix(kind.key, line)
     if preferred:
         fixes.sort(key=lambda f: 0 if preferred in f.use else 1)
@@ -806,7 +910,7 @@ def _static_names(use: str) -> list[str]:
     return re.findall(r"'(\w+)'", match.group(1))
 
 
-def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], frames: list) -> None:
+def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], frames: list, tb=None) -> None:
     """Make the fixes apply to this program: static_argnames only for a parameter of the jitted function
     (from its code); for a value a jax.numpy call computed from static values, the expression that keeps
     it static; a static_argnames fix tried on the user's own function with the same arguments."""
@@ -821,6 +925,8 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
         names = set(_static_names(fix.use))
         if not names:
             return True
+        if not jits and report.transformation != "jit":
+            return False  # vmap, scan, grad alone: no jit to give static arguments to
         jitted = jit_of(fix)
         if jitted is not None:
             return names <= set(jitted.parameters)
@@ -848,18 +954,100 @@ def _fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], f
             ),
         )
     tried = []
+    line_trial = _line_trial(report, fixes, jits, frames, tb)
     for fix in fixes:
         names = _static_names(fix.use)
         jitted = jit_of(fix)
         if names and jitted is not None and not fix.checked:
             fix = _try_static(fix, jitted, names, frames)
         elif not fix.checked:
-            fix = dataclasses.replace(fix, checked="suggestion: not tried")
+            fix = line_trial(fix)
         tried.append(fix)
+    _add_static_expression_with_static_arguments(report, tried, expression is not None, line_trial)
     # a fix tried on the user's function that still fails does not apply: it is reported apart
     tried.sort(key=lambda f: f.checked.startswith("checked: not enough"))
     report.fixes = [f for f in tried if not f.checked.startswith("checked: still fails")]
     report.rejected_fixes = [f for f in tried if f.checked.startswith("checked: still fails")]
+
+
+def _add_static_expression_with_static_arguments(report: TracerErrorReport, tried: list[Fix], added: bool, trial):
+    """With the arguments static the line still fails because a jax.numpy call on them makes a traced
+    value (``int(jnp.ceil(T / dt))``): both together - the arguments static and the Python/``math``
+    expression for the call - go first, tried on the values the call passed."""
+    static = next((f for f in tried if _static_names(f.use) and f.checked.startswith("checked: not enough")), None)
+    line = report.failing_line.code if report.failing_line else ""
+    expression = static_expression(line) if static is not None and not added else None
+    if expression is None:
+        return
+    original, replacement = expression
+    on_line = {report.origin_arguments.get(t.name, t.name) for t in report.traced_names}
+    if not on_line or not on_line <= set(_static_names(static.use)):
+        return
+    fix = Fix(
+        replacement,
+        from_line=True,
+        when=f"instead of `{original}`, together with `{static.use}`: a jax.numpy operation makes a traced value "
+        "under jit even from static inputs; Python or `math` keeps the number concrete",
+    )
+    tried.insert(0, trial(fix))
+
+
+def _line_trial(report: TracerErrorReport, fixes: list[Fix], jits: dict, frames: list, tb):
+    """``trial(fix) -> fix``: a fix written as a line of JAX code, traced on the shapes of the failing
+    frame's values (``fix_trial``), the names the report's static_argnames fix makes static given the
+    values this call passed; any other fix is marked as a suggestion."""
+    untried = dataclasses.replace
+    core = getattr(sys.modules.get("jax"), "core", None)
+    frame = _innermost_user_frame(tb)
+    if frame is None or core is None:
+        return lambda fix: untried(fix, checked="suggestion: not tried")
+    scope = {**frame.f_globals, **frame.f_locals}
+    del frame
+    concrete = {}
+    static_fix = next((f for f in fixes if _static_names(f.use)), None)
+    jitted = jits.get(_jitted_name(static_fix.use).rsplit(".", 1)[-1]) if static_fix is not None else None
+    call = jit_call(frames, jitted.function) if jitted is not None else None
+    if call is not None:
+        fun, args, kwargs, _ = call
+        try:
+            passed = inspect.signature(fun).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            passed = {}
+        parameters = {report.origin_arguments.get(t.name, t.name): t.name for t in report.traced_names}
+        for name in _static_names(static_fix.use):
+            if name in passed and name in parameters:
+                concrete[parameters[name]] = passed[name]
+        del call, fun, args, kwargs, passed
+
+    def trial(fix: Fix) -> Fix:
+        if not fix.from_line or fix_trial.expression_of(fix.use) is None:
+            return untried(fix, checked="suggestion: not tried")
+
+        def attempt(given: dict) -> tuple[str, str]:
+            is_tracer_error = lambda failure: classify(failure) is not None  # noqa: E731
+            return fix_trial.try_on_shapes(fix.use, scope, core.Tracer, given, is_tracer_error)
+
+        # As written first; then, if that fails, with the names the static_argnames fix makes static
+        # given the values this call passed (a slice length, the inputs of a math expression).
+        outcome, detail = attempt({})
+        given = ""
+        if outcome != "ok" and outcome != "not tried" and concrete:
+            outcome, detail = attempt(concrete)
+            given = ", ".join(f"{n} = {v!r}" for n, v in concrete.items())
+        how = " (jaxmagic traced it with jax.eval_shape on the shapes of your values; nothing ran)"
+        static = f" once {given} {'is' if len(concrete) == 1 else 'are'} static" if given else ""
+        if outcome == "ok" and not detail:
+            return untried(fix, checked=f"checked: gives a concrete value{static}")
+        if outcome == "ok":
+            return untried(fix, checked=f"checked: traces with {detail}{static}{how}")
+        static = f" even with {given} static" if given else ""
+        if outcome == "traced-error":
+            return untried(fix, checked=f"checked: not enough on its own - it still raises {detail}{static}{how}")
+        if outcome == "error":
+            return untried(fix, checked=f"checked: still fails - it raised {detail}{static}{how}")
+        return untried(fix, checked="suggestion: not tried")
+
+    return trial
 
 
 def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list) -> Fix:
