@@ -128,8 +128,10 @@ assert rep_clip.error_kind == "bool" and rep_clip.traced_function == "clip_posit
 assert rep_clip.depends_on == ["x", "limit"] and rep_clip.depends_text == "x and limit"   # the chapter's sentence
 assert rep_clip.failing_line.code.startswith("if x > limit:")
 assert [(t.name, t.weak_type) for t in rep_clip.traced_names] == [("x", False), ("limit", True)]
-# the fixes are written with your condition
-assert [f.use for f in rep_clip.fixes][:2] == ["jnp.where(x > limit, a, b)", "lax.cond(x > limit, true_fn, false_fn, operand)"]
+# the fixes are written with your code: the `if` only chooses between `limit` and `x`, and each
+# rewrite was traced by jaxmagic on the shapes of your values
+assert [f.use for f in rep_clip.fixes][:2] == ["jnp.where(x > limit, limit, x)", "lax.cond(x > limit, lambda: limit, lambda: x)"]
+assert rep_clip.fixes[0].checked.startswith("checked: traces with limit: float32[], x: float32[]")
 assert "jax.jit(clip_positive, static_argnames=('limit',))" in [f.use for f in rep_clip.fixes]
 print(rep_clip.summary)
 

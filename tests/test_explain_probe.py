@@ -639,7 +639,7 @@ def test_control_flow_under_vmap_or_scan_gets_no_static_argnames():
 
     for error in (raised(lambda: jax.vmap(relu)(jnp.arange(3.0))),):
         report = probes.explain(error)
-        assert report.fixes[0].use == "jnp.where(x > 0, a, b)"
+        assert report.fixes[0].use == "jnp.where(x > 0, x, 0.0)"  # the if's own two values
         assert not any("static_argnames" in use for use in _uses(report))
         assert not any(use.startswith("lax.while_loop") for use in _uses(report))
 
@@ -671,3 +671,25 @@ def test_a_traced_parameter_of_an_operation_is_explained_and_repeat_gets_its_tot
     report = probes.explain(raised(lambda: jax.jit(repeat_rows)(jnp.ones(2), jnp.array([1, 2]))))
     assert report.fixes[0].use == "jnp.repeat(x, counts, total_repeat_length=N)"  # a parameter jnp.repeat has
     assert [f.use for f in report.rejected_fixes] == ["jax.jit(repeat_rows, static_argnames=('counts',))"]
+
+
+def test_an_if_that_only_chooses_a_value_becomes_jnp_where_with_its_branches():
+    # leaky ReLU written with a Python if (the most common shape of this error in issue threads)
+    def leaky(x, slope):
+        if x > 0:
+            y = x
+        else:
+            y = slope * x
+        return y
+
+    # a vector condition under jit raises NumPy's ValueError ("truth value ... ambiguous"), not JAX's
+    report = probes.explain(raised(lambda: jax.jit(leaky)(jnp.ones(3), 0.1)))
+    assert report.error_kind == "bool" and report.error_type == "ValueError"
+    assert report.fixes[0].use == "y = jnp.where(x > 0, x, slope * x)"
+    assert report.fixes[0].checked.startswith("checked: traces with slope: float32[], x: float32[3]")
+    # x is a vector: lax.cond needs one True/False - tried on the shapes and left out
+    assert [f.use for f in report.rejected_fixes if f.use.startswith("lax.cond")] == [
+        "lax.cond(x > 0, lambda: x, lambda: slope * x)"
+    ]
+    # the same message from an eager array is no tracer error: not explained as one
+    assert probes.explain(raised(lambda: bool(jnp.ones(3) > 0))) is None

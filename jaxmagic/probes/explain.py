@@ -229,6 +229,12 @@ def classify(error: BaseException) -> str | None:
         return "shape"
     if isinstance(error, IndexError) and message.startswith("Array slice indices must have static"):
         return "slice"
+    if (
+        isinstance(error, ValueError)
+        and message.startswith("The truth value of an array with more than one element is ambiguous")
+        and _tracers_on_failing_line(error.__traceback__)
+    ):
+        return "bool"  # `if x > 0:` on a traced vector: NumPy's error, raised before JAX's own
     if isinstance(error, TypeError) and "parameters to jaxpr equations must have __hash__" in message:
         # jnp.tile(x, k) with a traced k: a parameter of the operation (reps) got a tracer
         if text.mentions_tracer(message):
@@ -791,7 +797,9 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve=lambda name: 
             for f in fixes
         ]
     line = report.failing_line.code if report.failing_line else ""
-    code = line_fixes.read_line(line) or line_fixes.read_line(report.failing_lambda)
+    failing = report.failing_line
+    code = line_fixes.read_line(line, failing.filename, failing.lineno) if failing else None
+    code = code or line_fixes.read_line(report.failing_lambda)
     fixes = line_fixes.fit(kind.key, fixes, code, report.traced_names, resolve)
     preferred = _preferred_fix(kind.key, line)
     if preferred:

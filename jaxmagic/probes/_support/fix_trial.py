@@ -77,7 +77,8 @@ def try_on_shapes(
     compiled = compile(ast.Expression(expression), "<jaxmagic fix>", "eval")
 
     def evaluate(*abstract):
-        return eval(compiled, {"__builtins__": __builtins__}, {**values, **dict(zip(order, abstract))})
+        # one namespace, as globals: a lambda in the expression (lax.cond's branches) sees it too
+        return eval(compiled, {"__builtins__": __builtins__, **values, **dict(zip(order, abstract))})
 
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

@@ -25,6 +25,7 @@ import ast
 import dataclasses
 import importlib
 import io
+import linecache
 import re
 import sys
 import tokenize
@@ -59,6 +60,8 @@ class LineCode:
     tree: ast.Module
     source: str  # the text that was parsed (``if x > 0: pass`` for ``if x > 0:``)
     statement: str  # "assert", "if", "while", "for" or "" for any other
+    # an ``if`` that only chooses a value: (what receives it - "return" or a name -, value if true, if false)
+    choice: tuple[str, str, str] | None = None
 
     @property
     def test(self) -> ast.expr | None:
@@ -86,8 +89,9 @@ def _written(use: str, when: str) -> Fix:
     return Fix(use, when, from_line=True)
 
 
-def read_line(code: str) -> LineCode | None:
-    """The line parsed as one statement; None when it is not one on its own (part of a longer one)."""
+def read_line(code: str, filename: str = "", lineno: int = 0) -> LineCode | None:
+    """The line parsed as one statement; None when it is not one on its own (part of a longer one).
+    With its file and line number, an ``if`` that only chooses a value is read with its branches."""
     source = _without_comment(code.strip())
     if source.startswith("elif "):
         source = source[2:]
@@ -101,7 +105,53 @@ def read_line(code: str) -> LineCode | None:
         return None
     node = tree.body[0]
     statement = {ast.Assert: "assert", ast.If: "if", ast.While: "while", ast.For: "for"}.get(type(node), "")
-    return LineCode(tree, source, statement)
+    choice = _if_choice(filename, lineno) if statement == "if" and filename else None
+    return LineCode(tree, source, statement, choice)
+
+
+def _if_choice(filename: str, lineno: int) -> tuple[str, str, str] | None:
+    """(receiver, value if true, value if false) of the ``if`` at ``lineno`` when each branch is one
+    ``return v`` (or the ``return`` right after an ``if`` without ``else``) or one ``y = v`` to the same
+    name: ``if x > limit: return limit`` / ``return x`` -> ("return", "limit", "x")."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for parent in ast.walk(tree):
+        for field in ("body", "orelse"):
+            block = getattr(parent, field, None)
+            if not isinstance(block, list):
+                continue
+            for position, node in enumerate(block):
+                if isinstance(node, ast.If) and node.lineno == lineno:
+                    after = block[position + 1] if position + 1 < len(block) else None
+                    return _branches(source, node, after)
+    return None
+
+
+def _branches(source: str, node: ast.If, after: ast.stmt | None) -> tuple[str, str, str] | None:
+    def one(block: list[ast.stmt]) -> tuple[str, str] | None:
+        if len(block) != 1:
+            return None
+        statement = block[0]
+        if isinstance(statement, ast.Return) and statement.value is not None:
+            return "return", ast.get_source_segment(source, statement.value) or ""
+        if (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return statement.targets[0].id, ast.get_source_segment(source, statement.value) or ""
+        return None
+
+    true = one(node.body)
+    false = one(node.orelse) if node.orelse else (one([after]) if after is not None and not node.orelse else None)
+    if true is None or false is None or true[0] != false[0] or not true[1] or not false[1]:
+        return None
+    if not node.orelse and true[0] != "return":
+        return None  # `if c: y = a` then `y = b`: b overwrites, not an else
+    return true[0], true[1], false[1]
 
 
 def _without_comment(source: str) -> str:
@@ -210,6 +260,15 @@ def _fit_bool(fixes, line, names, traced, resolve):
                 _written(written, "and/or/not call bool() on their operands; the jax.numpy functions work elementwise"),
                 *_drop(fixes, "lax.while_loop"),
             ]
+    if line.choice is not None and test is not None:
+        receiver, if_true, if_false = line.choice
+        where = f"jnp.where({condition}, {if_true}, {if_false})"
+        written = where if receiver == "return" else f"{receiver} = {where}"
+        return [
+            _written(written, "the if only chooses a value: both are computed, one is kept elementwise"),
+            _written(f"lax.cond({condition}, lambda: {if_true}, lambda: {if_false})", _when(fixes, "lax.cond")),
+            *_drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
+        ]
     rewritten = []
     for fix in _drop(fixes, "lax.while_loop"):
         if fix.use.startswith("jnp.where"):
