@@ -693,3 +693,12 @@ def test_an_if_that_only_chooses_a_value_becomes_jnp_where_with_its_branches():
     ]
     # the same message from an eager array is no tracer error: not explained as one
     assert probes.explain(raised(lambda: bool(jnp.ones(3) > 0))) is None
+
+
+def test_writing_a_window_at_a_traced_position_gets_dynamic_update_slice_with_the_update():
+    def write(buf, i, v):
+        return buf.at[i : i + 2].set(v)
+
+    report = probes.explain(raised(lambda: jax.jit(write)(jnp.zeros(8), 3, jnp.ones(2))))
+    assert report.fixes[0].use == "lax.dynamic_update_slice_in_dim(buf, v, i, axis=0)"
+    assert report.fixes[0].checked.startswith("checked: traces with buf: float32[8], i: int32[], v: float32[2]")

@@ -579,12 +579,24 @@ def _slice_fixes(fixes, line, node: ast.Subscript, axis: int, piece: ast.Slice, 
     updating = isinstance(node.value, ast.Attribute) and node.value.attr == "at"
     if updating:
         target = line.text(node.value.value)
-        found = [
-            Fix(
-                f"lax.dynamic_update_slice_in_dim({target}, update, {start}, axis={axis})",
-                "write a window at a traced position; the update's length is fixed" + needs,
-            )
-        ]
+        setter = next(
+            (
+                n
+                for n in ast.walk(line.tree)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.value is node
+                and n.func.attr == "set"
+                and len(n.args) == 1
+            ),
+            None,
+        )
+        when = "write a window at a traced position; the update's length is fixed" + needs
+        if setter is not None:  # x.at[i:i + k].set(v): the update is v
+            update = line.text(setter.args[0])
+            found = [_written(f"lax.dynamic_update_slice_in_dim({target}, {update}, {start}, axis={axis})", when)]
+        else:
+            found = [Fix(f"lax.dynamic_update_slice_in_dim({target}, update, {start}, axis={axis})", when)]
     else:
         leading = ":, " * axis
         found = [
