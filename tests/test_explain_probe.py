@@ -702,3 +702,14 @@ def test_writing_a_window_at_a_traced_position_gets_dynamic_update_slice_with_th
     report = probes.explain(raised(lambda: jax.jit(write)(jnp.zeros(8), 3, jnp.ones(2))))
     assert report.fixes[0].use == "lax.dynamic_update_slice_in_dim(buf, v, i, axis=0)"
     assert report.fixes[0].checked.startswith("checked: traces with buf: float32[8], i: int32[], v: float32[2]")
+
+
+def test_math_functions_on_traced_values_get_their_jax_numpy_twins_tried():
+    import math
+
+    def gaussian(x, sigma):
+        return math.exp(-(x**2) / (2 * sigma**2)) / math.sqrt(2 * math.pi * sigma**2)
+
+    report = probes.explain(raised(lambda: jax.jit(gaussian)(jnp.float32(0.5), 1.0)))
+    assert report.fixes[0].use == "jnp.exp(-(x**2) / (2 * sigma**2)) / jnp.sqrt(2 * math.pi * sigma**2)"
+    assert report.fixes[0].checked.startswith("checked: traces with sigma: float32[], x: float32[]")

@@ -474,6 +474,19 @@ def _fit_concrete(fixes, line, names, traced, resolve):
     sized = [(n, c) for n, c in sized if not (n.endswith("where") and len(c.args) != 1)]
     shaped = any(n.rsplit(".", 1)[-1] in _SHAPE_MAKERS for n, _ in calls)
     found: list[Fix] = []
+    # math.exp(x), math.sqrt(x) on a traced value: float() is called on it; jnp has the same function
+    twins = {}
+    for name, call in calls:
+        resolved = resolve(name) if _uses(call, names) else None
+        if resolved is not None and resolved[1] == "math":
+            import jax.numpy as jnp
+
+            last = name.rsplit(".", 1)[-1]
+            if callable(getattr(jnp, last, None)):
+                twins[call.func] = f"jnp.{last}"
+    if twins:
+        rewritten = _replace_functions(line, line.tree.body[0], twins)
+        found.append(_written(rewritten, "the math module converts its argument to a Python float; jnp traces"))
     if printing is not None:
         found.append(
             _written(
