@@ -734,6 +734,15 @@ def test_numeric_static_argument_fix_suggests_a_traced_array():
             decay(jnp.ones(2), step)
     assert "jnp.int32(step)" in rep.function("decay").fix
 
+    @partial(jax.jit, static_argnames=("lr",))
+    def sgd(w, lr):  # a learning-rate schedule made static: the fix names lr, as a float
+        return w - lr * w
+
+    with probes.compiles() as rep:
+        for epoch in range(3):
+            sgd(jnp.ones(2), lr=0.1 / (epoch + 1))
+    assert "pass an array, here jnp.float32(lr)" in rep.function("sgd").fix
+
 
 def test_weak_type_and_a_changing_static_argument_are_both_named():
     @partial(jax.jit, static_argnames=("n",))
@@ -751,7 +760,7 @@ def test_weak_type_and_a_changing_static_argument_are_both_named():
     assert rep.compilations_of("g")[1].also == ["static"]
     assert "`n` 0 -> 1 -> 2 -> 3" in rep.summary and "weak type" in rep.summary
     document = str(rep)
-    assert "jnp.int32(step)" in document and "always jnp.float32(x)" in document  # a fix for each cause
+    assert "jnp.int32(n)" in document and "always jnp.float32(x)" in document  # a fix for each cause
 
 
 def test_jaxmagics_own_settings_are_never_the_cause():

@@ -146,7 +146,7 @@ def _branches(source: str, node: ast.If, after: ast.stmt | None) -> tuple[str, s
         return None
 
     true = one(node.body)
-    false = one(node.orelse) if node.orelse else (one([after]) if after is not None and not node.orelse else None)
+    false = one(node.orelse) if node.orelse else (one([after]) if after is not None else None)
     if true is None or false is None or true[0] != false[0] or not true[1] or not false[1]:
         return None
     if not node.orelse and true[0] != "return":

@@ -229,6 +229,8 @@ class FunctionCompiles:
             kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
             if kind and cause == "static_identity":
                 return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
+            if kind == "number":
+                return f"{FIXES[cause]} {_number_fix(self.static_kinds, self.static_values)}"
             if kind:
                 return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
         return FIXES.get(cause, "")
@@ -281,6 +283,17 @@ STATIC_FIXES = {
         "flax.struct.dataclass, equinox.Module)."
     ),
 }
+
+
+def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
+    """The fix for a static number, with the argument's own name and a dtype its values fit:
+    ``jnp.float32(lr)`` for 0.1, 0.05; ``jnp.int32(step)`` for 1, 2."""
+    name = next((n for n in values if kinds.get(n) == "number"), "")
+    if not name:
+        return STATIC_FIXES["number"]
+    floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
+    dtype = "jnp.float32" if floats else "jnp.int32"
+    return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
 
 
 # Which cause to name first when two are equally frequent: the ones people find hardest first.
