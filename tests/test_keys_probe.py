@@ -158,6 +158,46 @@ def test_legacy_keys_split_every_step_are_fine():
     assert "No key was reused" in report.summary
 
 
+def init_weights(key):
+    return jax.random.normal(key, (3,))
+
+
+def add_noise(key, w):
+    return w + 0.1 * jax.random.normal(key, (3,))
+
+
+def test_one_legacy_key_for_init_and_for_noise_is_a_reuse_across_lines():
+    # the same PRNGKey for parameter init and for later noise/dropout (NumPyro/Flax threads): JAX's
+    # checker cannot follow a raw key, and each line alone draws once - it used to say OK
+    with probes.keys() as report:
+        key = jax.random.PRNGKey(0)
+        w = add_noise(key, init_weights(key))
+    assert report.status.value == "problem"
+    [reuse] = report.reuse
+    assert reuse.consumer == "jax.random.normal"
+    assert (reuse.first_used_at.function, reuse.reused_at.function) == ("init_weights", "add_noise")
+    assert reuse.first_used_at.code == "return jax.random.normal(key, (3,))"
+    assert "Key reused: `jax.random.normal` got an already consumed key" in report.summary
+    assert w.shape == (3,)
+
+
+def test_a_legacy_key_split_and_then_drawn_from_is_a_reuse_but_fold_in_is_not():
+    with probes.keys() as report:
+        key = jax.random.PRNGKey(1)
+        a = jax.random.normal(jax.random.fold_in(key, 0), (2,))  # fold_in does not consume key
+        b = jax.random.normal(jax.random.fold_in(key, 1), (2,))
+    assert report.reuse == [] and report.status.value == "ok" and not bool(jnp.all(a == b))
+    with probes.keys() as report:
+        key = jax.random.PRNGKey(1)
+        key, sub = jax.random.split(key)
+        jax.random.normal(sub, (2,))
+        jax.random.normal(key, (2,))  # fine: key is the new half of the split
+        old = jax.random.PRNGKey(1)
+        jax.random.uniform(old, (2,))  # the data split consumed above, drawn from again
+    [reuse] = report.reuse
+    assert reuse.consumer == "jax.random.uniform" and "split" in reuse.message
+
+
 def test_fold_in_with_the_step_is_not_a_reuse():
     with probes.keys(record=True) as report:
         base = jax.random.PRNGKey(0)

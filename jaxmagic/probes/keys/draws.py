@@ -13,12 +13,23 @@ from jaxmagic._jax import jit_calls, prng_checks
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan_watch import user_frame
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
-from jaxmagic.probes.keys.report import KeyReport, LegacyKeyUse, RepeatedDraw
-from jaxmagic.report.source import line_of
+from jaxmagic.probes.keys.report import KeyReport, KeyReuse, LegacyKeyUse, RepeatedDraw
+from jaxmagic.report.source import line_of, source_line
 
 # jax.random functions that read a key without drawing from it
 _NOT_DRAWING = frozenset({"key_data", "key_impl"})
+# ... and those that derive a new key without consuming theirs (JAX's key-reuse rules: fold_in is a
+# Source, not a Sink; a draw or a split consumes)
+_NOT_CONSUMING = _NOT_DRAWING | {"fold_in", "clone", "wrap_key_data"}
 MAX_DRAW_LINES = 200  # lines followed per block
+MAX_CONSUMED_KEYS = 100_000  # legacy key data remembered per block, to find one consumed on two lines
+_EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other arguments
+
+
+def line_of_place(where: tuple, function: str):
+    """The SourceLine of a (jax.random function, filename, line number) place of a call in ``function``."""
+    _name, filename, lineno = where
+    return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1]) if filename else None
 
 
 def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
@@ -35,7 +46,7 @@ def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
         for name in names:
             if name != "key":
                 others.append(f"{name}={_argument_fingerprint(frame.f_locals.get(name))}")
-    extra = hashlib.blake2b("|".join(others).encode(), digest_size=16).digest()
+    extra = hashlib.blake2b("|".join(others).encode(), digest_size=_EXTRA_DIGEST).digest()
     return digest + extra, data
 
 
@@ -67,6 +78,9 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
     """
     uses: dict[tuple, LegacyKeyUse] = {}
     draws: dict[tuple, tuple[RepeatedDraw, dict]] = {}
+    # legacy keys, which JAX's checker cannot follow: key data -> the first line that consumed it
+    consumed: dict[bytes, tuple[tuple, str]] = {}
+    reuses: dict[tuple, KeyReuse] = {}
     lock = threading.Lock()
 
     def _follow(name, key, frame):
@@ -92,6 +106,8 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
         if found is None:
             return
         fingerprint, data = found
+        if legacy and name not in _NOT_CONSUMING:
+            _note_consumed(fingerprint[:-_EXTRA_DIGEST], name, where, user)
         with lock:
             entry = draws.get(where)
             if entry is None:
@@ -111,6 +127,32 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
             elif len(seen) < MAX_FLOW_VALUES:
                 seen[fingerprint] = [data, 1]
             draw.distinct = len(seen)
+
+    def _note_consumed(digest: bytes, name: str, where: tuple, user) -> None:
+        """A legacy key's data consumed on a second line: the reuse JAX raises for a typed key, recorded."""
+        with lock:
+            first = consumed.get(digest)
+            if first is None:
+                if len(consumed) < MAX_CONSUMED_KEYS:
+                    consumed[digest] = (where, name, user.f_code.co_qualname)
+                return
+            if first[0] == where:  # the same line again: a loop, counted per line as a repeated draw
+                return
+            pair = (first[0], where)
+            reuse = reuses.get(pair)
+            if reuse is not None:
+                reuse.count += 1
+                return
+            first_line = line_of_place(first[0], first[2])
+            line = line_of(user)
+            reuses[pair] = reuse = KeyReuse(
+                message=f"legacy uint32 key data consumed by jax.random.{first[1]} and again by jax.random.{name}",
+                consumer=f"jax.random.{name}",
+                reused_at=line,
+                first_used_at=first_line,
+                provenance=attribution.of_source_line(line, attribution.started_by(user)),
+            )
+            report.reuse.append(reuse)
 
     try:
         with prng_checks.following_key_checks(_follow):
