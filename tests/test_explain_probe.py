@@ -432,6 +432,17 @@ def test_an_error_the_explainer_does_not_know_still_gets_a_report_saying_why():
     assert "not a tracer error" in data["reason"] and data["summary"].startswith("jaxmagic could not explain")
 
 
+def index_at_time(x, t, dt):
+    return x[t / dt]  # a float index: JAX's TypeError names no tracer, but t and dt are tracers here
+
+
+def test_an_unknown_error_on_a_line_with_tracers_does_not_say_there_were_none():
+    report = probes.explain_or_say_why(raised(lambda: jax.jit(index_at_time)(jnp.ones(5), 1.0, 0.5)))
+    assert report.error_type == "TypeError"
+    assert "not a tracer error" not in report.reason
+    assert "`x`, `t` and `dt` on the line that raised it are tracers" in report.reason
+
+
 def test_a_leak_caught_by_checking_leaks_without_the_magic_names_the_loss_under_jit():
     # leak checking switched on by the user (jax.checking_leaks), explained afterwards: the path is
     # read from the frames the error was raised in, though JAX filtered its frames out of the traceback

@@ -1150,10 +1150,19 @@ def explain_or_say_why(error: BaseException, namespace: dict | None = None) -> R
                 "(not a tracer kept past its trace) and it is none of the tracer errors jaxmagic knows"
             )
         else:
-            reason = (
-                "it is not a tracer error: no JAX tracer error type, no tracer in its message or arguments, "
-                "and no tracer on the line that raised it"
-            )
+            on_line = [t.name for t in _tracers_on_failing_line(error.__traceback__)]
+            if on_line:
+                reason = (
+                    "it is none of the tracer errors jaxmagic knows (by type and message), though "
+                    f"{text.english_list(on_line)} on the line that raised it "
+                    f"{'is a tracer' if len(on_line) == 1 else 'are tracers'}: it was raised while tracing, "
+                    "and jaxmagic could not tell how the traced values caused it"
+                )
+            else:
+                reason = (
+                    "it is not a tracer error: no JAX tracer error type, no tracer in its message or arguments, "
+                    "and no tracer on the line that raised it"
+                )
     return UnexplainedErrorReport(
         error_type=type(error).__name__,
         message=first_line(message),
