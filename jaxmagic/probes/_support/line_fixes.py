@@ -13,10 +13,16 @@ that raised says which of those apply: a fix never names an operation the line d
     x[i:i + k]                          ->  lax.dynamic_slice_in_dim(x, i, k, axis=0)
     activations[i](h)                   ->  lax.switch(i, activations, h)
     for _ in range(n):                  ->  lax.fori_loop(0, n, body, init)
+    if x > limit: return limit; return x  ->  jnp.where(x > limit, limit, x)
+    print(f"loss {float(loss):.3f}")    ->  jax.debug.print("loss {:.3f}", loss)
+    math.exp(-x)                        ->  jnp.exp(-x)
 
-Only the line's text is read (and, for a library call, the module its function comes from,
-looked up through module attributes only); a line that is part of a longer statement is not
-parsed and the table's fixes are left as they are.
+The line's text is read, and the statements around an ``if`` for its two branches; for a library
+call, the module its function comes from, looked up through module attributes only. A line that
+is part of a longer statement is not parsed (a one-line lambda's body is: see
+``explain._lambda_body``) and the table's fixes are left as they are. A fix written wholly from
+the code (``from_line``) can be tried on the line's values (``fix_trial``); one with a
+placeholder (``body_fn``, ``size=k``) is a suggestion.
 """
 
 from __future__ import annotations
