@@ -42,7 +42,7 @@ from jaxmagic._jax.transform_stack import (
     transformations,
     unfiltered_traceback,
 )
-from jaxmagic.probes._support import tracer_origin
+from jaxmagic.probes._support import line_fixes, tracer_origin
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.holder_search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
@@ -61,6 +61,14 @@ LEAK_FIX = (
     "in a list, a dict, an attribute or a closure. What was stored is a tracer of a finished trace: "
     "using it later raises UnexpectedTracerError, so empty the holder too."
 )
+
+
+def _fix_for_stored_line(stored: SourceLine | None, function: str, transformation: str) -> list[Paragraph]:
+    """The fix written from the line that stored the tracer (``return out, h`` for ``self.h = h``)."""
+    if stored is None:
+        return []
+    written = line_fixes.leak_fixes([], stored.code, stored.function or function, transformation == "scan")
+    return [Paragraph(f"Here: `{fix.use}` - {fix.when}.") for fix in written[:1]]
 
 
 @dataclasses.dataclass
@@ -226,7 +234,7 @@ class LeakReport(Report):
                     Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")])
                 )
             secondary = [t for t in self.leaked if t.kept_alive_by is not None]
-            why = [Paragraph(LEAK_FIX)]
+            why = [Paragraph(LEAK_FIX), *_fix_for_stored_line(first.stored_at, first.function, first.transformation)]
             if secondary:
                 why.append(
                     Paragraph(
@@ -270,6 +278,7 @@ class LeakReport(Report):
                     "Fix",
                     [
                         Paragraph(LEAK_FIX),
+                        *_fix_for_stored_line(u.stored_at, u.function, u.transformation),
                         Paragraph(
                             "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
                             "traced function under %%jax_leaks."

@@ -632,6 +632,39 @@ def _slice_fixes(fixes, line, node: ast.Subscript, axis: int, piece: ast.Slice, 
     return found + static
 
 
+# -- a tracer stored outside the traced function (a leak) -------------------------------------------
+
+
+def leak_fixes(fixes: Sequence[Fix], stored: str, function: str, loop_body: bool = False) -> list[Fix]:
+    """The leak's fixes with the value the storing line keeps (``self.last_hidden = h`` ->
+    ``return out, h``; in a scan body, ``return carry, h``: the per-step outputs) and that line
+    named; the table's as they are when the line is not read."""
+    line = read_line(stored)
+    value = None
+    if line is not None:
+        node = line.tree.body[0]
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            value = node.value
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.value.args:
+            value = node.value.args[-1]  # history.append(h), cache.setdefault(k, h)
+    if value is None:
+        return list(fixes)
+    kept = line.text(value)
+    if loop_body:
+        returned = Fix(
+            f"return carry, {kept}",
+            f"return `{kept}` as the per-step output of the scan body `{function}` and drop `{line.source}`: "
+            "lax.scan stacks it over the steps",
+        )
+    else:
+        returned = Fix(
+            f"return out, {kept}",
+            f"return `{kept}` from `{function}` and drop `{line.source}`: the caller gets it as an output "
+            "(under jax.grad, with has_aux=True)",
+        )
+    return [returned, *(f for f in fixes if not f.use.startswith("return out"))]
+
+
 _FITTERS: dict[str, Callable[..., list[Fix]]] = {
     "bool": _fit_bool,
     "int": _fit_int,
