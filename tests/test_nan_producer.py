@@ -823,3 +823,34 @@ def test_cholesky_of_a_kernel_that_is_not_positive_definite_says_so_and_tries_th
     x = jnp.array([0.0, 1.0, 1.0, 2.0])  # the fix, applied to the user's matrix, factors it
     kernel = jnp.exp(-0.5 * (x[:, None] - x[None, :]) ** 2)
     assert bool(jnp.isfinite(jnp.linalg.cholesky(kernel + float(p.jitter) * jnp.eye(4))).all())
+
+
+# -- the log of a probability computed from logits (naive cross-entropies) -------------------------
+
+
+def naive_bce(w, x, y):
+    p = jax.nn.sigmoid(x @ w)
+    return -jnp.mean(y * jnp.log(p) + (1 - y) * jnp.log(1 - p))
+
+
+def naive_xent(logits, labels):
+    probs = jax.nn.softmax(logits)
+    return -jnp.sum(labels * jnp.log(probs))
+
+
+def test_log_of_one_minus_a_sigmoid_that_rounded_to_zero_gets_log_sigmoid():
+    # binary cross-entropy written from probabilities: a logit of 50.5 makes 1 - sigmoid = 0 in float32
+    x = jnp.array([[50.0, 1.0], [-40.0, 2.0]])
+    report = caught(lambda: jax.jit(jax.grad(naive_bce))(jnp.array([1.0, 0.5]), x, jnp.array([0.0, 1.0])))
+    p = report.producer
+    assert p.primitive == "log" and p.operands[0].made_by == "sub" and "logistic" in p.operands[0].made_from
+    assert "`jax.nn.log_sigmoid(-z)` for `jnp.log(1 - jax.nn.sigmoid(z))`" in report.fix
+    assert "from z = 17 on" in report.fix and "clamp" not in report.fix
+
+
+def test_log_of_a_softmax_that_rounded_to_zero_gets_log_softmax():
+    # label 0 times log(0): 0 * -inf = NaN
+    report = caught(lambda: jax.jit(naive_xent)(jnp.array([0.0, 200.0]), jnp.array([0.0, 1.0])))
+    p = report.producer
+    assert p.primitive == "log" and p.operands[0].made_by == "div"
+    assert "`jax.nn.log_softmax(z)`" in report.fix

@@ -486,6 +486,10 @@ def _inf_line(p) -> SourceLine | None:
     return None
 
 
+# The logit from which 1 - sigmoid(z) rounds to 0 (measured: 1 - sigmoid(17.0) == 0 in float32)
+_UNDERFLOW = {"float32": 17, "float64": 37}
+
+
 def nan_fix(report: NanReport) -> str:
     """The fix for this NaN: chosen by the producing operation and the input values it saw, naming only
     what is in the program; "" when no fix is known for what was seen (never a fix for another bug)."""
@@ -570,6 +574,26 @@ def nan_fix(report: NanReport) -> str:
             f"The denominator{code} was 0 ({p.description}): guard it, "
             "`jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 0.0)`." + SUGGESTION
         )
+    if p.primitive == "log" and p.operands and (not library or library.startswith("jax.nn.")):
+        # the log of a probability computed first: it rounds to 0 long before its logarithm is out of range
+        op = p.operands[0]
+        when = ""
+        if op.made_by == "logistic":
+            written = "`jax.nn.log_sigmoid(z)` for `jnp.log(jax.nn.sigmoid(z))`"
+        elif op.made_by == "sub" and "logistic" in op.made_from:
+            written = "`jax.nn.log_sigmoid(-z)` for `jnp.log(1 - jax.nn.sigmoid(z))`"
+            if op.dtype in _UNDERFLOW:
+                when = f" (1 - sigmoid(z) is 0 in {op.dtype} from z = {_UNDERFLOW[op.dtype]} on)"
+        elif op.made_by == "div" and op.made_from[:1] == ["exp"]:
+            written = "`jax.nn.log_softmax(z)` for `jnp.log(jax.nn.softmax(z))` (or of exp(z) / sum(exp(z)))"
+        else:
+            written = ""
+        if written:
+            return (
+                f"`log` got {op.value}{code}: a probability computed from logits rounded to 0 in {op.dtype}{when}, "
+                f"and its log is -inf. Compute the log-probability from the logits `z` directly: {written}; it "
+                "stays finite, and so does its gradient." + SUGGESTION
+            )
     if p.primitive in ("log", "log1p") and not library:
         return (
             f"`{p.primitive}` got {p.operands[0].value if p.operands else 'a value out of its domain'}{code}: "

@@ -87,6 +87,9 @@ class OperandValue:
     dtype: str
     made_by: str = ""  # primitive that computed it ("reduce_sum"); "" for an input or constant
     constant: bool = False  # written into the program (a literal)
+    # the primitives that computed made_by's own inputs ("" for an input or literal): `1 - sigmoid(z)`
+    # is made_by "sub", made_from ["", "logistic"]
+    made_from: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -534,6 +537,10 @@ class _Search(Listener):
         if "transpose" in _stack(eqn, path):
             producer.phase = "backward"
 
+    def _maker_name(self, var) -> str:
+        maker = self._made_by.get(id(var))
+        return maker.primitive.name if maker is not None else ""
+
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
@@ -557,6 +564,7 @@ class _Search(Listener):
                     dtype=str(array.dtype),
                     made_by=maker.primitive.name if maker is not None else "",
                     constant=compat.is_literal(var),
+                    made_from=[self._maker_name(v) for v in maker.invars] if maker is not None else [],
                 )
             )
         stack = _stack(eqn, path)
