@@ -846,6 +846,8 @@ def test_log_of_one_minus_a_sigmoid_that_rounded_to_zero_gets_log_sigmoid():
     assert p.primitive == "log" and p.operands[0].made_by == "sub" and "logistic" in p.operands[0].made_from
     assert "`jax.nn.log_sigmoid(-z)` for `jnp.log(1 - jax.nn.sigmoid(z))`" in report.fix
     assert "from z = 17 on" in report.fix and "clamp" not in report.fix
+    # two `log`s on the line: the report names the one that made it, from the columns JAX records
+    assert p.expression == "jnp.log(1 - p)" and "`log` made inf in `jnp.log(1 - p)` at naive_bce" in report.summary
 
 
 def test_log_of_a_softmax_that_rounded_to_zero_gets_log_softmax():

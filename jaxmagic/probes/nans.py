@@ -214,6 +214,8 @@ class NanReport(Report):
         inside = f" inside `{p.library_function}`" if p.library_function else ""
         line = p.line
         at = f" at {line.function} ({line.label or line.filename}, line {line.lineno})" if line else ""
+        if p.expression:  # the part of the line that made it: which of two `log`s
+            at = f" in `{p.expression}`{at}"
         loops = f", {p.where_in_loops}" if p.loops else ""
         call = f", call {self.call_number}" if self.call_number > 1 else ""
         if p.opaque:
@@ -307,6 +309,8 @@ class NanReport(Report):
 
         p = self.producer
         facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]
+        if p.expression:
+            facts.append(("in", f"`{p.expression}`"))
         facts.append(("values", p.description))
         if p.library_function:
             facts.append(("inside", f"`{p.library_function}`, called from your line"))
@@ -501,7 +505,7 @@ def nan_fix(report: NanReport) -> str:
             )
         return ""
     library = p.library_function
-    code = f" (`{p.line.code}`)" if p.line is not None and p.line.code else ""
+    code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
     if p.neg_inf_rows and p.nan_maker_library in _ROW_FUNCTIONS:  # -inf made elsewhere, NaN in the row function
         library = p.nan_maker_library
         code = f" (`{p.nan_maker_line.code}`)" if p.nan_maker_line is not None and p.nan_maker_line.code else ""

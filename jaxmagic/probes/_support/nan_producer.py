@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import linecache
 import os
 import weakref
 
@@ -99,6 +100,9 @@ class NanProducer:
     primitive: str  # "log", "div", ...
     value: str  # what it made: "nan" or "inf"
     line: SourceLine | None = None  # the user's line (for a library function: the line that called it)
+    # the part of that line that made it, when the line holds more: `jnp.log(1 - p)` of
+    # `return -jnp.mean(y * jnp.log(p) + (1 - y) * jnp.log(1 - p))` (from the columns JAX records)
+    expression: str = ""
     library_function: str = ""  # "jnp.std" when the operation ran inside a JAX library function
     phase: str = "forward"  # "forward" or "backward"
     derivative: bool = False  # computed by JAX for a gradient (its line is the forward line it differentiates)
@@ -314,6 +318,31 @@ def _user_line(eqn, path=()) -> SourceLine | None:
         if line is not None:
             return line
     return None
+
+
+def _expression_of(eqn, line: SourceLine | None, path=()) -> str:
+    """The part of ``line`` whose evaluation made ``eqn`` (``jnp.log(1 - p)``), read from the columns
+    JAX records with each frame - following a backward equation to the forward one it was attributed
+    to; "" when that is the whole line, spans lines, or is not recorded."""
+    if line is None:
+        return ""
+    tracebacks = []
+    for made in (eqn, *(p.eqn for p in reversed(path))):
+        traceback = made.source_info.traceback
+        while traceback is not None and id(traceback) not in {id(t) for t in tracebacks}:
+            tracebacks.append(traceback)
+            traceback = _attributed.get(id(traceback))
+    for traceback in tracebacks:
+        for frame in compat.user_frames(traceback):
+            if (frame.file_name, frame.start_line) != (
+                line.filename,
+                line.lineno,
+            ) or frame.end_line != frame.start_line:
+                continue
+            text = linecache.getline(line.filename, line.lineno).encode()
+            part = text[frame.start_column : frame.end_column].decode(errors="replace").strip()
+            return part if part and part != line.code.strip() else ""
+    return ""
 
 
 def _line_of(traceback) -> SourceLine | None:
@@ -587,6 +616,7 @@ class _Search(Listener):
             operands[0].value, jitter = _definiteness(np.asarray(inputs[0]), index, eqn)
         return NanProducer(
             jitter=jitter,
+            expression=_expression_of(eqn, line, path),
             primitive=eqn.primitive.name,
             value=made,
             line=line,
