@@ -486,3 +486,17 @@ def test_one_key_per_element_is_not_flagged():
         ys = all_streams_fixed(jnp.zeros((4, 2)), jax.random.key(0))
     assert not bool(jnp.all(ys == ys[0]))
     assert report.shared == [] and report.status.value == "ok"
+
+
+def test_the_legacy_keys_remembered_are_bounded_and_the_report_says_so(monkeypatch):
+    from jaxmagic.probes.keys import draws
+
+    monkeypatch.setattr(draws, "MAX_CONSUMED_KEYS", 2)
+    with probes.keys() as report:
+        key = jax.random.PRNGKey(0)
+        for _ in range(4):
+            key, sub = jax.random.split(key)
+            jax.random.normal(sub, (2,))
+    assert report.status.value == "ok"
+    assert (report.legacy_keys_followed, report.legacy_keys_limit) == (2, 2)
+    assert "the first 2 only (the limit): a reuse of a later one is not seen" in " ".join(str(report).split())

@@ -22,7 +22,7 @@ _NOT_DRAWING = frozenset({"key_data", "key_impl"})
 # Source, not a Sink; a draw or a split consumes)
 _NOT_CONSUMING = _NOT_DRAWING | {"fold_in", "clone", "wrap_key_data"}
 MAX_DRAW_LINES = 200  # lines followed per block
-MAX_CONSUMED_KEYS = 100_000  # legacy key data remembered per block, to find one consumed on two lines
+MAX_CONSUMED_KEYS = 20_000  # legacy key data remembered per block (~200 bytes each), to find one consumed on two lines
 _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other arguments
 
 
@@ -135,6 +135,9 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
             if first is None:
                 if len(consumed) < MAX_CONSUMED_KEYS:
                     consumed[digest] = (where, name, user.f_code.co_qualname)
+                    report.legacy_keys_followed = len(consumed)
+                else:
+                    report.legacy_keys_limit = MAX_CONSUMED_KEYS
                 return
             if first[0] == where:  # the same line again: a loop, counted per line as a repeated draw
                 return

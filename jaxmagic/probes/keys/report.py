@@ -175,6 +175,8 @@ class KeyReport(Report):
     calls_checked: bool = True  # False: only traced functions were checked, not each call
     followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
     other_error: str = ""
+    legacy_keys_followed: int = 0  # legacy key data remembered to find one consumed on two lines
+    legacy_keys_limit: int = 0  # > 0: the limit was reached, later keys were not remembered
 
     def flow(self, function: str) -> KeyFlow | None:
         """The key flow of ``function`` (the first argument that carries keys)."""
@@ -384,6 +386,16 @@ class KeyReport(Report):
             )
         if not self.followed:
             how.append("This JAX gives no way to follow single calls, so keys per function were not counted.")
+        if self.legacy_keys_followed:
+            how.append(
+                f"Legacy uint32 keys were followed by their data: {self.legacy_keys_followed:,} consumed key(s) "
+                "remembered, to find one consumed again on another line"
+                + (
+                    f" - the first {self.legacy_keys_limit:,} only (the limit): a reuse of a later one is not seen."
+                    if self.legacy_keys_limit
+                    else "."
+                )
+            )
         sections.append(Section("How this was checked", [Paragraph(t) for t in how]))
         return Document("%%jax_keys", self.status, self.summary, sections)
 
