@@ -92,7 +92,7 @@ CASES = [
         "bool",
         "halve_while_big",
         ["x"],
-        "lax.while_loop",
+        "x = lax.while_loop(lambda x: x > 1, lambda x: x / 2, x)",  # the loop's one variable as its state
     ),
     (
         lambda: jax.jit(repeat_add)(1.0, 3),
@@ -724,3 +724,15 @@ def test_math_functions_on_traced_values_get_their_jax_numpy_twins_tried():
     report = probes.explain(raised(lambda: jax.jit(gaussian)(jnp.float32(0.5), 1.0)))
     assert report.fixes[0].use == "jnp.exp(-(x**2) / (2 * sigma**2)) / jnp.sqrt(2 * math.pi * sigma**2)"
     assert report.fixes[0].checked.startswith("checked: traces with sigma: float32[], x: float32[]")
+
+
+def test_a_while_loop_updating_one_variable_becomes_lax_while_loop_tried_on_the_shapes():
+    def halve_until(delta, tol):
+        while jnp.abs(delta) > tol:
+            delta /= 2
+        return delta
+
+    report = probes.explain(raised(lambda: jax.jit(halve_until)(1.0, 1e-3)))
+    first = report.fixes[0]
+    assert first.use == "delta = lax.while_loop(lambda delta: jnp.abs(delta) > tol, lambda delta: delta / 2, delta)"
+    assert first.checked.startswith("checked: traces with delta: float32[], tol: float32[]")

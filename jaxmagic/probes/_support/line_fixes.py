@@ -68,6 +68,8 @@ class LineCode:
     statement: str  # "assert", "if", "while", "for" or "" for any other
     # an ``if`` that only chooses a value: (what receives it - "return" or a name -, value if true, if false)
     choice: tuple[str, str, str] | None = None
+    # a ``while`` whose body updates one name: (the name, its new value)
+    update: tuple[str, str] | None = None
 
     @property
     def test(self) -> ast.expr | None:
@@ -112,13 +114,12 @@ def read_line(code: str, filename: str = "", lineno: int = 0) -> LineCode | None
     node = tree.body[0]
     statement = {ast.Assert: "assert", ast.If: "if", ast.While: "while", ast.For: "for"}.get(type(node), "")
     choice = _if_choice(filename, lineno) if statement == "if" and filename else None
-    return LineCode(tree, source, statement, choice)
+    update = _while_update(filename, lineno) if statement == "while" and filename else None
+    return LineCode(tree, source, statement, choice, update)
 
 
-def _if_choice(filename: str, lineno: int) -> tuple[str, str, str] | None:
-    """(receiver, value if true, value if false) of the ``if`` at ``lineno`` when each branch is one
-    ``return v`` (or the ``return`` right after an ``if`` without ``else``) or one ``y = v`` to the same
-    name: ``if x > limit: return limit`` / ``return x`` -> ("return", "limit", "x")."""
+def _statement_at(filename: str, lineno: int, kind: type) -> tuple[str, ast.stmt, ast.stmt | None] | None:
+    """(the file's source, the ``kind`` statement starting at ``lineno``, the statement after it)."""
     source = "".join(linecache.getlines(filename))
     try:
         tree = ast.parse(source)
@@ -130,10 +131,47 @@ def _if_choice(filename: str, lineno: int) -> tuple[str, str, str] | None:
             if not isinstance(block, list):
                 continue
             for position, node in enumerate(block):
-                if isinstance(node, ast.If) and node.lineno == lineno:
-                    after = block[position + 1] if position + 1 < len(block) else None
-                    return _branches(source, node, after)
+                if isinstance(node, kind) and node.lineno == lineno:
+                    return source, node, block[position + 1] if position + 1 < len(block) else None
     return None
+
+
+def _if_choice(filename: str, lineno: int) -> tuple[str, str, str] | None:
+    """(receiver, value if true, value if false) of the ``if`` at ``lineno`` when each branch is one
+    ``return v`` (or the ``return`` right after an ``if`` without ``else``) or one ``y = v`` to the same
+    name: ``if x > limit: return limit`` / ``return x`` -> ("return", "limit", "x")."""
+    found = _statement_at(filename, lineno, ast.If)
+    if found is None:
+        return None
+    source, node, after = found
+    assert isinstance(node, ast.If)
+    return _branches(source, node, after)
+
+
+def _while_update(filename: str, lineno: int) -> tuple[str, str] | None:
+    """(the name, its new value) of a ``while`` at ``lineno`` whose body is one assignment to one name:
+    ``while jnp.abs(delta) > tol: delta = delta / 2`` -> ("delta", "delta / 2")."""
+    found = _statement_at(filename, lineno, ast.While)
+    if found is None:
+        return None
+    source, node, _ = found
+    assert isinstance(node, ast.While)
+    if node.orelse or len(node.body) != 1:
+        return None
+    body = node.body[0]
+    if isinstance(body, ast.Assign) and len(body.targets) == 1 and isinstance(body.targets[0], ast.Name):
+        value = ast.get_source_segment(source, body.value)
+        return (body.targets[0].id, value) if value else None
+    if isinstance(body, ast.AugAssign) and isinstance(body.target, ast.Name):
+        value = ast.get_source_segment(source, body.value)
+        operator = _AUGMENTED.get(type(body.op))
+        if not isinstance(body.value, (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript)):
+            value = f"({value})"  # x *= a + b is x * (a + b)
+        return (body.target.id, f"{body.target.id} {operator} {value}") if value and operator else None
+    return None
+
+
+_AUGMENTED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Pow: "**"}
 
 
 def _branches(source: str, node: ast.If, after: ast.stmt | None) -> tuple[str, str, str] | None:
@@ -254,6 +292,13 @@ def _fit_bool(fixes, line, names, traced, resolve):
             *static,
         ]
     condition = _jnp_condition(line, test) if test is not None else "cond"
+    if line.statement == "while" and line.update is not None and test is not None:
+        name, value = line.update
+        if _uses(test, {name}):
+            written = f"{name} = lax.while_loop(lambda {name}: {condition}, lambda {name}: {value}, {name})"
+            return [_written(written, _when(fixes, "lax.while_loop") + ": the loop's one variable is its state")] + [
+                f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
+            ]
     if line.statement == "while":
         return [Fix(f"lax.while_loop(lambda state: {condition}, body_fn, init)", _when(fixes, "lax.while_loop"))] + [
             f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
