@@ -514,6 +514,13 @@ def _provenance_of(report: TracerErrorReport, message: str, inside: list[Transfo
     return Provenance(function=function, transforms=labels, started_by=started, unknown=why)
 
 
+def _parameter_names(code) -> tuple[str, ...]:
+    """The names a function's parameters bind, ``*args`` and ``**kwargs`` included."""
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return code.co_varnames[:count]
+
+
 def _innermost_user_entry(tb):
     """The traceback entry of your innermost frame (the one whose line raised), or None."""
     entry = None
@@ -563,8 +570,7 @@ def _made_on_failing_line(report: TracerErrorReport, tb) -> Provenance | None:
     while walk is not None:  # the values bound to parameters of your functions: inputs of a trace
         code = walk.tb_frame.f_code
         if is_user_file(code.co_filename):
-            count = code.co_argcount + code.co_kwonlyargcount
-            inputs.update(id(walk.tb_frame.f_locals.get(name)) for name in code.co_varnames[:count])
+            inputs.update(id(walk.tb_frame.f_locals.get(name)) for name in _parameter_names(code))
         walk = walk.tb_next
     found = None
     for traced in report.traced_names:
@@ -665,10 +671,7 @@ def _add_traced_origin(report: TracerErrorReport, tb) -> None:
             on_line[name] = value
     traced = []
     for frame, _ in frames:
-        code = frame.f_code
-        count = code.co_argcount + code.co_kwonlyargcount
-        count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
-        parameters = {name: frame.f_locals.get(name) for name in code.co_varnames[:count]}
+        parameters = {name: frame.f_locals.get(name) for name in _parameter_names(frame.f_code)}
         tracers = {name: value for name, value in parameters.items() if isinstance(value, tracer_class)}
         if tracers:
             traced.append((frame, tracers))
@@ -805,7 +808,8 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve=lambda name: 
     code = line_fixes.read_line(line, failing.filename, failing.lineno) if failing else None
     code = code or line_fixes.read_line(report.failing_lambda)
     fixes = line_fixes.fit(kind.key, fixes, code, report.traced_names, resolve)
-    preferred = _preferred_fix(kind.key, line)
+    # a line read as code was fitted above; one that was not (part of a longer statement) is matched as text
+    preferred = _preferred_fix(kind.key, line) if code is None else ""
     if preferred:
         fixes.sort(key=lambda f: 0 if preferred in f.use else 1)
     return fixes

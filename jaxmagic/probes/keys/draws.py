@@ -106,9 +106,9 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
         if found is None:
             return
         fingerprint, data = found
-        if legacy and name not in _NOT_CONSUMING:
-            _note_consumed(fingerprint[:-_EXTRA_DIGEST], name, where, user)
         with lock:
+            if legacy and name not in _NOT_CONSUMING:
+                _note_consumed(fingerprint[:-_EXTRA_DIGEST], name, where, user)
             entry = draws.get(where)
             if entry is None:
                 if len(draws) >= MAX_DRAW_LINES:
@@ -129,33 +129,33 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
             draw.distinct = len(seen)
 
     def _note_consumed(digest: bytes, name: str, where: tuple, user) -> None:
-        """A legacy key's data consumed on a second line: the reuse JAX raises for a typed key, recorded."""
-        with lock:
-            first = consumed.get(digest)
-            if first is None:
-                if len(consumed) < MAX_CONSUMED_KEYS:
-                    consumed[digest] = (where, name, user.f_code.co_qualname)
-                    report.legacy_keys_followed = len(consumed)
-                else:
-                    report.legacy_keys_limit = MAX_CONSUMED_KEYS
-                return
-            if first[0] == where:  # the same line again: a loop, counted per line as a repeated draw
-                return
-            pair = (first[0], where)
-            reuse = reuses.get(pair)
-            if reuse is not None:
-                reuse.count += 1
-                return
-            first_line = line_of_place(first[0], first[2])
-            line = line_of(user)
-            reuses[pair] = reuse = KeyReuse(
-                message=f"legacy uint32 key data consumed by jax.random.{first[1]} and again by jax.random.{name}",
-                consumer=f"jax.random.{name}",
-                reused_at=line,
-                first_used_at=first_line,
-                provenance=attribution.of_source_line(line, attribution.started_by(user)),
-            )
-            report.reuse.append(reuse)
+        """A legacy key's data consumed on a second line: the reuse JAX raises for a typed key, recorded.
+        Called with ``lock`` held."""
+        first = consumed.get(digest)
+        if first is None:
+            if len(consumed) < MAX_CONSUMED_KEYS:
+                consumed[digest] = (where, name, user.f_code.co_qualname)
+                report.legacy_keys_followed = len(consumed)
+            else:
+                report.legacy_keys_limit = MAX_CONSUMED_KEYS
+            return
+        if first[0] == where:  # the same line again: a loop, counted per line as a repeated draw
+            return
+        pair = (first[0], where)
+        reuse = reuses.get(pair)
+        if reuse is not None:
+            reuse.count += 1
+            return
+        first_line = line_of_place(first[0], first[2])
+        line = line_of(user)
+        reuses[pair] = reuse = KeyReuse(
+            message=f"legacy uint32 key data consumed by jax.random.{first[1]} and again by jax.random.{name}",
+            consumer=f"jax.random.{name}",
+            reused_at=line,
+            first_used_at=first_line,
+            provenance=attribution.of_source_line(line, attribution.started_by(user)),
+        )
+        report.reuse.append(reuse)
 
     try:
         with prng_checks.following_key_checks(_follow):
