@@ -350,3 +350,62 @@ def test_lines_in_loops_nested_functions_and_lambdas_are_the_ones_that_transferr
     assert rep.total == 9
     [inner_group] = [t for t in rep.transfers if t.line.function == "inner"]
     assert inner_group.line.code.startswith("return double(w)")
+
+
+@pytest.fixture
+def quick_quiet(monkeypatch):
+    """Lines go quiet after 30 clean lines in a row and 3 runs each (1,000 and 20 by default)."""
+    module = sys.modules["jaxmagic.probes.transfers"]
+    monkeypatch.setattr(module, "QUIET_LINES", 30)
+    monkeypatch.setattr(module, "QUIET_RUNS", 3)
+
+
+def test_an_if_taken_now_and_then_in_a_quiet_loop_is_named_exactly(double, quick_quiet):
+    """A loop goes quiet (its lines' events off); the body of an `if` taken every 50th step (a metric
+    logged with NumPy data) has run too few times to be quiet, so it switches the events on again and
+    its transfers are on its own line."""
+    x_dev, np_x = jnp.ones(3), np.ones(3, np.float32)
+    with probes.transfers() as rep:
+        for i in range(200):
+            s = double(x_dev)  # clean
+            if i % 50 == 49:
+                double(np_x)  # every 50th step
+    del s
+    assert [(t.line.code, t.count) for t in rep.transfers] == [("double(np_x)  # every 50th step", 4)]
+    assert rep.total == 4
+
+
+def test_a_quiet_line_that_starts_transferring_is_listed_among_the_loops_lines(double, quick_quiet):
+    """A line clean for many runs that then passes a NumPy array is found late (its event was off): the
+    report lists the lines that may have made it - never one line it did not see - and later blocks
+    follow every line again."""
+    x_dev, np_x = jnp.ones(3), np.ones(3, np.float32)
+    with probes.transfers() as rep:
+        for i in range(100):
+            v = np_x if i >= 60 else x_dev  # NumPy from step 60
+            double(v)  # transfers from step 60
+    [group] = rep.transfers
+    assert group.line is None and group.count == 40 and rep.total == 40
+    assert "double(v)  # transfers from step 60" in [line.code for line in group.among]
+    assert "one of" in rep.summary and "switched off" in group.provenance.unknown
+    # The lines switched off in that block are followed in the next one.
+    with probes.transfers() as again:
+        for i in range(5):
+            v = np_x
+            double(v)  # transfers from step 60
+    assert [(t.line.code, t.count) for t in again.transfers] == [("double(v)  # transfers from step 60", 5)]
+
+
+def test_a_function_whose_lines_went_quiet_is_followed_in_the_next_block(double, quick_quiet):
+    x_dev, np_x = jnp.ones(3), np.ones(3, np.float32)
+
+    def step(v):
+        return double(v)  # the step's call
+
+    with probes.transfers() as clean:
+        for _ in range(100):
+            step(x_dev)
+    assert not clean.transfers
+    with probes.transfers() as rep:
+        step(np_x)
+    assert [(t.line.code, t.count) for t in rep.transfers] == [("return double(v)  # the step's call", 1)]

@@ -27,6 +27,23 @@ file has grown since the last user line began, that line made the transfers
 system call on every line: see ``_CaptureFile``).
 Everything else written to descriptor 2 is passed on to the real stderr.
 
+Following a line costs ~1,800 instructions (~0.5 us), a fifth of a loop of a tiny
+jitted step. So once ``QUIET_LINES`` user lines in a row made no transfer, a line
+that has run ``QUIET_RUNS`` times since without one goes quiet: its event is
+switched off (``sys.monitoring.DISABLE``), and a loop costs nothing more. A line
+that ran fewer times (the body of an ``if`` taken now and then, an outer loop's
+line) switches every event on again (``sys.monitoring.restart_events``) so that
+the line after it is seen: a transfer it makes is named exactly. Only a transfer
+made by a quiet line itself - a line that ran clean many times and then passed
+a host value - is found late, at the next line followed: it is listed with the
+lines that may have made it (``Transfer.among``), and the rest of the block is
+followed line by line, so the same transfer made again is named exactly. The
+events are also switched on again at the end of a block that switched any off:
+a switched-off line stays off across tool ids, and the user's function would go
+unseen in the next block. ``restart_events`` switches on again what other tools
+(a debugger) switched off for themselves too; they switch it off again at its
+next run.
+
 A call that is traced and run at once (the first call of a jitted function) runs the
 user's function inside JAX, so the last user line before the copy of its NumPy
 arguments is a line of the traced function. A user function that a library called (seen
@@ -55,7 +72,8 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from types import CodeType
 
 import numpy as np
 
@@ -82,6 +100,9 @@ MODES = ("log", "disallow")
 MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
 TRUNCATE_AT = 1 << 20  # bytes of captured stderr after which the file is emptied again
 MAPPED_BYTES = 4 << 20  # size of the capture file's memory map (sparse; above TRUNCATE_AT)
+# User lines in a row without a transfer after which a line's event is switched off (see the top) ...
+QUIET_LINES = 1_000
+QUIET_RUNS = 20  # ... once it has run this often since
 
 _GUARD_LINE = re.compile(r"guard_lib\.cc:\d+\] (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$")
 _DISALLOWED = re.compile(r"Disallowed (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$", re.MULTILINE)
@@ -111,6 +132,8 @@ class Transfer:
     argument: str = ""  # the expression on that line whose value was copied ("batch"); "" when not told
     candidates: list[str] = dataclasses.field(default_factory=list)  # several arguments of that type: one of them
     traced: str = ""  # the user function a trace of this call ran ("loss"), when the call was traced first
+    # line is None: the lines one of which made it, when lines had gone quiet (see _GuardLog)
+    among: list[SourceLine] = dataclasses.field(default_factory=list)
     provenance: Provenance | None = None  # made_at: the line above; started_by: the outermost call
 
     @property
@@ -170,6 +193,8 @@ class TransferReport(Report):
                 )
                 if first.argument:
                     head += f" (argument `{first.argument}`)"
+            elif first.among:
+                head += "; the first on one of " + ", ".join(f"line {line.lineno}" for line in first.among)
             return head + "."
         if self.other_error:
             return f"The cell failed with {self.other_error}; no implicit transfer happened before."
@@ -180,7 +205,8 @@ class TransferReport(Report):
         sections = []
         if self.transfers:
             rows = [
-                [_line_cell(t.line), t.value or "-", t.what, _argument_cell(t), str(t.count)] for t in self.transfers
+                [_line_cell(t.line, t.among), t.value or "-", t.what, _argument_cell(t), str(t.count)]
+                for t in self.transfers
             ]
             kept = sum(t.count for t in self.transfers)
             blocks = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
@@ -234,9 +260,9 @@ def _argument_cell(t: Transfer) -> str:
     return "-"
 
 
-def _line_cell(line: SourceLine | None) -> str:
+def _line_cell(line: SourceLine | None, among: Sequence[SourceLine] = ()) -> str:
     if line is None:
-        return "(not known)"
+        return "one of " + "; ".join(_line_cell(candidate) for candidate in among) if among else "(not known)"
     inside = f" in {line.function}" if line.function not in ("<module>", "") else ""
     return f"{line.label or line.filename}:{line.lineno}{inside} `{line.code}`"
 
@@ -304,6 +330,12 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
             report.blocked = bool(report.message)
 
 
+_QUIET_UNKNOWN = (
+    "made by a line that had run many times without a transfer, whose events jaxmagic had switched off "
+    f"(after {QUIET_LINES:,} lines in a row without one, so that long loops cost nothing): one of the lines "
+    "listed made it. From then on every line was followed again, so the same transfer made again is listed "
+    "with its exact line"
+)
 _SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorded, so it counts once
 
 
@@ -443,9 +475,12 @@ class _GuardLog:
     def __init__(self, report: TransferReport):
         self.report = report
         self._groups: dict[tuple, Transfer] = {}
-        # [code object, line number] of the user's line running ([None, 0] before the first): a list
-        # the LINE callback writes in place (cheaper there than an attribute holding a new tuple)
-        self._at: list = [None, 0]
+        # [code object, line number] of the user's line running ([None, 0] before the first), and the
+        # user lines in a row without a transfer (-inf: lines never go quiet again in this block): a
+        # list the LINE callback writes in place (cheaper there than attributes)
+        self._at: list = [None, 0, 0]
+        self._runs: dict[tuple[CodeType, int], int] = {}  # (code, line) -> runs after QUIET_LINES clean ones
+        self._quiet: list[tuple[CodeType, int]] = []  # (code, line) of the lines whose events are off
         self._pending = b""
         self._user_file: dict[str, bool] = {}
         self._tool: MonitoringTool | None = None
@@ -478,15 +513,19 @@ class _GuardLog:
         try:
             self._stop_following()
             self._frame_of_line = None
+            if self._quiet:
+                sys.monitoring.restart_events()  # a switched-off line stays off for the next block: see top
             with contextlib.suppress(Exception):
                 sys.stderr.flush()
             self.check()
             if self._pending:  # a last line without newline
-                self._handle_line(self._pending)
+                self._handle_line(self._pending, [])
                 self._pending = b""
         finally:
             self._restore_fd()
             self._calls.clear()  # code objects and nothing of the user's values: but not kept past the block
+            self._runs.clear()
+            self._quiet.clear()
             self._code_state.clear()
             self._user_codes.clear()
             self._codes.clear()
@@ -503,17 +542,60 @@ class _GuardLog:
             data = self._capture.take()
             if not data:
                 return
+            if self._at[2] > 0:
+                self._at[2] = 0
+            self._runs.clear()
+            among = self._unsure() if self._quiet else []
             *complete, self._pending = (self._pending + data).split(b"\n")
             for line in complete:
-                self._handle_line(line + b"\n")
+                self._handle_line(line + b"\n", among)
 
-    def _handle_line(self, raw: bytes) -> None:
+    def _unsure(self) -> list[SourceLine]:
+        """Lines had gone quiet when something was written: the lines that may have written it (the
+        quiet ones and the last followed); every line is followed again for the rest of the block."""
+        candidates = {(code.co_filename, line, code.co_name) for code, line in self._quiet}
+        current = self._current()
+        if current is not None:
+            candidates.add(current)
+        self._at[2] = float("-inf")
+        self._follow_every_line()
+        return [source_line(*where) for where in sorted(candidates, key=lambda where: (where[0], where[1]))]
+
+    def _follow_every_line(self) -> None:
+        self._quiet.clear()
+        if self._tool is not None:
+            sys.monitoring.restart_events()
+
+    def _quieting(self, code, line_number: int):
+        """The LINE event of a user line after QUIET_LINES lines without a transfer: DISABLE once the
+        line ran QUIET_RUNS times since; a line that ran fewer times while others are quiet switches
+        their events on again, so that the line after it is seen (see the top)."""
+        key = (code, line_number)
+        runs = self._runs[key] = self._runs.get(key, 0) + 1
+        if runs >= QUIET_RUNS:
+            self._quiet.append(key)
+            return sys.monitoring.DISABLE
+        if self._quiet:
+            self._follow_every_line()
+        return None
+
+    def _handle_line(self, raw: bytes, among: list[SourceLine]) -> None:
         found = parse_transfer(raw.decode("utf-8", "replace"))
         if found is None:
             os.write(self._saved, raw)  # not ours: on to the real stderr
             return
         report = self.report
         report.total += 1
+        if among:  # lines had gone quiet: one of them made it
+            key = (found, tuple((line.filename, line.lineno) for line in among))
+            group = self._groups.get(key)
+            if group is not None:
+                group.count += 1
+            elif len(self._groups) < MAX_GROUPS:
+                group = self._groups[key] = Transfer(found[0], found[1], None, among=among)
+                group.provenance = Provenance(unknown=_QUIET_UNKNOWN)
+                report.transfers.append(group)
+            return
         if not found[1]:
             # JAX's C++ fast path does not describe the value; on a line with one kind of transfer
             # described earlier (the first, slower call), it is that kind again.
@@ -535,7 +617,7 @@ class _GuardLog:
 
     def _describe(self, group: Transfer) -> None:
         """The argument, traced function and provenance of a new group (at most MAX_GROUPS times)."""
-        code, line_number = self._at
+        code, line_number, _ = self._at
         site = self._calls.get((id(code), line_number)) if code is not None else None
         if site is not None:
             group.traced = site.traced
@@ -556,7 +638,7 @@ class _GuardLog:
 
     def _current(self) -> tuple[str, int, str] | None:
         """(file, line, function) of the user's line running, or None before the first."""
-        code, line_number = self._at
+        code, line_number, _ = self._at
         if code is None:
             return None
         return (code.co_filename, line_number, code.co_name)
@@ -584,13 +666,16 @@ class _GuardLog:
         an attribute), ~1,800 with a callback like this one, ~700 with an empty one."""
         block_thread, get_ident = self._thread, threading.get_ident
         capture, view, at, user_codes = self._capture, self._capture.view, self._at, self._user_codes
-        other_line = self._other_line
+        other_line, quieting = self._other_line, self._quieting
 
         def on_line(code, line_number: int):
             # `code is at[0]`: the line before ran in the same code object (a loop, a function's body)
             if get_ident() == block_thread and (code is at[0] or id(code) in user_codes) and not view[capture.read]:
                 at[0] = code
                 at[1] = line_number
+                at[2] += 1
+                if at[2] > QUIET_LINES:  # lines in a row without a transfer: this one may go quiet
+                    return quieting(code, line_number)
                 return None
             return other_line(code, line_number)
 
