@@ -736,3 +736,35 @@ def test_a_while_loop_updating_one_variable_becomes_lax_while_loop_tried_on_the_
     first = report.fixes[0]
     assert first.use == "delta = lax.while_loop(lambda delta: jnp.abs(delta) > tol, lambda delta: delta / 2, delta)"
     assert first.checked.startswith("checked: traces with delta: float32[], tol: float32[]")
+
+
+def _clip(x):
+    if x > 0:
+        return x
+    return -x
+
+
+def _zeros_of(x, n):
+    return jnp.zeros(n) + x
+
+
+def _zeros_of_sum(x):
+    return jnp.zeros(x.sum().astype(int))
+
+
+@pytest.mark.parametrize(
+    ("call", "kind"),
+    [
+        (lambda: jax.make_jaxpr(_clip)(1.0), "bool"),
+        (lambda: jax.eval_shape(_zeros_of, 1.0, 3), "shape"),
+        (lambda: lax.switch(0, [_clip, _clip], 1.0), "bool"),
+        (lambda: lax.cond(True, _zeros_of_sum, lambda x: jnp.zeros(3), jnp.ones(3)), "shape"),
+    ],
+    ids=["make_jaxpr", "eval_shape", "eager switch", "eager cond"],
+)
+def test_a_tracer_error_under_a_transformation_without_jit_is_no_leak(call, kind):
+    """make_jaxpr, eval_shape and an eager lax.cond/switch trace the function like jit does; no table of
+    API frames named them, and their tracer errors were told as tracers kept past an ended trace."""
+    report = probes.explain(raised(call))
+    assert report.error_kind == kind, report.summary
+    assert "leak" not in report.summary and not report.held_by

@@ -279,6 +279,26 @@ def trace_ended(tracer) -> bool | None:
         return None
 
 
+def trace_running_on(tracer, frames: list[tuple[FrameType, int]]) -> bool:
+    """Whether the trace that made ``tracer`` was still being traced where ``frames`` were (the stack
+    of an error, outermost first): a JAX frame on it holds that trace in a variable (``trace`` of
+    the function that runs the user's function under it). Every way into a trace sets one up so -
+    ``make_jaxpr``, ``eval_shape``, ``lax.cond``'s branches, ``custom_jvp`` - also those no table
+    of API functions names; a tracer kept from a trace that ended is held by no frame."""
+    trace = getattr(tracer, "_trace", None)
+    if trace is None:
+        return False
+    for frame, _ in frames:
+        if not _is_jax_file(frame.f_code.co_filename):
+            continue
+        try:
+            if any(value is trace for value in frame.f_locals.values()):
+                return True
+        except Exception:
+            continue
+    return False
+
+
 def made_by(tracer):
     """The tracer a grad tracer wraps (``primal``), whose line JAX records; else the tracer itself."""
     primal = getattr(tracer, "primal", None)

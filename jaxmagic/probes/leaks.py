@@ -38,6 +38,7 @@ from jaxmagic._jax.transform_stack import (
     leak_error_stacks,
     of_traceback,
     stack_at_raise,
+    trace_running_on,
     traced_for,
     transformations,
     unfiltered_traceback,
@@ -694,10 +695,10 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
         if any(f is failing for f, _ in frames)
         else []
     )
+    del frames  # the frames inside the failing line's call may hold a leaked tracer's trace: only callers count
     inside = transformations(upto)
-    del frames, upto
     if inside:  # the failing line ran while a transformation traced it: a tracer there is no leak
-        del failing
+        del failing, upto
         return None
     code = source_line(failing.f_code.co_filename, lineno, failing.f_code.co_name)
     candidates: dict[int, Any] = {}
@@ -725,6 +726,11 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     )
     if not candidates and not mentioned:
         return None
+    if any(trace_running_on(value, upto) for value in candidates.values()):
+        candidates.clear()  # traced by a transformation no API frame names (make_jaxpr, lax.cond): no leak
+        del upto
+        return None
+    del upto
     in_namespace, _ = _find_tracers(namespace) if namespace and candidates else ({}, {})
     tracer = next(iter(candidates.values()), None)
     facts = UnexpectedTracer(tracer_type=mentioned, used_at=code)
