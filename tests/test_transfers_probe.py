@@ -390,7 +390,7 @@ def test_a_quiet_line_that_starts_transferring_is_listed_among_the_loops_lines(d
     assert "one of" in rep.summary and "switched off" in group.provenance.unknown
     # The lines switched off in that block are followed in the next one.
     with probes.transfers() as again:
-        for i in range(5):
+        for _ in range(5):
             v = np_x
             double(v)  # transfers from step 60
     assert [(t.line.code, t.count) for t in again.transfers] == [("double(v)  # transfers from step 60", 5)]

@@ -1,16 +1,23 @@
-"""Create jaxmagic's cache-key context right after the cell that imports JAX.
+"""Create jaxmagic's cache-key context the moment JAX has been imported.
 
 ``%%jax_leaks``, ``%%jax_keys``, ``%%jax_print`` and ``%%jax_doctor`` trace the
 cell afresh under a ``jax.make_user_context`` of jaxmagic's own
 (``_jax/retrace.py``). Creating that context adds an entry to every cache key,
 so everything compiled before it traces and compiles once more. Made when JAX
 has just been imported, it costs the user nothing: no function of theirs is
-cached yet (or only what that one cell compiled). ``%load_ext`` itself never
-imports JAX, so it waits for the user's import instead of doing it.
+cached yet. ``%load_ext`` itself never imports JAX, so it waits for the user's
+import instead of doing it: a finder first in ``sys.meta_path`` sees the import
+of ``jax`` begin and makes the loader create the context when the package has
+run - before the rest of the importing cell defines and compiles anything (a
+context made after that cell made every function it compiled compile again in
+the next cell, and ``%%jax_compiles`` saw a cause nobody wrote). Should that
+fail (another finder serves ``jax``, an import error), the context is made after
+the first cell that imported JAX.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import sys
 
 from jaxmagic._jax import retrace
@@ -22,13 +29,46 @@ def install(ipython) -> None:
     if "jax" in sys.modules:
         retrace.create_context()
         return
+    if not any(isinstance(finder, _ContextAfterJaxImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ContextAfterJaxImport())
     if _after_cell not in ipython.events.callbacks[_EVENT]:
         ipython.events.register(_EVENT, _after_cell)
 
 
 def uninstall(ipython) -> None:
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _ContextAfterJaxImport)]
     if _after_cell in ipython.events.callbacks[_EVENT]:
         ipython.events.unregister(_EVENT, _after_cell)
+
+
+class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: at the import of ``jax`` it asks the finders after it for the package's
+    spec and has its loader create jaxmagic's context once the package has run. Removes itself."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "jax":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            del loader.exec_module  # this loader object is the package's alone; put its method back
+            _create_quietly()
+
+        loader.exec_module = exec_module  # type: ignore[union-attr]
+        return spec
 
 
 def _after_cell(result) -> None:
@@ -39,7 +79,11 @@ def _after_cell(result) -> None:
     shell = get_ipython()
     if shell is not None:
         uninstall(shell)
+    _create_quietly()
+
+
+def _create_quietly() -> None:
     try:
         retrace.create_context()
-    except Exception:  # a broken JAX install: the magics say so when used; never fail the user's cell here
+    except Exception:  # a broken JAX install: the magics say so when used; never fail the user's import here
         pass

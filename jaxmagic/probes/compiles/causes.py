@@ -16,7 +16,7 @@ from jaxmagic._jax.compile_log import (
     pytree_changes,
     signature_text,
 )
-from jaxmagic._jax.own_settings import is_own_difference
+from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
@@ -48,7 +48,12 @@ def classify(
         shapes = signature_text(types) if types is not None else "these arguments"
         return [_Cause("eager", f"An eager operation compiled for {shapes}.")]
     static = _static_cause(summary, state, info)
+    own = _own_differences(explanation, user_values)
     explanation = _without_own_context(explanation, user_values)
+    if explanation is None and own and summary.count == 0 and state.last_types is None:
+        # JAX names a context difference before any other, so only the function's first compilation
+        # in the block is surely jaxmagic's doing; later ones are compared with the ones before.
+        return [_own_cause(summary, own, types)]
     if explanation is not None:
         explained = _explained_cause(summary, state, explanation, types, info)
         if explained is not None:
@@ -93,6 +98,34 @@ def _without_own_context(
     if len(kept) == len(differences):
         return explanation
     return dataclasses.replace(explanation, details=[d.detail for d in kept])
+
+
+def _own_differences(explanation: CacheMissExplanation | None, user_values: dict[str, str]) -> list[str]:
+    """The settings JAX named for a miss when every one of them is jaxmagic's own doing; else []."""
+    if explanation is None or explanation.kind != "context":
+        return []
+    differences = context_differences(explanation.details)
+    if differences and all(is_own_difference(d.name, d.now, d.before, user_values) for d in differences):
+        return [d.name for d in differences]
+    return []
+
+
+def _own_cause(summary: FunctionCompiles, own: list[str], types: list[str] | None) -> _Cause:
+    """A compilation jaxmagic made happen: JAX's cache key differed only in what jaxmagic sets."""
+    shapes = f" for {signature_text(types)}" if types is not None else ""
+    if CONTEXT_COUNT in own:
+        why = (
+            f"`{summary.name}` compiled again{shapes} because it was compiled before jaxmagic made its "
+            "cache-key context (jax.make_user_context, made when %load_ext jaxmagic ran after JAX was "
+            "imported): every function compiled before then compiles once more for each of its argument "
+            "types, once. Loading jaxmagic before importing JAX avoids it."
+        )
+    else:
+        why = (
+            f"`{summary.name}` compiled again{shapes} because it was last traced inside a jaxmagic magic, "
+            f"under a setting the magic switches on for its cell only ({', '.join(own)}): once per setting."
+        )
+    return _Cause("jaxmagic", why)
 
 
 def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:

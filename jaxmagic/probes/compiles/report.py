@@ -31,6 +31,7 @@ CAUSE_TITLES = {
     "no_retrace": "compiled again without re-tracing",
     "unexplained": "JAX could not say",
     "eager": "eager operation",
+    "jaxmagic": "jaxmagic's own setting (once)",
 }
 
 FIXES = {
@@ -93,6 +94,10 @@ FIXES = {
         "Look at what else jit hashes into its cache key and is not a traced argument: static values "
         "hidden in a functools.partial or a callable object given to jax.jit, values a wrapper passes "
         "as static arguments, or a closure of a function that is created anew and jitted again."
+    ),
+    "jaxmagic": (
+        "Nothing in your code: the compilation came from a cache-key entry jaxmagic sets (see the cause), "
+        "and happens once per function and argument types."
     ),
     "eager": (
         "Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
@@ -159,12 +164,13 @@ class FunctionCompiles:
 
     @property
     def recompiled(self) -> bool:
-        return self.count > 1
+        """Compiled again for a reason of the user's code (not only jaxmagic's own setting)."""
+        return bool(self.causes_again)
 
     @property
     def causes_again(self) -> list[str]:
         """Why it compiled again, most frequent first (ties: the more telling cause first)."""
-        again = [cause for cause in self.causes if cause != "first"]
+        again = [cause for cause in self.causes if cause not in ("first", "jaxmagic")]
         return sorted(again, key=lambda cause: (-self.causes[cause], _priority(cause)))
 
     @property
@@ -173,6 +179,8 @@ class FunctionCompiles:
         again = self.causes_again
         if again:
             return again[0]
+        if "jaxmagic" in self.causes and "first" not in self.causes:
+            return "jaxmagic"
         return "first" if self.causes else ""
 
     def cause_text(self, cause: str) -> str:
@@ -309,6 +317,7 @@ _CAUSE_PRIORITY = (
     "no_retrace",
     "unexplained",
     "eager",
+    "jaxmagic",
     "first",
 )
 
@@ -433,6 +442,14 @@ class CompileReport(Report):
             )
             return f"{len(recompiled)} functions compiled more than once: {parts}."
         users = self.user_functions
+        own = [f for f in users if "jaxmagic" in f.causes]
+        if own:
+            names = ", ".join(f"`{f.name}`" for f in own[:4]) + (", ..." if len(own) > 4 else "")
+            compiles = sum(f.causes["jaxmagic"] for f in own)
+            return (
+                f"Nothing of yours recompiled; {compiles} compilation(s) of {names} came from jaxmagic's own "
+                f"cache-key setting (once per function and argument types; see why){eager_note}."
+            )
         if users:
             names = ", ".join(f"`{f.name}`" for f in users[:4]) + (", ..." if len(users) > 4 else "")
             return f"{len(users)} function(s) compiled once each ({names}); nothing recompiled{eager_note}."
