@@ -67,7 +67,7 @@ class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
             del loader.exec_module  # this loader object is the package's alone; put its method back
             _create_quietly()
 
-        loader.exec_module = exec_module  # type: ignore[union-attr]
+        loader.exec_module = exec_module
         return spec
 
 
