@@ -437,3 +437,54 @@ def test_inside_under_another_probe_that_follows_every_call_runs_the_cell_and_sa
     assert float(out[0]) == 0.0 and report.inside_searches == []
     assert any(note.startswith("--inside did not run: cannot run inside another magic") for note in report.notes)
     assert not any("evaluated no call" in note for note in report.notes)
+
+
+def _standardize(x):
+    mu, sd = jnp.mean(x, axis=0), jnp.std(x, axis=0)
+    return (x - mu) / sd  # sd is 0 for a constant column
+
+
+def _train_step(w, x):
+    return w - 0.1 * jnp.sum(_standardize(x), axis=0)
+
+
+def test_a_nan_argument_that_plays_no_part_does_not_hide_the_operation_that_made_the_nan():
+    params = jnp.array([1.0, jnp.nan])  # a NaN the failing division never sees
+    x = jnp.ones((4, 2)).at[:, 0].set(jnp.arange(4.0))
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            _train_step(params, x)
+    assert report.producer is not None and report.producer.primitive == "div"
+    assert report.producer.line.code == "return (x - mu) / sd  # sd is 0 for a constant column"
+    assert "already held" not in " ".join(report.notes)
+
+
+def _bf16_exp(x):
+    x = x.astype(jnp.bfloat16)
+    e = jnp.exp(x)  # overflows bfloat16
+    return e - e
+
+
+def test_a_bfloat16_nan_is_searched_like_a_float32_one():
+    """NumPy does not count bfloat16 as inexact: its values were never read, and no line was named."""
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            _bf16_exp(jnp.array([100.0, 1.0]))
+    assert report.producer is not None and report.producer.primitive == "exp"
+    assert report.producer.line.code == "e = jnp.exp(x)  # overflows bfloat16"
+
+
+def _masked_softmax(logits, mask):
+    logits = jnp.where(mask, logits, -jnp.inf)
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def test_a_report_whose_producer_has_no_forward_cause_is_laid_out():
+    """`select_n` has no entry among the forward causes: laying the report out raised TypeError, which
+    replaced the user's FloatingPointError and showed no report."""
+    mask = jnp.array([[True, False, True], [False, False, False]])
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            _masked_softmax(jnp.ones((2, 3)), mask)
+    document = report.document()
+    assert "-jnp.inf" in report.fix and document.headline == report.summary

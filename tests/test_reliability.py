@@ -425,3 +425,19 @@ def test_hlo_names_globals_whose_attributes_raise(shell):
 def test_hlo_expression_that_is_not_a_call_is_named_whole(shell):
     result = shell.run_cell("%jax_hlo x_rel + 1")
     assert "'x_rel + 1' is not a call" in str(result.error_in_exec)
+
+
+def test_a_report_that_cannot_be_laid_out_is_shown_as_saying_so():
+    """A bug in a report's layout must not replace the user's exception (raised after the report)."""
+    from jaxmagic.ipython.display import _document_of
+
+    class Broken:
+        kind = "jax_nans"
+        summary = "NaN produced by `div`."
+
+        def document(self):
+            raise TypeError("'in <string>' requires string as left operand, not NoneType")
+
+    document = _document_of(Broken())
+    assert document.headline == "NaN produced by `div`." and document.status.value == "error"
+    assert "could not lay out this report (TypeError" in document.sections[0].blocks[0].text

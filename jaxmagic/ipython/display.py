@@ -17,6 +17,8 @@ from IPython.display import display
 
 from jaxmagic.render import static_bundle
 from jaxmagic.render.terminal import print_rich
+from jaxmagic.report import Status
+from jaxmagic.report.document import Document, Paragraph, Section
 
 
 def display_report(report, in_kernel: bool, live_view=None) -> None:
@@ -26,7 +28,7 @@ def display_report(report, in_kernel: bool, live_view=None) -> None:
     place of the cell's live view when one was shown; in a terminal, rich draws the
     report when it can, else the plain text is shown.
     """
-    doc = report.document()
+    doc = _document_of(report)
     if live_view is not None:
         live_view.stop()  # a terminal status line is erased before the report prints
     if not in_kernel and sys.stdout.isatty() and print_rich(doc):
@@ -35,3 +37,32 @@ def display_report(report, in_kernel: bool, live_view=None) -> None:
     if live_view is not None and live_view.show_report(bundle):
         return
     display(bundle, raw=True)
+
+
+def _document_of(report) -> Document:
+    """The report's document; when laying it out fails (a bug of jaxmagic's), a short one saying so, so
+    that the cell's own exception, raised after the report, is never replaced by jaxmagic's."""
+    try:
+        return report.document()
+    except Exception as error:
+        try:
+            summary = str(report.summary)
+        except Exception:
+            summary = ""
+        kind = getattr(report, "kind", "") or "jaxmagic"
+        return Document(
+            f"%{kind}",
+            Status.ERROR,
+            summary or "jaxmagic found something but could not lay out its report.",
+            [
+                Section(
+                    "Report",
+                    [
+                        Paragraph(
+                            f"jaxmagic could not lay out this report ({type(error).__name__}: {error}); this is a "
+                            "bug of jaxmagic's. The report's data is complete: -o NAME keeps it (to_dict())."
+                        )
+                    ],
+                )
+            ],
+        )

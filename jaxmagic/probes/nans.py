@@ -356,7 +356,7 @@ class NanReport(Report):
         if p is not None and p.phase == "forward" and not p.derivative:
             cause = FORWARD_CAUSES.get(p.primitive)
             text = f"{p.description}" + (f": {cause}." if cause else ".")
-            return text + (fix if self.fix and cause not in self.fix else "")
+            return text + (fix if self.fix and not (cause and cause in self.fix) else "")
         if p is not None:
             line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
             then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
@@ -747,18 +747,23 @@ def _explain(report: NanReport, error: BaseException, infs: bool, counts=None) -
 
     calls = failing_calls(error.__traceback__)
     infinite = []  # (call, its arguments' leaves holding inf and no NaN), when a NaN was caught
+    passed_in = None  # the first call whose arguments held what was caught
     for call in calls:
         leaves = _argument_leaves(call)
         if leaves and not _made_from_infinities(report, leaves):
-            report.nonfinite += leaves
-            report.notes.append(
-                f"The arguments of {call.source} already held non-finite values when it was "
-                "called: the value came in from an earlier step, not from this computation."
-            )
-            return
+            passed_in = (call, leaves)
+            break
         if leaves:
             infinite.append((call, leaves))
     _search_producer(report, error, counts)
+    if passed_in is not None and report.producer is None:
+        call, leaves = passed_in
+        report.nonfinite += leaves
+        report.notes.append(
+            f"The arguments of {call.source} already held non-finite values when it was "
+            "called: the value came in from an earlier step, not from this computation."
+        )
+        return
     if infinite and report.producer is None:
         call, leaves = infinite[0]
         report.nonfinite += leaves
@@ -816,7 +821,15 @@ def _search_producer(report: NanReport, error: BaseException, counts) -> None:
         values = [value for _, value in call.args]
         held = [leaf for value in values for leaf in nonfinite_leaves(value, "")]
         if held and not _made_from_infinities(report, held):
-            return  # the value came in through the arguments: the finding says so
+            # A NaN argument may play no part: JAX's error is then about an operation of finite inputs,
+            # which the search finds with the primitive JAX named. Anything else came in through the
+            # arguments, and the finding says so.
+            found = _searched(call, want_nan=report.value == "nan")
+            if found.producer is None or found.producer.primitive != report.primitive:
+                return
+            _put_found(report, found)
+            _count_calls(report, error, counts)
+            return
         found = apply_search(report, call, want_nan=report.value == "nan")
         tried.append(found)
         if report.producer is not None:
@@ -852,7 +865,16 @@ def _count_calls(report: NanReport, error: BaseException, counts) -> None:
 
 def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True) -> ProducerSearch:
     """Run the producer search on ``call`` and put what it found into ``report``; return the search."""
-    found = search(call.function, [v for _, v in call.args], call.kwargs, source=call.source, want_nan=want_nan)
+    found = _searched(call, want_nan=want_nan)
+    _put_found(report, found)
+    return found
+
+
+def _searched(call: FailingCall, *, want_nan: bool) -> ProducerSearch:
+    return search(call.function, [v for _, v in call.args], call.kwargs, source=call.source, want_nan=want_nan)
+
+
+def _put_found(report: NanReport, found: ProducerSearch) -> None:
     report.search_stopped_at = list(dict.fromkeys(report.search_stopped_at + found.stopped_at))
     if found.producer is None:
         if found.stopped_at:
@@ -860,7 +882,7 @@ def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True)
                 f"The producer search could not look inside `{'`, `'.join(found.stopped_at)}` in "
                 f"{found.searched}; the primitive JAX named is shown instead."
             )
-        return found
+        return
     report.producer, report.searched_call = found.producer, found.searched
     report.notes.append(
         f"{found.searched} was traced again with the same argument values and its program evaluated "
@@ -876,7 +898,6 @@ def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True)
         report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
     if found.producer.phase == "backward":
         report.phase = "backward"
-    return found
 
 
 def _made_from_infinities(report: NanReport, leaves: list[NonFiniteLeaf]) -> bool:

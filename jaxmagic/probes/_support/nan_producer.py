@@ -46,6 +46,7 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.nonfinite import is_inexact
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line
@@ -174,7 +175,7 @@ def _host(value):
         array = np.asarray(value)
     except Exception:
         return None
-    if not np.issubdtype(array.dtype, np.inexact):
+    if not is_inexact(array.dtype):
         return None
     return array
 
@@ -250,8 +251,8 @@ def _operand_at(value, out_shape: tuple, index: tuple) -> str:
         return _number(np.broadcast_to(array, out_shape)[index])
     except Exception:
         pass
-    if np.issubdtype(array.dtype, np.number) and array.size:
-        finite = array[np.isfinite(array)] if np.issubdtype(array.dtype, np.inexact) else array
+    if (is_inexact(array.dtype) or np.issubdtype(array.dtype, np.number)) and array.size:
+        finite = array[np.isfinite(array)] if is_inexact(array.dtype) else array
         spread = f" in [{_number(finite.min())}, {_number(finite.max())}]" if finite.size else " all non-finite"
         zeros = int(np.count_nonzero(array == 0))
         return f"{compat_short(array)}{spread}" + (f", {zeros} zero(s)" if zeros else "")

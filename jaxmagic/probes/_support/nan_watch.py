@@ -45,6 +45,7 @@ import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.failing_call import FailingCall
+from jaxmagic.probes._support.nonfinite import is_inexact
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import format_bytes
@@ -90,10 +91,7 @@ def _is_float(value) -> bool:
         return _float_dtypes[dtype]
     except (KeyError, TypeError):
         pass
-    try:
-        floating = bool(np.issubdtype(dtype, np.inexact))
-    except TypeError:  # PRNG key dtypes and other extended dtypes
-        floating = False
+    floating = is_inexact(dtype)
     try:
         _float_dtypes[dtype] = floating
     except TypeError:

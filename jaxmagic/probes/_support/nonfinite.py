@@ -47,9 +47,20 @@ def _host_values(leaf):
         values = np.asarray(leaf)
     except Exception:
         return None
-    if not np.issubdtype(values.dtype, np.inexact):
+    if not is_inexact(values.dtype):
         return None
     return values
+
+
+def is_inexact(dtype) -> bool:
+    """A floating or complex dtype, bfloat16 and the other ml_dtypes floats included (NumPy does not
+    count them inexact: a bfloat16 NaN went unsearched)."""
+    import jax
+
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.numpy.inexact))
+    except TypeError:  # PRNG key dtypes and other extended dtypes
+        return False
 
 
 def nonfinite_leaves(tree, holder: str) -> list[NonFiniteLeaf]:
