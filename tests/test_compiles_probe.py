@@ -1010,3 +1010,58 @@ def test_each_compilation_writes_out_only_what_changed_from_the_row_above():
     assert table.rows[0][line_col] != "same" and table.rows[0][types_col] == "f32[3]"
     assert [row[line_col] for row in table.rows[1:]] == ["same", "same"]
     assert [row[types_col] for row in table.rows[1:]] == ["same", "same"]
+
+
+# -- programs JAX compiles for a transformation run outside jit ---------------------------------
+# A jitted function vmapped or differentiated eagerly: JAX compiles the transformed program (the
+# batched one, the gradient's forward and backward) through its jit primitive's own implementation,
+# not through the function's jit call - there was no trace, and the report said "compiled again
+# without re-tracing" (with a donate_argnums fix), or blamed JAX's `_reduce_sum` as the user's.
+
+
+def _sq(v):
+    return jnp.sum(v**2)
+
+
+@jax.jit
+def _predict(w, x):
+    return jnp.tanh(x @ w)
+
+
+@jax.jit
+def _g1(x):
+    return jnp.sin(x) * 2.0
+
+
+def test_eager_grad_compiles_jaxs_own_functions_as_eager_work_not_yours():
+    with probes.compiles() as rep:
+        for n in (2, 3, 4):
+            jax.grad(_sq)(jnp.ones(n))
+    assert rep.user_functions == [] and rep.status.value == "ok", rep.summary
+    assert any(f.name == "grad(_reduce_sum) backward pass" for f in rep.eager_functions)
+
+
+def test_a_vmapped_jitted_function_with_a_new_batch_size_is_a_new_shape_of_its_vmapped_program():
+    w = jnp.ones((3, 2))
+    with probes.compiles() as rep:
+        for n in (8, 8, 5):
+            jax.vmap(_predict, in_axes=(None, 0))(w, jnp.ones((n, 3)))
+    f = rep.function("vmap(_predict)")
+    assert f is not None, (rep.summary, [(f.name, f.kind) for f in rep.functions])
+    assert f.causes == {"first": 1, "types": 1}, rep.summary
+    assert rep.compilations_of("vmap(_predict)")[1].changes == ["x: f32[8,3] -> f32[5,3]"]
+    assert "without re-tracing" not in rep.summary
+
+
+def test_eager_grad_of_a_jitted_function_compiles_its_forward_and_backward_once():
+    def loss(v):
+        return _g1(v).sum()
+
+    with probes.compiles() as rep:
+        for _ in range(3):
+            jax.grad(loss)(jnp.ones(5))
+    assert {f.name: dict(f.causes) for f in rep.user_functions} == {
+        "grad(_g1)": {"first": 1},
+        "grad(_g1) backward pass": {"first": 1},
+    }, rep.summary
+    assert not rep.recompiled_functions

@@ -557,3 +557,15 @@ def jaxpr_equation_printer(jaxpr):
 
     text.same_names = context is not None
     return text
+
+
+def program_source(jaxpr) -> tuple[str, str, int] | None:
+    """(function name, file, line) a traced program was made from, from its debug info
+    (``func_src_info``: "predict at /path/model.py:12"); None when JAX recorded none."""
+    info = getattr(getattr(jaxpr, "jaxpr", jaxpr), "debug_info", None)
+    text = str(getattr(info, "func_src_info", "") or "")
+    name, at, where = text.partition(" at ")
+    filename, _, line = where.rpartition(":")
+    if not at or not filename or not line.isdigit():
+        return None
+    return name, filename, int(line)

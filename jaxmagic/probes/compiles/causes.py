@@ -68,7 +68,7 @@ def classify(
         # "unavailable", "debug_info", "other": JAX could not name it; static values can.
     elif traced and summary.count == 0 and state.last_types is None and static is None:
         return [_Cause("first", f"First compilation of `{summary.name}` in this cell.")]
-    elif not traced and summary.count > 0:
+    elif not traced and summary.count > 0 and not info.transformed:  # a transformed program is never traced
         return [
             _Cause(
                 "no_retrace",

@@ -20,7 +20,13 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
-from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, read_jit_frame
+from jaxmagic.probes.compiles.stack import (
+    TRANSFORMATION_RULES,
+    CallInfo,
+    StaticValue,
+    read_jit_frame,
+    read_transformed_program,
+)
 from jaxmagic.report.source import cell_label, is_user_file, source_line
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -106,6 +112,16 @@ class Collector:
                 if frame is None:
                     break
                 code = frame.f_code
+                if not found_jit and code.co_filename.endswith("pjit.py"):
+                    # A program compiled by the jit primitive's own implementation under a transformation
+                    # rule: the jitted function vmapped or differentiated outside jit (not its own call).
+                    if code.co_name == "_pjit_call_impl" and not info.transformed:
+                        with contextlib.suppress(Exception):
+                            read_transformed_program(frame.f_locals, info, is_user_file)
+                            info.transformed = "?"
+                    elif info.transformed == "?" and code.co_name in TRANSFORMATION_RULES:
+                        info.transformed = TRANSFORMATION_RULES[code.co_name]  # the cache_miss further out
+                        # is the call that was transformed: its frame names the parameters
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
@@ -117,6 +133,8 @@ class Collector:
                 frame = frame.f_back
         finally:
             del frame
+        if info.transformed == "?":  # the jit primitive run eagerly under no rule we know: its own call
+            info.transformed = ""
         return info
 
     # -- one compilation -------------------------------------------------------
@@ -137,6 +155,8 @@ class Collector:
             self._pending_lower,
         ):
             pending.clear()
+        if info.transformed:  # a program of its own, beside the function's jit programs: vmap(predict)
+            name = info.transformed.format(name)
         if explanation is not None and not info.defined_file and explanation.defined_at:
             info.defined_file, _, line = explanation.defined_at.rpartition(":")
             info.defined_line = int(line) if line.isdigit() else 0

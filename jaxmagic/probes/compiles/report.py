@@ -353,19 +353,24 @@ class CompileReport(Report):
     # -- queries -------------------------------------------------------------
 
     def function(self, name: str) -> FunctionCompiles | None:
-        """The summary for ``name`` ("f" or "jit(f)"), the most compiled one if several share the name."""
-        name = bare_name(name)
-        matches = [f for f in self.functions if f.name == name]
+        """The summary for ``name`` ("f" or "jit(f)"; "vmap(f)" a transformed program), the most compiled
+        one if several share the name."""
+        matches = [f for f in self.functions if f.name == name] or [
+            f for f in self.functions if f.name == bare_name(name)
+        ]
         return max(matches, key=lambda f: f.count) if matches else None
 
     def count(self, name: str) -> int:
         """How many times functions named ``name`` ("f" or "jit(f)") compiled in the block."""
-        name = bare_name(name)
-        return sum(f.count for f in self.functions if f.name == name)
+        matches = [f for f in self.functions if f.name == name] or [
+            f for f in self.functions if f.name == bare_name(name)
+        ]
+        return sum(f.count for f in matches)
 
     def compilations_of(self, name: str) -> list[Compilation]:
-        name = bare_name(name)
-        return [c for c in self.compilations if c.function == name]
+        return [c for c in self.compilations if c.function == name] or [
+            c for c in self.compilations if c.function == bare_name(name)
+        ]
 
     @property
     def user_functions(self) -> list[FunctionCompiles]:

@@ -29,6 +29,31 @@ class CallInfo:
     wrapper: str = ""  # what jax.jit was given around the user's function: "functools.partial", ...
     metadata: dict[str, MetaValue] = dataclasses.field(default_factory=dict)  # static fields of pytree arguments
     started_site: tuple[str, int, str] | None = None  # the outermost user frame: the cell line that started it
+    # the transformation that made the compiled program from a jitted function, run outside jit, as a
+    # pattern for the function's name ("vmap({})", "grad({}) backward pass"); "" for jit's own call
+    transformed: str = ""
+
+
+# JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
+# of them, by ``_pjit_call_impl``, is the jitted function transformed and run outside jit.
+TRANSFORMATION_RULES = {
+    "_pjit_batcher": "vmap({})",
+    "_pjit_jvp": "grad({})",
+    "_pjit_linearize": "grad({})",
+    "_pjit_partial_eval": "grad({})",
+    "_pjit_transpose_fancy": "grad({}) backward pass",
+    "_pjit_transpose": "grad({}) backward pass",
+}
+
+
+def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
+    """The jitted function whose transformed program ``_pjit_call_impl`` compiles (its ``jaxpr``)."""
+    source = compat.program_source(local_vars.get("jaxpr"))
+    if source is None:
+        info.kind = "library"
+        return
+    _, info.defined_file, info.defined_line = source
+    info.kind = "user" if is_user(info.defined_file) else "library"
 
 
 def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
