@@ -309,7 +309,8 @@ def test_fix_names_the_jitted_function_not_the_loop_body():
     assert report.depends_on == ["temperature"]
     uses = [f.use for f in report.fixes]
     jitted = report.jitted_function
-    assert f"jax.jit({jitted}, static_argnames=('temperature',))" in uses
+    # sample_actions is decorated with @jax.jit: the static fix is that decorator, for it, not the loop body
+    assert "@functools.partial(jax.jit, static_argnames=('temperature',))" in uses
     assert not any("jax.jit(step" in use for use in uses)
     assert f"`scale` comes from the argument `temperature` of `{jitted}`" in report.summary
 
@@ -557,7 +558,7 @@ def test_a_count_from_two_settings_through_jnp_ceil_needs_both_static_and_math_c
     assert first.use == "math.ceil(T / delta_t)" and "static_argnames=('T', 'delta_t')" in first.when
     assert first.checked.startswith("checked: gives a concrete value once T = 1.0, delta_t = 0.1 are static")
     static = next(f for f in report.fixes if "static_argnames" in f.use)
-    assert static.use == "jax.jit(waveform, static_argnames=('T', 'delta_t'))"
+    assert static.use == "@functools.partial(jax.jit, static_argnames=('T', 'delta_t'))"  # waveform is decorated
     assert static.checked.startswith("checked: not enough on its own")
     assert not any("nonzero" in use for use in _uses(report))
 
@@ -618,7 +619,8 @@ def test_a_slice_of_traced_length_gets_dynamic_slice_with_its_own_length_tried_w
     report = probes.explain(raised(lambda: window(jnp.arange(10.0), 2, 3)))
     assert report.fixes[0].use == "lax.dynamic_slice_in_dim(x, i, k, axis=0)"
     assert "once k = 3 is static" in report.fixes[0].checked
-    assert "jax.jit(window, static_argnames=('k',))" in _uses(report)  # the length, not the start
+    # the length, not the start; `window` is decorated with @jax.jit: the fix is the decorator
+    assert "@functools.partial(jax.jit, static_argnames=('k',))" in _uses(report)
 
 
 def test_a_list_of_functions_indexed_by_a_traced_integer_gets_lax_switch():
@@ -768,3 +770,53 @@ def test_a_tracer_error_under_a_transformation_without_jit_is_no_leak(call, kind
     report = probes.explain(raised(call))
     assert report.error_kind == kind, report.summary
     assert "leak" not in report.summary and not report.held_by
+
+
+# -- a static fix written for what the user gave jax.jit ------------------------------------------
+# Shapes from public threads: jit of a vmapped or differentiated function with a size argument, a
+# function decorated with @jax.jit, a *args function. The fix was `jax.jit(f, static_argnames=...)`
+# for the bare function - dropping the vmap or the grad, or wrapping the jitted function in another
+# jit (which still traces the argument) - and was marked checked, as the check traced the right one.
+
+
+def _padrow(x, n):
+    return jnp.concatenate([x, jnp.zeros(n)])
+
+
+def _loss_of_n(w, n):
+    return jnp.sum(w * jnp.arange(n))
+
+
+@jax.jit
+def _decorated(x, n):
+    return jnp.ones((n, 2)) * x
+
+
+def _packed(*args):
+    x, n = args
+    return jnp.zeros(n) + x
+
+
+def _static_fix(report):
+    return next(f for f in report.fixes if "static_arg" in f.use)
+
+
+def test_the_static_fix_keeps_the_vmap_and_the_grad_the_user_gave_jax_jit():
+    vmapped = probes.explain(raised(lambda: jax.jit(jax.vmap(_padrow, in_axes=(0, None)))(jnp.ones((2, 3)), 2)))
+    fix = _static_fix(vmapped)
+    assert fix.use == "jax.jit(jax.vmap(_padrow, in_axes=(0, None)), static_argnames=('n',))"
+    assert fix.checked.startswith("checked: tracing `_padrow` with `n` static succeeds")
+    assert jax.jit(jax.vmap(_padrow, in_axes=(0, None)), static_argnames=("n",))(jnp.ones((2, 3)), 2).shape == (2, 5)
+    grad = probes.explain(raised(lambda: jax.jit(jax.grad(_loss_of_n))(jnp.ones(3), 3)))
+    assert _static_fix(grad).use == "jax.jit(jax.grad(_loss_of_n), static_argnames=('n',))"
+
+
+def test_the_static_fix_for_a_decorated_function_is_the_decorator():
+    fix = _static_fix(probes.explain(raised(lambda: _decorated(1.0, 3))))
+    assert fix.use == "@functools.partial(jax.jit, static_argnames=('n',))"
+    assert "decorated with `@jax.jit`" in fix.checked
+
+
+def test_a_value_from_star_args_is_never_given_to_static_argnames():
+    fix = _static_fix(probes.explain(raised(lambda: jax.jit(_packed)(1.0, 3))))
+    assert "static_argnames" not in fix.use and "static_argnums=(<position of args[1]>,)" in fix.use

@@ -178,6 +178,24 @@ def jit_call(frames: list[tuple[FrameType, int]], function: str):
     return None
 
 
+def jit_caller(frames: list[tuple[FrameType, int]], function: str) -> tuple[FrameType, int] | None:
+    """The user's frame and line that made the jitted call of ``function`` found by ``jit_call``
+    (the last frame of the user's before that call's ``cache_miss``); None when there is none."""
+    caller = None
+    for frame, lineno in frames:
+        code = frame.f_code
+        if code.co_name == "cache_miss" and _is_jax_file(code.co_filename):
+            try:
+                user = _user_function(frame.f_locals.get("fun"))
+            except Exception:
+                user = None
+            if user is not None and user[0] == function:
+                return caller
+        elif is_user_file(code.co_filename):
+            caller = (frame, lineno)
+    return None
+
+
 def traced_for(tracer) -> tuple[str, str]:
     """(transformation, function) of the trace that made ``tracer``, from the debug info jit keeps on
     its trace (``("jit", "step")``); a name JAX does not know (a callable object) is ""."""

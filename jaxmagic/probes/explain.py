@@ -33,7 +33,7 @@ import re
 import sys
 import types
 
-from jaxmagic._jax.transform_stack import Transformation, jit_call, stack_at_raise, transformations
+from jaxmagic._jax.transform_stack import Transformation, jit_call, jit_caller, stack_at_raise, transformations
 from jaxmagic.probes._support import attribution, fix_trial, line_fixes, tracer_origin
 from jaxmagic.probes._support import tracer_text as text
 from jaxmagic.probes._support.line_fixes import Fix
@@ -777,6 +777,18 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve=lambda name: 
     arg = settings[0] if settings else (candidates[0] if candidates else "n")
     static = ", ".join(repr(name) for name in settings or [arg]) + ("," if len(settings) < 2 else "")
     fixes = [Fix(f.use.replace("('{arg}',)", f"({static})").replace("{arg}", arg), f.when) for f in kind.fixes]
+    packed = [name for name in settings or [arg] if not name.isidentifier()]
+    if packed:  # args[1] of a def f(*args): static_argnames takes parameter names only (JAX rejects others)
+        fixes = [
+            Fix(
+                f"static_argnums=(<position of {packed[0]}>,)",
+                f"`{packed[0]}` is an element of a *args parameter: make it static by its position among the "
+                "call's arguments (static_argnames takes parameter names only)",
+            )
+            if f.use.startswith("static_argnames")
+            else f
+            for f in fixes
+        ]
     # {value}: the traced name on your failing line (x in x.item()); a fix never shows a name your code lacks.
     value = report.traced_names[0].name if report.traced_names else ""
     fixes = [
@@ -800,8 +812,7 @@ def _fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve=lambda name: 
         function = ""
     if function.isidentifier() and not keyword.iskeyword(function):
         fixes = [
-            Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_argnames") else f.use, f.when)
-            for f in fixes
+            Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_arg") else f.use, f.when) for f in fixes
         ]
     line = report.failing_line.code if report.failing_line else ""
     failing = report.failing_line
@@ -1106,7 +1117,55 @@ def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list
     use = fix.use
     if len(names_now) > len(names) and use.startswith(f"jax.jit({jitted.function}, static_argnames="):
         use = f"jax.jit({jitted.function}, static_argnames={names_now!r})"  # keep what was static already
+    given = _jit_as_given(frames, jitted.function, f"static_argnames={names_now!r}")
+    if given is not None:
+        use, where = given
+        result += where
     return dataclasses.replace(fix, use=use, checked=result + " (jaxmagic traced your function once more to try it)")
+
+
+def _jit_as_given(frames: list, function: str, option: str) -> tuple[str, str] | None:
+    """A static fix written for what the user gave jax.jit, when that is not ``function`` by its name:
+    the call line's ``jax.jit(jax.vmap(f, ...))`` (jitting bare ``f`` drops the vmap), or a function
+    decorated with ``@jax.jit`` (jitting the jitted function again still traces the argument).
+    ``(fix, where)``; None when ``jax.jit(function, option)`` is what the user would write."""
+    found = jit_caller(frames, function)
+    if found is None:
+        return None
+    frame, lineno = found
+    scope = {**frame.f_globals, **frame.f_locals}
+    line = source_line(frame.f_code.co_filename, lineno, "").code.strip()
+    del frame, found
+    try:
+        tree = ast.parse(line.rstrip(":") or "0")
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        inner = node.func
+        if isinstance(inner, ast.Call) and _is_jax_jit(inner.func) and inner.args:
+            given = ast.unparse(inner.args[0])
+            if given == function:
+                return None
+            return f"jax.jit({given}, {option})", f", as your line gives it to jax.jit (`{given}`)"
+        if isinstance(inner, ast.Name) and inner.id in scope:
+            underlying = getattr(scope[inner.id], "__wrapped__", None)
+            code = getattr(underlying, "__code__", None)
+            if code is None or not hasattr(scope[inner.id], "lower"):
+                continue  # not a jitted function
+            above = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+            if above.startswith("@") and "jit" in above:
+                return (
+                    f"@functools.partial(jax.jit, {option})",
+                    f"; `{inner.id}` is decorated with `{above}`: put this decorator there instead (wrapping "
+                    "the jitted function in another jax.jit would still trace the argument)",
+                )
+    return None
+
+
+def _is_jax_jit(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "jit") or (isinstance(node, ast.Name) and node.id == "jit")
 
 
 # -- every error gets a report: one the explainer cannot explain says so and why -------------------
