@@ -820,3 +820,23 @@ def test_the_static_fix_for_a_decorated_function_is_the_decorator():
 def test_a_value_from_star_args_is_never_given_to_static_argnames():
     fix = _static_fix(probes.explain(raised(lambda: jax.jit(_packed)(1.0, 3))))
     assert "static_argnames" not in fix.use and "static_argnums=(<position of args[1]>,)" in fix.use
+
+
+def _zeros_beside_an_array(x, k):
+    y = jnp.sin(x)
+    return jnp.zeros(k) * y.sum()
+
+
+def _prefix_to_argmax(x):
+    k = jnp.argmax(x)
+    y = jnp.sin(x)
+    return y[:k]
+
+
+def test_the_value_made_on_a_line_with_two_tracers_is_the_one_of_the_type_jax_names():
+    """JAX's message shows the type of the value it could not use (int32[]); the float array beside it on
+    the line was named as where the value was made."""
+    size = probes.explain(raised(lambda: jax.jit(_zeros_beside_an_array)(jnp.ones(3), 2)))
+    assert "made by" not in size.summary and size.depends_on == ["k"], size.summary
+    bound = probes.explain(raised(lambda: jax.jit(_prefix_to_argmax)(jnp.ones(3))))
+    assert bound.provenance.made_at.code == "k = jnp.argmax(x)", bound.summary

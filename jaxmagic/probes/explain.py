@@ -556,6 +556,9 @@ def _lambda_body(tb) -> str:
     return text[min(s for s, _ in spans) : max(e for _, e in spans)].decode(errors="replace")
 
 
+_MESSAGE_AVAL = re.compile(r"(?:Tracer\(|Traced<)~?(\w+\[[\d, ]*\])")
+
+
 def _made_on_failing_line(report: TracerErrorReport, tb) -> Provenance | None:
     """Where a tracer on the failing line was computed, from the line JAX recorded on it
     (``n = jnp.sum(mask)`` for ``jnp.zeros(n)``); None when every tracer there is an input of the
@@ -572,10 +575,15 @@ def _made_on_failing_line(report: TracerErrorReport, tb) -> Provenance | None:
         if is_user_file(code.co_filename):
             inputs.update(id(walk.tb_frame.f_locals.get(name)) for name in _parameter_names(code))
         walk = walk.tb_next
+    # JAX's message shows the type of the value it could not use ("got (JitTracer(~int32[]),)"): a
+    # tracer of another type on the line (the array `y` beside the size `k`) is not the one.
+    named = set(_MESSAGE_AVAL.findall(report.message or ""))
     found = None
     for traced in report.traced_names:
         value = frame.f_locals.get(traced.name)
         if not isinstance(value, tracer_class) or id(value) in inputs:
+            continue
+        if named and traced.aval not in named:
             continue
         outside = report.your_lines[:-1]
         made = tracer_origin.of_tracer(value, report.provenance.transforms, report.provenance.started_by, outside)
