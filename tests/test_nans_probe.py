@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from jaxmagic import probes
+from jaxmagic.render import static_bundle
 from jaxmagic.report import Status
 
 
@@ -488,3 +489,67 @@ def test_a_report_whose_producer_has_no_forward_cause_is_laid_out():
             _masked_softmax(jnp.ones((2, 3)), mask)
     document = report.document()
     assert "-jnp.inf" in report.fix and document.headline == report.summary
+
+
+# -- derivative fixes that fit the function the derivative is of --------------------------------
+# Shapes from public threads: the gradient of an elementwise sqrt (a distance |x - y| written as
+# sqrt((x - y)**2)), of arccos at 1 (the angle between equal vectors), of arctan2 at the origin,
+# and a custom_vjp backward rule of the user's that divides 0/0. Each got the sum-of-squares
+# safe norm (a different function for an elementwise sqrt, and no sqrt at all in the others).
+
+
+def _distance(x, y):
+    d = jnp.sqrt((x - y) ** 2)
+    return jnp.sum(d)
+
+
+def _angle_between(a, b):
+    c = jnp.dot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b))
+    return jnp.arccos(c)
+
+
+def _heading(v):
+    return jnp.arctan2(v[1], v[0])
+
+
+@jax.custom_vjp
+def _scaled(x):
+    return x
+
+
+def _scaled_fwd(x):
+    return x, x
+
+
+def _scaled_bwd(x, g):
+    scale = jnp.sqrt(x) / x  # the user's own rule: 0/0 at x = 0
+    return (g * scale,)
+
+
+_scaled.defvjp(_scaled_fwd, _scaled_bwd)
+
+
+def _fix_of(call):
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            call()
+    return report
+
+
+def test_the_gradient_fix_fits_the_function_differentiated():
+    elementwise = _fix_of(lambda: jax.grad(_distance)(jnp.array([1.0, 2.0]), jnp.array([1.0, 3.0])))
+    assert "jnp.where(v > 0, jnp.sqrt(jnp.where(v > 0, v, 1.0)), 0.0)" in elementwise.fix
+    assert "jnp.abs" in elementwise.fix and "jnp.sum(v**2" not in elementwise.fix
+    arccos = _fix_of(lambda: jax.grad(_angle_between)(jnp.ones(3), jnp.ones(3)))
+    assert "jnp.arccos(jnp.clip(c, -1 + eps, 1 - eps))" in arccos.fix and "norm" not in arccos.fix
+    heading = _fix_of(lambda: jax.grad(_heading)(jnp.zeros(2)))
+    assert "jnp.arctan2(jnp.where(ok, y, 0.0), jnp.where(ok, x, 1.0))" in heading.fix
+    assert "mask" not in heading.fix
+
+
+def test_a_nan_made_by_the_users_own_backward_rule_is_told_as_theirs():
+    report = _fix_of(lambda: jax.grad(lambda x: jnp.sum(_scaled(x) ** 2))(jnp.array([0.0, 1.0])))
+    p = report.producer
+    assert p.user_rule and not p.derivative and p.line.code.strip().startswith("scale = jnp.sqrt(x) / x")
+    assert "your own derivative rule" in static_bundle(report.document())["text/plain"]
+    assert "jnp.where(den != 0" in report.fix and "safe norm" not in report.fix

@@ -357,6 +357,11 @@ class NanReport(Report):
             cause = FORWARD_CAUSES.get(p.primitive)
             text = f"{p.description}" + (f": {cause}." if cause else ".")
             return text + (fix if self.fix and not (cause and cause in self.fix) else "")
+        if p is not None and p.user_rule:
+            line = f" (`{p.line.code.strip()}`)" if p.line is not None and p.line.code else ""
+            return f"{p.description}, in your own derivative rule{line}, run for the gradient." + (
+                fix or " Could not tell which fix applies to these values."
+            )
         if p is not None:
             line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
             then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
@@ -539,13 +544,41 @@ def nan_fix(report: NanReport) -> str:
             "as the `jnp.std` call: `jnp.sqrt(jnp.var(..., axis=...) + eps)`, or the double where on the variance."
             + SUGGESTION
         )
-    if sqrt_made and (p.derivative or p.phase == "backward") and _zero_operand(p):
-        what = f"`{library}`" if library else "the square root"
+    expression = p.expression or (p.line.code.strip() if p.line is not None else "")
+    if p.derivative and expression.startswith(("jnp.arccos(", "jnp.arcsin(")) and _zero_operand(p):
+        function = expression.split("(")[0]
         return (
-            f"The derivative of {what}{code} at 0 is 0.5/sqrt(0) = inf ({p.description}). Use the double-where "
-            f"safe norm, so that the gradient is finite at 0 too (`v` the value given to {what} there): "
-            "`ss = jnp.sum(v**2, axis=-1); jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, ss, 1.0)), 0.0)`." + SUGGESTION
+            f"The derivative of `{function}`{code} is 1/sqrt(1 - c**2): infinite where its input is -1 or 1 "
+            f"({p.description}). Keep the input inside (-1, 1) where the gradient is taken: "
+            f"`{function}(jnp.clip(c, -1 + eps, 1 - eps))` (`c` the value given to it, eps e.g. 1e-6)." + SUGGESTION
         )
+    if p.derivative and expression.startswith("jnp.arctan2(") and _zero_operand(p):
+        return (
+            f"The derivative of `jnp.arctan2(y, x)`{code} is (x, -y) / (x**2 + y**2): 0/0 at y = x = 0 "
+            f"({p.description}). Use the double where on its inputs: `ok = x**2 + y**2 > 0; jnp.where(ok, "
+            "jnp.arctan2(jnp.where(ok, y, 0.0), jnp.where(ok, x, 1.0)), 0.0)`." + SUGGESTION
+        )
+    if sqrt_made and p.derivative and _zero_operand(p):
+        what = f"`{library}`" if library else "the square root"
+        if library == "jnp.linalg.norm" or any(
+            op.made_by in _SQRT_LIKE and {"reduce_sum", "dot_general"} & set(op.made_from) for op in p.operands
+        ):  # a norm: the square root of a sum of squares
+            safe = (
+                "Use the double-where safe norm, so that the gradient is finite at 0 too (`v` the vector "
+                "whose norm is taken): `ss = jnp.sum(v**2, axis=-1); jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, "
+                "ss, 1.0)), 0.0)`."
+            )
+        else:  # an elementwise square root
+            safe = (
+                f"Use the double where, so that the gradient is finite at 0 too (`v` the value given to {what} "
+                "there): `jnp.where(v > 0, jnp.sqrt(jnp.where(v > 0, v, 1.0)), 0.0)`"
+                + (
+                    " - or `jnp.abs(...)` for the square root of a square."
+                    if re.search(r"\*\*\s*2\b", expression)
+                    else "."
+                )
+            )
+        return f"The derivative of {what}{code} at 0 is 0.5/sqrt(0) = inf ({p.description}). {safe}" + SUGGESTION
     if p.primitive == "cholesky" and not p.derivative:
         what = f"`{library}`" if library else "`cholesky`"
         matrix = p.operands[0].value if p.operands else "a matrix that is not positive definite"
@@ -566,14 +599,14 @@ def nan_fix(report: NanReport) -> str:
         )
     if p.primitive in ("div", "rem") and len(p.operands) == 2 and p.operands[1].value in ("0.0", "-0.0", "0"):
         den = p.operands[1]
+        if p.derivative:
+            return ""  # a derivative's own division: the cases above name the ones known
         if den.made_by in ("reduce_sum", "add", "add_any"):
             return (
                 f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
                 "an all-padding batch. Guard that denominator: `den = ...; num / jnp.maximum(den, 1)`, or "
                 "`jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)`." + SUGGESTION
             )
-        if p.derivative or p.phase == "backward":
-            return ""  # a derivative's own division: the cases above name the ones known
         return (
             f"The denominator{code} was 0 ({p.description}): guard it, "
             "`jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 0.0)`." + SUGGESTION

@@ -107,6 +107,7 @@ class NanProducer:
     library_function: str = ""  # "jnp.std" when the operation ran inside a JAX library function
     phase: str = "forward"  # "forward" or "backward"
     derivative: bool = False  # computed by JAX for a gradient (its line is the forward line it differentiates)
+    user_rule: bool = False  # written by the user's own custom_vjp / custom_jvp rule (its line is the rule's)
     loops: list[LoopPosition] = dataclasses.field(default_factory=list)  # outermost first
     calls: list[str] = dataclasses.field(default_factory=list)  # jitted functions it sat in, outermost first
     index: list[int] = dataclasses.field(default_factory=list)  # first bad element of its output
@@ -319,6 +320,18 @@ def _user_line(eqn, path=()) -> SourceLine | None:
         if line is not None:
             return line
     return None
+
+
+def _in_users_derivative_rule(eqn) -> bool:
+    """Whether ``eqn`` was written by the user's own derivative rule (a ``custom_vjp`` backward function,
+    a ``custom_jvp`` rule): JAX's custom-derivative machinery called the innermost user frame that made it,
+    so it is code of the user's, not JAX's derivative of it."""
+    frames = compat.traceback_frames(eqn.source_info.traceback)  # innermost first
+    for position, (filename, _, _) in enumerate(frames):
+        if is_user_file(filename):
+            caller = frames[position + 1][0] if position + 1 < len(frames) else ""
+            return caller.replace("\\", "/").endswith("jax/_src/custom_derivatives.py")
+    return False
 
 
 def _expression_of(eqn, line: SourceLine | None, path=()) -> str:
@@ -609,6 +622,7 @@ class _Search(Listener):
             elif "name" in position.eqn.params:
                 calls.append(str(position.eqn.params["name"]))
         line = _user_line(eqn, path)
+        in_rule = _in_users_derivative_rule(eqn)
         provenance = _provenance(eqn, path, line, loops)
         library = library or provenance.library_function
         provenance.library_function = library
@@ -624,7 +638,8 @@ class _Search(Listener):
             provenance=provenance,
             library_function=library,
             phase="backward" if "transpose" in stack else "forward",
-            derivative="jvp" in stack or "transpose" in stack,
+            derivative=("jvp" in stack or "transpose" in stack) and not in_rule,
+            user_rule=in_rule,
             loops=loops,
             calls=calls,
             index=list(index),
