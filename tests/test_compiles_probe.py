@@ -1065,3 +1065,28 @@ def test_eager_grad_of_a_jitted_function_compiles_its_forward_and_backward_once(
         "grad(_g1) backward pass": {"first": 1},
     }, rep.summary
     assert not rep.recompiled_functions
+
+
+class _ValueConfig:
+    """Compared and hashed by value, with object's own repr (jax#28418's shape)."""
+
+    def __init__(self, lr):
+        self.lr = lr
+
+    def __eq__(self, other):
+        return isinstance(other, _ValueConfig) and self.lr == other.lr
+
+    def __hash__(self):
+        return hash(self.lr)
+
+
+def test_a_static_object_compared_by_value_without_a_repr_is_named_by_its_fields():
+    """Its repr without the address looks the same for every value: the report said "a new object each
+    call, hashed by identity" and told the user to define __eq__ and __hash__, which it has."""
+    step = partial(jax.jit, static_argnames="cfg")(lambda p, cfg: p - cfg.lr * p)
+    with probes.compiles() as rep:
+        for i in (1, 2, 2):
+            step(jnp.ones(3), cfg=_ValueConfig(0.25 * i))
+    [f] = rep.user_functions
+    assert f.causes == {"first": 1, "static": 1}, rep.summary
+    assert rep.compilations[1].changes == ["cfg: _ValueConfig(lr=0.25) -> _ValueConfig(lr=0.5)"]

@@ -122,6 +122,8 @@ def static_value(value) -> StaticValue:
     except Exception:
         text = ""
     text = _ADDRESS.sub("", text)  # the same kind of object built again prints the same
+    if _DEFAULT_REPR.fullmatch(text):  # object's own repr says nothing of the value: its fields do
+        text = _fields_text(value, type_name) or text
     look = hash(text)
     if not text or len(text) > _REPR_CHARS or "\n" in text:
         text = f"<{type_name} object>"
@@ -133,6 +135,26 @@ def static_value(value) -> StaticValue:
     kind = _static_kind(value, by_identity)
     check = identity_check(value, kind in ("function", "object"))
     return StaticValue(text, hashed, id(value), type_name, by_identity, kind, look, check)
+
+
+_DEFAULT_REPR = re.compile(r"<[\w.]+ object>")
+
+
+def _fields_text(value, type_name: str) -> str:
+    """``Cfg(lr=0.1)`` from an object's attributes (a class with __eq__/__hash__ over its fields and no
+    __repr__); "" when it has none, many, or long ones. Attributes are read from ``__dict__`` only."""
+    fields = getattr(value, "__dict__", None)
+    if not isinstance(fields, dict) or not fields or len(fields) > 6:
+        return ""
+    parts = []
+    for name, field in list(fields.items()):
+        try:
+            shown = _ADDRESS.sub("", repr(field))
+        except Exception:
+            return ""
+        parts.append(f"{name}={shown}")
+    text = f"{type_name}({', '.join(parts)})"
+    return text if len(text) <= _REPR_CHARS and "\n" not in text else ""
 
 
 def _hashed_by_identity(value, depth: int = 0) -> bool:
