@@ -18,7 +18,7 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.compile_log import (
-    keyword_passing_change,
+    argument_passing_changes,
     parse_cache_miss,
     parse_compile_log_line,
     pytree_changes,
@@ -503,8 +503,9 @@ def test_pytree_details_in_words():
         "at input path [1], now <class 'dict'> with 0 child and before <class 'dict'> with 1 child, so the "
         "numbers of children do not match, with the symmetric difference of key sets: {'step'}",
     ]
-    assert keyword_passing_change(details) == ["step"]
-    assert keyword_passing_change(details[:1]) == []
+    assert argument_passing_changes(details, []) == [("step", "positionally")]
+    assert argument_passing_changes(details[1:], []) == [("step", "left to its default")]
+    assert argument_passing_changes(details[:1], ["x", "lr", "step"]) == [("step", "left to its default")]
     words = pytree_changes(
         ["at input path [0][1], now <class 'list'> and before <class 'dict'>, so their Python types differ"],
         ["params", "x"],
@@ -1090,3 +1091,21 @@ def test_a_static_object_compared_by_value_without_a_repr_is_named_by_its_fields
     [f] = rep.user_functions
     assert f.causes == {"first": 1, "static": 1}, rep.summary
     assert rep.compilations[1].changes == ["cfg: _ValueConfig(lr=0.25) -> _ValueConfig(lr=0.5)"]
+
+
+def test_an_argument_left_to_its_default_in_one_call_is_a_way_of_passing_it():
+    """h(x), h(x, mode="train"), h(x, "train"): one value, three cache keys. The report said the argument
+    structure changed and told the user to keep the same dict keys."""
+
+    @partial(jax.jit, static_argnames="mode")
+    def h(x, mode="train"):
+        return x * (2 if mode == "train" else 1)
+
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        h(x)
+        h(x, mode="train")
+        h(x, "train")
+    assert [c.cause for c in rep.compilations_of("h")] == ["first", "passing", "passing"]
+    assert rep.compilations_of("h")[1].changes == ["mode: passed in one call, left to its default in the other"]
+    assert "keys" not in rep.function("h").fix_for("passing")

@@ -225,20 +225,29 @@ _PYTREE_PATH = re.compile(r"^at input path (?P<path>\S+), now (?P<now>.+?) and b
 _KEY_SET = re.compile(r"symmetric difference of key sets: \{(?P<keys>[^}]*)\}")
 
 
-def keyword_passing_change(details: list[str]) -> list[str]:
-    """Argument names passed positionally in one call and by keyword in the other, if that is all that differs.
-
-    JAX describes it as the positional tuple (input path [0]) changing length and
-    the keyword dict (input path [1]) gaining or losing keys.
-    """
-    paths = [m for d in details if (m := _PYTREE_PATH.match(d))]
-    if not paths or {m["path"] for m in paths} != {"[0]", "[1]"}:
+def argument_passing_changes(details: list[str], parameter_names: list[str]) -> list[tuple[str, str]]:
+    """``(argument, how it was given in the other call)`` when only the way arguments were passed differs:
+    "positionally" (by keyword in one call), "left to its default" - JAX sees the positional tuple
+    (input path [0]) change length and/or the keyword dict (input path [1]) gain or lose keys. [] else."""
+    paths = {m["path"]: m for d in details if (m := _PYTREE_PATH.match(d))}
+    if not paths or set(paths) - {"[0]", "[1]"}:
         return []
-    keyword = next(m for m in paths if m["path"] == "[1]")
-    found = _KEY_SET.search(keyword["why"])
-    if not found or "tuple of length" not in next(m for m in paths if m["path"] == "[0]")["now"]:
-        return []
-    return re.findall(r"'([^']+)'", found["keys"])
+    lengths = []
+    if "[0]" in paths:
+        lengths = [int(n) for n in re.findall(r"tuple of length (\d+)", paths["[0]"]["now"] + paths["[0]"]["before"])]
+        if len(lengths) != 2:
+            return []
+    if "[1]" in paths:
+        found = _KEY_SET.search(paths["[1]"]["why"])
+        if not found:
+            return []
+        keys = re.findall(r"'([^']+)'", found["keys"])
+        return [(key, "positionally" if lengths else "left to its default") for key in keys]
+    # Only the positional tuple: the arguments past the shorter one were left to their defaults.
+    return [
+        (parameter_names[index] if index < len(parameter_names) else f"#{index}", "left to its default")
+        for index in range(min(lengths), max(lengths))
+    ]
 
 
 def pytree_changes(details: list[str], parameter_names: list[str]) -> list[str]:

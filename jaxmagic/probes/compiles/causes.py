@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
+    argument_passing_changes,
     context_differences,
-    keyword_passing_change,
     pytree_changes,
     signature_text,
 )
@@ -151,9 +151,14 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
             "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
         )
     if kind == "pytree":
-        passed = keyword_passing_change(explanation.details)
+        passed = argument_passing_changes(explanation.details, info.parameter_names)
         if passed:
-            changes = [f"{n}: passed by keyword in one call, positionally in the other" for n in passed]
+            changes = [
+                f"{n}: passed by keyword in one call, positionally in the other"
+                if how == "positionally"
+                else f"{n}: passed in one call, left to its default in the other"
+                for n, how in passed
+            ]
             return _Cause("passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes)
         if any("metadata" in d for d in explanation.details):
             fields = _metadata_cause(summary, state, info)

@@ -23,7 +23,7 @@ CAUSE_TITLES = {
     "pytree": "argument structure changed",
     "pytree_identity": "a static field holds a new object each call, compared by identity",
     "pytree_static": "a static field of an argument changed value",
-    "passing": "argument passed by keyword vs positionally",
+    "passing": "argument passed in two ways (keyword, position, default)",
     "static": "static argument value changed",
     "static_identity": "static argument is a new object each call, hashed by identity",
     "new_function": "a new jit wrapper built at each call",
@@ -71,8 +71,9 @@ FIXES = {
         "arithmetic belongs in a data field (a traced array)."
     ),
     "passing": (
-        "The same argument was passed by keyword in one call and positionally in another; jit treats "
-        "these as different calls. Pass it the same way every time."
+        "The same argument was passed in two ways - by keyword in one call and positionally in another, or "
+        "left to its default in one; jit treats these as different calls (its cache key holds the positional "
+        "arguments and the keyword ones apart). Pass it the same way every time."
     ),
     "new_function": (
         "jax.jit was applied to a newly built function each time (jax.jit(jax.grad(f)) inside a helper, "
