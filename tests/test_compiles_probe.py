@@ -1109,3 +1109,19 @@ def test_an_argument_left_to_its_default_in_one_call_is_a_way_of_passing_it():
     assert [c.cause for c in rep.compilations_of("h")] == ["first", "passing", "passing"]
     assert rep.compilations_of("h")[1].changes == ["mode: passed in one call, left to its default in the other"]
     assert "keys" not in rep.function("h").fix_for("passing")
+
+
+def test_jax_clear_caches_in_the_loop_is_named_not_a_new_wrapper():
+    """jax#10828's shape: the function is built once; the loop empties JAX's caches."""
+
+    @jax.jit
+    def add(x, y):
+        return x + y
+
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        for _ in range(3):
+            add(x, x)
+            jax.clear_caches()
+    assert [c.cause for c in rep.compilations_of("add")] == ["first", "cache_cleared", "cache_cleared"], rep.summary
+    assert "jax.clear_caches()" in rep.function("add").fix_for("cache_cleared")

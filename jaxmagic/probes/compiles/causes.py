@@ -132,6 +132,15 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
     name = f"`{summary.name}`"
     kind = explanation.kind
     if kind == "never_seen":
+        earlier = state.last_function() if state.last_function is not None else None
+        if summary.count > 0 and earlier is not None and info.function is not None and earlier is info.function():
+            # the very function object it traced before: not a new wrapper - JAX forgot it
+            return _Cause(
+                "cache_cleared",
+                f"`{summary.name}` compiled again although it is the same function: JAX's caches were emptied "
+                "since its last compilation (jax.clear_caches(), or a library calling it).",
+                ["JAX's caches emptied between the calls"],
+            )
         if summary.count > 0:
             return _new_function_cause(summary, info)
         return _Cause("first", f"First compilation of {name}.")

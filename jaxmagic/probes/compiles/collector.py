@@ -42,6 +42,7 @@ class FunctionState:
     last_static: dict[str, StaticValue] | None = None
     last_metadata: dict | None = None  # static fields of pytree arguments at the last compilation (MetaValue)
     static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
+    last_function: Any = None  # weakref to the Python function jit traced at the last compilation
     explained: int = 0
     detailed: int = 0
 
@@ -206,6 +207,7 @@ class Collector:
         _record_static(summary, state, info.static_values)
         state.last_static = dict(info.static_values)
         state.last_metadata = dict(info.metadata)
+        state.last_function = info.function
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line

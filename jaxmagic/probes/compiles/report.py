@@ -27,6 +27,7 @@ CAUSE_TITLES = {
     "static": "static argument value changed",
     "static_identity": "static argument is a new object each call, hashed by identity",
     "new_function": "a new jit wrapper built at each call",
+    "cache_cleared": "JAX's caches were emptied",
     "context": "JAX setting changed",
     "no_retrace": "compiled again without re-tracing",
     "unexplained": "JAX could not say",
@@ -80,6 +81,11 @@ FIXES = {
         "a lambda or functools.partial made in a loop). Each new wrapper starts with an empty cache. Build "
         "the jitted function once, outside the helper or loop (e.g. grad_fn = jax.jit(jax.grad(loss)) at "
         "module level), and pass what changes as arguments."
+    ),
+    "cache_cleared": (
+        "jax.clear_caches() empties every cache of the process: every jitted function and every eager "
+        "operation compiles again at its next call. Call it outside the loop, or not at all (to free "
+        "memory, delete the arrays you no longer need instead)."
     ),
     "context": (
         "A JAX setting that is part of the trace (a config value or a context manager such as "
@@ -310,6 +316,7 @@ _CAUSE_PRIORITY = (
     "static",
     "static_identity",
     "new_function",
+    "cache_cleared",
     "weak_type",
     "passing",
     "pytree",

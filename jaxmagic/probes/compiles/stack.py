@@ -5,10 +5,13 @@ Strings, hashes and ids only: no argument value is kept.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
 import types
+import weakref
+from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic.probes.compiles.metadata import MetaValue, identity_check, pytree_metadata
@@ -32,6 +35,7 @@ class CallInfo:
     # the transformation that made the compiled program from a jitted function, run outside jit, as a
     # pattern for the function's name ("vmap({})", "grad({}) backward pass"); "" for jit's own call
     transformed: str = ""
+    function: Any = None  # weakref to the Python function jit traced (compared with the last; never reported)
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -64,6 +68,8 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
     if compat.is_eager_operation(fun):
         info.kind = "eager"
         return
+    with contextlib.suppress(TypeError):
+        info.function = weakref.ref(fun)
     code, info.wrapper = defining_code(fun, is_user)
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
