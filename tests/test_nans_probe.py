@@ -83,6 +83,8 @@ def test_nan_already_in_arguments_is_blamed_on_the_input():
             jax.jit(lambda p: p["w"] * p["b"])(bad)
     assert [leaf.name for leaf in report.nonfinite] == ["argument bad['w']"]
     assert report.nonfinite[0].nan_count == 1
+    # JAX names the first operation the NaN reached; the summary says no operation made it
+    assert report.summary.startswith("The NaN came in with the argument `bad['w']`: no operation of the call made it")
 
 
 def test_infs_only_with_option():

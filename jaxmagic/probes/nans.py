@@ -184,6 +184,15 @@ class NanReport(Report):
             )
         if self.found and self.producer is not None:
             return self._producer_summary(what)
+        passed_in = [leaf for leaf in self.nonfinite if leaf.name.startswith("argument ") and leaf.nan_count]
+        if self.found and what == "NaN" and passed_in:  # JAX names the first operation it reached
+            names = ", ".join(f"`{leaf.name.removeprefix('argument ')}`" for leaf in passed_in[:3])
+            prim = f" (`{self.primitive}`, the first operation it reached, is only where JAX noticed it)"
+            return (
+                f"The NaN came in with the argument{'s' if len(passed_in) > 1 else ''} {names}: no operation "
+                f"of the call made it{prim if self.primitive else ''}. It came from outside JAX (NumPy data, a "
+                "literal, a loaded value) or from an earlier step."
+            )
         if self.found:
             phase = "a backward pass (gradient)" if self.phase == "backward" else "the forward computation"
             prim = f"`{self.primitive}`" if self.primitive else "a primitive JAX did not name"
