@@ -1191,8 +1191,9 @@ assert first_nan_step(ex4_step, jnp.float32(1.0), ex4_batches[:5]) is None     #
 #    changed argument is `batch`, `f32[4] weak -> f32[4]`. `jnp.full(4, 1.0 + i)` takes its dtype from
 #    a Python float, so those batches are weakly typed arrays, while `jnp.array([1.0, 2.0, -3.0, 4.0])`
 #    is a typed one; the cause's headline says "weakly typed vs typed argument" and its evidence line
-#    names the argument. The cause is the data's, never the doctor's own key-reuse checker, which
-#    also changes JAX's cache key.
+#    names the argument. The first compilation is told as the doctor's own: `ex4_step` was compiled
+#    before, outside the doctor, and the doctor's key-reuse checker is part of JAX's cache key - so
+#    that one is jaxmagic's doing (cause `jaxmagic`), and the recompilation found is the data's.
 
 # %%
 # %%jax_doctor -o doc_ex4
@@ -1212,7 +1213,7 @@ assert (doc_ex4.nans.primitive, doc_ex4.nans.phase) == ("log", "forward")
 assert "`log` got -3.0 at index [2]" in nan_f.evidence
 # the recompilation: its causes and the one argument that changed
 comp = doc_ex4.compiles.function("ex4_step")
-assert comp.count == 2 and comp.causes == {"first": 1, "weak_type": 1}, comp.causes
+assert comp.count == 2 and comp.causes == {"jaxmagic": 1, "weak_type": 1}, comp.causes
 assert [c.changes for c in doc_ex4.compiles.compilations_of("ex4_step")] == [[], ["batch: f32[4] weak -> f32[4]"]]
 assert comp_f.evidence == "batch: f32[4] weak -> f32[4]" and "weakly typed vs typed argument (weak type)" in comp_f.title
 assert "jax_debug_key_reuse" not in comp.reason and "JAX setting" not in doc_ex4.summary
