@@ -141,7 +141,7 @@ CASES = [
         "bool_index",
         "positive_sum",
         [],
-        "jnp.where(mask, x, 0)",
+        "jnp.sum(jnp.where(x > 0, x, 0))",  # written from the line: x[x > 0].sum()
     ),
     (
         lambda: jax.jit(make_zeros)(3),
@@ -840,3 +840,36 @@ def test_the_value_made_on_a_line_with_two_tracers_is_the_one_of_the_type_jax_na
     assert "made by" not in size.summary and size.depends_on == ["k"], size.summary
     bound = probes.explain(raised(lambda: jax.jit(_prefix_to_argmax)(jnp.ones(3))))
     assert bound.provenance.made_at.code == "k = jnp.argmax(x)", bound.summary
+
+
+# -- boolean masks and checks written from the line -------------------------------------------------
+
+
+def _relu_by_mask(x):
+    return x.at[x < 0].set(0.0)
+
+
+def _positive_mean(x):
+    return x[x > 0].mean()
+
+
+def _checked_sqrt(x):
+    if jnp.any(x < 0):
+        raise ValueError("negative input")
+    return jnp.sqrt(x)
+
+
+def test_a_masked_update_becomes_where_with_the_update_not_the_table_pattern():
+    """The table's `jnp.where(mask, x, 0)` would zero exactly the entries `x.at[x < 0].set(0.0)` keeps."""
+    report = probes.explain(raised(lambda: jax.jit(_relu_by_mask)(jnp.array([1.0, -1.0]))))
+    assert report.error_kind == "bool_index"
+    assert report.fixes[0].use == "jnp.where(x < 0, 0.0, x)" and report.fixes[0].checked.startswith("checked")
+    assert not any(f.use.startswith("jnp.where(mask") for f in report.fixes)
+    mean = probes.explain(raised(lambda: jax.jit(_positive_mean)(jnp.array([1.0, -1.0]))))
+    assert mean.fixes[0].use == "jnp.sum(jnp.where(x > 0, x, 0)) / jnp.sum(x > 0)"
+
+
+def test_an_if_that_only_raises_is_a_check_like_an_assert():
+    report = probes.explain(raised(lambda: jax.jit(_checked_sqrt)(jnp.ones(3))))
+    assert report.fixes[0].use == 'checkify.check(jnp.logical_not(jnp.any(x < 0)), "negative input")'
+    assert not any(f.use.startswith(("jnp.where", "lax.cond")) for f in report.fixes)

@@ -70,6 +70,8 @@ class LineCode:
     choice: tuple[str, str, str] | None = None
     # a ``while`` whose body updates one name: (the name, its new value)
     update: tuple[str, str] | None = None
+    # an ``if`` whose body only raises: the text of the exception's message ('"..."' when it has none)
+    raises: str | None = None
 
     @property
     def test(self) -> ast.expr | None:
@@ -115,7 +117,23 @@ def read_line(code: str, filename: str = "", lineno: int = 0) -> LineCode | None
     statement = {ast.Assert: "assert", ast.If: "if", ast.While: "while", ast.For: "for"}.get(type(node), "")
     choice = _if_choice(filename, lineno) if statement == "if" and filename else None
     update = _while_update(filename, lineno) if statement == "while" and filename else None
-    return LineCode(tree, source, statement, choice, update)
+    raises = _if_raises(filename, lineno) if statement == "if" and filename else None
+    return LineCode(tree, source, statement, choice, update, raises)
+
+
+def _if_raises(filename: str, lineno: int) -> str | None:
+    """The message of the ``raise`` that is the whole body of the ``if`` at ``lineno`` (a check of the
+    inputs: ``if jnp.any(x < 0): raise ValueError("negative")``); None for any other ``if``."""
+    found = _statement_at(filename, lineno, ast.If)
+    if found is None:
+        return None
+    source, node, _ = found
+    if len(node.body) != 1 or not isinstance(node.body[0], ast.Raise) or node.orelse:  # type: ignore[attr-defined]
+        return None
+    raised = node.body[0].exc  # type: ignore[attr-defined]
+    if isinstance(raised, ast.Call) and raised.args:
+        return ast.get_source_segment(source, raised.args[0]) or ast.unparse(raised.args[0])
+    return '"..."'
 
 
 def _statement_at(filename: str, lineno: int, kind: type) -> tuple[str, ast.stmt, ast.stmt | None] | None:
@@ -292,6 +310,19 @@ def _fit_bool(fixes, line, names, traced, resolve):
             *static,
         ]
     condition = _jnp_condition(line, test) if test is not None else "cond"
+    if line.raises is not None and test is not None:  # `if bad: raise ...` is a check, like an assert
+        return [
+            _written(
+                f"checkify.check(jnp.logical_not({condition}), {line.raises})",
+                "keep the check in the compiled program: from jax.experimental import checkify; call the jitted "
+                "function as checkify.checkify(f)(...), which returns (err, out); err.throw() raises your message",
+            ),
+            Fix(
+                "the check outside the traced function",
+                "the check is about the inputs: test them before the call, where they are concrete",
+            ),
+            *static,
+        ]
     if line.statement == "while" and line.update is not None and test is not None:
         name, value = line.update
         if _uses(test, {name}):
@@ -710,7 +741,82 @@ def leak_fixes(fixes: Sequence[Fix], stored: str, function: str, loop_body: bool
     return [returned, *(f for f in fixes if not f.use.startswith("return out"))]
 
 
+# -- boolean masks ------------------------------------------------------------------------------
+
+_AT_UPDATES = {
+    "set": "jnp.where({mask}, {v}, {x})",
+    "add": "{x} + jnp.where({mask}, {v}, 0)",
+    "multiply": "jnp.where({mask}, {x} * {v}, {x})",
+    "min": "jnp.where({mask}, jnp.minimum({x}, {v}), {x})",
+    "max": "jnp.where({mask}, jnp.maximum({x}, {v}), {x})",
+}
+
+
+def _fit_bool_index(fixes, line, names, traced, resolve):
+    """``x.at[mask].set(v)`` is ``jnp.where(mask, v, x)`` (the table's ``jnp.where(mask, x, 0)`` zeroes
+    what such a line keeps); ``x[mask].sum()`` / ``.mean()`` keep the shape and mask the reduction."""
+    for node in ast.walk(line.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1):
+            continue
+        target = node.func.value
+        at = target.value if isinstance(target, ast.Subscript) else None
+        if not (isinstance(at, ast.Attribute) and at.attr == "at" and _uses(target.slice, names)):
+            continue
+        pattern = _AT_UPDATES.get(node.func.attr)
+        if pattern is None:
+            continue
+        x, mask, v = line.text(at.value), line.text(target.slice), line.text(node.args[0])
+        return [
+            _written(
+                pattern.format(x=x, mask=mask, v=v),
+                f"the same update where `{mask}` holds, every other entry kept - the shape stays known",
+            )
+        ] + _with_mask(fixes, mask)
+    for node in ast.walk(line.tree):
+        if not (isinstance(node, ast.Subscript) and _uses(node.slice, names)):
+            continue
+        x, mask = line.text(node.value), line.text(node.slice)
+        reduce = _reduction_of(line, node)
+        if reduce == "sum":
+            written = _written(f"jnp.sum(jnp.where({mask}, {x}, 0))", "sum over the masked entries, shape kept")
+        elif reduce == "mean":
+            written = _written(
+                f"jnp.sum(jnp.where({mask}, {x}, 0)) / jnp.sum({mask})",
+                "mean over the masked entries, shape kept (0/0 when none is set)",
+            )
+        else:
+            written = _written(
+                f"jnp.where({mask}, {x}, 0)",
+                "keep the shape, zero the entries outside the mask; then reduce with the mask",
+            )
+        return [written] + _with_mask(fixes, mask)
+    return fixes
+
+
+def _with_mask(fixes: list[Fix], mask: str) -> list[Fix]:
+    """The table's other fixes, with the line's mask for ``mask`` (its jnp.where one is replaced)."""
+    return [
+        dataclasses.replace(f, use=f.use.replace("(mask,", f"({mask},"))
+        for f in fixes
+        if not f.use.startswith("jnp.where(mask")
+    ]
+
+
+def _reduction_of(line: LineCode, subscript: ast.Subscript) -> str:
+    """ "sum" / "mean" when the masked subscript is reduced at once: ``x[m].sum()``, ``jnp.mean(x[m])``."""
+    for node in ast.walk(line.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.value is subscript and not node.args:
+            return node.func.attr if node.func.attr in ("sum", "mean") else ""
+        name = dotted(node.func)
+        if name in ("jnp.sum", "jnp.mean") and node.args and node.args[0] is subscript and len(node.args) == 1:
+            return name.split(".")[1]
+    return ""
+
+
 _FITTERS: dict[str, Callable[..., list[Fix]]] = {
+    "bool_index": _fit_bool_index,
     "bool": _fit_bool,
     "int": _fit_int,
     "array": _fit_array,
