@@ -466,7 +466,10 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         if report.stored_at is not None:
             function = report.stored_at.function or report.traced_function
             loop_body = report.transformation == "scan"
-            report.fixes = line_fixes.leak_fixes(report.fixes, report.stored_at.code, function, loop_body)
+            stored = report.stored_at
+            report.fixes = line_fixes.leak_fixes(
+                report.fixes, stored.code, function, loop_body, stored.filename, stored.lineno
+            )
         return report
     _add_traced_origin(report, error.__traceback__)
     frames = stack_at_raise(error)

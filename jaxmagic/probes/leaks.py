@@ -68,7 +68,9 @@ def _fix_for_stored_line(stored: SourceLine | None, function: str, transformatio
     """The fix written from the line that stored the tracer (``return out, h`` for ``self.h = h``)."""
     if stored is None:
         return []
-    written = line_fixes.leak_fixes([], stored.code, stored.function or function, transformation == "scan")
+    written = line_fixes.leak_fixes(
+        [], stored.code, stored.function or function, transformation == "scan", stored.filename, stored.lineno
+    )
     return [Paragraph(f"Here: `{fix.use}` - {fix.when}.") for fix in written[:1]]
 
 

@@ -711,10 +711,13 @@ def _slice_fixes(fixes, line, node: ast.Subscript, axis: int, piece: ast.Slice, 
 # -- a tracer stored outside the traced function (a leak) -------------------------------------------
 
 
-def leak_fixes(fixes: Sequence[Fix], stored: str, function: str, loop_body: bool = False) -> list[Fix]:
+def leak_fixes(
+    fixes: Sequence[Fix], stored: str, function: str, loop_body: bool = False, filename: str = "", lineno: int = 0
+) -> list[Fix]:
     """The leak's fixes with the value the storing line keeps (``self.last_hidden = h`` ->
     ``return out, h``; in a scan body, ``return carry, h``: the per-step outputs) and that line
-    named; the table's as they are when the line is not read."""
+    named; the table's as they are when the line is not read. With the storing line's file and
+    number, ``out`` / ``carry`` are what the function's own ``return`` gives (``return c, c``)."""
     line = read_line(stored)
     value = None
     if line is not None:
@@ -726,19 +729,56 @@ def leak_fixes(fixes: Sequence[Fix], stored: str, function: str, loop_body: bool
     if value is None:
         return list(fixes)
     kept = line.text(value)
-    if loop_body:
+    returns = _returned_by_function_at(filename, lineno) if filename else None
+    if returns and kept in returns:
+        gets = "lax.scan's results stack the per-step outputs" if loop_body else "the caller gets it"
         returned = Fix(
-            f"return carry, {kept}",
+            line.source,
+            f"drop this line: `{function}` already returns `{kept}` (`return {', '.join(returns)}`); {gets} - "
+            "use that instead of the stored tracer",
+        )
+        return [returned, *(f for f in fixes if not f.use.startswith("return out"))]
+    if loop_body:
+        carry = returns[0] if returns else "carry"
+        outputs = f"({returns[1]}, {kept})" if returns and len(returns) == 2 and returns[1] != carry else kept
+        returned = Fix(
+            f"return {carry}, {outputs}",
             f"return `{kept}` as the per-step output of the scan body `{function}` and drop `{line.source}`: "
             "lax.scan stacks it over the steps",
         )
     else:
+        out = ", ".join(returns) if returns else "out"
         returned = Fix(
-            f"return out, {kept}",
+            f"return {out}, {kept}" if not returns or len(returns) == 1 else f"return ({out}), {kept}",
             f"return `{kept}` from `{function}` and drop `{line.source}`: the caller gets it as an output "
             "(under jax.grad, with has_aux=True)",
         )
     return [returned, *(f for f in fixes if not f.use.startswith("return out"))]
+
+
+def _returned_by_function_at(filename: str, lineno: int) -> list[str] | None:
+    """The expressions the last ``return`` of the function holding ``lineno`` gives (a tuple's items),
+    as written; None when it is not found or returns nothing."""
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    holding = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.lineno <= lineno <= (node.end_lineno or node.lineno)
+    ]
+    if not holding:
+        return None
+    function = max(holding, key=lambda node: node.lineno)  # the innermost
+    returns = [node for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+    if not returns:
+        return None
+    value = max(returns, key=lambda node: node.lineno).value
+    items = value.elts if isinstance(value, ast.Tuple) else [value]
+    return [ast.get_source_segment(source, item) or ast.unparse(item) for item in items]
 
 
 # -- boolean masks ------------------------------------------------------------------------------
