@@ -873,3 +873,15 @@ def test_an_if_that_only_raises_is_a_check_like_an_assert():
     report = probes.explain(raised(lambda: jax.jit(_checked_sqrt)(jnp.ones(3))))
     assert report.fixes[0].use == 'checkify.check(jnp.logical_not(jnp.any(x < 0)), "negative input")'
     assert not any(f.use.startswith(("jnp.where", "lax.cond")) for f in report.fixes)
+
+
+def _take_two(x, i):
+    return x[i : i + 2]
+
+
+def test_under_vmap_the_function_is_the_one_holding_the_tracers_not_where_vmap_made_them():
+    """JAX's vmap message says where the tracer was created - at the vmap call, for an input - which was
+    named as the traced function (`<lambda>`, `<module>`) and its line as the definition."""
+    report = probes.explain(raised(lambda: jax.vmap(_take_two, in_axes=(None, 0))(jnp.arange(5.0), jnp.array([0, 1]))))
+    assert report.traced_function == "_take_two", report.summary
+    assert report.function_line.code == "def _take_two(x, i):"

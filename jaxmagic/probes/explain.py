@@ -450,7 +450,14 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     report.traced_function = "" if context.function == "<unknown>" else context.function
     report.transformation = context.transformation
     report.depends_on = context.depends_on
-    if context.file and is_user_file(context.file):
+    if context.created_on:  # where the tracer was made, not the function: the frame that held the tracers is
+        innermost = _innermost_user_frame(error.__traceback__)
+        if innermost is not None:
+            code = innermost.f_code
+            report.traced_function = code.co_qualname.rsplit("<locals>.", 1)[-1]
+            report.function_line = source_line(code.co_filename, code.co_firstlineno, code.co_name)
+        del innermost
+    elif context.file and is_user_file(context.file):
         report.function_line = source_line(context.file, context.line, context.function)
     if not report.transformation and report.traced_names:
         report.transformation = text.TRANSFORMATION_OF_TRACER.get(report.traced_names[0].tracer_type, "")

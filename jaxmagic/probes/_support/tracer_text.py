@@ -77,6 +77,9 @@ class TracingContext:
     line: int = 0
     transformation: str = ""  # "jit", "scan", "vmap", ...
     depends_on: list[str] = dataclasses.field(default_factory=list)  # argument names
+    # from "was created on line ...": where the tracer was made (a vmap's inputs: at the vmap call), which is
+    # not the traced function's definition, nor always inside it
+    created_on: bool = False
 
 
 def tracing_context(message: str) -> TracingContext:
@@ -99,6 +102,7 @@ def tracing_context(message: str) -> TracingContext:
             context.function = short_qualname(created["function"])
             context.file, context.line = created["file"], int(created["line"])
             context.transformation = TRANSFORMATION_OF_TRACER.get(created["tracer"], "")
+            context.created_on = True
     depends = _DEPENDS.search(flat)
     if depends:
         context.depends_on = split_names(depends["args"])
