@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 from jaxmagic import probes
 from jaxmagic.render import static_bundle
@@ -555,3 +556,18 @@ def test_a_nan_made_by_the_users_own_backward_rule_is_told_as_theirs():
     assert p.user_rule and not p.derivative and p.line.code.strip().startswith("scale = jnp.sqrt(x) / x")
     assert "your own derivative rule" in static_bundle(report.document())["text/plain"]
     assert "jnp.where(den != 0" in report.fix and "safe norm" not in report.fix
+
+
+def _cond_sqrt(x):
+    return lax.cond(x > 0, jnp.sqrt, jnp.zeros_like, x)
+
+
+def test_a_discarded_nan_in_a_gradient_cell_is_not_said_to_make_the_gradient_nan():
+    """grad of vmap(cond): vmap turns the cond into a select; the gradient is finite. The report said
+    `jnp.where` discarded it and that "a gradient through it would be NaN"."""
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            jax.grad(lambda x: jnp.sum(jax.vmap(_cond_sqrt)(x)))(jnp.array([1.0, -1.0, 0.0]))
+    p = report.producer
+    assert p is not None and p.discarded_by == "lax.cond", report.summary
+    assert "would be NaN" not in report.summary

@@ -102,6 +102,15 @@ BACKWARD_EXPLANATION = (
     "got: %%jax_nans on the cell names them."
 )
 
+
+def _gradient_clause(p) -> str:
+    """What a discarded NaN means for gradients: said of this cell when it computed one (its result, the
+    gradient, is finite), else as the condition under which one would be NaN - never as a certainty."""
+    if p.phase == "backward" or p.derivative:
+        return "(the gradient this cell computed is finite too)"
+    return "(a gradient through that branch is NaN where its derivative is inf or NaN: 0 * inf = NaN)"
+
+
 DISCARDED_EXPLANATION = (
     "The value was made in a branch that `{by}` then discarded: the result is finite, and under jax.jit "
     "nothing is raised. jax.debug_nans checks every operation's output, so it raises anyway. It matters "
@@ -238,12 +247,11 @@ class NanReport(Report):
                 return (
                     f"NaN made by `{p.nan_maker}`{inside} ({p.nan_maker_values}) of an inf `{p.primitive}` "
                     f"made{at}{loops}, in a branch that `{p.discarded_by}` discarded: the result is finite, but "
-                    "jax.debug_nans raises on it (and a gradient through it would be NaN)."
+                    f"jax.debug_nans raises on it {_gradient_clause(p)}."
                 )
             return (
                 f"{what} made by `{p.primitive}`{inside}{at}{loops} in a branch that `{p.discarded_by}` "
-                "discarded: the result is finite, but jax.debug_nans raises on it (and a gradient through it "
-                "would be NaN)."
+                f"discarded: the result is finite, but jax.debug_nans raises on it {_gradient_clause(p)}."
             )
         phase = "a backward pass (gradient)" if p.phase == "backward" else "the forward computation"
         if p.nan_maker and p.value == "inf":

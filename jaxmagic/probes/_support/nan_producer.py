@@ -544,8 +544,10 @@ class _Search(Listener):
         if not path and producer is not None and not producer.discarded_by:
             if _any_bad(self._free(eqn, inputs, path)) and not _any_bad(outputs):
                 name = str(eqn.params.get("name", eqn.primitive.name))
+                producer.discarded_line = line = _user_line(eqn)
                 producer.discarded_by = "jnp.where" if name in _SELECTS else public_name(name) or name
-                producer.discarded_line = _user_line(eqn)
+                if name in _SELECTS and line is not None and "lax.cond(" in line.code:
+                    producer.discarded_by = "lax.cond"  # vmap turns a cond on a batched predicate into a select
         return False
 
     def _nan_maker(self, eqn, inputs, outputs, path) -> None:
