@@ -1125,3 +1125,22 @@ def test_jax_clear_caches_in_the_loop_is_named_not_a_new_wrapper():
             jax.clear_caches()
     assert [c.cause for c in rep.compilations_of("add")] == ["first", "cache_cleared", "cache_cleared"], rep.summary
     assert "jax.clear_caches()" in rep.function("add").fix_for("cache_cleared")
+
+
+def test_a_scan_outside_jit_given_a_new_lambda_each_time_is_a_finding():
+    """flowMC#133 / jax#14743's shape: lax.scan called eagerly in a loop with a lambda body compiles at
+    every call; it was "3 small compilations of eager operations" - cheap and cached, the report said."""
+    xs = jnp.ones(5)
+    with probes.compiles() as rep:
+        for _ in range(3):
+            jax.lax.scan(lambda c, x: (c + x, c * x), 0.0, xs)
+    assert rep.status.value == "problem"
+    assert rep.summary.startswith("`scan` outside jit compiled 3 times for the same argument types")
+
+    def body(c, x):
+        return c + x, c * x
+
+    with probes.compiles() as clean:
+        for _ in range(3):
+            jax.lax.scan(body, 0.0, xs)
+    assert clean.status.value == "ok" and not clean.rebuilt_loops

@@ -113,6 +113,9 @@ FIXES = {
 }
 
 
+_BODY_PRIMITIVES = ("scan", "while", "cond")  # eager control flow whose cache key holds its body function
+
+
 class CompileBudgetExceeded(RuntimeError):
     """A function compiled more often than the budget allows; the message says which and why."""
 
@@ -381,6 +384,16 @@ class CompileReport(Report):
         ]
 
     @property
+    def rebuilt_loops(self) -> list[FunctionCompiles]:
+        """Control flow run outside jit (lax.scan, while_loop, cond) compiled again for argument types it
+        compiled for before: what differed is its body, given anew (a lambda built in the loop)."""
+        return [
+            f
+            for f in self.functions
+            if f.kind != "user" and f.name in _BODY_PRIMITIVES and 1 <= f.distinct_argument_types < f.count
+        ]
+
+    @property
     def user_functions(self) -> list[FunctionCompiles]:
         return [f for f in self.functions if f.kind == "user"]
 
@@ -425,7 +438,7 @@ class CompileReport(Report):
 
     @property
     def status(self) -> Status:
-        if self.over_budget or self.recompiled_functions:
+        if self.over_budget or self.recompiled_functions or self.rebuilt_loops:
             return Status.PROBLEM
         return Status.ERROR if self.other_error else Status.OK
 
@@ -466,6 +479,15 @@ class CompileReport(Report):
         if users:
             names = ", ".join(f"`{f.name}`" for f in users[:4]) + (", ..." if len(users) > 4 else "")
             return f"{len(users)} function(s) compiled once each ({names}); nothing recompiled{eager_note}."
+        rebuilt = self.rebuilt_loops
+        if rebuilt:
+            f = rebuilt[0]
+            return (
+                f"`{f.name}` outside jit compiled {f.count} times for the same argument types ({f.last_argument_types}): "
+                "what differed is not its arguments but its body or settings - usually a new function each time "
+                "(a lambda or closure built in the loop), which JAX's cache never matches. Define the body once, "
+                "outside the loop, or jit the function that runs it."
+            )
         if eager:
             return f"None of your jitted functions compiled; {eager} small compilation(s) of eager operations."
         return "Nothing was compiled: every call in this cell reused an already compiled program."
