@@ -10,6 +10,7 @@ from jax import lax
 
 from jaxmagic import probes
 from jaxmagic.probes._support.tracer_text import english_list, split_names, tracing_context
+from jaxmagic.render import static_bundle
 
 
 def clip_positive(x, limit):
@@ -885,3 +886,32 @@ def test_under_vmap_the_function_is_the_one_holding_the_tracers_not_where_vmap_m
     report = probes.explain(raised(lambda: jax.vmap(_take_two, in_axes=(None, 0))(jnp.arange(5.0), jnp.array([0, 1]))))
     assert report.traced_function == "_take_two", report.summary
     assert report.function_line.code == "def _take_two(x, i):"
+
+
+def _ordered(x, y):
+    if x > y:
+        return x, y
+    return y, x
+
+
+def _prefix_or_all(x):
+    if x.sum() > 0:
+        return x
+    else:
+        return x[:2]
+
+
+def test_branches_returning_tuples_are_written_as_tuples():
+    report = probes.explain(raised(lambda: jax.jit(_ordered)(1.0, 2.0)))
+    assert report.fixes[0].use == "lax.cond(x > y, lambda: (x, y), lambda: (y, x))"
+    assert report.fixes[0].checked.startswith("checked: traces")
+
+
+def test_a_fix_that_fails_on_the_shapes_is_left_out_even_when_the_static_retry_cannot_be_tried():
+    """Branches of different shapes: jnp.where and lax.cond fail on the shapes; the retry with `x` static
+    could not be tried (`x.sum` is then no traced method) and its "not tried" hid the failure."""
+    report = probes.explain(raised(lambda: jax.jit(_prefix_or_all)(jnp.ones(3))))
+    assert not report.fixes, [f.use for f in report.fixes]
+    rejected = {f.use: f.checked for f in report.rejected_fixes}
+    assert "Incompatible shapes" in rejected["jnp.where(x.sum() > 0, x, x[:2])"]
+    assert "No fix of this kind works here as written" in static_bundle(report.document())["text/plain"]

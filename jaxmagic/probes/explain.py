@@ -398,11 +398,12 @@ class TracerErrorReport(Report):
                 )
             )
         rows = [[f"`{fix.use}`", fix.when, fix.checked] for fix in self.fixes]
-        fix_blocks: list = [Table(["write", "when", "tried"], rows)]
+        fix_blocks: list = [Table(["write", "when", "tried"], rows)] if rows else []
         if self.rejected_fixes:
             fix_blocks.append(
                 Paragraph(
-                    "Tried on your function and left out, because it does not work for this call: "
+                    ("No fix of this kind works here as written. " if not rows else "")
+                    + "Tried on your function and left out, because it does not work for this call: "
                     + "; ".join(f"`{f.use}` ({f.checked.removeprefix('checked: ')})" for f in self.rejected_fixes)
                 )
             )
@@ -1077,8 +1078,10 @@ def _line_trial(report: TracerErrorReport, fixes: list[Fix], jits: dict, frames:
         outcome, detail = attempt({})
         given = ""
         if outcome != "ok" and outcome != "not tried" and concrete:
-            outcome, detail = attempt(concrete)
-            given = ", ".join(f"{n} = {v!r}" for n, v in concrete.items())
+            again, detail_again = attempt(concrete)
+            if again != "not tried":  # static, the names may leave the fix untriable: the first result stands
+                outcome, detail = again, detail_again
+                given = ", ".join(f"{n} = {v!r}" for n, v in concrete.items())
         how = " (jaxmagic traced it with jax.eval_shape on the shapes of your values; nothing ran)"
         static = f" once {given} {'is' if len(concrete) == 1 else 'are'} static" if given else ""
         if outcome == "ok" and not detail:

@@ -193,18 +193,23 @@ _AUGMENTED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Floor
 
 
 def _branches(source: str, node: ast.If, after: ast.stmt | None) -> tuple[str, str, str] | None:
+    def text(value: ast.expr) -> str:
+        written = ast.get_source_segment(source, value) or ""
+        # `return x, y` is a tuple: written inside a lambda or a call it needs its parentheses
+        return f"({written})" if isinstance(value, ast.Tuple) and not written.startswith("(") else written
+
     def one(block: list[ast.stmt]) -> tuple[str, str] | None:
         if len(block) != 1:
             return None
         statement = block[0]
         if isinstance(statement, ast.Return) and statement.value is not None:
-            return "return", ast.get_source_segment(source, statement.value) or ""
+            return "return", text(statement.value)
         if (
             isinstance(statement, ast.Assign)
             and len(statement.targets) == 1
             and isinstance(statement.targets[0], ast.Name)
         ):
-            return statement.targets[0].id, ast.get_source_segment(source, statement.value) or ""
+            return statement.targets[0].id, text(statement.value)
         return None
 
     true = one(node.body)
