@@ -1144,3 +1144,17 @@ def test_a_scan_outside_jit_given_a_new_lambda_each_time_is_a_finding():
         for _ in range(3):
             jax.lax.scan(body, 0.0, xs)
     assert clean.status.value == "ok" and not clean.rebuilt_loops
+
+
+def test_a_static_nan_is_told_it_never_equals_itself():
+    """The fix was "build it once and pass the same object, or define __eq__ and __hash__" - for a float."""
+
+    @partial(jax.jit, static_argnums=1)
+    def fill_nans(x, fill):
+        return jnp.where(jnp.isnan(x), 0.0, x)
+
+    with probes.compiles() as rep:
+        for _ in range(3):
+            fill_nans(jnp.ones(2), float("nan"))
+    fix = rep.function("fill_nans").fix_for("static_identity")
+    assert "NaN, which never equals itself" in fix and "__eq__" not in fix

@@ -311,6 +311,13 @@ def _name_identity_fix(summary: FunctionCompiles, before: dict[str, StaticValue]
     """The static-argument fix naming the parameter that is a new object at each call, and what it is."""
     for name, value in now.items():
         old = before.get(name)
+        if old is not None and value.kind == "number" and value.text in ("nan", "-nan"):
+            summary.field_fixes["static_identity"] = (
+                f"The static argument `{name}` of `{summary.name}` is NaN, which never equals itself: every call "
+                "is a new cache key however it is built. Pass it as a traced argument (not static), or mark "
+                "'no value' with None."
+            )
+            return
         if old is None or old.ident == value.ident or not value.by_identity or value.kind == "functions":
             continue
         if name not in summary.static_argnames:
@@ -389,6 +396,12 @@ def _static_changes(before: dict | None, now: dict[str, StaticValue]) -> tuple[l
         elif value.look != old.look:
             text = f"{old.text} -> {value.text}" if value.text != old.text else f"{value.text}, printed differently"
             changed.append(f"{name}: {text}")
+        elif value.kind == "number" and value.text in ("nan", "-nan"):
+            # a float NaN is unequal to itself, and hashed by identity since Python 3.10: each is a new key
+            identity.append(
+                f"{name}: nan (id {old.ident:#x} -> id {value.ident:#x}) - NaN never equals NaN, so a static NaN "
+                "never matches an earlier call: pass it as a traced value, or a flag (None) instead"
+            )
         elif value.hashed != old.hashed or value.hashed is None:
             identity.append(
                 f"{name}: a new {value.type_name} (id {old.ident:#x} -> id {value.ident:#x}), equal-looking "

@@ -236,7 +236,7 @@ class FunctionCompiles:
 
     def fix_for(self, cause: str) -> str:
         named = self.field_fixes.get(cause, "")
-        if named and cause != "static_identity":
+        if named and (cause != "static_identity" or " is NaN, " in named):  # a NaN is no object to build once
             return named
         general = self._general_fix(cause)
         return f"{named} {general}" if named and general else named or general
