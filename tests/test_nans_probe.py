@@ -571,3 +571,19 @@ def test_a_discarded_nan_in_a_gradient_cell_is_not_said_to_make_the_gradient_nan
     p = report.producer
     assert p is not None and p.discarded_by == "lax.cond", report.summary
     assert "would be NaN" not in report.summary
+
+
+def _half_variance(x):
+    x = x.astype(jnp.float16)
+    m = jnp.mean(x * x)  # 300 * 300 is above float16's largest value
+    return m - m
+
+
+def test_an_overflow_to_inf_is_told_as_the_dtypes_limit_with_a_float32_fix():
+    """The explanation was mul's usual cause, "0 * inf", for 300.0 * 300.0, and no fix was offered."""
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            _half_variance(jnp.full(4, 300.0))
+    text = static_bundle(report.document())["text/plain"]
+    assert "above the largest float16 value (65504)" in " ".join(text.split())
+    assert "0 * inf" not in text and report.fix.startswith("`mul` (`x * x`) overflowed float16")

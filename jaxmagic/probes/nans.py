@@ -370,6 +370,8 @@ class NanReport(Report):
         fix = f" {self.fix}" if self.fix else ""
         if p is not None and p.discarded_by:
             return DISCARDED_EXPLANATION.format(by=p.discarded_by) + fix
+        if p is not None and p.phase == "forward" and not p.derivative and _overflowed(p):
+            return f"{p.description}: {_overflowed(p)}." + fix
         if p is not None and p.phase == "forward" and not p.derivative:
             cause = FORWARD_CAUSES.get(p.primitive)
             text = f"{p.description}" + (f": {cause}." if cause else ".")
@@ -516,6 +518,25 @@ def _inf_line(p) -> SourceLine | None:
 _UNDERFLOW = {"float32": 17, "float64": 37}
 
 
+_ARITHMETIC = ("mul", "add", "sub", "dot_general", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
+_HALF = ("float16", "bfloat16")
+
+
+def _overflowed(p) -> str:
+    """Why an arithmetic operation made inf from finite values: its result is above its dtype's largest
+    value (float16's is 65504) - not 0 * inf, which needs an inf to begin with; "" for anything else."""
+    dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "")
+    if p.value != "inf" or p.primitive not in _ARITHMETIC or not dtype:
+        return ""
+    import jax.numpy as jnp  # deferred: JAX is imported once a NaN is explained
+
+    try:
+        largest = f"{float(jnp.finfo(dtype).max):.6g}"  # bfloat16's too
+    except (TypeError, ValueError):
+        return ""
+    return f"the result is above the largest {dtype} value ({largest}): it overflowed to inf"
+
+
 def nan_fix(report: NanReport) -> str:
     """The fix for this NaN: chosen by the producing operation and the input values it saw, naming only
     what is in the program; "" when no fix is known for what was seen (never a fix for another bug)."""
@@ -526,6 +547,14 @@ def nan_fix(report: NanReport) -> str:
                 f"`{report.primitive}` produced {report.value or 'NaN'}: typically {FORWARD_CAUSES[report.primitive]}."
             )
         return ""
+    overflow = _overflowed(p) if p.phase == "forward" and not p.derivative else ""
+    if overflow and any(op.dtype in _HALF for op in p.operands):
+        half = next(op.dtype for op in p.operands if op.dtype in _HALF)
+        code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+        return (
+            f"`{p.primitive}`{code} overflowed {half}. Compute it in float32 - `.astype(jnp.float32)` on its "
+            f"inputs, and back to {half} after if you need it - or scale the values down first." + SUGGESTION
+        )
     library = p.library_function
     code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
     if p.neg_inf_rows and p.nan_maker_library in _ROW_FUNCTIONS:  # -inf made elsewhere, NaN in the row function
