@@ -6,6 +6,7 @@ another test can hide (or add) a compilation.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -1158,3 +1159,18 @@ def test_a_static_nan_is_told_it_never_equals_itself():
             fill_nans(jnp.ones(2), float("nan"))
     fix = rep.function("fill_nans").fix_for("static_identity")
     assert "NaN, which never equals itself" in fix and "__eq__" not in fix
+
+
+def test_a_cell_failing_at_its_first_call_does_not_say_calls_reused_a_program():
+    @dataclasses.dataclass
+    class Model:  # not frozen: unhashable, so no static argument
+        scale: float
+
+        @partial(jax.jit, static_argnums=0)
+        def apply(self, x):
+            return x * self.scale
+
+    with pytest.raises(ValueError):
+        with probes.compiles() as rep:
+            Model(2.0).apply(jnp.ones(2))
+    assert rep.summary.endswith("Nothing was compiled before it.") and "reused" not in rep.summary

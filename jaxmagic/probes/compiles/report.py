@@ -446,6 +446,8 @@ class CompileReport(Report):
     def summary(self) -> str:
         text = self._findings()
         if self.other_error:
+            if not self.functions:  # no call got as far as compiling: nothing was "reused" either
+                return f"The cell failed with {ended(self.other_error)} Nothing was compiled before it."
             text = f"The cell failed with {ended(self.other_error)} Before that: {text[0].lower()}{text[1:]}"
         return text
 
