@@ -1170,7 +1170,8 @@ def test_a_cell_failing_at_its_first_call_does_not_say_calls_reused_a_program():
         def apply(self, x):
             return x * self.scale
 
+    x, model = jnp.ones(2), Model(2.0)
     with pytest.raises(ValueError):
         with probes.compiles() as rep:
-            Model(2.0).apply(jnp.ones(2))
+            model.apply(x)
     assert rep.summary.endswith("Nothing was compiled before it.") and "reused" not in rep.summary
