@@ -1174,4 +1174,4 @@ def test_a_cell_failing_at_its_first_call_does_not_say_calls_reused_a_program():
     with pytest.raises(ValueError):
         with probes.compiles() as rep:
             model.apply(x)
-    assert rep.summary.endswith("Nothing was compiled before it.") and "reused" not in rep.summary
+    assert rep.summary.endswith("Nothing was compiled before it.") and "reused an already" not in rep.summary
