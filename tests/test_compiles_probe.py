@@ -1175,3 +1175,16 @@ def test_a_cell_failing_at_its_first_call_does_not_say_calls_reused_a_program():
         with probes.compiles() as rep:
             model.apply(x)
     assert rep.summary.endswith("Nothing was compiled before it.") and "reused an already" not in rep.summary
+
+
+def test_an_int_then_a_float_scalar_gets_the_fix_to_pass_one_kind():
+    @jax.jit
+    def scale(x, s):
+        return x * s
+
+    x = jnp.ones(3)
+    with probes.compiles() as rep:
+        scale(x, 1)
+        scale(x, 1.5)
+    fix = rep.function("scale").fix_for("types")
+    assert "`float(s)`" in fix and "bucket" not in fix

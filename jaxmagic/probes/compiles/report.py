@@ -7,6 +7,7 @@ here measures or calls into JAX.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
@@ -251,6 +252,15 @@ class FunctionCompiles:
                 return f"{FIXES[cause]} {_number_fix(self.static_kinds, self.static_values)}"
             if kind:
                 return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
+        if cause == "types":
+            scalars = [_scalar_kind_change(change) for change in self.change_examples.get("types", [])]
+            if scalars and all(scalars):
+                name = scalars[0]
+                return (
+                    f"`{name}` was an integer scalar in one call and a float one in another (a Python `1` and "
+                    f"`1.5` are i32[] and f32[]): different argument types. Pass the same kind every time, e.g. "
+                    f"`float({name})` (or `jnp.float32({name})`) where you call it."
+                )
         return FIXES.get(cause, "")
 
     @property
@@ -312,6 +322,17 @@ def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
     floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
     dtype = "jnp.float32" if floats else "jnp.int32"
     return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
+
+
+_SCALAR_CHANGE = re.compile(
+    r"^(?P<name>[\w.\[\]']+): (?P<a>[if])\d+\[\](?: weak)? -> (?P<b>[if])\d+\[\](?: weak)?(?: \(dtype\))?$"
+)
+
+
+def _scalar_kind_change(change: str) -> str:
+    """The argument's name when ``change`` is an int scalar becoming a float one or back ("s: i32[] -> f32[]")."""
+    match = _SCALAR_CHANGE.match(change)
+    return match["name"] if match and match["a"] != match["b"] else ""
 
 
 # Which cause to name first when two are equally frequent: the ones people find hardest first.
