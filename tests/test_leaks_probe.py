@@ -437,3 +437,26 @@ def test_leak_from_a_scan_body_inside_jit_names_the_body_and_the_loop():
     # the scan body already hands `position` out as its per-step output: drop the append, use what scan returns
     text = " ".join(str(report).split())
     assert "Here: `states.append(position)` - drop this line: `one_step` already returns `position`" in text
+
+
+def test_a_value_stored_by_a_method_the_traced_function_calls_is_found_there():
+    """`self._remember(h)` stores `self.remembered = v`: the storing line is in the method, and the fix is to
+    return the value from the traced function (it was neither found nor written)."""
+
+    class Layer:
+        def _remember(self, v):
+            self.remembered = v
+
+        def __call__(self, x):
+            h = jnp.tanh(x)
+            self._remember(h)
+            return h.sum()
+
+    layer = Layer()
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"layer": layer}) as report:
+            jax.jit(layer)(jnp.ones(3))
+    first = report.to_dict()["leaked"][0]
+    assert first["stored_at"]["code"] == "self.remembered = v" and first["stored_at"]["function"] == "_remember"
+    text = " ".join(str(report).split())
+    assert "Here: `return the value from Layer.__call__` - `self.remembered = v` in `_remember`" in text

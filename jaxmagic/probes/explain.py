@@ -476,7 +476,7 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
             loop_body = report.transformation == "scan"
             stored = report.stored_at
             report.fixes = line_fixes.leak_fixes(
-                report.fixes, stored.code, function, loop_body, stored.filename, stored.lineno
+                report.fixes, stored.code, function, loop_body, stored.filename, stored.lineno, report.traced_function
             )
         return report
     _add_traced_origin(report, error.__traceback__)

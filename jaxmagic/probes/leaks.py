@@ -69,7 +69,7 @@ def _fix_for_stored_line(stored: SourceLine | None, function: str, transformatio
     if stored is None:
         return []
     written = line_fixes.leak_fixes(
-        [], stored.code, stored.function or function, transformation == "scan", stored.filename, stored.lineno
+        [], stored.code, stored.function or function, transformation == "scan", stored.filename, stored.lineno, function
     )
     return [Paragraph(f"Here: `{fix.use}` - {fix.when}.") for fix in written[:1]]
 

@@ -717,7 +717,13 @@ def _slice_fixes(fixes, line, node: ast.Subscript, axis: int, piece: ast.Slice, 
 
 
 def leak_fixes(
-    fixes: Sequence[Fix], stored: str, function: str, loop_body: bool = False, filename: str = "", lineno: int = 0
+    fixes: Sequence[Fix],
+    stored: str,
+    function: str,
+    loop_body: bool = False,
+    filename: str = "",
+    lineno: int = 0,
+    traced: str = "",
 ) -> list[Fix]:
     """The leak's fixes with the value the storing line keeps (``self.last_hidden = h`` ->
     ``return out, h``; in a scan body, ``return carry, h``: the per-step outputs) and that line
@@ -734,6 +740,16 @@ def leak_fixes(
     if value is None:
         return list(fixes)
     kept = line.text(value)
+    if traced and function and function.rsplit(".", 1)[-1] != traced.rsplit(".", 1)[-1] and not loop_body:
+        # stored by a function the traced one calls (self._remember(h)): the traced one returns the value
+        return [
+            Fix(
+                f"return the value from {traced}",
+                f"`{line.source}` in `{function}`, which `{traced}` calls, keeps a traced value: drop it and "
+                f"return the value from `{traced}` (under jax.grad, with has_aux=True)",
+            ),
+            *(f for f in fixes if not f.use.startswith("return out")),
+        ]
     returns = _returned_by_function_at(filename, lineno) if filename else None
     if returns and kept in returns:
         gets = "lax.scan's results stack the per-step outputs" if loop_body else "the caller gets it"

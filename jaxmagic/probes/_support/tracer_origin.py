@@ -98,22 +98,37 @@ def enclosing_function_start(filename: str, lineno: int) -> int:
 
 def stored_line(holder: str, filename: str, first_line: int, function: str = "") -> SourceLine | None:
     """The one line of the function defined at ``filename:first_line`` that stores into ``holder``
-    (``leaked.append(h)``, ``self.cache = h``, ``cache.store["h"] = h``); None when no line or more
-    than one line of that function does (the store may be in a function it calls)."""
-    patterns = []
+    (``leaked.append(h)``, ``self.cache = h``, ``cache.store["h"] = h``); else, for an attribute, the one
+    line of the file storing into it (a method the function calls: ``self._remember(h)``, which does
+    ``self.saved = v``); None when no line or more than one does."""
+    patterns, attribute_patterns = [], []
     for root, attributes in _holder_words(holder):
         patterns.append(re.compile(rf"(?<![\w.]){re.escape(root)}(?:\.\w+)*{_MUTATION}"))
         if attributes:  # self.last_hidden = h for the holder m_leak.last_hidden
-            patterns.append(re.compile(rf"\.{re.escape(attributes[-1])}\b{_MUTATION}"))
+            attribute_patterns.append(re.compile(rf"\.{re.escape(attributes[-1])}\b{_MUTATION}"))
     if not patterns:
         return None
+    found = _lines_matching(function_block(filename, first_line)[1:], patterns + attribute_patterns)
+    if len(found) == 1:
+        return source_line(filename, found[0], function)
+    if found or not attribute_patterns:
+        return None
+    lines = list(enumerate(linecache.getlines(filename), start=1))
+    statements = [re.compile(r"^\s*[\w.]+" + p.pattern) for p in attribute_patterns]  # a store, not a mention
+    found = _lines_matching(lines, statements)
+    if len(found) != 1:
+        return None
+    start = enclosing_function_start(filename, found[0])
+    name = re.match(r"\s*(?:async\s+)?def\s+(\w+)", linecache.getline(filename, start)) if start else None
+    return source_line(filename, found[0], name.group(1) if name else function)
+
+
+def _lines_matching(lines: list[tuple[int, str]], patterns: list[re.Pattern]) -> list[int]:
     found = []
-    for number, text in function_block(filename, first_line)[1:]:
+    for number, text in lines:
         code = text.split("#", 1)[0]
         if code.lstrip().startswith(("def ", "@", "class ")):
             continue
         if any(p.search(code) for p in patterns):
             found.append(number)
-    if len(found) != 1:
-        return None
-    return source_line(filename, found[0], function)
+    return found
