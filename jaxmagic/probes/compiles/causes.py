@@ -110,6 +110,13 @@ def _own_differences(explanation: CacheMissExplanation | None, user_values: dict
     return []
 
 
+# jaxmagic's own cache-key settings in words (their JAX names would read as something to change)
+_OWN_SETTING_WORDS = {
+    "jax_debug_key_reuse": "the key-reuse checker (%%jax_keys, %%jax_doctor, %jax_watch)",
+    "user_context": "the fresh-trace key of %%jax_leaks / %%jax_doctor / %%jax_print",
+}
+
+
 def _own_cause(summary: FunctionCompiles, own: list[str], types: list[str] | None) -> _Cause:
     """A compilation jaxmagic made happen: JAX's cache key differed only in what jaxmagic sets."""
     shapes = f" for {signature_text(types)}" if types is not None else ""
@@ -121,9 +128,10 @@ def _own_cause(summary: FunctionCompiles, own: list[str], types: list[str] | Non
             "types, once. Loading jaxmagic before importing JAX avoids it."
         )
     else:
+        settings = ", ".join(dict.fromkeys(_OWN_SETTING_WORDS.get(name, "a setting of its own") for name in own))
         why = (
-            f"`{summary.name}` compiled again{shapes} because it was last traced inside a jaxmagic magic, "
-            f"under a setting the magic switches on for its cell only ({', '.join(own)}): once per setting."
+            f"`{summary.name}` compiled again{shapes} because it was last traced inside a jaxmagic magic, under "
+            f"{settings}, which the magic switches on for its cell only: once per function and argument types."
         )
     return _Cause("jaxmagic", why)
 
