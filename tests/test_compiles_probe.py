@@ -28,6 +28,7 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.compiles import CompileBudgetExceeded
+from jaxmagic.render import static_bundle
 
 # the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
 compiles_module = importlib.import_module("jaxmagic.probes.compiles")
@@ -1188,3 +1189,19 @@ def test_an_int_then_a_float_scalar_gets_the_fix_to_pass_one_kind():
         scale(x, 1.5)
     fix = rep.function("scale").fix_for("types")
     assert "`float(s)`" in fix and "bucket" not in fix
+
+
+def test_a_rebuilt_loop_beside_a_users_function_is_still_a_finding_and_transformed_names_are_not_rewrapped():
+    @jax.jit
+    def predict(w, x):
+        return jnp.tanh(x @ w)
+
+    w, xs = jnp.ones((3, 2)), jnp.ones(5)
+    with probes.compiles() as rep:
+        jax.vmap(predict, in_axes=(None, 0))(w, jnp.ones((4, 3)))
+        for _ in range(3):
+            jax.lax.scan(lambda c, x: (c + x, c * x), 0.0, xs)
+    assert rep.status.value == "problem" and rep.summary.startswith("`scan` outside jit compiled 3 times")
+    assert rep.function("vmap(predict)").jit_name == "vmap(predict)"
+    text = static_bundle(rep.document())["text/plain"]
+    assert "Control flow outside jit" in text and "jit(vmap(" not in text

@@ -1157,9 +1157,14 @@ def _jit_as_given(frames: list, function: str, option: str) -> tuple[str, str] |
     scope = {**frame.f_globals, **frame.f_locals}
     line = source_line(frame.f_code.co_filename, lineno, "").code.strip()
     del frame, found
-    try:
-        tree = ast.parse(line.rstrip(":") or "0")
-    except SyntaxError:
+    tree = None
+    for candidate in (line, line.split(":", 1)[-1].strip()):  # `try: step(x)` holds the call after its colon
+        try:
+            tree = ast.parse(candidate.rstrip(":") or "0")
+            break
+        except SyntaxError:
+            continue
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):

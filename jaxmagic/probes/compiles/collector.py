@@ -235,7 +235,7 @@ class Collector:
                     provenance=attribution.of_source_line(
                         line,
                         source_line(*info.started_site) if info.started_site else None,
-                        [f"jit({name})"] if info.kind != "eager" else [],
+                        [] if info.kind == "eager" else [name] if info.transformed else [f"jit({name})"],
                     ),
                 )
             )

@@ -171,7 +171,8 @@ class FunctionCompiles:
 
     @property
     def jit_name(self) -> str:
-        return f"jit({self.name})"
+        """``jit(step)``; a program made by a transformation outside jit keeps its own name (``vmap(f)``)."""
+        return self.name if "(" in self.name else f"jit({self.name})"
 
     @property
     def recompiled(self) -> bool:
@@ -322,6 +323,15 @@ def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
     floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
     dtype = "jnp.float32" if floats else "jnp.int32"
     return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
+
+
+def _rebuilt_sentence(f: FunctionCompiles) -> str:
+    return (
+        f"`{f.name}` outside jit compiled {f.count} times for the same argument types ({f.last_argument_types}): "
+        "what differed is not its arguments but its body or settings - usually a new function each time "
+        "(a lambda or closure built in the loop), which JAX's cache never matches. Define the body once, "
+        "outside the loop, or jit the function that runs it."
+    )
 
 
 _SCALAR_CHANGE = re.compile(
@@ -490,6 +500,8 @@ class CompileReport(Report):
                 for f in recompiled[:4]
             )
             return f"{len(recompiled)} functions compiled more than once: {parts}."
+        if self.rebuilt_loops:
+            return _rebuilt_sentence(self.rebuilt_loops[0])
         users = self.user_functions
         own = [f for f in users if "jaxmagic" in f.causes]
         if own:
@@ -502,15 +514,6 @@ class CompileReport(Report):
         if users:
             names = ", ".join(f"`{f.name}`" for f in users[:4]) + (", ..." if len(users) > 4 else "")
             return f"{len(users)} function(s) compiled once each ({names}); nothing recompiled{eager_note}."
-        rebuilt = self.rebuilt_loops
-        if rebuilt:
-            f = rebuilt[0]
-            return (
-                f"`{f.name}` outside jit compiled {f.count} times for the same argument types ({f.last_argument_types}): "
-                "what differed is not its arguments but its body or settings - usually a new function each time "
-                "(a lambda or closure built in the loop), which JAX's cache never matches. Define the body once, "
-                "outside the loop, or jit the function that runs it."
-            )
         if eager:
             return f"None of your jitted functions compiled; {eager} small compilation(s) of eager operations."
         return "Nothing was compiled: every call in this cell reused an already compiled program."
@@ -549,6 +552,10 @@ class CompileReport(Report):
                         again.provenance, f"compilation {again.number} of `{f.name}` (the call)"
                     )
             sections.append(Section("Recompiled", blocks))
+        if self.rebuilt_loops:
+            sections.append(
+                Section("Control flow outside jit", [Paragraph(_rebuilt_sentence(f)) for f in self.rebuilt_loops[:3]])
+            )
 
         listed = self.functions if self.show_all else self.user_functions
         if listed:
