@@ -1205,3 +1205,14 @@ def test_a_rebuilt_loop_beside_a_users_function_is_still_a_finding_and_transform
     assert rep.function("vmap(predict)").jit_name == "vmap(predict)"
     text = static_bundle(rep.document())["text/plain"]
     assert "Control flow outside jit" in text and "jit(vmap(" not in text
+
+
+def test_started_by_is_the_cells_line_not_the_run_cell_magic_call(ip):
+    """In a notebook a cell magic runs from a `get_ipython().run_cell_magic(...)` line of the cell's own
+    file; that line was shown as the call that started the compilation (CI's JupyterLab screenshot)."""
+    ip.run_cell("import jax, jax.numpy as jnp\nstarted_step = jax.jit(lambda x: x * 2)")
+    ip.run_cell("%%jax_compiles -o started_rep\nfor n in (2, 3):\n    started_step(jnp.ones(n))\n")
+    compilation = ip.user_ns["started_rep"].compilations_of("<lambda>")[1]
+    started = compilation.provenance.started_by
+    assert started is not None and "run_cell_magic" not in started.code, started
+    assert started.code.strip() == "started_step(jnp.ones(n))"  # the cell's own outermost line

@@ -94,13 +94,22 @@ def innermost_user_line(frame: FrameType | None) -> SourceLine | None:
 
 
 def user_lines_of_stack(frame: FrameType | None) -> list[SourceLine]:
-    """The user's lines on the stack from ``frame`` outwards, outermost first."""
+    """The user's lines on the stack from ``frame`` outwards, outermost first. A frame of jaxmagic's
+    own outside the user's ends them: what is further out ran the magic (a notebook's
+    ``get_ipython().run_cell_magic(...)`` line), not the cell's code."""
     lines = []
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            lines.append(source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            lines.append(source_line(filename, frame.f_lineno, frame.f_code.co_name))
+        elif lines and is_jaxmagic_file(filename):
+            break
         frame = frame.f_back
     return lines[::-1]
+
+
+def is_jaxmagic_file(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
 
 
 def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[SourceLine]:

@@ -27,7 +27,7 @@ from jaxmagic.probes.compiles.stack import (
     read_jit_frame,
     read_transformed_program,
 )
-from jaxmagic.report.source import cell_label, is_user_file, source_line
+from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -131,6 +131,8 @@ class Collector:
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                 if is_user_file(code.co_filename):
                     info.started_site = (code.co_filename, frame.f_lineno, code.co_name)  # outermost so far
+                elif info.started_site is not None and is_jaxmagic_file(code.co_filename):
+                    break  # further out: what ran the magic (run_cell_magic), not the cell
                 frame = frame.f_back
         finally:
             del frame
