@@ -16,8 +16,8 @@ from jaxmagic import probes
 from jaxmagic.ipython.call_expression import split_scope_and_call
 from jaxmagic.ipython.option_types import sweep as parse_sweep
 from jaxmagic.probes import ProbeArgumentError
-from jaxmagic.probes._support.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
 from jaxmagic.probes.hlo import Sweep, parse_stages
+from jaxmagic.probes.hlo.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
 from jaxmagic.report import Status
 
 

@@ -16,7 +16,7 @@ import pytest
 from jax import lax
 
 from jaxmagic import probes
-from jaxmagic.probes.nans import LoopPosition, NanProducer, NanReport
+from jaxmagic.probes.nans.probe import LoopPosition, NanProducer, NanReport
 
 # No array here is made from a Python list of three floats: the first such conversion in the
 # process is the one tests/test_transfers_probe.py sees described by JAX (later ones take a fast
@@ -282,7 +282,7 @@ def test_python_overflow_is_not_a_jax_inf():
 
 
 def test_a_primitive_the_search_cannot_open_is_named():
-    from jaxmagic.probes._support.nan_producer import search
+    from jaxmagic.probes._support.nan.producer import search
 
     found = search(jax.jit(lambda x: jax.pure_callback(np.log, x, x)), [jnp.array([-1.0])])
     assert found.producer is not None and found.producer.primitive == "pure_callback"
@@ -470,7 +470,7 @@ def donated_loss(w, x):
 
 def test_the_producer_search_of_a_donating_step_keeps_the_users_arrays():
     # Evaluating the jitted call op by op must not give the user's parameters away (donate_argnums).
-    from jaxmagic.probes._support.nan_producer import search
+    from jaxmagic.probes._support.nan.producer import search
 
     def step(w, x):
         loss, g = jax.value_and_grad(donated_loss)(w, x)
@@ -514,7 +514,7 @@ def _body_of(jitted, *args):
 
 
 def test_search_inside_a_long_scan_stops_at_its_budget():
-    from jaxmagic.probes._support.nan_producer import search_inside
+    from jaxmagic.probes._support.nan.producer import search_inside
 
     @jax.jit
     def running_sum(xs):
@@ -534,7 +534,7 @@ finite_only = jax.jit(_finite_only)
 
 
 def test_search_inside_names_a_masking_function_of_the_users_by_its_own_name():
-    from jaxmagic.probes._support.nan_producer import search_inside
+    from jaxmagic.probes._support.nan.producer import search_inside
 
     @jax.jit
     def embed(x):
@@ -611,7 +611,7 @@ def deep_step_args(bad: str, layers: int = 10, width: int = 8):
 
 
 def _search_deep_step(bad: str):
-    from jaxmagic.probes._support.nan_producer import search
+    from jaxmagic.probes._support.nan.producer import search
 
     args = deep_step_args(bad)
     found = search(deep_train_step, args, source="deep_train_step(params, opt, x)")
@@ -647,7 +647,7 @@ def test_a_program_first_traced_by_a_search_names_the_body_line_when_searched_ag
     # The search traces with JAX's attributions replaced (a transposed equation keeps its own traceback);
     # JAX caches that trace, and the next search of the same function reads it from the cache: the
     # scan's line, not the body's, was named then (the attributions had gone with the first search).
-    from jaxmagic.probes._support.nan_producer import search
+    from jaxmagic.probes._support.nan.producer import search
 
     @jax.jit
     def energy_step(positions):
@@ -688,7 +688,7 @@ def test_the_second_pass_resumed_at_the_first_non_finite_value_names_what_a_full
     # the first met its first non-finite value: the same search as evaluating everything again.
     import dataclasses
 
-    from jaxmagic.probes._support import nan_producer
+    from jaxmagic.probes._support.nan import producer as nan_producer
 
     args = make_args()
     resumed = nan_producer.search(function, args)
@@ -699,7 +699,7 @@ def test_the_second_pass_resumed_at_the_first_non_finite_value_names_what_a_full
 
 
 def test_scan_of_1000_iterations_with_a_nan_at_900_names_log_at_iteration_900():
-    from jaxmagic.probes._support.nan_producer import search
+    from jaxmagic.probes._support.nan.producer import search
 
     def body(state, drive):
         state = jnp.tanh(state * 0.9 + drive)
@@ -791,7 +791,7 @@ def test_a_lambda_frame_evaluates_its_own_body_not_the_call_that_made_the_lambda
     # A lambda's body runs in a frame of its own: the expression around it (`_apply_twice(lambda ...)`)
     # belongs to the caller's frame. Evaluated in the lambda's frame it re-ran the whole enclosing call
     # (a `pytest.raises` block, a training loop) with whatever names that frame could see.
-    from jaxmagic.probes._support.failing_call import failing_expressions
+    from jaxmagic.probes._support.nan.failing_call import failing_expressions
 
     with pytest.raises(FloatingPointError) as caught_error:
         _apply_twice(lambda v: _fails(v) + 1, jnp.ones(2))

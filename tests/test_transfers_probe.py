@@ -13,7 +13,7 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.transfers import parse_transfer
+from jaxmagic.probes.transfers.probe import parse_transfer
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_magic_in_both_modes(ip):
 
 
 def test_long_cells_keep_the_capture_file_small(double, monkeypatch):
-    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers")
+    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers.probe")
     monkeypatch.setattr(transfers_module, "TRUNCATE_AT", 300)  # about two guard lines
     np_x = np.ones(3, np.float32)
     with probes.transfers() as rep:
@@ -183,7 +183,7 @@ def test_long_cells_keep_the_capture_file_small(double, monkeypatch):
 
 
 def test_output_past_the_mapped_part_of_the_capture_file_is_passed_on(double, monkeypatch, capfd):
-    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers")
+    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers.probe")
     monkeypatch.setattr(transfers_module, "MAPPED_BYTES", 1024)
     monkeypatch.setattr(transfers_module, "TRUNCATE_AT", 300)
     np_x = np.ones(3, np.float32)
@@ -356,7 +356,7 @@ def test_lines_in_loops_nested_functions_and_lambdas_are_the_ones_that_transferr
 @pytest.fixture
 def quick_quiet(monkeypatch):
     """Lines go quiet after 30 clean lines in a row and 3 runs each (1,000 and 20 by default)."""
-    module = sys.modules["jaxmagic.probes.transfers"]
+    module = sys.modules["jaxmagic.probes.transfers.probe"]
     monkeypatch.setattr(module, "QUIET_LINES", 30)
     monkeypatch.setattr(module, "QUIET_RUNS", 3)
 

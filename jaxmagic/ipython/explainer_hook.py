@@ -62,7 +62,7 @@ class ExplainerHook:
 
     def _explain(self, error: BaseException) -> None:
         try:
-            from jaxmagic.probes.explain import already_explained, explain_any
+            from jaxmagic.probes.explain.probe import already_explained, explain_any
 
             if already_explained(error):
                 return

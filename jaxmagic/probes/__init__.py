@@ -11,22 +11,28 @@ the parameter.
 """
 
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.bisect import BisectReport, bisect, bisect_of_call
-from jaxmagic.probes.bisect import run_call as run_bisect_call
+from jaxmagic.probes.bisect.probe import BisectReport, bisect, bisect_of_call
+from jaxmagic.probes.bisect.probe import run_call as run_bisect_call
 from jaxmagic.probes.check import CheckReport, check, check_of_call
 from jaxmagic.probes.check import run_call as run_check_call
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
-from jaxmagic.probes.explain import TracerErrorReport, UnexplainedErrorReport, explain, explain_any, explain_or_say_why
+from jaxmagic.probes.explain.probe import (
+    TracerErrorReport,
+    UnexplainedErrorReport,
+    explain,
+    explain_any,
+    explain_or_say_why,
+)
 from jaxmagic.probes.gather import GatherReport, gather, gather_from_engines
 from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
 from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
-from jaxmagic.probes.leaks import LeakReport, leaks
+from jaxmagic.probes.leaks.probe import LeakReport, leaks
 from jaxmagic.probes.live import LiveReport, live, live_diff
-from jaxmagic.probes.nans import NanReport, nans
+from jaxmagic.probes.nans.probe import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
 from jaxmagic.probes.prints import PrintReport, prints
 from jaxmagic.probes.profile import ProfilerBusy, ProfileReport, profile
@@ -35,7 +41,7 @@ from jaxmagic.probes.sharding import run_call as run_sharding_call
 from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
 from jaxmagic.probes.stages import run_call as run_stages_call
 from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
-from jaxmagic.probes.transfers import TransferReport, transfers
+from jaxmagic.probes.transfers.probe import TransferReport, transfers
 from jaxmagic.probes.watch import Watch, WatchLog
 
 __all__ = [

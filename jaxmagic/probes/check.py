@@ -20,7 +20,7 @@ from typing import Any
 from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.nan_producer import search
+from jaxmagic.probes._support.nan.producer import search
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
-from jaxmagic.probes._support.nan_watch import call_site
+from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import short_dtype

@@ -16,7 +16,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
-from jaxmagic.probes._support.nan_watch import NanWatch
+from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.compiles.probe import compile_progress
 from jaxmagic.probes.doctor.report import (
@@ -27,10 +27,10 @@ from jaxmagic.probes.doctor.report import (
     rank_findings,
 )
 from jaxmagic.probes.keys import keys
-from jaxmagic.probes.leaks import leaks
+from jaxmagic.probes.leaks.probe import leaks
 from jaxmagic.probes.live import live
-from jaxmagic.probes.nans import explain_nan_sighting
-from jaxmagic.probes.transfers import transfers
+from jaxmagic.probes.nans.probe import explain_nan_sighting
+from jaxmagic.probes.transfers.probe import transfers
 from jaxmagic.report.wording import error_line
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxmagic._jax import compat
-from jaxmagic.probes._support.name_paths import NamePath, parse_name
+from jaxmagic.probes.hlo.name_paths import NamePath, parse_name
 from jaxmagic.probes.hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from jaxmagic.probes._support.name_paths import parse_name
+from jaxmagic.probes.hlo.name_paths import parse_name
 from jaxmagic.probes.hlo.scopes import StageOp
 from jaxmagic.probes.hlo.stablehlo import first_user_frame
 from jaxmagic.report import SourceLine

@@ -13,10 +13,10 @@ from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.hlo_text import parse_hlo_module
-from jaxmagic.probes._support.name_paths import split_query
 from jaxmagic.probes.hlo.captured_values import NameEnvironment, baked_literals, captured_constants, fresh_trace_of
 from jaxmagic.probes.hlo.jaxpr import jaxpr_ops, scope_names, signature, walk_eqns
 from jaxmagic.probes.hlo.memory import Sweep, cost_figures, memory_figures, sweep_point
+from jaxmagic.probes.hlo.name_paths import split_query
 from jaxmagic.probes.hlo.optimized_hlo import hlo_kernels, hlo_ops
 from jaxmagic.probes.hlo.records import STAGES
 from jaxmagic.probes.hlo.report import HloReport

@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.nan_watch import user_frame
+from jaxmagic.probes._support.nan.watch import user_frame
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
 from jaxmagic.probes.keys.report import KeyReport, KeyReuse, LegacyKeyUse, RepeatedDraw
 from jaxmagic.report.source import line_of, source_line

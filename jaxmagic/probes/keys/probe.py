@@ -12,7 +12,7 @@ from jaxmagic.probes.keys.draws import random_calls_followed
 from jaxmagic.probes.keys.flows import KeyWatch
 from jaxmagic.probes.keys.report import KeyReport, KeyReuse
 from jaxmagic.probes.keys.reuse import explain_key_reuse
-from jaxmagic.probes.leaks import mark_explained
+from jaxmagic.probes.leaks.probe import mark_explained
 from jaxmagic.report.wording import error_line
 
 CONFIG_NAMES = ("jax_debug_key_reuse",)

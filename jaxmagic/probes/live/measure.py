@@ -19,7 +19,7 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.attribution import of_allocation
-from jaxmagic.probes._support.holder_search import (
+from jaxmagic.probes._support.holders.search import (
     KIND_NAME,
     KIND_OUTPUT,
     KIND_TRACEBACK,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic.probes._support.holder_search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
+from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table

@@ -1,7 +1,7 @@
 """Building the profile report from a trace: kernel time summed per line, named_scope, kernel and program.
 
 The trace's kernel events are matched with the programs' HLO text (``jaxmagic._jax.jit_programs``,
-``probes._support.kernel_sources``), which says which named_scope and which line of the user's each
+``probes.profile.kernel_sources``), which says which named_scope and which line of the user's each
 instruction came from; jaxlib's host events and the compile probe's figures split the wall time.
 """
 
@@ -10,16 +10,7 @@ from __future__ import annotations
 import os
 
 from jaxmagic._jax.jit_programs import CompiledProgram
-from jaxmagic.probes._support.kernel_sources import KernelSource, ProgramSources, program_sources
-from jaxmagic.probes._support.trace_events import (
-    DISPATCH_PREFIX,
-    TRANSFER_NAMES,
-    TraceEvent,
-    outermost,
-    overlap_ns,
-    self_times,
-    union_ns,
-)
+from jaxmagic.probes.profile.kernel_sources import KernelSource, ProgramSources, program_sources
 from jaxmagic.probes.profile.report import (
     NO_SCOPE,
     TOP_KERNELS,
@@ -29,6 +20,15 @@ from jaxmagic.probes.profile.report import (
     ProgramTime,
     ScopeTime,
     WallTime,
+)
+from jaxmagic.probes.profile.trace_events import (
+    DISPATCH_PREFIX,
+    TRANSFER_NAMES,
+    TraceEvent,
+    outermost,
+    overlap_ns,
+    self_times,
+    union_ns,
 )
 from jaxmagic.report.source import source_line
 

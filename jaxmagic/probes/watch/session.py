@@ -5,7 +5,7 @@
 on JAX's fast path (the post-call hook and ``cache_miss`` monitoring, through
 ``jaxmagic.probes.keys(record=True, check_calls=False, fast_path=True)``, which
 also counts the keys each function gets), the NaN watch
-(``probes._support.nan_watch``), NumPy arguments
+(``probes._support.nan.watch``), NumPy arguments
 (``probes._support.host_arguments``) and the compile log
 (``jaxmagic.probes.compiles``). ``end_cell()`` switches every one of them off
 again - nothing of JAX stays on between cells - re-runs the first NaN-making
@@ -27,11 +27,11 @@ from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
-from jaxmagic.probes._support.nan_watch import NanWatch
+from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.keys import FIX, keys
-from jaxmagic.probes.nans import explain_nan_sighting, nan_finding_provenance, nan_finding_text
-from jaxmagic.probes.transfers import WHY
+from jaxmagic.probes.nans.probe import explain_nan_sighting, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.transfers.probe import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype
 

@@ -44,8 +44,8 @@ import sys
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
-from jaxmagic.probes._support.failing_call import FailingCall
-from jaxmagic.probes._support.nonfinite import is_inexact
+from jaxmagic.probes._support.nan.failing_call import FailingCall
+from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import format_bytes
@@ -252,7 +252,7 @@ class NanWatch(jit_calls.CallObserver):
         """Flush, then hand over the sighting and the call to re-run (kept no longer here).
 
         The re-run itself, under the NaN probe, is the doctor's
-        (``jaxmagic.probes.nans.explain_nan_sighting``): a support
+        (``jaxmagic.probes.nans.probe.explain_nan_sighting``): a support
         module runs no probe.
         """
         self.flush()

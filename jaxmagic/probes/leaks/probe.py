@@ -43,10 +43,11 @@ from jaxmagic._jax.transform_stack import (
     transformations,
     unfiltered_traceback,
 )
-from jaxmagic.probes._support import line_fixes, tracer_origin
-from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.probes._support.holder_search import KIND_NAME, find_held, user_roots
+from jaxmagic.probes._support.fixes import line_fixes
+from jaxmagic.probes._support.holders.search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes._support.tracers import origin as tracer_origin
+from jaxmagic.probes._support.tracers import text
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

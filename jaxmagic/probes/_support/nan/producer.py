@@ -46,7 +46,7 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.nonfinite import is_inexact
+from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line

@@ -21,7 +21,7 @@ from typing import Any
 import executing
 
 from jaxmagic._jax.compat import is_jitted
-from jaxmagic.probes._support.nonfinite import looks_like_array_tree
+from jaxmagic.probes._support.nan.nonfinite import looks_like_array_tree
 from jaxmagic.report.source import is_user_file
 
 _PURE_NODES = (

@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jaxmagic.probes._support.holder_roots import (
+from jaxmagic.probes._support.holders.roots import (
     KIND_NAME,
     KIND_ORDER,
     KIND_OUTPUT,
@@ -47,7 +47,7 @@ from jaxmagic.probes._support.holder_roots import (
     traceback_roots,
     user_roots,
 )
-from jaxmagic.probes._support.holder_walk import (
+from jaxmagic.probes._support.holders.walk import (
     BUDGET,
     CLASSES,
     CLOSURES,

@@ -34,11 +34,14 @@ import sys
 import types
 
 from jaxmagic._jax.transform_stack import Transformation, jit_call, jit_caller, stack_at_raise, transformations
-from jaxmagic.probes._support import attribution, fix_trial, line_fixes, tracer_origin
-from jaxmagic.probes._support import tracer_text as text
-from jaxmagic.probes._support.line_fixes import Fix
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.fixes import line_fixes
+from jaxmagic.probes._support.fixes import trial as fix_trial
+from jaxmagic.probes._support.fixes.line_fixes import Fix
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
+from jaxmagic.probes._support.tracers import origin as tracer_origin
+from jaxmagic.probes._support.tracers import text
+from jaxmagic.probes.leaks.probe import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

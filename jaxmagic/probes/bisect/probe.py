@@ -26,7 +26,7 @@ and no random numbers (whose bits depend on the dtype). If not, the report
 says why and compares jit with eager only.
 
 Before a jit/eager difference is called the compiler's, the probe checks
-what each run *receives* (``_support/pytree_boundary.py``; verdict
+what each run *receives* (``bisect/pytree_boundary.py``; verdict
 ``"before_program"``, details in ``report.before_program``), in this order:
 
 * the eager call run again: if it does not repeat its numbers, Python code in
@@ -63,14 +63,14 @@ import numpy as np
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.pytree_boundary import (  # noqa: F401 (ReorderedDict: the type of BeforeProgram.dicts)
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.bisect.pytree_boundary import (  # noqa: F401 (ReorderedDict: the type of BeforeProgram.dicts)
     BeforeProgram,
     ReorderedDict,
     before_program,
     in_order_of,
     python_function,
 )
-from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.hlo import captured_constants_of_call
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table

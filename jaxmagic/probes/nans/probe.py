@@ -27,9 +27,9 @@ from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.call_sites import counting_call_sites
-from jaxmagic.probes._support.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
-from jaxmagic.probes._support.nan_producer import (
+from jaxmagic.probes._support.nan.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
+from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
+from jaxmagic.probes._support.nan.producer import (
     InsideSearch,
     LoopPosition,
     NanProducer,
@@ -38,9 +38,9 @@ from jaxmagic.probes._support.nan_producer import (
     search,
     search_inside,
 )
-from jaxmagic.probes._support.nan_watch import NanWatch
-from jaxmagic.probes._support.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
+from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.nans.call_sites import counting_call_sites
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

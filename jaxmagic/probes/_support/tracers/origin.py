@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.transform_stack import line_info
-from jaxmagic.probes._support.tracer_text import short_qualname
+from jaxmagic.probes._support.tracers.text import short_qualname
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import source_line
