@@ -1,6 +1,6 @@
 """Every demo notebook runs headless in the project's kernel without a cell error,
 and shows at least one jaxmagic report as static HTML, with no widget view beside it
-(a saved notebook must not depend on a widget model: see jaxmagic/ipython/display.py).
+(a saved notebook must not depend on a widget model: see jaxmagic/ipython/show_report.py).
 
 A notebook is executed once per CI run: when ``make demo`` has left an executed copy under
 build/notebooks/ whose stamp proves it ran from exactly the current inputs (the notebook, the

@@ -429,7 +429,7 @@ def test_hlo_expression_that_is_not_a_call_is_named_whole(shell):
 
 def test_a_report_that_cannot_be_laid_out_is_shown_as_saying_so():
     """A bug in a report's layout must not replace the user's exception (raised after the report)."""
-    from jaxmagic.ipython.display import _document_of
+    from jaxmagic.ipython.show_report import _document_of
 
     class Broken:
         kind = "jax_nans"

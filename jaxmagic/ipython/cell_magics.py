@@ -10,11 +10,10 @@ from IPython.utils.capture import capture_output
 from jaxmagic.ipython.cell_runner import run_cell_body, shown_if_unrunnable
 from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import (
-    OUTPUT_HELP,
     bounded_int,
     comma_list,
+    output_option,
     profile_path,
-    variable_name,
 )
 from jaxmagic.ipython.user_traceback import raise_users_error
 
@@ -32,7 +31,7 @@ class CellMagics(MagicRunner):
         "made inside it, even one a later operation masked (rsqrt(inf)=0, jnp.where, jnp.nan_to_num). "
         "Every call then takes JAX's slower Python dispatch path.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_nans(self, line, cell):
         """Run the cell with NaN checking on; say which primitive made the NaN, and where.
@@ -74,7 +73,7 @@ class CellMagics(MagicRunner):
         dest="show_all",
         help="Also list the small compilations of eager operations (jnp calls outside jit).",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_compiles(self, line, cell):
         """Count every compilation in the cell per function, and say why each function compiled again.
@@ -109,7 +108,7 @@ class CellMagics(MagicRunner):
         help="log (default): run the whole cell and list every implicit transfer; disallow: make each "
         "one an error (the cell stops at the first one your code does not catch).",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_transfers(self, line, cell):
         """Run the cell under jax.transfer_guard; list each implicit host-to-device transfer with your line.
@@ -125,7 +124,7 @@ class CellMagics(MagicRunner):
         self._run_cell_magic(self.jax_transfers, line, cell, lambda args: probes.transfers(mode=args.mode))
 
     @magic_arguments()
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_leaks(self, line, cell):
         """Run the cell with tracer-leak checking; name the variable that holds each leaked tracer.
@@ -143,7 +142,7 @@ class CellMagics(MagicRunner):
         self._run_cell_magic(self.jax_leaks, line, cell, lambda args: probes.leaks(namespace=self.user_ns))
 
     @magic_arguments()
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_per_device(self, line, cell):
         """Run the cell; show what each device printed inside shard_map, grouped by device.
@@ -171,7 +170,7 @@ class CellMagics(MagicRunner):
         metavar="DIR",
         help="Keep the trace in DIR (Perfetto JSON and xprof's .xplane.pb); the report says how to open it.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_profile(self, line, cell):
         """Run the cell under jax.profiler.trace; say where the time went, by your source line and named_scope.
@@ -217,7 +216,7 @@ class CellMagics(MagicRunner):
         help="Also save jax.profiler.save_device_memory_profile(PATH) "
         "(pprof format; open with pprof -http=:8080 PATH).",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_cell_magic
     def jax_live(self, line, cell=None):
         """Live JAX arrays grouped by shape, dtype and placement, and the names that hold them.
@@ -248,7 +247,7 @@ class CellMagics(MagicRunner):
         action="store_true",
         help="Also print each line as it arrives (by default the lines are shown in the report only).",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_print(self, line, cell):
         """Run the cell; show what jax.debug.print / log / callback produced, grouped by call site.
@@ -266,7 +265,7 @@ class CellMagics(MagicRunner):
         self._run_cell_magic(self.jax_print, line, cell, lambda args: probes.prints(echo=args.echo))
 
     @magic_arguments()
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_keys(self, line, cell):
         """Run the cell with jax.debug_key_reuse(True); explain a reused key; count the keys each jitted function got.
@@ -291,7 +290,7 @@ class CellMagics(MagicRunner):
         metavar="PROBES",
         help="Comma-separated probes not to run: nans, compiles, leaks, keys, transfers, live.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @cell_magic
     def jax_doctor(self, line, cell):
         """Run the cell once under every probe; one dashboard with the findings in the order to fix them.

@@ -13,10 +13,10 @@ from jaxmagic.ipython.call_expression import split_scope_and_call
 from jaxmagic.ipython.expression import callee_is_jitted, parse_expression
 from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import (
-    OUTPUT_HELP,
     bounded_int,
     comma_list,
     dimension_pair,
+    output_option,
     positive_float,
     sweep,
     variable_name,
@@ -38,7 +38,7 @@ class LineMagics(MagicRunner):
         metavar="RUNS",
         help="Steady-state runs to time after the first one (default 20).",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_stages(self, line):
         """Time one jitted call stage by stage: trace, lower, compile, first run, steady run.
@@ -75,7 +75,7 @@ class LineMagics(MagicRunner):
         help="Check each sample: vmap the checked function with these "
         "in_axes (0, or 0,None, ...); errors then name the failing samples' indices.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_check(self, line):
         """Run one call under jit(checkify.checkify(f, errors=...)) and list every error found.
@@ -128,7 +128,7 @@ class LineMagics(MagicRunner):
         action="store_true",
         help="Do not compare the copies of replicated blocks (then no array data is read at all).",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_sharding(self, line):
         """Show which device holds which block of an array: typeof, mesh, PartitionSpec, a drawing.
@@ -177,7 +177,7 @@ class LineMagics(MagicRunner):
     @argument(
         "count", nargs="?", help="How many fake CPU devices (a number or an expression). Without it: list the devices."
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_devices(self, line):
         """Give this kernel N fake CPU devices (before the JAX backend starts), or list the devices.
@@ -197,7 +197,7 @@ class LineMagics(MagicRunner):
 
     @magic_arguments()
     @argument("what", nargs="*", help="on | off | an exception (e.g. err); default: the last exception.")
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_explain(self, line):
         """Explain tracer errors: `%jax_explain on|off`, or explain one exception now.
@@ -247,7 +247,7 @@ class LineMagics(MagicRunner):
     @magic_arguments()
     @argument("pattern", nargs="?", default="", help="List the flags whose name contains PATTERN.")
     @argument("--all", action="store_true", dest="all_flags", help="List every flag with its value.")
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_config(self, line):
         """List the JAX flags that differ from a fresh process's defaults, with both values.
@@ -267,7 +267,7 @@ class LineMagics(MagicRunner):
 
     @magic_arguments()
     @argument("--show-host", action="store_true", help="Keep the host name (hidden by default).")
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_env(self, line):
         """jax.print_environment_info(), ready to paste into an issue: host name hidden unless --show-host.
@@ -285,7 +285,7 @@ class LineMagics(MagicRunner):
         help="auto | tracebackhide | remove_frames | quiet_remove_frames | off: "
         "switch jax_traceback_filtering for the next cells.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_traceback(self, line):
         """Show (or switch) JAX's traceback filtering mode, and your frames of the last exception.
@@ -327,7 +327,7 @@ class LineMagics(MagicRunner):
         help="Compile once per value of NAME, a name the call "
         "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_hlo(self, line):
         """Find your named_scope in the jaxpr, StableHLO and optimized HLO of a call; memory before running.
@@ -399,7 +399,7 @@ class LineMagics(MagicRunner):
         help="Relative tolerance (of each leaf's largest reference "
         "value). Default by dtype: 1e-4 for float32, 1e-10 for float64.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_bisect(self, line):
         """Run a call jitted, op by op (disable_jit) and as a float64 reference; say which layer is wrong.
@@ -503,7 +503,7 @@ class LineMagics(MagicRunner):
         metavar="S",
         help="Seconds to wait for all engines (default 30); engines that did not answer are named.",
     )
-    @argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)
+    @output_option
     @line_magic
     def jax_gather(self, line):
         """Merge one magic's report from every engine of an ipyparallel view: a row per process, the differences.

@@ -15,9 +15,9 @@ from IPython.core.magic_arguments import parse_argstring
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
-from jaxmagic.ipython.display import display_report
 from jaxmagic.ipython.expression import evaluate_expression
 from jaxmagic.ipython.live_view import LiveView
+from jaxmagic.ipython.show_report import display_report
 from jaxmagic.ipython.user_traceback import raise_users_error
 from jaxmagic.report.wording import first_line, shown
 

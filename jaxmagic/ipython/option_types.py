@@ -12,6 +12,8 @@ import argparse
 import ast
 import os
 
+from IPython.core.magic_arguments import argument
+
 from jaxmagic.report.wording import shown
 
 OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the next cell to assert on."
@@ -117,3 +119,7 @@ def variable_name(text: str) -> str:
     if not text.isidentifier():
         raise argparse.ArgumentTypeError(f"needs a Python variable name, got {shown(text)}")
     return text
+
+
+# The option every magic takes, declared once: ``@output_option`` under ``@magic_arguments()``.
+output_option = argument("-o", "--output", type=variable_name, metavar="NAME", help=OUTPUT_HELP)

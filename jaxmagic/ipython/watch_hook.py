@@ -14,8 +14,8 @@ import re
 import threading
 import weakref
 
-from jaxmagic.ipython.display import display_report
 from jaxmagic.ipython.live_view import LiveView
+from jaxmagic.ipython.show_report import display_report
 
 _hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)

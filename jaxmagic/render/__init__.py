@@ -6,8 +6,8 @@ object with a ``document()`` display itself through them.
 
 from __future__ import annotations
 
-from jaxmagic.render.display import ShowsItself, static_bundle
 from jaxmagic.render.html import render_html
+from jaxmagic.render.shows_itself import ShowsItself, static_bundle
 from jaxmagic.render.text import render_text
 
 __all__ = ["ShowsItself", "static_bundle", "render_html", "render_text"]
