@@ -27,33 +27,34 @@ def gather(report, timeout: float = 60.0):
 
 
 def load_ipython_extension(ipython) -> None:
+    # deferred: `import jaxmagic.probes` runs this package's __init__ and must not import IPython
     from jaxmagic.ipython.magics import JaxMagics
 
     ipython.register_magics(JaxMagics)
     # The tracer-error explainer is on by default (%jax_explain off turns it off).
-    from jaxmagic.ipython import explainer_hook
+    from jaxmagic.ipython import explainer_hook  # deferred: IPython layer (see above)
 
     explainer_hook.install(ipython)
     # jaxmagic's cache-key context, made before the user has compiled anything (see early_context).
-    from jaxmagic.ipython import early_context
+    from jaxmagic.ipython import early_context  # deferred: IPython layer (see above)
 
     early_context.install(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from jaxmagic.ipython.magics import JaxMagics
+    from jaxmagic.ipython.magics import JaxMagics  # deferred: IPython layer (see load_ipython_extension)
 
     manager = ipython.magics_manager
     for kind, names in JaxMagics.magics.items():
         for name in names:
             manager.magics[kind].pop(name, None)
     manager.registry.pop(JaxMagics.__name__, None)
-    from jaxmagic.ipython import explainer_hook
+    from jaxmagic.ipython import explainer_hook  # deferred: IPython layer
 
     explainer_hook.uninstall(ipython)
-    from jaxmagic.ipython import watch_hook
+    from jaxmagic.ipython import watch_hook  # deferred: IPython layer
 
     watch_hook.uninstall(ipython)
-    from jaxmagic.ipython import early_context
+    from jaxmagic.ipython import early_context  # deferred: IPython layer
 
     early_context.uninstall(ipython)

@@ -74,7 +74,7 @@ class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
 def _after_cell(result) -> None:
     if "jax" not in sys.modules:
         return
-    from IPython import get_ipython
+    from IPython import get_ipython  # deferred: runs after each cell only once JAX is imported
 
     shell = get_ipython()
     if shell is not None:

@@ -62,6 +62,7 @@ class ExplainerHook:
 
     def _explain(self, error: BaseException) -> None:
         try:
+            # deferred: the probes are imported on the first error, never at %load_ext
             from jaxmagic.probes.explain.probe import already_explained, explain_any
 
             if already_explained(error):

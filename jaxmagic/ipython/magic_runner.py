@@ -30,7 +30,7 @@ class _ProbesOnFirstUse:
     """
 
     def __getattr__(self, name):
-        from jaxmagic import probes as module
+        from jaxmagic import probes as module  # deferred: this is the deferral
 
         return getattr(module, name)
 

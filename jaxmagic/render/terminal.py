@@ -18,6 +18,7 @@ _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow"
 def print_rich(doc: Document, console=None) -> bool:
     """Print ``doc`` with rich (to ``console``, else stdout); False if rich is not importable."""
     try:
+        # deferred: rich is imported only to draw in a terminal (%load_ext does not need it)
         from rich.console import Console, Group, RenderableType
         from rich.panel import Panel
         from rich.table import Table as RichTable
