@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines_of_stack
@@ -127,16 +128,18 @@ _DISPATCH_FILES = (
 
 def _called_library(frames: list, user_index: int) -> str:
     """The library function the user's frame at ``user_index`` called (frames innermost first):
-    a public JAX name (``jax.nn.logsumexp``), or ``package: Class.method`` for another library;
+    a public JAX name (``jax.nn.logsumexp``), or another library's public callable as the user would
+    type it (``numpyro.distributions.Normal.log_prob``, see ``library_calls``);
     "" when the user's line called no such function (an operator, a primitive bound directly)."""
-    for filename, _lineno, function in reversed(frames[:user_index]):
+    inward = [(name, qualname) for name, _line, qualname in reversed(frames[:user_index])]  # outermost first
+    for k, (filename, function) in enumerate(inward):
         path = filename.replace("\\", "/")
         if path.rsplit("/", 1)[-1] in _DISPATCH_FILES or function.startswith("<"):
             continue
         if "/jax/" in path:
             return public_name(_short_function(function), filename)
-        package = path.split("site-packages/", 1)[-1].split("/", 1)[0] if "site-packages/" in path else ""
-        return f"{package}: {_short_function(function)}" if package else _short_function(function)
+        # another library: its public callable the line called, through its decorators and helpers
+        return library_calls.library_called(inward[k:])
     return ""
 
 

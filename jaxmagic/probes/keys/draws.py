@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
-from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support import attribution, library_calls
 from jaxmagic.probes._support.nan.watch import user_frame
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
 from jaxmagic.probes.keys.report import KeyReport, KeyReuse, LegacyKeyUse, RepeatedDraw
-from jaxmagic.report.source import line_of, source_line
+from jaxmagic.report.source import is_user_file, line_of, source_line
 
 # jax.random functions that read a key without drawing from it
 _NOT_DRAWING = frozenset({"key_data", "key_impl"})
@@ -27,9 +27,63 @@ _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other argume
 
 
 def line_of_place(where: tuple, function: str):
-    """The SourceLine of a (jax.random function, filename, line number) place of a call in ``function``."""
-    _name, filename, lineno = where
+    """The SourceLine of a (jax.random function, filename, line number, ...) place of a call in ``function``."""
+    _name, filename, lineno = where[:3]
     return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1]) if filename else None
+
+
+def handed_over(user, key, random_frame) -> tuple[object, str, object]:
+    """Who gave ``key`` to the jax.random function running in ``random_frame``.
+
+    ``(frame, library, inner)``: when the user's innermost frame ``user`` called jax.random itself,
+    ``(user, "", None)``. When a library sits between (numpyro's ``seed`` handler, a Flax module),
+    ``library`` is its public callable, and ``frame`` is the innermost frame of the user's whose
+    variables hold the key - the line that handed it over - with ``inner`` the user frame the
+    library ran from when that is another (a model function called by the handler); ``frame`` stays
+    ``user`` when no frame of the user's holds the key (a key the library split off itself)."""
+    if user is None:
+        return None, "", None
+    between = []
+    frame = random_frame.f_back if random_frame is not None else None
+    while frame is not None and frame is not user:
+        between.append((frame.f_code.co_filename, frame.f_code.co_qualname))
+        frame = frame.f_back
+    library = library_calls.library_called(between[::-1])
+    if not library:
+        return user, "", None
+    digest = None
+    holder = user
+    while holder is not None:
+        if is_user_file(holder.f_code.co_filename):
+            if digest is None:
+                digest = key_fingerprint(key)[0]
+            if _holds_key(holder, key, digest):
+                return holder, library, (user if holder is not user else None)
+        holder = holder.f_back
+    return user, library, None
+
+
+def _holds_key(frame, key, digest: bytes) -> bool:
+    """Whether a variable of ``frame`` is ``key`` or a key with its data (keys are compared by data:
+    a library may convert the array it was given)."""
+    values = list(frame.f_locals.values())
+    if any(value is key for value in values):
+        return True
+    for value in values:
+        dtype = getattr(value, "dtype", None)
+        if dtype is None or getattr(value, "shape", None) != getattr(key, "shape", ()):
+            continue
+        if dtype == getattr(key, "dtype", None):
+            try:
+                if key_fingerprint(value)[0] == digest:
+                    return True
+            except Exception:
+                continue
+    return False
+
+
+def _place(frame) -> tuple[str, int] | None:
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 def _draw_fingerprint(key, frame) -> tuple[bytes, object] | None:
@@ -88,7 +142,13 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
             return
         legacy = not jit_calls.is_typed_key(key)
         user = user_frame()  # the SourceLine (reading the line's text) is made once per line, not per call
-        where = (name, user.f_code.co_filename, user.f_lineno) if user is not None else (name, "", 0)
+        with jit_calls.reads_allowed():  # reading keys is ours, not one of the user's transfers
+            user, library, inner = handed_over(user, key, frame)
+        where = (
+            (name, user.f_code.co_filename, user.f_lineno, library, _place(inner))
+            if user is not None
+            else (name, "", 0, "", None)
+        )
         if legacy:
             with lock:
                 use = uses.get(where)
@@ -115,10 +175,12 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
                     return
                 line = line_of(user)
                 started = attribution.started_by(user)
-                entry = draws[where] = (
-                    RepeatedDraw(name, line, legacy=legacy, provenance=attribution.of_source_line(line, started)),
-                    {},
-                )
+                provenance = attribution.of_source_line(line, started)
+                if provenance is not None and library:
+                    provenance.library_function = library
+                draw = RepeatedDraw(name, line, legacy=legacy, provenance=provenance, library=library)
+                draw.consumed_at = line_of(inner) if inner is not None else None
+                entry = draws[where] = (draw, {})
                 report.draws.append(entry[0])
             draw, seen = entry
             draw.calls += 1

@@ -115,6 +115,11 @@ class RepeatedDraw:
     repeated_key: str = ""
     repeated_times: int = 0
     provenance: Provenance | None = None  # made_at: the drawing line; started_by: the cell line
+    # A key drawn from inside a library (numpyro's seed handler, a Flax module): the library's public
+    # callable, and the innermost line of yours it was called from when ``line`` (the line of yours
+    # that handed the key over) is another one.
+    library: str = ""
+    consumed_at: SourceLine | None = None
 
     @property
     def repeated(self) -> bool:
@@ -123,9 +128,16 @@ class RepeatedDraw:
     @property
     def text(self) -> str:
         kind = "legacy uint32 key" if self.legacy else "key"
-        where = f" at {self.line.where}" if self.line else ""
+        inside = f" inside `{self.library}`" if self.library else ""
+        if self.consumed_at is not None:  # the key came from an outer line of yours
+            inside += f" (called at {self.consumed_at.where})"
+            where = f", given its key by your line {self.line.lineno} ({self.line.function})," if self.line else ""
+        elif self.library:
+            where = f" (called at {self.line.where})" if self.line else ""
+        else:
+            where = f" at {self.line.where}" if self.line else ""
         return (
-            f"`jax.random.{self.api}`{where} got the same {kind} data (and the same other arguments) "
+            f"`jax.random.{self.api}`{inside}{where} got the same {kind} data (and the same other arguments) "
             f"in {self.repeated_times} of its {self.calls} calls"
         )
 
@@ -328,7 +340,7 @@ class KeyReport(Report):
             shown = [d for d in self.draws if d.repeated] or self.draws[:8]
             rows = [
                 [
-                    f"`jax.random.{d.api}`",
+                    f"`jax.random.{d.api}`" + (f" in `{d.library}`" if d.library else ""),
                     "legacy uint32" if d.legacy else "typed",
                     str(d.calls),
                     str(d.distinct),

@@ -1,0 +1,99 @@
+"""The library function a user's line called, by the name the user wrote it with.
+
+A value made (a NaN, a consumed key) deep inside a library is named after the public callable the
+user's line called: ``numpyro.distributions.Normal.log_prob``, ``optax.softmax_cross_entropy``,
+``flax.linen.LayerNorm.__call__`` - never a decorator's ``wrapper`` or a private helper the library
+calls on the way. Frames are walked from the user's line inwards through the library's own frames;
+the first whose function the library's modules expose under a public dotted name is the one.
+Names are read from the modules the user's program already imported (``sys.modules``): nothing is
+imported here, and a library that is not loaded is never looked up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# frames of the standard library's plumbing between a library's public function and its body
+_PLUMBING = ("functools.py", "contextlib.py", "abc.py")
+_cache: dict[tuple[str, str], str] = {}
+
+
+def module_of_file(filename: str) -> str:
+    """``.../site-packages/numpyro/distributions/continuous.py`` -> ``numpyro.distributions.continuous``;
+    "" for a file outside an installed package."""
+    path = filename.replace("\\", "/")
+    if "-packages/" not in path or not path.endswith(".py"):
+        return ""
+    relative = path.split("-packages/", 1)[1][: -len(".py")]
+    parts = [part for part in relative.split("/") if part]
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def public_name(filename: str, qualname: str) -> str:
+    """The public dotted name of the function ``qualname`` defined in ``filename`` (its shortest
+    import path among the package's loaded modules); "" when it has none - a local function, a
+    private helper, a module the user's program has not imported."""
+    key = (filename, qualname)
+    if key not in _cache:
+        _cache[key] = _resolve(module_of_file(filename), qualname)
+    return _cache[key]
+
+
+def _resolve(module_name: str, qualname: str) -> str:
+    parts = qualname.split(".")
+    if not module_name or "<locals>" in parts or any(p.startswith("<") for p in parts):
+        return ""
+    if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts):
+        return ""  # a private helper or method
+    module = sys.modules.get(module_name)
+    owner = getattr(module, parts[0], None) if module is not None else None
+    if owner is None or not _reaches(owner, parts[1:]):
+        return ""
+    packages = module_name.split(".")
+    for depth in range(1, len(packages) + 1):
+        prefix = ".".join(packages[:depth])
+        space = sys.modules.get(prefix)
+        if space is not None and not any(p.startswith("_") for p in packages[1:depth]):
+            if getattr(space, parts[0], None) is owner:
+                return f"{prefix}.{qualname}"
+    if any(p.startswith("_") for p in packages):
+        return ""
+    return f"{module_name}.{qualname}"
+
+
+def _reaches(owner, attributes: list[str]) -> bool:
+    value = owner
+    for name in attributes:
+        value = getattr(value, name, None)
+        if value is None:
+            return False
+    return True
+
+
+def package_of(filename: str) -> str:
+    return module_of_file(filename).split(".", 1)[0]
+
+
+def library_called(frames: list[tuple[str, str]]) -> str:
+    """The public callable of the first library the user's line called.
+
+    ``frames``: ``(filename, qualname)`` of the frames the user's line led to, outermost first (the
+    first is the one the line called). Walks the first library package's own frames inwards and
+    returns the first with a public name; "" when none has one."""
+    package = ""
+    for filename, qualname in frames:
+        if os.path.basename(filename) in _PLUMBING:
+            continue
+        here = package_of(filename)
+        if not here:
+            return ""
+        if package and here != package:
+            return ""  # left the library the user called (e.g. into JAX)
+        package = here
+        name = public_name(filename, qualname)
+        if name:
+            return name
+    return ""
