@@ -107,6 +107,12 @@ def test_a_failing_call_is_reported_with_its_stage():
     assert rep.steady_run_seconds is None
 
 
+def test_the_call_form_without_keywords_runs():
+    """stages_of_call(fn, args) passes no kwargs: the call runs (it once failed with '** must be a mapping')."""
+    rep = probes.stages_of_call(lambda v: v * 2, (jnp.ones(3),), runs=1)
+    assert rep.status.value == "ok" and not rep.failure and rep.compile_seconds is not None
+
+
 def test_runs_must_be_positive():
     with pytest.raises(ValueError, match="runs must be 1 or more"):
         probes.stages(jnp.sin, jnp.ones(2), runs=0)

@@ -13,7 +13,7 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.transfers.probe import parse_transfer
+from jaxmagic.probes.transfers import capture_file, parse_transfer
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +173,7 @@ def test_magic_in_both_modes(ip):
 
 
 def test_long_cells_keep_the_capture_file_small(double, monkeypatch):
-    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers.probe")
-    monkeypatch.setattr(transfers_module, "TRUNCATE_AT", 300)  # about two guard lines
+    monkeypatch.setattr(capture_file, "TRUNCATE_AT", 300)  # about two guard lines
     np_x = np.ones(3, np.float32)
     with probes.transfers() as rep:
         for _ in range(25):
@@ -183,9 +182,8 @@ def test_long_cells_keep_the_capture_file_small(double, monkeypatch):
 
 
 def test_output_past_the_mapped_part_of_the_capture_file_is_passed_on(double, monkeypatch, capfd):
-    transfers_module = __import__("importlib").import_module("jaxmagic.probes.transfers.probe")
-    monkeypatch.setattr(transfers_module, "MAPPED_BYTES", 1024)
-    monkeypatch.setattr(transfers_module, "TRUNCATE_AT", 300)
+    monkeypatch.setattr(capture_file, "MAPPED_BYTES", 1024)
+    monkeypatch.setattr(capture_file, "TRUNCATE_AT", 300)
     np_x = np.ones(3, np.float32)
     with probes.transfers() as rep:
         os.write(2, b"x" * 3000 + b"\n")  # one write longer than the mapped part

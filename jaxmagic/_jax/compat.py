@@ -13,7 +13,10 @@ import contextlib
 import functools
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from jax.stages import Wrapped
 
 
 def backend_started() -> bool:
@@ -30,7 +33,7 @@ def backend_started() -> bool:
         return True
 
 
-def is_jitted(fn) -> bool:
+def is_jitted(fn) -> TypeGuard[Wrapped]:
     """True for a ``jax.jit`` wrapper: it can be traced and lowered without being called."""
     return callable(getattr(fn, "trace", None)) and callable(getattr(fn, "lower", None))
 

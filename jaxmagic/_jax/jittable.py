@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jax.stages import Wrapped
 
 
 def can_be_weakly_referenced(fn: Any) -> bool:
@@ -43,8 +46,8 @@ def jittable(fn: Callable) -> Callable:
     return call
 
 
-def jit(fn: Callable, **options: Any) -> Callable:
+def jit(fn: Callable, **options: Any) -> Wrapped:
     """``jax.jit(fn, **options)`` that never crashes the process (see the module docstring)."""
-    import jax
+    import jax  # deferred: importing jaxmagic imports no JAX
 
     return jax.jit(jittable(fn), **options)

@@ -11,8 +11,8 @@ the parameter.
 """
 
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.bisect.probe import BisectReport, bisect, bisect_of_call
-from jaxmagic.probes.bisect.probe import run_call as run_bisect_call
+from jaxmagic.probes.bisect import BisectReport, bisect, bisect_of_call
+from jaxmagic.probes.bisect import run_call as run_bisect_call
 from jaxmagic.probes.check import CheckReport, check, check_of_call
 from jaxmagic.probes.check import run_call as run_check_call
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
@@ -41,7 +41,7 @@ from jaxmagic.probes.sharding import run_call as run_sharding_call
 from jaxmagic.probes.stages import StagesReport, stages, stages_of_call
 from jaxmagic.probes.stages import run_call as run_stages_call
 from jaxmagic.probes.tracebacks import TracebackReport, set_traceback_filtering, traceback_view
-from jaxmagic.probes.transfers.probe import TransferReport, transfers
+from jaxmagic.probes.transfers import TransferReport, transfers
 from jaxmagic.probes.watch import Watch, WatchLog
 
 __all__ = [

@@ -32,6 +32,7 @@ import dataclasses
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 
 import numpy as np
 
@@ -225,8 +226,8 @@ class _Recorder(Capture):
     def hidden_arguments(self, site: PrintSite) -> dict:
         if not site.axes:
             return {}
-        import jax
-        from jax import lax
+        import jax  # deferred: importing jaxmagic.probes imports no JAX
+        from jax import lax  # deferred: importing jaxmagic.probes imports no JAX
 
         return {_WHERE: jax.numpy.stack([lax.axis_index(a) for a in site.axes])}
 
@@ -245,7 +246,7 @@ class _Recorder(Capture):
 
 def _locate_on_mesh(site: PrintSite) -> None:
     """Fill the site's mesh axes when it is traced inside a fully manual shard_map (all axes manual)."""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     mesh = jax.sharding.get_abstract_mesh()
     manual = tuple(getattr(mesh, "manual_axes", ()) or ())
@@ -264,9 +265,9 @@ def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]):
     Inside the body only an abstract mesh is visible; the frames of JAX's
     shard_map implementation hold the concrete one as their ``mesh`` local.
     """
-    from jax.sharding import Mesh
+    from jax.sharding import Mesh  # deferred: importing jaxmagic.probes imports no JAX
 
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_filename.endswith("shard_map.py"):
             mesh = frame.f_locals.get("mesh")

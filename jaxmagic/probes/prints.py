@@ -361,9 +361,10 @@ class _Recorder(Capture, jit_calls.CallObserver):
         # report's; it compares with every site, so each site is mapped once and then looked up.
         key = ""
         if site is not None:
-            key = self._known.get(site.key)
-            if key is None:
-                key = self._known[site.key] = self.register(site).key
+            known = self._known.get(site.key)
+            if known is None:
+                known = self._known[site.key] = self.register(site).key
+            key = known
         self._add(key, text)
         return self.echo or is_log
 
@@ -381,7 +382,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self.call_printed = False
 
     def after(self, name, is_jit, args, params, outputs) -> None:
-        import jax
+        import jax  # deferred: importing jaxmagic.probes imports no JAX
 
         try:
             jax.effects_barrier()  # this call's prints arrive now, before the next call starts

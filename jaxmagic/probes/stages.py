@@ -88,14 +88,16 @@ class StagesReport(Report):
     def first_call_seconds(self) -> float | None:
         """What the first call costs: trace + lower + compile + first run."""
         parts = [self.trace_seconds, self.lower_seconds, self.compile_seconds, self.first_run_seconds]
-        return None if any(p is None for p in parts) else sum(parts)
+        known = [p for p in parts if p is not None]
+        return sum(known) if len(known) == len(parts) else None
 
     @property
     def runs_to_pay_for_compiling(self) -> float | None:
         """How many steady runs cost as much as tracing, lowering and compiling once."""
-        if None in (self.trace_seconds, self.lower_seconds, self.compile_seconds) or not self.steady_run_seconds:
+        trace, lower, compile_ = self.trace_seconds, self.lower_seconds, self.compile_seconds
+        if trace is None or lower is None or compile_ is None or not self.steady_run_seconds:
             return None
-        return (self.trace_seconds + self.lower_seconds + self.compile_seconds) / self.steady_run_seconds
+        return (trace + lower + compile_) / self.steady_run_seconds
 
     @property
     def summary(self) -> str:
@@ -249,10 +251,11 @@ def run_call(
 
     The magic shows the report, then raises it.
     """
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     if runs < 1:
         raise ProbeArgumentError("runs", f"must be 1 or more, got {runs}")
+    args, kwargs = tuple(args), dict(kwargs or {})  # stages_of_call(fn, args) passes kwargs=None
     name = getattr(fn, "__name__", type(fn).__name__)
     report = StagesReport(call=call_text or f"{name}(...)", function=name)
     is_jitted = compat.is_jitted(fn)
@@ -300,7 +303,7 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
 
     Returns (jitted callable, static argument positions, static argument names).
     """
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     original = getattr(fn, "__wrapped__", None) if is_jitted else fn
     info = compat.jit_options(fn) if is_jitted else None
@@ -359,7 +362,7 @@ def _copy_function(fn):
 
 
 def _describe(report: StagesReport, traced, compiled) -> None:
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     with contextlib.suppress(Exception):
         report.argument_types = [_short(a) for a in traced.jaxpr.in_avals]
@@ -381,7 +384,7 @@ def _describe(report: StagesReport, traced, compiled) -> None:
 
 
 def _time_runs(report: StagesReport, compiled, args, kwargs, runs: int) -> None:
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     start = time.perf_counter()
     out = compiled(*args, **kwargs)
@@ -407,7 +410,7 @@ class _Events(dict):
 @contextlib.contextmanager
 def _compile_events():
     """The durations of the compile events in the block, by event name (the last one of each)."""
-    from jax import monitoring
+    from jax import monitoring  # deferred: importing jaxmagic.probes imports no JAX
 
     events = _Events()
     events.traced = False

@@ -20,9 +20,21 @@ from __future__ import annotations
 import colorsys
 import itertools
 import math
+from typing import Any
 
 from jaxmagic.render.text import block_lines
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, GridCell, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import (
+    Block,
+    Document,
+    Evidence,
+    Facts,
+    Grid,
+    GridCell,
+    Paragraph,
+    Section,
+    SourceLines,
+    Table,
+)
 from jaxmagic.report.wording import format_bytes
 
 # Light colours, far apart in hue, so dark labels stay readable on all of them.
@@ -70,8 +82,8 @@ def id_list(ids: list[int]) -> str:
     if len(ids) <= 4:
         return ",".join(map(str, ids))
     parts = []
-    for _, run in itertools.groupby(enumerate(ids), key=lambda pair: pair[1] - pair[0]):
-        run = [i for _, i in run]
+    for _, pairs in itertools.groupby(enumerate(ids), key=lambda pair: pair[1] - pair[0]):
+        run = [i for _, i in pairs]
         parts.append(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)))
     return ",".join(parts)
 
@@ -104,7 +116,7 @@ def drawn_dims(layout, dims: list[int] | None = None) -> tuple[int | None, int |
         return split[-2], split[-1]
     if len(split) == 1:
         other = max(d for d in range(rank) if d != split[0])
-        return tuple(sorted((split[0], other)))
+        return min(split[0], other), max(split[0], other)
     return rank - 2, rank - 1
 
 
@@ -183,12 +195,12 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
             + f"{len(col_chunks)} {where}, 8 per row, with their index ranges",
         )
     grid = Grid(len(row_chunks), len(col_chunks), cells, caption=caption)
-    if col_dim is not None:
-        grid.col_labels = [f"{a}:{b}" for a, b in col_chunks]
-        grid.col_sizes = [b - a for a, b in col_chunks]
+    if col_dim is not None:  # then col_chunks is chunks[col_dim], (start, stop) pairs
+        grid.col_labels = [f"{a}:{b}" for a, b in chunks[col_dim]]
+        grid.col_sizes = [b - a for a, b in chunks[col_dim]]
     if row_dim is not None:
-        grid.row_labels = [f"{a}:{b}" for a, b in row_chunks]
-        grid.row_sizes = [b - a for a, b in row_chunks]
+        grid.row_labels = [f"{a}:{b}" for a, b in chunks[row_dim]]
+        grid.row_sizes = [b - a for a, b in chunks[row_dim]]
     return grid
 
 
@@ -254,7 +266,7 @@ def sharding_document(report) -> Document:
         )
     elif arrays:
         sections.append(Section("Arrays", [_arrays_table(arrays)]))
-        drawn = []
+        drawn: list[Block] = []
         for layout in arrays[:MAX_ARRAYS_DRAWN]:
             drawn.append(
                 Paragraph(f"`{layout.label}`: `{layout.typeof}`" + (f", `{layout.spec}`" if layout.spec else ""))
@@ -293,7 +305,7 @@ def sharding_document(report) -> Document:
 
 
 def _array_blocks(layout, dims, with_facts: bool, name: str = "") -> list:
-    blocks = []
+    blocks: list[Block] = []
     if with_facts:
         blocks.append(Facts(_facts(layout)))
     grids, notes = layout_grids(layout, dims, name=name)
@@ -416,7 +428,7 @@ def _replica_section(report) -> Section | None:
                         group.preview,
                     ]
                 )
-    blocks = [
+    blocks: list[Block] = [
         Paragraph(
             "These blocks are held by several devices, so every copy should be the same, but the copies "
             "differ. A value declared replicated (a `P()` or `None` in out_specs) that each device "
@@ -478,7 +490,7 @@ def _call_sections(report) -> list[Section]:
             ]
             for c in call.constraints
         ]
-        blocks = [Table(["asked for", "value", "came out", "why", "line"], rows)]
+        blocks: list[Block] = [Table(["asked for", "value", "came out", "why", "line"], rows)]
         for c in call.unhonoured_constraints[:2]:
             blocks.append(Paragraph(f"{c.text}. {c.fix}"))
         title = "Sharding constraints not honoured" if call.unhonoured_constraints else "Sharding constraints"
@@ -561,7 +573,7 @@ def _call_sections(report) -> list[Section]:
 
 def _devices_section(arrays) -> Section:
     per_device: dict[int, int] = {}
-    info = {}
+    info: dict[int, Any] = {}  # device id -> its DeviceInfo (probes/sharding, not importable here)
     blocks_of: dict[int, list[str]] = {}
     for layout in arrays:
         for device_id, size in layout.bytes_per_device().items():

@@ -1,82 +1,27 @@
-"""Bisection probe: is a wrong number the compiler's fault, the algorithm's, or float32's?
-
-Usage without IPython::
-
-    report = jaxmagic.probes.bisect(closure_version, X, ref=ref64)
-    report.verdict          # "compilation", "algorithm", "precision", "before_program", "ok", "jit_differs", ...
-    report.before_program   # when jit and eager disagree: stage, checked, line, fix
-    report.jit.max_abs_error, report.eager.max_abs_error
-    report.captured         # arrays the jitted function closes over (the chapter's section 1.4 trap)
-
-Chapter section 1.4: when a result looks wrong without any error, compute the
-same function three times - jitted, op by op under ``jax.disable_jit()``, and
-in float64 - and compare:
-
-* jit wrong, eager right: the compilation layer (fusion, constant folding, a
-  backend bug) - look at the program with ``%jax_hlo``;
-* both wrong: the algorithm or the data;
-* both close to the reference but not equal: float32 precision.
-
-The reference is ``ref`` when given (a value, e.g. a NumPy float64 result).
-Otherwise the probe makes one when it can do so soundly: the same function,
-op by op, with every floating-point input upcast to float64 under
-``jax.enable_x64`` - and only if tracing it that way shows every
-floating-point value of the computation in float64 (no cast back to float32)
-and no random numbers (whose bits depend on the dtype). If not, the report
-says why and compares jit with eager only.
-
-Before a jit/eager difference is called the compiler's, the probe checks
-what each run *receives* (``bisect/pytree_boundary.py``; verdict
-``"before_program"``, details in ``report.before_program``), in this order:
-
-* the eager call run again: if it does not repeat its numbers, Python code in
-  the body (``np.random``, ``time.time()``, a counter) makes new values at each
-  call, and under jit it ran once, at trace time;
-* the arguments flattened and rebuilt as jit does (a dict by sorted keys, a
-  custom node by its unflatten), each reordered dict alone too: if eager then
-  gives jit's numbers, the function depends on the order; the line is the first
-  operation whose operands change with the order (two traces compared by their
-  ``source_info``) and the line iterating the dict (the function's source);
-* Python numbers and NumPy arrays converted to JAX arrays as jit converts them;
-* a new trace (jit of a new function object): if it gives eager's numbers, the
-  program jit ran was traced when a global, a closed-over value or a static
-  argument was different.
-
-Each says ``checked: ...`` with its outcome; a check that does not explain the
-difference says so and the verdict stays.
-
-The function is called three times (jit, eager, reference); when jit and eager
-disagree, up to about eight times more for the checks above. The report holds
-the errors and shapes, not the results.
-"""
+"""The bisection probe itself: the call run jitted, op by op and as a reference, and compared."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jax.stages import Wrapped
 
 import numpy as np
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.bisect.pytree_boundary import (  # noqa: F401 (ReorderedDict: the type of BeforeProgram.dicts)
-    BeforeProgram,
-    ReorderedDict,
-    before_program,
-    in_order_of,
-    python_function,
-)
+from jaxmagic.probes.bisect.before_program import before_program
+from jaxmagic.probes.bisect.bisected_call import python_function
+from jaxmagic.probes.bisect.pytree_boundary import in_order_of
+from jaxmagic.probes.bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
 from jaxmagic.probes.hlo import captured_constants_of_call
-from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
-from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.source import user_lines
-from jaxmagic.report.wording import error_line, format_bytes
+from jaxmagic.report.wording import error_line
 
 DEFAULT_RTOL = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
 RANDOM_PRIMITIVES = (
@@ -90,253 +35,10 @@ RANDOM_PRIMITIVES = (
     "rng_uniform",
 )
 
-VERDICTS = {
-    "ok": "jit, eager and the reference agree",
-    "precision": "jit and eager are both close to the reference but not equal to it: float32 precision",
-    "compilation": "jit wrong, eager right: the compilation layer",
-    "algorithm": "jit and eager are both wrong: the algorithm or the data",
-    "eager_differs": "eager wrong, jit right",
-    "agree": "jit and eager agree (no reference to check them against)",
-    "jit_differs": "jit and eager disagree (no reference to say which is right)",
-    "before_program": (
-        "the difference is made before the compiled program runs (in what the runs receive, or in Python), "
-        "not by compilation"
-    ),
-    "failed": "a run failed",
-}
-NEXT_STEPS = {
-    "ok": "Nothing to bisect: the call gives the reference's numbers within the tolerance.",
-    "precision": (
-        "Both runs miss the float64 reference by float32 rounding only. If that matters, reorder the "
-        "computation (sum small terms first, use log-sum-exp, avoid subtracting close numbers) or compute "
-        "the sensitive part in float64 (jax.enable_x64)."
-    ),
-    "compilation": (
-        "The same operations give the right numbers one by one and wrong numbers compiled: look at the "
-        "compiled program (%jax_hlo on the same call: constants, fusions), at constants captured by "
-        "closure (pass arrays as arguments) and at XLA flags; then shrink the function while the "
-        "difference stays."
-    ),
-    "algorithm": (
-        "Compilation is not the cause: the eager run is as wrong. Check the formula and the data "
-        "against the reference step by step (print intermediate values with %%jax_print)."
-    ),
-    "eager_differs": (
-        "Unusual: the op-by-op run is the one that is off. Compare intermediate values op by op "
-        "(reduction order and precision of eager ops can differ from the fused program's)."
-    ),
-    "agree": (
-        "Give a reference (--ref a float64 NumPy result) to tell float32 precision from an algorithm "
-        "error; jaxmagic could not build a float64 run itself (see why above)."
-    ),
-    "jit_differs": (
-        "The compiled and the op-by-op run disagree: one of them is wrong, most often the compiled one. "
-        "Give a float64 reference (--ref) to be sure, then look at the program with %jax_hlo."
-    ),
-    "before_program": (
-        "Compilation is not the cause: the jitted function is handed something else than the eager one, or "
-        "its Python code ran at another time (see 'Before the program runs'). Change the line named there; "
-        "then run %jax_bisect again."
-    ),
-    "failed": "See the error of the run that failed.",
-}
-CAPTURED_TRAP = (
-    "The jitted function closes over arrays, which become constants of the compiled program. On the chapter's "
-    "platform (jaxlib 0.12.0.1, macOS on Apple Silicon, CPU) the pattern `W @ x` then a sum with a captured `W` "
-    "was miscompiled silently: jit wrong, eager right. Pass arrays as arguments instead; it also keeps them out "
-    "of the jit cache."
-)
-
-
-@dataclasses.dataclass
-class RunResult:
-    """One way of running the call: its worst error against the reference (or against eager)."""
-
-    name: str  # "jit", "eager", "reference"
-    how: str  # how it was run, in words
-    ok: bool = True
-    error: str = ""  # "ValueError: ..." when the run failed
-    error_line: SourceLine | None = None
-    max_abs_error: float | None = None  # worst |run - reference| over all leaves (None: not compared)
-    max_rel_error: float | None = None  # that error relative to max |reference| of its leaf
-    worst_leaf: str = ""  # key path of the leaf with the largest relative error
-    equal: bool = False  # bit-for-bit equal to the reference after conversion to float64
-    leaves: list[str] = dataclasses.field(default_factory=list)  # "(50,) float32" per output leaf
-
-
-@dataclasses.dataclass
-class CapturedArray:
-    name: str
-    shape: tuple
-    dtype: str
-    nbytes: int
-    line: SourceLine | None = None
-
-
-@dataclasses.dataclass
-class BisectReport(Report):
-    """What ``%jax_bisect`` found."""
-
-    kind = "jax_bisect"
-
-    call: str = ""
-    rtol: float = 0.0
-    reference_kind: str = ""  # "given", "float64", "none"
-    reference_note: str = ""  # why there is no automatic reference, or how it was made
-    jit: RunResult | None = None
-    eager: RunResult | None = None
-    reference: RunResult | None = None
-    jit_vs_eager: float | None = None  # max relative difference between the two runs
-    verdict: str = ""  # a key of VERDICTS
-    captured: list[CapturedArray] = dataclasses.field(default_factory=list)
-    # when jit and eager disagree: whether what the runs receive already differs (dict order, dtypes, trace time)
-    before_program: BeforeProgram | None = None
-
-    @property
-    def status(self) -> Status:
-        if self.verdict == "failed":
-            return Status.ERROR
-        return Status.OK if self.verdict in ("ok", "agree", "precision") else Status.PROBLEM
-
-    @property
-    def verdict_text(self) -> str:
-        return VERDICTS.get(self.verdict, self.verdict)
-
-    @property
-    def next_step(self) -> str:
-        return NEXT_STEPS.get(self.verdict, "")
-
-    @property
-    def summary(self) -> str:
-        if self.verdict == "failed":
-            failed = next(r for r in (self.jit, self.eager, self.reference) if r is not None and not r.ok)
-            return f"The {failed.name} run of `{self.call}` failed: {failed.error}"
-        text = f"`{self.call}`: {self.verdict_text}"
-        if self.reference_kind != "none" and self.jit and self.eager:
-            text += (
-                f" (max relative error: jit {_number(self.jit.max_rel_error)}, "
-                f"eager {_number(self.eager.max_rel_error)}; tolerance {_number(self.rtol)})"
-            )
-        elif self.jit_vs_eager is not None:
-            text += f" (max relative difference {_number(self.jit_vs_eager)}; {self.reference_note})"
-        text += "."
-        before = self.before_program
-        if self.verdict == "before_program" and before is not None:
-            text += f" The difference is already in {before.stage_text}"
-            if before.line is not None:
-                text += f": `{before.line.code}` ({before.line.where})"
-            text += "."
-        elif before is not None and before.stage == "none":
-            text += " What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it."
-        if self.verdict == "compilation":
-            text += " Look at the program with %jax_hlo."
-        if self.captured:
-            names = ", ".join(f"`{c.name}`" for c in self.captured[:3])
-            text += f" The jitted function captures {names} by closure (the section 1.4 trap)."
-        return text
-
-    def document(self):
-
-        sections = []
-        rows = []
-        for run in (self.jit, self.eager, self.reference):
-            if run is None:
-                continue
-            if not run.ok:
-                rows.append([run.name, run.how, "failed", "-", "-", run.error])
-                continue
-            if run.name == "reference":
-                rows.append([run.name, run.how, "-", "-", "-", ", ".join(run.leaves[:3])])
-                continue
-            compared = self.reference_kind != "none"
-            rows.append(
-                [
-                    run.name,
-                    run.how,
-                    _number(run.max_abs_error) if compared else "-",
-                    _number(run.max_rel_error) if compared else "-",
-                    ("equal" if run.equal else ("close" if run.max_rel_error <= self.rtol else "WRONG"))
-                    if compared and run.max_rel_error is not None
-                    else "-",
-                    (f"worst leaf {run.worst_leaf}" if run.worst_leaf else "") or ", ".join(run.leaves[:3]),
-                ]
-            )
-        sections.append(
-            Section(
-                "Three runs",
-                [
-                    Table(["run", "how", "max abs error", "max rel error", "vs reference", "notes"], rows),
-                    Facts(
-                        [
-                            (
-                                "tolerance",
-                                f"relative {_number(self.rtol)} (of the largest reference value of each leaf)",
-                            ),
-                            ("reference", self.reference_note or self.reference_kind),
-                        ]
-                        + (
-                            [("jit vs eager", f"max relative difference {_number(self.jit_vs_eager)}")]
-                            if self.jit_vs_eager is not None
-                            else []
-                        )
-                    ),
-                ],
-            )
-        )
-        sections.append(Section("Verdict", [Facts([("verdict", self.verdict_text)]), Paragraph(self.next_step)]))
-        before = self.before_program
-        if before is not None:
-            blocks: list = [
-                Facts([("stage", before.stage_text), ("explains the difference", "yes" if before.explains else "no")]),
-                Paragraph(before.checked),
-            ]
-            if before.explains and before.provenance is not None:
-                blocks += provenance_blocks(before.provenance, "the difference")
-                if before.line_how:
-                    blocks.append(Paragraph(f"Why this line: {before.line_how}."))
-            if before.dicts:
-                blocks.append(
-                    Table(
-                        ["dict", "keys as given", "keys as jit gives them"],
-                        [[f"`{d.path}`", ", ".join(d.given_order), ", ".join(d.jit_order)] for d in before.dicts],
-                    )
-                )
-            if before.explains and before.fix:
-                blocks.append(Paragraph(f"Fix: {before.fix}"))
-            sections.append(Section("Before the program runs", blocks))
-        if self.captured:
-            rows = [
-                [f"`{c.name}`", str(tuple(c.shape)), c.dtype, format_bytes(c.nbytes), c.line.where if c.line else "-"]
-                for c in self.captured
-            ]
-            sections.append(
-                Section(
-                    "Arrays captured by closure",
-                    [Table(["name", "shape", "dtype", "size", "first used at"], rows), Paragraph(CAPTURED_TRAP)],
-                )
-            )
-        failed_lines = [r.error_line for r in (self.jit, self.eager, self.reference) if r and r.error_line]
-        if failed_lines:
-            sections.append(Section("Where a run failed", [SourceLines(failed_lines)]))
-        return Document("%jax_bisect", self.status, self.summary, sections)
-
-
-def _number(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x == 0:
-        return "0"
-    if math.isnan(x) or math.isinf(x):
-        return str(x)
-    return f"{x:.3g}"
-
-
-# -- the probe ------------------------------------------------------------------
-
 
 def _is_static(value: Any) -> bool:
     """An argument jit cannot trace (a string, a function, None, ...): passed as a static argument."""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic, jax.Array)):
         return False
@@ -346,8 +48,7 @@ def _is_static(value: Any) -> bool:
     )
 
 
-def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
-
+def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Wrapped, str]:
     if compat.is_jitted(fn):
         return fn, "the jitted function as given"
     static = tuple(i for i, a in enumerate(args) if _is_static(a))
@@ -368,7 +69,7 @@ def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Callable, str]:
 _jit_options: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Callable:
+def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Wrapped:
     """``jax.jit(fn, static_argnums=..., static_argnames=...)``, with the jit options of the last run of ``fn``."""
     key = (static, static_names)
     try:
@@ -388,13 +89,13 @@ def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Callable:
 
 
 def _leaves(tree) -> list[tuple[str, Any]]:
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     return [(jax.tree_util.keystr(path) or "result", leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)]
 
 
 def _as64(leaf) -> np.ndarray:
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jax.random.key_data(leaf)
@@ -444,7 +145,7 @@ def _describe(result) -> list[str]:
 
 
 def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception]):
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     try:
         result = thunk()
@@ -461,8 +162,8 @@ def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception])
 
 
 def _upcast(value):
-    import jax
-    import jax.numpy as jnp
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     def leaf(x):
         if isinstance(x, float):
@@ -479,7 +180,7 @@ def _upcast(value):
 
 def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
     """Why a float64 run of ``fn`` would not be a sound reference ("" when it would be)."""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     dynamic = [i for i, a in enumerate(args) if not _is_static(a)]
     dynamic_kw = {k: v for k, v in kwargs.items() if not _is_static(v)}
@@ -520,7 +221,7 @@ def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
     return ""
 
 
-def _captured(jitted: Callable, fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -> list[CapturedArray]:
+def _captured(jitted: Wrapped, fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -> list[CapturedArray]:
     """The arrays the program holds as constants. ``jitted`` already ran with these arguments, so its
     trace comes from JAX's cache: only the constants are looked at, not a whole %jax_hlo report."""
 
@@ -578,7 +279,7 @@ def run_call(
     that fails only in the other way (a tracer error under jit of a plain
     function) is a finding of the report, not the user's error.
     """
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     args, kwargs = tuple(args), dict(kwargs or {})
     if ref is not None:
@@ -639,8 +340,8 @@ def run_call(
 
 def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) -> BeforeProgram:
     """Is the jit/eager difference already in what the runs receive? Re-runs the eager call (see
-    ``pytree_boundary.before_program``); never raises."""
-    import jax
+    ``before_program.py``); never raises."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     def run_eager(new_args, new_kwargs):
         with jax.disable_jit():
@@ -698,7 +399,7 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
 
 def _check_reference(ref) -> None:
     """ProbeArgumentError unless ``ref`` is numbers: an array, a scalar or a pytree of them."""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     leaves = jax.tree.leaves(ref)
     numeric = (bool, int, float, complex, np.ndarray, np.generic, jax.Array)
@@ -712,14 +413,16 @@ def _check_reference(ref) -> None:
 
 
 def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:
-    runs = [r for r in (report.jit, report.eager, report.reference) if r is not None]
+    jit, eager = report.jit, report.eager
+    assert jit is not None and eager is not None  # run_call runs both before judging
+    runs = [r for r in (jit, eager, report.reference) if r is not None]
     if any(not r.ok for r in runs):
         report.verdict = "failed"
         return
     jit_leaves, eager_leaves = _leaves64(jit_result), _leaves64(eager_result)
     if reference is not None:
         ref_leaves = _leaves64(reference)
-        for run, leaves in ((report.jit, jit_leaves), (report.eager, eager_leaves)):
+        for run, leaves in ((jit, jit_leaves), (eager, eager_leaves)):
             try:
                 _compare(run, leaves, ref_leaves)
             except ValueError as problem:
@@ -729,21 +432,19 @@ def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:
     probe = RunResult("jit", "")
     try:
         _compare(probe, jit_leaves, eager_leaves, symmetric=True)
-        report.jit_vs_eager = probe.max_rel_error
+        jit_vs_eager = probe.max_rel_error if probe.max_rel_error is not None else math.inf
     except ValueError:
-        report.jit_vs_eager = math.inf
+        jit_vs_eager = math.inf
+    report.jit_vs_eager = jit_vs_eager
     if reference is None:
-        report.verdict = "agree" if report.jit_vs_eager <= report.rtol else "jit_differs"
+        report.verdict = "agree" if jit_vs_eager <= report.rtol else "jit_differs"
         return
-    jit_ok = report.jit.max_rel_error <= report.rtol
-    eager_ok = report.eager.max_rel_error <= report.rtol
+    jit_error, eager_error = jit.max_rel_error, eager.max_rel_error
+    assert jit_error is not None and eager_error is not None  # _compare filled them in
+    jit_ok = jit_error <= report.rtol
+    eager_ok = eager_error <= report.rtol
     if jit_ok and eager_ok:
-        report.verdict = (
-            "ok"
-            if (report.jit.max_rel_error == 0 or report.jit.equal)
-            and (report.eager.max_rel_error == 0 or report.eager.equal)
-            else "precision"
-        )
+        report.verdict = "ok" if (jit_error == 0 or jit.equal) and (eager_error == 0 or eager.equal) else "precision"
     elif eager_ok:
         report.verdict = "compilation"
     elif jit_ok:

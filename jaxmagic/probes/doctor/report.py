@@ -15,7 +15,7 @@ from jaxmagic.probes.compiles import CAUSE_TITLES
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks.probe import LEAK_FIX
 from jaxmagic.probes.nans.probe import nan_finding_provenance, nan_finding_text
-from jaxmagic.probes.transfers.probe import WHY
+from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

@@ -12,7 +12,10 @@ import tracemalloc
 import types
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jax.stages import Wrapped
 
 import numpy as np
 
@@ -354,7 +357,7 @@ def _local_names(filename: str, lineno: int) -> frozenset[str]:
 
 
 def captured_constants_of_call(
-    jitted: Callable,
+    jitted: Wrapped,
     args: tuple,
     kwargs: dict,
     *,

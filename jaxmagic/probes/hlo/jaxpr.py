@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from jaxmagic._jax import compat
@@ -30,7 +32,7 @@ def walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, par
         subs = _sub_jaxprs(eqn)
         yield eqn, here, back, subs, parents
         if subs:
-            marker = ()
+            marker: tuple[str, ...] = ()
             if eqn.primitive.name in ("pjit", "jit", "closed_call", "core_call") and eqn.params.get("name"):
                 marker = (f"jit({eqn.params['name']})",)
             for sub in subs:
@@ -65,8 +67,8 @@ def jaxpr_ops(walked: list, function: str, printer=None) -> list[StageOp]:
                 prim,
                 path,
                 "/".join((function,) + path.segments),
-                where=(lambda e=eqn, ps=parents: eqn_line(e, ps)),
-                text=(lambda e=eqn: eqn_text(e, printer)),
+                where=functools.partial(eqn_line, eqn, parents),
+                text=functools.partial(eqn_text, eqn, printer),
             )
         )
     return ops

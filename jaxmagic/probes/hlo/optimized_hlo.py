@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import functools
+
+from jaxmagic.probes._support.hlo_text import HloInstruction
 from jaxmagic.probes.hlo.name_paths import parse_name
 from jaxmagic.probes.hlo.scopes import StageOp
 from jaxmagic.probes.hlo.stablehlo import first_user_frame
@@ -24,13 +27,17 @@ def hlo_ops(module) -> list[StageOp]:
                     f"%{instruction.name}",
                     parse_name(op_name),
                     op_name,
-                    where=(lambda i=instruction: _hlo_line(module, i)),
-                    text=(lambda i=instruction: i.text),
+                    where=functools.partial(_hlo_line, module, instruction),
+                    text=functools.partial(_text_of, instruction),
                     instruction=instruction,
                 )
             )
             break  # one entry per instruction; merged op_names are checked when matching
     return ops
+
+
+def _text_of(instruction: HloInstruction) -> str:
+    return instruction.text
 
 
 def hlo_kernels(module) -> list[StageOp]:
@@ -48,7 +55,7 @@ def hlo_kernels(module) -> list[StageOp]:
                     parse_name(op_name),
                     op_name,
                     where=lambda: None,
-                    text=lambda i=instruction: i.text,
+                    text=functools.partial(_text_of, instruction),
                     instruction=instruction,
                 )
             )

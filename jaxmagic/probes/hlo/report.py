@@ -134,11 +134,11 @@ class HloReport(Report):
         return " ".join(parts)
 
     def _sweep_sentence(self) -> str:
-        good = [p for p in self.sweep if p.memory]
+        good = [p.memory for p in self.sweep if p.memory]
         values = ", ".join(p.value for p in self.sweep)
         text = f"{self.function} compiled for {self.sweep_name} = {values}"
         if len(good) >= 2:
-            first, last = good[0].memory, good[-1].memory
+            first, last = good[0], good[-1]
             text += (
                 f": outputs {format_bytes(first.output_bytes)} -> {format_bytes(last.output_bytes)}, temporaries "
                 f"{format_bytes(first.temp_bytes)} \u2192 {format_bytes(last.temp_bytes)}, total {format_bytes(first.total_bytes)} "
@@ -546,10 +546,12 @@ def _sweep_growth(name: str, points: list[SweepPoint]) -> str:
     def ratio(a: int, b: int) -> str:
         return f"\u00d7{b / a:.2f}" if a else ("unchanged" if a == b else "from 0")
 
+    before, after = first.memory, last.memory
+    assert before is not None and after is not None  # good points have memory figures
     parts = [
-        f"arguments {ratio(first.memory.argument_bytes, last.memory.argument_bytes)}",
-        f"outputs {ratio(first.memory.output_bytes, last.memory.output_bytes)}",
-        f"temporaries {ratio(first.memory.temp_bytes, last.memory.temp_bytes)}",
+        f"arguments {ratio(before.argument_bytes, after.argument_bytes)}",
+        f"outputs {ratio(before.output_bytes, after.output_bytes)}",
+        f"temporaries {ratio(before.temp_bytes, after.temp_bytes)}",
     ]
     scale = f" (\u00d7{factor:g})" if factor else ""
     return (

@@ -62,8 +62,10 @@ def stablehlo_ops(lowered) -> list[StageOp]:
                 kind,
                 parse_name(full),
                 full,
-                where=(lambda f=frames: first_user_frame(f())),
-                text=lambda k=kind, n=full: f"{k}  {n}",
+                where=lambda: first_user_frame(
+                    frames()
+                ),  # frames, kind and full are this call's own: no loop rebinds them
+                text=lambda: f"{kind}  {full}",
             )
         )
         if kind in _CONTROL_FLOW:

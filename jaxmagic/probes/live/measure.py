@@ -394,7 +394,7 @@ def _jit_cache_constants(
         if not isinstance(owner, jaxpr_types):
             continue
         try:
-            consts = owner.consts
+            consts = owner.consts  # type: ignore[attr-defined]  # a Jaxpr or ClosedJaxpr, types found at run time
         except Exception:
             continue
         info = getattr(owner, "debug_info", None)

@@ -8,6 +8,7 @@ instruction came from; jaxlib's host events and the compile probe's figures spli
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from jaxmagic._jax.jit_programs import CompiledProgram
 from jaxmagic.probes.profile.kernel_sources import KernelSource, ProgramSources, program_sources
@@ -35,7 +36,7 @@ from jaxmagic.report.source import source_line
 
 def build_report(
     events: list[TraceEvent],
-    programs: list[CompiledProgram] = (),
+    programs: Sequence[CompiledProgram] = (),
     *,
     wall_seconds: float | None = None,
     compile_report=None,

@@ -186,7 +186,9 @@ def scope_of(op_name: str) -> str:
 
 def _split(op_name: str) -> list[str]:
     """Split at the slashes that are not inside parentheses (``jit(f)/vmap(a/b)/add``)."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in op_name:
         if char == "/" and depth == 0:
             parts.append("".join(current))

@@ -14,7 +14,7 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.profile.build import build_report
 from jaxmagic.probes.profile.report import ProfileReport
-from jaxmagic.probes.profile.trace_events import events_from_profile_data
+from jaxmagic.probes.profile.trace_events import TraceEvent, events_from_profile_data
 from jaxmagic.report.wording import error_line
 
 PROFILER_BUSY = (
@@ -69,7 +69,9 @@ class profile:
             self._capture = stack.enter_context(ProgramCapture())
             options = jax.profiler.ProfileOptions()
             options.python_tracer_level = 0
-            jax.profiler.start_trace(self.save, create_perfetto_trace=self.save is not None, profiler_options=options)
+            # start_trace is annotated without None, which the ProfilerSession behind it takes: no directory,
+            # the trace stays in memory
+            jax.profiler.start_trace(self.save, create_perfetto_trace=self.save is not None, profiler_options=options)  # type: ignore[arg-type]
         except BaseException:
             stack.close()
             raise
@@ -77,7 +79,7 @@ class profile:
         self._started = time.perf_counter()
         return self.report
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         __tracebackhide__ = True
         import jax  # deferred: importing the package does not import JAX
 
@@ -90,14 +92,15 @@ class profile:
                 stop_problem = error_line(problem)
         finally:
             try:
-                self._stack.__exit__(exc_type, exc, tb)
+                if self._stack is not None:  # set by __enter__, which ran
+                    self._stack.__exit__(exc_type, exc, tb)
             finally:
                 if compat.profiler_session_active():  # interrupted while stopping: never leave it running
                     with contextlib.suppress(Exception):
                         jax.profiler.stop_trace()
         try:
             programs = self._capture.programs()
-            events = events_from_profile_data(profile_data) if profile_data is not None else []
+            events: list[TraceEvent] = events_from_profile_data(profile_data) if profile_data is not None else []
             del profile_data
             built = build_report(
                 events,
@@ -127,7 +130,6 @@ class profile:
             self.report.other_error = error_line(exc)
             if isinstance(exc, RuntimeError) and "Only one profile may be run" in str(exc):
                 self.report.other_error += " (the cell started a profiler trace of its own; traces do not nest)"
-        return False
 
     def _started_epoch(self) -> float:
         return time.time() - (time.perf_counter() - self._started) - 1.0

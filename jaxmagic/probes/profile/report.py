@@ -163,7 +163,7 @@ class ProfileReport(Report):
         if not t.wall:
             return "idle"
         parts = {"compile": t.compile, "host": t.host, "device": t.device}
-        return max(parts, key=parts.get)
+        return max(parts, key=lambda part: parts[part])
 
     @property
     def host_only(self) -> bool:
@@ -204,7 +204,7 @@ class ProfileReport(Report):
         bound = {"device": "compute-bound", "host": "host-bound (dispatch / Python)", "compile": "compile-bound"}
         text = f"{split} - {bound[self.bound]}."
         top = next((t for t in self.lines if t.line is not None), None)
-        if top is not None:
+        if top is not None and top.line is not None:
             text += f" Most kernel time: `{_code(top.line)}` ({top.where}, {_pct(top.share, 1)} of kernel time)"
             scope = next((s for s in self.scopes if s.depth == 0), None)
             text += f", scope `{scope.path}`." if scope is not None and scope.path != NO_SCOPE else "."

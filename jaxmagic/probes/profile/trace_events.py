@@ -169,7 +169,8 @@ def self_times(kernels: list[TraceEvent]) -> list[float]:
 
 def union_ns(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by (start, end) intervals."""
-    total, current_start, current_end = 0.0, None, None
+    total, current_start = 0.0, 0.0
+    current_end: float | None = None  # None: no interval open yet
     for start, end in sorted(intervals):
         if current_end is None or start > current_end:
             if current_end is not None:

@@ -144,7 +144,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                 dropped += 1
                 continue
             rows.append(IntermediateSharding(i, _op_name(eqn), str(var.aval), "", line))
-    row_of = {}
+    row_of: dict[int, list[IntermediateSharding]] = {}
     for row in rows:
         row_of.setdefault(row.index, []).append(row)
 

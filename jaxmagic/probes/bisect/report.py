@@ -1,0 +1,295 @@
+"""The bisection report: the three runs, the verdict and its wording, what the runs receive, ``document()``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report.wording import format_bytes
+
+VERDICTS = {
+    "ok": "jit, eager and the reference agree",
+    "precision": "jit and eager are both close to the reference but not equal to it: float32 precision",
+    "compilation": "jit wrong, eager right: the compilation layer",
+    "algorithm": "jit and eager are both wrong: the algorithm or the data",
+    "eager_differs": "eager wrong, jit right",
+    "agree": "jit and eager agree (no reference to check them against)",
+    "jit_differs": "jit and eager disagree (no reference to say which is right)",
+    "before_program": (
+        "the difference is made before the compiled program runs (in what the runs receive, or in Python), "
+        "not by compilation"
+    ),
+    "failed": "a run failed",
+}
+NEXT_STEPS = {
+    "ok": "Nothing to bisect: the call gives the reference's numbers within the tolerance.",
+    "precision": (
+        "Both runs miss the float64 reference by float32 rounding only. If that matters, reorder the "
+        "computation (sum small terms first, use log-sum-exp, avoid subtracting close numbers) or compute "
+        "the sensitive part in float64 (jax.enable_x64)."
+    ),
+    "compilation": (
+        "The same operations give the right numbers one by one and wrong numbers compiled: look at the "
+        "compiled program (%jax_hlo on the same call: constants, fusions), at constants captured by "
+        "closure (pass arrays as arguments) and at XLA flags; then shrink the function while the "
+        "difference stays."
+    ),
+    "algorithm": (
+        "Compilation is not the cause: the eager run is as wrong. Check the formula and the data "
+        "against the reference step by step (print intermediate values with %%jax_print)."
+    ),
+    "eager_differs": (
+        "Unusual: the op-by-op run is the one that is off. Compare intermediate values op by op "
+        "(reduction order and precision of eager ops can differ from the fused program's)."
+    ),
+    "agree": (
+        "Give a reference (--ref a float64 NumPy result) to tell float32 precision from an algorithm "
+        "error; jaxmagic could not build a float64 run itself (see why above)."
+    ),
+    "jit_differs": (
+        "The compiled and the op-by-op run disagree: one of them is wrong, most often the compiled one. "
+        "Give a float64 reference (--ref) to be sure, then look at the program with %jax_hlo."
+    ),
+    "before_program": (
+        "Compilation is not the cause: the jitted function is handed something else than the eager one, or "
+        "its Python code ran at another time (see 'Before the program runs'). Change the line named there; "
+        "then run %jax_bisect again."
+    ),
+    "failed": "See the error of the run that failed.",
+}
+CAPTURED_TRAP = (
+    "The jitted function closes over arrays, which become constants of the compiled program. On the chapter's "
+    "platform (jaxlib 0.12.0.1, macOS on Apple Silicon, CPU) the pattern `W @ x` then a sum with a captured `W` "
+    "was miscompiled silently: jit wrong, eager right. Pass arrays as arguments instead; it also keeps them out "
+    "of the jit cache."
+)
+
+STAGES = {
+    "pytree_order": "the pytree flattening order of a dict argument (jit iterates its keys sorted)",
+    "custom_node": "a custom pytree node, rebuilt by its unflatten function under jit",
+    "argument_dtypes": "the arguments' dtypes (jit turns Python numbers and NumPy arrays into JAX arrays)",
+    "trace_time_python": "Python code in the function that runs once, when jit traces it",
+    "nondeterministic": "the call itself: it gives new numbers at each run, jitted or not",
+    "stale_trace": "a Python value read when jit traced the function (a global, a closed-over value, a static "
+    "argument), changed since: jit reuses the program traced with the old value",
+    "none": "not found before the program: what the runs receive does not explain the difference",
+    "not_checked": "could not tell",
+}
+
+
+@dataclasses.dataclass
+class ReorderedDict:
+    """A dict in the arguments whose keys jit iterates in another order than the call gave them."""
+
+    path: str  # "d", "params['encoder']"
+    given_order: list[str]
+    jit_order: list[str]
+    # sorting this dict alone makes eager give jit's numbers (checked when several dicts are reordered)
+    explains: bool | None = None
+
+
+@dataclasses.dataclass
+class BeforeProgram:
+    """Whether a jit/eager difference is already there in what the runs receive, and where."""
+
+    stage: str = "not_checked"  # a key of STAGES
+    explains: bool = False  # True: this stage explains the difference; compilation is not the cause
+    checked: str = ""  # "checked: ... -> outcome"
+    line: SourceLine | None = None  # the user's line that depends on it (order, draw, counter)
+    line_how: str = ""  # how the line was found
+    provenance: Provenance | None = None
+    fix: str = ""
+    dicts: list[ReorderedDict] = dataclasses.field(default_factory=list)
+    argument: str = ""  # the argument it concerns ("d", "lr")
+
+    @property
+    def stage_text(self) -> str:
+        return STAGES.get(self.stage, self.stage)
+
+
+@dataclasses.dataclass
+class RunResult:
+    """One way of running the call: its worst error against the reference (or against eager)."""
+
+    name: str  # "jit", "eager", "reference"
+    how: str  # how it was run, in words
+    ok: bool = True
+    error: str = ""  # "ValueError: ..." when the run failed
+    error_line: SourceLine | None = None
+    max_abs_error: float | None = None  # worst |run - reference| over all leaves (None: not compared)
+    max_rel_error: float | None = None  # that error relative to max |reference| of its leaf
+    worst_leaf: str = ""  # key path of the leaf with the largest relative error
+    equal: bool = False  # bit-for-bit equal to the reference after conversion to float64
+    leaves: list[str] = dataclasses.field(default_factory=list)  # "(50,) float32" per output leaf
+
+
+@dataclasses.dataclass
+class CapturedArray:
+    name: str
+    shape: tuple
+    dtype: str
+    nbytes: int
+    line: SourceLine | None = None
+
+
+@dataclasses.dataclass
+class BisectReport(Report):
+    """What ``%jax_bisect`` found."""
+
+    kind = "jax_bisect"
+
+    call: str = ""
+    rtol: float = 0.0
+    reference_kind: str = ""  # "given", "float64", "none"
+    reference_note: str = ""  # why there is no automatic reference, or how it was made
+    jit: RunResult | None = None
+    eager: RunResult | None = None
+    reference: RunResult | None = None
+    jit_vs_eager: float | None = None  # max relative difference between the two runs
+    verdict: str = ""  # a key of VERDICTS
+    captured: list[CapturedArray] = dataclasses.field(default_factory=list)
+    # when jit and eager disagree: whether what the runs receive already differs (dict order, dtypes, trace time)
+    before_program: BeforeProgram | None = None
+
+    @property
+    def status(self) -> Status:
+        if self.verdict == "failed":
+            return Status.ERROR
+        return Status.OK if self.verdict in ("ok", "agree", "precision") else Status.PROBLEM
+
+    @property
+    def verdict_text(self) -> str:
+        return VERDICTS.get(self.verdict, self.verdict)
+
+    @property
+    def next_step(self) -> str:
+        return NEXT_STEPS.get(self.verdict, "")
+
+    @property
+    def summary(self) -> str:
+        if self.verdict == "failed":
+            failed = next(r for r in (self.jit, self.eager, self.reference) if r is not None and not r.ok)
+            return f"The {failed.name} run of `{self.call}` failed: {failed.error}"
+        text = f"`{self.call}`: {self.verdict_text}"
+        if self.reference_kind != "none" and self.jit and self.eager:
+            text += (
+                f" (max relative error: jit {short_number(self.jit.max_rel_error)}, "
+                f"eager {short_number(self.eager.max_rel_error)}; tolerance {short_number(self.rtol)})"
+            )
+        elif self.jit_vs_eager is not None:
+            text += f" (max relative difference {short_number(self.jit_vs_eager)}; {self.reference_note})"
+        text += "."
+        before = self.before_program
+        if self.verdict == "before_program" and before is not None:
+            text += f" The difference is already in {before.stage_text}"
+            if before.line is not None:
+                text += f": `{before.line.code}` ({before.line.where})"
+            text += "."
+        elif before is not None and before.stage == "none":
+            text += " What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it."
+        if self.verdict == "compilation":
+            text += " Look at the program with %jax_hlo."
+        if self.captured:
+            names = ", ".join(f"`{c.name}`" for c in self.captured[:3])
+            text += f" The jitted function captures {names} by closure (the section 1.4 trap)."
+        return text
+
+    def document(self):
+
+        sections = []
+        rows = []
+        for run in (self.jit, self.eager, self.reference):
+            if run is None:
+                continue
+            if not run.ok:
+                rows.append([run.name, run.how, "failed", "-", "-", run.error])
+                continue
+            if run.name == "reference":
+                rows.append([run.name, run.how, "-", "-", "-", ", ".join(run.leaves[:3])])
+                continue
+            compared = self.reference_kind != "none"
+            rows.append(
+                [
+                    run.name,
+                    run.how,
+                    short_number(run.max_abs_error) if compared else "-",
+                    short_number(run.max_rel_error) if compared else "-",
+                    ("equal" if run.equal else ("close" if run.max_rel_error <= self.rtol else "WRONG"))
+                    if compared and run.max_rel_error is not None
+                    else "-",
+                    (f"worst leaf {run.worst_leaf}" if run.worst_leaf else "") or ", ".join(run.leaves[:3]),
+                ]
+            )
+        sections.append(
+            Section(
+                "Three runs",
+                [
+                    Table(["run", "how", "max abs error", "max rel error", "vs reference", "notes"], rows),
+                    Facts(
+                        [
+                            (
+                                "tolerance",
+                                f"relative {short_number(self.rtol)} (of the largest reference value of each leaf)",
+                            ),
+                            ("reference", self.reference_note or self.reference_kind),
+                        ]
+                        + (
+                            [("jit vs eager", f"max relative difference {short_number(self.jit_vs_eager)}")]
+                            if self.jit_vs_eager is not None
+                            else []
+                        )
+                    ),
+                ],
+            )
+        )
+        sections.append(Section("Verdict", [Facts([("verdict", self.verdict_text)]), Paragraph(self.next_step)]))
+        before = self.before_program
+        if before is not None:
+            blocks: list = [
+                Facts([("stage", before.stage_text), ("explains the difference", "yes" if before.explains else "no")]),
+                Paragraph(before.checked),
+            ]
+            if before.explains and before.provenance is not None:
+                blocks += provenance_blocks(before.provenance, "the difference")
+                if before.line_how:
+                    blocks.append(Paragraph(f"Why this line: {before.line_how}."))
+            if before.dicts:
+                blocks.append(
+                    Table(
+                        ["dict", "keys as given", "keys as jit gives them"],
+                        [[f"`{d.path}`", ", ".join(d.given_order), ", ".join(d.jit_order)] for d in before.dicts],
+                    )
+                )
+            if before.explains and before.fix:
+                blocks.append(Paragraph(f"Fix: {before.fix}"))
+            sections.append(Section("Before the program runs", blocks))
+        if self.captured:
+            rows = [
+                [f"`{c.name}`", str(tuple(c.shape)), c.dtype, format_bytes(c.nbytes), c.line.where if c.line else "-"]
+                for c in self.captured
+            ]
+            sections.append(
+                Section(
+                    "Arrays captured by closure",
+                    [Table(["name", "shape", "dtype", "size", "first used at"], rows), Paragraph(CAPTURED_TRAP)],
+                )
+            )
+        failed_lines = [r.error_line for r in (self.jit, self.eager, self.reference) if r and r.error_line]
+        if failed_lines:
+            sections.append(Section("Where a run failed", [SourceLines(failed_lines)]))
+        return Document("%jax_bisect", self.status, self.summary, sections)
+
+
+def short_number(x: float | None) -> str:
+    """A number in three significant digits ("-" for None)."""
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return f"{x:.3g}"

@@ -1,0 +1,166 @@
+"""The transfer probe's report: implicit transfers grouped by line and value, and their wording."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.transfers.wording import WHY
+from jaxmagic.report import SourceLine, Status
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.provenance import Provenance, provenance_blocks
+
+MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
+
+CPU_NOTE = (
+    "On the CPU backend arrays already live in host memory, so reading a result back (float(x), "
+    "np.asarray(x), printing) is not intercepted. On GPU and TPU the guard catches those device-to-host "
+    "transfers too; that cannot be shown on this machine."
+)
+
+
+@dataclasses.dataclass
+class Transfer:
+    """Implicit transfers of one kind of value made by one line (``count`` of them)."""
+
+    direction: str  # "host-to-device"
+    value: str  # "f32[3]", "f32[] weak"; "" when JAX did not describe it
+    line: SourceLine | None  # the user's line that handed the host value to JAX (the call that passed it)
+    count: int = 1
+    argument: str = ""  # the expression on that line whose value was copied ("batch"); "" when not told
+    candidates: list[str] = dataclasses.field(default_factory=list)  # several arguments of that type: one of them
+    traced: str = ""  # the user function a trace of this call ran ("loss"), when the call was traced first
+    # line is None: the lines one of which made it, when lines had gone quiet (see probe.py)
+    among: list[SourceLine] = dataclasses.field(default_factory=list)
+    provenance: Provenance | None = None  # made_at: the line above; started_by: the outermost call
+
+    @property
+    def what(self) -> str:
+        """What the transferred value probably was, from its type."""
+        if not self.value:
+            return "not described by JAX (its fast path)"
+        if self.value.endswith(" weak"):
+            return "a Python scalar"
+        return "a NumPy array or other host data"
+
+
+@dataclasses.dataclass
+class TransferReport(Report):
+    """What ``%%jax_transfers`` found: implicit transfers, grouped by line and value."""
+
+    kind = "jax_transfers"
+
+    mode: str = "log"
+    transfers: list[Transfer] = dataclasses.field(default_factory=list)
+    total: int = 0  # every implicit transfer seen, also those not kept in a group
+    blocked: bool = False  # disallow: the block stopped at a transfer (the error was not caught)
+    message: str = ""  # disallow: JAX's error, first line
+    lines_followed: bool = True  # False when sys.monitoring had no free tool id
+    backend: str = ""
+    other_error: str = ""
+
+    @property
+    def status(self) -> Status:
+        if self.total:
+            return Status.PROBLEM
+        return Status.ERROR if self.other_error else Status.OK
+
+    @property
+    def lines(self) -> list[SourceLine]:
+        """The user's lines that made implicit transfers, in order of first transfer, without repeats."""
+        return list({(t.line.filename, t.line.lineno): t.line for t in self.transfers if t.line}.values())
+
+    @property
+    def summary(self) -> str:
+        if self.blocked:
+            last = self.transfers[-1] if self.transfers else None
+            at = _at(last.line) if last and last.line else ""
+            value = f" of {last.value} ({last.what})" if last and last.value else ""
+            earlier = f" ({self.total - 1} earlier one(s) blocked and caught by your code)" if self.total > 1 else ""
+            return f"Stopped at an implicit host-to-device transfer{value}{at}{earlier}."
+        if self.total:
+            lines = self.lines
+            where = f" on {len(lines)} line(s) of yours" if lines else ""
+            verb = "blocked (your code caught the errors)" if self.mode == "disallow" else "made"
+            first = self.transfers[0]
+            head = f"{self.total} implicit transfer(s) {verb}{where}"
+            if first.line:
+                head += (
+                    f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: "
+                    f"`{_code(first.line)}`"
+                )
+                if first.argument:
+                    head += f" (argument `{first.argument}`)"
+            elif first.among:
+                head += "; the first on one of " + ", ".join(f"line {line.lineno}" for line in first.among)
+            return head + "."
+        if self.other_error:
+            return f"The cell failed with {self.other_error}; no implicit transfer happened before."
+        return "No implicit host-to-device transfer in this cell."
+
+    def document(self):
+
+        sections = []
+        if self.transfers:
+            rows = [
+                [_line_cell(t.line, t.among), t.value or "-", t.what, _argument_cell(t), str(t.count)]
+                for t in self.transfers
+            ]
+            kept = sum(t.count for t in self.transfers)
+            blocks = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
+            for t in self.transfers[:3]:
+                if t.traced and t.provenance is not None and (t.argument or t.candidates):
+                    blocks += provenance_blocks(t.provenance, f"the transfer of {t.value or 'the value'}")
+                    blocks.append(
+                        Paragraph(
+                            f"This call traced `{t.traced}` first; its argument {_argument_cell(t)} was copied "
+                            "to the device after the trace, when the call ran on this line (not by the last "
+                            "line traced inside the function)."
+                        )
+                    )
+            if self.total > kept:
+                blocks.append(
+                    Paragraph(
+                        f"{self.total - kept} more transfer(s) on other lines or values were "
+                        f"counted but not listed (the first {MAX_GROUPS} groups are)."
+                    )
+                )
+            if not self.lines_followed:
+                blocks.append(
+                    Paragraph(
+                        "Lines could not be followed (sys.monitoring had no free tool id), so the "
+                        "transfers are listed without their line."
+                    )
+                )
+            sections.append(Section("Implicit transfers", blocks))
+            sections.append(Section("Why it matters", [Paragraph(WHY)]))
+        if self.blocked and self.message:
+            sections.append(Section("JAX's error", [Paragraph(self.message)]))
+        facts = [("mode", f"jax.transfer_guard({self.mode!r})"), ("backend", self.backend or "-")]
+        sections.append(Section("Checked", [Facts(facts)] + ([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])))
+        return Document("%%jax_transfers", self.status, self.summary, sections)
+
+
+def _code(line: SourceLine) -> str:
+    """The line's code without a trailing comment (for headlines)."""
+    return line.code.split("  #")[0].rstrip()
+
+
+def _at(line: SourceLine) -> str:
+    return f" at {line.label or line.filename}, line {line.lineno}: `{_code(line)}`"
+
+
+def _argument_cell(t: Transfer) -> str:
+    if t.argument:
+        return f"`{t.argument}`"
+    if t.candidates:
+        return "one of " + ", ".join(f"`{c}`" for c in t.candidates)
+    return "-"
+
+
+def _line_cell(line: SourceLine | None, among: Sequence[SourceLine] = ()) -> str:
+    if line is None:
+        return "one of " + "; ".join(_line_cell(candidate) for candidate in among) if among else "(not known)"
+    inside = f" in {line.function}" if line.function not in ("<module>", "") else ""
+    return f"{line.label or line.filename}:{line.lineno}{inside} `{line.code}`"
