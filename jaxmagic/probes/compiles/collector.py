@@ -20,6 +20,8 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes.compiles.user_arguments import read_user_arguments
+from jaxmagic.probes.compiles.wrapped import jax_dirs
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
     CallInfo,
@@ -43,6 +45,7 @@ class FunctionState:
     last_metadata: dict | None = None  # static fields of pytree arguments at the last compilation (MetaValue)
     static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
     last_function: Any = None  # weakref to the Python function jit traced at the last compilation
+    last_leaves: dict | None = None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
     explained: int = 0
     detailed: int = 0
 
@@ -107,6 +110,9 @@ class Collector:
     def _inspect_stack(self) -> CallInfo:
         info = CallInfo()
         found_jit = False
+        held = None  # a library's callable holding the user's function, with jit's static arguments
+        inner = None  # the frame the current one called
+        entry = None  # the library frame the user's line called, on the way to jit: the library's entry point
         frame = sys._getframe(1)
         try:
             for _ in range(400):
@@ -126,16 +132,21 @@ class Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        read_jit_frame(frame.f_locals, info, is_user_file)
+                        held = read_jit_frame(frame.f_locals, info, is_user_file)
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
+                    if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
+                        entry = inner
                 if is_user_file(code.co_filename):
                     info.started_site = (code.co_filename, frame.f_lineno, code.co_name)  # outermost so far
                 elif info.started_site is not None and is_jaxmagic_file(code.co_filename):
                     break  # further out: what ran the magic (run_cell_magic), not the cell
-                frame = frame.f_back
+                inner, frame = frame, frame.f_back
+            if held is not None and entry is not None:
+                with contextlib.suppress(Exception):  # the user's objects, read as they are
+                    read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info)
         finally:
-            del frame
+            del frame, inner, entry, held
         if info.transformed == "?":  # the jit primitive run eagerly under no rule we know: its own call
             info.transformed = ""
         return info
@@ -158,6 +169,8 @@ class Collector:
             self._pending_lower,
         ):
             pending.clear()
+        if info.function_name:  # the user's function a library's callable holds, not the library's
+            name = info.function_name
         if info.transformed:  # a program of its own, beside the function's jit programs: vmap(predict)
             name = info.transformed.format(name)
         if explanation is not None and not info.defined_file and explanation.defined_at:
@@ -210,6 +223,7 @@ class Collector:
         state.last_static = dict(info.static_values)
         state.last_metadata = dict(info.metadata)
         state.last_function = info.function
+        state.last_leaves = dict(info.leaves) if info.leaves else None
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line

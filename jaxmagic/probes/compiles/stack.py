@@ -15,6 +15,7 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic.probes.compiles.metadata import MetaValue, identity_check, pytree_metadata
+from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
 from jaxmagic.report.source import defining_code
 
 
@@ -36,6 +37,12 @@ class CallInfo:
     # pattern for the function's name ("vmap({})", "grad({}) backward pass"); "" for jit's own call
     transformed: str = ""
     function: Any = None  # weakref to the Python function jit traced (compared with the last; never reported)
+    # A library's callable between jit and the user's function (wrapped.py): the user's function's name
+    # ("step", "MLP.__call__") and the library ("equinox"); "" for the user's own function jitted.
+    function_name: str = ""
+    library: str = ""
+    # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
+    leaves: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -60,22 +67,30 @@ def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
     info.kind = "user" if is_user(info.defined_file) else "library"
 
 
-def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
+def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, list] | None:
+    """Read jit's ``cache_miss`` frame into ``info``. For a library's callable holding the user's function
+    (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by."""
     fun = local_vars.get("fun")
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
     kwargs = local_vars.get("kwargs", {}) or {}
     if compat.is_eager_operation(fun):
         info.kind = "eager"
-        return
+        return None
     with contextlib.suppress(TypeError):
         info.function = weakref.ref(fun)
     code, info.wrapper = defining_code(fun, is_user)
+    static_argnums = tuple(getattr(jit_info, "static_argnums", ()) or ())
+    held = find_held_function(fun, tuple(args), static_argnums, is_user)
+    if held is not None:
+        code, info.function_name, info.library = held.code, held.name, held.library
+        info.wrapper = f"{held.library}'s wrapper"
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
         info.kind = "user" if is_user(code.co_filename) else "library"
+    found = (held, [args[i] for i in static_argnums if i < len(args)]) if held is not None else None
     if jit_info is None:
-        return
+        return found
     signature = getattr(jit_info, "fun_signature", None)
     params = list(signature.parameters) if signature is not None else []
     info.parameter_names = params
@@ -100,6 +115,7 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
         for name, value in kwargs.items():
             if name not in names:
                 info.metadata.update(pytree_metadata(name, value))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
