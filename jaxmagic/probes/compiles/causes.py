@@ -55,9 +55,11 @@ def classify(
         # JAX names a context difference before any other, so only the function's first compilation
         # in the block is surely jaxmagic's doing; later ones are compared with the ones before.
         return [_own_cause(summary, own, types)]
-    if info.leaves and state.last_leaves and (explanation is None or explanation.kind != "never_seen"):
+    if info.leaves and (explanation is None or explanation.kind not in ("never_seen", "context")):
         # A library repacked the user's arguments for jit: JAX's explanation speaks of the library's
         # structure; the user's own objects, compared leaf by leaf, say what changed.
+        if not state.last_leaves:  # compiled before this block, under arguments not seen here
+            return [_Cause("first", f"First compilation of `{summary.name}` in this cell.")]
         leaf = leaf_cause(summary, state.last_leaves, info)
         if leaf is not None:
             return [leaf]
@@ -197,13 +199,8 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
                     "arguments): " + "; ".join(changes) + ".",
                     changes,
                 )
-        if info.leaves:  # the library's own structure (its private fields): not what the user can change
-            return _Cause(
-                "unexplained",
-                f"The library's wrapper passed jit a different structure, and no part of the arguments of "
-                f"`{summary.name}` that jaxmagic could see changed (arrays, other values, static attributes). "
-                "JAX's own words are in the compile log.",
-            )
+        if info.library:  # the library's own structure (its private fields): not what the user can change
+            return _Cause("unexplained", _unseen_change(summary, info) + " JAX's own words are in the compile log.")
         changes = pytree_changes(explanation.details, info.parameter_names)
         return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
     if kind == "context":
@@ -315,6 +312,13 @@ def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
     if info.call_site is not None:
         line = source_line(*info.call_site)
         site = f" at {line_text(line)}"
+    if info.library:
+        return _Cause(
+            "new_function",
+            f"`{summary.name}`{where} is jitted anew at each call{site}: {info.library}'s jit wrapper is built "
+            "again (or given a newly built function) every time, and a new one starts with an empty cache.",
+            [f"{info.library}'s jit wrapper built anew{site}"],
+        )
     return _Cause(
         "new_function",
         f"`{summary.name}`{where} is jitted anew at each call{site}: jax.jit{around} builds a new wrapper "
@@ -394,8 +398,8 @@ def leaf_cause(summary: FunctionCompiles, before: dict[str, LeafValue], info: Ca
         if value.look != old.look:
             changed.append((path, f"`{path}`: {old.text} -> {value.text}"))
         elif value.ident != old.ident and (value.by_identity or value.hashed != old.hashed or value.hashed is None):
-            how = "compared by identity" if value.by_identity else "unequal by its own __eq__/__hash__"
-            identity.append((path, f"`{path}` is a new {value.type_name} with the same text {value.text}, {how}"))
+            how = "" if value.by_identity else ", unequal by its own __eq__/__hash__"
+            identity.append((path, f"`{path}` is a new {value.type_name} with the same text {value.text}{how}"))
     if identity or changed:
         path = (identity or changed)[0][0]
         leaf = now[path]
@@ -415,6 +419,21 @@ def leaf_cause(summary: FunctionCompiles, before: dict[str, LeafValue], info: Ca
         arrays = arrays[: limits.CHANGES_KEPT]
         return _Cause("types", "Argument types changed from the last compilation: " + "; ".join(arrays) + ".", arrays)
     return None
+
+
+def _unseen_change(summary: FunctionCompiles, info: CallInfo) -> str:
+    """Why a compilation through a library's jit wrapper is not explained in the user's terms."""
+    if not info.leaves:
+        return (
+            f"{info.library}'s jit wrapper gave jit a different cache key for `{summary.name}`, and the arguments "
+            "your line passed could not be read at the wrapper's entry (a method, or a call that is not "
+            "`wrapper(*args, **kwargs)`), so what changed cannot be named in them."
+        )
+    return (
+        f"{info.library}'s jit wrapper gave jit a different cache key for `{summary.name}`, and no part of the "
+        "arguments your line passed changed (arrays, other values, static attributes): a value the wrapper "
+        "keeps outside them (its own settings, a closure of the function) is the likely cause."
+    )
 
 
 def _wrapper_rule(info: CallInfo, leaf: LeafValue, path: str) -> str:
@@ -490,13 +509,8 @@ def _unexplained_cause(summary, state, explanation, types, info, static: _Cause 
             f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
             "static value is the usual cause.",
         )
-    if info.leaves:
-        return _Cause(
-            "unexplained",
-            f"JAX could not say what differed, and no part of the arguments of `{summary.name}` that jaxmagic "
-            f"could see changed (arrays, other values, static attributes): a value {info.library}'s wrapper "
-            "keeps outside them (its own settings, a closure of the function) is the likely cause.",
-        )
+    if info.library:
+        return _Cause("unexplained", _unseen_change(summary, info))
     if info.static_argnames:
         return _Cause(
             "unexplained",

@@ -142,9 +142,13 @@ class Collector:
                 elif info.started_site is not None and is_jaxmagic_file(code.co_filename):
                     break  # further out: what ran the magic (run_cell_magic), not the cell
                 inner, frame = frame, frame.f_back
-            if held is not None and entry is not None:
+            if held is not None and entry is not None:  # the library called jit: its arguments are not the user's
+                info.library = held[0].library
+                read = False
                 with contextlib.suppress(Exception):  # the user's objects, read as they are
-                    read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info)
+                    read = read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info)
+                if not read:  # what jit was given is the library's own packing: not the user's to read
+                    info.parameter_names, info.static_argnames, info.static_values, info.metadata = [], [], {}, {}
         finally:
             del frame, inner, entry, held
         if info.transformed == "?":  # the jit primitive run eagerly under no rule we know: its own call

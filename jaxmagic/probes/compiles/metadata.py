@@ -42,6 +42,26 @@ def _address_free(text: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
+DEFAULT_REPR = re.compile(r"<[\w.]+ object>")
+
+
+def fields_text(value, type_name: str) -> str:
+    """``Cfg(lr=0.1)`` from an object's attributes (a class with __eq__/__hash__ over its fields and no
+    __repr__); "" when it has none, many, or long ones. Attributes are read from ``__dict__`` only."""
+    fields = getattr(value, "__dict__", None)
+    if not isinstance(fields, dict) or not fields or len(fields) > 6:
+        return ""
+    parts = []
+    for name, field in list(fields.items()):
+        try:
+            shown = _address_free(repr(field))
+        except Exception:
+            return ""
+        parts.append(f"{name}={shown}")
+    text = f"{type_name}({', '.join(parts)})"
+    return text if len(text) <= 60 and "\n" not in text else ""
+
+
 def _code_of(value) -> str:
     seen = 0
     while seen < 6:
@@ -168,6 +188,8 @@ def _add(found: dict, path: str, owner: str, field: str, item) -> None:
         text = _address_free(repr(item))
     except Exception:
         text = f"<{type(item).__name__} object>"
+    if DEFAULT_REPR.fullmatch(text):  # the object's own repr says nothing of the value: its fields do
+        text = fields_text(item, type(item).__name__) or text
     look = hash(text)
     shown = text if len(text) <= 60 and "\n" not in text else f"<{type(item).__name__} object>"
     by_identity = _by_identity(item)

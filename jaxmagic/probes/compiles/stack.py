@@ -14,7 +14,7 @@ import weakref
 from typing import Any
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.compiles.metadata import MetaValue, identity_check, pytree_metadata
+from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
 from jaxmagic.report.source import defining_code
 
@@ -38,7 +38,7 @@ class CallInfo:
     transformed: str = ""
     function: Any = None  # weakref to the Python function jit traced (compared with the last; never reported)
     # A library's callable between jit and the user's function (wrapped.py): the user's function's name
-    # ("step", "MLP.__call__") and the library ("equinox"); "" for the user's own function jitted.
+    # ("step", "SVI.update"); and the library ("equinox") when it called jit itself (eqx.filter_jit, nnx.jit)
     function_name: str = ""
     library: str = ""
     # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
@@ -83,11 +83,10 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, l
     static_argnums = tuple(getattr(jit_info, "static_argnums", ()) or ())
     held = find_held_function(fun, tuple(args), static_argnums, is_user)
     if held is not None:
-        code, info.function_name, info.library = held.code, held.name, held.library
-        info.wrapper = f"{held.library}'s wrapper"
+        code, info.function_name, info.wrapper = held.code, held.name, ""
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
-        info.kind = "user" if is_user(code.co_filename) else "library"
+        info.kind = "user" if is_user(code.co_filename) or held is not None else "library"
     found = (held, [args[i] for i in static_argnums if i < len(args)]) if held is not None else None
     if jit_info is None:
         return found
@@ -144,8 +143,8 @@ def static_value(value) -> StaticValue:
     except Exception:
         text = ""
     text = _ADDRESS.sub("", text)  # the same kind of object built again prints the same
-    if _DEFAULT_REPR.fullmatch(text):  # object's own repr says nothing of the value: its fields do
-        text = _fields_text(value, type_name) or text
+    if DEFAULT_REPR.fullmatch(text):  # object's own repr says nothing of the value: its fields do
+        text = fields_text(value, type_name) or text
     look = hash(text)
     if not text or len(text) > _REPR_CHARS or "\n" in text:
         text = f"<{type_name} object>"
@@ -157,26 +156,6 @@ def static_value(value) -> StaticValue:
     kind = _static_kind(value, by_identity)
     check = identity_check(value, kind in ("function", "object"))
     return StaticValue(text, hashed, id(value), type_name, by_identity, kind, look, check)
-
-
-_DEFAULT_REPR = re.compile(r"<[\w.]+ object>")
-
-
-def _fields_text(value, type_name: str) -> str:
-    """``Cfg(lr=0.1)`` from an object's attributes (a class with __eq__/__hash__ over its fields and no
-    __repr__); "" when it has none, many, or long ones. Attributes are read from ``__dict__`` only."""
-    fields = getattr(value, "__dict__", None)
-    if not isinstance(fields, dict) or not fields or len(fields) > 6:
-        return ""
-    parts = []
-    for name, field in list(fields.items()):
-        try:
-            shown = _ADDRESS.sub("", repr(field))
-        except Exception:
-            return ""
-        parts.append(f"{name}={shown}")
-    text = f"{type_name}({', '.join(parts)})"
-    return text if len(text) <= _REPR_CHARS and "\n" not in text else ""
 
 
 def _hashed_by_identity(value, depth: int = 0) -> bool:

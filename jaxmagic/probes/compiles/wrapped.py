@@ -39,6 +39,7 @@ class HeldFunction:
     code: types.CodeType  # where the user's code is defined
     name: str  # "step", "MLP.__call__"
     library: str  # the top-level package whose code holds it: "equinox", "flax", "haiku"
+    method: bool = False  # a library object's method holding the user's code: named and defined as the method
 
 
 def jax_dirs() -> tuple[str, ...]:
@@ -133,7 +134,19 @@ def find_held_function(fun, args: tuple, static_argnums, is_user) -> HeldFunctio
     if outer is None or is_user(outer.co_filename):
         return None
     jax_code = outer.co_filename.startswith(jax_dirs())
-    found = _search_callable(fun, is_user)
+    bound = getattr(fun, "__self__", None)
+    method = isinstance(fun, types.MethodType) and not isinstance(bound, types.ModuleType)
+    found = _search_callable(fun, is_user, follow_self=not method)
+    if found is None and method:
+        # A library object's method (``svi.update``, a Linen module's ``apply``) whose instance holds the
+        # user's code (a model, a guide; the module's own ``__call__``): the user jitted that method.
+        found = _search_callable(bound, is_user, skip_root=False)
+        if found is not None:
+            code = _innermost_code(fun)
+            if code is None or is_user(code.co_filename):
+                return None
+            name = f"{type(bound).__name__}.{getattr(fun, '__name__', code.co_name)}"
+            return HeldFunction(found[0], code, name, library_of(code.co_filename) or "a library", method=True)
     if found is None:
         statics = [args[i] for i in (static_argnums or ()) if isinstance(i, int) and i < len(args)]
         found = _search_values(statics, is_user)
@@ -147,7 +160,23 @@ def find_held_function(fun, args: tuple, static_argnums, is_user) -> HeldFunctio
     return HeldFunction(function, code, display_name(function, code), library)
 
 
-def _search_callable(fun, is_user) -> tuple[Any, types.CodeType, str] | None:
+def _innermost_code(fun) -> types.CodeType | None:
+    """The code of the innermost function of a ``__wrapped__`` chain (a library's decorated method)."""
+    code = None
+    for _ in range(8):
+        own = getattr(fun, "__code__", None)
+        if isinstance(own, types.CodeType):
+            code = own
+        inner = getattr(fun, "__wrapped__", None)
+        if inner is None or inner is fun:
+            break
+        fun = inner
+    return code
+
+
+def _search_callable(
+    fun, is_user, follow_self: bool = True, skip_root: bool = True
+) -> tuple[Any, types.CodeType, str] | None:
     """The user's callable reachable from ``fun`` through wrappers, closures, ``__self__`` and attributes.
 
     Returns (callable, its user code, a library file met on the way, "" if only JAX's were).
@@ -162,20 +191,20 @@ def _search_callable(fun, is_user) -> tuple[Any, types.CodeType, str] | None:
             continue
         seen.add(id(value))
         code = user_code(value, is_user)
-        if code is not None and value is not fun:
+        if code is not None and (value is not fun or not skip_root):
             return value, code, library_file
         own = own_code(value)
         if own is not None and not is_user(own.co_filename) and not own.co_filename.startswith(jax):
             library_file = library_file or own.co_filename
         if depth >= 3:
             continue
-        for child in _held_by(value):
+        for child in _held_by(value, follow_self or value is not fun):
             if callable(child):
                 queue.append((child, depth + 1))
     return None
 
 
-def _held_by(value) -> list:
+def _held_by(value, follow_self: bool = True) -> list:
     """What a callable keeps: the function it wraps, its closure's values, its bound instance, its attributes."""
     held: list = []
     if isinstance(value, functools.partial):
@@ -184,7 +213,7 @@ def _held_by(value) -> list:
     if wrapped is not None:
         held.append(wrapped)
     bound = getattr(value, "__self__", None)
-    if bound is not None and not isinstance(bound, types.ModuleType):
+    if follow_self and bound is not None and not isinstance(bound, types.ModuleType):
         held.append(bound)
     for cell in getattr(value, "__closure__", None) or ():
         try:
