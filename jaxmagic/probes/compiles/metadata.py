@@ -42,7 +42,7 @@ def _address_free(text: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
-DEFAULT_REPR = re.compile(r"<[\w.]+ object>")
+DEFAULT_REPR = re.compile(r"<[\w.<>]+ object>")  # a local class: "<f.<locals>.Cfg object>"
 
 
 def fields_text(value, type_name: str) -> str:
