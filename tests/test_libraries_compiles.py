@@ -57,7 +57,9 @@ def test_filter_jit_names_the_users_function_and_the_new_config_object():
             step(model, x)
     f = _function(report, "step")
     assert f["kind"] == "user" and f["count"] == 5
-    assert f["defined_at"].endswith(f"test_libraries_compiles.py:{_line_of(test_filter_jit_names_the_users_function_and_the_new_config_object, '@eqx.filter_jit')}")
+    assert f["defined_at"].endswith(
+        f"test_libraries_compiles.py:{_line_of(test_filter_jit_names_the_users_function_and_the_new_config_object, '@eqx.filter_jit')}"
+    )
     assert f["causes"] == {"first": 1, "pytree_identity": 4}
     assert f["change_examples"]["pytree_identity"] == ["`model.cfg` is a new Config with the same text Config(lr=0.1)"]
     fix = f["field_fixes"]["pytree_identity"]
@@ -95,7 +97,11 @@ def test_filter_jit_fixes_tried_compile_once():
             step(Model(jnp.ones(3), Config(0.1), i), x)
     f = _function(report, "step")
     assert f["count"] == 4 and f["causes"] == {"first": 1, "pytree_static": 3}
-    assert f["change_examples"]["pytree_static"] == ["`model.n_iter`: 4 -> 5", "`model.n_iter`: 5 -> 6", "`model.n_iter`: 6 -> 7"]
+    assert f["change_examples"]["pytree_static"] == [
+        "`model.n_iter`: 4 -> 5",
+        "`model.n_iter`: 5 -> 6",
+        "`model.n_iter`: 6 -> 7",
+    ]
     fix = f["field_fixes"]["pytree_static"]
     assert fix.startswith("`model.n_iter` is a Python int: equinox's jit wrapper passes")
     assert "jnp.asarray(...)" in fix
@@ -233,7 +239,9 @@ def test_haiku_transform_apply_jitted_is_the_users_function():
             apply(params, None, jnp.ones((n, 3)))
     f = _function(report, "forward")
     assert f["kind"] == "user" and f["count"] == 3 and f["causes"] == {"first": 1, "types": 2}
-    assert f["defined_at"].endswith(f":{_line_of(test_haiku_transform_apply_jitted_is_the_users_function, 'def forward')}")
+    assert f["defined_at"].endswith(
+        f":{_line_of(test_haiku_transform_apply_jitted_is_the_users_function, 'def forward')}"
+    )
     assert not str(report).startswith("%%jax_compiles [OK]")
 
 

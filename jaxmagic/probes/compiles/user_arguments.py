@@ -51,8 +51,6 @@ class LeafValue:
     frozen: str = ""  # for an object compared by identity: what a frozen dataclass of its fields would do
 
 
-
-
 def argument_leaves(arguments: dict[str, Any], static_arguments: list) -> dict[str, LeafValue]:
     """Every leaf of the user's arguments by the path the user types (``model.cfg``, ``batch['x']``)."""
     import jax  # deferred: importing jaxmagic does not import JAX

@@ -27,7 +27,6 @@ import sys
 import types
 from typing import Any
 
-
 MAX_SEARCHED = 2_000  # objects looked at when searching a callable or static arguments for the user's function
 
 
@@ -259,6 +258,12 @@ def entry_arguments(local_vars: dict, code: types.CodeType, held: HeldFunction) 
     kwargs = local_vars.get(names[position + 1], {}) if code.co_flags & inspect.CO_VARKEYWORDS else {}
     if not isinstance(args, tuple) or not isinstance(kwargs, dict):
         return None
+    holder = local_vars.get(names[0]) if code.co_argcount else None
+    bound_args = getattr(holder, "args", None)
+    if callable(getattr(holder, "func", None)) and isinstance(bound_args, tuple):
+        # the entry is a partial binding the wrapper to an instance (a jitted method): its arguments first
+        args = bound_args + args
+        kwargs = {**(getattr(holder, "keywords", None) or {}), **kwargs}
     try:
         signature = inspect.signature(held.function)
     except (TypeError, ValueError):
