@@ -220,7 +220,7 @@ def _same_metadata_text(detail: str) -> bool:
     """JAX's "... now X with pytree metadata M and before X with pytree metadata M, so the pytree node
     metadata does not match": the same text both times, so the metadata differs only by identity."""
     match = _METADATA.search(detail)
-    return bool(match) and match["now"] == match["before"] and match["a"] == match["b"]
+    return match is not None and match["now"] == match["before"] and match["a"] == match["b"]
 
 
 def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:

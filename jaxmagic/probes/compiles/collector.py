@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import sys
 import threading
+from types import FrameType
 from typing import Any
 
 from jaxmagic._jax.compile_log import (
@@ -111,9 +112,9 @@ class Collector:
         info = CallInfo()
         found_jit = False
         held = None  # a library's callable holding the user's function, with jit's static arguments
-        inner = None  # the frame the current one called
-        entry = None  # the library frame the user's line called, on the way to jit: the library's entry point
-        frame = sys._getframe(1)
+        inner: FrameType | None = None  # the frame the current one called
+        entry: FrameType | None = None  # the library frame the user's line called, on the way to jit: its entry
+        frame: FrameType | None = sys._getframe(1)
         try:
             for _ in range(400):
                 if frame is None:
@@ -178,8 +179,8 @@ class Collector:
         if info.transformed:  # a program of its own, beside the function's jit programs: vmap(predict)
             name = info.transformed.format(name)
         if explanation is not None and not info.defined_file and explanation.defined_at:
-            info.defined_file, _, line = explanation.defined_at.rpartition(":")
-            info.defined_line = int(line) if line.isdigit() else 0
+            info.defined_file, _, number = explanation.defined_at.rpartition(":")
+            info.defined_line = int(number) if number.isdigit() else 0
 
         key = (name, info.kind, info.defined_file, info.defined_line)
         state = self._functions.get(key)

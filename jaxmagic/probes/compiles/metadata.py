@@ -17,6 +17,8 @@ import dataclasses
 import functools
 import re
 import types
+from collections.abc import Callable
+from typing import Any
 
 MAX_NODES = 400  # pytree nodes looked at per argument
 MAX_FIELDS = 64  # static fields kept per argument
@@ -148,7 +150,7 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
         path, obj = stack.pop()
         nodes += 1
         try:
-            treedef = jax.tree_util.tree_structure(obj, is_leaf=lambda x, obj=obj: x is not obj)
+            treedef: Any = jax.tree_util.tree_structure(obj, is_leaf=_below(obj))
             kind, aux = treedef.node_data() or (None, None)
         except Exception:
             continue
@@ -156,7 +158,7 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
             continue
         children = []
         try:
-            children = jax.tree_util.tree_leaves(obj, is_leaf=lambda x, obj=obj: x is not obj)
+            children = jax.tree_util.tree_leaves(obj, is_leaf=_below(obj))
         except Exception:
             pass
         attributes = _attributes(obj) if kind not in (tuple, list, dict, type(None)) else []
@@ -181,6 +183,11 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
             names = [f"{path}.{by_id[id(c)]}" if id(c) in by_id else f"{path}/{i}" for i, c in enumerate(children)]
         stack += [(names[i] if i < len(names) else f"{path}/{i}", c) for i, c in enumerate(children)][::-1]
     return found
+
+
+def _below(node) -> Callable[[object], bool]:
+    """The ``is_leaf`` that opens ``node`` one level only: everything under it is a leaf."""
+    return lambda x: x is not node
 
 
 def _add(found: dict, path: str, owner: str, field: str, item) -> None:
