@@ -107,6 +107,58 @@ def test_filter_jit_fixes_tried_compile_once():
     assert "jnp.asarray(...)" in fix
 
 
+def test_filter_jit_module_jitting_in_its_init_equinox_686():
+    # equinox#686: a Module that stores `jax.jit(fk_fn)` in __init__, built again for each run of an
+    # Optax loop under filter_jit; the step also takes the loss's gradient function and the optimizer.
+    optax = pytest.importorskip("optax")
+
+    def fk_fn(x):
+        return jnp.sin(x)
+
+    class Trajectory(eqx.Module):
+        linear: eqx.nn.Linear
+        forward: object
+
+        def __init__(self, forward):
+            self.linear = eqx.nn.Linear(1, 3, key=jax.random.key(0))
+            self.forward = forward
+
+        def __call__(self, data):
+            return self.forward(self.linear(data))
+
+    def loss(model, xs, ys):
+        return jnp.mean((jax.vmap(model)(xs) - ys) ** 2)
+
+    @eqx.filter_jit
+    def step(model, opt_state, xs, ys, loss_grad, opt):
+        value, grads = loss_grad(model, xs, ys)
+        updates, opt_state = opt.update(grads, opt_state, model)
+        return value, eqx.apply_updates(model, updates), opt_state
+
+    xs, ys = jnp.ones((8, 1)), jnp.zeros((8, 3))
+    opt, loss_grad = optax.adam(1e-2), eqx.filter_value_and_grad(loss)
+
+    def runs(make_forward):
+        with probes.compiles() as report:
+            for _ in range(3):
+                model = Trajectory(make_forward())
+                opt_state = opt.init(eqx.filter(model, eqx.is_array))
+                for _ in range(2):
+                    _, model, opt_state = step(model, opt_state, xs, ys, loss_grad, opt)
+        return report
+
+    report = runs(lambda: jax.jit(fk_fn))  # the thread's code: a new jit wrapper for each Trajectory
+    f = _function(report, "step")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "pytree_identity": 2}
+    assert f["change_examples"]["pytree_identity"][0].startswith("`model.forward` is a new PjitFunction")
+    fix = f["field_fixes"]["pytree_identity"]
+    assert fix.startswith("`model.forward` is a new jit wrapper at each call, compared by identity")
+    assert "self.forward = jax.jit(f)" in fix
+    forward = jax.jit(fk_fn)  # the fix: made once, outside, passed in
+    fixed = runs(lambda: forward)
+    assert fixed.function("step") is None or _function(fixed, "step")["count"] <= 1
+
+
 def test_nnx_jit_names_the_module_attribute_the_user_set():
     # The case: an nnx.Module built for each run with a new config object on it.
     class Config:

@@ -448,9 +448,25 @@ def _wrapper_rule(info: CallInfo, leaf: LeafValue, path: str) -> str:
     )
 
 
+_CALLABLE_TYPES = ("PjitFunction", "function", "partial", "method", "builtin_function_or_method")
+
+
 def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: bool, rule: str) -> str:
     value = leaf.value
     assert value is not None
+    if identity and (value.kind == "function" or value.type_name in _CALLABLE_TYPES):
+        what = "jit wrapper" if value.type_name == "PjitFunction" else "function"
+        owner = path.rsplit(".", 1)[0] if "." in path else ""
+        made = (
+            f" If `{owner}` makes it when it is built (`self.{path.rsplit('.', 1)[1]} = jax.jit(f)` in its "
+            f"__init__), each new `{owner}` holds a new one: make it once, outside, and pass that same {what} in."
+            if owner
+            else ""
+        )
+        return (
+            f"`{path}` is a new {what} at each call, compared by identity: {rule} Define it once (outside the "
+            f"loop, or at module level) and pass that same {what}.{made}"
+        )
     if identity and value.kind == "object":
         checked = f" ({leaf.frozen})" if leaf.frozen.startswith("checked: a frozen dataclass with") else ""
         frozen = (
@@ -463,11 +479,6 @@ def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: b
             f"`{path}` is a new {value.type_name} at each call, and {value.type_name} has no __eq__/__hash__ of its "
             f"own, so every new one compiles `{summary.name}` again: {rule} Build it once, outside the loop, and "
             f"pass that same object every call{frozen}."
-        )
-    if identity and value.kind == "function":
-        return (
-            f"`{path}` is a new function at each call, compared by identity: {rule} Define it once (outside the "
-            "loop, or at module level) and pass that same function."
         )
     if value.kind == "number":
         return (

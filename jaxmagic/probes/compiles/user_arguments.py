@@ -115,7 +115,9 @@ def frozen_check(value) -> str:
     """Try the frozen-dataclass fix on an object compared by identity: the same fields in a frozen dataclass,
     built twice from copies of the values, compare equal and hash alike (so equal ones share a cache key)."""
     fields = getattr(value, "__dict__", None)
-    if not isinstance(fields, dict) or not fields or not all(isinstance(k, str) for k in fields):
+    if callable(value) or not isinstance(fields, dict) or not fields:
+        return ""  # a function or a jit wrapper is no record of settings
+    if not all(isinstance(k, str) and k.isidentifier() and not k.startswith("__") for k in fields):
         return ""
     names = ", ".join(list(fields)[:6]) + (", ..." if len(fields) > 6 else "")
     try:
