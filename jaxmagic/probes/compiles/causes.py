@@ -21,6 +21,7 @@ from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
+from jaxmagic.probes.compiles.user_arguments import LeafValue
 from jaxmagic.report.source import is_user_file, source_line
 
 if TYPE_CHECKING:  # the collector imports this module
@@ -54,6 +55,14 @@ def classify(
         # JAX names a context difference before any other, so only the function's first compilation
         # in the block is surely jaxmagic's doing; later ones are compared with the ones before.
         return [_own_cause(summary, own, types)]
+    if info.leaves and (explanation is None or explanation.kind not in ("never_seen", "context")):
+        # A library repacked the user's arguments for jit: JAX's explanation speaks of the library's
+        # structure; the user's own objects, compared leaf by leaf, say what changed.
+        if not state.last_leaves:  # compiled before this block, under arguments not seen here
+            return [_Cause("first", f"First compilation of `{summary.name}` in this cell.")]
+        leaf = leaf_cause(summary, state.last_leaves, info)
+        if leaf is not None:
+            return [leaf]
     if explanation is not None:
         explained = _explained_cause(summary, state, explanation, types, info)
         if explained is not None:
@@ -190,6 +199,8 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
                     "arguments): " + "; ".join(changes) + ".",
                     changes,
                 )
+        if info.library:  # the library's own structure (its private fields): not what the user can change
+            return _Cause("unexplained", _unseen_change(summary, info) + " JAX's own words are in the compile log.")
         changes = pytree_changes(explanation.details, info.parameter_names)
         return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
     if kind == "context":
@@ -209,7 +220,7 @@ def _same_metadata_text(detail: str) -> bool:
     """JAX's "... now X with pytree metadata M and before X with pytree metadata M, so the pytree node
     metadata does not match": the same text both times, so the metadata differs only by identity."""
     match = _METADATA.search(detail)
-    return bool(match) and match["now"] == match["before"] and match["a"] == match["b"]
+    return match is not None and match["now"] == match["before"] and match["a"] == match["b"]
 
 
 def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause | None:
@@ -222,6 +233,12 @@ def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallI
     if same:
         texts = [_identity_text(c) for c in same[: limits.CHANGES_KEPT]]
         summary.field_fixes["pytree_identity"] = _identity_fix(same[0], summary.name)
+        if info.library:
+            summary.field_fixes["pytree_identity"] = (
+                f"`{same[0].path}` is a static attribute of `{same[0].owner}` (not an array): part of the "
+                f"structure {info.library}'s jit wrapper compares with == at every call. "
+                + summary.field_fixes["pytree_identity"]
+            )
         return _Cause(
             "pytree_identity",
             "A static field of an argument holds a new object at this call, alike the last one but compared "
@@ -235,6 +252,14 @@ def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallI
         f"`{summary.name}` again. Keep it static only if it changes the program's structure and takes few values; "
         f"otherwise make `{first.field}` a data field (an array, traced) instead of pytree metadata."
     )
+    if info.library:  # an attribute that is not an array is static through the wrapper: an array one is traced
+        summary.field_fixes["pytree_static"] = (
+            f"`{first.path}` is a static attribute of `{first.owner}` (not an array): part of the structure "
+            f"{info.library}'s jit wrapper compares at every call, so each new value ({first.before} -> "
+            f"{first.now}) compiles `{summary.name}` again. If it only feeds arithmetic, store it as an array "
+            f"(`jnp.asarray(...)`), which is traced; keep it a Python value only if it sets a shape or a loop "
+            "count, and then let it take few values."
+        )
     return _Cause("pytree_static", "A static field of an argument changed value: " + "; ".join(texts) + ".", texts)
 
 
@@ -287,6 +312,13 @@ def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
     if info.call_site is not None:
         line = source_line(*info.call_site)
         site = f" at {line_text(line)}"
+    if info.library:
+        return _Cause(
+            "new_function",
+            f"`{summary.name}`{where} is jitted anew at each call{site}: {info.library}'s jit wrapper is built "
+            "again (or given a newly built function) every time, and a new one starts with an empty cache.",
+            [f"{info.library}'s jit wrapper built anew{site}"],
+        )
     return _Cause(
         "new_function",
         f"`{summary.name}`{where} is jitted anew at each call{site}: jax.jit{around} builds a new wrapper "
@@ -344,6 +376,122 @@ def _name_identity_fix(summary: FunctionCompiles, before: dict[str, StaticValue]
         return
 
 
+def leaf_cause(summary: FunctionCompiles, before: dict[str, LeafValue], info: CallInfo) -> _Cause | None:
+    """What changed in the user's own arguments to a library's jit wrapper since the last compilation: a
+    value that is not an array (a new object, a new number), an array's type, or a leaf that came or went."""
+    now = info.leaves
+    added, removed = [p for p in now if p not in before], [p for p in before if p not in now]
+    if added or removed:
+        changes = [f"`{p}`: a new leaf" for p in added] + [f"`{p}`: no longer there" for p in removed]
+        changes = changes[: limits.CHANGES_KEPT]
+        return _Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
+    arrays = [
+        f"`{p}`: {before[p].array_type} -> {v.array_type}"
+        for p, v in now.items()
+        if v.array_type and before[p].array_type and v.array_type != before[p].array_type
+    ]
+    identity, changed = [], []
+    for path, leaf in now.items():
+        value, old = leaf.value, before[path].value
+        if value is None or old is None:
+            continue
+        if value.look != old.look:
+            changed.append((path, f"`{path}`: {old.text} -> {value.text}"))
+        elif value.ident != old.ident and (value.by_identity or value.hashed != old.hashed or value.hashed is None):
+            how = "" if value.by_identity else ", unequal by its own __eq__/__hash__"
+            identity.append((path, f"`{path}` is a new {value.type_name} with the same text {value.text}{how}"))
+    if identity or changed:
+        path = (identity or changed)[0][0]
+        leaf = now[path]
+        top_level = "." not in path and "[" not in path
+        if identity:
+            cause = "static_identity" if top_level else "pytree_identity"
+        else:
+            cause = "static" if top_level else "pytree_static"
+        texts = [text for _, text in identity or changed][: limits.CHANGES_KEPT]
+        rule = _wrapper_rule(info, leaf, path)
+        summary.field_fixes[cause] = _leaf_fix(summary, path, leaf, bool(identity), rule)
+        why = "A value of the arguments that is not an array " + (
+            "is a new object at this call, alike the last one: " if identity else "changed: "
+        )
+        return _Cause(cause, why + "; ".join(texts) + f". {rule}", texts)
+    if arrays:
+        arrays = arrays[: limits.CHANGES_KEPT]
+        return _Cause("types", "Argument types changed from the last compilation: " + "; ".join(arrays) + ".", arrays)
+    return None
+
+
+def _unseen_change(summary: FunctionCompiles, info: CallInfo) -> str:
+    """Why a compilation through a library's jit wrapper is not explained in the user's terms."""
+    if not info.leaves:
+        return (
+            f"{info.library}'s jit wrapper gave jit a different cache key for `{summary.name}`, and the arguments "
+            "your line passed could not be read at the wrapper's entry (a method, or a call that is not "
+            "`wrapper(*args, **kwargs)`), so what changed cannot be named in them."
+        )
+    return (
+        f"{info.library}'s jit wrapper gave jit a different cache key for `{summary.name}`, and no part of the "
+        "arguments your line passed changed (arrays, other values, static attributes): a value the wrapper "
+        "keeps outside them (its own settings, a closure of the function) is the likely cause."
+    )
+
+
+def _wrapper_rule(info: CallInfo, leaf: LeafValue, path: str) -> str:
+    """How the library's wrapper treats a leaf that is not an array, as seen in the arguments it gave jit."""
+    if not leaf.held_static:
+        return f"{info.library}'s jit wrapper makes it part of the cache key."
+    every = all(v.held_static for v in info.leaves.values() if v.value is not None)
+    which = "every value of the arguments that is not an array" if every else f"`{path}`"
+    return (
+        f"{info.library}'s jit wrapper passes {which} to jax.jit as a static argument: part of the cache key, "
+        "compared with == and hash."
+    )
+
+
+_CALLABLE_TYPES = ("PjitFunction", "function", "partial", "method", "builtin_function_or_method")
+
+
+def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: bool, rule: str) -> str:
+    value = leaf.value
+    assert value is not None
+    if identity and (value.kind == "function" or value.type_name in _CALLABLE_TYPES):
+        what = "jit wrapper" if value.type_name == "PjitFunction" else "function"
+        owner = path.rsplit(".", 1)[0] if "." in path else ""
+        made = (
+            f" If `{owner}` makes it when it is built (`self.{path.rsplit('.', 1)[1]} = jax.jit(f)` in its "
+            f"__init__), each new `{owner}` holds a new one: make it once, outside, and pass that same {what} in."
+            if owner
+            else ""
+        )
+        return (
+            f"`{path}` is a new {what} at each call, compared by identity: {rule} Define it once (outside the "
+            f"loop, or at module level) and pass that same {what}.{made}"
+        )
+    if identity and value.kind == "object":
+        checked = f" ({leaf.frozen})" if leaf.frozen.startswith("checked: a frozen dataclass with") else ""
+        frozen = (
+            f"; or make {value.type_name} a frozen dataclass (`@dataclasses.dataclass(frozen=True)`), so that equal "
+            f"ones compare equal and hash alike{checked}"
+            if checked or not leaf.frozen
+            else f" ({leaf.frozen}, so a frozen dataclass is no fix here)"
+        )
+        return (
+            f"`{path}` is a new {value.type_name} at each call, and {value.type_name} has no __eq__/__hash__ of its "
+            f"own, so every new one compiles `{summary.name}` again: {rule} Build it once, outside the loop, and "
+            f"pass that same object every call{frozen}."
+        )
+    if value.kind == "number":
+        return (
+            f"`{path}` is a Python {value.type_name}: {rule} Each new value compiles `{summary.name}` again. If it "
+            f"only feeds arithmetic, pass it as an array (`jnp.asarray(...)`), which the wrapper traces; keep it a "
+            "Python number only if it sets a shape or a loop count, and then let it take few values."
+        )
+    return (
+        f"`{path}` ({value.type_name}) changed: {rule} Each new value compiles `{summary.name}` again; pass what "
+        "changes between calls as an array, and keep the other values the same objects."
+    )
+
+
 def _unexplained_cause(summary, state, explanation, types, info, static: _Cause | None) -> _Cause:
     name = f"`{summary.name}`"
     if static is not None:
@@ -372,6 +520,8 @@ def _unexplained_cause(summary, state, explanation, types, info, static: _Cause 
             f"JAX could not say what differed; {name} has static arguments ({values}), and a new "
             "static value is the usual cause.",
         )
+    if info.library:
+        return _Cause("unexplained", _unseen_change(summary, info))
     if info.static_argnames:
         return _Cause(
             "unexplained",

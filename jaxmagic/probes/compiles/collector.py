@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import sys
 import threading
+from types import FrameType
 from typing import Any
 
 from jaxmagic._jax.compile_log import (
@@ -27,6 +28,8 @@ from jaxmagic.probes.compiles.stack import (
     read_jit_frame,
     read_transformed_program,
 )
+from jaxmagic.probes.compiles.user_arguments import read_user_arguments
+from jaxmagic.probes.compiles.wrapped import jax_dirs
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -43,6 +46,7 @@ class FunctionState:
     last_metadata: dict | None = None  # static fields of pytree arguments at the last compilation (MetaValue)
     static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
     last_function: Any = None  # weakref to the Python function jit traced at the last compilation
+    last_leaves: dict | None = None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
     explained: int = 0
     detailed: int = 0
 
@@ -107,7 +111,10 @@ class Collector:
     def _inspect_stack(self) -> CallInfo:
         info = CallInfo()
         found_jit = False
-        frame = sys._getframe(1)
+        held = None  # a library's callable holding the user's function, with jit's static arguments
+        inner: FrameType | None = None  # the frame the current one called
+        entry: FrameType | None = None  # the library frame the user's line called, on the way to jit: its entry
+        frame: FrameType | None = sys._getframe(1)
         try:
             for _ in range(400):
                 if frame is None:
@@ -126,16 +133,25 @@ class Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        read_jit_frame(frame.f_locals, info, is_user_file)
+                        held = read_jit_frame(frame.f_locals, info, is_user_file)
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
+                    if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
+                        entry = inner
                 if is_user_file(code.co_filename):
                     info.started_site = (code.co_filename, frame.f_lineno, code.co_name)  # outermost so far
                 elif info.started_site is not None and is_jaxmagic_file(code.co_filename):
                     break  # further out: what ran the magic (run_cell_magic), not the cell
-                frame = frame.f_back
+                inner, frame = frame, frame.f_back
+            if held is not None and entry is not None:  # the library called jit: its arguments are not the user's
+                info.library = held[0].library
+                read = False
+                with contextlib.suppress(Exception):  # the user's objects, read as they are
+                    read = read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info)
+                if not read:  # what jit was given is the library's own packing: not the user's to read
+                    info.parameter_names, info.static_argnames, info.static_values, info.metadata = [], [], {}, {}
         finally:
-            del frame
+            del frame, inner, entry, held
         if info.transformed == "?":  # the jit primitive run eagerly under no rule we know: its own call
             info.transformed = ""
         return info
@@ -158,11 +174,13 @@ class Collector:
             self._pending_lower,
         ):
             pending.clear()
+        if info.function_name:  # the user's function a library's callable holds, not the library's
+            name = info.function_name
         if info.transformed:  # a program of its own, beside the function's jit programs: vmap(predict)
             name = info.transformed.format(name)
         if explanation is not None and not info.defined_file and explanation.defined_at:
-            info.defined_file, _, line = explanation.defined_at.rpartition(":")
-            info.defined_line = int(line) if line.isdigit() else 0
+            info.defined_file, _, number = explanation.defined_at.rpartition(":")
+            info.defined_line = int(number) if number.isdigit() else 0
 
         key = (name, info.kind, info.defined_file, info.defined_line)
         state = self._functions.get(key)
@@ -210,6 +228,7 @@ class Collector:
         state.last_static = dict(info.static_values)
         state.last_metadata = dict(info.metadata)
         state.last_function = info.function
+        state.last_leaves = dict(info.leaves) if info.leaves else None
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line

@@ -17,6 +17,8 @@ import dataclasses
 import functools
 import re
 import types
+from collections.abc import Callable
+from typing import Any
 
 MAX_NODES = 400  # pytree nodes looked at per argument
 MAX_FIELDS = 64  # static fields kept per argument
@@ -40,6 +42,26 @@ class MetaValue:
 
 def _address_free(text: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
+
+
+DEFAULT_REPR = re.compile(r"<[\w.<>]+ object>")  # a local class: "<f.<locals>.Cfg object>"
+
+
+def fields_text(value, type_name: str) -> str:
+    """``Cfg(lr=0.1)`` from an object's attributes (a class with __eq__/__hash__ over its fields and no
+    __repr__); "" when it has none, many, or long ones. Attributes are read from ``__dict__`` only."""
+    fields = getattr(value, "__dict__", None)
+    if not isinstance(fields, dict) or not fields or len(fields) > 6:
+        return ""
+    parts = []
+    for name, field in list(fields.items()):
+        try:
+            shown = _address_free(repr(field))
+        except Exception:
+            return ""
+        parts.append(f"{name}={shown}")
+    text = f"{type_name}({', '.join(parts)})"
+    return text if len(text) <= 60 and "\n" not in text else ""
 
 
 def _code_of(value) -> str:
@@ -128,7 +150,7 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
         path, obj = stack.pop()
         nodes += 1
         try:
-            treedef = jax.tree_util.tree_structure(obj, is_leaf=lambda x, obj=obj: x is not obj)
+            treedef: Any = jax.tree_util.tree_structure(obj, is_leaf=_below(obj))
             kind, aux = treedef.node_data() or (None, None)
         except Exception:
             continue
@@ -136,7 +158,7 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
             continue
         children = []
         try:
-            children = jax.tree_util.tree_leaves(obj, is_leaf=lambda x, obj=obj: x is not obj)
+            children = jax.tree_util.tree_leaves(obj, is_leaf=_below(obj))
         except Exception:
             pass
         attributes = _attributes(obj) if kind not in (tuple, list, dict, type(None)) else []
@@ -163,11 +185,18 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
     return found
 
 
+def _below(node) -> Callable[[object], bool]:
+    """The ``is_leaf`` that opens ``node`` one level only: everything under it is a leaf."""
+    return lambda x: x is not node
+
+
 def _add(found: dict, path: str, owner: str, field: str, item) -> None:
     try:
         text = _address_free(repr(item))
     except Exception:
         text = f"<{type(item).__name__} object>"
+    if DEFAULT_REPR.fullmatch(text):  # the object's own repr says nothing of the value: its fields do
+        text = fields_text(item, type(item).__name__) or text
     look = hash(text)
     shown = text if len(text) <= 60 and "\n" not in text else f"<{type(item).__name__} object>"
     by_identity = _by_identity(item)

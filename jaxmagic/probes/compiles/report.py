@@ -210,7 +210,7 @@ class FunctionCompiles:
                 )
             if parts:
                 return f"{title}: {'; '.join(parts)}"
-        if cause in ("static", "static_identity"):
+        if cause in ("static", "static_identity") and self.static_values:  # else: a wrapper's, in the examples
             parts = [
                 f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
                 for name, values in self.static_values.items()

@@ -14,7 +14,8 @@ import weakref
 from typing import Any
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.compiles.metadata import MetaValue, identity_check, pytree_metadata
+from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
+from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
 from jaxmagic.report.source import defining_code
 
 
@@ -36,6 +37,12 @@ class CallInfo:
     # pattern for the function's name ("vmap({})", "grad({}) backward pass"); "" for jit's own call
     transformed: str = ""
     function: Any = None  # weakref to the Python function jit traced (compared with the last; never reported)
+    # A library's callable between jit and the user's function (wrapped.py): the user's function's name
+    # ("step", "SVI.update"); and the library ("equinox") when it called jit itself (eqx.filter_jit, nnx.jit)
+    function_name: str = ""
+    library: str = ""
+    # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
+    leaves: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -60,22 +67,29 @@ def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
     info.kind = "user" if is_user(info.defined_file) else "library"
 
 
-def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
+def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, list] | None:
+    """Read jit's ``cache_miss`` frame into ``info``. For a library's callable holding the user's function
+    (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by."""
     fun = local_vars.get("fun")
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
     kwargs = local_vars.get("kwargs", {}) or {}
     if compat.is_eager_operation(fun):
         info.kind = "eager"
-        return
+        return None
     with contextlib.suppress(TypeError):
         info.function = weakref.ref(fun)
     code, info.wrapper = defining_code(fun, is_user)
+    static_argnums = tuple(getattr(jit_info, "static_argnums", ()) or ())
+    held = find_held_function(fun, tuple(args), static_argnums, is_user)
+    if held is not None:
+        code, info.function_name, info.wrapper = held.code, held.name, ""
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
-        info.kind = "user" if is_user(code.co_filename) else "library"
+        info.kind = "user" if is_user(code.co_filename) or held is not None else "library"
+    found = (held, [args[i] for i in static_argnums if i < len(args)]) if held is not None else None
     if jit_info is None:
-        return
+        return found
     signature = getattr(jit_info, "fun_signature", None)
     params = list(signature.parameters) if signature is not None else []
     info.parameter_names = params
@@ -100,6 +114,7 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> None:
         for name, value in kwargs.items():
             if name not in names:
                 info.metadata.update(pytree_metadata(name, value))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +143,8 @@ def static_value(value) -> StaticValue:
     except Exception:
         text = ""
     text = _ADDRESS.sub("", text)  # the same kind of object built again prints the same
-    if _DEFAULT_REPR.fullmatch(text):  # object's own repr says nothing of the value: its fields do
-        text = _fields_text(value, type_name) or text
+    if DEFAULT_REPR.fullmatch(text):  # object's own repr says nothing of the value: its fields do
+        text = fields_text(value, type_name) or text
     look = hash(text)
     if not text or len(text) > _REPR_CHARS or "\n" in text:
         text = f"<{type_name} object>"
@@ -141,26 +156,6 @@ def static_value(value) -> StaticValue:
     kind = _static_kind(value, by_identity)
     check = identity_check(value, kind in ("function", "object"))
     return StaticValue(text, hashed, id(value), type_name, by_identity, kind, look, check)
-
-
-_DEFAULT_REPR = re.compile(r"<[\w.]+ object>")
-
-
-def _fields_text(value, type_name: str) -> str:
-    """``Cfg(lr=0.1)`` from an object's attributes (a class with __eq__/__hash__ over its fields and no
-    __repr__); "" when it has none, many, or long ones. Attributes are read from ``__dict__`` only."""
-    fields = getattr(value, "__dict__", None)
-    if not isinstance(fields, dict) or not fields or len(fields) > 6:
-        return ""
-    parts = []
-    for name, field in list(fields.items()):
-        try:
-            shown = _ADDRESS.sub("", repr(field))
-        except Exception:
-            return ""
-        parts.append(f"{name}={shown}")
-    text = f"{type_name}({', '.join(parts)})"
-    return text if len(text) <= _REPR_CHARS and "\n" not in text else ""
 
 
 def _hashed_by_identity(value, depth: int = 0) -> bool:

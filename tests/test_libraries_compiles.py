@@ -1,0 +1,395 @@
+"""%%jax_compiles through the libraries people call: a library's jit wrapper (or a library callable the user
+jits) holds the user's function, and the report names that function and the part of the user's object
+that changed. Each program is shaped like a public thread (Equinox "Why is this function recompiling?",
+NumPyro "jit(svi.update) compiled each time step is called", ...), written small; the real libraries run.
+
+Every test defines its functions and classes inside the test, so no compilation cache from another
+test can hide (or add) a compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxmagic import probes
+
+eqx = pytest.importorskip("equinox")
+nnx = pytest.importorskip("flax.nnx")
+
+
+def _line_of(function, text: str) -> int:
+    """The file line of the first line of ``function`` containing ``text`` (a decorated function is defined
+    at its first decorator's line, as Python and JAX count it)."""
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _function(report, name: str) -> dict:
+    return next(f for f in report.to_dict()["functions"] if f["name"] == name)
+
+
+def test_filter_jit_names_the_users_function_and_the_new_config_object():
+    # equinox#686's shape: a Module built again for each run, holding an object compared by identity.
+    class Config:  # no __eq__/__hash__: compared by identity
+        def __init__(self, lr):
+            self.lr = lr
+
+    class Model(eqx.Module):
+        w: jax.Array
+        cfg: Config
+
+    @eqx.filter_jit
+    def step(model, x):
+        return model.w * x * model.cfg.lr
+
+    x = jnp.ones(3)
+    with probes.compiles() as report:
+        for _ in range(5):
+            model = Model(jnp.ones(3), Config(0.1))
+            step(model, x)
+    f = _function(report, "step")
+    assert f["kind"] == "user" and f["count"] == 5
+    assert f["defined_at"].endswith(
+        f"test_libraries_compiles.py:{_line_of(test_filter_jit_names_the_users_function_and_the_new_config_object, '@eqx.filter_jit')}"
+    )
+    assert f["causes"] == {"first": 1, "pytree_identity": 4}
+    assert f["change_examples"]["pytree_identity"] == ["`model.cfg` is a new Config with the same text Config(lr=0.1)"]
+    fix = f["field_fixes"]["pytree_identity"]
+    assert "equinox's jit wrapper passes every value of the arguments that is not an array to jax.jit" in fix
+    assert "Build it once" in fix and "frozen dataclass" in fix and "checked: a frozen dataclass" in fix
+    assert f["first_line"]["code"] == "step(model, x)"
+    text = str(report)
+    assert text.startswith("%%jax_compiles [FOUND] `step` compiled 5 times: a static field holds a new object")
+    assert "eager" not in f["causes"] and "[OK]" not in text
+    assert "static_argnames" not in f or f["static_argnames"] == []  # the library's own "static" is not shown
+
+
+def test_filter_jit_fixes_tried_compile_once():
+    # The two fixes the report offers for filter_jit, run: a frozen dataclass config, a number as an array.
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        lr: float
+
+    class Model(eqx.Module):
+        w: jax.Array
+        cfg: Config
+        n_iter: object
+
+    @eqx.filter_jit
+    def step(model, x):
+        return model.w * x * model.cfg.lr * model.n_iter
+
+    x = jnp.ones(3)
+    with probes.compiles() as fixed:
+        for i in range(4):
+            step(Model(jnp.ones(3), Config(0.1), jnp.asarray(i)), x)
+    assert _function(fixed, "step")["count"] == 1
+    with probes.compiles() as report:
+        for i in range(4, 8):
+            step(Model(jnp.ones(3), Config(0.1), i), x)
+    f = _function(report, "step")
+    assert f["count"] == 4 and f["causes"] == {"first": 1, "pytree_static": 3}
+    assert f["change_examples"]["pytree_static"] == [
+        "`model.n_iter`: 4 -> 5",
+        "`model.n_iter`: 5 -> 6",
+        "`model.n_iter`: 6 -> 7",
+    ]
+    fix = f["field_fixes"]["pytree_static"]
+    assert fix.startswith("`model.n_iter` is a Python int: equinox's jit wrapper passes")
+    assert "jnp.asarray(...)" in fix
+
+
+def test_filter_jit_module_jitting_in_its_init_equinox_686():
+    # equinox#686: a Module that stores `jax.jit(fk_fn)` in __init__, built again for each run of an
+    # Optax loop under filter_jit; the step also takes the loss's gradient function and the optimizer.
+    optax = pytest.importorskip("optax")
+
+    def fk_fn(x):
+        return jnp.sin(x)
+
+    class Trajectory(eqx.Module):
+        linear: eqx.nn.Linear
+        forward: object
+
+        def __init__(self, forward):
+            self.linear = eqx.nn.Linear(1, 3, key=jax.random.key(0))
+            self.forward = forward
+
+        def __call__(self, data):
+            return self.forward(self.linear(data))
+
+    def loss(model, xs, ys):
+        return jnp.mean((jax.vmap(model)(xs) - ys) ** 2)
+
+    @eqx.filter_jit
+    def step(model, opt_state, xs, ys, loss_grad, opt):
+        value, grads = loss_grad(model, xs, ys)
+        updates, opt_state = opt.update(grads, opt_state, model)
+        return value, eqx.apply_updates(model, updates), opt_state
+
+    xs, ys = jnp.ones((8, 1)), jnp.zeros((8, 3))
+    opt, loss_grad = optax.adam(1e-2), eqx.filter_value_and_grad(loss)
+
+    def runs(make_forward):
+        with probes.compiles() as report:
+            for _ in range(3):
+                model = Trajectory(make_forward())
+                opt_state = opt.init(eqx.filter(model, eqx.is_array))
+                for _ in range(2):
+                    _, model, opt_state = step(model, opt_state, xs, ys, loss_grad, opt)
+        return report
+
+    report = runs(lambda: jax.jit(fk_fn))  # the thread's code: a new jit wrapper for each Trajectory
+    f = _function(report, "step")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "pytree_identity": 2}
+    assert f["change_examples"]["pytree_identity"][0].startswith("`model.forward` is a new PjitFunction")
+    fix = f["field_fixes"]["pytree_identity"]
+    assert fix.startswith("`model.forward` is a new jit wrapper at each call, compared by identity")
+    assert "self.forward = jax.jit(f)" in fix
+    forward = jax.jit(fk_fn)  # the fix: made once, outside, passed in
+    fixed = runs(lambda: forward)
+    assert fixed.function("step") is None or _function(fixed, "step")["count"] <= 1
+
+
+def test_nnx_jit_names_the_module_attribute_the_user_set():
+    # The issue's case: an nnx.Module built for each run with a new config object on it.
+    class Config:
+        def __init__(self, lr):
+            self.lr = lr
+
+    class Model(nnx.Module):
+        def __init__(self, cfg, rngs):
+            self.lin = nnx.Linear(3, 3, rngs=rngs)
+            self.cfg = cfg
+
+    @nnx.jit
+    def step(model, x):
+        return model.lin(x) * model.cfg.lr
+
+    x = jnp.ones(3)
+    with probes.compiles() as report:
+        for _ in range(5):
+            step(Model(Config(0.1), nnx.Rngs(0)), x)
+    f = _function(report, "step")
+    assert f["kind"] == "user" and f["count"] == 5
+    assert f["defined_at"].endswith(f":{_line_of(test_nnx_jit_names_the_module_attribute_the_user_set, '@nnx.jit')}")
+    assert f["causes"] == {"first": 1, "pytree_identity": 4}
+    assert f["change_examples"]["pytree_identity"] == [
+        "`model.cfg` (Model.cfg) is a new Config with the same text Config(lr=0.1)"
+    ]
+    fix = f["field_fixes"]["pytree_identity"]
+    assert fix.startswith("`model.cfg` is a static attribute of `Model` (not an array)")
+    assert "flax's jit wrapper" in fix and "frozen dataclass" in fix
+    text = str(report)
+    assert text.startswith("%%jax_compiles [FOUND] `step` compiled 5 times: a static field holds a new object")
+    for private in ("_graphdef", "NodeDef", "GraphDef(nodes", "dict keys", "input path"):
+        assert private not in text.split("JAX's compile log")[0], private
+
+
+def test_nnx_jit_number_attribute_and_its_fixes():
+    # A Python number on an nnx module is a static attribute: each value compiles again. Both fixes, run.
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        lr: float
+
+    class Model(nnx.Module):
+        def __init__(self, cfg, n_iter):
+            self.w = nnx.Param(jnp.ones(3))
+            self.cfg = cfg
+            self.n_iter = n_iter
+
+    @nnx.jit
+    def step(model, x):
+        return model.w * x * model.cfg.lr * model.n_iter
+
+    x = jnp.ones(3)
+    with probes.compiles() as fixed:
+        for i in range(4):
+            step(Model(Config(0.1), jnp.asarray(i)), x)
+    assert _function(fixed, "step")["count"] == 1
+    with probes.compiles() as report:
+        for i in range(4, 7):
+            step(Model(Config(0.1), i), x)
+    f = _function(report, "step")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "pytree_static": 2}
+    assert f["change_examples"]["pytree_static"][0] == "`model.n_iter` (Model.n_iter): 4 -> 5"
+    assert "store it as an array (`jnp.asarray(...)`)" in f["field_fixes"]["pytree_static"]
+
+
+def test_filter_jit_array_shape_change_is_named_by_the_users_path():
+    class Model(eqx.Module):
+        w: jax.Array
+
+    @eqx.filter_jit
+    def predict(model, batch):
+        return batch["x"] @ model.w
+
+    model = Model(jnp.ones((3, 2)))
+    with probes.compiles() as report:
+        for n in (4, 5, 6):
+            predict(model, {"x": jnp.ones((n, 3))})
+    f = _function(report, "predict")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "types": 2}
+    assert f["change_examples"]["types"][0] == "`batch['x']`: f32[4,3] -> f32[5,3]"
+    assert "dynamic_nodonate" not in str(report).split("JAX's compile log")[0]
+
+
+def test_linen_and_optax_inside_the_users_jit_stay_the_users():
+    linen = pytest.importorskip("flax.linen")
+    optax = pytest.importorskip("optax")
+
+    class MLP(linen.Module):
+        @linen.compact
+        def __call__(self, x):
+            return linen.Dense(2)(x)
+
+    model = MLP()
+    params = model.init(jax.random.key(0), jnp.ones((1, 3)))
+    tx = optax.adam(1e-3)
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def train_step(params, opt_state, x):
+        loss, grads = jax.value_and_grad(lambda p: (model.apply(p, x) ** 2).mean())(params)
+        updates, opt_state = tx.update(grads, opt_state)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    with probes.compiles() as report:
+        for n in (2, 3, 4):
+            params, opt_state, _ = train_step(params, opt_state, jnp.ones((n, 3)))
+    f = _function(report, "train_step")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "types": 2}
+    assert f["change_examples"]["types"][0] == "x: f32[2,3] -> f32[3,3] (shape)"
+    # a Linen module's apply jitted by the user: the user's, named as they call it
+    apply = jax.jit(model.apply)
+    with probes.compiles() as report:
+        for n in (2, 3):
+            apply(params, jnp.ones((n, 3)))
+    f = _function(report, "MLP.apply")
+    assert f["kind"] == "user" and f["count"] == 2 and f["causes"] == {"first": 1, "types": 1}
+
+
+def test_haiku_transform_apply_jitted_is_the_users_function():
+    hk = pytest.importorskip("haiku")
+
+    def forward(x):
+        return hk.Linear(2)(x)
+
+    net = hk.transform(forward)
+    params = net.init(jax.random.key(0), jnp.ones((1, 3)))
+    apply = jax.jit(net.apply)
+    with probes.compiles() as report:
+        for n in (2, 3, 4):
+            apply(params, None, jnp.ones((n, 3)))
+    f = _function(report, "forward")
+    assert f["kind"] == "user" and f["count"] == 3 and f["causes"] == {"first": 1, "types": 2}
+    assert f["defined_at"].endswith(
+        f":{_line_of(test_haiku_transform_apply_jitted_is_the_users_function, 'def forward')}"
+    )
+    assert not str(report).startswith("%%jax_compiles [OK]")
+
+
+def test_numpyro_svi_update_jitted_anew_each_step():
+    # numpyro#2's shape: jit(svi.update) made inside the loop, so every step compiles again.
+    numpyro = pytest.importorskip("numpyro")
+    from numpyro import distributions as dist
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoNormal
+
+    def model(data):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("obs", dist.Normal(mu, 1.0), obs=data)
+
+    svi = SVI(model, AutoNormal(model), numpyro.optim.Adam(0.01), Trace_ELBO())
+    data = jnp.ones(10)
+    state = svi.init(jax.random.key(0), data)
+    with probes.compiles() as report:
+        for _ in range(4):
+            state, _ = jax.jit(svi.update)(state, data)
+    f = _function(report, "SVI.update")
+    assert f["kind"] == "user" and f["count"] == 4
+    assert f["causes"] == {"first": 1, "new_function": 3}
+    assert "jax.jit(svi.update)" in f["first_line"]["code"]
+
+
+def test_doctor_agrees_with_compiles_through_filter_jit():
+    class Config:
+        def __init__(self, lr):
+            self.lr = lr
+
+    class Model(eqx.Module):
+        w: jax.Array
+        cfg: Config
+
+    @eqx.filter_jit
+    def step(model, x):
+        return model.w * x * model.cfg.lr
+
+    x = jnp.ones(3)
+    with probes.doctor(namespace={}, skip=["nans", "keys", "live"]) as report:
+        for _ in range(4):
+            step(Model(jnp.ones(3), Config(0.1)), x)
+    (finding,) = [f for f in report.to_dict()["findings"] if f["area"] == "recompilation"]
+    assert report.compiles.count("step") == 4
+    assert "`model.cfg` is a new Config" in str(report)
+    assert finding["next_magic"] == "%%jax_compiles --budget 1 --fn step"
+
+
+def test_watch_agrees_with_compiles_through_nnx_jit(ip):
+    ip.run_cell("%jax_watch --budget 2 -o wlog", store_history=True)
+    try:
+        ip.run_cell(
+            textwrap.dedent(
+                """
+                from flax import nnx
+                class Config:
+                    def __init__(self, lr):
+                        self.lr = lr
+                class Model(nnx.Module):
+                    def __init__(self, cfg):
+                        self.w = nnx.Param(jnp.ones(3))
+                        self.cfg = cfg
+                @nnx.jit
+                def watched_step(model, x):
+                    return model.w * x * model.cfg.lr
+                """
+            ),
+            store_history=True,
+        )
+        ip.run_cell("for _ in range(4):\n    watched_step(Model(Config(0.1)), jnp.ones(3))", store_history=True)
+        found = [f for f in ip.user_ns["wlog"].to_dict()["findings"] if f["area"] == "recompilation"]
+    finally:
+        ip.run_cell("%jax_watch off", store_history=True)
+    (finding,) = found
+    assert finding["function"] == "watched_step" and finding["count"] == 4
+    assert "model.cfg" in finding["summary"] and "_graphdef" not in finding["summary"]
+
+
+def test_nothing_of_a_library_is_imported_for_plain_jax(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys, jax, jax.numpy as jnp
+        from jaxmagic import probes
+        @jax.jit
+        def f(x):
+            return x * 2
+        with probes.compiles() as report:
+            for n in (2, 3):
+                f(jnp.ones(n))
+        assert report.count("f") == 2
+        print(sorted(m for m in ("equinox", "flax", "haiku", "numpyro", "optax", "chex") if m in sys.modules))
+        """
+    )
+    path = tmp_path / "plain.py"  # a file of the user's ("-c" code is no one's file)
+    path.write_text(script)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
