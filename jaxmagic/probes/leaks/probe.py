@@ -537,7 +537,9 @@ def _explain_leak(
     blocks = text.leak_blocks(message)
     found, tracers = _find_tracers(namespace) if namespace else ({}, {})
     if namespace:  # kept in a library's record of your object (nnx.jit's graph definition): named as your attribute
-        in_records, kept = held_in_library_records([b for b in blocks if b.tracer_id not in found], user_roots(namespace))
+        in_records, kept = held_in_library_records(
+            [b for b in blocks if b.tracer_id not in found], user_roots(namespace)
+        )
         found, tracers = {**in_records, **found}, {**kept, **tracers}
     ids = {block.tracer_id for block in blocks}
     number_of = {block.tracer_id: i + 1 for i, block in enumerate(blocks)}

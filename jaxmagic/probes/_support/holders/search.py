@@ -275,11 +275,11 @@ def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_grou
                 kind_counts[(group, current)] -= 1
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
         label_counts[group] = label_counts.get(group, 0) + 1
-        listed = group_labels.get(group)
-        if listed is None:
+        already = group_labels.get(group)
+        if already is None:
             group_labels[group] = [(kind, label)]
-        elif len(listed) < labels_per_group:
-            listed.append((kind, label))
+        elif len(already) < labels_per_group:
+            already.append((kind, label))
 
 
 _FIRST_INDEX = re.compile(r"\[(\d+)\]")

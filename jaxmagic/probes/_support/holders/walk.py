@@ -453,7 +453,7 @@ def _defined_by_user(cls: type) -> bool:
     return mod is not None and is_user_file(getattr(mod, "__file__", None) or "")
 
 
-def _own_dict(obj: Any) -> dict | None:
+def _own_dict(obj: Any) -> dict | types.MappingProxyType | None:
     try:
         namespace = object.__getattribute__(obj, "__dict__")
     except Exception:
