@@ -12,6 +12,8 @@ shapes of its own so that arrays other tests left alive do not disturb it.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +69,39 @@ def test_nnx_jit_leak_names_the_module_attribute_and_the_line_that_stored_it():
     assert first["provenance"]["made_at"]["code"] == "h = jnp.tanh(self.linear(x))"
     assert all(_no_private_step(path) for t in report.to_dict()["leaked"] for path in t["held_by"])
     assert "`model.last_hidden` holds a float32[2,4] tracer" in report.summary
+
+
+def test_nnx_grad_inside_jit_names_a_nested_module_attribute():
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+        def __call__(self, x):
+            y = self.linear(x)
+            self.cache = [y]
+            return y
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.block = Block(rngs)
+
+        def __call__(self, x):
+            return self.block(x).sum()
+
+    def loss_fn(net, x):
+        return net(x)
+
+    @nnx.jit
+    def train_step(net, x):
+        return nnx.value_and_grad(loss_fn)(net, x)[0]
+
+    net = Net(nnx.Rngs(0))
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace={"net": net}) as report:
+            train_step(net, jnp.ones(3))
+    first = report.to_dict()["leaked"][0]
+    assert first["held_by"] == ["net.block.cache[0]"] and first["stored_at"]["code"] == "self.cache = [y]"
+    assert first["provenance"]["transforms"] == ["jit(train_step)", "grad"]
 
 
 def test_equinox_module_keeping_activations_in_a_static_list_names_the_field():
@@ -243,3 +278,17 @@ def test_doctor_names_optimizer_states_piling_up_in_a_history_list():
     assert "held by `history[0..12].inner_opt_state[0].mu['w']`" in title
     ns.clear()
     gc.collect()
+
+
+def test_nothing_of_a_library_is_imported_by_the_search():
+    code = (
+        "import sys, jax.numpy as jnp; from jaxmagic import probes\n"
+        "class Box: pass\n"
+        "box = Box(); box.items = {'w': [jnp.ones(3)]}\n"
+        "probes.live(namespace={'box': box})\n"
+        "with probes.leaks(namespace={'box': box}): pass\n"
+        "print(sorted(m for m in ('flax', 'optax', 'equinox', 'haiku', 'numpyro', 'chex') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
