@@ -2,8 +2,9 @@
 
 List and tuple elements, dict values, attributes, ``__slots__``, and the
 chosen edges (closure cells, default arguments, classes and modules, methods,
-sets, a typed key's data); it only reads, never calls user code, and is
-bounded by depth and ``BUDGET``. ``holder_search`` turns what it reaches into holders.
+sets, a typed key's data), and a library's pytree flattened at once (its leaves
+one step below it, ``library_pytrees``); it only reads, never calls user code, and is
+bounded by depth and ``BUDGET``. ``search`` turns what it reaches into holders.
 """
 
 from __future__ import annotations
