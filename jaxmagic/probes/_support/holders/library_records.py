@@ -29,6 +29,7 @@ from jaxmagic.probes._support.holders.search import Held, find_held
 from jaxmagic.probes._support.tracers.text import LeakBlock
 
 _MAX_NODES = 100_000  # a definition larger than this is not read
+_PYTHON_TYPES = frozenset({"list", "tuple", "dict", "set", "frozenset", "cell", "function", "method", "module", "type"})
 
 
 def held_in_library_records(
@@ -40,7 +41,9 @@ def held_in_library_records(
     if not blocks or not roots:
         return {}, {}
     tracer_ids = {b.tracer_id for b in blocks}
-    chain_ids = {link.child_id for b in blocks for link in b.chain} - tracer_ids
+    # A record is an object of a library's class: Python's own containers, cells and functions are not
+    # looked for (when the chain holds nothing else, the heap is not searched at all).
+    chain_ids = {link.child_id for b in blocks for link in b.chain if link.child_type not in _PYTHON_TYPES} - tracer_ids
     records = [r for r in _objects_with_ids(chain_ids) if _is_graph_definition(r)]
     found: dict[int, list[Held]] = {}
     tracers: dict[int, Any] = {}
