@@ -246,6 +246,13 @@ def test_haiku_params_and_optax_state_of_a_transformed_network():
     assert report.group((1613, 1607), "float32").elsewhere == 0
 
 
+def test_a_pytree_registered_without_keys_is_walked_by_attribute():
+    dist = pytest.importorskip("numpyro.distributions")
+    prior = dist.Normal(jnp.ones((1663,)), 1.0)  # flattened by JAX as [<flat index 0>], [<flat index 1>]
+    report = probes.live(namespace={"prior": prior})
+    assert _holders(report, (1663,)) == ["prior.loc"]
+
+
 # -- %%jax_doctor --------------------------------------------------------------------
 
 

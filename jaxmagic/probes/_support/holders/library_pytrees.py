@@ -58,11 +58,16 @@ def _defined_in_library(cls: type) -> bool:
 def leaves_with_paths(obj: Any, max_items: int | None) -> Iterator[tuple[str, Any]] | None:
     """``(path, value)`` for each leaf of the library pytree ``obj`` (``.inner_opt_state[0].mu['w1']``),
     then for each public attribute the flattening leaves out (a module's static fields, which may
-    hold anything the user stored: ``.last_hidden``). None when JAX cannot flatten it."""
+    hold anything the user stored: ``.last_hidden``). None when JAX cannot flatten it, or names a
+    leaf only by its position among the leaves."""
     try:
         leaves = jax.tree_util.tree_flatten_with_path(obj)[0]
         children = jax.tree_util.tree_flatten(obj, is_leaf=lambda x: x is not obj)[0]
     except Exception:
+        return None
+    if any(isinstance(key, jax.tree_util.FlattenedIndexKey) for path, _ in leaves for key in path):
+        # registered without keys (a NumPyro distribution): ``[<flat index 0>]`` names nothing a user
+        # types, so it is walked attribute by attribute (``d.loc``), its keyed parts flattened when met
         return None
     if max_items is not None:
         leaves = leaves[:max_items]
