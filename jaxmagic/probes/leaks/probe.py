@@ -44,6 +44,7 @@ from jaxmagic._jax.transform_stack import (
     unfiltered_traceback,
 )
 from jaxmagic.probes._support.fixes import line_fixes
+from jaxmagic.probes._support.holders.library_records import held_in_library_records
 from jaxmagic.probes._support.holders.search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.tracers import origin as tracer_origin
@@ -535,6 +536,11 @@ def _explain_leak(
     report.call_path = user_lines(error.__traceback__)
     blocks = text.leak_blocks(message)
     found, tracers = _find_tracers(namespace) if namespace else ({}, {})
+    if namespace:  # kept in a library's record of your object (nnx.jit's graph definition): named as your attribute
+        in_records, kept = held_in_library_records(
+            [b for b in blocks if b.tracer_id not in found], user_roots(namespace)
+        )
+        found, tracers = {**in_records, **found}, {**kept, **tracers}
     ids = {block.tracer_id for block in blocks}
     number_of = {block.tracer_id: i + 1 for i, block in enumerate(blocks)}
     # All blocks come from one trace. JAX names a callable object's function
@@ -611,7 +617,7 @@ def _stored_at(holder: str, traced: Transformation | None, provenance: Provenanc
     """The one line of the traced function (or of the function that made the value) storing into ``holder``."""
     if traced is not None and traced.defined_at is not None:
         where = traced.defined_at
-        return tracer_origin.stored_line(holder, where.filename, where.lineno, traced.function)
+        return tracer_origin.stored_line(holder, where.filename, where.lineno, traced.function, provenance.made_at)
     made = provenance.made_at
     if made is None:
         return None

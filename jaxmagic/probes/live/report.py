@@ -396,8 +396,9 @@ class LiveReport(Report):
         if self.count_by_kind(KIND_ELSEWHERE):
             advice.append(
                 "Held elsewhere: no variable, output, traceback or jit cache reaches these within three "
-                "steps - a deeper structure, a closure of a library, or a reference outside the "
-                "notebook's namespace. `gc.get_referrers(x)` on one of them shows who."
+                "steps (a library's pytree - an Optax state, a Flax or Equinox module - counts as one step, "
+                "down to its leaves) - a deeper structure of your own, a closure of a library, or a reference "
+                "outside the notebook's namespace. `gc.get_referrers(x)` on one of them shows who."
             )
         if self.mode == "cell" and any(g.held_by_names for g in self.groups):
             advice.append(

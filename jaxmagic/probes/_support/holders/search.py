@@ -20,13 +20,17 @@ reaches an object is the shortest name for it.
 The walk only reads: it looks at ``__dict__``/``__slots__``/closure cells
 directly and never calls a property, ``__getattr__``, ``__repr__`` or any
 other user code. It does not descend into arrays, library modules and classes
-or IPython's own objects. It costs time in proportion to the number of values
+or IPython's own objects. A library's pytree (an Optax state, a Flax or Equinox
+module) is flattened as JAX flattens it, its leaves one step below it and named
+by ``keystr`` (``opt_state.inner_opt_state[0].mu['w1']``): ``holders.library_pytrees``. It costs time in proportion to the number of values
 within reach (each container is visited once, whatever the number of targets),
 bounded by depth and a budget, and holds references to nothing after it
 returns: results are ids, strings and numbers.
 
-Modules: ``holder_roots`` (where the walk starts), ``holder_walk`` (the walk
-itself); this one turns what the walk reaches into holders.
+Modules: ``roots`` (where the walk starts), ``walk`` (the walk itself),
+``library_pytrees`` (libraries' pytrees met on the way), ``library_records`` (a
+tracer a library keeps in its record of the user's module: nnx.jit's graph
+definition); this one turns what the walk reaches into holders.
 """
 
 from __future__ import annotations
@@ -275,11 +279,11 @@ def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_grou
                 kind_counts[(group, current)] -= 1
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
         label_counts[group] = label_counts.get(group, 0) + 1
-        listed = group_labels.get(group)
-        if listed is None:
+        already = group_labels.get(group)
+        if already is None:
             group_labels[group] = [(kind, label)]
-        elif len(listed) < labels_per_group:
-            listed.append((kind, label))
+        elif len(already) < labels_per_group:
+            already.append((kind, label))
 
 
 _FIRST_INDEX = re.compile(r"\[(\d+)\]")

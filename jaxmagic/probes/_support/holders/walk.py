@@ -2,8 +2,9 @@
 
 List and tuple elements, dict values, attributes, ``__slots__``, and the
 chosen edges (closure cells, default arguments, classes and modules, methods,
-sets, a typed key's data); it only reads, never calls user code, and is
-bounded by depth and ``BUDGET``. ``holder_search`` turns what it reaches into holders.
+sets, a typed key's data), and a library's pytree flattened at once (its leaves
+one step below it, ``library_pytrees``); it only reads, never calls user code, and is
+bounded by depth and ``BUDGET``. ``search`` turns what it reaches into holders.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+from jaxmagic.probes._support.holders.library_pytrees import is_library_pytree, leaves_with_paths
 from jaxmagic.report.source import is_user_file
 
 # Edges the walk may follow besides container items, attributes and slots.
@@ -32,6 +34,10 @@ LIVE_EDGES = frozenset({CLOSURES, SETS, KEY_DATA})
 LEAK_EDGES = frozenset({CLOSURES, DEFAULTS, CLASSES, METHODS, KEY_DATA})
 
 BUDGET = 5_000_000  # values looked at
+
+# The relation of a leaf of a library pytree to it: an ordinary step (``.mu['w1']``), whose
+# container is the library's structure, not one of the user's.
+IN_LIBRARY_PYTREE = "leaf of"
 
 # Objects of these packages are infrastructure: never the place a user stored something.
 _SKIPPED_PACKAGES = frozenset(
@@ -77,6 +83,7 @@ _LEAF_TYPES = (
     types.TracebackType,
 )
 _SEQUENCES = (list, tuple, collections.deque)
+_BUILTIN_CONTAINERS = frozenset({list, tuple, dict, collections.deque})
 
 
 def walk(
@@ -154,7 +161,8 @@ def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_
     visited: set[int] = set()
     keep_alive = []  # ids stay unique only while the objects live
     slots: dict[type, list[str]] = {}  # caches of this walk, per type: they hold no class after it
-    descendable = functools.partial(_descendable, edges=edges, kinds={})
+    kinds: dict[type, int] = {}
+    descendable = functools.partial(_descendable, edges=edges, kinds=kinds)
     count = 0
     truncated = False
     frontier: list[tuple[str, str, Any, str]] = []  # (label, note, object, kind)
@@ -181,7 +189,7 @@ def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_
     del hit
 
     def named(label: str, note: str, step: str, relation: str) -> tuple[str, str]:
-        if not relation:
+        if not relation or relation is IN_LIBRARY_PYTREE:
             return label + step, note
         if restart_names:
             return step, f" ({relation} {label}{note})"
@@ -219,7 +227,7 @@ def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_
                             if key is None and descendable(child):
                                 following.append((f"{label}[{index}]", note, child, kind))
             else:
-                for step, index, child, relation in _children(container, edges, max_items, slots):
+                for step, index, child, relation in _children(container, edges, max_items, slots, kinds):
                     count += 1
                     key = key_get(id(child)) if by_id else key_get(child)
                     if key is None:
@@ -229,7 +237,8 @@ def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_
                         on_items([index], [id(child)], [key], kind, label, note, depth)
                     else:
                         child_label, child_note = named(label, note, step, relation)
-                        on_hit(id(child), key, kind, child_label + child_note, depth, label + note)
+                        holder = "" if relation is IN_LIBRARY_PYTREE else label + note
+                        on_hit(id(child), key, kind, child_label + child_note, depth, holder)
             if count > budget:
                 truncated = True
                 following = []
@@ -247,7 +256,7 @@ def _test_target(is_target: Callable[[Any], bool], value: Any) -> Any:
 
 
 # What a type's objects are to the walk (cached per type for one walk).
-_LEAF, _NONEMPTY, _FUNCTION, _MODULE, _CLASS, _ALWAYS, _KEY, _OBJECT = range(8)
+_LEAF, _NONEMPTY, _FUNCTION, _MODULE, _CLASS, _ALWAYS, _KEY, _OBJECT, _PYTREE = range(9)
 
 
 def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
@@ -255,14 +264,14 @@ def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
     cls = type(value)
     kind = kinds.get(cls)
     if kind is None:
-        kind = kinds[cls] = _type_kind(cls, edges)
+        kind = kinds[cls] = _type_kind(cls, edges, value)
     if kind is _LEAF:
         return False
     if kind is _NONEMPTY:
         return bool(value)
     if kind is _OBJECT:
         return _own_dict(value) is not None
-    if kind is _ALWAYS:
+    if kind is _ALWAYS or kind is _PYTREE:
         return True
     if kind is _FUNCTION:
         return (
@@ -277,9 +286,13 @@ def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
     return _key_data(value) is not None  # _KEY: the live array is the key data inside it
 
 
-def _type_kind(cls: type, edges: frozenset) -> int:
+def _type_kind(cls: type, edges: frozenset, sample: Any) -> int:
     if issubclass(cls, _LEAF_TYPES):
         return _LEAF
+    if cls in _BUILTIN_CONTAINERS:
+        return _NONEMPTY
+    if (getattr(cls, "__module__", "") or "").split(".")[0] not in _SKIPPED_PACKAGES and is_library_pytree(cls, sample):
+        return _PYTREE  # an Optax state, a Flax or Equinox module: flattened as JAX does, see library_pytrees
     if issubclass(cls, (list, tuple, dict, collections.deque)):
         return _NONEMPTY
     if issubclass(cls, (set, frozenset)):
@@ -302,11 +315,18 @@ def _type_kind(cls: type, edges: frozenset) -> int:
 
 
 def _children(
-    obj: Any, edges: frozenset, max_items: int | None, slots: dict[type, list[str]]
+    obj: Any, edges: frozenset, max_items: int | None, slots: dict[type, list[str]], kinds: dict[type, int]
 ) -> Iterator[tuple[str, int | None, Any, str]]:
     """``(step, int index or None, child, relation)`` for each reference ``obj`` holds that a person
-    could name. ``relation`` is "" for an ordinary step (``[0]``, ``.attr``) and a phrase such as
-    "closed over by" when the child is a variable of a function (``step`` is then its name)."""
+    could name. ``relation`` is "" for an ordinary step (``[0]``, ``.attr``), ``IN_LIBRARY_PYTREE``
+    for a leaf of a library's pytree (``.inner_opt_state[0].mu['w1']``, one step however deep) and a
+    phrase such as "closed over by" when the child is a variable of a function (``step`` is then its name)."""
+    if kinds.get(type(obj)) is _PYTREE:
+        leaves = leaves_with_paths(obj, max_items)
+        if leaves is not None:
+            for step, value in leaves:
+                yield step, None, value, IN_LIBRARY_PYTREE
+            return
     if isinstance(obj, dict):
         for key, value in itertools.islice(list(obj.items()), max_items):
             yield _key_text(key), None, value, ""
@@ -434,7 +454,7 @@ def _defined_by_user(cls: type) -> bool:
     return mod is not None and is_user_file(getattr(mod, "__file__", None) or "")
 
 
-def _own_dict(obj: Any) -> dict | None:
+def _own_dict(obj: Any) -> dict | types.MappingProxyType | None:
     try:
         namespace = object.__getattribute__(obj, "__dict__")
     except Exception:

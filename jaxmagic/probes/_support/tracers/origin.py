@@ -96,11 +96,15 @@ def enclosing_function_start(filename: str, lineno: int) -> int:
     return 0
 
 
-def stored_line(holder: str, filename: str, first_line: int, function: str = "") -> SourceLine | None:
+def stored_line(
+    holder: str, filename: str, first_line: int, function: str = "", made_at: SourceLine | None = None
+) -> SourceLine | None:
     """The one line of the function defined at ``filename:first_line`` that stores into ``holder``
     (``leaked.append(h)``, ``self.cache = h``, ``cache.store["h"] = h``); else, for an attribute, the one
     line of the file storing into it (a method the function calls: ``self._remember(h)``, which does
-    ``self.saved = v``); None when no line or more than one does."""
+    ``self.saved = v``) - of several, the one in the function that made the value (``made_at``): a
+    module's ``__init__`` that sets ``self.last_hidden = None`` stores no tracer; None when no line or
+    more than one does."""
     patterns, attribute_patterns = [], []
     for root, attributes in _holder_words(holder):
         patterns.append(re.compile(rf"(?<![\w.]){re.escape(root)}(?:\.\w+)*{_MUTATION}"))
@@ -116,6 +120,9 @@ def stored_line(holder: str, filename: str, first_line: int, function: str = "")
     lines = list(enumerate(linecache.getlines(filename), start=1))
     statements = [re.compile(r"^\s*[\w.]+" + p.pattern) for p in attribute_patterns]  # a store, not a mention
     found = _lines_matching(lines, statements)
+    if len(found) > 1 and made_at is not None and made_at.filename == filename:
+        making = enclosing_function_start(filename, made_at.lineno)
+        found = [number for number in found if making and enclosing_function_start(filename, number) == making]
     if len(found) != 1:
         return None
     start = enclosing_function_start(filename, found[0])
