@@ -18,6 +18,8 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from jaxmagic.report.wording import error_line
 
 # Names a rewritten line may use besides the failing frame's: the modules fixes are written with.
@@ -67,8 +69,6 @@ def try_on_shapes(
     handed = [n for n in names if n in scope and n not in _MODULES and _holds_own_function(scope[n])]
     if handed:  # lax.switch(i, branches, x) would call them: not tried, to run nothing of the user's
         return "not tried", f"`{handed[0]}` holds functions of yours"
-    import jax
-
     values = {n: importlib.import_module(m) for n, m in _MODULES.items() if n in names and n not in scope}
     values.update({n: scope[n] for n in names if n in scope and n not in traced})
     values.update({n: v for n, v in concrete.items() if n in names})
@@ -108,13 +108,11 @@ def _holds_own_function(value) -> bool:
     return False
 
 
-def _abstract(tracer):
-    import jax
-
+def _abstract(tracer: Any) -> jax.ShapeDtypeStruct:
     aval = tracer.aval
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False)))
 
 
-def _short(tracer) -> str:
-    aval = getattr(tracer, "aval", None)
+def _short(tracer: Any) -> str:
+    aval: Any = getattr(tracer, "aval", None)
     return aval.str_short() if hasattr(aval, "str_short") else str(aval)
