@@ -8,6 +8,7 @@ import inspect
 import linecache
 import sys
 import types
+from typing import Any
 
 from jaxmagic.probes._support.tracers import text
 from jaxmagic.probes.explain.report import TracedName
@@ -69,11 +70,11 @@ def tracers_on_failing_line(tb) -> list[TracedName]:
     if tracer_class is None:
         return []
     code = linecache.getline(frame.f_code.co_filename, lineno)
-    names = []
+    names: list[TracedName] = []
     for name in text.names_in(code):
         value = frame.f_locals.get(name)
         if isinstance(value, tracer_class) and name not in [t.name for t in names]:
-            aval = getattr(value, "aval", None)
+            aval: Any = getattr(value, "aval", None)
             names.append(
                 TracedName(
                     name,

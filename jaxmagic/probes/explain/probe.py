@@ -162,7 +162,7 @@ def _made_on_failing_line(report: TracerErrorReport, tb) -> Provenance | None:
     frame = innermost_user_frame(tb)
     if tracer_class is None or frame is None or report.provenance is None:
         return None
-    inputs = set()
+    inputs: set[int] = set()
     walk = tb
     while walk is not None:  # the values bound to parameters of your functions: inputs of a trace
         code = walk.tb_frame.f_code

@@ -134,7 +134,7 @@ def fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], fr
         for op in text.traced_operations(report.jax_message_text)
     )
     expression = static_expression(made.code) if made is not None and static_made else None
-    if expression is not None:
+    if expression is not None and made is not None:
         original, static = expression
         fixes.insert(
             0,
@@ -168,8 +168,9 @@ def _add_static_expression_with_static_arguments(report: TracerErrorReport, trie
     value (``int(jnp.ceil(T / dt))``): both together - the arguments static and the Python/``math``
     expression for the call - go first, tried on the values the call passed."""
     static = next((f for f in tried if _static_names(f.use) and f.checked.startswith("checked: not enough")), None)
-    line = report.failing_line.code if report.failing_line else ""
-    expression = static_expression(line) if static is not None and not added else None
+    if static is None or added:
+        return
+    expression = static_expression(report.failing_line.code if report.failing_line else "")
     if expression is None:
         return
     original, replacement = expression
@@ -200,7 +201,7 @@ def _line_trial(report: TracerErrorReport, fixes: list[Fix], jits: dict, frames:
     static_fix = next((f for f in fixes if _static_names(f.use)), None)
     jitted = jits.get(_jitted_name(static_fix.use).rsplit(".", 1)[-1]) if static_fix is not None else None
     call = jit_call(frames, jitted.function) if jitted is not None else None
-    if call is not None:
+    if call is not None and static_fix is not None:
         fun, args, kwargs, _ = call
         try:
             passed = inspect.signature(fun).bind(*args, **kwargs).arguments
@@ -263,9 +264,10 @@ def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
         numbers = set(static["static_argnums"]) | {positional.index(n) for n in names if n in positional}
-        options = {"static_argnames": names_now, "static_argnums": tuple(sorted(numbers)) or None}
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            jax.jit(fun, **options).trace(*args, **kwargs)
+            jax.jit(fun, static_argnames=names_now, static_argnums=tuple(sorted(numbers)) or None).trace(
+                *args, **kwargs
+            )
     except Exception as failure:
         if classify(failure) is not None:  # valid, but other traced values still need a fix of their own
             result = (

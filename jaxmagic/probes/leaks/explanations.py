@@ -127,12 +127,12 @@ def fill_leak_report(
     number_of = {block.tracer_id: i + 1 for i, block in enumerate(blocks)}
     # All blocks come from one trace. JAX names a callable object's function
     # "<unknown>"; the line that made a stored tracer names it (Model.__call__).
-    created_lines = {b.tracer_id: _creation_line(tracers[b.tracer_id]) for b in blocks if b.tracer_id in tracers}
+    made_lines = {b.tracer_id: _creation_line(tracers[b.tracer_id]) for b in blocks if b.tracer_id in tracers}
     # An input tracer is "made" where the trace was started (the call of the jitted function, often
     # the cell itself): that line is on the call path, outside the traced function, and names nothing.
-    started = {(line.filename, line.lineno) for line in report.call_path}
+    call_lines = {(line.filename, line.lineno) for line in report.call_path}
     created_lines = {
-        k: line for k, line in created_lines.items() if line is not None and (line.filename, line.lineno) not in started
+        k: line for k, line in made_lines.items() if line is not None and (line.filename, line.lineno) not in call_lines
     }
     # A "created on line" in the <module> of a cell (vmap's input, made at the vmap call) names no traced function.
     on_path = {(line.filename, line.lineno) for line in report.call_path}

@@ -46,7 +46,7 @@ def _is_library(module: str) -> bool:
 def fit_array(
     fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
 ) -> list[Fix]:
-    twins: dict[ast.AST, str] = {}
+    twins: dict[ast.expr, str] = {}
     foreign: list[tuple[str, ast.Call]] = []  # library functions without a JAX twin
     for name, call in line.calls():
         found = resolve(name)
@@ -77,7 +77,7 @@ def fit_array(
     return [written_fix(rewritten, "the same functions from jax.numpy / jax.scipy, which trace")]
 
 
-def _replace_functions(line: LineCode, statement: ast.stmt, twins: dict[ast.AST, str]) -> str:
+def _replace_functions(line: LineCode, statement: ast.stmt, twins: dict[ast.expr, str]) -> str:
     """The statement's text with the function expressions in ``twins`` replaced."""
     text = line.source
     spans = []
@@ -181,7 +181,7 @@ def fit_concrete(
     shaped = any(n.rsplit(".", 1)[-1] in _SHAPE_MAKERS for n, _ in calls)
     found: list[Fix] = []
     # math.exp(x), math.sqrt(x) on a traced value: float() is called on it; jnp has the same function
-    twins = {}
+    twins: dict[ast.expr, str] = {}
     for name, call in calls:
         resolved = resolve(name) if uses(call, names) else None
         if resolved is not None and resolved[1] == "math":

@@ -64,9 +64,9 @@ def _slice_fixes(
         if size_traced
         else ""
     )
-    updating = isinstance(node.value, ast.Attribute) and node.value.attr == "at"
-    if updating:
-        target = line.text(node.value.value)
+    at = node.value if isinstance(node.value, ast.Attribute) and node.value.attr == "at" else None
+    if at is not None:
+        target = line.text(at.value)
         setter = next(
             (
                 n
@@ -121,7 +121,9 @@ def fit_bool_index(
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1):
             continue
         target = node.func.value
-        at = target.value if isinstance(target, ast.Subscript) else None
+        if not isinstance(target, ast.Subscript):
+            continue
+        at = target.value
         if not (isinstance(at, ast.Attribute) and at.attr == "at" and uses(target.slice, names)):
             continue
         pattern = _AT_UPDATES.get(node.func.attr)

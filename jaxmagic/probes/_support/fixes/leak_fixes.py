@@ -24,14 +24,14 @@ def leak_fixes(
     named; the table's as they are when the line is not read. With the storing line's file and
     number, ``out`` / ``carry`` are what the function's own ``return`` gives (``return c, c``)."""
     line = read_line(stored)
-    value = None
+    value: ast.expr | None = None
     if line is not None:
         node = line.tree.body[0]
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
             value = node.value
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.value.args:
             value = node.value.args[-1]  # history.append(h), cache.setdefault(k, h)
-    if value is None:
+    if line is None or value is None:
         return list(fixes)
     kept = line.text(value)
     if traced and function and function.rsplit(".", 1)[-1] != traced.rsplit(".", 1)[-1] and not loop_body:
@@ -92,5 +92,7 @@ def _returned_by_function_at(filename: str, lineno: int) -> list[str] | None:
     if not returns:
         return None
     value = max(returns, key=lambda node: node.lineno).value
+    if value is None:  # kept only returns with a value: never
+        return None
     items = value.elts if isinstance(value, ast.Tuple) else [value]
     return [ast.get_source_segment(source, item) or ast.unparse(item) for item in items]

@@ -95,7 +95,7 @@ def _if_raises(filename: str, lineno: int) -> str | None:
     return '"..."'
 
 
-def _statement_at(filename: str, lineno: int, kind: type) -> tuple[str, ast.stmt, ast.stmt | None] | None:
+def _statement_at(filename: str, lineno: int, kind: type[ast.stmt]) -> tuple[str, ast.stmt, ast.stmt | None] | None:
     """(the file's source, the ``kind`` statement starting at ``lineno``, the statement after it)."""
     source = "".join(linecache.getlines(filename))
     try:
