@@ -7,12 +7,12 @@ import keyword
 
 from jaxmagic.probes._support.fixes.fitters import fit
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.fixes.line_code import read_line
+from jaxmagic.probes._support.fixes.line_code import Resolve, read_line
 from jaxmagic.probes.explain.kinds import ErrorKind
 from jaxmagic.probes.explain.report import TracerErrorReport
 
 
-def fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve=lambda name: None) -> list[Fix]:
+def fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve: Resolve = lambda name: None) -> list[Fix]:
     """The kind's fixes that fit your line, with your names filled in, the best one first.
 
     ``resolve`` gives the object a dotted name on the failing line stands for (see ``resolver``).

@@ -10,19 +10,20 @@ import sys
 import types
 from typing import Any
 
+from jaxmagic.probes._support.fixes.line_code import Resolve
 from jaxmagic.probes._support.tracers import text
 from jaxmagic.probes.explain.report import TracedName
 from jaxmagic.report.source import is_user_file
 
 
-def parameter_names(code) -> tuple[str, ...]:
+def parameter_names(code: types.CodeType) -> tuple[str, ...]:
     """The names a function's parameters bind, ``*args`` and ``**kwargs`` included."""
     count = code.co_argcount + code.co_kwonlyargcount
     count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
     return code.co_varnames[:count]
 
 
-def innermost_user_entry(tb):
+def innermost_user_entry(tb: types.TracebackType | None) -> types.TracebackType | None:
     """The traceback entry of your innermost frame (the one whose line raised), or None."""
     entry = None
     while tb is not None:
@@ -32,12 +33,12 @@ def innermost_user_entry(tb):
     return entry
 
 
-def innermost_user_frame(tb):
+def innermost_user_frame(tb: types.TracebackType | None) -> types.FrameType | None:
     entry = innermost_user_entry(tb)
     return entry.tb_frame if entry is not None else None
 
 
-def lambda_body(tb) -> str:
+def lambda_body(tb: types.TracebackType | None) -> str:
     """The source of the innermost user frame's lambda body (``jnp.arange(n)`` of ``"case":
     lambda: jax.jit(lambda n: jnp.arange(n))(3),``), from the columns CPython keeps for its
     instructions; "" when that frame is no one-line lambda."""
@@ -57,7 +58,7 @@ def lambda_body(tb) -> str:
     return text[min(s for s, _ in spans) : max(e for _, e in spans)].decode(errors="replace")
 
 
-def tracers_on_failing_line(tb) -> list[TracedName]:
+def tracers_on_failing_line(tb: types.TracebackType | None) -> list[TracedName]:
     """Names on your innermost line that were bound to tracers, read from that frame's variables."""
 
     entry = innermost_user_entry(tb)
@@ -87,7 +88,7 @@ def tracers_on_failing_line(tb) -> list[TracedName]:
     return names
 
 
-def resolver(tb):
+def resolver(tb: types.TracebackType | None) -> Resolve:
     """``resolve(dotted name) -> (object, module name)`` in the failing frame's scope, or None.
 
     Only module attributes are followed, read from the module's ``__dict__`` (no ``__getattr__``,

@@ -1,6 +1,5 @@
 """The explainer's analysis: from an error, its traceback and JAX's message, the facts of a report.
 
-
 ``explain`` classifies the error (``kinds``), reads your frames (``frames``), where the offending
 value was made and which argument of the jitted function it comes from, writes the fixes
 (``fixes``) and fits them to the program (``program_fixes``). A tracer kept past its trace is
@@ -13,6 +12,7 @@ import dataclasses
 import linecache
 import re
 import sys
+import types
 
 from jaxmagic._jax.transform_stack import Transformation, stack_at_raise, transformations
 from jaxmagic.probes._support import attribution
@@ -153,7 +153,7 @@ def _provenance_of(report: TracerErrorReport, message: str, inside: list[Transfo
 _MESSAGE_AVAL = re.compile(r"(?:Tracer\(|Traced<)~?(\w+\[[\d, ]*\])")
 
 
-def _made_on_failing_line(report: TracerErrorReport, tb) -> Provenance | None:
+def _made_on_failing_line(report: TracerErrorReport, tb: types.TracebackType | None) -> Provenance | None:
     """Where a tracer on the failing line was computed, from the line JAX recorded on it
     (``n = jnp.sum(mask)`` for ``jnp.zeros(n)``); None when every tracer there is an input of the
     trace (bound to a parameter of a traced function of yours) or JAX recorded no line of yours."""
@@ -210,7 +210,7 @@ def _add_kept_facts(report: TracerErrorReport, kept: UnexpectedTracer, disguised
     )
 
 
-def _add_traced_origin(report: TracerErrorReport, tb) -> None:
+def _add_traced_origin(report: TracerErrorReport, tb: types.TracebackType | None) -> None:
     """The function of yours that was given to the transformation, and the argument each tracer on your line is.
 
     The failing frame may be a loop body or a branch (``step`` of a

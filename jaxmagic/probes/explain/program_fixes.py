@@ -13,6 +13,8 @@ import io
 import linecache
 import re
 import sys
+import types
+from collections.abc import Callable
 
 import jax
 
@@ -57,7 +59,7 @@ _PYTHON = {
 }
 
 
-def _jnp_call(node) -> str:
+def _jnp_call(node: ast.AST) -> str:
     """ "add" for a call of ``jnp.add`` / ``jax.numpy.add``, else ""."""
     func = getattr(node, "func", None)
     if not isinstance(func, ast.Attribute):
@@ -103,7 +105,9 @@ def _static_names(use: str) -> list[str]:
     return re.findall(r"'(\w+)'", match.group(1))
 
 
-def fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], frames: list, tb=None) -> None:
+def fit_static_fixes(
+    report: TracerErrorReport, inside: list[Transformation], frames: list, tb: types.TracebackType | None = None
+) -> None:
     """Make the fixes apply to this program: static_argnames only for a parameter of the jitted function
     (from its code); for a value a jax.numpy call computed from static values, the expression that keeps
     it static; a static_argnames fix tried on the user's own function with the same arguments."""
@@ -163,7 +167,9 @@ def fit_static_fixes(report: TracerErrorReport, inside: list[Transformation], fr
     report.rejected_fixes = [f for f in tried if f.checked.startswith("checked: still fails")]
 
 
-def _add_static_expression_with_static_arguments(report: TracerErrorReport, tried: list[Fix], added: bool, trial):
+def _add_static_expression_with_static_arguments(
+    report: TracerErrorReport, tried: list[Fix], added: bool, trial: Callable[[Fix], Fix]
+) -> None:
     """With the arguments static the line still fails because a jax.numpy call on them makes a traced
     value (``int(jnp.ceil(T / dt))``): both together - the arguments static and the Python/``math``
     expression for the call - go first, tried on the values the call passed."""
@@ -186,7 +192,13 @@ def _add_static_expression_with_static_arguments(report: TracerErrorReport, trie
     tried.insert(0, trial(fix))
 
 
-def _line_trial(report: TracerErrorReport, fixes: list[Fix], jits: dict, frames: list, tb):
+def _line_trial(
+    report: TracerErrorReport,
+    fixes: list[Fix],
+    jits: dict[str, Transformation],
+    frames: list,
+    tb: types.TracebackType | None,
+) -> Callable[[Fix], Fix]:
     """``trial(fix) -> fix``: a fix written as a line of JAX code, traced on the shapes of the failing
     frame's values (``fix_trial``), the names the report's static_argnames fix makes static given the
     values this call passed; any other fix is marked as a suggestion."""
@@ -337,7 +349,7 @@ def _jit_as_given(frames: list, function: str, option: str) -> tuple[str, str] |
     return None
 
 
-def _is_jax_jit(node) -> bool:
+def _is_jax_jit(node: ast.expr) -> bool:
     return (isinstance(node, ast.Attribute) and node.attr == "jit") or (isinstance(node, ast.Name) and node.id == "jit")
 
 

@@ -108,7 +108,7 @@ class TracerErrorReport(Report):
             cause += f"{';' if cause else ':'} it was made by `{made.code}` ({made.where})"
         return f"{self.error_type}: {self.title}{where}{cause}."
 
-    def document(self):
+    def document(self) -> Document:
 
         facts = [("error", self.error_type), ("kind", self.title.replace("`", ""))]
         if self.traced_function:
@@ -202,7 +202,7 @@ class UnexplainedErrorReport(Report):
     def summary(self) -> str:
         return f"jaxmagic could not explain this {self.error_type}: {self.reason}."
 
-    def document(self):
+    def document(self) -> Document:
         sections = [Section("What", [Facts([("error", self.error_type), ("message", self.message)])])]
         if self.your_lines:
             sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], "")]))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import jax
+
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
@@ -43,8 +45,6 @@ def keys(
     left on JAX's C++ path (cheaper still; needs ``record`` and not
     ``check_calls``; ``on_calls_unseen``, ``sampler``: see ``jit_calls.observing_calls``).
     """
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     report = KeyReport(recorded=record)
     mode = "record" if record else "raise"
     report.calls_checked = check_calls

@@ -88,7 +88,7 @@ def held_tracers(namespace: dict | None) -> list[HeldTracer]:
 def _find_tracers(namespace: dict) -> tuple[dict, dict]:
     tracers: dict[int, Any] = {}
 
-    def is_target(value):
+    def is_target(value: Any) -> bool:
         if _is_tracer(value):
             tracers[id(value)] = value
             return True
@@ -304,7 +304,7 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
             roots.append((name, scope[name], KIND_NAME))
     del failing, scopes
 
-    def is_target(value):
+    def is_target(value: Any) -> bool:
         if _is_tracer(value):
             candidates[id(value)] = value
             return True

@@ -70,7 +70,7 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
     On a leak JAX's ``Exception("Leaked trace ...")`` propagates unchanged; an
     ``UnexpectedTracerError`` too. The report is filled in before. With
     ``namespace`` (the user's variables) the report names the variables that
-    hold leaked tracers. ``retrace_token`` (see ``_retrace.fresh_traces``):
+    hold leaked tracers. ``retrace_token`` (see ``_jax.retrace.fresh_traces``):
     blocks with the same token share their traces, each checked when made.
     """
     report = LeakReport()

@@ -8,7 +8,7 @@ import dataclasses
 from jaxmagic.probes._support.fixes.leak_fixes import leak_fixes
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
 LEAK_FIX = (
@@ -150,7 +150,7 @@ class LeakReport(Report):
         held = f" (but `{self.held[0].path}` still holds a tracer leaked earlier)" if self.held else ""
         return f"No tracer leaked{held}."
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = []
         if self.leaked:
@@ -192,7 +192,10 @@ class LeakReport(Report):
                     Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")])
                 )
             secondary = [t for t in self.leaked if t.kept_alive_by is not None]
-            why = [Paragraph(LEAK_FIX), *_fix_for_stored_line(first.stored_at, first.function, first.transformation)]
+            why: list[Block] = [
+                Paragraph(LEAK_FIX),
+                *_fix_for_stored_line(first.stored_at, first.function, first.transformation),
+            ]
             if secondary:
                 why.append(
                     Paragraph(
@@ -255,7 +258,7 @@ class LeakReport(Report):
                     ],
                 )
             )
-        checked = [Paragraph(self.retrace_note)] if self.retrace_note else []
+        checked: list[Block] = [Paragraph(self.retrace_note)] if self.retrace_note else []
         traced = list(dict.fromkeys(self.traced + [t.function for t in self.leaked if t.function]))
         if traced or self.eager_operations or self.leaked:
             names = ", ".join(f"`{n}`" for n in traced) or (
