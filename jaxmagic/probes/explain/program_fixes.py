@@ -28,6 +28,8 @@ from jaxmagic.probes.explain.report import TracerErrorReport
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line
 
+# jax.numpy calls and what computes the same on static values, kept concrete: an operator, a Python
+# or ``math`` function ("" for a conversion that is dropped: ``jnp.asarray(n)`` is ``n``)
 _BINARY = {
     "add": "+",
     "subtract": "-",
