@@ -11,6 +11,7 @@ import pytest
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes._support.tracers.text import leak_blocks
+from jaxmagic.probes.leaks.explanations import _path_from_chain
 
 
 def run_leak(namespace: dict, fn, *args):
@@ -234,7 +235,6 @@ def test_leak_message_parsing_keeps_each_block():
     assert block.context.function == "leaky_fn" and block.context.depends_on == ["x"]
     assert [link.holder for link in block.chain] == ["<list 22>[0]", "__main__.leaked"]
     assert len(block.frame_holders) == 1
-    from jaxmagic.probes.leaks.probe import _path_from_chain
 
     assert _path_from_chain(block.chain) == "leaked[0]"
 

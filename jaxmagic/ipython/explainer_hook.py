@@ -62,8 +62,8 @@ class ExplainerHook:
 
     def _explain(self, error: BaseException) -> None:
         try:
-            # deferred: the probes are imported on the first error, never at %load_ext
-            from jaxmagic.probes.explain.probe import already_explained, explain_any
+            # deferred: the probes (and JAX) are imported when an error is explained, not at %load_ext
+            from jaxmagic.probes.explain import already_explained, explain_any
 
             if already_explained(error):
                 return

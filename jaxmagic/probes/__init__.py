@@ -19,7 +19,7 @@ from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compi
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
-from jaxmagic.probes.explain.probe import (
+from jaxmagic.probes.explain import (
     TracerErrorReport,
     UnexplainedErrorReport,
     explain,
@@ -30,7 +30,7 @@ from jaxmagic.probes.gather import GatherReport, gather, gather_from_engines
 from jaxmagic.probes.hlo import HloReport, hlo, hlo_of_call
 from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
-from jaxmagic.probes.leaks.probe import LeakReport, leaks
+from jaxmagic.probes.leaks import LeakReport, leaks
 from jaxmagic.probes.live import LiveReport, live, live_diff
 from jaxmagic.probes.nans.probe import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device

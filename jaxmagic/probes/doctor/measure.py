@@ -27,7 +27,7 @@ from jaxmagic.probes.doctor.report import (
     rank_findings,
 )
 from jaxmagic.probes.keys import keys
-from jaxmagic.probes.leaks.probe import leaks
+from jaxmagic.probes.leaks import leaks
 from jaxmagic.probes.live import live
 from jaxmagic.probes.nans.probe import explain_nan_sighting
 from jaxmagic.probes.transfers import transfers

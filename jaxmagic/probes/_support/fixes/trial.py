@@ -16,9 +16,12 @@ import contextlib
 import importlib
 import io
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    import jax
 
 # Names a rewritten line may use besides the failing frame's: the modules fixes are written with.
 _MODULES = {"jax": "jax", "jnp": "jax.numpy", "lax": "jax.lax", "math": "math"}
@@ -53,6 +56,8 @@ def try_on_shapes(
     becomes a ``jax.ShapeDtypeStruct`` of its shape and dtype, unless ``concrete`` gives the
     value the call passed for it (a name the fix makes static).
     """
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
     expression = expression_of(code)
     if expression is None:
         return "not tried", "the fix is not one expression"
@@ -67,8 +72,6 @@ def try_on_shapes(
     handed = [n for n in names if n in scope and n not in _MODULES and _holds_own_function(scope[n])]
     if handed:  # lax.switch(i, branches, x) would call them: not tried, to run nothing of the user's
         return "not tried", f"`{handed[0]}` holds functions of yours"
-    import jax
-
     values = {n: importlib.import_module(m) for n, m in _MODULES.items() if n in names and n not in scope}
     values.update({n: scope[n] for n in names if n in scope and n not in traced})
     values.update({n: v for n, v in concrete.items() if n in names})
@@ -108,13 +111,13 @@ def _holds_own_function(value) -> bool:
     return False
 
 
-def _abstract(tracer):
-    import jax
+def _abstract(tracer: Any) -> jax.ShapeDtypeStruct:
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     aval = tracer.aval
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False)))
 
 
-def _short(tracer) -> str:
-    aval = getattr(tracer, "aval", None)
+def _short(tracer: Any) -> str:
+    aval: Any = getattr(tracer, "aval", None)
     return aval.str_short() if hasattr(aval, "str_short") else str(aval)

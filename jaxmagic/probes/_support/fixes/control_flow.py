@@ -1,0 +1,138 @@
+"""Fitters for Python control flow on a traced value (``if``/``while``/``and``/``or``, ``assert``)
+and for a traced value used as a Python int (``range(n)``, ``branches[i](x)``)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Sequence
+
+from jaxmagic.probes._support.fixes.fix import Fix, drop, static_fixes, written_fix
+from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced, uses
+
+# -- Python control flow on a traced value --------------------------------------------------------
+
+
+def _jnp_condition(line: LineCode, node: ast.expr) -> str:
+    """The condition with ``and``/``or``/``not`` written as jax.numpy calls (they call bool())."""
+
+    def write(n: ast.expr) -> str:
+        if isinstance(n, ast.BoolOp):
+            function = "jnp.logical_and" if isinstance(n.op, ast.And) else "jnp.logical_or"
+            parts = [write(v) for v in n.values]
+            text = parts[-1]
+            for part in reversed(parts[:-1]):
+                text = f"{function}({part}, {text})"
+            return text
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return f"jnp.logical_not({write(n.operand)})"
+        return line.text(n)
+
+    return write(node)
+
+
+def fit_bool(
+    fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
+) -> list[Fix]:
+    static = static_fixes(fixes)
+    test = line.test
+    if line.statement == "assert" and test is not None:
+        message = line.tree.body[0].msg  # type: ignore[attr-defined]
+        said = line.text(message) if message is not None else '"..."'
+        return [
+            written_fix(
+                f"checkify.check({line.text(test)}, {said})",
+                "keep the check in the compiled program: from jax.experimental import checkify; call the jitted "
+                "function as checkify.checkify(f)(...), which returns (err, out); err.throw() raises your message",
+            ),
+            Fix(
+                "the assert outside the traced function",
+                "the check is about the inputs: assert on them before the call, where they are concrete",
+            ),
+            *static,
+        ]
+    condition = _jnp_condition(line, test) if test is not None else "cond"
+    if line.raises is not None and test is not None:  # `if bad: raise ...` is a check, like an assert
+        return [
+            written_fix(
+                f"checkify.check(jnp.logical_not({condition}), {line.raises})",
+                "keep the check in the compiled program: from jax.experimental import checkify; call the jitted "
+                "function as checkify.checkify(f)(...), which returns (err, out); err.throw() raises your message",
+            ),
+            Fix(
+                "the check outside the traced function",
+                "the check is about the inputs: test them before the call, where they are concrete",
+            ),
+            *static,
+        ]
+    if line.statement == "while" and line.update is not None and test is not None:
+        name, value = line.update
+        if uses(test, {name}):
+            written = f"{name} = lax.while_loop(lambda {name}: {condition}, lambda {name}: {value}, {name})"
+            return [written_fix(written, _when(fixes, "lax.while_loop") + ": the loop's one variable is its state")] + [
+                f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
+            ]
+    if line.statement == "while":
+        return [Fix(f"lax.while_loop(lambda state: {condition}, body_fn, init)", _when(fixes, "lax.while_loop"))] + [
+            f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
+        ]
+    if test is None:
+        bool_ops = [n for n in ast.walk(line.tree) if isinstance(n, ast.BoolOp) and uses(n, names)]
+        if bool_ops:
+            written = _jnp_condition(line, bool_ops[0])
+            return [
+                written_fix(
+                    written, "and/or/not call bool() on their operands; the jax.numpy functions work elementwise"
+                ),
+                *drop(fixes, "lax.while_loop"),
+            ]
+    if line.choice is not None and test is not None:
+        receiver, if_true, if_false = line.choice
+        where = f"jnp.where({condition}, {if_true}, {if_false})"
+        written = where if receiver == "return" else f"{receiver} = {where}"
+        return [
+            written_fix(written, "the if only chooses a value: both are computed, one is kept elementwise"),
+            written_fix(f"lax.cond({condition}, lambda: {if_true}, lambda: {if_false})", _when(fixes, "lax.cond")),
+            *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
+        ]
+    rewritten = []
+    for fix in drop(fixes, "lax.while_loop"):
+        if fix.use.startswith("jnp.where"):
+            fix = dataclasses.replace(fix, use=f"jnp.where({condition}, a, b)")
+        elif fix.use.startswith("lax.cond"):
+            fix = dataclasses.replace(fix, use=f"lax.cond({condition}, true_fn, false_fn, operand)")
+        rewritten.append(fix)
+    return rewritten
+
+
+def _when(fixes: list[Fix], start: str) -> str:
+    return next((f.when for f in fixes if f.use.startswith(start)), "")
+
+
+# -- a traced value used as a Python int ------------------------------------------------------------
+
+
+def fit_int(fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve) -> list[Fix]:
+    found: list[Fix] = []
+    for name, call in line.calls():
+        if name == "range" and call.args and any(uses(a, names) for a in call.args):
+            bounds = [line.text(a) for a in call.args[:2]]
+            lower, upper = (["0", *bounds] if len(bounds) == 1 else bounds)[:2]
+            found.append(Fix(f"lax.fori_loop({lower}, {upper}, body, init)", _when(fixes, "lax.fori_loop")))
+            break
+    for node in ast.walk(line.tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and uses(node.func.slice, names):
+            chosen, index = line.text(node.func.value), line.text(node.func.slice)
+            operands = ", ".join(line.text(a) for a in node.args) or "operand"
+            found.append(
+                written_fix(
+                    f"lax.switch({index}, {chosen}, {operands})",
+                    "pick one of several functions by a traced index: every branch is traced, one runs",
+                )
+            )
+            break
+        if isinstance(node, ast.Subscript) and uses(node.slice, names) and not uses(node.value, names):
+            container, index = line.text(node.value), line.text(node.slice)
+            found.append(written_fix(f"jnp.asarray({container})[{index}]", _when(fixes, "jnp.asarray")))
+            break
+    return found + static_fixes(fixes) if found else drop(fixes, "lax.fori_loop", "jnp.asarray")

@@ -1,0 +1,179 @@
+"""Fitters for indexing and shapes with traced values: an array shape from a traced value, slice
+bounds from one (``x[i:i + k]``) and boolean masks (``x[x > 0]``, ``x.at[mask].set(v)``)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from jaxmagic.probes._support.fixes.fix import Fix, static_fixes, written_fix
+from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced, dotted, uses
+
+# -- an array shape from a traced value -------------------------------------------------------------
+
+
+def fit_shape(
+    fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
+) -> list[Fix]:
+    # A size made from array data (``n = jnp.sum(mask)``) cannot be a setting: no weakly typed
+    # Python number on the line means the size is data, and a fixed size with a mask comes first.
+    if traced and not any(t.weak_type for t in traced):
+        return sorted(fixes, key=lambda f: not f.use.startswith("a fixed size"))
+    return fixes
+
+
+# -- slice bounds from a traced value ---------------------------------------------------------------
+
+
+def fit_slice(
+    fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
+) -> list[Fix]:
+    for node in ast.walk(line.tree):
+        if not isinstance(node, ast.Subscript):
+            continue
+        axes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for axis, piece in enumerate(axes):
+            if isinstance(piece, ast.Slice) and uses(piece, names) and piece.step is None:
+                return _slice_fixes(fixes, line, node, axis, piece, names)
+    return fixes
+
+
+def _slice_fixes(
+    fixes: list[Fix], line: LineCode, node: ast.Subscript, axis: int, piece: ast.Slice, names: set[str]
+) -> list[Fix]:
+    array = line.text(node.value)
+    start = line.text(piece.lower) if piece.lower is not None else "0"
+    upper = piece.upper
+    if upper is None:
+        size = f"{array}.shape[{axis}] - {start}"
+    elif (
+        isinstance(upper, ast.BinOp)
+        and isinstance(upper.op, ast.Add)
+        and piece.lower is not None
+        and ast.dump(upper.left) == ast.dump(piece.lower)
+    ):
+        size = line.text(upper.right)
+    else:
+        size = f"{line.text(upper)} - {start}" if piece.lower is not None else line.text(upper)
+    size_node = ast.parse(size, mode="eval")
+    size_traced = sorted({n.id for n in ast.walk(size_node) if isinstance(n, ast.Name) and n.id in names})
+    needs = (
+        f"; {', '.join(f'`{n}`' for n in size_traced)} must then be static (the length is a shape)"
+        if size_traced
+        else ""
+    )
+    at = node.value if isinstance(node.value, ast.Attribute) and node.value.attr == "at" else None
+    if at is not None:
+        target = line.text(at.value)
+        setter = next(
+            (
+                n
+                for n in ast.walk(line.tree)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.value is node
+                and n.func.attr == "set"
+                and len(n.args) == 1
+            ),
+            None,
+        )
+        when = "write a window at a traced position; the update's length is fixed" + needs
+        if setter is not None:  # x.at[i:i + k].set(v): the update is v
+            update = line.text(setter.args[0])
+            found = [written_fix(f"lax.dynamic_update_slice_in_dim({target}, {update}, {start}, axis={axis})", when)]
+        else:
+            found = [Fix(f"lax.dynamic_update_slice_in_dim({target}, update, {start}, axis={axis})", when)]
+    else:
+        leading = ":, " * axis
+        found = [
+            written_fix(
+                f"lax.dynamic_slice_in_dim({array}, {start}, {size}, axis={axis})",
+                "the start is data, the length is fixed" + needs,
+            ),
+            written_fix(f"{array}[{leading}jax.ds({start}, {size})]", "the same with indexing syntax" + needs),
+        ]
+    static = static_fixes(fixes)
+    if size_traced and static:  # the length, not the start, is what must be a setting
+        written = re.sub(r"static_argnames=\([^)]*\)", f"static_argnames={tuple(size_traced)!r}", static[0].use)
+        static = [dataclasses.replace(static[0], use=written, when="the length is a setting, not data")]
+    return found + static
+
+
+# -- boolean masks ------------------------------------------------------------------------------
+
+_AT_UPDATES = {
+    "set": "jnp.where({mask}, {v}, {x})",
+    "add": "{x} + jnp.where({mask}, {v}, 0)",
+    "multiply": "jnp.where({mask}, {x} * {v}, {x})",
+    "min": "jnp.where({mask}, jnp.minimum({x}, {v}), {x})",
+    "max": "jnp.where({mask}, jnp.maximum({x}, {v}), {x})",
+}
+
+
+def fit_bool_index(
+    fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
+) -> list[Fix]:
+    """``x.at[mask].set(v)`` is ``jnp.where(mask, v, x)`` (the table's ``jnp.where(mask, x, 0)`` zeroes
+    what such a line keeps); ``x[mask].sum()`` / ``.mean()`` keep the shape and mask the reduction."""
+    for node in ast.walk(line.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1):
+            continue
+        target = node.func.value
+        if not isinstance(target, ast.Subscript):
+            continue
+        at = target.value
+        if not (isinstance(at, ast.Attribute) and at.attr == "at" and uses(target.slice, names)):
+            continue
+        pattern = _AT_UPDATES.get(node.func.attr)
+        if pattern is None:
+            continue
+        x, mask, v = line.text(at.value), line.text(target.slice), line.text(node.args[0])
+        return [
+            written_fix(
+                pattern.format(x=x, mask=mask, v=v),
+                f"the same update where `{mask}` holds, every other entry kept - the shape stays known",
+            )
+        ] + _with_mask(fixes, mask)
+    for node in ast.walk(line.tree):
+        if not (isinstance(node, ast.Subscript) and uses(node.slice, names)):
+            continue
+        x, mask = line.text(node.value), line.text(node.slice)
+        reduce = _reduction_of(line, node)
+        if reduce == "sum":
+            written = written_fix(f"jnp.sum(jnp.where({mask}, {x}, 0))", "sum over the masked entries, shape kept")
+        elif reduce == "mean":
+            written = written_fix(
+                f"jnp.sum(jnp.where({mask}, {x}, 0)) / jnp.sum({mask})",
+                "mean over the masked entries, shape kept (0/0 when none is set)",
+            )
+        else:
+            written = written_fix(
+                f"jnp.where({mask}, {x}, 0)",
+                "keep the shape, zero the entries outside the mask; then reduce with the mask",
+            )
+        return [written] + _with_mask(fixes, mask)
+    return fixes
+
+
+def _with_mask(fixes: list[Fix], mask: str) -> list[Fix]:
+    """The table's other fixes, with the line's mask for ``mask`` (its jnp.where one is replaced)."""
+    return [
+        dataclasses.replace(f, use=f.use.replace("(mask,", f"({mask},"))
+        for f in fixes
+        if not f.use.startswith("jnp.where(mask")
+    ]
+
+
+def _reduction_of(line: LineCode, subscript: ast.Subscript) -> str:
+    """ "sum" / "mean" when the masked subscript is reduced at once: ``x[m].sum()``, ``jnp.mean(x[m])``."""
+    for node in ast.walk(line.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.value is subscript and not node.args:
+            return node.func.attr if node.func.attr in ("sum", "mean") else ""
+        name = dotted(node.func)
+        if name in ("jnp.sum", "jnp.mean") and node.args and node.args[0] is subscript and len(node.args) == 1:
+            return name.split(".")[1]
+    return ""
