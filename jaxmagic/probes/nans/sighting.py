@@ -64,6 +64,7 @@ def nan_finding_provenance(s: NanSighting, nan: NanReport | None) -> Provenance:
 
 
 def ended_sentence(text: str) -> str:
+    """A sentence as the end of another one: lower-case first letter, no full stop."""
     text = text.strip()
     return text[:1].lower() + text[1:].rstrip(".") if text else text
 

@@ -30,6 +30,7 @@ def host_array(value):
 
 
 def bad_mask(value, want_nan: bool):
+    """Where ``value`` holds NaN (``want_nan``) or any non-finite number; None where it holds none."""
     array = host_array(value)
     if array is None:
         return None
@@ -38,6 +39,7 @@ def bad_mask(value, want_nan: bool):
 
 
 def any_bad(values, want_nan: bool = False) -> bool:
+    """Some of ``values`` hold NaN (``want_nan``) or any non-finite number."""
     return any(bad_mask(v, want_nan) is not None for v in values)
 
 
@@ -87,6 +89,8 @@ def definiteness(matrices, index: tuple, eqn) -> tuple[str, str]:
 
 
 def operand_at(value, out_shape: tuple, index: tuple) -> str:
+    """The operand's value at the output's element ``index`` (broadcast to ``out_shape``); a summary of
+    the whole operand when no single element applies (``f32[3] in [-1.0, 2.0], 1 zero(s)``)."""
     array = np.asarray(value)
     try:
         if array.size == 1:

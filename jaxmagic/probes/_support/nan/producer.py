@@ -31,7 +31,7 @@ of it to bisect, was measured slower than this walk on CPU
 (``benchmarks/bench_nan_producer.py``: one compile of a 1.5k-equation step costs
 more than the whole search).
 
-The package: ``producer`` (the search and what it found), ``host_values``
+Its modules: ``producer`` (the search and what it found), ``host_values``
 (reading and writing the values), ``equation_origin`` (the line, expression
 and library function of an equation) and ``inside`` (``%%jax_nans --inside``:
 every intermediate of one call, masked values too).
@@ -186,6 +186,8 @@ class ProducerSearch:
     given_inf: bool = False  # its inputs held inf and no NaN: the producer made NaN from inputs without NaN
 
 
+# -- masked rows: what the fix for a NaN of a fully masked row needs -------------------------
+
 _MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
 
 
@@ -221,6 +223,9 @@ def note_neg_inf_rows(found: dict, eqn, inputs, path) -> None:
 
 
 class ProducerListener(Listener):
+    """The producer search's answers to the walk (``jaxpr_eval.Walk``): which equation to open, and what
+    each equation that ran tells - the producer, then the NaN maker, then what discarded the value."""
+
     def __init__(self, want_nan: bool, strict: bool, given_inf: bool = False):
         self.want_nan = want_nan  # a NaN was caught (not only an inf)
         self.strict = strict  # the producer must make the NaN itself from finite inputs
