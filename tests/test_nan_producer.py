@@ -9,14 +9,24 @@ the first bad element and the input values there.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from jaxmagic import probes
-from jaxmagic.probes.nans.probe import LoopPosition, NanProducer, NanReport
+from jaxmagic.probes._support.nan import producer as nan_producer
+from jaxmagic.probes._support.nan.failing_call import failing_expressions
+from jaxmagic.probes._support.nan.inside import search_inside
+from jaxmagic.probes._support.nan.producer import search
+from jaxmagic.probes.nans import LoopPosition, NanProducer, NanReport
+from tests.test_nans_probe import assert_holds_no_jax_objects
 
 # No array here is made from a Python list of three floats: the first such conversion in the
 # process is the one tests/test_transfers_probe.py sees described by JAX (later ones take a fast
@@ -282,8 +292,6 @@ def test_python_overflow_is_not_a_jax_inf():
 
 
 def test_a_primitive_the_search_cannot_open_is_named():
-    from jaxmagic.probes._support.nan.producer import search
-
     found = search(jax.jit(lambda x: jax.pure_callback(np.log, x, x)), [jnp.array([-1.0])])
     assert found.producer is not None and found.producer.primitive == "pure_callback"
 
@@ -295,10 +303,6 @@ def test_clean_cells_do_not_search():
 
 
 def test_report_with_producer_is_json_and_holds_no_arrays():
-    import json
-
-    from tests.test_nans_probe import assert_holds_no_jax_objects
-
     report = caught(lambda: simulate(jnp.float32(2.5), jnp.ones(5)))
     json.dumps(report.to_dict())
     assert_holds_no_jax_objects(report)
@@ -353,9 +357,6 @@ def test_check_adds_iteration_and_values_inside_a_scan():
 
 
 def test_shard_map_body_that_cannot_run_outside_is_named_as_the_stop():
-    from jax.sharding import Mesh
-    from jax.sharding import PartitionSpec as P
-
     mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
 
     def local(x):
@@ -470,8 +471,6 @@ def donated_loss(w, x):
 
 def test_the_producer_search_of_a_donating_step_keeps_the_users_arrays():
     # Evaluating the jitted call op by op must not give the user's parameters away (donate_argnums).
-    from jaxmagic.probes._support.nan.producer import search
-
     def step(w, x):
         loss, g = jax.value_and_grad(donated_loss)(w, x)
         return w - g, loss
@@ -514,8 +513,6 @@ def _body_of(jitted, *args):
 
 
 def test_search_inside_a_long_scan_stops_at_its_budget():
-    from jaxmagic.probes._support.nan.producer import search_inside
-
     @jax.jit
     def running_sum(xs):
         return lax.scan(lambda c, x: (c + jnp.tanh(x), None), 0.0, xs)[0]
@@ -534,8 +531,6 @@ finite_only = jax.jit(_finite_only)
 
 
 def test_search_inside_names_a_masking_function_of_the_users_by_its_own_name():
-    from jaxmagic.probes._support.nan.producer import search_inside
-
     @jax.jit
     def embed(x):
         h = jnp.exp(x)  # overflows for x > 88
@@ -611,8 +606,6 @@ def deep_step_args(bad: str, layers: int = 10, width: int = 8):
 
 
 def _search_deep_step(bad: str):
-    from jaxmagic.probes._support.nan.producer import search
-
     args = deep_step_args(bad)
     found = search(deep_train_step, args, source="deep_train_step(params, opt, x)")
     assert found.failure == "" and found.producer is not None, found
@@ -647,8 +640,6 @@ def test_a_program_first_traced_by_a_search_names_the_body_line_when_searched_ag
     # The search traces with JAX's attributions replaced (a transposed equation keeps its own traceback);
     # JAX caches that trace, and the next search of the same function reads it from the cache: the
     # scan's line, not the body's, was named then (the attributions had gone with the first search).
-    from jaxmagic.probes._support.nan.producer import search
-
     @jax.jit
     def energy_step(positions):
         return jax.grad(md_energy)(positions)
@@ -686,21 +677,16 @@ def test_the_second_pass_resumed_at_the_first_non_finite_value_names_what_a_full
 ):
     # When no operation made a NaN from finite values (an inf came first), the second pass starts where
     # the first met its first non-finite value: the same search as evaluating everything again.
-    import dataclasses
-
-    from jaxmagic.probes._support.nan import producer as nan_producer
 
     args = make_args()
     resumed = nan_producer.search(function, args)
-    monkeypatch.setattr(nan_producer._Search, "checkpoint", lambda self, eqn, outputs: False)
+    monkeypatch.setattr(nan_producer.ProducerListener, "checkpoint", lambda self, eqn, outputs: False)
     again = nan_producer.search(function, args)
     assert resumed.producer is not None
     assert dataclasses.asdict(resumed) == dataclasses.asdict(again)
 
 
 def test_scan_of_1000_iterations_with_a_nan_at_900_names_log_at_iteration_900():
-    from jaxmagic.probes._support.nan.producer import search
-
     def body(state, drive):
         state = jnp.tanh(state * 0.9 + drive)
         energy = jnp.log(jnp.sum(state**2) - drive[0] * 1e3)
@@ -791,8 +777,6 @@ def test_a_lambda_frame_evaluates_its_own_body_not_the_call_that_made_the_lambda
     # A lambda's body runs in a frame of its own: the expression around it (`_apply_twice(lambda ...)`)
     # belongs to the caller's frame. Evaluated in the lambda's frame it re-ran the whole enclosing call
     # (a `pytest.raises` block, a training loop) with whatever names that frame could see.
-    from jaxmagic.probes._support.nan.failing_call import failing_expressions
-
     with pytest.raises(FloatingPointError) as caught_error:
         _apply_twice(lambda v: _fails(v) + 1, jnp.ones(2))
     sources = [call.source for call in failing_expressions(caught_error.tb)]

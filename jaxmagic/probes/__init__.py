@@ -32,7 +32,7 @@ from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
 from jaxmagic.probes.leaks import LeakReport, leaks
 from jaxmagic.probes.live import LiveReport, live, live_diff
-from jaxmagic.probes.nans.probe import NanReport, nans
+from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
 from jaxmagic.probes.prints import PrintReport, prints
 from jaxmagic.probes.profile import ProfilerBusy, ProfileReport, profile

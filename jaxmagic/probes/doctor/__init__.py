@@ -54,7 +54,7 @@ from jaxmagic.probes.doctor.report import (
     Finding,
     rank_findings,
 )
-from jaxmagic.probes.nans.probe import explain_nan_sighting
+from jaxmagic.probes.nans.sighting import explain_nan_sighting
 
 __all__ = [
     "AREAS",

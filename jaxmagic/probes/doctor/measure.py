@@ -29,7 +29,7 @@ from jaxmagic.probes.doctor.report import (
 from jaxmagic.probes.keys import keys
 from jaxmagic.probes.leaks import leaks
 from jaxmagic.probes.live import live
-from jaxmagic.probes.nans.probe import explain_nan_sighting
+from jaxmagic.probes.nans.sighting import explain_nan_sighting
 from jaxmagic.probes.transfers import transfers
 from jaxmagic.report.wording import error_line
 

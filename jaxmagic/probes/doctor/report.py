@@ -14,7 +14,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import CAUSE_TITLES
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
-from jaxmagic.probes.nans.probe import nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table

@@ -30,7 +30,7 @@ from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.keys import FIX, keys
-from jaxmagic.probes.nans.probe import explain_nan_sighting, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import explain_nan_sighting, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype

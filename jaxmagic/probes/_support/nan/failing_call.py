@@ -80,7 +80,7 @@ class _Evaluator:
         self.globals = frame.f_globals
         self.locals = dict(frame.f_locals)
 
-    def eval(self, node: ast.AST):
+    def eval(self, node: ast.expr):
         """Evaluate a side-effect-free expression, or raise ValueError."""
         self._check(node)
         code = compile(ast.Expression(body=node), "<jaxmagic re-evaluation>", "eval")
@@ -153,14 +153,14 @@ def _expression_at(user_tb: TracebackType) -> FailingCall | None:
         return None
     if not isinstance(node, ast.expr):
         return None
-    chain = [node]
+    chain: list[ast.expr] = [node]
     # Up to the frame's own expression: a lambda's (or a generator expression's) body runs in a frame of
     # its own, so what encloses it - `jax.tree.map(lambda p, g: ..., params, grads)` - belongs to the
     # frame that made the lambda, and evaluated here it would read this frame's names.
-    while isinstance(getattr(chain[-1], "parent", None), ast.expr) and not isinstance(
-        chain[-1].parent, (ast.Lambda, ast.GeneratorExp)
-    ):
-        chain.append(chain[-1].parent)
+    parent = getattr(node, "parent", None)  # executing links each node to its parent
+    while isinstance(parent, ast.expr) and not isinstance(parent, (ast.Lambda, ast.GeneratorExp)):
+        chain.append(parent)
+        parent = getattr(parent, "parent", None)
     frame = user_tb.tb_frame
     for candidate in reversed(chain):  # the largest first
         call = _as_function(candidate, frame)

@@ -32,13 +32,11 @@ class NonFiniteLeaf:
 
 def _host_values(leaf):
     """The leaf as a NumPy array, or None if it is not an inexact array we can read."""
-    try:
-        import jax
-    except ImportError:  # pragma: no cover - jax is a dependency
-        jax = None
-    if jax is not None and isinstance(leaf, jax.core.Tracer):
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    if isinstance(leaf, jax.core.Tracer):
         return None
-    if jax is not None and isinstance(leaf, jax.Array):
+    if isinstance(leaf, jax.Array):
         if not leaf.is_fully_addressable or leaf.is_deleted():
             return None
     elif not isinstance(leaf, (np.ndarray, np.generic, float)):
@@ -55,7 +53,7 @@ def _host_values(leaf):
 def is_inexact(dtype) -> bool:
     """A floating or complex dtype, bfloat16 and the other ml_dtypes floats included (NumPy does not
     count them inexact: a bfloat16 NaN went unsearched)."""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     try:
         return bool(jax.dtypes.issubdtype(dtype, jax.numpy.inexact))
@@ -65,7 +63,7 @@ def is_inexact(dtype) -> bool:
 
 def nonfinite_leaves(tree, holder: str) -> list[NonFiniteLeaf]:
     """The leaves of ``tree`` that contain NaN or inf, in tree order."""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     try:
         leaves = jax.tree_util.tree_leaves_with_path(tree)
@@ -87,7 +85,7 @@ def nonfinite_leaves(tree, holder: str) -> list[NonFiniteLeaf]:
 
 def looks_like_array_tree(value) -> bool:
     """Cheap test: is ``value`` an array, or a list/tuple/dict that holds arrays?"""
-    import jax
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     if isinstance(value, (jax.Array, np.ndarray)):
         return True

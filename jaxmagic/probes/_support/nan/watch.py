@@ -115,7 +115,7 @@ def _deleted(value) -> bool:
 
 def _copied(leaves) -> list:
     """Device copies of ``leaves`` (dispatched, not waited for: they are made before a later call donates them)."""
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     return [jnp.copy(leaf) for leaf in leaves]
 
@@ -134,7 +134,7 @@ class NanWatch(jit_calls.CallObserver):
         self.copy_limit = copy_limit
         self._pending_rerun: FailingCall | None = None
         # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals, kept copies)
-        self._last = None
+        self._last: tuple | None = None
         self._calls: dict[str, int] = {}  # name -> calls seen
         self._looked_at: dict[str, int] = {}  # name -> the number of its last call seen
         self._before_call: list = []  # (donated argument, its copy) of the call about to run
@@ -252,7 +252,7 @@ class NanWatch(jit_calls.CallObserver):
         """Flush, then hand over the sighting and the call to re-run (kept no longer here).
 
         The re-run itself, under the NaN probe, is the doctor's
-        (``jaxmagic.probes.nans.probe.explain_nan_sighting``): a support
+        (``jaxmagic.probes.nans.sighting.explain_nan_sighting``): a support
         module runs no probe.
         """
         self.flush()
@@ -267,6 +267,8 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
     the call's own arguments (static ones included); ``_cpp_pjit`` makes the
     same jitted function from them, sharing its caches.
     """
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
     if jit_locals is None:
         return None
     fun, info, args, kwargs = jit_locals
@@ -290,7 +292,6 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
                 f"by the call, and the watch held no copy, because {why}. So the operation and the line inside "
                 "the function are not known; %%jax_nans on the cell finds them."
             )
-        import jax
 
         def restored(value):
             return jax.tree_util.tree_map(lambda leaf: kept["arguments"].get(id(leaf), leaf), value)

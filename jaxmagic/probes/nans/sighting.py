@@ -1,0 +1,125 @@
+"""A NaN another probe saw, explained by the NaN probe: the protocol of ``%%jax_doctor`` and ``%jax_watch``.
+
+Those probes run the user's code with a ``NanWatch`` (``probes/_support/nan/watch.py``), which
+notes the first call whose result held a NaN and keeps what it takes to repeat it. After the cell,
+``explain_nan_sighting`` repeats that call under ``nans()`` to name the operation and the line, and
+``nan_finding_text`` and ``nan_finding_provenance`` word the finding for their reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from jaxmagic._jax import jit_calls
+from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
+from jaxmagic.probes.nans.probe import apply_search, conclude, nans
+from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
+from jaxmagic.report.provenance import Provenance
+from jaxmagic.report.wording import error_line
+
+
+def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple[str, str, str, str]:
+    """(title, evidence, fix, short) of a NaN sighting (``NanSighting``) explained by ``nan`` (the
+    NanReport of its re-run, or None); shared by the doctor and ``%jax_watch``."""
+    evidence = f"first in call {s.call_number} of {where} ({', '.join(s.leaves)})"
+    if nan is None or not nan.found:
+        return f"NaN in the results of {where}", evidence, "", f"in the results of {where}"
+    producer = nan.producer
+    primitive = producer.primitive if producer is not None else (nan.primitive or "?")
+    phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
+    library = nan.library_function
+    inside = f" inside `{library}`" if library else ""
+    title = f"NaN made by `{primitive}`{inside} in {phase} of {where}"
+    if producer is not None:
+        if producer.discarded_by:
+            title += f" (in a branch `{producer.discarded_by}` discarded)"
+        evidence += f"; {producer.description}"
+        if producer.nan_maker:
+            evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
+    fix = nan.fix or (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
+    short = f"`{primitive}`{inside} in the {nan.phase} pass of {where}"
+    return title, evidence, fix, short
+
+
+def nan_finding_provenance(s: NanSighting, nan: NanReport | None) -> Provenance:
+    """The NaN probe's provenance of the re-run, with the call the user's cell made as ``started_by``;
+    when the re-run could not be made, why the producing line is not known."""
+    if nan is not None and nan.found and nan.provenance is not None:
+        made = nan.provenance
+        transforms = list(made.transforms)
+        if s.jitted and not (transforms and transforms[0] == f"jit({s.function})"):
+            transforms.insert(0, f"jit({s.function})")  # the re-run searched an expression inside the jitted call
+        return Provenance(
+            made_at=made.made_at,
+            function=made.function,
+            transforms=transforms,
+            position=made.position,
+            started_by=s.line,
+            library_function=made.library_function,
+            unknown=made.unknown,
+        )
+    why = s.rerun_note or "the call was not re-run under jax.debug_nans"
+    return Provenance(started_by=s.line, unknown=f"only the call that returned it is known: {ended_sentence(why)}")
+
+
+def ended_sentence(text: str) -> str:
+    """A sentence as the end of another one: lower-case first letter, no full stop."""
+    text = text.strip()
+    return text[:1].lower() + text[1:].rstrip(".") if text else text
+
+
+def explain_nan_sighting(watch: NanWatch) -> NanReport | None:
+    """Re-run the first NaN-producing jitted call the watch saw under the NaN probe; its NanReport (or None).
+
+    Call this after the cell, with no other probe active. Never raises.
+    """
+    sighting, call = watch.take_rerun()
+    if sighting is None:
+        return None
+    if not sighting.jitted:  # an eager operation: the primitive and the line are known
+        eager = NanReport(
+            found=True,
+            value="nan",
+            primitive=sighting.function,
+            phase="forward",
+            origin_lines=[sighting.line] if sighting.line else [],
+            failing_call=sighting.line.code if sighting.line else "",
+            call_number=sighting.call_number,
+            call_line=sighting.line,
+        )
+        conclude(eager, sighting.line)
+        return eager
+    if call is None:
+        return None
+    report = None
+    try:
+        with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
+            with nans() as report:
+                call()
+    except (FloatingPointError, ZeroDivisionError):
+        pass
+    except Exception as error:
+        sighting.rerun_note = f"Re-running {call.source} under the NaN probe failed: {error_line(error)}"
+        del call
+        return None
+    if report is not None and report.found:
+        if report.producer is None:  # the whole jitted call, traced once more with its arguments
+            with jit_calls.paused():
+                apply_search(report, call, want_nan=report.value != "inf")
+        report.call_number = sighting.call_number
+        report.call_line = sighting.line
+        conclude(report, sighting.line)
+    del call
+    if report is not None and not report.found:
+        sighting.rerun_note = (
+            f"{sighting.call_source} gave no NaN when re-run with the same arguments under "
+            "jax.debug_nans: the result depends on something besides the arguments."
+        )
+    elif report is not None:
+        sighting.rerun_note = (
+            f"{sighting.call_source} was run once more after the cell, with the same "
+            "arguments, under jax.debug_nans (the %%jax_nans probe) to name the primitive "
+            "and the line."
+        )
+    return report
