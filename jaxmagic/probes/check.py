@@ -65,7 +65,7 @@ def error_set(names: str | list[str]):
             f"names unknown error sets {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated",
         )
-    combined = frozenset()
+    combined: frozenset = frozenset()
     for name in wanted:
         combined = combined | sets[name]
     return combined

@@ -50,7 +50,7 @@ class compiles:
         collector = Collector(self.report, stack)
         try:
             stack.enter_context(compile_logs_captured(collector.on_log))
-            monitoring.register_event_duration_secs_listener(collector.on_duration)
+            monitoring.register_event_duration_secs_listener(collector.on_duration)  # type: ignore[arg-type]  # JAX's Protocol names the second parameter duration_secs
             stack.callback(_unregister, collector.on_duration)
             stack.enter_context(jax.log_compiles(True))
             stack.enter_context(jax.explain_cache_misses(True))
@@ -61,17 +61,18 @@ class compiles:
         progress.publish(lambda: compile_progress(self.report))
         return self.report
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:  # the user's exception propagates unchanged
         __tracebackhide__ = True
         try:
-            self._stack.close()
+            if self._stack is not None:
+                self._stack.close()
         finally:
-            self._collector.finish()
+            if self._collector is not None:
+                self._collector.finish()
             if exc is not None:
                 self.report.other_error = error_line(exc)
         if exc is None and self.raise_over_budget:
             self.report.raise_if_over_budget()
-        return False
 
 
 def _unregister(listener) -> None:

@@ -133,7 +133,7 @@ def random_calls_followed(report: KeyReport) -> Iterator[None]:
     uses: dict[tuple, LegacyKeyUse] = {}
     draws: dict[tuple, tuple[RepeatedDraw, dict]] = {}
     # legacy keys, which JAX's checker cannot follow: key data -> the first line that consumed it
-    consumed: dict[bytes, tuple[tuple, str]] = {}
+    consumed: dict[bytes, tuple[tuple, str, str]] = {}  # key data -> (place, API, the consuming function)
     reuses: dict[tuple, KeyReuse] = {}
     lock = threading.Lock()
 

@@ -135,7 +135,7 @@ def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
             for sub in compat.sub_jaxprs(eqn):
                 inner = getattr(sub, "jaxpr", sub)
                 if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's
-                    found |= {inputs[i] for i in _wrapped_inputs(inner, depth + 1) if inputs[i] is not None}
+                    found |= {n for i in _wrapped_inputs(inner, depth + 1) if (n := inputs[i]) is not None}
     return found
 
 

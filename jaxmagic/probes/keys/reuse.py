@@ -138,7 +138,7 @@ def _fix(reuse: KeyReuse) -> str:
     for line in (reuse.first_used_at, reuse.reused_at):
         fix = split_off_fix(line)
         if fix is not None:
-            return f"{fix.text} (a suggestion, checked against your source: `{fix.split_off}` is never read in `{line.function}`)."
+            return f"{fix.text} (a suggestion, checked against your source: `{fix.split_off}` is never read in `{line.function if line else ''}`)."
     if reuse.where == "trace" and reuse.consumer.startswith("jax.random."):
         draws = same_key_draws_fix(reuse.reused_at, reuse.consumer)
         if draws is not None:
@@ -171,7 +171,7 @@ def function_is_users(params: dict) -> bool:
     known = _users_functions.get(where)  # asked at every call of a jitted function: answered once per function
     if known is None:
         match = re.search(r" at (.+):\d+$", where)
-        known = bool(match) and is_user_file(match.group(1))
+        known = match is not None and is_user_file(match.group(1))
         if len(_users_functions) < 10_000:
             _users_functions[where] = known
     return known

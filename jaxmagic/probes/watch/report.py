@@ -39,8 +39,7 @@ class WatchFinding(Report):
         return self.headline
 
     def blocks(self) -> list:
-
-        blocks = []
+        blocks: list = []
         if self.details:
             blocks.append(Facts([("evidence", self.details)]))
         if self.provenance is not None:
