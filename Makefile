@@ -3,7 +3,7 @@
 # `make notebooks` syncs each demo notebook with its paired source demo_notebooks/NN_*.py.
 PY := .venv/bin/python
 
-.PHONY: demo test bench venv notebooks clean
+.PHONY: demo test test-fast bench venv notebooks clean
 
 venv:
 	@tools/venv.sh
@@ -13,6 +13,10 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The lane to run while working (about two minutes): no browser, kernel, cluster or slow test.
+test-fast: venv
+	$(PY) -m pytest -m "not browser and not kernel and not cluster and not slow" $(PYTEST_ARGS)
 
 notebooks: venv
 	$(PY) tools/sync_notebooks.py

@@ -1,4 +1,9 @@
-"""Shared fixtures: an in-process IPython shell with jaxmagic loaded."""
+"""Shared fixtures (an in-process IPython shell with jaxmagic loaded) and the lanes of the suite.
+
+Every test is marked by what it needs, so `make test-fast` can leave out what is slow to start:
+``browser`` (JupyterLab in Chromium), ``kernel`` (a notebook kernel or a fresh Python process),
+``cluster`` (ipyparallel engines), ``slow`` (a second or more: tests/slow_tests.txt, measured).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,56 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "demo_notebooks"))  # section9_script, the chapter's training script
+
+
+# The lanes by file: what a whole test file needs.
+_FILE_MARKS = {
+    "test_browser.py": "browser",
+    "test_notebooks.py": "kernel",
+    "test_watch_notebook.py": "kernel",
+    "test_live_view.py": "kernel",
+    "test_section9_script.py": "kernel",
+    "test_sharding.py": "kernel",  # its scenarios run in fresh processes with 64 fake devices
+    "test_gather.py": "cluster",
+    "test_soak.py": "slow",
+    "test_types.py": "slow",  # mypy over the package
+    "test_magics_fuzz.py": "slow",
+}
+_SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+_GONE_SLOW_IDS = pytest.StashKey[list]()
+
+
+def pytest_configure(config):
+    for name, what in [
+        ("browser", "drives JupyterLab in headless Chromium"),
+        ("kernel", "runs a notebook kernel or a fresh Python process"),
+        ("cluster", "starts ipyparallel engines"),
+        ("slow", "takes a second or more (tests/slow_tests.txt)"),
+    ]:
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def _slow_ids() -> set[str]:
+    lines = _SLOW_LIST.read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(config, items):
+    slow = _slow_ids()
+    seen = set()
+    for item in items:
+        file_name = item.path.name
+        if file_name in _FILE_MARKS:
+            item.add_marker(_FILE_MARKS[file_name])
+        node = item.nodeid.removeprefix("tests/")
+        if node in slow:
+            item.add_marker("slow")
+            seen.add(node)
+    collected_files = {item.path.name for item in items}
+    listed_files = {node.split("::")[0] for node in slow}
+    if listed_files <= collected_files:  # the whole suite was collected: say which listed tests are gone
+        config.stash[_GONE_SLOW_IDS] = sorted(slow - seen)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +91,11 @@ def pytest_terminal_summary(terminalreporter):
         for name, value in getattr(report, "user_properties", ())
         if name == "notebook_run"
     ]
+    gone = terminalreporter.config.stash.get(_GONE_SLOW_IDS, [])
+    if gone:
+        terminalreporter.write_sep("-", "tests/slow_tests.txt names tests that no longer exist")
+        for node in gone:
+            terminalreporter.write_line(node)
     if lines:
         terminalreporter.write_sep("-", "demo notebook runs checked")
         for line in sorted(set(lines)):

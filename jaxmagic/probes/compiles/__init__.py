@@ -38,8 +38,8 @@ from jaxmagic.probes.compiles.collector import (
     EVENT_BACKEND_COMPILE,
     EVENT_LOWER,
     EVENT_TRACE,
-    FunctionState,
 )
+from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.limits import (
     CHANGES_KEPT,
     DETAILS_PER_FUNCTION,

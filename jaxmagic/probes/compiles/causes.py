@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING
 
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
@@ -18,14 +17,12 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
 from jaxmagic.probes.compiles.user_arguments import LeafValue
 from jaxmagic.report.source import is_user_file, source_line
-
-if TYPE_CHECKING:  # the collector imports this module
-    from jaxmagic.probes.compiles.collector import FunctionState
 
 
 @dataclasses.dataclass

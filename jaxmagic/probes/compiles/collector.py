@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import threading
 from types import FrameType
@@ -20,6 +19,7 @@ from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
+from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
@@ -35,20 +35,6 @@ from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, s
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
 EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-
-
-@dataclasses.dataclass
-class FunctionState:
-    summary: FunctionCompiles
-    signatures: set = dataclasses.field(default_factory=set)
-    last_types: list[str] | None = None
-    last_static: dict[str, StaticValue] | None = None
-    last_metadata: dict | None = None  # static fields of pytree arguments at the last compilation (MetaValue)
-    static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
-    last_function: Any = None  # weakref to the Python function jit traced at the last compilation
-    last_leaves: dict | None = None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
-    explained: int = 0
-    detailed: int = 0
 
 
 class Collector:
