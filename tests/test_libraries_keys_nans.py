@@ -1,5 +1,7 @@
-"""Keys and NaNs through NumPyro, called for real: the library's public function is named, and
-a key the library consumes is traced back to the user's line that handed it over."""
+"""Keys and NaNs through the libraries, called for real: the library's public function is named
+(never the library's wrapper of the user's own function), a library's jit wrapper does not hide a
+NaN from the doctor, a normalisation layer's NaN is fixed by the layer's own epsilon (tried), and a
+key the library consumes is traced back to the user's line that handed it over."""
 
 import pytest
 
@@ -39,3 +41,127 @@ def test_nan_inside_a_distribution_is_named_by_its_public_class_and_method():
     assert report.to_dict()["library_function"] == "numpyro.distributions.Normal.log_prob"
     assert "inside `numpyro.distributions.Normal.log_prob`" in report.summary
     assert "loglik" in report.summary
+
+
+def _nan_report(run):
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            run()
+    return report.to_dict()
+
+
+def test_doctor_finds_a_nan_made_under_eqx_filter_jit_and_names_the_jnp_function_not_the_wrapper():
+    # equinox threads: a norm of a zero difference in a loss, stepped with filter_jit + optax
+    eqx = pytest.importorskip("equinox")
+    optax = pytest.importorskip("optax")
+
+    class Model(eqx.Module):
+        w: jax.Array
+
+        def __call__(self, x):
+            return jnp.linalg.norm(x - self.w, axis=-1)
+
+    model, x = Model(jnp.array([1.0, 2.0])), jnp.array([[1.0, 2.0], [0.0, 1.0]])
+    optimizer = optax.sgd(0.1)
+    state = optimizer.init(eqx.filter(model, eqx.is_array))
+
+    @eqx.filter_jit
+    def make_step(model, state, x):
+        loss, grads = eqx.filter_value_and_grad(lambda m: m(x).mean())(model)
+        updates, state = optimizer.update(grads, state)
+        return eqx.apply_updates(model, updates), state, loss
+
+    with probes.doctor(namespace={"model": model}) as report:
+        for _ in range(2):
+            model, state, _loss = make_step(model, state, x)
+    assert bool(jnp.isnan(model.w).any())  # the bug is real
+    data = report.to_dict()
+    assert data["status"] == "problem", report.summary
+    assert "jnp.linalg.norm" in report.summary and "inside `make_step`" not in report.summary
+    assert "return jnp.linalg.norm(x - self.w, axis=-1)" in str(report)
+
+
+def test_doctor_under_nnx_jit_says_the_nan_and_why_it_could_not_tell_the_line():
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Model(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(jnp.array([1.0, 2.0]))
+
+        def __call__(self, x):
+            return jnp.linalg.norm(x - self.w[...], axis=-1)
+
+    model, x = Model(), jnp.array([[1.0, 2.0], [0.0, 1.0]])
+
+    @nnx.jit
+    def grad_norm(model, x):
+        grads = nnx.grad(lambda m: m(x).mean())(model)
+        return grads.w[...]
+
+    with probes.doctor(namespace={"model": model}) as report:
+        grad_norm(model, x)
+    data = report.to_dict()
+    assert data["status"] == "problem", report.summary  # never [OK] on a NaN
+    assert "grad_norm" in report.summary
+
+
+def test_equinox_layer_norm_with_eps_zero_is_fixed_by_its_own_eps_tried_on_the_value():
+    eqx = pytest.importorskip("equinox")
+
+    class Block(eqx.Module):  # the user's module calls the layer (padding rows: variance 0)
+        norm: eqx.nn.LayerNorm
+
+        def __call__(self, x):
+            return self.norm(x)
+
+    block, x = Block(eqx.nn.LayerNorm(4, eps=0.0)), jnp.ones((3, 4)).at[2].set(0.0)
+
+    @eqx.filter_jit
+    def forward(block, x):
+        return jax.vmap(block)(x)
+
+    data = _nan_report(lambda: forward(block, x))
+    assert data["library_function"] == "equinox.nn.LayerNorm.__call__"
+    assert "pass a positive `eps` (its default: 1e-05)" in data["fix"]
+    assert "Tried on the value it got: rsqrt(1e-05) = 316.228, finite." in data["fix"]
+
+
+def test_haiku_layer_norm_is_named_through_haikus_method_wrappers_and_fixed_by_eps():
+    hk = pytest.importorskip("haiku")
+
+    def net(x):
+        return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, eps=0.0)(x)
+
+    f = hk.without_apply_rng(hk.transform(net))
+    x = jnp.ones((3, 4)).at[2].set(0.0)
+    params = f.init(jax.random.key(0), x)
+    data = _nan_report(lambda: jax.jit(f.apply)(params, x))
+    assert data["library_function"] == "haiku.LayerNorm.__call__"
+    assert "layer's `eps`" in data["fix"] and "finite" in data["fix"]
+
+
+def test_linen_layer_norm_fix_names_epsilon_and_a_plain_rsqrt_gets_an_epsilon_not_a_clamp():
+    nn = pytest.importorskip("flax.linen")
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.LayerNorm(epsilon=0.0)(x)
+
+    block, x = Block(), jnp.ones((3, 4)).at[2].set(0.0)
+    params = block.init(jax.random.key(0), x)
+
+    @jax.jit
+    def forward(params, x):
+        return block.apply(params, x)
+
+    data = _nan_report(lambda: forward(params, x))
+    assert "`epsilon` (its default: 1e-06)" in data["fix"]
+
+    @jax.jit
+    def normalise(x):
+        var = jnp.var(x, axis=-1, keepdims=True)
+        return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(var)
+
+    fix = _nan_report(lambda: normalise(x))["fix"]
+    assert "`jax.lax.rsqrt(v + 1e-06)`" in fix and "jnp.maximum" not in fix and "negative" not in fix

@@ -18,9 +18,11 @@ Observers get what the key-reuse path gives them: the name, the flat
 arguments (hoisted constants first), the jit parameters (``params["jaxpr"]``)
 and the flat results. The program of a fast-path call is looked up by its
 signature in the programs the block has seen (``compat.jit_program`` traces
-nothing for a signature JAX has traced). Only calls made directly by the
-user's code, at JAX's top level, in the block's thread are observed; eager
-operations are not. ``on_trace(closed_jaxpr, name)`` is told each program
+nothing for a signature JAX has traced). Only calls made by the
+user's code - directly, or through a library's jit wrapper such as
+``eqx.filter_jit`` or ``nnx.jit`` (then at the user's line that called the
+wrapper) - at JAX's top level, in the block's thread are observed; eager
+operations and calls JAX's own code makes are not. ``on_trace(closed_jaxpr, name)`` is told each program
 such a call traced or used for the first time in the block (the key-reuse
 checker's per-program check runs there, since the checker itself is off).
 
@@ -51,7 +53,7 @@ from typing import Any
 from jaxmagic._jax import compat
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
-from jaxmagic.report.source import is_user_file
+from jaxmagic.report.source import code_kind, user_call_site
 
 
 class FastPathCalls:
@@ -72,8 +74,7 @@ class FastPathCalls:
         self._on_lost = on_lost
         self._sampler = sampler or CallSampler(share=None)  # none given: every call is observed
         self._unlooked: dict = {}  # function -> its last call, when the sampler skipped it
-        self._is_user_file = is_user_file
-        self._user: dict[str, bool] = {}
+        self._user: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
         self._programs: dict[tuple, tuple] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
         self._traced: dict[int, object] = {}  # id(closed jaxpr) -> it, told to on_trace once
         self._thread = threading.get_ident()
@@ -154,10 +155,9 @@ class FastPathCalls:
             try:
                 caller = getframe(1)
                 if not state.depth:
-                    user = user_files.get(caller.f_code.co_filename)
-                    if user is None:
-                        user = made_by_user(caller)
-                    if user:
+                    if user_files.get(caller.f_code.co_filename) != "user":
+                        caller = made_by_user(caller)  # the user's line behind a library's wrapper, or None
+                    if caller is not None:
                         function = jitted._fun
                         number = calls[function] = calls.get(function, 0) + 1  # CallSampler.take
                         if number <= first_calls or perf_counter() >= sampler.next_look:
@@ -185,7 +185,8 @@ class FastPathCalls:
             caller = frame.f_back
             while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
                 caller = caller.f_back  # jax's api_boundary wrapper around cache_miss
-            if caller is None or not self._made_by_user(caller):
+            caller = self._made_by_user(caller) if caller is not None else None
+            if caller is None:
                 return None
             local = frame.f_locals
             p, jit_info, args, kwargs = local["p"], local["jit_info"], local["args"], local["kwargs"]
@@ -215,7 +216,7 @@ class FastPathCalls:
             caller = frame.f_back
             while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
                 caller = caller.f_back
-            if caller is None or not self._made_by_user(caller):
+            if caller is None or self._made_by_user(caller) is None:
                 return None
             for observer in self._observers:
                 keep = getattr(observer, "before_donation", None)
@@ -248,12 +249,17 @@ class FastPathCalls:
 
     # -- observing -------------------------------------------------------------------
 
-    def _made_by_user(self, frame) -> bool:
+    def _made_by_user(self, frame):
+        """The user's frame that made the call ``frame`` made: ``frame`` itself, or through a library's
+        jit wrapper (``eqx.filter_jit``, ``nnx.jit``) the user's line that called the wrapper; None for
+        calls JAX's own code or jaxmagic's made (``source.user_call_site``)."""
         filename = frame.f_code.co_filename
-        user = self._user.get(filename)
-        if user is None:
-            user = self._user[filename] = self._is_user_file(filename)
-        return user
+        kind = self._user.get(filename)
+        if kind is None:
+            kind = self._user[filename] = code_kind(filename)
+        if kind == "user":
+            return frame
+        return user_call_site(frame.f_back) if kind in ("library", "python") else None
 
     @staticmethod
     def _program_key(jit_info, signature, dynamic: list) -> tuple:

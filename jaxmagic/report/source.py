@@ -50,6 +50,47 @@ def innermost_user_frame(frame):
     return frame
 
 
+# How far outward a call made by a library's wrapper is followed to the user's line that called the
+# wrapper: eqx.filter_jit, nnx.jit and a numpyro handler are a few frames deep.
+_WRAPPER_DEPTH = 12
+
+
+@functools.lru_cache(maxsize=16_384)
+def code_kind(filename: str) -> str:
+    """Whose code a file is: "user", "jaxmagic", "jax" (jax and jaxlib: JAX's own operations and
+    helpers), "python" (frozen and generated code) or "library" (any other installed package)."""
+    if is_user_file(filename):
+        return "user"
+    if not filename or filename.startswith("<"):
+        return "python"
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE_DIR + os.sep):
+        return "jaxmagic"
+    for name in ("jax", "jaxlib"):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file and path.startswith(os.path.dirname(os.path.abspath(file)) + os.sep):
+            return "jax"
+    return "library"
+
+
+def user_call_site(frame: FrameType | None) -> FrameType | None:
+    """The user's frame behind a call that ``frame`` made: ``frame`` itself when it runs the user's
+    code; when it runs a library's (the wrapper ``eqx.filter_jit`` or ``nnx.jit`` puts around the
+    user's function, ``MCMC.run``), the nearest user frame reached through that library's frames
+    alone. None when JAX's own code or jaxmagic's made the call (``jnp`` helpers, a library calling
+    ``jnp``), or no user frame is near: those calls are not the user's."""
+    for _ in range(_WRAPPER_DEPTH):
+        if frame is None:
+            return None
+        kind = code_kind(frame.f_code.co_filename)
+        if kind == "user":
+            return frame
+        if kind != "library" and kind != "python":
+            return None
+        frame = frame.f_back
+    return None
+
+
 def running_shell():
     """The running IPython shell, or None. Never imports IPython: without it loaded there is no shell."""
     ipython = sys.modules.get("IPython")

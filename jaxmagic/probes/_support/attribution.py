@@ -123,6 +123,7 @@ _DISPATCH_FILES = (
     "linear_util.py",
     "functools.py",
     "contextlib.py",
+    "source_info_util.py",  # jax.named_scope's decorator, which Equinox puts around every module's __call__
 )
 
 

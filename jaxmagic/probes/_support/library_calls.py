@@ -15,7 +15,7 @@ import os
 import sys
 
 # frames of the standard library's plumbing between a library's public function and its body
-_PLUMBING = ("functools.py", "contextlib.py", "abc.py")
+_PLUMBING = ("functools.py", "contextlib.py", "abc.py", "source_info_util.py")  # the last: jax.named_scope
 _cache: dict[tuple[str, str], str] = {}
 
 

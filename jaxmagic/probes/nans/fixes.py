@@ -7,7 +7,10 @@ another bug is worse than none, so ``nan_fix`` returns "" when no rule fits.
 
 from __future__ import annotations
 
+import inspect
+import math
 import re
+import sys
 
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
@@ -21,6 +24,74 @@ SUGGESTION = " (A suggestion: jaxmagic did not try it.)"
 
 def _zero_operand(p: NanProducer) -> bool:
     return any(op.value in ("0.0", "-0.0", "0") for op in p.operands)
+
+
+def _root_fix(p: NanProducer, library: str, code: str) -> str:
+    """``sqrt``/``rsqrt`` out of its domain: at 0 (``rsqrt``: inf) the input needs an epsilon - the layer's
+    own ``eps`` when a library's normalisation layer made it - below 0 a clamp (and, for ``rsqrt``, the
+    epsilon too: ``rsqrt(0)`` is inf). Each fix is tried on the value the operation got."""
+    got = _operand_float(p)
+    if got is None:
+        return ""
+    eps_parameter = _layer_epsilon(library)
+    eps = eps_parameter[1] if eps_parameter and isinstance(eps_parameter[1], float) and eps_parameter[1] > 0 else 1e-6
+    fixed = max(got, 0.0) + eps if p.primitive == "rsqrt" else max(got, 0.0)
+    result = 1 / math.sqrt(fixed) if p.primitive == "rsqrt" else math.sqrt(fixed)
+    tried = f" Tried on the value it got: {p.primitive}({fixed:g}) = {result:.6g}, finite."
+    if eps_parameter is not None and p.primitive == "rsqrt" and got >= 0:
+        name, default = eps_parameter
+        given = f" (its default: {default:g})" if isinstance(default, float) else ""
+        return (
+            f"`{p.primitive}` inside `{library}` got {got:g}{code}: 1/sqrt(0) is inf. The variance of a row whose "
+            f"values are all equal is 0, and the layer's `{name}` is what keeps it finite: pass a positive "
+            f"`{name}`{given} instead of 0." + tried
+        )
+    if got >= 0:  # rsqrt(0): inf (sqrt(0) makes no NaN)
+        return (
+            f"`rsqrt` got {got:g}{code}: 1/sqrt(0) is inf. Add a small epsilon to its input (`v` the value "
+            f"given to it): `jax.lax.rsqrt(v + {eps:g})`." + tried
+        )
+    clamp = f"jnp.maximum(v, 0.0) + {eps:g}" if p.primitive == "rsqrt" else "jnp.maximum(v, 0.0)"
+    why = " (not just the clamp: rsqrt(0) is inf)" if p.primitive == "rsqrt" else ""
+    return (
+        f"`{p.primitive}` got {got:g}, a negative value{code}: with `v` the value given to it, use "
+        f"`{clamp}`{why}, or find why it goes negative (a variance computed as E[x**2] - E[x]**2 can round "
+        "below 0: subtract the mean first)." + tried
+    )
+
+
+def _operand_float(p: NanProducer) -> float | None:
+    try:
+        return float(p.operands[0].value) if p.operands else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _layer_epsilon(library: str) -> tuple[str, object] | None:
+    """``(name, default)`` of the parameter of a library's layer (``haiku.LayerNorm``,
+    ``equinox.nn.LayerNorm.__call__``, ``flax.nnx.LayerNorm``) that keeps its 1/sqrt finite: ``eps`` or
+    ``epsilon``, read from the class's signature; None when the function is no such layer's."""
+    parts = library.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        value: object = sys.modules.get(".".join(parts[:end]))
+        if value is None:
+            continue
+        for name in parts[end:]:
+            if isinstance(value, type):
+                break
+            value = getattr(value, name, None)
+        if not isinstance(value, type):
+            return None
+        try:
+            parameters = inspect.signature(value).parameters
+        except (TypeError, ValueError):
+            return None
+        for name in ("eps", "epsilon"):
+            if name in parameters:
+                default = parameters[name].default
+                return name, default if default is not inspect.Parameter.empty else None
+        return None
+    return None
 
 
 def _inf_line(p: NanProducer) -> SourceLine | None:
@@ -139,10 +210,7 @@ def nan_fix(report: NanReport) -> str:
             )
         return fix + "`jnp.linalg.cholesky(K + eps * jnp.eye(K.shape[-1]))`." + SUGGESTION
     if p.primitive in ("sqrt", "rsqrt") and not p.derivative:
-        return (
-            f"`{p.primitive}` got a negative value ({p.description}){code}: keep its input at or above 0 "
-            "(`jnp.maximum(x, 0.0)`), or find why it goes negative." + SUGGESTION
-        )
+        return _root_fix(p, library, code)
     if p.primitive in ("div", "rem") and len(p.operands) == 2 and p.operands[1].value in ("0.0", "-0.0", "0"):
         den = p.operands[1]
         if p.derivative:

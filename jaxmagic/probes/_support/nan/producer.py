@@ -68,7 +68,7 @@ from jaxmagic.probes._support.nan.host_values import (
 )
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file
+from jaxmagic.report.source import code_kind, is_user_file
 from jaxmagic.report.wording import error_line
 
 _OPERAND_NAMES = {
@@ -392,9 +392,7 @@ class ProducerListener(Listener):
             (
                 public_name(*compat.called_function(p.eqn))
                 for p in path
-                if p.kind == "call"
-                and compat.called_function(p.eqn)[1]
-                and not is_user_file(compat.called_function(p.eqn)[1])
+                if p.kind == "call" and code_kind(compat.called_function(p.eqn)[1]) == "jax"
             ),
             "",
         )
@@ -404,7 +402,9 @@ class ProducerListener(Listener):
             if p.kind in ("scan", "while", "cond")
         ]
         made = provenance_of(eqn, path, producer.nan_maker_line, ", ".join(loop.text for loop in loops))
-        producer.nan_maker_library = library or made.library_function
+        # what the user's line called, from its traceback, first: a call equation on the path may be a
+        # library's wrapper around the user's own function (eqx.filter_jit's), not what the line called
+        producer.nan_maker_library = made.library_function or library
         made.library_function = producer.nan_maker_library
         producer.nan_maker_provenance = made
         if "transpose" in name_stack(eqn, path):
@@ -448,13 +448,16 @@ class ProducerListener(Listener):
                 continue
             function, filename = compat.called_function(position.eqn)
             if filename and not is_user_file(filename):
-                library = library or public_name(function, filename)
+                # JAX's own jitted helper (jit(_std)) by its public name; another library's call may be its
+                # wrapper around the user's function (eqx.filter_jit): what the line called is in its traceback
+                if code_kind(filename) == "jax":
+                    library = library or public_name(function, filename)
             elif "name" in position.eqn.params:
                 calls.append(str(position.eqn.params["name"]))
         line = user_line(eqn, path)
         in_rule = in_users_derivative_rule(eqn)
         provenance = provenance_of(eqn, path, line, ", ".join(loop.text for loop in loops))
-        library = library or provenance.library_function
+        library = provenance.library_function or library  # the line's own call first, as for the NaN maker
         provenance.library_function = library
         jitter = ""
         if eqn.primitive.name == "cholesky" and operands and readable(inputs[0]):
