@@ -165,3 +165,29 @@ def test_linen_layer_norm_fix_names_epsilon_and_a_plain_rsqrt_gets_an_epsilon_no
 
     fix = _nan_report(lambda: normalise(x))["fix"]
     assert "`jax.lax.rsqrt(v + 1e-06)`" in fix and "jnp.maximum" not in fix and "negative" not in fix
+
+
+def test_optax_cross_entropy_of_a_written_minus_inf_mask_names_optax_offers_where_and_says_forward():
+    # optax threads: logits masked with -inf before softmax_cross_entropy; one-hot labels are 0 there,
+    # and 0 * -inf is NaN in the loss itself (a forward value, though it is found under jax.grad)
+    optax = pytest.importorskip("optax")
+
+    @jax.jit
+    def loss_fn(w, x, labels, valid):
+        logits = x @ w
+        masked = jnp.where(valid, logits, -jnp.inf)
+        return optax.softmax_cross_entropy(masked, labels).mean()
+
+    w, x = jnp.ones((4, 3)) * 0.1, jnp.arange(8.0).reshape(2, 4)
+    labels = jax.nn.one_hot(jnp.array([1, 0]), 3)
+    valid = jnp.array([[True, True, False], [True, True, True]])
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            jax.grad(loss_fn)(w, x, labels, valid)
+    data = report.to_dict()
+    producer = data["producer"]
+    assert (producer["primitive"], producer["library_function"]) == ("mul", "optax.softmax_cross_entropy")
+    assert producer["written_inf"]["code"] == "masked = jnp.where(valid, logits, -jnp.inf)"  # written, not made
+    assert producer["derivative"] is False and "in the derivative" not in str(report)
+    assert any("`loss_fn` alone was traced" in note for note in data["notes"])
+    assert "where=valid" in data["fix"] and "Tried on the values it got" in data["fix"]

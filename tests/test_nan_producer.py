@@ -417,8 +417,9 @@ def test_logsumexp_of_a_fully_masked_row_is_named_and_not_offered_the_safe_norm(
     prov = data["provenance"]
     assert prov["library_function"] == "jax.nn.logsumexp" and prov["function"] == "masked_attention_loss"
     assert prov["made_at"]["code"] == "return jnp.sum(jax.nn.logsumexp(scores, axis=-1))"
-    assert data["producer"]["line"]["code"] == "scores = jnp.where(mask, scores, -jnp.inf)"  # the -inf, made here
-    assert data["producer"]["nan_maker_line"] == prov["made_at"]  # the NaN made of it inside logsumexp
+    # the -inf was written by the where line (no operation made it); the NaN was made of it inside logsumexp
+    assert data["producer"]["written_inf"]["code"] == "scores = jnp.where(mask, scores, -jnp.inf)"
+    assert data["producer"]["line"] == prov["made_at"]
     assert prov["transforms"] == ["grad (backward pass)"]
     assert "1 of 3 rows" in data["fix"] and "-inf" in data["fix"]
     assert "scores = jnp.where(mask, scores, -jnp.inf)" in data["fix"]
@@ -495,7 +496,7 @@ def test_log_softmax_of_a_fully_masked_row_names_log_softmax_and_the_fill():
     report = caught(lambda: jax.grad(masked_classifier_loss)(logits, mask))
     data = report.to_dict()
     assert data["library_function"] == "jax.nn.log_softmax"
-    assert data["producer"]["line"]["code"] == "logits = jnp.where(mask, logits, -jnp.inf)"  # the -inf made here
+    assert data["producer"]["written_inf"]["code"] == "logits = jnp.where(mask, logits, -jnp.inf)"  # the -inf
     prov = data["provenance"]  # the NaN made inside log_softmax, on the next line
     assert prov["made_at"]["code"] == "return -jnp.sum(jax.nn.log_softmax(logits, axis=-1)[:, 0])"
     assert prov["library_function"] == "jax.nn.log_softmax" and prov["function"] == "masked_classifier_loss"
@@ -667,10 +668,10 @@ def test_nan_inside_a_cond_branch_of_layer_9_names_the_branch():
     "function, make_args",
     [
         (lambda *a: deep_train_step(*a), lambda: deep_step_args("norm")),
-        (masked_attention_loss, lambda: [jnp.ones((3, 2)), jnp.ones((3, 2)), jnp.eye(3, dtype=bool)]),
+        (lambda x: jnp.sum(jnp.log(x) * 0.0), lambda: [jnp.array([1.0, 0.0, 2.0])]),  # log made the inf
         (jax.grad(masked_attention_loss), lambda: [jnp.ones((3, 2)), jnp.ones((3, 2)), jnp.eye(3, dtype=bool) & False]),
     ],
-    ids=["deep-step-backward-inf", "masked-logsumexp", "grad-of-fully-masked-logsumexp"],
+    ids=["deep-step-backward-inf", "log-of-0-times-0", "grad-of-fully-masked-logsumexp"],
 )
 def test_the_second_pass_resumed_at_the_first_non_finite_value_names_what_a_full_pass_names(
     function, make_args, monkeypatch

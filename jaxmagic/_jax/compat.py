@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -572,3 +573,27 @@ def program_source(jaxpr) -> tuple[str, str, int] | None:
     if not at or not filename or not line.isdigit():
         return None
     return name, filename, int(line)
+
+
+def transformed_function(function):
+    """The function a JAX transformation was applied to: ``loss`` for ``jax.grad(loss)`` or
+    ``jax.value_and_grad(loss)``, read through JAX's wrappers (``__wrapped__``, or the closure cell
+    ``fun`` / the one callable cell of each wrapper in JAX's own files); None when ``function`` is no
+    such wrapper or the chain is not found."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    jax_dir = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+    current = function
+    for _ in range(8):
+        code = getattr(current, "__code__", None)
+        if code is None or not os.path.abspath(code.co_filename).startswith(jax_dir):
+            return None if current is function else current
+        inner = getattr(current, "__wrapped__", None)
+        if inner is None:
+            cells = dict(zip(code.co_freevars, (c.cell_contents for c in current.__closure__ or ())))
+            callables = [v for v in cells.values() if callable(v)]
+            inner = cells.get("fun") if callable(cells.get("fun")) else callables[0] if len(callables) == 1 else None
+        if inner is None:
+            return None
+        current = inner
+    return None

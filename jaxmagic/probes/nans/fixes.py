@@ -67,36 +67,72 @@ def _operand_float(p: NanProducer) -> float | None:
         return None
 
 
-def _layer_epsilon(library: str) -> tuple[str, object] | None:
-    """``(name, default)`` of the parameter of a library's layer (``haiku.LayerNorm``,
-    ``equinox.nn.LayerNorm.__call__``, ``flax.nnx.LayerNorm``) that keeps its 1/sqrt finite: ``eps`` or
-    ``epsilon``, read from the class's signature; None when the function is no such layer's."""
+def _library_object(library: str, stop_at_class: bool) -> object | None:
+    """The object a public dotted name (``optax.softmax_cross_entropy``, ``haiku.LayerNorm.__call__``)
+    names, read from the modules already imported (nothing is imported); with ``stop_at_class``, the class
+    of a method. None when not found."""
     parts = library.split(".")
     for end in range(len(parts) - 1, 0, -1):
         value: object = sys.modules.get(".".join(parts[:end]))
         if value is None:
             continue
         for name in parts[end:]:
-            if isinstance(value, type):
+            if stop_at_class and isinstance(value, type):
                 break
             value = getattr(value, name, None)
-        if not isinstance(value, type):
-            return None
-        try:
-            parameters = inspect.signature(value).parameters
-        except (TypeError, ValueError):
-            return None
-        for name in ("eps", "epsilon"):
-            if name in parameters:
-                default = parameters[name].default
-                return name, default if default is not inspect.Parameter.empty else None
-        return None
+        return value
     return None
+
+
+def _parameters(value: object) -> dict:
+    try:
+        return dict(inspect.signature(value).parameters) if callable(value) else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _layer_epsilon(library: str) -> tuple[str, object] | None:
+    """``(name, default)`` of the parameter of a library's layer (``haiku.LayerNorm``,
+    ``equinox.nn.LayerNorm.__call__``, ``flax.nnx.LayerNorm``) that keeps its 1/sqrt finite: ``eps`` or
+    ``epsilon``, read from the class's signature; None when the function is no such layer's."""
+    layer = _library_object(library, stop_at_class=True)
+    parameters = _parameters(layer) if isinstance(layer, type) else {}
+    for name in ("eps", "epsilon"):
+        if name in parameters:
+            default = parameters[name].default
+            return name, default if default is not inspect.Parameter.empty else None
+    return None
+
+
+def _written_inf_fix(p: NanProducer, library: str, code: str) -> str:
+    """A NaN made from an inf the user wrote as a mask's fill (``jnp.where(valid, logits, -jnp.inf)``):
+    the library function's own mask argument when it has one (optax's ``where=``), and a finite fill."""
+    written = p.written_inf
+    if written is None:
+        return ""
+    dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "float32")
+    parts = [
+        f"Your line {written.lineno} (`{written.code.strip()}`) wrote an inf that `{p.primitive}`"
+        f"{' inside `' + library + '`' if library else ''} turned into NaN{code}: no operation made the inf."
+    ]
+    if library and "where" in _parameters(_library_object(library, stop_at_class=False)):
+        parts.append(
+            f"`{library}` takes the mask itself: pass it as `where=` (e.g. `{library}(logits, labels, "
+            "where=valid)`) and leave the values finite; masked entries are then left out of the sum."
+            " (Not tried: it changes your line.)"
+        )
+    tried = ""
+    if p.primitive == "mul":
+        tried = f" Tried on the values it got: 0.0 * finfo({dtype}).min = -0.0, finite."
+    parts.append(
+        f"Or fill with a finite value instead: `jnp.finfo(jnp.{dtype}).min` for `-jnp.inf` in your line.{tried}"
+    )
+    return " ".join(parts)
 
 
 def _inf_line(p: NanProducer) -> SourceLine | None:
     """The user's line among the producer's where ``-inf`` is written (the mask fill), if one is."""
-    for line in (p.discarded_line, p.nan_maker_line, p.line):
+    for line in (p.written_inf, p.discarded_line, p.nan_maker_line, p.line):
         if line is not None and "inf" in (line.code or ""):
             return line
     return None
@@ -128,6 +164,8 @@ def nan_fix(report: NanReport) -> str:
         )
     library = p.library_function
     code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+    if p.written_inf is not None and not p.neg_inf_rows:
+        return _written_inf_fix(p, library, code)
     if p.neg_inf_rows and p.nan_maker_library in _ROW_FUNCTIONS:  # -inf made elsewhere, NaN in the row function
         library = p.nan_maker_library
         code = f" (`{p.nan_maker_line.code}`)" if p.nan_maker_line is not None and p.nan_maker_line.code else ""

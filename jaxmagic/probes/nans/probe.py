@@ -19,7 +19,7 @@ import traceback as traceback_module
 from collections.abc import Iterator
 from types import TracebackType
 
-from jaxmagic._jax import jit_calls
+from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
@@ -305,7 +305,34 @@ def apply_search(report: NanReport, call: FailingCall, *, want_nan: bool = True)
 
 
 def _searched(call: FailingCall, *, want_nan: bool) -> ProducerSearch:
-    return search(call.function, [v for _, v in call.args], call.kwargs, source=call.source, want_nan=want_nan)
+    args = [v for _, v in call.args]
+    found = search(call.function, args, call.kwargs, source=call.source, want_nan=want_nan)
+    _check_forward(found, call, args, want_nan)
+    return found
+
+
+def _check_forward(found: ProducerSearch, call: FailingCall, args: list, want_nan: bool) -> None:
+    """A producer traced under ``jvp`` (not transposed) is a value of the forward computation or one JAX
+    computed only for the derivative; the name stack does not tell which. When the failing function is a
+    JAX transformation of another (``jax.grad(loss)``), that function is evaluated alone on the same
+    values: the same operation making the same value on the same line is a forward value."""
+    p = found.producer
+    transformed = compat.transformed_function(call.function)
+    wrapped = call.forward or transformed
+    if p is None or not p.derivative or p.phase != "forward" or not callable(wrapped):
+        return
+    name = call.forward_of if call.forward is not None else str(getattr(transformed, "__name__", "it"))
+    alone = search(wrapped, args, call.kwargs, source=f"{name}(...)", want_nan=want_nan)
+    q = alone.producer
+    if q is None or q.primitive != p.primitive or q.line is None or p.line is None:
+        return
+    if (q.line.filename, q.line.lineno) == (p.line.filename, p.line.lineno):
+        p.derivative = False
+        found.forward_check = (
+            f"`{name}` alone was traced and evaluated on the same values (its Python ran once more): "
+            f"`{q.primitive}` made the same {q.value} on the same line, so it is a value of the forward "
+            "computation, not of the derivative."
+        )
 
 
 def _put_found(report: NanReport, found: ProducerSearch) -> None:
@@ -323,11 +350,16 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
         + (
-            "whose inputs held no NaN and whose output did (its arguments held inf, taken as given)."
+            f"whose inputs held no NaN and whose output did (the inf written on line {found.written_inf.lineno} "
+            "was taken as given)."
+            if found.written_inf is not None
+            else "whose inputs held no NaN and whose output did (its arguments held inf, taken as given)."
             if found.given_inf
             else "whose inputs were finite and whose output was not."
         )
     )
+    if found.forward_check:
+        report.notes.append(found.forward_check)
     if found.stopped_at:
         report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
     if found.producer.phase == "backward":

@@ -293,6 +293,7 @@ class NanReport(Report):
         if p is not None and p.phase == "forward" and not p.derivative:
             cause = FORWARD_CAUSES.get(p.primitive)
             text = f"{p.description}" + (f": {cause}." if cause else ".")
+
             return text + (fix if self.fix and not (cause and cause in self.fix) else "")
         if p is not None and p.user_rule:
             line = f" (`{p.line.code.strip()}`)" if p.line is not None and p.line.code else ""

@@ -13,6 +13,7 @@ Calling the function itself is the one thing repeated; the probe says so.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import functools
 from types import TracebackType
@@ -20,7 +21,7 @@ from typing import Any
 
 import executing
 
-from jaxmagic._jax.compat import is_jitted
+from jaxmagic._jax.compat import is_jitted, transformed_function
 from jaxmagic.probes._support.nan.nonfinite import looks_like_array_tree
 from jaxmagic.report.source import is_user_file
 
@@ -56,6 +57,10 @@ class FailingCall:
     function: Any
     args: list[tuple[str, Any]]  # (source text, value) per positional argument
     kwargs: dict[str, Any]
+    # the same, with a JAX transformation on the line (``jax.grad(loss)``) replaced by the function it
+    # transforms (``loss``): what tells a value of the forward computation from one of its derivative
+    forward: Any = None
+    forward_of: str = ""  # the transformed function's name ("loss")
 
     def __call__(self):
         return self.function(*(v for _, v in self.args), **self.kwargs)
@@ -185,17 +190,52 @@ def _as_function(node: ast.expr, frame) -> FailingCall | None:
     scope = {**frame.f_globals, **evaluator.locals}
     arrays = [(name, scope[name]) for name in names if name in scope and looks_like_array_tree(scope[name])]
     text = ast.unparse(node)
+    function = _compiled(node, arrays, scope, frame)
+    if function is None:
+        return None
+    forward, forward_of = _without_transformation(node, arrays, scope, frame)
+    return FailingCall(text, function, arrays, {}, forward=forward, forward_of=forward_of)
+
+
+def _compiled(node: ast.expr, arrays: list, scope: dict, frame, extra: dict | None = None):
+    """``node`` as a function of the arrays it reads, compiled with the frame's file and line numbers."""
     try:
-        tree = ast.parse(f"lambda {', '.join(name for name, _ in arrays)}: ({text})", mode="eval")
+        tree = ast.parse(f"lambda {', '.join(name for name, _ in arrays)}: ({ast.unparse(node)})", mode="eval")
         ast.increment_lineno(tree, getattr(node, "lineno", 1) - 1)
         code = compile(tree, frame.f_code.co_filename, "eval")
-        function = eval(code, {k: v for k, v in scope.items() if k not in dict(arrays)})
+        function = eval(code, {**{k: v for k, v in scope.items() if k not in dict(arrays)}, **(extra or {})})
         function.__code__ = function.__code__.replace(
             co_name=frame.f_code.co_name, co_qualname=frame.f_code.co_qualname
         )
     except Exception:
         return None
-    return FailingCall(text, function, arrays, {})
+    return function
+
+
+_FORWARD = "_jaxmagic_forward"
+
+
+def _without_transformation(node: ast.expr, arrays: list, scope: dict, frame):
+    """``node`` with its first callee that is a JAX transformation of a function (``jax.grad(loss)``)
+    replaced by that function, and that function's name; (None, "") when it has none."""
+    evaluator = _Evaluator(frame)
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call):
+            continue
+        try:
+            transformed = transformed_function(evaluator.eval(call.func))
+        except Exception:
+            continue
+        if transformed is None:
+            continue
+        replaced = copy.deepcopy(node)
+        for inner in ast.walk(replaced):
+            if isinstance(inner, ast.Call) and ast.dump(inner.func) == ast.dump(call.func):
+                inner.func = ast.copy_location(ast.Name(_FORWARD, ast.Load()), inner.func)
+                break
+        name = str(getattr(transformed, "__name__", "") or ast.unparse(call.func))
+        return _compiled(replaced, arrays, scope, frame, {_FORWARD: transformed}), name
+    return None, ""
 
 
 def enters_jax(user_tb: TracebackType) -> bool:

@@ -125,6 +125,7 @@ class NanProducer:
     library_function: str = ""  # "jnp.std" when the operation ran inside a JAX library function
     phase: str = "forward"  # "forward" or "backward"
     derivative: bool = False  # computed by JAX for a gradient (its line is the forward line it differentiates)
+    written_inf: SourceLine | None = None  # the user's line that wrote the inf it got (a mask's -inf fill)
     user_rule: bool = False  # written by the user's own custom_vjp / custom_jvp rule (its line is the rule's)
     loops: list[LoopPosition] = dataclasses.field(default_factory=list)  # outermost first
     calls: list[str] = dataclasses.field(default_factory=list)  # jitted functions it sat in, outermost first
@@ -182,6 +183,19 @@ class ProducerSearch:
     failure: str = ""  # why no search ran: "tracing failed: ..."
     equations: int = 0  # equations evaluated one by one
     given_inf: bool = False  # its inputs held inf and no NaN: the producer made NaN from inputs without NaN
+    written_inf: SourceLine | None = None  # the line that wrote an inf into a value (a mask's -inf), taken as given
+    forward_check: str = ""  # how a producer under jvp was found to be a forward value (nans.probe._check_forward)
+
+
+# Operations that move or select values without computing new ones: an inf in their output that one
+# of their constant inputs holds (``jnp.where(valid, logits, -jnp.inf)``) was written, not made.
+_PASS_THROUGH = frozenset(
+    {
+        "select_n", "broadcast_in_dim", "convert_element_type", "reshape", "concatenate", "pad", "copy",
+        "copy_p", "transpose", "squeeze", "expand_dims", "slice", "dynamic_slice", "dynamic_update_slice",
+        "gather", "scatter", "rev",
+    }
+)  # fmt: skip
 
 
 # -- masked rows: what the fix for a NaN of a fully masked row needs -------------------------
@@ -261,6 +275,23 @@ class ProducerListener(Listener):
             return inputs
         return [v for var, v in zip(eqn.invars, inputs) if not compat.is_literal(var) and id(var) not in self._constant]
 
+    def _passes_written_inf(self, eqn, inputs, outputs, path) -> bool:
+        """``eqn`` only moved or selected values, and the infinities in its output came from a constant
+        written into the program (``-jnp.inf`` as a mask's fill): no operation made them."""
+        if eqn.primitive.name not in _PASS_THROUGH or len(inputs) != len(eqn.invars):
+            return False
+        written = [
+            value
+            for var, value in zip(eqn.invars, inputs)
+            if (compat.is_literal(var) or id(var) in self._constant) and any_bad([value])
+        ]
+        return (
+            bool(written)
+            and any_bad(outputs)
+            and not any_bad(outputs, want_nan=True)
+            and not any_bad(self._free(eqn, inputs, path))
+        )
+
     def _note_constants(self, eqn, path) -> None:
         self._seed(path)
         held = [compat.is_literal(var) or id(var) in self._constant for var in eqn.invars]
@@ -319,6 +350,8 @@ class ProducerListener(Listener):
 
     def state(self):
         return (
+            self.given_inf,
+            self.result.written_inf,
             dict(self._made_by),
             dict(self.neg_inf_rows),
             set(self._constant),
@@ -329,7 +362,8 @@ class ProducerListener(Listener):
         )
 
     def restore(self, state) -> None:
-        made_by, neg_inf_rows, constant, seeded, opened, equations, stopped_at = state
+        self.given_inf, self.result.written_inf, made_by, neg_inf_rows, constant, seeded, opened = state[:7]
+        equations, stopped_at = state[7:]
         self._made_by, self.neg_inf_rows = dict(made_by), dict(neg_inf_rows)
         self._constant, self._seeded, self._opened = set(constant), set(seeded), set(opened)
         self.result.equations, self.result.stopped_at = equations, list(stopped_at)
@@ -349,6 +383,12 @@ class ProducerListener(Listener):
         if id(eqn) in self._opened and self.stage != "absorber":
             return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
+            if self.want_nan and self._passes_written_inf(eqn, inputs, outputs, path):
+                # the inf was written (a mask's fill), so it is given: the producer is the operation that
+                # made NaN of it (0 * -inf inside a cross-entropy), as for an inf passed in
+                self.given_inf = self.strict = True
+                self.result.written_inf = self.result.written_inf or user_line(eqn, path)
+                return False
             if any_bad(self._free(eqn, inputs, path), want_nan=self.given_inf) or not any_bad(
                 outputs, want_nan=self.strict
             ):
@@ -562,9 +602,10 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
             break
         resume = walk.checkpoints
     found = listener.result
-    found.searched, found.given_inf = source, given_inf
+    found.searched, found.given_inf = source, given_inf or listener.given_inf
     producer = found.producer
     if producer is not None:
+        producer.written_inf = found.written_inf
         for line in (producer.line, producer.nan_maker_line):
             if line is not None and (line.filename, line.lineno) in listener.neg_inf_rows:
                 producer.neg_inf_rows = listener.neg_inf_rows[(line.filename, line.lineno)]
