@@ -191,3 +191,19 @@ def test_optax_cross_entropy_of_a_written_minus_inf_mask_names_optax_offers_wher
     assert producer["derivative"] is False and "in the derivative" not in str(report)
     assert any("`loss_fn` alone was traced" in note for note in data["notes"])
     assert "where=valid" in data["fix"] and "Tried on the values it got" in data["fix"]
+
+
+def test_the_call_number_under_filter_jit_is_the_pass_of_the_users_loop_not_the_traces():
+    eqx = pytest.importorskip("equinox")
+
+    @eqx.filter_jit
+    def step(scale, x):
+        return jnp.log(x * scale)  # log of a negative value at the second pass
+
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            for scale in (1.0, -1.0, 1.0):
+                step(jnp.asarray(scale), jnp.ones(2))
+    data = report.to_dict()
+    assert data["call_number"] == 2, report.summary
+    assert data["call_line"]["code"] == "step(jnp.asarray(scale), jnp.ones(2))"

@@ -249,4 +249,5 @@ def enters_jax(user_tb: TracebackType) -> bool:
     except Exception:
         return False
 
-    return is_jitted(callee) or _is_jax_transformation(callee)
+    # jax.grad(f) keeps f's name and module (functools.wraps): known by the function it transforms
+    return is_jitted(callee) or _is_jax_transformation(callee) or transformed_function(callee) is not None
