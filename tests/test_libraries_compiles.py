@@ -364,7 +364,8 @@ def test_watch_agrees_with_compiles_through_nnx_jit(ip):
             ),
             store_history=True,
         )
-        ip.run_cell("for _ in range(4):\n    watched_step(Model(Config(0.1)), jnp.ones(3))", store_history=True)
+        # a loop variable not named `_`: that would shadow IPython's last-output variable for later tests
+        ip.run_cell("for run in range(4):\n    watched_step(Model(Config(0.1)), jnp.ones(3))", store_history=True)
         found = [f for f in ip.user_ns["wlog"].to_dict()["findings"] if f["area"] == "recompilation"]
     finally:
         ip.run_cell("%jax_watch off", store_history=True)

@@ -160,7 +160,7 @@ def test_report_is_plain_data(double):
 
 def test_magic_in_both_modes(ip):
     ip.run_cell("import numpy as np\ntf_double = jax.jit(lambda v: v * 2)\ntf_double(jnp.ones(2))")
-    result = ip.run_cell("%%jax_transfers -o tr_log\nfor _ in range(3):\n    tf_double(np.ones(2, np.float32))")
+    result = ip.run_cell("%%jax_transfers -o tr_log\nfor step in range(3):\n    tf_double(np.ones(2, np.float32))")
     assert result.success
     [group] = ip.user_ns["tr_log"].transfers
     assert group.count == 3 and group.line.code == "tf_double(np.ones(2, np.float32))"
