@@ -207,3 +207,60 @@ def test_the_call_number_under_filter_jit_is_the_pass_of_the_users_loop_not_the_
     data = report.to_dict()
     assert data["call_number"] == 2, report.summary
     assert data["call_line"]["code"] == "step(jnp.asarray(scale), jnp.ones(2))"
+
+
+def test_a_typed_key_consumed_inside_numpyro_is_the_reuse_of_the_line_that_handed_it_over():
+    key = jax.random.key(0)
+    with probes.keys(record=True) as report:
+        for _step in range(3):
+            handlers.seed(_sample_normal, rng_seed=key)()  # the same typed key each pass
+    (reuse,) = report.reuse
+    assert reuse.library == "numpyro.sample" and reuse.reused_at.function == "_sample_normal"
+    assert reuse.handed_at.code == "handlers.seed(_sample_normal, rng_seed=key)()  # the same typed key each pass"
+    assert "given again by your line" in report.summary
+
+
+def _mcmc(seed_key):
+    mcmc_module = pytest.importorskip("numpyro.infer")
+
+    def model():
+        numpyro.sample("mu", dist.Normal(0.0, 1.0))
+
+    mcmc = mcmc_module.MCMC(mcmc_module.NUTS(model), num_warmup=5, num_samples=5, progress_bar=False)
+    mcmc.run(seed_key)
+    return mcmc.get_samples()["mu"]
+
+
+def test_one_mcmc_run_with_a_fresh_key_is_not_a_reuse_of_the_users_though_jax_flags_numpyro():
+    # numpyro's sampler splits and reuses keys it made itself; the user handed over one key, once
+    with probes.keys(record=True) as report:
+        _mcmc(jax.random.key(0))
+    assert report.status.value == "ok" and report.reuse == [], report.summary
+    assert report.library_reuse and "not of a key your code handed over twice" in report.summary
+
+
+def test_two_mcmc_runs_with_the_same_key_are_a_reuse_at_the_users_line():
+    key = jax.random.key(1)
+    with probes.keys(record=True) as report:
+        first, second = _mcmc(key), _mcmc(key)
+    assert bool((first == second).all())  # the bug is real: identical "independent" chains
+    assert report.status.value == "problem"
+    # the innermost line of the user's that gave numpyro the key: the helper's `mcmc.run(seed_key)`
+    assert any(r.handed_at is not None and r.handed_at.code == "mcmc.run(seed_key)" for r in report.reuse)
+
+
+def test_haiku_apply_given_the_same_rng_each_step_is_traced_to_the_apply_line():
+    hk = pytest.importorskip("haiku")
+
+    def net(x):
+        return hk.dropout(hk.next_rng_key(), 0.5, x)
+
+    f = hk.transform(net)
+    x, rng = jnp.ones((2, 3)), jax.random.key(42)
+    params = f.init(jax.random.key(0), x)
+    with probes.keys(record=True) as report:
+        outs = [f.apply(params, rng, x) for _ in range(3)]
+    assert bool((outs[0] == outs[1]).all())
+    (reuse,) = report.reuse
+    assert reuse.library == "haiku.next_rng_key"
+    assert reuse.handed_at.code == "outs = [f.apply(params, rng, x) for _ in range(3)]"

@@ -115,7 +115,8 @@ def observing_calls(
 
     ``call_checks`` / ``trace_checks``: "off", "raise" or "record" (see the
     module docstring). Each ``KeyReuseError`` is shown to
-    ``on_key_reuse(error, where, function, params)`` - where is "call" or
+    ``on_key_reuse(error, where, function, params, args)`` (args: the call's arguments, () for a
+    trace) - where is "call" or
     "trace", function the name of the jitted function or primitive that got
     the consumed key (or the traced function), params the call's parameters
     ({} for a trace) - before it is raised ("raise") or instead ("record").
@@ -173,9 +174,9 @@ def observing_calls(
     jit_p = pjit.jit_p
     block_thread = threading.get_ident()  # only the block's own thread is observed (and checked our way)
 
-    def report(error: BaseException, where: str, function: str, params: dict) -> None:
+    def report(error: BaseException, where: str, function: str, params: dict, args: tuple = ()) -> None:
         if on_key_reuse is not None:
-            on_key_reuse(error, where, function, params)
+            on_key_reuse(error, where, function, params, args)
 
     def checked(prim, raw_impl, name: str, args: tuple, params: dict):
         __tracebackhide__ = True
@@ -184,7 +185,7 @@ def observing_calls(
         try:
             return compat.call_with_key_reuse_checks(prim, raw_impl, args, params, original_call)
         except reuse_error as error:
-            report(error, "call", name, params)
+            report(error, "call", name, params, args)
             if call_checks == "raise":
                 raise
             return raw_impl(*args, **params)  # as it runs with the checker off

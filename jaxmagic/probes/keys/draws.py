@@ -32,7 +32,7 @@ def line_of_place(where: tuple, function: str):
     return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1]) if filename else None
 
 
-def handed_over(user, key, random_frame) -> tuple[object, str, object]:
+def handed_over(user, key, random_frame, require_holder: bool = False) -> tuple[object, str, object]:
     """Who gave ``key`` to the jax.random function running in ``random_frame``.
 
     ``(frame, library, inner)``: when the user's innermost frame ``user`` called jax.random itself,
@@ -40,7 +40,8 @@ def handed_over(user, key, random_frame) -> tuple[object, str, object]:
     ``library`` is its public callable, and ``frame`` is the innermost frame of the user's whose
     variables hold the key - the line that handed it over - with ``inner`` the user frame the
     library ran from when that is another (a model function called by the handler); ``frame`` stays
-    ``user`` when no frame of the user's holds the key (a key the library split off itself)."""
+    ``user`` when no frame of the user's holds the key (a key the library split off itself) - None
+    then with ``require_holder``."""
     if user is None:
         return None, "", None
     between = []
@@ -60,7 +61,7 @@ def handed_over(user, key, random_frame) -> tuple[object, str, object]:
             if _holds_key(holder, key, digest):
                 return holder, library, (user if holder is not user else None)
         holder = holder.f_back
-    return user, library, None
+    return (None if require_holder else user), library, None
 
 
 def _holds_key(frame, key, digest: bytes) -> bool:

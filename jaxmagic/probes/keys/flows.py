@@ -11,8 +11,8 @@ from jaxmagic._jax import compat, jit_calls, prng_checks
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
+from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
 from jaxmagic.probes.keys.report import KeyFlow, KeyReport, SharedKeyDraw
-from jaxmagic.probes.keys.reuse import argument_name, function_is_users
 from jaxmagic.report.source import line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument

@@ -50,8 +50,17 @@ def keys(
     report.calls_checked = check_calls
     seen: dict[tuple, KeyReuse] = {}
 
-    def on_reuse(error, where, function, params):
-        reuse = explain_key_reuse(error, where, function, params)
+    def on_reuse(error, where, function, params, args=()):
+        reuse = explain_key_reuse(error, where, function, params, args)
+        if reuse.library_own:
+            kept = next(
+                (r for r in report.library_reuse if (r.consumer, r.where) == (reuse.consumer, reuse.where)), None
+            )
+            if kept is not None:
+                kept.count += 1
+            elif len(report.library_reuse) < 16:
+                report.library_reuse.append(reuse)
+            return
         spot = (
             reuse.consumer,
             reuse.index,

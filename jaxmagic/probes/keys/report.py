@@ -39,6 +39,11 @@ class KeyReuse:
     loop: str = ""  # "scan body", "while loop": the loop primitive JAX checked
     fix: str = ""  # the fix that applies to this code; FIX (the general one) when no specific one was found
     provenance: Provenance | None = None  # made_at: the line that draws with the reused key
+    # A key a library consumed (numpyro's seed handler, haiku.next_rng_key): the library's public callable
+    # and the user's line that handed the key over to it (the reuse is that line's; reused_at is context)
+    library: str = ""
+    handed_at: SourceLine | None = None
+    library_own: bool = False  # a key the library made and consumed itself: no key of the user's reused
 
     @property
     def same_line(self) -> bool:
@@ -179,6 +184,9 @@ class KeyReport(Report):
     kind = "jax_keys"
 
     reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
+    # reuses JAX's checker flagged inside a library, of keys the library made itself: none of the user's
+    # keys was consumed twice (numpyro's MCMC.run given one fresh key), so they are told, not counted
+    library_reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
@@ -220,11 +228,19 @@ class KeyReport(Report):
         if self.reuse:
             r = self.reuse[0]
             at = f" at {r.reused_at.where}" if r.reused_at else ""
-            parts.append(
-                f"Key reused: `{r.consumer}` got an already consumed key{at}"
-                + (" (every pass of the loop uses the same key)" if r.same_line else "")
-                + "."
-            )
+            if r.library and r.handed_at is not None:
+                parts.append(
+                    f"Key reused: `{r.consumer}` inside `{r.library}` (at {r.reused_at.where if r.reused_at else '?'}) "
+                    f"got a key already consumed, given again by your line {r.handed_at.where}"
+                    + (" (the same line each time: the same key every call)" if r.same_line else "")
+                    + "."
+                )
+            else:
+                parts.append(
+                    f"Key reused: `{r.consumer}` got an already consumed key{at}"
+                    + (" (every pass of the loop uses the same key)" if r.same_line else "")
+                    + "."
+                )
         for f in self.repeated_flows[:2]:
             kind = " legacy uint32" if f.legacy else ""
             parts.append(
@@ -248,6 +264,13 @@ class KeyReport(Report):
                 )
             else:
                 parts.append("No key was reused (no typed key reached a jitted function of yours).")
+            if self.library_reuse:
+                inside = sorted({r.library or r.function or r.consumer for r in self.library_reuse})
+                parts.append(
+                    f"JAX's checker flagged {len(self.library_reuse)} reuse(s) inside "
+                    f"{', '.join(f'`{name}`' for name in inside)} of keys the library made itself, not of a key "
+                    "your code handed over twice."
+                )
         if self.other_error and not self.reuse:
             parts.append(f"The cell failed with {ended(self.other_error)}")
         return " ".join(parts)
@@ -291,6 +314,25 @@ class KeyReport(Report):
                     ]
             blocks.append(Paragraph(r.fix or FIX))
             sections.append(Section("Key reused", blocks))
+        if self.library_reuse:
+            rows = [
+                [
+                    f"`{r.consumer}`",
+                    f"`{r.library or r.function}`",
+                    r.reused_at.where if r.reused_at else "-",
+                    str(r.count),
+                ]
+                for r in self.library_reuse[:8]
+            ]
+            blocks = [
+                Paragraph(
+                    "JAX's key-reuse checker stopped at these inside a library: each key was made by the library "
+                    "(split off inside it), and no variable of your frames holds it, so no key of yours was used "
+                    "twice. A reuse there is the library's own key handling; your line is shown as context."
+                ),
+                Table(["consumer", "inside", "your line", "times"], rows),
+            ]
+            sections.append(Section("Flagged inside a library", blocks))
         for shared in self.shared[:4]:
             blocks = [Paragraph(shared.text + ".")]
             if shared.provenance is not None:

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import re
 import sys
+from types import FrameType
 
 from jaxmagic._jax import prng_checks
 from jaxmagic.probes._support import attribution
+from jaxmagic.probes.keys.draws import handed_over
 from jaxmagic.probes.keys.fixes import same_key_draws_fix, split_off_fix
+from jaxmagic.probes.keys.jit_params import argument_name
 from jaxmagic.probes.keys.report import FIX, KeyReuse
+from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import first_library_function, is_user_file, user_lines, user_lines_of_stack
+from jaxmagic.report.source import (
+    code_kind,
+    first_library_function,
+    innermost_user_frame,
+    is_user_file,
+    line_of,
+    user_lines,
+    user_lines_of_stack,
+)
 from jaxmagic.report.wording import message_of
 
 _PASSED = re.compile(r"Previously-consumed key passed to (?P<function>.+?) at index (?P<index>\d+)")
@@ -18,9 +30,11 @@ _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is a
 
 
 def explain_key_reuse(
-    error: BaseException, where: str = "", function: str = "", params: dict | None = None
+    error: BaseException, where: str = "", function: str = "", params: dict | None = None, args: tuple = ()
 ) -> KeyReuse:
-    """The facts of a ``KeyReuseError``: who got the key, which argument, where it was used and first used."""
+    """The facts of a ``KeyReuseError``: who got the key, which argument, where it was used and first used;
+    for a key a library consumed, the library and the user's line that handed the key over (``args``:
+    the call's arguments, when the reuse was found at a call)."""
     message = message_of(error).strip().splitlines()[0] if message_of(error).strip() else ""
     reuse = KeyReuse(message=message, where=where or "call")
     passed, in_trace = _PASSED.search(message), _IN_TRACE.search(message)
@@ -54,11 +68,35 @@ def explain_key_reuse(
     if reuse.reused_at is None:
         lines = user_lines(error.__traceback__, below_jaxmagic=False) or user_lines_of_stack(sys._getframe(1))
         reuse.reused_at = lines[-1] if lines else None
+    if reuse.where == "call" and reuse.index is not None and 0 <= reuse.index < len(args):
+        reuse.library, reuse.handed_at = _handed_over(args[reuse.index])
+        reuse.library_own = bool(reuse.library) and reuse.handed_at is None
     if reuse.provenance is None:
         reuse.provenance = _provenance(reuse, equations, started)
+    if reuse.where == "trace" and prng_checks.checked_program_is_users(error) is False:
+        # a program JAX traced around no function of yours: the user's own eager loop has its draw on
+        # a line of yours; a library's (numpyro's sampling loop) has none
+        made = reuse.provenance.made_at if reuse.provenance is not None else None
+        reuse.library_own = made is None or not is_user_file(made.filename)
     if not reuse.fix:
         reuse.fix = _fix(reuse)
     return reuse
+
+
+def _handed_over(key) -> tuple[str, SourceLine | None]:
+    """(the library's public callable, the user's line that gave it ``key``) when the consuming jax.random
+    call was made by a library's code (numpyro's seed handler); ("", None) when the user's code called it;
+    (library, None) when no frame of the user's holds the key: the library made it itself."""
+    frame: FrameType | None = sys._getframe(2)
+    inner = None
+    while frame is not None and code_kind(frame.f_code.co_filename) in ("jax", "jaxmagic", "python"):
+        inner, frame = frame, frame.f_back
+    if frame is None or code_kind(frame.f_code.co_filename) != "library":
+        return "", None
+    holder, library, _ = handed_over(innermost_user_frame(frame), key, inner, require_holder=True)
+    if not library:
+        return "", None
+    return library, line_of(holder) if isinstance(holder, FrameType) else None
 
 
 def _in_loop_body(eqn, message: str) -> bool:
@@ -150,31 +188,3 @@ def _is_random_api(name: str) -> bool:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     return callable(getattr(jax.random, name, None))
-
-
-def argument_name(params: dict, index: int) -> str:
-    closed = params.get("jaxpr")
-    info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
-    names = getattr(info, "arg_names", None)
-    if names and 0 <= index < len(names) and names[index]:
-        return str(names[index])
-    return ""
-
-
-_users_functions: dict[str, bool] = {}  # a traced function's "f at file:line" -> whether the file is the user's
-
-
-def function_is_users(params: dict) -> bool:
-    closed = params.get("jaxpr")
-    info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
-    where = str(getattr(info, "func_src_info", "") or "")
-    known = _users_functions.get(where)  # asked at every call of a jitted function: answered once per function
-    if known is None:
-        match = re.search(r" at (.+):\d+$", where)
-        known = match is not None and is_user_file(match.group(1))
-        if len(_users_functions) < 10_000:
-            _users_functions[where] = known
-    return known
-
-
-# -- the probe -------------------------------------------------------------------
