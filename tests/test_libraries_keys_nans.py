@@ -264,3 +264,60 @@ def test_haiku_apply_given_the_same_rng_each_step_is_traced_to_the_apply_line():
     (reuse,) = report.reuse
     assert reuse.library == "haiku.next_rng_key"
     assert reuse.handed_at.code == "outs = [f.apply(params, rng, x) for _ in range(3)]"
+
+
+def test_flax_dropout_in_a_scan_body_with_the_same_rngs_every_pass_is_found():
+    # flax threads: dropout inside lax.scan given rngs={"dropout": key} from outside the loop
+    nn = pytest.importorskip("flax.linen")
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dropout(0.5, deterministic=False)(nn.Dense(8)(x))
+
+    model, x = MLP(), jnp.ones((4, 3))
+    params = model.init(jax.random.key(0), x)
+
+    @jax.jit
+    def masks(params, key):
+        def step(carry, _):
+            return carry, model.apply(params, x, rngs={"dropout": key})
+
+        return jax.lax.scan(step, 0, None, length=3)[1]
+
+    with probes.keys(record=True) as report:
+        out = masks(params, jax.random.key(1))
+    assert bool((out[0] == out[1]).all())  # the bug is real: the same mask at every pass
+    (draw,) = report.loop_draws
+    assert draw.api == "flax.linen.Dropout.__call__" and draw.loop == "scan"
+    assert draw.line.code == "return nn.Dropout(0.5, deterministic=False)(nn.Dense(8)(x))"
+    assert report.status.value == "problem" and "with a key that is the same at every pass" in report.summary
+
+
+def test_a_key_folded_with_a_constant_in_a_loop_body_is_found_and_a_carried_key_is_not():
+    @jax.jit
+    def same_each_pass(key):
+        step = lambda c, _: (c, jax.random.bernoulli(jax.random.fold_in(key, 7), 0.5, (4,)))  # noqa: E731
+        return jax.lax.scan(step, 0, None, length=3)[1]
+
+    @jax.jit
+    def split_each_pass(key):
+        def step(k, _):
+            k, sub = jax.random.split(k)
+            return k, jax.random.bernoulli(sub, 0.5, (4,))
+
+        return jax.lax.scan(step, key, None, length=3)[1]
+
+    @jax.jit
+    def folded_with_the_counter(key):
+        body = lambda i, acc: acc + jax.random.normal(jax.random.fold_in(key, i), (2,))  # noqa: E731
+        return jax.lax.fori_loop(0, 3, body, jnp.zeros(2))
+
+    with probes.keys(record=True) as report:
+        same_each_pass(jax.random.key(0))
+        split_each_pass(jax.random.key(1))
+        folded_with_the_counter(jax.random.key(2))
+    assert [(d.function, d.api) for d in report.loop_draws] == [("same_each_pass", "jax.random.bernoulli")]
+    with probes.doctor() as doctor_report:
+        same_each_pass(jax.random.key(3))
+    assert doctor_report.areas == ["random keys"], doctor_report.summary

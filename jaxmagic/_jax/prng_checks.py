@@ -374,3 +374,70 @@ def shared_key_draws(closed) -> list[tuple]:
     except Exception:  # another jaxpr layout: nothing found, nothing claimed
         return []
     return found
+
+
+_LOOPS = {"scan": "jaxpr", "while": "body_jaxpr"}  # loop primitive -> its body's parameter
+
+
+def loop_invariant_draws(closed) -> list[tuple]:
+    """Draws inside a loop body (``lax.scan``, ``fori_loop``, ``while_loop``, ``lax.map``) whose key does
+    not change between passes - made only from values the body closes over, not from its carry or its
+    per-pass inputs (``jax.random.bernoulli(jax.random.fold_in(key, 7), ...)`` with ``key`` from outside,
+    a Flax ``Dropout`` given the same ``rngs`` each pass): every pass draws the same numbers. JAX's
+    key-reuse checker sees no reuse there (``fold_in`` consumes nothing).
+    ``[(draw equation, enclosing equations outermost first, the loop equation)]``, one per drawing equation."""
+    program = getattr(closed, "jaxpr", closed)
+    found: list[tuple] = []
+    seen = [0]
+
+    def varying_outputs(jaxpr, varying: set, enclosing: list, loop) -> set:
+        """Propagate "changes between passes" through ``jaxpr``; record invariant draws of ``loop``."""
+        for eqn in jaxpr.eqns:
+            seen[0] += 1
+            if seen[0] > _MAX_EQUATIONS or len(enclosing) > 8:
+                return varying
+            inputs_vary = any(id(v) in varying for v in eqn.invars if not is_literal_var(v))
+            name = eqn.primitive.name
+            if name == "random_bits" and loop is not None and not inputs_vary:
+                found.append((eqn, list(enclosing), loop))
+            subs = compat.sub_jaxprs(eqn)
+            if name in _LOOPS:
+                _walk_loop(eqn, [*enclosing, eqn])
+            elif subs and loop is not None:
+                for sub in subs:
+                    inner = getattr(sub, "jaxpr", sub)
+                    inner_varying = {id(iv) for iv, ov in zip(inner.invars, eqn.invars) if id(ov) in varying}
+                    varying_outputs(inner, inner_varying, [*enclosing, eqn], loop)
+            if inputs_vary:
+                varying.update(id(v) for v in eqn.outvars)
+        return varying
+
+    def _walk_loop(eqn, enclosing: list) -> None:
+        body = eqn.params.get(_LOOPS[eqn.primitive.name])
+        inner = getattr(body, "jaxpr", body)
+        if inner is None or (eqn.primitive.name == "scan" and int(eqn.params.get("length", 2)) < 2):
+            return
+        if eqn.primitive.name == "scan":
+            _, carry, xs = compat.scan_operands(eqn, list(inner.invars))  # the body's inputs, split as the scan's
+            changing = [*carry, *xs]
+        else:
+            changing = list(inner.invars[int(eqn.params["body_nconsts"]) :])  # the carry
+        varying_outputs(inner, {id(v) for v in changing}, enclosing, eqn)
+
+    def walk(jaxpr, enclosing: list) -> None:
+        for eqn in jaxpr.eqns:
+            seen[0] += 1
+            if seen[0] > _MAX_EQUATIONS or len(enclosing) > 8:
+                return
+            if eqn.primitive.name in _LOOPS:
+                _walk_loop(eqn, [*enclosing, eqn])
+                continue
+            for sub in compat.sub_jaxprs(eqn):
+                walk(getattr(sub, "jaxpr", sub), [*enclosing, eqn])
+
+    try:
+        walk(program, [])
+    except Exception:  # another jaxpr layout: nothing found, nothing claimed
+        return []
+    unique = {id(eqn): (eqn, enclosing, loop) for eqn, enclosing, loop in found}
+    return list(unique.values())

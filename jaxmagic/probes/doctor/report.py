@@ -448,6 +448,17 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 provenance=shared.provenance,
             )
         )
+    for loop_draw in keys.new_loop_draws:
+        found.append(
+            _finding(
+                "keys",
+                loop_draw.text,
+                short=f"`{loop_draw.api}` with the same key at every pass of a `{loop_draw.loop}` loop",
+                line=loop_draw.line,
+                fix=loop_draw.fix,
+                provenance=loop_draw.provenance,
+            )
+        )
     if not keys.repeated_flows:  # the same bug seen from the eager side: named once, by the flow if there is one
         for d in keys.repeated_draws[:3]:
             found.append(

@@ -12,7 +12,7 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
-from jaxmagic.probes.keys.report import KeyFlow, KeyReport, SharedKeyDraw
+from jaxmagic.probes.keys.report import KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
 from jaxmagic.report.source import line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
@@ -28,12 +28,15 @@ class KeyWatch(jit_calls.CallObserver):
         self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
         self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
         self.shared: dict[tuple, SharedKeyDraw] = {}  # (function, file, line, api) -> finding
+        self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
+        self.loop_found: dict[tuple, LoopKeyDraw] = {}  # (function, file, line, api) -> finding
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
         if not is_jit or not function_is_users(params):
             return
         self._shared_draws(name, params)
+        self._loop_draws(name, params)
         legacy = self._legacy_arguments(params)
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
@@ -93,6 +96,35 @@ class KeyWatch(jit_calls.CallObserver):
             found.append(finding)
         if len(self.shared_seen) < 1000:
             self.shared_seen[id(jaxpr)] = (jaxpr, found)
+
+    def _loop_draws(self, name: str, params) -> None:
+        """Draws in a loop body with a key that is the same at every pass, searched once per program."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return
+        known = self.loops_seen.get(id(jaxpr))
+        if known is not None and known[0] is jaxpr:
+            for finding in known[1]:
+                finding.calls += 1
+            return
+        found = []
+        caller, _ = call_site()
+        started = attribution.started_by(caller) if caller is not None else None
+        for eqn, enclosing, loop in prng_checks.loop_invariant_draws(jaxpr):
+            provenance = attribution.of_equation(eqn, enclosing, started)
+            provenance.transforms = [f"jit({name})", *provenance.transforms]
+            line = provenance.made_at
+            api = provenance.library_function or "jax.random"
+            spot = (name, line.filename if line else "", line.lineno if line else 0, api)
+            finding = self.loop_found.get(spot)
+            if finding is None:
+                finding = self.loop_found[spot] = LoopKeyDraw(name, api, line, loop.primitive.name, 0, provenance)
+                self.report.loop_draws.append(finding)
+            finding.calls += 1
+            found.append(finding)
+        if len(self.loops_seen) < 1000:
+            self.loops_seen[id(jaxpr)] = (jaxpr, found)
 
     def _legacy_arguments(self, params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""

@@ -170,6 +170,36 @@ class SharedKeyDraw:
 
 
 @dataclasses.dataclass
+class LoopKeyDraw:
+    """A draw in a loop body whose key does not change between passes: every pass, the same numbers."""
+
+    function: str  # the jitted function of yours whose program has it
+    api: str  # "jax.random.bernoulli", "flax.linen.Dropout.__call__"
+    line: SourceLine | None = None
+    loop: str = ""  # "scan", "while"
+    calls: int = 0
+    provenance: Provenance | None = None
+
+    @property
+    def text(self) -> str:
+        where = f" at {self.line.where}" if self.line else ""
+        return (
+            f"`{self.api}`{where} draws in the body of a `{self.loop}` loop with a key that is the same at every "
+            "pass (made only from values the loop closes over, not from its carry or the pass number): every "
+            "pass gets the same random numbers"
+        )
+
+    @property
+    def fix(self) -> str:
+        return (
+            "Give each pass its own key: carry the key through the loop and split it every pass "
+            "(`key, sub = jax.random.split(key)`, draw with `sub`), or fold the pass number in "
+            "(`jax.random.fold_in(key, i)`, `i` from the loop's counter or carry); for a library layer that "
+            "draws (a Flax `Dropout`), pass it that per-pass key."
+        )
+
+
+@dataclasses.dataclass
 class LegacyKeyUse:
     api: str  # the jax.random function given a raw key: "normal"
     line: SourceLine | None = None
@@ -187,6 +217,7 @@ class KeyReport(Report):
     # reuses JAX's checker flagged inside a library, of keys the library made itself: none of the user's
     # keys was consumed twice (numpyro's MCMC.run given one fresh key), so they are told, not counted
     library_reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
+    loop_draws: list[LoopKeyDraw] = dataclasses.field(default_factory=list)  # same key at every pass of a loop
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
@@ -197,6 +228,13 @@ class KeyReport(Report):
     other_error: str = ""
     legacy_keys_followed: int = 0  # legacy key data remembered to find one consumed on two lines
     legacy_keys_limit: int = 0  # > 0: the limit was reached, later keys were not remembered
+
+    @property
+    def new_loop_draws(self) -> list[LoopKeyDraw]:
+        """Loop draws with an unchanging key that no reuse JAX's checker raised already names (a key drawn
+        with as it is, in a loop body, is both)."""
+        reused = {(r.reused_at.filename, r.reused_at.lineno) for r in self.reuse if r.reused_at is not None}
+        return [d for d in self.loop_draws if d.line is None or (d.line.filename, d.line.lineno) not in reused]
 
     def flow(self, function: str) -> KeyFlow | None:
         """The key flow of ``function`` (the first argument that carries keys)."""
@@ -218,7 +256,7 @@ class KeyReport(Report):
 
     @property
     def status(self) -> Status:
-        if self.reuse or self.repeated_flows or self.repeated_draws or self.shared:
+        if self.reuse or self.repeated_flows or self.repeated_draws or self.shared or self.new_loop_draws:
             return Status.PROBLEM
         return Status.ERROR if self.other_error else Status.OK
 
@@ -250,6 +288,8 @@ class KeyReport(Report):
             parts.append(d.text + ": the same random numbers each time.")
         for shared in self.shared[:2]:
             parts.append(shared.text + ".")
+        for loop_draw in self.new_loop_draws[:2]:
+            parts.append(loop_draw.text + ".")
         if self.legacy and not parts:
             n = sum(u.count for u in self.legacy)
             parts.append(
@@ -333,6 +373,12 @@ class KeyReport(Report):
                 Table(["consumer", "inside", "your line", "times"], rows),
             ]
             sections.append(Section("Flagged inside a library", blocks))
+        for loop_draw in self.new_loop_draws[:4]:
+            blocks = [Paragraph(loop_draw.text + ".")]
+            if loop_draw.provenance is not None:
+                blocks += provenance_blocks(loop_draw.provenance, "the draw")
+            blocks.append(Paragraph(loop_draw.fix))
+            sections.append(Section("The same key at every pass of a loop", blocks))
         for shared in self.shared[:4]:
             blocks = [Paragraph(shared.text + ".")]
             if shared.provenance is not None:

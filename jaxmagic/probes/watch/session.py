@@ -329,6 +329,18 @@ class Watch:
                 provenance=shared.provenance,
                 next_magic="%%jax_keys",
             )
+        for loop_draw in keys.new_loop_draws:
+            found += self._new(
+                ("random keys", loop_draw.function, loop_draw.api, loop_draw.line.lineno if loop_draw.line else 0),
+                area="random keys",
+                headline=f"`{loop_draw.api}` in `{loop_draw.function}` draws with the same key at every pass of a loop",
+                function=loop_draw.function,
+                line=loop_draw.line,
+                details=loop_draw.text,
+                fix=loop_draw.fix,
+                provenance=loop_draw.provenance,
+                next_magic="%%jax_keys",
+            )
         if not keys.repeated_flows:  # the same bug seen from the eager side: told once, by the flow if there is one
             for d in keys.repeated_draws:
                 found += self._new(
