@@ -159,10 +159,11 @@ class DoctorReport(Report):
         )
         how.append(
             Paragraph(
-                "The doctor watches the calls of jitted functions made by your own code, after each call, "
-                "with the calls left on JAX's fast path; NaNs made by eager operations or inside library code "
-                "are not watched - %%jax_nans sees those. Functions are traced and compiled once more the first "
-                "time the doctor sees them, under a cache key the doctor keeps."
+                "The doctor watches the calls of jitted functions your own code makes - directly or through a "
+                "library's jit wrapper such as eqx.filter_jit or nnx.jit - after each call, with the calls left "
+                "on JAX's fast path; NaNs made by eager operations are not watched - %%jax_nans sees those. "
+                "Functions are traced and compiled once more the first time the doctor sees them, under a cache "
+                "key the doctor keeps."
             )
         )
         sections.append(Section("How the probes were combined", how))
