@@ -3,6 +3,8 @@
 NaN from the doctor, a normalisation layer's NaN is fixed by the layer's own epsilon (tried), and a
 key the library consumes is traced back to the user's line that handed it over."""
 
+import math
+
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -321,3 +323,36 @@ def test_a_key_folded_with_a_constant_in_a_loop_body_is_found_and_a_carried_key_
     with probes.doctor() as doctor_report:
         same_each_pass(jax.random.key(3))
     assert doctor_report.areas == ["random keys"], doctor_report.summary
+
+
+def test_the_watch_says_it_looked_at_nothing_when_a_numpyro_svi_loop_calls_no_jitted_function():
+    # numpyro threads: an unconstrained guide parameter goes negative, the ELBO is NaN from step 2;
+    # svi.update called without jit runs eager operations only, which the watch does not check
+    from jaxmagic.probes.watch import Watch
+
+    infer = pytest.importorskip("numpyro.infer")
+    optax = pytest.importorskip("optax")
+
+    def model(counts):
+        p = numpyro.sample("p", dist.Dirichlet(jnp.ones(3)))
+        numpyro.sample("obs", dist.Multinomial(35, probs=p, validate_args=False), obs=counts)
+
+    def guide(counts):
+        alpha = numpyro.param("alpha", jnp.ones(3))
+        numpyro.sample("p", dist.Dirichlet(alpha, validate_args=False))
+
+    counts = jnp.array([30.0, 0.0, 5.0])
+    svi = infer.SVI(model, guide, optax.sgd(5.0), infer.Trace_ELBO())
+    state = svi.init(jax.random.key(0), counts)
+    watch = Watch()
+    watch.begin_cell("svi loop")
+    try:
+        losses = []
+        for _step in range(4):
+            state, loss = svi.update(state, counts)
+            losses.append(float(loss))
+        cell = watch.end_cell()
+    finally:
+        watch.close()
+    assert any(math.isnan(value) for value in losses)  # the bug is real: NaN losses
+    assert cell.jitted_calls == 0 and "no jitted function of yours ran in it" in cell.summary

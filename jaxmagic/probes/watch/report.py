@@ -65,6 +65,7 @@ class CellFindings(Report):
 
     cell: str
     findings: list[WatchFinding] = dataclasses.field(default_factory=list)
+    jitted_calls: int | None = None  # calls of jitted functions of the user's the cell made (None: not counted)
 
     @property
     def status(self) -> Status:
@@ -72,6 +73,12 @@ class CellFindings(Report):
 
     @property
     def summary(self) -> str:
+        if not self.findings and self.jitted_calls == 0:
+            # nothing was looked at: an [OK] would claim what was not checked (a NaN of eager code)
+            return (
+                f"{self.cell}: nothing found, but no jitted function of yours ran in it; its eager operations "
+                "(a library's update called without jit, too) are not watched - %%jax_nans checks them."
+            )
         if not self.findings:
             return f"{self.cell}: nothing found."
         return f"{self.cell}: " + "; ".join(f"{f.area}: {f.headline}" for f in self.findings)

@@ -152,6 +152,7 @@ class Watch:
         self._nan = self._hosts = self._keys = self._compiles = None
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
+            result.jitted_calls = sampler.total_calls
             self.log.calls_counted += sampler.total_calls
             self.log.calls_looked_at += sampler.total_calls - sampler.total_skipped
         for collect, sub in (
