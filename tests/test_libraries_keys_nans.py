@@ -356,3 +356,11 @@ def test_the_watch_says_it_looked_at_nothing_when_a_numpyro_svi_loop_calls_no_ji
         watch.close()
     assert any(math.isnan(value) for value in losses)  # the bug is real: NaN losses
     assert cell.jitted_calls == 0 and "no jitted function of yours ran in it" in cell.summary
+
+
+def test_the_doctor_says_nans_were_not_checked_when_no_jitted_function_ran():
+    with probes.doctor() as report:
+        jnp.log(jnp.array([-1.0]))  # an eager NaN: the doctor watches jitted calls only
+    assert report.jitted_calls_watched == 0
+    assert "NaNs not checked: no jitted function of yours ran" in report.summary
+    assert "Nothing found by nans" not in report.summary

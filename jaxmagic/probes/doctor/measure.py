@@ -129,6 +129,7 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
 def _explain_nan(report: DoctorReport, watch) -> None:
     watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
     report.nan_sighting = watch.sighting
+    report.jitted_calls_watched = watch.calls_seen
     try:
         report.nans = explain_nan_sighting(watch)
     except Exception as error:  # never let our analysis hide the user's results

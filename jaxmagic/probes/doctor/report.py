@@ -69,6 +69,7 @@ class DoctorReport(Report):
     skipped: list[str] = dataclasses.field(default_factory=list)
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nan_sighting: object = None  # _nan_watch.NanSighting
+    jitted_calls_watched: int | None = None  # calls of the user's jitted functions the NaN watch saw
     nans: object = None  # NanReport of the re-run of the first NaN-producing call
     compiles: object = None  # CompileReport
     leaks: object = None  # LeakReport
@@ -97,6 +98,12 @@ class DoctorReport(Report):
     def summary(self) -> str:
         failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
         if not self.findings:
+            if "nans" in self.checked and self.jitted_calls_watched == 0:  # the NaN watch looked at nothing
+                others = [probe for probe in self.checked if probe != "nans"]
+                return (
+                    f"Nothing found by {', '.join(others)}; NaNs not checked: no jitted function of yours ran, "
+                    f"and eager results are not watched (%%jax_nans checks them).{failed}"
+                )
             return f"Nothing found by {', '.join(self.checked)}.{failed}"
         n = len(self.findings)
         head = f"{n} problem{'s' if n > 1 else ''}, in the order to fix them: "
@@ -178,8 +185,12 @@ def _where(line: SourceLine | None) -> str:
 
 def _clean_text(probe: str, sub, report: DoctorReport) -> str:
     if probe == "nans":
-        sighting = report.nan_sighting
-        return "no NaN in any result" if sighting is None else "NaN seen (see the finding)"
+        if report.nan_sighting is not None:
+            return "NaN seen (see the finding)"
+        if report.jitted_calls_watched == 0:  # nothing was looked at: no claim about the cell's results
+            return "not checked: no jitted function of yours ran (eager results are not watched)"
+        calls = report.jitted_calls_watched
+        return f"no NaN in the results of {calls} jitted call(s)" if calls else "no NaN in any result"
     if probe == "live":
         return f"no shape of array grew by {LIVE_PILE_UP} or more"
     if sub is None:
