@@ -27,9 +27,9 @@ class KeyWatch(jit_calls.CallObserver):
         self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
         self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
         self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
-        self.shared: dict[tuple, SharedKeyDraw] = {}  # (function, file, line, api) -> finding
         self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
-        self.loop_found: dict[tuple, LoopKeyDraw] = {}  # (function, file, line, api) -> finding
+        # (search, function, file, line, api) -> finding: shared-key and loop draws, one per place
+        self.draw_findings: dict[tuple, SharedKeyDraw | LoopKeyDraw] = {}
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
@@ -69,41 +69,34 @@ class KeyWatch(jit_calls.CallObserver):
 
     def _shared_draws(self, name: str, params) -> None:
         """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""
-        closed = params.get("jaxpr")
-        jaxpr = getattr(closed, "jaxpr", closed)
-        if jaxpr is None:
-            return
-        known = self.shared_seen.get(id(jaxpr))
-        if known is not None and known[0] is jaxpr:  # type: ignore[index]
-            for finding in known[1]:  # type: ignore[index]
-                finding.calls += 1
-            return
-        found = []
-        caller, _ = call_site()
-        started = attribution.started_by(caller) if caller is not None else None
-        for eqn, enclosing in prng_checks.shared_key_draws(jaxpr):
-            provenance = attribution.of_equation(eqn, enclosing, started)
-            provenance.transforms = [f"jit({name})", *provenance.transforms]
-            line = provenance.made_at
-            api = provenance.library_function or "jax.random"
-            spot = (name, line.filename if line else "", line.lineno if line else 0, api)
-            finding = self.shared.get(spot)
-            if finding is None:
-                key, fix = shared_key_fix(line, api)
-                finding = self.shared[spot] = SharedKeyDraw(name, api, line, key, fix, 0, provenance)
-                self.report.shared.append(finding)
-            finding.calls += 1
-            found.append(finding)
-        if len(self.shared_seen) < 1000:
-            self.shared_seen[id(jaxpr)] = (jaxpr, found)
+
+        def finding(line, api, provenance, _site) -> SharedKeyDraw:
+            key, fix = shared_key_fix(line, api)
+            return SharedKeyDraw(name, api, line, key, fix, 0, provenance)
+
+        self._draws_of_program(
+            name, params, self.shared_seen, prng_checks.shared_key_draws, finding, self.report.shared
+        )
 
     def _loop_draws(self, name: str, params) -> None:
         """Draws in a loop body with a key that is the same at every pass, searched once per program."""
+
+        def finding(line, api, provenance, loop) -> LoopKeyDraw:
+            return LoopKeyDraw(name, api, line, loop.primitive.name, 0, provenance)
+
+        self._draws_of_program(
+            name, params, self.loops_seen, prng_checks.loop_invariant_draws, finding, self.report.loop_draws
+        )
+
+    def _draws_of_program(self, name: str, params, searched: dict, search, make, into: list) -> None:
+        """Count, once per call, the findings ``search`` (draw equations of a program) gives for the called
+        program - one per line and API of ``name``, made by ``make`` and added to ``into`` when new. A
+        program is searched once; ``searched`` remembers it."""
         closed = params.get("jaxpr")
         jaxpr = getattr(closed, "jaxpr", closed)
         if jaxpr is None:
             return
-        known = self.loops_seen.get(id(jaxpr))
+        known = searched.get(id(jaxpr))
         if known is not None and known[0] is jaxpr:
             for finding in known[1]:
                 finding.calls += 1
@@ -111,20 +104,20 @@ class KeyWatch(jit_calls.CallObserver):
         found = []
         caller, _ = call_site()
         started = attribution.started_by(caller) if caller is not None else None
-        for eqn, enclosing, loop in prng_checks.loop_invariant_draws(jaxpr):
+        for eqn, enclosing, *site in search(jaxpr):
             provenance = attribution.of_equation(eqn, enclosing, started)
             provenance.transforms = [f"jit({name})", *provenance.transforms]
             line = provenance.made_at
             api = provenance.library_function or "jax.random"
-            spot = (name, line.filename if line else "", line.lineno if line else 0, api)
-            finding = self.loop_found.get(spot)
+            spot = (search.__name__, name, line.filename if line else "", line.lineno if line else 0, api)
+            finding = self.draw_findings.get(spot)
             if finding is None:
-                finding = self.loop_found[spot] = LoopKeyDraw(name, api, line, loop.primitive.name, 0, provenance)
-                self.report.loop_draws.append(finding)
+                finding = self.draw_findings[spot] = make(line, api, provenance, site[0] if site else None)
+                into.append(finding)
             finding.calls += 1
             found.append(finding)
-        if len(self.loops_seen) < 1000:
-            self.loops_seen[id(jaxpr)] = (jaxpr, found)
+        if len(searched) < 1000:
+            searched[id(jaxpr)] = (jaxpr, found)
 
     def _legacy_arguments(self, params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
