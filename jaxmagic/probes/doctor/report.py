@@ -449,26 +449,10 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 provenance=r.provenance,
             )
         )
-    for shared in keys.shared:
+    for draw in [*keys.shared, *keys.new_loop_draws]:  # the same numbers in every element / every pass
         found.append(
             _finding(
-                "keys",
-                shared.text,
-                short=f"`{shared.api}` under vmap with one key for the whole batch",
-                line=shared.line,
-                fix=shared.fix or FIX,
-                provenance=shared.provenance,
-            )
-        )
-    for loop_draw in keys.new_loop_draws:
-        found.append(
-            _finding(
-                "keys",
-                loop_draw.text,
-                short=f"`{loop_draw.api}` with the same key at every pass of a `{loop_draw.loop}` loop",
-                line=loop_draw.line,
-                fix=loop_draw.fix,
-                provenance=loop_draw.provenance,
+                "keys", draw.text, short=draw.short, line=draw.line, fix=draw.fix or FIX, provenance=draw.provenance
             )
         )
     if not keys.repeated_flows:  # the same bug seen from the eager side: named once, by the flow if there is one

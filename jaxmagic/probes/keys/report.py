@@ -160,6 +160,10 @@ class SharedKeyDraw:
     provenance: Provenance | None = None  # made_at: the draw; function; jit(noisy) > vmap; started_by
 
     @property
+    def short(self) -> str:
+        return f"`{self.api}` under vmap with one key for the whole batch"
+
+    @property
     def text(self) -> str:
         where = f" at {self.line.where}" if self.line else ""
         with_key = f" with `{self.key}`" if self.key else ""
@@ -179,6 +183,10 @@ class LoopKeyDraw:
     loop: str = ""  # "scan", "while"
     calls: int = 0
     provenance: Provenance | None = None
+
+    @property
+    def short(self) -> str:
+        return f"`{self.api}` with the same key at every pass of a `{self.loop}` loop"
 
     @property
     def text(self) -> str:

@@ -318,28 +318,16 @@ class Watch:
                 provenance=r.provenance,
                 next_magic="%%jax_keys",
             )
-        for shared in keys.shared:
+        for draw in [*keys.shared, *keys.new_loop_draws]:  # the same numbers in every element / every pass
             found += self._new(
-                ("random keys", shared.function, shared.api, shared.line.lineno if shared.line else 0),
+                ("random keys", draw.function, draw.api, draw.line.lineno if draw.line else 0),
                 area="random keys",
-                headline=f"`{shared.api}` under vmap in `{shared.function}` draws with one key for the whole batch",
-                function=shared.function,
-                line=shared.line,
-                details=shared.text,
-                fix=shared.fix or FIX,
-                provenance=shared.provenance,
-                next_magic="%%jax_keys",
-            )
-        for loop_draw in keys.new_loop_draws:
-            found += self._new(
-                ("random keys", loop_draw.function, loop_draw.api, loop_draw.line.lineno if loop_draw.line else 0),
-                area="random keys",
-                headline=f"`{loop_draw.api}` in `{loop_draw.function}` draws with the same key at every pass of a loop",
-                function=loop_draw.function,
-                line=loop_draw.line,
-                details=loop_draw.text,
-                fix=loop_draw.fix,
-                provenance=loop_draw.provenance,
+                headline=f"{draw.short} in `{draw.function}`",
+                function=draw.function,
+                line=draw.line,
+                details=draw.text,
+                fix=draw.fix or FIX,
+                provenance=draw.provenance,
                 next_magic="%%jax_keys",
             )
         if not keys.repeated_flows:  # the same bug seen from the eager side: told once, by the flow if there is one
