@@ -156,7 +156,7 @@ class FastPathCalls:
                 caller = getframe(1)
                 if not state.depth:
                     if user_files.get(caller.f_code.co_filename) != "user":
-                        caller = made_by_user(caller)  # the user's line behind a library's wrapper, or None
+                        caller = made_by_user(caller, jitted._fun)  # the user's line behind a library's wrapper
                     if caller is not None:
                         function = jitted._fun
                         number = calls[function] = calls.get(function, 0) + 1  # CallSampler.take
@@ -185,10 +185,10 @@ class FastPathCalls:
             caller = frame.f_back
             while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
                 caller = caller.f_back  # jax's api_boundary wrapper around cache_miss
-            caller = self._made_by_user(caller) if caller is not None else None
+            local = frame.f_locals
+            caller = self._made_by_user(caller, local.get("fun")) if caller is not None else None
             if caller is None:
                 return None
-            local = frame.f_locals
             p, jit_info, args, kwargs = local["p"], local["jit_info"], local["args"], local["kwargs"]
             found = compat.jit_arguments(jit_info, args, kwargs)
             if found is None:
@@ -216,7 +216,7 @@ class FastPathCalls:
             caller = frame.f_back
             while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
                 caller = caller.f_back
-            if caller is None or self._made_by_user(caller) is None:
+            if caller is None or self._made_by_user(caller, local.get("fun")) is None:
                 return None
             for observer in self._observers:
                 keep = getattr(observer, "before_donation", None)
@@ -249,17 +249,30 @@ class FastPathCalls:
 
     # -- observing -------------------------------------------------------------------
 
-    def _made_by_user(self, frame):
+    def _made_by_user(self, frame, function=None):
         """The user's frame that made the call ``frame`` made: ``frame`` itself, or through a library's
         jit wrapper (``eqx.filter_jit``, ``nnx.jit``) the user's line that called the wrapper; None for
-        calls JAX's own code or jaxmagic's made (``source.user_call_site``)."""
+        calls JAX's own code or jaxmagic's made (``source.user_call_site``), and for JAX's own jitted
+        functions a library calls (``jnp.multiply`` inside an eager ``optax`` update: no call of the user's)."""
         filename = frame.f_code.co_filename
         kind = self._user.get(filename)
         if kind is None:
             kind = self._user[filename] = code_kind(filename)
         if kind == "user":
             return frame
-        return user_call_site(frame.f_back) if kind in ("library", "python") else None
+        if kind not in ("library", "python") or self._is_jax_function(function):
+            return None
+        return user_call_site(frame.f_back)
+
+    def _is_jax_function(self, function) -> bool:
+        """Whether a jitted function is JAX's own (``jnp.multiply``'s implementation), by its code's file."""
+        code = getattr(function, "__code__", None) or getattr(getattr(function, "__wrapped__", None), "__code__", None)
+        if code is None:
+            return False
+        kind = self._user.get(code.co_filename)
+        if kind is None:
+            kind = self._user[code.co_filename] = code_kind(code.co_filename)
+        return kind == "jax"
 
     @staticmethod
     def _program_key(jit_info, signature, dynamic: list) -> tuple:
