@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, TypeGuard
+
+from jaxmagic.report.source import code_kind
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -580,13 +581,10 @@ def transformed_function(function):
     ``jax.value_and_grad(loss)``, read through JAX's wrappers (``__wrapped__``, or the closure cell
     ``fun`` / the one callable cell of each wrapper in JAX's own files); None when ``function`` is no
     such wrapper or the chain is not found."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
-    jax_dir = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
     current = function
     for _ in range(8):
         code = getattr(current, "__code__", None)
-        if code is None or not os.path.abspath(code.co_filename).startswith(jax_dir):
+        if code is None or code_kind(code.co_filename) != "jax":
             return None if current is function else current
         inner = getattr(current, "__wrapped__", None)
         if inner is None:

@@ -390,12 +390,13 @@ def loop_invariant_draws(closed) -> list[tuple]:
     found: list[tuple] = []
     seen = [0]
 
-    def varying_outputs(jaxpr, varying: set, enclosing: list, loop) -> set:
-        """Propagate "changes between passes" through ``jaxpr``; record invariant draws of ``loop``."""
+    def follow_changes(jaxpr, varying: set, enclosing: list, loop) -> None:
+        """Propagate "changes between passes" through ``jaxpr`` (ids in ``varying``); record the draws
+        of ``loop``'s body whose key does not change."""
         for eqn in jaxpr.eqns:
             seen[0] += 1
             if seen[0] > _MAX_EQUATIONS or len(enclosing) > 8:
-                return varying
+                return
             inputs_vary = any(id(v) in varying for v in eqn.invars if not is_literal_var(v))
             name = eqn.primitive.name
             if name == "random_bits" and loop is not None and not inputs_vary:
@@ -407,10 +408,9 @@ def loop_invariant_draws(closed) -> list[tuple]:
                 for sub in subs:
                     inner = getattr(sub, "jaxpr", sub)
                     inner_varying = {id(iv) for iv, ov in zip(inner.invars, eqn.invars) if id(ov) in varying}
-                    varying_outputs(inner, inner_varying, [*enclosing, eqn], loop)
+                    follow_changes(inner, inner_varying, [*enclosing, eqn], loop)
             if inputs_vary:
                 varying.update(id(v) for v in eqn.outvars)
-        return varying
 
     def _walk_loop(eqn, enclosing: list) -> None:
         body = eqn.params.get(_LOOPS[eqn.primitive.name])
@@ -422,7 +422,7 @@ def loop_invariant_draws(closed) -> list[tuple]:
             changing = [*carry, *xs]
         else:
             changing = list(inner.invars[int(eqn.params["body_nconsts"]) :])  # the carry
-        varying_outputs(inner, {id(v) for v in changing}, enclosing, eqn)
+        follow_changes(inner, {id(v) for v in changing}, enclosing, eqn)
 
     def walk(jaxpr, enclosing: list) -> None:
         for eqn in jaxpr.eqns:

@@ -11,12 +11,12 @@ imported here, and a library that is not loaded is never looked up.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
 # frames of the standard library's plumbing between a library's public function and its body
 _PLUMBING = ("functools.py", "contextlib.py", "abc.py", "source_info_util.py")  # the last: jax.named_scope
-_cache: dict[tuple[str, str], str] = {}
 
 
 def module_of_file(filename: str) -> str:
@@ -32,14 +32,12 @@ def module_of_file(filename: str) -> str:
     return ".".join(parts)
 
 
+@functools.lru_cache(maxsize=8_192)  # asked per frame walked: each function is resolved once
 def public_name(filename: str, qualname: str) -> str:
     """The public dotted name of the function ``qualname`` defined in ``filename`` (its shortest
     import path among the package's loaded modules); "" when it has none - a local function, a
     private helper, a module the user's program has not imported."""
-    key = (filename, qualname)
-    if key not in _cache:
-        _cache[key] = _resolve(module_of_file(filename), qualname)
-    return _cache[key]
+    return _resolve(module_of_file(filename), qualname)
 
 
 def _resolve(module_name: str, qualname: str) -> str:

@@ -283,21 +283,6 @@ def _into_library(user_tb: TracebackType) -> bool:
     return following is not None and not is_user_file(following.tb_frame.f_code.co_filename)
 
 
-def _being_traced(frame) -> bool:
-    """Whether a frame of the user's ran under a JAX trace: one of its arguments or variables holds a
-    tracer (seen directly: JAX filters its own frames out of the traceback, and a library's jit
-    wrapper such as eqx.filter_jit is no JAX function the call line names)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
-    try:
-        values = list(frame.f_locals.values())
-        return any(
-            isinstance(leaf, jax.core.Tracer) for value in values for leaf in jax.tree_util.tree_leaves(value)[:64]
-        )
-    except Exception:
-        return False
-
-
 def _count_calls(report: NanReport, error: BaseException, counts: CallSiteCounts | None) -> None:
     """The call number of the user's line that ran most often: the loop's pass that failed.
 
@@ -312,8 +297,6 @@ def _count_calls(report: NanReport, error: BaseException, counts: CallSiteCounts
     while tb is not None:
         code = tb.tb_frame.f_code
         if is_user_file(code.co_filename):
-            if _being_traced(tb.tb_frame):
-                break  # JAX runs it to trace it (through a library's jit wrapper too): not once per call
             number = counts.number(tb)
             if number > best[0]:
                 best = (number, source_line(code.co_filename, tb.tb_lineno, code.co_name))

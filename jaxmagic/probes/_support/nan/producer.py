@@ -192,7 +192,7 @@ class ProducerSearch:
 _PASS_THROUGH = frozenset(
     {
         "select_n", "broadcast_in_dim", "convert_element_type", "reshape", "concatenate", "pad", "copy",
-        "copy_p", "transpose", "squeeze", "expand_dims", "slice", "dynamic_slice", "dynamic_update_slice",
+        "transpose", "squeeze", "expand_dims", "slice", "dynamic_slice", "dynamic_update_slice",
         "gather", "scatter", "rev",
     }
 )  # fmt: skip
