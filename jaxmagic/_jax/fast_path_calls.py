@@ -69,6 +69,9 @@ class FastPathCalls:
     ):
 
         self._observers = observers
+        # observers that count what a skipped call holds (``count_skipped(function, number, args, kwargs)``:
+        # a few dictionary reads, e.g. the NumPy arrays of ``host_arguments``), so their counts are every call's
+        self._skip_counters = tuple(o.count_skipped for o in observers if hasattr(o, "count_skipped"))
         self._state = state  # jit_calls' thread-local: depth (inside an observed call) and the call's details
         self._on_trace = on_trace
         self._on_lost = on_lost
@@ -150,6 +153,7 @@ class FastPathCalls:
             self._previous_hook,
         )
         calls, skipped, first_calls = sampler.calls, sampler.skipped, sampler.first_calls
+        skip_counters = self._skip_counters
 
         def hook(jitted, args, kwargs, output):
             try:
@@ -168,6 +172,8 @@ class FastPathCalls:
                         else:  # looked at when the block ends, if it stays the function's last call
                             skipped[function] = skipped.get(function, 0) + 1
                             unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lasti)
+                            for count_skipped in skip_counters:
+                                count_skipped(function, number, args, kwargs)
             except Exception:
                 pass  # a call we cannot read is not observed
             if previous is not None:  # jax.debug_nans was on around the block: its check still runs

@@ -360,15 +360,7 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
             )
     for h in report.host_arguments:
         if h.calls >= REPEATED_TRANSFERS:
-            found.append(
-                _finding(
-                    "transfers",
-                    f"`{h.function}` was given a NumPy array ({h.value}, argument "
-                    f"`{h.argument}`) in {h.calls} calls: copied to the device every time",
-                    line=h.line,
-                    fix=WHY,
-                )
-            )
+            found.append(_finding("transfers", h.title, line=h.line, fix=WHY))
     return found[:3]
 
 

@@ -10,33 +10,12 @@ from __future__ import annotations
 import ast
 import inspect
 
-import numpy as np
-
+from jaxmagic.probes._support.host_arguments import host_type
 from jaxmagic.report.source import source_line
-from jaxmagic.report.wording import short_dtype
 
 
 def line_text(frame) -> str:
     return source_line(frame.f_code.co_filename, frame.f_lineno, "").code
-
-
-def host_type(value) -> str:
-    """How the transfer guard writes a host value's type (``f32[8,5]``, ``f32[] weak``); "" for no host value."""
-    if isinstance(value, bool):
-        return "bool[] weak"
-    if isinstance(value, int):
-        return "i32[] weak"
-    if isinstance(value, float):
-        return "f32[] weak"
-    if isinstance(value, (np.ndarray, np.generic)):
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-
-        try:
-            dtype = jax.dtypes.canonicalize_dtype(value.dtype)
-        except Exception:
-            dtype = value.dtype
-        return f"{short_dtype(str(dtype))}[{','.join(str(d) for d in np.shape(value))}]"
-    return ""
 
 
 def host_arguments(frame, code: str) -> list[tuple[str, str]]:

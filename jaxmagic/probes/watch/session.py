@@ -278,8 +278,7 @@ class Watch:
             found += self._new(
                 ("transfers", h.function, h.argument, h.value),
                 area="transfers",
-                headline=f"`{h.function}` was given a NumPy array ({h.value}, argument `{h.argument}`) in "
-                f"{h.calls} calls: copied to the device every time",
+                headline=h.title,
                 function=h.function,
                 line=h.line,
                 details=f"{h.calls} calls in this cell",
