@@ -15,6 +15,7 @@ the same function held a NumPy array - a few dictionary reads - so the counts ar
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import types
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
+from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
@@ -34,17 +36,27 @@ class HostArgumentUse:
     """A NumPy array (more than one element) given to a jitted function: copied to the device at each call."""
 
     function: str
-    argument: str  # the path the user types: "x", "batch['x']", "params['w']", or "argument 2"
+    # what the user's line passed ("X_host", "self.Ainv", "batch['x']" for a dict `batch`), else the path in
+    # the function's parameters ("batch['x']" for a dict literal given as `batch`), else "argument 2"
+    argument: str
     value: str  # as the transfer guard writes it: "f32[512,16]" (a float64 array is copied as f32 without x64)
     line: SourceLine | None = None
     calls: int = 0
+    # calls of the function before the first one seen with this array that were not looked at (a sampled
+    # fast loop): they may have held it too, uncounted
+    not_looked_at: int = 0
 
     @property
     def title(self) -> str:
         """The finding's one sentence, the same in ``%%jax_transfers``, ``%%jax_doctor`` and ``%jax_watch``."""
+        unseen = (
+            f" (and perhaps in some of the {self.not_looked_at} earlier calls not looked at)"
+            if self.not_looked_at
+            else ""
+        )
         return (
             f"`{self.function}` was given a NumPy array ({self.value}, argument `{self.argument}`) in "
-            f"{self.calls} calls: copied to the device every time"
+            f"{self.calls} calls{unseen}: copied to the device every time"
         )
 
 
@@ -71,6 +83,16 @@ def host_type(value) -> str:
 _Step = tuple[str, Any]
 
 
+@dataclasses.dataclass
+class HostLeaf:
+    """A NumPy array in a call's arguments: the argument it is in (position or keyword), where inside it."""
+
+    argument: int | str  # position, or keyword
+    inside: str  # JAX's key path inside the argument: "['x']", "" for the argument itself
+    steps: tuple[_Step, ...] | None  # how to reach it again without JAX (None: through a custom node)
+    array: np.ndarray
+
+
 class HostArguments(jit_calls.CallObserver):
     """Counts, per (function, argument path, shape, dtype), the calls that were given a NumPy array."""
 
@@ -80,6 +102,7 @@ class HostArguments(jit_calls.CallObserver):
         # calls held NumPy arrays, followed again in the calls a sampler skips
         self._paths: dict[Any, list[tuple[tuple, tuple[_Step, ...]]]] = {}
         self._last_counted: dict[Any, int] = {}  # function -> the number of the last call counted
+        self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
 
     def before(self, name, is_jit, args, params) -> None:
         if not is_jit:
@@ -93,20 +116,32 @@ class HostArguments(jit_calls.CallObserver):
             if number <= self._last_counted.get(fun, 0):
                 return  # counted already, as a skipped call (the sampler's last call, observed at the end)
             self._last_counted[fun] = number
-        for argument, steps, value in host_leaves(fun, local.get("jit_info"), local.get("args"), local.get("kwargs")):
-            typed = host_type(value)
-            key = (name, argument, typed)
+        looked_before = self._looked_at.get(fun, 0)
+        self._looked_at[fun] = looked_before + 1
+        leaves = host_leaves(local.get("jit_info"), local.get("args"), local.get("kwargs"))
+        if not leaves:
+            return
+        names = None
+        for leaf in leaves:
+            typed = host_type(leaf.array)
+            key = (name, leaf.argument, leaf.inside, typed)
             entry = self.seen.get(key)
             if entry is None:
                 user, lineno = call_site()
+                if names is None:
+                    names = passed_expressions(fun, user, lineno) if user is not None else {}
+                base = names.get(leaf.argument) or (
+                    leaf.argument if isinstance(leaf.argument, str) else parameter_name(fun, leaf.argument)
+                )
                 entry = self.seen[key] = HostArgumentUse(
                     name,
-                    argument,
+                    base + leaf.inside if base else f"argument {leaf.argument}{leaf.inside}",
                     typed,
                     line=source_line(user.f_code.co_filename, lineno, user.f_code.co_name) if user else None,
+                    not_looked_at=max(0, (number or 0) - 1 - looked_before),
                 )
-                if fun is not None and steps is not None:
-                    self._paths.setdefault(fun, []).append((key, steps))
+                if fun is not None and leaf.steps is not None:
+                    self._paths.setdefault(fun, []).append((key, leaf.steps))
             entry.calls += 1
 
     def after(self, *args) -> None:
@@ -121,30 +156,29 @@ class HostArguments(jit_calls.CallObserver):
         seen = self.seen
         for key, steps in paths:
             value = _follow(args, kwargs, steps)
-            if type(value) is np.ndarray and host_type(value) == key[2]:
+            if type(value) is np.ndarray and host_type(value) == key[3]:
                 seen[key].calls += 1
 
 
-def host_leaves(fun, jit_info, args, kwargs) -> list[tuple[str, tuple[_Step, ...] | None, np.ndarray]]:
-    """``[(argument path, steps to follow it again or None, array)]``: the NumPy arrays of more than one
-    element among the dynamic arguments of a call, anywhere in their pytrees, in JAX's flattening order."""
+def host_leaves(jit_info, args, kwargs) -> list[HostLeaf]:
+    """The NumPy arrays of more than one element among the dynamic arguments of a call, anywhere in
+    their pytrees, in JAX's flattening order."""
     args, kwargs = tuple(args or ()), dict(kwargs or {})
     static_numbers = set(getattr(jit_info, "static_argnums", ()) or ())
     static_names = set(getattr(jit_info, "static_argnames", ()) or ())
     found = []
     for index, value in enumerate(args):
         if index not in static_numbers:
-            name = parameter_name(fun, index) or f"argument {index}"
-            found += _arrays_in(value, name, (("item", 0), ("item", index)))
+            found += _arrays_in(value, index, (("item", 0), ("item", index)))
     for keyword, value in kwargs.items():
         if keyword not in static_names:
             found += _arrays_in(value, keyword, (("item", 1), ("item", keyword)))
     return found
 
 
-def _arrays_in(value, name: str, first: tuple[_Step, ...]) -> list:
+def _arrays_in(value, argument: int | str, first: tuple[_Step, ...]) -> list[HostLeaf]:
     if type(value) is np.ndarray:  # the usual case, without flattening
-        return [(name, first, value)] if value.size > 1 else []
+        return [HostLeaf(argument, "", first, value)] if value.size > 1 else []
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     if isinstance(value, (jax.Array, int, float, complex, str, bytes, type(None))):
@@ -153,11 +187,38 @@ def _arrays_in(value, name: str, first: tuple[_Step, ...]) -> list:
         leaves = jax.tree_util.tree_flatten_with_path(value)[0]
     except Exception:
         return []
-    found = []
-    for path, leaf in leaves:
-        if isinstance(leaf, np.ndarray) and leaf.size > 1:
-            found.append((name + jax.tree_util.keystr(path), _steps(first, path), leaf))
-    return found
+    return [
+        HostLeaf(argument, jax.tree_util.keystr(path), _steps(first, path), leaf)
+        for path, leaf in leaves
+        if isinstance(leaf, np.ndarray) and leaf.size > 1
+    ]
+
+
+def passed_expressions(fun, frame, lineno: int) -> dict[int | str, str]:
+    """``{position or keyword: expression}``: what the user's line wrote for the arguments of its call of
+    ``fun`` (a name, an attribute or a subscript: ``X_host``, ``self.Ainv``, ``np_x[i]``); {} when the call
+    is not told (the callee is not a name of the frame, or the line calls a library's wrapper)."""
+    tree = parsed_line(source_line(frame.f_code.co_filename, lineno, "").code)
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.Call):
+            continue
+        callee = value_of(node.func, frame)
+        if callee is NOTHING or not (callee is fun or getattr(callee, "__wrapped__", None) is fun):
+            continue
+        named: dict[int | str, str] = {}
+        for index, arg in enumerate(node.args):
+            if isinstance(arg, ast.Starred):
+                break  # later positions are not known
+            if isinstance(arg, _NAMEABLE):
+                named[index] = ast.unparse(arg)
+        for keyword in node.keywords:
+            if keyword.arg and isinstance(keyword.value, _NAMEABLE):
+                named[keyword.arg] = ast.unparse(keyword.value)
+        return named
+    return {}
+
+
+_NAMEABLE = (ast.Name, ast.Attribute, ast.Subscript)
 
 
 def _steps(first: tuple[_Step, ...], path) -> tuple[_Step, ...] | None:

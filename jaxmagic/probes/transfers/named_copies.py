@@ -6,6 +6,9 @@ The guard's log says a line copied an ``f32[32,8]`` - and on JAX's C++ fast path
 with its path (``batch['x']``) and its count. Each such leaf was copied at each of those calls,
 so that many of the line's copies of its type (or undescribed) are that leaf's: they become one
 row naming it, and the line keeps only the copies no leaf accounts for. The total is unchanged.
+A sampled observer (``%%jax_transfers`` looks at a share of a fast loop's calls, as ``%jax_watch``
+does) may first see an array after calls it did not look at: the line's further copies of that
+very type are then its calls' too, when no other array of the line has that type.
 """
 
 from __future__ import annotations
@@ -27,19 +30,22 @@ def name_copies(report: TransferReport, uses: list[HostArgumentUse]) -> None:
             continue  # the log saw no copy on this line (not followed): nothing of its to name
         named = []
         for use in line_uses:
-            needed = use.calls
-            for group in [g for g in groups if g.value == use.value] + [g for g in groups if not g.value]:
-                taken = min(needed, group.count)
-                group.count -= taken
-                needed -= taken
-            if use.calls - needed:
+            same_type = [g for g in groups if g.value == use.value]
+            taken = _take(use.calls, same_type + [g for g in groups if not g.value])
+            # Calls of the function not looked at before the array was first seen (a sampled loop) may
+            # have held it too: the line's further copies of its very type, if any, are those calls'.
+            more = _take(use.not_looked_at, same_type) if len({u.value for u in line_uses}) == len(line_uses) else 0
+            if more:
+                use.calls += more
+                use.not_looked_at = 0
+            if taken + more:
                 first = groups[0]
                 named.append(
                     Transfer(
                         first.direction,
                         use.value,
                         first.line,
-                        count=use.calls - needed,
+                        count=taken + more,
                         argument=use.argument,
                         function=use.function,
                         traced=first.traced,
@@ -50,3 +56,13 @@ def name_copies(report: TransferReport, uses: list[HostArgumentUse]) -> None:
         kept = [t for t in report.transfers if t not in groups or t.count]
         position = sum(1 for t in report.transfers[:at] if t in kept)
         report.transfers = kept[:position] + named + kept[position:]
+
+
+def _take(wanted: int, groups: list[Transfer]) -> int:
+    """Take up to ``wanted`` copies from ``groups`` in order (their counts go down); how many were taken."""
+    taken = 0
+    for group in groups:
+        step = min(wanted - taken, group.count)
+        group.count -= step
+        taken += step
+    return taken

@@ -157,7 +157,7 @@ def _at(line: SourceLine) -> str:
 
 
 def _argument_cell(t: Transfer) -> str:
-    if t.argument and t.function:
+    if t.argument and t.function and t.function != t.traced:  # a path into the arguments of the jitted function
         return f"`{t.argument}` of `{t.function}`"
     if t.argument:
         return f"`{t.argument}`"
