@@ -36,7 +36,9 @@ only the calls it says are due are observed, so that observing costs a bounded
 share of the block's time; observers find the call's number (its count in the
 block, per function) in ``jit_calls.call_number()``. The last call of each
 function, if skipped, is observed when the block ends (with its own line, as
-``jit_calls.call_site()`` gives every observed call's).
+``jit_calls.call_site()`` gives every observed call's). An observer with a ``count_skipped(function,
+number, args, kwargs)`` method is told every skipped call (it must cost a few dictionary reads:
+``host_arguments`` counts the NumPy arrays at the paths a looked-at call showed).
 
 A cell that switches ``jax.debug_nans`` itself replaces the post hook for the
 rest of the block; ``lost`` then says so, and ``on_lost()`` is called at ``stop``.

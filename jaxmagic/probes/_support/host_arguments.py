@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import inspect
 import types
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,12 @@ class HostArgumentUse:
     # calls of the function before the first one seen with this array that were not looked at (a sampled
     # fast loop): they may have held it too, uncounted
     not_looked_at: int = 0
+
+    @property
+    def repeated(self) -> bool:
+        """Whether it is a finding: given at more than one call - or possibly, when earlier calls were not
+        looked at (a sampled loop), so a copy at every call is not left untold."""
+        return self.calls >= 2 or (self.calls >= 1 and self.not_looked_at > 0)
 
     @property
     def title(self) -> str:
@@ -103,6 +110,7 @@ class HostArguments(jit_calls.CallObserver):
         self._paths: dict[Any, list[tuple[tuple, tuple[_Step, ...]]]] = {}
         self._last_counted: dict[Any, int] = {}  # function -> the number of the last call counted
         self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
+        self._unused: dict[int, tuple[Any, frozenset[int]]] = {}  # id(program) -> (it, inputs it never reads)
 
     def before(self, name, is_jit, args, params) -> None:
         if not is_jit:
@@ -118,7 +126,14 @@ class HostArguments(jit_calls.CallObserver):
             self._last_counted[fun] = number
         looked_before = self._looked_at.get(fun, 0)
         self._looked_at[fun] = looked_before + 1
-        leaves = host_leaves(local.get("jit_info"), local.get("args"), local.get("kwargs"))
+        jit_info = local.get("jit_info")
+        leaves = host_leaves(jit_info, local.get("args"), local.get("kwargs"))
+        if leaves and not getattr(jit_info, "keep_unused", False):
+            # An input the program does not use is pruned by jit: never copied, so not told.
+            unused = self._unused_inputs(params.get("jaxpr"), len(args))
+            if unused:
+                position = {id(value): k for k, value in enumerate(args) if type(value) is np.ndarray}
+                leaves = [leaf for leaf in leaves if position.get(id(leaf.array)) not in unused]
         if not leaves:
             return
         names = None
@@ -146,6 +161,23 @@ class HostArguments(jit_calls.CallObserver):
 
     def after(self, *args) -> None:
         pass
+
+    def _unused_inputs(self, closed, count: int) -> frozenset[int]:
+        """The positions among a call's ``count`` flat inputs its program never reads (jit prunes them:
+        they are not copied); empty when not known."""
+        if closed is None:
+            return frozenset()
+        known = self._unused.get(id(closed))
+        if known is not None and known[0] is closed:
+            return known[1]
+        jaxpr = getattr(closed, "jaxpr", closed)
+        invars = list(getattr(jaxpr, "invars", ()))
+        unused: frozenset[int] = frozenset()
+        if len(invars) == count:
+            read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
+            unused = frozenset(k for k, v in enumerate(invars) if id(v) not in read)
+        self._unused[id(closed)] = (closed, unused)
+        return unused
 
     def count_skipped(self, function, number: int, args: tuple, kwargs: dict) -> None:
         """A call the sampler did not look at: count the NumPy arrays it holds where looked-at calls held them."""
@@ -243,7 +275,7 @@ def _follow(args: tuple, kwargs: dict, steps: tuple[_Step, ...]):
     try:
         for kind, key in steps:
             if kind == "item":
-                value = value[key] if isinstance(value, (dict, list, tuple)) else None
+                value = value[key] if isinstance(value, (Mapping, list, tuple)) else None  # FrozenDict too
             else:  # a field of a dataclass-like node: its own attribute (a slot read through its descriptor)
                 owner, value = value, inspect.getattr_static(value, key, None)
                 if isinstance(value, types.MemberDescriptorType):

@@ -359,7 +359,7 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
                 )
             )
     for h in report.host_arguments:
-        if h.calls >= REPEATED_TRANSFERS:
+        if h.repeated:
             found.append(_finding("transfers", h.title, line=h.line, fix=WHY))
     return found[:3]
 

@@ -273,7 +273,7 @@ class Watch:
 
         found = []
         for h in hosts.seen.values():
-            if h.calls < 2:
+            if not h.repeated:
                 continue
             found += self._new(
                 ("transfers", h.function, h.argument, h.value),
