@@ -39,9 +39,7 @@ def through_all_three(ip, setup: str, loop: str) -> tuple[dict, dict, dict]:
 
 def findings_of_each(transfers: dict, doctor: dict, watch: dict) -> tuple[set, set, set, set]:
     """(argument, count, line code) as each report tells it; and the doctor's titles beside the watch's."""
-    told = {
-        (t["argument"], t["count"], t["line"]["code"].strip()) for t in transfers["transfers"] if t["function"]
-    }
+    told = {(t["argument"], t["count"], t["line"]["code"].strip()) for t in transfers["transfers"] if t["function"]}
     doctor_uses = {(h["argument"], h["calls"], h["line"]["code"].strip()) for h in doctor["host_arguments"]}
     doctor_findings = {
         (f["title"], f["line"]["code"].strip()) for f in doctor["findings"] if f["area"] == "implicit transfers"
@@ -117,9 +115,7 @@ def test_params_restored_as_numpy_in_a_flax_variables_pytree(ip):
     told, doctor_uses, _, _ = findings_of_each(transfers, doctor, watch)
     line = "out = predict(variables, x_dev)"
     assert (
-        told
-        == doctor_uses
-        == {("variables['params']['bias']", 12, line), ("variables['params']['kernel']", 12, line)}
+        told == doctor_uses == {("variables['params']['bias']", 12, line), ("variables['params']['kernel']", 12, line)}
     )
 
 
@@ -151,10 +147,7 @@ def test_calls_not_looked_at_are_counted_where_a_looked_at_call_held_numpy(ip, l
 def test_an_array_first_given_in_a_call_not_looked_at_is_told_so(ip, looks_at_two_calls):
     """`%%jax_transfers`' log saw every copy: it gives the count; the watch says what it could not see."""
     setup = SETUP + "x_dev = jnp.asarray(np_x[0])\n"
-    loop = (
-        "for i in range(20):\n"
-        "    params, loss = step(params, {'x': x_dev if i < 10 else np_x[i]})"
-    )
+    loop = "for i in range(20):\n    params, loss = step(params, {'x': x_dev if i < 10 else np_x[i]})"
     transfers, _, watch = through_all_three(ip, setup, loop)
     (row,) = [t for t in transfers["transfers"] if t["function"]]
     assert (row["argument"], row["count"]) == ("batch['x']", 10) and transfers["total"] == 10

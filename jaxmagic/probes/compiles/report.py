@@ -12,7 +12,7 @@ import re
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
@@ -467,11 +467,11 @@ class CompileReport(Report):
 
     # -- Report ----------------------------------------------------------------
 
-    @property
-    def status(self) -> Status:
-        if self.over_budget or self.recompiled_functions or self.rebuilt_loops:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act("over the compilation budget")] if self.over_budget else []
+        found += [act(f"`{f.name}` compiled {f.count} times") for f in self.recompiled_functions]
+        found += [act("a loop rebuilt at each call") for _ in self.rebuilt_loops]
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def summary(self) -> str:

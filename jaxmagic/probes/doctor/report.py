@@ -16,7 +16,7 @@ from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans.sighting import nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended, error_line, format_bytes
@@ -88,11 +88,9 @@ class DoctorReport(Report):
     def areas(self) -> list[str]:
         return [f.area for f in self.findings]
 
-    @property
-    def status(self) -> Status:
-        if self.findings:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"{f.area}: {f.title}") for f in self.findings]
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def summary(self) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.transfers.wording import WHY
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -65,11 +65,11 @@ class TransferReport(Report):
     backend: str = ""
     other_error: str = ""
 
-    @property
-    def status(self) -> Status:
-        if self.total:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"{t.count} implicit transfer(s) of {t.value or 'a value'}") for t in self.transfers]
+        if self.total > sum(t.count for t in self.transfers):
+            found.append(act(f"{self.total - sum(t.count for t in self.transfers)} more implicit transfer(s)"))
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def lines(self) -> list[SourceLine]:

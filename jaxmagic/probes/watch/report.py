@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -30,9 +30,8 @@ class WatchFinding(Report):
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
     provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM
+    def concerns(self) -> list[Concern]:
+        return [act(self.headline)]  # a finding of the watch
 
     @property
     def summary(self) -> str:
@@ -67,9 +66,8 @@ class CellFindings(Report):
     findings: list[WatchFinding] = dataclasses.field(default_factory=list)
     jitted_calls: int | None = None  # calls of jitted functions of the user's the cell made (None: not counted)
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM if self.findings else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [act(f.headline) for f in self.findings]
 
     @property
     def summary(self) -> str:
@@ -123,9 +121,8 @@ class WatchLog(Report):
             "on a cell looks at every call."
         )
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM if self.findings else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [act(f.headline) for f in self.findings]
 
     @property
     def summary(self) -> str:
