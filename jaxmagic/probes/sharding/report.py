@@ -279,10 +279,10 @@ class ShardingReport(Report):
             return f"`{what}` raised {self.failure}"
         if self.call is not None and self.call.resharded_inputs:
             moved = self.call.resharded_inputs
-            more = f" (and {len(moved) - 1} more argument(s))" if len(moved) > 1 else ""
+            others = f" (and {len(moved) - 1} more argument(s))" if len(moved) > 1 else ""
             them = "them" if len(moved) > 1 else "it"
             return (
-                f"`{what}`: {_moved_text(moved[0])}{more}. Place {them} once with `jax.device_put(x, sharding)`, "
+                f"`{what}`: {_moved_text(moved[0])}{others}. Place {them} once with `jax.device_put(x, sharding)`, "
                 f"or compile for the layout {them} {'have' if len(moved) > 1 else 'has'}."
             )
         if not self.arrays:
