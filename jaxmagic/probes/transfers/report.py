@@ -131,6 +131,13 @@ class TransferReport(Report):
                         f"counted but not listed (the first {MAX_GROUPS} groups are)."
                     )
                 )
+            if self.calls_unobserved:
+                blocks.append(
+                    Paragraph(
+                        f"The arguments of your jitted calls were not observed ({self.calls_unobserved}): a "
+                        "copy is named only by the host values its line passed, never by a path inside them."
+                    )
+                )
             if not self.lines_followed:
                 blocks.append(
                     Paragraph(
