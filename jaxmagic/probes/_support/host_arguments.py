@@ -108,6 +108,7 @@ class HostArguments(jit_calls.CallObserver):
         # function (the Python one jit wraps) -> [(key in seen, steps to the leaf)]: where its looked-at
         # calls held NumPy arrays, followed again in the calls a sampler skips
         self._paths: dict[Any, list[tuple[tuple, tuple[_Step, ...]]]] = {}
+        self.skipped_wanted = self._paths  # the functions whose skipped calls ``count_skipped`` is told
         self._last_counted: dict[Any, int] = {}  # function -> the number of the last call counted
         self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
         self._unused: dict[int, tuple[Any, frozenset[int]]] = {}  # id(program) -> (it, inputs it never reads)
