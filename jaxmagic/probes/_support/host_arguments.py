@@ -105,9 +105,9 @@ class HostArguments(jit_calls.CallObserver):
 
     def __init__(self):
         self.seen: dict[tuple, HostArgumentUse] = {}
-        # function (the Python one jit wraps) -> [(key in seen, steps to the leaf)]: where its looked-at
-        # calls held NumPy arrays, followed again in the calls a sampler skips
-        self._paths: dict[Any, list[tuple[tuple, tuple[_Step, ...]]]] = {}
+        # function (the Python one jit wraps) -> [(key in seen, steps to the leaf, (shape, dtype))]: where its
+        # looked-at calls held NumPy arrays, followed again in the calls a sampler skips
+        self._paths: dict[Any, list[tuple[tuple, tuple[_Step, ...], tuple]]] = {}
         self.skipped_wanted = self._paths  # the functions whose skipped calls ``count_skipped`` is told
         self._last_counted: dict[Any, int] = {}  # function -> the number of the last call counted
         self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
@@ -157,7 +157,8 @@ class HostArguments(jit_calls.CallObserver):
                     not_looked_at=max(0, (number or 0) - 1 - looked_before),
                 )
                 if fun is not None and leaf.steps is not None:
-                    self._paths.setdefault(fun, []).append((key, leaf.steps))
+                    kind = (leaf.array.shape, leaf.array.dtype)
+                    self._paths.setdefault(fun, []).append((key, leaf.steps, kind))
             entry.calls += 1
 
     def after(self, *args) -> None:
@@ -187,9 +188,9 @@ class HostArguments(jit_calls.CallObserver):
             return
         self._last_counted[function] = number
         seen = self.seen
-        for key, steps in paths:
+        for key, steps, (shape, dtype) in paths:
             value = _follow(args, kwargs, steps)
-            if type(value) is np.ndarray and host_type(value) == key[3]:
+            if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype:
                 seen[key].calls += 1
 
 
