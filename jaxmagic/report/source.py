@@ -7,9 +7,11 @@ packages and jaxmagic itself are not: a report shows the lines a person wrote.
 
 from __future__ import annotations
 
+import ast
 import functools
 import linecache
 import os
+import re
 import sys
 import sysconfig
 import traceback
@@ -117,8 +119,38 @@ def cell_label(filename: str) -> str:
     return name.replace("In[", "In [")
 
 
+# IPython keeps a cell's lines as it rewrote them: ``%jax_bisect f(x)`` is
+# ``get_ipython().run_line_magic('jax_bisect', 'f(x)')`` in linecache.
+_MAGIC_CALL = re.compile(
+    r"get_ipython\(\)\.run_line_magic\((?P<name>'[^']*'|\"[^\"]*\"), (?P<line>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)"
+)
+_SHELL_CALL = re.compile(r"get_ipython\(\)\.system\((?P<line>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)")
+
+
+def as_typed(code: str) -> str:
+    """A cell line as the user typed it: IPython's rewrite of a magic (``%name args``) or a shell
+    escape (``!cmd``) put back; any other line unchanged."""
+    if "get_ipython()" not in code:
+        return code
+
+    def magic(match: re.Match) -> str:
+        try:
+            name, line = ast.literal_eval(match["name"]), ast.literal_eval(match["line"])
+        except (ValueError, SyntaxError):
+            return match[0]
+        return f"%{name} {line}".rstrip()
+
+    def shell(match: re.Match) -> str:
+        try:
+            return "!" + ast.literal_eval(match["line"])
+        except (ValueError, SyntaxError):
+            return match[0]
+
+    return _SHELL_CALL.sub(shell, _MAGIC_CALL.sub(magic, code))
+
+
 def source_line(filename: str, lineno: int, function: str) -> SourceLine:
-    code = linecache.getline(filename, lineno).strip()
+    code = as_typed(linecache.getline(filename, lineno).strip())
     return SourceLine(filename=filename, lineno=lineno, function=function, code=code, label=cell_label(filename))
 
 
