@@ -66,3 +66,23 @@ def test_as_typed_puts_back_magics_and_shell_escapes():
     assert as_typed("r = get_ipython().run_line_magic('time', \"x = 'a'\")") == "r = %time x = 'a'"
     assert as_typed("get_ipython().system('ls -l')") == "!ls -l"
     assert as_typed("y = f(get_ipython)") == "y = f(get_ipython)"
+
+
+def test_a_quoted_part_of_a_line_is_a_whole_expression_or_nothing():
+    from jaxmagic.report.source import whole_expression
+
+    line = "log_jit = jax.jit(lambda x: jnp.log(x))"
+    assert whole_expression(line, 28, 38) == "jnp.log(x)"
+    # columns JAX recorded wrong inside a lambda in a kernel's cell: the call of `log` on the line instead
+    assert whole_expression(line, 11, 21, called="log") == "jnp.log(x)"
+    assert whole_expression(line, 11, 21) == ""
+    # `g(x) * w` out of `h = jnp.log(x) * w` parses, but is no expression of that line
+    assert whole_expression("    h = jnp.log(x) * w", 14, 22) == ""
+    assert whole_expression("    if jnp.log(x) > 0:", 7, 17) == "jnp.log(x)"
+
+
+def test_a_tracers_type_is_read_whole():
+    from jaxmagic.probes._support.tracers.text import tracer_aval
+
+    assert tracer_aval("aval=f32[16,32], batched=f32[4,16,32]") == "f32[16,32] (batched f32[4,16,32])"
+    assert tracer_aval("primal=2.0, typeof(tangent)=f32[3,4]") == "f32[3,4]"

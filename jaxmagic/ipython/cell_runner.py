@@ -177,9 +177,14 @@ def numbered_as_shown(shell, cell: str) -> str:
     must stay on the first line to be one, and is left as it is."""
     magic_cell = getattr(shell.displayhook, "exec_result", None)
     raw = getattr(getattr(magic_cell, "info", None), "raw_cell", None)
-    if not isinstance(raw, str) or not cell or cell.lstrip().startswith("%%") or not raw.endswith(cell):
+    # IPython ends the body with a newline the cell may not have: compare without trailing ones
+    body = cell.rstrip("\n")
+    if not isinstance(raw, str) or not body.strip() or body.lstrip().startswith("%%"):
         return cell
-    above = raw[: len(raw) - len(cell)].splitlines()
+    whole = raw.rstrip("\n")
+    if not whole.endswith(body):
+        return cell
+    above = whole[: len(whole) - len(body)].splitlines()
     return "".join(f"# {line}\n" for line in above) + cell
 
 

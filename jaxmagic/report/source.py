@@ -253,3 +253,42 @@ def defining_code(fun, is_user=is_user_file):
     if users:
         return users[-1], wrapper
     return (chain[0] if chain else None), ""
+
+
+def whole_expression(line: str, start: int, end: int, called: str = "") -> str:
+    """The part of a source ``line`` between byte columns ``start`` and ``end`` (as Python and JAX record
+    them), only if it is one whole expression of that line; else the one call on the line of a function
+    named ``called`` (``log`` finds ``jnp.log(x)``); else "". JAX's recorded columns can be wrong (inside a
+    lambda, a notebook kernel's cell: ``ax.jit(lam`` out of ``jax.jit(lambda x: jnp.log(x))``): a quoted
+    part of a line is code of that line or is not quoted."""
+    encoded = line.encode()
+    part = encoded[start:end].decode(errors="replace").strip()
+    stripped = line.strip()
+    tree = None
+    for statement in (stripped, stripped + " pass"):  # the head of a block (`if jnp.any(x < 0):`) with a body
+        try:
+            tree = ast.parse(statement)
+            break
+        except SyntaxError:
+            continue
+    if tree is None:  # a line that is not a statement alone (the head of a block, part of a call)
+        try:
+            ast.parse(part, mode="eval")
+        except SyntaxError:
+            return ""
+        return part
+    expressions = [
+        node for node in ast.walk(tree) if isinstance(node, ast.expr) and node.end_lineno == 1 == node.lineno
+    ]
+    segments = {stripped.encode()[n.col_offset : n.end_col_offset].decode(errors="replace") for n in expressions}
+    if part and part in segments:
+        return part
+    if called:
+        calls = [
+            n
+            for n in expressions
+            if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == called
+        ]
+        if len(calls) == 1:
+            return stripped.encode()[calls[0].col_offset : calls[0].end_col_offset].decode(errors="replace")
+    return ""
