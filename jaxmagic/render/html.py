@@ -256,7 +256,7 @@ CELL_BOX = (
 )
 # Hatched grey: present but not available here. The plain grey first, for the sanitizer.
 MUTED_CELL = (
-    ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781"
+    ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#57606a"
 )
 ALERT_CELL = ";border:2px solid #b3261e"
 
@@ -347,9 +347,9 @@ def _cell_html(cell, show_detail: bool, place: str) -> str:
         style += ALERT_CELL
         klass += " jm-alert"
     title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
-    label_style = ' style="font-weight:600;color:#b3261e"' if cell.style == "alert" else ' style="font-weight:600"'
+    label_style = ' style="font-weight:600;color:#6e1414"' if cell.style == "alert" else ' style="font-weight:600"'
     detail = (
-        f'<span style="font-size:10.5px;color:#3d444d">{escape(cell.detail)}</span>'
+        f'<span style="font-size:10.5px;color:#24292f">{escape(cell.detail)}</span>'
         if show_detail and cell.detail
         else ""
     )
