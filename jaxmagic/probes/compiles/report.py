@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
@@ -28,6 +29,7 @@ CAUSE_TITLES = {
     "static": "static argument value changed",
     "static_identity": "static argument is a new object each call, hashed by identity",
     "new_function": "a new jit wrapper built at each call",
+    "baked_constant": "a Python value baked into a function built anew for each value",
     "cache_cleared": "JAX's caches were emptied",
     "context": "JAX setting changed",
     "no_retrace": "compiled again without re-tracing",
@@ -82,6 +84,12 @@ FIXES = {
         "a lambda or functools.partial made in a loop). Each new wrapper starts with an empty cache. Build "
         "the jitted function once, outside the helper or loop (e.g. grad_fn = jax.jit(jax.grad(loss)) at "
         "module level), and pass what changes as arguments."
+    ),
+    "baked_constant": (
+        "A Python value the jitted function closes over (or a functools.partial binds) is a constant of the "
+        "compiled program: each value builds a new function, and each new function compiles again. Pass the "
+        "value as an argument of the jitted function instead (traced), and jit the function once, so one "
+        "compilation serves every value."
     ),
     "cache_cleared": (
         "jax.clear_caches() empties every cache of the process: every jitted function and every eager "
@@ -168,6 +176,8 @@ class FunctionCompiles:
     compile_seconds: float = 0.0
     first_line: SourceLine | None = None
     field_fixes: dict[str, str] = dataclasses.field(default_factory=dict)  # cause -> the fix naming the field
+    baked_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # closed-over value -> texts seen
+    again: Any = None  # why_again.RecompileCause: why it compiled again, set when the block ends
 
     @property
     def jit_name(self) -> str:
@@ -217,6 +227,8 @@ class FunctionCompiles:
                 if len(values) > 1 or cause == "static_identity"
             ]
             return f"{title}: {'; '.join(parts)}" if parts else title
+        if cause == "baked_constant" and self.baked_values:
+            return f"{title}: " + "; ".join(f"`{n}` {' -> '.join(v)}" for n, v in self.baked_values.items())
         examples = self.change_examples.get(cause, [])
         if examples:
             return f"{title}: {'; '.join(examples[:3])}" + ("; ..." if len(examples) > 3 else "")
@@ -273,7 +285,7 @@ class FunctionCompiles:
                 parts.append("jit was given a newly built function (a new wrapper) at each call")
             elif cause == "no_retrace":
                 parts.append("compiled again without tracing again")
-            elif cause in ("static", "static_identity") or self.change_examples.get(cause):
+            elif cause in ("static", "static_identity", "baked_constant") or self.change_examples.get(cause):
                 parts.append(self.cause_text(cause).split(": ", 1)[-1])
         text = "; ".join(parts)
         if text and self.main_cause in ("static", "static_identity") and self.distinct_argument_types == 1:
@@ -349,6 +361,7 @@ def _scalar_kind_change(change: str) -> str:
 _CAUSE_PRIORITY = (
     "static",
     "static_identity",
+    "baked_constant",
     "new_function",
     "cache_cleared",
     "weak_type",
