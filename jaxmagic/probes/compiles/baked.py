@@ -107,7 +107,9 @@ def _parameter_names(fun: Any) -> list[str]:
         return []
 
 
-def baked_changes(before: dict[str, BakedValue] | None, now: dict[str, BakedValue] | None) -> list[tuple[str, str, str]]:
+def baked_changes(
+    before: dict[str, BakedValue] | None, now: dict[str, BakedValue] | None
+) -> list[tuple[str, str, str]]:
     """(name, before, now) of the plain values that differ between two builds of a function."""
     if not before or not now:
         return []

@@ -20,10 +20,11 @@ from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.baked import baked_changes
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
-from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
+from jaxmagic.probes.compiles.report import FunctionCompiles
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
 from jaxmagic.probes.compiles.user_arguments import LeafValue
 from jaxmagic.probes.compiles.why_again import baked_fix
+from jaxmagic.probes.compiles.wording import line_text
 from jaxmagic.report.source import is_user_file, source_line
 
 
@@ -153,7 +154,12 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
     kind = explanation.kind
     if kind == "never_seen":
         earlier = state.last_function() if state.last_function is not None else None
-        if state.compiled_before > 0 and earlier is not None and info.function is not None and earlier is info.function():
+        if (
+            state.compiled_before > 0
+            and earlier is not None
+            and info.function is not None
+            and earlier is info.function()
+        ):
             # the very function object it traced before: not a new wrapper - JAX forgot it
             return _Cause(
                 "cache_cleared",
@@ -356,10 +362,12 @@ def _carried_values_text(summary: FunctionCompiles, info: CallInfo) -> str:
             "whose closure can be read."
         )
     plain = {name: value.text for name, value in info.baked.items() if value.by_value}
+    other = [f"`{name}` ({value.type_name})" for name, value in info.baked.items() if not value.by_value]
+    unread = f" It also carries {', '.join(other[:4])}, not compared." if other else ""
     if not plain:
-        return f"`{summary.name}` carries no Python value that could differ between builds: only the rebuilding recompiles it."
+        return f"`{summary.name}` carries no Python number or string that could differ between builds.{unread}"
     values = ", ".join(f"`{name}` = {text}" for name, text in list(plain.items())[:4])
-    return f"The values it carries are the same as at the last build ({values}): only the rebuilding recompiles it."
+    return f"The Python values it carries are the same as at the last build ({values}).{unread}"
 
 
 def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
@@ -568,7 +576,9 @@ def _unexplained_cause(summary, state, explanation, types, info, static: _Cause 
                 changes,
             )
         return _Cause("types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes)
-    if state.compiled_before == 0 and (explanation is None or explanation.kind != "unavailable" or not info.static_values):
+    if state.compiled_before == 0 and (
+        explanation is None or explanation.kind != "unavailable" or not info.static_values
+    ):
         return _Cause("first", f"First compilation of {name} in this cell.")
     if info.static_values and state.last_static is None:
         values = "; ".join(f"{k} = {v.text}" for k, v in info.static_values.items())

@@ -13,6 +13,7 @@ from typing import Any
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -193,7 +194,7 @@ class FunctionCompiles:
     def causes_again(self) -> list[str]:
         """Why it compiled again, most frequent first (ties: the more telling cause first)."""
         again = [cause for cause in self.causes if cause not in ("first", "jaxmagic")]
-        return sorted(again, key=lambda cause: (-self.causes[cause], _priority(cause)))
+        return sorted(again, key=lambda cause: (-self.causes[cause], cause_priority(cause)))
 
     @property
     def main_cause(self) -> str:
@@ -222,7 +223,7 @@ class FunctionCompiles:
                 return f"{title}: {'; '.join(parts)}"
         if cause in ("static", "static_identity") and self.static_values:  # else: a wrapper's, in the examples
             parts = [
-                f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
+                f"`{name}` {value_sequence(values, self.static_value_counts.get(name, 0))}"
                 for name, values in self.static_values.items()
                 if len(values) > 1 or cause == "static_identity"
             ]
@@ -355,37 +356,6 @@ def _scalar_kind_change(change: str) -> str:
     """The argument's name when ``change`` is an int scalar becoming a float one or back ("s: i32[] -> f32[]")."""
     match = _SCALAR_CHANGE.match(change)
     return match["name"] if match and match["a"] != match["b"] else ""
-
-
-# Which cause to name first when two are equally frequent: the ones people find hardest first.
-_CAUSE_PRIORITY = (
-    "static",
-    "static_identity",
-    "baked_constant",
-    "new_function",
-    "cache_cleared",
-    "weak_type",
-    "passing",
-    "pytree",
-    "types",
-    "context",
-    "no_retrace",
-    "unexplained",
-    "eager",
-    "jaxmagic",
-    "first",
-)
-
-
-def _priority(cause: str) -> int:
-    return _CAUSE_PRIORITY.index(cause) if cause in _CAUSE_PRIORITY else len(_CAUSE_PRIORITY)
-
-
-def _value_sequence(values: list[str], distinct: int) -> str:
-    text = " -> ".join(values)
-    if distinct > len(values):
-        text += f" -> ... ({distinct} different values)"
-    return text
 
 
 @dataclasses.dataclass
@@ -579,7 +549,7 @@ class CompileReport(Report):
                     f"`{f.jit_name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
                     f"{f.count} ({f.distinct_argument_types} argument type(s))",
                     f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
-                    _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
+                    stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
                 ]
                 for f in listed
             ]
@@ -622,7 +592,7 @@ class CompileReport(Report):
                         "same" if same and line == line_text(previous.line) else line,
                         CAUSE_TITLES.get(c.cause, c.cause) + (f": {changed}" if changed else ""),
                         "same" if same and types == (previous.argument_types or "-") else types,
-                        _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
+                        stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
                     ]
                 )
             columns = [
@@ -706,14 +676,3 @@ class CompileReport(Report):
                 )
             )
         return Document("%%jax_compiles", self.status, self.summary, sections)
-
-
-def _stage_times(*seconds: float | None) -> str:
-    """``"1.4 / 1.3 / 27.3 ms"``: the three stage durations in one cell."""
-    return " / ".join("-" if t is None else f"{t * 1e3:.1f}" for t in seconds) + " ms"
-
-
-def line_text(line: SourceLine | None) -> str:
-    if line is None:
-        return "-"
-    return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else f"{line.where}"

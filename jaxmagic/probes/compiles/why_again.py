@@ -75,7 +75,9 @@ def baked_fix(function: str, names: list[str], seen: dict[str, list[str]], info:
         else f"make `{parameter}` a parameter of the function you jit (`lambda ..., {parameter}: ...`), jit it once, "
         f"outside the loop or the function that builds it, and pass `{parameter}` at each call"
     )
-    others = f" ({len(names) - 1} more value(s) changed too: {', '.join(f'`{n}`' for n in names[1:4])})" if names[1:] else ""
+    others = (
+        f" ({len(names) - 1} more value(s) changed too: {', '.join(f'`{n}`' for n in names[1:4])})" if names[1:] else ""
+    )
     return (
         f"`{name}`{held_by} is {kind} baked into `{function}`'s compiled program as a constant: each value{each} "
         f"builds a new function and compiles again{others}. Pass it traced instead: {how}, so one compilation "
