@@ -102,11 +102,18 @@ PARTIAL = (
     "pp = jnp.ones(3)\nfor lr in [1e-3, 1e-2, 1e-1]:\n    pp = jax.jit(functools.partial(sgd_update, lr=lr))(pp, pp)"
 )
 
+# A lambda made in a cell's loop reads the loop variable as a global: baked all the same
+GLOBAL = "pg = jnp.ones(3)\nfor lr in [1e-3, 1e-2, 1e-1]:\n    pg = jax.jit(lambda p, g: p - lr * g)(pg, pg)"
+
 
 @pytest.mark.parametrize(
     ("program", "function", "held_by"),
-    [(CLOSURE, "<lambda>", "closed over by `<lambda>`"), (PARTIAL, "sgd_update", "functools.partial")],
-    ids=["closure", "partial"],
+    [
+        (CLOSURE, "<lambda>", "closed over by `<lambda>`"),
+        (PARTIAL, "sgd_update", "functools.partial"),
+        (GLOBAL, "<lambda>", "a global read by `<lambda>`"),
+    ],
+    ids=["closure", "partial", "loop-global"],
 )
 def test_learning_rate_baked_into_a_wrapper_per_value(shell, program, function, held_by):
     causes = compiles_cause(shell, program, function), doctor_cause(shell, program), watch_cause(shell, program)
@@ -141,6 +148,22 @@ STATIC = (
 def test_control_a_real_static_argument_stays_a_static_argument(shell):
     causes = compiles_cause(shell, STATIC, "scale_by"), doctor_cause(shell, STATIC), watch_cause(shell, STATIC)
     assert same(*causes) == ("static", "scale_by", ["n"], {"n": ["1", "2", "3"]})
+
+
+def test_a_static_argument_past_the_explained_compilations_stays_static():
+    import jax
+    import jax.numpy as jnp
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def power(x, n):
+        return x**n
+
+    x = jnp.ones(2)
+    with compiles() as report:
+        for n in range(20):  # JAX's explanations are switched off after limits.EXPLAIN_LIMIT (16)
+            power(x, n)
+    assert report.explanations_stopped == "power"
+    assert report.function("power").causes == {"first": 1, "static": 19}
 
 
 def test_a_wrapper_rebuilt_with_the_same_value_is_no_baked_constant():

@@ -1,5 +1,5 @@
-"""The Python values a jitted function carries with it: its closure's variables and a ``functools.partial``'s
-bound arguments. jit traces them as constants of the program, so a function built anew around another value
+"""The Python values a jitted function carries with it: its closure's variables, a ``functools.partial``'s
+bound arguments and the plain globals it reads. jit traces them as constants of the program, so a function built anew around another value
 (``make_step(lr)`` returning ``jax.jit(lambda p, g: p - lr * g)``, ``jax.jit(functools.partial(update, lr=lr))``)
 compiles once per value (optax#577: the learning rate embedded in the HLO; optax#197: a closure per optimizer).
 
@@ -31,7 +31,8 @@ class BakedValue:
 
 
 def baked_values(fun: Any, is_user: Callable[[str], bool]) -> dict[str, BakedValue] | None:
-    """The values ``fun`` carries into its trace, by the name the user wrote (``lr``, ``loss.scale`` for a
+    """The values ``fun`` carries into its trace (closure cells, partial arguments, plain globals it reads),
+    by the name the user wrote (``lr``, ``loss.scale`` for a
     value of a function it closes over); None when ``fun`` is no function or partial of the user's, whose
     closure could be read."""
     found: dict[str, BakedValue] = {}
@@ -71,6 +72,12 @@ def _visit(fun: Any, prefix: str, depth: int, found: dict[str, BakedValue], is_u
         if callable(value) or isinstance(value, types.ModuleType):
             continue  # a class, a module, a jitted function: not a value of the program
         _add(found, prefix + name, value, f"closed over by `{code.co_name}`")
+    # A global it reads is baked the same way: a lambda made in a notebook's loop reads the loop's variable
+    # as a global (`for lr in lrs: jax.jit(lambda p, g: p - lr * g)`), not through a closure
+    module = getattr(fun, "__globals__", None) or {}
+    for name in code.co_names:
+        if not name.startswith("__") and name in module and name not in found and _plain(module[name]):
+            _add(found, prefix + name, module[name], f"a global read by `{code.co_name}`")
     return True
 
 
