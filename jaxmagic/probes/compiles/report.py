@@ -30,7 +30,7 @@ CAUSE_TITLES = {
     "static": "static argument value changed",
     "static_identity": "static argument is a new object each call, hashed by identity",
     "new_function": "a new jit wrapper built at each call",
-    "baked_constant": "a Python value baked into a function built anew for each value",
+    "baked_constant": "a Python value baked in: a new function per value",
     "cache_cleared": "JAX's caches were emptied",
     "context": "JAX setting changed",
     "no_retrace": "compiled again without re-tracing",
