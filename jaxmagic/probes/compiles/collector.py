@@ -19,7 +19,7 @@ from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
-from jaxmagic.probes.compiles.function_state import FunctionState
+from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
@@ -29,6 +29,7 @@ from jaxmagic.probes.compiles.stack import (
     read_transformed_program,
 )
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
+from jaxmagic.probes.compiles.why_again import why_compiled_again
 from jaxmagic.probes.compiles.wrapped import jax_dirs
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 
@@ -40,8 +41,9 @@ EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 class Collector:
     """Receives monitoring events and compile log lines; builds the report as compilations happen."""
 
-    def __init__(self, report: CompileReport, stack: contextlib.ExitStack):
+    def __init__(self, report: CompileReport, stack: contextlib.ExitStack, history: CompileHistory | None = None):
         self.report = report
+        self._history = history
         self._stack = stack
         self._thread = threading.get_ident()
         self._lock = threading.Lock()
@@ -185,11 +187,11 @@ class Collector:
                 if info.defined_file
                 else ""
             )
-            state = self._functions[key] = FunctionState(
-                FunctionCompiles(
-                    name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
-                )
+            fresh = FunctionCompiles(
+                name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
             )
+            earlier = self._history.states.get(key) if self._history is not None else None
+            state = self._functions[key] = earlier.carried(fresh) if earlier is not None else FunctionState(fresh)
             report.functions.append(state.summary)
             self._last_of_name[(name, info.kind)] = state
         summary = state.summary
@@ -215,6 +217,7 @@ class Collector:
         state.last_metadata = dict(info.metadata)
         state.last_function = info.function
         state.last_leaves = dict(info.leaves) if info.leaves else None
+        _record_baked(summary, state, info.baked)
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
@@ -266,6 +269,10 @@ class Collector:
     def finish(self) -> None:
         with self._lock:
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
+            for state in self._functions.values():
+                state.summary.again = why_compiled_again(state.summary) if state.summary.recompiled else None
+            if self._history is not None:
+                self._history.states.update(self._functions)
 
 
 def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:
@@ -284,6 +291,16 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
         kept = summary.static_values.setdefault(name, [])
         if len(kept) < limits.STATIC_VALUES_KEPT:
             kept.append(text)
+
+
+def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict | None) -> None:
+    """Keep the values the function carried, and the first distinct texts of each (the values seen)."""
+    state.last_baked = dict(baked) if baked is not None else None
+    for name, value in (baked or {}).items():
+        seen = state.baked_seen.setdefault(name, [])
+        if value.by_value and value.text not in seen and len(seen) < limits.STATIC_VALUES_KEPT:
+            seen.append(value.text)
+    summary.baked_values = {name: list(texts) for name, texts in state.baked_seen.items() if len(texts) > 1}
 
 
 def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:

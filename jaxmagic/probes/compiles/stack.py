@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic.probes.compiles.baked import BakedValue, baked_values
 from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
 from jaxmagic.report.source import defining_code
@@ -43,6 +44,9 @@ class CallInfo:
     library: str = ""
     # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
     leaves: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The Python values the traced function carries (closure, functools.partial arguments), by name; None
+    # when they could not be read (baked.py)
+    baked: dict[str, BakedValue] | None = None
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -87,6 +91,8 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, l
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
         info.kind = "user" if is_user(code.co_filename) or held is not None else "library"
+    if info.kind == "user" and held is None:
+        info.baked = baked_values(fun, is_user)
     found = (held, [args[i] for i in static_argnums if i < len(args)]) if held is not None else None
     if jit_info is None:
         return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -29,6 +30,7 @@ class WatchFinding(Report):
     next_magic: str = ""
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
     provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
+    cause: RecompileCause | None = None  # recompilation: the cause %%jax_compiles gives (compiles.why_again)
 
     @property
     def status(self) -> Status:
