@@ -21,6 +21,7 @@ from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes.compiles.static_trial import try_static_fix
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
     CallInfo,
@@ -214,6 +215,8 @@ class Collector:
         state.last_static = dict(info.static_values)
         state.last_metadata = dict(info.metadata)
         state.last_function = info.function
+        if info.trial_arguments is not None:
+            state.trial_arguments = info.trial_arguments
         state.last_leaves = dict(info.leaves) if info.leaves else None
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
@@ -264,7 +267,17 @@ class Collector:
         self._stack.enter_context(jax.explain_cache_misses(False))
 
     def finish(self) -> None:
+        """After the block (JAX's logs and listeners already off): try each static-number fix by tracing, then
+        drop what the trials needed, so the report holds nothing of the user's."""
         with self._lock:
+            for state in self._functions.values():
+                if state.trial_arguments is not None:
+                    function = state.last_function() if state.last_function is not None else None
+                    try_static_fix(state.summary, function, *state.trial_arguments)
+                    for compilation in self.report.compilations:
+                        if compilation.function == state.summary.name and compilation.cause == "static":
+                            compilation.fix = state.summary.fix_for("static")
+                state.trial_arguments = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
 
 

@@ -168,6 +168,13 @@ class FunctionCompiles:
     compile_seconds: float = 0.0
     first_line: SourceLine | None = None
     field_fixes: dict[str, str] = dataclasses.field(default_factory=dict)  # cause -> the fix naming the field
+    # "pass the static number traced", tried by tracing the function with it traced (compiles/static_trial.py):
+    # how and what happened ("tried by tracing `f` with `n` traced (as jnp.int32(n)): it fails at ..."), "" when
+    # there was nothing to try; whether it works (None: not tried); whether jaxmagic ran the function again
+    # (traced it once more, after the block, with its output not shown) to find out
+    static_fix_trial: str = ""
+    static_fix_works: bool | None = None
+    traced_again_to_try: bool = False
 
     @property
     def jit_name(self) -> str:
@@ -249,8 +256,8 @@ class FunctionCompiles:
             kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
             if kind and cause == "static_identity":
                 return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
-            if kind == "number":
-                return f"{FIXES[cause]} {_number_fix(self.static_kinds, self.static_values)}"
+            if kind == "number" and cause == "static":
+                return self._number_fix_tried()
             if kind:
                 return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
         if cause == "types":
@@ -263,6 +270,25 @@ class FunctionCompiles:
                     f"`float({name})` (or `jnp.float32({name})`) where you call it."
                 )
         return FIXES.get(cause, "")
+
+    def _number_fix_tried(self) -> str:
+        """The fix for a static number, as its trial found it: "pass it traced" only when tracing with it
+        traced succeeds; "keep it static, take few values" when it fails; "not tried" said when it was not."""
+        head = FIXES["static"].split(": ", 1)[0] + "."
+        ran = (
+            f" (jaxmagic traced `{self.name}` once more after the cell to try it; its output while tracing was not "
+            "shown)"
+            if self.traced_again_to_try
+            else ""
+        )
+        if self.static_fix_works is False:
+            names = ", ".join(f"`{n}`" for n, k in self.static_kinds.items() if k == "number")
+            return f"{head} {KEEP_STATIC_FIX.format(names=names, trial=self.static_fix_trial)}{ran}"
+        fix = f"{FIXES['static']} {_number_fix(self.static_kinds, self.static_values)}"
+        if self.static_fix_works:
+            return f"{fix} Checked: {self.static_fix_trial}{ran}."
+        why = self.static_fix_trial or "suggestion: not tried"
+        return f"{fix} ({why})"
 
     @property
     def evidence(self) -> str:
@@ -312,6 +338,14 @@ STATIC_FIXES = {
         "flax.struct.dataclass, equinox.Module)."
     ),
 }
+
+
+KEEP_STATIC_FIX = (
+    "Keep {names} static: passing it traced does not trace ({trial}). It sets a shape, a count or a loop "
+    "length, which must be known while tracing, so each new value compiles again: let it take few values - "
+    "round it up to one of a few sizes (e.g. powers of two) and pad or mask what lies beyond the real count - "
+    "or compile once with the largest value and mask."
+)
 
 
 def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:

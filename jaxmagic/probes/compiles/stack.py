@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments
 from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
 from jaxmagic.report.source import defining_code
@@ -43,6 +44,10 @@ class CallInfo:
     library: str = ""
     # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
     leaves: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The call as a static-argument fix can be tried on (``fixes/traced_trial``): (args, kwargs) with every
+    # traced argument an abstract value (shape and dtype) and the static ones as given; only when a
+    # static argument is a number (the fix "pass it traced" is offered for those). Dropped after the block.
+    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None  # (args, kwargs, static name -> position)
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -105,6 +110,12 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, l
         if name in kwargs:
             info.static_values[name] = static_value(kwargs[name])
     info.static_argnames = names
+    if held is None and any(value.kind == "number" for value in info.static_values.values()):
+        positions = set(getattr(jit_info, "static_argnums", ()) or ())
+        with contextlib.suppress(Exception):  # an argument jaxmagic cannot make abstract: the fix stays untried
+            abstract_args, abstract_kwargs = abstract_arguments(tuple(args), dict(kwargs), positions, set(names))
+            at = {name: index for index, name in zip(getattr(jit_info, "static_argnums", ()) or (), names)}
+            info.trial_arguments = (abstract_args, abstract_kwargs, at)
     if info.kind == "user":
         static_indices = set(getattr(jit_info, "static_argnums", ()) or ())
         for index, value in enumerate(args):

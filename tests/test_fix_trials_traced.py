@@ -1,0 +1,90 @@
+"""Static/traced fixes are tried by tracing before they are offered (issue 39).
+
+"Pass it traced" for a static number is right for a learning rate and wrong for the count of
+``jax.random.split`` or a scan's ``length`` (jax-ml/jax#3603, jax-ml/jax#4473: a jitted scan whose length
+is traced raises ConcretizationTypeError; jax-ml/jax#2506: a traced count given to a split).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxmagic import probes
+
+# -- %%jax_compiles, the doctor and the watch: "pass the static number traced" -------------------------
+
+
+@partial(jax.jit, static_argnames=("n",))
+def sample_paths(key, x, n):
+    keys = jax.random.split(key, n)  # n is a count: it must stay static
+
+    def step(c, k):
+        return c + jax.random.normal(k, x.shape), None
+
+    out, _ = lax.scan(step, x, keys, length=n)
+    return out
+
+
+def test_pass_it_traced_is_not_offered_when_the_count_of_a_split_must_be_static():
+    key, x = jax.random.PRNGKey(0), jnp.ones(3)
+    with probes.compiles() as rep:
+        for n in (2, 3, 4):
+            sample_paths(key, x, n)
+    data = next(d for d in rep.to_dict()["functions"] if d["name"] == "sample_paths")
+    assert data["static_fix_works"] is False
+    assert data["static_fix_trial"].startswith("tried by tracing `sample_paths` with `n` traced (as jnp.int32(n))")
+    assert "keys = jax.random.split(key, n)" in data["static_fix_trial"]  # the line where tracing stopped
+    assert data["traced_again_to_try"] is True  # said plainly: the function was traced once more
+    fix = rep.function("sample_paths").fix
+    assert "drop it from static_argnums" not in fix and "Keep `n` static" in fix
+    assert "traced `sample_paths` once more" in fix
+    # the compilations' own fixes say the same as the function's
+    later = [c for c in rep.to_dict()["compilations"] if c["function"] == "sample_paths" and c["cause"] == "static"]
+    assert later and all("Keep `n` static" in c["fix"] for c in later)
+
+
+def test_a_scan_length_alone_is_enough_to_keep_it_static():
+    @partial(jax.jit, static_argnums=(1,))
+    def repeat(x, n):
+        out, _ = lax.scan(lambda c, _: (c * 2.0, None), x, None, length=n)
+        return out
+
+    with probes.compiles() as rep:
+        for n in (1, 2, 3):
+            repeat(jnp.ones(2), n)
+    data = next(d for d in rep.to_dict()["functions"] if d["name"] == "repeat")
+    assert data["static_fix_works"] is False
+    assert "ConcretizationTypeError" in data["static_fix_trial"] and "length=n" in data["static_fix_trial"]
+    assert "jnp.int32(n)" not in rep.function("repeat").fix.split("Keep")[0]
+
+
+def test_pass_it_traced_is_offered_as_tried_when_it_traces(capsys):
+    @partial(jax.jit, static_argnames=("lr",))
+    def sgd(w, lr):
+        print("tracing sgd")  # a trace-time side effect: the trial's run of it is not shown as the user's
+        return w - lr * w
+
+    with probes.compiles() as rep:
+        for epoch in range(3):
+            sgd(jnp.ones(2), lr=0.1 / (epoch + 1))
+    printed = capsys.readouterr().out
+    assert printed.count("tracing sgd") == 3  # the user's three traces, not the trial's
+    data = next(d for d in rep.to_dict()["functions"] if d["name"] == "sgd")
+    assert data["static_fix_works"] is True and data["traced_again_to_try"] is True
+    assert data["static_fix_trial"] == "tried by tracing `sgd` with `lr` traced (as jnp.float32(lr)): it traces"
+    fix = rep.function("sgd").fix
+    assert "pass an array, here jnp.float32(lr)" in fix and "Checked: tried by tracing `sgd`" in fix
+
+
+def test_the_doctor_gives_the_same_tried_fix():
+    key, x = jax.random.PRNGKey(1), jnp.ones(2)
+    with probes.doctor(skip=["nans", "keys", "live", "leaks", "transfers"]) as report:
+        for n in (5, 6, 7):
+            sample_paths(key, x, n)
+    findings = [f for f in report.to_dict()["findings"] if f["probe"] == "compiles"]
+    assert findings and "Keep `n` static" in findings[0]["fix"]
+    assert "drop it from static_argnums" not in findings[0]["fix"]
