@@ -88,3 +88,96 @@ def test_the_doctor_gives_the_same_tried_fix():
     findings = [f for f in report.to_dict()["findings"] if f["probe"] == "compiles"]
     assert findings and "Keep `n` static" in findings[0]["fix"]
     assert "drop it from static_argnums" not in findings[0]["fix"]
+
+
+# -- %jax_explain: fixes written from the line and static/traced fixes, tried by tracing ----------------
+
+
+def _explained(function, *args):
+    from jaxmagic.probes.explain import explain
+
+    try:
+        function(*args)
+    except Exception as error:
+        report = explain(error, {})
+        assert report is not None
+        return report.to_dict()
+    raise AssertionError("the call did not raise")
+
+
+def _uses(fixes):
+    return [f["use"] for f in fixes]
+
+
+def test_a_bare_scan_gets_no_jit_fix_and_a_tried_one_for_its_carry():
+    # A size kept in a bare scan's carry (jax-ml/jax#23637: a tracer error raised "for scan" in the body;
+    # marin-community/haliax#57: concretization inside scan): nothing is jitted, so no static_argnums.
+    def run(xs):
+        def body(c, x):
+            total, n = c
+            return (total + jnp.zeros(n).sum() + x, n), None
+
+        return lax.scan(body, (0.0, 3), xs)
+
+    data = _explained(run, jnp.ones(4))
+    every = _uses(data["fixes"]) + _uses(data["rejected_fixes"])
+    assert not [u for u in every if "jit" in u or "static_arg" in u]
+    first = data["fixes"][0]
+    assert first["use"].startswith("`n` (`c[1]`) kept out of the carry") and "(n = 3)" in first["use"]
+    assert first["checked"].startswith("checked: tracing `body` with `c[1]` as the Python value 3")
+    assert "returns it unchanged" in first["checked"] and "traced your scan body once more" in first["checked"]
+
+
+def test_a_carried_size_the_body_changes_is_not_offered_as_a_constant():
+    def run(xs):
+        def body(c, x):
+            total, n = c
+            return (total + jnp.zeros(n).sum() + x, n + 1), None  # n grows: it cannot be a constant
+
+        return lax.scan(body, (0.0, 3), xs)
+
+    data = _explained(run, jnp.ones(4))
+    assert not [u for u in _uses(data["fixes"]) if "kept out of the carry" in u or "jit" in u]
+    rejected = [f for f in data["rejected_fixes"] if "kept out of the carry" in f["use"]]
+    assert rejected and "returns a new value for it at each step" in rejected[0]["checked"]
+
+
+def test_a_lambda_line_fix_is_tried_on_the_lambdas_body():
+    # np inside a jitted function's lambda (the trial used to eval_shape the lambda itself: "returned a
+    # value of type <class 'function'>" - the right fix rejected, no fix left)
+    import numpy as np
+
+    @jax.jit
+    def layer(x, w):
+        act = lambda h: np.tanh(h) * 2.0  # noqa: E731
+        return act(x @ w)
+
+    data = _explained(layer, jnp.ones((2, 3)), jnp.ones((3, 4)))
+    assert data["rejected_fixes"] == []
+    fix = data["fixes"][0]
+    assert fix["use"] == "act = lambda h: jnp.tanh(h) * 2.0"
+    assert fix["checked"].startswith("checked: traces with h: float32[2,4] (the lambda's body")
+
+
+def test_a_conditional_expression_in_a_lambda_becomes_a_tried_where():
+    @jax.jit
+    def g(x):
+        relu = lambda v: v if v > 0 else 0.0  # noqa: E731
+        return relu(x)
+
+    data = _explained(g, jnp.float32(1.0))
+    assert _uses(data["fixes"])[:2] == [
+        "relu = lambda v: jnp.where(v > 0, v, 0.0)",
+        "relu = lambda v: lax.cond(v > 0, lambda: v, lambda: 0.0)",
+    ]
+    assert all(f["checked"].startswith("checked: traces with v: float32[]") for f in data["fixes"][:2])
+
+
+def test_static_argnames_under_a_jit_is_still_tried_and_offered():
+    @partial(jax.jit, static_argnames=())
+    def make(x, n):
+        return x + jnp.arange(n)
+
+    data = _explained(make, jnp.ones(3), 3)
+    static = [f for f in data["fixes"] if "static_argnames=('n',)" in f["use"]]
+    assert static and static[0]["checked"].startswith("checked: tracing `make` with `n` static succeeds")

@@ -118,3 +118,58 @@ def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
         failure.__traceback__ = None  # the frames hold the trial's tracers
         return TraceTrial("fails", error_line(failure), at, traced_again=True)
     return TraceTrial("traces", traced_again=True)
+
+
+def carried_leaf(init: Any, path: str) -> tuple[int, Any] | None:
+    """(position among the carry's leaves, initial value) of the carry leaf JAX names ``path`` relative to
+    the carry (``[1]`` of "the argument c[1]"); None when no leaf has that path."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    leaves, _ = jax.tree_util.tree_flatten_with_path(init)
+    for position, (key_path, leaf) in enumerate(leaves):
+        if jax.tree_util.keystr(key_path) == path:
+            return position, leaf
+    return None
+
+
+def trace_body_with_constant(body: Callable, init: Any, x_avals: Any, position: int) -> tuple[TraceTrial, bool]:
+    """Trace a scan body once with the carry leaf at ``position`` a Python constant (its initial value, as a
+    closure would give it) and every other input abstract: (the trial, whether the body returns that leaf
+    unchanged - the condition for keeping it out of the carry)."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    leaves, tree = jax.tree.flatten(init)
+    constant = leaves[position]
+    abstract = [abstract_value(leaf) for leaf in leaves]
+    xs = jax.tree.map(lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype), x_avals)
+    unchanged = []
+
+    def step(carry_leaves, x):
+        filled = list(carry_leaves)
+        filled[position] = constant
+        new_carry, _ = body(jax.tree.unflatten(tree, filled), x)
+        out = jax.tree.leaves(new_carry)
+        kept = out[position] if len(out) == len(leaves) else None
+        same = kept is constant or (
+            not isinstance(kept, jax.core.Tracer) and type(kept) is type(constant) and _equal(kept, constant)
+        )
+        unchanged.append(same)
+        return None
+
+    output = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            jax.eval_shape(step, abstract, xs)
+    except Exception as failure:
+        lines = user_lines(failure.__traceback__, below_jaxmagic=True)
+        at = f"`{lines[-1].code}` ({lines[-1].where})" if lines and lines[-1].code else ""
+        failure.__traceback__ = None
+        return TraceTrial("fails", error_line(failure), at, traced_again=True), False
+    return TraceTrial("traces", traced_again=True), bool(unchanged and unchanged[0])
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an array's == is elementwise: only the same object counts
+        return False
