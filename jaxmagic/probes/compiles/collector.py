@@ -21,7 +21,6 @@ from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
-from jaxmagic.probes.compiles.static_trial import try_static_fix
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
     CallInfo,
@@ -29,6 +28,7 @@ from jaxmagic.probes.compiles.stack import (
     read_jit_frame,
     read_transformed_program,
 )
+from jaxmagic.probes.compiles.static_trial import try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
 from jaxmagic.probes.compiles.wrapped import jax_dirs
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line

@@ -83,8 +83,10 @@ def fit_bool(
             branches = f"lambda: {line.text(node.body)}, lambda: {line.text(node.orelse)}"
             cond = _replaced(line, node, f"lax.cond({_jnp_condition(line, node.test)}, {branches})")
             return [
-                written_fix(written, "the conditional expression only chooses a value: both are computed, one is "
-                            "kept elementwise"),
+                written_fix(
+                    written,
+                    "the conditional expression only chooses a value: both are computed, one is kept elementwise",
+                ),
                 written_fix(cond, _when(fixes, "lax.cond")),
                 *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
             ]

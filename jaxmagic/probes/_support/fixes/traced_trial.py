@@ -66,9 +66,7 @@ def abstract_arguments(args: tuple, kwargs: dict, static_positions: set[int], st
     """(args, kwargs) with every leaf of a non-static argument an abstract value; static ones as given."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
-    abstract_args = tuple(
-        a if i in static_positions else jax.tree.map(abstract_value, a) for i, a in enumerate(args)
-    )
+    abstract_args = tuple(a if i in static_positions else jax.tree.map(abstract_value, a) for i, a in enumerate(args))
     abstract_kwargs = {k: v if k in static_names else jax.tree.map(abstract_value, v) for k, v in kwargs.items()}
     return abstract_args, abstract_kwargs
 
