@@ -19,6 +19,8 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
 
@@ -47,7 +49,6 @@ def abstract_value(value: Any) -> Any:
     """A ``jax.ShapeDtypeStruct`` of an array or a Python number (weak-typed, as jit traces one); the value
     itself for anything else (it stays as given)."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
-    import numpy as np
 
     if isinstance(value, bool):
         return jax.ShapeDtypeStruct((), np.dtype(bool))
@@ -75,7 +76,6 @@ def traced_scalar(value: Any) -> Any:
     """The abstract value a fix "pass it as an array" gives a static Python number: ``jnp.int32(n)``'s
     ``int32[]`` for an int, ``float32[]`` for a float, ``bool[]`` for a bool; None for anything else."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
-    import numpy as np
 
     if isinstance(value, bool):
         return jax.ShapeDtypeStruct((), np.dtype(bool))
