@@ -181,3 +181,25 @@ def test_static_argnames_under_a_jit_is_still_tried_and_offered():
     data = _explained(make, jnp.ones(3), 3)
     static = [f for f in data["fixes"] if "static_argnames=('n',)" in f["use"]]
     assert static and static[0]["checked"].startswith("checked: tracing `make` with `n` static succeeds")
+
+
+def test_the_watch_does_not_trace_again_and_says_the_fix_is_untried(ip):
+    # The watch tells a finding once: a trial after a later cell would run the user's function unsaid.
+    ip.run_cell("import functools, jax, jax.numpy as jnp", store_history=True)
+    ip.run_cell("%jax_watch --budget 2 -o wlog", store_history=True)
+    try:
+        ip.run_cell(
+            "traces = []\n"
+            "@functools.partial(jax.jit, static_argnames=('n',))\n"
+            "def draw(key, n):\n"
+            "    traces.append(n)\n"
+            "    return jax.random.split(key, n)\n",
+            store_history=True,
+        )
+        result = ip.run_cell("outs = [draw(jax.random.PRNGKey(0), n) for n in range(2, 6)]", store_history=True)
+        assert result.success
+        (found,) = [f for f in ip.user_ns["wlog"].to_dict()["findings"] if f["area"] == "recompilation"]
+    finally:
+        ip.run_cell("%jax_watch off", store_history=True)
+    assert ip.user_ns["traces"] == [2, 3, 4, 5]  # the user's four traces, none of jaxmagic's
+    assert "not tried (jaxmagic does not trace your function again here" in found["fix"]

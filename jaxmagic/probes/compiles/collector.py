@@ -28,10 +28,15 @@ from jaxmagic.probes.compiles.stack import (
     read_jit_frame,
     read_transformed_program,
 )
-from jaxmagic.probes.compiles.static_trial import try_static_fix
+from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
 from jaxmagic.probes.compiles.wrapped import jax_dirs
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
+from jaxmagic.report.wording import error_line
+
+# why a probe made with try_fixes=False (the watch: it shows a finding once, so a trial after a later cell
+# would run the user's function again unsaid) offers the static-number fix untried
+UNTRIED_HERE = "jaxmagic does not trace your function again here; %%jax_compiles on the cell tries it"
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -41,8 +46,9 @@ EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 class Collector:
     """Receives monitoring events and compile log lines; builds the report as compilations happen."""
 
-    def __init__(self, report: CompileReport, stack: contextlib.ExitStack):
+    def __init__(self, report: CompileReport, stack: contextlib.ExitStack, try_fixes: bool = True):
         self.report = report
+        self._try_fixes = try_fixes  # keep each call's abstract arguments to try static fixes on after the block
         self._stack = stack
         self._thread = threading.get_ident()
         self._lock = threading.Lock()
@@ -120,7 +126,7 @@ class Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        held = read_jit_frame(frame.f_locals, info, is_user_file)
+                        held = read_jit_frame(frame.f_locals, info, is_user_file, self._try_fixes)
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                     if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
@@ -271,9 +277,15 @@ class Collector:
         drop what the trials needed, so the report holds nothing of the user's."""
         with self._lock:
             for state in self._functions.values():
-                if state.trial_arguments is not None:
+                if not self._try_fixes:
+                    say_untried(state.summary, UNTRIED_HERE)
+                elif state.trial_arguments is not None:
                     function = state.last_function() if state.last_function is not None else None
-                    try_static_fix(state.summary, function, *state.trial_arguments)
+                    try:
+                        try_static_fix(state.summary, function, *state.trial_arguments)
+                    except Exception as failure:  # jaxmagic's own trial failed: the fix is offered untried
+                        say_untried(state.summary, f"jaxmagic's trial failed: {error_line(failure)}")
+                    del function
                     for compilation in self.report.compilations:
                         if compilation.function == state.summary.name and compilation.cause == "static":
                             compilation.fix = state.summary.fix_for("static")

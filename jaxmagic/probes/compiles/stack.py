@@ -72,9 +72,10 @@ def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
     info.kind = "user" if is_user(info.defined_file) else "library"
 
 
-def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, list] | None:
+def read_jit_frame(local_vars, info: CallInfo, is_user, for_trial: bool = True) -> tuple[HeldFunction, list] | None:
     """Read jit's ``cache_miss`` frame into ``info``. For a library's callable holding the user's function
-    (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by."""
+    (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by.
+    ``for_trial``: keep the call's abstract arguments when a static argument is a number (``trial_arguments``)."""
     fun = local_vars.get("fun")
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
@@ -110,7 +111,7 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, l
         if name in kwargs:
             info.static_values[name] = static_value(kwargs[name])
     info.static_argnames = names
-    if held is None and any(value.kind == "number" for value in info.static_values.values()):
+    if for_trial and held is None and any(value.kind == "number" for value in info.static_values.values()):
         positions = set(getattr(jit_info, "static_argnums", ()) or ())
         with contextlib.suppress(Exception):  # an argument jaxmagic cannot make abstract: the fix stays untried
             abstract_args, abstract_kwargs = abstract_arguments(tuple(args), dict(kwargs), positions, set(names))

@@ -15,22 +15,22 @@ from typing import Any
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
 from jaxmagic.probes.compiles.report import FunctionCompiles
 
+TRIAL_SECONDS = 2.0  # the longest trace of the user's function jaxmagic repeats to try a fix
+
 
 def try_static_fix(
     summary: FunctionCompiles, function: Any, args: tuple, kwargs: dict, positions: dict[str, int]
 ) -> None:
     """Trace ``function`` with its changing static numbers traced; the outcome goes into ``summary``
     (``static_fix_trial``, ``static_fix_works``, ``traced_again_to_try``), which words the fix from it."""
-    if "static" not in summary.causes:
-        return
-    names = [
-        name
-        for name, kind in summary.static_kinds.items()
-        if kind == "number" and summary.static_value_counts.get(name, 0) > 1
-    ]
+    names = changing_static_numbers(summary)
     if not names:
         return
     shown = ", ".join(f"`{n}`" for n in names)
+    one_trace = summary.trace_seconds / max(summary.count, 1)
+    if one_trace > TRIAL_SECONDS:  # a trial costs one more trace: only where that is cheap
+        summary.static_fix_trial = f"not tried (one trace of `{summary.name}` took {one_trace:.1f} s)"
+        return
     if function is None:
         summary.static_fix_trial = f"not tried (the function `{summary.name}` no longer exists after the cell)"
         return
@@ -48,6 +48,23 @@ def try_static_fix(
     summary.static_fix_trial = trial.sentence(summary.name, f"{shown} traced (as {as_array})")
     summary.static_fix_works = None if trial.outcome == "not tried" else trial.outcome == "traces"
     summary.traced_again_to_try = trial.traced_again
+
+
+def changing_static_numbers(summary: FunctionCompiles) -> list[str]:
+    """The static arguments that are numbers and compiled the function again with new values."""
+    if "static" not in summary.causes:
+        return []
+    return [
+        name
+        for name, kind in summary.static_kinds.items()
+        if kind == "number" and summary.static_value_counts.get(name, 0) > 1
+    ]
+
+
+def say_untried(summary: FunctionCompiles, why: str) -> None:
+    """The static-number fix is offered untried, saying why (a probe that does not trace the function again)."""
+    if changing_static_numbers(summary):
+        summary.static_fix_trial = f"not tried ({why})"
 
 
 def _dtype_of(args: tuple, kwargs: dict, positions: dict[str, int], name: str) -> str:
