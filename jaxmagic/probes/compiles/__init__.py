@@ -30,7 +30,9 @@ The package: ``probe`` (the ``compiles`` context manager), ``collector`` (the
 monitoring listener that builds the report as compilations happen), ``logs``
 (the filter on the ``jax`` loggers), ``stack`` (jit's frame at a compilation),
 ``causes`` (why one compilation happened, in words), ``report`` (the report,
-its causes and fixes in words, and its document) and ``limits`` (what is kept).
+its causes and fixes in words, and its document), ``static_fixes`` (the fix for
+a static argument by its kind), ``static_trial`` (that fix tried by tracing the
+function once more after the block) and ``limits`` (what is kept).
 """
 
 from jaxmagic.probes.compiles.causes import classify
@@ -52,13 +54,13 @@ from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
 from jaxmagic.probes.compiles.report import (
     CAUSE_TITLES,
     FIXES,
-    STATIC_FIXES,
     Compilation,
     CompileBudgetExceeded,
     CompileReport,
     FunctionCompiles,
 )
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
+from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES
 
 __all__ = [
     "CAUSE_TITLES",

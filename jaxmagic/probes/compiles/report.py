@@ -12,6 +12,7 @@ import re
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -257,7 +258,7 @@ class FunctionCompiles:
             if kind and cause == "static_identity":
                 return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
             if kind == "number" and cause == "static":
-                return self._number_fix_tried()
+                return number_fix_tried(self, FIXES["static"])
             if kind:
                 return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
         if cause == "types":
@@ -270,25 +271,6 @@ class FunctionCompiles:
                     f"`float({name})` (or `jnp.float32({name})`) where you call it."
                 )
         return FIXES.get(cause, "")
-
-    def _number_fix_tried(self) -> str:
-        """The fix for a static number, as its trial found it: "pass it traced" only when tracing with it
-        traced succeeds; "keep it static, take few values" when it fails; "not tried" said when it was not."""
-        head = FIXES["static"].split(": ", 1)[0] + "."
-        ran = (
-            f" (jaxmagic traced `{self.name}` once more after the cell to try it; its output while tracing was not "
-            "shown)"
-            if self.traced_again_to_try
-            else ""
-        )
-        if self.static_fix_works is False:
-            names = ", ".join(f"`{n}`" for n, k in self.static_kinds.items() if k == "number")
-            return f"{head} {KEEP_STATIC_FIX.format(names=names, trial=self.static_fix_trial)}{ran}"
-        fix = f"{FIXES['static']} {_number_fix(self.static_kinds, self.static_values)}"
-        if self.static_fix_works:
-            return f"{fix} Checked: {self.static_fix_trial}{ran}."
-        why = self.static_fix_trial or "suggestion: not tried"
-        return f"{fix} ({why})"
 
     @property
     def evidence(self) -> str:
@@ -311,52 +293,6 @@ class FunctionCompiles:
         """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
         ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
-
-
-# The fix for a static argument, by the kind of its values (``StaticValue.kind``).
-STATIC_FIXES = {
-    "number": (
-        "The static value only feeds arithmetic (a learning-rate schedule, a step counter): make it a traced "
-        "argument - drop it from static_argnums/static_argnames and pass an array, e.g. jnp.int32(step)."
-    ),
-    "function": (
-        "A function is hashed by identity, so a lambda or functools.partial built anew for each call is a new "
-        "cache key. Build it once, before the loop, and pass that same object; put what changes into a "
-        "traced argument."
-    ),
-    "functions": (
-        "A tuple or NamedTuple holding functions (an optax GradientTransformation, a pair of init/apply "
-        "functions) is hashed by its functions' identities, so one built by a factory at each call is always "
-        "new. Build it once, before the loop, and pass that same object (or close over it); pass what "
-        "changes, such as a learning rate, as a traced argument."
-    ),
-    "object": (
-        "An object whose class has no __eq__/__hash__ of its own (a plain class, a dataclass(eq=False), a "
-        "module object) is hashed by identity. Build it once and reuse it; or make it hashable by value "
-        "(a frozen dataclass, or __eq__ and __hash__ over its fields); or, if it holds arrays, pass it as a "
-        "traced pytree argument instead of a static one (jax.tree_util.register_dataclass, "
-        "flax.struct.dataclass, equinox.Module)."
-    ),
-}
-
-
-KEEP_STATIC_FIX = (
-    "Keep {names} static: passing it traced does not trace ({trial}). It sets a shape, a count or a loop "
-    "length, which must be known while tracing, so each new value compiles again: let it take few values - "
-    "round it up to one of a few sizes (e.g. powers of two) and pad or mask what lies beyond the real count - "
-    "or compile once with the largest value and mask."
-)
-
-
-def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
-    """The fix for a static number, with the argument's own name and a dtype its values fit:
-    ``jnp.float32(lr)`` for 0.1, 0.05; ``jnp.int32(step)`` for 1, 2."""
-    name = next((n for n in values if kinds.get(n) == "number"), "")
-    if not name:
-        return STATIC_FIXES["number"]
-    floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
-    dtype = "jnp.float32" if floats else "jnp.int32"
-    return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
 
 
 def _rebuilt_sentence(f: FunctionCompiles) -> str:
