@@ -11,6 +11,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import pytest
 from jax import lax
 
 from jaxmagic import probes
@@ -125,7 +126,31 @@ def test_a_bare_scan_gets_no_jit_fix_and_a_tried_one_for_its_carry():
     first = data["fixes"][0]
     assert first["use"].startswith("`n` (`c[1]`) kept out of the carry") and "(n = 3)" in first["use"]
     assert first["checked"].startswith("checked: tracing `body` with `c[1]` as the Python value 3")
-    assert "returns it unchanged" in first["checked"] and "traced your scan body once more" in first["checked"]
+    assert "returns it unchanged" in first["checked"] and "traced your loop body once more" in first["checked"]
+
+
+def _fori(xs):
+    def body(i, c):
+        total, n = c
+        return (total + jnp.zeros(n).sum() + xs[i], n)
+
+    return lax.fori_loop(0, 3, body, (0.0, 3))
+
+
+def _while(xs):
+    def body(c):
+        total, n, k = c
+        return (total + jnp.zeros(n).sum() + xs[k], n, k + 1)
+
+    return lax.while_loop(lambda c: c[2] < 3, body, (0.0, 3, 0))
+
+
+@pytest.mark.parametrize("run", [_fori, _while], ids=["fori_loop", "while_loop"])
+def test_a_bare_fori_or_while_loop_gets_the_same_tried_carry_fix(run):
+    data = _explained(run, jnp.ones(4))
+    assert not [u for u in _uses(data["fixes"]) + _uses(data["rejected_fixes"]) if "jit" in u]
+    first = data["fixes"][0]
+    assert first["use"].startswith("`n` (`c[1]`) kept out of the carry") and "returns it unchanged" in first["checked"]
 
 
 def test_a_carried_size_the_body_changes_is_not_offered_as_a_constant():

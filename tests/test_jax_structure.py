@@ -92,11 +92,11 @@ def test_typed_key_data_reads_the_raw_words():
 
 
 def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
-    # _jax/scan_call.py reads JAX's scan frame: f, init_flat (a flat tree) and x_avals
+    # _jax/loop_call.py reads JAX's scan frame: f, init_flat (a flat tree) and x_avals
     import jax.numpy as jnp
     from jax import lax
 
-    from jaxmagic._jax.scan_call import scan_call
+    from jaxmagic._jax.loop_call import loop_call
     from jaxmagic._jax.transform_stack import stack_at_raise
 
     def body(c, x):
@@ -106,7 +106,6 @@ def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
     try:
         lax.scan(body, (0.0, 3), jnp.ones((4, 2)))
     except TypeError as error:
-        found = scan_call(stack_at_raise(error), "body")
+        found = loop_call(stack_at_raise(error), "scan", "body")
     assert found is not None
-    function, init, x_avals = found
-    assert function is body and init == (0.0, 3) and x_avals.shape == (2,)
+    assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0

@@ -1,56 +1,62 @@
-"""The fix for a value carried by a bare ``lax.scan`` (nothing jitted) that must be concrete: keep it out
-of the carry, a Python value the body closes over - tried by tracing the body with it so.
+"""The fix for a value carried by a bare loop (``lax.scan``, ``lax.fori_loop``, ``lax.while_loop``; nothing
+jitted) that must be concrete: keep it out of the carry, a Python value the body closes over - tried by
+tracing the body with it so.
 
-A scan traces its body once with an abstract carry, so a size kept in the carry (``n`` of
-``total, n = c``; ``jnp.zeros(n)``) is never concrete, and no ``static_argnums`` helps: there is no jit.
-The fix holds when the body traces with that leaf a Python constant (the value the scan starts it at)
-and returns it unchanged; a value the body changes at each step cannot be a constant.
+A loop traces its body once with an abstract carry, so a size kept in the carry (``n`` of
+``total, n = c``; ``jnp.zeros(n)``) is never concrete, and no ``static_argnums`` helps: there is no jit
+(jax-ml/jax#23637: a tracer error raised "for scan" in the body). The fix holds when the body traces with
+that leaf a Python constant (the value the loop starts it at) and returns it unchanged; a value the body
+changes at each step cannot be a constant.
 """
 
 from __future__ import annotations
 
-from jaxmagic._jax.scan_call import scan_call
+from jaxmagic._jax.loop_call import loop_call
 from jaxmagic._jax.transform_stack import Transformation
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.fixes.traced_trial import carried_leaf, trace_body_with_constant
 from jaxmagic.probes.explain.report import TracerErrorReport
 
-_RAN = " (jaxmagic traced your scan body once more to try it; its output while tracing was not shown)"
+LOOPS = ("scan", "fori_loop", "while_loop")
+_RAN = " (jaxmagic traced your loop body once more to try it; its output while tracing was not shown)"
 
 
 def carried_value_fix(report: TracerErrorReport, inside: list[Transformation], frames: list) -> Fix | None:
     """The tried "keep it out of the carry" fix when the failing value is (made from) an element of a bare
-    scan's carry; None when it is not, or when a jit is on the stack (its static arguments are the fix)."""
-    if any(t.name == "jit" for t in inside) or not inside or inside[-1].name != "scan":
+    loop's carry; None when it is not, or when a jit is on the stack (its static arguments are the fix)."""
+    if any(t.name == "jit" for t in inside) or not inside or inside[-1].name not in LOOPS:
         return None
-    scan = inside[-1]
-    if not scan.parameters or scan.function.rsplit(".", 1)[-1] != report.traced_function.rsplit(".", 1)[-1]:
+    loop = inside[-1]
+    body = loop.function.rsplit(".", 1)[-1]
+    if body != report.traced_function.rsplit(".", 1)[-1]:
         return None
-    carry = scan.parameters[0]
+    found = loop_call(frames, loop.name, body)
+    position = found.carry_position if found is not None else (1 if loop.name == "fori_loop" else 0)
+    if len(loop.parameters) <= position:
+        return None
+    carry = loop.parameters[position]
     argument = next((d for d in report.depends_on if d == carry or d.startswith((f"{carry}[", f"{carry}."))), "")
     if not argument:
         return None
+    path = argument[len(carry) :]
     on_line = next((t.name for t in report.traced_names if report.origin_arguments.get(t.name) == argument), "")
-    body = scan.function.rsplit(".", 1)[-1]
-    on_line = on_line or _name_bound_to(report, frames, body, carry, argument[len(carry) :])
+    on_line = on_line or _name_bound_to(report, frames, body, carry, path)
     shown = f"`{on_line}` (`{argument}`)" if on_line and on_line != argument else f"`{argument}`"
-    call = scan_call(frames, body)
-    if call is None:
+    when = _WHEN.format(loop=loop.name, body=body)
+    if found is None:
         return Fix(
             f"{shown} kept out of the carry: a Python value `{body}` closes over",
-            _WHEN.format(body=body, value="its value"),
-            "suggestion: not tried (the scan's arguments were not found on the stack)",
+            when,
+            "suggestion: not tried (the loop's arguments were not found on the stack)",
         )
-    function, init, x_avals = call
-    leaf = carried_leaf(init, argument[len(carry) :])
+    leaf = carried_leaf(found.init, path)
     if leaf is None:
-        del function, init, x_avals, call
         return None
-    position, start = leaf
-    trial, unchanged = trace_body_with_constant(function, init, x_avals, position)
-    del function, init, x_avals, call
+    index, start = leaf
+    trial, unchanged = trace_body_with_constant(found.step_body, found.init, found.step, index)
+    del found
     use = f"{shown} kept out of the carry: a Python value `{body}` closes over ({on_line + ' ' if on_line else ''}= {start!r})"
-    how = f"tracing `{body}` with `{argument}` as the Python value {start!r} the scan starts it at"
+    how = f"tracing `{body}` with `{argument}` as the Python value {start!r} the loop starts it at"
     if trial.outcome != "traces":
         checked = f"checked: still fails - {how} raised {trial.detail}" + (f" at {trial.at}" if trial.at else "")
     elif not unchanged:
@@ -60,7 +66,7 @@ def carried_value_fix(report: TracerErrorReport, inside: list[Transformation], f
         )
     else:
         checked = f"checked: {how} traces, and `{body}` returns it unchanged"
-    return Fix(use, _WHEN.format(body=body, value=repr(start)), checked + _RAN)
+    return Fix(use, when, checked + _RAN)
 
 
 def _name_bound_to(report: TracerErrorReport, frames: list, body: str, carry: str, path: str) -> str:
@@ -79,7 +85,7 @@ def _name_bound_to(report: TracerErrorReport, frames: list, body: str, carry: st
 
 
 _WHEN = (
-    "nothing is jitted here: `lax.scan` traces `{body}` once with an abstract carry, so a size kept in the carry "
-    "is never concrete. A value that does not change between steps needs no carry: define it outside `{body}` "
-    "(= {value}) and read it there, as a Python number it stays concrete"
+    "nothing is jitted here: `lax.{loop}` traces `{body}` once with an abstract carry, so a size kept in the "
+    "carry is never concrete. A value that does not change between steps needs no carry: define it outside "
+    "`{body}` and read it there; as a Python number it stays concrete"
 )

@@ -130,34 +130,35 @@ def carried_leaf(init: Any, path: str) -> tuple[int, Any] | None:
     return None
 
 
-def trace_body_with_constant(body: Callable, init: Any, x_avals: Any, position: int) -> tuple[TraceTrial, bool]:
-    """Trace a scan body once with the carry leaf at ``position`` a Python constant (its initial value, as a
-    closure would give it) and every other input abstract: (the trial, whether the body returns that leaf
-    unchanged - the condition for keeping it out of the carry)."""
+def trace_body_with_constant(
+    step_body: Callable[[Any, Any], Any], init: Any, step: Any, position: int
+) -> tuple[TraceTrial, bool]:
+    """Trace a loop body once (``step_body(carry, step)`` gives the new carry) with the carry leaf at
+    ``position`` a Python constant (its initial value, as a closure would give it) and every other input
+    abstract: (the trial, whether the body returns that leaf unchanged - the condition for keeping it out of
+    the carry)."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     leaves, tree = jax.tree.flatten(init)
     constant = leaves[position]
     abstract = [abstract_value(leaf) for leaf in leaves]
-    xs = jax.tree.map(lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype), x_avals)
+    one_step = jax.tree.map(lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype), step)
     unchanged = []
 
-    def step(carry_leaves, x):
+    def traced(carry_leaves, x):
         filled = list(carry_leaves)
         filled[position] = constant
-        new_carry, _ = body(jax.tree.unflatten(tree, filled), x)
-        out = jax.tree.leaves(new_carry)
+        out = jax.tree.leaves(step_body(jax.tree.unflatten(tree, filled), x))
         kept = out[position] if len(out) == len(leaves) else None
         same = kept is constant or (
             not isinstance(kept, jax.core.Tracer) and type(kept) is type(constant) and _equal(kept, constant)
         )
         unchanged.append(same)
-        return None
 
     output = io.StringIO()
     try:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            jax.eval_shape(step, abstract, xs)
+            jax.eval_shape(traced, abstract, one_step)
     except Exception as failure:
         lines = user_lines(failure.__traceback__, below_jaxmagic=True)
         at = f"`{lines[-1].code}` ({lines[-1].where})" if lines and lines[-1].code else ""
