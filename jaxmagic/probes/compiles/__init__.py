@@ -31,8 +31,9 @@ monitoring listener that builds the report as compilations happen), ``logs``
 (the filter on the ``jax`` loggers), ``stack`` (jit's frame at a compilation),
 ``causes`` (why one compilation happened, in words), ``baked`` (the Python values a
 function carries into its trace), ``why_again`` (the cause object every magic words a
-recompilation from), ``report`` (the report,
-its causes and fixes in words, and its document) and ``limits`` (what is kept).
+recompilation from), ``report`` (the report, its causes and fixes in words, and its
+document), ``static_fixes`` (the fix for a static argument by its kind), ``static_trial``
+(that fix tried by tracing the function once more after the block) and ``limits`` (what is kept).
 """
 
 from jaxmagic.probes.compiles.causes import classify
@@ -54,13 +55,13 @@ from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
 from jaxmagic.probes.compiles.report import (
     CAUSE_TITLES,
     FIXES,
-    STATIC_FIXES,
     Compilation,
     CompileBudgetExceeded,
     CompileReport,
     FunctionCompiles,
 )
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
+from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES
 from jaxmagic.probes.compiles.why_again import RecompileCause, why_compiled_again
 
 __all__ = [

@@ -20,6 +20,8 @@ class FunctionState:
     static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
     last_function: Any = None  # weakref to the Python function jit traced at the last compilation
     last_leaves: dict | None = None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
+    # the last call's arguments to try a static-argument fix on (CallInfo.trial_arguments); dropped after the block
+    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None
     explained: int = 0
     detailed: int = 0
     last_baked: dict | None = None  # the values the function carried at the last compilation (BakedValue)

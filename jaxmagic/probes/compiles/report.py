@@ -13,6 +13,7 @@ from typing import Any
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
 from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
@@ -179,6 +180,13 @@ class FunctionCompiles:
     field_fixes: dict[str, str] = dataclasses.field(default_factory=dict)  # cause -> the fix naming the field
     baked_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # closed-over value -> texts seen
     again: Any = None  # why_again.RecompileCause: why it compiled again, set when the block ends
+    # "pass the static number traced", tried by tracing the function with it traced (compiles/static_trial.py):
+    # how and what happened ("tried by tracing `f` with `n` traced (as jnp.int32(n)): it fails at ..."), "" when
+    # there was nothing to try; whether it works (None: not tried); whether jaxmagic ran the function again
+    # (traced it once more, after the block, with its output not shown) to find out
+    static_fix_trial: str = ""
+    static_fix_works: bool | None = None
+    traced_again_to_try: bool = False
 
     @property
     def jit_name(self) -> str:
@@ -262,8 +270,8 @@ class FunctionCompiles:
             kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
             if kind and cause == "static_identity":
                 return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
-            if kind == "number":
-                return f"{FIXES[cause]} {_number_fix(self.static_kinds, self.static_values)}"
+            if kind == "number" and cause == "static":
+                return number_fix_tried(self, FIXES["static"])
             if kind:
                 return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
         if cause == "types":
@@ -298,44 +306,6 @@ class FunctionCompiles:
         """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
         ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
-
-
-# The fix for a static argument, by the kind of its values (``StaticValue.kind``).
-STATIC_FIXES = {
-    "number": (
-        "The static value only feeds arithmetic (a learning-rate schedule, a step counter): make it a traced "
-        "argument - drop it from static_argnums/static_argnames and pass an array, e.g. jnp.int32(step)."
-    ),
-    "function": (
-        "A function is hashed by identity, so a lambda or functools.partial built anew for each call is a new "
-        "cache key. Build it once, before the loop, and pass that same object; put what changes into a "
-        "traced argument."
-    ),
-    "functions": (
-        "A tuple or NamedTuple holding functions (an optax GradientTransformation, a pair of init/apply "
-        "functions) is hashed by its functions' identities, so one built by a factory at each call is always "
-        "new. Build it once, before the loop, and pass that same object (or close over it); pass what "
-        "changes, such as a learning rate, as a traced argument."
-    ),
-    "object": (
-        "An object whose class has no __eq__/__hash__ of its own (a plain class, a dataclass(eq=False), a "
-        "module object) is hashed by identity. Build it once and reuse it; or make it hashable by value "
-        "(a frozen dataclass, or __eq__ and __hash__ over its fields); or, if it holds arrays, pass it as a "
-        "traced pytree argument instead of a static one (jax.tree_util.register_dataclass, "
-        "flax.struct.dataclass, equinox.Module)."
-    ),
-}
-
-
-def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
-    """The fix for a static number, with the argument's own name and a dtype its values fit:
-    ``jnp.float32(lr)`` for 0.1, 0.05; ``jnp.int32(step)`` for 1, 2."""
-    name = next((n for n in values if kinds.get(n) == "number"), "")
-    if not name:
-        return STATIC_FIXES["number"]
-    floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
-    dtype = "jnp.float32" if floats else "jnp.int32"
-    return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
 
 
 def _rebuilt_sentence(f: FunctionCompiles) -> str:

@@ -112,7 +112,9 @@ class Watch:
             if "memory" in areas and self._bytes_start is None:  # later cells compare with the last one's end
                 self._live_before, self._bytes_start = live_counts(_ids_of(held))
             if "recompilation" in areas:
-                self._compiles = stack.enter_context(compiles(raise_over_budget=False, history=self._compile_history))
+                self._compiles = stack.enter_context(
+                    compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False)
+                )
             observers = []
             if "NaN" in areas:
                 self._nan = NanWatch()
