@@ -89,3 +89,23 @@ def test_traced_argument_info_has_an_abstract_value():
 def test_typed_key_data_reads_the_raw_words():
     key = jax.random.key(7)
     assert (jax.numpy.asarray(compat.typed_key_data(key)) == jax.random.key_data(key)).all()
+
+
+def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
+    # _jax/loop_call.py reads JAX's scan frame: f, init_flat (a flat tree) and x_avals
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxmagic._jax.loop_call import loop_call
+    from jaxmagic._jax.transform_stack import stack_at_raise
+
+    def body(c, x):
+        total, n = c
+        return (total + jnp.zeros(n).sum() + x, n), None
+
+    try:
+        lax.scan(body, (0.0, 3), jnp.ones((4, 2)))
+    except TypeError as error:
+        found = loop_call(stack_at_raise(error), "scan", "body")
+    assert found is not None
+    assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0

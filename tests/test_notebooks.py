@@ -11,7 +11,10 @@ Set JAXMAGIC_EXECUTE_NOTEBOOKS=1 to always execute. The terminal summary says wh
 
 from __future__ import annotations
 
+import ast
+import html
 import os
+import re
 
 import nbformat
 import pytest
@@ -54,5 +57,34 @@ def test_notebook_runs_and_shows_reports(path, tmp_path, record_property):
         if "text/html" in output.get("data", {}) and 'class="jaxmagic"' in output["data"]["text/html"]
     ]
     assert html_reports, "no jaxmagic report in the notebook's HTML outputs"
+    problems = [problem for report in html_reports for problem in what_misleads(report)]
+    assert not problems, problems
     widget_views = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
     assert not widget_views, "a widget view in the outputs: it would not survive saving without widget state"
+
+
+_HEADLINE = re.compile(r'class="jm-headline"[^>]*>(.*?)</div>', re.S)
+_CODE = re.compile(r"<code[^>]*>(.*?)</code>", re.S)
+_SUMMARY = re.compile(r"<summary[^>]*>(.*?)</summary>", re.S)
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def what_misleads(report_html: str) -> list[str]:
+    """What a user would read wrong first in a report (issue 45): a code fragment of the headline that
+    is not code (a line cut at the wrong columns: `ax.jit(lam`), raw Markdown backticks in a fold's title."""
+    problems = []
+    for headline in _HEADLINE.findall(report_html):
+        for code in map(_text, _CODE.findall(headline)):
+            if code.startswith("%") or not code.strip():
+                continue  # a magic's name
+            try:
+                ast.parse(code.strip())
+            except SyntaxError:
+                problems.append(f"headline quotes `{code}`, which is not code: {_text(headline)[:160]}")
+    for summary in map(_text, _SUMMARY.findall(report_html)):
+        if "`" in summary:
+            problems.append(f"a fold title shows Markdown backticks: {summary[:120]}")
+    return problems

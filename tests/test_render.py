@@ -226,3 +226,36 @@ def test_the_fast_wrap_of_plain_spaced_text_gives_textwrap_s_lines():
         indent = rng.choice([indent for indent in ("", "  ", "    ") if len(indent) < width])
         expected = textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
         assert _greedy_lines(text, width, indent) == expected, (text, width, indent)
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast(a: str, b: str) -> float:
+    light, dark = sorted([_luminance(a), _luminance(b)], reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_grid_labels_are_readable_on_every_palette_colour():
+    """WCAG's 4.5:1 for the label and second line of every grid cell, the alert's red label included
+    (issue 45: #b3261e on #a6cee3 was 3.9:1)."""
+    import re
+
+    from jaxmagic.probes._support.sharding_layout import PALETTE
+    from jaxmagic.render.html import render_html
+    from jaxmagic.report import Status
+    from jaxmagic.report.document import Document, Grid, GridCell, Section
+
+    for style in ("", "alert"):
+        for background in PALETTE:
+            cell = GridCell(0, 0, "TPU 0", detail="f32[4,8]", colour=background, style=style)
+            page = render_html(Document("t", Status.OK, "h", [Section("", [Grid(1, 1, [cell])])]))
+            colours = re.findall(
+                r"<b style=\"[^\"]*color:(#[0-9a-f]{6})|<span style=\"[^\"]*color:(#[0-9a-f]{6})", page
+            )
+            text_colours = [c for pair in colours for c in pair if c] or ["#1f2328"]
+            for text in text_colours:
+                assert _contrast(text, background) >= 4.5, (style, text, background)

@@ -141,6 +141,7 @@ def shown_if_unrunnable(shell, cell: str) -> bool:
     )
     if key in _RUNNABLE_CELLS:
         return False
+    cell = numbered_as_shown(shell, cell)  # the syntax error's line, as the user counts it
     try:
         transformed = shell.transform_cell(cell)
         filename = _cell_filename(shell, transformed, cell)
@@ -168,10 +169,30 @@ def _cell_filename(shell, transformed: str, cell: str) -> str:
     return shell.compile.cache(transformed, number, cell)
 
 
+def numbered_as_shown(shell, cell: str) -> str:
+    """The body with the magic's line(s) above it as comments, so that its lines are numbered as the user
+    sees the cell: line 5 of a report or a traceback is the editor's line 5, not the 5th line after
+    ``%%jax_nans``. IPython hands a cell magic only the lines below its own; the whole cell is the
+    running cell's ``raw_cell``. A body that is itself a cell magic (``%%time`` under ``%%jax_nans``)
+    must stay on the first line to be one, and is left as it is."""
+    magic_cell = getattr(shell.displayhook, "exec_result", None)
+    raw = getattr(getattr(magic_cell, "info", None), "raw_cell", None)
+    # IPython ends the body with a newline the cell may not have: compare without trailing ones
+    body = cell.rstrip("\n")
+    if not isinstance(raw, str) or not body.strip() or body.lstrip().startswith("%%"):
+        return cell
+    whole = raw.rstrip("\n")
+    if not whole.endswith(body):
+        return cell
+    above = whole[: len(whole) - len(body)].splitlines()
+    return "".join(f"# {line}\n" for line in above) + cell
+
+
 def run_cell_body(shell, cell: str) -> CellOutcome:
     """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception."""
     outcome = CellOutcome()
     magic_cell = getattr(shell.displayhook, "exec_result", None)
+    cell = numbered_as_shown(shell, cell)
     with _exceptions_captured(shell, outcome), _named_as_current_cell(shell):
         result = shell.run_cell(cell, store_history=False)
     shell.displayhook.exec_result = magic_cell  # run_cell cleared it; the magic's cell is still running

@@ -113,7 +113,7 @@ def render_section_html(section: Section, open_: bool = True) -> str:
         return f'<div class="jm-section" style="margin:6px 0 0">{body}</div>'
     return (
         f'<details class="jm-section"{" open" if open_ else ""} style="margin:6px 0 0">'
-        f'<summary style="display:list-item;cursor:pointer;font-size:12.5px;font-weight:600;{MUTED};margin:0 0 2px">{escape(section.title)}</summary>{body}</details>'
+        f'<summary style="display:list-item;cursor:pointer;font-size:12.5px;font-weight:600;{MUTED};margin:0 0 2px">{inline_html(section.title)}</summary>{body}</details>'
     )
 
 
@@ -190,7 +190,7 @@ def _block_html(block) -> str:
         return f'<p style="margin:3px 0;text-align:left">{inline_html(block.text)}</p>'
     if isinstance(block, Facts):
         rows = "".join(
-            f'<tr><th style="{CELL};{TINT};font-weight:600">{escape(k)}</th>'
+            f'<tr><th style="{CELL};{TINT};font-weight:600">{inline_html(k)}</th>'
             f'<td style="{CELL}">{_fact_value_html(v)}</td></tr>'
             for k, v in block.pairs
         )
@@ -208,7 +208,7 @@ def _block_html(block) -> str:
         )
         return _table(f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody>")
     if isinstance(block, SourceLines):
-        caption = f'<p style="margin:3px 0">{escape(block.caption)}</p>' if block.caption else ""
+        caption = f'<p style="margin:3px 0">{inline_html(block.caption)}</p>' if block.caption else ""
         lines = []
         for i, line in enumerate(block.lines):
             last = i == len(block.lines) - 1
@@ -225,7 +225,7 @@ def _block_html(block) -> str:
         )
     if isinstance(block, Evidence):
         return (
-            f'<details style="margin:4px 0"><summary style="display:list-item;cursor:pointer;{MUTED}">{escape(block.title)}</summary>'
+            f'<details style="margin:4px 0"><summary style="display:list-item;cursor:pointer;{MUTED}">{inline_html(block.title)}</summary>'
             f'<pre style="{MONO};font-size:12px;{TINT};padding:6px 8px;border-radius:4px;white-space:pre-wrap;'
             f'margin:3px 0;max-height:18em;overflow:auto;border:none">{breakable_html(block.text)}</pre></details>'
         )
@@ -256,7 +256,7 @@ CELL_BOX = (
 )
 # Hatched grey: present but not available here. The plain grey first, for the sanitizer.
 MUTED_CELL = (
-    ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#6e7781"
+    ";background:#e8eaed;background:repeating-linear-gradient(135deg,#f3f4f6 0 5px,#e3e6ea 5px 10px);color:#57606a"
 )
 ALERT_CELL = ";border:2px solid #b3261e"
 
@@ -347,9 +347,9 @@ def _cell_html(cell, show_detail: bool, place: str) -> str:
         style += ALERT_CELL
         klass += " jm-alert"
     title = f' title="{escape(cell.tooltip)}"' if cell.tooltip else ""
-    label_style = ' style="font-weight:600;color:#b3261e"' if cell.style == "alert" else ' style="font-weight:600"'
+    label_style = ' style="font-weight:600;color:#6e1414"' if cell.style == "alert" else ' style="font-weight:600"'
     detail = (
-        f'<span style="font-size:10.5px;color:#3d444d">{escape(cell.detail)}</span>'
+        f'<span style="font-size:10.5px;color:#24292f">{escape(cell.detail)}</span>'
         if show_detail and cell.detail
         else ""
     )

@@ -7,9 +7,11 @@ packages and jaxmagic itself are not: a report shows the lines a person wrote.
 
 from __future__ import annotations
 
+import ast
 import functools
 import linecache
 import os
+import re
 import sys
 import sysconfig
 import traceback
@@ -117,8 +119,38 @@ def cell_label(filename: str) -> str:
     return name.replace("In[", "In [")
 
 
+# IPython keeps a cell's lines as it rewrote them: ``%jax_bisect f(x)`` is
+# ``get_ipython().run_line_magic('jax_bisect', 'f(x)')`` in linecache.
+_MAGIC_CALL = re.compile(
+    r"get_ipython\(\)\.run_line_magic\((?P<name>'[^']*'|\"[^\"]*\"), (?P<line>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)"
+)
+_SHELL_CALL = re.compile(r"get_ipython\(\)\.system\((?P<line>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)")
+
+
+def as_typed(code: str) -> str:
+    """A cell line as the user typed it: IPython's rewrite of a magic (``%name args``) or a shell
+    escape (``!cmd``) put back; any other line unchanged."""
+    if "get_ipython()" not in code:
+        return code
+
+    def magic(match: re.Match) -> str:
+        try:
+            name, line = ast.literal_eval(match["name"]), ast.literal_eval(match["line"])
+        except (ValueError, SyntaxError):
+            return match[0]
+        return f"%{name} {line}".rstrip()
+
+    def shell(match: re.Match) -> str:
+        try:
+            return "!" + ast.literal_eval(match["line"])
+        except (ValueError, SyntaxError):
+            return match[0]
+
+    return _SHELL_CALL.sub(shell, _MAGIC_CALL.sub(magic, code))
+
+
 def source_line(filename: str, lineno: int, function: str) -> SourceLine:
-    code = linecache.getline(filename, lineno).strip()
+    code = as_typed(linecache.getline(filename, lineno).strip())
     return SourceLine(filename=filename, lineno=lineno, function=function, code=code, label=cell_label(filename))
 
 
@@ -221,3 +253,42 @@ def defining_code(fun, is_user=is_user_file):
     if users:
         return users[-1], wrapper
     return (chain[0] if chain else None), ""
+
+
+def whole_expression(line: str, start: int, end: int, called: str = "") -> str:
+    """The part of a source ``line`` between byte columns ``start`` and ``end`` (as Python and JAX record
+    them), only if it is one whole expression of that line; else the one call on the line of a function
+    named ``called`` (``log`` finds ``jnp.log(x)``); else "". JAX's recorded columns can be wrong (inside a
+    lambda, a notebook kernel's cell: ``ax.jit(lam`` out of ``jax.jit(lambda x: jnp.log(x))``): a quoted
+    part of a line is code of that line or is not quoted."""
+    encoded = line.encode()
+    part = encoded[start:end].decode(errors="replace").strip()
+    stripped = line.strip()
+    tree = None
+    for statement in (stripped, stripped + " pass"):  # the head of a block (`if jnp.any(x < 0):`) with a body
+        try:
+            tree = ast.parse(statement)
+            break
+        except SyntaxError:
+            continue
+    if tree is None:  # a line that is not a statement alone (the head of a block, part of a call)
+        try:
+            ast.parse(part, mode="eval")
+        except SyntaxError:
+            return ""
+        return part
+    expressions = [
+        node for node in ast.walk(tree) if isinstance(node, ast.expr) and node.end_lineno == 1 == node.lineno
+    ]
+    segments = {stripped.encode()[n.col_offset : n.end_col_offset].decode(errors="replace") for n in expressions}
+    if part and part in segments:
+        return part
+    if called:
+        calls = [
+            n
+            for n in expressions
+            if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == called
+        ]
+        if len(calls) == 1:
+            return stripped.encode()[calls[0].col_offset : calls[0].end_col_offset].decode(errors="replace")
+    return ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -29,6 +30,7 @@ class WatchFinding(Report):
     next_magic: str = ""
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
     provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
+    cause: RecompileCause | None = None  # recompilation: the cause %%jax_compiles gives (compiles.why_again)
 
     def concerns(self) -> list[Concern]:
         return [act(self.headline)]  # a finding of the watch
@@ -36,6 +38,13 @@ class WatchFinding(Report):
     @property
     def summary(self) -> str:
         return self.headline
+
+    @property
+    def title(self) -> str:
+        """The finding with its area in front, unless the headline already starts with it ("NaN made by ...")."""
+        if self.headline.lower().startswith(self.area.lower()):
+            return self.headline
+        return f"{self.area}: {self.headline}"
 
     def blocks(self) -> list:
         blocks: list = []
@@ -79,13 +88,20 @@ class CellFindings(Report):
             )
         if not self.findings:
             return f"{self.cell}: nothing found."
-        return f"{self.cell}: " + "; ".join(f"{f.area}: {f.headline}" for f in self.findings)
+        return f"{self.cell}: " + "; ".join(f.title for f in self.findings)
+
+    @property
+    def headline(self) -> str:
+        """What was found, said (not counted): the first finding whole, the others by area."""
+        if len(self.findings) < 2:
+            return self.summary
+        others = ", ".join(f.area for f in self.findings[1:])
+        return f"{self.cell}: {self.findings[0].title}; also {others}."
 
     def document(self):
 
-        sections = [Section(f"{f.area}: {f.headline}", f.blocks()) for f in self.findings]
-        headline = f"{len(self.findings)} new finding(s) in {self.cell}" if self.findings else self.summary
-        return Document("%jax_watch", self.status, headline, sections)
+        sections = [Section(f.title, f.blocks()) for f in self.findings]
+        return Document("%jax_watch", self.status, self.headline, sections)
 
 
 @dataclasses.dataclass
@@ -136,7 +152,7 @@ class WatchLog(Report):
         if self.findings:
             rows = [[f.cell, f.area, f.headline, str(f.count), f"`{f.next_magic}`"] for f in self.findings]
             sections.append(Section("Found so far", [Table(["cell", "area", "finding", "seen", "look closer"], rows)]))
-            sections += [Section(f"{f.cell} {f.area}: {f.headline}", f.blocks()) for f in self.findings]
+            sections += [Section(f"{f.cell} {f.title}", f.blocks()) for f in self.findings]
         how = [Paragraph(n) for n in self.notes]
         how.append(
             Paragraph(

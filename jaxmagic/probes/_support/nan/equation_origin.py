@@ -19,7 +19,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.source import is_user_file, source_line, whole_expression
 
 _attributed: dict = {}  # id(traceback) -> the traceback JAX attributed it to, during a search
 
@@ -120,8 +120,8 @@ def expression_of(eqn, line: SourceLine | None, path=()) -> str:
                 line.lineno,
             ) or frame.end_line != frame.start_line:
                 continue
-            text = linecache.getline(line.filename, line.lineno).encode()
-            part = text[frame.start_column : frame.end_column].decode(errors="replace").strip()
+            text = linecache.getline(line.filename, line.lineno)
+            part = whole_expression(text, frame.start_column, frame.end_column, called=eqn.primitive.name)
             return part if part and part != line.code.strip() else ""
     return ""
 

@@ -210,14 +210,32 @@ def tracer_aval(inner: str) -> str:
     ``GradTracer(primal=2.0, typeof(tangent)=f32[])`` name it by field.
     """
     inner = inner.strip().lstrip("~")
-    aval = re.search(r"(?:^|, )aval=([^,]+)", inner)
+    aval = _field(inner, "aval")
     if aval:
-        batched = re.search(r"(?:^|, )batched=([^,]+)", inner)
-        return aval.group(1).strip() + (f" (batched {batched.group(1).strip()})" if batched else "")
-    tangent = re.search(r"typeof\(tangent\)=([^,]+)", inner)
+        batched = _field(inner, "batched")
+        return aval + (f" (batched {batched})" if batched else "")
+    tangent = _field(inner, "typeof(tangent)")
     if tangent:
-        return tangent.group(1).strip()
+        return tangent
     return inner
+
+
+def _field(inner: str, name: str) -> str:
+    """The value of ``name=`` in a repr's fields, whole: up to the next comma outside brackets, so
+    ``aval=f32[16,32], batched=...`` gives ``f32[16,32]`` (not ``f32[16``)."""
+    match = re.search(rf"(?:^|, ){re.escape(name)}=", inner)
+    if match is None:
+        return ""
+    depth, start = 0, match.end()
+    for position in range(start, len(inner)):
+        char = inner[position]
+        if char in "[({":
+            depth += 1
+        elif char in "])}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            return inner[start:position].strip()
+    return inner[start:].strip()
 
 
 def leak_trace_kind(message: str) -> str:
