@@ -13,7 +13,7 @@ import io
 
 from jaxmagic._jax import jit_calls
 from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
-from jaxmagic.probes.nans.probe import apply_search, conclude, nans
+from jaxmagic.probes.nans.probe import apply_search, conclude, nans_of_call
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line
@@ -95,7 +95,7 @@ def explain_nan_sighting(watch: NanWatch) -> NanReport | None:
     report = None
     try:
         with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
-            with nans() as report:
+            with nans_of_call(call) as report:  # the call searched first, as the cell's statement is by %%jax_nans
                 call()
     except (FloatingPointError, ZeroDivisionError):
         pass
