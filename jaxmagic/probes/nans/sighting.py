@@ -30,7 +30,10 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
     phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
     library = nan.library_function
     inside = f" inside `{library}`" if library else ""
-    title = f"NaN made by `{primitive}`{inside} in {phase} of {where}"
+    made = f"`{primitive}`"
+    if producer is not None and producer.value == "inf" and producer.nan_maker:
+        made = f"`{producer.nan_maker}` from the inf of `{primitive}`"  # the producer made inf, not the NaN
+    title = f"NaN made by {made}{inside} in {phase} of {where}"
     if producer is not None:
         if producer.discarded_by:
             title += f" (in a branch `{producer.discarded_by}` discarded)"
@@ -38,7 +41,7 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
         if producer.nan_maker:
             evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
     fix = nan.fix or (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
-    short = f"`{primitive}`{inside} in the {nan.phase} pass of {where}"
+    short = f"{made}{inside} in the {nan.phase} pass of {where}"
     return title, evidence, fix, short
 
 

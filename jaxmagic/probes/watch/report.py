@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
@@ -29,6 +30,7 @@ class WatchFinding(Report):
     next_magic: str = ""
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
     provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
+    producer: NanProducer | None = None  # NaN: the operation that made it, as %%jax_nans and the doctor name it
 
     @property
     def status(self) -> Status:

@@ -426,7 +426,9 @@ class ProducerListener(Listener):
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
-        bad = [(i, m) for i, m in ((i, bad_mask(o, self.strict)) for i, o in enumerate(outputs)) if m is not None]
+        # A NaN is never passed on as given: when the output holds one, that is what the equation made.
+        nan = self.strict or any_bad(outputs, want_nan=True)
+        bad = [(i, m) for i, m in ((i, bad_mask(o, nan)) for i, o in enumerate(outputs)) if m is not None]
         which, mask = bad[0]
         out = np.asarray(outputs[which])
         index = tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
