@@ -156,11 +156,10 @@ class GivenInfinities:
             return INF
         if eqn.primitive.name not in ELEMENTWISE:
             return GIVEN
-        covered = None
+        covered: np.ndarray | bool = False
         for value in given:
             mask = _infinite(value)
-            assert mask is not None  # kept above only when it holds inf
-            covered = mask if covered is None else covered | mask
+            covered = covered if mask is None else covered | mask
         for output in outputs:
             out = _infinite(output)
             if out is None:
@@ -208,8 +207,10 @@ class GivenInfinities:
                 self.source.pop(id(var), None)
             elif inner is not None and k < len(inner) and id(inner[k]) in self.source:
                 self.source[id(var)] = self.source[id(inner[k])]
-            elif record is not None or (kind == CAME_IN and passed is not None):
-                self.source[id(var)] = record or passed
+            elif record is not None:
+                self.source[id(var)] = record
+            elif kind == CAME_IN and passed is not None:
+                self.source[id(var)] = passed
             else:
                 self.source.pop(id(var), None)
 

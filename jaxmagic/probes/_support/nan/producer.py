@@ -340,10 +340,10 @@ class ProducerListener(Listener):
                 return False
             if eqn.outvars and all(id(var) in self.given.constant for var in eqn.outvars):
                 return False  # made of constants passed into the call alone: the operation using it is the producer
-            producer = self.result.producer = self._producer(eqn, inputs, outputs, path)
+            made_here = self.result.producer = self._producer(eqn, inputs, outputs, path)
             self._producer_eqn = eqn
-            if producer.value == "nan":
-                producer.written_inf = self.given.written_line_of_inputs(eqn)  # the mask's -inf it made NaN of
+            if made_here.value == "nan":
+                made_here.written_inf = self.given.written_line_of_inputs(eqn)  # the mask's -inf it made NaN of
             if self.want_nan and not any_bad(outputs, want_nan=True):
                 self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
                 return False
@@ -354,9 +354,10 @@ class ProducerListener(Listener):
                 return False
             producer = self.result.producer
             assert producer is not None, "the stage moves on to the NaN maker once the producer is recorded"
-            if self._made_elsewhere(eqn, producer):
+            elsewhere: tuple | None = self._made_elsewhere(eqn, producer)
+            if elsewhere is not None:
                 # the inf this NaN was made of came from another line's operation than the first that made one
-                producer = self.result.producer = self._producer(*self.given.made_from(eqn))
+                producer = self.result.producer = self._producer(elsewhere[0], elsewhere[1], elsewhere[2], elsewhere[3])
             self._nan_maker(producer, eqn, inputs, outputs, path)
             self.stage = "absorber"
             return True
@@ -370,23 +371,18 @@ class ProducerListener(Listener):
                     producer.discarded_by = "lax.cond"  # vmap turns a cond on a batched predicate into a select
         return False
 
-    def _made_elsewhere(self, eqn, producer: NanProducer) -> bool:
-        """Whether the inf ``eqn`` made NaN of was made by an operation on another line than the producer's
-        (an overflow after a forward -inf of another line). On the same line it is the producer's own
-        derivative (log's 1/x at the 0 where log made -inf), and the user's operation is the one named."""
+    def _made_elsewhere(self, eqn, producer: NanProducer) -> tuple | None:
+        """``(eqn, inputs, outputs, path)`` of the operation that made the inf ``eqn`` made NaN of, when it
+        is on another line than the producer's (an overflow after a forward -inf of another line); None
+        otherwise. On the same line it is the producer's own derivative (log's 1/x at the 0 where log made
+        -inf), and the user's operation is the one named."""
         made_from = self.given.made_from(eqn)
         if made_from is None or made_from[0] is self._producer_eqn or compat.sub_jaxprs(made_from[0]):
-            return False
-        line = user_line(made_from[0], made_from[3])
-        return (
-            line is None
-            or producer.line is None
-            or (line.filename, line.lineno)
-            != (
-                producer.line.filename,
-                producer.line.lineno,
-            )
-        )
+            return None
+        line, own = user_line(made_from[0], made_from[3]), producer.line
+        if line is not None and own is not None and (line.filename, line.lineno) == (own.filename, own.lineno):
+            return None
+        return made_from
 
     def _nan_maker(self, producer: NanProducer, eqn, inputs, outputs, path) -> None:
         bad = [m for m in (bad_mask(o, True) for o in outputs) if m is not None]
