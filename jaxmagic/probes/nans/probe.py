@@ -387,14 +387,7 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         f"{found.searched} was traced again with the same argument values and its program evaluated "
         f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
-        + (
-            f"whose inputs held no NaN and whose output did (the inf written on line {found.written_inf.lineno} "
-            "was taken as given)."
-            if found.written_inf is not None
-            else "whose inputs held no NaN and whose output did (its arguments held inf, taken as given)."
-            if found.given_inf
-            else "whose inputs were finite and whose output was not."
-        )
+        + _rule_text(found)
     )
     if found.forward_check:
         report.notes.append(found.forward_check)
@@ -402,6 +395,21 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
     if found.producer.phase == "backward":
         report.phase = "backward"
+
+
+def _rule_text(found: ProducerSearch) -> str:
+    """How the search told a made value from a given one (``_support/nan/given.py``), as the note ends."""
+    given = [
+        *([f"written on line {found.written_inf.lineno}"] if found.written_inf is not None else []),
+        *(["its arguments held"] if found.given_inf else []),
+    ]
+    if not given:
+        return "whose inputs were finite and whose output was not."
+    return (
+        "that made a value its inputs did not give it: whose inputs held no NaN, nor an inf an operation had "
+        f"made, and whose output held a NaN or an inf of its own (the infinities {' and '.join(given)} were "
+        "taken as given, not made)."
+    )
 
 
 def _made_from_infinities(report: NanReport, leaves: list[NonFiniteLeaf]) -> bool:

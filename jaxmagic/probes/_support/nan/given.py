@@ -84,7 +84,10 @@ class GivenInfinities:
     (None when the arguments held it): what a producer made its NaN of.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, written_given: bool = True) -> None:
+        # False when only an inf was caught (``--infs``): then the inf the user wrote is what was caught, and
+        # the operation that first holds it is named
+        self.written_given = written_given
         self.origin: dict[int, SourceLine | None] = {}  # id(var) -> the line that wrote it (None: an argument)
         self.constant: set[int] = set()  # id(var) made of written constants alone (finite ones too)
         self.first_written: SourceLine | None = None  # the first line seen writing a given infinity
@@ -108,13 +111,13 @@ class GivenInfinities:
         return compat.is_literal(var) or id(var) in self.constant
 
     def is_given(self, var) -> bool:
-        return self.written(var) or id(var) in self.origin
+        return (self.written_given and self.written(var)) or id(var) in self.origin
 
     def free(self, eqn, inputs) -> list:
         """The inputs of ``eqn`` that are neither written constants nor given infinities."""
         if len(inputs) != len(eqn.invars):
             return list(inputs)
-        return [value for var, value in zip(eqn.invars, inputs) if not self.is_given(var)]
+        return [value for var, value in zip(eqn.invars, inputs) if not (self.written(var) or self.is_given(var))]
 
     def enter(self, path) -> None:
         """Inside an opened equation: its sub-program's inputs are given where the equation's were."""
@@ -130,7 +133,8 @@ class GivenInfinities:
                 self.constant.add(id(inner))
             if id(outer) in self.source:
                 self.source[id(inner)] = self.source[id(outer)]
-            if id(outer) in self.origin or (compat.is_literal(outer) and _infinite(outer.val) is not None):
+            written = self.written_given and compat.is_literal(outer) and _infinite(outer.val) is not None
+            if id(outer) in self.origin or written:
                 self.origin[id(inner)] = self.origin.get(id(outer)) if not compat.is_literal(outer) else None
             else:
                 self.origin.pop(id(inner), None)

@@ -17,7 +17,7 @@ import dataclasses
 from jaxmagic._jax import compat
 from jaxmagic._jax.jaxpr_eval import Walk
 from jaxmagic.probes._support.nan.equation_origin import provenance_of, public_name, user_line
-from jaxmagic.probes._support.nan.given import CAME_IN
+from jaxmagic.probes._support.nan.given import CAME_IN, GivenInfinities
 from jaxmagic.probes._support.nan.host_values import any_bad, has_inexact
 from jaxmagic.probes._support.nan.producer import (
     SELECTS,
@@ -64,6 +64,7 @@ class _InsideListener(ProducerListener):
 
     def __init__(self, budget: int = MAX_INSIDE_EQUATIONS):
         super().__init__(want_nan=False, strict=False)
+        self.given = GivenInfinities(written_given=True)  # a written -inf is no finding of --inside
         self.budget = budget
         self.budget_reached = False
         self.masked: tuple | None = None  # (eqn, path) of the masking equation

@@ -233,7 +233,7 @@ class ProducerListener(Listener):
         self.strict = strict  # the producer must make a NaN itself (from inputs holding none it did not get given)
         # Which infinities were given (the arguments', written constants'), not made: the one rule of
         # "which operation made it" (``given.py``), shared with ``--inside``.
-        self.given = GivenInfinities()
+        self.given = GivenInfinities(written_given=want_nan)
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
