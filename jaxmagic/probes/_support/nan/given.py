@@ -59,21 +59,24 @@ def _infinite(value) -> np.ndarray | None:
     return mask if mask.any() else None
 
 
-def body_pairs(eqn, kind: str) -> list:
-    """``(outer var, sub-program var)`` for the inputs of an opened equation: a call's parameters, a
-    cond branch's inputs, a loop body's constants, carry (as it starts) and slices."""
+def body_pairs(eqn, kind: str) -> list[tuple]:
+    """``(outer var, sub-program var, is a loop carry)`` for the inputs of an opened equation: a call's
+    parameters, a cond branch's inputs, a loop body's constants, carry (as it starts) and slices."""
     subs = compat.sub_jaxprs(eqn)
     if kind == "cond":
         branches = eqn.params.get("branches", ())
-        return [pair for b in branches for pair in zip(eqn.invars[1:], compat.closed_parts(b)[0].invars)]
-    if kind == "scan":
-        consts, carry, xs = compat.scan_operands(eqn, list(eqn.invars))
-        return list(zip([*consts, *carry, *xs], compat.closed_parts(eqn.params["jaxpr"])[0].invars))
-    if kind == "while":
-        _, body_consts, carry = compat.while_operands(eqn, list(eqn.invars))
-        return list(zip([*body_consts, *carry], compat.closed_parts(eqn.params["body_jaxpr"])[0].invars))
+        return [(o, i, False) for b in branches for o, i in zip(eqn.invars[1:], compat.closed_parts(b)[0].invars)]
+    if kind in ("scan", "while"):
+        if kind == "scan":
+            consts, carry, xs = compat.scan_operands(eqn, list(eqn.invars))
+            body = compat.closed_parts(eqn.params["jaxpr"])[0]
+        else:
+            _, consts, carry = compat.while_operands(eqn, list(eqn.invars))
+            xs, body = [], compat.closed_parts(eqn.params["body_jaxpr"])[0]
+        flags = [False] * len(consts) + [True] * len(carry) + [False] * len(xs)
+        return list(zip([*consts, *carry, *xs], body.invars, flags))
     if len(subs) == 1:
-        return list(zip(eqn.invars, compat.closed_parts(subs[0])[0].invars))
+        return [(o, i, False) for o, i in zip(eqn.invars, compat.closed_parts(subs[0])[0].invars)]
     return []
 
 
@@ -128,9 +131,13 @@ class GivenInfinities:
             return
         self._entered.add(key)
         position = path[-1]
-        for outer, inner in body_pairs(position.eqn, position.kind):
-            if compat.is_literal(outer) or id(outer) in self.constant:
+        for outer, inner, carry in body_pairs(position.eqn, position.kind):
+            # a carry changes from one iteration to the next: never a constant; its given infinities (a
+            # running max started at -inf) are taken as given in the iteration searched, as they started
+            if not carry and (compat.is_literal(outer) or id(outer) in self.constant):
                 self.constant.add(id(inner))
+            elif carry:
+                self.constant.discard(id(inner))
             if id(outer) in self.source:
                 self.source[id(inner)] = self.source[id(outer)]
             written = self.written_given and compat.is_literal(outer) and _infinite(outer.val) is not None

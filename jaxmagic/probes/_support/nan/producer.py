@@ -18,12 +18,17 @@ seen (nothing here costs anything on a clean cell):
    when the program's result is finite after all, the NaN lived only in a
    discarded branch of ``where``/``select``.
 
-Constants written into the program (``Literal``s, e.g. the ``nan`` jnp.var
-returns for too few samples) do not count as non-finite inputs.
+What counts as made and what as given is one rule, in ``given`` (shared with
+``--inside``): constants written into the program (``Literal``s: a mask's
+``-jnp.inf``, the ``nan`` jnp.var returns for too few samples) and, when a NaN
+was caught, the infinities the arguments held, are given, value by value; the
+producer is the first equation that made a value its inputs did not give it.
 
 The search is two passes at most: first for an operation that made a NaN from
-finite inputs; when there is none (an inf came first: the gradient of ``sqrt``
-or ``norm`` at 0, ``log(0)``), for the first that made any non-finite value.
+inputs holding none (given infinities aside); when there is none (an inf came
+first: the gradient of ``sqrt`` or ``norm`` at 0, ``log(0)``), for the first that
+made any non-finite value - replaced by the one that made the inf the NaN maker
+got, when that is another line's operation.
 The second pass starts where the first met its first non-finite value and
 reads the values the first one computed (``jaxpr_eval``'s checkpoints), so a
 training step is evaluated once, not twice. Compiling the program, or prefixes
@@ -31,7 +36,8 @@ of it to bisect, was measured slower than this walk on CPU
 (``benchmarks/bench_nan_producer.py``: one compile of a 1.5k-equation step costs
 more than the whole search).
 
-Its modules: ``producer`` (the search and what it found), ``host_values``
+Its modules: ``producer`` (the search and what it found), ``given`` (the rule
+of made vs given non-finite values), ``host_values``
 (reading and writing the values), ``equation_origin`` (the line, expression
 and library function of an equation) and ``inside`` (``%%jax_nans --inside``:
 every intermediate of one call, masked values too).
