@@ -49,6 +49,24 @@ CASES = {
         "lp = count_log_prob(jnp.array([489.0, 0.0, 511.0]), log_p)",
         {"primitive": "mul", "value": "nan", "code": "terms = counts * log_p", "nan_maker": ""},
     ),
+    # The same fully masked row under a gradient (lucidrains/nGPT-pytorch#11's masked attention loss):
+    # the forward logsumexp of the row is log(0) = -inf, its gradient 1/0 = inf times exp(-inf) = 0.
+    "masked_row_backward": (
+        "def masked_lse_loss(scores, mask):\n"
+        "    bias = jnp.where(mask, 0.0, -jnp.inf)\n"
+        "    return jnp.sum(jax.nn.logsumexp(scores + bias, axis=-1))\n"
+        "@jax.jit\n"
+        "def lse_grad(scores, mask):\n"
+        "    return jax.grad(masked_lse_loss)(scores, mask)\n"
+        "mask_lse = jnp.array([[True, True, False], [False, False, False]])\n",
+        "g_lse = lse_grad(jnp.ones((2, 3)), mask_lse)",
+        {
+            "primitive": "log",
+            "value": "inf",
+            "code": "return jnp.sum(jax.nn.logsumexp(scores + bias, axis=-1))",
+            "nan_maker": "mul",
+        },
+    ),
     # The classic "double where" thread (jax-ml/jax#5798, jax-ml/jax#1052): the forward pass is finite
     # (sqrt(0) = 0 is discarded), the gradient of sqrt at 0 is 0.5/0 = inf, times the zero cotangent of
     # the untaken branch: NaN only in the backward pass.
