@@ -13,7 +13,7 @@ import io
 
 from jaxmagic._jax import jit_calls
 from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
-from jaxmagic.probes.nans.probe import apply_search, conclude, nans_of_call
+from jaxmagic.probes.nans.probe import conclude, nans_of_call
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line
@@ -106,10 +106,7 @@ def explain_nan_sighting(watch: NanWatch) -> NanReport | None:
         sighting.rerun_note = f"Re-running {call.source} under the NaN probe failed: {error_line(error)}"
         del call
         return None
-    if report is not None and report.found:
-        if report.producer is None:  # the whole jitted call, traced once more with its arguments
-            with jit_calls.paused():
-                apply_search(report, call, want_nan=report.value != "inf")
+    if report is not None and report.found:  # the call itself was searched first: no second trace of it here
         report.call_number = sighting.call_number
         report.call_line = sighting.line
         conclude(report, sighting.line)
