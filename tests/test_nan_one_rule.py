@@ -201,3 +201,33 @@ def test_search_takes_argument_infinities_as_given_value_by_value():
     )
     p = found.producer
     assert (p.primitive, p.value, p.nan_maker, p.nan_maker_values) == ("exp", "inf", "mul", "inf * 0.0")
+
+
+def _fresh_batch():  # a call of the user's own: the cell's statement cannot be evaluated again
+    import jax.numpy as jnp
+
+    return jnp.array([1.0, 100.0])
+
+
+def _exp_then_difference(x):
+    import jax.numpy as jnp
+
+    e = jnp.exp(x)
+    return e - e
+
+
+def test_an_inner_frame_whose_arguments_held_inf_says_they_may_have_been_made_outside_it():
+    # The statement `f(_fresh_batch())` calls the user's function: only the inner frame's `e - e` can be
+    # traced again, with e already holding the inf exp made. Its infinities are then taken as given - and
+    # the report says the code around it may have made them, instead of letting `sub` pass for the cause.
+    import jax
+
+    from jaxmagic import probes
+
+    f = jax.jit(_exp_then_difference)
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            f(_fresh_batch())
+    data = report.to_dict()
+    assert data["producer"]["primitive"] == "sub" and data["searched_call"] == "e - e"
+    assert any("may have made them" in note for note in data["notes"])

@@ -295,6 +295,12 @@ def _search_producer(
             return
         found = apply_search(report, call, want_nan=report.value == "nan")
         tried.append(found)
+        if report.producer is not None and found.given_inf and call is not outermost and call.frame > 0:
+            report.notes.append(
+                f"The infinities the arguments of {call.source} held were taken as given, but that is an inner "
+                "frame: the code around it, which could not be evaluated again (only plain calls of names, "
+                "attributes and literals are), may have made them - the operation that did is then not named."
+            )
         if report.producer is not None:
             _count_calls(report, error, counts)
             return
