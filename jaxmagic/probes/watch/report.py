@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import Concern, SourceLine, act
@@ -31,6 +32,7 @@ class WatchFinding(Report):
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
     provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
     cause: RecompileCause | None = None  # recompilation: the cause %%jax_compiles gives (compiles.why_again)
+    producer: NanProducer | None = None  # NaN: the operation that made it, as %%jax_nans and the doctor name it
 
     def concerns(self) -> list[Concern]:
         return [act(self.headline)]  # a finding of the watch

@@ -247,6 +247,7 @@ class Watch:
             fix=fix,
             next_magic="%%jax_nans",
             provenance=provenance,
+            producer=nan.producer if nan is not None and not s.came_in else None,
         )
 
     def _compile_findings(self, report) -> list[WatchFinding]:
