@@ -390,7 +390,7 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         return
     report.producer, report.searched_call = found.producer, found.searched
     report.notes.append(
-        f"{found.searched} was traced again with the same argument values and its program evaluated "
+        f"The program of {found.searched} was evaluated again on the same argument values, "
         f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
         + _rule_text(found)

@@ -59,6 +59,9 @@ class NanReport(Report):
     failing_call: str = ""  # the call that raised, e.g. "jax.grad(reg_loss)(p_reg, x_reg)"
     nonfinite: list[NonFiniteLeaf] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # a search after the cell (the doctor's, the watch's): the user's functions whose Python ran again to
+    # get the program ([]: none, it came from JAX's cache; None: no such search, or it could not be told)
+    traced_again: list[str] | None = None
     jax_messages: list[str] = dataclasses.field(default_factory=list)
     other_error: str = ""  # the cell failed for another reason: "ValueError: ..."
     compiled_only: bool = False  # NaN in the compiled program that the de-optimized run did not reproduce
