@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._support.fixes.values import FixTrial
 from jaxmagic.probes._support.nan.inside import InsideSearch
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import NanProducer
@@ -71,6 +72,9 @@ class NanReport(Report):
     python_error: str = ""  # Python's own ZeroDivisionError/OverflowError: no JAX NaN/inf at all
     provenance: Provenance | None = None  # made_at (the producing line), function, transformations, started_by
     fix: str = ""  # the fix that matches the producing operation and the values it saw ("" when none is known)
+    # the fixes considered, as data: each tried on the values (`tried`, `result`, `call_result`) or why not;
+    # `offered` marks the one `fix` offers (nans/fixes.py, _support/fixes/values.py)
+    fixes: list[FixTrial] = dataclasses.field(default_factory=list)
     jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
     checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)
     inside: bool = False  # --inside: the first call of each jitted function was evaluated op by op

@@ -1,0 +1,320 @@
+"""A NaN/inf fix tried on the values before it is offered.
+
+A rule can name a fix that does not work at the value the operation got: "clamp the input of
+``rsqrt`` at 0" for a variance that rounded below 0, when ``rsqrt(0)`` is inf; "clip to [-1, 1]" for
+``arctanh``, whose value at 1 is inf. So every candidate fix of an operation that made a non-finite
+value is tried where the producer search found it (``_support/nan/producer.py``):
+
+1. on the operation's own recorded inputs - the candidate's transformation applied to them, then the
+   program's own equation (``compat.bind_equation``: same primitive, same parameters, same dtype);
+2. where it made the operation finite, on the whole failing program: evaluated again with that one
+   equation replaced by the fixed one, its outputs checked.
+
+Only JAX primitives run, on arrays the search recorded: no user Python (a program that calls back into
+Python - ``pure_callback``, ``debug.print`` - is not re-run). A candidate is data: its code, written with
+``v`` (or ``num``/``den``) the value given to the operation, and what its trial gave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from jaxmagic._jax import compat
+
+ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
+DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16)
+FINITE_FILL = "finite_fill"  # an infinite input replaced by the dtype's largest finite value: changed at its source
+MAX_CALL_TRIALS = 2  # whole-program trials per NaN: each evaluates the program once more
+MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a trial
+
+
+@dataclasses.dataclass
+class FixTrial:
+    """One candidate fix of the operation that made the value, and what trying it gave."""
+
+    key: str  # "clamp", "clamp_eps", "eps", "floor", "clip", "clip_eps", "guard"
+    code: str  # with `v` (or `num`, `den`) the value given to the operation: "jnp.maximum(v, 0.0) + 1e-06"
+    tried: bool = False
+    finite: bool = False  # the fixed operation's output - and the program's outputs where tried - finite
+    result: str = ""  # the operation: "finite", "still inf at 3 of 16 elements", "not tried: ..."
+    call_result: str = ""  # the whole program: "finite", "still inf at 1 of 4 elements", "not tried: ..."
+    offered: bool = False  # the report offers it as the fix (set by the NaN probe's rule)
+
+    @property
+    def failed(self) -> bool:
+        return self.tried and not self.finite
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    key: str
+    code: str
+    fixed: Callable[[list], list]  # the fixed operation's outputs from the recorded inputs
+
+
+def _floats(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.floating) or str(dtype) == "bfloat16"
+
+
+def candidates(eqn, inputs: list) -> list[_Candidate]:
+    """The fixes that can be written for this operation on its input values, naive ones first (so that the
+    report can say why the obvious fix does not do): each applies a transformation to the inputs, then
+    the program's own equation. None for an operation no value fix is known for."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    name = eqn.primitive.name
+    if not inputs or not _floats(getattr(inputs[0], "dtype", "int32")):
+        return []
+    if any(_has_inf(v) for v in inputs):  # an inf it was given (a mask's -inf fill): a finite fill instead
+
+        def filled(ins: list) -> list:
+            finite = [
+                jnp.nan_to_num(v, posinf=jnp.finfo(v.dtype).max, neginf=jnp.finfo(v.dtype).min) if _has_inf(v) else v
+                for v in ins
+            ]
+            return compat.bind_equation(eqn, finite)
+
+        return [_Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)]
+
+    def on_input(transform: Callable) -> Callable[[list], list]:
+        return lambda ins: compat.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
+
+    eps = ADDED_EPS
+    if name in ("sqrt", "rsqrt"):
+        return [
+            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
+            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
+            _Candidate("clamp_eps", f"jnp.maximum(v, 0.0) + {eps:g}", on_input(lambda v: jnp.maximum(v, 0.0) + eps)),
+        ]
+    if name == "log":
+        return [
+            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
+            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
+            _Candidate(
+                "floor",
+                "jnp.maximum(v, jnp.finfo(v.dtype).tiny)",
+                on_input(lambda v: jnp.maximum(v, jnp.finfo(v.dtype).tiny)),
+            ),
+        ]
+    if name == "log1p":
+        return [
+            _Candidate("clamp", "jnp.maximum(v, -1.0)", on_input(lambda v: jnp.maximum(v, -1.0))),
+            _Candidate(
+                "floor",
+                "jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)",
+                on_input(lambda v: jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)),
+            ),
+        ]
+    if name in ("acos", "asin"):
+        return [_Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0)))]
+    if name == "atanh":
+        return [
+            _Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0))),
+            _Candidate(
+                "clip_eps",
+                "jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)",
+                on_input(lambda v: jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)),
+            ),
+        ]
+    if name == "acosh":
+        return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
+    if name in ("div", "rem") and len(inputs) == 2:
+        symbol = "/" if name == "div" else "%"
+
+        def guarded(ins: list) -> list:
+            num, den = ins
+            ok = den != 0
+            out = compat.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
+            return [jnp.where(ok, out, jnp.zeros_like(out))]
+
+        return [
+            _Candidate(
+                "eps", f"num {symbol} (den + {DIVISION_EPS:g})", lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + DIVISION_EPS])
+            ),
+            _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
+        ]
+    return []
+
+
+def _has_inf(value) -> bool:
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return False
+    return _floats(array.dtype) and bool(np.isinf(array.astype(np.float32)).any())
+
+
+def _bad_text(values: list, kind: str = "") -> str:
+    """"" when every float value is finite, else "still inf at 3 of 16 elements"."""
+    bad = total = 0
+    nan = inf = False
+    for value in values:
+        try:
+            array = np.asarray(value)
+        except Exception:
+            continue
+        if not _floats(array.dtype):
+            continue
+        array = array.astype(np.float64) if str(array.dtype) == "bfloat16" else array
+        mask = ~np.isfinite(array)
+        bad += int(mask.sum())
+        total += int(array.size)
+        nan = nan or bool(np.isnan(array).any())
+        inf = inf or bool(np.isinf(array).any())
+    if not bad:
+        return ""
+    what = "NaN and inf" if nan and inf else "NaN" if nan else "inf"
+    return f"still {what} at {bad} of {total} element{'s' if total != 1 else ''}{kind}"
+
+
+def try_on_operation(eqn, inputs: list) -> list[FixTrial]:
+    """Every candidate fix of ``eqn`` tried on its recorded ``inputs``: the fixed operation's outputs finite?"""
+    trials = []
+    for candidate in candidates(eqn, inputs):
+        trial = FixTrial(candidate.key, candidate.code)
+        try:
+            outputs = candidate.fixed(list(inputs))
+        except Exception as error:  # a dtype the transformation does not take
+            trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            trials.append(trial)
+            continue
+        trial.tried = True
+        bad = _bad_text(outputs)
+        trial.finite, trial.result = not bad, bad or "finite"
+        trials.append(trial)
+    return trials
+
+
+# -- the whole program with one equation replaced ---------------------------------------------------
+
+
+def _calls_python(jaxpr, seen: set | None = None) -> str:
+    """The first equation of ``jaxpr`` (or of its sub-programs) that runs Python when evaluated: a callback."""
+    seen = set() if seen is None else seen
+    if id(jaxpr) in seen:
+        return ""
+    seen.add(id(jaxpr))
+    for eqn in jaxpr.eqns:
+        if "callback" in eqn.primitive.name or eqn.primitive.name in ("debug_print", "io_callback"):
+            return eqn.primitive.name
+        for sub in compat.sub_jaxprs(eqn):
+            found = _calls_python(compat.closed_parts(sub)[0], seen)
+            if found:
+                return found
+    return ""
+
+
+def _count(jaxpr, seen: set | None = None) -> int:
+    seen = set() if seen is None else seen
+    if id(jaxpr) in seen:
+        return 0
+    seen.add(id(jaxpr))
+    return len(jaxpr.eqns) + sum(_count(compat.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in compat.sub_jaxprs(e))
+
+
+class _Replaced:
+    """Evaluates a program with one equation (``target``, reached through the equations ``on_path``)
+    replaced by ``fixed``: the other equations are bound as they are, the ones on the path are opened
+    (a loop is run by ``lax.scan``/``lax.while_loop`` with its body evaluated this way, traced)."""
+
+    def __init__(self, target, on_path: set[int], fixed: Callable[[list], list]):
+        self.target, self.on_path, self.fixed = target, on_path, fixed
+
+    def run(self, jaxpr, consts: list, args: list) -> list:
+        env: dict = {}
+
+        def read(var):
+            return var.val if compat.is_literal(var) else env[var]
+
+        env.update(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+        for eqn in jaxpr.eqns:
+            inputs = [read(v) for v in eqn.invars]
+            if eqn is self.target:
+                outputs = self.fixed(inputs)
+            elif id(eqn) in self.on_path:
+                outputs = self._open(eqn, inputs)
+            else:
+                outputs = compat.bind_equation(eqn, inputs)
+            env.update(zip(eqn.outvars, outputs))
+        return [read(v) for v in jaxpr.outvars]
+
+    def _open(self, eqn, inputs: list) -> list:
+        import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+        name = eqn.primitive.name
+        if name == "scan":
+            consts, carry, xs = compat.scan_operands(eqn, inputs)
+            body, body_consts = compat.closed_parts(eqn.params["jaxpr"])
+            n = len(carry)
+
+            def step(c, x):
+                out = self.run(body, body_consts, [*consts, *c, *(x or [])])
+                return out[:n], out[n:]
+
+            final, ys = jax.lax.scan(
+                step, carry, xs or None, length=int(eqn.params["length"]), reverse=bool(eqn.params.get("reverse"))
+            )
+            return [*final, *ys]
+        if name == "while":
+            cond_consts, body_consts, carry = compat.while_operands(eqn, inputs)
+            cond, cond_closed = compat.closed_parts(eqn.params["cond_jaxpr"])
+            body, body_closed = compat.closed_parts(eqn.params["body_jaxpr"])
+            return list(
+                jax.lax.while_loop(
+                    lambda c: self.run(cond, cond_closed, [*cond_consts, *c])[0],
+                    lambda c: self.run(body, body_closed, [*body_consts, *c]),
+                    list(carry),
+                )
+            )
+        if name == "cond":
+            branches = [compat.closed_parts(b) for b in eqn.params["branches"]]
+            return list(
+                jax.lax.switch(
+                    inputs[0], [lambda *a, b=b: self.run(b[0], b[1], list(a)) for b in branches], *inputs[1:]
+                )
+            )
+        subs = compat.sub_jaxprs(eqn)
+        if len(subs) == 1:
+            jaxpr, consts = compat.closed_parts(subs[0])
+            if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
+                return self.run(jaxpr, consts, inputs)
+        raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
+
+
+def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, finite_before: bool) -> None:
+    """The candidates that made the operation finite, tried on the whole program (``program`` on
+    ``values``, the search's): ``call_result`` says whether its outputs are finite with that one equation
+    fixed. ``path``: the producer search's positions of the equations the operation sits in."""
+    passed = [t for t in trials if t.finite]
+    if not passed:
+        return
+    jaxpr, consts = compat.closed_parts(program)
+    why = ""
+    if finite_before:
+        why = "the program's outputs were finite already (the value was discarded)"
+    elif _calls_python(jaxpr):
+        why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
+    elif _count(jaxpr) > MAX_CALL_EQUATIONS:
+        why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
+    built = {c.key: c for c in candidates(eqn, inputs)}
+    on_path = {id(position.eqn) for position in path}
+    for number, trial in enumerate(passed):
+        if trial.key == FINITE_FILL:  # the fill is written where the inf is, which other operations read too
+            trial.call_result = "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
+            continue
+        if why or number >= MAX_CALL_TRIALS:
+            trial.call_result = f"not tried: {why or 'enough whole-program trials were made'}"
+            continue
+        replaced = _Replaced(eqn, on_path, built[trial.key].fixed)
+        try:
+            outputs = replaced.run(jaxpr, consts, list(values))
+        except Exception as error:
+            trial.call_result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            continue
+        bad = _bad_text(outputs, " of its outputs")
+        trial.call_result = bad or "finite"
+        trial.finite = not bad
