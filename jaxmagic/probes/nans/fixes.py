@@ -60,7 +60,7 @@ def _root_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str
         "subtract the mean first, `jnp.var`)"
     )
     if fix is None:
-        return f"`{prim}` got {got:g}{code}. {choice.tried_text} Look for why: {subtract}."
+        return f"`{prim}` got {got:g}{code}. {choice.tried_text} {subtract[0].upper()}{subtract[1:]}."
     failed = f" {choice.failed_text}" if choice.failed_text else ""
     if got >= 0:  # rsqrt(0): inf (sqrt(0) makes no NaN)
         return (
@@ -160,7 +160,7 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
         parts.append(
             f"`{library}` takes the mask itself: pass it as `where=` (e.g. `{library}(logits, labels, "
             "where=valid)`) and leave the values finite; masked entries are then left out of the sum."
-            " (Not tried: it changes your line.)"
+            + SUGGESTION
         )
     choice = choose(report, p, [FINITE_FILL])
     if choice.offered is not None:
@@ -194,15 +194,10 @@ def nan_fixes(report: NanReport) -> tuple[str, list[FixTrial]]:
     text = nan_fix(report)
     p = report.producer
     fixes = [dataclasses.replace(t) for t in p.fix_trials] if p is not None else []
-    if text and not any(t.offered for t in fixes):
-        if p is not None and p.primitive == "cholesky" and p.jitter:
-            fixes.append(FixTrial("jitter", f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
-        elif SUGGESTION in text:
-            fixes.append(untried("", NOT_TRIED))
-        elif any(t.tried for t in fixes):
-            pass  # the words say what was tried and that no candidate survived: nothing is offered
-        else:
-            fixes.append(untried("", "no candidate fix of this operation can be tried on its values"))
+    if p is not None and p.primitive == "cholesky" and p.jitter and "Tried on these values" in text:
+        fixes.append(FixTrial("jitter", f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
+    if SUGGESTION in text:  # a fix in words that rewrites the line (a cause alone is no fix)
+        fixes.append(untried("", NOT_TRIED))
     return text, fixes
 
 

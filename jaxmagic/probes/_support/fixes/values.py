@@ -147,7 +147,7 @@ def _has_inf(value) -> bool:
     return _floats(array.dtype) and bool(np.isinf(array.astype(np.float32)).any())
 
 
-def _bad_text(values: list, kind: str = "") -> str:
+def _bad_text(values: list) -> str:
     """"" when every float value is finite, else "still inf at 3 of 16 elements"."""
     bad = total = 0
     nan = inf = False
@@ -167,7 +167,7 @@ def _bad_text(values: list, kind: str = "") -> str:
     if not bad:
         return ""
     what = "NaN and inf" if nan and inf else "NaN" if nan else "inf"
-    return f"still {what} at {bad} of {total} element{'s' if total != 1 else ''}{kind}"
+    return f"still {what} at {bad} of {total} element{'s' if total != 1 else ''}"
 
 
 def try_on_operation(eqn, inputs: list) -> list[FixTrial]:
@@ -285,16 +285,20 @@ class _Replaced:
         raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
 
 
-def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, finite_before: bool) -> None:
+def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, before: list | None) -> None:
     """The candidates that made the operation finite, tried on the whole program (``program`` on
     ``values``, the search's): ``call_result`` says whether its outputs are finite with that one equation
-    fixed. ``path``: the producer search's positions of the equations the operation sits in."""
+    fixed. ``path``: the producer search's positions of the equations the operation sits in; ``before``:
+    the program's outputs unfixed (None when its evaluation failed)."""
     passed = [t for t in trials if t.finite]
     if not passed:
         return
     jaxpr, consts = compat.closed_parts(program)
+    unfixed = _bad_text(before or [])
     why = ""
-    if finite_before:
+    if before is None:
+        why = "the program could not be evaluated"
+    elif not unfixed:
         why = "the program's outputs were finite already (the value was discarded)"
     elif _calls_python(jaxpr):
         why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
@@ -315,6 +319,8 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
         except Exception as error:
             trial.call_result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             continue
-        bad = _bad_text(outputs, " of its outputs")
+        bad = _bad_text(outputs)
+        if bad:  # what the unfixed program left, beside it: another operation may make one too
+            bad += f" ({unfixed.removeprefix('still ')} without the fix)"
         trial.call_result = bad or "finite"
         trial.finite = not bad

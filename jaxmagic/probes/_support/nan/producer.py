@@ -622,7 +622,7 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         # jvp too: the NaN probe may find it a forward value; a user's own derivative rule's)
         eqn, inputs, path = listener.site
         producer.fix_trials = try_on_operation(eqn, inputs)
-        try_on_program(producer.fix_trials, eqn, inputs, path, program, values, found.result_finite)
+        try_on_program(producer.fix_trials, eqn, inputs, path, program, values, outputs)
     listener.site = None  # holds the user's arrays
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
