@@ -216,7 +216,10 @@ def test_the_doctor_and_the_watch_offer_the_fix_the_nan_probe_tried(ip):
     ip.run_cell("%%jax_doctor -o doc\n" + source, store_history=True)
     doctor = ip.user_ns["doc"].to_dict()
     (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
-    assert "`jnp.clip(v, -1.0, 1.0)`" in finding["fix"] and "`acos` finite, and the call's outputs finite" in finding["fix"]
+    assert (
+        "`jnp.clip(v, -1.0, 1.0)`" in finding["fix"]
+        and "`acos` finite, and the call's outputs finite" in finding["fix"]
+    )
     ip.run_cell("%jax_watch -o wlog", store_history=True)
     try:
         ip.run_cell(source, store_history=True)

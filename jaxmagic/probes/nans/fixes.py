@@ -12,8 +12,8 @@ import inspect
 import re
 import sys
 
-from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FINITE_FILL, FixTrial
+from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
 from jaxmagic.probes.nans.report import NanReport
 from jaxmagic.probes.nans.tried_fixes import choose, untried
@@ -159,8 +159,7 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
     if library and "where" in _parameters(_library_object(library, stop_at_class=False)):
         parts.append(
             f"`{library}` takes the mask itself: pass it as `where=` (e.g. `{library}(logits, labels, "
-            "where=valid)`) and leave the values finite; masked entries are then left out of the sum."
-            + SUGGESTION
+            "where=valid)`) and leave the values finite; masked entries are then left out of the sum." + SUGGESTION
         )
     choice = choose(report, p, [FINITE_FILL])
     if choice.offered is not None:

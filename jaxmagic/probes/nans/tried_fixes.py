@@ -26,7 +26,7 @@ def values_of(report: NanReport) -> str:
 
 
 def _outcome(trial: FixTrial, primitive: str) -> str:
-    """"`rsqrt` still inf at 4 of 4 elements", "`sqrt` finite, but the call's outputs still NaN at ..."."""
+    """ "`rsqrt` still inf at 4 of 4 elements", "`sqrt` finite, but the call's outputs still NaN at ..."."""
     if not trial.tried:
         return trial.result
     if trial.result != "finite":

@@ -132,7 +132,9 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
 
         return [
             _Candidate(
-                "eps", f"num {symbol} (den + {DIVISION_EPS:g})", lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + DIVISION_EPS])
+                "eps",
+                f"num {symbol} (den + {DIVISION_EPS:g})",
+                lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + DIVISION_EPS]),
             ),
             _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
         ]
@@ -148,7 +150,7 @@ def _has_inf(value) -> bool:
 
 
 def _bad_text(values: list) -> str:
-    """"" when every float value is finite, else "still inf at 3 of 16 elements"."""
+    """ "" when every float value is finite, else "still inf at 3 of 16 elements"."""
     bad = total = 0
     nan = inf = False
     for value in values:
@@ -212,7 +214,9 @@ def _count(jaxpr, seen: set | None = None) -> int:
     if id(jaxpr) in seen:
         return 0
     seen.add(id(jaxpr))
-    return len(jaxpr.eqns) + sum(_count(compat.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in compat.sub_jaxprs(e))
+    return len(jaxpr.eqns) + sum(
+        _count(compat.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in compat.sub_jaxprs(e)
+    )
 
 
 class _Replaced:
@@ -308,7 +312,9 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     on_path = {id(position.eqn) for position in path}
     for number, trial in enumerate(passed):
         if trial.key == FINITE_FILL:  # the fill is written where the inf is, which other operations read too
-            trial.call_result = "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
+            trial.call_result = (
+                "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
+            )
             continue
         if why or number >= MAX_CALL_TRIALS:
             trial.call_result = f"not tried: {why or 'enough whole-program trials were made'}"
