@@ -351,7 +351,8 @@ def nan_fix(report: NanReport) -> str:
                 f"and its log is -inf. Compute the log-probability from the logits `z` directly: {written}; it "
                 "stays finite, and so does its gradient." + SUGGESTION
             )
-    if p.primitive == "log" and not library and not p.derivative:
+    # `log`, `log1p`, `acos`, ... made under jvp are the primal's: no derivative computes them (theirs divide)
+    if p.primitive == "log" and not library:
         got = _operand_float(p)
         order = ["eps", "floor"] if got is not None and got >= 0 else ["clamp", "floor"]
         choice = choose(report, p, order, {"clamp": "log(0) is -inf", "eps": "a negative value stays negative"})
@@ -364,7 +365,7 @@ def nan_fix(report: NanReport) -> str:
             "with the double where (`jnp.where(v > 0, jnp.log(jnp.where(v > 0, v, 1.0)), fallback)`) if values "
             f"at or below 0 should not count. {choice.tried_text}{failed}"
         )
-    if p.primitive in _DOMAIN and not p.derivative and p.phase == "forward" and not library:
+    if p.primitive in _DOMAIN and p.phase == "forward" and not library:
         return _domain_fix(report, p, code)
     if p.phase == "forward" and not p.derivative and p.primitive in FORWARD_CAUSES:
         return f"`{p.primitive}`: typically {FORWARD_CAUSES[p.primitive]}."

@@ -303,7 +303,7 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     if before is None:
         why = "the program could not be evaluated"
     elif not unfixed:
-        why = "the program's outputs were finite already (the value was discarded)"
+        why = "its outputs were finite without the fix (the value did not reach them)"
     elif _calls_python(jaxpr):
         why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
     elif _count(jaxpr) > MAX_CALL_EQUATIONS:
