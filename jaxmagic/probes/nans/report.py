@@ -285,6 +285,14 @@ class NanReport(Report):
         if self.call_path:
             sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
         sections.append(Section("Why", [Paragraph(self._explanation())]))
+        tried = [fix for fix in self.fixes if fix.tried]
+        if tried:
+            rows = [
+                [f"`{fix.code}`", fix.result, fix.call_result or "-", "offered" if fix.offered else "not offered"]
+                for fix in tried
+            ]
+            columns = ["fix (`v` the value given to it)", f"`{p.primitive}`", "the call's outputs", ""]
+            sections.append(Section("Fixes tried on the values", [Table(columns, rows)]))
         return sections
 
     def _explanation(self) -> str:

@@ -69,7 +69,7 @@ def choose(
         if trial.failed:
             reason = (why_failed or {}).get(trial.key, "")
             failed.append(
-                f"`{trial.code}` was tried too and is not offered: on {where}, {_outcome(trial, p.primitive)}"
+                f"`{trial.code}` was tried too and is not offered: on the same values, {_outcome(trial, p.primitive)}"
                 + (f" ({reason})" if reason else "")
                 + "."
             )
