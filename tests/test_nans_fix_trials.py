@@ -227,3 +227,19 @@ def test_the_doctor_and_the_watch_offer_the_fix_the_nan_probe_tried(ip):
     finally:
         ip.run_cell("%jax_watch off", store_history=True)
     assert nan["fix"] == finding["fix"]
+
+
+def test_inside_a_while_loop_the_fix_is_tried_on_the_operation_and_the_whole_call_is_not_rerun():
+    # a fixed value can change when a while loop ends (or make it run forever): only the operation is tried
+    @jax.jit
+    def iterate(x):
+        def body(state):
+            i, v = state
+            return i + 1, jnp.sqrt(v - 0.5)
+
+        return jax.lax.while_loop(lambda s: s[0] < 5, body, (0, x))[1]
+
+    data = _nans(lambda: iterate(jnp.array([2.0, 0.6])))
+    clamp = _by_key(data)["clamp"]
+    assert clamp["result"] == "finite" and clamp["call_result"].startswith("not tried: the operation is inside a while")
+    assert clamp["offered"] and "the whole call not tried" in data["fix"]

@@ -306,6 +306,8 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
         why = "its outputs were finite without the fix (the value did not reach them)"
     elif _calls_python(jaxpr):
         why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
+    elif any(position.kind == "while" for position in path):  # the fix may change when it ends, or never end it
+        why = "the operation is inside a while loop, and a fixed value may change when (or whether) it ends"
     elif _count(jaxpr) > MAX_CALL_EQUATIONS:
         why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
     built = {c.key: c for c in candidates(eqn, inputs)}
