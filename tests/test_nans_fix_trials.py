@@ -243,3 +243,20 @@ def test_inside_a_while_loop_the_fix_is_tried_on_the_operation_and_the_whole_cal
     clamp = _by_key(data)["clamp"]
     assert clamp["result"] == "finite" and clamp["call_result"].startswith("not tried: the operation is inside a while")
     assert clamp["offered"] and "the whole call not tried" in data["fix"]
+
+
+def test_a_program_that_calls_back_into_python_is_not_rerun_for_a_trial():
+    seen = []
+
+    @jax.jit
+    def logged_root(v):
+        jax.debug.callback(lambda value: seen.append(1), v)  # the user's Python, inside the program
+        return jnp.sqrt(v)
+
+    data = _nans(lambda: logged_root(jnp.array([-1.0, 4.0])))
+    clamp = _by_key(data)["clamp"]
+    assert clamp["result"] == "finite"  # tried on the operation's recorded inputs: no Python of the user's
+    assert (
+        clamp["call_result"]
+        == "not tried: the program calls back into Python (`debug_callback`), which a trial must not run"
+    )
