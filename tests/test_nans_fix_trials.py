@@ -242,7 +242,7 @@ def test_inside_a_while_loop_the_fix_is_tried_on_the_operation_and_the_whole_cal
     data = _nans(lambda: iterate(jnp.array([2.0, 0.6])))
     clamp = _by_key(data)["clamp"]
     assert clamp["result"] == "finite" and clamp["call_result"].startswith("not tried: the operation is inside a while")
-    assert clamp["offered"] and "the whole call not tried" in data["fix"]
+    assert clamp["offered"] and "; the whole call not tried" in data["fix"]
 
 
 def test_a_program_that_calls_back_into_python_is_not_rerun_for_a_trial():
@@ -260,3 +260,20 @@ def test_a_program_that_calls_back_into_python_is_not_rerun_for_a_trial():
         clamp["call_result"]
         == "not tried: the program calls back into Python (`debug_callback`), which a trial must not run"
     )
+
+
+def test_an_exp_that_overflows_float16_is_computed_in_float32_and_not_sent_back_to_float16():
+    # tensorflow#24979 / keras#22586 (half precision limits): a softmax's exp in float16 overflows above
+    # 65504; in float32 it is finite - but its value does not fit float16 again, so "back to float16 after"
+    # would make the same inf
+    @jax.jit
+    def softmax_half(z):
+        e = jnp.exp(z)
+        return e / jnp.sum(e)
+
+    data = _nans(lambda: softmax_half(jnp.array([1.0, 12.0, 3.0], jnp.float16)), infs=True)
+    (widened,) = _offered(data)
+    assert widened["key"] == "float32" and widened["result"] == "finite (largest 1.63e+05, above float16's 65504)"
+    assert widened["call_result"].startswith("not tried: the rest of the program would go on in float32")
+    assert "keep the result in float32: it does not fit float16" in data["fix"]
+    assert "back to float16 after" not in data["fix"]

@@ -12,7 +12,7 @@ import inspect
 import re
 import sys
 
-from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FINITE_FILL, FixTrial
+from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FINITE_FILL, FLOAT32, FixTrial
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
 from jaxmagic.probes.nans.report import NanReport
@@ -217,9 +217,19 @@ def nan_fix(report: NanReport) -> str:
     if overflow and any(op.dtype in _HALF for op in p.operands):
         half = next(op.dtype for op in p.operands if op.dtype in _HALF)
         code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+        choice = choose(report, p, [FLOAT32])
+        said = f"`{p.primitive}`{code} overflowed {half}."
+        if choice.offered is None:  # float32 overflows too (or it could not be tried)
+            tried = f" {choice.tried_text}" if choice.tried_text else SUGGESTION
+            return f"{said} Scale the values down first.{tried}"
+        after = (
+            f"and back to {half} after if you need it"
+            if f"within {half}" in choice.offered.result
+            else f"and keep the result in float32: it does not fit {half}"
+        )
         return (
-            f"`{p.primitive}`{code} overflowed {half}. Compute it in float32 - `.astype(jnp.float32)` on its "
-            f"inputs, and back to {half} after if you need it - or scale the values down first." + SUGGESTION
+            f"{said} Compute it in float32 - `.astype(jnp.float32)` on its inputs, {after} - or scale the values "
+            f"down first. {choice.tried_text}"
         )
     library = p.library_function
     code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""

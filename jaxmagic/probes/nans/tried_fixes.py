@@ -29,14 +29,15 @@ def _outcome(trial: FixTrial, primitive: str) -> str:
     """ "`rsqrt` still inf at 4 of 4 elements", "`sqrt` finite, but the call's outputs still NaN at ..."."""
     if not trial.tried:
         return trial.result
-    if trial.result != "finite":
-        return f"`{primitive}` {trial.result}"
+    made = f"`{primitive}` {trial.result}"  # "finite", "finite (largest 1.63e+05, ...)", "still inf at ..."
+    if not trial.result.startswith("finite"):
+        return made
     if not trial.call_result or trial.call_result.startswith("not tried"):
-        extra = f" (the whole call {trial.call_result})" if trial.call_result else ""
-        return f"`{primitive}` finite{extra}"
+        extra = f"; the whole call {trial.call_result}" if trial.call_result else ""
+        return f"{made}{extra}"
     if trial.call_result == "finite":
-        return f"`{primitive}` finite, and the call's outputs finite"
-    return f"`{primitive}` finite, but the call's outputs {trial.call_result}"
+        return f"{made}, and the call's outputs finite"
+    return f"{made}, but the call's outputs {trial.call_result}"
 
 
 @dataclasses.dataclass

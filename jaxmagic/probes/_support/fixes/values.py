@@ -26,6 +26,9 @@ from jaxmagic._jax import compat
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
 DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16)
+FLOAT32 = "float32"  # the operation computed in float32: its result changes the dtype the program goes on in
+# elementwise operations (and a sum) that overflow half precision and carry no dtype in their parameters
+_WIDENED = ("mul", "add", "sub", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
 FINITE_FILL = "finite_fill"  # an infinite input replaced by the dtype's largest finite value: changed at its source
 MAX_CALL_TRIALS = 2  # whole-program trials per NaN: each evaluates the program once more
 MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a trial
@@ -82,6 +85,13 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     def on_input(transform: Callable) -> Callable[[list], list]:
         return lambda ins: compat.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
 
+    if name in _WIDENED and str(inputs[0].dtype) in ("float16", "bfloat16"):
+        # an overflow of half precision: the same operation in float32 (the result's largest value then says
+        # whether it may go back to the half type after)
+        def widened(ins: list) -> list:
+            return compat.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
+
+        return [_Candidate(FLOAT32, "v.astype(jnp.float32)", widened)]
     eps = ADDED_EPS
     if name in ("sqrt", "rsqrt"):
         return [
@@ -172,6 +182,16 @@ def _bad_text(values: list) -> str:
     return f"still {what} at {bad} of {total} element{'s' if total != 1 else ''}"
 
 
+def _back_in(half: str, outputs: list) -> str:
+    """Whether float32 results fit the half type again: " (largest 1.2e+05, above float16's 65504)"."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    largest = max((float(np.max(np.abs(np.asarray(v, np.float64)))) for v in outputs if np.size(v)), default=0.0)
+    limit = float(jnp.finfo(half).max)
+    fits = "within" if largest <= limit else "above"
+    return f" (largest {largest:.3g}, {fits} {half}'s {limit:.5g})"
+
+
 def try_on_operation(eqn, inputs: list) -> list[FixTrial]:
     """Every candidate fix of ``eqn`` tried on its recorded ``inputs``: the fixed operation's outputs finite?"""
     trials = []
@@ -186,6 +206,8 @@ def try_on_operation(eqn, inputs: list) -> list[FixTrial]:
         trial.tried = True
         bad = _bad_text(outputs)
         trial.finite, trial.result = not bad, bad or "finite"
+        if trial.key == FLOAT32 and not bad:
+            trial.result += _back_in(str(inputs[0].dtype), outputs)
         trials.append(trial)
     return trials
 
@@ -313,6 +335,9 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     built = {c.key: c for c in candidates(eqn, inputs)}
     on_path = {id(position.eqn) for position in path}
     for number, trial in enumerate(passed):
+        if trial.key == FLOAT32:  # the rest of the program computes in the half type
+            trial.call_result = "not tried: the rest of the program would go on in float32 from here"
+            continue
         if trial.key == FINITE_FILL:  # the fill is written where the inf is, which other operations read too
             trial.call_result = (
                 "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
