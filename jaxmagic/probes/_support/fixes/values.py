@@ -357,3 +357,16 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
             bad += f" ({unfixed.removeprefix('still ')} without the fix)"
         trial.call_result = bad or "finite"
         trial.finite = not bad
+
+
+def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:
+    """Every candidate fix of ``eqn`` (the producer) tried on its recorded ``inputs``, and those that made
+    it finite on the whole ``program`` evaluated on ``values`` (``before``: its outputs unfixed). Never
+    raises: a trial that cannot be made says so in its ``result``."""
+    try:
+        trials = try_on_operation(eqn, inputs)
+        try_on_program(trials, eqn, inputs, path, program, values, before)
+    except Exception as error:  # a structure this module does not know: no fix is claimed tried
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return [FixTrial("", "", result=f"not tried: the trial failed ({reason})")]
+    return trials

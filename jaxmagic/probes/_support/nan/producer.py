@@ -47,7 +47,7 @@ import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.fixes.values import FixTrial, try_on_operation, try_on_program
+from jaxmagic.probes._support.fixes.values import FixTrial, try_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -621,8 +621,7 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         # a fix of an operation the user wrote is tried on its values before the report offers it (one under
         # jvp too: the NaN probe may find it a forward value; a user's own derivative rule's)
         eqn, inputs, path = listener.site
-        producer.fix_trials = try_on_operation(eqn, inputs)
-        try_on_program(producer.fix_trials, eqn, inputs, path, program, values, outputs)
+        producer.fix_trials = try_fixes(eqn, inputs, path, program, values, outputs)
     listener.site = None  # holds the user's arrays
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
