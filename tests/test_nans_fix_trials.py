@@ -277,3 +277,20 @@ def test_an_exp_that_overflows_float16_is_computed_in_float32_and_not_sent_back_
     assert widened["call_result"].startswith("not tried: the rest of the program would go on in float32")
     assert "keep the result in float32: it does not fit float16" in data["fix"]
     assert "back to float16 after" not in data["fix"]
+
+
+def test_under_a_gradient_the_clip_to_1_gives_a_nan_derivative_so_the_clip_inside_is_offered():
+    # jax#23649 ("Reverse differentiable arccos"): jnp.arccos(jnp.clip(y, -1, 1)) still made a NaN under
+    # grad - the clip's derivative is 0 past 1 and arccos' is infinite at 1; clipping to 1 - eps fixed it.
+    # The trial finds the same: the fixed operation's derivative is evaluated on the recorded values.
+    def angle(a, b):
+        c = jnp.dot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b))
+        return jnp.arccos(c)
+
+    a = jnp.array([0.1, 0.7, 0.3, 0.2], jnp.float32)
+    data = _nans(lambda: jax.jit(jax.value_and_grad(angle))(a * 3.0, a))
+    fixes = _by_key(data)
+    assert fixes["clip"]["result"] == "finite, but its derivative still NaN at 1 of 1 element"
+    assert not fixes["clip"]["offered"]
+    assert fixes["clip_eps"]["offered"] and fixes["clip_eps"]["result"] == "finite, and its derivative finite"
+    assert fixes["clip_eps"]["call_result"].startswith("not tried: the program also computes its derivative")

@@ -74,8 +74,8 @@ def _root_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str
 
 
 _DOMAIN = {  # operation -> (its domain, the candidates in the order offered, why a candidate can fail)
-    "acos": ("[-1, 1]", ["clip"], {}),
-    "asin": ("[-1, 1]", ["clip"], {}),
+    "acos": ("[-1, 1]", ["clip", "clip_eps"], {}),
+    "asin": ("[-1, 1]", ["clip", "clip_eps"], {}),
     "atanh": ("(-1, 1)", ["clip", "clip_eps"], {"clip": "atanh(1) is inf"}),
     "acosh": ("[1, inf)", ["floor"], {}),
     "log1p": ("(-1, inf)", ["clamp", "floor"], {"clamp": "log1p(-1) is -inf"}),

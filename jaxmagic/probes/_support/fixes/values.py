@@ -118,9 +118,7 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
                 on_input(lambda v: jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)),
             ),
         ]
-    if name in ("acos", "asin"):
-        return [_Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0)))]
-    if name == "atanh":
+    if name in ("acos", "asin", "atanh"):
         return [
             _Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0))),
             _Candidate(
@@ -192,13 +190,47 @@ def _back_in(half: str, outputs: list) -> str:
     return f" (largest {largest:.3g}, {fits} {half}'s {limit:.5g})"
 
 
-def try_on_operation(eqn, inputs: list) -> list[FixTrial]:
-    """Every candidate fix of ``eqn`` tried on its recorded ``inputs``: the fixed operation's outputs finite?"""
+def differentiated(eqn, path) -> bool:
+    """The program computes this operation's derivative too (it sits under ``jvp``: a gradient was taken)."""
+    stacks = [compat.name_stack_text(eqn), *(compat.name_stack_text(position.eqn) for position in path)]
+    return any("jvp(" in stack or "transpose(" in stack for stack in stacks)
+
+
+def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
+    """The fixed operation's partial derivatives at ``inputs`` (``jax.jvp`` along each float input): where
+    the fix itself has a derivative of 0 (a clip past its bound) times an infinite one, it is NaN - as the
+    gradient of the written fix would be (jax#23649: `arccos(clip(y, -1, 1))`)."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+    import jax.numpy as jnp
+
+    varying = [i for i, v in enumerate(inputs) if _floats(getattr(v, "dtype", "int32"))]
+
+    def of(*values):
+        filled = list(inputs)
+        for i, value in zip(varying, values):
+            filled[i] = value
+        return fixed(filled)
+
+    primals = [jnp.asarray(inputs[i]) for i in varying]
+    derivatives = []
+    for k in range(len(primals)):  # one input at a time: a sum of partial derivatives could overflow by itself
+        directions = [jnp.ones_like(v) if j == k else jnp.zeros_like(v) for j, v in enumerate(primals)]
+        derivatives += list(jax.jvp(of, primals, directions)[1])
+    return derivatives
+
+
+def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[FixTrial]:
+    """Every candidate fix of ``eqn`` tried on its recorded ``inputs``: the fixed operation's outputs finite
+    - and, ``with_derivative`` (the program takes a gradient through it), its derivative there too?"""
     trials = []
     for candidate in candidates(eqn, inputs):
         trial = FixTrial(candidate.key, candidate.code)
+        # a fill or a dtype changes the value where it is made, not at this operation: its derivative here
+        # would be taken through the replacement of an infinity (or a cast), which the written fix has not
+        at_source = candidate.key in (FINITE_FILL, FLOAT32)
         try:
             outputs = candidate.fixed(list(inputs))
+            derivative = _derivative_outputs(candidate.fixed, list(inputs)) if with_derivative and not at_source else []
         except Exception as error:  # a dtype the transformation does not take
             trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             trials.append(trial)
@@ -208,6 +240,14 @@ def try_on_operation(eqn, inputs: list) -> list[FixTrial]:
         trial.finite, trial.result = not bad, bad or "finite"
         if trial.key == FLOAT32 and not bad:
             trial.result += _back_in(str(inputs[0].dtype), outputs)
+        if with_derivative and not bad and at_source:
+            trial.result += " (its derivative not tried: the fix is made where the value is made)"
+        elif with_derivative and not bad:
+            bad_derivative = _bad_text(derivative)
+            trial.finite = not bad_derivative
+            trial.result += (
+                ", but its derivative " + bad_derivative if bad_derivative else ", and its derivative finite"
+            )
         trials.append(trial)
     return trials
 
@@ -328,6 +368,8 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
         why = "its outputs were finite without the fix (the value did not reach them)"
     elif _calls_python(jaxpr):
         why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
+    elif differentiated(eqn, path):  # the program's derivative of it reads the unfixed value: not the written fix
+        why = "the program also computes its derivative, from the value before the fix (the fixed operation's derivative was tried instead)"
     elif any(position.kind == "while" for position in path):  # the fix may change when it ends, or never end it
         why = "the operation is inside a while loop, and a fixed value may change when (or whether) it ends"
     elif _count(jaxpr) > MAX_CALL_EQUATIONS:
@@ -364,7 +406,7 @@ def try_fixes(eqn, inputs: list, path, program, values: list, before: list | Non
     it finite on the whole ``program`` evaluated on ``values`` (``before``: its outputs unfixed). Never
     raises: a trial that cannot be made says so in its ``result``."""
     try:
-        trials = try_on_operation(eqn, inputs)
+        trials = try_on_operation(eqn, inputs, with_derivative=differentiated(eqn, path))
         try_on_program(trials, eqn, inputs, path, program, values, before)
     except Exception as error:  # a structure this module does not know: no fix is claimed tried
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
