@@ -294,3 +294,15 @@ def test_under_a_gradient_the_clip_to_1_gives_a_nan_derivative_so_the_clip_insid
     assert not fixes["clip"]["offered"]
     assert fixes["clip_eps"]["offered"] and fixes["clip_eps"]["result"] == "finite, and its derivative finite"
     assert fixes["clip_eps"]["call_result"].startswith("not tried: the program also computes its derivative")
+
+
+def test_a_reciprocal_of_0_written_as_a_constant_numerator_is_still_tried():
+    # `1.0 / x`: the numerator is a constant written into the program (no array), the denominator 0
+    @jax.jit
+    def inverse(x):
+        return 1.0 / x
+
+    data = _nans(lambda: inverse(jnp.array([2.0, 0.0])), infs=True)
+    assert data["producer"]["operands"][0]["constant"] is True
+    (guard,) = _offered(data)
+    assert (guard["key"], guard["result"], guard["call_result"]) == ("guard", "finite", "finite")

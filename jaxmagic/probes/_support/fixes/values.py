@@ -8,7 +8,9 @@ value is tried where the producer search found it (``_support/nan/producer.py``)
 1. on the operation's own recorded inputs - the candidate's transformation applied to them, then the
    program's own equation (``compat.bind_equation``: same primitive, same parameters, same dtype);
 2. where it made the operation finite, on the whole failing program: evaluated again with that one
-   equation replaced by the fixed one, its outputs checked.
+   equation replaced by the fixed one, its outputs checked. Under a gradient the program's derivative
+   equations read the value before the fix, so instead the fixed operation's own derivative is evaluated
+   on the inputs (``jax.jvp``): a clip to 1 before ``arccos`` has derivative 0 * inf = NaN there.
 
 Only JAX primitives run, on arrays the search recorded: no user Python (a program that calls back into
 Python - ``pure_callback``, ``debug.print`` - is not re-run). A candidate is data: its code, written with
@@ -38,7 +40,7 @@ MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a 
 class FixTrial:
     """One candidate fix of the operation that made the value, and what trying it gave."""
 
-    key: str  # "clamp", "clamp_eps", "eps", "floor", "clip", "clip_eps", "guard"
+    key: str  # "clamp", "clamp_eps", "eps", "floor", "clip", "clip_eps", "guard", "float32", "finite_fill"
     code: str  # with `v` (or `num`, `den`) the value given to the operation: "jnp.maximum(v, 0.0) + 1e-06"
     tried: bool = False
     finite: bool = False  # the fixed operation's output - and the program's outputs where tried - finite
@@ -62,14 +64,20 @@ def _floats(dtype) -> bool:
     return np.issubdtype(np.dtype(dtype), np.floating) or str(dtype) == "bfloat16"
 
 
+def _float_value(value) -> bool:
+    """An array (or a constant written into the program: a Python float) of floats."""
+    dtype = getattr(value, "dtype", None)
+    return _floats(dtype if dtype is not None else np.asarray(value).dtype)
+
+
 def candidates(eqn, inputs: list) -> list[_Candidate]:
     """The fixes that can be written for this operation on its input values, naive ones first (so that the
     report can say why the obvious fix does not do): each applies a transformation to the inputs, then
-    the program's own equation. None for an operation no value fix is known for."""
+    the program's own equation. [] for an operation no value fix is known for."""
     import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     name = eqn.primitive.name
-    if not inputs or not _floats(getattr(inputs[0], "dtype", "int32")):
+    if not any(_float_value(v) for v in inputs):
         return []
     if any(_has_inf(v) for v in inputs):  # an inf it was given (a mask's -inf fill): a finite fill instead
 
@@ -85,7 +93,8 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     def on_input(transform: Callable) -> Callable[[list], list]:
         return lambda ins: compat.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
 
-    if name in _WIDENED and str(inputs[0].dtype) in ("float16", "bfloat16"):
+    half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
+    if name in _WIDENED and half:
         # an overflow of half precision: the same operation in float32 (the result's largest value then says
         # whether it may go back to the half type after)
         def widened(ins: list) -> list:
@@ -203,7 +212,7 @@ def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
     import jax  # deferred: importing jaxmagic.probes imports no JAX
     import jax.numpy as jnp
 
-    varying = [i for i, v in enumerate(inputs) if _floats(getattr(v, "dtype", "int32"))]
+    varying = [i for i, v in enumerate(inputs) if hasattr(v, "dtype") and _floats(v.dtype)]  # not a written constant
 
     def of(*values):
         filled = list(inputs)
@@ -239,7 +248,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
         bad = _bad_text(outputs)
         trial.finite, trial.result = not bad, bad or "finite"
         if trial.key == FLOAT32 and not bad:
-            trial.result += _back_in(str(inputs[0].dtype), outputs)
+            trial.result += _back_in(next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
         if with_derivative and not bad and at_source:
             trial.result += " (its derivative not tried: the fix is made where the value is made)"
         elif with_derivative and not bad:
