@@ -259,3 +259,28 @@ def test_grid_labels_are_readable_on_every_palette_colour():
             text_colours = [c for pair in colours for c in pair if c] or ["#1f2328"]
             for text in text_colours:
                 assert _contrast(text, background) >= 4.5, (style, text, background)
+
+
+def test_the_fix_is_read_under_the_headline_outside_every_fold():
+    """Issue 45: a FOUND report shows what, where and what to do at a glance - its (tried) fix is not
+    inside a closed <details>, in HTML, in text and in a terminal."""
+    from jaxmagic.render.html import render_html
+    from jaxmagic.render.text import render_text
+    from jaxmagic.report import Status
+    from jaxmagic.report.document import Document, Paragraph, Section
+
+    sections = [Section(f"part {i}", [Paragraph("x " * 40)] * 6) for i in range(6)]  # long: only the first is open
+    doc = Document("%%jax_nans", Status.PROBLEM, "NaN made by `log`", sections, fix="use `jnp.log(v + 1e-6)` (tried)")
+    page = render_html(doc)
+    assert page.index('class="jm-fix"') < page.index("<details")
+    assert "<code" in page[page.index('class="jm-fix"') : page.index("<details")]
+    assert render_text(doc).splitlines()[1].startswith("Fix: use `jnp.log(v + 1e-6)`")
+
+
+def test_a_nan_report_offers_its_tried_fix_at_a_glance(ip):
+    ip.run_cell(
+        "%%jax_nans -o glance_report\n@jax.jit\ndef glance_f(x):\n    return jnp.log(x - 3)\nglance_f(jnp.ones(3))\n"
+    )
+    doc = ip.user_ns["glance_report"].document()
+    assert "jnp.maximum" in doc.fix and "Tried on the values" in doc.fix
+    assert not any(doc.fix in str(section) for section in doc.sections)  # said once, not again in "Why"

@@ -103,8 +103,15 @@ def render_head_html(doc: Document) -> str:
         # JupyterLab's dark-theme accents (lighter) are not.
         f'border-radius:10px;color:#fff;background:{fixed}">{doc.status.word}</span></div>'
         f'<div class="jm-headline" style="font-size:14px;font-weight:600;margin:4px 0 2px">'
-        f"{inline_html(doc.headline)}</div>"
+        f"{inline_html(doc.headline)}</div>" + _fix_html(doc.fix)
     )
+
+
+def _fix_html(fix: str) -> str:
+    """The report's fix, under the headline and outside every fold: seen without opening anything."""
+    if not fix:
+        return ""
+    return f'<div class="jm-fix" style="font-size:13px;margin:2px 0 4px"><b>Fix:</b> {inline_html(fix)}</div>'
 
 
 def render_section_html(section: Section, open_: bool = True) -> str:

@@ -27,6 +27,8 @@ def print_rich(doc: Document, console=None) -> bool:
         return False
 
     parts: list[RenderableType] = [Text(doc.headline, style="bold")]
+    if doc.fix:
+        parts.append(Text.assemble(("Fix: ", "bold"), doc.fix))
     for section in doc.sections:
         if section.title:
             parts.append(Text(f"\n{section.title.upper()}", style="dim bold"))

@@ -22,6 +22,8 @@ MIN_COLUMN = 8  # a column is never squeezed below this (or its longest word, if
 
 def render_text(doc: Document, width: int = DEFAULT_WIDTH) -> str:
     out = wrap(f"{doc.title} [{doc.status.word}] {doc.headline}", width, subsequent_indent=INDENT)
+    if doc.fix:
+        out.extend(wrap(f"Fix: {doc.fix}", width, subsequent_indent=INDENT))
     for section in doc.sections:
         if section.title:
             out.append(f"\n{section.title}:")

@@ -100,6 +100,9 @@ class Document:
     status: Status
     headline: str  # one sentence, the first thing a person reads
     sections: list[Section] = dataclasses.field(default_factory=list)
+    # What to do, read right after the headline and never folded away: the fix the report offers first,
+    # with how it was tried ("" when it offers none)
+    fix: str = ""
 
 
 # A measurement: "12.3 ms", "45%", "1,234", "3.1e-07", "x1.25", "-" for none.

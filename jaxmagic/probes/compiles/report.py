@@ -645,4 +645,10 @@ class CompileReport(Report):
                     ],
                 )
             )
-        return Document("%%jax_compiles", self.status, self.summary, sections)
+        return Document("%%jax_compiles", self.status, self.summary, sections, fix=self.first_fix)
+
+    @property
+    def first_fix(self) -> str:
+        """The fix of the function the headline names first (over budget, else the first recompiled)."""
+        named = self.over_budget or self.recompiled_functions
+        return f"`{named[0].name}`: {named[0].fix}" if named and named[0].fix else ""

@@ -139,7 +139,7 @@ class DoctorReport(Report):
                     blocks += provenance_blocks(f.provenance, "it")
                 elif f.line:
                     blocks.append(SourceLines([f.line]))
-                if f.fix:
+                if f.fix and i > 1:  # the first finding's fix is the document's own line, under the headline
                     blocks.append(Paragraph(f.fix))
                 blocks.append(Paragraph(f"Next: `{f.next_magic}` on the same cell shows the details."))
                 sections.append(Section(f"{i}. {f.area}", [Paragraph(f.title)] + blocks))
@@ -173,7 +173,9 @@ class DoctorReport(Report):
             )
         )
         sections.append(Section("How the probes were combined", how))
-        return Document("%%jax_doctor", self.status, self.summary, sections)
+        first = self.findings[0] if self.findings else None
+        fix = f"{first.area}: {first.fix}" if first is not None and first.fix else ""
+        return Document("%%jax_doctor", self.status, self.summary, sections, fix=fix)
 
 
 def _where(line: SourceLine | None) -> str:

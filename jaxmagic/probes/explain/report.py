@@ -179,7 +179,16 @@ class TracerErrorReport(Report):
             )
         sections.append(Section("Fixes", fix_blocks))
         sections.append(Section("Why", [Paragraph(self.why)]))
-        return Document("%jax_explain", self.status, self.summary, sections)
+        return Document("%jax_explain", self.status, self.summary, sections, fix=self.first_fix)
+
+    @property
+    def first_fix(self) -> str:
+        """The first fix, what it is for, and whether it was tried - read under the headline."""
+        if not self.fixes:
+            return ""
+        fix = self.fixes[0]
+        checked = f" ({fix.checked})" if fix.checked else ""
+        return f"`{fix.use}` - {fix.when}{checked}"
 
 
 @dataclasses.dataclass

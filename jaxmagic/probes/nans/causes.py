@@ -42,3 +42,10 @@ def overflowed(p: NanProducer) -> str:
     except (TypeError, ValueError):
         return ""
     return f"the result is above the largest {dtype} value ({largest}): it overflowed to inf"
+
+
+def is_a_fix(text: str) -> bool:
+    """Whether a NaN probe's fix text says what to do, not only the usual cause (``nans.fixes`` words a
+    cause alone as "`exp`: typically ...", which must not be shown as the report's fix)."""
+    head = text.split(":", 1)
+    return bool(text) and not (len(head) == 2 and head[1].lstrip().startswith("typically "))

@@ -29,7 +29,7 @@ from jaxmagic.probes._support.nan.inside import InsideSearch, search_inside
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.probes._support.nan.producer import ProducerSearch, search
 from jaxmagic.probes.nans.call_sites import CallSiteCounts, counting_call_sites
-from jaxmagic.probes.nans.fixes import nan_fixes
+from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
 from jaxmagic.probes.nans.report import NanReport, scope_text
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -511,6 +511,15 @@ def _scan_result_without_checks(report: NanReport, call: FailingCall) -> None:
     )
 
 
+def _inside_fix(found: InsideSearch) -> str:
+    """The fix %%jax_nans offers for this producer, by the same rules (tried on the values where the search
+    could, else said to be untried): an --inside finding is a NaN or inf like any other."""
+    p = found.producer
+    if p is None:
+        return ""
+    return nan_fix(NanReport(found=True, value=p.value, primitive=p.primitive, phase=p.phase, producer=p))
+
+
 class _FirstCalls(jit_calls.CallObserver):
     """Evaluates the first call of each jitted function the user's code called, op by op, before it runs."""
 
@@ -531,6 +540,8 @@ class _FirstCalls(jit_calls.CallObserver):
                     made.started_by = started
                     if f"jit({name})" not in made.transforms:
                         made.transforms.insert(0, f"jit({name})")  # the program evaluated is this jit's body
+            if found.producer is not None:
+                found.fix = _inside_fix(found)
         except Exception as error:  # never let the check break the user's call
             found = InsideSearch(function=name, failure=f"evaluating `{name}` op by op failed: {error_line(error)}")
         self.report.inside_searches.append(found)

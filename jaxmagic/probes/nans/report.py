@@ -9,7 +9,7 @@ from jaxmagic.probes._support.nan.inside import InsideSearch
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
+from jaxmagic.probes.nans.causes import FORWARD_CAUSES, is_a_fix, overflowed
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -249,7 +249,9 @@ class NanReport(Report):
         if evidence:
             title = f"What JAX printed while the cell ran ({len(evidence.splitlines())} lines; the error is below)"
             sections.append(Section("", [Evidence(title, evidence)]))
-        return Document("%%jax_nans", self.status, self.summary, sections)
+        inside = next((s.fix for s in self.inside_findings if is_a_fix(s.fix)), "")
+        fix = (self.fix if is_a_fix(self.fix) else "") if self.found else inside
+        return Document("%%jax_nans", self.status, self.summary, sections, fix=fix)
 
     def _producer_sections(self, p: NanProducer) -> list[Section]:
         facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]
@@ -302,27 +304,28 @@ class NanReport(Report):
 
     def _explanation(self) -> str:
         p = self.producer
-        fix = f" {self.fix}" if self.fix else ""
+        # the fix is not repeated here: it is the document's own line, under the headline (``Document.fix``)
         if p is not None and p.discarded_by:
-            return DISCARDED_EXPLANATION.format(by=p.discarded_by) + fix
+            return DISCARDED_EXPLANATION.format(by=p.discarded_by)
         if p is not None and p.phase == "forward" and not p.derivative and overflowed(p):
-            return f"{p.description}: {overflowed(p)}." + fix
+            return f"{p.description}: {overflowed(p)}."
         if p is not None and p.phase == "forward" and not p.derivative:
             cause = FORWARD_CAUSES.get(p.primitive)
             text = f"{p.description}" + (f": {cause}." if cause else ".")
 
-            return text + (fix if self.fix and not (cause and cause in self.fix) else "")
+            return text
         if p is not None and p.user_rule:
             line = f" (`{p.line.code.strip()}`)" if p.line is not None and p.line.code else ""
             return f"{p.description}, in your own derivative rule{line}, run for the gradient." + (
-                fix or " Could not tell which fix applies to these values."
+                "" if self.fix else " Could not tell which fix applies to these values."
             )
         if p is not None:
             line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
             then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
             return f"{p.description}, in the derivative{line} JAX computed for the gradient.{then}" + (
-                fix
-                or " Could not tell which fix applies to these values: make the derivative finite where "
+                ""
+                if self.fix
+                else " Could not tell which fix applies to these values: make the derivative finite where "
                 "it is evaluated (the double where guards the input of the operation)."
             )
         if self.compiled_only:
@@ -431,4 +434,6 @@ def _inside_section(found: InsideSearch) -> Section:
                 f"that could not be computed: look at the dtype and range of the values on the first line{hint}."
             )
         )
+    if is_a_fix(found.fix):
+        blocks.append(Paragraph(f"Fix: {found.fix}"))
     return Section(f"Inside `{found.function}`", blocks)

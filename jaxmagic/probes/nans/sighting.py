@@ -15,6 +15,7 @@ from jaxmagic._jax import jit_calls
 from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
 from jaxmagic.probes._support.users_python import users_python_watched
+from jaxmagic.probes.nans.causes import is_a_fix
 from jaxmagic.probes.nans.probe import apply_search, conclude, nans_of_call
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.report.provenance import Provenance
@@ -42,7 +43,8 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
         evidence += f"; {producer.description}"
         if producer.nan_maker:
             evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
-    fix = nan.fix or (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
+    # a cause alone ("`exp`: typically ...") is no fix: the finding's title and evidence say what happened
+    fix = nan.fix if is_a_fix(nan.fix) else (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
     short = f"{made}{inside} in the {nan.phase} pass of {where}"
     return title, evidence, fix, short
 

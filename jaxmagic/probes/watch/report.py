@@ -48,7 +48,8 @@ class WatchFinding(Report):
             return self.headline
         return f"{self.area}: {self.headline}"
 
-    def blocks(self) -> list:
+    def blocks(self, with_fix: bool = True) -> list:
+        """The finding's details; ``with_fix=False`` when its fix is the document's own line already."""
         blocks: list = []
         if self.details:
             blocks.append(Facts([("evidence", self.details)]))
@@ -56,7 +57,7 @@ class WatchFinding(Report):
             blocks += provenance_blocks(self.provenance, "it")
         elif self.line is not None:
             blocks.append(SourceLines([self.line]))
-        if self.fix:
+        if self.fix and with_fix:
             blocks.append(Paragraph(self.fix))
         if self.next_magic:
             blocks.append(Paragraph(f"Next: `{self.next_magic}` on that cell shows the details."))
@@ -64,7 +65,8 @@ class WatchFinding(Report):
 
     def document(self):
 
-        return Document("%jax_watch", self.status, self.headline, [Section(f"{self.area}: details", self.blocks())])
+        details = [Section(f"{self.area}: details", self.blocks(with_fix=False))]
+        return Document("%jax_watch", self.status, self.headline, details, fix=self.fix)
 
 
 @dataclasses.dataclass
@@ -102,8 +104,10 @@ class CellFindings(Report):
 
     def document(self):
 
-        sections = [Section(f.title, f.blocks()) for f in self.findings]
-        return Document("%jax_watch", self.status, self.headline, sections)
+        first = next((f for f in self.findings if f.fix), None)
+        sections = [Section(f.title, f.blocks(with_fix=f is not first)) for f in self.findings]
+        fix = f"{first.area}: {first.fix}" if first is not None else ""
+        return Document("%jax_watch", self.status, self.headline, sections, fix=fix)
 
 
 @dataclasses.dataclass

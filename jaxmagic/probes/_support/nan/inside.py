@@ -51,6 +51,7 @@ class InsideSearch:
     stopped_at: list[str] = dataclasses.field(default_factory=list)  # primitives it could not look inside
     budget_reached: bool = False  # more than MAX_INSIDE_EQUATIONS: later sub-programs were run whole
     failure: str = ""  # why the evaluation failed
+    fix: str = ""  # the NaN probe's fix for the producer (nans.fixes), as %%jax_nans words it
 
 
 class _InsideListener(ProducerListener):
