@@ -1,0 +1,150 @@
+"""``%jax_debug`` after a failed cell: re-run only the failing call so it stops at the user's failing line.
+
+Usage without IPython::
+
+    try:
+        run(c0, xs)
+    except FloatingPointError as error:
+        session = jaxmagic.probes.debug_after(error)
+    session.report.stopped.line.code          # 'y = jnp.log(c - x)'
+    session.report.steps[0].index             # 900: the scan iteration it stopped in
+    session.traceback                         # the user's frames of the re-run, for a debugger
+    session.release()                         # drop the frames (and their arrays)
+
+The failing call is found on the user's lines of the error's traceback and evaluated
+without side effects (``_support/nan/failing_call.py``); calling it is the one thing
+repeated, and the report says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from types import TracebackType
+
+from jaxmagic.probes._support.nan.failing_call import FailingCall, failing_calls
+from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
+from jaxmagic.probes.debug.stepping import SteppingLog, run_call
+from jaxmagic.probes.debug.values import frame_values, host_copy
+from jaxmagic.report.source import is_jaxmagic_file, is_user_file, line_of
+from jaxmagic.report.wording import error_line
+
+
+@dataclasses.dataclass
+class DebugSession:
+    """The report, and - while the session is held - the live frames of the stopped re-run."""
+
+    report: DebugReport
+    traceback: TracebackType | None = None  # the user's frames only, outermost first, ending where it stopped
+
+    @property
+    def stopped_frame(self) -> types.FrameType | None:
+        tb = self.traceback
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb.tb_frame if tb is not None else None
+
+    def namespace(self) -> types.SimpleNamespace:
+        """The stopped frame's values as NumPy copies (what ``--ns NAME`` binds); empty when it did not stop."""
+        frame = self.stopped_frame
+        if frame is None:
+            return types.SimpleNamespace()
+        copies = {name: host_copy(value) for name, value in dict(frame.f_locals).items() if not name.startswith("__")}
+        return types.SimpleNamespace(**{name: value for name, value in copies.items() if value is not None})
+
+    def release(self) -> None:
+        self.traceback = None
+
+
+def _has_tracer(call: FailingCall) -> bool:
+    import jax  # deferred: jaxmagic imports JAX only when a probe runs
+
+    values = [value for _, value in call.args] + list(call.kwargs.values())
+    try:
+        return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(values))
+    except Exception:
+        return True
+
+
+def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """A new traceback of the user's frames of ``tb`` below jaxmagic's first frames (the re-run's)."""
+    entries = []
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if is_user_file(filename) and not is_jaxmagic_file(filename):
+            entries.append(tb)
+        tb = tb.tb_next
+    chain = None
+    for entry in reversed(entries):
+        chain = TracebackType(chain, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return chain
+
+
+def _frame_view(tb: TracebackType) -> FrameView:
+    frame = tb.tb_frame
+    line = line_of(frame, tb.tb_lineno)
+    assert line is not None
+    if frame.f_code.co_name == "<module>":  # a cell's top level: its locals are the whole notebook
+        return FrameView(line, [])
+    values, arguments = frame_values(frame)
+    return FrameView(line, values, arguments)
+
+
+def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSession:
+    """Re-run the call that raised ``error`` op by op so it stops at the user's failing line.
+
+    ``eager=True`` runs loops and vmaps op by op in full instead of compiled up to the failing step.
+    """
+    if error is None:
+        return DebugSession(DebugReport(error="no exception", unavailable="There is no failed cell to debug."))
+    report = DebugReport(error=error_line(error))
+    candidates = failing_calls(error.__traceback__)
+    calls = [call for call in candidates if not _has_tracer(call)]
+    if not calls:
+        report.unavailable = (
+            "No call on your lines of the traceback can be evaluated again without side effects "
+            "(its callee or arguments are computed by calls, or are gone)"
+            if not candidates
+            else "The failing calls' arguments are traced values of a trace that has ended: nothing concrete to re-run"
+        )
+        report.callers = [_frame_view(tb) for tb in _entries(_user_traceback(error.__traceback__))]
+        return DebugSession(report)
+    call = calls[0]  # the outermost: the call the cell made, so the re-run computes what the cell computed
+    report.call = call.source
+    report.reran_user_code = True
+    message = str(error).lower()
+    nan_error = isinstance(error, FloatingPointError)
+    rerun_error, log = run_call(
+        call, nan_check=nan_error or "nan" in message, inf_check=nan_error and "inf" in message, fast=not eager
+    )
+    del call, calls, candidates
+    _fill_log(report, log)
+    if rerun_error is None:
+        report.unavailable = (
+            "The re-run finished without an error (the failure depends on state the call does not get as "
+            "arguments, or on compiled numerics)" + ("" if eager else "; try --eager to run every loop op by op")
+        )
+        return DebugSession(report)
+    report.rerun_error = error_line(rerun_error)
+    user_tb = _user_traceback(rerun_error.__traceback__)
+    entries = _entries(user_tb)
+    if not entries:
+        report.unavailable = f"The re-run raised {report.rerun_error} outside your code (no frame of yours ran)"
+        return DebugSession(report)
+    report.stopped = _frame_view(entries[-1])
+    report.callers = [_frame_view(tb) for tb in entries[:-1]]
+    return DebugSession(report, user_tb)
+
+
+def _entries(tb: TracebackType | None) -> list[TracebackType]:
+    found = []
+    while tb is not None:
+        found.append(tb)
+        tb = tb.tb_next
+    return found
+
+
+def _fill_log(report: DebugReport, log: SteppingLog) -> None:
+    report.steps = [StepView(step.kind, step.index, step.size, step.line, step.text) for step in log.steps]
+    report.compiled_runs = log.compiled_runs
+    report.notes = list(log.notes)
