@@ -47,19 +47,30 @@ class VmapParts(NamedTuple):
     out_axes: Any
 
 
+def _cells(function) -> dict[str, Any]:
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return {}
+    return dict(zip(code.co_freevars, (cell.cell_contents for cell in function.__closure__ or ())))
+
+
 def vmap_parts(function) -> VmapParts | None:
     """The function, ``in_axes`` and ``out_axes`` of a callable made by ``jax.vmap`` (through a ``jax.jit``
-    around it), read from the closure of JAX's ``vmap_f``; None for any other callable."""
+    around it), read from the closure of JAX's ``vmap_f`` (which JAX's ``api_boundary`` wrapper holds as
+    ``fun``); None for any other callable."""
     current = function
     for _ in range(4):
-        inner = getattr(current, "__wrapped__", None)
         code = getattr(current, "__code__", None)
         if code is not None and code.co_name == "vmap_f":
-            cells = dict(zip(code.co_freevars, (c.cell_contents for c in current.__closure__ or ())))
+            cells = _cells(current)
             if callable(cells.get("fun")) and "in_axes" in cells:
                 return VmapParts(cells["fun"], cells["in_axes"], cells.get("out_axes", 0))
             return None
-        if inner is None:
+        held = _cells(current).get("fun")
+        if code is not None and code.co_name == "reraise_with_filtered_traceback" and callable(held):
+            current = held
+            continue
+        current = getattr(current, "__wrapped__", None)
+        if current is None:
             return None
-        current = inner
     return None

@@ -133,6 +133,12 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         return DebugSession(report)
     report.stopped = _frame_view(entries[-1])
     report.callers = [_frame_view(tb) for tb in entries[:-1]]
+    if any(value.kind == "tracer" for value in report.stopped.values):
+        report.notes.append(
+            "some values of the stopped frame are traced, not concrete: a transformation around it still traces "
+            "under disable_jit (a vmap the re-run could not run element by element: one imported as "
+            "`from jax import vmap`, or with pytree in_axes)"
+        )
     return DebugSession(report, user_tb)
 
 

@@ -94,12 +94,12 @@ class DebugReport(Report):
             ]
             facts.append(("raised", self.rerun_error))
             sections.append(Section("Stopped at", [Facts(facts)]))
-            sections.append(Section("Values in the stopped frame", [_values_table(self.stopped)]))
+            sections.append(Section("Values in the stopped frame", [values_table(self.stopped)]))
         if self.callers:
             blocks: list = [SourceLines([frame.line for frame in self.callers], caption="outermost first")]
             for frame in self.callers:
                 if frame.values:
-                    blocks += [Paragraph(f"In `{frame.line.function}`:"), _values_table(frame)]
+                    blocks += [Paragraph(f"In `{frame.line.function}`:"), values_table(frame)]
             sections.append(Section("Your frames above it", blocks))
         how = [Paragraph(f"Debugged: {self.error}")]
         if self.call:
@@ -130,7 +130,7 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _values_table(frame: FrameView) -> Table:
+def values_table(frame: FrameView) -> Table:
     rows = []
     for value in frame.values:
         shape = "" if value.shape is None else "[" + ",".join(map(str, value.shape)) + "]"
