@@ -114,9 +114,13 @@ class _Session:
         self.frames, self.namespace, self.ask, self.say = frames, namespace, ask, say
         self.index = 0  # 0 = innermost
         self.commands: list[str] = []
+        self.scopes: dict[int, dict] = {}
 
     def scope(self) -> dict:
-        return {**self.namespace, **self.frames[self.index].locals}
+        """The frame's values over the notebook's names; names a statement binds stay for the next command."""
+        if self.index not in self.scopes:
+            self.scopes[self.index] = {**self.namespace, **self.frames[self.index].locals}
+        return self.scopes[self.index]
 
     def context(self, around: int = 2) -> None:
         frame = self.frames[self.index]
