@@ -25,8 +25,9 @@ from types import TracebackType
 from jaxmagic.probes._support.nan.failing_call import FailingCall, failing_calls
 from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes.debug.stepping import SteppingLog, run_call
-from jaxmagic.probes.debug.values import frame_values, host_copy
-from jaxmagic.report.source import is_jaxmagic_file, is_user_file, line_of
+from jaxmagic.probes.debug.values import frame_values, host_copy, tree_leaves
+from jaxmagic.report import SourceLine
+from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of
 from jaxmagic.report.wording import error_line
 
 
@@ -61,9 +62,27 @@ def _has_tracer(call: FailingCall) -> bool:
 
     values = [value for _, value in call.args] + list(call.kwargs.values())
     try:
-        return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(values))
+        return any(isinstance(leaf, jax.core.Tracer) for leaf in tree_leaves(values))
     except Exception:
         return True
+
+
+def _calls_with_lines(tb: TracebackType | None) -> list[tuple[FailingCall, SourceLine | None]]:
+    """The calls on the user's lines of ``tb`` that can be evaluated again, outermost first, each with its line."""
+    found = []
+    for entry in _entries(tb):
+        if not is_user_file(entry.tb_frame.f_code.co_filename):
+            continue
+        alone = TracebackType(None, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        found += [(call, line_of(entry.tb_frame, entry.tb_lineno)) for call in failing_calls(alone)]
+    return found
+
+
+def _calls_users_code(call: FailingCall) -> bool:
+    """Whether the callee is the user's function (through jit, vmap, grad, partial): re-running a call of JAX's
+    own (``jnp.log(c - x)``, ``lax.scan(body, ...)``) from the frame that made it would stop inside JAX."""
+    code, _ = defining_code(call.function)
+    return code is not None and is_user_file(code.co_filename) and not is_jaxmagic_file(code.co_filename)
 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
@@ -98,26 +117,43 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     if error is None:
         return DebugSession(DebugReport(error="no exception", unavailable="There is no failed cell to debug."))
     report = DebugReport(error=error_line(error))
-    candidates = failing_calls(error.__traceback__)
-    calls = [call for call in candidates if not _has_tracer(call)]
+    located = _calls_with_lines(error.__traceback__)
+    candidates = [call for call, _ in located]
+    # The innermost call of the user's own function with concrete arguments: the least to run again, and its
+    # frame is where the cell's computation was (a failing jitted call's outer frames only led to it).
+    calls = [(call, line) for call, line in reversed(located) if _calls_users_code(call) and not _has_tracer(call)]
     if not calls:
-        report.unavailable = (
-            "No call on your lines of the traceback can be evaluated again without side effects "
-            "(its callee or arguments are computed by calls, or are gone)"
-            if not candidates
-            else "The failing calls' arguments are traced values of a trace that has ended: nothing concrete to re-run"
-        )
+        if not candidates:
+            report.unavailable = (
+                "No call on your lines of the traceback can be evaluated again without side effects (its callee "
+                "or an argument is computed by a call, or a name it reads is gone)"
+            )
+        elif not any(_calls_users_code(call) for call in candidates):
+            report.unavailable = (
+                "The calls on your lines of the traceback that can be evaluated again call JAX's or a library's "
+                f"functions ({', '.join(f'`{call.source}`' for call in candidates[:3])}), not a function of yours "
+                "to run again op by op"
+            )
+        else:
+            report.unavailable = (
+                "The arguments of the failing calls of your functions are traced values of a trace that has "
+                "ended: there is nothing concrete to run again"
+            )
         report.callers = [_frame_view(tb) for tb in _entries(_user_traceback(error.__traceback__))]
         return DebugSession(report)
-    call = calls[0]  # the outermost: the call the cell made, so the re-run computes what the cell computed
+    call, report.call_line = calls[0]
     report.call = call.source
     report.reran_user_code = True
     message = str(error).lower()
     nan_error = isinstance(error, FloatingPointError)
     rerun_error, log = run_call(
-        call, nan_check=nan_error or "nan" in message, inf_check=nan_error and "inf" in message, fast=not eager
+        call,
+        nan_check=nan_error or "nan" in message,
+        inf_check=nan_error and "inf" in message,
+        fast=not eager,
+        line=report.call_line,
     )
-    del call, calls, candidates
+    del call, calls, candidates, located
     _fill_log(report, log)
     if rerun_error is None:
         report.unavailable = (

@@ -204,7 +204,9 @@ def _where(line: SourceLine | None) -> str:
     return f"`{line.code}` ({line.where})" if line is not None else "a line of JAX's"
 
 
-def run_call(call, *, nan_check: bool, inf_check: bool, fast: bool = True) -> tuple[BaseException | None, SteppingLog]:
+def run_call(
+    call, *, nan_check: bool, inf_check: bool, fast: bool = True, line: SourceLine | None = None
+) -> tuple[BaseException | None, SteppingLog]:
     """Run ``call()`` op by op (NaN/inf checking as asked) with the fast loop and vmap stand-ins; return the
     exception it raised (None if it finished) and the stepping log."""
     import jax  # deferred: as above
@@ -220,7 +222,7 @@ def run_call(call, *, nan_check: bool, inf_check: bool, fast: bool = True) -> tu
         log = stack.enter_context(stepper.installed())
         try:
             if parts is not None and not call.kwargs:  # the call itself is a vmapped function
-                stepper.run_vmapped(parts.function, parts.in_axes, parts.out_axes, tuple(v for _, v in call.args), None)
+                stepper.run_vmapped(parts.function, parts.in_axes, parts.out_axes, tuple(v for _, v in call.args), line)
             else:
                 call()
         except Exception as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import types
+import warnings
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,15 @@ from jaxmagic.probes.debug.report import ValueSummary
 from jaxmagic.report.wording import shown
 
 FEW = 6  # values shown per array
+
+
+def tree_leaves(value) -> list:
+    """``jax.tree.leaves``, quiet about iterables it keeps as leaves (a generator among a frame's values)."""
+    import jax  # deferred: jaxmagic imports JAX only when a probe runs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return jax.tree.leaves(value)
 
 
 def _as_host_array(value) -> np.ndarray | None:
@@ -73,7 +83,7 @@ def summarize(name: str, value: Any) -> ValueSummary | None:
             summary.minimum = summary.maximum = summary.mean = value if np.isfinite(value) else None
         return summary
     if isinstance(value, (list, tuple, dict)) or hasattr(type(value), "tree_flatten"):
-        leaves = [leaf for leaf in jax.tree.leaves(value) if _as_host_array(leaf) is not None]
+        leaves = [leaf for leaf in tree_leaves(value) if _as_host_array(leaf) is not None]
         if leaves:
             parts = [_array_summary(name, leaf, _as_host_array(leaf)) for leaf in leaves]  # type: ignore[arg-type]
             finite = [p for p in parts if p.minimum is not None]
