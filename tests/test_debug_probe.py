@@ -259,3 +259,25 @@ def test_the_line_magic_names_its_usage_errors(ip):
     assert isinstance(result.error_in_exec, UsageError) and "takes an exception" in str(result.error_in_exec)
     result = ip.run_cell("%%jax_debug --ns v\n1")
     assert isinstance(result.error_in_exec, UsageError)
+
+
+def test_the_line_magic_leaves_no_trace_after_a_stop_an_interrupt_and_a_failure_to_re_run(ip):
+    from jax._src.debugger import core
+    from jax._src.lax.control_flow import loops
+
+    from jaxmagic._jax.restore import take_snapshot
+
+    ip.run_cell(CELL_SETUP)
+    scan, vmap = jax.lax.scan, jax.vmap
+    before = take_snapshot()
+    ip.run_cell(
+        "try:\n    with jax.debug_nans(True):\n        dbg_run(dbg_c0, dbg_xs)\nexcept Exception as e:\n    dbg_e = e"
+    )
+    assert ip.run_cell("%jax_debug dbg_e -o dbg_rep2").success
+    assert ip.user_ns["dbg_rep2"].steps[0].index == 900
+    ip.run_cell("try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n    dbg_k = e")
+    assert ip.run_cell("%jax_debug dbg_k -o dbg_rep3").success
+    assert "nothing failed" in ip.user_ns["dbg_rep3"].unavailable
+    assert before.differences(take_snapshot()) == []
+    assert jax.lax.scan is scan is loops.scan and jax.vmap is vmap
+    assert "jaxmagic" not in core._debugger_registry

@@ -373,15 +373,15 @@ class CellMagics(MagicRunner):
                     raise
             return None
         if args.error:
-            error = self._evaluate_value(args.error)
-            if not isinstance(error, BaseException):
-                raise UsageError(f"%jax_debug takes an exception; {args.error!r} is a {type(error).__name__}.")
+            failure = self._evaluate_value(args.error)
+            if not isinstance(failure, BaseException):
+                raise UsageError(f"%jax_debug takes an exception; {args.error!r} is a {type(failure).__name__}.")
         else:
-            error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-            if error is None:
+            failure = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+            if failure is None:
                 raise UsageError("There is no failed cell to debug; run the failing cell first, or pass an exception.")
-        session = probes.debug_after(error, eager=args.eager)
-        del error
+        session = probes.debug_after(failure, eager=args.eager)
+        del failure
         try:
             if args.ns:
                 self.user_ns[args.ns] = session.namespace()

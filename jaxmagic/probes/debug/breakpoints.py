@@ -222,14 +222,13 @@ class breakpoints:
         self._backend.__enter__()
         return self.report
 
-    def __exit__(self, kind, error, tb) -> bool:
+    def __exit__(self, kind, error, tb) -> None:
         self._backend.__exit__(kind, error, tb)
         self._state.__exit__(kind, error, tb)
         if error is not None:
             self.report.quit = ended_by_quit(error)
             if not self.report.quit:
                 self.report.error = error_line(error)
-        return False
 
 
 def ended_by_quit(error: BaseException) -> bool:

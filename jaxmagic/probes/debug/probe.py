@@ -117,6 +117,9 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     if error is None:
         return DebugSession(DebugReport(error="no exception", unavailable="There is no failed cell to debug."))
     report = DebugReport(error=error_line(error))
+    if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: the user stopped it, nothing failed
+        report.unavailable = f"{type(error).__name__} stopped the cell: nothing failed, so nothing is re-run"
+        return DebugSession(report)
     located = _calls_with_lines(error.__traceback__)
     candidates = [call for call, _ in located]
     # The innermost call of the user's own function with concrete arguments: the least to run again, and its

@@ -6,7 +6,7 @@ import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import SourceLine, Status
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 
 
 @dataclasses.dataclass
@@ -101,7 +101,7 @@ class DebugReport(Report):
                 if frame.values:
                     blocks += [Paragraph(f"In `{frame.line.function}`:"), values_table(frame)]
             sections.append(Section("Your frames above it", blocks))
-        how = [Paragraph(f"Debugged: {self.error}")]
+        how: list[Block] = [Paragraph(f"Debugged: {self.error}")]
         if self.call:
             how.append(
                 Paragraph(
