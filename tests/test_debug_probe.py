@@ -281,3 +281,25 @@ def test_the_line_magic_leaves_no_trace_after_a_stop_an_interrupt_and_a_failure_
     assert before.differences(take_snapshot()) == []
     assert jax.lax.scan is scan is loops.scan and jax.vmap is vmap
     assert "jaxmagic" not in core._debugger_registry
+
+
+def double_where_loss(w, x):
+    r = w * x
+    h = jnp.where(r > 0, jnp.sqrt(r), 0.0)  # the double-where trap: the gradient is NaN where r < 0
+    return h.sum()
+
+
+def test_under_grad_it_stops_at_the_forward_line_whose_derivative_failed_with_the_primal_values():
+    # The shape of jax#5798 (and #347, #1052): jnp.where guards the forward value, not its gradient.
+    step = jax.jit(jax.grad(double_where_loss))
+    w, x = jnp.array([1.0, -1.0, 2.0]), jnp.ones(3)
+    with jax.debug_nans(True):
+        error = failure(lambda: step(w, x))
+    session = debug_after(error)
+    data = session.report.to_dict()
+    assert data["stopped"]["line"]["function"] == "double_where_loss"
+    assert data["stopped"]["line"]["code"].startswith("h = jnp.where(r > 0, jnp.sqrt(r), 0.0)")
+    values = {v["name"]: v for v in data["stopped"]["values"]}
+    assert values["r"]["kind"] == "primal" and values["r"]["minimum"] == -1.0
+    assert any("derivative" in note for note in data["notes"])
+    assert list(session.namespace().r) == [1.0, -1.0, 2.0]

@@ -172,6 +172,11 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         return DebugSession(report)
     report.stopped = _frame_view(entries[-1])
     report.callers = [_frame_view(tb) for tb in entries[:-1]]
+    if any(value.kind == "primal" for value in report.stopped.values):
+        report.notes.append(
+            "the line runs under a derivative (jax.grad, jax.vjp): the values marked `primal` are the forward "
+            "values the derivative is taken at; in the debugger they are JAX's tracers (`.primal` holds the value)"
+        )
     if any(value.kind == "tracer" for value in report.stopped.values):
         report.notes.append(
             "some values of the stopped frame are traced, not concrete: a transformation around it still traces "

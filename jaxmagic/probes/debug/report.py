@@ -14,7 +14,7 @@ class ValueSummary:
     """One local or argument of a frame, described without keeping it."""
 
     name: str
-    kind: str  # "array", "number", "tracer", "pytree", "other"
+    kind: str  # "array", "primal" (the forward value inside grad's tracer), "number", "tracer", "pytree", "other"
     type: str  # the Python type's name
     shape: list[int] | None = None
     dtype: str = ""
@@ -135,6 +135,7 @@ def values_table(frame: FrameView) -> Table:
     for value in frame.values:
         shape = "" if value.shape is None else "[" + ",".join(map(str, value.shape)) + "]"
         name = value.name + (" (argument)" if value.name in frame.is_argument else "")
+        name += " (primal)" if value.kind == "primal" else ""
         rows.append(
             [
                 name,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxmagic._jax.primals import primal_value
 from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.probes.debug.report import ValueSummary
 from jaxmagic.report.wording import shown
@@ -67,6 +68,11 @@ def summarize(name: str, value: Any) -> ValueSummary | None:
     if array is not None:
         return _array_summary(name, value, array)
     if isinstance(value, jax.core.Tracer):
+        forward = _as_host_array(primal_value(value))
+        if forward is not None:  # under grad: the forward value the derivative is taken at
+            summary = _array_summary(name, value, forward)
+            summary.kind = "primal"
+            return summary
         aval = getattr(value, "aval", None)
         return ValueSummary(
             name,
@@ -136,7 +142,8 @@ def host_copy(value):
     if array is not None:
         return np.array(array, copy=True)
     if isinstance(value, jax.core.Tracer):
-        return None
+        forward = _as_host_array(primal_value(value))
+        return None if forward is None else np.array(forward, copy=True)
     if isinstance(value, (list, tuple, dict)):
         try:
             return jax.tree.map(lambda leaf: host_copy(leaf) if _as_host_array(leaf) is not None else leaf, value)
