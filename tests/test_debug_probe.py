@@ -164,23 +164,42 @@ def test_a_checkify_error_thrown_on_the_users_line_stops_at_that_line_and_says_w
     assert "b has a zero" in data["rerun_error"]
 
 
-def make_params():
-    return -jnp.ones(2)
+def make_matrix():
+    return jnp.ones((2, 3))
 
 
-def nan_step(p):
-    return jnp.log(p)
+def self_product(m):
+    return m @ m  # (2, 3) @ (2, 3): raised while tracing, m is a tracer
 
 
 def test_a_call_whose_arguments_are_computed_by_calls_is_not_run_again_and_the_report_says_why():
+    try:
+        jax.jit(self_product)(make_matrix())  # make_matrix() would run again: not evaluated
+    except TypeError as error:
+        caught = error
+    data = debug_after(caught).report.to_dict()
+    assert data["stopped"] is None and data["status"] == "error" and not data["reran_user_code"]
+    assert "`m @ m`" not in data["unavailable"]  # an operator, not a call: nothing on that line to run
+    assert "can be evaluated again" in data["unavailable"]
+    assert [frame["line"]["function"] for frame in data["callers"]][-1] == "self_product"
+
+
+def test_a_failing_line_inside_the_users_eager_function_is_shown_where_it_failed():
+    def make_params():
+        return -jnp.ones(2)
+
+    def nan_step(p):
+        return jnp.log(p)
+
     try:
         with jax.debug_nans(True):
             jax.jit(nan_step)(make_params())  # make_params() would run again: not evaluated
     except FloatingPointError as error:
         caught = error
     data = debug_after(caught).report.to_dict()
-    assert data["stopped"] is None and data["status"] == "error" and not data["reran_user_code"]
-    assert "`jnp.log(p)`" in data["unavailable"] and "not a function of yours" in data["unavailable"]
+    # JAX re-ran nan_step op by op itself ("de-optimized"): its frame holds p concretely, at the failing line
+    assert data["stopped"]["line"]["code"] == "return jnp.log(p)" and not data["reran_user_code"]
+    assert {v["name"]: v["minimum"] for v in data["stopped"]["values"]}["p"] == -1.0
 
 
 def test_no_exception_is_said():
@@ -303,3 +322,20 @@ def test_under_grad_it_stops_at_the_forward_line_whose_derivative_failed_with_th
     assert values["r"]["kind"] == "primal" and values["r"]["minimum"] == -1.0
     assert any("derivative" in note for note in data["notes"])
     assert list(session.namespace().r) == [1.0, -1.0, 2.0]
+
+
+def test_a_jax_call_failing_on_the_users_line_with_concrete_values_is_shown_as_it_failed_without_a_re_run():
+    g = jnp.array([1.0, 20.0])
+    try:
+        with jax.debug_nans(True):
+            jnp.log(g - 10)  # the cell's own line: g is concrete, nothing of the user's to run again
+    except FloatingPointError as error:
+        caught = error
+    data = debug_after(caught).report.to_dict()
+    assert (
+        data["stopped"]["line"]["code"]
+        == "jnp.log(g - 10)  # the cell's own line: g is concrete, nothing of the user's to run again"
+    )
+    assert not data["reran_user_code"] and data["call"] == ""
+    values = {v["name"]: v for v in data["stopped"]["values"]}
+    assert values["g"]["maximum"] == 20.0

@@ -25,7 +25,7 @@ from types import TracebackType
 from jaxmagic.probes._support.nan.failing_call import FailingCall, failing_calls
 from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes.debug.stepping import SteppingLog, run_call
-from jaxmagic.probes.debug.values import frame_values, host_copy, tree_leaves
+from jaxmagic.probes.debug.values import frame_values, host_copy, summarize, tree_leaves
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of
 from jaxmagic.report.wording import error_line
@@ -126,6 +126,9 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     # frame is where the cell's computation was (a failing jitted call's outer frames only led to it).
     calls = [(call, line) for call, line in reversed(located) if _calls_users_code(call) and not _has_tracer(call)]
     if not calls:
+        as_it_failed = _where_it_failed(error, report, located)
+        if as_it_failed is not None:
+            return as_it_failed
         if not candidates:
             report.unavailable = (
                 "No call on your lines of the traceback can be evaluated again without side effects (its callee "
@@ -183,6 +186,36 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
             "under disable_jit (a vmap the re-run could not run element by element: one imported as "
             "`from jax import vmap`, or with pytree in_axes)"
         )
+    return DebugSession(report, user_tb)
+
+
+def _where_it_failed(
+    error: BaseException, report: DebugReport, located: list[tuple[FailingCall, SourceLine | None]]
+) -> DebugSession | None:
+    """The user's innermost frame itself, when its failing line called JAX directly with concrete values
+    (``jnp.log(g - 10)`` in a cell): it already is the stop, and nothing needs to run again."""
+    user_tb = _user_traceback(error.__traceback__)
+    entries = _entries(user_tb)
+    if not entries or not located:
+        return None
+    innermost = entries[-1]
+    call, line = located[-1]
+    frame = innermost.tb_frame
+    if line is None or (line.filename, line.lineno) != (frame.f_code.co_filename, innermost.tb_lineno):
+        return None
+    if _has_tracer(call):
+        return None
+    view = _frame_view(innermost)
+    if frame.f_code.co_name == "<module>":  # a cell's top level: the values the line passes, named as written
+        view.values = [summary for text, value in call.args if (summary := summarize(text, value)) is not None]
+    if any(value.kind == "tracer" for value in view.values):
+        return None
+    report.stopped = view
+    report.callers = [_frame_view(tb) for tb in entries[:-1]]
+    report.rerun_error = report.error
+    report.notes.append(
+        "your failing line calls JAX directly with concrete values: it is shown as it failed, and nothing ran again"
+    )
     return DebugSession(report, user_tb)
 
 
