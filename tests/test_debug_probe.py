@@ -339,3 +339,14 @@ def test_a_jax_call_failing_on_the_users_line_with_concrete_values_is_shown_as_i
     assert not data["reran_user_code"] and data["call"] == ""
     values = {v["name"]: v for v in data["stopped"]["values"]}
     assert values["g"]["maximum"] == 20.0
+
+
+def test_the_line_magic_debugs_an_exception_whose_str_raises_and_says_what_it_is(ip):
+    ip.run_cell(
+        "class DbgBrokenStr(Exception):\n    def __str__(self):\n        raise RuntimeError('broken')\n"
+        "def dbg_raiser(x):\n    raise DbgBrokenStr()\n"
+        "try:\n    jax.jit(dbg_raiser)(jnp.ones(2))\nexcept DbgBrokenStr as e:\n    dbg_broken = e"
+    )
+    assert ip.run_cell("%jax_debug dbg_broken -o dbg_rep4").success
+    data = ip.user_ns["dbg_rep4"].to_dict()
+    assert data["stopped"]["line"]["code"] == "raise DbgBrokenStr()" and "DbgBrokenStr" in data["rerun_error"]

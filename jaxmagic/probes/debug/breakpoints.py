@@ -30,7 +30,7 @@ from jaxmagic.probes.debug.values import summarize
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Facts, Paragraph, Section
 from jaxmagic.report.source import is_jaxmagic_file, is_user_file, source_line
-from jaxmagic.report.wording import error_line
+from jaxmagic.report.wording import error_line, message_of
 
 MAX_HITS = 100  # hits recorded in full; later ones are counted
 
@@ -241,7 +241,7 @@ def ended_by_quit(error: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, DebuggerQuit) or "jaxmagic debugger: quit at a breakpoint" in str(current):
+        if isinstance(current, DebuggerQuit) or "jaxmagic debugger: quit at a breakpoint" in message_of(current):
             return True
         pending += [current.__cause__, current.__context__]
     return False

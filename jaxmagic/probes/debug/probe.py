@@ -28,7 +28,7 @@ from jaxmagic.probes.debug.stepping import SteppingLog, run_call
 from jaxmagic.probes.debug.values import frame_values, host_copy, summarize, tree_leaves
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of
-from jaxmagic.report.wording import error_line
+from jaxmagic.report.wording import error_line, message_of
 
 
 @dataclasses.dataclass
@@ -150,7 +150,7 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     call, report.call_line = calls[0]
     report.call = call.source
     report.reran_user_code = True
-    message = str(error).lower()
+    message = message_of(error).lower()
     nan_error = isinstance(error, FloatingPointError)
     rerun_error, log = run_call(
         call,
