@@ -56,9 +56,11 @@ def test_a_nan_at_step_900_of_a_scan_stops_in_the_body_at_iteration_900_with_con
     values = {v["name"]: v for v in data["stopped"]["values"]}
     assert values["x"]["minimum"] == 5.0 and values["c"]["minimum"] == pytest.approx(1.9, abs=1e-3)
     assert data["stopped"]["is_argument"] == ["c", "x"]
-    assert [frame["line"]["function"] for frame in data["callers"]] == ["run"]
+    # the user's frames that led there: the caller's lambda, then `run` (JAX ran it op by op itself after the
+    # NaN, so its frame holds c0 and xs concretely and the scan inside it is what runs again)
+    assert [frame["line"]["function"] for frame in data["callers"]][-2:] == ["<lambda>", "run"]
     assert data["compiled_runs"] == 1  # the loop ran compiled once; only step 900 ran op by op
-    assert data["reran_user_code"] and data["call"] == "run(c0, XS)"
+    assert data["reran_user_code"] and data["call"] == "lax.scan(body, c0, xs)"
     assert data["rerun_error"] == "FloatingPointError: invalid value (nan) encountered in log"
     namespace = session.namespace()
     assert isinstance(namespace.c, np.ndarray) and float(namespace.x) == 5.0
@@ -350,3 +352,20 @@ def test_the_line_magic_debugs_an_exception_whose_str_raises_and_says_what_it_is
     assert ip.run_cell("%jax_debug dbg_broken -o dbg_rep4").success
     data = ip.user_ns["dbg_rep4"].to_dict()
     assert data["stopped"]["line"]["code"] == "raise DbgBrokenStr()" and "DbgBrokenStr" in data["rerun_error"]
+
+
+def test_a_scan_called_on_the_failing_line_is_run_compiled_to_its_failing_step():
+    def body_of(c, x):
+        y = jnp.log(c - x)
+        return c + 0.001, y
+
+    c0 = jnp.array(1.0)
+    try:
+        with jax.debug_nans(True):
+            lax.scan(body_of, c0, XS)  # the call on the user's line is JAX's scan, given the user's body
+    except FloatingPointError as error:
+        caught = error
+    data = debug_after(caught).report.to_dict()
+    assert data["stopped"]["line"]["code"] == "y = jnp.log(c - x)"
+    assert [(s["kind"], s["index"]) for s in data["steps"]] == [("scan", 900)] and data["compiled_runs"] == 1
+    assert data["steps"][0]["line"]["code"].startswith("lax.scan(body_of, c0, XS)")

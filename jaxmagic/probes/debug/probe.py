@@ -67,32 +67,53 @@ def _has_tracer(call: FailingCall) -> bool:
         return True
 
 
-def _calls_with_lines(tb: TracebackType | None) -> list[tuple[FailingCall, SourceLine | None]]:
+@dataclasses.dataclass
+class _Located:
+    """A call on a user's line of the error's traceback that can be evaluated again, with where it is."""
+
+    call: FailingCall
+    line: SourceLine | None
+    entry: TracebackType  # the traceback entry of the frame making the call
+
+
+def _calls_with_lines(tb: TracebackType | None) -> list[_Located]:
     """The calls on the user's lines of ``tb`` that can be evaluated again, outermost first, each with its line."""
     found = []
-    for entry in _entries(tb):
-        if not is_user_file(entry.tb_frame.f_code.co_filename):
-            continue
+    for entry in _user_entries(tb):
         alone = TracebackType(None, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-        found += [(call, line_of(entry.tb_frame, entry.tb_lineno)) for call in failing_calls(alone)]
+        found += [_Located(call, line_of(entry.tb_frame, entry.tb_lineno), entry) for call in failing_calls(alone)]
     return found
 
 
 def _calls_users_code(call: FailingCall) -> bool:
-    """Whether the callee is the user's function (through jit, vmap, grad, partial): re-running a call of JAX's
-    own (``jnp.log(c - x)``, ``lax.scan(body, ...)``) from the frame that made it would stop inside JAX."""
-    code, _ = defining_code(call.function)
+    """Whether the call runs the user's code: its callee is the user's function, or a JAX function is given one
+    (``lax.scan(body, c0, xs)``). Re-running a call of JAX's alone (``jnp.log(c - x)``) would stop inside JAX."""
+    return _is_users(call.function) or any(callable(value) and _is_users(value) for _, value in call.args)
+
+
+def _is_users(function) -> bool:
+    """Whether ``function`` is (through jit, vmap, grad, partial) defined in the user's code - a call of JAX's
+    that is given one (``lax.scan(body, c0, xs)``) runs the user's code too."""
+    try:
+        code, _ = defining_code(function)
+    except Exception:  # an object whose attributes raise: not a function of the user's we can tell
+        return False
     return code is not None and is_user_file(code.co_filename) and not is_jaxmagic_file(code.co_filename)
 
 
-def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
-    """A new traceback of the user's frames of ``tb`` below jaxmagic's first frames (the re-run's)."""
+def _user_entries(tb: TracebackType | None) -> list[TracebackType]:
+    """The entries of ``tb`` whose frames run the user's code (never JAX's, a library's or jaxmagic's)."""
     entries = []
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
         if is_user_file(filename) and not is_jaxmagic_file(filename):
             entries.append(tb)
         tb = tb.tb_next
+    return entries
+
+
+def _chained(entries: list[TracebackType]) -> TracebackType | None:
+    """A new traceback through ``entries`` alone, outermost first (what the debugger walks with u and d)."""
     chain = None
     for entry in reversed(entries):
         chain = TracebackType(chain, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
@@ -121,10 +142,10 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         report.unavailable = f"{type(error).__name__} stopped the cell: nothing failed, so nothing is re-run"
         return DebugSession(report)
     located = _calls_with_lines(error.__traceback__)
-    candidates = [call for call, _ in located]
+    candidates = [found.call for found in located]
     # The innermost call of the user's own function with concrete arguments: the least to run again, and its
     # frame is where the cell's computation was (a failing jitted call's outer frames only led to it).
-    calls = [(call, line) for call, line in reversed(located) if _calls_users_code(call) and not _has_tracer(call)]
+    calls = [found for found in reversed(located) if _calls_users_code(found.call) and not _has_tracer(found.call)]
     if not calls:
         as_it_failed = _where_it_failed(error, report, located)
         if as_it_failed is not None:
@@ -145,9 +166,13 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
                 "The arguments of the failing calls of your functions are traced values of a trace that has "
                 "ended: there is nothing concrete to run again"
             )
-        report.callers = [_frame_view(tb) for tb in _entries(_user_traceback(error.__traceback__))]
+        report.callers = [_frame_view(tb) for tb in _user_entries(error.__traceback__)]
         return DebugSession(report)
-    call, report.call_line = calls[0]
+    chosen = calls[0]
+    call, report.call_line = chosen.call, chosen.line
+    # the user's frames that led to the re-run call, as they were when it failed (the call's own included)
+    outer = _user_entries(error.__traceback__)
+    outer = outer[: next(i for i, entry in enumerate(outer) if entry is chosen.entry) + 1]
     report.call = call.source
     report.reran_user_code = True
     message = message_of(error).lower()
@@ -159,7 +184,7 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         fast=not eager,
         line=report.call_line,
     )
-    del call, calls, candidates, located
+    del call, calls, candidates, located, chosen
     _fill_log(report, log)
     if rerun_error is None:
         report.unavailable = (
@@ -168,11 +193,11 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         )
         return DebugSession(report)
     report.rerun_error = error_line(rerun_error)
-    user_tb = _user_traceback(rerun_error.__traceback__)
-    entries = _entries(user_tb)
-    if not entries:
+    rerun = _user_entries(rerun_error.__traceback__)
+    if not rerun:
         report.unavailable = f"The re-run raised {report.rerun_error} outside your code (no frame of yours ran)"
         return DebugSession(report)
+    entries = outer + rerun
     report.stopped = _frame_view(entries[-1])
     report.callers = [_frame_view(tb) for tb in entries[:-1]]
     if any(value.kind == "primal" for value in report.stopped.values):
@@ -186,20 +211,17 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
             "under disable_jit (a vmap the re-run could not run element by element: one imported as "
             "`from jax import vmap`, or with pytree in_axes)"
         )
-    return DebugSession(report, user_tb)
+    return DebugSession(report, _chained(entries))
 
 
-def _where_it_failed(
-    error: BaseException, report: DebugReport, located: list[tuple[FailingCall, SourceLine | None]]
-) -> DebugSession | None:
+def _where_it_failed(error: BaseException, report: DebugReport, located: list[_Located]) -> DebugSession | None:
     """The user's innermost frame itself, when its failing line called JAX directly with concrete values
     (``jnp.log(g - 10)`` in a cell): it already is the stop, and nothing needs to run again."""
-    user_tb = _user_traceback(error.__traceback__)
-    entries = _entries(user_tb)
+    entries = _user_entries(error.__traceback__)
     if not entries or not located:
         return None
     innermost = entries[-1]
-    call, line = located[-1]
+    call, line = located[-1].call, located[-1].line
     frame = innermost.tb_frame
     if line is None or (line.filename, line.lineno) != (frame.f_code.co_filename, innermost.tb_lineno):
         return None
@@ -216,7 +238,7 @@ def _where_it_failed(
     report.notes.append(
         "your failing line calls JAX directly with concrete values: it is shown as it failed, and nothing ran again"
     )
-    return DebugSession(report, user_tb)
+    return DebugSession(report, _chained(entries))
 
 
 def _entries(tb: TracebackType | None) -> list[TracebackType]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced, vmap_parts
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_line
+from jaxmagic.report.source import innermost_user_line, is_jaxmagic_file
 
 
 @dataclasses.dataclass
@@ -83,6 +83,7 @@ class Stepper:
         self.fast = fast
         self.log = SteppingLog()
         self.original: LoopFunctions | None = None
+        self.call_line: SourceLine | None = None  # the re-run call's own line, for a loop it calls directly
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[SteppingLog]:
@@ -99,7 +100,8 @@ class Stepper:
         original = self.original.scan
         if not self.fast or not jax.config.jax_disable_jit or options:
             return original(f, init, xs, length=length, reverse=reverse, unroll=unroll, **options)
-        line = innermost_user_line(sys._getframe(1))
+        caller = sys._getframe(1)
+        line = self.call_line if is_jaxmagic_file(caller.f_code.co_filename) else innermost_user_line(caller)
         try:
             final, ys, first, carry_in = self._search_scan(original, f, init, xs, length, reverse)
         except Exception as error:  # the search itself failed: the loop runs op by op, as it would have
@@ -212,6 +214,7 @@ def run_call(
     import jax  # deferred: as above
 
     stepper = Stepper(fast)
+    stepper.call_line = line
     parts = vmap_parts(call.function) if fast else None
     with contextlib.ExitStack() as stack:
         stack.enter_context(jax.disable_jit())
@@ -221,7 +224,10 @@ def run_call(
             stack.enter_context(jax.debug_infs(True))
         log = stack.enter_context(stepper.installed())
         try:
-            if parts is not None and not call.kwargs:  # the call itself is a vmapped function
+            assert stepper.original is not None
+            if fast and call.function is stepper.original.scan:  # `lax.scan(body, ...)` evaluated before the swap
+                stepper.scan(*(v for _, v in call.args), **call.kwargs)
+            elif parts is not None and not call.kwargs:  # the call itself is a vmapped function
                 stepper.run_vmapped(parts.function, parts.in_axes, parts.out_axes, tuple(v for _, v in call.args), line)
             else:
                 call()
