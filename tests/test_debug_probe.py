@@ -369,3 +369,31 @@ def test_a_scan_called_on_the_failing_line_is_run_compiled_to_its_failing_step()
     assert data["stopped"]["line"]["code"] == "y = jnp.log(c - x)"
     assert [(s["kind"], s["index"]) for s in data["steps"]] == [("scan", 900)] and data["compiled_runs"] == 1
     assert data["steps"][0]["line"]["code"].startswith("lax.scan(body_of, c0, XS)")
+
+
+def test_a_kept_compiled_search_keeps_no_user_function_or_array_alive():
+    import gc
+    import weakref
+
+    def make():
+        def body_kept(c, x):
+            return c + 0.001, jnp.log(c - x)
+
+        @jax.jit
+        def run_kept(c0, xs):
+            return lax.scan(body_kept, c0, xs)
+
+        return body_kept, run_kept
+
+    made = list(make())
+    c0 = jnp.array(1.0)
+    with jax.debug_nans(True):
+        error = failure(lambda: made[1](c0, XS))
+    session = debug_after(error)
+    assert session.report.steps[0].index == 900
+    gone = weakref.ref(made[0])
+    session.release()
+    del session, error
+    made.clear()
+    gc.collect()
+    assert gone() is None

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +78,56 @@ def _compiled():
         yield
 
 
+# The compiled searches, kept per user function (weakly: a search holds its function only by a weak
+# reference, so nothing of the user's is kept alive) and per loop shape: debugging the same failure again
+# compiles nothing new, as JAX keeps its own eager operations compiled.
+_SEARCHES: weakref.WeakKeyDictionary[Any, dict[tuple, Callable[..., Any]]] = weakref.WeakKeyDictionary()
+
+
+def _kept(function, key: tuple, build: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[..., Any]:
+    """``build(call_function)`` jitted, kept for ``function`` under ``key`` when it can be weakly referenced."""
+    import jax  # deferred: as above
+
+    try:
+        reference = weakref.ref(function)
+    except TypeError:  # a builtin, a bound method's fresh object: built for this run only
+        return jax.jit(build(function))
+    searches = _SEARCHES.setdefault(function, {})
+    if key not in searches:
+        searches[key] = jax.jit(build(lambda *args: reference()(*args)))  # type: ignore[misc]
+    return searches[key]
+
+
+def _scan_search(original, f, length, reverse):
+    """``scan`` of ``f`` that also carries the first step whose carry or outputs are not finite, and the carry
+    that went into it."""
+    import jax  # deferred: as above
+    import jax.numpy as jnp  # deferred: as above
+
+    def searching(state, x):
+        carry, step, first, saved = state
+        new_carry, y = f(carry, x)
+        failed = (first < 0) & ~_all_finite((new_carry, y))
+        saved = jax.tree.map(lambda kept, now: jnp.where(failed, now, kept), saved, carry)
+        return (new_carry, step + 1, jnp.where(failed, step, first), saved), y
+
+    def run(init, xs):
+        start = (init, jnp.int32(0), jnp.int32(-1), init)
+        return original(searching, start, xs, length=length, reverse=reverse)
+
+    return run
+
+
+def _vmap_search(original, fun, in_axes, out_axes):
+    """``vmap`` of ``fun`` that also returns, per element, whether its outputs are all finite."""
+
+    def checked(*element):
+        out = fun(*element)
+        return out, _all_finite(out)
+
+    return original(checked, in_axes, (out_axes, 0))
+
+
 class Stepper:
     """The stand-ins for ``scan`` and ``vmap`` during one re-run, and what they recorded."""
 
@@ -124,22 +176,10 @@ class Stepper:
     def _search_scan(self, original, f, init, xs, length, reverse):
         """One compiled run: the final carry, the outputs, the first step whose carry or outputs are not
         finite (-1 if none) and the carry that went into it."""
-        import jax  # deferred: as above
-        import jax.numpy as jnp  # deferred: as above
 
-        def searching(state, x):
-            carry, step, first, saved = state
-            new_carry, y = f(carry, x)
-            failed = (first < 0) & ~_all_finite((new_carry, y))
-            saved = jax.tree.map(lambda kept, now: jnp.where(failed, now, kept), saved, carry)
-            return (new_carry, step + 1, jnp.where(failed, step, first), saved), y
-
-        def run(init, xs):
-            start = (init, jnp.int32(0), jnp.int32(-1), init)
-            return original(searching, start, xs, length=length, reverse=reverse)
-
+        run = _kept(f, ("scan", length, reverse), lambda body: _scan_search(original, body, length, reverse))
         with _compiled():
-            (final, _, first, carry_in), ys = jax.jit(run)(init, xs)
+            (final, _, first, carry_in), ys = run(init, xs)
         self.log.compiled_runs += 1
         return final, ys, int(first), carry_in
 
@@ -172,13 +212,11 @@ class Stepper:
             self.log.notes.append(f"the vmap at {_where(line)} ran as JAX runs it: its in_axes are a pytree")
             return original(fun, in_axes, out_axes)(*args)
 
-        def checked(*element):
-            out = fun(*element)
-            return out, _all_finite(out)
-
+        axes_key = ("vmap", repr(in_axes), repr(out_axes))
         try:
+            search = _kept(fun, axes_key, lambda body: _vmap_search(original, body, in_axes, out_axes))
             with _compiled():
-                outs, finite = jax.jit(original(checked, in_axes, (out_axes, 0)))(*args)
+                outs, finite = search(*args)
         except Exception as error:
             self.log.notes.append(
                 f"the vmap at {_where(line)} ran as JAX runs it: its compiled search failed ({error})"
