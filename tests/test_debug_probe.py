@@ -397,3 +397,36 @@ def test_a_kept_compiled_search_keeps_no_user_function_or_array_alive():
     made.clear()
     gc.collect()
     assert gone() is None
+
+
+def sample_twice(key):
+    a = jax.random.normal(key, (2,))
+    b = jax.random.normal(key, (2,))  # the key was consumed by the line above
+    return a + b
+
+
+def test_a_key_reuse_error_stops_at_the_second_use_with_the_checker_on_for_the_re_run():
+    key = jax.random.key(0)
+    with jax.debug_key_reuse(True):
+        error = failure(lambda: jax.jit(sample_twice)(key))
+    data = debug_after(error).report.to_dict()
+    assert data["stopped"]["line"]["code"].startswith("b = jax.random.normal(key, (2,))")
+    assert data["rerun_error"].startswith("KeyReuseError")
+    assert {v["name"]: v["kind"] for v in data["stopped"]["values"]}["a"] == "array"
+
+
+def test_an_equinox_error_if_stops_at_its_line_with_the_value_it_checked():
+    # equinox#696 / #1156: under jit the error says only that a callback failed, with no values.
+    eqx = pytest.importorskip("equinox")
+
+    def shifted(x):
+        y = x - 2.0
+        y = eqx.error_if(y, y < 0, "y went negative")
+        return y * 3
+
+    x = jnp.array([3.0, 1.0])
+    error = failure(lambda: jax.jit(shifted)(x))
+    data = debug_after(error).report.to_dict()
+    assert data["stopped"]["line"]["code"] == 'y = eqx.error_if(y, y < 0, "y went negative")'
+    assert "y went negative" in data["rerun_error"]
+    assert {v["name"]: v["minimum"] for v in data["stopped"]["values"]}["y"] == -1.0

@@ -181,15 +181,15 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         call,
         nan_check=nan_error or "nan" in message,
         inf_check=nan_error and "inf" in message,
+        key_check=type(error).__name__ == "KeyReuseError",
         fast=not eager,
         line=report.call_line,
     )
     del call, calls, candidates, located, chosen
     _fill_log(report, log)
     if rerun_error is None:
-        report.unavailable = (
-            "The re-run finished without an error (the failure depends on state the call does not get as "
-            "arguments, or on compiled numerics)" + ("" if eager else "; try --eager to run every loop op by op")
+        report.unavailable = "The re-run finished without an error, so there is no failing line to stop at" + (
+            "; a loop or vmap ran compiled (--eager runs it op by op)" if log.notes and not eager else ""
         )
         return DebugSession(report)
     report.rerun_error = error_line(rerun_error)

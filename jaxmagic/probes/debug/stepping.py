@@ -245,9 +245,15 @@ def _where(line: SourceLine | None) -> str:
 
 
 def run_call(
-    call, *, nan_check: bool, inf_check: bool, fast: bool = True, line: SourceLine | None = None
+    call,
+    *,
+    nan_check: bool,
+    inf_check: bool,
+    key_check: bool = False,
+    fast: bool = True,
+    line: SourceLine | None = None,
 ) -> tuple[BaseException | None, SteppingLog]:
-    """Run ``call()`` op by op (NaN/inf checking as asked) with the fast loop and vmap stand-ins; return the
+    """Run ``call()`` op by op (NaN/inf/key-reuse checking as asked) with the fast loop and vmap stand-ins; return the
     exception it raised (None if it finished) and the stepping log."""
     import jax  # deferred: as above
 
@@ -260,6 +266,8 @@ def run_call(
             stack.enter_context(jax.debug_nans(True))
         if inf_check:
             stack.enter_context(jax.debug_infs(True))
+        if key_check:  # a KeyReuseError: JAX's checker stops at the second use, op by op
+            stack.enter_context(jax.debug_key_reuse(True))
         log = stack.enter_context(stepper.installed())
         try:
             assert stepper.original is not None
