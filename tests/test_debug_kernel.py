@@ -147,3 +147,25 @@ def test_without_stdin_every_breakpoint_hit_is_recorded_instead_of_hanging(kerne
         kernel, "print(bp_rep.hit_count, bp_rep.interactive, bp_rep.hits[1].frame.values[0].shape)", []
     )
     assert "3 False []" in text  # one hit under jit, one per element under vmap (jax#22693's shape)
+
+
+def test_under_nbclient_the_post_mortem_is_a_report_and_the_values_are_bound():
+    # nbclient runs without stdin (input() raises StdinNotImplementedError): %jax_debug must not try to read.
+    import nbformat
+    from nbclient import NotebookClient
+
+    cells = [
+        SETUP,
+        "try:\n"
+        + "\n".join("    " + line for line in SCAN_NAN.strip().splitlines())
+        + "\nexcept FloatingPointError as e:\n"
+        "    scan_error = e",
+        "%jax_debug scan_error -o rep --ns vals",
+        "print(rep.interactive, rep.steps[0].index, float(vals.x), rep.stopped.line.code)",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+    printed = "".join(output.get("text", "") for output in notebook.cells[-1].outputs)
+    assert printed.strip() == "False 900 5.0 y = jnp.log(c - x)"
+    report_text = "".join(output.get("data", {}).get("text/plain", "") for output in notebook.cells[2].outputs)
+    assert "iteration 900 of 1000 (scan)" in ANSI.sub("", report_text)
