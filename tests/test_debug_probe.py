@@ -223,6 +223,7 @@ def test_breakpoints_without_input_record_each_hit_with_its_values_under_jit_and
     first = {v["name"]: v for v in data["hits"][0]["frame"]["values"]}
     assert first["x"]["shape"] == [3] and first["y"]["maximum"] == pytest.approx(1.8186, abs=1e-3)
     assert data["hits"][1]["frame"]["values"][0]["shape"] == []  # one element at a time under vmap
+    assert [hit["batch_index"] for hit in data["hits"]] == [[], [0], [1]]  # each element says which it is
     from jax._src.debugger import core
 
     assert "jaxmagic" not in core._debugger_registry  # removed after the block
@@ -430,3 +431,24 @@ def test_an_equinox_error_if_stops_at_its_line_with_the_value_it_checked():
     assert data["stopped"]["line"]["code"] == 'y = eqx.error_if(y, y < 0, "y went negative")'
     assert "y went negative" in data["rerun_error"]
     assert {v["name"]: v["minimum"] for v in data["stopped"]["values"]}["y"] == -1.0
+
+
+def test_a_breakpoint_under_nested_vmaps_knows_its_element_and_jax_rule_is_put_back():
+    from jax._src import debugging
+    from jax._src.interpreters import batching
+
+    rule = batching.fancy_primitive_batchers[debugging.debug_callback_p]
+
+    def pair(a, b):
+        s = a * b
+        jax.debug.breakpoint()
+        return s
+
+    grid = jax.vmap(jax.vmap(pair, in_axes=(None, 0)), in_axes=(0, None))
+    with breakpoints() as report:
+        jax.jit(grid)(jnp.arange(2.0), jnp.arange(3.0) + 1)
+    # unordered callbacks may run in any order: each hit's element must match its own values
+    seen = {tuple(hit.batch_index): {v.name: v.minimum for v in hit.frame.values} for hit in report.hits}
+    assert sorted(seen) == [(a, b) for a in range(2) for b in range(3)]
+    assert all(values["a"] == a and values["b"] == b + 1 for (a, b), values in seen.items())
+    assert batching.fancy_primitive_batchers[debugging.debug_callback_p] is rule

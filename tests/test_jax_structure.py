@@ -139,3 +139,19 @@ def test_debug_breakpoint_backend_is_chosen_over_jax_own_and_removed():
     assert "jaxmagic" not in core._debugger_registry
     frame = hits[0][0]
     assert frame.filename == __file__ and frame.locals["y"].shape == (2,)
+
+
+def test_debug_callback_has_a_batching_rule_in_the_table_jaxmagic_replaces():
+    from jax._src import debugging
+    from jax._src.interpreters import batching
+
+    from jaxmagic._jax.debugger_backends import batch_elements_told, batch_position
+
+    rule = batching.fancy_primitive_batchers[debugging.debug_callback_p]
+    seen = []
+    with batch_elements_told():
+        jax.vmap(lambda x: jax.debug.callback(lambda v: seen.append((batch_position(), float(v))), x))(
+            jax.numpy.arange(2.0)
+        )
+    assert batching.fancy_primitive_batchers[debugging.debug_callback_p] is rule
+    assert sorted(seen) == [((0,), 0.0), ((1,), 1.0)]

@@ -15,14 +15,14 @@ cell (``DebuggerQuit``, which the magic ends the cell on, cleanly).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import linecache
 import pprint
 import traceback
 from collections.abc import Callable
-from typing import Any
 
-from jaxmagic._jax.debugger_backends import BreakFrame, breakpoint_backend
+from jaxmagic._jax.debugger_backends import BreakFrame, batch_elements_told, batch_position, breakpoint_backend
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.debug.report import FrameView, values_table
@@ -47,6 +47,7 @@ class BreakpointHit:
     frame: FrameView  # the user's frame that called jax.debug.breakpoint(), with its values then
     callers: list[str]  # the user's lines above it, outermost first ("file, line N, in f: code")
     commands: list[str] = dataclasses.field(default_factory=list)  # what the user typed at this hit
+    batch_index: list[int] = dataclasses.field(default_factory=list)  # under vmap: the element, outermost vmap first
 
 
 @dataclasses.dataclass
@@ -80,7 +81,10 @@ class BreakpointReport(Report):
     def document(self) -> Document:
         sections = []
         for number, hit in enumerate(self.hits, 1):
-            blocks: list = [Facts([("line", hit.frame.line.code), ("where", hit.frame.line.where)])]
+            facts = [("line", hit.frame.line.code), ("where", hit.frame.line.where)]
+            if hit.batch_index:
+                facts.append(("vmap", "batch element " + ", ".join(map(str, hit.batch_index))))
+            blocks: list = [Facts(facts)]
             if hit.frame.values:
                 blocks.append(values_table(hit.frame))
             if hit.callers:
@@ -189,7 +193,7 @@ class breakpoints:
     ):
         self.ask, self.namespace, self.say = ask, namespace or {}, say
         self.report = BreakpointReport(interactive=ask is not None)
-        self._stack: Any = None
+        self._stack = contextlib.ExitStack()
 
     def _hit(self, frames: list[BreakFrame]) -> None:
         mine = []
@@ -203,8 +207,11 @@ class breakpoints:
             return
         record = self.report.hit_count <= MAX_HITS
         commands: list[str] = []
+        batch = list(batch_position())
         try:
             if self.ask is not None:
+                if batch:
+                    self.say(f"jaxmagic: breakpoint in batch element {', '.join(map(str, batch))} (vmap)")
                 session = _Session(mine, self.namespace, self.ask, self.say)
                 try:
                     session.run()
@@ -212,19 +219,19 @@ class breakpoints:
                     commands = session.commands
         finally:
             if record:
-                self.report.hits.append(_hit_record(mine, commands))
+                self.report.hits.append(_hit_record(mine, commands, batch))
         # the frames (and their arrays) are dropped here: the report keeps only their description
 
     def __enter__(self) -> BreakpointReport:
-        self._state = preserved_jax_state(())
-        self._state.__enter__()
-        self._backend = breakpoint_backend("jaxmagic", self._hit)
-        self._backend.__enter__()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(preserved_jax_state(()))
+            stack.enter_context(breakpoint_backend("jaxmagic", self._hit))
+            stack.enter_context(batch_elements_told())
+            self._stack = stack.pop_all()
         return self.report
 
     def __exit__(self, kind, error, tb) -> None:
-        self._backend.__exit__(kind, error, tb)
-        self._state.__exit__(kind, error, tb)
+        self._stack.__exit__(kind, error, tb)
         if error is not None:
             self.report.quit = ended_by_quit(error)
             if not self.report.quit:
@@ -247,9 +254,9 @@ def ended_by_quit(error: BaseException) -> bool:
     return False
 
 
-def _hit_record(frames: list[BreakFrame], commands: list[str]) -> BreakpointHit:
+def _hit_record(frames: list[BreakFrame], commands: list[str], batch: list[int]) -> BreakpointHit:
     inner = frames[0]
     line = source_line(inner.filename, inner.lineno, "")
     values = [s for name, value in inner.locals.items() if (s := summarize(name, value)) is not None]
     callers = [source_line(f.filename, f.lineno, "") for f in reversed(frames[1:])]
-    return BreakpointHit(FrameView(line, values), [f"{c.where}: {c.code}" for c in callers], commands)
+    return BreakpointHit(FrameView(line, values), [f"{c.where}: {c.code}" for c in callers], commands, batch)
