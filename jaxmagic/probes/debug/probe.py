@@ -19,6 +19,7 @@ repeated, and the report says so.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from types import TracebackType
 
@@ -179,8 +180,8 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     nan_error = isinstance(error, FloatingPointError)
     rerun_error, log = run_call(
         call,
-        nan_check=nan_error or "nan" in message,
-        inf_check=nan_error and "inf" in message,
+        nan_check=nan_error or re.search(r"\bnan\b", message) is not None,
+        inf_check=nan_error and re.search(r"\binf\b", message) is not None,
         key_check=type(error).__name__ == "KeyReuseError",
         fast=not eager,
         line=report.call_line,
@@ -207,9 +208,9 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         )
     if any(value.kind == "tracer" for value in report.stopped.values):
         report.notes.append(
-            "some values of the stopped frame are traced, not concrete: a transformation around it still traces "
-            "under disable_jit (a vmap the re-run could not run element by element: one imported as "
-            "`from jax import vmap`, or with pytree in_axes)"
+            "some values of the stopped frame are traced, not concrete: a transformation around the line still "
+            "traced under disable_jit (the re-run replaces only `jax.vmap` and `jax.lax.scan` looked up by those "
+            "names), so their values are not known here"
         )
     return DebugSession(report, _chained(entries))
 
@@ -239,14 +240,6 @@ def _where_it_failed(error: BaseException, report: DebugReport, located: list[_L
         "your failing line calls JAX directly with concrete values: it is shown as it failed, and nothing ran again"
     )
     return DebugSession(report, _chained(entries))
-
-
-def _entries(tb: TracebackType | None) -> list[TracebackType]:
-    found = []
-    while tb is not None:
-        found.append(tb)
-        tb = tb.tb_next
-    return found
 
 
 def _fill_log(report: DebugReport, log: SteppingLog) -> None:

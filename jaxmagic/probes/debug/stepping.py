@@ -257,6 +257,8 @@ def run_call(
     exception it raised (None if it finished) and the stepping log."""
     import jax  # deferred: as above
 
+    # The compiled searches look for a NaN or an inf; any other error is left to run op by op, where it raises.
+    fast = fast and (nan_check or inf_check)
     stepper = Stepper(fast)
     stepper.call_line = line
     parts = vmap_parts(call.function) if fast else None
