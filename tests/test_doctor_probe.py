@@ -93,7 +93,7 @@ def test_arrays_piling_up_and_host_arrays_copied_every_step():
     transfers = report.finding("transfers")
     assert transfers.line.code.startswith("history.append(double(host))")
     assert (
-        transfers.title == "`double` was given a NumPy array (f32[4,4], argument `v`) in 12 calls: copied to "
+        transfers.title == "`double` was given a NumPy array (f32[4,4], argument `host`) in 12 calls: copied to "
         "the device every time"
     )
     assert report.transfers.total == 12

@@ -155,3 +155,23 @@ def test_debug_callback_has_a_batching_rule_in_the_table_jaxmagic_replaces():
         )
     assert batching.fancy_primitive_batchers[debugging.debug_callback_p] is rule
     assert sorted(seen) == [((0,), 0.0), ((1,), 1.0)]
+
+
+def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
+    # _jax/loop_call.py reads JAX's scan frame: f, init_flat (a flat tree) and x_avals
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxmagic._jax.loop_call import loop_call
+    from jaxmagic._jax.transform_stack import stack_at_raise
+
+    def body(c, x):
+        total, n = c
+        return (total + jnp.zeros(n).sum() + x, n), None
+
+    try:
+        lax.scan(body, (0.0, 3), jnp.ones((4, 2)))
+    except TypeError as error:
+        found = loop_call(stack_at_raise(error), "scan", "body")
+    assert found is not None
+    assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0

@@ -314,7 +314,7 @@ def test_cell_exception_is_the_users_own_with_cell_lines(shell):
     import traceback
 
     last = traceback.extract_tb(error.__traceback__)[-1]
-    assert last.lineno == 2 and last.line == "raise ValueError('mine')"
+    assert last.lineno == 3 and last.line == "raise ValueError('mine')"
     assert last.filename.startswith("<ipython-input") or last.filename.endswith(".py")
 
 

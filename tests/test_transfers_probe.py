@@ -271,11 +271,22 @@ def test_numpy_attribute_passed_from_a_method_names_the_attribute_and_the_outer_
     assert group["provenance"]["started_by"]["code"] == "x = basis.recover(x)  # the outer call"
 
 
-def test_two_numpy_arguments_of_one_type_are_both_named_as_candidates():
+def test_two_numpy_arguments_of_one_type_are_told_apart_by_the_observed_call():
+    """The guard's log says only "f32[4]" twice; the jitted call's own arguments say which is which."""
     f = jax.jit(lambda a, b: a - b)
     a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
     with probes.transfers() as rep:
         f(a, b)
+    rows = [(t["argument"], t["count"], t["value"]) for t in rep.to_dict()["transfers"]]
+    assert rows == [("a", 1, "f32[4]"), ("b", 1, "f32[4]")] and rep.total == 2
+
+
+def test_two_numpy_arguments_of_one_type_not_observed_are_both_named_as_candidates():
+    f = jax.jit(lambda a, b: a - b)
+    a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with probes.keys(record=True), probes.transfers() as rep:  # %%jax_keys observes the calls: not twice
+        f(a, b)
+    assert rep.calls_unobserved
     (group,) = rep.to_dict()["transfers"]
     assert group["count"] == 2 and group["argument"] == "" and group["candidates"] == ["a", "b"]
     assert "one of a, b" in str(rep)

@@ -112,7 +112,7 @@ def test_host_array_at_every_call_and_keys_typed_and_legacy(shell):
         "for _ in range(5):\n    predict(X_host, jnp.ones(3))",
     )
     (found,) = findings(shell, "transfers")
-    assert found["function"] == "predict" and "f32[16,3]" in found["summary"] and "`x`" in found["summary"]
+    assert found["function"] == "predict" and "f32[16,3]" in found["summary"] and "`X_host`" in found["summary"]
     assert found["line"]["code"].strip() == "predict(X_host, jnp.ones(3))"
     cell(
         shell,

@@ -36,7 +36,10 @@ only the calls it says are due are observed, so that observing costs a bounded
 share of the block's time; observers find the call's number (its count in the
 block, per function) in ``jit_calls.call_number()``. The last call of each
 function, if skipped, is observed when the block ends (with its own line, as
-``jit_calls.call_site()`` gives every observed call's).
+``jit_calls.call_site()`` gives every observed call's). An observer with a ``count_skipped(function,
+number, args, kwargs)`` method is told the skipped calls of the functions in its ``skipped_wanted``
+(it must cost a few dictionary reads:
+``host_arguments`` counts the NumPy arrays at the paths a looked-at call showed).
 
 A cell that switches ``jax.debug_nans`` itself replaces the post hook for the
 rest of the block; ``lost`` then says so, and ``on_lost()`` is called at ``stop``.
@@ -69,6 +72,12 @@ class FastPathCalls:
     ):
 
         self._observers = observers
+        # observers that count what a skipped call holds (``count_skipped(function, number, args, kwargs)``:
+        # a few dictionary reads, e.g. the NumPy arrays of ``host_arguments``), so their counts are every
+        # call's; told only the calls of the functions in their ``skipped_wanted`` (a dict or set they keep)
+        self._skip_counters = tuple(
+            (o.skipped_wanted, o.count_skipped) for o in observers if hasattr(o, "count_skipped")
+        )
         self._state = state  # jit_calls' thread-local: depth (inside an observed call) and the call's details
         self._on_trace = on_trace
         self._on_lost = on_lost
@@ -150,6 +159,7 @@ class FastPathCalls:
             self._previous_hook,
         )
         calls, skipped, first_calls = sampler.calls, sampler.skipped, sampler.first_calls
+        skip_counters = self._skip_counters
 
         def hook(jitted, args, kwargs, output):
             try:
@@ -168,6 +178,9 @@ class FastPathCalls:
                         else:  # looked at when the block ends, if it stays the function's last call
                             skipped[function] = skipped.get(function, 0) + 1
                             unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lasti)
+                            for wanted, count_skipped in skip_counters:
+                                if function in wanted:
+                                    count_skipped(function, number, args, kwargs)
             except Exception:
                 pass  # a call we cannot read is not observed
             if previous is not None:  # jax.debug_nans was on around the block: its check still runs

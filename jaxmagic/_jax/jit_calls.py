@@ -163,7 +163,7 @@ def observing_calls(
     if _active:
         raise AlreadyActive(
             "cannot run inside another magic that follows every jit call: "
-            "%%jax_keys, %%jax_print and %%jax_doctor do not combine with one another"
+            "%%jax_keys, %%jax_print, %%jax_transfers and %%jax_doctor do not combine with one another"
         )
     from jax._src import pjit
     from jax.experimental.key_reuse import _core as key_reuse

@@ -22,7 +22,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.nan.producer import search
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, message_of
@@ -95,11 +95,9 @@ class CheckReport(Report):
     errors: list[CheckError] = dataclasses.field(default_factory=list)
     failure: str = ""  # the call could not be checked: "TypeError: ..."
 
-    @property
-    def status(self) -> Status:
-        if self.errors:
-            return Status.PROBLEM
-        return Status.ERROR if self.failure else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"checkify found {e.kind}") for e in self.errors]
+        return found + ([failed(self.failure)] if self.failure else [])
 
     @property
     def how_run(self) -> str:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 
 _DEFAULTS_SCRIPT = "import jax, json; print('RESULT ' + json.dumps({k: repr(v) for k, v in jax.config.values.items()}))"
@@ -97,9 +97,8 @@ class ConfigReport(Report):
     environment: dict[str, str] = dataclasses.field(default_factory=dict)  # JAX_* / XLA_* variables set here
     defaults_from: str = "a fresh Python process of this interpreter, without JAX_* and XLA_FLAGS (read once, cached)"
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM if self.changed else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [act(f"`{f.name}` = {f.current} (default {f.default})") for f in self.changed]
 
     @property
     def nondefault(self) -> dict[str, tuple[str, str]]:
@@ -198,9 +197,8 @@ class EnvReport(Report):
     host_shown: bool = False
     environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    @property
-    def status(self) -> Status:
-        return Status.OK
+    def concerns(self) -> list[Concern]:
+        return []  # versions and devices: nothing found in the program
 
     @property
     def summary(self) -> str:

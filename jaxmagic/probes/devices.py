@@ -22,7 +22,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import id_list
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import shown
 
@@ -46,11 +46,10 @@ class DevicesReport(Report):
     num_cpu_devices_config: int = -1  # jax_num_cpu_devices after the call
     xla_flags: str = ""  # XLA_FLAGS in the environment
 
-    @property
-    def status(self) -> Status:
+    def concerns(self) -> list[Concern]:
         if self.requested is not None and not self.applied and self.cpu_devices != self.requested:
-            return Status.PROBLEM
-        return Status.OK
+            return [act(f"{self.requested} CPU devices asked for after the backend started")]
+        return []
 
     @property
     def summary(self) -> str:

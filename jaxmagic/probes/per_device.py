@@ -40,7 +40,7 @@ from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, captu
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import device_colours
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import error_line
 
@@ -65,9 +65,8 @@ class PerDeviceReport(Report):
     prints: list[DevicePrint] = dataclasses.field(default_factory=list)
     failure: str = ""
 
-    @property
-    def status(self) -> Status:
-        return Status.ERROR if self.failure else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [failed(self.failure)] if self.failure else []
 
     @property
     def per_device_prints(self) -> list[DevicePrint]:

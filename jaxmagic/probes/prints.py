@@ -49,7 +49,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import ended, error_line, shown
@@ -146,11 +146,9 @@ class PrintReport(Report):
 
     # -- Report ----------------------------------------------------------------
 
-    @property
-    def status(self) -> Status:
-        if self.out_of_order:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act("output printed out of order")] if self.out_of_order else []
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def summary(self) -> str:

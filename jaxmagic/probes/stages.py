@@ -32,7 +32,7 @@ from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import error_line, format_bytes, short_dtype
 
@@ -80,9 +80,8 @@ class StagesReport(Report):
     failed_stage: str = ""  # "trace", "lower", "compile", "run"
     failure: str = ""  # "TypeError: ..."
 
-    @property
-    def status(self) -> Status:
-        return Status.ERROR if self.failure else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [failed(self.failure)] if self.failure else []
 
     @property
     def first_call_seconds(self) -> float | None:

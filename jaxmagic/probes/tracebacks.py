@@ -24,7 +24,7 @@ from types import TracebackType
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
@@ -102,9 +102,8 @@ class TracebackReport(Report):
     cause: str = ""  # type of __cause__, e.g. "UnfilteredStackTrace"
     notes: int = 0  # number of __notes__ JAX added
 
-    @property
-    def status(self) -> Status:
-        return Status.OK
+    def concerns(self) -> list[Concern]:
+        return []  # a setting switched, and the error it explains: nothing found in the program
 
     @property
     def summary(self) -> str:

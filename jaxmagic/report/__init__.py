@@ -31,6 +31,45 @@ class Status(str, enum.Enum):  # noqa: UP042 - reports compare and serialise it 
         return {"ok": "OK", "problem": "FOUND", "error": "FAILED", "running": "RUNNING"}[self.value]
 
 
+class Severity(str, enum.Enum):  # noqa: UP042 - serialised as a str
+    """How much one thing a report tells weighs in its verdict."""
+
+    ACT = "act"  # something the user should act on: the report cannot be OK
+    FAILED = "failed"  # the cell (or the probe) failed for a reason the report does not explain
+    NOTE = "note"  # worth knowing, nothing to fix: the report may still be OK
+
+
+@dataclasses.dataclass
+class Concern:
+    """One thing a report tells about the program, with its weight: the input of the report's verdict."""
+
+    severity: Severity
+    text: str
+
+
+def act(text: str) -> Concern:
+    return Concern(Severity.ACT, text)
+
+
+def failed(text: str) -> Concern:
+    return Concern(Severity.FAILED, text)
+
+
+def note(text: str) -> Concern:
+    return Concern(Severity.NOTE, text)
+
+
+def status_of(concerns: list[Concern]) -> Status:
+    """The one rule of every report's verdict: FOUND when there is anything to act on, else FAILED when
+    the cell failed unexplained, else OK - notes never change it."""
+    severities = {concern.severity for concern in concerns}
+    if Severity.ACT in severities:
+        return Status.PROBLEM
+    if Severity.FAILED in severities:
+        return Status.ERROR
+    return Status.OK
+
+
 @dataclasses.dataclass
 class SourceLine:
     """One line of the user's code: where a problem arose or was called from."""
@@ -50,7 +89,12 @@ class SourceLine:
 
 @dataclasses.dataclass
 class Report:
-    """Base of all reports. Subclasses add their findings as fields."""
+    """Base of all reports. Subclasses add their findings as fields, and list them in ``concerns()``.
+
+    The verdict (``status``) is derived here, from ``concerns()`` alone (``status_of``), never set beside
+    the findings: a report telling something to act on cannot say OK. A subclass does not define
+    ``status`` (``tests/test_one_verdict.py`` checks every one).
+    """
 
     kind: ClassVar[str] = "report"  # the magic's name, e.g. "jax_nans"
 
@@ -59,11 +103,18 @@ class Report:
         data["kind"] = self.kind
         data["status"] = self.status.value
         data["summary"] = self.summary
+        data["concerns"] = _jsonable([dataclasses.asdict(concern) for concern in self.concerns()])
         return data
+
+    def concerns(self) -> list[Concern]:
+        """Everything the report holds that weighs in its verdict: what to act on (``act``), an unexplained
+        failure (``failed``), and notes that leave it OK (``note``)."""
+        raise NotImplementedError
 
     @property
     def status(self) -> Status:
-        raise NotImplementedError
+        """The verdict: a function of ``concerns()`` only."""
+        return status_of(self.concerns())
 
     def document(self) -> Document:
         """What every renderer draws: the report as a domain-free Document."""

@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes
@@ -155,11 +155,10 @@ class BisectReport(Report):
     # when jit and eager disagree: whether what the runs receive already differs (dict order, dtypes, trace time)
     before_program: BeforeProgram | None = None
 
-    @property
-    def status(self) -> Status:
+    def concerns(self) -> list[Concern]:
         if self.verdict == "failed":
-            return Status.ERROR
-        return Status.OK if self.verdict in ("ok", "agree", "precision") else Status.PROBLEM
+            return [failed(self.verdict_text)]
+        return [] if self.verdict in ("ok", "agree", "precision") else [act(self.verdict_text)]
 
     @property
     def verdict_text(self) -> str:

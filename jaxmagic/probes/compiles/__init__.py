@@ -29,8 +29,11 @@ compiles a thousand shapes gives a summary, not a thousand log records.
 The package: ``probe`` (the ``compiles`` context manager), ``collector`` (the
 monitoring listener that builds the report as compilations happen), ``logs``
 (the filter on the ``jax`` loggers), ``stack`` (jit's frame at a compilation),
-``causes`` (why one compilation happened, in words), ``report`` (the report,
-its causes and fixes in words, and its document) and ``limits`` (what is kept).
+``causes`` (why one compilation happened, in words), ``baked`` (the Python values a
+function carries into its trace), ``why_again`` (the cause object every magic words a
+recompilation from), ``report`` (the report, its causes and fixes in words, and its
+document), ``static_fixes`` (the fix for a static argument by its kind), ``static_trial``
+(that fix tried by tracing the function once more after the block) and ``limits`` (what is kept).
 """
 
 from jaxmagic.probes.compiles.causes import classify
@@ -39,7 +42,7 @@ from jaxmagic.probes.compiles.collector import (
     EVENT_LOWER,
     EVENT_TRACE,
 )
-from jaxmagic.probes.compiles.function_state import FunctionState
+from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
 from jaxmagic.probes.compiles.limits import (
     CHANGES_KEPT,
     DETAILS_PER_FUNCTION,
@@ -52,19 +55,21 @@ from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
 from jaxmagic.probes.compiles.report import (
     CAUSE_TITLES,
     FIXES,
-    STATIC_FIXES,
     Compilation,
     CompileBudgetExceeded,
     CompileReport,
     FunctionCompiles,
 )
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
+from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES
+from jaxmagic.probes.compiles.why_again import RecompileCause, why_compiled_again
 
 __all__ = [
     "CAUSE_TITLES",
     "CHANGES_KEPT",
     "CONFIG_NAMES",
     "CallInfo",
+    "CompileHistory",
     "Compilation",
     "CompileBudgetExceeded",
     "CompileReport",
@@ -78,10 +83,12 @@ __all__ = [
     "FunctionCompiles",
     "FunctionState",
     "LOG_LINE_CHARS",
+    "RecompileCause",
     "STATIC_FIXES",
     "STATIC_VALUES_KEPT",
     "StaticValue",
     "classify",
     "compiles",
     "static_value",
+    "why_compiled_again",
 ]

@@ -17,11 +17,14 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.baked import baked_changes
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
-from jaxmagic.probes.compiles.report import FunctionCompiles, line_text
+from jaxmagic.probes.compiles.report import FunctionCompiles
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
 from jaxmagic.probes.compiles.user_arguments import LeafValue
+from jaxmagic.probes.compiles.why_again import baked_fix
+from jaxmagic.probes.compiles.wording import line_text
 from jaxmagic.report.source import is_user_file, source_line
 
 
@@ -63,7 +66,7 @@ def classify(
     if explanation is not None:
         explained = _explained_cause(summary, state, explanation, types, info)
         if explained is not None:
-            if explained.cause in ("first", "new_function"):
+            if explained.cause in ("first", "new_function", "baked_constant"):
                 return [explained]
             same_types = types is not None and state.last_types is not None and types == state.last_types
             if static is not None and explained.cause in ("types", "weak_type") and same_types:
@@ -72,9 +75,13 @@ def classify(
                 return [static]
             return [explained] + ([static] if static is not None else [])
         # "unavailable", "debug_info", "other": JAX could not name it; static values can.
+    elif _function_rebuilt(state, info):
+        # No explanation (switched off after many compilations, or none logged): the traced function is
+        # another object than at the last compilation, which is what JAX's "never seen function" says.
+        return [rebuilt_cause(summary, state, info)]
     elif traced and summary.count == 0 and state.last_types is None and static is None:
         return [_Cause("first", f"First compilation of `{summary.name}` in this cell.")]
-    elif not traced and summary.count > 0 and not info.transformed:  # a transformed program is never traced
+    elif not traced and state.compiled_before > 0 and not info.transformed:  # a transformed program is never traced
         return [
             _Cause(
                 "no_retrace",
@@ -147,7 +154,12 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
     kind = explanation.kind
     if kind == "never_seen":
         earlier = state.last_function() if state.last_function is not None else None
-        if summary.count > 0 and earlier is not None and info.function is not None and earlier is info.function():
+        if (
+            state.compiled_before > 0
+            and earlier is not None
+            and info.function is not None
+            and earlier is info.function()
+        ):
             # the very function object it traced before: not a new wrapper - JAX forgot it
             return _Cause(
                 "cache_cleared",
@@ -155,8 +167,8 @@ def _explained_cause(summary, state, explanation, types, info) -> _Cause | None:
                 "since its last compilation (jax.clear_caches(), or a library calling it).",
                 ["JAX's caches emptied between the calls"],
             )
-        if summary.count > 0:
-            return _new_function_cause(summary, info)
+        if state.compiled_before > 0:
+            return rebuilt_cause(summary, state, info)
         return _Cause("first", f"First compilation of {name}.")
     if kind == "types":
         changes = [
@@ -300,6 +312,62 @@ def _function_made_at(change: MetaChange):
     if not line.isdigit() or not is_user_file(filename):
         return None
     return source_line(filename, int(line), "")
+
+
+def _function_rebuilt(state: FunctionState, info: CallInfo) -> bool:
+    """Whether jit traced another function object than at the function's last compilation (a weak reference
+    that died is another object too: the function traced now is alive)."""
+    if state.compiled_before == 0 or state.last_function is None or info.function is None:
+        return False
+    if info.library or info.transformed or info.leaves:
+        return False  # a library's wrapper or a transformed program: the object traced is not the user's
+    return state.last_function() is not info.function()
+
+
+def rebuilt_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> _Cause:
+    """Why a function jitted anew compiled again: a Python value it carries changed (a closure's variable, a
+    functools.partial's argument: a constant of the program), or only the rebuilding (the same values).
+
+    jax#9288 (a lambda jitted in a loop compiles at every iteration), jax#2251 (a jitted function defined
+    inside the function called per step), optax#577 (a learning rate closed over is baked into the HLO).
+    """
+    changed = baked_changes(state.last_baked, info.baked)
+    if not changed or info.library:
+        cause = _new_function_cause(summary, info)
+        if not info.library:
+            cause.why += " " + _carried_values_text(summary, info)
+        return cause
+    texts = [f"`{name}`: {before} -> {now}" for name, before, now in changed[: limits.CHANGES_KEPT]]
+    names = [name for name, _, _ in changed]
+    seen = {name: list(state.baked_seen.get(name, [])) for name in names}
+    for name, _, now in changed:  # this compilation's value is recorded after its cause is found
+        if now not in seen[name]:
+            seen[name].append(now)
+    summary.field_fixes["baked_constant"] = baked_fix(summary.name, names, seen, info)
+    site = f" at {line_text(source_line(*info.call_site))}" if info.call_site is not None else ""
+    return _Cause(
+        "baked_constant",
+        f"`{summary.name}` is built anew{site} around another Python value: " + "; ".join(texts) + ". A value "
+        "a function closes over (or a functools.partial binds) is a constant of the program jit traces, so "
+        "each value is a new function and a new compilation.",
+        texts,
+    )
+
+
+def _carried_values_text(summary: FunctionCompiles, info: CallInfo) -> str:
+    if info.baked is None:
+        return (
+            f"Whether a value baked into `{summary.name}` (a closure, a functools.partial's argument) differed "
+            "between the builds could not be told: what jit was given is not a Python function or partial "
+            "whose closure can be read."
+        )
+    plain = {name: value.text for name, value in info.baked.items() if value.by_value}
+    other = [f"`{name}` ({value.type_name})" for name, value in info.baked.items() if not value.by_value]
+    unread = f" It also carries {', '.join(other[:4])}, not compared." if other else ""
+    if not plain:
+        return f"`{summary.name}` carries no Python number or string that could differ between builds.{unread}"
+    values = ", ".join(f"`{name}` = {text}" for name, text in list(plain.items())[:4])
+    return f"The Python values it carries are the same as at the last build ({values}).{unread}"
 
 
 def _new_function_cause(summary: FunctionCompiles, info: CallInfo) -> _Cause:
@@ -493,7 +561,7 @@ def _unexplained_cause(summary, state, explanation, types, info, static: _Cause 
     name = f"`{summary.name}`"
     if static is not None:
         return static
-    if summary.count > 0 and types == state.last_types:
+    if state.compiled_before > 0 and types == state.last_types:
         fields = _metadata_cause(summary, state, info)
         if fields is not None:
             return fields
@@ -508,7 +576,9 @@ def _unexplained_cause(summary, state, explanation, types, info, static: _Cause 
                 changes,
             )
         return _Cause("types", "Argument types changed (from the compile log): " + "; ".join(changes) + ".", changes)
-    if summary.count == 0 and (explanation is None or explanation.kind != "unavailable" or not info.static_values):
+    if state.compiled_before == 0 and (
+        explanation is None or explanation.kind != "unavailable" or not info.static_values
+    ):
         return _Cause("first", f"First compilation of {name} in this cell.")
     if info.static_values and state.last_static is None:
         values = "; ".join(f"{k} = {v.text}" for k, v in info.static_values.items())

@@ -19,7 +19,7 @@ from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.causes import classify
-from jaxmagic.probes.compiles.function_state import FunctionState
+from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
@@ -28,9 +28,16 @@ from jaxmagic.probes.compiles.stack import (
     read_jit_frame,
     read_transformed_program,
 )
+from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
+from jaxmagic.probes.compiles.why_again import why_compiled_again
 from jaxmagic.probes.compiles.wrapped import jax_dirs
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
+from jaxmagic.report.wording import error_line
+
+# why a probe made with try_fixes=False (the watch: it shows a finding once, so a trial after a later cell
+# would run the user's function again unsaid) offers the static-number fix untried
+UNTRIED_HERE = "jaxmagic does not trace your function again here; %%jax_compiles on the cell tries it"
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -40,8 +47,16 @@ EVENT_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 class Collector:
     """Receives monitoring events and compile log lines; builds the report as compilations happen."""
 
-    def __init__(self, report: CompileReport, stack: contextlib.ExitStack):
+    def __init__(
+        self,
+        report: CompileReport,
+        stack: contextlib.ExitStack,
+        history: CompileHistory | None = None,
+        try_fixes: bool = True,
+    ):
         self.report = report
+        self._history = history
+        self._try_fixes = try_fixes  # keep each call's abstract arguments to try static fixes on after the block
         self._stack = stack
         self._thread = threading.get_ident()
         self._lock = threading.Lock()
@@ -119,7 +134,7 @@ class Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        held = read_jit_frame(frame.f_locals, info, is_user_file)
+                        held = read_jit_frame(frame.f_locals, info, is_user_file, self._try_fixes)
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                     if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
@@ -185,11 +200,11 @@ class Collector:
                 if info.defined_file
                 else ""
             )
-            state = self._functions[key] = FunctionState(
-                FunctionCompiles(
-                    name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
-                )
+            fresh = FunctionCompiles(
+                name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
             )
+            earlier = self._history.states.get(key) if self._history is not None else None
+            state = self._functions[key] = earlier.carried(fresh) if earlier is not None else FunctionState(fresh)
             report.functions.append(state.summary)
             self._last_of_name[(name, info.kind)] = state
         summary = state.summary
@@ -214,7 +229,10 @@ class Collector:
         state.last_static = dict(info.static_values)
         state.last_metadata = dict(info.metadata)
         state.last_function = info.function
+        if info.trial_arguments is not None:
+            state.trial_arguments = info.trial_arguments
         state.last_leaves = dict(info.leaves) if info.leaves else None
+        _record_baked(summary, state, info.baked)
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
@@ -264,8 +282,28 @@ class Collector:
         self._stack.enter_context(jax.explain_cache_misses(False))
 
     def finish(self) -> None:
+        """After the block (JAX's logs and listeners already off): try each static-number fix by tracing, then
+        drop what the trials needed, so the report holds nothing of the user's."""
         with self._lock:
+            for state in self._functions.values():
+                if not self._try_fixes:
+                    say_untried(state.summary, UNTRIED_HERE)
+                elif state.trial_arguments is not None:
+                    function = state.last_function() if state.last_function is not None else None
+                    try:
+                        try_static_fix(state.summary, function, *state.trial_arguments)
+                    except Exception as failure:  # jaxmagic's own trial failed: the fix is offered untried
+                        say_untried(state.summary, f"jaxmagic's trial failed: {error_line(failure)}")
+                    del function
+                    for compilation in self.report.compilations:
+                        if compilation.function == state.summary.name and compilation.cause == "static":
+                            compilation.fix = state.summary.fix_for("static")
+                state.trial_arguments = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
+            for state in self._functions.values():
+                state.summary.again = why_compiled_again(state.summary) if state.summary.recompiled else None
+            if self._history is not None:
+                self._history.states.update(self._functions)
 
 
 def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:
@@ -284,6 +322,16 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
         kept = summary.static_values.setdefault(name, [])
         if len(kept) < limits.STATIC_VALUES_KEPT:
             kept.append(text)
+
+
+def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict | None) -> None:
+    """Keep the values the function carried, and the first distinct texts of each (the values seen)."""
+    state.last_baked = dict(baked) if baked is not None else None
+    for name, value in (baked or {}).items():
+        seen = state.baked_seen.setdefault(name, [])
+        if value.by_value and value.text not in seen and len(seen) < limits.STATIC_VALUES_KEPT:
+            seen.append(value.text)
+    summary.baked_values = {name: list(texts) for name, texts in state.baked_seen.items() if len(texts) > 1}
 
 
 def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:

@@ -9,6 +9,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes.compiles.collector import Collector
+from jaxmagic.probes.compiles.function_state import CompileHistory
 from jaxmagic.probes.compiles.logs import compile_logs_captured
 from jaxmagic.probes.compiles.report import CompileReport
 from jaxmagic.report.wording import error_line
@@ -23,7 +24,13 @@ class compiles:
     ``fn`` when given); when exceeded and the block itself did not raise,
     leaving the block raises ``CompileBudgetExceeded`` (``raise_over_budget=False``
     leaves that to the caller: ``report.raise_if_over_budget()``). ``show_all``
-    makes the report list eager-operation compilations as well.
+    makes the report list eager-operation compilations as well. ``history``
+    carries what each function last compiled with from one block to the next
+    (``%jax_watch`` gives one to every cell), so the causes compare across blocks. ``try_fixes``: after
+    the block, trace once more each function a static number compiled again, with
+    that number traced, to tell whether "pass it traced" works (the report says it
+    did: ``FunctionCompiles.traced_again_to_try``); False offers that fix untried,
+    for a caller that may not show the report.
     """
 
     def __init__(
@@ -33,11 +40,15 @@ class compiles:
         fn: str | None = None,
         show_all: bool = False,
         raise_over_budget: bool = True,
+        history: CompileHistory | None = None,
+        try_fixes: bool = True,
     ):
         if budget is not None and budget < 0:
             raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
         self.report = CompileReport(show_all=show_all, budget=budget, budget_function=fn or "")
         self.raise_over_budget = raise_over_budget
+        self._history = history
+        self.try_fixes = try_fixes
         self._collector: Collector | None = None
         self._stack: contextlib.ExitStack | None = None
 
@@ -47,7 +58,7 @@ class compiles:
 
         stack = contextlib.ExitStack()
         stack.enter_context(preserved_jax_state(CONFIG_NAMES))
-        collector = Collector(self.report, stack)
+        collector = Collector(self.report, stack, self._history, self.try_fixes)
         try:
             stack.enter_context(compile_logs_captured(collector.on_log))
             monitoring.register_event_duration_secs_listener(collector.on_duration)  # type: ignore[arg-type]  # JAX's Protocol names the second parameter duration_secs

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
+from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
@@ -28,6 +31,7 @@ CAUSE_TITLES = {
     "static": "static argument value changed",
     "static_identity": "static argument is a new object each call, hashed by identity",
     "new_function": "a new jit wrapper built at each call",
+    "baked_constant": "a Python value baked in: a new function per value",
     "cache_cleared": "JAX's caches were emptied",
     "context": "JAX setting changed",
     "no_retrace": "compiled again without re-tracing",
@@ -82,6 +86,12 @@ FIXES = {
         "a lambda or functools.partial made in a loop). Each new wrapper starts with an empty cache. Build "
         "the jitted function once, outside the helper or loop (e.g. grad_fn = jax.jit(jax.grad(loss)) at "
         "module level), and pass what changes as arguments."
+    ),
+    "baked_constant": (
+        "A Python value the jitted function closes over (or a functools.partial binds) is a constant of the "
+        "compiled program: each value builds a new function, and each new function compiles again. Pass the "
+        "value as an argument of the jitted function instead (traced), and jit the function once, so one "
+        "compilation serves every value."
     ),
     "cache_cleared": (
         "jax.clear_caches() empties every cache of the process: every jitted function and every eager "
@@ -168,6 +178,15 @@ class FunctionCompiles:
     compile_seconds: float = 0.0
     first_line: SourceLine | None = None
     field_fixes: dict[str, str] = dataclasses.field(default_factory=dict)  # cause -> the fix naming the field
+    baked_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # closed-over value -> texts seen
+    again: Any = None  # why_again.RecompileCause: why it compiled again, set when the block ends
+    # "pass the static number traced", tried by tracing the function with it traced (compiles/static_trial.py):
+    # how and what happened ("tried by tracing `f` with `n` traced (as jnp.int32(n)): it fails at ..."), "" when
+    # there was nothing to try; whether it works (None: not tried); whether jaxmagic ran the function again
+    # (traced it once more, after the block, with its output not shown) to find out
+    static_fix_trial: str = ""
+    static_fix_works: bool | None = None
+    traced_again_to_try: bool = False
 
     @property
     def jit_name(self) -> str:
@@ -183,7 +202,7 @@ class FunctionCompiles:
     def causes_again(self) -> list[str]:
         """Why it compiled again, most frequent first (ties: the more telling cause first)."""
         again = [cause for cause in self.causes if cause not in ("first", "jaxmagic")]
-        return sorted(again, key=lambda cause: (-self.causes[cause], _priority(cause)))
+        return sorted(again, key=lambda cause: (-self.causes[cause], cause_priority(cause)))
 
     @property
     def main_cause(self) -> str:
@@ -212,11 +231,13 @@ class FunctionCompiles:
                 return f"{title}: {'; '.join(parts)}"
         if cause in ("static", "static_identity") and self.static_values:  # else: a wrapper's, in the examples
             parts = [
-                f"`{name}` {_value_sequence(values, self.static_value_counts.get(name, 0))}"
+                f"`{name}` {value_sequence(values, self.static_value_counts.get(name, 0))}"
                 for name, values in self.static_values.items()
                 if len(values) > 1 or cause == "static_identity"
             ]
             return f"{title}: {'; '.join(parts)}" if parts else title
+        if cause == "baked_constant" and self.baked_values:
+            return f"{title}: " + "; ".join(f"`{n}` {' -> '.join(v)}" for n, v in self.baked_values.items())
         examples = self.change_examples.get(cause, [])
         if examples:
             return f"{title}: {'; '.join(examples[:3])}" + ("; ..." if len(examples) > 3 else "")
@@ -249,8 +270,8 @@ class FunctionCompiles:
             kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
             if kind and cause == "static_identity":
                 return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
-            if kind == "number":
-                return f"{FIXES[cause]} {_number_fix(self.static_kinds, self.static_values)}"
+            if kind == "number" and cause == "static":
+                return number_fix_tried(self, FIXES["static"])
             if kind:
                 return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
         if cause == "types":
@@ -273,7 +294,7 @@ class FunctionCompiles:
                 parts.append("jit was given a newly built function (a new wrapper) at each call")
             elif cause == "no_retrace":
                 parts.append("compiled again without tracing again")
-            elif cause in ("static", "static_identity") or self.change_examples.get(cause):
+            elif cause in ("static", "static_identity", "baked_constant") or self.change_examples.get(cause):
                 parts.append(self.cause_text(cause).split(": ", 1)[-1])
         text = "; ".join(parts)
         if text and self.main_cause in ("static", "static_identity") and self.distinct_argument_types == 1:
@@ -285,44 +306,6 @@ class FunctionCompiles:
         """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
         ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
-
-
-# The fix for a static argument, by the kind of its values (``StaticValue.kind``).
-STATIC_FIXES = {
-    "number": (
-        "The static value only feeds arithmetic (a learning-rate schedule, a step counter): make it a traced "
-        "argument - drop it from static_argnums/static_argnames and pass an array, e.g. jnp.int32(step)."
-    ),
-    "function": (
-        "A function is hashed by identity, so a lambda or functools.partial built anew for each call is a new "
-        "cache key. Build it once, before the loop, and pass that same object; put what changes into a "
-        "traced argument."
-    ),
-    "functions": (
-        "A tuple or NamedTuple holding functions (an optax GradientTransformation, a pair of init/apply "
-        "functions) is hashed by its functions' identities, so one built by a factory at each call is always "
-        "new. Build it once, before the loop, and pass that same object (or close over it); pass what "
-        "changes, such as a learning rate, as a traced argument."
-    ),
-    "object": (
-        "An object whose class has no __eq__/__hash__ of its own (a plain class, a dataclass(eq=False), a "
-        "module object) is hashed by identity. Build it once and reuse it; or make it hashable by value "
-        "(a frozen dataclass, or __eq__ and __hash__ over its fields); or, if it holds arrays, pass it as a "
-        "traced pytree argument instead of a static one (jax.tree_util.register_dataclass, "
-        "flax.struct.dataclass, equinox.Module)."
-    ),
-}
-
-
-def _number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
-    """The fix for a static number, with the argument's own name and a dtype its values fit:
-    ``jnp.float32(lr)`` for 0.1, 0.05; ``jnp.int32(step)`` for 1, 2."""
-    name = next((n for n in values if kinds.get(n) == "number"), "")
-    if not name:
-        return STATIC_FIXES["number"]
-    floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
-    dtype = "jnp.float32" if floats else "jnp.int32"
-    return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
 
 
 def _rebuilt_sentence(f: FunctionCompiles) -> str:
@@ -343,36 +326,6 @@ def _scalar_kind_change(change: str) -> str:
     """The argument's name when ``change`` is an int scalar becoming a float one or back ("s: i32[] -> f32[]")."""
     match = _SCALAR_CHANGE.match(change)
     return match["name"] if match and match["a"] != match["b"] else ""
-
-
-# Which cause to name first when two are equally frequent: the ones people find hardest first.
-_CAUSE_PRIORITY = (
-    "static",
-    "static_identity",
-    "new_function",
-    "cache_cleared",
-    "weak_type",
-    "passing",
-    "pytree",
-    "types",
-    "context",
-    "no_retrace",
-    "unexplained",
-    "eager",
-    "jaxmagic",
-    "first",
-)
-
-
-def _priority(cause: str) -> int:
-    return _CAUSE_PRIORITY.index(cause) if cause in _CAUSE_PRIORITY else len(_CAUSE_PRIORITY)
-
-
-def _value_sequence(values: list[str], distinct: int) -> str:
-    text = " -> ".join(values)
-    if distinct > len(values):
-        text += f" -> ... ({distinct} different values)"
-    return text
 
 
 @dataclasses.dataclass
@@ -467,11 +420,11 @@ class CompileReport(Report):
 
     # -- Report ----------------------------------------------------------------
 
-    @property
-    def status(self) -> Status:
-        if self.over_budget or self.recompiled_functions or self.rebuilt_loops:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act("over the compilation budget")] if self.over_budget else []
+        found += [act(f"`{f.name}` compiled {f.count} times") for f in self.recompiled_functions]
+        found += [act("a loop rebuilt at each call") for _ in self.rebuilt_loops]
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def summary(self) -> str:
@@ -566,7 +519,7 @@ class CompileReport(Report):
                     f"`{f.jit_name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
                     f"{f.count} ({f.distinct_argument_types} argument type(s))",
                     f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
-                    _stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
+                    stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
                 ]
                 for f in listed
             ]
@@ -609,7 +562,7 @@ class CompileReport(Report):
                         "same" if same and line == line_text(previous.line) else line,
                         CAUSE_TITLES.get(c.cause, c.cause) + (f": {changed}" if changed else ""),
                         "same" if same and types == (previous.argument_types or "-") else types,
-                        _stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
+                        stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
                     ]
                 )
             columns = [
@@ -693,14 +646,3 @@ class CompileReport(Report):
                 )
             )
         return Document("%%jax_compiles", self.status, self.summary, sections)
-
-
-def _stage_times(*seconds: float | None) -> str:
-    """``"1.4 / 1.3 / 27.3 ms"``: the three stage durations in one cell."""
-    return " / ".join("-" if t is None else f"{t * 1e3:.1f}" for t in seconds) + " ms"
-
-
-def line_text(line: SourceLine | None) -> str:
-    if line is None:
-        return "-"
-    return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else f"{line.where}"

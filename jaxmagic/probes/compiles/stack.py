@@ -14,6 +14,8 @@ import weakref
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments
+from jaxmagic.probes.compiles.baked import BakedValue, baked_values
 from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
 from jaxmagic.report.source import defining_code
@@ -43,6 +45,13 @@ class CallInfo:
     library: str = ""
     # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
     leaves: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The Python values the traced function carries (closure, functools.partial arguments), by name; None
+    # when they could not be read (baked.py)
+    baked: dict[str, BakedValue] | None = None
+    # The call as a static-argument fix can be tried on (``fixes/traced_trial``): (args, kwargs) with every
+    # traced argument an abstract value (shape and dtype) and the static ones as given; only when a
+    # static argument is a number (the fix "pass it traced" is offered for those). Dropped after the block.
+    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None  # (args, kwargs, static name -> position)
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -67,9 +76,10 @@ def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
     info.kind = "user" if is_user(info.defined_file) else "library"
 
 
-def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, list] | None:
+def read_jit_frame(local_vars, info: CallInfo, is_user, for_trial: bool = True) -> tuple[HeldFunction, list] | None:
     """Read jit's ``cache_miss`` frame into ``info``. For a library's callable holding the user's function
-    (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by."""
+    (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by.
+    ``for_trial``: keep the call's abstract arguments when a static argument is a number (``trial_arguments``)."""
     fun = local_vars.get("fun")
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
@@ -87,6 +97,8 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, l
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
         info.kind = "user" if is_user(code.co_filename) or held is not None else "library"
+    if info.kind == "user" and held is None:
+        info.baked = baked_values(fun, is_user)
     found = (held, [args[i] for i in static_argnums if i < len(args)]) if held is not None else None
     if jit_info is None:
         return found
@@ -105,6 +117,12 @@ def read_jit_frame(local_vars, info: CallInfo, is_user) -> tuple[HeldFunction, l
         if name in kwargs:
             info.static_values[name] = static_value(kwargs[name])
     info.static_argnames = names
+    if for_trial and held is None and any(value.kind == "number" for value in info.static_values.values()):
+        positions = set(getattr(jit_info, "static_argnums", ()) or ())
+        with contextlib.suppress(Exception):  # an argument jaxmagic cannot make abstract: the fix stays untried
+            abstract_args, abstract_kwargs = abstract_arguments(tuple(args), dict(kwargs), positions, set(names))
+            at = {name: index for index, name in zip(getattr(jit_info, "static_argnums", ()) or (), names)}
+            info.trial_arguments = (abstract_args, abstract_kwargs, at)
     if info.kind == "user":
         static_indices = set(getattr(jit_info, "static_argnums", ()) or ())
         for index, value in enumerate(args):

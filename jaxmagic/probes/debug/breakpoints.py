@@ -27,7 +27,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.debug.report import FrameView, values_table
 from jaxmagic.probes.debug.values import summarize
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section
 from jaxmagic.report.source import is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line, message_of
@@ -62,11 +62,12 @@ class BreakpointReport(Report):
 
     kind = "jax_debug"
 
-    @property
-    def status(self) -> Status:
-        if self.error and not self.quit:
-            return Status.ERROR
-        return Status.PROBLEM if self.hit_count else Status.OK
+    def concerns(self) -> list[Concern]:
+        # A breakpoint hit is what the user asked for, not a problem: the cell's own error is the only failure.
+        hits = [note(f"{self.hit_count} breakpoint hit(s)")] if self.hit_count else []
+        quit_ = [note("quit at a breakpoint (q): the cell ended there")] if self.quit else []
+        error = [failed(f"the cell raised {self.error}")] if self.error and not self.quit else []
+        return error + hits + quit_
 
     @property
     def summary(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 
 
@@ -70,9 +70,11 @@ class DebugReport(Report):
 
     kind = "jax_debug"
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM if self.stopped is not None else Status.ERROR
+    def concerns(self) -> list[Concern]:
+        # The failing line found, with its values: what to act on. Not found: the debugging failed, and says why.
+        found = [act(self.summary)] if self.stopped is not None else [failed(self.unavailable or self.summary)]
+        rerun = ["your Python code ran again (its side effects happened once more)"] if self.reran_user_code else []
+        return found + [note(text) for text in rerun + self.notes]
 
     @property
     def position(self) -> str:

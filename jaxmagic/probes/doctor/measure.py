@@ -70,7 +70,7 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             if "compiles" not in skip:
                 report.compiles = stack.enter_context(compiles(raise_over_budget=False))
             if "transfers" not in skip:
-                report.transfers = stack.enter_context(transfers(mode="log"))
+                report.transfers = stack.enter_context(transfers(mode="log", host_observer=host))
             observers = ((watch,) if watch is not None else ()) + ((host,) if host is not None else ())
 
             def calls_unseen():

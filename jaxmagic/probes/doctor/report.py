@@ -11,12 +11,12 @@ import dataclasses
 import re
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.compiles import CAUSE_TITLES
+from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans.sighting import nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended, error_line, format_bytes
@@ -57,6 +57,7 @@ class Finding:
     short: str = ""  # a few words for the headline: "`mul` in the backward pass of `train_step`"
     provenance: Provenance | None = None  # where the value was made; the call that started it as context
     call_number: int = 0  # NaN: which call of the function (the user's calls) first returned it
+    cause: RecompileCause | None = None  # recompilation: the cause %%jax_compiles gives (compiles.why_again)
 
 
 @dataclasses.dataclass
@@ -88,11 +89,9 @@ class DoctorReport(Report):
     def areas(self) -> list[str]:
         return [f.area for f in self.findings]
 
-    @property
-    def status(self) -> Status:
-        if self.findings:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"{f.area}: {f.title}") for f in self.findings]
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def summary(self) -> str:
@@ -320,15 +319,17 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
         return []
     found = []
     for f in compiles.recompiled_functions:
+        cause = f.again or why_compiled_again(f)  # %%jax_compiles' own cause object, worded the same
         found.append(
             _finding(
                 "compiles",
-                f"`{f.name}` compiled {f.count} times: {f.reason}",
-                evidence=f.evidence or f.cause_breakdown,
+                f"`{f.name}` compiled {f.count} times: {cause.reason}",
+                evidence=cause.evidence,
                 line=f.first_line,
-                fix=f.fix,
+                fix=cause.fix,
                 next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
-                short=f"`{f.name}` {f.count} times, {CAUSE_TITLES.get(f.main_cause, f.main_cause)}",
+                short=f"`{f.name}` {f.count} times, {cause.title}",
+                cause=cause,
             )
         )
     return found
@@ -359,16 +360,8 @@ def _transfer_findings(report: DoctorReport) -> list[Finding]:
                 )
             )
     for h in report.host_arguments:
-        if h.calls >= REPEATED_TRANSFERS:
-            found.append(
-                _finding(
-                    "transfers",
-                    f"`{h.function}` was given a NumPy array ({h.value}, argument "
-                    f"`{h.argument}`) in {h.calls} calls: copied to the device every time",
-                    line=h.line,
-                    fix=WHY,
-                )
-            )
+        if h.repeated:
+            found.append(_finding("transfers", h.title, line=h.line, fix=WHY))
     return found[:3]
 
 

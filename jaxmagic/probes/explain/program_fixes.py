@@ -22,6 +22,7 @@ from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.tracers import text
 from jaxmagic.probes.explain.frames import innermost_user_frame
 from jaxmagic.probes.explain.kinds import classify
+from jaxmagic.probes.explain.loop_fixes import carried_value_fix
 from jaxmagic.probes.explain.report import TracerErrorReport
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line
@@ -97,6 +98,11 @@ def static_expression(code: str) -> tuple[str, str] | None:
     return None
 
 
+def names_jit(use: str) -> bool:
+    """A fix that tells the user to change a jit: static arguments, or ``jax.jit(...)`` itself."""
+    return "static_argnums" in use or "static_argnames" in use or "jax.jit" in use
+
+
 def _static_names(use: str) -> list[str]:
     """The names of a ``static_argnames=('n',)`` fix; [] for none or a pattern ``(...)``."""
     match = re.search(r"static_argnames=\(([^)]*)\)", use)
@@ -119,11 +125,11 @@ def fit_static_fixes(
     parameters = _parameters_of_frames(frames)  # for a function no jit on the stack traced
 
     def applies(fix: Fix) -> bool:
+        if names_jit(fix.use) and not jits and (inside or report.transformation != "jit"):
+            return False  # a bare scan, vmap, grad: no jit of the user's to give static arguments to
         names = set(_static_names(fix.use))
         if not names:
             return True
-        if not jits and report.transformation != "jit":
-            return False  # vmap, scan, grad alone: no jit to give static arguments to
         jitted = jit_of(fix)
         if jitted is not None:
             return names <= set(jitted.parameters)
@@ -161,6 +167,9 @@ def fit_static_fixes(
             fix = line_trial(fix)
         tried.append(fix)
     _add_static_expression_with_static_arguments(report, tried, expression is not None, line_trial)
+    carried = carried_value_fix(report, inside, frames)
+    if carried is not None:
+        tried.insert(0, carried)
     # a fix tried on the user's function that still fails does not apply: it is reported apart
     tried.sort(key=lambda f: f.checked.startswith("checked: not enough"))
     report.fixes = [f for f in tried if not f.checked.startswith("checked: still fails")]

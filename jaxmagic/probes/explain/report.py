@@ -8,7 +8,7 @@ import dataclasses
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.tracers import text
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -55,9 +55,8 @@ class TracerErrorReport(Report):
     provenance: Provenance | None = None  # where the offending value was made, in what, started by which call
     failing_lambda: str = ""  # the body of the lambda that raised, when the failing line is more than it
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM
+    def concerns(self) -> list[Concern]:
+        return [act(f"{self.error_type} explained")]  # the error the user hit, and its cause
 
     @property
     def failing_line(self) -> SourceLine | None:
@@ -194,9 +193,8 @@ class UnexplainedErrorReport(Report):
     reason: str = ""  # why jaxmagic could not explain it
     your_lines: list[SourceLine] = dataclasses.field(default_factory=list)  # outermost first
 
-    @property
-    def status(self) -> Status:
-        return Status.ERROR
+    def concerns(self) -> list[Concern]:
+        return [failed(f"{self.error_type}: {self.reason}")]
 
     @property
     def summary(self) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Paragraph, Section, Table
 
 
@@ -54,13 +54,10 @@ class GatherReport(Report):
     findings: list[GatherFinding] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    @property
-    def status(self) -> Status:
-        if self.findings:
-            return Status.PROBLEM
-        if any(entry.status in ("problem",) for entry in self.processes):
-            return Status.PROBLEM
-        return Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f.summary) for f in self.findings]
+        found += [act(f"process {e.process}: {e.headline}") for e in self.processes if e.status == "problem"]
+        return found
 
     @property
     def summary(self) -> str:

@@ -15,7 +15,7 @@ from jaxmagic.probes.hlo.records import (
     ScopeOp,
     SweepPoint,
 )
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.wording import format_bytes
@@ -81,15 +81,19 @@ class HloReport(Report):
     def named_constants(self) -> list[CapturedConstant]:
         return [c for c in self.constants if c.name]
 
-    @property
-    def status(self) -> Status:
+    def concerns(self) -> list[Concern]:
         if self.failure:
-            return Status.ERROR
-        if self.literals or self.named_constants or any(c.large or c.made_while_tracing for c in self.constants):
-            return Status.PROBLEM
+            return [failed(self.failure)]
+        found = [act(f"`{literal.name}` baked in as {literal.value}") for literal in self.literals]
+        found += [act(f"`{c.name}` captured as a constant") for c in self.named_constants]
+        found += [
+            act("a large constant, or one made while tracing")
+            for c in self.constants
+            if c.large or c.made_while_tracing
+        ]
         if self.scope and not self.scope_found:
-            return Status.PROBLEM
-        return Status.OK
+            found.append(act(f"scope {self.scope!r} not found"))
+        return found
 
     @property
     def summary(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
@@ -262,11 +262,13 @@ class KeyReport(Report):
             if d.repeated and not (d.line and (d.line.filename, d.line.lineno) in named and not d.legacy)
         ]
 
-    @property
-    def status(self) -> Status:
-        if self.reuse or self.repeated_flows or self.repeated_draws or self.shared or self.new_loop_draws:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"key reused by `{r.consumer}`") for r in self.reuse]
+        found += [act(f"`{f.function}` got the same key") for f in self.repeated_flows]
+        found += [act(f"`jax.random.{d.api}` got the same key") for d in self.repeated_draws]
+        found += [act(draw.short) for draw in self.shared]
+        found += [act(draw.short) for draw in self.new_loop_draws]
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def summary(self) -> str:

@@ -7,7 +7,7 @@ import dataclasses
 
 from jaxmagic.probes._support.fixes.leak_fixes import leak_fixes
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -101,11 +101,10 @@ class LeakReport(Report):
     other_error: str = ""  # the block failed for another reason: "ValueError: ..."
     jax_message: str = ""  # JAX's error message, ids removed
 
-    @property
-    def status(self) -> Status:
-        if self.leaked or self.unexpected:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"a tracer leaked from {t.created_at.where if t.created_at else 'a trace'}") for t in self.leaked]
+        found += [act("a tracer was used outside its trace")] if self.unexpected else []
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def primary(self) -> list[LeakedTracer]:

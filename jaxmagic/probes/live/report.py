@@ -10,7 +10,7 @@ import dataclasses
 
 from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Status
+from jaxmagic.report import Concern, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes, short_dtype
@@ -166,20 +166,17 @@ class LiveReport(Report):
         """Arrays no variable of the user holds directly: in containers aside, the ones that surprise."""
         return sum(self.count_by_kind(k) for k in (KIND_OUTPUT, KIND_TRACEBACK, KIND_JIT_CACHE, KIND_ELSEWHERE))
 
-    @property
-    def status(self) -> Status:
+    def concerns(self) -> list[Concern]:
         if self.mode == "cell":
-            return Status.PROBLEM if self.groups else (Status.ERROR if self.other_error else Status.OK)
-        return (
-            Status.PROBLEM
-            if (
-                self.containers
-                or self.count_by_kind(KIND_JIT_CACHE)
-                or self.count_by_kind(KIND_OUTPUT)
-                or self.count_by_kind(KIND_TRACEBACK)
-            )
-            else Status.OK
-        )
+            found = [act(f"{g.type_text} grew") for g in self.groups]
+            return found or ([failed(self.other_error)] if self.other_error else [])
+        found = [act("a container holding arrays") for _ in self.containers]
+        found += [
+            act(f"arrays held by {kind}")
+            for kind in (KIND_JIT_CACHE, KIND_OUTPUT, KIND_TRACEBACK)
+            if self.count_by_kind(kind)
+        ]
+        return found
 
     @property
     def summary(self) -> str:

@@ -94,6 +94,24 @@ def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = Fa
     (``report.inside_searches``); every call then takes JAX's slower Python
     dispatch path.
     """
+    with _checked(infs=infs, namespace=namespace, inside=inside) as report:
+        yield report
+
+
+@contextlib.contextmanager
+def nans_of_call(call: FailingCall, *, infs: bool = False) -> Iterator[NanReport]:
+    """The block (which makes ``call``) under the checks as ``nans()`` runs it, with the producer search
+    trying ``call`` itself first: the outermost expression there is when the call is made by code that is
+    not the user's (the doctor's and the watch's re-run of a jitted call), as the cell's own statement is
+    for ``%%jax_nans`` - so the infinities its arguments held are given the same way on every path."""
+    with _checked(infs=infs, namespace=None, inside=False, outermost=call) as report:
+        yield report
+
+
+@contextlib.contextmanager
+def _checked(
+    *, infs: bool, namespace: dict | None, inside: bool, outermost: FailingCall | None = None
+) -> Iterator[NanReport]:
     report = NanReport(checks=["nan", "inf"] if infs else ["nan"], inside=inside)
     before = _bindings(namespace)
     counts = None
@@ -113,7 +131,7 @@ def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = Fa
     except FloatingPointError as error:
         with preserved_jax_state(CONFIG_NAMES):
             try:
-                _explain(report, error, infs, counts)
+                _explain(report, error, infs, counts, outermost)
                 conclude(report)
             except Exception as failure:  # never let our analysis hide the user's error
                 report.notes.append(f"jaxmagic could not finish its analysis: {error_line(failure)}")
@@ -134,7 +152,13 @@ def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = Fa
         report.checked_scope = scope_text(report.jit_calls, inside=evaluated, counted=counts is not None)
 
 
-def _explain(report: NanReport, error: BaseException, infs: bool, counts: CallSiteCounts | None = None) -> None:
+def _explain(
+    report: NanReport,
+    error: BaseException,
+    infs: bool,
+    counts: CallSiteCounts | None = None,
+    outermost: FailingCall | None = None,
+) -> None:
     if not _JAX_WORDING.search(message_of(error)) and not _raised_by_jax(error):
         report.python_error = report.other_error = error_line(error)  # NumPy's np.seterr(all="raise"), ...
         report.call_path = user_lines(error.__traceback__)
@@ -161,7 +185,7 @@ def _explain(report: NanReport, error: BaseException, infs: bool, counts: CallSi
             break
         if leaves:
             infinite.append((call, leaves))
-    _search_producer(report, error, counts)
+    _search_producer(report, error, counts, outermost)
     if passed_in is not None and report.producer is None:
         call, leaves = passed_in
         report.nonfinite += leaves
@@ -243,15 +267,20 @@ def _raised_by_jax(error: BaseException) -> bool:
     return False
 
 
-def _search_producer(report: NanReport, error: BaseException, counts: CallSiteCounts | None) -> None:
+def _search_producer(
+    report: NanReport, error: BaseException, counts: CallSiteCounts | None, outermost: FailingCall | None = None
+) -> None:
     """Find the operation that made the value: evaluate the failing expression's program op by op.
 
     The user frames are tried outermost first (the cell's own statement gives
-    the most context: the discarded ``where``, the call number of the loop);
-    a frame whose expression cannot be traced again gives way to the next.
+    the most context: the discarded ``where``, the call number of the loop;
+    and the infinities its arguments held are the ones given - an inner frame's
+    arguments may hold an inf an earlier line made); a frame whose expression
+    cannot be traced again gives way to the next. ``outermost``: a call made from
+    outside the user's frames (a re-run), tried before them.
     """
     tried = []
-    for call in failing_expressions(error.__traceback__):
+    for call in [*([outermost] if outermost is not None else []), *failing_expressions(error.__traceback__)]:
         values = [value for _, value in call.args]
         held = [leaf for value in values for leaf in nonfinite_leaves(value, "")]
         if held and not _made_from_infinities(report, held):
@@ -266,6 +295,12 @@ def _search_producer(report: NanReport, error: BaseException, counts: CallSiteCo
             return
         found = apply_search(report, call, want_nan=report.value == "nan")
         tried.append(found)
+        if report.producer is not None and found.given_inf and call is not outermost and call.frame > 0:
+            report.notes.append(
+                f"The infinities the arguments of {call.source} held were taken as given, but that is an inner "
+                "frame: the code around it, which could not be evaluated again (only plain calls of names, "
+                "attributes and literals are), may have made them - the operation that did is then not named."
+            )
         if report.producer is not None:
             _count_calls(report, error, counts)
             return
@@ -358,14 +393,7 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         f"{found.searched} was traced again with the same argument values and its program evaluated "
         f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
-        + (
-            f"whose inputs held no NaN and whose output did (the inf written on line {found.written_inf.lineno} "
-            "was taken as given)."
-            if found.written_inf is not None
-            else "whose inputs held no NaN and whose output did (its arguments held inf, taken as given)."
-            if found.given_inf
-            else "whose inputs were finite and whose output was not."
-        )
+        + _rule_text(found)
     )
     if found.forward_check:
         report.notes.append(found.forward_check)
@@ -373,6 +401,21 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         report.notes.append(f"It could not look inside `{'`, `'.join(found.stopped_at)}`.")
     if found.producer.phase == "backward":
         report.phase = "backward"
+
+
+def _rule_text(found: ProducerSearch) -> str:
+    """How the search told a made value from a given one (``_support/nan/given.py``), as the note ends."""
+    given = [
+        *([f"written on line {found.written_inf.lineno}"] if found.written_inf is not None else []),
+        *(["its arguments held"] if found.given_inf else []),
+    ]
+    if not given:
+        return "whose inputs were finite and whose output was not."
+    return (
+        "that made a value its inputs did not give it: whose inputs held no NaN, nor an inf an operation had "
+        f"made, and whose output held a NaN or an inf of its own (the infinities {' and '.join(given)} were "
+        "taken as given, not made)."
+    )
 
 
 def _made_from_infinities(report: NanReport, leaves: list[NonFiniteLeaf]) -> bool:

@@ -9,7 +9,7 @@ from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -81,11 +81,13 @@ class NanReport(Report):
         """The evaluated calls in which an operation made a non-finite value (masked later or not)."""
         return [s for s in self.inside_searches if s.producer is not None]
 
-    @property
-    def status(self) -> Status:
-        if self.found or self.nonfinite or self.inside_findings:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = []
+        if self.found:
+            found.append(act(f"a non-finite value was made ({self.primitive or 'an operation'})"))
+        found += [act(f"non-finite leaf {leaf.name}") for leaf in self.nonfinite]
+        found += [act("an operation made a non-finite value inside an evaluated call") for _ in self.inside_findings]
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def checked(self) -> str:

@@ -13,7 +13,7 @@ import io
 
 from jaxmagic._jax import jit_calls
 from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
-from jaxmagic.probes.nans.probe import apply_search, conclude, nans
+from jaxmagic.probes.nans.probe import conclude, nans_of_call
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line
@@ -30,7 +30,10 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
     phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
     library = nan.library_function
     inside = f" inside `{library}`" if library else ""
-    title = f"NaN made by `{primitive}`{inside} in {phase} of {where}"
+    made = f"`{primitive}`"
+    if producer is not None and producer.value == "inf" and producer.nan_maker:
+        made = f"`{producer.nan_maker}` from the inf of `{primitive}`"  # the producer made inf, not the NaN
+    title = f"NaN made by {made}{inside} in {phase} of {where}"
     if producer is not None:
         if producer.discarded_by:
             title += f" (in a branch `{producer.discarded_by}` discarded)"
@@ -38,7 +41,7 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
         if producer.nan_maker:
             evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
     fix = nan.fix or (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
-    short = f"`{primitive}`{inside} in the {nan.phase} pass of {where}"
+    short = f"{made}{inside} in the {nan.phase} pass of {where}"
     return title, evidence, fix, short
 
 
@@ -95,7 +98,7 @@ def explain_nan_sighting(watch: NanWatch) -> NanReport | None:
     report = None
     try:
         with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):
-            with nans() as report:
+            with nans_of_call(call) as report:  # the call searched first, as the cell's statement is by %%jax_nans
                 call()
     except (FloatingPointError, ZeroDivisionError):
         pass
@@ -103,10 +106,7 @@ def explain_nan_sighting(watch: NanWatch) -> NanReport | None:
         sighting.rerun_note = f"Re-running {call.source} under the NaN probe failed: {error_line(error)}"
         del call
         return None
-    if report is not None and report.found:
-        if report.producer is None:  # the whole jitted call, traced once more with its arguments
-            with jit_calls.paused():
-                apply_search(report, call, want_nan=report.value != "inf")
+    if report is not None and report.found:  # the call itself was searched first: no second trace of it here
         report.call_number = sighting.call_number
         report.call_line = sighting.line
         conclude(report, sighting.line)

@@ -9,7 +9,7 @@ import dataclasses
 import os
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import ended, error_line, format_bytes
 
@@ -172,9 +172,8 @@ class ProfileReport(Report):
 
     # -- Report ----------------------------------------------------------------
 
-    @property
-    def status(self) -> Status:
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [failed(self.other_error)] if self.other_error else []
 
     @property
     def summary(self) -> str:

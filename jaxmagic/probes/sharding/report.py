@@ -7,7 +7,7 @@ import math
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import sharding_document
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 
 # At most this many intermediates are listed for one call.
 MAX_INTERMEDIATES = 200
@@ -250,15 +250,13 @@ class ShardingReport(Report):
     failure: str = ""  # the call raised: "ValueError: ..."
     replicas_checked: bool = True
 
-    @property
-    def status(self) -> Status:
-        if any(a.replica_check == "differ" for a in self.arrays):
-            return Status.PROBLEM
-        if self.call is not None and self.call.unhonoured_constraints:
-            return Status.PROBLEM
-        if self.failure:
-            return Status.ERROR
-        return Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"the copies of {a.label} differ") for a in self.arrays if a.replica_check == "differ"]
+        if self.call is not None:
+            found += [act(c.text) for c in self.call.unhonoured_constraints]
+            if not self.failure:  # a call that failed moved nothing
+                found += [act(_moved_text(leaf)) for leaf in self.call.resharded_inputs]
+        return found + ([failed(self.failure)] if self.failure else [])
 
     @property
     def layout(self) -> ArrayLayout | None:
@@ -279,6 +277,14 @@ class ShardingReport(Report):
             return f"`{what}`: {first.text}." + (f" {more} more constraint(s) not honoured." if more else "")
         if self.failure:
             return f"`{what}` raised {self.failure}"
+        if self.call is not None and self.call.resharded_inputs:
+            moved = self.call.resharded_inputs
+            others = f" (and {len(moved) - 1} more argument(s))" if len(moved) > 1 else ""
+            them = "them" if len(moved) > 1 else "it"
+            return (
+                f"`{what}`: {_moved_text(moved[0])}{others}. Place {them} once with `jax.device_put(x, sharding)`, "
+                f"or compile for the layout {them} {'have' if len(moved) > 1 else 'has'}."
+            )
         if not self.arrays:
             kinds = ", ".join(sorted({kind for _, kind in self.other_leaves})) or "nothing"
             return f"`{what}` holds no JAX array ({kinds})."
@@ -290,6 +296,11 @@ class ShardingReport(Report):
 
     def document(self):
         return sharding_document(self)
+
+
+def _moved_text(leaf: LeafSharding) -> str:
+    """ "`params['w']` arrives as single device CPU 0 but was compiled as P(): JAX copies it there at every call"."""
+    return f"`{leaf.path}` arrives as {leaf.given} but was compiled as {leaf.spec}: JAX copies it there at every call"
 
 
 def _one_line(layout: ArrayLayout) -> str:

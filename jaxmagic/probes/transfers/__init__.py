@@ -24,6 +24,8 @@ catches them too.
 Modules: ``probe`` (``transfers()``: the guard, and following the user's lines
 with ``sys.monitoring``), ``capture_file`` (where descriptor 2 points meanwhile),
 ``host_values`` (the host values a line passed, to name a copy's argument),
+``named_copies`` (the log's copies named by the NumPy arrays the jitted calls were given, as
+``_support.host_arguments`` - the doctor's and the watch's observer - saw them),
 ``report`` (the report and its wording), ``wording`` (why implicit transfers
 matter, shared with ``%%jax_doctor`` and ``%jax_watch``).
 """

@@ -8,96 +8,35 @@ running user code - and typed as the guard writes them, so a copy can name its a
 from __future__ import annotations
 
 import ast
-import inspect
 
-import numpy as np
-
+from jaxmagic.probes._support.host_arguments import host_type
+from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.report.source import source_line
-from jaxmagic.report.wording import short_dtype
 
 
 def line_text(frame) -> str:
     return source_line(frame.f_code.co_filename, frame.f_lineno, "").code
 
 
-def host_type(value) -> str:
-    """How the transfer guard writes a host value's type (``f32[8,5]``, ``f32[] weak``); "" for no host value."""
-    if isinstance(value, bool):
-        return "bool[] weak"
-    if isinstance(value, int):
-        return "i32[] weak"
-    if isinstance(value, float):
-        return "f32[] weak"
-    if isinstance(value, (np.ndarray, np.generic)):
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-
-        try:
-            dtype = jax.dtypes.canonicalize_dtype(value.dtype)
-        except Exception:
-            dtype = value.dtype
-        return f"{short_dtype(str(dtype))}[{','.join(str(d) for d in np.shape(value))}]"
-    return ""
-
-
 def host_arguments(frame, code: str) -> list[tuple[str, str]]:
     """The arguments of the calls on one line that are host values (NumPy arrays, Python scalars) in
     ``frame``'s variables, as (expression, type). Names, attributes and subscripts with constant
     keys are looked up without running user code; literals are typed as written."""
-    try:
-        tree = ast.parse(code.strip().rstrip(":") or "0")
-    except SyntaxError:
-        try:
-            tree = ast.parse("(" + code.strip() + ")")
-        except SyntaxError:
-            return []
+    tree = parsed_line(code)
+    if tree is None:
+        return []
     found: list[tuple[str, str]] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         for arg in [*node.args, *(k.value for k in node.keywords)]:
-            value = _value_of(arg, frame)
-            if value is _NOTHING:
+            value = value_of(arg, frame)
+            if value is NOTHING:
                 continue
             typed = host_type(value)
             if typed:
                 found.append((ast.unparse(arg), typed))
     return found
-
-
-_NOTHING = object()
-
-
-def _value_of(node, frame):
-    """The value of a name (``batch``), attribute (``data.x``) or constant subscript (``d['x']``) in
-    ``frame``, read without running user code; a literal number as written; else ``_NOTHING``."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return node.value
-    if isinstance(node, ast.Name):
-        for table in (frame.f_locals, frame.f_globals):
-            try:
-                if node.id in table:
-                    return table[node.id]
-            except Exception:
-                return _NOTHING
-        return _NOTHING
-    if isinstance(node, ast.Attribute):
-        base = _value_of(node.value, frame)
-        if base is _NOTHING:
-            return _NOTHING
-        try:
-            return inspect.getattr_static(base, node.attr)
-        except AttributeError:
-            return _NOTHING
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        base = _value_of(node.value, frame)
-        if isinstance(base, dict):
-            return base.get(node.slice.value, _NOTHING)
-        if isinstance(base, (list, tuple)) and isinstance(node.slice.value, int):
-            try:
-                return base[node.slice.value]
-            except IndexError:
-                return _NOTHING
-    return _NOTHING
 
 
 def argument_of(arguments: list[tuple[str, str]], value: str) -> tuple[str, list[str]]:

@@ -53,14 +53,19 @@ import threading
 from collections.abc import Iterator
 from types import CodeType, FrameType
 
+from jaxmagic._jax import jit_calls
+from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.compile_log import short_types
+from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.attribution import started_by
+from jaxmagic.probes._support.host_arguments import HostArguments
 from jaxmagic.probes.transfers.capture_file import CaptureFile
 from jaxmagic.probes.transfers.host_values import argument_of, host_arguments, line_text
+from jaxmagic.probes.transfers.named_copies import name_copies
 from jaxmagic.probes.transfers.report import MAX_GROUPS, Transfer, TransferReport
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -92,12 +97,16 @@ def parse_transfer(text: str) -> tuple[str, str] | None:
 
 
 @contextlib.contextmanager
-def transfers(mode: str = "log") -> Iterator[TransferReport]:
+def transfers(mode: str = "log", *, host_observer: HostArguments | None = None) -> Iterator[TransferReport]:
     """Run a block under ``jax.transfer_guard(mode)`` and report its implicit transfers.
 
     ``mode="log"`` (the default) lets the block run and lists every implicit
     transfer with its line; ``mode="disallow"`` stops the block at the first
     one with JAX's error (which propagates, after the report is filled in).
+    In ``"log"`` mode the user's jitted calls are observed for the NumPy arrays
+    they are given (``_support.host_arguments``), which name the log's copies
+    (``named_copies``); ``host_observer``: an observer the caller feeds itself
+    (``%%jax_doctor`` observes the calls for every probe at once), read at the end.
     """
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
@@ -112,8 +121,12 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
                 with _BlockedTransfers(report), jax.transfer_guard("disallow"):
                     yield report
             else:
-                with _GuardLog(report), jax.transfer_guard("log"):
-                    yield report
+                observed = host_observer or HostArguments()
+                try:
+                    with _GuardLog(report), jax.transfer_guard("log"), _observed_calls(report, host_observer, observed):
+                        yield report
+                finally:
+                    name_copies(report, list(observed.seen.values()))
         except BaseException as error:
             found = parse_transfer(message_of(error)) if mode == "disallow" else None
             if found is not None:
@@ -140,6 +153,23 @@ def transfers(mode: str = "log") -> Iterator[TransferReport]:
             raise
         finally:
             report.blocked = bool(report.message)
+
+
+@contextlib.contextmanager
+def _observed_calls(report: TransferReport, given: HostArguments | None, observer: HostArguments) -> Iterator[None]:
+    """Observe the user's jitted calls with ``observer`` - within a share of the block's time, as
+    ``%jax_watch`` does: the calls not looked at are still counted - unless the caller does (``given``)."""
+    with contextlib.ExitStack() as stack:
+        if given is None:
+            try:
+                watching = jit_calls.observing_calls(
+                    observer, only_user_calls=True, fast_path=True, sampler=CallSampler()
+                )
+                if not stack.enter_context(watching):
+                    report.calls_unobserved = "this JAX gives no way to see single calls"
+            except AlreadyActive:
+                report.calls_unobserved = "another probe follows every jitted call in this block"
+        yield
 
 
 _QUIET_UNKNOWN = (

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.transfers.wording import WHY
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -28,7 +29,8 @@ class Transfer:
     value: str  # "f32[3]", "f32[] weak"; "" when JAX did not describe it
     line: SourceLine | None  # the user's line that handed the host value to JAX (the call that passed it)
     count: int = 1
-    argument: str = ""  # the expression on that line whose value was copied ("batch"); "" when not told
+    argument: str = ""  # the argument whose value was copied ("batch['x']", or the line's "batch"); "" when not told
+    function: str = ""  # the jitted function given it, when the call was observed ("step")
     candidates: list[str] = dataclasses.field(default_factory=list)  # several arguments of that type: one of them
     traced: str = ""  # the user function a trace of this call ran ("loss"), when the call was traced first
     # line is None: the lines one of which made it, when lines had gone quiet (see probe.py)
@@ -57,14 +59,17 @@ class TransferReport(Report):
     blocked: bool = False  # disallow: the block stopped at a transfer (the error was not caught)
     message: str = ""  # disallow: JAX's error, first line
     lines_followed: bool = True  # False when sys.monitoring had no free tool id
+    # the NumPy arrays the jitted calls were given (the same records %%jax_doctor and %jax_watch report)
+    host_arguments: list[HostArgumentUse] = dataclasses.field(default_factory=list)
+    calls_unobserved: str = ""  # why the jitted calls were not observed (another probe observed them)
     backend: str = ""
     other_error: str = ""
 
-    @property
-    def status(self) -> Status:
-        if self.total:
-            return Status.PROBLEM
-        return Status.ERROR if self.other_error else Status.OK
+    def concerns(self) -> list[Concern]:
+        found = [act(f"{t.count} implicit transfer(s) of {t.value or 'a value'}") for t in self.transfers]
+        if self.total > sum(t.count for t in self.transfers):
+            found.append(act(f"{self.total - sum(t.count for t in self.transfers)} more implicit transfer(s)"))
+        return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
     def lines(self) -> list[SourceLine]:
@@ -126,6 +131,13 @@ class TransferReport(Report):
                         f"counted but not listed (the first {MAX_GROUPS} groups are)."
                     )
                 )
+            if self.calls_unobserved:
+                blocks.append(
+                    Paragraph(
+                        f"The arguments of your jitted calls were not observed ({self.calls_unobserved}): a "
+                        "copy is named only by the host values its line passed, never by a path inside them."
+                    )
+                )
             if not self.lines_followed:
                 blocks.append(
                     Paragraph(
@@ -152,6 +164,8 @@ def _at(line: SourceLine) -> str:
 
 
 def _argument_cell(t: Transfer) -> str:
+    if t.argument and t.function and t.function != t.traced:  # a path into the arguments of the jitted function
+        return f"`{t.argument}` of `{t.function}`"
     if t.argument:
         return f"`{t.argument}`"
     if t.candidates:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import SourceLine, Status
+from jaxmagic.probes.compiles.why_again import RecompileCause
+from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
@@ -29,10 +31,11 @@ class WatchFinding(Report):
     next_magic: str = ""
     count: int = 1  # how many times it was seen (recompilations: compilations so far)
     provenance: Provenance | None = None  # NaN: where it was made; the call that started it as context
+    cause: RecompileCause | None = None  # recompilation: the cause %%jax_compiles gives (compiles.why_again)
+    producer: NanProducer | None = None  # NaN: the operation that made it, as %%jax_nans and the doctor name it
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM
+    def concerns(self) -> list[Concern]:
+        return [act(self.headline)]  # a finding of the watch
 
     @property
     def summary(self) -> str:
@@ -74,9 +77,8 @@ class CellFindings(Report):
     findings: list[WatchFinding] = dataclasses.field(default_factory=list)
     jitted_calls: int | None = None  # calls of jitted functions of the user's the cell made (None: not counted)
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM if self.findings else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [act(f.headline) for f in self.findings]
 
     @property
     def summary(self) -> str:
@@ -137,9 +139,8 @@ class WatchLog(Report):
             "on a cell looks at every call."
         )
 
-    @property
-    def status(self) -> Status:
-        return Status.PROBLEM if self.findings else Status.OK
+    def concerns(self) -> list[Concern]:
+        return [act(f.headline) for f in self.findings]
 
     @property
     def summary(self) -> str:

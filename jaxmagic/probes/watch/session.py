@@ -28,7 +28,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
-from jaxmagic.probes.compiles import compiles
+from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_again
 from jaxmagic.probes.keys import FIX, keys
 from jaxmagic.probes.nans.sighting import explain_nan_sighting, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
@@ -68,6 +68,9 @@ class Watch:
         self._nan = self._hosts = self._keys = self._compiles = None
         self._sampler: CallSampler | None = None
         self._compilations: dict[tuple, int] = {}  # (name, defined at) -> compilations in watched cells
+        # What each function last compiled with, from cell to cell: a function rebuilt once per cell is told
+        # as rebuilt (and its baked value named), as %%jax_compiles tells it in one cell
+        self._compile_history = CompileHistory()
         self._told: dict[tuple, WatchFinding] = {}
         self._live_before: dict = {}
         self._streaks: dict[tuple, int] = {}
@@ -109,7 +112,9 @@ class Watch:
             if "memory" in areas and self._bytes_start is None:  # later cells compare with the last one's end
                 self._live_before, self._bytes_start = live_counts(_ids_of(held))
             if "recompilation" in areas:
-                self._compiles = stack.enter_context(compiles(raise_over_budget=False))
+                self._compiles = stack.enter_context(
+                    compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False)
+                )
             observers = []
             if "NaN" in areas:
                 self._nan = NanWatch()
@@ -242,6 +247,7 @@ class Watch:
             fix=fix,
             next_magic="%%jax_nans",
             provenance=provenance,
+            producer=nan.producer if nan is not None and not s.came_in else None,
         )
 
     def _compile_findings(self, report) -> list[WatchFinding]:
@@ -256,16 +262,19 @@ class Watch:
                 self._told[key].count = total
                 continue
             if total > self.log.budget:
+                # The cause is %%jax_compiles' own (compiles.why_again), compared across the watched cells
+                cause = f.again or why_compiled_again(f)
                 found += self._new(
                     key,
                     area="recompilation",
-                    headline=f"`{f.name}` compiled {total} times (budget {self.log.budget}): {f.reason}",
+                    headline=f"`{f.name}` compiled {total} times (budget {self.log.budget}): {cause.reason}",
                     function=f.name,
                     line=f.first_line,
-                    details=f.evidence or f.cause_breakdown,
-                    fix=f.fix,
+                    details=cause.evidence,
+                    fix=cause.fix,
                     next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
                     count=total,
+                    cause=cause,
                 )
         return found
 
@@ -273,13 +282,12 @@ class Watch:
 
         found = []
         for h in hosts.seen.values():
-            if h.calls < 2:
+            if not h.repeated:
                 continue
             found += self._new(
                 ("transfers", h.function, h.argument, h.value),
                 area="transfers",
-                headline=f"`{h.function}` was given a NumPy array ({h.value}, argument `{h.argument}`) in "
-                f"{h.calls} calls: copied to the device every time",
+                headline=h.title,
                 function=h.function,
                 line=h.line,
                 details=f"{h.calls} calls in this cell",

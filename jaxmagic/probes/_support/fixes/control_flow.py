@@ -77,6 +77,19 @@ def fit_bool(
             f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
         ]
     if test is None:
+        chosen = _conditional_expression(line, names)
+        if chosen is not None:
+            written, node = chosen
+            branches = f"lambda: {line.text(node.body)}, lambda: {line.text(node.orelse)}"
+            cond = _replaced(line, node, f"lax.cond({_jnp_condition(line, node.test)}, {branches})")
+            return [
+                written_fix(
+                    written,
+                    "the conditional expression only chooses a value: both are computed, one is kept elementwise",
+                ),
+                written_fix(cond, _when(fixes, "lax.cond")),
+                *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
+            ]
         bool_ops = [n for n in ast.walk(line.tree) if isinstance(n, ast.BoolOp) and uses(n, names)]
         if bool_ops:
             written = _jnp_condition(line, bool_ops[0])
@@ -103,6 +116,26 @@ def fit_bool(
             fix = dataclasses.replace(fix, use=f"lax.cond({condition}, true_fn, false_fn, operand)")
         rewritten.append(fix)
     return rewritten
+
+
+def _conditional_expression(line: LineCode, names: set[str]) -> tuple[str, ast.IfExp] | None:
+    """The line with its first ``a if cond else b`` on a traced condition written as ``jnp.where``
+    (``relu = lambda v: v if v > 0 else 0.`` -> ``relu = lambda v: jnp.where(v > 0, v, 0.)``), and that
+    expression; None when the line has none."""
+    for node in ast.walk(line.tree):
+        if isinstance(node, ast.IfExp) and uses(node.test, names):
+            where = f"jnp.where({_jnp_condition(line, node.test)}, {line.text(node.body)}, {line.text(node.orelse)})"
+            return _replaced(line, node, where), node
+    return None
+
+
+def _replaced(line: LineCode, node: ast.expr, text: str) -> str:
+    """The line's source with ``node`` written as ``text`` (columns are UTF-8 byte offsets)."""
+    source = line.source.encode()
+    start, end = node.col_offset, node.end_col_offset
+    if node.lineno != 1 or node.end_lineno != 1 or end is None:
+        return text
+    return (source[:start] + text.encode() + source[end:]).decode()
 
 
 def _when(fixes: list[Fix], start: str) -> str:

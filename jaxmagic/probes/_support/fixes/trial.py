@@ -61,6 +61,14 @@ def try_on_shapes(
     expression = expression_of(code)
     if expression is None:
         return "not tried", "the fix is not one expression"
+    body_of = ""
+    if isinstance(expression, ast.Lambda):
+        # `act = lambda h: jnp.tanh(h) * 2.0`: the line makes a function, which eval_shape cannot return;
+        # what the fix changes is the body, tried on the shapes its parameters had when the line failed
+        expression, why = _lambda_body(expression, scope, tracer_class)
+        if expression is None:
+            return "not tried", why
+        body_of = " (the lambda's body, on the shapes its parameters had)"
     names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
     traced = {n for n in names if isinstance(scope.get(n), tracer_class) and n not in concrete}
     for node in ast.walk(expression):
@@ -88,7 +96,23 @@ def try_on_shapes(
             jax.eval_shape(evaluate, *shapes)
     except Exception as failure:
         return ("traced-error" if is_tracer_error(failure) else "error"), error_line(failure)
-    return "ok", ", ".join(f"{n}: {_short(scope[n])}" for n in order)
+    shapes_text = ", ".join(f"{n}: {_short(scope[n])}" for n in order)
+    return "ok", shapes_text + body_of if shapes_text else ""
+
+
+def _lambda_body(function: ast.Lambda, scope: dict[str, Any], tracer_class: type) -> tuple[ast.expr | None, str]:
+    """The body of a lambda the fix's line makes, when each of its parameters is a value of the failing
+    frame (the frame is the lambda's own call); else None and why it cannot be tried."""
+    arguments = function.args
+    if arguments.vararg or arguments.kwarg or arguments.kwonlyargs or arguments.defaults:
+        return None, "the lambda's parameters are not plain positional ones"
+    parameters = [a.arg for a in arguments.posonlyargs + arguments.args]
+    unknown = [p for p in parameters if p not in scope]
+    if unknown:
+        return None, f"the lambda's parameter `{unknown[0]}` has no value in the failing frame"
+    if parameters and not any(isinstance(scope[p], tracer_class) for p in parameters):
+        return None, "none of the lambda's parameters is a traced value in the failing frame"
+    return function.body, ""
 
 
 def _calls_only_jax(function: ast.expr, traced: set[str]) -> bool:

@@ -61,6 +61,9 @@ class FailingCall:
     # transforms (``loss``): what tells a value of the forward computation from one of its derivative
     forward: Any = None
     forward_of: str = ""  # the transformed function's name ("loss")
+    # which user frame of the traceback it was read from, outermost 0: an inner frame's arguments may hold
+    # values (an inf) that an outer frame's code made
+    frame: int = 0
 
     def __call__(self):
         return self.function(*(v for _, v in self.args), **self.kwargs)
@@ -147,8 +150,13 @@ def failing_expressions(tb: TracebackType | None) -> list[FailingCall]:
     as discarded. The function is compiled with the frame's file name and line
     numbers, so the equations it makes point at the user's own line.
     """
-    expressions = [_expression_at(user_tb) for user_tb in _user_tracebacks(tb)]
-    return [expression for expression in expressions if expression is not None]
+    expressions = []
+    for index, user_tb in enumerate(_user_tracebacks(tb)):
+        expression = _expression_at(user_tb)
+        if expression is not None:
+            expression.frame = index
+            expressions.append(expression)
+    return expressions
 
 
 def _expression_at(user_tb: TracebackType) -> FailingCall | None:

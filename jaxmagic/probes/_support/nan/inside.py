@@ -4,8 +4,10 @@
 inf that ``rsqrt``, ``jnp.where``, ``jnp.nan_to_num`` or ``jnp.clip`` turned
 back into a finite value is never seen. This evaluates the call's traced
 program op by op, with the producer search's listener told to open every
-sub-program whose inputs are finite, and names the first operation that made a
-non-finite value and the first one that masked it.
+sub-program whose inputs hold nothing made before, and names the first operation
+that made a non-finite value - by the rule the plain search uses (``given.py``:
+the arguments' infinities and written ones are given) - and the first one that
+masked it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 from jaxmagic._jax import compat
 from jaxmagic._jax.jaxpr_eval import Walk
 from jaxmagic.probes._support.nan.equation_origin import provenance_of, public_name, user_line
+from jaxmagic.probes._support.nan.given import CAME_IN, GivenInfinities
 from jaxmagic.probes._support.nan.host_values import any_bad, has_inexact
 from jaxmagic.probes._support.nan.producer import (
     SELECTS,
@@ -51,26 +54,20 @@ class InsideSearch:
 
 
 class _InsideListener(ProducerListener):
-    """Open every sub-program whose inputs are finite; the producer is the first equation that made a
-    non-finite value from finite inputs, written-in constants aside (``jnp.where(m, s, -jnp.inf)``
-    writes -inf, it does not make it; arithmetic of such a value that makes NaN does). Then the first
-    equation that got a non-finite value (not a written one) and gave only finite float values: the mask."""
+    """Open every sub-program whose inputs hold nothing made before; the producer is the first equation
+    that made a non-finite value by the rule every search shares (``given.GivenInfinities``): infinities
+    the call's arguments held or the program has written in (``jnp.where(m, s, -jnp.inf)``) are given,
+    not made, and arithmetic that makes NaN of them (``0 * -inf``) made it. Then the first equation that
+    got a non-finite value (not a given one) and gave only finite float values: the mask."""
 
     step_flags = False  # masked values never show in a loop step's inputs or outputs: each step is opened
 
     def __init__(self, budget: int = MAX_INSIDE_EQUATIONS):
         super().__init__(want_nan=False, strict=False)
+        self.given = GivenInfinities(written_given=True)  # a written -inf is no finding of --inside
         self.budget = budget
         self.budget_reached = False
-        self._written: set = set()  # id(var) of non-finite values made of written-in constants alone
         self.masked: tuple | None = None  # (eqn, path) of the masking equation
-
-    def _tainted(self, eqn) -> list[bool]:
-        self._seed_written(eqn)
-        return [compat.is_literal(v) or id(v) in self._constant or id(v) in self._written for v in eqn.invars]
-
-    def _seed_written(self, eqn) -> None:
-        pass  # the parameters of an opened call are seeded from the call's operands in look_inside
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
         if self.stage != "producer":
@@ -78,15 +75,9 @@ class _InsideListener(ProducerListener):
         if self.result.equations >= self.budget:
             self.budget_reached = True
             return False
-        tainted = self._tainted(eqn) if len(inputs) == len(eqn.invars) else [False] * len(inputs)
-        if any_bad([v for v, t in zip(inputs, tainted) if not t]):
+        self.given.enter(path)
+        if self.given.made(eqn, inputs, outputs) == CAME_IN:
             return False  # a non-finite value came in: it was made before
-        subs = compat.sub_jaxprs(eqn)
-        if len(subs) == 1 and len(inputs) == len(eqn.invars):  # a call: its parameters carry the taint
-            jaxpr, _ = compat.closed_parts(subs[0])
-            for outer, inner, t in zip(eqn.invars, jaxpr.invars, tainted):
-                if t and id(outer) in self._written:
-                    self._written.add(id(inner))
         self._opened.add(id(eqn))
         return True
 
@@ -97,27 +88,23 @@ class _InsideListener(ProducerListener):
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
         note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
-        tainted = self._tainted(eqn) if len(inputs) == len(eqn.invars) else [False] * len(inputs)
-        self._note_constants(eqn, path)
+        self.given.enter(path)
+        made = self.given.made(eqn, inputs, outputs)
+        opened = id(eqn) in self._opened
+        self.given.note(eqn, inputs, outputs, path, made, opened, user_line)
         if path and self.stage == "producer" and self.result.equations >= self.budget:
             self.budget_reached = True
             return True
         if self.stage == "producer":
-            if id(eqn) in self._opened or not any_bad(outputs):
+            if opened or not self.sought(made):
                 return False
-            if any_bad([v for v, t in zip(inputs, tainted) if not t]):
-                return False  # came in through the call's arguments
-            if any_bad([v for v, t in zip(inputs, tainted) if t]):
-                made_nan = any_bad(outputs, want_nan=True) and not any_bad(inputs, want_nan=True)
-                if not made_nan:  # a written -inf passed on (max of a masked row, exp(-inf)): still written
-                    self._written.update(id(var) for var in eqn.outvars)
-                    return False
-            self.result.producer = self._producer(eqn, inputs, outputs, path)
+            producer = self.result.producer = self._producer(eqn, inputs, outputs, path)
+            if producer.value == "nan":
+                producer.written_inf = self.given.written_line_of_inputs(eqn)
             self.stage = "absorber"
             return False
-        if self.stage == "absorber" and self.masked is None and id(eqn) not in self._opened:
-            real = [v for v, t in zip(inputs, tainted) if not t]
-            if any_bad(real) and has_inexact(outputs) and not any_bad(outputs):
+        if self.stage == "absorber" and self.masked is None and not opened:
+            if any_bad(self.given.free(eqn, inputs)) and has_inexact(outputs) and not any_bad(outputs):
                 self.masked = (eqn, path)
                 return bool(path)  # found inside a loop body or call: the later iterations need not be walked
         return False
@@ -129,6 +116,9 @@ def search_inside(program, args: list, *, function: str = "", call: int = 1, bud
 
     found = InsideSearch(function=function, call=call)
     listener = _InsideListener(budget)
+    jaxpr, consts = compat.closed_parts(program)
+    # The call's arguments are given: what --inside checks is what the call itself made of them.
+    listener.given.arguments([*jaxpr.constvars, *jaxpr.invars], [*consts, *args])
     quiet = quiet_evaluation()
     try:
         with quiet:

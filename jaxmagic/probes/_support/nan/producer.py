@@ -18,12 +18,17 @@ seen (nothing here costs anything on a clean cell):
    when the program's result is finite after all, the NaN lived only in a
    discarded branch of ``where``/``select``.
 
-Constants written into the program (``Literal``s, e.g. the ``nan`` jnp.var
-returns for too few samples) do not count as non-finite inputs.
+What counts as made and what as given is one rule, in ``given`` (shared with
+``--inside``): constants written into the program (``Literal``s: a mask's
+``-jnp.inf``, the ``nan`` jnp.var returns for too few samples) and, when a NaN
+was caught, the infinities the arguments held, are given, value by value; the
+producer is the first equation that made a value its inputs did not give it.
 
 The search is two passes at most: first for an operation that made a NaN from
-finite inputs; when there is none (an inf came first: the gradient of ``sqrt``
-or ``norm`` at 0, ``log(0)``), for the first that made any non-finite value.
+inputs holding none (given infinities aside); when there is none (an inf came
+first: the gradient of ``sqrt`` or ``norm`` at 0, ``log(0)``), for the first that
+made any non-finite value - replaced by the one that made the inf the NaN maker
+got, when that is another line's operation.
 The second pass starts where the first met its first non-finite value and
 reads the values the first one computed (``jaxpr_eval``'s checkpoints), so a
 training step is evaluated once, not twice. Compiling the program, or prefixes
@@ -31,7 +36,8 @@ of it to bisect, was measured slower than this walk on CPU
 (``benchmarks/bench_nan_producer.py``: one compile of a 1.5k-equation step costs
 more than the whole search).
 
-Its modules: ``producer`` (the search and what it found), ``host_values``
+Its modules: ``producer`` (the search and what it found), ``given`` (the rule
+of made vs given non-finite values), ``host_values``
 (reading and writing the values), ``equation_origin`` (the line, expression
 and library function of an equation) and ``inside`` (``%%jax_nans --inside``:
 every intermediate of one call, masked values too).
@@ -57,6 +63,7 @@ from jaxmagic.probes._support.nan.equation_origin import (
     remember_attributions,
     user_line,
 )
+from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, opened_kind
 from jaxmagic.probes._support.nan.host_values import (
     any_bad,
     bad_mask,
@@ -187,17 +194,6 @@ class ProducerSearch:
     forward_check: str = ""  # how a producer under jvp was found to be a forward value (nans.probe._check_forward)
 
 
-# Operations that move or select values without computing new ones: an inf in their output that one
-# of their constant inputs holds (``jnp.where(valid, logits, -jnp.inf)``) was written, not made.
-_PASS_THROUGH = frozenset(
-    {
-        "select_n", "broadcast_in_dim", "convert_element_type", "reshape", "concatenate", "pad", "copy",
-        "transpose", "squeeze", "expand_dims", "slice", "dynamic_slice", "dynamic_update_slice",
-        "gather", "scatter", "rev",
-    }
-)  # fmt: skip
-
-
 # -- masked rows: what the fix for a NaN of a fully masked row needs -------------------------
 
 _MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
@@ -238,73 +234,36 @@ class ProducerListener(Listener):
     """The producer search's answers to the walk (``jaxpr_eval.Walk``): which equation to open, and what
     each equation that ran tells - the producer, then the NaN maker, then what discarded the value."""
 
-    def __init__(self, want_nan: bool, strict: bool, given_inf: bool = False):
+    def __init__(self, want_nan: bool, strict: bool):
         self.want_nan = want_nan  # a NaN was caught (not only an inf)
-        self.strict = strict  # the producer must make the NaN itself from finite inputs
-        # The arguments held inf (no NaN) and a NaN was caught: their infinities are given, not made, so
-        # the producer is the first operation whose inputs held no NaN and whose output did.
-        self.given_inf = given_inf
+        self.strict = strict  # the producer must make a NaN itself (from inputs holding none it did not get given)
+        # Which infinities were given (the arguments', written constants'), not made: the one rule of
+        # "which operation made it" (``given.py``), shared with ``--inside``.
+        self.given = GivenInfinities(written_given=want_nan)
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
         self._made_by: dict = {}
         self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
-        self._constant: set = set()  # id(var) of values made only from constants passed into an opened call
-        self._seeded: set = set()
         self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
+        self._producer_eqn = None
 
-    def _seed(self, path) -> None:
-        """Inside an opened call, the parameters that got a constant (``jnp.where(m, s, -jnp.inf)``
-        passes ``-inf`` into ``_where``'s program) are constants there too, and so is what is made of
-        them alone: an inf written into the program is not a value some operation produced."""
-        if not path or path[-1].kind != "call" or id(path[-1].eqn) in self._seeded:
-            return
-        outer = path[-1].eqn
-        self._seeded.add(id(outer))
-        subs = compat.sub_jaxprs(outer)
-        if len(subs) != 1:
-            return
-        jaxpr, _ = compat.closed_parts(subs[0])
-        for var, inner in zip(outer.invars, jaxpr.invars):
-            if compat.is_literal(var) or id(var) in self._constant:
-                self._constant.add(id(inner))
-
-    def _free(self, eqn, inputs, path):
-        """The inputs that are neither constants written into the program nor made of such alone."""
-        self._seed(path)
-        if len(inputs) != len(eqn.invars):
-            return inputs
-        return [v for var, v in zip(eqn.invars, inputs) if not compat.is_literal(var) and id(var) not in self._constant]
-
-    def _passes_written_inf(self, eqn, inputs, outputs, path) -> bool:
-        """``eqn`` only moved or selected values, and the infinities in its output came from a constant
-        written into the program (``-jnp.inf`` as a mask's fill): no operation made them."""
-        if eqn.primitive.name not in _PASS_THROUGH or len(inputs) != len(eqn.invars):
-            return False
-        written = [
-            value
-            for var, value in zip(eqn.invars, inputs)
-            if (compat.is_literal(var) or id(var) in self._constant) and any_bad([value])
-        ]
-        return (
-            bool(written)
-            and any_bad(outputs)
-            and not any_bad(outputs, want_nan=True)
-            and not any_bad(self._free(eqn, inputs, path))
-        )
-
-    def _note_constants(self, eqn, path) -> None:
-        self._seed(path)
-        held = [compat.is_literal(var) or id(var) in self._constant for var in eqn.invars]
-        if held and all(held) and any(not compat.is_literal(var) for var in eqn.invars):
-            self._constant.update(id(var) for var in eqn.outvars)
+    def sought(self, made: str) -> bool:
+        """Whether an equation that did ``made`` (``GivenInfinities.made``) is the producer this pass seeks."""
+        return made == NAN or (made == INF and not self.strict)
 
     def look_inside(self, eqn, inputs, outputs, path) -> bool:
+        self.given.enter(path)
         if self.stage == "producer":
-            wanted = not any_bad(self._free(eqn, inputs, path), want_nan=self.given_inf) and any_bad(
-                outputs, want_nan=self.strict
+            made = self.given.made(eqn, inputs, outputs)
+            wanted = self.sought(made) or (
+                made == GIVEN and self.given.opens_for_given(eqn, inputs, outputs, opened_kind(eqn))
             )
         elif self.stage == "nan_maker":
-            wanted = not any_bad(inputs, want_nan=True) and any_bad(outputs, want_nan=True)
+            # also what makes inf: the NaN may be made of an inf a later operation made (the gradient's 1/0
+            # after a forward log(0)), which is then the producer
+            wanted = (not any_bad(inputs, want_nan=True) and any_bad(outputs, want_nan=True)) or (
+                self.given.made(eqn, inputs, outputs) == INF
+            )
         else:
             wanted = False
         if wanted:
@@ -319,7 +278,8 @@ class ProducerListener(Listener):
 
     @property
     def step_flag_key(self):
-        return (self.stage, self.strict, self.given_inf)
+        # with given infinities in play, an iteration whose inputs hold inf may still make the value
+        return (self.stage, self.strict, self.given.any)
 
     @staticmethod
     def step_flag(key, inputs, outputs):
@@ -350,22 +310,18 @@ class ProducerListener(Listener):
 
     def state(self):
         return (
-            self.given_inf,
-            self.result.written_inf,
+            self.given.state(),
             dict(self._made_by),
             dict(self.neg_inf_rows),
-            set(self._constant),
-            set(self._seeded),
             set(self._opened),
             self.result.equations,
             list(self.result.stopped_at),
         )
 
     def restore(self, state) -> None:
-        self.given_inf, self.result.written_inf, made_by, neg_inf_rows, constant, seeded, opened = state[:7]
-        equations, stopped_at = state[7:]
-        self._made_by, self.neg_inf_rows = dict(made_by), dict(neg_inf_rows)
-        self._constant, self._seeded, self._opened = set(constant), set(seeded), set(opened)
+        given, made_by, neg_inf_rows, opened, equations, stopped_at = state
+        self.given.restore(given)
+        self._made_by, self.neg_inf_rows, self._opened = dict(made_by), dict(neg_inf_rows), set(opened)
         self.result.equations, self.result.stopped_at = equations, list(stopped_at)
 
     def visit(self, eqn, inputs, outputs, path) -> bool:
@@ -379,23 +335,21 @@ class ProducerListener(Listener):
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
         note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
-        self._note_constants(eqn, path)
-        if id(eqn) in self._opened and self.stage != "absorber":
+        self.given.enter(path)
+        made = self.given.made(eqn, inputs, outputs)
+        opened = id(eqn) in self._opened
+        self.given.note(eqn, inputs, outputs, path, made, opened, user_line)
+        if opened and self.stage != "absorber":
             return False  # looked inside and found no operation of the kind sought: this pass has none
         if self.stage == "producer":
-            if self.want_nan and self._passes_written_inf(eqn, inputs, outputs, path):
-                # the inf was written (a mask's fill), so it is given: the producer is the operation that
-                # made NaN of it (0 * -inf inside a cross-entropy), as for an inf passed in
-                self.given_inf = self.strict = True
-                self.result.written_inf = self.result.written_inf or user_line(eqn, path)
+            if not self.sought(made):
                 return False
-            if any_bad(self._free(eqn, inputs, path), want_nan=self.given_inf) or not any_bad(
-                outputs, want_nan=self.strict
-            ):
-                return False
-            if eqn.outvars and all(id(var) in self._constant for var in eqn.outvars):
+            if eqn.outvars and all(id(var) in self.given.constant for var in eqn.outvars):
                 return False  # made of constants passed into the call alone: the operation using it is the producer
-            self.result.producer = self._producer(eqn, inputs, outputs, path)
+            made_here = self.result.producer = self._producer(eqn, inputs, outputs, path)
+            self._producer_eqn = eqn
+            if made_here.value == "nan":
+                made_here.written_inf = self.given.written_line_of_inputs(eqn)  # the mask's -inf it made NaN of
             if self.want_nan and not any_bad(outputs, want_nan=True):
                 self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
                 return False
@@ -406,18 +360,35 @@ class ProducerListener(Listener):
                 return False
             producer = self.result.producer
             assert producer is not None, "the stage moves on to the NaN maker once the producer is recorded"
+            elsewhere: tuple | None = self._made_elsewhere(eqn, producer)
+            if elsewhere is not None:
+                # the inf this NaN was made of came from another line's operation than the first that made one
+                producer = self.result.producer = self._producer(elsewhere[0], elsewhere[1], elsewhere[2], elsewhere[3])
             self._nan_maker(producer, eqn, inputs, outputs, path)
             self.stage = "absorber"
             return True
         producer = self.result.producer
         if not path and producer is not None and not producer.discarded_by:
-            if any_bad(self._free(eqn, inputs, path)) and not any_bad(outputs):
+            if any_bad(self.given.free(eqn, inputs)) and not any_bad(outputs):
                 name = str(eqn.params.get("name", eqn.primitive.name))
                 producer.discarded_line = line = user_line(eqn)
                 producer.discarded_by = "jnp.where" if name in SELECTS else public_name(name) or name
                 if name in SELECTS and line is not None and "lax.cond(" in line.code:
                     producer.discarded_by = "lax.cond"  # vmap turns a cond on a batched predicate into a select
         return False
+
+    def _made_elsewhere(self, eqn, producer: NanProducer) -> tuple | None:
+        """``(eqn, inputs, outputs, path)`` of the operation that made the inf ``eqn`` made NaN of, when it
+        is on another line than the producer's (an overflow after a forward -inf of another line); None
+        otherwise. On the same line it is the producer's own derivative (log's 1/x at the 0 where log made
+        -inf), and the user's operation is the one named."""
+        made_from = self.given.made_from(eqn)
+        if made_from is None or made_from[0] is self._producer_eqn or compat.sub_jaxprs(made_from[0]):
+            return None
+        line, own = user_line(made_from[0], made_from[3]), producer.line
+        if line is not None and own is not None and (line.filename, line.lineno) == (own.filename, own.lineno):
+            return None
+        return made_from
 
     def _nan_maker(self, producer: NanProducer, eqn, inputs, outputs, path) -> None:
         bad = [m for m in (bad_mask(o, True) for o in outputs) if m is not None]
@@ -457,7 +428,9 @@ class ProducerListener(Listener):
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
-        bad = [(i, m) for i, m in ((i, bad_mask(o, self.strict)) for i, o in enumerate(outputs)) if m is not None]
+        # A NaN is never passed on as given: when the output holds one, that is what the equation made.
+        nan = self.strict or any_bad(outputs, want_nan=True)
+        bad = [(i, m) for i, m in ((i, bad_mask(o, nan)) for i, o in enumerate(outputs)) if m is not None]
         which, mask = bad[0]
         out = np.asarray(outputs[which])
         index = tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
@@ -540,10 +513,10 @@ def search(
     Array leaves of the arguments are the program's inputs; everything else
     (functions, Python numbers, strings) is fixed at its value. ``want_nan``:
     a NaN was caught (False: only an inf), so an inf producer is followed to
-    the operation that made the NaN. When a NaN was caught and the arguments (or
-    the arrays the function closes over) hold inf but no NaN, those infinities are
-    given: the producer is the first operation whose inputs held no NaN and whose
-    output did (``ProducerSearch.given_inf``).
+    the operation that made the NaN. When a NaN was caught, the infinities the
+    arguments (or the arrays the function closes over) hold are given, as are
+    infinities written into the program: the producer is the first operation that
+    made a NaN or inf no input gave it (``given.GivenInfinities``).
     """
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
@@ -583,14 +556,17 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
         return result
     # Arrays the function closes over are constants of its program: infinities there are given too.
-    given_inf = want_nan and only_infinities([*compat.closed_parts(program)[1], *values])
-    # First the operation that made a NaN from finite inputs; if every NaN came from an inf, the
-    # first operation that made a non-finite value (and the one that turned it into NaN).
-    # The second pass starts where the first met its first non-finite value (what comes before, it
-    # would evaluate and record the same way).
+    jaxpr, consts = compat.closed_parts(program)
+    given_inf = want_nan and only_infinities([*consts, *values])
+    # First the operation that made a NaN from inputs holding none (given infinities aside); if every
+    # NaN came from an inf some operation made, the first operation that made a non-finite value (and
+    # the one that turned it into NaN). The second pass starts where the first met its first
+    # non-finite value (what comes before, it would evaluate and record the same way).
     resume = None
-    for strict in (True,) if given_inf else (True, False) if want_nan else (False,):
-        listener = ProducerListener(want_nan, strict, given_inf)
+    for strict in (True, False) if want_nan else (False,):
+        listener = ProducerListener(want_nan, strict)
+        if want_nan:  # a NaN was caught: the infinities its inputs held are given, the NaN was made of them
+            listener.given.arguments([*jaxpr.constvars, *jaxpr.invars], [*consts, *values])
         walk = Walk(listener, resume)
         try:
             outputs = walk.run(program, values)
@@ -602,14 +578,16 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
             break
         resume = walk.checkpoints
     found = listener.result
-    found.searched, found.given_inf = source, given_inf or listener.given_inf
+    found.searched, found.given_inf = source, given_inf
+    found.written_inf = listener.given.first_written
     producer = found.producer
     if producer is not None:
-        producer.written_inf = found.written_inf
         for line in (producer.line, producer.nan_maker_line):
             if line is not None and (line.filename, line.lineno) in listener.neg_inf_rows:
                 producer.neg_inf_rows = listener.neg_inf_rows[(line.filename, line.lineno)]
                 break
+        if producer.neg_inf_rows and producer.written_inf is None:
+            producer.written_inf = found.written_inf  # a row all -inf: the fill that line wrote made it so
     found.result_finite = outputs is not None and not any_bad(outputs)
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None

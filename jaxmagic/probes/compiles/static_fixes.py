@@ -1,0 +1,74 @@
+"""The fix for a static argument that compiles a function again, by the kind of its values; for a number,
+worded from its trial (``static_trial``): "pass it traced" only where tracing with it traced works."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jaxmagic.probes.compiles.report import FunctionCompiles
+
+# The fix for a static argument, by the kind of its values (``StaticValue.kind``).
+STATIC_FIXES = {
+    "number": (
+        "The static value only feeds arithmetic (a learning-rate schedule, a step counter): make it a traced "
+        "argument - drop it from static_argnums/static_argnames and pass an array, e.g. jnp.int32(step)."
+    ),
+    "function": (
+        "A function is hashed by identity, so a lambda or functools.partial built anew for each call is a new "
+        "cache key. Build it once, before the loop, and pass that same object; put what changes into a "
+        "traced argument."
+    ),
+    "functions": (
+        "A tuple or NamedTuple holding functions (an optax GradientTransformation, a pair of init/apply "
+        "functions) is hashed by its functions' identities, so one built by a factory at each call is always "
+        "new. Build it once, before the loop, and pass that same object (or close over it); pass what "
+        "changes, such as a learning rate, as a traced argument."
+    ),
+    "object": (
+        "An object whose class has no __eq__/__hash__ of its own (a plain class, a dataclass(eq=False), a "
+        "module object) is hashed by identity. Build it once and reuse it; or make it hashable by value "
+        "(a frozen dataclass, or __eq__ and __hash__ over its fields); or, if it holds arrays, pass it as a "
+        "traced pytree argument instead of a static one (jax.tree_util.register_dataclass, "
+        "flax.struct.dataclass, equinox.Module)."
+    ),
+}
+
+# A static number that must stay static (its trial with it traced failed): what works instead.
+KEEP_STATIC_FIX = (
+    "Keep {names} static: passing it traced does not trace ({trial}). It sets a shape, a count or a loop "
+    "length, which must be known while tracing, so each new value compiles again: let it take few values - "
+    "round it up to one of a few sizes (e.g. powers of two) and pad or mask what lies beyond the real count - "
+    "or compile once with the largest value and mask."
+)
+
+
+def number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
+    """The fix for a static number, with the argument's own name and a dtype its values fit:
+    ``jnp.float32(lr)`` for 0.1, 0.05; ``jnp.int32(step)`` for 1, 2."""
+    name = next((n for n in values if kinds.get(n) == "number"), "")
+    if not name:
+        return STATIC_FIXES["number"]
+    floats = any(any(c in text for c in ".eE") or text in ("inf", "nan") for text in values[name])
+    dtype = "jnp.float32" if floats else "jnp.int32"
+    return STATIC_FIXES["number"].replace("e.g. jnp.int32(step)", f"here {dtype}({name})")
+
+
+def number_fix_tried(function: FunctionCompiles, general: str) -> str:
+    """The fix for a static number, as its trial found it: "pass it traced" only when tracing with it traced
+    succeeds; "keep it static, take few values" when it fails; "not tried" said, with why, when it was not.
+    ``general``: the cause's general fix, whose first sentence leads."""
+    ran = (
+        f" (jaxmagic traced `{function.name}` once more after the cell to try it; its output while tracing was "
+        "not shown)"
+        if function.traced_again_to_try
+        else ""
+    )
+    if function.static_fix_works is False:
+        head = general.split(": ", 1)[0] + "."
+        names = ", ".join(f"`{n}`" for n, k in function.static_kinds.items() if k == "number")
+        return f"{head} {KEEP_STATIC_FIX.format(names=names, trial=function.static_fix_trial)}{ran}"
+    fix = f"{general} {number_fix(function.static_kinds, function.static_values)}"
+    if function.static_fix_works:
+        return f"{fix} Checked: {function.static_fix_trial}{ran}."
+    return f"{fix} ({function.static_fix_trial or 'suggestion: not tried'})"
