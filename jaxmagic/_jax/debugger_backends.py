@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,10 +36,25 @@ def _frames(debugger_frames) -> list[BreakFrame]:
     return [BreakFrame(frame.filename, frame.lineno, dict(frame.locals)) for frame in debugger_frames]
 
 
+class _Unlogged(logging.Filter):
+    """Drops JAX's "jax.debug.callback failed" log record of an exception the backend raises on purpose."""
+
+    def __init__(self, quiet: tuple[type[BaseException], ...]):
+        super().__init__()
+        self.quiet = quiet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, self.quiet)
+
+
 @contextlib.contextmanager
-def breakpoint_backend(name: str, backend: Callable[[list[BreakFrame]], None]) -> Iterator[None]:
+def breakpoint_backend(
+    name: str, backend: Callable[[list[BreakFrame]], None], quiet: tuple[type[BaseException], ...] = ()
+) -> Iterator[None]:
     """Within the block, ``jax.debug.breakpoint()`` (without ``backend=``) calls ``backend(frames)``, frames
-    innermost first."""
+    innermost first. An exception of a ``quiet`` type the backend raises is not logged by JAX (it logs every
+    callback's exception with its traceback before raising it)."""
     from jax._src.debugger import core  # deferred: jaxmagic imports JAX only when a probe runs
 
     def debugger(frames, thread_id, **kwargs) -> None:
@@ -48,9 +64,13 @@ def breakpoint_backend(name: str, backend: Callable[[list[BreakFrame]], None]) -
     priority = max((entry[0] for entry in registry.values()), default=0) + 1
     registry.pop(name, None)  # left by an interrupted block of an older jaxmagic: ours to replace
     core.register_debugger(name, debugger, priority)
+    callback_log = logging.getLogger("jax._src.debugging")
+    unlogged = _Unlogged(quiet)
+    callback_log.addFilter(unlogged)
     try:
         yield
     finally:
+        callback_log.removeFilter(unlogged)
         if registry.get(name, (None, None))[1] is debugger:
             del registry[name]
 

@@ -226,7 +226,7 @@ class breakpoints:
     def __enter__(self) -> BreakpointReport:
         with contextlib.ExitStack() as stack:
             stack.enter_context(preserved_jax_state(()))
-            stack.enter_context(breakpoint_backend("jaxmagic", self._hit))
+            stack.enter_context(breakpoint_backend("jaxmagic", self._hit, quiet=(DebuggerQuit,)))
             stack.enter_context(batch_elements_told())
             self._stack = stack.pop_all()
         return self.report
