@@ -452,3 +452,42 @@ def test_a_breakpoint_under_nested_vmaps_knows_its_element_and_jax_rule_is_put_b
     assert sorted(seen) == [(a, b) for a in range(2) for b in range(3)]
     assert all(values["a"] == a and values["b"] == b + 1 for (a, b), values in seen.items())
     assert batching.fancy_primitive_batchers[debugging.debug_callback_p] is rule
+
+
+def test_a_call_whose_argument_was_donated_is_not_run_again_and_the_report_says_so():
+    def refuse_negative(v):
+        if v.min() < 0:
+            raise ValueError("negative update")
+
+    def update(w, g):
+        jax.debug.callback(refuse_negative, g)
+        return w - g
+
+    step = jax.jit(update, donate_argnums=0)
+    w, g = jnp.ones(3), -jnp.ones(3)
+    try:
+        step(w, g)  # the call on the user's line, made here (no helper frame around it to run again)
+    except Exception as error:
+        caught = error
+    w.delete()  # what donation does to the buffer (CPU may keep it: deleted here as an accelerator would)
+    data = debug_after(caught).report.to_dict()
+    assert data["stopped"] is None and not data["reran_user_code"] and data["status"] == "error"
+    assert "donated" in data["unavailable"] and "`step(w, g)`" in data["unavailable"]
+
+
+def test_a_donated_argument_in_a_frame_shown_as_it_failed_is_said_to_be_deleted():
+    def update(w, g):
+        return w - jnp.log(g)
+
+    step = jax.jit(update, donate_argnums=0)
+    w, g = jnp.ones(3), -jnp.ones(3)
+    try:
+        with jax.debug_nans(True):
+            step(w, g)
+    except FloatingPointError as error:
+        caught = error
+    w.delete()
+    data = debug_after(caught).report.to_dict()
+    # JAX re-ran `update` op by op itself: its frame is the stop, nothing runs again; w's buffer is gone
+    assert data["stopped"]["line"]["code"] == "return w - jnp.log(g)" and not data["reran_user_code"]
+    assert {v["name"]: v["kind"] for v in data["stopped"]["values"]} == {"w": "deleted", "g": "array"}

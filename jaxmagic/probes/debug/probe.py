@@ -58,6 +58,17 @@ class DebugSession:
         self.traceback = None
 
 
+def _has_deleted(call: FailingCall) -> bool:
+    """Whether an argument's buffer is gone: donated to the call that failed (``donate_argnums``) or deleted."""
+    import jax  # deferred: jaxmagic imports JAX only when a probe runs
+
+    values = [value for _, value in call.args] + list(call.kwargs.values())
+    return any(
+        isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and leaf.is_deleted()
+        for leaf in tree_leaves(values)
+    )
+
+
 def _has_tracer(call: FailingCall) -> bool:
     import jax  # deferred: jaxmagic imports JAX only when a probe runs
 
@@ -147,11 +158,18 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     # The innermost call of the user's own function with concrete arguments: the least to run again, and its
     # frame is where the cell's computation was (a failing jitted call's outer frames only led to it).
     calls = [found for found in reversed(located) if _calls_users_code(found.call) and not _has_tracer(found.call)]
+    donated = [found for found in calls if _has_deleted(found.call)]
+    calls = [found for found in calls if found not in donated]
     if not calls:
         as_it_failed = _where_it_failed(error, report, located)
         if as_it_failed is not None:
             return as_it_failed
-        if not candidates:
+        if donated:
+            report.unavailable = (
+                f"`{donated[0].call.source}` cannot run again: an argument's buffer was donated to the call that "
+                "failed (donate_argnums) and no copy was kept; run the cell again without donation, then %jax_debug"
+            )
+        elif not candidates:
             report.unavailable = (
                 "No call on your lines of the traceback can be evaluated again without side effects (its callee "
                 "or an argument is computed by a call, or a name it reads is gone)"
@@ -226,7 +244,7 @@ def _where_it_failed(error: BaseException, report: DebugReport, located: list[_L
     frame = innermost.tb_frame
     if line is None or (line.filename, line.lineno) != (frame.f_code.co_filename, innermost.tb_lineno):
         return None
-    if _has_tracer(call):
+    if _has_tracer(call) or _calls_users_code(call):  # a call of the user's code fails below this line, not on it
         return None
     view = _frame_view(innermost)
     if frame.f_code.co_name == "<module>":  # a cell's top level: the values the line passes, named as written

@@ -14,7 +14,9 @@ class ValueSummary:
     """One local or argument of a frame, described without keeping it."""
 
     name: str
-    kind: str  # "array", "primal" (the forward value inside grad's tracer), "number", "tracer", "pytree", "other"
+    # "array", "primal" (the forward value inside grad's tracer), "number", "tracer", "deleted" (a donated
+    # buffer), "pytree", "other"
+    kind: str
     type: str  # the Python type's name
     shape: list[int] | None = None
     dtype: str = ""

@@ -67,6 +67,15 @@ def summarize(name: str, value: Any) -> ValueSummary | None:
     array = _as_host_array(value)
     if array is not None:
         return _array_summary(name, value, array)
+    if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer) and value.is_deleted():
+        return ValueSummary(
+            name,
+            "deleted",
+            type(value).__name__,
+            shape=list(value.shape),
+            dtype=str(value.dtype),
+            values="(its buffer was deleted: donated to a call, or .delete())",
+        )
     if isinstance(value, jax.core.Tracer):
         forward = _as_host_array(primal_value(value))
         if forward is not None:  # under grad: the forward value the derivative is taken at
