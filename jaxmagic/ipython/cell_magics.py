@@ -365,7 +365,9 @@ class CellMagics(MagicRunner):
                 raise UsageError(
                     "%%jax_debug takes only --no-stop and -o; the error, --ns and --eager are %jax_debug's."
                 )
-            probe = probes.breakpoints(ask=debugger.reader() if interactive else None, namespace=self.user_ns)
+            probe = probes.breakpoints(
+                ask=debugger.reader() if interactive else None, namespace=self.user_ns, say=debugger.writer()
+            )
             try:
                 self._run_cell_in_probe(self.jax_debug, probe, args, cell)
             except Exception as error:

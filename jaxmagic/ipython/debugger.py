@@ -9,6 +9,7 @@ terminal IPython, stdin is the terminal.
 from __future__ import annotations
 
 import builtins
+import contextvars
 import sys
 from collections.abc import Callable
 from types import TracebackType
@@ -26,8 +27,27 @@ def stdin_available(shell) -> bool:
 
 
 def reader() -> Callable[[str], str]:
-    """The ``input`` of this cell: in a kernel, the one ipykernel routes to the front end."""
-    return builtins.input
+    """The ``input`` of this cell: in a kernel, the one ipykernel routes to the front end.
+
+    A breakpoint's callback may run on a thread of XLA's (a large program runs there after the call
+    returned): it reads and writes in a copy of the cell's context, so ipykernel routes both to this cell.
+    """
+    context = contextvars.copy_context()
+
+    def ask(prompt: str) -> str:
+        return context.run(builtins.input, prompt)
+
+    return ask
+
+
+def writer() -> Callable[[str], None]:
+    """``print`` to this cell from whichever thread a breakpoint's callback runs on (see ``reader``)."""
+    context = contextvars.copy_context()
+
+    def say(text: str) -> None:
+        context.run(print, text)
+
+    return say
 
 
 def post_mortem(traceback: TracebackType, header: str) -> None:
