@@ -243,7 +243,8 @@ assert isinstance(err, FloatingPointError)
 print(rep_haiku.summary)
 assert rep_haiku.producer.library_function == "haiku.LayerNorm.__call__"
 assert "pass a positive `eps` (its default: 1e-05)" in rep_haiku.fix
-assert "Tried on the value it got" in rep_haiku.fix and "jnp.maximum" not in rep_haiku.fix
+assert "Tried on the values of" in rep_haiku.fix and "jnp.maximum" not in rep_haiku.fix
+assert [f.code for f in rep_haiku.fixes if f.offered] == ["v + 1e-06"]   # tried on the values, then offered
 print("fix:", rep_haiku.fix)
 
 # %%

@@ -306,7 +306,11 @@ def test_doctor_nan_finding_names_the_line_in_loss_fn_as_jax_nans_does(donate):
     assert prov["made_at"] == finding["line"] and prov["function"] == "loss_fn"
     assert prov["transforms"][0] == "jit(sgd_step)"
     assert prov["started_by"]["code"] == "w, loss = train_step(w, x)"
-    assert "clamp" in finding["fix"] and "sqrt" not in finding["fix"]
+    # the fix tried on the values of the failing call (the clamp at 0 leaves log(0) = -inf): the same words
+    assert "jnp.log(jnp.maximum(v, jnp.finfo(v.dtype).tiny))" in finding["fix"] and "sqrt" not in finding["fix"]
+    # under value_and_grad: the fixed log's derivative is tried too (the program's own derivative reads the old value)
+    assert "Tried on the values of call 2: `log` finite, and its derivative finite;" in finding["fix"]
+    assert "jnp.log(jnp.maximum(v, jnp.finfo(v.dtype).tiny))" in single.fix  # searched in run_steps: loss unused
     assert report.nan_sighting.donated == (["argument 0"] if donate else [])
 
 

@@ -125,7 +125,11 @@ def test_equinox_layer_norm_with_eps_zero_is_fixed_by_its_own_eps_tried_on_the_v
     data = _nan_report(lambda: forward(block, x))
     assert data["library_function"] == "equinox.nn.LayerNorm.__call__"
     assert "pass a positive `eps` (its default: 1e-05)" in data["fix"]
-    assert "Tried on the value it got: rsqrt(1e-05) = 316.228, finite." in data["fix"]
+    offered = [fix for fix in data["fixes"] if fix["offered"]]  # tried on the values before it is offered
+    assert [(f["key"], f["tried"], f["result"], f["call_result"]) for f in offered] == [
+        ("eps", True, "finite", "finite")
+    ]
+    assert "Tried on the values of" in data["fix"] and "the call's outputs finite" in data["fix"]
 
 
 def test_haiku_layer_norm_is_named_through_haikus_method_wrappers_and_fixed_by_eps():
@@ -192,7 +196,9 @@ def test_optax_cross_entropy_of_a_written_minus_inf_mask_names_optax_offers_wher
     assert producer["written_inf"]["code"] == "masked = jnp.where(valid, logits, -jnp.inf)"  # written, not made
     assert producer["derivative"] is False and "in the derivative" not in str(report)
     assert any("`loss_fn` alone was traced" in note for note in data["notes"])
-    assert "where=valid" in data["fix"] and "Tried on the values it got" in data["fix"]
+    assert "where=valid" in data["fix"] and "Tried on the values of" in data["fix"]
+    fill = next(fix for fix in data["fixes"] if fix["offered"])  # the finite fill, tried on the values of `mul`
+    assert (fill["key"], fill["tried"], fill["result"].split(" (")[0]) == ("finite_fill", True, "finite")
 
 
 def test_the_call_number_under_filter_jit_is_the_pass_of_the_users_loop_not_the_traces():

@@ -109,7 +109,7 @@ def test_host_array_at_every_call_and_keys_typed_and_legacy(shell):
         shell,
         "X_host = np.ones((16, 3), np.float32)\n"
         "@jax.jit\ndef predict(x, w):\n    return x @ w\n"
-        "for _ in range(5):\n    predict(X_host, jnp.ones(3))",
+        "for step_i in range(5):\n    predict(X_host, jnp.ones(3))",
     )
     (found,) = findings(shell, "transfers")
     assert found["function"] == "predict" and "f32[16,3]" in found["summary"] and "`X_host`" in found["summary"]
@@ -118,7 +118,7 @@ def test_host_array_at_every_call_and_keys_typed_and_legacy(shell):
         shell,
         "@jax.jit\ndef noisy(key, x):\n    return x + jax.random.normal(key, x.shape)\n"
         "legacy = jax.random.PRNGKey(0)\ntyped = jax.random.key(1)\n"
-        "for _ in range(4):\n    noisy(legacy, jnp.ones(2))\n    noisy(typed, jnp.ones(2))",
+        "for step_i in range(4):\n    noisy(legacy, jnp.ones(2))\n    noisy(typed, jnp.ones(2))",
     )
     keys = findings(shell, "random keys")
     assert keys and all(k["function"] == "noisy" for k in keys)

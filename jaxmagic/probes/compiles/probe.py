@@ -95,8 +95,13 @@ def compile_progress(report: CompileReport) -> tuple[list[tuple[str, int]], list
     yours = [function for function in list(report.functions) if function.kind == "user"]
     findings = [
         f"`{function.name}` compiled {function.count} times so far"
-        + (f", {function.defined_at}" if function.defined_at else "")
+        + (_called_at(function.first_line) if function.first_line is not None else f", {function.defined_at}")
         for function in yours
         if function.count > 1
     ]
     return [("compilations of your functions", sum(function.count for function in yours))], findings
+
+
+def _called_at(line) -> str:
+    """Where the call that compiled it was made: the line the final report points at (not the decorator)."""
+    return f", called at {line.where}" if line.where else ""

@@ -18,7 +18,6 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import compiles
-from jaxmagic.probes.compiles.probe import compile_progress
 from jaxmagic.probes.doctor.report import (
     LIVE_PILE_UP,
     PROBES,
@@ -146,8 +145,6 @@ def _doctor_progress(report: DoctorReport, watch: NanWatch | None) -> tuple[list
     if sighting is not None:
         where = f" ({sighting.line.where})" if sighting.line is not None else ""
         findings.append(f"NaN in the result of call {sighting.call_number} of `{sighting.function}`{where}")
-    if report.compiles is not None:
-        compiled, recompiled = compile_progress(report.compiles)
-        counters += compiled
-        findings += recompiled
+    # The compilations: the compiles probe the doctor runs publishes them itself (counted here too, the
+    # board would add the two up: "6 compilations" for 3).
     return counters, findings

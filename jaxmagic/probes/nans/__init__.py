@@ -14,16 +14,18 @@ traced in the process (chapter section 3.1); the scoped form does not.
 The package: ``probe`` (``nans()``: the checks, and the search once one
 raised), ``call_sites`` (which pass of the user's loop failed), ``report`` (the
 report and its wording), ``causes`` (what makes each primitive give NaN/inf),
-``fixes`` (the fix for what was found) and ``sighting`` (explaining a NaN that
+``fixes`` (the fix for what was found; ``tried_fixes``: which candidate, tried on the values by the
+search, is offered, and in what words) and ``sighting`` (explaining a NaN that
 ``%%jax_doctor`` or ``%jax_watch`` saw, for their reports). The search itself
 is in ``probes/_support/nan/``.
 """
 
+from jaxmagic.probes._support.fixes.values import FixTrial
 from jaxmagic.probes._support.nan.inside import InsideSearch
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import LoopPosition, NanProducer, OperandValue, ProducerSearch
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES
-from jaxmagic.probes.nans.fixes import nan_fix
+from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
 from jaxmagic.probes.nans.probe import CONFIG_NAMES, nans
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.probes.nans.sighting import explain_nan_sighting, nan_finding_provenance, nan_finding_text
@@ -32,6 +34,7 @@ __all__ = [
     "BACKWARD_EXPLANATION",
     "CONFIG_NAMES",
     "FORWARD_CAUSES",
+    "FixTrial",
     "InsideSearch",
     "LoopPosition",
     "NanProducer",
@@ -43,5 +46,6 @@ __all__ = [
     "nan_finding_provenance",
     "nan_finding_text",
     "nan_fix",
+    "nan_fixes",
     "nans",
 ]

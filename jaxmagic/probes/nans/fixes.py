@@ -7,56 +7,96 @@ another bug is worse than none, so ``nan_fix`` returns "" when no rule fits.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-import math
 import re
 import sys
 
+from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FINITE_FILL, FLOAT32, FixTrial
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
 from jaxmagic.probes.nans.report import NanReport
+from jaxmagic.probes.nans.tried_fixes import choose, untried
 from jaxmagic.report import SourceLine
 
 _ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")
 _SQRT_LIKE = ("sqrt", "rsqrt", "pow")
-SUGGESTION = " (A suggestion: jaxmagic did not try it.)"
+# A fix that rewrites the user's line (a double where, a log-probability from logits, a dtype): trying it
+# would mean running the user's Python again, which a trial never does.
+NOT_TRIED = "it rewrites your line, and trying it would run your Python again"
+SUGGESTION = f" (Not tried on the values: {NOT_TRIED}.)"
 
 
 def _zero_operand(p: NanProducer) -> bool:
     return any(op.value in ("0.0", "-0.0", "0") for op in p.operands)
 
 
-def _root_fix(p: NanProducer, library: str, code: str) -> str:
+def _root_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str:
     """``sqrt``/``rsqrt`` out of its domain: at 0 (``rsqrt``: inf) the input needs an epsilon - the layer's
     own ``eps`` when a library's normalisation layer made it - below 0 a clamp (and, for ``rsqrt``, the
-    epsilon too: ``rsqrt(0)`` is inf). Each fix is tried on the value the operation got."""
+    epsilon too: ``rsqrt(0)`` is inf). Only a candidate the trials found finite is offered."""
     got = _operand_float(p)
     if got is None:
         return ""
+    prim = p.primitive
+    why = {"clamp": "rsqrt(0) is inf"} if prim == "rsqrt" else {}
+    if prim == "rsqrt" and got >= 0:
+        choice = choose(report, p, ["eps", "clamp_eps"], why)
+    else:
+        choice = choose(report, p, ["clamp", "clamp_eps"], why)
+    fix = choice.offered
     eps_parameter = _layer_epsilon(library)
-    eps = eps_parameter[1] if eps_parameter and isinstance(eps_parameter[1], float) and eps_parameter[1] > 0 else 1e-6
-    fixed = max(got, 0.0) + eps if p.primitive == "rsqrt" else max(got, 0.0)
-    result = 1 / math.sqrt(fixed) if p.primitive == "rsqrt" else math.sqrt(fixed)
-    tried = f" Tried on the value it got: {p.primitive}({fixed:g}) = {result:.6g}, finite."
-    if eps_parameter is not None and p.primitive == "rsqrt" and got >= 0:
+    if fix is not None and fix.key == "eps" and eps_parameter is not None:
         name, default = eps_parameter
         given = f" (its default: {default:g})" if isinstance(default, float) else ""
         return (
-            f"`{p.primitive}` inside `{library}` got {got:g}{code}: 1/sqrt(0) is inf. The variance of a row whose "
+            f"`{prim}` inside `{library}` got {got:g}{code}: 1/sqrt(0) is inf. The variance of a row whose "
             f"values are all equal is 0, and the layer's `{name}` is what keeps it finite: pass a positive "
-            f"`{name}`{given} instead of 0." + tried
+            f"`{name}`{given} instead of 0 (tried as `{fix.code}`, the variance with an epsilon added). "
+            + choice.tried_text
         )
+    subtract = (
+        "find why it goes negative (a variance computed as E[x**2] - E[x]**2 can round below 0: "
+        "subtract the mean first, `jnp.var`)"
+    )
+    if fix is None:
+        return f"`{prim}` got {got:g}{code}. {choice.tried_text} {subtract[0].upper()}{subtract[1:]}."
+    failed = f" {choice.failed_text}" if choice.failed_text else ""
     if got >= 0:  # rsqrt(0): inf (sqrt(0) makes no NaN)
         return (
-            f"`rsqrt` got {got:g}{code}: 1/sqrt(0) is inf. Add a small epsilon to its input (`v` the value "
-            f"given to it): `jax.lax.rsqrt(v + {eps:g})`." + tried
+            f"`{prim}` got {got:g}{code}: 1/sqrt(0) is inf. Keep its input away from 0 (`v` the value given "
+            f"to it): `jax.lax.rsqrt({fix.code})`. {choice.tried_text}{failed}"
         )
-    clamp = f"jnp.maximum(v, 0.0) + {eps:g}" if p.primitive == "rsqrt" else "jnp.maximum(v, 0.0)"
-    why = " (not just the clamp: rsqrt(0) is inf)" if p.primitive == "rsqrt" else ""
     return (
-        f"`{p.primitive}` got {got:g}, a negative value{code}: with `v` the value given to it, use "
-        f"`{clamp}`{why}, or find why it goes negative (a variance computed as E[x**2] - E[x]**2 can round "
-        "below 0: subtract the mean first)." + tried
+        f"`{prim}` got {got:g}, a negative value{code}: with `v` the value given to it, use "
+        f"`{fix.code}` as its input, or {subtract}. {choice.tried_text}{failed}"
+    )
+
+
+_DOMAIN = {  # operation -> (its domain, the candidates in the order offered, why a candidate can fail)
+    "acos": ("[-1, 1]", ["clip", "clip_eps"], {}),
+    "asin": ("[-1, 1]", ["clip", "clip_eps"], {}),
+    "atanh": ("(-1, 1)", ["clip", "clip_eps"], {"clip": "atanh(1) is inf"}),
+    "acosh": ("[1, inf)", ["floor"], {}),
+    "log1p": ("(-1, inf)", ["clamp", "floor"], {"clamp": "log1p(-1) is -inf"}),
+}
+
+
+def _domain_fix(report: NanReport, p: NanProducer, code: str) -> str:
+    """An operation given a value just outside its domain - a cosine similarity that rounded to 1.0000001
+    before ``arccos`` - is kept inside it by a clip, tried on the values."""
+    domain, order, why = _DOMAIN[p.primitive]
+    got = p.operands[0].value if p.operands else "a value"
+    choice = choose(report, p, order, why)
+    said = f"`{p.primitive}` got {got}{code}, outside its domain {domain}"
+    if choice.offered is None:
+        text = f"{said}. {choice.tried_text}" if choice.tried_text else ""
+        return text + " Look for why the value leaves the domain." if text else ""
+    failed = f" {choice.failed_text}" if choice.failed_text else ""
+    return (
+        f"{said}: a value computed to be at its edge (a cosine similarity, a correlation) can round just past it. "
+        f"Keep it inside, with `v` the value given to it: `{choice.offered.code}` as its input. "
+        f"{choice.tried_text}{failed}"
     )
 
 
@@ -104,9 +144,10 @@ def _layer_epsilon(library: str) -> tuple[str, object] | None:
     return None
 
 
-def _written_inf_fix(p: NanProducer, library: str, code: str) -> str:
+def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str:
     """A NaN made from an inf the user wrote as a mask's fill (``jnp.where(valid, logits, -jnp.inf)``):
-    the library function's own mask argument when it has one (optax's ``where=``), and a finite fill."""
+    the library function's own mask argument when it has one (optax's ``where=``), and a finite fill -
+    offered when it made the operation finite on the values it got."""
     written = p.written_inf
     if written is None:
         return ""
@@ -118,15 +159,16 @@ def _written_inf_fix(p: NanProducer, library: str, code: str) -> str:
     if library and "where" in _parameters(_library_object(library, stop_at_class=False)):
         parts.append(
             f"`{library}` takes the mask itself: pass it as `where=` (e.g. `{library}(logits, labels, "
-            "where=valid)`) and leave the values finite; masked entries are then left out of the sum."
-            " (Not tried: it changes your line.)"
+            "where=valid)`) and leave the values finite; masked entries are then left out of the sum." + SUGGESTION
         )
-    tried = ""
-    if p.primitive == "mul":
-        tried = f" Tried on the values it got: 0.0 * finfo({dtype}).min = -0.0, finite."
-    parts.append(
-        f"Or fill with a finite value instead: `jnp.finfo(jnp.{dtype}).min` for `-jnp.inf` in your line.{tried}"
-    )
+    choice = choose(report, p, [FINITE_FILL])
+    if choice.offered is not None:
+        parts.append(
+            f"Or fill with a finite value instead: `jnp.finfo(jnp.{dtype}).min` for `-jnp.inf` in your line. "
+            + choice.tried_text.replace(": `", ", the infinity it got replaced by the finite extreme: `", 1)
+        )
+    elif choice.tried_text:
+        parts.append(f"A finite fill was tried too and is not offered: {choice.tried_text}")
     return " ".join(parts)
 
 
@@ -144,10 +186,27 @@ _UNDERFLOW = {"float32": 17, "float64": 37}
 _HALF = ("float16", "bfloat16")
 
 
+def nan_fixes(report: NanReport) -> tuple[str, list[FixTrial]]:
+    """The fix for this NaN in words (see ``nan_fix``) and as data: every candidate tried on the values
+    (``offered`` on the one the words offer; the others failed or were not chosen), and the rule's own fix
+    when it could not be tried (``tried`` False, ``result`` "not tried: <why>")."""
+    text = nan_fix(report)
+    p = report.producer
+    fixes = [dataclasses.replace(t) for t in p.fix_trials] if p is not None else []
+    if p is not None and p.primitive == "cholesky" and p.jitter and "Tried on these values" in text:
+        fixes.append(FixTrial("jitter", f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
+    if SUGGESTION in text:  # a fix in words that rewrites the line (a cause alone is no fix)
+        fixes.append(untried("", NOT_TRIED))
+    return text, fixes
+
+
 def nan_fix(report: NanReport) -> str:
     """The fix for this NaN: chosen by the producing operation and the input values it saw, naming only
-    what is in the program; "" when no fix is known for what was seen (never a fix for another bug)."""
+    what is in the program; "" when no fix is known for what was seen (never a fix for another bug). A
+    fix the producer search could try on the values is offered only when it made them finite."""
     p = report.producer
+    for trial in p.fix_trials if p is not None else []:
+        trial.offered = False
     if p is None:
         if report.primitive in FORWARD_CAUSES and report.phase == "forward":
             return (
@@ -158,14 +217,24 @@ def nan_fix(report: NanReport) -> str:
     if overflow and any(op.dtype in _HALF for op in p.operands):
         half = next(op.dtype for op in p.operands if op.dtype in _HALF)
         code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+        choice = choose(report, p, [FLOAT32])
+        said = f"`{p.primitive}`{code} overflowed {half}."
+        if choice.offered is None:  # float32 overflows too (or it could not be tried)
+            tried = f" {choice.tried_text}" if choice.tried_text else SUGGESTION
+            return f"{said} Scale the values down first.{tried}"
+        after = (
+            f"and back to {half} after if you need it"
+            if f"within {half}" in choice.offered.result
+            else f"and keep the result in float32: it does not fit {half}"
+        )
         return (
-            f"`{p.primitive}`{code} overflowed {half}. Compute it in float32 - `.astype(jnp.float32)` on its "
-            f"inputs, and back to {half} after if you need it - or scale the values down first." + SUGGESTION
+            f"{said} Compute it in float32 - `.astype(jnp.float32)` on its inputs, {after} - or scale the values "
+            f"down first. {choice.tried_text}"
         )
     library = p.library_function
     code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
     if p.written_inf is not None and not p.neg_inf_rows:
-        return _written_inf_fix(p, library, code)
+        return _written_inf_fix(report, p, library, code)
     if p.neg_inf_rows and p.nan_maker_library in _ROW_FUNCTIONS:  # -inf made elsewhere, NaN in the row function
         library = p.nan_maker_library
         code = f" (`{p.nan_maker_line.code}`)" if p.nan_maker_line is not None and p.nan_maker_line.code else ""
@@ -175,11 +244,17 @@ def nan_fix(report: NanReport) -> str:
         name = f"`{library}`" if library else "the max-subtracting reduction"
         dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "float32")
         in_what = "its gradient" if p.phase == "backward" or p.derivative else "its value"
-        return (
+        said = (
             f"{name}{code} got {p.neg_inf_rows} in which every entry is -inf (a fully masked row): there the "
-            f"max it subtracts is -inf too, and -inf - (-inf) is NaN (in {in_what}). Fill masked entries with a large finite "
-            f"negative number instead of -inf{fill} (e.g. `jnp.finfo(jnp.{dtype}).min`), or leave rows with no "
-            "unmasked entry out of the loss." + SUGGESTION
+            f"max it subtracts is -inf too, and -inf - (-inf) is NaN (in {in_what})."
+        )
+        choice = choose(report, p, [FINITE_FILL])
+        if choice.tried_text and choice.offered is None:  # a finite fill leaves it non-finite: not offered
+            return f"{said} Leave rows with no unmasked entry out of the loss. A finite fill is not offered: {choice.tried_text}"
+        tried = f" {choice.tried_text}" if choice.offered is not None else SUGGESTION
+        return (
+            f"{said} Fill masked entries with a large finite negative number instead of -inf{fill} (e.g. "
+            f"`jnp.finfo(jnp.{dtype}).min`), or leave rows with no unmasked entry out of the loss.{tried}"
         )
     if p.discarded_by and not library:
         prim = p.primitive
@@ -248,21 +323,24 @@ def nan_fix(report: NanReport) -> str:
             )
         return fix + "`jnp.linalg.cholesky(K + eps * jnp.eye(K.shape[-1]))`." + SUGGESTION
     if p.primitive in ("sqrt", "rsqrt") and not p.derivative:
-        return _root_fix(p, library, code)
+        return _root_fix(report, p, library, code)
     if p.primitive in ("div", "rem") and len(p.operands) == 2 and p.operands[1].value in ("0.0", "-0.0", "0"):
         den = p.operands[1]
         if p.derivative:
             return ""  # a derivative's own division: the cases above name the ones known
-        if den.made_by in ("reduce_sum", "add", "add_any"):
-            return (
-                f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
-                "an all-padding batch. Guard that denominator: `den = ...; num / jnp.maximum(den, 1)`, or "
-                "`jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)`." + SUGGESTION
-            )
-        return (
-            f"The denominator{code} was 0 ({p.description}): guard it, "
-            "`jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 0.0)`." + SUGGESTION
+        dtype = den.dtype
+        why = {"eps": f"{DIVISION_EPS:g} is below the smallest {dtype} value, so den + {DIVISION_EPS:g} is den"}
+        choice = choose(report, p, ["guard"], why if dtype == "float16" else None, naive=("eps",))
+        what = (
+            f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
+            "an all-padding batch."
+            if den.made_by in ("reduce_sum", "add", "add_any")
+            else f"The denominator{code} was 0 ({p.description})."
         )
+        if choice.offered is None:
+            return f"{what} {choice.tried_text}".rstrip()
+        failed = f" {choice.failed_text}" if choice.failed_text else ""
+        return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
     if p.primitive == "log" and p.operands and (not library or library.startswith("jax.nn.")):
         # the log of a probability computed first: it rounds to 0 long before its logarithm is out of range
         op = p.operands[0]
@@ -283,13 +361,22 @@ def nan_fix(report: NanReport) -> str:
                 f"and its log is -inf. Compute the log-probability from the logits `z` directly: {written}; it "
                 "stays finite, and so does its gradient." + SUGGESTION
             )
-    if p.primitive in ("log", "log1p") and not library:
+    # `log`, `log1p`, `acos`, ... made under jvp are the primal's: no derivative computes them (theirs divide)
+    if p.primitive == "log" and not library:
+        got = _operand_float(p)
+        order = ["eps", "floor"] if got is not None and got >= 0 else ["clamp", "floor"]
+        choice = choose(report, p, order, {"clamp": "log(0) is -inf", "eps": "a negative value stays negative"})
+        said = f"`log` got {p.operands[0].value if p.operands else 'a value out of its domain'}{code}"
+        if choice.offered is None:
+            return f"{said}. {choice.tried_text}" if choice.tried_text else ""
+        failed = f" {choice.failed_text}" if choice.failed_text else ""
         return (
-            f"`{p.primitive}` got {p.operands[0].value if p.operands else 'a value out of its domain'}{code}: "
-            f"with `v` the value given to `{p.primitive}` there, clamp it (`jnp.{p.primitive}(jnp.maximum(v, tiny))`) "
-            f"or select with the double where (`jnp.where(v > 0, jnp.{p.primitive}(jnp.where(v > 0, v, 1.0)), "
-            "fallback)`)." + SUGGESTION
+            f"{said}: with `v` the value given to `log` there, use `jnp.log({choice.offered.code})`, or select "
+            "with the double where (`jnp.where(v > 0, jnp.log(jnp.where(v > 0, v, 1.0)), fallback)`) if values "
+            f"at or below 0 should not count. {choice.tried_text}{failed}"
         )
+    if p.primitive in _DOMAIN and p.phase == "forward" and not library:
+        return _domain_fix(report, p, code)
     if p.phase == "forward" and not p.derivative and p.primitive in FORWARD_CAUSES:
         return f"`{p.primitive}`: typically {FORWARD_CAUSES[p.primitive]}."
     return ""

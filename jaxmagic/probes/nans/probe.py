@@ -29,7 +29,7 @@ from jaxmagic.probes._support.nan.inside import InsideSearch, search_inside
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
 from jaxmagic.probes._support.nan.producer import ProducerSearch, search
 from jaxmagic.probes.nans.call_sites import CallSiteCounts, counting_call_sites
-from jaxmagic.probes.nans.fixes import nan_fix
+from jaxmagic.probes.nans.fixes import nan_fixes
 from jaxmagic.probes.nans.report import NanReport, scope_text
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -227,7 +227,7 @@ def conclude(report: NanReport, started: SourceLine | None = None) -> None:
         nan_made_there = p.value == "inf" and p.nan_maker and p.nan_maker_library
         report.library_function = p.nan_maker_library if nan_made_there else p.library_function
     report.provenance = nan_provenance(report, started)
-    report.fix = nan_fix(report)
+    report.fix, report.fixes = nan_fixes(report)
 
 
 def nan_provenance(report: NanReport, started: SourceLine | None = None) -> Provenance:
@@ -390,7 +390,7 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
         return
     report.producer, report.searched_call = found.producer, found.searched
     report.notes.append(
-        f"{found.searched} was traced again with the same argument values and its program evaluated "
+        f"The program of {found.searched} was evaluated again on the same argument values, "
         f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
         + _rule_text(found)

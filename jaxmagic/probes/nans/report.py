@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._support.fixes.values import FixTrial
 from jaxmagic.probes._support.nan.inside import InsideSearch
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import NanProducer
@@ -59,6 +60,9 @@ class NanReport(Report):
     failing_call: str = ""  # the call that raised, e.g. "jax.grad(reg_loss)(p_reg, x_reg)"
     nonfinite: list[NonFiniteLeaf] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # a search after the cell (the doctor's, the watch's): the user's functions whose Python ran again to
+    # get the program ([]: none, it came from JAX's cache; None: no such search, or it could not be told)
+    traced_again: list[str] | None = None
     jax_messages: list[str] = dataclasses.field(default_factory=list)
     other_error: str = ""  # the cell failed for another reason: "ValueError: ..."
     compiled_only: bool = False  # NaN in the compiled program that the de-optimized run did not reproduce
@@ -71,6 +75,9 @@ class NanReport(Report):
     python_error: str = ""  # Python's own ZeroDivisionError/OverflowError: no JAX NaN/inf at all
     provenance: Provenance | None = None  # made_at (the producing line), function, transformations, started_by
     fix: str = ""  # the fix that matches the producing operation and the values it saw ("" when none is known)
+    # the fixes considered, as data: each tried on the values (`tried`, `result`, `call_result`) or why not;
+    # `offered` marks the one `fix` offers (nans/fixes.py, _support/fixes/values.py)
+    fixes: list[FixTrial] = dataclasses.field(default_factory=list)
     jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
     checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)
     inside: bool = False  # --inside: the first call of each jitted function was evaluated op by op
@@ -283,6 +290,14 @@ class NanReport(Report):
         if self.call_path:
             sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
         sections.append(Section("Why", [Paragraph(self._explanation())]))
+        tried = [fix for fix in self.fixes if fix.tried]
+        if tried:
+            rows = [
+                [f"`{fix.code}`", fix.result, fix.call_result or "-", "offered" if fix.offered else "not offered"]
+                for fix in tried
+            ]
+            columns = ["fix (`v` the value given to it)", f"`{p.primitive}`", "the call's outputs", ""]
+            sections.append(Section("Fixes tried on the values", [Table(columns, rows)]))
         return sections
 
     def _explanation(self) -> str:

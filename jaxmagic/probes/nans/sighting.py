@@ -12,8 +12,10 @@ import contextlib
 import io
 
 from jaxmagic._jax import jit_calls
+from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
-from jaxmagic.probes.nans.probe import conclude, nans_of_call
+from jaxmagic.probes._support.users_python import users_python_watched
+from jaxmagic.probes.nans.probe import apply_search, conclude, nans_of_call
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line
@@ -66,6 +68,42 @@ def nan_finding_provenance(s: NanSighting, nan: NanReport | None) -> Provenance:
     return Provenance(started_by=s.line, unknown=f"only the call that returned it is known: {ended_sentence(why)}")
 
 
+def _searched_without_rerun(call: FailingCall) -> NanReport | None:
+    """The producer search on the call's program alone, found or None. A jitted function's program comes
+    from JAX's cache, so nothing of the user's runs again; running the call under ``jax.debug_nans``
+    instead would make JAX re-run its Python de-optimized (trace-time prints, counters and appends
+    happening once more in a watched cell than in an unwatched one). Falls back (None) to that re-run
+    when the search names nothing."""
+    report = NanReport(checks=["nan"])
+    try:
+        with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()), users_python_watched() as python:
+            apply_search(report, call, want_nan=True)
+    except Exception:
+        return None
+    producer = report.producer
+    if producer is None:
+        return None
+    report.traced_again = python.ran if python.known else None
+    report.found = True
+    report.value = "nan" if producer.value == "nan" or producer.nan_maker else producer.value
+    report.primitive = producer.nan_maker if producer.value == "inf" and producer.nan_maker else producer.primitive
+    report.phase = producer.phase
+    report.failing_call = call.source
+    if producer.line is not None:
+        report.origin_lines = [producer.line]
+    return report
+
+
+def _how_traced(ran: list[str] | None) -> str:
+    """Whether getting the program ran the user's Python again, said plainly (the trace-count rule)."""
+    if ran is None:
+        return "(whether your Python ran again to trace it could not be told: sys.monitoring was taken)"
+    if not ran:
+        return "(from JAX's cache: your Python did not run again)"
+    names = ", ".join(f"`{name}`" for name in ran[:3])
+    return f"(traced again: your Python ran once more after the cell - {names} - since JAX had not kept it)"
+
+
 def ended_sentence(text: str) -> str:
     """A sentence as the end of another one: lower-case first letter, no full stop."""
     text = text.strip()
@@ -95,6 +133,16 @@ def explain_nan_sighting(watch: NanWatch) -> NanReport | None:
         return eager
     if call is None:
         return None
+    searched = _searched_without_rerun(call)
+    if searched is not None:
+        searched.call_number = sighting.call_number
+        searched.call_line = sighting.line
+        conclude(searched, sighting.line)
+        del call
+        sighting.rerun_note = f"The program of {sighting.call_source} {_how_traced(searched.traced_again)} was " + (
+            "evaluated operation by operation on the call's arguments to name the primitive and the line."
+        )
+        return searched
     report = None
     try:
         with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()):

@@ -91,10 +91,28 @@ class Watch:
         nan = self._nan
         sighting = nan.sighting if nan is not None else None
         counters = [("jitted calls watched", nan.calls_seen)] if nan is not None else []
-        if sighting is None or ("NaN", sighting.function) in self._told:
-            return counters, []
-        where = f" ({sighting.line.where})" if sighting.line is not None else ""
-        return counters, [f"NaN in the results of `{sighting.function}` (call {sighting.call_number}){where}"]
+        findings = self._over_budget_so_far()
+        if sighting is not None and ("NaN", sighting.function) not in self._told:
+            where = f" ({sighting.line.where})" if sighting.line is not None else ""
+            findings.append(f"NaN in the results of `{sighting.function}` (call {sighting.call_number}){where}")
+        return counters, findings
+
+    def _over_budget_so_far(self) -> list[str]:
+        """Functions over the compilation budget in this cell so far (with the cells before), not told yet:
+        the finding the cell's report will make, shown while the cell still runs."""
+        report = self._compiles
+        if report is None:
+            return []
+        over = []
+        for f in list(report.functions):
+            if f.kind != "user":
+                continue
+            function = (f.name, f.defined_at)
+            total = self._compilations.get(function, 0) + f.count
+            if total > self.log.budget and ("recompilation", *function) not in self._told:
+                where = f", called at {f.first_line.where}" if f.first_line is not None else ""
+                over.append(f"`{f.name}` compiled {total} times so far (budget {self.log.budget}){where}")
+        return over
 
     def begin_cell(self, label: str, held=()) -> None:
         """Switch the watch on for one cell; never raises.

@@ -53,6 +53,7 @@ import numpy as np
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
+from jaxmagic.probes._support.fixes.values import FixTrial, try_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -152,6 +153,8 @@ class NanProducer:
     provenance: Provenance | None = None  # made_at (= line), function, transformations, iteration, library function
     neg_inf_rows: str = ""  # a max-reduction on its line saw rows that were all -inf: "1 of 3 rows (axis 1)"
     jitter: str = ""  # cholesky of a matrix not positive definite: the smallest diagonal jitter that let it factor
+    # the fixes of the operation tried on its recorded inputs, then on the whole program (_support/fixes/values.py)
+    fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
 
     @property
     def forward_line(self) -> SourceLine | None:
@@ -425,7 +428,10 @@ class ProducerListener(Listener):
         maker = self._made_by.get(id(var))
         return maker.primitive.name if maker is not None else ""
 
+    site: tuple | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
+
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
+        self.site = (eqn, list(inputs), path)
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
         # A NaN is never passed on as given: when the output holds one, that is what the equation made.
@@ -589,6 +595,12 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         if producer.neg_inf_rows and producer.written_inf is None:
             producer.written_inf = found.written_inf  # a row all -inf: the fill that line wrote made it so
     found.result_finite = outputs is not None and not any_bad(outputs)
+    if producer is not None and listener.site is not None and (producer.phase == "forward" or not producer.derivative):
+        # a fix of an operation the user wrote is tried on its values before the report offers it (one under
+        # jvp too: the NaN probe may find it a forward value; a user's own derivative rule's)
+        eqn, inputs, path = listener.site
+        producer.fix_trials = try_fixes(eqn, inputs, path, program, values, outputs)
+    listener.site = None  # holds the user's arrays
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
     found.stopped_at = list(dict.fromkeys(found.stopped_at))
