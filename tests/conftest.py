@@ -23,6 +23,7 @@ _FILE_MARKS = {
     "test_notebooks.py": "kernel",
     "test_watch_notebook.py": "kernel",
     "test_live_view.py": "kernel",
+    "test_debug_kernel.py": "kernel",  # a real kernel answering the debugger's input requests
     "test_section9_script.py": "kernel",
     "test_sharding.py": "kernel",  # its scenarios run in fresh processes with 64 fake devices
     "test_gather.py": "cluster",

@@ -91,6 +91,72 @@ def test_typed_key_data_reads_the_raw_words():
     assert (jax.numpy.asarray(compat.typed_key_data(key)) == jax.random.key_data(key)).all()
 
 
+def test_debug_loops_are_replaced_where_user_code_and_fori_loop_find_them_and_put_back():
+    from jax._src.lax.control_flow import loops
+
+    from jaxmagic._jax.loop_patches import loops_replaced
+
+    assert jax.lax.scan is loops.scan, "jax.lax.scan is no longer the loops module's scan"
+    calls = []
+
+    def scan(f, init, xs=None, length=None, **options):
+        calls.append(length)
+        return original.scan(f, init, xs, length=length, **options)
+
+    with loops_replaced(scan, jax.vmap) as original:
+        jax.lax.scan(lambda c, x: (c + x, x), 0.0, jax.numpy.ones(3))
+        jax.lax.fori_loop(0, 4, lambda i, c: c + i, 0)  # fori_loop with static bounds calls the module's scan
+    assert calls == [None, 4]
+    assert jax.lax.scan is loops.scan is original.scan and jax.vmap is original.vmap
+
+
+def test_debug_vmap_parts_are_read_from_jax_vmap_f_closure():
+    from jaxmagic._jax.loop_patches import vmap_parts
+
+    def per_example(x, y):
+        return x * y
+
+    parts = vmap_parts(jax.vmap(per_example, in_axes=(0, None)))
+    assert parts is not None and parts.function is per_example and parts.in_axes == (0, None)
+    assert vmap_parts(jax.jit(jax.vmap(per_example))).function is per_example  # through a jit around it
+    assert vmap_parts(per_example) is None and vmap_parts(jax.jit(per_example)) is None
+
+
+def test_debug_breakpoint_backend_is_chosen_over_jax_own_and_removed():
+    from jax._src.debugger import core
+
+    from jaxmagic._jax.debugger_backends import breakpoint_backend
+
+    hits = []
+
+    def f(x):
+        y = x + 1
+        jax.debug.breakpoint()
+        return y
+
+    with breakpoint_backend("jaxmagic", hits.append):
+        jax.jit(f)(jax.numpy.ones(2))
+    assert "jaxmagic" not in core._debugger_registry
+    frame = hits[0][0]
+    assert frame.filename == __file__ and frame.locals["y"].shape == (2,)
+
+
+def test_debug_callback_has_a_batching_rule_in_the_table_jaxmagic_replaces():
+    from jax._src import debugging
+    from jax._src.interpreters import batching
+
+    from jaxmagic._jax.debugger_backends import batch_elements_told, batch_position
+
+    rule = batching.fancy_primitive_batchers[debugging.debug_callback_p]
+    seen = []
+    with batch_elements_told():
+        jax.vmap(lambda x: jax.debug.callback(lambda v: seen.append((batch_position(), float(v))), x))(
+            jax.numpy.arange(2.0)
+        )
+    assert batching.fancy_primitive_batchers[debugging.debug_callback_p] is rule
+    assert sorted(seen) == [((0,), 0.0), ((1,), 1.0)]
+
+
 def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
     # _jax/loop_call.py reads JAX's scan frame: f, init_flat (a flat tree) and x_avals
     import jax.numpy as jnp

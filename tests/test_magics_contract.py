@@ -227,6 +227,15 @@ EXAMPLES = {
         bad_option="%jax_gather rep_g --bogus",
         evil="%jax_gather rep_g --view evil_view -o {out}",  # an engine's error, shown
     ),
+    "jax_debug": MagicExample(  # a line and a cell magic: the cell form here; the line form debugs `evil`
+        ok="%%jax_debug -o {out}\njax.jit(f_ok)(jnp.ones(3))",
+        raising="%%jax_debug -o {out}\nraise ValueError(EVIL)",
+        interrupt="%%jax_debug -o {out}\njax.jit(f_ok)(jnp.ones(2))\nraise KeyboardInterrupt",
+        bad_option="%%jax_debug --bogus\n1",
+        # %jax_debug after a failed call: the re-run stops in f_raises, whose error holds EVIL
+        evil="try:\n    jax.jit(f_raises)(jnp.ones(3))\nexcept ValueError as _error:\n    debug_evil = _error\n"
+        "%jax_debug debug_evil -o {out}",
+    ),
     "jax_watch": MagicExample(  # a later cell is watched: run here as a cell inside the example's own cell
         ok="%jax_watch on -o {out}\nget_ipython().run_cell('y_w = jax.jit(f_ok)(jnp.ones(3))')\n%jax_watch off",
         raising="%jax_watch -o {out}\nget_ipython().run_cell('raise ValueError(EVIL)')\n%jax_watch off\n"

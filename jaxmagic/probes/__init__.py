@@ -17,6 +17,7 @@ from jaxmagic.probes.check import CheckReport, check, check_of_call
 from jaxmagic.probes.check import run_call as run_check_call
 from jaxmagic.probes.compiles import CompileBudgetExceeded, CompileReport, compiles
 from jaxmagic.probes.config import ConfigReport, EnvReport, config_diff, environment
+from jaxmagic.probes.debug import BreakpointReport, DebugReport, DebugSession, breakpoints, debug_after, ended_by_quit
 from jaxmagic.probes.devices import DevicesReport, devices
 from jaxmagic.probes.doctor import DoctorReport, doctor
 from jaxmagic.probes.explain import (
@@ -64,6 +65,12 @@ __all__ = [
     "check_of_call",
     "run_check_call",
     "CheckReport",
+    "debug_after",
+    "DebugSession",
+    "DebugReport",
+    "breakpoints",
+    "BreakpointReport",
+    "ended_by_quit",
     # tracer errors and leaks (section 4)
     "explain",
     "explain_any",
