@@ -68,6 +68,27 @@ def test_a_nan_at_step_900_of_a_scan_stops_in_the_body_at_iteration_900_with_con
     assert session.traceback is None and session.namespace().__dict__ == {}
 
 
+def body_inf_first(c, x):
+    y = jnp.log(c - x)  # step 900: log(0) = -inf (no error under debug_nans); step 901: log(<0) = NaN
+    return c, y
+
+
+@jax.jit
+def run_inf_first(c0, xs):
+    return lax.scan(body_inf_first, c0, xs)
+
+
+def test_a_step_that_only_made_an_inf_is_skipped_when_the_error_is_a_nan():
+    # the compiled search looks for what stopped the call: under jax.debug_nans alone an inf is no error,
+    # and taking its step for the failing one made the whole loop run op by op
+    xs = jnp.arange(1000.0) / 900.0
+    with jax.debug_nans(True):
+        error = failure(lambda: run_inf_first(jnp.array(1.0), xs))
+    data = debug_after(error).report.to_dict()
+    assert [(s["kind"], s["index"]) for s in data["steps"]] == [("scan", 901)]
+    assert data["compiled_runs"] == 1 and not any("whole loop ran op by op" in n for n in data["notes"])
+
+
 def test_eager_runs_every_step_op_by_op_and_stops_at_the_same_place():
     small = jnp.concatenate([jnp.zeros(9), jnp.full(3, 5.0)])
 

@@ -57,12 +57,15 @@ class SteppingLog:
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
-def _all_finite(tree):
+def _all_finite(tree, nan_only: bool = False):
+    """Whether every float leaf is finite - or, ``nan_only``, holds no NaN: under ``jax.debug_nans`` alone an
+    inf is no error, and a step that only made one (``log(0)``) would not stop op by op."""
     import jax  # deferred: jaxmagic imports JAX only when a probe runs
     import jax.numpy as jnp  # deferred: as above
 
+    good = (lambda leaf: ~jnp.isnan(leaf)) if nan_only else jnp.isfinite
     checks = [
-        jnp.all(jnp.isfinite(leaf))
+        jnp.all(good(leaf))
         for leaf in jax.tree.leaves(tree)
         if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact)
     ]
@@ -98,7 +101,7 @@ def _kept(function, key: tuple, build: Callable[[Callable[..., Any]], Callable[.
     return searches[key]
 
 
-def _scan_search(original, f, length, reverse):
+def _scan_search(original, f, length, reverse, nan_only: bool):
     """``scan`` of ``f`` that also carries the first step whose carry or outputs are not finite, and the carry
     that went into it."""
     import jax  # deferred: as above
@@ -107,7 +110,7 @@ def _scan_search(original, f, length, reverse):
     def searching(state, x):
         carry, step, first, saved = state
         new_carry, y = f(carry, x)
-        failed = (first < 0) & ~_all_finite((new_carry, y))
+        failed = (first < 0) & ~_all_finite((new_carry, y), nan_only)
         saved = jax.tree.map(lambda kept, now: jnp.where(failed, now, kept), saved, carry)
         return (new_carry, step + 1, jnp.where(failed, step, first), saved), y
 
@@ -118,12 +121,12 @@ def _scan_search(original, f, length, reverse):
     return run
 
 
-def _vmap_search(original, fun, in_axes, out_axes):
+def _vmap_search(original, fun, in_axes, out_axes, nan_only: bool):
     """``vmap`` of ``fun`` that also returns, per element, whether its outputs are all finite."""
 
     def checked(*element):
         out = fun(*element)
-        return out, _all_finite(out)
+        return out, _all_finite(out, nan_only)
 
     return original(checked, in_axes, (out_axes, 0))
 
@@ -131,8 +134,9 @@ def _vmap_search(original, fun, in_axes, out_axes):
 class Stepper:
     """The stand-ins for ``scan`` and ``vmap`` during one re-run, and what they recorded."""
 
-    def __init__(self, fast: bool):
+    def __init__(self, fast: bool, nan_only: bool = False):
         self.fast = fast
+        self.nan_only = nan_only  # the failure looked for is a NaN (jax.debug_nans alone): an inf is no failure
         self.log = SteppingLog()
         self.original: LoopFunctions | None = None
         self.call_line: SourceLine | None = None  # the re-run call's own line, for a loop it calls directly
@@ -177,7 +181,8 @@ class Stepper:
         """One compiled run: the final carry, the outputs, the first step whose carry or outputs are not
         finite (-1 if none) and the carry that went into it."""
 
-        run = _kept(f, ("scan", length, reverse), lambda body: _scan_search(original, body, length, reverse))
+        key = ("scan", length, reverse, self.nan_only)
+        run = _kept(f, key, lambda body: _scan_search(original, body, length, reverse, self.nan_only))
         with _compiled():
             (final, _, first, carry_in), ys = run(init, xs)
         self.log.compiled_runs += 1
@@ -212,9 +217,9 @@ class Stepper:
             self.log.notes.append(f"the vmap at {_where(line)} ran as JAX runs it: its in_axes are a pytree")
             return original(fun, in_axes, out_axes)(*args)
 
-        axes_key = ("vmap", repr(in_axes), repr(out_axes))
+        axes_key = ("vmap", repr(in_axes), repr(out_axes), self.nan_only)
         try:
-            search = _kept(fun, axes_key, lambda body: _vmap_search(original, body, in_axes, out_axes))
+            search = _kept(fun, axes_key, lambda body: _vmap_search(original, body, in_axes, out_axes, self.nan_only))
             with _compiled():
                 outs, finite = search(*args)
         except Exception as error:
@@ -259,7 +264,7 @@ def run_call(
 
     # The compiled searches look for a NaN or an inf; any other error is left to run op by op, where it raises.
     fast = fast and (nan_check or inf_check)
-    stepper = Stepper(fast)
+    stepper = Stepper(fast, nan_only=nan_check and not inf_check)
     stepper.call_line = line
     parts = vmap_parts(call.function) if fast else None
     with contextlib.ExitStack() as stack:
