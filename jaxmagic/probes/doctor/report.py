@@ -14,7 +14,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
-from jaxmagic.probes.nans.sighting import nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
@@ -57,6 +57,7 @@ class Finding:
     short: str = ""  # a few words for the headline: "`mul` in the backward pass of `train_step`"
     provenance: Provenance | None = None  # where the value was made; the call that started it as context
     call_number: int = 0  # NaN: which call of the function (the user's calls) first returned it
+    debug_step: str = ""  # NaN: how to stop at its line with its values (%jax_debug)
     cause: RecompileCause | None = None  # recompilation: the cause %%jax_compiles gives (compiles.why_again)
 
 
@@ -142,6 +143,8 @@ class DoctorReport(Report):
                 if f.fix and i > 1:  # the first finding's fix is the document's own line, under the headline
                     blocks.append(Paragraph(f.fix))
                 blocks.append(Paragraph(f"Next: `{f.next_magic}` on the same cell shows the details."))
+                if f.debug_step:
+                    blocks.append(Paragraph(f.debug_step))
                 sections.append(Section(f"{i}. {f.area}", [Paragraph(f.title)] + blocks))
         rows = []
         for probe in PROBES:
@@ -270,6 +273,7 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
             short=short,
             provenance=provenance,
             call_number=s.call_number,
+            debug_step=debug_step(s, provenance) if s.jitted else "",
         )
     ]
 

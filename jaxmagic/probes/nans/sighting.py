@@ -49,6 +49,17 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
     return title, evidence, fix, short
 
 
+def debug_step(s: NanSighting, provenance: Provenance) -> str:
+    """How to stop at the producing line with its values (``%jax_debug``): the doctor and the watch saw the
+    NaN without an error, and ``%jax_debug`` starts from one - the NaN probe raises it."""
+    at = f" `{provenance.made_at.code}`" if provenance.made_at is not None and provenance.made_at.code else ""
+    where = f", {provenance.position}" if provenance.position else ""
+    return (
+        f"To stop at{at or ' the line'}{where} with its values in a debugger: run the cell under `%%jax_nans`, then "
+        f"`%jax_debug` (it re-runs only the failing call {s.call_number} of `{s.function}`)."
+    )
+
+
 def nan_finding_provenance(s: NanSighting, nan: NanReport | None) -> Provenance:
     """The NaN probe's provenance of the re-run, with the call the user's cell made as ``started_by``;
     when the re-run could not be made, why the producing line is not known."""

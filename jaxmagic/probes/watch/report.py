@@ -26,6 +26,7 @@ class WatchFinding(Report):
     function: str = ""
     line: SourceLine | None = None
     call: int | None = None  # NaN: the call number of the function in that cell
+    debug_step: str = ""  # NaN: how to stop at its line with its values (%jax_debug)
     details: str = ""
     fix: str = ""
     next_magic: str = ""
@@ -61,6 +62,8 @@ class WatchFinding(Report):
             blocks.append(Paragraph(self.fix))
         if self.next_magic:
             blocks.append(Paragraph(f"Next: `{self.next_magic}` on that cell shows the details."))
+        if self.debug_step:
+            blocks.append(Paragraph(self.debug_step))
         return blocks
 
     def document(self):

@@ -30,7 +30,7 @@ from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_again
 from jaxmagic.probes.keys import FIX, keys
-from jaxmagic.probes.nans.sighting import explain_nan_sighting, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import debug_step, explain_nan_sighting, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype
@@ -264,6 +264,7 @@ class Watch:
             details=details,
             fix=fix,
             next_magic="%%jax_nans",
+            debug_step=debug_step(s, provenance) if s.jitted and not s.came_in else "",
             provenance=provenance,
             producer=nan.producer if nan is not None and not s.came_in else None,
         )
