@@ -86,3 +86,13 @@ def test_a_tracers_type_is_read_whole():
 
     assert tracer_aval("aval=f32[16,32], batched=f32[4,16,32]") == "f32[16,32] (batched f32[4,16,32])"
     assert tracer_aval("primal=2.0, typeof(tangent)=f32[3,4]") == "f32[3,4]"
+
+
+def test_a_cells_result_is_shown_after_its_report(ip, capsys):
+    """Issue 45, part 6: the body's ``Out[...]`` came above the report; a cell's result comes last."""
+    capsys.readouterr()
+    ip.run_cell("%%jax_nans\nresult_after_report = 40\nresult_after_report + 2")
+    shown = capsys.readouterr().out
+    assert "%%jax_nans [OK]" in shown and ": 42" in shown
+    assert shown.index("%%jax_nans [OK]") < shown.index(": 42")
+    assert ip.user_ns["_"] == 42

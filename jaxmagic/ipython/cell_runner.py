@@ -29,6 +29,15 @@ class CellOutcome:
     """How the cell's body ended. ``exception`` is None when it ran through."""
 
     exception: BaseException | None = None
+    # The body's displayed values (its last expression: ``Out[...]``), held to be shown after the report
+    values: list = dataclasses.field(default_factory=list)
+
+    def show_values(self, shell) -> None:
+        """Show the values the body displayed, as IPython would have (``Out[...]``, ``_`` updated), then let
+        them go: a cell's result comes after its report, as it does without the magic after the cell."""
+        values, self.values = self.values, []
+        for value in values:
+            shell.displayhook(value)
 
     def reraise(self) -> None:
         """Raise the body's exception again, its traceback starting in the cell, with no frame of ours."""
@@ -188,12 +197,31 @@ def numbered_as_shown(shell, cell: str) -> str:
     return "".join(f"# {line}\n" for line in above) + cell
 
 
-def run_cell_body(shell, cell: str) -> CellOutcome:
-    """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception."""
+@contextlib.contextmanager
+def _displayed_values_held(outcome: CellOutcome):
+    # IPython displays an expression statement's value through sys.displayhook while the cell runs; held
+    # here, it is shown after the report (``CellOutcome.show_values``) instead of above it.
+    saved = sys.displayhook
+
+    def hold(value) -> None:
+        if value is not None:
+            outcome.values.append(value)
+
+    sys.displayhook = hold
+    try:
+        yield
+    finally:
+        sys.displayhook = saved
+
+
+def run_cell_body(shell, cell: str, hold_values: bool = False) -> CellOutcome:
+    """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception. ``hold_values``:
+    keep the values it displays (``Out[...]``) in the outcome, to show after the report."""
     outcome = CellOutcome()
     magic_cell = getattr(shell.displayhook, "exec_result", None)
     cell = numbered_as_shown(shell, cell)
-    with _exceptions_captured(shell, outcome), _named_as_current_cell(shell):
+    held = _displayed_values_held(outcome) if hold_values else contextlib.nullcontext()
+    with _exceptions_captured(shell, outcome), _named_as_current_cell(shell), held:
         result = shell.run_cell(cell, store_history=False)
     shell.displayhook.exec_result = magic_cell  # run_cell cleared it; the magic's cell is still running
     if outcome.exception is None:  # not routed through CustomTB (e.g. rejected input)

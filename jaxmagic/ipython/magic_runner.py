@@ -124,7 +124,7 @@ class MagicRunner(Magics):
         with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self._in_kernel) as view:
             try:
                 with probe as report:
-                    outcome = run_cell_body(self.shell, cell)
+                    outcome = run_cell_body(self.shell, cell, hold_values=True)
                     outcome.reraise()
             except AlreadyActive as error:
                 if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
@@ -134,6 +134,7 @@ class MagicRunner(Magics):
                 if error is not outcome.exception:
                     raise
             self._publish(report, args, live_view=view)
+        outcome.show_values(self.shell)
         outcome.reraise()
 
     def _split(self, magic, line: str) -> tuple[str, str]:
