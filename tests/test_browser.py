@@ -75,7 +75,7 @@ def test_the_browser_notebook_has_a_cell_for_every_magic():
 PANEL = "window.jupyterapp && window.jupyterapp.shell.currentWidget"
 JS_READY = f"""() => {{
   const w = {PANEL};
-  return !!(w && w.context && w.context.isReady && w.content && w.content.widgets.length > 0
+  return !!(w && w.context && w.context.isReady && w.content && w.content.widgets && w.content.widgets.length > 0
     && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel
     && w.sessionContext.session.kernel.connectionStatus === 'connected');
 }}"""
@@ -442,3 +442,65 @@ def test_a_live_view_updates_while_the_cell_runs_and_the_saved_notebook_keeps_on
     finally:
         context.close()
     _check_clean(watch, "the live-view notebook")
+
+
+DEBUG_NOTEBOOK = "debugger.ipynb"
+DEBUG_CELLS = [
+    "%load_ext jaxmagic\nimport jax, jax.numpy as jnp",
+    "def body(c, x):\n    y = jnp.log(c - x)\n    return c, y\n\n"
+    "@jax.jit\ndef run(c0, xs):\n    return jax.lax.scan(body, c0, xs)\n\nxs = jnp.arange(1000.0) / 900.0",
+    "with jax.debug_nans(True):\n    run(1.0, xs)",  # fails at step 901: the cell that %jax_debug starts from
+    "%jax_debug",
+]
+JS_STDIN = "() => !!window.jupyterapp.shell.currentWidget.node.querySelector('.jp-Stdin-input')"
+JS_CELL_TEXT = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].node.innerText"
+OPEN_NOTEBOOK_JS = "window.jupyterapp.shell.currentWidget"
+
+
+def _answer(page, text: str) -> None:
+    """Type one debugger command into the kernel's input box, as a user does."""
+    page.wait_for_function(JS_STDIN, timeout=60_000)
+    box = page.locator(".jp-Stdin-input").last
+    box.fill(text)
+    box.press("Enter")
+    page.wait_for_timeout(400)
+
+
+def test_the_debugger_stops_at_the_failing_line_and_reads_commands_typed_in_the_notebook(lab):
+    """%jax_debug after a NaN in a jitted scan: IPython's debugger opens in the body, at iteration 901,
+    through the kernel's input box; typed commands answer with the concrete values; `c` ends it."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in DEBUG_CELLS]
+    nb.metadata["kernelspec"] = {"name": "jaxmagic", "display_name": "Python (jaxmagic)", "language": "python"}
+    nbformat.write(nb, lab.server.root / DEBUG_NOTEBOOK)
+    context, page, watch = _open_page(lab.chromium, lab.server.lab_url(DEBUG_NOTEBOOK))
+    try:
+        _wait_ready(page)
+        for index in range(len(DEBUG_CELLS)):  # one by one: "Run All" stops at the failing cell
+            page.evaluate(f"() => {{ {OPEN_NOTEBOOK_JS}.content.activeCellIndex = {index}; }}")
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-cell'); }")
+            if index < len(DEBUG_CELLS) - 1:
+                page.wait_for_function(
+                    f"() => {OPEN_NOTEBOOK_JS}.content.widgets[{index}].model.executionCount !== null "
+                    f"&& {OPEN_NOTEBOOK_JS}.sessionContext.session.kernel.status === 'idle'",
+                    timeout=RUN_TIMEOUT_MS,
+                )
+        page.wait_for_function(JS_STDIN, timeout=RUN_TIMEOUT_MS)
+        _shot(page, "7_debugger_opened")
+        opened = page.evaluate(JS_CELL_TEXT, 3)
+        assert "y = jnp.log(c - x)" in opened and "901" in opened, opened[-2000:]
+        _answer(page, "p float(c - x)")
+        page.wait_for_function(f"() => ({JS_CELL_TEXT})(3).includes('-0.001')", timeout=30_000)
+        _answer(page, "u")
+        _shot(page, "7_debugger_answered")
+        _answer(page, "c")
+        page.wait_for_function(
+            f"() => {OPEN_NOTEBOOK_JS}.sessionContext.session.kernel.status === 'idle' && !({JS_STDIN})()",
+            timeout=60_000,
+        )
+        text = page.evaluate(JS_CELL_TEXT, 3)
+        assert "jax.lax.scan(body, c0, xs)" in text, text[-2000:]  # `u` went up to the user's frame that ran the scan
+        _shot(page, "7_debugger_done")
+    finally:
+        context.close()
+    _check_clean(watch, "the debugger notebook")
