@@ -23,6 +23,8 @@ from types import TracebackType
 
 import IPython
 
+from jaxmagic.report.wording import exception_chain
+
 _OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _IPYTHON_DIR = os.path.dirname(os.path.abspath(IPython.__file__)) + os.sep
 
@@ -58,18 +60,11 @@ def _cleaned(tb: TracebackType | None) -> TracebackType | None:
 def without_our_frames(error: BaseException) -> BaseException:
     """``error`` with jaxmagic's (and IPython's magic-running) frames removed from its tracebacks and
     those of its ``__cause__`` / ``__context__`` chain. Returns ``error`` itself, changed in place."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in list(exception_chain(error)):
         try:
             current.with_traceback(_cleaned(current.__traceback__))
         except (TypeError, ValueError):  # an exception type that refuses a new traceback: leave it
             pass
-        pending.extend((current.__cause__, current.__context__))
     return error
 
 

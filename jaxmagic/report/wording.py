@@ -6,6 +6,7 @@ One definition each, so two reports never say the same thing two ways.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -33,6 +34,19 @@ def message_of(error: BaseException | str) -> str:
                 detail = "an error"
             text = f"<{type(error).__name__}: its message could not be read ({detail} in __str__)>"
     return _ANSI.sub("", text)
+
+
+def exception_chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every exception in its ``__cause__`` / ``__context__`` chain, each once."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending += [current.__cause__, current.__context__]
 
 
 def first_line(error: BaseException | str) -> str:

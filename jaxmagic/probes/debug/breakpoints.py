@@ -30,7 +30,7 @@ from jaxmagic.probes.debug.values import summarize
 from jaxmagic.report import Concern, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section
 from jaxmagic.report.source import is_jaxmagic_file, is_user_file, source_line
-from jaxmagic.report.wording import error_line, message_of
+from jaxmagic.report.wording import error_line, exception_chain, message_of
 
 MAX_HITS = 100  # hits recorded in full; later ones are counted
 
@@ -242,17 +242,10 @@ class breakpoints:
 def ended_by_quit(error: BaseException) -> bool:
     """Whether ``error`` is (or was caused by) a ``q`` typed at a breakpoint - also when JAX wrapped it into
     the error of a compiled call's callback."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, DebuggerQuit) or "jaxmagic debugger: quit at a breakpoint" in message_of(current):
-            return True
-        pending += [current.__cause__, current.__context__]
-    return False
+    return any(
+        isinstance(current, DebuggerQuit) or "jaxmagic debugger: quit at a breakpoint" in message_of(current)
+        for current in exception_chain(error)
+    )
 
 
 def _hit_record(frames: list[BreakFrame], commands: list[str], batch: list[int]) -> BreakpointHit:
