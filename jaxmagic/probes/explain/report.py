@@ -179,6 +179,10 @@ class TracerErrorReport(Report):
             )
         sections.append(Section("Fixes", fix_blocks))
         sections.append(Section("Why", [Paragraph(self.why)]))
+        # Where first: the first section is the one open in a long report, and "What" mostly repeats the
+        # headline; the fix is the document's own line already (issue 45)
+        first = [s for s in sections if s.title in ("Where it was made", "Your line")]
+        sections = first + [s for s in sections if s not in first]
         return Document("%jax_explain", self.status, self.summary, sections, fix=self.first_fix)
 
     @property
