@@ -186,6 +186,7 @@ class FunctionCompiles:
     # (traced it once more, after the block, with its output not shown) to find out
     static_fix_trial: str = ""
     static_fix_works: bool | None = None
+    static_fix_error: str = ""  # JAX's own error when the trial failed (the trial's sentence words it plainly)
     traced_again_to_try: bool = False
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -33,16 +34,34 @@ class TraceTrial:
     detail: str = ""  # the error's first line ("fails"), or why it was not tried
     at: str = ""  # the user's line where tracing failed: "`keys = jax.random.split(key, n)` (line 7)"
     traced_again: bool = False  # the user's function ran again (traced), for this trial
+    code: str = ""  # that line's code alone: "keys = jax.random.split(key, n)"
 
-    def sentence(self, function: str, change: str) -> str:
-        """ "tried by tracing `f` with n traced: fails at `...`: TypeError: ..." (``change``: "n traced")."""
+    def sentence(self, function: str, change: str, names: dict[str, str] | None = None) -> str:
+        """ "tried by tracing `f` with n traced: fails at `...`: TypeError: ..." (``change``: "n traced").
+        ``names``: the values made traced, by name, with what they were ("int"): where the failing line uses
+        one of them, the failure is worded plainly from the line instead of JAX's message (``plain``)."""
         tried = f"tried by tracing `{function}` with {change}"
         if self.outcome == "traces":
             return f"{tried}: it traces"
         if self.outcome == "fails":
+            plain = self.plain(names or {})
+            if plain:
+                return f"{tried}: it fails - {plain}"
             where = f" at {self.at}" if self.at else ""
             return f"{tried}: it fails{where} - {self.detail}"
         return f"not tried ({self.detail})"
+
+    def plain(self, names: dict[str, str]) -> str:
+        """The failure in the user's words, from the line where tracing stopped: "`keys = jax.random.split(key,
+        n)` (line 7) needs `n` as a Python int: a traced value cannot set a count, a shape or a loop length";
+        "" when that line does not use one of ``names`` by name (JAX's own message says it then)."""
+        if self.outcome != "fails" or not self.code:
+            return ""
+        used = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", self.code)]
+        if not used:
+            return ""
+        needs = " and ".join(f"`{n}` as a Python {names[n]}" for n in used)
+        return f"{self.at} needs {needs}: a traced value cannot set a count, a shape or a loop length"
 
 
 def abstract_value(value: Any) -> Any:
@@ -112,9 +131,10 @@ def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
             jax.eval_shape(call, *[leaves[i] for i in holes])
     except Exception as failure:
         lines = user_lines(failure.__traceback__, below_jaxmagic=True)
-        at = f"`{lines[-1].code}` ({lines[-1].where})" if lines and lines[-1].code else ""
+        code = lines[-1].code.split("  # ", 1)[0].rstrip() if lines and lines[-1].code else ""  # no comment
+        at = f"`{code}` ({lines[-1].where})" if code else ""
         failure.__traceback__ = None  # the frames hold the trial's tracers
-        return TraceTrial("fails", error_line(failure), at, traced_again=True)
+        return TraceTrial("fails", error_line(failure), at, traced_again=True, code=code)
     return TraceTrial("traces", traced_again=True)
 
 
