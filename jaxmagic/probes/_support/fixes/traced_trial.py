@@ -91,6 +91,18 @@ def abstract_arguments(args: tuple, kwargs: dict, static_positions: set[int], st
     return abstract_args, abstract_kwargs
 
 
+def abstract_arrays(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) with every array leaf an abstract value and every other value as given (a Python
+    number stays a number: bound values a trial keeps static, as the program had them)."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    def arrays_only(leaf: Any) -> Any:
+        is_array = getattr(leaf, "aval", None) is not None or isinstance(leaf, np.ndarray)
+        return abstract_value(leaf) if is_array else leaf
+
+    return jax.tree.map(arrays_only, tuple(args)), jax.tree.map(arrays_only, dict(kwargs))
+
+
 def traced_scalar(value: Any) -> Any:
     """The abstract value a fix "pass it as an array" gives a static Python number: ``jnp.int32(n)``'s
     ``int32[]`` for an int, ``float32[]`` for a float, ``bool[]`` for a bool; None for anything else."""
@@ -105,10 +117,18 @@ def traced_scalar(value: Any) -> Any:
     return None
 
 
-def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
+def trace_with(
+    fun: Callable,
+    args: tuple,
+    kwargs: dict,
+    extra: tuple = (),
+    place: Callable[[tuple, dict, tuple], tuple[tuple, dict]] | None = None,
+) -> TraceTrial:
     """Trace ``fun(*args, **kwargs)`` with ``jax.eval_shape``: every ``ShapeDtypeStruct`` leaf is a traced
     input, every other value is passed as given (a static argument). Nothing is compiled or computed;
-    the function's own output while it is traced is not shown."""
+    the function's own output while it is traced is not shown. ``extra``: more traced inputs (abstract
+    values) that ``place(args, kwargs, tracers)`` puts where no pytree leaf is - a static field of an
+    argument made an array, say - before ``fun`` is called."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     is_abstract = lambda leaf: isinstance(leaf, jax.ShapeDtypeStruct)  # noqa: E731
@@ -123,12 +143,19 @@ def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
         for i, value in zip(holes, traced):
             filled[i] = value
         given_args, given_kwargs = jax.tree.unflatten(tree, filled)
+        if place is not None:
+            try:
+                given_args, given_kwargs = place(given_args, given_kwargs, traced[len(holes) :])
+            except Exception as failure:  # jaxmagic could not apply the fix: not the user's code failing
+                raise _NotApplied(error_line(failure)) from None
         return fun(*given_args, **given_kwargs)
 
     output = io.StringIO()
     try:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            jax.eval_shape(call, *[leaves[i] for i in holes])
+            jax.eval_shape(call, *[leaves[i] for i in holes], *extra)
+    except _NotApplied as failure:
+        return TraceTrial("not tried", f"jaxmagic could not apply it to the call's arguments: {failure}")
     except Exception as failure:
         lines = user_lines(failure.__traceback__, below_jaxmagic=True)
         code = lines[-1].code.split("  # ", 1)[0].rstrip() if lines and lines[-1].code else ""  # no comment
@@ -136,6 +163,10 @@ def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
         failure.__traceback__ = None  # the frames hold the trial's tracers
         return TraceTrial("fails", error_line(failure), at, traced_again=True, code=code)
     return TraceTrial("traces", traced_again=True)
+
+
+class _NotApplied(Exception):
+    """The fix could not be applied to the call's arguments (jaxmagic's part of a trial failed)."""
 
 
 def carried_leaf(init: Any, path: str) -> tuple[int, Any] | None:
