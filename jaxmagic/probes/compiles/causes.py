@@ -257,8 +257,9 @@ def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallI
         )
     texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: limits.CHANGES_KEPT]]
     first = changes[0]
-    if first.type_name in NUMBER_TYPES and not info.library:  # its fix is tried after the block (field_trial)
-        state.changed_fields = {first.path: (first.type_name, f"{first.owner}.{first.field}")}
+    # a number's fix is tried after the block (field_trial.py); the field the fix names is the one tried
+    numeric = first.type_name in NUMBER_TYPES and not info.library
+    state.changed_fields = {first.path: (first.type_name, f"{first.owner}.{first.field}")} if numeric else {}
     summary.field_fixes["pytree_static"] = (
         f"`{first.owner}.{first.field}` is a static field: each new value ({first.before} -> {first.now}) compiles "
         f"`{summary.name}` again. Keep it static only if it changes the program's structure and takes few values; "
