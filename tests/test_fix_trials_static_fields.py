@@ -212,3 +212,11 @@ def test_a_closed_over_learning_rate_says_why_it_is_not_tried():
         "means running your code that builds it again, or putting a traced value into a closure cell that "
         "other functions may share.)"
     )
+
+
+def test_the_doctor_gives_the_same_tried_static_field_fix():
+    with probes.doctor(skip=["nans", "keys", "live", "leaks", "transfers"]) as report:
+        for n in (5, 6, 7):
+            draw(Sampler(jax.random.PRNGKey(1), n))
+    findings = [f for f in report.to_dict()["findings"] if f["probe"] == "compiles"]
+    assert findings and findings[0]["fix"].startswith("Keep `Sampler.n` static: making it an array does not trace")
