@@ -33,7 +33,9 @@ monitoring listener that builds the report as compilations happen), ``logs``
 function carries into its trace), ``why_again`` (the cause object every magic words a
 recompilation from), ``report`` (the report, its causes and fixes in words, and its
 document), ``static_fixes`` (the fix for a static argument by its kind), ``static_trial``
-(that fix tried by tracing the function once more after the block) and ``limits`` (what is kept).
+(that fix tried by tracing the function once more after the block), ``field_trial`` (the same for a
+number in a pytree's static field), ``baked_trial`` (the same for a value a ``functools.partial`` binds)
+and ``limits`` (what is kept).
 """
 
 from jaxmagic.probes.compiles.causes import classify

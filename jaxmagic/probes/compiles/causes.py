@@ -18,6 +18,7 @@ from jaxmagic._jax.compile_log import (
 from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.baked import baked_changes
+from jaxmagic.probes.compiles.field_trial import NUMBER_TYPES
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles
@@ -256,6 +257,9 @@ def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallI
         )
     texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: limits.CHANGES_KEPT]]
     first = changes[0]
+    # a number's fix is tried after the block (field_trial.py); the field the fix names is the one tried
+    numeric = first.type_name in NUMBER_TYPES and not info.library
+    state.changed_fields = {first.path: (first.type_name, f"{first.owner}.{first.field}")} if numeric else {}
     summary.field_fixes["pytree_static"] = (
         f"`{first.owner}.{first.field}` is a static field: each new value ({first.before} -> {first.now}) compiles "
         f"`{summary.name}` again. Keep it static only if it changes the program's structure and takes few values; "
@@ -267,7 +271,7 @@ def _metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallI
             f"{info.library}'s jit wrapper compares at every call, so each new value ({first.before} -> "
             f"{first.now}) compiles `{summary.name}` again. If it only feeds arithmetic, store it as an array "
             f"(`jnp.asarray(...)`), which is traced; keep it a Python value only if it sets a shape or a loop "
-            "count, and then let it take few values."
+            f"count, and then let it take few values. {_untried_through(info.library)}"
         )
     return _Cause("pytree_static", "A static field of an argument changed value: " + "; ".join(texts) + ".", texts)
 
@@ -475,7 +479,7 @@ def leaf_cause(summary: FunctionCompiles, before: dict[str, LeafValue], info: Ca
             cause = "static" if top_level else "pytree_static"
         texts = [text for _, text in identity or changed][: limits.CHANGES_KEPT]
         rule = _wrapper_rule(info, leaf, path)
-        summary.field_fixes[cause] = _leaf_fix(summary, path, leaf, bool(identity), rule)
+        summary.field_fixes[cause] = _leaf_fix(summary, path, leaf, bool(identity), rule, info.library)
         why = "A value of the arguments that is not an array " + (
             "is a new object at this call, alike the last one: " if identity else "changed: "
         )
@@ -516,7 +520,7 @@ def _wrapper_rule(info: CallInfo, leaf: LeafValue, path: str) -> str:
 _CALLABLE_TYPES = ("PjitFunction", "function", "partial", "method", "builtin_function_or_method")
 
 
-def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: bool, rule: str) -> str:
+def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: bool, rule: str, library: str) -> str:
     value = leaf.value
     assert value is not None
     if identity and (value.kind == "function" or value.type_name in _CALLABLE_TYPES):
@@ -549,11 +553,20 @@ def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: b
         return (
             f"`{path}` is a Python {value.type_name}: {rule} Each new value compiles `{summary.name}` again. If it "
             f"only feeds arithmetic, pass it as an array (`jnp.asarray(...)`), which the wrapper traces; keep it a "
-            "Python number only if it sets a shape or a loop count, and then let it take few values."
+            f"Python number only if it sets a shape or a loop count, and then let it take few values. "
+            f"{_untried_through(library)}"
         )
     return (
         f"`{path}` ({value.type_name}) changed: {rule} Each new value compiles `{summary.name}` again; pass what "
         "changes between calls as an array, and keep the other values the same objects."
+    )
+
+
+def _untried_through(library: str) -> str:
+    """Why "pass it as an array" is offered untried through a library's jit wrapper."""
+    return (
+        f"(A suggestion: not tried - {library}'s jit wrapper splits the arguments into traced and static parts "
+        "itself, and jaxmagic does not trace your function again through it.)"
     )
 
 

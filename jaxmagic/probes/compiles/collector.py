@@ -18,7 +18,9 @@ from jaxmagic._jax.compile_log import (
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes.compiles.causes import classify
+from jaxmagic.probes.compiles.field_trial import say_field_untried, try_field_fix
 from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
 from jaxmagic.probes.compiles.stack import (
@@ -38,6 +40,8 @@ from jaxmagic.report.wording import error_line
 # why a probe made with try_fixes=False (the watch: it shows a finding once, so a trial after a later cell
 # would run the user's function again unsaid) offers the static-number fix untried
 UNTRIED_HERE = "jaxmagic does not trace your function again here; %%jax_compiles on the cell tries it"
+
+TRIED_CAUSES = ("static", "pytree_static", "baked_constant")  # causes whose fix a trial may reword
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -231,6 +235,7 @@ class Collector:
         state.last_function = info.function
         if info.trial_arguments is not None:
             state.trial_arguments = info.trial_arguments
+            state.trial_partial = info.trial_partial
         state.last_leaves = dict(info.leaves) if info.leaves else None
         _record_baked(summary, state, info.baked)
         line = source_line(*info.call_site) if info.call_site else None
@@ -288,17 +293,31 @@ class Collector:
             for state in self._functions.values():
                 if not self._try_fixes:
                     say_untried(state.summary, UNTRIED_HERE)
+                    say_field_untried(state.summary, state.changed_fields, UNTRIED_HERE)
+                    say_baked_untried(state.summary, UNTRIED_HERE)
                 elif state.trial_arguments is not None:
                     function = state.last_function() if state.last_function is not None else None
                     try:
                         try_static_fix(state.summary, function, *state.trial_arguments)
                     except Exception as failure:  # jaxmagic's own trial failed: the fix is offered untried
                         say_untried(state.summary, f"jaxmagic's trial failed: {error_line(failure)}")
+                    try:
+                        try_field_fix(state.summary, function, *state.trial_arguments, state.changed_fields)
+                    except Exception as failure:
+                        why = f"jaxmagic's trial failed: {error_line(failure)}"
+                        say_field_untried(state.summary, state.changed_fields, why)
+                    try:
+                        try_baked_fix(state.summary, state.trial_partial, *state.trial_arguments[:2], state.last_baked)
+                    except Exception as failure:
+                        say_baked_untried(state.summary, f"jaxmagic's trial failed: {error_line(failure)}")
                     del function
-                    for compilation in self.report.compilations:
-                        if compilation.function == state.summary.name and compilation.cause == "static":
-                            compilation.fix = state.summary.fix_for("static")
-                state.trial_arguments = None
+                else:
+                    say_field_untried(state.summary, state.changed_fields, "the call's arguments were not kept")
+                    say_baked_untried(state.summary, "the call's arguments were not kept")
+                for compilation in self.report.compilations:  # the compilations' fixes say what the trials found
+                    if compilation.function == state.summary.name and compilation.cause in TRIED_CAUSES:
+                        compilation.fix = state.summary.fix_for(compilation.cause)
+                state.trial_arguments = state.trial_partial = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
             for state in self._functions.values():
                 state.summary.again = why_compiled_again(state.summary) if state.summary.recompiled else None

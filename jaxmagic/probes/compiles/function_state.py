@@ -22,6 +22,10 @@ class FunctionState:
     last_leaves: dict | None = None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
     # the last call's arguments to try a static-argument fix on (CallInfo.trial_arguments); dropped after the block
     trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None
+    trial_partial: tuple[Any, tuple, dict] | None = None  # CallInfo.trial_partial; dropped after the block
+    # the static number fields of pytree arguments whose value changed: path -> (type name, "Owner.field"),
+    # for the trial of making them arrays (field_trial.py)
+    changed_fields: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     explained: int = 0
     detailed: int = 0
     last_baked: dict | None = None  # the values the function carried at the last compilation (BakedValue)

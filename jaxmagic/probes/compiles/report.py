@@ -186,7 +186,16 @@ class FunctionCompiles:
     # (traced it once more, after the block, with its output not shown) to find out
     static_fix_trial: str = ""
     static_fix_works: bool | None = None
+    static_fix_error: str = ""  # JAX's own error when the trial failed (the trial's sentence words it plainly)
     traced_again_to_try: bool = False
+    # "make the static field an array", tried by tracing the function with that field an array (field_trial.py)
+    field_fix_trial: str = ""
+    field_fix_works: bool | None = None
+    field_fix_error: str = ""  # JAX's own error when that trial failed
+    # "pass the baked value traced", tried for a value a functools.partial binds (baked_trial.py)
+    baked_fix_trial: str = ""
+    baked_fix_works: bool | None = None
+    baked_fix_error: str = ""
 
     @property
     def jit_name(self) -> str:

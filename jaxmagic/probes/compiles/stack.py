@@ -14,7 +14,7 @@ import weakref
 from typing import Any
 
 from jaxmagic._jax import compat
-from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments
+from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments, abstract_arrays
 from jaxmagic.probes.compiles.baked import BakedValue, baked_values
 from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
@@ -51,7 +51,10 @@ class CallInfo:
     # The call as a static-argument fix can be tried on (``fixes/traced_trial``): (args, kwargs) with every
     # traced argument an abstract value (shape and dtype) and the static ones as given; only when a
     # static argument is a number (the fix "pass it traced" is offered for those). Dropped after the block.
-    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None  # (args, kwargs, static name -> position)
+    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None  # (args, kwargs, parameter name -> position)
+    # A functools.partial jit was given, for the baked-value trial (baked_trial.py): (weakref to its function,
+    # its bound args, its bound keywords), arrays among them abstract. Dropped after the block.
+    trial_partial: tuple[Any, tuple, dict] | None = None
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one
@@ -117,12 +120,6 @@ def read_jit_frame(local_vars, info: CallInfo, is_user, for_trial: bool = True) 
         if name in kwargs:
             info.static_values[name] = static_value(kwargs[name])
     info.static_argnames = names
-    if for_trial and held is None and any(value.kind == "number" for value in info.static_values.values()):
-        positions = set(getattr(jit_info, "static_argnums", ()) or ())
-        with contextlib.suppress(Exception):  # an argument jaxmagic cannot make abstract: the fix stays untried
-            abstract_args, abstract_kwargs = abstract_arguments(tuple(args), dict(kwargs), positions, set(names))
-            at = {name: index for index, name in zip(getattr(jit_info, "static_argnums", ()) or (), names)}
-            info.trial_arguments = (abstract_args, abstract_kwargs, at)
     if info.kind == "user":
         static_indices = set(getattr(jit_info, "static_argnums", ()) or ())
         for index, value in enumerate(args):
@@ -132,6 +129,24 @@ def read_jit_frame(local_vars, info: CallInfo, is_user, for_trial: bool = True) 
         for name, value in kwargs.items():
             if name not in names:
                 info.metadata.update(pytree_metadata(name, value))
+    # a static number, a number in a pytree's static field or one baked in: its fix ("pass it as an array")
+    # is tried after the block
+    number_types = ("int", "float", "bool")
+    numbers = (
+        any(value.kind == "number" for value in info.static_values.values())
+        or any(value.type_name in number_types for value in info.metadata.values())
+        or any(value.type_name in number_types for value in (info.baked or {}).values())
+    )
+    if for_trial and held is None and numbers:
+        positions = set(getattr(jit_info, "static_argnums", ()) or ())
+        with contextlib.suppress(Exception):  # an argument jaxmagic cannot make abstract: the fix stays untried
+            abstract_args, abstract_kwargs = abstract_arguments(tuple(args), dict(kwargs), positions, set(names))
+            at = {name: index for index, name in enumerate(params[: len(args)])}
+            at.update({name: index for index, name in zip(getattr(jit_info, "static_argnums", ()) or (), names)})
+            info.trial_arguments = (abstract_args, abstract_kwargs, at)
+        if isinstance(fun, functools.partial) and info.trial_arguments is not None:
+            with contextlib.suppress(Exception):
+                info.trial_partial = (weakref.ref(fun.func), *abstract_arrays(fun.args, fun.keywords or {}))
     return found
 
 

@@ -45,7 +45,9 @@ def try_static_fix(
             return
     trial = trace_with(function, tuple(new_args), new_kwargs)
     as_array = ", ".join(f"jnp.{_dtype_of(args, kwargs, positions, n)}({n})" for n in names)
-    summary.static_fix_trial = trial.sentence(summary.name, f"{shown} traced (as {as_array})")
+    kinds = {n: "int" if _dtype_of(args, kwargs, positions, n) == "int32" else "number" for n in names}
+    summary.static_fix_trial = trial.sentence(summary.name, f"{shown} traced (as {as_array})", kinds)
+    summary.static_fix_error = trial.detail if trial.outcome == "fails" else ""
     summary.static_fix_works = None if trial.outcome == "not tried" else trial.outcome == "traces"
     summary.traced_again_to_try = trial.traced_again
 

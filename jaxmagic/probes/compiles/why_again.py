@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from jaxmagic.probes.compiles.baked_trial import CLOSURE_UNTRIED, UNTRIED_MARK
 from jaxmagic.probes.compiles.report import CAUSE_TITLES
 
 if TYPE_CHECKING:  # the types only: causes.py and the collector pass them in
@@ -82,5 +83,5 @@ def baked_fix(function: str, names: list[str], seen: dict[str, list[str]], info:
         f"`{name}`{held_by} is {kind} baked into `{function}`'s compiled program as a constant: each value{each} "
         f"builds a new function and compiles again{others}. Pass it traced instead: {how}, so one compilation "
         f"serves every value. Keep it baked only if it sets a shape or a loop count (then each value compiles "
-        f"by design). (A suggestion: not tried on your code.)"
+        f"by design). {UNTRIED_MARK if partial else CLOSURE_UNTRIED}"
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -33,16 +34,34 @@ class TraceTrial:
     detail: str = ""  # the error's first line ("fails"), or why it was not tried
     at: str = ""  # the user's line where tracing failed: "`keys = jax.random.split(key, n)` (line 7)"
     traced_again: bool = False  # the user's function ran again (traced), for this trial
+    code: str = ""  # that line's code alone: "keys = jax.random.split(key, n)"
 
-    def sentence(self, function: str, change: str) -> str:
-        """ "tried by tracing `f` with n traced: fails at `...`: TypeError: ..." (``change``: "n traced")."""
+    def sentence(self, function: str, change: str, names: dict[str, str] | None = None) -> str:
+        """ "tried by tracing `f` with n traced: fails at `...`: TypeError: ..." (``change``: "n traced").
+        ``names``: the values made traced, by name, with what they were ("int"): where the failing line uses
+        one of them, the failure is worded plainly from the line instead of JAX's message (``plain``)."""
         tried = f"tried by tracing `{function}` with {change}"
         if self.outcome == "traces":
             return f"{tried}: it traces"
         if self.outcome == "fails":
+            plain = self.plain(names or {})
+            if plain:
+                return f"{tried}: it fails - {plain}"
             where = f" at {self.at}" if self.at else ""
             return f"{tried}: it fails{where} - {self.detail}"
         return f"not tried ({self.detail})"
+
+    def plain(self, names: dict[str, str]) -> str:
+        """The failure in the user's words, from the line where tracing stopped: "`keys = jax.random.split(key,
+        n)` (line 7) needs `n` as a Python int: a traced value cannot set a count, a shape or a loop length";
+        "" when that line does not use one of ``names`` by name (JAX's own message says it then)."""
+        if self.outcome != "fails" or not self.code:
+            return ""
+        used = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", self.code)]
+        if not used:
+            return ""
+        needs = " and ".join(f"`{n}` as a Python {names[n]}" for n in used)
+        return f"{self.at} needs {needs}: a traced value cannot set a count, a shape or a loop length"
 
 
 def abstract_value(value: Any) -> Any:
@@ -72,6 +91,18 @@ def abstract_arguments(args: tuple, kwargs: dict, static_positions: set[int], st
     return abstract_args, abstract_kwargs
 
 
+def abstract_arrays(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) with every array leaf an abstract value and every other value as given (a Python
+    number stays a number: bound values a trial keeps static, as the program had them)."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    def arrays_only(leaf: Any) -> Any:
+        is_array = getattr(leaf, "aval", None) is not None or isinstance(leaf, np.ndarray)
+        return abstract_value(leaf) if is_array else leaf
+
+    return jax.tree.map(arrays_only, tuple(args)), jax.tree.map(arrays_only, dict(kwargs))
+
+
 def traced_scalar(value: Any) -> Any:
     """The abstract value a fix "pass it as an array" gives a static Python number: ``jnp.int32(n)``'s
     ``int32[]`` for an int, ``float32[]`` for a float, ``bool[]`` for a bool; None for anything else."""
@@ -86,10 +117,18 @@ def traced_scalar(value: Any) -> Any:
     return None
 
 
-def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
+def trace_with(
+    fun: Callable,
+    args: tuple,
+    kwargs: dict,
+    extra: tuple = (),
+    place: Callable[[tuple, dict, tuple], tuple[tuple, dict]] | None = None,
+) -> TraceTrial:
     """Trace ``fun(*args, **kwargs)`` with ``jax.eval_shape``: every ``ShapeDtypeStruct`` leaf is a traced
     input, every other value is passed as given (a static argument). Nothing is compiled or computed;
-    the function's own output while it is traced is not shown."""
+    the function's own output while it is traced is not shown. ``extra``: more traced inputs (abstract
+    values) that ``place(args, kwargs, tracers)`` puts where no pytree leaf is - a static field of an
+    argument made an array, say - before ``fun`` is called."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     is_abstract = lambda leaf: isinstance(leaf, jax.ShapeDtypeStruct)  # noqa: E731
@@ -104,18 +143,30 @@ def trace_with(fun: Callable, args: tuple, kwargs: dict) -> TraceTrial:
         for i, value in zip(holes, traced):
             filled[i] = value
         given_args, given_kwargs = jax.tree.unflatten(tree, filled)
+        if place is not None:
+            try:
+                given_args, given_kwargs = place(given_args, given_kwargs, traced[len(holes) :])
+            except Exception as failure:  # jaxmagic could not apply the fix: not the user's code failing
+                raise _NotApplied(error_line(failure)) from None
         return fun(*given_args, **given_kwargs)
 
     output = io.StringIO()
     try:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            jax.eval_shape(call, *[leaves[i] for i in holes])
+            jax.eval_shape(call, *[leaves[i] for i in holes], *extra)
+    except _NotApplied as failure:
+        return TraceTrial("not tried", f"jaxmagic could not apply it to the call's arguments: {failure}")
     except Exception as failure:
         lines = user_lines(failure.__traceback__, below_jaxmagic=True)
-        at = f"`{lines[-1].code}` ({lines[-1].where})" if lines and lines[-1].code else ""
+        code = lines[-1].code.split("  # ", 1)[0].rstrip() if lines and lines[-1].code else ""  # no comment
+        at = f"`{code}` ({lines[-1].where})" if code else ""
         failure.__traceback__ = None  # the frames hold the trial's tracers
-        return TraceTrial("fails", error_line(failure), at, traced_again=True)
+        return TraceTrial("fails", error_line(failure), at, traced_again=True, code=code)
     return TraceTrial("traces", traced_again=True)
+
+
+class _NotApplied(Exception):
+    """The fix could not be applied to the call's arguments (jaxmagic's part of a trial failed)."""
 
 
 def carried_leaf(init: Any, path: str) -> tuple[int, Any] | None:
