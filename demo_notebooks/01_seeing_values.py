@@ -8,7 +8,7 @@
 # |---|---|---|---|
 # | `jax.debug.print` | a few intermediate values | one host callback; the compiled numbers are unchanged | `%%jax_print` groups the lines by print and by call |
 # | `jax.debug.callback` | handing values to any Python function (statistics, logs, host-side checks) | the same | `%%jax_print` lists each call with its arguments |
-# | `jax.debug.breakpoint` | stopping and looking around interactively | needs stdin (an interactive terminal) | - |
+# | `jax.debug.breakpoint` | stopping and looking around interactively | needs stdin: dead in Jupyter (jax#11880) | `%%jax_debug` reads its commands in the notebook; without input it records every hit |
 # | `jax.disable_jit()` | running the whole thing as plain Python, with `print`, `pdb` and `if` | slow; `vmap` still traces | `%jax_bisect` runs a call jitted, op by op and in float64 |
 #
 # This notebook goes through them in the chapter's order (its section 1) and checks every statement
@@ -387,18 +387,11 @@ assert calls_per_context == {"jit": 2, "vmap": 8}, calls_per_context     # 2 lay
 # (print / pretty-print), `u` / `d` (up / down the stack), `l` / `w` (list source / where),
 # `c` (continue), `q` (quit, which aborts the program with an exception).
 #
-# It reads its commands from stdin. A headless notebook run has no stdin to type into, so - as the
-# chapter does - the same code runs in a fresh Python process and gets `p y`, `p x` and `c` on its
-# stdin. The cell below is the interactive form, kept as text:
-#
-# ```python
-# @jax.jit
-# def f(x):
-#     y = jnp.sin(x) * 2
-#     jax.debug.breakpoint()      # stops here:  (jdb) p y
-#     return y + 1
-# f(jnp.arange(3.0))
-# ```
+# `jdb` reads its commands from the process's `sys.stdin`. In a terminal that is the keyboard; in a
+# Jupyter kernel it is not connected to anything you can type into, so a plain breakpoint in a
+# notebook cell hangs or ends at once without ever showing a prompt (jax#11880; the same in Colab,
+# jax#16187). First the plain `jdb`, where it works: the same code runs in a fresh Python process,
+# as the chapter does, and gets `p y`, `p x` and `c` on its stdin.
 
 # %%
 BP_SCRIPT = '''
@@ -422,69 +415,107 @@ res = json.loads(result_lines(proc)[0])                            # after c, th
 assert np.allclose(res, np.sin(np.arange(3.0)) * 2 + 1, atol=1e-6)
 
 # %% [markdown]
-# **A conditional breakpoint.** An unconditional breakpoint stops at every step of a training loop.
-# More useful: stop only when a NaN appears, by putting the breakpoint in one branch of `lax.cond`.
-# Pass the variables you want to look at *as arguments of the branch function*: `jdb` stops in the
-# branch's frame, and a value the branch only closes over is not visible there (`p y` would be a
-# `NameError`).
+# ### The notebook way: `%%jax_debug`
+#
+# Put the same code in a cell that starts with `%%jax_debug`. For that cell jaxmagic registers its
+# own debugger backend in front of JAX's, and it reads the commands through the kernel, the way
+# IPython's `%debug` does. In JupyterLab, when the breakpoint is hit, the cell's output shows where
+# it stopped (the cell and line, and the batch element under `vmap`) and an input box opens under
+# the cell. You type into that box:
+#
+# * `p y` or `pp y` prints a value of the stopped frame; `l` lists the source around the line;
+# * `u` and `d` move up and down through *your* frames only (JAX's internals are skipped), and `w`
+#   lists them;
+# * any other line runs as Python in the frame's values (`z = y * 0`, then `p z.sum()`), which
+#   `jdb` cannot do (jax#18059);
+# * `c` continues to the next hit or the end of the cell; `q` ends the cell there, without an error.
+#
+# This notebook runs headless (nbclient), with no one to type. Then the cell does not wait: every hit
+# is recorded in the report - the line, the values of the frame, the lines that called it - and
+# the program runs on. `-o NAME` binds that report, and the cells below assert on it.
 
 # %%
-COND_BP_SCRIPT = '''
-import jax, jax.numpy as jnp
-from jax import lax
+@jax.jit
+def f_bp(x):
+    y = jnp.sin(x) * 2
+    jax.debug.breakpoint()
+    return y + 1
 
+# %%
+# %%jax_debug -o dbg_plain
+out_bp = f_bp(jnp.arange(3.0))
+
+# %%
+hit = dbg_plain.hits[0]
+values = {v.name: v for v in hit.frame.values}
+print(dbg_plain.summary)
+assert dbg_plain.hit_count == 1 and not dbg_plain.interactive        # no stdin here: recorded, not asked
+assert hit.frame.line.code == "jax.debug.breakpoint()"
+assert hit.callers[-1].endswith("out_bp = f_bp(jnp.arange(3.0))")   # the call that reached it
+assert values["x"].shape == [3] and values["x"].values == "[0. 1. 2.]"
+assert values["y"].values == "[0.     1.6829 1.8186]"                # sin(x) * 2, concrete
+assert np.allclose(out_bp, np.sin(np.arange(3.0)) * 2 + 1, atol=1e-6)  # the program ran to the end
+assert "No input could be read here" in str(dbg_plain)
+
+# %% [markdown]
+# **A conditional breakpoint.** An unconditional breakpoint stops at every step of a training loop.
+# More useful: stop only when a NaN appears, by putting the breakpoint in one branch of `lax.cond`.
+# Pass the variables you want to look at *as arguments of the branch function*: the debugger stops
+# in the branch's frame, and a value the branch only closes over is not visible there (`p y` would
+# be a `NameError`).
+
+# %%
 def stop_if_nan(x, y):            # the values to inspect come in as arguments
     jax.debug.breakpoint()
 
 @jax.jit
-def f(x):
+def f_cond(x):
     y = jnp.log(x)
     lax.cond(jnp.any(jnp.isnan(y)), stop_if_nan, lambda x, y: None, x, y)
     return y
-
-print("RESULT ok-run", f(jnp.array([1.0, 2.0])).tolist())     # does not stop
-print("RESULT nan-run", f(jnp.array([1.0, -2.0])).tolist())   # stops, we look, we continue
-'''
-proc = run_py(COND_BP_SCRIPT, stdin="p y\np x\nc\n")
-print(proc.stdout)
-assert proc.returncode == 0, proc.stderr[-2000:]
-assert proc.stdout.count("Entering jdb") == 1                    # only the run with a NaN stopped
-assert "Array([ 0., nan], dtype=float32)" in proc.stdout and "Array([ 1., -2.], dtype=float32)" in proc.stdout
-assert [l.split()[0] for l in result_lines(proc)] == ["ok-run", "nan-run"]
-
-# %% [markdown]
-# What can be shown without stdin: a breakpoint is a `jax.debug.callback` underneath, so in the child
-# process a `%%jax_print`-style capture sees it as one more site - here, run through the probe
-# `jaxmagic.probes.prints` (the magic's probe, usable without IPython) - with the line that called it
-# and the `lax.cond` it sits in.
 
 # %%
-PROBE_SCRIPT = '''
-import jax, jax.numpy as jnp
-from jax import lax
-from jaxmagic import probes
+# %%jax_debug -o dbg_cond
+ok_run = f_cond(jnp.array([1.0, 2.0]))       # no NaN: the branch with the breakpoint is not taken
+nan_run = f_cond(jnp.array([1.0, -2.0]))     # a NaN: it stops (here: the hit is recorded)
 
-def stop_if_nan(x, y):
-    jax.debug.breakpoint()
+# %%
+print(dbg_cond.summary)
+assert dbg_cond.hit_count == 1                                        # only the run with a NaN stopped
+hit = dbg_cond.hits[0]
+values = {v.name: v for v in hit.frame.values}
+assert hit.frame.line.code == "jax.debug.breakpoint()" and hit.batch_index == []
+assert hit.callers[-1].endswith("lax.cond(jnp.any(jnp.isnan(y)), stop_if_nan, lambda x, y: None, x, y)")
+assert values["x"].values == "[ 1. -2.]" and values["x"].minimum == -2.0
+assert values["y"].values == "[ 0. nan]" and values["y"].nan_count == 1
+assert np.isnan(nan_run[1]) and not np.isnan(ok_run).any()            # both calls computed as usual
 
-@jax.jit
-def f(x):
+# %% [markdown]
+# **Under `vmap`** (jax#22693: `jdb` fails there) the breakpoint stops once per batch element, and
+# each stop says which element it is, with that element's values, unbatched. One caution, which the
+# report makes visible: `vmap` turns a `lax.cond` on a batched predicate into a `select` that runs
+# *both* branches for every element, so under `vmap` the breakpoint in the NaN branch is hit for
+# every element, not only the one whose value is NaN. Look at the batch element and its values to
+# find the bad one.
+
+# %%
+# %%jax_debug -o dbg_vmap
+def log_each(x):
     y = jnp.log(x)
-    lax.cond(jnp.any(jnp.isnan(y)), stop_if_nan, lambda x, y: None, x, y)
+    lax.cond(jnp.isnan(y), stop_if_nan, lambda x, y: None, x, y)
     return y
 
-with probes.prints() as report:
-    f(jnp.array([1.0, -2.0]))
-site = next(s for s in report.sites if s.api == "callback")
-print("RESULT", site.fmt, site.line.function, site.line.lineno, "/".join(site.context), len(report.lines_of(site.fmt)))
-'''
-import tempfile, pathlib
-script = pathlib.Path(tempfile.mkdtemp()) / "breakpoint_demo.py"   # a file, so the probe can name its lines
-script.write_text(PROBE_SCRIPT)
-proc = run_py("import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", str(script), stdin="c\n")
-print(result_lines(proc))
-assert proc.returncode == 0, proc.stderr[-2000:]
-assert result_lines(proc) == ["breakpoint._breakpoint_callback stop_if_nan 7 jit/cond 1"]
+vm_out = jax.vmap(log_each)(jnp.array([1.0, -2.0, 3.0]))
+
+# %%
+print(dbg_vmap.summary)
+assert dbg_vmap.hit_count == 3                                        # vmap ran the branch for all 3
+assert [hit.batch_index for hit in dbg_vmap.hits] == [[0], [1], [2]]
+per_element = [{v.name: v for v in hit.frame.values} for hit in dbg_vmap.hits]
+assert [e["x"].shape for e in per_element] == [[], [], []]             # one element at a time
+assert [e["x"].values for e in per_element] == ["[1.]", "[-2.]", "[3.]"]
+assert [e["y"].nan_count for e in per_element] == [0, 1, 0]            # element 1 is the NaN
+assert "batch element 1" in str(dbg_vmap)
 
 # %% [markdown]
 # ## 1.4 `jax.disable_jit()`: a debugging aid and a bisection tool

@@ -18,6 +18,8 @@
 # * `%jax_check CALL [--errors user,nan,div,index,float,all] [-o NAME]` runs one call under
 #   `jax.jit(checkify.checkify(f, errors=...))` and lists **every** error found, with its kind
 #   and your line.
+# * `%jax_debug [--no-stop] [-o NAME] [--ns NAME]`, run after a cell failed, re-runs only the failing
+#   call and stops at your line, in the failing loop iteration, with concrete values (§3.1, in a `scan`).
 #
 # Cells that are *meant* to fail have the `raises-exception` tag. The notebook shows the error and
 # keeps going, so it still runs from top to bottom. The cell after each one asserts on the stored
@@ -294,7 +296,7 @@ assert str(e_scan) == "invalid value (nan) encountered in scan"      # only the 
 simulate(jnp.float32(2.5), jnp.ones(5))
 
 # %%
-err = pop_last_error()
+err = sys.last_value              # kept (not popped yet): %jax_debug below debugs the last failed cell
 assert str(err) == "invalid value (nan) encountered in scan" and rep_scan.primitive == "scan"   # JAX's words, kept
 p = rep_scan.producer
 print(rep_scan.summary)
@@ -303,6 +305,41 @@ assert p.primitive == "log" and p.phase == "forward"
 assert p.line.function == "drain_body" and p.line.code == "return level, jnp.log(level)          # NaN once the level is below 0"
 assert [(loop.primitive, loop.index) for loop in p.loops] == [("scan", 2)]      # the third step
 assert [op.value for op in p.operands] == ["-0.5"]                                # what log got
+assert jax.config.jax_debug_nans is False
+
+# %% [markdown]
+# ### Stopping at that line with `%jax_debug`
+#
+# The report names the operation and its operand. To look at everything else in that step, run
+# `%jax_debug` right after the failed cell. It re-runs only the failing call, `simulate(...)`:
+# the scan runs compiled once to find the first step whose carry or output is not finite, and only
+# that step runs op by op under `jax.disable_jit()`, so it stops at your line in `drain_body` with
+# concrete arrays. In JupyterLab IPython's debugger then opens in that frame (type `p level`, `u`
+# to go up to `simulate`, `c` or `q` to leave). Here there is no one to type, and `--no-stop` asks
+# for the report only: the line, the iteration, every local and argument of the frame, your frames
+# above it. `-o dbg_scan` binds the report and `--ns dbg_vals` binds the frame's values as NumPy
+# copies.
+
+# %%
+# %jax_debug --no-stop -o dbg_scan --ns dbg_vals
+
+# %%
+err = pop_last_error()
+stopped = dbg_scan.stopped
+print(dbg_scan.summary)
+assert stopped.line.function == "drain_body"
+assert stopped.line.code == "return level, jnp.log(level)          # NaN once the level is below 0"
+assert [(step.kind, step.index, step.size) for step in dbg_scan.steps] == [("scan", 2, 5)]   # the third step
+assert dbg_scan.compiled_runs == 1                  # the loop ran compiled once; only step 2 op by op
+assert dbg_scan.rerun_error == "FloatingPointError: invalid value (nan) encountered in log"
+values = {v.name: v for v in stopped.values}
+assert values["level"].minimum == -0.5 and values["drain"].minimum == 1.0      # the level went negative
+assert stopped.is_argument == ["level", "drain"]   # names of the arguments; `level` shows its value now, after
+                                                    # `level = level - drain` (it came in as 0.5)
+assert [frame.line.function for frame in dbg_scan.callers][-1] == "simulate"
+assert dbg_scan.reran_user_code and not dbg_scan.interactive
+assert isinstance(dbg_vals.level, np.ndarray) and float(dbg_vals.level) == -0.5
+assert float(dbg_vals.drain) == 1.0
 assert jax.config.jax_debug_nans is False
 
 

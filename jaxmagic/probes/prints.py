@@ -164,7 +164,8 @@ class PrintReport(Report):
             d = self.out_of_order[0]
             text = (
                 f"Unordered prints came out of program order in `{d.function}` (call {d.call}): "
-                f"`{d.arrived[0]}` before `{d.program[0]}`. " + text
+                # the format strings quoted as the user wrote them in jax.debug.print(...): a Python string, not bare text in code
+                f"`{d.arrived[0]!r}` before `{d.program[0]!r}`. " + text
             )
         return text + failed
 
