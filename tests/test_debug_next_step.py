@@ -25,6 +25,9 @@ def test_the_doctors_nan_finding_leads_to_the_debugger_at_its_line(ip):
     stopped = ip.user_ns["next_step_debug"].to_dict()
     assert stopped["stopped"]["line"]["code"] == "y = jnp.log(c - x)"
     assert [s["index"] for s in stopped["steps"]] == [11]  # log(0) at step 10 is -inf, no error: NaN at 11
+    # the magic's own call (`get_ipython().run_cell_magic(...)`) heads the error's traceback: not a frame of yours
+    assert not any("run_cell_magic" in frame["line"]["code"] for frame in stopped["callers"])
+    assert stopped["callers"][0]["line"]["code"] == "out = next_step_run(1.0, next_step_xs)"
 
 
 def test_the_watchs_nan_finding_names_the_debugger_too(ip):

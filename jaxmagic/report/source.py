@@ -181,6 +181,13 @@ def user_lines_of_stack(frame: FrameType | None) -> list[SourceLine]:
     return lines[::-1]
 
 
+def runs_a_cell_magic(filename: str, lineno: int) -> bool:
+    """Whether this line of a cell is IPython's call of a cell magic (``%%jax_nans`` rewritten as
+    ``get_ipython().run_cell_magic(...)``): the magic's call, not a line of the user's code. An error the
+    magic raises again passes through it, so it heads the traceback."""
+    return linecache.getline(filename, lineno).lstrip().startswith("get_ipython().run_cell_magic(")
+
+
 def is_jaxmagic_file(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
 
@@ -198,7 +205,11 @@ def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[So
     ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
     if ours and below_jaxmagic:
         frames = frames[ours[-1] + 1 :]
-    return [source_line(f.filename, f.lineno or 0, f.name) for f in frames if is_user_file(f.filename)]
+    return [
+        source_line(f.filename, f.lineno or 0, f.name)
+        for f in frames
+        if is_user_file(f.filename) and not runs_a_cell_magic(f.filename, f.lineno or 0)
+    ]
 
 
 def first_library_function(tb: TracebackType | None) -> str:

@@ -28,7 +28,7 @@ from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes.debug.stepping import SteppingLog, run_call
 from jaxmagic.probes.debug.values import frame_values, host_copy, summarize, tree_leaves
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of
+from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of, runs_a_cell_magic
 from jaxmagic.report.wording import error_line, message_of
 
 
@@ -118,7 +118,7 @@ def _user_entries(tb: TracebackType | None) -> list[TracebackType]:
     entries = []
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if is_user_file(filename) and not is_jaxmagic_file(filename):
+        if is_user_file(filename) and not is_jaxmagic_file(filename) and not runs_a_cell_magic(filename, tb.tb_lineno):
             entries.append(tb)
         tb = tb.tb_next
     return entries
