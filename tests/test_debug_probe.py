@@ -245,6 +245,8 @@ def test_breakpoints_without_input_record_each_hit_with_its_values_under_jit_and
     assert first["x"]["shape"] == [3] and first["y"]["maximum"] == pytest.approx(1.8186, abs=1e-3)
     assert data["hits"][1]["frame"]["values"][0]["shape"] == []  # one element at a time under vmap
     assert [hit["batch_index"] for hit in data["hits"]] == [[], [0], [1]]  # each element says which it is
+    # JAX's debugger frames carry no function name: read from the source, so a hit reads "..., in scale"
+    assert {hit["frame"]["line"]["function"] for hit in data["hits"]} == {"scale"}
     from jax._src.debugger import core
 
     assert "jaxmagic" not in core._debugger_registry  # removed after the block

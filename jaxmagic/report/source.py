@@ -188,6 +188,29 @@ def runs_a_cell_magic(filename: str, lineno: int) -> bool:
     return linecache.getline(filename, lineno).lstrip().startswith("get_ipython().run_cell_magic(")
 
 
+def enclosing_function(filename: str, lineno: int) -> str:
+    """The name of the innermost function whose body holds this line of a file or cell ("" at the top
+    level, or when the source cannot be read): for frames recorded without their code (JAX's debugger)."""
+    tree = _parsed(filename, "".join(linecache.getlines(filename)))
+    if tree is None:
+        return ""
+    name, start = "", 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            end = node.end_lineno or node.lineno
+            if node.lineno <= lineno <= end and node.lineno >= start:  # the innermost: the latest start
+                name, start = (node.name if not isinstance(node, ast.Lambda) else "<lambda>"), node.lineno
+    return name
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(filename: str, text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def is_jaxmagic_file(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
 

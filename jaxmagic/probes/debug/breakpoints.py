@@ -29,7 +29,7 @@ from jaxmagic.probes.debug.report import FrameView, values_table
 from jaxmagic.probes.debug.values import summarize
 from jaxmagic.report import Concern, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section
-from jaxmagic.report.source import is_jaxmagic_file, is_user_file, source_line
+from jaxmagic.report.source import enclosing_function, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line, exception_chain, message_of
 
 MAX_HITS = 100  # hits recorded in full; later ones are counted
@@ -45,7 +45,9 @@ class DebuggerQuit(Exception):
 @dataclasses.dataclass
 class BreakpointHit:
     frame: FrameView  # the user's frame that called jax.debug.breakpoint(), with its values then
-    callers: list[str]  # the user's lines above it, outermost first ("file, line N, in f: code")
+    # the user's lines above it when JAX traced it (the call that traced the function; later calls reuse the
+    # program), outermost first ("file, line N, in f: code")
+    callers: list[str]
     commands: list[str] = dataclasses.field(default_factory=list)  # what the user typed at this hit
     batch_index: list[int] = dataclasses.field(default_factory=list)  # under vmap: the element, outermost vmap first
 
@@ -89,7 +91,8 @@ class BreakpointReport(Report):
             if hit.frame.values:
                 blocks.append(values_table(hit.frame))
             if hit.callers:
-                blocks.append(Paragraph("Called from: " + "; ".join(hit.callers)))
+                # JAX records the frames of the trace: the call that traced the function, which later calls reuse
+                blocks.append(Paragraph("Traced from (the call that traced it): " + "; ".join(hit.callers)))
             if hit.commands:
                 blocks.append(Paragraph("Commands: " + ", ".join(f"`{c}`" for c in hit.commands)))
             sections.append(Section(f"Hit {number}", blocks))
@@ -250,7 +253,9 @@ def ended_by_quit(error: BaseException) -> bool:
 
 def _hit_record(frames: list[BreakFrame], commands: list[str], batch: list[int]) -> BreakpointHit:
     inner = frames[0]
-    line = source_line(inner.filename, inner.lineno, "")
+    line = source_line(inner.filename, inner.lineno, enclosing_function(inner.filename, inner.lineno))
     values = [s for name, value in inner.locals.items() if (s := summarize(name, value)) is not None]
-    callers = [source_line(f.filename, f.lineno, "") for f in reversed(frames[1:])]
+    callers = [
+        source_line(f.filename, f.lineno, enclosing_function(f.filename, f.lineno)) for f in reversed(frames[1:])
+    ]
     return BreakpointHit(FrameView(line, values), [f"{c.where}: {c.code}" for c in callers], commands, batch)

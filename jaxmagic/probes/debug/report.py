@@ -98,7 +98,18 @@ class DebugReport(Report):
             ]
             facts.append(("raised", self.rerun_error))
             sections.append(Section("Stopped at", [Facts(facts)]))
-            sections.append(Section("Values in the stopped frame", [values_table(self.stopped)]))
+            sections.append(
+                Section(
+                    "Values in the stopped frame",
+                    [
+                        Paragraph(
+                            "Each name's value when it stopped: an argument reassigned above that line shows "
+                            "its new value, not the one passed in."
+                        ),
+                        values_table(self.stopped),
+                    ],
+                )
+            )
         if self.callers:
             blocks: list = [SourceLines([frame.line for frame in self.callers], caption="outermost first")]
             for frame in self.callers:
