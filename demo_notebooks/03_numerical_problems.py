@@ -428,7 +428,7 @@ assert bad_leaves == ["['b']"]
 grads = jax.grad(reg_loss)(p_reg, x_reg)
 
 # %%
-err = pop_last_error()
+err = sys.last_value              # kept (not popped yet): %jax_debug below debugs this failed cell too
 assert isinstance(err, FloatingPointError) and str(err) == "invalid value (nan) encountered in mul"
 assert rep_grad.phase == "backward" and rep_grad.primitive == "mul" and rep_grad.value == "nan"
 assert rep_grad.failing_call == "jax.grad(reg_loss)(p_reg, x_reg)"
@@ -440,6 +440,24 @@ assert rep_grad.origin_by_rerun is False                          # the line cam
 assert not any("disable_jit" in note for note in rep_grad.notes)  # no op-by-op re-run was made
 assert jax.config.jax_debug_nans is False
 print(rep_grad.summary)
+
+# %% [markdown]
+# `%jax_debug` after this cell: the NaN was made in the backward pass, where no line of yours runs,
+# so stopping "where it failed" would stop inside JAX. Instead it re-runs the forward function,
+# `reg_loss`, op by op and stops **before the forward line whose derivative made the NaN**, with
+# the forward values the derivative was taken at: there `p["b"]` is all zeros, and the derivative
+# of `jnp.linalg.norm` at 0 is 0/0.
+
+# %%
+# %jax_debug --no-stop -o dbg_grad --ns grad_vals
+
+# %%
+err = pop_last_error()
+print(dbg_grad.summary)
+assert dbg_grad.stopped.line.function == "reg_loss" and "jnp.linalg.norm(p[\"b\"])" in dbg_grad.stopped.line.code
+assert any("derivative JAX computed" in note for note in dbg_grad.notes)
+assert float(np.abs(grad_vals.p["b"]).max()) == 0.0        # the norm's argument: all zeros
+assert jax.config.jax_debug_nans is False
 
 
 # %% [markdown]

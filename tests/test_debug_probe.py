@@ -514,3 +514,25 @@ def test_a_donated_argument_in_a_frame_shown_as_it_failed_is_said_to_be_deleted(
     # JAX re-ran `update` op by op itself: its frame is the stop, nothing runs again; w's buffer is gone
     assert data["stopped"]["line"]["code"] == "return w - jnp.log(g)" and not data["reran_user_code"]
     assert {v["name"]: v["kind"] for v in data["stopped"]["values"]} == {"w": "deleted", "g": "array"}
+
+
+def reg_loss(p, x):
+    pred = x @ p["w"]
+    return jnp.mean(pred**2) + 1e-3 * jnp.linalg.norm(p["b"])  # norm's derivative at b = 0: 0/0
+
+
+def test_a_nan_made_only_by_a_derivative_stops_before_its_forward_line_with_the_forward_values():
+    # the chapter's section 3 example (notebook 03): the NaN is raised by JAX's backward pass, where no line
+    # of the user's runs; the debugger stops before the forward line it is the derivative of
+    p, x = {"w": jnp.ones(3), "b": jnp.zeros(2)}, jnp.ones((4, 3))
+    with jax.debug_nans(True):
+        error = failure(lambda: jax.grad(reg_loss)(p, x))
+    session = debug_after(error)
+    data = session.report.to_dict()
+    assert data["unavailable"] == "" and data["stopped"]["line"]["function"] == "reg_loss"
+    assert data["stopped"]["line"]["code"].startswith("return jnp.mean(pred**2) + 1e-3 * jnp.linalg.norm")
+    values = {v["name"]: v for v in data["stopped"]["values"]}
+    assert values["pred"]["minimum"] == 3.0 and values["p"]["minimum"] == 0.0  # concrete forward values
+    assert any("derivative JAX computed" in note for note in data["notes"])
+    assert float(session.namespace().pred[0]) == 3.0
+    session.release()

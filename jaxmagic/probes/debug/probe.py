@@ -24,6 +24,7 @@ import types
 from types import TracebackType
 
 from jaxmagic.probes._support.nan.failing_call import FailingCall, failing_calls
+from jaxmagic.probes.debug.forward_stop import forward_line_of_nan, stop_before
 from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes.debug.stepping import SteppingLog, run_call
 from jaxmagic.probes.debug.values import frame_values, host_copy, summarize, tree_leaves
@@ -204,7 +205,7 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         fast=not eager,
         line=report.call_line,
     )
-    del call, calls, candidates, located, chosen
+    del calls, candidates, located, chosen
     _fill_log(report, log)
     if rerun_error is None:
         report.unavailable = "The re-run finished without an error, so there is no failing line to stop at" + (
@@ -213,8 +214,13 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         return DebugSession(report)
     report.rerun_error = error_line(rerun_error)
     rerun = _user_entries(rerun_error.__traceback__)
+    if not rerun and nan_error:  # a NaN of the backward pass: stop before the forward line it is the derivative of
+        rerun = _forward_stop(call, report)
+    del call
     if not rerun:
-        report.unavailable = f"The re-run raised {report.rerun_error} outside your code (no frame of yours ran)"
+        report.unavailable = f"The re-run raised {report.rerun_error} outside your code (no frame of yours ran)" + (
+            f"; {report.forward_stop_failure}" if report.forward_stop_failure else ""
+        )
         return DebugSession(report)
     entries = outer + rerun
     report.stopped = _frame_view(entries[-1])
@@ -231,6 +237,24 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
             "names), so their values are not known here"
         )
     return DebugSession(report, _chained(entries))
+
+
+def _forward_stop(call: FailingCall, report: DebugReport) -> list[TracebackType]:
+    """The user's frames stopped before the forward line whose derivative made the NaN ([] if not found)."""
+    line = forward_line_of_nan(call)
+    if line is None:
+        report.forward_stop_failure = "the NaN search did not name a forward line whose derivative made it"
+        return []
+    stop, why = stop_before(call, line)
+    if stop is None:
+        report.forward_stop_failure = f"stopping before `{line.code}` failed: {why}"
+        return []
+    report.notes.append(
+        f"The NaN was made by the derivative JAX computed for `{line.code}` ({line.where}), in the backward pass, "
+        "where no line of yours runs: the forward function was run again op by op and stopped before that line, "
+        "so the values shown are the forward values the derivative was taken at."
+    )
+    return _user_entries(stop)
 
 
 def _where_it_failed(error: BaseException, report: DebugReport, located: list[_Located]) -> DebugSession | None:

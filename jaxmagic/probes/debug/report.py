@@ -67,6 +67,7 @@ class DebugReport(Report):
     compiled_runs: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)  # what ran compiled or op by op, and why
     unavailable: str = ""  # why the call could not be re-run or stopped, when it could not
+    forward_stop_failure: str = ""  # under grad: why stopping before the forward line of the NaN failed
     reran_user_code: bool = False  # the user's Python ran again (side effects included)
     interactive: bool = False  # the debugger was opened in the stopped frame
 
