@@ -33,6 +33,7 @@
 # | Symptom | Do this first | Then reach for | jaxmagic | Section |
 # |---|---|---|---|---|
 # | NaN or inf in the output | On the host, check after every step that the loss is finite | `checkify` with `float_checks` names the primitive. Or re-run the bad step inside `with jax.debug_nans(True):`. If you switch it on globally with `config.update`, call `jax.clear_caches()` first | ✅ `%%jax_nans [--infs]` · ✅ `%jax_check` | §3, §9 |
+# | An error inside `jit` and no values to look at (a NaN, a failed check, an index out of range) | Re-run the failing call without `jit` and look at its values | `jax.debug.breakpoint()` (its `jdb` needs stdin: dead in a notebook), or `jax.disable_jit()` over the whole program (slow) | ✅ `%jax_debug` (after the failed cell) · ✅ `%%jax_debug` (breakpoints) | §1.3, §3 |
 # | Wrong numbers, no error | Compare with a NumPy float64 reference | Bisect with `jax.disable_jit()`: right when eager, wrong under `jit` → a compilation problem. Then read the jaxpr / HLO | ✅ `%jax_bisect` · ✅ `%%jax_print` · ✅ `%jax_hlo` | §1.4, §2 |
 # | Slow, or compiles again and again | Count the compilations | `jax_log_compiles` shows the shapes, `jax_explain_cache_misses` the reason, `f._cache_size()` the cache entries | ✅ `%%jax_compiles [--budget N]` | §5 |
 # | A tracer error (`ConcretizationTypeError`, `TracerBoolConversionError`, …) | Read the sentence "…while tracing the function f … argument x" | Rewrite the line: `jnp.where`, `lax.cond`, a static argument, `size=` | ✅ `%jax_explain` (on by default) · ✅ `%jax_traceback` | §4, §6 |
@@ -77,9 +78,9 @@ from jax._src import xla_bridge   # private, but the only direct way to ask "has
 assert not xla_bridge.backends_are_initialized(), "%load_ext jaxmagic must not start a JAX backend"
 shell = get_ipython()
 # every magic of the table's jaxmagic column is registered
-LINE_MAGICS = ["jax_bisect", "jax_check", "jax_config", "jax_devices", "jax_env", "jax_explain", "jax_gather",
+LINE_MAGICS = ["jax_bisect", "jax_check", "jax_config", "jax_debug", "jax_devices", "jax_env", "jax_explain", "jax_gather",
                "jax_hlo", "jax_live", "jax_sharding", "jax_stages", "jax_traceback", "jax_watch"]
-CELL_MAGICS = ["jax_compiles", "jax_doctor", "jax_keys", "jax_leaks", "jax_live", "jax_nans", "jax_per_device",
+CELL_MAGICS = ["jax_compiles", "jax_debug", "jax_doctor", "jax_keys", "jax_leaks", "jax_live", "jax_nans", "jax_per_device",
                "jax_print", "jax_profile", "jax_transfers"]
 missing = [f"%{m}" for m in LINE_MAGICS if shell.find_line_magic(m) is None] + \
           [f"%%{m}" for m in CELL_MAGICS if shell.find_cell_magic(m) is None]
