@@ -68,7 +68,7 @@ CARD = (
     "color:var(--jp-content-font-color1,var(--vscode-editor-foreground,#1f2328))"
 )
 CODE = f"{MONO};font-size:12px;{TINT};padding:0 3px;border-radius:3px;white-space:normal"
-CELL = f"border:{LINE};{LINE_COLOUR};padding:2px 8px;text-align:left;vertical-align:top;white-space:normal"
+CELL = f"border:{LINE};{LINE_COLOUR};padding:2px 6px;text-align:left;vertical-align:top;white-space:normal"
 SCROLLS = "max-width:100%;overflow-x:auto"  # a wide table or drawing scrolls inside the report
 
 # A section opens by default when it is the first, or when the whole report is short.
@@ -138,6 +138,7 @@ def inline_html(text: str) -> str:
     )
 
 
+WIDE_TABLE_COLUMNS = 5
 _LONG_RUN_CHARS = 14  # a 900 px notebook with the sidebar open leaves ~420 px for a table
 _BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # after "_" only in long names (_name_parts)
 # A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
@@ -203,7 +204,15 @@ def _block_html(block) -> str:
         )
         return _table(rows, "jm-facts")
     if isinstance(block, Table):
-        align = [";text-align:right" if numeric else "" for numeric in numeric_columns(block)]
+        numeric = numeric_columns(block)
+        align = [";text-align:right" if n else "" for n in numeric]
+        if len(block.columns) >= WIDE_TABLE_COLUMNS:
+            # Five columns or more do not fit the ~420 px a 900 px notebook with its sidebar leaves: a smaller
+            # font, and text cells that may break inside a word rather than scroll the table sideways
+            align = [
+                f"{a};font-size:11.5px;padding:2px 4px" + ("" if n else ";overflow-wrap:anywhere")
+                for a, n in zip(align, numeric)
+            ]
         head = "".join(
             f'<th style="{CELL};{TINT};font-weight:600{a}">{escape(c)}</th>' for c, a in zip(block.columns, align)
         )
