@@ -72,18 +72,33 @@ def _text(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment))
 
 
+def _cut_from_a_line(code: str) -> bool:
+    """A quoted fragment that is a piece of a line cut at the wrong columns (`ax.jit(lam`, `bda x:`, `.jit(lambd`):
+    brackets left open or closed, or a start or end no expression has. Values and names a report quotes
+    (`<lambda>`, `2.0:f32[]`, `hogs[0..19]`, `if`) are not code, and are not cuts."""
+    text = code.strip()
+    if not text or text.startswith("%") or re.fullmatch(r"<[\w.]+>", text):  # a magic's name, `<lambda>`
+        return False
+    for opening, closing in ("()", "[]", "{}"):
+        if text.count(opening) != text.count(closing):
+            return True
+    if text.startswith((".", ",", ")", "]", "=")) or text.endswith((":", "(", "[", "=")):
+        return True
+    try:  # a cut of a call or a lambda that happens to balance: still a piece of code that does not parse
+        ast.parse(text)
+    except SyntaxError:
+        return bool(re.search(r"\blambda\b|\bdef\b", text))
+    return False
+
+
 def what_misleads(report_html: str) -> list[str]:
     """What a user would read wrong first in a report (issue 45): a code fragment of the headline that
     is not code (a line cut at the wrong columns: `ax.jit(lam`), raw Markdown backticks in a fold's title."""
     problems = []
     for headline in _HEADLINE.findall(report_html):
         for code in map(_text, _CODE.findall(headline)):
-            if code.startswith("%") or not code.strip():
-                continue  # a magic's name
-            try:
-                ast.parse(code.strip())
-            except SyntaxError:
-                problems.append(f"headline quotes `{code}`, which is not code: {_text(headline)[:160]}")
+            if _cut_from_a_line(code):
+                problems.append(f"headline quotes `{code}`, cut from a line: {_text(headline)[:160]}")
     for summary in map(_text, _SUMMARY.findall(report_html)):
         if "`" in summary:
             problems.append(f"a fold title shows Markdown backticks: {summary[:120]}")

@@ -33,11 +33,20 @@ class CellOutcome:
     values: list = dataclasses.field(default_factory=list)
 
     def show_values(self, shell) -> None:
-        """Show the values the body displayed, as IPython would have (``Out[...]``, ``_`` updated), then let
-        them go: a cell's result comes after its report, as it does without the magic after the cell."""
+        """Show the values the body displayed, then let them go: a cell's result comes after its report.
+        They were already stored as IPython stores them (``Out[n]``, ``_``) when the body made them, so a
+        probe that asks what the cell's result is (``%%jax_live``) sees it there; only the drawing waits.
+        The steps are ``DisplayHook.__call__``'s own, minus that storing."""
         values, self.values = self.values, []
+        hook = shell.displayhook
         for value in values:
-            shell.displayhook(value)
+            hook.start_displayhook()
+            hook.write_output_prompt()
+            format_dict, metadata = hook.compute_format_data(value)
+            if format_dict:
+                hook.write_format_data(format_dict, metadata)
+                hook.log_output(format_dict)
+            hook.finish_displayhook()
 
     def reraise(self) -> None:
         """Raise the body's exception again, its traceback starting in the cell, with no frame of ours."""
@@ -198,13 +207,18 @@ def numbered_as_shown(shell, cell: str) -> str:
 
 
 @contextlib.contextmanager
-def _displayed_values_held(outcome: CellOutcome):
-    # IPython displays an expression statement's value through sys.displayhook while the cell runs; held
-    # here, it is shown after the report (``CellOutcome.show_values``) instead of above it.
+def _displayed_values_held(shell, outcome: CellOutcome):
+    # IPython displays an expression statement's value through sys.displayhook while the cell runs; here
+    # it is stored at once (Out[n], _, the cell's result) and drawn after the report
+    # (``CellOutcome.show_values``) instead of above it.
     saved = sys.displayhook
+    hook = shell.displayhook
 
     def hold(value) -> None:
-        if value is not None:
+        hook.check_for_underscore()
+        if value is not None and not hook.quiet():
+            hook.update_user_ns(value)
+            hook.fill_exec_result(value)
             outcome.values.append(value)
 
     sys.displayhook = hold
@@ -220,7 +234,7 @@ def run_cell_body(shell, cell: str, hold_values: bool = False) -> CellOutcome:
     outcome = CellOutcome()
     magic_cell = getattr(shell.displayhook, "exec_result", None)
     cell = numbered_as_shown(shell, cell)
-    held = _displayed_values_held(outcome) if hold_values else contextlib.nullcontext()
+    held = _displayed_values_held(shell, outcome) if hold_values else contextlib.nullcontext()
     with _exceptions_captured(shell, outcome), _named_as_current_cell(shell), held:
         result = shell.run_cell(cell, store_history=False)
     shell.displayhook.exec_result = magic_cell  # run_cell cleared it; the magic's cell is still running
