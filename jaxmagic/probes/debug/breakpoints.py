@@ -98,11 +98,16 @@ class BreakpointReport(Report):
             sections.append(Section(f"Hit {number}", blocks))
         if self.hit_count > len(self.hits):
             sections.append(Section("More hits", [Paragraph(f"{self.hit_count - len(self.hits)} more, not recorded.")]))
-        how = (
-            "Commands were read from the notebook at each hit."
-            if self.interactive
-            else ("No input could be read here (no stdin, or --no-stop): each hit was recorded and the cell went on.")
-        )
+        if self.interactive and self.hit_count:
+            how = "Commands were read from the notebook at each hit."
+        elif self.interactive:
+            how = (
+                "jaxmagic served jax.debug.breakpoint() for this cell: a hit would have read commands from the "
+                "notebook (the kernel's input box), but none was reached - no breakpoint ran (a branch not taken, "
+                "or none in the code the cell ran)."
+            )
+        else:
+            how = "No input could be read here (no stdin, or --no-stop): each hit was recorded and the cell went on."
         sections.append(Section("How", [Paragraph(how)]))
         return Document(title="%%jax_debug", status=self.status, headline=self.summary, sections=sections)
 
