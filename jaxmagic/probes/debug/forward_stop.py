@@ -25,7 +25,7 @@ class StoppedBeforeLine(Exception):
 
 def forward_line_of_nan(call: FailingCall) -> SourceLine | None:
     """The user's forward line whose derivative made the NaN in ``call`` (a ``jax.grad(f)(...)``), or None."""
-    found = search(call.function, [value for _, value in call.args], call.kwargs, source=call.source)
+    found = search(call.function, [value for _, value in call.args], call.kwargs, source=call.source, with_fixes=False)
     producer = found.producer
     if producer is None or producer.line is None or not (producer.derivative or producer.phase == "backward"):
         return None

@@ -366,7 +366,7 @@ def _check_forward(found: ProducerSearch, call: FailingCall, args: list, want_na
     if p is None or not p.derivative or p.phase != "forward" or not callable(wrapped):
         return
     name = call.forward_of if call.forward is not None else str(getattr(transformed, "__name__", "it"))
-    alone = search(wrapped, args, call.kwargs, source=f"{name}(...)", want_nan=want_nan)
+    alone = search(wrapped, args, call.kwargs, source=f"{name}(...)", want_nan=want_nan, with_fixes=False)
     q = alone.producer
     if q is None or q.primitive != p.primitive or q.line is None or p.line is None:
         return

@@ -513,8 +513,12 @@ def search(
     *,
     source: str = "",
     want_nan: bool = True,
+    with_fixes: bool = True,
 ):
     """Trace ``function(*args, **kwargs)`` and evaluate it to find the producer. Never raises.
+
+    ``with_fixes=False``: a search whose producer only locates something (the forward check, the debugger's
+    forward line) does not try the producer's fixes on its values: nobody reads them.
 
     Array leaves of the arguments are the program's inputs; everything else
     (functions, Python numbers, strings) is fixed at its value. ``want_nan``:
@@ -545,12 +549,14 @@ def search(
     quiet = quiet_evaluation()
     try:
         with quiet:
-            return _trace_and_walk(traced, values, result, want_nan)
+            return _trace_and_walk(traced, values, result, want_nan, with_fixes)
     finally:
         forget_attributions()
 
 
-def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool) -> ProducerSearch:
+def _trace_and_walk(
+    traced, values: list, result: ProducerSearch, want_nan: bool, with_fixes: bool = True
+) -> ProducerSearch:
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     source = result.searched
@@ -595,7 +601,8 @@ def _trace_and_walk(traced, values: list, result: ProducerSearch, want_nan: bool
         if producer.neg_inf_rows and producer.written_inf is None:
             producer.written_inf = found.written_inf  # a row all -inf: the fill that line wrote made it so
     found.result_finite = outputs is not None and not any_bad(outputs)
-    if producer is not None and listener.site is not None and (producer.phase == "forward" or not producer.derivative):
+    wanted = with_fixes and (producer is not None and (producer.phase == "forward" or not producer.derivative))
+    if producer is not None and listener.site is not None and wanted:
         # a fix of an operation the user wrote is tried on its values before the report offers it (one under
         # jvp too: the NaN probe may find it a forward value; a user's own derivative rule's)
         eqn, inputs, path = listener.site
