@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from IPython.core.error import UsageError
 from IPython.core.magic import cell_magic, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
@@ -374,14 +372,12 @@ class CellMagics(MagicRunner):
                 if not probes.ended_by_quit(error):
                     raise
             return None
-        if args.error:
-            failure = self._evaluate_value(args.error)
-            if not isinstance(failure, BaseException):
-                raise UsageError(f"%jax_debug takes an exception; {args.error!r} is a {type(failure).__name__}.")
-        else:
-            failure = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-            if failure is None:
-                raise UsageError("There is no failed cell to debug; run the failing cell first, or pass an exception.")
+        failure = self._given_or_last_error(
+            args.error or "",
+            "jax_debug",
+            "an exception",
+            "There is no failed cell to debug; run the failing cell first, or pass an exception.",
+        )
         session = probes.debug_after(failure, eager=args.eager)
         del failure
         try:

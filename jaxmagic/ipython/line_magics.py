@@ -231,14 +231,12 @@ class LineMagics(MagicRunner):
             state = "on" if explainer_hook.is_on(self.shell) else "off"
             print(f"jaxmagic tracer-error explainer: {state}" + ("" if changed else " (unchanged)"))
             return
-        if word:
-            error = self._evaluate_value(word)
-            if not isinstance(error, BaseException):
-                raise UsageError(f"%jax_explain takes on, off or an exception; {word!r} is a {type(error).__name__}.")
-        else:
-            error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-            if error is None:
-                raise UsageError("There is no last exception to explain; pass one: %jax_explain err")
+        error = self._given_or_last_error(
+            word,
+            "jax_explain",
+            "on, off or an exception",
+            "There is no last exception to explain; pass one: %jax_explain err",
+        )
         # An error it cannot explain still gets a report (saying why), so `-o` works on every error.
         report = probes.explain_or_say_why(error, namespace=self.user_ns)
         del error

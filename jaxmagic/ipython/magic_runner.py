@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
@@ -145,6 +146,18 @@ class MagicRunner(Magics):
     def _evaluate(self, call_text: str, namespace: dict | None = None):
         with expression_checked():
             return evaluate_call(call_text, self.user_ns if namespace is None else namespace)
+
+    def _given_or_last_error(self, text: str, magic: str, takes: str, none_left: str) -> BaseException:
+        """The exception ``text`` names (``%jax_explain err``), else the last failed cell's (IPython keeps it)."""
+        if text:
+            error = self._evaluate_value(text)
+            if not isinstance(error, BaseException):
+                raise UsageError(f"%{magic} takes {takes}; {text!r} is a {type(error).__name__}.")
+            return error
+        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if error is None:
+            raise UsageError(none_left)
+        return error
 
     def _evaluate_value(self, text: str):
         with expression_checked():
