@@ -54,6 +54,7 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.probes._support.fixes.values import FixTrial, try_fixes
+from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -195,6 +196,7 @@ class ProducerSearch:
     given_inf: bool = False  # its inputs held inf and no NaN: the producer made NaN from inputs without NaN
     written_inf: SourceLine | None = None  # the line that wrote an inf into a value (a mask's -inf), taken as given
     forward_check: str = ""  # how a producer under jvp was found to be a forward value (nans.probe._check_forward)
+    put_back: str = ""  # tracing the call again wrote into the user's objects, and they were put back (kept_state)
 
 
 # -- masked rows: what the fix for a NaN of a fully masked row needs -------------------------
@@ -548,8 +550,12 @@ def search(
     values = [leaves[i] for i in dynamic]
     quiet = quiet_evaluation()
     try:
-        with quiet:
-            return _trace_and_walk(traced, values, result, want_nan, with_fixes)
+        # the arguments go in as fresh copies (unflattened above); what the function reaches by itself is
+        # the user's, and a stateful library's jit wrapper writes into it (kept_state)
+        with quiet, kept(function, leaves) as kept_objects:
+            found = _trace_and_walk(traced, values, result, want_nan, with_fixes)
+        found.put_back = kept_objects.note
+        return found
     finally:
         forget_attributions()
 
