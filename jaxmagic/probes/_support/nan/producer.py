@@ -65,6 +65,7 @@ from jaxmagic.probes._support.nan.equation_origin import (
     remember_attributions,
     user_line,
 )
+from jaxmagic.probes._support.nan.forward_reach import reaches_result_forward
 from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, opened_kind
 from jaxmagic.probes._support.nan.host_values import (
     any_bad,
@@ -607,6 +608,15 @@ def _trace_and_walk(
         if producer.neg_inf_rows and producer.written_inf is None:
             producer.written_inf = found.written_inf  # a row all -inf: the fill that line wrote made it so
     found.result_finite = outputs is not None and not any_bad(outputs)
+    if producer is not None and producer.derivative and producer.phase == "forward" and listener.site is not None:
+        eqn, _, path = listener.site
+        if reaches_result_forward(program, eqn, path):  # a train step that returns the loss it differentiated
+            producer.derivative = False
+            found.forward_check = (
+                f"It was computed under the gradient, but its value flows into what {source or 'the call'} "
+                "returns through forward operations only (no transposed one): it is a value of the forward "
+                "computation, not only of the derivative."
+            )
     wanted = with_fixes and (producer is not None and (producer.phase == "forward" or not producer.derivative))
     if producer is not None and listener.site is not None and wanted:
         # a fix of an operation the user wrote is tried on its values before the report offers it (one under
