@@ -13,7 +13,11 @@ from typing import Any
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles.cache_misses import CacheMiss
 from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES, FIXES
+from jaxmagic.probes.compiles.cost_sections import cost_concerns, cost_fix, cost_headline, cost_sections
+from jaxmagic.probes.compiles.donations import UnusableDonation
+from jaxmagic.probes.compiles.program_size import ProgramSize
 from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
 from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
 from jaxmagic.report import Concern, SourceLine, act, failed
@@ -250,6 +254,10 @@ class CompileReport(Report):
     other_thread_compilations: int = 0  # compilations made by other threads during the block (not listed)
     log_lines: int = 0  # compile log lines captured (all of them, kept or not)
     other_error: str = ""  # the block failed: "ValueError: ..."
+    sizes: list[ProgramSize] = dataclasses.field(default_factory=list)  # slow (or the slowest) compilations, examined
+    donations: list[UnusableDonation] = dataclasses.field(default_factory=list)  # donated buffers JAX could not reuse
+    cache_misses: list[CacheMiss] = dataclasses.field(default_factory=list)  # persistent-cache misses
+    cache_hits: int = 0  # compilations read from the persistent cache
 
     # -- queries -------------------------------------------------------------
 
@@ -330,6 +338,7 @@ class CompileReport(Report):
         found = [act("over the compilation budget")] if self.over_budget else []
         found += [act(f"`{f.name}` compiled {f.count} times") for f in self.recompiled_functions]
         found += [act("a loop rebuilt at each call") for _ in self.rebuilt_loops]
+        found += cost_concerns(self.sizes, self.donations, self.cache_misses)
         return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
@@ -361,6 +370,9 @@ class CompileReport(Report):
             return f"{len(recompiled)} functions compiled more than once: {parts}."
         if self.rebuilt_loops:
             return _rebuilt_sentence(self.rebuilt_loops[0])
+        cost = cost_headline(self.sizes, self.donations, self.cache_misses)
+        if cost:
+            return cost
         users = self.user_functions
         own = [f for f in users if "jaxmagic" in f.causes]
         if own:
@@ -496,6 +508,7 @@ class CompileReport(Report):
                 )
             sections.append(Section(title, blocks))
 
+        sections += cost_sections(self.sizes, self.donations, self.cache_misses, self.cache_hits)
         if self.budget is not None:
             scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
             verdict = self.budget_message or "kept"
@@ -557,4 +570,6 @@ class CompileReport(Report):
     def first_fix(self) -> str:
         """The fix of the function the headline names first (over budget, else the first recompiled)."""
         named = self.over_budget or self.recompiled_functions
-        return f"`{named[0].name}`: {named[0].fix}" if named and named[0].fix else ""
+        if named:
+            return f"`{named[0].name}`: {named[0].fix}" if named[0].fix else ""
+        return cost_fix(self.sizes, self.donations, self.cache_misses)

@@ -131,7 +131,7 @@ class Watch:
                 self._live_before, self._bytes_start = live_counts(_ids_of(held))
             if "recompilation" in areas:
                 self._compiles = stack.enter_context(
-                    compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False)
+                    compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False, slowest=False)
                 )
             observers = []
             if "NaN" in areas:
