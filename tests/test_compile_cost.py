@@ -157,3 +157,52 @@ def test_the_doctor_shows_the_unusable_donation():
             update_jit(x, batch)
     titles = [f.title for f in report.findings]
     assert any(t.startswith("Donated `batch` of `update2` was not reused") for t in titles), titles
+
+
+def test_the_watch_tells_an_unusable_donation_once_in_the_cells_words(ip):
+    # the watch runs the compiles probe on every cell: the same finding, told once
+    ip.run_cell("%jax_watch -o wlog", store_history=True)
+    try:
+        ip.run_cell(
+            "import warnings\nwarnings.simplefilter('ignore')\n"
+            "def apply(params, grads):\n    return params - grads.sum()\n"
+            "apply_jit = jax.jit(apply, donate_argnums=(0, 1))",
+            store_history=True,
+        )
+        ip.run_cell("new = apply_jit(jnp.ones(3), jnp.ones((2, 5)))", store_history=True)
+        ip.run_cell("new = apply_jit(jnp.ones(3), jnp.ones((2, 5)))", store_history=True)
+        found = [f for f in ip.user_ns["wlog"].to_dict()["findings"] if "Donated" in f["summary"]]
+    finally:
+        ip.run_cell("%jax_watch off", store_history=True)
+        ip.run_cell("warnings.resetwarnings()", store_history=True)
+    (donation,) = found
+    assert donation["summary"].startswith("Donated `grads` of `apply` was not reused")
+    assert donation["line"]["code"].strip() == "new = apply_jit(jnp.ones(3), jnp.ones((2, 5)))"
+    assert "Stop donating `grads`" in donation["fix"]
+
+
+def test_the_users_warning_filters_still_decide_what_is_shown_or_raised():
+    def scale(v, weights):
+        return v * weights.mean()
+
+    scale_jit = jax.jit(scale, donate_argnums=(0, 1))
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("ignore")
+        with probes.compiles() as report:
+            scale_jit(jnp.ones(3), jnp.ones(7))
+    assert shown == [] and report.donations[0].argument == "weights"  # seen, and not shown
+
+    def scale2(v, other):
+        return v * 2 + other.sum()
+
+    scale2_jit = jax.jit(scale2, donate_argnums=(0, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            with probes.compiles() as report:
+                scale2_jit(jnp.ones(3), jnp.ones(7))
+            raised = None
+        except UserWarning as error:
+            raised = error
+    assert raised is not None and "Some donated buffers were not usable" in str(raised)
+    assert report.donations[0].argument == "other"

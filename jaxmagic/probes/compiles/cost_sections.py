@@ -3,12 +3,14 @@ persistent-cache miss - as concerns, a headline and document sections (wording o
 
 from __future__ import annotations
 
+import dataclasses
+
 from jaxmagic.probes.compiles.cache_misses import CacheMiss
 from jaxmagic.probes.compiles.donations import UnusableDonation
 from jaxmagic.probes.compiles.program_size import CONSTANT_BYTES, ProgramSize
-from jaxmagic.report import Concern, act, note
+from jaxmagic.report import Concern, SourceLine, act, note
 from jaxmagic.report.document import Facts, Paragraph, Section, Table
-from jaxmagic.report.provenance import provenance_blocks
+from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes
 
 SLOW_SECONDS = 1.0  # a compilation this long (trace + lower + XLA) is slow, whatever the cell
@@ -23,6 +25,57 @@ def is_slow(seconds: float, block_seconds: float) -> bool:
 def is_big(size: ProgramSize) -> bool:
     """Something to fix in it: an unrolled loop or constants worth passing as arguments."""
     return not size.unknown and (size.unrolled is not None or size.constant_bytes >= CONSTANT_BYTES)
+
+
+@dataclasses.dataclass
+class CostFinding:
+    """One of these findings as the doctor and the watch tell it (the same words as ``%%jax_compiles``)."""
+
+    key: tuple  # what makes it the same finding in a later cell
+    headline: str
+    short: str
+    fix: str
+    line: SourceLine | None
+    provenance: Provenance | None
+
+
+def cost_findings(sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss]) -> list:
+    found = [
+        CostFinding(
+            ("compile size", s.function),
+            s.headline.rstrip("."),
+            f"`{s.function}` slow to compile",
+            s.fix,
+            s.provenance.made_at if s.provenance is not None else None,
+            s.provenance,
+        )
+        for s in sizes
+        if is_big(s)
+    ]
+    found += [
+        CostFinding(
+            ("donation", d.function, d.argument, d.type),
+            d.headline.rstrip("."),
+            f"donated `{d.argument or d.type}` not reused",
+            d.fix,
+            d.line,
+            d.provenance,
+        )
+        for d in donations[:3]
+    ]
+    found += [
+        CostFinding(
+            ("persistent cache", m.function),
+            m.headline.rstrip("."),
+            f"`{m.function}` not in the persistent cache",
+            m.fix,
+            m.line,
+            None,
+        )
+        for m in misses
+        if m.written is False
+    ][:1]
+    return found
 
 
 def cost_concerns(

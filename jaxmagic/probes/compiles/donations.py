@@ -98,9 +98,11 @@ _MODULE = re.compile(r"^jit_(?P<name>.+)$")
 class DonationWarnings:
     """While entered, records each "donated buffers were not usable" warning of this thread, named.
 
-    Adds one filter that shows that warning every time (not once per place: each compilation is another
-    function or argument) and wraps ``warnings.showwarning``; both are taken back on exit, and only if
-    still ours, so a cell that changes its warning filters keeps its own.
+    Adds one filter that passes that warning every time to ``warnings.showwarning`` (not once per place:
+    each compilation is another function or argument), wrapped to record it and then do what the user's
+    own filters say (ignored: not shown; error: raised; else shown - each time, where "default" would
+    show one text once); both are taken back on exit, and only if still ours, so a cell that changes its
+    warning filters keeps its own.
     """
 
     def __init__(self, found: list[UnusableDonation]):
@@ -115,10 +117,17 @@ class DonationWarnings:
         shown = self._shown
 
         def showwarning(message, category, filename, lineno, file=None, line=None):
-            if WARNING_TEXT in str(message) and threading.get_ident() == self._thread:
+            if WARNING_TEXT not in str(message):
+                return shown(message, category, filename, lineno, file, line)
+            if threading.get_ident() == self._thread:
                 with contextlib.suppress(Exception):  # a frame layout we do not know: JAX's warning still shows
                     self._record(sys._getframe(1))
-            return shown(message, category, filename, lineno, file, line)
+            # What the user's own filters (those after ours) say of it: ignored stays unseen, an error raises.
+            action = self._users_action(str(message), category, lineno, sys._getframe(1))
+            if action == "error":
+                raise message if isinstance(message, Warning) else category(message)
+            if action != "ignore":
+                shown(message, category, filename, lineno, file, line)
 
         warnings.showwarning = showwarning
         self._ours = showwarning
@@ -131,6 +140,26 @@ class DonationWarnings:
             warnings.showwarning = self._shown
         with contextlib.suppress(ValueError):
             warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
+
+    def _users_action(self, text: str, category, lineno: int, frame) -> str:
+        """The action of the first of the user's filters matching the warning (ours put aside)."""
+        module = ""
+        while frame is not None and not module:
+            if frame.f_code.co_name == "lower_jaxpr_to_module" or WARNING_TEXT in str(frame.f_code.co_consts):
+                module = frame.f_globals.get("__name__", "")
+            frame = frame.f_back
+        for entry in warnings.filters:
+            if entry is self._filter:
+                continue
+            action, message, kind, module_pattern, line = entry
+            if (
+                (message is None or message.match(text))
+                and issubclass(category, kind)
+                and (module_pattern is None or module_pattern.match(module))
+                and (line == 0 or line == lineno)
+            ):
+                return action
+        return warnings.defaultaction
 
     def _record(self, frame) -> None:
         lowering = lowering_in_progress(frame)

@@ -12,7 +12,7 @@ import re
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
-from jaxmagic.probes.compiles.cost_sections import is_big
+from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
@@ -340,40 +340,16 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
             )
         )
     # The compile probe's other findings, worded as %%jax_compiles words them (one home: compiles/cost_sections).
-    for size in compiles.sizes:
-        if is_big(size):
-            found.append(
-                _finding(
-                    "compiles",
-                    size.headline.rstrip("."),
-                    line=size.provenance.made_at if size.provenance is not None else None,
-                    fix=size.fix,
-                    next_magic="%%jax_compiles",
-                    short=f"`{size.function}` slow to compile",
-                    provenance=size.provenance,
-                )
-            )
-    for donation in compiles.donations[:3]:
+    for cost in cost_findings(compiles.sizes, compiles.donations, compiles.cache_misses):
         found.append(
             _finding(
                 "compiles",
-                donation.headline.rstrip("."),
-                line=donation.line,
-                fix=donation.fix,
+                cost.headline,
+                line=cost.line,
+                fix=cost.fix,
                 next_magic="%%jax_compiles",
-                short=f"donated `{donation.argument or donation.type}` not reused",
-                provenance=donation.provenance,
-            )
-        )
-    for miss in [m for m in compiles.cache_misses if m.written is False][:1]:
-        found.append(
-            _finding(
-                "compiles",
-                miss.headline.rstrip("."),
-                line=miss.line,
-                fix=miss.fix,
-                next_magic="%%jax_compiles",
-                short=f"`{miss.function}` not in the persistent cache",
+                short=cost.short,
+                provenance=cost.provenance,
             )
         )
     return found
