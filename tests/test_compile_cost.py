@@ -41,7 +41,8 @@ def test_an_unrolled_python_loop_is_named_with_its_line_and_equations_per_iterat
     assert report.summary.startswith("`simulate` took ")
     assert "a Python loop unrolled (3 equations x 150 iterations)" in report.summary
     assert "jax.lax.fori_loop" in report.first_fix
-    assert report.status.value != "ok"
+    # a finding to act on when slow, a note when not (how long it took is not asserted: timings vary)
+    assert (report.status.value != "ok") == size["slow"]
 
 
 def test_a_closed_over_array_is_a_constant_with_its_bytes_and_line():
@@ -58,6 +59,9 @@ def test_a_closed_over_array_is_a_constant_with_its_bytes_and_line():
     assert size["constants"][0]["type"] == "float32[1024,512]"
     assert size["constants"][0]["line"]["code"] == "return x @ table"
     assert "as an argument" in size["fix"]
+    # tried by lowering the same equations with the constant as an argument: the constant leaves the program
+    assert size["fix_trial"].startswith("Tried: the same program with its constants as arguments lowers in")
+    assert "2.0 MB of constants no longer written into it" in size["fix_trial"] or "MiB" in size["fix_trial"]
     assert "2.0 MB" in report.summary or "MiB" in report.summary or "MB" in report.summary
 
 

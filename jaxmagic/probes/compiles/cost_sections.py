@@ -50,7 +50,7 @@ def cost_findings(sizes: list[ProgramSize], donations: list[UnusableDonation], m
             s.provenance,
         )
         for s in sizes
-        if is_big(s)
+        if is_big(s) and s.slow  # the doctor and the watch tell slow ones only
     ]
     found += [
         CostFinding(
@@ -82,7 +82,9 @@ def cost_concerns(
     sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss]
 ) -> list[Concern]:
     found = [
-        act(f"a Python loop unrolled into `{s.function}`" if s.unrolled else f"constants baked into `{s.function}`")
+        (act if s.slow else note)(
+            f"a Python loop unrolled into `{s.function}`" if s.unrolled else f"constants baked into `{s.function}`"
+        )
         for s in sizes
         if is_big(s)
     ]

@@ -60,6 +60,7 @@ class ProgramSize:
     lower_seconds: float | None
     compile_seconds: float
     why_examined: str  # "slow: 2.1 s, over 1.0 s" or "the slowest compilation of the cell"
+    slow: bool = False  # False: examined as the slowest of a cell that asked, though not slow
     equations: int = 0
     lines: list[LineSize] = dataclasses.field(default_factory=list)  # the biggest first
     constants: list[BakedConstant] = dataclasses.field(default_factory=list)
@@ -72,6 +73,9 @@ class ProgramSize:
     @property
     def unrolled(self) -> LineSize | None:
         return next((line for line in self.lines if line.unrolled), None)
+
+    def _not_slow(self, grows_with: str) -> str:
+        return "" if self.slow else f" Not slow here; the cost grows with {grows_with}."
 
     @property
     def headline(self) -> str:
@@ -86,13 +90,14 @@ class ProgramSize:
             return (
                 f"{took}: {loop.equations} of its {self.equations} equations come from {where}{inside}, "
                 f"a Python loop unrolled ({loop.per_iteration} equations x {loop.iterations} iterations)."
+                f"{self._not_slow('the iterations')}"
             )
         if self.constant_bytes >= CONSTANT_BYTES:
             first = self.constants[0]
-            where = f" used at line {first.line.lineno} (`{first.line.code}`)" if first.line else ""
+            where = f", used at line {first.line.lineno}: `{first.line.code}`" if first.line else ""
             return (
                 f"{took}: {format_bytes(self.constant_bytes)} of constants are baked into the program "
-                f"({first.type}{where})."
+                f"({first.type}{where}).{self._not_slow('the array')}"
             )
         top = self.lines[0] if self.lines else None
         if top is not None and top.line is not None:

@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from jaxmagic._jax.compile_frames import program_compiling
+from jaxmagic._jax.constants_as_arguments import lowered_without_constants
 from jaxmagic.probes.compiles.cost_sections import SLOW_FLOOR, SLOW_SECONDS, SLOW_SHARE, is_slow
 from jaxmagic.probes.compiles.program_size import CONSTANT_BYTES, ProgramSize, measure
 from jaxmagic.report import SourceLine
@@ -57,7 +58,7 @@ class SlowPrograms:
         examined = []
         for i, kept in enumerate(self._kept):
             size = kept.size
-            slow = is_slow(size.seconds, block_seconds)
+            slow = size.slow = is_slow(size.seconds, block_seconds)
             if not slow and not (self._slowest and i == 0):
                 continue
             size.why_examined = (
@@ -97,7 +98,7 @@ def _examine(size: ProgramSize, program, call: SourceLine | None, started: Sourc
             f"a closed-over array is a constant compiled into the program ({format_bytes(size.constant_bytes)} "
             "here), an argument is an input (jax#10615)."
         )
-        size.fix_trial = "Not tried: it needs your function given the array as a parameter."
+        size.fix_trial = _constants_trial(program, size)
         made_at = first.line or made_at
     if made_at is not None:
         size.provenance = Provenance(
@@ -107,3 +108,17 @@ def _examine(size: ProgramSize, program, call: SourceLine | None, started: Sourc
         size.provenance = Provenance(
             transforms=[f"jit({size.function})"], started_by=call, unknown="no equation came from a line of yours"
         )
+
+
+def _constants_trial(program, size: ProgramSize) -> str:
+    """Lower the same equations with the constants as arguments (no code of the user's runs)."""
+    try:
+        characters, seconds = lowered_without_constants(program)
+    except Exception as failure:
+        return f"Not tried: lowering the program with its constants as arguments failed ({error_line(failure)})."
+    before = f"{size.lower_seconds:.3f} s" if size.lower_seconds is not None else "an unmeasured time"
+    return (
+        f"Tried: the same program with its constants as arguments lowers in {seconds:.3f} s (with them baked "
+        f"in: {before}) to {characters:,} characters of StableHLO, {format_bytes(size.constant_bytes)} of "
+        "constants no longer written into it."
+    )
