@@ -17,7 +17,7 @@ def lowered_without_constants(program) -> tuple[int, float]:
     from jax._src.interpreters import partial_eval
 
     detached = partial_eval.convert_constvars_jaxpr(program)
-    specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in detached.invars]
+    specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in detached.invars]  # type: ignore[attr-defined]  # ShapedArray
 
     def run(*args):
         return core.jaxpr_as_fun(detached)(*args)  # curried

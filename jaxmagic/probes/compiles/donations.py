@@ -159,7 +159,7 @@ class DonationWarnings:
                 and (line == 0 or line == lineno)
             ):
                 return action
-        return warnings.defaultaction
+        return getattr(warnings, "defaultaction", "default")  # not in the stubs
 
     def _record(self, frame) -> None:
         lowering = lowering_in_progress(frame)
