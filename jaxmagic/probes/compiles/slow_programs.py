@@ -100,13 +100,14 @@ def _examine(size: ProgramSize, program, call: SourceLine | None, started: Sourc
         )
         size.fix_trial = _constants_trial(program, size)
         made_at = first.line or made_at
+    program_name = size.function if "(" in size.function else f"jit({size.function})"  # vmap(f): its own name
     if made_at is not None:
         size.provenance = Provenance(
-            made_at=made_at, function=made_at.function, transforms=[f"jit({size.function})"], started_by=call
+            made_at=made_at, function=made_at.function, transforms=[program_name], started_by=call
         )
     else:
         size.provenance = Provenance(
-            transforms=[f"jit({size.function})"], started_by=call, unknown="no equation came from a line of yours"
+            transforms=[program_name], started_by=call, unknown="no equation came from a line of yours"
         )
 
 
