@@ -451,7 +451,7 @@ print(size.headline)
 print(f"trace / lower / XLA compile: {size.trace_seconds:.3f} / {size.lower_seconds:.3f} / {size.compile_seconds:.3f} s")
 assert size.function == "rollout" and size.equations == 900
 assert (loop.line.code, loop.equations, loop.per_iteration, loop.iterations) == ("x = jnp.sin(x) * 0.5 + t", 900, 3, 300)
-assert loop.loop == "for t in range(300):" and "jax.lax.fori_loop" in size.fix
+assert loop.loop == "for t in range(300)" and "jax.lax.fori_loop" in size.fix
 assert size.provenance.started_by.code == "y_unrolled = rollout_jit(jnp.ones(16)).block_until_ready()"
 
 # %%

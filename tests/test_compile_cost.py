@@ -34,7 +34,7 @@ def test_an_unrolled_python_loop_is_named_with_its_line_and_equations_per_iterat
     top = size["lines"][0]
     assert top["line"]["code"] == "x = jnp.sin(x) * 0.5 + t"
     assert (top["equations"], top["per_iteration"], top["iterations"]) == (450, 3, 150)
-    assert top["loop"] == "for t in range(150):"
+    assert top["loop"] == "for t in range(150)"
     assert "jax.lax.fori_loop" in size["fix"] and "Not tried" in size["fix_trial"]
     assert size["provenance"]["made_at"]["code"] == "x = jnp.sin(x) * 0.5 + t"
     assert size["provenance"]["started_by"]["code"] == "simulate_jit(jnp.ones(8))"

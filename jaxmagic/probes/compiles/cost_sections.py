@@ -125,7 +125,7 @@ def cost_sections(
     sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss], hits: int
 ) -> list[Section]:
     sections = []
-    for size in sizes[:3]:
+    for size in [s for s in sizes if s.slow or is_big(s) or s.unknown][:3]:  # a quick, plain one: data only
         blocks: list = [Paragraph(size.headline)]
         if not size.unknown:
             rows = [
@@ -183,7 +183,7 @@ def cost_sections(
         blocks.append(
             Paragraph(
                 "JAX's warning 'Some donated buffers were not usable' names only types; the arguments above are "
-                "read from its lowering. On CPU, JAX 0.12 implements donation: a donated argument an output "
+                "read from its lowering. JAX 0.12 donates on CPU as on GPU and TPU: a donated argument an output "
                 "reuses is deleted by the call; the ones above are kept alive, so donating them saves nothing."
             )
         )

@@ -33,7 +33,7 @@ class LineSize:
     equations: int
     per_iteration: int = 0  # when the line's equations repeat one sequence: its length
     iterations: int = 0  # and how many times it repeats
-    loop: str = ""  # the Python loop around the line in the source: "for i in range(500):", "" if none
+    loop: str = ""  # the Python loop around the line in the source: "for i in range(500)" (no colon), "" if none
 
     @property
     def unrolled(self) -> bool:
@@ -180,7 +180,7 @@ def _loop_around(filename: str, lineno: int) -> str:
             last = max(getattr(n, "end_lineno", 0) or 0 for n in node.body)
             if node.lineno <= lineno <= last and node.lineno > innermost:
                 innermost = node.lineno
-    return linecache.getline(filename, innermost).strip() if innermost else ""
+    return linecache.getline(filename, innermost).strip().removesuffix(":").strip() if innermost else ""
 
 
 def _type_text(value) -> str:
