@@ -1,0 +1,105 @@
+"""Collective scenarios (``%jax_sharding --collectives``) run in a fresh process with 8 fake CPU devices.
+
+tests/test_collectives.py runs this file with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
+and reads one JSON object from its last stdout line: each scenario's ``report.to_dict()`` plus the
+rendered text. The programs are shaped like the threads users file when XLA inserts a collective
+they did not write: jax#20381 ("where does this all-gather come from?"), jax#25010, openxla/xla#42481
+(an all-reduce whose axes come from the sharding strategy).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxmagic import probes
+from jaxmagic.render.text import render_text
+
+mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
+
+
+def on(*spec):
+    return NamedSharding(mesh, P(*spec))
+
+
+def run(fn, args, text, **options):
+    report, error = probes.run_sharding_call(fn, args, call_text=text, collectives=True, **options)
+    return {"report": report.to_dict(), "text": render_text(report.document()), "error": repr(error) if error else ""}
+
+
+out = {}
+
+# A matmul whose contracting dimension is split over 'model' in both operands (tensor parallelism):
+# each device has a partial sum, XLA all-reduces it over 'model'.
+x = jax.device_put(jnp.ones((16, 32)), on("data", "model"))
+w = jax.device_put(jnp.ones((32, 8)), on("model", None))
+
+
+@jax.jit
+def contract(x, w):
+    with jax.named_scope("dense"):
+        y = x @ w
+    return y
+
+
+out["contracting"] = run(contract, (x, w), "contract(x, w)")
+
+# A weight split over 'data' on its rows while the batch is split over 'data' too (an FSDP-style layout,
+# jax#20381's question): to multiply, every device needs the whole weight, so XLA all-gathers `w`;
+# keeping `w` whole on each device removes it, at the memory the fix states.
+w_rows = jax.device_put(jnp.ones((32, 8)), on("data", None))
+x_rows = jax.device_put(jnp.ones((16, 32)), on("data", None))
+
+
+@jax.jit
+def project(x, w):
+    with jax.named_scope("proj"):
+        return jnp.tanh(x @ w)
+
+
+out["gathered_weight"] = run(project, (x_rows, w_rows), "project(x, w)")
+
+# A reshape that merges the split dimension with another (jax#25010's shape).
+cols = jax.device_put(jnp.ones((16, 32)), on(None, "data"))
+
+
+@jax.jit
+def flatten(x):
+    return x.reshape(8, 64) * 2
+
+
+out["reshape"] = run(flatten, (cols,), "flatten(x)")
+
+# A with_sharding_constraint asking for another layout than the value has: an all-to-all.
+rows = jax.device_put(jnp.ones((16, 32)), on("data", None))
+
+
+@jax.jit
+def relayout(x):
+    y = x * 2
+    z = jax.lax.with_sharding_constraint(y, on(None, "data"))
+    return z + 1
+
+
+out["constraint"] = run(relayout, (rows,), "relayout(x)", intermediates=True)
+
+# Data parallelism: the batch split over 'data', the weight replicated; grad all-reduces over 'data'.
+w_rep = jax.device_put(jnp.ones((32, 4)), on())
+
+
+def loss(w, x):
+    return ((x @ w) ** 2).mean()
+
+
+grad_step = jax.jit(jax.grad(loss))
+out["gradient"] = run(grad_step, (w_rep, rows), "grad_step(w, x)")
+
+# Nothing split: no collective at all.
+plain = jax.jit(lambda x: x * 2)
+out["none"] = run(plain, (jnp.ones((4, 4)),), "plain(x)")
+
+print(json.dumps(out))
