@@ -58,7 +58,9 @@ def test_contracting_dimension_split_is_an_all_reduce_over_model_at_the_matmul(s
     assert collective["shape_after"] == "f32[4,8]" and collective["bytes_per_device"] == 128
     # a sum over a split dimension is the computation itself: no layout is offered to remove it
     assert call["collective_fixes"] == []
-    assert scenarios["contracting"]["report"]["summary"].startswith("`contract(x, w)`: 1 collective XLA inserted: all-reduce")
+    assert scenarios["contracting"]["report"]["summary"].startswith(
+        "`contract(x, w)`: 1 collective XLA inserted: all-reduce"
+    )
 
 
 def test_weight_split_like_the_batch_is_all_gathered_and_keeping_it_whole_is_tried(scenarios):
@@ -136,7 +138,12 @@ def test_hlo_reader_knows_every_collective_form():
     entry = module.entry
     assert entry is not None
     kinds = [collective_kind(i) for i in entry.instructions]
-    assert [k for k in kinds if k] == ["all-gather", "all-reduce", "collective-permute", "all-to-all"]  # -done not again
+    assert [k for k in kinds if k] == [
+        "all-gather",
+        "all-reduce",
+        "collective-permute",
+        "all-to-all",
+    ]  # -done not again
     by_name = {i.name: i for i in entry.instructions}
     assert by_name["ag-start"].operands == ("param",) and by_name["param.1"].parameter_number == 1
     assert device_groups(by_name["ag-start"]).groups == [[0, 2, 4, 6], [1, 3, 5, 7]]

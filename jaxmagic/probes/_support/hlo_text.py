@@ -368,7 +368,9 @@ def device_groups(instruction: HloInstruction) -> DeviceGroups:
         found.groups = _iota_groups(shape, dims, order)
         return found
     if match := _LIST_GROUPS.search(text):
-        found.groups = [[int(n) for n in g.split(",") if n.strip()] for g in re.findall(r"\{([\d,\s]*)\}", match.group(1))]
+        found.groups = [
+            [int(n) for n in g.split(",") if n.strip()] for g in re.findall(r"\{([\d,\s]*)\}", match.group(1))
+        ]
         return found
     if match := _PAIRS.search(text):
         found.pairs = [(int(a), int(b)) for a, b in re.findall(r"\{(\d+),(\d+)\}", match.group(1))]

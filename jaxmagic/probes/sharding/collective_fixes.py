@@ -27,7 +27,9 @@ MAX_TRIALS = 3  # each trial is one compilation of the program
 RELAYOUTS = ("all-gather", "all-to-all", "collective-permute")
 
 
-def try_collective_fixes(jitted, traced, compiled, call: CallShardings, collectives: list[Collective]) -> list[CollectiveFix]:
+def try_collective_fixes(
+    jitted, traced, compiled, call: CallShardings, collectives: list[Collective]
+) -> list[CollectiveFix]:
     before = len(collectives)
     fixes: list[CollectiveFix] = []
     tried: set[str] = set()
@@ -87,13 +89,18 @@ def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> dic
     closed = traced.jaxpr
     _, out_shardings = _shardings(compiled)
     run = function or compat.jaxpr_function(closed)
-    options = {"out_shardings": list(out_shardings)} if _outputs_given(jitted) else {}
     abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(closed.in_avals, in_shardings)]
-    variant = jax.jit(run, in_shardings=tuple(in_shardings), **options).lower(*abstract).compile()
-    return count_collectives(parse_hlo_module(variant.as_text()))
+    if _outputs_given(jitted):  # the user's out_shardings stay; else the compiler chooses, as it did for the call
+        jitted_variant = jax.jit(run, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings))
+    else:
+        jitted_variant = jax.jit(run, in_shardings=tuple(in_shardings))
+    variant = jitted_variant.lower(*abstract).compile()
+    return count_collectives(parse_hlo_module(variant.as_text() or ""))
 
 
-def _without_axes(jitted, traced, compiled, split: list[tuple[int, str]], axes: list[str], before: int) -> CollectiveFix:
+def _without_axes(
+    jitted, traced, compiled, split: list[tuple[int, str]], axes: list[str], before: int
+) -> CollectiveFix:
     from jax.sharding import NamedSharding, PartitionSpec  # deferred: importing jaxmagic does not import JAX
 
     in_shardings, _ = _shardings(compiled)

@@ -67,7 +67,7 @@ def list_collectives(
     module: HloModuleText | None = None,
 ) -> list[Collective]:
     """Every collective of ``compiled`` (the call's ``Compiled``), with ``call``'s inputs and outputs as causes."""
-    module = module if module is not None else parse_hlo_module(compiled.as_text())
+    module = module if module is not None else parse_hlo_module(compiled.as_text() or "")
     mesh = mesh_of(compiled)
     names = [str(n) for n in getattr(mesh, "axis_names", ())]
     sizes = [int(n) for n in getattr(getattr(mesh, "devices", None), "shape", ())]
@@ -84,7 +84,15 @@ def list_collectives(
             if kind:
                 found.append(
                     _collective(
-                        module, computation, instruction, kind, by_name, users, call, (names, sizes, device_ids), started
+                        module,
+                        computation,
+                        instruction,
+                        kind,
+                        by_name,
+                        users,
+                        call,
+                        (names, sizes, device_ids),
+                        started,
                     )
                 )
     return found
@@ -97,7 +105,10 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
     if groups.axes:
         # XLA names the mesh's axes itself (axis_0, axis_1) when it does not know the user's names
         printed = [name for name, _ in groups.mesh_axes]
-        axes = [names[printed.index(a)] if a not in names and a in printed and printed.index(a) < len(names) else a for a in groups.axes]
+        axes = [
+            names[printed.index(a)] if a not in names and a in printed and printed.index(a) < len(names) else a
+            for a in groups.axes
+        ]
     else:
         axes = _axes_varying(members, sizes, names)
     group_size = max((len(g) for g in members), default=1) if groups.groups else 2

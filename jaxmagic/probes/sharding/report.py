@@ -252,7 +252,9 @@ class Collective:
         where = ""
         if self.line is not None:
             lead = "for" if self.for_line else "at"
-            where = f" {lead} {self.line.label or self.line.filename}, line {self.line.lineno} `{self.line.code.strip()}`"
+            where = (
+                f" {lead} {self.line.label or self.line.filename}, line {self.line.lineno} `{self.line.code.strip()}`"
+            )
         elif self.cause_kind == "output":
             where = " for the result"
         scope = f" in scope `{self.scope}`" if self.scope else ""
@@ -405,7 +407,9 @@ class ShardingReport(Report):
 def collectives_section(call: CallShardings) -> Section:
     """The listing: one row per collective, its cause, and the fixes tried."""
     if call.collectives_failure:
-        return Section("Collectives", [Paragraph(f"Could not list the collectives, because {call.collectives_failure}.")])
+        return Section(
+            "Collectives", [Paragraph(f"Could not list the collectives, because {call.collectives_failure}.")]
+        )
     if not call.collectives:
         return Section("Collectives", [Paragraph(call.collectives_headline)])
     rows = []
