@@ -98,6 +98,16 @@ def loss(w, x):
 grad_step = jax.jit(jax.grad(loss))
 out["gradient"] = run(grad_step, (w_rep, rows), "grad_step(w, x)")
 
+
+# A psum the program wrote itself inside a shard_map: listed as written, not as inserted.
+@jax.jit
+def summed(x):
+    total = jax.shard_map(lambda b: jax.lax.psum(b.sum(0), "data"), mesh=mesh, in_specs=P("data", None), out_specs=P())
+    return total(x)
+
+
+out["written"] = run(summed, (rows,), "summed(x)")
+
 # Nothing split: no collective at all.
 plain = jax.jit(lambda x: x * 2)
 out["none"] = run(plain, (jnp.ones((4, 4)),), "plain(x)")

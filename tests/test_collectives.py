@@ -112,6 +112,15 @@ def test_gradient_all_reduce_under_data_parallelism_is_expected_not_fixed(scenar
     assert [c["severity"] for c in report["concerns"]] == ["note"]
 
 
+def test_psum_the_program_wrote_in_a_shard_map_is_told_apart_from_inserted_ones(scenarios):
+    report = scenarios["written"]["report"]
+    [collective] = report["call"]["collectives"]
+    assert (collective["kind"], collective["axes"], collective["inserted"]) == ("all-reduce", ["data"], False)
+    assert collective["cause_kind"] == "written" and "`psum` in a shard_map" in collective["cause"]
+    assert report["summary"].startswith("`summed(x)`: 1 collective your program wrote: all-reduce")
+    assert report["call"]["collective_fixes"] == []
+
+
 def test_unsplit_call_says_no_collective(scenarios):
     report = scenarios["none"]["report"]
     assert report["call"]["collectives"] == [] and report["call"]["collectives_asked"] is True

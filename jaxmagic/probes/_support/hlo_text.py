@@ -327,6 +327,12 @@ def collective_kind(instruction: HloInstruction) -> str:
     return opcode if opcode in COLLECTIVE_OPCODES else ""
 
 
+def inserted_by_partitioner(instruction: HloInstruction) -> bool:
+    """True for a collective XLA's SPMD partitioner made (``frontend_attributes={is_spmd_generated="true"}``);
+    False for one the program asked for itself (``lax.psum`` in a ``shard_map``)."""
+    return 'is_spmd_generated="true"' in instruction.text
+
+
 @dataclasses.dataclass
 class DeviceGroups:
     """The groups of devices a collective runs in, in one of the forms XLA prints.

@@ -24,6 +24,7 @@ from jaxmagic.probes._support.hlo_text import (
     HloModuleText,
     collective_kind,
     device_groups,
+    inserted_by_partitioner,
     parse_hlo_module,
     shape_bytes,
 )
@@ -121,7 +122,15 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
     parameters = _parameters_reached(instruction, by_name) if computation.is_entry else []
     inputs = _inputs_of(parameters, call.inputs)
     values = [leaf.path for leaf in inputs] or [p.op_names[0] for p in parameters if p.op_names]
-    kind_of_cause, cause = _cause(kind, axes, instruction, users, inputs, call.outputs, op_name, computation)
+    written = not inserted_by_partitioner(instruction)
+    if written:  # the program's own lax collective (psum in a shard_map): the user's line is the cause
+        operation = (parse_name(op_name).op if op_name else kind).removesuffix("_invariant")  # JAX's psum_invariant
+        kind_of_cause, cause = (
+            "written",
+            f"your program asks for it: `{operation}`" + (" in a shard_map" if "shard_map" in op_name else ""),
+        )
+    else:
+        kind_of_cause, cause = _cause(kind, axes, instruction, users, inputs, call.outputs, op_name, computation)
     path = parse_name(op_name) if op_name else None
     transforms = attribution.transforms_of_name_path(op_name) if op_name else []
     provenance = attribution.of_source_line(line, started, transforms)
@@ -146,6 +155,7 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         op_name=op_name,
         scope="/".join(_scopes(path)) if path else "",
         for_line=for_line and line is not None,
+        inserted=not written,
         cause_kind=kind_of_cause,
         cause=cause,
         provenance=provenance,

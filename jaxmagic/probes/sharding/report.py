@@ -235,7 +235,8 @@ class Collective:
     op_name: str  # JAX's name path from the instruction's metadata: "jit(f)/layer/dot_general"
     scope: str  # the user's named_scope path: "layer"
     for_line: bool  # True when the line is its consumer's (the collective itself carries no line)
-    cause_kind: str  # "input", "output", "constraint", "gradient", "intermediate" or "" (could not tell)
+    inserted: bool  # XLA's partitioner made it; False: the program's own lax collective (psum in shard_map)
+    cause_kind: str  # "input", "output", "constraint", "gradient", "intermediate", "written" or "" (could not tell)
     cause: str  # the sentence saying which sharding made it necessary
     provenance: Provenance = dataclasses.field(default_factory=Provenance)  # made_at: the user's line
     chosen_around: list[str] = dataclasses.field(default_factory=list)  # --intermediates: "dot_general -> P('data',)"
@@ -308,12 +309,24 @@ class CallShardings:
     @property
     def collectives_headline(self) -> str:
         """ "2 collectives XLA inserted: all-gather of `w` (...) at ...; all-reduce ..."."""
-        found = self.collectives
+        found = sorted(self.collectives, key=lambda c: not c.inserted)  # what nobody wrote first
         if not found:
             return "XLA inserted no collective: no device waits for another in this call."
+        inserted = sum(1 for c in found if c.inserted)
+        written = len(found) - inserted
+        counted = " and ".join(
+            part
+            for part in (
+                f"{inserted} collective{'s' if inserted != 1 else ''} XLA inserted" if inserted else "",
+                f"{written}{'' if inserted else ' collective' + ('s' if written != 1 else '')} your program wrote"
+                if written
+                else "",
+            )
+            if part
+        )
         shown = "; ".join(c.text for c in found[:2])
         more = f"; and {len(found) - 2} more" if len(found) > 2 else ""
-        return f"{len(found)} collective{'s' if len(found) != 1 else ''} XLA inserted: {shown}{more}."
+        return f"{counted}: {shown}{more}."
 
     @property
     def collective_fix(self) -> CollectiveFix | None:
