@@ -53,7 +53,9 @@ def test_contracting_dimension_split_is_an_all_reduce_over_model_at_the_matmul(s
     assert collective["provenance"]["function"] == "contract"
     assert collective["scope"] == "dense"
     assert collective["cause_kind"] == "input"
-    assert "`x` (P('data', 'model'))" in collective["cause"] and "`w` (P('model', None))" in collective["cause"]
+    assert collective["cause"].startswith(
+        "`x` (P('data', 'model')) is split over 'model' and `w` (P('model', None)) over 'model', and "
+    )
     # f32[4,8] per device, summed over 2 devices: a ring sends and receives half twice
     assert collective["shape_after"] == "f32[4,8]" and collective["bytes_per_device"] == 128
     # a sum over a split dimension is the computation itself: no layout is offered to remove it

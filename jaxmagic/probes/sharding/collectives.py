@@ -287,8 +287,11 @@ def _cause(kind, axes, instruction, users, inputs, outputs, op_name, computation
         result = ", ".join(f"`{leaf.path}` ({leaf.spec})" for leaf in outputs[:2]) or "the result"
         return "output", f"the output sharding of {result} asks for this layout of the result"
     if split:
-        names = ", ".join(f"`{leaf.path}` ({leaf.spec})" for leaf in split)
-        verb = "is" if len(split) == 1 else "are"
+        parts = [
+            f"`{leaf.path}` ({leaf.spec}){' is split' if n == 0 else ''} over "
+            + ", ".join(repr(a) for a in axes if a in spec_axes(leaf.spec))
+            for n, leaf in enumerate(split)
+        ]
         need = {
             "all-gather": "the operation needs it whole along that axis",
             "all-reduce": "the operation reduces (sums) across the split dimension",
@@ -296,7 +299,7 @@ def _cause(kind, axes, instruction, users, inputs, outputs, op_name, computation
             "all-to-all": "the operation needs it split along another dimension",
             "collective-permute": "the operation needs neighbouring blocks",
         }[kind]
-        return "input", f"{names} {verb} split over {over} and {need}"
+        return "input", f"{' and '.join(parts)}, and {need}"
     if inputs:
         names = ", ".join(f"`{leaf.path}`" for leaf in inputs)
         return "intermediate", (
