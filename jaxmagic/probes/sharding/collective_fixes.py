@@ -31,6 +31,7 @@ def try_collective_fixes(
     jitted, traced, compiled, call: CallShardings, collectives: list[Collective]
 ) -> list[CollectiveFix]:
     before = len(collectives)
+    moved_before = sum(c.bytes_per_device for c in collectives)
     fixes: list[CollectiveFix] = []
     tried: set[str] = set()
     relayouts = [c for c in collectives if c.kind in RELAYOUTS and c.cause_kind in ("input", "intermediate")]
@@ -38,12 +39,13 @@ def try_collective_fixes(
         # a constraint that forces a relayout is the cause to name before the inputs' layouts
         tried.add("constraints")
         for fix in _without_constraints(jitted, traced, compiled, call, before):
+            fix.bytes_before = moved_before
             fixes.append(fix)
             for collective in relayouts:
                 if fix.helps and fix.kinds_after.get(collective.kind, 0) < _count(collectives, collective.kind):
                     collective.cause_kind = "constraint"
                     collective.cause = f"{fix.asked_by}: without it the compiler needs no {collective.kind}"
-    for collective in collectives:
+    for collective in sorted(collectives, key=lambda c: -c.bytes_per_device):  # the heaviest first
         if len(fixes) >= MAX_TRIALS:
             break
         if collective.cause_kind == "input" and collective.kind in RELAYOUTS:
@@ -59,6 +61,8 @@ def try_collective_fixes(
         elif collective.cause_kind == "intermediate" and "constraints" not in tried:
             tried.add("constraints")
             fixes += _without_constraints(jitted, traced, compiled, call, before)[: MAX_TRIALS - len(fixes)]
+    for fix in fixes:
+        fix.bytes_before = moved_before
     return fixes
 
 
@@ -83,7 +87,7 @@ def _outputs_given(jitted) -> bool:
     return any(type(s).__name__ != "UnspecifiedValue" for s in leaves)
 
 
-def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> dict[str, int]:
+def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> tuple[dict[str, int], int]:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     closed = traced.jaxpr
@@ -134,11 +138,11 @@ def _without_axes(
         cost=f"each device then holds {', '.join(costs)}" if costs else "",
     )
     try:
-        counts = _compile_count(jitted, traced, compiled, changed)
+        counts, moved = _compile_count(jitted, traced, compiled, changed)
     except Exception as failure:
         fix.failure = error_line(failure)
         return fix
-    fix.collectives_after, fix.kinds_after = sum(counts.values()), counts
+    fix.collectives_after, fix.kinds_after, fix.bytes_after = sum(counts.values()), counts, moved
     return fix
 
 
@@ -167,11 +171,11 @@ def _without_constraints(jitted, traced, compiled, call: CallShardings, before: 
             collectives_after=before,
         )
         try:
-            counts = _compile_count(jitted, traced, compiled, in_shardings, _program_without(closed, position))
+            counts, moved = _compile_count(jitted, traced, compiled, in_shardings, _program_without(closed, position))
         except Exception as failure:
             fix.failure = error_line(failure)
         else:
-            fix.collectives_after, fix.kinds_after = sum(counts.values()), counts
+            fix.collectives_after, fix.kinds_after, fix.bytes_after = sum(counts.values()), counts, moved
         fixes.append(fix)
     return fixes
 

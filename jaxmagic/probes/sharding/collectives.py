@@ -51,13 +51,27 @@ def mesh_of(compiled):
     return next((s.mesh for s in leaves if getattr(s, "mesh", None) is not None), None)
 
 
-def count_collectives(module: HloModuleText) -> dict[str, int]:
+def count_collectives(module: HloModuleText) -> tuple[dict[str, int], int]:
+    """How many collectives of each kind the module has, and the bytes they move per device in all."""
     counts: dict[str, int] = {}
-    for instruction in module.instructions():
-        kind = collective_kind(instruction)
-        if kind:
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
+    moved = 0
+    for computation in module.computations.values():
+        by_name = {i.name: i for i in computation.instructions}
+        for instruction in computation.instructions:
+            kind = collective_kind(instruction)
+            if kind:
+                counts[kind] = counts.get(kind, 0) + 1
+                moved += _traffic(instruction, kind, by_name)[0]
+    return counts, moved
+
+
+def _traffic(instruction: HloInstruction, kind: str, by_name) -> tuple[int, int, list[HloInstruction]]:
+    """Bytes each device receives, the size of its groups, and the operands read."""
+    groups = device_groups(instruction)
+    group_size = max((len(g) for g in groups.groups), default=1) if groups.groups else 2
+    operands = [by_name[o] for o in instruction.operands if o in by_name]
+    operand_bytes = sum(shape_bytes(o.shape) for o in operands)
+    return _moved_bytes(kind, operand_bytes, shape_bytes(instruction.shape), group_size), group_size, operands
 
 
 def list_collectives(
@@ -112,11 +126,8 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         ]
     else:
         axes = _axes_varying(members, sizes, names)
-    group_size = max((len(g) for g in members), default=1) if groups.groups else 2
-    operands = [by_name[o] for o in instruction.operands if o in by_name]
+    moved, group_size, operands = _traffic(instruction, kind, by_name)
     before = _shapes_text([_per_device(o.shape) for o in operands])
-    operand_bytes = sum(shape_bytes(o.shape) for o in operands)
-    result_bytes = shape_bytes(instruction.shape)
     frames, op_name, for_line = _where(module, instruction, users)
     line = first_user_frame(frames)
     parameters = _parameters_reached(instruction, by_name) if computation.is_entry else []
@@ -150,7 +161,7 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         group_size=group_size,
         shape_before=before,
         shape_after=_per_device(instruction.shape),
-        bytes_per_device=_moved_bytes(kind, operand_bytes, result_bytes, group_size),
+        bytes_per_device=moved,
         values=values,
         op_name=op_name,
         scope="/".join(_scopes(path)) if path else "",

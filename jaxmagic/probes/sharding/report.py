@@ -248,7 +248,15 @@ class Collective:
     @property
     def text(self) -> str:
         """ "all-gather of `w` (4 KiB/device) over 'model' at In [3], line 7 `y = x @ w`"."""
-        of = f" of {', '.join(f'`{v}`' for v in self.values)}" if self.values else ""
+        named = (
+            [f"`{v}`" for v in self.values[:3]]
+            if len(self.values) <= 3
+            else [
+                *(f"`{v}`" for v in self.values[:2]),
+                f"{len(self.values) - 2} more inputs",
+            ]
+        )
+        of = f" of {', '.join(named)}" if named else ""
         over = f" over {', '.join(repr(a) for a in self.axes)}" if self.axes else f" in groups {self.groups}"
         where = ""
         if self.line is not None:
@@ -271,13 +279,19 @@ class CollectiveFix:
     collectives_before: int
     collectives_after: int
     kinds_after: dict[str, int] = dataclasses.field(default_factory=dict)
+    bytes_before: int = 0  # bytes per device all collectives move, as compiled / with the change
+    bytes_after: int = 0
     cost: str = ""  # what it costs: "each device then holds all of `w` (32 KiB instead of 16 KiB)"
     failure: str = ""  # the trial compile failed: the error line
     asked_by: str = ""  # a constraint's trial: "the with_sharding_constraint (P(None, 'data')) at line 9 asks ..."
 
     @property
     def helps(self) -> bool:
-        return not self.failure and self.collectives_after < self.collectives_before
+        return (
+            not self.failure
+            and self.collectives_after < self.collectives_before
+            and self.bytes_after < self.bytes_before
+        )
 
     @property
     def text(self) -> str:
@@ -285,7 +299,8 @@ class CollectiveFix:
             return f"{self.change}: tried, but compiling it failed ({self.failure})"
         tried = (
             f"tried by compiling the call again: {self.collectives_after} collective(s) instead of "
-            f"{self.collectives_before}"
+            f"{self.collectives_before}, moving {format_bytes(self.bytes_after)} per device instead of "
+            f"{format_bytes(self.bytes_before)}"
         )
         return f"{self.change[:1].upper()}{self.change[1:]} ({tried}){f'; {self.cost}' if self.cost else ''}."
 
@@ -309,7 +324,8 @@ class CallShardings:
     @property
     def collectives_headline(self) -> str:
         """ "2 collectives XLA inserted: all-gather of `w` (...) at ...; all-reduce ..."."""
-        found = sorted(self.collectives, key=lambda c: not c.inserted)  # what nobody wrote first
+        # what nobody wrote first, the heaviest first
+        found = sorted(self.collectives, key=lambda c: (not c.inserted, -c.bytes_per_device))
         if not found:
             return "XLA inserted no collective: no device waits for another in this call."
         inserted = sum(1 for c in found if c.inserted)
@@ -330,9 +346,9 @@ class CallShardings:
 
     @property
     def collective_fix(self) -> CollectiveFix | None:
-        """The tried change that removed the most collectives (None when none helped)."""
+        """The tried change that leaves the least to move (None when none helped)."""
         helping = [f for f in self.collective_fixes if f.helps]
-        return min(helping, key=lambda f: f.collectives_after) if helping else None
+        return min(helping, key=lambda f: (f.bytes_after, f.collectives_after)) if helping else None
 
     @property
     def resharded_inputs(self) -> list[LeafSharding]:
