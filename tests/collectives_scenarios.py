@@ -112,4 +112,14 @@ out["written"] = run(summed, (rows,), "summed(x)")
 plain = jax.jit(lambda x: x * 2)
 out["none"] = run(plain, (jnp.ones((4, 4)),), "plain(x)")
 
+# The magic in an IPython shell: the lines are the cell's, numbered as the editor shows them.
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+
+shell = start_ipython()
+shell.run_line_magic("load_ext", "jaxmagic")
+shell.user_ns.update(jax=jax, jnp=jnp, x_rows=x_rows, w_rows=w_rows)
+shell.run_cell("@jax.jit\ndef layer(x, w):\n    with jax.named_scope('proj'):\n        return jnp.tanh(x @ w)\n")
+shell.run_cell("%jax_sharding layer(x_rows, w_rows) --collectives -o rep_magic")
+out["magic"] = {"report": shell.user_ns["rep_magic"].to_dict(), "text": ""}
+
 print(json.dumps(out))

@@ -123,6 +123,27 @@ def test_psum_the_program_wrote_in_a_shard_map_is_told_apart_from_inserted_ones(
     assert report["call"]["collective_fixes"] == []
 
 
+def test_magic_names_the_cells_line(scenarios):
+    report = scenarios["magic"]["report"]
+    [collective] = report["call"]["collectives"]
+    line = collective["provenance"]["made_at"]
+    assert (collective["kind"], collective["values"], collective["scope"]) == (
+        "all-gather",
+        ["w_rows"],
+        "proj",
+    )  # as the call wrote it
+    assert line["code"].strip() == "return jnp.tanh(x @ w)" and line["lineno"] == 4 and line["label"].startswith("In [")
+    assert report["call"]["collective_fixes"][0]["collectives_after"] == 0
+
+
+def test_magic_on_one_device_says_no_collective(ip):
+    ip.run_cell("def plain_double(a):\n    return a * 2\n")
+    assert ip.run_cell("%jax_sharding plain_double(jnp.ones(3)) --collectives -o rep_one").success
+    report = ip.user_ns["rep_one"]
+    assert report.call.collectives_asked and report.call.collectives == []
+    assert "XLA inserted no collective" in report.summary
+
+
 def test_unsplit_call_says_no_collective(scenarios):
     report = scenarios["none"]["report"]
     assert report["call"]["collectives"] == [] and report["call"]["collectives_asked"] is True

@@ -85,7 +85,7 @@ def run_call(
     call = report.call = CallShardings(
         function=name, was_jitted=was_jitted, intermediates_asked=intermediates, collectives_asked=collectives
     )
-    started = attribution.started_by()
+    started = attribution.started_by() if collectives else None  # the line that made the call: context
     error: BaseException | None = None
     with preserved_jax_state(()):
         try:
