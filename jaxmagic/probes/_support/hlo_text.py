@@ -12,7 +12,9 @@ there is no structured object for it in the public API. Everything the
 * the source location in both formats XLA has printed: the older inline
   ``source_file="..." source_line=N`` and the compact tables since 2025
   (``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` at
-  the top of the module, referenced by ``stack_frame_id=K``).
+  the top of the module, referenced by ``stack_frame_id=K``);
+* collectives (``%jax_sharding --collectives``): which opcodes are collectives, their device groups
+  (``replica_groups`` in every printed form, ``source_target_pairs``) and the bytes of a shape.
 
 The parser is tolerant: a line it does not understand is skipped, never fatal.
 """
