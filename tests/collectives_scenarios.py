@@ -63,6 +63,16 @@ def project(x, w):
 
 out["gathered_weight"] = run(project, (x_rows, w_rows), "project(x, w)")
 
+
+# The same with an argument the program never reads (a step taking a key it does not use yet): JAX
+# prunes it, so the program's parameters are not the call's arguments one for one.
+@jax.jit
+def project_with_key(key, x, w):
+    return jnp.tanh(x @ w)
+
+
+out["pruned"] = run(project_with_key, (jnp.zeros(2, jnp.uint32), x_rows, w_rows), "project_with_key(key, x, w)")
+
 # A reshape that merges the split dimension with another (jax#25010's shape).
 cols = jax.device_put(jnp.ones((16, 32)), on(None, "data"))
 

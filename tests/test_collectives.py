@@ -83,6 +83,14 @@ def test_weight_split_like_the_batch_is_all_gathered_and_keeping_it_whole_is_tri
     assert "Fix: Lay out `w` as P()" in text.splitlines()[3]
 
 
+def test_an_unread_argument_does_not_shift_which_input_is_named_or_changed(scenarios):
+    call = call_of(scenarios, "pruned")
+    [collective] = call["collectives"]
+    assert (collective["kind"], collective["values"]) == ("all-gather", ["w"])
+    [fix] = call["collective_fixes"]
+    assert fix["change"].startswith("lay out `w` as P()") and fix["collectives_after"] == 0
+
+
 def test_reshape_across_the_split_axis_gathers_for_the_reshape_line(scenarios):
     [collective] = call_of(scenarios, "reshape")["collectives"]
     assert (collective["kind"], collective["axes"], collective["values"]) == ("all-gather", ["data"], ["x"])

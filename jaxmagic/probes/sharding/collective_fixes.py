@@ -71,13 +71,28 @@ def _count(collectives: list[Collective], kind: str) -> int:
 
 
 def _shardings(compiled):
+    """The call's flat input and output shardings; an input the program does not read (JAX gives it
+    None) is placed replicated, so the positions stay those of the program's inputs."""
+    import jax  # deferred: importing jaxmagic does not import JAX
+    from jax.sharding import NamedSharding, PartitionSpec  # deferred: as above
+
+    is_leaf = lambda s: s is None or isinstance(s, jax.sharding.Sharding)  # noqa: E731
+    inputs = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_leaf)
+    outputs = jax.tree_util.tree_leaves(compiled.output_shardings, is_leaf=is_leaf)
+    mesh = next((s.mesh for s in inputs + outputs if getattr(s, "mesh", None) is not None), None)
+    if mesh is not None:
+        inputs = [NamedSharding(mesh, PartitionSpec()) if s is None else s for s in inputs]
+    return inputs, outputs
+
+
+def _program_positions(compiled) -> list[int]:
+    """For each row of ``CallShardings.inputs`` (the inputs JAX gave a sharding), its position among
+    the program's inputs (which include the ones it does not read)."""
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    is_sharding = lambda s: isinstance(s, jax.sharding.Sharding)  # noqa: E731
-    return (
-        jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_sharding),
-        jax.tree_util.tree_leaves(compiled.output_shardings, is_leaf=is_sharding),
-    )
+    is_leaf = lambda s: s is None or isinstance(s, jax.sharding.Sharding)  # noqa: E731
+    leaves = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_leaf)
+    return [n for n, s in enumerate(leaves) if s is not None]
 
 
 def _outputs_given(jitted) -> bool:
@@ -108,9 +123,11 @@ def _without_axes(
     from jax.sharding import NamedSharding, PartitionSpec  # deferred: importing jaxmagic does not import JAX
 
     in_shardings, _ = _shardings(compiled)
+    positions = _program_positions(compiled)
     changed = list(in_shardings)
     changes, code, costs = [], [], []
-    for index, path in split:
+    for row, path in split:
+        index = positions[row] if row < len(positions) else row
         sharding = in_shardings[index]
         entries = []
         for entry in tuple(getattr(sharding, "spec", ()) or ()):
