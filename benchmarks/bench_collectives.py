@@ -104,7 +104,7 @@ def child() -> dict:
         call.inputs = inputs_as_compiled(jitted, compiled, traced, (params, batch), {}, "step(params, batch)")
         call.outputs = outputs_as_compiled(traced, compiled)
         start = time.perf_counter()
-        found = list_collectives(compiled, call)
+        found = list_collectives(compiled, call, traced=traced)
         listing = time.perf_counter() - start
         start = time.perf_counter()
         fixes = try_collective_fixes(jitted, traced, compiled, call, found)

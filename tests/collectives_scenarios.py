@@ -109,6 +109,22 @@ grad_step = jax.jit(jax.grad(loss))
 out["gradient"] = run(grad_step, (w_rep, rows), "grad_step(w, x)")
 
 
+# Inside a scan body (an RNN step whose contraction is split over 'model'): the line is the body's;
+# the body's inputs are not followed back to the call's arguments, and the report says so.
+w_square = jax.device_put(jnp.ones((32, 32)), on("model", None))
+
+
+@jax.jit
+def rnn(x, w):
+    def body(h, _):
+        return jnp.tanh(h @ w), None
+
+    return jax.lax.scan(body, x, None, length=4)[0]
+
+
+out["loop"] = run(rnn, (x, w_square), "rnn(x, w)")
+
+
 # A psum the program wrote itself inside a shard_map: listed as written, not as inserted.
 @jax.jit
 def summed(x):

@@ -111,6 +111,14 @@ def test_constraint_forcing_a_relayout_is_named_as_the_cause_and_leaving_it_out_
     assert (fix["collectives_before"], fix["collectives_after"]) == (1, 0)
 
 
+def test_collective_in_a_scan_body_has_the_bodys_line_and_says_what_it_could_not_tell(scenarios):
+    [collective] = call_of(scenarios, "loop")["collectives"]
+    assert (collective["kind"], collective["axes"]) == ("all-reduce", ["model"])
+    assert collective["provenance"]["made_at"]["code"].strip() == "return jnp.tanh(h @ w), None"
+    assert collective["scope"] == ""  # JAX's own while/body/eval_jaxpr segments are no scope of the user's
+    assert collective["cause_kind"] == "" and collective["cause"].startswith("could not tell: it runs inside")
+
+
 def test_gradient_all_reduce_under_data_parallelism_is_expected_not_fixed(scenarios):
     report = scenarios["gradient"]["report"]
     [collective] = report["call"]["collectives"]

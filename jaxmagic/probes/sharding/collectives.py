@@ -28,13 +28,12 @@ from jaxmagic.probes._support.hlo_text import (
     parse_hlo_module,
     shape_bytes,
 )
-from jaxmagic.probes.hlo.name_paths import is_jit_segment, parse_name
+from jaxmagic.probes.hlo.jaxpr import scope_names, walk_eqns
+from jaxmagic.probes.hlo.name_paths import parse_name, scope_path
 from jaxmagic.probes.hlo.stablehlo import first_user_frame
 from jaxmagic.probes.sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
 from jaxmagic.report import SourceLine
 
-# Segments of a name path that are JAX's, not a named_scope of the user's.
-_JAX_SEGMENTS = {"while", "body", "cond", "branch", "scan", "remat", "checkpoint", "shard_map", "pmap", "vmap"}
 # Instructions that only move or view data: a collective whose result reaches the output through
 # these alone was made for the output's sharding.
 _PASS_THROUGH = {"bitcast", "copy", "tuple", "get-tuple-element", "reshape", "transpose"}
@@ -80,9 +79,14 @@ def list_collectives(
     *,
     started: SourceLine | None = None,
     module: HloModuleText | None = None,
+    traced=None,
 ) -> list[Collective]:
-    """Every collective of ``compiled`` (the call's ``Compiled``), with ``call``'s inputs and outputs as causes."""
+    """Every collective of ``compiled`` (the call's ``Compiled``), with ``call``'s inputs and outputs as causes.
+
+    ``traced`` (the call's ``Traced``) gives the user's ``named_scope`` names: a segment of an op_name
+    is a scope only when the program's name stacks have it as one (JAX adds ``while/body/eval_jaxpr``)."""
     module = module if module is not None else parse_hlo_module(compiled.as_text() or "")
+    known = scope_names(list(walk_eqns(traced.jaxpr))) if traced is not None else set()
     mesh = mesh_of(compiled)
     names = [str(n) for n in getattr(mesh, "axis_names", ())]
     sizes = [int(n) for n in getattr(getattr(mesh, "devices", None), "shape", ())]
@@ -108,12 +112,13 @@ def list_collectives(
                         call,
                         (names, sizes, device_ids),
                         started,
+                        known,
                     )
                 )
     return found
 
 
-def _collective(module, computation, instruction, kind, by_name, users, call, mesh, started) -> Collective:
+def _collective(module, computation, instruction, kind, by_name, users, call, mesh, started, known) -> Collective:
     names, sizes, device_ids = mesh
     groups = device_groups(instruction)
     members = groups.groups or [list(pair) for pair in groups.pairs]
@@ -143,6 +148,11 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         )
     else:
         kind_of_cause, cause = _cause(kind, axes, instruction, users, inputs, call.outputs, op_name, computation)
+        if not kind_of_cause and not computation.is_entry:
+            cause = (
+                f"could not tell: it runs inside `{computation.name}` (a loop body or branch), whose inputs "
+                "jaxmagic does not follow back to the call's arguments"
+            )
     path = parse_name(op_name) if op_name else None
     transforms = attribution.transforms_of_name_path(op_name) if op_name else []
     provenance = attribution.of_source_line(line, started, transforms)
@@ -165,7 +175,7 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         bytes_per_device=moved,
         values=values,
         op_name=op_name,
-        scope="/".join(_scopes(path)) if path else "",
+        scope="/".join(scope_path(path, known)) if path else "",
         for_line=for_line and line is not None,
         inserted=not written,
         cause_kind=kind_of_cause,
@@ -339,11 +349,6 @@ def _feeds_output(instruction: HloInstruction, users, computation: HloComputatio
     return False
 
 
-def _scopes(path) -> list[str]:
-    segments = path.segments[:-1]
-    return [s for s in segments if not is_jit_segment(s) and s not in _JAX_SEGMENTS and "(" not in s]
-
-
 def chosen_around(collective: Collective, intermediates: list[IntermediateSharding]) -> list[str]:
     """The shardings the compiler chose for the values made on the collective's line (--intermediates)."""
     if collective.line is None:
@@ -351,5 +356,7 @@ def chosen_around(collective: Collective, intermediates: list[IntermediateShardi
     return [
         f"{row.op} -> {row.spec}"
         for row in intermediates
-        if row.line is not None and row.line.lineno == collective.line.lineno and row.spec
+        if row.line is not None
+        and (row.line.filename, row.line.lineno) == (collective.line.filename, collective.line.lineno)
+        and row.spec
     ][:4]

@@ -127,7 +127,7 @@ def run_call(
 def _list_collectives(jitted, traced, compiled, call: CallShardings, started, try_fixes: bool) -> None:
     """``call.collectives`` from the compiled program, and the fixes tried for them (compiled, not run)."""
     try:
-        call.collectives = list_collectives(compiled, call, started=started)
+        call.collectives = list_collectives(compiled, call, started=started, traced=traced)
     except Exception as failure:  # a program text this reader does not know: say so, the rest stands
         call.collectives_failure = f"reading the compiled program failed ({error_line(failure)})"
         return
