@@ -369,7 +369,19 @@ assert all(scope == "dense" and code == "return jax.nn.relu(x @ w)" for _, _, sc
 fix = rep_fsdp.call.collective_fix
 print(fix.text)
 assert (fix.collectives_before, fix.collectives_after) == (2, 0)
-assert fix.code == "w_fsdp = jax.device_put(w_fsdp, NamedSharding(mesh, P()))"
+assert fix.code == "w_fsdp = jax.device_put(w_fsdp, NamedSharding(w_fsdp.sharding.mesh, P()))"
+
+# %% [markdown]
+# The fix, applied: with the weight whole on each device, nothing has to travel.
+
+# %%
+w_whole = jax.device_put(w_fsdp, NamedSharding(w_fsdp.sharding.mesh, P()))
+
+# %%
+# %jax_sharding layer(xr, w_whole) --collectives -o rep_whole
+
+# %%
+assert rep_whole.call.collectives == [] and "XLA inserted no collective" in rep_whole.summary
 
 # %% [markdown]
 # ## 8.3 "The devices disagree": copies that differ, and what each device computed

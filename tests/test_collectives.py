@@ -77,7 +77,7 @@ def test_weight_split_like_the_batch_is_all_gathered_and_keeping_it_whole_is_tri
     assert collective["bytes_per_device"] == 32 * 8 * 4 * 3 // 4
     [fix] = call["collective_fixes"]
     assert (fix["collectives_before"], fix["collectives_after"]) == (1, 0)
-    assert fix["code"] == "w = jax.device_put(w, NamedSharding(mesh, P()))"
+    assert fix["code"] == "w = jax.device_put(w, NamedSharding(w.sharding.mesh, P()))"
     assert "1 KiB of `w` instead of 256 B" in fix["cost"]
     text = scenarios["gathered_weight"]["text"]
     assert "Fix: Lay out `w` as P()" in text.splitlines()[3]

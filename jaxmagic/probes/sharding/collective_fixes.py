@@ -139,7 +139,7 @@ def _without_axes(
         spec = PartitionSpec(*entries)
         changed[index] = NamedSharding(sharding.mesh, spec)
         changes.append(f"`{path}` as {spec}")
-        code.append(f"{path} = jax.device_put({path}, NamedSharding(mesh, {spec}))")
+        code.append(f"{path} = jax.device_put({path}, NamedSharding({path}.sharding.mesh, {spec}))")
         aval = traced.jaxpr.in_avals[index] if index < len(traced.jaxpr.in_avals) else None
         if aval is not None:
             held_before = _size(sharding.shard_shape(aval.shape)) * aval.dtype.itemsize
