@@ -246,6 +246,17 @@ class Collective:
         return self.provenance.made_at
 
     @property
+    def short_cause(self) -> str:
+        """The cause in a few words, for the headline ("" where the table's sentence is needed)."""
+        if self.cause_kind == "constraint":
+            return self.cause.split(":")[0]
+        if self.cause_kind == "gradient":
+            return "the gradient summed over the batch's shards: data parallelism needs it"
+        if self.cause_kind == "written":
+            return self.cause
+        return ""
+
+    @property
     def text(self) -> str:
         """ "all-gather of `w` (4 KiB/device) over 'model' at In [3], line 7 `y = x @ w`"."""
         named = (
@@ -340,7 +351,9 @@ class CallShardings:
             )
             if part
         )
-        shown = "; ".join(c.text for c in found[:2])
+        shown = "; ".join(
+            c.text + (f" ({c.short_cause})" if n == 0 and c.short_cause else "") for n, c in enumerate(found[:2])
+        )
         more = f"; and {len(found) - 2} more" if len(found) > 2 else ""
         return f"{counted}: {shown}{more}."
 
