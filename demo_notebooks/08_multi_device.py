@@ -16,11 +16,12 @@
 # jaxmagic puts these together:
 #
 # * `%jax_devices N` gives this kernel `N` fake CPU devices, when run before anything touched a device;
-# * `%jax_sharding EXPR [--dims I,J] [--intermediates] [--no-check] [-o NAME]` shows the type, the mesh,
+# * `%jax_sharding EXPR [--dims I,J] [--intermediates] [--collectives] [--no-check] [-o NAME]` shows the type, the mesh,
 #   the `PartitionSpec`, a drawing with a colour per device (blocks held by several devices list every
 #   holder, `CPU 0,2`), shard shapes and bytes per device, and compares the copies of replicated blocks.
 #   For a call of a jitted function it lists the shardings the call was compiled with, and with
-#   `--intermediates` the sharding the compiler chose for every value inside it;
+#   `--intermediates` the sharding the compiler chose for every value inside it, and with `--collectives`
+#   every collective XLA inserted, by source line, with the sharding that made it necessary;
 # * `%%jax_per_device` shows what each device printed inside a `shard_map`, grouped by device.
 #
 # Every demonstration below is asserted on the report that `-o NAME` stores.
@@ -321,6 +322,66 @@ print(chosen)
 assert chosen["dot_general"] == ("float32[8,4]", "P('a',)")   # the type says nothing; the compiler split rows over a
 assert chosen["transpose"] == ("float32[4,8]", "P(None, 'a')")
 assert labels(rep_auto) == [["CPU 0,1", "CPU 2,3"]]             # the result: copies along b
+
+# %% [markdown]
+# ### Where does this all-gather come from? `--collectives`
+#
+# Under a sharding, XLA inserts collectives nobody wrote: all-gather, all-reduce, reduce-scatter,
+# all-to-all, collective-permute (jax#20381). `--collectives` lists every one of the compiled program
+# with the line and `named_scope` it came from (the instruction's metadata), the mesh axes it runs over,
+# the bytes each device receives, and which sharding made it necessary. In `g` the contracting dimension
+# of `x @ w` is split over `b` in both operands, so each device holds a partial sum that XLA adds up
+# over `b`:
+
+# %%
+# %jax_sharding g(xa, w) --collectives -o rep_coll
+
+# %%
+[ar] = rep_coll.call.collectives
+print(ar.kind, ar.axes, ar.values, ar.bytes_per_device, "|", ar.cause)
+assert (ar.kind, ar.axes, ar.values) == ("all-reduce", ["b"], ["xa", "w"])
+assert ar.line.code.strip() == "h = x @ w" and ar.cause_kind == "input"
+assert rep_coll.call.collective_fixes == []      # a sum over a split dimension is the computation itself
+
+# %% [markdown]
+# A weight split over `a` like the batch (a fully-sharded layout): before multiplying, the blocks of `w`
+# have to travel. Relayouts (all-gather, all-to-all, permute) are tried away by compiling the traced
+# program again with another layout for the input - never running it - and the fix says what it costs:
+
+# %%
+w_fsdp = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh_auto, P("a", None)))
+xr = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh_auto, P("a", None)))
+
+@jax.jit
+def layer(x, w):
+    with jax.named_scope("dense"):
+        return jax.nn.relu(x @ w)
+
+
+# %%
+# %jax_sharding layer(xr, w_fsdp) --collectives -o rep_fsdp
+
+# %%
+kinds = [(c.kind, c.axes, c.scope, c.line.code.strip()) for c in rep_fsdp.call.collectives]
+print(kinds)
+assert len(kinds) == 2 and {k for k, *_ in kinds} == {"collective-permute", "all-reduce"}
+assert all(scope == "dense" and code == "return jax.nn.relu(x @ w)" for _, _, scope, code in kinds)
+fix = rep_fsdp.call.collective_fix
+print(fix.text)
+assert (fix.collectives_before, fix.collectives_after) == (2, 0)
+assert fix.code == "w_fsdp = jax.device_put(w_fsdp, NamedSharding(w_fsdp.sharding.mesh, P()))"
+
+# %% [markdown]
+# The fix, applied: with the weight whole on each device, nothing has to travel.
+
+# %%
+w_whole = jax.device_put(w_fsdp, NamedSharding(w_fsdp.sharding.mesh, P()))
+
+# %%
+# %jax_sharding layer(xr, w_whole) --collectives -o rep_whole
+
+# %%
+assert rep_whole.call.collectives == [] and "XLA inserted no collective" in rep_whole.summary
 
 # %% [markdown]
 # ## 8.3 "The devices disagree": copies that differ, and what each device computed

@@ -124,6 +124,14 @@ class LineMagics(MagicRunner):
         "every value inside it (jax.debug.inspect_array_sharding in an instrumented copy, compiled not run).",
     )
     @argument(
+        "--collectives",
+        action="store_true",
+        help="For a call: list every collective XLA inserted (all-gather, all-reduce, reduce-scatter, "
+        "all-to-all, collective-permute) with the line and named_scope it came from, the mesh axes, the bytes "
+        "per device and the sharding that made it necessary; input layouts that remove one are tried by "
+        "compiling again (never run).",
+    )
+    @argument(
         "--no-check",
         action="store_true",
         help="Do not compare the copies of replicated blocks (then no array data is read at all).",
@@ -138,14 +146,15 @@ class LineMagics(MagicRunner):
         (blocks of other processes are drawn hatched). Copies of replicated
         blocks are compared bit for bit. For a call of a jitted function, the
         call is run and its compiled input and output shardings are listed;
-        --intermediates adds the shardings chosen for values inside it.
+        --intermediates adds the shardings chosen for values inside it;
+        --collectives lists the collectives XLA inserted, by source line.
         """
         __tracebackhide__ = True
 
         def call_or_value(text, args):
             with expression_checked():
                 parse_expression(text)
-                as_call = args.intermediates or callee_is_jitted(text, self.user_ns)
+                as_call = args.intermediates or args.collectives or callee_is_jitted(text, self.user_ns)
             return (self._evaluate(text), None, text) if as_call else (None, self._evaluate_value(text), text)
 
         def run(inputs, args):
@@ -161,6 +170,7 @@ class LineMagics(MagicRunner):
                 call.kwargs,
                 call_text=call.text,
                 intermediates=args.intermediates,
+                collectives=args.collectives,
                 dims=args.dims,
                 check_replicas=not args.no_check,
             )
