@@ -15,6 +15,7 @@ from jaxmagic._jax.compile_log import (
     parse_compile_log_line,
     signature_text,
 )
+from jaxmagic._jax import distributed_store, program_prints
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
@@ -75,6 +76,9 @@ class Collector:
         self._pending_lower: dict[str, float] = {}
         self._explaining = True
         self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
+        # A process of a multi-process job digests each program it compiles, for %jax_gather to compare
+        # (programs.py): only there, so a single process pays nothing.
+        self._print_programs = "ipyparallel" in sys.modules or distributed_store.initialized()
 
     # -- inputs --------------------------------------------------------------
 
@@ -102,6 +106,9 @@ class Collector:
             return
         if event == EVENT_BACKEND_COMPILE:
             info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
+            if self._print_programs:
+                with contextlib.suppress(Exception):  # private frame layout: a program unread is not recorded
+                    info.program = program_prints.print_of_compilation(_user_line_text)
             with self._lock:
                 self._compiled(bare_name(str(kwargs.get("fun_name", "?"))), duration, info)
         elif event == EVENT_TRACE:
@@ -238,6 +245,8 @@ class Collector:
             state.trial_partial = info.trial_partial
         state.last_leaves = dict(info.leaves) if info.leaves else None
         _record_baked(summary, state, info.baked)
+        if info.program is not None and len(summary.programs) < limits.PROGRAMS_KEPT:
+            summary.programs.append(info.program.to_dict())
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
@@ -323,6 +332,14 @@ class Collector:
                 state.summary.again = why_compiled_again(state.summary) if state.summary.recompiled else None
             if self._history is not None:
                 self._history.states.update(self._functions)
+
+
+def _user_line_text(filename: str, lineno: int) -> str:
+    """``In [3], line 4: h = x @ w`` for a user's line, "" for a library's (a program's operation's line)."""
+    if not is_user_file(filename):
+        return ""
+    line = source_line(filename, lineno, "")
+    return f"{line.label or filename}, line {lineno}: {line.code}" if line.code else f"{line.label or filename}, line {lineno}"
 
 
 def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:
