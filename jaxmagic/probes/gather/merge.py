@@ -24,6 +24,7 @@ import time
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes.gather.compare import differences
 from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
+from jaxmagic.probes.gather.values import values_from_engines
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
@@ -73,10 +74,16 @@ def engine_entry(name: str) -> dict:
     return dataclasses.asdict(entry_of(namespace.get(name), process=process))
 
 
-def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
-    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all."""
+def gather_from_engines(view, name: str, timeout: float, values: str = "") -> GatherReport:
+    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all.
+
+    With ``values`` (an expression), also compare its pytree's leaves across engines (``values.py``);
+    without ``name``, only that.
+    """
     client = view.client
     targets = list(view.targets) if isinstance(view.targets, (list, tuple, range)) else list(client.ids)
+    if values:
+        return _with_values(view, name, timeout, values, client, targets)
     pending = {}
     for engine in targets:
         try:
@@ -100,6 +107,17 @@ def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
             entry = ProcessEntry(None, engine, status="missing" if late else "failed", headline=why, error=why)
         entries.append(entry)
     return merge(entries, name, [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."])
+
+
+def _with_values(view, name: str, timeout: float, expression: str, client, targets: list) -> GatherReport:
+    entries, finding, notes = values_from_engines(client, targets, expression, timeout)
+    report = gather_from_engines(view, name, timeout) if name else merge(entries, expression)
+    if finding is not None:
+        report.findings.append(finding)
+    if name:  # the values' engines that failed are named as the report's own were
+        report.notes += [n for e in entries if e.error for n in [f"{e.name}: `{expression}` - {e.error}"]]
+    report.notes += notes
+    return report
 
 
 # -- a script on every process --------------------------------------------------------------

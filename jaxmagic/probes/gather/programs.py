@@ -116,7 +116,8 @@ def _first_difference(reference_name: str, reference: Dict, other: Dict) -> tupl
     of the body that differs is named too: where the other shape enters the user's code.
     """
     ours, theirs = reference.get("ops") or [], other.get("ops") or []
-    said = []
+    said: list[str] = []
+    constant: tuple[str, str] | None = None
     for index in range(min(len(ours), len(theirs))):
         if ours[index][0] == theirs[index][0]:
             continue
@@ -128,7 +129,13 @@ def _first_difference(reference_name: str, reference: Dict, other: Dict) -> tupl
         said.append(
             f"operation {index + 1} is `{mine}` where {reference_name} has `{its}`" + (f", at {line}" if line else "")
         )
+        if op_name(mine) == "stablehlo.constant" and not constant:
+            # JAX places constants at the jit call's line: the operation that uses it names the user's line
+            constant = (line, op_name(mine))
+            continue
         return "; ".join(said), line, op_name(mine)
+    if constant:
+        return "; ".join(said), *constant
     if len(ours) < _count(reference) or len(theirs) < _count(other):
         said.append(f"the first {min(len(ours), len(theirs))} operations compared")
     elif len(ours) != len(theirs):
