@@ -97,17 +97,6 @@ def test_program_prints_ignore_locations_a_cell_file_differs_by_process():
     assert printed[0].lines == ["/tmp/ipykernel_101/1234.py:4"] and printed[0].ops[1][2] == 0
 
 
-def test_the_same_lowered_program_made_into_other_executables_names_the_hosts_flags():
-    def entry(process, executable):
-        program = {"digest": "d1", "executable": executable, "op_count": 1, "ops": [], "lines": []}
-        functions = [{"name": "step", "kind": "user", "count": 1, "programs": [program]}]
-        return ProcessEntry(process, kind="jax_compiles", report={"kind": "jax_compiles", "functions": functions})
-
-    data = merge([entry(0, "e1"), entry(1, "e1"), entry(2, "e2")]).to_dict()
-    (finding,) = data["findings"]
-    assert finding["area"] == "program" and finding["processes"] == [2] and "XLA_FLAGS" in finding["fix"]
-
-
 # -- values ----------------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ process index). To see it before, each process digests every program it compiles
 at the compile event the compilation probe already listens to
 (``/jax/core/compile/backend_compile_duration``): that event is recorded in
 ``pxla._cached_compilation``, whose frame holds the lowered module being compiled
-(``computation``) and the executable just made (``xla_executable``).
+(``computation``). (The executable's own ``fingerprint`` is not used: it differs
+between two processes that compiled the same program.)
 
 The digest is of the lowered StableHLO text without its locations: a cell's file
 name holds the engine's process id, so locations differ between processes that run
@@ -41,7 +42,6 @@ class ProgramPrint:
     """One compiled program, digested: equal on two processes exactly when they compiled the same program."""
 
     digest: str  # of the lowered text without locations (16 hex digits)
-    executable: str  # the executable's own fingerprint where the backend gives one, else ""
     op_count: int
     # the first MAX_OPS operations: [digest (8 hex digits), text without locations (cut), index into lines or -1]
     ops: list[list] = dataclasses.field(default_factory=list)
@@ -74,17 +74,12 @@ def print_of_compilation(user_line: Callable[[str, int], str]) -> ProgramPrint |
         return None
     try:
         computation = frame.f_locals.get("computation")
-        executable = frame.f_locals.get("xla_executable")
         if computation is None:
             return None
         text = computation.operation.get_asm(enable_debug_info=True, large_elements_limit=64)
-        fingerprint = getattr(executable, "fingerprint", None)
     finally:
         del frame
-    made = print_of_text(text, user_line)
-    if isinstance(fingerprint, bytes):
-        made.executable = hashlib.blake2b(fingerprint, digest_size=8).hexdigest()
-    return made
+    return print_of_text(text, user_line)
 
 
 def print_of_text(text: str, user_line: Callable[[str, int], str]) -> ProgramPrint:
@@ -119,7 +114,7 @@ def print_of_text(text: str, user_line: Callable[[str, int], str]) -> ProgramPri
             lines.append(where)
         digest = hashlib.blake2b(_SSA.sub("%", bare).encode(), digest_size=4).hexdigest()
         ops.append([digest, short_op_text(bare), line_index.get(where, -1)])
-    return ProgramPrint(digest=whole.hexdigest(), executable="", op_count=count, ops=ops, lines=lines)
+    return ProgramPrint(digest=whole.hexdigest(), op_count=count, ops=ops, lines=lines)
 
 
 def short_op_text(bare: str) -> str:

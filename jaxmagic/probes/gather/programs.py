@@ -83,8 +83,8 @@ def _function_difference(name: str, seen: list[tuple[ProcessEntry, list[Dict]]])
         for index, (_e, programs) in enumerate(seen)
     }
     odd = {index: numbers for index, numbers in odd.items() if numbers}
-    if not odd:
-        return _optimized_difference(name, seen)
+    if not odd:  # every program is held by most processes: they compiled the same ones
+        return None
     details, line, first_op = [], "", ""
     for index, numbers in odd.items():
         entry, programs = seen[index]
@@ -147,25 +147,6 @@ def _signature(func_line: str) -> str:
     """``func.func public @main(%arg0: tensor<3xf32>) -> (...)`` -> ``(tensor<3xf32>)``: the argument types."""
     inside = func_line.partition("(")[2].partition(") ->")[0]
     return "(" + ", ".join(part.split(": ", 1)[-1].split(" {")[0] for part in inside.split(", %")) + ")"
-
-
-def _optimized_difference(name: str, seen: list[tuple[ProcessEntry, list[Dict]]]) -> GatherFinding | None:
-    """The same lowered programs, but XLA made other executables (other XLA flags or versions on some hosts)."""
-    executables = [tuple(p.get("executable", "") for p in programs) for _e, programs in seen]
-    if any(not all(each) for each in executables) or len(set(executables)) == 1:
-        return None
-    common = max(set(executables), key=executables.count)
-    odd = [e for (e, _p), each in zip(seen, executables) if each != common] or [e for e, _p in seen]
-    return GatherFinding(
-        area="program",
-        processes=[e.process for e in odd],
-        function=name,
-        details=[f"{e.name}: the same program as lowered, another executable" for e in odd],
-        summary=f"`{name}` was optimized into another executable on {', '.join(e.name for e in odd)} "
-        "from the same lowered program",
-        fix="XLA compiled the same program differently: look for XLA_FLAGS, LIBTPU_INIT_ARGS or jax/jaxlib "
-        "versions that differ between hosts.",
-    )
 
 
 def _line_of(program: Dict, op: list) -> str:

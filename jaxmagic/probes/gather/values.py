@@ -172,7 +172,7 @@ def value_finding(
             where = f" at {gap['index']}" if gap["index"] else ""
             details.append(
                 f"`{name}` on {entry.name}: largest difference {gap['difference']:.3g}{where} "
-                f"({gap['theirs']} where {rows[reference][0].name} has {gap['ours']}; "
+                f"({_number(gap['theirs'])} where {rows[reference][0].name} has {_number(gap['ours'])}; "
                 f"{gap['differing']} of {theirs.size} element(s) differ)"
             )
     processes = sorted({e.process if e.process is not None else -1 for odd in differing.values() for e in odd})
@@ -189,6 +189,10 @@ def value_finding(
         summary=summary,
         fix=_why_they_drift([m[0] for m in measured]),
     )
+
+
+def _number(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _shape_text(rows: list[tuple[ProcessEntry, list[Dict]]], index: int, path: str) -> str:
