@@ -196,3 +196,40 @@ def test_jax_gather_without_a_report_or_values_is_a_usage_error(ip):
 
     with pytest.raises(UsageError, match="--values"):
         ip.run_line_magic("jax_gather", "")
+
+
+SCRIPT = """
+import sys, jax, jax.numpy as jnp, jaxmagic
+port, me = sys.argv[1], int(sys.argv[2])
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=me)
+params = {"w": jnp.ones((2, 2)), "count": jnp.int32(7 + me)}   # process 1 ran one step more
+merged = jaxmagic.gather(None, timeout=60, values=params, values_name="params")
+if me == 0:
+    (finding,) = merged.to_dict()["findings"]
+    print("MERGED", finding["summary"], "|", finding["details"][0], "|", finding["fix"][:60])
+else:
+    print("MERGED", merged)
+"""
+
+
+def test_a_script_compares_values_through_the_key_value_store_and_names_the_counter(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    script = tmp_path / "drift.py"
+    script.write_text(SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    procs = [
+        subprocess.Popen([sys.executable, str(script), port, str(i)], stdout=subprocess.PIPE, text=True, env=env)
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "`params`: 1 of 2 leaves differ on process 0, process 1 - largest difference 1 in `params['count']`" in outs[0]
+    assert "`params['count']` on process 1: largest difference 1 (8 where process 0 has 7" in outs[0], outs[0]
+    assert "An integer leaf differs" in outs[0] and "MERGED None" in outs[1]

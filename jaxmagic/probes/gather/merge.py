@@ -24,7 +24,7 @@ import time
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes.gather.compare import differences
 from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
-from jaxmagic.probes.gather.values import values_from_engines
+from jaxmagic.probes.gather.values import values_from_engines, values_through_store
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
@@ -125,11 +125,13 @@ def _with_values(view, name: str, timeout: float, expression: str, client, targe
 _rounds = {"n": 0}  # every process calls gather the same number of times: the n-th calls meet
 
 
-def gather(report, timeout: float = 60.0) -> GatherReport | None:
+def gather(report, timeout: float = 60.0, values=None, values_name: str = "values") -> GatherReport | None:
     """Bring ``report`` from every process of a ``jax.distributed`` job to process 0, merged.
 
     Returns the merged report on process 0 and None on the others. Processes whose
-    report did not arrive within ``timeout`` seconds are named in it.
+    report did not arrive within ``timeout`` seconds are named in it. ``values`` (a
+    pytree that should be the same everywhere) is compared leaf by leaf (``values.py``);
+    ``report`` may then be None.
     """
     if not distributed_store.initialized():
         return merge([entry_of(report, process=0)], notes=["jax.distributed is not initialised: one process only."])
@@ -137,7 +139,10 @@ def gather(report, timeout: float = 60.0) -> GatherReport | None:
     _rounds["n"] += 1
     prefix = f"jaxmagic/gather/{_rounds['n']}/"
     entry = entry_of(report, process=process)
+    if report is None and values is not None:  # only the values are compared: this process answered
+        entry = ProcessEntry(process, host=entry.host, headline=f"`{values_name}`", status="ok", kind="values")
     distributed_store.put(prefix + str(process), json.dumps(dataclasses.asdict(entry)).encode())
+    compared = values_through_store(values, values_name, prefix, process, count, timeout) if values is not None else None
     if process != 0:
         return None
     deadline = time.monotonic() + timeout
@@ -150,4 +155,10 @@ def gather(report, timeout: float = 60.0) -> GatherReport | None:
         else:
             entries.append(ProcessEntry(**json.loads(data)))
             distributed_store.delete(prefix + str(other))
-    return merge(entries, entry.kind, [f"Gathered through jax.distributed's key-value store from {count} process(es)."])
+    notes = [f"Gathered through jax.distributed's key-value store from {count} process(es)."]
+    merged = merge(entries, entry.kind if report is not None else values_name, notes)
+    if compared is not None:
+        finding, value_notes = compared
+        merged.findings += [finding] if finding is not None else []
+        merged.notes += value_notes
+    return merged

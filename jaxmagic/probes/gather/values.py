@@ -18,6 +18,8 @@ size come from the order of arithmetic, larger ones from other inputs.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import socket
 import time
 import uuid
@@ -300,3 +302,61 @@ def _answer(result, deadline: float, timeout: float) -> tuple[Any, str]:
         if type(error).__name__ == "TimeoutError":
             return None, f"did not answer within {timeout:g} s (still running its cell?)"
         return None, error_line(error)
+
+
+# -- a script on every process, through jax.distributed's key-value store -------------------------
+
+
+def values_through_store(tree, name: str, prefix: str, process: int, count: int, timeout: float):
+    """Compare ``tree`` across the job's processes; on process 0 (finding or None, notes), None elsewhere.
+
+    Every process puts its digests; process 0 names the leaves that differ under ``ask``;
+    every process puts the values of those leaves (none: an empty answer); no collective,
+    so a process that does not answer is waited for ``timeout`` seconds, then left out.
+    """
+    deadline = time.monotonic() + timeout
+    leaves = leaves_of(tree)
+    digests = [leaf_digest(path, leaf) for path, leaf in leaves]
+    distributed_store.put(f"{prefix}values/digests/{process}", json.dumps(digests).encode())
+    if process != 0:
+        asked = distributed_store.wait_for(f"{prefix}values/ask", timeout)
+        paths = json.loads(asked) if asked is not None else []
+        kept = dict(leaves)
+        distributed_store.put(f"{prefix}values/data/{process}", _packed({p: host_value(kept[p]) for p in paths}))
+        return None
+    rows: list[tuple[ProcessEntry, list[Dict]]] = []
+    for other in range(count):
+        data = distributed_store.wait_for(f"{prefix}values/digests/{other}", max(0.001, deadline - time.monotonic()))
+        if data is not None:
+            rows.append((ProcessEntry(other), json.loads(data)))
+            distributed_store.delete(f"{prefix}values/digests/{other}")
+    differing = differing_leaves(rows) if len(rows) > 1 else {}
+    fetch = sorted(differing)[:MAX_FETCHED]
+    distributed_store.put(f"{prefix}values/ask", json.dumps(fetch).encode())
+    values: dict[int, dict[str, np.ndarray]] = {}
+    for index, (entry, _digests) in enumerate(rows):
+        if entry.process == process:
+            kept = dict(leaves)
+            values[index] = {p: host_value(kept[p]) for p in fetch}
+            continue
+        data = distributed_store.wait_for(f"{prefix}values/data/{entry.process}", max(0.001, deadline - time.monotonic()))
+        if data is not None:
+            values[index] = _unpacked(data)
+            distributed_store.delete(f"{prefix}values/data/{entry.process}")
+    notes = [
+        f"Compared `{name}` leaf by leaf on {len(rows)} of {count} process(es) through the key-value store: "
+        f"digests of every leaf, then the values of the {len(fetch)} that differ."
+    ]
+    return value_finding(name, rows, {p: differing[p] for p in sorted(differing)}, values), notes
+
+
+def _packed(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"leaf{i}": value for i, value in enumerate(arrays.values())}, paths=np.array(list(arrays)))
+    return buffer.getvalue()
+
+
+def _unpacked(data: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
+        paths = [str(p) for p in loaded["paths"]]
+        return {path: loaded[f"leaf{i}"] for i, path in enumerate(paths)}
