@@ -26,23 +26,22 @@ def _compiled_on(processes: list[dict]) -> list:
     import jax
     import jax.numpy as jnp
 
+    def make(scale):
+        @jax.jit
+        def step(w, x):
+            h = x @ w
+            if scale != 1.0:  # a Python branch on per-process configuration: another program
+                h = h * scale
+            return w - 0.01 * (x.T @ h)
+
+        return step
+
     reports = []
     for process in processes:
-
-        def make(scale):
-            @jax.jit
-            def step(w, x):
-                h = x @ w
-                if scale != 1.0:  # a Python branch on per-process configuration: another program
-                    h = h * scale
-                return w - 0.01 * (x.T @ h)
-
-            return step
-
-        step = make(process.get("scale", 1.0))
+        jitted = make(process.get("scale", 1.0))
         with probes.compiles() as report:
             for rows in process["rows"]:
-                step(jnp.ones(3), jnp.ones((rows, 3)))
+                jitted(jnp.ones(3), jnp.ones((rows, 3)))
         reports.append(report)
     return reports
 
@@ -69,7 +68,9 @@ def test_a_branch_on_per_process_configuration_inside_jit_is_another_program_wit
     (finding,) = [f for f in data["findings"] if f["function"] == "step"]
     # the argument types and counts agree: only the programs tell the processes apart
     assert finding["area"] == "program" and finding["processes"] == [1], finding
-    assert "first differing operation is `stablehlo." in finding["summary"] and "h = h * scale" in finding["line"], finding
+    assert "first differing operation is `stablehlo." in finding["summary"] and "h = h * scale" in finding["line"], (
+        finding
+    )
     assert "collective" in finding["fix"] and "process_index" in finding["fix"]
 
 
@@ -230,6 +231,8 @@ def test_a_script_compares_values_through_the_key_value_store_and_names_the_coun
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    assert "`params`: 1 of 2 leaves differ on process 0, process 1 - largest difference 1 in `params['count']`" in outs[0]
+    assert (
+        "`params`: 1 of 2 leaves differ on process 0, process 1 - largest difference 1 in `params['count']`" in outs[0]
+    )
     assert "`params['count']` on process 1: largest difference 1 (8 where process 0 has 7" in outs[0], outs[0]
     assert "An integer leaf differs" in outs[0] and "MERGED None" in outs[1]

@@ -8,6 +8,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from jaxmagic._jax import distributed_store, program_prints
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
     bare_name,
@@ -15,7 +16,6 @@ from jaxmagic._jax.compile_log import (
     parse_compile_log_line,
     signature_text,
 )
-from jaxmagic._jax import distributed_store, program_prints
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
@@ -339,7 +339,11 @@ def _user_line_text(filename: str, lineno: int) -> str:
     if not is_user_file(filename):
         return ""
     line = source_line(filename, lineno, "")
-    return f"{line.label or filename}, line {lineno}: {line.code}" if line.code else f"{line.label or filename}, line {lineno}"
+    return (
+        f"{line.label or filename}, line {lineno}: {line.code}"
+        if line.code
+        else f"{line.label or filename}, line {lineno}"
+    )
 
 
 def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:

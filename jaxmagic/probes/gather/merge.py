@@ -142,7 +142,9 @@ def gather(report, timeout: float = 60.0, values=None, values_name: str = "value
     if report is None and values is not None:  # only the values are compared: this process answered
         entry = ProcessEntry(process, host=entry.host, headline=f"`{values_name}`", status="ok", kind="values")
     distributed_store.put(prefix + str(process), json.dumps(dataclasses.asdict(entry)).encode())
-    compared = values_through_store(values, values_name, prefix, process, count, timeout) if values is not None else None
+    compared = (
+        values_through_store(values, values_name, prefix, process, count, timeout) if values is not None else None
+    )
     if process != 0:
         return None
     deadline = time.monotonic() + timeout

@@ -253,7 +253,9 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
             why = why or answer["error"]
             process = answer.get("process") if answer else None
             late = "did not answer" in why
-            entries.append(ProcessEntry(process, engine, status="missing" if late else "failed", headline=why, error=why))
+            entries.append(
+                ProcessEntry(process, engine, status="missing" if late else "failed", headline=why, error=why)
+            )
             continue
         leaves = answer["leaves"]
         entry = ProcessEntry(
@@ -270,7 +272,9 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
     differing = differing_leaves(rows) if len(rows) > 1 else {}
     fetch = sorted(differing)[:MAX_FETCHED]
     # every engine is asked (for no leaf when nothing differs), so each forgets what it kept
-    fetched = {i: _ask(client, e.engine, values_here, f"{token}/{e.engine}", fetch) for i, (e, _l) in enumerate(rows)}
+    fetched = {
+        i: _ask(client, int(e.engine or 0), values_here, f"{token}/{e.engine}", fetch) for i, (e, _l) in enumerate(rows)
+    }
     values = {}
     for index, result in fetched.items():
         answer, _why = _answer(result, deadline, timeout)
@@ -278,7 +282,8 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
             values[index] = answer
     notes = [
         f"Compared `{expression}` leaf by leaf on {len(rows)} engine(s): digests of every leaf, then the "
-        f"values of the {len(fetch)} that differ" + (f" (the first {MAX_FETCHED})" if len(differing) > len(fetch) else "")
+        f"values of the {len(fetch)} that differ"
+        + (f" (the first {MAX_FETCHED})" if len(differing) > len(fetch) else "")
         + ". The expression was evaluated once on each engine."
     ]
     if len(rows) < 2:
@@ -339,7 +344,9 @@ def values_through_store(tree, name: str, prefix: str, process: int, count: int,
             kept = dict(leaves)
             values[index] = {p: host_value(kept[p]) for p in fetch}
             continue
-        data = distributed_store.wait_for(f"{prefix}values/data/{entry.process}", max(0.001, deadline - time.monotonic()))
+        data = distributed_store.wait_for(
+            f"{prefix}values/data/{entry.process}", max(0.001, deadline - time.monotonic())
+        )
         if data is not None:
             values[index] = _unpacked(data)
             distributed_store.delete(f"{prefix}values/data/{entry.process}")
@@ -352,7 +359,8 @@ def values_through_store(tree, name: str, prefix: str, process: int, count: int,
 
 def _packed(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, **{f"leaf{i}": value for i, value in enumerate(arrays.values())}, paths=np.array(list(arrays)))
+    named: dict[str, Any] = {f"leaf{i}": value for i, value in enumerate(arrays.values())}
+    np.savez(buffer, paths=np.array(list(arrays)), **named)
     return buffer.getvalue()
 
 
