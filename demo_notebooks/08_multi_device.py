@@ -476,14 +476,34 @@ found = {f.area: f for f in merged.findings}
 assert [p.process for p in merged.processes] == [0, 1]
 assert found["NaN"].processes == [1] and "jnp.sqrt(x) @ w" in found["NaN"].line   # the line, on process 1 only
 assert found["divergence"].function == "train_step"     # process 1 compiled a second program: collectives hang
+assert "first differing operation" in found["divergence"].summary  # ... named by its operation and line
 assert found["memory"].processes == [0]                 # only process 0 piles arrays up
 assert found["random keys"].processes == [0, 1]         # the same dropout keys everywhere: fold_in the index
 print(sorted(found))
 
 # %% [markdown]
+# Each process also digested the programs it compiled: the merged report names the first operation of
+# process 1's extra program that differs from process 0's, and the line it comes from.
+#
+# **Values that drift.** Each process trained on its own shard and never averaged its gradients with
+# the other's, so the "replicated" parameters `w` are no longer the same. `%jax_gather --values w`
+# evaluates `w` once on each engine, compares a digest of every leaf, fetches only the leaves that
+# differ, and names them with the largest difference.
+
+# %%
+# %jax_gather --values w -o drift
+
+# %%
+(values,) = [f for f in drift.findings if f.area == "values"]
+assert values.processes == [0, 1] and "1 of 1 leaves differ" in values.summary   # two processes: both named
+assert "largest difference" in values.summary and "gradients not averaged" in values.fix
+print(values.summary)
+
+# %% [markdown]
 # The same merge without a notebook: a script launched on every host calls `jaxmagic.gather(report)`;
 # the reports travel through jax.distributed's key-value store (no collective, so a process that hangs
-# cannot hang the others - it is named after the timeout) and process 0 gets the merged report.
+# cannot hang the others - it is named after the timeout) and process 0 gets the merged report;
+# `jaxmagic.gather(report, values=params, values_name="params")` compares a pytree the same way.
 
 # %%
 rc.close()

@@ -173,7 +173,7 @@ def value_finding(
             measured.append((gap, name, entry))
             where = f" at {gap['index']}" if gap["index"] else ""
             details.append(
-                f"`{name}` on {entry.name}: largest difference {gap['difference']:.3g}{where} "
+                f"`{name}` on {entry.name}: largest difference {_gap(gap['difference'])}{where} "
                 f"({_number(gap['theirs'])} where {rows[reference][0].name} has {_number(gap['ours'])}; "
                 f"{gap['differing']} of {theirs.size} element(s) differ)"
             )
@@ -182,7 +182,7 @@ def value_finding(
     largest = max(measured, key=lambda m: m[0]["difference"], default=None)
     summary = f"`{expression}`: {len(differing)} of {total} leaves differ on {', '.join(names)}"
     if largest is not None:
-        summary += f" - largest difference {largest[0]['difference']:.3g} in `{largest[1]}`"
+        summary += f" - largest difference {_gap(largest[0]['difference'])} in `{largest[1]}`"
     return GatherFinding(
         area="values",
         processes=[None if p == -1 else p for p in processes],
@@ -191,6 +191,10 @@ def value_finding(
         summary=summary,
         fix=_why_they_drift([m[0] for m in measured]),
     )
+
+
+def _gap(difference: float) -> str:
+    return f"{difference:.3g}" if np.isfinite(difference) else "NaN or inf on one side"
 
 
 def _number(value) -> str:
