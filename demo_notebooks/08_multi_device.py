@@ -427,7 +427,8 @@ cluster = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level
 rc = cluster.start_and_connect_sync()
 rc.wait_for_engines(2, timeout=120)
 dv = rc[:]
-dv.block = True  # %%px waits for the engines and shows what they display
+dv.block = True  # %%px waits for the engines and shows what they display (--progress-after -1: no
+# progress bar, a widget that a saved notebook would not keep)
 dv.activate()  # %%px now runs a cell on both engines
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -443,7 +444,7 @@ print(dv.apply_sync(lambda: (__import__("jax").process_index(), __import__("jax"
 # process 0 keeps a list of arrays, and both seed their dropout keys with `PRNGKey(0)`.
 
 # %%
-# %%px
+# %%px --progress-after -1
 # %%jax_doctor -o rep
 def loss_fn(w, x, y):
     h = jnp.sqrt(x) @ w               # a negative input gives NaN

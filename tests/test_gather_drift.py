@@ -236,3 +236,13 @@ def test_a_script_compares_values_through_the_key_value_store_and_names_the_coun
     )
     assert "`params['count']` on process 1: largest difference 1 (8 where process 0 has 7" in outs[0], outs[0]
     assert "An integer leaf differs" in outs[0] and "MERGED None" in outs[1]
+
+
+def test_an_expression_that_fails_on_the_engines_is_named_per_engine_not_raised(ip):
+    ip.user_ns["view2"] = PerEngineView(ip, [{"w": 1.0}, {"w": 1.0}])
+    ip.run_line_magic("jax_gather", "--values params['<b>missing</b>'] --view view2 -o merged")
+    data = ip.user_ns["merged"].to_dict()
+    (stuck,) = data["findings"]
+    assert stuck["area"] == "not finished" and "KeyError" in stuck["summary"], stuck
+    html = ip.user_ns["merged"]._repr_mimebundle_()["text/html"]
+    assert "<b>missing" not in html and "KeyError" in html  # the expression's text is escaped

@@ -110,12 +110,17 @@ def gather_from_engines(view, name: str, timeout: float, values: str = "") -> Ga
 
 
 def _with_values(view, name: str, timeout: float, expression: str, client, targets: list) -> GatherReport:
+    started = time.monotonic()
     entries, finding, notes = values_from_engines(client, targets, expression, timeout)
-    report = gather_from_engines(view, name, timeout) if name else merge(entries, expression)
+    if name:
+        # --timeout bounds both rounds: an engine busy in the first is still busy, and named again
+        left = max(1.0, timeout - (time.monotonic() - started))
+        report = gather_from_engines(view, name, left)
+        report.notes += [f"{e.name}: `{expression}` - {e.error}" for e in entries if e.error]
+    else:
+        report = merge(entries, expression)
     if finding is not None:
         report.findings.append(finding)
-    if name:  # the values' engines that failed are named as the report's own were
-        report.notes += [n for e in entries if e.error for n in [f"{e.name}: `{expression}` - {e.error}"]]
     report.notes += notes
     return report
 
