@@ -424,8 +424,9 @@ import ipyparallel as ipp
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # the engines inherit it: this machine has no accelerator
 cluster = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
-rc = cluster.start_and_connect_sync()
-rc.wait_for_engines(2, timeout=120)
+cluster.start_cluster_sync()
+rc = cluster.connect_client_sync()
+rc.wait_for_engines(2, timeout=120, interactive=False)  # no progress widget (a saved notebook drops it)
 dv = rc[:]
 dv.block = True  # %%px waits for the engines and shows what they display (--progress-after -1: no
 # progress bar, a widget that a saved notebook would not keep)

@@ -9,6 +9,9 @@ view whose engines run here); tests/test_gather.py runs the same on real engines
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -17,8 +20,13 @@ from jaxmagic._jax.program_prints import print_of_text
 from jaxmagic.probes.gather import ProcessEntry, entry_of, merge
 from jaxmagic.probes.gather.values import differing_leaves, largest_difference, value_finding
 
-# The compilation probe digests programs only in a multi-process job: ipyparallel loaded is one sign of it.
 pytest.importorskip("ipyparallel", reason="ipyparallel is the optional extra jaxmagic[parallel]")
+
+
+@pytest.fixture
+def on_an_engine(monkeypatch):
+    """The compilation probe digests programs only in a multi-process job: here, as on an ipyparallel engine."""
+    monkeypatch.setitem(sys.modules, "ipyparallel.engine", types.ModuleType("ipyparallel.engine"))
 
 
 def _compiled_on(processes: list[dict]) -> list:
@@ -53,7 +61,7 @@ def _merged(reports):
 # -- programs ------------------------------------------------------------------------------------
 
 
-def test_a_ragged_last_batch_on_one_process_names_it_with_the_operation_where_the_shape_enters():
+def test_a_ragged_last_batch_on_one_process_names_it_with_the_operation_where_the_shape_enters(on_an_engine):
     data = _merged(_compiled_on([{"rows": [8, 8]}, {"rows": [8, 8]}, {"rows": [8, 6]}]))
     (finding,) = [f for f in data["findings"] if f["function"] == "step"]
     assert finding["area"] == "divergence" and finding["processes"] == [2], finding
@@ -63,7 +71,7 @@ def test_a_ragged_last_batch_on_one_process_names_it_with_the_operation_where_th
     assert program and "tensor<6x3xf32>" in program[0] and "tensor<8x3xf32>" in program[0], finding["details"]
 
 
-def test_a_branch_on_per_process_configuration_inside_jit_is_another_program_with_the_same_signature():
+def test_a_branch_on_per_process_configuration_inside_jit_is_another_program_with_the_same_signature(on_an_engine):
     data = _merged(_compiled_on([{"rows": [8]}, {"rows": [8], "scale": 2.0}, {"rows": [8]}]))
     (finding,) = [f for f in data["findings"] if f["function"] == "step"]
     # the argument types and counts agree: only the programs tell the processes apart
@@ -74,11 +82,17 @@ def test_a_branch_on_per_process_configuration_inside_jit_is_another_program_wit
     assert "collective" in finding["fix"] and "process_index" in finding["fix"]
 
 
-def test_the_same_programs_everywhere_give_no_program_finding():
+def test_the_same_programs_everywhere_give_no_program_finding(on_an_engine):
     data = _merged(_compiled_on([{"rows": [8, 6]}, {"rows": [8, 6]}]))
     assert not [f for f in data["findings"] if f["function"] == "step"], data["findings"]
     programs = data["processes"][0]["report"]["functions"][0]["programs"]
     assert len(programs) == 2 and programs[0]["digest"] != programs[1]["digest"]
+
+
+def test_a_single_process_digests_no_program():
+    assert not [
+        p for f in _merged(_compiled_on([{"rows": [8]}]))["processes"][0]["report"]["functions"] for p in f["programs"]
+    ]
 
 
 def test_program_prints_ignore_locations_a_cell_file_differs_by_process():

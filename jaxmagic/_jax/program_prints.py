@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
+from jaxmagic._jax import distributed_store
+
 MAX_OPS = 400  # operations kept (digest, text, line) per program; the whole program's digest covers all
 OP_TEXT_CHARS = 160
 
@@ -49,6 +51,14 @@ class ProgramPrint:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def in_multi_process_job() -> bool:
+    """True on an ipyparallel engine or in a ``jax.distributed`` job: where programs are digested.
+
+    (A notebook that drives engines imports ``ipyparallel`` but not its engine package.)
+    """
+    return "ipyparallel.engine" in sys.modules or distributed_store.initialized()
 
 
 def compiling_frame(start: FrameType | None) -> FrameType | None:

@@ -8,7 +8,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from jaxmagic._jax import distributed_store, program_prints
+from jaxmagic._jax import program_prints
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
     bare_name,
@@ -78,7 +78,7 @@ class Collector:
         self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
         # A process of a multi-process job digests each program it compiles, for %jax_gather to compare
         # (programs.py): only there, so a single process pays nothing.
-        self._print_programs = "ipyparallel" in sys.modules or distributed_store.initialized()
+        self._print_programs = program_prints.in_multi_process_job()
 
     # -- inputs --------------------------------------------------------------
 
