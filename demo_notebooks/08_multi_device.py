@@ -488,7 +488,8 @@ print(sorted(found))
 # process 1's extra program that differs from process 0's, and the line it comes from.
 #
 # **Values that drift.** Each process trained on its own shard and never averaged its gradients with
-# the other's, so the "replicated" parameters `w` are no longer the same. `%jax_gather --values w`
+# the other's, and process 1's went NaN: the "replicated" parameters `w` are no longer the same.
+# `%jax_gather --values w`
 # evaluates `w` once on each engine, compares a digest of every leaf, fetches only the leaves that
 # differ, and names them with the largest difference.
 
@@ -498,7 +499,7 @@ print(sorted(found))
 # %%
 (values,) = [f for f in drift.findings if f.area == "values"]
 assert values.processes == [0, 1] and "1 of 1 leaves differ" in values.summary   # two processes: both named
-assert "largest difference" in values.summary and "gradients not averaged" in values.fix
+assert "largest difference NaN or inf on one side" in values.summary and "%%jax_nans" in values.fix
 print(values.summary)
 
 # %% [markdown]

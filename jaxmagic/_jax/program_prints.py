@@ -139,7 +139,11 @@ def short_op_text(bare: str) -> str:
 def op_name(text: str) -> str:
     """``%3 = stablehlo.dot_general %1, %2 ...`` -> ``stablehlo.dot_general``."""
     match = _OP_NAME.match(text)
-    return match.group(1) if match else text.split(" ", 1)[0]
+    name = match.group(1) if match else text.split(" ", 1)[0]
+    if name in ("call", "func.call"):  # which function it calls: `call @_bernoulli`
+        callee = re.search(r"@[\w.$-]+", text)
+        return f"{name} {callee.group(0)}" if callee else name
+    return name
 
 
 def _resolve(ref: str, aliases: dict[str, str], user_line: Callable[[str, int], str], memo: dict[str, str]) -> str:

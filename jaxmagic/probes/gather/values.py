@@ -215,7 +215,13 @@ def _why_they_drift(gaps: list[Dict]) -> str:
             "updates - possibly one skipped or repeated a step (a data loader of another length, an error "
             "caught on one process, a condition on jax.process_index())."
         )
-    floats = [g for g in gaps if not g["integer"]]
+    broken = [g for g in gaps if not np.isfinite(g["difference"])]
+    if broken:
+        said.append(
+            "A NaN or inf on some processes only: their values went non-finite (see the NaN finding, or run "
+            "%%jax_nans on those processes), and every step after spreads it."
+        )
+    floats = [g for g in gaps if not g["integer"] and np.isfinite(g["difference"])]
     if floats and all(g["relative"] <= ROUNDING for g in floats):
         said.append(
             "The floating-point differences are at rounding size: the same arithmetic in another order - "
@@ -266,7 +272,7 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
             answer["process"],
             engine,
             answer["host"],
-            headline=f"{len(leaves)} leaves of `{expression}`",
+            headline=f"{len(leaves)} leaf(s) of `{expression}`",
             status="ok",
             kind="values",
         )
