@@ -30,6 +30,7 @@ from jaxmagic._jax import distributed_store
 
 MAX_OPS = 400  # operations kept (digest, text, line) per program; the whole program's digest covers all
 OP_TEXT_CHARS = 160
+CONSTANT_ELEMENTS = 1024  # constants up to this size are printed, and so digested; larger ones are elided
 
 _ALIAS = re.compile(r"^(#loc\d*) = loc\((.*)\)\s*$")
 _LOC = re.compile(r"\s*loc\((?:[^()\"]|\"[^\"]*\"|\((?:[^()\"]|\"[^\"]*\")*\))*\)")
@@ -41,7 +42,12 @@ _SSA = re.compile(r"%[\w#]+")
 
 @dataclasses.dataclass
 class ProgramPrint:
-    """One compiled program, digested: equal on two processes exactly when they compiled the same program."""
+    """One compiled program, digested: equal on two processes when they compiled the same program.
+
+    Not told apart: programs that differ only in a constant of more than ``CONSTANT_ELEMENTS``
+    elements (an array closed over), which the printed text elides (printing it whole would cost
+    its size at every compilation).
+    """
 
     digest: str  # of the lowered text without locations (16 hex digits)
     op_count: int
@@ -86,7 +92,7 @@ def print_of_compilation(user_line: Callable[[str, int], str]) -> ProgramPrint |
         computation = frame.f_locals.get("computation")
         if computation is None:
             return None
-        text = computation.operation.get_asm(enable_debug_info=True, large_elements_limit=64)
+        text = computation.operation.get_asm(enable_debug_info=True, large_elements_limit=CONSTANT_ELEMENTS)
     finally:
         del frame
     return print_of_text(text, user_line)
