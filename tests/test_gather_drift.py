@@ -260,3 +260,17 @@ def test_an_expression_that_fails_on_the_engines_is_named_per_engine_not_raised(
     assert stuck["area"] == "not finished" and "KeyError" in stuck["summary"], stuck
     html = ip.user_ns["merged"]._repr_mimebundle_()["text/html"]
     assert "<b>missing" not in html and "KeyError" in html  # the expression's text is escaped
+
+
+def test_a_leaf_split_across_processes_is_not_compared_and_is_named_in_the_notes():
+    from jaxmagic.probes.gather.values import leaf_digest, split_note
+
+    class RowsOfAGlobalArray:  # the shape of a jax.Array sharded over the processes of a job
+        shape, dtype, is_fully_addressable = (8, 3), "float32", False
+        sharding = types.SimpleNamespace(is_fully_replicated=False)
+
+    rows = [(ProcessEntry(i), [leaf_digest("['batch']", RowsOfAGlobalArray())]) for i in range(2)]
+    assert differing_leaves(rows) == {}
+    assert (
+        "split across processes" in split_note("state", rows)[0] and "`state['batch']`" in split_note("state", rows)[0]
+    )

@@ -51,7 +51,16 @@ def host_value(leaf) -> np.ndarray:
     return np.asarray(leaf)
 
 
+def split_across_processes(leaf) -> bool:
+    """A global array whose processes hold different parts of it: their copies are not meant to be equal."""
+    if getattr(leaf, "is_fully_addressable", True):
+        return False
+    return not getattr(getattr(leaf, "sharding", None), "is_fully_replicated", False)
+
+
 def leaf_digest(path: str, leaf) -> Dict:
+    if split_across_processes(leaf):  # named in the notes, never compared
+        return {"path": path, "shape": list(leaf.shape), "dtype": str(leaf.dtype), "digest": "", "split": True}
     value = host_value(leaf)
     digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=8)
     digest.update(f"{value.dtype}{value.shape}".encode())
@@ -101,7 +110,8 @@ def differing_leaves(rows: list[tuple[ProcessEntry, list[Dict]]]) -> dict[str, l
     by_path: dict[str, dict[int, str]] = {}
     for index, (_e, leaves) in enumerate(rows):
         for leaf in leaves:
-            by_path.setdefault(leaf["path"], {})[index] = leaf["digest"]
+            if not leaf.get("split"):
+                by_path.setdefault(leaf["path"], {})[index] = leaf["digest"]
     out = {}
     for path, digests in by_path.items():
         keys = [digests.get(index, "missing") for index in range(len(rows))]
@@ -298,7 +308,19 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
     ]
     if len(rows) < 2:
         notes.append(f"Fewer than two engines gave `{expression}`: nothing to compare.")
+    notes += split_note(expression, rows)
     return entries, value_finding(expression, rows, {p: differing[p] for p in sorted(differing)}, values), notes
+
+
+def split_note(expression: str, rows: list[tuple[ProcessEntry, list[Dict]]]) -> list[str]:
+    split = sorted({leaf["path"] for _e, leaves in rows for leaf in leaves if leaf.get("split")})
+    if not split:
+        return []
+    return [
+        f"Not compared: {len(split)} leaf(s) of `{expression}` split across processes (each holds other rows): "
+        + ", ".join(f"`{expression}{path}`" for path in split[:5])
+        + (" ..." if len(split) > 5 else "")
+    ]
 
 
 def _ask(client, engine: int, function, *args):
@@ -363,7 +385,7 @@ def values_through_store(tree, name: str, prefix: str, process: int, count: int,
     notes = [
         f"Compared `{name}` leaf by leaf on {len(rows)} of {count} process(es) through the key-value store: "
         f"digests of every leaf, then the values of the {len(fetch)} that differ."
-    ]
+    ] + split_note(name, rows)
     return value_finding(name, rows, {p: differing[p] for p in sorted(differing)}, values), notes
 
 
