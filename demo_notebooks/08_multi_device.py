@@ -485,10 +485,12 @@ import ipyparallel as ipp
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # the engines inherit it: this machine has no accelerator
 cluster = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
-rc = cluster.start_and_connect_sync()
-rc.wait_for_engines(2, timeout=120)
+cluster.start_cluster_sync()
+rc = cluster.connect_client_sync()
+rc.wait_for_engines(2, timeout=120, interactive=False)  # no progress widget (a saved notebook drops it)
 dv = rc[:]
-dv.block = True  # %%px waits for the engines and shows what they display
+dv.block = True  # %%px waits for the engines and shows what they display (--progress-after -1: no
+# progress bar, a widget that a saved notebook would not keep)
 dv.activate()  # %%px now runs a cell on both engines
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -504,7 +506,7 @@ print(dv.apply_sync(lambda: (__import__("jax").process_index(), __import__("jax"
 # process 0 keeps a list of arrays, and both seed their dropout keys with `PRNGKey(0)`.
 
 # %%
-# %%px
+# %%px --progress-after -1
 # %%jax_doctor -o rep
 def loss_fn(w, x, y):
     h = jnp.sqrt(x) @ w               # a negative input gives NaN
@@ -537,14 +539,35 @@ found = {f.area: f for f in merged.findings}
 assert [p.process for p in merged.processes] == [0, 1]
 assert found["NaN"].processes == [1] and "jnp.sqrt(x) @ w" in found["NaN"].line   # the line, on process 1 only
 assert found["divergence"].function == "train_step"     # process 1 compiled a second program: collectives hang
+assert "first differing operation" in found["divergence"].summary  # ... named by its operation and line
 assert found["memory"].processes == [0]                 # only process 0 piles arrays up
 assert found["random keys"].processes == [0, 1]         # the same dropout keys everywhere: fold_in the index
 print(sorted(found))
 
 # %% [markdown]
+# Each process also digested the programs it compiled: the merged report names the first operation of
+# process 1's extra program that differs from process 0's, and the line it comes from.
+#
+# **Values that drift.** Each process trained on its own shard and never averaged its gradients with
+# the other's, and process 1's went NaN: the "replicated" parameters `w` are no longer the same.
+# `%jax_gather --values w`
+# evaluates `w` once on each engine, compares a digest of every leaf, fetches only the leaves that
+# differ, and names them with the largest difference.
+
+# %%
+# %jax_gather --values w -o drift
+
+# %%
+(values,) = [f for f in drift.findings if f.area == "values"]
+assert values.processes == [0, 1] and "1 of 1 leaves differ" in values.summary   # two processes: both named
+assert "largest difference NaN or inf on one side" in values.summary and "%%jax_nans" in values.fix
+print(values.summary)
+
+# %% [markdown]
 # The same merge without a notebook: a script launched on every host calls `jaxmagic.gather(report)`;
 # the reports travel through jax.distributed's key-value store (no collective, so a process that hangs
-# cannot hang the others - it is named after the timeout) and process 0 gets the merged report.
+# cannot hang the others - it is named after the timeout) and process 0 gets the merged report;
+# `jaxmagic.gather(report, values=params, values_name="params")` compares a pytree the same way.
 
 # %%
 rc.close()

@@ -198,3 +198,24 @@ def test_the_persistent_cache_state_is_readable():
     assert hasattr(compilation_cache, "_cache") and hasattr(compilation_cache, "_cache_initialized")
     state = cache_state()
     assert state.min_compile_seconds >= 0 and state.enabled in (True, False)
+
+
+def test_the_backend_compile_event_is_recorded_in_cached_compilation_with_the_lowered_module():
+    # jaxmagic._jax.program_prints reads the module being compiled from that frame (%jax_gather's programs)
+    from jax import monitoring
+
+    from jaxmagic._jax import program_prints
+
+    printed = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            printed.append(program_prints.print_of_compilation(lambda filename, lineno: f"line {lineno}"))
+
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.jit(lambda x: x * 3.0 + 1.0)(jax.numpy.ones(5))
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+    assert printed and printed[-1] is not None, "pxla._cached_compilation no longer holds `computation`"
+    assert printed[-1].op_count >= 3 and any("stablehlo.multiply" in op[1] for op in printed[-1].ops)

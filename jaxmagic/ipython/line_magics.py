@@ -498,7 +498,19 @@ class LineMagics(MagicRunner):
             print("jaxmagic watch: off")
 
     @magic_arguments()
-    @argument("name", help="The name each engine bound its report to (-o NAME of the magic run under %%px).")
+    @argument(
+        "name",
+        nargs="?",
+        default="",
+        help="The name each engine bound its report to (-o NAME of the magic run under %%px); optional with --values.",
+    )
+    @argument(
+        "--values",
+        metavar="EXPR",
+        default="",
+        help="A pytree that should be the same on every engine (replicated parameters, a step counter), "
+        "evaluated once on each: the leaves that differ, where, and by how much.",
+    )
     @argument(
         "--view",
         metavar="VIEW",
@@ -521,11 +533,20 @@ class LineMagics(MagicRunner):
         NaN on some only (with each one's line and call), a function compiled differently
         on some (the processes run different programs: collectives can hang), memory
         growing on some, the same random key on every process, and engines that failed or
-        did not answer within --timeout (where a hang is).
+        did not answer within --timeout (where a hang is). In a multi-process job each
+        process digests the programs it compiles: a process that compiled another program
+        is named with the first operation that differs and its line.
+
+        `%jax_gather --values params` (with or without NAME) compares a pytree that should
+        be the same everywhere: each engine digests every leaf, then only the leaves that
+        differ are fetched; each is named (`params['w']`) with its processes and largest
+        difference.
         """
         args = self._parse(self.jax_gather, line)
+        if not args.name and not args.values:
+            raise UsageError("%jax_gather: name a report (-o NAME of the magic run on every engine) or --values EXPR.")
         view = self._ipyparallel_view(args.view)
-        report = probes.gather_from_engines(view, args.name, args.timeout)
+        report = probes.gather_from_engines(view, args.name, args.timeout, values=args.values)
         self._publish(report, args)
 
     def _ipyparallel_view(self, name: str | None):

@@ -8,6 +8,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from jaxmagic._jax import program_prints
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
     bare_name,
@@ -82,6 +83,9 @@ class Collector:
         self._pending_lower: dict[str, float] = {}
         self._explaining = True
         self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
+        # A process of a multi-process job digests each program it compiles, for %jax_gather to compare
+        # (programs.py): only there, so a single process pays nothing.
+        self._print_programs = program_prints.in_multi_process_job()
 
     # -- inputs --------------------------------------------------------------
 
@@ -113,6 +117,9 @@ class Collector:
             return
         if event == EVENT_BACKEND_COMPILE:
             info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
+            if self._print_programs:
+                with contextlib.suppress(Exception):  # private frame layout: a program unread is not recorded
+                    info.program = program_prints.print_of_compilation(_user_line_text)
             with self._lock:
                 name = bare_name(str(kwargs.get("fun_name", "?")))
                 trace, lower = self._pending_trace.get(name), self._pending_lower.get(name)
@@ -259,6 +266,8 @@ class Collector:
             state.trial_partial = info.trial_partial
         state.last_leaves = dict(info.leaves) if info.leaves else None
         _record_baked(summary, state, info.baked)
+        if info.program is not None and len(summary.programs) < limits.PROGRAMS_KEPT:
+            summary.programs.append(info.program.to_dict())
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
@@ -366,6 +375,18 @@ def _innermost_user_line():
         return None
     finally:
         del frame
+
+
+def _user_line_text(filename: str, lineno: int) -> str:
+    """``In [3], line 4: h = x @ w`` for a user's line, "" for a library's (a program's operation's line)."""
+    if not is_user_file(filename):
+        return ""
+    line = source_line(filename, lineno, "")
+    return (
+        f"{line.label or filename}, line {lineno}: {line.code}"
+        if line.code
+        else f"{line.label or filename}, line {lineno}"
+    )
 
 
 def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:

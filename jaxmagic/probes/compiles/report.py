@@ -97,6 +97,9 @@ class FunctionCompiles:
     baked_fix_trial: str = ""
     baked_fix_works: bool | None = None
     baked_fix_error: str = ""
+    # In a multi-process job: the first programs compiled, digested (program_prints.ProgramPrint.to_dict()), in
+    # compile order, for %jax_gather to tell which process compiled a different one
+    programs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def jit_name(self) -> str:
