@@ -8,7 +8,9 @@ processes. ``merge`` sorts the entries by process and lists the differences
 - **Engines** (``%jax_gather NAME``): ``engine_entry(NAME)`` runs on every engine of
   an ipyparallel view (``view.apply_async``); each engine answers on its own, so an
   engine that is still busy (a hang) or died is named after the timeout while the
-  others' reports are merged.
+  others' reports are merged. A busy engine is then asked for its Python stack
+  (``gather.stacks``: faulthandler, on a signal sent through ipyparallel), read for
+  at most ``STACK_WAIT`` seconds more: where it is, and what the others wait in.
 - **A script** on every host (``jaxmagic.gather(report)``): each process puts its entry
   in jax.distributed's key-value store and process 0 waits for each one with the
   remaining time - no collective, so a stuck process cannot hang the others.
@@ -24,6 +26,7 @@ import time
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes.gather.compare import differences
 from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
+from jaxmagic.probes.gather.stacks import dump_stacks
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
@@ -73,8 +76,15 @@ def engine_entry(name: str) -> dict:
     return dataclasses.asdict(entry_of(namespace.get(name), process=process))
 
 
+STACK_WAIT = 1.0  # seconds after the timeout for late engines' stacks (a dump takes milliseconds)
+
+# engine -> its process index, from earlier answers: a busy engine cannot say it (keyed by the client's session)
+_process_of_engine: dict[tuple[str, int], int] = {}
+
+
 def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
-    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all."""
+    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds for the reports,
+    then at most ``min(timeout, STACK_WAIT)`` more for the stacks of engines that did not answer."""
     client = view.client
     targets = list(view.targets) if isinstance(view.targets, (list, tuple, range)) else list(client.ids)
     pending = {}
@@ -97,9 +107,27 @@ def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
             why = f"did not answer within {timeout:g} s (still running its cell?)" if late else error_line(error)
             if isinstance(error, IndexError):  # ipyparallel no longer lists it: its engine stopped
                 why = f"its engine stopped ({error_line(error)})"
-            entry = ProcessEntry(None, engine, status="missing" if late else "failed", headline=why, error=why)
+            process = _process_of_engine.get((_session_of(client), engine))
+            entry = ProcessEntry(process, engine, status="missing" if late else "failed", headline=why, error=why)
+        if entry.process is not None:
+            _process_of_engine[(_session_of(client), engine)] = entry.process
         entries.append(entry)
-    return merge(entries, name, [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."])
+    notes = [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."]
+    late = [e for e in entries if e.status == "missing"]
+    if late:
+        wait = min(timeout, STACK_WAIT)
+        stacks = dump_stacks(client, [e.engine for e in late if e.engine is not None], wait)
+        for entry in late:
+            entry.stack = stacks.get(entry.engine, {}) if entry.engine is not None else {}
+        notes.append(
+            f"{len(late)} engine(s) did not answer within {timeout:g} s: each was sent a signal through "
+            f"ipyparallel for its Python stack (faulthandler), read for at most {wait:g} s more."
+        )
+    return merge(entries, name, notes)
+
+
+def _session_of(client) -> str:
+    return str(getattr(getattr(client, "session", None), "session", "") or id(client))
 
 
 # -- a script on every process --------------------------------------------------------------
