@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,8 @@ import jaxmagic.probes as probes
 from jaxmagic.ipython import engine_stacks
 from jaxmagic.probes.gather import ProcessEntry, merge
 from jaxmagic.probes.gather.ranges import grouped, process_ranges
-from jaxmagic.probes.gather.stacks import dump_stacks, stack_dir, where_it_is
+from jaxmagic.probes.gather.stack_dump import INFO_MARK, stack_dir
+from jaxmagic.probes.gather.stacks import dump_stacks, where_it_is
 
 USER = "/home/me/train.py"
 JAX = "/venv/lib/python3.13/site-packages/jax/_src"
@@ -186,27 +188,55 @@ def test_only_an_ipyparallel_engine_listens_for_stack_requests(ip):
     assert engine_stacks.engine_id(types.SimpleNamespace(kernel=kernel_class())) == 3
 
 
-WAITER = textwrap.dedent(
+TWO_DUMPS = textwrap.dedent(
     """
-    import faulthandler, os, signal, sys, threading
+    import os, signal, sys, threading, time
     import jax, jax.numpy as jnp
-    faulthandler.register(signal.SIGWINCH, file=open(sys.argv[1], "a"), all_threads=True)
+    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
+    print(listen_for_stack_requests(int(sys.argv[1])), flush=True)
 
     @jax.jit
-    def update(x):
-        return jax.lax.fori_loop(0, 400_000_000, lambda i, c: c * 1.0000001 + 1e-9, x)
+    def update(x, steps):
+        return jax.lax.fori_loop(0, steps, lambda i, c: c * 1.0000001 + 1e-9, x)
 
-    y = update(jnp.ones(4))                     # runs asynchronously: the wait is below
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGWINCH)).start()
-    y.block_until_ready()                       # the dump is taken here
+    def spin(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+    update(jnp.ones(4), 1).block_until_ready()   # compiled: the call below only runs its program
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGWINCH)).start()
+    update(jnp.ones(4), 400_000_000)
+    time.sleep(0.5)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGWINCH)).start()
+    spin(1.0)
+    time.sleep(0.5)
     """
 )
 
 
-def test_a_real_dump_of_a_process_waiting_in_block_until_ready_reads_as_waiting(tmp_path):
-    script, out = tmp_path / "waiter.py", tmp_path / "dump.txt"
-    script.write_text(WAITER)
-    subprocess.run([sys.executable, str(script), str(out)], timeout=300, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    found = where_it_is(out.read_text())
-    assert found["state"] == "waiting", out.read_text()
-    assert found["line"] == 12 and "block_until_ready" in found["blocked_in"]
+def test_real_dumps_tell_a_process_blocked_in_a_jitted_call_from_one_in_a_python_loop(tmp_path):
+    """faulthandler shows no C frames: the engine's samples (the same call instruction in each) say it waits."""
+    script = tmp_path / "two_dumps.py"
+    script.write_text(TWO_DUMPS)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(90000 + os.getpid() % 1000)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = Path(done.stdout.split()[0])
+    try:
+        text = path.read_text()
+    finally:
+        path.unlink()
+    blocked = where_it_is(INFO_MARK.join(text.split(INFO_MARK)[:2]))
+    assert blocked["state"] == "waiting" and blocked["line"] == 18, text
+    assert blocked["where"].startswith("waits in `update(jnp.ones(4), 400_000_000)` (jitted"), blocked["where"]
+    assert blocked["code"] == "update(jnp.ones(4), 400_000_000)"
+    spinning = where_it_is(text)  # the last dump
+    assert spinning["state"] == "running" and spinning["function"] == "spin" and spinning["line"] == 13, text
+    assert spinning["where"] == "is in `spin` at line 13: `while time.monotonic() < end:`"

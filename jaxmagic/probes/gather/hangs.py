@@ -40,8 +40,7 @@ def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
             f"{who(_names(running))} never left your Python code (`{first.get('function')}`, line "
             f"{first.get('line')}): a loop that does not end there, or a branch the others did not take, so "
             "they wait in a collective it does not reach. Make every process take the same path through the "
-            "collectives"
-            + (f"; interrupt it with `rc.send_signal('SIGINT', targets={engines})`." if engines else ".")
+            "collectives" + (f"; interrupt it with `rc.send_signal('SIGINT', targets={engines})`." if engines else ".")
         )
     elif waiting:
         fix = (

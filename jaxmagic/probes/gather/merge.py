@@ -113,14 +113,14 @@ def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
             _process_of_engine[(_session_of(client), engine)] = entry.process
         entries.append(entry)
     notes = [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."]
-    late = [e for e in entries if e.status == "missing"]
-    if late:
+    busy = [e for e in entries if e.status == "missing"]
+    if busy:
         wait = min(timeout, STACK_WAIT)
-        stacks = dump_stacks(client, [e.engine for e in late if e.engine is not None], wait)
-        for entry in late:
+        stacks = dump_stacks(client, [e.engine for e in busy if e.engine is not None], wait)
+        for entry in busy:
             entry.stack = stacks.get(entry.engine, {}) if entry.engine is not None else {}
         notes.append(
-            f"{len(late)} engine(s) did not answer within {timeout:g} s: each was sent a signal through "
+            f"{len(busy)} engine(s) did not answer within {timeout:g} s: each was sent a signal through "
             f"ipyparallel for its Python stack (faulthandler), read for at most {wait:g} s more."
         )
     return merge(entries, name, notes)

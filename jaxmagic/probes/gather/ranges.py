@@ -33,7 +33,7 @@ def _span(start: int, end: int | None) -> str:
 
 
 def who(names: list[tuple[int | None, str]]) -> str:
-    """"process 3", "processes 0-511, 513-1023", with engines of unknown process index by name."""
+    """ "process 3", "processes 0-511, 513-1023", with engines of unknown process index by name."""
     indices = [p for p, _name in names if p is not None]
     others = [name for p, name in names if p is None]
     parts = []

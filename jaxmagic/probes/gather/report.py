@@ -92,7 +92,6 @@ class GatherReport(Report):
             sections.append(Section("How this was gathered", [Paragraph(n) for n in self.notes]))
         return Document("%jax_gather", self.status, self.summary, sections)
 
-
     def _rows(self) -> list[list[str]]:
         """A row per process; in a job of more than ``_ROWS_EACH`` processes, a row per group of processes that
         sent the same (status, headline), their indices as ranges and their hosts counted."""

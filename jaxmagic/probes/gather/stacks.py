@@ -1,69 +1,28 @@
-"""Where a process that does not answer is: its Python stack, dumped by ``faulthandler`` on a signal.
+"""Where a process that does not answer is: its stack, asked for with a signal and read from its dump.
 
 An engine that does not answer ``%jax_gather`` in time is running something: its
 cell loops, or it waits in JAX for the others (a collective, ``block_until_ready``).
-Python cannot be asked over the network while its main thread is busy, but a signal
-handler written in C can dump every thread's stack without the interpreter's help:
-
-- **Engine side** (``listen_for_stack_requests``, called when jaxmagic loads in an
-  ipyparallel engine - never in the user's own kernel): ``faulthandler.register``
-  on ``STACK_SIGNAL`` writes every thread's stack to a file of its own,
-  ``<tmp>/jaxmagic-stacks-<uid>/engine-<id>-<pid>.txt`` (opened for appending, so
-  each dump follows the last). Only when nothing handles the signal already.
-- **Notebook side** (``dump_stacks``): after the timeout, the signal goes to each
-  late engine through ipyparallel (``Client.send_signal``: the engine's nanny
-  process delivers it, so it also reaches a busy engine), and the new end of that
-  engine's file is read, waiting at most a given time.
-
-The signal is SIGWINCH ("terminal resized"): its default action is to be ignored,
-so an engine where jaxmagic was never loaded is left unharmed (SIGUSR1's default
-would kill it). The dump file is on the engine's host: for an engine on another
-host (no file of it here) the report says so instead of a stack.
+``dump_stacks`` sends each late engine ``STACK_SIGNAL`` through ipyparallel
+(``Client.send_signal``: the engine's nanny process delivers it, so it reaches a busy
+engine) and reads what the engine appends to its file (``stack_dump``: faulthandler's
+dump of every thread, then the samples that tell waiting from running), waiting at
+most a given time. ``where_it_is`` turns a dump into where the process is, the
+user's frames first. The file is on the engine's host: for an engine on another host
+(no file of it here) the report says so instead of a stack.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import faulthandler
-import os
+import json
 import re
-import signal
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from jaxmagic.probes.gather.stack_dump import INFO_MARK, STACK_SIGNAL, stack_dir
 from jaxmagic.report.source import code_kind
 from jaxmagic.report.wording import error_line
-
-STACK_SIGNAL = "SIGWINCH"
-
-_listening: dict[str, TextIO] = {}  # the dump file this process registered, kept open for faulthandler
-
-
-def stack_dir() -> Path:
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"jaxmagic-stacks-{uid}"
-
-
-def listen_for_stack_requests(engine_id: int) -> Path | None:
-    """Dump every thread's stack to this engine's file on ``STACK_SIGNAL``; the file, or None when not set up
-    (no such signal here, or a handler of the program's own is there)."""
-    sig = getattr(signal, STACK_SIGNAL, None)
-    if sig is None or not hasattr(faulthandler, "register"):
-        return None
-    if "file" in _listening:
-        return Path(_listening["file"].name)
-    if signal.getsignal(sig) not in (signal.SIG_DFL, None):
-        return None  # the program's own handler stays
-    directory = stack_dir()
-    directory.mkdir(mode=0o700, exist_ok=True)
-    path = directory / f"engine-{engine_id}-{os.getpid()}.txt"
-    file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open: faulthandler writes to its descriptor
-    faulthandler.register(sig, file=file, all_threads=True, chain=False)
-    _listening["file"] = file
-    return path
-
 
 # -- reading a dump -----------------------------------------------------------------------------
 
@@ -74,39 +33,61 @@ _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<functio
 _WAITS = ("block_until_ready", "_value", "__array__", "_single_device_array_to_np_array", "wait_for_tokens")
 
 
-def frames_of_dump(text: str) -> list[list[dict[str, Any]]]:
-    """Every thread's frames (innermost first, as faulthandler writes them) in a dump."""
-    starts = [m.start() for m in _THREAD.finditer(text)] + [len(text)]
+def frames_of_dump(text: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Every thread's id and frames (innermost first, as faulthandler writes them) in a dump."""
+    heads = list(_THREAD.finditer(text))
     threads = []
-    for start, end in zip(starts, starts[1:]):
+    for head, end in zip(heads, [h.start() for h in heads[1:]] + [len(text)]):
         frames = [
             {"filename": m["file"], "lineno": int(m["line"]), "function": m["function"], "kind": _kind(m["file"])}
-            for m in _FRAME.finditer(text, start, end)
+            for m in _FRAME.finditer(text, head.end(), end)
         ]
-        threads.append(frames)
+        threads.append((head.group(2), frames))
     return threads
 
 
 def _kind(filename: str) -> str:
     """Whose code a frame of another process runs: this process's libraries sit where that one's do on a
-    local engine; a path under site-packages is a library's on any host."""
+    local engine; a path under site-packages, or Python's own lib directory, is not the user's on any host."""
     kind = code_kind(filename)
     if kind == "user" and ("site-packages" in filename or "dist-packages" in filename):
         return "jax" if re.search(r"[/\\]jax(lib)?[/\\]", filename) else "library"
+    if kind == "user" and re.search(r"[/\\]lib[/\\]python3\.\d+[/\\]", filename):
+        return "python"
     return kind
 
 
-def where_it_is(text: str) -> dict[str, Any]:
-    """Where a dumped process is: {state, where, function, line, blocked_in, user_frames, frames}.
+def _info_of(text: str) -> tuple[str, dict[str, Any]]:
+    """(the faulthandler dump, the samples the engine added after it) of the last dump in ``text``."""
+    head, mark, tail = text.rpartition(INFO_MARK)
+    if not mark:
+        return text, {}
+    if INFO_MARK in head:  # an earlier dump read along: keep the last
+        head = head.rpartition(INFO_MARK)[2].split("\n", 1)[-1]
+    try:
+        return head, json.loads(tail.split("\n", 1)[0])
+    except ValueError:
+        return head, {}
 
-    ``state`` is "running" (its innermost frame is Python code: a loop of the user's, a library's),
-    "waiting" (in JAX: a compiled program, ``block_until_ready`` - for the other processes) or
-    "unknown" (no Python frame of the user's). The user's frames come first."""
-    threads = [t for t in frames_of_dump(text) if t]
-    if not threads:
+
+def where_it_is(text: str) -> dict[str, Any]:
+    """Where a dumped process is: {state, where, function, line, code, blocked_in, user_frames, frames}.
+
+    ``state`` is "running" (Python code runs: a loop of the user's, a library's), "waiting" (in a call
+    that does not return: a jitted function whose program waits in a collective, ``block_until_ready``)
+    or "unknown" (no Python frame of the user's). The user's frames come first."""
+    dump, info = _info_of(text)
+    threads = frames_of_dump(dump)
+    main = f"{info['thread']:#018x}" if isinstance(info.get("thread"), int) else ""
+    picked = [frames for ident, frames in threads if ident == main and frames]
+    candidates = picked or [frames for _ident, frames in threads if frames]
+    if not candidates:
         return {"state": "unknown", "where": "no Python stack in its dump", "frames": [], "user_frames": []}
-    # the thread running the cell: the one with the user's frames (the kernel's own threads have none)
-    thread = max(threads, key=lambda t: (any(f["kind"] == "user" for f in t), len(t)))
+    # the thread running the cell: the main thread, else the one with the user's frames
+    thread = max(candidates, key=lambda t: (any(f["kind"] == "user" for f in t), len(t)))
+    lines = info.get("lines") or {}
+    for frame in thread:
+        frame["code"] = lines.get(f"{frame['filename']}:{frame['lineno']}", "")
     user = [f for f in thread if f["kind"] == "user"]
     if not user:
         return {"state": "unknown", "where": "in no code of yours", "frames": thread[:30], "user_frames": []}
@@ -117,15 +98,24 @@ def where_it_is(text: str) -> dict[str, Any]:
     if jax_frames:
         blocked = _blocking_call(jax_frames)
         state, where = "waiting", f"waits in JAX ({blocked}) in {at}"
+    elif not inner and info.get("steady") and info.get("call"):  # the same call in every sample: blocked in C
+        blocked = f"`{info['call']}`" + (
+            " (jitted: its compiled program runs; a collective in it waits until every process joins)"
+            if info.get("jitted")
+            else ""
+        )
+        state, where = "waiting", f"waits in {blocked} in {at}"
     else:
         blocked = ""
         called = f" (in `{inner[-1]['function']}` of {_short(inner[-1]['filename'])})" if inner else ""
-        state, where = "running", f"is in {at}{called}"
+        code = f": `{innermost['code']}`" if innermost.get("code") else ""
+        state, where = "running", f"is in {at}{called}{code}"
     return {
         "state": state,
         "where": where,
         "function": innermost["function"],
         "line": innermost["lineno"],
+        "code": innermost.get("code", ""),
         "blocked_in": blocked,
         "user_frames": user,
         "frames": thread[:30],
@@ -151,7 +141,7 @@ def _short(filename: str) -> str:
 
 
 def user_stack_text(stack: dict[str, Any]) -> str:
-    """"`spin` line 8 <- `main` line 14 <- line 15": the user's frames, innermost first."""
+    """ "`spin` line 8 <- `main` line 14 <- line 15": the user's frames, innermost first."""
     return " <- ".join(
         f"`{f['function']}` line {f['lineno']}" if f["function"] != "<module>" else f"line {f['lineno']}"
         for f in stack.get("user_frames") or []
@@ -192,17 +182,17 @@ def dump_stacks(client, engines: list[int], wait: float) -> dict[int, dict[str, 
     while watched:
         for engine, seen in list(watched.items()):
             size = sum(_size(p) for p in seen.paths)
-            if size > sum(seen.paths.values()) and size == seen.last_size:  # grew, then stopped growing: done
+            if size != seen.last_size:
                 seen.text = "".join(_tail(p, before) for p, before in seen.paths.items())
+                seen.last_size = size
+            if INFO_MARK in seen.text and seen.text.endswith("\n"):  # the dump and the samples after it
                 out[engine] = where_it_is(seen.text)
                 del watched[engine]
-            seen.last_size = size
         if not watched or time.monotonic() >= deadline:
             break
         time.sleep(0.02)
-    for engine, seen in watched.items():  # no dump, or one still being written, when the time was up
-        text = "".join(_tail(p, before) for p, before in seen.paths.items())
-        found = where_it_is(text) if text else {}
+    for engine, seen in watched.items():  # no dump, or one cut short, when the time was up
+        found = where_it_is(seen.text) if seen.text else {}
         out[engine] = (
             found
             if found.get("user_frames")
