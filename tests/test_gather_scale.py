@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -240,3 +242,36 @@ def test_real_dumps_tell_a_process_blocked_in_a_jitted_call_from_one_in_a_python
     spinning = where_it_is(text)  # the last dump
     assert spinning["state"] == "running" and spinning["function"] == "spin" and spinning["line"] == 13, text
     assert spinning["where"] == "is in `spin` at line 13: `while time.monotonic() < end:`"
+
+
+def test_the_script_path_names_a_process_that_never_sent_its_entry_after_the_timeout(monkeypatch):
+    """Three processes, process 2 stuck before jaxmagic.gather: process 0 polls the arrival count (never 3),
+    reads what arrived in one request when the time is up and names process 2."""
+    from jaxmagic._jax import distributed_store
+    from jaxmagic.probes.gather import gather
+
+    store: dict[str, bytes] = {}
+    other = ProcessEntry(1, headline="fine", status="ok", kind="jax_nans", report={"kind": "jax_nans"})
+    store["jaxmagic/gather/{n}/entries/1"] = json.dumps(dataclasses.asdict(other)).encode()
+    reads = []
+    monkeypatch.setattr(distributed_store, "initialized", lambda: True)
+    monkeypatch.setattr(distributed_store, "process_index_and_count", lambda: (0, 3))
+    monkeypatch.setattr(distributed_store, "put", lambda key, value: store.__setitem__(key, value))
+    monkeypatch.setattr(distributed_store, "count_up", lambda key: 1)
+    monkeypatch.setattr(distributed_store, "count_of", lambda key: reads.append(key) or 2)  # process 2 never
+    monkeypatch.setattr(distributed_store, "delete", lambda prefix: None)
+
+    def all_under(prefix):
+        n = prefix.split("/")[2]
+        return {k.replace("{n}", n): v for k, v in store.items() if k.replace("{n}", n).startswith(prefix)}
+
+    monkeypatch.setattr(distributed_store, "all_under", all_under)
+    with probes.nans() as report:
+        pass
+    merged = gather(report, timeout=0.3)
+    assert merged is not None
+    data = merged.to_dict()
+    assert [p["process"] for p in data["processes"]] == [0, 1, 2]
+    stuck = [f for f in data["findings"] if f["area"] == "not finished"][0]
+    assert stuck["processes"] == [2] and "sent no report within 0.3 s" in stuck["summary"]
+    assert len(reads) < 30  # polled with growing pauses, not in a busy loop

@@ -12,8 +12,11 @@ processes. ``merge`` sorts the entries by process and lists the differences
   (``gather.stacks``: faulthandler, on a signal sent through ipyparallel), read for
   at most ``STACK_WAIT`` seconds more: where it is, and what the others wait in.
 - **A script** on every host (``jaxmagic.gather(report)``): each process puts its entry
-  in jax.distributed's key-value store and process 0 waits for each one with the
-  remaining time - no collective, so a stuck process cannot hang the others.
+  in jax.distributed's key-value store and counts itself in; process 0 polls the
+  count until every process is in or the timeout is up, then reads every entry in one
+  request (``key_value_dir_get``) - no collective, so a stuck process cannot hang the
+  others, and the requests process 0 makes do not grow with the number of processes
+  (docs/DESIGN.md: what 4,096 processes cost).
 """
 
 from __future__ import annotations
@@ -147,17 +150,34 @@ def gather(report, timeout: float = 60.0) -> GatherReport | None:
     _rounds["n"] += 1
     prefix = f"jaxmagic/gather/{_rounds['n']}/"
     entry = entry_of(report, process=process)
-    distributed_store.put(prefix + str(process), json.dumps(dataclasses.asdict(entry)).encode())
+    distributed_store.put(f"{prefix}entries/{process}", json.dumps(dataclasses.asdict(entry)).encode())
+    distributed_store.count_up(prefix + "count")
     if process != 0:
         return None
-    deadline = time.monotonic() + timeout
+    arrived = _wait_for_count(prefix + "count", count, time.monotonic() + timeout)
+    sent = distributed_store.all_under(prefix + "entries/")  # one request for every process's entry
+    distributed_store.delete(prefix)
     entries = []
     for other in range(count):
-        data = distributed_store.wait_for(prefix + str(other), max(0.001, deadline - time.monotonic()))
+        data = sent.get(f"{prefix}entries/{other}")
         if data is None:
             why = f"sent no report within {timeout:g} s"
             entries.append(ProcessEntry(other, status="missing", headline=why, error=why))
         else:
             entries.append(ProcessEntry(**json.loads(data)))
-            distributed_store.delete(prefix + str(other))
-    return merge(entries, entry.kind, [f"Gathered through jax.distributed's key-value store from {count} process(es)."])
+    notes = [f"Gathered through jax.distributed's key-value store from {count} process(es)."]
+    if arrived < count:
+        notes.append(f"{count - arrived} process(es) had not sent their report when {timeout:g} s were up.")
+    return merge(entries, entry.kind, notes)
+
+
+def _wait_for_count(key: str, count: int, deadline: float) -> int:
+    """Poll the arrival counter until ``count`` processes sent their entry or the deadline passed: one small
+    request a poll (every 5 ms at first, then every 100 ms), whatever the number of processes."""
+    pause = 0.005
+    while True:
+        arrived = distributed_store.count_of(key)
+        if arrived >= count or time.monotonic() >= deadline:
+            return arrived
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(0.1, pause * 2)
