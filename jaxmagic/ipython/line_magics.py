@@ -499,7 +499,8 @@ class LineMagics(MagicRunner):
         type=positive_float,
         default=30.0,
         metavar="S",
-        help="Seconds to wait for all engines (default 30); engines that did not answer are named.",
+        help="Seconds to wait for all engines (default 30); engines that did not answer are named, with "
+        "where each one is (its Python stack, asked for with a signal: at most 1 s more).",
     )
     @output_option
     @line_magic
@@ -511,7 +512,8 @@ class LineMagics(MagicRunner):
         NaN on some only (with each one's line and call), a function compiled differently
         on some (the processes run different programs: collectives can hang), memory
         growing on some, the same random key on every process, and engines that failed or
-        did not answer within --timeout (where a hang is).
+        did not answer within --timeout (where a hang is): a busy engine's Python stack says
+        which process runs Python code (a loop, at its line) and which wait in a JAX call.
         """
         args = self._parse(self.jax_gather, line)
         view = self._ipyparallel_view(args.view)
