@@ -28,7 +28,13 @@ def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
     unknown = [e for e in late if e not in running and e not in waiting]
     failed = [e for e in stuck if not e.stack]  # answered without a report, or died: no stack asked
     said = [_at(group) for group in _by_place(running)] + [_at(group) for group in _by_place(waiting)]
-    said += [f"{who(_names(group))}: no stack ({group[0].stack.get('where')})" for group in _by_place(unknown)]
+    idle = [e for e in unknown if e.stack.get("frames")]  # a stack, none of it the user's: between cells
+    if idle:
+        said.append(f"{who(_names(idle))}: in none of your code (idle, or in the kernel's own)")
+    said += [
+        f"{who(_names(group))}: no stack ({group[0].stack.get('where')})"
+        for group in _by_place([e for e in unknown if e not in idle])
+    ]
     said += [f"{text} (sent no report)" for text in grouped([(e.process, e.name, e.error) for e in failed])]
     finished = [e for e in entries if not e.error]
     if finished:
