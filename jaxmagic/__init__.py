@@ -62,3 +62,6 @@ def unload_ipython_extension(ipython) -> None:
     from jaxmagic.ipython import early_context  # deferred: IPython layer
 
     early_context.uninstall(ipython)
+    from jaxmagic.ipython import engine_stacks  # deferred: IPython layer
+
+    engine_stacks.uninstall(ipython)

@@ -275,3 +275,26 @@ def test_the_script_path_names_a_process_that_never_sent_its_entry_after_the_tim
     stuck = [f for f in data["findings"] if f["area"] == "not finished"][0]
     assert stuck["processes"] == [2] and "sent no report within 0.3 s" in stuck["summary"]
     assert len(reads) < 30  # polled with growing pauses, not in a busy loop
+
+
+def test_listening_here_answers_a_signal_with_this_thread_waiting_in_its_call_and_unloading_undoes_it():
+    """The engine's side in this process: the signal, the dump with the samples, then stop_listening."""
+    import signal
+    import threading
+    import time
+
+    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests, stop_listening
+
+    path = listen_for_stack_requests(9997)
+    assert path is not None and path.exists()
+    try:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGWINCH)).start()
+        time.sleep(0.5)  # the signal comes, and the answering thread samples this thread, here
+        text = path.read_text()
+        found = where_it_is(text)
+    finally:
+        stop_listening()
+    assert found["state"] == "waiting" and found["where"].startswith("waits in `time.sleep(0.5)`"), found
+    assert found["code"].startswith("time.sleep(0.5)"), text
+    assert not path.exists()
+    os.kill(os.getpid(), signal.SIGWINCH)  # SIGWINCH's default again: ignored

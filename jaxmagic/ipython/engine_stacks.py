@@ -28,3 +28,11 @@ def install(ipython) -> None:
         listen_for_stack_requests(number)
     except OSError:  # no writable temporary directory: %jax_gather says it got no stack
         pass
+
+
+def uninstall(ipython) -> None:
+    if engine_id(ipython) is None:
+        return
+    from jaxmagic.probes.gather.stack_dump import stop_listening  # deferred: see install
+
+    stop_listening()

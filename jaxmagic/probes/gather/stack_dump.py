@@ -72,8 +72,18 @@ def listen_for_stack_requests(engine_id: int) -> Path | None:
     read_end, write_end = os.pipe()
     faulthandler.register(sig, file=write_end, all_threads=True, chain=False)
     threading.Thread(target=_answer_requests, args=(read_end, path), name="jaxmagic-stacks", daemon=True).start()
-    _listening["path"] = path
+    _listening.update(path=path, write_end=write_end)
     return path
+
+
+def stop_listening() -> None:
+    """Undo ``listen_for_stack_requests`` (``%unload_ext jaxmagic``): the signal's default back, the thread ended."""
+    if "path" not in _listening:
+        return
+    faulthandler.unregister(getattr(signal, STACK_SIGNAL))
+    os.close(_listening["write_end"])  # the answering thread reads the end of the pipe and returns
+    _listening.pop("path").unlink(missing_ok=True)
+    _listening.clear()
 
 
 def _answer_requests(read_end: int, path: Path) -> None:
@@ -110,7 +120,14 @@ def main_thread_state(samples: int = 5, interval: float = 0.01) -> dict[str, Any
         return {"thread": main, "steady": False, "call": "", "jitted": False, "lines": {}}
     steady = len(set(seen)) == 1 and (id(frame.f_code), frame.f_lasti, frame.f_lineno) == seen[0]
     call, callee = _call_at(frame) if steady else ("", None)
-    state = {"thread": main, "steady": steady, "call": call, "jitted": _is_jitted(callee), "lines": _lines(frame)}
+    state = {
+        "thread": main,
+        "at": f"{frame.f_code.co_filename}:{frame.f_lineno}",  # where the samples were: the dump's line, or not
+        "steady": steady,
+        "call": call,
+        "jitted": _is_jitted(callee),
+        "lines": _lines(frame),
+    }
     del frame
     return state
 

@@ -87,7 +87,7 @@ def where_it_is(text: str) -> dict[str, Any]:
     thread = max(candidates, key=lambda t: (any(f["kind"] == "user" for f in t), len(t)))
     lines = info.get("lines") or {}
     for frame in thread:
-        frame["code"] = lines.get(f"{frame['filename']}:{frame['lineno']}", "")
+        frame["code"] = lines.get(_key(frame), "")
     user = [f for f in thread if f["kind"] == "user"]
     if not user:
         return {"state": "unknown", "where": "in no code of yours", "frames": thread[:30], "user_frames": []}
@@ -98,7 +98,8 @@ def where_it_is(text: str) -> dict[str, Any]:
     if jax_frames:
         blocked = _blocking_call(jax_frames)
         state, where = "waiting", f"waits in JAX ({blocked}) in {at}"
-    elif not inner and info.get("steady") and info.get("call"):  # the same call in every sample: blocked in C
+    elif not inner and info.get("steady") and info.get("call") and info.get("at") == _key(innermost):
+        # the same call instruction in every sample, at the line of the dump: blocked in C code
         blocked = f"`{info['call']}`" + (
             " (jitted: its compiled program runs; a collective in it waits until every process joins)"
             if info.get("jitted")
@@ -120,6 +121,10 @@ def where_it_is(text: str) -> dict[str, Any]:
         "user_frames": user,
         "frames": thread[:30],
     }
+
+
+def _key(frame: dict[str, Any]) -> str:
+    return f"{frame['filename']}:{frame['lineno']}"
 
 
 def _blocking_call(jax_frames: list[dict[str, Any]]) -> str:
