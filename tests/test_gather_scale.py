@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -31,7 +32,7 @@ import jaxmagic.probes as probes
 from jaxmagic.ipython import engine_stacks
 from jaxmagic.probes.gather import ProcessEntry, merge
 from jaxmagic.probes.gather.ranges import grouped, process_ranges
-from jaxmagic.probes.gather.stack_dump import INFO_MARK, stack_dir
+from jaxmagic.probes.gather.stack_dump import INFO_MARK, dump_file_name, stack_dir
 from jaxmagic.probes.gather.stacks import dump_stacks, where_it_is
 
 USER = "/home/me/train.py"
@@ -163,7 +164,7 @@ class FakeClient:
 def engine_file():
     directory = stack_dir()
     directory.mkdir(mode=0o700, exist_ok=True)
-    path = directory / "engine-9999-1.txt"
+    path = directory / dump_file_name(9999, socket.gethostname(), os.getpid())  # a live process's file
     path.write_text("an earlier dump\n")  # only what the signal adds is read
     yield path
     path.unlink()
@@ -182,6 +183,19 @@ def test_no_dump_and_a_signal_that_cannot_be_sent_end_in_a_reason(engine_file):
     assert "could not be sent" in gone[9999]["where"]
     elsewhere = dump_stacks(FakeClient(engine_file), [9998], 0.1)[9998]  # no file here: another host
     assert "jaxmagic is not loaded on it" in elsewhere["where"] and "another host" in elsewhere["where"]
+    left = engine_file.with_name(dump_file_name(9996, socket.gethostname(), _exited_pid()))
+    left.write_text("")  # left behind by an engine that exited
+    try:
+        passed_over = dump_stacks(FakeClient(left, SPINNING), [9996], 0.1)[9996]
+    finally:
+        left.unlink()
+    assert "jaxmagic is not loaded on it" in passed_over["where"]
+
+
+def _exited_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
 
 
 def test_only_an_ipyparallel_engine_listens_for_stack_requests(ip):

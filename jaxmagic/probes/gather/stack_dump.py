@@ -6,7 +6,7 @@ handler is C code, so it runs even while the main thread is busy in a Python loo
 blocked in a JAX call, and writes every thread's stack into a pipe. A daemon thread
 (blocked on that pipe, costing nothing until then) wakes up, adds what faulthandler
 cannot know, and appends both to this engine's file
-``<tmp>/jaxmagic-stacks-<uid>/engine-<id>-<pid>.txt``:
+``<tmp>/jaxmagic-stacks-<uid>/engine-<id>-<host>-<pid>.txt``:
 
 - whether the main thread is **waiting in a call** (the same instruction, a call, in
   five samples 10 ms apart: a jitted function whose program waits in a collective,
@@ -33,6 +33,7 @@ import os
 import re
 import select
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -55,6 +56,10 @@ def stack_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"jaxmagic-stacks-{uid}"
 
 
+def dump_file_name(engine_id: int, host: str, pid: int) -> str:
+    return f"engine-{engine_id}-{host.replace('-', '_')}-{pid}.txt"
+
+
 def listen_for_stack_requests(engine_id: int) -> Path | None:
     """Write this process's stack to its file on ``STACK_SIGNAL``; the file, or None when not set up (no such
     signal on this system, or a handler of the program's own is there)."""
@@ -67,7 +72,7 @@ def listen_for_stack_requests(engine_id: int) -> Path | None:
         return None  # the program's own handler stays
     directory = stack_dir()
     directory.mkdir(mode=0o700, exist_ok=True)
-    path = directory / f"engine-{engine_id}-{os.getpid()}.txt"
+    path = directory / dump_file_name(engine_id, socket.gethostname(), os.getpid())
     path.touch()  # the notebook side finds the engine's file before any dump
     read_end, write_end = os.pipe()
     faulthandler.register(sig, file=write_end, all_threads=True, chain=False)

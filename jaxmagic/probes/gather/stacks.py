@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -170,7 +172,7 @@ def dump_stacks(client, engines: list[int], wait: float) -> dict[int, dict[str, 
     out: dict[int, dict[str, Any]] = {}
     watched: dict[int, _Watched] = {}
     for engine in engines:
-        paths = {p: _size(p) for p in directory.glob(f"engine-{engine}-*.txt")} if directory.is_dir() else {}
+        paths = {p: _size(p) for p in _live_files(directory, engine)}
         if not paths:
             out[engine] = _none(
                 "its stack dump is not set up here: jaxmagic is not loaded on it (`%px %load_ext jaxmagic`), "
@@ -207,6 +209,30 @@ def dump_stacks(client, engines: list[int], wait: float) -> dict[int, dict[str, 
             )
         )
     return out
+
+
+def _live_files(directory: Path, engine: int) -> list[Path]:
+    """The engine's dump files here, without those of this host's engines that have exited (left behind)."""
+    if not directory.is_dir():
+        return []
+    here = socket.gethostname().replace("-", "_")
+    files = []
+    for path in directory.glob(f"engine-{engine}-*.txt"):
+        _engine, host, pid = path.stem.rsplit("-", 2)
+        if host == here and pid.isdigit() and not _alive(int(pid)):
+            continue
+        files.append(path)
+    return files
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
 
 
 def _none(why: str) -> dict[str, Any]:
