@@ -251,8 +251,8 @@ def test_real_dumps_tell_a_process_blocked_in_a_jitted_call_from_one_in_a_python
         path.unlink()
     blocked = where_it_is(INFO_MARK.join(text.split(INFO_MARK)[:2]))
     assert blocked["state"] == "waiting" and blocked["line"] == 18, text
-    assert blocked["where"].startswith("waits in `update(jnp.ones(4), 400_000_000)` (jitted"), blocked["where"]
-    assert blocked["code"] == "update(jnp.ones(4), 400_000_000)"
+    assert blocked["where"].startswith("waits in `update(jnp.ones(4), 400_000_000)` (jitted, computing)")
+    assert blocked["code"] == "update(jnp.ones(4), 400_000_000)", blocked["where"]
     spinning = where_it_is(text)  # the last dump
     assert spinning["state"] == "running" and spinning["function"] == "spin" and spinning["line"] == 13, text
     assert spinning["where"] == "is in `spin` at line 13: `while time.monotonic() < end:`"

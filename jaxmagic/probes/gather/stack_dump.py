@@ -8,9 +8,11 @@ blocked in a JAX call, and writes every thread's stack into a pipe. A daemon thr
 cannot know, and appends both to this engine's file
 ``<tmp>/jaxmagic-stacks-<uid>/engine-<id>-<host>-<pid>.txt``:
 
-- whether the main thread is **waiting in a call** (the same instruction, a call, in
-  five samples 10 ms apart: a jitted function whose program waits in a collective,
-  ``block_until_ready``, a sleep) or **running Python** (the instruction moves);
+- whether the main thread is **waiting in a call** (the same call instruction in ten
+  samples 10 ms apart, and - unless the call is a jitted function's - no CPU time used:
+  a sleep, a lock) or **running Python** (the instruction moves, or the thread is busy);
+  for a jitted call, whether it computes (CPU time) or is blocked (a collective that
+  waits for the other processes);
 - the call it waits in, as written (``update(w, batch)``), and whether it is jitted;
 - the source of the user's lines on the stack (an engine's cells are in its
   ``linecache`` only).
@@ -109,20 +111,29 @@ def _answer_requests(read_end: int, path: Path) -> None:
             file.write(chunk.decode("utf-8", "replace") + INFO_MARK + info + "\n")
 
 
-def main_thread_state(samples: int = 5, interval: float = 0.01) -> dict[str, Any]:
-    """What the main thread does: {thread, steady, call, jitted, lines}. Runs in the answering thread."""
-    main = threading.main_thread().ident
+def main_thread_state(samples: int = 10, interval: float = 0.01) -> dict[str, Any]:
+    """What the main thread does: {thread, at, steady, call, jitted, cpu, lines}. Runs in the answering thread.
+
+    ``steady``: the same instruction in every sample. Not enough alone: in a tight Python loop this thread
+    gets the GIL back at the same instruction each time (a call to ``time.monotonic()``), so ``cpu`` - the
+    main thread's CPU time over the samples per second of wall time, None where the system cannot say -
+    tells a loop (busy) from a wait (blocked, ~0)."""
+    main = threading.main_thread().ident or 0
+    clock = _cpu_clock(main)
+    cpu_start, wall_start = _cpu_seconds(clock), time.monotonic()
     seen = []
     for _ in range(samples):
-        frame = sys._current_frames().get(main or 0)
+        frame = sys._current_frames().get(main)
         if frame is None:
-            return {"thread": main, "steady": False, "call": "", "jitted": False, "lines": {}}
+            return {"thread": main, "steady": False, "call": "", "jitted": False, "cpu": None, "lines": {}}
         seen.append((id(frame.f_code), frame.f_lasti, frame.f_lineno))
         del frame
         time.sleep(interval)
-    frame = sys._current_frames().get(main or 0)
+    cpu_end, wall_end = _cpu_seconds(clock), time.monotonic()
+    cpu = None if cpu_start is None or cpu_end is None else (cpu_end - cpu_start) / max(1e-6, wall_end - wall_start)
+    frame = sys._current_frames().get(main)
     if frame is None:
-        return {"thread": main, "steady": False, "call": "", "jitted": False, "lines": {}}
+        return {"thread": main, "steady": False, "call": "", "jitted": False, "cpu": cpu, "lines": {}}
     steady = len(set(seen)) == 1 and (id(frame.f_code), frame.f_lasti, frame.f_lineno) == seen[0]
     call, callee = _call_at(frame) if steady else ("", None)
     state = {
@@ -131,10 +142,27 @@ def main_thread_state(samples: int = 5, interval: float = 0.01) -> dict[str, Any
         "steady": steady,
         "call": call,
         "jitted": _is_jitted(callee),
+        "cpu": cpu,
         "lines": _lines(frame),
     }
     del frame
     return state
+
+
+def _cpu_clock(thread_ident: int) -> int | None:
+    try:
+        return time.pthread_getcpuclockid(thread_ident)  # Unix: a clock of that thread's CPU time
+    except (AttributeError, OSError, OverflowError):
+        return None
+
+
+def _cpu_seconds(clock: int | None) -> float | None:
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None
 
 
 def _call_at(frame: FrameType) -> tuple[str, Any]:

@@ -100,13 +100,22 @@ def where_it_is(text: str) -> dict[str, Any]:
     if jax_frames:
         blocked = _blocking_call(jax_frames)
         state, where = "waiting", f"waits in JAX ({blocked}) in {at}"
-    elif not inner and info.get("steady") and info.get("call") and info.get("at") == _key(innermost):
-        # the same call instruction in every sample, at the line of the dump: blocked in C code
-        blocked = f"`{info['call']}`" + (
-            " (jitted: its compiled program runs; a collective in it waits until every process joins)"
-            if info.get("jitted")
-            else ""
-        )
+    elif (
+        not inner
+        and info.get("steady")
+        and info.get("call")
+        and info.get("at") == _key(innermost)
+        and (info.get("jitted") or _blocked(info))
+    ):  # the same call in every sample, at the dump's line: in C code (a jitted program, a sleep, a lock)
+        if info.get("jitted"):
+            doing = (
+                "computing"
+                if not _blocked(info)
+                else "its thread not computing: it waits for the devices, or for a collective every process must join"
+            )
+            blocked = f"`{info['call']}` (jitted, {doing})"
+        else:
+            blocked = f"`{info['call']}`"
         state, where = "waiting", f"waits in {blocked} in {at}"
     else:
         blocked = ""
@@ -123,6 +132,15 @@ def where_it_is(text: str) -> dict[str, Any]:
         "user_frames": user,
         "frames": thread[:30],
     }
+
+
+def _blocked(info: dict[str, Any]) -> bool:
+    """The main thread used (almost) no CPU while sampled: it waits. Unknown CPU time counts as not blocked."""
+    cpu = info.get("cpu")
+    return isinstance(cpu, (int, float)) and cpu < BUSY
+
+
+BUSY = 0.1  # a thread using a tenth of a core or more runs; one blocked in a wait uses ~0
 
 
 def _key(frame: dict[str, Any]) -> str:
