@@ -48,12 +48,14 @@ def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
             "they wait in a collective it does not reach. Make every process take the same path through the "
             "collectives" + (f"; interrupt it with `rc.send_signal('SIGINT', targets={engines})`." if engines else ".")
         )
-    elif waiting:
+    elif waiting and all("JAX" in str(e.stack.get("where")) or "jitted" in str(e.stack.get("where")) for e in waiting):
         fix = (
-            "Every process that did not answer waits in JAX: a collective that not all processes join "
-            "(another program on some - see 'divergence' - or a process that left or died). Make every "
-            "process run the same programs in the same order."
+            "Every process that did not answer waits in JAX and none runs Python: if they wait for each other, "
+            "it is a collective that not all processes join (another program on some - see 'divergence' - or a "
+            "process that left or died). Make every process run the same programs in the same order."
         )
+    elif waiting:
+        fix = "Each process that did not answer waits in the call named: what it waits for (a lock, a file, a sleep) is why."
     else:
         fix = "Look at that engine's output (%%px --targets N) or its log."
     kind = "A hang: " if running or waiting else ""

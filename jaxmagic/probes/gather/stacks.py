@@ -99,7 +99,10 @@ def where_it_is(text: str) -> dict[str, Any]:
     at = f"`{innermost['function']}` at line {innermost['lineno']}"
     if jax_frames:
         blocked = _blocking_call(jax_frames)
-        state, where = "waiting", f"waits in JAX ({blocked}) in {at}"
+        if isinstance(info.get("cpu"), (int, float)) and not _blocked(info):  # computing: tracing, compiling, running
+            state, where = "running", f"is busy in JAX ({blocked}) in {at}"
+        else:
+            state, where = "waiting", f"waits in JAX ({blocked}) in {at}"
     elif (
         not inner
         and info.get("steady")
@@ -153,7 +156,7 @@ def _blocking_call(jax_frames: list[dict[str, Any]]) -> str:
         if frame["function"] in _WAITS:
             return f"`{frame['function'].strip('_') or frame['function']}`"
     if any("pxla" in f["filename"] or f["function"] in ("__call__", "call_impl_cache_miss") for f in jax_frames):
-        return "running a compiled program: a collective waits for every process"
+        return "running a compiled program"
     return f"`{jax_frames[0]['function']}` of {_short(jax_frames[0]['filename'])}"
 
 
