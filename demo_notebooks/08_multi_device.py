@@ -564,6 +564,42 @@ assert "largest difference NaN or inf on one side" in values.summary and "%%jax_
 print(values.summary)
 
 # %% [markdown]
+# ### A process that hangs
+#
+# A job hangs when one process does not reach a collective the others wait in (jax#38503: one rank
+# alive but stuck, the others waiting). Below, process 1 spins in a Python loop for 10 s while process
+# 0 is idle. `%jax_gather --timeout 2` names the hang with its line: an engine still busy after the
+# timeout is sent a signal through ipyparallel, and `faulthandler` (registered when jaxmagic loaded
+# on the engine) writes its Python stack even while it runs; the engine's own thread adds whether it
+# is running Python or waiting in a call (a jitted function, `block_until_ready`).
+
+# %%
+import time
+
+busy = rc[1].execute(
+    "import time\n"
+    "def spin(seconds):\n"
+    "    end = time.monotonic() + seconds\n"
+    "    while time.monotonic() < end: pass\n"
+    "def train_step():\n"
+    "    spin(10)\n"
+    "train_step()\n",
+    block=False,
+)
+time.sleep(1)
+
+# %%
+# %jax_gather rep --timeout 2 -o stuck
+
+# %%
+hang = {f.area: f for f in stuck.findings}["not finished"]
+assert hang.processes == [1] and hang.function == "spin"
+assert hang.summary.startswith("A hang: process 1 is in `spin` at line 4: `while time.monotonic() < end: pass`")
+assert hang.summary.endswith("process 0 finished") and "targets=[1]" in hang.fix
+print(hang.summary)
+busy.get(timeout=60)  # the loop ends: process 1 answers again
+
+# %% [markdown]
 # The same merge without a notebook: a script launched on every host calls `jaxmagic.gather(report)`;
 # the reports travel through jax.distributed's key-value store (no collective, so a process that hangs
 # cannot hang the others - it is named after the timeout) and process 0 gets the merged report;

@@ -41,6 +41,10 @@ def load_ipython_extension(ipython) -> None:
     from jaxmagic.ipython import early_context  # deferred: IPython layer (see above)
 
     early_context.install(ipython)
+    # On an ipyparallel engine (never in the user's own kernel): a stack dump on a signal, for %jax_gather.
+    from jaxmagic.ipython import engine_stacks  # deferred: IPython layer (see above)
+
+    engine_stacks.install(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -60,3 +64,6 @@ def unload_ipython_extension(ipython) -> None:
     from jaxmagic.ipython import early_context  # deferred: IPython layer
 
     early_context.uninstall(ipython)
+    from jaxmagic.ipython import engine_stacks  # deferred: IPython layer
+
+    engine_stacks.uninstall(ipython)

@@ -207,6 +207,43 @@ def test_a_program_compiled_differently_and_a_perturbed_replica_are_named_from_r
     assert values["processes"] == [0, 1] and "larger than rounding" in values["fix"], values
 
 
+HANG = """import time
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end: pass
+def train_step():
+    spin(8)
+train_step()
+"""
+
+
+def test_an_engine_stuck_in_a_python_loop_is_named_with_its_stack_and_the_line(cluster, ip):
+    """jax#38503's shape: one rank alive but stuck in Python while the others wait
+    (https://github.com/jax-ml/jax/issues/38503). The late engine's stack comes back through a signal."""
+    client, view = cluster
+    ip.user_ns["dv"] = view
+    view.execute("%%jax_nans -o rep_stuck\n1 + 1", block=True)
+    ip.run_line_magic("jax_gather", "rep_stuck -o merged")  # both answer: their process indices are known
+    busy = client[1].execute(HANG, block=False)
+    time.sleep(1)
+    ip.run_line_magic("jax_gather", "rep_stuck --timeout 2 -o merged")
+    merged = ip.user_ns["merged"]
+    hang = [f for f in merged.to_dict()["findings"] if f["area"] == "not finished"][0]
+    assert hang["processes"] == [1] and hang["function"] == "spin", hang
+    assert hang["summary"].startswith(
+        "A hang: process 1 is in `spin` at line 4: `while time.monotonic() < end: pass`"
+    ), hang["summary"]
+    assert hang["summary"].endswith("process 0 finished")
+    assert "process 1: your frames `spin` line 4 <- `train_step` line 6 <- line 7" in hang["details"]
+    assert "targets=[1]" in hang["fix"]
+    assert str(merged).startswith("%jax_gather [FOUND] A hang: process 1 is in `spin` at line 4")
+    # a timeout shorter than the stack dump: a report still, naming the busy process, never a hung cell
+    ip.run_line_magic("jax_gather", "rep_stuck --timeout 0.001 -o merged")
+    late = [f for f in ip.user_ns["merged"].to_dict()["findings"] if f["area"] == "not finished"][0]
+    assert 1 in late["processes"], late
+    busy.get(timeout=60)
+
+
 def test_a_busy_engine_is_named_after_the_timeout_and_one_killed_mid_cell_as_failed(cluster, ip):
     client, view = cluster
     busy = client[1].execute("import time\ntime.sleep(20)", block=False)
@@ -215,7 +252,9 @@ def test_a_busy_engine_is_named_after_the_timeout_and_one_killed_mid_cell_as_fai
     ip.run_line_magic("jax_gather", "rep --timeout 3 -o merged")
     assert time.monotonic() - started < 15
     stuck = [f for f in ip.user_ns["merged"].to_dict()["findings"] if f["area"] == "not finished"]
-    assert stuck and stuck[0]["processes"] == [1] and "did not answer within 3 s" in stuck[0]["summary"]
+    assert stuck and stuck[0]["processes"] == [1], stuck
+    assert "process 1 waits in `time.sleep(20)` in `<module>` at line 2" in stuck[0]["summary"], stuck
+    assert "did not answer within 3 s" in ip.user_ns["merged"].processes[1].headline
     busy.get(timeout=60)
     pid = client[1].apply_sync(os.getpid)
     client[1].execute("import time\ntime.sleep(30)", block=False)  # a cell running on process 1 ...

@@ -51,3 +51,23 @@ def delete(key: str) -> None:
         _state().client.key_value_delete(key)
     except Exception:
         pass
+
+
+def count_up(key: str) -> int:
+    """Add one to the counter ``key`` (made at 0); the new count."""
+    return int(_state().client.key_value_increment(key, 1))
+
+
+def count_of(key: str) -> int:
+    """The counter ``key``'s value now (0 before anyone counted): one small request, no waiting."""
+    try:
+        return int(_state().client.key_value_try_get(key))
+    except Exception as error:  # NOT_FOUND until the first count
+        if "NOT_FOUND" in str(error).upper():
+            return 0
+        raise
+
+
+def all_under(prefix: str) -> dict[str, bytes]:
+    """Every key under ``prefix`` with its value, in one request to the coordination service."""
+    return {key: bytes(value) for key, value in _state().client.key_value_dir_get_bytes(prefix)}

@@ -521,7 +521,8 @@ class LineMagics(MagicRunner):
         type=positive_float,
         default=30.0,
         metavar="S",
-        help="Seconds to wait for all engines (default 30); engines that did not answer are named.",
+        help="Seconds to wait for all engines (default 30); engines that did not answer are named, with "
+        "where each one is (its Python stack, asked for with a signal: at most 1 s more).",
     )
     @output_option
     @line_magic
@@ -533,9 +534,10 @@ class LineMagics(MagicRunner):
         NaN on some only (with each one's line and call), a function compiled differently
         on some (the processes run different programs: collectives can hang), memory
         growing on some, the same random key on every process, and engines that failed or
-        did not answer within --timeout (where a hang is). In a multi-process job each
-        process digests the programs it compiles: a process that compiled another program
-        is named with the first operation that differs and its line.
+        did not answer within --timeout (where a hang is): a busy engine's Python stack says
+        which process runs Python code (a loop, at its line) and which wait in a JAX call.
+        In a multi-process job each process digests the programs it compiles: a process that
+        compiled another program is named with the first operation that differs and its line.
 
         `%jax_gather --values params` (with or without NAME) compares a pytree that should
         be the same everywhere: each engine digests every leaf, then only the leaves that

@@ -2,7 +2,10 @@
 
 ``report`` holds the merged report, ``compare`` what differs between processes,
 ``merge`` how the reports are brought together (ipyparallel engines, or
-jax.distributed's key-value store for a script).
+jax.distributed's key-value store for a script), ``ranges`` processes written as
+ranges and per-process lines grouped by what they say. Where a process that does not
+answer is: ``stack_dump`` (the engine's side: its stack on a signal), ``stacks``
+(asking for it and reading it), ``hangs`` (the finding: who runs Python, who waits).
 """
 
 from jaxmagic.probes.gather.merge import engine_entry, entry_of, gather, gather_from_engines, merge

@@ -21,10 +21,13 @@ never needs the process's objects. Per area:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from jaxmagic.probes.gather.hangs import not_finished
 from jaxmagic.probes.gather.programs import joined, program_differences
+from jaxmagic.probes.gather.ranges import grouped, who
 from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
 
 Dict = dict[str, Any]
@@ -32,7 +35,7 @@ Dict = dict[str, Any]
 
 def differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     answered = [e for e in entries if not e.error]
-    findings = _not_finished(entries)
+    findings = not_finished(entries)  # where a hang is (gather.hangs)
     for compare in (_nan_differences, _compile_differences, _memory_differences, _key_sameness):
         findings += compare(answered)
     return joined(findings, program_differences(answered))
@@ -137,22 +140,6 @@ def key_data(report: Dict) -> dict[str, str]:
 # -- comparing ------------------------------------------------------------------------
 
 
-def _not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
-    stuck = [e for e in entries if e.error]
-    if not stuck:
-        return []
-    return [
-        GatherFinding(
-            area="not finished",
-            processes=[e.process if e.process is not None else e.engine for e in stuck],
-            summary=f"{len(stuck)} of {len(entries)} process(es) sent no report: "
-            + "; ".join(f"{e.name}: {e.error}" for e in stuck),
-            fix="A process that did not finish while the others did is where a job hangs: the others wait for it "
-            "in their next collective. Look at that engine's output (%%px --targets N) or its log.",
-        )
-    ]
-
-
 def _split(entries: list[ProcessEntry], read: Callable[[Dict], Any]) -> tuple[list, list]:
     values = [(e, read(e.report)) for e in entries]
     return [(e, v) for e, v in values if v], [(e, v) for e, v in values if not v]
@@ -164,9 +151,12 @@ def _nan_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
         return []
     some = bool(without)
     functions = sorted({nan["function"] for _e, nan in with_nan if nan["function"]})
-    details = [
-        f"{e.name}: {nan['summary']}" + (f" in call {nan['call']}" if nan.get("call") else "") for e, nan in with_nan
-    ]
+    details = grouped(  # per process, grouped by what it says: readable for 1,024 processes
+        [
+            (e.process, e.name, nan["summary"] + (f" in call {nan['call']}" if nan.get("call") else ""))
+            for e, nan in with_nan
+        ]
+    )
     lines = sorted({nan["line"] for _e, nan in with_nan if nan["line"]})
     return [
         GatherFinding(
@@ -199,17 +189,22 @@ def _compile_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
         seen = [(e, functions.get(name)) for e, functions in per_process]
         if len({_program_signature(f) for _e, f in seen}) < 2:
             continue
-        details = []
+        said = []
         for e, f in seen:
             if f is None:
-                details.append(f"{e.name}: never compiled it")
+                said.append((e.process, e.name, "never compiled it"))
                 continue
             statics = ", ".join(f"{k}={v[-1] if v else ''}" for k, v in sorted(f["statics"].items()))
-            details.append(
-                f"{e.name}: {f['count']} compilation(s)"
-                + (f", last for {f['types']}" if f["types"] else "")
-                + (f", static {statics}" if statics else "")
+            said.append(
+                (
+                    e.process,
+                    e.name,
+                    f"{f['count']} compilation(s)"
+                    + (f", last for {f['types']}" if f["types"] else "")
+                    + (f", static {statics}" if statics else ""),
+                )
             )
+        details = grouped(said)
         counts = {(f or {}).get("count", 0) for _e, f in seen}
         odd = _odd_ones_out(seen)
         findings.append(
@@ -218,7 +213,7 @@ def _compile_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
                 processes=[e.process for e in odd],
                 function=name,
                 details=details,
-                summary=f"`{name}` compiled differently on {', '.join(e.name for e in odd)}"
+                summary=f"`{name}` compiled differently on {who([(e.process, e.name) for e in odd])}"
                 + (f" ({' vs '.join(str(c) for c in sorted(counts))} compilations)" if len(counts) > 1 else ""),
                 fix="The processes run different programs: a collective (psum, all-gather, a sharded jit) between "
                 "them can wait for ever. Give every process the same shapes and static values (pad the last batch, "
@@ -238,8 +233,8 @@ def _program_signature(compiled: Dict | None) -> tuple:
 def _odd_ones_out(seen: list) -> list[ProcessEntry]:
     """The processes whose value differs from the most common one (all of them when there is no majority)."""
     keys = [_program_signature(f) for _e, f in seen]
-    common = max(set(keys), key=keys.count)
-    if keys.count(common) * 2 <= len(keys):  # no majority (two processes that differ): name them all
+    common, count = Counter(keys).most_common(1)[0]  # one pass: linear in processes
+    if count * 2 <= len(keys):  # no majority (two processes that differ): name them all
         return [e for e, _f in seen]
     return [e for (e, _f), key in zip(seen, keys) if key != common]
 
@@ -252,7 +247,7 @@ def _memory_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
         GatherFinding(
             area="memory",
             processes=[e.process for e, _ in growing],
-            details=[f"{e.name}: {n} array(s) piled up" for e, n in growing],
+            details=grouped([(e.process, e.name, f"{n} array(s) piled up") for e, n in growing]),
             summary=f"Arrays piling up on {len(growing)} of {len(entries)} processes only",
             fix="Something those processes alone keep (a list of per-step results, a cache filled only on the "
             "process that logs or evaluates) grows: run %jax_live on them to name the holder.",

@@ -8,10 +8,15 @@ processes. ``merge`` sorts the entries by process and lists the differences
 - **Engines** (``%jax_gather NAME``): ``engine_entry(NAME)`` runs on every engine of
   an ipyparallel view (``view.apply_async``); each engine answers on its own, so an
   engine that is still busy (a hang) or died is named after the timeout while the
-  others' reports are merged.
+  others' reports are merged. A busy engine is then asked for its Python stack
+  (``gather.stacks``: faulthandler, on a signal sent through ipyparallel), read for
+  at most ``STACK_WAIT`` seconds more: where it is, and what the others wait in.
 - **A script** on every host (``jaxmagic.gather(report)``): each process puts its entry
-  in jax.distributed's key-value store and process 0 waits for each one with the
-  remaining time - no collective, so a stuck process cannot hang the others.
+  in jax.distributed's key-value store and counts itself in; process 0 polls the
+  count until every process is in or the timeout is up, then reads every entry in one
+  request (``key_value_dir_get``) - no collective, so a stuck process cannot hang the
+  others, and the requests process 0 makes do not grow with the number of processes
+  (docs/DESIGN.md: what 4,096 processes cost).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes.gather.compare import differences
 from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
+from jaxmagic.probes.gather.stacks import dump_stacks
 from jaxmagic.probes.gather.values import values_from_engines, values_through_store
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
@@ -74,8 +80,15 @@ def engine_entry(name: str) -> dict:
     return dataclasses.asdict(entry_of(namespace.get(name), process=process))
 
 
+STACK_WAIT = 1.0  # seconds after the timeout for late engines' stacks (a dump takes milliseconds)
+
+# engine -> its process index, from earlier answers: a busy engine cannot say it (keyed by the client's session)
+_process_of_engine: dict[tuple[str, int], int] = {}
+
+
 def gather_from_engines(view, name: str, timeout: float, values: str = "") -> GatherReport:
-    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all.
+    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds for the reports,
+    then at most ``min(timeout, STACK_WAIT)`` more for the stacks of engines that did not answer.
 
     With ``values`` (an expression), also compare its pytree's leaves across engines (``values.py``);
     without ``name``, only that.
@@ -104,9 +117,27 @@ def gather_from_engines(view, name: str, timeout: float, values: str = "") -> Ga
             why = f"did not answer within {timeout:g} s (still running its cell?)" if late else error_line(error)
             if isinstance(error, IndexError):  # ipyparallel no longer lists it: its engine stopped
                 why = f"its engine stopped ({error_line(error)})"
-            entry = ProcessEntry(None, engine, status="missing" if late else "failed", headline=why, error=why)
+            process = _process_of_engine.get((_session_of(client), engine))
+            entry = ProcessEntry(process, engine, status="missing" if late else "failed", headline=why, error=why)
+        if entry.process is not None:
+            _process_of_engine[(_session_of(client), engine)] = entry.process
         entries.append(entry)
-    return merge(entries, name, [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."])
+    notes = [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."]
+    busy = [e for e in entries if e.status == "missing"]
+    if busy:
+        wait = min(timeout, STACK_WAIT)
+        stacks = dump_stacks(client, [e.engine for e in busy if e.engine is not None], wait)
+        for entry in busy:
+            entry.stack = stacks.get(entry.engine, {}) if entry.engine is not None else {}
+        notes.append(
+            f"{len(busy)} engine(s) did not answer within {timeout:g} s: each was sent a signal through "
+            f"ipyparallel for its Python stack (faulthandler), read for at most {wait:g} s more."
+        )
+    return merge(entries, name, notes)
+
+
+def _session_of(client) -> str:
+    return str(getattr(getattr(client, "session", None), "session", "") or id(client))
 
 
 def _with_values(view, name: str, timeout: float, expression: str, client, targets: list) -> GatherReport:
@@ -146,26 +177,42 @@ def gather(report, timeout: float = 60.0, values=None, values_name: str = "value
     entry = entry_of(report, process=process)
     if report is None and values is not None:  # only the values are compared: this process answered
         entry = ProcessEntry(process, host=entry.host, headline=f"`{values_name}`", status="ok", kind="values")
-    distributed_store.put(prefix + str(process), json.dumps(dataclasses.asdict(entry)).encode())
+    distributed_store.put(f"{prefix}entries/{process}", json.dumps(dataclasses.asdict(entry)).encode())
+    distributed_store.count_up(prefix + "count")
     compared = (
         values_through_store(values, values_name, prefix, process, count, timeout) if values is not None else None
     )
     if process != 0:
         return None
-    deadline = time.monotonic() + timeout
+    arrived = _wait_for_count(prefix + "count", count, time.monotonic() + timeout)
+    sent = distributed_store.all_under(prefix + "entries/")  # one request for every process's entry
+    distributed_store.delete(prefix)
     entries = []
     for other in range(count):
-        data = distributed_store.wait_for(prefix + str(other), max(0.001, deadline - time.monotonic()))
+        data = sent.get(f"{prefix}entries/{other}")
         if data is None:
             why = f"sent no report within {timeout:g} s"
             entries.append(ProcessEntry(other, status="missing", headline=why, error=why))
         else:
             entries.append(ProcessEntry(**json.loads(data)))
-            distributed_store.delete(prefix + str(other))
     notes = [f"Gathered through jax.distributed's key-value store from {count} process(es)."]
+    if arrived < count:
+        notes.append(f"{count - arrived} process(es) had not sent their report when {timeout:g} s were up.")
     merged = merge(entries, entry.kind if report is not None else values_name, notes)
     if compared is not None:
         finding, value_notes = compared
         merged.findings += [finding] if finding is not None else []
         merged.notes += value_notes
     return merged
+
+
+def _wait_for_count(key: str, count: int, deadline: float) -> int:
+    """Poll the arrival counter until ``count`` processes sent their entry or the deadline passed: one small
+    request a poll (every 5 ms at first, then every 100 ms), whatever the number of processes."""
+    pause = 0.005
+    while True:
+        arrived = distributed_store.count_of(key)
+        if arrived >= count or time.monotonic() >= deadline:
+            return arrived
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(0.1, pause * 2)

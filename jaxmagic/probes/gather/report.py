@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.gather.ranges import process_ranges
 from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Paragraph, Section, Table
 
@@ -22,6 +23,7 @@ class ProcessEntry:
     kind: str = ""  # the report's magic ("jax_doctor")
     report: dict[str, Any] = dataclasses.field(default_factory=dict)  # the report's to_dict()
     error: str = ""  # the engine failed or did not answer: why
+    stack: dict[str, Any] = dataclasses.field(default_factory=dict)  # where a late one is (gather.stacks)
 
     @property
     def name(self) -> str:
@@ -75,7 +77,7 @@ class GatherReport(Report):
         sections = []
         if self.findings:
             rows = [
-                [f.area, ", ".join(_process_text(p) for p in f.processes), f.function and f"`{f.function}`", f.summary]
+                [f.area, process_ranges(f.processes) or "?", f.function and f"`{f.function}`", f.summary]
                 for f in self.findings
             ]
             blocks: list = [Table(["area", "processes", "function", "what differs"], rows)]
@@ -85,14 +87,39 @@ class GatherReport(Report):
                 if text:
                     blocks.append(Paragraph(f"{finding.area[:1].upper()}{finding.area[1:]}: {text}"))
             sections.append(Section("Differences between processes", blocks))
-        rows = [
-            [_process_text(e.process), "" if e.engine is None else str(e.engine), e.host, e.status, e.headline]
-            for e in self.processes
-        ]
-        sections.append(Section("Processes", [Table(["process", "engine", "host", "status", "report"], rows)]))
+        sections.append(Section("Processes", [Table(["process", "engine", "host", "status", "report"], self._rows())]))
         if self.notes:
             sections.append(Section("How this was gathered", [Paragraph(n) for n in self.notes]))
         return Document("%jax_gather", self.status, self.summary, sections)
+
+    def _rows(self) -> list[list[str]]:
+        """A row per process; in a job of more than ``_ROWS_EACH`` processes, a row per group of processes that
+        sent the same (status, headline), their indices as ranges and their hosts counted."""
+        if len(self.processes) <= _ROWS_EACH:
+            return [
+                [_process_text(e.process), "" if e.engine is None else str(e.engine), e.host, e.status, e.headline]
+                for e in self.processes
+            ]
+        groups: dict[tuple[str, str], list[ProcessEntry]] = {}
+        for entry in self.processes:
+            groups.setdefault((entry.status, entry.headline), []).append(entry)
+        rows = []
+        for (status, headline), members in groups.items():
+            hosts = {e.host for e in members}
+            engines = [e.engine for e in members if e.engine is not None]
+            rows.append(
+                [
+                    process_ranges(e.process for e in members) or "?",
+                    process_ranges(engines),
+                    next(iter(hosts)) if len(hosts) == 1 else f"{len(hosts)} hosts",
+                    status,
+                    headline,
+                ]
+            )
+        return rows
+
+
+_ROWS_EACH = 16  # up to this many processes, a row each; beyond, a row per group that sent the same
 
 
 def _process_text(process: int | None) -> str:
