@@ -40,6 +40,7 @@ class Row:
     goal: float | bool | None = None
     value: float | bool | None = None
     note: str = ""
+    spread: tuple[float, float] | None = None  # min-max of the figure over the runs (same unit as ``result``)
 
     @property
     def result(self) -> float | bool | None:
@@ -67,9 +68,11 @@ class Row:
         if result is None:
             return "-"
         if self.compare == "ratio":
-            return f"{result:.3f}x"
+            low_high = "" if self.spread is None else f" ({self.spread[0]:.2f}-{self.spread[1]:.2f})"
+            return f"{result:.3f}x{low_high}"
         if self.compare == "difference":
-            return ("-" if result < 0 else "+") + seconds(abs(result))
+            low_high = "" if self.spread is None else f" ({signed(self.spread[0])} to {signed(self.spread[1])})"
+            return signed(result) + low_high
         return str(result)
 
     def formatted_goal(self) -> str:
@@ -82,9 +85,16 @@ class Row:
         return f"== {self.goal}"
 
 
+def signed(value: float) -> str:
+    """A difference in seconds with its sign: "+2.1 us", "-0.3 us"."""
+    return ("-" if value < 0 else "+") + seconds(abs(value))
+
+
 def seconds(value: float | None) -> str:
     if value is None:
         return "-"
+    if abs(value) < 1e-5:
+        return f"{value * 1e6:.1f} us"
     if abs(value) < 1e-3:
         return f"{value * 1e6:.0f} us"
     if abs(value) < 1:
@@ -172,3 +182,108 @@ def quartiles(values: list[float], digits: int = 3) -> str:
     """The middle half of ``values``, as "q1-q3"."""
     q1, _, q3 = statistics.quantiles(values, n=4)
     return f"{q1:.{digits}f}-{q3:.{digits}f}"
+
+
+# -- what a per-call mechanism adds to each jitted call ----------------------------------------
+
+# Two jitted steps every per-call benchmark loops over (``per_call_rows``): a tiny one (~10 us a call
+# on CPU: RL environments, samplers, ODE steps) and one of ~300 us (a small model's training step),
+# plus the floor: JAX's C++ jit calling an empty Python post hook after each call - what anything
+# that counts calls costs at least (``_jax/fast_path_calls`` puts its hook in the same place).
+PER_CALL_SETUP = """
+import jax, jax.numpy as jnp
+from jaxmagic._jax.compat import post_hook_state as _bench_post_hook_state
+_bench_small_step = jax.jit(lambda s, x: s * 0.999 + x)
+_bench_small_arg = jnp.ones(8)
+_bench_large_step = jax.jit(lambda s, w: jnp.tanh(s @ w) @ w.T * 0.5)
+_bench_large_arg = 0.01 * jax.random.normal(jax.random.key(0), (160, 160))
+def _bench_empty_hook(jitted, args, kwargs, output):
+    pass
+"""
+
+PER_CALL_STEPS = {  # step -> (the jitted function, its argument, its initial state, calls per cell)
+    "small": ("_bench_small_step", "_bench_small_arg", "jnp.zeros(8)", 4000),
+    "large": ("_bench_large_step", "_bench_large_arg", "jnp.ones((160, 160))", 300),
+}
+
+
+def per_call_loop(step: str, calls: int | None = None) -> str:
+    """A cell body: ``calls`` calls of the benchmark's ``step`` ("small" or "large") in a loop."""
+    function, argument, initial, default_calls = PER_CALL_STEPS[step]
+    n = default_calls if calls is None else calls
+    return f"s = {initial}\nfor _ in range({n}):\n    s = {function}(s, {argument})\ns.block_until_ready()"
+
+
+def with_empty_hook(body: str) -> str:
+    """``body`` run with an empty Python post hook after each fast-path call: the floor."""
+    import textwrap
+
+    return (
+        "_bench_previous = _bench_post_hook_state().swap_local(_bench_empty_hook)\ntry:\n"
+        + textwrap.indent(body, "    ")
+        + "\nfinally:\n    _bench_post_hook_state().set_local(_bench_previous)"
+    )
+
+
+@dataclasses.dataclass
+class PerCall:
+    """One per-call mechanism to measure: ``cell(body)`` the cell with it, ``baseline(body)`` the same
+    body with the bare tool it replaces (the plain body when it replaces none)."""
+
+    name: str
+    cell: Callable[[str], str]
+    baseline: Callable[[str], str] = lambda body: body
+    baseline_name: str = "the plain cell"
+    goal_us: float | None = None  # microseconds added per call on the small step
+
+
+def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> list[Row]:
+    """Microseconds each mechanism adds per call, beside the ratio, on the small and the large step,
+    and the floor (an empty Python post hook, against the plain cell) measured in the same run.
+
+    Every variant runs the loop with its calls and with none, taking turns with the others
+    (``alternate``). Added per call, per repetition: ((cell - baseline) with the calls - the same
+    with none) / calls, so what the mechanism costs once per cell (shown in the note) is not spread
+    over the calls; the figure is the median over the repetitions, with their min-max.
+    ``shell`` must have run ``PER_CALL_SETUP``.
+    """
+    rows: list[Row] = []
+    for step in PER_CALL_STEPS:
+        calls = PER_CALL_STEPS[step][3]
+        variants = {"plain": lambda body: body, "floor": with_empty_hook}
+        for mechanism in mechanisms:
+            variants[mechanism.name] = mechanism.cell
+            if mechanism.baseline(".") != ".":
+                variants[f"{mechanism.name} baseline"] = mechanism.baseline
+        cells = {}
+        for name, wrap in variants.items():
+            cells[name] = wrap(per_call_loop(step))
+            cells[f"{name} 0"] = wrap(per_call_loop(step, 0))
+        for _ in range(2):  # compiled under every variant's config, caches warm
+            for cell in cells.values():
+                run_cell(shell, cell)
+        times = alternate(shell, cells, repetitions)
+        plain_call = (median(times["plain"]) - median(times["plain 0"])) / calls
+        pairs = [("floor: an empty Python post hook", "floor", "plain", None, "the plain cell")] + [
+            (m.name, m.name, f"{m.name} baseline" if f"{m.name} baseline" in cells else "plain",
+             m.goal_us if step == "small" else None, m.baseline_name)
+            for m in mechanisms
+        ]  # fmt: skip
+        for label, measured, baseline, goal_us, baseline_name in pairs:
+            fixed = [m - b for m, b in zip(times[f"{measured} 0"], times[f"{baseline} 0"])]
+            added = [(m - b - f) / calls for m, b, f in zip(times[measured], times[baseline], fixed)]
+            ratios = [m / b for m, b in zip(times[measured], times[baseline])]
+            rows.append(
+                Row(
+                    f"{label}, added per call, {step} step (~{plain_call * 1e6:.0f} us)",
+                    median(times[measured]) / calls,
+                    median(times[baseline]) / calls,
+                    compare="difference",
+                    goal=None if goal_us is None else goal_us * 1e-6,
+                    value=median(added),
+                    spread=(min(added), max(added)),
+                    note=f"ratio {median(ratios):.3f}x ({min(ratios):.2f}-{max(ratios):.2f}) vs {baseline_name}; "
+                    f"{signed(median(fixed))} per cell besides; {calls} calls/cell, median (min-max) of {repetitions} runs",
+                )
+            )
+    return rows
