@@ -29,7 +29,7 @@ import importlib
 import json
 import time
 
-from harness import Row, alternate, make_shell, median, quartiles, quiet, run_cell
+from harness import Row, alternate, make_shell, median, per_call_benchmark, quartiles, quiet, run_cell
 
 EXPLAIN_LIMIT = importlib.import_module("jaxmagic.probes.compiles").EXPLAIN_LIMIT
 
@@ -128,7 +128,7 @@ def build(report) -> tuple[float, int, int]:
     return time.perf_counter() - start, len(html), len(data)
 
 
-def run() -> list[Row]:
+def ratio_rows() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
     for _ in range(2):  # warm everything up, including the first use of each magic
@@ -233,6 +233,11 @@ def run() -> list[Row]:
             f"first {EXPLAIN_LIMIT} only; for information",
         ),
     ]
+
+
+def run() -> list[Row]:
+    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + per_call_benchmark("compiles", "transfers")
 
 
 if __name__ == "__main__":

@@ -66,9 +66,7 @@ _ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONT
 
 
 def measure(script: str, *flags: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, *flags, "-c", script], capture_output=True, text=True, check=False, env=_ENV
-    )
+    done = subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, check=False, env=_ENV)
     if done.returncode != 0:
         raise RuntimeError(f"benchmark subprocess failed:\n{done.stderr}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import textwrap
 
-from harness import Row, alternate, make_shell, median, quartiles, run_cell
+from harness import Row, alternate, make_shell, median, per_call_benchmark, quartiles, run_cell
 
 STEPS = 1000
 REPETITIONS = 25
@@ -78,7 +78,7 @@ def instruction_cells(steps: int) -> dict[str, str]:
 EMPTY_CELLS = {name: cell for name, cell in variants("params = params0").items() if name != "inside"}
 
 
-def run() -> list[Row]:
+def ratio_rows() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
     for _ in range(2):  # compile under each config (debug_nans is part of jit's cache key), warm caches
@@ -144,6 +144,11 @@ def run() -> list[Row]:
             f"{len(inside_check.inside_findings)} finding(s)",
         ),
     ]
+
+
+def run() -> list[Row]:
+    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + per_call_benchmark("nans")
 
 
 if __name__ == "__main__":

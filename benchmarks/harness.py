@@ -287,3 +287,47 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
                 )
             )
     return rows
+
+
+def _indented(prefix: str, suffix: str = ""):
+    import textwrap
+
+    return lambda body: prefix + textwrap.indent(body, "    ") + suffix
+
+
+# The per-call mechanisms of issue 44, each against the bare tool it replaces. The watch is measured
+# as ``%jax_watch`` runs it around a cell (``probes.Watch``: begin_cell / end_cell), in the cell.
+PER_CALL = {
+    "nans": PerCall(
+        "%%jax_nans",
+        lambda body: "%%jax_nans\n" + body,
+        _indented("with jax.debug_nans(True):\n"),
+        "with jax.debug_nans(True)",
+        goal_us=2.0,
+    ),
+    "compiles": PerCall("%%jax_compiles", lambda body: "%%jax_compiles\n" + body, goal_us=2.0),
+    "transfers": PerCall("%%jax_transfers", lambda body: "%%jax_transfers\n" + body),
+    "keys": PerCall(
+        "%%jax_keys",
+        lambda body: "%%jax_keys\n" + body,
+        _indented("with jax.debug_key_reuse(True):\n"),
+        "with jax.debug_key_reuse(True)",
+    ),
+    "watch": PerCall(
+        "%jax_watch",
+        _indented(
+            "from jaxmagic.probes import Watch as _BenchWatch\n_bench_watch = _BenchWatch()\n"
+            "_bench_watch.begin_cell('In [0]')\ntry:\n",
+            "\nfinally:\n    _bench_watch.end_cell()",
+        ),
+        goal_us=2.0,
+    ),
+    "doctor": PerCall("%%jax_doctor", lambda body: "%%jax_doctor\n" + body),
+}
+
+
+def per_call_benchmark(*names: str, repetitions: int = 9) -> list[Row]:
+    """The per-call rows of the mechanisms ``names`` (keys of ``PER_CALL``), in a shell of their own."""
+    shell = make_shell()
+    run_cell(shell, PER_CALL_SETUP)
+    return per_call_rows(shell, [PER_CALL[name] for name in names], repetitions)

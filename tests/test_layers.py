@@ -210,7 +210,13 @@ def test_function_local_imports_only_defer_an_import():
             deferred = (
                 top in ("jax", "jaxlib", "IPython", "rich")
                 or guarded
-                or (at_load and (module == "jaxmagic" or module.startswith(("jaxmagic.probes", "jaxmagic.ipython", "jaxmagic.render"))))
+                or (
+                    at_load
+                    and (
+                        module == "jaxmagic"
+                        or module.startswith(("jaxmagic.probes", "jaxmagic.ipython", "jaxmagic.render"))
+                    )
+                )
             )
             if not deferred:
                 offenders.append(f"{relative}:{line}: {module}")
