@@ -30,7 +30,6 @@ import weakref
 
 from IPython.display import display
 
-
 _hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # What IPython does itself with an exception from parsing a cell (run_cell_async).

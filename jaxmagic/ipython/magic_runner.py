@@ -118,8 +118,8 @@ class MagicRunner(Magics):
         if shown_if_unrunnable(self.shell, cell):
             return
         # deferred: the probes are imported when a magic first runs, never at %load_ext
-        from jaxmagic.probes._support.progress import collecting
         from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
+        from jaxmagic.probes._support.progress import collecting
 
         outcome = CellOutcome()
         with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self._in_kernel) as view:
