@@ -76,14 +76,14 @@ def ratio_rows() -> list[Row]:
             median(times["doctor"]),
             median(times["plain"]),
             goal=1.25,
-            value=median(doctor_plain),
+            values=doctor_plain,
             note=f"{per}; middle half of the ratios: {quartiles(doctor_plain, 2)}",
         ),
         Row(
             "%%jax_doctor vs the bare JAX switches",
             median(times["doctor"]),
             median(times["tools"]),
-            value=median(ratios("doctor", "tools")),
+            values=ratios("doctor", "tools"),
             note="debug_nans + checking_leaks + log_compiles + explain_cache_misses + transfer_guard + "
             "debug_key_reuse around the same loop (for information)",
         ),
@@ -91,7 +91,7 @@ def ratio_rows() -> list[Row]:
             "cell defining and training a new step: doctor vs plain",
             median(times["fresh_doctor"]),
             median(times["fresh_plain"]),
-            value=median(ratios("fresh_doctor", "fresh_plain")),
+            values=ratios("fresh_doctor", "fresh_plain"),
             note="both compile the new function; the doctor once more, under its cache key (for information)",
         ),
         Row(

@@ -116,8 +116,7 @@ def run() -> list[Row]:
             median([r["load_ext"] for r in loaded]),
             compare="difference",
             goal=0.03,
-            value=median([r["load_ext"] for r in loaded]),
-            spread=(min(r["load_ext"] for r in loaded), max(r["load_ext"] for r in loaded)),
+            values=[r["load_ext"] for r in loaded],
             note=f"same processes, timed on its own; median (min-max) of {REPETITIONS}",
         ),
         Row(
@@ -125,8 +124,7 @@ def run() -> list[Row]:
             median(import_times),
             compare="difference",
             goal=0.03,
-            value=median(import_times),
-            spread=(min(import_times), max(import_times)),
+            values=import_times,
             note=f"cumulative import time of the {len(loaded[0]['new_modules'])} modules %load_ext imported, "
             f"after import jax; median (min-max) of {REPETITIONS} processes",
         ),

@@ -96,7 +96,7 @@ def ratio_rows() -> list[Row]:
                 median(times[f"{cell}_watched"]),
                 median(times[f"{cell}_plain"]),
                 goal=1.05,
-                value=median(r),
+                values=r,
                 note=f"{REPETITIONS} reps; middle half of the ratios: {quartiles(r, 3)}; {looked[cell]}",
             )
         )
@@ -108,7 +108,7 @@ def ratio_rows() -> list[Row]:
             median(times["nojax_plain"]),
             compare="difference",
             goal=0.001,
-            value=median(extra),
+            values=extra,
             note="the watch switched on and off around a cell of plain Python",
         )
     )

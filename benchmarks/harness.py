@@ -30,7 +30,8 @@ class Row:
 
     ``value`` overrides the figure computed from ``measured`` and ``baseline``,
     e.g. the median of per-repetition ratios, which is steadier than the ratio
-    of medians when the machine's speed drifts during the run.
+    of medians when the machine's speed drifts during the run; ``values`` (the
+    figure of each run) sets it and its min-max (``spread``), printed beside it.
     """
 
     name: str
@@ -41,6 +42,12 @@ class Row:
     value: float | bool | None = None
     note: str = ""
     spread: tuple[float, float] | None = None  # min-max of the figure over the runs (same unit as ``result``)
+    values: list[float] | None = None  # the figure of each run: sets ``value`` (their median) and ``spread``
+
+    def __post_init__(self) -> None:
+        if self.values:
+            self.value = statistics.median(self.values)
+            self.spread = (min(self.values), max(self.values))
 
     @property
     def result(self) -> float | bool | None:
@@ -148,6 +155,16 @@ def table(rows: list[Row]) -> str:
 
     rule = "  ".join("-" * w for w in widths) + "  " + "-" * 4
     return "\n".join([fmt(header), rule] + [fmt(line).rstrip() for line in lines])
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The results as the README's overhead table: each figure with its min-max over the runs."""
+    lines = ["| benchmark | median (min-max) | goal | met | how measured |", "|---|---|---|---|---|"]
+    for row in rows:
+        met = {True: "yes", False: "**no**", None: "-"}[row.meets_goal]
+        note = row.note.replace("|", "/")
+        lines.append(f"| {row.name} | {row.formatted_result()} | {row.formatted_goal()} | {met} | {note} |")
+    return "\n".join(lines)
 
 
 def make_shell():
