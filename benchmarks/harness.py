@@ -113,14 +113,14 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def timed(fn: Callable[[], object]) -> float:
-    """Wall-clock seconds of one call of ``fn``, with the garbage collector paused."""
+def timed(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one call of ``fn`` by ``clock`` (wall-clock unless told), with the garbage collector paused."""
     gc.collect()
     gc.disable()
     try:
-        start = time.perf_counter()
+        start = clock()
         fn()
-        return time.perf_counter() - start
+        return clock() - start
     finally:
         gc.enable()
 
@@ -184,14 +184,16 @@ def run_cell(shell, cell: str) -> None:
         raise RuntimeError(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
 
 
-def alternate(shell, cells: dict[str, str], repetitions: int) -> dict[str, list[float]]:
-    """Seconds per run of each cell; the cells take turns, in a rotating order."""
+def alternate(
+    shell, cells: dict[str, str], repetitions: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, list[float]]:
+    """Seconds per run of each cell (by ``clock``); the cells take turns, in a rotating order."""
     times: dict[str, list[float]] = {name: [] for name in cells}
     order = list(cells)
     for rep in range(repetitions):
         # Rotate the order so no variant always runs right after the same one.
         for name in order[rep % len(order) :] + order[: rep % len(order)]:
-            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c)))
+            times[name].append(timed(lambda c=cells[name]: run_cell(shell, c), clock))
     return times
 
 
@@ -259,7 +261,7 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
     and the floor (an empty Python post hook, against the plain cell) measured in the same run.
 
     Every variant runs the loop with its calls and with none, taking turns with the others
-    (``alternate``). Added per call, per repetition: ((cell - baseline) with the calls - the same
+    (``alternate``), timed in CPU time of the cell's thread. Added per call, per repetition: ((cell - baseline) with the calls - the same
     with none) / calls, so what the mechanism costs once per cell (shown in the note) is not spread
     over the calls; the figure is the median over the repetitions, with their min-max.
     ``shell`` must have run ``PER_CALL_SETUP``.
@@ -279,8 +281,12 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
         for _ in range(2):  # compiled under every variant's config, caches warm
             for cell in cells.values():
                 run_cell(shell, cell)
-        times = alternate(shell, cells, repetitions)
-        plain_call = (median(times["plain"]) - median(times["plain 0"])) / calls
+        # CPU time of the cell's thread: what a per-call mechanism adds is the Python it runs in that
+        # thread; wall-clock adds whatever else the machine runs meanwhile (5x the figure under load),
+        # the thread's CPU time barely (XLA's own threads, where a large step computes, are left out).
+        times = alternate(shell, cells, repetitions, clock=time.thread_time)
+        # The step's own time, as a user's clock shows it (the matmul of the large step runs in XLA's threads).
+        plain_call = median([timed(lambda c=cells["plain"]: run_cell(shell, c)) for _ in range(3)]) / calls
         pairs = [("floor: an empty Python post hook", "floor", "plain", None, "the plain cell")] + [
             (m.name, m.name, f"{m.name} baseline" if f"{m.name} baseline" in cells else "plain",
              m.goal_us if step == "small" else None, m.baseline_name)
@@ -300,7 +306,8 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
                     value=median(added),
                     spread=(min(added), max(added)),
                     note=f"ratio {median(ratios):.3f}x ({min(ratios):.2f}-{max(ratios):.2f}) vs {baseline_name}; "
-                    f"{signed(median(fixed))} per cell besides; {calls} calls/cell, median (min-max) of {repetitions} runs",
+                    f"{signed(median(fixed))} per cell besides; {calls} calls/cell, the cell's thread's CPU time, "
+                    f"median (min-max) of {repetitions} runs",
                 )
             )
     return rows
