@@ -197,6 +197,27 @@ def alternate(
     return times
 
 
+def alternate_by_both_clocks(
+    shell, cells: dict[str, str], repetitions: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """As ``alternate``: seconds per run of each cell in CPU time of the cell's thread, and by wall-clock."""
+    cpu: dict[str, list[float]] = {name: [] for name in cells}
+    wall: dict[str, list[float]] = {name: [] for name in cells}
+    order = list(cells)
+    for rep in range(repetitions):
+        for name in order[rep % len(order) :] + order[: rep % len(order)]:
+            gc.collect()
+            gc.disable()
+            try:
+                start_cpu, start_wall = time.thread_time(), time.perf_counter()
+                run_cell(shell, cells[name])
+                cpu[name].append(time.thread_time() - start_cpu)
+                wall[name].append(time.perf_counter() - start_wall)
+            finally:
+                gc.enable()
+    return cpu, wall
+
+
 def quartiles(values: list[float], digits: int = 3) -> str:
     """The middle half of ``values``, as "q1-q3"."""
     q1, _, q3 = statistics.quantiles(values, n=4)
@@ -257,11 +278,13 @@ class PerCall:
 
 
 def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> list[Row]:
-    """Microseconds each mechanism adds per call, beside the ratio, on the small and the large step,
+    """Microseconds each mechanism adds per call, beside the ratio (1 + added / the step's wall-clock
+    time), on the small and the large step,
     and the floor (an empty Python post hook, against the plain cell) measured in the same run.
 
     Every variant runs the loop with its calls and with none, taking turns with the others
-    (``alternate``), timed in CPU time of the cell's thread. Added per call, per repetition: ((cell - baseline) with the calls - the same
+    (``alternate``), timed in CPU time of the cell's thread (the figure: steady under load) and by
+    wall-clock (in the note: what a user waits, which also counts waits the mechanism causes). Added per call, per repetition: ((cell - baseline) with the calls - the same
     with none) / calls, so what the mechanism costs once per cell (shown in the note) is not spread
     over the calls; the figure is the median over the repetitions, with their min-max.
     ``shell`` must have run ``PER_CALL_SETUP``.
@@ -284,7 +307,9 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
         # CPU time of the cell's thread: what a per-call mechanism adds is the Python it runs in that
         # thread; wall-clock adds whatever else the machine runs meanwhile (5x the figure under load),
         # the thread's CPU time barely (XLA's own threads, where a large step computes, are left out).
-        times = alternate(shell, cells, repetitions, clock=time.thread_time)
+        # Wall-clock is kept beside it: a mechanism that makes the thread wait (reading a result before
+        # XLA computed it) costs wall-clock time and no CPU time.
+        times, wall = alternate_by_both_clocks(shell, cells, repetitions)
         # The step's own time, as a user's clock shows it (the matmul of the large step runs in XLA's threads).
         plain_call = median([timed(lambda c=cells["plain"]: run_cell(shell, c)) for _ in range(3)]) / calls
         pairs = [("floor: an empty Python post hook", "floor", "plain", None, "the plain cell")] + [
@@ -295,7 +320,8 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
         for label, measured, baseline, goal_us, baseline_name in pairs:
             fixed = [m - b for m, b in zip(times[f"{measured} 0"], times[f"{baseline} 0"])]
             added = [(m - b - f) / calls for m, b, f in zip(times[measured], times[baseline], fixed)]
-            ratios = [m / b for m, b in zip(times[measured], times[baseline])]
+            wall_fixed = [m - b for m, b in zip(wall[f"{measured} 0"], wall[f"{baseline} 0"])]
+            wall_added = [(m - b - f) / calls for m, b, f in zip(wall[measured], wall[baseline], wall_fixed)]
             rows.append(
                 Row(
                     f"{label}, added per call, {step} step (~{plain_call * 1e6:.0f} us)",
@@ -305,9 +331,13 @@ def per_call_rows(shell, mechanisms: list[PerCall], repetitions: int = 9) -> lis
                     goal=None if goal_us is None else goal_us * 1e-6,
                     value=median(added),
                     spread=(min(added), max(added)),
-                    note=f"ratio {median(ratios):.3f}x ({min(ratios):.2f}-{max(ratios):.2f}) vs {baseline_name}; "
-                    f"{signed(median(fixed))} per cell besides; {calls} calls/cell, the cell's thread's CPU time, "
-                    f"median (min-max) of {repetitions} runs",
+                    # As a ratio, against the step's own wall-clock time (a ratio of the thread's CPU
+                    # times would not be one: the large step computes in XLA's threads).
+                    note=f"ratio {1 + median(added) / plain_call:.3f}x ({1 + min(added) / plain_call:.2f}-"
+                    f"{1 + max(added) / plain_call:.2f}) of the step's time, vs {baseline_name}; "
+                    f"{signed(median(fixed))} per cell besides; the cell's thread's CPU time (wall-clock: "
+                    f"{signed(median(wall_added))} per call, {signed(min(wall_added))} to {signed(max(wall_added))}); "
+                    f"{calls} calls/cell, median (min-max) of {repetitions} runs",
                 )
             )
     return rows
