@@ -29,7 +29,7 @@ import importlib
 import json
 import time
 
-from harness import Row, alternate, make_shell, median, quartiles, quiet, run_cell
+from harness import Row, alternate, make_shell, median, per_call_benchmark, quartiles, quiet, run_cell
 
 EXPLAIN_LIMIT = importlib.import_module("jaxmagic.probes.compiles").EXPLAIN_LIMIT
 
@@ -128,7 +128,7 @@ def build(report) -> tuple[float, int, int]:
     return time.perf_counter() - start, len(html), len(data)
 
 
-def run() -> list[Row]:
+def ratio_rows() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
     for _ in range(2):  # warm everything up, including the first use of each magic
@@ -160,7 +160,7 @@ def run() -> list[Row]:
             median(times["compiles"]),
             median(times["plain"]),
             goal=1.05,
-            value=median(compiles_vs_plain),
+            values=compiles_vs_plain,
             note=f"{per}; middle half of the ratios: {quartiles(compiles_vs_plain)}",
         ),
         Row(
@@ -168,7 +168,7 @@ def run() -> list[Row]:
             median(long_times["compiles"]),
             median(long_times["plain"]),
             goal=1.05,
-            value=median(long_vs_plain),
+            values=long_vs_plain,
             note=f"{LONG_CALLS} calls of a small jitted SGD step/cell, {REPETITIONS} reps; "
             f"middle half of the ratios: {quartiles(long_vs_plain)}",
         ),
@@ -184,7 +184,7 @@ def run() -> list[Row]:
             median(empty["compiles"]),
             median(empty["plain"]),
             compare="difference",
-            value=median([m - p for m, p in zip(empty["compiles"], empty["plain"])]),
+            values=[m - p for m, p in zip(empty["compiles"], empty["plain"])],
             note="a one-line cell (y = x), magic minus plain; for information",
         ),
         Row(
@@ -192,7 +192,7 @@ def run() -> list[Row]:
             median(times["transfers"]),
             median(times["plain"]),
             goal=1.20,
-            value=median(transfers_vs_plain),
+            values=transfers_vs_plain,
             note=f"{per}; sys.monitoring LINE events on the cell's lines; "
             f"middle half of the ratios: {quartiles(transfers_vs_plain)}",
         ),
@@ -233,6 +233,11 @@ def run() -> list[Row]:
             f"first {EXPLAIN_LIMIT} only; for information",
         ),
     ]
+
+
+def run() -> list[Row]:
+    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + per_call_benchmark("compiles", "transfers")
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def _rows(name: str, call, goal: float | None) -> list[Row]:
             median(stops),
             median(eager),
             goal=goal,
-            value=median(ratios),
+            values=ratios,
             note=f"{where} {report.position}; {report.compiled_runs} compiled run(s); {spread}; "
             f"median of {REPETITIONS} per-run ratios; wall clock",
         ),

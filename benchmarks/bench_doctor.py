@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import Row, make_shell, median, quartiles, run_cell, timed
+from harness import Row, make_shell, median, per_call_benchmark, quartiles, run_cell, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "demo_notebooks"))  # the section 9 script
 import section9_script
@@ -51,7 +51,7 @@ CELLS = {
 }
 
 
-def run() -> list[Row]:
+def ratio_rows() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
     for cell in CELLS.values():  # warm-up: compilations in every context, imports, the doctor's cache key
@@ -76,14 +76,14 @@ def run() -> list[Row]:
             median(times["doctor"]),
             median(times["plain"]),
             goal=1.25,
-            value=median(doctor_plain),
+            values=doctor_plain,
             note=f"{per}; middle half of the ratios: {quartiles(doctor_plain, 2)}",
         ),
         Row(
             "%%jax_doctor vs the bare JAX switches",
             median(times["doctor"]),
             median(times["tools"]),
-            value=median(ratios("doctor", "tools")),
+            values=ratios("doctor", "tools"),
             note="debug_nans + checking_leaks + log_compiles + explain_cache_misses + transfer_guard + "
             "debug_key_reuse around the same loop (for information)",
         ),
@@ -91,7 +91,7 @@ def run() -> list[Row]:
             "cell defining and training a new step: doctor vs plain",
             median(times["fresh_doctor"]),
             median(times["fresh_plain"]),
-            value=median(ratios("fresh_doctor", "fresh_plain")),
+            values=ratios("fresh_doctor", "fresh_plain"),
             note="both compile the new function; the doctor once more, under its cache key (for information)",
         ),
         Row(
@@ -102,6 +102,11 @@ def run() -> list[Row]:
             note=clean.summary[:90],
         ),
     ]
+
+
+def run() -> list[Row]:
+    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + per_call_benchmark("doctor")
 
 
 if __name__ == "__main__":

@@ -73,14 +73,14 @@ def run() -> list[Row]:
             median(times["magic"]),
             median(times["baseline"]),
             goal=1.25,
-            value=median(ratios),
+            values=ratios,
             note=f"{REPETITIONS} reps, fresh function each; middle half {q1:.2f}-{q3:.2f}; scope: {counts}",
         ),
         Row(
             "probes.hlo (no magic, no display) vs lower+compile+as_text",
             median(times["probe"]),
             median(times["baseline"]),
-            value=median(probe),
+            values=probe,
             note="for information",
         ),
     ]

@@ -78,7 +78,7 @@ def run() -> list[Row]:
                     median(on),
                     median(off),
                     goal=1.01,
-                    value=median(ratios),
+                    values=ratios,
                     note=f"a loop of a small jitted step (~{median(off):.1f} s), {REPETITIONS} reps; "
                     f"middle half of the ratios: {quartiles(ratios)}",
                 )

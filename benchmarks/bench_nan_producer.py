@@ -179,7 +179,7 @@ def _step_rows(shell, layers: int, width: int, batch: int) -> list[Row]:
             median(searched[bad]),
             median(rerun[bad]),
             goal=3.0,
-            value=median(ratios[bad]),
+            values=ratios[bad],
             note=f"{where}; median of {STEP_REPETITIONS} per-run ratios; busy machine: wall clock",
         )
         for bad in ("forward", "backward")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import textwrap
 
-from harness import Row, alternate, make_shell, median, quartiles, run_cell
+from harness import Row, alternate, make_shell, median, per_call_benchmark, quartiles, run_cell
 
 STEPS = 1000
 REPETITIONS = 25
@@ -78,7 +78,7 @@ def instruction_cells(steps: int) -> dict[str, str]:
 EMPTY_CELLS = {name: cell for name, cell in variants("params = params0").items() if name != "inside"}
 
 
-def run() -> list[Row]:
+def ratio_rows() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
     for _ in range(2):  # compile under each config (debug_nans is part of jit's cache key), warm caches
@@ -102,7 +102,7 @@ def run() -> list[Row]:
             median(times["magic"]),
             median(times["scoped"]),
             goal=1.05,
-            value=median(magic_vs_scoped),
+            values=magic_vs_scoped,
             note=f"{per}; middle half of the ratios: {quartiles(magic_vs_scoped)}",
         ),
         Row(
@@ -110,28 +110,28 @@ def run() -> list[Row]:
             median(empty["magic"]),
             median(empty["scoped"]),
             compare="difference",
-            value=median([m - s for m, s in zip(empty["magic"], empty["scoped"])]),
+            values=[m - s for m, s in zip(empty["magic"], empty["scoped"])],
             note="a one-line cell (params = params0), magic minus scoped; for information",
         ),
         Row(
             "%%jax_nans vs no checking",
             median(times["magic"]),
             median(times["plain"]),
-            value=median(magic_vs_plain),
+            values=magic_vs_plain,
             note="for information",
         ),
         Row(
             "with jax.debug_nans(True) vs no checking",
             median(times["scoped"]),
             median(times["plain"]),
-            value=median(scoped_vs_plain),
+            values=scoped_vs_plain,
             note="the price of JAX's own NaN checking",
         ),
         Row(
             "%%jax_nans --inside vs %%jax_nans",
             median(times["inside"]),
             median(times["magic"]),
-            value=median(inside_vs_magic),
+            values=inside_vs_magic,
             note=f"{per}; the first call evaluated op by op, every call on JAX's Python path; no goal "
             f"(for information); middle half of the ratios: {quartiles(inside_vs_magic)}",
         ),
@@ -144,6 +144,11 @@ def run() -> list[Row]:
             f"{len(inside_check.inside_findings)} finding(s)",
         ),
     ]
+
+
+def run() -> list[Row]:
+    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + per_call_benchmark("nans")
 
 
 if __name__ == "__main__":

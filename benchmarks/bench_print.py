@@ -67,14 +67,14 @@ def run() -> list[Row]:
             median(times["magic"]),
             median(times["bare"]),
             goal=1.15,
-            value=median(ratios),
+            values=ratios,
             note=f"{CALLS} calls, {2 * CALLS} lines, {REPETITIONS} reps; middle half: {quartiles(ratios)}",
         ),
         Row(
             "%%jax_print vs printing to the cell",
             median(times["magic"]),
             median(times["plain"]),
-            value=median([m / p for m, p in zip(times["magic"], times["plain"])]),
+            values=[m / p for m, p in zip(times["magic"], times["plain"])],
             note="(for information)",
         ),
         Row(

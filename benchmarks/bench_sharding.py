@@ -43,7 +43,7 @@ def run() -> list[Row]:
             median(m["render64"]),
             compare="difference",
             goal=0.5,
-            value=median(m["render64"]),
+            values=m["render64"],
             note=f"8x8 mesh, P('x','y'); {REPETITIONS} runs, median",
         ),
         Row(
@@ -57,7 +57,7 @@ def run() -> list[Row]:
             median(m["split_big"]),
             median(m["split_small"]),
             goal=1.5,
-            value=median(m["split_ratio"]),
+            values=m["split_ratio"],
             note="median of per-run ratios: no data read, so size does not matter",
         ),
         Row(
@@ -71,7 +71,7 @@ def run() -> list[Row]:
             "(4096,4096) replicated on 8 devices: replica check vs by hand",
             median(m["replicated"]),
             median(m["by_hand"]),
-            value=median(m["replicated_ratio"]),
+            values=m["replicated_ratio"],
             note=f"reads {m['replicated_reads']} copies of 64 MiB; by hand = the chapter's replicas_consistent",
         ),
         Row(
@@ -79,7 +79,7 @@ def run() -> list[Row]:
             median(m["replicated_no_check"]),
             compare="difference",
             goal=0.5,
-            value=median(m["replicated_no_check"]),
+            values=m["replicated_no_check"],
             note=f"array data read: {m['no_check_reads']}",
         ),
     ]

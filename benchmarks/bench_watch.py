@@ -25,7 +25,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from harness import Row, make_shell, median, quartiles, run_cell, timed
+from harness import Row, make_shell, median, per_call_benchmark, quartiles, run_cell, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "demo_notebooks"))  # the section 9 script
 import section9_script
@@ -57,7 +57,7 @@ def instruction_cells(steps: int) -> dict[str, str]:
     return {"plain": loop, "watched": watched}
 
 
-def run() -> list[Row]:
+def ratio_rows() -> list[Row]:
     shell = make_shell()
     run_cell(shell, SETUP)
     run_cell(shell, "%jax_watch -o _watch_log")
@@ -96,7 +96,7 @@ def run() -> list[Row]:
                 median(times[f"{cell}_watched"]),
                 median(times[f"{cell}_plain"]),
                 goal=1.05,
-                value=median(r),
+                values=r,
                 note=f"{REPETITIONS} reps; middle half of the ratios: {quartiles(r, 3)}; {looked[cell]}",
             )
         )
@@ -108,7 +108,7 @@ def run() -> list[Row]:
             median(times["nojax_plain"]),
             compare="difference",
             goal=0.001,
-            value=median(extra),
+            values=extra,
             note="the watch switched on and off around a cell of plain Python",
         )
     )
@@ -141,6 +141,11 @@ def soak_rows(cells: int = 2000) -> list[Row]:
             note=f"{watched[3] / 1024:.1f} KiB watched, {plain[3] / 1024:.1f} KiB unwatched per cell",
         ),
     ]
+
+
+def run() -> list[Row]:
+    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + per_call_benchmark("watch")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import Row, table  # noqa: E402
+from harness import Row, markdown_table, table  # noqa: E402
 
 
 def discover(filters: list[str]) -> list[str]:
@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
     if not modules:
         print(f"no benchmark module matches {argv}", file=sys.stderr)
         return 2
-    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+    machine = describe_machine()
+    print(machine)
     rows: list[Row] = []
     crashed = []
     for name in modules:
@@ -60,10 +61,43 @@ def main(argv: list[str]) -> int:
 
     print("\nResults (medians; every ratio is against a baseline measured in this same run):\n")
     print(table(rows))
+    print(f"\nFor the README's overhead table ({machine}; load average at the end {load_average()}):\n")
+    print(markdown_table(rows))
     if crashed:
         print(f"\nbenchmarks that crashed: {', '.join(crashed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def describe_machine() -> str:
+    """What the figures were measured on and of: the CPU, Python, JAX, the commit, the load, the date."""
+    cpu = platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=10"], cwd=HERE, capture_output=True, text=True
+    ).stdout.strip()
+    try:
+        from importlib.metadata import version
+
+        jax_version = version("jax")
+    except Exception:
+        jax_version = "?"
+    return (
+        f"commit {commit or '?'}, {time.strftime('%Y-%m-%d %H:%M %Z')}: {cpu}, {os.cpu_count()} CPUs, "
+        f"{platform.system()}, Python {platform.python_version()}, JAX {jax_version}; "
+        f"load average at the start {load_average()}"
+    )
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def _run_in_own_process(name: str) -> list[Row] | None:

@@ -177,6 +177,30 @@ def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
     assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0
 
 
+def test_top_level_check_agrees_with_jax_own_trace_state_clean():
+    # The fast check reads the states core.trace_state_clean reads (issue 44): it must answer the same
+    # at the top level, inside jit, grad and vmap traces, and under an axis name (a pmap/shard_map axis).
+    import jax
+    import jax.numpy as jnp
+    from jax._src import core
+
+    fast = compat.top_level_check()
+    assert fast is not None and fast() is True and core.trace_state_clean() is True
+    seen = []
+
+    def record(x):
+        seen.append((fast(), core.trace_state_clean()))
+        return x * 2.0
+
+    jax.jit(record)(jnp.ones(2))
+    jax.grad(lambda x: record(x).sum())(jnp.ones(2))
+    jax.vmap(record)(jnp.ones((2, 2)))
+    with core.extend_axis_env_nd([("i", 2)]):
+        seen.append((fast(), core.trace_state_clean()))
+    assert seen and all(ours == theirs for ours, theirs in seen), seen
+    assert fast() is True
+
+
 def test_the_compile_frames_hold_the_program_and_the_donation_lowering():
     # _jax/compile_frames.py reads pjit's `jaxpr` local at a compilation and mlir's lowering locals at the
     # "donated buffers were not usable" warning

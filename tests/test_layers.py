@@ -199,7 +199,8 @@ def _function_local_imports(path: Path) -> list[tuple[int, str, bool]]:
 
 
 def test_function_local_imports_only_defer_an_import():
-    """Inside a function, an import defers JAX, the probes (at %load_ext), IPython or rich (drawing only)."""
+    """Inside a function, an import defers JAX, the probes or the renderers (at %load_ext), IPython or rich
+    (drawing only)."""
     offenders = []
     for path in _modules():
         relative = path.relative_to(PACKAGE).as_posix()
@@ -209,7 +210,13 @@ def test_function_local_imports_only_defer_an_import():
             deferred = (
                 top in ("jax", "jaxlib", "IPython", "rich")
                 or guarded
-                or (at_load and (module == "jaxmagic" or module.startswith(("jaxmagic.probes", "jaxmagic.ipython"))))
+                or (
+                    at_load
+                    and (
+                        module == "jaxmagic"
+                        or module.startswith(("jaxmagic.probes", "jaxmagic.ipython", "jaxmagic.render"))
+                    )
+                )
             )
             if not deferred:
                 offenders.append(f"{relative}:{line}: {module}")

@@ -189,13 +189,30 @@ def jit_type() -> type:
 
 
 def top_level_check():
-    """A function answering "is JAX at the top level (nothing traced: a call runs eagerly)?", or None."""
+    """A function answering "is JAX at the top level (nothing traced: a call runs eagerly)?", or None.
+
+    It runs at every call the user's code makes of a jitted function (``%%jax_nans``' call counts), so
+    it reads the two thread-local states ``core.trace_state_clean`` reads, without its three Python
+    calls and two properties (~1 us a call on a loaded machine; issue 44); JAX's own function where
+    those states are not found. ``tests/test_jax_structure.py`` checks the two agree."""
     try:
         from jax._src import core
-
-        return core.trace_state_clean if callable(core.trace_state_clean) else None
-    except (ImportError, AttributeError):
+    except ImportError:
         return None
+    trace_state = getattr(core, "trace_state_strong_ref", None)
+    axis_env_state = getattr(core, "axis_env_state", None)
+    eval_trace, top_axis_env = getattr(core, "eval_trace", None), getattr(core, "top_axis_env", None)
+    if None not in (trace_state, axis_env_state, eval_trace, top_axis_env) and all(
+        hasattr(state, "value") for state in (trace_state, axis_env_state)
+    ):
+
+        def at_top_level() -> bool:
+            trace = trace_state.value
+            return trace is None or (trace is eval_trace and axis_env_state.value is top_axis_env)
+
+        return at_top_level
+    clean = getattr(core, "trace_state_clean", None)
+    return clean if callable(clean) else None
 
 
 def clear_dispatch_cache(jitted) -> bool:

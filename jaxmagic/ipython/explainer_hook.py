@@ -30,8 +30,6 @@ import weakref
 
 from IPython.display import display
 
-from jaxmagic.render import static_bundle
-
 _hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # What IPython does itself with an exception from parsing a cell (run_cell_async).
@@ -70,6 +68,8 @@ class ExplainerHook:
             report = explain_any(error, namespace=self.shell.user_ns)
             if report is None:
                 return
+            from jaxmagic.render import static_bundle  # deferred: the renderers load on first use
+
             display(static_bundle(report.document()), raw=True)
         except Exception:  # the explanation is a bonus: never let it cost the user their traceback
             pass

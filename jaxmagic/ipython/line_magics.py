@@ -10,7 +10,6 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from jaxmagic.ipython import explainer_hook, watch_hook
 from jaxmagic.ipython.call_expression import split_scope_and_call
-from jaxmagic.ipython.expression import callee_is_jitted, parse_expression
 from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import (
     bounded_int,
@@ -152,6 +151,8 @@ class LineMagics(MagicRunner):
         __tracebackhide__ = True
 
         def call_or_value(text, args):
+            from jaxmagic.ipython.expression import callee_is_jitted, parse_expression  # deferred: reads JAX's jit type
+
             with expression_checked():
                 parse_expression(text)
                 as_call = args.intermediates or args.collectives or callee_is_jitted(text, self.user_ns)

@@ -16,9 +16,6 @@ from IPython.core.magic_arguments import parse_argstring
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
 from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
-from jaxmagic.ipython.expression import evaluate_expression
-from jaxmagic.ipython.live_view import LiveView
-from jaxmagic.ipython.show_report import display_report
 from jaxmagic.ipython.user_traceback import raise_users_error
 from jaxmagic.report.wording import first_line, shown
 
@@ -97,6 +94,8 @@ class MagicRunner(Magics):
     def _publish(self, report, args, live_view=None) -> None:
         if getattr(args, "output", None):
             self.user_ns[args.output] = report
+        from jaxmagic.ipython.show_report import display_report  # deferred: the renderers load on first use
+
         display_report(report, in_kernel=self._in_kernel, live_view=live_view)
 
     def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
@@ -119,6 +118,7 @@ class MagicRunner(Magics):
         if shown_if_unrunnable(self.shell, cell):
             return
         # deferred: the probes are imported when a magic first runs, never at %load_ext
+        from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
         from jaxmagic.probes._support.progress import collecting
 
         outcome = CellOutcome()
@@ -160,6 +160,8 @@ class MagicRunner(Magics):
         return error
 
     def _evaluate_value(self, text: str):
+        from jaxmagic.ipython.expression import evaluate_expression  # deferred: reads JAX's jit type
+
         with expression_checked():
             return evaluate_expression(text, self.user_ns)
 

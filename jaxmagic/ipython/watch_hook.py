@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
-from jaxmagic.ipython.live_view import LiveView
-from jaxmagic.ipython.show_report import display_report
+if TYPE_CHECKING:
+    from jaxmagic.ipython.live_view import LiveView
 
 _hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)
@@ -64,6 +65,8 @@ class WatchHook:
         findings = self.watch.end_cell(f"In [{count}]" if count is not None else None, self._history())
         if findings.findings or view is not None and view.handle is not None:
             try:
+                from jaxmagic.ipython.show_report import display_report  # deferred: renderers load on first use
+
                 display_report(findings, in_kernel=getattr(self.shell, "kernel", None) is not None, live_view=view)
             except Exception:  # a watched cell never fails because of the watch
                 pass
@@ -71,6 +74,7 @@ class WatchHook:
 
 def _live_view(watch, in_kernel: bool) -> LiveView | None:
     """A live view of the watched cell that shows itself only once a new problem is seen."""
+    from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
     from jaxmagic.probes._support.progress import Board  # deferred: %load_ext imports no probe
 
     board = Board()

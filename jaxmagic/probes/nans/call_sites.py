@@ -40,7 +40,7 @@ class CallSiteCounts:
         by_code, user_file, block_thread = self._by_code, {}, self._thread
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
         jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
-        user_jit: dict[int, tuple] = {}  # id(jitted function) -> (it, defined in the user's code)
+        user_jit: dict[int, tuple] = {}  # id(jitted function) -> (it, its name if defined in the user's code, else "")
 
         def on_call(code, offset, callable_, arg0):
             if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
@@ -56,12 +56,13 @@ class CallSiteCounts:
                 entry = by_code[id(code)] = (code, {})
             sites = entry[1]
             sites[offset] = sites.get(offset, 0) + 1
-            if type(callable_) is jit_type and (top_level is None or top_level()):
+            if type(callable_) is jit_type:
                 known = user_jit.get(id(callable_))
                 if known is None or known[0] is not callable_:
-                    known = user_jit[id(callable_)] = (callable_, _defined_by_user(callable_))
-                if known[1]:
-                    name = str(getattr(callable_, "__name__", "jit"))
+                    name = str(getattr(callable_, "__name__", "jit")) if _defined_by_user(callable_) else ""
+                    known = user_jit[id(callable_)] = (callable_, name)
+                name = known[1]
+                if name and (top_level is None or top_level()):  # the top-level check last: it costs most
                     jitted[name] = jitted.get(name, 0) + 1
             return None
 
