@@ -454,6 +454,13 @@ class LineMagics(MagicRunner):
     @argument("--only", type=comma_list, default=None, metavar="AREAS", help="Watch only these areas, e.g. NaN,memory.")
     @argument("--budget", type=bounded_int(0), default=2, help="Compilations per function before it is told (2).")
     @argument(
+        "--panel",
+        action="store_true",
+        help="Also show one panel for the session (an ipywidgets explorer), updated as cells run: every "
+        "finding so far with its cell, area, line, count and the magic to run next. A saved notebook "
+        "shows a line saying to run the cell instead.",
+    )
+    @argument(
         "-o",
         "--output",
         type=variable_name,
@@ -467,9 +474,13 @@ class LineMagics(MagicRunner):
         `%jax_watch` (= on) watches each later cell on JAX's fast path until
         `%jax_watch off`; a watched cell runs exactly as unwatched, and a new
         problem is shown once, under the cell that caused it. `status` shows
-        what is watched and found so far; -o NAME binds the log.
+        what is watched and found so far; -o NAME binds the log. --panel (with
+        on or status) shows a panel of every finding so far, updated after
+        each watched cell.
         """
         args = self._parse(self.jax_watch, line)
+        if args.panel and args.what == "off":
+            raise UsageError("--panel shows the running watch's findings; `%jax_watch off` stops the watch.")
         watch = watch_hook.current(self.shell)
         if args.what == "on":
             with self._options_checked(self.jax_watch):
@@ -486,6 +497,11 @@ class LineMagics(MagicRunner):
             self.user_ns[args.output] = watch.log if watch is not None else None
         if args.what == "status" and watch is None:
             print("jaxmagic watch: off")
+        if args.panel and watch is not None:
+            # deferred: ipywidgets is imported only when an explorer is asked for
+            from jaxmagic.ipython.explorers.watch_panel import show_watch_panel
+
+            watch_hook.set_panel(self.shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
 
     @magic_arguments()
     @argument("name", help="The name each engine bound its report to (-o NAME of the magic run under %%px).")
