@@ -128,6 +128,13 @@ class LineMagics(MagicRunner):
         action="store_true",
         help="Do not compare the copies of replicated blocks (then no array data is read at all).",
     )
+    @argument(
+        "--explore",
+        action="store_true",
+        help="Also show an explorer (ipywidgets) after the report: choose the two dimensions drawn, "
+        "slice the others, click a device to highlight its blocks and replicas, switch between a "
+        "call's inputs and outputs. A saved notebook shows a line saying to run the cell instead.",
+    )
     @output_option
     @line_magic
     def jax_sharding(self, line):
@@ -139,6 +146,7 @@ class LineMagics(MagicRunner):
         blocks are compared bit for bit. For a call of a jitted function, the
         call is run and its compiled input and output shardings are listed;
         --intermediates adds the shardings chosen for values inside it.
+        --explore adds an explorer after the report (see the option).
         """
         __tracebackhide__ = True
 
@@ -165,12 +173,27 @@ class LineMagics(MagicRunner):
                 check_replicas=not args.no_check,
             )
 
+        def explorer(report, inputs, args):
+            if not args.explore:
+                return None
+            # deferred: ipywidgets is imported only when an explorer is asked for
+            from jaxmagic.ipython.explorers.sharding import input_layouts, show_sharding_explorer
+
+            call = inputs[0]
+            data = report.to_dict()
+            try:
+                given = input_layouts(tuple(call.args), call.kwargs) if call is not None else []
+            except Exception:  # the inputs' layouts are extra: the outputs are still explored
+                given = []
+            return lambda: show_sharding_explorer(data, given, in_kernel=self._in_kernel)
+
         self._run_call_magic(
             self.jax_sharding,
             line,
             needs="an array expression or a call, e.g. %jax_sharding x",
             evaluate=call_or_value,
             run=run,
+            explorer=explorer,
         )
 
     @magic_arguments()

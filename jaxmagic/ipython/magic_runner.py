@@ -163,13 +163,17 @@ class MagicRunner(Magics):
         with expression_checked():
             return evaluate_expression(text, self.user_ns)
 
-    def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None) -> None:
+    def _run_call_magic(
+        self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None, explorer=None
+    ) -> None:
         """The shape of every line magic that takes a call: parse, evaluate, probe, show, raise.
 
         ``evaluate(text, args)`` turns the expression into the probe's inputs
         (default: the call); ``run(inputs, args)`` returns ``(report, error)``.
         The inputs are dropped before the user's error is raised, so its
-        traceback keeps no user array alive.
+        traceback keeps no user array alive. ``explorer(report, inputs, args)``
+        (``--explore``) reads what it needs of the inputs and returns what shows
+        the explorer after the report (or None): it keeps plain data only.
         """
         __tracebackhide__ = True
         text, option_text = self._split(magic, line)
@@ -179,6 +183,9 @@ class MagicRunner(Magics):
         inputs = evaluate(text, args) if evaluate is not None else self._evaluate(text)
         with self._options_checked(magic, **(flag_of or {})):
             report, error = run(inputs, args)
+        show_explorer = explorer(report, inputs, args) if explorer is not None else None
         del inputs  # keep no user array alive
         self._publish(report, args)
+        if show_explorer is not None:
+            show_explorer()  # its own output, after the report; the user's error still follows
         raise_users_error(error)

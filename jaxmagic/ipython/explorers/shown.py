@@ -22,7 +22,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 def fallback_line(what: str) -> str:
     """The line a saved or exported notebook shows where the explorer was."""
-    return f"Run this cell to explore {what} (an interactive explorer; the report above is the record)."
+    return f"Run this cell to explore {what}: an interactive explorer was here (the report above is the record)."
 
 
 def explorer_bundle(widget, what: str) -> dict[str, Any]:
