@@ -5,6 +5,6 @@ answered by interacting. Importing this package imports ipywidgets: the magics i
 it only when the flag is given, so without the flag nothing here is loaded.
 """
 
-from jaxmagic.ipython.explorers.shown import explorer_bundle, fallback_line, show_explorer
+from jaxmagic.ipython.explorers.shown import explorer_bundle, fallback_bundle, fallback_line, show_explorer
 
-__all__ = ["explorer_bundle", "fallback_line", "show_explorer"]
+__all__ = ["explorer_bundle", "fallback_bundle", "fallback_line", "show_explorer"]

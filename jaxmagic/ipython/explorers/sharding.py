@@ -150,13 +150,12 @@ class ShardingExplorer:
     def __init__(self, sources: list[tuple[str, dict[str, Any]]]):
         self.sources = sources
         self.array = widgets.Dropdown(
-            options=[(f"{source}: {layout.get('path') or 'value'} {layout.get('typeof', '')}", n)
-                     for n, (source, layout) in enumerate(sources)],
+            options=[(array_label(source, layout), n) for n, (source, layout) in enumerate(sources)],
             description="array",
             layout=widgets.Layout(width="max-content"),
         )
-        self.rows = widgets.Dropdown(description="rows", layout=widgets.Layout(width="220px"))
-        self.cols = widgets.Dropdown(description="columns", layout=widgets.Layout(width="220px"))
+        self.rows = widgets.Dropdown(description="rows", layout=widgets.Layout(width="300px"))
+        self.cols = widgets.Dropdown(description="columns", layout=widgets.Layout(width="300px"))
         self.slicers = widgets.HBox()
         self.devices = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
         self.grid = widgets.HTML()
@@ -251,8 +250,17 @@ class ShardingExplorer:
         self.draw()
 
     def select(self, device: int | None) -> None:
-        """Highlight ``device``'s blocks and replicas; the same device again clears the selection."""
+        """Highlight ``device``'s blocks and replicas; the same device again clears the selection.
+
+        The sliced dimensions move to the device's first block, so that block is in the picture.
+        """
         self.selected = None if device == self.selected else device
+        held = blocks_held(self.layout, self.selected) if self.selected is not None else []
+        if held:
+            for d, slicer in self._slice_widgets.items():
+                slicer.unobserve_all("value")
+                slicer.value = tuple(held[0]["index"][d])
+                slicer.observe(lambda _c: self.draw(), names="value")
         self.draw()
 
     def draw(self) -> None:
@@ -290,6 +298,12 @@ class ShardingExplorer:
             f'<div style="font-family:monospace">{spec}</div>'
             f"<div>Device {self.selected} holds {len(held)} block(s): {html.escape(where)}; {copies}.</div>"
         )
+
+
+def array_label(source: str, layout: dict[str, Any]) -> str:
+    """``input: args[0] float32[8@data,4]``; a bare value is ``value: float32[...]``."""
+    path = layout.get("path") or ""
+    return " ".join(part for part in (f"{source}:", path, layout.get("typeof", "")) if part)
 
 
 def sharding_sources(report_data: dict[str, Any], inputs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -1,10 +1,13 @@
-"""How every explorer is shown: its own output after the static report, with a line for saved notebooks.
+"""How every explorer is shown: after the static report, under a line that says how to get it back.
 
 A widget view does not survive a notebook saved without widget state (ipywidgets#3773):
-JupyterLab shows "Error displaying widget: model not found" where it was, and nbconvert
-skips the view (``WidgetsDataTypeFilter``) and shows the next part of the same bundle.
-So the explorer's bundle carries, beside the view, a ``text/plain`` and a ``text/html``
-one-liner saying to run the cell to explore; the report above it is never touched.
+JupyterLab 4.6 shows only "Error displaying widget: model not found" where it was - not the
+``text/plain`` or ``text/html`` of the view's own bundle (checked in
+tests/test_browser_explorers.py) - and nbconvert skips the view (``WidgetsDataTypeFilter``).
+So the line a saved or exported notebook must show is an output of its own, static, shown
+just before the view: live it captions the explorer; saved, it says to run the cell. The
+view's own ``text/plain`` is empty (ipywidgets' is a repr, ``VBox(children=...)``), so an export
+or a front end without widgets shows the line once. The report above is never touched.
 """
 
 from __future__ import annotations
@@ -21,20 +24,27 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def fallback_line(what: str) -> str:
-    """The line a saved or exported notebook shows where the explorer was."""
-    return f"Run this cell to explore {what}: an interactive explorer was here (the report above is the record)."
+    """The line shown just before the explorer: its caption live, what a saved notebook keeps of it."""
+    return (
+        f"Explorer of {what} below: it lives while the kernel runs; in a saved or exported notebook, "
+        "run this cell to explore again."
+    )
 
 
-def explorer_bundle(widget, what: str) -> dict[str, Any]:
-    """The widget's view with the fallback line as its ``text/plain`` and ``text/html`` parts."""
-    view = widget._repr_mimebundle_()[WIDGET_VIEW]  # ipywidgets' display protocol: the view's model id
+def fallback_bundle(what: str) -> dict[str, str]:
+    """The line as static output (plain text and escaped HTML)."""
     line = fallback_line(what)
     return {
-        WIDGET_VIEW: view,
         "text/plain": line,
-        "text/html": f'<p class="jaxmagic-explorer" style="margin:4px 0;color:#555;font-style:italic">'
-        f"{html.escape(line)}</p>",
+        "text/html": f'<div class="jaxmagic-explorer-note" style="margin:4px 0;color:#555;font-size:12px">'
+        f"{html.escape(line)}</div>",
     }
+
+
+def explorer_bundle(widget) -> dict[str, Any]:
+    """The widget's view with an empty ``text/plain``: the line shown before it speaks for it."""
+    view = widget._repr_mimebundle_()[WIDGET_VIEW]  # ipywidgets' display protocol: the view's model id
+    return {WIDGET_VIEW: view, "text/plain": ""}
 
 
 def show_explorer(build: Callable[[], Any], what: str, in_kernel: bool = True):
@@ -51,5 +61,6 @@ def show_explorer(build: Callable[[], Any], what: str, in_kernel: bool = True):
     except Exception as error:  # a bug of ours: the report above stands, the cell's own error follows
         print(f"jaxmagic could not build the explorer of {what} ({type(error).__name__}: {first_line(error)}).")
         return None
-    display(explorer_bundle(widget, what), raw=True)
+    display(fallback_bundle(what), raw=True)
+    display(explorer_bundle(widget), raw=True)
     return widget
