@@ -348,6 +348,13 @@ class LineMagics(MagicRunner):
         help="Compile once per value of NAME, a name the call "
         "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().",
     )
+    @argument(
+        "--explore",
+        action="store_true",
+        help="Also show an explorer (ipywidgets) after the report: the named_scope tree; a scope chosen "
+        "shows its jaxpr, StableHLO and optimized-HLO lines side by side with your line of each. A saved "
+        "notebook shows a line saying to run the cell instead.",
+    )
     @output_option
     @line_magic
     def jax_hlo(self, line):
@@ -362,6 +369,7 @@ class LineMagics(MagicRunner):
         into the program as literals, captured constant arrays, and the
         compiled program's memory_analysis() and cost_analysis(). --sweep
         B=64,256,1024 compiles once per value of B and tabulates the memory.
+        --explore adds an explorer of every scope after the report.
         """
         __tracebackhide__ = True
         from jaxmagic.probes.hlo import Sweep, parse_stages  # deferred: imports JAX (see above)
@@ -401,9 +409,19 @@ class LineMagics(MagicRunner):
                 call_text=call.text,
                 namespace=namespace,
                 sweep=sweep,
+                every_scope=args.explore,
             )
 
-        self._run_call_magic(self.jax_hlo, line, needs=needs, evaluate=scoped_call, run=run)
+        def explorer(report, inputs, args):
+            if not args.explore:
+                return None
+            # deferred: ipywidgets is imported only when an explorer is asked for
+            from jaxmagic.ipython.explorers.hlo import show_hlo_explorer
+
+            data = report.to_dict()
+            return lambda: show_hlo_explorer(data, in_kernel=self._in_kernel)
+
+        self._run_call_magic(self.jax_hlo, line, needs=needs, evaluate=scoped_call, run=run, explorer=explorer)
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call whose numbers look wrong, e.g. model(params, x).")

@@ -243,11 +243,15 @@ class ShardingExplorer:
                 description=f"dim {d}",
                 layout=widgets.Layout(width="180px"),
             )
-            slicer.observe(lambda _c: self.draw(), names="value")
+            slicer.observe(self._slice_moved, names="value")
             self._slice_widgets[d] = slicer
             sliced.append(slicer)
         self.slicers.children = sliced
         self.draw()
+
+    def _slice_moved(self, _change) -> None:
+        if not self._building:
+            self.draw()
 
     def select(self, device: int | None) -> None:
         """Highlight ``device``'s blocks and replicas; the same device again clears the selection.
@@ -257,10 +261,10 @@ class ShardingExplorer:
         self.selected = None if device == self.selected else device
         held = blocks_held(self.layout, self.selected) if self.selected is not None else []
         if held:
+            self._building = True  # one drawing below, not one per slicer moved
             for d, slicer in self._slice_widgets.items():
-                slicer.unobserve_all("value")
                 slicer.value = tuple(held[0]["index"][d])
-                slicer.observe(lambda _c: self.draw(), names="value")
+            self._building = False
         self.draw()
 
     def draw(self) -> None:

@@ -53,6 +53,9 @@ class HloReport(Report):
     failure: str = ""  # "ValueError: ..." when a stage could not be built
     failure_stage: str = ""
     failure_line: SourceLine | None = None
+    # every operation of every stage, ``inner`` its whole scope path ("" outside any scope); filled only when
+    # asked (``every_scope=True``: %jax_hlo --explore), never drawn in the report
+    scope_ops: list[ScopeOp] = dataclasses.field(default_factory=list)
 
     # -- derived --------------------------------------------------------------
 
