@@ -93,6 +93,12 @@ def set_panel(shell, panel) -> None:
         hook.panel = panel
 
 
+def current_panel(shell):
+    """The running watch's panel (None without ``--panel``)."""
+    hook = _hooks.get(shell)
+    return hook.panel if hook is not None else None
+
+
 def current(shell):
     hook = _hooks.get(shell)
     return hook.watch if hook is not None else None

@@ -54,7 +54,7 @@ class WatchPanel:
         )
         self.widget.add_class("jaxmagic-watch-panel")
         self._shown = shown  # the signature of the log ``log_data`` came from
-        self._data: dict[str, Any] = {}
+        self.data: dict[str, Any] = {}  # the log's to_dict() the panel shows
         self.areas.observe(lambda _change: self._list(), names="value")
         self.findings.observe(lambda _change: self._show_details(), names="value")
         self.show(log_data)
@@ -68,7 +68,7 @@ class WatchPanel:
         return True
 
     def show(self, data: dict[str, Any]) -> None:
-        self._data = data
+        self.data = data
         found = data.get("findings", [])
         areas = list(dict.fromkeys(f.get("area", "") for f in found))
         self.areas.options = [ALL_AREAS, *areas]
@@ -87,7 +87,7 @@ class WatchPanel:
 
     def _visible(self) -> list[dict[str, Any]]:
         area = self.areas.value
-        return [f for f in self._data.get("findings", []) if area == ALL_AREAS or f.get("area") == area]
+        return [f for f in self.data.get("findings", []) if area == ALL_AREAS or f.get("area") == area]
 
     def _list(self) -> None:
         visible = self._visible()
