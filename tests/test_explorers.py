@@ -213,3 +213,32 @@ def test_the_hlo_explorer_shows_a_scopes_operations_in_every_stage(ip, shown):
     assert "flops" in explorer.header.value
     assert data["scope_ops"] and all(op["inner"] == "" or op["inner"].split("/")[0] in ("encoder", "head")
                                      for op in data["scope_ops"])  # fmt: skip
+
+
+def test_the_live_explorer_sorts_filters_and_names_holders_and_lines(ip, shown):
+    # the shape of jax#1145's "memory keeps growing": activations kept in a list across steps
+    ip.run_cell("kept_acts = []\nimport tracemalloc\ntracemalloc.start(25)  # the lines that made them")
+    try:
+        result = ip.run_cell(
+            "%%jax_live --explore -o live_rep\n"
+            "kept_acts.extend([jnp.ones((64, 64)) * i for i in range(5)])\n"
+            "big_table = jnp.zeros((256, 256), jnp.float32)"
+        )
+    finally:
+        ip.run_cell("tracemalloc.stop()")
+    assert result.success
+    line, _view = _explorer_outputs(shown)
+    assert "live-array groups" in line["text/plain"]
+    from jaxmagic.ipython.explorers.live import LiveExplorer
+
+    explorer = LiveExplorer(ip.user_ns["live_rep"].to_dict())
+    rows = [row for row, _ in explorer.list.options]
+    assert rows[0].startswith("float32[256,256]  x1  256 KiB") and "big_table" in rows[0], rows
+    explorer.sort.value = "count"
+    assert explorer.list.options[0][0].startswith("float32[64,64]  x5")
+    assert "kept_acts[0..4]" in explorer.details.value
+    assert "line 2" in explorer.details.value and "jnp.ones((64, 64))" in explorer.details.value
+    explorer.filter.value = "big_"
+    assert [row.split("  ")[0] for row, _ in explorer.list.options] == ["float32[256,256]"]
+    explorer.filter.value = "int8"
+    assert explorer.list.options == () and explorer.details.value == ""

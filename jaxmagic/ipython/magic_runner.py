@@ -94,10 +94,13 @@ class MagicRunner(Magics):
     def _in_kernel(self) -> bool:
         return getattr(self.shell, "kernel", None) is not None
 
-    def _publish(self, report, args, live_view=None) -> None:
+    def _publish(self, report, args, live_view=None, explorer=None) -> None:
+        """Store (-o NAME) and show the report; then ``explorer(report)`` shows its explorer (--explore)."""
         if getattr(args, "output", None):
             self.user_ns[args.output] = report
         display_report(report, in_kernel=self._in_kernel, live_view=live_view)
+        if explorer is not None:
+            explorer(report)
 
     def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
         """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
@@ -113,8 +116,8 @@ class MagicRunner(Magics):
         self._run_cell_in_probe(magic, probe, args, cell)
         return probe
 
-    def _run_cell_in_probe(self, magic, probe, args, cell: str) -> None:
-        """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
+    def _run_cell_in_probe(self, magic, probe, args, cell: str, explorer=None) -> None:
+        """Run the cell inside ``probe``; show the report (and ``explorer``'s); then raise the cell's own exception."""
         __tracebackhide__ = True
         if shown_if_unrunnable(self.shell, cell):
             return
@@ -134,7 +137,7 @@ class MagicRunner(Magics):
             except BaseException as error:
                 if error is not outcome.exception:
                     raise
-            self._publish(report, args, live_view=view)
+            self._publish(report, args, live_view=view, explorer=explorer)
         outcome.show_values(self.shell)
         outcome.reraise()
 
