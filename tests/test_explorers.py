@@ -242,3 +242,19 @@ def test_the_live_explorer_sorts_filters_and_names_holders_and_lines(ip, shown):
     assert [row.split("  ")[0] for row, _ in explorer.list.options] == ["float32[256,256]"]
     explorer.filter.value = "int8"
     assert explorer.list.options == () and explorer.details.value == ""
+
+
+def test_the_hlo_reports_scope_ops_are_what_asdict_gives(ip):
+    import dataclasses
+
+    ip.run_cell("def f_two(x):\n    with jax.named_scope('one'):\n        return jnp.sin(x) + 1")
+    ip.run_cell("%jax_hlo f_two(jnp.ones(3)) -o hlo_two")
+    report = ip.user_ns["hlo_two"]
+    assert report.scope_ops == [] and report.to_dict()["scope_ops"] == [], "recorded only under --explore"
+    from jaxmagic.probes import run_hlo_call
+
+    report = run_hlo_call(ip.user_ns["f_two"], (ip.user_ns["jnp"].ones(3),), {}, every_scope=True)[0]
+    data = report.to_dict()
+    assert data["scope_ops"] == [dataclasses.asdict(op) for op in report.scope_ops]
+    assert {op["stage"] for op in data["scope_ops"]} == {"jaxpr", "stablehlo", "hlo"}
+    json.dumps(data)
