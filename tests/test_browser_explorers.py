@@ -113,9 +113,7 @@ def test_explorers_click_save_reopen_export(tmp_path):
             panel = page.locator(".jaxmagic-watch-panel")
             assert "2 finding(s)" in panel.inner_text(), panel.inner_text()
             panel.locator("select").select_option(index=0)
-            page.wait_for_function(
-                "() => document.querySelector('.jaxmagic-watch-panel').innerText.includes('Next:')"
-            )
+            page.wait_for_function("() => document.querySelector('.jaxmagic-watch-panel').innerText.includes('Next:')")
             assert "NaN" in panel.inner_text() and "%%jax_nans" in panel.inner_text(), panel.inner_text()
             _shot(page, "watch_panel")
             _command(page, "docmanager:save")

@@ -166,9 +166,7 @@ class MagicRunner(Magics):
         with expression_checked():
             return evaluate_expression(text, self.user_ns)
 
-    def _run_call_magic(
-        self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None, explorer=None
-    ) -> None:
+    def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None, explorer=None) -> None:
         """The shape of every line magic that takes a call: parse, evaluate, probe, show, raise.
 
         ``evaluate(text, args)`` turns the expression into the probe's inputs

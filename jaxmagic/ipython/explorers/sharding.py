@@ -107,7 +107,9 @@ def grid_html(
     )
     parts = ['<table class="jm-explorer-grid" style="border-collapse:separate;border-spacing:3px">']
     if col_dim is not None:
-        parts.append(f"<tr><th style=\"font-size:11px;color:#555\">dim {row_dim} &darr; dim {col_dim} &rarr;</th>{head}</tr>")
+        parts.append(
+            f'<tr><th style="font-size:11px;color:#555">dim {row_dim} &darr; dim {col_dim} &rarr;</th>{head}</tr>'
+        )
     for row in rows:
         label = f"{row[0]}:{row[1]}" if row is not None else ""
         cells = [f'<th style="font-weight:normal;font-size:11px;color:#555;padding:0 4px">{label}</th>']
@@ -205,8 +207,8 @@ class ShardingExplorer:
         self._device_buttons = {}
         if len(layout["devices"]) > MAX_DEVICE_BUTTONS:
             chooser = widgets.Dropdown(
-                options=[("no device", None)] + [(f"{d['platform'].upper()} {d['id']}", d["id"])
-                                                 for d in layout["devices"]],
+                options=[("no device", None)]
+                + [(f"{d['platform'].upper()} {d['id']}", d["id"]) for d in layout["devices"]],
                 description="device",
             )
             chooser.observe(lambda change: self.select(change["new"]), names="value")
@@ -281,9 +283,7 @@ class ShardingExplorer:
         for device_id, button in self._device_buttons.items():
             button.button_style = ""
             button.layout.border = (
-                "3px solid #000"
-                if device_id == self.selected
-                else ("2px dashed #000" if device_id in replicas else "")
+                "3px solid #000" if device_id == self.selected else ("2px dashed #000" if device_id in replicas else "")
             )
         self.info.value = self._info_html(layout, replicas)
 

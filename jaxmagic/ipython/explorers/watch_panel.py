@@ -118,7 +118,7 @@ def details_html(finding: dict[str, Any]) -> str:
     if finding.get("fix"):
         parts.append(f"<div>Fix: {html.escape(finding['fix'])}</div>")
     if finding.get("next_magic"):
-        parts.append(f'<div>Next: <code>{html.escape(finding["next_magic"])}</code> on that cell.</div>')
+        parts.append(f"<div>Next: <code>{html.escape(finding['next_magic'])}</code> on that cell.</div>")
     return "".join(parts)
 
 

@@ -105,7 +105,9 @@ def collect_scope(
         )
 
 
-def every_scope_ops(per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str], module) -> list[ScopeOp]:
+def every_scope_ops(
+    per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str], module
+) -> list[ScopeOp]:
     """Every operation of every stage with its whole scope path as ``inner`` ("" outside any scope), its
     line, its text and, in HLO, the kernel that runs it: plain data for an explorer of all scopes."""
     ops = []
