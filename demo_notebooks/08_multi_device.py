@@ -436,11 +436,15 @@ import ipyparallel as ipp
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # the engines inherit it: this machine has no accelerator
 cluster = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
-rc = cluster.start_and_connect_sync()
-rc.wait_for_engines(2, timeout=120)
+cluster.start_cluster_sync()
+rc = cluster.connect_client_sync()
+# no progress bar while the engines start: with ipywidgets installed it is a widget a saved notebook cannot show
+rc.wait_for_engines(2, timeout=120, interactive=False)
 dv = rc[:]
 dv.block = True  # %%px waits for the engines and shows what they display
 dv.activate()  # %%px now runs a cell on both engines
+# no progress bar for slow %%px cells: with ipywidgets installed it is a widget a saved notebook cannot show
+get_ipython().run_line_magic("pxconfig", "--progress-after -1")
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
