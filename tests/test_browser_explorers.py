@@ -1,9 +1,10 @@
 """Explorers as a person meets them: clicked in a real JupyterLab, then saved, reopened and exported.
 
-A notebook with ``%jax_sharding x --explore`` (a 4-D array over a 2x4 mesh) and ``%jax_watch
---panel`` followed by a NaN cell and a recompiling cell is run in JupyterLab; a device is clicked
-and the drawn dimensions changed in the sharding explorer, a finding chosen in the panel, each
-looked at in a screenshot (build/browser/explorer_*.png). Then the notebook is saved (JupyterLab
+A notebook with ``%jax_sharding x --explore`` (a 4-D array over a 2x4 mesh), ``%jax_watch
+--panel`` followed by a NaN cell and a recompiling cell, ``%jax_hlo ... --explore`` and ``%jax_live
+--explore`` is run in JupyterLab; a device is clicked and the drawn dimensions changed in the
+sharding explorer, a finding chosen in the panel, a scope chosen in the HLO explorer, the live
+groups filtered, each looked at in a screenshot (build/browser/explorer_*.png). Then the notebook is saved (JupyterLab
 saves no widget state by default), opened again without running, and exported with nbconvert:
 where each explorer was, the line saying to run the cell shows (ipywidgets#3773).
 """
@@ -41,7 +42,17 @@ CELLS = [
     # a new jit wrapper per call (jax#4572's shape): recompiles every time
     "for n in (1, 2, 3):\n    jax.jit(lambda a: a * 2)(jnp.ones(n))",
     "%jax_watch off",
+    # named scopes as in jax#12883 ("which HLO ops belong to my layer"): explored scope by scope
+    "def model(x):\n"
+    "    with jax.named_scope('encoder'):\n"
+    "        with jax.named_scope('attn'):\n"
+    "            x = jnp.tanh(x @ x.T)\n"
+    "    with jax.named_scope('head'):\n"
+    "        return (x ** 2).sum()\n"
+    "%jax_hlo jax.grad(model)(jnp.ones((4, 4))) --explore",
+    "kept = [jnp.ones((32, 32)) * i for i in range(4)]\n%jax_live --explore",
 ]
+EXPLORER_CELLS = (1, 2, 7, 8)
 JS_READY = """() => {
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   return !!(w && w.context && w.context.isReady && w.content && w.content.widgets && w.content.widgets.length > 0
@@ -116,6 +127,24 @@ def test_explorers_click_save_reopen_export(tmp_path):
             page.wait_for_function("() => document.querySelector('.jaxmagic-watch-panel').innerText.includes('Next:')")
             assert "NaN" in panel.inner_text() and "%%jax_nans" in panel.inner_text(), panel.inner_text()
             _shot(page, "watch_panel")
+            hlo = page.locator(".jaxmagic-hlo-explorer")
+            option = hlo.locator("option", has_text="attn")
+            hlo.locator("select").select_option(label=option.inner_text())
+            page.wait_for_function(
+                "() => document.querySelector('.jaxmagic-hlo-explorer .jm-stage-stablehlo').innerText.includes('attn')"
+            )
+            columns = [hlo.locator(f".jm-stage-{stage}").inner_text() for stage in ("jaxpr", "stablehlo", "hlo")]
+            assert "tanh" in columns[0] and "stablehlo.tanh" in columns[1] and "tanh" in columns[2], columns
+            hlo.scroll_into_view_if_needed()
+            _shot(page, "hlo_attn")
+            live = page.locator(".jaxmagic-live-explorer")
+            live.locator("input").fill("32,32")
+            page.wait_for_function(
+                "() => document.querySelector('.jaxmagic-live-explorer select').options.length === 1"
+            )
+            assert "kept[0..3]" in live.inner_text(), live.inner_text()
+            live.scroll_into_view_if_needed()
+            _shot(page, "live_filtered")
             _command(page, "docmanager:save")
             page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
             _command(page, "kernelmenu:shutdown")
@@ -125,7 +154,7 @@ def test_explorers_click_save_reopen_export(tmp_path):
 
         saved = nbformat.read(server.root / NOTEBOOK, as_version=4)
         assert "widgets" not in saved.metadata
-        for index in (1, 2):
+        for index in EXPLORER_CELLS:
             parts = [o["data"] for o in saved.cells[index].outputs if o.get("output_type") == "display_data"]
             views = [n for n, d in enumerate(parts) if "application/vnd.jupyter.widget-view+json" in d]
             assert len(views) == 1 and views[0] >= 1, parts
@@ -137,7 +166,7 @@ def test_explorers_click_save_reopen_export(tmp_path):
             page.wait_for_function("() => document.querySelectorAll('.jaxmagic').length >= 1", timeout=60_000)
             page.wait_for_timeout(4000)  # the widget manager gives up on a model after 2 s
             _shot(page, "reopened")
-            for index in (1, 2):
+            for index in EXPLORER_CELLS:
                 assert FALLBACK in page.evaluate(JS_CELL_TEXT, index), page.evaluate(JS_CELL_TEXT, index)
             _shot(page, "reopened")
         finally:
@@ -150,13 +179,13 @@ def test_explorers_click_save_reopen_export(tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         exported = (out / "explorers.html").read_text()
-        assert exported.count(FALLBACK) == 2
+        assert exported.count(FALLBACK) == len(EXPLORER_CELLS)
         assert "widget-view+json" not in exported and "embed-amd" not in exported
         context = chromium.new_context(viewport={"width": 1280, "height": 1400})
         page = context.new_page()
         try:
             page.goto((out / "explorers.html").as_uri())
-            assert page.inner_text("body").count(FALLBACK) == 2
+            assert page.inner_text("body").count(FALLBACK) == len(EXPLORER_CELLS)
             _shot(page, "exported")
         finally:
             context.close()

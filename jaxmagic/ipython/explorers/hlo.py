@@ -68,7 +68,7 @@ def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str
         kernel = f" in {op['kernel']}" if op.get("kernel") else ""
         rows.append(
             '<div style="border-bottom:1px solid #eee;padding:1px 0">'
-            f'<code style="white-space:pre-wrap;font-size:11px">{html.escape(op.get("text") or op.get("name", ""))}'
+            f'<code style="white-space:pre-wrap;word-break:break-all;font-size:11px;line-height:1.3">{html.escape(op.get("text") or op.get("name", ""))}'
             "</code>"
             + (
                 f'<div style="font-size:11px;color:#555">{html.escape(made)}{html.escape(kernel)}'
