@@ -6,7 +6,8 @@ Fake devices must be set before JAX starts, so the measurements run in a child p
 * 64-device 4-D layout (a 4x4x4 mesh, ``P('a', 'b', 'c', None)``, 64 blocks): ``report.to_dict()``
   plus every widget of the sharding explorer (64 device buttons, dimension choosers, slicers,
   the drawn grid), then one device clicked. Goal: <= 0.2 s.
-* A 5,000-operation program (500 ``named_scope`` blocks of a few operations each, grad of it):
+* A program of 5,500 jaxpr equations (17,500 operations over jaxpr, StableHLO and optimized HLO;
+  500 ``named_scope`` blocks of a few operations each, grad of it):
   ``report.to_dict()`` plus the scope explorer with its first scope drawn. Goal: <= 0.2 s. The
   probe's own extra work to record every operation by scope (``every_scope=True``) is measured
   against the same probe without it (info: the compile dominates).
@@ -51,7 +52,8 @@ def run() -> list[Row]:
             note=f"4x4x4 mesh, 64 blocks; {spread('sharding')}",
         ),
         Row(
-            f"--explore: {m['ops']:,}-operation program, to_dict + scope explorer",
+            f"--explore: {m['equations']:,} jaxpr equations ({m['ops']:,} operations in 3 stages), "
+            "to_dict + scope explorer",
             median(m["hlo"]),
             0.0,
             compare="difference",
@@ -99,6 +101,7 @@ def child() -> None:
     args = (jnp.ones(16),)
     hlo_report = probes.run_hlo_call(grad, args, {}, every_scope=True)[0]
     ops = len(hlo_report.scope_ops)
+    equations = sum(1 for op in hlo_report.scope_ops if op.stage == "jaxpr")
     hlo_times, probe_every, probe_plain = [], [], []
     for _ in range(REPETITIONS):
         start = time.perf_counter()
@@ -118,6 +121,7 @@ def child() -> None:
                 "sharding": sharding_times,
                 "hlo": hlo_times,
                 "ops": ops,
+                "equations": equations,
                 "scopes": len(hlo_report.tree),
                 "probe_every": probe_every,
                 "probe_plain": probe_plain,
