@@ -258,3 +258,39 @@ def test_the_hlo_reports_scope_ops_are_what_asdict_gives(ip):
     assert data["scope_ops"] == [dataclasses.asdict(op) for op in report.scope_ops]
     assert {op["stage"] for op in data["scope_ops"]} == {"jaxpr", "stablehlo", "hlo"}
     json.dumps(data)
+
+
+INTERMEDIATES_SCENARIO = """
+import json
+import jax, jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P, AxisType
+import jaxmagic.probes as probes
+from jaxmagic.ipython.explorers.sharding import (
+    ShardingExplorer, input_layouts, intermediate_layouts, sharding_sources, spec_entries, type_shape)
+mesh = jax.make_mesh((2, 4), ('data', 'model'), axis_types=(AxisType.Explicit,) * 2)
+x = jax.device_put(jnp.ones((8, 8, 4)), NamedSharding(mesh, P('data', None, 'model')))
+def f(a):
+    h = jnp.sin(a)
+    return h.sum(axis=1)
+report, error = probes.run_sharding_call(jax.jit(f), (x,), {}, call_text="f(x)", intermediates=True)
+data = report.to_dict()
+ex = ShardingExplorer(sharding_sources(data, input_layouts((x,), {}), intermediate_layouts(data, (x,), {})))
+ex.array.value = len(ex.array.options) - 1
+ex.select(5)
+print(json.dumps({"arrays": [label for label, _ in ex.array.options], "info": ex.info.value,
+                  "specs": [spec_entries("P()"), spec_entries("P(('a', 'b'), None)"), spec_entries("PartitionSpec")],
+                  "types": [type_shape("bfloat16[]"), type_shape("float32[3@x,4]"), type_shape("f32[n,4]")]}))
+"""
+
+
+def test_the_sharding_explorer_switches_to_the_intermediates_the_compiler_chose():
+    out = json.loads(_python(INTERMEDIATES_SCENARIO, devices=8).strip().splitlines()[-1])
+    assert out["arrays"] == [
+        "input: args[0] float32[8@data,8,4@model]",
+        "output: result float32[8@data,4@model]",
+        "intermediate: sin (equation 0) float32[8@data,8,4@model]",
+        "intermediate: reduce_sum (equation 1) float32[8@data,4@model]",
+    ]
+    assert "Device 5 holds 1 block(s): [4:8, 1:2]" in out["info"]
+    assert out["specs"] == [[], [["a", "b"], None], None]
+    assert out["types"] == [[[], "bfloat16"], [[3, 4], "float32"], None]

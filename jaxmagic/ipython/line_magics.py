@@ -133,7 +133,8 @@ class LineMagics(MagicRunner):
         action="store_true",
         help="Also show an explorer (ipywidgets) after the report: choose the two dimensions drawn, "
         "slice the others, click a device to highlight its blocks and replicas, switch between a "
-        "call's inputs and outputs. A saved notebook shows a line saying to run the cell instead.",
+        "call's inputs, outputs and (--intermediates) values inside it. A saved notebook shows a line "
+        "saying to run the cell instead.",
     )
     @output_option
     @line_magic
@@ -177,15 +178,22 @@ class LineMagics(MagicRunner):
             if not args.explore:
                 return None
             # deferred: ipywidgets is imported only when an explorer is asked for
-            from jaxmagic.ipython.explorers.sharding import input_layouts, show_sharding_explorer
+            from jaxmagic.ipython.explorers.sharding import (
+                input_layouts,
+                intermediate_layouts,
+                show_sharding_explorer,
+            )
 
             call = inputs[0]
             data = report.to_dict()
-            try:
-                given = input_layouts(tuple(call.args), call.kwargs) if call is not None else []
-            except Exception:  # the inputs' layouts are extra: the outputs are still explored
-                given = []
-            return lambda: show_sharding_explorer(data, given, in_kernel=self._in_kernel)
+            given, inside = [], []
+            if call is not None:
+                try:
+                    given = input_layouts(tuple(call.args), call.kwargs)
+                    inside = intermediate_layouts(data, tuple(call.args), call.kwargs)
+                except Exception:  # the inputs' layouts are extra: the outputs are still explored
+                    pass
+            return lambda: show_sharding_explorer(data, given, inside, in_kernel=self._in_kernel)
 
         self._run_call_magic(
             self.jax_sharding,

@@ -4,13 +4,16 @@ Built from the report's ``to_dict()`` layouts (blocks with their index ranges an
 same data the static drawing uses) plus, for a call, the layouts of the call's input arrays,
 read while the kernel still has them (no array data is read). Clicking a device highlights the
 blocks it holds and names the devices holding copies of them (its replicas); the array chooser
-switches between the call's inputs and outputs (and the value's leaves).
+switches between the call's inputs, outputs and ``--intermediates`` values (laid over the inputs'
+mesh from the spec the compiler chose), or the value's leaves.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import html
+import re
 from typing import Any
 
 import ipywidgets as widgets
@@ -34,6 +37,62 @@ def input_layouts(args: tuple, kwargs: dict) -> list[dict[str, Any]]:
             path = _argument_path(jax.tree_util.keystr(key_path))
             layouts.append(dataclasses.asdict(layout_of(leaf, path=path, check_replicas=False)))
     return layouts
+
+
+def intermediate_layouts(report_data: dict[str, Any], args: tuple, kwargs: dict) -> list[dict[str, Any]]:
+    """The blocks of each ``--intermediates`` value, from the spec the compiler chose and its type, laid over
+    the mesh of the call's inputs (a ``ShapeDtypeStruct`` with that sharding: no data). A value whose spec
+    or type does not read as a ``NamedSharding`` over that mesh is left out (the report lists it)."""
+    import jax  # deferred: JAX is imported where it is used
+
+    call = report_data.get("call") or {}
+    meshes = [
+        leaf.sharding.mesh
+        for leaf in jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
+        if isinstance(getattr(leaf, "sharding", None), jax.sharding.NamedSharding)
+    ]
+    if not meshes or not call.get("intermediates"):
+        return []
+    mesh = meshes[0]
+    layouts = []
+    for value in call["intermediates"]:
+        spec, shape_dtype = spec_entries(value.get("spec", "")), type_shape(value.get("typeof", ""))
+        if spec is None or shape_dtype is None:
+            continue
+        try:
+            sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+            struct = jax.ShapeDtypeStruct(shape_dtype[0], shape_dtype[1], sharding=sharding)
+            path = f"{value.get('op', '')} (equation {value.get('index')})"
+            layouts.append(dataclasses.asdict(layout_of(struct, path=path, check_replicas=False)))
+        except Exception:  # another mesh, an axis of another size: the report's table still lists it
+            continue
+    return layouts
+
+
+def spec_entries(text: str) -> tuple | None:
+    """``P('data', None, ('a', 'b'))`` -> ``('data', None, ('a', 'b'))``; None when it is not that form."""
+    text = text.strip()
+    if not (text.startswith("P(") and text.endswith(")")):
+        return None
+    inner = text[2:-1].strip()
+    if not inner:
+        return ()
+    try:
+        entries = ast.literal_eval(f"({inner},)")
+    except (ValueError, SyntaxError):
+        return None
+    return entries if isinstance(entries, tuple) else None
+
+
+def type_shape(text: str) -> tuple[tuple[int, ...], str] | None:
+    """``float32[8@data,4]`` -> ``((8, 4), 'float32')``; None for another form."""
+    match = re.fullmatch(r"(\w+)\[([^\]]*)\]", text.strip())
+    if match is None:
+        return None
+    dims = [d.split("@")[0].strip() for d in match.group(2).split(",") if d.strip()]
+    if not all(d.isdigit() for d in dims):
+        return None
+    return tuple(int(d) for d in dims), match.group(1)
 
 
 def _argument_path(keystr: str) -> str:
@@ -310,15 +369,23 @@ def array_label(source: str, layout: dict[str, Any]) -> str:
     return " ".join(part for part in (f"{source}:", path, layout.get("typeof", "")) if part)
 
 
-def sharding_sources(report_data: dict[str, Any], inputs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """(source, layout) pairs: a call's inputs then its outputs, or the value's leaves."""
+def sharding_sources(
+    report_data: dict[str, Any], inputs: list[dict[str, Any]], intermediates: list[dict[str, Any]] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(source, layout) pairs: a call's inputs, its outputs, then its intermediates; or the value's leaves."""
     is_call = report_data.get("call") is not None
     outputs = [("output" if is_call else "value", layout) for layout in report_data.get("arrays", [])]
-    return [("input", layout) for layout in inputs] + outputs
+    inside = [("intermediate", layout) for layout in intermediates or []]
+    return [("input", layout) for layout in inputs] + outputs + inside
 
 
-def show_sharding_explorer(report_data: dict[str, Any], inputs: list[dict[str, Any]], in_kernel: bool = True):
-    sources = sharding_sources(report_data, inputs)
+def show_sharding_explorer(
+    report_data: dict[str, Any],
+    inputs: list[dict[str, Any]],
+    intermediates: list[dict[str, Any]] | None = None,
+    in_kernel: bool = True,
+):
+    sources = sharding_sources(report_data, inputs, intermediates)
     if not sources:
         print("jaxmagic: no array with a layout to explore.")
         return None
