@@ -294,3 +294,12 @@ def test_the_sharding_explorer_switches_to_the_intermediates_the_compiler_chose(
     assert "Device 5 holds 1 block(s): [4:8, 1:2]" in out["info"]
     assert out["specs"] == [[], [["a", "b"], None], None]
     assert out["types"] == [[[], "bfloat16"], [[3, 4], "float32"], None]
+
+
+def test_an_explorer_keeps_no_array_alive(ip, shown):
+    ip.run_cell("import weakref, gc\nx_kept = jnp.ones(8) * 3\nref_kept = weakref.ref(x_kept)")
+    ip.run_cell("%jax_sharding x_kept --explore")
+    ip.run_cell("%jax_live --explore")
+    assert len(shown) == 4  # two explorers, each with its line
+    ip.run_cell("del x_kept\ngc.collect()")
+    assert ip.user_ns["ref_kept"]() is None, "the explorers hold plain data only"
