@@ -31,6 +31,7 @@ def _python(code: str, devices: int = 1) -> str:
     return done.stdout
 
 
+@pytest.mark.kernel  # a fresh Python process
 def test_without_the_flag_ipywidgets_is_not_imported():
     out = _python(
         """
@@ -172,6 +173,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.kernel  # a fresh Python process
 def test_the_sharding_explorer_slices_a_4d_layout_and_shows_a_devices_replicas():
     out = json.loads(_python(SHARDING_SCENARIO, devices=8).strip().splitlines()[-1])
     assert out["arrays"][:2] == ["input: args[0] float32[4@data,6,8@model,3]", "input: args[1] float32[8@model,5]"]
@@ -283,6 +285,7 @@ print(json.dumps({"arrays": [label for label, _ in ex.array.options], "info": ex
 """
 
 
+@pytest.mark.kernel  # a fresh Python process
 def test_the_sharding_explorer_switches_to_the_intermediates_the_compiler_chose():
     out = json.loads(_python(INTERMEDIATES_SCENARIO, devices=8).strip().splitlines()[-1])
     assert out["arrays"] == [
