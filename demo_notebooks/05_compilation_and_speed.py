@@ -421,6 +421,76 @@ assert prof_deep.time.compilations == 0                 # the warm-up run paid f
 print(f"{layer.share:.0%} of the kernel time on `{layer.line.code}`; bound: {prof_deep.bound}")
 
 # %% [markdown]
+# ### Step 5: where the compile time goes - `%%jax_compiles` on a slow compilation
+#
+# "Why does it take minutes to compile?" (jax#2777, jax#10615, jax#21300): a Python loop inside a jitted
+# function is traced once per iteration, so the program holds one copy of the loop body per iteration;
+# a large array the function closes over is baked into the program as a constant. For the slowest
+# compilation of a cell (and, in `%jax_watch`, any slow one) `%%jax_compiles` counts the traced
+# program's equations by your line, recognises a line whose equations repeat one sequence (a loop,
+# unrolled) and lists the constants by the line that used them.
+
+# %%
+def rollout(x):
+    for t in range(300):
+        x = jnp.sin(x) * 0.5 + t
+    return x
+
+def rollout_fori(x):
+    return jax.lax.fori_loop(0, 300, lambda t, x: jnp.sin(x) * 0.5 + t, x)
+
+# %%
+# %%jax_compiles -o rep_cost
+rollout_jit = jax.jit(rollout)
+y_unrolled = rollout_jit(jnp.ones(16)).block_until_ready()
+
+# %%
+size = rep_cost.sizes[0]
+loop = size.unrolled
+print(size.headline)
+print(f"trace / lower / XLA compile: {size.trace_seconds:.3f} / {size.lower_seconds:.3f} / {size.compile_seconds:.3f} s")
+assert size.function == "rollout" and size.equations == 900
+assert (loop.line.code, loop.equations, loop.per_iteration, loop.iterations) == ("x = jnp.sin(x) * 0.5 + t", 900, 3, 300)
+assert loop.loop == "for t in range(300)" and "jax.lax.fori_loop" in size.fix
+assert size.provenance.started_by.code == "y_unrolled = rollout_jit(jnp.ones(16)).block_until_ready()"
+
+# %%
+# %%jax_compiles -o rep_fori
+y_fori = jax.jit(rollout_fori)(jnp.ones(16)).block_until_ready()
+
+# %%
+fori = rep_fori.sizes[0]
+print(f"unrolled: {size.equations} equations; fori_loop: {fori.equations} equations (the body once)")
+assert fori.equations < 20 and fori.unrolled is None
+assert np.allclose(y_unrolled, y_fori)                  # the same computation
+
+# %% [markdown]
+# ### Donated buffers that were not usable
+#
+# `donate_argnums` lets an output reuse an argument's buffer. When no output has a donated argument's
+# shape and dtype, JAX warns "Some donated buffers were not usable: float32[8,4]" and names neither the
+# argument nor the reason (jax#9237, jax#12514). `%%jax_compiles` reads them from JAX's lowering. On CPU,
+# JAX 0.12 implements donation: the argument an output reused is deleted, the unusable one is kept.
+
+# %%
+def sgd(params, batch):
+    return params - 0.1 * batch.mean()
+
+sgd_jit = jax.jit(sgd, donate_argnums=(0, 1))
+params_d, batch_d = jnp.ones(4), jnp.ones((8, 4))
+
+# %%
+# %%jax_compiles -o rep_donate
+params_d2 = sgd_jit(params_d, batch_d)
+
+# %%
+(donation,) = rep_donate.donations
+print(donation.headline)
+assert (donation.function, donation.argument, donation.type) == ("sgd", "batch", "float32[8,4]")
+assert "no output has its shape and dtype" in donation.why and "Stop donating `batch`" in donation.fix
+assert params_d.is_deleted() and not batch_d.is_deleted()   # donation works on CPU: params reused, batch kept
+
+# %% [markdown]
 # ## Supplement: `jax.transfer_guard`
 #
 # Passing a NumPy array or a Python scalar to a jitted function copies it from host to device on

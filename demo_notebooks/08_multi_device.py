@@ -16,11 +16,12 @@
 # jaxmagic puts these together:
 #
 # * `%jax_devices N` gives this kernel `N` fake CPU devices, when run before anything touched a device;
-# * `%jax_sharding EXPR [--dims I,J] [--intermediates] [--no-check] [-o NAME]` shows the type, the mesh,
+# * `%jax_sharding EXPR [--dims I,J] [--intermediates] [--collectives] [--no-check] [-o NAME]` shows the type, the mesh,
 #   the `PartitionSpec`, a drawing with a colour per device (blocks held by several devices list every
 #   holder, `CPU 0,2`), shard shapes and bytes per device, and compares the copies of replicated blocks.
 #   For a call of a jitted function it lists the shardings the call was compiled with, and with
-#   `--intermediates` the sharding the compiler chose for every value inside it;
+#   `--intermediates` the sharding the compiler chose for every value inside it, and with `--collectives`
+#   every collective XLA inserted, by source line, with the sharding that made it necessary;
 # * `%%jax_per_device` shows what each device printed inside a `shard_map`, grouped by device.
 #
 # Every demonstration below is asserted on the report that `-o NAME` stores.
@@ -335,6 +336,66 @@ assert chosen["transpose"] == ("float32[4,8]", "P(None, 'a')")
 assert labels(rep_auto) == [["CPU 0,1", "CPU 2,3"]]             # the result: copies along b
 
 # %% [markdown]
+# ### Where does this all-gather come from? `--collectives`
+#
+# Under a sharding, XLA inserts collectives nobody wrote: all-gather, all-reduce, reduce-scatter,
+# all-to-all, collective-permute (jax#20381). `--collectives` lists every one of the compiled program
+# with the line and `named_scope` it came from (the instruction's metadata), the mesh axes it runs over,
+# the bytes each device receives, and which sharding made it necessary. In `g` the contracting dimension
+# of `x @ w` is split over `b` in both operands, so each device holds a partial sum that XLA adds up
+# over `b`:
+
+# %%
+# %jax_sharding g(xa, w) --collectives -o rep_coll
+
+# %%
+[ar] = rep_coll.call.collectives
+print(ar.kind, ar.axes, ar.values, ar.bytes_per_device, "|", ar.cause)
+assert (ar.kind, ar.axes, ar.values) == ("all-reduce", ["b"], ["xa", "w"])
+assert ar.line.code.strip() == "h = x @ w" and ar.cause_kind == "input"
+assert rep_coll.call.collective_fixes == []      # a sum over a split dimension is the computation itself
+
+# %% [markdown]
+# A weight split over `a` like the batch (a fully-sharded layout): before multiplying, the blocks of `w`
+# have to travel. Relayouts (all-gather, all-to-all, permute) are tried away by compiling the traced
+# program again with another layout for the input - never running it - and the fix says what it costs:
+
+# %%
+w_fsdp = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh_auto, P("a", None)))
+xr = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh_auto, P("a", None)))
+
+@jax.jit
+def layer(x, w):
+    with jax.named_scope("dense"):
+        return jax.nn.relu(x @ w)
+
+
+# %%
+# %jax_sharding layer(xr, w_fsdp) --collectives -o rep_fsdp
+
+# %%
+kinds = [(c.kind, c.axes, c.scope, c.line.code.strip()) for c in rep_fsdp.call.collectives]
+print(kinds)
+assert len(kinds) == 2 and {k for k, *_ in kinds} == {"collective-permute", "all-reduce"}
+assert all(scope == "dense" and code == "return jax.nn.relu(x @ w)" for _, _, scope, code in kinds)
+fix = rep_fsdp.call.collective_fix
+print(fix.text)
+assert (fix.collectives_before, fix.collectives_after) == (2, 0)
+assert fix.code == "w_fsdp = jax.device_put(w_fsdp, NamedSharding(w_fsdp.sharding.mesh, P()))"
+
+# %% [markdown]
+# The fix, applied: with the weight whole on each device, nothing has to travel.
+
+# %%
+w_whole = jax.device_put(w_fsdp, NamedSharding(w_fsdp.sharding.mesh, P()))
+
+# %%
+# %jax_sharding layer(xr, w_whole) --collectives -o rep_whole
+
+# %%
+assert rep_whole.call.collectives == [] and "XLA inserted no collective" in rep_whole.summary
+
+# %% [markdown]
 # ## 8.3 "The devices disagree": copies that differ, and what each device computed
 #
 # Inside `shard_map` each device sees only its own block. The classic mistake is to forget the
@@ -438,13 +499,11 @@ os.environ["JAX_PLATFORMS"] = "cpu"  # the engines inherit it: this machine has 
 cluster = ipp.Cluster(n=2, engines="local", controller_ip="127.0.0.1", log_level=40)
 cluster.start_cluster_sync()
 rc = cluster.connect_client_sync()
-# no progress bar while the engines start: with ipywidgets installed it is a widget a saved notebook cannot show
-rc.wait_for_engines(2, timeout=120, interactive=False)
+rc.wait_for_engines(2, timeout=120, interactive=False)  # no progress widget (a saved notebook drops it)
 dv = rc[:]
-dv.block = True  # %%px waits for the engines and shows what they display
+dv.block = True  # %%px waits for the engines and shows what they display (--progress-after -1: no
+# progress bar, a widget that a saved notebook would not keep)
 dv.activate()  # %%px now runs a cell on both engines
-# no progress bar for slow %%px cells: with ipywidgets installed it is a widget a saved notebook cannot show
-get_ipython().run_line_magic("pxconfig", "--progress-after -1")
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -459,7 +518,7 @@ print(dv.apply_sync(lambda: (__import__("jax").process_index(), __import__("jax"
 # process 0 keeps a list of arrays, and both seed their dropout keys with `PRNGKey(0)`.
 
 # %%
-# %%px
+# %%px --progress-after -1
 # %%jax_doctor -o rep
 def loss_fn(w, x, y):
     h = jnp.sqrt(x) @ w               # a negative input gives NaN
@@ -492,14 +551,35 @@ found = {f.area: f for f in merged.findings}
 assert [p.process for p in merged.processes] == [0, 1]
 assert found["NaN"].processes == [1] and "jnp.sqrt(x) @ w" in found["NaN"].line   # the line, on process 1 only
 assert found["divergence"].function == "train_step"     # process 1 compiled a second program: collectives hang
+assert "first differing operation" in found["divergence"].summary  # ... named by its operation and line
 assert found["memory"].processes == [0]                 # only process 0 piles arrays up
 assert found["random keys"].processes == [0, 1]         # the same dropout keys everywhere: fold_in the index
 print(sorted(found))
 
 # %% [markdown]
+# Each process also digested the programs it compiled: the merged report names the first operation of
+# process 1's extra program that differs from process 0's, and the line it comes from.
+#
+# **Values that drift.** Each process trained on its own shard and never averaged its gradients with
+# the other's, and process 1's went NaN: the "replicated" parameters `w` are no longer the same.
+# `%jax_gather --values w`
+# evaluates `w` once on each engine, compares a digest of every leaf, fetches only the leaves that
+# differ, and names them with the largest difference.
+
+# %%
+# %jax_gather --values w -o drift
+
+# %%
+(values,) = [f for f in drift.findings if f.area == "values"]
+assert values.processes == [0, 1] and "1 of 1 leaves differ" in values.summary   # two processes: both named
+assert "largest difference NaN or inf on one side" in values.summary and "%%jax_nans" in values.fix
+print(values.summary)
+
+# %% [markdown]
 # The same merge without a notebook: a script launched on every host calls `jaxmagic.gather(report)`;
 # the reports travel through jax.distributed's key-value store (no collective, so a process that hangs
-# cannot hang the others - it is named after the timeout) and process 0 gets the merged report.
+# cannot hang the others - it is named after the timeout) and process 0 gets the merged report;
+# `jaxmagic.gather(report, values=params, values_name="params")` compares a pytree the same way.
 
 # %%
 rc.close()

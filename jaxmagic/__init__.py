@@ -12,18 +12,20 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def gather(report, timeout: float = 60.0):
+def gather(report, timeout: float = 60.0, values=None, values_name: str = "values"):
     """Merge ``report`` from every process of a ``jax.distributed`` job on process 0 (None elsewhere).
 
     For scripts launched on every host: each process calls it with its own report
     (``with jaxmagic.probes.doctor() as rep: ...`` then ``jaxmagic.gather(rep)``). The
     reports travel through jax.distributed's key-value store, not a collective, so a
     process that hangs or died is named after ``timeout`` seconds instead of hanging
-    the others.
+    the others. ``values`` (a pytree that should be the same on every process, named
+    ``values_name`` in the report) is compared leaf by leaf: digests first, then only the
+    values of the leaves that differ.
     """
     from jaxmagic.probes.gather import gather as gather_reports  # deferred: importing jaxmagic imports no probe
 
-    return gather_reports(report, timeout=timeout)
+    return gather_reports(report, timeout=timeout, values=values, values_name=values_name)
 
 
 def load_ipython_extension(ipython) -> None:

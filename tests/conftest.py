@@ -27,6 +27,7 @@ _FILE_MARKS = {
     "test_debug_kernel.py": "kernel",  # a real kernel answering the debugger's input requests
     "test_section9_script.py": "kernel",
     "test_sharding.py": "kernel",  # its scenarios run in fresh processes with 64 fake devices
+    "test_collectives.py": "kernel",  # its scenarios run in a fresh process with 8 fake devices
     "test_gather.py": "cluster",
     "test_soak.py": "slow",
     "test_types.py": "slow",  # mypy over the package

@@ -171,6 +171,42 @@ def test_the_doctor_on_every_engine_merged_names_each_per_process_bug(cluster, i
     assert "Differences between processes" in html and "process" in str(merged)
 
 
+DRIFT = """
+%%jax_compiles -o rep_p
+@jax.jit
+def update(w, x):
+    h = x @ w
+    return w - 0.1 * (x.T @ h) / x.shape[0]
+@jax.jit
+def scale(w):
+    return w * 2.0
+me = jax.process_index()
+params = {"w": jnp.ones(3), "b": jnp.zeros(2), "step": jnp.int32(5)}
+scale(params["w"])                       # the same program on both processes
+x = jnp.ones((6 if me == 1 else 8, 3))   # process 1's shard has other rows: another program
+update(params["w"], x)
+if me == 1:
+    params["b"] = params["b"] + 1e-3     # a replica perturbed on one process
+"""
+
+
+def test_a_program_compiled_differently_and_a_perturbed_replica_are_named_from_real_engines(cluster, ip):
+    # openxla/xla#7716, marin#9042: a shape that depends on the process index compiles another program
+    _client, view = cluster
+    view.execute(DRIFT, block=True)
+    ip.user_ns["dv"] = view
+    ip.run_line_magic("jax_gather", "rep_p --values params -o merged")
+    data = ip.user_ns["merged"].to_dict()
+    by_function = {f["function"]: f for f in data["findings"] if f["function"]}
+    assert "scale" not in by_function, by_function  # the same program: cell file names differ, digests do not
+    update = by_function["update"]
+    assert "first differing operation is `stablehlo.dot_general`" in update["summary"], update
+    assert "h = x @ w" in update["line"] and "tensor<6x3xf32>" in " ".join(update["details"]), update
+    (values,) = [f for f in data["findings"] if f["area"] == "values"]
+    assert "1 of 3 leaves differ" in values["summary"] and "0.001 in `params['b']`" in values["summary"], values
+    assert values["processes"] == [0, 1] and "larger than rounding" in values["fix"], values
+
+
 def test_a_busy_engine_is_named_after_the_timeout_and_one_killed_mid_cell_as_failed(cluster, ip):
     client, view = cluster
     busy = client[1].execute("import time\ntime.sleep(20)", block=False)

@@ -175,3 +175,47 @@ def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
         found = loop_call(stack_at_raise(error), "scan", "body")
     assert found is not None
     assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0
+
+
+def test_the_compile_frames_hold_the_program_and_the_donation_lowering():
+    # _jax/compile_frames.py reads pjit's `jaxpr` local at a compilation and mlir's lowering locals at the
+    # "donated buffers were not usable" warning
+    import inspect
+
+    from jax._src import pjit
+    from jax._src.interpreters import mlir
+
+    assert "jaxpr" in inspect.signature(pjit._pjit_call_impl_python).parameters
+    lowering = inspect.signature(mlir.lower_jaxpr_to_module).parameters
+    assert {"module_name", "in_avals", "out_avals", "donated_args", "arg_names", "platforms"} <= set(lowering)
+
+
+def test_the_persistent_cache_state_is_readable():
+    from jax._src import compilation_cache
+
+    from jaxmagic._jax.persistent_cache import cache_state
+
+    assert hasattr(compilation_cache, "_cache") and hasattr(compilation_cache, "_cache_initialized")
+    state = cache_state()
+    assert state.min_compile_seconds >= 0 and state.enabled in (True, False)
+
+
+def test_the_backend_compile_event_is_recorded_in_cached_compilation_with_the_lowered_module():
+    # jaxmagic._jax.program_prints reads the module being compiled from that frame (%jax_gather's programs)
+    from jax import monitoring
+
+    from jaxmagic._jax import program_prints
+
+    printed = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            printed.append(program_prints.print_of_compilation(lambda filename, lineno: f"line {lineno}"))
+
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.jit(lambda x: x * 3.0 + 1.0)(jax.numpy.ones(5))
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+    assert printed and printed[-1] is not None, "pxla._cached_compilation no longer holds `computation`"
+    assert printed[-1].op_count >= 3 and any("stablehlo.multiply" in op[1] for op in printed[-1].ops)

@@ -107,6 +107,46 @@ def test_doctor_under_nnx_jit_says_the_nan_and_why_it_could_not_tell_the_line():
     assert "grad_norm" in report.summary
 
 
+def test_nans_under_nnx_jit_with_an_optimizer_update_finds_the_line_and_leaves_the_model_whole():
+    # flax NNX tutorials' train_step shape (nnx.jit + nnx.value_and_grad + nnx.Optimizer.update) with a
+    # log of a negative residual. The producer search re-evaluates the failing call: it must take the
+    # Module and Optimizer as arguments (fresh copies), not close over the user's objects - nnx.jit writes
+    # its outputs back into the objects it was given, and a failed write under a trace left the user's
+    # Module with no attributes at all.
+    nnx = pytest.importorskip("flax.nnx")
+    optax = pytest.importorskip("optax")
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.lin = nnx.Linear(4, 1, rngs=rngs)
+
+        def __call__(self, x):
+            return self.lin(x)
+
+    model = Model(nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+    @nnx.jit
+    def train_step(model, opt, x, y):
+        def loss_fn(model):
+            return jnp.mean(jnp.log(model(x) - y) ** 2)
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        opt.update(model, grads)
+        return loss
+
+    x, y = jnp.ones((8, 4)), jnp.full((8, 1), 10.0)
+    kernel_before = model.lin.kernel[...]
+    data = _nan_report(lambda: train_step(model, opt, x, y))
+    assert data["producer"]["primitive"] == "log"
+    assert "jnp.log(model(x) - y)" in data["producer"]["line"]["code"]
+    assert any(fix["offered"] for fix in data["fixes"])
+    assert set(vars(model)) >= {"lin"}  # the user's objects are whole, and hold no tracer
+    assert isinstance(model.lin.kernel[...], jax.Array) and not isinstance(model.lin.kernel[...], jax.core.Tracer)
+    assert jnp.array_equal(model.lin.kernel[...], kernel_before)
+    assert jnp.isfinite(train_step(model, opt, x, -y))
+
+
 def test_equinox_layer_norm_with_eps_zero_is_fixed_by_its_own_eps_tried_on_the_value():
     eqx = pytest.importorskip("equinox")
 

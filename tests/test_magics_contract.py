@@ -111,8 +111,8 @@ EXAMPLES = {
     ),
     "jax_sharding": MagicExample(
         ok="%jax_sharding jnp.arange(6.0).reshape(2, 3) -o {out}",
-        raising="%jax_sharding jax.jit(f_raises)(jnp.ones(3)) -o {out}",
-        interrupt="%jax_sharding jax.jit(f_interrupt)(jnp.ones(3)) -o {out}",
+        raising="%jax_sharding jax.jit(f_raises)(jnp.ones(3)) --collectives -o {out}",
+        interrupt="%jax_sharding jax.jit(f_interrupt)(jnp.ones(3)) --collectives -o {out}",
         bad_option="%jax_sharding jnp.ones(3) --bogus",
         malformed="%jax_sharding jnp.ones(3",
     ),

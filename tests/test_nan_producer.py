@@ -26,6 +26,7 @@ from jaxmagic.probes._support.nan.failing_call import failing_expressions
 from jaxmagic.probes._support.nan.inside import search_inside
 from jaxmagic.probes._support.nan.producer import search
 from jaxmagic.probes.nans import LoopPosition, NanProducer, NanReport
+from jaxmagic.render import static_bundle
 from tests.test_nans_probe import assert_holds_no_jax_objects
 
 # No array here is made from a Python list of three floats: the first such conversion in the
@@ -841,3 +842,45 @@ def test_log_of_a_softmax_that_rounded_to_zero_gets_log_softmax():
     p = report.producer
     assert p.primitive == "log" and p.operands[0].made_by == "div"
     assert "`jax.nn.log_softmax(z)`" in report.fix
+
+
+def _loss_of_residuals(params, x, y):
+    return jnp.mean(jnp.log(x @ params - y) ** 2)
+
+
+@jax.jit
+def step_returning_its_loss(params, x, y):
+    loss, grads = jax.value_and_grad(_loss_of_residuals)(params, x, y)
+    return loss, params - 0.1 * grads
+
+
+def _energy(r):
+    return jnp.sum(jnp.sqrt(r**2))  # the norm of a zero displacement
+
+
+@jax.jit
+def step_of_an_energy(r):
+    energy, force = jax.value_and_grad(_energy)(r)
+    return energy, r - force
+
+
+def test_a_nan_under_a_gradient_inside_the_step_that_reaches_the_returned_loss_is_forward():
+    # The tutorials' train step (value_and_grad inside a jitted step that returns the loss): the log of a
+    # negative residual is a forward value; every operation of the step is traced under jvp, so only the
+    # data flow into the returned loss (no transposed operation on the way) tells - never "derivative".
+    report = caught(lambda: step_returning_its_loss(jnp.ones(2), jnp.ones((3, 2)), jnp.full(3, 5.0)))
+    producer = report.producer
+    assert producer is not None and producer.primitive == "log"
+    assert producer.phase == "forward" and not producer.derivative
+    text = static_bundle(report.document())["text/plain"]
+    assert "whose derivative" not in text and "in the derivative" not in text
+    assert any("forward operations only" in note for note in report.notes)
+
+
+def test_a_nan_only_the_derivative_makes_stays_a_derivative():
+    # jax#4824 shape: sqrt(r**2) at 0 is finite, its derivative 0.5/sqrt(0) * 2r is inf * 0, a NaN
+    report = caught(lambda: step_of_an_energy(jnp.array([1.0, 0.0])))
+    producer = report.producer
+    assert producer is not None
+    assert producer.derivative or producer.phase == "backward"
+    assert not any("forward operations only" in note for note in report.notes)

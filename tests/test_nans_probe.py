@@ -587,3 +587,21 @@ def test_an_overflow_to_inf_is_told_as_the_dtypes_limit_with_a_float32_fix():
     text = static_bundle(report.document())["text/plain"]
     assert "above the largest float16 value (65504)" in " ".join(text.split())
     assert "0 * inf" not in text and report.fix.startswith("`mul` (`x * x`) overflowed float16")
+
+
+def test_a_nan_check_the_cell_caught_itself_is_not_ok():
+    # A loop that skips bad batches (`try: step(...) except FloatingPointError: continue`) under the
+    # checks: the error never reaches the probe, but JAX printed that its check fired - never [OK].
+    @jax.jit
+    def step(x):
+        return jnp.log(x) * 2.0
+
+    with probes.nans() as report:
+        try:
+            step(jnp.array([-1.0, 2.0]))
+        except FloatingPointError:
+            pass
+    data = report.to_dict()
+    assert data["status"] != "ok", report.summary
+    assert "caught the FloatingPointError" in report.summary
+    assert "the error is below" not in static_bundle(report.document())["text/plain"]

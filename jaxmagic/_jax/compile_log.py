@@ -27,6 +27,72 @@ import re
 
 from jaxmagic.report.wording import short_dtype
 
+# -- the persistent compilation cache's lines (WARNING while jax_explain_cache_misses / jax_log_compiles
+# are on and jax_compilation_cache_dir is set; JAX 0.12's compiler.py and compilation_cache.py)
+
+PERSISTENT_CACHE_PREFIXES = (
+    "PERSISTENT COMPILATION CACHE MISS for ",
+    "Persistent compilation cache hit for ",
+    "Not writing persistent cache entry",
+    "Writing ",  # "Writing jit_f to persistent compilation cache with key ..." (checked in full below)
+)
+_CACHE_MISS = re.compile(r"^PERSISTENT COMPILATION CACHE MISS for '(?P<module>[^']*)' with key '(?P<key>[^']*)'")
+_CACHE_HIT = re.compile(r"^Persistent compilation cache hit for '(?P<module>[^']*)' with key '(?P<key>[^']*)'")
+_CACHE_TOO_FAST = re.compile(
+    r"^Not writing persistent cache entry for '(?P<module>[^']*)' because it took < (?P<limit>[\d.]+) "
+    r"seconds to compile \((?P<secs>[\d.]+)s\)"
+)
+_CACHE_TOO_SMALL = re.compile(
+    r"^Not writing persistent cache entry with key '(?P<key>[^']*)' since its size \((?P<size>\d+) bytes\) "
+    r"is less than threshold \((?P<limit>\d+) bytes\)"
+)
+_CACHE_DISABLED = re.compile(r"^Not writing persistent cache entry with key '(?P<key>[^']*)' since cache is disabled")
+_CACHE_OTHER_PROCESS = re.compile(r"^Not writing persistent cache entry since process_id != 0")
+_CACHE_WRITE = re.compile(r"^Writing (?P<module>\S+) to persistent compilation cache with key '(?P<key>[^']*)'")
+
+
+@dataclasses.dataclass
+class PersistentCacheLine:
+    """One persistent-cache log line, read. ``event``: "miss", "hit", "too_fast", "too_small", "disabled",
+    "other_process" (only process 0 writes) or "written"."""
+
+    event: str
+    module: str = ""  # "jit_step" (from the key when the line names only the key)
+    key: str = ""
+    seconds: float | None = None  # too_fast: how long the compilation took
+    limit: float | None = None  # too_fast: seconds; too_small: bytes
+    size: int | None = None  # too_small: the entry's bytes
+
+
+def parse_persistent_cache_line(message: str) -> PersistentCacheLine | None:
+    """Read a persistent compilation cache log line; None for any other message."""
+    if match := _CACHE_MISS.match(message):
+        return PersistentCacheLine("miss", match["module"], match["key"])
+    if match := _CACHE_HIT.match(message):
+        return PersistentCacheLine("hit", match["module"], match["key"])
+    if match := _CACHE_TOO_FAST.match(message):
+        return PersistentCacheLine(
+            "too_fast", match["module"], seconds=float(match["secs"]), limit=float(match["limit"])
+        )
+    if match := _CACHE_TOO_SMALL.match(message):
+        key = match["key"]
+        return PersistentCacheLine(
+            "too_small", _module_of_key(key), key, limit=float(match["limit"]), size=int(match["size"])
+        )
+    if match := _CACHE_DISABLED.match(message):
+        return PersistentCacheLine("disabled", _module_of_key(match["key"]), match["key"])
+    if _CACHE_OTHER_PROCESS.match(message):
+        return PersistentCacheLine("other_process")
+    if match := _CACHE_WRITE.match(message):
+        return PersistentCacheLine("written", match["module"], match["key"])
+    return None
+
+
+def _module_of_key(key: str) -> str:
+    """A cache key is "<module name>-<hash>"."""
+    return key.rpartition("-")[0] or key
+
+
 # -- the four compile log lines -------------------------------------------------
 
 _TRACING = re.compile(r"^Finished tracing (?P<name>.+?) for (?P<wrapper>\w+) in (?P<secs>[\d.eE+-]+) sec")
@@ -45,12 +111,14 @@ COMPILE_LOG_PREFIXES = (
     "Finished jaxpr to MLIR module conversion ",
     "Finished XLA compilation of ",
     "TRACING CACHE MISS at ",
-)
+) + PERSISTENT_CACHE_PREFIXES
 
 
 def is_compile_log_message(message: str) -> bool:
     """True for the lines ``jax_log_compiles`` / ``jax_explain_cache_misses`` produce."""
-    return message.startswith(COMPILE_LOG_PREFIXES)
+    if not message.startswith(COMPILE_LOG_PREFIXES):
+        return False
+    return not message.startswith("Writing ") or _CACHE_WRITE.match(message) is not None
 
 
 def bare_name(function: str) -> str:

@@ -87,7 +87,10 @@ class CellMagics(MagicRunner):
         itself only says "explanation unavailable" there), a new function object
         given to jit. Eager operations' small compilations are counted apart
         (listed with --all). --budget N makes the cell fail after the report if
-        a function compiled more than N times.
+        a function compiled more than N times. Also: where the slowest
+        compilation's size comes from (equations per line, a Python loop
+        unrolled, constants baked in), donated buffers JAX could not reuse
+        (which argument, why) and persistent compilation cache misses (why).
         """
         __tracebackhide__ = True
 

@@ -124,6 +124,14 @@ class LineMagics(MagicRunner):
         "every value inside it (jax.debug.inspect_array_sharding in an instrumented copy, compiled not run).",
     )
     @argument(
+        "--collectives",
+        action="store_true",
+        help="For a call: list every collective XLA inserted (all-gather, all-reduce, reduce-scatter, "
+        "all-to-all, collective-permute) with the line and named_scope it came from, the mesh axes, the bytes "
+        "per device and the sharding that made it necessary; input layouts that remove one are tried by "
+        "compiling again (never run).",
+    )
+    @argument(
         "--no-check",
         action="store_true",
         help="Do not compare the copies of replicated blocks (then no array data is read at all).",
@@ -146,7 +154,8 @@ class LineMagics(MagicRunner):
         (blocks of other processes are drawn hatched). Copies of replicated
         blocks are compared bit for bit. For a call of a jitted function, the
         call is run and its compiled input and output shardings are listed;
-        --intermediates adds the shardings chosen for values inside it.
+        --intermediates adds the shardings chosen for values inside it;
+        --collectives lists the collectives XLA inserted, by source line.
         --explore adds an explorer after the report (see the option).
         """
         __tracebackhide__ = True
@@ -154,7 +163,7 @@ class LineMagics(MagicRunner):
         def call_or_value(text, args):
             with expression_checked():
                 parse_expression(text)
-                as_call = args.intermediates or callee_is_jitted(text, self.user_ns)
+                as_call = args.intermediates or args.collectives or callee_is_jitted(text, self.user_ns)
             return (self._evaluate(text), None, text) if as_call else (None, self._evaluate_value(text), text)
 
         def run(inputs, args):
@@ -170,6 +179,7 @@ class LineMagics(MagicRunner):
                 call.kwargs,
                 call_text=call.text,
                 intermediates=args.intermediates,
+                collectives=args.collectives,
                 dims=args.dims,
                 check_replicas=not args.no_check,
             )
@@ -553,7 +563,19 @@ class LineMagics(MagicRunner):
             watch_hook.set_panel(self.shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
 
     @magic_arguments()
-    @argument("name", help="The name each engine bound its report to (-o NAME of the magic run under %%px).")
+    @argument(
+        "name",
+        nargs="?",
+        default="",
+        help="The name each engine bound its report to (-o NAME of the magic run under %%px); optional with --values.",
+    )
+    @argument(
+        "--values",
+        metavar="EXPR",
+        default="",
+        help="A pytree that should be the same on every engine (replicated parameters, a step counter), "
+        "evaluated once on each: the leaves that differ, where, and by how much.",
+    )
     @argument(
         "--view",
         metavar="VIEW",
@@ -576,11 +598,20 @@ class LineMagics(MagicRunner):
         NaN on some only (with each one's line and call), a function compiled differently
         on some (the processes run different programs: collectives can hang), memory
         growing on some, the same random key on every process, and engines that failed or
-        did not answer within --timeout (where a hang is).
+        did not answer within --timeout (where a hang is). In a multi-process job each
+        process digests the programs it compiles: a process that compiled another program
+        is named with the first operation that differs and its line.
+
+        `%jax_gather --values params` (with or without NAME) compares a pytree that should
+        be the same everywhere: each engine digests every leaf, then only the leaves that
+        differ are fetched; each is named (`params['w']`) with its processes and largest
+        difference.
         """
         args = self._parse(self.jax_gather, line)
+        if not args.name and not args.values:
+            raise UsageError("%jax_gather: name a report (-o NAME of the magic run on every engine) or --values EXPR.")
         view = self._ipyparallel_view(args.view)
-        report = probes.gather_from_engines(view, args.name, args.timeout)
+        report = probes.gather_from_engines(view, args.name, args.timeout, values=args.values)
         self._publish(report, args)
 
     def _ipyparallel_view(self, name: str | None):

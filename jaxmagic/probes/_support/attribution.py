@@ -82,6 +82,13 @@ def _name_stack_segments(text: str) -> list[str]:
     return out
 
 
+def transforms_of_name_path(op_name: str) -> list[str]:
+    """The transformations (and named scopes) of a compiled instruction's ``op_name``
+    (``jit(loss)/transpose(jvp())/dot_general`` -> ``["jit(loss)", "grad (backward pass)"]``):
+    the name stack an equation had, with the operation itself left off."""
+    return _name_stack_segments(op_name)[:-1]
+
+
 def _body_name(eqn) -> str:
     """What an enclosing equation is, seen from an equation inside it."""
     primitive = eqn.primitive.name

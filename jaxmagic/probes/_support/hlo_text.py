@@ -12,7 +12,9 @@ there is no structured object for it in the public API. Everything the
 * the source location in both formats XLA has printed: the older inline
   ``source_file="..." source_line=N`` and the compact tables since 2025
   (``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` at
-  the top of the module, referenced by ``stack_frame_id=K``).
+  the top of the module, referenced by ``stack_frame_id=K``);
+* collectives (``%jax_sharding --collectives``): which opcodes are collectives, their device groups
+  (``replica_groups`` in every printed form, ``source_target_pairs``) and the bytes of a shape.
 
 The parser is tolerant: a line it does not understand is skipped, never fatal.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 
 # Roles of the computations an instruction refers to; "fused" bodies run inside
@@ -62,6 +65,8 @@ class HloInstruction:
     fusion_kind: str = ""  # "kLoop", "kCustom", ... for fusion instructions
     is_root: bool = False
     text: str = ""  # the instruction's line, stripped
+    operands: tuple[str, ...] = ()  # the instructions it reads, without the leading %
+    parameter_number: int | None = None  # for ``parameter(N)``: N
 
 
 @dataclasses.dataclass
@@ -204,6 +209,9 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
             if target:
                 called.append((attribute, target))
     kind = _FUSION_KIND.search(rest) if opcode == "fusion" else None
+    operand_text = _operand_list(rest)
+    operands = tuple(_OPERAND.findall(operand_text))
+    number = operand_text.strip() if opcode == "parameter" else ""
     op_name = metadata.get("op_name", "")
     frame_id = metadata.get("stack_frame_id", "")
     source_line = metadata.get("source_line", "")
@@ -221,7 +229,26 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
         fusion_kind=kind.group(1) if kind else "",
         is_root=bool(is_root),
         text=line.strip(),
+        operands=operands,
+        parameter_number=int(number) if number.isdigit() else None,
     )
+
+
+# An operand in the list: "%name" (newer printers) or "f32[4,8]{1,0} %name" (older ones).
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+
+def _operand_list(rest: str) -> str:
+    """The text inside the opcode's parentheses (``rest`` starts just after the opening one)."""
+    depth = 0
+    for i, char in enumerate(rest):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return rest[:i]
+            depth -= 1
+    return rest
 
 
 # metadata={...}: braces inside quoted strings (an op_name may contain any text) do not end it.
@@ -286,3 +313,126 @@ def _stack_frames(tables: dict[str, list[str]]) -> dict[int, tuple[HloFrame, int
         parent = parent - 1 if shifted else parent
         frames[frame_id] = (frame, parent if parent != frame_id else 0)
     return frames
+
+
+# -- collectives: who talks to whom -------------------------------------------------------------
+
+COLLECTIVE_OPCODES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def collective_kind(instruction: HloInstruction) -> str:
+    """ "all-gather", ... for a collective or its async start (``all-gather-start``); "" otherwise
+    (the ``-done`` half of an async pair is the same transfer and is not counted again)."""
+    opcode = instruction.opcode
+    if opcode.endswith("-start"):
+        opcode = opcode[: -len("-start")]
+    return opcode if opcode in COLLECTIVE_OPCODES else ""
+
+
+def inserted_by_partitioner(instruction: HloInstruction) -> bool:
+    """True for a collective XLA's SPMD partitioner made (``frontend_attributes={is_spmd_generated="true"}``);
+    False for one the program asked for itself (``lax.psum`` in a ``shard_map``)."""
+    return 'is_spmd_generated="true"' in instruction.text
+
+
+@dataclasses.dataclass
+class DeviceGroups:
+    """The groups of devices a collective runs in, in one of the forms XLA prints.
+
+    ``groups`` holds partition numbers (indices into the program's device assignment);
+    ``axes`` the mesh axes when XLA printed them by name (``mesh['data'=4,'model'=2] {'data'}``);
+    ``axis_sizes`` the mesh XLA printed (its axes may be named ``axis_0``, ``axis_1``, ...).
+    """
+
+    groups: list[list[int]] = dataclasses.field(default_factory=list)
+    axes: list[str] = dataclasses.field(default_factory=list)
+    mesh_axes: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    pairs: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # collective-permute: source, target
+    unread: str = ""  # the attribute's text when its form was not understood
+
+
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+_LIST_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}")
+_PAIRS = re.compile(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
+
+
+def device_groups(instruction: HloInstruction) -> DeviceGroups:
+    """Read ``replica_groups=`` (explicit lists, iota ``[4,2]<=[8]`` with an optional transpose,
+    or the named ``mesh[...] {axes}``) or ``source_target_pairs=`` of a collective."""
+    text = instruction.text
+    found = DeviceGroups()
+    if match := _MESH_GROUPS.search(text):
+        for part in match.group(1).split(","):
+            name, _, size = part.partition("=")
+            found.mesh_axes.append((name.strip().strip("'\""), int(size) if size.strip().isdigit() else 0))
+        found.axes = [a.strip().strip("'\"") for a in match.group(2).split(",") if a.strip()]
+        found.groups = _groups_over_axes(found.mesh_axes, found.axes)
+        return found
+    if match := _IOTA_GROUPS.search(text):
+        shape = [int(n) for n in match.group(1).split(",")]
+        dims = [int(n) for n in match.group(2).split(",")]
+        order = [int(n) for n in match.group(3).split(",")] if match.group(3) else list(range(len(dims)))
+        found.groups = _iota_groups(shape, dims, order)
+        return found
+    if match := _LIST_GROUPS.search(text):
+        found.groups = [
+            [int(n) for n in g.split(",") if n.strip()] for g in re.findall(r"\{([\d,\s]*)\}", match.group(1))
+        ]
+        return found
+    if match := _PAIRS.search(text):
+        found.pairs = [(int(a), int(b)) for a, b in re.findall(r"\{(\d+),(\d+)\}", match.group(1))]
+        return found
+    unread = re.search(r"(replica_groups=\S+|source_target_pairs=\S+)", text)
+    found.unread = unread.group(1) if unread else ""
+    return found
+
+
+def _iota_groups(shape: list[int], dims: list[int], order: list[int]) -> list[list[int]]:
+    """``[G,S]<=[dims]T(order)``: 0..N-1 laid out as ``dims``, transposed by ``order``, cut in G groups of S."""
+    total = math.prod(dims)
+    strides = [math.prod(dims[k + 1 :]) for k in range(len(dims))]
+    moved = [dims[k] for k in order]
+    flat = []
+    for position in range(total):
+        index, rest = [], position
+        for size in reversed(moved):
+            index.append(rest % size)
+            rest //= size
+        index.reverse()
+        flat.append(sum(index[n] * strides[order[n]] for n in range(len(order))))
+    size = shape[-1] if shape else total
+    return [flat[i : i + size] for i in range(0, total, size)] if size else []
+
+
+def _groups_over_axes(mesh_axes: list[tuple[str, int]], axes: list[str]) -> list[list[int]]:
+    """Partition numbers grouped so that each group varies only along ``axes`` (row-major mesh)."""
+    names = [name for name, _ in mesh_axes]
+    sizes = [size for _, size in mesh_axes]
+    if not sizes or any(size <= 0 for size in sizes) or any(a not in names for a in axes):
+        return []
+    groups: dict[tuple, list[int]] = {}
+    for number in range(math.prod(sizes)):
+        index, rest = [], number
+        for size in reversed(sizes):
+            index.append(rest % size)
+            rest //= size
+        index.reverse()
+        key = tuple(i for name, i in zip(names, index) if name not in axes)
+        groups.setdefault(key, []).append(number)
+    return list(groups.values())
+
+
+_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|f8e\w+|c64|c128|token)\[([\d,]*)\]")
+_BITS = {"pred": 8, "bf16": 16, "c64": 64, "c128": 128}
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape (``f32[4,8]{1,0}``; a tuple's elements added up)."""
+    total = 0
+    for dtype, dims in _SHAPE.findall(shape):
+        if dtype == "token":
+            continue
+        bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype.split("e")[0]) or 8)
+        total += math.prod(int(d) for d in dims.split(",") if d) * bits // 8
+    return total

@@ -29,13 +29,17 @@ compiles a thousand shapes gives a summary, not a thousand log records.
 The package: ``probe`` (the ``compiles`` context manager), ``collector`` (the
 monitoring listener that builds the report as compilations happen), ``logs``
 (the filter on the ``jax`` loggers), ``stack`` (jit's frame at a compilation),
-``causes`` (why one compilation happened, in words), ``baked`` (the Python values a
+``causes`` (why one compilation happened, in words; ``cause`` its data, ``identity_causes`` those about the
+function object itself, ``leaf_causes`` those read from the user's objects a library repacked), ``baked`` (the Python values a
 function carries into its trace), ``why_again`` (the cause object every magic words a
-recompilation from), ``report`` (the report, its causes and fixes in words, and its
-document), ``static_fixes`` (the fix for a static argument by its kind), ``static_trial``
+recompilation from), ``report`` (the report and its
+document), ``cause_words`` (each cause's title and general fix), ``static_fixes`` (the fix for a static argument by its kind), ``static_trial``
 (that fix tried by tracing the function once more after the block), ``field_trial`` (the same for a
 number in a pytree's static field), ``baked_trial`` (the same for a value a ``functools.partial`` binds)
-and ``limits`` (what is kept).
+``limits`` (what is kept); and what compiling costs: ``program_size`` (a program's equations per user line,
+loops unrolled, constants), ``slow_programs`` (which compilations to examine, kept until the block ends),
+``donations`` (donated buffers JAX could not reuse, named), ``cache_misses`` (persistent-cache misses and
+why) and ``cost_sections`` (their concerns, headline, sections and the findings the doctor and watch tell).
 """
 
 from jaxmagic.probes.compiles.causes import classify

@@ -8,21 +8,26 @@ import threading
 from types import FrameType
 from typing import Any
 
+from jaxmagic._jax import program_prints
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
     bare_name,
     parse_cache_miss,
     parse_compile_log_line,
+    parse_persistent_cache_line,
     signature_text,
 )
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
+from jaxmagic.probes.compiles.cache_misses import CacheMisses
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.field_trial import say_field_untried, try_field_fix
 from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
+from jaxmagic.probes.compiles.program_size import ProgramSize
 from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes.compiles.slow_programs import SlowPrograms
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
     CallInfo,
@@ -57,8 +62,11 @@ class Collector:
         stack: contextlib.ExitStack,
         history: CompileHistory | None = None,
         try_fixes: bool = True,
+        slowest: bool = True,
     ):
         self.report = report
+        self._slow = SlowPrograms(slowest)  # compilations whose size is examined after the block
+        self._cache = CacheMisses(report.cache_misses)
         self._history = history
         self._try_fixes = try_fixes  # keep each call's abstract arguments to try static fixes on after the block
         self._stack = stack
@@ -75,6 +83,9 @@ class Collector:
         self._pending_lower: dict[str, float] = {}
         self._explaining = True
         self._user_values = users_values()  # the user's own values of the settings jaxmagic sets (own_settings)
+        # A process of a multi-process job digests each program it compiles, for %jax_gather to compare
+        # (programs.py): only there, so a single process pays nothing.
+        self._print_programs = program_prints.in_multi_process_job()
 
     # -- inputs --------------------------------------------------------------
 
@@ -83,6 +94,10 @@ class Collector:
             return
         with self._lock:
             self.report.log_lines += 1
+            cache_line = parse_persistent_cache_line(message)
+            if cache_line is not None:
+                self._cache.read(cache_line, _innermost_user_line() if cache_line.event == "miss" else None)
+                return
             line = parse_compile_log_line(message)
             explanation = None if line else parse_cache_miss(message)
             name = line.name if line else explanation.name if explanation else ""
@@ -102,8 +117,20 @@ class Collector:
             return
         if event == EVENT_BACKEND_COMPILE:
             info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
+            if self._print_programs:
+                with contextlib.suppress(Exception):  # private frame layout: a program unread is not recorded
+                    info.program = program_prints.print_of_compilation(_user_line_text)
             with self._lock:
-                self._compiled(bare_name(str(kwargs.get("fun_name", "?"))), duration, info)
+                name = bare_name(str(kwargs.get("fun_name", "?")))
+                trace, lower = self._pending_trace.get(name), self._pending_lower.get(name)
+                total = duration + (trace or 0.0) + (lower or 0.0)
+                sized = info.kind == "user" and self._slow.wants(total)
+                name, number = self._compiled(name, duration, info)
+                if sized:
+                    size = ProgramSize(name, number, total, trace, lower, duration, why_examined="")
+                    call = source_line(*info.call_site) if info.call_site else None
+                    started = source_line(*info.started_site) if info.started_site else None
+                    self._slow.keep(sys._getframe(1), size, call, started)
         elif event == EVENT_TRACE:
             with self._lock:
                 self._pending_trace[bare_name(str(kwargs.get("fun_name", "?")))] = duration
@@ -163,7 +190,8 @@ class Collector:
 
     # -- one compilation -------------------------------------------------------
 
-    def _compiled(self, name: str, seconds: float, info: CallInfo) -> None:
+    def _compiled(self, name: str, seconds: float, info: CallInfo) -> tuple[str, int]:
+        """Record one compilation; its function's name as reported and which compilation of it this is."""
         report = self.report
         report.total_compilations += 1
         explanation = self._pending_explanation.get(name)
@@ -238,6 +266,8 @@ class Collector:
             state.trial_partial = info.trial_partial
         state.last_leaves = dict(info.leaves) if info.leaves else None
         _record_baked(summary, state, info.baked)
+        if info.program is not None and len(summary.programs) < limits.PROGRAMS_KEPT:
+            summary.programs.append(info.program.to_dict())
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
@@ -274,6 +304,7 @@ class Collector:
             state.explained += 1
             if state.explained >= limits.EXPLAIN_LIMIT and self._explaining:
                 self._stop_explaining(name)
+        return name, summary.count
 
     def _stop_explaining(self, name: str) -> None:
         # JAX compares each cache miss with every key seen before, so explanations cost more with every
@@ -286,10 +317,16 @@ class Collector:
         self.report.explanations_stopped = name
         self._stack.enter_context(jax.explain_cache_misses(False))
 
-    def finish(self) -> None:
+    def finish(self, block_seconds: float = 0.0) -> None:
         """After the block (JAX's logs and listeners already off): try each static-number fix by tracing, then
-        drop what the trials needed, so the report holds nothing of the user's."""
+        drop what the trials needed, so the report holds nothing of the user's; examine the slow compilations'
+        programs and say why persistent-cache misses missed."""
         with self._lock:
+            self.report.sizes = self._slow.finish(block_seconds)
+            self._cache.finish()
+            yours = {f.name for f in self.report.functions if f.kind == "user"}
+            self.report.cache_misses.sort(key=lambda miss: miss.function not in yours)  # the user's first
+            self.report.cache_hits = self._cache.hits
             for state in self._functions.values():
                 if not self._try_fixes:
                     say_untried(state.summary, UNTRIED_HERE)
@@ -323,6 +360,33 @@ class Collector:
                 state.summary.again = why_compiled_again(state.summary) if state.summary.recompiled else None
             if self._history is not None:
                 self._history.states.update(self._functions)
+
+
+def _innermost_user_line():
+    """The user's line running now (a persistent-cache miss is logged inside the call that compiles)."""
+    frame: FrameType | None = sys._getframe(2)
+    try:
+        for _ in range(400):
+            if frame is None:
+                return None
+            if is_user_file(frame.f_code.co_filename):
+                return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
+
+
+def _user_line_text(filename: str, lineno: int) -> str:
+    """``In [3], line 4: h = x @ w`` for a user's line, "" for a library's (a program's operation's line)."""
+    if not is_user_file(filename):
+        return ""
+    line = source_line(filename, lineno, "")
+    return (
+        f"{line.label or filename}, line {lineno}: {line.code}"
+        if line.code
+        else f"{line.label or filename}, line {lineno}"
+    )
 
 
 def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict[str, StaticValue]) -> None:

@@ -10,3 +10,4 @@ EXPLAIN_LIMIT = 16  # explained compilations of one function before explanations
 STATIC_VALUES_KEPT = 6  # first values of each static argument kept for the report
 CHANGES_KEPT = 8  # changed arguments listed per compilation
 LOG_LINE_CHARS = 600
+PROGRAMS_KEPT = 8  # programs of one function digested for %jax_gather (program_prints), in compile order

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import time
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes.compiles.collector import Collector
+from jaxmagic.probes.compiles.donations import DonationWarnings
 from jaxmagic.probes.compiles.function_state import CompileHistory
 from jaxmagic.probes.compiles.logs import compile_logs_captured
 from jaxmagic.probes.compiles.report import CompileReport
@@ -30,7 +32,10 @@ class compiles:
     the block, trace once more each function a static number compiled again, with
     that number traced, to tell whether "pass it traced" works (the report says it
     did: ``FunctionCompiles.traced_again_to_try``); False offers that fix untried,
-    for a caller that may not show the report.
+    for a caller that may not show the report. ``slowest``: examine where the size of the cell's slowest
+    compilation comes from even when it is not slow (``%%jax_compiles``, the doctor); False examines only
+    slow ones (the watch). Slow: over 1 s, or over 0.2 s and half the block's time (``cost_sections``).
+    Donated buffers JAX could not reuse and persistent-cache misses are reported too.
     """
 
     def __init__(
@@ -42,6 +47,7 @@ class compiles:
         raise_over_budget: bool = True,
         history: CompileHistory | None = None,
         try_fixes: bool = True,
+        slowest: bool = True,
     ):
         if budget is not None and budget < 0:
             raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
@@ -49,6 +55,8 @@ class compiles:
         self.raise_over_budget = raise_over_budget
         self._history = history
         self.try_fixes = try_fixes
+        self.slowest = slowest
+        self._started = 0.0
         self._collector: Collector | None = None
         self._stack: contextlib.ExitStack | None = None
 
@@ -58,9 +66,10 @@ class compiles:
 
         stack = contextlib.ExitStack()
         stack.enter_context(preserved_jax_state(CONFIG_NAMES))
-        collector = Collector(self.report, stack, self._history, self.try_fixes)
+        collector = Collector(self.report, stack, self._history, self.try_fixes, self.slowest)
         try:
             stack.enter_context(compile_logs_captured(collector.on_log))
+            stack.enter_context(DonationWarnings(self.report.donations))
             monitoring.register_event_duration_secs_listener(collector.on_duration)  # type: ignore[arg-type]  # JAX's Protocol names the second parameter duration_secs
             stack.callback(_unregister, collector.on_duration)
             stack.enter_context(jax.log_compiles(True))
@@ -69,6 +78,7 @@ class compiles:
             stack.close()
             raise
         self._collector, self._stack = collector, stack
+        self._started = time.perf_counter()
         progress.publish(lambda: compile_progress(self.report))
         return self.report
 
@@ -79,7 +89,7 @@ class compiles:
                 self._stack.close()
         finally:
             if self._collector is not None:
-                self._collector.finish()
+                self._collector.finish(time.perf_counter() - self._started)
             if exc is not None:
                 self.report.other_error = error_line(exc)
         if exc is None and self.raise_over_budget:

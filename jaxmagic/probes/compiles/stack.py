@@ -51,6 +51,7 @@ class CallInfo:
     # The call as a static-argument fix can be tried on (``fixes/traced_trial``): (args, kwargs) with every
     # traced argument an abstract value (shape and dtype) and the static ones as given; only when a
     # static argument is a number (the fix "pass it traced" is offered for those). Dropped after the block.
+    program: Any = None  # program_prints.ProgramPrint of the program compiled, in a multi-process job
     trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None  # (args, kwargs, parameter name -> position)
     # A functools.partial jit was given, for the baked-value trial (baked_trial.py): (weakref to its function,
     # its bound args, its bound keywords), arrays among them abstract. Dropped after the block.

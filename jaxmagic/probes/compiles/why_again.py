@@ -12,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from jaxmagic.probes.compiles.baked_trial import CLOSURE_UNTRIED, UNTRIED_MARK
-from jaxmagic.probes.compiles.report import CAUSE_TITLES
+from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES
 
 if TYPE_CHECKING:  # the types only: causes.py and the collector pass them in
     from jaxmagic.probes.compiles.report import FunctionCompiles

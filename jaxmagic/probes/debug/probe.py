@@ -287,4 +287,4 @@ def _where_it_failed(error: BaseException, report: DebugReport, located: list[_L
 def _fill_log(report: DebugReport, log: SteppingLog) -> None:
     report.steps = [StepView(step.kind, step.index, step.size, step.line, step.text) for step in log.steps]
     report.compiled_runs = log.compiled_runs
-    report.notes = list(log.notes)
+    report.notes = list(log.notes) + ([log.put_back.rstrip(".")] if log.put_back else [])

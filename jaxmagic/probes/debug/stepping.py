@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced, vmap_parts
+from jaxmagic.probes._support.kept_state import KeptState, kept
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_line, is_jaxmagic_file
 
@@ -55,6 +56,7 @@ class SteppingLog:
     steps: list[Step] = dataclasses.field(default_factory=list)
     compiled_runs: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
+    put_back: str = ""  # the re-run wrote into the user's objects and they were put back (kept_state)
 
 
 def _all_finite(tree, nan_only: bool = False):
@@ -276,6 +278,11 @@ def run_call(
         if key_check:  # a KeyReuseError: JAX's checker stops at the second use, op by op
             stack.enter_context(jax.debug_key_reuse(True))
         log = stack.enter_context(stepper.installed())
+        # the re-run executes the call for real: a stateful library's jit wrapper (nnx.jit) would apply its
+        # update to the user's objects a second time; they are put back after it (kept_state)
+        kept_objects = KeptState()
+        stack.callback(lambda: setattr(log, "put_back", kept_objects.note))  # runs after kept's own exit
+        kept_objects = stack.enter_context(kept(call.function, [v for _, v in call.args], call.kwargs))
         try:
             assert stepper.original is not None
             if fast and call.function is stepper.original.scan:  # `lax.scan(body, ...)` evaluated before the swap

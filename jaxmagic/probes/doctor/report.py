@@ -12,6 +12,7 @@ import re
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
+from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
@@ -336,6 +337,19 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
                 next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
                 short=f"`{f.name}` {f.count} times, {cause.title}",
                 cause=cause,
+            )
+        )
+    # The compile probe's other findings, worded as %%jax_compiles words them (one home: compiles/cost_sections).
+    for cost in cost_findings(compiles.sizes, compiles.donations, compiles.cache_misses):
+        found.append(
+            _finding(
+                "compiles",
+                cost.headline,
+                line=cost.line,
+                fix=cost.fix,
+                next_magic="%%jax_compiles",
+                short=cost.short,
+                provenance=cost.provenance,
             )
         )
     return found

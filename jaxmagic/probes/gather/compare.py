@@ -9,7 +9,9 @@ never needs the process's objects. Per area:
   one's producing line and call;
 - **divergence**: a function compiled a different number of times, or for other
   argument types or static values, on some processes: they run different programs,
-  and a collective between them waits for ever;
+  and a collective between them waits for ever; with the first operation that
+  differs when the programs were digested (``programs.py``, area **program** when
+  nothing else differs);
 - **memory**: arrays piling up on some processes only;
 - **random keys**: the same key data on every process where each process should draw
   its own (dropout, shuffling);
@@ -22,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from jaxmagic.probes.gather.programs import joined, program_differences
 from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
 
 Dict = dict[str, Any]
@@ -32,7 +35,7 @@ def differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     findings = _not_finished(entries)
     for compare in (_nan_differences, _compile_differences, _memory_differences, _key_sameness):
         findings += compare(answered)
-    return findings
+    return joined(findings, program_differences(answered))
 
 
 # -- reading one report -----------------------------------------------------------------

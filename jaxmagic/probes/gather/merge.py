@@ -24,6 +24,7 @@ import time
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes.gather.compare import differences
 from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
+from jaxmagic.probes.gather.values import values_from_engines, values_through_store
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
@@ -73,10 +74,16 @@ def engine_entry(name: str) -> dict:
     return dataclasses.asdict(entry_of(namespace.get(name), process=process))
 
 
-def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
-    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all."""
+def gather_from_engines(view, name: str, timeout: float, values: str = "") -> GatherReport:
+    """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds in all.
+
+    With ``values`` (an expression), also compare its pytree's leaves across engines (``values.py``);
+    without ``name``, only that.
+    """
     client = view.client
     targets = list(view.targets) if isinstance(view.targets, (list, tuple, range)) else list(client.ids)
+    if values:
+        return _with_values(view, name, timeout, values, client, targets)
     pending = {}
     for engine in targets:
         try:
@@ -102,16 +109,34 @@ def gather_from_engines(view, name: str, timeout: float) -> GatherReport:
     return merge(entries, name, [f"Gathered `{name}` from {len(targets)} engine(s) of the ipyparallel view."])
 
 
+def _with_values(view, name: str, timeout: float, expression: str, client, targets: list) -> GatherReport:
+    started = time.monotonic()
+    entries, finding, notes = values_from_engines(client, targets, expression, timeout)
+    if name:
+        # --timeout bounds both rounds: an engine busy in the first is still busy, and named again
+        left = max(1.0, timeout - (time.monotonic() - started))
+        report = gather_from_engines(view, name, left)
+        report.notes += [f"{e.name}: `{expression}` - {e.error}" for e in entries if e.error]
+    else:
+        report = merge(entries, expression)
+    if finding is not None:
+        report.findings.append(finding)
+    report.notes += notes
+    return report
+
+
 # -- a script on every process --------------------------------------------------------------
 
 _rounds = {"n": 0}  # every process calls gather the same number of times: the n-th calls meet
 
 
-def gather(report, timeout: float = 60.0) -> GatherReport | None:
+def gather(report, timeout: float = 60.0, values=None, values_name: str = "values") -> GatherReport | None:
     """Bring ``report`` from every process of a ``jax.distributed`` job to process 0, merged.
 
     Returns the merged report on process 0 and None on the others. Processes whose
-    report did not arrive within ``timeout`` seconds are named in it.
+    report did not arrive within ``timeout`` seconds are named in it. ``values`` (a
+    pytree that should be the same everywhere) is compared leaf by leaf (``values.py``);
+    ``report`` may then be None.
     """
     if not distributed_store.initialized():
         return merge([entry_of(report, process=0)], notes=["jax.distributed is not initialised: one process only."])
@@ -119,7 +144,12 @@ def gather(report, timeout: float = 60.0) -> GatherReport | None:
     _rounds["n"] += 1
     prefix = f"jaxmagic/gather/{_rounds['n']}/"
     entry = entry_of(report, process=process)
+    if report is None and values is not None:  # only the values are compared: this process answered
+        entry = ProcessEntry(process, host=entry.host, headline=f"`{values_name}`", status="ok", kind="values")
     distributed_store.put(prefix + str(process), json.dumps(dataclasses.asdict(entry)).encode())
+    compared = (
+        values_through_store(values, values_name, prefix, process, count, timeout) if values is not None else None
+    )
     if process != 0:
         return None
     deadline = time.monotonic() + timeout
@@ -132,4 +162,10 @@ def gather(report, timeout: float = 60.0) -> GatherReport | None:
         else:
             entries.append(ProcessEntry(**json.loads(data)))
             distributed_store.delete(prefix + str(other))
-    return merge(entries, entry.kind, [f"Gathered through jax.distributed's key-value store from {count} process(es)."])
+    notes = [f"Gathered through jax.distributed's key-value store from {count} process(es)."]
+    merged = merge(entries, entry.kind if report is not None else values_name, notes)
+    if compared is not None:
+        finding, value_notes = compared
+        merged.findings += [finding] if finding is not None else []
+        merged.notes += value_notes
+    return merged

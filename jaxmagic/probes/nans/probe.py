@@ -305,6 +305,8 @@ def _search_producer(
             _count_calls(report, error, counts)
             return
     for found in tried:
+        if found.put_back and found.put_back not in report.notes:
+            report.notes.append(found.put_back)
         if found.failure:
             report.notes.append(f"The operation could not be located in {found.searched}: {found.failure}.")
 
@@ -381,6 +383,8 @@ def _check_forward(found: ProducerSearch, call: FailingCall, args: list, want_na
 
 def _put_found(report: NanReport, found: ProducerSearch) -> None:
     report.search_stopped_at = list(dict.fromkeys(report.search_stopped_at + found.stopped_at))
+    if found.put_back and found.put_back not in report.notes:
+        report.notes.append(found.put_back)
     if found.producer is None:
         if found.stopped_at:
             report.notes.append(

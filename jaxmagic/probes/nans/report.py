@@ -42,6 +42,11 @@ DISCARDED_EXPLANATION = (
 )
 
 
+# what JAX prints (api_util.maybe_recursive_nan_check, pjit's backward pass) before it re-runs a jitted
+# function whose output held a NaN/inf under its checks
+_JAX_CHECK_FIRED = "Invalid nan value encountered in the"
+
+
 @dataclasses.dataclass
 class NanReport(Report):
     """What ``%%jax_nans`` found. ``found`` is True when a NaN/inf was caught."""
@@ -94,7 +99,15 @@ class NanReport(Report):
             found.append(act(f"a non-finite value was made ({self.primitive or 'an operation'})"))
         found += [act(f"non-finite leaf {leaf.name}") for leaf in self.nonfinite]
         found += [act("an operation made a non-finite value inside an evaluated call") for _ in self.inside_findings]
+        if self.check_fired_and_caught:
+            found.append(act("JAX's NaN check stopped a call, and the cell caught the error itself"))
         return found + ([failed(self.other_error)] if self.other_error else [])
+
+    @property
+    def check_fired_and_caught(self) -> bool:
+        """JAX printed that its check found a NaN in a jitted call's output, and no error reached the probe:
+        the cell's own ``try``/``except`` caught the FloatingPointError (a loop that skips bad batches)."""
+        return not self.found and not self.other_error and any(_JAX_CHECK_FIRED in m for m in self.jax_messages)
 
     @property
     def checked(self) -> str:
@@ -156,6 +169,12 @@ class NanReport(Report):
             return inside_summary(self.inside_findings[0], len(self.inside_findings))
         if self.other_error:
             return f"The cell failed with {self.other_error} before any {self.checked} appeared."
+        if self.check_fired_and_caught:
+            return (
+                "JAX's NaN check stopped a jitted call in this cell, but the cell caught the FloatingPointError "
+                "itself (a try/except), so it never reached %%jax_nans: could not tell which operation made the "
+                "NaN. Run the failing call without the try/except under %%jax_nans to find it."
+            )
         return f"No {self.checked} in what was checked: {self.checked_scope or scope_text(self.jit_calls)}"
 
     def _producer_summary(self, p: NanProducer, what: str) -> str:
@@ -247,7 +266,8 @@ class NanReport(Report):
         if self.other_error:
             evidence = "\n".join(filter(None, [evidence, self.other_error]))
         if evidence:
-            title = f"What JAX printed while the cell ran ({len(evidence.splitlines())} lines; the error is below)"
+            below = "; the error is below" if self.found or self.other_error else ""
+            title = f"What JAX printed while the cell ran ({len(evidence.splitlines())} lines{below})"
             sections.append(Section("", [Evidence(title, evidence)]))
         inside = next((s.fix for s in self.inside_findings if is_a_fix(s.fix)), "")
         fix = (self.fix if is_a_fix(self.fix) else "") if self.found else inside

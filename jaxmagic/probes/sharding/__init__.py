@@ -13,6 +13,10 @@ Usage without IPython::
     report.call.inputs, report.call.outputs   # the shardings jit compiled f with
     report.call.intermediates                  # what the compiler chose inside f
 
+    report = jaxmagic.probes.sharding_of_call(f, (x, w), collectives=True)
+    report.call.collectives       # every collective XLA inserted: kind, line, scope, axes, bytes, cause
+    report.call.collective_fixes  # input layouts / constraints tried by compiling again, with the new count
+
 The report is data only (strings and numbers): the drawing is made from it by
 ``jaxmagic.probes._support.sharding_layout``. Reading the layout touches no array data;
 only the replica check reads the copies of blocks held by more than one local
@@ -21,6 +25,7 @@ device, to compare them bit for bit (chapter section 8.3: a ``shard_map`` with
 
 Modules: ``probe`` (the entry points), ``layouts`` (an array's blocks),
 ``replicas`` (the replica check), ``compiled`` (a jitted call's shardings),
+``collectives`` (the collectives of the compiled call), ``collective_fixes`` (fixes tried for them),
 ``report`` (the report and its wording).
 """
 
@@ -32,6 +37,8 @@ from jaxmagic.probes.sharding.report import (
     ArrayLayout,
     Block,
     CallShardings,
+    Collective,
+    CollectiveFix,
     ConstraintCheck,
     CopyGroup,
     DeviceInfo,
@@ -47,6 +54,8 @@ __all__ = [
     "ArrayLayout",
     "Block",
     "CallShardings",
+    "Collective",
+    "CollectiveFix",
     "ConstraintCheck",
     "CopyGroup",
     "DeviceInfo",

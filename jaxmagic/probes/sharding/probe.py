@@ -7,7 +7,10 @@ from typing import Any
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes.sharding.collective_fixes import try_collective_fixes
+from jaxmagic.probes.sharding.collectives import chosen_around, list_collectives
 from jaxmagic.probes.sharding.compiled import (
     constraint_checks,
     inputs_as_compiled,
@@ -55,10 +58,16 @@ def run_call(
     *,
     call_text: str = "",
     intermediates: bool = False,
+    collectives: bool = False,
+    try_fixes: bool = True,
     dims: list[int] | None = None,
     check_replicas: bool = True,
 ) -> tuple[ShardingReport, BaseException | None]:
     """Like ``sharding_of_call``, also returning the call's exception (None if it ran).
+
+    ``collectives`` lists every collective XLA inserted (its line, scope, mesh axes, bytes per
+    device and the sharding that made it necessary) and, with ``try_fixes``, tries the input
+    layouts or constraints that would remove them by compiling again (never running).
 
     The magic uses this to show the report and then raise the user's own error.
     The call runs first (so its result is real, and the replica check can read
@@ -73,7 +82,10 @@ def run_call(
     was_jitted = compat.is_jitted(fn)
     jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
     report = ShardingReport(expression=text, dims=list(dims) if dims else None, replicas_checked=check_replicas)
-    call = report.call = CallShardings(function=name, was_jitted=was_jitted, intermediates_asked=intermediates)
+    call = report.call = CallShardings(
+        function=name, was_jitted=was_jitted, intermediates_asked=intermediates, collectives_asked=collectives
+    )
+    started = attribution.started_by() if collectives else None  # the line that made the call: context
     error: BaseException | None = None
     with preserved_jax_state(()):
         try:
@@ -105,9 +117,24 @@ def run_call(
                 call.intermediates, call.intermediates_dropped = intermediate_shardings(traced, compiled)
             except Exception as failure:
                 call.intermediates_failure = error_line(failure)
+        if collectives:
+            _list_collectives(jitted, traced, compiled, call, started, try_fixes)
         del traced, compiled
     _check_dims(report)
     return report, error
+
+
+def _list_collectives(jitted, traced, compiled, call: CallShardings, started, try_fixes: bool) -> None:
+    """``call.collectives`` from the compiled program, and the fixes tried for them (compiled, not run)."""
+    try:
+        call.collectives = list_collectives(compiled, call, started=started, traced=traced)
+    except Exception as failure:  # a program text this reader does not know: say so, the rest stands
+        call.collectives_failure = f"reading the compiled program failed ({error_line(failure)})"
+        return
+    for collective in call.collectives:
+        collective.chosen_around = chosen_around(collective, call.intermediates)
+    if try_fixes and call.collectives:
+        call.collective_fixes = try_collective_fixes(jitted, traced, compiled, call, call.collectives)
 
 
 def _check_dims(report: ShardingReport) -> None:

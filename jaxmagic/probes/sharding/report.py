@@ -7,7 +7,11 @@ import math
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import sharding_document
-from jaxmagic.report import Concern, SourceLine, act, failed
+from jaxmagic.report import Concern, SourceLine, act, failed, note
+from jaxmagic.report.document import Block as DocumentBlock
+from jaxmagic.report.document import Paragraph, Section, SourceLines, Table
+from jaxmagic.report.provenance import Provenance
+from jaxmagic.report.wording import format_bytes
 
 # At most this many intermediates are listed for one call.
 MAX_INTERMEDIATES = 200
@@ -216,6 +220,103 @@ def _same_spec(a: str, b: str) -> bool:
 
 
 @dataclasses.dataclass
+class Collective:
+    """One collective XLA inserted into the compiled program: where it came from, what it moves, and why."""
+
+    kind: str  # "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute"
+    instruction: str  # "%all-gather.1" in the optimized HLO
+    axes: list[str]  # mesh axes it runs over ([] when it could not be told: see ``groups``)
+    groups: str  # the device groups as XLA wrote them, mapped to device ids: "{0,2,4,6} {1,3,5,7}"
+    group_size: int  # devices taking part in each exchange
+    shape_before: str  # per-device shape of its operand(s): "f32[4,16]"
+    shape_after: str  # per-device shape of its result: "f32[16,16]"
+    bytes_per_device: int  # what each device receives (ring estimate from the shapes and the group size)
+    values: list[str]  # the inputs its operand is computed from ("w"), as the function names them
+    op_name: str  # JAX's name path from the instruction's metadata: "jit(f)/layer/dot_general"
+    scope: str  # the user's named_scope path: "layer"
+    for_line: bool  # True when the line is its consumer's (the collective itself carries no line)
+    inserted: bool  # XLA's partitioner made it; False: the program's own lax collective (psum in shard_map)
+    cause_kind: str  # "input", "output", "constraint", "gradient", "intermediate", "written" or "" (could not tell)
+    cause: str  # the sentence saying which sharding made it necessary
+    provenance: Provenance = dataclasses.field(default_factory=Provenance)  # made_at: the user's line
+    chosen_around: list[str] = dataclasses.field(default_factory=list)  # --intermediates: "dot_general -> P('data',)"
+
+    @property
+    def line(self) -> SourceLine | None:
+        return self.provenance.made_at
+
+    @property
+    def short_cause(self) -> str:
+        """The cause in a few words, for the headline ("" where the table's sentence is needed)."""
+        if self.cause_kind == "constraint":
+            return self.cause.split(":")[0]
+        if self.cause_kind == "gradient":
+            return "the gradient summed over the batch's shards: data parallelism needs it"
+        if self.cause_kind == "written":
+            return self.cause
+        return ""
+
+    @property
+    def text(self) -> str:
+        """ "all-gather of `w` (4 KiB/device) over 'model' at In [3], line 7 `y = x @ w`"."""
+        named = (
+            [f"`{v}`" for v in self.values[:3]]
+            if len(self.values) <= 3
+            else [
+                *(f"`{v}`" for v in self.values[:2]),
+                f"{len(self.values) - 2} more inputs",
+            ]
+        )
+        of = f" of {', '.join(named)}" if named else ""
+        over = f" over {', '.join(repr(a) for a in self.axes)}" if self.axes else f" in groups {self.groups}"
+        where = ""
+        if self.line is not None:
+            lead = "for" if self.for_line else "at"
+            where = (
+                f" {lead} {self.line.label or self.line.filename}, line {self.line.lineno} `{self.line.code.strip()}`"
+            )
+        elif self.cause_kind == "output":
+            where = " for the result"
+        scope = f" in scope `{self.scope}`" if self.scope else ""
+        return f"{self.kind}{of} ({format_bytes(self.bytes_per_device)}/device){over}{where}{scope}"
+
+
+@dataclasses.dataclass
+class CollectiveFix:
+    """A change tried by compiling the call again (never running it): how many collectives remain."""
+
+    change: str  # "shard `w` as P(None, None)"
+    code: str  # what to write: "jax.device_put(w, NamedSharding(mesh, P(None, None)))"
+    collectives_before: int
+    collectives_after: int
+    kinds_after: dict[str, int] = dataclasses.field(default_factory=dict)
+    bytes_before: int = 0  # bytes per device all collectives move, as compiled / with the change
+    bytes_after: int = 0
+    cost: str = ""  # what it costs: "each device then holds all of `w` (32 KiB instead of 16 KiB)"
+    failure: str = ""  # the trial compile failed: the error line
+    asked_by: str = ""  # a constraint's trial: "the with_sharding_constraint (P(None, 'data')) at line 9 asks ..."
+
+    @property
+    def helps(self) -> bool:
+        return (
+            not self.failure
+            and self.collectives_after < self.collectives_before
+            and self.bytes_after < self.bytes_before
+        )
+
+    @property
+    def text(self) -> str:
+        if self.failure:
+            return f"{self.change}: tried, but compiling it failed ({self.failure})"
+        tried = (
+            f"tried by compiling the call again: {self.collectives_after} collective(s) instead of "
+            f"{self.collectives_before}, moving {format_bytes(self.bytes_after)} per device instead of "
+            f"{format_bytes(self.bytes_before)}"
+        )
+        return f"{self.change[:1].upper()}{self.change[1:]} ({tried}){f'; {self.cost}' if self.cost else ''}."
+
+
+@dataclasses.dataclass
 class CallShardings:
     function: str
     was_jitted: bool  # the function was already a jax.jit (else the probe jitted it)
@@ -226,6 +327,41 @@ class CallShardings:
     intermediates_dropped: int = 0  # beyond MAX_INTERMEDIATES
     intermediates_failure: str = ""
     constraints: list[ConstraintCheck] = dataclasses.field(default_factory=list)
+    collectives_asked: bool = False
+    collectives: list[Collective] = dataclasses.field(default_factory=list)
+    collectives_failure: str = ""  # the compiled program could not be read: why
+    collective_fixes: list[CollectiveFix] = dataclasses.field(default_factory=list)
+
+    @property
+    def collectives_headline(self) -> str:
+        """ "2 collectives XLA inserted: all-gather of `w` (...) at ...; all-reduce ..."."""
+        # what nobody wrote first, the heaviest first
+        found = sorted(self.collectives, key=lambda c: (not c.inserted, -c.bytes_per_device))
+        if not found:
+            return "XLA inserted no collective: no device waits for another in this call."
+        inserted = sum(1 for c in found if c.inserted)
+        written = len(found) - inserted
+        counted = " and ".join(
+            part
+            for part in (
+                f"{inserted} collective{'s' if inserted != 1 else ''} XLA inserted" if inserted else "",
+                f"{written}{'' if inserted else ' collective' + ('s' if written != 1 else '')} your program wrote"
+                if written
+                else "",
+            )
+            if part
+        )
+        shown = "; ".join(
+            c.text + (f" ({c.short_cause})" if n == 0 and c.short_cause else "") for n, c in enumerate(found[:2])
+        )
+        more = f"; and {len(found) - 2} more" if len(found) > 2 else ""
+        return f"{counted}: {shown}{more}."
+
+    @property
+    def collective_fix(self) -> CollectiveFix | None:
+        """The tried change that leaves the least to move (None when none helped)."""
+        helping = [f for f in self.collective_fixes if f.helps]
+        return min(helping, key=lambda f: (f.bytes_after, f.collectives_after)) if helping else None
 
     @property
     def resharded_inputs(self) -> list[LeafSharding]:
@@ -256,6 +392,8 @@ class ShardingReport(Report):
             found += [act(c.text) for c in self.call.unhonoured_constraints]
             if not self.failure:  # a call that failed moved nothing
                 found += [act(_moved_text(leaf)) for leaf in self.call.resharded_inputs]
+            # inserted collectives are worth knowing, not a bug: a data-parallel step needs its all-reduce
+            found += [note(c.text + (f": {c.cause}" if c.cause else "")) for c in self.call.collectives]
         return found + ([failed(self.failure)] if self.failure else [])
 
     @property
@@ -277,6 +415,10 @@ class ShardingReport(Report):
             return f"`{what}`: {first.text}." + (f" {more} more constraint(s) not honoured." if more else "")
         if self.failure:
             return f"`{what}` raised {self.failure}"
+        if self.call is not None and self.call.collectives_asked and not self.call.resharded_inputs:
+            if self.call.collectives_failure:
+                return f"`{what}`: could not list its collectives, because {self.call.collectives_failure}."
+            return f"`{what}`: {self.call.collectives_headline}"
         if self.call is not None and self.call.resharded_inputs:
             moved = self.call.resharded_inputs
             others = f" (and {len(moved) - 1} more argument(s))" if len(moved) > 1 else ""
@@ -295,7 +437,53 @@ class ShardingReport(Report):
         return f"`{what}`: {len(self.arrays)} {label} over {len(devices)} device(s)."
 
     def document(self):
-        return sharding_document(self)
+        document = sharding_document(self)
+        if self.call is not None and self.call.collectives_asked:
+            document.sections.insert(0, collectives_section(self.call))
+            fix = self.call.collective_fix
+            if fix is not None and not document.fix:
+                document.fix = f"{fix.text} Write: `{fix.code}`"
+        return document
+
+
+def collectives_section(call: CallShardings) -> Section:
+    """The listing: one row per collective, its cause, and the fixes tried."""
+    if call.collectives_failure:
+        return Section(
+            "Collectives", [Paragraph(f"Could not list the collectives, because {call.collectives_failure}.")]
+        )
+    if not call.collectives:
+        return Section("Collectives", [Paragraph(call.collectives_headline)])
+    rows = []
+    for c in call.collectives:
+        line = f"line {c.line.lineno}" + (" (consumer)" if c.for_line else "") if c.line else "-"
+        axes = ", ".join(repr(a) for a in c.axes) or c.groups
+        rows.append(
+            [
+                c.kind,
+                ", ".join(c.values) or "-",
+                line,
+                c.scope or "-",
+                axes,
+                format_bytes(c.bytes_per_device),
+                f"{c.shape_before} -> {c.shape_after}",
+                c.cause or "could not tell",
+            ]
+        )
+    columns = ["kind", "of", "line", "scope", "over", "per device", "shape per device", "why"]
+    blocks: list[DocumentBlock] = [Table(columns, rows)]
+    lines = []
+    for c in call.collectives:
+        if c.line is not None and c.line not in lines:
+            lines.append(c.line)
+    if lines:
+        blocks.append(SourceLines(lines, caption="The lines they came from:"))
+    chosen = [f"{c.instruction}: {'; '.join(c.chosen_around)}" for c in call.collectives if c.chosen_around]
+    if chosen:
+        blocks.append(Paragraph("Shardings the compiler chose on that line (--intermediates): " + " | ".join(chosen)))
+    if call.collective_fixes:
+        blocks.append(Paragraph("Tried: " + " ".join(f.text for f in call.collective_fixes)))
+    return Section("Collectives", blocks)
 
 
 def _moved_text(leaf: LeafSharding) -> str:

@@ -29,6 +29,7 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_again
+from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.keys import FIX, keys
 from jaxmagic.probes.nans.sighting import debug_step, explain_nan_sighting, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
@@ -131,7 +132,7 @@ class Watch:
                 self._live_before, self._bytes_start = live_counts(_ids_of(held))
             if "recompilation" in areas:
                 self._compiles = stack.enter_context(
-                    compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False)
+                    compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False, slowest=False)
                 )
             observers = []
             if "NaN" in areas:
@@ -295,6 +296,18 @@ class Watch:
                     count=total,
                     cause=cause,
                 )
+        # A slow compilation's size, an unusable donation, a persistent-cache miss: %%jax_compiles' own words
+        for cost in cost_findings(report.sizes, report.donations, report.cache_misses):
+            found += self._new(
+                cost.key,
+                area="recompilation",
+                headline=cost.headline,
+                function=cost.key[1],
+                line=cost.line,
+                fix=cost.fix,
+                next_magic="%%jax_compiles",
+                provenance=cost.provenance,
+            )
         return found
 
     def _transfer_findings(self, hosts) -> list[WatchFinding]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
 
@@ -152,7 +153,9 @@ def trace_with(
 
     output = io.StringIO()
     try:
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        # what the function reaches besides its arguments is the user's: a stateful library's jit
+        # wrapper would write tracers into it (kept_state)
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), kept(fun, leaves):
             jax.eval_shape(call, *[leaves[i] for i in holes], *extra)
     except _NotApplied as failure:
         return TraceTrial("not tried", f"jaxmagic could not apply it to the call's arguments: {failure}")

@@ -54,6 +54,7 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.probes._support.fixes.values import FixTrial, try_fixes
+from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -64,6 +65,7 @@ from jaxmagic.probes._support.nan.equation_origin import (
     remember_attributions,
     user_line,
 )
+from jaxmagic.probes._support.nan.forward_reach import reaches_result_forward
 from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, opened_kind
 from jaxmagic.probes._support.nan.host_values import (
     any_bad,
@@ -195,6 +197,7 @@ class ProducerSearch:
     given_inf: bool = False  # its inputs held inf and no NaN: the producer made NaN from inputs without NaN
     written_inf: SourceLine | None = None  # the line that wrote an inf into a value (a mask's -inf), taken as given
     forward_check: str = ""  # how a producer under jvp was found to be a forward value (nans.probe._check_forward)
+    put_back: str = ""  # tracing the call again wrote into the user's objects, and they were put back (kept_state)
 
 
 # -- masked rows: what the fix for a NaN of a fully masked row needs -------------------------
@@ -548,8 +551,12 @@ def search(
     values = [leaves[i] for i in dynamic]
     quiet = quiet_evaluation()
     try:
-        with quiet:
-            return _trace_and_walk(traced, values, result, want_nan, with_fixes)
+        # the arguments go in as fresh copies (unflattened above); what the function reaches by itself is
+        # the user's, and a stateful library's jit wrapper writes into it (kept_state)
+        with quiet, kept(function, leaves) as kept_objects:
+            found = _trace_and_walk(traced, values, result, want_nan, with_fixes)
+        found.put_back = kept_objects.note
+        return found
     finally:
         forget_attributions()
 
@@ -601,6 +608,15 @@ def _trace_and_walk(
         if producer.neg_inf_rows and producer.written_inf is None:
             producer.written_inf = found.written_inf  # a row all -inf: the fill that line wrote made it so
     found.result_finite = outputs is not None and not any_bad(outputs)
+    if producer is not None and producer.derivative and producer.phase == "forward" and listener.site is not None:
+        eqn, _, path = listener.site
+        if reaches_result_forward(program, eqn, path):  # a train step that returns the loss it differentiated
+            producer.derivative = False
+            found.forward_check = (
+                f"It was computed under the gradient, but its value flows into what {source or 'the call'} "
+                "returns through forward operations only (no transposed one): it is a value of the forward "
+                "computation, not only of the derivative."
+            )
     wanted = with_fixes and (producer is not None and (producer.phase == "forward" or not producer.derivative))
     if producer is not None and listener.site is not None and wanted:
         # a fix of an operation the user wrote is tried on its values before the report offers it (one under

@@ -1,0 +1,75 @@
+"""Does a value JAX computed while differentiating reach the call's result through forward operations?
+
+Under ``jax.grad``/``value_and_grad`` (or a library's: ``nnx.value_and_grad``) every operation is traced
+under ``jvp``, the forward value of a line and the coefficients of its derivative alike; only the
+transposed half is named ``transpose``. So a NaN made under ``jvp`` is ambiguous by its name. The data
+flow of the program is not: when the producer's output reaches what the call returns through
+operations none of which is transposed - a train step that returns the loss it differentiated - the
+NaN is (also) a value of the forward computation. That is an observation on the program; its absence
+tells nothing (``jax.grad`` returns no forward value), so it only ever clears the "derivative" reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxmagic._jax import compat
+from jaxmagic._jax.jaxpr_eval import Position
+
+
+def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> bool:
+    """Whether ``eqn``'s outputs flow to ``program``'s outputs through non-transposed equations only.
+
+    ``path`` is where ``eqn`` sits (the opened equations above it, outermost first), as the walk
+    recorded it. A loop or a branch on the way counts all of its outputs as reached (conservative:
+    a value in a loop body may reach any of the loop's results)."""
+    levels = [compat.closed_parts(program)[0]]
+    for position in path:
+        inner = _level_of(position)
+        if inner is None:
+            return False
+        levels.append(inner)
+    reached: set[int] = {id(v) for v in eqn.outvars}
+    start: Any = eqn
+    for depth in range(len(levels) - 1, -1, -1):
+        jaxpr = levels[depth]
+        reached_outputs = _flow(jaxpr, start, reached)
+        if depth == 0:
+            return bool(reached_outputs)
+        opened = path[depth - 1]
+        if not reached_outputs:
+            return False
+        if opened.kind == "call":
+            reached = {id(opened.eqn.outvars[i]) for i in reached_outputs if i < len(opened.eqn.outvars)}
+        else:  # scan / while / cond: which result a body output becomes is not tracked here
+            reached = {id(v) for v in opened.eqn.outvars}
+        start = opened.eqn
+    return False
+
+
+def _level_of(position: Position):
+    """The jaxpr the walk opened at ``position``."""
+    eqn = position.eqn
+    if position.kind == "cond":
+        return compat.closed_parts(eqn.params["branches"][int(position.index or 0)])[0]
+    subs = compat.sub_jaxprs(eqn)
+    if position.kind == "scan":
+        return compat.closed_parts(eqn.params["jaxpr"])[0]
+    if position.kind == "while":
+        return compat.closed_parts(eqn.params["body_jaxpr"])[0]
+    return compat.closed_parts(subs[0])[0] if len(subs) == 1 else None
+
+
+def _flow(jaxpr, start, reached: set[int]) -> list[int]:
+    """Propagate ``reached`` (ids of variables) forward from ``start`` through ``jaxpr``'s non-transposed
+    equations; the indices of ``jaxpr``'s outputs it reaches."""
+    begun = False
+    for candidate in jaxpr.eqns:
+        if not begun:
+            begun = candidate is start
+            continue
+        if "transpose" in str(candidate.source_info.name_stack):
+            continue
+        if any(id(v) in reached for v in candidate.invars if not compat.is_literal(v)):
+            reached |= {id(v) for v in candidate.outvars}
+    return [i for i, v in enumerate(jaxpr.outvars) if not compat.is_literal(v) and id(v) in reached]

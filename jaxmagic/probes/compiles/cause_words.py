@@ -1,0 +1,104 @@
+"""Each cause of a compilation in words: its title and the general fix for it."""
+
+CAUSE_TITLES = {
+    "first": "first compilation",
+    "types": "argument types changed",
+    "weak_type": "weakly typed vs typed argument (weak type)",
+    "pytree": "argument structure changed",
+    "pytree_identity": "a static field holds a new object each call, compared by identity",
+    "pytree_static": "a static field of an argument changed value",
+    "passing": "argument passed in two ways (keyword, position, default)",
+    "static": "static argument value changed",
+    "static_identity": "static argument is a new object each call, hashed by identity",
+    "new_function": "a new jit wrapper built at each call",
+    "baked_constant": "a Python value baked in: a new function per value",
+    "cache_cleared": "JAX's caches were emptied",
+    "context": "JAX setting changed",
+    "no_retrace": "compiled again without re-tracing",
+    "unexplained": "JAX could not say",
+    "eager": "eager operation",
+    "jaxmagic": "jaxmagic's own setting (once)",
+}
+
+FIXES = {
+    "static": (
+        "A static argument is part of the compiled program: every new value compiles it again. Keep "
+        "arguments static only when they change the program's structure (a mode, a layer count), and "
+        "then let them take few values; pass anything else as a traced argument."
+    ),
+    "static_identity": (
+        "The static argument is hashed by identity: a new object each call is a new cache key, however "
+        "alike the objects look. Build it once and pass the same object every time, or make it hashable "
+        "by value (define __eq__ and __hash__ over its fields, e.g. a frozen dataclass)."
+    ),
+    "types": (
+        "Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
+        "varying sizes pad to a few bucket sizes (e.g. powers of two) and mask, instead of one shape per call."
+    ),
+    "weak_type": (
+        "A weakly typed value - a Python scalar, or an array whose dtype came from one, such as "
+        "jnp.full(4, 1.0) - and a typed value of the same shape and dtype are different argument types "
+        "to jit, so the function compiles once for each. Pass the same kind every time: give it a dtype, "
+        "e.g. always jnp.float32(x), jnp.int32(step) or jnp.full(4, 1.0, dtype=jnp.float32)."
+    ),
+    "pytree": (
+        "The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "
+        "the same structure on every call, e.g. always the same keys, with zeros instead of a missing entry."
+    ),
+    "pytree_identity": (
+        "A static field (pytree metadata) is compared with == as part of the cache key; a jit wrapper, "
+        "a lambda or an object without __eq__/__hash__ compares by identity, so one built anew is a new "
+        "key however alike it looks. Build it once, outside the loop, and keep passing that same object; "
+        "or keep something there that compares by value (define __eq__ and __hash__ on its class)."
+    ),
+    "pytree_static": (
+        "A static field (pytree metadata) is part of the compiled program: every new value compiles "
+        "again. Keep it static only when it changes the program's structure; a value that only feeds "
+        "arithmetic belongs in a data field (a traced array)."
+    ),
+    "passing": (
+        "The same argument was passed in two ways - by keyword in one call and positionally in another, or "
+        "left to its default in one; jit treats these as different calls (its cache key holds the positional "
+        "arguments and the keyword ones apart). Pass it the same way every time."
+    ),
+    "new_function": (
+        "jax.jit was applied to a newly built function each time (jax.jit(jax.grad(f)) inside a helper, "
+        "a lambda or functools.partial made in a loop). Each new wrapper starts with an empty cache. Build "
+        "the jitted function once, outside the helper or loop (e.g. grad_fn = jax.jit(jax.grad(loss)) at "
+        "module level), and pass what changes as arguments."
+    ),
+    "baked_constant": (
+        "A Python value the jitted function closes over (or a functools.partial binds) is a constant of the "
+        "compiled program: each value builds a new function, and each new function compiles again. Pass the "
+        "value as an argument of the jitted function instead (traced), and jit the function once, so one "
+        "compilation serves every value."
+    ),
+    "cache_cleared": (
+        "jax.clear_caches() empties every cache of the process: every jitted function and every eager "
+        "operation compiles again at its next call. Call it outside the loop, or not at all (to free "
+        "memory, delete the arrays you no longer need instead)."
+    ),
+    "context": (
+        "A JAX setting that is part of the trace (a config value or a context manager such as "
+        "jax.default_matmul_precision) differed between the calls. Keep it fixed around the calls."
+    ),
+    "no_retrace": (
+        "The traced program was reused but compiled again: a different jit option (donate_argnums, "
+        "shardings), another device, or an explicit .lower().compile()."
+    ),
+    "unexplained": (
+        "JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
+        "static argument value gives, and the static arguments jaxmagic could see did not change. "
+        "Look at what else jit hashes into its cache key and is not a traced argument: static values "
+        "hidden in a functools.partial or a callable object given to jax.jit, values a wrapper passes "
+        "as static arguments, or a closure of a function that is created anew and jitted again."
+    ),
+    "jaxmagic": (
+        "Nothing in your code: the compilation came from a cache-key entry jaxmagic sets (see the cause), "
+        "and happens once per function and argument types."
+    ),
+    "eager": (
+        "Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
+        "cheap and cached; a flood of them means eager code in a loop that could go inside a jitted function."
+    ),
+}

@@ -1,0 +1,186 @@
+""" "Some donated buffers were not usable": which argument of which call, why, and what to change.
+
+JAX's warning (jax#9237, jax#9675, jax#12514) lists only types. While the block runs, the warning is
+seen as it is shown (the user still sees JAX's own text), and JAX's lowering frame - still on the stack -
+names the arguments it could not reuse (``_jax.compile_frames.lowering_in_progress``). On CPU, JAX 0.12
+implements donation: a donated argument an output reuses is deleted by the call; one no output can reuse
+is kept, and this warning is the only sign.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import sys
+import threading
+import warnings
+from typing import Any
+
+from jaxmagic._jax.compile_frames import Lowering, lowering_in_progress
+from jaxmagic._jax.compile_log import bare_name
+from jaxmagic.probes._support import attribution
+from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
+from jaxmagic.report.source import is_jaxmagic_file, is_user_file, source_line
+
+WARNING_TEXT = "Some donated buffers were not usable"
+KEPT = 20
+
+
+@dataclasses.dataclass
+class UnusableDonation:
+    """One donated argument JAX could not reuse for an output."""
+
+    function: str  # "step"
+    argument: str  # the path inside the arguments: "batch", "state['opt'][0]"; "" when JAX named none
+    type: str  # "float32[4,4]"
+    why: str
+    fix: str
+    line: SourceLine | None = None  # the call that compiled (and warned)
+    provenance: Provenance | None = None
+
+    @property
+    def headline(self) -> str:
+        name = f"`{self.argument}`" if self.argument else f"an argument of type {self.type}"
+        return f"Donated {name} of `{self.function}` was not reused: {self.why}"
+
+
+def donations_of(lowering: Lowering, function: str, line: SourceLine | None, started: SourceLine | None) -> list:
+    """The unusable donations of one lowering, each with its reason and fix."""
+    if lowering.platforms and not lowering.platforms_with_donation:
+        why_platform = f"JAX does not implement donation on {', '.join(lowering.platforms)}: the buffer is copied."
+    else:
+        why_platform = ""
+    found = []
+    outputs = list(lowering.output_types)
+    for argument in lowering.donated:
+        same = outputs.count(argument.type)
+        if why_platform:
+            why = why_platform
+            fix = "Drop donate_argnums on this platform (it saves nothing here), or keep it for the accelerator."
+        elif same:
+            why = (
+                f"the {same} output(s) of type {argument.type} were already reused by other donated arguments, "
+                "so none was left for this one."
+            )
+            fix = (
+                f"Return one more output of type {argument.type} (the updated `{argument.name or 'value'}`), "
+                f"or stop donating `{argument.name or 'it'}`."
+            )
+        else:
+            shown = ", ".join(outputs[:6]) + (", ..." if len(outputs) > 6 else "") if outputs else "none"
+            why = (
+                f"no output has its shape and dtype ({argument.type}); the outputs are {shown}. A donated buffer "
+                "is reused only for an output of the same shape and dtype; it is kept, not freed."
+            )
+            fix = (
+                f"Stop donating `{argument.name or 'it'}` (remove it from donate_argnums / donate_argnames), "
+                f"or return its updated value (shape and dtype {argument.type}) so the output can reuse it."
+            )
+        found.append(
+            UnusableDonation(
+                function=function,
+                argument=argument.name,
+                type=argument.type,
+                why=why,
+                fix=fix,
+                line=line,
+                provenance=attribution.of_source_line(line, started, [f"jit({function})"]),
+            )
+        )
+    return found
+
+
+_MODULE = re.compile(r"^jit_(?P<name>.+)$")
+
+
+class DonationWarnings:
+    """While entered, records each "donated buffers were not usable" warning of this thread, named.
+
+    Adds one filter that passes that warning every time to ``warnings.showwarning`` (not once per place:
+    each compilation is another function or argument), wrapped to record it and then do what the user's
+    own filters say (ignored: not shown; error: raised; else shown - each time, where "default" would
+    show one text once); both are taken back on exit, and only if still ours, so a cell that changes its
+    warning filters keeps its own.
+    """
+
+    def __init__(self, found: list[UnusableDonation]):
+        self.found = found
+        self._thread = threading.get_ident()
+        self._shown: Any = None
+        self._ours: Any = None
+        self._filter: Any = None
+
+    def __enter__(self) -> DonationWarnings:
+        self._shown = warnings.showwarning
+        shown = self._shown
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if WARNING_TEXT not in str(message):
+                return shown(message, category, filename, lineno, file, line)
+            if threading.get_ident() == self._thread:
+                with contextlib.suppress(Exception):  # a frame layout we do not know: JAX's warning still shows
+                    self._record(sys._getframe(1))
+            # What the user's own filters (those after ours) say of it: ignored stays unseen, an error raises.
+            action = self._users_action(str(message), category, lineno, sys._getframe(1))
+            if action == "error":
+                raise message if isinstance(message, Warning) else category(message)
+            if action != "ignore":
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+        self._ours = showwarning
+        warnings.filterwarnings("always", message=WARNING_TEXT)
+        self._filter = warnings.filters[0]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if warnings.showwarning is self._ours:
+            warnings.showwarning = self._shown
+        with contextlib.suppress(ValueError):
+            warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
+
+    def _users_action(self, text: str, category, lineno: int, frame) -> str:
+        """The action of the first of the user's filters matching the warning (ours put aside)."""
+        module = ""
+        while frame is not None and not module:
+            if frame.f_code.co_name == "lower_jaxpr_to_module" or WARNING_TEXT in str(frame.f_code.co_consts):
+                module = frame.f_globals.get("__name__", "")
+            frame = frame.f_back
+        for entry in warnings.filters:
+            if entry is self._filter:
+                continue
+            action, message, kind, module_pattern, line = entry
+            if (
+                (message is None or message.match(text))
+                and issubclass(category, kind)
+                and (module_pattern is None or module_pattern.match(module))
+                and (line == 0 or line == lineno)
+            ):
+                return action
+        return getattr(warnings, "defaultaction", "default")  # not in the stubs
+
+    def _record(self, frame) -> None:
+        lowering = lowering_in_progress(frame)
+        if lowering is None or len(self.found) >= KEPT:
+            return
+        line, started = None, None
+        match = _MODULE.match(lowering.module)
+        function = bare_name(match["name"] if match else lowering.module) or "?"
+        current = frame
+        try:
+            for _ in range(400):
+                if current is None:
+                    break
+                filename = current.f_code.co_filename
+                if is_user_file(filename):
+                    site = source_line(filename, current.f_lineno, current.f_code.co_name)
+                    line = line or site
+                    started = site
+                elif started is not None and is_jaxmagic_file(filename):
+                    break
+                current = current.f_back
+        finally:
+            del current
+        self.found.extend(donations_of(lowering, function, line, started))
