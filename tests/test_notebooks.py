@@ -1,6 +1,7 @@
 """Every demo notebook runs headless in the project's kernel without a cell error,
-and shows at least one jaxmagic report as static HTML, with no widget view beside it
-(a saved notebook must not depend on a widget model: see jaxmagic/ipython/show_report.py).
+and shows at least one jaxmagic report as static HTML, with no widget view beside it but an
+explorer's, right after its static run-this-cell line (a saved notebook must not depend on a widget
+model: see jaxmagic/ipython/show_report.py and jaxmagic/ipython/explorers/shown.py).
 
 A notebook is executed once per CI run: when ``make demo`` has left an executed copy under
 build/notebooks/ whose stamp proves it ran from exactly the current inputs (the notebook, the
