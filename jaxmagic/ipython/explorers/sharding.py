@@ -139,6 +139,9 @@ def replicas_of(layout: dict[str, Any], device: int) -> list[int]:
 
 
 def index_text(index: list[list[int]]) -> str:
+    """``[0:4, 2:4]``; a scalar's one block is the whole value."""
+    if not index:
+        return "the whole value (a scalar)"
     return "[" + ", ".join(f"{a}:{b}" for a, b in index) + "]"
 
 
