@@ -287,6 +287,21 @@ for stage in ("jaxpr", "stablehlo", "hlo"):
 assert tree["encoder/block0/attn"]["jaxpr"] == tree["encoder/block1/attn"]["jaxpr"]   # two identical blocks
 print({path: counts["jaxpr"] for path, counts in tree.items()})
 
+# %% [markdown]
+# With `--explore` an explorer follows the report (ipywidgets): the same tree, and a scope chosen shows its
+# jaxpr, StableHLO and optimized-HLO lines side by side with your line of each. It lives while the kernel
+# runs (a saved notebook shows a line saying to run the cell); the report records every operation by scope
+# for it (`scope_ops`).
+
+# %%
+# %jax_hlo encoder(blocks, tokens) --explore -o rep_explore
+
+# %%
+ops_mlp = [op for op in rep_explore.scope_ops if op.inner == "encoder/block1/mlp"]
+assert {op.stage for op in ops_mlp} == {"jaxpr", "stablehlo", "hlo"}
+assert len([op for op in ops_mlp if op.stage == "jaxpr"]) == tree["encoder/block1/mlp"]["jaxpr"]
+assert rep_tree.scope_ops == []   # recorded only when an explorer asks
+
 # %%
 # %jax_hlo block1/mlp encoder(blocks, tokens) -o rep_mlp
 

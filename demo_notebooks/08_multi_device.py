@@ -241,6 +241,18 @@ assert [g.caption for g in grids] == ["t[:, 0:3, :]", "t[:, 3:6, :]"]     # now 
 assert grids[0].row_labels == ["0:2", "2:4"] and grids[0].col_labels == ["0:4", "4:8"]
 
 # %% [markdown]
+# To look around instead of re-running with other `--dims`, `--explore` adds an explorer under the report
+# (ipywidgets): choose the two dimensions drawn, slice the others, click a device to outline its blocks and
+# mark the devices holding copies of them. It lives while the kernel runs; a saved or exported notebook
+# shows, where it was, a line saying to run the cell again. The report above it is the same as without.
+
+# %%
+# %jax_sharding t --explore -o rep_t_explored
+
+# %%
+assert rep_t_explored.to_dict() == rep_t.to_dict()   # the report is untouched by the explorer
+
+# %% [markdown]
 # ## 8.2 Shardings inside `jit`
 #
 # Inside `jit` the compiler decides how intermediate values are laid out. With explicit sharding (the

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "demo_notebooks"))  # section9_script, the chapter
 # The lanes by file: what a whole test file needs.
 _FILE_MARKS = {
     "test_browser.py": "browser",
+    "test_browser_explorers.py": "browser",
     "test_notebooks.py": "kernel",
     "test_watch_notebook.py": "kernel",
     "test_live_view.py": "kernel",

@@ -221,6 +221,13 @@ class CellMagics(MagicRunner):
         help="Also save jax.profiler.save_device_memory_profile(PATH) "
         "(pprof format; open with pprof -http=:8080 PATH).",
     )
+    @argument(
+        "--explore",
+        action="store_true",
+        help="Also show an explorer (ipywidgets) after the report: the groups sorted by bytes, count, shape "
+        "or dtype and filtered by shape, dtype or holder; a group chosen lists its holders and the line "
+        "that made them. A saved notebook shows a line saying to run the cell instead.",
+    )
     @output_option
     @line_cell_magic
     def jax_live(self, line, cell=None):
@@ -234,17 +241,25 @@ class CellMagics(MagicRunner):
         (jax.clear_caches() frees them). Device memory_stats() where the
         backend has them. %%jax_live runs the cell and reports the arrays it
         created that are still alive afterwards (its own result aside), with
-        their holders. Keeps no array alive itself.
+        their holders. Keeps no array alive itself. --explore adds an
+        explorer of the groups after the report.
         """
 
         __tracebackhide__ = True
         args = self._parse(self.jax_live, line)
         options = dict(namespace=self.user_ns, top=args.top, profile=args.profile)
+        explorer = self._live_explorer if args.explore else None
         if cell is None:
-            self._publish(probes.live(**options), args)
+            self._publish(probes.live(**options), args, explorer=explorer)
             return None
-        self._run_cell_in_probe(self.jax_live, probes.live_diff(**options), args, cell)
+        self._run_cell_in_probe(self.jax_live, probes.live_diff(**options), args, cell, explorer=explorer)
         return None
+
+    def _live_explorer(self, report) -> None:
+        # deferred: ipywidgets is imported only when an explorer is asked for
+        from jaxmagic.ipython.explorers.live import show_live_explorer
+
+        show_live_explorer(report.to_dict(), in_kernel=self._in_kernel)
 
     @magic_arguments()
     @argument(

@@ -135,6 +135,14 @@ class LineMagics(MagicRunner):
         action="store_true",
         help="Do not compare the copies of replicated blocks (then no array data is read at all).",
     )
+    @argument(
+        "--explore",
+        action="store_true",
+        help="Also show an explorer (ipywidgets) after the report: choose the two dimensions drawn, "
+        "slice the others, click a device to highlight its blocks and replicas, switch between a "
+        "call's inputs, outputs and (--intermediates) values inside it. A saved notebook shows a line "
+        "saying to run the cell instead.",
+    )
     @output_option
     @line_magic
     def jax_sharding(self, line):
@@ -147,6 +155,7 @@ class LineMagics(MagicRunner):
         call is run and its compiled input and output shardings are listed;
         --intermediates adds the shardings chosen for values inside it;
         --collectives lists the collectives XLA inserted, by source line.
+        --explore adds an explorer after the report (see the option).
         """
         __tracebackhide__ = True
 
@@ -176,12 +185,34 @@ class LineMagics(MagicRunner):
                 check_replicas=not args.no_check,
             )
 
+        def explorer(report, inputs, args):
+            if not args.explore:
+                return None
+            # deferred: ipywidgets is imported only when an explorer is asked for
+            from jaxmagic.ipython.explorers.sharding import (
+                input_layouts,
+                intermediate_layouts,
+                show_sharding_explorer,
+            )
+
+            call = inputs[0]
+            data = report.to_dict()
+            given, inside = [], []
+            if call is not None:
+                try:
+                    given = input_layouts(tuple(call.args), call.kwargs)
+                    inside = intermediate_layouts(data, tuple(call.args), call.kwargs)
+                except Exception:  # the inputs' layouts are extra: the outputs are still explored
+                    pass
+            return lambda: show_sharding_explorer(data, given, inside, in_kernel=self._in_kernel)
+
         self._run_call_magic(
             self.jax_sharding,
             line,
             needs="an array expression or a call, e.g. %jax_sharding x",
             evaluate=call_or_value,
             run=run,
+            explorer=explorer,
         )
 
     @magic_arguments()
@@ -336,6 +367,13 @@ class LineMagics(MagicRunner):
         help="Compile once per value of NAME, a name the call "
         "uses (B in jax.ShapeDtypeStruct((B, 4096), jnp.float32)), and tabulate memory_analysis().",
     )
+    @argument(
+        "--explore",
+        action="store_true",
+        help="Also show an explorer (ipywidgets) after the report: the named_scope tree; a scope chosen "
+        "shows its jaxpr, StableHLO and optimized-HLO lines side by side with your line of each. A saved "
+        "notebook shows a line saying to run the cell instead.",
+    )
     @output_option
     @line_magic
     def jax_hlo(self, line):
@@ -350,6 +388,7 @@ class LineMagics(MagicRunner):
         into the program as literals, captured constant arrays, and the
         compiled program's memory_analysis() and cost_analysis(). --sweep
         B=64,256,1024 compiles once per value of B and tabulates the memory.
+        --explore adds an explorer of every scope after the report.
         """
         __tracebackhide__ = True
         from jaxmagic.probes.hlo import Sweep, parse_stages  # deferred: imports JAX (see above)
@@ -389,9 +428,19 @@ class LineMagics(MagicRunner):
                 call_text=call.text,
                 namespace=namespace,
                 sweep=sweep,
+                every_scope=args.explore,
             )
 
-        self._run_call_magic(self.jax_hlo, line, needs=needs, evaluate=scoped_call, run=run)
+        def explorer(report, inputs, args):
+            if not args.explore:
+                return None
+            # deferred: ipywidgets is imported only when an explorer is asked for
+            from jaxmagic.ipython.explorers.hlo import show_hlo_explorer
+
+            data = report.to_dict()
+            return lambda: show_hlo_explorer(data, in_kernel=self._in_kernel)
+
+        self._run_call_magic(self.jax_hlo, line, needs=needs, evaluate=scoped_call, run=run, explorer=explorer)
 
     @magic_arguments()
     @argument("call", nargs="*", help="The call whose numbers look wrong, e.g. model(params, x).")
@@ -465,6 +514,13 @@ class LineMagics(MagicRunner):
     @argument("--only", type=comma_list, default=None, metavar="AREAS", help="Watch only these areas, e.g. NaN,memory.")
     @argument("--budget", type=bounded_int(0), default=2, help="Compilations per function before it is told (2).")
     @argument(
+        "--panel",
+        action="store_true",
+        help="Also show one panel for the session (an ipywidgets explorer), updated as cells run: every "
+        "finding so far with its cell, area, line, count and the magic to run next. A saved notebook "
+        "shows a line saying to run the cell instead.",
+    )
+    @argument(
         "-o",
         "--output",
         type=variable_name,
@@ -478,9 +534,13 @@ class LineMagics(MagicRunner):
         `%jax_watch` (= on) watches each later cell on JAX's fast path until
         `%jax_watch off`; a watched cell runs exactly as unwatched, and a new
         problem is shown once, under the cell that caused it. `status` shows
-        what is watched and found so far; -o NAME binds the log.
+        what is watched and found so far; -o NAME binds the log. --panel (with
+        on or status) shows a panel of every finding so far, updated after
+        each watched cell.
         """
         args = self._parse(self.jax_watch, line)
+        if args.panel and args.what == "off":
+            raise UsageError("--panel shows the running watch's findings; `%jax_watch off` stops the watch.")
         watch = watch_hook.current(self.shell)
         if args.what == "on":
             with self._options_checked(self.jax_watch):
@@ -497,6 +557,11 @@ class LineMagics(MagicRunner):
             self.user_ns[args.output] = watch.log if watch is not None else None
         if args.what == "status" and watch is None:
             print("jaxmagic watch: off")
+        if args.panel and watch is not None:
+            # deferred: ipywidgets is imported only when an explorer is asked for
+            from jaxmagic.ipython.explorers.watch_panel import show_watch_panel
+
+            watch_hook.set_panel(self.shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
 
     @magic_arguments()
     @argument(

@@ -91,12 +91,15 @@ class MagicRunner(Magics):
     def _in_kernel(self) -> bool:
         return getattr(self.shell, "kernel", None) is not None
 
-    def _publish(self, report, args, live_view=None) -> None:
+    def _publish(self, report, args, live_view=None, explorer=None) -> None:
+        """Store (-o NAME) and show the report; then ``explorer(report)`` shows its explorer (--explore)."""
         if getattr(args, "output", None):
             self.user_ns[args.output] = report
         from jaxmagic.ipython.show_report import display_report  # deferred: the renderers load on first use
 
         display_report(report, in_kernel=self._in_kernel, live_view=live_view)
+        if explorer is not None:
+            explorer(report)
 
     def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
         """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
@@ -112,8 +115,8 @@ class MagicRunner(Magics):
         self._run_cell_in_probe(magic, probe, args, cell)
         return probe
 
-    def _run_cell_in_probe(self, magic, probe, args, cell: str) -> None:
-        """Run the cell inside ``probe``; show the report; then raise the cell's own exception."""
+    def _run_cell_in_probe(self, magic, probe, args, cell: str, explorer=None) -> None:
+        """Run the cell inside ``probe``; show the report (and ``explorer``'s); then raise the cell's own exception."""
         __tracebackhide__ = True
         if shown_if_unrunnable(self.shell, cell):
             return
@@ -134,7 +137,7 @@ class MagicRunner(Magics):
             except BaseException as error:
                 if error is not outcome.exception:
                     raise
-            self._publish(report, args, live_view=view)
+            self._publish(report, args, live_view=view, explorer=explorer)
         outcome.show_values(self.shell)
         outcome.reraise()
 
@@ -165,13 +168,15 @@ class MagicRunner(Magics):
         with expression_checked():
             return evaluate_expression(text, self.user_ns)
 
-    def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None) -> None:
+    def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None, explorer=None) -> None:
         """The shape of every line magic that takes a call: parse, evaluate, probe, show, raise.
 
         ``evaluate(text, args)`` turns the expression into the probe's inputs
         (default: the call); ``run(inputs, args)`` returns ``(report, error)``.
         The inputs are dropped before the user's error is raised, so its
-        traceback keeps no user array alive.
+        traceback keeps no user array alive. ``explorer(report, inputs, args)``
+        (``--explore``) reads what it needs of the inputs and returns what shows
+        the explorer after the report (or None): it keeps plain data only.
         """
         __tracebackhide__ = True
         text, option_text = self._split(magic, line)
@@ -181,6 +186,9 @@ class MagicRunner(Magics):
         inputs = evaluate(text, args) if evaluate is not None else self._evaluate(text)
         with self._options_checked(magic, **(flag_of or {})):
             report, error = run(inputs, args)
+        show_explorer = explorer(report, inputs, args) if explorer is not None else None
         del inputs  # keep no user array alive
         self._publish(report, args)
+        if show_explorer is not None:
+            show_explorer()  # its own output, after the report; the user's error still follows
         raise_users_error(error)

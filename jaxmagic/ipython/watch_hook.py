@@ -29,6 +29,7 @@ class WatchHook:
         self.thread = threading.get_ident()
         self.live_view: LiveView | None = None
         self.stack: list[str] = []  # per running cell: "watch", "magic" (jaxmagic's), "control" (%jax_watch only)
+        self.panel = None  # %jax_watch --panel: refreshed from the log after each watched cell
 
     def pre_run_cell(self, info=None) -> None:
         if threading.get_ident() != self.thread:
@@ -70,6 +71,11 @@ class WatchHook:
                 display_report(findings, in_kernel=getattr(self.shell, "kernel", None) is not None, live_view=view)
             except Exception:  # a watched cell never fails because of the watch
                 pass
+        if self.panel is not None:
+            try:
+                self.panel.refresh(self.watch.log)  # a clean cell changes nothing: one comparison
+            except Exception:  # nor because of its panel
+                pass
 
 
 def _live_view(watch, in_kernel: bool) -> LiveView | None:
@@ -82,6 +88,19 @@ def _live_view(watch, in_kernel: bool) -> LiveView | None:
     view = LiveView("%jax_watch", board, in_kernel=in_kernel, only_with_findings=True)
     view.__enter__()
     return view
+
+
+def set_panel(shell, panel) -> None:
+    """The panel (``explorers.watch_panel.WatchPanel``) the running watch refreshes after each cell."""
+    hook = _hooks.get(shell)
+    if hook is not None:
+        hook.panel = panel
+
+
+def current_panel(shell):
+    """The running watch's panel (None without ``--panel``)."""
+    hook = _hooks.get(shell)
+    return hook.panel if hook is not None else None
 
 
 def current(shell):

@@ -20,7 +20,7 @@ from jaxmagic.probes.hlo.name_paths import split_query
 from jaxmagic.probes.hlo.optimized_hlo import hlo_kernels, hlo_ops
 from jaxmagic.probes.hlo.records import STAGES
 from jaxmagic.probes.hlo.report import HloReport
-from jaxmagic.probes.hlo.scopes import ScopePaths, StageOp, collect_scope, scope_tree
+from jaxmagic.probes.hlo.scopes import ScopePaths, StageOp, collect_scope, every_scope_ops, scope_tree
 from jaxmagic.probes.hlo.stablehlo import stablehlo_ops
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
@@ -85,10 +85,12 @@ def run_call(
     call_text: str = "",
     namespace: dict | None = None,
     sweep: Sweep | None = None,
+    every_scope: bool = False,
 ) -> tuple[HloReport, Exception | None]:
     """Like :func:`hlo_of_call`, also returning the exception of the stage that failed (None if none).
 
-    The magic shows the report, then raises it.
+    The magic shows the report, then raises it. ``every_scope`` also records every operation of every
+    stage with its scope path, line and text (``report.scope_ops``: what ``%jax_hlo --explore`` browses).
     """
 
     args, kwargs = tuple(args), dict(kwargs or {})
@@ -143,6 +145,8 @@ def run_call(
         if scope:
             collect_scope(report, per_stage, scopes, query, module)
         report.tree, report.unscoped = scope_tree(per_stage, scopes, stages)
+        if every_scope:
+            report.scope_ops = every_scope_ops(per_stage, scopes, stages, module)
         if scope and not report.ops:
             report.suggestions = difflib.get_close_matches(scope, report.scope_paths, n=3, cutoff=0.5)
         if sweep is not None:

@@ -53,6 +53,16 @@ class HloReport(Report):
     failure: str = ""  # "ValueError: ..." when a stage could not be built
     failure_stage: str = ""
     failure_line: SourceLine | None = None
+    # every operation of every stage, ``inner`` its whole scope path ("" outside any scope); filled only when
+    # asked (``every_scope=True``: %jax_hlo --explore), never drawn in the report
+    scope_ops: list[ScopeOp] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """As every report's; ``scope_ops`` (thousands of records under --explore) is copied from each record's
+        attributes: the dicts ``dataclasses.asdict`` gives, without its deep copy of every value."""
+        data = super(HloReport, dataclasses.replace(self, scope_ops=[])).to_dict()
+        data["scope_ops"] = [_scope_op_dict(op) for op in self.scope_ops]
+        return data
 
     # -- derived --------------------------------------------------------------
 
@@ -562,3 +572,12 @@ def _sweep_growth(name: str, points: list[SweepPoint]) -> str:
         f"From {name}={first.value} to {name}={last.value}{scale}: {', '.join(parts)}. Figures that grow "
         f"in proportion to {name} will keep doing so: extrapolate before you allocate."
     )
+
+
+def _scope_op_dict(op: ScopeOp) -> dict:
+    """``dataclasses.asdict(op)``: a ScopeOp's fields are plain values and one flat SourceLine
+    (tests/test_explorers.py checks the two agree)."""
+    data = dict(vars(op))
+    if op.line is not None:
+        data["line"] = dict(vars(op.line))
+    return data

@@ -105,6 +105,33 @@ def collect_scope(
         )
 
 
+def every_scope_ops(
+    per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str], module
+) -> list[ScopeOp]:
+    """Every operation of every stage with its whole scope path as ``inner`` ("" outside any scope), its
+    line, its text and, in HLO, the kernel that runs it: plain data for an explorer of all scopes."""
+    ops = []
+    for stage in stages:
+        for op in per_stage.get(stage, []):
+            item = ScopeOp(
+                stage=stage,
+                op=op.path.op,
+                inner="/".join(scopes.of(op.full_name)),
+                backward=op.path.backward,
+                name=op.name,
+                full_name=op.full_name,
+                line=op.where(),
+                text=op.text(),
+            )
+            if stage == "hlo" and module is not None and op.instruction is not None:
+                kernel = module.kernel_of(op.instruction)
+                if kernel is not op.instruction:
+                    item.kernel = kernel.name
+                    item.kernel_label = kernel.op_names[0] if kernel.op_names else ""
+            ops.append(item)
+    return ops
+
+
 def _fused_instructions(module, kernel) -> list:
     """The instructions inside a fusion (nested fusions included), or the instruction itself."""
     if kernel.opcode != "fusion":

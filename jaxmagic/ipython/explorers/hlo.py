@@ -1,0 +1,143 @@
+"""``%jax_hlo EXPR --explore``: the ``named_scope`` tree; a scope chosen shows its operations per stage.
+
+Built from the report's ``to_dict()``: its scope tree (counts per stage) and ``scope_ops`` (every
+operation of every stage with its scope path, line and text, recorded by the probe only under
+``--explore``). Choosing a scope shows its jaxpr, StableHLO and optimized-HLO lines side by side
+(descendant scopes included), each with the user's line that made it and, in HLO, the kernel it
+runs in. XLA gives flops and bytes for the whole program only (``cost_analysis()``): the header
+shows those, no per-operation figure is made up.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from typing import Any
+
+import ipywidgets as widgets
+
+from jaxmagic.ipython.explorers.shown import show_explorer
+from jaxmagic.report.wording import format_bytes
+
+WHAT = "the program's named scopes (each scope's operations in every stage)"
+STAGE_TITLES = {"jaxpr": "jaxpr", "stablehlo": "StableHLO", "hlo": "optimized HLO"}
+OUTSIDE = ""  # the scope key of operations outside any scope
+SHOWN_PER_STAGE = 200  # lines drawn per stage for one scope; the rest are counted
+
+
+def ops_by_scope(ops: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """scope path -> stage -> indices of its operations, each scope with its descendants' operations."""
+    grouped: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for n, op in enumerate(ops):
+        path = op.get("inner", "")
+        stage = op.get("stage", "")
+        if not path:
+            grouped[OUTSIDE][stage].append(n)
+            continue
+        parts = path.split("/")
+        for end in range(1, len(parts) + 1):
+            grouped["/".join(parts[:end])][stage].append(n)
+    return grouped
+
+
+def scope_label(path: str, counts: dict[str, int], stages: list[str]) -> str:
+    """``·· attn  (jaxpr 12, StableHLO 14, optimized HLO 9)``: indented by depth."""
+    if path == OUTSIDE:
+        name = "(outside any scope)"
+    else:
+        depth = path.count("/")
+        name = "\u00b7\u00b7 " * depth + path.rsplit("/", 1)[-1]
+    shown = ", ".join(f"{STAGE_TITLES.get(s, s)} {counts.get(s, 0)}" for s in stages)
+    return f"{name}  ({shown})"
+
+
+def where(op: dict[str, Any]) -> str:
+    line = op.get("line")
+    if not line:
+        return ""
+    return f"{line.get('label') or line.get('filename', '')}:{line.get('lineno')}"
+
+
+def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str:
+    """One stage's column: each operation's text, the user's line, the kernel (HLO)."""
+    title = STAGE_TITLES.get(stage, stage)
+    rows = []
+    for n in indices[:SHOWN_PER_STAGE]:
+        op = ops[n]
+        made = where(op)
+        kernel = f" in {op['kernel']}" if op.get("kernel") else ""
+        rows.append(
+            '<div style="border-bottom:1px solid #eee;padding:1px 0">'
+            f'<code style="white-space:pre-wrap;word-break:break-all;font-size:11px;line-height:1.3">{html.escape(op.get("text") or op.get("name", ""))}'
+            "</code>"
+            + (
+                f'<div style="font-size:11px;color:#555">{html.escape(made)}{html.escape(kernel)}'
+                f"{' (backward)' if op.get('backward') else ''}</div>"
+                if made or kernel
+                else ""
+            )
+            + "</div>"
+        )
+    more = len(indices) - SHOWN_PER_STAGE
+    if more > 0:
+        rows.append(f'<div style="color:#555">... and {more} more (-o NAME keeps them all: scope_ops)</div>')
+    if not indices:
+        rows.append('<div style="color:#555">no operation in this stage</div>')
+    return (
+        f'<div class="jm-stage jm-stage-{stage}"><b>{html.escape(title)}</b> ({len(indices)})'
+        f'<div style="max-height:420px;overflow:auto">{"".join(rows)}</div></div>'
+    )
+
+
+class HloExplorer:
+    def __init__(self, data: dict[str, Any]):
+        self.ops = data.get("scope_ops", [])
+        self.stages = [s for s in data.get("stages", []) if s in STAGE_TITLES]
+        self.grouped = ops_by_scope(self.ops)
+        paths = [node["path"] for node in data.get("tree", [])]
+        if OUTSIDE in self.grouped:
+            paths.append(OUTSIDE)
+        options = [
+            (scope_label(p, {s: len(v) for s, v in self.grouped.get(p, {}).items()}, self.stages), p) for p in paths
+        ]
+        self.header = widgets.HTML(header_html(data))
+        self.scopes = widgets.Select(options=options, rows=min(12, max(3, len(options))),
+                                     layout=widgets.Layout(width="100%"))  # fmt: skip
+        self.columns = [widgets.HTML(layout=widgets.Layout(flex="1 1 0", min_width="0")) for _ in self.stages]
+        self.widget = widgets.VBox(
+            [self.header, self.scopes, widgets.HBox(self.columns, layout=widgets.Layout(width="100%"))],
+            layout=widgets.Layout(border="1px solid #bbb", padding="6px"),
+        )
+        self.widget.add_class("jaxmagic-hlo-explorer")
+        self.scopes.observe(lambda _c: self.show(), names="value")
+        if options:
+            self.scopes.value = options[0][1]
+        self.show()
+
+    def show(self) -> None:
+        path = self.scopes.value
+        per_stage = self.grouped.get(path, {}) if path is not None else {}
+        for column, stage in zip(self.columns, self.stages):
+            column.value = stage_html(self.ops, per_stage.get(stage, []), stage) if path is not None else ""
+
+
+def header_html(data: dict[str, Any]) -> str:
+    cost = data.get("cost") or {}
+    figures = []
+    if cost.get("flops"):
+        figures.append(f"{cost['flops']:,.0f} flops")
+    if cost.get("bytes accessed"):
+        figures.append(f"{format_bytes(int(cost['bytes accessed']))} accessed")
+    whole = f" Whole program (XLA's cost_analysis): {', '.join(figures)}." if figures else ""
+    return (
+        f'<b style="font-family:monospace">{html.escape(data.get("function", ""))}</b> '
+        f"{len(data.get('scope_ops', [])):,} operations over {len(data.get('stages', []))} stage(s); "
+        f"choose a scope.{html.escape(whole)} XLA gives no figure per operation."
+    )
+
+
+def show_hlo_explorer(data: dict[str, Any], in_kernel: bool = True):
+    if not data.get("scope_ops"):
+        print("jaxmagic: the program could not be built, so there is nothing to explore (see the report above).")
+        return None
+    return show_explorer(lambda: HloExplorer(data).widget, WHAT, in_kernel=in_kernel)

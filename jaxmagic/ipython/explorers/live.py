@@ -1,0 +1,115 @@
+"""``%jax_live --explore`` / ``%%jax_live --explore``: the live-array groups, sorted and filtered at will.
+
+Built from the report's ``to_dict()`` groups (shape, dtype, placement, count, bytes, holders, and the
+line that made them where tracemalloc recorded it). Sorting by bytes, count, shape or dtype and a
+filter on shape, dtype or holder; choosing a group lists every holder and the line that made it.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+
+from jaxmagic.ipython.explorers.shown import show_explorer
+from jaxmagic.report.wording import format_bytes
+
+WHAT = "the live-array groups (sort, filter, each group's holders)"
+SORTS = {
+    "bytes": lambda g: -g.get("count", 0) * g.get("bytes_each", 0),
+    "count": lambda g: -g.get("count", 0),
+    "shape": lambda g: (len(g.get("shape", [])), list(g.get("shape", []))),
+    "dtype": lambda g: g.get("dtype", ""),
+}
+
+
+def group_type(group: dict[str, Any]) -> str:
+    return f"{group.get('dtype', '')}[{','.join(str(d) for d in group.get('shape', []))}]"
+
+
+def group_row(group: dict[str, Any]) -> str:
+    """``float32[1024,1024]  x12  48.0 MiB  cpu:0  held by: cache[0..11]``."""
+    total = format_bytes(group.get("count", 0) * group.get("bytes_each", 0))
+    holders = group.get("holders", [])
+    held = ", ".join(holders[:3]) + (f" (+{len(holders) - 3})" if len(holders) > 3 else "") if holders else "no name"
+    return f"{group_type(group)}  x{group.get('count', 0)}  {total}  {group.get('placement', '')}  held by: {held}"
+
+
+def matches(group: dict[str, Any], text: str) -> bool:
+    """The filter: a substring of the type (``float32[1024``), the placement or a holder."""
+    text = text.strip().lower()
+    if not text:
+        return True
+    fields = [group_type(group), group.get("dtype", ""), group.get("placement", ""), *group.get("holders", [])]
+    return any(text in field.lower() for field in fields)
+
+
+def made_at(group: dict[str, Any]) -> str:
+    provenance = group.get("provenance") or {}
+    line = provenance.get("made_at")
+    if line:
+        return f"{line.get('label') or line.get('filename', '')}, line {line.get('lineno')}: {line.get('code', '')}"
+    return provenance.get("unknown", "") or (
+        "not recorded: tracemalloc was not tracing (`import tracemalloc; tracemalloc.start(25)` before the code "
+        "that makes them)"
+    )
+
+
+def details_html(group: dict[str, Any]) -> str:
+    holders = group.get("holders", [])
+    listed = "".join(f"<li><code>{html.escape(h)}</code></li>" for h in holders) or "<li>no name holds them</li>"
+    jit = group.get("jit_functions", [])
+    kept = f"<div>Kept by the jit cache of: {html.escape(', '.join(jit))}</div>" if jit else ""
+    return (
+        f"<div><b>{html.escape(group_type(group))}</b> x{group.get('count', 0)} on "
+        f"{html.escape(group.get('placement', ''))}</div>"
+        f"<div>Holders:</div><ul style='margin:2px 0'>{listed}</ul>{kept}"
+        f'<div style="font-family:monospace">made at: {html.escape(made_at(group))}</div>'
+    )
+
+
+class LiveExplorer:
+    def __init__(self, data: dict[str, Any]):
+        self.groups = data.get("groups", [])
+        self.sort = widgets.ToggleButtons(options=list(SORTS), value="bytes", description="sort by")
+        self.filter = widgets.Text(placeholder="shape, dtype or holder", description="filter",
+                                   continuous_update=True)  # fmt: skip
+        self.list = widgets.Select(options=[], rows=10, layout=widgets.Layout(width="100%"))
+        self.details = widgets.HTML()
+        self.header = widgets.HTML(
+            f"<b style='font-family:monospace'>%jax_live</b> {len(self.groups)} group(s), "
+            f"{data.get('total_arrays', 0):,} arrays, {html.escape(format_bytes(data.get('total_bytes', 0)))}"
+        )
+        self.widget = widgets.VBox(
+            [self.header, widgets.HBox([self.sort, self.filter]), self.list, self.details],
+            layout=widgets.Layout(border="1px solid #bbb", padding="6px"),
+        )
+        self.widget.add_class("jaxmagic-live-explorer")
+        self.sort.observe(lambda _c: self.refresh(), names="value")
+        self.filter.observe(lambda _c: self.refresh(), names="value")
+        self.list.observe(lambda _c: self.show(), names="value")
+        self.refresh()
+
+    def visible(self) -> list[int]:
+        """Indices of the groups shown, filtered then sorted."""
+        key = SORTS[self.sort.value]
+        kept = [n for n, g in enumerate(self.groups) if matches(g, self.filter.value)]
+        return sorted(kept, key=lambda n: key(self.groups[n]))
+
+    def refresh(self) -> None:
+        shown = self.visible()
+        self.list.options = [(group_row(self.groups[n]), n) for n in shown]
+        self.list.value = shown[0] if shown else None
+        self.show()
+
+    def show(self) -> None:
+        n = self.list.value
+        self.details.value = details_html(self.groups[n]) if n is not None else ""
+
+
+def show_live_explorer(data: dict[str, Any], in_kernel: bool = True):
+    if not data.get("groups"):
+        print("jaxmagic: no live array group to explore.")
+        return None
+    return show_explorer(lambda: LiveExplorer(data).widget, WHAT, in_kernel=in_kernel)
