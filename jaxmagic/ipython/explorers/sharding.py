@@ -19,7 +19,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import show_explorer
-from jaxmagic.probes._support.sharding_layout import device_colours, id_list
+from jaxmagic.probes._support.sharding_layout import device_colours, dims_by_splits, id_list
 from jaxmagic.probes.sharding import layout_of
 
 WHAT = "the layouts (the dimensions drawn, slices, each device's blocks and replicas)"
@@ -119,14 +119,7 @@ def default_dims(layout: dict[str, Any]) -> tuple[int | None, int | None]:
         return None, None
     if rank == 1:
         return None, 0
-    chunks = chunks_per_dim(layout)
-    split = [d for d in range(rank) if len(chunks[d]) > 1]
-    if len(split) >= 2:
-        return split[-2], split[-1]
-    if len(split) == 1:
-        other = max(d for d in range(rank) if d != split[0])
-        return min(split[0], other), max(split[0], other)
-    return rank - 2, rank - 1
+    return dims_by_splits(chunks_per_dim(layout))
 
 
 def blocks_held(layout: dict[str, Any], device: int) -> list[dict[str, Any]]:

@@ -110,7 +110,13 @@ def drawn_dims(layout, dims: list[int] | None = None) -> tuple[int | None, int |
         return dims[0], dims[1]
     if rank == 2:
         return 0, 1
-    chunks = _chunks_per_dim(layout)
+    return dims_by_splits(_chunks_per_dim(layout))
+
+
+def dims_by_splits(chunks: list) -> tuple[int, int]:
+    """For rank >= 2, given each dimension's distinct blocks: the last two split dimensions, else a split
+    dimension with the last other one, else the last two (the static drawing and the explorer agree)."""
+    rank = len(chunks)
     split = [d for d in range(rank) if len(chunks[d]) > 1]
     if len(split) >= 2:
         return split[-2], split[-1]
