@@ -410,3 +410,24 @@ def test_the_doctor_says_nans_were_not_checked_when_no_jitted_function_ran():
     assert report.jitted_calls_watched == 0
     assert "NaNs not checked: no jitted function of yours ran" in report.summary
     assert "Nothing found by nans" not in report.summary
+
+
+def test_a_key_handed_over_in_a_comprehension_at_the_top_of_a_cell_is_traced_to_that_line(ip):
+    # dm-haiku#585 shape: f.apply(params, key, x) given the same key each time, written in a notebook
+    # cell as a comprehension. Python 3.12+ runs it inline, so while it runs the cell frame's locals
+    # are the comprehension's own - the cell's `rng` is among its globals, not the magic's line.
+    pytest.importorskip("haiku")
+    ip.run_cell(
+        "import haiku as hk\n"
+        "def _dropped(x):\n"
+        "    return hk.dropout(hk.next_rng_key(), 0.5, x)\n"
+        "hk_net = hk.transform(_dropped)\n"
+        "hk_params = hk_net.init(jax.random.PRNGKey(0), jnp.ones(4))\n"
+        "hk_rng = jax.random.PRNGKey(1)\n"
+    )
+    cell = "%%jax_keys -o hk_keys\nhk_outs = [hk_net.apply(hk_params, hk_rng, jnp.ones(4)) for i in range(3)]\n"
+    assert ip.run_cell(cell).error_in_exec is None
+    report = ip.user_ns["hk_keys"]
+    (draw,) = [d for d in report.to_dict()["draws"] if d["library"] == "haiku.next_rng_key"]
+    assert draw["line"]["code"] == "hk_outs = [hk_net.apply(hk_params, hk_rng, jnp.ones(4)) for i in range(3)]"
+    assert "run_cell_magic" not in report.summary
