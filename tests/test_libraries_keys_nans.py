@@ -431,3 +431,27 @@ def test_a_key_handed_over_in_a_comprehension_at_the_top_of_a_cell_is_traced_to_
     (draw,) = [d for d in report.to_dict()["draws"] if d["library"] == "haiku.next_rng_key"]
     assert draw["line"]["code"] == "hk_outs = [hk_net.apply(hk_params, hk_rng, jnp.ones(4)) for i in range(3)]"
     assert "run_cell_magic" not in report.summary
+
+
+def test_a_nan_made_in_an_optax_transformation_inside_a_chain_is_named_by_its_factory():
+    # optax#1752 (pull request): clip_by_global_norm(0.0) given all-zero gradients computes 0/0 * 0 in
+    # its clipping branch. Optax's transformations are closures of public factories: the name the user
+    # wrote is the factory's, and the innermost one (not the `optax.chain` around it) made the value.
+    optax = pytest.importorskip("optax")
+    optimizer = optax.chain(optax.clip_by_global_norm(0.0), optax.adam(1e-3))
+    params = {"w": jnp.ones(3)}
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state, x):
+        grads = jax.grad(lambda p: jnp.sum(p["w"] * x))(params)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            step(params, state, jnp.zeros(3))
+    data = report.to_dict()
+    assert data["producer"]["primitive"] == "div"
+    assert data["producer"]["library_function"] == "optax.clip_by_global_norm"
+    assert "inside `optax.clip_by_global_norm`" in report.summary
