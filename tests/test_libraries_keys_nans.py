@@ -455,3 +455,10 @@ def test_a_nan_made_in_an_optax_transformation_inside_a_chain_is_named_by_its_fa
     assert data["producer"]["primitive"] == "div"
     assert data["producer"]["library_function"] == "optax.clip_by_global_norm"
     assert "inside `optax.clip_by_global_norm`" in report.summary
+    # the division is Optax's: no guard for the user to write there; what they give it is named, the guard's
+    # trial kept as the evidence that the 0 denominator is the whole cause
+    fix = data["fix"]
+    assert "That division is optax's code, not yours" in fix
+    assert "`optax.clip_by_global_norm(max_norm)`" in fix
+    assert "which only the library can write) was tried on the values of" in fix
+    assert "Guard that denominator" not in fix

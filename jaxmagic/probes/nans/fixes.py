@@ -24,6 +24,7 @@ _SQRT_LIKE = ("sqrt", "rsqrt", "pow")
 # A fix that rewrites the user's line (a double where, a log-probability from logits, a dtype): trying it
 # would mean running the user's Python again, which a trial never does.
 NOT_TRIED = "it rewrites your line, and trying it would run your Python again"
+_JAX_NAMES = ("jnp.", "jax.", "lax.")  # a JAX function's call is the user's to guard: its arguments are written there
 SUGGESTION = f" (Not tried on the values: {NOT_TRIED}.)"
 
 
@@ -142,6 +143,21 @@ def _layer_epsilon(library: str) -> tuple[str, object] | None:
             default = parameters[name].default
             return name, default if default is not inspect.Parameter.empty else None
     return None
+
+
+def _inside_library_division(library: str, what: str, guard: str, tried: str) -> str:
+    """A 0 denominator in a library's own code (``optax.clip_by_global_norm``'s 0/0): the guard cannot be
+    written there; what the user's line gives the library (its arguments, the settings it was built
+    with) made the 0. The guard's trial still says whether that 0 is the whole cause."""
+    maker = _library_object(library, stop_at_class=True)
+    names = [name for name in _parameters(maker) if name not in ("self", "args", "kwargs")]
+    called = f"`{library}({', '.join(names)})`" if names else f"`{library}`"
+    what = what.replace("The denominator", f"The denominator inside `{library}`", 1)
+    return (
+        f"{what} That division is {library.split('.')[0]}'s code, not yours: the 0 comes from what your line gives "
+        f"it - check the values and settings given to {called}: with them it divides by 0. Guarding the "
+        f"division there (`{guard}`, which only the library can write) was tried {tried.removeprefix('Tried ')}"
+    )
 
 
 def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str:
@@ -340,6 +356,8 @@ def nan_fix(report: NanReport) -> str:
         if choice.offered is None:
             return f"{what} {choice.tried_text}".rstrip()
         failed = f" {choice.failed_text}" if choice.failed_text else ""
+        if library and not library.startswith(_JAX_NAMES):
+            return _inside_library_division(library, what, choice.offered.code, choice.tried_text)
         return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
     if p.primitive == "log" and p.operands and (not library or library.startswith("jax.nn.")):
         # the log of a probability computed first: it rounds to 0 long before its logarithm is out of range
