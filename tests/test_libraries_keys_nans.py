@@ -526,4 +526,4 @@ def test_the_doctor_names_the_optimizer_as_the_nan_maker_and_the_users_derivativ
         step(params, state)
     (finding,) = [f for f in report.to_dict()["findings"] if f["area"] == "NaN"]
     assert "`div` inside `optax.scale_by_adam` from the inf of `div` in the forward pass" in finding["title"]
-    assert "jnp.sqrt(p[\"w\"])" in finding["fix"]
+    assert 'jnp.sqrt(p["w"])' in finding["fix"]
