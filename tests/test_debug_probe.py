@@ -536,3 +536,31 @@ def test_a_nan_made_only_by_a_derivative_stops_before_its_forward_line_with_the_
     assert any("derivative JAX computed" in note for note in data["notes"])
     assert float(session.namespace().pred[0]) == 3.0
     session.release()
+
+
+def test_a_derivative_nan_in_a_train_step_that_takes_the_gradient_itself_stops_before_the_forward_line():
+    # equinox#523 shape: `make_step` (eqx.filter_jit) calls an eqx.filter_value_and_grad loss whose norm
+    # has a zero difference; the failing call is the step, no jax.grad wrapper around it: the step itself
+    # reaches the forward line, while the library's gradient transformation traces it
+    eqx = pytest.importorskip("equinox")
+
+    @eqx.filter_value_and_grad
+    def loss_fn(model, x, y):
+        return jnp.linalg.norm(jax.vmap(model)(x) - y, axis=-1).mean()
+
+    @eqx.filter_jit
+    def make_step(model, x, y):
+        loss, grads = loss_fn(model, x, y)
+        return loss, jax.tree_util.tree_map(lambda g: g * 0.1, grads)
+
+    model = eqx.nn.Linear(2, 2, key=jax.random.key(0))
+    x = jnp.zeros((4, 2))
+    y = jax.vmap(model)(x)  # the prediction itself: the norm's argument is all zeros
+    with jax.debug_nans(True):
+        error = failure(lambda: make_step(model, x, y))
+    session = debug_after(error)
+    data = session.report.to_dict()
+    assert data["unavailable"] == "" and data["stopped"]["line"]["function"] == "loss_fn"
+    assert data["stopped"]["line"]["code"].startswith("return jnp.linalg.norm(jax.vmap(model)(x) - y")
+    assert any("derivative JAX computed" in note for note in data["notes"])
+    session.release()

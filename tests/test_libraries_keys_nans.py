@@ -410,3 +410,120 @@ def test_the_doctor_says_nans_were_not_checked_when_no_jitted_function_ran():
     assert report.jitted_calls_watched == 0
     assert "NaNs not checked: no jitted function of yours ran" in report.summary
     assert "Nothing found by nans" not in report.summary
+
+
+def test_a_key_handed_over_in_a_comprehension_at_the_top_of_a_cell_is_traced_to_that_line(ip):
+    # dm-haiku#585 shape: f.apply(params, key, x) given the same key each time, written in a notebook
+    # cell as a comprehension. Python 3.12+ runs it inline, so while it runs the cell frame's locals
+    # are the comprehension's own - the cell's `rng` is among its globals, not the magic's line.
+    pytest.importorskip("haiku")
+    ip.run_cell(
+        "import haiku as hk\n"
+        "def _dropped(x):\n"
+        "    return hk.dropout(hk.next_rng_key(), 0.5, x)\n"
+        "hk_net = hk.transform(_dropped)\n"
+        "hk_params = hk_net.init(jax.random.PRNGKey(0), jnp.ones(4))\n"
+        "hk_rng = jax.random.PRNGKey(1)\n"
+    )
+    cell = "%%jax_keys -o hk_keys\nhk_outs = [hk_net.apply(hk_params, hk_rng, jnp.ones(4)) for i in range(3)]\n"
+    assert ip.run_cell(cell).error_in_exec is None
+    report = ip.user_ns["hk_keys"]
+    (draw,) = [d for d in report.to_dict()["draws"] if d["library"] == "haiku.next_rng_key"]
+    assert draw["line"]["code"] == "hk_outs = [hk_net.apply(hk_params, hk_rng, jnp.ones(4)) for i in range(3)]"
+    assert "run_cell_magic" not in report.summary
+
+
+def test_a_nan_made_in_an_optax_transformation_inside_a_chain_is_named_by_its_factory():
+    # optax#1752 (pull request): clip_by_global_norm(0.0) given all-zero gradients computes 0/0 * 0 in
+    # its clipping branch. Optax's transformations are closures of public factories: the name the user
+    # wrote is the factory's, and the innermost one (not the `optax.chain` around it) made the value.
+    optax = pytest.importorskip("optax")
+    optimizer = optax.chain(optax.clip_by_global_norm(0.0), optax.adam(1e-3))
+    params = {"w": jnp.ones(3)}
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state, x):
+        grads = jax.grad(lambda p: jnp.sum(p["w"] * x))(params)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            step(params, state, jnp.zeros(3))
+    data = report.to_dict()
+    assert data["producer"]["primitive"] == "div"
+    assert data["producer"]["library_function"] == "optax.clip_by_global_norm"
+    assert "inside `optax.clip_by_global_norm`" in report.summary
+    # the division is Optax's: no guard for the user to write there; what they give it is named, the guard's
+    # trial kept as the evidence that the 0 denominator is the whole cause
+    fix = data["fix"]
+    assert "That division is optax's code, not yours" in fix
+    assert "`optax.clip_by_global_norm(max_norm)`" in fix
+    assert "which only the library can write) was tried on the values of" in fix
+    assert "Guard that denominator" not in fix
+
+
+def test_a_gradient_nan_at_the_edge_of_a_distributions_support_names_it_and_says_whose_code_it_is():
+    # numpyro#404 shape: log_prob at (or past) the boundary of the support. Gamma's log_prob at x = 0 is
+    # finite in value, but its gradient in the concentration takes log(0) (xlogy's custom_jvp rule): the
+    # rule's equations are attributed to the forward line, whose frames name the distribution's method.
+    @jax.jit
+    def nll(concentration, x):
+        return -dist.Gamma(concentration, 1.0).log_prob(x).sum()
+
+    with pytest.raises(FloatingPointError):
+        with probes.nans(inside=True) as report:
+            jax.grad(nll)(jnp.array(0.5), jnp.array([0.0, 1.0]))
+    data = report.to_dict()
+    assert data["producer"]["library_function"] == "numpyro.distributions.Gamma.log_prob"
+    assert data["producer"]["primitive"] == "log" and data["producer"]["phase"] == "backward"
+    fix = data["fix"]  # no rule for a log inside a library's code: said to be the library's, never a rewrite of it
+    assert fix.startswith("`log` inside `numpyro.distributions.Gamma.log_prob`")
+    assert "numpyro's code, not yours" in fix
+    assert "`numpyro.distributions.Gamma(concentration, rate, validate_args).log_prob(value)`" in fix
+
+
+def test_adam_on_float16_zero_gradients_is_named_inside_scale_by_adam_with_no_guessed_cause():
+    # optax#1754 (pull requests #1755, #1769): eps=1e-8 is 0 in float16, so a zero gradient gives
+    # m / (sqrt(v) + eps) = 0/0 inside scale_by_adam. Its denominator is a sum, but no mask or padding of
+    # the user's: a library's own division gets no guessed cause and no guard the user cannot write.
+    optax = pytest.importorskip("optax")
+    optimizer = optax.adam(1e-3)
+    params = {"w": jnp.array([1.0, -2.0, 0.5], dtype=jnp.float16)}
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state, grads):
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    with pytest.raises(FloatingPointError):
+        with probes.nans() as report:
+            step(params, state, {"w": jnp.zeros(3, jnp.float16)})
+    data = report.to_dict()
+    assert data["producer"]["library_function"] == "optax.scale_by_adam"
+    assert "optax's code, not yours" in data["fix"] and "all-padding batch" not in data["fix"]
+
+
+def test_the_doctor_names_the_optimizer_as_the_nan_maker_and_the_users_derivative_as_the_inf():
+    # optax#882 / torchopt#26 shape: an inf gradient (sqrt's derivative at 0) reaches Adam, whose
+    # m / sqrt(v) is inf/inf = NaN: the library named is where the NaN was made, the fix is the user's line
+    optax = pytest.importorskip("optax")
+    optimizer = optax.adam(1e-3)
+    params = {"w": jnp.array([0.0, 1.0])}
+    state = optimizer.init(params)
+
+    def loss(p):
+        return jnp.sum(jnp.sqrt(p["w"]))
+
+    @jax.jit
+    def step(params, state):
+        updates, state = optimizer.update(jax.grad(loss)(params), state, params)
+        return optax.apply_updates(params, updates), state
+
+    with probes.doctor() as report:
+        step(params, state)
+    (finding,) = [f for f in report.to_dict()["findings"] if f["area"] == "NaN"]
+    assert "`div` inside `optax.scale_by_adam` from the inf of `div` in the forward pass" in finding["title"]
+    assert 'jnp.sqrt(p["w"])' in finding["fix"]

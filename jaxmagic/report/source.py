@@ -52,6 +52,20 @@ def innermost_user_frame(frame):
     return frame
 
 
+def names_in_scope(frame: FrameType) -> dict[str, object]:
+    """The variables the line running in ``frame`` can name: its locals, and for a module's or a
+    cell's own code its globals too. A comprehension at the top of a cell runs inline (Python
+    3.12+, PEP 709): while it runs, the cell frame's ``f_locals`` holds only the comprehension's
+    own variables, not the cell's namespace (``[apply(params, rng, x) for _ in range(3)]``)."""
+    try:
+        local = dict(frame.f_locals)
+    except Exception:  # a frame whose locals cannot be read
+        return {}
+    if frame.f_code.co_name != "<module>" or frame.f_locals is frame.f_globals:
+        return local
+    return {**frame.f_globals, **local}
+
+
 # How far outward a call made by a library's wrapper is followed to the user's line that called the
 # wrapper: eqx.filter_jit, nnx.jit and a numpyro handler are a few frames deep.
 _WRAPPER_DEPTH = 12

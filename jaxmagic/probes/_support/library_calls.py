@@ -82,16 +82,32 @@ def library_called(frames: list[tuple[str, str]]) -> str:
     first is the one the line called). Walks the first library package's own frames inwards and
     returns the first with a public name; "" when none has one."""
     package = ""
+    made_by = ""  # the public factory of the innermost closure met (see ``factory_name``)
     for filename, qualname in frames:
         if os.path.basename(filename) in _PLUMBING:
             continue
         here = package_of(filename)
         if not here:
-            return ""
+            return made_by
         if package and here != package:
-            return ""  # left the library the user called (e.g. into JAX)
+            return made_by  # left the library the user called (e.g. into JAX)
         package = here
         name = public_name(filename, qualname)
         if name:
             return name
-    return ""
+        made_by = factory_name(filename, qualname) or made_by
+    return made_by
+
+
+def factory_name(filename: str, qualname: str) -> str:
+    """The public function that defined the closure ``qualname`` (``optax.clip_by_global_norm`` for
+    ``clip_by_global_norm.<locals>.update_fn``); "" when it is no closure or its maker is private.
+
+    A library built of factories (Optax's transformations, ``optax.chain`` around them) runs closures
+    only, and the user wrote the factory's name. A closure is named only when no public callable is
+    met on the way in: a decorator's ``wrapper`` closure (``validate_sample``) wraps the public method
+    that is the name. The innermost factory wins: ``optax.chain``'s closure calls the transformation
+    that made the value."""
+    if ".<locals>." not in qualname:
+        return ""
+    return public_name(filename, qualname.split(".<locals>.", 1)[0])

@@ -4,7 +4,8 @@ A NaN made only by a derivative (``jnp.linalg.norm`` at 0: 0.5/sqrt(0) times 0) 
 backward pass, where no frame of the user's runs: an op-by-op re-run stops in JAX's code. The line
 whose derivative it was is known to the NaN producer search (``_support/nan/producer.py``: the
 backward equation is attributed to the forward one). This re-runs the forward function alone - the
-function the transformation was applied to - op by op, and stops *before* that line runs, so its
+function the transformation was applied to, or the failing call itself when it takes the gradient
+inside (a train step calling ``eqx.filter_value_and_grad``) - op by op, and stops *before* that line runs, so its
 frame holds the concrete forward (primal) values the derivative was taken at.
 """
 
@@ -38,6 +39,10 @@ def stop_before(call: FailingCall, line: SourceLine) -> tuple[TracebackType | No
     import jax  # deferred: jaxmagic imports JAX only when a probe runs
 
     forward = call.forward or transformed_function(call.function)
+    if not callable(forward):
+        # the gradient is taken inside the call (a train step calling `jax.grad`, `eqx.filter_value_and_grad`,
+        # `nnx.value_and_grad`): the call itself reaches the forward line, while that transformation traces it
+        forward = call.function
     if not callable(forward):
         return None, "the function the gradient is taken of could not be told"
     target = (line.filename, line.lineno)

@@ -14,7 +14,7 @@ from jaxmagic.probes._support import attribution, library_calls
 from jaxmagic.probes._support.nan.watch import user_frame
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
 from jaxmagic.probes.keys.report import KeyReport, KeyReuse, LegacyKeyUse, RepeatedDraw
-from jaxmagic.report.source import is_user_file, line_of, source_line
+from jaxmagic.report.source import is_user_file, line_of, names_in_scope, source_line
 
 # jax.random functions that read a key without drawing from it
 _NOT_DRAWING = frozenset({"key_data", "key_impl"})
@@ -67,7 +67,7 @@ def handed_over(user, key, random_frame, require_holder: bool = False) -> tuple[
 def _holds_key(frame, key, digest: bytes) -> bool:
     """Whether a variable of ``frame`` is ``key`` or a key with its data (keys are compared by data:
     a library may convert the array it was given)."""
-    values = list(frame.f_locals.values())
+    values = list(names_in_scope(frame).values())  # a cell's globals too, inside its comprehension
     if any(value is key for value in values):
         return True
     for value in values:

@@ -24,6 +24,7 @@ _SQRT_LIKE = ("sqrt", "rsqrt", "pow")
 # A fix that rewrites the user's line (a double where, a log-probability from logits, a dtype): trying it
 # would mean running the user's Python again, which a trial never does.
 NOT_TRIED = "it rewrites your line, and trying it would run your Python again"
+_JAX_NAMES = ("jnp.", "jax.", "lax.")  # a JAX function's call is the user's to guard: its arguments are written there
 SUGGESTION = f" (Not tried on the values: {NOT_TRIED}.)"
 
 
@@ -144,6 +145,25 @@ def _layer_epsilon(library: str) -> tuple[str, object] | None:
     return None
 
 
+def _library_owned(library: str) -> bool:
+    """Whether the operation ran in a library's own code (Optax, NumPyro, ...), which the user cannot edit;
+    a JAX function's (``jnp.linalg.norm``) is guarded where the user calls it."""
+    return bool(library) and not library.startswith(_JAX_NAMES)
+
+
+def _inside_library_division(library: str, what: str, guard: str, tried: str) -> str:
+    """A 0 denominator in a library's own code (``optax.clip_by_global_norm``'s 0/0): the guard cannot be
+    written there; what the user's line gives the library (its arguments, the settings it was built
+    with) made the 0. The guard's trial still says whether that 0 is the whole cause."""
+    called = _as_called(library)
+    what = what.replace("The denominator", f"The denominator inside `{library}`", 1)
+    return (
+        f"{what} That division is {library.split('.')[0]}'s code, not yours: the 0 comes from what your line gives "
+        f"it - check the values and settings given to {called}: with them it divides by 0. Guarding the "
+        f"division there (`{guard}`, which only the library can write) was tried {tried.removeprefix('Tried ')}"
+    )
+
+
 def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str:
     """A NaN made from an inf the user wrote as a mask's fill (``jnp.where(valid, logits, -jnp.inf)``):
     the library function's own mask argument when it has one (optax's ``where=``), and a finite fill -
@@ -203,7 +223,43 @@ def nan_fixes(report: NanReport) -> tuple[str, list[FixTrial]]:
 def nan_fix(report: NanReport) -> str:
     """The fix for this NaN: chosen by the producing operation and the input values it saw, naming only
     what is in the program; "" when no fix is known for what was seen (never a fix for another bug). A
-    fix the producer search could try on the values is offered only when it made them finite."""
+    fix the producer search could try on the values is offered only when it made them finite. An
+    operation inside a library's own code that no rule fixes is said to be the library's, with what the
+    user's line gives it: never a rewrite of code the user cannot edit."""
+    return _fix_by_rule(report) or _inside_library_fix(report.producer)
+
+
+def _inside_library_fix(p: NanProducer | None) -> str:
+    library = p.library_function if p is not None else ""
+    if p is None or not _library_owned(library) or not p.operands:
+        return ""
+    code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+    values = ", ".join(op.value for op in p.operands if not op.constant) or p.operands[0].value
+    at = f" at index {p.index}" if p.index else ""
+    made = "for the gradient" if p.derivative or p.phase == "backward" else ""
+    return (
+        f"`{p.primitive}` inside `{library}`{code} got {values}{at} and made {p.value} {made}. That operation is "
+        f"{library.split('.')[0]}'s code, not yours: keep the values and settings your line gives "
+        f"{_as_called(library)} inside what it accepts there (not tried: only the library could change that line)."
+    ).replace(" .", ".")
+
+
+def _as_called(library: str) -> str:
+    """How the user calls a library's callable, with its parameters: ``optax.clip_by_global_norm(max_norm)``,
+    ``numpyro.distributions.Gamma(concentration, rate, validate_args).log_prob(value)``."""
+    own = ("self", "args", "kwargs")
+    function = _library_object(library, stop_at_class=False)
+    owner = _library_object(library, stop_at_class=True)
+    if isinstance(owner, type) and owner is not function:  # a method: the class built, then the method called
+        built = ", ".join(name for name in _parameters(owner) if name not in own)
+        method = library.rsplit(".", 1)
+        given = ", ".join(name for name in _parameters(function) if name not in own)
+        return f"`{method[0]}({built}).{method[1]}({given})`"
+    names = ", ".join(name for name in _parameters(function) if name not in own)
+    return f"`{library}({names})`"
+
+
+def _fix_by_rule(report: NanReport) -> str:
     p = report.producer
     for trial in p.fix_trials if p is not None else []:
         trial.offered = False
@@ -334,12 +390,14 @@ def nan_fix(report: NanReport) -> str:
         what = (
             f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
             "an all-padding batch."
-            if den.made_by in ("reduce_sum", "add", "add_any")
+            if den.made_by in ("reduce_sum", "add", "add_any") and not _library_owned(library)
             else f"The denominator{code} was 0 ({p.description})."
         )
         if choice.offered is None:
             return f"{what} {choice.tried_text}".rstrip()
         failed = f" {choice.failed_text}" if choice.failed_text else ""
+        if _library_owned(library):
+            return _inside_library_division(library, what, choice.offered.code, choice.tried_text)
         return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
     if p.primitive == "log" and p.operands and (not library or library.startswith("jax.nn.")):
         # the log of a probability computed first: it rounds to 0 long before its logarithm is out of range

@@ -33,10 +33,12 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
     phase = "the backward pass (gradient)" if nan.phase == "backward" else "the forward pass"
     library = nan.library_function
     inside = f" inside `{library}`" if library else ""
-    made = f"`{primitive}`"
+    made = f"`{primitive}`{inside}"
     if producer is not None and producer.value == "inf" and producer.nan_maker:
-        made = f"`{producer.nan_maker}` from the inf of `{primitive}`"  # the producer made inf, not the NaN
-    title = f"NaN made by {made}{inside} in {phase} of {where}"
+        # the producer made inf, not the NaN; the library named is the NaN maker's when it made it there
+        maker_inside = inside if library and library == producer.nan_maker_library else ""
+        made = f"`{producer.nan_maker}`{maker_inside} from the inf of `{primitive}`{inside if not maker_inside else ''}"
+    title = f"NaN made by {made} in {phase} of {where}"
     if producer is not None:
         if producer.discarded_by:
             title += f" (in a branch `{producer.discarded_by}` discarded)"
@@ -45,7 +47,7 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
             evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
     # a cause alone ("`exp`: typically ...") is no fix: the finding's title and evidence say what happened
     fix = nan.fix if is_a_fix(nan.fix) else (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
-    short = f"{made}{inside} in the {nan.phase} pass of {where}"
+    short = f"{made} in the {nan.phase} pass of {where}"
     return title, evidence, fix, short
 
 

@@ -169,8 +169,10 @@ def provenance_of(eqn, path, line: SourceLine | None, position: str) -> Provenan
     if line is not None and own is not None and (own.filename, own.lineno) != (line.filename, line.lineno):
         provenance.library_function = ""  # what another line (a loop's call) called is not this operation's
     attributed = _attributed.get(id(getattr(eqn.source_info, "traceback", None)))
-    if attributed is not None and "transpose" in name_stack(eqn, path):  # traced for the backward pass: the forward
-        # line's frames name the library function (elsewhere the attributed frames are a loop's call, not a library's)
+    stack = name_stack(eqn, path)
+    if attributed is not None and ("transpose" in stack or "jvp" in stack):  # traced for a derivative (a transpose
+        # rule, or a custom_jvp rule as `xlogy`'s): the forward line's frames name the library function (elsewhere
+        # the attributed frames are a loop's call, not a library's)
         provenance.library_function = attribution.library_called(attributed) or provenance.library_function
     if line is not None:
         provenance.made_at, provenance.function, provenance.unknown = line, line.function, ""
