@@ -462,6 +462,7 @@ def test_a_nan_made_in_an_optax_transformation_inside_a_chain_is_named_by_its_fa
     assert "`optax.clip_by_global_norm(max_norm)`" in fix
     assert "which only the library can write) was tried on the values of" in fix
     assert "Guard that denominator" not in fix
+    assert not any(f["offered"] for f in data["fixes"])  # the table agrees: the guard is evidence, not offered
 
 
 def test_a_gradient_nan_at_the_edge_of_a_distributions_support_names_it_and_says_whose_code_it_is():

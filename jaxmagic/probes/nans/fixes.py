@@ -397,6 +397,8 @@ def _fix_by_rule(report: NanReport) -> str:
             return f"{what} {choice.tried_text}".rstrip()
         failed = f" {choice.failed_text}" if choice.failed_text else ""
         if _library_owned(library):
+            # the guard is evidence, not a fix the user can write: the fix table must not mark it offered
+            choice.offered.offered = False
             return _inside_library_division(library, what, choice.offered.code, choice.tried_text)
         return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
     if p.primitive == "log" and p.operands and (not library or library.startswith("jax.nn.")):
