@@ -528,3 +528,20 @@ def test_the_doctor_names_the_optimizer_as_the_nan_maker_and_the_users_derivativ
     (finding,) = [f for f in report.to_dict()["findings"] if f["area"] == "NaN"]
     assert "`div` inside `optax.scale_by_adam` from the inf of `div` in the forward pass" in finding["title"]
     assert 'jnp.sqrt(p["w"])' in finding["fix"]
+
+
+def test_an_inf_a_librarys_own_code_wrote_is_not_blamed_on_the_users_line():
+    # numpyro's log_prob outside the support returns -inf (its validate_sample writes it): under a gradient in a
+    # scan body that -inf becomes a NaN. The user's line called the distribution; it did not write the inf.
+    def total(conc, xs):
+        def body(c, x):
+            return c + dist.Gamma(conc, 1.0).log_prob(x), None
+
+        out, _ = jax.lax.scan(body, 0.0, xs)
+        return out
+
+    with pytest.warns(UserWarning):  # numpyro's own out-of-support warning
+        data = _nan_report(lambda: jax.jit(jax.grad(total))(2.0, jnp.array([1.0, 0.0, 2.0])))
+    assert "Your line" not in data["fix"] and "wrote an inf" not in data["fix"], data["fix"]
+    # named by what the line called when JAX kept the library's frames, else said neutrally - never the user's
+    assert data["producer"]["written_inf_by"] or "in what your line" in data["fix"], data["fix"]

@@ -145,8 +145,10 @@ def test_the_same_producer_on_every_path(shell, case):
         assert finding["line"]["code"].strip() == expected["code"]
         assert finding["provenance"]["made_at"] == plain["provenance"]["made_at"]
     assert doctor_finding["title"] in watch_finding["headline"]
-    made = f"`{expected['nan_maker']}` from the inf of `{expected['primitive']}`" if expected["nan_maker"] else ""
-    assert made in doctor_finding["title"]
+    if expected["nan_maker"]:  # "`mul` (inside `jax.nn.logsumexp`) from the inf of `log`": the maker, then its inf
+        title = doctor_finding["title"]
+        maker, source = f"`{expected['nan_maker']}`", f"from the inf of `{expected['primitive']}`"
+        assert maker in title and source in title and title.index(maker) < title.index(source), title
 
 
 def test_a_written_minus_inf_is_kept_as_what_the_nan_was_made_of_not_as_the_producer(shell):

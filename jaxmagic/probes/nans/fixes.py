@@ -171,6 +171,23 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
     written = p.written_inf
     if written is None:
         return ""
+    if p.written_inf_by:  # the library's own code wrote it (a log-probability outside the support): not a fill of yours
+        same_call = p.line is not None and (p.line.filename, p.line.lineno) == (written.filename, written.lineno)
+        # what the line called (`Gamma.log_prob`), not the decorator inside it that wrote the inf (validate_sample)
+        writer = library if library and same_call else p.written_inf_by
+        return (
+            f"`{writer}`, called on your line {written.lineno} (`{written.code.strip()}`), returned an "
+            f"inf that `{p.primitive}` turned into NaN{code}: no operation made the inf, the library's code wrote it "
+            f"(an input outside what it accepts - a value outside a distribution's support, say). Keep the values "
+            f"given to {_as_called(writer)} inside what it accepts." + _finite_fill_tried(report, p)
+        )
+    if "inf" not in written.code:  # the line holds no inf: what it called wrote it, out of the frames JAX kept
+        return (
+            f"An inf written into the program (a constant, made by no operation) in what your line {written.lineno} "
+            f"(`{written.code.strip()}`) called reached `{p.primitive}`"
+            f"{' inside `' + library + '`' if library else ''}, which turned it into NaN{code}: the values given "
+            "there are outside what the called code accepts." + _finite_fill_tried(report, p)
+        )
     dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "float32")
     parts = [
         f"Your line {written.lineno} (`{written.code.strip()}`) wrote an inf that `{p.primitive}`"
@@ -190,6 +207,18 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
     elif choice.tried_text:
         parts.append(f"A finite fill was tried too and is not offered: {choice.tried_text}")
     return " ".join(parts)
+
+
+def _finite_fill_tried(report: NanReport, p: NanProducer) -> str:
+    """The inf replaced by the finite extreme before the operation, tried on its values: offered if finite."""
+    choice = choose(report, p, [FINITE_FILL])
+    if choice.offered is not None:
+        return (
+            f" If such values should not count, leave the inf out of `{p.primitive}` "
+            "(`jnp.where(jnp.isfinite(v), v, jnp.finfo(v.dtype).min)` on the library's result). "
+            + choice.tried_text.replace(": `", ", the infinity it got replaced by the finite extreme: `", 1)
+        )
+    return f" A finite fill was tried too and is not offered: {choice.tried_text}" if choice.tried_text else ""
 
 
 def _inf_line(p: NanProducer) -> SourceLine | None:

@@ -410,7 +410,14 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
 def _rule_text(found: ProducerSearch) -> str:
     """How the search told a made value from a given one (``_support/nan/given.py``), as the note ends."""
     given = [
-        *([f"written on line {found.written_inf.lineno}"] if found.written_inf is not None else []),
+        *(
+            [
+                f"written on line {found.written_inf.lineno}"
+                + (f" (by `{found.written_inf_by}`'s own code)" if found.written_inf_by else "")
+            ]
+            if found.written_inf is not None
+            else []
+        ),
         *(["its arguments held"] if found.given_inf else []),
     ]
     if not given:

@@ -29,8 +29,11 @@ from __future__ import annotations
 import numpy as np
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.library_calls import package_of
 from jaxmagic.probes._support.nan.host_values import any_bad, host_array
 from jaxmagic.report import SourceLine
+from jaxmagic.report.source import code_kind
 
 # Primitives that compute each output element from the input elements at the same position (inputs of
 # the output's shape, or scalars): an inf they give where no input held a given inf was made by them.
@@ -49,6 +52,21 @@ ELEMENTWISE = frozenset(
 _OPENED_FOR_GIVEN = ("call", "cond")
 
 NAN, INF, GIVEN, CAME_IN, NOTHING = "nan", "inf", "given", "came in", ""
+
+
+def library_writing(eqn) -> str:
+    """The library (its public callable, else its package) whose own code made ``eqn``: the first frame
+    outside JAX, innermost first, is a library's rather than the user's; "" when it is the user's."""
+    frames = compat.traceback_frames(eqn.source_info.traceback)  # innermost first
+    for filename, _, _ in frames:
+        kind = code_kind(filename)
+        if kind in ("jax", "python", "jaxmagic"):
+            continue
+        if kind != "library":
+            return ""
+        # named as the user called it (`Gamma.log_prob`, not the decorator that validates its sample)
+        return attribution.library_called(eqn.source_info.traceback) or package_of(filename)
+    return ""
 
 
 def _infinite(value) -> np.ndarray | None:
@@ -94,6 +112,9 @@ class GivenInfinities:
         self.origin: dict[int, SourceLine | None] = {}  # id(var) -> the line that wrote it (None: an argument)
         self.constant: set[int] = set()  # id(var) made of written constants alone (finite ones too)
         self.first_written: SourceLine | None = None  # the first line seen writing a given infinity
+        # the user's line -> the library whose own code wrote the infinity in the call on that line (numpyro's
+        # -inf of a log_prob outside the support): the line called it, it did not write it
+        self.library_writes: dict[tuple[str, int], str] = {}
         self.any = False  # some given infinity was met
         # id(var) -> (eqn, inputs, outputs, path) of the equation that made the inf it holds (not given): what
         # a NaN made later of it was made from, followed through the equations that passed it on
@@ -248,9 +269,16 @@ class GivenInfinities:
                 return self.origin[id(var)]
             if self.written(var):
                 line = line_of(eqn, path)
+                writer = library_writing(eqn)
+                if line is not None and writer:
+                    self.library_writes.setdefault((line.filename, line.lineno), writer)
                 self.first_written = self.first_written or line
                 return line
         return None
+
+    def written_by_library(self, line: SourceLine | None) -> str:
+        """The library whose code wrote the infinity attributed to the user's ``line``; "" when the line did."""
+        return self.library_writes.get((line.filename, line.lineno), "") if line is not None else ""
 
     def written_line_of_inputs(self, eqn) -> SourceLine | None:
         """The line that wrote a given infinity ``eqn`` got (a mask's ``-inf`` fill), if one did."""
@@ -275,11 +303,13 @@ class GivenInfinities:
             self.any,
             set(self._entered),
             dict(self.source),
+            dict(self.library_writes),
         )
 
     def restore(self, state: tuple) -> None:
-        origin, constant, self.first_written, self.any, entered, source = state
+        origin, constant, self.first_written, self.any, entered, source, library_writes = state
         self.origin, self.constant, self._entered, self.source = dict(origin), set(constant), set(entered), dict(source)
+        self.library_writes = dict(library_writes)
 
 
 def opened_kind(eqn) -> str:

@@ -136,6 +136,7 @@ class NanProducer:
     phase: str = "forward"  # "forward" or "backward"
     derivative: bool = False  # computed by JAX for a gradient (its line is the forward line it differentiates)
     written_inf: SourceLine | None = None  # the user's line that wrote the inf it got (a mask's -inf fill)
+    written_inf_by: str = ""  # the library whose own code wrote that inf, in the call on that line (numpyro's)
     user_rule: bool = False  # written by the user's own custom_vjp / custom_jvp rule (its line is the rule's)
     loops: list[LoopPosition] = dataclasses.field(default_factory=list)  # outermost first
     calls: list[str] = dataclasses.field(default_factory=list)  # jitted functions it sat in, outermost first
@@ -196,6 +197,7 @@ class ProducerSearch:
     equations: int = 0  # equations evaluated one by one
     given_inf: bool = False  # its inputs held inf and no NaN: the producer made NaN from inputs without NaN
     written_inf: SourceLine | None = None  # the line that wrote an inf into a value (a mask's -inf), taken as given
+    written_inf_by: str = ""  # the library whose code wrote it in the call on that line ("" when the line did)
     forward_check: str = ""  # how a producer under jvp was found to be a forward value (nans.probe._check_forward)
     put_back: str = ""  # tracing the call again wrote into the user's objects, and they were put back (kept_state)
 
@@ -356,6 +358,7 @@ class ProducerListener(Listener):
             self._producer_eqn = eqn
             if made_here.value == "nan":
                 made_here.written_inf = self.given.written_line_of_inputs(eqn)  # the mask's -inf it made NaN of
+                made_here.written_inf_by = self.given.written_by_library(made_here.written_inf)
             if self.want_nan and not any_bad(outputs, want_nan=True):
                 self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
                 return False
@@ -599,6 +602,7 @@ def _trace_and_walk(
     found = listener.result
     found.searched, found.given_inf = source, given_inf
     found.written_inf = listener.given.first_written
+    found.written_inf_by = listener.given.written_by_library(found.written_inf)
     producer = found.producer
     if producer is not None:
         for line in (producer.line, producer.nan_maker_line):
@@ -607,6 +611,7 @@ def _trace_and_walk(
                 break
         if producer.neg_inf_rows and producer.written_inf is None:
             producer.written_inf = found.written_inf  # a row all -inf: the fill that line wrote made it so
+            producer.written_inf_by = found.written_inf_by
     found.result_finite = outputs is not None and not any_bad(outputs)
     if producer is not None and producer.derivative and producer.phase == "forward" and listener.site is not None:
         eqn, _, path = listener.site
