@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, finite_flags
 from jaxmagic.probes._support.nan.host_values import any_bad, host_array
 from jaxmagic.report import SourceLine
 
@@ -52,6 +52,9 @@ NAN, INF, GIVEN, CAME_IN, NOTHING = "nan", "inf", "given", "came in", ""
 
 
 def _infinite(value) -> np.ndarray | None:
+    flags = finite_flags.known(value)
+    if flags is not None and not flags[1]:
+        return None  # checked on the device during the walk: no inf
     array = host_array(value)
     if array is None:
         return None
