@@ -6,6 +6,13 @@ loop body made a value, the NaN producer search needs to open those steps.
 This module does that generically:
 
 * every equation is first run as a whole (``bind``: compiled, fast);
+* equations that need no decision of the listener to run (no sub-program it
+  may open, no effect, no host callback) are run ahead of it, up to ``AHEAD``
+  at a time, each output's NaN/inf check dispatched beside them
+  (``finite_flags``, read once for the batch); then the listener sees each in
+  turn, exactly as if it had run alone: the same inputs and outputs, the same
+  order. Checking each value as it is made waited for each operation to finish
+  and read the same value on the host at every question about it;
 * a :class:`Listener` looks at its inputs and outputs and may ask to look
   inside (``look_inside``). Only then is the equation opened: the sub-programs
   are found in its parameters (``compat.sub_jaxprs``), and one small rule per
