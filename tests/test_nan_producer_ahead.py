@@ -73,6 +73,15 @@ def test_backward_nan_is_reported_as_by_the_one_at_a_time_walk(monkeypatch):
     assert json.dumps(ahead, sort_keys=True, default=str) == json.dumps(before, sort_keys=True, default=str)
 
 
+def test_the_check_made_where_an_accelerators_arrays_live_gives_the_same_report(monkeypatch):
+    # this machine has no accelerator: its arrays are checked by the compiled check as a GPU's would be
+    ahead = caught(run_step).to_dict()
+    with monkeypatch.context() as patched:
+        patched.setattr(finite_flags, "checked_on_host", lambda array: False)
+        on_device = caught(run_step).to_dict()
+    assert json.dumps(ahead, sort_keys=True, default=str) == json.dumps(on_device, sort_keys=True, default=str)
+
+
 def test_each_value_is_read_on_the_host_once_not_at_every_question(monkeypatch):
     reads: list[int] = []
     original = host_values.host_array

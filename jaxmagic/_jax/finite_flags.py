@@ -1,4 +1,4 @@
-"""Whether arrays hold NaN or inf, computed on the device and read in batches.
+"""Whether arrays hold NaN or inf, checked once per array, a batch of arrays at a time.
 
 A walk that reads each equation's outputs on the host as it goes (``np.asarray``
 waits for the operation that makes the array) runs one operation at a time, and
@@ -7,8 +7,8 @@ the producer search). Here a batch of operations is dispatched first (``note``),
 and their outputs are checked once each (``settle``): an array on an
 accelerator by a small compiled reduction dispatched beside the operations (its
 flags read with one wait for the batch: no copy of the array to the host); an
-array on the CPU on the host with NumPy, which there is zero-copy and several
-times faster than XLA's CPU reduction (``benchmarks/bench_nan_producer.py``).
+array on the CPU on the host with NumPy, which there is zero-copy and faster
+than XLA's CPU reduction (measured on f32[256,1024]: ~60 µs against ~270 µs).
 ``known`` then answers without touching the array.
 
 Flags are kept only inside ``checking()`` (one producer search), by the
@@ -19,6 +19,7 @@ it every function here is a no-op and ``known`` answers None.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,17 +34,13 @@ class _Flags:
         self.pending: list[tuple[Any, Any]] = []  # (array, device flags not read yet, or None: a CPU array)
 
 
+@functools.cache
 def _checker():
+    """``[holds NaN, holds inf]`` of an array, computed where it lives (compiled per shape and dtype)."""
     import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
     import jax.numpy as jnp
 
-    global _check
-    if _check is None:
-        _check = jax.jit(lambda x: jnp.stack([jnp.any(jnp.isnan(x)), jnp.any(jnp.isinf(x))]))
-    return _check
-
-
-_check = None
+    return jax.jit(lambda x: jnp.stack([jnp.any(jnp.isnan(x)), jnp.any(jnp.isinf(x))]))
 
 
 @contextlib.contextmanager
@@ -54,6 +51,11 @@ def checking() -> Iterator[None]:
         yield
     finally:
         _active.pop()
+
+
+def checked_on_host(array) -> bool:
+    """The array lives on the CPU: NumPy reads it in place, faster than a compiled check there."""
+    return all(device.platform == "cpu" for device in array.devices())
 
 
 def note(values) -> None:
@@ -69,8 +71,7 @@ def note(values) -> None:
         try:
             if not jax.dtypes.issubdtype(value.dtype, jax.numpy.inexact) or not value.is_fully_addressable:
                 continue
-            on_cpu = all(device.platform == "cpu" for device in value.devices())
-            flags.pending.append((value, None if on_cpu else _checker()(value)))
+            flags.pending.append((value, None if checked_on_host(value) else _checker()(value)))
         except Exception:  # deleted, an extended dtype, ...: read on the host as before
             continue
 

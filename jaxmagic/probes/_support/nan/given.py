@@ -54,7 +54,7 @@ NAN, INF, GIVEN, CAME_IN, NOTHING = "nan", "inf", "given", "came in", ""
 def _infinite(value) -> np.ndarray | None:
     flags = finite_flags.known(value)
     if flags is not None and not flags[1]:
-        return None  # checked on the device during the walk: no inf
+        return None  # checked once as the walk ran it (finite_flags): no inf
     array = host_array(value)
     if array is None:
         return None

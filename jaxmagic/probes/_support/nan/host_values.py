@@ -33,8 +33,8 @@ def host_array(value):
 
 
 def holds_none(value, want_nan: bool) -> bool:
-    """``value`` is known to hold no NaN (``want_nan``) or no non-finite number, from its flags checked on
-    the device during the walk (``finite_flags``): no need to read it on the host."""
+    """``value`` is known to hold no NaN (``want_nan``) or no non-finite number, from its check made once
+    as the walk ran it (``finite_flags``): no need to read it again."""
     flags = finite_flags.known(value)
     return flags is not None and not (flags[0] or (not want_nan and flags[1]))
 
