@@ -6,6 +6,13 @@ loop body made a value, the NaN producer search needs to open those steps.
 This module does that generically:
 
 * every equation is first run as a whole (``bind``: compiled, fast);
+* equations that need no decision of the listener to run (no sub-program it
+  may open, no effect, no host callback) are run ahead of it, up to ``AHEAD``
+  at a time, each output's NaN/inf check dispatched beside them
+  (``finite_flags``, read once for the batch); then the listener sees each in
+  turn, exactly as if it had run alone: the same inputs and outputs, the same
+  order. Checking each value as it is made waited for each operation to finish
+  and read the same value on the host at every question about it;
 * a :class:`Listener` looks at its inputs and outputs and may ask to look
   inside (``look_inside``). Only then is the equation opened: the sub-programs
   are found in its parameters (``compat.sub_jaxprs``), and one small rule per
@@ -48,9 +55,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, finite_flags
 
 MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
+# equations run ahead of the listener, their NaN/inf checks read at once (``finite_flags``)
+AHEAD = 64
 KEPT_COMPILED = 16  # compiled loops and bodies kept across walks (each holds its program and executable)
 
 _compiled: OrderedDict[tuple, tuple[tuple, Callable]] = OrderedDict()  # key -> (programs held, jitted function)
@@ -127,6 +136,12 @@ class Checkpoint:
     state: Any  # the listener's record then
 
 
+def _runs_alone(eqn) -> bool:
+    """Run only once the listener has seen every equation before it: one it may open, and one with
+    effects or a host callback (the user's Python runs no more often than unprobed, nor earlier)."""
+    return bool(compat.sub_jaxprs(eqn) or getattr(eqn, "effects", None) or "callback" in eqn.primitive.name)
+
+
 class _EndInvestigation(Exception):
     """Raised inside an opened equation when the listener has seen enough; caught at the top level."""
 
@@ -176,28 +191,52 @@ class Walk:
             env, start = dict(resumed.env), resumed.index
         else:
             resumed = None
-        for index in range(start, len(jaxpr.eqns)):
-            eqn = jaxpr.eqns[index]
-            inputs = [read(v) for v in eqn.invars]
-            if resumed is not None and all(v in resumed.env for v in eqn.outvars):
-                outputs = [resumed.env[v] for v in eqn.outvars]  # what the first walk computed from these inputs
-            else:
-                outputs = compat.bind_equation(eqn, inputs)
-            if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
-                self.checkpoints[chain] = Checkpoint(index, eqn, list(args), env, self.listener.state())
-            if compat.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
-                try:
-                    self._open(eqn, inputs, path)
-                except _EndInvestigation:
-                    if not top:
-                        raise
-                except Exception:  # its body does not run outside it (collectives, effects): stay outside
-                    self.listener.cannot_open(eqn, path)
-            if self.listener.visit(eqn, inputs, outputs, path) and not top:
-                raise _EndInvestigation
-            for var, value in zip(eqn.outvars, outputs):
-                env[var] = value
+        index = start
+        while index < len(jaxpr.eqns):
+            # Run ahead through the equations that need no decision of the listener to run, dispatching
+            # each output's NaN/inf check beside them; read the checks once; then show each to the listener.
+            ahead: list[tuple[int, Any, list, list]] = []
+            failure = None
+            try:
+                while index < len(jaxpr.eqns) and len(ahead) < AHEAD:
+                    eqn = jaxpr.eqns[index]
+                    if ahead and _runs_alone(eqn):
+                        break
+                    inputs = [read(v) for v in eqn.invars]
+                    if resumed is not None and all(v in resumed.env for v in eqn.outvars):
+                        outputs = [resumed.env[v] for v in eqn.outvars]  # what the first walk computed from these
+                    else:
+                        outputs = compat.bind_equation(eqn, inputs)
+                    finite_flags.note(outputs)
+                    for var, value in zip(eqn.outvars, outputs):
+                        env[var] = value
+                    ahead.append((index, eqn, inputs, outputs))
+                    index += 1
+                    if _runs_alone(eqn):
+                        break
+            except Exception as error:  # the listener still sees the equations before the one that failed
+                failure = error
+            finite_flags.settle()
+            for at, eqn, inputs, outputs in ahead:
+                self._show(at, eqn, inputs, outputs, args, env, chain, path, top)
+            if failure is not None:
+                raise failure
         return [read(v) for v in jaxpr.outvars]
+
+    def _show(self, index: int, eqn, inputs: list, outputs: list, args: list, env: dict, chain, path, top: bool):
+        """The listener's turn at one equation that ran: checkpoint, open it if asked, visit."""
+        if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
+            self.checkpoints[chain] = Checkpoint(index, eqn, list(args), env, self.listener.state())
+        if compat.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
+            try:
+                self._open(eqn, inputs, path)
+            except _EndInvestigation:
+                if not top:
+                    raise
+            except Exception:  # its body does not run outside it (collectives, effects): stay outside
+                self.listener.cannot_open(eqn, path)
+        if self.listener.visit(eqn, inputs, outputs, path) and not top:
+            raise _EndInvestigation
 
     # -- opening an equation -------------------------------------------------------
 

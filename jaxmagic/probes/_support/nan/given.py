@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, finite_flags
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.library_calls import package_of
 from jaxmagic.probes._support.nan.host_values import any_bad, host_array
@@ -70,6 +70,9 @@ def library_writing(eqn) -> str:
 
 
 def _infinite(value) -> np.ndarray | None:
+    flags = finite_flags.known(value)
+    if flags is not None and not flags[1]:
+        return None  # checked once as the walk ran it (finite_flags): no inf
     array = host_array(value)
     if array is None:
         return None

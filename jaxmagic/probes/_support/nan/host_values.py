@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import compat, finite_flags
 from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.report.wording import short_dtype
 
@@ -21,6 +21,8 @@ def host_array(value):
 
     if isinstance(value, jax.core.Tracer):
         return None
+    if isinstance(value, jax.Array) and not is_inexact(value.dtype):
+        return None  # an integer or boolean array: not read (reading it waits for the operation making it)
     try:
         array = np.asarray(value)
     except Exception:
@@ -30,8 +32,17 @@ def host_array(value):
     return array
 
 
+def holds_none(value, want_nan: bool) -> bool:
+    """``value`` is known to hold no NaN (``want_nan``) or no non-finite number, from its check made once
+    as the walk ran it (``finite_flags``): no need to read it again."""
+    flags = finite_flags.known(value)
+    return flags is not None and not (flags[0] or (not want_nan and flags[1]))
+
+
 def bad_mask(value, want_nan: bool):
     """Where ``value`` holds NaN (``want_nan``) or any non-finite number; None where it holds none."""
+    if holds_none(value, want_nan):
+        return None
     array = host_array(value)
     if array is None:
         return None

@@ -51,7 +51,7 @@ import io
 
 import numpy as np
 
-from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax import compat, finite_flags, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.probes._support.fixes.values import FixTrial, try_fixes
 from jaxmagic.probes._support.kept_state import kept
@@ -556,7 +556,8 @@ def search(
     try:
         # the arguments go in as fresh copies (unflattened above); what the function reaches by itself is
         # the user's, and a stateful library's jit wrapper writes into it (kept_state)
-        with quiet, kept(function, leaves) as kept_objects:
+        # finite_flags: each value's NaN/inf check is computed on the device as the walk runs, read in batches
+        with quiet, kept(function, leaves) as kept_objects, finite_flags.checking():
             found = _trace_and_walk(traced, values, result, want_nan, with_fixes)
         found.put_back = kept_objects.note
         return found

@@ -1,0 +1,116 @@
+"""Whether arrays hold NaN or inf, checked once per array, a batch of arrays at a time.
+
+A walk that reads each equation's outputs on the host as it goes (``np.asarray``
+waits for the operation that makes the array) runs one operation at a time, and
+scanned each value again at every question asked of it (about 8 per equation in
+the producer search). Here a batch of operations is dispatched first (``note``),
+and their outputs are checked once each (``settle``): an array on an
+accelerator by a small compiled reduction dispatched beside the operations (its
+flags read with one wait for the batch: no copy of the array to the host); an
+array on the CPU on the host with NumPy, which there is zero-copy and faster
+than XLA's CPU reduction (measured on f32[256,1024]: ~60 µs against ~270 µs).
+``known`` then answers without touching the array.
+
+Flags are kept only inside ``checking()`` (one producer search), by the
+array's identity, holding the array so that no id is reused meanwhile; outside
+it every function here is a no-op and ``known`` answers None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+_active: list[_Flags] = []  # the flags of the checking() in effect (innermost last)
+
+
+class _Flags:
+    def __init__(self) -> None:
+        self.known: dict[int, tuple[Any, bool, bool]] = {}  # id -> (array, holds NaN, holds inf)
+        self.pending: list[tuple[Any, Any]] = []  # (array, device flags not read yet, or None: a CPU array)
+
+
+@functools.cache
+def _checker():
+    """``[holds NaN, holds inf]`` of an array, computed where it lives (compiled per shape and dtype)."""
+    import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
+    import jax.numpy as jnp
+
+    return jax.jit(lambda x: jnp.stack([jnp.any(jnp.isnan(x)), jnp.any(jnp.isinf(x))]))
+
+
+@contextlib.contextmanager
+def checking() -> Iterator[None]:
+    """Keep the flags computed meanwhile (and the arrays they describe) until the block ends."""
+    _active.append(_Flags())
+    try:
+        yield
+    finally:
+        _active.pop()
+
+
+def checked_on_host(array) -> bool:
+    """The array lives on the CPU: NumPy reads it in place, faster than a compiled check there."""
+    return all(device.platform == "cpu" for device in array.devices())
+
+
+def note(values) -> None:
+    """Dispatch the check of every floating device array of ``values`` not checked yet (no wait)."""
+    if not _active:
+        return
+    import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
+
+    flags = _active[-1]
+    for value in values:
+        if id(value) in flags.known or not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer):
+            continue
+        try:
+            if not jax.dtypes.issubdtype(value.dtype, jax.numpy.inexact) or not value.is_fully_addressable:
+                continue
+            flags.pending.append((value, None if checked_on_host(value) else _checker()(value)))
+        except Exception:  # deleted, an extended dtype, ...: read on the host as before
+            continue
+
+
+def settle() -> None:
+    """Read the flags dispatched since the last call, all at once."""
+    if not _active or not _active[-1].pending:
+        return
+    import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
+
+    flags = _active[-1]
+    pending, flags.pending = flags.pending, []
+    try:
+        read = jax.device_get([flag for _, flag in pending if flag is not None])
+    except Exception:  # a check failed to run: those arrays are read on the host as before
+        read = []
+        pending = [(value, flag) for value, flag in pending if flag is None]
+    on_device = iter(read)
+    for value, flag in pending:
+        if flag is not None:
+            nan, inf = next(on_device)
+            flags.known[id(value)] = (value, bool(nan), bool(inf))
+            continue
+        try:
+            array = np.asarray(value)
+        except Exception:  # read on the host later, as before
+            continue
+        if np.isfinite(array).all():  # one pass for the usual case
+            flags.known[id(value)] = (value, False, False)
+        else:
+            nan = bool(np.isnan(array).any())
+            flags.known[id(value)] = (value, nan, bool(np.isinf(array).any()))
+
+
+def known(value) -> tuple[bool, bool] | None:
+    """``(holds NaN, holds inf)`` of ``value`` when its check was read, else None."""
+    if not _active:
+        return None
+    entry = _active[-1].known.get(id(value))
+    if entry is None or entry[0] is not value:
+        return None
+    return entry[1], entry[2]
