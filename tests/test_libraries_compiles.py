@@ -320,6 +320,37 @@ def test_numpyro_svi_update_jitted_anew_each_step():
     assert "jax.jit(svi.update)" in f["first_line"]["code"]
 
 
+def test_optax_update_jitted_by_the_user_for_each_learning_rate_is_not_an_eager_operation():
+    # optax#577 ("Optax recompiles when learning rate changes") and optax#197: `jax.jit(tx.update)` of a new
+    # `tx = optax.adam(lr)` for each learning rate. `tx.update` is a closure optax's factory made: a library's
+    # function, but one only the user jits, so its recompiles are the user's - never "[OK] ... eager operations".
+    optax = pytest.importorskip("optax")
+    params = jnp.ones(8)
+    with probes.compiles() as report:
+        for lr in (0.1, 0.2, 0.3):
+            tx = optax.adam(learning_rate=lr)
+            jax.jit(tx.update)(params, tx.init(params), params)
+    f = _function(report, "update_fn")
+    assert f["kind"] == "user" and f["count"] == 3
+    assert f["causes"] == {"first": 1, "new_function": 2}
+    assert "jax.jit(tx.update)" in f["first_line"]["code"]
+    assert str(report).startswith("%%jax_compiles [FOUND] `update_fn` compiled 3 times: a new jit wrapper")
+    # The fix the report offers, run: one optimizer whose learning rate is in its state, jitted once.
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
+    update = jax.jit(tx.update)
+    with probes.compiles() as fixed:
+        for lr in (0.1, 0.2, 0.3):
+            state = tx.init(params)
+            state.hyperparams["learning_rate"] = jnp.asarray(lr)
+            update(params, state, params)
+    assert _function(fixed, "update_fn")["count"] == 1
+    # JAX's own jitted functions called eagerly stay eager operations (one compilation per new shape)
+    with probes.compiles() as eager:
+        for n in (2, 3):
+            jax.nn.relu(jnp.ones(n))
+    assert all(f["kind"] != "user" for f in eager.to_dict()["functions"])
+
+
 def test_doctor_agrees_with_compiles_through_filter_jit():
     class Config:
         def __init__(self, lr):

@@ -165,7 +165,9 @@ class Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        held = read_jit_frame(frame.f_locals, info, is_user_file, self._try_fixes)
+                        held = read_jit_frame(
+                            frame.f_locals, info, is_user_file, self._try_fixes, _called_from_user(frame)
+                        )
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                     if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
@@ -427,3 +429,19 @@ def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -
             key = change.split(":", 1)[0]
             if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1
+
+
+def _called_from_user(frame: FrameType) -> bool:
+    """True when the first frame outside JAX's own code, outward from jit's ``cache_miss``, is the user's:
+    the user's line called the jitted callable (no library's code between)."""
+    outer = frame.f_back
+    try:
+        for _ in range(100):
+            if outer is None:
+                return False
+            if not outer.f_code.co_filename.startswith(jax_dirs()):
+                return is_user_file(outer.f_code.co_filename)
+            outer = outer.f_back
+        return False
+    finally:
+        del outer
