@@ -10,6 +10,7 @@ test can hide (or add) a compilation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import subprocess
 import sys
@@ -349,6 +350,40 @@ def test_optax_update_jitted_by_the_user_for_each_learning_rate_is_not_an_eager_
         for n in (2, 3):
             jax.nn.relu(jnp.ones(n))
     assert all(f["kind"] != "user" for f in eager.to_dict()["functions"])
+
+
+def test_linen_train_flag_static_is_a_flag_not_a_size():
+    # A Linen model's `train` flag passed static to the user's jit (Dropout(deterministic=not train)), given
+    # as True, False, then 1. Tracing it traced fails on Python's `not`: it chooses code, so the fix says to
+    # keep it static (two values, two programs) and to pass a bool each time - not "round it up to a power of
+    # two and mask", the advice for a size.
+    linen = pytest.importorskip("flax.linen")
+
+    class Net(linen.Module):
+        @linen.compact
+        def __call__(self, x, train: bool):
+            return linen.Dropout(0.5, deterministic=not train)(linen.Dense(4)(x))
+
+    net = Net()
+    params = net.init({"params": jax.random.key(0)}, jnp.ones((2, 3)), train=False)
+
+    @functools.partial(jax.jit, static_argnames=("train",))
+    def forward(params, x, train, key):
+        return net.apply(params, x, train=train, rngs={"dropout": key})
+
+    x, key = jnp.ones((2, 3)), jax.random.key(1)
+    with probes.compiles() as report:
+        forward(params, x, True, key)
+        forward(params, x, False, key)
+        forward(params, x, 1, key)
+    f = _function(report, "forward")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "static": 2}
+    assert f["static_fix_works"] is False
+    assert f["static_fix_error"].startswith("TracerBoolConversionError")
+    fix = f["again"]["fix"]
+    assert "Python's `if`/`not`/`and`/`or` cannot decide on a traced value" in fix
+    assert "It chooses which code runs" in fix and "(True and 1) are two cache keys" in fix
+    assert "powers of two" not in fix
 
 
 def test_doctor_agrees_with_compiles_through_filter_jit():
