@@ -386,6 +386,33 @@ def test_linen_train_flag_static_is_a_flag_not_a_size():
     assert "powers of two" not in fix
 
 
+def test_numpyro_mcmc_run_again_compiles_its_sampler_again():
+    # numpyro#441 ("Avoid recompilation in MCMC.run with new data"): `mcmc.run` again with new data of the same
+    # shape compiles NumPyro's sampling loop again (seconds). The library jitted it, from the user's line:
+    # never "[OK] ... small compilations of eager operations"; said as the library's, with the user's line,
+    # and honest that jaxmagic cannot tell which of the library's values changed.
+    numpyro = pytest.importorskip("numpyro")
+    from numpyro import distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    def model(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+    mcmc = MCMC(NUTS(model), num_warmup=5, num_samples=5, progress_bar=False)
+    mcmc.run(jax.random.key(0), jnp.ones(4))
+    with probes.compiles() as report:
+        mcmc.run(jax.random.key(1), jnp.zeros(4))
+        mcmc.run(jax.random.key(2), 2 * jnp.ones(4))
+    loops = [f for f in report.to_dict()["functions"] if f["library"] == "numpyro"]
+    assert [(f["kind"], f["count"]) for f in loops] == [("library", 2)]
+    assert str(report).startswith("%%jax_compiles [FOUND] numpyro's `_fori_collect_loop` compiled 2 times")
+    assert "your line In [" not in report.summary  # a test file's line, not a cell's
+    assert "`mcmc.run(jax.random.key(1), jnp.zeros(4))`" in report.summary
+    assert "could not tell which value changed, and tried no fix" in report.first_fix
+    assert report.to_dict()["status"] != "ok"
+
+
 def test_doctor_agrees_with_compiles_through_filter_jit():
     class Config:
         def __init__(self, lr):

@@ -38,7 +38,7 @@ from jaxmagic.probes.compiles.stack import (
 from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
 from jaxmagic.probes.compiles.why_again import why_compiled_again
-from jaxmagic.probes.compiles.wrapped import jax_dirs
+from jaxmagic.probes.compiles.wrapped import jax_dirs, library_of
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 
@@ -235,7 +235,11 @@ class Collector:
                 else ""
             )
             fresh = FunctionCompiles(
-                name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
+                name=name,
+                kind=info.kind,
+                defined_at=defined_at,
+                library=library_of(info.defined_file) if info.kind == "library" and info.defined_file else "",
+                static_argnames=list(info.static_argnames),
             )
             earlier = self._history.states.get(key) if self._history is not None else None
             state = self._functions[key] = earlier.carried(fresh) if earlier is not None else FunctionState(fresh)
