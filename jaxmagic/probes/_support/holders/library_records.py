@@ -136,5 +136,11 @@ def _owner_names(owner_type: type, roots: list[tuple[str, Any, str]], called_wit
     given to the call: the other holds nothing)."""
     places = find_held(roots, lambda value: type(value) is owner_type, max_depth=3)
     names = sorted((held for paths in places.values() for held in paths), key=lambda h: h.depth)
-    given = [held for held in names if re.match(r"\w+", held.path) and re.match(r"\w+", held.path)[0] in called_with]
+    given = [held for held in names if _root_name(held.path) in called_with]
     return (given or names)[:3]
+
+
+def _root_name(path: str) -> str:
+    """The variable a path starts from: ``student`` of ``student.last_hidden``."""
+    match = re.match(r"\w+", path)
+    return match[0] if match else ""
