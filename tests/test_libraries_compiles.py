@@ -353,7 +353,8 @@ def test_optax_update_jitted_by_the_user_for_each_learning_rate_is_not_an_eager_
 
 
 def test_linen_train_flag_static_is_a_flag_not_a_size():
-    # A Linen model's `train` flag passed static to the user's jit (Dropout(deterministic=not train)), given
+    # google/flax#3630 / #3171's flag: a Linen model's `train` flag passed static to the user's jit
+    # (Dropout(deterministic=not train)), given
     # as True, False, then 1. Tracing it traced fails on Python's `not`: it chooses code, so the fix says to
     # keep it static (two values, two programs) and to pass a bool each time - not "round it up to a power of
     # two and mask", the advice for a size.

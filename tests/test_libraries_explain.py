@@ -23,9 +23,9 @@ def _raised(call):
 
 
 def test_filter_jit_bool_error_names_the_users_argument_not_equinoxs_repacking():
-    # equinox#1062's shape, the other way round: a value that is an array under eqx.filter_jit used in a
-    # Python `if`. JAX's message says "depends on the value of the argument dynamic_nodonate['first'][0]"
-    # (equinox's repacking); the user's parameter is `x`.
+    # patrick-kidger/diffrax#379's shape: under Equinox's jit, an argument that arrives as an array reaches a
+    # Python `if` (TracerBoolConversionError). JAX's message says "depends on the value of the argument
+    # dynamic_nodonate['first'][0]" (equinox's repacking of the arguments); the user's parameter is `x`.
     @eqx.filter_jit
     def scale(x, n):
         if x.sum() > 0:
