@@ -406,7 +406,7 @@ def test_numpyro_mcmc_run_again_compiles_its_sampler_again():
         mcmc.run(jax.random.key(1), jnp.zeros(4))
         mcmc.run(jax.random.key(2), 2 * jnp.ones(4))
     loops = [f for f in report.to_dict()["functions"] if f["library"] == "numpyro"]
-    assert [(f["kind"], f["count"]) for f in loops] == [("library", 2)]
+    assert [(f["kind"], f["count"], f["causes"]) for f in loops] == [("library", 2, {"library": 2})]
     assert str(report).startswith("%%jax_compiles [FOUND] numpyro's `_fori_collect_loop` compiled 2 times")
     assert "your line In [" not in report.summary  # a test file's line, not a cell's
     assert "`mcmc.run(jax.random.key(1), jnp.zeros(4))`" in report.summary

@@ -297,7 +297,7 @@ class Collector:
                     line=line,
                     jax_explanation=explanation.text if explanation else "",
                     log=list(log),
-                    fix=summary.fix_for(cause) if cause not in ("first", "eager") else "",
+                    fix=summary.fix_for(cause) if cause not in ("first", "eager", "library") else "",
                     provenance=attribution.of_source_line(
                         line,
                         source_line(*info.started_site) if info.started_site else None,
