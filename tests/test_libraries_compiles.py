@@ -10,6 +10,7 @@ test can hide (or add) a compilation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import subprocess
 import sys
@@ -318,6 +319,99 @@ def test_numpyro_svi_update_jitted_anew_each_step():
     assert f["kind"] == "user" and f["count"] == 4
     assert f["causes"] == {"first": 1, "new_function": 3}
     assert "jax.jit(svi.update)" in f["first_line"]["code"]
+
+
+def test_optax_update_jitted_by_the_user_for_each_learning_rate_is_not_an_eager_operation():
+    # optax#577 ("Optax recompiles when learning rate changes") and optax#197: `jax.jit(tx.update)` of a new
+    # `tx = optax.adam(lr)` for each learning rate. `tx.update` is a closure optax's factory made: a library's
+    # function, but one only the user jits, so its recompiles are the user's - never "[OK] ... eager operations".
+    optax = pytest.importorskip("optax")
+    params = jnp.ones(8)
+    with probes.compiles() as report:
+        for lr in (0.1, 0.2, 0.3):
+            tx = optax.adam(learning_rate=lr)
+            jax.jit(tx.update)(params, tx.init(params), params)
+    f = _function(report, "update_fn")
+    assert f["kind"] == "user" and f["count"] == 3
+    assert f["causes"] == {"first": 1, "new_function": 2}
+    assert "jax.jit(tx.update)" in f["first_line"]["code"]
+    assert str(report).startswith("%%jax_compiles [FOUND] `update_fn` compiled 3 times: a new jit wrapper")
+    # The fix the report offers, run: one optimizer whose learning rate is in its state, jitted once.
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
+    update = jax.jit(tx.update)
+    with probes.compiles() as fixed:
+        for lr in (0.1, 0.2, 0.3):
+            state = tx.init(params)
+            state.hyperparams["learning_rate"] = jnp.asarray(lr)
+            update(params, state, params)
+    assert _function(fixed, "update_fn")["count"] == 1
+    # JAX's own jitted functions called eagerly stay eager operations (one compilation per new shape)
+    with probes.compiles() as eager:
+        for n in (2, 3):
+            jax.nn.relu(jnp.ones(n))
+    assert all(f["kind"] != "user" for f in eager.to_dict()["functions"])
+
+
+def test_linen_train_flag_static_is_a_flag_not_a_size():
+    # google/flax#3630 / #3171's flag: a Linen model's `train` flag passed static to the user's jit
+    # (Dropout(deterministic=not train)), given
+    # as True, False, then 1. Tracing it traced fails on Python's `not`: it chooses code, so the fix says to
+    # keep it static (two values, two programs) and to pass a bool each time - not "round it up to a power of
+    # two and mask", the advice for a size.
+    linen = pytest.importorskip("flax.linen")
+
+    class Net(linen.Module):
+        @linen.compact
+        def __call__(self, x, train: bool):
+            return linen.Dropout(0.5, deterministic=not train)(linen.Dense(4)(x))
+
+    net = Net()
+    params = net.init({"params": jax.random.key(0)}, jnp.ones((2, 3)), train=False)
+
+    @functools.partial(jax.jit, static_argnames=("train",))
+    def forward(params, x, train, key):
+        return net.apply(params, x, train=train, rngs={"dropout": key})
+
+    x, key = jnp.ones((2, 3)), jax.random.key(1)
+    with probes.compiles() as report:
+        forward(params, x, True, key)
+        forward(params, x, False, key)
+        forward(params, x, 1, key)
+    f = _function(report, "forward")
+    assert f["count"] == 3 and f["causes"] == {"first": 1, "static": 2}
+    assert f["static_fix_works"] is False
+    assert f["static_fix_error"].startswith("TracerBoolConversionError")
+    fix = f["again"]["fix"]
+    assert "Python's `if`/`not`/`and`/`or` cannot decide on a traced value" in fix
+    assert "It chooses which code runs" in fix and "(True and 1) are two cache keys" in fix
+    assert "powers of two" not in fix
+
+
+def test_numpyro_mcmc_run_again_compiles_its_sampler_again():
+    # numpyro#441 ("Avoid recompilation in MCMC.run with new data"): `mcmc.run` again with new data of the same
+    # shape compiles NumPyro's sampling loop again (seconds). The library jitted it, from the user's line:
+    # never "[OK] ... small compilations of eager operations"; said as the library's, with the user's line,
+    # and honest that jaxmagic cannot tell which of the library's values changed.
+    numpyro = pytest.importorskip("numpyro")
+    from numpyro import distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    def model(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+    mcmc = MCMC(NUTS(model), num_warmup=5, num_samples=5, progress_bar=False)
+    mcmc.run(jax.random.key(0), jnp.ones(4))
+    with probes.compiles() as report:
+        mcmc.run(jax.random.key(1), jnp.zeros(4))
+        mcmc.run(jax.random.key(2), 2 * jnp.ones(4))
+    loops = [f for f in report.to_dict()["functions"] if f["library"] == "numpyro"]
+    assert [(f["kind"], f["count"], f["causes"]) for f in loops] == [("library", 2, {"library": 2})]
+    assert str(report).startswith("%%jax_compiles [FOUND] numpyro's `_fori_collect_loop` compiled 2 times")
+    assert "your line In [" not in report.summary  # a test file's line, not a cell's
+    assert "`mcmc.run(jax.random.key(1), jnp.zeros(4))`" in report.summary
+    assert "could not tell which value changed, and tried no fix" in report.first_fix
+    assert report.to_dict()["status"] != "ok"
 
 
 def test_doctor_agrees_with_compiles_through_filter_jit():

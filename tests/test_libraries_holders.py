@@ -71,6 +71,25 @@ def test_nnx_jit_leak_names_the_module_attribute_and_the_line_that_stored_it():
     assert "`model.last_hidden` holds a float32[2,4] tracer" in report.summary
 
 
+def test_nnx_jit_leak_names_the_module_given_to_the_call_not_another_of_its_class():
+    # google/flax#4695's leak with two modules of one class in the notebook (a teacher and a student): the
+    # tracer is in nnx.jit's record of the module the call was given, `student`; `teacher` holds nothing.
+    teacher, student = Recorder(nnx.Rngs(0)), Recorder(nnx.Rngs(1))
+
+    @nnx.jit
+    def train_step(model, x):
+        return model(x)
+
+    namespace = {"teacher": teacher, "student": student, "train_step": train_step}
+    with pytest.raises(Exception, match="Leaked trace"):
+        with probes.leaks(namespace=namespace) as report:
+            train_step(student, jnp.ones((5, 3)))
+    first = report.to_dict()["leaked"][0]
+    assert first["held_by"] == ["student.last_hidden"]
+    assert teacher.last_hidden is None
+    assert "`student.last_hidden` holds a float32[5,4] tracer" in report.summary
+
+
 def test_nnx_grad_inside_jit_names_a_nested_module_attribute():
     class Block(nnx.Module):
         def __init__(self, rngs):

@@ -20,6 +20,7 @@ from typing import Any
 
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
 from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.static_fixes import why_it_stays_static
 from jaxmagic.probes.compiles.static_trial import TRIAL_SECONDS
 
 UNTRIED_MARK = "(A suggestion: not tried on your code.)"  # baked_fix's last sentence, replaced by the trial's
@@ -85,9 +86,8 @@ def try_baked_fix(
     elif summary.baked_fix_works is False:
         head = fix.split(" Pass it traced instead:", 1)[0]
         summary.field_fixes["baked_constant"] = (
-            f"{head} Keep it bound: passing `{name}` traced does not trace ({summary.baked_fix_trial}). It sets a "
-            "shape, a count or a loop length, so each value compiles by design: let it take few values (round "
-            f"it up to one of a few sizes and mask what lies beyond){ran}."
+            f"{head} Keep it bound: passing `{name}` traced does not trace ({summary.baked_fix_trial}). "
+            f"{why_it_stays_static(trial.chooses_code)[:-1]}{ran}."
         )
         return
     else:

@@ -17,6 +17,7 @@ CAUSE_TITLES = {
     "no_retrace": "compiled again without re-tracing",
     "unexplained": "JAX could not say",
     "eager": "eager operation",
+    "library": "a library's own jitted function",
     "jaxmagic": "jaxmagic's own setting (once)",
 }
 
@@ -96,6 +97,10 @@ FIXES = {
     "jaxmagic": (
         "Nothing in your code: the compilation came from a cache-key entry jaxmagic sets (see the cause), "
         "and happens once per function and argument types."
+    ),
+    "library": (
+        "A library jitted this function itself, for the arguments your call gave it: compiled once per new "
+        "shape, as an eager operation is; compiled again for the same types, it is said apart."
     ),
     "eager": (
         "Operations outside jit run as small compiled programs, one per new shape and dtype. They are "

@@ -36,6 +36,8 @@ def classify(
     """Why one compilation happened: every cause seen, the main one first."""
     if info.kind != "user":
         shapes = signature_text(types) if types is not None else "these arguments"
+        if info.kind == "library":
+            return [Cause("library", f"`{summary.name}`, a library's jitted function, compiled for {shapes}.")]
         return [Cause("eager", f"An eager operation compiled for {shapes}.")]
     static = _static_cause(summary, state, info)
     own = _own_differences(explanation, user_values)

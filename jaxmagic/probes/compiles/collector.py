@@ -38,7 +38,7 @@ from jaxmagic.probes.compiles.stack import (
 from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
 from jaxmagic.probes.compiles.why_again import why_compiled_again
-from jaxmagic.probes.compiles.wrapped import jax_dirs
+from jaxmagic.probes.compiles.wrapped import jax_dirs, library_of
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 
@@ -165,7 +165,9 @@ class Collector:
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
                     found_jit = True
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
-                        held = read_jit_frame(frame.f_locals, info, is_user_file, self._try_fixes)
+                        held = read_jit_frame(
+                            frame.f_locals, info, is_user_file, self._try_fixes, _called_from_user(frame)
+                        )
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                     if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
@@ -233,7 +235,11 @@ class Collector:
                 else ""
             )
             fresh = FunctionCompiles(
-                name=name, kind=info.kind, defined_at=defined_at, static_argnames=list(info.static_argnames)
+                name=name,
+                kind=info.kind,
+                defined_at=defined_at,
+                library=library_of(info.defined_file) if info.kind == "library" and info.defined_file else "",
+                static_argnames=list(info.static_argnames),
             )
             earlier = self._history.states.get(key) if self._history is not None else None
             state = self._functions[key] = earlier.carried(fresh) if earlier is not None else FunctionState(fresh)
@@ -291,7 +297,7 @@ class Collector:
                     line=line,
                     jax_explanation=explanation.text if explanation else "",
                     log=list(log),
-                    fix=summary.fix_for(cause) if cause not in ("first", "eager") else "",
+                    fix=summary.fix_for(cause) if cause not in ("first", "eager", "library") else "",
                     provenance=attribution.of_source_line(
                         line,
                         source_line(*info.started_site) if info.started_site else None,
@@ -427,3 +433,19 @@ def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -
             key = change.split(":", 1)[0]
             if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1
+
+
+def _called_from_user(frame: FrameType) -> bool:
+    """True when the first frame outside JAX's own code, outward from jit's ``cache_miss``, is the user's:
+    the user's line called the jitted callable (no library's code between)."""
+    outer = frame.f_back
+    try:
+        for _ in range(100):
+            if outer is None:
+                return False
+            if not outer.f_code.co_filename.startswith(jax_dirs()):
+                return is_user_file(outer.f_code.co_filename)
+            outer = outer.f_back
+        return False
+    finally:
+        del outer

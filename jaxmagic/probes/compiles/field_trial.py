@@ -16,8 +16,9 @@ import copy
 import re
 from typing import Any
 
-from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
+from jaxmagic.probes._support.fixes.traced_trial import decided_in_python, trace_with, traced_scalar
 from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.static_fixes import why_it_stays_static
 from jaxmagic.probes.compiles.static_trial import TRIAL_SECONDS
 
 NUMBER_TYPES = ("int", "float", "bool")  # a static field of these types can be made an array
@@ -89,10 +90,8 @@ def _word_fix(summary: FunctionCompiles, fields: dict[str, tuple[str, str]]) -> 
     elif summary.field_fix_works is False:
         path, (_, owned) = next(iter(fields.items()))
         summary.field_fixes["pytree_static"] = (
-            f"Keep `{owned}` static: making it an array does not trace ({summary.field_fix_trial}). It sets a "
-            "shape, a count or a loop length, which must be known while tracing, so each new value compiles "
-            f"`{summary.name}` again: let it take few values - round it up to one of a few sizes (e.g. powers "
-            f"of two) and pad or mask what lies beyond - or compile once with the largest value and mask{ran}."
+            f"Keep `{owned}` static: making it an array does not trace ({summary.field_fix_trial}). "
+            f"{why_it_stays_static(decided_in_python(summary.field_fix_error))[:-1]}{ran}."
         )
     else:
         summary.field_fixes["pytree_static"] = f"{fix} (a suggestion: {summary.field_fix_trial})"

@@ -62,6 +62,7 @@ class FunctionCompiles:
     name: str
     kind: str
     defined_at: str = ""  # "In [3], line 2" or "model.py:14"
+    library: str = ""  # the package a "library" function is defined in ("numpyro"); "" for others
     count: int = 0
     causes: dict[str, int] = dataclasses.field(default_factory=dict)
     distinct_argument_types: int = 0
@@ -221,6 +222,25 @@ class FunctionCompiles:
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
 
 
+LIBRARY_RECOMPILE_FIX = (
+    "jaxmagic cannot see into the library's cache key, so it could not tell which value changed, and tried no "
+    "fix. If that line runs again and again (a loop, new data of the same shape), look in the library's "
+    "documentation for its way to keep one compiled program across calls."
+)
+
+
+def library_sentence(f: FunctionCompiles) -> str:
+    """A library's jitted function compiled again for argument types it had compiled for (``library_recompiles``)."""
+    owner = f"{f.library}'s `{f.name}`" if f.library else f"`{f.name}` (a library's)"
+    seconds = f.trace_seconds + f.lower_seconds + f.compile_seconds
+    line = f.first_line
+    called = f", called from your line {line.where} `{line.code.strip()}`" if line is not None and line.code else ""
+    return (
+        f"{owner} compiled {f.count} times ({seconds:.1f} s) for argument types it had compiled for{called}: the library compiled it again itself - a function it builds anew at each call, or a value "
+        "it keeps static that changed."
+    )
+
+
 def _rebuilt_sentence(f: FunctionCompiles) -> str:
     return (
         f"`{f.name}` outside jit compiled {f.count} times for the same argument types ({f.last_argument_types}): "
@@ -295,12 +315,29 @@ class CompileReport(Report):
         ]
 
     @property
+    def library_recompiles(self) -> list[FunctionCompiles]:
+        """A library's own jitted function (numpyro's sampler loop) that compiled again in the block for argument
+        types it had compiled for: no new shape asked for it, so it is no small eager compilation but the
+        library building its function anew or changing a value it keeps static - at a call of the user's.
+        JAX's own functions (jnp, lax, random) are not among them: they are compiled per shape and per JAX
+        setting (jaxmagic's own probes change settings), as eager operations are."""
+        return [
+            f
+            for f in self.functions
+            if f.kind == "library"
+            and f.library not in ("", "jax", "jaxlib")
+            and f.name not in _BODY_PRIMITIVES
+            and 1 <= f.distinct_argument_types < f.count
+        ]
+
+    @property
     def user_functions(self) -> list[FunctionCompiles]:
         return [f for f in self.functions if f.kind == "user"]
 
     @property
     def eager_functions(self) -> list[FunctionCompiles]:
-        return [f for f in self.functions if f.kind != "user"]
+        library = self.library_recompiles
+        return [f for f in self.functions if f.kind != "user" and f not in library]
 
     @property
     def recompiled_functions(self) -> list[FunctionCompiles]:
@@ -341,6 +378,7 @@ class CompileReport(Report):
         found = [act("over the compilation budget")] if self.over_budget else []
         found += [act(f"`{f.name}` compiled {f.count} times") for f in self.recompiled_functions]
         found += [act("a loop rebuilt at each call") for _ in self.rebuilt_loops]
+        found += [act(f"a library's `{f.name}` compiled {f.count} times") for f in self.library_recompiles]
         found += cost_concerns(self.sizes, self.donations, self.cache_misses)
         return found + ([failed(self.other_error)] if self.other_error else [])
 
@@ -373,6 +411,8 @@ class CompileReport(Report):
             return f"{len(recompiled)} functions compiled more than once: {parts}."
         if self.rebuilt_loops:
             return _rebuilt_sentence(self.rebuilt_loops[0])
+        if self.library_recompiles:
+            return library_sentence(self.library_recompiles[0])
         cost = cost_headline(self.sizes, self.donations, self.cache_misses)
         if cost:
             return cost
@@ -429,6 +469,14 @@ class CompileReport(Report):
         if self.rebuilt_loops:
             sections.append(
                 Section("Control flow outside jit", [Paragraph(_rebuilt_sentence(f)) for f in self.rebuilt_loops[:3]])
+            )
+        if self.library_recompiles:
+            sections.append(
+                Section(
+                    "Compiled again inside a library",
+                    [Paragraph(library_sentence(f)) for f in self.library_recompiles[:3]]
+                    + [Paragraph(f"What to do: {LIBRARY_RECOMPILE_FIX}")],
+                )
             )
 
         listed = self.functions if self.show_all else self.user_functions
@@ -575,4 +623,6 @@ class CompileReport(Report):
         named = self.over_budget or self.recompiled_functions
         if named:
             return f"`{named[0].name}`: {named[0].fix}" if named[0].fix else ""
+        if self.library_recompiles and not self.rebuilt_loops:
+            return LIBRARY_RECOMPILE_FIX
         return cost_fix(self.sizes, self.donations, self.cache_misses)

@@ -17,7 +17,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments, abstract_arrays
 from jaxmagic.probes.compiles.baked import BakedValue, baked_values
 from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
-from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function
+from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function, jitted_by_its_caller
 from jaxmagic.report.source import defining_code
 
 
@@ -80,10 +80,13 @@ def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
     info.kind = "user" if is_user(info.defined_file) else "library"
 
 
-def read_jit_frame(local_vars, info: CallInfo, is_user, for_trial: bool = True) -> tuple[HeldFunction, list] | None:
+def read_jit_frame(
+    local_vars, info: CallInfo, is_user, for_trial: bool = True, called_from_user: bool = False
+) -> tuple[HeldFunction, list] | None:
     """Read jit's ``cache_miss`` frame into ``info``. For a library's callable holding the user's function
     (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by.
-    ``for_trial``: keep the call's abstract arguments when a static argument is a number (``trial_arguments``)."""
+    ``for_trial``: keep the call's abstract arguments when a static argument is a number (``trial_arguments``).
+    ``called_from_user``: the jitted callable was called from the user's code (no library frame between)."""
     fun = local_vars.get("fun")
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
@@ -100,7 +103,8 @@ def read_jit_frame(local_vars, info: CallInfo, is_user, for_trial: bool = True) 
         code, info.function_name, info.wrapper = held.code, held.name, ""
     if code is not None:
         info.defined_file, info.defined_line = code.co_filename, code.co_firstlineno
-        info.kind = "user" if is_user(code.co_filename) or held is not None else "library"
+        user = is_user(code.co_filename) or held is not None or jitted_by_its_caller(fun, called_from_user)
+        info.kind = "user" if user else "library"
     if info.kind == "user" and held is None:
         info.baked = baked_values(fun, is_user)
     found = (held, [args[i] for i in static_argnums if i < len(args)]) if held is not None else None

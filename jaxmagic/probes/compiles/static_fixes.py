@@ -3,7 +3,10 @@ worded from its trial (``static_trial``): "pass it traced" only where tracing wi
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
+
+from jaxmagic.probes._support.fixes.traced_trial import decided_in_python
 
 if TYPE_CHECKING:
     from jaxmagic.probes.compiles.report import FunctionCompiles
@@ -35,12 +38,34 @@ STATIC_FIXES = {
 }
 
 # A static number that must stay static (its trial with it traced failed): what works instead.
-KEEP_STATIC_FIX = (
-    "Keep {names} static: passing it traced does not trace ({trial}). It sets a shape, a count or a loop "
-    "length, which must be known while tracing, so each new value compiles again: let it take few values - "
-    "round it up to one of a few sizes (e.g. powers of two) and pad or mask what lies beyond the real count - "
-    "or compile once with the largest value and mask."
-)
+KEEP_STATIC_FIX = "Keep {names} static: passing it traced does not trace ({trial}). {why}"
+
+
+def why_it_stays_static(chooses_code: bool) -> str:
+    """Why a value whose trial with it traced failed must stay static, and what to do, by what it decides:
+    which code runs (a flag, its trial failed on a Python ``if``/``not``), or a shape, a count or a loop
+    length. One wording for static arguments, static fields and values a function carries."""
+    if chooses_code:
+        return (
+            "It chooses which code runs (Python decides on it), which must be known while tracing: each of its "
+            "values is a program of its own, compiled once - a train/eval flag compiles twice by design."
+        )
+    return (
+        "It sets a shape, a count or a loop length, which must be known while tracing, so each new value "
+        "compiles again: let it take few values - round it up to one of a few sizes (e.g. powers of two) and "
+        "pad or mask what lies beyond the real count - or compile once with the largest value and mask."
+    )
+
+
+def mixed_types_note(values: list[str]) -> str:
+    """A flag given both as a bool and as a number (True, then 1): equal in Python, two cache keys for jit."""
+    flags = [text for text in values if text in ("True", "False")]
+    if flags and len(flags) < len(values) and all(re.fullmatch(r"-?\d+", t) for t in values if t not in flags):
+        return (
+            " Pass it the same way every time: a bool and an int that are equal in Python (True and 1) are two "
+            "cache keys for jit, each compiled."
+        )
+    return ""
 
 
 def number_fix(kinds: dict[str, str], values: dict[str, list[str]]) -> str:
@@ -66,8 +91,13 @@ def number_fix_tried(function: FunctionCompiles, general: str) -> str:
     )
     if function.static_fix_works is False:
         head = general.split(": ", 1)[0] + "."
-        names = ", ".join(f"`{n}`" for n, k in function.static_kinds.items() if k == "number")
-        return f"{head} {KEEP_STATIC_FIX.format(names=names, trial=function.static_fix_trial)}{ran}"
+        numbers = [n for n, k in function.static_kinds.items() if k == "number"]
+        names = ", ".join(f"`{n}`" for n in numbers)
+        chooses_code = decided_in_python(function.static_fix_error)
+        why = why_it_stays_static(chooses_code)
+        if chooses_code:
+            why += "".join(mixed_types_note(function.static_values.get(n, [])) for n in numbers[:1])
+        return f"{head} {KEEP_STATIC_FIX.format(names=names, trial=function.static_fix_trial, why=why)}{ran}"
     fix = f"{general} {number_fix(function.static_kinds, function.static_values)}"
     if function.static_fix_works:
         return f"{fix} Checked: {function.static_fix_trial}{ran}."

@@ -19,6 +19,7 @@ CAUSE_PRIORITY = (
     "context",
     "no_retrace",
     "unexplained",
+    "library",
     "eager",
     "jaxmagic",
     "first",

@@ -65,6 +65,24 @@ def library_of(filename: str) -> str:
     return ""
 
 
+def jitted_by_its_caller(fun, called_from_user: bool) -> bool:
+    """True for a library's function the user jitted themselves: the jitted callable was called from the user's
+    line and the function is not one of the library's own jitted functions (those are defined at its modules'
+    top level) but a closure a factory made or a method bound to an object (``jax.jit(tx.update)`` of an optax
+    ``tx = optax.adam(lr)``, ``jax.jit(functools.partial(...))``): only its holder can jit it, so a recompile of
+    it is the user's (a new ``tx`` per learning rate is a new function each time), not an eager operation's."""
+    if not called_from_user:
+        return False
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    if inspect.ismethod(fun):
+        return True
+    code = own_code(fun)
+    if code is None or code.co_filename.startswith(jax_dirs()):
+        return False  # JAX's own functions (jnp, lax, random) are compiled per shape, as eager operations are
+    return "<locals>" in getattr(fun, "__qualname__", "")
+
+
 def own_code(fun) -> types.CodeType | None:
     """The code a callable runs first: a function's, or its class's ``__call__`` for a callable object."""
     code = getattr(fun, "__code__", None)

@@ -13,6 +13,7 @@ import re
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
+from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
@@ -337,6 +338,17 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
                 next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
                 short=f"`{f.name}` {f.count} times, {cause.title}",
                 cause=cause,
+            )
+        )
+    for f in compiles.library_recompiles:  # worded as %%jax_compiles words it
+        found.append(
+            _finding(
+                "compiles",
+                library_sentence(f).rstrip("."),
+                line=f.first_line,
+                fix=LIBRARY_RECOMPILE_FIX,
+                next_magic="%%jax_compiles",
+                short=f"a library's `{f.name}` {f.count} times",
             )
         )
     # The compile probe's other findings, worded as %%jax_compiles words them (one home: compiles/cost_sections).

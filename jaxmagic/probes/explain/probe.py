@@ -252,7 +252,14 @@ def _add_traced_origin(report: TracerErrorReport, tb: types.TracebackType | None
         return
     outer, parameters = traced[0]
     if outer.f_code is failing_code:
-        del outer, traced, parameters, on_line
+        del outer, traced
+        own = [p for value in on_line.values() for p, bound in parameters.items() if bound is value]
+        if own and _names_a_library_repacking(report.depends_on, parameter_names(failing_code)):
+            # A library's jit wrapper (eqx.filter_jit, nnx.jit) gave jit its own repacking of the arguments, so
+            # JAX's message names the library's ("dynamic_nodonate['first'][0]"): the tracers on the failing
+            # line that are the user's parameters name them as the user wrote them.
+            report.depends_on = list(dict.fromkeys(own))
+        del parameters, on_line
         return  # the failing function is the one traced: JAX's own message names its arguments
     report.jitted_function = outer.f_code.co_name
     report.jitted_line = source_line(outer.f_code.co_filename, outer.f_code.co_firstlineno, outer.f_code.co_name)
@@ -266,6 +273,13 @@ def _add_traced_origin(report: TracerErrorReport, tb: types.TracebackType | None
     if report.origin_arguments:
         report.depends_on = list(dict.fromkeys(report.origin_arguments.values()))
     del outer, traced, parameters, first, on_line
+
+
+def _names_a_library_repacking(depends_on: list[str], parameters: tuple[str, ...]) -> bool:
+    """True when JAX's message names arguments (``dynamic_nodonate['first'][0]``) none of which is a parameter of
+    the user's traced function: a library's jit wrapper repacked them."""
+    roots = {re.split(r"[\[.]", name, maxsplit=1)[0] for name in depends_on}
+    return bool(roots) and not roots & set(parameters)
 
 
 def _jax_hint(message: str) -> str:

@@ -125,8 +125,9 @@ def fill_leak_report(
     blocks = text.leak_blocks(message)
     found, tracers = _find_tracers(namespace) if namespace else ({}, {})
     if namespace:  # kept in a library's record of your object (nnx.jit's graph definition): named as your attribute
+        called_with = [name for line in report.call_path for name in text.names_in(line.code)]
         in_records, kept = held_in_library_records(
-            [b for b in blocks if b.tracer_id not in found], user_roots(namespace)
+            [b for b in blocks if b.tracer_id not in found], user_roots(namespace), called_with
         )
         found, tracers = {**in_records, **found}, {**kept, **tracers}
     ids = {block.tracer_id for block in blocks}

@@ -30,6 +30,7 @@ from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
+from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import FIX, keys
 from jaxmagic.probes.nans.sighting import debug_step, explain_nan_sighting, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
@@ -296,6 +297,17 @@ class Watch:
                     count=total,
                     cause=cause,
                 )
+        for f in report.library_recompiles:  # a library's own function compiled again: %%jax_compiles' words
+            found += self._new(
+                ("recompilation", f.name, f.defined_at),
+                area="recompilation",
+                headline=library_sentence(f).rstrip("."),
+                function=f.name,
+                line=f.first_line,
+                fix=LIBRARY_RECOMPILE_FIX,
+                next_magic="%%jax_compiles",
+                count=f.count,
+            )
         # A slow compilation's size, an unusable donation, a persistent-cache miss: %%jax_compiles' own words
         for cost in cost_findings(report.sizes, report.donations, report.cache_misses):
             found += self._new(

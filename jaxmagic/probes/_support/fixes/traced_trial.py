@@ -61,8 +61,22 @@ class TraceTrial:
         used = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", self.code)]
         if not used:
             return ""
+        if self.chooses_code:
+            needs = " and ".join(f"`{n}` as a Python value" for n in used)
+            return f"{self.at} needs {needs}: Python's `if`/`not`/`and`/`or` cannot decide on a traced value"
         needs = " and ".join(f"`{n}` as a Python {names[n]}" for n in used)
         return f"{self.at} needs {needs}: a traced value cannot set a count, a shape or a loop length"
+
+    @property
+    def chooses_code(self) -> bool:
+        """The trial failed because Python decided on the traced value (``if``, ``not``, ``and``/``or``): the
+        value chooses which code runs (a train/eval flag), it does not set a size."""
+        return self.outcome == "fails" and decided_in_python(self.detail)
+
+
+def decided_in_python(failure: str) -> bool:
+    """A trial's failure (its ``detail``, "Type: message") was Python deciding on a traced value."""
+    return failure.startswith("TracerBoolConversionError")
 
 
 def abstract_value(value: Any) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,10 +34,12 @@ _PYTHON_TYPES = frozenset({"list", "tuple", "dict", "set", "frozenset", "cell", 
 
 
 def held_in_library_records(
-    blocks: Iterable[LeakBlock], roots: list[tuple[str, Any, str]]
+    blocks: Iterable[LeakBlock], roots: list[tuple[str, Any, str]], called_with: Iterable[str] = ()
 ) -> tuple[dict[int, list[Held]], dict[int, Any]]:
     """For leaked tracers kept in a library's record of a user's object: ``({tracer id: [Held]},
-    {tracer id: tracer})``, the paths as the user reaches them (``model.last_hidden``)."""
+    {tracer id: tracer})``, the paths as the user reaches them (``model.last_hidden``).
+    ``called_with``: the names on the user's lines that made the call; of several objects of the record's
+    type, those reached from one of these names are the one the library was given."""
     blocks = [b for b in blocks if b.tracer_id and b.chain]
     if not blocks or not roots:
         return {}, {}
@@ -61,7 +64,7 @@ def held_in_library_records(
         inside = find_held([(_path_text(path), value, KIND_NAME) for path, value in statics], is_tracer, max_depth=4)
         if not inside:
             continue
-        owners = _owner_names(record.nodes[0].type, roots)
+        owners = _owner_names(record.nodes[0].type, roots, set(called_with))
         for tracer_id, places in inside.items():
             paths = [Held(owner.path + place.path, owner.depth + place.depth) for owner in owners for place in places]
             if paths:
@@ -127,8 +130,17 @@ def _path_text(path: tuple) -> str:
     return "".join(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]" for key in path)
 
 
-def _owner_names(owner_type: type, roots: list[tuple[str, Any, str]]) -> list[Held]:
-    """The user's names for objects of ``owner_type`` (the module the record stands for), shortest first."""
+def _owner_names(owner_type: type, roots: list[tuple[str, Any, str]], called_with: set[str]) -> list[Held]:
+    """The user's names for objects of ``owner_type`` (the module the record stands for), shortest first;
+    only those reached from a name on the call's lines when some are (two modules of one class, one of them
+    given to the call: the other holds nothing)."""
     places = find_held(roots, lambda value: type(value) is owner_type, max_depth=3)
     names = sorted((held for paths in places.values() for held in paths), key=lambda h: h.depth)
-    return names[:3]
+    given = [held for held in names if _root_name(held.path) in called_with]
+    return (given or names)[:3]
+
+
+def _root_name(path: str) -> str:
+    """The variable a path starts from: ``student`` of ``student.last_hidden``."""
+    match = re.match(r"\w+", path)
+    return match[0] if match else ""

@@ -1,0 +1,57 @@
+"""%jax_explain through the libraries people call: a library's jit wrapper hands jax.jit its own repacking
+of the user's arguments, so JAX's message names the library's structure; the report names the user's.
+
+Each program is shaped like a public thread, written small; the real libraries run.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+
+from jaxmagic import probes
+
+eqx = pytest.importorskip("equinox")
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as error:
+        return error
+    raise AssertionError("no error")
+
+
+def test_filter_jit_bool_error_names_the_users_argument_not_equinoxs_repacking():
+    # patrick-kidger/diffrax#379's shape: under Equinox's jit, an argument that arrives as an array reaches a
+    # Python `if` (TracerBoolConversionError). JAX's message says "depends on the value of the argument
+    # dynamic_nodonate['first'][0]" (equinox's repacking of the arguments); the user's parameter is `x`.
+    @eqx.filter_jit
+    def scale(x, n):
+        if x.sum() > 0:
+            return x * n
+        return x
+
+    report = probes.explain(_raised(lambda: scale(jnp.ones(3), 2)))
+    assert report is not None and report.error_kind == "bool"
+    data = report.to_dict()
+    assert data["traced_function"] == "scale"
+    assert data["depends_on"] == ["x"]
+    text = str(report)
+    assert "dynamic_nodonate" not in text.split("Why:")[0]
+    headline = " ".join(line.strip() for line in text.split("\nFix:")[0].splitlines())
+    assert headline.endswith("in `scale` (traced for jit): the value depends on the argument `x`.")
+    assert data["fixes"][0]["use"] == "jnp.where(x.sum() > 0, x * n, x)"
+
+
+def test_plain_jit_args_element_is_still_jaxs_name():
+    # A *args parameter: JAX's "args[1]" is the user's own name (a parameter), kept as JAX wrote it.
+    import jax
+
+    def pick(*args):
+        if args[1] > 0:
+            return args[0]
+        return -args[0]
+
+    report = probes.explain(_raised(lambda: jax.jit(pick)(jnp.ones(3), 1.0)))
+    assert report is not None and report.depends_on == ["args[1]"]
