@@ -18,24 +18,15 @@ seconds.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-from harness import Row, median
+from harness import Row, measured_with_devices, median
 
 REPETITIONS = 7
 
 
 def run() -> list[Row]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    done = subprocess.run(
-        [sys.executable, __file__, "--child"], capture_output=True, text=True, env=env, timeout=1800, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"benchmark child failed:\n{done.stderr[-4000:]}")
-    m = json.loads(done.stdout.strip().splitlines()[-1])
+    m = measured_with_devices(__file__, 8)
     return [
         Row(
             "%jax_sharding --collectives: compile + listing vs the compile it explains",

@@ -13,7 +13,11 @@ import contextlib
 import dataclasses
 import gc
 import io
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -165,6 +169,19 @@ def markdown_table(rows: list[Row]) -> str:
         note = row.note.replace("|", "/")
         lines.append(f"| {row.name} | {row.formatted_result()} | {row.formatted_goal()} | {met} | {note} |")
     return "\n".join(lines)
+
+
+def measured_with_devices(script: str, devices: int) -> dict:
+    """Run ``script --child`` in a fresh process that sees ``devices`` fake CPU devices (XLA reads the
+    flag once, at start-up) and return the JSON its last line prints: the sharding benchmarks' measurements."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    done = subprocess.run(
+        [sys.executable, script, "--child"], capture_output=True, text=True, env=env, timeout=1800, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark child failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def make_shell():
