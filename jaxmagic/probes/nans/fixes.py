@@ -179,15 +179,15 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
             f"`{writer}`, called on your line {written.lineno} (`{written.code.strip()}`), returned an "
             f"inf that `{p.primitive}` turned into NaN{code}: no operation made the inf, the library's code wrote it "
             f"(an input outside what it accepts - a value outside a distribution's support, say). Keep the values "
-            f"given to {_as_called(writer)} inside what it accepts." + _finite_fill_tried(report, p)
-        )
+            f"given to {_as_called(writer)} inside what it accepts. " + _finite_fill_tried(report, p)
+        ).rstrip()
     if "inf" not in written.code:  # the line holds no inf: what it called wrote it, out of the frames JAX kept
         return (
             f"An inf written into the program (a constant, made by no operation) in what your line {written.lineno} "
             f"(`{written.code.strip()}`) called reached `{p.primitive}`"
             f"{' inside `' + library + '`' if library else ''}, which turned it into NaN{code}: the values given "
-            "there are outside what the called code accepts." + _finite_fill_tried(report, p)
-        )
+            "there are outside what the called code accepts. " + _finite_fill_tried(report, p)
+        ).rstrip()
     dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "float32")
     parts = [
         f"Your line {written.lineno} (`{written.code.strip()}`) wrote an inf that `{p.primitive}`"
@@ -198,27 +198,27 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
             f"`{library}` takes the mask itself: pass it as `where=` (e.g. `{library}(logits, labels, "
             "where=valid)`) and leave the values finite; masked entries are then left out of the sum." + SUGGESTION
         )
-    choice = choose(report, p, [FINITE_FILL])
-    if choice.offered is not None:
-        parts.append(
-            f"Or fill with a finite value instead: `jnp.finfo(jnp.{dtype}).min` for `-jnp.inf` in your line. "
-            + choice.tried_text.replace(": `", ", the infinity it got replaced by the finite extreme: `", 1)
+    parts.append(
+        _finite_fill_tried(
+            report, p, f"Or fill with a finite value instead: `jnp.finfo(jnp.{dtype}).min` for `-jnp.inf` in your line."
         )
-    elif choice.tried_text:
-        parts.append(f"A finite fill was tried too and is not offered: {choice.tried_text}")
-    return " ".join(parts)
+    )
+    return " ".join(part for part in parts if part)
 
 
-def _finite_fill_tried(report: NanReport, p: NanProducer) -> str:
-    """The inf replaced by the finite extreme before the operation, tried on its values: offered if finite."""
+def _finite_fill_tried(report: NanReport, p: NanProducer, advice: str = "") -> str:
+    """The inf replaced by the finite extreme before the operation, tried on its values: ``advice`` (how to
+    write that fill) and the trial when it made the operation finite; else what the trial gave."""
+    advice = advice or (
+        f"If such values should not count, leave the inf out of `{p.primitive}` "
+        "(`jnp.where(jnp.isfinite(v), v, jnp.finfo(v.dtype).min)` on the library's result)."
+    )
     choice = choose(report, p, [FINITE_FILL])
     if choice.offered is not None:
-        return (
-            f" If such values should not count, leave the inf out of `{p.primitive}` "
-            "(`jnp.where(jnp.isfinite(v), v, jnp.finfo(v.dtype).min)` on the library's result). "
-            + choice.tried_text.replace(": `", ", the infinity it got replaced by the finite extreme: `", 1)
+        return f"{advice} " + choice.tried_text.replace(
+            ": `", ", the infinity it got replaced by the finite extreme: `", 1
         )
-    return f" A finite fill was tried too and is not offered: {choice.tried_text}" if choice.tried_text else ""
+    return f"A finite fill was tried too and is not offered: {choice.tried_text}" if choice.tried_text else ""
 
 
 def _inf_line(p: NanProducer) -> SourceLine | None:
