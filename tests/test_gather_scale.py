@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from pathlib import Path
 
@@ -256,6 +257,49 @@ def test_real_dumps_tell_a_process_blocked_in_a_jitted_call_from_one_in_a_python
     spinning = where_it_is(text)  # the last dump
     assert spinning["state"] == "running" and spinning["function"] == "spin" and spinning["line"] == 13, text
     assert spinning["where"] == "is in `spin` at line 13: `while time.monotonic() < end:`"
+
+
+THREADS_COME_AND_GO = textwrap.dedent(
+    """
+    import sys, threading, time
+    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
+    print(listen_for_stack_requests(int(sys.argv[1])), flush=True)
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:   # a loader's worker threads, started and ended all the time
+        workers = [threading.Thread(target=sum, args=(range(2000),)) for _ in range(4)]
+        [w.start() for w in workers]
+        [w.join() for w in workers]
+    print("done", flush=True)
+    """
+)
+
+
+def test_a_dump_while_threads_start_and_end_leaves_the_process_running(tmp_path):
+    """faulthandler's all-threads dump walked the other threads while one ended and crashed the process (3 in 12
+    runs of the test above); the engine's dump is now taken with the interpreter's lock held, from Python."""
+    import signal
+
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS_COME_AND_GO)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(91000 + os.getpid() % 1000), "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert process.stdout is not None
+    path = Path(process.stdout.readline().strip())
+    try:
+        for _sent in range(25):
+            process.send_signal(signal.SIGWINCH)
+            time.sleep(0.12)
+        out, _ = process.communicate(timeout=120)
+        assert process.returncode == 0 and out.strip() == "done"
+        dumps = path.read_text().count(INFO_MARK)
+        assert dumps >= 10, dumps  # signals that arrive while one is answered are one wake-up
+    finally:
+        process.kill()
+        path.unlink(missing_ok=True)
 
 
 def test_the_script_path_names_a_process_that_never_sent_its_entry_after_the_timeout(monkeypatch):

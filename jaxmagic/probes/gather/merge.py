@@ -131,7 +131,7 @@ def gather_from_engines(view, name: str, timeout: float, values: str = "") -> Ga
             entry.stack = stacks.get(entry.engine, {}) if entry.engine is not None else {}
         notes.append(
             f"{len(busy)} engine(s) did not answer within {timeout:g} s: each was sent a signal through "
-            f"ipyparallel for its Python stack (faulthandler), read for at most {wait:g} s more."
+            f"ipyparallel for its Python stack, read for at most {wait:g} s more."
         )
     return merge(entries, name, notes)
 

@@ -3,9 +3,12 @@
 When jaxmagic loads in an ipyparallel engine (never in the user's own kernel),
 ``listen_for_stack_requests`` registers ``faulthandler`` on ``STACK_SIGNAL``: the
 handler is C code, so it runs even while the main thread is busy in a Python loop or
-blocked in a JAX call, and writes every thread's stack into a pipe. A daemon thread
-(blocked on that pipe, costing nothing until then) wakes up, adds what faulthandler
-cannot know, and appends both to this engine's file
+blocked in a JAX call, and writes the stack of the thread the signal reached into a
+pipe - only to wake a daemon thread (blocked on that pipe, costing nothing until then).
+That thread writes every thread's stack in faulthandler's format, read with the
+interpreter's lock held (faulthandler's own all-threads dump walks the other threads
+while they run: it crashed the process about one time in four when a thread ended
+meanwhile), adds what a dump cannot know, and appends both to this engine's file
 ``<tmp>/jaxmagic-stacks-<uid>/engine-<id>-<host>-<pid>.txt``:
 
 - whether the main thread is **waiting in a call** (the same call instruction in ten
@@ -77,7 +80,7 @@ def listen_for_stack_requests(engine_id: int) -> Path | None:
     path = directory / dump_file_name(engine_id, socket.gethostname(), os.getpid())
     path.touch()  # the notebook side finds the engine's file before any dump
     read_end, write_end = os.pipe()
-    faulthandler.register(sig, file=write_end, all_threads=True, chain=False)
+    faulthandler.register(sig, file=write_end, all_threads=False, chain=False)  # the wake-up: see the docstring
     threading.Thread(target=_answer_requests, args=(read_end, path), name="jaxmagic-stacks", daemon=True).start()
     _listening.update(path=path, write_end=write_end)
     return path
@@ -104,11 +107,34 @@ def _answer_requests(read_end: int, path: Path) -> None:
                 break
             chunk += more
         try:
+            dump = every_thread_stack()
+        except Exception:  # the stack of the thread the signal reached: the main thread, on Linux
+            dump = chunk.decode("utf-8", "replace")
+        try:
             info = json.dumps(main_thread_state())
         except Exception as error:  # the samples are extra: the dump alone still says where it is
             info = json.dumps({"error": f"{type(error).__name__}: {error}"})
         with open(path, "a", encoding="utf-8") as file:
-            file.write(chunk.decode("utf-8", "replace") + INFO_MARK + info + "\n")
+            file.write(dump + INFO_MARK + info + "\n")
+
+
+def every_thread_stack(limit: int = 100) -> str:
+    """Every other thread's stack, the main thread first, as faulthandler writes one (``stacks`` reads that)."""
+    me, main = threading.get_ident(), threading.main_thread().ident
+    frames = sys._current_frames()
+    parts = []
+    for ident in sorted(frames, key=lambda i: i != main):
+        if ident == me:
+            continue
+        lines = [f"Thread {ident:#018x} (most recent call first):"]
+        frame: FrameType | None = frames[ident]
+        while frame is not None and len(lines) <= limit:
+            code = frame.f_code
+            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno or 0} in {code.co_name}')
+            frame = frame.f_back
+        parts.append("\n".join(lines) + "\n")
+    del frames
+    return "\n".join(parts)
 
 
 def main_thread_state(samples: int = 10, interval: float = 0.01) -> dict[str, Any]:

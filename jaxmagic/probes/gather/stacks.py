@@ -4,8 +4,8 @@ An engine that does not answer ``%jax_gather`` in time is running something: its
 cell loops, or it waits in JAX for the others (a collective, ``block_until_ready``).
 ``dump_stacks`` sends each late engine ``STACK_SIGNAL`` through ipyparallel
 (``Client.send_signal``: the engine's nanny process delivers it, so it reaches a busy
-engine) and reads what the engine appends to its file (``stack_dump``: faulthandler's
-dump of every thread, then the samples that tell waiting from running), waiting at
+engine) and reads what the engine appends to its file (``stack_dump``: every thread's
+stack in faulthandler's format, then the samples that tell waiting from running), waiting at
 most a given time. ``where_it_is`` turns a dump into where the process is, the
 user's frames first. The file is on the engine's host: for an engine on another host
 (no file of it here) the report says so instead of a stack.
