@@ -237,6 +237,8 @@ def test_an_engine_stuck_in_a_python_loop_is_named_with_its_stack_and_the_line(c
     assert "process 1: your frames `spin` line 4 <- `train_step` line 6 <- line 7" in hang["details"]
     assert "targets=[1]" in hang["fix"]
     assert str(merged).startswith("%jax_gather [FOUND] A hang: process 1 is in `spin` at line 4")
+    first_lines = str(merged).split("\n\n")[0]  # the advice under the headline, not only in the details
+    assert "\nFix: process 1 never left your Python code (`spin`, line 4)" in first_lines, first_lines
     # a timeout shorter than the stack dump: a report still, naming the busy process, never a hung cell
     ip.run_line_magic("jax_gather", "rep_stuck --timeout 0.001 -o merged")
     late = [f for f in ip.user_ns["merged"].to_dict()["findings"] if f["area"] == "not finished"][0]

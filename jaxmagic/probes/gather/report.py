@@ -90,7 +90,12 @@ class GatherReport(Report):
         sections.append(Section("Processes", [Table(["process", "engine", "host", "status", "report"], self._rows())]))
         if self.notes:
             sections.append(Section("How this was gathered", [Paragraph(n) for n in self.notes]))
-        return Document("%jax_gather", self.status, self.summary, sections)
+        return Document("%jax_gather", self.status, self.summary, sections, fix=self.first_fix)
+
+    @property
+    def first_fix(self) -> str:
+        """The headline's finding's fix, shown under the headline (a hang's: make every process take the same path)."""
+        return self.findings[0].fix if self.findings else ""
 
     def _rows(self) -> list[list[str]]:
         """A row per process; in a job of more than ``_ROWS_EACH`` processes, a row per group of processes that
