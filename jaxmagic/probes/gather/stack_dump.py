@@ -80,6 +80,7 @@ def listen_for_stack_requests(engine_id: int) -> Path | None:
     path = directory / dump_file_name(engine_id, socket.gethostname(), os.getpid())
     path.touch()  # the notebook side finds the engine's file before any dump
     read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # a full pipe drops a wake-up; a blocking write would stop the main thread
     faulthandler.register(sig, file=write_end, all_threads=False, chain=False)  # the wake-up: see the docstring
     threading.Thread(target=_answer_requests, args=(read_end, path), name="jaxmagic-stacks", daemon=True).start()
     _listening.update(path=path, write_end=write_end)
