@@ -258,6 +258,9 @@ class LineMagics(MagicRunner):
         A tracer kept past its trace that JAX reports as another error (e.g.
         "... is not a valid JAX type" from jax.device_put) is explained as the
         leak it is: who holds it, the function that made it, the line that stored it.
+        A function, string or object among a jitted function's arguments ("Error
+        interpreting argument ... as an abstract array") is named leaf by leaf, with
+        `eqx.filter_jit` or a static argument tried by tracing the function again.
 
         `%jax_explain` alone explains the last exception; `%jax_explain err`
         the exception `err`; -o NAME stores that report - for an error it

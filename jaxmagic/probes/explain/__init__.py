@@ -22,7 +22,9 @@ Modules: ``probe`` (``explain()``, ``explain_any()``, ``explain_or_say_why()``:
 the analysis), ``kinds`` (the table of error kinds, ``classify``), ``frames``
 (reading your frames of the traceback), ``fixes`` (the kind's fixes written for
 your line), ``program_fixes`` (static arguments and expressions fitted to your
-program, each fix tried), ``report`` (the reports and their wording). A tracer
+program, each fix tried), ``report`` (the reports and their wording), ``non_array`` and
+``non_array_report`` (a function, string or object among a jitted function's arguments: the leaves
+named, ``eqx.filter_jit`` / a static argument tried by tracing). A tracer
 kept past its trace is explained by the leak probe (``probes.leaks``).
 """
 

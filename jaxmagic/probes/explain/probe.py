@@ -29,6 +29,7 @@ from jaxmagic.probes.explain.frames import (
     tracers_on_failing_line,
 )
 from jaxmagic.probes.explain.kinds import KINDS, classify
+from jaxmagic.probes.explain.non_array import explain_non_array_argument, is_non_array_argument
 from jaxmagic.probes.explain.program_fixes import fit_static_fixes
 from jaxmagic.probes.explain.report import TracerErrorReport, UnexplainedErrorReport
 from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
@@ -318,6 +319,8 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
     """A report for any error the explainer knows: tracer errors, and JAX's "Leaked trace" errors."""
     if text.is_leak_message(message_of(error)):
         return explain_leak(error, namespace)
+    if is_non_array_argument(error):
+        return explain_non_array_argument(error)
     return explain(error, namespace)
 
 
