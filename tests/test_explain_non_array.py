@@ -89,3 +89,55 @@ def test_the_explainer_shows_it_above_the_error_and_the_error_is_unchanged(ip, c
     assert isinstance(result.error_in_exec, TypeError)
     assert str(result.error_in_exec).startswith("Error interpreting argument to <function loss")
     assert shown.index("%jax_explain [FOUND] TypeError: `loss` was given") < shown.index("Traceback")
+
+
+def test_jax_grad_of_a_module_offers_filter_grad_tried(ip):
+    """jax.grad's own message names no function and no path ("Argument '<...custom_jvp...>' ... is not a valid
+    JAX type"): its frames do, and eqx.filter_grad is tried on the call."""
+    report = _explained(ip, "jax.grad(loss)(model, x)")
+    assert report["transformation"] == "grad" and report["function"] == "loss"
+    assert set(report["leaves"]) == {"model.activation", "model.final_activation"}
+    assert report["fixes"][0]["use"] == "eqx.filter_grad(loss)"
+    assert report["fixes"][0]["checked"].startswith("checked: `loss` traces")
+    assert "jax.grad differentiates every leaf" in report["text"].split("\nFix:")[0].replace("\n  ", " ")
+
+
+def test_eval_shape_names_the_leaf_and_a_static_argument_already_given_is_not_blamed(ip):
+    report = _explained(ip, "jax.eval_shape(loss, model, x)")
+    assert report["transformation"] == "eval_shape" and report["fixes"][0]["use"] == "eqx.filter_eval_shape(loss)"
+    # `act` is static already: only the dict's string is named
+    report = _explained(
+        ip,
+        "jax.jit(lambda act, cfg: act(cfg['w']), static_argnums=0)(jax.nn.relu, {'w': x, 'name': 'a'})",
+    )
+    assert report["leaves"] == {"cfg['name']": "a string ('a')"}
+
+
+def test_without_jaxs_frames_the_leaf_is_still_named_and_the_fixes_say_they_were_not_tried():
+    """A script: JAX filters its frames out of the traceback, so the call is not there to try fixes on."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmagic import probes
+
+    def apply(act, x):
+        return act(x).sum()
+
+    jax.config.update("jax_traceback_filtering", "remove_frames")  # as in a script (pytest keeps them)
+    try:
+        try:
+            jax.jit(apply)(jax.nn.relu, jnp.ones(3))
+        except TypeError as error:
+            caught = error
+        try:
+            jax.grad(lambda f, x: f(x).sum())(jax.nn.relu, jnp.ones(3))
+        except TypeError as error:
+            grad_error = error
+    finally:
+        jax.config.update("jax_traceback_filtering", "auto")
+    report = probes.explain_any(caught)
+    assert report is not None
+    data = report.to_dict()
+    assert data["leaves"] == {"act": "a function (`custom_jvp`)"}
+    assert all("not tried" in f["checked"] for f in data["fixes"]), data["fixes"]
+    assert probes.explain_any(grad_error) is None  # grad's message alone names nothing: not guessed

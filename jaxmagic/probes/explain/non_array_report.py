@@ -18,12 +18,12 @@ class NonArrayArgumentReport(Report):
     kind = "jax_explain"
 
     error_type: str = "TypeError"
-    function: str = ""  # the jitted function, as JAX names it ("loss")
+    function: str = ""  # the user's function given to the transformation ("loss")
+    transformation: str = "jit"  # "jit", "eval_shape", "grad", "value_and_grad"
     argument: str = ""  # its parameter that holds the value ("model")
     argument_index: int | None = None  # where that argument was given among the positional ones
     differentiated: str = ""  # "grad" when the jitted function is jax.grad of the user's function
     path: str = ""  # JAX's path to the first such leaf ("model.activation")
-    leaf_type: str = ""  # its type, as JAX wrote it
     leaves: dict[str, str] = dataclasses.field(default_factory=dict)  # every such leaf: path -> what it is
     fixes: list[Fix] = dataclasses.field(default_factory=list)  # best first, each tried or said not to be
     your_lines: list[SourceLine] = dataclasses.field(default_factory=list)  # outermost first
@@ -44,8 +44,14 @@ class NonArrayArgumentReport(Report):
         more = f" (and {len(leaves) - 3} more)" if len(leaves) > 3 else ""
         return (
             f"{self.error_type}: `{self.function}` was given values that are not arrays in its argument "
-            f"`{self.argument}`: {shown}{more}. jax.jit traces every leaf of its arguments as an array."
+            f"`{self.argument}`: {shown}{more}. {self._traces}."
         )
+
+    @property
+    def _traces(self) -> str:
+        if self.transformation in ("grad", "value_and_grad"):
+            return f"jax.{self.transformation} differentiates every leaf of the argument it differentiates"
+        return f"jax.{self.transformation} traces every leaf of its arguments as an array"
 
     @property
     def first_fix(self) -> str:
@@ -59,7 +65,8 @@ class NonArrayArgumentReport(Report):
         sections = []
         if self.your_lines:
             sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], "")]))
-        facts = [("error", self.error_type), ("jitted function", self.function), ("argument", self.argument)]
+        facts = [("error", self.error_type), ("function", f"{self.function}, given to jax.{self.transformation}")]
+        facts.append(("argument", self.argument))
         facts += [(f"`{path}`", what) for path, what in self.leaves.items()]
         sections.append(Section("What", [Facts(facts)]))
         working = self.working_fixes
@@ -77,9 +84,9 @@ class NonArrayArgumentReport(Report):
         sections.append(Section("Fixes", blocks))
         why: list = [
             Paragraph(
-                "jax.jit turns every leaf of its arguments' pytrees into a traced array; a function, a string or "
-                "another object among them cannot be one. Pass only arrays (and numbers) as traced arguments; "
-                "give settings as static arguments, or close over them."
+                f"jax.{self.transformation} turns every leaf of the arguments it traces into a traced array; a "
+                "function, a string or another object among them cannot be one. Pass only arrays (and numbers) "
+                "there; give settings as static arguments, or close over them."
             )
         ]
         sections.append(Section("Why", why + [Paragraph(note) for note in self.notes]))
