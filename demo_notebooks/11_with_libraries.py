@@ -192,6 +192,38 @@ nan_finding = doc_eqx.findings[0]
 assert nan_finding.line.code.startswith("return jnp.linalg.norm(x - self.w, axis=-1)")
 
 # %% [markdown]
+# ## Equinox: a Module given to `jax.jit` (the explainer, on by default)
+#
+# `eqx.nn.MLP` keeps its activation, `jax.nn.relu`, as a field: a function among the arrays. `jax.jit`
+# traces every leaf of its arguments as an array and stops with "Error interpreting argument ... as
+# an abstract array" (Equinox's FAQ, and many of its threads). The explainer names every such leaf and
+# tries the fixes on this call by tracing `mlp_loss` again (nothing compiles): `eqx.filter_jit` alone
+# for the loss, and `eqx.filter_jit(eqx.filter_grad(...))` for `jax.jit(jax.grad(...))`, where
+# `filter_jit` alone fails when tried.
+
+# %%
+mlp = eqx.nn.MLP(2, 1, 8, 2, key=jax.random.key(0))
+xs = jnp.ones((4, 2))
+
+
+def mlp_loss(model, x):
+    return jnp.mean(jax.vmap(model)(x) ** 2)
+
+
+# %% tags=["raises-exception"]
+jax.jit(jax.grad(mlp_loss))(mlp, xs)
+
+# %%
+err_mlp = pop_last_error()
+# %jax_explain err_mlp -o rep_mlp
+del err_mlp
+print(rep_mlp.summary)
+assert rep_mlp.leaves == {"model.activation": "a function (`relu`)", "model.final_activation": "a function (`<lambda>`)"}
+assert rep_mlp.fixes[0].use == "eqx.filter_jit(eqx.filter_grad(mlp_loss))"
+assert rep_mlp.fixes[0].checked.startswith("checked: `mlp_loss` traces with this call's arguments")
+assert eqx.filter_jit(eqx.filter_grad(mlp_loss))(mlp, xs).layers[0].weight.shape == (8, 2)   # and it runs
+
+# %% [markdown]
 # ## NumPyro: the same key given to the seed handler at every step (`%%jax_keys`)
 #
 # `handlers.seed(model, rng_seed=key)` in a loop with one key: every pass draws the same numbers. The
