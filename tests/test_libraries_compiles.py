@@ -99,9 +99,7 @@ def test_filter_jit_fixes_tried_compile_once():
     f = _function(report, "step")
     assert f["count"] == 4 and f["causes"] == {"first": 1, "pytree_static": 3}
     assert f["change_examples"]["pytree_static"] == [
-        "`model.n_iter`: 4 -> 5",
-        "`model.n_iter`: 5 -> 6",
-        "`model.n_iter`: 6 -> 7",
+        "`model.n_iter`: 4 -> 5 -> 6 -> 7",  # one field changing at every call: one sequence
     ]
     fix = f["field_fixes"]["pytree_static"]
     assert fix.startswith("`model.n_iter` is a Python int: equinox's jit wrapper passes")
@@ -221,7 +219,7 @@ def test_nnx_jit_number_attribute_and_its_fixes():
             step(Model(Config(0.1), i), x)
     f = _function(report, "step")
     assert f["count"] == 3 and f["causes"] == {"first": 1, "pytree_static": 2}
-    assert f["change_examples"]["pytree_static"][0] == "`model.n_iter` (Model.n_iter): 4 -> 5"
+    assert f["change_examples"]["pytree_static"][0] == "`model.n_iter` (Model.n_iter): 4 -> 5 -> 6"
     assert "store it as an array (`jnp.asarray(...)`)" in f["field_fixes"]["pytree_static"]
 
 
@@ -239,7 +237,7 @@ def test_filter_jit_array_shape_change_is_named_by_the_users_path():
             predict(model, {"x": jnp.ones((n, 3))})
     f = _function(report, "predict")
     assert f["count"] == 3 and f["causes"] == {"first": 1, "types": 2}
-    assert f["change_examples"]["types"][0] == "`batch['x']`: f32[4,3] -> f32[5,3]"
+    assert f["change_examples"]["types"][0] == "`batch['x']`: f32[4,3] -> f32[5,3] -> f32[6,3]"
     assert "dynamic_nodonate" not in str(report).split("JAX's compile log")[0]
 
 

@@ -426,13 +426,30 @@ def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict |
 def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
     examples = summary.change_examples.setdefault(cause, [])
     for change in changes[: limits.CHANGES_KEPT]:
-        if len(examples) < 6 and change not in examples:
+        if change not in examples and not _continued(examples, change) and len(examples) < 6:
             examples.append(change)
     if cause in ("types", "weak_type"):
         for change in changes[: limits.CHANGES_KEPT]:
             key = change.split(":", 1)[0]
             if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1
+
+
+def _continued(examples: list[str], change: str) -> bool:
+    """Add "`n`: 1 -> 2" to the example "`n`: 0 -> 1" as "`n`: 0 -> 1 -> 2" (one field changing at every call
+    reads as one sequence, not as one example per call); False when no example ends where this one starts."""
+    what, _, values = change.partition(": ")
+    parts = values.split(" -> ")
+    if len(parts) != 2:
+        return False
+    for index, example in enumerate(examples):
+        if example.startswith(f"{what}: ") and example.endswith(f" -> {parts[0]}"):
+            if example.count(" -> ") < 8:
+                examples[index] = f"{example} -> {parts[1]}"
+            elif not example.endswith(" -> ..."):
+                examples[index] = f"{example} -> ..."
+            return True
+    return False
 
 
 def _called_from_user(frame: FrameType) -> bool:
