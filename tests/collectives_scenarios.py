@@ -73,6 +73,33 @@ def project_with_key(key, x, w):
 
 out["pruned"] = run(project_with_key, (jnp.zeros(2, jnp.uint32), x_rows, w_rows), "project_with_key(key, x, w)")
 
+# An argument in the middle the program never reads (a step taking a mask it does not use yet): JAX
+# prunes it from the compiled program (jax#8241 "drop unused arguments in the jit AOT compiled call"),
+# and every row after it must keep its own name and sharding.
+a_rows = jax.device_put(jnp.ones((16, 32)), on("data", None))
+ignored = jax.device_put(jnp.ones((8, 8)), on("model", None))
+b_model = jax.device_put(jnp.ones((32, 8)), on("model", None))
+
+
+@jax.jit
+def middle_unread(a, unused, b):
+    y = a @ b
+    return jnp.tanh(y)
+
+
+out["unread_middle"] = run(middle_unread, (a_rows, ignored, b_model), "middle_unread(a, unused, b)", intermediates=True)
+
+
+# The same inside one pytree argument: the unread leaf sits between two read ones.
+@jax.jit
+def leaf_unread(params):
+    return jnp.tanh(params["a"] @ params["b"])
+
+
+out["unread_leaf"] = run(
+    leaf_unread, ({"a": a_rows, "mask": ignored, "b": b_model},), "leaf_unread(params)", intermediates=True
+)
+
 # A reshape that merges the split dimension with another (jax#25010's shape).
 cols = jax.device_put(jnp.ones((16, 32)), on(None, "data"))
 

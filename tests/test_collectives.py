@@ -200,3 +200,38 @@ def test_hlo_reader_knows_every_collective_form():
     named = device_groups(by_name["a2a"])
     assert named.axes == ["axis_0"] and named.groups == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert shape_bytes("(f32[4,16]{1,0}, bf16[2])") == 4 * 16 * 4 + 4
+
+
+def test_an_argument_the_program_never_reads_keeps_every_other_row_its_own_name_and_sharding(scenarios):
+    call = call_of(scenarios, "unread_middle")
+    rows = {leaf["path"]: leaf for leaf in call["inputs"]}
+    assert [leaf["path"] for leaf in call["inputs"]] == ["a", "unused", "b"]
+    assert (rows["a"]["spec"], rows["a"]["parameter"], rows["a"]["read"]) == ("P('data', None)", 0, True)
+    assert (rows["b"]["spec"], rows["b"]["parameter"], rows["b"]["read"]) == ("P('model', None)", 1, True)
+    assert (rows["unused"]["spec"], rows["unused"]["parameter"], rows["unused"]["read"]) == ("", None, False)
+    assert rows["unused"]["typeof"] == "float32[8,8]" and rows["b"]["typeof"] == "float32[32,8]"
+    # the intermediates are compiled with each read input's own sharding (before: a KeyError for `b`)
+    assert call["intermediates_failure"] == ""
+    assert [(row["op"], row["spec"]) for row in call["intermediates"]] == [
+        ("dot_general", "P('data',)"),
+        ("tanh", "P('data',)"),
+    ]
+    # the collective's inputs are found through the same parameter numbers
+    [collective] = call["collectives"]
+    assert collective["values"] == ["a", "b"]
+    assert collective["cause"].startswith("`b` (P('model', None)) is split over 'model'")
+    text = scenarios["unread_middle"]["text"]
+    assert "unused  float32[8,8]    none: the program never reads it (JAX dropped it)" in text
+    assert "The program never reads `unused`: JAX compiled it without it" in text
+
+
+def test_an_unread_leaf_inside_a_pytree_argument_does_not_shift_the_leaves_after_it(scenarios):
+    call = call_of(scenarios, "unread_leaf")
+    rows = [(leaf["path"], leaf["typeof"], leaf["spec"], leaf["read"]) for leaf in call["inputs"]]
+    assert rows == [
+        ("params['a']", "float32[16,32]", "P('data', None)", True),
+        ("params['b']", "float32[32,8]", "P('model', None)", True),
+        ("params['mask']", "float32[8,8]", "", False),
+    ]
+    assert call["intermediates_failure"] == ""
+    assert call["collectives"][0]["values"] == ["params['a']", "params['b']"]

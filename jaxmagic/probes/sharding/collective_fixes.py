@@ -85,16 +85,6 @@ def _shardings(compiled):
     return inputs, outputs
 
 
-def _program_positions(compiled) -> list[int]:
-    """For each row of ``CallShardings.inputs`` (the inputs JAX gave a sharding), its position among
-    the program's inputs (which include the ones it does not read)."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
-    is_leaf = lambda s: s is None or isinstance(s, jax.sharding.Sharding)  # noqa: E731
-    leaves = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_leaf)
-    return [n for n, s in enumerate(leaves) if s is not None]
-
-
 def _outputs_given(jitted) -> bool:
     """True when the user's jit fixed the output shardings (then a trial keeps them)."""
     info = compat.jit_options(jitted)
@@ -123,11 +113,9 @@ def _without_axes(
     from jax.sharding import NamedSharding, PartitionSpec  # deferred: importing jaxmagic does not import JAX
 
     in_shardings, _ = _shardings(compiled)
-    positions = _program_positions(compiled)
     changed = list(in_shardings)
     changes, code, costs = [], [], []
-    for row, path in split:
-        index = positions[row] if row < len(positions) else row
+    for index, path in split:  # a row of CallShardings.inputs is the call's flat input of that index
         sharding = in_shardings[index]
         entries = []
         for entry in tuple(getattr(sharding, "spec", ()) or ()):

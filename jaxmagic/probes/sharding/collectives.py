@@ -136,8 +136,7 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
     frames, op_name, for_line = _where(module, instruction, users)
     line = first_user_frame(frames)
     parameters = _parameters_reached(instruction, by_name) if computation.is_entry else []
-    entry_parameters = sum(1 for i in computation.instructions if i.opcode == "parameter")
-    inputs = _inputs_of(parameters, call.inputs, kept_all=entry_parameters == len(call.inputs))
+    inputs = _inputs_of(parameters, call.inputs)
     values = [leaf.path for leaf in inputs] or [p.op_names[0] for p in parameters if p.op_names]
     written = not inserted_by_partitioner(instruction)
     if written:  # the program's own lax collective (psum in a shard_map): the user's line is the cause
@@ -275,19 +274,12 @@ def _parameters_reached(instruction: HloInstruction, by_name) -> list[HloInstruc
     return [found[n] for n in sorted(found)]
 
 
-def _inputs_of(parameters: list[HloInstruction], inputs: list[LeafSharding], kept_all: bool) -> list[LeafSharding]:
-    """The call's input leaves behind those parameters: by position when the program kept every
-    input (``kept_all``), else by the name JAX gave the parameter (``op_name="w"``) where it is the
-    input's own; a parameter matching neither is left out (never guessed)."""
-    rows = []
-    for parameter in parameters:
-        number = parameter.parameter_number
-        name = parameter.op_names[0] if parameter.op_names else ""
-        if kept_all and number is not None and number < len(inputs):
-            rows.append(inputs[number])
-        elif name and (named := [leaf for leaf in inputs if leaf.path == name]):
-            rows.append(named[0])
-    return rows
+def _inputs_of(parameters: list[HloInstruction], inputs: list[LeafSharding]) -> list[LeafSharding]:
+    """The call's input leaves behind those entry parameters, by the parameter number each input row
+    carries (``compiled.inputs_as_compiled``: pruned inputs and hoisted constants accounted for); a
+    parameter no row claims (a constant JAX hoisted) is left out, never guessed."""
+    by_parameter = {leaf.parameter: leaf for leaf in inputs if leaf.parameter is not None}
+    return [by_parameter[p.parameter_number] for p in parameters if p.parameter_number in by_parameter]
 
 
 def spec_axes(spec: str) -> list[str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.program_inputs import program_inputs
 from jaxmagic.probes.sharding.layouts import axes_of
 from jaxmagic.probes.sharding.report import (
     MAX_INTERMEDIATES,
@@ -33,6 +35,9 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
 
 
 def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
+    """One row per flat input of the call, in the order of ``compiled.input_shardings``' leaves, each with
+    its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of
+    the program's parameters uses); an input JAX pruned says so instead of taking the next one's place."""
     arg_names, kw_names = _argument_names(call_text, args, kwargs)
     info = compat.jit_options(jitted)
     static = {i % len(args) for i in getattr(info, "static_argnums", ()) or ()} if args else set()
@@ -47,15 +52,24 @@ def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -
         leaves += _leaf_rows(name, shardings, infos, args[position] if position < len(args) else None)
     for key in sorted(in_kwargs):
         leaves += _leaf_rows(kw_names.get(key, key), in_kwargs[key], info_kwargs.get(key), kwargs.get(key))
+    parameters = program_inputs(compiled)
+    if len(leaves) == parameters.inputs:
+        for flat_input, leaf in enumerate(leaves):
+            leaf.parameter = parameters.parameter_of(flat_input)
+            leaf.read = leaf.parameter is not None
     return leaves
+
+
+def _is_sharding_leaf(s) -> bool:
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    return s is None or isinstance(s, jax.sharding.Sharding)  # None: an input JAX pruned
 
 
 def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    sharding_leaves = jax.tree_util.tree_flatten_with_path(
-        shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
-    )[0]
+    sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings, is_leaf=_is_sharding_leaf)[0]
     info_leaves = jax.tree_util.tree_leaves(
         infos, is_leaf=lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")
     )
@@ -68,14 +82,16 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
         row = LeafSharding(
             path=name + jax.tree_util.keystr(key_path),
             typeof=str(aval) if aval is not None else "",
-            spec=_spec_text(sharding),
+            spec=_spec_text(sharding) if sharding is not None else "",
+            read=sharding is not None,
         )
         if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer):
             row.given = _spec_text(value.sharding)
-            try:
-                row.matches = bool(value.sharding.is_equivalent_to(sharding, value.ndim))
-            except Exception:
-                row.matches = None
+            if sharding is not None:
+                try:
+                    row.matches = bool(value.sharding.is_equivalent_to(sharding, value.ndim))
+                except Exception:
+                    row.matches = None
         rows.append(row)
     return rows
 
@@ -159,7 +175,10 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
 
         for var, const in zip(jaxpr.constvars, consts):
             env[var] = const
-        for var, arg in zip(jaxpr.invars, flat_args):
+        for i in pruned:  # only dead code can read an input JAX pruned: a stand-in of its type
+            with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
+                env[jaxpr.invars[i]] = jax.numpy.zeros(jaxpr.invars[i].aval.shape, jaxpr.invars[i].aval.dtype)
+        for var, arg in zip([jaxpr.invars[i] for i in kept], flat_args):
             env[var] = arg
         for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(v) for v in eqn.invars]
@@ -179,13 +198,18 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                     jax.debug.inspect_array_sharding(out, callback=lambda s, key=(i, j): record(key, s))
         return [read(v) for v in jaxpr.outvars]
 
-    in_shardings = jax.tree_util.tree_leaves(
-        compiled.input_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
-    )
+    # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
+    parameters = program_inputs(compiled)
+    kept, pruned = parameters.kept, parameters.unread
+    all_shardings = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=_is_sharding_leaf)
+    in_shardings = [all_shardings[i] for i in kept]
     out_shardings = jax.tree_util.tree_leaves(
         compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
     )
-    abstract_args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(closed.in_avals, in_shardings)]
+    abstract_args = [
+        jax.ShapeDtypeStruct(closed.in_avals[i].shape, closed.in_avals[i].dtype, sharding=s)
+        for i, s in zip(kept, in_shardings)
+    ]
     jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
         *abstract_args
     ).compile()
