@@ -137,7 +137,7 @@ out["gradient"] = run(grad_step, (w_rep, rows), "grad_step(w, x)")
 
 
 # Inside a scan body (an RNN step whose contraction is split over 'model'): the line is the body's;
-# the body's inputs are not followed back to the call's arguments, and the report says so.
+# the body's inputs are followed back through the loop's carry to the call's arguments.
 w_square = jax.device_put(jnp.ones((32, 32)), on("model", None))
 
 
@@ -150,6 +150,23 @@ def rnn(x, w):
 
 
 out["loop"] = run(rnn, (x, w_square), "rnn(x, w)")
+
+
+# A fori_loop whose carry holds the weight itself (an optimizer-style loop, jax#20381's question asked
+# from inside a loop): the weight reaches the body only through the carry tuple.
+x_whole = jax.device_put(jnp.ones((16, 32)), on())
+
+
+@jax.jit
+def iterate(x, w):
+    def step(i, carry):
+        h, w = carry
+        return jnp.tanh(h @ w), w
+
+    return jax.lax.fori_loop(0, 3, step, (x, w))[0]
+
+
+out["carried"] = run(iterate, (x_whole, w_square), "iterate(x, w)")
 
 
 # A psum the program wrote itself inside a shard_map: listed as written, not as inserted.

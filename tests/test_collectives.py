@@ -111,12 +111,31 @@ def test_constraint_forcing_a_relayout_is_named_as_the_cause_and_leaving_it_out_
     assert (fix["collectives_before"], fix["collectives_after"]) == (1, 0)
 
 
-def test_collective_in_a_scan_body_has_the_bodys_line_and_says_what_it_could_not_tell(scenarios):
+def test_collective_in_a_scan_body_has_the_bodys_line_and_its_inputs_through_the_loop(scenarios):
     [collective] = call_of(scenarios, "loop")["collectives"]
     assert (collective["kind"], collective["axes"]) == ("all-reduce", ["model"])
     assert collective["provenance"]["made_at"]["code"].strip() == "return jnp.tanh(h @ w), None"
     assert collective["scope"] == ""  # JAX's own while/body/eval_jaxpr segments are no scope of the user's
-    assert collective["cause_kind"] == "" and collective["cause"].startswith("could not tell: it runs inside")
+    # `h` starts as `x` (the carry's initial value); `w` is closed over and passed in the loop's tuple
+    assert collective["values"] == ["x", "w"]
+    assert collective["cause_kind"] == "input"
+    assert collective["cause"].startswith(
+        "`x` (P('data', 'model')) is split over 'model' and `w` (P('model', None)) over 'model', and "
+        "the operation reduces"
+    )
+
+
+def test_collective_in_a_fori_loop_reads_the_weight_through_the_carry_and_the_fix_is_tried(scenarios):
+    call = call_of(scenarios, "carried")
+    kinds = {c["kind"]: c for c in call["collectives"]}
+    assert set(kinds) == {"all-reduce", "collective-permute"}
+    for collective in call["collectives"]:
+        assert collective["provenance"]["made_at"]["code"].strip() == "return jnp.tanh(h @ w), w"
+        assert collective["values"] == ["x", "w"] and collective["cause_kind"] == "input"
+        assert collective["cause"].startswith("`w` (P('model', None)) is split over 'model'")  # `x` is whole
+    [fix] = call["collective_fixes"]
+    assert (fix["collectives_before"], fix["collectives_after"]) == (2, 0)
+    assert fix["code"] == "w = jax.device_put(w, NamedSharding(w.sharding.mesh, P()))"
 
 
 def test_gradient_all_reduce_under_data_parallelism_is_expected_not_fixed(scenarios):
@@ -235,3 +254,39 @@ def test_an_unread_leaf_inside_a_pytree_argument_does_not_shift_the_leaves_after
     ]
     assert call["intermediates_failure"] == ""
     assert call["collectives"][0]["values"] == ["params['a']", "params['b']"]
+
+
+COND_HLO = """HloModule jit_branchy, entry_computation_layout={(f32[4]{0}, pred[])->f32[4]{0}}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%yes (p.1: f32[4]) -> f32[4] {
+  %p.1 = f32[4]{0} parameter(0)
+  ROOT %all-reduce.1 = f32[4]{0} all-reduce(%p.1), replica_groups={{0,1}}, to_apply=%add
+}
+
+%no (p.2: f32[4]) -> f32[4] {
+  ROOT %p.2 = f32[4]{0} parameter(0)
+}
+
+ENTRY %main (x: f32[4], flag: pred[]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %flag = pred[] parameter(1)
+  ROOT %conditional.1 = f32[4]{0} conditional(%flag, %x, %x), branch_computations={%yes, %no}
+}
+"""
+
+
+def test_a_collective_in_a_cond_branch_is_not_followed_and_says_so():
+    # data_flow follows while carries only: a branch's parameter is not traced, and the answer is marked
+    # incomplete, so no cause is claimed from what was not seen
+    from jaxmagic.probes.sharding.data_flow import parameters_reached
+
+    module = parse_hlo_module(COND_HLO)
+    [collective] = [i for i in module.instructions() if collective_kind(i)]
+    reached = parameters_reached(module, collective)
+    assert (reached.parameters, reached.complete) == ([], False)

@@ -31,6 +31,7 @@ from jaxmagic.probes._support.hlo_text import (
 from jaxmagic.probes.hlo.jaxpr import scope_names, walk_eqns
 from jaxmagic.probes.hlo.name_paths import parse_name, scope_path
 from jaxmagic.probes.hlo.stablehlo import first_user_frame
+from jaxmagic.probes.sharding.data_flow import parameters_reached
 from jaxmagic.probes.sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
 from jaxmagic.report import SourceLine
 
@@ -135,7 +136,8 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
     before = _shapes_text([_per_device(o.shape) for o in operands])
     frames, op_name, for_line = _where(module, instruction, users)
     line = first_user_frame(frames)
-    parameters = _parameters_reached(instruction, by_name) if computation.is_entry else []
+    reached = parameters_reached(module, instruction)
+    parameters = reached.parameters
     inputs = _inputs_of(parameters, call.inputs)
     values = [leaf.path for leaf in inputs] or [p.op_names[0] for p in parameters if p.op_names]
     written = not inserted_by_partitioner(instruction)
@@ -147,10 +149,14 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         )
     else:
         kind_of_cause, cause = _cause(kind, axes, instruction, users, inputs, call.outputs, op_name, computation)
-        if not kind_of_cause and not computation.is_entry:
-            cause = (
-                f"could not tell: it runs inside `{computation.name}` (a loop body or branch), whose inputs "
-                "jaxmagic does not follow back to the call's arguments"
+        if not reached.complete and kind_of_cause in ("", "intermediate"):  # an input on a path not followed
+            kind_of_cause, cause = (
+                "",
+                (
+                    f"could not tell: it runs inside `{computation.name}`, and not every value it reads could be "
+                    "followed back to the call's arguments (a branch of a cond, or a tuple built elsewhere)"
+                    + (f"; it reads {', '.join(f'`{leaf.path}`' for leaf in inputs)} at least" if inputs else "")
+                ),
             )
     path = parse_name(op_name) if op_name else None
     transforms = attribution.transforms_of_name_path(op_name) if op_name else []
@@ -256,22 +262,6 @@ def _where(module: HloModuleText, instruction: HloInstruction, users) -> tuple[l
             return reader_frames, reader.op_names[0] if reader.op_names else op_name, True
         queue += users.get(reader.name, [])
     return frames, op_name, False
-
-
-def _parameters_reached(instruction: HloInstruction, by_name) -> list[HloInstruction]:
-    """The entry parameters the instruction's operands are computed from, in parameter order."""
-    found, seen = {}, set()
-    stack = list(instruction.operands)
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in by_name:
-            continue
-        seen.add(name)
-        source = by_name[name]
-        if source.opcode == "parameter" and source.parameter_number is not None:
-            found[source.parameter_number] = source
-        stack += source.operands
-    return [found[n] for n in sorted(found)]
 
 
 def _inputs_of(parameters: list[HloInstruction], inputs: list[LeafSharding]) -> list[LeafSharding]:
