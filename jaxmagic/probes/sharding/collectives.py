@@ -7,7 +7,8 @@ once, its ``-done`` is the same transfer). The user's line comes from the instru
 after the parameter), from the first instruction that reads its result, said as "for" that line.
 
 The cause is read from the program's data flow, never guessed: the entry parameters its operand is
-computed from, and which of those the call's input shardings split over the collective's axes; a
+computed from (through a loop's carry: ``data_flow.py``), and which of those the call's input shardings
+split over the collective's axes (each input row carries its entry parameter); a
 collective that hands its result straight to the output was asked for by the output sharding; a
 gradient's all-reduce over the batch axis is what data parallelism costs. Fixes are tried in
 ``collective_fixes.py``.
