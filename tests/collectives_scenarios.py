@@ -100,6 +100,16 @@ out["unread_leaf"] = run(
     leaf_unread, ({"a": a_rows, "mask": ignored, "b": b_model},), "leaf_unread(params)", intermediates=True
 )
 
+
+# A None passed as an argument is no input at all (not a pruned one): the rows, the intermediates and
+# the relayout trial keep their places.
+@jax.jit
+def project_masked(x, mask, w):
+    return jnp.tanh(x @ w) if mask is None else jnp.tanh(x @ w) * mask
+
+
+out["none_argument"] = run(project_masked, (x_rows, None, w_rows), "project_masked(x, None, w)", intermediates=True)
+
 # A reshape that merges the split dimension with another (jax#25010's shape).
 cols = jax.device_put(jnp.ones((16, 32)), on(None, "data"))
 

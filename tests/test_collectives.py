@@ -290,3 +290,16 @@ def test_a_collective_in_a_cond_branch_is_not_followed_and_says_so():
     [collective] = [i for i in module.instructions() if collective_kind(i)]
     reached = parameters_reached(module, collective)
     assert (reached.parameters, reached.complete) == ([], False)
+
+
+def test_a_none_argument_is_no_input_and_the_relayout_trial_still_compiles(scenarios):
+    # `f(x, None, w)`: the None has no leaf, so no row and no sharding; before, flattening the shardings
+    # alone counted it as a pruned input and the trial compiled with one sharding too many (a ValueError)
+    call = call_of(scenarios, "none_argument")
+    assert [(leaf["path"], leaf["parameter"], leaf["read"]) for leaf in call["inputs"]] == [
+        ("x", 0, True),
+        ("w", 1, True),
+    ]
+    assert call["intermediates_failure"] == ""
+    [fix] = call["collective_fixes"]
+    assert fix["failure"] == "" and (fix["collectives_before"], fix["collectives_after"]) == (1, 0)

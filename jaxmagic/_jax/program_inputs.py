@@ -41,16 +41,21 @@ class ProgramInputs:
         return [i for i in range(self.inputs) if i not in self.kept]
 
 
+def input_shardings_flat(compiled) -> list:
+    """One sharding per flat input of ``compiled`` (a ``jax.stages.Compiled``), None where JAX pruned it.
+
+    Flattened by the call's own input structure (``in_tree``): a None the user passed as an argument is
+    no input at all, while a None sharding at an input's place is a pruned input; flattening the
+    shardings alone cannot tell the two apart."""
+    return list(compiled.in_tree.flatten_up_to(compiled.input_shardings))
+
+
 def program_inputs(compiled) -> ProgramInputs:
     """Read from a ``jax.stages.Compiled``: the executable's kept inputs and hoisted constants.
 
     Without the private fields (another JAX), the public ``input_shardings`` still say which inputs
     were pruned (None) and constants are assumed absent."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
-    shardings = jax.tree_util.tree_leaves(
-        compiled.input_shardings, is_leaf=lambda s: s is None or isinstance(s, jax.sharding.Sharding)
-    )
+    shardings = input_shardings_flat(compiled)
     executable = getattr(compiled, "_executable", None)
     params = getattr(compiled, "_params", None)
     constants = len(getattr(params, "const_args", ()) or ())

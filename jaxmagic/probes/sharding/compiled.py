@@ -7,7 +7,7 @@ import contextlib
 import math
 
 from jaxmagic._jax import compat
-from jaxmagic._jax.program_inputs import program_inputs
+from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
 from jaxmagic.probes.sharding.layouts import axes_of
 from jaxmagic.probes.sharding.report import (
     MAX_INTERMEDIATES,
@@ -60,25 +60,25 @@ def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -
     return leaves
 
 
-def _is_sharding_leaf(s) -> bool:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
-    return s is None or isinstance(s, jax.sharding.Sharding)  # None: an input JAX pruned
-
-
 def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
+    """One row per leaf of one argument, walked by the argument's own structure (``infos``, its
+    ``args_info``): a None *argument* has no leaf, a None *sharding* at a leaf is an input JAX pruned."""
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings, is_leaf=_is_sharding_leaf)[0]
-    info_leaves = jax.tree_util.tree_leaves(
-        infos, is_leaf=lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")
-    )
+    is_info = lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")  # noqa: E731
+    info_leaves, structure = jax.tree_util.tree_flatten_with_path(infos, is_leaf=is_info)
+    try:
+        sharding_leaves = structure.flatten_up_to(shardings)  # type: ignore[attr-defined]  # jaxlib has it; the stubs do not
+    except (ValueError, TypeError):  # a structure we do not know: the shardings' own leaves, pruned ones dropped
+        flat = jax.tree_util.tree_flatten_with_path(shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))
+        info_by_path = {jax.tree_util.keystr(path): info for path, info in info_leaves}
+        info_leaves = [(path, info_by_path.get(jax.tree_util.keystr(path))) for path, _ in flat[0]]
+        sharding_leaves = [sharding for _, sharding in flat[0]]
     value_leaves = jax.tree_util.tree_leaves(values) if values is not None else []
     rows = []
-    for n, (key_path, sharding) in enumerate(sharding_leaves):
-        info = info_leaves[n] if n < len(info_leaves) else None
+    for n, ((key_path, info), sharding) in enumerate(zip(info_leaves, sharding_leaves)):
         aval = compat.abstract_value(info)
-        value = value_leaves[n] if n < len(value_leaves) and len(value_leaves) == len(sharding_leaves) else None
+        value = value_leaves[n] if len(value_leaves) == len(info_leaves) else None
         row = LeafSharding(
             path=name + jax.tree_util.keystr(key_path),
             typeof=str(aval) if aval is not None else "",
@@ -201,7 +201,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
     # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
     parameters = program_inputs(compiled)
     kept, pruned = parameters.kept, parameters.unread
-    all_shardings = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=_is_sharding_leaf)
+    all_shardings = input_shardings_flat(compiled)  # None at a pruned input
     in_shardings = [all_shardings[i] for i in kept]
     out_shardings = jax.tree_util.tree_leaves(
         compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
