@@ -235,6 +235,23 @@ def test_the_watch_tells_an_unusable_donation_once_in_the_cells_words(ip):
     assert "Stop donating `grads`" in donation["fix"]
 
 
+def test_the_watch_tells_a_donated_argument_never_read(ip):
+    ip.run_cell("%jax_watch -o wlog2", store_history=True)
+    try:
+        ip.run_cell(
+            "def refresh(params, stale):\n    return params + 1\nrefresh_jit = jax.jit(refresh, donate_argnums=(1,))",
+            store_history=True,
+        )
+        ip.run_cell("fresh = refresh_jit(jnp.ones(3), jnp.ones(3))", store_history=True)
+        found = [f for f in ip.user_ns["wlog2"].to_dict()["findings"] if "never reads" in f["summary"]]
+    finally:
+        ip.run_cell("%jax_watch off", store_history=True)
+    (donation,) = found
+    assert donation["summary"].startswith("`stale` is donated to `refresh` but the program never reads it")
+    assert donation["line"]["code"].strip() == "fresh = refresh_jit(jnp.ones(3), jnp.ones(3))"
+    assert "Remove `stale` from donate_argnums" in donation["fix"]
+
+
 def test_the_users_warning_filters_still_decide_what_is_shown_or_raised():
     def scale(v, weights):
         return v * weights.mean()
