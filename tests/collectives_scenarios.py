@@ -73,6 +73,43 @@ def project_with_key(key, x, w):
 
 out["pruned"] = run(project_with_key, (jnp.zeros(2, jnp.uint32), x_rows, w_rows), "project_with_key(key, x, w)")
 
+# An argument in the middle the program never reads (a step taking a mask it does not use yet): JAX
+# prunes it from the compiled program (jax#8241 "drop unused arguments in the jit AOT compiled call"),
+# and every row after it must keep its own name and sharding.
+a_rows = jax.device_put(jnp.ones((16, 32)), on("data", None))
+ignored = jax.device_put(jnp.ones((8, 8)), on("model", None))
+b_model = jax.device_put(jnp.ones((32, 8)), on("model", None))
+
+
+@jax.jit
+def middle_unread(a, unused, b):
+    y = a @ b
+    return jnp.tanh(y)
+
+
+out["unread_middle"] = run(middle_unread, (a_rows, ignored, b_model), "middle_unread(a, unused, b)", intermediates=True)
+
+
+# The same inside one pytree argument: the unread leaf sits between two read ones.
+@jax.jit
+def leaf_unread(params):
+    return jnp.tanh(params["a"] @ params["b"])
+
+
+out["unread_leaf"] = run(
+    leaf_unread, ({"a": a_rows, "mask": ignored, "b": b_model},), "leaf_unread(params)", intermediates=True
+)
+
+
+# A None passed as an argument is no input at all (not a pruned one): the rows, the intermediates and
+# the relayout trial keep their places.
+@jax.jit
+def project_masked(x, mask, w):
+    return jnp.tanh(x @ w) if mask is None else jnp.tanh(x @ w) * mask
+
+
+out["none_argument"] = run(project_masked, (x_rows, None, w_rows), "project_masked(x, None, w)", intermediates=True)
+
 # A reshape that merges the split dimension with another (jax#25010's shape).
 cols = jax.device_put(jnp.ones((16, 32)), on(None, "data"))
 
@@ -110,7 +147,7 @@ out["gradient"] = run(grad_step, (w_rep, rows), "grad_step(w, x)")
 
 
 # Inside a scan body (an RNN step whose contraction is split over 'model'): the line is the body's;
-# the body's inputs are not followed back to the call's arguments, and the report says so.
+# the body's inputs are followed back through the loop's carry to the call's arguments.
 w_square = jax.device_put(jnp.ones((32, 32)), on("model", None))
 
 
@@ -123,6 +160,23 @@ def rnn(x, w):
 
 
 out["loop"] = run(rnn, (x, w_square), "rnn(x, w)")
+
+
+# A fori_loop whose carry holds the weight itself (an optimizer-style loop, jax#20381's question asked
+# from inside a loop): the weight reaches the body only through the carry tuple.
+x_whole = jax.device_put(jnp.ones((16, 32)), on())
+
+
+@jax.jit
+def iterate(x, w):
+    def step(i, carry):
+        h, w = carry
+        return jnp.tanh(h @ w), w
+
+    return jax.lax.fori_loop(0, 3, step, (x, w))[0]
+
+
+out["carried"] = run(iterate, (x_whole, w_square), "iterate(x, w)")
 
 
 # A psum the program wrote itself inside a shard_map: listed as written, not as inserted.

@@ -111,12 +111,31 @@ def test_constraint_forcing_a_relayout_is_named_as_the_cause_and_leaving_it_out_
     assert (fix["collectives_before"], fix["collectives_after"]) == (1, 0)
 
 
-def test_collective_in_a_scan_body_has_the_bodys_line_and_says_what_it_could_not_tell(scenarios):
+def test_collective_in_a_scan_body_has_the_bodys_line_and_its_inputs_through_the_loop(scenarios):
     [collective] = call_of(scenarios, "loop")["collectives"]
     assert (collective["kind"], collective["axes"]) == ("all-reduce", ["model"])
     assert collective["provenance"]["made_at"]["code"].strip() == "return jnp.tanh(h @ w), None"
     assert collective["scope"] == ""  # JAX's own while/body/eval_jaxpr segments are no scope of the user's
-    assert collective["cause_kind"] == "" and collective["cause"].startswith("could not tell: it runs inside")
+    # `h` starts as `x` (the carry's initial value); `w` is closed over and passed in the loop's tuple
+    assert collective["values"] == ["x", "w"]
+    assert collective["cause_kind"] == "input"
+    assert collective["cause"].startswith(
+        "`x` (P('data', 'model')) is split over 'model' and `w` (P('model', None)) over 'model', and "
+        "the operation reduces"
+    )
+
+
+def test_collective_in_a_fori_loop_reads_the_weight_through_the_carry_and_the_fix_is_tried(scenarios):
+    call = call_of(scenarios, "carried")
+    kinds = {c["kind"]: c for c in call["collectives"]}
+    assert set(kinds) == {"all-reduce", "collective-permute"}
+    for collective in call["collectives"]:
+        assert collective["provenance"]["made_at"]["code"].strip() == "return jnp.tanh(h @ w), w"
+        assert collective["values"] == ["x", "w"] and collective["cause_kind"] == "input"
+        assert collective["cause"].startswith("`w` (P('model', None)) is split over 'model'")  # `x` is whole
+    [fix] = call["collective_fixes"]
+    assert (fix["collectives_before"], fix["collectives_after"]) == (2, 0)
+    assert fix["code"] == "w = jax.device_put(w, NamedSharding(w.sharding.mesh, P()))"
 
 
 def test_gradient_all_reduce_under_data_parallelism_is_expected_not_fixed(scenarios):
@@ -200,3 +219,87 @@ def test_hlo_reader_knows_every_collective_form():
     named = device_groups(by_name["a2a"])
     assert named.axes == ["axis_0"] and named.groups == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert shape_bytes("(f32[4,16]{1,0}, bf16[2])") == 4 * 16 * 4 + 4
+
+
+def test_an_argument_the_program_never_reads_keeps_every_other_row_its_own_name_and_sharding(scenarios):
+    call = call_of(scenarios, "unread_middle")
+    rows = {leaf["path"]: leaf for leaf in call["inputs"]}
+    assert [leaf["path"] for leaf in call["inputs"]] == ["a", "unused", "b"]
+    assert (rows["a"]["spec"], rows["a"]["parameter"], rows["a"]["read"]) == ("P('data', None)", 0, True)
+    assert (rows["b"]["spec"], rows["b"]["parameter"], rows["b"]["read"]) == ("P('model', None)", 1, True)
+    assert (rows["unused"]["spec"], rows["unused"]["parameter"], rows["unused"]["read"]) == ("", None, False)
+    assert rows["unused"]["typeof"] == "float32[8,8]" and rows["b"]["typeof"] == "float32[32,8]"
+    # the intermediates are compiled with each read input's own sharding (before: a KeyError for `b`)
+    assert call["intermediates_failure"] == ""
+    assert [(row["op"], row["spec"]) for row in call["intermediates"]] == [
+        ("dot_general", "P('data',)"),
+        ("tanh", "P('data',)"),
+    ]
+    # the collective's inputs are found through the same parameter numbers
+    [collective] = call["collectives"]
+    assert collective["values"] == ["a", "b"]
+    assert collective["cause"].startswith("`b` (P('model', None)) is split over 'model'")
+    text = scenarios["unread_middle"]["text"]
+    assert "unused  float32[8,8]    none: the program never reads it (JAX dropped it)" in text
+    assert "The program never reads `unused`: JAX compiled it without it" in text
+
+
+def test_an_unread_leaf_inside_a_pytree_argument_does_not_shift_the_leaves_after_it(scenarios):
+    call = call_of(scenarios, "unread_leaf")
+    rows = [(leaf["path"], leaf["typeof"], leaf["spec"], leaf["read"]) for leaf in call["inputs"]]
+    assert rows == [
+        ("params['a']", "float32[16,32]", "P('data', None)", True),
+        ("params['b']", "float32[32,8]", "P('model', None)", True),
+        ("params['mask']", "float32[8,8]", "", False),
+    ]
+    assert call["intermediates_failure"] == ""
+    assert call["collectives"][0]["values"] == ["params['a']", "params['b']"]
+
+
+COND_HLO = """HloModule jit_branchy, entry_computation_layout={(f32[4]{0}, pred[])->f32[4]{0}}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%yes (p.1: f32[4]) -> f32[4] {
+  %p.1 = f32[4]{0} parameter(0)
+  ROOT %all-reduce.1 = f32[4]{0} all-reduce(%p.1), replica_groups={{0,1}}, to_apply=%add
+}
+
+%no (p.2: f32[4]) -> f32[4] {
+  ROOT %p.2 = f32[4]{0} parameter(0)
+}
+
+ENTRY %main (x: f32[4], flag: pred[]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %flag = pred[] parameter(1)
+  ROOT %conditional.1 = f32[4]{0} conditional(%flag, %x, %x), branch_computations={%yes, %no}
+}
+"""
+
+
+def test_a_collective_in_a_cond_branch_is_not_followed_and_says_so():
+    # data_flow follows while carries only: a branch's parameter is not traced, and the answer is marked
+    # incomplete, so no cause is claimed from what was not seen
+    from jaxmagic.probes.sharding.data_flow import parameters_reached
+
+    module = parse_hlo_module(COND_HLO)
+    [collective] = [i for i in module.instructions() if collective_kind(i)]
+    reached = parameters_reached(module, collective)
+    assert (reached.parameters, reached.complete) == ([], False)
+
+
+def test_a_none_argument_is_no_input_and_the_relayout_trial_still_compiles(scenarios):
+    # `f(x, None, w)`: the None has no leaf, so no row and no sharding; before, flattening the shardings
+    # alone counted it as a pruned input and the trial compiled with one sharding too many (a ValueError)
+    call = call_of(scenarios, "none_argument")
+    assert [(leaf["path"], leaf["parameter"], leaf["read"]) for leaf in call["inputs"]] == [
+        ("x", 0, True),
+        ("w", 1, True),
+    ]
+    assert call["intermediates_failure"] == ""
+    [fix] = call["collective_fixes"]
+    assert fix["failure"] == "" and (fix["collectives_before"], fix["collectives_after"]) == (1, 0)

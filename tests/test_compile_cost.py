@@ -113,6 +113,42 @@ def test_an_unusable_donation_names_the_argument_why_and_the_fix():
     )
 
 
+def test_a_donated_argument_the_program_never_reads_is_said_to_donate_nothing():
+    # jax#9675 asks for loud failures when donation does not work; jax#2936: "buffers that are donated but
+    # not used are currently not marked as deleted". JAX prunes the unread argument and warns about nothing.
+    def advance(params, scratch):
+        return params * 0.9
+
+    advance_jit = jax.jit(advance, donate_argnums=(0, 1))
+    params, scratch = jnp.ones(3), jnp.ones((4, 4))
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        with probes.compiles() as report:
+            advance_jit(params, scratch)
+    assert not any("donated" in str(w.message) for w in shown)  # JAX says nothing
+    assert params.is_deleted() and not scratch.is_deleted()  # observed: only the read one was donated
+    (donation,) = report.to_dict()["donations"]
+    assert (donation["function"], donation["argument"], donation["type"]) == ("advance", "scratch", "float32[4,4]")
+    assert donation["unread"] is True
+    assert donation["why"].startswith("JAX drops it from the compiled program, so nothing is donated")
+    assert donation["fix"].startswith("Remove `scratch` from donate_argnums / donate_argnames")
+    assert donation["line"]["code"] == "advance_jit(params, scratch)"
+    assert report.summary.startswith(
+        "`scratch` is donated to `advance` but the program never reads it: JAX drops it from the compiled program"
+    )
+
+
+def test_a_read_donated_argument_and_keep_unused_are_not_reported_as_unread():
+    def advance2(params, scratch):
+        return params * 0.9
+
+    with warnings.catch_warnings(), probes.compiles() as report:
+        warnings.simplefilter("ignore")  # the kept one is donated but no output is left for it: JAX warns
+        jax.jit(advance2, donate_argnums=(0,))(jnp.ones(3), jnp.ones(2))  # the unread one is not donated
+        jax.jit(advance2, donate_argnums=(0, 1), keep_unused=True)(jnp.ones(3), jnp.ones(3))  # kept: donated
+    assert [d for d in report.to_dict()["donations"] if d["unread"]] == []
+
+
 def test_a_persistent_cache_miss_says_it_will_miss_again_under_the_min_compile_time():
     before = take_snapshot()
     old = jax.config.values["jax_compilation_cache_dir"]
@@ -163,6 +199,20 @@ def test_the_doctor_shows_the_unusable_donation():
     assert any(t.startswith("Donated `batch` of `update2` was not reused") for t in titles), titles
 
 
+def test_the_doctor_shows_a_donated_argument_the_program_never_reads():
+    def update3(state, unused_grads):
+        return state * 2
+
+    update_jit = jax.jit(update3, donate_argnums=(1,))
+    with probes.doctor(
+        namespace={"update_jit": update_jit}, skip=("nans", "leaks", "keys", "live", "transfers")
+    ) as report:
+        update_jit(jnp.ones(3), jnp.ones(3))
+    (finding,) = [f for f in report.findings if "never reads" in f.title]
+    assert finding.title.startswith("`unused_grads` is donated to `update3` but the program never reads it")
+    assert "Remove `unused_grads` from donate_argnums" in finding.fix
+
+
 def test_the_watch_tells_an_unusable_donation_once_in_the_cells_words(ip):
     # the watch runs the compiles probe on every cell: the same finding, told once
     ip.run_cell("%jax_watch -o wlog", store_history=True)
@@ -183,6 +233,23 @@ def test_the_watch_tells_an_unusable_donation_once_in_the_cells_words(ip):
     assert donation["summary"].startswith("Donated `grads` of `apply` was not reused")
     assert donation["line"]["code"].strip() == "new = apply_jit(jnp.ones(3), jnp.ones((2, 5)))"
     assert "Stop donating `grads`" in donation["fix"]
+
+
+def test_the_watch_tells_a_donated_argument_never_read(ip):
+    ip.run_cell("%jax_watch -o wlog2", store_history=True)
+    try:
+        ip.run_cell(
+            "def refresh(params, stale):\n    return params + 1\nrefresh_jit = jax.jit(refresh, donate_argnums=(1,))",
+            store_history=True,
+        )
+        ip.run_cell("fresh = refresh_jit(jnp.ones(3), jnp.ones(3))", store_history=True)
+        found = [f for f in ip.user_ns["wlog2"].to_dict()["findings"] if "never reads" in f["summary"]]
+    finally:
+        ip.run_cell("%jax_watch off", store_history=True)
+    (donation,) = found
+    assert donation["summary"].startswith("`stale` is donated to `refresh` but the program never reads it")
+    assert donation["line"]["code"].strip() == "fresh = refresh_jit(jnp.ones(3), jnp.ones(3))"
+    assert "Remove `stale` from donate_argnums" in donation["fix"]
 
 
 def test_the_users_warning_filters_still_decide_what_is_shown_or_raised():

@@ -214,6 +214,26 @@ def test_the_compile_frames_hold_the_program_and_the_donation_lowering():
     assert {"module_name", "in_avals", "out_avals", "donated_args", "arg_names", "platforms"} <= set(lowering)
 
 
+def test_the_compiled_program_records_which_inputs_it_kept():
+    # _jax/program_inputs.py reads Compiled's kept inputs and hoisted constants, and at a compilation
+    # pjit's `donated_invars` / `keep_unused` and pxla's `from_hlo` `kept_var_idx` / `all_args_info`
+    import inspect
+
+    import jax.numpy as jnp
+    from jax._src import pjit
+    from jax._src.interpreters import pxla
+
+    from jaxmagic._jax.program_inputs import program_inputs
+
+    compiled = jax.jit(lambda a, unused, b: a + b).trace(jnp.ones(2), jnp.ones(3), jnp.ones(2)).lower().compile()
+    assert hasattr(compiled._executable, "_kept_var_idx") and hasattr(compiled._params, "const_args")
+    inputs = program_inputs(compiled)
+    assert (inputs.inputs, inputs.kept, inputs.unread) == (3, (0, 2), [1])
+    assert (inputs.parameter_of(2), inputs.input_of(1 + inputs.constants)) == (1 + inputs.constants, 2)
+    assert {"donated_invars", "keep_unused", "jaxpr"} <= set(inspect.signature(pjit._pjit_call_impl_python).parameters)
+    assert {"kept_var_idx", "all_args_info"} <= set(inspect.signature(pxla.UnloadedMeshExecutable.from_hlo).parameters)
+
+
 def test_the_persistent_cache_state_is_readable():
     from jax._src import compilation_cache
 

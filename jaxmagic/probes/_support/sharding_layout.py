@@ -514,13 +514,23 @@ def _call_sections(report) -> list[Section]:
                 "in",
                 f"`{leaf.path}`",
                 leaf.typeof,
-                leaf.spec,
+                leaf.spec if leaf.read else "none: the program never reads it (JAX dropped it)",
                 "" if leaf.matches is None else ("same" if leaf.matches else f"differs: {leaf.given}"),
             ]
             for leaf in call.inputs
         ]
         rows += [["out", f"`{leaf.path}`", leaf.typeof, leaf.spec, ""] for leaf in call.outputs]
         blocks.append(Table(["", "value", "type", "compiled sharding", "the argument's own"], rows))
+        unread = [leaf.path for leaf in call.inputs if not leaf.read]
+        if unread:
+            them = "them" if len(unread) > 1 else "it"
+            names = ", ".join(f"`{path}`" for path in unread)
+            blocks.append(
+                Paragraph(
+                    f"The program never reads {names}: JAX compiled it without {them} "
+                    f"(nothing is transferred, laid out or donated for {them})."
+                )
+            )
         moved = call.resharded_inputs
         if moved:
             blocks.append(

@@ -18,11 +18,14 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.own_settings import users_values
+from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compile
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes.compiles.cache_misses import CacheMisses
 from jaxmagic.probes.compiles.causes import classify
+from jaxmagic.probes.compiles.donations import KEPT as DONATIONS_KEPT
+from jaxmagic.probes.compiles.donations import unread_donations
 from jaxmagic.probes.compiles.field_trial import say_field_untried, try_field_fix
 from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
 from jaxmagic.probes.compiles.program_size import ProgramSize
@@ -117,6 +120,9 @@ class Collector:
             return
         if event == EVENT_BACKEND_COMPILE:
             info = self._inspect_stack()  # before taking the lock: only reads this thread's frames
+            unread: list[UnreadDonation] = []
+            with contextlib.suppress(Exception):  # private frame layout: a donation unread is not recorded
+                unread = donated_unread_at_compile(sys._getframe(1))
             if self._print_programs:
                 with contextlib.suppress(Exception):  # private frame layout: a program unread is not recorded
                     info.program = program_prints.print_of_compilation(_user_line_text)
@@ -126,6 +132,10 @@ class Collector:
                 total = duration + (trace or 0.0) + (lower or 0.0)
                 sized = info.kind == "user" and self._slow.wants(total)
                 name, number = self._compiled(name, duration, info)
+                if unread and len(self.report.donations) < DONATIONS_KEPT:
+                    call_line = source_line(*info.call_site) if info.call_site else None
+                    started_line = source_line(*info.started_site) if info.started_site else None
+                    self.report.donations.extend(unread_donations(unread, name, call_line, started_line))
                 if sized:
                     size = ProgramSize(name, number, total, trace, lower, duration, why_examined="")
                     call = source_line(*info.call_site) if info.call_site else None

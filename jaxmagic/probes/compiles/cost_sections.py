@@ -56,7 +56,7 @@ def cost_findings(sizes: list[ProgramSize], donations: list[UnusableDonation], m
         CostFinding(
             ("donation", d.function, d.argument, d.type),
             d.headline.rstrip("."),
-            f"donated `{d.argument or d.type}` not reused",
+            d.short,
             d.fix,
             d.line,
             d.provenance,
@@ -88,7 +88,7 @@ def cost_concerns(
         for s in sizes
         if is_big(s)
     ]
-    found += [act(f"donated `{d.argument or d.type}` of `{d.function}` not reused") for d in donations]
+    found += [act(d.short) for d in donations]
     found += [
         act(f"`{m.function}` will miss the persistent cache again") if m.written is False else note(m.headline)
         for m in misses
@@ -180,13 +180,22 @@ def cost_sections(
             )
         ]
         blocks += [Paragraph(f"What to do (`{d.argument or d.type}`): {d.fix}") for d in donations[:3]]
-        blocks.append(
-            Paragraph(
-                "JAX's warning 'Some donated buffers were not usable' names only types; the arguments above are "
-                "read from its lowering. JAX 0.12 donates on CPU as on GPU and TPU: a donated argument an output "
-                "reuses is deleted by the call; the ones above are kept alive, so donating them saves nothing."
+        how = []
+        if any(not d.unread for d in donations):
+            how.append(
+                "JAX's warning 'Some donated buffers were not usable' names only types; the arguments it means are "
+                "read from its lowering."
             )
+        if any(d.unread for d in donations):
+            how.append(
+                "An argument the program never reads is pruned from the compiled program, and its donation with "
+                "it, without a warning: read from the compiled program's kept inputs."
+            )
+        how.append(
+            "JAX 0.12 donates on CPU as on GPU and TPU: a donated argument an output reuses is deleted by the call; "
+            "the ones above are kept alive, so donating them saves nothing."
         )
+        blocks.append(Paragraph(" ".join(how)))
         sections.append(Section("Donated buffers not usable", blocks))
     if misses:
         rows = [[f"`{m.function}`", m.why, m.line.where if m.line else "-"] for m in misses[:8]]

@@ -19,6 +19,7 @@ from typing import Any
 
 from jaxmagic._jax.compile_frames import Lowering, lowering_in_progress
 from jaxmagic._jax.compile_log import bare_name
+from jaxmagic._jax.program_inputs import UnreadDonation
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -39,11 +40,20 @@ class UnusableDonation:
     fix: str
     line: SourceLine | None = None  # the call that compiled (and warned)
     provenance: Provenance | None = None
+    unread: bool = False  # True: the program never reads it, so JAX pruned it and donated nothing (no warning)
 
     @property
     def headline(self) -> str:
         name = f"`{self.argument}`" if self.argument else f"an argument of type {self.type}"
+        if self.unread:
+            return f"{name[0].upper()}{name[1:]} is donated to `{self.function}` but the program never reads it: {self.why}"
         return f"Donated {name} of `{self.function}` was not reused: {self.why}"
+
+    @property
+    def short(self) -> str:
+        """A few words for a list of findings."""
+        name = f"`{self.argument or self.type}`"
+        return f"donated {name} of `{self.function}` " + ("never read" if self.unread else "not reused")
 
 
 def donations_of(lowering: Lowering, function: str, line: SourceLine | None, started: SourceLine | None) -> list:
@@ -87,6 +97,38 @@ def donations_of(lowering: Lowering, function: str, line: SourceLine | None, sta
                 fix=fix,
                 line=line,
                 provenance=attribution.of_source_line(line, started, [f"jit({function})"]),
+            )
+        )
+    return found
+
+
+def unread_donations(
+    unread: list[UnreadDonation], function: str, line: SourceLine | None, started: SourceLine | None
+) -> list[UnusableDonation]:
+    """Donated arguments a compiled program never reads (``_jax.program_inputs.donated_unread_at_compile``).
+
+    JAX prunes an input the program does not read (``keep_unused=False``, the default), and its donation
+    with it: nothing is donated, the buffer stays allocated, and JAX says nothing (jax#9675 asks for loud
+    failures when donation does not work; jax#2936 noted unused donated buffers are not deleted)."""
+    found = []
+    for argument in unread:
+        name = f"`{argument.name}`" if argument.name else "it"
+        found.append(
+            UnusableDonation(
+                function=function,
+                argument=argument.name,
+                type=argument.type,
+                why=(
+                    "JAX drops it from the compiled program, so nothing is donated (its buffer keeps its memory; "
+                    "JAX does not warn)."
+                ),
+                fix=(
+                    f"Remove {name} from donate_argnums / donate_argnames (or stop passing it), or use it in "
+                    "the function if it should be read and its buffer reused."
+                ),
+                line=line,
+                provenance=attribution.of_source_line(line, started, [f"jit({function})"]),
+                unread=True,
             )
         )
     return found

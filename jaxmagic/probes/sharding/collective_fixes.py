@@ -15,6 +15,7 @@ A fix is offered only when the program compiled with it has fewer collectives.
 from __future__ import annotations
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.program_inputs import input_shardings_flat
 from jaxmagic.probes._support.hlo_text import parse_hlo_module
 from jaxmagic.probes.sharding.collectives import count_collectives, spec_axes
 from jaxmagic.probes.sharding.report import CallShardings, Collective, CollectiveFix
@@ -76,23 +77,14 @@ def _shardings(compiled):
     import jax  # deferred: importing jaxmagic does not import JAX
     from jax.sharding import NamedSharding, PartitionSpec  # deferred: as above
 
-    is_leaf = lambda s: s is None or isinstance(s, jax.sharding.Sharding)  # noqa: E731
-    inputs = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_leaf)
-    outputs = jax.tree_util.tree_leaves(compiled.output_shardings, is_leaf=is_leaf)
+    inputs = input_shardings_flat(compiled)  # by the call's input structure: a None argument is no input
+    outputs = jax.tree_util.tree_leaves(  # a None the function returns is no output
+        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )
     mesh = next((s.mesh for s in inputs + outputs if getattr(s, "mesh", None) is not None), None)
     if mesh is not None:
         inputs = [NamedSharding(mesh, PartitionSpec()) if s is None else s for s in inputs]
     return inputs, outputs
-
-
-def _program_positions(compiled) -> list[int]:
-    """For each row of ``CallShardings.inputs`` (the inputs JAX gave a sharding), its position among
-    the program's inputs (which include the ones it does not read)."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
-    is_leaf = lambda s: s is None or isinstance(s, jax.sharding.Sharding)  # noqa: E731
-    leaves = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_leaf)
-    return [n for n, s in enumerate(leaves) if s is not None]
 
 
 def _outputs_given(jitted) -> bool:
@@ -123,11 +115,9 @@ def _without_axes(
     from jax.sharding import NamedSharding, PartitionSpec  # deferred: importing jaxmagic does not import JAX
 
     in_shardings, _ = _shardings(compiled)
-    positions = _program_positions(compiled)
     changed = list(in_shardings)
     changes, code, costs = [], [], []
-    for row, path in split:
-        index = positions[row] if row < len(positions) else row
+    for index, path in split:  # a row of CallShardings.inputs is the call's flat input of that index
         sharding = in_shardings[index]
         entries = []
         for entry in tuple(getattr(sharding, "spec", ()) or ()):

@@ -7,7 +7,8 @@ once, its ``-done`` is the same transfer). The user's line comes from the instru
 after the parameter), from the first instruction that reads its result, said as "for" that line.
 
 The cause is read from the program's data flow, never guessed: the entry parameters its operand is
-computed from, and which of those the call's input shardings split over the collective's axes; a
+computed from (through a loop's carry: ``data_flow.py``), and which of those the call's input shardings
+split over the collective's axes (each input row carries its entry parameter); a
 collective that hands its result straight to the output was asked for by the output sharding; a
 gradient's all-reduce over the batch axis is what data parallelism costs. Fixes are tried in
 ``collective_fixes.py``.
@@ -31,6 +32,7 @@ from jaxmagic.probes._support.hlo_text import (
 from jaxmagic.probes.hlo.jaxpr import scope_names, walk_eqns
 from jaxmagic.probes.hlo.name_paths import parse_name, scope_path
 from jaxmagic.probes.hlo.stablehlo import first_user_frame
+from jaxmagic.probes.sharding.data_flow import parameters_reached
 from jaxmagic.probes.sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
 from jaxmagic.report import SourceLine
 
@@ -135,9 +137,9 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
     before = _shapes_text([_per_device(o.shape) for o in operands])
     frames, op_name, for_line = _where(module, instruction, users)
     line = first_user_frame(frames)
-    parameters = _parameters_reached(instruction, by_name) if computation.is_entry else []
-    entry_parameters = sum(1 for i in computation.instructions if i.opcode == "parameter")
-    inputs = _inputs_of(parameters, call.inputs, kept_all=entry_parameters == len(call.inputs))
+    reached = parameters_reached(module, instruction)
+    parameters = reached.parameters
+    inputs = _inputs_of(parameters, call.inputs)
     values = [leaf.path for leaf in inputs] or [p.op_names[0] for p in parameters if p.op_names]
     written = not inserted_by_partitioner(instruction)
     if written:  # the program's own lax collective (psum in a shard_map): the user's line is the cause
@@ -148,10 +150,14 @@ def _collective(module, computation, instruction, kind, by_name, users, call, me
         )
     else:
         kind_of_cause, cause = _cause(kind, axes, instruction, users, inputs, call.outputs, op_name, computation)
-        if not kind_of_cause and not computation.is_entry:
-            cause = (
-                f"could not tell: it runs inside `{computation.name}` (a loop body or branch), whose inputs "
-                "jaxmagic does not follow back to the call's arguments"
+        if not reached.complete and kind_of_cause in ("", "intermediate"):  # an input on a path not followed
+            kind_of_cause, cause = (
+                "",
+                (
+                    f"could not tell: it runs inside `{computation.name}`, and not every value it reads could be "
+                    "followed back to the call's arguments (a branch of a cond, or a tuple built elsewhere)"
+                    + (f"; it reads {', '.join(f'`{leaf.path}`' for leaf in inputs)} at least" if inputs else "")
+                ),
             )
     path = parse_name(op_name) if op_name else None
     transforms = attribution.transforms_of_name_path(op_name) if op_name else []
@@ -259,35 +265,12 @@ def _where(module: HloModuleText, instruction: HloInstruction, users) -> tuple[l
     return frames, op_name, False
 
 
-def _parameters_reached(instruction: HloInstruction, by_name) -> list[HloInstruction]:
-    """The entry parameters the instruction's operands are computed from, in parameter order."""
-    found, seen = {}, set()
-    stack = list(instruction.operands)
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in by_name:
-            continue
-        seen.add(name)
-        source = by_name[name]
-        if source.opcode == "parameter" and source.parameter_number is not None:
-            found[source.parameter_number] = source
-        stack += source.operands
-    return [found[n] for n in sorted(found)]
-
-
-def _inputs_of(parameters: list[HloInstruction], inputs: list[LeafSharding], kept_all: bool) -> list[LeafSharding]:
-    """The call's input leaves behind those parameters: by position when the program kept every
-    input (``kept_all``), else by the name JAX gave the parameter (``op_name="w"``) where it is the
-    input's own; a parameter matching neither is left out (never guessed)."""
-    rows = []
-    for parameter in parameters:
-        number = parameter.parameter_number
-        name = parameter.op_names[0] if parameter.op_names else ""
-        if kept_all and number is not None and number < len(inputs):
-            rows.append(inputs[number])
-        elif name and (named := [leaf for leaf in inputs if leaf.path == name]):
-            rows.append(named[0])
-    return rows
+def _inputs_of(parameters: list[HloInstruction], inputs: list[LeafSharding]) -> list[LeafSharding]:
+    """The call's input leaves behind those entry parameters, by the parameter number each input row
+    carries (``compiled.inputs_as_compiled``: pruned inputs and hoisted constants accounted for); a
+    parameter no row claims (a constant JAX hoisted) is left out, never guessed."""
+    by_parameter = {leaf.parameter: leaf for leaf in inputs if leaf.parameter is not None}
+    return [by_parameter[p.parameter_number] for p in parameters if p.parameter_number in by_parameter]
 
 
 def spec_axes(spec: str) -> list[str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 
 from jaxmagic._jax import compat
+from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
 from jaxmagic.probes.sharding.layouts import axes_of
 from jaxmagic.probes.sharding.report import (
     MAX_INTERMEDIATES,
@@ -33,6 +35,9 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
 
 
 def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
+    """One row per flat input of the call, in the order of ``compiled.input_shardings``' leaves, each with
+    its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of
+    the program's parameters uses); an input JAX pruned says so instead of taking the next one's place."""
     arg_names, kw_names = _argument_names(call_text, args, kwargs)
     info = compat.jit_options(jitted)
     static = {i % len(args) for i in getattr(info, "static_argnums", ()) or ()} if args else set()
@@ -47,35 +52,46 @@ def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -
         leaves += _leaf_rows(name, shardings, infos, args[position] if position < len(args) else None)
     for key in sorted(in_kwargs):
         leaves += _leaf_rows(kw_names.get(key, key), in_kwargs[key], info_kwargs.get(key), kwargs.get(key))
+    parameters = program_inputs(compiled)
+    if len(leaves) == parameters.inputs:
+        for flat_input, leaf in enumerate(leaves):
+            leaf.parameter = parameters.parameter_of(flat_input)
+            leaf.read = leaf.parameter is not None
     return leaves
 
 
 def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
+    """One row per leaf of one argument, walked by the argument's own structure (``infos``, its
+    ``args_info``): a None *argument* has no leaf, a None *sharding* at a leaf is an input JAX pruned."""
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    sharding_leaves = jax.tree_util.tree_flatten_with_path(
-        shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
-    )[0]
-    info_leaves = jax.tree_util.tree_leaves(
-        infos, is_leaf=lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")
-    )
+    is_info = lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")  # noqa: E731
+    info_leaves, structure = jax.tree_util.tree_flatten_with_path(infos, is_leaf=is_info)
+    try:
+        sharding_leaves = structure.flatten_up_to(shardings)  # type: ignore[attr-defined]  # jaxlib has it; the stubs do not
+    except (ValueError, TypeError):  # a structure we do not know: the shardings' own leaves, pruned ones dropped
+        flat = jax.tree_util.tree_flatten_with_path(shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))
+        info_by_path = {jax.tree_util.keystr(path): info for path, info in info_leaves}
+        info_leaves = [(path, info_by_path.get(jax.tree_util.keystr(path))) for path, _ in flat[0]]
+        sharding_leaves = [sharding for _, sharding in flat[0]]
     value_leaves = jax.tree_util.tree_leaves(values) if values is not None else []
     rows = []
-    for n, (key_path, sharding) in enumerate(sharding_leaves):
-        info = info_leaves[n] if n < len(info_leaves) else None
+    for n, ((key_path, info), sharding) in enumerate(zip(info_leaves, sharding_leaves)):
         aval = compat.abstract_value(info)
-        value = value_leaves[n] if n < len(value_leaves) and len(value_leaves) == len(sharding_leaves) else None
+        value = value_leaves[n] if len(value_leaves) == len(info_leaves) else None
         row = LeafSharding(
             path=name + jax.tree_util.keystr(key_path),
             typeof=str(aval) if aval is not None else "",
-            spec=_spec_text(sharding),
+            spec=_spec_text(sharding) if sharding is not None else "",
+            read=sharding is not None,
         )
         if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer):
             row.given = _spec_text(value.sharding)
-            try:
-                row.matches = bool(value.sharding.is_equivalent_to(sharding, value.ndim))
-            except Exception:
-                row.matches = None
+            if sharding is not None:
+                try:
+                    row.matches = bool(value.sharding.is_equivalent_to(sharding, value.ndim))
+                except Exception:
+                    row.matches = None
         rows.append(row)
     return rows
 
@@ -159,7 +175,10 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
 
         for var, const in zip(jaxpr.constvars, consts):
             env[var] = const
-        for var, arg in zip(jaxpr.invars, flat_args):
+        for i in pruned:  # only dead code can read an input JAX pruned: a stand-in of its type
+            with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
+                env[jaxpr.invars[i]] = jax.numpy.zeros(jaxpr.invars[i].aval.shape, jaxpr.invars[i].aval.dtype)
+        for var, arg in zip([jaxpr.invars[i] for i in kept], flat_args):
             env[var] = arg
         for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(v) for v in eqn.invars]
@@ -179,13 +198,18 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                     jax.debug.inspect_array_sharding(out, callback=lambda s, key=(i, j): record(key, s))
         return [read(v) for v in jaxpr.outvars]
 
-    in_shardings = jax.tree_util.tree_leaves(
-        compiled.input_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
-    )
+    # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
+    parameters = program_inputs(compiled)
+    kept, pruned = parameters.kept, parameters.unread
+    all_shardings = input_shardings_flat(compiled)  # None at a pruned input
+    in_shardings = [all_shardings[i] for i in kept]
     out_shardings = jax.tree_util.tree_leaves(
         compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
     )
-    abstract_args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(closed.in_avals, in_shardings)]
+    abstract_args = [
+        jax.ShapeDtypeStruct(closed.in_avals[i].shape, closed.in_avals[i].dtype, sharding=s)
+        for i, s in zip(kept, in_shardings)
+    ]
     jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
         *abstract_args
     ).compile()

@@ -146,6 +146,10 @@ class LeafSharding:
     spec: str  # the sharding jit compiled it with
     given: str = ""  # inputs: the argument's own sharding ("" when not a jax.Array)
     matches: bool | None = None  # inputs: compiled == given (False: JAX moves the data on every call)
+    # inputs: the compiled program's entry parameter for it; None when the program never reads it (JAX
+    # pruned it: no parameter, no sharding, nothing transferred)
+    parameter: int | None = None
+    read: bool = True
 
 
 @dataclasses.dataclass
