@@ -441,3 +441,58 @@ def loop_invariant_draws(closed) -> list[tuple]:
         return []
     unique = {id(eqn): (eqn, enclosing, loop) for eqn, enclosing, loop in found}
     return list(unique.values())
+
+
+# A draw whose key depends on none of the program's inputs - made inside the function from a literal seed
+# (``key = jax.random.PRNGKey(0)`` in the step) or closed over from outside (a global key the function
+# captured) - is the same draw at every call of the compiled program: a dropout mask, noise or a sample that
+# never changes between training steps. JAX's key-reuse checker sees nothing: each call consumes its key once.
+
+_MAKERS = ("random_seed", "random_wrap")  # what turns a seed or raw data into a key
+
+
+def constant_key_draws(closed) -> list[tuple]:
+    """Draws (``random_bits``) outside any loop whose key depends on none of the program's inputs:
+    ``[(draw equation, enclosing equations outermost first, (the equation that made the key, its enclosing
+    equations) or None)]``.
+    A path the walk cannot map (a branch's operands, a loop) counts as depending on the inputs: nothing
+    is claimed there."""
+    program = getattr(closed, "jaxpr", closed)
+    found: list[tuple] = []
+    seen = [0]
+
+    def walk(jaxpr, varying: set, made: dict, enclosing: list) -> None:
+        for eqn in jaxpr.eqns:
+            seen[0] += 1
+            if seen[0] > _MAX_EQUATIONS or len(enclosing) > 8:
+                return
+            inputs = [v for v in eqn.invars if not is_literal_var(v)]
+            inputs_vary = any(id(v) in varying for v in inputs)
+            name = eqn.primitive.name
+            maker = next((made[id(v)] for v in inputs if id(v) in made), None)  # the first maker in the chain
+            if maker is None and name in _MAKERS and not inputs_vary:
+                maker = (eqn, list(enclosing))
+            if name == "random_bits" and not inputs_vary:
+                found.append((eqn, list(enclosing), maker))
+            subs = compat.sub_jaxprs(eqn) if name not in _LOOPS else []
+            for sub in subs:
+                inner = getattr(sub, "jaxpr", sub)
+                if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's
+                    pairs = list(zip(inner.invars, eqn.invars))
+                    inner_varying = {id(i) for i, o in pairs if not is_literal_var(o) and id(o) in varying}
+                    inner_made = {id(i): made[id(o)] for i, o in pairs if not is_literal_var(o) and id(o) in made}
+                else:  # not mapped: all of it varies as soon as anything given to it does
+                    inner_varying = {id(i) for i in inner.invars} if inputs_vary or inputs else set()
+                    inner_made = {}
+                walk(inner, inner_varying, inner_made, [*enclosing, eqn])
+            if inputs_vary or name in _LOOPS:
+                varying.update(id(v) for v in eqn.outvars)
+            if maker is not None:
+                made.update({id(v): maker for v in eqn.outvars})
+
+    try:
+        walk(program, {id(v) for v in program.invars}, {}, [])
+    except Exception:  # another jaxpr layout: nothing found, nothing claimed
+        return []
+    unique = {id(eqn): (eqn, enclosing, maker) for eqn, enclosing, maker in found}
+    return list(unique.values())

@@ -474,7 +474,7 @@ def _key_findings(report: DoctorReport) -> list[Finding]:
                 provenance=r.provenance,
             )
         )
-    for draw in [*keys.shared, *keys.new_loop_draws]:  # the same numbers in every element / every pass
+    for draw in keys.same_numbers_draws:  # the same numbers in every element / pass / call
         found.append(
             _finding(
                 "keys", draw.text, short=draw.short, line=draw.line, fix=draw.fix or FIX, provenance=draw.provenance

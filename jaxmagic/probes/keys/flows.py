@@ -12,7 +12,7 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
-from jaxmagic.probes.keys.report import KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
+from jaxmagic.probes.keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
 from jaxmagic.report.source import line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
@@ -28,8 +28,9 @@ class KeyWatch(jit_calls.CallObserver):
         self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
         self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
         self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
-        # (search, function, file, line, api) -> finding: shared-key and loop draws, one per place
-        self.draw_findings: dict[tuple, SharedKeyDraw | LoopKeyDraw] = {}
+        self.constants_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
+        # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
+        self.draw_findings: dict[tuple, SharedKeyDraw | LoopKeyDraw | ConstantKeyDraw] = {}
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
@@ -37,6 +38,7 @@ class KeyWatch(jit_calls.CallObserver):
             return
         self._shared_draws(name, params)
         self._loop_draws(name, params)
+        self._constant_draws(name, params)
         legacy = self._legacy_arguments(params)
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
@@ -86,6 +88,20 @@ class KeyWatch(jit_calls.CallObserver):
 
         self._draws_of_program(
             name, params, self.loops_seen, prng_checks.loop_invariant_draws, finding, self.report.loop_draws
+        )
+
+    def _constant_draws(self, name: str, params) -> None:
+        """Draws with a key made of constants inside the function (or closed over), searched once per program."""
+
+        def finding(line, api, provenance, maker) -> ConstantKeyDraw:
+            key_line = None
+            if maker is not None:  # the line of the user's that made the key (jax.random.PRNGKey(0))
+                made = attribution.of_equation(*maker).made_at
+                key_line = made if made is not None and made != line else None
+            return ConstantKeyDraw(name, api, line, key_line, 0, provenance)
+
+        self._draws_of_program(
+            name, params, self.constants_seen, prng_checks.constant_key_draws, finding, self.report.constant_draws
         )
 
     def _draws_of_program(self, name: str, params, searched: dict, search, make, into: list) -> None:
@@ -140,6 +156,7 @@ class KeyWatch(jit_calls.CallObserver):
         """Fill in each flow's most repeated key (rendered once, at the end)."""
         self.legacy_arguments.clear()
         self.shared_seen.clear()
+        self.constants_seen.clear()
         for key, flow in self.flows.items():
             seen = self.seen.get(key)
             if seen:

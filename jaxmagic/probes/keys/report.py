@@ -208,6 +208,44 @@ class LoopKeyDraw:
 
 
 @dataclasses.dataclass
+class ConstantKeyDraw:
+    """A draw whose key depends on none of the jitted function's arguments: every call, the same numbers."""
+
+    function: str  # the jitted function of yours whose program has it
+    api: str  # "jax.random.bernoulli"
+    line: SourceLine | None = None
+    key_line: SourceLine | None = None  # where the key was made inside the function (None: closed over)
+    calls: int = 0
+    provenance: Provenance | None = None
+
+    @property
+    def short(self) -> str:
+        return f"`{self.api}` with the same key at every call of `{self.function}`"
+
+    @property
+    def text(self) -> str:
+        where = f" at {self.line.where}" if self.line else ""
+        if self.key_line is not None:
+            made = f"a key made inside `{self.function}` from constants (`{self.key_line.code}`, {self.key_line.where})"
+        else:
+            made = f"a key `{self.function}` closes over (not one of its arguments)"
+        return (
+            f"`{self.api}`{where} draws with {made}: the compiled program draws the same numbers at every "
+            f"call - {self.calls} calls here"
+        )
+
+    @property
+    def fix(self) -> str:
+        return (
+            f"If the numbers should differ between calls (dropout, noise, sampling), give `{self.function}` the "
+            "key as an argument and split it outside for each call (`key, sub = jax.random.split(key)`, then "
+            f"`{self.function}(..., sub)`), or fold a step number given as an argument in "
+            "(`jax.random.fold_in(key, step)`). If they are meant to be the same at every call (a fixed random "
+            "projection), nothing is wrong."
+        )
+
+
+@dataclasses.dataclass
 class LegacyKeyUse:
     api: str  # the jax.random function given a raw key: "normal"
     line: SourceLine | None = None
@@ -226,6 +264,8 @@ class KeyReport(Report):
     # keys was consumed twice (numpyro's MCMC.run given one fresh key), so they are told, not counted
     library_reuse: list[KeyReuse] = dataclasses.field(default_factory=list)
     loop_draws: list[LoopKeyDraw] = dataclasses.field(default_factory=list)  # same key at every pass of a loop
+    # a key made from constants inside a jitted function (or closed over): the same draw at every call
+    constant_draws: list[ConstantKeyDraw] = dataclasses.field(default_factory=list)
     flows: list[KeyFlow] = dataclasses.field(default_factory=list)
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
@@ -243,6 +283,24 @@ class KeyReport(Report):
         with as it is, in a loop body, is both)."""
         reused = {(r.reused_at.filename, r.reused_at.lineno) for r in self.reuse if r.reused_at is not None}
         return [d for d in self.loop_draws if d.line is None or (d.line.filename, d.line.lineno) not in reused]
+
+    @property
+    def repeated_constant_draws(self) -> list[ConstantKeyDraw]:
+        """Draws with a key made of constants in a function called more than once here (called once, a
+        fixed seed is just a seed), except on a line a reuse or loop finding names already."""
+        named = {(r.reused_at.filename, r.reused_at.lineno) for r in self.reuse if r.reused_at is not None}
+        named |= {(d.line.filename, d.line.lineno) for d in self.loop_draws if d.line is not None}
+        return [
+            d
+            for d in self.constant_draws
+            if d.calls > 1 and (d.line is None or (d.line.filename, d.line.lineno) not in named)
+        ]
+
+    @property
+    def same_numbers_draws(self) -> list[SharedKeyDraw | LoopKeyDraw | ConstantKeyDraw]:
+        """Every draw that gives the same numbers where they should differ - in each element of a vmapped
+        batch, at each pass of a loop, at each call: what the doctor and the watch report as findings."""
+        return [*self.shared, *self.new_loop_draws, *self.repeated_constant_draws]
 
     def flow(self, function: str) -> KeyFlow | None:
         """The key flow of ``function`` (the first argument that carries keys)."""
@@ -266,8 +324,7 @@ class KeyReport(Report):
         found = [act(f"key reused by `{r.consumer}`") for r in self.reuse]
         found += [act(f"`{f.function}` got the same key") for f in self.repeated_flows]
         found += [act(f"`jax.random.{d.api}` got the same key") for d in self.repeated_draws]
-        found += [act(draw.short) for draw in self.shared]
-        found += [act(draw.short) for draw in self.new_loop_draws]
+        found += [act(draw.short) for draw in self.same_numbers_draws]
         return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
@@ -300,6 +357,8 @@ class KeyReport(Report):
             parts.append(shared.text + ".")
         for loop_draw in self.new_loop_draws[:2]:
             parts.append(loop_draw.text + ".")
+        for constant_draw in self.repeated_constant_draws[:2]:
+            parts.append(constant_draw.text + ".")
         if self.legacy and not parts:
             n = sum(u.count for u in self.legacy)
             parts.append(
@@ -389,6 +448,12 @@ class KeyReport(Report):
                 blocks += provenance_blocks(loop_draw.provenance, "the draw")
             blocks.append(Paragraph(loop_draw.fix))
             sections.append(Section("The same key at every pass of a loop", blocks))
+        for constant_draw in self.repeated_constant_draws[:4]:
+            blocks = [Paragraph(constant_draw.text + ".")]
+            if constant_draw.provenance is not None:
+                blocks += provenance_blocks(constant_draw.provenance, "the draw")
+            blocks.append(Paragraph(constant_draw.fix))
+            sections.append(Section("The same key at every call", blocks))
         for shared in self.shared[:4]:
             blocks = [Paragraph(shared.text + ".")]
             if shared.provenance is not None:

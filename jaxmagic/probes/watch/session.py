@@ -370,7 +370,7 @@ class Watch:
                 provenance=r.provenance,
                 next_magic="%%jax_keys",
             )
-        for draw in [*keys.shared, *keys.new_loop_draws]:  # the same numbers in every element / every pass
+        for draw in keys.same_numbers_draws:  # the same numbers in every element / pass / call
             found += self._new(
                 ("random keys", draw.function, draw.api, draw.line.lineno if draw.line else 0),
                 area="random keys",
