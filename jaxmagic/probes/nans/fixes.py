@@ -223,7 +223,7 @@ def nan_fixes(report: NanReport) -> tuple[str, list[FixTrial]]:
         fixes.append(FixTrial("jitter", f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
     if SUGGESTION in text:  # a fix in words that rewrites the line (a cause alone is no fix)
         fixes.append(untried("", NOT_TRIED))
-    if IN_FLOAT32 in text:
+    if IN_FLOAT32_NOT_TRIED in text:
         fixes.append(untried(IN_FLOAT32, IN_FLOAT32_NOT_TRIED))
     return text, fixes
 
@@ -280,9 +280,9 @@ def _guarded_division(choice: Choice, library: str, what: str) -> str:
     return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
 
 
-# The other fix of a constant a low-precision dtype cannot hold: the whole computation in float32. Trying it
-# would trace the user's function again on float32 values, which runs their Python again.
-IN_FLOAT32 = "keep the parameters (and optimizer state) in float32"
+# The other fix of a constant a low-precision dtype cannot hold: the computation in float32. Trying it would
+# trace the user's function again on float32 values, which runs their Python again.
+IN_FLOAT32 = "the values in float32"
 IN_FLOAT32_NOT_TRIED = "it changes the dtype your code gives the program, and trying it would run your Python again"
 
 
@@ -307,7 +307,11 @@ def _lost_constant_fix(report: NanReport, p: NanProducer, library: str, code: st
     in_place = f"(the program evaluated again with {value} in place of that constant)"
     tried = choice.tried_text.replace(": ", f" {in_place}: ", 1)
     failed = f" {choice.failed_text}" if choice.failed_text else ""
-    alternative = f" Or {IN_FLOAT32} (not tried: {IN_FLOAT32_NOT_TRIED})."
+    alternative = (
+        f" Or keep what your line gives `{library}` (and the state it keeps) in float32"
+        if owned
+        else " Or compute it in float32 - `v.astype(jnp.float32)` for each value `v` given to it"
+    ) + f" (not tried: {IN_FLOAT32_NOT_TRIED})."
     if fix.code.startswith(f"{library}("):
         return (
             f"{what} Give `{lost.written}` a value {lost.dtype} holds where `{library}` is made (to it, or to the "

@@ -97,7 +97,7 @@ def _lost(eqn, k: int, literal) -> LostConstant | None:
         return None
     found = LostConstant(eqn.primitive.name, k, dtype, "0.0", smallest=smallest_positive(dtype))
     _read_source(found, eqn, k)
-    return found
+    return None if found.written_value == 0.0 else found  # the source wrote 0: nothing was lost
 
 
 def _read_source(found: LostConstant, eqn, k: int) -> None:
@@ -122,7 +122,7 @@ def _read_source(found: LostConstant, eqn, k: int) -> None:
         return
     written = operands[k]
     found.expression = part
-    found.written = ast.unparse(written)
+    found.written = ast.get_source_segment(part, written) or ast.unparse(written)
     try:
         number = ast.literal_eval(written)
     except (ValueError, SyntaxError):

@@ -652,10 +652,12 @@ def _constant_trial(
 ) -> FixTrial:
     """The constant the dtype held as 0 replaced by the nearest epsilon it holds (float16: 1e-4), the
     program evaluated again: the fix written where the constant is (``+ 1e-4``, a library's ``eps=1e-4``)."""
-    value = representable_eps(lost.written_value or DIVISION_EPS, lost.dtype)
+    # the usual epsilon of a denominator when the dtype holds it (bfloat16 holds 1e-8), else the power of ten
+    # just above the dtype's smallest normal number; never one smaller than what was written
+    value = max(representable_eps(abs(lost.written_value or 0.0), lost.dtype), representable_eps(DIVISION_EPS, lost.dtype))
     lost.replacement = value
     code = f"{value:g}"
-    if lost.expression and lost.written:
+    if lost.expression and lost.written and lost.written in lost.expression:
         head, _, tail = (
             lost.expression.rpartition(lost.written) if lost.operand else lost.expression.partition(lost.written)
         )
