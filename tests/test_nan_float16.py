@@ -71,7 +71,10 @@ def test_optax_adam_in_float16_names_its_eps_that_float16_holds_as_0_and_tries_o
         "the constant added to it (`eps`, 1e-08 by default in `optax.scale_by_adam`) is 0.0 in float16: "
         "float16 cannot hold numbers below ~6e-08" in first
     )
-    assert "`eps=0.0001`" in first and "0.0001 in place of that constant): `div` finite, and the call's outputs finite" in first
+    assert (
+        "`eps=0.0001`" in first
+        and "0.0001 in place of that constant): `div` finite, and the call's outputs finite" in first
+    )
     assert "(not tried: it changes the dtype" in first
 
 
@@ -100,7 +103,9 @@ def test_a_users_epsilon_that_its_dtype_holds_as_0_is_replaced_on_the_line_by_on
     assert constant["code"] == f"jnp.sqrt(v) + {holds}" and constant["offered"]
     assert constant["result"] == "finite" and constant["call_result"] == "finite"
     first = " ".join(_first_lines(report).split())
-    assert f"the constant added to it (`{eps}`) is 0.0 in {dtype}: {dtype} cannot hold numbers below ~{smallest}" in first
+    assert (
+        f"the constant added to it (`{eps}`) is 0.0 in {dtype}: {dtype} cannot hold numbers below ~{smallest}" in first
+    )
     assert f"Use an epsilon {dtype} holds: `jnp.sqrt(v) + {holds}` in place of `jnp.sqrt(v) + {eps}`" in first
     assert "Tried on the values of" in first
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import sys
 
-from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FINITE_FILL, FLOAT32, FixTrial
+from jaxmagic.probes._support.fixes.values import FINITE_FILL, FLOAT32, FixTrial
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, lost_constant_cause, overflowed
-from jaxmagic.probes.nans.library_parameters import library_object, parameter_default, parameters_of
+from jaxmagic.probes.nans.library_parameters import library_object, parameters_of
 from jaxmagic.probes.nans.report import NanReport
 from jaxmagic.probes.nans.tried_fixes import Choice, choose, untried
 from jaxmagic.report import SourceLine

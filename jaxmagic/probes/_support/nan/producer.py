@@ -54,8 +54,8 @@ import numpy as np
 from jaxmagic._jax import compat, finite_flags, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
 from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FixTrial, representable_eps, try_constant, try_fixes
-from jaxmagic.probes._support.nan import lost_constant
 from jaxmagic.probes._support.kept_state import kept
+from jaxmagic.probes._support.nan import lost_constant
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -654,7 +654,9 @@ def _constant_trial(
     program evaluated again: the fix written where the constant is (``+ 1e-4``, a library's ``eps=1e-4``)."""
     # the usual epsilon of a denominator when the dtype holds it (bfloat16 holds 1e-8), else the power of ten
     # just above the dtype's smallest normal number; never one smaller than what was written
-    value = max(representable_eps(abs(lost.written_value or 0.0), lost.dtype), representable_eps(DIVISION_EPS, lost.dtype))
+    value = max(
+        representable_eps(abs(lost.written_value or 0.0), lost.dtype), representable_eps(DIVISION_EPS, lost.dtype)
+    )
     lost.replacement = value
     code = f"{value:g}"
     if lost.expression and lost.written and lost.written in lost.expression:
