@@ -75,10 +75,10 @@ def representable_eps(wanted: float, dtype) -> float:
     """``wanted`` when ``dtype`` holds it as a normal number, else the power of ten just above the dtype's
     smallest normal number: float16 turns 1e-8 into 0.0 and 1e-6 into a subnormal (which the CPU may flush
     to 0), so an epsilon for float16 is 1e-4 (optax#1754); bfloat16 holds 1e-8."""
-    import ml_dtypes  # deferred: a JAX dependency, imported with JAX only
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     try:
-        tiny = float(ml_dtypes.finfo(np.dtype(dtype)).tiny)
+        tiny = float(jnp.finfo(np.dtype(dtype)).tiny)
     except (TypeError, ValueError):
         return wanted
     return wanted if wanted >= tiny else float(10.0 ** math.ceil(math.log10(tiny)))

@@ -58,9 +58,9 @@ def low_precision(dtype: str) -> bool:
 
 def smallest_positive(dtype: str) -> float:
     """The dtype's smallest positive value (its smallest subnormal): float16's 5.96e-08."""
-    import ml_dtypes  # deferred: a JAX dependency, imported with JAX only
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
-    return float(ml_dtypes.finfo(dtype).smallest_subnormal)
+    return float(jnp.finfo(dtype).smallest_subnormal)
 
 
 def find(producer_eqn, made_by: dict) -> tuple[LostConstant, object] | None:
