@@ -10,6 +10,8 @@ tried by evaluating the program again with it in place (``_support/fixes/values.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -148,3 +150,47 @@ def test_a_float32_zero_denominator_says_nothing_about_precision():
     assert fixes["guard"]["offered"]
     rendered = render_text(report.document())
     assert "cannot hold" not in rendered and "in float16" not in rendered and "holds" not in rendered
+
+
+def _adam_float16_step():
+    """optax#1754's reproducer as a jitted training step, with its arguments (a gradient of 0 at x[0])."""
+    optax = pytest.importorskip("optax")
+    params = {"w": jnp.ones((3,), jnp.float16)}
+    tx = optax.adam(1e-3)
+
+    def loss(p, x):
+        return jnp.sum((p["w"] * x) ** 2)
+
+    @jax.jit
+    def step(p, s, x):
+        g = jax.grad(loss)(p, x)
+        u, s = tx.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
+    return step, (params, tx.init(params), jnp.array([0.0, 1e-4, 1.0], jnp.float16))
+
+
+def test_the_doctor_says_the_same_cause_and_fix_for_adam_in_float16():
+    step, arguments = _adam_float16_step()
+    with probes.doctor() as report:
+        step(*arguments)
+    (finding,) = [f for f in report.to_dict()["findings"] if f["area"] == "NaN"]
+    assert "is 0.0 in float16: float16 cannot hold numbers below ~6e-08" in finding["fix"]
+    assert "`eps=0.0001`" in finding["fix"]
+
+
+def test_the_watch_says_the_same_cause_and_fix_for_adam_in_float16():
+    from jaxmagic.probes.watch import Watch
+
+    step, arguments = _adam_float16_step()
+    watch = Watch()
+    watch.begin_cell("adam in float16")
+    try:
+        step(*arguments)
+        cell = watch.end_cell()
+    finally:
+        watch.close()
+    (finding,) = [f for f in cell.findings if f.area == "NaN"]
+    text = " ".join(str(value) for value in dataclasses.asdict(finding).values())
+    assert "is 0.0 in float16: float16 cannot hold numbers below ~6e-08" in text
+    assert "`eps=0.0001`" in text

@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxmagic._jax import compat
 from jaxmagic.report import SourceLine
+from jaxmagic.report.source import code_kind
 
 # The floating dtypes narrow enough that a usual epsilon (1e-8, 1e-6) may not survive the conversion
 LOW_PRECISION = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
@@ -103,7 +104,10 @@ def _lost(eqn, k: int, literal) -> LostConstant | None:
 def _read_source(found: LostConstant, eqn, k: int) -> None:
     """The operand's text and value from the columns of the equation's innermost frame (its own code: the
     user's or a library's)."""
-    frame = compat.user_frame(eqn.source_info.traceback)
+    # the innermost frame outside jaxmagic: a search traces under ``compat.tracing_where_traced``, whose own
+    # frame records each traceback
+    frames = compat.user_frames(eqn.source_info.traceback)
+    frame = next((f for f in frames if code_kind(f.file_name) != "jaxmagic"), None)
     if frame is None or frame.start_line != frame.end_line:
         return
     text = linecache.getline(frame.file_name, frame.start_line)
