@@ -233,7 +233,15 @@ def nan_fix(report: NanReport) -> str:
     fix the producer search could try on the values is offered only when it made them finite. An
     operation inside a library's own code that no rule fixes is said to be the library's, with what the
     user's line gives it: never a rewrite of code the user cannot edit."""
-    return _fix_by_rule(report) or _inside_library_fix(report.producer)
+    p = report.producer
+    for trial in p.fix_trials if p is not None else []:
+        trial.offered = False
+    lost = lost_constant_cause(p) if p is not None and p.phase == "forward" and not p.derivative else ""
+    if p is not None and lost:  # the cause seen in the program first: the constant its dtype holds as 0
+        fixed = _lost_constant_fix(report, p, lost)
+        if fixed:
+            return fixed
+    return _fix_by_rule(report) or _inside_library_fix(p)
 
 
 def _inside_library_fix(p: NanProducer | None) -> str:
@@ -285,24 +293,25 @@ IN_FLOAT32 = "the values in float32"
 IN_FLOAT32_NOT_TRIED = "it changes the dtype your code gives the program, and trying it would run your Python again"
 
 
-def _lost_constant_fix(report: NanReport, p: NanProducer, library: str, code: str, lost_cause: str) -> str:
-    """A 0 denominator that the constant added to it should have kept away from 0, had its low-precision dtype
-    held it (``+ 1e-8`` in float16, Optax's default ``eps``): the same constant with a value the dtype holds,
-    tried by evaluating the program again with it in place; else the guard, as for any zero denominator."""
+def _lost_constant_fix(report: NanReport, p: NanProducer, lost_cause: str) -> str:
+    """A 0 that the constant added to it should have kept away from 0, had its low-precision dtype held it
+    (``+ 1e-8`` in float16, Optax's default ``eps``): the same constant with a value the dtype holds, tried by
+    evaluating the program again with it in place. "" when that trial did not make it finite (the operation's
+    own rule then speaks, the cause said with it)."""
     lost = p.lost_constant
     assert lost is not None, "a lost-constant cause is said only of a producer that has one"
+    library = p.library_function
     value = f"{lost.replacement:g}"
     owned = _library_owned(library)
-    inside = f" inside `{library}`" if owned else ""
-    what = f"The denominator{inside}{code} was 0 ({p.description}): {lost_cause}."
     if owned and lost.written in parameters_of(library_object(library, stop_at_class=False)):
         for trial in p.fix_trials:
             if trial.key == "constant":  # what the user writes: the library's parameter, not its line
                 trial.code = f"{library}(..., {lost.written}={value})"
-    choice = choose(report, p, ["constant"] if owned else ["constant", "guard"], naive=("eps",))
+    choice = choose(report, p, ["constant"], naive=("eps",))
     fix = choice.offered
-    if fix is None or fix.key != "constant":
-        return _guarded_division(choice, library, what) if not owned or fix is None else what
+    if fix is None:
+        return ""
+    what = _lost_zero(p, lost_cause)
     in_place = f"(the program evaluated again with {value} in place of that constant)"
     tried = choice.tried_text.replace(": ", f" {in_place}: ", 1)
     failed = f" {choice.failed_text}" if choice.failed_text else ""
@@ -311,19 +320,33 @@ def _lost_constant_fix(report: NanReport, p: NanProducer, library: str, code: st
         if owned
         else " Or compute it in float32 - `v.astype(jnp.float32)` for each value `v` given to it"
     ) + f" (not tried: {IN_FLOAT32_NOT_TRIED})."
-    if fix.code.startswith(f"{library}("):
+    if owned and fix.code.startswith(f"{library}("):
         return (
             f"{what} Give `{lost.written}` a value {lost.dtype} holds where `{library}` is made (to it, or to the "
             f"optimizer or layer you built that makes it): `{lost.written}={value}`. {tried}{failed}{alternative}"
+        )
+    if owned:  # the constant is the library's and no parameter of it was found by that name: evidence only
+        fix.offered = False
+        return (
+            f"{what} It is {library.split('.')[0]}'s constant, not yours: with {value} in its place "
+            f"{tried[0].lower()}{tried[1:]}{alternative}"
         )
     written = f" in place of `{lost.expression}`" if lost.expression else ""
     return f"{what} Use an epsilon {lost.dtype} holds: `{fix.code}`{written}. {tried}{failed}{alternative}"
 
 
+def _lost_zero(p: NanProducer, lost_cause: str) -> str:
+    """ "The denominator inside `optax.scale_by_adam` (`tx.update(g, s, p)`) was 0 (...): the constant ..." """
+    library = p.library_function
+    inside = f" inside `{library}`" if _library_owned(library) else ""
+    code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+    if p.primitive in ("div", "rem"):
+        return f"The denominator{inside}{code} was 0 ({p.description}): {lost_cause}."
+    return f"{p.description}{inside}{code}: {lost_cause}."
+
+
 def _fix_by_rule(report: NanReport) -> str:
     p = report.producer
-    for trial in p.fix_trials if p is not None else []:
-        trial.offered = False
     if p is None:
         if report.primitive in FORWARD_CAUSES and report.phase == "forward":
             return (
@@ -445,12 +468,12 @@ def _fix_by_rule(report: NanReport) -> str:
         den = p.operands[1]
         if p.derivative:
             return ""  # a derivative's own division: the cases above name the ones known
-        lost = lost_constant_cause(p)
-        if lost:
-            return _lost_constant_fix(report, p, library, code, lost)
-        choice = choose(report, p, ["guard"], naive=("eps",))
+        lost = lost_constant_cause(p)  # its constant in a value the dtype holds did not make it finite
+        choice = choose(report, p, ["guard"], naive=("eps", "constant") if lost else ("eps",))
         what = (
-            f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
+            _lost_zero(p, lost)
+            if lost
+            else f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
             "an all-padding batch."
             if den.made_by in ("reduce_sum", "add", "add_any") and not _library_owned(library)
             else f"The denominator{code} was 0 ({p.description})."
