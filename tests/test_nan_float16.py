@@ -194,3 +194,24 @@ def test_the_watch_says_the_same_cause_and_fix_for_adam_in_float16():
     text = " ".join(str(value) for value in dataclasses.asdict(finding).values())
     assert "is 0.0 in float16: float16 cannot hold numbers below ~6e-08" in text
     assert "`eps=0.0001`" in text
+
+
+def test_a_layer_norm_epsilon_float16_holds_as_0_is_named_for_rsqrt_too():
+    # DeepSpeed#581 ("an epsilon lost to a half-precision variance"): rsqrt(var + 1e-8) of a constant row in
+    # float16 is rsqrt(0) = inf - the same cause, said by the same mechanism for a root as for a division
+    @jax.jit
+    def layer_norm(x):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-8)
+
+    with pytest.raises(FloatingPointError):
+        with probes.nans(infs=True) as report:
+            layer_norm(jnp.ones((2, 4), jnp.float16))
+    data = report.to_dict()
+    assert data["producer"]["primitive"] == "rsqrt" and data["producer"]["lost_constant"]["written"] == "1e-8"
+    constant = _by_key(data)["constant"]
+    assert constant["code"] == "var + 0.0001" and constant["offered"] and constant["call_result"] == "finite"
+    first = " ".join(_first_lines(report).split())
+    assert "the constant added to it (`1e-8`) is 0.0 in float16" in first
+    assert "Use an epsilon float16 holds: `var + 0.0001` in place of `var + 1e-8`" in first
