@@ -215,3 +215,21 @@ def test_a_layer_norm_epsilon_float16_holds_as_0_is_named_for_rsqrt_too():
     first = " ".join(_first_lines(report).split())
     assert "the constant added to it (`1e-8`) is 0.0 in float16" in first
     assert "Use an epsilon float16 holds: `var + 0.0001` in place of `var + 1e-8`" in first
+
+
+def test_a_lost_epsilon_inside_a_scan_body_is_tried_with_the_loop_run_again():
+    @jax.jit
+    def normalise_rows(xs, vs):
+        def body(carry, row):
+            x, v = row
+            return carry, x / (jnp.sqrt(v) + 1e-8)
+
+        return jax.lax.scan(body, 0.0, (xs, vs))[1]
+
+    rows = jnp.ones((3, 2), jnp.float16).at[1].set(0.0)
+    report, data = _nans(lambda: normalise_rows(rows, rows))
+    constant = _by_key(data)["constant"]
+    assert constant["offered"] and constant["call_result"] == "finite"
+    assert constant["result"] == "not observed (it runs inside a loop)"  # the loop body runs traced
+    first = " ".join(_first_lines(report).split())
+    assert "`div` not observed (it runs inside a loop); the call's outputs finite" in first
