@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jaxmagic.probes._support.nan.producer import NanProducer
+from jaxmagic.probes.nans.library_parameters import parameter_default
 
 # What usually makes each primitive produce NaN/inf in a forward computation.
 FORWARD_CAUSES = {
@@ -49,3 +50,28 @@ def is_a_fix(text: str) -> bool:
     cause alone as "`exp`: typically ...", which must not be shown as the report's fix)."""
     head = text.split(":", 1)
     return bool(text) and not (len(head) == 2 and head[1].lstrip().startswith("typically "))
+
+
+_VERB = {"add": "added to it", "add_any": "added to it", "sub": "subtracted from it", "max": "it was floored at"}
+
+
+def lost_constant_cause(p: NanProducer) -> str:
+    """Why the zero operand was 0 when the program adds a constant to it that its low-precision dtype holds as
+    0.0 (``lost_constant``): "the constant added to it (`1e-8`) is 0.0 in float16: float16 cannot hold numbers
+    below ~6e-08". Only what was seen: the number when the source wrote one, a library parameter's default
+    said to be its default; "" when there is no such constant or the source wrote 0."""
+    lost = p.lost_constant
+    if lost is None or lost.written_value == 0.0:
+        return ""
+    verb = _VERB.get(lost.operation, "used")
+    cannot = f"{lost.dtype} cannot hold numbers below ~{lost.smallest:.0e}"
+    if lost.observed_lost:
+        return f"the constant {verb} (`{lost.written}`) is 0.0 in {lost.dtype}: {cannot}"
+    default = parameter_default(p.library_function, lost.written) if lost.written and p.library_function else None
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and 0 < abs(default) < lost.smallest / 2:
+        return (
+            f"the constant {verb} (`{lost.written}`, {default:g} by default in `{p.library_function}`) is "
+            f"0.0 in {lost.dtype}: {cannot}"
+        )
+    named = f" (`{lost.written}`)" if lost.written else ""
+    return f"the constant {verb}{named} is 0.0 in {lost.dtype}, so it does not keep the value from 0 ({cannot})"

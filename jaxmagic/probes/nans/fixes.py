@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import sys
 
-from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FINITE_FILL, FLOAT32, FixTrial
+from jaxmagic.probes._support.fixes.values import FINITE_FILL, FLOAT32, FixTrial
 from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes.nans.causes import FORWARD_CAUSES, overflowed
+from jaxmagic.probes.nans.causes import FORWARD_CAUSES, lost_constant_cause, overflowed
+from jaxmagic.probes.nans.library_parameters import library_object, parameters_of
 from jaxmagic.probes.nans.report import NanReport
-from jaxmagic.probes.nans.tried_fixes import choose, untried
+from jaxmagic.probes.nans.tried_fixes import Choice, choose, untried
 from jaxmagic.report import SourceLine
 
 _ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")
@@ -108,36 +108,12 @@ def _operand_float(p: NanProducer) -> float | None:
         return None
 
 
-def _library_object(library: str, stop_at_class: bool) -> object | None:
-    """The object a public dotted name (``optax.softmax_cross_entropy``, ``haiku.LayerNorm.__call__``)
-    names, read from the modules already imported (nothing is imported); with ``stop_at_class``, the class
-    of a method. None when not found."""
-    parts = library.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        value: object = sys.modules.get(".".join(parts[:end]))
-        if value is None:
-            continue
-        for name in parts[end:]:
-            if stop_at_class and isinstance(value, type):
-                break
-            value = getattr(value, name, None)
-        return value
-    return None
-
-
-def _parameters(value: object) -> dict:
-    try:
-        return dict(inspect.signature(value).parameters) if callable(value) else {}
-    except (TypeError, ValueError):
-        return {}
-
-
 def _layer_epsilon(library: str) -> tuple[str, object] | None:
     """``(name, default)`` of the parameter of a library's layer (``haiku.LayerNorm``,
     ``equinox.nn.LayerNorm.__call__``, ``flax.nnx.LayerNorm``) that keeps its 1/sqrt finite: ``eps`` or
     ``epsilon``, read from the class's signature; None when the function is no such layer's."""
-    layer = _library_object(library, stop_at_class=True)
-    parameters = _parameters(layer) if isinstance(layer, type) else {}
+    layer = library_object(library, stop_at_class=True)
+    parameters = parameters_of(layer) if isinstance(layer, type) else {}
     for name in ("eps", "epsilon"):
         if name in parameters:
             default = parameters[name].default
@@ -193,7 +169,7 @@ def _written_inf_fix(report: NanReport, p: NanProducer, library: str, code: str)
         f"Your line {written.lineno} (`{written.code.strip()}`) wrote an inf that `{p.primitive}`"
         f"{' inside `' + library + '`' if library else ''} turned into NaN{code}: no operation made the inf."
     ]
-    if library and "where" in _parameters(_library_object(library, stop_at_class=False)):
+    if library and "where" in parameters_of(library_object(library, stop_at_class=False)):
         parts.append(
             f"`{library}` takes the mask itself: pass it as `where=` (e.g. `{library}(logits, labels, "
             "where=valid)`) and leave the values finite; masked entries are then left out of the sum." + SUGGESTION
@@ -246,6 +222,8 @@ def nan_fixes(report: NanReport) -> tuple[str, list[FixTrial]]:
         fixes.append(FixTrial("jitter", f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
     if SUGGESTION in text:  # a fix in words that rewrites the line (a cause alone is no fix)
         fixes.append(untried("", NOT_TRIED))
+    if IN_FLOAT32_NOT_TRIED in text:
+        fixes.append(untried(IN_FLOAT32, IN_FLOAT32_NOT_TRIED))
     return text, fixes
 
 
@@ -255,7 +233,15 @@ def nan_fix(report: NanReport) -> str:
     fix the producer search could try on the values is offered only when it made them finite. An
     operation inside a library's own code that no rule fixes is said to be the library's, with what the
     user's line gives it: never a rewrite of code the user cannot edit."""
-    return _fix_by_rule(report) or _inside_library_fix(report.producer)
+    p = report.producer
+    for trial in p.fix_trials if p is not None else []:
+        trial.offered = False
+    lost = lost_constant_cause(p) if p is not None and p.phase == "forward" and not p.derivative else ""
+    if p is not None and lost:  # the cause seen in the program first: the constant its dtype holds as 0
+        fixed = _lost_constant_fix(report, p, lost)
+        if fixed:
+            return fixed
+    return _fix_by_rule(report) or _inside_library_fix(p)
 
 
 def _inside_library_fix(p: NanProducer | None) -> str:
@@ -277,21 +263,90 @@ def _as_called(library: str) -> str:
     """How the user calls a library's callable, with its parameters: ``optax.clip_by_global_norm(max_norm)``,
     ``numpyro.distributions.Gamma(concentration, rate, validate_args).log_prob(value)``."""
     own = ("self", "args", "kwargs")
-    function = _library_object(library, stop_at_class=False)
-    owner = _library_object(library, stop_at_class=True)
+    function = library_object(library, stop_at_class=False)
+    owner = library_object(library, stop_at_class=True)
     if isinstance(owner, type) and owner is not function:  # a method: the class built, then the method called
-        built = ", ".join(name for name in _parameters(owner) if name not in own)
+        built = ", ".join(name for name in parameters_of(owner) if name not in own)
         method = library.rsplit(".", 1)
-        given = ", ".join(name for name in _parameters(function) if name not in own)
+        given = ", ".join(name for name in parameters_of(function) if name not in own)
         return f"`{method[0]}({built}).{method[1]}({given})`"
-    names = ", ".join(name for name in _parameters(function) if name not in own)
+    names = ", ".join(name for name in parameters_of(function) if name not in own)
     return f"`{library}({names})`"
+
+
+def _guarded_division(choice: Choice, library: str, what: str) -> str:
+    """A 0 denominator guarded by ``jnp.where`` where the user can write it; in a library's code the guard's
+    trial is evidence only (``_inside_library_division``)."""
+    if choice.offered is None:
+        return f"{what} {choice.tried_text}".rstrip()
+    failed = f" {choice.failed_text}" if choice.failed_text else ""
+    if _library_owned(library):
+        # the guard is evidence, not a fix the user can write: the fix table must not mark it offered
+        choice.offered.offered = False
+        return _inside_library_division(library, what, choice.offered.code, choice.tried_text)
+    return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
+
+
+# The other fix of a constant a low-precision dtype cannot hold: the computation in float32. Trying it would
+# trace the user's function again on float32 values, which runs their Python again.
+IN_FLOAT32 = "the values in float32"
+IN_FLOAT32_NOT_TRIED = "it changes the dtype your code gives the program, and trying it would run your Python again"
+
+
+def _lost_constant_fix(report: NanReport, p: NanProducer, lost_cause: str) -> str:
+    """A 0 that the constant added to it should have kept away from 0, had its low-precision dtype held it
+    (``+ 1e-8`` in float16, Optax's default ``eps``): the same constant with a value the dtype holds, tried by
+    evaluating the program again with it in place. "" when that trial did not make it finite (the operation's
+    own rule then speaks, the cause said with it)."""
+    lost = p.lost_constant
+    assert lost is not None, "a lost-constant cause is said only of a producer that has one"
+    library = p.library_function
+    value = f"{lost.replacement:g}"
+    owned = _library_owned(library)
+    if owned and lost.written in parameters_of(library_object(library, stop_at_class=False)):
+        for trial in p.fix_trials:
+            if trial.key == "constant":  # what the user writes: the library's parameter, not its line
+                trial.code = f"{library}(..., {lost.written}={value})"
+    choice = choose(report, p, ["constant"], naive=("eps",))
+    fix = choice.offered
+    if fix is None:
+        return ""
+    what = _lost_zero(p, lost_cause)
+    in_place = f"(the program evaluated again with {value} in place of that constant)"
+    tried = choice.tried_text.replace(": ", f" {in_place}: ", 1)
+    failed = f" {choice.failed_text}" if choice.failed_text else ""
+    alternative = (
+        f" Or keep what your line gives `{library}` (and the state it keeps) in float32"
+        if owned
+        else " Or compute it in float32 - `v.astype(jnp.float32)` for each value `v` given to it"
+    ) + f" (not tried: {IN_FLOAT32_NOT_TRIED})."
+    if owned and fix.code.startswith(f"{library}("):
+        return (
+            f"{what} Give `{lost.written}` a value {lost.dtype} holds where `{library}` is made (to it, or to the "
+            f"optimizer or layer you built that makes it): `{lost.written}={value}`. {tried}{failed}{alternative}"
+        )
+    if owned:  # the constant is the library's and no parameter of it was found by that name: evidence only
+        fix.offered = False
+        return (
+            f"{what} It is {library.split('.')[0]}'s constant, not yours: with {value} in its place "
+            f"{tried[0].lower()}{tried[1:]}{alternative}"
+        )
+    written = f" in place of `{lost.expression}`" if lost.expression else ""
+    return f"{what} Use an epsilon {lost.dtype} holds: `{fix.code}`{written}. {tried}{failed}{alternative}"
+
+
+def _lost_zero(p: NanProducer, lost_cause: str) -> str:
+    """ "The denominator inside `optax.scale_by_adam` (`tx.update(g, s, p)`) was 0 (...): the constant ..." """
+    library = p.library_function
+    inside = f" inside `{library}`" if _library_owned(library) else ""
+    code = f" (`{p.expression or p.line.code}`)" if p.line is not None and p.line.code else ""
+    if p.primitive in ("div", "rem"):
+        return f"The denominator{inside}{code} was 0 ({p.description}): {lost_cause}."
+    return f"{p.description}{inside}{code}: {lost_cause}."
 
 
 def _fix_by_rule(report: NanReport) -> str:
     p = report.producer
-    for trial in p.fix_trials if p is not None else []:
-        trial.offered = False
     if p is None:
         if report.primitive in FORWARD_CAUSES and report.phase == "forward":
             return (
@@ -413,23 +468,17 @@ def _fix_by_rule(report: NanReport) -> str:
         den = p.operands[1]
         if p.derivative:
             return ""  # a derivative's own division: the cases above name the ones known
-        dtype = den.dtype
-        why = {"eps": f"{DIVISION_EPS:g} is below the smallest {dtype} value, so den + {DIVISION_EPS:g} is den"}
-        choice = choose(report, p, ["guard"], why if dtype == "float16" else None, naive=("eps",))
+        lost = lost_constant_cause(p)  # its constant in a value the dtype holds did not make it finite
+        choice = choose(report, p, ["guard"], naive=("eps", "constant") if lost else ("eps",))
         what = (
-            f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
+            _lost_zero(p, lost)
+            if lost
+            else f"The denominator{code} is a sum that was 0 ({p.description}) - e.g. a mask with no entry set, "
             "an all-padding batch."
             if den.made_by in ("reduce_sum", "add", "add_any") and not _library_owned(library)
             else f"The denominator{code} was 0 ({p.description})."
         )
-        if choice.offered is None:
-            return f"{what} {choice.tried_text}".rstrip()
-        failed = f" {choice.failed_text}" if choice.failed_text else ""
-        if _library_owned(library):
-            # the guard is evidence, not a fix the user can write: the fix table must not mark it offered
-            choice.offered.offered = False
-            return _inside_library_division(library, what, choice.offered.code, choice.tried_text)
-        return f"{what} Guard that denominator: `{choice.offered.code}`. {choice.tried_text}{failed}"
+        return _guarded_division(choice, library, what)
     if p.primitive == "log" and p.operands and (not library or library.startswith("jax.nn.")):
         # the log of a probability computed first: it rounds to 0 long before its logarithm is out of range
         op = p.operands[0]

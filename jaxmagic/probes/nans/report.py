@@ -9,7 +9,7 @@ from jaxmagic.probes._support.nan.inside import InsideSearch
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.nans.causes import FORWARD_CAUSES, is_a_fix, overflowed
+from jaxmagic.probes.nans.causes import FORWARD_CAUSES, is_a_fix, lost_constant_cause, overflowed
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -332,6 +332,9 @@ class NanReport(Report):
         if p is not None and p.phase == "forward" and not p.derivative:
             cause = FORWARD_CAUSES.get(p.primitive)
             text = f"{p.description}" + (f": {cause}." if cause else ".")
+            lost = lost_constant_cause(p)
+            if lost:
+                text = f"{p.description}: {lost}." + (f" {cause[0].upper()}{cause[1:]}." if cause else "")
 
             return text
         if p is not None and p.user_rule:

@@ -30,6 +30,8 @@ def _outcome(trial: FixTrial, primitive: str) -> str:
     if not trial.tried:
         return trial.result
     made = f"`{primitive}` {trial.result}"  # "finite", "finite (largest 1.63e+05, ...)", "still inf at ..."
+    if trial.result.startswith("not observed") and trial.call_result:  # inside a loop: the call's outputs speak
+        return f"{made}; the call's outputs {trial.call_result}"
     if not trial.result.startswith("finite"):
         return made
     if not trial.call_result or trial.call_result.startswith("not tried"):

@@ -20,6 +20,7 @@ Python - ``pure_callback``, ``debug.print`` - is not re-run). A candidate is dat
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -27,7 +28,7 @@ import numpy as np
 from jaxmagic._jax import compat
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
-DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16)
+DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)
 FLOAT32 = "float32"  # the operation computed in float32: its result changes the dtype the program goes on in
 # elementwise operations (and a sum) that overflow half precision and carry no dtype in their parameters
 _WIDENED = ("mul", "add", "sub", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
@@ -70,6 +71,23 @@ def _float_value(value) -> bool:
     return _floats(dtype if dtype is not None else np.asarray(value).dtype)
 
 
+def representable_eps(wanted: float, dtype) -> float:
+    """``wanted`` when ``dtype`` holds it as a normal number, else the power of ten just above the dtype's
+    smallest normal number: float16 turns 1e-8 into 0.0 and 1e-6 into a subnormal (which the CPU may flush
+    to 0), so an epsilon for float16 is 1e-4 (optax#1754); bfloat16 holds 1e-8."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    try:
+        tiny = float(jnp.finfo(np.dtype(dtype)).tiny)
+    except (TypeError, ValueError):
+        return wanted
+    return wanted if wanted >= tiny else float(10.0 ** math.ceil(math.log10(tiny)))
+
+
+def _operation_dtype(inputs: list) -> str:
+    return next((str(v.dtype) for v in inputs if hasattr(v, "dtype") and _floats(v.dtype)), "float32")
+
+
 def candidates(eqn, inputs: list) -> list[_Candidate]:
     """The fixes that can be written for this operation on its input values, naive ones first (so that the
     report can say why the obvious fix does not do): each applies a transformation to the inputs, then
@@ -101,7 +119,7 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
             return compat.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
 
         return [_Candidate(FLOAT32, "v.astype(jnp.float32)", widened)]
-    eps = ADDED_EPS
+    eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
     if name in ("sqrt", "rsqrt"):
         return [
             _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
@@ -140,6 +158,7 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
         return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
     if name in ("div", "rem") and len(inputs) == 2:
         symbol = "/" if name == "div" else "%"
+        den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
 
         def guarded(ins: list) -> list:
             num, den = ins
@@ -150,8 +169,8 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
         return [
             _Candidate(
                 "eps",
-                f"num {symbol} (den + {DIVISION_EPS:g})",
-                lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + DIVISION_EPS]),
+                f"num {symbol} (den + {den_eps:g})",
+                lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
             ),
             _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
         ]
@@ -295,8 +314,10 @@ class _Replaced:
     replaced by ``fixed``: the other equations are bound as they are, the ones on the path are opened
     (a loop is run by ``lax.scan``/``lax.while_loop`` with its body evaluated this way, traced)."""
 
-    def __init__(self, target, on_path: set[int], fixed: Callable[[list], list]):
+    def __init__(self, target, on_path: set[int], fixed: Callable[[list], list], observed=None):
         self.target, self.on_path, self.fixed = target, on_path, fixed
+        self.observed = observed  # an equation whose outputs are kept (``seen``) as the program runs
+        self.seen: list = []
 
     def run(self, jaxpr, consts: list, args: list) -> list:
         env: dict = {}
@@ -314,6 +335,8 @@ class _Replaced:
                 outputs = self._open(eqn, inputs)
             else:
                 outputs = compat.bind_equation(eqn, inputs)
+            if eqn is self.observed:
+                self.seen = list(outputs)
             env.update(zip(eqn.outvars, outputs))
         return [read(v) for v in jaxpr.outvars]
 
@@ -408,6 +431,60 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
             bad += f" ({unfixed.removeprefix('still ')} without the fix)"
         trial.call_result = bad or "finite"
         trial.finite = not bad
+
+
+CONSTANT = "constant"  # the constant written into the program replaced by one its dtype holds
+
+
+def try_constant(
+    written, operand: int, value: float, code: str, producer, path, program, values: list, before: list | None
+) -> FixTrial:
+    """The program evaluated again with the constant operand ``operand`` of equation ``written`` (a
+    ``Literal``: an ``eps`` its dtype turned into 0) replaced by ``value`` in the same dtype: the producer's
+    outputs and the program's outputs finite? ``written`` sits beside ``producer`` (same ``path``). Only
+    JAX primitives run, as for every trial; never raises."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+    import jax.numpy as jnp
+
+    trial = FixTrial(CONSTANT, code)
+    jaxpr, consts = compat.closed_parts(program)
+    why = ""
+    if before is None:
+        why = "the program could not be evaluated"
+    elif _calls_python(jaxpr):
+        why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
+    elif any(position.kind == "while" for position in path):
+        why = "the operation is inside a while loop, and a changed value may change when (or whether) it ends"
+    elif _count(jaxpr) > MAX_CALL_EQUATIONS:
+        why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
+    if why:
+        trial.result = f"not tried: {why}"
+        return trial
+    dtype = np.asarray(written.invars[operand].val).dtype
+
+    def replaced(ins: list) -> list:
+        changed = list(ins)
+        changed[operand] = jnp.asarray(value, dtype=dtype)
+        return compat.bind_equation(written, changed)
+
+    run = _Replaced(written, {id(position.eqn) for position in path}, replaced, observed=producer)
+    try:
+        outputs = run.run(jaxpr, consts, list(values))
+    except Exception as error:
+        trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return trial
+    trial.tried = True
+    if run.seen and not any(isinstance(v, jax.core.Tracer) for v in run.seen):
+        made = _bad_text(run.seen)
+        trial.result = made or "finite"
+    else:  # evaluated traced, inside a loop: its outputs there are not concrete
+        trial.result = "not observed (it runs inside a loop)"
+    bad = _bad_text(outputs)
+    if bad:
+        bad += f" ({_bad_text(before or []).removeprefix('still ')} without the fix)"
+    trial.call_result = bad or "finite"
+    trial.finite = not bad and trial.result in ("finite", "not observed (it runs inside a loop)")
+    return trial
 
 
 def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:

@@ -53,8 +53,9 @@ import numpy as np
 
 from jaxmagic._jax import compat, finite_flags, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.fixes.values import FixTrial, try_fixes
+from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FixTrial, representable_eps, try_constant, try_fixes
 from jaxmagic.probes._support.kept_state import kept
+from jaxmagic.probes._support.nan import lost_constant
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -156,6 +157,8 @@ class NanProducer:
     provenance: Provenance | None = None  # made_at (= line), function, transformations, iteration, library function
     neg_inf_rows: str = ""  # a max-reduction on its line saw rows that were all -inf: "1 of 3 rows (axis 1)"
     jitter: str = ""  # cholesky of a matrix not positive definite: the smallest diagonal jitter that let it factor
+    # a constant added to its zero operand that the low-precision dtype holds as 0 (`+ 1e-8` in float16)
+    lost_constant: lost_constant.LostConstant | None = None
     # the fixes of the operation tried on its recorded inputs, then on the whole program (_support/fixes/values.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
 
@@ -435,9 +438,12 @@ class ProducerListener(Listener):
         return maker.primitive.name if maker is not None else ""
 
     site: tuple | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
+    lost_site: tuple | None = None  # (the equation adding a constant its dtype holds as 0, the constant's index)
 
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         self.site = (eqn, list(inputs), path)
+        lost = lost_constant.find(eqn, self._made_by)
+        self.lost_site = (lost[1], lost[0].operand) if lost is not None else None
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
         # A NaN is never passed on as given: when the output holds one, that is what the equation made.
@@ -488,6 +494,7 @@ class ProducerListener(Listener):
         if eqn.primitive.name == "cholesky" and operands and readable(inputs[0]):
             operands[0].value, jitter = definiteness(np.asarray(inputs[0]), index, eqn)
         return NanProducer(
+            lost_constant=lost[0] if lost is not None else None,
             jitter=jitter,
             expression=expression_of(eqn, line, path),
             primitive=eqn.primitive.name,
@@ -629,11 +636,36 @@ def _trace_and_walk(
         # jvp too: the NaN probe may find it a forward value; a user's own derivative rule's)
         eqn, inputs, path = listener.site
         producer.fix_trials = try_fixes(eqn, inputs, path, program, values, outputs)
-    listener.site = None  # holds the user's arrays
+        if producer.lost_constant is not None and listener.lost_site is not None:
+            producer.fix_trials.append(
+                _constant_trial(producer.lost_constant, listener.lost_site, eqn, path, program, values, outputs)
+            )
+    listener.site = listener.lost_site = None  # hold the user's program
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
     found.stopped_at = list(dict.fromkeys(found.stopped_at))
     return found
+
+
+def _constant_trial(
+    lost: lost_constant.LostConstant, site: tuple, producer_eqn, path, program, values: list, outputs
+) -> FixTrial:
+    """The constant the dtype held as 0 replaced by the nearest epsilon it holds (float16: 1e-4), the
+    program evaluated again: the fix written where the constant is (``+ 1e-4``, a library's ``eps=1e-4``)."""
+    # the usual epsilon of a denominator when the dtype holds it (bfloat16 holds 1e-8), else the power of ten
+    # just above the dtype's smallest normal number; never one smaller than what was written
+    value = max(
+        representable_eps(abs(lost.written_value or 0.0), lost.dtype), representable_eps(DIVISION_EPS, lost.dtype)
+    )
+    lost.replacement = value
+    code = f"{value:g}"
+    if lost.expression and lost.written and lost.written in lost.expression:
+        head, _, tail = (
+            lost.expression.rpartition(lost.written) if lost.operand else lost.expression.partition(lost.written)
+        )
+        code = head + code + tail
+    written, operand = site
+    return try_constant(written, operand, value, code, producer_eqn, path, program, values, outputs)
 
 
 def quiet_evaluation() -> contextlib.ExitStack:
