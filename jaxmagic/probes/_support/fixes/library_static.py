@@ -1,0 +1,179 @@
+""""Make it static", written for the jit wrapper the user actually called, and tried with that wrapper.
+
+``jax.jit(f, static_argnames=('n',))`` is the form for ``jax.jit`` only. A library's jit wrapper hides the
+user's function behind its own (the jit JAX sees is the library's), and has its own form:
+
+* ``eqx.filter_jit`` has no ``static_argnames``: it traces every array leaf and treats every other leaf as
+  static already, so the fix is to pass a Python value (``int(n)``) where an array was passed (or, for a
+  Module's attribute, ``eqx.field(static=True)``). Tried with ``eqx.filter_eval_shape`` on the user's
+  function with that Python value (patrick-kidger/equinox#1101, "filter_jit ConcretizationTypeError").
+* ``nnx.jit`` takes ``static_argnames`` / ``static_argnums`` like jax.jit, on its own wrapper:
+  ``nnx.jit(f, static_argnames=('n',))``. Tried with ``nnx.jit(f, static_argnames=...).trace``
+  (google/flax#4096, "nnx.jit static_argnums").
+
+The wrapper is found where the user's line called it: the library frame right after the user's last frame
+before JAX's jit, whose ``self`` holds the user's function (``__wrapped__``) and whose ``*args, **kwargs``
+are the user's own arguments. Nothing here imports a library until a fix is tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import io
+import linecache
+from collections.abc import Callable
+from typing import Any
+
+from jaxmagic.probes._support.fixes.fix import Fix
+from jaxmagic.report.source import is_user_file
+from jaxmagic.report.wording import error_line
+
+# The library whose jit wrapper the user called, by the module of the wrapper's class.
+_LIBRARIES = {"equinox": "eqx.filter_jit", "flax.nnx": "nnx.jit"}
+
+
+@dataclasses.dataclass
+class LibraryJitCall:
+    """The call of a library's jit wrapper the user's line made: which wrapper, the user's function in it,
+    and the user's own arguments (read at the wrapper's entry point). Not kept past the report."""
+
+    wrapper: str  # "eqx.filter_jit", "nnx.jit"
+    function: Callable  # the user's function the wrapper holds
+    name: str  # its name, as the user wrote it: "step"
+    arguments: dict[str, Any]  # the user's arguments, bound to the function's parameters
+    decorated: bool  # the function was decorated with the wrapper (``@eqx.filter_jit``)
+
+
+def _is_jax_frame(filename: str) -> bool:
+    return "/jax/" in filename.replace("\\", "/") or "/jaxlib/" in filename.replace("\\", "/")
+
+
+def library_jit_call(frames: list) -> LibraryJitCall | None:
+    """The library jit wrapper the user's line called among ``frames`` (outermost first, JAX's too), or None
+    when the user called jax.jit (or nothing) directly."""
+    entry = None
+    for frame, _ in frames:
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            entry = "next"
+        elif entry == "next":
+            entry = frame if not _is_jax_frame(filename) else None
+        if _is_jax_frame(filename) and frame.f_code.co_name == "cache_miss":
+            break
+    if entry is None or entry == "next":
+        return None
+    try:
+        local_vars = entry.f_locals
+        wrapper_object = local_vars.get("self")
+        args, kwargs = local_vars.get("args"), local_vars.get("kwargs")
+    except Exception:
+        return None
+    finally:
+        del entry
+    module = type(wrapper_object).__module__ or ""
+    wrapper = next((w for prefix, w in _LIBRARIES.items() if module == prefix or module.startswith(prefix + ".")), "")
+    function = getattr(wrapper_object, "__wrapped__", None)
+    code = getattr(function, "__code__", None)
+    if not wrapper or code is None or not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return None
+    try:
+        arguments = dict(inspect.signature(function).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        return None
+    above = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+    decorated = above.startswith("@") and "jit" in above
+    return LibraryJitCall(wrapper, function, code.co_name, arguments, decorated)
+
+
+def _python_type(value) -> str:
+    """ "int" for an integer scalar array, "float", "bool"; "" for a value that is no concrete scalar array."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer) or getattr(value, "size", 0) != 1:
+        return ""
+    return {"b": "bool", "i": "int", "u": "int", "f": "float"}.get(value.dtype.kind, "")
+
+
+def library_static_fix(
+    fix: Fix, call: LibraryJitCall, names: list[str], is_tracer_error: Callable[[BaseException], bool]
+) -> Fix:
+    """``fix`` (a ``static_argnames`` fix for ``names``) written for the wrapper the user called, and tried
+    with it: tracing the user's function once more (nothing compiles, nothing runs). ``is_tracer_error``
+    tells a tracer error still there (not enough on its own) from the fix itself failing."""
+    shown = ", ".join(f"`{n}`" for n in names)
+    missing = [n for n in names if n not in call.arguments]
+    if missing:
+        return dataclasses.replace(fix, checked=f"suggestion: not tried ({missing[0]} is not among your arguments)")
+    if call.wrapper == "eqx.filter_jit":
+        return _equinox_fix(fix, call, names, shown, is_tracer_error)
+    return _nnx_fix(fix, call, names, shown, is_tracer_error)
+
+
+def _equinox_fix(
+    fix: Fix, call: LibraryJitCall, names: list[str], shown: str, is_tracer_error: Callable[[BaseException], bool]
+) -> Fix:
+    types = {n: _python_type(call.arguments[n]) for n in names}
+    use = ", ".join(f"{types[n] or 'int'}({n})" for n in names)
+    when = (
+        f"at your call of `{call.name}`: pass {shown} as a Python "
+        f"{'/'.join(sorted({t or 'number' for t in types.values()}))}, not a JAX array - eqx.filter_jit has no "
+        "static_argnames: it traces every array and treats every other value as static (one compilation per "
+        "value); for a Module's attribute, declare it with eqx.field(static=True)"
+    )
+    untriable = [n for n in names if not types[n]]
+    if untriable:
+        reason = f"`{untriable[0]}` is not a concrete scalar array this call passed"
+        return Fix(use, when, f"suggestion: not tried ({reason})")
+    import equinox  # deferred: imported by the user already (their wrapper is Equinox's)
+
+    arguments = {n: (v.item() if n in names else v) for n, v in call.arguments.items()}
+    given = ", ".join(f"{n} = {arguments[n]!r}" for n in names)
+    result = _trace(
+        lambda: _call_bound(call.function, arguments, lambda f, a, k: equinox.filter_eval_shape(f, *a, **k)),
+        f"`{call.name}` with {given} (Python values)",
+        "eqx.filter_eval_shape",
+        is_tracer_error,
+    )
+    return Fix(use, when, result)
+
+
+def _nnx_fix(
+    fix: Fix, call: LibraryJitCall, names: list[str], shown: str, is_tracer_error: Callable[[BaseException], bool]
+) -> Fix:
+    from flax import nnx  # deferred: imported by the user already (their wrapper is nnx.jit)
+
+    option = f"static_argnames={tuple(names)!r}"
+    use = f"@nnx.jit({option})" if call.decorated else f"nnx.jit({call.name}, {option})"
+    when = fix.when + (f"; put it in place of the @nnx.jit on `{call.name}`" if call.decorated else "")
+    result = _trace(
+        lambda: _call_bound(
+            call.function, call.arguments, lambda f, a, k: nnx.jit(f, static_argnames=tuple(names)).trace(*a, **k)
+        ),
+        f"`{call.name}` with {shown} static",
+        f"nnx.jit(..., {option}).trace",
+        is_tracer_error,
+    )
+    return Fix(use, when, result)
+
+
+def _call_bound(function: Callable, arguments: dict[str, Any], run: Callable) -> Any:
+    """``run(function, args, kwargs)`` with ``arguments`` bound back to the function's parameters."""
+    signature = inspect.signature(function)
+    bound = inspect.BoundArguments(signature, arguments)  # type: ignore[arg-type]
+    return run(function, bound.args, bound.kwargs)
+
+
+def _trace(attempt: Callable[[], Any], what: str, how: str, is_tracer_error: Callable[[BaseException], bool]) -> str:
+    """The ``checked`` text of one trial: the error gone, or the error it still raises."""
+    output = io.StringIO()  # the function's own prints while it is traced again are not the user's output
+    ran = f" (jaxmagic traced your function once more with {how} to try it; nothing compiled or ran)"
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            attempt()
+    except Exception as failure:
+        if is_tracer_error(failure):
+            return f"checked: not enough on its own - tracing {what} still raises {error_line(failure)}{ran}"
+        return f"checked: still fails - tracing {what} raised {error_line(failure)}{ran}"
+    return f"checked: tracing {what} succeeds with this call's arguments{ran}"
