@@ -6,10 +6,11 @@ user's function behind its own (the jit JAX sees is the library's), and has its 
 * ``eqx.filter_jit`` has no ``static_argnames``: it traces every array leaf and treats every other leaf as
   static already, so the fix is to pass a Python value (``int(n)``) where an array was passed (or, for a
   Module's attribute, ``eqx.field(static=True)``). Tried with ``eqx.filter_eval_shape`` on the user's
-  function with that Python value (patrick-kidger/equinox#1101, "filter_jit ConcretizationTypeError").
+  function with that Python value (patrick-kidger/diffrax#379: ``max_steps`` passed as an argument tripped the
+  tracer under Equinox's jit).
 * ``nnx.jit`` takes ``static_argnames`` / ``static_argnums`` like jax.jit, on its own wrapper:
   ``nnx.jit(f, static_argnames=('n',))``. Tried with ``nnx.jit(f, static_argnames=...).trace``
-  (google/flax#4096, "nnx.jit static_argnums").
+  (google/flax#4146: ``if cond:`` under ``nnx.jit``, with ``static_argnames``).
 
 The wrapper is found where the user's line called it: the library frame right after the user's last frame
 before JAX's jit, whose ``self`` holds the user's function (``__wrapped__``) and whose ``*args, **kwargs``
@@ -115,7 +116,7 @@ def _equinox_fix(
     fix: Fix, call: LibraryJitCall, names: list[str], shown: str, is_tracer_error: Callable[[BaseException], bool]
 ) -> Fix:
     types = {n: _python_type(call.arguments[n]) for n in names}
-    use = ", ".join(f"{types[n] or 'int'}({n})" for n in names)
+    use = _call_text(call, {n: f"{types[n] or 'int'}({n})" for n in names})
     when = (
         f"at your call of `{call.name}`: pass {shown} as a Python "
         f"{'/'.join(sorted({t or 'number' for t in types.values()}))}, not a JAX array - eqx.filter_jit has no "
@@ -156,6 +157,24 @@ def _nnx_fix(
         is_tracer_error,
     )
     return Fix(use, when, result)
+
+
+def _call_text(call: LibraryJitCall, replaced: dict[str, str]) -> str:
+    """``repeat(x, int(n))``: the call of the user's function by its parameters, some written anew."""
+    parameters = inspect.signature(call.function).parameters
+    parts = []
+    for name in call.arguments:
+        kind = parameters[name].kind
+        shown = replaced.get(name, name)
+        if kind == inspect.Parameter.VAR_POSITIONAL:
+            parts.append(f"*{shown}")
+        elif kind == inspect.Parameter.VAR_KEYWORD:
+            parts.append(f"**{shown}")
+        elif kind == inspect.Parameter.KEYWORD_ONLY:
+            parts.append(f"{name}={shown}")
+        else:
+            parts.append(shown)
+    return f"{call.name}({', '.join(parts)})"
 
 
 def _call_bound(function: Callable, arguments: dict[str, Any], run: Callable) -> Any:

@@ -1,0 +1,133 @@
+"""%jax_explain's "make it static" fix, written for the jit wrapper the user called and tried with it.
+
+``jax.jit(f, static_argnames=...)`` is jax.jit's form only: eqx.filter_jit has no static_argnames (a Python
+value is static there already), nnx.jit takes them on its own wrapper. Each program is shaped like a public
+thread, written small; the real libraries run.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxmagic import probes
+
+eqx = pytest.importorskip("equinox")
+nnx = pytest.importorskip("flax.nnx")
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as error:
+        return error
+    raise AssertionError("no error")
+
+
+def _static_fix(data: dict, start: str) -> dict:
+    found = [f for f in data["fixes"] + data["rejected_fixes"] if f["use"].startswith(start)]
+    assert len(found) == 1, [f["use"] for f in data["fixes"] + data["rejected_fixes"]]
+    return found[0]
+
+
+def _head(report) -> str:
+    return " ".join(line.strip() for line in str(report).split("\nWhere it was made:")[0].splitlines())
+
+
+def test_filter_jit_setting_passed_as_an_array_fix_is_a_python_int_tried():
+    # patrick-kidger/diffrax#379's shape: a count (max_steps) given to a function under Equinox's jit as an
+    # array reaches a Python `if`. filter_jit has no static_argnames: passing a Python int is the fix.
+    @eqx.filter_jit
+    def repeat(x, n):
+        if n > 0:
+            return x * n
+        return x
+
+    report = probes.explain(_raised(lambda: repeat(jnp.ones(3), jnp.asarray(2))))
+    assert report is not None and report.error_kind == "bool"
+    data = report.to_dict()
+    assert not any("static_argnames" in f["use"] for f in data["fixes"] + data["rejected_fixes"])
+    fix = _static_fix(data, "repeat(")
+    assert fix["use"] == "repeat(x, int(n))"
+    assert fix["when"].startswith("at your call of `repeat`: pass `n` as a Python int, not a JAX array")
+    assert "eqx.field(static=True)" in fix["when"]
+    assert fix["checked"].startswith("checked: tracing `repeat` with n = 2 (Python values) succeeds")
+    assert "eqx.filter_eval_shape" in fix["checked"]
+    assert fix in data["fixes"]
+    assert _head(report).startswith("%jax_explain [FOUND] TracerBoolConversionError")
+    assert "repeat(x, int(n))" in str(report).split("Why:")[0]
+
+
+def test_filter_jit_python_int_that_still_fails_is_rejected():
+    # The same fix, tried where it does not help: `n` is used as an array (n.shape) - a Python int has none.
+    @eqx.filter_jit
+    def first(x, n):
+        if n > 0:
+            return x[: n.shape[0]]
+        return x
+
+    data = probes.explain(_raised(lambda: first(jnp.ones(3), jnp.asarray(2)))).to_dict()
+    fix = _static_fix(data, "first(")
+    assert fix in data["rejected_fixes"]
+    assert fix["checked"].startswith("checked: still fails - tracing `first` with n = 2 (Python values) raised")
+
+
+def test_nnx_jit_setting_fix_is_nnx_jit_static_argnames_tried():
+    # google/flax#4146's shape: `if cond:` under nnx.jit, the flag passed as a Python value (traced by
+    # nnx.jit like jax.jit). The fix is nnx.jit's own static_argnames, tried with nnx.jit.
+    def scale(x, n):
+        if n > 0:
+            return x * n
+        return x
+
+    report = probes.explain(_raised(lambda: nnx.jit(scale)(jnp.ones(3), 2)))
+    assert report is not None and report.error_kind == "bool"
+    data = report.to_dict()
+    fix = _static_fix(data, "nnx.jit(")
+    assert fix["use"] == "nnx.jit(scale, static_argnames=('n',))"
+    assert fix["checked"].startswith("checked: tracing `scale` with `n` static succeeds with this call's arguments")
+    assert "nnx.jit(..., static_argnames=('n',)).trace" in fix["checked"]
+    assert fix in data["fixes"]
+    assert not any(f["use"].startswith(("jax.jit", "@functools.partial(jax.jit")) for f in data["fixes"])
+
+
+def test_nnx_jit_decorated_fix_replaces_the_decorator():
+    @nnx.jit
+    def scale(x, n):
+        if n > 0:
+            return x * n
+        return x
+
+    data = probes.explain(_raised(lambda: scale(jnp.ones(3), 2))).to_dict()
+    fix = _static_fix(data, "@nnx.jit(")
+    assert fix["use"] == "@nnx.jit(static_argnames=('n',))"
+    assert "in place of the @nnx.jit on `scale`" in fix["when"]
+    assert fix["checked"].startswith("checked: tracing `scale` with `n` static succeeds")
+
+
+def test_nnx_jit_array_made_static_still_fails_and_says_why():
+    # An array is not hashable: nnx.jit's static_argnames cannot take it, as jax.jit's cannot. Tried, rejected.
+    def scale(x, n):
+        if n > 0:
+            return x * n
+        return x
+
+    data = probes.explain(_raised(lambda: nnx.jit(scale)(jnp.ones(3), jnp.asarray(2)))).to_dict()
+    fix = _static_fix(data, "nnx.jit(")
+    assert fix in data["rejected_fixes"]
+    assert "Non-hashable static arguments" in fix["checked"]
+
+
+def test_plain_jax_jit_keeps_its_form():
+    # jax-ml/jax#6612's shape: `if z > 0` under jax.jit with z a Python number.
+    def scale(x, n):
+        if n > 0:
+            return x * n
+        return x
+
+    data = probes.explain(_raised(lambda: jax.jit(scale)(jnp.ones(3), 2))).to_dict()
+    fix = _static_fix(data, "jax.jit(")
+    assert fix["use"] == "jax.jit(scale, static_argnames=('n',))"
+    assert fix["checked"].startswith("checked: tracing `scale` with `n` static succeeds")
+    assert not any("nnx" in f["use"] or "int(n)" in f["use"] for f in data["fixes"])
