@@ -1,4 +1,4 @@
-""""Make it static", written for the jit wrapper the user actually called, and tried with that wrapper.
+""" "Make it static", written for the jit wrapper the user actually called, and tried with that wrapper.
 
 ``jax.jit(f, static_argnames=('n',))`` is the form for ``jax.jit`` only. A library's jit wrapper hides the
 user's function behind its own (the jit JAX sees is the library's), and has its own form:
@@ -25,6 +25,7 @@ import inspect
 import io
 import linecache
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from jaxmagic.probes._support.fixes.fix import Fix
@@ -54,16 +55,18 @@ def _is_jax_frame(filename: str) -> bool:
 def library_jit_call(frames: list) -> LibraryJitCall | None:
     """The library jit wrapper the user's line called among ``frames`` (outermost first, JAX's too), or None
     when the user called jax.jit (or nothing) directly."""
-    entry = None
+    entry: FrameType | None = None  # the frame right after the user's last one, before jit
+    after_user = False
     for frame, _ in frames:
         filename = frame.f_code.co_filename
-        if is_user_file(filename):
-            entry = "next"
-        elif entry == "next":
-            entry = frame if not _is_jax_frame(filename) else None
         if _is_jax_frame(filename) and frame.f_code.co_name == "cache_miss":
             break
-    if entry is None or entry == "next":
+        if is_user_file(filename):
+            after_user, entry = True, None
+        elif after_user:
+            after_user = False
+            entry = None if _is_jax_frame(filename) else frame
+    if entry is None:
         return None
     try:
         local_vars = entry.f_locals
@@ -77,7 +80,7 @@ def library_jit_call(frames: list) -> LibraryJitCall | None:
     wrapper = next((w for prefix, w in _LIBRARIES.items() if module == prefix or module.startswith(prefix + ".")), "")
     function = getattr(wrapper_object, "__wrapped__", None)
     code = getattr(function, "__code__", None)
-    if not wrapper or code is None or not isinstance(args, tuple) or not isinstance(kwargs, dict):
+    if not wrapper or function is None or code is None or not isinstance(args, tuple) or not isinstance(kwargs, dict):
         return None
     try:
         arguments = dict(inspect.signature(function).bind(*args, **kwargs).arguments)
@@ -180,7 +183,7 @@ def _call_text(call: LibraryJitCall, replaced: dict[str, str]) -> str:
 def _call_bound(function: Callable, arguments: dict[str, Any], run: Callable) -> Any:
     """``run(function, args, kwargs)`` with ``arguments`` bound back to the function's parameters."""
     signature = inspect.signature(function)
-    bound = inspect.BoundArguments(signature, arguments)  # type: ignore[arg-type]
+    bound = inspect.BoundArguments(signature, arguments)
     return run(function, bound.args, bound.kwargs)
 
 
