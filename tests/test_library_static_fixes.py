@@ -131,3 +131,16 @@ def test_plain_jax_jit_keeps_its_form():
     assert fix["use"] == "jax.jit(scale, static_argnames=('n',))"
     assert fix["checked"].startswith("checked: tracing `scale` with `n` static succeeds")
     assert not any("nnx" in f["use"] or "int(n)" in f["use"] for f in data["fixes"])
+
+
+def test_filter_jit_fix_in_a_notebook_cell(ip):
+    # The explainer hook and %jax_explain in a notebook: the cell's frames are the user's, the same fix.
+    ip.run_cell("import equinox as eqx")
+    ip.run_cell("@eqx.filter_jit\ndef halve(x, n):\n    if n > 1:\n        return x / n\n    return x")
+    ip.run_cell("try:\n    halve(jnp.ones(3), jnp.asarray(2.0))\nexcept Exception as err:\n    halve_error = err")
+    ip.run_line_magic("jax_explain", "halve_error -o halve_rep")
+    data = ip.user_ns["halve_rep"].to_dict()
+    fix = _static_fix(data, "halve(")
+    assert fix["use"] == "halve(x, float(n))"
+    assert fix["checked"].startswith("checked: tracing `halve` with n = 2.0 (Python values) succeeds")
+    ip.run_cell("del halve, halve_error, halve_rep")
