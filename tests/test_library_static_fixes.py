@@ -144,3 +144,48 @@ def test_filter_jit_fix_in_a_notebook_cell(ip):
     assert fix["use"] == "halve(x, float(n))"
     assert fix["checked"].startswith("checked: tracing `halve` with n = 2.0 (Python values) succeeds")
     ip.run_cell("del halve, halve_error, halve_rep")
+
+
+def _compiled(report, name: str) -> dict:
+    return next(f for f in report.to_dict()["functions"] if f["name"] == name)
+
+
+def test_filter_jit_recompiles_every_call_pass_it_as_an_array_tried():
+    # "filter_jit recompiles every call": a learning rate passed as a Python float is static under
+    # eqx.filter_jit (every non-array is), so each new value compiles again. Passing it as an array is
+    # tried after the block by tracing the user's function with it traced, as the wrapper would.
+    @eqx.filter_jit
+    def update(x, lr):
+        return x - lr * x
+
+    x = jnp.ones(3)
+    with probes.compiles() as report:
+        for lr in (0.1, 0.2, 0.3):
+            update(x, lr)
+    f = _compiled(report, "update")
+    assert f["causes"] == {"first": 1, "static": 2}
+    assert f["field_fix_works"] is True
+    fix = f["field_fixes"]["static"]
+    assert "pass it as an array (`jnp.asarray(...)`)" in fix and "not tried" not in fix
+    assert "Checked: tried by tracing `update` with `lr` a traced float32 scalar: it traces" in fix
+    head = " ".join(line.strip() for line in str(report).split("\nRecompiled:")[0].splitlines())
+    assert head.startswith("%%jax_compiles [FOUND] `update` compiled 3 times: static argument value changed")
+    assert "Checked: tried by tracing `update`" in head
+
+
+def test_filter_jit_size_argument_must_stay_a_python_int_tried():
+    # The same cause where the number sets a shape: traced, `jnp.zeros(n)` cannot trace. The fix says keep it
+    # a Python number and let it take few values, from the trial.
+    @eqx.filter_jit
+    def pad(x, n):
+        return jnp.zeros(n) + x.sum()
+
+    x = jnp.ones(3)
+    with probes.compiles() as report:
+        for n in (1, 2, 3):
+            pad(x, n)
+    f = _compiled(report, "pad")
+    assert f["field_fix_works"] is False
+    fix = f["field_fixes"]["static"]
+    assert fix.startswith("Keep `n` a Python number (static): making it an array does not trace")
+    assert "needs `n` as a Python int" in fix
