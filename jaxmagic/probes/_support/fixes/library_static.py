@@ -14,7 +14,7 @@ user's function behind its own (the jit JAX sees is the library's), and has its 
 
 The wrapper is found where the user's line called it: the library frame right after the user's last frame
 before JAX's jit, whose ``self`` holds the user's function (``__wrapped__``) and whose ``*args, **kwargs``
-are the user's own arguments. Nothing here imports a library until a fix is tried.
+are the user's own arguments. Nothing here imports a library: the wrapper's own is taken from sys.modules.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import dataclasses
 import inspect
 import io
 import linecache
+import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -130,8 +131,9 @@ def _equinox_fix(
     if untriable:
         reason = f"`{untriable[0]}` is not a concrete scalar array this call passed"
         return Fix(use, when, f"suggestion: not tried ({reason})")
-    import equinox  # deferred: imported by the user already (their wrapper is Equinox's)
-
+    equinox = sys.modules.get("equinox")  # imported by the user already: their wrapper is Equinox's
+    if equinox is None:
+        return Fix(use, when, "suggestion: not tried (equinox is not imported)")
     arguments = {n: (v.item() if n in names else v) for n, v in call.arguments.items()}
     given = ", ".join(f"{n} = {arguments[n]!r}" for n in names)
     result = _trace(
@@ -146,11 +148,12 @@ def _equinox_fix(
 def _nnx_fix(
     fix: Fix, call: LibraryJitCall, names: list[str], shown: str, is_tracer_error: Callable[[BaseException], bool]
 ) -> Fix:
-    from flax import nnx  # deferred: imported by the user already (their wrapper is nnx.jit)
-
     option = f"static_argnames={tuple(names)!r}"
     use = f"@nnx.jit({option})" if call.decorated else f"nnx.jit({call.name}, {option})"
     when = fix.when + (f"; put it in place of the @nnx.jit on `{call.name}`" if call.decorated else "")
+    nnx = sys.modules.get("flax.nnx")  # imported by the user already: their wrapper is nnx.jit
+    if nnx is None:
+        return Fix(use, when, "suggestion: not tried (flax.nnx is not imported)")
     result = _trace(
         lambda: _call_bound(
             call.function, call.arguments, lambda f, a, k: nnx.jit(f, static_argnames=tuple(names)).trace(*a, **k)
