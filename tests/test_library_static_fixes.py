@@ -189,3 +189,41 @@ def test_filter_jit_size_argument_must_stay_a_python_int_tried():
     fix = f["field_fixes"]["static"]
     assert fix.startswith("Keep `n` a Python number (static): making it an array does not trace")
     assert "needs `n` as a Python int" in fix
+
+
+def test_linen_apply_jitted_by_the_user_fix_names_the_position():
+    # The user jits a library's callable that runs their code: jax.jit(model.apply). `n` reaches
+    # Module.__call__ through apply's *args, where static_argnames does not see it: the fix is its position.
+    linen = pytest.importorskip("flax.linen")
+
+    class Scale(linen.Module):
+        @linen.compact
+        def __call__(self, x, n):
+            if n > 0:
+                return x * n
+            return x
+
+    model = Scale()
+    variables = model.init(jax.random.key(0), jnp.ones(3), 1)
+    data = probes.explain(_raised(lambda: jax.jit(model.apply)(variables, jnp.ones(3), 2))).to_dict()
+    fix = _static_fix(data, "jax.jit(")
+    assert fix["use"] == "jax.jit(model.apply, static_argnums=(2,))"
+    assert "`n` is argument 2 of the call" in fix["when"]
+    assert fix["checked"].startswith("checked: tracing `model.apply` with `n` static succeeds")
+    assert fix in data["fixes"]
+
+
+def test_haiku_transform_apply_jitted_fix_names_the_position():
+    hk = pytest.importorskip("haiku")
+
+    def forward(x, n):
+        if n > 0:
+            return x * n
+        return x
+
+    transformed = hk.transform(forward)
+    params = transformed.init(None, jnp.ones(3), 1)
+    data = probes.explain(_raised(lambda: jax.jit(transformed.apply)(params, None, jnp.ones(3), 2))).to_dict()
+    fix = _static_fix(data, "jax.jit(")
+    assert fix["use"] == "jax.jit(transformed.apply, static_argnums=(3,))"
+    assert fix["checked"].startswith("checked: tracing `transformed.apply` with `n` static succeeds")

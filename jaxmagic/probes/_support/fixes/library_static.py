@@ -19,6 +19,7 @@ are the user's own arguments. Nothing here imports a library: the wrapper's own 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import inspect
@@ -29,6 +30,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+import numpy as np
+
+from jaxmagic._jax.transform_stack import library_callable_jit_call
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
@@ -202,3 +206,80 @@ def _trace(attempt: Callable[[], Any], what: str, how: str, is_tracer_error: Cal
             return f"checked: not enough on its own - tracing {what} still raises {error_line(failure)}{ran}"
         return f"checked: still fails - tracing {what} raised {error_line(failure)}{ran}"
     return f"checked: tracing {what} succeeds with this call's arguments{ran}"
+
+
+def callable_static_fix(
+    fix: Fix, names: list[str], frames: list, is_tracer_error: Callable[[BaseException], bool]
+) -> Fix | None:
+    """``fix`` for a library's callable the user gave jax.jit (``jax.jit(model.apply)``, ``jax.jit(t.apply)``):
+    the user's parameters reach it through its ``*args``, where ``static_argnames`` does not see them, so
+    the fix names their positions (``static_argnums``) among the call's arguments, and is tried with
+    ``jax.jit(...).trace`` on them. None when the call is not such a call or the positions cannot be told."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    found = library_callable_jit_call(frames)
+    if found is None:
+        return None
+    fun, args, kwargs, static, (caller, lineno) = found
+    parameters = _traced_parameters(frames, names)
+    given = _jitted_expression(caller, lineno) or getattr(fun, "__name__", "")
+    del found, caller
+    if not parameters or not given:
+        return None
+    offset = len(args) - len(parameters)
+    positions = {n: offset + list(parameters).index(n) for n in names}
+    if offset < 0 or any(not _same_shape(parameters[p], args[offset + i]) for i, p in enumerate(parameters)):
+        return None  # the user's parameters are not the call's last arguments, one for one
+    numbers = tuple(sorted(set(static["static_argnums"]) | set(positions.values())))
+    option = f"static_argnums={numbers!r}"
+    where = ", ".join(f"`{n}` is argument {positions[n]} of the call" for n in names)
+    when = (
+        f"{fix.when}; {where} - `{given}` takes your arguments through its *args, where static_argnames does "
+        "not see them"
+    )
+    use = f"jax.jit({given}, {option})"
+    shown = ", ".join(f"`{n}`" for n in names)
+    result = _trace(
+        lambda: jax.jit(fun, static_argnums=numbers).trace(*args, **kwargs),
+        f"`{given}` with {shown} static",
+        f"jax.jit(..., {option}).trace",
+        is_tracer_error,
+    )
+    return Fix(use, when, result)
+
+
+def _traced_parameters(frames: list, names: list[str]) -> dict[str, Any]:
+    """The positional parameters (without ``self``) of the user's traced function that has ``names`` among
+    them, with their values there (tracers), in order; {} when none has them."""
+    for frame, _ in frames:
+        code = frame.f_code
+        if not is_user_file(code.co_filename):
+            continue
+        ordered = [p for p in code.co_varnames[: code.co_argcount] if p != "self"]
+        if set(names) <= set(ordered):
+            return {p: frame.f_locals.get(p) for p in ordered}
+    return {}
+
+
+def _same_shape(traced: Any, given: Any) -> bool:
+    """The tracer a parameter holds came from this argument of the call, by its shape."""
+    try:
+        return tuple(np.shape(given)) == tuple(getattr(traced, "shape", np.shape(traced)))
+    except Exception:
+        return False
+
+
+def _jitted_expression(frame: FrameType, lineno: int) -> str:
+    """``model.apply`` of a line ``jax.jit(model.apply)(variables, x, 2)``; "" when the line has none."""
+    line = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    for candidate in (line, line.split(":", 1)[-1].strip()):  # `try: step(x)` holds the call after its colon
+        try:
+            tree = ast.parse(candidate.rstrip(":") or "0")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            inner = node.func if isinstance(node, ast.Call) else None
+            if isinstance(inner, ast.Call) and getattr(inner.func, "attr", getattr(inner.func, "id", "")) == "jit":
+                return ast.unparse(inner.args[0]) if inner.args else ""
+        return ""
+    return ""
