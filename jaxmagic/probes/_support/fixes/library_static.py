@@ -11,6 +11,10 @@ user's function behind its own (the jit JAX sees is the library's), and has its 
 * ``nnx.jit`` takes ``static_argnames`` / ``static_argnums`` like jax.jit, on its own wrapper:
   ``nnx.jit(f, static_argnames=('n',))``. Tried with ``nnx.jit(f, static_argnames=...).trace``
   (google/flax#4146: ``if cond:`` under ``nnx.jit``, with ``static_argnames``).
+* a library's callable the user gives jax.jit (``jax.jit(model.apply)`` of a Linen module,
+  ``jax.jit(transformed.apply)`` of Haiku) takes the user's arguments through its ``*args``, where
+  ``static_argnames`` does not see them: ``static_argnums`` by their position in the call, tried with
+  ``jax.jit(...).trace`` (``callable_static_fix``).
 
 The wrapper is found where the user's line called it: the library frame right after the user's last frame
 before JAX's jit, whose ``self`` holds the user's function (``__wrapped__``) and whose ``*args, **kwargs``
