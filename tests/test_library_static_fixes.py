@@ -227,3 +227,33 @@ def test_haiku_transform_apply_jitted_fix_names_the_position():
     fix = _static_fix(data, "jax.jit(")
     assert fix["use"] == "jax.jit(transformed.apply, static_argnums=(3,))"
     assert fix["checked"].startswith("checked: tracing `transformed.apply` with `n` static succeeds")
+
+
+def test_nnx_jit_number_attribute_pass_it_as_an_array_tried():
+    # An nnx.Module's Python number is part of the graph definition nnx.jit compares at every call. Both
+    # outcomes of the trial: it only feeds arithmetic (traces), it sets a shape (keep it static).
+    class Model(nnx.Module):
+        def __init__(self, n_iter):
+            self.w = nnx.Param(jnp.ones(3))
+            self.n_iter = n_iter
+
+    @nnx.jit
+    def step(model, x):
+        return model.w * x * model.n_iter
+
+    @nnx.jit
+    def grow(model, x):
+        return jnp.zeros(model.n_iter) + x.sum()
+
+    x = jnp.ones(3)
+    with probes.compiles() as report:
+        for n in (4, 5, 6):
+            step(Model(n), x)
+            grow(Model(n), x)
+    traces, sized = _compiled(report, "step"), _compiled(report, "grow")
+    assert traces["field_fix_works"] is True and sized["field_fix_works"] is False
+    assert (
+        "Checked: tried by tracing `step` with `model.n_iter` a traced int32 scalar (a data field): it traces"
+        in (traces["field_fixes"]["pytree_static"])
+    )
+    assert sized["field_fixes"]["pytree_static"].startswith("Keep `Model.n_iter` static: making it an array does not")

@@ -130,11 +130,3 @@ def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: b
         f"`{path}` ({value.type_name}) changed: {rule} Each new value compiles `{summary.name}` again; pass what "
         "changes between calls as an array, and keep the other values the same objects."
     )
-
-
-def untried_through(library: str) -> str:
-    """Why "pass it as an array" is offered untried through a library's jit wrapper."""
-    return (
-        f"(A suggestion: not tried - {library}'s jit wrapper splits the arguments into traced and static parts "
-        "itself, and jaxmagic does not trace your function again through it.)"
-    )

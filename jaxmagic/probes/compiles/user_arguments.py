@@ -48,7 +48,9 @@ def read_user_arguments(
     for name, value in arguments.items():
         info.metadata.update(pytree_metadata(name, value))
     info.leaves = argument_leaves(arguments, static_arguments)
-    numbers = any(leaf.value is not None and leaf.value.kind == "number" for leaf in info.leaves.values())
+    numbers = any(leaf.value is not None and leaf.value.kind == "number" for leaf in info.leaves.values()) or any(
+        value.type_name in ("int", "float", "bool") for value in info.metadata.values()
+    )
     if for_trial and numbers:
         _keep_for_trial(arguments, held, info)
     return True
