@@ -178,6 +178,38 @@ def jit_call(frames: list[tuple[FrameType, int]], function: str):
     return None
 
 
+def library_callable_jit_call(frames: list[tuple[FrameType, int]]):
+    """``(fun, args, kwargs, static, caller)`` of the outermost jitted call among ``frames`` whose function
+    is a library's callable that runs the user's code (``jax.jit(model.apply)`` of a Flax Linen module,
+    ``jax.jit(hk.transform(f).apply)``), called from the user's line (``caller``: that frame and line);
+    None when there is none. The caller must not keep them past its check."""
+    caller = None
+    for frame, lineno in frames:
+        code = frame.f_code
+        if is_user_file(code.co_filename):
+            caller = (frame, lineno)
+            continue
+        if code.co_name != "cache_miss" or not _is_jax_file(code.co_filename):
+            continue
+        try:
+            fun, args, kwargs, info = (frame.f_locals.get(k) for k in ("fun", "args", "kwargs", "jit_info"))
+        except Exception:
+            return None
+        module = getattr(fun, "__module__", None) or ""
+        if caller is None or _user_function(fun) is not None or module.split(".")[0] in ("jax", "jaxlib"):
+            return None
+        if not isinstance(args, tuple):
+            return None
+        if not isinstance(kwargs, dict):
+            return None
+        static = {
+            "static_argnums": tuple(getattr(info, "static_argnums", ()) or ()),
+            "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()),
+        }
+        return fun, args, kwargs, static, caller
+    return None
+
+
 def jit_caller(frames: list[tuple[FrameType, int]], function: str) -> tuple[FrameType, int] | None:
     """The user's frame and line that made the jitted call of ``function`` found by ``jit_call``
     (the last frame of the user's before that call's ``cache_miss``); None when there is none."""

@@ -51,7 +51,7 @@ def classify(
         # structure; the user's own objects, compared leaf by leaf, say what changed.
         if not state.last_leaves:  # compiled before this block, under arguments not seen here
             return [Cause("first", f"First compilation of `{summary.name}` in this cell.")]
-        leaf = leaf_cause(summary, state.last_leaves, info)
+        leaf = leaf_cause(summary, state.last_leaves, info, state.changed_fields)
         if leaf is not None:
             return [leaf]
     if explanation is not None:

@@ -191,7 +191,7 @@ class Collector:
                 info.library = held[0].library
                 read = False
                 with contextlib.suppress(Exception):  # the user's objects, read as they are
-                    read = read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info)
+                    read = read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info, self._try_fixes)
                 if not read:  # what jit was given is the library's own packing: not the user's to read
                     info.parameter_names, info.static_argnames, info.static_values, info.metadata = [], [], {}, {}
         finally:
@@ -280,6 +280,7 @@ class Collector:
         if info.trial_arguments is not None:
             state.trial_arguments = info.trial_arguments
             state.trial_partial = info.trial_partial
+            state.trial_function = info.trial_function
         state.last_leaves = dict(info.leaves) if info.leaves else None
         _record_baked(summary, state, info.baked)
         if info.program is not None and len(summary.programs) < limits.PROGRAMS_KEPT:
@@ -349,7 +350,10 @@ class Collector:
                     say_field_untried(state.summary, state.changed_fields, UNTRIED_HERE)
                     say_baked_untried(state.summary, UNTRIED_HERE)
                 elif state.trial_arguments is not None:
-                    function = state.last_function() if state.last_function is not None else None
+                    # through a library's jit wrapper: the user's function it holds, traced with the
+                    # wrapper's rule (arrays traced, every other value static), as the user's call gave them
+                    reference = state.trial_function or state.last_function
+                    function = reference() if reference is not None else None
                     try:
                         try_static_fix(state.summary, function, *state.trial_arguments)
                     except Exception as failure:  # jaxmagic's own trial failed: the fix is offered untried
@@ -370,7 +374,7 @@ class Collector:
                 for compilation in self.report.compilations:  # the compilations' fixes say what the trials found
                     if compilation.function == state.summary.name and compilation.cause in TRIED_CAUSES:
                         compilation.fix = state.summary.fix_for(compilation.cause)
-                state.trial_arguments = state.trial_partial = None
+                state.trial_arguments = state.trial_partial = state.trial_function = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
             for state in self._functions.values():
                 state.summary.again = why_compiled_again(state.summary) if state.summary.recompiled else None

@@ -34,8 +34,9 @@ def try_field_fix(
     fields: dict[str, tuple[str, str]],
 ) -> None:
     """Trace ``function`` with the changing number fields (``fields``: path -> (type name, "Owner.field"))
-    made arrays; the outcome words the fix (``summary.field_fixes["pytree_static"]``)."""
-    if not fields or "pytree_static" not in summary.field_fixes:
+    made arrays; the outcome words the fix (``summary.field_fixes["pytree_static"]``, or ``["static"]`` for
+    a number argument a library's jit wrapper keeps static: ``step(x, lr)`` under eqx.filter_jit)."""
+    if not fields or _fix_key(fields) not in summary.field_fixes:
         return
     path, (type_name, _) = next(iter(fields.items()))
     one_trace = summary.trace_seconds / max(summary.count, 1)
@@ -61,7 +62,7 @@ def try_field_fix(
     trial = trace_with(function, args, kwargs, extra=(value,), place=place)
     dtype = {"bool": "bool_", "float": "float32"}.get(type_name, "int32")
     kind = "int" if type_name == "int" else "bool" if type_name == "bool" else "number"
-    change = f"`{path}` a traced {dtype.rstrip('_')} scalar (a data field)"
+    change = f"`{path}` a traced {dtype.rstrip('_')} scalar" + (" (a data field)" if steps else "")
     summary.field_fix_trial = trial.sentence(summary.name, change, {path: kind})
     summary.field_fix_error = trial.detail if trial.outcome == "fails" else ""
     summary.field_fix_works = None if trial.outcome == "not tried" else trial.outcome == "traces"
@@ -71,14 +72,22 @@ def try_field_fix(
 
 def say_field_untried(summary: FunctionCompiles, fields: dict[str, tuple[str, str]], why: str) -> None:
     """The static-field fix is offered untried, saying why."""
-    if fields and "pytree_static" in summary.field_fixes:
+    if fields and _fix_key(fields) in summary.field_fixes:
         summary.field_fix_trial = f"not tried ({why})"
         _word_fix(summary, fields)
 
 
+def _fix_key(fields: dict[str, tuple[str, str]]) -> str:
+    """The cause whose fix the trial words: a field of an argument ("model.n_iter"), or a whole argument
+    ("lr", a number a library's jit wrapper keeps static)."""
+    path = next(iter(fields))
+    return "pytree_static" if "." in path or "[" in path else "static"
+
+
 def _word_fix(summary: FunctionCompiles, fields: dict[str, tuple[str, str]]) -> None:
     """The fix for the static field, as its trial found it."""
-    fix = summary.field_fixes["pytree_static"]
+    key = _fix_key(fields)
+    fix = summary.field_fixes[key]
     ran = (
         f" (jaxmagic traced `{summary.name}` once more after the cell to try it; its output while tracing was "
         "not shown)"
@@ -86,15 +95,15 @@ def _word_fix(summary: FunctionCompiles, fields: dict[str, tuple[str, str]]) -> 
         else ""
     )
     if summary.field_fix_works is True:
-        summary.field_fixes["pytree_static"] = f"{fix} Checked: {summary.field_fix_trial}{ran}."
+        summary.field_fixes[key] = f"{fix} Checked: {summary.field_fix_trial}{ran}."
     elif summary.field_fix_works is False:
         path, (_, owned) = next(iter(fields.items()))
-        summary.field_fixes["pytree_static"] = (
-            f"Keep `{owned}` static: making it an array does not trace ({summary.field_fix_trial}). "
+        summary.field_fixes[key] = (
+            f"Keep `{owned}` {'a Python number (static)' if key == 'static' else 'static'}: making it an array does not trace ({summary.field_fix_trial}). "
             f"{why_it_stays_static(decided_in_python(summary.field_fix_error))[:-1]}{ran}."
         )
     else:
-        summary.field_fixes["pytree_static"] = f"{fix} (a suggestion: {summary.field_fix_trial})"
+        summary.field_fixes[key] = f"{fix} (a suggestion: {summary.field_fix_trial})"
 
 
 def _parse(path: str) -> tuple[str | None, list[tuple[str, Any]]]:

@@ -23,6 +23,7 @@ class FunctionState:
     # the last call's arguments to try a static-argument fix on (CallInfo.trial_arguments); dropped after the block
     trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None
     trial_partial: tuple[Any, tuple, dict] | None = None  # CallInfo.trial_partial; dropped after the block
+    trial_function: Any = None  # CallInfo.trial_function (a library wrapper's user function); dropped after
     # the static number fields of pytree arguments whose value changed: path -> (type name, "Owner.field"),
     # for the trial of making them arrays (field_trial.py)
     changed_fields: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)

@@ -10,7 +10,6 @@ from jaxmagic.probes.compiles.baked import baked_changes
 from jaxmagic.probes.compiles.cause import Cause
 from jaxmagic.probes.compiles.field_trial import NUMBER_TYPES
 from jaxmagic.probes.compiles.function_state import FunctionState
-from jaxmagic.probes.compiles.leaf_causes import untried_through
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.report import FunctionCompiles
 from jaxmagic.probes.compiles.stack import CallInfo
@@ -55,7 +54,7 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
     texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: limits.CHANGES_KEPT]]
     first = changes[0]
     # a number's fix is tried after the block (field_trial.py); the field the fix names is the one tried
-    numeric = first.type_name in NUMBER_TYPES and not info.library
+    numeric = first.type_name in NUMBER_TYPES
     state.changed_fields = {first.path: (first.type_name, f"{first.owner}.{first.field}")} if numeric else {}
     summary.field_fixes["pytree_static"] = (
         f"`{first.owner}.{first.field}` is a static field: each new value ({first.before} -> {first.now}) compiles "
@@ -68,7 +67,7 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
             f"{info.library}'s jit wrapper compares at every call, so each new value ({first.before} -> "
             f"{first.now}) compiles `{summary.name}` again. If it only feeds arithmetic, store it as an array "
             f"(`jnp.asarray(...)`), which is traced; keep it a Python value only if it sets a shape or a loop "
-            f"count, and then let it take few values. {untried_through(info.library)}"
+            f"count, and then let it take few values."
         )
     return Cause("pytree_static", "A static field of an argument changed value: " + "; ".join(texts) + ".", texts)
 

@@ -9,9 +9,13 @@ from jaxmagic.probes.compiles.stack import CallInfo
 from jaxmagic.probes.compiles.user_arguments import LeafValue
 
 
-def leaf_cause(summary: FunctionCompiles, before: dict[str, LeafValue], info: CallInfo) -> Cause | None:
+def leaf_cause(
+    summary: FunctionCompiles, before: dict[str, LeafValue], info: CallInfo, changed_numbers: dict[str, tuple[str, str]]
+) -> Cause | None:
     """What changed in the user's own arguments to a library's jit wrapper since the last compilation: a
-    value that is not an array (a new object, a new number), an array's type, or a leaf that came or went."""
+    value that is not an array (a new object, a new number), an array's type, or a leaf that came or went.
+    A number that changed goes into ``changed_numbers`` (path -> (type name, path)): its fix, "pass it as an
+    array", is tried after the block (``field_trial``), which words it."""
     now = info.leaves
     added, removed = [p for p in now if p not in before], [p for p in before if p not in now]
     if added or removed:
@@ -44,6 +48,9 @@ def leaf_cause(summary: FunctionCompiles, before: dict[str, LeafValue], info: Ca
         texts = [text for _, text in identity or changed][: limits.CHANGES_KEPT]
         rule = _wrapper_rule(info, leaf, path)
         summary.field_fixes[cause] = _leaf_fix(summary, path, leaf, bool(identity), rule, info.library)
+        changed_numbers.clear()
+        if not identity and leaf.value is not None and leaf.value.kind == "number":
+            changed_numbers[path] = (leaf.value.type_name, path)
         why = "A value of the arguments that is not an array " + (
             "is a new object at this call, alike the last one: " if identity else "changed: "
         )
@@ -117,18 +124,9 @@ def _leaf_fix(summary: FunctionCompiles, path: str, leaf: LeafValue, identity: b
         return (
             f"`{path}` is a Python {value.type_name}: {rule} Each new value compiles `{summary.name}` again. If it "
             f"only feeds arithmetic, pass it as an array (`jnp.asarray(...)`), which the wrapper traces; keep it a "
-            f"Python number only if it sets a shape or a loop count, and then let it take few values. "
-            f"{untried_through(library)}"
+            f"Python number only if it sets a shape or a loop count, and then let it take few values."
         )
     return (
         f"`{path}` ({value.type_name}) changed: {rule} Each new value compiles `{summary.name}` again; pass what "
         "changes between calls as an array, and keep the other values the same objects."
-    )
-
-
-def untried_through(library: str) -> str:
-    """Why "pass it as an array" is offered untried through a library's jit wrapper."""
-    return (
-        f"(A suggestion: not tried - {library}'s jit wrapper splits the arguments into traced and static parts "
-        "itself, and jaxmagic does not trace your function again through it.)"
     )

@@ -56,6 +56,9 @@ class CallInfo:
     # A functools.partial jit was given, for the baked-value trial (baked_trial.py): (weakref to its function,
     # its bound args, its bound keywords), arrays among them abstract. Dropped after the block.
     trial_partial: tuple[Any, tuple, dict] | None = None
+    # The user's function a library's jit wrapper holds (weakref), to try a fix on with ``trial_arguments``
+    # read at the wrapper's entry (the user's own arguments, arrays abstract). Dropped after the block.
+    trial_function: Any = None
 
 
 # JAX's rules for its jit primitive under each transformation (pjit.py): a program compiled below one

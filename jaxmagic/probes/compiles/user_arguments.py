@@ -9,11 +9,15 @@ Strings, hashes and ids only are kept: no argument value outlives the compilatio
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import inspect
 import types
+import weakref
 from typing import Any
 
+from jaxmagic.probes._support.fixes.traced_trial import abstract_arrays
 from jaxmagic.probes.compiles.metadata import pytree_metadata
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
 from jaxmagic.probes.compiles.wrapped import HeldFunction, entry_arguments
@@ -24,10 +28,16 @@ MAX_IDENTITIES = 40_000  # objects whose ids are gathered from the static argume
 
 
 def read_user_arguments(
-    local_vars: dict, code: types.CodeType, held: HeldFunction, static_arguments: list, info: CallInfo
+    local_vars: dict,
+    code: types.CodeType,
+    held: HeldFunction,
+    static_arguments: list,
+    info: CallInfo,
+    for_trial: bool = False,
 ) -> bool:
     """Describe the user's arguments read at the library's entry point (``local_vars`` of the frame the
-    user's line called) in ``info``, in place of the library's own; False when they cannot be read."""
+    user's line called) in ``info``, in place of the library's own; False when they cannot be read.
+    ``for_trial``: with a number among them, keep the call (arrays abstract) to try "pass it as an array"."""
     arguments = entry_arguments(local_vars, code, held)
     if arguments is None:
         return False
@@ -38,7 +48,34 @@ def read_user_arguments(
     for name, value in arguments.items():
         info.metadata.update(pytree_metadata(name, value))
     info.leaves = argument_leaves(arguments, static_arguments)
+    numbers = any(leaf.value is not None and leaf.value.kind == "number" for leaf in info.leaves.values()) or any(
+        value.type_name in ("int", "float", "bool") for value in info.metadata.values()
+    )
+    if for_trial and numbers:
+        _keep_for_trial(arguments, held, info)
     return True
+
+
+def _keep_for_trial(arguments: dict[str, Any], held: HeldFunction, info: CallInfo) -> None:
+    """``info.trial_arguments`` / ``trial_function``: the user's call of the function the wrapper holds, its
+    arrays abstract and every other value as given - what the wrapper traces and what it keeps static."""
+    try:
+        parameters = inspect.signature(held.function).parameters
+    except (TypeError, ValueError):
+        return
+    positional = [
+        name
+        for name, p in parameters.items()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and name in arguments
+    ]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters.values()) or not set(arguments) <= set(parameters):
+        return  # *args flattened into "args[0]" names (or a method's own instance): not rebuilt as a call
+    with contextlib.suppress(Exception):  # an argument jaxmagic cannot make abstract: the fix stays untried
+        args, kwargs = abstract_arrays(
+            tuple(arguments[n] for n in positional), {n: v for n, v in arguments.items() if n not in positional}
+        )
+        info.trial_arguments = (args, kwargs, {name: index for index, name in enumerate(positional)})
+        info.trial_function = weakref.ref(held.function)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,11 @@ from collections.abc import Callable
 from jaxmagic._jax.transform_stack import Transformation, jit_call, jit_caller
 from jaxmagic.probes._support.fixes import trial as fix_trial
 from jaxmagic.probes._support.fixes.fix import Fix
+from jaxmagic.probes._support.fixes.library_static import (
+    callable_static_fix,
+    library_jit_call,
+    library_static_fix,
+)
 from jaxmagic.probes._support.tracers import text
 from jaxmagic.probes.explain.frames import innermost_user_frame
 from jaxmagic.probes.explain.kinds import classify
@@ -158,10 +163,18 @@ def fit_static_fixes(
         )
     tried = []
     line_trial = _line_trial(report, fixes, jits, frames, tb)
+    # A library's jit wrapper (eqx.filter_jit, nnx.jit) the user called: "make it static" in its own form.
+    library = library_jit_call(frames)
     for fix in fixes:
         names = _static_names(fix.use)
         jitted = jit_of(fix)
-        if names and jitted is not None and not fix.checked:
+        is_tracer_error = lambda failure: classify(failure) is not None  # noqa: E731
+        if names and library is not None and _jitted_name(fix.use).rsplit(".", 1)[-1] in ("", library.name):
+            fix = library_static_fix(fix, library, names, is_tracer_error)
+        elif names and library is None and jitted is None and not fix.checked and not jits:
+            # a library's callable given to jax.jit (model.apply): the user's arguments reach it by position
+            fix = callable_static_fix(fix, names, frames, is_tracer_error) or line_trial(fix)
+        elif names and jitted is not None and not fix.checked:
             fix = _try_static(fix, jitted, names, frames)
         elif not fix.checked:
             fix = line_trial(fix)
