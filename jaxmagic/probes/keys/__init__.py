@@ -31,6 +31,12 @@ mask. Three views on it, all for the block only:
   numbers N times (``perm = jax.random.permutation(key, n)`` every epoch with
   ``key`` never advanced).
 
+* Draws that give the same numbers where they should differ, read from each
+  jitted program once (``prng_checks``): one key for a whole ``vmap`` batch,
+  a key that does not change between a loop's passes, and a key that depends
+  on none of the function's arguments (``PRNGKey(0)`` inside the step, or a
+  key closed over) - the same numbers at every call of the function.
+
 ``record=True`` (used by ``%%jax_doctor``) reports reused keys instead of
 raising, and lets the block run as it would without the checker.
 
