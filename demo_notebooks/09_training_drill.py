@@ -1020,6 +1020,8 @@ assert ex1_errors == {"ex1_normalize": "TypeError", "ex1_topk_mean": "IndexError
                       "ex1_count_pos": "NonConcreteBooleanIndexError", "ex1_clip_by_norm": "TracerBoolConversionError"}
 assert explained["ex1_count_pos"] == "bool_index" and explained["ex1_clip_by_norm"] == "bool"
 assert explained["ex1_topk_mean"] == "slice"
+# the string "l1" given to jit is not a tracer error but the explainer names it too, and the fix it tried
+assert explained["ex1_normalize"] == "non_array"
 
 fixed = {
     "ex1_normalize": jax.jit(ex1_normalize, static_argnames="mode"),

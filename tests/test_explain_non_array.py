@@ -41,7 +41,7 @@ def _first_lines(text: str) -> str:
 
 def test_an_equinox_module_given_to_jax_jit_names_its_functions_and_filter_jit_is_tried(ip):
     report = _explained(ip, "jax.jit(loss)(model, x)")
-    assert report["function"] == "loss" and report["argument"] == "model"
+    assert report["function"] == "loss" and report["argument"] == "model" and report["error_kind"] == "non_array"
     assert report["leaves"] == {
         "model.activation": "a function (`relu`)",
         "model.final_activation": "a function (`<lambda>`)",

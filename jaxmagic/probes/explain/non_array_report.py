@@ -18,6 +18,7 @@ class NonArrayArgumentReport(Report):
     kind = "jax_explain"
 
     error_type: str = "TypeError"
+    error_kind: str = "non_array"  # beside TracerErrorReport's kinds ("bool", "int", ...): one field to read
     function: str = ""  # the user's function given to the transformation ("loss")
     transformation: str = "jit"  # "jit", "eval_shape", "grad", "value_and_grad"
     argument: str = ""  # its parameter that holds the value ("model")
