@@ -27,6 +27,8 @@ import sys
 import types
 from typing import Any
 
+from jaxmagic.probes._support.bound_arguments import by_parameter
+
 MAX_SEARCHED = 2_000  # objects looked at when searching a callable or static arguments for the user's function
 
 
@@ -287,18 +289,7 @@ def entry_arguments(local_vars: dict, code: types.CodeType, held: HeldFunction) 
     except (TypeError, ValueError):
         return None
     for given in (args, args[1:]):  # a method wrapper may pass its own instance first
-        try:
-            bound = signature.bind(*given, **kwargs)
-        except TypeError:
-            continue
-        out: dict[str, Any] = {}
-        for name, value in bound.arguments.items():
-            kind = signature.parameters[name].kind
-            if kind is inspect.Parameter.VAR_POSITIONAL:
-                out.update({f"{name}[{i}]": v for i, v in enumerate(value)})
-            elif kind is inspect.Parameter.VAR_KEYWORD:
-                out.update(value)
-            else:
-                out[name] = value
-        return out
+        named = by_parameter(signature, given, kwargs)
+        if named is not None:
+            return named
     return None

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxmagic.probes._support.bound_arguments import by_parameter
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.probes.explain.non_array_report import NonArrayArgumentReport
@@ -174,20 +175,10 @@ def _non_array_leaves(call: _Call) -> dict[str, str]:
 def _bound(call: _Call) -> dict[str, Any]:
     """Parameter name -> value given, in the signature's order (``*args`` as ``args[i]``)."""
     try:
-        signature = inspect.signature(call.fun)
-        bound = signature.bind(*call.args, **call.kwargs).arguments
-    except (TypeError, ValueError):
-        return {f"args[{i}]": value for i, value in enumerate(call.args)} | dict(call.kwargs)
-    out: dict[str, Any] = {}
-    for name, value in bound.items():
-        kind = signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            out.update({f"{name}[{i}]": item for i, item in enumerate(value)})
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            out.update(value)
-        else:
-            out[name] = value
-    return out
+        named = by_parameter(inspect.signature(call.fun), call.args, call.kwargs)
+    except (TypeError, ValueError):  # no signature
+        named = None
+    return named if named is not None else {f"args[{i}]": v for i, v in enumerate(call.args)} | dict(call.kwargs)
 
 
 def _fixes(report: NonArrayArgumentReport, whole: Any) -> list[Fix]:
