@@ -7,8 +7,6 @@ of plain JAX: each program is shaped like the thread it cites; the test asserts 
 
 from __future__ import annotations
 
-import pytest
-
 from tests.test_transfers_everywhere import findings_of_each, through_all_three
 
 DEAD_INPUT = """

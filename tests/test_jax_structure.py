@@ -242,7 +242,7 @@ def test_jit_prunes_inputs_by_its_own_dead_code_elimination():
     from jaxmagic._jax.program_inputs import inputs_jit_prunes
 
     def f(a, dead, printed, b):
-        unused = dead @ a
+        _ = dead @ a  # its result unused
         jax.debug.print("{}", printed)
         return a + b
 
