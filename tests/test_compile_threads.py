@@ -3,10 +3,19 @@ of plain JAX: each program is shaped like the thread it cites; the test asserts 
 
 - PlasmaControl/DESC#1051 (host arrays Ainv_full, Z handed to a jitted projection at every call), with
   one of them read only by code whose result is unused: jit prunes it (no copy), so no report may count it.
+- jax-ml/jax#6853 (`x[:d['num']]` under jit, `d` a dict holding a number and an array): the slice's length is
+  one entry of a dict argument. %jax_explain offered `lax.dynamic_slice(x, (d['num'],), (2,))` (an invented
+  length, the bound taken for a start) and "`d['num']` is an element of a *args parameter"; jit cannot make one
+  entry static - the maintainers' answer is to pass it on its own, static, or to keep the full length.
 """
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxmagic import probes
 from tests.test_transfers_everywhere import findings_of_each, through_all_three
 
 DEAD_INPUT = """
@@ -37,3 +46,43 @@ def test_an_input_jit_keeps_is_still_told(ip):
     transfers, doctor, watch = through_all_three(ip, setup, loop)
     told, doctor_uses, _, _ = findings_of_each(transfers, doctor, watch)
     assert {argument for argument, _, _ in doctor_uses} == {"A_host", "Z_host"}
+
+
+def raised(call) -> Exception:
+    try:
+        call()
+    except Exception as error:
+        return error
+    raise AssertionError("no error")
+
+
+@jax.jit
+def head_plus(x, d):
+    return x[: d["num"]] + d["val"]
+
+
+def test_a_slice_length_from_a_dict_entry_is_made_its_own_static_argument():
+    report = probes.explain(raised(lambda: head_plus(jnp.arange(10), {"num": 5, "val": np.arange(5)}))).to_dict()
+    assert report["depends_on"] == ["d['num']"]
+    uses = [f["use"] for f in report["fixes"]]
+    assert uses[0] == "jax.jit(head_plus, static_argnames=('num',))"  # an argument of its own, static
+    assert "one entry of the argument `d`" in report["fixes"][0]["when"]
+    assert 'jnp.where(jnp.arange(x.shape[0]) < d["num"], x, 0)' in uses  # the full length, masked (as written)
+    assert not any(
+        "(2,)" in use or ", 2)" in use or "*args" in f["when"] for f in report["fixes"] for use in [f["use"]]
+    )
+    # a window of the traced length is tried and said not to be enough on its own
+    window = next(f for f in report["fixes"] if f["use"].startswith("lax.dynamic_slice_in_dim"))
+    assert window["checked"].startswith("checked: not enough on its own")
+
+
+@jax.jit
+def head(x, n):
+    return x[:n]
+
+
+def test_a_slice_length_from_a_plain_argument_is_made_static_first():
+    report = probes.explain(raised(lambda: head(jnp.arange(10.0), 5))).to_dict()
+    uses = [f["use"] for f in report["fixes"]]
+    assert uses[0] == "@functools.partial(jax.jit, static_argnames=('n',))"  # as the decorator is written
+    assert "jnp.where(jnp.arange(x.shape[0]) < n, x, 0)" in uses
