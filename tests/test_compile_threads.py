@@ -7,15 +7,24 @@ of plain JAX: each program is shaped like the thread it cites; the test asserts 
   one entry of a dict argument. %jax_explain offered `lax.dynamic_slice(x, (d['num'],), (2,))` (an invented
   length, the bound taken for a start) and "`d['num']` is an element of a *args parameter"; jit cannot make one
   entry static - the maintainers' answer is to pass it on its own, static, or to keep the full length.
+- jax-ml/jax#3701 (a config dataclass, not frozen, as a static argument), google/flax#587 (a dict of model
+  settings as a static argument), jax-ml/jax#2813 (a list): JAX now raises "Non-hashable static arguments are
+  not supported"; %jax_explain said nothing and %%jax_compiles / %%jax_doctor cut the message at "The error
+  was:". Explained now: which argument, what the value is, the fix for its kind, tried on the value as JAX
+  wrote it.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic import probes
+from jaxmagic.probes.explain import explain_any
 from tests.test_transfers_everywhere import findings_of_each, through_all_three
 
 DEAD_INPUT = """
@@ -86,3 +95,52 @@ def test_a_slice_length_from_a_plain_argument_is_made_static_first():
     uses = [f["use"] for f in report["fixes"]]
     assert uses[0] == "@functools.partial(jax.jit, static_argnames=('n',))"  # as the decorator is written
     assert "jnp.where(jnp.arange(x.shape[0]) < n, x, 0)" in uses
+
+
+@dataclasses.dataclass
+class Config:
+    some_value: int
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def do_stuff(data, config):
+    return data * config.some_value
+
+
+@functools.partial(jax.jit, static_argnames=("model_kwargs",))
+def create_model(x, model_kwargs):
+    return x * model_kwargs["emb_dim"]
+
+
+def test_a_dataclass_that_is_not_frozen_as_a_static_argument_gets_frozen_true():
+    report = explain_any(raised(lambda: do_stuff(jnp.ones(3), Config(2)))).to_dict()
+    assert (report["function"], report["parameters"], report["value_type"]) == ("do_stuff", ["config"], "Config")
+    assert "not frozen" in report["what"] and report["value_text"] == "Config(some_value=2)"
+    fix = report["fixes"][0]
+    assert fix["use"] == "@dataclasses.dataclass(frozen=True) on class Config"
+    assert fix["checked"].startswith("checked: a frozen copy of `Config` hashes")
+
+
+def test_a_dict_as_a_static_argument_gets_a_tuple_of_items_tried_on_its_values():
+    report = explain_any(raised(lambda: create_model(jnp.ones(2), {"emb_dim": 4, "share": True}))).to_dict()
+    assert (report["function"], report["parameters"], report["value_type"]) == (
+        "create_model",
+        ["model_kwargs"],
+        "dict",
+    )
+    fix = report["fixes"][0]
+    assert fix["use"] == "tuple(sorted({'emb_dim': 4, 'share': True}.items()))"
+    assert fix["checked"].startswith("checked: ")
+    with_list = explain_any(raised(lambda: create_model(jnp.ones(2), {"emb_dim": 4, "sizes": [1, 2]}))).to_dict()
+    assert with_list["fixes"][0]["checked"].startswith("checked: still fails - unhashable type: 'list'")
+
+
+def test_a_list_as_a_static_argument_gets_a_tuple(ip):
+    ip.run_cell("g = jax.jit(lambda x, y: x + y[0], static_argnums=(1,))\nsizes = [2, 3]", store_history=True)
+    result = ip.run_cell("%%jax_compiles -o crep\ng(1, sizes)", store_history=True)
+    report = explain_any(result.error_in_exec).to_dict()
+    assert report["parameters"] == ["y"] and report["value_type"] == "list"
+    assert report["fixes"][0]["use"] == "tuple(sizes)" and report["fixes"][0]["checked"].startswith("checked: ")
+    assert "Non-hashable" in ip.user_ns["crep"].to_dict()["other_error"]
+    # the headline's account of the error goes on past "The error was:" (it stopped at the colon)
+    assert "The error was: TypeError: unhashable type: 'list'" in " ".join(str(ip.user_ns["crep"]).split())

@@ -32,6 +32,7 @@ from jaxmagic.probes.explain.kinds import KINDS, classify
 from jaxmagic.probes.explain.non_array import explain_non_array_argument, is_non_array_argument
 from jaxmagic.probes.explain.program_fixes import fit_static_fixes
 from jaxmagic.probes.explain.report import TracerErrorReport, UnexplainedErrorReport
+from jaxmagic.probes.explain.unhashable_static import explain_unhashable_static, is_unhashable_static
 from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines
@@ -321,6 +322,8 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
         return explain_leak(error, namespace)
     if is_non_array_argument(error):
         return explain_non_array_argument(error)
+    if is_unhashable_static(error):
+        return explain_unhashable_static(error)
     return explain(error, namespace)
 
 

@@ -109,7 +109,7 @@ def _slice_fixes(
         written = re.sub(r"static_argnames=\([^)]*\)", f"static_argnames={tuple(size_traced)!r}", static[0].use)
         static = [dataclasses.replace(static[0], use=written, when="the length is a setting, not data")]
     rank = _rank_of(array, traced)
-    if at is None and piece.lower is None and axis == 0 and rank:
+    if at is None and piece.lower is None and upper is not None and axis == 0 and rank:
         bound = line.text(upper)
         mask = f"jnp.arange({array}.shape[0]) < {bound}"
         mask = f"({mask})[:" + ", None" * (rank - 1) + "]" if rank > 1 else mask
