@@ -12,6 +12,9 @@ of plain JAX: each program is shaped like the thread it cites; the test asserts 
   not supported"; %jax_explain said nothing and %%jax_compiles / %%jax_doctor cut the message at "The error
   was:". Explained now: which argument, what the value is, the fix for its kind, tried on the value as JAX
   wrote it.
+- The JAX FAQ's "jit and global variables" (jax-ml/jax#5071, jax-ml/jax#196: "jit caches the value of a
+  global"): a learning rate decayed in a Python loop around a jitted step that reads it as a global - nothing
+  recompiles and every call computes with the first value. Every magic said OK.
 """
 
 from __future__ import annotations
@@ -144,3 +147,42 @@ def test_a_list_as_a_static_argument_gets_a_tuple(ip):
     assert "Non-hashable" in ip.user_ns["crep"].to_dict()["other_error"]
     # the headline's account of the error goes on past "The error was:" (it stopped at the colon)
     assert "The error was: TypeError: unhashable type: 'list'" in " ".join(str(ip.user_ns["crep"]).split())
+
+
+STALE = """
+lr = 0.1
+@jax.jit
+def sgd(w, g):
+    return w - lr * g
+"""
+DECAY = "w = jnp.ones(3)\nfor epoch in range(3):\n    lr = 0.1 / (epoch + 1)\n    w = sgd(w, jnp.ones(3))"
+
+
+def test_a_global_changed_after_tracing_is_told_by_compiles_doctor_and_watch(ip):
+    ip.run_cell(STALE, store_history=True)
+    ip.run_cell("%%jax_compiles -o crep\n" + DECAY, store_history=True)
+    ip.run_cell(STALE, store_history=True)
+    ip.run_cell("%%jax_doctor -o drep\n" + DECAY, store_history=True)
+    ip.run_cell(STALE, store_history=True)
+    ip.run_cell("%jax_watch -o wlog", store_history=True)
+    try:
+        ip.run_cell(DECAY, store_history=True)
+    finally:
+        ip.run_cell("%jax_watch off", store_history=True)
+    compiles = ip.user_ns["crep"].to_dict()
+    assert [(g["function"], g["name"], g["traced"], g["now"]) for g in compiles["stale_globals"]] == [
+        ("sgd", "lr", "0.1", "0.03333333333333333")
+    ]
+    headline = " ".join(str(ip.user_ns["crep"]).split())
+    assert headline.startswith("%%jax_compiles [FOUND] `sgd` read the global `lr` when jit traced it (0.1)")
+    told = [f["title"] for f in ip.user_ns["drep"].to_dict()["findings"] if "global `lr`" in f["title"]]
+    watched = [f["summary"] for f in ip.user_ns["wlog"].to_dict()["findings"] if "global `lr`" in f["summary"]]
+    assert len(told) == 1 and watched == told
+
+
+def test_a_global_changed_and_traced_again_is_not_stale(ip):
+    """A new argument shape traces again and reads the new value: nothing stale."""
+    ip.run_cell(STALE, store_history=True)
+    loop = "for n in (2, 3):\n    lr = 0.1 / n\n    w = sgd(jnp.ones(n), jnp.ones(n))"
+    ip.run_cell("%%jax_compiles -o crep\n" + loop, store_history=True)
+    assert ip.user_ns["crep"].to_dict()["stale_globals"] == []
