@@ -12,9 +12,10 @@ of plain JAX: each program is shaped like the thread it cites; the test asserts 
   not supported"; %jax_explain said nothing and %%jax_compiles / %%jax_doctor cut the message at "The error
   was:". Explained now: which argument, what the value is, the fix for its kind, tried on the value as JAX
   wrote it.
-- The JAX FAQ's "jit and global variables" (jax-ml/jax#5071, jax-ml/jax#196: "jit caches the value of a
-  global"): a learning rate decayed in a Python loop around a jitted step that reads it as a global - nothing
-  recompiles and every call computes with the first value. Every magic said OK.
+- jax-ml/jax#7332 (the tutorials' `update` reads the global `step_size`: "if step_size were to change..."),
+  jax-ml/jax#1348 (a jitted function reading a global counter gives 1 at every call): a learning rate decayed
+  in a Python loop around a jitted step that reads it as a global - nothing recompiles and every call computes
+  with the first value. Every magic said OK.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with the value it was traced with (jit traces again for new argument types, never for a changed global).
 
 ``lr = 0.1 / (epoch + 1)`` in a loop around ``sgd`` whose body reads ``lr``: every call after the first computes
-with 0.1, and nothing recompiles, so nothing says so (the JAX FAQ on jit and global variables). At the end
+with 0.1, and nothing recompiles, so nothing says so (jax-ml/jax#7332, jax-ml/jax#1348). At the end
 of the block the values each function carried at its last compilation (``baked.baked_values``: the plain
 globals it reads) are read again; a plain value whose text changed is a stale global. Strings only.
 """
