@@ -7,6 +7,9 @@ of plain JAX: each program is shaped like the thread it cites; the test asserts 
   one entry of a dict argument. %jax_explain offered `lax.dynamic_slice(x, (d['num'],), (2,))` (an invented
   length, the bound taken for a start) and "`d['num']` is an element of a *args parameter"; jit cannot make one
   entry static - the maintainers' answer is to pass it on its own, static, or to keep the full length.
+- jax-ml/jax#5454 (`jnp.arange(i)` inside a vmapped function): vmap's tracers carry no argument names, so
+  JAX's message names none; %jax_explain said "`i` is a tracer here" and could not tell where it came from.
+  The failing frame shows it: `i` is the vmapped function's own parameter.
 - jax-ml/jax#3701 (a config dataclass, not frozen, as a static argument), google/flax#587 (a dict of model
   settings as a static argument), jax-ml/jax#2813 (a list): JAX now raises "Non-hashable static arguments are
   not supported"; %jax_explain said nothing and %%jax_compiles / %%jax_doctor cut the message at "The error
@@ -187,3 +190,17 @@ def test_a_global_changed_and_traced_again_is_not_stale(ip):
     loop = "for n in (2, 3):\n    lr = 0.1 / n\n    w = sgd(jnp.ones(n), jnp.ones(n))"
     ip.run_cell("%%jax_compiles -o crep\n" + loop, store_history=True)
     assert ip.user_ns["crep"].to_dict()["stale_globals"] == []
+
+
+PARTS = jnp.ones((40, 2))
+
+
+def inner_range(i):
+    inds = jnp.arange(i)
+    return jnp.sum(PARTS[inds], axis=0)
+
+
+def test_a_vmapped_argument_used_as_a_size_is_named_as_the_argument():
+    report = probes.explain(raised(lambda: jax.vmap(inner_range)(jnp.array([3, 4])))).to_dict()
+    assert report["depends_on"] == ["i"] and report["traced_function"] == "inner_range"
+    assert "the argument `i` of `inner_range`" in report["provenance"]["unknown"]
