@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import linecache
 import re
 import sys
 import types
@@ -116,8 +117,6 @@ def _line_in(frame: types.FrameType, tb) -> int:
 
 
 def _code_at(filename: str, lineno: int) -> str:
-    import linecache
-
     return linecache.getline(filename, lineno)
 
 
