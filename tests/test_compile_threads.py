@@ -122,6 +122,7 @@ def create_model(x, model_kwargs):
 def test_a_dataclass_that_is_not_frozen_as_a_static_argument_gets_frozen_true():
     report = explain_any(raised(lambda: do_stuff(jnp.ones(3), Config(2)))).to_dict()
     assert (report["function"], report["parameters"], report["value_type"]) == ("do_stuff", ["config"], "Config")
+    assert report["error_kind"] == "unhashable_static"
     assert "not frozen" in report["what"] and report["value_text"] == "Config(some_value=2)"
     fix = report["fixes"][0]
     assert fix["use"] == "@dataclasses.dataclass(frozen=True) on class Config"

@@ -19,6 +19,7 @@ class UnhashableStaticReport(Report):
     kind = "jax_explain"
 
     error_type: str = "ValueError"
+    error_kind: str = "unhashable_static"  # beside TracerErrorReport's kinds ("bool", "int", ...) and "non_array"
     function: str = ""  # the jitted function called on the failing line ("" when not told)
     parameters: list[str] = dataclasses.field(default_factory=list)  # the static parameter(s) it may be
     value_type: str = ""  # "Config", "dict"
