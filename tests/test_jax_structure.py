@@ -234,6 +234,23 @@ def test_the_compiled_program_records_which_inputs_it_kept():
     assert {"kept_var_idx", "all_args_info"} <= set(inspect.signature(pxla.UnloadedMeshExecutable.from_hlo).parameters)
 
 
+def test_jit_prunes_inputs_by_its_own_dead_code_elimination():
+    # _jax/program_inputs.inputs_jit_prunes calls pxla.prune_unused_inputs, as lowering does: an input read
+    # only by code whose result is unused is pruned, an input under an effect (a debug print) is kept
+    import jax.numpy as jnp
+
+    from jaxmagic._jax.program_inputs import inputs_jit_prunes
+
+    def f(a, dead, printed, b):
+        _ = dead @ a  # its result unused
+        jax.debug.print("{}", printed)
+        return a + b
+
+    traced = jax.jit(f).trace(jnp.ones(2), jnp.ones((2, 2)), jnp.ones(2), jnp.ones(2))
+    assert inputs_jit_prunes(traced.jaxpr) == {1}
+    assert traced.lower().compile().input_shardings[0][1] is None  # JAX agrees: no parameter for it
+
+
 def test_the_persistent_cache_state_is_readable():
     from jax._src import compilation_cache
 

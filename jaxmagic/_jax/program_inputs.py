@@ -67,6 +67,30 @@ def program_inputs(compiled) -> ProgramInputs:
     return ProgramInputs(len(shardings), constants, kept)
 
 
+def inputs_jit_prunes(jaxpr) -> frozenset[int]:
+    """The flat inputs of a traced program (a ``ClosedJaxpr`` or ``Jaxpr``, as pjit's ``jaxpr`` parameter) that
+    jit leaves out of the compiled program: nothing is transferred or donated for them.
+
+    Decided by JAX's own pruning at lowering (``pxla.prune_unused_inputs``: dead-code elimination from the
+    outputs, effects kept), so an input read only by code whose result is never used counts as pruned - as
+    jit prunes it - where a scan of the equations' inputs would count it as read. Empty when not known
+    (another JAX, a program with dynamic shapes); the caller leaves out ``keep_unused=True`` calls."""
+    from jax._src.interpreters import pxla  # deferred: importing jaxmagic imports no JAX
+
+    inner = getattr(jaxpr, "jaxpr", jaxpr)
+    prune = getattr(pxla, "prune_unused_inputs", None)
+    invars = getattr(inner, "invars", None)
+    if prune is None or invars is None:
+        return frozenset()
+    try:
+        if any(not all(isinstance(d, int) for d in getattr(v.aval, "shape", ())) for v in invars):
+            return frozenset()  # dynamic shapes: jit keeps every input
+        kept = prune(inner)[2]
+    except Exception:  # a program JAX itself would not prune this way: claim nothing
+        return frozenset()
+    return frozenset(i for i in range(len(invars)) if i not in kept)
+
+
 @dataclasses.dataclass
 class UnreadDonation:
     """A donated argument the program being compiled never reads: JAX pruned it, so nothing is donated."""

@@ -50,9 +50,16 @@ def exception_chain(error: BaseException) -> Iterator[BaseException]:
 
 
 def first_line(error: BaseException | str) -> str:
-    """The first non-empty line of an exception's message (or of a text); "" when there is none."""
-    text = message_of(error).strip()
-    return text.splitlines()[0] if text else ""
+    """The first non-empty line of an exception's message (or of a text); "" when there is none.
+
+    A first line that ends announcing the next ("... The error was:", as jit's non-hashable static argument
+    error ends) takes that next line with it: a one-line account never stops at a colon."""
+    lines = [line.strip() for line in message_of(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def error_line(error: BaseException) -> str:

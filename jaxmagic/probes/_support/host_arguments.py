@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax import compat, jit_calls, program_inputs
 from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report import SourceLine
@@ -165,19 +165,15 @@ class HostArguments(jit_calls.CallObserver):
         pass
 
     def _unused_inputs(self, closed, count: int) -> frozenset[int]:
-        """The positions among a call's ``count`` flat inputs its program never reads (jit prunes them:
-        they are not copied); empty when not known."""
+        """The positions among a call's ``count`` flat inputs that jit prunes from its program (never read,
+        or read only by code whose result is unused: not copied); empty when not known."""
         if closed is None:
             return frozenset()
         known = self._unused.get(id(closed))
         if known is not None and known[0] is closed:
             return known[1]
         jaxpr = getattr(closed, "jaxpr", closed)
-        invars = list(getattr(jaxpr, "invars", ()))
-        unused: frozenset[int] = frozenset()
-        if len(invars) == count:
-            read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
-            unused = frozenset(k for k, v in enumerate(invars) if id(v) not in read)
+        unused = program_inputs.inputs_jit_prunes(jaxpr) if len(getattr(jaxpr, "invars", ())) == count else frozenset()
         self._unused[id(closed)] = (closed, unused)
         return unused
 

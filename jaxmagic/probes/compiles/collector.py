@@ -38,6 +38,7 @@ from jaxmagic.probes.compiles.stack import (
     read_jit_frame,
     read_transformed_program,
 )
+from jaxmagic.probes.compiles.stale_globals import stale_globals
 from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments
 from jaxmagic.probes.compiles.why_again import why_compiled_again
@@ -345,6 +346,14 @@ class Collector:
             self.report.cache_misses.sort(key=lambda miss: miss.function not in yours)  # the user's first
             self.report.cache_hits = self._cache.hits
             for state in self._functions.values():
+                if state.summary.kind == "user":
+                    self.report.stale_globals += stale_globals(
+                        state.summary.name,
+                        state.last_function,
+                        state.last_baked,
+                        is_user_file,
+                        state.summary.first_line,
+                    )
                 if not self._try_fixes:
                     say_untried(state.summary, UNTRIED_HERE)
                     say_field_untried(state.summary, state.changed_fields, UNTRIED_HERE)

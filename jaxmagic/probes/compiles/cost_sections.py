@@ -4,10 +4,12 @@ persistent-cache miss - as concerns, a headline and document sections (wording o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from jaxmagic.probes.compiles.cache_misses import CacheMiss
 from jaxmagic.probes.compiles.donations import UnusableDonation
 from jaxmagic.probes.compiles.program_size import CONSTANT_BYTES, ProgramSize
+from jaxmagic.probes.compiles.stale_globals import StaleGlobal
 from jaxmagic.report import Concern, SourceLine, act, note
 from jaxmagic.report.document import Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -39,8 +41,17 @@ class CostFinding:
     provenance: Provenance | None
 
 
-def cost_findings(sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss]) -> list:
+def cost_findings(
+    sizes: list[ProgramSize],
+    donations: list[UnusableDonation],
+    misses: list[CacheMiss],
+    stale: Sequence[StaleGlobal] = (),
+) -> list:
     found = [
+        CostFinding(("stale global", g.function, g.name), g.headline.rstrip("."), g.short, g.fix, g.line, None)
+        for g in stale[:3]
+    ]
+    found += [
         CostFinding(
             ("compile size", s.function),
             s.headline.rstrip("."),
@@ -79,9 +90,13 @@ def cost_findings(sizes: list[ProgramSize], donations: list[UnusableDonation], m
 
 
 def cost_concerns(
-    sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss]
+    sizes: list[ProgramSize],
+    donations: list[UnusableDonation],
+    misses: list[CacheMiss],
+    stale: Sequence[StaleGlobal] = (),
 ) -> list[Concern]:
-    found = [
+    found = [act(g.short) for g in stale]
+    found += [
         (act if s.slow else note)(
             f"a Python loop unrolled into `{s.function}`" if s.unrolled else f"constants baked into `{s.function}`"
         )
@@ -96,8 +111,16 @@ def cost_concerns(
     return found
 
 
-def cost_headline(sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss]) -> str:
-    """The first finding of these, for a report whose recompilations said nothing."""
+def cost_headline(
+    sizes: list[ProgramSize],
+    donations: list[UnusableDonation],
+    misses: list[CacheMiss],
+    stale: Sequence[StaleGlobal] = (),
+) -> str:
+    """The first finding of these, for a report whose recompilations said nothing (a stale global first: the
+    program computes with a value the user no longer has)."""
+    if stale:
+        return stale[0].headline + (f" ({len(stale) - 1} more)" if len(stale) > 1 else "")
     big = [s for s in sizes if is_big(s)]
     if big:
         return big[0].headline
@@ -111,7 +134,14 @@ def cost_headline(sizes: list[ProgramSize], donations: list[UnusableDonation], m
     return ""
 
 
-def cost_fix(sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss]) -> str:
+def cost_fix(
+    sizes: list[ProgramSize],
+    donations: list[UnusableDonation],
+    misses: list[CacheMiss],
+    stale: Sequence[StaleGlobal] = (),
+) -> str:
+    if stale:
+        return f"`{stale[0].function}`: {stale[0].fix}"
     big = [s for s in sizes if is_big(s) and s.fix]
     if big:
         return f"`{big[0].function}`: {big[0].fix}"
@@ -122,9 +152,21 @@ def cost_fix(sizes: list[ProgramSize], donations: list[UnusableDonation], misses
 
 
 def cost_sections(
-    sizes: list[ProgramSize], donations: list[UnusableDonation], misses: list[CacheMiss], hits: int
+    sizes: list[ProgramSize],
+    donations: list[UnusableDonation],
+    misses: list[CacheMiss],
+    hits: int,
+    stale: Sequence[StaleGlobal] = (),
 ) -> list[Section]:
     sections = []
+    if stale:
+        rows = [[f"`{g.function}`", f"`{g.name}`", g.traced, g.now] for g in stale]
+        sections.append(
+            Section(
+                "Globals changed after tracing",
+                [Table(["function", "global", "traced with", "now"], rows), Paragraph(stale[0].fix)],
+            )
+        )
     for size in [s for s in sizes if s.slow or is_big(s) or s.unknown][:3]:  # a quick, plain one: data only
         blocks: list = [Paragraph(size.headline)]
         if not size.unknown:

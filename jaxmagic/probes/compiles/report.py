@@ -18,6 +18,7 @@ from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES, FIXES
 from jaxmagic.probes.compiles.cost_sections import cost_concerns, cost_fix, cost_headline, cost_sections
 from jaxmagic.probes.compiles.donations import UnusableDonation
 from jaxmagic.probes.compiles.program_size import ProgramSize
+from jaxmagic.probes.compiles.stale_globals import StaleGlobal
 from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
 from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
 from jaxmagic.report import Concern, SourceLine, act, failed
@@ -281,6 +282,8 @@ class CompileReport(Report):
     donations: list[UnusableDonation] = dataclasses.field(default_factory=list)  # donated buffers JAX could not reuse
     cache_misses: list[CacheMiss] = dataclasses.field(default_factory=list)  # persistent-cache misses
     cache_hits: int = 0  # compilations read from the persistent cache
+    # globals a function read when traced that changed since: its program still has the old value (stale_globals)
+    stale_globals: list[StaleGlobal] = dataclasses.field(default_factory=list)
 
     # -- queries -------------------------------------------------------------
 
@@ -379,7 +382,7 @@ class CompileReport(Report):
         found += [act(f"`{f.name}` compiled {f.count} times") for f in self.recompiled_functions]
         found += [act("a loop rebuilt at each call") for _ in self.rebuilt_loops]
         found += [act(f"a library's `{f.name}` compiled {f.count} times") for f in self.library_recompiles]
-        found += cost_concerns(self.sizes, self.donations, self.cache_misses)
+        found += cost_concerns(self.sizes, self.donations, self.cache_misses, self.stale_globals)
         return found + ([failed(self.other_error)] if self.other_error else [])
 
     @property
@@ -413,7 +416,7 @@ class CompileReport(Report):
             return _rebuilt_sentence(self.rebuilt_loops[0])
         if self.library_recompiles:
             return library_sentence(self.library_recompiles[0])
-        cost = cost_headline(self.sizes, self.donations, self.cache_misses)
+        cost = cost_headline(self.sizes, self.donations, self.cache_misses, self.stale_globals)
         if cost:
             return cost
         users = self.user_functions
@@ -559,7 +562,7 @@ class CompileReport(Report):
                 )
             sections.append(Section(title, blocks))
 
-        sections += cost_sections(self.sizes, self.donations, self.cache_misses, self.cache_hits)
+        sections += cost_sections(self.sizes, self.donations, self.cache_misses, self.cache_hits, self.stale_globals)
         if self.budget is not None:
             scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
             verdict = self.budget_message or "kept"
@@ -625,4 +628,4 @@ class CompileReport(Report):
             return f"`{named[0].name}`: {named[0].fix}" if named[0].fix else ""
         if self.library_recompiles and not self.rebuilt_loops:
             return LIBRARY_RECOMPILE_FIX
-        return cost_fix(self.sizes, self.donations, self.cache_misses)
+        return cost_fix(self.sizes, self.donations, self.cache_misses, self.stale_globals)

@@ -352,7 +352,7 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
             )
         )
     # The compile probe's other findings, worded as %%jax_compiles words them (one home: compiles/cost_sections).
-    for cost in cost_findings(compiles.sizes, compiles.donations, compiles.cache_misses):
+    for cost in cost_findings(compiles.sizes, compiles.donations, compiles.cache_misses, compiles.stale_globals):
         found.append(
             _finding(
                 "compiles",

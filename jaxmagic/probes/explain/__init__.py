@@ -24,7 +24,9 @@ the analysis), ``kinds`` (the table of error kinds, ``classify``), ``frames``
 your line), ``program_fixes`` (static arguments and expressions fitted to your
 program, each fix tried), ``report`` (the reports and their wording), ``non_array`` and
 ``non_array_report`` (a function, string or object among a jitted function's arguments: the leaves
-named, ``eqx.filter_jit`` / a static argument tried by tracing). A tracer
+named, ``eqx.filter_jit`` / a static argument tried by tracing), ``unhashable_static`` and
+``unhashable_static_report`` (a static argument jit cannot hash: a dict, a list, a dataclass not frozen;
+the fix for its kind, tried on the value as JAX wrote it). A tracer
 kept past its trace is explained by the leak probe (``probes.leaks``).
 """
 

@@ -3,7 +3,9 @@ the traced value on your line), fitted to the failing line's code, the one match
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
+import re
 
 from jaxmagic.probes._support.fixes.fitters import fit
 from jaxmagic.probes._support.fixes.fix import Fix
@@ -27,22 +29,13 @@ def fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve: Resolve = lam
     arg = settings[0] if settings else (candidates[0] if candidates else "n")
     static = ", ".join(repr(name) for name in settings or [arg]) + ("," if len(settings) < 2 else "")
     fixes = [Fix(f.use.replace("('{arg}',)", f"({static})").replace("{arg}", arg), f.when) for f in kind.fixes]
-    packed = [name for name in settings or [arg] if not name.isidentifier()]
-    if packed:  # args[1] of a def f(*args): static_argnames takes parameter names only (JAX rejects others)
-        fixes = [
-            Fix(
-                f"static_argnums=(<position of {packed[0]}>,)",
-                f"`{packed[0]}` is an element of a *args parameter: make it static by its position among the "
-                "call's arguments (static_argnames takes parameter names only)",
-            )
-            if f.use.startswith("static_argnames")
-            else f
-            for f in fixes
-        ]
+    parts = [name for name in settings or [arg] if not name.isidentifier()]
+    if parts:  # static_argnames takes parameter names only (JAX rejects others): a part of one needs its own fix
+        fixes = [static_fix_of_part(parts[0]) if f.use.startswith("static_argnames") else f for f in fixes]
     # {value}: the traced name on your failing line (x in x.item()); a fix never shows a name your code lacks.
     value = report.traced_names[0].name if report.traced_names else ""
     fixes = [
-        Fix(f.use.replace("{value}", value), f.when)
+        dataclasses.replace(f, use=f.use.replace("{value}", value))
         if value or "{value}" not in f.use
         else Fix("stay in JAX: compute with the array itself instead of a Python number (.astype for a dtype)", f.when)
         for f in fixes
@@ -62,18 +55,49 @@ def fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve: Resolve = lam
         function = ""
     if function.isidentifier() and not keyword.iskeyword(function):
         fixes = [
-            Fix(f"jax.jit({function}, {f.use})" if f.use.startswith("static_arg") else f.use, f.when) for f in fixes
+            dataclasses.replace(f, use=f"jax.jit({function}, {f.use})") if f.use.startswith("static_arg") else f
+            for f in fixes
         ]
     line = report.failing_line.code if report.failing_line else ""
     failing = report.failing_line
     code = read_line(line, failing.filename, failing.lineno) if failing else None
     code = code or read_line(report.failing_lambda)
-    fixes = fit(kind.key, fixes, code, report.traced_names, resolve)
+    paths = [name for name in report.depends_on if not name.isidentifier()]
+    fixes = fit(kind.key, fixes, code, report.traced_names, resolve, paths=paths)
     # a line read as code was fitted above; one that was not (part of a longer statement) is matched as text
     preferred = _preferred_fix(kind.key, line) if code is None else ""
     if preferred:
         fixes.sort(key=lambda f: 0 if preferred in f.use else 1)
     return fixes
+
+
+# The mark of a static fix that adds a parameter to the user's function: it cannot be tried on the function as it is.
+NEW_PARAMETER = "suggestion: not tried (it adds a parameter to your function)"
+
+# How JAX names an element of a *args parameter (args[1]): a position among the call's arguments.
+_POSITIONAL_ELEMENT = re.compile(r"^\w+\[\d+\]$")
+
+
+def static_fix_of_part(part: str) -> Fix:
+    """The static fix for a traced part of a parameter, as JAX names it: ``args[1]`` (an element of a
+    *args parameter: static by its position) or ``d['num']`` / ``cfg.steps`` (one entry of a container
+    argument: jit makes whole arguments static, never one entry - jax-ml/jax#6853)."""
+    if _POSITIONAL_ELEMENT.match(part):
+        return Fix(
+            f"static_argnums=(<position of {part}>,)",
+            f"`{part}` is an element of a *args parameter: make it static by its position among the "
+            "call's arguments (static_argnames takes parameter names only)",
+        )
+    root = re.split(r"[\[.]", part, maxsplit=1)[0]
+    words = [w for w in re.findall(r"[A-Za-z_]\w*", part[len(root) :]) if not keyword.iskeyword(w)]
+    own = words[-1] if words else f"{root}_part"
+    return Fix(
+        f"static_argnames=('{own}',)",
+        f"`{part}` is one entry of the argument `{root}`, and jit makes whole arguments static, never one "
+        f"entry of one: pass it as an argument of its own (`{own}`) and make that static - one compilation "
+        "per value",
+        NEW_PARAMETER,
+    )
 
 
 def _preferred_fix(kind: str, line: str) -> str:

@@ -131,9 +131,14 @@ KINDS: dict[str, ErrorKind] = {
             "A slice with traced start or stop could have any length; jit needs the length while tracing. "
             'JAX raises a plain IndexError ("Array slice indices must have static start/stop/step").',
             (
-                Fix("lax.dynamic_slice(x, ({arg},), (2,))", "the start is data, the length is fixed"),
-                Fix("x[jax.ds({arg}, 2)]", "the same with indexing syntax"),
-                Fix("lax.dynamic_update_slice(x, update, ({arg},))", "writing a window rather than reading it"),
+                # patterns until the line is read (fixes/indexing.fit_slice writes them from it): the traced
+                # value may be the slice's start or its stop, and the length is the user's to say
+                Fix("lax.dynamic_slice_in_dim(x, start, length)", "the start is data, the length a Python int"),
+                Fix("x[jax.ds(start, length)]", "the same with indexing syntax"),
+                Fix(
+                    "lax.dynamic_update_slice_in_dim(x, update, start, axis=0)",
+                    "writing a window rather than reading it",
+                ),
                 Fix("static_argnames=('{arg}',)", "the bound is a setting, not data"),
             ),
         ),

@@ -32,6 +32,7 @@ from jaxmagic.probes.explain.kinds import KINDS, classify
 from jaxmagic.probes.explain.non_array import explain_non_array_argument, is_non_array_argument
 from jaxmagic.probes.explain.program_fixes import fit_static_fixes
 from jaxmagic.probes.explain.report import TracerErrorReport, UnexplainedErrorReport
+from jaxmagic.probes.explain.unhashable_static import explain_unhashable_static, is_unhashable_static
 from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines
@@ -255,10 +256,12 @@ def _add_traced_origin(report: TracerErrorReport, tb: types.TracebackType | None
     if outer.f_code is failing_code:
         del outer, traced
         own = [p for value in on_line.values() for p, bound in parameters.items() if bound is value]
-        if own and _names_a_library_repacking(report.depends_on, parameter_names(failing_code)):
+        unnamed = not report.depends_on and report.transformation == "vmap"
+        if own and (unnamed or _names_a_library_repacking(report.depends_on, parameter_names(failing_code))):
             # A library's jit wrapper (eqx.filter_jit, nnx.jit) gave jit its own repacking of the arguments, so
-            # JAX's message names the library's ("dynamic_nodonate['first'][0]"): the tracers on the failing
-            # line that are the user's parameters name them as the user wrote them.
+            # JAX's message names the library's ("dynamic_nodonate['first'][0]"); or it names none (vmap's
+            # tracers carry no argument names: jax-ml/jax#5454, `jnp.arange(i)` inside a vmapped function): the
+            # tracers on the failing line that are the user's parameters name them as the user wrote them.
             report.depends_on = list(dict.fromkeys(own))
         del parameters, on_line
         return  # the failing function is the one traced: JAX's own message names its arguments
@@ -321,6 +324,8 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
         return explain_leak(error, namespace)
     if is_non_array_argument(error):
         return explain_non_array_argument(error)
+    if is_unhashable_static(error):
+        return explain_unhashable_static(error)
     return explain(error, namespace)
 
 

@@ -25,6 +25,7 @@ from jaxmagic.probes._support.fixes.library_static import (
     library_static_fix,
 )
 from jaxmagic.probes._support.tracers import text
+from jaxmagic.probes.explain.fixes import NEW_PARAMETER
 from jaxmagic.probes.explain.frames import innermost_user_frame
 from jaxmagic.probes.explain.kinds import classify
 from jaxmagic.probes.explain.loop_fixes import carried_value_fix
@@ -133,7 +134,7 @@ def fit_static_fixes(
         if names_jit(fix.use) and not jits and (inside or report.transformation != "jit"):
             return False  # a bare scan, vmap, grad: no jit of the user's to give static arguments to
         names = set(_static_names(fix.use))
-        if not names:
+        if not names or fix.checked == NEW_PARAMETER:  # a parameter the fix adds is not one the function has yet
             return True
         jitted = jit_of(fix)
         if jitted is not None:

@@ -309,7 +309,7 @@ class Watch:
                 count=f.count,
             )
         # A slow compilation's size, an unusable donation, a persistent-cache miss: %%jax_compiles' own words
-        for cost in cost_findings(report.sizes, report.donations, report.cache_misses):
+        for cost in cost_findings(report.sizes, report.donations, report.cache_misses, report.stale_globals):
             found += self._new(
                 cost.key,
                 area="recompilation",

@@ -42,16 +42,18 @@ def fit(
     line: LineCode | None,
     traced: Sequence[Traced],
     resolve: Resolve = lambda name: None,
+    paths: Sequence[str] = (),
 ) -> list[Fix]:
     """The fixes of ``kind`` that apply to ``line``, written with its code, best first.
 
-    ``traced`` are the names on the line bound to tracers; ``resolve`` gives (the object, the
-    name of the module it was found in) for a dotted name on the line (None when unknown), to
-    tell a NumPy or SciPy function from another library's.
+    ``traced`` are the names on the line bound to tracers; ``paths`` the traced leaves of arguments
+    that are containers, as JAX names them (``d['num']``: ``d`` itself is a dict, no tracer); ``resolve``
+    gives (the object, the name of the module it was found in) for a dotted name on the line (None when
+    unknown), to tell a NumPy or SciPy function from another library's.
     """
     if line is None:
         return list(fixes)
-    names = {t.name for t in traced}
+    names = {t.name for t in traced} | set(paths)
     fitting = _FITTERS.get(kind)
     return list(fixes) if fitting is None else fitting(list(fixes), line, names, traced, resolve)
 

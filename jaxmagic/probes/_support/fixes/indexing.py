@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from jaxmagic.probes._support.fixes.fix import Fix, static_fixes, written_fix
-from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced, dotted, uses
+from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced, dotted, traced_parts, uses
 
 # -- an array shape from a traced value -------------------------------------------------------------
 
@@ -36,12 +36,18 @@ def fit_slice(
         axes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         for axis, piece in enumerate(axes):
             if isinstance(piece, ast.Slice) and uses(piece, names) and piece.step is None:
-                return _slice_fixes(fixes, line, node, axis, piece, names)
+                return _slice_fixes(fixes, line, node, axis, piece, names, traced)
     return fixes
 
 
 def _slice_fixes(
-    fixes: list[Fix], line: LineCode, node: ast.Subscript, axis: int, piece: ast.Slice, names: set[str]
+    fixes: list[Fix],
+    line: LineCode,
+    node: ast.Subscript,
+    axis: int,
+    piece: ast.Slice,
+    names: set[str],
+    traced: Sequence[Traced],
 ) -> list[Fix]:
     array = line.text(node.value)
     start = line.text(piece.lower) if piece.lower is not None else "0"
@@ -58,7 +64,7 @@ def _slice_fixes(
     else:
         size = f"{line.text(upper)} - {start}" if piece.lower is not None else line.text(upper)
     size_node = ast.parse(size, mode="eval")
-    size_traced = sorted({n.id for n in ast.walk(size_node) if isinstance(n, ast.Name) and n.id in names})
+    size_traced = sorted(set(traced_parts(size_node, names)))
     needs = (
         f"; {', '.join(f'`{n}`' for n in size_traced)} must then be static (the length is a shape)"
         if size_traced
@@ -95,10 +101,36 @@ def _slice_fixes(
             written_fix(f"{array}[{leading}jax.ds({start}, {size})]", "the same with indexing syntax" + needs),
         ]
     static = static_fixes(fixes)
-    if size_traced and static:  # the length, not the start, is what must be a setting
+    if not size_traced:
+        return found + static
+    # The length is traced: a window of data-dependent length has no static shape, so the length must be a
+    # setting (static), or the full length is kept and the entries past it masked (jax-ml/jax#6853).
+    if static and all(name.isidentifier() for name in size_traced):
         written = re.sub(r"static_argnames=\([^)]*\)", f"static_argnames={tuple(size_traced)!r}", static[0].use)
         static = [dataclasses.replace(static[0], use=written, when="the length is a setting, not data")]
-    return found + static
+    rank = _rank_of(array, traced)
+    if at is None and piece.lower is None and upper is not None and axis == 0 and rank:
+        bound = line.text(upper)
+        mask = f"jnp.arange({array}.shape[0]) < {bound}"
+        mask = f"({mask})[:" + ", None" * (rank - 1) + "]" if rank > 1 else mask
+        found.insert(
+            0,
+            written_fix(
+                f"jnp.where({mask}, {array}, 0)",
+                f"keep the full length and zero the entries from {bound} on: the shape stays static "
+                "(what follows must take the full length)",
+            ),
+        )
+    return static + found
+
+
+def _rank_of(expression: str, traced: Sequence[Traced]) -> int:
+    """The number of dimensions of a traced name on the line (``int32[10, 3]`` -> 2); 0 when not known."""
+    aval = next((t.aval for t in traced if t.name == expression), "")
+    match = re.search(r"\[([^\]]*)\]", aval)
+    if match is None:
+        return 0
+    return len([d for d in match.group(1).split(",") if d.strip()])
 
 
 # -- boolean masks ------------------------------------------------------------------------------

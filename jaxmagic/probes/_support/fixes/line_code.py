@@ -203,4 +203,18 @@ def dotted(node: ast.AST) -> str:
 
 
 def uses(node: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+    """Whether ``node`` reads one of ``names``: a name (``n``), or a path into an argument as JAX names a
+    traced leaf of it (``d['num']``, ``cfg.steps``), written the same way on the line."""
+    return bool(traced_parts(node, names))
+
+
+def traced_parts(node: ast.AST, names: set[str]) -> list[str]:
+    """The parts of ``node`` that are one of ``names`` (a name, or a path such as ``d['num']``), in order."""
+    paths = {name for name in names if not name.isidentifier()}
+    found: list[str] = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in names:
+            found.append(n.id)
+        elif paths and isinstance(n, (ast.Subscript, ast.Attribute)) and ast.unparse(n) in paths:
+            found.append(ast.unparse(n))
+    return found
