@@ -44,8 +44,8 @@ class StaleGlobal:
     @property
     def fix(self) -> str:
         return (
-            f"Pass `{self.name}` to `{self.function}` as an argument (a traced number: jnp.float32({self.name}), one "
-            "compilation for every value) instead of reading the global; make it a static argument only if it "
+            f"Pass `{self.name}` to `{self.function}` as an argument (a traced number, `jnp.float32({self.name})`: one "
+            "compilation serves every value) instead of reading the global; make it a static argument only if it "
             "selects code (one compilation per value)."
         )
 

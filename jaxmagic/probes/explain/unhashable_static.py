@@ -164,7 +164,7 @@ def _fixes(cls: type | None, name: str, value: str, parameters: list[str]) -> li
         fixes = [
             Fix(
                 f"leave {static} out of static_argnums / static_argnames",
-                "an array is data: pass it traced (one compilation for every value of the same shape)",
+                "an array is data: pass it traced (one compilation serves every value of that shape)",
             ),
             Fix(f"tuple({value}.tolist())", "a few numbers that decide the program's structure: make them a tuple"),
         ]
