@@ -125,7 +125,9 @@ class NanReport(Report):
     @property
     def summary(self) -> str:
         what = "NaN" if self.value == "nan" else "inf"
-        if self.found and self.compiled_only:
+        # JAX's own op-by-op re-run can miss what the producer search's evaluation sees (inside
+        # `custom_linear_solve`): a producer observed outranks JAX's guess that compiling made the value
+        if self.found and self.compiled_only and self.producer is None:
             return (
                 f"{what} in the output of a compiled function, but not when JAX re-ran it op by op: "
                 "the compiled program (an XLA optimisation or a nan/inf literal) made it."
