@@ -24,6 +24,18 @@ CASES = {
         "    return jnp.sum(jax.scipy.special.loggamma(alpha)) - jax.scipy.special.loggamma(jnp.sum(alpha))\n",
         "c_loggamma = log_norm_const(jnp.array([1.0, 0.0, 2.0]))",
     ),
+    # jax.scipy.special.loggamma of a negative concentration: JAX's own `jnp.where(x > 0, lgamma(x), nan)`
+    # writes the NaN (jax-ml/jax#38240 asks it to be inf at 0); `select_n` only passed the constant on
+    "loggamma_negative": (
+        "@jax.jit\ndef log_norm_neg(alpha):\n    return jnp.sum(jax.scipy.special.loggamma(alpha))\n",
+        "c_loggamma_neg = log_norm_neg(jnp.array([1.0, -0.5, 2.0]))",
+    ),
+    # a NaN the user writes to mark what does not count, then a plain mean (the "use nanmean" answers
+    # of jax-ml/jax#9040's jnp.nanmean thread): the select did not make it
+    "user_written_nan": (
+        "@jax.jit\ndef masked_mean(x, mask):\n    kept = jnp.where(mask, x, jnp.nan)\n    return jnp.mean(kept)\n",
+        "m_written = masked_mean(jnp.array([1.0, 2.0, 3.0]), jnp.array([True, False, True]))",
+    ),
 }
 
 
@@ -55,9 +67,27 @@ def test_a_singular_solve_names_the_triangular_solve_inside_it_not_the_compiled_
 def test_a_scipy_function_is_named_by_its_own_namespace_not_by_a_namesake(shell):
     plain, doctor = _reports(shell, "loggamma_zero")
     for report in (plain, doctor["nans"]):
-        producer = report["producer"]
-        assert producer["primitive"] == "lgamma"
-        assert producer["library_function"] == "jax.scipy.special.loggamma"
+        assert report["producer"]["library_function"] == "jax.scipy.special.loggamma"
     assert "jax.random" not in plain["summary"]
     (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
     assert "jax.scipy.special.loggamma" in finding["title"] and "jax.random" not in finding["title"]
+
+
+@pytest.mark.parametrize(
+    ("case", "writer"),
+    [
+        # at 0, lgamma made inf first: the NaN is not made of it (the select dropped it), the written NaN is
+        ("loggamma_zero", "written by `jax.scipy.special.loggamma`'s own code"),
+        ("loggamma_negative", "written by `jax.scipy.special.loggamma`'s own code"),
+        ("user_written_nan", "your line writes"),
+    ],
+)
+def test_a_nan_written_into_the_program_is_said_to_be_written_not_made_by_the_select(shell, case, writer):
+    plain, doctor = _reports(shell, case)
+    for report in (plain, doctor["nans"]):
+        producer = report["producer"]
+        assert producer["primitive"] == "select_n" and producer["written_nan"] and producer["nan_maker"] == ""
+        assert [op["value"] for op in producer["operands"]][1] == "nan"
+    assert plain["summary"].startswith(f"NaN written into the program, not computed: a NaN constant {writer}")
+    (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
+    assert finding["title"].startswith("NaN written into the program, not computed")

@@ -192,6 +192,11 @@ class NanReport(Report):
                 f"{what} produced inside `{p.primitive}`{at}{loops}{call}; the search could not look inside "
                 f"`{p.primitive}`, so the operation itself is not named."
             )
+        if p.written_nan and not p.discarded_by:
+            return (
+                f"NaN written into the program, not computed: a NaN constant {written_nan_writer(p)}, passed "
+                f"on by `{p.primitive}`{at}{loops}{call} ({p.description})."
+            )
         if p.discarded_by:
             if p.nan_maker and p.value == "inf":
                 inside = f" inside `{p.nan_maker_library}`" if p.nan_maker_library else ""
@@ -327,6 +332,13 @@ class NanReport(Report):
     def _explanation(self) -> str:
         p = self.producer
         # the fix is not repeated here: it is the document's own line, under the headline (``Document.fix``)
+        if p is not None and p.written_nan and not p.discarded_by:
+            return (
+                f"No operation made this NaN: it is a constant {written_nan_writer(p)}, and `{p.primitive}` "
+                f"chose it ({p.description}). If it marks values that do not count, reduce with the NaN-aware "
+                "functions (jnp.nanmean, jnp.nansum) or write a finite fill; if it is a function's answer for an "
+                "input outside its domain, keep that input inside the domain."
+            )
         if p is not None and p.discarded_by:
             return DISCARDED_EXPLANATION.format(by=p.discarded_by)
         if p is not None and p.phase == "forward" and not p.derivative and overflowed(p):
@@ -462,3 +474,14 @@ def _inside_section(found: InsideSearch) -> Section:
     if is_a_fix(found.fix):
         blocks.append(Paragraph(f"Fix: {found.fix}"))
     return Section(f"Inside `{found.function}`", blocks)
+
+
+def written_nan_writer(p: NanProducer) -> str:
+    """Who wrote the NaN constant a producer passed on (``NanProducer.written_nan``): the user's line when
+    its code writes a NaN (``jnp.where(mask, x, jnp.nan)``), else the library function it called
+    (``jax.scipy.special.loggamma``'s NaN for x <= 0), else a library's own code."""
+    code = p.line.code if p.line is not None else ""
+    if "nan" in code.lower() and not p.written_nan_by:
+        return "your line writes"
+    writer = p.written_nan_by or p.library_function
+    return f"written by `{writer}`'s own code" if writer else "written into the program"

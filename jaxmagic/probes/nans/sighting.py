@@ -39,6 +39,9 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
         maker_inside = inside if library and library == producer.nan_maker_library else ""
         made = f"`{producer.nan_maker}`{maker_inside} from the inf of `{primitive}`{inside if not maker_inside else ''}"
     title = f"NaN made by {made} in {phase} of {where}"
+    if producer is not None and producer.written_nan and not producer.discarded_by:
+        made = f"a NaN constant passed on by `{primitive}`{inside},"
+        title = f"NaN written into the program, not computed: {made} in {phase} of {where}"
     if producer is not None:
         if producer.discarded_by:
             title += f" (in a branch `{producer.discarded_by}` discarded)"
