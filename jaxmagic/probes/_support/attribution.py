@@ -28,7 +28,7 @@ import re
 import sys
 import tracemalloc
 from collections.abc import Sequence
-from types import FrameType
+from types import FrameType, ModuleType
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support import library_calls
@@ -192,7 +192,7 @@ def public_name(function: str, filename: str = "") -> str:
     return ""
 
 
-def _mirrored_namespace(path: str) -> tuple[str, object] | None:
+def _mirrored_namespace(path: str) -> tuple[str, ModuleType] | None:
     """The public module that mirrors a private one of JAX's SciPy (``jax/_src/scipy/stats/norm.py`` ->
     ``jax.scipy.stats.norm``), when the user's program has it imported; else None. Only SciPy's: other
     mirrored modules (``jax.interpreters.ad``) hold JAX's machinery, not what the user's line called."""
