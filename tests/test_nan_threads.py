@@ -91,3 +91,45 @@ def test_a_nan_written_into_the_program_is_said_to_be_written_not_made_by_the_se
     assert plain["summary"].startswith(f"NaN written into the program, not computed: a NaN constant {writer}")
     (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
     assert finding["title"].startswith("NaN written into the program, not computed")
+
+
+def test_the_doctor_is_not_ok_when_the_cell_leaves_an_inf_it_does_not_watch_for(shell):
+    # A Dirichlet log-likelihood's gradient at a concentration of 0: gammaln's derivative digamma(0) is
+    # inf (jax-ml/jax#37763), no NaN. %%jax_nans said "holds inf, run --infs"; the doctor said [OK].
+    shell.run_cell(
+        "def dirichlet_ll(alpha, log_x):\n"
+        "    lnorm = jnp.sum(jax.scipy.special.gammaln(alpha)) - jax.scipy.special.gammaln(jnp.sum(alpha))\n"
+        "    return jnp.sum((alpha - 1.0) * log_x) - lnorm\n"
+        "dirichlet_grad = jax.jit(jax.grad(dirichlet_ll))\n"
+        "log_x = jnp.log(jnp.array([0.5, 0.2, 0.3]))\n",
+        store_history=True,
+    )
+    call = "g_dirichlet = dirichlet_grad(jnp.array([2.0, 0.0, 1.5]), log_x)"
+    shell.run_cell(f"%%jax_nans -o thread_nans\n{call}", store_history=True)
+    shell.run_cell(f"%%jax_doctor -o thread_doctor\n{call}", store_history=True)
+    plain, doctor = shell.user_ns["thread_nans"].to_dict(), shell.user_ns["thread_doctor"].to_dict()
+    assert [leaf["inf_count"] for leaf in plain["nonfinite"]] == [1]
+    (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
+    assert finding["title"] == "No NaN seen, but `variable g_dir` holds inf".replace("g_dir", "g_dirichlet")
+    assert finding["next_magic"] == "%%jax_nans --infs"
+    assert doctor["status"] == "problem"  # shown as [FOUND], never [OK]
+
+
+def test_a_negative_base_to_a_fractional_power_gets_a_clamp_tried_on_the_values(shell):
+    # jax-ml/jax#7440 ("nan in gradient due to failure in pow"), tinygrad#1251: a strain shifted below 0
+    # raised to 1.5. The report named `pow` and its -0.3 but offered only a cause ("typically ...").
+    shell.run_cell(
+        "@jax.jit\ndef stress(strain, k):\n    shifted = strain - 0.5\n    return k * jnp.power(shifted, 1.5)\n",
+        store_history=True,
+    )
+    call = "s_pow = stress(jnp.array([1.0, 0.2, 2.0]), 3.0)"
+    shell.run_cell(f"%%jax_nans -o thread_nans\n{call}", store_history=True)
+    shell.run_cell(f"%%jax_doctor -o thread_doctor\n{call}", store_history=True)
+    plain, doctor = shell.user_ns["thread_nans"].to_dict(), shell.user_ns["thread_doctor"].to_dict()
+    producer = plain["producer"]
+    assert producer["primitive"] == "pow" and [op["value"] for op in producer["operands"]][0] == "-0.3"
+    (clamp,) = [t for t in producer["fix_trials"] if t["key"] == "clamp"]
+    assert clamp["finite"] and clamp["offered"]
+    assert "`jnp.power(jnp.maximum(v, 0.0), ...)`" in plain["fix"] and "Tried on the values" in plain["fix"]
+    (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
+    assert finding["fix"] == doctor["nans"]["fix"] and "jnp.maximum(v, 0.0)" in finding["fix"]
