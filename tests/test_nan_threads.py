@@ -133,3 +133,44 @@ def test_a_negative_base_to_a_fractional_power_gets_a_clamp_tried_on_the_values(
     assert "`jnp.power(jnp.maximum(v, 0.0), ...)`" in plain["fix"] and "Tried on the values" in plain["fix"]
     (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
     assert finding["fix"] == doctor["nans"]["fix"] and "jnp.maximum(v, 0.0)" in finding["fix"]
+
+
+@pytest.mark.parametrize(
+    ("setup", "call", "library", "spectrum"),
+    [
+        # jax-ml/jax#4646: an eigenvector's gradient at a matrix with two equal eigenvalues
+        (
+            "def vector_entry(m):\n"
+            "    _, vecs = jnp.linalg.eigh(m)\n"
+            "    return vecs[0, 2]\n"
+            "eig_grad = jax.jit(jax.grad(vector_entry))\n",
+            "g_eig = eig_grad(jnp.diag(jnp.array([4.0, 1.0, 1.0])))",
+            "jnp.linalg.eigh",
+            "eigenvalues",
+        ),
+        # jax-ml/jax#8732: the norm of U S V^T through svd, two singular values equal
+        (
+            "def rebuilt_norm(a):\n"
+            "    u, s, vh = jnp.linalg.svd(a, full_matrices=False)\n"
+            "    return jnp.linalg.norm((u * s) @ vh)\n"
+            "svd_grad = jax.jit(jax.grad(rebuilt_norm))\n",
+            "g_svd = svd_grad(jnp.diag(jnp.array([1.0, 1.0, 2.0, 3.0])))",
+            "jnp.linalg.svd",
+            "singular values",
+        ),
+    ],
+)
+def test_a_decompositions_gradient_at_repeated_values_says_so_and_suggests_no_double_where(
+    shell, setup, call, library, spectrum
+):
+    from jaxmagic.render import static_bundle
+
+    shell.run_cell(setup, store_history=True)
+    shell.run_cell(f"%%jax_nans -o thread_nans\n{call}", store_history=True)
+    report = shell.user_ns["thread_nans"]
+    producer = report.to_dict()["producer"]
+    assert producer["library_function"] == library and producer["phase"] == "backward"
+    assert producer["nan_maker"] == "mul" and report.to_dict()["fix"] == ""
+    text = " ".join(static_bundle(report.document())["text/plain"].split())
+    assert f"derivative of `{library}` divides by differences of its {spectrum}" in text
+    assert "double where" not in text

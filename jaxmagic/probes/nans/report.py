@@ -26,6 +26,15 @@ BACKWARD_EXPLANATION = (
 )
 
 
+# JAX functions whose derivative divides by differences of the values they compute (two equal ones: inf)
+REPEATED_SPECTRUM = {
+    "jnp.linalg.eigh": "eigenvalues",
+    "jax.scipy.linalg.eigh": "eigenvalues",
+    "jnp.linalg.svd": "singular values",
+    "jax.scipy.linalg.svd": "singular values",
+}
+
+
 def _gradient_clause(p: NanProducer) -> str:
     """What a discarded NaN means for gradients: said of this cell when it computed one (its result, the
     gradient, is finite), else as the condition under which one would be NaN - never as a certainty."""
@@ -359,6 +368,16 @@ class NanReport(Report):
         if p is not None:
             line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
             then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
+            spectrum = REPEATED_SPECTRUM.get(p.library_function)
+            if spectrum and not self.fix and any(op.value in ("0.0", "-0.0") for op in p.operands):
+                # jax-ml/jax#4646, #8732: the rule's 1/(w_i - w_j) at two equal values; a double where on the
+                # user's line cannot reach inside it, so none is suggested
+                return (
+                    f"{p.description}, in the derivative{line} JAX computed for the gradient.{then} JAX's "
+                    f"derivative of `{p.library_function}` divides by differences of its {spectrum}: a 0 there "
+                    f"means two of them are equal, where that derivative is undefined (jax-ml/jax#669, #2311). "
+                    "Could not tell a fix that keeps the gradient right: the matrix's repeated values are the cause."
+                )
             return f"{p.description}, in the derivative{line} JAX computed for the gradient.{then}" + (
                 ""
                 if self.fix
