@@ -110,9 +110,34 @@ def test_the_doctor_is_not_ok_when_the_cell_leaves_an_inf_it_does_not_watch_for(
     plain, doctor = shell.user_ns["thread_nans"].to_dict(), shell.user_ns["thread_doctor"].to_dict()
     assert [leaf["inf_count"] for leaf in plain["nonfinite"]] == [1]
     (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
-    assert finding["title"] == "No NaN seen, but `variable g_dir` holds inf".replace("g_dir", "g_dirichlet")
-    assert finding["next_magic"] == "%%jax_nans --infs"
+    assert finding["title"] == "inf (no NaN) in the results of `dirichlet_ll` (call 1)"
+    assert finding["line"]["code"].strip() == call and finding["next_magic"] == "%%jax_nans --infs"
     assert doctor["status"] == "problem"  # shown as [FOUND], never [OK]
+    # %jax_watch: the same NaN watch, the same words
+    shell.run_cell("%jax_watch -o thread_watch", store_history=True)
+    shell.run_cell(call, store_history=True)
+    shell.run_cell("%jax_watch off", store_history=True)
+    watched = shell.user_ns["thread_watch"].to_dict()
+    (seen,) = [f for f in watched["findings"] if f["area"] == "NaN"]
+    assert seen["headline"] == finding["title"] and seen["next_magic"] == "%%jax_nans --infs"
+    assert watched["status"] == "problem"
+
+
+def test_the_doctor_is_not_ok_on_an_inf_left_by_an_eager_operation_it_does_not_watch(shell):
+    # The same inf made eagerly (no jit): the doctor watches jitted calls only; the variable tells.
+    shell.run_cell(
+        "def dirichlet_ll(alpha, log_x):\n"
+        "    lnorm = jnp.sum(jax.scipy.special.gammaln(alpha)) - jax.scipy.special.gammaln(jnp.sum(alpha))\n"
+        "    return jnp.sum((alpha - 1.0) * log_x) - lnorm\n"
+        "log_x = jnp.log(jnp.array([0.5, 0.2, 0.3]))\n",
+        store_history=True,
+    )
+    call = "g_eager = jax.grad(dirichlet_ll)(jnp.array([2.0, 0.0, 1.5]), log_x)"
+    shell.run_cell(f"%%jax_doctor -o thread_doctor\n{call}", store_history=True)
+    doctor = shell.user_ns["thread_doctor"].to_dict()
+    (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
+    assert finding["title"] == "No NaN seen, but `variable g_eager` holds inf"
+    assert doctor["status"] == "problem"
 
 
 def test_a_negative_base_to_a_fractional_power_gets_a_clamp_tried_on_the_values(shell):

@@ -133,6 +133,7 @@ def _explain_nan(report: DoctorReport, watch, namespace: dict | None, before: di
     if watch.sighting is None:
         # the watch reads the jitted calls' results for NaN only; an inf the cell left in a variable (a
         # gradient's digamma(0), jax-ml/jax#37763), or a NaN of an eager operation, is still no clean result
+        report.inf_sighting = watch.inf_sighting
         report.nonfinite_left = nonfinite_rebound(namespace, before)
     try:
         report.nans = explain_nan_sighting(watch)

@@ -16,7 +16,7 @@ from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
-from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
@@ -74,6 +74,7 @@ class DoctorReport(Report):
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nan_sighting: object = None  # _nan_watch.NanSighting
     jitted_calls_watched: int | None = None  # calls of the user's jitted functions the NaN watch saw
+    inf_sighting: object = None  # _nan_watch.NanSighting of the first call whose results held inf, no NaN seen
     # NonFiniteLeaf of the variables the cell bound that hold NaN or inf, when the watch saw no NaN
     nonfinite_left: list = dataclasses.field(default_factory=list)
     nans: object = None  # NanReport of the re-run of the first NaN-producing call
@@ -285,6 +286,12 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
 def _left_nonfinite_findings(report: DoctorReport) -> list[Finding]:
     """No NaN in a watched result, but a variable the cell bound holds inf (only NaN is watched) or a NaN
     (an eager operation's: not watched): the same words as ``%%jax_nans`` on the cell, never OK."""
+    s = report.inf_sighting
+    if s is not None:  # a watched call's results held inf: named by the call, as a NaN sighting is
+        title, details, fix = inf_sighting_text(s)
+        return [
+            _finding("nans", title, evidence=details, line=s.line, fix=fix, short=title, next_magic="%%jax_nans --infs")
+        ]
     leaves = report.nonfinite_left
     if not leaves:
         return []

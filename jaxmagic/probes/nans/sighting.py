@@ -54,6 +54,17 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
     return title, evidence, fix, short
 
 
+def inf_sighting_text(s: NanSighting) -> tuple[str, str, str]:
+    """(title, details, fix) of a call whose results held inf and no NaN (``NanWatch.inf_sighting``), shared
+    by the doctor and ``%jax_watch``: they watch for NaN, but an inf result is no clean one either."""
+    where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
+    title = f"inf (no NaN) in the results of {where} (call {s.call_number})"
+    details = (
+        f"{', '.join(s.leaves)} held inf; results are watched for NaN, so the call was not re-run to name the operation"
+    )
+    return title, details, "Run the cell under %%jax_nans --infs to find the operation that made it."
+
+
 def debug_step(s: NanSighting, provenance: Provenance) -> str:
     """How to stop at the producing line with its values (``%jax_debug``): the doctor and the watch saw the
     NaN without an error, and ``%jax_debug`` starts from one - the NaN probe raises it."""
