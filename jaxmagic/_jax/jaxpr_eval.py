@@ -22,6 +22,7 @@ This module does that generically:
   primitive with exactly one sub-program taking the equation's inputs and
   giving its outputs (``jit``, ``closed_call``, ``remat``/``checkpoint``,
   ``custom_jvp_call``, ``custom_vjp_call``, ...) is opened as a call;
+  ``custom_linear_solve`` (``jnp.linalg.solve``) as a call of its ``solve`` program;
 * a loop is opened by running it once more, compiled, with a flag per
   iteration that the listener supplies (``step_flag``, traced): the first
   flagged iteration and its inputs come back from one compiled call, and only
@@ -251,6 +252,14 @@ class Walk:
             index = int(max(0, min(len(branches) - 1, int(inputs[0]))))
             jaxpr, consts = compat.closed_parts(branches[index])
             self._walk(jaxpr, consts, inputs[1:], (*path, Position(eqn, "cond", index)))
+        elif name == "custom_linear_solve":
+            # what the primitive computes is its `solve` program on that program's constants and the
+            # right-hand side (JAX's own impl); the other three programs serve its derivatives
+            lengths, programs = eqn.params["const_lengths"], eqn.params["jaxprs"]
+            start = sum(lengths[:2])  # the inputs are the constants of matvec, vecmat, solve, transpose_solve, then b
+            solve_inputs = [*inputs[start : start + lengths[2]], *inputs[sum(lengths) :]]
+            jaxpr, consts = compat.closed_parts(programs.solve)
+            self._walk(jaxpr, consts, solve_inputs, (*path, Position(eqn, "call")))
         else:
             subs = compat.sub_jaxprs(eqn)
             if len(subs) == 1:

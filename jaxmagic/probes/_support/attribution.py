@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import linecache
 import re
 import sys
 import tracemalloc
 from collections.abc import Sequence
-from types import FrameType
+from types import FrameType, ModuleType
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support import library_calls
@@ -181,11 +182,38 @@ def public_name(function: str, filename: str = "") -> str:
         "jax.nn" if "/nn/" in path else "jnp.linalg" if "linalg" in path else "jax.lax" if "/lax/" in path else ""
     )
     spaces.sort(key=lambda entry: entry[0] != preferred)
+    mirror = _mirrored_namespace(path)  # jax/_src/scipy/special.py -> jax.scipy.special
+    if mirror is not None:
+        spaces.insert(0, mirror)
     for candidate in (name, name.lstrip("_")):
         for prefix, space in spaces:
-            if hasattr(space, candidate):
+            if _defined_in(getattr(space, candidate, None), path):
                 return f"{prefix}.{candidate}"
     return ""
+
+
+def _mirrored_namespace(path: str) -> tuple[str, ModuleType] | None:
+    """The public module that mirrors a private one of JAX's SciPy (``jax/_src/scipy/stats/norm.py`` ->
+    ``jax.scipy.stats.norm``), when the user's program has it imported; else None. Only SciPy's: other
+    mirrored modules (``jax.interpreters.ad``) hold JAX's machinery, not what the user's line called."""
+    if "/jax/_src/scipy/" not in path or not path.endswith(".py"):
+        return None
+    dotted = "jax." + path.rsplit("/jax/_src/", 1)[1].removesuffix(".py").replace("/", ".")
+    module = sys.modules.get(dotted)
+    return (dotted, module) if module is not None else None
+
+
+def _defined_in(public, path: str) -> bool:
+    """Whether the public object ``public`` is the function whose frame ran in ``path``: a name alone
+    is not enough (``loggamma`` in ``jax/_src/scipy/special.py`` is not ``jax.random.loggamma``,
+    jax-ml/jax#38240's program). Objects without code of their own (``jnp.add``'s ufunc) and frames
+    without a file are taken by name."""
+    if public is None:
+        return False
+    code = getattr(inspect.unwrap(public), "__code__", None) if callable(public) else None
+    if code is None or not path:
+        return True
+    return code.co_filename.replace("\\", "/") == path
 
 
 def of_equation(eqn, enclosing: Sequence = (), started: SourceLine | None = None, position: str = "") -> Provenance:

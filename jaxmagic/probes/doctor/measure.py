@@ -16,6 +16,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
+from jaxmagic.probes._support.nan.nonfinite import bindings, nonfinite_rebound
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.doctor.report import (
@@ -63,7 +64,7 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             if "live" not in skip:
                 stack.enter_context(_live_growth(report, namespace))
             if watch is not None:
-                stack.callback(_explain_nan, report, watch)
+                stack.callback(_explain_nan, report, watch, namespace, bindings(namespace))
             if "leaks" not in skip:
                 report.leaks = stack.enter_context(leaks(namespace=namespace, retrace_token=RETRACE_TOKEN))
             if "compiles" not in skip:
@@ -125,10 +126,15 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
             }
 
 
-def _explain_nan(report: DoctorReport, watch) -> None:
+def _explain_nan(report: DoctorReport, watch, namespace: dict | None, before: dict[str, int]) -> None:
     watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
     report.nan_sighting = watch.sighting
     report.jitted_calls_watched = watch.calls_seen
+    if watch.sighting is None:
+        # the watch reads the jitted calls' results for NaN only; an inf the cell left in a variable (a
+        # gradient's digamma(0), jax-ml/jax#37763), or a NaN of an eager operation, is still no clean result
+        report.inf_sighting = watch.inf_sighting
+        report.nonfinite_left = nonfinite_rebound(namespace, before)
     try:
         report.nans = explain_nan_sighting(watch)
     except Exception as error:  # never let our analysis hide the user's results

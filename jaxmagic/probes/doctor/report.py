@@ -16,7 +16,7 @@ from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import FIX
 from jaxmagic.probes.leaks import LEAK_FIX
-from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
@@ -74,6 +74,9 @@ class DoctorReport(Report):
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nan_sighting: object = None  # _nan_watch.NanSighting
     jitted_calls_watched: int | None = None  # calls of the user's jitted functions the NaN watch saw
+    inf_sighting: object = None  # _nan_watch.NanSighting of the first call whose results held inf, no NaN seen
+    # NonFiniteLeaf of the variables the cell bound that hold NaN or inf, when the watch saw no NaN
+    nonfinite_left: list = dataclasses.field(default_factory=list)
     nans: object = None  # NanReport of the re-run of the first NaN-producing call
     compiles: object = None  # CompileReport
     leaks: object = None  # LeakReport
@@ -243,7 +246,7 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
     producing line inside the user's function, the call site (``w, loss = train_step(...)``) as context."""
     s = report.nan_sighting
     if s is None:
-        return []
+        return _left_nonfinite_findings(report)
     where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
     later = f"; {s.calls_with_nan - 1} later call(s) returned NaN too" if s.calls_with_nan > 1 else ""
     nan = report.nans
@@ -276,6 +279,42 @@ def _nan_findings(report: DoctorReport) -> list[Finding]:
             provenance=provenance,
             call_number=s.call_number,
             debug_step=debug_step(s, provenance) if s.jitted else "",
+        )
+    ]
+
+
+def _left_nonfinite_findings(report: DoctorReport) -> list[Finding]:
+    """No NaN in a watched result, but a variable the cell bound holds inf (only NaN is watched) or a NaN
+    (an eager operation's: not watched): the same words as ``%%jax_nans`` on the cell, never OK."""
+    s = report.inf_sighting
+    if s is not None:  # a watched call's results held inf: named by the call, as a NaN sighting is
+        title, details, fix = inf_sighting_text(s)
+        return [
+            _finding("nans", title, evidence=details, line=s.line, fix=fix, short=title, next_magic="%%jax_nans --infs")
+        ]
+    leaves = report.nonfinite_left
+    if not leaves:
+        return []
+    names = ", ".join(f"`{_leaf_path(leaf.name)}`" for leaf in leaves[:3]) + (
+        f" and {len(leaves) - 3} more" if len(leaves) > 3 else ""
+    )
+    nan = any(leaf.nan_count for leaf in leaves)
+    held = "NaN" if nan else "inf"
+    why = (
+        "the doctor watches the results of your jitted calls, and none held one: an eager operation made it"
+        if nan
+        else "the doctor watches results for NaN only"
+    )
+    magic = "%%jax_nans" if nan else "%%jax_nans --infs"
+    return [
+        _finding(
+            "nans",
+            f"No NaN seen, but {names} holds {held}",
+            evidence=f"{why}; "
+            + "; ".join(f"{leaf.name}: {leaf.nan_count} NaN, {leaf.inf_count} inf" for leaf in leaves[:3]),
+            short=f"{names} holds {held}",
+            fix=f"Run the cell under {magic} to find the operation that made it.",
+            next_magic=magic,
         )
     ]
 

@@ -101,6 +101,21 @@ def _domain_fix(report: NanReport, p: NanProducer, code: str) -> str:
     )
 
 
+def _power_fix(report: NanReport, p: NanProducer, code: str) -> str:
+    """``pow`` of a negative base (a non-integer power of it is NaN): the base clamped at 0, offered only
+    when the trial found the result finite; "" for a base that is not negative (0 to a negative power)."""
+    got = _operand_float(p)
+    if got is None or got >= 0:
+        return ""
+    choice = choose(report, p, ["clamp"])
+    if choice.offered is None:
+        return f"`pow` got the negative base {got:g}{code}. {choice.tried_text}".rstrip()
+    return (
+        f"`pow` got the negative base {got:g}{code}: a non-integer power of a negative number is NaN. If the base "
+        f"must not go below 0, clamp it (`v` the base): `jnp.power({choice.offered.code}, ...)`. {choice.tried_text}"
+    )
+
+
 def _operand_float(p: NanProducer) -> float | None:
     try:
         return float(p.operands[0].value) if p.operands else None
@@ -464,6 +479,8 @@ def _fix_by_rule(report: NanReport) -> str:
         return fix + "`jnp.linalg.cholesky(K + eps * jnp.eye(K.shape[-1]))`." + SUGGESTION
     if p.primitive in ("sqrt", "rsqrt") and not p.derivative:
         return _root_fix(report, p, library, code)
+    if p.primitive == "pow" and not p.derivative:
+        return _power_fix(report, p, code)
     if p.primitive in ("div", "rem") and len(p.operands) == 2 and p.operands[1].value in ("0.0", "-0.0", "0"):
         den = p.operands[1]
         if p.derivative:

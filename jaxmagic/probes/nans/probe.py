@@ -26,7 +26,12 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.probes._support.nan.inside import InsideSearch, search_inside
-from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf, looks_like_array_tree, nonfinite_leaves
+from jaxmagic.probes._support.nan.nonfinite import (
+    NonFiniteLeaf,
+    bindings,
+    nonfinite_leaves,
+    nonfinite_rebound,
+)
 from jaxmagic.probes._support.nan.producer import ProducerSearch, search
 from jaxmagic.probes.nans.call_sites import CallSiteCounts, counting_call_sites
 from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
@@ -42,24 +47,6 @@ _JAX_WORDING = re.compile(
     r"\((nan|inf)\) encountered|Invalid (nan|inf) value"
 )  # NumPy says "invalid value encountered"
 _MESSAGE = re.compile(r"invalid value \((nan|inf)\) encountered in ([\w.\-]+)")
-
-
-def _bindings(namespace: dict | None) -> dict[str, int]:
-    if namespace is None:
-        return {}
-    return {name: id(value) for name, value in namespace.items() if not name.startswith("_")}
-
-
-def _scan_rebound(namespace: dict | None, before: dict[str, int]) -> list[NonFiniteLeaf]:
-    """Non-finite leaves of the variables the cell bound or rebound."""
-    if namespace is None:
-        return []
-    found = []
-    for name, value in list(namespace.items()):
-        if name.startswith("_") or before.get(name) == id(value) or not looks_like_array_tree(value):
-            continue
-        found += nonfinite_leaves(value, f"variable {name}")
-    return found
 
 
 def _checks_on(infs: bool) -> contextlib.ExitStack:
@@ -113,7 +100,7 @@ def _checked(
     *, infs: bool, namespace: dict | None, inside: bool, outermost: FailingCall | None = None
 ) -> Iterator[NanReport]:
     report = NanReport(checks=["nan", "inf"] if infs else ["nan"], inside=inside)
-    before = _bindings(namespace)
+    before = bindings(namespace)
     counts = None
     try:
         with (
@@ -140,7 +127,7 @@ def _checked(
         report.other_error = error_line(error)
         raise
     finally:
-        report.nonfinite += _scan_rebound(namespace, before)
+        report.nonfinite += nonfinite_rebound(namespace, before)
         report.jit_calls = dict(counts.jitted) if counts is not None else {}
         evaluated = sum(1 for found in report.inside_searches if not found.failure)
         tried = not any(note.startswith("--inside") for note in report.notes)

@@ -26,6 +26,15 @@ BACKWARD_EXPLANATION = (
 )
 
 
+# JAX functions whose derivative divides by differences of the values they compute (two equal ones: inf)
+REPEATED_SPECTRUM = {
+    "jnp.linalg.eigh": "eigenvalues",
+    "jax.scipy.linalg.eigh": "eigenvalues",
+    "jnp.linalg.svd": "singular values",
+    "jax.scipy.linalg.svd": "singular values",
+}
+
+
 def _gradient_clause(p: NanProducer) -> str:
     """What a discarded NaN means for gradients: said of this cell when it computed one (its result, the
     gradient, is finite), else as the condition under which one would be NaN - never as a certainty."""
@@ -125,7 +134,9 @@ class NanReport(Report):
     @property
     def summary(self) -> str:
         what = "NaN" if self.value == "nan" else "inf"
-        if self.found and self.compiled_only:
+        # JAX's own op-by-op re-run can miss what the producer search's evaluation sees (inside
+        # `custom_linear_solve`): a producer observed outranks JAX's guess that compiling made the value
+        if self.found and self.compiled_only and self.producer is None:
             return (
                 f"{what} in the output of a compiled function, but not when JAX re-ran it op by op: "
                 "the compiled program (an XLA optimisation or a nan/inf literal) made it."
@@ -189,6 +200,11 @@ class NanReport(Report):
             return (
                 f"{what} produced inside `{p.primitive}`{at}{loops}{call}; the search could not look inside "
                 f"`{p.primitive}`, so the operation itself is not named."
+            )
+        if p.written_nan and not p.discarded_by:
+            return (
+                f"NaN written into the program, not computed: a NaN constant {written_nan_writer(p)}, passed "
+                f"on by `{p.primitive}`{at}{loops}{call} ({p.description})."
             )
         if p.discarded_by:
             if p.nan_maker and p.value == "inf":
@@ -325,6 +341,13 @@ class NanReport(Report):
     def _explanation(self) -> str:
         p = self.producer
         # the fix is not repeated here: it is the document's own line, under the headline (``Document.fix``)
+        if p is not None and p.written_nan and not p.discarded_by:
+            return (
+                f"No operation made this NaN: it is a constant {written_nan_writer(p)}, and `{p.primitive}` "
+                f"chose it ({p.description}). If it marks values that do not count, reduce with the NaN-aware "
+                "functions (jnp.nanmean, jnp.nansum) or write a finite fill; if it is a function's answer for an "
+                "input outside its domain, keep that input inside the domain."
+            )
         if p is not None and p.discarded_by:
             return DISCARDED_EXPLANATION.format(by=p.discarded_by)
         if p is not None and p.phase == "forward" and not p.derivative and overflowed(p):
@@ -345,6 +368,16 @@ class NanReport(Report):
         if p is not None:
             line = f" of `{p.line.code}`" if p.line is not None and p.line.code else ""
             then = f" `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})." if p.nan_maker else ""
+            spectrum = REPEATED_SPECTRUM.get(p.library_function)
+            if spectrum and not self.fix and any(op.value in ("0.0", "-0.0") for op in p.operands):
+                # jax-ml/jax#4646, #8732: the rule's 1/(w_i - w_j) at two equal values; a double where on the
+                # user's line cannot reach inside it, so none is suggested
+                return (
+                    f"{p.description}, in the derivative{line} JAX computed for the gradient.{then} JAX's "
+                    f"derivative of `{p.library_function}` divides by differences of its {spectrum}: a 0 there "
+                    f"means two of them are equal, where that derivative is undefined (jax-ml/jax#669, #2311). "
+                    "Could not tell a fix that keeps the gradient right: the matrix's repeated values are the cause."
+                )
             return f"{p.description}, in the derivative{line} JAX computed for the gradient.{then}" + (
                 ""
                 if self.fix
@@ -460,3 +493,14 @@ def _inside_section(found: InsideSearch) -> Section:
     if is_a_fix(found.fix):
         blocks.append(Paragraph(f"Fix: {found.fix}"))
     return Section(f"Inside `{found.function}`", blocks)
+
+
+def written_nan_writer(p: NanProducer) -> str:
+    """Who wrote the NaN constant a producer passed on (``NanProducer.written_nan``): the user's line when
+    its code writes a NaN (``jnp.where(mask, x, jnp.nan)``), else the library function it called
+    (``jax.scipy.special.loggamma``'s NaN for x <= 0), else a library's own code."""
+    code = p.line.code if p.line is not None else ""
+    if "nan" in code.lower() and not p.written_nan_by:
+        return "your line writes"
+    writer = p.written_nan_by or p.library_function
+    return f"written by `{writer}`'s own code" if writer else "written into the program"

@@ -39,6 +39,9 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
         maker_inside = inside if library and library == producer.nan_maker_library else ""
         made = f"`{producer.nan_maker}`{maker_inside} from the inf of `{primitive}`{inside if not maker_inside else ''}"
     title = f"NaN made by {made} in {phase} of {where}"
+    if producer is not None and producer.written_nan and not producer.discarded_by:
+        made = f"a NaN constant passed on by `{primitive}`{inside},"
+        title = f"NaN written into the program, not computed: {made} in {phase} of {where}"
     if producer is not None:
         if producer.discarded_by:
             title += f" (in a branch `{producer.discarded_by}` discarded)"
@@ -49,6 +52,17 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
     fix = nan.fix if is_a_fix(nan.fix) else (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
     short = f"{made} in the {nan.phase} pass of {where}"
     return title, evidence, fix, short
+
+
+def inf_sighting_text(s: NanSighting) -> tuple[str, str, str]:
+    """(title, details, fix) of a call whose results held inf and no NaN (``NanWatch.inf_sighting``), shared
+    by the doctor and ``%jax_watch``: they watch for NaN, but an inf result is no clean one either."""
+    where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
+    title = f"inf (no NaN) in the results of {where} (call {s.call_number})"
+    details = (
+        f"{', '.join(s.leaves)} held inf; results are watched for NaN, so the call was not re-run to name the operation"
+    )
+    return title, details, "Run the cell under %%jax_nans --infs to find the operation that made it."
 
 
 def debug_step(s: NanSighting, provenance: Provenance) -> str:

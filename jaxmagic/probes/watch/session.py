@@ -32,7 +32,13 @@ from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_agai
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import FIX, keys
-from jaxmagic.probes.nans.sighting import debug_step, explain_nan_sighting, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import (
+    debug_step,
+    explain_nan_sighting,
+    inf_sighting_text,
+    nan_finding_provenance,
+    nan_finding_text,
+)
 from jaxmagic.probes.transfers.wording import WHY
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype
@@ -220,6 +226,20 @@ class Watch:
     def _nan_findings(self, watch) -> list[WatchFinding]:
         watch.flush()
         s = watch.sighting
+        if s is None and watch.inf_sighting is not None:
+            inf = watch.inf_sighting
+            title, details, fix = inf_sighting_text(inf)
+            return self._new(
+                ("inf", inf.function),
+                area="NaN",
+                headline=title,
+                function=inf.function,
+                line=inf.line,
+                call=inf.call_number,
+                details=details,
+                fix=fix,
+                next_magic="%%jax_nans --infs",
+            )
         if s is None:
             return []
         key = ("NaN", s.function)  # the same function making NaN again, from any line: counted, not re-run

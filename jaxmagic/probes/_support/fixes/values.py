@@ -154,6 +154,8 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
                 on_input(lambda v: jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)),
             ),
         ]
+    if name == "pow" and len(inputs) == 2:  # a negative base to a non-integer power (jax-ml/jax#7440)
+        return [_Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0)))]
     if name == "acosh":
         return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
     if name in ("div", "rem") and len(inputs) == 2:

@@ -207,6 +207,43 @@ class GivenInfinities:
                 return INF
         return GIVEN
 
+    def may_pass_on_written_nan(self, eqn, inputs, outputs) -> bool:
+        """Whether ``eqn`` gives a NaN and got a NaN written into the program (a call to open: inside, the
+        select that passed it on is found - ``jnp.where``'s ``_where``)."""
+        if len(inputs) != len(eqn.invars) or not any_bad(outputs, want_nan=True):
+            return False
+        return any(self.written(var) and any_bad([v], want_nan=True) for var, v in zip(eqn.invars, inputs))
+
+    def passes_on_written_nan(self, eqn, inputs, outputs) -> bool:
+        """Whether every NaN ``eqn`` gives is a NaN written into the program that it passed on: an
+        elementwise equation (a select) whose NaNs sit where a written input (``jnp.nan`` in
+        ``jnp.where(mask, x, jnp.nan)``, a library's NaN for an input outside its domain) held one, and
+        no other input held a NaN. Such a NaN was written, not made (jax-ml/jax#38240's loggamma(0))."""
+        if eqn.primitive.name not in ELEMENTWISE or len(inputs) != len(eqn.invars):
+            return False
+        written = [v for var, v in zip(eqn.invars, inputs) if self.written(var)]
+        others = [v for var, v in zip(eqn.invars, inputs) if not self.written(var)]
+        if not written or any_bad(others, want_nan=True):
+            return False
+        covered: np.ndarray | bool = False
+        for value in written:
+            array = host_array(value)
+            if array is not None and np.issubdtype(array.dtype, np.inexact):
+                covered = covered | np.isnan(array)
+        if covered is False or not np.any(covered):
+            return False
+        for output in outputs:
+            array = host_array(output)
+            if array is None or not np.issubdtype(array.dtype, np.inexact):
+                continue
+            try:
+                explained = np.broadcast_to(covered, array.shape)
+            except ValueError:
+                return False
+            if (np.isnan(array) & ~explained).any():
+                return False
+        return True
+
     def note(self, eqn, inputs, outputs, path, kind: str, opened: bool, line_of) -> None:
         """Record what ``eqn``'s outputs are: given (passed on, written), made of constants, made by it or
         by an earlier equation (``source``), or none of these. ``opened``: its sub-program was walked, so

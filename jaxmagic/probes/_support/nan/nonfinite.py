@@ -105,3 +105,22 @@ def looks_like_array_tree(value) -> bool:
     except Exception:  # a flatten rule of the user's that fails: not something to pass as arrays
         return False
     return any(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves)
+
+
+def bindings(namespace: dict | None) -> dict[str, int]:
+    """What each of the user's names is bound to (by ``id``), to tell later which a cell bound or rebound."""
+    if namespace is None:
+        return {}
+    return {name: id(value) for name, value in namespace.items() if not name.startswith("_")}
+
+
+def nonfinite_rebound(namespace: dict | None, before: dict[str, int]) -> list[NonFiniteLeaf]:
+    """Non-finite leaves of the variables the cell bound or rebound (``before``: ``bindings`` before it)."""
+    if namespace is None:
+        return []
+    found = []
+    for name, value in list(namespace.items()):
+        if name.startswith("_") or before.get(name) == id(value) or not looks_like_array_tree(value):
+            continue
+        found += nonfinite_leaves(value, f"variable {name}")
+    return found

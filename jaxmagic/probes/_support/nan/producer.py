@@ -67,7 +67,7 @@ from jaxmagic.probes._support.nan.equation_origin import (
     user_line,
 )
 from jaxmagic.probes._support.nan.forward_reach import reaches_result_forward
-from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, opened_kind
+from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, library_writing, opened_kind
 from jaxmagic.probes._support.nan.host_values import (
     any_bad,
     bad_mask,
@@ -138,6 +138,10 @@ class NanProducer:
     derivative: bool = False  # computed by JAX for a gradient (its line is the forward line it differentiates)
     written_inf: SourceLine | None = None  # the user's line that wrote the inf it got (a mask's -inf fill)
     written_inf_by: str = ""  # the library whose own code wrote that inf, in the call on that line (numpyro's)
+    # the NaN is a constant written into the program that this operation passed on (`jnp.where(m, x, jnp.nan)`,
+    # a library's NaN outside its domain): written, not computed
+    written_nan: bool = False
+    written_nan_by: str = ""  # the library whose own code wrote that NaN ("" when the user's line did)
     user_rule: bool = False  # written by the user's own custom_vjp / custom_jvp rule (its line is the rule's)
     loops: list[LoopPosition] = dataclasses.field(default_factory=list)  # outermost first
     calls: list[str] = dataclasses.field(default_factory=list)  # jitted functions it sat in, outermost first
@@ -272,8 +276,10 @@ class ProducerListener(Listener):
         elif self.stage == "nan_maker":
             # also what makes inf: the NaN may be made of an inf a later operation made (the gradient's 1/0
             # after a forward log(0)), which is then the producer
-            wanted = (not any_bad(inputs, want_nan=True) and any_bad(outputs, want_nan=True)) or (
-                self.given.made(eqn, inputs, outputs) == INF
+            wanted = (
+                (not any_bad(inputs, want_nan=True) and any_bad(outputs, want_nan=True))
+                or self.given.made(eqn, inputs, outputs) == INF
+                or self.given.may_pass_on_written_nan(eqn, inputs, outputs)
             )
         else:
             wanted = False
@@ -362,12 +368,21 @@ class ProducerListener(Listener):
             if made_here.value == "nan":
                 made_here.written_inf = self.given.written_line_of_inputs(eqn)  # the mask's -inf it made NaN of
                 made_here.written_inf_by = self.given.written_by_library(made_here.written_inf)
+                self._note_written_nan(made_here, eqn, inputs, outputs)
             if self.want_nan and not any_bad(outputs, want_nan=True):
                 self.stage = "nan_maker"  # it made inf: go on to the operation that makes NaN of it
                 return False
             self.stage = "absorber"
             return True
         if self.stage == "nan_maker":
+            if self._passes_on_written_nan(eqn, inputs, outputs):
+                # the NaN was never made of the inf: a NaN written into the program took its place (the
+                # `jnp.where(x > 0, lgamma(x), nan)` of jax.scipy.special.loggamma at 0)
+                written = self.result.producer = self._producer(eqn, inputs, outputs, path)
+                self._producer_eqn = eqn
+                self._note_written_nan(written, eqn, inputs, outputs)
+                self.stage = "absorber"
+                return True
             if any_bad(inputs, want_nan=True) or not any_bad(outputs, want_nan=True):
                 return False
             producer = self.result.producer
@@ -388,6 +403,15 @@ class ProducerListener(Listener):
                 if name in SELECTS and line is not None and "lax.cond(" in line.code:
                     producer.discarded_by = "lax.cond"  # vmap turns a cond on a batched predicate into a select
         return False
+
+    def _passes_on_written_nan(self, eqn, inputs, outputs) -> bool:
+        constant = bool(eqn.outvars) and all(id(var) in self.given.constant for var in eqn.outvars)
+        return not constant and self.given.passes_on_written_nan(eqn, inputs, outputs)
+
+    def _note_written_nan(self, producer: NanProducer, eqn, inputs, outputs) -> None:
+        if self._passes_on_written_nan(eqn, inputs, outputs):
+            producer.written_nan = True
+            producer.written_nan_by = library_writing(eqn)
 
     def _made_elsewhere(self, eqn, producer: NanProducer) -> tuple | None:
         """``(eqn, inputs, outputs, path)`` of the operation that made the inf ``eqn`` made NaN of, when it

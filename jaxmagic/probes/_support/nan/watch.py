@@ -72,6 +72,18 @@ class NanSighting:
     )  # donated arguments the re-run used the watch's copies of
 
 
+def _float_nonfinite(value) -> str:
+    """ "nan" when a float array holds a NaN, "inf" when it holds inf and no NaN, "" when finite or not
+    readable here; one pass over a finite array, as a NaN test alone costs."""
+    try:
+        array = np.asarray(value)
+        if np.isfinite(array).all():
+            return ""
+        return "nan" if np.isnan(array).any() else "inf"
+    except Exception:  # not readable here (deleted, on another process)
+        return ""
+
+
 def _float_has_nan(value) -> bool:
     """True when a float array holds a NaN (call only for float values; see ``_is_float``)."""
     try:
@@ -131,6 +143,9 @@ class NanWatch(jit_calls.CallObserver):
 
     def __init__(self, copy_limit: int = DONATED_COPY_LIMIT):
         self.sighting: NanSighting | None = None
+        # the first call whose results held inf and no NaN, while no NaN was seen: a NaN watch that stays quiet
+        # about it would let the doctor and the watch say OK on a result %%jax_nans reports (jax-ml/jax#37763)
+        self.inf_sighting: NanSighting | None = None
         self.copy_limit = copy_limit
         self._pending_rerun: FailingCall | None = None
         # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals, kept copies)
@@ -216,8 +231,19 @@ class NanWatch(jit_calls.CallObserver):
             outputs = [kept["results"].get(id(out), out) for out in outputs]
             args = [kept["arguments"].get(id(a), a) for a in args]
         with jit_calls.reads_allowed():  # our reads are not the user's transfers
-            bad = [i for i, out in enumerate(outputs) if _is_float(out) and _float_has_nan(out)]
+            kinds = [_float_nonfinite(out) if _is_float(out) else "" for out in outputs]
+            bad = [i for i, kind in enumerate(kinds) if kind == "nan"]
             if not bad:
+                if self.inf_sighting is None and self.sighting is None:
+                    infinite = [i for i, kind in enumerate(kinds) if kind == "inf"]
+                    if infinite:
+                        self.inf_sighting = NanSighting(
+                            function=name,
+                            jitted=is_jit,
+                            call_number=number,
+                            line=source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame else None,
+                            leaves=[f"output {i} {tuple(getattr(outputs[i], 'shape', ()))}" for i in infinite[:4]],
+                        )
                 return
             if self.sighting is not None:
                 self.sighting.calls_with_nan += 1
