@@ -195,8 +195,8 @@ assert [float(relu_cond(v)) for v in xs] == [0.0, 0.0, 3.0]
 # %% [markdown]
 # Under plain `jax.grad` (no `jit`) the Python `if` does **not** fail, because grad's tracers carry
 # values. The same function fails as soon as it goes through `vmap` or `jit`, so an eager test with
-# `grad` can fool you. Under `vmap`, JAX names no argument; the explainer reads the tracers on the
-# failing line instead.
+# `grad` can fool you. Under `vmap`, JAX's message names no argument; the explainer reads the tracers on
+# the failing line instead, and names `x`: a parameter of the failing function, a tracer there.
 
 # %%
 def relu_plain(x):
@@ -210,7 +210,7 @@ rep = jaxmagic.probes.explain(e_vmap)
 print("   explainer:", rep.summary)
 assert float(jax.grad(relu_plain)(2.0)) == 1.0
 assert isinstance(e_vmap, E.TracerBoolConversionError)
-assert rep.transformation == "vmap" and rep.depends_on == [] and [t.name for t in rep.traced_names] == ["x"]
+assert rep.transformation == "vmap" and rep.depends_on == ["x"] and [t.name for t in rep.traced_names] == ["x"]
 
 
 # %% [markdown]
