@@ -201,7 +201,9 @@ class TransferReport(Report):
             sections.append(Section("JAX's error", [Paragraph(self.message)]))
         facts = [("mode", f"jax.transfer_guard({self.mode!r})"), ("backend", self.backend or "-")]
         sections.append(Section("Checked", [Facts(facts)] + ([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])))
-        return Document("%%jax_transfers", self.status, self.summary, sections)
+        # the fix under the headline when it leads with a copy made at every step (as the doctor shows it)
+        repeated = repeated_copies(self.transfers, self.host_arguments) if self.mode == "log" else []
+        return Document("%%jax_transfers", self.status, self.summary, sections, fix=repeated[0].fix if repeated else "")
 
 
 def _code(line: SourceLine) -> str:
