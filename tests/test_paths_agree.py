@@ -143,7 +143,7 @@ SCENARIOS = {
         "%%jax_leaks",
         "agree_store = []\n@jax.jit\ndef agree_leaky(x):\n    agree_store.append(x)\n    return x + 1\n",
         "agree_r = agree_leaky(jnp.ones(2))\n",
-        {"area": "tracer leak", "operation": "agree_leaky"},
+        {"area": "tracer leak", "operation": "agree_leaky", "code": "agree_store.append(x)"},
     ),
     "numpy_batch_every_step": (
         "%%jax_transfers",
@@ -338,6 +338,11 @@ def test_a_tracer_leak_is_one_finding_and_the_watch_says_it_does_not_check_leaks
     finding = only(doctor["findings"], "tracer leak")
     assert same_cells(finding["title"]) == same_cells(leaks["summary"].rstrip("."))
     assert expected["operation"] in finding["title"] and leaks["status"] == doctor["status"] == "problem"
+    # the user's line and the fix are the magic's (the doctor pointed at no line and gave the general fix only)
+    (leaked,) = leaks["leaked"]
+    assert line_of(finding["line"]) == line_of(leaked["created_at"] or leaked["stored_at"])
+    assert line_of(finding["line"])[2] == expected["code"]
+    assert finding["fix"] == reports["magic"].fix and "Here: `" in finding["fix"]
     watch = reports["watch"]
     assert watch.findings == [] and "Tracer leaks are not watched" in NOT_WATCHED
     assert " ".join(NOT_WATCHED.split()) in " ".join(str(watch).split())  # said where the user reads the log

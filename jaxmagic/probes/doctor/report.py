@@ -15,7 +15,6 @@ from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import key_findings
-from jaxmagic.probes.leaks import LEAK_FIX
 from jaxmagic.probes.nans.sighting import debug_step, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
@@ -308,16 +307,11 @@ def _leaf_path(name: str) -> str:
 
 
 def _leak_findings(report: DoctorReport) -> list[Finding]:
+    """The leak, with %%jax_leaks' own headline, line and fix (``LeakReport.line`` and ``.fix``)."""
     leaks = report.leaks
     if leaks is None or not (leaks.leaked or leaks.unexpected):
         return []
-    line = None
-    if leaks.leaked:
-        first = leaks.primary[0] if leaks.primary else leaks.leaked[0]
-        line = first.created_at
-    elif leaks.unexpected is not None:
-        line = leaks.unexpected.created_at or leaks.unexpected.used_at
-    return [_finding("leaks", leaks.summary.rstrip("."), line=line, fix=LEAK_FIX)]
+    return [_finding("leaks", leaks.summary.rstrip("."), line=leaks.line, fix=leaks.fix)]
 
 
 def _compile_findings(report: DoctorReport) -> list[Finding]:
