@@ -17,11 +17,12 @@ Where a path says less by design, the test asserts that it says so:
 * the doctor's and the watch's NaN fix is tried on the re-run call, named ``f(...)``; ``%%jax_nans`` names the
   cell's statement.
 
-Threads: log of a negative value (jax-ml/jax#1052), the norm's gradient at 0 (jax-ml/jax#3058), an optax
-cross-entropy of a -inf mask (google-deepmind/optax#1069), a LayerNorm of a constant row with eps=0
-(patrick-kidger/equinox#523), a static argument changed per step (jax-ml/jax#2370), the same dropout key
-every step (google/flax#3012), a tracer appended to a list (jax-ml/jax#9413), a NumPy batch per step
-(jax-ml/jax#16905).
+Threads: the log of a negative value (jax-ml/jax#25701), the norm's gradient at 0 (jax-ml/jax#3058,
+jax-ml/jax#4177), optax's cross-entropy of -inf logits (google-deepmind/optax#1762), equinox's LayerNorm at
+rsqrt (patrick-kidger/equinox#314), why a function compiles again (jax-ml/jax#4274), a key reused
+(jax-ml/jax#2009), a jitted function drawing the same numbers at every call (jax-ml/jax#4312), haiku's apply
+given the same key (google-deepmind/dm-haiku#585), a tracer appended to a list (jax-ml/jax#5492), a NumPy
+batch per step (jax-ml/jax#16905).
 """
 
 from __future__ import annotations
@@ -138,6 +139,19 @@ SCENARIOS = {
             "code": "np_draws = [nhandlers.seed(agree_np_model, rng_seed=agree_np_key)() for i in range(3)]",
             "library": "numpyro.sample",
         },
+    ),
+    # haiku's apply, jitted by the user, given the same rng at every step (google-deepmind/dm-haiku#585): the
+    # doctor and the watch counted only jitted functions defined in the user's files, and said nothing
+    "haiku_apply_with_the_same_rng": (
+        "%%jax_keys",
+        "import haiku as hk\n"
+        "def agree_hk_drop(x):\n    return hk.dropout(hk.next_rng_key(), 0.5, x)\n"
+        "hk_t = hk.transform(agree_hk_drop)\n"
+        "hk_xx, hk_rng = jnp.ones((2, 3)), jax.random.key(42)\nhk_pp = hk_t.init(jax.random.key(0), hk_xx)\n"
+        "hk_japply = jax.jit(hk_t.apply)\n",
+        "hk_o1 = hk_japply(hk_pp, hk_rng, hk_xx)\nhk_o2 = hk_japply(hk_pp, hk_rng, hk_xx)\n"
+        "hk_o3 = hk_japply(hk_pp, hk_rng, hk_xx)\n",
+        {"area": "random keys", "operation": "apply_fn", "code": "hk_o1 = hk_japply(hk_pp, hk_rng, hk_xx)"},
     ),
     "tracer_appended_to_a_list": (
         "%%jax_leaks",
@@ -302,7 +316,15 @@ def key_facts(finding: dict) -> tuple:
     )
 
 
-@pytest.mark.parametrize("name", ["same_key_every_step", "constant_key_in_a_jitted_step", "numpyro_seed_with_one_key"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "same_key_every_step",
+        "constant_key_in_a_jitted_step",
+        "numpyro_seed_with_one_key",
+        "haiku_apply_with_the_same_rng",
+    ],
+)
 def test_a_key_problem_is_the_same_finding_in_the_doctor_and_the_watch_and_in_the_magics_words(shell, name):
     magic, setup, cell, expected = SCENARIOS[name]
     _needs(setup)
