@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+from types import FrameType
 
 import numpy as np
 
@@ -25,7 +26,7 @@ def made_by_users_line() -> bool:
     as the NaN watch takes the call as the user's. A call a library's code makes (numpyro's sampler) is not."""
     if jit_calls.call_site() is not None:  # the fast path records the user's own calls only
         return True
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and code_kind(frame.f_code.co_filename) in ("jax", "jaxmagic"):
         frame = frame.f_back
     return frame is not None and code_kind(frame.f_code.co_filename) == "user"
