@@ -14,8 +14,8 @@ Where a path says less by design, the test asserts that it says so:
 * the watch does not re-trace to try a recompilation fix (``%%jax_compiles`` and the doctor do): its fix says
   it was not tried.
 * the watch does not check tracer leaks (that re-traces every function): its log says so.
-* the doctor's and the watch's NaN fix is tried on the re-run call, named ``f(...)``; ``%%jax_nans`` names the
-  cell's statement.
+* the doctor's and the watch's NaN fix is tried on the re-run call, named as the user's line wrote it, as
+  ``%%jax_nans`` names the cell's statement - or ``f(...)`` when the line calls it by another name.
 
 Threads: the log of a negative value (jax-ml/jax#25701), the norm's gradient at 0 (jax-ml/jax#3058,
 jax-ml/jax#4177), optax's cross-entropy of -inf logits (google-deepmind/optax#1762), equinox's LayerNorm at
@@ -275,8 +275,20 @@ NAN_CASES = [name for name, (magic, *_) in SCENARIOS.items() if magic == "%%jax_
 def test_a_nan_is_the_same_operation_line_library_and_tried_fix_on_every_path(shell, name):
     magic, setup, cell, expected = SCENARIOS[name]
     _needs(setup)
-    facts = nan_facts(through_three_paths(shell, magic, setup, cell))
+    reports = through_three_paths(shell, magic, setup, cell)
+    facts = nan_facts(reports)
     assert facts["magic"] == facts["doctor"] == facts["watch"], facts
+    # word for word: the re-run call is named as the user's line wrote it (it was `f(...)`) - unless the
+    # line calls the jitted function by another name than its own (haiku's `apply_fn` as `hk_apply`)
+    fixes = {
+        "magic": reports["magic"].to_dict()["fix"],
+        "doctor": only(reports["doctor"].to_dict()["findings"], "NaN")["fix"],
+        "watch": only(reports["watch"].to_dict()["findings"], "NaN")["fix"],
+    }
+    if name == "haiku_layer_norm_eps_0":
+        assert "Tried on the values of `apply_fn(...)`" in fixes["doctor"] and fixes["doctor"] == fixes["watch"]
+    else:
+        assert fixes["magic"] == fixes["doctor"] == fixes["watch"], fixes
     area, operation, line, library, fix, tried, status = facts["magic"]
     assert (area, line[2], library, status) == (expected["area"], expected["code"], expected["library"], "problem")
     assert operation == expected["operation"]
