@@ -394,3 +394,21 @@ def test_a_numpy_batch_every_step_is_the_same_headline_line_and_fix_on_every_pat
     assert line_of(d["line"])[2] == expected["code"] and expected["operation"] in d["title"]
     assert d["fix"] == w["fix"] and "jax.device_put" in d["fix"]
     assert {r.to_dict()["status"] for r in reports.values()} == {"problem"}
+
+
+def test_two_functions_of_one_name_given_numpy_arrays_are_two_findings_on_every_path(shell):
+    """Two jitted lambdas (one name, `<lambda>`) each given a NumPy array from their own line: their calls
+    were added up into one finding at the first one's line (the README's `f_tg` and `step_on`)."""
+    setup = "import numpy as np\nagree_f_tg = jax.jit(lambda x: x * 2)\nagree_step_on = jax.jit(lambda x: x + 1)\n"
+    cell = (
+        "for i in range(10):\n    agree_f_tg(np.ones(3, np.float32))\n"
+        "for i in range(3):\n    agree_step_on(np.zeros(3, np.float32))\n"
+    )
+    reports = through_three_paths(shell, "%%jax_transfers", setup, cell)
+    transfers = reports["magic"].to_dict()
+    doctor = [f for f in reports["doctor"].to_dict()["findings"] if f["area"] == "implicit transfers"]
+    watch = [f for f in reports["watch"].to_dict()["findings"] if f["area"] == "transfers"]
+    told = {(h["calls"], line_of(h["line"])[2]) for h in transfers["host_arguments"]}
+    assert told == {(10, "agree_f_tg(np.ones(3, np.float32))"), (3, "agree_step_on(np.zeros(3, np.float32))")}
+    assert {(f["title"], line_of(f["line"])) for f in doctor} == {(f["headline"], line_of(f["line"])) for f in watch}
+    assert transfers["summary"].startswith(doctor[0]["title"]) and "in 10 calls" in doctor[0]["title"]

@@ -70,7 +70,14 @@ def repeated_copies(transfers: Sequence[Transfer], host_arguments: Sequence[Host
     copied each step costs next to nothing; a copy JAX did not describe (its fast path) may be either, and is
     left to the transfer table."""
     found = [
-        RepeatedCopy(("argument", h.function, h.argument, h.value), h.function, h.title, h.line, h.calls)
+        # the line's code, not its cell: the same loop run again in a new cell is the same problem
+        RepeatedCopy(
+            ("argument", h.function, h.argument, h.value, h.line.code.strip() if h.line else ""),
+            h.function,
+            h.title,
+            h.line,
+            h.calls,
+        )
         for h in host_arguments
         if h.repeated
     ]
