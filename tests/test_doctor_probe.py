@@ -125,7 +125,7 @@ def test_legacy_key_reuse_and_eager_key_reuse_are_reported():
         for _ in range(3):
             w = noisy(w, rng)
     finding = report.finding("keys")
-    assert "`noisy` got the same key in 3 of its 3 calls (argument `rng`)" in finding.title
+    assert "`noisy` got the same legacy uint32 key in 3 of its 3 calls (argument `rng`)" in finding.title
     assert "legacy uint32 key" in finding.evidence
 
     with probes.doctor(namespace={}) as report:

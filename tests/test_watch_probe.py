@@ -140,7 +140,7 @@ def test_eager_draws_with_one_key_and_one_key_for_a_vmapped_batch(shell):
         "out = augment(jax.random.key(1), jnp.ones((8, 2)))",
     )
     shared = findings(shell, "random keys")[1:]
-    assert len(shared) == 1 and shared[0]["function"] == "augment" and "whole batch" in shared[0]["summary"]
+    assert len(shared) == 1 and shared[0]["function"] == "augment" and "whole vmapped batch" in shared[0]["summary"]
     assert "jax.random.normal(key, x.shape)" in shared[0]["line"]["code"]
 
 

@@ -138,12 +138,15 @@ class HostArguments(jit_calls.CallObserver):
         if not leaves:
             return
         names = None
+        # One use per line of the user's too: two functions of one name (two lambdas, a `step` defined twice)
+        # called from their own lines are two findings, not one with their calls added up
+        user, lineno = call_site()
+        where = (user.f_code.co_filename, lineno) if user is not None else None
         for leaf in leaves:
             typed = host_type(leaf.array)
-            key = (name, leaf.argument, leaf.inside, typed)
+            key = (name, where, leaf.argument, leaf.inside, typed)
             entry = self.seen.get(key)
             if entry is None:
-                user, lineno = call_site()
                 if names is None:
                     names = passed_expressions(fun, user, lineno) if user is not None else {}
                 base = names.get(leaf.argument) or (

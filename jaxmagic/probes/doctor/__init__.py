@@ -48,13 +48,13 @@ from jaxmagic.probes.doctor.report import (
     LIVE_PILE_UP,
     ORDER_OF_ATTACK,
     PROBES,
-    REPEATED_TRANSFERS,
     RETRACE_TOKEN,
     DoctorReport,
     Finding,
     rank_findings,
 )
 from jaxmagic.probes.nans.sighting import explain_nan_sighting
+from jaxmagic.probes.transfers.report import REPEATED_TRANSFERS
 
 __all__ = [
     "AREAS",

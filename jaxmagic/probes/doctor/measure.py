@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
@@ -64,7 +65,7 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             if "live" not in skip:
                 stack.enter_context(_live_growth(report, namespace))
             if watch is not None:
-                stack.callback(_explain_nan, report, watch, namespace, bindings(namespace))
+                stack.callback(_explain_nan, report, watch, namespace, bindings(namespace), "leaks" not in skip)
             if "leaks" not in skip:
                 report.leaks = stack.enter_context(leaks(namespace=namespace, retrace_token=RETRACE_TOKEN))
             if "compiles" not in skip:
@@ -126,7 +127,13 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
             }
 
 
-def _explain_nan(report: DoctorReport, watch, namespace: dict | None, before: dict[str, int]) -> None:
+def _explain_nan(
+    report: DoctorReport, watch, namespace: dict | None, before: dict[str, int], under_own_key: bool
+) -> None:
+    """Explain the first NaN the watch saw. When the leak probe ran, the cell's calls were traced under the
+    doctor's cache key (``RETRACE_TOKEN``): the explanation reads the call's program from there, as the
+    watch and ``%%jax_nans`` read it from the user's cache - not from a new trace of the user's Python
+    outside the library's context (an ``nnx.jit`` function cannot be traced again from outside its call)."""
     watch.flush()  # the last call of the cell is looked at only now: its results were never flushed by a next call
     report.nan_sighting = watch.sighting
     report.jitted_calls_watched = watch.calls_seen
@@ -136,7 +143,8 @@ def _explain_nan(report: DoctorReport, watch, namespace: dict | None, before: di
         report.inf_sighting = watch.inf_sighting
         report.nonfinite_left = nonfinite_rebound(namespace, before)
     try:
-        report.nans = explain_nan_sighting(watch)
+        with fresh_traces(RETRACE_TOKEN) if under_own_key else contextlib.nullcontext():
+            report.nans = explain_nan_sighting(watch)
     except Exception as error:  # never let our analysis hide the user's results
         report.notes.append(f"jaxmagic could not explain the NaN: {error_line(error)}")
 

@@ -14,10 +14,9 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
-from jaxmagic.probes.keys import FIX
-from jaxmagic.probes.leaks import LEAK_FIX
+from jaxmagic.probes.keys import key_findings
 from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
-from jaxmagic.probes.transfers.wording import WHY
+from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
@@ -26,7 +25,6 @@ from jaxmagic.report.wording import ended, error_line, format_bytes
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
 RETRACE_TOKEN = "jaxmagic-doctor"
 LIVE_PILE_UP = 10  # arrays of one shape left alive by the cell from which they count as piling up
-REPEATED_TRANSFERS = 2  # implicit transfers of one line from which they count as per-step copies
 
 AREAS = {  # probe -> (rank, area, the magic to run next)
     "nans": (1, "NaN", "%%jax_nans"),
@@ -348,16 +346,11 @@ def _leaf_path(name: str) -> str:
 
 
 def _leak_findings(report: DoctorReport) -> list[Finding]:
+    """The leak, with %%jax_leaks' own headline, line and fix (``LeakReport.line`` and ``.fix``)."""
     leaks = report.leaks
     if leaks is None or not (leaks.leaked or leaks.unexpected):
         return []
-    line = None
-    if leaks.leaked:
-        first = leaks.primary[0] if leaks.primary else leaks.leaked[0]
-        line = first.created_at
-    elif leaks.unexpected is not None:
-        line = leaks.unexpected.created_at or leaks.unexpected.used_at
-    return [_finding("leaks", leaks.summary.rstrip("."), line=line, fix=LEAK_FIX)]
+    return [_finding("leaks", leaks.summary.rstrip("."), line=leaks.line, fix=leaks.fix)]
 
 
 def _compile_findings(report: DoctorReport) -> list[Finding]:
@@ -407,45 +400,11 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
 
 
 def _transfer_findings(report: DoctorReport) -> list[Finding]:
-    transfers = report.transfers
-    if transfers is None:
+    """The copies made at every step, as ``%%jax_transfers`` and the watch tell them (``repeated_copies``)."""
+    if report.transfers is None:
         return []
-    found = []
-    # A host array given to a jitted function is told once, by the finding that names the function and
-    # the argument (below); the transfer log's line for the same copies would repeat it.
-    host_lines = {(h.line.filename, h.line.lineno) for h in report.host_arguments if h.line is not None}
-    for t in transfers.transfers:
-        if t.line is not None and (t.line.filename, t.line.lineno) in host_lines:
-            continue
-        # Python scalars and index constants copied each step cost next to nothing; host arrays do not.
-        # JAX's fast path does not describe the value: then it may be either, and the line is shown.
-        # JAX's fast path does not describe the value (then it may be either): those are left to
-        # %%jax_transfers, except host arrays given to a jitted function, which the doctor sees itself.
-        if t.count >= REPEATED_TRANSFERS and _is_host_array(t.value):
-            found.append(
-                _finding(
-                    "transfers",
-                    f"{t.count} implicit host-to-device copies of {t.value} ({t.what}) from one line",
-                    line=t.line,
-                    fix=WHY,
-                )
-            )
-    for h in report.host_arguments:
-        if h.repeated:
-            found.append(_finding("transfers", h.title, line=h.line, fix=WHY))
-    return found[:3]
-
-
-def _is_host_array(value: str) -> bool:
-    """True for a transferred value of more than one element ("f32[512,16]"), False for scalars and unknowns."""
-    match = re.search(r"\[([\d,\s]*)\]", value or "")
-    if match is None:
-        return False
-    dims = [int(d) for d in match.group(1).replace(" ", "").split(",") if d]
-    size = 1
-    for d in dims:
-        size *= d
-    return bool(dims) and size > 1
+    copies = repeated_copies(report.transfers.transfers, report.host_arguments)
+    return [_finding("transfers", c.headline, line=c.line, fix=c.fix) for c in copies[:3]]
 
 
 def _live_findings(report: DoctorReport) -> list[Finding]:
@@ -482,58 +441,21 @@ def _live_findings(report: DoctorReport) -> list[Finding]:
 
 
 def _key_findings(report: DoctorReport) -> list[Finding]:
-    keys = report.keys
-    if keys is None:
+    """The key findings ``%%jax_keys`` and the watch tell, in their words (``keys.key_findings``)."""
+    if report.keys is None:
         return []
-    found = []
-    for f in keys.repeated_flows:
-        found.append(
-            _finding(
-                "keys",
-                f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} "
-                f"calls (argument `{f.argument}`)",
-                short=f"`{f.function}` got the same key {f.repeated_times} times",
-                evidence=f"{f.distinct} distinct key(s) in {f.calls} calls; the repeated key's data "
-                f"is {f.repeated_key}: the same random numbers (e.g. the same dropout mask) "
-                "every call" + (" (a legacy uint32 key, followed by its data)" if f.legacy else ""),
-                line=f.first_call,
-                fix=FIX,
-                provenance=f.provenance,
-            )
+    return [
+        _finding(
+            "keys",
+            k.headline,
+            short=k.short,
+            evidence=k.evidence,
+            line=k.line,
+            fix=k.fix,
+            provenance=k.provenance,
         )
-    for r in keys.reuse:
-        found.append(
-            _finding(
-                "keys",
-                f"key used twice: `{r.consumer}` got an already consumed key"
-                + (f" ({r.count} times)" if r.count > 1 else ""),
-                evidence=r.explanation,
-                line=r.reused_at,
-                fix=r.fix or FIX,
-                provenance=r.provenance,
-            )
-        )
-    for draw in keys.same_numbers_draws:  # the same numbers in every element / pass / call
-        found.append(
-            _finding(
-                "keys", draw.text, short=draw.short, line=draw.line, fix=draw.fix or FIX, provenance=draw.provenance
-            )
-        )
-    if not keys.repeated_flows:  # the same bug seen from the eager side: named once, by the flow if there is one
-        for d in keys.repeated_draws[:3]:
-            found.append(
-                _finding(
-                    "keys",
-                    d.text,
-                    short=f"`jax.random.{d.api}` got the same key {d.repeated_times} times",
-                    evidence=f"{d.distinct} distinct key(s) in {d.calls} calls; the repeated key's data is "
-                    f"{d.repeated_key}: the same random numbers every call"
-                    + (" (a legacy uint32 key, followed by its data)" if d.legacy else ""),
-                    line=d.line,
-                    fix=FIX,
-                )
-            )
-    return found
+        for k in key_findings(report.keys)
+    ]
 
 
 def rank_findings(report: DoctorReport) -> list[Finding]:

@@ -42,10 +42,12 @@ raising, and lets the block run as it would without the checker.
 
 Modules: ``probe`` (``keys()``), ``reuse`` (explaining a ``KeyReuseError``),
 ``flows`` (keys per jitted function), ``draws`` (eager jax.random calls),
-``report`` (the report and its wording).
+``report`` (the report and its wording), ``findings`` (its findings, worded once for
+``%%jax_keys``, the doctor and the watch).
 """
 
 from jaxmagic.probes.keys.draws import MAX_DRAW_LINES
+from jaxmagic.probes.keys.findings import KeyFinding, key_findings
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES
 from jaxmagic.probes.keys.probe import CONFIG_NAMES, keys
 from jaxmagic.probes.keys.report import (
@@ -66,6 +68,7 @@ __all__ = [
     "LEGACY_NOTE",
     "MAX_DRAW_LINES",
     "MAX_FLOW_VALUES",
+    "KeyFinding",
     "KeyFlow",
     "KeyReport",
     "KeyReuse",
@@ -73,5 +76,6 @@ __all__ = [
     "RepeatedDraw",
     "SharedKeyDraw",
     "explain_key_reuse",
+    "key_findings",
     "keys",
 ]

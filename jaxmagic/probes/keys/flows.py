@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
+from types import FrameType
 
 import numpy as np
 
@@ -13,9 +15,21 @@ from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
 from jaxmagic.probes.keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
-from jaxmagic.report.source import line_of
+from jaxmagic.report.source import code_kind, line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
+
+
+def made_by_users_line() -> bool:
+    """Whether the observed jitted call was made by the user's own line, though its function is a library's
+    (``jax.jit(model.apply)``, ``jax.jit(hk.transform(f).apply)``): the keys the user hands it are the user's,
+    as the NaN watch takes the call as the user's. A call a library's code makes (numpyro's sampler) is not."""
+    if jit_calls.call_site() is not None:  # the fast path records the user's own calls only
+        return True
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and code_kind(frame.f_code.co_filename) in ("jax", "jaxmagic"):
+        frame = frame.f_back
+    return frame is not None and code_kind(frame.f_code.co_filename) == "user"
 
 
 class KeyWatch(jit_calls.CallObserver):
@@ -34,7 +48,7 @@ class KeyWatch(jit_calls.CallObserver):
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
-        if not is_jit or not function_is_users(params):
+        if not is_jit or not (function_is_users(params) or made_by_users_line()):
             return
         self._shared_draws(name, params)
         self._loop_draws(name, params)

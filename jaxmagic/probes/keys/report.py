@@ -55,6 +55,21 @@ class KeyReuse:
         )
 
     @property
+    def headline(self) -> str:
+        """The reuse in one sentence (without "Key reused: "): what every report that tells it says."""
+        times = f" ({self.count} times)" if self.count > 1 else ""
+        if self.library and self.handed_at is not None:
+            at = self.reused_at.where if self.reused_at else "?"
+            same = " (the same line each time: the same key every call)" if self.same_line else ""
+            return (
+                f"`{self.consumer}` inside `{self.library}` (at {at}) got a key already consumed{times}, "
+                f"given again by your line {self.handed_at.where}{same}"
+            )
+        at = f" at {self.reused_at.where}" if self.reused_at else ""
+        same = " (every pass of the loop uses the same key)" if self.same_line else ""
+        return f"`{self.consumer}` got an already consumed key{times}{at}{same}"
+
+    @property
     def explanation(self) -> str:
         what = f"`{self.consumer}`" + (
             f" (argument {self.index}" + (f", `{self.argument}`" if self.argument else "") + ")"
@@ -106,6 +121,15 @@ class KeyFlow:
     @property
     def repeated(self) -> bool:
         return self.calls > 1 and self.distinct < self.calls
+
+    @property
+    def headline(self) -> str:
+        """The repeated key in one sentence: what every report that tells it says."""
+        kind = " legacy uint32" if self.legacy else ""
+        return (
+            f"`{self.function}` got the same{kind} key in {self.repeated_times} of its {self.calls} calls "
+            f"(argument `{self.argument}`)"
+        )
 
 
 @dataclasses.dataclass
@@ -331,26 +355,9 @@ class KeyReport(Report):
     def summary(self) -> str:
         parts = []
         if self.reuse:
-            r = self.reuse[0]
-            at = f" at {r.reused_at.where}" if r.reused_at else ""
-            if r.library and r.handed_at is not None:
-                parts.append(
-                    f"Key reused: `{r.consumer}` inside `{r.library}` (at {r.reused_at.where if r.reused_at else '?'}) "
-                    f"got a key already consumed, given again by your line {r.handed_at.where}"
-                    + (" (the same line each time: the same key every call)" if r.same_line else "")
-                    + "."
-                )
-            else:
-                parts.append(
-                    f"Key reused: `{r.consumer}` got an already consumed key{at}"
-                    + (" (every pass of the loop uses the same key)" if r.same_line else "")
-                    + "."
-                )
+            parts.append(f"Key reused: {self.reuse[0].headline}.")
         for f in self.repeated_flows[:2]:
-            kind = " legacy uint32" if f.legacy else ""
-            parts.append(
-                f"`{f.function}` received {f.distinct} distinct{kind} key(s) in {f.calls} calls (argument `{f.argument}`)."
-            )
+            parts.append(f"{f.headline}; {f.distinct} distinct key(s) in all.")
         for d in self.repeated_draws[:2]:
             parts.append(d.text + ": the same random numbers each time.")
         for shared in self.shared[:2]:

@@ -19,14 +19,19 @@ LEAK_FIX = (
 )
 
 
-def _fix_for_stored_line(stored: SourceLine | None, function: str, transformation: str) -> list[Paragraph]:
-    """The fix written from the line that stored the tracer (``return out, h`` for ``self.h = h``)."""
+def stored_line_fix(stored: SourceLine | None, function: str, transformation: str) -> str:
+    """The fix written from the line that stored the tracer (``return out, h`` for ``self.h = h``); "" without one."""
     if stored is None:
-        return []
+        return ""
     written = leak_fixes(
         [], stored.code, stored.function or function, transformation == "scan", stored.filename, stored.lineno, function
     )
-    return [Paragraph(f"Here: `{fix.use}` - {fix.when}.") for fix in written[:1]]
+    return "".join(f"Here: `{fix.use}` - {fix.when}." for fix in written[:1])
+
+
+def _fix_for_stored_line(stored: SourceLine | None, function: str, transformation: str) -> list[Paragraph]:
+    text = stored_line_fix(stored, function, transformation)
+    return [Paragraph(text)] if text else []
 
 
 @dataclasses.dataclass
@@ -105,6 +110,32 @@ class LeakReport(Report):
         found = [act(f"a tracer leaked from {t.created_at.where if t.created_at else 'a trace'}") for t in self.leaked]
         found += [act("a tracer was used outside its trace")] if self.unexpected else []
         return found + ([failed(self.other_error)] if self.other_error else [])
+
+    @property
+    def line(self) -> SourceLine | None:
+        """The user's line a finding of this report points at (``%%jax_doctor``'s too): where the leaked value was
+        computed, else the line that stored it; for a tracer used after its trace, where it was computed, else
+        where it was used."""
+        if self.leaked:
+            first = self.primary[0] if self.primary else self.leaked[0]
+            return first.created_at or first.stored_at
+        if self.unexpected is not None:
+            return self.unexpected.created_at or self.unexpected.used_at
+        return None
+
+    @property
+    def fix(self) -> str:
+        """What the report's Fix section says first (``%%jax_doctor``'s fix too): the general fix, then the one
+        written from the line that stored the tracer."""
+        if self.leaked:
+            first = self.primary[0] if self.primary else self.leaked[0]
+            stored, function, transformation = first.stored_at, first.function, first.transformation
+        elif self.unexpected is not None:
+            u = self.unexpected
+            stored, function, transformation = u.stored_at, u.function, u.transformation
+        else:
+            return ""
+        return " ".join(filter(None, [LEAK_FIX, stored_line_fix(stored, function, transformation)]))
 
     @property
     def primary(self) -> list[LeakedTracer]:

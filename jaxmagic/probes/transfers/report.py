@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from collections.abc import Sequence
 
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
@@ -13,6 +15,7 @@ from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
 MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
+REPEATED_TRANSFERS = 2  # implicit copies of one host array from one line from which they count as per-step copies
 
 CPU_NOTE = (
     "On the CPU backend arrays already live in host memory, so reading a result back (float(x), "
@@ -45,6 +48,57 @@ class Transfer:
         if self.value.endswith(" weak"):
             return "a Python scalar"
         return "a NumPy array or other host data"
+
+
+@dataclasses.dataclass
+class RepeatedCopy:
+    """Host data copied to the device again and again: the finding, in the same words on every path."""
+
+    identity: tuple  # what it is about, the same from cell to cell (the watch tells it once, then counts)
+    function: str  # the jitted function given it; "" for a copy only the transfer log saw
+    headline: str
+    line: SourceLine | None
+    count: int
+    fix: str = WHY
+
+
+def repeated_copies(transfers: Sequence[Transfer], host_arguments: Sequence[HostArgumentUse]) -> list[RepeatedCopy]:
+    """The copies of host arrays made at every step, as ``%%jax_transfers`` leads with them, ``%%jax_doctor``
+    ranks them and ``%jax_watch`` tells them: each NumPy array given to a jitted function at more than one
+    call (named by the function and the argument), then the transfer log's other lines that copied a host
+    array of more than one element ``REPEATED_TRANSFERS`` times or more. A Python scalar or an index constant
+    copied each step costs next to nothing; a copy JAX did not describe (its fast path) may be either, and is
+    left to the transfer table."""
+    found = [
+        # the line's code, not its cell: the same loop run again in a new cell is the same problem
+        RepeatedCopy(
+            ("argument", h.function, h.argument, h.value, h.line.code.strip() if h.line else ""),
+            h.function,
+            h.title,
+            h.line,
+            h.calls,
+        )
+        for h in host_arguments
+        if h.repeated
+    ]
+    told = {(h.line.filename, h.line.lineno) for h in host_arguments if h.line is not None}
+    for t in transfers:
+        if t.line is not None and (t.line.filename, t.line.lineno) in told:
+            continue  # the same copies, told by the finding that names the function and the argument
+        if t.count >= REPEATED_TRANSFERS and is_host_array(t.value):
+            headline = f"{t.count} implicit host-to-device copies of {t.value} ({t.what}) from one line"
+            where = (t.line.filename, t.line.lineno) if t.line is not None else ()
+            found.append(RepeatedCopy(("line", *where, t.value), t.function, headline, t.line, t.count))
+    return found
+
+
+def is_host_array(value: str) -> bool:
+    """True for a transferred value of more than one element ("f32[512,16]"), False for scalars and unknowns."""
+    match = re.search(r"\[([\d,\s]*)\]", value or "")
+    if match is None:
+        return False
+    dims = [int(d) for d in match.group(1).replace(" ", "").split(",") if d]
+    return bool(dims) and math.prod(dims) > 1
 
 
 @dataclasses.dataclass
@@ -89,6 +143,9 @@ class TransferReport(Report):
             where = f" on {len(lines)} line(s) of yours" if lines else ""
             verb = "blocked (your code caught the errors)" if self.mode == "disallow" else "made"
             first = self.transfers[0]
+            repeated = repeated_copies(self.transfers, self.host_arguments) if self.mode == "log" else []
+            if repeated:  # the copy made at every step first, as the doctor and the watch tell it
+                return f"{repeated[0].headline}; {self.total} implicit transfer(s) in all{where}."
             head = f"{self.total} implicit transfer(s) {verb}{where}"
             if first.line:
                 head += (
@@ -151,7 +208,9 @@ class TransferReport(Report):
             sections.append(Section("JAX's error", [Paragraph(self.message)]))
         facts = [("mode", f"jax.transfer_guard({self.mode!r})"), ("backend", self.backend or "-")]
         sections.append(Section("Checked", [Facts(facts)] + ([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])))
-        return Document("%%jax_transfers", self.status, self.summary, sections)
+        # the fix under the headline when it leads with a copy made at every step (as the doctor shows it)
+        repeated = repeated_copies(self.transfers, self.host_arguments) if self.mode == "log" else []
+        return Document("%%jax_transfers", self.status, self.summary, sections, fix=repeated[0].fix if repeated else "")
 
 
 def _code(line: SourceLine) -> str:

@@ -7,7 +7,7 @@ Usage without IPython::
     w.close(); w.log.to_dict()
 """
 
-from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
+from jaxmagic.probes.watch.report import AREAS, NOT_WATCHED, CellFindings, WatchFinding, WatchLog
 from jaxmagic.probes.watch.session import Watch
 
-__all__ = ["AREAS", "CellFindings", "Watch", "WatchFinding", "WatchLog"]
+__all__ = ["AREAS", "NOT_WATCHED", "CellFindings", "Watch", "WatchFinding", "WatchLog"]

@@ -12,6 +12,10 @@ from jaxmagic.report.document import Document, Facts, Paragraph, Section, Source
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
 AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
+NOT_WATCHED = (
+    "Tracer leaks are not watched: finding one means tracing every function afresh with leak checking, at "
+    "every cell (%%jax_leaks or %%jax_doctor on a cell checks them)."
+)
 
 
 @dataclasses.dataclass
@@ -167,7 +171,7 @@ class WatchLog(Report):
             Paragraph(
                 f"Watched: {', '.join(self.areas)}; recompilation budget {self.budget} compilations per function. "
                 "The calls of your own jitted functions are watched on JAX's fast path, after each call; "
-                "cells of jaxmagic's own magics are not watched (their reports cover them)."
+                "cells of jaxmagic's own magics are not watched (their reports cover them). " + NOT_WATCHED
             )
         )
         how.append(Paragraph(self.coverage))

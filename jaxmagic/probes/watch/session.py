@@ -31,7 +31,7 @@ from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
-from jaxmagic.probes.keys import FIX, keys
+from jaxmagic.probes.keys import key_findings, keys
 from jaxmagic.probes.nans.sighting import (
     debug_step,
     explain_nan_sighting,
@@ -39,7 +39,7 @@ from jaxmagic.probes.nans.sighting import (
     nan_finding_provenance,
     nan_finding_text,
 )
-from jaxmagic.probes.transfers.wording import WHY
+from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import format_bytes, short_dtype
 
@@ -343,79 +343,37 @@ class Watch:
         return found
 
     def _transfer_findings(self, hosts) -> list[WatchFinding]:
-
         found = []
-        for h in hosts.seen.values():
-            if not h.repeated:
-                continue
+        # %%jax_transfers' and the doctor's findings, in their words; the watch sees the jitted calls'
+        # arguments only (no transfer guard: it would log every copy of every cell)
+        for c in repeated_copies((), list(hosts.seen.values())):
             found += self._new(
-                ("transfers", h.function, h.argument, h.value),
+                ("transfers", *c.identity[1:]),
                 area="transfers",
-                headline=h.title,
-                function=h.function,
-                line=h.line,
-                details=f"{h.calls} calls in this cell",
-                fix=WHY,
+                headline=c.headline,
+                function=c.function,
+                line=c.line,
+                details=f"{c.count} calls in this cell",
+                fix=c.fix,
                 next_magic="%%jax_transfers --mode disallow",
-                count=h.calls,
+                count=c.count,
             )
         return found
 
     def _key_findings(self, keys) -> list[WatchFinding]:
-
         found = []
-        for f in keys.repeated_flows:
-            legacy = " (a legacy uint32 key, followed by its data)" if f.legacy else ""
+        for k in key_findings(keys):  # %%jax_keys' and the doctor's findings, in their words
             found += self._new(
-                ("random keys", f.function, f.argument),
+                ("random keys", *k.identity),
                 area="random keys",
-                headline=f"`{f.function}` got the same key in {f.repeated_times} of its {f.calls} calls "
-                f"(argument `{f.argument}`)",
-                function=f.function,
-                line=f.first_call,
-                details=f"{f.distinct} distinct key(s) in {f.calls} calls: the same random numbers every call" + legacy,
-                fix=FIX,
-                provenance=f.provenance,
+                headline=k.headline,
+                function=k.function,
+                line=k.line,
+                details=k.evidence,
+                fix=k.fix,
+                provenance=k.provenance,
                 next_magic="%%jax_keys",
             )
-        for r in keys.reuse:
-            found += self._new(
-                ("random keys", r.consumer, r.reused_at.lineno if r.reused_at else 0),
-                area="random keys",
-                headline=f"key used twice: `{r.consumer}` got an already consumed key",
-                function=r.function or r.consumer,
-                line=r.reused_at,
-                details=r.explanation,
-                fix=r.fix or FIX,
-                provenance=r.provenance,
-                next_magic="%%jax_keys",
-            )
-        for draw in keys.same_numbers_draws:  # the same numbers in every element / pass / call
-            found += self._new(
-                ("random keys", draw.function, draw.api, draw.line.lineno if draw.line else 0),
-                area="random keys",
-                headline=f"{draw.short} in `{draw.function}`",
-                function=draw.function,
-                line=draw.line,
-                details=draw.text,
-                fix=draw.fix or FIX,
-                provenance=draw.provenance,
-                next_magic="%%jax_keys",
-            )
-        if not keys.repeated_flows:  # the same bug seen from the eager side: told once, by the flow if there is one
-            for d in keys.repeated_draws:
-                found += self._new(
-                    ("random keys", f"jax.random.{d.api}", d.line.lineno if d.line else 0),
-                    area="random keys",
-                    headline=f"`jax.random.{d.api}` got the same key in {d.repeated_times} of its {d.calls} calls",
-                    function=f"jax.random.{d.api}",
-                    line=d.line,
-                    details=f"{d.text}: the same random numbers every call"
-                    + (" (a legacy uint32 key, followed by its data)" if d.legacy else ""),
-                    fix=FIX,
-                    provenance=d.provenance,
-                    next_magic="%%jax_keys",
-                )
         return found
 
     def _count_due(self) -> bool:

@@ -47,7 +47,7 @@ from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_frame, source_line
+from jaxmagic.report.source import innermost_user_frame, source_line, whole_expression
 from jaxmagic.report.wording import format_bytes
 
 
@@ -269,6 +269,8 @@ class NanWatch(jit_calls.CallObserver):
                     "The call could not be repeated safely (JAX did not dispatch it from Python), so it was not re-run."
                 )
             else:
+                if sighting.line is not None:  # named as the user's line wrote it, as %%jax_nans names the statement
+                    call.source = whole_expression(sighting.line.code, 0, 0, called=name) or call.source
                 self._pending_rerun, sighting.call_source = call, call.source
                 if kept is not None:
                     sighting.donated = sorted({argument for argument, _ in jit_calls.donated_leaves(*jit_locals[1:])})
