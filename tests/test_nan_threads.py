@@ -110,7 +110,7 @@ def test_the_doctor_is_not_ok_when_the_cell_leaves_an_inf_it_does_not_watch_for(
     plain, doctor = shell.user_ns["thread_nans"].to_dict(), shell.user_ns["thread_doctor"].to_dict()
     assert [leaf["inf_count"] for leaf in plain["nonfinite"]] == [1]
     (finding,) = [f for f in doctor["findings"] if f["probe"] == "nans"]
-    assert finding["title"] == "inf (no NaN) in the results of `dirichlet_ll` (call 1)"
+    assert finding["title"] == "an inf, not a NaN, in the results of `dirichlet_ll` (call 1)"
     assert finding["line"]["code"].strip() == call and finding["next_magic"] == "%%jax_nans --infs"
     assert doctor["status"] == "problem"  # shown as [FOUND], never [OK]
     # %jax_watch: the same NaN watch, the same words

@@ -58,7 +58,7 @@ def inf_sighting_text(s: NanSighting) -> tuple[str, str, str]:
     """(title, details, fix) of a call whose results held inf and no NaN (``NanWatch.inf_sighting``), shared
     by the doctor and ``%jax_watch``: they watch for NaN, but an inf result is no clean one either."""
     where = f"`{s.function}`" if s.jitted else f"the eager operation `{s.function}`"
-    title = f"inf (no NaN) in the results of {where} (call {s.call_number})"
+    title = f"an inf, not a NaN, in the results of {where} (call {s.call_number})"
     details = (
         f"{', '.join(s.leaves)} held inf; results are watched for NaN, so the call was not re-run to name the operation"
     )
