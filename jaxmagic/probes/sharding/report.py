@@ -459,11 +459,12 @@ def collectives_section(call: CallShardings) -> Section:
     if not call.collectives:
         return Section("Collectives", [Paragraph(call.collectives_headline)])
     rows = []
-    for c in call.collectives:
+    for number, c in enumerate(call.collectives, 1):
         line = f"line {c.line.lineno}" + (" (consumer)" if c.for_line else "") if c.line else "-"
         axes = ", ".join(repr(a) for a in c.axes) or c.groups
         rows.append(
             [
+                str(number),
                 c.kind,
                 ", ".join(c.values) or "-",
                 line,
@@ -471,11 +472,15 @@ def collectives_section(call: CallShardings) -> Section:
                 axes,
                 format_bytes(c.bytes_per_device),
                 f"{c.shape_before} -> {c.shape_after}",
-                c.cause or "could not tell",
             ]
         )
-    columns = ["kind", "of", "line", "scope", "over", "per device", "shape per device", "why"]
+    columns = ["#", "kind", "of", "line", "scope", "over", "per device", "shape per device"]
+    # why each one is there: a sentence, under the table - as a column it was squeezed to a few letters at 900 px
     blocks: list[DocumentBlock] = [Table(columns, rows)]
+    blocks += [
+        Paragraph(f"Why {number} ({c.kind} of {', '.join(c.values) or '-'}): {c.cause or 'could not tell'}")
+        for number, c in enumerate(call.collectives, 1)
+    ]
     lines = []
     for c in call.collectives:
         if c.line is not None and c.line not in lines:
