@@ -60,7 +60,8 @@ def per_example_gradient(fn) -> PerExampleGradient | None:
         if name == "vmap_f" and not seen_vmap:
             seen_vmap, in_axes = True, cells.get("in_axes", 0)
         elif name in ("grad_f", "grad_f_aux") and seen_vmap:
-            inner = next((c for n, c in _jax_wrappers(cells.get("value_and_grad_f")) if n == "value_and_grad_f"), {})
+            wrappers = _jax_wrappers(cells.get("value_and_grad_f"))
+            inner: dict[str, Any] = next((c for n, c in wrappers if n == "value_and_grad_f"), {})
             function = inner.get("fun")
             if function is None:
                 return None

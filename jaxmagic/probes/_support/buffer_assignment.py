@@ -114,10 +114,10 @@ def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> Buf
     # A donated argument and the output written over it are two values live at the peak in one memory:
     # each piece of memory is counted once.
     slots: dict[tuple, int] = {}
-    for value in peak:
-        found = assignment.allocation_of(value.instruction)
-        slot = (found[0].index, found[1].offset) if found is not None else ("unassigned", value.instruction)
-        slots[slot] = max(slots.get(slot, 0), value.size)
+    for live in peak:
+        found = assignment.allocation_of(live.instruction)
+        slot = (found[0].index, found[1].offset) if found is not None else ("unassigned", live.instruction)
+        slots[slot] = max(slots.get(slot, 0), live.size)
     assignment.peak_bytes = sum(slots.values())
     return assignment
 

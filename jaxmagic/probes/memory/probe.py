@@ -15,6 +15,8 @@ from jaxmagic._jax import compat
 from jaxmagic._jax.jit_programs import CapturedCall, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
+from jaxmagic.probes._support.explained import mark_explained
+from jaxmagic.probes.live import live
 from jaxmagic.probes.memory.capacity import capacity
 from jaxmagic.probes.memory.failed_call import FailedCall, failed_call, out_of_memory_message
 from jaxmagic.probes.memory.program import CompiledCall, program_memory
@@ -29,6 +31,7 @@ MAX_PROGRAMS = 8  # programs of a cell measured (largest arguments first)
 WAYS_FOR = 3  # programs of a cell whose ways down are tried (largest peaks first): each trial compiles
 HELD_MIN_BYTES = 1 << 20  # live arrays shown as holding memory from this size of their group on
 HELD_GROUPS = 5
+_KEPT = "_jaxmagic_out_of_memory"  # the attribute of an exception keeping its report (plain data)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -38,10 +41,16 @@ def is_out_of_memory(error: BaseException) -> bool:
 def explain_out_of_memory(
     error: BaseException, namespace: dict | None = None, *, try_ways: bool = True
 ) -> OutOfMemoryReport | None:
-    """The explanation of an out-of-memory error; None for any other error. Never raises for the user's error."""
+    """The explanation of an out-of-memory error; None for any other error. Never raises for the user's error.
+
+    The report is kept on the exception: the explainer, the doctor and the watch may each be asked about one
+    error, and measuring compiles the program again (trials more than once)."""
     message = out_of_memory_message(error)
     if message is None:
         return None
+    kept = getattr(error, _KEPT, None)
+    if isinstance(kept, OutOfMemoryReport) and (kept.program is None or kept.program.ways_down or not try_ways):
+        return kept
     report = OutOfMemoryReport(error_type=type(error).__name__, message=message.text, asked=message.asked)
     report.capacity = _capacity(message)
     try:
@@ -65,6 +74,10 @@ def explain_out_of_memory(
     if report.program is not None and available is not None:
         report.allocator = report.program.peak_bytes <= available * FITS_SHARE and not report.program.offered
     report.held = held_arrays(namespace)
+    try:
+        setattr(error, _KEPT, report)
+    except Exception:  # an exception that takes no attributes: measured again if asked again
+        pass
     return report
 
 
@@ -110,6 +123,8 @@ def _finish(report: MemoryReport, capture: ProgramCapture, error, namespace, try
         report.notes.append(f"{capture.overflow} more jitted calls were not measured (at most 64 are seen).")
     if error is not None and is_out_of_memory(error):
         report.out_of_memory = explain_out_of_memory(error, namespace, try_ways=try_ways)
+        if report.out_of_memory is not None:
+            mark_explained(error, report.out_of_memory)  # the explainer hook shows it no second time
     elif error is not None and not isinstance(error, KeyboardInterrupt):
         report.other_error = error_line(error)
     report.capacity = report.out_of_memory.capacity if report.out_of_memory is not None else None
@@ -163,10 +178,11 @@ def _eager(call: FailedCall) -> EagerAllocation:
     import jax
 
     found = EagerAllocation(call.text)
-    if call.args is None:
+    args, kwargs = call.args, call.kwargs or {}
+    if args is None:
         return found
     try:
-        shapes = jax.eval_shape(lambda: call.function(*call.args, **(call.kwargs or {})))
+        shapes = jax.eval_shape(lambda: call.function(*args, **kwargs))
     except Exception:
         return found
     leaves = jax.tree.leaves(shapes)
@@ -181,8 +197,6 @@ def held_arrays(namespace: dict | None) -> list[HeldArrays]:
     """The live arrays holding memory already, by group, with their holders (``%jax_live``'s search)."""
     if not compat.backend_started():
         return []
-    from jaxmagic.probes.live import live  # deferred: the live probe's search runs only when asked
-
     try:
         snapshot = live(namespace=namespace)
     except Exception:  # the holders are a bonus: never lose the report for them

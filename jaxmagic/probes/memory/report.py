@@ -359,3 +359,44 @@ class MemoryReport(Report):
         if self.notes:
             sections.append(Section("Notes", [Paragraph(n) for n in self.notes]))
         return Document("%%jax_memory", self.status, self.summary, sections, fix=self.fix)
+
+
+# -- the doctor's and the watch's finding --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MemoryFindingText:
+    """An out-of-memory error as the doctor and the watch tell it: the words of ``OutOfMemoryReport``."""
+
+    title: str
+    short: str
+    evidence: str
+    fix: str
+    line: SourceLine | None
+    function: str = ""
+
+
+def out_of_memory_finding(report: OutOfMemoryReport) -> MemoryFindingText:
+    """The one wording of an out-of-memory finding, for ``%%jax_doctor`` and ``%jax_watch``."""
+    program = report.program
+    line = None
+    if program is not None and program.buffers:
+        line = next((b.made_at for b in program.buffers if b.made_at is not None), program.called_at)
+    elif program is not None:
+        line = program.called_at
+    short = f"`{program.function}` needs {format_bytes(program.peak_bytes)}" if program is not None else "out of memory"
+    evidence = []
+    if report.asked:
+        evidence.append(f"XLA asked for {format_bytes(report.asked)}")
+    if report.capacity is not None:
+        evidence.append(report.capacity.described)
+    if report.surfaced_at is not None:
+        evidence.append(f"the error surfaced at {report.surfaced_at.where}, reading `{report.read}`")
+    return MemoryFindingText(
+        title=report.summary,
+        short=short,
+        evidence="; ".join(evidence),
+        fix=report.fix,
+        line=line,
+        function=program.function if program is not None else "",
+    )

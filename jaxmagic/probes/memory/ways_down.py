@@ -156,7 +156,9 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     entry = getattr(call.jitted, "__wrapped__", None)
     module_globals = getattr(entry, "__globals__", None)
     layer = module_globals.get(name) if module_globals is not None else None
-    if not (isinstance(entry, types.FunctionType) and _is_function_of(layer, name, filename)):
+    if not (isinstance(entry, types.FunctionType) and isinstance(layer, types.FunctionType)) or not _is_function_of(
+        layer, name, filename
+    ):
         why = (
             f"`{name}` is not a function your module names globally (a method or a closure)"
             if isinstance(entry, types.FunctionType)
