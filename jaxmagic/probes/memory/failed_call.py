@@ -88,22 +88,26 @@ class FailedCall:
 def failed_call(error: BaseException) -> FailedCall | None:
     """The call that ran out of memory, found as the module docstring says; None when it cannot be told."""
     user_tbs = _user_tracebacks(error.__traceback__)
-    for user_tb in reversed(user_tbs):  # innermost first: the call that went into JAX
-        node = _executing(user_tb)
-        if isinstance(node, ast.Call):
-            found = _call_of(node, user_tb.tb_frame, user_tb.tb_lineno)
-            if found is not None:
-                return found
     if not user_tbs:
         return None
     innermost = user_tbs[-1]
     frame, lineno = innermost.tb_frame, innermost.tb_lineno
-    surfaced = source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name)
+    # A name on the failing line whose array holds the error: a result read after its program failed
+    # (`print(nn[:3])`, `jnp.sum(nn)`), never an allocation of that line's own.
     for name in _names_holding_the_error(innermost):
         found = _assignment_of(name, frame, lineno)
         if found is not None:
-            found.surfaced_at, found.read = surfaced, name
+            found.surfaced_at = source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name)
+            found.read = name
             return found
+    for user_tb in reversed(user_tbs):  # innermost first: the call that went into JAX
+        node = _executing(user_tb)
+        # the call running, else a jitted call whose result it reads (`nearest(x).block_until_ready()`):
+        # the outermost one, whose result the line was using when the error arose
+        for call in [n for n in ast.walk(node) if isinstance(n, ast.Call)] if node is not None else []:
+            found = _call_of(call, user_tb.tb_frame, user_tb.tb_lineno)
+            if found is not None:
+                return found
     return None
 
 

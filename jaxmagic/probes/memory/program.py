@@ -120,7 +120,7 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
         made = instructions.get(other)
         if made is not None and made.opcode != "parameter" and made.op_names:
             line = _user_line(module, made)
-            reuses.append(_operation(made.op_names[0]) + (f" (line {line.lineno})" if line is not None else ""))
+            reuses.append(f"`{_operation(made.op_names[0])}`" + (f" at line {line.lineno}" if line is not None else ""))
     return PeakBuffer(
         shape, size, role, _operation(op_name), scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses))
     )

@@ -29,7 +29,7 @@ class PeakBuffer:
     argument: str = ""  # an argument's path as JAX names it ("x", "params['w']")
     made_at: SourceLine | None = None
     count: int = 1
-    reuses: list[str] = dataclasses.field(default_factory=list)  # "abs (line 4)": made in place over those
+    reuses: list[str] = dataclasses.field(default_factory=list)  # "`abs` at line 4": made in place over those
 
     @property
     def what(self) -> str:

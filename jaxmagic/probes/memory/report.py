@@ -18,7 +18,7 @@ from jaxmagic.probes.memory.records import (
 )
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
-from jaxmagic.report.wording import format_bytes
+from jaxmagic.report.wording import ended, format_bytes
 
 # Allocator settings of JAX's GPU client (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).
 ALLOCATOR_SETTINGS = (
@@ -31,15 +31,16 @@ ALLOCATOR_SETTINGS = (
 # -- what both reports say of one program -----------------------------------------------------------
 
 
-def peak_sentence(program: ProgramMemory) -> str:
-    """ "`nearest` needs 64 GiB at its peak, 64 GiB of it one f32[131072,131072] made by `sort` at ..."."""
-    text = f"`{program.function}` needs {format_bytes(program.peak_bytes)} at its peak"
+def peak_sentence(program: ProgramMemory, available: int | None = None) -> str:
+    """ "`nearest` needs 64 GiB at its peak (22.7 GiB available); 64 GiB of it is one f32[131072,131072]
+    temporary made by `sort` at In [3], line 5 (in place over abs, line 4)"."""
+    have = f" ({format_bytes(available)} available)" if available is not None else ""
+    text = f"`{program.function}` needs {format_bytes(program.peak_bytes)} at its peak{have}"
     if program.buffers:
         top = program.buffers[0]
-        what = "one " + top.shape if top.count == 1 else top.what
-        role = f" ({top.role})" if top.role != ARGUMENT else ""
-        over = f", in place over {', '.join(top.reuses)}" if top.reuses else ""
-        text += f", {format_bytes(top.bytes)} of it {what} made by {top.made_by}{over}{role}"
+        what = ("one " + top.shape if top.count == 1 else top.what) + (f" {top.role}" if top.role != ARGUMENT else "")
+        over = f" (in place over {', '.join(top.reuses)})" if top.reuses else ""
+        text += f"; {format_bytes(top.bytes)} of it is {what} made by {top.made_by}{over}"
     return text
 
 
@@ -209,7 +210,7 @@ class OutOfMemoryReport(Report):
                 f"Out of memory{asked} in `{self.program.function}`{called}{later}, though its program needs only "
                 f"{format_bytes(self.program.peak_bytes)}{have}: the allocator could not give it, not the program's size."
             )
-        return f"Out of memory{later}: {peak_sentence(self.program)}{have}."
+        return f"Out of memory{later}: {peak_sentence(self.program, available)}."
 
     @property
     def fix(self) -> str:
@@ -318,13 +319,15 @@ class MemoryReport(Report):
     def summary(self) -> str:
         if self.out_of_memory is not None:
             return self.out_of_memory.summary
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
         if not self.programs:
-            return "No jitted call to measure: the cell made none (eager operations are not programs of their own)."
+            return (
+                "No jitted call to measure: the cell made none (eager operations are not programs of their own)."
+                + failed
+            )
         available = self.capacity.available if self.capacity is not None else None
-        top = self.programs[0]
-        have = f" of {format_bytes(available)} available" if available is not None else ""
-        more = f" ({len(self.programs)} programs; the largest)" if len(self.programs) > 1 else ""
-        return f"{peak_sentence(top)}{have}{more}."
+        more = f" The largest of {len(self.programs)} programs." if len(self.programs) > 1 else ""
+        return f"{peak_sentence(self.programs[0], available)}.{more}{failed}"
 
     @property
     def fix(self) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import math
 import types
+import warnings
 from typing import Any
 
 from jaxmagic._jax import compat
@@ -78,7 +79,11 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     argnums = f"({', '.join(map(str, donate))},)" if len(donate) == 1 else f"({', '.join(map(str, donate))})"
     program_fn = compat.jaxpr_function(call.traced.jaxpr)
     flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in call.traced.jaxpr.in_avals]
-    tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
+    with (
+        warnings.catch_warnings()
+    ):  # JAX's "Some donated buffers were not usable": about our trial, not the user's code
+        warnings.simplefilter("ignore")
+        tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
     way = WayDown(
         "donate",
         f"donate {names} (donate_argnums={argnums})",
