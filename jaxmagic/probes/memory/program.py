@@ -11,6 +11,7 @@ instruction of the backward pass (``transpose(...)`` in JAX's name path), "saved
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -54,7 +55,7 @@ def program_memory(
     failed call left unreadable) or ``jax.ShapeDtypeStruct``s."""
     kwargs = dict(kwargs or {})
     jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
-    report = ProgramMemory(function=_name_of(fn), call=call, called_at=called_at)
+    report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
     try:
         with users_python_watched() as ran:
             traced = jitted.trace(*args, **kwargs)
@@ -90,8 +91,8 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
     groups: dict[tuple, PeakBuffer] = {}
     for value in assignment.peak:
         instruction = instructions.get(value.instruction)
-        if instruction is None:
-            continue
+        if instruction is None or (not value.shape_index and instruction.shape.lstrip().startswith("(")):
+            continue  # a tuple's own buffer: a table of pointers to its elements, listed on their own
         buffer = _buffer_of(module, assignment, instruction, value.shape_index, value.size, readers, instructions)
         line = buffer.made_at
         key = (buffer.shape, buffer.role, buffer.operation, buffer.argument, line and (line.filename, line.lineno))
@@ -115,10 +116,13 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
     role = OUTPUT if allocation is not None and allocation.live_out else TEMPORARY
     if role == TEMPORARY and not _backward(op_name) and _read_backward(module, instruction, readers):
         role = SAVED_FOR_BACKWARD
+    # Made in place: XLA gave it the memory of a value it reads (a sort over its operand). Memory shared
+    # with a value live at another time is reuse, not "in place", and is not told.
+    operands = set(instruction.operands)
     reuses = []
     for other in assignment.sharing(instruction.name):
         made = instructions.get(other)
-        if made is not None and made.opcode != "parameter" and made.op_names:
+        if made is not None and other in operands and made.opcode != "parameter" and made.op_names:
             line = _user_line(module, made)
             reuses.append(f"`{_operation(made.op_names[0])}`" + (f" at line {line.lineno}" if line is not None else ""))
     return PeakBuffer(
@@ -194,6 +198,18 @@ def _signature(traced) -> str:
     except Exception:
         return ""
     return ", ".join(avals)
+
+
+def _callee(call: str) -> str:
+    """The name the call's text gives its function (``per_ex_grad`` of ``per_ex_grad(w, x, y)``): a user's name
+    for a transformed function says more than the function it wraps; "" for another kind of callee."""
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return ""
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+        return ast.unparse(node.func)
+    return ""
 
 
 def _name_of(fn: Callable) -> str:

@@ -13,6 +13,8 @@ from jaxmagic.report.wording import format_bytes
 # 64 GiB temporary lowers the peak, but changes nothing the user would notice).
 WORTH_OFFERING = 0.05
 
+OFFER_ORDER = ("batch_gradient", "checkpoint", "smaller_input", "donate")
+
 # What a buffer live at the peak is for (XLA's buffer assignment, plus where its readers are).
 ARGUMENT, OUTPUT, TEMPORARY, SAVED_FOR_BACKWARD = "argument", "output", "temporary", "saved for the backward pass"
 
@@ -111,8 +113,12 @@ class ProgramMemory:
 
     @property
     def offered(self) -> list[WayDown]:
-        """The ways down that lowered the peak, the lowest peak first."""
-        return sorted((w for w in self.ways_down if w.lowers), key=lambda w: (not w.fits, w.peak_after or 0))
+        """The ways down that lowered the peak: those that fit first, then the lowest peak; at one peak, a
+        change of the program before donation (which deletes the caller's arrays)."""
+        return sorted(
+            (w for w in self.ways_down if w.lowers),
+            key=lambda w: (not w.fits, w.peak_after or 0, OFFER_ORDER.index(w.kind) if w.kind in OFFER_ORDER else 9),
+        )
 
 
 @dataclasses.dataclass

@@ -33,9 +33,16 @@ ALLOCATOR_SETTINGS = (
 
 def peak_sentence(program: ProgramMemory, available: int | None = None) -> str:
     """ "`nearest` needs 64 GiB at its peak (22.7 GiB available); 64 GiB of it is one f32[131072,131072]
-    temporary made by `sort` at In [3], line 5 (in place over abs, line 4)"."""
+    temporary made by `sort` at In [3], line 5 (in place over `abs` at line 4)" - or, when activations kept
+    for the backward pass fill most of it, how much they take and which function made them."""
     have = f" ({format_bytes(available)} available)" if available is not None else ""
     text = f"`{program.function}` needs {format_bytes(program.peak_bytes)} at its peak{have}"
+    saved = [b for b in program.buffers if b.role == SAVED_FOR_BACKWARD]
+    saved_bytes = sum(b.bytes for b in saved)
+    if saved and saved_bytes * 2 >= program.peak_bytes:
+        functions = list(dict.fromkeys(f"`{b.made_at.function}`" for b in saved if b.made_at is not None))
+        made = f", made in {', '.join(functions[:3])}" if functions else ""
+        return f"{text}; {format_bytes(saved_bytes)} of it are activations saved for the backward pass{made}"
     if program.buffers:
         top = program.buffers[0]
         what = ("one " + top.shape if top.count == 1 else top.what) + (f" {top.role}" if top.role != ARGUMENT else "")

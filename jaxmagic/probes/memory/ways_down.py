@@ -79,15 +79,21 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     argnums = f"({', '.join(map(str, donate))},)" if len(donate) == 1 else f"({', '.join(map(str, donate))})"
     program_fn = compat.jaxpr_function(call.traced.jaxpr)
     flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in call.traced.jaxpr.in_avals]
-    with (
-        warnings.catch_warnings()
-    ):  # JAX's "Some donated buffers were not usable": about our trial, not the user's code
+    # JAX warns "Some donated buffers were not usable" of our trial, not of the user's code: not shown
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
+    wrapped = getattr(call.jitted, "__wrapped__", None)
+    plain = isinstance(wrapped, types.FunctionType) and is_user_file(wrapped.__code__.co_filename)
+    code = (
+        f"jax.jit({wrapped.__name__}, donate_argnums={argnums})"
+        if plain
+        else f"donate_argnums={argnums} on the jax.jit that makes `{program.function}`"
+    )
     way = WayDown(
         "donate",
         f"donate {names} (donate_argnums={argnums})",
-        f"jax.jit({program.function}, donate_argnums={argnums})",
+        code,
         program.peak_bytes,
         tried.peak_bytes if not tried.problem else None,
         how=f"compiled the traced program of `{program.function}` with those arguments donated",
@@ -345,8 +351,3 @@ def _path_name(path, parameters: list[str]) -> str:
         key = getattr(rest[0], "key", "keyword")
         return str(key) + jax.tree_util.keystr(tuple(rest[1:]))
     return "argument"
-
-
-def user_function_file(fn) -> bool:
-    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-    return code is not None and is_user_file(code.co_filename)
