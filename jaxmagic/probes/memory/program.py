@@ -32,6 +32,7 @@ from jaxmagic.probes.memory.records import (
     ProgramMemory,
 )
 from jaxmagic.report import SourceLine
+from jaxmagic.report.source import defining_code, is_user_file
 from jaxmagic.report.wording import error_line
 
 SHOWN_BUFFERS = 8  # groups of buffers kept per program, largest first (the rest is "other buffers")
@@ -57,7 +58,8 @@ def program_memory(
     jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
     try:
-        with users_python_watched() as ran:
+        entry, _ = defining_code(jitted)
+        with users_python_watched(entry if entry is not None and is_user_file(entry.co_filename) else None) as ran:
             traced = jitted.trace(*args, **kwargs)
         report.traced_again = ran.ran_again  # not found in JAX's trace cache: the user's Python ran
         report.signature = _signature(traced)

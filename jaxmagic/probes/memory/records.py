@@ -115,10 +115,15 @@ class ProgramMemory:
     def offered(self) -> list[WayDown]:
         """The ways down that lowered the peak: those that fit first, then the lowest peak; at one peak, a
         change of the program before donation (which deletes the caller's arrays)."""
-        return sorted(
-            (w for w in self.ways_down if w.lowers),
-            key=lambda w: (not w.fits, w.peak_after or 0, OFFER_ORDER.index(w.kind) if w.kind in OFFER_ORDER else 9),
-        )
+        lowering = [w for w in self.ways_down if w.lowers]
+        lowest = min((w.peak_after or 0 for w in lowering), default=0)
+
+        def rank(way: WayDown) -> tuple:
+            near_lowest = (way.peak_after or 0) <= lowest * (1 + WORTH_OFFERING)  # peaks this close are one
+            order = OFFER_ORDER.index(way.kind) if way.kind in OFFER_ORDER else len(OFFER_ORDER)
+            return (not way.fits, not near_lowest, order if near_lowest else 0, way.peak_after or 0)
+
+        return sorted(lowering, key=rank)
 
 
 @dataclasses.dataclass

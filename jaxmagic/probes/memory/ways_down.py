@@ -85,21 +85,18 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
     wrapped = getattr(call.jitted, "__wrapped__", None)
     plain = isinstance(wrapped, types.FunctionType) and is_user_file(wrapped.__code__.co_filename)
-    code = (
-        f"jax.jit({wrapped.__name__}, donate_argnums={argnums})"
-        if plain
-        else f"donate_argnums={argnums} on the jax.jit that makes `{program.function}`"
-    )
+    code = f"jax.jit({wrapped.__name__}, donate_argnums={argnums})" if plain else ""
+    where = "" if plain else f" on the jax.jit that makes `{program.function}`"
     way = WayDown(
         "donate",
-        f"donate {names} (donate_argnums={argnums})",
+        f"donate {names} (donate_argnums={argnums}{where})",
         code,
         program.peak_bytes,
         tried.peak_bytes if not tried.problem else None,
         how=f"compiled the traced program of `{program.function}` with those arguments donated",
         problem=tried.problem,
     )
-    if way.lowers:
+    if way.lowers and way.code:
         way.code += (
             f"  # {names} are deleted by the call: rebind them to its results "
             f"({format_bytes(program.peak_bytes - (way.peak_after or 0))} less)"
