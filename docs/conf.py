@@ -54,6 +54,9 @@ autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
 autodoc_mock_imports: list[str] = []
 
+# The text of help messages and reports is code-like: "--ref" must not become an en dash, nor quotes curly.
+smartquotes = False
+
 html_theme = "furo"
 html_title = f"jaxmagic {release}"
 html_static_path: list[str] = []

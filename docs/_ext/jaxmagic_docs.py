@@ -87,9 +87,8 @@ def option_rows(name: str) -> list[tuple[str, str]]:
         if action.help == "==SUPPRESS==" or "-h" in action.option_strings:
             continue
         invocation = formatter._format_action_invocation(action)
-        help_text = " ".join((action.help or "").split())
-        if "%(" in help_text:
-            help_text = help_text % {**vars(action), "prog": parser.prog, "default": action.default}
+        # As argparse prints it: %-formatted (so "%%px" in the source reads "%px", as in %name?).
+        help_text = " ".join(formatter._expand_help(action).split()) if action.help else ""
         rows.append((invocation, help_text))
     return rows
 
@@ -105,6 +104,7 @@ class MagicHelp(SphinxDirective):
             raise self.error(f"{name} is not a registered magic (JaxMagics.magics)")
         self.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "cell_magics.py"))
         self.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "line_magics.py"))
+        self.env.note_dependency(__file__)  # this directive itself
         result: list[nodes.Node] = []
 
         usage = nodes.section(ids=[f"usage-{name}"], names=[f"usage-{name}"])
@@ -230,6 +230,14 @@ def generate_magic_pages(app: Sphinx) -> None:
                 stale.unlink()
 
 
+def list_generated_pages(app: Sphinx, docname: str, source: list[str]) -> None:
+    """In ``magics/index``, the line ``GENERATED-MAGIC-PAGES`` becomes the generated pages (none: nothing)."""
+    if docname != "magics/index":
+        return
+    pages = sorted(path.stem for path in GENERATED_MAGICS.glob("*.md")) if GENERATED_MAGICS.exists() else []
+    source[0] = source[0].replace("GENERATED-MAGIC-PAGES", "\n".join(f"_generated/{page}" for page in pages))
+
+
 def code_sources(notebook: Path) -> list[str]:
     cells = json.loads(notebook.read_text())["cells"]
     return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells if c["cell_type"] == "code"]
@@ -290,4 +298,5 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("jaxmagic-api", ProbesApi)
     app.connect("builder-inited", generate_magic_pages)
     app.connect("builder-inited", notebooks_source)
+    app.connect("source-read", list_generated_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
