@@ -101,7 +101,9 @@ def test_every_magic_has_a_page_with_the_help_it_prints(site):
         assert entries, f"%{name}? lists no options"
         for invocation, help_text in entries:
             assert invocation in text, f"{page.name}: {invocation!r} of %{name}? is missing"
-            assert "".join(help_text.split()) in bare, f"{page.name}: the help of {invocation} differs from %{name}?: {help_text!r}"
+            assert "".join(help_text.split()) in bare, (
+                f"{page.name}: the help of {invocation} differs from %{name}?: {help_text!r}"
+            )
         if written.exists():
             for heading in ("What it checks and how", "Example report", "Limits"):
                 assert heading in text, f"{page.name} has no section {heading!r}"
@@ -141,7 +143,13 @@ def test_pages_in_chromium_ask_for_nothing_off_the_machine(site):
 
     shots = ROOT / "build" / "browser" / "docs"
     shots.mkdir(parents=True, exist_ok=True)
-    pages = ["index.html", "magics/jax_nans.html", "notebooks/03_numerical_problems.html", "api.html", "search.html?q=nans"]
+    pages = [
+        "index.html",
+        "magics/jax_nans.html",
+        "notebooks/03_numerical_problems.html",
+        "api.html",
+        "search.html?q=nans",
+    ]
     with browser() as chromium:
         for width in (1280, 900):
             context = chromium.new_context(viewport={"width": width, "height": 900})

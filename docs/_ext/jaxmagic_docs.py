@@ -240,7 +240,11 @@ def list_generated_pages(app: Sphinx, docname: str, source: list[str]) -> None:
 
 def code_sources(notebook: Path) -> list[str]:
     cells = json.loads(notebook.read_text())["cells"]
-    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells if c["cell_type"] == "code"]
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in cells
+        if c["cell_type"] == "code"
+    ]
 
 
 def notebooks_source(app: Sphinx) -> None:
@@ -275,7 +279,9 @@ def notebooks_source(app: Sphinx) -> None:
                 f"{source.name}` did not exist when the documentation was built. Run `make demo`, then `make docs`.\n```"
             )
         if banner:
-            notebook["cells"].insert(1, {"cell_type": "markdown", "id": "jaxmagic-docs-note", "metadata": {}, "source": banner})
+            notebook["cells"].insert(
+                1, {"cell_type": "markdown", "id": "jaxmagic-docs-note", "metadata": {}, "source": banner}
+            )
         notebook["metadata"].setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})
         write_if_changed(NOTEBOOK_PAGES / source.name, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
     for old in NOTEBOOK_PAGES.glob("*.ipynb"):
