@@ -59,7 +59,8 @@ smartquotes = False
 
 html_theme = "furo"
 html_title = f"jaxmagic {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["jaxmagic.css"]
 html_theme_options = {
     "source_repository": "",
     "navigation_with_keys": True,
