@@ -290,11 +290,12 @@ def notebooks_source(app: Sphinx) -> None:
     if missing:
         message = (
             f"jaxmagic docs: no executed copy under {EXECUTED.relative_to(ROOT)}/ of {', '.join(missing)}: "
-            "run `make demo` first (these pages show the notebooks without outputs)"
+            "run `make demo` first"
         )
         if require:
-            raise ConfigError(message + "; under CI=true every executed copy is required")
-        print(f"\n*** {message} ***\n", file=sys.stderr)
+            print(f"\n*** {message} (required under CI=true) ***\n", file=sys.stderr)
+            raise ConfigError(message + "; under CI=true every demo notebook's page needs its executed copy")
+        print(f"\n*** {message} (their pages show the notebooks without outputs) ***\n", file=sys.stderr)
     for name in stale:
         logger.info(f"jaxmagic docs: {name} changed since `make demo` ran it; its page says so")
 
