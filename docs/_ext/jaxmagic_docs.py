@@ -282,6 +282,9 @@ def notebooks_source(app: Sphinx) -> None:
             notebook["cells"].insert(
                 1, {"cell_type": "markdown", "id": "jaxmagic-docs-note", "metadata": {}, "source": banner}
             )
+        # Widget state only feeds ipywidgets' JavaScript, which the site does not load (a CDN): left out, the
+        # explorers' static line says to run the cell, as in a notebook saved without widget state.
+        notebook["metadata"].pop("widgets", None)
         notebook["metadata"].setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})
         write_if_changed(NOTEBOOK_PAGES / source.name, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
     for old in NOTEBOOK_PAGES.glob("*.ipynb"):
