@@ -5,7 +5,7 @@
 # notebooks' pages show the executed copies `make demo` left in build/notebooks/). `make dist` builds the
 # wheel and the sdist into dist/.
 PY := .venv/bin/python
-# tests/test_docs.py runs the same command (DOCS_COMMAND there).
+# tests/test_docs.py runs the same command with -E, reading every page again (DOCS_COMMAND there).
 SPHINX := $(PY) -m sphinx -b html -W --keep-going -q -d build/docs/doctrees docs build/docs/html
 
 .PHONY: demo test test-fast bench venv notebooks docs dist clean

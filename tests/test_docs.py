@@ -22,10 +22,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "docs"
 HTML = BUILD / "html"
-# The command of `make docs` (Makefile: SPHINX).
+# The command of `make docs` (Makefile: SPHINX), with -E: every page is read again, so a warning of a page
+# an incremental build would not re-read (a docstring, a notebook's markdown) is never missed.
 DOCS_COMMAND = [
     sys.executable,
-    *("-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"),
+    *("-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", "-E"),
     *("-d", str(BUILD / "doctrees"), str(ROOT / "docs"), str(HTML)),
 ]
 README = ROOT / "README.md"

@@ -191,6 +191,9 @@ class ProbesApi(SphinxDirective):
             lines += [title, "-" * len(title), ""]
             for name in members:
                 obj = getattr(probes, name)
+                source = inspect.getsourcefile(obj)
+                if source:  # a docstring edited there makes this page be read (and checked) again
+                    self.env.note_dependency(source)
                 kind = "autoclass" if inspect.isclass(obj) else "autofunction"
                 lines += [f".. {kind}:: jaxmagic.probes.{name}", ""]
         container = nodes.section()
