@@ -85,7 +85,7 @@ def memory_of_call(
     fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", try_ways: bool = True
 ) -> MemoryReport:
     """``%jax_memory CALL``: the call's program measured (compiled, never run); arguments may be
-    ``jax.ShapeDtypeStruct``s."""
+    ``jax.ShapeDtypeStruct`` values."""
     with preserved_jax_state(()):
         report = MemoryReport(capacity=capacity())
         program = _measured(fn, tuple(args), dict(kwargs or {}), call, None, report.capacity, try_ways)
