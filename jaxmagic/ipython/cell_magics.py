@@ -416,6 +416,12 @@ class CellMagics(MagicRunner):
 
     @magic_arguments()
     @argument(
+        "call",
+        nargs="*",
+        help="CALL (the line form): the jitted call to measure, e.g. step(params, batch); arguments may be "
+        "jax.ShapeDtypeStruct. The cell form (%%%%jax_memory) takes none: it measures the cell's calls.",
+    )
+    @argument(
         "--no-trials",
         dest="trials",
         action="store_false",
@@ -445,16 +451,18 @@ class CellMagics(MagicRunner):
         """
         __tracebackhide__ = True
         if cell is not None:
-            self._run_cell_magic(
-                self.jax_memory,
-                line,
-                cell,
-                lambda args: probes.memory(namespace=self.user_ns, try_ways=args.trials),
-            )
+
+            def build(args):
+                if args.call:
+                    raise UsageError("%%jax_memory measures the cell's calls: give it no call (%jax_memory CALL does).")
+                return probes.memory(namespace=self.user_ns, try_ways=args.trials)
+
+            self._run_cell_magic(self.jax_memory, line, cell, build)
             return None
 
         def run(call, args):
             report = probes.memory_of_call(call.function, call.args, call.kwargs, call=call.text, try_ways=args.trials)
+            report.magic = "%jax_memory"
             return report, None
 
         self._run_call_magic(

@@ -195,11 +195,15 @@ def _tuple_elements(shape: str) -> list[str]:
 
 
 def _signature(traced) -> str:
+    """The program's inputs, repeats folded: ``6 x float32[128,512], float32[2048,128]``."""
     try:
         avals = [str(a) for a in traced.jaxpr.in_avals]
     except Exception:
         return ""
-    return ", ".join(avals)
+    counts: dict[str, int] = {}
+    for aval in avals:
+        counts[aval] = counts.get(aval, 0) + 1
+    return ", ".join(aval if n == 1 else f"{n} x {aval}" for aval, n in counts.items())
 
 
 def _callee(call: str) -> str:

@@ -307,6 +307,7 @@ class MemoryReport(Report):
     out_of_memory: OutOfMemoryReport | None = None  # the cell ran out
     other_error: str = ""  # the cell failed for another reason
     notes: list[str] = dataclasses.field(default_factory=list)
+    magic: str = "%%jax_memory"  # the form that made it: "%jax_memory" measured one call
 
     def concerns(self) -> list[Concern]:
         found: list[Concern] = []
@@ -368,7 +369,7 @@ class MemoryReport(Report):
             sections.append(Section("Why", [Paragraph(p) for p in self.out_of_memory._why()]))
         if self.notes:
             sections.append(Section("Notes", [Paragraph(n) for n in self.notes]))
-        return Document("%%jax_memory", self.status, self.summary, sections, fix=self.fix)
+        return Document(self.magic, self.status, self.summary, sections, fix=self.fix)
 
 
 # -- the doctor's and the watch's finding --------------------------------------------------------------

@@ -85,7 +85,11 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
     wrapped = getattr(call.jitted, "__wrapped__", None)
     plain = isinstance(wrapped, types.FunctionType) and is_user_file(wrapped.__code__.co_filename)
-    code = f"jax.jit({wrapped.__name__}, donate_argnums={argnums})" if plain else ""
+    code = (
+        f"jax.jit({wrapped.__name__}, donate_argnums={argnums})"
+        if isinstance(wrapped, types.FunctionType) and plain
+        else ""
+    )
     where = "" if plain else f" on the jax.jit that makes `{program.function}`"
     way = WayDown(
         "donate",
@@ -137,7 +141,7 @@ def _batch_gradient(call: CompiledCall, program: ProgramMemory) -> list[WayDown]
             code,
             program.peak_bytes,
             tried.peak_bytes if not tried.problem else None,
-            how=f"compiled grad(mean(vmap({name}))) for the same arguments (`{name}` traced again)",
+            how=f"compiled grad(mean(vmap({name}))) for the same arguments",
             problem=tried.problem,
             traced_again=True,
         )
@@ -194,7 +198,7 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
                 f"{name} = jax.checkpoint({name}{policy_text})",
                 program.peak_bytes,
                 tried.peak_bytes if not tried.problem else None,
-                how=f"compiled `{program.function}` with `{name}` checkpointed (traced again)",
+                how=f"compiled `{program.function}` with `{name}` checkpointed",
                 problem=tried.problem,
                 traced_again=True,
             )
