@@ -20,8 +20,9 @@ from typing import Any
 from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.nan.producer import search
+from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.nans import NanReport, explain_call, nan_fix, offered_fix
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import is_user_file, source_line
@@ -80,6 +81,7 @@ class CheckError:
     mapped_index: list[int] | None = None  # vmapped call: index of the failing sample
     line: SourceLine | None = None
     producer: object = None  # NanProducer of a "nan" error: the operation, its iteration and values
+    fix: str = ""  # a "nan" error's fix, the NaN probe's (``nans.offered_fix``): what %%jax_nans offers for it
 
 
 @dataclasses.dataclass
@@ -162,20 +164,58 @@ class CheckReport(Report):
                     ],
                 )
             )
-        if "index" in self.kinds:
-            sections.append(
-                Section(
-                    "Note",
-                    [
-                        Paragraph(
-                            "Without checks JAX clamps out-of-bounds indices to the last valid one and returns a value: "
-                            "a silent wrong result. Use jnp.take(..., mode='fill') or check the index yourself."
-                        )
-                    ],
-                )
-            )
         sections.append(Section("Checked", [Paragraph(f"`{self.call}`, run as `{self.how_run}`")]))
-        return Document("%jax_check", self.status, self.summary, sections)
+        return Document(
+            "%jax_check", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
+        )
+
+    @property
+    def fix(self) -> str:
+        """What to do about each kind of error found, most telling first: a NaN's fix is the NaN probe's (the
+        same as ``%%jax_nans`` offers for it), an index or a division guarded, your own check's condition."""
+        by_kind = {}
+        for kind in ("nan", "index", "div", "user"):
+            first = next((e for e in self.errors if e.kind == kind), None)
+            if first is not None:
+                by_kind[kind] = _kind_fix(first, [e for e in self.errors if e.kind == kind])
+        if len(by_kind) == 1:
+            return next(iter(by_kind.values()))
+        return " ".join(f"{KIND_TITLES[k].split(' (')[0].capitalize()}: {text}" for k, text in by_kind.items())
+
+
+INDEX_FIX = (
+    "Keep the index in range, or say what an out-of-range index gives: `jnp.take(x, i, mode='fill', "
+    "fill_value=...)` or `x.at[i].get(mode='fill', fill_value=...)`. Without checks JAX clamps it to the last "
+    "valid index and returns a value: a silent wrong result."
+)
+DIV_FIX = (
+    "Guard the divisor where it can be 0: `jnp.where(d != 0, n // jnp.where(d != 0, d, 1), 0)` (`d` the divisor); "
+    "without checks an integer division by zero returns a value."
+)
+
+
+def _kind_fix(first: CheckError, errors: list[CheckError]) -> str:
+    at = f" at {first.line.where}" if first.line is not None else ""
+    if first.kind == "nan":
+        if first.fix:
+            return first.fix
+        primitive = first.message.rstrip(".").rsplit(" ", 1)[-1]
+        cause = nan_fix(NanReport(found=True, value="nan", primitive=primitive, phase="forward"))
+        return (
+            f"{cause[:1].upper()}{cause[1:]} Keep the input of `{primitive}`{at} inside its domain."
+            if cause
+            else f"Find what made the NaN{at}: the operation's inputs were outside its domain."
+        )
+    if first.kind == "index":
+        return INDEX_FIX
+    if first.kind == "div":
+        return DIV_FIX
+    samples = [str(e.mapped_index) for e in errors if e.mapped_index is not None]
+    which = f" (samples {', '.join(samples)})" if samples else ""
+    return (
+        f"Your own `checkify.check`{at} rejected the input{which}: correct the input it names, or the condition "
+        "if the input is valid."
+    )
 
 
 def _producer_text(producer) -> str:
@@ -253,11 +293,13 @@ def run_call(
 
 
 def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
-    """checkify names the primitive, and a line only when the user's code made it: the producer
-    search (the same as ``%%jax_nans``'s) adds the line inside a library function, the loop
-    iteration and the values."""
-    found = search(checked_fn, list(args), kwargs, source=report.call)
-    producer = found.producer
+    """checkify names the primitive, and a line only when the user's code made it: the NaN probe's own
+    explanation of the call (``nans.explain_call``: its producer search, as ``%%jax_nans``'s) adds the line
+    inside a library function, the loop iteration, the values and the tried fix."""
+    call = FailingCall(report.call, checked_fn, [(f"args[{i}]", a) for i, a in enumerate(args)], dict(kwargs))
+    nan = explain_call(call)
+    del call
+    producer = nan.producer if nan is not None else None
     if producer is None:
         return
     for error in report.errors:
@@ -266,6 +308,7 @@ def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
         named = error.message.rstrip(".").rsplit(" ", 1)[-1]
         if named in (producer.primitive, producer.nan_maker) or error.line is None:
             error.producer = producer
+            error.fix = offered_fix(nan)
             if error.line is None:
                 error.line = producer.line
             return

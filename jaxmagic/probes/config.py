@@ -142,7 +142,28 @@ class ConfigReport(Report):
                 ],
             )
         )
-        return Document("%jax_config", self.status, self.summary, sections)
+        return Document("%jax_config", self.status, self.summary, sections, fix=self.fix)
+
+    @property
+    def fix(self) -> str:
+        """How to put each changed flag back to a fresh process's value - or why it may stay."""
+        if not self.changed:
+            return ""
+        resets = [
+            f"`jax.config.update({f.name!r}, {f.default})`"
+            for f in self.changed[:3]
+            if f.default and not f.source.startswith("environment")
+        ]
+        from_env = [f for f in self.changed if f.source.startswith("environment")]
+        parts = []
+        if resets:
+            more = f" (and {len(self.changed) - 3} more)" if len(self.changed) > 3 else ""
+            parts.append(f"Put them back when done: {', '.join(resets)}{more}.")
+        if from_env:
+            names = ", ".join(f"`{f.name.upper()}`" for f in from_env[:3])
+            parts.append(f"{names} set in the environment: unset it before starting the kernel.")
+        parts.append("A flag you switched on on purpose may stay; `%jax_config` only says it differs.")
+        return " ".join(parts)
 
 
 def config_diff(*, all_flags: bool = False, pattern: str = "", refresh: bool = False) -> ConfigReport:

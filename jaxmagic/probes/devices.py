@@ -22,7 +22,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import id_list
-from jaxmagic.report import Concern, act
+from jaxmagic.report import Concern, Status, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import shown
 
@@ -59,11 +59,7 @@ class DevicesReport(Report):
         if n is not None and self.cpu_devices == n:
             return f"JAX already has {n} CPU devices; nothing to change."
         if n is not None:
-            return (
-                f"Too late for {n} devices: the JAX backend already started with {self.cpu_devices} CPU "
-                f"device(s). Restart the kernel and run `%jax_devices {n}` right after `%load_ext jaxmagic`, "
-                "before anything touches a device."
-            )
+            return f"Too late for {n} devices: the JAX backend already started with {self.cpu_devices} CPU device(s)."
         return f"{len(self.devices)} device(s) on the {self.default_backend} backend."
 
     def document(self):
@@ -91,8 +87,7 @@ class DevicesReport(Report):
                             "JAX fixes the number of CPU devices when its backend starts: at the first operation that needs a "
                             "device (creating an array, `jax.devices()`, a jitted call), not at `import jax`. In this kernel "
                             "that has already happened, and neither `jax_num_cpu_devices` nor `XLA_FLAGS` changes it now. "
-                            "Restart the kernel; put `%load_ext jaxmagic` and `%jax_devices N` in the first cell, before any "
-                            "JAX operation. Other processes (`subprocess` with "
+                            "Other processes (`subprocess` with "
                             f"`XLA_FLAGS={_FLAG}=N`) are another way."
                         )
                     ],
@@ -119,7 +114,16 @@ class DevicesReport(Report):
                 for (platform, kind, process), ids in groups.items()
             ]
             sections.append(Section("Devices", [Table(["platform", "kind", "process", "count", "ids"], rows)]))
-        return Document("%jax_devices", self.status, self.summary, sections)
+        return Document("%jax_devices", self.status, self.summary, sections, fix=self.fix)
+
+    @property
+    def fix(self) -> str:
+        if self.status is not Status.PROBLEM:
+            return ""
+        return (
+            f"Restart the kernel and run `%jax_devices {self.requested}` right after `%load_ext jaxmagic`, in the "
+            "first cell, before anything touches a device."
+        )
 
 
 def devices(count: int | None = None) -> DevicesReport:

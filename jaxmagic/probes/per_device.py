@@ -172,7 +172,7 @@ class PerDeviceReport(Report):
                     ],
                 )
             )
-        return Document("%%jax_per_device", self.status, self.summary, sections)
+        return Document("%%jax_per_device", self.status, self.summary, sections, nothing_to_do=self.unexplained())
 
 
 def _prod(values) -> int:

@@ -104,6 +104,12 @@ class OutOfOrder:
     program: list[str]  # the same formats in program (trace) order
 
 
+ORDERED_FIX = (
+    "If the order matters, make the prints ordered - the two-call form `log = jax.debug.print(ordered=True)`, "
+    'then `log("...", x=x)` - at the cost of one serial dependency between them; if it does not, nothing to do.'
+)
+
+
 @dataclasses.dataclass
 class PrintReport(Report):
     """What ``%%jax_print`` caught."""
@@ -188,10 +194,7 @@ class PrintReport(Report):
                     [
                         Table(["call", "function", "first lines arrived", "program order"], rows),
                         Paragraph(
-                            "Prints that are not ordered have no order among themselves: XLA may run them in any "
-                            "order. If the order matters, make them ordered - the two-call form "
-                            '`log = jax.debug.print(ordered=True)`, then `log("...", x=x)` - at the cost of one '
-                            "serial dependency between them."
+                            "Prints that are not ordered have no order among themselves: XLA may run them in any order."
                         ),
                     ],
                 )
@@ -296,7 +299,8 @@ class PrintReport(Report):
         sections.append(Section("How this was captured", notes))
         if self.other_error:
             sections.append(Section("", [Evidence("The cell's error", self.other_error)]))
-        return Document("%%jax_print", self.status, self.summary, sections)
+        fix = ORDERED_FIX if self.out_of_order else ""
+        return Document("%%jax_print", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
 
 
 def _call_name(call: ObservedCall | None) -> str:

@@ -187,7 +187,7 @@ class StagesReport(Report):
         sections.append(Section("Call", [Facts(facts)]))
         if self.failure:
             sections.insert(0, Section("Failed", [Paragraph(f"The {self.failed_stage} stage raised {self.failure}")]))
-        return Document("%jax_stages", self.status, self.summary, sections)
+        return Document("%jax_stages", self.status, self.summary, sections, nothing_to_do=self.unexplained())
 
 
 def _grouped(types: list[str]) -> str:

@@ -43,6 +43,7 @@ from jaxmagic.report.document import (
     SourceLines,
     Table,
     numeric_columns,
+    what_to_do,
 )
 
 # Accent per status: a fixed colour (kept by the sanitizer, readable on light and
@@ -103,15 +104,17 @@ def render_head_html(doc: Document) -> str:
         # JupyterLab's dark-theme accents (lighter) are not.
         f'border-radius:10px;color:#fff;background:{fixed}">{doc.status.word}</span></div>'
         f'<div class="jm-headline" style="font-size:14px;font-weight:600;margin:4px 0 2px">'
-        f"{inline_html(doc.headline)}</div>" + _fix_html(doc.fix)
+        f"{inline_html(doc.headline)}</div>" + _fix_html(doc)
     )
 
 
-def _fix_html(fix: str) -> str:
-    """The report's fix, under the headline and outside every fold: seen without opening anything."""
-    if not fix:
+def _fix_html(doc: Document) -> str:
+    """The report's fix (or why there is nothing to do), under the headline and outside every fold: seen
+    without opening anything."""
+    label, text = what_to_do(doc)
+    if not text:
         return ""
-    return f'<div class="jm-fix" style="font-size:13px;margin:2px 0 4px"><b>Fix:</b> {inline_html(fix)}</div>'
+    return f'<div class="jm-fix" style="font-size:13px;margin:2px 0 4px"><b>{label}:</b> {inline_html(text)}</div>'
 
 
 def render_section_html(section: Section, open_: bool = True) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from jaxmagic.report import Status
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table, what_to_do
 
 _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow", Status.RUNNING: "cyan"}
 
@@ -27,8 +27,9 @@ def print_rich(doc: Document, console=None) -> bool:
         return False
 
     parts: list[RenderableType] = [Text(doc.headline, style="bold")]
-    if doc.fix:
-        parts.append(Text.assemble(("Fix: ", "bold"), doc.fix))
+    label, what = what_to_do(doc)
+    if what:
+        parts.append(Text.assemble((f"{label}: ", "bold"), what))
     for section in doc.sections:
         if section.title:
             parts.append(Text(f"\n{section.title.upper()}", style="dim bold"))

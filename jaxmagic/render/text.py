@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table
+from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table, what_to_do
 
 DEFAULT_WIDTH = 100
 INDENT = "  "  # blocks sit under their section title
@@ -22,8 +22,9 @@ MIN_COLUMN = 8  # a column is never squeezed below this (or its longest word, if
 
 def render_text(doc: Document, width: int = DEFAULT_WIDTH) -> str:
     out = wrap(f"{doc.title} [{doc.status.word}] {doc.headline}", width, subsequent_indent=INDENT)
-    if doc.fix:
-        out.extend(wrap(f"Fix: {doc.fix}", width, subsequent_indent=INDENT))
+    label, what = what_to_do(doc)
+    if what:
+        out.extend(wrap(f"{label}: {what}", width, subsequent_indent=INDENT))
     for section in doc.sections:
         if section.title:
             out.append(f"\n{section.title}:")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -124,6 +125,20 @@ class Report:
     def summary(self) -> str:
         """One sentence saying what was found."""
         raise NotImplementedError
+
+    def unexplained(self) -> str:
+        """Why there is nothing to do, for a report that failed (FAILED) on an error it does not explain: the
+        error is the cell's own, and its traceback - raised again by the magic after the report - says where
+        (``Document.nothing_to_do``); "" for any other verdict."""
+        if self.status is not Status.ERROR:
+            return ""
+        error = next(c.text for c in self.concerns() if c.severity is Severity.FAILED)
+        kind = _EXCEPTION_NAME.search(error)
+        named = f"`{kind.group(0)}`" if kind else "error"
+        return f"the cell stopped on its own {named}, which this magic does not explain; its traceback follows this report."
+
+
+_EXCEPTION_NAME = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b")
 
 
 def _jsonable(value: Any) -> Any:

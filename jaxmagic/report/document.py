@@ -103,6 +103,30 @@ class Document:
     # What to do, read right after the headline and never folded away: the fix the report offers first,
     # with how it was tried ("" when it offers none)
     fix: str = ""
+    # Why there is nothing to do, for a report that found something and offers no fix (a finding that is
+    # by design, a cell that failed on its own error): drawn where the fix is. A FOUND or FAILED report
+    # says one of the two (``says_what_to_do``; tests/test_fix_in_sight.py checks every magic).
+    nothing_to_do: str = ""
+
+
+FIX_LABEL = "Fix"
+NOTHING_TO_DO_LABEL = "Nothing to fix"
+
+
+def what_to_do(doc: Document) -> tuple[str, str]:
+    """(label, text) of the line drawn under the headline: the fix, else why there is nothing to do;
+    ("", "") when the report says neither."""
+    if doc.fix:
+        return FIX_LABEL, doc.fix
+    if doc.nothing_to_do:
+        return NOTHING_TO_DO_LABEL, doc.nothing_to_do
+    return "", ""
+
+
+def says_what_to_do(doc: Document) -> bool:
+    """The rule of every report: one that found something (FOUND) or failed (FAILED) says what to do, or
+    why there is nothing to do, outside every fold. OK and RUNNING reports need not."""
+    return doc.status in (Status.OK, Status.RUNNING) or bool(doc.fix or doc.nothing_to_do)
 
 
 # A measurement: "12.3 ms", "45%", "1,234", "3.1e-07", "x1.25", "-" for none.

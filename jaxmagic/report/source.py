@@ -340,3 +340,27 @@ def whole_expression(line: str, start: int, end: int, called: str = "") -> str:
         if len(calls) == 1:
             return stripped.encode()[calls[0].col_offset : calls[0].end_col_offset].decode(errors="replace")
     return ""
+
+
+def quoted_code(line: SourceLine) -> str:
+    """The code of ``line`` as a sentence quotes it: the line without its comment when it is a statement (or
+    the head of a block); the body of its lambda when the frame ran a lambda on a line that is a piece of a
+    longer statement (``("NumPy", lambda: f(np.ones(3))),`` in a list of cases quotes ``f(np.ones(3))``);
+    the piece itself when it is one expression once a trailing comma goes; else "" - a headline never ends
+    in a fragment cut from a statement."""
+    code = line.code.split("  #")[0].strip()
+    for text in (code, code + " pass"):
+        try:
+            ast.parse(text)
+            return code
+        except SyntaxError:
+            continue
+    piece = code.rstrip(",").strip()
+    try:
+        tree = ast.parse(piece, mode="eval")
+    except SyntaxError:
+        return ""
+    lambdas = [node for node in ast.walk(tree) if isinstance(node, ast.Lambda)]
+    if line.function == "<lambda>" and len(lambdas) == 1:
+        return ast.get_source_segment(piece, lambdas[0].body) or piece
+    return piece

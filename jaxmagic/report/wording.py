@@ -107,3 +107,14 @@ def short_dtype(dtype: str) -> str:
     if match and match.group(1) in _DTYPE_SHORT:
         return _DTYPE_SHORT[match.group(1)] + match.group(2)
     return str(dtype)
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``n`` and its noun, singular for one: "1 line", "3 lines", "2 processes" (``plural`` when it is not
+    ``noun + "s"``). Every count a report writes out in words goes through here: never "1 lines"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def times(n: int) -> str:
+    """How often, in words: "once", "twice", "3 times"."""
+    return {1: "once", 2: "twice"}.get(n, f"{n:,} times")

@@ -307,7 +307,9 @@ def sharding_document(report) -> Document:
         )
     if arrays:
         sections.append(_devices_section(arrays))
-    return Document(title, report.status, report.summary, sections)
+    return Document(
+        title, report.status, report.summary, sections, fix=sharding_fix(report), nothing_to_do=report.unexplained()
+    )
 
 
 def _array_blocks(layout, dims, with_facts: bool, name: str = "") -> list:
@@ -417,6 +419,31 @@ def _replica_words(layout) -> str:
     return check
 
 
+REPLICA_FIX = (
+    "Combine the per-device values with a collective inside the shard_map (`lax.psum`, `lax.pmean`, "
+    "`lax.all_gather`) before returning them as replicated, or return them split (out_specs `P('axis')`) and "
+    "combine outside. Keep `check_vma=True` (the default), which rejects this at trace time."
+)
+
+
+def sharding_fix(report) -> str:
+    """What to do about what the report found first, as its summary leads with it: copies that differ, a
+    constraint not honoured, arguments copied at every call; "" when it found none of these."""
+    if any(a.replica_check == "differ" for a in report.arrays):
+        return REPLICA_FIX
+    call = report.call
+    if call is not None and call.unhonoured_constraints:
+        return call.unhonoured_constraints[0].fix
+    if call is not None and call.resharded_inputs:
+        moved = call.resharded_inputs
+        them, have = ("them", "have") if len(moved) > 1 else ("it", "has")
+        return (
+            f"Place {them} once, before the calls, with `jax.device_put(x, sharding)` and the sharding the call "
+            f"was compiled for (the table below), or compile for the layout {them} {have}."
+        )
+    return ""
+
+
 def _replica_section(report) -> Section | None:
     differing = [a for a in report.arrays if a.replica_check == "differ"]
     if not differing:
@@ -442,12 +469,6 @@ def _replica_section(report) -> Section | None:
             "collective - comes back as device 0's copy, silently."
         ),
         Table((["array"] if several else []) + ["block", "devices", "their copy"], rows),
-        Paragraph(
-            "Fix: combine the per-device values with a collective inside the shard_map "
-            "(`lax.psum`, `lax.pmean`, `lax.all_gather`) before returning them as replicated, or return them "
-            "split (out_specs `P('axis')`) and combine outside. Keep `check_vma=True` (the default), "
-            "which rejects this at trace time."
-        ),
     ]
     if any(not a.fully_addressable for a in differing):
         blocks.append(Paragraph("Only the copies on this process's devices were compared."))

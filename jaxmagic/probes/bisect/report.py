@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Concern, SourceLine, act, failed
+from jaxmagic.report import Concern, SourceLine, Status, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes
@@ -245,7 +245,11 @@ class BisectReport(Report):
                 ],
             )
         )
-        sections.append(Section("Verdict", [Facts([("verdict", self.verdict_text)]), Paragraph(self.next_step)]))
+        fix = self.fix
+        verdict: list = [Facts([("verdict", self.verdict_text)])]
+        if self.next_step and self.next_step != fix:  # the fix is the document's own line
+            verdict.append(Paragraph(self.next_step))
+        sections.append(Section("Verdict", verdict))
         before = self.before_program
         if before is not None:
             blocks: list = [
@@ -263,7 +267,7 @@ class BisectReport(Report):
                         [[f"`{d.path}`", ", ".join(d.given_order), ", ".join(d.jit_order)] for d in before.dicts],
                     )
                 )
-            if before.explains and before.fix:
+            if before.explains and before.fix and before.fix != fix:
                 blocks.append(Paragraph(f"Fix: {before.fix}"))
             sections.append(Section("Before the program runs", blocks))
         if self.captured:
@@ -280,7 +284,18 @@ class BisectReport(Report):
         failed_lines = [r.error_line for r in (self.jit, self.eager, self.reference) if r and r.error_line]
         if failed_lines:
             sections.append(Section("Where a run failed", [SourceLines(failed_lines)]))
-        return Document("%jax_bisect", self.status, self.summary, sections)
+        return Document("%jax_bisect", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
+
+    @property
+    def fix(self) -> str:
+        """What to do after the verdict: the fix of what the runs receive when that explains the difference,
+        else the verdict's next step; "" when the runs agree or one failed (its error says what to do)."""
+        if self.status is not Status.PROBLEM:
+            return ""
+        before = self.before_program
+        if before is not None and before.explains and before.fix:
+            return before.fix
+        return self.next_step
 
 
 def short_number(x: float | None) -> str:

@@ -14,7 +14,7 @@ from jaxmagic.probes.compiles.donations import DonationWarnings
 from jaxmagic.probes.compiles.function_state import CompileHistory
 from jaxmagic.probes.compiles.logs import compile_logs_captured
 from jaxmagic.probes.compiles.report import CompileReport
-from jaxmagic.report.wording import error_line
+from jaxmagic.report.wording import counted, error_line
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
 
@@ -104,7 +104,7 @@ def compile_progress(report: CompileReport) -> tuple[list[tuple[str, int]], list
     """What a live view shows while the block runs (read from another thread: reads and copies only)."""
     yours = [function for function in list(report.functions) if function.kind == "user"]
     findings = [
-        f"`{function.name}` compiled {function.count} times so far"
+        f"`{function.name}` compiled {counted(function.count, 'time')} so far"
         + (_called_at(function.first_line) if function.first_line is not None else f", {function.defined_at}")
         for function in yours
         if function.count > 1

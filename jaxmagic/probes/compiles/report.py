@@ -24,7 +24,7 @@ from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_ti
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
-from jaxmagic.report.wording import ended
+from jaxmagic.report.wording import counted, ended
 
 _BODY_PRIMITIVES = ("scan", "while", "cond")  # eager control flow whose cache key holds its body function
 
@@ -237,14 +237,14 @@ def library_sentence(f: FunctionCompiles) -> str:
     line = f.first_line
     called = f", called from your line {line.where} `{line.code.strip()}`" if line is not None and line.code else ""
     return (
-        f"{owner} compiled {f.count} times ({seconds:.1f} s) for argument types it had compiled for{called}: the library compiled it again itself - a function it builds anew at each call, or a value "
+        f"{owner} compiled {counted(f.count, 'time')} ({seconds:.1f} s) for argument types it had compiled for{called}: the library compiled it again itself - a function it builds anew at each call, or a value "
         "it keeps static that changed."
     )
 
 
 def _rebuilt_sentence(f: FunctionCompiles) -> str:
     return (
-        f"`{f.name}` outside jit compiled {f.count} times for the same argument types ({f.last_argument_types}): "
+        f"`{f.name}` outside jit compiled {counted(f.count, 'time')} for the same argument types ({f.last_argument_types}): "
         "what differed is not its arguments but its body or settings - usually a new function each time "
         "(a lambda or closure built in the loop), which JAX's cache never matches. Define the body once, "
         "outside the loop, or jit the function that runs it."
@@ -365,7 +365,7 @@ class CompileReport(Report):
         over = self.over_budget
         if not over:
             return ""
-        parts = [f"{f.jit_name} compiled {f.count} times ({f.reason})" for f in over]
+        parts = [f"{f.jit_name} compiled {counted(f.count, 'time')} ({f.reason})" for f in over]
         scope = f" for {bare_name(self.budget_function)}" if self.budget_function else " per function"
         return f"Compile budget exceeded: {'; '.join(parts)}; the budget is {self.budget}{scope}."
 
@@ -379,9 +379,9 @@ class CompileReport(Report):
 
     def concerns(self) -> list[Concern]:
         found = [act("over the compilation budget")] if self.over_budget else []
-        found += [act(f"`{f.name}` compiled {f.count} times") for f in self.recompiled_functions]
+        found += [act(f"`{f.name}` compiled {counted(f.count, 'time')}") for f in self.recompiled_functions]
         found += [act("a loop rebuilt at each call") for _ in self.rebuilt_loops]
-        found += [act(f"a library's `{f.name}` compiled {f.count} times") for f in self.library_recompiles]
+        found += [act(f"a library's `{f.name}` compiled {counted(f.count, 'time')}") for f in self.library_recompiles]
         found += cost_concerns(self.sizes, self.donations, self.cache_misses, self.stale_globals)
         return found + ([failed(self.other_error)] if self.other_error else [])
 
@@ -400,12 +400,12 @@ class CompileReport(Report):
         if self.over_budget:
             over = self.over_budget
             first = over[0]
-            text = f"Over budget: `{first.name}` compiled {first.count} times (budget {self.budget}): {ended(first.reason)}"
+            text = f"Over budget: `{first.name}` compiled {counted(first.count, 'time')} (budget {self.budget}): {ended(first.reason)}"
             return text + (f" {len(over) - 1} more function(s) over budget." if len(over) > 1 else "")
         recompiled = self.recompiled_functions
         if len(recompiled) == 1:
             f = recompiled[0]
-            return f"`{f.name}` compiled {f.count} times: {ended(f.reason)}"
+            return f"`{f.name}` compiled {counted(f.count, 'time')}: {ended(f.reason)}"
         if recompiled:
             parts = ", ".join(
                 f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"

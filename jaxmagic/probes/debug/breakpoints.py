@@ -109,7 +109,13 @@ class BreakpointReport(Report):
         else:
             how = "No input could be read here (no stdin, or --no-stop): each hit was recorded and the cell went on."
         sections.append(Section("How", [Paragraph(how)]))
-        return Document(title="%%jax_debug", status=self.status, headline=self.summary, sections=sections)
+        return Document(
+            title="%%jax_debug",
+            status=self.status,
+            headline=self.summary,
+            sections=sections,
+            nothing_to_do=self.unexplained(),
+        )
 
 
 HELP = (

@@ -28,6 +28,7 @@ from jaxmagic.probes.debug.forward_stop import forward_line_of_nan, stop_before
 from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes.debug.stepping import SteppingLog, run_call
 from jaxmagic.probes.debug.values import frame_values, host_copy, summarize, tree_leaves
+from jaxmagic.probes.nans import explain_call, offered_fix
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of, runs_a_cell_magic
 from jaxmagic.report.wording import error_line, message_of
@@ -216,6 +217,8 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     rerun = _user_entries(rerun_error.__traceback__)
     if not rerun and nan_error:  # a NaN of the backward pass: stop before the forward line it is the derivative of
         rerun = _forward_stop(call, report)
+    if nan_error:  # the NaN's fix is the NaN probe's, as %%jax_nans offers it
+        report.fix = offered_fix(explain_call(call))
     del call
     if not rerun:
         report.unavailable = f"The re-run raised {report.rerun_error} outside your code (no frame of yours ran)" + (
@@ -278,6 +281,8 @@ def _where_it_failed(error: BaseException, report: DebugReport, located: list[_L
     report.stopped = view
     report.callers = [_frame_view(tb) for tb in entries[:-1]]
     report.rerun_error = report.error
+    if isinstance(error, FloatingPointError):  # the NaN's fix is the NaN probe's, as %%jax_nans offers it
+        report.fix = offered_fix(explain_call(call))
     report.notes.append(
         "your failing line calls JAX directly with concrete values: it is shown as it failed, and nothing ran again"
     )

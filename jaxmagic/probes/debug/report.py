@@ -70,6 +70,7 @@ class DebugReport(Report):
     forward_stop_failure: str = ""  # under grad: why stopping before the forward line of the NaN failed
     reran_user_code: bool = False  # the user's Python ran again (side effects included)
     interactive: bool = False  # the debugger was opened in the stopped frame
+    fix: str = ""  # a NaN's fix, the NaN probe's (``nans.offered_fix``): what %%jax_nans offers for it
 
     kind = "jax_debug"
 
@@ -139,7 +140,31 @@ class DebugReport(Report):
         if self.unavailable:
             how.append(Paragraph(self.unavailable))
         sections.append(Section("How it was found", how))
-        return Document(title="%jax_debug", status=self.status, headline=self.summary, sections=sections)
+        return Document(
+            title="%jax_debug",
+            status=self.status,
+            headline=self.summary,
+            sections=sections,
+            fix=self.fix,
+            nothing_to_do=self.why_no_fix,
+        )
+
+    @property
+    def why_no_fix(self) -> str:
+        """Why a stop offers no fix: a NaN's fix comes from the NaN probe, and any other error is the user's own
+        code failing - the stop shows where and with what values, which is what ``%jax_debug`` is for."""
+        if self.stopped is None:
+            return (
+                "nothing could be re-run to stop at; the error itself, in the traceback above, says what failed."
+                if not self.fix
+                else ""
+            )
+        if self.fix:
+            return ""
+        return (
+            "the stopped line raised your program's own error; the values below are what reached it (in the "
+            "debugger: `p name`; `u`/`d` for the callers) - change the line or what it was given."
+        )
 
 
 def _number(value: float | None) -> str:

@@ -21,7 +21,7 @@ from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
-from jaxmagic.report.wording import ended, error_line, format_bytes
+from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
 PROBES = ("nans", "compiles", "leaks", "keys", "transfers", "live")
 RETRACE_TOKEN = "jaxmagic-doctor"
@@ -184,7 +184,7 @@ class DoctorReport(Report):
         sections.append(Section("How the probes were combined", how))
         first = self.findings[0] if self.findings else None
         fix = f"{first.area}: {first.fix}" if first is not None and first.fix else ""
-        return Document("%%jax_doctor", self.status, self.summary, sections, fix=fix)
+        return Document("%%jax_doctor", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
 
 
 def _where(line: SourceLine | None) -> str:
@@ -374,7 +374,7 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
         found.append(
             _finding(
                 "compiles",
-                f"`{f.name}` compiled {f.count} times: {cause.reason}",
+                f"`{f.name}` compiled {counted(f.count, 'time')}: {cause.reason}",
                 evidence=cause.evidence,
                 line=f.first_line,
                 fix=cause.fix,

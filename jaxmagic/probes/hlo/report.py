@@ -106,6 +106,33 @@ class HloReport(Report):
         return found
 
     @property
+    def fix(self) -> str:
+        """What to do about what the summary tells first (a baked-in value, an array made while tracing, a
+        captured array, a scope not found); "" when it tells none of them."""
+        if self.failure:
+            return ""
+        if self.literals:
+            name = self.literals[0].name
+            return (
+                f"Pass `{name}` as an argument, so each call reads its value (or mark it static with "
+                "`static_argnums` if it must stay a Python constant: a new value then compiles again)."
+            )
+        if any(c.made_while_tracing for c in self.constants):
+            return (
+                "Make the array with jax.numpy (jax.random with a key argument), so it is computed when the "
+                "program runs, or pass it in as an argument."
+            )
+        if self.named_constants or any(c.large for c in self.constants):
+            return "Pass large arrays as arguments instead of closing over them; `jax.clear_caches()` frees the ones already held."
+        if self.scope and not self.scope_found:
+            known = self.suggestions or self.scope_paths[:3]
+            if known:
+                others = f" (or {', '.join(f'`{s}`' for s in known[1:3])})" if len(known) > 1 else ""
+                return f"Ask for a scope the program has: `%jax_hlo {known[0]} {self.call}`{others}."
+            return "Name the part you want with `with jax.named_scope(name):` in your function, then ask for that name."
+        return ""
+
+    @property
     def summary(self) -> str:
         if self.failure:
             return f"{self.call} could not be {_STAGE_VERBS.get(self.failure_stage, 'built')}: {self.failure}"
@@ -225,8 +252,7 @@ class HloReport(Report):
                         Paragraph(
                             "Tracing read these values once and wrote them into the program as literals. The jit "
                             "cache keeps that program, so assigning a new value later does not change the result "
-                            "and does not recompile. Pass the value as an argument (or mark it static with "
-                            "`static_argnums` if it must stay a Python constant)."
+                            "and does not recompile."
                         ),
                     ],
                 )
@@ -260,9 +286,7 @@ class HloReport(Report):
                                 Paragraph(
                                     "Arrays made inside the function by NumPy (or from Python data) are computed once, "
                                     "when the function is traced, and written into the program: np.random draws the "
-                                    "same numbers on every call, and the array travels with the compiled program. "
-                                    "Use jax.numpy (jax.random with a key argument) so the value is computed when "
-                                    "the program runs, or pass the array in as an argument."
+                                    "same numbers on every call, and the array travels with the compiled program."
                                 )
                             ]
                             if any(c.made_while_tracing for c in self.constants)
@@ -272,8 +296,7 @@ class HloReport(Report):
                             "These arrays are closed over, not passed in: they become constants of the program, "
                             "the jit cache holds them for as long as the jitted function lives (even after the "
                             "name is rebound), and a new value needs a new trace. Tracing the call here keeps them "
-                            "in JAX's cache just as calling it would. Pass large arrays as arguments; "
-                            "`jax.clear_caches()` frees the ones already held."
+                            "in JAX's cache just as calling it would."
                         ),
                     ],
                 )
@@ -321,7 +344,7 @@ class HloReport(Report):
                 ],
             )
         )
-        return Document("%jax_hlo", self.status, self.summary, sections)
+        return Document("%jax_hlo", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained())
 
     def _scope_sections(self):
         if not self.scope_found:

@@ -5,21 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes.keys.findings import key_findings
+from jaxmagic.probes.keys.wording import FIX, LEGACY_NOTE
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
-
-FIX = (
-    "Split before every use and carry the new key forward: `key, sub = jax.random.split(key)`, then use "
-    "`sub` and keep `key` for the next step. Or derive one key per step from a base key with "
-    "`jax.random.fold_in(key, step)`."
-)
-LEGACY_NOTE = (
-    "`jax.random.PRNGKey` makes a raw uint32 array. JAX's key-reuse checker cannot follow such keys; "
-    "jaxmagic followed them by their key data. Creating keys with `jax.random.key(seed)` lets JAX "
-    "itself raise at a reuse."
-)
 
 
 @dataclasses.dataclass
@@ -579,7 +570,9 @@ class KeyReport(Report):
                 )
             )
         sections.append(Section("How this was checked", [Paragraph(t) for t in how]))
-        return Document("%%jax_keys", self.status, self.summary, sections)
+        findings = key_findings(self)  # the fix of the first, as the doctor and the watch offer it
+        fix = findings[0].fix if findings else ""
+        return Document("%%jax_keys", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
 
 
 # -- explaining a KeyReuseError ---------------------------------------------------

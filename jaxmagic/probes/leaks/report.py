@@ -10,6 +10,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report.wording import counted
 
 LEAK_FIX = (
     "A function that JAX traces must hand back every value it wants to keep: return it "
@@ -27,11 +28,6 @@ def stored_line_fix(stored: SourceLine | None, function: str, transformation: st
         [], stored.code, stored.function or function, transformation == "scan", stored.filename, stored.lineno, function
     )
     return "".join(f"Here: `{fix.use}` - {fix.when}." for fix in written[:1])
-
-
-def _fix_for_stored_line(stored: SourceLine | None, function: str, transformation: str) -> list[Paragraph]:
-    text = stored_line_fix(stored, function, transformation)
-    return [Paragraph(text)] if text else []
 
 
 @dataclasses.dataclass
@@ -135,7 +131,7 @@ class LeakReport(Report):
             stored, function, transformation = u.stored_at, u.function, u.transformation
         else:
             return ""
-        return " ".join(filter(None, [LEAK_FIX, stored_line_fix(stored, function, transformation)]))
+        return " ".join(filter(None, [stored_line_fix(stored, function, transformation), LEAK_FIX]))
 
     @property
     def primary(self) -> list[LeakedTracer]:
@@ -222,19 +218,13 @@ class LeakReport(Report):
                     Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")])
                 )
             secondary = [t for t in self.leaked if t.kept_alive_by is not None]
-            why: list[Block] = [
-                Paragraph(LEAK_FIX),
-                *_fix_for_stored_line(first.stored_at, first.function, first.transformation),
-            ]
-            if secondary:
-                why.append(
-                    Paragraph(
-                        f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
-                        "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
-                        "fix the stored one and they go too."
-                    )
+            if secondary:  # the fix itself is the document's own line (``fix``)
+                paragraph = Paragraph(
+                    f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
+                    "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
+                    "fix the stored one and they go too."
                 )
-            sections.append(Section("Fix", why))
+                sections.append(Section("The other tracers", [paragraph]))
         if self.unexpected:
             u = self.unexpected
             lines = []
@@ -266,10 +256,8 @@ class LeakReport(Report):
                 )
             sections.append(
                 Section(
-                    "Fix",
+                    "Catching it earlier",
                     [
-                        Paragraph(LEAK_FIX),
-                        *_fix_for_stored_line(u.stored_at, u.function, u.transformation),
                         Paragraph(
                             "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
                             "traced function under %%jax_leaks."
@@ -318,12 +306,15 @@ class LeakReport(Report):
                     "",
                     [
                         Evidence(
-                            f"JAX's message ({len(evidence.splitlines())} lines, as in the traceback below)", evidence
+                            f"JAX's message ({counted(len(evidence.splitlines()), 'line')}, as in the traceback below)",
+                            evidence,
                         )
                     ],
                 )
             )
-        return Document("%%jax_leaks", self.status, self.summary, sections)
+        return Document(
+            "%%jax_leaks", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
+        )
 
 
 def _place(line: SourceLine) -> str:

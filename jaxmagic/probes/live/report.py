@@ -10,7 +10,7 @@ import dataclasses
 
 from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Concern, act, failed
+from jaxmagic.report import Concern, Status, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes, short_dtype
@@ -279,7 +279,8 @@ class LiveReport(Report):
             sections.append(Section(title, blocks))
         if self.containers:
             sections.append(self._container_section())
-        advice = self._advice()
+        fix = self.fix
+        advice = [a for a in self._advice() if a != fix]  # the fix is the document's own line
         if advice:
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
         facts = []
@@ -337,7 +338,22 @@ class LiveReport(Report):
                     ],
                 )
             )
-        return Document("%%jax_live" if self.mode == "cell" else "%jax_live", self.status, self.summary, sections)
+        title = "%%jax_live" if self.mode == "cell" else "%jax_live"
+        return Document(title, self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
+
+    @property
+    def fix(self) -> str:
+        """What to do about what the summary leads with: the first container's fix, else the advice on what
+        holds the arrays (lists filled by the cell; the jit cache, the output cache, the last traceback, in
+        the order the summary tells them); "" when nothing was found."""
+        if self.status is not Status.PROBLEM:
+            return ""
+        if self.containers and self.containers[0].fix:
+            return self.containers[0].fix
+        advice = self._advice()
+        if self.mode == "cell" and any(g.held_by_names for g in self.groups):
+            return advice[-1]  # the cell's own names hold them: the advice on containers filled in a loop
+        return advice[0] if advice else ""
 
     def _container_section(self) -> Section:
         blocks: list = []

@@ -245,7 +245,9 @@ class OutOfMemoryReport(Report):
         if held is not None:
             sections.append(held)
         sections.append(Section("Why", [Paragraph(p) for p in self._why()]))
-        return Document("%jax_explain", self.status, self.summary, sections, fix=self.fix)
+        return Document(
+            "%jax_explain", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
+        )
 
     def _error_facts(self) -> list[tuple[str, str]]:
         facts = [("error", f"{self.error_type}: {self.message}")]
@@ -369,7 +371,7 @@ class MemoryReport(Report):
             sections.append(Section("Why", [Paragraph(p) for p in self.out_of_memory._why()]))
         if self.notes:
             sections.append(Section("Notes", [Paragraph(n) for n in self.notes]))
-        return Document(self.magic, self.status, self.summary, sections, fix=self.fix)
+        return Document(self.magic, self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained())
 
 
 # -- the doctor's and the watch's finding --------------------------------------------------------------

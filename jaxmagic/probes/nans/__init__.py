@@ -28,7 +28,13 @@ from jaxmagic.probes.nans.causes import FORWARD_CAUSES
 from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
 from jaxmagic.probes.nans.probe import CONFIG_NAMES, nans
 from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
-from jaxmagic.probes.nans.sighting import explain_nan_sighting, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes.nans.sighting import (
+    explain_call,
+    explain_nan_sighting,
+    nan_finding_provenance,
+    nan_finding_text,
+    offered_fix,
+)
 
 __all__ = [
     "BACKWARD_EXPLANATION",
@@ -42,10 +48,12 @@ __all__ = [
     "NonFiniteLeaf",
     "OperandValue",
     "ProducerSearch",
+    "explain_call",
     "explain_nan_sighting",
     "nan_finding_provenance",
     "nan_finding_text",
     "nan_fix",
     "nan_fixes",
     "nans",
+    "offered_fix",
 ]

@@ -13,6 +13,7 @@ from jaxmagic.probes.nans.causes import FORWARD_CAUSES, is_a_fix, lost_constant_
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report.wording import counted
 
 BACKWARD_EXPLANATION = (
     "In a backward pass JAX's error message names only the primitive of the gradient code JAX generated. "
@@ -283,11 +284,11 @@ class NanReport(Report):
             evidence = "\n".join(filter(None, [evidence, self.other_error]))
         if evidence:
             below = "; the error is below" if self.found or self.other_error else ""
-            title = f"What JAX printed while the cell ran ({len(evidence.splitlines())} lines{below})"
+            title = f"What JAX printed while the cell ran ({counted(len(evidence.splitlines()), 'line')}{below})"
             sections.append(Section("", [Evidence(title, evidence)]))
         inside = next((s.fix for s in self.inside_findings if is_a_fix(s.fix)), "")
         fix = (self.fix if is_a_fix(self.fix) else "") if self.found else inside
-        return Document("%%jax_nans", self.status, self.summary, sections, fix=fix)
+        return Document("%%jax_nans", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
 
     def _producer_sections(self, p: NanProducer) -> list[Section]:
         facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]

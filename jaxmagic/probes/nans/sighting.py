@@ -48,10 +48,30 @@ def nan_finding_text(s: NanSighting, nan: NanReport | None, where: str) -> tuple
         evidence += f"; {producer.description}"
         if producer.nan_maker:
             evidence += f"; then `{producer.nan_maker}` made NaN of it ({producer.nan_maker_values})"
-    # a cause alone ("`exp`: typically ...") is no fix: the finding's title and evidence say what happened
-    fix = nan.fix if is_a_fix(nan.fix) else (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
+    fix = offered_fix(nan)
     short = f"{made} in the {nan.phase} pass of {where}"
     return title, evidence, fix, short
+
+
+def offered_fix(nan: NanReport | None) -> str:
+    """The NaN probe's fix as another magic offers it (the doctor, the watch, ``%jax_check``, ``%jax_debug``):
+    ``NanReport.fix`` when it says what to do - a cause alone ("`exp`: typically ...") is no fix, the finding's
+    own words say what happened - else, for a NaN of the backward pass, why the gradient made it; "" else."""
+    if nan is None or not nan.found:
+        return ""
+    return nan.fix if is_a_fix(nan.fix) else (BACKWARD_EXPLANATION if nan.phase == "backward" else "")
+
+
+def explain_call(call: FailingCall) -> NanReport | None:
+    """The NaN probe's report of a call that made a NaN, from its program evaluated operation by operation
+    (read from JAX's cache when the call was traced before: nothing of the user's runs again then): the
+    operation, its line and its tried fix (``offered_fix``), as ``%%jax_nans`` gives them. For a magic that
+    found the NaN its own way (``%jax_check``'s checkify, ``%jax_debug``'s re-run); None when the search
+    names no operation. Never raises."""
+    report = _searched_without_rerun(call)
+    if report is not None:
+        conclude(report)
+    return report
 
 
 def inf_sighting_text(s: NanSighting) -> tuple[str, str, str]:

@@ -246,7 +246,13 @@ class ProfileReport(Report):
         sections = []
         t = self.time
         if self.failed_in_warmup:
-            return Document("%%jax_profile", self.status, self.summary, [Section("Warm-up", [Paragraph(self.summary)])])
+            return Document(
+                "%%jax_profile",
+                self.status,
+                self.summary,
+                [Section("Warm-up", [Paragraph(self.summary)])],
+                nothing_to_do=self.unexplained(),
+            )
         wall_rows = [
             ["compiling (trace, lower, XLA compile)", _ms(t.compile), _pct(t.compile, t.wall), _compile_detail(t)],
             ["host dispatch (jaxlib, inside calls)", _ms(t.dispatch), _pct(t.dispatch, t.wall), f"{t.calls} call(s)"],
@@ -376,7 +382,7 @@ class ProfileReport(Report):
         if self.other_error:
             blocks.append(Paragraph(f"The cell failed with {self.other_error}; the profile covers it until then."))
         sections.append(Section("Trace", blocks))
-        return Document("%%jax_profile", self.status, self.summary, sections)
+        return Document("%%jax_profile", self.status, self.summary, sections, nothing_to_do=self.unexplained())
 
 
 _MEMORY_COLUMNS = ("arguments", "outputs", "temporaries", "generated code")

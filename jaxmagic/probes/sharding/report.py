@@ -426,11 +426,7 @@ class ShardingReport(Report):
         if self.call is not None and self.call.resharded_inputs:
             moved = self.call.resharded_inputs
             others = f" (and {len(moved) - 1} more argument(s))" if len(moved) > 1 else ""
-            them = "them" if len(moved) > 1 else "it"
-            return (
-                f"`{what}`: {_moved_text(moved[0])}{others}. Place {them} once with `jax.device_put(x, sharding)`, "
-                f"or compile for the layout {them} {'have' if len(moved) > 1 else 'has'}."
-            )
+            return f"`{what}`: {_moved_text(moved[0])}{others}."
         if not self.arrays:
             kinds = ", ".join(sorted({kind for _, kind in self.other_leaves})) or "nothing"
             return f"`{what}` holds no JAX array ({kinds})."

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.transfers.wording import WHY
+from jaxmagic.probes.transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report.source import quoted_code
 
 MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
 REPEATED_TRANSFERS = 2  # implicit copies of one host array from one line from which they count as per-step copies
@@ -59,7 +60,7 @@ class RepeatedCopy:
     headline: str
     line: SourceLine | None
     count: int
-    fix: str = WHY
+    fix: str = HOST_ARRAY_FIX
 
 
 def repeated_copies(transfers: Sequence[Transfer], host_arguments: Sequence[HostArgumentUse]) -> list[RepeatedCopy]:
@@ -148,10 +149,7 @@ class TransferReport(Report):
                 return f"{repeated[0].headline}; {self.total} implicit transfer(s) in all{where}."
             head = f"{self.total} implicit transfer(s) {verb}{where}"
             if first.line:
-                head += (
-                    f"; the first at {first.line.label or first.line.filename}, line {first.line.lineno}: "
-                    f"`{_code(first.line)}`"
-                )
+                head += f"; the first{_at(first.line)}"
                 if first.argument:
                     head += f" (argument `{first.argument}`)"
             elif first.among:
@@ -208,18 +206,25 @@ class TransferReport(Report):
             sections.append(Section("JAX's error", [Paragraph(self.message)]))
         facts = [("mode", f"jax.transfer_guard({self.mode!r})"), ("backend", self.backend or "-")]
         sections.append(Section("Checked", [Facts(facts)] + ([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])))
-        # the fix under the headline when it leads with a copy made at every step (as the doctor shows it)
+        return Document(
+            "%%jax_transfers", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
+        )
+
+    @property
+    def fix(self) -> str:
+        """The fix of what the headline leads with: a copy made at every step (as the doctor and the watch show
+        it), else the transfer that was stopped, else the first one; "" without a transfer."""
         repeated = repeated_copies(self.transfers, self.host_arguments) if self.mode == "log" else []
-        return Document("%%jax_transfers", self.status, self.summary, sections, fix=repeated[0].fix if repeated else "")
-
-
-def _code(line: SourceLine) -> str:
-    """The line's code without a trailing comment (for headlines)."""
-    return line.code.split("  #")[0].rstrip()
+        if repeated:
+            return repeated[0].fix
+        if not self.transfers:
+            return ""
+        return transfer_fix((self.transfers[-1] if self.blocked else self.transfers[0]).what)
 
 
 def _at(line: SourceLine) -> str:
-    return f" at {line.label or line.filename}, line {line.lineno}: `{_code(line)}`"
+    code = quoted_code(line)
+    return f" at {line.label or line.filename}, line {line.lineno}" + (f": `{code}`" if code else "")
 
 
 def _argument_cell(t: Transfer) -> str:

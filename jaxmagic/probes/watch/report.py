@@ -10,6 +10,7 @@ from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report.wording import counted
 
 AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
 NOT_WATCHED = (
@@ -53,6 +54,15 @@ class WatchFinding(Report):
             return self.headline
         return f"{self.area}: {self.headline}"
 
+    @property
+    def what_to_do(self) -> str:
+        """The finding's fix; without one, the magic that looks closer at the cell (it may find the fix)."""
+        if self.fix:
+            return self.fix
+        if self.next_magic:
+            return f"Run `{self.next_magic}` on {self.cell}: it looks closer than the watch does."
+        return ""
+
     def blocks(self, with_fix: bool = True) -> list:
         """The finding's details; ``with_fix=False`` when its fix is the document's own line already."""
         blocks: list = []
@@ -73,7 +83,7 @@ class WatchFinding(Report):
     def document(self):
 
         details = [Section(f"{self.area}: details", self.blocks(with_fix=False))]
-        return Document("%jax_watch", self.status, self.headline, details, fix=self.fix)
+        return Document("%jax_watch", self.status, self.headline, details, fix=self.what_to_do)
 
 
 @dataclasses.dataclass
@@ -111,9 +121,9 @@ class CellFindings(Report):
 
     def document(self):
 
-        first = next((f for f in self.findings if f.fix), None)
+        first = next((f for f in self.findings if f.fix), self.findings[0] if self.findings else None)
         sections = [Section(f.title, f.blocks(with_fix=f is not first)) for f in self.findings]
-        fix = f"{first.area}: {first.fix}" if first is not None else ""
+        fix = f"{first.area}: {first.what_to_do}" if first is not None and first.what_to_do else ""
         return Document("%jax_watch", self.status, self.headline, sections, fix=fix)
 
 
@@ -156,8 +166,12 @@ class WatchLog(Report):
     @property
     def summary(self) -> str:
         state = "on" if self.on else "off"
-        found = f"{len(self.findings)} finding(s)" if self.findings else "nothing found"
-        return f"Watch {state} ({', '.join(self.areas)}; {self.cells_watched} cell(s) watched): {found}."
+        watched = f"{', '.join(self.areas)}; {counted(self.cells_watched, 'cell')} watched"
+        if not self.findings:
+            return f"Watch {state} ({watched}): nothing found."
+        named = ", ".join(f"{f.area} in {f.cell}" for f in self.findings[:3])
+        more = f" and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
+        return f"Watch {state} ({watched}): {counted(len(self.findings), 'finding')} - {named}{more}."
 
     def document(self):
 
@@ -165,15 +179,18 @@ class WatchLog(Report):
         if self.findings:
             rows = [[f.cell, f.area, f.headline, str(f.count), f"`{f.next_magic}`"] for f in self.findings]
             sections.append(Section("Found so far", [Table(["cell", "area", "finding", "seen", "look closer"], rows)]))
-            sections += [Section(f"{f.cell} {f.title}", f.blocks()) for f in self.findings]
+        first = next((f for f in self.findings if f.fix), self.findings[0] if self.findings else None)
+        if self.findings:
+            sections += [Section(f"{f.cell} {f.title}", f.blocks(with_fix=f is not first)) for f in self.findings]
         how = [Paragraph(n) for n in self.notes]
         how.append(
             Paragraph(
-                f"Watched: {', '.join(self.areas)}; recompilation budget {self.budget} compilations per function. "
+                f"Watched: {', '.join(self.areas)}; recompilation budget {counted(self.budget, 'compilation')} per function. "
                 "The calls of your own jitted functions are watched on JAX's fast path, after each call; "
                 "cells of jaxmagic's own magics are not watched (their reports cover them). " + NOT_WATCHED
             )
         )
         how.append(Paragraph(self.coverage))
         sections.append(Section("What is watched", how))
-        return Document("%jax_watch", self.status, self.summary, sections)
+        fix = f"{first.cell} {first.area}: {first.what_to_do}" if first is not None and first.what_to_do else ""
+        return Document("%jax_watch", self.status, self.summary, sections, fix=fix)

@@ -43,7 +43,7 @@ from jaxmagic.probes.nans.sighting import (
 )
 from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
-from jaxmagic.report.wording import format_bytes, short_dtype
+from jaxmagic.report.wording import counted, format_bytes, short_dtype
 
 MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells in a row
 MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the watch began
@@ -121,7 +121,7 @@ class Watch:
             total = self._compilations.get(function, 0) + f.count
             if total > self.log.budget and ("recompilation", *function) not in self._told:
                 where = f", called at {f.first_line.where}" if f.first_line is not None else ""
-                over.append(f"`{f.name}` compiled {total} times so far (budget {self.log.budget}){where}")
+                over.append(f"`{f.name}` compiled {counted(total, 'time')} so far (budget {self.log.budget}){where}")
         return over
 
     def begin_cell(self, label: str, held=()) -> None:
@@ -318,7 +318,7 @@ class Watch:
                 found += self._new(
                     key,
                     area="recompilation",
-                    headline=f"`{f.name}` compiled {total} times (budget {self.log.budget}): {cause.reason}",
+                    headline=f"`{f.name}` compiled {counted(total, 'time')} (budget {self.log.budget}): {cause.reason}",
                     function=f.name,
                     line=f.first_line,
                     details=cause.evidence,
