@@ -284,3 +284,30 @@ def test_a_nan_report_offers_its_tried_fix_at_a_glance(ip):
     doc = ip.user_ns["glance_report"].document()
     assert "jnp.maximum" in doc.fix and "Tried on the values" in doc.fix
     assert not any(doc.fix in str(section) for section in doc.sections)  # said once, not again in "Why"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "optax.softmax_cross_entropy(logits, labels)",
+        "jnp.log(jnp.maximum(v, jnp.finfo(v.dtype).tiny))",
+        "x.astype(jnp.float32)",
+        "layer_with_a_long_name(params['w_hidden_projection'])",
+    ],
+)
+def test_code_never_breaks_inside_a_name(code):
+    """Issue 53: `optax.softmax_|cross_entropy`, `jnp.|float32`, `finfo(v.dtype).|tiny` read as two things. HTML
+    gives break points between tokens only, and text breaks inside a name only when the name alone is wider
+    than the line."""
+    from jaxmagic.render.html import breakable_html, inline_html
+    from jaxmagic.render.text import wrap
+
+    for page in (breakable_html(code), inline_html(f"use `{code}` here")):
+        assert not re.search(r"[\w.]<wbr>\w|\w<wbr>[\w.]", page.replace("&#x27;", "'")), page
+    names = set(re.findall(r"[\w.]+", code))
+    for width in range(24, 60):
+        for line in wrap(f"Fix: use {code} instead", width):
+            for part in re.findall(r"[\w.]+", line.strip()):
+                assert part in names or any(part in name for name in names if len(name) > width) or not any(
+                    part != name and part in name for name in names
+                ), (width, line)

@@ -143,7 +143,9 @@ def inline_html(text: str) -> str:
 
 WIDE_TABLE_COLUMNS = 5
 _LONG_RUN_CHARS = 14  # a 900 px notebook with the sidebar open leaves ~420 px for a table
-_BREAK_AFTER = re.compile(r"(?<=[(\[{,./=:|>])")  # after "_" only in long names (_name_parts)
+# Between tokens only: never inside a name, dotted or not (`optax.softmax_cross_entropy`, `jnp.float32` and
+# `jnp.finfo(v.dtype).tiny` stay whole - a reader takes `jnp.|float32` for two things)
+_BREAK_AFTER = re.compile(r"(?<=[(\[{,/=:|>])")
 # A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
 _SPECIAL_WORD = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}|\S*(?:--|->)\S*")
 
@@ -153,9 +155,10 @@ def breakable_html(text: str) -> str:
 
     A call signature such as ``jit(step)(float32[64,128], {'b': float32[128]})``
     or a leaf path has no space to wrap at: it would widen its table past a
-    narrow window. Break points go after brackets, commas, dots and the like,
-    where a reader expects a line to continue. An option such as ``--budget``
-    and an arrow ``->`` are kept whole: browsers break after their hyphen.
+    narrow window. Break points go after brackets, commas, slashes and the like,
+    where a reader expects a line to continue - never inside a name. An option
+    such as ``--budget`` and an arrow ``->`` are kept whole: browsers break after
+    their hyphen.
     """
     if len(text) < _LONG_RUN_CHARS and "--" not in text and "->" not in text:
         return escape(text)  # no run long enough to break, nothing to keep whole
@@ -165,22 +168,12 @@ def breakable_html(text: str) -> str:
         out.append(escape(text[start : match.start()]))
         word = match.group(0)
         if len(word) >= _LONG_RUN_CHARS:
-            pieces = [part for piece in _BREAK_AFTER.split(word) for part in _name_parts(piece)]
-            out.append("<wbr>".join(escape(piece) for piece in pieces))
+            out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
         else:
             out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
         start = match.end()
     out.append(escape(text[start:]))
     return "".join(out)
-
-
-_UNDERSCORE = re.compile(r"(?<=_)(?=[^_])")
-
-
-def _name_parts(piece: str) -> list[str]:
-    """A name of 16 characters or more (``layer_with_a_long_name``) may break after an underscore:
-    kept whole it alone makes a table column wider than a narrow notebook."""
-    return _UNDERSCORE.split(piece) if len(piece) >= 16 else [piece]
 
 
 def _fact_value_html(value: str) -> str:

@@ -93,13 +93,21 @@ def _greedy_lines(text: str, width: int, subsequent_indent: str) -> list[str]:
     return lines
 
 
-_BREAK_AFTER = re.compile(r"[(\[{,./_=:|>]")
+_BREAK_AFTER = re.compile(r"[(\[{,/=:|>]")  # between tokens: after these...
+_BREAK_BEFORE = re.compile(r"(?=[(\[{])")  # ... or before an opening bracket
+_INSIDE_NAMES = re.compile(r"[._]")  # inside a (dotted) name: only when no token ends in reach
 
 
 def _break_point(word: str, width: int) -> int:
-    """Where to split a too-long word: after the last bracket, comma or dot that fits, else at ``width``."""
-    points = [m.end() for m in _BREAK_AFTER.finditer(word, 0, width) if m.end() > width // 3]
-    return points[-1] if points else width
+    """Where to split a too-long word: after the last bracket, comma or slash that fits; else after a dot or
+    an underscore (inside a name: only a name longer than the line gets there); else at ``width``."""
+    between = [m.end() for pattern in (_BREAK_AFTER, _BREAK_BEFORE) for m in pattern.finditer(word)]
+    inside = [m.end() for m in _INSIDE_NAMES.finditer(word)]
+    for points, shortest in ((between, width // 3), (between, 0), (inside, width // 3)):
+        fitting = [point for point in points if shortest < point <= width]
+        if fitting:
+            return max(fitting)
+    return width
 
 
 def block_lines(block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[str]:
