@@ -170,7 +170,9 @@ def test_dict_values_concatenated_in_insertion_order_is_not_the_compiler():
         assert "input_dict.values()" in data["summary"]
         text, html = str(report), report._repr_mimebundle_()["text/html"]
         assert "Before the program runs" in text and "keys as jit gives them" in text
-        assert "Before the program runs" in html and "<b>Fix:</b> Do not rely on the order of" in html  # under the headline
+        assert (
+            "Before the program runs" in html and "<b>Fix:</b> Do not rely on the order of" in html
+        )  # under the headline
 
 
 def test_first_key_of_a_dict_decides_the_value_without_any_operation():

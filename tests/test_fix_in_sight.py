@@ -15,6 +15,7 @@ import re
 
 import pytest
 from test_magics_contract import EXAMPLES, SETUP, registered_magics
+from test_notebooks import fix_in_sight, what_misleads
 
 from jaxmagic.render.shows_itself import static_bundle
 from jaxmagic.report import Status
@@ -40,13 +41,6 @@ FINDING = {
     "jax_live": "%%jax_live -o {out}\nheld_fix = [jnp.ones(3) for _ in range(3)]",
     "jax_check": "def fix_pick(x, i):\n    return x[i]\n%jax_check fix_pick(jnp.ones(3), 5) -o {out}",
 }
-
-
-def fix_in_sight(html: str) -> bool:
-    """Whether the report's HTML draws its fix line (``jm-fix``) before any fold."""
-    fix = html.find('class="jm-fix"')
-    fold = html.find("<details")
-    return fix >= 0 and (fold < 0 or fix < fold)
 
 
 def cases() -> list[tuple[str, str, str]]:
@@ -78,8 +72,10 @@ def test_a_report_that_found_something_says_what_to_do_outside_every_fold(shell,
     if case == "finding":
         assert doc.status is not Status.OK, f"the finding case of {magic} found nothing: {doc.headline}"
     assert says_what_to_do(doc), f"{doc.title} [{doc.status.word}] offers no fix: {doc.headline}"
+    html = static_bundle(doc)["text/html"]
+    assert what_misleads(html) == [], doc.headline
     if doc.status in (Status.PROBLEM, Status.ERROR):
-        assert fix_in_sight(static_bundle(doc)["text/html"]), doc.headline
+        assert fix_in_sight(html), doc.headline
         head = str(report).split("\n\n", 1)[0]  # the headline and the lines under it, before any section
         assert re.search(r"^(Fix|Nothing to fix): ", head, re.M), head
 

@@ -21,6 +21,8 @@ import nbformat
 import pytest
 from run_notebooks import demo_notebooks, execute_notebook, reusable_run
 
+from jaxmagic.report.document import fits_headline
+
 NOTEBOOKS = demo_notebooks()
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -100,10 +102,32 @@ def _cut_from_a_line(code: str) -> bool:
     return False
 
 
+def fix_in_sight(html: str) -> bool:
+    """Whether the report's HTML draws its fix line (``jm-fix``) before any fold."""
+    fix = html.find('class="jm-fix"')
+    fold = html.find("<details")
+    return fix >= 0 and (fold < 0 or fix < fold)
+
+
+_BADGE = re.compile(r'class="jm-badge"[^>]*>(\w+)<')
+# "1 lines", "1 compilations": a count of one with a plural noun (not "1 process", "1 class", "1 bias")
+_ONE_PLURAL = re.compile(r"(?<![\d.,\w])1 ([a-z]{2,}[^su\W]s)\b")
+
+
 def what_misleads(report_html: str) -> list[str]:
-    """What a user would read wrong first in a report (issue 45): a code fragment of the headline that
-    is not code (a line cut at the wrong columns: `ax.jit(lam`), raw Markdown backticks in a fold's title."""
+    """What a user would read wrong first in a report (issues 45, 53): a code fragment of the headline that
+    is not code (a line cut at the wrong columns: `ax.jit(lam`), raw Markdown backticks in a fold's title,
+    a FOUND or FAILED report that says what to do only inside a fold (or not at all), a headline longer than
+    two lines, a count of one with a plural noun."""
     problems = []
+    badge = _BADGE.search(report_html)
+    if badge and badge.group(1) in ("FOUND", "FAILED") and not fix_in_sight(report_html):
+        problems.append(f"a {badge.group(1)} report says what to do only inside a fold, or not at all")
+    for headline in map(_text, _HEADLINE.findall(report_html)):
+        if not fits_headline(headline):
+            problems.append(f"a headline of {len(headline)} characters (more than two lines): {headline[:160]}")
+    for slip in _ONE_PLURAL.findall(_text(report_html)):
+        problems.append(f"a count of one with a plural noun: 1 {slip}")
     for headline in _HEADLINE.findall(report_html):
         for code in map(_text, _CODE.findall(headline)):
             if _cut_from_a_line(code):

@@ -308,6 +308,8 @@ def test_code_never_breaks_inside_a_name(code):
     for width in range(24, 60):
         for line in wrap(f"Fix: use {code} instead", width):
             for part in re.findall(r"[\w.]+", line.strip()):
-                assert part in names or any(part in name for name in names if len(name) > width) or not any(
-                    part != name and part in name for name in names
+                assert (
+                    part in names
+                    or any(part in name for name in names if len(name) > width)
+                    or not any(part != name and part in name for name in names)
                 ), (width, line)

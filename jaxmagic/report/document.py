@@ -109,6 +109,29 @@ class Document:
     nothing_to_do: str = ""
 
 
+# A headline is read in one glance: one or two lines of a notebook (~125 characters each in a 980 px card),
+# the detail below it. Reports that list several things list fewer when the whole would not fit.
+HEADLINE_CHARS = 250
+
+
+def fits_headline(text: str) -> bool:
+    """Whether ``text`` (Markdown backticks not counted) reads as a headline of at most two lines."""
+    return len(text.replace("`", "")) <= HEADLINE_CHARS
+
+
+def headline_of(sentences: list[str], noun: str = "finding") -> str:
+    """As many of ``sentences`` (each ending in its full stop) as fit a headline, the first always; the ones
+    left out are counted ("2 more findings below", ``noun``): a report's sections tell each of them."""
+    shown = sentences[:1]
+    for sentence in sentences[1:]:
+        if not fits_headline(" ".join([*shown, sentence])):
+            break
+        shown.append(sentence)
+    left = len(sentences) - len(shown)
+    more = f" ({left} more {noun}{'s' if left != 1 else ''} below.)" if left else ""
+    return " ".join(shown) + more
+
+
 FIX_LABEL = "Fix"
 NOTHING_TO_DO_LABEL = "Nothing to fix"
 

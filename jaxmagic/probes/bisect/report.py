@@ -79,6 +79,14 @@ STAGES = {
     "none": "not found before the program: what the runs receive does not explain the difference",
     "not_checked": "could not tell",
 }
+STAGES_SHORT = {
+    "pytree_order": "the order jit gives a dict's keys (sorted)",
+    "custom_node": "a custom pytree node, rebuilt under jit",
+    "argument_dtypes": "the arguments' dtypes under jit",
+    "trace_time_python": "Python code that runs only when jit traces",
+    "nondeterministic": "the call itself, which gives new numbers at each run",
+    "stale_trace": "a value jit read when it traced the function, changed since",
+}
 
 
 @dataclasses.dataclass
@@ -109,6 +117,11 @@ class BeforeProgram:
     @property
     def stage_text(self) -> str:
         return STAGES.get(self.stage, self.stage)
+
+    @property
+    def stage_short(self) -> str:
+        """The stage in a few words, for the headline."""
+        return STAGES_SHORT.get(self.stage, self.stage_text)
 
 
 @dataclasses.dataclass
@@ -173,25 +186,24 @@ class BisectReport(Report):
         if self.verdict == "failed":
             failed = next(r for r in (self.jit, self.eager, self.reference) if r is not None and not r.ok)
             return f"The {failed.name} run of `{self.call}` failed: {failed.error}"
-        text = f"`{self.call}`: {self.verdict_text}"
+        measured = ""
         if self.reference_kind != "none" and self.jit and self.eager:
-            text += (
+            measured = (
                 f" (max relative error: jit {short_number(self.jit.max_rel_error)}, "
                 f"eager {short_number(self.eager.max_rel_error)}; tolerance {short_number(self.rtol)})"
             )
         elif self.jit_vs_eager is not None:
-            text += f" (max relative difference {short_number(self.jit_vs_eager)}; {self.reference_note})"
-        text += "."
+            measured = f" (max relative difference {short_number(self.jit_vs_eager)}; {self.reference_note})"
+        text = f"`{self.call}`: {self.verdict_text}{measured}."
         before = self.before_program
         if self.verdict == "before_program" and before is not None:
-            text += f" The difference is already in {before.stage_text}"
+            # said short: the stage in full, its check and its fix are under "Before the program runs"
+            text = f"`{self.call}`: jit and eager differ before the compiled program runs, in {before.stage_short}"
             if before.line is not None:
                 text += f": `{before.line.code}` ({before.line.where})"
             text += "."
         elif before is not None and before.stage == "none":
             text += " What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it."
-        if self.verdict == "compilation":
-            text += " Look at the program with %jax_hlo."
         if self.captured:
             names = ", ".join(f"`{c.name}`" for c in self.captured[:3])
             text += f" The jitted function captures {names} by closure (the section 1.4 trap)."

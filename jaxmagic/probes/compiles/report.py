@@ -409,9 +409,10 @@ class CompileReport(Report):
         if recompiled:
             parts = ", ".join(
                 f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"
-                for f in recompiled[:4]
+                for f in recompiled[:3]
             )
-            return f"{len(recompiled)} functions compiled more than once: {parts}."
+            more = f" and {len(recompiled) - 3} more" if len(recompiled) > 3 else ""
+            return f"{len(recompiled)} functions compiled more than once: {parts}{more} (each below)."
         if self.rebuilt_loops:
             return _rebuilt_sentence(self.rebuilt_loops[0])
         if self.library_recompiles:

@@ -19,7 +19,7 @@ from jaxmagic.probes.memory.report import out_of_memory_finding
 from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, fits_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
@@ -107,18 +107,18 @@ class DoctorReport(Report):
             if "nans" in self.checked and self.jitted_calls_watched == 0:  # the NaN watch looked at nothing
                 others = [probe for probe in self.checked if probe != "nans"]
                 return (
-                    f"Nothing found by {', '.join(others)}; NaNs not checked: no jitted function of yours ran, "
-                    f"and eager results are not watched (%%jax_nans checks them).{failed}"
+                    f"Nothing found by {', '.join(others)}; NaNs not checked (no jitted function of yours ran; "
+                    f"%%jax_nans checks eager results).{failed}"
                 )
             return f"Nothing found by {', '.join(self.checked)}.{failed}"
         n = len(self.findings)
         head = f"{n} problem{'s' if n > 1 else ''}, in the order to fix them: "
-        return (
-            head
-            + "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1))
-            + "."
-            + failed
-        )
+        listed = "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1))
+        if not fits_headline(head + listed + failed):  # the first in words, the others by area (each below)
+            first = self.findings[0]
+            others = "; ".join(f"{i}. {f.area}" for i, f in enumerate(self.findings[1:], 2))
+            listed = f"1. {first.area} ({first.short or first.title})" + (f"; {others}" if others else "")
+        return head + listed + "." + failed
 
     def document(self):
         sections = []

@@ -8,7 +8,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.keys.findings import key_findings
 from jaxmagic.probes.keys.wording import FIX, LEGACY_NOTE
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, headline_of
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
 
@@ -378,9 +378,8 @@ class KeyReport(Report):
                     f"{', '.join(f'`{name}`' for name in inside)} of keys the library made itself, not of a key "
                     "your code handed over twice."
                 )
-        if self.other_error and not self.reuse:
-            parts.append(f"The cell failed with {ended(self.other_error)}")
-        return " ".join(parts)
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error and not self.reuse else ""
+        return headline_of(parts) + failed
 
     def document(self):
 

@@ -39,7 +39,7 @@ from jaxmagic.probes.nans.report import NanReport, scope_text
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines
-from jaxmagic.report.wording import error_line, first_line, message_of
+from jaxmagic.report.wording import counted, error_line, first_line, message_of
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
 
@@ -382,7 +382,7 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
     report.producer, report.searched_call = found.producer, found.searched
     report.notes.append(
         f"The program of {found.searched} was evaluated again on the same argument values, "
-        f"operation by operation ({found.equations} operations; a loop is run once more compiled to find "
+        f"operation by operation ({counted(found.equations, 'operation')}; a loop is run once more compiled to find "
         "its first bad iteration, and only that one is evaluated op by op) to find the first operation "
         + _rule_text(found)
     )

@@ -187,7 +187,9 @@ class NanReport(Report):
                 "itself (a try/except), so it never reached %%jax_nans: could not tell which operation made the "
                 "NaN. Run the failing call without the try/except under %%jax_nans to find it."
             )
-        return f"No {self.checked} in what was checked: {self.checked_scope or scope_text(self.jit_calls)}"
+        # the scope's first clause (what was looked at); what was not, and --inside, are under "What was checked"
+        scope = (self.checked_scope or scope_text(self.jit_calls)).split("; ", 1)[0].rstrip(".")
+        return f"No {self.checked} in what was checked: {scope}."
 
     def _producer_summary(self, p: NanProducer, what: str) -> str:
         inside = f" inside `{p.library_function}`" if p.library_function else ""

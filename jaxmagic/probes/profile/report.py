@@ -10,7 +10,7 @@ import os
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, failed
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table, headline_of
 from jaxmagic.report.wording import ended, error_line, format_bytes
 
 TOP_KERNELS = 12
@@ -182,7 +182,9 @@ class ProfileReport(Report):
         text = self._findings()
         if self.other_error:
             text = f"The cell failed with {ended(self.other_error)} Until then: {text[0].lower()}{text[1:]}"
-        return text
+        # the split of the wall time first, then the line with most kernel time if it fits (both are below)
+        lead, most, rest = text.partition(" Most kernel time:")
+        return headline_of([lead, most.strip() + rest] if most else [lead], noun="detail")
 
     def _findings(self) -> str:
         t = self.time
@@ -196,8 +198,7 @@ class ProfileReport(Report):
             compiled = f", {_pct(t.compile, t.wall)} of it compiling" if t.compile else ""
             return f"No JAX computation ran on the device: the time was all host-side ({wall}{compiled})."
         split = (
-            f"{wall} wall time, by what the calling thread did: on the device (running kernels or waiting for "
-            f"them) {_pct(t.device, t.wall)}, host dispatch and Python {_pct(t.host, t.wall)}, "
+            f"{wall} wall time: on the device {_pct(t.device, t.wall)}, host dispatch and Python {_pct(t.host, t.wall)}, "
             f"compiling {_pct(t.compile, t.wall)}"
         )
         bound = {"device": "compute-bound", "host": "host-bound (dispatch / Python)", "compile": "compile-bound"}

@@ -9,7 +9,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import sharding_document
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block as DocumentBlock
-from jaxmagic.report.document import Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Paragraph, Section, SourceLines, Table, fits_headline
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import format_bytes
 
@@ -355,11 +355,11 @@ class CallShardings:
             )
             if part
         )
-        shown = "; ".join(
-            c.text + (f" ({c.short_cause})" if n == 0 and c.short_cause else "") for n, c in enumerate(found[:2])
-        )
-        more = f"; and {len(found) - 2} more" if len(found) > 2 else ""
-        return f"{counted}: {shown}{more}."
+        texts = [c.text + (f" ({c.short_cause})" if n == 0 and c.short_cause else "") for n, c in enumerate(found)]
+        two = f"{counted}: {'; '.join(texts[:2])}" + (f"; and {len(found) - 2} more" if len(found) > 2 else "") + "."
+        if len(found) == 1 or fits_headline(two):
+            return two
+        return f"{counted}: {texts[0]}; and {len(found) - 1} more (below)."
 
     @property
     def collective_fix(self) -> CollectiveFix | None:

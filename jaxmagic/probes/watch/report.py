@@ -151,7 +151,7 @@ class WatchLog(Report):
     def coverage(self) -> str:
         """Which calls were looked at: all, or a share (fast loops), said in numbers."""
         if self.calls_looked_at == self.calls_counted:
-            return f"Every one of the {self.calls_counted:,} calls of your jitted functions was looked at."
+            return f"Every one of the {counted(self.calls_counted, 'call')} of your jitted functions was looked at."
         return (
             f"{self.calls_looked_at:,} of the {self.calls_counted:,} calls of your jitted functions were looked at "
             "(results read for NaN, keys and NumPy arguments noted); the others were counted only: on loops of "
