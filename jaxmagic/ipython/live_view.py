@@ -29,6 +29,7 @@ from jaxmagic.render import static_bundle
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Paragraph, Section
 from jaxmagic.report.source import running_shell
+from jaxmagic.report.wording import counted
 
 DELAY = 1.0  # seconds before a cell counts as long
 INTERVAL = 0.5  # at most two refreshes a second
@@ -38,16 +39,29 @@ def _count_text(counters) -> str:
     return ", ".join(f"{value:,} {name}" for name, value in counters if value)
 
 
+COUNTS_ARE_NOT_FINDINGS = (
+    "what the probes measured so far, not findings: the report says which of them matter (a Python scalar copied "
+    "to the device, a function compiled once, are no problem)."
+)
+
+
 def progress_document(title: str, elapsed: float, snapshot) -> Document:
-    """The live card: a RUNNING badge, what was counted, what was found so far."""
-    counted = _count_text(snapshot.counters)
+    """The live card: a RUNNING badge, what was found so far - the findings the final report will tell - and,
+    apart and said to be such, what was counted."""
+    counts = _count_text(snapshot.counters)
     found = len(snapshot.findings)
-    headline = f"Running for {elapsed:.1f} s" + (f": {counted}" if counted else "")
     if found:
-        headline += f"; {found} finding(s) so far - the full report replaces this view when the cell ends."
+        headline = (
+            f"Running for {elapsed:.1f} s; {counted(found, 'finding')} so far - the full report replaces this view "
+            "when the cell ends."
+        )
     else:
-        headline += ". The report replaces this view when the cell ends."
+        headline = (
+            f"Running for {elapsed:.1f} s; nothing found so far. The report replaces this view when the cell ends."
+        )
     sections = [Section("Found so far", [Paragraph(text) for text in snapshot.findings])] if found else []
+    if counts:  # after the findings, said to be counts: never read as findings
+        sections.append(Section("", [Paragraph(f"Counted: {counts} - {COUNTS_ARE_NOT_FINDINGS}")]))
     return Document(title=title, status=Status.RUNNING, headline=headline, sections=sections)
 
 
