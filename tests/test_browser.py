@@ -48,6 +48,15 @@ FINDING_CELLS = {
     "for n in (8, 16, 32):\n"
     "    jax.jit(layer_with_a_long_name)({'w_hidden_projection': jnp.ones((n, 4)),"
     " 'b_hidden_projection': jnp.ones(4)}, jnp.ones((2, n)))",
+    # notebook 05's wide tables (issue 53): every compilation of several functions, and a profile's kernels
+    "jax_compiles_all": "%%jax_compiles --all\n"
+    "def double_it(x):\n    return x * 2\n"
+    "jax.jit(double_it)(jnp.float32(1.0))\njax.jit(double_it)(1.0)\n"
+    "for _ in range(3):\n    jax.jit(lambda v: v - 1)(jnp.ones((8, 64)))",
+    "jax_profile": "%%jax_profile\n"
+    "@jax.jit\ndef deep_layers(ws, x):\n    for w in ws:\n        with jax.named_scope('layers'):\n"
+    "            x = jnp.tanh(x @ w)\n    return x.sum()\n"
+    "for _ in range(5):\n    deep_layers([jnp.ones((32, 32))] * 8, jnp.ones((8, 32))).block_until_ready()",
 }
 
 
@@ -140,6 +149,10 @@ JS_REPORTS = (
                                                                      t.parentElement.clientWidth,
                                                                      t.innerText.slice(0, 40)]),
         title: title ? title.innerText : '',
+        // a FOUND or FAILED report says what to do under its headline, outside every fold, and it is seen
+        fix_in_sight: !badge || !['FOUND', 'FAILED'].includes(badge.innerText.trim()) ||
+          [...r.querySelectorAll('.jm-fix')].some(f => !f.closest('details') && f.checkVisibility()
+                                                     && f.innerText.trim().length > 10),
       };
     }),
   };
@@ -219,6 +232,7 @@ def _check_every_report(found: dict, expected: int) -> None:
         assert report["visible"] and report["headline"] and report["headline_height"] > 0, report
         assert report["text_contrast"] >= 4.5, f"headline hard to read: {report}"
         assert report["badge_contrast"] >= 4.5, f"badge hard to read: {report}"
+        assert report["fix_in_sight"], f"a report that found something shows no fix outside its folds: {report}"
 
 
 def _check_clean(watch: Watched, where: str) -> None:
@@ -278,6 +292,19 @@ def test_reopened_light_dark_and_narrow(lab):
         scrolled = [(r["title"], r["scrolled_tables"]) for r in narrow["reports"] if r["scrolled_tables"]]
         assert scrolled == [], f"tables scrolling sideways at 900 px: {scrolled}"
         _shot(page, "4_narrow_900px")
+        # ... and every table a reader can open, in the dark theme too (issue 53: %%jax_compiles' and
+        # %%jax_profile's tables scrolled by 11-76 px once opened)
+        _command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+        page.evaluate("() => document.querySelectorAll('.jaxmagic details').forEach(d => d.open = true)")
+        page.wait_for_timeout(800)
+        opened = page.evaluate(JS_REPORTS)
+        _check_every_report(opened, expected)
+        scrolled = [(r["title"], r["scrolled_tables"]) for r in opened["reports"] if r["scrolled_tables"]]
+        assert scrolled == [], f"tables scrolling sideways at 900 px, folds open, dark: {scrolled}"
+        too_wide = [(r["headline"][:60], r["overflow_px"]) for r in opened["reports"] if r["overflow_px"] > 1]
+        assert too_wide == [], f"reports wider than the notebook at 900 px, folds open: {too_wide}"
+        _shot(page, "5_narrow_900px_dark_open")
     finally:
         context.close()
     _check_clean(watch, "the reopened notebook")

@@ -108,7 +108,7 @@ def test_post_mortem_opens_the_debugger_in_the_scan_body_at_iteration_900_and_ev
     text, prompts, status = converse(kernel, "%jax_debug -o rep", ["p c - x", "p x", "u", "p xs.shape", "c"])
     assert status == "ok"
     assert len(prompts) == 5 and all("ipdb" in prompt for prompt in prompts)
-    assert "iteration 900 of 1000 (scan)" in text  # said first: the report, then the header
+    assert "iteration 900 of 1000 (counted from 0; scan)" in text  # said first: the report, then the header
     assert "Array(-3.09" in text  # `p c - x` in the body's frame at iteration 900: concrete values
     assert "Array(5., dtype=float32)" in text
     assert "return lax.scan(body, c0, xs)" in text  # `u` went to the user's caller, not into JAX
@@ -172,4 +172,4 @@ def test_under_nbclient_the_post_mortem_is_a_report_and_the_values_are_bound():
     printed = "".join(output.get("text", "") for output in notebook.cells[-1].outputs)
     assert printed.strip() == "False 900 5.0 y = jnp.log(c - x)"
     report_text = "".join(output.get("data", {}).get("text/plain", "") for output in notebook.cells[2].outputs)
-    assert "iteration 900 of 1000 (scan)" in ANSI.sub("", report_text)
+    assert "iteration 900 of 1000 (counted from 0; scan)" in ANSI.sub("", report_text)

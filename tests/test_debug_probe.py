@@ -564,3 +564,29 @@ def test_a_derivative_nan_in_a_train_step_that_takes_the_gradient_itself_stops_b
     assert data["stopped"]["line"]["code"].startswith("return jnp.linalg.norm(jax.vmap(model)(x) - y")
     assert any("derivative JAX computed" in note for note in data["notes"])
     session.release()
+
+
+def test_a_live_view_says_the_cell_waits_at_the_prompt_and_frames_are_named_as_the_notebook_does():
+    """Issue 53: while the prompt waits, the live card said "RUNNING 1.0 s" and stood still; the card says it
+    waits for the user, where, and how to go on. The debugger names a cell's frame `In [2], line 4`."""
+    from jaxmagic.ipython.debugger import cell_places
+    from jaxmagic.ipython.live_view import progress_document
+    from jaxmagic.probes._support import progress
+
+    @jax.jit
+    def halts(x):
+        jax.debug.breakpoint()
+        return x + 1
+
+    seen = []
+    with progress.collecting() as board:
+        with breakpoints(ask=lambda prompt: seen.append(board.snapshot()) or "c", say=lambda text: None):
+            halts(jnp.ones(2)).block_until_ready()
+        after = board.snapshot()
+    assert seen and seen[0].waiting.startswith("the breakpoint at ") and "line" in seen[0].waiting
+    assert after.waiting == "" and dict(after.counters)["breakpoint hits"] == 1
+    card = progress_document("%%jax_debug", 3.0, seen[0])
+    assert card.headline.startswith("Waiting for you at the breakpoint at ") and "q quits" in card.headline
+    entry = "\x1b[32m> \x1b[0m/tmp/ipykernel_1/23.py\x1b[0m(\x1b[32m4\x1b[0m)\x1b[0mdrain_body\x1b[0m()\n"
+    assert "> \x1b[0mIn [2], line 4, in drain_body" in cell_places(entry, "/tmp/ipykernel_1/23.py", "In [2]")
+    assert cell_places(entry, "/tmp/ipykernel_1/23.py", "") == entry  # not a cell: as the debugger wrote it

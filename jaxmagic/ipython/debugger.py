@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import builtins
 import contextvars
+import re
 import sys
 from collections.abc import Callable
 from types import TracebackType
+
+from jaxmagic.report.source import cell_label
 
 
 def stdin_available(shell) -> bool:
@@ -50,13 +53,32 @@ def writer() -> Callable[[str], None]:
     return say
 
 
+_ANSI = r"(?:\x1b\[[0-9;]*m)*"
+
+
+def cell_places(entry: str, filename: str, label: str) -> str:
+    """A debugger's frame line (``/tmp/ipykernel_1/123.py(4)drain_body()``, colours and all) with a notebook
+    cell's file named as the notebook does: ``In [2], line 4, in drain_body()``."""
+    if not label:
+        return entry
+    pattern = re.compile(re.escape(filename) + rf"{_ANSI}\({_ANSI}(\d+){_ANSI}\){_ANSI}")
+    return pattern.sub(lambda m: f"{label}, line {m.group(1)}, in ", entry, count=1)
+
+
 def post_mortem(traceback: TracebackType, header: str) -> None:
     """IPython's debugger, post-mortem, in the last frame of ``traceback`` (the user's frames only, so ``u`` and
-    ``d`` move through the user's code and nothing else)."""
+    ``d`` move through the user's code and nothing else); a frame of a notebook cell is named as the notebook
+    does (``In [2], line 4``), not by the kernel's file for it."""
     # deferred: IPython's debugger imports pdb and its completer machinery; most sessions never debug
     from IPython.core.debugger import Pdb
 
+    class CellPdb(Pdb):
+        def format_stack_entry(self, frame_lineno, lprefix: str = ": ") -> str:
+            entry = super().format_stack_entry(frame_lineno, lprefix)
+            filename = self.canonic(frame_lineno[0].f_code.co_filename)
+            return cell_places(entry, filename, cell_label(filename))
+
     print(header)
-    debugger = Pdb()
+    debugger = CellPdb()
     debugger.reset()
     debugger.interaction(None, traceback)

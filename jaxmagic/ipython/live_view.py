@@ -50,7 +50,12 @@ def progress_document(title: str, elapsed: float, snapshot) -> Document:
     apart and said to be such, what was counted."""
     counts = _count_text(snapshot.counters)
     found = len(snapshot.findings)
-    if found:
+    if snapshot.waiting:
+        headline = (
+            f"Waiting for you at {snapshot.waiting} (after {elapsed:.1f} s): type a command in the input box "
+            "below - c continues, q quits the cell."
+        )
+    elif found:
         headline = (
             f"Running for {elapsed:.1f} s; {counted(found, 'finding')} so far - the full report replaces this view "
             "when the cell ends."

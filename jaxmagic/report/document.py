@@ -92,6 +92,9 @@ Block = Paragraph | Facts | Table | SourceLines | Evidence | Grid
 class Section:
     title: str
     blocks: list[Block]
+    # drawn open whatever the report's length: what the report is for (a stopped frame's values), never a
+    # fold the reader has to find (renderers otherwise open the first section, or all of a short report)
+    pinned: bool = False
 
 
 @dataclasses.dataclass

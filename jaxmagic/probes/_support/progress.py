@@ -28,6 +28,7 @@ Source = Callable[[], tuple[list[tuple[str, int]], list[str]]]
 class Snapshot:
     counters: tuple[tuple[str, int], ...] = ()
     findings: tuple[str, ...] = ()
+    waiting: str = ""  # the cell waits for the user (a debugger's prompt): where, in words; "" when it runs
 
 
 class Board:
@@ -36,6 +37,7 @@ class Board:
     def __init__(self) -> None:
         self._sources: list[Source] = []
         self._lock = threading.Lock()
+        self.waiting = ""  # set by ``waiting_for_user`` (one string: read whole by the timer thread)
 
     def add(self, source: Source) -> None:
         with self._lock:
@@ -55,7 +57,7 @@ class Board:
             for name, value in counted:
                 counters[name] = counters.get(name, 0) + int(value)
             findings.update(dict.fromkeys(found))
-        return Snapshot(tuple(counters.items()), tuple(findings))
+        return Snapshot(tuple(counters.items()), tuple(findings), self.waiting)
 
 
 _board: Board | None = None
@@ -77,3 +79,18 @@ def collecting() -> Iterator[Board]:
         yield _board
     finally:
         _board = outer
+
+
+@contextlib.contextmanager
+def waiting_for_user(where: str) -> Iterator[None]:
+    """The cell waits for the user inside this block (a debugger's prompt at ``where``): a live view says so,
+    instead of a RUNNING card whose time stands still."""
+    board = _board
+    if board is None:
+        yield
+        return
+    board.waiting = where
+    try:
+        yield
+    finally:
+        board.waiting = ""

@@ -461,7 +461,10 @@ class CompileReport(Report):
                 for cause in f.causes_again[:3]:
                     if f.fix_for(cause):
                         by_fix.setdefault((cause, f.fix_for(cause)), []).append(f"`{f.name}`")
+            told = self.first_fix  # the document's own line, under the headline: not said again here
             for (cause, fix), names in by_fix.items():
+                if told.endswith(fix) and len(names) == 1 and told.startswith(f"{names[0]}:"):
+                    continue
                 blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {fix}"))
             for f in recompiled[:3]:
                 again = next((c for c in self.compilations if c.function == f.name and c.cause != "first"), None)

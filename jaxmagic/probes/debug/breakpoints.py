@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from jaxmagic._jax.debugger_backends import BreakFrame, batch_elements_told, batch_position, breakpoint_backend
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.debug.report import FrameView, values_table
 from jaxmagic.probes.debug.values import summarize
@@ -228,8 +229,10 @@ class breakpoints:
                 if batch:
                     self.say(f"jaxmagic: breakpoint in batch element {', '.join(map(str, batch))} (vmap)")
                 session = _Session(mine, self.namespace, self.ask, self.say)
+                where = source_line(mine[0].filename, mine[0].lineno, "").where
                 try:
-                    session.run()
+                    with progress.waiting_for_user(f"the breakpoint at {where}"):
+                        session.run()
                 finally:
                     commands = session.commands
         finally:
@@ -242,6 +245,7 @@ class breakpoints:
             stack.enter_context(preserved_jax_state(()))
             stack.enter_context(breakpoint_backend("jaxmagic", self._hit, quiet=(DebuggerQuit,)))
             stack.enter_context(batch_elements_told())
+            progress.publish(lambda: ([("breakpoint hits", self.report.hit_count)], []))
             self._stack = stack.pop_all()
         return self.report
 

@@ -110,6 +110,7 @@ class DebugReport(Report):
                         ),
                         values_table(self.stopped),
                     ],
+                    pinned=True,  # what the stop is for: open in every report, long or short
                 )
             )
         if self.callers:

@@ -46,7 +46,7 @@ class Step:
     @property
     def text(self) -> str:
         what = "iteration" if self.kind == "scan" else "batch element"
-        return f"{what} {self.index} of {self.size} ({self.kind})"
+        return f"{what} {self.index} of {self.size} (counted from 0; {self.kind})"
 
 
 @dataclasses.dataclass
