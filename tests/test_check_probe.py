@@ -80,3 +80,19 @@ def test_unknown_error_set_is_a_clear_error():
 def test_call_that_raises_is_reported_not_raised():
     report = probes.check(lambda x: x.reshape(7), jnp.ones(3))
     assert report.status is Status.ERROR and report.failure.startswith("TypeError")
+
+
+def test_check_and_the_nan_probe_give_the_same_fix_for_the_same_nan():
+    """Issue 53 (notebook 09): `%jax_check` found the norm-at-zero NaN that `%%jax_nans` fixes with the double
+    where, and offered no fix: its NaN fix is now the NaN probe's own, for the same call."""
+
+    def reg_loss(p, x):
+        return jnp.sum((x @ p["w"] + p["b"]) ** 2) + 1e-3 * jnp.linalg.norm(p["b"])
+
+    p, x = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, jnp.ones((4, 3))
+    checked = probes.check(jax.grad(reg_loss), p, x, errors="nan")
+    with pytest.raises(FloatingPointError), probes.nans() as nan:
+        jax.grad(reg_loss)(p, x)
+    doc = checked.document()
+    assert doc.status.value == "problem" and "double-where" in doc.fix
+    assert doc.fix == nan.document().fix  # the one fix, word for word

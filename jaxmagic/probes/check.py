@@ -174,13 +174,13 @@ class CheckReport(Report):
         """What to do about each kind of error found, most telling first: a NaN's fix is the NaN probe's (the
         same as ``%%jax_nans`` offers for it), an index or a division guarded, your own check's condition."""
         by_kind = {}
-        for kind in ("nan", "index", "div", "user"):
+        for kind in ("user", "nan", "index", "div"):  # the check you wrote first: it names what the input broke
             first = next((e for e in self.errors if e.kind == kind), None)
             if first is not None:
                 by_kind[kind] = _kind_fix(first, [e for e in self.errors if e.kind == kind])
         if len(by_kind) == 1:
-            return next(iter(by_kind.values()))
-        return " ".join(f"{KIND_TITLES[k].split(' (')[0].capitalize()}: {text}" for k, text in by_kind.items())
+            return ("Your own " if "user" in by_kind else "") + next(iter(by_kind.values()))
+        return " ".join(f"{_FIX_LABELS[k]}: {text}" for k, text in by_kind.items())
 
 
 INDEX_FIX = (
@@ -188,6 +188,7 @@ INDEX_FIX = (
     "fill_value=...)` or `x.at[i].get(mode='fill', fill_value=...)`. Without checks JAX clamps it to the last "
     "valid index and returns a value: a silent wrong result."
 )
+_FIX_LABELS = {"user": "Your own check", "nan": "NaN", "index": "Index", "div": "Division"}
 DIV_FIX = (
     "Guard the divisor where it can be 0: `jnp.where(d != 0, n // jnp.where(d != 0, d, 1), 0)` (`d` the divisor); "
     "without checks an integer division by zero returns a value."
@@ -200,7 +201,7 @@ def _kind_fix(first: CheckError, errors: list[CheckError]) -> str:
         if first.fix:
             return first.fix
         primitive = first.message.rstrip(".").rsplit(" ", 1)[-1]
-        cause = nan_fix(NanReport(found=True, value="nan", primitive=primitive, phase="forward"))
+        cause = nan_fix(NanReport(found=True, value="", primitive=primitive, phase="forward"))
         return (
             f"{cause[:1].upper()}{cause[1:]} Keep the input of `{primitive}`{at} inside its domain."
             if cause
@@ -213,7 +214,7 @@ def _kind_fix(first: CheckError, errors: list[CheckError]) -> str:
     samples = [str(e.mapped_index) for e in errors if e.mapped_index is not None]
     which = f" (samples {', '.join(samples)})" if samples else ""
     return (
-        f"Your own `checkify.check`{at} rejected the input{which}: correct the input it names, or the condition "
+        f"`checkify.check`{at} rejected the input{which}: correct the input it names, or the condition "
         "if the input is valid."
     )
 

@@ -11,7 +11,7 @@ import os
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table, headline_of
-from jaxmagic.report.wording import ended, error_line, format_bytes
+from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
 TOP_KERNELS = 12
 TOP_LINES = 20
@@ -312,7 +312,7 @@ class ProfileReport(Report):
                     str(lt.calls),
                     str(lt.kernel_runs),
                     ", ".join(lt.scopes[:3]) or "-",
-                    f"{lt.shared_kernels} of {lt.kernels} kernels shared" if lt.shared_kernels else "",
+                    f"{lt.shared_kernels} of {counted(lt.kernels, 'kernel')} shared" if lt.shared_kernels else "",
                 ]
                 for lt in self.lines[:TOP_LINES]
             ]
