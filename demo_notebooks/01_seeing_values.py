@@ -655,7 +655,7 @@ def stand_in_for_a_miscompile(x):
 assert bis_var.verdict == "algorithm" and bis_var.reference_kind == "float64"
 assert abs(np.var(to64(x_far)) - 2 / 3) < 1e-9                  # what the float64 run computed
 assert bis_mis.verdict == "compilation" and bis_mis.eager.equal and bis_mis.jit.max_abs_error == 0.5
-assert "%jax_hlo" in bis_mis.summary
+assert "%jax_hlo" in bis_mis.document().fix                      # the next step, under the headline
 
 # %% [markdown]
 # ## Nothing left switched on

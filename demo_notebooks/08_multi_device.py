@@ -67,7 +67,7 @@ print("JAX", jax.__version__, "|", jax.device_count(), "devices:", jax.devices()
 
 # %%
 assert too_late.status.value == "problem" and too_late.cpu_devices == 8 and not too_late.applied
-assert "Restart the kernel" in too_late.summary
+assert "Restart the kernel" in too_late.document().fix
 # %jax_devices 8 -o same_again
 assert same_again.status.value == "ok" and "already has 8 CPU devices" in same_again.summary
 

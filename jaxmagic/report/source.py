@@ -343,18 +343,23 @@ def whole_expression(line: str, start: int, end: int, called: str = "") -> str:
 
 
 def quoted_code(line: SourceLine) -> str:
-    """The code of ``line`` as a sentence quotes it: the line without its comment when it is a statement (or
-    the head of a block); the body of its lambda when the frame ran a lambda on a line that is a piece of a
-    longer statement (``("NumPy", lambda: f(np.ones(3))),`` in a list of cases quotes ``f(np.ones(3))``);
-    the piece itself when it is one expression once a trailing comma goes; else "" - a headline never ends
-    in a fragment cut from a statement."""
+    """The code of ``line`` as a sentence quotes it: the line without its comment when it is a whole statement
+    (or the head of a block); the body of its lambda when the frame ran a lambda on a line that is a piece of
+    a longer statement (``("NumPy", lambda: f(np.ones(3))),`` in a list of cases quotes ``f(np.ones(3))``);
+    the piece itself when it is one expression once a trailing comma goes; else "" - a headline never ends in
+    a fragment cut from a statement. Whether the line is a whole statement is read from its file (a cell's
+    source), where there is one: a piece of a list can parse alone (`(a, b),` is a tuple)."""
     code = line.code.split("  #")[0].strip()
-    for text in (code, code + " pass"):
-        try:
-            ast.parse(text)
-            return code
-        except SyntaxError:
-            continue
+    whole = _whole_statement(line.filename, line.lineno)
+    if whole is True:
+        return code
+    if whole is None:  # no source to tell by: the line alone
+        for text in (code, code + " pass"):
+            try:
+                ast.parse(text)
+                return code
+            except SyntaxError:
+                continue
     piece = code.rstrip(",").strip()
     try:
         tree = ast.parse(piece, mode="eval")
@@ -364,3 +369,23 @@ def quoted_code(line: SourceLine) -> str:
     if line.function == "<lambda>" and len(lambdas) == 1:
         return ast.get_source_segment(piece, lambdas[0].body) or piece
     return piece
+
+
+def _whole_statement(filename: str, lineno: int) -> bool | None:
+    """Whether line ``lineno`` of ``filename`` is a statement on its own (or the head of a compound one) in
+    its file; None when the file's source cannot be read or parsed."""
+    text = "".join(linecache.getlines(filename))
+    tree = _parsed(filename, text) if text else None
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
+            body = [
+                child for field in ("body", "orelse", "finalbody", "handlers") for child in getattr(node, field, [])
+            ]
+            inner = [child for child in body if child.lineno <= lineno <= (child.end_lineno or child.lineno)]
+            if inner:
+                continue  # a statement inside it holds the line: that one decides
+            head_end = min((child.lineno for child in body), default=(node.end_lineno or node.lineno) + 1) - 1
+            return node.lineno == lineno and (node.end_lineno == lineno or head_end == lineno)
+    return None

@@ -19,6 +19,8 @@ LEAK_FIX = (
     "using it later raises UnexpectedTracerError, so empty the holder too."
 )
 
+EMPTY_THE_HOLDER = "What was stored is a tracer of a finished trace: empty the holder too."
+
 
 def stored_line_fix(stored: SourceLine | None, function: str, transformation: str) -> str:
     """The fix written from the line that stored the tracer (``return out, h`` for ``self.h = h``); "" without one."""
@@ -131,7 +133,9 @@ class LeakReport(Report):
             stored, function, transformation = u.stored_at, u.function, u.transformation
         else:
             return ""
-        return " ".join(filter(None, [stored_line_fix(stored, function, transformation), LEAK_FIX]))
+        here = stored_line_fix(stored, function, transformation)
+        # the fix written for the line first; the general rule only when there is none (it is under "Why")
+        return f"{here} {EMPTY_THE_HOLDER}" if here else LEAK_FIX
 
     @property
     def primary(self) -> list[LeakedTracer]:
@@ -217,6 +221,8 @@ class LeakReport(Report):
                 sections.append(
                     Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")])
                 )
+            if self.fix != LEAK_FIX:  # the fix line is written for the storing line: the rule behind it
+                sections.append(Section("Why", [Paragraph(LEAK_FIX)]))
             secondary = [t for t in self.leaked if t.kept_alive_by is not None]
             if secondary:  # the fix itself is the document's own line (``fix``)
                 paragraph = Paragraph(
@@ -258,6 +264,7 @@ class LeakReport(Report):
                 Section(
                     "Catching it earlier",
                     [
+                        *([Paragraph(LEAK_FIX)] if self.fix != LEAK_FIX else []),
                         Paragraph(
                             "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
                             "traced function under %%jax_leaks."
