@@ -115,7 +115,10 @@ def test_html_long_tokens_can_wrap_and_options_stay_whole():
         )
     assert '<span style="white-space:nowrap">-&gt;</span>' in html
     assert "%reset -f out" in render_html(Document("t", Status.OK, "`%reset -f out`", []))  # one hyphen: no break
-    assert 'style="max-width:100%;overflow-x:auto"><table' in html  # too wide anyway: it scrolls in the report
+    # too wide for a narrow notebook (~418 px beside the file browser): it reflows instead of scrolling sideways
+    assert 'class="jm-table jm-reflow"' in html and "<table" not in html and "overflow-x" not in html
+    narrow = render_html(Document("t", Status.OK, "h", [Section("S", [Table(["a", "b"], [["1", "2"]])])]))
+    assert 'style="max-width:100%;overflow-x:auto"><table' in narrow  # a table that fits stays one
 
 
 def test_text_and_rich_show_the_same_facts(capsys):
@@ -313,3 +316,20 @@ def test_code_never_breaks_inside_a_name(code):
                     or any(part in name for name in names if len(name) > width)
                     or not any(part != name and part in name for name in names)
                 ), (width, line)
+
+
+def test_a_table_too_wide_for_a_narrow_notebook_reflows_with_its_columns_aligned():
+    """Issue 53: %%jax_compiles' and %%jax_profile's tables scrolled sideways by 11-76 px at 900 px with the file
+    browser open. Each cell starts at its column's narrowest width - the same in every row, whatever its own
+    text - so the columns line up, and wrap to a second line together when the notebook is narrow."""
+    columns = ["#", "function", "your line", "cause: what changed", "argument types", "trace / lower / XLA compile"]
+    rows = [
+        ["1", "`convert_element_type`", "In [3]:3 `w5 = jnp.ones((64, 64))`", "eager operation", "f32[]", "1.3 / 0.7"],
+        ["2", "`mlp_step`", "In [3]:6 `mlp_step_jit(w5, x)`", "argument types changed", "f32[16,64]", "4.7 / 8.5"],
+    ]
+    html = render_html(Document("t", Status.PROBLEM, "h", [Section("S", [Table(columns, rows)])]))
+    body = html[html.index('class="jm-table jm-reflow"') :]
+    sizes = re.findall(r'<div class="jm-row"[^>]*>(.*?)</div></div>', body)
+    flex = [re.findall(r"flex:(\d+ 1 \d+px)", row) for row in sizes]
+    assert len(flex) == 3 and flex[0] == flex[1] == flex[2] and len(flex[0]) == 6  # header and rows alike
+    assert "convert_element_type" in body and "<wbr>" not in body.split("convert_element_type")[0][-5:]

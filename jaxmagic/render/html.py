@@ -204,7 +204,7 @@ def _block_html(block) -> str:
         return _table(rows, "jm-facts")
     if isinstance(block, Table):
         numeric = numeric_columns(block)
-        if len(block.columns) >= WIDE_TABLE_COLUMNS and sum(_column_floors(block)) > NARROW_PX:
+        if len(block.columns) > 1 and sum(_column_floors(block)) > NARROW_PX:
             return _reflowing_table(block, numeric)
         align = [";text-align:right" if n else "" for n in numeric]
         if len(block.columns) >= WIDE_TABLE_COLUMNS:
@@ -280,7 +280,7 @@ def _column_floors(table: Table) -> list[int]:
 
 
 def _reflowing_table(table: Table, numeric: list[bool]) -> str:
-    """A table of many columns whose cells cannot all sit side by side in a narrow notebook, drawn as rows of
+    """A table whose cells cannot all sit side by side in a narrow notebook, drawn as rows of
     flex boxes instead of scrolling sideways: each cell starts at its column's narrowest width and the cells
     share what is left, the same way in every row (a cell's size never depends on its own text), so the columns
     line up; where a row is too narrow, the same columns go to a second line in every row, under the header's
@@ -305,8 +305,9 @@ def _reflowing_table(table: Table, numeric: list[bool]) -> str:
 
     head = row_html([escape(c) for c in table.columns], head=True)
     body = "".join(row_html([inline_html(str(cell)) for cell in row], head=False) for row in table.rows)
+    font = "11.5px" if len(table.columns) >= WIDE_TABLE_COLUMNS else "12.5px"
     return (
-        f'<div class="jm-table jm-reflow" role="table" style="margin:4px 0;font-size:11.5px;line-height:1.4;'
+        f'<div class="jm-table jm-reflow" role="table" style="margin:4px 0;font-size:{font};line-height:1.4;'
         f'border-top:{LINE};{LINE_COLOUR}">{head}{body}</div>'
     )
 
