@@ -21,6 +21,7 @@ import jaxmagic.probes  # noqa: F401 - imports every probe, so every report clas
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Report as ReportModel
 from jaxmagic.report import Severity, SourceLine, Status, act, failed, note, status_of
+from jaxmagic.report.document import says_what_to_do
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,6 +75,7 @@ def test_reports_with_a_finding_are_not_ok_and_say_why_in_to_dict():
     for report in found:
         data = report.to_dict()
         assert data["status"] == "problem", type(report).__name__
+        assert says_what_to_do(report.document()), type(report).__name__  # under the headline (issue 53)
         assert any(c["severity"] == Severity.ACT.value for c in data["concerns"]), type(report).__name__
     # ... and without one, OK - or FAILED when the cell failed unexplained
     for report in (TransferReport(), CompileReport(), KeyReport(), LeakReport(), DoctorReport(checked=["nans"])):

@@ -183,7 +183,12 @@ class DoctorReport(Report):
         )
         sections.append(Section("How the probes were combined", how))
         first = self.findings[0] if self.findings else None
-        fix = f"{first.area}: {first.fix}" if first is not None and first.fix else ""
+        fix = ""
+        if first is not None and first.fix:
+            fix = f"{first.area}: {first.fix}"
+        elif first is not None:  # as the watch does: the magic that looks closer
+            closer = first.next_magic or AREAS.get(first.probe, (0, "", "%%jax_doctor"))[2]
+            fix = f"{first.area}: run `{closer}` on this cell: it looks closer than the doctor does."
         return Document("%%jax_doctor", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
 
 

@@ -288,9 +288,33 @@ class NanReport(Report):
             below = "; the error is below" if self.found or self.other_error else ""
             title = f"What JAX printed while the cell ran ({counted(len(evidence.splitlines()), 'line')}{below})"
             sections.append(Section("", [Evidence(title, evidence)]))
+        return Document(
+            "%%jax_nans", self.status, self.summary, sections, fix=self.fix_line, nothing_to_do=self.unexplained()
+        )
+
+    @property
+    def fix_line(self) -> str:
+        """What the report says to do under its headline: the tried fix (``fix``, from ``nans.fixes``); without
+        one, the next step that shows the values at the line (``%jax_debug`` after the error), where the value
+        came from when no operation made it, or how to find the operation a caught check hid."""
+        if self.found and is_a_fix(self.fix):
+            return self.fix
         inside = next((s.fix for s in self.inside_findings if is_a_fix(s.fix)), "")
-        fix = (self.fix if is_a_fix(self.fix) else "") if self.found else inside
-        return Document("%%jax_nans", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
+        if inside:
+            return inside
+        cause = f"{self.fix.rstrip('.')}. " if self.found and self.fix else ""
+        if self.found and self.producer is None and any(leaf.name.startswith("argument ") for leaf in self.nonfinite):
+            return "Find where the argument got it: check the data before the call (`jnp.isnan(x).any()`), or run the cell that made it under %%jax_nans."
+        if self.found:
+            return (
+                f"{cause}No fix was tried for what was found; `%jax_debug` in the next cell stops at the line with "
+                "the values that reached it."
+            )
+        if self.check_fired_and_caught:
+            return "Run the failing call without the try/except under %%jax_nans: it then names the operation and the line."
+        if self.nonfinite:
+            return "Look where the value came from before this cell (NumPy data, a literal, a loaded file), or run the cell that made it under %%jax_nans."
+        return ""
 
     def _producer_sections(self, p: NanProducer) -> list[Section]:
         facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]

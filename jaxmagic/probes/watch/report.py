@@ -59,9 +59,8 @@ class WatchFinding(Report):
         """The finding's fix; without one, the magic that looks closer at the cell (it may find the fix)."""
         if self.fix:
             return self.fix
-        if self.next_magic:
-            return f"Run `{self.next_magic}` on {self.cell}: it looks closer than the watch does."
-        return ""
+        closer = self.next_magic or "%%jax_doctor"  # the doctor looks at every area, closer than the watch
+        return f"Run `{closer}` on {self.cell}: it looks closer than the watch does."
 
     def blocks(self, with_fix: bool = True) -> list:
         """The finding's details; ``with_fix=False`` when its fix is the document's own line already."""
