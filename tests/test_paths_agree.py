@@ -349,6 +349,8 @@ def test_a_key_problem_is_the_same_finding_in_the_doctor_and_the_watch_and_in_th
     assert expected["operation"] in first[0] and first[1][2] == expected["code"]
     assert first[3] == expected.get("library", first[3])
     assert keys["status"] == "problem"
+    # the magic's words: its headline, and right below it the findings the headline had no room for
+    keys["summary"] = " ".join([keys["summary"], *reports["magic"].also_found])
     if keys["reuse"] and not keys["recorded"]:
         # %%jax_keys stops the cell at the first consumed key (JAX's KeyReuseError, raised after the report),
         # where the doctor and the watch record it and go on: the magic says the reuse first, then the same

@@ -122,17 +122,23 @@ def fits_headline(text: str) -> bool:
     return len(text.replace("`", "")) <= HEADLINE_CHARS
 
 
-def headline_of(sentences: list[str], noun: str = "finding") -> str:
-    """As many of ``sentences`` (each ending in its full stop) as fit a headline, the first always; the ones
-    left out are counted ("2 more findings below", ``noun``): a report's sections tell each of them."""
+def split_headline(sentences: list[str], noun: str = "finding") -> tuple[str, list[str]]:
+    """(headline, the rest): as many of ``sentences`` (each ending in its full stop) as fit a headline, the
+    first always, the ones left out counted ("2 more findings below", ``noun``); the rest, for the report to
+    say right below it."""
     shown = sentences[:1]
     for sentence in sentences[1:]:
         if not fits_headline(" ".join([*shown, sentence])):
             break
         shown.append(sentence)
-    left = len(sentences) - len(shown)
-    more = f" ({left} more {noun}{'s' if left != 1 else ''} below.)" if left else ""
-    return " ".join(shown) + more
+    rest = sentences[len(shown) :]
+    more = f" ({len(rest)} more {noun}{'s' if len(rest) != 1 else ''} below.)" if rest else ""
+    return " ".join(shown) + more, rest
+
+
+def headline_of(sentences: list[str], noun: str = "finding") -> str:
+    """The headline of ``split_headline``."""
+    return split_headline(sentences, noun)[0]
 
 
 FIX_LABEL = "Fix"

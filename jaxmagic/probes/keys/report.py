@@ -8,7 +8,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.keys.findings import key_findings
 from jaxmagic.probes.keys.wording import FIX, LEGACY_NOTE
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, headline_of
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, split_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import ended
 
@@ -344,6 +344,16 @@ class KeyReport(Report):
 
     @property
     def summary(self) -> str:
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error and not self.reuse else ""
+        return split_headline(self._summary_sentences())[0] + failed
+
+    @property
+    def also_found(self) -> list[str]:
+        """The findings the headline had no room for (``split_headline``): said first below it."""
+        return split_headline(self._summary_sentences())[1]
+
+    def _summary_sentences(self) -> list[str]:
+        """Each thing the summary tells, a sentence each, in the order told."""
         parts = []
         if self.reuse:
             parts.append(f"Key reused: {self.reuse[0].headline}.")
@@ -378,12 +388,12 @@ class KeyReport(Report):
                     f"{', '.join(f'`{name}`' for name in inside)} of keys the library made itself, not of a key "
                     "your code handed over twice."
                 )
-        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error and not self.reuse else ""
-        return headline_of(parts) + failed
+        return parts
 
     def document(self):
 
-        sections = []
+        also = self.also_found  # the headline's findings it had no room for, right below it
+        sections = [Section("Also found", [Paragraph(t) for t in also], pinned=True)] if also else []
         for r in self.reuse[:4]:
             facts = [("consumer", f"`{r.consumer}`")]
             if r.index is not None:
