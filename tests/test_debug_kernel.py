@@ -113,6 +113,8 @@ def test_post_mortem_opens_the_debugger_in_the_scan_body_at_iteration_900_and_ev
     assert "Array(5., dtype=float32)" in text
     assert "return lax.scan(body, c0, xs)" in text  # `u` went to the user's caller, not into JAX
     assert "(1000,)" in text
+    # frames named as the notebook names them (issue 53), not by the kernel's file for the cell
+    assert re.search(r"> In \[\d+\], line 2, in body", text) and "ipykernel_" not in text, text[-2000:]
     report, _, _ = converse(kernel, "print(rep.to_dict()['stopped']['line']['code'], rep.interactive)", [])
     assert "y = jnp.log(c - x) True" in report
 
