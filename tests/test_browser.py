@@ -531,3 +531,50 @@ def test_the_debugger_stops_at_the_failing_line_and_reads_commands_typed_in_the_
     finally:
         context.close()
     _check_clean(watch, "the debugger notebook")
+
+
+BREAKPOINT_NOTEBOOK = "breakpoint.ipynb"
+BREAKPOINT_CELLS = [
+    "%load_ext jaxmagic\nimport jax, jax.numpy as jnp",
+    "%%jax_debug\n@jax.jit\ndef halts(x):\n    jax.debug.breakpoint()\n    return x + 1\nhalts(jnp.ones(2))",
+]
+
+
+def test_while_the_breakpoint_waits_the_live_card_says_so_and_how_to_go_on(lab):
+    """Issue 53: at a %%jax_debug breakpoint the cell waits for the user; its live card said "RUNNING 1.0 s" and
+    stood still. It says it waits, where, and that `c` continues; the report replaces it when the cell ends."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in BREAKPOINT_CELLS]
+    nb.metadata["kernelspec"] = {"name": "jaxmagic", "display_name": "Python (jaxmagic)", "language": "python"}
+    nbformat.write(nb, lab.server.root / BREAKPOINT_NOTEBOOK)
+    context, page, watch = _open_page(lab.chromium, lab.server.lab_url(BREAKPOINT_NOTEBOOK))
+    try:
+        _wait_ready(page)
+        for index in range(len(BREAKPOINT_CELLS)):
+            page.evaluate(f"() => {{ {OPEN_NOTEBOOK_JS}.content.activeCellIndex = {index}; }}")
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-cell'); }")
+            if index < len(BREAKPOINT_CELLS) - 1:
+                page.wait_for_function(
+                    f"() => {OPEN_NOTEBOOK_JS}.content.widgets[{index}].model.executionCount !== null "
+                    f"&& {OPEN_NOTEBOOK_JS}.sessionContext.session.kernel.status === 'idle'",
+                    timeout=RUN_TIMEOUT_MS,
+                )
+        page.wait_for_function(JS_STDIN, timeout=RUN_TIMEOUT_MS)
+        page.wait_for_function(
+            f"() => ({JS_CELL_TEXT})(1).includes('Waiting for you at the breakpoint')", timeout=30_000
+        )
+        waiting = page.evaluate(JS_CELL_TEXT, 1)
+        assert "RUNNING" in waiting and "c continues" in waiting and "line 4" in waiting, waiting[-1500:]
+        _shot(page, "8_breakpoint_waiting")
+        _answer(page, "c")
+        page.wait_for_function(
+            f"() => {OPEN_NOTEBOOK_JS}.sessionContext.session.kernel.status === 'idle' && !({JS_STDIN})()",
+            timeout=60_000,
+        )
+        page.wait_for_timeout(500)
+        done = page.evaluate(JS_CELL_TEXT, 1)
+        assert "RUNNING" not in done and "Waiting for you" not in done, done[-1500:]
+        _shot(page, "8_breakpoint_done")
+    finally:
+        context.close()
+    _check_clean(watch, "the breakpoint notebook")

@@ -36,13 +36,11 @@ INTERVAL = 0.5  # at most two refreshes a second
 
 
 def _count_text(counters) -> str:
-    return ", ".join(f"{value:,} {name}" for name, value in counters if value)
+    # "implicit transfers: 1": the counter's name as the probe gives it, never "1 implicit transfers"
+    return ", ".join(f"{name}: {value:,}" for name, value in counters if value)
 
 
-COUNTS_ARE_NOT_FINDINGS = (
-    "what the probes measured so far, not findings: the report says which of them matter (a Python scalar copied "
-    "to the device, a function compiled once, are no problem)."
-)
+COUNTS_ARE_NOT_FINDINGS = "counts so far, not findings: the report says which of them matter."
 
 
 def progress_document(title: str, elapsed: float, snapshot) -> Document:
