@@ -120,7 +120,9 @@ def test_legacy_keys_are_listed_and_followed_by_their_data():
     assert report.legacy[0].line.function == "test_legacy_keys_are_listed_and_followed_by_their_data"
     [draw] = report.repeated_draws
     assert (draw.api, draw.calls, draw.distinct, draw.legacy) == ("normal", 2, 1, True)
-    assert report.status.value == "problem" and "same legacy uint32 key data" in " ".join([report.summary, *report.also_found])
+    assert report.status.value == "problem" and "same legacy uint32 key data" in " ".join(
+        [report.summary, *report.also_found]
+    )
 
 
 # -- shapes from public issue threads: legacy PRNGKey code, eager reuse per epoch -------------
