@@ -272,6 +272,35 @@ def test_breakpoints_read_commands_run_statements_and_quit_stops_the_cell():
     assert "jaxmagic" not in core._debugger_registry
 
 
+def test_end_of_input_at_the_prompt_quits_and_an_interrupt_is_a_keyboard_interrupt(caplog):
+    # In a kernel, input() raises EOFError when the front end sends EOF and KeyboardInterrupt when the kernel
+    # is interrupted; both reached JAX's callback and came out as "JaxRuntimeError: INTERNAL: CpuCallback error"
+    from jaxmagic.probes import ended_by_quit
+
+    def shift(x):
+        y = x + 1.0
+        jax.debug.breakpoint()
+        return y
+
+    def ended(prompt: str) -> str:
+        raise EOFError
+
+    with pytest.raises(Exception) as raised, breakpoints(ask=ended, say=lambda text: None) as report:
+        jax.jit(shift)(jnp.arange(2.0))
+    assert ended_by_quit(raised.value) and report.quit and not report.interrupted
+    assert report.hits[0].commands == ["<end of input>"]
+    assert "quit there (the input ended)" in report.summary
+
+    def interrupted(prompt: str) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), breakpoints(ask=interrupted, say=lambda text: None) as report:
+        jax.jit(shift)(jnp.arange(2.0))
+    assert report.interrupted and not report.quit and report.error == ""
+    assert "interrupted at its prompt" in report.summary
+    assert not [r for r in caplog.records if "callback failed" in r.getMessage()]  # JAX's log of it: kept out
+
+
 CELL_SETUP = """
 import jax, jax.numpy as jnp
 from jax import lax
