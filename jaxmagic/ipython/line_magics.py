@@ -616,6 +616,15 @@ class LineMagics(MagicRunner):
         args = self._parse(self.jax_gather, line)
         if not args.name and not args.values:
             raise UsageError("%jax_gather: name a report (-o NAME of the magic run on every engine) or --values EXPR.")
+        if args.name and not args.name.isidentifier():
+            raise UsageError(
+                f"%jax_gather: {args.name!r} is not a name: give the NAME the magic bound with -o NAME on every engine."
+            )
+        if args.values:
+            try:
+                compile(args.values, "<--values>", "eval")
+            except SyntaxError as error:
+                raise UsageError(f"%jax_gather --values: {args.values!r} is not an expression ({error.msg}).") from None
         view = self._ipyparallel_view(args.view)
         report = probes.gather_from_engines(view, args.name, args.timeout, values=args.values)
         self._publish(report, args)
