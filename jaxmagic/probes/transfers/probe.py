@@ -84,6 +84,8 @@ QUIET_LINES = 1_000
 QUIET_RUNS = 20  # ... once it has run this often since
 
 _GUARD_LINE = re.compile(r"guard_lib\.cc:\d+\] (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$")
+# absl's log prefix: severity, date, time, then the writing thread's native id ("W1205 23:40:47.342555  9920 ")
+_LOG_THREAD = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+(?P<thread>\d+) ")
 _DISALLOWED = re.compile(r"Disallowed (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$", re.MULTILINE)
 
 
@@ -254,6 +256,7 @@ class _GuardLog:
         self._tool: MonitoringTool | None = None
         self._lock = threading.Lock()
         self._thread = threading.get_ident()
+        self._native_thread = threading.get_native_id()  # what JAX's log lines name their writer by
         # (id(code), line) of a user line that called into JAX, which ran a user function (a trace)
         # and returned -> what was seen then: the host values the line passed, the function traced
         self._calls: dict[tuple[int, int], _CallSite] = {}
@@ -347,11 +350,18 @@ class _GuardLog:
         return None
 
     def _handle_line(self, raw: bytes, among: list[SourceLine]) -> None:
-        found = parse_transfer(raw.decode("utf-8", "replace"))
+        text = raw.decode("utf-8", "replace")
+        found = parse_transfer(text)
         if found is None:
             os.write(self._saved, raw)  # not ours: on to the real stderr
             return
         report = self.report
+        writer = _LOG_THREAD.match(text)
+        if writer is not None and int(writer["thread"]) != self._native_thread:
+            # another thread's transfer (its own guard set to log: a data loader, a global setting); the
+            # block's line running meanwhile did not make it
+            report.other_threads += 1
+            return
         report.total += 1
         if among:  # lines had gone quiet: one of them made it
             unsure = (found, tuple((line.filename, line.lineno) for line in among))
