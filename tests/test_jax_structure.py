@@ -280,3 +280,19 @@ def test_the_backend_compile_event_is_recorded_in_cached_compilation_with_the_lo
         monitoring.unregister_event_duration_listener(listener)
     assert printed and printed[-1] is not None, "pxla._cached_compilation no longer holds `computation`"
     assert printed[-1].op_count >= 3 and any("stablehlo.multiply" in op[1] for op in printed[-1].ops)
+
+
+def test_addressable_shards_come_from_a_view_that_shares_the_buffers_and_goes():
+    # jaxlib caches the per-shard arrays of `addressable_shards` on the array asked (`_arrays`, no setter);
+    # compat.addressable_shards asks a second Array over the same buffers (`_rewrap_with_aval_and_sharding`)
+    import gc
+
+    x = jax.numpy.arange(6.0) * 2
+    assert hasattr(x, "_rewrap_with_aval_and_sharding"), "jaxlib's ArrayImpl no longer rewraps"
+    gc.collect()
+    before = len(jax.live_arrays())
+    with compat.addressable_shards(x) as shards:
+        assert len(shards) == 1 and shards[0].data.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()  # no copy
+    gc.collect()
+    assert len(jax.live_arrays()) == before, "the view's per-shard arrays outlived it"
+    assert compat.per_device_bytes(x) == 6 * 4

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import distributed_store
+from jaxmagic._jax import compat, distributed_store
 from jaxmagic.probes.gather.engine_exits import EngineExits, engine_left
 from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.report.source import running_shell
@@ -48,7 +48,8 @@ Dict = dict[str, Any]
 def host_value(leaf) -> np.ndarray:
     """A leaf's value on this process: all of it, or this process's first shard of a global array."""
     if hasattr(leaf, "addressable_shards") and not getattr(leaf, "is_fully_addressable", True):
-        leaf = leaf.addressable_shards[0].data  # replicated: this process's copy
+        with compat.addressable_shards(leaf) as shards:  # never the leaf's own: jaxlib keeps what it makes
+            return np.asarray(shards[0].data)  # replicated: this process's copy
     return np.asarray(leaf)
 
 

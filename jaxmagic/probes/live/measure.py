@@ -431,12 +431,10 @@ def _nbytes(arrays) -> int:
 
 
 def _device_bytes(a) -> int:
-    """Bytes the array's shards take on this process's devices."""
+    """Bytes the array's shards take on this process's devices (from its sharding: asking for its shards
+    would leave jaxlib's per-shard arrays alive with it - ``compat.addressable_shards``)."""
     try:
-        shards = a.addressable_shards
-        if len(shards) <= 1:
-            return _nbytes_one(a)
-        return sum(_nbytes_one(shard.data) for shard in shards)
+        return compat.per_device_bytes(a)
     except Exception:
         return _nbytes_one(a)
 
