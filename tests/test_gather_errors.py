@@ -123,7 +123,9 @@ def test_how_engine_processes_ended_is_read_from_the_cluster_that_started_them(t
     (tmp_path / "engine-2.log").write_text("[IPEngine.2] Completed registration with id 2\n")
     watched = psutil.Process(term.pid)  # as ipyparallel's local launcher keeps it (its thread waits on it)
     try:
-        time.sleep(1.0)  # the TERM handler is installed
+        deadline = time.monotonic() + 30
+        while "registration" not in term_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)  # written once its TERM handler is installed
         term.send_signal(signal.SIGTERM)
         kill.send_signal(signal.SIGKILL)
         watched.wait(30)
