@@ -182,8 +182,8 @@ def measure(program) -> tuple[int, list[LineSize], list[BakedConstant]]:
         size = int(getattr(value, "nbytes", 0) or 0)
         if size:
             key = constant_lines.get(index)
-            line = source_line(*key) if key is not None else None
-            constants.append(BakedConstant(_type_text(value), size, line))
+            used_at = source_line(*key) if key is not None else None
+            constants.append(BakedConstant(_type_text(value), size, used_at))
     constants.sort(key=lambda c: -c.bytes)
     return total, lines, constants
 
@@ -251,7 +251,10 @@ def _loop_around(filename: str, lineno: int) -> str:
     return linecache.getline(filename, loop.lineno).strip().removesuffix(":").strip() if loop is not None else ""
 
 
-def _innermost_loop(node: ast.AST, lineno: int, loop: ast.AST | None) -> ast.AST | None:
+Loop = ast.For | ast.AsyncFor | ast.While
+
+
+def _innermost_loop(node: ast.AST, lineno: int, loop: Loop | None) -> Loop | None:
     for child in ast.iter_child_nodes(node):
         if not isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
             continue  # the line's statement is enough: a loop repeats statements
