@@ -190,6 +190,21 @@ def test_per_example_gradients_are_offered_the_batch_gradient():
     assert batch.peak_after <= program.peak_bytes - B * P * 4 + 64 * 1024  # the arguments stay
 
 
+def test_a_vmap_whose_temporaries_fill_the_peak_is_offered_lax_map_chunks():
+    """The pairwise computation written with vmap materialises every pair at once; jax.lax.map with a
+    batch_size (the chapter's chunking) keeps a chunk of them, compiled at an eighth of the examples."""
+
+    def second_nearest(xj, x):
+        return jnp.sort(jnp.abs(x - xj))[1]
+
+    nearest_v = jax.jit(jax.vmap(second_nearest, in_axes=(0, None)))
+    x = jax.ShapeDtypeStruct((BIG,), jnp.float32)
+    [program] = memory_of_call(nearest_v, (x, x), call="nearest_v(x, x)").programs
+    best = program.offered[0]
+    assert best.kind == "chunk" and best.fits and best.peak_after <= program.peak_bytes / 8 + (1 << 24)
+    assert best.code == f"jax.lax.map(lambda m: second_nearest(m, x), x, batch_size={BIG // 8})"
+
+
 # -- real out-of-memory errors ---------------------------------------------------------------------------
 
 
