@@ -130,7 +130,7 @@ def test_activations_saved_for_the_backward_pass_are_told_and_checkpoint_is_trie
     best = program.offered[0]
     assert best.kind == "checkpoint" and best.code == "_block = jax.checkpoint(_block)"
     assert best.peak_after < program.peak_bytes / 2
-    assert "jax.checkpoint" in report.fix and "compiled" in report.fix
+    assert "jax.checkpoint" in report.fix and "tried by compiling" in report.fix
     # the user's module is untouched: the trial rebound _block in a copy of its globals
     assert _train_step.__wrapped__.__globals__["_block"] is _block
 
@@ -220,7 +220,8 @@ def test_an_error_surfacing_at_a_later_read_is_traced_back_to_the_call():
     assert report.program.buffers[0].made_at.lineno == _line_of(nearest, "jnp.sort(d, axis=0)")
     assert not report.allocator and not report.program.traced_again
     [smaller] = [w for w in report.program.ways_down if w.kind == "smaller_input"]
-    assert smaller.fits and smaller.peak_after < report.capacity.available
+    assert smaller.peak_after < report.program.peak_bytes
+    assert smaller.fits == (smaller.peak_after <= report.capacity.available * 0.9)  # free memory moves: either
     assert "square of the rows" in smaller.how
     assert report.fix.startswith("give `nearest` at most")
     assert report.status.value == "problem"

@@ -251,7 +251,10 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         key = (buffer.made_at.filename, buffer.made_at.function)
         by_function[key] = by_function.get(key, 0) + buffer.bytes
     (filename, name), _ = max(by_function.items(), key=lambda item: item[1])
-    title = f"jax.checkpoint around `{name}` (its activations, {format_bytes(by_function[filename, name])}, are recomputed in the backward pass)"
+    title = f"jax.checkpoint around `{name}`"
+    recomputed = (
+        f"its {format_bytes(by_function[filename, name])} of activations recomputed in the backward pass, not kept"
+    )
     entry = getattr(call.jitted, "__wrapped__", None)
     module_globals = getattr(entry, "__globals__", None)
     layer = module_globals.get(name) if module_globals is not None else None
@@ -285,7 +288,7 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
                 f"{name} = jax.checkpoint({name}{policy_text})",
                 program.peak_bytes,
                 tried.peak_bytes if not tried.problem else None,
-                how=f"compiled `{program.function}` with `{name}` checkpointed",
+                how=f"compiled `{program.function}` with `{name}` checkpointed: {recomputed}",
                 problem=tried.problem,
                 traced_again=True,
             )
