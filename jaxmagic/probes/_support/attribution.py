@@ -34,7 +34,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines_of_stack
+from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line, user_lines_of_stack
 
 __all__ = [
     "Provenance",
@@ -325,14 +325,6 @@ def _root_array(obj):
     return obj
 
 
-def _package_of(filename: str) -> str:
-    path = filename.replace("\\", "/")
-    if "site-packages/" not in path and "dist-packages/" not in path:
-        return ""
-    rest = path.split("site-packages/", 1)[-1] if "site-packages/" in path else path.split("dist-packages/", 1)[-1]
-    return rest.split("/", 1)[0]
-
-
 def allocation_traceback(obj):
     """``tracemalloc``'s frames for ``obj`` (innermost first), or (None, why not)."""
     if not tracemalloc.is_tracing():
@@ -357,10 +349,10 @@ def of_numpy_built(obj) -> Provenance:
     for frame in frames:
         if is_user_file(frame.filename):
             return _made_by(frame, frames)
-        package = _package_of(frame.filename)
+        package = library_calls.package_of(frame.filename)
         if package == "numpy":
             continue  # np.linspace and friends: NumPy's Python code, called by the user's line
-        if package in ("jax", "jaxlib"):
+        if code_kind(frame.filename) == "jax":
             return Provenance(
                 unknown=(
                     "the array JAX keeps is a copy JAX made of it (for example converting float64 to float32), "
