@@ -136,7 +136,7 @@ def test_jax_and_optax_from_a_folder_on_pythonpath_leave_the_users_lines_to_the_
 # A PEP 517/660 build backend kept in the project (``backend-path``), so ``pip install -e`` runs offline:
 # it builds the editable wheel setuptools builds for a src layout (checked here with setuptools 67:
 # ``__editable__.myproj-0.1.pth`` holding the ``src`` folder, and ``myproj.egg-info`` left in ``src``).
-BACKEND = '''
+BACKEND = """
 import base64, hashlib, os, zipfile
 
 NAME, VERSION = "myproj", "0.1"
@@ -175,7 +175,7 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     raise NotImplementedError("editable only")
-'''
+"""
 
 PROJECT_CODE = """
 import jax
@@ -235,12 +235,16 @@ def test_an_editable_install_of_the_users_project_is_the_users_code(tmp_path):
     python = str(venv / "bin" / "python")
     purelib = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     Path(purelib, "shared.pth").write_text(str(_site_packages()) + "\n")
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "-q", "-e", str(project)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if pip.returncode != 0 and "no such option: --python" in pip.stderr:
         pytest.skip("this pip cannot install into another interpreter")

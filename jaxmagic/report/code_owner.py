@@ -45,7 +45,7 @@ def kind_of_file(filename: str) -> str:
     path = os.path.abspath(filename)
     if path.startswith(JAXMAGIC_DIR):
         return "jaxmagic"
-    if path.startswith(_jax_dirs()):
+    if path.startswith(jax_dirs()):
         return "jax"
     if path.startswith(_interpreter_dirs()):
         return "library"
@@ -73,7 +73,7 @@ def module_of_file(filename: str) -> str:
     return ".".join(part for part in parts if part)
 
 
-def _jax_dirs() -> tuple[str, ...]:
+def jax_dirs() -> tuple[str, ...]:
     """The directories of the imported ``jax`` and ``jaxlib`` packages (none before the user imports
     them: then no frame can run their code)."""
     dirs: list[str] = []
