@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxmagic.report.source import code_kind
+
 
 @dataclasses.dataclass
 class LoopCall:
@@ -37,7 +39,7 @@ def loop_call(frames: list[tuple[FrameType, int]], kind: str, function: str) -> 
     found = None
     for frame, _ in frames:
         code = frame.f_code
-        if code.co_name != kind or "/jax/" not in code.co_filename.replace("\\", "/"):
+        if code.co_name != kind or code_kind(code.co_filename) != "jax":
             continue
         try:
             found = _read(kind, frame.f_locals, function) or found

@@ -145,14 +145,14 @@ def _called_library(frames: list, user_index: int) -> str:
         path = filename.replace("\\", "/")
         if path.rsplit("/", 1)[-1] in _DISPATCH_FILES or function.startswith("<"):
             continue
-        if "/jax/" in path:
+        if code_kind(filename) == "jax":
             return public_name(_short_function(function), filename)
         # another library: its public callable the line called, through its decorators and helpers
         return library_calls.library_called(inward[k:])
     return ""
 
 
-def _user_frame_of(traceback) -> tuple[SourceLine | None, str]:
+def user_line_called(traceback) -> tuple[SourceLine | None, str]:
     """(the innermost user line of a JAX traceback, the library function that line called)."""
     frames = compat.traceback_frames(traceback)  # innermost first
     for i, (filename, lineno, function) in enumerate(frames):
@@ -225,7 +225,7 @@ def of_equation(eqn, enclosing: Sequence = (), started: SourceLine | None = None
     """
     line, library = None, ""
     for made in (eqn, *reversed(list(enclosing))):
-        line, library = _user_frame_of(getattr(made.source_info, "traceback", None))
+        line, library = user_line_called(getattr(made.source_info, "traceback", None))
         if line is not None:
             break
     return Provenance(
@@ -422,4 +422,4 @@ def library_called(traceback) -> str:
     """The library function (public name) that the innermost user line of a JAX traceback called;
     "" when it called none. For an equation JAX traced for a backward pass, pass the traceback of
     the forward line it was attributed to."""
-    return _user_frame_of(traceback)[1]
+    return user_line_called(traceback)[1]
