@@ -38,3 +38,53 @@ def test_a_nan_from_logsumexps_derivative_in_a_scan_body_names_logsumexp_not_the
     assert provenance["library_function"] == "jax.nn.logsumexp"  # the same function as jax.scipy.special's
     assert "jax.lax.scan" not in report.summary
     assert "inside `jax.nn.logsumexp`" in report.summary
+
+
+def _pixel_coords(n, scale):
+    pix = jnp.arange(n) - (n - 1) / 2.0
+    return pix * scale
+
+
+def test_a_size_given_to_lax_cond_as_an_operand_is_fixed_by_closing_over_it_tried():
+    """LouisDesdoigts/dLux#260: "It arose in the jnp.arange argument 'stop' ... while tracing the function
+    <lambda> ... for cond" - a pixel grid's size handed to ``lax.cond``'s branches as an operand, so it is
+    traced there though it is a Python number. The branches closing over it is the fix, tried by tracing them."""
+
+    def detector_coords(oversample, npix):
+        return jax.lax.cond(oversample, lambda n: _pixel_coords(n, 0.5), lambda n: _pixel_coords(n, 1.0), npix)
+
+    with pytest.raises(jax.errors.ConcretizationTypeError) as caught:
+        detector_coords(True, 16)
+    report = probes.explain(caught.value)
+    first = report.fixes[0]
+    assert first.use == "jax.lax.cond(oversample, lambda: _pixel_coords(npix, 0.5), lambda: _pixel_coords(npix, 1.0))"
+    assert first.checked.startswith("checked: tracing every branch with `n` as the Python value 16 traces")
+    assert jax.lax.cond(True, lambda: _pixel_coords(16, 0.5), lambda: _pixel_coords(16, 1.0)).shape == (16,)
+
+
+def test_a_switch_whose_branches_need_different_sizes_is_not_offered_the_closure():
+    """Closing over the size leaves branches that return other shapes: ``lax.switch`` cannot join them, so the
+    trial fails and the fix is reported as tried and rejected, not offered."""
+
+    def grid(level, n):
+        return jax.lax.switch(level, [lambda n: jnp.arange(n), lambda n: jnp.arange(2 * n)], n)
+
+    with pytest.raises(jax.errors.ConcretizationTypeError) as caught:
+        grid(0, 4)
+    report = probes.explain(caught.value)
+    assert not any("lambda: jnp.arange(n)" in fix.use for fix in report.fixes)
+    rejected = [fix for fix in report.rejected_fixes if "lax.switch" in fix.use]
+    assert rejected and "return different types" in rejected[0].checked
+
+
+def test_a_size_traced_where_cond_is_called_gets_no_closure_fix():
+    """Under jit the operand is traced where ``lax.cond`` is called: there is no Python value to close over."""
+
+    @jax.jit
+    def detector_coords(oversample, npix):
+        return jax.lax.cond(oversample, lambda n: _pixel_coords(n, 0.5), lambda n: _pixel_coords(n, 1.0), npix)
+
+    with pytest.raises(jax.errors.ConcretizationTypeError) as caught:
+        detector_coords(True, 16)
+    report = probes.explain(caught.value)
+    assert not any("closed over" in fix.use or "lambda: " in fix.use for fix in report.fixes + report.rejected_fixes)
