@@ -88,3 +88,47 @@ def test_a_size_traced_where_cond_is_called_gets_no_closure_fix():
         detector_coords(True, 16)
     report = probes.explain(caught.value)
     assert not any("closed over" in fix.use or "lambda: " in fix.use for fix in report.fixes + report.rejected_fixes)
+
+
+def test_a_numpy_global_baked_into_the_program_is_named_with_the_line_that_made_it(ip):
+    """jax-ml/jax#10596: a global ``pulse = np.random.rand(8000)`` read by the jitted function is a constant
+    of the program. JAX keeps a float32 copy of the float64 array (no allocation record, and not the same
+    object), so it was reported as an array "built while traced" with no line; it is the user's ``pulse``,
+    made in an earlier cell - the latest one that assigned it."""
+    ip.run_cell("import numpy as np", store_history=True)
+    ip.run_cell("pulse = np.random.rand(8000)", store_history=True)
+    ip.run_cell("def spectrum(x):\n    return jnp.fft.fft(pulse * x).real", store_history=True)
+    ip.run_cell("%jax_hlo spectrum(1.0) -o first", store_history=True)
+    ip.run_cell("pulse = np.random.rand(8000) * 2.0", store_history=True)
+    # defined again: a new function traces anew (JAX's trace cache would give the old program, old pulse)
+    ip.run_cell("def spectrum(x):\n    return jnp.fft.fft(pulse * x).real", store_history=True)
+    ip.run_cell("%jax_hlo spectrum(1.0) -o second", store_history=True)
+    for report, code in (
+        (ip.user_ns["first"], "pulse = np.random.rand(8000)"),
+        (ip.user_ns["second"], "pulse = np.random.rand(8000) * 2.0"),
+    ):
+        (constant,) = [c for c in report.constants if c.shape == (8000,)]
+        assert (constant.name, constant.kind) == ("pulse", "global")
+        made = constant.provenance.made_at
+        assert made is not None and made.code == code and made.label.startswith("In [")
+        assert "builds a NumPy array" not in report.summary
+        assert f"`pulse` made at {made.label}:1" in report.summary
+
+
+def test_a_program_traced_before_the_global_changed_is_said_to_hold_its_earlier_value(ip):
+    """The jit cache's other side (jax-ml/jax#10596's global, rebound): the function, unchanged, was traced
+    with the old ``pulse``; ``%jax_hlo`` reads the cached program, whose constant is no longer ``pulse``'s
+    value. It is not "built while traced": a fresh trace of the function holds the current value, so the
+    program holds an earlier one."""
+    ip.run_cell("import numpy as np", store_history=True)
+    ip.run_cell("pulse = np.random.rand(8000)", store_history=True)
+    ip.run_cell("def spectrum(x):\n    return jnp.fft.fft(pulse * x).real", store_history=True)
+    ip.run_cell("%jax_hlo spectrum(1.0)", store_history=True)
+    ip.run_cell("pulse = np.random.rand(8000) * 2.0", store_history=True)
+    ip.run_cell("%jax_hlo spectrum(1.0) -o stale", store_history=True)
+    report = ip.user_ns["stale"]
+    (constant,) = [c for c in report.constants if c.shape == (8000,)]
+    assert (constant.name, constant.earlier) == ("pulse", True)
+    assert constant.provenance.made_at is None
+    assert "holds an earlier value of `pulse` (its current value was assigned at In [" in constant.provenance.unknown
+    assert "builds a NumPy array" not in report.summary and "an earlier value of it" in report.summary

@@ -314,7 +314,7 @@ def of_source_line(
 # the allocation was made by it (directly, or through NumPy), never through JAX.
 
 
-def _root_array(obj):
+def root_array(obj):
     """The NumPy array a view (JAX's ``TypedNdArray`` of a constant is one) was made from."""
     seen = 0
     while seen < 16:
@@ -343,7 +343,7 @@ def of_numpy_built(obj) -> Provenance:
     """The user's line that built a NumPy array (also when ``obj`` is a view of it, such as the
     constant JAX keeps), from ``tracemalloc``; unknown, with the reason, when the array was
     allocated by JAX (a converted copy) or before allocations were recorded."""
-    frames, why = allocation_traceback(_root_array(obj))
+    frames, why = allocation_traceback(root_array(obj))
     if frames is None:
         return Provenance(unknown=why)
     for frame in frames:
