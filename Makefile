@@ -1,9 +1,14 @@
 # Two commands: `make demo` runs every demo notebook headless, `make test` runs
 # the tests (unit tests and headless notebook runs). Both create .venv first.
 # `make notebooks` syncs each demo notebook with its paired source demo_notebooks/NN_*.py.
+# `make docs` builds the documentation site into build/docs/html/ (offline, warnings as errors; the demo
+# notebooks' pages show the executed copies `make demo` left in build/notebooks/). `make dist` builds the
+# wheel and the sdist into dist/.
 PY := .venv/bin/python
+# tests/test_docs.py runs the same command with -E, reading every page again (DOCS_COMMAND there).
+SPHINX := $(PY) -m sphinx -b html -W --keep-going -q -d build/docs/doctrees docs build/docs/html
 
-.PHONY: demo test test-fast bench venv notebooks clean
+.PHONY: demo test test-fast bench venv notebooks docs dist clean
 
 venv:
 	@tools/venv.sh
@@ -21,8 +26,15 @@ test-fast: venv
 notebooks: venv
 	$(PY) tools/sync_notebooks.py
 
+docs: venv
+	$(SPHINX)
+	@echo "The documentation: build/docs/html/index.html"
+
+dist: venv
+	$(PY) -m build --no-isolation --outdir dist .
+
 bench: venv
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf build .venv
+	rm -rf build dist .venv docs/notebooks/*.ipynb docs/magics/_generated

@@ -19,7 +19,7 @@ growth means the 100,000-name search takes about ten times the 10,000-name one
 (a search that compared every name with every array would take a hundred times),
 timed as the thread's CPU time, best of 5, with the collector on. A million names is
 left out: making a million arrays one dispatch at a time takes longer than the budget
-of this benchmark (the search itself takes about 2 s; see the README for the figure).
+of this benchmark (the search itself takes about 2 s; see docs/overhead.md for the figure).
 """
 
 from __future__ import annotations

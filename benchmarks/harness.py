@@ -162,7 +162,7 @@ def table(rows: list[Row]) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    """The results as the README's overhead table: each figure with its min-max over the runs."""
+    """The results as the overhead page's table (docs/overhead.md): each figure with its min-max over the runs."""
     lines = ["| benchmark | median (min-max) | goal | met | how measured |", "|---|---|---|---|---|"]
     for row in rows:
         met = {True: "yes", False: "**no**", None: "-"}[row.meets_goal]

@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
 
     print("\nResults (medians; every ratio is against a baseline measured in this same run):\n")
     print(table(rows))
-    print(f"\nFor the README's overhead table ({machine}; load average at the end {load_average()}):\n")
+    print(f"\nFor the overhead page, docs/overhead.md ({machine}; load average at the end {load_average()}):\n")
     print(markdown_table(rows))
     if crashed:
         print(f"\nbenchmarks that crashed: {', '.join(crashed)}", file=sys.stderr)

@@ -17,7 +17,11 @@
 #   (`debug_cache[0..9]`, `hist['acts'][3]`, `trainer.history[0]`), IPython's output cache
 #   (`Out[12]`, `_`), the traceback of the last error, and the jit cache;
 # * `%%jax_live` runs a cell and reports the arrays it created that are still alive afterwards
-#   (the cell's own displayed result aside), with their holders.
+#   (the cell's own displayed result aside), with their holders;
+# * `%jax_memory CALL` / `%%jax_memory` say **what fills a program's peak, by your line** (XLA's
+#   buffer assignment and live ranges) and try ways down by compiling them (donation, `jax.checkpoint`,
+#   the batch gradient, the largest input that fits); a real out-of-memory error is explained by the
+#   explainer wherever it surfaces.
 #
 # Neither magic keeps an array alive itself: snapshots are ids and weak references, reports hold
 # strings and numbers.
@@ -118,6 +122,135 @@ print(rep_sweep.sweep[-1])
 assert [p.memory.output_bytes for p in rep_mean.sweep] == [P_dim * 4] * 3     # does not grow with B
 assert [p.memory.output_bytes for p in rep_mean.sweep] == [out_b for _, out_b, _, _ in rows]
 
+
+# %% [markdown]
+# ### `%jax_memory`: what fills the peak, and a way down that was tried
+#
+# The totals say *how much*; they do not say *which line*. `%jax_memory CALL` compiles the call once
+# more with XLA's dumps on (never runs it: `ShapeDtypeStruct`s are fine) and reads XLA's live ranges:
+# the buffers live at the peak, each with its shape, the operation and your line that made it, and
+# what it is for - an argument, an output, a temporary, or an activation saved for the backward pass.
+# Then it tries ways down **by compiling** them and shows the new peak beside the old: here the
+# gradient of the mean instead of one gradient per example, and donating `x`, whose buffer the
+# per-example output could take.
+
+# %%
+# %jax_memory per_ex_grad(spec_w, jax.ShapeDtypeStruct((1024, P_dim), jnp.float32), jax.ShapeDtypeStruct((1024,), jnp.float32)) -o rep_mem
+
+# %%
+[prog] = rep_mem.programs
+assert prog.buffers[0].role == "output" and prog.buffers[0].shape == f"f32[1024,{P_dim}]"
+offered = {w.kind: w for w in prog.offered}
+assert offered["batch_gradient"].peak_after < prog.peak_bytes            # compiled, measured, lower
+assert "jnp.mean(jax.vmap(per_example_loss" in offered["batch_gradient"].code
+print(rep_mem.fix)
+
+# %% [markdown]
+# ### A real out-of-memory error, explained
+#
+# Nearest neighbours of 2^17 points by sorting all pairwise distances: the program needs one
+# `f32[131072,131072]` buffer, 64 GiB. On CPU, XLA allocates from the host and raises the same
+# `RESOURCE_EXHAUSTED` error a GPU does - but not on the call: JAX dispatches asynchronously, the call
+# returns at once, and the error surfaces where the result is first read (`print(nn[:3])`). The
+# explainer (on by default) follows the array read back to the call that made it, names the line
+# whose buffer filled the peak, and gives the largest input that fits, found by compiling smaller ones.
+
+# %% tags=["raises-exception"]
+@jax.jit
+def nearest(x):
+    d = jnp.abs(x[:, None] - x[None, :])
+    return jnp.sort(d, axis=0)[1]
+
+nn = nearest(jnp.linspace(0.0, 1.0, 2 ** 17))
+print(nn[:3])
+
+# %%
+err = pop_last_error()
+oom = jaxmagic.probes.explain_out_of_memory(err)      # the explainer's report, kept on the exception
+assert oom.asked == 2**34 * 4 and oom.read == "nn"
+assert oom.program.buffers[0].shape == "f32[131072,131072]" and oom.program.buffers[0].operation == "sort"
+assert "jnp.sort(d, axis=0)" in oom.program.buffers[0].made_at.code
+[smaller] = [w for w in oom.program.offered if w.kind == "smaller_input"]
+assert smaller.fits and "square of the rows" in smaller.how
+del err, nn
+
+# %% [markdown]
+# **Where the chapter's table is not right for JAX 0.12 on CPU.** The quick reference lists
+# `memory_analysis()` as giving the peak bytes. Its `peak_memory_in_bytes` leaves the temporaries out on
+# this backend: for the program above it says about 1 MiB while its temporaries are 64 GiB. The peak
+# `%jax_memory` shows is XLA's own, from the live ranges of the buffers.
+
+# %%
+ma = nearest.lower(jax.ShapeDtypeStruct((2**17,), jnp.float32)).compile().memory_analysis()
+print(f"peak_memory_in_bytes {ma.peak_memory_in_bytes / 2**20:.1f} MiB | temp_size_in_bytes {ma.temp_size_in_bytes / 2**30:.0f} GiB")
+assert ma.peak_memory_in_bytes < 2**21 and ma.temp_size_in_bytes == 2**36
+
+# %% [markdown]
+# ### Activations kept for the backward pass: `jax.checkpoint`, tried
+#
+# Under `jax.grad`, every intermediate the backward pass needs is kept until it is used. In a stack of
+# MLP blocks with a 4x hidden layer, those hidden activations fill the peak. `%%jax_memory` runs the
+# cell as it is, measures each jitted program it ran, and tries `jax.checkpoint` around the function
+# whose activations fill the peak (in a copy of the module's globals: nothing of yours changes; your
+# function is traced again, and the report says so) - with and without a policy that keeps the
+# matrix products.
+
+# %%
+def block(p, x):
+    h = jax.nn.gelu(x @ p["w1"])
+    return x + h @ p["w2"]
+
+def loss(params, x):
+    for p in params:
+        x = block(p, x)
+    return jnp.mean(x ** 2)
+
+@jax.jit
+def train_step(params, x):
+    grads = jax.grad(loss)(params, x)
+    return jax.tree.map(lambda a, g: a - 0.01 * g, params, grads)
+
+ks = jax.random.split(jax.random.key(0), 12)
+params = [{"w1": jax.random.normal(ks[2 * i], (128, 512)) * 0.05,
+           "w2": jax.random.normal(ks[2 * i + 1], (512, 128)) * 0.05} for i in range(6)]
+xb = jax.random.normal(jax.random.key(1), (2048, 128))
+
+# %%
+# %%jax_memory -o rep_step
+params = train_step(params, xb)
+
+# %%
+[prog] = rep_step.programs
+saved = sum(b.bytes for b in prog.buffers if b.role == "saved for the backward pass")
+assert saved > prog.peak_bytes / 2                        # activations fill the peak
+best = prog.offered[0]
+assert best.kind == "checkpoint" and best.code == "block = jax.checkpoint(block)"
+assert best.peak_after < prog.peak_bytes / 2 and best.traced_again
+
+# %% [markdown]
+# ### Exercise: donate what the update replaces
+#
+# An optimizer update makes new parameters as large as the old ones; without donation both are alive
+# at the peak. Measure `update`, take the way down it offers, and measure again.
+
+# %%
+def update(params, grads):
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+big = {"w": jax.ShapeDtypeStruct((2048, 2048), jnp.float32), "b": jax.ShapeDtypeStruct((2048,), jnp.float32)}
+
+# %%
+# %jax_memory jax.jit(update)(big, big) -o rep_upd
+
+# %%
+[prog] = rep_upd.programs
+[donate] = [w for w in prog.offered if w.kind == "donate"]
+print(donate.title, "->", donate.effect)
+update_donated = jax.jit(update, donate_argnums=(0, 1))       # the way down it offered
+after = jaxmagic.probes.memory_of_call(update_donated, (big, big)).programs[0]
+assert after.peak_bytes == donate.peak_after < prog.peak_bytes
+assert not [w for w in after.offered if w.kind == "donate"]   # nothing left to donate
+del rep_mem, rep_step, rep_upd, prog, best, after, params, xb, ks
 
 # %% [markdown]
 # ## 7.2 `jax.profiler.save_device_memory_profile`: who allocated the memory

@@ -28,6 +28,8 @@ _FILE_MARKS = {
     "test_section9_script.py": "kernel",
     "test_sharding.py": "kernel",  # its scenarios run in fresh processes with 64 fake devices
     "test_collectives.py": "kernel",  # its scenarios run in a fresh process with 8 fake devices
+    "test_docs.py": "kernel",  # builds the docs in a fresh process (its Chromium test is marked browser too)
+    "test_wheel.py": "kernel",  # builds the wheel and runs it in a fresh environment
     "test_gather.py": "cluster",
     "test_soak.py": "slow",
     "test_types.py": "slow",  # mypy over the package

@@ -357,7 +357,7 @@ def _report_shots(page, theme: str, width: int = VIEWPORT["width"]) -> None:
     """One picture per report cell as JupyterLab shows it, in build/browser/<theme>/.
 
     With JAXMAGIC_UPDATE_SCREENSHOTS=1 the finding cells' pictures are also
-    written to docs/img/lab_<magic>_<theme>.png, the README's light and dark views.
+    written to docs/img/lab_<magic>_<theme>.png, the light and dark views of docs/guides/reports.md.
     """
     folder = SHOTS / theme
     folder.mkdir(parents=True, exist_ok=True)

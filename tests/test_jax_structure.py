@@ -304,3 +304,32 @@ def test_the_backend_compile_event_is_recorded_in_cached_compilation_with_the_lo
         monitoring.unregister_event_duration_listener(listener)
     assert printed and printed[-1] is not None, "pxla._cached_compilation no longer holds `computation`"
     assert printed[-1].op_count >= 3 and any("stablehlo.multiply" in op[1] for op in printed[-1].ops)
+
+
+def test_transformations_are_read_back_from_jaxs_wrappers():
+    """vmap_f keeps in_axes/out_axes and the mapped function, grad_f its value_and_grad_f, which keeps the
+    differentiated function and argnums (the memory probe's batch gradient and lax.map chunks read them)."""
+    from jaxmagic._jax.transform_chain import per_example_gradient, vmapped
+
+    def loss(w, x):
+        return (x @ w) ** 2
+
+    per_example = jax.jit(jax.vmap(jax.grad(loss, argnums=0), in_axes=(None, 0)))
+    read = per_example_gradient(per_example)
+    assert read is not None and read.function is loss and read.in_axes == (None, 0) and read.argnums == 0
+    mapped = vmapped(jax.jit(jax.vmap(loss, in_axes=(None, 0), out_axes=0)))
+    assert mapped is not None and mapped.function is loss and mapped.in_axes == (None, 0) and mapped.out_axes == 0
+    assert per_example_gradient(jax.jit(loss)) is None and vmapped(jax.jit(loss)) is None
+
+
+def test_a_compilation_dumps_its_buffer_assignment_and_live_ranges():
+    """compiler_options={"xla_dump_to": ...} per compilation writes the optimized module, the buffer assignment
+    and the live ranges with a peak section (the memory probe reads the three)."""
+    from jaxmagic._jax.compile_dumps import compile_with_memory_dumps
+
+    lowered = jax.jit(lambda x: jax.numpy.outer(x, x).sum(axis=0)).trace(jax.ShapeDtypeStruct((64,), "float32")).lower()
+    compiled, dumps = compile_with_memory_dumps(lowered)
+    assert dumps.hlo.startswith("HloModule")
+    assert "allocation 0: size" in dumps.buffer_assignment and " value: <" in dumps.buffer_assignment
+    assert "(peak):" in dumps.live_range
+    assert compiled.memory_analysis() is not None

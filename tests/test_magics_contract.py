@@ -220,6 +220,13 @@ EXAMPLES = {
         interrupt="%%jax_live -o {out}\nraise KeyboardInterrupt",
         bad_option="%jax_live --bogus",
     ),
+    "jax_memory": MagicExample(  # a line and a cell magic: the line form for ok, the cell form in the others
+        ok="%jax_memory f_ok(jnp.ones(3)) -o {out}",
+        raising="%%jax_memory -o {out}\njax.jit(f_ok)(jnp.ones(5))\nraise ValueError(EVIL)",
+        interrupt="%%jax_memory -o {out}\njax.jit(f_ok)(jnp.ones(2))\nraise KeyboardInterrupt",
+        bad_option="%jax_memory f_ok(jnp.ones(3)) --bogus",
+        malformed="%jax_memory f_ok(jnp.ones(3)",
+    ),
     "jax_gather": MagicExample(
         ok="%jax_gather rep_g --view local_view -o {out}",
         raising="%jax_gather rep_g --view local_view -o {out}\nraise ValueError(EVIL)",

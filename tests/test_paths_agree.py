@@ -398,7 +398,7 @@ def test_a_numpy_batch_every_step_is_the_same_headline_line_and_fix_on_every_pat
 
 def test_two_functions_of_one_name_given_numpy_arrays_are_two_findings_on_every_path(shell):
     """Two jitted lambdas (one name, `<lambda>`) each given a NumPy array from their own line: their calls
-    were added up into one finding at the first one's line (the README's `f_tg` and `step_on`)."""
+    were added up into one finding at the first one's line (the `f_tg` and `step_on` of docs/magics/jax_transfers.md)."""
     setup = "import numpy as np\nagree_f_tg = jax.jit(lambda x: x * 2)\nagree_step_on = jax.jit(lambda x: x + 1)\n"
     cell = (
         "for i in range(10):\n    agree_f_tg(np.ones(3, np.float32))\n"

@@ -1,4 +1,4 @@
-"""Screenshot jaxmagic's HTML reports for the README and for review by eye.
+"""Screenshot jaxmagic's HTML reports for the documentation (docs/magics/) and for review by eye.
 
 Runs real buggy JAX code through the magics in an in-process IPython shell
 (the same path a notebook takes: ``%%jax_nans -o NAME``, ``%jax_check -o NAME``),

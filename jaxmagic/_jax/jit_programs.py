@@ -55,7 +55,9 @@ class CompiledProgram:
 
 
 @dataclasses.dataclass
-class _Call:
+class CapturedCall:
+    """A jitted call the block made: arrays as ``jax.ShapeDtypeStruct``s, other arguments as given."""
+
     function: Any  # the jitted callable (held until the block ends)
     args: tuple
     kwargs: dict
@@ -71,7 +73,7 @@ class ProgramCapture:
 
     def __init__(self):
         self.available = False
-        self._calls: dict[tuple, _Call] = {}
+        self._calls: dict[tuple, CapturedCall] = {}
         self._cleared: dict[int, Any] = {}
         self._user: dict[str, bool] = {}
         self._pending: tuple | None = None
@@ -159,9 +161,19 @@ class ProgramCapture:
         if key in self._calls:
             return
         spec_args, spec_kwargs = jax.tree_util.tree_unflatten(treedef, specs)
-        self._calls[key] = _Call(function, tuple(spec_args), dict(spec_kwargs), _user_site(frame))
+        self._calls[key] = CapturedCall(function, tuple(spec_args), dict(spec_kwargs), _user_site(frame))
 
     # -- after the block -------------------------------------------------------
+
+    @property
+    def seen(self) -> int:
+        """How many distinct calls were captured so far (read by a live view's thread)."""
+        return len(self._calls)
+
+    def captured_calls(self) -> list[CapturedCall]:
+        """The distinct calls seen (function and signature), in the order first made; then forgets them."""
+        calls, self._calls = list(self._calls.values()), {}
+        return calls
 
     def programs(self) -> list[CompiledProgram]:
         """Lower and compile each captured call again (from JAX's caches); then forget the calls."""

@@ -63,7 +63,12 @@ class WatchHook:
         view, self.live_view = self.live_view, None
         if view is not None:
             view.stop()
-        findings = self.watch.end_cell(f"In [{count}]" if count is not None else None, self._history())
+        findings = self.watch.end_cell(
+            f"In [{count}]" if count is not None else None,
+            self._history(),
+            error=getattr(result, "error_in_exec", None),
+            namespace=self.shell.user_ns,
+        )
         if findings.findings or view is not None and view.handle is not None:
             try:
                 from jaxmagic.ipython.show_report import display_report  # deferred: renderers load on first use

@@ -33,6 +33,7 @@ from jaxmagic.probes.hlo import run_call as run_hlo_call
 from jaxmagic.probes.keys import KeyReport, keys
 from jaxmagic.probes.leaks import LeakReport, leaks
 from jaxmagic.probes.live import LiveReport, live, live_diff
+from jaxmagic.probes.memory import MemoryReport, OutOfMemoryReport, explain_out_of_memory, memory, memory_of_call
 from jaxmagic.probes.nans import NanReport, nans
 from jaxmagic.probes.per_device import PerDeviceReport, per_device
 from jaxmagic.probes.prints import PrintReport, prints
@@ -79,6 +80,11 @@ __all__ = [
     "UnexplainedErrorReport",
     "leaks",
     "LeakReport",
+    "memory",
+    "memory_of_call",
+    "explain_out_of_memory",
+    "MemoryReport",
+    "OutOfMemoryReport",
     # compilation and speed (section 5)
     "compiles",
     "CompileReport",

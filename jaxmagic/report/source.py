@@ -221,6 +221,16 @@ def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[So
     ]
 
 
+def user_tracebacks(tb: TracebackType | None) -> list[TracebackType]:
+    """The entries of a traceback whose frames run the user's code, outermost first (with their frames)."""
+    found = []
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found.append(tb)
+        tb = tb.tb_next
+    return found
+
+
 def first_library_function(tb: TracebackType | None) -> str:
     """Name of the first non-user function called from the innermost user frame.
 

@@ -16,6 +16,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.explained import mark_explained
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.nonfinite import bindings, nonfinite_rebound
 from jaxmagic.probes._support.nan.watch import NanWatch
@@ -30,6 +31,7 @@ from jaxmagic.probes.doctor.report import (
 from jaxmagic.probes.keys import keys
 from jaxmagic.probes.leaks import leaks
 from jaxmagic.probes.live import live
+from jaxmagic.probes.memory import explain_out_of_memory, is_out_of_memory
 from jaxmagic.probes.nans.sighting import explain_nan_sighting
 from jaxmagic.probes.transfers import transfers
 from jaxmagic.report.wording import error_line
@@ -93,6 +95,10 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
             yield report
     except BaseException as error:
         report.other_error = error_line(error)
+        if is_out_of_memory(error):  # explained after every probe is off: its trials compile, nothing runs
+            report.memory = explain_out_of_memory(error, namespace)
+            if report.memory is not None:
+                mark_explained(error, report.memory)  # the doctor's finding tells it: no second report
         raise
     finally:
         if host is not None:

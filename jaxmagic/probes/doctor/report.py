@@ -15,6 +15,7 @@ from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import key_findings
+from jaxmagic.probes.memory.report import out_of_memory_finding
 from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
@@ -29,6 +30,7 @@ LIVE_PILE_UP = 10  # arrays of one shape left alive by the cell from which they 
 AREAS = {  # probe -> (rank, area, the magic to run next)
     "nans": (1, "NaN", "%%jax_nans"),
     "leaks": (2, "tracer leak", "%%jax_leaks"),
+    "memory": (2, "out of memory", "%%jax_memory"),  # explained when the cell runs out; never skipped
     "compiles": (3, "recompilation", "%%jax_compiles"),
     "transfers": (4, "implicit transfers", "%%jax_transfers --mode disallow"),
     "live": (5, "arrays piling up", "%%jax_live"),
@@ -81,6 +83,7 @@ class DoctorReport(Report):
     keys: object = None  # KeyReport
     transfers: object = None  # TransferReport
     live: object = None  # LiveReport (a snapshot, taken only when arrays piled up)
+    memory: object = None  # OutOfMemoryReport, when the cell ran out of memory
     live_growth: dict = dataclasses.field(default_factory=dict)  # "float32[32, 16]" -> arrays added by the cell
     host_arguments: list = dataclasses.field(default_factory=list)  # HostArgumentUse: NumPy arrays given to jit
     other_error: str = ""
@@ -345,6 +348,14 @@ def _leaf_path(name: str) -> str:
     return f"{callee}(...){match.group(4)}"
 
 
+def _memory_findings(report: DoctorReport) -> list[Finding]:
+    """The cell ran out of memory: the finding in the words the explainer uses (``out_of_memory_finding``)."""
+    if report.memory is None:
+        return []
+    told = out_of_memory_finding(report.memory)
+    return [_finding("memory", told.title, short=told.short, evidence=told.evidence, line=told.line, fix=told.fix)]
+
+
 def _leak_findings(report: DoctorReport) -> list[Finding]:
     """The leak, with %%jax_leaks' own headline, line and fix (``LeakReport.line`` and ``.fix``)."""
     leaks = report.leaks
@@ -463,6 +474,7 @@ def rank_findings(report: DoctorReport) -> list[Finding]:
     found = []
     for collect in (
         _nan_findings,
+        _memory_findings,
         _leak_findings,
         _compile_findings,
         _transfer_findings,

@@ -34,6 +34,7 @@ from jaxmagic.probes.explain.program_fixes import fit_static_fixes
 from jaxmagic.probes.explain.report import TracerErrorReport, UnexplainedErrorReport
 from jaxmagic.probes.explain.unhashable_static import explain_unhashable_static, is_unhashable_static
 from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
+from jaxmagic.probes.memory import explain_out_of_memory, is_out_of_memory
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
@@ -319,7 +320,10 @@ def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: 
 
 
 def explain_any(error: BaseException, namespace: dict | None = None) -> Report | None:
-    """A report for any error the explainer knows: tracer errors, and JAX's "Leaked trace" errors."""
+    """A report for any error the explainer knows: tracer errors, JAX's "Leaked trace" errors, a value jit
+    cannot take, and running out of memory (``probes.memory``)."""
+    if is_out_of_memory(error):
+        return explain_out_of_memory(error, namespace)
     if text.is_leak_message(message_of(error)):
         return explain_leak(error, namespace)
     if is_non_array_argument(error):

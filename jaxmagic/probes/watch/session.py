@@ -32,6 +32,8 @@ from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_agai
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import key_findings, keys
+from jaxmagic.probes.memory import explain_out_of_memory, is_out_of_memory
+from jaxmagic.probes.memory.report import out_of_memory_finding
 from jaxmagic.probes.nans.sighting import (
     debug_step,
     explain_nan_sighting,
@@ -163,10 +165,14 @@ class Watch:
             return
         self._stack = stack
 
-    def end_cell(self, label: str | None = None, held=()) -> CellFindings:
+    def end_cell(
+        self, label: str | None = None, held=(), error: BaseException | None = None, namespace=None
+    ) -> CellFindings:
         """Switch everything off again; the cell's new findings (none: a clean cell). Never raises.
 
-        ``label`` names the cell, when known only now (IPython numbers a cell as it ends).
+        ``label`` names the cell, when known only now (IPython numbers a cell as it ends). ``error``: the
+        exception the cell raised; an out-of-memory error is explained (``namespace``, the user's variables,
+        names what holds memory) - the watch pays nothing for it until a cell fails.
         """
         if label:
             self._cell = label
@@ -192,6 +198,10 @@ class Watch:
             (self._transfer_findings, hosts),
             (self._key_findings, keys),
             (self._memory_findings, True if "memory" in self.log.areas and self._count_due() else None),
+            (
+                self._out_of_memory_findings,
+                (error, namespace) if "memory" in self.log.areas and error is not None else None,
+            ),
         ):
             if sub is None:
                 continue
@@ -388,6 +398,25 @@ class Watch:
             self._counts_in_consecutive_cells &= self._cells_since_count == 1
             self._cells_since_count = 0
         return due
+
+    def _out_of_memory_findings(self, failure) -> list[WatchFinding]:
+        error, namespace = failure
+        if not is_out_of_memory(error):
+            return []
+        report = explain_out_of_memory(error, namespace)
+        if report is None:
+            return []
+        told = out_of_memory_finding(report)
+        return self._new(
+            ("out of memory", told.function, told.line and (told.line.filename, told.line.lineno)),
+            area="memory",
+            headline=told.title,
+            function=told.function,
+            line=told.line,
+            details=told.evidence,
+            fix=told.fix,
+            next_magic="%%jax_memory",
+        )
 
     def _memory_findings(self, _) -> list[WatchFinding]:
 

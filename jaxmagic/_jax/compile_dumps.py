@@ -1,0 +1,63 @@
+"""Compile a lowered program once more with XLA's dumps on, for what it says about memory.
+
+XLA decides which buffers exist and when each is live while it compiles (buffer assignment over the
+scheduled program); JAX's public API gives only the totals of that (``memory_analysis()``). XLA writes
+the whole of it when its debug option ``xla_dump_to`` is set, and JAX passes debug options per
+compilation (``Lowered.compile(compiler_options=...)``): no global flag is touched, the user's own
+executables are not recompiled, and the dumps go to a temporary folder read and removed at once.
+
+What is read (CPU, XLA of jaxlib 0.12.0.1; file names end in these suffixes, prefixed by
+``module_NNNN.<module>.<platform>_after_optimizations``):
+
+* ``.txt`` - the optimized module, with its instructions' metadata (``op_name`` and stack frames);
+* ``-buffer-assignment.txt`` - every allocation: size, kind (parameter N, maybe-live-out, temp) and values;
+* ``-live-range.txt`` - the schedule, each buffer's live range and the buffers live at the peak.
+
+A platform whose XLA writes no live-range file still gives the allocations; the reader says what it lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Any
+
+
+@dataclasses.dataclass
+class MemoryDumps:
+    """The texts XLA wrote for one compilation ("" for a file it did not write)."""
+
+    hlo: str = ""
+    buffer_assignment: str = ""
+    live_range: str = ""
+
+
+_SUFFIXES = {
+    "after_optimizations.txt": "hlo",
+    "after_optimizations-buffer-assignment.txt": "buffer_assignment",
+    "after_optimizations-live-range.txt": "live_range",
+}
+
+
+def compile_with_memory_dumps(lowered: Any) -> tuple[Any, MemoryDumps]:
+    """``lowered.compile()`` with XLA's dumps written, read and removed: (the Compiled, the texts)."""
+    folder = tempfile.mkdtemp(prefix="jaxmagic-xla-")
+    try:
+        compiled = lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
+        return compiled, read_memory_dumps(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_memory_dumps(folder: str) -> MemoryDumps:
+    """The texts of the last module dumped in ``folder`` (one compilation writes one module; a program
+    that calls others writes its own module last)."""
+    dumps = MemoryDumps()
+    for name in sorted(os.listdir(folder)):
+        for suffix, field in _SUFFIXES.items():
+            if name.endswith(suffix):
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as file:
+                    setattr(dumps, field, file.read())
+    return dumps
