@@ -126,7 +126,8 @@ def _installed_in(folder: str) -> frozenset[str] | None:
     name, a module's file name); None when the folder holds no distribution; empty when one of them
     lists no files (then all of the folder is installed code)."""
     try:
-        entries = [entry.name for entry in os.scandir(folder) if entry.is_dir()]
+        with os.scandir(folder) as listing:
+            entries = [entry.name for entry in listing if entry.is_dir()]
     except OSError:
         return None
     metadata = [

@@ -34,13 +34,13 @@ def last_assignment(name: str, module_globals: dict) -> SourceLine | None:
                 found += [(int(number[1]), line, filename) for line in _bindings(filename, name)]
         if not found:
             return None
-        _, line, filename = max(found)
-        return source_line(filename, line, "<module>")
-    filename = module_globals.get("__file__")
-    if not isinstance(filename, str) or not is_user_file(filename):
+        _, line, cell = max(found)
+        return source_line(cell, line, "<module>")
+    module_file = module_globals.get("__file__")
+    if not isinstance(module_file, str) or not is_user_file(module_file):
         return None
-    lines = _bindings(filename, name)
-    return source_line(filename, lines[-1], "<module>") if lines else None
+    lines = _bindings(module_file, name)
+    return source_line(module_file, lines[-1], "<module>") if lines else None
 
 
 def _bindings(filename: str, name: str) -> list[int]:

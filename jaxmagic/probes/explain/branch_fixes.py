@@ -84,8 +84,9 @@ def _rewritten(found, kind: str, argument: str, index: int) -> str:
     first = 3 if kind == "cond" else 2
     if len(call.args) != first + len(found.operands) or any(isinstance(a, ast.Starred) for a in call.args):
         return ""
-    branches = call.args[1:3] if kind == "cond" else getattr(call.args[1], "elts", [])
-    if not branches or not all(isinstance(b, ast.Lambda) and len(b.args.args) > index for b in branches):
+    written = call.args[1:3] if kind == "cond" else getattr(call.args[1], "elts", [])
+    branches = [b for b in written if isinstance(b, ast.Lambda) and len(b.args.args) > index]
+    if not branches or len(branches) != len(written):
         return ""
     operand = call.args[first + index]
     if not isinstance(operand, (ast.Name, ast.Attribute, ast.Constant)):
