@@ -352,3 +352,13 @@ def test_jax_is_jax_and_jaxmagic_is_jaxmagic_wherever_they_lie():
     assert code_owner.module_of_file(jax.numpy.__file__) == "jax.numpy"
     assert code_owner.module_of_file(os.__file__) == ""  # the standard library has no package to name
     assert code_owner.kind_of_file(os.__file__) == "library"
+
+
+def test_a_package_installed_into_the_folder_while_the_kernel_runs_is_seen(tmp_path, on_path):
+    """``!pip install --target deps optax`` in a running notebook: the folder's metadata is read again."""
+    deps = tmp_path / "deps"
+    library_file = _file(deps / "mylib" / "core.py")
+    on_path(deps)
+    assert code_owner.kind_of_file(library_file) == "user"  # nothing installed it yet
+    _dist_info(deps, "mylib", ["mylib/core.py,sha256=x,1"])
+    assert code_owner.kind_of_file(library_file) == "library"

@@ -115,16 +115,22 @@ def import_folder(path: str) -> str:
 
 def _installed_here(folder: str, top: str) -> bool:
     """Whether ``top`` (a top-level package's directory or a module's file name) in ``folder`` is an
-    installed distribution's."""
-    listed = _installed_in(folder)
+    installed distribution's. The folder's metadata is read again when the folder changed (an install
+    into it while the kernel runs): one ``stat`` per file name judged."""
+    try:
+        changed = os.stat(folder).st_mtime_ns
+    except OSError:
+        return False
+    listed = _installed_in(folder, changed)
     return listed is not None and (not listed or top in listed)
 
 
 @functools.lru_cache(maxsize=256)
-def _installed_in(folder: str) -> frozenset[str] | None:
+def _installed_in(folder: str, changed: int = 0) -> frozenset[str] | None:
     """The top-level names the distributions installed in ``folder`` list (a package's directory
     name, a module's file name); None when the folder holds no distribution; empty when one of them
-    lists no files (then all of the folder is installed code)."""
+    lists no files (then all of the folder is installed code). ``changed``: the folder's modification
+    time, part of the cache key only."""
     try:
         with os.scandir(folder) as listing:
             entries = [entry.name for entry in listing if entry.is_dir()]
