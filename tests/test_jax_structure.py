@@ -177,6 +177,30 @@ def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
     assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0
 
 
+def test_cond_and_switch_frames_keep_their_branches_and_operands():
+    # _jax/loop_call.branch_call reads JAX's cond frame (true_fun, false_fun, operands) and switch's
+    # (branches, operands), and the line that called them
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxmagic._jax.loop_call import branch_call
+    from jaxmagic._jax.transform_stack import stack_at_raise
+
+    def yes(n):
+        return jnp.arange(n)
+
+    for kind, call in (
+        ("cond", lambda: lax.cond(True, yes, lambda n: jnp.zeros(n), 3)),
+        ("switch", lambda: lax.switch(0, [yes, lambda n: jnp.zeros(n)], 3)),
+    ):
+        try:
+            call()
+        except Exception as error:  # a ConcretizationTypeError from jnp.arange of the traced operand
+            found = branch_call(stack_at_raise(error), kind, "yes")
+        assert found is not None, kind
+        assert found.operands == (3,) and yes in found.branches and found.called_at is not None
+
+
 def test_top_level_check_agrees_with_jax_own_trace_state_clean():
     # The fast check reads the states core.trace_state_clean reads (issue 44): it must answer the same
     # at the top level, inside jit, grad and vmap traces, and under an axis name (a pmap/shard_map axis).

@@ -10,7 +10,7 @@ from types import FrameType
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, prng_checks
-from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support import attribution, call_names
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
@@ -63,8 +63,14 @@ class KeyWatch(jit_calls.CallObserver):
             with self.lock:
                 flow = self.flows.get(key)
                 if flow is None:
-                    argument = argument_name(params, index) or f"argument {index}"
                     caller, lineno = call_site()
+                    through = call_names.user_call(caller) if caller is not None else None  # a library's wrapper
+                    argument = (
+                        (through.name_of(value) if through is not None else "")
+                        or argument_name(params, index)
+                        or f"argument {index}"
+                    )
+                    del through
                     line = line_of(caller, lineno)
                     flow = self.flows[key] = KeyFlow(
                         name,
