@@ -364,8 +364,9 @@ class _GuardLog:
             return
         report.total += 1
         if among:  # lines had gone quiet: one of them made it
-            unsure = (found, tuple((line.filename, line.lineno) for line in among))
-            group = self._groups.get(unsure)
+            place = tuple((line.filename, line.lineno) for line in among)
+            unsure = (found, place)
+            group = self._groups.get(unsure) or self._same_kind(found, place)
             if group is not None:
                 group.count += 1
             elif len(self._groups) < MAX_GROUPS:
@@ -373,15 +374,11 @@ class _GuardLog:
                 group.provenance = Provenance(unknown=_QUIET_UNKNOWN)
                 report.transfers.append(group)
             return
-        if not found[1]:
-            # JAX's C++ fast path does not describe the value; on a line with one kind of transfer
-            # described earlier (the first, slower call), it is that kind again.
-            current = self._current()
-            described = [g for (f, line), g in self._groups.items() if line == current and f[0] == found[0] and f[1]]
-            if len(described) == 1:
-                described[0].count += 1
-                return
         current = self._current()
+        described = self._same_kind(found, current)
+        if described is not None:
+            described.count += 1
+            return
         key = (found, current)
         group = self._groups.get(key)
         if group is not None:
@@ -391,6 +388,15 @@ class _GuardLog:
             group = self._groups[key] = Transfer(found[0], found[1], line)
             self._describe(group)
             report.transfers.append(group)
+
+    def _same_kind(self, found: tuple[str, str], place) -> Transfer | None:
+        """The group an undescribed copy belongs to: JAX's C++ fast path does not describe the value, so at a
+        place (a line, or the lines one of which made it) with one kind of copy described by a slower call
+        (the first), it is that kind again."""
+        if found[1]:
+            return None
+        described = [g for (f, where), g in self._groups.items() if where == place and f[0] == found[0] and f[1]]
+        return described[0] if len(described) == 1 else None
 
     def _describe(self, group: Transfer) -> None:
         """The argument, traced function and provenance of a new group (at most MAX_GROUPS times)."""
