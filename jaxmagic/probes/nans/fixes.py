@@ -357,7 +357,12 @@ def _derivative_overflow_fix(report: NanReport, p: NanProducer) -> str:
     if choice.offered is None:
         outcome = trial.call_result if trial.tried else trial.result
         return f"{said} Computing that line in float32 (`{trial.code}`) is not offered. {where}: {outcome}."
-    cast = "; its gradient comes back in " + half + " through the cast" if ".astype(" in trial.code else ""
+    cast = f"; its gradient comes back in {half} through the cast"
+    if trial.code == "v.astype(jnp.float32)":  # the line names no single value to cast: said in words
+        return (
+            f"{said} Compute that line in float32 - `v.astype(jnp.float32)` for each {half} value `v` given to "
+            f"`{line}`{cast}. {where}: its outputs finite."
+        )
     return f"{said} Compute that line in float32: `{trial.code}`{cast}. {where}: its outputs finite."
 
 
