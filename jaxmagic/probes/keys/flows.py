@@ -54,6 +54,7 @@ class KeyWatch(jit_calls.CallObserver):
         # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
         self.draw_findings: dict[tuple, SharedKeyDraw | LoopKeyDraw | ConstantKeyDraw] = {}
         self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
+        self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
@@ -94,7 +95,8 @@ class KeyWatch(jit_calls.CallObserver):
                 seen = self.seen[key]
                 if fingerprint in seen:
                     seen[fingerprint][1] += 1
-                    if not flow.fix and any(dropped.get(j) for j in with_data):
+                    if key not in self.state_asked and any(dropped.get(j) for j in with_data):
+                        self.state_asked.add(key)  # asked once per argument: its holder does not change
                         flow.fix = self._library_state_fix(name, value, [args[j] for j in with_data if dropped.get(j)])
                 elif len(seen) < MAX_FLOW_VALUES:
                     seen[fingerprint] = [shown, 1]
