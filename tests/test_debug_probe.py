@@ -593,3 +593,39 @@ def test_a_derivative_nan_in_a_train_step_that_takes_the_gradient_itself_stops_b
     assert data["stopped"]["line"]["code"].startswith("return jnp.linalg.norm(jax.vmap(model)(x) - y")
     assert any("derivative JAX computed" in note for note in data["notes"])
     session.release()
+
+
+def per_example_distance(p, x):
+    d = x - p
+    return jnp.linalg.norm(d)  # element 1: x == p, the norm's derivative at 0 is 0/0
+
+
+def batch_distance(p, xs):
+    return jnp.mean(jax.vmap(per_example_distance, in_axes=(None, 0))(p, xs))
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["grad", "jit of grad"])
+def test_a_derivative_nan_of_one_vmapped_element_stops_in_that_element_with_its_own_values(jitted):
+    """jax-ml/jax#9159 ("Grad-Function for which only vmapped-version produces NaN-values") with the norm at 0 of
+    jax-ml/jax#3058: under jax.grad of a vmapped function only batch element 1 makes the NaN, in the backward
+    pass. The re-run ran the vmap compiled (its forward values finite: "no element made a NaN"), then either
+    finished or stopped at the line with batch tracers. Now each element's derivative is evaluated compiled and
+    element 1 alone runs to the forward line, unbatched: its frame holds that element's values."""
+    step = jax.jit(jax.grad(batch_distance)) if jitted else jax.grad(batch_distance)
+    p, xs = jnp.array([1.0, 2.0]), jnp.array([[0.0, 0.0], [1.0, 2.0], [3.0, 1.0]])
+    with jax.debug_nans(True):
+        error = failure(lambda: step(p, xs))
+    session = debug_after(error)
+    data = session.report.to_dict()
+    assert data["unavailable"] == "" and data["stopped"]["line"]["function"] == "per_example_distance"
+    assert data["stopped"]["line"]["code"].startswith("return jnp.linalg.norm(d)")
+    assert [(s["kind"], s["index"], s["size"]) for s in data["steps"]] == [("vmap", 1, 3)]
+    values = {v["name"]: v for v in data["stopped"]["values"]}
+    # concrete, no batch tracer: arrays, or under the gradient the forward (primal) values
+    assert {v["kind"] for v in values.values()} <= {"array", "primal"}
+    assert values["x"]["shape"] == [2] and values["x"]["values"] == "[1. 2.]"
+    assert values["d"]["minimum"] == values["d"]["maximum"] == 0.0
+    assert not any("no element made a NaN" in note for note in data["notes"])
+    assert any("first whose derivative is not finite" in note for note in data["notes"])
+    assert list(session.namespace().d) == [0.0, 0.0]
+    session.release()

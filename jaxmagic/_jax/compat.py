@@ -295,6 +295,11 @@ def bind_equation(eqn, values: list) -> list:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
+def with_params(eqn, **params):
+    """``eqn`` with some of its parameters replaced (a dtype widened), for ``bind_equation``; ``eqn`` unchanged."""
+    return eqn.replace(params={**eqn.params, **params})
+
+
 def _bind_params(eqn):
     got = eqn.primitive.get_bind_params(eqn.params)
     if isinstance(got, tuple):  # older JAX: (subfuns, params)
