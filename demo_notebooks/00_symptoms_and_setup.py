@@ -38,7 +38,7 @@
 # | Slow, or compiles again and again | Count the compilations | `jax_log_compiles` shows the shapes, `jax_explain_cache_misses` the reason, `f._cache_size()` the cache entries | ✅ `%%jax_compiles [--budget N]` | §5 |
 # | A tracer error (`ConcretizationTypeError`, `TracerBoolConversionError`, …) | Read the sentence "…while tracing the function f … argument x" | Rewrite the line: `jnp.where`, `lax.cond`, a static argument, `size=` | ✅ `%jax_explain` (on by default) · ✅ `%jax_traceback` | §4, §6 |
 # | `UnexpectedTracerError` | Look for an intermediate value stored outside the function | `jax.checking_leaks()` names the leaked tracer and who holds it, at the end of tracing | ✅ `%%jax_leaks` | §4.6 |
-# | Out of memory | Estimate with `compile().memory_analysis()` | `jax.live_arrays()` shows what was not freed. Then `x.delete()`, `jax.clear_caches()`. `save_device_memory_profile` shows where arrays were allocated | ✅ `%jax_live` / `%%jax_live` · ✅ `%jax_hlo` | §7 |
+# | Out of memory | Estimate with `compile().memory_analysis()` | `jax.live_arrays()` shows what was not freed. Then `x.delete()`, `jax.clear_caches()`. `save_device_memory_profile` shows where arrays were allocated | ✅ `%jax_memory` / `%%jax_memory` (what fills the peak by line, ways down compiled; an out-of-memory error explained by the explainer) · ✅ `%jax_live` / `%%jax_live` · ✅ `%jax_hlo` | §7 |
 # | Slow, though compiled once | Time with `block_until_ready()` | `jax.stages` times compiling and running separately, `jax.transfer_guard` catches hidden host↔device copies, then the profiler | ✅ `%jax_stages` · ✅ `%%jax_transfers` · ✅ `%%jax_profile` | §5.5 |
 # | Devices disagree | Look at `jax.typeof(x)` (the sharding is part of the type) | Compare `x.addressable_shards`. Use `jax.debug.print` inside `shard_map` to see each device's block | ✅ `%jax_sharding` · ✅ `%%jax_per_device` · ✅ `%jax_devices` | §8 |
 # | Randomness is wrong (the same dropout mask every step) | Print the `key_data` of every step's key | `jax_debug_key_reuse` raises at the first reused key | ✅ `%%jax_keys` | §9 |
@@ -79,8 +79,8 @@ assert not xla_bridge.backends_are_initialized(), "%load_ext jaxmagic must not s
 shell = get_ipython()
 # every magic of the table's jaxmagic column is registered
 LINE_MAGICS = ["jax_bisect", "jax_check", "jax_config", "jax_debug", "jax_devices", "jax_env", "jax_explain", "jax_gather",
-               "jax_hlo", "jax_live", "jax_sharding", "jax_stages", "jax_traceback", "jax_watch"]
-CELL_MAGICS = ["jax_compiles", "jax_debug", "jax_doctor", "jax_keys", "jax_leaks", "jax_live", "jax_nans", "jax_per_device",
+               "jax_hlo", "jax_live", "jax_memory", "jax_sharding", "jax_stages", "jax_traceback", "jax_watch"]
+CELL_MAGICS = ["jax_compiles", "jax_debug", "jax_doctor", "jax_keys", "jax_leaks", "jax_live", "jax_memory", "jax_nans", "jax_per_device",
                "jax_print", "jax_profile", "jax_transfers"]
 missing = [f"%{m}" for m in LINE_MAGICS if shell.find_line_magic(m) is None] + \
           [f"%%{m}" for m in CELL_MAGICS if shell.find_cell_magic(m) is None]

@@ -171,7 +171,7 @@ assert oom.asked == 2**34 * 4 and oom.read == "nn"
 assert oom.program.buffers[0].shape == "f32[131072,131072]" and oom.program.buffers[0].operation == "sort"
 assert "jnp.sort(d, axis=0)" in oom.program.buffers[0].made_at.code
 [smaller] = [w for w in oom.program.offered if w.kind == "smaller_input"]
-assert smaller.fits and "square of the rows" in smaller.how
+assert smaller.peak_after < oom.program.peak_bytes and "square of the rows" in smaller.how
 del err, nn
 
 # %% [markdown]
@@ -221,7 +221,7 @@ params = train_step(params, xb)
 
 # %%
 [prog] = rep_step.programs
-saved = sum(b.bytes for b in prog.buffers if b.role == "saved for the backward pass")
+saved = sum(b.bytes for b in prog.buffers if b.role == "saved for backward")
 assert saved > prog.peak_bytes / 2                        # activations fill the peak
 best = prog.offered[0]
 assert best.kind == "checkpoint" and best.code == "block = jax.checkpoint(block)"

@@ -51,9 +51,13 @@ jax.jit(outer)(jnp.arange(3.0))
 """
 
 
+MANAGERS: dict = {}  # client -> its kernel manager (an interrupt is sent through the manager)
+
+
 @pytest.fixture(scope="module")
 def kernel():
     manager, client = start_new_kernel(kernel_name="python3", extra_arguments=[], startup_timeout=60)
+    MANAGERS[client] = manager
     try:
         converse(client, SETUP, [])
         yield client
@@ -139,6 +143,47 @@ def test_quit_at_a_breakpoint_ends_the_cell_cleanly_and_removes_the_backend(kern
         kernel,
         "from jax._src.debugger import core\nprint(sorted(core._debugger_registry), bp_rep.quit, bp_rep.error)",
         [],
+    )
+    assert "jaxmagic" not in check and "True" in check
+
+
+def test_end_of_input_at_a_breakpoint_prompt_ends_the_cell_as_q_does(kernel):
+    # Ctrl-D in a console front end answers the input request with "\x04", which ipykernel's input() raises
+    # as EOFError; it reached JAX's callback and came out as "JaxRuntimeError: INTERNAL: CpuCallback error",
+    # with JAX's "jax.debug.callback failed" log before it
+    text, prompts, status = converse(kernel, BREAKPOINT_CELL, ["p y", "\x04"])
+    assert status == "ok" and len(prompts) == 2
+    assert "CpuCallback" not in text and "callback failed" not in text and "Traceback" not in text
+    assert "quit there (the input ended), which ended the cell" in text
+    check, _, _ = converse(kernel, "print(bp_rep.quit, bp_rep.interrupted, bp_rep.hits[0].commands)", [])
+    assert "True False ['p y', '<end of input>']" in check
+
+
+def test_an_interrupt_at_a_breakpoint_prompt_is_a_keyboard_interrupt(kernel):
+    # the kernel's interrupt button while the prompt waits: ipykernel raises KeyboardInterrupt from input()
+    msg_id = kernel.execute(BREAKPOINT_CELL, allow_stdin=True)
+    kernel.get_stdin_msg(timeout=180)
+    MANAGERS[kernel].interrupt_kernel()
+    errors, shown = [], []
+    while True:
+        msg = kernel.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        content = msg["content"]
+        if msg["msg_type"] == "error":
+            errors.append(f"{content['ename']}: {content['evalue']}")
+        elif msg["msg_type"] == "stream":
+            shown.append(content["text"])
+        elif msg["msg_type"] in ("display_data", "execute_result"):
+            shown.append(content["data"].get("text/plain", ""))
+        elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+            break
+    text = ANSI.sub("", "".join(shown))
+    assert errors == ["KeyboardInterrupt: Interrupted by user at a jax.debug.breakpoint() prompt"]
+    assert "CpuCallback" not in text and "callback failed" not in text
+    assert "interrupted at its prompt, which ended the cell (KeyboardInterrupt)" in text  # the report, first
+    check, _, _ = converse(
+        kernel, "from jax._src.debugger import core\nprint(sorted(core._debugger_registry), bp_rep.interrupted)", []
     )
     assert "jaxmagic" not in check and "True" in check
 

@@ -272,6 +272,35 @@ def test_breakpoints_read_commands_run_statements_and_quit_stops_the_cell():
     assert "jaxmagic" not in core._debugger_registry
 
 
+def test_end_of_input_at_the_prompt_quits_and_an_interrupt_is_a_keyboard_interrupt(caplog):
+    # In a kernel, input() raises EOFError when the front end sends EOF and KeyboardInterrupt when the kernel
+    # is interrupted; both reached JAX's callback and came out as "JaxRuntimeError: INTERNAL: CpuCallback error"
+    from jaxmagic.probes import ended_by_quit
+
+    def shift(x):
+        y = x + 1.0
+        jax.debug.breakpoint()
+        return y
+
+    def ended(prompt: str) -> str:
+        raise EOFError
+
+    with pytest.raises(Exception) as raised, breakpoints(ask=ended, say=lambda text: None) as report:
+        jax.jit(shift)(jnp.arange(2.0))
+    assert ended_by_quit(raised.value) and report.quit and not report.interrupted
+    assert report.hits[0].commands == ["<end of input>"]
+    assert "quit there (the input ended)" in report.summary
+
+    def interrupted(prompt: str) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), breakpoints(ask=interrupted, say=lambda text: None) as report:
+        jax.jit(shift)(jnp.arange(2.0))
+    assert report.interrupted and not report.quit and report.error == ""
+    assert "interrupted at its prompt" in report.summary
+    assert not [r for r in caplog.records if "callback failed" in r.getMessage()]  # JAX's log of it: kept out
+
+
 CELL_SETUP = """
 import jax, jax.numpy as jnp
 from jax import lax
@@ -590,3 +619,39 @@ def test_a_live_view_says_the_cell_waits_at_the_prompt_and_frames_are_named_as_t
     entry = "\x1b[32m> \x1b[0m/tmp/ipykernel_1/23.py\x1b[0m(\x1b[32m4\x1b[0m)\x1b[0mdrain_body\x1b[0m()\n"
     assert "> \x1b[0mIn [2], line 4, in drain_body" in cell_places(entry, "/tmp/ipykernel_1/23.py", "In [2]")
     assert cell_places(entry, "/tmp/ipykernel_1/23.py", "") == entry  # not a cell: as the debugger wrote it
+
+
+def per_example_distance(p, x):
+    d = x - p
+    return jnp.linalg.norm(d)  # element 1: x == p, the norm's derivative at 0 is 0/0
+
+
+def batch_distance(p, xs):
+    return jnp.mean(jax.vmap(per_example_distance, in_axes=(None, 0))(p, xs))
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["grad", "jit of grad"])
+def test_a_derivative_nan_of_one_vmapped_element_stops_in_that_element_with_its_own_values(jitted):
+    """jax-ml/jax#9159 ("Grad-Function for which only vmapped-version produces NaN-values") with the norm at 0 of
+    jax-ml/jax#3058: under jax.grad of a vmapped function only batch element 1 makes the NaN, in the backward
+    pass. The re-run ran the vmap compiled (its forward values finite: "no element made a NaN"), then either
+    finished or stopped at the line with batch tracers. Now each element's derivative is evaluated compiled and
+    element 1 alone runs to the forward line, unbatched: its frame holds that element's values."""
+    step = jax.jit(jax.grad(batch_distance)) if jitted else jax.grad(batch_distance)
+    p, xs = jnp.array([1.0, 2.0]), jnp.array([[0.0, 0.0], [1.0, 2.0], [3.0, 1.0]])
+    with jax.debug_nans(True):
+        error = failure(lambda: step(p, xs))
+    session = debug_after(error)
+    data = session.report.to_dict()
+    assert data["unavailable"] == "" and data["stopped"]["line"]["function"] == "per_example_distance"
+    assert data["stopped"]["line"]["code"].startswith("return jnp.linalg.norm(d)")
+    assert [(s["kind"], s["index"], s["size"]) for s in data["steps"]] == [("vmap", 1, 3)]
+    values = {v["name"]: v for v in data["stopped"]["values"]}
+    # concrete, no batch tracer: arrays, or under the gradient the forward (primal) values
+    assert {v["kind"] for v in values.values()} <= {"array", "primal"}
+    assert values["x"]["shape"] == [2] and values["x"]["values"] == "[1. 2.]"
+    assert values["d"]["minimum"] == values["d"]["maximum"] == 0.0
+    assert not any("no element made a NaN" in note for note in data["notes"])
+    assert any("first whose derivative is not finite" in note for note in data["notes"])
+    assert list(session.namespace().d) == [0.0, 0.0]
+    session.release()

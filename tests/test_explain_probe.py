@@ -916,3 +916,31 @@ def test_a_fix_that_fails_on_the_shapes_is_left_out_even_when_the_static_retry_c
     rejected = {f.use: f.checked for f in report.rejected_fixes}
     assert "Incompatible shapes" in rejected["jnp.where(x.sum() > 0, x, x[:2])"]
     assert "No fix of this kind works here as written" in static_bundle(report.document())["text/plain"]
+
+
+def _positive(v):
+    return v[v > 0]
+
+
+def _scan_body(total, row):
+    kept = _positive(row)
+    return total + kept.sum(), total
+
+
+def test_a_value_traced_only_by_lax_scan_is_said_to_be_scans_not_jits():
+    """jax-ml/jax#23637 ("when a tracer error happens in for_loop, should point to the user's body function") and
+    marin-community/haliax#57 (a concretization inside a scan body): a helper called by a scan body, with no jit
+    anywhere, was told "in `_positive` (traced for jit), inside `_scan_body` (jit)" - a scan body's tracer is of
+    jit's class. The trace that made it says scan (its debug info), and no jax.jit fix is written for it."""
+    report = probes.explain(raised(lambda: lax.scan(_scan_body, jnp.array(0.0), jnp.ones((3, 4)))))
+    data = report.to_dict()
+    assert (data["transformation"], data["jitted_function"], data["jitted_transformation"]) == (
+        "scan",
+        "_scan_body",
+        "scan",
+    )
+    assert "(traced for scan), inside `_scan_body` (scan)" in report.summary and "jit" not in report.summary
+    assert not any("jax.jit" in use or "static_arg" in use for use in _uses(report))
+    # under a jit the same helper is jit's: the trace, not the class, decides
+    jitted = probes.explain(raised(lambda: jax.jit(_positive)(jnp.ones(4))))
+    assert jitted.to_dict()["transformation"] == "jit"

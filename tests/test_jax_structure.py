@@ -177,6 +177,30 @@ def test_scan_frame_keeps_its_body_initial_carry_and_step_shapes():
     assert found.init == (0.0, 3) and found.step.shape == (2,) and found.carry_position == 0
 
 
+def test_cond_and_switch_frames_keep_their_branches_and_operands():
+    # _jax/loop_call.branch_call reads JAX's cond frame (true_fun, false_fun, operands) and switch's
+    # (branches, operands), and the line that called them
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxmagic._jax.loop_call import branch_call
+    from jaxmagic._jax.transform_stack import stack_at_raise
+
+    def yes(n):
+        return jnp.arange(n)
+
+    for kind, call in (
+        ("cond", lambda: lax.cond(True, yes, lambda n: jnp.zeros(n), 3)),
+        ("switch", lambda: lax.switch(0, [yes, lambda n: jnp.zeros(n)], 3)),
+    ):
+        try:
+            call()
+        except Exception as error:  # a ConcretizationTypeError from jnp.arange of the traced operand
+            found = branch_call(stack_at_raise(error), kind, "yes")
+        assert found is not None, kind
+        assert found.operands == (3,) and yes in found.branches and found.called_at is not None
+
+
 def test_top_level_check_agrees_with_jax_own_trace_state_clean():
     # The fast check reads the states core.trace_state_clean reads (issue 44): it must answer the same
     # at the top level, inside jit, grad and vmap traces, and under an axis name (a pmap/shard_map axis).
@@ -280,3 +304,48 @@ def test_the_backend_compile_event_is_recorded_in_cached_compilation_with_the_lo
         monitoring.unregister_event_duration_listener(listener)
     assert printed and printed[-1] is not None, "pxla._cached_compilation no longer holds `computation`"
     assert printed[-1].op_count >= 3 and any("stablehlo.multiply" in op[1] for op in printed[-1].ops)
+
+
+def test_transformations_are_read_back_from_jaxs_wrappers():
+    """vmap_f keeps in_axes/out_axes and the mapped function, grad_f its value_and_grad_f, which keeps the
+    differentiated function and argnums (the memory probe's batch gradient and lax.map chunks read them)."""
+    from jaxmagic._jax.transform_chain import per_example_gradient, vmapped
+
+    def loss(w, x):
+        return (x @ w) ** 2
+
+    per_example = jax.jit(jax.vmap(jax.grad(loss, argnums=0), in_axes=(None, 0)))
+    read = per_example_gradient(per_example)
+    assert read is not None and read.function is loss and read.in_axes == (None, 0) and read.argnums == 0
+    mapped = vmapped(jax.jit(jax.vmap(loss, in_axes=(None, 0), out_axes=0)))
+    assert mapped is not None and mapped.function is loss and mapped.in_axes == (None, 0) and mapped.out_axes == 0
+    assert per_example_gradient(jax.jit(loss)) is None and vmapped(jax.jit(loss)) is None
+
+
+def test_a_compilation_dumps_its_buffer_assignment_and_live_ranges():
+    """compiler_options={"xla_dump_to": ...} per compilation writes the optimized module, the buffer assignment
+    and the live ranges with a peak section (the memory probe reads the three)."""
+    from jaxmagic._jax.compile_dumps import compile_with_memory_dumps
+
+    lowered = jax.jit(lambda x: jax.numpy.outer(x, x).sum(axis=0)).trace(jax.ShapeDtypeStruct((64,), "float32")).lower()
+    compiled, dumps = compile_with_memory_dumps(lowered)
+    assert dumps.hlo.startswith("HloModule")
+    assert "allocation 0: size" in dumps.buffer_assignment and " value: <" in dumps.buffer_assignment
+    assert "(peak):" in dumps.live_range
+    assert compiled.memory_analysis() is not None
+
+
+def test_addressable_shards_come_from_a_view_that_shares_the_buffers_and_goes():
+    # jaxlib caches the per-shard arrays of `addressable_shards` on the array asked (`_arrays`, no setter);
+    # compat.addressable_shards asks a second Array over the same buffers (`_rewrap_with_aval_and_sharding`)
+    import gc
+
+    x = jax.numpy.arange(6.0) * 2
+    assert hasattr(x, "_rewrap_with_aval_and_sharding"), "jaxlib's ArrayImpl no longer rewraps"
+    gc.collect()
+    before = len(jax.live_arrays())
+    with compat.addressable_shards(x) as shards:
+        assert len(shards) == 1 and shards[0].data.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()  # no copy
+    gc.collect()
+    assert len(jax.live_arrays()) == before, "the view's per-shard arrays outlived it"
+    assert compat.per_device_bytes(x) == 6 * 4

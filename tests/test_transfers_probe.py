@@ -368,10 +368,15 @@ def test_lines_in_loops_nested_functions_and_lambdas_are_the_ones_that_transferr
 
 @pytest.fixture
 def quick_quiet(monkeypatch):
-    """Lines go quiet after 30 clean lines in a row and 3 runs each (1,000 and 20 by default)."""
+    """Lines go quiet after 30 clean lines in a row and 3 runs each (1,000 and 20 by default). The call
+    sampler looks at every call here: what these tests follow is which line made a copy, and on a busy
+    machine the sampler (3% of the block's time after each function's first 40 calls) skipped the every-50th
+    call's NumPy argument - the copies were then on the right line but not named by the array (1 + 3)."""
     module = sys.modules["jaxmagic.probes.transfers.probe"]
     monkeypatch.setattr(module, "QUIET_LINES", 30)
     monkeypatch.setattr(module, "QUIET_RUNS", 3)
+    sampler = sys.modules["jaxmagic._jax.call_sampling"].CallSampler
+    monkeypatch.setattr(module, "CallSampler", lambda: sampler(share=None))  # share None: every call
 
 
 def test_an_if_taken_now_and_then_in_a_quiet_loop_is_named_exactly(double, quick_quiet):

@@ -19,8 +19,8 @@ JAX gives only for a ``Compiled`` object. To get one per program that ran:
 A ``jax.stages.Compiled`` the user calls directly (``jit(f).lower(x).compile()``)
 gives its text at once and is kept until the block ends.
 
-Calls made while JAX traces (tracer arguments) and calls from library code are
-not captured. A function called again with a signature compiled in an earlier
+Calls made while JAX traces (tracer arguments), calls from library code and
+calls on other threads than the block's are not captured. A function called again with a signature compiled in an earlier
 cell is seen only at its first signature (its later programs show by kernel
 name). Costs: one Python callback per call in the user's code, and one
 Python-path dispatch (under a millisecond on CPU) per jitted function.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -81,10 +82,12 @@ class ProgramCapture:
         self._tool: MonitoringTool | None = None
         self._code = None
         self.overflow = 0
+        self._thread = threading.get_ident()  # the block's thread (set again on entering)
 
     def __enter__(self) -> ProgramCapture:
         import jax
 
+        self._thread = threading.get_ident()
         self._code = compat.jit_cache_miss_code()
         if self._code is None:
             return self
@@ -114,6 +117,8 @@ class ProgramCapture:
     # -- callbacks (run inside the user's code: small and never raising) --------
 
     def _on_call(self, code, offset, callable_, arg0):
+        if threading.get_ident() != self._thread:  # another thread's call (a data loader): not the block's
+            return None  # not DISABLE: the line may run on the block's thread too
         user = self._user.get(code.co_filename)
         if user is None:
             user = self._user[code.co_filename] = is_user_file(code.co_filename)
@@ -135,6 +140,8 @@ class ProgramCapture:
         return None
 
     def _on_start(self, code, offset):
+        if threading.get_ident() != self._thread:
+            return None
         pending, self._pending = self._pending, None
         if pending is None or len(self._calls) >= MAX_PROGRAMS:
             if pending is not None:

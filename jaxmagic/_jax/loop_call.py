@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxmagic.report.source import code_kind
+
 
 @dataclasses.dataclass
 class LoopCall:
@@ -37,7 +39,7 @@ def loop_call(frames: list[tuple[FrameType, int]], kind: str, function: str) -> 
     found = None
     for frame, _ in frames:
         code = frame.f_code
-        if code.co_name != kind or "/jax/" not in code.co_filename.replace("\\", "/"):
+        if code.co_name != kind or code_kind(code.co_filename) != "jax":
             continue
         try:
             found = _read(kind, frame.f_locals, function) or found
@@ -62,3 +64,37 @@ def _read(kind: str, scope: dict, function: str) -> LoopCall | None:
     if kind == "while_loop":
         return LoopCall(lambda carry, _: body(carry), scope["init_val_flat"].unflatten(), None, 0)
     return None
+
+
+@dataclasses.dataclass
+class BranchCall:
+    """One ``lax.cond`` / ``lax.switch`` call: its branches and the operands it passes to each."""
+
+    branches: tuple[Callable, ...]
+    operands: tuple
+    called_at: tuple[str, int] | None = None  # (file, line) of the frame that called ``cond``/``switch``
+
+
+def branch_call(frames: list[tuple[FrameType, int]], kind: str, function: str) -> BranchCall | None:
+    """The innermost ``kind`` call ("cond", "switch") among ``frames`` one of whose branches is the user's
+    ``function`` (its name), or None. JAX's frames keep what they were given: ``cond`` its ``true_fun``,
+    ``false_fun`` and ``operands``, ``switch`` its ``branches`` and ``operands``. The caller must not keep
+    it past its trial."""
+    found = None
+    for frame, _ in frames:
+        code = frame.f_code
+        if code.co_name != kind or code_kind(code.co_filename) != "jax":
+            continue
+        scope = frame.f_locals
+        branches = (scope.get("true_fun"), scope.get("false_fun")) if kind == "cond" else scope.get("branches")
+        operands = scope.get("operands")
+        if not isinstance(branches, (tuple, list)) or not isinstance(operands, tuple):
+            continue
+        names = {getattr(b.func if isinstance(b, functools.partial) else b, "__name__", "") for b in branches}
+        if function in names and all(callable(b) for b in branches):
+            caller = frame.f_back
+            while caller is not None and code_kind(caller.f_code.co_filename) == "jax":
+                caller = caller.f_back  # JAX's api_boundary wrapper
+            called_at = (caller.f_code.co_filename, caller.f_lineno) if caller is not None else None
+            found = BranchCall(tuple(branches), operands, called_at)
+    return found

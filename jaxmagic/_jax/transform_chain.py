@@ -69,3 +69,26 @@ def per_example_gradient(fn) -> PerExampleGradient | None:
         elif name == "":
             return None
     return None
+
+
+@dataclasses.dataclass
+class Vmapped:
+    """``jax.vmap(g, in_axes, out_axes)``, the outermost transformation of a (jitted) callable."""
+
+    function: Any  # g: what the vmap maps (itself maybe a transformation: grad(f))
+    in_axes: Any
+    out_axes: Any
+
+
+def vmapped(fn) -> Vmapped | None:
+    """``g`` and the axes when ``fn`` is (a jit of) ``jax.vmap(g, ...)``; None otherwise."""
+    wrappers = iter(_jax_wrappers(fn))
+    for name, cells in wrappers:
+        if name == "vmap_f":
+            inner = cells.get("fun")
+            if inner is None:
+                return None
+            return Vmapped(inner, cells.get("in_axes", 0), cells.get("out_axes", 0))
+        if name != "reraise_with_filtered_traceback":
+            return None
+    return None

@@ -547,9 +547,24 @@ class LineMagics(MagicRunner):
         watch = watch_hook.current(self.shell)
         if args.what == "on":
             with self._options_checked(self.jax_watch):
-                watch = probes.Watch(only=args.only or (), budget=args.budget)
-            watch_hook.install(self.shell, watch)
-            print(f"jaxmagic watch: on ({', '.join(watch.log.areas)}; budget {args.budget})")
+                wanted = probes.Watch(only=args.only or (), budget=args.budget)
+            if watch is not None:  # already on: its session and findings are kept, never replaced silently
+                log = watch.log
+                running = f"{', '.join(log.areas)}; budget {log.budget}"
+                if (log.areas, log.budget) != (wanted.log.areas, wanted.log.budget):
+                    raise UsageError(
+                        f"%jax_watch is already on ({running}; {log.cells_watched} cell(s) watched, "
+                        f"{len(log.findings)} finding(s)): `%jax_watch off` ends it and shows its findings, then "
+                        "`%jax_watch on` with the new options starts a new session."
+                    )
+                print(
+                    f"jaxmagic watch: already on ({running}), unchanged: {log.cells_watched} cell(s) watched, "
+                    f"{len(log.findings)} finding(s) kept (`%jax_watch status` shows them)"
+                )
+            else:
+                watch = wanted
+                watch_hook.install(self.shell, watch)
+                print(f"jaxmagic watch: on ({', '.join(watch.log.areas)}; budget {args.budget})")
         elif args.what == "off":
             watch = watch_hook.uninstall(self.shell) or watch
             if watch is None:
@@ -616,6 +631,15 @@ class LineMagics(MagicRunner):
         args = self._parse(self.jax_gather, line)
         if not args.name and not args.values:
             raise UsageError("%jax_gather: name a report (-o NAME of the magic run on every engine) or --values EXPR.")
+        if args.name and not args.name.isidentifier():
+            raise UsageError(
+                f"%jax_gather: {args.name!r} is not a name: give the NAME the magic bound with -o NAME on every engine."
+            )
+        if args.values:
+            try:
+                compile(args.values, "<--values>", "eval")
+            except SyntaxError as error:
+                raise UsageError(f"%jax_gather --values: {args.values!r} is not an expression ({error.msg}).") from None
         view = self._ipyparallel_view(args.view)
         report = probes.gather_from_engines(view, args.name, args.timeout, values=args.values)
         self._publish(report, args)

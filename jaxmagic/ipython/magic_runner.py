@@ -136,7 +136,12 @@ class MagicRunner(Magics):
                 raise UsageError(f"%%{magic.__name__} {error.problem}.") from None
             except BaseException as error:
                 if error is not outcome.exception:
-                    raise
+                    told = isinstance(error, KeyboardInterrupt) and error.__context__ is outcome.exception
+                    if outcome.exception is None or not told:
+                        raise
+                    # The probe told the cell's error for what it was (%%jax_debug: JAX's "CpuCallback error"
+                    # of an interrupt at its prompt is a KeyboardInterrupt): the report, then that error.
+                    outcome.exception = error
             self._publish(report, args, live_view=view, explorer=explorer)
         outcome.show_values(self.shell)
         outcome.reraise()

@@ -26,7 +26,7 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
-from jaxmagic.report.source import user_lines
+from jaxmagic.report.source import code_kind, user_lines
 from jaxmagic.report.wording import error_line
 
 MODES: dict[str, str] = {
@@ -168,8 +168,7 @@ class TracebackReport(Report):
 
 
 def _is_jax_file(filename: str) -> bool:
-    normalized = filename.replace("\\", "/")
-    return "/jax/_src/" in normalized or "/jaxlib/" in normalized or normalized.endswith("/jax/api.py")
+    return code_kind(filename) == "jax"
 
 
 def _skip_ipython_runner(tb: TracebackType | None) -> TracebackType | None:

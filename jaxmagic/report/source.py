@@ -1,8 +1,9 @@
 """Which frames of a traceback are the user's own code.
 
-The user's code is the notebook cells and any file outside the Python
-installation (their own modules). JAX, IPython, the standard library, installed
-packages and jaxmagic itself are not: a report shows the lines a person wrote.
+The user's code is the notebook cells and the files no installed package holds (their own modules,
+a project installed editable): JAX, IPython, the standard library, installed packages - wherever
+they were imported from - and jaxmagic itself are not (``report.code_owner`` decides whose a file
+is). A report shows the lines a person wrote.
 """
 
 from __future__ import annotations
@@ -13,36 +14,17 @@ import linecache
 import os
 import re
 import sys
-import sysconfig
 import traceback
 from types import FrameType, TracebackType
 
 from jaxmagic.report import SourceLine
-
-# jaxmagic's own files are never the user's code (this file is jaxmagic/report/source.py).
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@functools.lru_cache(maxsize=1)
-@functools.cache
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    dirs |= {os.path.join(sys.base_prefix, "lib"), os.path.join(sys.prefix, "lib")}
-    return tuple(sorted(os.path.abspath(d) + os.sep for d in dirs if d))
+from jaxmagic.report.code_owner import JAXMAGIC_DIR, kind_of_file
 
 
 @functools.lru_cache(maxsize=16_384)  # asked for every frame walked: each file name is judged once
 def is_user_file(filename: str) -> bool:
-    """True for notebook cells and the user's own files, False for libraries."""
-    if not filename or filename.startswith("<frozen") or filename in ("<string>", "<decorator-gen>"):
-        return False
-    if filename.startswith("<"):  # "<ipython-input-3-...>" in terminal IPython, "<stdin>", ...
-        return filename.startswith(("<ipython-input", "<stdin>"))
-    path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE_DIR + os.sep):
-        return False
-    return not path.startswith(_library_dirs())
+    """True for notebook cells and the user's own files, False for libraries, JAX and jaxmagic."""
+    return kind_of_file(filename) == "user"
 
 
 def innermost_user_frame(frame):
@@ -74,19 +56,9 @@ _WRAPPER_DEPTH = 12
 @functools.lru_cache(maxsize=16_384)
 def code_kind(filename: str) -> str:
     """Whose code a file is: "user", "jaxmagic", "jax" (jax and jaxlib: JAX's own operations and
-    helpers), "python" (frozen and generated code) or "library" (any other installed package)."""
-    if is_user_file(filename):
-        return "user"
-    if not filename or filename.startswith("<"):
-        return "python"
-    path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE_DIR + os.sep):
-        return "jaxmagic"
-    for name in ("jax", "jaxlib"):
-        file = getattr(sys.modules.get(name), "__file__", None)
-        if file and path.startswith(os.path.dirname(os.path.abspath(file)) + os.sep):
-            return "jax"
-    return "library"
+    helpers), "python" (frozen and generated code) or "library" (any other installed package), by
+    what its module is (``report.code_owner``), wherever it was imported from."""
+    return kind_of_file(filename)
 
 
 def user_call_site(frame: FrameType | None) -> FrameType | None:
@@ -226,7 +198,7 @@ def _parsed(filename: str, text: str) -> ast.Module | None:
 
 
 def is_jaxmagic_file(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+    return os.path.abspath(filename).startswith(JAXMAGIC_DIR)
 
 
 def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[SourceLine]:
@@ -239,7 +211,7 @@ def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[So
     if tb is None:
         return []
     frames: list[traceback.FrameSummary] = list(traceback.extract_tb(tb))
-    ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
+    ours = [i for i, f in enumerate(frames) if is_jaxmagic_file(f.filename)]
     if ours and below_jaxmagic:
         frames = frames[ours[-1] + 1 :]
     return [
@@ -247,6 +219,16 @@ def user_lines(tb: TracebackType | None, below_jaxmagic: bool = True) -> list[So
         for f in frames
         if is_user_file(f.filename) and not runs_a_cell_magic(f.filename, f.lineno or 0)
     ]
+
+
+def user_tracebacks(tb: TracebackType | None) -> list[TracebackType]:
+    """The entries of a traceback whose frames run the user's code, outermost first (with their frames)."""
+    found = []
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found.append(tb)
+        tb = tb.tb_next
+    return found
 
 
 def first_library_function(tb: TracebackType | None) -> str:

@@ -138,6 +138,12 @@ def header_html(data: dict[str, Any]) -> str:
 
 def show_hlo_explorer(data: dict[str, Any], in_kernel: bool = True):
     if not data.get("scope_ops"):
-        print("jaxmagic: the program could not be built, so there is nothing to explore (see the report above).")
+        if data.get("failure"):
+            print("jaxmagic: the program could not be built, so there is nothing to explore (see the report above).")
+        else:  # built, with no operation in any stage (a function returning None or only its inputs)
+            print(
+                f"jaxmagic: {data.get('function') or 'the program'} has no operation in any stage (it computes "
+                "nothing from its inputs), so there is nothing to explore."
+            )
         return None
     return show_explorer(lambda: HloExplorer(data).widget, WHAT, in_kernel=in_kernel)

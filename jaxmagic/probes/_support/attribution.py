@@ -34,7 +34,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import innermost_user_frame, is_user_file, source_line, user_lines_of_stack
+from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line, user_lines_of_stack
 
 __all__ = [
     "Provenance",
@@ -145,14 +145,14 @@ def _called_library(frames: list, user_index: int) -> str:
         path = filename.replace("\\", "/")
         if path.rsplit("/", 1)[-1] in _DISPATCH_FILES or function.startswith("<"):
             continue
-        if "/jax/" in path:
+        if code_kind(filename) == "jax":
             return public_name(_short_function(function), filename)
         # another library: its public callable the line called, through its decorators and helpers
         return library_calls.library_called(inward[k:])
     return ""
 
 
-def _user_frame_of(traceback) -> tuple[SourceLine | None, str]:
+def user_line_called(traceback) -> tuple[SourceLine | None, str]:
     """(the innermost user line of a JAX traceback, the library function that line called)."""
     frames = compat.traceback_frames(traceback)  # innermost first
     for i, (filename, lineno, function) in enumerate(frames):
@@ -225,7 +225,7 @@ def of_equation(eqn, enclosing: Sequence = (), started: SourceLine | None = None
     """
     line, library = None, ""
     for made in (eqn, *reversed(list(enclosing))):
-        line, library = _user_frame_of(getattr(made.source_info, "traceback", None))
+        line, library = user_line_called(getattr(made.source_info, "traceback", None))
         if line is not None:
             break
     return Provenance(
@@ -314,7 +314,7 @@ def of_source_line(
 # the allocation was made by it (directly, or through NumPy), never through JAX.
 
 
-def _root_array(obj):
+def root_array(obj):
     """The NumPy array a view (JAX's ``TypedNdArray`` of a constant is one) was made from."""
     seen = 0
     while seen < 16:
@@ -323,14 +323,6 @@ def _root_array(obj):
             return obj
         obj, seen = base, seen + 1
     return obj
-
-
-def _package_of(filename: str) -> str:
-    path = filename.replace("\\", "/")
-    if "site-packages/" not in path and "dist-packages/" not in path:
-        return ""
-    rest = path.split("site-packages/", 1)[-1] if "site-packages/" in path else path.split("dist-packages/", 1)[-1]
-    return rest.split("/", 1)[0]
 
 
 def allocation_traceback(obj):
@@ -351,16 +343,16 @@ def of_numpy_built(obj) -> Provenance:
     """The user's line that built a NumPy array (also when ``obj`` is a view of it, such as the
     constant JAX keeps), from ``tracemalloc``; unknown, with the reason, when the array was
     allocated by JAX (a converted copy) or before allocations were recorded."""
-    frames, why = allocation_traceback(_root_array(obj))
+    frames, why = allocation_traceback(root_array(obj))
     if frames is None:
         return Provenance(unknown=why)
     for frame in frames:
         if is_user_file(frame.filename):
             return _made_by(frame, frames)
-        package = _package_of(frame.filename)
+        package = library_calls.package_of(frame.filename)
         if package == "numpy":
             continue  # np.linspace and friends: NumPy's Python code, called by the user's line
-        if package in ("jax", "jaxlib"):
+        if code_kind(frame.filename) == "jax":
             return Provenance(
                 unknown=(
                     "the array JAX keeps is a copy JAX made of it (for example converting float64 to float32), "
@@ -430,4 +422,4 @@ def library_called(traceback) -> str:
     """The library function (public name) that the innermost user line of a JAX traceback called;
     "" when it called none. For an equation JAX traced for a backward pass, pass the traceback of
     the forward line it was attributed to."""
-    return _user_frame_of(traceback)[1]
+    return user_line_called(traceback)[1]

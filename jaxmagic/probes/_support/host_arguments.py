@@ -15,7 +15,6 @@ the same function held a NumPy array - a few dictionary reads - so the counts ar
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
 import types
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, program_inputs
-from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
+from jaxmagic.probes._support import call_names
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
@@ -137,7 +136,8 @@ class HostArguments(jit_calls.CallObserver):
                 leaves = [leaf for leaf in leaves if position.get(id(leaf.array)) not in unused]
         if not leaves:
             return
-        names = None
+        names: dict[int | str, str] | None = None
+        through: call_names.UserCall | None = None  # a library's jit wrapper the user's line called
         # One use per line of the user's too: two functions of one name (two lambdas, a `step` defined twice)
         # called from their own lines are two findings, not one with their calls added up
         user, lineno = call_site()
@@ -148,13 +148,15 @@ class HostArguments(jit_calls.CallObserver):
             entry = self.seen.get(key)
             if entry is None:
                 if names is None:
-                    names = passed_expressions(fun, user, lineno) if user is not None else {}
+                    through = call_names.user_call(user) if user is not None else None
+                    names = call_names.passed_expressions(fun, user, lineno) if user and through is None else {}
                 base = names.get(leaf.argument) or (
                     leaf.argument if isinstance(leaf.argument, str) else parameter_name(fun, leaf.argument)
                 )
+                argument = base + leaf.inside if base else f"argument {leaf.argument}{leaf.inside}"
                 entry = self.seen[key] = HostArgumentUse(
                     name,
-                    base + leaf.inside if base else f"argument {leaf.argument}{leaf.inside}",
+                    (through.name_of(leaf.array, as_written=True) if through is not None else "") or argument,
                     typed,
                     line=source_line(user.f_code.co_filename, lineno, user.f_code.co_name) if user else None,
                     not_looked_at=max(0, (number or 0) - 1 - looked_before),
@@ -225,33 +227,6 @@ def _arrays_in(value, argument: int | str, first: tuple[_Step, ...]) -> list[Hos
         for path, leaf in leaves
         if isinstance(leaf, np.ndarray) and leaf.size > 1
     ]
-
-
-def passed_expressions(fun, frame, lineno: int) -> dict[int | str, str]:
-    """``{position or keyword: expression}``: what the user's line wrote for the arguments of its call of
-    ``fun`` (a name, an attribute or a subscript: ``X_host``, ``self.Ainv``, ``np_x[i]``); {} when the call
-    is not told (the callee is not a name of the frame, or the line calls a library's wrapper)."""
-    tree = parsed_line(source_line(frame.f_code.co_filename, lineno, "").code)
-    for node in ast.walk(tree) if tree is not None else ():
-        if not isinstance(node, ast.Call):
-            continue
-        callee = value_of(node.func, frame)
-        if callee is NOTHING or not (callee is fun or getattr(callee, "__wrapped__", None) is fun):
-            continue
-        named: dict[int | str, str] = {}
-        for index, arg in enumerate(node.args):
-            if isinstance(arg, ast.Starred):
-                break  # later positions are not known
-            if isinstance(arg, _NAMEABLE):
-                named[index] = ast.unparse(arg)
-        for keyword in node.keywords:
-            if keyword.arg and isinstance(keyword.value, _NAMEABLE):
-                named[keyword.arg] = ast.unparse(keyword.value)
-        return named
-    return {}
-
-
-_NAMEABLE = (ast.Name, ast.Attribute, ast.Subscript)
 
 
 def _steps(first: tuple[_Step, ...], path) -> tuple[_Step, ...] | None:

@@ -15,21 +15,10 @@ import functools
 import os
 import sys
 
+from jaxmagic.report.code_owner import module_of_file
+
 # frames of the standard library's plumbing between a library's public function and its body
 _PLUMBING = ("functools.py", "contextlib.py", "abc.py", "source_info_util.py")  # the last: jax.named_scope
-
-
-def module_of_file(filename: str) -> str:
-    """``.../site-packages/numpyro/distributions/continuous.py`` -> ``numpyro.distributions.continuous``;
-    "" for a file outside an installed package."""
-    path = filename.replace("\\", "/")
-    if "-packages/" not in path or not path.endswith(".py"):
-        return ""
-    relative = path.split("-packages/", 1)[1][: -len(".py")]
-    parts = [part for part in relative.split("/") if part]
-    if parts and parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
 
 
 @functools.lru_cache(maxsize=8_192)  # asked per frame walked: each function is resolved once

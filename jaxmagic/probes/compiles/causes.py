@@ -42,6 +42,7 @@ def classify(
     static = _static_cause(summary, state, info)
     own = _own_differences(explanation, user_values)
     explanation = _without_own_context(explanation, user_values)
+    explanation = _in_users_names(explanation, info.user_paths)
     if explanation is None and own and summary.count == 0 and state.last_types is None:
         # JAX names a context difference before any other, so only the function's first compilation
         # in the block is surely jaxmagic's doing; later ones are compared with the ones before.
@@ -102,6 +103,25 @@ def _without_own_context(
     if len(kept) == len(differences):
         return explanation
     return dataclasses.replace(explanation, details=[d.detail for d in kept])
+
+
+def _in_users_names(explanation: CacheMissExplanation | None, user_paths: dict[str, str]):
+    """The explanation with the leaves JAX names by a library's repacking (``dynamic_nodonate['rest'][13]``)
+    named by the user's paths (``xb``; ``call_names``)."""
+    if explanation is None or not user_paths:
+        return explanation
+    changes = [
+        dataclasses.replace(c, argument=user_paths.get(c.argument, c.argument)) for c in explanation.type_changes
+    ]
+    details = [_renamed_detail(d, user_paths) for d in explanation.details]
+    return dataclasses.replace(explanation, type_changes=changes, details=details)
+
+
+def _renamed_detail(detail: str, user_paths: dict[str, str]) -> str:
+    head, comma, rest = detail.partition(", ")
+    if comma and head.startswith("at ") and head[3:] in user_paths:
+        return f"at {user_paths[head[3:]]}, {rest}"
+    return detail
 
 
 def _own_differences(explanation: CacheMissExplanation | None, user_values: dict[str, str]) -> list[str]:

@@ -20,6 +20,7 @@ from jaxmagic._jax.compile_log import (
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compile
 from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.wrapped import jax_dirs, library_of
 from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes.compiles.cache_misses import CacheMisses
@@ -40,9 +41,8 @@ from jaxmagic.probes.compiles.stack import (
 )
 from jaxmagic.probes.compiles.stale_globals import stale_globals
 from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
-from jaxmagic.probes.compiles.user_arguments import read_user_arguments
+from jaxmagic.probes.compiles.user_arguments import read_user_arguments, user_paths
 from jaxmagic.probes.compiles.why_again import why_compiled_again
-from jaxmagic.probes.compiles.wrapped import jax_dirs, library_of
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 
@@ -157,6 +157,8 @@ class Collector:
         held = None  # a library's callable holding the user's function, with jit's static arguments
         inner: FrameType | None = None  # the frame the current one called
         entry: FrameType | None = None  # the library frame the user's line called, on the way to jit: its entry
+        jit_frame: FrameType | None = None  # jit's cache_miss: the call the library made
+        user: FrameType | None = None  # the user's line that called the library
         frame: FrameType | None = sys._getframe(1)
         try:
             for _ in range(400):
@@ -174,7 +176,7 @@ class Collector:
                         info.transformed = TRANSFORMATION_RULES[code.co_name]  # the cache_miss further out
                         # is the call that was transformed: its frame names the parameters
                 if not found_jit and code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
-                    found_jit = True
+                    found_jit, jit_frame = True, frame
                     with contextlib.suppress(Exception):  # private frame layout: use it only if it is there
                         held = read_jit_frame(
                             frame.f_locals, info, is_user_file, self._try_fixes, _called_from_user(frame)
@@ -182,7 +184,7 @@ class Collector:
                 if info.call_site is None and is_user_file(code.co_filename):
                     info.call_site = (code.co_filename, frame.f_lineno, code.co_name)
                     if held is not None and inner is not None and not inner.f_code.co_filename.startswith(jax_dirs()):
-                        entry = inner
+                        entry, user = inner, frame
                 if is_user_file(code.co_filename):
                     info.started_site = (code.co_filename, frame.f_lineno, code.co_name)  # outermost so far
                 elif info.started_site is not None and is_jaxmagic_file(code.co_filename):
@@ -195,8 +197,11 @@ class Collector:
                     read = read_user_arguments(entry.f_locals, entry.f_code, held[0], held[1], info, self._try_fixes)
                 if not read:  # what jit was given is the library's own packing: not the user's to read
                     info.parameter_names, info.static_argnames, info.static_values, info.metadata = [], [], {}, {}
+                if jit_frame is not None:
+                    with contextlib.suppress(Exception):  # JAX's names for the packing's leaves, as the user's
+                        info.user_paths = user_paths(user, jit_frame.f_locals)
         finally:
-            del frame, inner, entry, held
+            del frame, inner, entry, held, jit_frame, user
         if info.transformed == "?":  # the jit primitive run eagerly under no rule we know: its own call
             info.transformed = ""
         return info

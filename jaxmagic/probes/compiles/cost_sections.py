@@ -25,7 +25,8 @@ def is_slow(seconds: float, block_seconds: float) -> bool:
 
 
 def is_big(size: ProgramSize) -> bool:
-    """Something to fix in it: an unrolled loop or constants worth passing as arguments."""
+    """Something to fix in it: an unrolled loop of the user's or constants worth passing as arguments.
+    A slow compilation with neither is a note (``ProgramSize.nothing_to_fix``), never a finding."""
     return not size.unknown and (size.unrolled is not None or size.constant_bytes >= CONSTANT_BYTES)
 
 
@@ -103,6 +104,7 @@ def cost_concerns(
         for s in sizes
         if is_big(s)
     ]
+    found += [note(s.nothing_to_fix) for s in sizes if s.slow and not s.unknown and not is_big(s)]
     found += [act(d.short) for d in donations]
     found += [
         act(f"`{m.function}` will miss the persistent cache again") if m.written is False else note(m.headline)
@@ -174,7 +176,7 @@ def cost_sections(
                 [
                     f"{line.line.label or line.line.filename}, line {line.line.lineno}: `{line.line.code}`"
                     if line.line is not None
-                    else "JAX's own (no line of yours)",
+                    else "JAX's or a library's own code (no line of yours inside the function)",
                     str(line.equations),
                     f"{line.per_iteration} x {line.iterations}" + (f" (`{line.loop}`)" if line.loop else "")
                     if line.iterations

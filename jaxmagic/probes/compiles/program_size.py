@@ -6,6 +6,13 @@ a large program. This counts the traced program's equations by the user's line t
 every sub-program: scan, while and cond bodies, inner jits), finds a line whose equations repeat one
 short sequence (one iteration of a Python loop, unrolled) and the constants by the line that used them.
 It reads the program only: nothing of the user's runs.
+
+A line's equations are counted at the user's own innermost line inside the traced function
+(``report.source.is_user_file``), not at JAX's notion of a user frame, which includes every library: an
+Optax or Flax line that ``jax.tree.map``s over 40 leaves repeats one sequence 40 times without any loop
+(jax#16084, jax#4667), and is the user's ``tx.update(...)`` line here. A repeat is a loop unrolled only
+when that line sits in the body of a ``for``/``while`` of the user's source in the same function (the
+AST says so): repetition alone is no evidence.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from jaxmagic.report.wording import format_bytes
 UNROLLED_EQUATIONS = 100  # a line with this many equations, repeating one sequence, is a loop unrolled
 CONSTANT_BYTES = 1 << 20  # constants past this size are worth passing as arguments
 LINES_KEPT = 5
+SEGMENTS_CHECKED = 5_000  # a line's equations past this many are checked for one repeated block only
 
 
 @dataclasses.dataclass
@@ -37,7 +45,10 @@ class LineSize:
 
     @property
     def unrolled(self) -> bool:
-        return self.equations >= UNROLLED_EQUATIONS and self.iterations > 1
+        """A loop of the user's unrolled: many equations repeating one block, from a line in a loop's body."""
+        return (
+            self.line is not None and bool(self.loop) and self.equations >= UNROLLED_EQUATIONS and self.iterations > 1
+        )
 
 
 @dataclasses.dataclass
@@ -76,6 +87,29 @@ class ProgramSize:
 
     def _not_slow(self, grows_with: str) -> str:
         return "" if self.slow else f" Not slow here; the cost grows with {grows_with}."
+
+    @property
+    def stage_times(self) -> str:
+        def part(name: str, seconds: float | None) -> str:
+            return f"{name} {seconds:.2f} s" if seconds is not None else f"{name} not measured"
+
+        return ", ".join(
+            [
+                part("trace", self.trace_seconds),
+                part("lower", self.lower_seconds),
+                part("XLA compile", self.compile_seconds),
+            ]
+        )
+
+    @property
+    def nothing_to_fix(self) -> str:
+        """A slow compilation whose program showed no cause to fix: a note with the stage times, never a
+        finding - a wall-clock time is no evidence on a shared machine, and no fix was tried."""
+        return (
+            f"`{self.function}` took {self.seconds:.2f} s to trace, lower and compile ({self.stage_times}; wall-clock "
+            f"time, which a busy machine stretches): {self.equations} equations, no Python loop of yours unrolled "
+            "into it and no large constant baked in - nothing found to fix."
+        )
 
     @property
     def headline(self) -> str:
@@ -122,8 +156,7 @@ def measure(program) -> tuple[int, list[LineSize], list[BakedConstant]]:
         current = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds its Jaxpr
         for eqn in getattr(current, "eqns", ()):
             total += 1
-            frame = compat.user_frame(eqn.source_info.traceback)
-            key = (frame.file_name, frame.start_line, frame.function_name) if frame is not None else None
+            key = _users_line(eqn.source_info.traceback)
             counts[key] = counts.get(key, 0) + 1
             if key is not None:
                 sequence = sequences.setdefault(key, [])
@@ -141,19 +174,58 @@ def measure(program) -> tuple[int, list[LineSize], list[BakedConstant]]:
         if key is None:
             lines.append(LineSize(None, count))
             continue
-        period = _period(sequences.get(key, []))
-        iterations = count // period if period and period < count else 0
-        user = source_line(*key) if is_user_file(key[0]) else None
-        lines.append(LineSize(user, count, period if iterations else 0, iterations, _loop_around(key[0], key[1])))
+        per_iteration, iterations = _repeats(sequences.get(key, []))
+        line = source_line(*key)
+        lines.append(LineSize(line, count, per_iteration, iterations, _loop_around(*key[:2])))
     constants = []
     for index, value in enumerate(getattr(program, "consts", []) or []):
         size = int(getattr(value, "nbytes", 0) or 0)
         if size:
             key = constant_lines.get(index)
-            line = source_line(*key) if key is not None and is_user_file(key[0]) else None
-            constants.append(BakedConstant(_type_text(value), size, line))
+            used_at = source_line(*key) if key is not None else None
+            constants.append(BakedConstant(_type_text(value), size, used_at))
     constants.sort(key=lambda c: -c.bytes)
     return total, lines, constants
+
+
+def _users_line(traceback) -> tuple[str, int, str] | None:
+    """(file, line, function) of the innermost frame of the user's own code inside the traced function (JAX
+    cuts an equation's traceback at the transformation's entry: the line that called ``jit`` is not in it,
+    so a library callable jitted in the user's training loop has no line of the user's)."""
+    for frame in compat.user_frames(traceback):  # innermost first; JAX's own frames left out, libraries kept
+        if is_user_file(frame.file_name):
+            return (frame.file_name, frame.start_line, frame.function_name)
+    return None
+
+
+def _repeats(sequence: list[str]) -> tuple[int, int]:
+    """(equations per iteration, iterations) when ``sequence`` is one block repeated, or runs of blocks each
+    repeated the same number of times - a loop body differentiated is its forward blocks, then its backward
+    ones (jax.grad of an unrolled loop); (0, 0) when it repeats nothing."""
+    n = len(sequence)
+    period = _period(sequence)
+    if period < n:
+        return period, n // period
+    if n > SEGMENTS_CHECKED:
+        return 0, 0
+    for times in sorted((k for k in range(2, n // 2 + 1) if n % k == 0), reverse=True):
+        if _runs_of(sequence, times):
+            return n // times, times
+    return 0, 0
+
+
+def _runs_of(sequence: list[str], times: int) -> bool:
+    """True when ``sequence`` splits into consecutive runs, each one block repeated ``times`` times."""
+    position, n = 0, len(sequence)
+    while position < n:
+        for length in range(1, (n - position) // times + 1):
+            block = sequence[position : position + length]
+            if sequence[position : position + length * times] == block * times:
+                position += length * times
+                break
+        else:
+            return False
+    return True
 
 
 def _period(sequence: list[str]) -> int:
@@ -166,7 +238,8 @@ def _period(sequence: list[str]) -> int:
 
 
 def _loop_around(filename: str, lineno: int) -> str:
-    """The header of the innermost Python ``for``/``while`` loop around ``lineno`` in the source, or ""."""
+    """The header of the innermost Python ``for``/``while`` whose body holds ``lineno``, in the same function
+    (a ``def`` in between is code the loop defines, not code it repeats), or ""."""
     source = "".join(linecache.getlines(filename))
     if not source:
         return ""
@@ -174,13 +247,28 @@ def _loop_around(filename: str, lineno: int) -> str:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return ""
-    innermost = 0  # the loop that starts last among those around the line is the innermost
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.While)) and node.body:
-            last = max(getattr(n, "end_lineno", 0) or 0 for n in node.body)
-            if node.lineno <= lineno <= last and node.lineno > innermost:
-                innermost = node.lineno
-    return linecache.getline(filename, innermost).strip().removesuffix(":").strip() if innermost else ""
+    loop = _innermost_loop(tree, lineno, None)
+    return linecache.getline(filename, loop.lineno).strip().removesuffix(":").strip() if loop is not None else ""
+
+
+Loop = ast.For | ast.AsyncFor | ast.While
+
+
+def _innermost_loop(node: ast.AST, lineno: int, loop: Loop | None) -> Loop | None:
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            continue  # the line's statement is enough: a loop repeats statements
+        start, end = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+        if start is None or end is None or not start <= lineno <= end:
+            continue
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return _innermost_loop(child, lineno, None)
+        if isinstance(child, (ast.For, ast.AsyncFor, ast.While)) and child.body:
+            body_start, body_end = child.body[0].lineno, child.body[-1].end_lineno or child.body[-1].lineno
+            inner = child if body_start <= lineno <= body_end else loop  # its `else:` runs once
+            return _innermost_loop(child, lineno, inner)
+        return _innermost_loop(child, lineno, loop)
+    return loop
 
 
 def _type_text(value) -> str:

@@ -84,9 +84,8 @@ def _examine(size: ProgramSize, program, call: SourceLine | None, started: Sourc
     loop = size.unrolled
     made_at = loop.line if loop is not None else next((line.line for line in size.lines if line.line), None)
     if loop is not None:
-        header = f"`{loop.loop}`" if loop.loop else "the Python loop around it"
         size.fix = (
-            f"Replace {header} by jax.lax.fori_loop (or jax.lax.scan, to keep each step's output): the program "
+            f"Replace `{loop.loop}` by jax.lax.fori_loop (or jax.lax.scan, to keep each step's output): the program "
             f"then holds the loop body once ({loop.per_iteration} equations) instead of {loop.iterations} copies "
             f"({loop.equations} equations), and compiles in about the time of one."
         )
@@ -107,7 +106,9 @@ def _examine(size: ProgramSize, program, call: SourceLine | None, started: Sourc
         )
     else:
         size.provenance = Provenance(
-            transforms=[program_name], started_by=call, unknown="no equation came from a line of yours"
+            transforms=[program_name],
+            started_by=call,
+            unknown="no equation came from a line of yours inside it (JAX's or a library's code only)",
         )
 
 

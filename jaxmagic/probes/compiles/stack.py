@@ -15,9 +15,9 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments, abstract_arrays
+from jaxmagic.probes._support.wrapped import HeldFunction, find_held_function, jitted_by_its_caller
 from jaxmagic.probes.compiles.baked import BakedValue, baked_values
 from jaxmagic.probes.compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
-from jaxmagic.probes.compiles.wrapped import HeldFunction, find_held_function, jitted_by_its_caller
 from jaxmagic.report.source import defining_code
 
 
@@ -45,6 +45,9 @@ class CallInfo:
     library: str = ""
     # The user's arguments leaf by leaf (user_arguments.LeafValue by path), when a library repacked them
     leaves: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # JAX's name for each leaf of the library's repacking -> the user's path (``call_names``): what JAX's
+    # cache-miss explanation names ``dynamic_nodonate['rest'][13]`` is the user's ``xb``
+    user_paths: dict[str, str] = dataclasses.field(default_factory=dict)
     # The Python values the traced function carries (closure, functools.partial arguments), by name; None
     # when they could not be read (baked.py)
     baked: dict[str, BakedValue] | None = None

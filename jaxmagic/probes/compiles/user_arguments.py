@@ -17,10 +17,11 @@ import types
 import weakref
 from typing import Any
 
+from jaxmagic.probes._support import call_names
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arrays
+from jaxmagic.probes._support.wrapped import HeldFunction, entry_arguments
 from jaxmagic.probes.compiles.metadata import pytree_metadata
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
-from jaxmagic.probes.compiles.wrapped import HeldFunction, entry_arguments
 from jaxmagic.report.wording import short_dtype
 
 MAX_LEAVES = 2_000  # leaves of the user's arguments recorded per compilation
@@ -54,6 +55,18 @@ def read_user_arguments(
     if for_trial and numbers:
         _keep_for_trial(arguments, held, info)
     return True
+
+
+def user_paths(user_frame, jit_locals: dict) -> dict[str, str]:
+    """JAX's name for each leaf a library's wrapper gave jit (``dynamic_nodonate['rest'][13]``, the paths of its
+    cache-miss explanation) -> the user's path (``xb``), from jit's ``cache_miss`` locals (``call_names``)."""
+    through = call_names.user_call(user_frame)
+    signature = getattr(jit_locals.get("jit_info"), "fun_signature", None)
+    if through is None or signature is None:
+        return {}
+    return through.jax_paths(
+        tuple(jit_locals.get("args", ()) or ()), dict(jit_locals.get("kwargs", {}) or {}), list(signature.parameters)
+    )
 
 
 def _keep_for_trial(arguments: dict[str, Any], held: HeldFunction, info: CallInfo) -> None:

@@ -34,13 +34,24 @@ from jaxmagic.report.source import enclosing_function, is_jaxmagic_file, is_user
 from jaxmagic.report.wording import error_line, exception_chain, message_of
 
 MAX_HITS = 100  # hits recorded in full; later ones are counted
+END_OF_INPUT, INTERRUPT = "<end of input>", "<interrupt>"  # recorded as the commands that ended a prompt
 
 
 class DebuggerQuit(Exception):
-    """Raised by ``q`` at a breakpoint: the cell stops here, and the magic ends it without an error."""
+    """Raised by ``q`` (or an end of input) at a breakpoint: the cell stops here, and the magic ends it
+    without an error."""
 
     def __init__(self) -> None:
         super().__init__("jaxmagic debugger: quit at a breakpoint")
+
+
+class DebuggerInterrupted(Exception):
+    """An interrupt while the prompt waited (the kernel's interrupt button, Ctrl-C), carried out of JAX's
+    callback as an ``Exception``: JAX wraps whatever a callback raises into its own runtime error
+    ("CpuCallback error"), a ``KeyboardInterrupt`` too, so the block turns it back into one when it ends."""
+
+    def __init__(self) -> None:
+        super().__init__("jaxmagic debugger: interrupted at a breakpoint")
 
 
 @dataclasses.dataclass
@@ -60,7 +71,8 @@ class BreakpointReport(Report):
     hits: list[BreakpointHit] = dataclasses.field(default_factory=list)
     hit_count: int = 0
     interactive: bool = False  # commands were read from the notebook at each hit
-    quit: bool = False  # the user typed q: the cell was stopped there
+    quit: bool = False  # the user typed q (or ended the input): the cell was stopped there
+    interrupted: bool = False  # interrupted while a prompt waited: the cell ended with a KeyboardInterrupt
     error: str = ""  # the cell's own error, if it raised one
 
     kind = "jax_debug"
@@ -69,8 +81,9 @@ class BreakpointReport(Report):
         # A breakpoint hit is what the user asked for, not a problem: the cell's own error is the only failure.
         hits = [note(f"{self.hit_count} breakpoint hit(s)")] if self.hit_count else []
         quit_ = [note("quit at a breakpoint (q): the cell ended there")] if self.quit else []
+        stopped = [note("interrupted at a breakpoint: the cell ended there")] if self.interrupted else []
         error = [failed(f"the cell raised {self.error}")] if self.error and not self.quit else []
-        return error + hits + quit_
+        return error + hits + quit_ + stopped
 
     @property
     def summary(self) -> str:
@@ -79,7 +92,10 @@ class BreakpointReport(Report):
         first = self.hits[0].frame.line
         said = f"{self.hit_count} breakpoint hit(s), the first at `{first.code}` ({first.where})"
         if self.quit:
-            return said + "; quit there (q), which ended the cell."
+            ended = "the input ended" if self.hits and self.hits[-1].commands[-1:] == [END_OF_INPUT] else "q"
+            return said + f"; quit there ({ended}), which ended the cell."
+        if self.interrupted:
+            return said + "; interrupted at its prompt, which ended the cell (KeyboardInterrupt)."
         return said + (f"; the cell raised {self.error}." if self.error else ".")
 
     def document(self) -> Document:
@@ -153,7 +169,14 @@ class _Session:
     def run(self) -> None:
         self.context()
         while True:
-            line = self.ask("(jaxmagic jdb) ").strip()
+            try:
+                line = self.ask("(jaxmagic jdb) ").strip()
+            except EOFError:  # the input ended (Ctrl-D, a closed stdin): the cell ends as `q` ends it
+                self.commands.append(END_OF_INPUT)
+                raise DebuggerQuit from None
+            except KeyboardInterrupt:
+                self.commands.append(INTERRUPT)
+                raise DebuggerInterrupted from None
             self.commands.append(line)
             word, _, rest = line.partition(" ")
             if word in ("c", "cont", "continue"):
@@ -243,7 +266,8 @@ class breakpoints:
     def __enter__(self) -> BreakpointReport:
         with contextlib.ExitStack() as stack:
             stack.enter_context(preserved_jax_state(()))
-            stack.enter_context(breakpoint_backend("jaxmagic", self._hit, quiet=(DebuggerQuit,)))
+            quiet = (DebuggerQuit, DebuggerInterrupted)
+            stack.enter_context(breakpoint_backend("jaxmagic", self._hit, quiet=quiet))
             stack.enter_context(batch_elements_told())
             progress.publish(lambda: ([("breakpoint hits", self.report.hit_count)], []))
             self._stack = stack.pop_all()
@@ -253,6 +277,10 @@ class breakpoints:
         self._stack.__exit__(kind, error, tb)
         if error is not None:
             self.report.quit = ended_by_quit(error)
+            self.report.interrupted = not self.report.quit and _ended_by(error, DebuggerInterrupted)
+            if self.report.interrupted:
+                # the interrupt the user made, not JAX's wrapping of it ("INTERNAL: CpuCallback error")
+                raise KeyboardInterrupt("Interrupted by user at a jax.debug.breakpoint() prompt") from None
             if not self.report.quit:
                 self.report.error = error_line(error)
 
@@ -260,10 +288,13 @@ class breakpoints:
 def ended_by_quit(error: BaseException) -> bool:
     """Whether ``error`` is (or was caused by) a ``q`` typed at a breakpoint - also when JAX wrapped it into
     the error of a compiled call's callback."""
-    return any(
-        isinstance(current, DebuggerQuit) or "jaxmagic debugger: quit at a breakpoint" in message_of(current)
-        for current in exception_chain(error)
-    )
+    return _ended_by(error, DebuggerQuit)
+
+
+def _ended_by(error: BaseException, kind: type[DebuggerQuit] | type[DebuggerInterrupted]) -> bool:
+    """``error`` is (or was caused by) ``kind``, also when JAX wrapped it into a callback's error: its text."""
+    text = str(kind())
+    return any(isinstance(current, kind) or text in message_of(current) for current in exception_chain(error))
 
 
 def _hit_record(frames: list[BreakFrame], commands: list[str], batch: list[int]) -> BreakpointHit:

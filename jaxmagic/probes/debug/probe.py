@@ -208,6 +208,14 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
     )
     del calls, candidates, located, chosen
     _fill_log(report, log)
+    if rerun_error is None and nan_error:
+        # a NaN of the backward pass the re-run did not raise again (a vmap ran compiled, its derivative batched):
+        # stop before the forward line it is the derivative of
+        rerun = _forward_stop(call, report)
+        if rerun:
+            report.rerun_error = report.error
+            report.notes = [n for n in report.notes if not n.endswith("no element made a NaN or inf")]
+            return _stopped(report, outer + rerun)
     if rerun_error is None:
         report.unavailable = "The re-run finished without an error, so there is no failing line to stop at" + (
             "; a loop or vmap ran compiled (--eager runs it op by op)" if log.notes and not eager else ""
@@ -225,7 +233,11 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
             f"; {report.forward_stop_failure}" if report.forward_stop_failure else ""
         )
         return DebugSession(report)
-    entries = outer + rerun
+    return _stopped(report, outer + rerun)
+
+
+def _stopped(report: DebugReport, entries: list[TracebackType]) -> DebugSession:
+    """The session stopped in the last of ``entries`` (the user's frames, outermost first)."""
     report.stopped = _frame_view(entries[-1])
     report.callers = [_frame_view(tb) for tb in entries[:-1]]
     if any(value.kind == "primal" for value in report.stopped.values):
@@ -248,10 +260,14 @@ def _forward_stop(call: FailingCall, report: DebugReport) -> list[TracebackType]
     if line is None:
         report.forward_stop_failure = "the NaN search did not name a forward line whose derivative made it"
         return []
-    stop, why = stop_before(call, line)
+    log = SteppingLog()
+    stop, why = stop_before(call, line, log)
+    report.compiled_runs += log.compiled_runs
+    report.notes += log.notes
     if stop is None:
         report.forward_stop_failure = f"stopping before `{line.code}` failed: {why}"
         return []
+    report.steps += [StepView(step.kind, step.index, step.size, step.line, step.text) for step in log.steps]
     report.notes.append(
         f"The NaN was made by the derivative JAX computed for `{line.code}` ({line.where}), in the backward pass, "
         "where no line of yours runs: the forward function was run again op by op and stopped before that line, "

@@ -59,7 +59,7 @@ class SteppingLog:
     put_back: str = ""  # the re-run wrote into the user's objects and they were put back (kept_state)
 
 
-def _all_finite(tree, nan_only: bool = False):
+def all_finite(tree, nan_only: bool = False):
     """Whether every float leaf is finite - or, ``nan_only``, holds no NaN: under ``jax.debug_nans`` alone an
     inf is no error, and a step that only made one (``log(0)``) would not stop op by op."""
     import jax  # deferred: jaxmagic imports JAX only when a probe runs
@@ -112,7 +112,7 @@ def _scan_search(original, f, length, reverse, nan_only: bool):
     def searching(state, x):
         carry, step, first, saved = state
         new_carry, y = f(carry, x)
-        failed = (first < 0) & ~_all_finite((new_carry, y), nan_only)
+        failed = (first < 0) & ~all_finite((new_carry, y), nan_only)
         saved = jax.tree.map(lambda kept, now: jnp.where(failed, now, kept), saved, carry)
         return (new_carry, step + 1, jnp.where(failed, step, first), saved), y
 
@@ -128,7 +128,7 @@ def _vmap_search(original, fun, in_axes, out_axes, nan_only: bool):
 
     def checked(*element):
         out = fun(*element)
-        return out, _all_finite(out, nan_only)
+        return out, all_finite(out, nan_only)
 
     return original(checked, in_axes, (out_axes, 0))
 
@@ -163,11 +163,11 @@ class Stepper:
         try:
             final, ys, first, carry_in = self._search_scan(original, f, init, xs, length, reverse)
         except Exception as error:  # the search itself failed: the loop runs op by op, as it would have
-            self.log.notes.append(f"the loop at {_where(line)} ran op by op: its compiled search failed ({error})")
+            self.log.notes.append(f"the loop at {where(line)} ran op by op: its compiled search failed ({error})")
             return original(f, init, xs, length=length, reverse=reverse, unroll=unroll)
         size = int(length) if length is not None else int(jax.tree.leaves(xs)[0].shape[0])
         if first < 0:
-            self.log.notes.append(f"the loop at {_where(line)} ran compiled: no step made a NaN or inf")
+            self.log.notes.append(f"the loop at {where(line)} ran compiled: no step made a NaN or inf")
             return final, ys
         index = size - 1 - first if reverse else first
         x_in = None if xs is None else jax.tree.map(lambda leaf: leaf[index], xs)
@@ -175,7 +175,7 @@ class Stepper:
         f(carry_in, x_in)  # the failing step, op by op: expected to raise at the user's line
         self.log.steps.pop()
         self.log.notes.append(
-            f"step {first} of the loop at {_where(line)} did not fail op by op: the whole loop ran op by op"
+            f"step {first} of the loop at {where(line)} did not fail op by op: the whole loop ran op by op"
         )
         return original(f, init, xs, length=length, reverse=reverse, unroll=unroll)
 
@@ -216,7 +216,7 @@ class Stepper:
         original = self.original.vmap
         axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
         if len(axes) != len(args) or not all(a is None or isinstance(a, int) for a in axes):
-            self.log.notes.append(f"the vmap at {_where(line)} ran as JAX runs it: its in_axes are a pytree")
+            self.log.notes.append(f"the vmap at {where(line)} ran as JAX runs it: its in_axes are a pytree")
             return original(fun, in_axes, out_axes)(*args)
 
         axes_key = ("vmap", repr(in_axes), repr(out_axes), self.nan_only)
@@ -225,14 +225,12 @@ class Stepper:
             with _compiled():
                 outs, finite = search(*args)
         except Exception as error:
-            self.log.notes.append(
-                f"the vmap at {_where(line)} ran as JAX runs it: its compiled search failed ({error})"
-            )
+            self.log.notes.append(f"the vmap at {where(line)} ran as JAX runs it: its compiled search failed ({error})")
             return original(fun, in_axes, out_axes)(*args)
         self.log.compiled_runs += 1
         failing = np.flatnonzero(~np.asarray(finite))
         if not failing.size:
-            self.log.notes.append(f"the vmap at {_where(line)} ran compiled: no element made a NaN or inf")
+            self.log.notes.append(f"the vmap at {where(line)} ran compiled: no element made a NaN or inf")
             return outs
         element = int(failing[0])
         size = int(np.asarray(finite).shape[0])
@@ -243,11 +241,11 @@ class Stepper:
         self.log.steps.append(Step("vmap", element, size, line))
         fun(*one)  # the failing element, unbatched and op by op: expected to raise at the user's line
         self.log.steps.pop()
-        self.log.notes.append(f"element {element} of the vmap at {_where(line)} did not fail alone: all ran batched")
+        self.log.notes.append(f"element {element} of the vmap at {where(line)} did not fail alone: all ran batched")
         return original(fun, in_axes, out_axes)(*args)
 
 
-def _where(line: SourceLine | None) -> str:
+def where(line: SourceLine | None) -> str:
     return f"`{line.code}` ({line.where})" if line is not None else "a line of JAX's"
 
 

@@ -12,7 +12,7 @@ import re
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
-from jaxmagic.probes.compiles.cost_sections import cost_findings
+from jaxmagic.probes.compiles.cost_sections import cost_findings, is_big
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import key_findings
 from jaxmagic.probes.memory.report import out_of_memory_finding
@@ -212,9 +212,12 @@ def _clean_text(probe: str, sub, report: DoctorReport) -> str:
         return "not run"
     if probe == "compiles":
         users = sub.user_functions
+        slow = [s.nothing_to_fix for s in sub.sizes if s.slow and not s.unknown and not is_big(s)]
         return (
-            f"{len(users)} function(s), each compiled once" if users else "nothing of yours compiled"
-        ) + " (the doctor's own first compilation included)"
+            (f"{len(users)} function(s), each compiled once" if users else "nothing of yours compiled")
+            + " (the doctor's own first compilation included)"
+            + "".join(f"; {text}" for text in slow[:1])
+        )
     if probe == "leaks":
         return "no tracer leaked"
     if probe == "keys":

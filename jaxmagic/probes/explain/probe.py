@@ -89,7 +89,7 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     elif context.file and is_user_file(context.file):
         report.function_line = source_line(context.file, context.line, context.function)
     if not report.transformation and report.traced_names:
-        report.transformation = text.TRANSFORMATION_OF_TRACER.get(report.traced_names[0].tracer_type, "")
+        report.transformation = _transformation_on_failing_line(report, error.__traceback__)
     if not report.traced_function and report.traced_names and report.your_lines:
         report.traced_function = report.your_lines[-1].function  # the frame that held the tracers
     if kept is not None:
@@ -119,6 +119,19 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
     finally:
         del frames
     return report
+
+
+def _transformation_on_failing_line(report: TracerErrorReport, tb: types.TracebackType | None) -> str:
+    """The transformation whose trace made the first tracer on the failing line (``lax.scan``'s for a scan
+    body's value, never "jit" for it because its tracer is of jit's class); from its class when the frame no
+    longer holds it."""
+    first = report.traced_names[0]
+    frame = innermost_user_frame(tb)
+    value = frame.f_locals.get(first.name) if frame is not None else None
+    del frame
+    if value is not None and type(value).__name__ == first.tracer_type:
+        return tracer_origin.transformation_of(value)
+    return text.TRANSFORMATION_OF_TRACER.get(first.tracer_type, "")
 
 
 def _provenance_of(report: TracerErrorReport, message: str, inside: list[Transformation]) -> Provenance:
@@ -269,7 +282,7 @@ def _add_traced_origin(report: TracerErrorReport, tb: types.TracebackType | None
     report.jitted_function = outer.f_code.co_name
     report.jitted_line = source_line(outer.f_code.co_filename, outer.f_code.co_firstlineno, outer.f_code.co_name)
     first = next(iter(parameters.values()))
-    report.jitted_transformation = text.TRANSFORMATION_OF_TRACER.get(type(first).__name__, "")
+    report.jitted_transformation = tracer_origin.transformation_of(first)
     for name, value in on_line.items():
         for parameter, bound in parameters.items():
             if bound is value:

@@ -25,6 +25,7 @@ from jaxmagic.probes._support.fixes.library_static import (
     library_static_fix,
 )
 from jaxmagic.probes._support.tracers import text
+from jaxmagic.probes.explain.branch_fixes import branch_operand_fix
 from jaxmagic.probes.explain.fixes import NEW_PARAMETER
 from jaxmagic.probes.explain.frames import innermost_user_frame
 from jaxmagic.probes.explain.kinds import classify
@@ -181,7 +182,7 @@ def fit_static_fixes(
             fix = line_trial(fix)
         tried.append(fix)
     _add_static_expression_with_static_arguments(report, tried, expression is not None, line_trial)
-    carried = carried_value_fix(report, inside, frames)
+    carried = carried_value_fix(report, inside, frames) or branch_operand_fix(report, inside, frames)
     if carried is not None:
         tried.insert(0, carried)
     # a fix tried on the user's function that still fails does not apply: it is reported apart

@@ -16,7 +16,9 @@ never needs the process's objects. Per area:
 - **random keys**: the same key data on every process where each process should draw
   its own (dropout, shuffling);
 - **not finished**: a process whose magic failed or did not answer in time - where a
-  hang is.
+  hang is - or whose engine process ended (stopped by a signal, killed: ``engine_exits``);
+- **no report**: a process that answered with nothing to merge (the name unbound there, the
+  ``--values`` expression failed there): what failed, never a hang.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic.probes.gather.hangs import not_finished
+from jaxmagic.probes.gather.hangs import not_finished, without_report
 from jaxmagic.probes.gather.programs import joined, program_differences
 from jaxmagic.probes.gather.ranges import grouped, who
 from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
@@ -35,7 +37,7 @@ Dict = dict[str, Any]
 
 def differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     answered = [e for e in entries if not e.error]
-    findings = not_finished(entries)  # where a hang is (gather.hangs)
+    findings = not_finished(entries) + without_report(entries)  # where a hang is, what failed (gather.hangs)
     for compare in (_nan_differences, _compile_differences, _memory_differences, _key_sameness):
         findings += compare(answered)
     return joined(findings, program_differences(answered))

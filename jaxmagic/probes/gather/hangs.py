@@ -11,13 +11,15 @@ collective some never join: another program on some, or a process that left).
 from __future__ import annotations
 
 from jaxmagic.probes.gather.ranges import grouped, who
-from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
+from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.probes.gather.stacks import user_stack_text
 
 
 def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
-    """The finding for processes that sent no report: a hang with where each one is, or who failed and why."""
-    stuck = [e for e in entries if e.error]
+    """The finding for processes that sent no report: a hang with where each one is, or who failed and why.
+    A process that answered without a report (``NO_REPORT``: the name unbound there) is no hang: see
+    ``without_report``."""
+    stuck = [e for e in entries if e.error and e.status != NO_REPORT]
     if not stuck:
         return []
     late = [e for e in stuck if e.stack]
@@ -36,7 +38,7 @@ def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
         for group in _by_place([e for e in unknown if e not in idle])
     ]
     said += [f"{text} (sent no report)" for text in grouped([(e.process, e.name, e.error) for e in failed])]
-    finished = [e for e in entries if not e.error]
+    finished = [e for e in entries if not e.error or e.status == NO_REPORT]
     if finished:
         said.append(f"{who(_names(finished))} finished")
     if running:
@@ -73,14 +75,44 @@ def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:
 
 
 def _without_stacks(stuck: list[ProcessEntry], total: int) -> GatherFinding:
+    stopped = [e for e in stuck if e.status == STOPPED]
+    if len(stopped) == len(stuck):  # their processes ended: said as such, not as a hang of their own
+        summary = f"{len(stopped)} of {total} engine process(es) ended: "
+        fix = (
+            "The processes of a jax.distributed job wait for every other in their collectives: with one ended, "
+            "the others hang at their next one. Restart the job (the cluster's engines), then run the cell again."
+        )
+    else:
+        summary = f"{len(stuck)} of {total} process(es) sent no report: "
+        fix = (
+            "A process that did not finish while the others did is where a job hangs: the others wait for it "
+            "in their next collective. Look at that engine's output (%%px --targets N) or its log."
+        )
     return GatherFinding(
         area="not finished",
         processes=[e.process if e.process is not None else e.engine for e in stuck],
-        summary=f"{len(stuck)} of {total} process(es) sent no report: "
-        + "; ".join(grouped([(e.process, e.name, e.error) for e in stuck])),
-        fix="A process that did not finish while the others did is where a job hangs: the others wait for it "
-        "in their next collective. Look at that engine's output (%%px --targets N) or its log.",
+        summary=summary + "; ".join(grouped([(e.process, e.name, e.error) for e in stuck])),
+        fix=fix,
     )
+
+
+def without_report(entries: list[ProcessEntry]) -> list[GatherFinding]:
+    """Processes that answered with nothing to merge: the name is unbound there, or the --values expression
+    failed there - what failed, never a hang."""
+    empty = [e for e in entries if e.status == NO_REPORT]
+    if not empty:
+        return []
+    return [
+        GatherFinding(
+            area="no report",
+            processes=[e.process if e.process is not None else e.engine for e in empty],
+            summary=f"{len(empty)} of {len(entries)} process(es) answered without a report: "
+            + "; ".join(grouped([(e.process, e.name, e.error.removeprefix("no report: ")) for e in empty])),
+            fix="These engines answered: nothing hangs there. Bind the report on every engine (run the magic "
+            "under %%px with -o NAME, then %jax_gather NAME), or give --values an expression each engine can "
+            "evaluate in its own namespace.",
+        )
+    ]
 
 
 def _names(entries: list[ProcessEntry]) -> list[tuple[int | None, str]]:

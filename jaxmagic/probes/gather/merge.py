@@ -28,20 +28,25 @@ import time
 
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes.gather.compare import differences
-from jaxmagic.probes.gather.report import GatherReport, ProcessEntry
+from jaxmagic.probes.gather.engine_exits import EngineExits, engine_left
+from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherReport, ProcessEntry
 from jaxmagic.probes.gather.stacks import dump_stacks
 from jaxmagic.probes.gather.values import values_from_engines, values_through_store
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
 
-def entry_of(report, *, process: int | None, engine: int | None = None) -> ProcessEntry:
-    """This process's entry for ``report`` (any jaxmagic report, or None when there is none)."""
+def entry_of(report, *, process: int | None, engine: int | None = None, name: str = "") -> ProcessEntry:
+    """This process's entry for ``report`` (any jaxmagic report, or None when there is none; ``name``: what
+    it was looked up by, for the wording)."""
     host = socket.gethostname()
     if report is None or not hasattr(report, "to_dict"):
-        what = "nothing" if report is None else f"a {type(report).__name__}, not a jaxmagic report"
+        if report is None:
+            what = f"`{name}` is not bound here" if name else "nothing was given"
+        else:
+            what = f"{f'`{name}` is ' if name else ''}a {type(report).__name__}, not a jaxmagic report"
         return ProcessEntry(
-            process, engine, host, headline=f"no report here ({what})", status="failed", error=f"no report ({what})"
+            process, engine, host, headline=f"no report here: {what}", status=NO_REPORT, error=f"no report: {what}"
         )
     try:
         data = report.to_dict()
@@ -77,7 +82,7 @@ def engine_entry(name: str) -> dict:
     shell = running_shell()  # an engine is an IPython kernel: its namespace holds the report
     namespace = shell.user_ns if shell is not None else {}
     process = distributed_store.process_index_and_count()[0] if distributed_store.initialized() else None
-    return dataclasses.asdict(entry_of(namespace.get(name), process=process))
+    return dataclasses.asdict(entry_of(namespace.get(name), process=process, name=name))
 
 
 STACK_WAIT = 1.0  # seconds after the timeout for late engines' stacks (a dump takes milliseconds)
@@ -105,6 +110,7 @@ def gather_from_engines(view, name: str, timeout: float, values: str = "") -> Ga
             pending[engine] = error
     deadline = time.monotonic() + timeout
     entries = []
+    exits = EngineExits(client)
     for engine, result in pending.items():
         try:
             if isinstance(result, Exception):
@@ -115,10 +121,11 @@ def gather_from_engines(view, name: str, timeout: float, values: str = "") -> Ga
         except Exception as error:  # busy past the deadline (a hang), died, or raised
             late = type(error).__name__ == "TimeoutError"
             why = f"did not answer within {timeout:g} s (still running its cell?)" if late else error_line(error)
-            if isinstance(error, IndexError):  # ipyparallel no longer lists it: its engine stopped
-                why = f"its engine stopped ({error_line(error)})"
+            status = "missing" if late else "failed"
+            if engine_left(error):
+                why, status = exits.why(engine, error), STOPPED
             process = _process_of_engine.get((_session_of(client), engine))
-            entry = ProcessEntry(process, engine, status="missing" if late else "failed", headline=why, error=why)
+            entry = ProcessEntry(process, engine, status=status, headline=why, error=why)
         if entry.process is not None:
             _process_of_engine[(_session_of(client), engine)] = entry.process
         entries.append(entry)

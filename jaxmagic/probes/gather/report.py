@@ -10,6 +10,10 @@ from jaxmagic.probes.gather.ranges import process_ranges
 from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Paragraph, Section, Table
 
+NO_REPORT = "no report"  # the process answered, with nothing to merge: the name is unbound there, or the
+# --values expression failed there (never a hang)
+STOPPED = "stopped"  # the engine's process ended: stopped by a signal, killed, exited
+
 
 @dataclasses.dataclass
 class ProcessEntry:
@@ -19,7 +23,7 @@ class ProcessEntry:
     engine: int | None = None  # the ipyparallel engine id (None in the script path)
     host: str = ""
     headline: str = ""  # the report's summary, or why there is none
-    status: str = ""  # the report's status ("ok", "problem", "error"), "missing" or "failed"
+    status: str = ""  # the report's status ("ok", "problem", "error"), "missing" (late), "failed", NO_REPORT, STOPPED
     kind: str = ""  # the report's magic ("jax_doctor")
     report: dict[str, Any] = dataclasses.field(default_factory=dict)  # the report's to_dict()
     error: str = ""  # the engine failed or did not answer: why

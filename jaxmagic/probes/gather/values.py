@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import distributed_store
-from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
+from jaxmagic._jax import compat, distributed_store
+from jaxmagic.probes.gather.engine_exits import EngineExits, engine_left
+from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
@@ -47,7 +48,8 @@ Dict = dict[str, Any]
 def host_value(leaf) -> np.ndarray:
     """A leaf's value on this process: all of it, or this process's first shard of a global array."""
     if hasattr(leaf, "addressable_shards") and not getattr(leaf, "is_fully_addressable", True):
-        leaf = leaf.addressable_shards[0].data  # replicated: this process's copy
+        with compat.addressable_shards(leaf) as shards:  # never the leaf's own: jaxlib keeps what it makes
+            return np.asarray(shards[0].data)  # replicated: this process's copy
     return np.asarray(leaf)
 
 
@@ -267,15 +269,17 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
     asked = {engine: _ask(client, engine, digests_here, expression, f"{token}/{engine}") for engine in targets}
     rows: list[tuple[ProcessEntry, list[Dict]]] = []
     entries = []
+    exits = EngineExits(client)
     for engine, result in asked.items():
-        answer, why = _answer(result, deadline, timeout)
+        answer, why, error = _answer(result, deadline, timeout)
         if answer is None or answer.get("error"):
             why = why or answer["error"]
             process = answer.get("process") if answer else None
             late = "did not answer" in why
-            entries.append(
-                ProcessEntry(process, engine, status="missing" if late else "failed", headline=why, error=why)
-            )
+            status = "missing" if late else NO_REPORT if answer else "failed"  # the expression failed there
+            if error is not None and engine_left(error):
+                why, status = exits.why(engine, error), STOPPED
+            entries.append(ProcessEntry(process, engine, status=status, headline=why, error=why))
             continue
         leaves = answer["leaves"]
         entry = ProcessEntry(
@@ -297,7 +301,7 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
     }
     values = {}
     for index, result in fetched.items():
-        answer, _why = _answer(result, deadline, timeout)
+        answer, _why, _error = _answer(result, deadline, timeout)
         if answer is not None:
             values[index] = answer
     notes = [
@@ -330,15 +334,16 @@ def _ask(client, engine: int, function, *args):
         return error
 
 
-def _answer(result, deadline: float, timeout: float) -> tuple[Any, str]:
+def _answer(result, deadline: float, timeout: float) -> tuple[Any, str, BaseException | None]:
+    """(the engine's answer, or None and why not, and the error that said so)."""
     try:
         if isinstance(result, Exception):
             raise result
-        return result.get(timeout=max(0.0, deadline - time.monotonic())), ""
+        return result.get(timeout=max(0.0, deadline - time.monotonic())), "", None
     except Exception as error:
         if type(error).__name__ == "TimeoutError":
-            return None, f"did not answer within {timeout:g} s (still running its cell?)"
-        return None, error_line(error)
+            return None, f"did not answer within {timeout:g} s (still running its cell?)", error
+        return None, error_line(error), error
 
 
 # -- a script on every process, through jax.distributed's key-value store -------------------------

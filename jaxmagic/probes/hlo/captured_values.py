@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 import numpy as np
 
 from jaxmagic._jax import compat
-from jaxmagic.probes._support.attribution import of_allocation, of_equation, of_numpy_built
+from jaxmagic.probes._support.attribution import of_allocation, of_equation, of_numpy_built, root_array
+from jaxmagic.probes._support.global_assignment import last_assignment
 from jaxmagic.probes.hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
 from jaxmagic.probes.hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
 from jaxmagic.report import SourceLine
@@ -117,6 +118,28 @@ class NameEnvironment:
                             for item in list(attributes.values())[:1000]:
                                 add(item)
         return values
+
+    @property
+    def module_globals(self) -> dict:
+        return self._module_globals
+
+    def by_value(self, value) -> tuple[str, str]:
+        """(name, kind) of the one NumPy array the function reads by name (its closure, the globals its code
+        names) that ``value`` is JAX's copy of: the same shape and the same numbers in ``value``'s dtype (a
+        float64 array JAX keeps as float32); ("", "") when none is, or more than one."""
+        if not isinstance(value, np.ndarray) or value.size == 0:
+            return "", ""
+        found = []
+        for table, kind in ((self.closure, "closure"), (self.globals, "global")):
+            for name, candidate in table.items():
+                if isinstance(candidate, np.ndarray) and candidate.shape == value.shape and not name.startswith("_"):
+                    try:
+                        same = np.array_equal(candidate.astype(value.dtype), value, equal_nan=True)
+                    except (TypeError, ValueError):
+                        same = False
+                    if same:
+                        found.append((name, kind))
+        return found[0] if len(found) == 1 else ("", "")
 
     def by_identity(self) -> dict[int, tuple[str, str]]:
         out: dict[int, tuple[str, str]] = {}
@@ -409,13 +432,20 @@ def captured_constants(
             seen.add(id(value))
             if identities is None:
                 identities = env.by_identity()
-            name, kind = identities.get(id(value), ("", ""))
+            # JAX keeps a NumPy constant as its own view of the array (or a float32 copy of a float64 one)
+            name, kind = identities.get(id(value)) or identities.get(id(root_array(value))) or env.by_value(value)
             nbytes = int(getattr(value, "nbytes", 0) or 0)
+            earlier = False  # an earlier value of a name the function reads (JAX's trace cache)
             if not name and nbytes < BAKED_CONSTANT_BYTES:
                 continue  # a small array made inside the function: ordinary, not worth a line
             use = _first_use(inner, constvars[index]) if index < len(constvars) else None
             line = eqn_line(use, enclosing) if use is not None else None
             provenance = constant_provenance(value, use, enclosing, line)
+            if provenance.made_at is None and kind == "global":
+                # made before tracemalloc recorded it (another cell, usually): the line that assigned the name
+                assigned = last_assignment(name, env.module_globals)
+                if assigned is not None:
+                    provenance = Provenance(made_at=assigned, function="", transforms=[])
             if (
                 provenance.made_at is None
                 and not name
@@ -425,10 +455,25 @@ def captured_constants(
                 and _not_recorded(value)
             ):
                 if rebuilt is None:
-                    rebuilt = _built_in_fresh_trace(fresh_trace)
+                    rebuilt = _built_in_fresh_trace(fresh_trace, env)
                 if len(rebuilt) == len(consts) and rebuilt[index][:2] == (shape, str(value.dtype)):
-                    fresh = rebuilt[index][2]
-                    if fresh.made_at is not None:
+                    fresh, (now_name, now_kind) = rebuilt[index][2], rebuilt[index][3]
+                    if now_name:
+                        # traced afresh, the function holds the name's current value; the program asked about
+                        # holds other numbers: JAX reused the program it traced before the name was rebound
+                        name, kind, earlier = now_name, now_kind, True
+                        assigned = last_assignment(name, env.module_globals) if kind == "global" else None
+                        now = f" (its current value was assigned at {assigned.where})" if assigned is not None else ""
+                        provenance = Provenance(
+                            function=provenance.function,
+                            transforms=provenance.transforms,
+                            unknown=(
+                                f"the program holds an earlier value of `{name}`{now}: JAX reused the program it "
+                                f"traced for this function before `{name}` was assigned again; a fresh trace of the "
+                                "function holds the current one"
+                            ),
+                        )
+                    elif fresh.made_at is not None:
                         function = fresh.function
                         provenance = Provenance(
                             made_at=fresh.made_at,
@@ -443,6 +488,7 @@ def captured_constants(
                     provenance.unknown += "; a fresh trace of the function did not make the same constants"
             found.append(
                 CapturedConstant(
+                    earlier=earlier,
                     name=name,
                     kind=kind,
                     shape=shape,
@@ -532,9 +578,11 @@ def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any]
     return trace
 
 
-def _built_in_fresh_trace(fresh_trace: Callable[[], Any]) -> list[tuple[tuple, str, Provenance]]:
-    """(shape, dtype, where it was built) of each constant of a fresh trace made with tracemalloc on;
-    [] when the trace fails. Runs the function's Python code once more (it is traced again)."""
+def _built_in_fresh_trace(
+    fresh_trace: Callable[[], Any], env: NameEnvironment
+) -> list[tuple[tuple, str, Provenance, tuple[str, str]]]:
+    """(shape, dtype, where it was built, the name whose current value it is) of each constant of a fresh
+    trace made with tracemalloc on; [] when the trace fails. Runs the function's Python code once more."""
     started = not tracemalloc.is_tracing()
     if started:
         tracemalloc.start(25)
@@ -544,7 +592,7 @@ def _built_in_fresh_trace(fresh_trace: Callable[[], Any]) -> list[tuple[tuple, s
         for value in list(getattr(closed, "consts", None) or []):
             built = of_numpy_built(value) if isinstance(value, np.ndarray) else Provenance(unknown="not a NumPy array")
             shape = tuple(getattr(value, "shape", ()) or ())
-            out.append((shape, str(getattr(value, "dtype", "")), built))
+            out.append((shape, str(getattr(value, "dtype", "")), built, env.by_value(value)))
         del closed
         return out
     except Exception:

@@ -84,6 +84,9 @@ class CapturedConstant:
     # made_at: the line that built the array (tracemalloc's record of its allocation), or None with
     # ``unknown`` saying why and where it is first used; function and transformations of the first use
     provenance: Provenance | None = None
+    # an earlier value of ``name``: the program was traced before the name was assigned its current value
+    # (JAX's trace cache), as a fresh trace of the function showed
+    earlier: bool = False
 
     @property
     def large(self) -> bool:

@@ -163,7 +163,8 @@ class HloReport(Report):
         captured = self.named_constants or [c for c in self.constants if c.large and c.name]
         if captured:
             total = sum(c.nbytes for c in captured)
-            names = ", ".join(f"`{c.name}`" for c in captured[:3] if c.name) or "arrays made inside the function"
+            names = ", ".join(f"`{c.name}`{_made_where(c)}" for c in captured[:3] if c.name)
+            names = names or "arrays made inside the function"
             parts.append(
                 f"{len(captured)} captured array(s) ({format_bytes(total)}: {names}) are constants of the "
                 "program; the jit cache keeps them alive."
@@ -280,6 +281,12 @@ class HloReport(Report):
                             for c in self.constants[:3]
                             if c.made_while_tracing and c.provenance is not None
                             for block in provenance_blocks(c.provenance, f"the {c.dtype}{list(c.shape)} array")
+                        ],
+                        *[  # a global's line: where the user assigned it (global_assignment), not where traced
+                            block
+                            for c in self.named_constants[:3]
+                            if c.provenance is not None and (c.provenance.made_at is not None or c.earlier)
+                            for block in provenance_blocks(c.provenance, f"`{c.name}`")
                         ],
                         *(
                             [
@@ -552,6 +559,13 @@ def _lines_block(lines: list) -> list:
     """A SourceLines block with each distinct line once (none when no line is known)."""
     distinct = list({(line.filename, line.lineno): line for line in lines if line is not None}.values())
     return [SourceLines(distinct[:8], "Your lines:")] if distinct else []
+
+
+def _made_where(constant: CapturedConstant) -> str:
+    if constant.earlier:
+        return " - an earlier value of it, traced before it was assigned again"
+    made = constant.provenance.made_at if constant.provenance is not None else None
+    return f" made at {_where(made)}" if made is not None else ""
 
 
 def _where(line: SourceLine | None) -> str:

@@ -64,6 +64,7 @@ def key_findings(report: KeyReport) -> list[KeyFinding]:
             short=f"`{f.function}` got the same key {f.repeated_times} times",
             evidence=draw_evidence(f),
             line=f.first_call,
+            fix=f.fix or FIX,
             provenance=f.provenance,
         )
         for f in report.repeated_flows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import sys
 import threading
 from types import FrameType
@@ -10,10 +11,17 @@ from types import FrameType
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, prng_checks
-from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support import attribution, call_names
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
+from jaxmagic.probes.keys.library_state import (
+    dropped_update,
+    folded_inputs,
+    holder_of,
+    state_jit_fix,
+    tried_under_state_jit,
+)
 from jaxmagic.probes.keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
 from jaxmagic.report.source import code_kind, line_of
 
@@ -45,6 +53,8 @@ class KeyWatch(jit_calls.CallObserver):
         self.constants_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
         # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
         self.draw_findings: dict[tuple, SharedKeyDraw | LoopKeyDraw | ConstantKeyDraw] = {}
+        self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
+        self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
         self.lock = threading.Lock()
 
     def before(self, name, is_jit, args, params) -> None:
@@ -54,17 +64,28 @@ class KeyWatch(jit_calls.CallObserver):
         self._loop_draws(name, params)
         self._constant_draws(name, params)
         legacy = self._legacy_arguments(params)
+        folded, dropped = self._folded_arguments(params)
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
                 continue
             with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
                 fingerprint, shown = key_fingerprint(value)
+                # a key only folded with other arguments (fold_in(key, count)) draws anew when they change
+                with_data = [j for j in sorted(folded.get(index, ())) if j < len(args)]
+                for j in with_data:
+                    fingerprint += key_fingerprint(args[j])[0]
             key = (name, index)
             with self.lock:
                 flow = self.flows.get(key)
                 if flow is None:
-                    argument = argument_name(params, index) or f"argument {index}"
                     caller, lineno = call_site()
+                    through = call_names.user_call(caller) if caller is not None else None  # a library's wrapper
+                    argument = (
+                        (through.name_of(value) if through is not None else "")
+                        or argument_name(params, index)
+                        or f"argument {index}"
+                    )
+                    del through
                     line = line_of(caller, lineno)
                     flow = self.flows[key] = KeyFlow(
                         name,
@@ -73,12 +94,16 @@ class KeyWatch(jit_calls.CallObserver):
                         legacy=index in legacy,
                         provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
                     )
+                    flow.folded_with = [argument_name(params, j) or f"argument {j}" for j in with_data]
                     self.report.flows.append(flow)
                     self.seen[key] = {}
                 flow.calls += 1
                 seen = self.seen[key]
                 if fingerprint in seen:
                     seen[fingerprint][1] += 1
+                    if key not in self.state_asked and any(dropped.get(j) for j in with_data):
+                        self.state_asked.add(key)  # asked once per argument: its holder does not change
+                        flow.fix = self._library_state_fix(name, value, [args[j] for j in with_data if dropped.get(j)])
                 elif len(seen) < MAX_FLOW_VALUES:
                     seen[fingerprint] = [shown, 1]
                 flow.distinct = len(seen)
@@ -149,6 +174,46 @@ class KeyWatch(jit_calls.CallObserver):
         if len(searched) < 1000:
             searched[id(jaxpr)] = (jaxpr, found)
 
+    def _folded_arguments(self, params) -> tuple[dict[int, set[int]], dict[int, bool]]:
+        """The key arguments the called program only folds other arguments into, with those; and, for each of
+        those, whether the program computes a new value of it and drops it (a library's counter lost)."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return {}, {}
+        cached = self.folded.get(id(jaxpr))
+        if cached is not None and cached[0] is jaxpr:
+            return cached[1], cached[2]
+        try:
+            folded = folded_inputs(jaxpr)
+            dropped = {j: dropped_update(jaxpr, j) for data in folded.values() for j in data}
+        except Exception:  # another jaxpr layout: keys counted by their own data
+            folded, dropped = {}, {}
+        if len(self.folded) < 1000:
+            self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
+        return folded, dropped
+
+    def _library_state_fix(self, name: str, key, counters: list) -> str:
+        """The fix of a key a library keeps with a counter the jit drops: the library's own jit, tried by tracing
+        the user's function under it on this call's arguments; "" when no library object holds the pair."""
+        details = jit_calls.call_locals() or {}
+        fun, arguments, kwargs = details.get("fun"), details.get("args"), details.get("kwargs") or {}
+        if fun is None or arguments is None:
+            return ""
+        try:
+            names = list(inspect.signature(fun).parameters)
+        except (TypeError, ValueError):
+            names = []
+        holder = next(
+            (h for c in counters if (h := holder_of(tuple(arguments), dict(kwargs), key, c, names))),
+            None,
+        )
+        if holder is None:
+            return ""
+        path, kind, jit = holder
+        worked, why = tried_under_state_jit(jit, fun, tuple(arguments), dict(kwargs))
+        return state_jit_fix(name, path, kind, jit, worked, why)
+
     def _legacy_arguments(self, params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
         closed = params.get("jaxpr")
@@ -169,6 +234,7 @@ class KeyWatch(jit_calls.CallObserver):
     def finish(self) -> None:
         """Fill in each flow's most repeated key (rendered once, at the end)."""
         self.legacy_arguments.clear()
+        self.folded.clear()
         self.shared_seen.clear()
         self.constants_seen.clear()
         for key, flow in self.flows.items():

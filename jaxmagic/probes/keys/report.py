@@ -108,6 +108,9 @@ class KeyFlow:
     repeated_times: int = 0
     legacy: bool = False  # a raw uint32 key (jax.random.PRNGKey), found as the program wraps it into a key
     provenance: Provenance | None = None  # made_at: the first call that passed the key; transforms: jit(function)
+    # the arguments the program folds into this key (`fold_in(key, count)`): a key is the same draw only with them
+    folded_with: list[str] = dataclasses.field(default_factory=list)
+    fix: str = ""  # the fix for this key when the general one does not apply (a library's own key: its jit)
 
     @property
     def repeated(self) -> bool:
@@ -496,7 +499,14 @@ class KeyReport(Report):
                 blocks.append(
                     Paragraph(
                         "A function that gets the same key in several calls draws the same random "
-                        "numbers every time (the same dropout mask every step). " + FIX
+                        "numbers every time (the same dropout mask every step). " + (self.repeated_flows[0].fix or FIX)
+                    )
+                )
+            if any(f.folded_with for f in self.flows):
+                blocks.append(
+                    Paragraph(
+                        "A key the program only folds other arguments into (`jax.random.fold_in(key, count)`) is "
+                        "counted with them: the same key with a new count is a new draw, not a reuse."
                     )
                 )
             blocks.append(

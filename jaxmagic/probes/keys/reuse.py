@@ -7,7 +7,7 @@ import sys
 from types import FrameType
 
 from jaxmagic._jax import prng_checks
-from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support import attribution, call_names
 from jaxmagic.probes.keys.draws import handed_over
 from jaxmagic.probes.keys.fixes import same_key_draws_fix, split_off_fix
 from jaxmagic.probes.keys.jit_params import argument_name
@@ -49,6 +49,11 @@ def explain_key_reuse(
         reuse.consumer = function
     if params and reuse.index is not None:
         reuse.argument = argument_name(params, reuse.index)
+        if reuse.where == "call" and 0 <= reuse.index < len(args):
+            # a library's jit wrapper packed the user's arguments: JAX's name for the leaf is the library's
+            through = call_names.user_call()
+            reuse.argument = (through.name_of(args[reuse.index]) if through is not None else "") or reuse.argument
+            del through
     cause = error.__cause__
     if cause is not None and type(cause).__name__ == "KeyReuseError":
         first = user_lines(cause.__traceback__, below_jaxmagic=False)

@@ -18,7 +18,9 @@ arrays a traced function closed over as constants of its program (chapter
 section 7.5). A container of the user's holding 100 or more arrays of one
 shape and dtype (``keys = list(jax.random.split(key, 2000))``, a list of
 metrics appended in a loop) is a finding of its own (``report.containers``),
-with the line that made the arrays when ``tracemalloc`` recorded it. The probe
+with the line that made the arrays when ``tracemalloc`` recorded it; so are arrays a container alone keeps
+alive beside like arrays other names hold (``report.kept_alone``: ``bs = jax.live_arrays()`` kept across a
+loop). The probe
 keeps no array alive: snapshots are ids and weak references, the report holds
 strings and numbers.
 """
@@ -32,6 +34,7 @@ from jaxmagic.probes.live.report import (
     KIND_RESULT,
     ContainerFinding,
     DeviceMemory,
+    KeptAlone,
     LiveGroup,
     LiveReport,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "KIND_RESULT",
     "ContainerFinding",
     "DeviceMemory",
+    "KeptAlone",
     "LiveGroup",
     "LiveReport",
     "live",

@@ -27,6 +27,7 @@ from jaxmagic.probes._support.holders.search import (
     namespace_roots,
     traceback_roots,
 )
+from jaxmagic.probes.live.kept_alone import kept_alone
 from jaxmagic.probes.live.report import (
     CONTAINER_ARRAYS,
     KIND_ELSEWHERE,
@@ -193,6 +194,7 @@ def _describe(
             )
         groups[index].count += counts[tag]
         group_index[tag] = index
+    sample = None  # no reference of ours to an array outlives the loop: the holder checks count referrers
     del first_position
     report.total_bytes = sum(g.total_bytes for g in groups) if created is None else _nbytes(arrays)
 
@@ -217,6 +219,8 @@ def _describe(
             group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
     _name_holders(groups, search, group_index)
     report.containers = _container_findings(search, groups, group_index, subject, cell=created is not None)
+    ours = [arrays, subject] + ([created] if created is not None else [])
+    report.kept_alone = kept_alone(search, groups, group_index, subject, ours)
     report.allocations_recorded = tracemalloc.is_tracing()
     if report.allocations_recorded:
         # The line that made one array of each of the largest groups: one traceback lookup per group.
@@ -427,12 +431,10 @@ def _nbytes(arrays) -> int:
 
 
 def _device_bytes(a) -> int:
-    """Bytes the array's shards take on this process's devices."""
+    """Bytes the array's shards take on this process's devices (from its sharding: asking for its shards
+    would leave jaxlib's per-shard arrays alive with it - ``compat.addressable_shards``)."""
     try:
-        shards = a.addressable_shards
-        if len(shards) <= 1:
-            return _nbytes_one(a)
-        return sum(_nbytes_one(shard.data) for shard in shards)
+        return compat.per_device_bytes(a)
     except Exception:
         return _nbytes_one(a)
 

@@ -100,6 +100,36 @@ class ContainerFinding:
 
 
 @dataclasses.dataclass
+class KeptAlone:
+    """Arrays that only one container of the user's keeps alive, beside like arrays other names hold:
+    ``bs = jax.live_arrays()`` kept across a loop, ``history.append(x)`` (``live/kept_alone.py``)."""
+
+    container: str  # "bs", "state.history"
+    count: int  # arrays nothing but the container refers to (checked with the garbage collector)
+    shape: tuple
+    dtype: str
+    bytes: int
+    others: list[str] = dataclasses.field(default_factory=list)  # other holders of like arrays: "x"
+    fix: str = ""
+
+    @property
+    def type_text(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+    @property
+    def sentence(self) -> str:
+        beside = (
+            f" beside the one(s) {_join_holders(self.others, 3)} hold{'s' if len(self.others) == 1 else ''}"
+            if self.others
+            else ""
+        )
+        return (
+            f"`{self.container}` alone keeps {self.count} array(s) `{self.type_text}` alive "
+            f"({format_bytes(self.bytes)}){beside}: nothing else refers to them"
+        )
+
+
+@dataclasses.dataclass
 class DeviceMemory:
     device: str
     stats: dict[str, int] | None  # Device.memory_stats(); None where the backend has none (CPU)
@@ -117,6 +147,8 @@ class LiveReport(Report):
     groups: list[LiveGroup] = dataclasses.field(default_factory=list)  # largest total first
     # containers of the user's holding CONTAINER_ARRAYS or more arrays of one shape and dtype, most first
     containers: list[ContainerFinding] = dataclasses.field(default_factory=list)
+    # containers of the user's that alone keep arrays alive beside like arrays others hold (any number)
+    kept_alone: list[KeptAlone] = dataclasses.field(default_factory=list)
     top: int | None = None  # groups shown (None: all)
     devices: list[DeviceMemory] = dataclasses.field(default_factory=list)
     profile_path: str = ""
@@ -171,6 +203,7 @@ class LiveReport(Report):
             found = [act(f"{g.type_text} grew") for g in self.groups]
             return found or ([failed(self.other_error)] if self.other_error else [])
         found = [act("a container holding arrays") for _ in self.containers]
+        found += [act(f"`{k.container}` alone keeps {k.count} array(s) alive") for k in self.kept_alone]
         found += [
             act(f"arrays held by {kind}")
             for kind in (KIND_JIT_CACHE, KIND_OUTPUT, KIND_TRACEBACK)
@@ -194,7 +227,7 @@ class LiveReport(Report):
             if g.holders:
                 text += f" held by {_join_holders(g.holders, 2)}"
         text += "."
-        return text + self._container_sentence() + self._kind_sentence()
+        return text + self._container_sentence() + self._kept_alone_sentence() + self._kind_sentence()
 
     def _container_sentence(self) -> str:
         if not self.containers:
@@ -203,6 +236,12 @@ class LiveReport(Report):
         made = f", made at {first.line.where}" if first.line is not None else ""
         more = f" ({len(self.containers) - 1} more container(s) below)" if len(self.containers) > 1 else ""
         return f" {first.sentence}{made}{more}."
+
+    def _kept_alone_sentence(self) -> str:
+        if not self.kept_alone:
+            return ""
+        more = f" ({len(self.kept_alone) - 1} more below)" if len(self.kept_alone) > 1 else ""
+        return f" {self.kept_alone[0].sentence}{more}."
 
     def _cell_summary(self) -> str:
         failed = f" The cell failed ({self.other_error})." if self.other_error else ""
@@ -218,7 +257,8 @@ class LiveReport(Report):
         more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
         return (
             f"{self.arrays} array(s) ({format_bytes(self.bytes)}) created by this cell are still alive: "
-            f"{'; '.join(parts)}{more}.{self._container_sentence()}{self._kind_sentence()}{failed}"
+            f"{'; '.join(parts)}{more}.{self._container_sentence()}{self._kept_alone_sentence()}"
+            f"{self._kind_sentence()}{failed}"
         )
 
     def _kind_sentence(self) -> str:
@@ -280,6 +320,11 @@ class LiveReport(Report):
         if self.containers:
             sections.append(self._container_section())
         fix = self.fix
+        if self.kept_alone:
+            blocks = []
+            for kept in self.kept_alone[:8]:
+                blocks += [Paragraph(kept.sentence + ".")] + ([Paragraph(kept.fix)] if kept.fix != fix else [])
+            sections.append(Section("Kept alive only by a container of yours", blocks))
         advice = [a for a in self._advice() if a != fix]  # the fix is the document's own line
         if advice:
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
@@ -350,6 +395,8 @@ class LiveReport(Report):
             return ""
         if self.containers and self.containers[0].fix:
             return self.containers[0].fix
+        if self.kept_alone and self.kept_alone[0].fix:  # told right after the containers, as the summary does
+            return self.kept_alone[0].fix
         advice = self._advice()
         if self.mode == "cell" and any(g.held_by_names for g in self.groups):
             return advice[-1]  # the cell's own names hold them: the advice on containers filled in a loop

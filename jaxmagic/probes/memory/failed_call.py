@@ -28,7 +28,7 @@ import executing
 
 from jaxmagic._jax import compat
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
 
 _MESSAGE = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|out of memory|Ran out of memory", re.IGNORECASE)
 _ASKED = re.compile(r"(?:allocating|allocate|reserve)\s+([\d,]+)\s*(?:bytes|B\b)", re.IGNORECASE)
@@ -87,7 +87,7 @@ class FailedCall:
 
 def failed_call(error: BaseException) -> FailedCall | None:
     """The call that ran out of memory, found as the module docstring says; None when it cannot be told."""
-    user_tbs = _user_tracebacks(error.__traceback__)
+    user_tbs = user_tracebacks(error.__traceback__)
     if not user_tbs:
         return None
     innermost = user_tbs[-1]
@@ -109,15 +109,6 @@ def failed_call(error: BaseException) -> FailedCall | None:
             if found is not None:
                 return found
     return None
-
-
-def _user_tracebacks(tb: TracebackType | None) -> list[TracebackType]:
-    found = []
-    while tb is not None:
-        if is_user_file(tb.tb_frame.f_code.co_filename):
-            found.append(tb)
-        tb = tb.tb_next
-    return found
 
 
 def _executing(user_tb: TracebackType) -> ast.AST | None:

@@ -13,10 +13,10 @@ from jaxmagic.report.wording import format_bytes
 # 64 GiB temporary lowers the peak, but changes nothing the user would notice).
 WORTH_OFFERING = 0.05
 
-OFFER_ORDER = ("batch_gradient", "checkpoint", "smaller_input", "donate")
+OFFER_ORDER = ("batch_gradient", "checkpoint", "chunk", "smaller_input", "donate")
 
 # What a buffer live at the peak is for (XLA's buffer assignment, plus where its readers are).
-ARGUMENT, OUTPUT, TEMPORARY, SAVED_FOR_BACKWARD = "argument", "output", "temporary", "saved for the backward pass"
+ARGUMENT, OUTPUT, TEMPORARY, SAVED_FOR_BACKWARD = "argument", "output", "temporary", "saved for backward"
 
 
 @dataclasses.dataclass

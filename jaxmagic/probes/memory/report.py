@@ -5,6 +5,7 @@ data plus small section builders, one per section, shared through ``program_sect
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.memory.records import (
@@ -31,7 +32,7 @@ ALLOCATOR_SETTINGS = (
 # -- what both reports say of one program -----------------------------------------------------------
 
 
-def peak_sentence(program: ProgramMemory, available: int | None = None) -> str:
+def peak_sentence(program: ProgramMemory, available: int | None = None, short: bool = False) -> str:
     """ "`nearest` needs 64 GiB at its peak (22.7 GiB available); 64 GiB of it is one f32[131072,131072]
     temporary made by `sort` at In [3], line 5 (in place over `abs` at line 4)" - or, when activations kept
     for the backward pass fill most of it, how much they take and which function made them."""
@@ -45,17 +46,27 @@ def peak_sentence(program: ProgramMemory, available: int | None = None) -> str:
         return f"{text}; {format_bytes(saved_bytes)} of it are activations saved for the backward pass{made}"
     if program.buffers:
         top = program.buffers[0]
-        what = ("one " + top.shape if top.count == 1 else top.what) + (f" {top.role}" if top.role != ARGUMENT else "")
-        over = f" (in place over {', '.join(top.reuses)})" if top.reuses else ""
-        text += f"; {format_bytes(top.bytes)} of it is {what} made by {top.made_by}{over}"
+        what = ("one " + top.shape if top.count == 1 else top.what) + (
+            f" {top.role}" if top.role != ARGUMENT and not short else ""
+        )
+        over = f" (in place over {', '.join(top.reuses)})" if top.reuses and not short else ""
+        made_by = top.made_by
+        if short and top.made_at is not None and top.operation:  # the line alone: the cell is said once
+            made_by = f"`{top.operation}` at {short_place(top.made_at)}"
+        text += f"; {format_bytes(top.bytes)} of it is {what} made by {made_by}{over}"
     return text
+
+
+def short_place(line: SourceLine) -> str:
+    """``In [9], line 4`` (a cell) or ``train.py, line 4``: where, without the function, for a headline."""
+    return f"{line.label or os.path.basename(line.filename)}, line {line.lineno}"
 
 
 def way_down_text(way: WayDown) -> str:
     """ "donate `params` (donate_argnums=(0,)): peak 74 MiB -> 58 MiB, fits (compiled ...; traced again)"."""
     fits = ", fits" if way.fits else ", still does not fit" if way.fits is False else ""
     again = "; your function was traced again" if way.traced_again else ""
-    return f"{way.title}: {way.effect}{fits} ({way.how}{again})"
+    return f"{way.title}: {way.effect}{fits} (tried by compiling{again})"
 
 
 def first_way_down(programs: list[ProgramMemory]) -> str:
@@ -207,7 +218,7 @@ class OutOfMemoryReport(Report):
         if self.program is None:
             return f"Out of memory{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
         later = (
-            f" (the error surfaced later, reading `{self.read}` at {self.surfaced_at.where})"
+            f" (raised at {short_place(self.surfaced_at)}, where `{self.read}` is read)"
             if self.surfaced_at is not None
             else ""
         )
@@ -217,7 +228,7 @@ class OutOfMemoryReport(Report):
                 f"Out of memory{asked} in `{self.program.function}`{called}{later}, though its program needs only "
                 f"{format_bytes(self.program.peak_bytes)}{have}: the allocator could not give it, not the program's size."
             )
-        return f"Out of memory{later}: {peak_sentence(self.program, available)}."
+        return f"Out of memory: {peak_sentence(self.program, available, short=True)}{later}."
 
     @property
     def fix(self) -> str:

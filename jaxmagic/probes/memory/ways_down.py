@@ -11,12 +11,16 @@ kept as tried and not offered. The candidates, from what the buffers at the peak
 * **jax.checkpoint** - activations saved for the backward pass fill the peak: the user's function that
   made them, rebound to ``jax.checkpoint`` of itself (also with a policy that keeps matrix products) in a
   copy of its module's globals, and the call compiled again (traced again; nothing of the user's changes);
+* **chunks of a vmap** - a ``jax.vmap`` (the jitted function's outermost transformation) whose temporaries
+  fill the peak: ``jax.lax.map(g, xs, batch_size=N)`` runs it a chunk of examples at a time, compiled
+  for N an eighth, then a sixty-fourth of the examples (``g`` traced again);
 * **a smaller input** - the peak exceeds what the device can give: the argument axis whose size the
   largest buffer carries, halved until the program fits (traced again at each size).
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import types
@@ -24,9 +28,16 @@ import warnings
 from typing import Any
 
 from jaxmagic._jax import compat
-from jaxmagic._jax.transform_chain import per_example_gradient
+from jaxmagic._jax.transform_chain import per_example_gradient, vmapped
 from jaxmagic.probes.memory.program import CompiledCall, program_memory
-from jaxmagic.probes.memory.records import OUTPUT, SAVED_FOR_BACKWARD, Capacity, ProgramMemory, WayDown
+from jaxmagic.probes.memory.records import (
+    OUTPUT,
+    SAVED_FOR_BACKWARD,
+    TEMPORARY,
+    Capacity,
+    ProgramMemory,
+    WayDown,
+)
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line, format_bytes
 
@@ -38,7 +49,7 @@ SAVED_SHARE = 0.2  # activations saved for the backward pass worth a checkpoint:
 def ways_down(call: CompiledCall, program: ProgramMemory, capacity: Capacity | None) -> list[WayDown]:
     """Every candidate that applies, tried; ``program.ways_down`` keeps them (offered: ``program.offered``)."""
     found: list[WayDown] = []
-    for attempt in (_donation, _batch_gradient, _checkpoint):
+    for attempt in (_donation, _batch_gradient, _checkpoint, _chunked_vmap):
         try:
             found += attempt(call, program)
         except Exception as error:  # a candidate we cannot build is one fewer, never a failed report
@@ -148,6 +159,82 @@ def _batch_gradient(call: CompiledCall, program: ProgramMemory) -> list[WayDown]
     ]
 
 
+# -- chunks of a vmap --------------------------------------------------------------------------------
+
+
+def _chunked_vmap(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
+    import jax
+
+    mapping = vmapped(call.jitted)
+    if mapping is None or mapping.out_axes != 0 or call.kwargs:
+        return []
+    axes = [mapping.in_axes] * len(call.args) if isinstance(mapping.in_axes, int) else list(mapping.in_axes)
+    if len(axes) != len(call.args) or any(a not in (0, None) for a in axes) or 0 not in axes:
+        return []
+    temporaries = sum(b.bytes for b in program.buffers if b.role in (TEMPORARY, SAVED_FOR_BACKWARD))
+    if temporaries < SAVED_SHARE * program.peak_bytes:
+        return []
+    examples = _leading(jax.tree.leaves(call.args[axes.index(0)])[0]) or 0
+    g = mapping.function
+    # what the user's call passed (`nearest_v(x, x)`), else the mapped function's parameter names
+    names = _argument_texts(program.call, len(axes)) or _parameter_names(g) or [f"a{i}" for i in range(len(axes))]
+    mapped = [n for n, a in zip(names, axes) if a == 0]
+    ways: list[WayDown] = []
+    for divisor in (8, 64):
+        size = max(examples // divisor, 1)
+        if ways and (size == ways[-1].peak_after or size >= examples):
+            break
+        tried, _ = program_memory(jax.jit(_lax_map_of(g, axes, size)), call.args)
+        name = getattr(g, "__name__", "<lambda>")
+        inner = ", ".join(
+            f"m[{mapped.index(n)}]" if a == 0 and len(mapped) > 1 else "m" if a == 0 else n for n, a in zip(names, axes)
+        )
+        xs = mapped[0] if len(mapped) == 1 else f"({', '.join(mapped)})"
+        code = f"jax.lax.map(lambda m: {name}({inner}), {xs}, batch_size={size})" if name.isidentifier() else ""
+        ways.append(
+            WayDown(
+                "chunk",
+                f"the vmap in chunks of {size:,} of its {examples:,} examples (jax.lax.map)",
+                code,
+                program.peak_bytes,
+                tried.peak_bytes if not tried.problem else None,
+                how=f"compiled jax.lax.map of the vmapped function with batch_size={size}",
+                problem=tried.problem,
+                traced_again=True,
+            )
+        )
+        if ways[-1].lowers:
+            break
+    return ways
+
+
+def _argument_texts(call: str, count: int) -> list[str]:
+    """The source of each positional argument of a call's text, when it has ``count`` of them."""
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return []
+    if not isinstance(node, ast.Call) or node.keywords or len(node.args) != count:
+        return []
+    return [ast.unparse(a) for a in node.args]
+
+
+def _lax_map_of(g, axes: list, size: int):
+    """``g`` mapped over the axis-0 arguments a chunk of ``size`` at a time, the others held fixed."""
+    import jax
+
+    def chunked(*args):
+        mapped = tuple(a for a, axis in zip(args, axes) if axis == 0)
+
+        def one(m):
+            parts = iter(m)
+            return g(*(next(parts) if axis == 0 else a for a, axis in zip(args, axes)))
+
+        return jax.lax.map(one, mapped, batch_size=size)
+
+    return chunked
+
+
 # -- jax.checkpoint ---------------------------------------------------------------------------------
 
 
@@ -164,7 +251,10 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         key = (buffer.made_at.filename, buffer.made_at.function)
         by_function[key] = by_function.get(key, 0) + buffer.bytes
     (filename, name), _ = max(by_function.items(), key=lambda item: item[1])
-    title = f"jax.checkpoint around `{name}` (its activations, {format_bytes(by_function[filename, name])}, are recomputed in the backward pass)"
+    title = f"jax.checkpoint around `{name}`"
+    recomputed = (
+        f"its {format_bytes(by_function[filename, name])} of activations recomputed in the backward pass, not kept"
+    )
     entry = getattr(call.jitted, "__wrapped__", None)
     module_globals = getattr(entry, "__globals__", None)
     layer = module_globals.get(name) if module_globals is not None else None
@@ -198,7 +288,7 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
                 f"{name} = jax.checkpoint({name}{policy_text})",
                 program.peak_bytes,
                 tried.peak_bytes if not tried.problem else None,
-                how=f"compiled `{program.function}` with `{name}` checkpointed",
+                how=f"compiled `{program.function}` with `{name}` checkpointed: {recomputed}",
                 problem=tried.problem,
                 traced_again=True,
             )

@@ -11,12 +11,13 @@ import dataclasses
 import inspect
 import re
 
-from jaxmagic.probes._support.fixes.values import FINITE_FILL, FLOAT32, FixTrial
+from jaxmagic.probes._support.fixes.values import CLAMP_BEFORE, FINITE_FILL, FLOAT32, FixTrial
+from jaxmagic.probes._support.fixes.widened import LINE_IN_FLOAT32
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes.nans.causes import FORWARD_CAUSES, lost_constant_cause, overflowed
 from jaxmagic.probes.nans.library_parameters import library_object, parameters_of
 from jaxmagic.probes.nans.report import NanReport
-from jaxmagic.probes.nans.tried_fixes import Choice, choose, untried
+from jaxmagic.probes.nans.tried_fixes import Choice, choose, untried, values_of
 from jaxmagic.report import SourceLine
 
 _ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")
@@ -41,6 +42,10 @@ def _root_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str
         return ""
     prim = p.primitive
     why = {"clamp": "rsqrt(0) is inf"} if prim == "rsqrt" else {}
+    if got < 0 and p.added_epsilon is not None:  # the epsilon added to it did not lift a negative value
+        before = _clamped_before_epsilon(report, p, got, code)
+        if before:
+            return before
     if prim == "rsqrt" and got >= 0:
         choice = choose(report, p, ["eps", "clamp_eps"], why)
     else:
@@ -71,6 +76,29 @@ def _root_fix(report: NanReport, p: NanProducer, library: str, code: str) -> str
     return (
         f"`{prim}` got {got:g}, a negative value{code}: with `v` the value given to it, use "
         f"`{fix.code}` as its input, or {subtract}. {choice.tried_text}{failed}"
+    )
+
+
+def _clamped_before_epsilon(report: NanReport, p: NanProducer, got: float, code: str) -> str:
+    """``rsqrt(var + 1e-5)`` (``sqrt``, ``log``) with ``var`` below 0: the epsilon cannot lift a negative value,
+    so the value it is added to is clamped at 0 before it - ``jnp.maximum(var, 0.0) + 1e-5``, tried by
+    evaluating the program again with that add clamped. "" when the trial did not make it finite (the
+    operation's own candidates then speak)."""
+    added = p.added_epsilon
+    assert added is not None, "said only of a producer with an epsilon added to its input"
+    choice = choose(report, p, [CLAMP_BEFORE])
+    if choice.offered is None:
+        return ""
+    written = f" in place of `{added.expression}`" if added.expression else ""
+    value = f"`{added.clamped}`" if added.clamped else "the value the epsilon is added to"
+    under = "; its gradient from the clamped forward values" if p.derivative or "jvp" in p.name_stack else ""
+    tried = choice.tried_text.replace(": ", f" (the program evaluated again with that value clamped{under}): ", 1)
+    return (
+        f"`{p.primitive}` got {got:g}, a negative value{code}, and the epsilon added to its input "
+        f"(`{added.written or f'{added.value:g}'}`) does not lift it: {value} itself went below 0 (a variance "
+        f"computed as E[x**2] - E[x]**2 can round below 0 for a row of nearly equal values, the more so in "
+        f"{added.dtype}). Clamp it at 0 before the epsilon: `{added.code}`{written}; or subtract the mean first "
+        f"(`jnp.var`). {tried}"
     )
 
 
@@ -308,6 +336,36 @@ IN_FLOAT32 = "the values in float32"
 IN_FLOAT32_NOT_TRIED = "it changes the dtype your code gives the program, and trying it would run your Python again"
 
 
+def _derivative_overflow_fix(report: NanReport, p: NanProducer) -> str:
+    """An operation of the backward pass that overflowed half precision (the sum of 65,546 cotangents in
+    float16's log_softmax derivative, jax#40409): no guard the user writes reaches it; their line computed in
+    float32 does, tried by evaluating the program again with that line's operations in float32."""
+    half = next(op.dtype for op in p.operands if op.dtype in _HALF)
+    choice = choose(report, p, [LINE_IN_FLOAT32])
+    trial = next(t for t in p.fix_trials if t.key == LINE_IN_FLOAT32)
+    inside = f" inside `{p.library_function}`" if p.library_function else ""
+    line = p.expression or (p.line.code.strip() if p.line is not None else "your line")
+    then = f"; `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})" if p.nan_maker else ""
+    why = overflowed(p) or f"it overflowed {half}"
+    said = (
+        f"`{p.primitive}`{inside} overflowed {half} in the backward pass: in the derivative JAX computed for "
+        f"`{line}`, {why}{then}. No guard on your line reaches an operation of the derivative."
+    )
+    where = (
+        f"Tried on {values_of(report)}: the program evaluated again with the {trial.result} (forward and derivative)"
+    )
+    if choice.offered is None:
+        outcome = trial.call_result if trial.tried else trial.result
+        return f"{said} Computing that line in float32 (`{trial.code}`) is not offered. {where}: {outcome}."
+    cast = f"; its gradient comes back in {half} through the cast"
+    if trial.code == "v.astype(jnp.float32)":  # the line names no single value to cast: said in words
+        return (
+            f"{said} Compute that line in float32 - `v.astype(jnp.float32)` for each {half} value `v` given to "
+            f"`{line}`{cast}. {where}: its outputs finite."
+        )
+    return f"{said} Compute that line in float32: `{trial.code}`{cast}. {where}: its outputs finite."
+
+
 def _lost_constant_fix(report: NanReport, p: NanProducer, lost_cause: str) -> str:
     """A 0 that the constant added to it should have kept away from 0, had its low-precision dtype held it
     (``+ 1e-8`` in float16, Optax's default ``eps``): the same constant with a value the dtype holds, tried by
@@ -368,6 +426,8 @@ def _fix_by_rule(report: NanReport) -> str:
                 f"`{report.primitive}` produced {report.value or 'NaN'}: typically {FORWARD_CAUSES[report.primitive]}."
             )
         return ""
+    if p.derivative and p.phase != "forward" and any(t.key == LINE_IN_FLOAT32 for t in p.fix_trials):
+        return _derivative_overflow_fix(report, p)
     overflow = overflowed(p) if p.phase == "forward" and not p.derivative else ""
     if overflow and any(op.dtype in _HALF for op in p.operands):
         half = next(op.dtype for op in p.operands if op.dtype in _HALF)

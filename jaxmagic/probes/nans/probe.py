@@ -38,7 +38,7 @@ from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
 from jaxmagic.probes.nans.report import NanReport, scope_text
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file, source_line, user_lines
+from jaxmagic.report.source import code_kind, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import counted, error_line, first_line, message_of
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
@@ -248,7 +248,7 @@ def nan_provenance(report: NanReport, started: SourceLine | None = None) -> Prov
 def _raised_by_jax(error: BaseException) -> bool:
     tb = error.__traceback__
     while tb is not None:
-        if "/jax/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+        if code_kind(tb.tb_frame.f_code.co_filename) == "jax":
             return True
         tb = tb.tb_next
     return False
@@ -456,7 +456,7 @@ def _library_called(tb: TracebackType | None) -> str:
     if last_user is None:
         return ""
     for frame in frames[last_user + 1 :]:
-        if "/jax/" not in frame.filename.replace("\\", "/"):
+        if code_kind(frame.filename) != "jax":
             return ""
         name = attribution.public_name(frame.name, frame.filename)
         if name:

@@ -17,6 +17,7 @@ from jaxmagic.probes.profile.report import (
     TOP_KERNELS,
     KernelTime,
     LineTime,
+    OtherThreadWork,
     ProfileReport,
     ProgramTime,
     ScopeTime,
@@ -26,6 +27,7 @@ from jaxmagic.probes.profile.trace_events import (
     DISPATCH_PREFIX,
     TRANSFER_NAMES,
     TraceEvent,
+    other_threads,
     outermost,
     overlap_ns,
     self_times,
@@ -44,6 +46,11 @@ def build_report(
 ) -> ProfileReport:
     """The report of one traced block: ``events`` from ``trace_events``, the programs' HLO, the compile report."""
     report = ProfileReport(warmup_runs=warmup_runs)
+    events, others = other_threads(events)  # what other threads did is theirs, not the block's
+    if others is not None and (others.calls or others.kernel_ns or others.transfers or others.shared):
+        report.other_threads = OtherThreadWork(
+            others.functions, others.calls, others.kernel_ns / 1e9, others.transfers, others.shared
+        )
     kernels = [e for e in events if e.op]  # is_kernel, without a property call per event
     dispatches = outermost([e for e in events if e.name.startswith(DISPATCH_PREFIX)])
     report.kernel_events = len(kernels)

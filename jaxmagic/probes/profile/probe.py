@@ -14,7 +14,7 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes.compiles import compiles
 from jaxmagic.probes.profile.build import build_report
 from jaxmagic.probes.profile.report import ProfileReport
-from jaxmagic.probes.profile.trace_events import TraceEvent, events_from_profile_data
+from jaxmagic.probes.profile.trace_events import CELL_MARK, TraceEvent, events_from_profile_data
 from jaxmagic.report.wording import error_line
 
 PROFILER_BUSY = (
@@ -72,6 +72,8 @@ class profile:
             # start_trace is annotated without None, which the ProfilerSession behind it takes: no directory,
             # the trace stays in memory
             jax.profiler.start_trace(self.save, create_perfetto_trace=self.save is not None, profiler_options=options)  # type: ignore[arg-type]
+            with jax.profiler.TraceAnnotation(CELL_MARK):  # marks the block's thread in the trace
+                pass
         except BaseException:
             stack.close()
             raise

@@ -9,7 +9,7 @@ import dataclasses
 import os
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Concern, SourceLine, failed
+from jaxmagic.report import Concern, SourceLine, failed, note
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table, headline_of
 from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
@@ -116,6 +116,38 @@ class WallTime:
 
 
 @dataclasses.dataclass
+class OtherThreadWork:
+    """What other threads ran while the block did (a data loader, a thread looping on its own jitted function):
+    left out of every figure of the report, and said."""
+
+    functions: list[str]  # the jitted functions only other threads called
+    calls: int
+    kernel_seconds: float
+    transfers: int
+    shared: list[str] = dataclasses.field(default_factory=list)  # called by the block and by another thread
+
+    @property
+    def sentence(self) -> str:
+        said = []
+        if self.calls or self.kernel_seconds:
+            names = ", ".join(f"`{f}`" for f in self.functions[:4]) or "jitted functions"
+            said.append(
+                f"another thread ran {names} while the cell did ({self.calls} call(s), {_ms(self.kernel_seconds)} "
+                "of kernels): left out of every figure here"
+            )
+        if self.transfers:
+            said.append(f"its {self.transfers} host-to-device copies too")
+        if self.shared:
+            shared = ", ".join(f"`{f}`" for f in self.shared[:4])
+            said.append(
+                f"{shared} ran on this thread and on another: its kernels on XLA's worker threads cannot be told "
+                "apart in a CPU trace, so they are all counted here"
+            )
+        text = "; ".join(said)
+        return text[:1].upper() + text[1:] + "." if text else ""
+
+
+@dataclasses.dataclass
 class ProfileReport(Report):
     """What ``%%jax_profile`` found: device time by line, scope and kernel; the block's wall time split."""
 
@@ -136,6 +168,7 @@ class ProfileReport(Report):
     capture_note: str = ""  # why programs could not be identified, when they could not
     other_error: str = ""  # the block failed: "ValueError: ..."
     failed_in_warmup: int = 0  # the warm-up run (1-based) that failed; the profile did not run
+    other_threads: OtherThreadWork | None = None  # what other threads ran meanwhile (not counted)
 
     @classmethod
     def warmup_failed(cls, run: int, runs: int, error: BaseException) -> ProfileReport:
@@ -173,13 +206,16 @@ class ProfileReport(Report):
     # -- Report ----------------------------------------------------------------
 
     def concerns(self) -> list[Concern]:
-        return [failed(self.other_error)] if self.other_error else []
+        others = [note(self.other_threads.sentence)] if self.other_threads is not None else []
+        return ([failed(self.other_error)] if self.other_error else []) + others
 
     @property
     def summary(self) -> str:
         if self.failed_in_warmup:
             return f"Warm-up run {self.failed_in_warmup} failed with {self.other_error}; nothing was profiled."
         text = self._findings()
+        if self.other_threads is not None:
+            text += " " + self.other_threads.sentence
         if self.other_error:
             text = f"The cell failed with {ended(self.other_error)} Until then: {text[0].lower()}{text[1:]}"
         # the split of the wall time first, then the line with most kernel time if it fits (both are below)

@@ -15,15 +15,24 @@ jaxlib's ``PjitFunction(name)`` span around one call of a jitted function (or
 an eager operation, which JAX runs as a small jitted program); calls made while
 another is under way (tracing calls ``jnp`` functions) nest inside it.
 ``DevicePut`` spans are host-to-device copies.
+
+Each Python thread has a line of its own (named ``python``); the probe marks the block's thread with a
+``CELL_MARK`` annotation at its start, and ``other_threads`` sets aside what other threads did while the
+block ran (a data loader, a thread looping on its own jitted function): the dispatches and copies on
+their lines, the kernels that ran inline there, and the kernels on XLA's worker threads of programs only
+they dispatched. A program both dispatched cannot be split by the trace on CPU (the worker threads' runs
+carry no caller): it stays the block's, and is named.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 
 DISPATCH_PREFIX = "PjitFunction("
 TRANSFER_NAMES = ("DevicePut",)
+CELL_MARK = "jaxmagic.profile: the block's thread"  # a TraceAnnotation the probe makes on the block's thread
 _SKIPPED_PLANES = ("/host:metadata", "Task Environment")
 
 
@@ -69,7 +78,7 @@ def events_from_profile_data(profile_data) -> list[TraceEvent]:
                     name = event.name
                     if name in host_names:
                         continue
-                    if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES:
+                    if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES or name == CELL_MARK:
                         events.append(TraceEvent(name, thread, event.start_ns, event.duration_ns))
                         continue
                     stats = dict(event.stats)  # ~10 pairs; a later pair of one key wins, as it did in a loop
@@ -106,7 +115,7 @@ def events_from_trace_json(trace: dict | list) -> list[TraceEvent]:
         if thread is None:
             thread = threads[key] = len(threads) + 1
         start, duration = float(item.get("ts", 0)) * 1e3, float(item.get("dur", 0)) * 1e3
-        if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES:
+        if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES or name == CELL_MARK:
             events.append(TraceEvent(name, thread, start, duration))
             continue
         args = item.get("args")
@@ -131,6 +140,64 @@ def _kernel(name: str, thread: int, start: float, duration: float, stats: dict) 
 def dispatched_name(event: TraceEvent) -> str:
     """``PjitFunction(mlp)`` -> ``mlp``."""
     return event.name[len(DISPATCH_PREFIX) : -1] if event.name.endswith(")") else event.name[len(DISPATCH_PREFIX) :]
+
+
+@dataclasses.dataclass
+class OtherThreads:
+    """What other threads did while the block ran, set aside (``other_threads``)."""
+
+    functions: list[str] = dataclasses.field(default_factory=list)  # jitted functions only they called
+    calls: int = 0  # their dispatches
+    kernel_ns: float = 0.0  # their kernels' time
+    transfers: int = 0  # their host-to-device copies
+    shared: list[str] = dataclasses.field(default_factory=list)  # called by the block and by another thread
+
+
+def other_threads(events: list[TraceEvent]) -> tuple[list[TraceEvent], OtherThreads | None]:
+    """``events`` less what other threads did, and what that was; (events, None) without the block's mark
+    (a saved trace of another tool)."""
+    marks = [e for e in events if e.name == CELL_MARK]
+    if not marks:
+        return events, None
+    block = marks[0].thread
+    python = {e.thread for e in events if e.name.startswith(DISPATCH_PREFIX) or e.name in TRANSFER_NAMES}
+    python.add(block)
+    called: dict[int, set[str]] = {}
+    for e in events:
+        if e.name.startswith(DISPATCH_PREFIX):
+            called.setdefault(e.thread, set()).add(_function_name(dispatched_name(e)))
+    mine = called.get(block, set())
+    theirs = set().union(*(names for thread, names in called.items() if thread != block))
+    only_theirs = theirs - mine
+    kept: list[TraceEvent] = []
+    other = OtherThreads(shared=sorted(mine & theirs))
+    functions: set[str] = set()
+    for e in events:
+        if e.name == CELL_MARK:
+            continue
+        if e.op:  # a kernel: inline on a Python thread, or on a worker thread for the program's caller
+            if e.thread == block or (e.thread not in python and _function_name(e.module, 4) not in only_theirs):
+                kept.append(e)
+            else:
+                other.kernel_ns += e.duration_ns
+                functions.add(_function_name(e.module, 4))
+        elif e.thread == block:
+            kept.append(e)
+        elif e.name.startswith(DISPATCH_PREFIX):
+            other.calls += 1
+            functions.add(_function_name(dispatched_name(e)))
+        else:
+            other.transfers += 1
+    other.functions = sorted(functions)
+    return kept, other
+
+
+def _function_name(name: str, prefix: int = 0) -> str:
+    """A jitted function's name as its HLO module spells it: ``g_bg`` for ``PjitFunction(g_bg)`` and (with
+    ``prefix=4``) for the module ``jit_g_bg``; ``_lambda_`` for ``<lambda>``."""
+    if prefix and name.startswith("jit_"):
+        name = name[prefix:]
+    return re.sub(r"\W", "_", name)
 
 
 def outermost(events: list[TraceEvent]) -> list[TraceEvent]:

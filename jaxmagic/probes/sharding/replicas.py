@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxmagic._jax import compat
 from jaxmagic.probes.sharding.report import ArrayLayout, CopyGroup
 from jaxmagic.report.wording import error_line
 
@@ -22,10 +23,15 @@ def block_bounds(index, size: int) -> tuple[int, int]:
 
 def compare_replicas(x, layout: ArrayLayout) -> None:
     """Compare, bit for bit, the local copies of every block held by several devices."""
+    with compat.addressable_shards(x) as shards:  # never x.addressable_shards: jaxlib keeps what it makes
+        _compare(x, layout, shards)
+
+
+def _compare(x, layout: ArrayLayout, shards: list) -> None:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     by_index: dict[tuple, list] = {}
-    for shard in x.addressable_shards:
+    for shard in shards:
         key = tuple(block_bounds(s, n) for s, n in zip(shard.index, x.shape))
         by_index.setdefault(key, []).append(shard)
     compared = 0

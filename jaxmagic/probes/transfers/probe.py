@@ -84,6 +84,8 @@ QUIET_LINES = 1_000
 QUIET_RUNS = 20  # ... once it has run this often since
 
 _GUARD_LINE = re.compile(r"guard_lib\.cc:\d+\] (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$")
+# absl's log prefix: severity, date, time, then the writing thread's native id ("W1205 23:40:47.342555  9920 ")
+_LOG_THREAD = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+(?P<thread>\d+) ")
 _DISALLOWED = re.compile(r"Disallowed (?P<direction>[\w-]+-to-[\w-]+) transfer:(?P<rest>.*)$", re.MULTILINE)
 
 
@@ -254,6 +256,7 @@ class _GuardLog:
         self._tool: MonitoringTool | None = None
         self._lock = threading.Lock()
         self._thread = threading.get_ident()
+        self._native_thread = threading.get_native_id()  # what JAX's log lines name their writer by
         # (id(code), line) of a user line that called into JAX, which ran a user function (a trace)
         # and returned -> what was seen then: the host values the line passed, the function traced
         self._calls: dict[tuple[int, int], _CallSite] = {}
@@ -347,15 +350,23 @@ class _GuardLog:
         return None
 
     def _handle_line(self, raw: bytes, among: list[SourceLine]) -> None:
-        found = parse_transfer(raw.decode("utf-8", "replace"))
+        text = raw.decode("utf-8", "replace")
+        found = parse_transfer(text)
         if found is None:
             os.write(self._saved, raw)  # not ours: on to the real stderr
             return
         report = self.report
+        writer = _LOG_THREAD.match(text)
+        if writer is not None and int(writer["thread"]) != self._native_thread:
+            # another thread's transfer (its own guard set to log: a data loader, a global setting); the
+            # block's line running meanwhile did not make it
+            report.other_threads += 1
+            return
         report.total += 1
         if among:  # lines had gone quiet: one of them made it
-            unsure = (found, tuple((line.filename, line.lineno) for line in among))
-            group = self._groups.get(unsure)
+            place = tuple((line.filename, line.lineno) for line in among)
+            unsure = (found, place)
+            group = self._groups.get(unsure) or self._same_kind(found, place)
             if group is not None:
                 group.count += 1
             elif len(self._groups) < MAX_GROUPS:
@@ -363,15 +374,11 @@ class _GuardLog:
                 group.provenance = Provenance(unknown=_QUIET_UNKNOWN)
                 report.transfers.append(group)
             return
-        if not found[1]:
-            # JAX's C++ fast path does not describe the value; on a line with one kind of transfer
-            # described earlier (the first, slower call), it is that kind again.
-            current = self._current()
-            described = [g for (f, line), g in self._groups.items() if line == current and f[0] == found[0] and f[1]]
-            if len(described) == 1:
-                described[0].count += 1
-                return
         current = self._current()
+        described = self._same_kind(found, current)
+        if described is not None:
+            described.count += 1
+            return
         key = (found, current)
         group = self._groups.get(key)
         if group is not None:
@@ -381,6 +388,15 @@ class _GuardLog:
             group = self._groups[key] = Transfer(found[0], found[1], line)
             self._describe(group)
             report.transfers.append(group)
+
+    def _same_kind(self, found: tuple[str, str], place) -> Transfer | None:
+        """The group an undescribed copy belongs to: JAX's C++ fast path does not describe the value, so at a
+        place (a line, or the lines one of which made it) with one kind of copy described by a slower call
+        (the first), it is that kind again."""
+        if found[1]:
+            return None
+        described = [g for (f, where), g in self._groups.items() if where == place and f[0] == found[0] and f[1]]
+        return described[0] if len(described) == 1 else None
 
     def _describe(self, group: Transfer) -> None:
         """The argument, traced function and provenance of a new group (at most MAX_GROUPS times)."""

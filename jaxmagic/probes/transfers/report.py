@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
-from jaxmagic.report import Concern, SourceLine, act, failed
+from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import quoted_code
@@ -119,12 +119,21 @@ class TransferReport(Report):
     calls_unobserved: str = ""  # why the jitted calls were not observed (another probe observed them)
     backend: str = ""
     other_error: str = ""
+    other_threads: int = 0  # transfers other threads logged while the block ran: not the block's, not counted
 
     def concerns(self) -> list[Concern]:
         found = [act(f"{t.count} implicit transfer(s) of {t.value or 'a value'}") for t in self.transfers]
         if self.total > sum(t.count for t in self.transfers):
             found.append(act(f"{self.total - sum(t.count for t in self.transfers)} more implicit transfer(s)"))
+        found += [note(self.other_threads_sentence)] if self.other_threads else []
         return found + ([failed(self.other_error)] if self.other_error else [])
+
+    @property
+    def other_threads_sentence(self) -> str:
+        return (
+            f"{self.other_threads} implicit transfer(s) were made by other threads while the cell ran (their "
+            "transfer guard logs too): not counted here, and no line of this cell made them"
+        )
 
     @property
     def lines(self) -> list[SourceLine]:
@@ -133,6 +142,10 @@ class TransferReport(Report):
 
     @property
     def summary(self) -> str:
+        others = f" {self.other_threads_sentence}." if self.other_threads else ""
+        return self._own_summary() + others
+
+    def _own_summary(self) -> str:
         if self.blocked:
             last = self.transfers[-1] if self.transfers else None
             at = _at(last.line) if last and last.line else ""

@@ -38,7 +38,7 @@ import numpy as np
 
 from jaxmagic._jax.transform_stack import library_callable_jit_call
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.report.source import is_user_file
+from jaxmagic.report.source import code_kind, is_user_file
 from jaxmagic.report.wording import error_line
 
 # The library whose jit wrapper the user called, by the module of the wrapper's class.
@@ -58,7 +58,7 @@ class LibraryJitCall:
 
 
 def _is_jax_frame(filename: str) -> bool:
-    return "/jax/" in filename.replace("\\", "/") or "/jaxlib/" in filename.replace("\\", "/")
+    return code_kind(filename) == "jax"
 
 
 def library_jit_call(frames: list) -> LibraryJitCall | None:

@@ -187,7 +187,7 @@ def _has_inf(value) -> bool:
     return _floats(array.dtype) and bool(np.isinf(array.astype(np.float32)).any())
 
 
-def _bad_text(values: list) -> str:
+def bad_text(values: list) -> str:
     """ "" when every float value is finite, else "still inf at 3 of 16 elements"."""
     bad = total = 0
     nan = inf = False
@@ -266,14 +266,14 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
             trials.append(trial)
             continue
         trial.tried = True
-        bad = _bad_text(outputs)
+        bad = bad_text(outputs)
         trial.finite, trial.result = not bad, bad or "finite"
         if trial.key == FLOAT32 and not bad:
             trial.result += _back_in(next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
         if with_derivative and not bad and at_source:
             trial.result += " (its derivative not tried: the fix is made where the value is made)"
         elif with_derivative and not bad:
-            bad_derivative = _bad_text(derivative)
+            bad_derivative = bad_text(derivative)
             trial.finite = not bad_derivative
             trial.result += (
                 ", but its derivative " + bad_derivative if bad_derivative else ", and its derivative finite"
@@ -285,7 +285,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
 # -- the whole program with one equation replaced ---------------------------------------------------
 
 
-def _calls_python(jaxpr, seen: set | None = None) -> str:
+def calls_python(jaxpr, seen: set | None = None) -> str:
     """The first equation of ``jaxpr`` (or of its sub-programs) that runs Python when evaluated: a callback."""
     seen = set() if seen is None else seen
     if id(jaxpr) in seen:
@@ -295,19 +295,19 @@ def _calls_python(jaxpr, seen: set | None = None) -> str:
         if "callback" in eqn.primitive.name or eqn.primitive.name in ("debug_print", "io_callback"):
             return eqn.primitive.name
         for sub in compat.sub_jaxprs(eqn):
-            found = _calls_python(compat.closed_parts(sub)[0], seen)
+            found = calls_python(compat.closed_parts(sub)[0], seen)
             if found:
                 return found
     return ""
 
 
-def _count(jaxpr, seen: set | None = None) -> int:
+def equation_count(jaxpr, seen: set | None = None) -> int:
     seen = set() if seen is None else seen
     if id(jaxpr) in seen:
         return 0
     seen.add(id(jaxpr))
     return len(jaxpr.eqns) + sum(
-        _count(compat.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in compat.sub_jaxprs(e)
+        equation_count(compat.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in compat.sub_jaxprs(e)
     )
 
 
@@ -394,19 +394,19 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     if not passed:
         return
     jaxpr, consts = compat.closed_parts(program)
-    unfixed = _bad_text(before or [])
+    unfixed = bad_text(before or [])
     why = ""
     if before is None:
         why = "the program could not be evaluated"
     elif not unfixed:
         why = "its outputs were finite without the fix (the value did not reach them)"
-    elif _calls_python(jaxpr):
-        why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
+    elif calls_python(jaxpr):
+        why = f"the program calls back into Python (`{calls_python(jaxpr)}`), which a trial must not run"
     elif differentiated(eqn, path):  # the program's derivative of it reads the unfixed value: not the written fix
         why = "the program also computes its derivative, from the value before the fix (the fixed operation's derivative was tried instead)"
     elif any(position.kind == "while" for position in path):  # the fix may change when it ends, or never end it
         why = "the operation is inside a while loop, and a fixed value may change when (or whether) it ends"
-    elif _count(jaxpr) > MAX_CALL_EQUATIONS:
+    elif equation_count(jaxpr) > MAX_CALL_EQUATIONS:
         why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
     built = {c.key: c for c in candidates(eqn, inputs)}
     on_path = {id(position.eqn) for position in path}
@@ -428,7 +428,7 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
         except Exception as error:
             trial.call_result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             continue
-        bad = _bad_text(outputs)
+        bad = bad_text(outputs)
         if bad:  # what the unfixed program left, beside it: another operation may make one too
             bad += f" ({unfixed.removeprefix('still ')} without the fix)"
         trial.call_result = bad or "finite"
@@ -436,6 +436,48 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
 
 
 CONSTANT = "constant"  # the constant written into the program replaced by one its dtype holds
+CLAMP_BEFORE = "clamp_before"  # the value an epsilon is added to clamped at 0 before it: jnp.maximum(var, 0.0) + eps
+
+
+def _try_replaced(
+    trial: FixTrial, written, replaced: Callable[[list], list], producer, path, program, values: list, before
+) -> FixTrial:
+    """``trial`` tried by evaluating ``program`` on ``values`` with equation ``written`` (beside ``producer``,
+    same ``path``) replaced by ``replaced``: the producer's outputs and the program's outputs finite? The
+    equations after it read the replaced value, a derivative's coefficients too. Never raises."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    jaxpr, consts = compat.closed_parts(program)
+    why = ""
+    if before is None:
+        why = "the program could not be evaluated"
+    elif calls_python(jaxpr):
+        why = f"the program calls back into Python (`{calls_python(jaxpr)}`), which a trial must not run"
+    elif any(position.kind == "while" for position in path):
+        why = "the operation is inside a while loop, and a changed value may change when (or whether) it ends"
+    elif equation_count(jaxpr) > MAX_CALL_EQUATIONS:
+        why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
+    if why:
+        trial.result = f"not tried: {why}"
+        return trial
+    run = _Replaced(written, {id(position.eqn) for position in path}, replaced, observed=producer)
+    try:
+        outputs = run.run(jaxpr, consts, list(values))
+    except Exception as error:
+        trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return trial
+    trial.tried = True
+    if run.seen and not any(isinstance(v, jax.core.Tracer) for v in run.seen):
+        made = bad_text(run.seen)
+        trial.result = made or "finite"
+    else:  # evaluated traced, inside a loop: its outputs there are not concrete
+        trial.result = "not observed (it runs inside a loop)"
+    bad = bad_text(outputs)
+    if bad:
+        bad += f" ({bad_text(before or []).removeprefix('still ')} without the fix)"
+    trial.call_result = bad or "finite"
+    trial.finite = not bad and trial.result in ("finite", "not observed (it runs inside a loop)")
+    return trial
 
 
 def try_constant(
@@ -445,23 +487,8 @@ def try_constant(
     ``Literal``: an ``eps`` its dtype turned into 0) replaced by ``value`` in the same dtype: the producer's
     outputs and the program's outputs finite? ``written`` sits beside ``producer`` (same ``path``). Only
     JAX primitives run, as for every trial; never raises."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
-    trial = FixTrial(CONSTANT, code)
-    jaxpr, consts = compat.closed_parts(program)
-    why = ""
-    if before is None:
-        why = "the program could not be evaluated"
-    elif _calls_python(jaxpr):
-        why = f"the program calls back into Python (`{_calls_python(jaxpr)}`), which a trial must not run"
-    elif any(position.kind == "while" for position in path):
-        why = "the operation is inside a while loop, and a changed value may change when (or whether) it ends"
-    elif _count(jaxpr) > MAX_CALL_EQUATIONS:
-        why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
-    if why:
-        trial.result = f"not tried: {why}"
-        return trial
     dtype = np.asarray(written.invars[operand].val).dtype
 
     def replaced(ins: list) -> list:
@@ -469,24 +496,24 @@ def try_constant(
         changed[operand] = jnp.asarray(value, dtype=dtype)
         return compat.bind_equation(written, changed)
 
-    run = _Replaced(written, {id(position.eqn) for position in path}, replaced, observed=producer)
-    try:
-        outputs = run.run(jaxpr, consts, list(values))
-    except Exception as error:
-        trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        return trial
-    trial.tried = True
-    if run.seen and not any(isinstance(v, jax.core.Tracer) for v in run.seen):
-        made = _bad_text(run.seen)
-        trial.result = made or "finite"
-    else:  # evaluated traced, inside a loop: its outputs there are not concrete
-        trial.result = "not observed (it runs inside a loop)"
-    bad = _bad_text(outputs)
-    if bad:
-        bad += f" ({_bad_text(before or []).removeprefix('still ')} without the fix)"
-    trial.call_result = bad or "finite"
-    trial.finite = not bad and trial.result in ("finite", "not observed (it runs inside a loop)")
-    return trial
+    return _try_replaced(FixTrial(CONSTANT, code), written, replaced, producer, path, program, values, before)
+
+
+def try_clamped_before(
+    added, operand: int, code: str, producer, path, program, values: list, before: list | None
+) -> FixTrial:
+    """The program evaluated again with operand ``operand`` of equation ``added`` (the value an epsilon is
+    added to: a variance that rounded below 0) clamped at 0 before the add: the producer's outputs and the
+    program's outputs finite? Under a gradient the backward pass then computes with the clamped forward
+    values (the clamp's own derivative, 0 below 0, is not in the program evaluated). Never raises."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    def replaced(ins: list) -> list:
+        changed = list(ins)
+        changed[operand] = jnp.maximum(changed[operand], jnp.zeros((), dtype=changed[operand].dtype))
+        return compat.bind_equation(added, changed)
+
+    return _try_replaced(FixTrial(CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
 
 
 def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:

@@ -106,6 +106,11 @@ class HolderSearch:
     # tuple or object holding arrays itself (``metrics``, ``state.history``, ``hist['acts']``)
     containers: dict[tuple[int, str, str], list[int]] = dataclasses.field(default_factory=dict)
     index_first: dict[tuple, int] = dataclasses.field(default_factory=dict)  # index_runs key -> its first target
+    # (group, kind, container path) -> the targets it holds directly (the keys of ``containers``), and per
+    # target the references to it the search met (names, elements, attributes, a library pytree's leaves):
+    # an array one container holds beside like arrays that others hold too is a copy it alone may keep
+    members: dict[tuple[int, str, str], list[int]] = dataclasses.field(default_factory=dict)
+    references: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     visited: int = 0  # containers and values looked at
     truncated: bool = False  # the budget ran out before the search was complete
 
@@ -144,16 +149,19 @@ def find_holders(
 
     index_runs = result.index_runs
 
-    containers = result.containers
+    containers, members, references = result.containers, result.members, result.references
 
     def on_hit(target: int, group: int, kind: str, path: str, _depth: int, container: str = "") -> None:
         mark(target, group, kind)
+        references[target] += 1
         if container:
             held = containers.get((group, kind, container))
             if held is None:
                 containers[(group, kind, container)] = [1, target]
+                members[(group, kind, container)] = [target]
             else:
                 held[0] += 1
+                members[(group, kind, container)].append(target)
         label_counts[group] = label_counts.get(group, 0) + 1
         index = _FIRST_INDEX.search(path)
         if index is not None:  # an element of a list of containers: merged into a run with its siblings
@@ -175,20 +183,25 @@ def find_holders(
     ) -> None:
         # The elements of one list/tuple that are targets, in index order.
         best_kind = result.best_kind
+        references.update(targets)
         one_group = groups.count(groups[0]) == len(groups)
         if one_group:
             held = containers.get((groups[0], kind, container))
             if held is None:
                 containers[(groups[0], kind, container)] = [len(targets), targets[0]]
+                members[(groups[0], kind, container)] = list(targets)
             else:
                 held[0] += len(targets)
+                members[(groups[0], kind, container)].extend(targets)
         else:
             for target, group in zip(targets, groups):
                 held = containers.get((group, kind, container))
                 if held is None:
                     containers[(group, kind, container)] = [1, target]
+                    members[(group, kind, container)] = [target]
                 else:
                     held[0] += 1
+                    members[(group, kind, container)].append(target)
         if one_group and best_kind.keys().isdisjoint(targets):
             # One group, none seen before (a list of like arrays): the run and the counts at once.
             group = groups[0]
@@ -237,6 +250,7 @@ def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_grou
     ids, groups, kinds, labels = root_hits
     if not ids:
         return
+    result.references.update(ids)
     best_kind, kind_counts, label_counts, group_labels = (
         result.best_kind,
         result.kind_counts,

@@ -107,13 +107,7 @@ def expression_of(eqn, line: SourceLine | None, path=()) -> str:
     to; "" when that is the whole line, spans lines, or is not recorded."""
     if line is None:
         return ""
-    tracebacks: list = []
-    for made in (eqn, *(p.eqn for p in reversed(path))):
-        traceback = made.source_info.traceback
-        while traceback is not None and id(traceback) not in {id(t) for t in tracebacks}:
-            tracebacks.append(traceback)
-            traceback = _attributed.get(id(traceback))
-    for traceback in tracebacks:
+    for traceback in _tracebacks_of(eqn, path):
         for frame in compat.user_frames(traceback):
             if (frame.file_name, frame.start_line) != (
                 line.filename,
@@ -124,6 +118,30 @@ def expression_of(eqn, line: SourceLine | None, path=()) -> str:
             part = whole_expression(text, frame.start_column, frame.end_column, called=eqn.primitive.name)
             return part if part and part != line.code.strip() else ""
     return ""
+
+
+def _tracebacks_of(eqn, path=()) -> list:
+    """The equation's traceback, those it was attributed to in turn (a backward-pass equation to its forward
+    one), then its enclosing equations' (innermost first) and theirs."""
+    tracebacks: list = []
+    for made in (eqn, *(p.eqn for p in reversed(path))):
+        traceback = made.source_info.traceback
+        while traceback is not None and id(traceback) not in {id(t) for t in tracebacks}:
+            tracebacks.append(traceback)
+            traceback = _attributed.get(id(traceback))
+    return tracebacks
+
+
+def library_called_on(line: SourceLine, eqn, path=()) -> str | None:
+    """The library function ``line`` called where it made ``eqn``: read from the first of the equation's
+    tracebacks (``_tracebacks_of``) whose innermost user line is ``line``; None when none is - then what a
+    traceback's line called is another line's (a loop's call: ``jax.lax.scan`` around the body that called
+    ``jax.nn.logsumexp``), never this one's."""
+    for traceback in _tracebacks_of(eqn, path):
+        user, called = attribution.user_line_called(traceback)
+        if user is not None and (user.filename, user.lineno) == (line.filename, line.lineno):
+            return called
+    return None
 
 
 def _line_of(traceback) -> SourceLine | None:
@@ -176,6 +194,7 @@ def provenance_of(eqn, path, line: SourceLine | None, position: str) -> Provenan
         provenance.library_function = attribution.library_called(attributed) or provenance.library_function
     if line is not None:
         provenance.made_at, provenance.function, provenance.unknown = line, line.function, ""
+        provenance.library_function = library_called_on(line, eqn, path) or ""
     inside_library = set()  # a library function's own jit (``jit(_std)``) is no transformation of the user's
     for enclosing in path:
         function, filename = compat.called_function(enclosing.eqn)

@@ -23,7 +23,7 @@ import executing
 
 from jaxmagic._jax.compat import is_jitted, transformed_function
 from jaxmagic.probes._support.nan.nonfinite import looks_like_array_tree
-from jaxmagic.report.source import is_user_file
+from jaxmagic.report.source import user_tracebacks
 
 _PURE_NODES = (
     ast.Name,
@@ -69,15 +69,6 @@ class FailingCall:
         return self.function(*(v for _, v in self.args), **self.kwargs)
 
 
-def _user_tracebacks(tb: TracebackType | None) -> list[TracebackType]:
-    found = []
-    while tb is not None:
-        if is_user_file(tb.tb_frame.f_code.co_filename):
-            found.append(tb)
-        tb = tb.tb_next
-    return found
-
-
 def _is_jax_transformation(fn) -> bool:
     target = fn.func if isinstance(fn, functools.partial) else fn
     return (getattr(target, "__module__", "") or "").split(".")[0] == "jax"
@@ -111,7 +102,7 @@ class _Evaluator:
 
 def failing_calls(tb: TracebackType | None) -> list[FailingCall]:
     """The calls being made on the user's lines of ``tb`` that are safe to evaluate again, outermost first."""
-    calls = [_call_at(user_tb) for user_tb in _user_tracebacks(tb)]
+    calls = [_call_at(user_tb) for user_tb in user_tracebacks(tb)]
     return [call for call in calls if call is not None]
 
 
@@ -151,7 +142,7 @@ def failing_expressions(tb: TracebackType | None) -> list[FailingCall]:
     numbers, so the equations it makes point at the user's own line.
     """
     expressions = []
-    for index, user_tb in enumerate(_user_tracebacks(tb)):
+    for index, user_tb in enumerate(user_tracebacks(tb)):
         expression = _expression_at(user_tb)
         if expression is not None:
             expression.frame = index

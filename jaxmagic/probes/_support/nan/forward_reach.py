@@ -5,8 +5,11 @@ under ``jvp``, the forward value of a line and the coefficients of its derivativ
 transposed half is named ``transpose``. So a NaN made under ``jvp`` is ambiguous by its name. The data
 flow of the program is not: when the producer's output reaches what the call returns through
 operations none of which is transposed - a train step that returns the loss it differentiated - the
-NaN is (also) a value of the forward computation. That is an observation on the program; its absence
-tells nothing (``jax.grad`` returns no forward value), so it only ever clears the "derivative" reading.
+NaN is (also) a value of the forward computation. So is one that reaches, through such operations, a
+value the program computes and nothing reads: the forward result ``jax.grad`` computes and drops (the
+loss, ``_`` in its program), or a forward value the user's code left unused. A coefficient of a derivative
+is computed to be read by the transposed half. That is an observation on the program; its absence tells
+nothing, so it only ever clears the "derivative" reading.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from typing import Any
 from jaxmagic._jax import compat
 from jaxmagic._jax.jaxpr_eval import Position
 
+RESULT, DROPPED = "result", "dropped"
 
-def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> bool:
-    """Whether ``eqn``'s outputs flow to ``program``'s outputs through non-transposed equations only.
+
+def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> str:
+    """Whether ``eqn``'s outputs flow to ``program``'s outputs through non-transposed equations only
+    (``RESULT``), or to a value computed that way and read by nothing (``DROPPED``: the loss ``jax.grad``
+    drops); "" when neither.
 
     ``path`` is where ``eqn`` sits (the opened equations above it, outermost first), as the walk
     recorded it. A loop or a branch on the way counts all of its outputs as reached (conservative:
@@ -27,24 +34,26 @@ def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> bool:
     for position in path:
         inner = _level_of(position)
         if inner is None:
-            return False
+            return ""
         levels.append(inner)
     reached: set[int] = {id(v) for v in eqn.outvars}
     start: Any = eqn
     for depth in range(len(levels) - 1, -1, -1):
         jaxpr = levels[depth]
         reached_outputs = _flow(jaxpr, start, reached)
+        if _dropped(jaxpr, reached):
+            return DROPPED
         if depth == 0:
-            return bool(reached_outputs)
+            return RESULT if reached_outputs else ""
         opened = path[depth - 1]
         if not reached_outputs:
-            return False
+            return ""
         if opened.kind == "call":
             reached = {id(opened.eqn.outvars[i]) for i in reached_outputs if i < len(opened.eqn.outvars)}
         else:  # scan / while / cond: which result a body output becomes is not tracked here
             reached = {id(v) for v in opened.eqn.outvars}
         start = opened.eqn
-    return False
+    return ""
 
 
 def _level_of(position: Position):
@@ -73,3 +82,16 @@ def _flow(jaxpr, start, reached: set[int]) -> list[int]:
         if any(id(v) in reached for v in candidate.invars if not compat.is_literal(v)):
             reached |= {id(v) for v in candidate.outvars}
     return [i for i, v in enumerate(jaxpr.outvars) if not compat.is_literal(v) and id(v) in reached]
+
+
+def _dropped(jaxpr, reached: set[int]) -> bool:
+    """Whether a reached value of ``jaxpr`` made by a non-transposed equation is read by nothing: not by an
+    equation, not an output (the forward result ``jax.grad`` drops: ``_`` of its program)."""
+    read = {id(v) for e in jaxpr.eqns for v in e.invars if not compat.is_literal(v)}
+    read |= {id(v) for v in jaxpr.outvars if not compat.is_literal(v)}
+    return any(
+        id(v) in reached and id(v) not in read
+        for e in jaxpr.eqns
+        if "transpose" not in str(e.source_info.name_stack)
+        for v in e.outvars
+    )

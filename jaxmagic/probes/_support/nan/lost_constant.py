@@ -104,32 +104,56 @@ def _lost(eqn, k: int, literal) -> LostConstant | None:
 def _read_source(found: LostConstant, eqn, k: int) -> None:
     """The operand's text and value from the columns of the equation's innermost frame (its own code: the
     user's or a library's)."""
+    source = operand_source(eqn, k)
+    if source is None:
+        return
+    found.line = source.line
+    if source.expression:
+        found.expression, found.written, found.written_value = source.expression, source.written, source.number
+
+
+@dataclasses.dataclass
+class OperandSource:
+    """What the source wrote for an operand of a two-operand equation (``v + 1e-8``, ``jnp.maximum(v, eps)``)."""
+
+    line: SourceLine  # the line the equation was traced on (a library's line when the library wrote it)
+    expression: str = ""  # the equation's source expression: "jnp.sqrt(v) + 1e-8"; "" when not read
+    written: str = ""  # the operand's text: "1e-8", "eps"
+    other: str = ""  # the other operand's text: "jnp.sqrt(v)"
+    number: float | None = None  # the operand's value when its text is a number
+
+
+def operand_source(eqn, k: int) -> OperandSource | None:
+    """The text of operand ``k`` of ``eqn`` (and of the other one) from the columns of the equation's
+    innermost frame outside jaxmagic; None when the equation spans lines or no frame was recorded."""
     # the innermost frame outside jaxmagic: a search traces under ``compat.tracing_where_traced``, whose own
     # frame records each traceback
     frames = compat.user_frames(eqn.source_info.traceback)
     frame = next((f for f in frames if code_kind(f.file_name) != "jaxmagic"), None)
     if frame is None or frame.start_line != frame.end_line:
-        return
+        return None
     text = linecache.getline(frame.file_name, frame.start_line)
-    found.line = SourceLine(frame.file_name, frame.start_line, str(frame.function_name), text.strip())
+    found = OperandSource(SourceLine(frame.file_name, frame.start_line, str(frame.function_name), text.strip()))
     part = text.encode()[frame.start_column : frame.end_column].decode(errors="replace").strip()
     try:
         node = ast.parse(part, mode="eval").body
     except SyntaxError:
-        return
+        return found
     operands: list[ast.expr] = []
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
         operands = [node.left, node.right]
     elif isinstance(node, ast.Call) and not node.keywords:  # jnp.maximum(v, eps)
         operands = list(node.args)
     if len(operands) != 2 or k >= 2:
-        return
-    written = operands[k]
+        return found
+    written, other = operands[k], operands[1 - k]
     found.expression = part
     found.written = ast.get_source_segment(part, written) or ast.unparse(written)
+    found.other = ast.get_source_segment(part, other) or ast.unparse(other)
     try:
         number = ast.literal_eval(written)
     except (ValueError, SyntaxError):
-        return
+        return found
     if isinstance(number, (int, float)) and not isinstance(number, bool):
-        found.written_value = float(number)
+        found.number = float(number)
+    return found

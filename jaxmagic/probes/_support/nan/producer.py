@@ -39,8 +39,12 @@ more than the whole search).
 Its modules: ``producer`` (the search and what it found), ``given`` (the rule
 of made vs given non-finite values), ``host_values``
 (reading and writing the values), ``equation_origin`` (the line, expression
-and library function of an equation) and ``inside`` (``%%jax_nans --inside``:
-every intermediate of one call, masked values too).
+and library function of an equation), ``forward_reach`` (a value under ``jvp``
+that is a forward one), ``masked_rows``, ``lost_constant`` and ``added_epsilon``
+(what a fix needs: rows all -inf, an epsilon its dtype holds as 0, an epsilon
+added to a negative value), ``producer_fixes`` (which fixes are tried) and
+``inside`` (``%%jax_nans --inside``: every intermediate of one call, masked
+values too).
 """
 
 from __future__ import annotations
@@ -53,9 +57,9 @@ import numpy as np
 
 from jaxmagic._jax import compat, finite_flags, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.fixes.values import DIVISION_EPS, FixTrial, representable_eps, try_constant, try_fixes
+from jaxmagic.probes._support.fixes.values import FixTrial
 from jaxmagic.probes._support.kept_state import kept
-from jaxmagic.probes._support.nan import lost_constant
+from jaxmagic.probes._support.nan import added_epsilon, lost_constant, producer_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -66,17 +70,17 @@ from jaxmagic.probes._support.nan.equation_origin import (
     remember_attributions,
     user_line,
 )
-from jaxmagic.probes._support.nan.forward_reach import reaches_result_forward
+from jaxmagic.probes._support.nan.forward_reach import RESULT, reaches_result_forward
 from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, library_writing, opened_kind
 from jaxmagic.probes._support.nan.host_values import (
     any_bad,
     bad_mask,
     definiteness,
-    host_array,
     only_infinities,
     operand_at,
     readable,
 )
+from jaxmagic.probes._support.nan.masked_rows import note_neg_inf_rows
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, is_user_file
@@ -163,6 +167,8 @@ class NanProducer:
     jitter: str = ""  # cholesky of a matrix not positive definite: the smallest diagonal jitter that let it factor
     # a constant added to its zero operand that the low-precision dtype holds as 0 (`+ 1e-8` in float16)
     lost_constant: lost_constant.LostConstant | None = None
+    # a positive constant added to its input that did not lift a negative value (`rsqrt(var + 1e-5)`, var < 0)
+    added_epsilon: added_epsilon.AddedEpsilon | None = None
     # the fixes of the operation tried on its recorded inputs, then on the whole program (_support/fixes/values.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
 
@@ -207,39 +213,6 @@ class ProducerSearch:
     written_inf_by: str = ""  # the library whose code wrote it in the call on that line ("" when the line did)
     forward_check: str = ""  # how a producer under jvp was found to be a forward value (nans.probe._check_forward)
     put_back: str = ""  # tracing the call again wrote into the user's objects, and they were put back (kept_state)
-
-
-# -- masked rows: what the fix for a NaN of a fully masked row needs -------------------------
-
-_MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
-
-
-def note_neg_inf_rows(found: dict, eqn, inputs, path) -> None:
-    """A ``reduce_max`` (or a jitted logsumexp/log_softmax/softmax) whose input holds rows that are all
-    -inf - a fully masked attention row: recorded by the user's line, for the fix."""
-    axes = None
-    if eqn.primitive.name == "reduce_max":
-        axes = tuple(eqn.params.get("axes", ()))
-    elif str(eqn.params.get("name", "")) in _MAX_OF_ROWS:
-        inner = getattr(eqn.params.get("jaxpr"), "jaxpr", None)
-        first = next((e for e in getattr(inner, "eqns", ()) if e.primitive.name == "reduce_max"), None)
-        axes = tuple(first.params.get("axes", ())) if first is not None else None
-    if axes is None or not inputs:
-        return
-    array = host_array(inputs[0])
-    if array is None or not array.ndim or not axes or not np.isneginf(array).any():
-        return
-    try:
-        rows = np.all(np.isneginf(array), axis=axes)
-    except Exception:
-        return
-    if rows.any():
-        line = user_line(eqn, path)
-        if line is not None:
-            found.setdefault(
-                (line.filename, line.lineno),
-                f"{int(rows.sum())} of {rows.size} rows (axis {', '.join(map(str, axes))})",
-            )
 
 
 # -- the listener ---------------------------------------------------------------------
@@ -415,15 +388,18 @@ class ProducerListener(Listener):
 
     def _made_elsewhere(self, eqn, producer: NanProducer) -> tuple | None:
         """``(eqn, inputs, outputs, path)`` of the operation that made the inf ``eqn`` made NaN of, when it
-        is on another line than the producer's (an overflow after a forward -inf of another line); None
-        otherwise. On the same line it is the producer's own derivative (log's 1/x at the 0 where log made
-        -inf), and the user's operation is the one named."""
+        is another part of the code than the producer's (an overflow after a forward -inf of another line; the
+        backward pass of `log_softmax(x)` overflowing after the forward `.sum()` of the same line did); None
+        otherwise. On the producer's own expression it is the producer's own derivative (log's 1/x at the 0
+        where log made -inf), and the user's operation is the one named."""
         made_from = self.given.made_from(eqn)
         if made_from is None or made_from[0] is self._producer_eqn or compat.sub_jaxprs(made_from[0]):
             return None
         line, own = user_line(made_from[0], made_from[3]), producer.line
         if line is not None and own is not None and (line.filename, line.lineno) == (own.filename, own.lineno):
-            return None
+            expression = expression_of(made_from[0], line, made_from[3])
+            if not expression or not producer.expression or expression == producer.expression:
+                return None
         return made_from
 
     def _nan_maker(self, producer: NanProducer, eqn, inputs, outputs, path) -> None:
@@ -463,11 +439,14 @@ class ProducerListener(Listener):
 
     site: tuple | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
     lost_site: tuple | None = None  # (the equation adding a constant its dtype holds as 0, the constant's index)
+    epsilon_site: object = None  # the equation adding a positive constant to the producer's input
 
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         self.site = (eqn, list(inputs), path)
         lost = lost_constant.find(eqn, self._made_by)
         self.lost_site = (lost[1], lost[0].operand) if lost is not None else None
+        epsilon = added_epsilon.find(eqn, self._made_by) if lost is None else None
+        self.epsilon_site = epsilon[1] if epsilon is not None else None
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
         # A NaN is never passed on as given: when the output holds one, that is what the equation made.
@@ -519,6 +498,7 @@ class ProducerListener(Listener):
             operands[0].value, jitter = definiteness(np.asarray(inputs[0]), index, eqn)
         return NanProducer(
             lost_constant=lost[0] if lost is not None else None,
+            added_epsilon=epsilon[0] if epsilon is not None else None,
             jitter=jitter,
             expression=expression_of(eqn, line, path),
             primitive=eqn.primitive.name,
@@ -647,49 +627,26 @@ def _trace_and_walk(
     found.result_finite = outputs is not None and not any_bad(outputs)
     if producer is not None and producer.derivative and producer.phase == "forward" and listener.site is not None:
         eqn, _, path = listener.site
-        if reaches_result_forward(program, eqn, path):  # a train step that returns the loss it differentiated
+        reached = reaches_result_forward(program, eqn, path)  # a train step returning the loss it differentiated
+        if reached:
             producer.derivative = False
+            into = (
+                f"what {source or 'the call'} returns"
+                if reached == RESULT
+                else "a value the program computes and nothing reads (the loss jax.grad computes and drops)"
+            )
             found.forward_check = (
-                f"It was computed under the gradient, but its value flows into what {source or 'the call'} "
-                "returns through forward operations only (no transposed one): it is a value of the forward "
-                "computation, not only of the derivative."
+                f"It was computed under the gradient, but its value flows into {into} through forward operations "
+                "only (no transposed one): it is a value of the forward computation, not only of the derivative."
             )
-    wanted = with_fixes and (producer is not None and (producer.phase == "forward" or not producer.derivative))
-    if producer is not None and listener.site is not None and wanted:
-        # a fix of an operation the user wrote is tried on its values before the report offers it (one under
-        # jvp too: the NaN probe may find it a forward value; a user's own derivative rule's)
-        eqn, inputs, path = listener.site
-        producer.fix_trials = try_fixes(eqn, inputs, path, program, values, outputs)
-        if producer.lost_constant is not None and listener.lost_site is not None:
-            producer.fix_trials.append(
-                _constant_trial(producer.lost_constant, listener.lost_site, eqn, path, program, values, outputs)
-            )
-    listener.site = listener.lost_site = None  # hold the user's program
+    if producer is not None and listener.site is not None and with_fixes:
+        sites = (listener.site, listener.lost_site, listener.epsilon_site)
+        producer.fix_trials = producer_fixes.tried(producer, sites, program, values, outputs)
+    listener.site = listener.lost_site = listener.epsilon_site = None  # hold the user's program
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
     found.stopped_at = list(dict.fromkeys(found.stopped_at))
     return found
-
-
-def _constant_trial(
-    lost: lost_constant.LostConstant, site: tuple, producer_eqn, path, program, values: list, outputs
-) -> FixTrial:
-    """The constant the dtype held as 0 replaced by the nearest epsilon it holds (float16: 1e-4), the
-    program evaluated again: the fix written where the constant is (``+ 1e-4``, a library's ``eps=1e-4``)."""
-    # the usual epsilon of a denominator when the dtype holds it (bfloat16 holds 1e-8), else the power of ten
-    # just above the dtype's smallest normal number; never one smaller than what was written
-    value = max(
-        representable_eps(abs(lost.written_value or 0.0), lost.dtype), representable_eps(DIVISION_EPS, lost.dtype)
-    )
-    lost.replacement = value
-    code = f"{value:g}"
-    if lost.expression and lost.written and lost.written in lost.expression:
-        head, _, tail = (
-            lost.expression.rpartition(lost.written) if lost.operand else lost.expression.partition(lost.written)
-        )
-        code = head + code + tail
-    written, operand = site
-    return try_constant(written, operand, value, code, producer_eqn, path, program, values, outputs)
 
 
 def quiet_evaluation() -> contextlib.ExitStack:

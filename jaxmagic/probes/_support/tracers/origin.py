@@ -16,11 +16,20 @@ import re
 from collections.abc import Sequence
 
 from jaxmagic._jax import compat
-from jaxmagic._jax.transform_stack import line_info
-from jaxmagic.probes._support.tracers.text import short_qualname
+from jaxmagic._jax.transform_stack import line_info, traced_for
+from jaxmagic.probes._support.tracers.text import TRANSFORMATION_OF_TRACER, short_qualname
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import source_line
+
+
+def transformation_of(tracer) -> str:
+    """The transformation whose trace made ``tracer``: what JAX recorded on that trace (its debug info's
+    ``traced_for``: "jit", "scan", "while_loop", "cond", "vmap"...), else what the tracer's class says. One
+    class serves several staging transformations (a ``DynamicJaxprTracer`` is jit's and scan's alike), so the
+    class is only the last resort: a value traced by ``lax.scan`` alone is never "jit"'s."""
+    how, _ = traced_for(tracer)
+    return how or TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
 
 
 def of_tracer(

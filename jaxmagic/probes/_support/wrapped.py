@@ -28,6 +28,7 @@ import types
 from typing import Any
 
 from jaxmagic.probes._support.bound_arguments import by_parameter
+from jaxmagic.report.code_owner import jax_dirs
 
 MAX_SEARCHED = 2_000  # objects looked at when searching a callable or static arguments for the user's function
 
@@ -41,17 +42,6 @@ class HeldFunction:
     name: str  # "step", "MLP.__call__"
     library: str  # the top-level package whose code holds it: "equinox", "flax", "haiku"
     method: bool = False  # a library object's method holding the user's code: named and defined as the method
-
-
-def jax_dirs() -> tuple[str, ...]:
-    """The folders of JAX's own code (jax, jaxlib): a callable there is JAX's transformation, not a library's."""
-    dirs = []
-    for name in ("jax", "jaxlib"):
-        module = sys.modules.get(name)
-        file = getattr(module, "__file__", None)
-        if file:
-            dirs.append(os.path.dirname(os.path.abspath(file)) + os.sep)
-    return tuple(dirs)
 
 
 @functools.lru_cache(maxsize=1_024)
@@ -176,6 +166,23 @@ def find_held_function(fun, args: tuple, static_argnums, is_user) -> HeldFunctio
     if not library_file:
         return None  # only JAX's own transformations around the user's function (grad, vmap, partial)
     library = library_of(library_file) or "a library"
+    return HeldFunction(function, code, display_name(function, code), library)
+
+
+def held_by_wrapper(holder, is_user) -> HeldFunction | None:
+    """The user's callable a library's wrapper object holds - the ``self`` of the frame the user's line
+    called (``eqx.filter_jit``'s ``_JitWrapper``, ``nnx.jit``'s ``JitWrapped``, a partial binding one to
+    an instance) - or None when it holds none."""
+    found = _search_callable(holder, is_user, skip_root=False)
+    if found is None:
+        return None
+    function, code, library_file = found
+    for _ in range(8):  # the function itself, not the wrapper found to hold it through ``__wrapped__``
+        if getattr(function, "__code__", None) is code or getattr(function, "__wrapped__", None) is None:
+            break
+        function = function.__wrapped__
+    owner = own_code(holder)
+    library = library_of(library_file or (owner.co_filename if owner is not None else "")) or "a library"
     return HeldFunction(function, code, display_name(function, code), library)
 
 
