@@ -132,7 +132,7 @@ def test_the_watch_panel_lists_every_finding_and_clean_cells_add_nothing(ip, sho
         ip.run_cell("for n in (1, 2, 3):\n    jax.jit(lambda a: a * 2)(jnp.ones(n))")
         rows = [row for row, _ in panel.findings.options]
         assert [r.split(" | ")[1] for r in rows] == ["NaN", "recompilation"], rows
-        assert rows[1].endswith("%%jax_compiles --budget 1 --fn <lambda>")
+        assert rows[1].endswith("%%jax_compiles --budget 1")  # a `<lambda>` cannot be named after --fn (issue 53)
         assert "2 finding(s)" in panel.header.value
         panel.areas.value = "NaN"
         assert len(panel.findings.options) == 1

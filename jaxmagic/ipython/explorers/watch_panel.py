@@ -14,6 +14,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import show_explorer
+from jaxmagic.render.html import inline_html
 
 ALL_AREAS = "all areas"
 WHAT = "every finding of this watch session"
@@ -107,8 +108,9 @@ class WatchPanel:
 
 
 def details_html(finding: dict[str, Any]) -> str:
-    """The chosen finding: headline, its line, the fix and the magic to run next (all escaped)."""
-    parts = [f"<div><b>{html.escape(finding.get('headline', ''))}</b></div>"]
+    """The chosen finding: headline, its line, the fix and the magic to run next (all escaped; Markdown's
+    `code` drawn as code, as the static report draws it)."""
+    parts = [f"<div><b>{inline_html(finding.get('headline', ''))}</b></div>"]
     line = finding.get("line") or (finding.get("provenance") or {}).get("made_at")
     if line:
         parts.append(
@@ -116,7 +118,7 @@ def details_html(finding: dict[str, Any]) -> str:
             f"{html.escape(line.get('code', ''))}</div>"
         )
     if finding.get("fix"):
-        parts.append(f"<div>Fix: {html.escape(finding['fix'])}</div>")
+        parts.append(f"<div><b>Fix:</b> {inline_html(finding['fix'])}</div>")  # `code` as code, escaped
     if finding.get("next_magic"):
         parts.append(f"<div>Next: <code>{html.escape(finding['next_magic'])}</code> on that cell.</div>")
     return "".join(parts)

@@ -68,7 +68,7 @@ from jaxmagic.probes.compiles.report import (
 )
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
 from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES
-from jaxmagic.probes.compiles.why_again import RecompileCause, why_compiled_again
+from jaxmagic.probes.compiles.why_again import RecompileCause, budget_magic, why_compiled_again
 
 __all__ = [
     "CAUSE_TITLES",
@@ -93,6 +93,7 @@ __all__ = [
     "STATIC_FIXES",
     "STATIC_VALUES_KEPT",
     "StaticValue",
+    "budget_magic",
     "classify",
     "compiles",
     "static_value",

@@ -19,6 +19,13 @@ if TYPE_CHECKING:  # the types only: causes.py and the collector pass them in
     from jaxmagic.probes.compiles.stack import CallInfo
 
 
+def budget_magic(function: str) -> str:
+    """The magic that stops at a function's next recompilation, as the doctor and the watch suggest it: with
+    ``--fn`` only for a name that can be typed there (not `<lambda>`: the budget then applies to every function)."""
+    named = function.replace(".", "_").isidentifier()
+    return f"%%jax_compiles --budget 1 --fn {function}" if named else "%%jax_compiles --budget 1"
+
+
 @dataclasses.dataclass
 class RecompileCause:
     """Why one function compiled more than once in a block: its main cause and what the cause is about."""

@@ -11,7 +11,7 @@ import dataclasses
 import re
 
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.compiles import RecompileCause, why_compiled_again
+from jaxmagic.probes.compiles import RecompileCause, budget_magic, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings, is_big
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import key_findings
@@ -386,7 +386,7 @@ def _compile_findings(report: DoctorReport) -> list[Finding]:
                 evidence=cause.evidence,
                 line=f.first_line,
                 fix=cause.fix,
-                next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
+                next_magic=budget_magic(f.name),
                 short=f"`{f.name}` {f.count} times, {cause.title}",
                 cause=cause,
             )

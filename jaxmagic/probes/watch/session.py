@@ -28,7 +28,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
-from jaxmagic.probes.compiles import CompileHistory, compiles, why_compiled_again
+from jaxmagic.probes.compiles import CompileHistory, budget_magic, compiles, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings
 from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes.keys import key_findings, keys
@@ -323,7 +323,7 @@ class Watch:
                     line=f.first_line,
                     details=cause.evidence,
                     fix=cause.fix,
-                    next_magic=f"%%jax_compiles --budget 1 --fn {f.name}",
+                    next_magic=budget_magic(f.name),
                     count=total,
                     cause=cause,
                 )
