@@ -17,6 +17,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import show_explorer
+from jaxmagic.render.html import breakable_html
 from jaxmagic.report.wording import format_bytes
 
 WHAT = "the program's named scopes (each scope's operations in every stage)"
@@ -68,7 +69,9 @@ def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str
         kernel = f" in {op['kernel']}" if op.get("kernel") else ""
         rows.append(
             '<div style="border-bottom:1px solid #eee;padding:1px 0">'
-            f'<code style="white-space:pre-wrap;word-break:break-all;font-size:11px;line-height:1.3">{html.escape(op.get("text") or op.get("name", ""))}'
+            # break between tokens only (render.breakable_html), never inside a name: `jit(mode|l)` read as two
+            f'<code style="white-space:pre-wrap;overflow-wrap:break-word;font-size:11px;line-height:1.3">'
+            f"{breakable_html(op.get('text') or op.get('name', ''))}"
             "</code>"
             + (
                 f'<div style="font-size:11px;color:#555">{html.escape(made)}{html.escape(kernel)}'
