@@ -571,7 +571,7 @@ print(sorted(found))
 
 # %%
 (values,) = [f for f in drift.findings if f.area == "values"]
-assert values.processes == [0, 1] and "1 of 1 leaves differ" in values.summary   # two processes: both named
+assert values.processes == [0, 1] and "its only leaf differs" in values.summary   # two processes: both named
 assert "largest difference NaN or inf on one side" in values.summary and "%%jax_nans" in values.fix
 print(values.summary)
 

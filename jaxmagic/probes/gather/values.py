@@ -192,7 +192,8 @@ def value_finding(
     processes = sorted({e.process if e.process is not None else -1 for odd in differing.values() for e in odd})
     names = sorted({e.name for odd in differing.values() for e in odd})
     largest = max(measured, key=lambda m: m[0]["difference"], default=None)
-    summary = f"`{expression}`: {len(differing)} of {total} leaves differ on {', '.join(names)}"
+    which = "its only leaf differs" if total == 1 else f"{len(differing)} of {total} leaves differ"
+    summary = f"`{expression}`: {which} on {', '.join(names)}"
     if largest is not None:
         summary += f" - largest difference {_gap(largest[0]['difference'])} in `{largest[1]}`"
     return GatherFinding(

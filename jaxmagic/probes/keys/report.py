@@ -160,7 +160,7 @@ class RepeatedDraw:
         else:
             where = f" at {self.line.where}" if self.line else ""
         return (
-            f"`jax.random.{self.api}`{inside}{where} got the same {kind} data (and the same other arguments) "
+            f"`jax.random.{self.api}`{inside}{where} got the same {kind} data and other arguments "
             f"in {self.repeated_times} of its {self.calls} calls"
         )
 

@@ -11,7 +11,7 @@ import dataclasses
 from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, Status, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table, split_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes, short_dtype
 
@@ -227,7 +227,7 @@ class LiveReport(Report):
             if g.holders:
                 text += f" held by {_join_holders(g.holders, 2)}"
         text += "."
-        return text + self._container_sentence() + self._kept_alone_sentence() + self._kind_sentence()
+        return self._told([text])
 
     def _container_sentence(self) -> str:
         if not self.containers:
@@ -255,11 +255,32 @@ class LiveReport(Report):
             held = f" held by {_join_holders(g.holders, 2)}" if g.holders else ""
             parts.append(f"{g.count} \u00d7 `{g.type_text}`{held}")
         more = f" and {len(self.groups) - 2} more group(s)" if len(self.groups) > 2 else ""
-        return (
+        lead = (
             f"{self.arrays} array(s) ({format_bytes(self.bytes)}) created by this cell are still alive: "
-            f"{'; '.join(parts)}{more}.{self._container_sentence()}{self._kept_alone_sentence()}"
-            f"{self._kind_sentence()}{failed}"
+            f"{'; '.join(parts)}{more}."
         )
+        return self._told([lead]) + failed
+
+    def _sentences(self, lead: list[str]) -> list[str]:
+        """The summary's sentences: what is alive, then the containers, the arrays kept alone, who else holds.
+        A snapshot's count of what is alive is no finding: its first finding goes before it, so a headline with
+        room for one sentence says what to act on."""
+        more = [self._container_sentence(), self._kept_alone_sentence(), self._kind_sentence()]
+        found = [sentence.strip() for sentence in more if sentence.strip()]
+        if self.mode != "cell" and found:
+            return found[:1] + lead + found[1:]
+        return lead + found
+
+    def _told(self, lead: list[str]) -> str:
+        return split_headline(self._sentences(lead), noun="detail")[0]
+
+    @property
+    def also_found(self) -> list[str]:
+        """What the headline had no room for (``split_headline``): said first below it."""
+        if not self.backend_started or (self.mode == "cell" and not self.groups):
+            return []
+        summary = self.summary
+        return [sentence for sentence in self._sentences([]) if sentence not in summary]
 
     def _kind_sentence(self) -> str:
         parts = []
@@ -277,7 +298,8 @@ class LiveReport(Report):
     # -- rendering ------------------------------------------------------------
 
     def document(self):
-        sections = []
+        also = self.also_found  # the summary's sentences its headline had no room for, right below it
+        sections = [Section("Also found", [Paragraph(t) for t in also], pinned=True)] if also else []
         shown = self.groups if self.top is None else self.groups[: self.top]
         if self.groups:
             rows = []
