@@ -410,7 +410,7 @@ def test_the_doctor_says_nans_were_not_checked_when_no_jitted_function_ran():
     with probes.doctor() as report:
         jax.lax.log(jnp.array([-1.0]))  # a primitive applied eagerly: no jitted call of the user's
     assert report.jitted_calls_watched == 0
-    assert "NaNs not checked: no jitted function of yours ran" in report.summary
+    assert "NaNs not checked (no jitted function of yours ran" in report.summary
     assert "Nothing found by nans" not in report.summary
 
 

@@ -153,10 +153,10 @@ class RepeatedDraw:
         kind = "legacy uint32 key" if self.legacy else "key"
         inside = f" inside `{self.library}`" if self.library else ""
         if self.consumed_at is not None:  # the key came from an outer line of yours
-            inside += f" (called at {self.consumed_at.where})"
+            inside += f" (at {self.consumed_at.where})"
             where = f", given its key by your line {self.line.lineno} ({self.line.function})," if self.line else ""
         elif self.library:
-            where = f" (called at {self.line.where})" if self.line else ""
+            where = f" (at {self.line.where})" if self.line else ""
         else:
             where = f" at {self.line.where}" if self.line else ""
         return (
