@@ -46,7 +46,7 @@ def test_jit_wrong_eager_right_is_the_compilation_layer():
     report = probes.bisect(miscompiled, x, ref=to64(x) * 2)
     assert report.verdict == "compilation" and report.status.value == "problem"
     assert report.eager.equal and report.jit.max_abs_error == 0.5
-    assert "%jax_hlo" in report.summary
+    assert "%jax_hlo" in report.document().fix  # the next step, under the headline
     # without a reference: jit and eager disagree
     assert probes.bisect(miscompiled, x).verdict in ("jit_differs", "compilation")
 

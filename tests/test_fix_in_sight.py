@@ -32,7 +32,7 @@ FINDING = {
     "jax_devices": "jnp.ones(1)\n%jax_devices 4 -o {out}",
     "jax_config": "jax.config.update('jax_log_compiles', True)\ntry:\n    %jax_config -o {out}\nfinally:\n"
     "    jax.config.update('jax_log_compiles', False)",
-    "jax_transfers": "%%jax_transfers -o {out}\nimport numpy as np\nfor _ in range(3):\n"
+    "jax_transfers": "%%jax_transfers -o {out}\nimport numpy as np\nfor step_fix in range(3):  # not `_`: IPython keeps a user `_`\n"
     "    jax.jit(f_ok)(np.ones(3, np.float32))",
     "jax_leaks": EXAMPLES["jax_leaks"].evil,
     "jax_keys": EXAMPLES["jax_keys"].evil,

@@ -10,7 +10,7 @@ import os
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, failed, note
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table, headline_of
+from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table, split_headline
 from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
 TOP_KERNELS = 12
@@ -213,14 +213,21 @@ class ProfileReport(Report):
     def summary(self) -> str:
         if self.failed_in_warmup:
             return f"Warm-up run {self.failed_in_warmup} failed with {self.other_error}; nothing was profiled."
-        text = self._findings()
-        if self.other_threads is not None:
-            text += " " + self.other_threads.sentence
+        return split_headline(self._sentences(), noun="detail")[0]
+
+    @property
+    def also_found(self) -> list[str]:
+        """What the headline had no room for (``split_headline``): said first below it."""
+        return [] if self.failed_in_warmup else split_headline(self._sentences(), noun="detail")[1]
+
+    def _sentences(self) -> list[str]:
+        """The split of the wall time first, then another thread's work beside the cell's, then the line
+        with most kernel time."""
+        lead, most, rest = self._findings().partition(" Most kernel time:")
         if self.other_error:
-            text = f"The cell failed with {ended(self.other_error)} Until then: {text[0].lower()}{text[1:]}"
-        # the split of the wall time first, then the line with most kernel time if it fits (both are below)
-        lead, most, rest = text.partition(" Most kernel time:")
-        return headline_of([lead, most.strip() + rest] if most else [lead], noun="detail")
+            lead = f"The cell failed with {ended(self.other_error)} Until then: {lead[0].lower()}{lead[1:]}"
+        others = [self.other_threads.sentence] if self.other_threads is not None else []
+        return [lead, *others, *([most.strip() + rest] if most else [])]
 
     def _findings(self) -> str:
         t = self.time
@@ -290,6 +297,9 @@ class ProfileReport(Report):
                 [Section("Warm-up", [Paragraph(self.summary)])],
                 nothing_to_do=self.unexplained(),
             )
+        also = self.also_found  # the summary's sentences its headline had no room for, right below it
+        if also:
+            sections.append(Section("Also", [Paragraph(text) for text in also], pinned=True))
         wall_rows = [
             ["compiling (trace, lower, XLA compile)", _ms(t.compile), _pct(t.compile, t.wall), _compile_detail(t)],
             ["host dispatch (jaxlib, inside calls)", _ms(t.dispatch), _pct(t.dispatch, t.wall), f"{t.calls} call(s)"],
