@@ -298,8 +298,12 @@ class LiveReport(Report):
     # -- rendering ------------------------------------------------------------
 
     def document(self):
-        also = self.also_found  # the summary's sentences its headline had no room for, right below it
-        sections = [Section("Also found", [Paragraph(t) for t in also], pinned=True)] if also else []
+        # the summary's sentences its headline had no room for, right below it: a container's or an array kept
+        # alone is said by its own section, then drawn open
+        also = self.also_found
+        told_apart = {self._container_sentence().strip(), self._kept_alone_sentence().strip()}
+        rest = [t for t in also if t not in told_apart]
+        sections = [Section("Also found", [Paragraph(t) for t in rest], pinned=True)] if rest else []
         shown = self.groups if self.top is None else self.groups[: self.top]
         if self.groups:
             rows = []
@@ -340,13 +344,16 @@ class LiveReport(Report):
             title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
             sections.append(Section(title, blocks))
         if self.containers:
-            sections.append(self._container_section())
+            sections.append(
+                dataclasses.replace(self._container_section(), pinned=self._container_sentence().strip() in also)
+            )
         fix = self.fix
         if self.kept_alone:
             blocks = []
             for kept in self.kept_alone[:8]:
                 blocks += [Paragraph(kept.sentence + ".")] + ([Paragraph(kept.fix)] if kept.fix != fix else [])
-            sections.append(Section("Kept alive only by a container of yours", blocks))
+            pinned = self._kept_alone_sentence().strip() in also
+            sections.append(Section("Kept alive only by a container of yours", blocks, pinned=pinned))
         advice = [a for a in self._advice() if a != fix]  # the fix is the document's own line
         if advice:
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
