@@ -240,7 +240,11 @@ class OutOfMemoryReport(Report):
             )
         if self.eager is not None:
             return "Make the array smaller, or build it inside a jitted function that reduces it (XLA can fuse a reduction so the whole array never exists)."
-        return ""
+        # the call could not be told: the next step that tells it
+        return (
+            "Measure the call that ran out without running it: %jax_memory CALL (its arguments may be "
+            "jax.ShapeDtypeStruct), or run the cell under %%jax_memory."
+        )
 
     def document(self) -> Document:
         sections: list[Section] = []
