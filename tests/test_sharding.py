@@ -318,7 +318,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
     out["count"] = ip.user_ns["n"]
     ip.run_cell("%jax_devices 8 -o late")
     late = ip.user_ns["late"]
-    out["late"] = [late.applied, late.cpu_devices, late.status.value, late.summary]
+    out["late"] = [late.applied, late.cpu_devices, late.status.value, late.summary, late.document().fix]
     ip.run_cell("%jax_devices 2*2 -o same")
     out["same"] = [ip.user_ns["same"].status.value, ip.user_ns["same"].summary]
     bad = ip.run_cell("%jax_devices 0")
@@ -335,9 +335,9 @@ def test_jax_devices_in_a_fresh_kernel():
     out = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert out["first"][:3] == [True, False, "ok"]
     assert out["count"] == 4
-    applied, cpu_devices, status, summary = out["late"]
+    applied, cpu_devices, status, summary, fix = out["late"]
     assert (applied, cpu_devices, status) == (False, 4, "problem")
-    assert "Restart the kernel" in summary and "already started with 4" in summary
+    assert "already started with 4" in summary and fix.startswith("Restart the kernel")  # the fix under it
     assert out["same"][0] == "ok" and "already has 4 CPU devices" in out["same"][1]
     assert out["zero"].startswith("UsageError: %jax_devices: count must be a positive whole number")
 
