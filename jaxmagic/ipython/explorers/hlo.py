@@ -16,14 +16,16 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from jaxmagic.ipython.explorers.shown import show_explorer
-from jaxmagic.render.html import breakable_html
+from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, LABEL, TITLE, frame, full_width, show_explorer, wrapping_row
+from jaxmagic.render.html import LINE, MONO, MUTED, breakable_html
 from jaxmagic.report.wording import format_bytes
 
 WHAT = "the program's named scopes (each scope's operations in every stage)"
 STAGE_TITLES = {"jaxpr": "jaxpr", "stablehlo": "StableHLO", "hlo": "optimized HLO"}
 OUTSIDE = ""  # the scope key of operations outside any scope
 SHOWN_PER_STAGE = 200  # lines drawn per stage for one scope; the rest are counted
+# A stage's column: three side by side where each gets this much, else one under another (900 px, sidebar open)
+COLUMN_MIN_PX = 260
 
 
 def ops_by_scope(ops: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
@@ -68,13 +70,13 @@ def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str
         made = where(op)
         kernel = f" in {op['kernel']}" if op.get("kernel") else ""
         rows.append(
-            '<div style="border-bottom:1px solid #eee;padding:1px 0">'
+            f'<div style="border-bottom:{LINE};padding:1px 0">'
             # break between tokens only (render.breakable_html), never inside a name: `jit(mode|l)` read as two
-            f'<code style="white-space:pre-wrap;overflow-wrap:break-word;font-size:11px;line-height:1.3">'
+            f'<code style="{MONO};white-space:pre-wrap;overflow-wrap:normal;font-size:11px;line-height:1.3">'
             f"{breakable_html(op.get('text') or op.get('name', ''))}"
             "</code>"
             + (
-                f'<div style="font-size:11px;color:#555">{html.escape(made)}{html.escape(kernel)}'
+                f'<div style="{LABEL}">{html.escape(made)}{html.escape(kernel)}'
                 f"{' (backward)' if op.get('backward') else ''}</div>"
                 if made or kernel
                 else ""
@@ -83,12 +85,12 @@ def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str
         )
     more = len(indices) - SHOWN_PER_STAGE
     if more > 0:
-        rows.append(f'<div style="color:#555">... and {more} more (-o NAME keeps them all: scope_ops)</div>')
+        rows.append(f'<div style="{MUTED}">... and {more} more (-o NAME keeps them all: scope_ops)</div>')
     if not indices:
-        rows.append('<div style="color:#555">no operation in this stage</div>')
+        rows.append(f'<div style="{MUTED}">no operation in this stage</div>')
     return (
-        f'<div class="jm-stage jm-stage-{stage}"><b>{html.escape(title)}</b> ({len(indices)})'
-        f'<div style="max-height:420px;overflow:auto">{"".join(rows)}</div></div>'
+        f'<div class="jm-stage jm-stage-{stage}" style="{EXPLORER_TEXT}"><b>{html.escape(title)}</b> ({len(indices)})'
+        f'<div style="max-height:420px;overflow-y:auto">{"".join(rows)}</div></div>'
     )
 
 
@@ -105,12 +107,12 @@ class HloExplorer:
         ]
         self.header = widgets.HTML(header_html(data))
         self.scopes = widgets.Select(options=options, rows=min(12, max(3, len(options))),
-                                     layout=widgets.Layout(width="100%"))  # fmt: skip
-        self.columns = [widgets.HTML(layout=widgets.Layout(flex="1 1 0", min_width="0")) for _ in self.stages]
-        self.widget = widgets.VBox(
-            [self.header, self.scopes, widgets.HBox(self.columns, layout=widgets.Layout(width="100%"))],
-            layout=widgets.Layout(border="1px solid #bbb", padding="6px"),
-        )
+                                     layout=full_width())  # fmt: skip
+        self.columns = [
+            widgets.HTML(layout=widgets.Layout(flex=f"1 1 {COLUMN_MIN_PX}px", min_width="0", margin="0 6px 6px 0"))
+            for _ in self.stages
+        ]
+        self.widget = widgets.VBox([self.header, self.scopes, wrapping_row(self.columns)], layout=frame())
         self.widget.add_class("jaxmagic-hlo-explorer")
         self.scopes.observe(lambda _c: self.show(), names="value")
         if options:
@@ -133,9 +135,9 @@ def header_html(data: dict[str, Any]) -> str:
         figures.append(f"{format_bytes(int(cost['bytes accessed']))} accessed")
     whole = f" Whole program (XLA's cost_analysis): {', '.join(figures)}." if figures else ""
     return (
-        f'<b style="font-family:monospace">{html.escape(data.get("function", ""))}</b> '
+        f'<div style="{EXPLORER_TEXT}"><b style="{TITLE}">{breakable_html(data.get("function", ""))}</b> '
         f"{len(data.get('scope_ops', [])):,} operations over {len(data.get('stages', []))} stage(s); "
-        f"choose a scope.{html.escape(whole)} XLA gives no figure per operation."
+        f"choose a scope.{html.escape(whole)} XLA gives no figure per operation.</div>"
     )
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from jaxmagic.ipython.explorers.shown import show_explorer
+from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, TITLE, frame, full_width, show_explorer, wrapping_row
+from jaxmagic.render.html import CODE, MUTED, breakable_html
 from jaxmagic.report.wording import format_bytes
 
 WHAT = "the live-array groups (sort, filter, each group's holders)"
@@ -58,32 +59,36 @@ def made_at(group: dict[str, Any]) -> str:
 
 def details_html(group: dict[str, Any]) -> str:
     holders = group.get("holders", [])
-    listed = "".join(f"<li><code>{html.escape(h)}</code></li>" for h in holders) or "<li>no name holds them</li>"
+    listed = (
+        "".join(f'<li><code style="{CODE}">{breakable_html(h)}</code></li>' for h in holders)
+        or "<li>no name holds them</li>"
+    )
     jit = group.get("jit_functions", [])
-    kept = f"<div>Kept by the jit cache of: {html.escape(', '.join(jit))}</div>" if jit else ""
+    kept = f"<div>Kept by the jit cache of: {breakable_html(', '.join(jit))}</div>" if jit else ""
     return (
-        f"<div><b>{html.escape(group_type(group))}</b> x{group.get('count', 0)} on "
-        f"{html.escape(group.get('placement', ''))}</div>"
+        f'<div style="{EXPLORER_TEXT}"><div><b style="{TITLE}">{breakable_html(group_type(group))}</b> '
+        f"x{group.get('count', 0)} on {html.escape(group.get('placement', ''))}</div>"
         f"<div>Holders:</div><ul style='margin:2px 0'>{listed}</ul>{kept}"
-        f'<div style="font-family:monospace">made at: {html.escape(made_at(group))}</div>'
+        f'<div><span style="{MUTED}">made at:</span> {breakable_html(made_at(group))}</div></div>'
     )
 
 
 class LiveExplorer:
     def __init__(self, data: dict[str, Any]):
         self.groups = data.get("groups", [])
-        self.sort = widgets.ToggleButtons(options=list(SORTS), value="bytes", description="sort by")
+        self.sort = widgets.ToggleButtons(
+            options=list(SORTS), value="bytes", description="sort by", style={"button_width": "auto"}
+        )
         self.filter = widgets.Text(placeholder="shape, dtype or holder", description="filter",
                                    continuous_update=True)  # fmt: skip
-        self.list = widgets.Select(options=[], rows=10, layout=widgets.Layout(width="100%"))
+        self.list = widgets.Select(options=[], rows=10, layout=full_width())
         self.details = widgets.HTML()
         self.header = widgets.HTML(
-            f"<b style='font-family:monospace'>%jax_live</b> {len(self.groups)} group(s), "
-            f"{data.get('total_arrays', 0):,} arrays, {html.escape(format_bytes(data.get('total_bytes', 0)))}"
+            f'<div style="{EXPLORER_TEXT}"><b style="{TITLE}">%jax_live</b> {len(self.groups)} group(s), '
+            f"{data.get('total_arrays', 0):,} arrays, {html.escape(format_bytes(data.get('total_bytes', 0)))}</div>"
         )
         self.widget = widgets.VBox(
-            [self.header, widgets.HBox([self.sort, self.filter]), self.list, self.details],
-            layout=widgets.Layout(border="1px solid #bbb", padding="6px"),
+            [self.header, wrapping_row([self.sort, self.filter]), self.list, self.details], layout=frame()
         )
         self.widget.add_class("jaxmagic-live-explorer")
         self.sort.observe(lambda _c: self.refresh(), names="value")

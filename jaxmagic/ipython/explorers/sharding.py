@@ -18,12 +18,22 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from jaxmagic.ipython.explorers.shown import show_explorer
+from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, LABEL, frame, show_explorer, wrapping_row
 from jaxmagic.probes._support.sharding_layout import device_colours, dims_by_splits, id_list
 from jaxmagic.probes.sharding import layout_of
+from jaxmagic.render.html import CODE, MUTED, breakable_html
 
 WHAT = "the layouts (the dimensions drawn, slices, each device's blocks and replicas)"
 MAX_DEVICE_BUTTONS = 256  # past this many devices a dropdown chooses the device
+# Device colours are pastel in both themes: their labels are dark in both (the static drawing's #1f2328).
+ON_PASTEL = "#1f2328"
+# The outlines of the chosen device and its replicas: the theme's strongest text colour, seen on light and dark.
+STRONG = "var(--jp-content-font-color0, #000)"
+CHOSEN_BORDER = f"3px solid {STRONG}"
+REPLICA_BORDER = f"2px dashed {STRONG}"
+# A block of another device while one is chosen: outlined, not filled, its label muted (never faded below
+# a readable contrast, as an opacity would).
+OTHER_BLOCK = f"background:transparent;border:1px dashed rgba(128,128,128,.6);{MUTED}"
 
 
 def input_layouts(args: tuple, kwargs: dict) -> list[dict[str, Any]]:
@@ -156,18 +166,15 @@ def grid_html(
     cols = chunks[col_dim] if col_dim is not None else [None]
     by_index = {tuple(tuple(r) for r in b["index"]): b for b in layout["blocks"]}
     rank = len(layout["shape"])
-    head = "".join(
-        f'<th style="font-weight:normal;font-size:11px;color:#555;padding:0 4px">{a}:{b}</th>'
-        for a, b in (c for c in cols if c is not None)
-    )
+    head = "".join(f'<th style="{LABEL};padding:0 4px">{a}:{b}</th>' for a, b in (c for c in cols if c is not None))
     parts = ['<table class="jm-explorer-grid" style="border-collapse:separate;border-spacing:3px">']
     if col_dim is not None:
         parts.append(
-            f'<tr><th style="font-size:11px;color:#555">dim {row_dim} &darr; dim {col_dim} &rarr;</th>{head}</tr>'
+            f'<tr><th style="{LABEL};white-space:nowrap">dim {row_dim} &darr; dim {col_dim} &rarr;</th>{head}</tr>'
         )
     for row in rows:
         label = f"{row[0]}:{row[1]}" if row is not None else ""
-        cells = [f'<th style="font-weight:normal;font-size:11px;color:#555;padding:0 4px">{label}</th>']
+        cells = [f'<th style="{LABEL};padding:0 4px">{label}</th>']
         for col in cols:
             index = []
             for d in range(rank):
@@ -185,18 +192,20 @@ def grid_html(
 
 
 def _cell_html(layout, block, colours, selected) -> str:
+    size = "min-width:56px;height:34px;text-align:center;font-family:monospace;font-size:12px"
     if block is None:
-        return '<td style="background:#eee;min-width:56px;height:34px"></td>'
+        return f'<td style="{size};border:1px dashed rgba(128,128,128,.6)"></td>'
     holders = block["holders"]
     mine = selected is not None and selected in holders
-    fade = selected is not None and not mine
-    border = "3px solid #000" if mine else "1px solid #888"
     platform = layout["devices"][0]["platform"].upper() if layout["devices"] else ""
     title = f"{index_text(block['index'])} on {platform} {id_list(holders)}"
+    if selected is not None and not mine:
+        look = OTHER_BLOCK
+    else:
+        border = CHOSEN_BORDER if mine else "1px solid rgba(31,35,40,.3)"
+        look = f"background:{colours.get(holders[0], '#ddd')};border:{border};color:{ON_PASTEL}"
     return (
-        f'<td class="jm-block{" jm-selected" if mine else ""}" title="{html.escape(title)}" '
-        f'style="background:{colours.get(holders[0], "#ddd")};border:{border};opacity:{0.3 if fade else 1};'
-        f'min-width:56px;height:34px;text-align:center;font-family:monospace;font-size:12px;color:#111">'
+        f'<td class="jm-block{" jm-selected" if mine else ""}" title="{html.escape(title)}" style="{look};{size}">'
         f"{html.escape(id_list(holders))}</td>"
     )
 
@@ -209,12 +218,12 @@ class ShardingExplorer:
         self.array = widgets.Dropdown(
             options=[(array_label(source, layout), n) for n, (source, layout) in enumerate(sources)],
             description="array",
-            layout=widgets.Layout(width="max-content"),
+            layout=widgets.Layout(width="max-content", max_width="100%"),
         )
-        self.rows = widgets.Dropdown(description="rows", layout=widgets.Layout(width="300px"))
-        self.cols = widgets.Dropdown(description="columns", layout=widgets.Layout(width="300px"))
-        self.slicers = widgets.HBox()
-        self.devices = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
+        self.rows = widgets.Dropdown(description="rows", layout=widgets.Layout(width="250px"))
+        self.cols = widgets.Dropdown(description="columns", layout=widgets.Layout(width="250px"))
+        self.slicers = wrapping_row([])
+        self.devices = wrapping_row([])
         self.grid = widgets.HTML()
         self.info = widgets.HTML()
         self.selected: int | None = None
@@ -222,8 +231,8 @@ class ShardingExplorer:
         self._device_buttons: dict[int, widgets.Button] = {}
         self._building = False
         self.widget = widgets.VBox(
-            [self.array, widgets.HBox([self.rows, self.cols]), self.slicers, self.devices, self.grid, self.info],
-            layout=widgets.Layout(border="1px solid #bbb", padding="6px"),
+            [self.array, wrapping_row([self.rows, self.cols]), self.slicers, self.devices, self.grid, self.info],
+            layout=frame(),
         )
         self.widget.add_class("jaxmagic-sharding-explorer")
         self.array.observe(lambda _c: self._choose_array(), names="value")
@@ -277,6 +286,7 @@ class ShardingExplorer:
                 layout=widgets.Layout(width="auto"),
             )
             button.style.button_color = colours.get(device["id"], "#ddd")
+            button.style.text_color = ON_PASTEL  # the theme's button text (white in dark) is unreadable on pastel
             button.add_class("jm-device")
             button.on_click(lambda _b, device_id=device["id"]: self.select(device_id))
             self._device_buttons[device["id"]] = button
@@ -298,12 +308,13 @@ class ShardingExplorer:
             slicer = widgets.Dropdown(
                 options=[(f"{a}:{b}", (a, b)) for a, b in chunks[d]],
                 description=f"dim {d}",
-                layout=widgets.Layout(width="180px"),
+                layout=widgets.Layout(width="160px"),
             )
             slicer.observe(self._slice_moved, names="value")
             self._slice_widgets[d] = slicer
             sliced.append(slicer)
         self.slicers.children = sliced
+        self._follow_selection()
         self.draw()
 
     def _slice_moved(self, _change) -> None:
@@ -316,20 +327,28 @@ class ShardingExplorer:
         The sliced dimensions move to the device's first block, so that block is in the picture.
         """
         self.selected = None if device == self.selected else device
+        self._follow_selection()
+        self.draw()
+
+    def _follow_selection(self) -> None:
+        """Move every sliced dimension to the chosen device's first block, so that block is drawn - after a
+        click, and after the drawn dimensions changed (new slicers start at the first block)."""
         held = blocks_held(self.layout, self.selected) if self.selected is not None else []
-        if held:
-            self._building = True  # one drawing below, not one per slicer moved
+        if not held:
+            return
+        self._building = True  # one drawing after, not one per slicer moved
+        try:
             for d, slicer in self._slice_widgets.items():
                 slicer.value = tuple(held[0]["index"][d])
+        finally:
             self._building = False
-        self.draw()
 
     def draw(self) -> None:
         layout = self.layout
         rank = len(layout["shape"])
         row, col = (self.rows.value, self.cols.value) if rank >= 2 else default_dims(layout)
         if rank >= 2 and row == col:
-            self.grid.value = "<p>Choose two different dimensions to draw.</p>"
+            self.grid.value = f'<p style="{EXPLORER_TEXT}">Choose two different dimensions to draw.</p>'
             self.info.value = ""
             return
         slices = {d: w.value for d, w in self._slice_widgets.items()}
@@ -338,14 +357,16 @@ class ShardingExplorer:
         for device_id, button in self._device_buttons.items():
             button.button_style = ""
             button.layout.border = (
-                "3px solid #000" if device_id == self.selected else ("2px dashed #000" if device_id in replicas else "")
+                CHOSEN_BORDER if device_id == self.selected else (REPLICA_BORDER if device_id in replicas else "")
             )
         self.info.value = self._info_html(layout, replicas)
 
     def _info_html(self, layout, replicas: list[int]) -> str:
-        spec = html.escape(f"{layout.get('typeof', '')}  {layout.get('spec', '')}".strip())
+        spec = f'<div><code style="{CODE}">{breakable_html(layout.get("typeof", ""))}</code> ' + (
+            f'<code style="{CODE}">{breakable_html(layout.get("spec", ""))}</code></div>'
+        )
         if self.selected is None:
-            return f'<div style="font-family:monospace">{spec}</div><div>Click a device to highlight its blocks.</div>'
+            return f'<div style="{EXPLORER_TEXT}">{spec}<div>Click a device to highlight its blocks.</div></div>'
         held = blocks_held(layout, self.selected)
         where = ", ".join(index_text(b["index"]) for b in held) or "no block"
         copies = (
@@ -354,8 +375,8 @@ class ShardingExplorer:
             else "no other device holds a copy of them"
         )
         return (
-            f'<div style="font-family:monospace">{spec}</div>'
-            f"<div>Device {self.selected} holds {len(held)} block(s): {html.escape(where)}; {copies}.</div>"
+            f'<div style="{EXPLORER_TEXT}">{spec}'
+            f"<div>Device {self.selected} holds {len(held)} block(s): {html.escape(where)}; {copies}.</div></div>"
         )
 
 

@@ -13,11 +13,16 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from jaxmagic.ipython.explorers.shown import show_explorer
-from jaxmagic.render.html import inline_html
+from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, TITLE, frame, full_width, show_explorer
+from jaxmagic.render.html import CODE, MUTED, breakable_html, inline_html
 
 ALL_AREAS = "all areas"
 WHAT = "every finding of this watch session"
+# Running this cell alone starts an empty session: the findings come from the cells after it.
+AGAIN = (
+    "Saved or exported, the findings stay in the summary of %jax_watch off; to explore them, run this cell "
+    "and the cells after it again."
+)
 
 
 def finding_where(finding: dict[str, Any]) -> str:
@@ -29,11 +34,21 @@ def finding_where(finding: dict[str, Any]) -> str:
     return finding.get("cell", "")
 
 
+def finding_place(finding: dict[str, Any]) -> str:
+    """Where the finding is, each place said once: ``In [4], line 2`` when the line is in the cell that
+    ran, ``In [3], line 2 (seen in In [5])`` when a cell called a function another cell defined."""
+    cell = finding.get("cell", "")
+    where = finding_where(finding)
+    if not cell or where == cell or where.startswith(f"{cell}, "):
+        return where
+    return f"{where} (seen in {cell})"
+
+
 def finding_row(finding: dict[str, Any]) -> str:
-    """One line of the list: cell, area, line, count, what to run next."""
+    """One line of the list: where, area, count, what to run next."""
     seen = f"seen {finding.get('count', 1)}x"
     magic = finding.get("next_magic") or "-"
-    return f"{finding.get('cell', '')} | {finding.get('area', '')} | {finding_where(finding)} | {seen} | {magic}"
+    return f"{finding_place(finding)} | {finding.get('area', '')} | {seen} | {magic}"
 
 
 def signature(log) -> tuple:
@@ -46,12 +61,15 @@ class WatchPanel:
 
     def __init__(self, log_data: dict[str, Any], shown: tuple | None = None):
         self.header = widgets.HTML()
-        self.areas = widgets.ToggleButtons(options=[ALL_AREAS], value=ALL_AREAS, description="")
-        self.findings = widgets.Select(options=[], rows=8, layout=widgets.Layout(width="100%"))
+        self.areas = widgets.ToggleButtons(
+            options=[ALL_AREAS], value=ALL_AREAS, description="", style={"button_width": "auto"},
+            layout=widgets.Layout(max_width="100%"),
+        )  # fmt: skip
+        self.findings = widgets.Select(options=[], rows=8, layout=full_width())
         self.details = widgets.HTML()
         self.widget = widgets.VBox(
             [self.header, self.areas, self.findings, self.details],
-            layout=widgets.Layout(border="1px solid #bbb", padding="6px"),
+            layout=frame(),
         )
         self.widget.add_class("jaxmagic-watch-panel")
         self._shown = shown  # the signature of the log ``log_data`` came from
@@ -81,8 +99,8 @@ class WatchPanel:
         else:
             text = f"Nothing found yet in {cells} watched cell(s); findings appear here as cells run."
         self.header.value = (
-            '<b style="font-family:monospace">%jax_watch panel</b> '
-            f'<span class="jm-panel-summary">{html.escape(text)}</span>'
+            f'<div style="{EXPLORER_TEXT}"><b style="{TITLE}">%jax_watch panel</b> '
+            f'<span class="jm-panel-summary">{html.escape(text)}</span></div>'
         )
         self._list()
 
@@ -109,19 +127,21 @@ class WatchPanel:
 
 def details_html(finding: dict[str, Any]) -> str:
     """The chosen finding: headline, its line, the fix and the magic to run next (all escaped; Markdown's
-    `code` drawn as code, as the static report draws it)."""
+    `code` drawn as code, as the static report draws it, broken between tokens only)."""
     parts = [f"<div><b>{inline_html(finding.get('headline', ''))}</b></div>"]
     line = finding.get("line") or (finding.get("provenance") or {}).get("made_at")
     if line:
         parts.append(
-            f'<div style="font-family:monospace">{html.escape(finding_where(finding))}: '
-            f"{html.escape(line.get('code', ''))}</div>"
+            f'<div><span style="{MUTED}">{html.escape(finding_where(finding))}:</span> '
+            f'<code style="{CODE}">{breakable_html(line.get("code", ""))}</code></div>'
         )
     if finding.get("fix"):
         parts.append(f"<div><b>Fix:</b> {inline_html(finding['fix'])}</div>")  # `code` as code, escaped
     if finding.get("next_magic"):
-        parts.append(f"<div>Next: <code>{html.escape(finding['next_magic'])}</code> on that cell.</div>")
-    return "".join(parts)
+        parts.append(
+            f'<div>Next: <code style="{CODE}">{breakable_html(finding["next_magic"])}</code> on that cell.</div>'
+        )
+    return f'<div style="{EXPLORER_TEXT}">{"".join(parts)}</div>'
 
 
 def show_watch_panel(log, in_kernel: bool = True) -> WatchPanel | None:
@@ -133,5 +153,5 @@ def show_watch_panel(log, in_kernel: bool = True) -> WatchPanel | None:
         panels.append(panel)
         return panel.widget
 
-    show_explorer(build, WHAT, in_kernel=in_kernel)
+    show_explorer(build, WHAT, in_kernel=in_kernel, again=AGAIN)
     return panels[0] if panels else None
