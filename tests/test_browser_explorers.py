@@ -109,13 +109,14 @@ JS_READING = r"""(selectors) => {
       const area = root.closest('.jp-OutputArea-output') || root.parentElement;
       const areaRight = area.getBoundingClientRect().right;
       const found = {selector, width: Math.round(root.getBoundingClientRect().width), low_contrast: [], min_contrast: 99,
-                     scrolls: [], past_area_px: 0, broken_names: []};
+                     scrolls: [], past_area_px: 0, broken_names: [], raw_backticks: []};
       const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
       for (let n = walker.nextNode(); n; n = walker.nextNode()) {
         const text = n.textContent;
         if (!text.trim()) continue;
         const el = n.parentElement;
         if (!el.checkVisibility() || el.closest('option:checked, :disabled, .mod-disabled')) continue;
+        if (text.includes('`')) found.raw_backticks.push(text.trim().slice(0, 60));  // Markdown not drawn as code
         const bg = backgroundOf(el), fg = parse(getComputedStyle(el).color);
         const faded = over([...fg.slice(0, 3), fg[3] * opacityOf(el)], bg);
         const ratio = contrast(faded, bg);
@@ -155,12 +156,26 @@ JS_READING = r"""(selectors) => {
 def _check_reading(page, where: str, expected: int) -> list[dict]:
     """Every explorer and caption on the page reads well: contrast >= 4.5, nothing sideways, no name cut."""
     readings = page.evaluate(JS_READING, [*EXPLORERS, NOTES])
-    print(where, [(r["selector"], r["width"], r["min_contrast"], r["past_area_px"], r["scrolls"], r["broken_names"]) for r in readings])
+    print(
+        where,
+        [
+            (
+                r["selector"],
+                r["width"],
+                r["min_contrast"],
+                r["past_area_px"],
+                r["scrolls"],
+                r["broken_names"],
+                r["raw_backticks"],
+            )
+            for r in readings
+        ],
+    )
     assert len(readings) == expected, (where, readings)
     for reading in readings:
         assert reading["low_contrast"] == [], (where, reading)
         assert reading["scrolls"] == [] and reading["past_area_px"] <= 1, (where, reading)
-        assert reading["broken_names"] == [], (where, reading)
+        assert reading["broken_names"] == [] and reading["raw_backticks"] == [], (where, reading)
     return readings
 
 

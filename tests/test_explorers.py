@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -61,6 +62,11 @@ def shown(ip, monkeypatch):
     return bundles
 
 
+def _text(html: str) -> str:
+    """What an HTML value reads as: its tags (``<wbr>`` break points, code spans) left out."""
+    return re.sub(r"<[^>]+>", "", html)
+
+
 def _explorer_outputs(bundles: list[dict]) -> tuple[dict, dict]:
     """The fallback line's bundle and the view's, checked to come in that order."""
     assert len(bundles) == 2, bundles
@@ -77,6 +83,8 @@ def test_the_fallback_line_is_a_static_output_just_before_the_view(ip, shown):
     assert "run this cell to explore again" in line["text/plain"]
     assert line["text/plain"].startswith("Explorer of the program's named scopes")
     assert "<script" not in line["text/html"] and "run this cell to explore again" in line["text/html"]
+    # the one rule it carries hides only jupyterlab_widgets' error in the output right after it
+    assert "<style>" in line["text/html"] and ".jp-OutputArea-output.jupyter-widgets)" in line["text/html"]
     assert view["text/plain"] == "", "the line before speaks for the view: an export shows it once"
     assert view[VIEW]["model_id"]
 
@@ -117,12 +125,16 @@ def test_the_watch_panel_lists_every_finding_and_clean_cells_add_nothing(ip, sho
     try:
         line, _view = _explorer_outputs(shown)
         assert "every finding of this watch session" in line["text/plain"]
+        # running this cell alone starts an empty session: the caption says to run the cells after it too
+        assert "run this cell and the cells after it again" in line["text/plain"]
+        assert "run this cell to explore again" not in line["text/plain"]
         panel = watch_hook.current_panel(ip)
         assert "Nothing found yet" in panel.header.value
         ip.run_cell("def log_step(v):\n    return jnp.log(v)\ny_nan = jax.jit(log_step)(-jnp.ones(3))")
-        assert [row for row, _ in panel.findings.options][0].split(" | ")[1:] == [
+        cell = panel.data["findings"][0]["cell"]
+        assert [row for row, _ in panel.findings.options][0].split(" | ") == [
+            f"{cell}, line 2",  # the line is in the cell that ran: the cell is said once (issue 53)
             "NaN",
-            f"{panel.data['findings'][0]['line']['label']}, line 2",
             "seen 1x",
             "%%jax_nans",
         ]
@@ -132,6 +144,7 @@ def test_the_watch_panel_lists_every_finding_and_clean_cells_add_nothing(ip, sho
         ip.run_cell("for n in (1, 2, 3):\n    jax.jit(lambda a: a * 2)(jnp.ones(n))")
         rows = [row for row, _ in panel.findings.options]
         assert [r.split(" | ")[1] for r in rows] == ["NaN", "recompilation"], rows
+        assert "`" not in panel.details.value.replace("<code", "")  # Markdown's code is drawn as code
         assert rows[1].endswith("%%jax_compiles --budget 1")  # a `<lambda>` cannot be named after --fn (issue 53)
         assert "2 finding(s)" in panel.header.value
         panel.areas.value = "NaN"
@@ -165,6 +178,10 @@ ex.select(6)
 out["slice_moved"] = list(ex._slice_widgets[0].value)
 out["selected_cells"] = ex.grid.value.count("jm-selected")
 out["info_acts"] = ex.info.value
+ex.cols.value = 3  # draw dimensions 1 and 3: dimension 2 is sliced anew, at device 6's block
+out["slice_after_dims"] = [list(ex._slice_widgets[d].value) for d in (0, 2)]
+out["selected_after_dims"] = ex.grid.value.count("jm-selected")
+out["device_text"] = sorted({b.style.text_color for b in ex._device_buttons.values()})
 ex.array.value = 1
 ex.select(1)
 out["info_w"] = ex.info.value
@@ -175,6 +192,8 @@ print(json.dumps(out))
 
 @pytest.mark.kernel  # a fresh Python process
 def test_the_sharding_explorer_slices_a_4d_layout_and_shows_a_devices_replicas():
+    from jaxmagic.ipython.explorers.sharding import CHOSEN_BORDER, REPLICA_BORDER
+
     out = json.loads(_python(SHARDING_SCENARIO, devices=8).strip().splitlines()[-1])
     assert out["arrays"][:2] == ["input: args[0] float32[4@data,6,8@model,3]", "input: args[1] float32[8@model,5]"]
     assert out["arrays"][2:] == ["output: result[0] float32[4@data,8@model,3]", "output: result[1] float32[8@model,5]"]
@@ -185,7 +204,10 @@ def test_the_sharding_explorer_slices_a_4d_layout_and_shows_a_devices_replicas()
     assert "Device 6 holds 1 block(s): [2:4, 0:6, 4:6, 0:3]" in out["info_acts"]
     # w = P('model', None) on a 2x4 mesh: device 1's rows 2:4 are also on device 5
     assert "Device 1 holds 1 block(s): [2:4, 0:5]; copies of them on 1 other device(s): 5" in out["info_w"]
-    assert out["borders"] == {"1": "3px solid #000", "5": "2px dashed #000"}
+    assert out["borders"] == {"1": CHOSEN_BORDER, "5": REPLICA_BORDER}
+    assert out["slice_after_dims"] == [[2, 4], [4, 6]], "redrawing other dimensions keeps device 6's block in the slice"
+    assert out["selected_after_dims"] == 1
+    assert out["device_text"] == ["#1f2328"], "device labels are dark on their pastel colours in both themes"
 
 
 def test_the_hlo_explorer_shows_a_scopes_operations_in_every_stage(ip, shown):
@@ -238,8 +260,9 @@ def test_the_live_explorer_sorts_filters_and_names_holders_and_lines(ip, shown):
     assert rows[0].startswith("float32[256,256]  x1  256 KiB") and "big_table" in rows[0], rows
     explorer.sort.value = "count"
     assert explorer.list.options[0][0].startswith("float32[64,64]  x5")
-    assert "kept_acts[0..4]" in explorer.details.value
-    assert "line 2" in explorer.details.value and "jnp.ones((64, 64))" in explorer.details.value
+    shown_text = _text(explorer.details.value)
+    assert "kept_acts[0..4]" in shown_text
+    assert "line 2" in shown_text and "jnp.ones((64, 64))" in shown_text
     explorer.filter.value = "big_"
     assert [row.split("  ")[0] for row, _ in explorer.list.options] == ["float32[256,256]"]
     explorer.filter.value = "int8"

@@ -13,7 +13,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, TITLE, frame, full_width, show_explorer, wrapping_row
-from jaxmagic.render.html import CODE, MUTED, breakable_html
+from jaxmagic.render.html import CODE, MUTED, breakable_html, inline_html
 from jaxmagic.report.wording import format_bytes
 
 WHAT = "the live-array groups (sort, filter, each group's holders)"
@@ -69,7 +69,7 @@ def details_html(group: dict[str, Any]) -> str:
         f'<div style="{EXPLORER_TEXT}"><div><b style="{TITLE}">{breakable_html(group_type(group))}</b> '
         f"x{group.get('count', 0)} on {html.escape(group.get('placement', ''))}</div>"
         f"<div>Holders:</div><ul style='margin:2px 0'>{listed}</ul>{kept}"
-        f'<div><span style="{MUTED}">made at:</span> {breakable_html(made_at(group))}</div></div>'
+        f'<div><span style="{MUTED}">made at:</span> {inline_html(made_at(group))}</div></div>'
     )
 
 
