@@ -81,14 +81,15 @@ class LabServer:
 
 
 @contextlib.contextmanager
-def lab_server(start_timeout_s: float = 90):
-    """A JupyterLab server of this venv, stopped (with its kernels) on exit."""
+def lab_server(start_timeout_s: float = 90, settings_more: dict | None = None):
+    """A JupyterLab server of this venv, stopped (with its kernels) on exit; ``settings_more`` adds user
+    settings (plugin id as a path, ``@jupyter-widgets/jupyterlab-manager/plugin``) to ``LAB_SETTINGS``."""
     with tempfile.TemporaryDirectory(prefix="jaxmagic-lab-") as tmp:
         tmp_path = Path(tmp)
         root = tmp_path / "root"
         root.mkdir()
         settings = tmp_path / "settings"
-        for name, values in LAB_SETTINGS.items():
+        for name, values in {**LAB_SETTINGS, **(settings_more or {})}.items():
             target = settings / f"{name}.jupyterlab-settings"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(json.dumps(values))

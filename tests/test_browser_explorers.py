@@ -355,3 +355,42 @@ def test_explorers_click_save_reopen_export(tmp_path):
             _shot(page, "exported")
         finally:
             context.close()
+
+
+def test_with_widget_state_saved_a_reopened_explorer_is_drawn_as_saved():
+    """The user's own switch (Settings > "Save Widget State Automatically", jupyterlab_widgets' saveState):
+    the explorer comes back from the notebook's metadata, drawn as saved, with nothing hidden or logged.
+    jaxmagic leaves it off (docs/DESIGN.md, "Explorers"); this is what the reports guide promises with it on."""
+    require_chromium()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "jaxmagic", "display_name": "Python (jaxmagic)", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext jaxmagic\nimport jax.numpy as jnp"),
+        nbformat.v4.new_code_cell("kept = [jnp.ones((32, 32)) * i for i in range(4)]\n%jax_live --explore"),
+    ]
+    save_state = {"@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True}}
+    with lab_server(settings_more=save_state) as server, browser() as chromium:
+        nbformat.write(nb, server.root / NOTEBOOK)
+        context, page, watch = _open(chromium, server)
+        try:
+            _command(page, "notebook:run-all-cells")
+            page.wait_for_function(JS_RUN_DONE, timeout=240_000, polling=500)
+            page.locator(".jaxmagic-live-explorer").wait_for(timeout=30_000)
+            _command(page, "docmanager:save")
+            page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+            _command(page, "kernelmenu:shutdown")
+        finally:
+            context.close()
+        assert "widgets" in nbformat.read(server.root / NOTEBOOK, as_version=4).metadata
+        context, page, watch = _open(chromium, server)
+        try:
+            explorer = page.locator(".jaxmagic-live-explorer")
+            explorer.wait_for(timeout=30_000)
+            page.wait_for_timeout(3000)  # past the widget manager's 2 s wait for a model
+            assert "kept[0..3]" in explorer.inner_text()
+            shown = page.evaluate("() => window.jupyterapp.shell.currentWidget.node.innerText")
+            assert not [flag for flag in ("model not found", "Loading widget", "Error displaying") if flag in shown]
+            _shot_of(page.locator(".jp-Notebook .jp-Cell").nth(1), "reopened_with_saved_state")
+        finally:
+            context.close()
+        assert watch.console_errors == [], watch.console_errors
