@@ -63,13 +63,13 @@ def test_notebook_runs_and_shows_reports(path, tmp_path, record_property):
     problems = [problem for report in html_reports for problem in what_misleads(report)]
     assert not problems, problems
     # A widget view does not survive saving without widget state: only an explorer's (--explore, --panel) may
-    # be there, right after its static line saying to run the cell (what a saved notebook shows of it).
+    # be there, right after its static line saying how to explore again (what a saved notebook shows of it).
     unexplained = [
         output
         for cell in nb.cells
         for before, output in zip([None, *cell.get("outputs", [])], cell.get("outputs", []))
         if WIDGET_VIEW in output.get("data", {})
-        and "run this cell to explore again" not in ((before or {}).get("data", {}).get("text/plain", ""))
+        and "while the kernel that drew it runs" not in ((before or {}).get("data", {}).get("text/plain", ""))
     ]
     assert not unexplained, "a widget view in the outputs: it would not survive saving without widget state"
 
