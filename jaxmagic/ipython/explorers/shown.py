@@ -10,10 +10,9 @@ so an export or a front end without widgets shows the line once. The report abov
 
 The line also carries one CSS rule (docs/DESIGN.md, "Explorers"): the output right after it is hidden
 while it holds jupyterlab_widgets' error text instead of a view ("Error displaying widget: model not
-found"). A live view is never hidden. The rule lives
-only where JupyterLab keeps ``<style>``: in a trusted output. An untrusted notebook drops it, and needs
-none: there JupyterLab never picks the widget renderer (it is not "safe") and shows the view's empty
-``text/plain``.
+found"); a live view is never hidden. The rule lives only where JupyterLab keeps ``<style>``, in a
+trusted output. An untrusted notebook drops it and needs none: there JupyterLab never picks the widget
+renderer (it is not "safe") and shows the view's empty ``text/plain``.
 """
 
 from __future__ import annotations
