@@ -47,7 +47,7 @@ HIDE_DEAD_VIEW = (
 
 def fallback_line(what: str, again: str = RUN_AGAIN) -> str:
     """The line shown just before the explorer: true live (its caption) and in a saved notebook."""
-    return f"Explorer of {what} below, while the kernel that drew it runs. {again}"
+    return f"Explorer of {what}: shown below while the kernel that drew it runs. {again}"
 
 
 def fallback_bundle(what: str, again: str = RUN_AGAIN) -> dict[str, str]:
