@@ -58,6 +58,31 @@ def test_load_ext_imports_only_what_registering_the_magics_needs():
     assert not {m for m in loaded if m.startswith("jaxmagic.ipython.") and m.endswith(("live_view", "show_report"))}
 
 
+PARSERS_AT_LOAD_EXT = """
+from IPython.testing.globalipapp import start_ipython
+from IPython.core import oinspect
+ip = start_ipython()
+ip.run_line_magic("load_ext", "jaxmagic")
+from jaxmagic.ipython.magics import JaxMagics
+magics = [getattr(JaxMagics, name) for kind in JaxMagics.magics.values() for name in kind]
+print(sum(magic._parser is not None for magic in magics), len(magics))
+print(oinspect.getdoc(ip.find_cell_magic("jax_nans")).splitlines()[2])
+"""
+
+
+def test_load_ext_builds_no_argument_parser_and_the_help_is_still_the_parsers():
+    """Building the 24 magics' argparse parsers and their help was half of ``%load_ext`` (issue 56): they are
+    built when a magic first needs its own (``ipython/lazy_arguments.py``); ``%jax_nans?`` still prints it."""
+    result = subprocess.run(
+        [sys.executable, "-c", PARSERS_AT_LOAD_EXT], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    counts, usage = result.stdout.splitlines()[-2:]
+    built, magics = map(int, counts.split())
+    assert built == 0 and magics >= 20
+    assert usage.strip() == "%jax_nans [--infs] [--inside] [-o NAME]"
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -217,20 +217,20 @@ def test_sampler_counts_every_call_and_looks_within_its_share():
     sampler = CallSampler(share=0.0, credit=0.0, first_calls=0)
     f, g = object(), object()
     assert sampler.take(f) == 1  # nothing spent yet: due
-    sampler.looked(1e-6)
+    sampler.spent_looking(1e-6)
     assert [sampler.take(f), sampler.take(g), sampler.take(f)] == [0, 0, 0]
-    assert sampler.calls == {f: 3, g: 1} and sampler.total_skipped == 3
+    assert sampler.calls == {f: 3, g: 1} and sampler.total_skipped == 3 and sampler.skipped == {f: 2, g: 1}
     every = CallSampler(share=None)
-    every.looked(1.0)
+    every.spent_looking(1.0)
     assert [every.take(f), every.take(f)] == [1, 2]
     first = CallSampler(share=0.0, credit=0.0, first_calls=2)
-    first.looked(1.0)  # however much was spent, each function's first calls are looked at
+    first.spent_looking(1.0)  # however much was spent, each function's first calls are looked at
     assert [first.take(f), first.take(g), first.take(f), first.take(f)] == [1, 1, 2, 0]
     half = CallSampler(share=0.5, credit=0.0, first_calls=0)
-    half.looked(3600.0)  # an hour spent looking: the next look is due two hours after the start
+    half.spent_looking(3600.0)  # an hour spent looking: the next look is due two hours after the start
     assert half.take(f) == 0
     half.start -= 7300.0
-    half.looked(0.0)
+    half.spent_looking(0.0)
     assert half.take(f) == 2
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from IPython.core.error import UsageError
 from IPython.core.magic import cell_magic, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument
 from IPython.utils.capture import capture_output
 
 from jaxmagic.ipython import debugger
 from jaxmagic.ipython.cell_runner import run_cell_body, shown_if_unrunnable
+from jaxmagic.ipython.lazy_arguments import magic_arguments
 from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import (
     bounded_int,

@@ -6,10 +6,11 @@ import sys
 
 from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython import explainer_hook, watch_hook
 from jaxmagic.ipython.call_expression import split_scope_and_call
+from jaxmagic.ipython.lazy_arguments import magic_arguments
 from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import (
     bounded_int,

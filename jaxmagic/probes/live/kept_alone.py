@@ -28,12 +28,12 @@ def kept_alone(
     """The containers that alone keep arrays alive beside like arrays others hold (``ours``: the probe's
     own lists of the arrays, each holding every array of ``subject``). A container of ``CONTAINER_ARRAYS``
     or more like arrays is the container finding's, not told twice."""
-    references = search.references
+    met_again = search.met_again
     candidates: dict[tuple[int, str], list[int]] = {}
     for (tag, kind, container), targets in search.members.items():
-        if kind != KIND_NAME or len(targets) >= CONTAINER_ARRAYS or not any(references[t] > 1 for t in targets):
+        if kind != KIND_NAME or len(targets) >= CONTAINER_ARRAYS or met_again.isdisjoint(targets):
             continue
-        alone = [t for t in targets if references[t] == 1]
+        alone = [t for t in targets if t not in met_again]
         if alone:
             candidates.setdefault((group_index[tag], container), []).extend(alone)
     wanted = set(itertools.chain.from_iterable(candidates.values()))

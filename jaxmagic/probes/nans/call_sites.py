@@ -36,32 +36,41 @@ class CallSiteCounts:
         self.on_call = self._callback()
 
     def _callback(self):
-        """The CALL callback: it runs on every call the user's code makes, so it reads only locals."""
+        """The CALL callback: it runs on every call the user's code makes, so it reads only locals. A loop
+        calls from one site over and over: the last site's counts are kept at hand (no ``id(code)``, an
+        int made per call, and no dict look-up), and a jitted function is its own key (PjitFunction hashes
+        by identity). In a loop of a jitted step each operation here costs about twice what it costs in a
+        tight loop: the step's work evicts the callback from the caches (issue 56)."""
         by_code, user_file, block_thread = self._by_code, {}, self._thread
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
         jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
-        user_jit: dict[int, tuple] = {}  # id(jitted function) -> (it, its name if defined in the user's code, else "")
+        user_jit: dict = {}  # jitted function -> its name if defined in the user's code, else ""
+        last = [None, None]  # the code of the last call site counted, and its {offset: calls}
 
         def on_call(code, offset, callable_, arg0):
             if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
                 return None  # the call site may be the cell's too)
-            entry = by_code.get(id(code))
-            if entry is None:
-                filename = code.co_filename
-                user = user_file.get(filename)
-                if user is None:
-                    user = user_file[filename] = is_user_file(filename)
-                if not user:
-                    return disable  # library code: this call site never calls back again
-                entry = by_code[id(code)] = (code, {})
-            sites = entry[1]
+            if code is last[0]:
+                sites = last[1]
+            else:
+                entry = by_code.get(id(code))
+                if entry is None:
+                    filename = code.co_filename
+                    user = user_file.get(filename)
+                    if user is None:
+                        user = user_file[filename] = is_user_file(filename)
+                    if not user:
+                        return disable  # library code: this call site never calls back again
+                    entry = by_code[id(code)] = (code, {})
+                last[0], last[1] = code, entry[1]
+                sites = entry[1]
             sites[offset] = sites.get(offset, 0) + 1
             if type(callable_) is jit_type:
-                known = user_jit.get(id(callable_))
-                if known is None or known[0] is not callable_:
-                    name = str(getattr(callable_, "__name__", "jit")) if _defined_by_user(callable_) else ""
-                    known = user_jit[id(callable_)] = (callable_, name)
-                name = known[1]
+                name = user_jit.get(callable_)
+                if name is None:
+                    name = user_jit[callable_] = (
+                        str(getattr(callable_, "__name__", "jit")) if _defined_by_user(callable_) else ""
+                    )
                 if name and (top_level is None or top_level()):  # the top-level check last: it costs most
                     jitted[name] = jitted.get(name, 0) + 1
             return None

@@ -106,11 +106,13 @@ class HolderSearch:
     # tuple or object holding arrays itself (``metrics``, ``state.history``, ``hist['acts']``)
     containers: dict[tuple[int, str, str], list[int]] = dataclasses.field(default_factory=dict)
     index_first: dict[tuple, int] = dataclasses.field(default_factory=dict)  # index_runs key -> its first target
-    # (group, kind, container path) -> the targets it holds directly (the keys of ``containers``), and per
-    # target the references to it the search met (names, elements, attributes, a library pytree's leaves):
-    # an array one container holds beside like arrays that others hold too is a copy it alone may keep
+    # (group, kind, container path) -> the targets it holds directly (the keys of ``containers``), and the
+    # targets the search met more than once (two names, a name and an element, a library pytree's leaf and
+    # an attribute): an array one container holds beside like arrays that others hold too is a copy it
+    # alone may keep. A set of the few met again, not a count per target: counting each of 100,000 arrays
+    # held once by one list cost more than grouping them (issue 56).
     members: dict[tuple[int, str, str], list[int]] = dataclasses.field(default_factory=dict)
-    references: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    met_again: set[int] = dataclasses.field(default_factory=set)
     visited: int = 0  # containers and values looked at
     truncated: bool = False  # the budget ran out before the search was complete
 
@@ -136,24 +138,27 @@ def find_holders(
     runs, group_labels = result.runs, result.group_labels
     kind_counts, label_counts = result.kind_counts, result.label_counts
 
+    met_again = result.met_again
+
     def mark(target: int, group: int, kind: str) -> None:
         best_kind = result.best_kind
         current = best_kind.get(target)
         if current is None:
             best_kind[target] = kind
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
-        elif KIND_ORDER[kind] < KIND_ORDER[current]:
+            return
+        met_again.add(target)
+        if KIND_ORDER[kind] < KIND_ORDER[current]:
             best_kind[target] = kind
             kind_counts[(group, current)] -= 1
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
 
     index_runs = result.index_runs
 
-    containers, members, references = result.containers, result.members, result.references
+    containers, members = result.containers, result.members
 
     def on_hit(target: int, group: int, kind: str, path: str, _depth: int, container: str = "") -> None:
         mark(target, group, kind)
-        references[target] += 1
         if container:
             held = containers.get((group, kind, container))
             if held is None:
@@ -183,7 +188,6 @@ def find_holders(
     ) -> None:
         # The elements of one list/tuple that are targets, in index order.
         best_kind = result.best_kind
-        references.update(targets)
         one_group = groups.count(groups[0]) == len(groups)
         if one_group:
             held = containers.get((groups[0], kind, container))
@@ -205,10 +209,13 @@ def find_holders(
         if one_group and best_kind.keys().isdisjoint(targets):
             # One group, none seen before (a list of like arrays): the run and the counts at once.
             group = groups[0]
+            known = len(best_kind)
             if best_kind:
                 best_kind.update(zip(targets, itertools.repeat(kind)))
             else:  # the first hits: the dict itself, not a copy
-                result.best_kind = dict.fromkeys(targets, kind)
+                result.best_kind = best_kind = dict.fromkeys(targets, kind)
+            if len(best_kind) - known < len(targets):  # one array at two indices of the list: met again
+                met_again.update(t for t, n in collections.Counter(targets).items() if n > 1)
             kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + len(targets)
             run = runs.get((group, kind, container))
             if run is None:
@@ -250,7 +257,6 @@ def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_grou
     ids, groups, kinds, labels = root_hits
     if not ids:
         return
-    result.references.update(ids)
     best_kind, kind_counts, label_counts, group_labels = (
         result.best_kind,
         result.kind_counts,
@@ -285,8 +291,11 @@ def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_grou
     else:
         start = 0
     del fresh
+    met_again = result.met_again
     for target, group, kind, label in zip(ids[start:], groups[start:], kinds[start:], labels[start:]):
         current = best_kind.get(target)
+        if current is not None:
+            met_again.add(target)
         if current is None or KIND_ORDER[kind] < KIND_ORDER[current]:
             best_kind[target] = kind
             if current is not None:
