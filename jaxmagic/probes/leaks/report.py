@@ -181,147 +181,133 @@ class LeakReport(Report):
         return f"No tracer leaked{held}."
 
     def document(self) -> Document:
-
-        sections = []
+        sections: list[Section] = []
         if self.leaked:
-            rows = [
-                [
-                    str(t.number),
-                    f"`{t.aval}`",
-                    f"`{t.where}`" if t.held_by else t.where,
-                    f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""),
-                    _origin(t),
-                ]
-                for t in self.leaked
-            ]
-            sections.append(
-                Section("Leaked tracers", [Table(["#", "value", "held by", "traced function", "what it is"], rows)])
-            )
-            lines = [t.created_at for t in self.primary if t.created_at]
-            first = self.primary[0] if self.primary else self.leaked[0]
-            if first.provenance is not None:
-                blocks = provenance_blocks(first.provenance, f"the leaked value (tracer {first.number})")
-                if first.stored_at is not None:
-                    blocks.insert(1, SourceLines([first.stored_at], f"The line that stored it in `{first.where}`:"))
-                sections.append(Section("Where it was made", blocks))
-                lines = [line for line in lines if line != first.created_at]
-            if lines:
-                sections.append(
-                    Section(
-                        "Your line",
-                        [
-                            SourceLines(
-                                list({line.where: line for line in lines}.values()),
-                                "The value that leaked was computed here:",
-                            )
-                        ],
-                    )
-                )
-            if self.call_path:
-                sections.append(
-                    Section("During", [SourceLines(self.call_path, "The trace that leaked was started by:")])
-                )
-            if self.fix != LEAK_FIX:  # the fix line is written for the storing line: the rule behind it
-                sections.append(Section("Why", [Paragraph(LEAK_FIX)]))
-            secondary = [t for t in self.leaked if t.kept_alive_by is not None]
-            if secondary:  # the fix itself is the document's own line (``fix``)
-                paragraph = Paragraph(
-                    f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
-                    "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
-                    "fix the stored one and they go too."
-                )
-                sections.append(Section("The other tracers", [paragraph]))
+            sections += leaked_sections(self)
         if self.unexpected:
-            u = self.unexpected
-            lines = []
-            if u.created_at:
-                lines.append(dataclasses.replace(u.created_at, code=u.created_at.code))
-            facts = [
-                ("value", f"{u.aval} ({u.tracer_type})"),
-                ("leaked from", f"{u.function} traced for {u.transformation}" if u.function else "(not named)"),
-            ]
-            if u.held_by:
-                facts.append(("still held by", ", ".join(u.held_by)))
-
-            sections.append(Section("What", [Facts(facts)]))
-            if u.provenance is not None:  # the producing line first, the use after it as context
-                blocks = provenance_blocks(u.provenance, "the leaked value")
-                if u.stored_at is not None:
-                    blocks.insert(1, SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:"))
-                sections.append(Section("Leaked there", blocks))
-            elif u.created_at:
-                sections.append(
-                    Section(
-                        "Leaked there",
-                        [SourceLines([u.created_at], "It was computed here, while that function was being traced:")],
-                    )
-                )
-            if u.used_at:
-                sections.append(
-                    Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")])
-                )
-            sections.append(
-                Section(
-                    "Catching it earlier",
-                    [
-                        *([Paragraph(LEAK_FIX)] if self.fix != LEAK_FIX else []),
-                        Paragraph(
-                            "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
-                            "traced function under %%jax_leaks."
-                        ),
-                    ],
-                )
-            )
+            sections += unexpected_sections(self.unexpected, show_rule=self.fix != LEAK_FIX)
         if self.held and not self.leaked:
-            rows = [[f"`{h.path}`", f"`{h.aval}`", h.created_at.where if h.created_at else ""] for h in self.held]
-            sections.append(
-                Section(
-                    "Tracers your variables hold",
-                    [
-                        Paragraph("These were leaked before; using one raises UnexpectedTracerError."),
-                        Table(["variable", "value", "created at"], rows),
-                    ],
-                )
-            )
-        checked: list[Block] = [Paragraph(self.retrace_note)] if self.retrace_note else []
-        traced = list(dict.fromkeys(self.traced + [t.function for t in self.leaked if t.function]))
-        if traced or self.eager_operations or self.leaked:
-            names = ", ".join(f"`{n}`" for n in traced) or (
-                "a function of yours that JAX does not name" if self.leaked else "no jitted function of yours"
-            )
-            ops = (
-                f", and {self.eager_operations} operation(s) of JAX's own (eager primitives, jax.numpy helpers)"
-                if self.eager_operations
-                else ""
-            )
-            checked.append(Paragraph(f"Traced with leak checking: {names}{ops}."))
-            if not self.traced:
-                checked.append(
-                    Paragraph(
-                        "JAX announces only jit traces; functions transformed by grad or vmap without jit are "
-                        "checked as well, but only named here when they leak."
-                    )
-                )
-        elif self.retrace_note:
-            checked.append(Paragraph("Nothing was traced in the cell, so there was nothing to check."))
-        if checked:
-            sections.append(Section("How this was checked", checked))
+            sections.append(held_section(self.held))
+        checked = how_checked_section(self)
+        if checked is not None:
+            sections.append(checked)
         evidence = "\n".join(filter(None, [self.jax_message, self.other_error if not self.jax_message else ""]))
         if evidence:
-            sections.append(
-                Section(
-                    "",
-                    [
-                        Evidence(
-                            f"JAX's message ({counted(len(evidence.splitlines()), 'line')}, as in the traceback below)",
-                            evidence,
-                        )
-                    ],
-                )
-            )
+            sections.append(Section("", [Evidence(_message_title(evidence), evidence)]))
         return Document(
             "%%jax_leaks", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
         )
+
+
+def leaked_sections(report: LeakReport) -> list[Section]:
+    """ "Leaked tracers", "Where it was made", "Your line", "During", "Why" and "The other tracers": what
+    leaked from the block's traces, the first stored one followed back to its line."""
+    rows = [
+        [
+            str(t.number),
+            f"`{t.aval}`",
+            f"`{t.where}`" if t.held_by else t.where,
+            f"`{t.function}`" + (f" ({t.transformation})" if t.transformation else ""),
+            _origin(t),
+        ]
+        for t in report.leaked
+    ]
+    sections = [Section("Leaked tracers", [Table(["#", "value", "held by", "traced function", "what it is"], rows)])]
+    lines = [t.created_at for t in report.primary if t.created_at]
+    first = report.primary[0] if report.primary else report.leaked[0]
+    if first.provenance is not None:
+        blocks = provenance_blocks(first.provenance, f"the leaked value (tracer {first.number})")
+        if first.stored_at is not None:
+            blocks.insert(1, SourceLines([first.stored_at], f"The line that stored it in `{first.where}`:"))
+        sections.append(Section("Where it was made", blocks))
+        lines = [line for line in lines if line != first.created_at]
+    if lines:
+        unique = list({line.where: line for line in lines}.values())
+        sections.append(Section("Your line", [SourceLines(unique, "The value that leaked was computed here:")]))
+    if report.call_path:
+        sections.append(Section("During", [SourceLines(report.call_path, "The trace that leaked was started by:")]))
+    if report.fix != LEAK_FIX:  # the fix line is written for the storing line: the rule behind it
+        sections.append(Section("Why", [Paragraph(LEAK_FIX)]))
+    secondary = [t for t in report.leaked if t.kept_alive_by is not None]
+    if secondary:  # the fix itself is the document's own line (``fix``)
+        paragraph = Paragraph(
+            f"Tracer{'s' if len(secondary) > 1 else ''} {', '.join(str(t.number) for t in secondary)} "
+            "only leaked because a stored tracer keeps its computation, and with it its inputs, alive: "
+            "fix the stored one and they go too."
+        )
+        sections.append(Section("The other tracers", [paragraph]))
+    return sections
+
+
+def unexpected_sections(u: UnexpectedTracer, show_rule: bool) -> list[Section]:
+    """ "What", "Leaked there", "Used here" and "Catching it earlier": an UnexpectedTracerError explained;
+    ``show_rule``: the general fix is not already the report's fix line, so say it here."""
+    facts = [
+        ("value", f"{u.aval} ({u.tracer_type})"),
+        ("leaked from", f"{u.function} traced for {u.transformation}" if u.function else "(not named)"),
+    ]
+    if u.held_by:
+        facts.append(("still held by", ", ".join(u.held_by)))
+    sections = [Section("What", [Facts(facts)])]
+    if u.provenance is not None:  # the producing line first, the use after it as context
+        blocks = provenance_blocks(u.provenance, "the leaked value")
+        if u.stored_at is not None:
+            blocks.insert(1, SourceLines([u.stored_at], f"The line that stored it in `{u.held_by[0]}`:"))
+        sections.append(Section("Leaked there", blocks))
+    elif u.created_at:
+        computed = SourceLines([u.created_at], "It was computed here, while that function was being traced:")
+        sections.append(Section("Leaked there", [computed]))
+    if u.used_at:
+        sections.append(Section("Used here", [SourceLines([u.used_at], "JAX raised where the old tracer was used:")]))
+    catch = Paragraph(
+        "To catch the leak when it happens (not when the tracer is used), run the cell that calls the "
+        "traced function under %%jax_leaks."
+    )
+    sections.append(Section("Catching it earlier", [*([Paragraph(LEAK_FIX)] if show_rule else []), catch]))
+    return sections
+
+
+def held_section(held: list[HeldTracer]) -> Section:
+    """ "Tracers your variables hold": tracers leaked before the block, still reachable from your names."""
+    rows = [[f"`{h.path}`", f"`{h.aval}`", h.created_at.where if h.created_at else ""] for h in held]
+    return Section(
+        "Tracers your variables hold",
+        [
+            Paragraph("These were leaked before; using one raises UnexpectedTracerError."),
+            Table(["variable", "value", "created at"], rows),
+        ],
+    )
+
+
+def how_checked_section(report: LeakReport) -> Section | None:
+    """ "How this was checked": the re-trace and the functions traced with leak checking; None when there is
+    nothing to say."""
+    checked: list[Block] = [Paragraph(report.retrace_note)] if report.retrace_note else []
+    traced = list(dict.fromkeys(report.traced + [t.function for t in report.leaked if t.function]))
+    if traced or report.eager_operations or report.leaked:
+        names = ", ".join(f"`{n}`" for n in traced) or (
+            "a function of yours that JAX does not name" if report.leaked else "no jitted function of yours"
+        )
+        ops = (
+            f", and {report.eager_operations} operation(s) of JAX's own (eager primitives, jax.numpy helpers)"
+            if report.eager_operations
+            else ""
+        )
+        checked.append(Paragraph(f"Traced with leak checking: {names}{ops}."))
+        if not report.traced:
+            checked.append(
+                Paragraph(
+                    "JAX announces only jit traces; functions transformed by grad or vmap without jit are "
+                    "checked as well, but only named here when they leak."
+                )
+            )
+    elif report.retrace_note:
+        checked.append(Paragraph("Nothing was traced in the cell, so there was nothing to check."))
+    return Section("How this was checked", checked) if checked else None
+
+
+def _message_title(evidence: str) -> str:
+    return f"JAX's message ({counted(len(evidence.splitlines()), 'line')}, as in the traceback below)"
 
 
 def _place(line: SourceLine) -> str:

@@ -10,7 +10,7 @@ import os
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, failed, note
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table, split_headline
+from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, Table, split_headline
 from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
 TOP_KERNELS = 12
@@ -286,9 +286,7 @@ class ProfileReport(Report):
             steps.append(f"Compute-bound: speed up the top line or scope{at}.")
         return steps
 
-    def document(self):
-        sections = []
-        t = self.time
+    def document(self) -> Document:
         if self.failed_in_warmup:
             return Document(
                 "%%jax_profile",
@@ -297,139 +295,164 @@ class ProfileReport(Report):
                 [Section("Warm-up", [Paragraph(self.summary)])],
                 nothing_to_do=self.unexplained(),
             )
+        sections: list[Section] = []
         also = self.also_found  # the summary's sentences its headline had no room for, right below it
         if also:
             sections.append(Section("Also", [Paragraph(text) for text in also], pinned=True))
-        wall_rows = [
-            ["compiling (trace, lower, XLA compile)", _ms(t.compile), _pct(t.compile, t.wall), _compile_detail(t)],
-            ["host dispatch (jaxlib, inside calls)", _ms(t.dispatch), _pct(t.dispatch, t.wall), f"{t.calls} call(s)"],
-            [
-                "device: running kernels inside a call, on the calling thread",
-                _ms(t.device_inline),
-                _pct(t.device_inline, t.wall),
-                "small programs on CPU run inline" if t.device_inline else "none: no kernel ran inside a call",
-            ],
-            [
-                "device: waiting outside calls while kernels ran",
-                _ms(t.waiting),
-                _pct(t.waiting, t.wall),
-                "block_until_ready, reading results",
-            ],
-            ["your Python, other host work", _ms(t.python), _pct(t.python, t.wall), ""],
-        ]
-        blocks = [Table(["what the calling thread did", "time", "share of wall time", "detail"], wall_rows)]
-        blocks.append(
-            Paragraph(
-                f"Wall time {_ms(t.wall)}: the rows above split it and add up to it. The headline's \"on the "
-                f'device" {_pct(t.device, t.wall)} is the two device rows together ({_ms(t.device)}). '
-                f"Counted differently, kernels were running on some thread during {_ms(t.device_busy)} "
-                f"({_pct(t.device_busy, t.wall)} of the wall time); that span also overlaps host dispatch and "
-                "Python (the device works while the host goes on), so it is not a row of the split. "
-                f"{self.kernel_events} kernel run(s) of {self.kernel_count} kernel(s), {_ms(self.device_seconds)} "
-                'of kernel time summed over all threads: the "kernel time" of the tables below, and the whole '
-                f"their shares are of. {HOST_NOTE}"
-            )
-        )
-        if self.warmup_runs:
-            blocks.append(Paragraph(f"The cell ran {self.warmup_runs} time(s) before, unprofiled (--warmup)."))
-        sections.append(Section("Where the wall time went", blocks))
+        sections.append(wall_time_section(self))
         steps = self.next_steps
         if steps:
             sections.append(Section("What to look at next", [Paragraph(s) for s in steps]))
         if not self.events_supported:
-            sections.append(
-                Section(
-                    "No kernel events",
-                    [
-                        Paragraph(
-                            "The trace has calls of jitted functions but not one kernel event: this JAX/jaxlib "
-                            "does not report kernels to the profiler on this backend. Open the trace in xprof "
-                            "(--save DIR) or use %jax_stages for the run time of one call."
-                        )
-                    ],
-                )
-            )
+            sections.append(Section("No kernel events", [Paragraph(NO_KERNEL_EVENTS)]))
         if self.lines:
-            rows = [
-                [
-                    _line_cell(lt),
-                    _ms(lt.seconds),
-                    _pct(lt.share, 1),
-                    str(lt.calls),
-                    str(lt.kernel_runs),
-                    ", ".join(lt.scopes[:3]) or "-",
-                    f"{lt.shared_kernels} of {counted(lt.kernels, 'kernel')} shared" if lt.shared_kernels else "",
-                ]
-                for lt in self.lines[:TOP_LINES]
-            ]
-            blocks = [Table(["your line", "kernel time", "of kernel time", "calls", "kernel runs", "scope", ""], rows)]
-            if len(self.lines) > TOP_LINES:
-                blocks.append(Paragraph(f"{len(self.lines) - TOP_LINES} more line(s) in the report object."))
-            if any(lt.shared_kernels for lt in self.lines):
-                blocks.append(Paragraph(SHARED_NOTE))
-            sections.append(Section("By your source line", blocks))
+            sections.append(by_line_section(self.lines))
         if self.scopes:
-            rows = [
-                # non-breaking spaces: HTML keeps the tree's indentation
-                ["\u00a0\u00a0" * s.depth + s.path, _ms(s.seconds), _pct(s.share, 1), _ms(s.self_seconds)]
-                for s in self.scopes
-            ]
-            sections.append(
-                Section("By named_scope", [Table(["scope", "kernel time", "of kernel time", "self"], rows)])
-            )
+            sections.append(by_scope_section(self.scopes))
         if self.kernels:
-            rows = [
-                [
-                    f"`{k.name}`",
-                    k.program,
-                    _ms(k.seconds),
-                    _pct(k.share, 1),
-                    str(k.runs),
-                    " ".join(filter(None, [k.opcode, ", ".join(k.op_types)])) or "-",
-                    ", ".join(k.scopes) or "-",
-                    ", ".join(k.lines) or "-",
-                ]
-                for k in self.kernels
-            ]
-            table = Table(
-                ["kernel", "program", "kernel time", "of kernel time", "runs", "what", "scope", "lines"], rows
-            )
-            hlo = "\n".join(f"{k.program}: {k.hlo}" for k in self.kernels[:6] if k.hlo)
-            blocks = [table] + ([Evidence("HLO of the top kernels", hlo)] if hlo else [])
-            sections.append(Section("By kernel", blocks))
+            sections.append(by_kernel_section(self.kernels))
         if self.programs:
-            rows = [
-                [
-                    f"`{p.function}`" + ("" if p.identified else " (HLO not seen)"),
-                    str(p.calls),
-                    _ms(p.device_seconds),
-                    *[format_bytes(p.memory[k]) if k in p.memory else "-" for k in _MEMORY_COLUMNS],
-                ]
-                for p in self.programs
-            ]
-            blocks = [Table(["program", "calls", "kernel time", *_MEMORY_COLUMNS], rows)]
-            blocks.append(Paragraph("Memory is each compiled program's memory_analysis()."))
-            problems = [f"`{p.function}`: {p.problem}" for p in self.programs if p.problem]
-            if problems:
-                blocks.append(Paragraph("HLO text could not be had for " + "; ".join(problems) + "."))
-            if self.capture_note:
-                blocks.append(Paragraph(self.capture_note))
-            sections.append(Section("Programs", blocks))
-        facts = [("profiler", "jax.profiler.trace, Python tracer off")]
-        if self.saved_to:
-            facts.append(("saved to", self.saved_to))
-        blocks = [Facts(facts)]
-        if self.saved_files:
-            perfetto = next((f for f in self.saved_files if f.endswith("perfetto_trace.json.gz")), "")
-            how = []
-            if perfetto:
-                how.append(f"Perfetto: open https://ui.perfetto.dev and drop {perfetto} onto it")
-            how.append(f"xprof / TensorBoard: xprof --logdir {self.saved_to} (or tensorboard --logdir {self.saved_to})")
-            blocks.append(Paragraph("; ".join(how) + "."))
-        if self.other_error:
-            blocks.append(Paragraph(f"The cell failed with {self.other_error}; the profile covers it until then."))
-        sections.append(Section("Trace", blocks))
+            sections.append(programs_section(self.programs, self.capture_note))
+        sections.append(trace_section(self))
         return Document("%%jax_profile", self.status, self.summary, sections, nothing_to_do=self.unexplained())
+
+
+NO_KERNEL_EVENTS = (
+    "The trace has calls of jitted functions but not one kernel event: this JAX/jaxlib "
+    "does not report kernels to the profiler on this backend. Open the trace in xprof "
+    "(--save DIR) or use %jax_stages for the run time of one call."
+)
+
+
+def wall_time_section(report: ProfileReport) -> Section:
+    """ "Where the wall time went": the calling thread's time split into rows that add up to the wall time."""
+    t = report.time
+    wall_rows = [
+        ["compiling (trace, lower, XLA compile)", _ms(t.compile), _pct(t.compile, t.wall), _compile_detail(t)],
+        ["host dispatch (jaxlib, inside calls)", _ms(t.dispatch), _pct(t.dispatch, t.wall), f"{t.calls} call(s)"],
+        [
+            "device: running kernels inside a call, on the calling thread",
+            _ms(t.device_inline),
+            _pct(t.device_inline, t.wall),
+            "small programs on CPU run inline" if t.device_inline else "none: no kernel ran inside a call",
+        ],
+        [
+            "device: waiting outside calls while kernels ran",
+            _ms(t.waiting),
+            _pct(t.waiting, t.wall),
+            "block_until_ready, reading results",
+        ],
+        ["your Python, other host work", _ms(t.python), _pct(t.python, t.wall), ""],
+    ]
+    blocks: list[Block] = [Table(["what the calling thread did", "time", "share of wall time", "detail"], wall_rows)]
+    blocks.append(
+        Paragraph(
+            f"Wall time {_ms(t.wall)}: the rows above split it and add up to it. The headline's \"on the "
+            f'device" {_pct(t.device, t.wall)} is the two device rows together ({_ms(t.device)}). '
+            f"Counted differently, kernels were running on some thread during {_ms(t.device_busy)} "
+            f"({_pct(t.device_busy, t.wall)} of the wall time); that span also overlaps host dispatch and "
+            "Python (the device works while the host goes on), so it is not a row of the split. "
+            f"{report.kernel_events} kernel run(s) of {report.kernel_count} kernel(s), {_ms(report.device_seconds)} "
+            'of kernel time summed over all threads: the "kernel time" of the tables below, and the whole '
+            f"their shares are of. {HOST_NOTE}"
+        )
+    )
+    if report.warmup_runs:
+        blocks.append(Paragraph(f"The cell ran {report.warmup_runs} time(s) before, unprofiled (--warmup)."))
+    return Section("Where the wall time went", blocks)
+
+
+def by_line_section(lines: list[LineTime]) -> Section:
+    """ "By your source line": kernel time per line of the user's code, the top ``TOP_LINES``."""
+    rows = [
+        [
+            _line_cell(lt),
+            _ms(lt.seconds),
+            _pct(lt.share, 1),
+            str(lt.calls),
+            str(lt.kernel_runs),
+            ", ".join(lt.scopes[:3]) or "-",
+            f"{lt.shared_kernels} of {counted(lt.kernels, 'kernel')} shared" if lt.shared_kernels else "",
+        ]
+        for lt in lines[:TOP_LINES]
+    ]
+    blocks: list[Block] = [
+        Table(["your line", "kernel time", "of kernel time", "calls", "kernel runs", "scope", ""], rows)
+    ]
+    if len(lines) > TOP_LINES:
+        blocks.append(Paragraph(f"{len(lines) - TOP_LINES} more line(s) in the report object."))
+    if any(lt.shared_kernels for lt in lines):
+        blocks.append(Paragraph(SHARED_NOTE))
+    return Section("By your source line", blocks)
+
+
+def by_scope_section(scopes: list[ScopeTime]) -> Section:
+    """ "By named_scope": the scope tree with kernel time, indented by depth."""
+    rows = [
+        # non-breaking spaces: HTML keeps the tree's indentation
+        ["\u00a0\u00a0" * s.depth + s.path, _ms(s.seconds), _pct(s.share, 1), _ms(s.self_seconds)]
+        for s in scopes
+    ]
+    return Section("By named_scope", [Table(["scope", "kernel time", "of kernel time", "self"], rows)])
+
+
+def by_kernel_section(kernels: list[KernelTime]) -> Section:
+    """ "By kernel": the costliest kernels, with the HLO of the first six."""
+    rows = [
+        [
+            f"`{k.name}`",
+            k.program,
+            _ms(k.seconds),
+            _pct(k.share, 1),
+            str(k.runs),
+            " ".join(filter(None, [k.opcode, ", ".join(k.op_types)])) or "-",
+            ", ".join(k.scopes) or "-",
+            ", ".join(k.lines) or "-",
+        ]
+        for k in kernels
+    ]
+    table = Table(["kernel", "program", "kernel time", "of kernel time", "runs", "what", "scope", "lines"], rows)
+    hlo = "\n".join(f"{k.program}: {k.hlo}" for k in kernels[:6] if k.hlo)
+    return Section("By kernel", [table, *([Evidence("HLO of the top kernels", hlo)] if hlo else [])])
+
+
+def programs_section(programs: list[ProgramTime], capture_note: str) -> Section:
+    """ "Programs": each compiled program's calls, kernel time and memory_analysis()."""
+    rows = [
+        [
+            f"`{p.function}`" + ("" if p.identified else " (HLO not seen)"),
+            str(p.calls),
+            _ms(p.device_seconds),
+            *[format_bytes(p.memory[k]) if k in p.memory else "-" for k in _MEMORY_COLUMNS],
+        ]
+        for p in programs
+    ]
+    blocks: list[Block] = [Table(["program", "calls", "kernel time", *_MEMORY_COLUMNS], rows)]
+    blocks.append(Paragraph("Memory is each compiled program's memory_analysis()."))
+    problems = [f"`{p.function}`: {p.problem}" for p in programs if p.problem]
+    if problems:
+        blocks.append(Paragraph("HLO text could not be had for " + "; ".join(problems) + "."))
+    if capture_note:
+        blocks.append(Paragraph(capture_note))
+    return Section("Programs", blocks)
+
+
+def trace_section(report: ProfileReport) -> Section:
+    """ "Trace": how the profile was taken, where it was saved and how to open it."""
+    facts = [("profiler", "jax.profiler.trace, Python tracer off")]
+    if report.saved_to:
+        facts.append(("saved to", report.saved_to))
+    blocks: list[Block] = [Facts(facts)]
+    if report.saved_files:
+        perfetto = next((f for f in report.saved_files if f.endswith("perfetto_trace.json.gz")), "")
+        how = []
+        if perfetto:
+            how.append(f"Perfetto: open https://ui.perfetto.dev and drop {perfetto} onto it")
+        how.append(f"xprof / TensorBoard: xprof --logdir {report.saved_to} (or tensorboard --logdir {report.saved_to})")
+        blocks.append(Paragraph("; ".join(how) + "."))
+    if report.other_error:
+        blocks.append(Paragraph(f"The cell failed with {report.other_error}; the profile covers it until then."))
+    return Section("Trace", blocks)
 
 
 _MEMORY_COLUMNS = ("arguments", "outputs", "temporaries", "generated code")
