@@ -42,6 +42,7 @@ import dataclasses
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
@@ -50,7 +51,7 @@ from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import ended, error_line, shown
 
@@ -175,132 +176,154 @@ class PrintReport(Report):
             )
         return text + failed
 
-    def document(self):
-
-        sections = []
+    def document(self) -> Document:
+        sections: list[Section] = []
         if self.out_of_order:
-            rows = [
-                [
-                    str(d.call),
-                    f"`{d.function}`",
-                    " -> ".join(f"`{f}`" for f in d.arrived),
-                    " -> ".join(f"`{f}`" for f in d.program),
-                ]
-                for d in self.out_of_order[:8]
-            ]
-            sections.append(
-                Section(
-                    "Out of program order",
-                    [
-                        Table(["call", "function", "first lines arrived", "program order"], rows),
-                        Paragraph(
-                            "Prints that are not ordered have no order among themselves: XLA may run them in any order."
-                        ),
-                    ],
-                )
-            )
-        by_site: dict[str, list[PrintedLine]] = {}
-        for line in self.lines:
-            by_site.setdefault(line.site, []).append(line)
-        calls = {c.number: c for c in self.calls}
-        titles: set[str] = set()
-        for site in sorted(
-            self.sites,
-            key=lambda s: min((i for i, line in enumerate(self.lines) if line.site == s.key), default=len(self.lines)),
-        ):
-            lines = by_site.get(site.key, [])
-            if not lines:
-                continue
-            what = {"print": "jax.debug.print", "log": "jax.debug.log", "callback": "jax.debug.callback"}[site.api]
-            facts = [
-                ("format" if site.api != "callback" else "callback", f"`{site.fmt}`"),
-                ("lines" if site.api != "callback" else "calls", str(len(lines))),
-            ]
-            if site.ordered:
-                facts.append(("ordered", "yes"))
-            if site.context:
-                facts.append(("traced under", " > ".join(site.context)))
-            blocks = [Facts(facts)]
-            if site.line:
-                blocks.append(SourceLines([site.line]))
-            for note in _context_notes(site.context):
-                blocks.append(Paragraph(note[0].upper() + note[1:] + "."))
-            if site.api == "log":
-                blocks.append(
-                    Paragraph(
-                        "jax.debug.log records also went to Python logging (logger "
-                        "`jax._src.debugging`, level INFO), as they do without jaxmagic."
-                    )
-                )
-            rows = [
-                [str(line.call) if line.call else "-", _call_name(calls.get(line.call)), line.text]
-                for line in lines[:SHOWN_PER_SITE]
-            ]
-            blocks.append(Table(["call", "in", "printed" if site.api != "callback" else "arguments"], rows))
-            if len(lines) > SHOWN_PER_SITE:
-                blocks.append(
-                    Paragraph(
-                        f"... and {len(lines) - SHOWN_PER_SITE} more line(s) (all are in the report object's `lines`)."
-                    )
-                )
-            under = [c for c in site.context if c != "jit"]
-            title = f"{what} in {site.where or '(line unknown)'}" + (f", under {' > '.join(under)}" if under else "")
-            if title in titles:  # two prints on one line: tell the sections apart by what they print
-                title += f": `{shown(site.fmt, limit=40, quoted=False)}`"
-            titles.add(title)
-            sections.append(Section(title, blocks))
-        untagged = by_site.get("", [])
+            sections.append(out_of_order_section(self.out_of_order))
+        sections += site_sections(self)
+        untagged = [line for line in self.lines if not line.site]
         if untagged:
-            sections.append(
-                Section(
-                    "Printed by code traced before the cell",
-                    [
-                        Paragraph(
-                            "These lines came from programs JAX had traced before this cell, so jaxmagic could not "
-                            "see which print made them."
-                        ),
-                        Table(["printed"], [[line.text] for line in untagged[:SHOWN_PER_SITE]]),
-                    ],
-                )
-            )
-        notes = []
-        if self.dropped_lines:
-            notes.append(Paragraph(f"{self.dropped_lines} line(s) after the first {MAX_LINES} were counted, not kept."))
-        if self.calls_followed:
-            notes.append(
-                Paragraph(
-                    f"The cell made {self.calls_observed} call(s) of jitted functions and eager operations "
-                    f"(all counted, printing or not); {len(self.calls)} of them printed, and only those are numbered "
-                    "(call 1, 2, ...) in the tables above. After each call, jaxmagic waited for its prints "
-                    "(jax.effects_barrier()), so each line belongs to one call and none arrives after the cell."
-                )
-            )
-        else:
-            notes.append(
-                Paragraph(
-                    "This JAX version gives no way to follow single calls: lines are grouped by site, "
-                    "not by call, and order within a call is not checked."
-                )
-            )
-        if not self.echoed:
-            notes.append(
-                Paragraph(
-                    "The lines are shown here instead of in the cell's output (`--echo` prints them "
-                    "too); what the cell printed with `print` appeared as usual."
-                )
-            )
-        if self.other_thread_lines:
-            notes.append(
-                Paragraph(
-                    f"Other threads printed {self.other_thread_lines} line(s) while the cell ran; those lines are "
-                    "not the cell's: they were printed as usual and are not listed."
-                )
-            )
-        sections.append(Section("How this was captured", notes))
+            sections.append(untagged_section(untagged))
+        sections.append(how_captured_section(self))
         if self.other_error:
             sections.append(Section("", [Evidence("The cell's error", self.other_error)]))
         fix = ORDERED_FIX if self.out_of_order else ""
         return Document("%%jax_print", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
+
+
+_API_NAMES = {"print": "jax.debug.print", "log": "jax.debug.log", "callback": "jax.debug.callback"}
+
+
+def out_of_order_section(out_of_order: list[OutOfOrder]) -> Section:
+    """ "Out of program order": the calls whose unordered prints arrived in another order than the program's."""
+    rows = [
+        [
+            str(d.call),
+            f"`{d.function}`",
+            " -> ".join(f"`{f}`" for f in d.arrived),
+            " -> ".join(f"`{f}`" for f in d.program),
+        ]
+        for d in out_of_order[:8]
+    ]
+    return Section(
+        "Out of program order",
+        [
+            Table(["call", "function", "first lines arrived", "program order"], rows),
+            Paragraph("Prints that are not ordered have no order among themselves: XLA may run them in any order."),
+        ],
+    )
+
+
+def site_sections(report: PrintReport) -> list[Section]:
+    """One section per site that printed, in the order their first lines arrived, titled by the API, the line
+    and the transformations around it."""
+    by_site: dict[str, list[PrintedLine]] = {}
+    for line in report.lines:
+        by_site.setdefault(line.site, []).append(line)
+    calls = {c.number: c for c in report.calls}
+    first_arrival = {}
+    for i, line in reversed(list(enumerate(report.lines))):
+        first_arrival[line.site] = i
+    sections: list[Section] = []
+    titles: set[str] = set()
+    for site in sorted(report.sites, key=lambda s: first_arrival.get(s.key, len(report.lines))):
+        lines = by_site.get(site.key, [])
+        if not lines:
+            continue
+        under = [c for c in site.context if c != "jit"]
+        title = f"{_API_NAMES[site.api]} in {site.where or '(line unknown)'}" + (
+            f", under {' > '.join(under)}" if under else ""
+        )
+        if title in titles:  # two prints on one line: tell the sections apart by what they print
+            title += f": `{shown(site.fmt, limit=40, quoted=False)}`"
+        titles.add(title)
+        sections.append(Section(title, site_blocks(site, lines, calls)))
+    return sections
+
+
+def site_blocks(site: PrintSite, lines: list[PrintedLine], calls: dict[int, ObservedCall]) -> list[Block]:
+    """The blocks of one site's section: its facts, its line, what the transformations do, its lines."""
+    facts = [
+        ("format" if site.api != "callback" else "callback", f"`{site.fmt}`"),
+        ("lines" if site.api != "callback" else "calls", str(len(lines))),
+    ]
+    if site.ordered:
+        facts.append(("ordered", "yes"))
+    if site.context:
+        facts.append(("traced under", " > ".join(site.context)))
+    blocks: list[Block] = [Facts(facts)]
+    if site.line:
+        blocks.append(SourceLines([site.line]))
+    for note in _context_notes(site.context):
+        blocks.append(Paragraph(note[0].upper() + note[1:] + "."))
+    if site.api == "log":
+        blocks.append(
+            Paragraph(
+                "jax.debug.log records also went to Python logging (logger "
+                "`jax._src.debugging`, level INFO), as they do without jaxmagic."
+            )
+        )
+    rows = [
+        [str(line.call) if line.call else "-", _call_name(calls.get(line.call)), line.text]
+        for line in lines[:SHOWN_PER_SITE]
+    ]
+    blocks.append(Table(["call", "in", "printed" if site.api != "callback" else "arguments"], rows))
+    if len(lines) > SHOWN_PER_SITE:
+        more = len(lines) - SHOWN_PER_SITE
+        blocks.append(Paragraph(f"... and {more} more line(s) (all are in the report object's `lines`)."))
+    return blocks
+
+
+def untagged_section(untagged: list[PrintedLine]) -> Section:
+    """ "Printed by code traced before the cell": lines whose print was not seen traced."""
+    return Section(
+        "Printed by code traced before the cell",
+        [
+            Paragraph(
+                "These lines came from programs JAX had traced before this cell, so jaxmagic could not "
+                "see which print made them."
+            ),
+            Table(["printed"], [[line.text] for line in untagged[:SHOWN_PER_SITE]]),
+        ],
+    )
+
+
+def how_captured_section(report: PrintReport) -> Section:
+    """ "How this was captured": lines dropped, how calls were followed, where the lines went."""
+    notes: list[Block] = []
+    if report.dropped_lines:
+        notes.append(Paragraph(f"{report.dropped_lines} line(s) after the first {MAX_LINES} were counted, not kept."))
+    if report.calls_followed:
+        notes.append(
+            Paragraph(
+                f"The cell made {report.calls_observed} call(s) of jitted functions and eager operations "
+                f"(all counted, printing or not); {len(report.calls)} of them printed, and only those are numbered "
+                "(call 1, 2, ...) in the tables above. After each call, jaxmagic waited for its prints "
+                "(jax.effects_barrier()), so each line belongs to one call and none arrives after the cell."
+            )
+        )
+    else:
+        notes.append(
+            Paragraph(
+                "This JAX version gives no way to follow single calls: lines are grouped by site, "
+                "not by call, and order within a call is not checked."
+            )
+        )
+    if not report.echoed:
+        notes.append(
+            Paragraph(
+                "The lines are shown here instead of in the cell's output (`--echo` prints them "
+                "too); what the cell printed with `print` appeared as usual."
+            )
+        )
+    if report.other_thread_lines:
+        notes.append(
+            Paragraph(
+                f"Other threads printed {report.other_thread_lines} line(s) while the cell ran; those lines are "
+                "not the cell's: they were printed as usual and are not listed."
+            )
+        )
+    return Section("How this was captured", notes)
 
 
 def _call_name(call: ObservedCall | None) -> str:
@@ -359,7 +382,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
                 self.call_printed = True
                 self.report.calls.append(self.call_info)
 
-    def on_print(self, site, text, hidden, is_log) -> bool:
+    def on_print(self, site: PrintSite | None, text: str, hidden: dict[str, Any], is_log: bool) -> bool:
         # register() also maps a site made by an earlier print cell (its executable is cached) to this
         # report's; it compares with every site, so each site is mapped once and then looked up.
         key = ""
@@ -371,11 +394,11 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self._add(key, text)
         return self.echo or is_log
 
-    def on_callback(self, site, arguments) -> None:
+    def on_callback(self, site: PrintSite, arguments: str) -> None:
         self._add(self.register(site).key, f"{site.fmt}({arguments})")
 
     # CallObserver
-    def before(self, name, is_jit, args, params) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
         self.report.calls_observed += 1
         self.call = self.report.calls_observed
         # Where the call was made: a (file, line, function) tuple now, its source line only for the
@@ -384,7 +407,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self.call_sites[self.call] = self._caller()
         self.call_printed = False
 
-    def after(self, name, is_jit, args, params, outputs) -> None:
+    def after(self, name: str, is_jit: bool, args: tuple, params: dict, outputs: list) -> None:
         import jax  # deferred: importing jaxmagic.probes imports no JAX
 
         try:

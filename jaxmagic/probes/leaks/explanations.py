@@ -25,7 +25,7 @@ from jaxmagic._jax.transform_stack import (
     unfiltered_traceback,
 )
 from jaxmagic.probes._support.holders.library_records import held_in_library_records
-from jaxmagic.probes._support.holders.search import KIND_NAME, find_held, user_roots
+from jaxmagic.probes._support.holders.search import KIND_NAME, Held, find_held, user_roots
 from jaxmagic.probes._support.tracers import origin as tracer_origin
 from jaxmagic.probes._support.tracers import text
 from jaxmagic.probes.leaks.report import HeldTracer, LeakedTracer, LeakReport, UnexpectedTracer
@@ -117,89 +117,129 @@ def fill_leak_report(
     message = message_of(error)
     if stack is None:
         stack = transformations(stack_at_raise(error)) or of_traceback(unfiltered_traceback(error))
-    innermost = stack[-1] if stack else None
-    labels = [t.label for t in stack]
     report.trace_kind = text.leak_trace_kind(message)
     report.jax_message = text.without_ids(message.strip())
     report.call_path = user_lines(error.__traceback__)
     blocks = text.leak_blocks(message)
-    found, tracers = _find_tracers(namespace) if namespace else ({}, {})
-    if namespace:  # kept in a library's record of your object (nnx.jit's graph definition): named as your attribute
-        called_with = [name for line in report.call_path for name in text.names_in(line.code)]
-        in_records, kept = held_in_library_records(
-            [b for b in blocks if b.tracer_id not in found], user_roots(namespace), called_with
-        )
-        found, tracers = {**in_records, **found}, {**kept, **tracers}
-    ids = {block.tracer_id for block in blocks}
-    number_of = {block.tracer_id: i + 1 for i, block in enumerate(blocks)}
-    # All blocks come from one trace. JAX names a callable object's function
-    # "<unknown>"; the line that made a stored tracer names it (Model.__call__).
-    made_lines = {b.tracer_id: _creation_line(tracers[b.tracer_id]) for b in blocks if b.tracer_id in tracers}
-    # An input tracer is "made" where the trace was started (the call of the jitted function, often
-    # the cell itself): that line is on the call path, outside the traced function, and names nothing.
-    call_lines = {(line.filename, line.lineno) for line in report.call_path}
-    created_lines = {
-        k: line for k, line in made_lines.items() if line is not None and (line.filename, line.lineno) not in call_lines
-    }
-    # A "created on line" in the <module> of a cell (vmap's input, made at the vmap call) names no traced function.
-    on_path = {(line.filename, line.lineno) for line in report.call_path}
-    named = [
-        b.context.function
-        for b in blocks
-        if b.context.function not in ("", "<unknown>", "<module>") and (b.context.file, b.context.line) not in on_path
-    ]
-    named += [line.function for line in created_lines.values()]
-    started = report.call_path[0] if report.call_path else None
-    for i, block in enumerate(blocks):
-        context = block.context
-        created = created_lines.get(block.tracer_id)
-        function = context.function
-        from_message = function not in ("", "<unknown>", "<module>") and (context.file, context.line) not in on_path
-        if not from_message:
-            function = innermost.function if innermost is not None else named[0] if named else ""
-        via = block.held_through_tracer(ids)
-        held_by = [h.path for h in found.get(block.tracer_id, [])]
-        if not held_by and via is None:
-            fallback = _path_from_chain(block.chain)
-            held_by = [fallback] if fallback else []
-        if block.tracer_id in tracers:
-            provenance = tracer_origin.of_tracer(tracers[block.tracer_id], labels, started, report.call_path)
-        else:
-            provenance = Provenance(
-                transforms=labels,
-                started_by=started,
-                unknown="the tracer was not found in your variables, so its recorded line could not be read",
+    trace = _LeakedTrace.of(blocks, stack, report.call_path, namespace)
+    report.leaked += [_leaked_tracer(i + 1, block, trace) for i, block in enumerate(blocks)]
+    trace.tracers.clear()  # the tracers themselves: kept no longer than the report's making
+
+
+@dataclasses.dataclass
+class _LeakedTrace:
+    """What every leaked tracer of one "Leaked trace" error shares: the trace that leaked them, the places
+    the user's names hold them, the tracers themselves (by id) and the lines that made them."""
+
+    innermost: Transformation | None  # the transformation tracing when JAX raised
+    labels: list[str]  # "jit(step)", "grad", ... outermost first
+    call_path: list[SourceLine]  # the user's frames of the leaking call
+    found: dict[int, list[Held]]  # tracer id -> the user's names holding it
+    tracers: dict[int, Any]  # tracer id -> the tracer
+    number_of: dict[int, int]  # tracer id -> its number (1, 2, ... in JAX's order)
+    created_lines: dict[int, SourceLine]  # tracer id -> the line inside the traced function that made it
+    named: list[str]  # the traced functions the message or the made lines name
+
+    @classmethod
+    def of(
+        cls,
+        blocks: list[text.LeakBlock],
+        stack: list[Transformation],
+        call_path: list[SourceLine],
+        namespace: dict | None,
+    ) -> _LeakedTrace:
+        found, tracers = _find_tracers(namespace) if namespace else ({}, {})
+        if namespace:  # kept in a library's record of your object (nnx.jit's graph definition): named as your attribute
+            called_with = [name for line in call_path for name in text.names_in(line.code)]
+            in_records, kept = held_in_library_records(
+                [b for b in blocks if b.tracer_id not in found], user_roots(namespace), called_with
             )
-        if created is not None and provenance.made_at is None:
-            provenance = dataclasses.replace(provenance, made_at=created, unknown="")
-        created = created or provenance.made_at
-        provenance.function = function if innermost is not None or not provenance.function else provenance.function
-        stored = _stored_at(held_by[0], innermost, provenance) if held_by else None
-        report.leaked.append(
-            LeakedTracer(
-                number=i + 1,
-                tracer_type=block.tracer_type,
-                aval=block.aval,
-                function=function,
-                transformation=context.transformation or text.TRANSFORMATION_OF_TRACER.get(block.tracer_type, ""),
-                function_line=innermost.defined_at
-                if innermost is not None and innermost.function == function
-                else source_line(context.file, context.line, context.function)
-                if context.file and from_message
-                else None,
-                created_at=created,
-                depends_on=context.depends_on,
-                held_by=held_by,
-                kept_alive_by=number_of.get(via) if via is not None and not held_by else None,
-                jax_chain=[
-                    text.without_ids(f"<{link.child_type} {link.child_id}> is referred to by {link.holder}")
-                    for link in block.chain
-                ],
-                stored_at=stored,
-                provenance=provenance,
-            )
+            found, tracers = {**in_records, **found}, {**kept, **tracers}
+        # All blocks come from one trace. JAX names a callable object's function
+        # "<unknown>"; the line that made a stored tracer names it (Model.__call__).
+        made_lines = {b.tracer_id: _creation_line(tracers[b.tracer_id]) for b in blocks if b.tracer_id in tracers}
+        # An input tracer is "made" where the trace was started (the call of the jitted function, often
+        # the cell itself): that line is on the call path, outside the traced function, and names nothing.
+        on_path = {(line.filename, line.lineno) for line in call_path}
+        created_lines = {
+            k: line
+            for k, line in made_lines.items()
+            if line is not None and (line.filename, line.lineno) not in on_path
+        }
+        # A "created on line" in the <module> of a cell (vmap's input, made at the vmap call) names no traced function.
+        named = [b.context.function for b in blocks if _names_traced_function(b.context, on_path)]
+        named += [line.function for line in created_lines.values()]
+        return cls(
+            innermost=stack[-1] if stack else None,
+            labels=[t.label for t in stack],
+            call_path=call_path,
+            found=found,
+            tracers=tracers,
+            number_of={block.tracer_id: i + 1 for i, block in enumerate(blocks)},
+            created_lines=created_lines,
+            named=named,
         )
-    del tracers
+
+    @property
+    def on_path(self) -> set[tuple[str, int]]:
+        return {(line.filename, line.lineno) for line in self.call_path}
+
+
+def _names_traced_function(context: text.TracingContext, on_path: set[tuple[str, int]]) -> bool:
+    """Whether JAX's message names the traced function (not "<unknown>", nor the cell's module at the call)."""
+    return context.function not in ("", "<unknown>", "<module>") and (context.file, context.line) not in on_path
+
+
+def _leaked_tracer(number: int, block: text.LeakBlock, trace: _LeakedTrace) -> LeakedTracer:
+    """One block of JAX's message as a leaked tracer: its function, holders, provenance and storing line."""
+    context, innermost = block.context, trace.innermost
+    from_message = _names_traced_function(context, trace.on_path)
+    function = context.function
+    if not from_message:
+        function = innermost.function if innermost is not None else trace.named[0] if trace.named else ""
+    via = block.held_through_tracer(set(trace.number_of))
+    held_by = [h.path for h in trace.found.get(block.tracer_id, [])]
+    if not held_by and via is None:
+        fallback = _path_from_chain(block.chain)
+        held_by = [fallback] if fallback else []
+    started = trace.call_path[0] if trace.call_path else None
+    if block.tracer_id in trace.tracers:
+        provenance = tracer_origin.of_tracer(trace.tracers[block.tracer_id], trace.labels, started, trace.call_path)
+    else:
+        provenance = Provenance(
+            transforms=trace.labels,
+            started_by=started,
+            unknown="the tracer was not found in your variables, so its recorded line could not be read",
+        )
+    created = trace.created_lines.get(block.tracer_id)
+    if created is not None and provenance.made_at is None:
+        provenance = dataclasses.replace(provenance, made_at=created, unknown="")
+    created = created or provenance.made_at
+    provenance.function = function if innermost is not None or not provenance.function else provenance.function
+    if innermost is not None and innermost.function == function:
+        function_line = innermost.defined_at
+    elif context.file and from_message:
+        function_line = source_line(context.file, context.line, context.function)
+    else:
+        function_line = None
+    return LeakedTracer(
+        number=number,
+        tracer_type=block.tracer_type,
+        aval=block.aval,
+        function=function,
+        transformation=context.transformation or text.TRANSFORMATION_OF_TRACER.get(block.tracer_type, ""),
+        function_line=function_line,
+        created_at=created,
+        depends_on=context.depends_on,
+        held_by=held_by,
+        kept_alive_by=trace.number_of.get(via) if via is not None and not held_by else None,
+        jax_chain=[
+            text.without_ids(f"<{link.child_type} {link.child_id}> is referred to by {link.holder}")
+            for link in block.chain
+        ],
+        stored_at=_stored_at(held_by[0], innermost, provenance) if held_by else None,
+        provenance=provenance,
+    )
 
 
 def _stored_at(holder: str, traced: Transformation | None, provenance: Provenance) -> SourceLine | None:
@@ -279,15 +319,10 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     ``np.asarray`` raises TracerArrayConversionError). Told by the tracer it carries - a tracer in the
     exception's arguments, bound on the failing line, or named in the message - at a line that no
     transformation was tracing (so its trace had ended). None when that is not the case."""
-    frames = stack_at_raise(error)
-    tb, failing, lineno = error.__traceback__, None, 0
-    while tb is not None:
-        if is_user_file(tb.tb_frame.f_code.co_filename):
-            failing, lineno = tb.tb_frame, tb.tb_lineno
-        tb = tb.tb_next
+    failing, lineno = _failing_user_frame(error)
     if failing is None:
-        del frames
         return None
+    frames = stack_at_raise(error)
     upto = (
         [entry for entry in frames[: [f for f, _ in frames].index(failing) + 1]]
         if any(f is failing for f, _ in frames)
@@ -331,27 +366,47 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     del upto
     in_namespace, _ = _find_tracers(namespace) if namespace and candidates else ({}, {})
     tracer = next(iter(candidates.values()), None)
-    facts = UnexpectedTracer(tracer_type=mentioned, used_at=code)
-    if tracer is not None:
-        facts.aval, facts.tracer_type = _aval(tracer), type(tracer).__name__
-        paths = [h.path for h in in_namespace.get(id(tracer), [])] + [h.path for h in on_line.get(id(tracer), [])]
-        facts.held_by = list(dict.fromkeys(paths))
-        how, function = traced_for(tracer)
-        how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
-        provenance = tracer_origin.of_tracer(tracer, (), started=None)
-        function = function or provenance.function
-        facts.function, facts.transformation = function, how
-        if how:
-            provenance.transforms = [f"{how}({function})" if how == "jit" and function else how]
-        provenance.function = function
-        facts.created_at = provenance.made_at
-        facts.provenance = provenance
-        if facts.held_by:
-            facts.stored_at = _stored_at(facts.held_by[0], None, provenance)
-    else:
+    if tracer is None:
+        facts = UnexpectedTracer(tracer_type=mentioned, used_at=code)
         facts.provenance = Provenance(
             unknown=f"the {mentioned} the message names was not found on your line or in the error's arguments"
         )
+    else:
+        holders = in_namespace.get(id(tracer), []) + on_line.get(id(tracer), [])
+        facts = _kept_tracer_facts(tracer, code, list(dict.fromkeys(h.path for h in holders)))
     candidates.clear()
     del tracer, in_namespace
     return facts
+
+
+def _failing_user_frame(error: BaseException) -> tuple[types.FrameType | None, int]:
+    """The innermost frame of the user's code in ``error``'s traceback and its line; (None, 0) without one."""
+    tb, failing, lineno = error.__traceback__, None, 0
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            failing, lineno = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    return failing, lineno
+
+
+def _kept_tracer_facts(tracer: Any, used_at: SourceLine, held_by: list[str]) -> UnexpectedTracer:
+    """The facts of a tracer kept past its trace, read from the tracer itself: what it is, which
+    transformation of which function made it, where, and the line that stored it in ``held_by[0]``."""
+    how, function = traced_for(tracer)
+    how = how or text.TRANSFORMATION_OF_TRACER.get(type(tracer).__name__, "")
+    provenance = tracer_origin.of_tracer(tracer, (), started=None)
+    function = function or provenance.function
+    if how:
+        provenance.transforms = [f"{how}({function})" if how == "jit" and function else how]
+    provenance.function = function
+    return UnexpectedTracer(
+        aval=_aval(tracer),
+        tracer_type=type(tracer).__name__,
+        function=function,
+        transformation=how,
+        used_at=used_at,
+        created_at=provenance.made_at,
+        held_by=held_by,
+        stored_at=_stored_at(held_by[0], None, provenance) if held_by else None,
+        provenance=provenance,
+    )
