@@ -16,7 +16,7 @@ from jaxmagic.probes.hlo.records import (
     SweepPoint,
 )
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.wording import format_bytes
 
@@ -226,307 +226,288 @@ class HloReport(Report):
 
     # -- rendering ------------------------------------------------------------
 
-    def document(self):
-        sections = []
+    def document(self) -> Document:
+        sections: list[Section] = []
         if self.failure:
-            blocks = [
-                Paragraph(
-                    f"Building the {STAGE_TITLES.get(self.failure_stage, self.failure_stage)} failed: {self.failure}"
-                )
-            ]
-            if self.failure_line:
-                blocks.append(SourceLines([self.failure_line], "Your line:"))
-            sections.append(Section("Failure", blocks))
+            sections.append(failure_section(self))
         if self.sweep:
-            sections.append(self._sweep_section())
+            sections.append(sweep_section(self.sweep_name, self.sweep))
         if self.literals:
-            rows = [
-                [f"`{lit.name}`", lit.kind, f"`{lit.value}`", f"`{lit.equation}`", _where(lit.line)]
-                for lit in self.literals
-            ]
-            sections.append(
-                Section(
-                    "Baked-in values",
-                    [
-                        Table(["name", "kind", "literal", "equation", "line"], rows),
-                        *_lines_block([lit.line for lit in self.literals]),
-                        Paragraph(
-                            "Tracing read these values once and wrote them into the program as literals. The jit "
-                            "cache keeps that program, so assigning a new value later does not change the result "
-                            "and does not recompile."
-                        ),
-                    ],
-                )
-            )
+            sections.append(baked_in_section(self.literals))
         if self.constants:
-            rows = [
-                [
-                    f"`{c.name}`" if c.name else "(made inside the function)",
-                    c.kind or "-",
-                    str(tuple(c.shape)),
-                    c.dtype,
-                    format_bytes(c.nbytes),
-                    _where(c.line),
-                ]
-                for c in self.constants
-            ]
-            sections.append(
-                Section(
-                    "Captured arrays",
-                    [
-                        Table(["name", "kind", "shape", "dtype", "size", "used at"], rows),
-                        *_lines_block([c.line for c in self.constants]),
-                        *[
-                            block
-                            for c in self.constants[:3]
-                            if c.made_while_tracing and c.provenance is not None
-                            for block in provenance_blocks(c.provenance, f"the {c.dtype}{list(c.shape)} array")
-                        ],
-                        *[  # a global's line: where the user assigned it (global_assignment), not where traced
-                            block
-                            for c in self.named_constants[:3]
-                            if c.provenance is not None and (c.provenance.made_at is not None or c.earlier)
-                            for block in provenance_blocks(c.provenance, f"`{c.name}`")
-                        ],
-                        *(
-                            [
-                                Paragraph(
-                                    "Arrays made inside the function by NumPy (or from Python data) are computed once, "
-                                    "when the function is traced, and written into the program: np.random draws the "
-                                    "same numbers on every call, and the array travels with the compiled program."
-                                )
-                            ]
-                            if any(c.made_while_tracing for c in self.constants)
-                            else []
-                        ),
-                        Paragraph(
-                            "These arrays are closed over, not passed in: they become constants of the program, "
-                            "the jit cache holds them for as long as the jitted function lives (even after the "
-                            "name is rebound), and a new value needs a new trace. Tracing the call here keeps them "
-                            "in JAX's cache just as calling it would."
-                        ),
-                    ],
-                )
-            )
-        if self.scope:
-            sections += self._scope_sections()
+            sections.append(captured_arrays_section(self.constants))
+        if self.scope and self.scope_found:
+            sections += [scope_section(self), *([kernels_section(self)] if self.kernels else [])]
+            evidence = scope_evidence_section(self)
+            if evidence is not None:
+                sections.append(evidence)
         if self.tree or not self.scope:
-            sections.append(self._tree_section())
+            sections.append(named_scopes_section(self))
         if self.memory or self.cost:
-            sections.append(self._memory_section())
-        facts = [("call", self.call), ("function", self.function), ("stages", ", ".join(self.stages))]
-        if self.inputs:
-            facts.append(("inputs", "; ".join(self.inputs[:8]) + (" ..." if len(self.inputs) > 8 else "")))
-        if self.outputs:
-            facts.append(("outputs", "; ".join(self.outputs[:8]) + (" ..." if len(self.outputs) > 8 else "")))
-        for stage, seconds in self.seconds.items():
-            if stage in self.cached:
-                facts.append(
-                    (
-                        f"{stage} time",
-                        f"cached ({_DONE_BEFORE[stage]} before in this process; the {seconds * 1e3:.1f} ms "
-                        f"measured is the cache look-up, not a {stage} - `%jax_stages` times a fresh one)",
-                    )
-                )
-            elif stage == "compile" and self.compile_from_disk:
-                facts.append(
-                    (
-                        "compile time",
-                        f"{seconds * 1e3:.1f} ms, reading the program from JAX's persistent compilation cache "
-                        "(not compiled)",
-                    )
-                )
-            else:
-                facts.append((f"{stage} time", f"{seconds * 1e3:.1f} ms"))
-        sections.append(
-            Section(
-                "Program",
-                [
-                    Facts(facts),
-                    Paragraph(
-                        "Built ahead of time, never run: `jax.jit(f).trace(*args)` (jax.stages.Traced: .jaxpr, .out_info) -> "
-                        "`.lower()` (Lowered: .as_text(debug_info=True)) -> `.compile()` (Compiled: .as_text(), "
-                        ".memory_analysis(), .cost_analysis())."
-                    ),
-                ],
-            )
-        )
+            sections.append(memory_section(self))
+        sections.append(program_section(self))
         return Document("%jax_hlo", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained())
 
-    def _scope_sections(self):
-        if not self.scope_found:
-            return []
-        rows_by_key: dict[tuple, dict[str, list[ScopeOp]]] = {}
-        for op in self.ops:
-            rows_by_key.setdefault(op.key, {}).setdefault(op.stage, []).append(op)
-        any_backward = any(op.backward for op in self.ops)
-        columns = ["operation"] + [STAGE_TITLES[s] for s in self.stages] + ["your line"]
-        rows = []
-        for (backward, inner, name), by_stage in list(rows_by_key.items())[:SHOWN_ROWS]:
-            label = f"{inner}/{name}" if inner else name
-            if any_backward:
-                label += " (backward)" if backward else " (forward)"
-            cells = [f"`{label}`"]
-            for stage in self.stages:
-                cells.append(_stage_cell(stage, by_stage.get(stage, [])))
-            line = next((op.line for s in STAGES for op in by_stage.get(s, []) if op.line), None)
-            cells.append(_where(line))
-            rows.append(cells)
-        blocks = [Table(columns, rows)]
-        if len(rows_by_key) > SHOWN_ROWS:
-            blocks.append(
-                Paragraph(
-                    f"... and {len(rows_by_key) - SHOWN_ROWS} more operations (all of them are in the report's `.ops`)."
-                )
-            )
-        if any(op.kernel and not op.kernel_in_scope for op in self.ops):
-            blocks.append(Paragraph("* runs inside a kernel that XLA labels with another name: see Kernels."))
-        blocks += _lines_block([op.line for op in self.ops])
+
+def failure_section(report: HloReport) -> Section:
+    """ "Failure": the stage that could not be built, and the user's line it failed at."""
+    stage = STAGE_TITLES.get(report.failure_stage, report.failure_stage)
+    blocks: list[Block] = [Paragraph(f"Building the {stage} failed: {report.failure}")]
+    if report.failure_line:
+        blocks.append(SourceLines([report.failure_line], "Your line:"))
+    return Section("Failure", blocks)
+
+
+def baked_in_section(literals: list[BakedLiteral]) -> Section:
+    """ "Baked-in values": Python values tracing wrote into the program as literals."""
+    rows = [[f"`{lit.name}`", lit.kind, f"`{lit.value}`", f"`{lit.equation}`", _where(lit.line)] for lit in literals]
+    return Section(
+        "Baked-in values",
+        [
+            Table(["name", "kind", "literal", "equation", "line"], rows),
+            *_lines_block([lit.line for lit in literals]),
+            Paragraph(
+                "Tracing read these values once and wrote them into the program as literals. The jit "
+                "cache keeps that program, so assigning a new value later does not change the result "
+                "and does not recompile."
+            ),
+        ],
+    )
+
+
+MADE_WHILE_TRACING_NOTE = (
+    "Arrays made inside the function by NumPy (or from Python data) are computed once, "
+    "when the function is traced, and written into the program: np.random draws the "
+    "same numbers on every call, and the array travels with the compiled program."
+)
+CLOSED_OVER_NOTE = (
+    "These arrays are closed over, not passed in: they become constants of the program, "
+    "the jit cache holds them for as long as the jitted function lives (even after the "
+    "name is rebound), and a new value needs a new trace. Tracing the call here keeps them "
+    "in JAX's cache just as calling it would."
+)
+
+
+def captured_arrays_section(constants: list[CapturedConstant]) -> Section:
+    """ "Captured arrays": arrays closed over (or made while tracing) that became constants of the program,
+    with where the first few were made."""
+    rows = [
+        [
+            f"`{c.name}`" if c.name else "(made inside the function)",
+            c.kind or "-",
+            str(tuple(c.shape)),
+            c.dtype,
+            format_bytes(c.nbytes),
+            _where(c.line),
+        ]
+        for c in constants
+    ]
+    blocks: list[Block] = [Table(["name", "kind", "shape", "dtype", "size", "used at"], rows)]
+    blocks += _lines_block([c.line for c in constants])
+    for c in constants[:3]:
+        if c.made_while_tracing and c.provenance is not None:
+            blocks += provenance_blocks(c.provenance, f"the {c.dtype}{list(c.shape)} array")
+    for c in [c for c in constants if c.name][:3]:
+        # a global's line: where the user assigned it (global_assignment), not where traced
+        if c.provenance is not None and (c.provenance.made_at is not None or c.earlier):
+            blocks += provenance_blocks(c.provenance, f"`{c.name}`")
+    if any(c.made_while_tracing for c in constants):
+        blocks.append(Paragraph(MADE_WHILE_TRACING_NOTE))
+    blocks.append(Paragraph(CLOSED_OVER_NOTE))
+    return Section("Captured arrays", blocks)
+
+
+def scope_section(report: HloReport) -> Section:
+    """ "Scope NAME": one row per operation of the queried scope, matched across the stages."""
+    rows_by_key: dict[tuple[bool, str, str], dict[str, list[ScopeOp]]] = {}
+    for op in report.ops:
+        rows_by_key.setdefault(op.key, {}).setdefault(op.stage, []).append(op)
+    any_backward = any(op.backward for op in report.ops)
+    columns = ["operation"] + [STAGE_TITLES[s] for s in report.stages] + ["your line"]
+    rows = []
+    for (backward, inner, name), by_stage in list(rows_by_key.items())[:SHOWN_ROWS]:
+        label = f"{inner}/{name}" if inner else name
+        if any_backward:
+            label += " (backward)" if backward else " (forward)"
+        line = next((op.line for s in STAGES for op in by_stage.get(s, []) if op.line), None)
+        rows.append(
+            [f"`{label}`", *[_stage_cell(stage, by_stage.get(stage, [])) for stage in report.stages], _where(line)]
+        )
+    blocks: list[Block] = [Table(columns, rows)]
+    if len(rows_by_key) > SHOWN_ROWS:
+        more = len(rows_by_key) - SHOWN_ROWS
+        blocks.append(Paragraph(f"... and {more} more operations (all of them are in the report's `.ops`)."))
+    if any(op.kernel and not op.kernel_in_scope for op in report.ops):
+        blocks.append(Paragraph("* runs inside a kernel that XLA labels with another name: see Kernels."))
+    blocks += _lines_block([op.line for op in report.ops])
+    blocks.append(
+        Paragraph(
+            "One row per operation of the scope, matched across stages by its name path (the jaxpr's "
+            "`source_info.name_stack`, the StableHLO location - `as_text(debug_info=True)` prints it - and the "
+            "HLO `metadata={op_name=...}`). XLA may drop, merge or duplicate operations while optimizing, so "
+            "a row can be empty in one stage."
+        )
+    )
+    return Section(f"Scope {report.scope}", blocks)
+
+
+def kernels_section(report: HloReport) -> Section:
+    """ "Kernels (optimized HLO)": the kernels running the scope's operations, and whether their label
+    (the op_name a profiler shows) is the scope's."""
+    rows = [
+        [
+            f"%{k.name}",
+            k.fusion_kind or k.opcode,
+            f"`{k.label}`",
+            "yes" if k.in_scope else "no",
+            str(k.scope_ops),
+            str(k.other_ops),
+        ]
+        for k in report.kernels[:SHOWN_ROWS]
+    ]
+    columns = ["kernel", "kind", "label (op_name)", "label in scope", "ops of the scope", "other ops"]
+    away = report.fused_away
+    if away:
+        said = (
+            f"XLA fused operations of `{report.scope}` into kernels whose label belongs to other code "
+            f"({', '.join('%' + k.name for k in away[:4])}). A fusion keeps one op_name - usually its "
+            "root's - so a profiler trace shows this work under that label, not under "
+            f"`{report.scope}`. The instructions inside the fusion keep their own op_name, which is "
+            "how they were found here."
+        )
+    else:
+        said = (
+            f"Every kernel running `{report.scope}` is labelled with it: a profiler "
+            "trace shows its time under this scope."
+        )
+    return Section("Kernels (optimized HLO)", [Table(columns, rows), Paragraph(said)])
+
+
+def scope_evidence_section(report: HloReport) -> Section | None:
+    """The untitled section of raw text: the scope's jaxpr equations and optimized HLO instructions."""
+    hlo_lines = [op.text for op in report.ops_in("hlo") if op.text]
+    eqns = [op.text for op in report.ops_in("jaxpr") if op.text]
+    evidence: list[Block] = []
+    if eqns:
+        evidence.append(Evidence(f"jaxpr equations ({len(eqns)})", "\n".join(eqns[:200])))
+    if hlo_lines:
+        evidence.append(Evidence(f"optimized HLO instructions ({len(hlo_lines)})", "\n".join(hlo_lines[:200])))
+    return Section("", evidence) if evidence else None
+
+
+def named_scopes_section(report: HloReport) -> Section:
+    """ "Named scopes": the program's scope tree with its operations counted per stage."""
+    with_kernels = "hlo" in report.stages
+    columns = ["scope"] + [STAGE_TITLES[s] for s in report.stages] + (["kernels labelled"] if with_kernels else [])
+    rows = []
+    for node in report.tree[: SHOWN_ROWS * 2]:
+        depth = node.path.count("/")
+        name = node.path.rsplit("/", 1)[-1]
+        cells = [("\u00a0\u00a0" * depth) + f"`{name}`"] + [str(node.counts.get(s, 0)) for s in report.stages]
+        rows.append(cells + ([str(node.counts.get("kernels", 0))] if with_kernels else []))
+    if report.unscoped:
+        cells = ["(outside any scope)"] + [str(report.unscoped.get(s, 0)) for s in report.stages]
+        rows.append(cells + ([str(report.unscoped.get("kernels", 0))] if with_kernels else []))
+    blocks: list[Block] = [Table(columns, rows)] if rows and report.tree else []
+    if not report.tree:
         blocks.append(
             Paragraph(
-                "One row per operation of the scope, matched across stages by its name path (the jaxpr's "
-                "`source_info.name_stack`, the StableHLO location - `as_text(debug_info=True)` prints it - and the "
-                "HLO `metadata={op_name=...}`). XLA may drop, merge or duplicate operations while optimizing, so "
-                "a row can be empty in one stage."
+                "The program has no named scopes. Wrap parts of your function in "
+                '`with jax.named_scope("name"):` to find them in every stage.'
             )
         )
-        sections = [Section(f"Scope {self.scope}", blocks)]
-        if self.kernels:
-            krows = [
-                [
-                    f"%{k.name}",
-                    k.fusion_kind or k.opcode,
-                    f"`{k.label}`",
-                    "yes" if k.in_scope else "no",
-                    str(k.scope_ops),
-                    str(k.other_ops),
-                ]
-                for k in self.kernels[:SHOWN_ROWS]
-            ]
-            kblocks = [
-                Table(["kernel", "kind", "label (op_name)", "label in scope", "ops of the scope", "other ops"], krows)
-            ]
-            away = self.fused_away
-            if away:
-                kblocks.append(
-                    Paragraph(
-                        f"XLA fused operations of `{self.scope}` into kernels whose label belongs to other code "
-                        f"({', '.join('%' + k.name for k in away[:4])}). A fusion keeps one op_name - usually its "
-                        "root's - so a profiler trace shows this work under that label, not under "
-                        f"`{self.scope}`. The instructions inside the fusion keep their own op_name, which is "
-                        "how they were found here."
-                    )
-                )
-            else:
-                kblocks.append(
-                    Paragraph(
-                        f"Every kernel running `{self.scope}` is labelled with it: a profiler "
-                        "trace shows its time under this scope."
-                    )
-                )
-            sections.append(Section("Kernels (optimized HLO)", kblocks))
-        hlo_lines = [op.text for op in self.ops_in("hlo") if op.text]
-        eqns = [op.text for op in self.ops_in("jaxpr") if op.text]
-        evidence = []
-        if eqns:
-            evidence.append(Evidence(f"jaxpr equations ({len(eqns)})", "\n".join(eqns[:200])))
-        if hlo_lines:
-            evidence.append(Evidence(f"optimized HLO instructions ({len(hlo_lines)})", "\n".join(hlo_lines[:200])))
-        if evidence:
-            sections.append(Section("", evidence))
-        return sections
-
-    def _tree_section(self):
-        columns = ["scope"] + [STAGE_TITLES[s] for s in self.stages]
-        if "hlo" in self.stages:
-            columns.append("kernels labelled")
-        rows = []
-        for node in self.tree[: SHOWN_ROWS * 2]:
-            depth = node.path.count("/")
-            name = node.path.rsplit("/", 1)[-1]
-            cells = [("\u00a0\u00a0" * depth) + f"`{name}`"] + [str(node.counts.get(s, 0)) for s in self.stages]
-            if "hlo" in self.stages:
-                cells.append(str(node.counts.get("kernels", 0)))
-            rows.append(cells)
-        if self.unscoped:
-            cells = ["(outside any scope)"] + [str(self.unscoped.get(s, 0)) for s in self.stages]
-            if "hlo" in self.stages:
-                cells.append(str(self.unscoped.get("kernels", 0)))
-            rows.append(cells)
-        blocks = [Table(columns, rows)] if rows and self.tree else []
-        if not self.tree:
-            blocks.append(
-                Paragraph(
-                    "The program has no named scopes. Wrap parts of your function in "
-                    '`with jax.named_scope("name"):` to find them in every stage.'
-                )
-            )
-        else:
-            blocks.append(
-                Paragraph(
-                    "Counts include nested scopes. Ask for one with `%jax_hlo SCOPE EXPR` "
-                    "(a nested one as `outer/inner`)."
-                )
-            )
-        return Section("Named scopes", blocks)
-
-    def _memory_section(self):
-        pairs = []
-        if self.memory:
-            m = self.memory
-            pairs += [
-                ("arguments", format_bytes(m.argument_bytes)),
-                ("outputs", format_bytes(m.output_bytes)),
-                ("temporaries", format_bytes(m.temp_bytes)),
-                ("aliased (donated)", format_bytes(m.alias_bytes)),
-                ("generated code", format_bytes(m.generated_code_bytes)),
-                ("total", format_bytes(m.total_bytes)),
-            ]
-            if m.peak_bytes:
-                pairs.append(("peak", format_bytes(m.peak_bytes)))
-        names = [("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes accessed")]
-        pairs += [(label, _number(self.cost[key])) for key, label in names if key in self.cost]
-        blocks = [
-            Facts(pairs),
+    else:
+        blocks.append(
             Paragraph(
-                "From `Compiled.memory_analysis()` and `cost_analysis()`: figures of the compiled program, known before "
-                "anything runs. Temporaries are XLA's scratch buffers; total = arguments + outputs + temporaries - "
-                "aliased."
-                + (
-                    f" The sweep above compiled the call once per value of {self.sweep_name}; these "
-                    f"figures are for {self.sweep_name}={self.sweep[0].value}."
-                    if self.sweep
-                    else ""
-                )
-            ),
-        ]
-        return Section("Memory and cost", blocks)
-
-    def _sweep_section(self):
-        rows = []
-        for point in self.sweep:
-            if point.failure:
-                rows.append([point.value, point.failure, "", "", "", "", ""])
-                continue
-            m = point.memory or MemoryFigures()
-            rows.append(
-                [
-                    point.value,
-                    format_bytes(m.argument_bytes),
-                    format_bytes(m.output_bytes),
-                    format_bytes(m.temp_bytes),
-                    format_bytes(m.generated_code_bytes),
-                    format_bytes(m.total_bytes),
-                    _number(point.flops) if point.flops is not None else "-",
-                ]
+                "Counts include nested scopes. Ask for one with `%jax_hlo SCOPE EXPR` (a nested one as `outer/inner`)."
             )
-        blocks = [
-            Table([self.sweep_name, "arguments", "outputs", "temporaries", "generated code", "total", "flops"], rows)
+        )
+    return Section("Named scopes", blocks)
+
+
+def memory_section(report: HloReport) -> Section:
+    """ "Memory and cost": the compiled program's memory_analysis() and cost_analysis() figures."""
+    pairs = []
+    if report.memory:
+        m = report.memory
+        pairs += [
+            ("arguments", format_bytes(m.argument_bytes)),
+            ("outputs", format_bytes(m.output_bytes)),
+            ("temporaries", format_bytes(m.temp_bytes)),
+            ("aliased (donated)", format_bytes(m.alias_bytes)),
+            ("generated code", format_bytes(m.generated_code_bytes)),
+            ("total", format_bytes(m.total_bytes)),
         ]
-        growth = _sweep_growth(self.sweep_name, self.sweep)
-        if growth:
-            blocks.append(Paragraph(growth))
-        return Section(f"Sweep over {self.sweep_name}", blocks)
+        if m.peak_bytes:
+            pairs.append(("peak", format_bytes(m.peak_bytes)))
+    names = [("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes accessed", "bytes accessed")]
+    pairs += [(label, _number(report.cost[key])) for key, label in names if key in report.cost]
+    swept = (
+        f" The sweep above compiled the call once per value of {report.sweep_name}; these "
+        f"figures are for {report.sweep_name}={report.sweep[0].value}."
+        if report.sweep
+        else ""
+    )
+    said = (
+        "From `Compiled.memory_analysis()` and `cost_analysis()`: figures of the compiled program, known before "
+        "anything runs. Temporaries are XLA's scratch buffers; total = arguments + outputs + temporaries - "
+        "aliased." + swept
+    )
+    return Section("Memory and cost", [Facts(pairs), Paragraph(said)])
+
+
+def sweep_section(name: str, sweep: list[SweepPoint]) -> Section:
+    """ "Sweep over NAME": the compiled program's memory and flops for each value of the swept argument."""
+    rows = []
+    for point in sweep:
+        if point.failure:
+            rows.append([point.value, point.failure, "", "", "", "", ""])
+            continue
+        m = point.memory or MemoryFigures()
+        rows.append(
+            [
+                point.value,
+                format_bytes(m.argument_bytes),
+                format_bytes(m.output_bytes),
+                format_bytes(m.temp_bytes),
+                format_bytes(m.generated_code_bytes),
+                format_bytes(m.total_bytes),
+                _number(point.flops) if point.flops is not None else "-",
+            ]
+        )
+    blocks: list[Block] = [
+        Table([name, "arguments", "outputs", "temporaries", "generated code", "total", "flops"], rows)
+    ]
+    growth = _sweep_growth(name, sweep)
+    if growth:
+        blocks.append(Paragraph(growth))
+    return Section(f"Sweep over {name}", blocks)
+
+
+def program_section(report: HloReport) -> Section:
+    """ "Program": the call, its inputs and outputs, and how long each stage took (or that it was cached)."""
+    facts = [("call", report.call), ("function", report.function), ("stages", ", ".join(report.stages))]
+    if report.inputs:
+        facts.append(("inputs", "; ".join(report.inputs[:8]) + (" ..." if len(report.inputs) > 8 else "")))
+    if report.outputs:
+        facts.append(("outputs", "; ".join(report.outputs[:8]) + (" ..." if len(report.outputs) > 8 else "")))
+    for stage, seconds in report.seconds.items():
+        if stage in report.cached:
+            took = (
+                f"cached ({_DONE_BEFORE[stage]} before in this process; the {seconds * 1e3:.1f} ms "
+                f"measured is the cache look-up, not a {stage} - `%jax_stages` times a fresh one)"
+            )
+        elif stage == "compile" and report.compile_from_disk:
+            took = f"{seconds * 1e3:.1f} ms, reading the program from JAX's persistent compilation cache (not compiled)"
+        else:
+            took = f"{seconds * 1e3:.1f} ms"
+        facts.append((f"{stage} time", took))
+    how = (
+        "Built ahead of time, never run: `jax.jit(f).trace(*args)` (jax.stages.Traced: .jaxpr, .out_info) -> "
+        "`.lower()` (Lowered: .as_text(debug_info=True)) -> `.compile()` (Compiled: .as_text(), "
+        ".memory_analysis(), .cost_analysis())."
+    )
+    return Section("Program", [Facts(facts), Paragraph(how)])
 
 
 _UNITS = {"jaxpr": "jaxpr equation", "stablehlo": "StableHLO operation", "hlo": "HLO instruction"}
@@ -555,7 +536,7 @@ def _stage_cell(stage: str, ops: list[ScopeOp]) -> str:
     return text + (f" +{len(distinct) - 4}" if len(distinct) > 4 else "")
 
 
-def _lines_block(lines: list) -> list:
+def _lines_block(lines: list[SourceLine | None]) -> list[Block]:
     """A SourceLines block with each distinct line once (none when no line is known)."""
     distinct = list({(line.filename, line.lineno): line for line in lines if line is not None}.values())
     return [SourceLines(distinct[:8], "Your lines:")] if distinct else []
