@@ -12,10 +12,17 @@ import tracemalloc
 import types
 from collections.abc import Callable
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
+    from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
     from jax.stages import Wrapped
+
+    # one entry of ``jaxpr.walk_eqns``: (equation, its name path, in a backward pass, its sub-jaxprs, the
+    # equations enclosing it)
+    WalkedEqn = tuple[JaxprEqn, tuple[str, ...], bool, list[ClosedJaxpr | Jaxpr], tuple[JaxprEqn, ...]]
+    # how a jaxpr prints one equation (with the names ``str(jaxpr)`` gives its variables)
+    EqnPrinter = Callable[[JaxprEqn], str]
 
 import numpy as np
 
@@ -27,6 +34,12 @@ from jaxmagic.probes.hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, Capt
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 
+# A constant of a fresh trace of the function: (shape, dtype, where it was built, (name, kind) of the name
+# whose current value it is, ("", "") for none)
+RebuiltConstant = tuple[tuple[int, ...], str, Provenance, tuple[str, str]]
+# A Python number a literal or a name can hold (``bool`` kept apart: True is no 1.0 setting)
+Number = bool | int | float
+
 
 class NameEnvironment:
     """The values a traced function can read by name: its closure, its globals, the user's namespace.
@@ -35,7 +48,7 @@ class NameEnvironment:
     first asked for: a program that holds no constant never needs them.
     """
 
-    def __init__(self, fn, namespace: dict | None):
+    def __init__(self, fn: Callable[..., Any], namespace: dict[str, Any] | None):
         self._fn = fn
         self.namespace = namespace or {}
         self._module_globals = getattr(_unwrapped(fn), "__globals__", None) or {}
@@ -93,12 +106,12 @@ class NameEnvironment:
         value = _follow(value, dotted[len(base) :])
         return None if value is _MISSING else (value, kind)
 
-    def scalar_values(self) -> set:
+    def scalar_values(self) -> set[Number | None]:
         """Every Python number a name (or one attribute/key below it) can give: literals equal to
         none of these cannot be baked globals, and need no closer look."""
-        values = set()
+        values: set[Number | None] = set()
 
-        def add(value):
+        def add(value: object) -> None:
             number = _scalar(value, python_only=True)
             if number is not None:
                 values.add(_rounded(number))
@@ -120,10 +133,10 @@ class NameEnvironment:
         return values
 
     @property
-    def module_globals(self) -> dict:
+    def module_globals(self) -> dict[str, Any]:
         return self._module_globals
 
-    def by_value(self, value) -> tuple[str, str]:
+    def by_value(self, value: object) -> tuple[str, str]:
         """(name, kind) of the one NumPy array the function reads by name (its closure, the globals its code
         names) that ``value`` is JAX's copy of: the same shape and the same numbers in ``value``'s dtype (a
         float64 array JAX keeps as float32); ("", "") when none is, or more than one."""
@@ -162,7 +175,7 @@ class NameEnvironment:
 _MISSING = object()
 
 
-def _attribute(value, name: str):
+def _attribute(value: object, name: str) -> Any:
     """``getattr(value, name, None)`` for any object of the user's: a property or ``__getattr__`` that
     raises something other than AttributeError means "no such attribute" here, not our failure."""
     try:
@@ -171,7 +184,7 @@ def _attribute(value, name: str):
         return None
 
 
-def _follow(value, accessors: str):
+def _follow(value: Any, accessors: str) -> Any:
     """Apply ``.attr`` / ``['key']`` / ``[0]`` accessors without running user code."""
     for match in re.finditer(r"\.(\w+)|\[('([^']*)'|\"([^\"]*)\"|(-?\d+))\]", accessors):
         try:
@@ -189,19 +202,21 @@ def _follow(value, accessors: str):
     return value
 
 
-def _unwrapped(fn):
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
     try:
         return inspect.unwrap(fn)
     except ValueError:
         return fn
 
 
-def baked_literals(walked: list, env: NameEnvironment, printer=None) -> list[BakedLiteral]:
+def baked_literals(
+    walked: list[WalkedEqn], env: NameEnvironment, printer: EqnPrinter | None = None
+) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
     seen: set[tuple] = set()
     candidates = env.scalar_values()
     for eqn, _segments, _back, _subs, parents in walked:
-        literals = [v for v in eqn.invars if compat.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
+        literals = [v for v in eqn.invars if _is_literal(v) and _rounded(_scalar(v.val)) in candidates]
         if not literals:
             continue  # no global or closure value equals any literal here: nothing to look up
         line = eqn_line(eqn, parents)
@@ -241,7 +256,11 @@ def baked_literals(walked: list, env: NameEnvironment, printer=None) -> list[Bak
     return found
 
 
-def _literal_provenance(eqn, parents: tuple, line: SourceLine) -> Provenance:
+def _is_literal(var: Var | Literal) -> TypeGuard[Literal]:
+    return compat.is_literal(var)
+
+
+def _literal_provenance(eqn: JaxprEqn, parents: tuple[JaxprEqn, ...], line: SourceLine) -> Provenance:
     """The line that read the global while tracing (the one the table shows), with the function and
     the transformations around its equation."""
     used = of_equation(eqn, parents)
@@ -254,7 +273,7 @@ def _literal_provenance(eqn, parents: tuple, line: SourceLine) -> Provenance:
     )
 
 
-def _rounded(value):
+def _rounded(value: Number | None) -> Number | None:
     """A number as float32 would hold it (literals are usually f32): equal values compare equal."""
     if value is None or isinstance(value, bool):
         return value
@@ -264,7 +283,7 @@ def _rounded(value):
         return value
 
 
-def _literal_text(literal) -> str:
+def _literal_text(literal: Literal) -> str:
     """``2.0:f32[]``, as the jaxpr prints a literal (the value at its own precision: 0.9, not 0.8999...)."""
     aval = getattr(literal, "aval", None)
     value = _scalar(literal.val)
@@ -275,7 +294,7 @@ def _literal_text(literal) -> str:
     return f"{shown}:{aval_text(aval)}" if aval is not None else shown
 
 
-def _scalar(value, python_only: bool = False):
+def _scalar(value: object, python_only: bool = False) -> Number | None:
     """A Python number for a scalar value, else None (arrays with more than one element are not literals)."""
     if isinstance(value, bool):
         return bool(value)
@@ -296,12 +315,12 @@ def _scalar(value, python_only: bool = False):
     return None
 
 
-def _equal(a, b, literal=None) -> bool:
+def _equal(a: Number, b: Number, literal: Literal | None = None) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     try:
-        if literal is not None and hasattr(literal, "aval"):
-            dtype = np.dtype(literal.aval.dtype)
+        dtype = getattr(literal.aval, "dtype", None) if literal is not None else None
+        if dtype is not None:  # compared as the literal's dtype holds them: 0.1 == float32(0.1)
             return bool(np.asarray(a, dtype=dtype) == np.asarray(b, dtype=dtype))
         return float(a) == float(b)
     except (TypeError, ValueError, OverflowError):
@@ -309,7 +328,7 @@ def _equal(a, b, literal=None) -> bool:
 
 
 @lru_cache(maxsize=512)
-def _names_in_code(code: str) -> tuple[tuple[str, ...], tuple]:
+def _names_in_code(code: str) -> tuple[tuple[str, ...], tuple[int | float, ...]]:
     """Dotted names (``SCALE``, ``cfg.scale``, ``CONFIG['lr']``) and numeric constants in one line."""
     tree = None
     for candidate in (code, code.rstrip(":") + ": pass", "(" + code + ")"):
@@ -334,7 +353,7 @@ def _names_in_code(code: str) -> tuple[tuple[str, ...], tuple]:
     return tuple(sorted(dict.fromkeys(names), key=len, reverse=True)), tuple(constants)
 
 
-def _dotted(node) -> str | None:
+def _dotted(node: ast.expr) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -405,7 +424,7 @@ def captured_constants_of_call(
 
 
 def captured_constants(
-    closed, walked: list, env: NameEnvironment, fresh_trace: Callable[[], Any] | None = None
+    closed: ClosedJaxpr, walked: list[WalkedEqn], env: NameEnvironment, fresh_trace: Callable[[], Any] | None = None
 ) -> list[CapturedConstant]:
     """Arrays held as constants of the traced program (closed-over globals and closure values).
 
@@ -413,9 +432,10 @@ def captured_constants(
     recorded allocation (the trace came from JAX's cache, or tracemalloc was off), a fresh copy of
     the function is traced once with tracemalloc on, to find the line that built it.
     """
-    identities: dict | None = None  # looked up at the first constant: most programs hold none
-    rebuilt: list | None = None  # per top-level constant of a fresh trace: (shape, dtype, provenance)
-    found, seen = [], set()
+    identities: dict[int, tuple[str, str]] | None = None  # looked up at the first constant: most programs hold none
+    rebuilt: list[RebuiltConstant] | None = None  # per top-level constant of a fresh trace
+    found: list[CapturedConstant] = []
+    seen: set[int] = set()
     jaxprs = [(closed, ())] + [
         (sub, (*parents, eqn)) for eqn, _segments, _back, subs, parents in walked for sub in subs
     ]
@@ -457,33 +477,9 @@ def captured_constants(
                 if rebuilt is None:
                     rebuilt = _built_in_fresh_trace(fresh_trace, env)
                 if len(rebuilt) == len(consts) and rebuilt[index][:2] == (shape, str(value.dtype)):
-                    fresh, (now_name, now_kind) = rebuilt[index][2], rebuilt[index][3]
+                    now_name, now_kind, provenance = _as_built_afresh(rebuilt[index], provenance, env)
                     if now_name:
-                        # traced afresh, the function holds the name's current value; the program asked about
-                        # holds other numbers: JAX reused the program it traced before the name was rebound
                         name, kind, earlier = now_name, now_kind, True
-                        assigned = last_assignment(name, env.module_globals) if kind == "global" else None
-                        now = f" (its current value was assigned at {assigned.where})" if assigned is not None else ""
-                        provenance = Provenance(
-                            function=provenance.function,
-                            transforms=provenance.transforms,
-                            unknown=(
-                                f"the program holds an earlier value of `{name}`{now}: JAX reused the program it "
-                                f"traced for this function before `{name}` was assigned again; a fresh trace of the "
-                                "function holds the current one"
-                            ),
-                        )
-                    elif fresh.made_at is not None:
-                        function = fresh.function
-                        provenance = Provenance(
-                            made_at=fresh.made_at,
-                            function=function,
-                            transforms=provenance.transforms if function == provenance.function else [],
-                        )
-                    else:
-                        _reason, _, first_use = provenance.unknown.partition("; ")
-                        why = f"{fresh.unknown} (seen in a fresh trace of the function with tracemalloc on)"
-                        provenance.unknown = f"{why}; {first_use}" if first_use else why
                 else:
                     provenance.unknown += "; a fresh trace of the function did not make the same constants"
             found.append(
@@ -503,14 +499,51 @@ def captured_constants(
     return found
 
 
-def _first_use(jaxpr, var):
+def _as_built_afresh(
+    rebuilt: RebuiltConstant, provenance: Provenance, env: NameEnvironment
+) -> tuple[str, str, Provenance]:
+    """What a fresh trace of the function tells of a constant: (name, kind, provenance). A name when the fresh
+    trace holds that name's current value (so the program asked about holds an earlier one); else ("", "",
+    provenance) with the line that built it, or why it could not be told."""
+    fresh, (now_name, now_kind) = rebuilt[2], rebuilt[3]
+    if now_name:
+        # traced afresh, the function holds the name's current value; the program asked about
+        # holds other numbers: JAX reused the program it traced before the name was rebound
+        assigned = last_assignment(now_name, env.module_globals) if now_kind == "global" else None
+        now = f" (its current value was assigned at {assigned.where})" if assigned is not None else ""
+        return (
+            now_name,
+            now_kind,
+            Provenance(
+                function=provenance.function,
+                transforms=provenance.transforms,
+                unknown=(
+                    f"the program holds an earlier value of `{now_name}`{now}: JAX reused the program it "
+                    f"traced for this function before `{now_name}` was assigned again; a fresh trace of the "
+                    "function holds the current one"
+                ),
+            ),
+        )
+    if fresh.made_at is not None:
+        function = fresh.function
+        transforms = provenance.transforms if function == provenance.function else []
+        return "", "", Provenance(made_at=fresh.made_at, function=function, transforms=transforms)
+    _reason, _, first_use = provenance.unknown.partition("; ")
+    why = f"{fresh.unknown} (seen in a fresh trace of the function with tracemalloc on)"
+    provenance.unknown = f"{why}; {first_use}" if first_use else why
+    return "", "", provenance
+
+
+def _first_use(jaxpr: Jaxpr, var: Var) -> JaxprEqn | None:
     for eqn in jaxpr.eqns:
         if any(v is var for v in eqn.invars):
             return eqn
     return None
 
 
-def constant_provenance(value, use, enclosing: tuple, line: SourceLine | None) -> Provenance:
+def constant_provenance(
+    value: object, use: JaxprEqn | None, enclosing: tuple[JaxprEqn, ...], line: SourceLine | None
+) -> Provenance:
     """Where a constant of the program was built: the line that allocated it (``tracemalloc``,
     for a NumPy array the NumPy call itself, never a copy JAX made), with the function and
     transformations of its first use; otherwise no line, and why - the program records only
@@ -537,12 +570,12 @@ def constant_provenance(value, use, enclosing: tuple, line: SourceLine | None) -
 # -- the building line from a fresh trace ------------------------------------------------
 
 
-def _not_recorded(value) -> bool:
+def _not_recorded(value: np.ndarray) -> bool:
     """True when tracemalloc holds no allocation record for the array (off, or started after it)."""
     if not tracemalloc.is_tracing():
         return True
     root = value
-    while isinstance(getattr(root, "base", None), np.ndarray):
+    while isinstance(root.base, np.ndarray):  # a view: its allocation is its base's
         root = root.base
     try:
         return tracemalloc.get_object_traceback(root) is None
@@ -569,7 +602,7 @@ def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any]
             "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()) or None,
         }
 
-    def trace():
+    def trace() -> ClosedJaxpr:
         import jax  # deferred: importing the probes does not import JAX
 
         copy = functools.wraps(original)(lambda *a, **k: original(*a, **k))
@@ -578,9 +611,7 @@ def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any]
     return trace
 
 
-def _built_in_fresh_trace(
-    fresh_trace: Callable[[], Any], env: NameEnvironment
-) -> list[tuple[tuple, str, Provenance, tuple[str, str]]]:
+def _built_in_fresh_trace(fresh_trace: Callable[[], Any], env: NameEnvironment) -> list[RebuiltConstant]:
     """(shape, dtype, where it was built, the name whose current value it is) of each constant of a fresh
     trace made with tracemalloc on; [] when the trace fails. Runs the function's Python code once more."""
     started = not tracemalloc.is_tracing()

@@ -7,11 +7,12 @@ The measuring - snapshots, grouping, the holder search - is
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Concern, Status, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table, split_headline
+from jaxmagic.report import Concern, SourceLine, Status, act, failed
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, Table, split_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes, short_dtype
 
@@ -87,7 +88,7 @@ class ContainerFinding:
         return f"{short_dtype(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
 
     @property
-    def line(self):
+    def line(self) -> SourceLine | None:
         """The line that made the first array of the container, or None when it could not be told."""
         return self.provenance.made_at if self.provenance is not None else None
 
@@ -181,7 +182,7 @@ class LiveReport(Report):
     def count_by_kind(self, kind: str) -> int:
         return sum(g.by_kind.get(kind, 0) for g in self.groups)
 
-    def group(self, shape, dtype: str | None = None) -> LiveGroup | None:
+    def group(self, shape: Sequence[int], dtype: str | None = None) -> LiveGroup | None:
         """The first group of this shape (and dtype, e.g. "float32"), or None."""
         for g in self.groups:
             if tuple(g.shape) == tuple(shape) and (dtype is None or g.dtype == dtype):
@@ -297,121 +298,28 @@ class LiveReport(Report):
 
     # -- rendering ------------------------------------------------------------
 
-    def document(self):
+    def document(self) -> Document:
         # the summary's sentences its headline had no room for, right below it: a container's or an array kept
         # alone is said by its own section, then drawn open
         also = self.also_found
         told_apart = {self._container_sentence().strip(), self._kept_alone_sentence().strip()}
         rest = [t for t in also if t not in told_apart]
         sections = [Section("Also found", [Paragraph(t) for t in rest], pinned=True)] if rest else []
-        shown = self.groups if self.top is None else self.groups[: self.top]
         if self.groups:
-            rows = []
-            sharded = any(g.device_bytes_each != g.bytes_each for g in shown)
-            for g in shown:
-                row = [
-                    f"`{g.type_text}`",
-                    g.placement,
-                    str(g.count),
-                    format_bytes(g.bytes_each),
-                    format_bytes(g.total_bytes),
-                ]
-                if sharded:
-                    row.append(format_bytes(g.device_bytes_each * g.count))
-                rows.append(row + [self._held_text(g)])
-            made = any(g.provenance is not None and g.provenance.made_at is not None for g in shown)
-            if made:
-                for row, g in zip(rows, shown):
-                    line = g.provenance.made_at if g.provenance is not None else None
-                    row.append(f"{line.label or line.filename}:{line.lineno}" if line else "-")
-            columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
-            blocks = [Table(columns + ["held by"] + (["made at (one of them)"] if made else []), rows)]
-            if sharded:
-                blocks.append(
-                    Paragraph(
-                        "Sizes are the arrays' own; `on devices` adds up their shards on this "
-                        "process's devices, so a replicated array counts once per device."
-                    )
-                )
-            if len(shown) < len(self.groups):
-                rest = self.groups[len(shown) :]
-                blocks.append(
-                    Paragraph(
-                        f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
-                        f"array(s), {format_bytes(sum(g.total_bytes for g in rest))} (--top to see more)."
-                    )
-                )
-            title = "Left alive by the cell" if self.mode == "cell" else "Live arrays"
-            sections.append(Section(title, blocks))
+            sections.append(live_arrays_section(self))
         if self.containers:
-            sections.append(
-                dataclasses.replace(self._container_section(), pinned=self._container_sentence().strip() in also)
-            )
+            pinned = self._container_sentence().strip() in also
+            sections.append(dataclasses.replace(containers_section(self.containers), pinned=pinned))
         fix = self.fix
         if self.kept_alone:
-            blocks = []
-            for kept in self.kept_alone[:8]:
-                blocks += [Paragraph(kept.sentence + ".")] + ([Paragraph(kept.fix)] if kept.fix != fix else [])
             pinned = self._kept_alone_sentence().strip() in also
-            sections.append(Section("Kept alive only by a container of yours", blocks, pinned=pinned))
+            sections.append(dataclasses.replace(kept_alone_section(self.kept_alone, fix), pinned=pinned))
         advice = [a for a in self._advice() if a != fix]  # the fix is the document's own line
         if advice:
             sections.append(Section("What holds them", [Paragraph(a) for a in advice]))
-        facts = []
-        if self.mode == "cell":
-            facts += [
-                ("before the cell", f"{self.before_arrays} arrays, {format_bytes(self.before_bytes)}"),
-                ("after the cell", f"{self.total_arrays} arrays, {format_bytes(self.total_bytes)}"),
-                ("created and still alive", f"{self.arrays} arrays, {format_bytes(self.bytes)}"),
-                ("freed by the cell", f"{self.freed_arrays} arrays, {format_bytes(self.freed_bytes)}"),
-            ]
-            if self.result_arrays:
-                facts.append(
-                    (
-                        f"the cell's result {self.result_label}",
-                        f"{self.result_arrays} arrays, {format_bytes(self.result_bytes)} (not counted above)",
-                    )
-                )
-        else:
-            facts.append(("live arrays", f"{self.total_arrays}, {format_bytes(self.total_bytes)}"))
-        missing = [d.device for d in self.devices if d.stats is None]
-        if missing:
-            where = missing[0] if len(missing) == 1 else f"{len(missing)} devices ({missing[0]}...)"
-            facts.append(
-                (
-                    f"{where} memory_stats()",
-                    "None (this backend reports no device memory figures; the sizes above are the arrays' own)",
-                )
-            )
-        for device in [d for d in self.devices if d.stats is not None][:8]:
-            keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
-            text = ", ".join(f"{k} {format_bytes(device.stats[k])}" for k in keys if k in device.stats)
-            facts.append((f"{device.device} memory_stats()", text or str(device.stats)))
-        if self.groups and not self.allocations_recorded:
-            facts.append(
-                (
-                    "lines that made them",
-                    "not recorded: tracemalloc was not tracing (`import tracemalloc; tracemalloc.start(25)` "
-                    "before the code that makes the arrays records them)",
-                )
-            )
-        if self.search_truncated:
-            facts.append(("holder search", f"stopped after {self.searched} values; some holders may be missing"))
-        sections.append(Section("Memory", [Facts(facts)]))
+        sections.append(Section("Memory", [Facts(memory_facts(self))]))
         if self.profile_path:
-            sections.append(
-                Section(
-                    "Device memory profile",
-                    [
-                        Paragraph(
-                            f"Saved `{self.profile_path}` ({format_bytes(self.profile_bytes)}, pprof format: gzip-compressed "
-                            "protobuf) with `jax.profiler.save_device_memory_profile`. It sums the live buffers by the "
-                            f"Python stack that allocated them. Open it with `pprof -http=:8080 {self.profile_path}` "
-                            "(pprof: `go install github.com/google/pprof@latest`) for a flame graph by allocating line."
-                        )
-                    ],
-                )
-            )
+            sections.append(device_memory_profile_section(self.profile_path, self.profile_bytes))
         title = "%%jax_live" if self.mode == "cell" else "%jax_live"
         return Document(title, self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
 
@@ -430,36 +338,6 @@ class LiveReport(Report):
         if self.mode == "cell" and any(g.held_by_names for g in self.groups):
             return advice[-1]  # the cell's own names hold them: the advice on containers filled in a loop
         return advice[0] if advice else ""
-
-    def _container_section(self) -> Section:
-        blocks: list = []
-        for finding in self.containers[:8]:
-            blocks.append(
-                Paragraph(
-                    f"{finding.sentence}: `{finding.holders}`. Each is an array of its own, with its own buffer "
-                    "and Python object; a container filled in a loop keeps growing with it."
-                )
-            )
-            if finding.provenance is not None:
-                blocks += provenance_blocks(finding.provenance, f"the arrays in `{finding.container}`")
-            if finding.fix:
-                blocks.append(Paragraph(finding.fix))
-        if len(self.containers) > 8:
-            blocks.append(Paragraph(f"... and {len(self.containers) - 8} more container(s) (see `to_dict()`)."))
-        return Section(f"Containers holding {CONTAINER_ARRAYS} or more arrays of one shape", blocks)
-
-    def _held_text(self, g: LiveGroup) -> str:
-        parts = []
-        if g.holders:
-            parts.append(_join_holders(g.holders, _SHOWN_HOLDERS))
-        if g.in_output_cache and not g.held_by_names:
-            parts.append("IPython's output cache")
-        if g.in_jit_cache:
-            functions = ", ".join(f"jit({f})" for f in g.jit_functions[:3])
-            parts.append(f"jit cache: constant of {functions}" if functions else "jit cache")
-        if g.elsewhere:
-            parts.append(f"{g.elsewhere} held elsewhere" if g.elsewhere < g.count else "held elsewhere")
-        return "; ".join(parts) or "-"
 
     def _advice(self) -> list[str]:
         advice = []
@@ -496,6 +374,141 @@ class LiveReport(Report):
                 "an array's buffer at once, whatever still refers to it."
             )
         return advice
+
+
+def live_arrays_section(report: LiveReport) -> Section:
+    """ "Live arrays" ("Left alive by the cell"): the groups of arrays, the largest first, with who holds them
+    and the line that made one of them."""
+    shown = report.groups if report.top is None else report.groups[: report.top]
+    sharded = any(g.device_bytes_each != g.bytes_each for g in shown)
+    made = any(g.provenance is not None and g.provenance.made_at is not None for g in shown)
+    rows = []
+    for g in shown:
+        row = [f"`{g.type_text}`", g.placement, str(g.count), format_bytes(g.bytes_each), format_bytes(g.total_bytes)]
+        if sharded:
+            row.append(format_bytes(g.device_bytes_each * g.count))
+        row.append(_held_text(g))
+        if made:
+            line = g.provenance.made_at if g.provenance is not None else None
+            row.append(f"{line.label or line.filename}:{line.lineno}" if line else "-")
+        rows.append(row)
+    columns = ["array", "placement", "count", "each", "total"] + (["on devices"] if sharded else [])
+    blocks: list[Block] = [Table(columns + ["held by"] + (["made at (one of them)"] if made else []), rows)]
+    if sharded:
+        blocks.append(
+            Paragraph(
+                "Sizes are the arrays' own; `on devices` adds up their shards on this "
+                "process's devices, so a replicated array counts once per device."
+            )
+        )
+    if len(shown) < len(report.groups):
+        rest = report.groups[len(shown) :]
+        blocks.append(
+            Paragraph(
+                f"... and {len(rest)} smaller group(s): {sum(g.count for g in rest)} "
+                f"array(s), {format_bytes(sum(g.total_bytes for g in rest))} (--top to see more)."
+            )
+        )
+    return Section("Left alive by the cell" if report.mode == "cell" else "Live arrays", blocks)
+
+
+def containers_section(containers: list[ContainerFinding]) -> Section:
+    """ "Containers holding 100 or more arrays of one shape": each container, where its arrays were made, its fix."""
+    blocks: list[Block] = []
+    for finding in containers[:8]:
+        blocks.append(
+            Paragraph(
+                f"{finding.sentence}: `{finding.holders}`. Each is an array of its own, with its own buffer "
+                "and Python object; a container filled in a loop keeps growing with it."
+            )
+        )
+        if finding.provenance is not None:
+            blocks += provenance_blocks(finding.provenance, f"the arrays in `{finding.container}`")
+        if finding.fix:
+            blocks.append(Paragraph(finding.fix))
+    if len(containers) > 8:
+        blocks.append(Paragraph(f"... and {len(containers) - 8} more container(s) (see `to_dict()`)."))
+    return Section(f"Containers holding {CONTAINER_ARRAYS} or more arrays of one shape", blocks)
+
+
+def kept_alone_section(kept_alone: list[KeptAlone], fix: str) -> Section:
+    """ "Kept alive only by a container of yours": each such container and its fix (unless it is ``fix``, the
+    document's own line)."""
+    blocks: list[Block] = []
+    for kept in kept_alone[:8]:
+        blocks += [Paragraph(kept.sentence + ".")] + ([Paragraph(kept.fix)] if kept.fix != fix else [])
+    return Section("Kept alive only by a container of yours", blocks)
+
+
+def memory_facts(report: LiveReport) -> list[tuple[str, str]]:
+    """The facts of the "Memory" section: the arrays before and after (a cell) or alive (a snapshot), each
+    device's memory_stats(), and what could not be told."""
+    facts = []
+    if report.mode == "cell":
+        facts += [
+            ("before the cell", f"{report.before_arrays} arrays, {format_bytes(report.before_bytes)}"),
+            ("after the cell", f"{report.total_arrays} arrays, {format_bytes(report.total_bytes)}"),
+            ("created and still alive", f"{report.arrays} arrays, {format_bytes(report.bytes)}"),
+            ("freed by the cell", f"{report.freed_arrays} arrays, {format_bytes(report.freed_bytes)}"),
+        ]
+        if report.result_arrays:
+            result = f"{report.result_arrays} arrays, {format_bytes(report.result_bytes)} (not counted above)"
+            facts.append((f"the cell's result {report.result_label}", result))
+    else:
+        facts.append(("live arrays", f"{report.total_arrays}, {format_bytes(report.total_bytes)}"))
+    missing = [d.device for d in report.devices if d.stats is None]
+    if missing:
+        where = missing[0] if len(missing) == 1 else f"{len(missing)} devices ({missing[0]}...)"
+        facts.append(
+            (
+                f"{where} memory_stats()",
+                "None (this backend reports no device memory figures; the sizes above are the arrays' own)",
+            )
+        )
+    for device, stats in [(d.device, d.stats) for d in report.devices if d.stats is not None][:8]:
+        keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
+        text = ", ".join(f"{k} {format_bytes(stats[k])}" for k in keys if k in stats)
+        facts.append((f"{device} memory_stats()", text or str(stats)))
+    if report.groups and not report.allocations_recorded:
+        facts.append(
+            (
+                "lines that made them",
+                "not recorded: tracemalloc was not tracing (`import tracemalloc; tracemalloc.start(25)` "
+                "before the code that makes the arrays records them)",
+            )
+        )
+    if report.search_truncated:
+        facts.append(("holder search", f"stopped after {report.searched} values; some holders may be missing"))
+    return facts
+
+
+def device_memory_profile_section(path: str, size: int) -> Section:
+    """ "Device memory profile": where the pprof profile was saved and how to open it."""
+    return Section(
+        "Device memory profile",
+        [
+            Paragraph(
+                f"Saved `{path}` ({format_bytes(size)}, pprof format: gzip-compressed "
+                "protobuf) with `jax.profiler.save_device_memory_profile`. It sums the live buffers by the "
+                f"Python stack that allocated them. Open it with `pprof -http=:8080 {path}` "
+                "(pprof: `go install github.com/google/pprof@latest`) for a flame graph by allocating line."
+            )
+        ],
+    )
+
+
+def _held_text(g: LiveGroup) -> str:
+    parts = []
+    if g.holders:
+        parts.append(_join_holders(g.holders, _SHOWN_HOLDERS))
+    if g.in_output_cache and not g.held_by_names:
+        parts.append("IPython's output cache")
+    if g.in_jit_cache:
+        functions = ", ".join(f"jit({f})" for f in g.jit_functions[:3])
+        parts.append(f"jit cache: constant of {functions}" if functions else "jit cache")
+    if g.elsewhere:
+        parts.append(f"{g.elsewhere} held elsewhere" if g.elsewhere < g.count else "held elsewhere")
+    return "; ".join(parts) or "-"
 
 
 def _join_holders(holders: list[str], limit: int) -> str:
