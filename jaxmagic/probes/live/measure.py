@@ -14,8 +14,8 @@ import operator
 import os
 import tracemalloc
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import compat
 from jaxmagic.probes._support.attribution import of_allocation
@@ -23,6 +23,7 @@ from jaxmagic.probes._support.holders.search import (
     KIND_NAME,
     KIND_OUTPUT,
     KIND_TRACEBACK,
+    HolderSearch,
     find_holders,
     namespace_roots,
     traceback_roots,
@@ -38,6 +39,9 @@ from jaxmagic.probes.live.report import (
     LiveReport,
 )
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    import jax
 
 PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces
 
@@ -103,7 +107,15 @@ def live_diff(
         _finish_cell_report(report, before, before_sizes, namespace, out_cache, outputs_before, profile)
 
 
-def _finish_cell_report(report, before, before_sizes, namespace, out_cache, outputs_before, profile) -> None:
+def _finish_cell_report(
+    report: LiveReport,
+    before: dict[int, weakref.ref[jax.Array]],
+    before_sizes: dict[int, int],
+    namespace: dict[str, Any] | None,
+    out_cache: object,
+    outputs_before: set[object],
+    profile: str | None,
+) -> None:
     """Fill in what the block left alive (called on the way out of ``live(mode="cell")``)."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
@@ -117,7 +129,7 @@ def _finish_cell_report(report, before, before_sizes, namespace, out_cache, outp
         report.freed_arrays = len(before) - len(alive_before)
         report.freed_bytes = sum(size for key, size in before_sizes.items() if key not in alive_before)
         created = [a for a in arrays if id(a) not in alive_before]
-        excluded = _result_arrays(report, created, namespace, out_cache, outputs_before)
+        excluded = _result_arrays(report, created, out_cache, outputs_before)
         _describe(report, arrays, namespace, excluded=alive_before | excluded, created=created)
         del created
     finally:
@@ -128,7 +140,9 @@ def _finish_cell_report(report, before, before_sizes, namespace, out_cache, outp
         _save_profile(report, profile)
 
 
-def _result_arrays(report: LiveReport, created: list, namespace, out_cache, outputs_before: set) -> frozenset:
+def _result_arrays(
+    report: LiveReport, created: list[jax.Array], out_cache: object, outputs_before: set[object]
+) -> frozenset[int]:
     """Ids of the created arrays reachable from the output-cache entries the block added (its result)."""
     if not isinstance(out_cache, dict):
         return frozenset()
@@ -156,25 +170,58 @@ def _describe(
     if excluded:
         subject = [a for a in subject if id(a) not in excluded]
     one_device = jax.device_count() == 1 and jax.process_count() == 1
+    group_of, groups, group_index, sample_position = _grouped(subject, one_device)
+    report.total_bytes = sum(g.total_bytes for g in groups) if created is None else _nbytes(arrays)
+
+    roots = namespace_roots(namespace) + traceback_roots()
+    # the holder search only hashes a group's key (here the arrays' aval); holders/search types it int
+    search = find_holders(group_of, roots)  # type: ignore[arg-type]
+    del roots
+    report.searched, report.search_truncated = search.visited, search.truncated
+    best = search.best_kind
+    unheld = group_of.keys() - best.keys() if len(best) < len(group_of) else set()
+    jit_held = _jit_cache_constants(subject, unheld, group_of) if unheld else {}
+    _count_holder_kinds(groups, group_index, search, {target: group_of[target] for target in unheld}, jit_held)
+    _name_holders(groups, search, group_index)
+    report.containers = _container_findings(search, groups, group_index, subject, cell=created is not None)
+    ours = [arrays, subject] + ([created] if created is not None else [])
+    report.kept_alone = kept_alone(search, groups, group_index, subject, ours)
+    report.allocations_recorded = tracemalloc.is_tracing()
+    if report.allocations_recorded:
+        # The line that made one array of each of the largest groups: one traceback lookup per group.
+        largest = sorted(range(len(groups)), key=lambda i: -groups[i].total_bytes)[:PROVENANCE_GROUPS]
+        for i in largest:
+            groups[i].provenance = of_allocation(subject[sample_position[i]])
+    del subject
+    groups.sort(key=lambda g: (-g.total_bytes, -g.count))
+    report.groups = groups
+
+
+def _grouped(
+    subject: list[jax.Array], one_device: bool
+) -> tuple[dict[int, Hashable], list[LiveGroup], dict[Hashable, int], list[int]]:
+    """The arrays grouped by shape, dtype and placement: (array id -> its tag, the groups with their counts,
+    tag -> index of its group, per group the position in ``subject`` of one of its arrays)."""
     # Grouping 100,000 arrays is the hot loop. JAX shares one aval object among arrays of
     # the same shape and dtype, and interns it (hashed and compared by identity, in C), so
     # the aval itself is a cheap first key: no int per array; counting and the id -> key
     # map then run as C loops. Keys that turn out to mean the same (shape, dtype,
     # placement) are merged below.
+    group_of: dict[int, Hashable]
     if one_device:
         group_of = dict(zip(map(id, subject), map(operator.attrgetter("aval"), subject)))
     else:
         group_of = dict(zip(map(id, subject), [(id(a.aval), a.sharding) for a in subject]))
     counts = collections.Counter(group_of.values())
-    first_position: dict[Any, int] = {}
+    first_position: dict[Hashable, int] = {}
     for position, tag in enumerate(group_of.values()):  # stops once every key has its sample, usually at once
         if tag not in first_position:
             first_position[tag] = position
             if len(first_position) == len(counts):
                 break
     groups: list[LiveGroup] = []
-    merged: dict[tuple, int] = {}
-    group_index: dict[Any, int] = {}
+    merged: dict[tuple[tuple[int, ...], str, str], int] = {}
+    group_index: dict[Hashable, int] = {}
     sample_position: list[int] = []  # per group: the position in ``subject`` of one of its arrays
     for tag, position in first_position.items():
         sample = subject[position]
@@ -194,45 +241,34 @@ def _describe(
             )
         groups[index].count += counts[tag]
         group_index[tag] = index
-    sample = None  # no reference of ours to an array outlives the loop: the holder checks count referrers
-    del first_position
-    report.total_bytes = sum(g.total_bytes for g in groups) if created is None else _nbytes(arrays)
+    # no reference of ours to an array outlives this function: the holder checks count referrers
+    return group_of, groups, group_index, sample_position
 
-    roots = namespace_roots(namespace) + traceback_roots()
-    search = find_holders(group_of, roots)
-    del roots
-    report.searched, report.search_truncated = search.visited, search.truncated
-    best = search.best_kind
-    unheld = group_of.keys() - best.keys() if len(best) < len(group_of) else set()
-    jit_held = _jit_cache_constants(subject, unheld, group_of) if unheld else {}
+
+def _count_holder_kinds(
+    groups: list[LiveGroup],
+    group_index: dict[Hashable, int],
+    search: HolderSearch,
+    unheld: dict[int, Hashable],
+    jit_held: dict[int, str],
+) -> None:
+    """Count each group's arrays by their best holder's kind: the search's kinds, then for the arrays it
+    found no holder of (``unheld``: id -> tag), the jit cache (``jit_held``: id -> function) or elsewhere."""
     for (tag, kind), count in search.kind_counts.items():
         if count:
             counts_of = groups[group_index[tag]].by_kind
             counts_of[kind] = counts_of.get(kind, 0) + count
-    for target in unheld:
-        group = groups[group_index[group_of[target]]]
+    for target, target_tag in unheld.items():
+        group = groups[group_index[target_tag]]
         if target in jit_held:
             group.by_kind[KIND_JIT_CACHE] = group.by_kind.get(KIND_JIT_CACHE, 0) + 1
             if jit_held[target] not in group.jit_functions:
                 group.jit_functions.append(jit_held[target])
         else:
             group.by_kind[KIND_ELSEWHERE] = group.by_kind.get(KIND_ELSEWHERE, 0) + 1
-    _name_holders(groups, search, group_index)
-    report.containers = _container_findings(search, groups, group_index, subject, cell=created is not None)
-    ours = [arrays, subject] + ([created] if created is not None else [])
-    report.kept_alone = kept_alone(search, groups, group_index, subject, ours)
-    report.allocations_recorded = tracemalloc.is_tracing()
-    if report.allocations_recorded:
-        # The line that made one array of each of the largest groups: one traceback lookup per group.
-        largest = sorted(range(len(groups)), key=lambda i: -groups[i].total_bytes)[:PROVENANCE_GROUPS]
-        for i in largest:
-            groups[i].provenance = of_allocation(subject[sample_position[i]])
-    del subject
-    groups.sort(key=lambda g: (-g.total_bytes, -g.count))
-    report.groups = groups
 
 
-def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
+def _name_holders(groups: list[LiveGroup], search: HolderSearch, group_index: dict[Hashable, int]) -> None:
     """Compressed holder labels per group: ``debug_cache[0..9]``, ``hist['acts'][3]``, ``Out[12]``."""
     order = {KIND_NAME: 0, KIND_OUTPUT: 1, KIND_TRACEBACK: 2}
     runs: dict[tuple[int, str, str], list[int]] = {}
@@ -248,16 +284,16 @@ def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
         per_group.setdefault(group, []).append((order[kind], _run_label(container, "", low, high, count)))
     index_runs: dict[tuple[int, str, tuple[str, str]], list[int]] = {}
     for (tag, kind, parts), (low, high, count) in search.index_runs.items():
-        key = (group_index[tag], kind, parts)
-        if key in index_runs:
-            run = index_runs[key]
+        index_key = (group_index[tag], kind, parts)
+        if index_key in index_runs:
+            run = index_runs[index_key]
             run[0], run[1], run[2] = min(run[0], low), max(run[1], high), run[2] + count
         else:
-            index_runs[key] = [low, high, count]
+            index_runs[index_key] = [low, high, count]
     for (group, kind, (before, after)), (low, high, count) in index_runs.items():
         per_group.setdefault(group, []).append((order[kind], _run_label(before, after, low, high, count)))
-    for tag, labelled in search.group_labels.items():
-        for kind, label in labelled:
+    for tag, other_labels in search.group_labels.items():
+        for kind, label in other_labels:
             per_group.setdefault(group_index[tag], []).append((order[kind], label))
     for group, labelled in per_group.items():
         labelled.sort(key=lambda item: item[0])
@@ -268,7 +304,12 @@ def _name_holders(groups: list[LiveGroup], search, group_index: dict) -> None:
 
 
 def _container_findings(
-    search, groups: list[LiveGroup], group_index: dict, subject: list, *, cell: bool
+    search: HolderSearch,
+    groups: list[LiveGroup],
+    group_index: dict[Hashable, int],
+    subject: list[jax.Array],
+    *,
+    cell: bool,
 ) -> list[ContainerFinding]:
     """Containers of the user's holding ``CONTAINER_ARRAYS`` or more arrays of one group.
 
@@ -296,8 +337,8 @@ def _container_findings(
         key = (group_index[tag], f"{before}[i]{after}")
         entry = found.get(key)
         if entry is None:
-            first = search.index_first.get((tag, kind, (before, after)))
-            found[key] = [count, first, _run_label(before, after, low, high, count), "nested"]
+            first_id = search.index_first.get((tag, kind, (before, after)))
+            found[key] = [count, first_id, _run_label(before, after, low, high, count), "nested"]
         else:
             entry[0] += count
     flagged = [(key, entry) for key, entry in found.items() if entry[0] >= CONTAINER_ARRAYS]
@@ -364,7 +405,7 @@ def _run_label(before: str, after: str, low: int, high: int, count: int) -> str:
 
 
 def _jit_cache_constants(
-    subject: list, unheld: set[int], group_of: dict[int, int], per_group: int = 2, limit: int = 48
+    subject: list[jax.Array], unheld: set[int], group_of: dict[int, Hashable], per_group: int = 2, limit: int = 48
 ) -> dict[int, str]:
     """Of the ``unheld`` array ids, those held as constants of a traced jaxpr, with the function's name.
 
@@ -377,7 +418,7 @@ def _jit_cache_constants(
     jaxprs is then known, sampled or not.
     """
     jaxpr_types = compat.jaxpr_types()
-    taken: dict[int, int] = {}
+    taken: dict[Hashable, int] = {}  # group -> arrays of it sampled
     sample = []
     for a in itertools.compress(subject, map(unheld.__contains__, map(id, subject))):
         group = group_of[id(a)]
@@ -412,7 +453,7 @@ def _jit_cache_constants(
 _SIZES: dict[tuple, int] = {}
 
 
-def _nbytes_one(a) -> int:
+def _nbytes_one(a: jax.Array) -> int:
     """The array's (global) size in bytes, from its shape and dtype: cheaper than ``a.nbytes``."""
     key = (a.shape, a.dtype)
     size = _SIZES.get(key)
@@ -426,11 +467,11 @@ def _nbytes_one(a) -> int:
     return size
 
 
-def _nbytes(arrays) -> int:
+def _nbytes(arrays: Iterable[jax.Array]) -> int:
     return sum(_nbytes_one(a) for a in arrays)
 
 
-def _device_bytes(a) -> int:
+def _device_bytes(a: jax.Array) -> int:
     """Bytes the array's shards take on this process's devices (from its sharding: asking for its shards
     would leave jaxlib's per-shard arrays alive with it - ``compat.addressable_shards``)."""
     try:
@@ -439,10 +480,11 @@ def _device_bytes(a) -> int:
         return _nbytes_one(a)
 
 
-def _placement(a) -> str:
+def _placement(a: jax.Array) -> str:
     try:
         sharding = a.sharding
-        devices = sorted(sharding.device_set, key=lambda d: d.id)
+        # jaxlib's Device has no stubs: its attributes are read as Any
+        devices: list[Any] = sorted(sharding.device_set, key=operator.attrgetter("id"))
     except Exception:
         return "?"
     if len(devices) == 1:
