@@ -7,7 +7,7 @@ import math
 
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, Status, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes
 
@@ -209,90 +209,17 @@ class BisectReport(Report):
             text += f" The jitted function captures {names} by closure (the section 1.4 trap)."
         return text
 
-    def document(self):
-
-        sections = []
-        rows = []
-        for run in (self.jit, self.eager, self.reference):
-            if run is None:
-                continue
-            if not run.ok:
-                rows.append([run.name, run.how, "failed", "-", "-", run.error])
-                continue
-            if run.name == "reference":
-                rows.append([run.name, run.how, "-", "-", "-", ", ".join(run.leaves[:3])])
-                continue
-            compared = self.reference_kind != "none"
-            rows.append(
-                [
-                    run.name,
-                    run.how,
-                    short_number(run.max_abs_error) if compared else "-",
-                    short_number(run.max_rel_error) if compared else "-",
-                    ("equal" if run.equal else ("close" if run.max_rel_error <= self.rtol else "WRONG"))
-                    if compared and run.max_rel_error is not None
-                    else "-",
-                    (f"worst leaf {run.worst_leaf}" if run.worst_leaf else "") or ", ".join(run.leaves[:3]),
-                ]
-            )
-        sections.append(
-            Section(
-                "Three runs",
-                [
-                    Table(["run", "how", "max abs error", "max rel error", "vs reference", "notes"], rows),
-                    Facts(
-                        [
-                            (
-                                "tolerance",
-                                f"relative {short_number(self.rtol)} (of the largest reference value of each leaf)",
-                            ),
-                            ("reference", self.reference_note or self.reference_kind),
-                        ]
-                        + (
-                            [("jit vs eager", f"max relative difference {short_number(self.jit_vs_eager)}")]
-                            if self.jit_vs_eager is not None
-                            else []
-                        )
-                    ),
-                ],
-            )
-        )
+    def document(self) -> Document:
         fix = self.fix
-        verdict: list = [Facts([("verdict", self.verdict_text)])]
+        sections = [three_runs_section(self)]
+        verdict: list[Block] = [Facts([("verdict", self.verdict_text)])]
         if self.next_step and self.next_step != fix:  # the fix is the document's own line
             verdict.append(Paragraph(self.next_step))
         sections.append(Section("Verdict", verdict))
-        before = self.before_program
-        if before is not None:
-            blocks: list = [
-                Facts([("stage", before.stage_text), ("explains the difference", "yes" if before.explains else "no")]),
-                Paragraph(before.checked),
-            ]
-            if before.explains and before.provenance is not None:
-                blocks += provenance_blocks(before.provenance, "the difference")
-                if before.line_how:
-                    blocks.append(Paragraph(f"Why this line: {before.line_how}."))
-            if before.dicts:
-                blocks.append(
-                    Table(
-                        ["dict", "keys as given", "keys as jit gives them"],
-                        [[f"`{d.path}`", ", ".join(d.given_order), ", ".join(d.jit_order)] for d in before.dicts],
-                    )
-                )
-            if before.explains and before.fix and before.fix != fix:
-                blocks.append(Paragraph(f"Fix: {before.fix}"))
-            sections.append(Section("Before the program runs", blocks))
+        if self.before_program is not None:
+            sections.append(before_program_section(self.before_program, fix))
         if self.captured:
-            rows = [
-                [f"`{c.name}`", str(tuple(c.shape)), c.dtype, format_bytes(c.nbytes), c.line.where if c.line else "-"]
-                for c in self.captured
-            ]
-            sections.append(
-                Section(
-                    "Arrays captured by closure",
-                    [Table(["name", "shape", "dtype", "size", "first used at"], rows), Paragraph(CAPTURED_TRAP)],
-                )
-            )
+            sections.append(captured_section(self.captured))
         failed_lines = [r.error_line for r in (self.jit, self.eager, self.reference) if r and r.error_line]
         if failed_lines:
             sections.append(Section("Where a run failed", [SourceLines(failed_lines)]))
@@ -308,6 +235,76 @@ class BisectReport(Report):
         if before is not None and before.explains and before.fix:
             return before.fix
         return self.next_step
+
+
+def three_runs_section(report: BisectReport) -> Section:
+    """ "Three runs": jit, eager and the reference, each with its error against the reference."""
+    rows = [_run_row(run, report) for run in (report.jit, report.eager, report.reference) if run is not None]
+    facts = [
+        ("tolerance", f"relative {short_number(report.rtol)} (of the largest reference value of each leaf)"),
+        ("reference", report.reference_note or report.reference_kind),
+    ]
+    if report.jit_vs_eager is not None:
+        facts.append(("jit vs eager", f"max relative difference {short_number(report.jit_vs_eager)}"))
+    return Section(
+        "Three runs",
+        [Table(["run", "how", "max abs error", "max rel error", "vs reference", "notes"], rows), Facts(facts)],
+    )
+
+
+def _run_row(run: RunResult, report: BisectReport) -> list[str]:
+    if not run.ok:
+        return [run.name, run.how, "failed", "-", "-", run.error]
+    if run.name == "reference":
+        return [run.name, run.how, "-", "-", "-", ", ".join(run.leaves[:3])]
+    compared = report.reference_kind != "none"
+    if compared and run.max_rel_error is not None:
+        versus = "equal" if run.equal else ("close" if run.max_rel_error <= report.rtol else "WRONG")
+    else:
+        versus = "-"
+    return [
+        run.name,
+        run.how,
+        short_number(run.max_abs_error) if compared else "-",
+        short_number(run.max_rel_error) if compared else "-",
+        versus,
+        (f"worst leaf {run.worst_leaf}" if run.worst_leaf else "") or ", ".join(run.leaves[:3]),
+    ]
+
+
+def before_program_section(before: BeforeProgram, fix: str) -> Section:
+    """ "Before the program runs": what the runs receive (dict order, dtypes, a new trace) and whether it
+    explains the difference; its fix unless it is ``fix``, the document's own line."""
+    blocks: list[Block] = [
+        Facts([("stage", before.stage_text), ("explains the difference", "yes" if before.explains else "no")]),
+        Paragraph(before.checked),
+    ]
+    if before.explains and before.provenance is not None:
+        blocks += provenance_blocks(before.provenance, "the difference")
+        if before.line_how:
+            blocks.append(Paragraph(f"Why this line: {before.line_how}."))
+    if before.dicts:
+        blocks.append(
+            Table(
+                ["dict", "keys as given", "keys as jit gives them"],
+                [[f"`{d.path}`", ", ".join(d.given_order), ", ".join(d.jit_order)] for d in before.dicts],
+            )
+        )
+    if before.explains and before.fix and before.fix != fix:
+        blocks.append(Paragraph(f"Fix: {before.fix}"))
+    return Section("Before the program runs", blocks)
+
+
+def captured_section(captured: list[CapturedArray]) -> Section:
+    """ "Arrays captured by closure": arrays the jitted function holds as constants (the section 1.4 trap)."""
+    rows = [
+        [f"`{c.name}`", str(tuple(c.shape)), c.dtype, format_bytes(c.nbytes), c.line.where if c.line else "-"]
+        for c in captured
+    ]
+    return Section(
+        "Arrays captured by closure",
+        [Table(["name", "shape", "dtype", "size", "first used at"], rows), Paragraph(CAPTURED_TRAP)],
+    )
 
 
 def short_number(x: float | None) -> str:
