@@ -11,7 +11,7 @@ from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
 from jaxmagic.report import Concern, SourceLine, act, failed, note
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.source import quoted_code
 
@@ -172,53 +172,16 @@ class TransferReport(Report):
             return f"The cell failed with {self.other_error}; no implicit transfer happened before."
         return "No implicit host-to-device transfer in this cell."
 
-    def document(self):
-
-        sections = []
+    def document(self) -> Document:
+        sections: list[Section] = []
         if self.transfers:
-            rows = [
-                [_line_cell(t.line, t.among), t.value or "-", t.what, _argument_cell(t), str(t.count)]
-                for t in self.transfers
-            ]
-            kept = sum(t.count for t in self.transfers)
-            blocks = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
-            for t in self.transfers[:3]:
-                if t.traced and t.provenance is not None and (t.argument or t.candidates):
-                    blocks += provenance_blocks(t.provenance, f"the transfer of {t.value or 'the value'}")
-                    blocks.append(
-                        Paragraph(
-                            f"This call traced `{t.traced}` first; its argument {_argument_cell(t)} was copied "
-                            "to the device after the trace, when the call ran on this line (not by the last "
-                            "line traced inside the function)."
-                        )
-                    )
-            if self.total > kept:
-                blocks.append(
-                    Paragraph(
-                        f"{self.total - kept} more transfer(s) on other lines or values were "
-                        f"counted but not listed (the first {MAX_GROUPS} groups are)."
-                    )
-                )
-            if self.calls_unobserved:
-                blocks.append(
-                    Paragraph(
-                        f"The arguments of your jitted calls were not observed ({self.calls_unobserved}): a "
-                        "copy is named only by the host values its line passed, never by a path inside them."
-                    )
-                )
-            if not self.lines_followed:
-                blocks.append(
-                    Paragraph(
-                        "Lines could not be followed (sys.monitoring had no free tool id), so the "
-                        "transfers are listed without their line."
-                    )
-                )
-            sections.append(Section("Implicit transfers", blocks))
+            sections.append(implicit_transfers_section(self))
             sections.append(Section("Why it matters", [Paragraph(WHY)]))
         if self.blocked and self.message:
             sections.append(Section("JAX's error", [Paragraph(self.message)]))
         facts = [("mode", f"jax.transfer_guard({self.mode!r})"), ("backend", self.backend or "-")]
-        sections.append(Section("Checked", [Facts(facts)] + ([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])))
+        checked: list[Block] = [Facts(facts), *([Paragraph(CPU_NOTE)] if self.backend == "cpu" else [])]
+        sections.append(Section("Checked", checked))
         return Document(
             "%%jax_transfers", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
         )
@@ -233,6 +196,48 @@ class TransferReport(Report):
         if not self.transfers:
             return ""
         return transfer_fix((self.transfers[-1] if self.blocked else self.transfers[0]).what)
+
+
+def implicit_transfers_section(report: TransferReport) -> Section:
+    """ "Implicit transfers": the transfers by line and value, where the first traced ones were made, and
+    what was counted but not listed or could not be followed."""
+    rows = [
+        [_line_cell(t.line, t.among), t.value or "-", t.what, _argument_cell(t), str(t.count)] for t in report.transfers
+    ]
+    kept = sum(t.count for t in report.transfers)
+    blocks: list[Block] = [Table(["your line", "value", "what it is", "argument", "times"], rows)]
+    for t in report.transfers[:3]:
+        if t.traced and t.provenance is not None and (t.argument or t.candidates):
+            blocks += provenance_blocks(t.provenance, f"the transfer of {t.value or 'the value'}")
+            blocks.append(
+                Paragraph(
+                    f"This call traced `{t.traced}` first; its argument {_argument_cell(t)} was copied "
+                    "to the device after the trace, when the call ran on this line (not by the last "
+                    "line traced inside the function)."
+                )
+            )
+    if report.total > kept:
+        blocks.append(
+            Paragraph(
+                f"{report.total - kept} more transfer(s) on other lines or values were "
+                f"counted but not listed (the first {MAX_GROUPS} groups are)."
+            )
+        )
+    if report.calls_unobserved:
+        blocks.append(
+            Paragraph(
+                f"The arguments of your jitted calls were not observed ({report.calls_unobserved}): a "
+                "copy is named only by the host values its line passed, never by a path inside them."
+            )
+        )
+    if not report.lines_followed:
+        blocks.append(
+            Paragraph(
+                "Lines could not be followed (sys.monitoring had no free tool id), so the "
+                "transfers are listed without their line."
+            )
+        )
+    return Section("Implicit transfers", blocks)
 
 
 def _at(line: SourceLine) -> str:
