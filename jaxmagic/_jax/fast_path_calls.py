@@ -164,7 +164,7 @@ class FastPathCalls:
         operation costs about twice what it costs in a tight loop). Every other call takes ``full``."""
         state, settled, previous, full = self._state, self._settled, self._previous_hook, self._full_hook()
         skip_counters = self._skip_counters
-        one_counter = skip_counters[0][1] if len(skip_counters) == 1 else None
+        one_counter: Callable = skip_counters[0][1] if len(skip_counters) == 1 else _count_nothing
 
         def hook(jitted, args, kwargs, output):
             entry = settled.get(jitted)
@@ -193,14 +193,16 @@ class FastPathCalls:
         calls, looked, first_calls = sampler.calls, sampler.looked, sampler.first_calls
         skip_counters = self._skip_counters
         # The usual case, one observer counting skipped calls (host arguments): its wanted functions and method.
-        one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, None)
+        one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, _count_nothing)
         other_counters = () if len(skip_counters) == 1 else skip_counters
 
         def full(jitted, args, kwargs, output):
             try:
                 entry = settled.pop(jitted, None)
-                if entry is not None:  # its calls counted while settled
+                if entry is not None:  # its calls counted while settled, and the last of them
                     calls[entry[3]] = entry[0]
+                    if entry[2] is not None:
+                        unlooked[entry[3]] = (jitted, *entry[2], entry[4], entry[5])
                 caller = getframe(2)  # the hook's caller
                 if state.depth:
                     return
@@ -424,6 +426,10 @@ def line_at(code, offset: int) -> int:
 def donates(jit_info) -> bool:
     """True when the jitted function was made with ``donate_argnums`` / ``donate_argnames``."""
     return bool(getattr(jit_info, "donate_argnums", ()) or getattr(jit_info, "donate_argnames", ()))
+
+
+def _count_nothing(function, number: int, args: tuple, kwargs: dict) -> None:
+    """No observer counts skipped calls (never called: no function is wanted)."""
 
 
 def _quietly(method, *args) -> None:
