@@ -158,9 +158,9 @@ class FastPathCalls:
     def _made_hook(self) -> Callable:
         """The post hook: a closure over what it reads, as it runs after every fast-path call of the
         block's thread - on a loop of a 9 us step each 0.1 us here is 1% of the cell. Its usual case is
-        a function *settled* since its last skipped call (``_settled``): the calls until its next look
-        is due are counted in a list and the last one kept, with no frame, clock or dict write of
-        its own (issue 56: between two calls the step's work evicts the hook from the caches, so each
+        a function *settled* since its last skipped call (``_settled``): its calls from the same line
+        until its next look is due are counted in a list and the last one kept, with no frame look-up,
+        clock or dict write of its own (issue 56: between two calls the step's work evicts the hook from the caches, so each
         operation costs about twice what it costs in a tight loop). Every other call takes ``full``."""
         state, settled, previous, full = self._state, self._settled, self._previous_hook, self._full_hook()
         skip_counters = self._skip_counters
@@ -168,7 +168,9 @@ class FastPathCalls:
 
         def hook(jitted, args, kwargs, output):
             entry = settled.get(jitted)
-            if entry is not None and entry[0] + 1 < entry[1] and not state.depth:
+            # Settled, not due, and called from the same instruction of the same running frame (that
+            # frame's f_lasti is its call in progress: no sys._getframe), outside our own looks.
+            if entry is not None and entry[0] + 1 < entry[1] and entry[4].f_lasti == entry[5] and not state.depth:
                 number = entry[0] = entry[0] + 1
                 entry[2] = (args, kwargs, output)  # looked at when the block ends, if it stays the last call
                 if entry[6]:
