@@ -6,8 +6,10 @@ Cells, all through ``shell.run_cell``, taking turns; the watch is switched on
 * ``loop``: 20,000 calls of a small jitted step (compiled before). Goal <= 1.05x;
 * ``section9``: the chapter's section 9 training loop, bugs fixed
   (``demo_notebooks/section9_script.py``, as bench_doctor). Goal <= 1.05x;
-* ``nojax``: a cell without JAX in it (``sum(range(1000))``): the watch's own
-  cost per cell, in seconds. Goal <= 1 ms more than unwatched.
+* ``nojax``: a cell without JAX in it (``sum(range(1000))``, JAX imported): the
+  watch's own cost per cell - switching its probes on and off - in the CPU time
+  of the cell's thread (steady under load; wall-clock there moved 2x between
+  runs). Goal <= 0.4 ms more than unwatched (issue 56).
 
 On loops of very short steps the watch looks at a share of the calls only
 (``jaxmagic/_jax/call_sampling.py``); the rows say how many it looked at. What
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from harness import Row, make_shell, median, per_call_benchmark, quartiles, run_cell, timed
@@ -74,7 +77,8 @@ def ratio_rows() -> list[Row]:
         for name in order[rep % len(order) :] + order[: rep % len(order)]:
             cell, state = name.rsplit("_", 1)
             run_cell(shell, "%jax_watch" if state == "watched" else "%jax_watch off")
-            times[name].append(timed(lambda c=CELLS[cell]: run_cell(shell, c)))
+            clock = time.thread_time if cell == "nojax" else time.perf_counter  # nojax: the watch's own Python
+            times[name].append(timed(lambda c=CELLS[cell]: run_cell(shell, c), clock))
     run_cell(shell, "%jax_watch off")
     looked = {}
     for cell in ("loop", "section9"):  # how many calls the watch looked at, in one more watched run
@@ -103,13 +107,13 @@ def ratio_rows() -> list[Row]:
     extra = [w - p for w, p in zip(times["nojax_watched"], times["nojax_plain"])]
     rows.append(
         Row(
-            "a watched cell without JAX: time more per cell",
+            "a watched cell without JAX: the thread's CPU time more per cell",
             median(times["nojax_watched"]),
             median(times["nojax_plain"]),
             compare="difference",
-            goal=0.001,
+            goal=0.0004,
             values=extra,
-            note="the watch switched on and off around a cell of plain Python",
+            note=f"the watch switched on and off around a cell of plain Python; min {min(extra) * 1e3:+.3f} ms",
         )
     )
     rows.append(

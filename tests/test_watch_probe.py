@@ -257,6 +257,31 @@ def test_nan_made_by_a_call_not_looked_at_is_seen_at_the_end_and_said_so(shell, 
     assert "3 of the 400 calls" in log.coverage
 
 
+def test_counts_stay_exact_when_skipped_calls_are_only_counted(shell, monkeypatch):
+    # A function the sampler skipped is settled: its calls are only counted until a look is due (issue 56).
+    # A call on jit's Python path (a new shape: compiled) in the middle, and a second line calling the same
+    # function, leave the counts exact; the NaN the last call returns is still seen, at its own line.
+    from jaxmagic._jax import call_sampling
+    from jaxmagic.probes.watch import session
+
+    monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0, first_calls=0))
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "@jax.jit\ndef tock(s, i):\n    return s + jnp.log(500.5 - i)\n")
+    source = (
+        "s = jnp.zeros(3)\nfor i in range(300):\n    s = tock(s, i)\n"
+        "t = tock(jnp.zeros(5), 0)\n"
+        "for i in range(300, 450):\n    s = tock(s, i)\n"
+        "for i in range(450, 520):\n    s = tock(s, i) if i % 2 else tock(s, i)\n"
+    )
+    result = cell(shell, source)
+    assert result.success and bool(jnp_isnan(shell.user_ns["s"]))
+    log = shell.user_ns["wlog"]
+    assert log.calls_counted == 521
+    (nan,) = findings(shell, "NaN")
+    assert nan["call"] == 521 and "already in the arguments" in nan["summary"]
+    assert nan["line"]["code"].strip() == "s = tock(s, i) if i % 2 else tock(s, i)"
+
+
 def test_a_fast_loop_watched_with_the_default_share_never_misplaces_the_first_nan(shell):
     # 3,000 calls of a tiny step; call 2,500 makes a NaN that the carry keeps. The watch looks at a
     # share of the calls only: it names call 2,500, or says which calls before it did not look at.

@@ -58,6 +58,9 @@ from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import code_kind, user_call_site
 
+# The most calls a settled function is only counted for before the sampler's rule is asked again.
+SETTLED_CALLS = 4096
+
 
 class FastPathCalls:
     """Observe the user's top-level jitted calls (``start`` / ``stop``); see the module docstring."""
@@ -83,6 +86,11 @@ class FastPathCalls:
         self._on_lost = on_lost
         self._sampler = sampler or CallSampler(share=None)  # none given: every call is observed
         self._unlooked: dict = {}  # function -> its last call, when the sampler skipped it
+        # jitted function -> [calls counted, the call number due a look, its last call's (args, kwargs,
+        # output) or None, the function, the user's frame and instruction offset of the call that settled
+        # it, whether an observer counts its skipped calls]: a function whose calls are only counted until
+        # its next look is due (``_made_hook``); its counts join the sampler's at ``_unsettle``
+        self._settled: dict[Any, list] = {}
         self._user: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
         self._programs: dict[tuple, tuple] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
         self._traced: dict[int, object] = {}  # id(closed jaxpr) -> it, told to on_trace once
@@ -133,6 +141,7 @@ class FastPathCalls:
     def _look_at_last_calls(self) -> None:
         """Observe each function's last call of the block when the sampler skipped it: a NaN a skipped
         call made and passed on to the end of the block is then still seen (its line, as it was)."""
+        self._unsettle()
         unlooked = dict(self._unlooked)  # the dict itself stays: the hook holds it
         self._unlooked.clear()
         for function, (jitted, args, kwargs, output, caller, offset) in unlooked.items():
@@ -148,54 +157,100 @@ class FastPathCalls:
 
     def _made_hook(self) -> Callable:
         """The post hook: a closure over what it reads, as it runs after every fast-path call of the
-        block's thread - on a loop of a 9 us step each 0.1 us here is 1% of the cell. Its usual case,
-        a call of the user's the sampler skips, is a frame, two dict reads, a count and a kept tuple:
-        the sampler's ``take`` is inlined (a method call is ~0.2 us), a skipped call writes no count
-        of its own (the sampler counts the looks), the line of a skipped call is kept as its instruction
-        offset (``f_lineno`` scans the code's line table: ~0.6 us), and one observer counting skipped
-        calls is asked without a loop. Between the calls the step's own work evicts the hook from the
-        caches: each operation costs about twice what it costs in a tight loop (issue 56)."""
-        getframe, state, user_files, made_by_user = sys._getframe, self._state, self._user, self._made_by_user
-        sampler, unlooked, fast_path_call, previous = (
-            self._sampler,
-            self._unlooked,
-            self._fast_path_call,
-            self._previous_hook,
-        )
-        calls, looked, first_calls = sampler.calls, sampler.looked, sampler.first_calls
+        block's thread - on a loop of a 9 us step each 0.1 us here is 1% of the cell. Its usual case is
+        a function *settled* since its last skipped call (``_settled``): its calls from the same line
+        until its next look is due are counted in a list and the last one kept, with no frame look-up,
+        clock or dict write of its own (issue 56: between two calls the step's work evicts the hook from the caches, so each
+        operation costs about twice what it costs in a tight loop). Every other call takes ``full``."""
+        state, settled, previous, full = self._state, self._settled, self._previous_hook, self._full_hook()
         skip_counters = self._skip_counters
-        # The usual case, one observer counting skipped calls (host arguments): its wanted functions and method.
-        one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, None)
-        other_counters = () if len(skip_counters) == 1 else skip_counters
+        one_counter: Callable = skip_counters[0][1] if len(skip_counters) == 1 else _count_nothing
 
         def hook(jitted, args, kwargs, output):
-            try:
-                caller = getframe(1)
-                if not state.depth:
-                    if user_files.get(caller.f_code.co_filename) != "user":
-                        caller = made_by_user(caller, jitted._fun)  # the user's line behind a library's wrapper
-                    if caller is not None:
-                        function = jitted._fun
-                        number = calls[function] = calls.get(function, 0) + 1  # CallSampler.take
-                        if number <= first_calls or perf_counter() >= sampler.next_look:
-                            began = perf_counter()
-                            looked[function] = looked.get(function, 0) + 1
-                            unlooked.pop(function, None)
-                            fast_path_call(jitted, args, kwargs, output, number, caller, caller.f_lineno)
-                            sampler.spent_looking(perf_counter() - began)
-                        else:  # looked at when the block ends, if it stays the function's last call
-                            unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lasti)
-                            if function in one_wanted:
-                                one_counter(function, number, args, kwargs)
-                            for wanted, count_skipped in other_counters:
-                                if function in wanted:
-                                    count_skipped(function, number, args, kwargs)
-            except Exception:
-                pass  # a call we cannot read is not observed
+            entry = settled.get(jitted)
+            # Settled, not due, and called from the same instruction of the same running frame (that
+            # frame's f_lasti is its call in progress: no sys._getframe), outside our own looks.
+            if entry is not None and entry[0] + 1 < entry[1] and entry[4].f_lasti == entry[5] and not state.depth:
+                number = entry[0] = entry[0] + 1
+                entry[2] = (args, kwargs, output)  # looked at when the block ends, if it stays the last call
+                if entry[6]:
+                    try:
+                        one_counter(entry[3], number, args, kwargs)
+                    except Exception:
+                        pass
+            else:
+                full(jitted, args, kwargs, output)
             if previous is not None:  # jax.debug_nans was on around the block: its check still runs
                 previous(jitted, args, kwargs, output)
 
         return hook
+
+    def _full_hook(self) -> Callable:
+        """What the post hook does for a call of a function not settled (or due a look): find the user's
+        line, count the call (the sampler's ``take`` inlined: a method call is ~0.2 us), look at it when
+        due, else keep it (its line as its instruction offset: ``f_lineno`` scans the code's line table,
+        ~0.6 us) and settle its function until the next look is due."""
+        getframe, state, user_files, made_by_user = sys._getframe, self._state, self._user, self._made_by_user
+        sampler, unlooked, fast_path_call, settled = self._sampler, self._unlooked, self._fast_path_call, self._settled
+        calls, looked, first_calls = sampler.calls, sampler.looked, sampler.first_calls
+        skip_counters = self._skip_counters
+        # The usual case, one observer counting skipped calls (host arguments): its wanted functions and method.
+        one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, _count_nothing)
+        other_counters = () if len(skip_counters) == 1 else skip_counters
+
+        def full(jitted, args, kwargs, output):
+            try:
+                entry = settled.pop(jitted, None)
+                if entry is not None:  # its calls counted while settled, and the last of them
+                    calls[entry[3]] = entry[0]
+                    if entry[2] is not None:
+                        unlooked[entry[3]] = (jitted, *entry[2], entry[4], entry[5])
+                caller = getframe(2)  # the hook's caller
+                if state.depth:
+                    return
+                if user_files.get(caller.f_code.co_filename) != "user":
+                    caller = made_by_user(caller, jitted._fun)  # the user's line behind a library's wrapper
+                if caller is None:
+                    return
+                function = jitted._fun
+                number = calls[function] = calls.get(function, 0) + 1
+                now = perf_counter()
+                if number <= first_calls or now >= sampler.next_look:
+                    looked[function] = looked.get(function, 0) + 1
+                    unlooked.pop(function, None)
+                    fast_path_call(jitted, args, kwargs, output, number, caller, caller.f_lineno)
+                    sampler.spent_looking(perf_counter() - now)
+                    return
+                unlooked[function] = (jitted, args, kwargs, output, caller, caller.f_lasti)
+                if function in one_wanted:
+                    one_counter(function, number, args, kwargs)
+                for wanted, count_skipped in other_counters:
+                    if function in wanted:
+                        count_skipped(function, number, args, kwargs)
+                ahead = calls_until_due(sampler, number, now)
+                if ahead > 1 and not other_counters:
+                    settled[jitted] = [
+                        number,
+                        number + ahead,
+                        None,
+                        function,
+                        caller,
+                        caller.f_lasti,
+                        function in one_wanted,
+                    ]
+            except Exception:
+                pass  # a call we cannot read is not observed
+
+        return full
+
+    def _unsettle(self) -> None:
+        """Put the calls counted for the settled functions into the sampler's counts, their last calls
+        among those looked at when the block ends (before the block ends or a call takes jit's Python path)."""
+        for jitted, (number, _, last, function, caller, offset, _) in list(self._settled.items()):
+            self._sampler.calls[function] = number
+            if last is not None:
+                self._unlooked[function] = (jitted, *last, caller, offset)
+        self._settled.clear()
 
     def _on_miss_return(self, code, offset, result):
         try:
@@ -216,6 +271,8 @@ class FastPathCalls:
             if found is None:
                 return None
             self._programs.setdefault(self._program_key(jit_info, *found), (jit_info, list(p.consts), p.params))
+            if self._settled:
+                self._unsettle()  # the sampler's counts exact again before it counts this call
             number = self._sampler.count(local["fun"])
             self._unlooked.pop(local["fun"], None)
             observed = (local["fun"], jit_info, args, kwargs, list(p.consts), p.params, result[0], found[1])
@@ -350,6 +407,15 @@ class FastPathCalls:
             self._state.call = None
 
 
+def calls_until_due(sampler: CallSampler, number: int, now: float) -> int:
+    """How many calls of a function (``number`` calls so far) until the sampler's next look is due, at
+    the block's mean interval between two of its calls; at most ``SETTLED_CALLS``. Calls that slow down
+    later are looked at later than the share allows; the sampler's own rule decides again at each look."""
+    interval = (now - sampler.start) / number
+    ahead = (sampler.next_look - now) / interval if interval > 0 else SETTLED_CALLS
+    return int(min(ahead, SETTLED_CALLS))
+
+
 def line_at(code, offset: int) -> int:
     """The line of ``code`` the instruction at byte ``offset`` belongs to (a frame's ``f_lasti``);
     the code's first line for an instruction of no line (CPython marks some so)."""
@@ -362,6 +428,10 @@ def line_at(code, offset: int) -> int:
 def donates(jit_info) -> bool:
     """True when the jitted function was made with ``donate_argnums`` / ``donate_argnames``."""
     return bool(getattr(jit_info, "donate_argnums", ()) or getattr(jit_info, "donate_argnames", ()))
+
+
+def _count_nothing(function, number: int, args: tuple, kwargs: dict) -> None:
+    """No observer counts skipped calls (never called: no function is wanted)."""
 
 
 def _quietly(method, *args) -> None:

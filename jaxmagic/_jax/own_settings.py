@@ -55,10 +55,16 @@ def users_values() -> dict[str, str]:
     values = {}
     with _lock:
         names = list(_own_values)
-    every = jax.config.values  # builds a dict of every option (~25 us): once, not twice per name
+    # Each read as an attribute, as restore._config_values does: jax.config.values builds a dict of all ~150
+    # options (~25 us), paid by every %%jax_compiles block and every cell %jax_watch watches (issue 56).
+    every = None
     for name in names:
-        if name in every:
-            values[name] = str(every[name])
+        try:
+            values[name] = str(getattr(jax.config, name))
+        except AttributeError:  # an option read only through jax.config.values, or no option at all
+            every = jax.config.values if every is None else every
+            if name in every:
+                values[name] = str(every[name])
     return values
 
 

@@ -8,7 +8,7 @@ from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import Concern, SourceLine, act
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import counted
 
@@ -181,7 +181,7 @@ class WatchLog(Report):
         first = next((f for f in self.findings if f.fix), self.findings[0] if self.findings else None)
         if self.findings:
             sections += [Section(f"{f.cell} {f.title}", f.blocks(with_fix=f is not first)) for f in self.findings]
-        how = [Paragraph(n) for n in self.notes]
+        how: list[Block] = [Paragraph(n) for n in self.notes]
         how.append(
             Paragraph(
                 f"Watched: {', '.join(self.areas)}; recompilation budget {counted(self.budget, 'compilation')} per function. "

@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.call_sampling import CallSampler
-from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
@@ -45,6 +47,14 @@ from jaxmagic.probes.transfers.report import repeated_copies
 from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import counted, format_bytes, short_dtype
 
+if TYPE_CHECKING:
+    from jaxmagic._jax.jit_calls import CallObserver
+    from jaxmagic.probes.compiles import CompileReport
+    from jaxmagic.probes.keys import KeyReport
+
+# A kind of array (shape, dtype) -> how many are alive (host_arguments.live_counts)
+LiveCounts = dict[tuple[tuple[int, ...], Any], int]
+
 MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells in a row
 MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the watch began
 # Counting walks every live array (~70 ns each: 7 ms at 100,000): after a cell only when the last count
@@ -52,7 +62,7 @@ MEMORY_BYTES = 256 * 2**20  # device bytes in use growing by this much since the
 COUNT_SHARE, COUNT_ALWAYS, COUNT_EVERY = 0.05, 0.0002, 10
 
 
-def check_areas(only) -> list[str]:
+def check_areas(only: Iterable[str]) -> list[str]:
     """The areas to watch (all by default); ProbeArgumentError for an unknown one."""
     if not only:
         return list(AREAS)
@@ -68,24 +78,27 @@ def check_areas(only) -> list[str]:
 class Watch:
     """The state of one ``%jax_watch`` session (plain Python: usable without IPython)."""
 
-    def __init__(self, *, only=(), budget: int = 2, memory_bytes: int = MEMORY_BYTES):
+    def __init__(self, *, only: Iterable[str] = (), budget: int = 2, memory_bytes: int = MEMORY_BYTES):
         if budget < 0:
             raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
         self.log = WatchLog(on=True, areas=check_areas(only), budget=budget)
         self.memory_bytes = memory_bytes
         self._stack: contextlib.ExitStack | None = None
         self._cell = ""
-        self._nan = self._hosts = self._keys = self._compiles = None
+        self._nan: NanWatch | None = None
+        self._hosts: HostArguments | None = None
+        self._keys: KeyReport | None = None
+        self._compiles: CompileReport | None = None
         self._sampler: CallSampler | None = None
         self._compilations: dict[tuple, int] = {}  # (name, defined at) -> compilations in watched cells
         # What each function last compiled with, from cell to cell: a function rebuilt once per cell is told
         # as rebuilt (and its baked value named), as %%jax_compiles tells it in one cell
         self._compile_history = CompileHistory()
         self._told: dict[tuple, WatchFinding] = {}
-        self._live_before: dict = {}
+        self._live_before: LiveCounts = {}
         self._streaks: dict[tuple, int] = {}
         self._bytes_start: int | None = None
-        self._held = ()
+        self._held: tuple = ()
         self._cell_began = 0.0
         self._count_seconds = 0.0  # how long the last count of the live arrays took
         self._cells_since_count = 0
@@ -100,7 +113,7 @@ class Watch:
         cell shows nothing until something is found, so only a problem not told before counts."""
         nan = self._nan
         sighting = nan.sighting if nan is not None else None
-        counters = [("jitted calls watched", nan.calls_seen)] if nan is not None else []
+        counters: list[tuple[str, int]] = [("jitted calls watched", nan.calls_seen)] if nan is not None else []
         findings = self._over_budget_so_far()
         if sighting is not None and ("NaN", sighting.function) not in self._told:
             where = f" ({sighting.line.where})" if sighting.line is not None else ""
@@ -124,7 +137,7 @@ class Watch:
                 over.append(f"`{f.name}` compiled {counted(total, 'time')} so far (budget {self.log.budget}){where}")
         return over
 
-    def begin_cell(self, label: str, held=()) -> None:
+    def begin_cell(self, label: str, held: tuple = ()) -> None:
         """Switch the watch on for one cell; never raises.
 
         ``held``: values whose arrays are not the cell's to count (IPython's ``Out``, ``_``, ...).
@@ -136,28 +149,37 @@ class Watch:
         areas = self.log.areas
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(preserved_jax_state(()))
+            # No snapshot of the JAX state of its own: each probe below puts back what it set (a third
+            # walk of JAX's ~25 loggers, taken and compared, was ~45 us of every watched cell).
             if "memory" in areas and self._bytes_start is None:  # later cells compare with the last one's end
                 self._live_before, self._bytes_start = live_counts(_ids_of(held))
             if "recompilation" in areas:
                 self._compiles = stack.enter_context(
                     compiles(raise_over_budget=False, history=self._compile_history, try_fixes=False, slowest=False)
                 )
-            observers = []
+            observers: list[CallObserver] = []
             if "NaN" in areas:
                 self._nan = NanWatch()
                 observers.append(self._nan)
             if "transfers" in areas:
                 self._hosts = HostArguments()
                 observers.append(self._hosts)
-            self._sampler = CallSampler()
-            watching = {"only_user_calls": True, "fast_path": True, "sampler": self._sampler}
+            sampler = self._sampler = CallSampler()
             if "random keys" in areas:
                 self._keys = stack.enter_context(
-                    keys(record=True, check_calls=False, also_observe=tuple(observers), **watching)
+                    keys(
+                        record=True,
+                        check_calls=False,
+                        also_observe=tuple(observers),
+                        only_user_calls=True,
+                        fast_path=True,
+                        sampler=sampler,
+                    )
                 )
             elif observers:
-                stack.enter_context(jit_calls.observing_calls(*observers, **watching))
+                stack.enter_context(
+                    jit_calls.observing_calls(*observers, only_user_calls=True, fast_path=True, sampler=sampler)
+                )
         except Exception as error:
             stack.close()
             self._nan = self._hosts = self._keys = self._compiles = None
@@ -166,7 +188,11 @@ class Watch:
         self._stack = stack
 
     def end_cell(
-        self, label: str | None = None, held=(), error: BaseException | None = None, namespace=None
+        self,
+        label: str | None = None,
+        held: tuple = (),
+        error: BaseException | None = None,
+        namespace: dict[str, Any] | None = None,
     ) -> CellFindings:
         """Switch everything off again; the cell's new findings (none: a clean cell). Never raises.
 
@@ -192,23 +218,24 @@ class Watch:
             result.jitted_calls = sampler.total_calls
             self.log.calls_counted += sampler.total_calls
             self.log.calls_looked_at += sampler.total_calls - sampler.total_skipped
-        for collect, sub in (
-            (self._nan_findings, nan),
-            (self._compile_findings, compiles),
-            (self._transfer_findings, hosts),
-            (self._key_findings, keys),
-            (self._memory_findings, True if "memory" in self.log.areas and self._count_due() else None),
-            (
-                self._out_of_memory_findings,
-                (error, namespace) if "memory" in self.log.areas and error is not None else None,
-            ),
-        ):
-            if sub is None:
-                continue
+        readers: list[partial[list[WatchFinding]]] = []  # each area's findings, read one by one
+        if nan is not None:
+            readers.append(partial(self._nan_findings, nan))
+        if compiles is not None:
+            readers.append(partial(self._compile_findings, compiles))
+        if hosts is not None:
+            readers.append(partial(self._transfer_findings, hosts))
+        if keys is not None:
+            readers.append(partial(self._key_findings, keys))
+        if "memory" in self.log.areas and self._count_due():
+            readers.append(partial(self._memory_findings))
+        if "memory" in self.log.areas and error is not None:
+            readers.append(partial(self._out_of_memory_findings, error, namespace))
+        for read in readers:
             try:
-                result.findings += collect(sub)
-            except Exception as error:  # one area's odd report must not hide the others
-                self._note(f"{self._cell}: jaxmagic could not read one area ({collect.__name__}): {error}")
+                result.findings += read()
+            except Exception as failure:  # one area's odd report must not hide the others
+                self._note(f"{self._cell}: jaxmagic could not read one area ({read.func.__name__}): {failure}")
         self.log.cells_watched += 1
         return result
 
@@ -224,7 +251,7 @@ class Watch:
         if text not in self.log.notes:
             self.log.notes.append(text)
 
-    def _new(self, key: tuple, **fields) -> list[WatchFinding]:
+    def _new(self, key: tuple, **fields: Any) -> list[WatchFinding]:
         told = self._told.get(key)
         if told is not None:
             told.count += fields.get("count", 1) if fields.get("area") != "recompilation" else 0
@@ -233,7 +260,7 @@ class Watch:
         self.log.findings.append(finding)
         return [finding]
 
-    def _nan_findings(self, watch) -> list[WatchFinding]:
+    def _nan_findings(self, watch: NanWatch) -> list[WatchFinding]:
         watch.flush()
         s = watch.sighting
         if s is None and watch.inf_sighting is not None:
@@ -301,7 +328,7 @@ class Watch:
             producer=nan.producer if nan is not None and not s.came_in else None,
         )
 
-    def _compile_findings(self, report) -> list[WatchFinding]:
+    def _compile_findings(self, report: CompileReport) -> list[WatchFinding]:
         found = []
         for f in report.user_functions:
             # One function is one name at one definition: a second `train_step` defined elsewhere (a
@@ -352,7 +379,7 @@ class Watch:
             )
         return found
 
-    def _transfer_findings(self, hosts) -> list[WatchFinding]:
+    def _transfer_findings(self, hosts: HostArguments) -> list[WatchFinding]:
         found = []
         # %%jax_transfers' and the doctor's findings, in their words; the watch sees the jitted calls'
         # arguments only (no transfer guard: it would log every copy of every cell)
@@ -370,7 +397,7 @@ class Watch:
             )
         return found
 
-    def _key_findings(self, keys) -> list[WatchFinding]:
+    def _key_findings(self, keys: KeyReport) -> list[WatchFinding]:
         found = []
         for k in key_findings(keys):  # %%jax_keys' and the doctor's findings, in their words
             found += self._new(
@@ -399,8 +426,7 @@ class Watch:
             self._cells_since_count = 0
         return due
 
-    def _out_of_memory_findings(self, failure) -> list[WatchFinding]:
-        error, namespace = failure
+    def _out_of_memory_findings(self, error: BaseException, namespace: dict[str, Any] | None) -> list[WatchFinding]:
         if not is_out_of_memory(error):
             return []
         report = explain_out_of_memory(error, namespace)
@@ -418,8 +444,7 @@ class Watch:
             next_magic="%%jax_memory",
         )
 
-    def _memory_findings(self, _) -> list[WatchFinding]:
-
+    def _memory_findings(self) -> list[WatchFinding]:
         # Counted once per cell, at its end: the growth since the last watched cell ended (each count walks
         # every live array).
         began = time.perf_counter()
@@ -463,9 +488,9 @@ class Watch:
         return found
 
 
-def _ids_of(held) -> frozenset:
+def _ids_of(held: Iterable[Any]) -> frozenset[int]:
     """The ids of the arrays among ``held`` (one level of lists, tuples and dict values)."""
-    ids = set()
+    ids: set[int] = set()
     for value in held:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
         for item in items:
