@@ -13,6 +13,7 @@ import numpy as np
 from jaxmagic._jax import compat, jit_calls, prng_checks
 from jaxmagic.probes._support import attribution, call_names
 from jaxmagic.probes._support.nan.watch import call_site
+from jaxmagic.probes.keys.findings import ConstantKeyDraw, KeyFlow, LoopKeyDraw, SharedKeyDraw
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
 from jaxmagic.probes.keys.library_state import (
@@ -22,7 +23,7 @@ from jaxmagic.probes.keys.library_state import (
     state_jit_fix,
     tried_under_state_jit,
 )
-from jaxmagic.probes.keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
+from jaxmagic.probes.keys.report import KeyReport
 from jaxmagic.report.source import code_kind, line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
@@ -113,7 +114,7 @@ class KeyWatch(jit_calls.CallObserver):
 
         def finding(line, api, provenance, _site) -> SharedKeyDraw:
             key, fix = shared_key_fix(line, api)
-            return SharedKeyDraw(name, api, line, key, fix, 0, provenance)
+            return SharedKeyDraw(name, api, line, key=key, fix=fix, provenance=provenance)
 
         self._draws_of_program(
             name, params, self.shared_seen, prng_checks.shared_key_draws, finding, self.report.shared
@@ -123,7 +124,7 @@ class KeyWatch(jit_calls.CallObserver):
         """Draws in a loop body with a key that is the same at every pass, searched once per program."""
 
         def finding(line, api, provenance, loop) -> LoopKeyDraw:
-            return LoopKeyDraw(name, api, line, loop.primitive.name, 0, provenance)
+            return LoopKeyDraw(name, api, line, loop=loop.primitive.name, provenance=provenance)
 
         self._draws_of_program(
             name, params, self.loops_seen, prng_checks.loop_invariant_draws, finding, self.report.loop_draws
@@ -137,7 +138,7 @@ class KeyWatch(jit_calls.CallObserver):
             if maker is not None:  # the line of the user's that made the key (jax.random.PRNGKey(0))
                 made = attribution.of_equation(*maker).made_at
                 key_line = made if made is not None and made != line else None
-            return ConstantKeyDraw(name, api, line, key_line, 0, provenance)
+            return ConstantKeyDraw(name, api, line, key_line=key_line, provenance=provenance)
 
         self._draws_of_program(
             name, params, self.constants_seen, prng_checks.constant_key_draws, finding, self.report.constant_draws
