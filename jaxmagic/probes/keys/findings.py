@@ -56,11 +56,6 @@ class RepeatedKeys:
         )
 
 
-def draw_evidence(d: RepeatedKeys) -> str:
-    """What the counts of a key flow or an eager draw show (kept for callers: ``RepeatedKeys.evidence``)."""
-    return d.evidence
-
-
 @dataclasses.dataclass
 class KeyReuse:
     """One KeyReuseError: a typed key consumed a second time."""

@@ -1,4 +1,5 @@
-"""The key probe's report: what ``%%jax_keys`` found (reused keys, key flows, repeated draws, legacy keys) and its wording."""
+"""The key probe's report: what ``%%jax_keys`` found (the kinds of finding of ``findings.py``, legacy keys),
+``key_findings`` in the order told, and the document drawn by one builder per section (``SECTIONS``)."""
 
 from __future__ import annotations
 
