@@ -42,25 +42,17 @@ raising, and lets the block run as it would without the checker.
 
 Modules: ``probe`` (``keys()``), ``reuse`` (explaining a ``KeyReuseError``),
 ``flows`` (keys per jitted function), ``draws`` (eager jax.random calls),
-``report`` (the report and its wording), ``findings`` (its findings, worded once for
-``%%jax_keys``, the doctor and the watch).
+``findings`` (each kind of finding, declared and worded once for ``%%jax_keys``, the doctor
+and the watch), ``report`` (the report, ``key_findings`` and the document's sections).
 """
 
 from jaxmagic.probes.keys.draws import MAX_DRAW_LINES
-from jaxmagic.probes.keys.findings import KeyFinding, key_findings
+from jaxmagic.probes.keys.findings import KeyFinding, KeyFlow, KeyReuse, LegacyKeyUse, RepeatedDraw, SharedKeyDraw
 from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES
 from jaxmagic.probes.keys.probe import CONFIG_NAMES, keys
-from jaxmagic.probes.keys.report import (
-    FIX,
-    LEGACY_NOTE,
-    KeyFlow,
-    KeyReport,
-    KeyReuse,
-    LegacyKeyUse,
-    RepeatedDraw,
-    SharedKeyDraw,
-)
+from jaxmagic.probes.keys.report import KeyReport, key_findings
 from jaxmagic.probes.keys.reuse import explain_key_reuse
+from jaxmagic.probes.keys.wording import FIX, LEGACY_NOTE
 
 __all__ = [
     "CONFIG_NAMES",

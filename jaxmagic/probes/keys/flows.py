@@ -6,13 +6,16 @@ import hashlib
 import inspect
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from types import FrameType
+from typing import Any
 
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, prng_checks
 from jaxmagic.probes._support import attribution, call_names
 from jaxmagic.probes._support.nan.watch import call_site
+from jaxmagic.probes.keys.findings import ConstantKeyDraw, KeyFlow, LoopKeyDraw, SameNumbersDraw, SharedKeyDraw
 from jaxmagic.probes.keys.fixes import shared_key_fix
 from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
 from jaxmagic.probes.keys.library_state import (
@@ -22,7 +25,9 @@ from jaxmagic.probes.keys.library_state import (
     state_jit_fix,
     tried_under_state_jit,
 )
-from jaxmagic.probes.keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
+from jaxmagic.probes.keys.report import KeyReport
+from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
@@ -43,7 +48,7 @@ def made_by_users_line() -> bool:
 class KeyWatch(jit_calls.CallObserver):
     """Counts the distinct typed keys each argument of the user's jitted functions receives."""
 
-    def __init__(self, report: KeyReport):
+    def __init__(self, report: KeyReport) -> None:
         self.report = report
         self.flows: dict[tuple[str, int], KeyFlow] = {}
         self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
@@ -52,12 +57,12 @@ class KeyWatch(jit_calls.CallObserver):
         self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
         self.constants_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
         # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
-        self.draw_findings: dict[tuple, SharedKeyDraw | LoopKeyDraw | ConstantKeyDraw] = {}
+        self.draw_findings: dict[tuple[str, str, str, int, str], SameNumbersDraw] = {}
         self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
         self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
         self.lock = threading.Lock()
 
-    def before(self, name, is_jit, args, params) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
         if not is_jit or not (function_is_users(params) or made_by_users_line()):
             return
         self._shared_draws(name, params)
@@ -108,42 +113,50 @@ class KeyWatch(jit_calls.CallObserver):
                     seen[fingerprint] = [shown, 1]
                 flow.distinct = len(seen)
 
-    def _shared_draws(self, name: str, params) -> None:
+    def _shared_draws(self, name: str, params: dict[str, Any]) -> None:
         """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""
 
-        def finding(line, api, provenance, _site) -> SharedKeyDraw:
+        def finding(line: SourceLine | None, api: str, provenance: Provenance, _site: object) -> SharedKeyDraw:
             key, fix = shared_key_fix(line, api)
-            return SharedKeyDraw(name, api, line, key, fix, 0, provenance)
+            return SharedKeyDraw(name, api, line, key=key, fix=fix, provenance=provenance)
 
         self._draws_of_program(
             name, params, self.shared_seen, prng_checks.shared_key_draws, finding, self.report.shared
         )
 
-    def _loop_draws(self, name: str, params) -> None:
+    def _loop_draws(self, name: str, params: dict[str, Any]) -> None:
         """Draws in a loop body with a key that is the same at every pass, searched once per program."""
 
-        def finding(line, api, provenance, loop) -> LoopKeyDraw:
-            return LoopKeyDraw(name, api, line, loop.primitive.name, 0, provenance)
+        def finding(line: SourceLine | None, api: str, provenance: Provenance, loop: Any) -> LoopKeyDraw:
+            return LoopKeyDraw(name, api, line, loop=loop.primitive.name, provenance=provenance)
 
         self._draws_of_program(
             name, params, self.loops_seen, prng_checks.loop_invariant_draws, finding, self.report.loop_draws
         )
 
-    def _constant_draws(self, name: str, params) -> None:
+    def _constant_draws(self, name: str, params: dict[str, Any]) -> None:
         """Draws with a key made of constants inside the function (or closed over), searched once per program."""
 
-        def finding(line, api, provenance, maker) -> ConstantKeyDraw:
+        def finding(line: SourceLine | None, api: str, provenance: Provenance, maker: Any) -> ConstantKeyDraw:
             key_line = None
             if maker is not None:  # the line of the user's that made the key (jax.random.PRNGKey(0))
                 made = attribution.of_equation(*maker).made_at
                 key_line = made if made is not None and made != line else None
-            return ConstantKeyDraw(name, api, line, key_line, 0, provenance)
+            return ConstantKeyDraw(name, api, line, key_line=key_line, provenance=provenance)
 
         self._draws_of_program(
             name, params, self.constants_seen, prng_checks.constant_key_draws, finding, self.report.constant_draws
         )
 
-    def _draws_of_program(self, name: str, params, searched: dict, search, make, into: list) -> None:
+    def _draws_of_program(
+        self,
+        name: str,
+        params: dict[str, Any],
+        searched: dict[int, Any],
+        search: Callable[..., Iterable[Any]],
+        make: Callable[[SourceLine | None, str, Provenance, Any], SameNumbersDraw],
+        into: list[Any],
+    ) -> None:
         """Count, once per call, the findings ``search`` (draw equations of a program) gives for the called
         program - one per line and API of ``name``, made by ``make`` and added to ``into`` when new. A
         program is searched once; ``searched`` remembers it."""
@@ -174,7 +187,7 @@ class KeyWatch(jit_calls.CallObserver):
         if len(searched) < 1000:
             searched[id(jaxpr)] = (jaxpr, found)
 
-    def _folded_arguments(self, params) -> tuple[dict[int, set[int]], dict[int, bool]]:
+    def _folded_arguments(self, params: dict[str, Any]) -> tuple[dict[int, set[int]], dict[int, bool]]:
         """The key arguments the called program only folds other arguments into, with those; and, for each of
         those, whether the program computes a new value of it and drops it (a library's counter lost)."""
         closed = params.get("jaxpr")
@@ -193,7 +206,7 @@ class KeyWatch(jit_calls.CallObserver):
             self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
         return folded, dropped
 
-    def _library_state_fix(self, name: str, key, counters: list) -> str:
+    def _library_state_fix(self, name: str, key: object, counters: list[object]) -> str:
         """The fix of a key a library keeps with a counter the jit drops: the library's own jit, tried by tracing
         the user's function under it on this call's arguments; "" when no library object holds the pair."""
         details = jit_calls.call_locals() or {}
@@ -214,7 +227,7 @@ class KeyWatch(jit_calls.CallObserver):
         worked, why = tried_under_state_jit(jit, fun, tuple(arguments), dict(kwargs))
         return state_jit_fix(name, path, kind, jit, worked, why)
 
-    def _legacy_arguments(self, params) -> frozenset[int]:
+    def _legacy_arguments(self, params: dict[str, Any]) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
         closed = params.get("jaxpr")
         jaxpr = getattr(closed, "jaxpr", closed)
@@ -245,10 +258,10 @@ class KeyWatch(jit_calls.CallObserver):
         self.seen.clear()
 
 
-def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
+def _wrapped_inputs(jaxpr: Any, depth: int = 0) -> set[int]:
     """Indices of the program's inputs that reach ``random_wrap`` (a raw key made a typed one), through calls."""
     invars = list(jaxpr.invars)
-    found = set()
+    found: set[int] = set()
     for eqn in jaxpr.eqns:
         inputs = [invars.index(v) if v in invars else None for v in eqn.invars]
         if eqn.primitive.name == "random_wrap":
@@ -261,7 +274,7 @@ def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
     return found
 
 
-def key_fingerprint(key) -> tuple[bytes, object]:
+def key_fingerprint(key: object) -> tuple[bytes, object]:
     """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
     if jit_calls.is_typed_key(key):
         base = compat.typed_key_data(key)
@@ -273,6 +286,5 @@ def key_fingerprint(key) -> tuple[bytes, object]:
     return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data
 
 
-def render_key(data) -> str:
-
+def render_key(data: Any) -> str:
     return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")

@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from jaxmagic._jax import compat, jit_calls
 from jaxmagic.probes._support.kept_state import kept
@@ -33,7 +35,7 @@ _STATE_JITS = {"flax.nnx": ("nnx.jit", "flax.nnx")}
 _DEPTH = 4  # calls followed into
 
 
-def folded_inputs(jaxpr, depth: int = 0) -> dict[int, set[int]]:
+def folded_inputs(jaxpr: Any, depth: int = 0) -> dict[int, set[int]]:
     """``{key input: inputs folded into it}`` for the inputs of ``jaxpr`` every use of which (through calls) is
     the key of a ``random_fold_in`` whose data is another input; a key used any other way is left out."""
     invars = list(jaxpr.invars)
@@ -77,7 +79,7 @@ def folded_inputs(jaxpr, depth: int = 0) -> dict[int, set[int]]:
     return {i: data for i, data in folded.items() if i not in other}
 
 
-def _call_body(eqn):
+def _call_body(eqn: Any) -> Any:
     """The body of a call equation that passes its inputs through (a nested jit); None for anything else."""
     subs = compat.sub_jaxprs(eqn)
     if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
@@ -86,12 +88,12 @@ def _call_body(eqn):
     return inner if len(inner.invars) == len(eqn.invars) else None
 
 
-def _reads(jaxpr, position: int) -> bool:
+def _reads(jaxpr: Any, position: int) -> bool:
     var = jaxpr.invars[position]
     return any(v is var for e in jaxpr.eqns for v in e.invars) or any(v is var for v in jaxpr.outvars)
 
 
-def dropped_update(jaxpr, position: int) -> bool:
+def dropped_update(jaxpr: Any, position: int) -> bool:
     """Whether ``jaxpr`` computes a new value of its input ``position`` (``add``/``sub`` of it) that it neither
     returns nor reads: the counter a library advances in place, lost through the jit."""
     var = jaxpr.invars[position]
@@ -103,7 +105,7 @@ def dropped_update(jaxpr, position: int) -> bool:
     )
 
 
-def carried_out(jaxpr, position: int) -> bool:
+def carried_out(jaxpr: Any, position: int) -> bool:
     """Whether an output of ``jaxpr`` is a new value of its input ``position`` (``add``/``sub`` of it)."""
     var = jaxpr.invars[position]
     outputs = {id(v) for v in jaxpr.outvars if not compat.is_literal(v)}
@@ -113,7 +115,9 @@ def carried_out(jaxpr, position: int) -> bool:
     )
 
 
-def holder_of(arguments: tuple, kwargs: dict, key, counter, names: list[str]) -> tuple[str, str, str] | None:
+def holder_of(
+    arguments: tuple[Any, ...], kwargs: dict[str, Any], key: object, counter: object, names: list[str]
+) -> tuple[str, str, str] | None:
     """``(its path, its class, the library's state-carrying jit)`` of the innermost object among the user's call
     arguments that holds both ``key`` and the ``counter`` folded into it, when it is a library's whose jit
     carries state (``model.drop.rngs``, ``flax.nnx.RngStream``, ``nnx.jit``); else None. ``names``: the
@@ -148,7 +152,7 @@ def holder_of(arguments: tuple, kwargs: dict, key, counter, names: list[str]) ->
     return None
 
 
-def _step(current, step) -> tuple[object, str]:
+def _step(current: Any, step: object) -> tuple[object, str]:
     name = getattr(step, "name", None)
     if name is not None:  # GetAttrKey
         return getattr(current, name), f".{name}"
@@ -161,7 +165,9 @@ def _step(current, step) -> tuple[object, str]:
     raise TypeError(f"a path step {step!r} this walk does not follow")
 
 
-def tried_under_state_jit(jit: str, fun, arguments: tuple, kwargs: dict) -> tuple[bool, str]:
+def tried_under_state_jit(
+    jit: str, fun: Callable[..., Any], arguments: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[bool, str]:
     """``fun`` traced under the library's jit on the call's own arguments (``nnx.jit(fun).trace``): does every
     counter folded into a key come back out of the call? ``(True, "")``, or ``(False, why)``. Traces the
     user's Python once more, its prints discarded; never raises."""

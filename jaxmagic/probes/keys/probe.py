@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.explained import mark_explained
 from jaxmagic.probes.keys.draws import random_calls_followed
+from jaxmagic.probes.keys.findings import KeyReuse
 from jaxmagic.probes.keys.flows import KeyWatch
-from jaxmagic.probes.keys.report import KeyReport, KeyReuse
+from jaxmagic.probes.keys.report import KeyReport
 from jaxmagic.probes.keys.reuse import explain_key_reuse
 from jaxmagic.report.wording import error_line
 
@@ -26,8 +28,8 @@ def keys(
     also_observe: tuple[jit_calls.CallObserver, ...] = (),
     only_user_calls: bool = False,
     fast_path: bool = False,
-    on_calls_unseen=None,
-    sampler=None,
+    on_calls_unseen: Callable[[], None] | None = None,
+    sampler: jit_calls.CallSampler | None = None,
 ) -> Iterator[KeyReport]:
     """Check the block for reused PRNG keys; count the keys each jitted function of yours receives.
 
@@ -48,31 +50,7 @@ def keys(
     report = KeyReport(recorded=record)
     mode = "record" if record else "raise"
     report.calls_checked = check_calls
-    seen: dict[tuple, KeyReuse] = {}
-
-    def on_reuse(error, where, function, params, args=()):
-        reuse = explain_key_reuse(error, where, function, params, args)
-        if reuse.library_own:
-            kept = next(
-                (r for r in report.library_reuse if (r.consumer, r.where) == (reuse.consumer, reuse.where)), None
-            )
-            if kept is not None:
-                kept.count += 1
-            elif len(report.library_reuse) < 16:
-                report.library_reuse.append(reuse)
-            return
-        spot = (
-            reuse.consumer,
-            reuse.index,
-            reuse.where,
-            (reuse.reused_at.filename, reuse.reused_at.lineno) if reuse.reused_at else None,
-        )
-        if spot in seen:
-            seen[spot].count += 1
-            return
-        seen[spot] = reuse
-        report.reuse.append(reuse)
-
+    reuses = _Reuses(report)
     watch = KeyWatch(report)
     try:
         with (
@@ -83,7 +61,7 @@ def keys(
                 *also_observe,
                 trace_checks=mode,
                 call_checks=mode if check_calls else "off",
-                on_key_reuse=on_reuse,
+                on_key_reuse=reuses.on_reuse,
                 only_user_calls=only_user_calls,
                 fast_path=fast_path,
                 on_calls_unseen=on_calls_unseen,
@@ -107,3 +85,38 @@ def keys(
         raise
     finally:
         watch.finish()
+
+
+class _Reuses:
+    """The reuses JAX's checker reports during the block, each kept once (counted when seen again); those of
+    keys a library made and consumed itself kept apart (``KeyReport.library_reuse``)."""
+
+    def __init__(self, report: KeyReport) -> None:
+        self.report = report
+        self.seen: dict[tuple[object, ...], KeyReuse] = {}
+
+    def on_reuse(
+        self, error: BaseException, where: str, function: str, params: dict[str, Any], args: tuple[object, ...] = ()
+    ) -> None:
+        reuse = explain_key_reuse(error, where, function, params, args)
+        report = self.report
+        if reuse.library_own:
+            kept = next(
+                (r for r in report.library_reuse if (r.consumer, r.where) == (reuse.consumer, reuse.where)), None
+            )
+            if kept is not None:
+                kept.count += 1
+            elif len(report.library_reuse) < 16:
+                report.library_reuse.append(reuse)
+            return
+        spot = (
+            reuse.consumer,
+            reuse.index,
+            reuse.where,
+            (reuse.reused_at.filename, reuse.reused_at.lineno) if reuse.reused_at else None,
+        )
+        if spot in self.seen:
+            self.seen[spot].count += 1
+            return
+        self.seen[spot] = reuse
+        report.reuse.append(reuse)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import sys
 from types import FrameType
+from typing import Any
 
 from jaxmagic._jax import prng_checks
 from jaxmagic.probes._support import attribution, call_names
 from jaxmagic.probes.keys.draws import handed_over
+from jaxmagic.probes.keys.findings import KeyReuse
 from jaxmagic.probes.keys.fixes import same_key_draws_fix, split_off_fix
 from jaxmagic.probes.keys.jit_params import argument_name
-from jaxmagic.probes.keys.report import FIX, KeyReuse
+from jaxmagic.probes.keys.wording import FIX
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import (
@@ -88,7 +90,7 @@ def explain_key_reuse(
     return reuse
 
 
-def _handed_over(key) -> tuple[str, SourceLine | None]:
+def _handed_over(key: object) -> tuple[str, SourceLine | None]:
     """(the library's public callable, the user's line that gave it ``key``) when the consuming jax.random
     call was made by a library's code (numpyro's seed handler); ("", None) when the user's code called it;
     (library, None) when no frame of the user's holds the key: the library made it itself."""
@@ -104,7 +106,7 @@ def _handed_over(key) -> tuple[str, SourceLine | None]:
     return library, line_of(holder) if isinstance(holder, FrameType) else None
 
 
-def _in_loop_body(eqn, message: str) -> bool:
+def _in_loop_body(eqn: Any, message: str) -> bool:
     return eqn.primitive.name in ("scan", "while") and "when repeatedly executed" in message
 
 
@@ -115,7 +117,7 @@ def _jit_prefix(function: str, transforms: list[str]) -> list[str]:
     return transforms
 
 
-def _explain_loop(reuse: KeyReuse, equations: list, message: str, started, traced: str) -> None:
+def _explain_loop(reuse: KeyReuse, equations: list[Any], message: str, started: SourceLine | None, traced: str) -> None:
     """A key reused from one pass of a loop to the next: the line in the body that draws with it."""
     loop_eqn = equations[-1]
     reuse.where = "trace"
@@ -164,7 +166,7 @@ def _explain_loop(reuse: KeyReuse, equations: list, message: str, started, trace
         )
 
 
-def _provenance(reuse: KeyReuse, equations: list, started) -> Provenance:
+def _provenance(reuse: KeyReuse, equations: list[Any], started: SourceLine | None) -> Provenance:
     """Where the reused key was drawn with: the equation JAX's check was at, else the line of the use."""
     if reuse.where == "trace" and equations:
         provenance = attribution.of_equation(equations[-1], equations[:-1], started)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
-from types import TracebackType
+from collections.abc import Callable, Iterator
+from types import CodeType, TracebackType
+from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
@@ -26,28 +27,29 @@ from jaxmagic.report.source import is_user_file
 class CallSiteCounts:
     """Calls made so far at each ``(code, instruction offset)`` of the user's code, by the block's thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         # id(code) -> (code, {offset: calls}). Keyed by identity: hashing a code object hashes its
         # bytecode and constants (microseconds, more than the rest of a callback); the entry keeps
         # the code alive, so its id cannot be reused while we count.
-        self._by_code: dict[int, tuple] = {}
+        self._by_code: dict[int, tuple[CodeType, dict[int, int]]] = {}
         self._thread = threading.get_ident()
         self.jitted: dict[str, int] = {}  # name -> top-level calls of that jitted function the user's code made
         self.on_call = self._callback()
 
-    def _callback(self):
+    def _callback(self) -> Callable[[CodeType, int, object, object], object]:
         """The CALL callback: it runs on every call the user's code makes, so it reads only locals. A loop
         calls from one site over and over: the last site's counts are kept at hand (no ``id(code)``, an
         int made per call, and no dict look-up), and a jitted function is its own key (PjitFunction hashes
         by identity). In a loop of a jitted step each operation here costs about twice what it costs in a
         tight loop: the step's work evicts the callback from the caches (issue 56)."""
-        by_code, user_file, block_thread = self._by_code, {}, self._thread
+        by_code, block_thread = self._by_code, self._thread
+        user_file: dict[str, bool] = {}
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
         jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
-        user_jit: dict = {}  # jitted function -> its name if defined in the user's code, else ""
-        last = [None, None]  # the code of the last call site counted, and its {offset: calls}
+        user_jit: dict[object, str] = {}  # jitted function -> its name if defined in the user's code, else ""
+        last: list[Any] = [None, None]  # the code of the last call site counted, and its {offset: calls}
 
-        def on_call(code, offset, callable_, arg0):
+        def on_call(code: CodeType, offset: int, callable_: object, arg0: object) -> object:
             if get_ident() != block_thread:  # another thread's call: not the cell's (and not DISABLE:
                 return None  # the call site may be the cell's too)
             if code is last[0]:
@@ -86,7 +88,7 @@ class CallSiteCounts:
         return entry[1].get(tb.tb_lasti, 0)
 
 
-def _defined_by_user(jitted) -> bool:
+def _defined_by_user(jitted: object) -> bool:
     """Whether a jitted function is the user's own (``jnp.log`` is a jitted function too, of JAX's):
     by the file of the function it wraps; True when that is not known (a jitted ``partial``)."""
     code = getattr(getattr(jitted, "__wrapped__", None), "__code__", None)

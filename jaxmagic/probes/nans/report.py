@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from jaxmagic.probes._support.fixes.values import FixTrial
 from jaxmagic.probes._support.nan.inside import InsideSearch
@@ -230,64 +231,7 @@ class NanReport(Report):
         return f"{what} produced by `{p.primitive}`{inside} in {phase}{at}{loops}{call}."
 
     def document(self) -> Document:
-        sections: list[Section] = []
-        if self.found and self.producer is not None:
-            sections += self._producer_sections(self.producer)
-        elif self.found:
-            facts = [("value", self.value), ("primitive", self.primitive or "(not named)"), ("phase", self.phase)]
-            if self.library_function:
-                facts.append(("inside", self.library_function))
-            if self.failing_call:
-                facts.append(("failing call", self.failing_call))
-            sections.append(Section("What", [Facts(facts)]))
-            if self.provenance is not None:
-                sections.append(Section("Where it was made", provenance_blocks(self.provenance, f"the {self.value}")))
-            if self.origin_lines:
-                caption = (
-                    "The operation whose gradient produced it"
-                    if self.phase == "backward"
-                    else "The operation that produced it"
-                )
-                caption += " (found by re-running the call op by op):" if self.origin_by_rerun else ":"
-                sections.append(Section("Your line", [SourceLines(self.origin_lines[-3:], caption)]))
-            if self.call_path:
-                sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
-            sections.append(Section("Why", [Paragraph(self._explanation())]))
-        if self.python_error:
-            sections.append(
-                Section(
-                    "Why",
-                    [
-                        Paragraph(
-                            "Python's own arithmetic (or NumPy's, with np.seterr) raised this, on Python or NumPy numbers, before JAX "
-                            "saw anything: JAX arrays never raise on division by zero or overflow, they give "
-                            "inf or NaN. Fix the Python expression, or compute it with jnp if you want JAX's "
-                            "behaviour."
-                        )
-                    ],
-                )
-            )
-        if self.nonfinite:
-            rows = [
-                [f"`{leaf.name}`", str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
-                for leaf in self.nonfinite
-            ]
-            sections.append(Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)]))
-        if self.inside_findings:
-            sections += [_inside_section(found) for found in self.inside_findings]
-        if self.inside_findings:
-            sections.append(Section("What was checked", [Paragraph(self.checked_scope or scope_text(self.jit_calls))]))
-        if self.notes:
-            sections.append(Section("How this was found", [Paragraph(n) for n in self.notes]))
-        # The FloatingPointError itself (self.message) is re-raised under the report: its traceback
-        # shows it, so only what JAX printed on the way is kept here.
-        evidence = "\n".join(self.jax_messages)
-        if self.other_error:
-            evidence = "\n".join(filter(None, [evidence, self.other_error]))
-        if evidence:
-            below = "; the error is below" if self.found or self.other_error else ""
-            title = f"What JAX printed while the cell ran ({counted(len(evidence.splitlines()), 'line')}{below})"
-            sections.append(Section("", [Evidence(title, evidence)]))
+        sections = [section for build in SECTIONS for section in build(self)]
         return Document(
             "%%jax_nans", self.status, self.summary, sections, fix=self.fix_line, nothing_to_do=self.unexplained()
         )
@@ -315,55 +259,6 @@ class NanReport(Report):
         if self.nonfinite:
             return "Look where the value came from before this cell (NumPy data, a literal, a loaded file), or run the cell that made it under %%jax_nans."
         return ""
-
-    def _producer_sections(self, p: NanProducer) -> list[Section]:
-        facts = [("value", self.value), ("operation", f"`{p.primitive}` made {p.value}")]
-        if p.expression:
-            facts.append(("in", f"`{p.expression}`"))
-        facts.append(("values", p.description))
-        if p.library_function:
-            facts.append(("inside", f"`{p.library_function}`, called from your line"))
-        phase = p.phase + (" (computed for the gradient)" if p.derivative and p.phase == "backward" else "")
-        facts.append(("pass", phase))
-        for loop in p.loops:
-            where = f" ({loop.line.label or loop.line.filename}, line {loop.line.lineno})" if loop.line else ""
-            facts.append((f"`{loop.primitive}`", loop.text + where))
-        if p.calls:
-            facts.append(("in jitted", " > ".join(f"`{c}`" for c in p.calls)))
-        if self.call_number > 1 and self.call_line is not None:
-            facts.append(("call", f"{self.call_number} of line {self.call_line.lineno}: `{self.call_line.code}`"))
-        if p.nan_maker:
-            facts.append(("then", f"`{p.nan_maker}` turned it into NaN: {p.nan_maker_values}"))
-        if p.discarded_by:
-            facts.append(("discarded by", f"`{p.discarded_by}`: the result is finite"))
-        if self.primitive and self.primitive != p.primitive:
-            facts.append(("JAX named", f"`{self.primitive}` (the outermost operation the value left)"))
-        if self.failing_call or self.searched_call:
-            facts.append(("failing call", self.searched_call or self.failing_call))
-        sections = [Section("What", [Facts(facts)])]
-        if self.provenance is not None:
-            sections.append(Section("Where it was made", provenance_blocks(self.provenance, f"the {self.value}")))
-        lines = [line for line in (p.line, p.nan_maker_line, p.discarded_line) if line is not None]
-        lines = list({(line.filename, line.lineno): line for line in lines}.values())
-        if lines:
-            if p.phase == "backward" or p.derivative:
-                caption = "The forward line whose derivative produced it"
-            else:
-                caption = "The line that produced it"
-            caption += f" (found by evaluating {self.searched_call} operation by operation):"
-            sections.append(Section("Your line", [SourceLines(lines, caption)]))
-        if self.call_path:
-            sections.append(Section("Call path", [SourceLines(self.call_path, "Your frames, outermost first:")]))
-        sections.append(Section("Why", [Paragraph(self._explanation())]))
-        tried = [fix for fix in self.fixes if fix.tried]
-        if tried:
-            rows = [
-                [f"`{fix.code}`", fix.result, fix.call_result or "-", "offered" if fix.offered else "not offered"]
-                for fix in tried
-            ]
-            columns = ["fix (`v` the value given to it)", f"`{p.primitive}`", "the call's outputs", ""]
-            sections.append(Section("Fixes tried on the values", [Table(columns, rows)]))
-        return sections
 
     def _explanation(self) -> str:
         p = self.producer
@@ -531,3 +426,176 @@ def written_nan_writer(p: NanProducer) -> str:
         return "your line writes"
     writer = p.written_nan_by or p.library_function
     return f"written by `{writer}`'s own code" if writer else "written into the program"
+
+
+# -- the sections of the document, in the order drawn (``SECTIONS``): each takes the report -------------------
+
+
+def what(report: NanReport) -> list[Section]:
+    """What was caught: the operation the producer search found and the values it got, or what JAX named."""
+    if not report.found:
+        return []
+    p = report.producer
+    if p is None:
+        facts = [("value", report.value), ("primitive", report.primitive or "(not named)"), ("phase", report.phase)]
+        if report.library_function:
+            facts.append(("inside", report.library_function))
+        if report.failing_call:
+            facts.append(("failing call", report.failing_call))
+        return [Section("What", [Facts(facts)])]
+    facts = [("value", report.value), ("operation", f"`{p.primitive}` made {p.value}")]
+    if p.expression:
+        facts.append(("in", f"`{p.expression}`"))
+    facts.append(("values", p.description))
+    if p.library_function:
+        facts.append(("inside", f"`{p.library_function}`, called from your line"))
+    phase = p.phase + (" (computed for the gradient)" if p.derivative and p.phase == "backward" else "")
+    facts.append(("pass", phase))
+    for loop in p.loops:
+        where = f" ({loop.line.label or loop.line.filename}, line {loop.line.lineno})" if loop.line else ""
+        facts.append((f"`{loop.primitive}`", loop.text + where))
+    return [Section("What", [Facts(facts + _producer_context(report, p))])]
+
+
+def _producer_context(report: NanReport, p: NanProducer) -> list[tuple[str, str]]:
+    """The producer's facts after its values: where it ran, which call, what became of its value."""
+    facts = []
+    if p.calls:
+        facts.append(("in jitted", " > ".join(f"`{c}`" for c in p.calls)))
+    if report.call_number > 1 and report.call_line is not None:
+        facts.append(("call", f"{report.call_number} of line {report.call_line.lineno}: `{report.call_line.code}`"))
+    if p.nan_maker:
+        facts.append(("then", f"`{p.nan_maker}` turned it into NaN: {p.nan_maker_values}"))
+    if p.discarded_by:
+        facts.append(("discarded by", f"`{p.discarded_by}`: the result is finite"))
+    if report.primitive and report.primitive != p.primitive:
+        facts.append(("JAX named", f"`{report.primitive}` (the outermost operation the value left)"))
+    if report.failing_call or report.searched_call:
+        facts.append(("failing call", report.searched_call or report.failing_call))
+    return facts
+
+
+def where_it_was_made(report: NanReport) -> list[Section]:
+    if not report.found or report.provenance is None:
+        return []
+    return [Section("Where it was made", provenance_blocks(report.provenance, f"the {report.value}"))]
+
+
+def your_line(report: NanReport) -> list[Section]:
+    """The user's line(s) of the operation: the producer's (and the NaN maker's, the discarding where's)."""
+    if not report.found:
+        return []
+    p = report.producer
+    if p is None:
+        if not report.origin_lines:
+            return []
+        caption = (
+            "The operation whose gradient produced it"
+            if report.phase == "backward"
+            else "The operation that produced it"
+        )
+        caption += " (found by re-running the call op by op):" if report.origin_by_rerun else ":"
+        return [Section("Your line", [SourceLines(report.origin_lines[-3:], caption)])]
+    lines = [line for line in (p.line, p.nan_maker_line, p.discarded_line) if line is not None]
+    lines = list({(line.filename, line.lineno): line for line in lines}.values())
+    if not lines:
+        return []
+    if p.phase == "backward" or p.derivative:
+        caption = "The forward line whose derivative produced it"
+    else:
+        caption = "The line that produced it"
+    caption += f" (found by evaluating {report.searched_call} operation by operation):"
+    return [Section("Your line", [SourceLines(lines, caption)])]
+
+
+def call_path(report: NanReport) -> list[Section]:
+    if not report.found or not report.call_path:
+        return []
+    return [Section("Call path", [SourceLines(report.call_path, "Your frames, outermost first:")])]
+
+
+def why(report: NanReport) -> list[Section]:
+    return [Section("Why", [Paragraph(report._explanation())])] if report.found else []
+
+
+def fixes_tried_on_the_values(report: NanReport) -> list[Section]:
+    """Each candidate fix the producer search tried, what it gave, and whether the report offers it."""
+    p = report.producer
+    tried = [fix for fix in report.fixes if fix.tried]
+    if not report.found or p is None or not tried:
+        return []
+    rows = [
+        [f"`{fix.code}`", fix.result, fix.call_result or "-", "offered" if fix.offered else "not offered"]
+        for fix in tried
+    ]
+    columns = ["fix (`v` the value given to it)", f"`{p.primitive}`", "the call's outputs", ""]
+    return [Section("Fixes tried on the values", [Table(columns, rows)])]
+
+
+def why_python_raised(report: NanReport) -> list[Section]:
+    if not report.python_error:
+        return []
+    return [
+        Section(
+            "Why",
+            [
+                Paragraph(
+                    "Python's own arithmetic (or NumPy's, with np.seterr) raised this, on Python or NumPy numbers, "
+                    "before JAX saw anything: JAX arrays never raise on division by zero or overflow, they give "
+                    "inf or NaN. Fix the Python expression, or compute it with jnp if you want JAX's "
+                    "behaviour."
+                )
+            ],
+        )
+    ]
+
+
+def non_finite_values(report: NanReport) -> list[Section]:
+    if not report.nonfinite:
+        return []
+    rows = [
+        [f"`{leaf.name}`", str(tuple(leaf.shape)), leaf.dtype, str(leaf.nan_count), str(leaf.inf_count)]
+        for leaf in report.nonfinite
+    ]
+    return [Section("Non-finite values", [Table(["leaf", "shape", "dtype", "NaNs", "infs"], rows)])]
+
+
+def inside_searches(report: NanReport) -> list[Section]:
+    """A section per call ``--inside`` evaluated operation by operation and found a value in, then their scope."""
+    if not report.inside_findings:
+        return []
+    sections = [_inside_section(found) for found in report.inside_findings]
+    return [*sections, Section("What was checked", [Paragraph(report.checked_scope or scope_text(report.jit_calls))])]
+
+
+def how_this_was_found(report: NanReport) -> list[Section]:
+    return [Section("How this was found", [Paragraph(n) for n in report.notes])] if report.notes else []
+
+
+def what_jax_printed(report: NanReport) -> list[Section]:
+    """What JAX printed on the way. The FloatingPointError itself (``message``) is re-raised under the
+    report: its traceback shows it, so it is not repeated here."""
+    evidence = "\n".join(report.jax_messages)
+    if report.other_error:
+        evidence = "\n".join(filter(None, [evidence, report.other_error]))
+    if not evidence:
+        return []
+    below = "; the error is below" if report.found or report.other_error else ""
+    title = f"What JAX printed while the cell ran ({counted(len(evidence.splitlines()), 'line')}{below})"
+    return [Section("", [Evidence(title, evidence)])]
+
+
+# The document's sections, in the order drawn
+SECTIONS: tuple[Callable[[NanReport], list[Section]], ...] = (
+    what,
+    where_it_was_made,
+    your_line,
+    call_path,
+    why,
+    fixes_tried_on_the_values,
+    why_python_raised,
+    non_finite_values,
+    inside_searches,
+    how_this_was_found,
+    what_jax_printed,
+)
