@@ -21,16 +21,18 @@ from jaxmagic._jax.own_settings import users_values
 from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compile
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.wrapped import jax_dirs, library_of
-from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles import model
 from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes.compiles.cache_misses import CacheMisses
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.donations import KEPT as DONATIONS_KEPT
 from jaxmagic.probes.compiles.donations import unread_donations
 from jaxmagic.probes.compiles.field_trial import say_field_untried, try_field_fix
+from jaxmagic.probes.compiles.fixes import fix_for
 from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
+from jaxmagic.probes.compiles.model import Compilation, FunctionCompiles
 from jaxmagic.probes.compiles.program_size import ProgramSize
-from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes.compiles.report import CompileReport
 from jaxmagic.probes.compiles.slow_programs import SlowPrograms
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
@@ -107,7 +109,7 @@ class Collector:
             name = line.name if line else explanation.name if explanation else ""
             kept = self._pending_log.setdefault(name, [])
             if len(kept) < 8:
-                kept.append(message[: limits.LOG_LINE_CHARS])
+                kept.append(message[: model.LOG_LINE_CHARS])
             if line is not None and line.stage == "compiling":
                 self._pending_types[name] = line.types
             if explanation is not None:
@@ -289,13 +291,13 @@ class Collector:
             state.trial_function = info.trial_function
         state.last_leaves = dict(info.leaves) if info.leaves else None
         _record_baked(summary, state, info.baked)
-        if info.program is not None and len(summary.programs) < limits.PROGRAMS_KEPT:
+        if info.program is not None and len(summary.programs) < model.PROGRAMS_KEPT:
             summary.programs.append(info.program.to_dict())
         line = source_line(*info.call_site) if info.call_site else None
         if summary.first_line is None:
             summary.first_line = line
 
-        if state.detailed < limits.DETAILS_PER_FUNCTION and len(report.compilations) < limits.DETAILS_TOTAL:
+        if state.detailed < model.DETAILS_PER_FUNCTION and len(report.compilations) < model.DETAILS_TOTAL:
             state.detailed += 1
             report.compilations.append(
                 Compilation(
@@ -305,7 +307,7 @@ class Collector:
                     cause=cause,
                     why=why,
                     also=[c.cause for c in found[1:]],
-                    changes=changes[: limits.CHANGES_KEPT],
+                    changes=changes[: model.CHANGES_KEPT],
                     argument_types=signature_text(types) if types is not None else "",
                     static_arguments={k: v.text for k, v in info.static_values.items()},
                     trace_seconds=trace_seconds,
@@ -314,7 +316,7 @@ class Collector:
                     line=line,
                     jax_explanation=explanation.text if explanation else "",
                     log=list(log),
-                    fix=summary.fix_for(cause) if cause not in ("first", "eager", "library") else "",
+                    fix=fix_for(summary, cause) if cause not in ("first", "eager", "library") else "",
                     provenance=attribution.of_source_line(
                         line,
                         source_line(*info.started_site) if info.started_site else None,
@@ -325,7 +327,7 @@ class Collector:
 
         if explanation is not None:
             state.explained += 1
-            if state.explained >= limits.EXPLAIN_LIMIT and self._explaining:
+            if state.explained >= model.EXPLAIN_LIMIT and self._explaining:
                 self._stop_explaining(name)
         return name, summary.count
 
@@ -387,7 +389,7 @@ class Collector:
                     say_baked_untried(state.summary, "the call's arguments were not kept")
                 for compilation in self.report.compilations:  # the compilations' fixes say what the trials found
                     if compilation.function == state.summary.name and compilation.cause in TRIED_CAUSES:
-                        compilation.fix = state.summary.fix_for(compilation.cause)
+                        compilation.fix = fix_for(state.summary, compilation.cause)
                 state.trial_arguments = state.trial_partial = state.trial_function = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
             for state in self._functions.values():
@@ -428,7 +430,7 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
         summary.static_kinds[name] = value.kind
         summary.static_types[name] = value.type_name
         ids = summary.static_ids.setdefault(name, [])
-        if value.by_identity and len(ids) < limits.STATIC_VALUES_KEPT and f"{value.ident:#x}" not in ids:
+        if value.by_identity and len(ids) < model.STATIC_VALUES_KEPT and f"{value.ident:#x}" not in ids:
             ids.append(f"{value.ident:#x}")
         text = value.text
         seen = state.static_seen.setdefault(name, set())
@@ -437,7 +439,7 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
         seen.add(text)
         summary.static_value_counts[name] = len(seen)
         kept = summary.static_values.setdefault(name, [])
-        if len(kept) < limits.STATIC_VALUES_KEPT:
+        if len(kept) < model.STATIC_VALUES_KEPT:
             kept.append(text)
 
 
@@ -446,18 +448,18 @@ def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict |
     state.last_baked = dict(baked) if baked is not None else None
     for name, value in (baked or {}).items():
         seen = state.baked_seen.setdefault(name, [])
-        if value.by_value and value.text not in seen and len(seen) < limits.STATIC_VALUES_KEPT:
+        if value.by_value and value.text not in seen and len(seen) < model.STATIC_VALUES_KEPT:
             seen.append(value.text)
     summary.baked_values = {name: list(texts) for name, texts in state.baked_seen.items() if len(texts) > 1}
 
 
 def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
     examples = summary.change_examples.setdefault(cause, [])
-    for change in changes[: limits.CHANGES_KEPT]:
+    for change in changes[: model.CHANGES_KEPT]:
         if change not in examples and not _continued(examples, change) and len(examples) < 6:
             examples.append(change)
     if cause in ("types", "weak_type"):
-        for change in changes[: limits.CHANGES_KEPT]:
+        for change in changes[: model.CHANGES_KEPT]:
             key = change.split(":", 1)[0]
             if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1

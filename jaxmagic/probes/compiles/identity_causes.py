@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles import model
 from jaxmagic.probes.compiles.baked import baked_changes
 from jaxmagic.probes.compiles.cause import Cause
 from jaxmagic.probes.compiles.field_trial import NUMBER_TYPES
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
-from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.model import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo
 from jaxmagic.probes.compiles.why_again import baked_fix
-from jaxmagic.probes.compiles.wording import line_text
 from jaxmagic.report.source import is_user_file, source_line
 
 _METADATA = re.compile(
@@ -37,7 +36,7 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
         return None
     same = [c for c in changes if c.identity]
     if same:
-        texts = [_identity_text(c) for c in same[: limits.CHANGES_KEPT]]
+        texts = [_identity_text(c) for c in same[: model.CHANGES_KEPT]]
         summary.field_fixes["pytree_identity"] = _identity_fix(same[0], summary.name)
         if info.library:
             summary.field_fixes["pytree_identity"] = (
@@ -51,7 +50,7 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
             "by identity, so the cache key differs: " + "; ".join(texts) + ".",
             texts,
         )
-    texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: limits.CHANGES_KEPT]]
+    texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: model.CHANGES_KEPT]]
     first = changes[0]
     # a number's fix is tried after the block (field_trial.py); the field the fix names is the one tried
     numeric = first.type_name in NUMBER_TYPES
@@ -137,7 +136,7 @@ def rebuilt_cause(summary: FunctionCompiles, state: FunctionState, info: CallInf
         if not info.library:
             cause.why += " " + _carried_values_text(summary, info)
         return cause
-    texts = [f"`{name}`: {before} -> {now}" for name, before, now in changed[: limits.CHANGES_KEPT]]
+    texts = [f"`{name}`: {before} -> {now}" for name, before, now in changed[: model.CHANGES_KEPT]]
     names = [name for name, _, _ in changed]
     seen = {name: list(state.baked_seen.get(name, [])) for name in names}
     for name, _, now in changed:  # this compilation's value is recorded after its cause is found
