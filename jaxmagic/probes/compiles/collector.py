@@ -445,7 +445,7 @@ def _compilation(
     )
 
 
-def _innermost_user_line():
+def _innermost_user_line() -> SourceLine | None:
     """The user's line running now (a persistent-cache miss is logged inside the call that compiles)."""
     frame: FrameType | None = sys._getframe(2)
     try:

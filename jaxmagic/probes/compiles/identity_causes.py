@@ -14,6 +14,7 @@ from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
 from jaxmagic.probes.compiles.model import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo
 from jaxmagic.probes.compiles.why_again import baked_fix
+from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
 
 _METADATA = re.compile(
@@ -101,7 +102,7 @@ def _identity_fix(change: MetaChange, function: str) -> str:
     return fix + (f" ({change.check})." if change.check else " (a suggestion: not tried on your code).")
 
 
-def _function_made_at(change: MetaChange):
+def _function_made_at(change: MetaChange) -> SourceLine | None:
     """For a plain function of the user's (a lambda, a nested def) kept in the field: the line that makes it
     (its definition runs again at every pass); None for anything else."""
     if change.type_name != "function" or not change.same_code:
