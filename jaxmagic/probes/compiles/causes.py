@@ -1,6 +1,8 @@
 """Why one compilation happened: the cause found from JAX's explanation, the argument types and static values.
 
-Each cause comes with its sentence (``Cause.why``) and the changes that show it.
+``classify`` tries the named steps of ``STEPS`` in order (the surest evidence first); each cause comes
+with its sentence (``Cause.why``) and the changes that show it. Its kind, title and general fix are
+declared in ``cause.py``.
 """
 
 from __future__ import annotations
