@@ -28,11 +28,12 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes.compiles import CompileBudgetExceeded
+from jaxmagic.probes.compiles.fixes import fix_for, main_fix
 from jaxmagic.render import static_bundle
 
 # the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
 compiles_module = importlib.import_module("jaxmagic.probes.compiles")
-limits_module = importlib.import_module("jaxmagic.probes.compiles.limits")
+limits_module = importlib.import_module("jaxmagic.probes.compiles.model")  # how much is kept
 
 
 def test_static_argument_value_change_is_named_with_its_values():
@@ -141,7 +142,7 @@ def test_weak_type_of_an_array_made_from_a_python_float_is_not_called_a_scalar()
     assert rep.compilations_of("scale")[1].changes == ["batch: f32[4] -> f32[4] weak"]
     assert f.reason.startswith("weakly typed vs typed argument (weak type): batch")
     assert "an array whose dtype came from one" in rep.compilations_of("scale")[1].why
-    assert "dtype=jnp.float32" in f.fix
+    assert "dtype=jnp.float32" in main_fix(f)
 
 
 def test_pytree_structure_change():
@@ -640,7 +641,7 @@ def test_jit_of_grad_built_inside_a_helper_is_the_users_function():
     assert "a new jit wrapper built at each call" in rep.summary
     second = rep.compilations_of("likelihood")[1]
     assert "is jitted anew at each call" in second.why and "a JAX transformation of it" in second.why
-    assert "Build the jitted function once" in f.fix
+    assert "Build the jitted function once" in main_fix(f)
     assert not rep.summary.startswith("None of your jitted functions")
 
 
@@ -701,7 +702,7 @@ def test_optimizer_built_by_a_factory_as_static_argument():
     assert f.causes == {"first": 1, "static_identity": 2}
     assert "`optimizer` is a new GradientTransformation at each call (id 0x" in f.reason
     assert "..." not in f.static_values["optimizer"][0][1:-1]  # never a repr cut in the middle
-    assert "jnp.int32" not in f.fix and "Build it once, before the loop" in f.fix
+    assert "jnp.int32" not in main_fix(f) and "Build it once, before the loop" in main_fix(f)
     change = rep.compilations_of("train_step")[1].changes[0]
     assert change.startswith("optimizer: a new GradientTransformation (id 0x")
 
@@ -724,7 +725,7 @@ def test_dataclass_without_eq_as_static_argument_gets_the_object_fix():
     f = rep.function("forward")
     assert f.main_cause == "static_identity"
     assert "equal-looking" in rep.compilations_of("forward")[1].changes[0]
-    assert "make it hashable by value" in f.fix and "pytree argument" in f.fix
+    assert "make it hashable by value" in main_fix(f) and "pytree argument" in main_fix(f)
 
 
 def test_numeric_static_argument_fix_suggests_a_traced_array():
@@ -735,7 +736,7 @@ def test_numeric_static_argument_fix_suggests_a_traced_array():
     with probes.compiles() as rep:
         for step in range(3):
             decay(jnp.ones(2), step)
-    assert "jnp.int32(step)" in rep.function("decay").fix
+    assert "jnp.int32(step)" in main_fix(rep.function("decay"))
 
     @partial(jax.jit, static_argnames=("lr",))
     def sgd(w, lr):  # a learning-rate schedule made static: the fix names lr, as a float
@@ -744,7 +745,7 @@ def test_numeric_static_argument_fix_suggests_a_traced_array():
     with probes.compiles() as rep:
         for epoch in range(3):
             sgd(jnp.ones(2), lr=0.1 / (epoch + 1))
-    assert "pass an array, here jnp.float32(lr)" in rep.function("sgd").fix
+    assert "pass an array, here jnp.float32(lr)" in main_fix(rep.function("sgd"))
 
 
 def test_weak_type_and_a_changing_static_argument_are_both_named():
@@ -924,8 +925,8 @@ def test_lambda_in_a_static_field_is_a_new_function_with_the_same_code():
     f = rep.function("apply")
     assert f.main_cause == "pytree_identity"
     assert "is a new function with the same code (" in f.reason and "<lambda>" in f.reason
-    assert "checked: the same code made into a new function compares unequal to it" in f.fix
-    assert "made by `apply(Dense(jnp.eye(2), lambda v: jnp.maximum(v, 0.0)), jnp.ones(2))`" in f.fix
+    assert "checked: the same code made into a new function compares unequal to it" in main_fix(f)
+    assert "made by `apply(Dense(jnp.eye(2), lambda v: jnp.maximum(v, 0.0)), jnp.ones(2))`" in main_fix(f)
 
 
 def test_static_field_value_change_names_the_field_not_the_keys():
@@ -945,7 +946,7 @@ def test_static_field_value_change_names_the_field_not_the_keys():
     f = rep.function("area")
     assert f.causes == {"first": 1, "pytree_static": 1}
     assert "`shape.idx` (Shape.idx): 2 -> 3" in f.reason
-    assert "`Shape.idx` is a static field" in f.fix and "keys" not in f.fix
+    assert "`Shape.idx` is a static field" in main_fix(f) and "keys" not in main_fix(f)
 
 
 def test_config_object_without_eq_in_static_argnames_names_that_parameter():
@@ -967,9 +968,9 @@ def test_config_object_without_eq_in_static_argnames_names_that_parameter():
             forward(jnp.ones(3), cfg=Config(2))
     f = rep.function("forward")
     assert f.main_cause == "static_identity"
-    assert f.fix.startswith("The static argument `cfg` of `forward` is a new Config at each call")
-    assert "define __eq__ and __hash__ on Config" in f.fix and "checked: a copy of it" in f.fix
-    assert "static_argnames=('" not in f.fix  # no new static argument is invented
+    assert main_fix(f).startswith("The static argument `cfg` of `forward` is a new Config at each call")
+    assert "define __eq__ and __hash__ on Config" in main_fix(f) and "checked: a copy of it" in main_fix(f)
+    assert "static_argnames=('" not in main_fix(f)  # no new static argument is invented
 
 
 def test_metadata_equal_in_print_but_not_a_field_is_still_identity_not_keys():
@@ -992,7 +993,7 @@ def test_metadata_equal_in_print_but_not_a_field_is_still_identity_not_keys():
     f = rep.function("run")
     assert f.main_cause == "pytree_identity"
     assert "could not be told" in f.reason or "could not be told" in rep.compilations_of("run")[1].why
-    assert "always the same keys" not in f.fix and "Build it once, outside the loop" in f.fix
+    assert "always the same keys" not in main_fix(f) and "Build it once, outside the loop" in main_fix(f)
 
 
 def test_each_compilation_writes_out_only_what_changed_from_the_row_above():
@@ -1110,7 +1111,7 @@ def test_an_argument_left_to_its_default_in_one_call_is_a_way_of_passing_it():
         h(x, "train")
     assert [c.cause for c in rep.compilations_of("h")] == ["first", "passing", "passing"]
     assert rep.compilations_of("h")[1].changes == ["mode: passed in one call, left to its default in the other"]
-    assert "keys" not in rep.function("h").fix_for("passing")
+    assert "keys" not in fix_for(rep.function("h"), "passing")
 
 
 def test_jax_clear_caches_in_the_loop_is_named_not_a_new_wrapper():
@@ -1126,7 +1127,7 @@ def test_jax_clear_caches_in_the_loop_is_named_not_a_new_wrapper():
             add(x, x)
             jax.clear_caches()
     assert [c.cause for c in rep.compilations_of("add")] == ["first", "cache_cleared", "cache_cleared"], rep.summary
-    assert "jax.clear_caches()" in rep.function("add").fix_for("cache_cleared")
+    assert "jax.clear_caches()" in fix_for(rep.function("add"), "cache_cleared")
 
 
 def test_a_scan_outside_jit_given_a_new_lambda_each_time_is_a_finding():
@@ -1158,7 +1159,7 @@ def test_a_static_nan_is_told_it_never_equals_itself():
     with probes.compiles() as rep:
         for _ in range(3):
             fill_nans(jnp.ones(2), float("nan"))
-    fix = rep.function("fill_nans").fix_for("static_identity")
+    fix = fix_for(rep.function("fill_nans"), "static_identity")
     assert "NaN, which never equals itself" in fix and "__eq__" not in fix
 
 
@@ -1187,7 +1188,7 @@ def test_an_int_then_a_float_scalar_gets_the_fix_to_pass_one_kind():
     with probes.compiles() as rep:
         scale(x, 1)
         scale(x, 1.5)
-    fix = rep.function("scale").fix_for("types")
+    fix = fix_for(rep.function("scale"), "types")
     assert "`float(s)`" in fix and "bucket" not in fix
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxmagic import probes
+from jaxmagic.probes.compiles.fixes import main_fix
 
 
 def _function(report, name):
@@ -182,7 +183,7 @@ def test_a_partial_bound_learning_rate_is_tried_traced_optax_577():
         f["baked_fix_trial"] == "tried by tracing `sgd_update` with `lr` passed traced (a float32 argument): it traces"
     )
     assert "Pass it traced instead: jit `sgd_update` itself once" in f["field_fixes"]["baked_constant"]
-    assert "Checked: tried by tracing `sgd_update`" in report.function("sgd_update").fix
+    assert "Checked: tried by tracing `sgd_update`" in main_fix(report.function("sgd_update"))
 
 
 def test_a_partial_bound_count_is_not_offered_traced():
@@ -196,7 +197,7 @@ def test_a_partial_bound_count_is_not_offered_traced():
         "needs `n` as a Python int: a traced value cannot set a count, a shape or a loop length"
     )
     assert "__hash__" in f["baked_fix_error"]  # JAX's own words, kept as evidence
-    fix = report.function("split_n").fix
+    fix = main_fix(report.function("split_n"))
     assert "Keep it bound: passing `n` traced does not trace" in fix and "Pass it traced instead" not in fix
 
 

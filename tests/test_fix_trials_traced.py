@@ -15,6 +15,7 @@ import pytest
 from jax import lax
 
 from jaxmagic import probes
+from jaxmagic.probes.compiles.fixes import main_fix
 
 # -- %%jax_compiles, the doctor and the watch: "pass the static number traced" -------------------------
 
@@ -43,7 +44,7 @@ def test_pass_it_traced_is_not_offered_when_the_count_of_a_split_must_be_static(
     assert "needs `n` as a Python int: a traced value cannot set a count" in data["static_fix_trial"]
     assert "__hash__" not in data["static_fix_trial"] and "__hash__" in data["static_fix_error"]
     assert data["traced_again_to_try"] is True  # said plainly: the function was traced once more
-    fix = rep.function("sample_paths").fix
+    fix = main_fix(rep.function("sample_paths"))
     assert "drop it from static_argnums" not in fix and "Keep `n` static" in fix
     assert "traced `sample_paths` once more" in fix
     # the compilations' own fixes say the same as the function's
@@ -68,7 +69,7 @@ def test_a_scan_length_alone_is_enough_to_keep_it_static():
         "needs `n` as a Python int: a traced value cannot set a count, a shape or a loop length"
     )
     assert data["static_fix_error"].startswith("ConcretizationTypeError")
-    assert "jnp.int32(n)" not in rep.function("repeat").fix.split("Keep")[0]
+    assert "jnp.int32(n)" not in main_fix(rep.function("repeat")).split("Keep")[0]
 
 
 def test_pass_it_traced_is_offered_as_tried_when_it_traces(capsys):
@@ -85,7 +86,7 @@ def test_pass_it_traced_is_offered_as_tried_when_it_traces(capsys):
     data = next(d for d in rep.to_dict()["functions"] if d["name"] == "sgd")
     assert data["static_fix_works"] is True and data["traced_again_to_try"] is True
     assert data["static_fix_trial"] == "tried by tracing `sgd` with `lr` traced (as jnp.float32(lr)): it traces"
-    fix = rep.function("sgd").fix
+    fix = main_fix(rep.function("sgd"))
     assert "pass an array, here jnp.float32(lr)" in fix and "Checked: tried by tracing `sgd`" in fix
 
 

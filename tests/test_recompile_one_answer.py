@@ -60,7 +60,7 @@ def shell(ip):
     return ip
 
 
-# More compilations than the probe asks JAX to explain (limits.EXPLAIN_LIMIT = 16): past them the watch said
+# More compilations than the probe asks JAX to explain (model.EXPLAIN_LIMIT = 16): past them the watch said
 # "cache miss explanation unavailable" and gave the static-argument fix.
 LOOP = "xs = jnp.ones(3)\nfor i in range(20):\n    ys = jax.jit(lambda v: v * 2)(xs)"
 
@@ -167,7 +167,7 @@ def test_a_static_argument_past_the_explained_compilations_stays_static():
 
     x = jnp.ones(2)
     with compiles() as report:
-        for n in range(20):  # JAX's explanations are switched off after limits.EXPLAIN_LIMIT (16)
+        for n in range(20):  # JAX's explanations are switched off after model.EXPLAIN_LIMIT (16)
             power(x, n)
     assert report.explanations_stopped == "power"
     assert report.function("power").causes == {"first": 1, "static": 19}

@@ -23,51 +23,52 @@ Sources, all switched on for the block only and put back afterwards:
 
 Nothing here calls into JAX while the block runs (no ``jnp``, no jit): the
 probe's bookkeeping is string work and compiles nothing itself. What is kept
-per compilation is bounded (see ``limits.DETAILS_PER_FUNCTION``), so a cell that
+per compilation is bounded (see ``model.DETAILS_PER_FUNCTION``), so a cell that
 compiles a thousand shapes gives a summary, not a thousand log records.
 
 The package: ``probe`` (the ``compiles`` context manager), ``collector`` (the
 monitoring listener that builds the report as compilations happen), ``logs``
 (the filter on the ``jax`` loggers), ``stack`` (jit's frame at a compilation),
-``causes`` (why one compilation happened, in words; ``cause`` its data, ``identity_causes`` those about the
-function object itself, ``leaf_causes`` those read from the user's objects a library repacked), ``baked`` (the Python values a
-function carries into its trace), ``why_again`` (the cause object every magic words a
-recompilation from), ``report`` (the report and its
-document), ``cause_words`` (each cause's title and general fix), ``static_fixes`` (the fix for a static argument by its kind), ``static_trial``
-(that fix tried by tracing the function once more after the block), ``field_trial`` (the same for a
-number in a pytree's static field), ``baked_trial`` (the same for a value a ``functools.partial`` binds)
-``limits`` (what is kept); and what compiling costs: ``program_size`` (a program's equations per user line,
+``user_arguments`` (the user's arguments at a library's entry), ``metadata`` (pytree static fields);
+``cause`` (each kind of cause, declared once: key, title, general fix, priority), ``causes`` (why one
+compilation happened: ``classify``, its ordered ``STEPS``; ``identity_causes`` those about the function object
+itself, ``leaf_causes`` those read from the user's objects a library repacked), ``function_state`` (what one
+function's last compilation was), ``baked`` (the Python values a function carries into its trace),
+``why_again`` (the cause object every magic words a recompilation from); ``model`` (the report's data and
+how much is kept), ``report`` (the report, its verdict and headline), ``fixes`` (what to do, by cause and
+by the kind of a static argument), ``sections`` (the document's section builders); ``static_trial``
+(the static-number fix tried by tracing the function once more after the block), ``field_trial`` (the same
+for a number in a pytree's static field), ``baked_trial`` (the same for a value a ``functools.partial``
+binds); and what compiling costs: ``program_size`` (a program's equations per user line,
 loops unrolled, constants), ``slow_programs`` (which compilations to examine, kept until the block ends),
 ``donations`` (donated buffers JAX could not reuse, named), ``cache_misses`` (persistent-cache misses and
-why) and ``cost_sections`` (their concerns, headline, sections and the findings the doctor and watch tell).
+why), ``stale_globals`` (globals a program holds an old value of) and ``cost_sections`` (their concerns,
+headline, sections and the findings the doctor and watch tell).
 """
 
+from jaxmagic.probes.compiles.cause import CAUSE_TITLES, FIXES
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.collector import (
     EVENT_BACKEND_COMPILE,
     EVENT_LOWER,
     EVENT_TRACE,
 )
+from jaxmagic.probes.compiles.fixes import STATIC_FIXES
 from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
-from jaxmagic.probes.compiles.limits import (
+from jaxmagic.probes.compiles.model import (
     CHANGES_KEPT,
     DETAILS_PER_FUNCTION,
     DETAILS_TOTAL,
     EXPLAIN_LIMIT,
     LOG_LINE_CHARS,
     STATIC_VALUES_KEPT,
-)
-from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
-from jaxmagic.probes.compiles.report import (
-    CAUSE_TITLES,
-    FIXES,
     Compilation,
     CompileBudgetExceeded,
-    CompileReport,
     FunctionCompiles,
 )
+from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
+from jaxmagic.probes.compiles.report import CompileReport
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
-from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES
 from jaxmagic.probes.compiles.why_again import RecompileCause, budget_magic, why_compiled_again
 
 __all__ = [

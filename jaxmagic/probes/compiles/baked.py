@@ -40,7 +40,7 @@ def baked_values(fun: Any, is_user: Callable[[str], bool]) -> dict[str, BakedVal
     return found if readable else None
 
 
-def _visit(fun: Any, prefix: str, depth: int, found: dict[str, BakedValue], is_user) -> bool:
+def _visit(fun: Any, prefix: str, depth: int, found: dict[str, BakedValue], is_user: Callable[[str], bool]) -> bool:
     readable = False
     for _ in range(8):  # through partials and functools.wraps chains (jax.grad(f) keeps f as __wrapped__)
         if isinstance(fun, functools.partial):

@@ -1,11 +1,14 @@
 """Why one compilation happened: the cause found from JAX's explanation, the argument types and static values.
 
-Each cause comes with its sentence (``Cause.why``) and the changes that show it.
+``classify`` tries the named steps of ``STEPS`` in order (the surest evidence first); each cause comes
+with its sentence (``Cause.why``) and the changes that show it. Its kind, title and general fix are
+declared in ``cause.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
@@ -15,13 +18,34 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
-from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles import model
 from jaxmagic.probes.compiles.cause import Cause
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.identity_causes import function_rebuilt, metadata_cause, rebuilt_cause, same_metadata_text
 from jaxmagic.probes.compiles.leaf_causes import leaf_cause, unseen_change
-from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.model import FunctionCompiles
 from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiling:
+    """One compilation of a user's function as the steps of ``classify`` see it."""
+
+    summary: FunctionCompiles
+    state: FunctionState
+    explanation: CacheMissExplanation | None  # JAX's, without jaxmagic's own settings, in the user's names
+    types: list[str] | None
+    info: CallInfo
+    traced: bool  # traced again (not a cached trace compiled again)
+    static: Cause | None  # a static argument that changed since the last compilation
+    own: list[str]  # the settings JAX named, when every one of them is jaxmagic's own doing
+
+    @property
+    def first_in_block(self) -> bool:
+        return self.summary.count == 0 and self.state.last_types is None
+
+
+Step = Callable[[Compiling], "list[Cause] | None"]
 
 
 def classify(
@@ -33,55 +57,111 @@ def classify(
     traced: bool,
     user_values: dict[str, str],
 ) -> list[Cause]:
-    """Why one compilation happened: every cause seen, the main one first."""
+    """Why one compilation happened: every cause seen, the main one first. The first of ``STEPS`` that
+    answers says it; when none does, JAX could not say and jaxmagic tells what it can (``_unexplained``)."""
     if info.kind != "user":
-        shapes = signature_text(types) if types is not None else "these arguments"
-        if info.kind == "library":
-            return [Cause("library", f"`{summary.name}`, a library's jitted function, compiled for {shapes}.")]
-        return [Cause("eager", f"An eager operation compiled for {shapes}.")]
-    static = _static_cause(summary, state, info)
-    own = _own_differences(explanation, user_values)
-    explanation = _without_own_context(explanation, user_values)
-    explanation = _in_users_names(explanation, info.user_paths)
-    if explanation is None and own and summary.count == 0 and state.last_types is None:
-        # JAX names a context difference before any other, so only the function's first compilation
-        # in the block is surely jaxmagic's doing; later ones are compared with the ones before.
-        return [_own_cause(summary, own, types)]
-    if info.leaves and (explanation is None or explanation.kind not in ("never_seen", "context")):
-        # A library repacked the user's arguments for jit: JAX's explanation speaks of the library's
-        # structure; the user's own objects, compared leaf by leaf, say what changed.
-        if not state.last_leaves:  # compiled before this block, under arguments not seen here
-            return [Cause("first", f"First compilation of `{summary.name}` in this cell.")]
-        leaf = leaf_cause(summary, state.last_leaves, info, state.changed_fields)
-        if leaf is not None:
-            return [leaf]
-    if explanation is not None:
-        explained = _explained_cause(summary, state, explanation, types, info)
-        if explained is not None:
-            if explained.cause in ("first", "new_function", "baked_constant"):
-                return [explained]
-            same_types = types is not None and state.last_types is not None and types == state.last_types
-            if static is not None and explained.cause in ("types", "weak_type") and same_types:
-                # JAX compares with the closest earlier key, which may be one with other types; against
-                # the previous compilation only the static argument changed.
-                return [static]
-            return [explained] + ([static] if static is not None else [])
-        # "unavailable", "debug_info", "other": JAX could not name it; static values can.
-    elif function_rebuilt(state, info):
-        # No explanation (switched off after many compilations, or none logged): the traced function is
-        # another object than at the last compilation, which is what JAX's "never seen function" says.
-        return [rebuilt_cause(summary, state, info)]
-    elif traced and summary.count == 0 and state.last_types is None and static is None:
+        return [_not_users_function(summary, types, info)]
+    call = Compiling(
+        summary,
+        state,
+        _in_users_names(_without_own_context(explanation, user_values), info.user_paths),
+        types,
+        info,
+        traced,
+        _static_cause(summary, state, info),
+        _own_differences(explanation, user_values),
+    )
+    for step in STEPS:
+        causes = step(call)
+        if causes is not None:
+            return causes
+    return [_unexplained(call)]
+
+
+def _not_users_function(summary: FunctionCompiles, types: list[str] | None, info: CallInfo) -> Cause:
+    shapes = signature_text(types) if types is not None else "these arguments"
+    if info.kind == "library":
+        return Cause("library", f"`{summary.name}`, a library's jitted function, compiled for {shapes}.")
+    return Cause("eager", f"An eager operation compiled for {shapes}.")
+
+
+def jaxmagic_setting(call: Compiling) -> list[Cause] | None:
+    """Only jaxmagic's own cache-key settings differed, at the function's first compilation in the block."""
+    # JAX names a context difference before any other, so only the function's first compilation
+    # in the block is surely jaxmagic's doing; later ones are compared with the ones before.
+    if call.explanation is None and call.own and call.first_in_block:
+        return [_own_cause(call.summary, call.own, call.types)]
+    return None
+
+
+def users_leaves(call: Compiling) -> list[Cause] | None:
+    """A library repacked the user's arguments for jit: JAX's explanation speaks of the library's
+    structure; the user's own objects, compared leaf by leaf, say what changed."""
+    explanation, state, summary = call.explanation, call.state, call.summary
+    if not call.info.leaves or (explanation is not None and explanation.kind in ("never_seen", "context")):
+        return None
+    if not state.last_leaves:  # compiled before this block, under arguments not seen here
         return [Cause("first", f"First compilation of `{summary.name}` in this cell.")]
-    elif not traced and state.compiled_before > 0 and not info.transformed:  # a transformed program is never traced
-        return [
-            Cause(
-                "no_retrace",
-                f"`{summary.name}` compiled again from its cached trace: different jit options, device, "
-                "or an explicit .lower().compile().",
-            )
-        ]
-    return [_unexplained_cause(summary, state, explanation, types, info, static)]
+    leaf = leaf_cause(summary, state.last_leaves, call.info, state.changed_fields)
+    return [leaf] if leaf is not None else None
+
+
+def jax_explanation(call: Compiling) -> list[Cause] | None:
+    """What JAX's cache-miss explanation names, with a changed static argument beside it."""
+    if call.explanation is None:
+        return None
+    explained = _explained_cause(call.summary, call.state, call.explanation, call.info)
+    if explained is None:  # "unavailable", "debug_info", "other": JAX could not name it; static values can
+        return None
+    static = call.static
+    if explained.cause in ("first", "new_function", "baked_constant"):
+        return [explained]
+    same_types = call.types is not None and call.state.last_types is not None and call.types == call.state.last_types
+    if static is not None and explained.cause in ("types", "weak_type") and same_types:
+        # JAX compares with the closest earlier key, which may be one with other types; against
+        # the previous compilation only the static argument changed.
+        return [static]
+    return [explained] + ([static] if static is not None else [])
+
+
+def function_object_rebuilt(call: Compiling) -> list[Cause] | None:
+    """No explanation (switched off after many compilations, or none logged): the traced function is
+    another object than at the last compilation, which is what JAX's "never seen function" says."""
+    if call.explanation is None and function_rebuilt(call.state, call.info):
+        return [rebuilt_cause(call.summary, call.state, call.info)]
+    return None
+
+
+def first_trace(call: Compiling) -> list[Cause] | None:
+    """No explanation, traced, the function's first compilation in the block and no static change."""
+    if call.explanation is None and call.traced and call.first_in_block and call.static is None:
+        return [Cause("first", f"First compilation of `{call.summary.name}` in this cell.")]
+    return None
+
+
+def cached_trace(call: Compiling) -> list[Cause] | None:
+    """Compiled again without tracing: the trace was reused (a transformed program is never traced)."""
+    if call.explanation is not None or call.traced or call.state.compiled_before == 0 or call.info.transformed:
+        return None
+    return [
+        Cause(
+            "no_retrace",
+            f"`{call.summary.name}` compiled again from its cached trace: different jit options, device, "
+            "or an explicit .lower().compile().",
+        )
+    ]
+
+
+# The ways a user's function's compilation is explained, tried in order: the first that answers says the
+# cause (an earlier step is the surer evidence). A new cause is found by a step here, or inside one.
+STEPS: tuple[Step, ...] = (
+    jaxmagic_setting,
+    users_leaves,
+    jax_explanation,
+    function_object_rebuilt,
+    first_trace,
+    cached_trace,
+)
 
 
 def _without_own_context(
@@ -105,7 +185,9 @@ def _without_own_context(
     return dataclasses.replace(explanation, details=[d.detail for d in kept])
 
 
-def _in_users_names(explanation: CacheMissExplanation | None, user_paths: dict[str, str]):
+def _in_users_names(
+    explanation: CacheMissExplanation | None, user_paths: dict[str, str]
+) -> CacheMissExplanation | None:
     """The explanation with the leaves JAX names by a library's repacking (``dynamic_nodonate['rest'][13]``)
     named by the user's paths (``xb``; ``call_names``)."""
     if explanation is None or not user_paths:
@@ -160,73 +242,82 @@ def _own_cause(summary: FunctionCompiles, own: list[str], types: list[str] | Non
     return Cause("jaxmagic", why)
 
 
-def _explained_cause(summary, state, explanation, types, info) -> Cause | None:
-    name = f"`{summary.name}`"
-    kind = explanation.kind
-    if kind == "never_seen":
-        earlier = state.last_function() if state.last_function is not None else None
-        if (
-            state.compiled_before > 0
-            and earlier is not None
-            and info.function is not None
-            and earlier is info.function()
-        ):
-            # the very function object it traced before: not a new wrapper - JAX forgot it
-            return Cause(
-                "cache_cleared",
-                f"`{summary.name}` compiled again although it is the same function: JAX's caches were emptied "
-                "since its last compilation (jax.clear_caches(), or a library calling it).",
-                ["JAX's caches emptied between the calls"],
-            )
-        if state.compiled_before > 0:
-            return rebuilt_cause(summary, state, info)
-        return Cause("first", f"First compilation of {name}.")
-    if kind == "types":
-        changes = [
-            c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})") for c in explanation.type_changes
-        ]
-        changes = changes or explanation.details
-        if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
-            return Cause(
-                "weak_type",
-                "A weakly typed value (a Python scalar, or an array whose dtype came from one) and a "
-                "typed one are different argument types (weak typing): " + "; ".join(changes) + ".",
-                changes,
-            )
-        return Cause(
-            "types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes
-        )
-    if kind == "pytree":
-        passed = argument_passing_changes(explanation.details, info.parameter_names)
-        if passed:
-            changes = [
-                f"{n}: passed by keyword in one call, positionally in the other"
-                if how == "positionally"
-                else f"{n}: passed in one call, left to its default in the other"
-                for n, how in passed
-            ]
-            return Cause("passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes)
-        if any("metadata" in d for d in explanation.details):
-            fields = metadata_cause(summary, state, info)
-            if fields is not None:
-                return fields
-            if any(same_metadata_text(d) for d in explanation.details):
-                changes = pytree_changes(explanation.details, info.parameter_names)
-                return Cause(
-                    "pytree_identity",
-                    "An argument's pytree metadata prints the same as at the earlier call but compares unequal: "
-                    "it holds an object compared by identity (which field could not be told from the "
-                    "arguments): " + "; ".join(changes) + ".",
-                    changes,
-                )
-        if info.library:  # the library's own structure (its private fields): not what the user can change
-            return Cause("unexplained", unseen_change(summary, info) + " JAX's own words are in the compile log.")
-        changes = pytree_changes(explanation.details, info.parameter_names)
-        return Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
-    if kind == "context":
+def _explained_cause(
+    summary: FunctionCompiles, state: FunctionState, explanation: CacheMissExplanation, info: CallInfo
+) -> Cause | None:
+    """The cause JAX's explanation names, by its kind; None when JAX could not name one."""
+    if explanation.kind == "never_seen":
+        return _never_seen(summary, state, info)
+    if explanation.kind == "types":
+        return _types_changed(explanation)
+    if explanation.kind == "pytree":
+        return _structure_changed(summary, state, explanation, info)
+    if explanation.kind == "context":
         changes = [d.text for d in context_differences(explanation.details)] or explanation.details
         return Cause("context", "A JAX setting that is part of the trace changed: " + "; ".join(changes) + ".", changes)
     return None
+
+
+def _never_seen(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> Cause:
+    """JAX never saw this function: its first compilation, a new function object, or JAX's caches emptied."""
+    name = f"`{summary.name}`"
+    earlier = state.last_function() if state.last_function is not None else None
+    if state.compiled_before > 0 and earlier is not None and info.function is not None and earlier is info.function():
+        # the very function object it traced before: not a new wrapper - JAX forgot it
+        return Cause(
+            "cache_cleared",
+            f"`{summary.name}` compiled again although it is the same function: JAX's caches were emptied "
+            "since its last compilation (jax.clear_caches(), or a library calling it).",
+            ["JAX's caches emptied between the calls"],
+        )
+    if state.compiled_before > 0:
+        return rebuilt_cause(summary, state, info)
+    return Cause("first", f"First compilation of {name}.")
+
+
+def _types_changed(explanation: CacheMissExplanation) -> Cause:
+    changes = [c.text + ("" if c.what in ("type", "weak type") else f" ({c.what})") for c in explanation.type_changes]
+    changes = changes or explanation.details
+    if explanation.type_changes and all(c.what == "weak type" for c in explanation.type_changes):
+        return Cause(
+            "weak_type",
+            "A weakly typed value (a Python scalar, or an array whose dtype came from one) and a "
+            "typed one are different argument types (weak typing): " + "; ".join(changes) + ".",
+            changes,
+        )
+    return Cause("types", "Argument types changed from the closest earlier call: " + "; ".join(changes) + ".", changes)
+
+
+def _structure_changed(
+    summary: FunctionCompiles, state: FunctionState, explanation: CacheMissExplanation, info: CallInfo
+) -> Cause:
+    """An argument's pytree differs: passed another way, a static field changed, or its structure."""
+    passed = argument_passing_changes(explanation.details, info.parameter_names)
+    if passed:
+        changes = [
+            f"{n}: passed by keyword in one call, positionally in the other"
+            if how == "positionally"
+            else f"{n}: passed in one call, left to its default in the other"
+            for n, how in passed
+        ]
+        return Cause("passing", "The same argument was passed in two ways: " + "; ".join(changes) + ".", changes)
+    if any("metadata" in d for d in explanation.details):
+        fields = metadata_cause(summary, state, info)
+        if fields is not None:
+            return fields
+        if any(same_metadata_text(d) for d in explanation.details):
+            changes = pytree_changes(explanation.details, info.parameter_names)
+            return Cause(
+                "pytree_identity",
+                "An argument's pytree metadata prints the same as at the earlier call but compares unequal: "
+                "it holds an object compared by identity (which field could not be told from the "
+                "arguments): " + "; ".join(changes) + ".",
+                changes,
+            )
+    if info.library:  # the library's own structure (its private fields): not what the user can change
+        return Cause("unexplained", unseen_change(summary, info) + " JAX's own words are in the compile log.")
+    changes = pytree_changes(explanation.details, info.parameter_names)
+    return Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
 
 
 def _static_cause(summary: FunctionCompiles, state: FunctionState, info: CallInfo) -> Cause | None:
@@ -278,7 +369,16 @@ def _name_identity_fix(summary: FunctionCompiles, before: dict[str, StaticValue]
         return
 
 
-def _unexplained_cause(summary, state, explanation, types, info, static: Cause | None) -> Cause:
+def _unexplained(call: Compiling) -> Cause:
+    """JAX could not say: the cause from the static values, the argument types and the metadata seen."""
+    summary, state, explanation, types, info, static = (
+        call.summary,
+        call.state,
+        call.explanation,
+        call.types,
+        call.info,
+        call.static,
+    )
     name = f"`{summary.name}`"
     if static is not None:
         return static
@@ -324,7 +424,7 @@ def _unexplained_cause(summary, state, explanation, types, info, static: Cause |
     )
 
 
-def _static_changes(before: dict | None, now: dict[str, StaticValue]) -> tuple[list[str], list[str]]:
+def _static_changes(before: dict[str, StaticValue] | None, now: dict[str, StaticValue]) -> tuple[list[str], list[str]]:
     """Static arguments whose value changed since the last compilation: (by value, same print but unequal)."""
     if not before:
         return [], []
@@ -370,4 +470,4 @@ def _leaf_changes(before: list[str], now: list[str], parameter_names: list[str])
         names = parameter_names
     else:
         names = [f"argument leaf {i}" for i in range(len(now))]
-    return [f"{n}: {a} -> {b}" for n, a, b in zip(names, before, now) if a != b][: limits.CHANGES_KEPT]
+    return [f"{n}: {a} -> {b}" for n, a, b in zip(names, before, now) if a != b][: model.CHANGES_KEPT]

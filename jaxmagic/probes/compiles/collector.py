@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import threading
 from types import FrameType
@@ -21,16 +22,19 @@ from jaxmagic._jax.own_settings import users_values
 from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compile
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.wrapped import jax_dirs, library_of
-from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles import model
 from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes.compiles.cache_misses import CacheMisses
+from jaxmagic.probes.compiles.cause import Cause
 from jaxmagic.probes.compiles.causes import classify
 from jaxmagic.probes.compiles.donations import KEPT as DONATIONS_KEPT
 from jaxmagic.probes.compiles.donations import unread_donations
 from jaxmagic.probes.compiles.field_trial import say_field_untried, try_field_fix
+from jaxmagic.probes.compiles.fixes import fix_for
 from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
+from jaxmagic.probes.compiles.model import Compilation, FunctionCompiles
 from jaxmagic.probes.compiles.program_size import ProgramSize
-from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes.compiles.report import CompileReport
 from jaxmagic.probes.compiles.slow_programs import SlowPrograms
 from jaxmagic.probes.compiles.stack import (
     TRANSFORMATION_RULES,
@@ -43,6 +47,7 @@ from jaxmagic.probes.compiles.stale_globals import stale_globals
 from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes.compiles.user_arguments import read_user_arguments, user_paths
 from jaxmagic.probes.compiles.why_again import why_compiled_again
+from jaxmagic.report import SourceLine
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 
@@ -107,7 +112,7 @@ class Collector:
             name = line.name if line else explanation.name if explanation else ""
             kept = self._pending_log.setdefault(name, [])
             if len(kept) < 8:
-                kept.append(message[: limits.LOG_LINE_CHARS])
+                kept.append(message[: model.LOG_LINE_CHARS])
             if line is not None and line.stage == "compiling":
                 self._pending_types[name] = line.types
             if explanation is not None:
@@ -210,124 +215,64 @@ class Collector:
 
     def _compiled(self, name: str, seconds: float, info: CallInfo) -> tuple[str, int]:
         """Record one compilation; its function's name as reported and which compilation of it this is."""
-        report = self.report
-        report.total_compilations += 1
-        explanation = self._pending_explanation.get(name)
-        types = self._pending_types.get(name)
-        trace_seconds = self._pending_trace.get(name)
-        lower_seconds = self._pending_lower.get(name)
-        log = self._pending_log.get(name, [])
-        for pending in (
-            self._pending_log,
-            self._pending_types,
-            self._pending_explanation,
-            self._pending_trace,
-            self._pending_lower,
-        ):
-            pending.clear()
-        if info.function_name:  # the user's function a library's callable holds, not the library's
-            name = info.function_name
-        if info.transformed:  # a program of its own, beside the function's jit programs: vmap(predict)
-            name = info.transformed.format(name)
-        if explanation is not None and not info.defined_file and explanation.defined_at:
-            info.defined_file, _, number = explanation.defined_at.rpartition(":")
-            info.defined_line = int(number) if number.isdigit() else 0
+        self.report.total_compilations += 1
+        pending = self._take_pending(name)
+        name = _reported_name(name, info, pending.explanation)
+        state = self._state_of(name, info)
+        summary = state.summary
+        traced = pending.trace_seconds is not None
+        found = classify(summary, state, pending.explanation, pending.types, info, traced, self._user_values)
+        _count(summary, found, pending, seconds)
+        _remember(summary, state, info, pending.types)
+        line = source_line(*info.call_site) if info.call_site else None
+        if summary.first_line is None:
+            summary.first_line = line
+        if state.detailed < model.DETAILS_PER_FUNCTION and len(self.report.compilations) < model.DETAILS_TOTAL:
+            state.detailed += 1
+            self.report.compilations.append(_compilation(name, summary, found, pending, seconds, info, line))
+        if pending.explanation is not None:
+            state.explained += 1
+            if state.explained >= model.EXPLAIN_LIMIT and self._explaining:
+                self._stop_explaining(name)
+        return name, summary.count
 
+    def _take_pending(self, name: str) -> _Pending:
+        """What the logs and the trace and lowering events said before this compilation; forgotten after it."""
+        pending = _Pending(
+            self._pending_explanation.get(name),
+            self._pending_types.get(name),
+            self._pending_trace.get(name),
+            self._pending_lower.get(name),
+            self._pending_log.get(name, []),
+        )
+        self._pending_log.clear()
+        self._pending_types.clear()
+        self._pending_explanation.clear()
+        self._pending_trace.clear()
+        self._pending_lower.clear()
+        return pending
+
+    def _state_of(self, name: str, info: CallInfo) -> FunctionState:
+        """The function's state in the block (its summary is in the report), made at its first compilation."""
         key = (name, info.kind, info.defined_file, info.defined_line)
         state = self._functions.get(key)
         if state is None and not info.defined_file:
             # No frame or explanation said where it is defined (an AOT .compile(), or explanations
             # switched off): it is the function of that name seen last.
             state = self._last_of_name.get((name, info.kind))
-        if state is not None:
-            self._last_of_name[(name, info.kind)] = state
         if state is None:
-            label = cell_label(info.defined_file) if info.defined_file else ""
-            defined_at = (
-                f"{label}, line {info.defined_line}"
-                if label
-                else f"{info.defined_file}:{info.defined_line}"
-                if info.defined_file
-                else ""
-            )
             fresh = FunctionCompiles(
                 name=name,
                 kind=info.kind,
-                defined_at=defined_at,
+                defined_at=_defined_at(info),
                 library=library_of(info.defined_file) if info.kind == "library" and info.defined_file else "",
                 static_argnames=list(info.static_argnames),
             )
             earlier = self._history.states.get(key) if self._history is not None else None
             state = self._functions[key] = earlier.carried(fresh) if earlier is not None else FunctionState(fresh)
-            report.functions.append(state.summary)
-            self._last_of_name[(name, info.kind)] = state
-        summary = state.summary
-
-        found = classify(summary, state, explanation, types, info, trace_seconds is not None, self._user_values)
-        cause, why, changes = found[0].cause, " ".join(c.why for c in found), [x for c in found for x in c.changes]
-        summary.count += 1
-        for each in found:
-            summary.causes[each.cause] = summary.causes.get(each.cause, 0) + 1
-            if each.cause != "first":
-                _record_changes(summary, each.cause, each.changes)
-        summary.trace_seconds += trace_seconds or 0.0
-        summary.lower_seconds += lower_seconds or 0.0
-        summary.compile_seconds += seconds
-        if types is not None:
-            if len(state.signatures) < 100_000:
-                state.signatures.add(hash(tuple(types)))
-            summary.distinct_argument_types = len(state.signatures)
-            summary.last_argument_types = signature_text(types)
-            state.last_types = types
-        _record_static(summary, state, info.static_values)
-        state.last_static = dict(info.static_values)
-        state.last_metadata = dict(info.metadata)
-        state.last_function = info.function
-        if info.trial_arguments is not None:
-            state.trial_arguments = info.trial_arguments
-            state.trial_partial = info.trial_partial
-            state.trial_function = info.trial_function
-        state.last_leaves = dict(info.leaves) if info.leaves else None
-        _record_baked(summary, state, info.baked)
-        if info.program is not None and len(summary.programs) < limits.PROGRAMS_KEPT:
-            summary.programs.append(info.program.to_dict())
-        line = source_line(*info.call_site) if info.call_site else None
-        if summary.first_line is None:
-            summary.first_line = line
-
-        if state.detailed < limits.DETAILS_PER_FUNCTION and len(report.compilations) < limits.DETAILS_TOTAL:
-            state.detailed += 1
-            report.compilations.append(
-                Compilation(
-                    function=name,
-                    number=summary.count,
-                    kind=info.kind,
-                    cause=cause,
-                    why=why,
-                    also=[c.cause for c in found[1:]],
-                    changes=changes[: limits.CHANGES_KEPT],
-                    argument_types=signature_text(types) if types is not None else "",
-                    static_arguments={k: v.text for k, v in info.static_values.items()},
-                    trace_seconds=trace_seconds,
-                    lower_seconds=lower_seconds,
-                    compile_seconds=seconds,
-                    line=line,
-                    jax_explanation=explanation.text if explanation else "",
-                    log=list(log),
-                    fix=summary.fix_for(cause) if cause not in ("first", "eager", "library") else "",
-                    provenance=attribution.of_source_line(
-                        line,
-                        source_line(*info.started_site) if info.started_site else None,
-                        [] if info.kind == "eager" else [name] if info.transformed else [f"jit({name})"],
-                    ),
-                )
-            )
-
-        if explanation is not None:
-            state.explained += 1
-            if state.explained >= limits.EXPLAIN_LIMIT and self._explaining:
-                self._stop_explaining(name)
-        return name, summary.count
+            self.report.functions.append(state.summary)
+        self._last_of_name[(name, info.kind)] = state
+        return state
 
     def _stop_explaining(self, name: str) -> None:
         # JAX compares each cache miss with every key seen before, so explanations cost more with every
@@ -387,7 +332,7 @@ class Collector:
                     say_baked_untried(state.summary, "the call's arguments were not kept")
                 for compilation in self.report.compilations:  # the compilations' fixes say what the trials found
                     if compilation.function == state.summary.name and compilation.cause in TRIED_CAUSES:
-                        compilation.fix = state.summary.fix_for(compilation.cause)
+                        compilation.fix = fix_for(state.summary, compilation.cause)
                 state.trial_arguments = state.trial_partial = state.trial_function = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
             for state in self._functions.values():
@@ -396,7 +341,111 @@ class Collector:
                 self._history.states.update(self._functions)
 
 
-def _innermost_user_line():
+@dataclasses.dataclass
+class _Pending:
+    """What was said about a compilation before its backend-compile event: JAX's explanation and argument
+    types (the compile log), the trace and lowering durations (their events), the log lines kept."""
+
+    explanation: CacheMissExplanation | None
+    types: list[str] | None
+    trace_seconds: float | None
+    lower_seconds: float | None
+    log: list[str]
+
+
+def _reported_name(name: str, info: CallInfo, explanation: CacheMissExplanation | None) -> str:
+    """The function's name as the report gives it; where it is defined filled in from JAX's explanation."""
+    if info.function_name:  # the user's function a library's callable holds, not the library's
+        name = info.function_name
+    if info.transformed:  # a program of its own, beside the function's jit programs: vmap(predict)
+        name = info.transformed.format(name)
+    if explanation is not None and not info.defined_file and explanation.defined_at:
+        info.defined_file, _, number = explanation.defined_at.rpartition(":")
+        info.defined_line = int(number) if number.isdigit() else 0
+    return name
+
+
+def _defined_at(info: CallInfo) -> str:
+    """``"In [3], line 2"`` for a cell, ``"model.py:14"`` for a file, "" when unknown."""
+    if not info.defined_file:
+        return ""
+    label = cell_label(info.defined_file)
+    return f"{label}, line {info.defined_line}" if label else f"{info.defined_file}:{info.defined_line}"
+
+
+def _count(summary: FunctionCompiles, found: list[Cause], pending: _Pending, seconds: float) -> None:
+    """The compilation counted in its function's summary: its causes, what changed, its durations."""
+    summary.count += 1
+    for each in found:
+        summary.causes[each.cause] = summary.causes.get(each.cause, 0) + 1
+        if each.cause != "first":
+            _record_changes(summary, each.cause, each.changes)
+    summary.trace_seconds += pending.trace_seconds or 0.0
+    summary.lower_seconds += pending.lower_seconds or 0.0
+    summary.compile_seconds += seconds
+
+
+def _remember(summary: FunctionCompiles, state: FunctionState, info: CallInfo, types: list[str] | None) -> None:
+    """What the next compilation of the function is compared with: its types, static values, metadata,
+    function object, leaves and baked values; and what a fix's trial calls it with."""
+    if types is not None:
+        if len(state.signatures) < 100_000:
+            state.signatures.add(hash(tuple(types)))
+        summary.distinct_argument_types = len(state.signatures)
+        summary.last_argument_types = signature_text(types)
+        state.last_types = types
+    _record_static(summary, state, info.static_values)
+    state.last_static = dict(info.static_values)
+    state.last_metadata = dict(info.metadata)
+    state.last_function = info.function
+    if info.trial_arguments is not None:
+        state.trial_arguments = info.trial_arguments
+        state.trial_partial = info.trial_partial
+        state.trial_function = info.trial_function
+    state.last_leaves = dict(info.leaves) if info.leaves else None
+    _record_baked(summary, state, info.baked)
+    if info.program is not None and len(summary.programs) < model.PROGRAMS_KEPT:
+        summary.programs.append(info.program.to_dict())
+
+
+def _compilation(
+    name: str,
+    summary: FunctionCompiles,
+    found: list[Cause],
+    pending: _Pending,
+    seconds: float,
+    info: CallInfo,
+    line: SourceLine | None,
+) -> Compilation:
+    """The compilation kept in full for the report's table."""
+    cause = found[0].cause
+    types = pending.types
+    return Compilation(
+        function=name,
+        number=summary.count,
+        kind=info.kind,
+        cause=cause,
+        why=" ".join(c.why for c in found),
+        also=[c.cause for c in found[1:]],
+        changes=[x for c in found for x in c.changes][: model.CHANGES_KEPT],
+        argument_types=signature_text(types) if types is not None else "",
+        static_arguments={k: v.text for k, v in info.static_values.items()},
+        trace_seconds=pending.trace_seconds,
+        lower_seconds=pending.lower_seconds,
+        compile_seconds=seconds,
+        line=line,
+        jax_explanation=pending.explanation.text if pending.explanation else "",
+        log=list(pending.log),
+        fix=fix_for(summary, cause) if cause not in ("first", "eager", "library") else "",
+        provenance=attribution.of_source_line(
+            line,
+            source_line(*info.started_site) if info.started_site else None,
+            [] if info.kind == "eager" else [name] if info.transformed else [f"jit({name})"],
+        ),
+    )
+
+
+def _innermost_user_line() -> SourceLine | None:
     """The user's line running now (a persistent-cache miss is logged inside the call that compiles)."""
     frame: FrameType | None = sys._getframe(2)
     try:
@@ -428,7 +477,7 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
         summary.static_kinds[name] = value.kind
         summary.static_types[name] = value.type_name
         ids = summary.static_ids.setdefault(name, [])
-        if value.by_identity and len(ids) < limits.STATIC_VALUES_KEPT and f"{value.ident:#x}" not in ids:
+        if value.by_identity and len(ids) < model.STATIC_VALUES_KEPT and f"{value.ident:#x}" not in ids:
             ids.append(f"{value.ident:#x}")
         text = value.text
         seen = state.static_seen.setdefault(name, set())
@@ -437,7 +486,7 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
         seen.add(text)
         summary.static_value_counts[name] = len(seen)
         kept = summary.static_values.setdefault(name, [])
-        if len(kept) < limits.STATIC_VALUES_KEPT:
+        if len(kept) < model.STATIC_VALUES_KEPT:
             kept.append(text)
 
 
@@ -446,18 +495,18 @@ def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict |
     state.last_baked = dict(baked) if baked is not None else None
     for name, value in (baked or {}).items():
         seen = state.baked_seen.setdefault(name, [])
-        if value.by_value and value.text not in seen and len(seen) < limits.STATIC_VALUES_KEPT:
+        if value.by_value and value.text not in seen and len(seen) < model.STATIC_VALUES_KEPT:
             seen.append(value.text)
     summary.baked_values = {name: list(texts) for name, texts in state.baked_seen.items() if len(texts) > 1}
 
 
 def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
     examples = summary.change_examples.setdefault(cause, [])
-    for change in changes[: limits.CHANGES_KEPT]:
+    for change in changes[: model.CHANGES_KEPT]:
         if change not in examples and not _continued(examples, change) and len(examples) < 6:
             examples.append(change)
     if cause in ("types", "weak_type"):
-        for change in changes[: limits.CHANGES_KEPT]:
+        for change in changes[: model.CHANGES_KEPT]:
             key = change.split(":", 1)[0]
             if key in summary.changed_arguments or len(summary.changed_arguments) < 50:
                 summary.changed_arguments[key] = summary.changed_arguments.get(key, 0) + 1

@@ -11,7 +11,7 @@ from jaxmagic.probes.compiles.donations import UnusableDonation
 from jaxmagic.probes.compiles.program_size import CONSTANT_BYTES, ProgramSize
 from jaxmagic.probes.compiles.stale_globals import StaleGlobal
 from jaxmagic.report import Concern, SourceLine, act, note
-from jaxmagic.report.document import Facts, Paragraph, Section, Table
+from jaxmagic.report.document import Block, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes
 
@@ -160,92 +160,104 @@ def cost_sections(
     hits: int,
     stale: Sequence[StaleGlobal] = (),
 ) -> list[Section]:
-    sections = []
-    if stale:
-        rows = [[f"`{g.function}`", f"`{g.name}`", g.traced, g.now] for g in stale]
-        sections.append(
-            Section(
-                "Globals changed after tracing",
-                [Table(["function", "global", "traced with", "now"], rows), Paragraph(stale[0].fix)],
-            )
-        )
-    for size in [s for s in sizes if s.slow or is_big(s) or s.unknown][:3]:  # a quick, plain one: data only
-        blocks: list = [Paragraph(size.headline)]
-        if not size.unknown:
-            rows = [
-                [
-                    f"{line.line.label or line.line.filename}, line {line.line.lineno}: `{line.line.code}`"
-                    if line.line is not None
-                    else "JAX's or a library's own code (no line of yours inside the function)",
-                    str(line.equations),
-                    f"{line.per_iteration} x {line.iterations}" + (f" (`{line.loop}`)" if line.loop else "")
-                    if line.iterations
-                    else "-",
-                ]
-                for line in size.lines
-            ]
-            blocks.append(Table(["your line", "equations", "repeats (per iteration x times)"], rows))
-            if size.constants:
-                blocks.append(
-                    Table(
-                        ["constant baked in", "bytes", "used at"],
-                        [
-                            [c.type, format_bytes(c.bytes), c.line.where if c.line is not None else "-"]
-                            for c in size.constants[:5]
-                        ],
-                    )
-                )
-        times = [
-            ("why examined", size.why_examined),
-            ("trace", f"{size.trace_seconds:.3f} s" if size.trace_seconds is not None else "not measured"),
-            ("lower", f"{size.lower_seconds:.3f} s" if size.lower_seconds is not None else "not measured"),
-            ("XLA compile", f"{size.compile_seconds:.3f} s"),
+    """What compiling cost, as sections of a document: stale globals, slow or big programs (three at most),
+    donations JAX could not use, persistent-cache misses."""
+    examined = [s for s in sizes if s.slow or is_big(s) or s.unknown][:3]  # a quick, plain one: data only
+    return [
+        *stale_globals_section(stale),
+        *[compile_cost_section(size) for size in examined],
+        *donations_section(donations),
+        *persistent_cache_section(misses, hits),
+    ]
+
+
+def stale_globals_section(stale: Sequence[StaleGlobal]) -> list[Section]:
+    """ "Globals changed after tracing": a global a program holds an old value of."""
+    if not stale:
+        return []
+    rows = [[f"`{g.function}`", f"`{g.name}`", g.traced, g.now] for g in stale]
+    table = Table(["function", "global", "traced with", "now"], rows)
+    return [Section("Globals changed after tracing", [table, Paragraph(stale[0].fix)])]
+
+
+def compile_cost_section(size: ProgramSize) -> Section:
+    """ "Compile cost of `f`": a program examined - its equations per user line, its constants, its stage times."""
+    blocks: list[Block] = [Paragraph(size.headline)]
+    if not size.unknown:
+        blocks += _program_tables(size)
+    times = [
+        ("why examined", size.why_examined),
+        ("trace", f"{size.trace_seconds:.3f} s" if size.trace_seconds is not None else "not measured"),
+        ("lower", f"{size.lower_seconds:.3f} s" if size.lower_seconds is not None else "not measured"),
+        ("XLA compile", f"{size.compile_seconds:.3f} s"),
+    ]
+    blocks.append(Facts(times))
+    if size.fix:
+        blocks.append(Paragraph(f"What to do: {size.fix}" + (f" {size.fix_trial}" if size.fix_trial else "")))
+    if size.provenance is not None:
+        blocks += provenance_blocks(size.provenance, f"the equations of `{size.function}`")
+    return Section(f"Compile cost of `{size.function}` (compilation {size.number})", blocks)
+
+
+def _program_tables(size: ProgramSize) -> list[Block]:
+    """The program's equations per user line (with the loops that repeat them) and its largest constants."""
+    rows = [
+        [
+            f"{line.line.label or line.line.filename}, line {line.line.lineno}: `{line.line.code}`"
+            if line.line is not None
+            else "JAX's or a library's own code (no line of yours inside the function)",
+            str(line.equations),
+            f"{line.per_iteration} x {line.iterations}" + (f" (`{line.loop}`)" if line.loop else "")
+            if line.iterations
+            else "-",
         ]
-        blocks.append(Facts(times))
-        if size.fix:
-            blocks.append(Paragraph(f"What to do: {size.fix}" + (f" {size.fix_trial}" if size.fix_trial else "")))
-        if size.provenance is not None:
-            blocks += provenance_blocks(size.provenance, f"the equations of `{size.function}`")
-        sections.append(Section(f"Compile cost of `{size.function}` (compilation {size.number})", blocks))
-    if donations:
-        blocks = [
-            Table(
-                ["function", "donated argument", "type", "why not reused", "your call"],
-                [
-                    [
-                        f"`{d.function}`",
-                        f"`{d.argument}`" if d.argument else "-",
-                        d.type,
-                        d.why,
-                        d.line.where if d.line else "-",
-                    ]
-                    for d in donations
-                ],
-            )
+        for line in size.lines
+    ]
+    tables: list[Block] = [Table(["your line", "equations", "repeats (per iteration x times)"], rows)]
+    if size.constants:
+        constants = [
+            [c.type, format_bytes(c.bytes), c.line.where if c.line is not None else "-"] for c in size.constants[:5]
         ]
-        blocks += [Paragraph(f"What to do (`{d.argument or d.type}`): {d.fix}") for d in donations[:3]]
-        how = []
-        if any(not d.unread for d in donations):
-            how.append(
-                "JAX's warning 'Some donated buffers were not usable' names only types; the arguments it means are "
-                "read from its lowering."
-            )
-        if any(d.unread for d in donations):
-            how.append(
-                "An argument the program never reads is pruned from the compiled program, and its donation with "
-                "it, without a warning: read from the compiled program's kept inputs."
-            )
+        tables.append(Table(["constant baked in", "bytes", "used at"], constants))
+    return tables
+
+
+def donations_section(donations: list[UnusableDonation]) -> list[Section]:
+    """ "Donated buffers not usable": each donated argument JAX could not reuse, named, and how it was found."""
+    if not donations:
+        return []
+    rows = [
+        [f"`{d.function}`", f"`{d.argument}`" if d.argument else "-", d.type, d.why, d.line.where if d.line else "-"]
+        for d in donations
+    ]
+    blocks: list[Block] = [Table(["function", "donated argument", "type", "why not reused", "your call"], rows)]
+    blocks += [Paragraph(f"What to do (`{d.argument or d.type}`): {d.fix}") for d in donations[:3]]
+    how = []
+    if any(not d.unread for d in donations):
         how.append(
-            "JAX 0.12 donates on CPU as on GPU and TPU: a donated argument an output reuses is deleted by the call; "
-            "the ones above are kept alive, so donating them saves nothing."
+            "JAX's warning 'Some donated buffers were not usable' names only types; the arguments it means are "
+            "read from its lowering."
         )
-        blocks.append(Paragraph(" ".join(how)))
-        sections.append(Section("Donated buffers not usable", blocks))
-    if misses:
-        rows = [[f"`{m.function}`", m.why, m.line.where if m.line else "-"] for m in misses[:8]]
-        blocks = [Table(["function", "why it missed", "your call"], rows)]
-        blocks += [Paragraph(f"What to do (`{m.function}`): {m.fix}") for m in misses[:3] if m.fix]
-        if hits:
-            blocks.append(Paragraph(f"{hits} compilation(s) were read from the persistent cache instead."))
-        sections.append(Section("Persistent compilation cache", blocks))
-    return sections
+    if any(d.unread for d in donations):
+        how.append(
+            "An argument the program never reads is pruned from the compiled program, and its donation with "
+            "it, without a warning: read from the compiled program's kept inputs."
+        )
+    how.append(
+        "JAX 0.12 donates on CPU as on GPU and TPU: a donated argument an output reuses is deleted by the call; "
+        "the ones above are kept alive, so donating them saves nothing."
+    )
+    blocks.append(Paragraph(" ".join(how)))
+    return [Section("Donated buffers not usable", blocks)]
+
+
+def persistent_cache_section(misses: list[CacheMiss], hits: int) -> list[Section]:
+    """ "Persistent compilation cache": compilations that missed it, and why."""
+    if not misses:
+        return []
+    rows = [[f"`{m.function}`", m.why, m.line.where if m.line else "-"] for m in misses[:8]]
+    blocks: list[Block] = [Table(["function", "why it missed", "your call"], rows)]
+    blocks += [Paragraph(f"What to do (`{m.function}`): {m.fix}") for m in misses[:3] if m.fix]
+    if hits:
+        blocks.append(Paragraph(f"{hits} compilation(s) were read from the persistent cache instead."))
+    return [Section("Persistent compilation cache", blocks)]

@@ -15,7 +15,8 @@ import re
 import sys
 import threading
 import warnings
-from typing import Any
+from types import FrameType
+from typing import Any, TextIO
 
 from jaxmagic._jax.compile_frames import Lowering, lowering_in_progress
 from jaxmagic._jax.compile_log import bare_name
@@ -158,7 +159,14 @@ class DonationWarnings:
         self._shown = warnings.showwarning
         shown = self._shown
 
-        def showwarning(message, category, filename, lineno, file=None, line=None):
+        def showwarning(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
             if WARNING_TEXT not in str(message):
                 return shown(message, category, filename, lineno, file, line)
             if threading.get_ident() == self._thread:
@@ -177,13 +185,13 @@ class DonationWarnings:
         self._filter = warnings.filters[0]
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if warnings.showwarning is self._ours:
             warnings.showwarning = self._shown
         with contextlib.suppress(ValueError):
             warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
 
-    def _users_action(self, text: str, category, lineno: int, frame) -> str:
+    def _users_action(self, text: str, category: type[Warning], lineno: int, frame: FrameType | None) -> str:
         """The action of the first of the user's filters matching the warning (ours put aside)."""
         module = ""
         while frame is not None and not module:
@@ -203,14 +211,14 @@ class DonationWarnings:
                 return action
         return getattr(warnings, "defaultaction", "default")  # not in the stubs
 
-    def _record(self, frame) -> None:
+    def _record(self, frame: FrameType) -> None:
         lowering = lowering_in_progress(frame)
         if lowering is None or len(self.found) >= KEPT:
             return
         line, started = None, None
         match = _MODULE.match(lowering.module)
         function = bare_name(match["name"] if match else lowering.module) or "?"
-        current = frame
+        current: FrameType | None = frame
         try:
             for _ in range(400):
                 if current is None:

@@ -17,8 +17,8 @@ import re
 from typing import Any
 
 from jaxmagic.probes._support.fixes.traced_trial import decided_in_python, trace_with, traced_scalar
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.static_fixes import why_it_stays_static
+from jaxmagic.probes.compiles.fixes import why_it_stays_static
+from jaxmagic.probes.compiles.model import FunctionCompiles
 from jaxmagic.probes.compiles.static_trial import TRIAL_SECONDS
 
 NUMBER_TYPES = ("int", "float", "bool")  # a static field of these types can be made an array

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.model import FunctionCompiles
 from jaxmagic.probes.compiles.stack import StaticValue
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles import model
 from jaxmagic.probes.compiles.baked import baked_changes
 from jaxmagic.probes.compiles.cause import Cause
 from jaxmagic.probes.compiles.field_trial import NUMBER_TYPES
 from jaxmagic.probes.compiles.function_state import FunctionState
 from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
-from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.model import FunctionCompiles, line_text
 from jaxmagic.probes.compiles.stack import CallInfo
 from jaxmagic.probes.compiles.why_again import baked_fix
-from jaxmagic.probes.compiles.wording import line_text
+from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
 
 _METADATA = re.compile(
@@ -37,7 +37,7 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
         return None
     same = [c for c in changes if c.identity]
     if same:
-        texts = [_identity_text(c) for c in same[: limits.CHANGES_KEPT]]
+        texts = [_identity_text(c) for c in same[: model.CHANGES_KEPT]]
         summary.field_fixes["pytree_identity"] = _identity_fix(same[0], summary.name)
         if info.library:
             summary.field_fixes["pytree_identity"] = (
@@ -51,7 +51,7 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
             "by identity, so the cache key differs: " + "; ".join(texts) + ".",
             texts,
         )
-    texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: limits.CHANGES_KEPT]]
+    texts = [f"`{c.path}` ({c.owner}.{c.field}): {c.before} -> {c.now}" for c in changes[: model.CHANGES_KEPT]]
     first = changes[0]
     # a number's fix is tried after the block (field_trial.py); the field the fix names is the one tried
     numeric = first.type_name in NUMBER_TYPES
@@ -102,7 +102,7 @@ def _identity_fix(change: MetaChange, function: str) -> str:
     return fix + (f" ({change.check})." if change.check else " (a suggestion: not tried on your code).")
 
 
-def _function_made_at(change: MetaChange):
+def _function_made_at(change: MetaChange) -> SourceLine | None:
     """For a plain function of the user's (a lambda, a nested def) kept in the field: the line that makes it
     (its definition runs again at every pass); None for anything else."""
     if change.type_name != "function" or not change.same_code:
@@ -137,7 +137,7 @@ def rebuilt_cause(summary: FunctionCompiles, state: FunctionState, info: CallInf
         if not info.library:
             cause.why += " " + _carried_values_text(summary, info)
         return cause
-    texts = [f"`{name}`: {before} -> {now}" for name, before, now in changed[: limits.CHANGES_KEPT]]
+    texts = [f"`{name}`: {before} -> {now}" for name, before, now in changed[: model.CHANGES_KEPT]]
     names = [name for name, _, _ in changed]
     seen = {name: list(state.baked_seen.get(name, [])) for name in names}
     for name, _, now in changed:  # this compilation's value is recorded after its cause is found

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from jaxmagic.probes.compiles import limits
+from jaxmagic.probes.compiles import model
 from jaxmagic.probes.compiles.cause import Cause
-from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.model import FunctionCompiles
 from jaxmagic.probes.compiles.stack import CallInfo
 from jaxmagic.probes.compiles.user_arguments import LeafValue
 
@@ -20,7 +20,7 @@ def leaf_cause(
     added, removed = [p for p in now if p not in before], [p for p in before if p not in now]
     if added or removed:
         changes = [f"`{p}`: a new leaf" for p in added] + [f"`{p}`: no longer there" for p in removed]
-        changes = changes[: limits.CHANGES_KEPT]
+        changes = changes[: model.CHANGES_KEPT]
         return Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
     arrays = [
         f"`{p}`: {before[p].array_type} -> {v.array_type}"
@@ -45,7 +45,7 @@ def leaf_cause(
             cause = "static_identity" if top_level else "pytree_identity"
         else:
             cause = "static" if top_level else "pytree_static"
-        texts = [text for _, text in identity or changed][: limits.CHANGES_KEPT]
+        texts = [text for _, text in identity or changed][: model.CHANGES_KEPT]
         rule = _wrapper_rule(info, leaf, path)
         summary.field_fixes[cause] = _leaf_fix(summary, path, leaf, bool(identity), rule, info.library)
         changed_numbers.clear()
@@ -56,7 +56,7 @@ def leaf_cause(
         )
         return Cause(cause, why + "; ".join(texts) + f". {rule}", texts)
     if arrays:
-        arrays = arrays[: limits.CHANGES_KEPT]
+        arrays = arrays[: model.CHANGES_KEPT]
         return Cause("types", "Argument types changed from the last compilation: " + "; ".join(arrays) + ".", arrays)
     return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Iterator
 
 from jaxmagic._jax.compile_log import is_compile_log_message
 from jaxmagic._jax.restore import jax_loggers
@@ -37,7 +38,7 @@ class _CompileLogFilter(logging.Filter):
 
 
 @contextlib.contextmanager
-def compile_logs_captured(on_log):
+def compile_logs_captured(on_log: Callable[[str], None]) -> Iterator[None]:
     """Take the compile log records of every ``jax`` logger out of the output and hand them to ``on_log``.
 
     A filter on a logger sees the records created by that logger, so it goes on

@@ -47,7 +47,7 @@ def _address_free(text: str) -> str:
 DEFAULT_REPR = re.compile(r"<[\w.<>]+ object>")  # a local class: "<f.<locals>.Cfg object>"
 
 
-def fields_text(value, type_name: str) -> str:
+def fields_text(value: Any, type_name: str) -> str:
     """``Cfg(lr=0.1)`` from an object's attributes (a class with __eq__/__hash__ over its fields and no
     __repr__); "" when it has none, many, or long ones. Attributes are read from ``__dict__`` only."""
     fields = getattr(value, "__dict__", None)
@@ -64,7 +64,7 @@ def fields_text(value, type_name: str) -> str:
     return text if len(text) <= 60 and "\n" not in text else ""
 
 
-def _code_of(value) -> str:
+def _code_of(value: Any) -> str:
     seen = 0
     while seen < 6:
         seen += 1
@@ -84,14 +84,14 @@ def _code_of(value) -> str:
     return ""
 
 
-def _by_identity(value) -> bool:
+def _by_identity(value: Any) -> bool:
     if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
         return True
     cls = type(value)
     return getattr(cls, "__eq__", None) is object.__eq__
 
 
-def identity_check(value, by_identity: bool) -> str:
+def identity_check(value: Any, by_identity: bool) -> str:
     """Try, on the value itself, that an equal-looking copy is a different cache key."""
     if not by_identity:
         return ""
@@ -120,7 +120,7 @@ def identity_check(value, by_identity: bool) -> str:
     return f"checked: {how} compares unequal to it, so a {type(value).__name__} built anew is a new cache key"
 
 
-def _meta_items(aux, depth: int = 0) -> list:
+def _meta_items(aux: Any, depth: int = 0) -> list[Any]:
     """The values inside a node's metadata (tuples and lists opened, two levels deep)."""
     if isinstance(aux, (tuple, list)) and depth < 2:
         out = []
@@ -130,7 +130,7 @@ def _meta_items(aux, depth: int = 0) -> list:
     return [aux]
 
 
-def _attributes(obj) -> list[tuple[str, object]]:
+def _attributes(obj: Any) -> list[tuple[str, object]]:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
     try:
@@ -139,7 +139,7 @@ def _attributes(obj) -> list[tuple[str, object]]:
         return []
 
 
-def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
+def pytree_metadata(name: str, value: Any) -> dict[str, MetaValue]:
     """The static fields of the user-defined pytree nodes in ``value`` (an argument called ``name``)."""
     import jax  # deferred: importing jaxmagic does not import JAX
 
@@ -185,12 +185,12 @@ def pytree_metadata(name: str, value) -> dict[str, MetaValue]:
     return found
 
 
-def _below(node) -> Callable[[object], bool]:
+def _below(node: Any) -> Callable[[object], bool]:
     """The ``is_leaf`` that opens ``node`` one level only: everything under it is a leaf."""
     return lambda x: x is not node
 
 
-def _add(found: dict, path: str, owner: str, field: str, item) -> None:
+def _add(found: dict[str, MetaValue], path: str, owner: str, field: str, item: Any) -> None:
     try:
         text = _address_free(repr(item))
     except Exception:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
+from types import TracebackType
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
@@ -14,6 +16,7 @@ from jaxmagic.probes.compiles.donations import DonationWarnings
 from jaxmagic.probes.compiles.function_state import CompileHistory
 from jaxmagic.probes.compiles.logs import compile_logs_captured
 from jaxmagic.probes.compiles.report import CompileReport
+from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import counted, error_line
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")
@@ -82,7 +85,9 @@ class compiles:
         progress.publish(lambda: compile_progress(self.report))
         return self.report
 
-    def __exit__(self, exc_type, exc, tb) -> None:  # the user's exception propagates unchanged
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:  # the user's exception propagates unchanged
         __tracebackhide__ = True
         try:
             if self._stack is not None:
@@ -96,7 +101,7 @@ class compiles:
             self.report.raise_if_over_budget()
 
 
-def _unregister(listener) -> None:
+def _unregister(listener: Callable[..., None]) -> None:
     compat.unregister_duration_listener(listener)  # restored by preserved_jax_state in any case
 
 
@@ -112,6 +117,6 @@ def compile_progress(report: CompileReport) -> tuple[list[tuple[str, int]], list
     return [("compilations of your functions", sum(function.count for function in yours))], findings
 
 
-def _called_at(line) -> str:
+def _called_at(line: SourceLine) -> str:
     """Where the call that compiled it was made: the line the final report points at (not the decorator)."""
     return f", called at {line.where}" if line.where else ""

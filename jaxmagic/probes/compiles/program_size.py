@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
+from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic.report import SourceLine
@@ -139,7 +140,7 @@ class ProgramSize:
         return f"{took}: {self.equations} equations."
 
 
-def measure(program) -> tuple[int, list[LineSize], list[BakedConstant]]:
+def measure(program: Any) -> tuple[int, list[LineSize], list[BakedConstant]]:
     """Count ``program``'s equations by the user's line (sub-programs included) and its constants."""
     jaxpr = getattr(program, "jaxpr", program)
     counts: dict[tuple | None, int] = {}
@@ -188,7 +189,7 @@ def measure(program) -> tuple[int, list[LineSize], list[BakedConstant]]:
     return total, lines, constants
 
 
-def _users_line(traceback) -> tuple[str, int, str] | None:
+def _users_line(traceback: Any) -> tuple[str, int, str] | None:
     """(file, line, function) of the innermost frame of the user's own code inside the traced function (JAX
     cuts an equation's traceback at the transformation's entry: the line that called ``jit`` is not in it,
     so a library callable jitted in the user's training loop has no line of the user's)."""
@@ -271,7 +272,7 @@ def _innermost_loop(node: ast.AST, lineno: int, loop: Loop | None) -> Loop | Non
     return loop
 
 
-def _type_text(value) -> str:
+def _type_text(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     shape = getattr(value, "shape", ())
     return f"{dtype}[{','.join(str(d) for d in shape)}]"

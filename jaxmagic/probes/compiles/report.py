@@ -1,265 +1,42 @@
-"""The compilation report: what was compiled and why, in words (causes, fixes, sentences) and as a document.
+"""The compilation report: what was compiled in a block and why, as data, and its verdict, headline and document.
 
-Plain data filled in by ``collector.Collector`` while the block runs; nothing
-here measures or calls into JAX.
+Plain data filled in by ``collector.Collector`` while the block runs (each function and compilation:
+``model.py``); the document is drawn by the section builders of ``sections.py``. Nothing here measures or
+calls into JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from typing import Any
 
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.compiles import limits
 from jaxmagic.probes.compiles.cache_misses import CacheMiss
-from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES, FIXES
+from jaxmagic.probes.compiles.cause import CAUSE_TITLES
 from jaxmagic.probes.compiles.cost_sections import cost_concerns, cost_fix, cost_headline, cost_sections
 from jaxmagic.probes.compiles.donations import UnusableDonation
+from jaxmagic.probes.compiles.fixes import main_fix
+from jaxmagic.probes.compiles.model import Compilation, CompileBudgetExceeded, FunctionCompiles
 from jaxmagic.probes.compiles.program_size import ProgramSize
+from jaxmagic.probes.compiles.sections import (
+    LIBRARY_RECOMPILE_FIX,
+    budget_section,
+    compile_log_section,
+    control_flow_section,
+    each_compilation_section,
+    library_section,
+    library_sentence,
+    notes_section,
+    per_function_section,
+    rebuilt_sentence,
+    recompiled_section,
+)
 from jaxmagic.probes.compiles.stale_globals import StaleGlobal
-from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
-from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
-from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
-from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report import Concern, act, failed
+from jaxmagic.report.document import Document, Section
 from jaxmagic.report.wording import counted, ended
 
 _BODY_PRIMITIVES = ("scan", "while", "cond")  # eager control flow whose cache key holds its body function
-
-
-class CompileBudgetExceeded(RuntimeError):
-    """A function compiled more often than the budget allows; the message says which and why."""
-
-
-@dataclasses.dataclass
-class Compilation:
-    """One backend compilation, kept in full (up to ``DETAILS_PER_FUNCTION`` per function)."""
-
-    function: str  # bare name, e.g. "train_step"
-    number: int  # 1 for the function's first compilation in the block
-    kind: str  # "user", "eager" (a primitive run eagerly), "library" (a jitted JAX function)
-    cause: str  # a key of CAUSE_TITLES: the main cause
-    why: str  # every cause in plain words
-    also: list[str] = dataclasses.field(default_factory=list)  # further causes of the same compilation
-    changes: list[str] = dataclasses.field(default_factory=list)  # "w: f32[3] -> i32[3]", "step: 0 -> 1"
-    argument_types: str = ""  # "f32[64,64], f32[8,64]" (the arguments kept by jit, flattened)
-    static_arguments: dict[str, str] = dataclasses.field(default_factory=dict)
-    trace_seconds: float | None = None
-    lower_seconds: float | None = None
-    compile_seconds: float = 0.0
-    line: SourceLine | None = None  # the user's line that made the call
-    jax_explanation: str = ""  # what jax_explain_cache_misses said
-    log: list[str] = dataclasses.field(default_factory=list)
-    fix: str = ""  # the fix for this compilation's cause, naming the argument or field, when there is one
-    provenance: Provenance | None = None  # made_at: the call that compiled; started_by: the cell line
-
-
-@dataclasses.dataclass
-class FunctionCompiles:
-    """Everything compiled under one function name (and definition) in the block, summarised."""
-
-    name: str
-    kind: str
-    defined_at: str = ""  # "In [3], line 2" or "model.py:14"
-    library: str = ""  # the package a "library" function is defined in ("numpyro"); "" for others
-    count: int = 0
-    causes: dict[str, int] = dataclasses.field(default_factory=dict)
-    distinct_argument_types: int = 0
-    last_argument_types: str = ""
-    static_argnames: list[str] = dataclasses.field(default_factory=list)
-    static_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first distinct values, in order
-    static_value_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # distinct values seen
-    static_kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # "number", "function", "object", ...
-    static_types: dict[str, str] = dataclasses.field(default_factory=dict)  # type name of each static argument
-    static_ids: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # first ids, of identity-hashed ones
-    changed_arguments: dict[str, int] = dataclasses.field(default_factory=dict)  # "w (dtype)" -> times
-    change_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # by cause, first few
-    trace_seconds: float = 0.0
-    lower_seconds: float = 0.0
-    compile_seconds: float = 0.0
-    first_line: SourceLine | None = None
-    field_fixes: dict[str, str] = dataclasses.field(default_factory=dict)  # cause -> the fix naming the field
-    baked_values: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # closed-over value -> texts seen
-    again: Any = None  # why_again.RecompileCause: why it compiled again, set when the block ends
-    # "pass the static number traced", tried by tracing the function with it traced (compiles/static_trial.py):
-    # how and what happened ("tried by tracing `f` with `n` traced (as jnp.int32(n)): it fails at ..."), "" when
-    # there was nothing to try; whether it works (None: not tried); whether jaxmagic ran the function again
-    # (traced it once more, after the block, with its output not shown) to find out
-    static_fix_trial: str = ""
-    static_fix_works: bool | None = None
-    static_fix_error: str = ""  # JAX's own error when the trial failed (the trial's sentence words it plainly)
-    traced_again_to_try: bool = False
-    # "make the static field an array", tried by tracing the function with that field an array (field_trial.py)
-    field_fix_trial: str = ""
-    field_fix_works: bool | None = None
-    field_fix_error: str = ""  # JAX's own error when that trial failed
-    # "pass the baked value traced", tried for a value a functools.partial binds (baked_trial.py)
-    baked_fix_trial: str = ""
-    baked_fix_works: bool | None = None
-    baked_fix_error: str = ""
-    # In a multi-process job: the first programs compiled, digested (program_prints.ProgramPrint.to_dict()), in
-    # compile order, for %jax_gather to tell which process compiled a different one
-    programs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-    @property
-    def jit_name(self) -> str:
-        """``jit(step)``; a program made by a transformation outside jit keeps its own name (``vmap(f)``)."""
-        return self.name if "(" in self.name else f"jit({self.name})"
-
-    @property
-    def recompiled(self) -> bool:
-        """Compiled again for a reason of the user's code (not only jaxmagic's own setting)."""
-        return bool(self.causes_again)
-
-    @property
-    def causes_again(self) -> list[str]:
-        """Why it compiled again, most frequent first (ties: the more telling cause first)."""
-        again = [cause for cause in self.causes if cause not in ("first", "jaxmagic")]
-        return sorted(again, key=lambda cause: (-self.causes[cause], cause_priority(cause)))
-
-    @property
-    def main_cause(self) -> str:
-        """The most frequent reason it compiled again ("first" if it compiled once)."""
-        again = self.causes_again
-        if again:
-            return again[0]
-        if "jaxmagic" in self.causes and "first" not in self.causes:
-            return "jaxmagic"
-        return "first" if self.causes else ""
-
-    def cause_text(self, cause: str) -> str:
-        """One cause with its evidence: "static argument value changed: `step` 0 -> 1 -> 2"."""
-        title = CAUSE_TITLES.get(cause, cause)
-        if cause == "static_identity" and self.static_ids:
-            parts = []
-            for name, ids in self.static_ids.items():
-                if len(ids) < 2:
-                    continue
-                shown = " -> ".join(f"id {i}" for i in ids) + (" -> ..." if self.count > len(ids) else "")
-                text = self.static_values.get(name, ["?"])[0]
-                parts.append(
-                    f"`{name}` is a new {self.static_types.get(name, 'object')} at each call ({shown}), looking like {text}"
-                )
-            if parts:
-                return f"{title}: {'; '.join(parts)}"
-        if cause in ("static", "static_identity") and self.static_values:  # else: a wrapper's, in the examples
-            parts = [
-                f"`{name}` {value_sequence(values, self.static_value_counts.get(name, 0))}"
-                for name, values in self.static_values.items()
-                if len(values) > 1 or cause == "static_identity"
-            ]
-            return f"{title}: {'; '.join(parts)}" if parts else title
-        if cause == "baked_constant" and self.baked_values:
-            return f"{title}: " + "; ".join(f"`{n}` {' -> '.join(v)}" for n, v in self.baked_values.items())
-        examples = self.change_examples.get(cause, [])
-        if examples:
-            return f"{title}: {'; '.join(examples[:3])}" + ("; ..." if len(examples) > 3 else "")
-        return title
-
-    @property
-    def reason(self) -> str:
-        """Why it compiled again, with the evidence, in a few words (every cause, most frequent first)."""
-        again = self.causes_again
-        if not again:
-            return CAUSE_TITLES.get(self.main_cause, self.main_cause)
-        text = ", and ".join(self.cause_text(cause) for cause in again[:3])
-        return text + (f", and {len(again) - 3} more cause(s)" if len(again) > 3 else "")
-
-    @property
-    def fix(self) -> str:
-        """What to do about the main cause (for a static argument: what fits the kind of its values)."""
-        return self.fix_for(self.main_cause)
-
-    def fix_for(self, cause: str) -> str:
-        named = self.field_fixes.get(cause, "")
-        if named and (cause != "static_identity" or " is NaN, " in named):  # a NaN is no object to build once
-            return named
-        general = self._general_fix(cause)
-        return f"{named} {general}" if named and general else named or general
-
-    def _general_fix(self, cause: str) -> str:
-        if cause in ("static", "static_identity"):
-            kinds = [self.static_kinds.get(name, "") for name in self.static_values]
-            kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
-            if kind and cause == "static_identity":
-                return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
-            if kind == "number" and cause == "static":
-                return number_fix_tried(self, FIXES["static"])
-            if kind:
-                return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
-        if cause == "types":
-            scalars = [_scalar_kind_change(change) for change in self.change_examples.get("types", [])]
-            if scalars and all(scalars):
-                name = scalars[0]
-                return (
-                    f"`{name}` was an integer scalar in one call and a float one in another (a Python `1` and "
-                    f"`1.5` are i32[] and f32[]): different argument types. Pass the same kind every time, e.g. "
-                    f"`float({name})` (or `jnp.float32({name})`) where you call it."
-                )
-        return FIXES.get(cause, "")
-
-    @property
-    def evidence(self) -> str:
-        """What changed between its compilations, as far as it is known."""
-        parts = []
-        for cause in self.causes_again[:3]:
-            if cause == "new_function":
-                parts.append("jit was given a newly built function (a new wrapper) at each call")
-            elif cause == "no_retrace":
-                parts.append("compiled again without tracing again")
-            elif cause in ("static", "static_identity", "baked_constant") or self.change_examples.get(cause):
-                parts.append(self.cause_text(cause).split(": ", 1)[-1])
-        text = "; ".join(parts)
-        if text and self.main_cause in ("static", "static_identity") and self.distinct_argument_types == 1:
-            text += " - with the same argument types every time"
-        return text
-
-    @property
-    def cause_breakdown(self) -> str:
-        """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
-        ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
-        return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
-
-
-LIBRARY_RECOMPILE_FIX = (
-    "jaxmagic cannot see into the library's cache key, so it could not tell which value changed, and tried no "
-    "fix. If that line runs again and again (a loop, new data of the same shape), look in the library's "
-    "documentation for its way to keep one compiled program across calls."
-)
-
-
-def library_sentence(f: FunctionCompiles) -> str:
-    """A library's jitted function compiled again for argument types it had compiled for (``library_recompiles``)."""
-    owner = f"{f.library}'s `{f.name}`" if f.library else f"`{f.name}` (a library's)"
-    seconds = f.trace_seconds + f.lower_seconds + f.compile_seconds
-    line = f.first_line
-    called = f", called from your line {line.where} `{line.code.strip()}`" if line is not None and line.code else ""
-    return (
-        f"{owner} compiled {counted(f.count, 'time')} ({seconds:.1f} s) for argument types it had compiled for{called}: the library compiled it again itself - a function it builds anew at each call, or a value "
-        "it keeps static that changed."
-    )
-
-
-def _rebuilt_sentence(f: FunctionCompiles) -> str:
-    return (
-        f"`{f.name}` outside jit compiled {counted(f.count, 'time')} for the same argument types ({f.last_argument_types}): "
-        "what differed is not its arguments but its body or settings - usually a new function each time "
-        "(a lambda or closure built in the loop), which JAX's cache never matches. Define the body once, "
-        "outside the loop, or jit the function that runs it."
-    )
-
-
-_SCALAR_CHANGE = re.compile(
-    r"^(?P<name>[\w.\[\]']+): (?P<a>[if])\d+\[\](?: weak)? -> (?P<b>[if])\d+\[\](?: weak)?(?: \(dtype\))?$"
-)
-
-
-def _scalar_kind_change(change: str) -> str:
-    """The argument's name when ``change`` is an int scalar becoming a float one or back ("s: i32[] -> f32[]")."""
-    match = _SCALAR_CHANGE.match(change)
-    return match["name"] if match and match["a"] != match["b"] else ""
 
 
 @dataclasses.dataclass
@@ -414,7 +191,7 @@ class CompileReport(Report):
             more = f" and {len(recompiled) - 3} more" if len(recompiled) > 3 else ""
             return f"{len(recompiled)} functions compiled more than once: {parts}{more} (each below)."
         if self.rebuilt_loops:
-            return _rebuilt_sentence(self.rebuilt_loops[0])
+            return rebuilt_sentence(self.rebuilt_loops[0])
         if self.library_recompiles:
             return library_sentence(self.library_recompiles[0])
         cost = cost_headline(self.sizes, self.donations, self.cache_misses, self.stale_globals)
@@ -436,192 +213,22 @@ class CompileReport(Report):
             return f"None of your jitted functions compiled; {eager} small compilation(s) of eager operations."
         return "Nothing was compiled: every call in this cell reused an already compiled program."
 
-    def document(self):
-        sections = []
-        recompiled = self.recompiled_functions
-        if recompiled:
-            rows = [
-                [
-                    f"`{f.name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
-                    f"{f.count}: {f.cause_breakdown}",
-                    f.evidence or "-",
-                ]
-                for f in recompiled[:8]
-            ]
-            blocks = [Table(["function", "compilations", "what changed"], rows)]
-            if any(f.main_cause in ("static", "unexplained", "static_identity") for f in recompiled):
-                blocks.append(
-                    Paragraph(
-                        "JAX's own explanation for a changed static argument is only 'cache miss explanation "
-                        "unavailable' (JAX 0.12): jaxmagic compares the static values of the calls to name it."
-                    )
-                )
-            by_fix: dict[tuple[str, str], list[str]] = {}
-            for f in recompiled[:8]:
-                for cause in f.causes_again[:3]:
-                    if f.fix_for(cause):
-                        by_fix.setdefault((cause, f.fix_for(cause)), []).append(f"`{f.name}`")
-            told = self.first_fix  # the document's own line, under the headline: not said again here
-            for (cause, fix), names in by_fix.items():
-                if told.endswith(fix) and len(names) == 1 and told.startswith(f"{names[0]}:"):
-                    continue
-                blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {fix}"))
-            for f in recompiled[:3]:
-                again = next((c for c in self.compilations if c.function == f.name and c.cause != "first"), None)
-                if again is not None and again.provenance is not None:
-                    blocks += provenance_blocks(
-                        again.provenance, f"compilation {again.number} of `{f.name}` (the call)"
-                    )
-            sections.append(Section("Recompiled", blocks))
-        if self.rebuilt_loops:
-            sections.append(
-                Section("Control flow outside jit", [Paragraph(_rebuilt_sentence(f)) for f in self.rebuilt_loops[:3]])
-            )
-        if self.library_recompiles:
-            sections.append(
-                Section(
-                    "Compiled again inside a library",
-                    [Paragraph(library_sentence(f)) for f in self.library_recompiles[:3]]
-                    + [Paragraph(f"What to do: {LIBRARY_RECOMPILE_FIX}")],
-                )
-            )
-
-        listed = self.functions if self.show_all else self.user_functions
-        if listed:
-            # Four columns, so the table fits a narrow notebook: where a function is defined goes under its
-            # name, the number of distinct argument types beside the number of compilations.
-            rows = [
-                [
-                    f"`{f.jit_name}`" + (f" ({f.defined_at})" if f.defined_at else ""),
-                    f"{f.count} ({f.distinct_argument_types} argument type(s))",
-                    f.reason if f.recompiled else CAUSE_TITLES.get(f.main_cause, f.main_cause),
-                    stage_times(f.trace_seconds, f.lower_seconds, f.compile_seconds),
-                ]
-                for f in listed
-            ]
-            blocks = [
-                Table(
-                    ["function (defined at)", "compiles", "why", "trace / lower / XLA compile, total"],
-                    rows,
-                )
-            ]
-        else:
-            blocks = []
-        eager = self.eager_functions
-        if eager and not self.show_all:
-            names = ", ".join(f"{f.name} x{f.count}" for f in sorted(eager, key=lambda f: -f.count)[:6])
-            more = ", ..." if len(eager) > 6 else ""
-            blocks.append(
-                Paragraph(
-                    f"Not listed: {self.eager_compilations} small compilation(s) of eager operations - JAX calls "
-                    f"outside jit such as jnp.ones, each compiled once per new shape ({names}{more}). "
-                    "`--all` lists them."
-                )
-            )
-        if blocks:
-            sections.append(Section("Compilations per function", blocks))
-
+    def document(self) -> Document:
         shown = [c for c in self.compilations if self.show_all or c.kind == "user"]
-        if shown:
-            rows = []
-            for i, c in enumerate(shown):
-                previous = shown[i - 1] if i else None
-                # Only what changed from the row above is written out: a loop's rows share the line.
-                same = previous is not None and previous.function == c.function
-                line = line_text(c.line)
-                types = c.argument_types or "-"
-                changed = "; ".join(c.changes)
-                rows.append(
-                    [
-                        str(c.number),
-                        f"`{c.function}`",
-                        "same" if same and line == line_text(previous.line) else line,
-                        CAUSE_TITLES.get(c.cause, c.cause) + (f": {changed}" if changed else ""),
-                        "same" if same and types == (previous.argument_types or "-") else types,
-                        stage_times(c.trace_seconds, c.lower_seconds, c.compile_seconds),
-                    ]
-                )
-            columns = [
-                "#",
-                "function",
-                "your line",
-                "cause: what changed",
-                "argument types",
-                "trace / lower / XLA compile",
-            ]
-            functions = {c.function for c in shown}
-            title = "Each compilation"
-            if len(functions) == 1:  # one function: named in the title, not in a column of its own
-                title += f" of `{next(iter(functions))}`"
-                columns.pop(1)
-                rows = [row[:1] + row[2:] for row in rows]
-            blocks = [Table(columns, rows)]
-            not_listed = sum(f.count for f in listed) - len(shown)
-            if not_listed > 0:
-                blocks.append(
-                    Paragraph(
-                        f"{not_listed} later compilation(s) are counted above but not listed one "
-                        f"by one (the first {limits.DETAILS_PER_FUNCTION} of each function are)."
-                    )
-                )
-            sections.append(Section(title, blocks))
-
-        sections += cost_sections(self.sizes, self.donations, self.cache_misses, self.cache_hits, self.stale_globals)
-        if self.budget is not None:
-            scope = f"`{bare_name(self.budget_function)}`" if self.budget_function else "each of your functions"
-            verdict = self.budget_message or "kept"
-            sections.append(
-                Section(
-                    "Budget",
-                    [
-                        Facts(
-                            [
-                                ("budget", f"at most {self.budget} compilation(s)"),
-                                ("applies to", scope),
-                                ("result", verdict),
-                            ]
-                        )
-                    ],
-                )
-            )
-        notes = []
-        if self.other_thread_compilations:
-            notes.append(
-                Paragraph(
-                    f"Other threads compiled {self.other_thread_compilations} time(s) while the cell ran; "
-                    "those compilations are not the cell's and are not listed."
-                )
-            )
-        if self.explanations_stopped:
-            notes.append(
-                Paragraph(
-                    f"`{self.explanations_stopped}` compiled more than {limits.EXPLAIN_LIMIT} times, so JAX's cache-miss "
-                    "explanations were switched off for the rest of the cell (their cost grows with every compilation); "
-                    "later causes are inferred from the argument types and static values."
-                )
-            )
-        if self.budget_function and not any(f.name == bare_name(self.budget_function) for f in self.functions):
-            notes.append(
-                Paragraph(
-                    f"No function named `{bare_name(self.budget_function)}` compiled in this cell "
-                    "(check the name given to --fn)."
-                )
-            )
-        if notes:
-            sections.append(Section("Notes", notes))
-        log = [line for c in shown for line in c.log]
-        if log:
-            kept = f", {len(log)} of {self.log_lines} kept" if self.log_lines > len(log) else ""
-            sections.append(
-                Section(
-                    "",
-                    [
-                        Evidence(
-                            f"JAX's compile log for the compilations listed ({len(log)} lines{kept})", "\n".join(log)
-                        )
-                    ],
-                )
-            )
+        listed = self.functions if self.show_all else self.user_functions
+        sections: list[Section] = [
+            *recompiled_section(self.recompiled_functions, self.compilations, self.first_fix),
+            *control_flow_section(self.rebuilt_loops),
+            *library_section(self.library_recompiles),
+            *per_function_section(listed, self.eager_functions, self.show_all),
+            *each_compilation_section(shown, sum(f.count for f in listed)),
+            *cost_sections(self.sizes, self.donations, self.cache_misses, self.cache_hits, self.stale_globals),
+            *budget_section(self.budget, self.budget_function, self.budget_message),
+            *notes_section(
+                self.other_thread_compilations, self.explanations_stopped, self.budget_function, self.functions
+            ),
+            *compile_log_section(shown, self.log_lines),
+        ]
         return Document("%%jax_compiles", self.status, self.summary, sections, fix=self.first_fix)
 
     @property
@@ -629,7 +236,18 @@ class CompileReport(Report):
         """The fix of the function the headline names first (over budget, else the first recompiled)."""
         named = self.over_budget or self.recompiled_functions
         if named:
-            return f"`{named[0].name}`: {named[0].fix}" if named[0].fix else ""
+            fix = main_fix(named[0])
+            return f"`{named[0].name}`: {fix}" if fix else ""
         if self.library_recompiles and not self.rebuilt_loops:
             return LIBRARY_RECOMPILE_FIX
         return cost_fix(self.sizes, self.donations, self.cache_misses, self.stale_globals)
+
+
+__all__ = [
+    "LIBRARY_RECOMPILE_FIX",
+    "Compilation",
+    "CompileBudgetExceeded",
+    "CompileReport",
+    "FunctionCompiles",
+    "library_sentence",
+]

@@ -44,7 +44,9 @@ class SlowPrograms:
             return True
         return self._slowest and (not self._kept or seconds > self._kept[0].size.seconds)
 
-    def keep(self, frame: FrameType | None, size: ProgramSize, call, started) -> None:
+    def keep(
+        self, frame: FrameType | None, size: ProgramSize, call: SourceLine | None, started: SourceLine | None
+    ) -> None:
         program = program_compiling(frame)
         if program is None:
             size.unknown = "JAX's traced program was not on the stack (an ahead-of-time .lower().compile()?)"
@@ -78,7 +80,7 @@ class SlowPrograms:
         return examined
 
 
-def _examine(size: ProgramSize, program, call: SourceLine | None, started: SourceLine | None) -> None:
+def _examine(size: ProgramSize, program: Any, call: SourceLine | None, started: SourceLine | None) -> None:
     size.equations, size.lines, size.constants = measure(program)
     size.constant_bytes = sum(c.bytes for c in size.constants)
     loop = size.unrolled
@@ -112,7 +114,7 @@ def _examine(size: ProgramSize, program, call: SourceLine | None, started: Sourc
         )
 
 
-def _constants_trial(program, size: ProgramSize) -> str:
+def _constants_trial(program: Any, size: ProgramSize) -> str:
     """Lower the same equations with the constants as arguments (no code of the user's runs)."""
     try:
         characters, seconds = lowered_without_constants(program)

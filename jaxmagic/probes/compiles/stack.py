@@ -11,6 +11,7 @@ import functools
 import re
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from jaxmagic._jax import compat
@@ -76,7 +77,7 @@ TRANSFORMATION_RULES = {
 }
 
 
-def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
+def read_transformed_program(local_vars: dict[str, Any], info: CallInfo, is_user: Callable[[str], bool]) -> None:
     """The jitted function whose transformed program ``_pjit_call_impl`` compiles (its ``jaxpr``)."""
     source = compat.program_source(local_vars.get("jaxpr"))
     if source is None:
@@ -87,8 +88,12 @@ def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
 
 
 def read_jit_frame(
-    local_vars, info: CallInfo, is_user, for_trial: bool = True, called_from_user: bool = False
-) -> tuple[HeldFunction, list] | None:
+    local_vars: dict[str, Any],
+    info: CallInfo,
+    is_user: Callable[[str], bool],
+    for_trial: bool = True,
+    called_from_user: bool = False,
+) -> tuple[HeldFunction, list[Any]] | None:
     """Read jit's ``cache_miss`` frame into ``info``. For a library's callable holding the user's function
     (wrapped.py), returns it with the static arguments jit was given, to read the user's arguments by.
     ``for_trial``: keep the call's abstract arguments when a static argument is a number (``trial_arguments``).
@@ -179,7 +184,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _REPR_CHARS = 60
 
 
-def static_value(value) -> StaticValue:
+def static_value(value: Any) -> StaticValue:
     """The printed value (whole, or type only) and hash of a static argument; the value itself is not kept."""
     type_name = type(value).__name__
     try:
@@ -202,7 +207,7 @@ def static_value(value) -> StaticValue:
     return StaticValue(text, hashed, id(value), type_name, by_identity, kind, look, check)
 
 
-def _hashed_by_identity(value, depth: int = 0) -> bool:
+def _hashed_by_identity(value: Any, depth: int = 0) -> bool:
     if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)):
         return True
     if isinstance(value, (tuple, frozenset)) and depth < 3:
@@ -211,7 +216,7 @@ def _hashed_by_identity(value, depth: int = 0) -> bool:
     return getattr(cls, "__hash__", None) is object.__hash__ and getattr(cls, "__eq__", None) is object.__eq__
 
 
-def _static_kind(value, by_identity: bool) -> str:
+def _static_kind(value: Any, by_identity: bool) -> str:
     if isinstance(value, (bool, int, float, complex)):
         return "number"
     if not by_identity:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from jaxmagic.probes.compiles.baked import BakedValue, baked_values
@@ -51,7 +52,11 @@ class StaleGlobal:
 
 
 def stale_globals(
-    function: str, traced_function: Any, traced_with: dict[str, BakedValue] | None, is_user, line=None
+    function: str,
+    traced_function: Any,
+    traced_with: dict[str, BakedValue] | None,
+    is_user: Callable[[str], bool],
+    line: SourceLine | None = None,
 ) -> list[StaleGlobal]:
     """The plain globals ``traced_function`` (a weakref, or None) read at its last compilation whose value
     differs now; [] when not known (the function is gone, or carried no global)."""

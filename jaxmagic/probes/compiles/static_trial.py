@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
-from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.model import FunctionCompiles
 
 TRIAL_SECONDS = 2.0  # the longest trace of the user's function jaxmagic repeats to try a fix
 
@@ -48,6 +48,7 @@ def try_static_fix(
     kinds = {n: "int" if _dtype_of(args, kwargs, positions, n) == "int32" else "number" for n in names}
     summary.static_fix_trial = trial.sentence(summary.name, f"{shown} traced (as {as_array})", kinds)
     summary.static_fix_error = trial.detail if trial.outcome == "fails" else ""
+    summary.static_fix_chooses_code = trial.chooses_code
     summary.static_fix_works = None if trial.outcome == "not tried" else trial.outcome == "traces"
     summary.traced_again_to_try = trial.traced_again
 

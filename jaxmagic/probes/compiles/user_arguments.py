@@ -57,7 +57,7 @@ def read_user_arguments(
     return True
 
 
-def user_paths(user_frame, jit_locals: dict) -> dict[str, str]:
+def user_paths(user_frame: types.FrameType | None, jit_locals: dict[str, Any]) -> dict[str, str]:
     """JAX's name for each leaf a library's wrapper gave jit (``dynamic_nodonate['rest'][13]``, the paths of its
     cache-miss explanation) -> the user's path (``xb``), from jit's ``cache_miss`` locals (``call_names``)."""
     through = call_names.user_call(user_frame)
@@ -126,7 +126,7 @@ def argument_leaves(arguments: dict[str, Any], static_arguments: list) -> dict[s
     return out
 
 
-def _path_text(path) -> str:
+def _path_text(path: Any) -> str:
     parts = []
     for key in path:
         name = getattr(key, "name", None)
@@ -141,7 +141,7 @@ def _path_text(path) -> str:
     return "".join(parts)
 
 
-def _array_type(leaf) -> str:
+def _array_type(leaf: Any) -> str:
     dims = ",".join(str(d) for d in leaf.shape)
     weak = " weak" if getattr(leaf, "weak_type", False) else ""
     return f"{short_dtype(str(leaf.dtype))}[{dims}]{weak}"
@@ -161,7 +161,7 @@ def _identities(values: list) -> set[int]:
     return found
 
 
-def frozen_check(value) -> str:
+def frozen_check(value: Any) -> str:
     """Try the frozen-dataclass fix on an object compared by identity: the same fields in a frozen dataclass,
     built twice from copies of the values, compare equal and hash alike (so equal ones share a cache key)."""
     fields = getattr(value, "__dict__", None)

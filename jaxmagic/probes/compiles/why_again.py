@@ -1,7 +1,7 @@
 """One answer to "why did this function compile again", as data: the cause object ``%%jax_compiles``, the
 doctor and ``%jax_watch`` all word their recompilation finding from, so they cannot disagree.
 
-``why_compiled_again(f)`` reads a function's summary (``report.FunctionCompiles``, filled by
+``why_compiled_again(f)`` reads a function's summary (``model.FunctionCompiles``, filled by
 ``causes.classify`` compilation by compilation); ``baked_fix`` is the fix for a Python value baked into a
 function built anew for each value (``baked.py``).
 """
@@ -12,10 +12,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from jaxmagic.probes.compiles.baked_trial import CLOSURE_UNTRIED, UNTRIED_MARK
-from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES
+from jaxmagic.probes.compiles.cause import CAUSE_TITLES
+from jaxmagic.probes.compiles.fixes import main_fix
 
 if TYPE_CHECKING:  # the types only: causes.py and the collector pass them in
-    from jaxmagic.probes.compiles.report import FunctionCompiles
+    from jaxmagic.probes.compiles.model import FunctionCompiles
     from jaxmagic.probes.compiles.stack import CallInfo
 
 
@@ -61,7 +62,7 @@ def why_compiled_again(f: FunctionCompiles) -> RecompileCause:
         values=values,
         reason=f.reason,
         evidence=f.evidence or f.cause_breakdown,
-        fix=f.fix,
+        fix=main_fix(f),
         count=f.count,
     )
 

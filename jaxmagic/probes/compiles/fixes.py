@@ -1,15 +1,14 @@
-"""The fix for a static argument that compiles a function again, by the kind of its values; for a number,
-worded from its trial (``static_trial``): "pass it traced" only where tracing with it traced works."""
+"""What to do about a function that compiled again, in words: the fix for each cause, from the cause's
+general fix (``cause.CauseKind.fix``) made particular by what the probe found - the field or argument named
+(``FunctionCompiles.field_fixes``), the kind of a static argument's values, and for a static number the
+outcome of its trial (``static_trial``): "pass it traced" only where tracing with it traced works."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-from jaxmagic.probes._support.fixes.traced_trial import decided_in_python
-
-if TYPE_CHECKING:
-    from jaxmagic.probes.compiles.report import FunctionCompiles
+from jaxmagic.probes.compiles.cause import FIXES
+from jaxmagic.probes.compiles.model import FunctionCompiles
 
 # The fix for a static argument, by the kind of its values (``StaticValue.kind``).
 STATIC_FIXES = {
@@ -93,7 +92,7 @@ def number_fix_tried(function: FunctionCompiles, general: str) -> str:
         head = general.split(": ", 1)[0] + "."
         numbers = [n for n, k in function.static_kinds.items() if k == "number"]
         names = ", ".join(f"`{n}`" for n in numbers)
-        chooses_code = decided_in_python(function.static_fix_error)
+        chooses_code = function.static_fix_chooses_code
         why = why_it_stays_static(chooses_code)
         if chooses_code:
             why += "".join(mixed_types_note(function.static_values.get(n, [])) for n in numbers[:1])
@@ -102,3 +101,50 @@ def number_fix_tried(function: FunctionCompiles, general: str) -> str:
     if function.static_fix_works:
         return f"{fix} Checked: {function.static_fix_trial}{ran}."
     return f"{fix} ({function.static_fix_trial or 'suggestion: not tried'})"
+
+
+def main_fix(function: FunctionCompiles) -> str:
+    """What to do about the function's main cause (for a static argument: what fits the kind of its values)."""
+    return fix_for(function, function.main_cause)
+
+
+def fix_for(function: FunctionCompiles, cause: str) -> str:
+    """What to do about one cause of the function's compilations: its named fix, its general one, or both."""
+    named = function.field_fixes.get(cause, "")
+    if named and (cause != "static_identity" or " is NaN, " in named):  # a NaN is no object to build once
+        return named
+    general = _general_fix(function, cause)
+    return f"{named} {general}" if named and general else named or general
+
+
+def _general_fix(function: FunctionCompiles, cause: str) -> str:
+    if cause in ("static", "static_identity"):
+        kinds = [function.static_kinds.get(name, "") for name in function.static_values]
+        kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
+        if kind and cause == "static_identity":
+            return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
+        if kind == "number" and cause == "static":
+            return number_fix_tried(function, FIXES["static"])
+        if kind:
+            return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
+    if cause == "types":
+        scalars = [_scalar_kind_change(change) for change in function.change_examples.get("types", [])]
+        if scalars and all(scalars):
+            name = scalars[0]
+            return (
+                f"`{name}` was an integer scalar in one call and a float one in another (a Python `1` and "
+                f"`1.5` are i32[] and f32[]): different argument types. Pass the same kind every time, e.g. "
+                f"`float({name})` (or `jnp.float32({name})`) where you call it."
+            )
+    return FIXES.get(cause, "")
+
+
+_SCALAR_CHANGE = re.compile(
+    r"^(?P<name>[\w.\[\]']+): (?P<a>[if])\d+\[\](?: weak)? -> (?P<b>[if])\d+\[\](?: weak)?(?: \(dtype\))?$"
+)
+
+
+def _scalar_kind_change(change: str) -> str:
+    """The argument's name when ``change`` is an int scalar becoming a float one or back ("s: i32[] -> f32[]")."""
+    match = _SCALAR_CHANGE.match(change)
+    return match["name"] if match and match["a"] != match["b"] else ""
