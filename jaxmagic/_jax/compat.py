@@ -13,12 +13,14 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jaxmagic.report.source import code_kind
 
 if TYPE_CHECKING:
+    from jax._src.core import JaxprEqn, JaxprPpContext, JaxprPpSettings
     from jax.stages import Wrapped
 
 
@@ -161,7 +163,7 @@ def profiler_session_active() -> bool:
 
 
 @functools.cache  # making a jitted function to read it costs ~0.1 ms; it is the same code object every time
-def jit_cache_miss_code():
+def jit_cache_miss_code() -> CodeType | None:
     """The code object of jit's Python dispatch path (``cache_miss`` in pjit.py), or None.
 
     A jitted call whose compiled program is not in the C++ dispatch cache runs
@@ -170,7 +172,8 @@ def jit_cache_miss_code():
     try:
         import jax
 
-        miss = jax.jit(_identity)._cache_miss
+        jitted: Any = jax.jit(_identity)  # the private ``_cache_miss`` is not on jax.stages.Wrapped
+        miss = jitted._cache_miss
         code = getattr(miss, "__wrapped__", miss).__code__
         return code if code.co_name == "cache_miss" else None
     except Exception:
@@ -189,7 +192,7 @@ def jit_type() -> type:
     return type(jax.jit(_identity))
 
 
-def top_level_check():
+def top_level_check() -> Callable[[], bool] | None:
     """A function answering "is JAX at the top level (nothing traced: a call runs eagerly)?", or None.
 
     It runs at every call the user's code makes of a jitted function (``%%jax_nans``' call counts), so
@@ -203,8 +206,12 @@ def top_level_check():
     trace_state = getattr(core, "trace_state_strong_ref", None)
     axis_env_state = getattr(core, "axis_env_state", None)
     eval_trace, top_axis_env = getattr(core, "eval_trace", None), getattr(core, "top_axis_env", None)
-    if None not in (trace_state, axis_env_state, eval_trace, top_axis_env) and all(
-        hasattr(state, "value") for state in (trace_state, axis_env_state)
+    if (
+        trace_state is not None
+        and axis_env_state is not None
+        and eval_trace is not None
+        and top_axis_env is not None
+        and all(hasattr(state, "value") for state in (trace_state, axis_env_state))
     ):
 
         def at_top_level() -> bool:
@@ -232,7 +239,7 @@ def clear_dispatch_cache(jitted) -> bool:
         return False
 
 
-def function_being_traced():
+def function_being_traced() -> Callable[..., Any] | None:
     """The Python callable JAX is tracing right now (from a trace event's stack), or None.
 
     JAX's tracing entry points hold the function as a ``linear_util.WrappedFun``
@@ -240,7 +247,7 @@ def function_being_traced():
     as ``fun`` itself. The innermost such frame is the trace that just ended.
     """
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     try:
         for _ in range(200):
             if frame is None:
@@ -541,50 +548,59 @@ def typed_key_data(key):
 _PP_CONTEXT_LOCK = threading.Lock()
 
 
-def jaxpr_equation_printer(jaxpr):
-    """A function printing one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
+class EquationPrinter:
+    """Prints one equation of a jaxpr with the variable names ``str(jaxpr)`` gives it (made by
+    ``jaxpr_equation_printer``); without a naming context (``same_names`` False) it prints like
+    ``str(eqn)``."""
+
+    def __init__(self, context: JaxprPpContext | None = None, settings: JaxprPpSettings | None = None) -> None:
+        self._context, self._settings = context, settings
+        self.same_names = context is not None and settings is not None
+
+    def __call__(self, eqn: JaxprEqn) -> str:
+        if self._context is None or self._settings is None:
+            return str(eqn)
+        try:
+            from jax._src import core
+
+            return core.pp_eqn(eqn, self._context, self._settings).format()
+        except Exception:
+            return str(eqn)
+
+
+def jaxpr_equation_printer(jaxpr: Any) -> EquationPrinter:
+    """A printer of one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
     ``str(jaxpr)`` gives it.
 
     ``str(eqn)`` names the variables of the lone equation afresh (its output becomes ``a``), so the
     text would not match the printed jaxpr. JAX's top-level printer makes a naming context that the
     public API does not hand out: it is recorded while that printer runs, then each equation is
-    printed with it. If this JAX does not allow it, the function returned prints like ``str(eqn)``
+    printed with it. If this JAX does not allow it, the printer returned prints like ``str(eqn)``
     and its ``same_names`` attribute is False.
     """
     inner = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr prints its Jaxpr
-    context = settings = None
     try:
         from jax._src import core
 
-        made = []
+        made: list[JaxprPpContext] = []
         original = core.JaxprPpContext
 
-        class _Recorded(original):
-            def __init__(self, *args, **kwargs):
+        class _Recorded(core.JaxprPpContext):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)
                 made.append(self)
 
         with _PP_CONTEXT_LOCK:
-            core.JaxprPpContext = _Recorded
+            core.JaxprPpContext = _Recorded  # type: ignore[misc]  # a patch of JAX's class while it prints
             try:
                 core.pp_toplevel_jaxpr(inner)
             finally:
-                core.JaxprPpContext = original
+                core.JaxprPpContext = original  # type: ignore[misc]
         if made:
-            context, settings = made[0], core.JaxprPpSettings()
+            return EquationPrinter(made[0], core.JaxprPpSettings())
     except Exception:  # a JAX whose printer moved: print each equation on its own
-        context = None
-
-    def text(eqn) -> str:
-        if context is None:
-            return str(eqn)
-        try:
-            return core.pp_eqn(eqn, context, settings).format()
-        except Exception:
-            return str(eqn)
-
-    text.same_names = context is not None
-    return text
+        pass
+    return EquationPrinter()
 
 
 def program_source(jaxpr) -> tuple[str, str, int] | None:

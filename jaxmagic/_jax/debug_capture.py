@@ -39,11 +39,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import itertools
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -185,7 +186,7 @@ def _keep(capture: Capture, new: PrintSite) -> PrintSite:
 # -- the wrapped binds -----------------------------------------------------------
 
 
-def _wrap_print_bind(original):
+def _wrap_print_bind(original: Callable[..., Any]) -> Callable[..., Any]:
     def bind(*dyn_args, **params):
         capture = _active
         static = dict(params.get("static_args", ()))
@@ -209,8 +210,8 @@ def _wrap_print_bind(original):
         params = dict(params, in_tree=in_tree, static_args=tuple(new_static.items()))
         return original(*new_dyn, **params)
 
-    bind.__wrapped__ = original
-    return bind
+    # __wrapped__ only (the name stays "bind"): a reader of the patched primitive finds JAX's own bind
+    return functools.update_wrapper(bind, original, assigned=(), updated=())
 
 
 class _SiteKey(str):
@@ -221,7 +222,7 @@ def _is_site_value(value) -> bool:
     return isinstance(value, _SiteKey)
 
 
-def _wrap_callback_bind(original):
+def _wrap_callback_bind(original: Callable[..., Any]) -> Callable[..., Any]:
     def bind(*dyn_args, callback, **params):
         capture = _active
         if capture is None or isinstance(callback, _RecordingCallback) or threading.get_ident() != _capture_thread:
@@ -232,8 +233,7 @@ def _wrap_callback_bind(original):
         site = _keep(capture, _new_site(_callback_name(callback), "callback", ordered, sys._getframe(1)))
         return original(*dyn_args, callback=_RecordingCallback(site.key, callback), **params)
 
-    bind.__wrapped__ = original
-    return bind
+    return functools.update_wrapper(bind, original, assigned=(), updated=())
 
 
 class _RecordingCallback:

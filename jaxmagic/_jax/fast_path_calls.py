@@ -59,6 +59,10 @@ from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import code_kind, user_call_site
 
 
+def _counts_nothing(function: object, number: int, args: tuple, kwargs: dict) -> None:
+    """The lone skip counter's stand-in when there is none: never called (its wanted functions are ``{}``)."""
+
+
 class FastPathCalls:
     """Observe the user's top-level jitted calls (``start`` / ``stop``); see the module docstring."""
 
@@ -165,7 +169,7 @@ class FastPathCalls:
         calls, looked, first_calls = sampler.calls, sampler.looked, sampler.first_calls
         skip_counters = self._skip_counters
         # The usual case, one observer counting skipped calls (host arguments): its wanted functions and method.
-        one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, None)
+        one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, _counts_nothing)
         other_counters = () if len(skip_counters) == 1 else skip_counters
 
         def hook(jitted, args, kwargs, output):

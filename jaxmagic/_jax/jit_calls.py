@@ -384,6 +384,11 @@ def reads_allowed():
     return jax.transfer_guard_device_to_host("allow")
 
 
+def _never_at_top_level() -> bool:
+    """The top-level check of a JAX that offers none (``_DirectUserJitCalls`` then never starts)."""
+    return False
+
+
 class _DirectUserJitCalls(_UserCallMonitor):
     """Observe the user's own calls of jitted functions around the call, with the key-reuse checker off.
 
@@ -406,11 +411,13 @@ class _DirectUserJitCalls(_UserCallMonitor):
         super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
         self._observers = observers
         self._jit_type = compat.jit_type()
-        self._top_level = compat.top_level_check()
+        top_level = compat.top_level_check()
+        self._can_tell_top_level = top_level is not None  # else never started: the key-reuse path observes
+        self._top_level: Callable[[], bool] = top_level or _never_at_top_level
         self._checker_off = functools.partial(jax.debug_key_reuse, False)
 
     def start(self) -> bool:
-        return self._top_level is not None and super().start()
+        return self._can_tell_top_level and super().start()
 
     def _at_user_call(self, callable_):
         if type(callable_) is not self._jit_type or _state.depth or not self._top_level():

@@ -414,10 +414,10 @@ def _compile_events():
     events = _Events()
     events.traced = False
 
-    def listener(event: str, duration: float, **kwargs: Any) -> None:
+    def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == EVENT_TRACE:
             events.traced = True
-        events[event] = duration
+        events[event] = duration_secs
 
     monitoring.register_event_duration_secs_listener(listener)
     try:

@@ -345,8 +345,9 @@ def in_order_of(original, tree):
     """``tree`` (as jit rebuilt it) with every dict in the key order of ``original``."""
     if isinstance(original, Mapping) and isinstance(tree, Mapping):
         items = [(k, in_order_of(original[k], tree[k])) for k in original if k in tree]
+        mapping_type: Any = type(tree)  # Mapping declares no constructor; dict-like ones take items (tried)
         try:
-            return type(tree)(items)
+            return mapping_type(items)
         except Exception:
             return dict(items)
     if isinstance(original, (list, tuple)) and isinstance(tree, (list, tuple)) and len(original) == len(tree):

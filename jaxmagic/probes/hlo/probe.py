@@ -181,7 +181,7 @@ def _work_events():
 
     seen: set[str] = set()
 
-    def listener(event: str, duration: float, **kwargs: Any) -> None:
+    def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
         seen.add(event)
 
     monitoring.register_event_duration_secs_listener(listener)

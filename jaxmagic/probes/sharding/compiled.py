@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
@@ -129,7 +132,7 @@ def _spec_text(sharding) -> str:
     return str(sharding)
 
 
-def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding], int]:
+def intermediate_shardings(traced: Any, compiled: Any) -> tuple[list[IntermediateSharding], int]:
     """Compile an instrumented copy of the call that asks the compiler for every
     intermediate's sharding (``jax.debug.inspect_array_sharding`` after each
     top-level operation), with the same input and output shardings.
@@ -140,11 +143,42 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
     """
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    inspect_sharding_p = compat.inspect_sharding_primitive()
-
     closed = traced.jaxpr
-    jaxpr, consts = closed.jaxpr, closed.consts
+    rows, dropped = _intermediate_rows(closed.jaxpr)
+    row_of: dict[int, list[IntermediateSharding]] = {}
+    for row in rows:
+        row_of.setdefault(row.index, []).append(row)
     reported: dict[tuple[int, int], str] = {}
+
+    def record(key: tuple[int, int], sharding: Any) -> None:
+        reported[key] = _spec_text(sharding)
+
+    # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
+    parameters = program_inputs(compiled)
+    kept, pruned = parameters.kept, parameters.unread
+    all_shardings = input_shardings_flat(compiled)  # None at a pruned input
+    in_shardings = [all_shardings[i] for i in kept]
+    out_shardings = jax.tree_util.tree_leaves(
+        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )
+    abstract_args = [
+        jax.ShapeDtypeStruct(closed.in_avals[i].shape, closed.in_avals[i].dtype, sharding=s)
+        for i, s in zip(kept, in_shardings)
+    ]
+    instrumented = _inspecting_copy(closed, kept, pruned, set(row_of), record)
+    jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
+        *abstract_args
+    ).compile()
+    for row in rows:
+        outputs = [r for r in row_of[row.index]]
+        row.spec = reported.get((row.index, outputs.index(row)), "")
+    return rows, dropped
+
+
+def _intermediate_rows(jaxpr: Any) -> tuple[list[IntermediateSharding], int]:
+    """A row (its spec still "") for each array a top-level operation makes, up to ``MAX_INTERMEDIATES``,
+    and one for each of the user's own ``inspect_array_sharding`` calls; with how many were dropped."""
+    inspect_sharding_p = compat.inspect_sharding_primitive()
     rows: list[IntermediateSharding] = []
     dropped = 0
     for i, eqn in enumerate(jaxpr.eqns):
@@ -160,17 +194,28 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                 dropped += 1
                 continue
             rows.append(IntermediateSharding(i, _op_name(eqn), str(var.aval), "", line))
-    row_of: dict[int, list[IntermediateSharding]] = {}
-    for row in rows:
-        row_of.setdefault(row.index, []).append(row)
+    return rows, dropped
 
-    def record(key, sharding):
-        reported[key] = _spec_text(sharding)
 
-    def instrumented(*flat_args):
+def _inspecting_copy(
+    closed: Any,
+    kept: Sequence[int],
+    pruned: Iterable[int],
+    inspected: set[int],
+    record: Callable[[tuple[int, int], Any], None],
+) -> Callable[..., list]:
+    """The call's program as a Python function over its kept inputs that re-binds every top-level
+    equation and, after each one in ``inspected``, asks for each output's sharding:
+    ``record((equation, output), sharding)`` (the user's own inspect calls record as output 0)."""
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    inspect_sharding_p = compat.inspect_sharding_primitive()
+    jaxpr, consts = closed.jaxpr, closed.consts
+
+    def instrumented(*flat_args: Any) -> list:
         env: dict = {}
 
-        def read(v):
+        def read(v: Any) -> Any:
             return v.val if compat.is_literal(v) else env[v]
 
         for var, const in zip(jaxpr.constvars, consts):
@@ -183,7 +228,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
         for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(v) for v in eqn.invars]
             if eqn.primitive is inspect_sharding_p:
-                inspect_sharding_p.bind(*invals, callback=lambda s, key=(i, 0): record(key, s))
+                inspect_sharding_p.bind(*invals, callback=functools.partial(record, (i, 0)))
                 continue
             bind_params = eqn.primitive.get_bind_params(eqn.params)
             subfuns, bind_params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
@@ -194,29 +239,11 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                 if type(var).__name__ == "DropVar":
                     continue
                 env[var] = out
-                if i in row_of and hasattr(var.aval, "shape"):
-                    jax.debug.inspect_array_sharding(out, callback=lambda s, key=(i, j): record(key, s))
+                if i in inspected and hasattr(var.aval, "shape"):
+                    jax.debug.inspect_array_sharding(out, callback=functools.partial(record, (i, j)))
         return [read(v) for v in jaxpr.outvars]
 
-    # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
-    parameters = program_inputs(compiled)
-    kept, pruned = parameters.kept, parameters.unread
-    all_shardings = input_shardings_flat(compiled)  # None at a pruned input
-    in_shardings = [all_shardings[i] for i in kept]
-    out_shardings = jax.tree_util.tree_leaves(
-        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
-    )
-    abstract_args = [
-        jax.ShapeDtypeStruct(closed.in_avals[i].shape, closed.in_avals[i].dtype, sharding=s)
-        for i, s in zip(kept, in_shardings)
-    ]
-    jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
-        *abstract_args
-    ).compile()
-    for row in rows:
-        outputs = [r for r in row_of[row.index]]
-        row.spec = reported.get((row.index, outputs.index(row)), "")
-    return rows, dropped
+    return instrumented
 
 
 def constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
