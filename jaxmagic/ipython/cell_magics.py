@@ -205,11 +205,11 @@ class CellMagics(MagicRunner):
             probe = probes.profile(save=args.save, warmup_runs=args.warmup)
         if trace_running():
             raise UsageError(f"%%jax_profile {PROFILER_BUSY}.")
-        if shown_if_unrunnable(self.shell, cell):
+        if shown_if_unrunnable(self._shell, cell):
             return None
         for run in range(1, args.warmup + 1):
             with capture_output():
-                outcome = run_cell_body(self.shell, cell)
+                outcome = run_cell_body(self._shell, cell)
             if outcome.exception is not None:
                 self._publish(probes.ProfileReport.warmup_failed(run, args.warmup, outcome.exception), args)
                 outcome.reraise()

@@ -280,8 +280,8 @@ class LineMagics(MagicRunner):
         if word in ("on", "off"):
             if args.output:
                 raise UsageError("-o stores the explanation of an exception; `%jax_explain on|off` makes none.")
-            changed = (explainer_hook.install if word == "on" else explainer_hook.uninstall)(self.shell)
-            state = "on" if explainer_hook.is_on(self.shell) else "off"
+            changed = (explainer_hook.install if word == "on" else explainer_hook.uninstall)(self._shell)
+            state = "on" if explainer_hook.is_on(self._shell) else "off"
             print(f"jaxmagic tracer-error explainer: {state}" + ("" if changed else " (unchanged)"))
             return
         error = self._given_or_last_error(
@@ -555,7 +555,7 @@ class LineMagics(MagicRunner):
         args = self._parse(self.jax_watch, line)
         if args.panel and args.what == "off":
             raise UsageError("--panel shows the running watch's findings; `%jax_watch off` stops the watch.")
-        watch = watch_hook.current(self.shell)
+        watch = watch_hook.current(self._shell)
         if args.what == "on":
             with self._options_checked(self.jax_watch):
                 wanted = probes.Watch(only=args.only or (), budget=args.budget)
@@ -574,10 +574,10 @@ class LineMagics(MagicRunner):
                 )
             else:
                 watch = wanted
-                watch_hook.install(self.shell, watch)
+                watch_hook.install(self._shell, watch)
                 print(f"jaxmagic watch: on ({', '.join(watch.log.areas)}; budget {args.budget})")
         elif args.what == "off":
-            watch = watch_hook.uninstall(self.shell) or watch
+            watch = watch_hook.uninstall(self._shell) or watch
             if watch is None:
                 print("jaxmagic watch: off (unchanged)")
         if args.what != "on" and watch is not None:
@@ -590,7 +590,7 @@ class LineMagics(MagicRunner):
             # deferred: ipywidgets is imported only when an explorer is asked for
             from jaxmagic.ipython.explorers.watch_panel import show_watch_panel
 
-            watch_hook.set_panel(self.shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
+            watch_hook.set_panel(self._shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
 
     @magic_arguments()
     @argument(

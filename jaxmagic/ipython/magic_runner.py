@@ -30,6 +30,8 @@ from jaxmagic.report import Report
 from jaxmagic.report.wording import first_line, shown
 
 if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
     from jaxmagic.ipython.live_view import LiveView
 
 # A magic's bound method (``self.jax_nans``): IPython's ``magic_arguments`` gives it the ``parser`` it is parsed
@@ -65,10 +67,15 @@ def expression_checked() -> Iterator[None]:
 
 class MagicRunner(Magics):
     @property
-    def user_ns(self) -> dict:
-        """The namespace the user's cells run in (a registered Magics always has its shell)."""
+    def _shell(self) -> InteractiveShell:
+        """The shell the magics run in (a registered Magics always has its shell)."""
         assert self.shell is not None
-        return self.shell.user_ns
+        return self.shell
+
+    @property
+    def user_ns(self) -> dict:
+        """The namespace the user's cells run in."""
+        return self._shell.user_ns
 
     def _parse(self, magic: MagicMethod, line: str) -> argparse.Namespace:
         try:
@@ -155,7 +162,7 @@ class MagicRunner(Magics):
     ) -> None:
         """Run the cell inside ``probe``; show the report (and ``explorer``'s); then raise the cell's own exception."""
         __tracebackhide__ = True
-        if shown_if_unrunnable(self.shell, cell):
+        if shown_if_unrunnable(self._shell, cell):
             return
         # deferred: the probes are imported when a magic first runs, never at %load_ext
         from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
@@ -165,7 +172,7 @@ class MagicRunner(Magics):
         with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self._in_kernel) as view:
             try:
                 with probe as report:
-                    outcome = run_cell_body(self.shell, cell, hold_values=True)
+                    outcome = run_cell_body(self._shell, cell, hold_values=True)
                     outcome.reraise()
             except AlreadyActive as error:
                 if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
@@ -180,7 +187,7 @@ class MagicRunner(Magics):
                     # of an interrupt at its prompt is a KeyboardInterrupt): the report, then that error.
                     outcome.exception = error
             self._publish(report, args, live_view=view, explorer=explorer)
-        outcome.show_values(self.shell)
+        outcome.show_values(self._shell)
         outcome.reraise()
 
     def _split(self, magic: MagicMethod, line: str) -> tuple[str, str]:
