@@ -31,8 +31,9 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,6 +44,9 @@ from jaxmagic.probes._support.sharding_layout import device_colours
 from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Block, Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
 
 _WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)
 
@@ -172,7 +176,7 @@ def _untagged_section(untagged: list[DevicePrint]) -> Section:
     )
 
 
-def _prod(values) -> int:
+def _prod(values: Iterable[int]) -> int:
     out = 1
     for v in values:
         out *= int(v)
@@ -255,7 +259,7 @@ def _locate_on_mesh(site: PrintSite) -> None:
             site.device_ids = [int(d.id) for d in np.asarray(concrete.devices).flat]
 
 
-def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]):
+def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]) -> Mesh | None:
     """The concrete Mesh of the shard_map being traced, found on the Python stack (None if not found).
 
     Inside the body only an abstract mesh is visible; the frames of JAX's

@@ -121,7 +121,7 @@ class TracebackReport(Report):
             f"{self.frames_total} frames are yours."
         )
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = []
         if self.error:

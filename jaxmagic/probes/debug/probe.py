@@ -105,7 +105,7 @@ def _calls_users_code(call: FailingCall) -> bool:
     return _is_users(call.function) or any(callable(value) and _is_users(value) for _, value in call.args)
 
 
-def _is_users(function) -> bool:
+def _is_users(function: object) -> bool:
     """Whether ``function`` is (through jit, vmap, grad, partial) defined in the user's code - a call of JAX's
     that is given one (``lax.scan(body, c0, xs)``) runs the user's code too."""
     try:

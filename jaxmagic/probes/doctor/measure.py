@@ -144,7 +144,7 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
 
 
 def _explain_nan(
-    report: DoctorReport, watch, namespace: dict | None, before: dict[str, int], under_own_key: bool
+    report: DoctorReport, watch: NanWatch, namespace: dict | None, before: dict[str, int], under_own_key: bool
 ) -> None:
     """Explain the first NaN the watch saw. When the leak probe ran, the cell's calls were traced under the
     doctor's cache key (``RETRACE_TOKEN``): the explanation reads the call's program from there, as the

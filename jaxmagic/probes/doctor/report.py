@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
@@ -221,7 +222,7 @@ def _where(line: SourceLine | None) -> str:
     return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else line.where
 
 
-def _clean_text(probe: str, sub, report: DoctorReport) -> str:
+def _clean_text(probe: str, sub: Any, report: DoctorReport) -> str:  # sub: the probe's report, or None
     if probe == "nans":
         if report.nan_sighting is not None:
             return "NaN seen (see the finding)"
@@ -267,7 +268,7 @@ def _clean_text(probe: str, sub, report: DoctorReport) -> str:
 # -- findings ------------------------------------------------------------------
 
 
-def _finding(probe: str, title: str, **fields) -> Finding:
+def _finding(probe: str, title: str, **fields: Any) -> Finding:
     rank, area, magic = AREAS[probe]
     fields.setdefault("next_magic", magic)
     return Finding(probe=probe, rank=rank, area=area, title=title, **fields)
@@ -351,7 +352,7 @@ def _left_nonfinite_findings(report: DoctorReport) -> list[Finding]:
     ]
 
 
-def later_text(s, nan, later: str) -> str:
+def later_text(s: NanSighting, nan: NanReport | None, later: str) -> str:
     text = later
     if nan is not None and nan.found and nan.nonfinite:
         names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]
