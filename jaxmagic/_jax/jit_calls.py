@@ -36,8 +36,8 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from types import FrameType
+from collections.abc import Callable, Iterator, Sequence
+from types import CodeType, FrameType
 from typing import Any, Protocol
 
 from jaxmagic._jax import compat
@@ -340,8 +340,7 @@ class _UserCallMonitor:
     (``_leave_all``: a call that never returned, KeyboardInterrupt inside C code).
     """
 
-    def __init__(self):
-
+    def __init__(self) -> None:
         self._is_user_file = is_user_file
         self._user: dict = {}
         self._entered: list = []
@@ -369,7 +368,7 @@ class _UserCallMonitor:
             self._tool = None
         self._leave_all()
 
-    def _on_call(self, code, offset, callable_, arg0):
+    def _on_call(self, code: CodeType, offset: int, callable_: object, arg0: object) -> object:
         if threading.get_ident() != self._thread:
             return None  # not DISABLE: that would switch the call site off for the block's thread too
         filename = code.co_filename
@@ -380,13 +379,14 @@ class _UserCallMonitor:
             return sys.monitoring.DISABLE
         return self._at_user_call(callable_)
 
-    def _at_user_call(self, callable_):
+    def _at_user_call(self, callable_: object) -> object:
+        """What ``sys.monitoring`` is told at a call of the user's (None, or ``DISABLE``)."""
         raise NotImplementedError
 
-    def _on_return(self, code, offset, callable_, arg0):
+    def _on_return(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         raise NotImplementedError
 
-    def _on_raise(self, code, offset, callable_, arg0):
+    def _on_raise(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         return self._on_return(code, offset, callable_, arg0)
 
     def _leave_all(self) -> None:
@@ -401,11 +401,11 @@ class _UserCallSwitch(_UserCallMonitor):
     operations and JAX's own jitted helpers keep the fast path.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._jit_type = compat.jit_type()
 
-    def _at_user_call(self, callable_):
+    def _at_user_call(self, callable_: object) -> None:
         if type(callable_) is self._jit_type:
             import jax
 
@@ -414,7 +414,7 @@ class _UserCallSwitch(_UserCallMonitor):
             self._entered.append((callable_, context))
         return None
 
-    def _on_return(self, code, offset, callable_, arg0):
+    def _on_return(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         if threading.get_ident() != self._thread:
             return None
         if self._entered and self._entered[-1][0] is callable_:
@@ -429,7 +429,7 @@ class _UserCallSwitch(_UserCallMonitor):
 _guarded_backend: list[bool] = []  # [whether device-to-host reads are guarded], once the backend is known
 
 
-def reads_allowed():
+def reads_allowed() -> contextlib.AbstractContextManager[object]:
     """A context in which our own reads of device values (key data, results looked at for NaN) pass
     any transfer guard: they are not the user's transfers. On CPU nothing is guarded (a no-op)."""
     import jax
@@ -476,7 +476,7 @@ class _DirectUserJitCalls(_UserCallMonitor):
     def start(self) -> bool:
         return self._can_tell_top_level and super().start()
 
-    def _at_user_call(self, callable_):
+    def _at_user_call(self, callable_: object) -> None:
         if type(callable_) is not self._jit_type or _state.depth or not self._top_level():
             # Not a jitted function; inside an observed call; or inside a trace (the user's code being
             # traced by jit, vmap, grad): there the key-reuse path decides, as without this class.
@@ -494,12 +494,12 @@ class _DirectUserJitCalls(_UserCallMonitor):
             raise
         return None
 
-    def _on_return(self, code, offset, callable_, arg0):
+    def _on_return(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
             self._leave(self._observers)
         return None
 
-    def _on_raise(self, code, offset, callable_, arg0):
+    def _on_raise(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
             self._leave(None)  # as on the key-reuse path: a call that raised is not shown to ``after``
         return None
@@ -508,7 +508,7 @@ class _DirectUserJitCalls(_UserCallMonitor):
         while self._entered:
             self._leave(None)
 
-    def _leave(self, observers) -> None:
+    def _leave(self, observers: tuple[CallObserver, ...] | None) -> None:
         _, name, context = self._entered.pop()
         try:
             for observer in observers or ():
@@ -535,14 +535,14 @@ def call_number() -> int | None:
     return None if details is None else details.get("number")
 
 
-def call_site():
+def call_site() -> tuple[FrameType, int] | None:
     """``(frame, line number)`` of the user's code that made the observed call, when the fast path
     knows it (it may be observed after the call, at the block's end); else None."""
     details = _state.call
     return None if details is None else details.get("site")
 
 
-def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:
+def donated_leaves(jit_info: Any, args: Sequence[Any] | None, kwargs: dict | None) -> list[tuple[str, Any]]:
     """``[(argument, array)]``: the array leaves of a call's arguments that ``donate_argnums`` /
     ``donate_argnames`` give away (deleted after the call); ``argument`` is "argument 0" or "lr="."""
     import jax
@@ -562,7 +562,7 @@ def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:
     return found
 
 
-def without_donation(jit_info):
+def without_donation(jit_info: Any) -> Any:  # jit's private options tuple (pjit's JitInfo)
     """The same jit options with nothing donated: a re-run of the call keeps its (copied) arguments."""
     try:
         return jit_info._replace(donate_argnums=(), donate_argnames=())
@@ -570,7 +570,7 @@ def without_donation(jit_info):
         return None
 
 
-def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
+def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py") -> FrameType | None:
     """The innermost frame of JAX's jit dispatch (``cache_miss`` in pjit.py) on the current stack, or None.
 
     Its locals hold the call's original ``args`` and ``kwargs`` (static
