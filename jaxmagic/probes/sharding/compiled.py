@@ -7,7 +7,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
@@ -21,6 +21,10 @@ from jaxmagic.probes.sharding.report import (
 )
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
+
+if TYPE_CHECKING:
+    from jax.extend.core import JaxprEqn
+    from jax.stages import Compiled, Traced, Wrapped
 
 
 def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str], dict[str, str]]:
@@ -37,7 +41,9 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
     return names, kw_names
 
 
-def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
+def inputs_as_compiled(
+    jitted: Wrapped, compiled: Compiled, traced: Traced, args: tuple, kwargs: dict, call_text: str
+) -> list[LeafSharding]:
     """One row per flat input of the call, in the order of ``compiled.input_shardings``' leaves, each with
     its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of
     the program's parameters uses); an input JAX pruned says so instead of taking the next one's place."""
@@ -63,7 +69,7 @@ def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -
     return leaves
 
 
-def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
+def _leaf_rows(name: str, shardings: Any, infos: Any, values: Any) -> list[LeafSharding]:  # pytrees
     """One row per leaf of one argument, walked by the argument's own structure (``infos``, its
     ``args_info``): a None *argument* has no leaf, a None *sharding* at a leaf is an input JAX pruned."""
     import jax  # deferred: importing jaxmagic does not import JAX
@@ -99,7 +105,7 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     return rows
 
 
-def outputs_as_compiled(traced, compiled) -> list[LeafSharding]:
+def outputs_as_compiled(traced: Traced, compiled: Compiled) -> list[LeafSharding]:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     rows = []
@@ -119,7 +125,7 @@ def outputs_as_compiled(traced, compiled) -> list[LeafSharding]:
     return rows
 
 
-def _spec_text(sharding) -> str:
+def _spec_text(sharding: object) -> str:
     """``P('d',)`` for a NamedSharding; else plain words for one device or full replication."""
     spec = getattr(sharding, "spec", None)
     if spec is not None:
@@ -132,7 +138,7 @@ def _spec_text(sharding) -> str:
     return str(sharding)
 
 
-def intermediate_shardings(traced: Any, compiled: Any) -> tuple[list[IntermediateSharding], int]:
+def intermediate_shardings(traced: Traced, compiled: Compiled) -> tuple[list[IntermediateSharding], int]:
     """Compile an instrumented copy of the call that asks the compiler for every
     intermediate's sharding (``jax.debug.inspect_array_sharding`` after each
     top-level operation), with the same input and output shardings.
@@ -246,7 +252,7 @@ def _inspecting_copy(
     return instrumented
 
 
-def constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
+def constraint_checks(traced: Traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
     """Every ``sharding_constraint`` of the top-level program, checked against the shardings that came out."""
     closed = traced.jaxpr
     jaxpr = closed.jaxpr
@@ -285,7 +291,7 @@ def constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLay
     return checks
 
 
-def _op_name(eqn) -> str:
+def _op_name(eqn: JaxprEqn) -> str:
     name = eqn.primitive.name
     inner = eqn.params.get("name")
     return (
@@ -295,7 +301,7 @@ def _op_name(eqn) -> str:
     )
 
 
-def _eqn_line(eqn) -> SourceLine | None:
+def _eqn_line(eqn: JaxprEqn) -> SourceLine | None:
     frames = compat.user_frames(getattr(eqn.source_info, "traceback", None))
     for frame in frames:  # innermost first
         if is_user_file(frame.file_name):
