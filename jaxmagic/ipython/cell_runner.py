@@ -104,8 +104,9 @@ def _exceptions_captured(shell: InteractiveShell, outcome: CellOutcome) -> Itera
             return None
         return saved_showtraceback(*args, **kwargs)
 
-    # An instance's methods replaced for the body's run (and put back): what no static type allows.
-    shell.custom_exceptions, shell.CustomTB = (BaseException,), capture  # type: ignore[assignment]
+    # An instance's methods replaced for the body's run (and put back): what no static type allows. IPython's
+    # attribute types are inferred only under check_untyped_defs, hence "unused-ignore" for the other setting.
+    shell.custom_exceptions, shell.CustomTB = (BaseException,), capture  # type: ignore[assignment, unused-ignore]
     shell.showtraceback = showtraceback  # type: ignore[method-assign]
     try:
         yield
@@ -131,12 +132,12 @@ def _named_as_current_cell(shell: InteractiveShell) -> Iterator[None]:
     def cache(transformed_code: str, number: int = 0, raw_code: str | None = None) -> str:
         return original(transformed_code, max(number - 1, 0), raw_code)
 
-    compiler.cache = cache  # type: ignore[method-assign]  # the instance's, put back below
+    compiler.cache = cache  # type: ignore[method-assign, unused-ignore]  # the instance's, put back below
     try:
         yield
     finally:
         if had_own_cache:
-            compiler.cache = original  # type: ignore[method-assign]
+            compiler.cache = original  # type: ignore[method-assign, unused-ignore]
         else:
             del compiler.cache  # the instance attribute; the class method shows through again
 

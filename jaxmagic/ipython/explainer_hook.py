@@ -93,8 +93,9 @@ def install(shell: InteractiveShell) -> bool:
         return False
     hook = ExplainerHook(shell)
     _hooks[shell] = hook
-    # IPython declares CustomTB a bound method; any callable with its signature is called the same way
-    shell.custom_exceptions, shell.CustomTB = (Exception,), hook  # type: ignore[assignment]
+    # IPython declares CustomTB a bound method (seen under check_untyped_defs only); any callable with its
+    # signature is called the same way
+    shell.custom_exceptions, shell.CustomTB = (Exception,), hook  # type: ignore[assignment, unused-ignore]
     return True
 
 
