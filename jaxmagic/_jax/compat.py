@@ -13,12 +13,14 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from types import CodeType, FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jaxmagic.report.source import code_kind
 
 if TYPE_CHECKING:
+    from jax._src.core import JaxprEqn, JaxprPpContext, JaxprPpSettings, Primitive
     from jax.stages import Wrapped
 
 
@@ -36,12 +38,12 @@ def backend_started() -> bool:
         return True
 
 
-def is_jitted(fn) -> TypeGuard[Wrapped]:
+def is_jitted(fn: object) -> TypeGuard[Wrapped]:
     """True for a ``jax.jit`` wrapper: it can be traced and lowered without being called."""
     return callable(getattr(fn, "trace", None)) and callable(getattr(fn, "lower", None))
 
 
-def unregister_duration_listener(listener) -> None:
+def unregister_duration_listener(listener: Callable[..., None]) -> None:
     """Remove a ``jax.monitoring`` duration listener (JAX has no public way); quiet if it is gone."""
     with contextlib.suppress(Exception):
         from jax._src import monitoring
@@ -59,7 +61,7 @@ def traceback_filtering_mode() -> str | None:
         return None
 
 
-def user_frames(traceback) -> list:
+def user_frames(traceback: Any) -> list:  # a jaxlib Traceback
     """JAX's user frames (innermost first) of a traceback JAX recorded (an equation's
     ``source_info.traceback``, a tracer's line info); [] when there is none."""
     if traceback is None:
@@ -72,20 +74,20 @@ def user_frames(traceback) -> list:
         return []
 
 
-def user_frame(traceback):
+def user_frame(traceback: Any) -> Any:  # source_info_util.Frame, or None
     """The innermost of :func:`user_frames`, or None."""
     frames = user_frames(traceback)
     return frames[0] if frames else None
 
 
-def user_context(eqn):
+def user_context(eqn: JaxprEqn) -> contextlib.AbstractContextManager[None]:
     """A context that makes equations bound inside it carry ``eqn``'s source info and name stack."""
     from jax._src import source_info_util
 
     return source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack)
 
 
-def scope_entry_type():
+def scope_entry_type() -> type | None:
     """The class of ``named_scope`` entries on a name stack (None in a JAX without it)."""
     try:
         from jax._src import source_info_util
@@ -95,14 +97,14 @@ def scope_entry_type():
         return None
 
 
-def sub_jaxprs(eqn) -> list:
+def sub_jaxprs(eqn: JaxprEqn) -> list:
     """The sub-programs an equation holds in its parameters (scan/while/cond bodies, calls)."""
     from jax._src import core
 
     return list(core.jaxprs_in_params(eqn.params))
 
 
-def is_literal(var) -> bool:
+def is_literal(var: object) -> bool:
     """True for a constant written into an equation (a ``Literal``), False for a variable."""
     from jax._src import core
 
@@ -116,14 +118,14 @@ def jaxpr_types() -> tuple[type, ...]:
     return tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t)
 
 
-def inspect_sharding_primitive():
+def inspect_sharding_primitive() -> Primitive:
     """The primitive ``jax.debug.inspect_array_sharding`` binds."""
     from jax._src.debugging import inspect_sharding_p
 
     return inspect_sharding_p
 
 
-def compiled_call(fun, info) -> Any | None:
+def compiled_call(fun: Callable[..., Any], info: Any) -> Any | None:
     """A new jitted callable of ``fun`` with the jit options ``info`` recorded, or None."""
     try:
         from jax._src import pjit
@@ -133,14 +135,14 @@ def compiled_call(fun, info) -> Any | None:
         return None
 
 
-def mlir_ir():
+def mlir_ir() -> ModuleType:
     """JAX's bundled MLIR Python bindings (``ir``), to read StableHLO locations."""
     from jax._src.lib.mlir import ir
 
     return ir
 
 
-def random_core():
+def random_core() -> ModuleType | None:
     """JAX's PRNG core module (where legacy uint32 keys are checked), or None."""
     try:
         from jax._src.random import core
@@ -161,7 +163,7 @@ def profiler_session_active() -> bool:
 
 
 @functools.cache  # making a jitted function to read it costs ~0.1 ms; it is the same code object every time
-def jit_cache_miss_code():
+def jit_cache_miss_code() -> CodeType | None:
     """The code object of jit's Python dispatch path (``cache_miss`` in pjit.py), or None.
 
     A jitted call whose compiled program is not in the C++ dispatch cache runs
@@ -170,14 +172,15 @@ def jit_cache_miss_code():
     try:
         import jax
 
-        miss = jax.jit(_identity)._cache_miss
+        jitted: Any = jax.jit(_identity)  # the private ``_cache_miss`` is not on jax.stages.Wrapped
+        miss = jitted._cache_miss
         code = getattr(miss, "__wrapped__", miss).__code__
         return code if code.co_name == "cache_miss" else None
     except Exception:
         return None
 
 
-def _identity(x):
+def _identity(x: object) -> object:
     return x
 
 
@@ -189,7 +192,7 @@ def jit_type() -> type:
     return type(jax.jit(_identity))
 
 
-def top_level_check():
+def top_level_check() -> Callable[[], bool] | None:
     """A function answering "is JAX at the top level (nothing traced: a call runs eagerly)?", or None.
 
     It runs at every call the user's code makes of a jitted function (``%%jax_nans``' call counts), so
@@ -203,8 +206,12 @@ def top_level_check():
     trace_state = getattr(core, "trace_state_strong_ref", None)
     axis_env_state = getattr(core, "axis_env_state", None)
     eval_trace, top_axis_env = getattr(core, "eval_trace", None), getattr(core, "top_axis_env", None)
-    if None not in (trace_state, axis_env_state, eval_trace, top_axis_env) and all(
-        hasattr(state, "value") for state in (trace_state, axis_env_state)
+    if (
+        trace_state is not None
+        and axis_env_state is not None
+        and eval_trace is not None
+        and top_axis_env is not None
+        and all(hasattr(state, "value") for state in (trace_state, axis_env_state))
     ):
 
         def at_top_level() -> bool:
@@ -216,7 +223,7 @@ def top_level_check():
     return clean if callable(clean) else None
 
 
-def clear_dispatch_cache(jitted) -> bool:
+def clear_dispatch_cache(jitted: object) -> bool:
     """Empty the C++ dispatch cache of one jitted function, so its next call takes the Python path.
 
     Nothing is compiled again: the Python path finds the program in JAX's own
@@ -232,7 +239,7 @@ def clear_dispatch_cache(jitted) -> bool:
         return False
 
 
-def function_being_traced():
+def function_being_traced() -> Callable[..., Any] | None:
     """The Python callable JAX is tracing right now (from a trace event's stack), or None.
 
     JAX's tracing entry points hold the function as a ``linear_util.WrappedFun``
@@ -240,7 +247,7 @@ def function_being_traced():
     as ``fun`` itself. The innermost such frame is the trace that just ended.
     """
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     try:
         for _ in range(200):
             if frame is None:
@@ -271,7 +278,7 @@ def trace_context_size() -> int | None:
 # -- evaluating a jaxpr equation by equation (the NaN producer search) -----------
 
 
-def closed_parts(program) -> tuple[Any, list]:
+def closed_parts(program: Any) -> tuple[Any, list]:
     """``(jaxpr, consts)`` of a ``ClosedJaxpr``; an open ``Jaxpr`` (remat's body) has no consts."""
     inner = getattr(program, "jaxpr", None)
     if inner is not None and hasattr(program, "consts"):
@@ -279,7 +286,7 @@ def closed_parts(program) -> tuple[Any, list]:
     return program, []
 
 
-def bind_equation(eqn, values: list) -> list:
+def bind_equation(eqn: JaxprEqn, values: list) -> list:
     """Run one equation on concrete values as ``jax.core.eval_jaxpr`` does; its outputs as a list.
 
     A jitted call's donation is dropped: the values are the user's own arrays (a probe's re-evaluation
@@ -295,32 +302,32 @@ def bind_equation(eqn, values: list) -> list:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
-def with_params(eqn, **params):
+def with_params(eqn: JaxprEqn, **params: Any) -> JaxprEqn:
     """``eqn`` with some of its parameters replaced (a dtype widened), for ``bind_equation``; ``eqn`` unchanged."""
     return eqn.replace(params={**eqn.params, **params})
 
 
-def _bind_params(eqn):
+def _bind_params(eqn: JaxprEqn) -> tuple[Sequence[Any], dict[str, Any]]:
     got = eqn.primitive.get_bind_params(eqn.params)
     if isinstance(got, tuple):  # older JAX: (subfuns, params)
         return got
     return (), got
 
 
-def jaxpr_function(program):
+def jaxpr_function(program: Any) -> Callable[..., list]:
     """A Python function running ``program`` (a ``ClosedJaxpr`` or open ``Jaxpr``) on its inputs, returning
     the list of its outputs; traceable, so it can be jitted or used inside ``lax.scan``."""
     from jax._src import core
 
     jaxpr, consts = closed_parts(program)
 
-    def run(*args):
+    def run(*args: Any) -> list:
         return core.eval_jaxpr(jaxpr, consts, *args)
 
     return run
 
 
-def scan_operands(eqn, args: list) -> tuple[list, list, list]:
+def scan_operands(eqn: JaxprEqn, args: list) -> tuple[list, list, list]:
     """``(consts, carry, xs)`` of a ``scan`` equation's inputs, in the body's input order."""
     params = eqn.params
     if "ft_in" in params:  # JAX >= 0.10: flat trees say which inputs are which
@@ -330,13 +337,13 @@ def scan_operands(eqn, args: list) -> tuple[list, list, list]:
     return list(args[:n_consts]), list(args[n_consts : n_consts + n_carry]), list(args[n_consts + n_carry :])
 
 
-def while_operands(eqn, args: list) -> tuple[list, list, list]:
+def while_operands(eqn: JaxprEqn, args: list) -> tuple[list, list, list]:
     """``(cond_consts, body_consts, carry)`` of a ``while`` equation's inputs."""
     n_cond, n_body = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
     return list(args[:n_cond]), list(args[n_cond : n_cond + n_body]), list(args[n_cond + n_body :])
 
 
-def name_stack_text(eqn) -> str:
+def name_stack_text(eqn: JaxprEqn) -> str:
     """The equation's name stack as JAX prints it (``jvp(f)/transpose(jvp(f))``), '' if none."""
     try:
         return str(eqn.source_info.name_stack)
@@ -344,7 +351,7 @@ def name_stack_text(eqn) -> str:
         return ""
 
 
-def traceback_frames(traceback) -> list[tuple[str, int, str]]:
+def traceback_frames(traceback: Any) -> list[tuple[str, int, str]]:
     """``(file, line, function)`` of every frame of a traceback JAX recorded, innermost first; [] if none."""
     try:
         return [(f.file_name, int(f.line_num), str(f.function_name)) for f in traceback.frames]
@@ -352,7 +359,7 @@ def traceback_frames(traceback) -> list[tuple[str, int, str]]:
         return []
 
 
-def called_function(eqn) -> tuple[str, str]:
+def called_function(eqn: JaxprEqn) -> tuple[str, str]:
     """``(name, file)`` of the Python function a call equation (``jit``, ``closed_call``) traced, from
     its sub-program's debug info (``("_std", ".../jax/_src/numpy/reductions.py")``); ("", "") if unknown."""
     for program in sub_jaxprs(eqn)[:1]:
@@ -364,7 +371,7 @@ def called_function(eqn) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def tracing_where_traced():
+def tracing_where_traced() -> Iterator[dict[int, Any]]:
     """While active, every equation traced keeps the traceback of the place it was traced at,
     even where JAX attributes it to another line (the backward pass attributes each transposed
     equation to its forward line, and so loses the line of a user's ``custom_vjp`` rule).
@@ -383,7 +390,7 @@ def tracing_where_traced():
     attributed: dict = {}
     kept: list = []
 
-    def current():
+    def current() -> Any:
         info = context.context
         real = get_traceback()
         if info.traceback:
@@ -402,13 +409,15 @@ _key_reuse_signatures: dict = {}  # (primitive, params, argument types) -> KeyRe
 _SIMPLE_PARAMS = (int, float, str, bool, type(None))
 
 
-def _simple(value) -> bool:
+def _simple(value: object) -> bool:
     if isinstance(value, tuple):
         return all(_simple(v) for v in value)
     return isinstance(value, _SIMPLE_PARAMS)
 
 
-def call_with_key_reuse_checks(prim, raw_impl, args: tuple, params: dict, original):
+def call_with_key_reuse_checks(
+    prim: Primitive, raw_impl: Callable[..., Any], args: tuple, params: dict, original: Callable[..., Any]
+) -> Any:
     """``original(prim, raw_impl, *args, **params)`` - JAX's per-call key-reuse check - with the
     signature of a primitive whose signature JAX computes per call cached.
 
@@ -445,7 +454,7 @@ def call_with_key_reuse_checks(prim, raw_impl, args: tuple, params: dict, origin
     return result
 
 
-def post_hook_state():
+def post_hook_state() -> Any:  # jaxlib's thread-local config state, or None
     """JAX's setting for the function its C++ jit calls after each fast-path call, or None.
 
     ``jax.debug_nans`` puts its NaN check there: ``hook(jitted, args, kwargs,
@@ -465,7 +474,7 @@ def post_hook_state():
         return None
 
 
-def jit_arguments(jit_info, args: tuple, kwargs: dict):
+def jit_arguments(jit_info: Any, args: tuple, kwargs: dict) -> tuple[Any, list] | None:
     """``(signature, dynamic arguments)`` of a call of a jitted function (its ``_jit_info``) as its dispatch sees it, or None.
 
     The signature (hashable: the static arguments, the pytree structure) with
@@ -488,7 +497,7 @@ def jit_arguments(jit_info, args: tuple, kwargs: dict):
         return None
 
 
-def jit_program(fun, jit_info, args: tuple, kwargs: dict):
+def jit_program(fun: Callable[..., Any], jit_info: Any, args: tuple, kwargs: dict) -> tuple[list, dict] | None:
     """``(hoisted constants, jit parameters)`` of a call of a jitted ``fun``, from JAX's trace cache, or None.
 
     Traces only if this signature was never traced in the current context; the
@@ -504,31 +513,31 @@ def jit_program(fun, jit_info, args: tuple, kwargs: dict):
         return None
 
 
-def jit_options(jitted):
+def jit_options(jitted: object) -> Any:  # pjit's PjitInfo, or None
     """The jit options (``PjitInfo``) a jitted function was made with, or None; ``compiled_call`` takes them."""
     return getattr(jitted, "_jit_info", None)
 
 
-def is_eager_operation(fun) -> bool:
+def is_eager_operation(fun: object) -> bool:
     """True for the function jit wraps around one primitive applied eagerly (``jnp.sin(x)`` outside jit)."""
     return bool(getattr(fun, "_apply_primitive", False))
 
 
-def tracer_line_info(tracer):
+def tracer_line_info(tracer: object) -> Any:  # source_info_util.SourceInfo, or None
     """The source info JAX recorded where a tracer was made (its ``traceback`` is the user's frames), or None."""
     return getattr(tracer, "_line_info", None)
 
 
-def abstract_value(info):
+def abstract_value(info: Any) -> Any:
     """The abstract value (shape, dtype, weak type) of a traced argument's or output's info, else ``info`` itself."""
     return getattr(info, "_aval", None) or info
 
 
-def has_abstract_value(info) -> bool:
+def has_abstract_value(info: object) -> bool:
     return hasattr(info, "_aval")
 
 
-def typed_key_data(key):
+def typed_key_data(key: Any) -> Any:  # a jax.Array of uint32
     """The raw uint32 data of a typed key without copying it (``jax.random.key_data`` when JAX keeps it elsewhere)."""
     base = getattr(key, "_base_array", None)
     if base is None:
@@ -541,53 +550,62 @@ def typed_key_data(key):
 _PP_CONTEXT_LOCK = threading.Lock()
 
 
-def jaxpr_equation_printer(jaxpr):
-    """A function printing one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
+class EquationPrinter:
+    """Prints one equation of a jaxpr with the variable names ``str(jaxpr)`` gives it (made by
+    ``jaxpr_equation_printer``); without a naming context (``same_names`` False) it prints like
+    ``str(eqn)``."""
+
+    def __init__(self, context: JaxprPpContext | None = None, settings: JaxprPpSettings | None = None) -> None:
+        self._context, self._settings = context, settings
+        self.same_names = context is not None and settings is not None
+
+    def __call__(self, eqn: JaxprEqn) -> str:
+        if self._context is None or self._settings is None:
+            return str(eqn)
+        try:
+            from jax._src import core
+
+            return core.pp_eqn(eqn, self._context, self._settings).format()
+        except Exception:
+            return str(eqn)
+
+
+def jaxpr_equation_printer(jaxpr: Any) -> EquationPrinter:
+    """A printer of one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
     ``str(jaxpr)`` gives it.
 
     ``str(eqn)`` names the variables of the lone equation afresh (its output becomes ``a``), so the
     text would not match the printed jaxpr. JAX's top-level printer makes a naming context that the
     public API does not hand out: it is recorded while that printer runs, then each equation is
-    printed with it. If this JAX does not allow it, the function returned prints like ``str(eqn)``
+    printed with it. If this JAX does not allow it, the printer returned prints like ``str(eqn)``
     and its ``same_names`` attribute is False.
     """
     inner = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr prints its Jaxpr
-    context = settings = None
     try:
         from jax._src import core
 
-        made = []
+        made: list[JaxprPpContext] = []
         original = core.JaxprPpContext
 
-        class _Recorded(original):
-            def __init__(self, *args, **kwargs):
+        class _Recorded(core.JaxprPpContext):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)
                 made.append(self)
 
         with _PP_CONTEXT_LOCK:
-            core.JaxprPpContext = _Recorded
+            core.JaxprPpContext = _Recorded  # type: ignore[misc]  # a patch of JAX's class while it prints
             try:
                 core.pp_toplevel_jaxpr(inner)
             finally:
-                core.JaxprPpContext = original
+                core.JaxprPpContext = original  # type: ignore[misc]
         if made:
-            context, settings = made[0], core.JaxprPpSettings()
+            return EquationPrinter(made[0], core.JaxprPpSettings())
     except Exception:  # a JAX whose printer moved: print each equation on its own
-        context = None
-
-    def text(eqn) -> str:
-        if context is None:
-            return str(eqn)
-        try:
-            return core.pp_eqn(eqn, context, settings).format()
-        except Exception:
-            return str(eqn)
-
-    text.same_names = context is not None
-    return text
+        pass
+    return EquationPrinter()
 
 
-def program_source(jaxpr) -> tuple[str, str, int] | None:
+def program_source(jaxpr: Any) -> tuple[str, str, int] | None:
     """(function name, file, line) a traced program was made from, from its debug info
     (``func_src_info``: "predict at /path/model.py:12"); None when JAX recorded none."""
     info = getattr(getattr(jaxpr, "jaxpr", jaxpr), "debug_info", None)
@@ -599,7 +617,7 @@ def program_source(jaxpr) -> tuple[str, str, int] | None:
     return name, filename, int(line)
 
 
-def transformed_function(function):
+def transformed_function(function: Callable[..., Any]) -> Any:
     """The function a JAX transformation was applied to: ``loss`` for ``jax.grad(loss)`` or
     ``jax.value_and_grad(loss)``, read through JAX's wrappers (``__wrapped__``, or the closure cell
     ``fun`` / the one callable cell of each wrapper in JAX's own files); None when ``function`` is no
@@ -621,7 +639,7 @@ def transformed_function(function):
 
 
 @contextlib.contextmanager
-def addressable_shards(x) -> Iterator[list]:
+def addressable_shards(x: Any) -> Iterator[list]:
     """``x.addressable_shards``, taken from a second ``Array`` object over the same device buffers (no copy).
 
     jaxlib caches the per-shard arrays it makes for ``addressable_shards`` (``_arrays``) on the array asked,
@@ -639,7 +657,7 @@ def addressable_shards(x) -> Iterator[list]:
         del view
 
 
-def per_device_bytes(x) -> int:
+def per_device_bytes(x: Any) -> int:
     """Bytes ``x``'s shards take on this process's devices (a replicated array: once per device), from its
     sharding alone - no shard is made."""
     sharding = x.sharding

@@ -39,11 +39,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import itertools
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -146,7 +148,7 @@ def site(key: str) -> PrintSite | None:
 # -- where a print is traced ---------------------------------------------------
 
 
-def _context(frame) -> list[str]:
+def _context(frame: FrameType | None) -> list[str]:
     """Transformations around the current point, outermost first (consecutive repeats merged)."""
     found = []
     while frame is not None:
@@ -159,7 +161,7 @@ def _context(frame) -> list[str]:
     return merged
 
 
-def _new_site(fmt: str, api: str, ordered: bool, frame) -> PrintSite:
+def _new_site(fmt: str, api: str, ordered: bool, frame: FrameType) -> PrintSite:
     with _lock:
         number = next(_counter)
     return PrintSite(
@@ -185,8 +187,8 @@ def _keep(capture: Capture, new: PrintSite) -> PrintSite:
 # -- the wrapped binds -----------------------------------------------------------
 
 
-def _wrap_print_bind(original):
-    def bind(*dyn_args, **params):
+def _wrap_print_bind(original: Callable[..., Any]) -> Callable[..., Any]:
+    def bind(*dyn_args: Any, **params: Any) -> Any:
         capture = _active
         static = dict(params.get("static_args", ()))
         if capture is None or any(_is_site_value(v) for v in static.values()):
@@ -209,20 +211,20 @@ def _wrap_print_bind(original):
         params = dict(params, in_tree=in_tree, static_args=tuple(new_static.items()))
         return original(*new_dyn, **params)
 
-    bind.__wrapped__ = original
-    return bind
+    # __wrapped__ only (the name stays "bind"): a reader of the patched primitive finds JAX's own bind
+    return functools.update_wrapper(bind, original, assigned=(), updated=())
 
 
 class _SiteKey(str):
     """A site key as a hidden static argument (a str subclass, so it hashes and compares as one)."""
 
 
-def _is_site_value(value) -> bool:
+def _is_site_value(value: object) -> bool:
     return isinstance(value, _SiteKey)
 
 
-def _wrap_callback_bind(original):
-    def bind(*dyn_args, callback, **params):
+def _wrap_callback_bind(original: Callable[..., Any]) -> Callable[..., Any]:
+    def bind(*dyn_args: Any, callback: Callable[..., Any], **params: Any) -> Any:
         capture = _active
         if capture is None or isinstance(callback, _RecordingCallback) or threading.get_ident() != _capture_thread:
             return original(*dyn_args, callback=callback, **params)
@@ -232,18 +234,17 @@ def _wrap_callback_bind(original):
         site = _keep(capture, _new_site(_callback_name(callback), "callback", ordered, sys._getframe(1)))
         return original(*dyn_args, callback=_RecordingCallback(site.key, callback), **params)
 
-    bind.__wrapped__ = original
-    return bind
+    return functools.update_wrapper(bind, original, assigned=(), updated=())
 
 
 class _RecordingCallback:
     """The user's callback, which first tells the active capture that it runs."""
 
-    def __init__(self, site_key: str, callback):
+    def __init__(self, site_key: str, callback: Callable[..., Any]) -> None:
         self.site_key = site_key
         self.callback = callback
 
-    def __call__(self, *flat_args):
+    def __call__(self, *flat_args: Any) -> Any:
         capture = _active
         kept = _sites.get(self.site_key)
         if capture is not None and kept is not None:
@@ -254,7 +255,7 @@ class _RecordingCallback:
         return self.callback(*flat_args)
 
 
-def _callback_name(flat_callback) -> str:
+def _callback_name(flat_callback: Callable[..., Any]) -> str:
     """The user's function inside JAX's flattening wrapper (a closure over ``callback``)."""
     target = flat_callback
     code = getattr(target, "__code__", None)
@@ -267,7 +268,7 @@ def _callback_name(flat_callback) -> str:
     return name.replace(".<locals>", "")
 
 
-def render_arguments(flat_args, limit: int = 160) -> str:
+def render_arguments(flat_args: Iterable[Any], limit: int = 160) -> str:
     """The callback's arguments as short text: values for scalars, ``dtype[shape] values`` for arrays."""
 
     parts = []
@@ -285,7 +286,14 @@ def render_arguments(flat_args, limit: int = 160) -> str:
 # -- the formatter ----------------------------------------------------------------
 
 
-def _recording_format_callback(fmt, np_printoptions, has_placeholders, logging_record, *args, **kwargs):
+def _recording_format_callback(
+    fmt: str,
+    np_printoptions: dict[str, Any],
+    has_placeholders: bool,
+    logging_record: Any,
+    *args: Any,
+    **kwargs: Any,
+) -> None:
     """JAX's print formatter, plus: take our hidden arguments out and hand the line to the capture."""
 
     from jax._src import debugging

@@ -51,7 +51,8 @@ import sys
 import threading
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.call_sampling import CallSampler
@@ -61,25 +62,38 @@ from jaxmagic.report.source import code_kind, user_call_site
 # The most calls a settled function is only counted for before the sampler's rule is asked again.
 SETTLED_CALLS = 4096
 
+if TYPE_CHECKING:
+    from jaxmagic._jax.jit_calls import CallObserver
+
+
+class CallState(Protocol):
+    """``jit_calls``' thread-local: ``depth`` > 0 inside an observed call, ``call`` the observed call's details."""
+
+    depth: int
+    call: dict | None
+
+
 
 class FastPathCalls:
     """Observe the user's top-level jitted calls (``start`` / ``stop``); see the module docstring."""
 
     def __init__(
         self,
-        observers: tuple,
-        state,
-        on_trace: Callable | None = None,
-        on_lost: Callable | None = None,
+        observers: tuple[CallObserver, ...],
+        state: CallState,
+        on_trace: Callable[[Any, str], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
         sampler: CallSampler | None = None,
-    ):
+    ) -> None:
 
         self._observers = observers
         # observers that count what a skipped call holds (``count_skipped(function, number, args, kwargs)``:
         # a few dictionary reads, e.g. the NumPy arrays of ``host_arguments``), so their counts are every
         # call's; told only the calls of the functions in their ``skipped_wanted`` (a dict or set they keep)
         self._skip_counters = tuple(
-            (o.skipped_wanted, o.count_skipped) for o in observers if hasattr(o, "count_skipped")
+            (o.skipped_wanted, o.count_skipped)
+            for o in observers
+            if hasattr(o, "count_skipped") and hasattr(o, "skipped_wanted")
         )
         self._state = state  # jit_calls' thread-local: depth (inside an observed call) and the call's details
         self._on_trace = on_trace
@@ -166,7 +180,7 @@ class FastPathCalls:
         skip_counters = self._skip_counters
         one_counter: Callable = skip_counters[0][1] if len(skip_counters) == 1 else _count_nothing
 
-        def hook(jitted, args, kwargs, output):
+        def hook(jitted: Any, args: tuple, kwargs: dict, output: Any) -> None:
             entry = settled.get(jitted)
             # Settled, not due, and called from the same instruction of the same running frame (that
             # frame's f_lasti is its call in progress: no sys._getframe), outside our own looks.
@@ -198,13 +212,14 @@ class FastPathCalls:
         one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, _count_nothing)
         other_counters = () if len(skip_counters) == 1 else skip_counters
 
-        def full(jitted, args, kwargs, output):
+        def full(jitted: Any, args: tuple, kwargs: dict, output: Any) -> None:
             try:
                 entry = settled.pop(jitted, None)
                 if entry is not None:  # its calls counted while settled, and the last of them
                     calls[entry[3]] = entry[0]
                     if entry[2] is not None:
                         unlooked[entry[3]] = (jitted, *entry[2], entry[4], entry[5])
+                caller: FrameType | None  # declared apart, so the frame got narrows it (no run-time cost)
                 caller = getframe(2)  # the hook's caller
                 if state.depth:
                     return
@@ -252,7 +267,7 @@ class FastPathCalls:
                 self._unlooked[function] = (jitted, *last, caller, offset)
         self._settled.clear()
 
-    def _on_miss_return(self, code, offset, result):
+    def _on_miss_return(self, code: CodeType, offset: int, result: Any) -> None:
         try:
             if threading.get_ident() == self._thread:
                 self._keep_hook()
@@ -281,7 +296,7 @@ class FastPathCalls:
             pass
         return None
 
-    def _on_miss_start(self, code, offset):
+    def _on_miss_start(self, code: CodeType, offset: int) -> None:
         """Before a call on jit's Python path runs: tell observers that keep donated arguments
         (``before_donation(args, kwargs, jit_info)``) while those arguments still exist."""
         try:
@@ -328,7 +343,7 @@ class FastPathCalls:
 
     # -- observing -------------------------------------------------------------------
 
-    def _made_by_user(self, frame, function=None):
+    def _made_by_user(self, frame: FrameType, function: object = None) -> FrameType | None:
         """The user's frame that made the call ``frame`` made: ``frame`` itself, or through a library's
         jit wrapper (``eqx.filter_jit``, ``nnx.jit``) the user's line that called the wrapper; None for
         calls JAX's own code or jaxmagic's made (``source.user_call_site``), and for JAX's own jitted
@@ -343,7 +358,7 @@ class FastPathCalls:
             return None
         return user_call_site(frame.f_back)
 
-    def _is_jax_function(self, function) -> bool:
+    def _is_jax_function(self, function: object) -> bool:
         """Whether a jitted function is JAX's own (``jnp.multiply``'s implementation), by its code's file."""
         code = getattr(function, "__code__", None) or getattr(getattr(function, "__wrapped__", None), "__code__", None)
         if code is None:
@@ -354,7 +369,7 @@ class FastPathCalls:
         return kind == "jax"
 
     @staticmethod
-    def _program_key(jit_info, signature, dynamic: list) -> tuple:
+    def _program_key(jit_info: Any, signature: object, dynamic: list) -> tuple:
         return (
             id(jit_info),
             signature,
@@ -364,7 +379,9 @@ class FastPathCalls:
             ),
         )
 
-    def _fast_path_call(self, jitted, args, kwargs, output, number: int, caller, lineno: int) -> None:
+    def _fast_path_call(
+        self, jitted: Any, args: tuple, kwargs: dict, output: Any, number: int, caller: FrameType, lineno: int
+    ) -> None:
         jit_info = compat.jit_options(jitted)
         if jit_info is None:
             return
@@ -381,7 +398,20 @@ class FastPathCalls:
         _, consts, params = program
         self._observe(jitted._fun, jit_info, args, kwargs, consts, params, output, found[1], number, caller, lineno)
 
-    def _observe(self, fun, jit_info, args, kwargs, consts, params, output, dynamic, number, caller, lineno) -> None:
+    def _observe(
+        self,
+        fun: Callable[..., Any],
+        jit_info: Any,
+        args: tuple,
+        kwargs: dict,
+        consts: list,
+        params: dict[str, Any],
+        output: Any,
+        dynamic: list,
+        number: int,
+        caller: FrameType,
+        lineno: int,
+    ) -> None:
         import jax
 
         flat_args = (*consts, *dynamic)
@@ -416,7 +446,7 @@ def calls_until_due(sampler: CallSampler, number: int, now: float) -> int:
     return int(min(ahead, SETTLED_CALLS))
 
 
-def line_at(code, offset: int) -> int:
+def line_at(code: CodeType, offset: int) -> int:
     """The line of ``code`` the instruction at byte ``offset`` belongs to (a frame's ``f_lasti``);
     the code's first line for an instruction of no line (CPython marks some so)."""
     for start, end, line in code.co_lines():
@@ -425,16 +455,16 @@ def line_at(code, offset: int) -> int:
     return code.co_firstlineno
 
 
-def donates(jit_info) -> bool:
+def donates(jit_info: Any) -> bool:
     """True when the jitted function was made with ``donate_argnums`` / ``donate_argnames``."""
     return bool(getattr(jit_info, "donate_argnums", ()) or getattr(jit_info, "donate_argnames", ()))
 
 
-def _count_nothing(function, number: int, args: tuple, kwargs: dict) -> None:
+def _count_nothing(function: object, number: int, args: tuple, kwargs: dict) -> None:
     """No observer counts skipped calls (never called: no function is wanted)."""
 
 
-def _quietly(method, *args) -> None:
+def _quietly(method: Callable[..., object], *args: object) -> None:
     try:
         method(*args)
     except Exception:

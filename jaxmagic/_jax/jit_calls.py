@@ -36,8 +36,8 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from types import FrameType
+from collections.abc import Callable, Iterator, Sequence
+from types import CodeType, FrameType
 from typing import Any, Protocol
 
 from jaxmagic._jax import compat
@@ -143,9 +143,65 @@ def observing_calls(
     (not with ``fast_path``).
     Does not nest: raises AlreadyActive while another block observes calls.
     """
-    global _active
+    _check_modes(call_checks, trace_checks, direct_user_jit_calls, fast_path)
+    if not available():
+        yield False
+        return
+    note_own_value("jax_debug_key_reuse", True)  # part of the cache key: never the user's cause (own_settings)
+    if _active:
+        raise AlreadyActive(
+            "cannot run inside another magic that follows every jit call: "
+            "%%jax_keys, %%jax_print, %%jax_transfers and %%jax_doctor do not combine with one another"
+        )
+    from jax.experimental.key_reuse import _core as key_reuse
+
+    original_call = key_reuse.call_impl_with_key_reuse_checks
+    original_check = key_reuse.check_key_reuse_jaxpr
+    block_thread = threading.get_ident()  # only the block's own thread is observed (and checked our way)
+
+    def report(error: BaseException, where: str, function: str, params: dict, args: tuple = ()) -> None:
+        if on_key_reuse is not None:
+            on_key_reuse(error, where, function, params, args)
+
+    def call_hook(seen: tuple[CallObserver, ...]) -> Callable[..., Any]:
+        return _call_hook(seen, call_checks, original_call, report, block_thread)
+
+    check, check_traced = _trace_check_hooks(trace_checks, original_check, report, block_thread)
+    # With the fast path, `call` observes nothing: a call the user's own checker sends its way is the fast path's.
+    with _key_reuse_patched(call_hook(() if fast_path else observers), check), contextlib.ExitStack() as stack:
+        fast = None
+        if fast_path:
+            fast = FastPathCalls(observers, _state, on_trace=check_traced, on_lost=on_calls_unseen, sampler=sampler)
+            if not fast.start():  # this JAX has no such hooks: `call` observes the calls, those of the user's code only
+                key_reuse.call_impl_with_key_reuse_checks = call_hook(observers)
+                fast, only_user_calls = None, True
+        monitor = fast or _started_monitor(stack, observers, only_user_calls, direct_user_jit_calls)
+        if monitor is not None:
+            stack.callback(monitor.stop)  # before the checker is switched off again
+        yield True
+
+
+def _started_monitor(
+    stack: contextlib.ExitStack, observers: tuple[CallObserver, ...], only_user_calls: bool, direct: bool
+) -> _Monitor | None:
+    """What sees the block's calls besides ``call``, started, when the fast path does not: the user's calls
+    switched to the key-reuse path (``only_user_calls``), else (the checker then on for the block, in
+    ``stack``) the user's direct jitted calls seen through ``sys.monitoring`` (``direct``), else None."""
+    if only_user_calls:
+        switch = _UserCallSwitch()
+        if switch.start():
+            return switch
     import jax
 
+    stack.enter_context(jax.debug_key_reuse(True))  # every call takes the key-reuse path
+    direct_calls = _DirectUserJitCalls(observers) if direct else None
+    if direct_calls is not None and direct_calls.start():
+        return direct_calls
+    return None
+
+
+def _check_modes(call_checks: str, trace_checks: str, direct_user_jit_calls: bool, fast_path: bool) -> None:
+    """Raise ValueError for a combination of ``observing_calls``' options that cannot work."""
     for mode in (call_checks, trace_checks):
         if mode not in CHECK_MODES:
             raise ValueError(f"key-reuse check mode must be one of {CHECK_MODES}, got {mode!r}")
@@ -156,29 +212,47 @@ def observing_calls(
         raise ValueError(
             "fast_path checks nothing per call and raises nothing: call_checks 'off', trace_checks not 'raise'"
         )
-    if not available():
-        yield False
-        return
-    note_own_value("jax_debug_key_reuse", True)  # part of the cache key: never the user's cause (own_settings)
-    if _active:
-        raise AlreadyActive(
-            "cannot run inside another magic that follows every jit call: "
-            "%%jax_keys, %%jax_print, %%jax_transfers and %%jax_doctor do not combine with one another"
-        )
-    from jax._src import pjit
+
+
+@contextlib.contextmanager
+def _key_reuse_patched(call: Callable[..., Any], check: Callable[..., Any]) -> Iterator[None]:
+    """Our ``call`` and ``check`` in place of the key-reuse checker's two functions for the block."""
+    global _active
     from jax.experimental.key_reuse import _core as key_reuse
 
     original_call = key_reuse.call_impl_with_key_reuse_checks
     original_check = key_reuse.check_key_reuse_jaxpr
+    _active = True
+    key_reuse.call_impl_with_key_reuse_checks = call
+    key_reuse.check_key_reuse_jaxpr = check
+    try:
+        yield
+    finally:
+        key_reuse.call_impl_with_key_reuse_checks = original_call
+        key_reuse.check_key_reuse_jaxpr = original_check
+        _active = False
+
+
+# What ``observing_calls`` tells of a key reuse: (error, "call" or "trace", function, params, args).
+_ReuseReport = Callable[[BaseException, str, str, dict, tuple], None]
+
+
+def _call_hook(
+    observers: tuple[CallObserver, ...],
+    call_checks: str,
+    original_call: Callable[..., Any],
+    report: _ReuseReport,
+    block_thread: int,
+) -> Callable[..., Any]:
+    """The block's ``call_impl_with_key_reuse_checks``: each outermost call of the block's thread is shown
+    to ``observers`` around it, and checked for key reuse as ``call_checks`` says."""
+    import jax
+    from jax._src import pjit
+
     reuse_error = jax.errors.KeyReuseError
     jit_p = pjit.jit_p
-    block_thread = threading.get_ident()  # only the block's own thread is observed (and checked our way)
 
-    def report(error: BaseException, where: str, function: str, params: dict, args: tuple = ()) -> None:
-        if on_key_reuse is not None:
-            on_key_reuse(error, where, function, params, args)
-
-    def checked(prim, raw_impl, name: str, args: tuple, params: dict):
+    def checked(prim: Any, raw_impl: Callable[..., Any], name: str, args: tuple, params: dict) -> Any:
         __tracebackhide__ = True
         if call_checks == "off":
             return raw_impl(*args, **params)
@@ -190,7 +264,7 @@ def observing_calls(
                 raise
             return raw_impl(*args, **params)  # as it runs with the checker off
 
-    def call(prim, raw_impl, *args, **params):
+    def call(prim: Any, raw_impl: Callable[..., Any], *args: Any, **params: Any) -> Any:
         __tracebackhide__ = True
         if threading.get_ident() != block_thread:  # another thread with the checker on: JAX's own behaviour
             return original_call(prim, raw_impl, *args, **params)
@@ -210,7 +284,19 @@ def observing_calls(
         finally:
             _state.depth = 0
 
-    def check(jaxpr, *rest, **kwargs):
+    return call
+
+
+def _trace_check_hooks(
+    trace_checks: str, original_check: Callable[..., Any], report: _ReuseReport, block_thread: int
+) -> tuple[Callable[..., Any], Callable[[Any, str], None]]:
+    """The block's ``check_key_reuse_jaxpr`` (each program the block's thread traces, checked as
+    ``trace_checks`` says) and the check of a program a fast-path call traced or ran."""
+    import jax
+
+    reuse_error = jax.errors.KeyReuseError
+
+    def check(jaxpr: Any, *rest: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         if threading.get_ident() != block_thread:
             return original_check(jaxpr, *rest, **kwargs)
@@ -220,49 +306,20 @@ def observing_calls(
             return original_check(jaxpr, *rest, **kwargs)
         except reuse_error as error:
             info = getattr(jaxpr, "debug_info", None)
-            report(error, "trace", str(getattr(info, "func_name", "") or ""), {})
+            report(error, "trace", str(getattr(info, "func_name", "") or ""), {}, ())
             if trace_checks == "raise":
                 raise
             return None
 
-    def check_traced(closed_jaxpr, name: str) -> None:  # a program a fast-path call traced or ran
+    def check_traced(closed_jaxpr: Any, name: str) -> None:  # a program a fast-path call traced or ran
         if trace_checks == "off" or jax.config.jax_debug_key_reuse:  # JAX checks it itself when the user's on
             return
         try:
             original_check(getattr(closed_jaxpr, "jaxpr", closed_jaxpr))
         except reuse_error as error:
-            report(error, "trace", name, {})
+            report(error, "trace", name, {}, ())
 
-    _active = True
-    key_reuse.call_impl_with_key_reuse_checks = call
-    key_reuse.check_key_reuse_jaxpr = check
-    try:
-        monitor: _Monitor | None = None  # what sees the calls besides `call`, once started
-        if fast_path:
-            fast = FastPathCalls(observers, _state, on_trace=check_traced, on_lost=on_calls_unseen, sampler=sampler)
-            given = observers
-            observers = ()  # `call` observes nothing: a call the user's own checker sends its way is fast's
-            if fast.start():
-                monitor = fast
-            else:  # this JAX has no such hooks
-                observers, only_user_calls = given, True
-        if monitor is None and only_user_calls:
-            switch = _UserCallSwitch()
-            if switch.start():
-                monitor = switch
-        with contextlib.ExitStack() as stack:
-            if monitor is None:  # every call takes the key-reuse path: the checker is on for the block
-                stack.enter_context(jax.debug_key_reuse(True))
-                direct = _DirectUserJitCalls(observers) if direct_user_jit_calls else None
-                if direct is not None and direct.start():
-                    monitor = direct
-            if monitor is not None:
-                stack.callback(monitor.stop)  # before the checker is switched off again
-            yield True
-    finally:
-        key_reuse.call_impl_with_key_reuse_checks = original_call
-        key_reuse.check_key_reuse_jaxpr = original_check
-        _active = False
+    return check, check_traced
 
 
 class _Monitor(Protocol):
@@ -283,8 +340,7 @@ class _UserCallMonitor:
     (``_leave_all``: a call that never returned, KeyboardInterrupt inside C code).
     """
 
-    def __init__(self):
-
+    def __init__(self) -> None:
         self._is_user_file = is_user_file
         self._user: dict = {}
         self._entered: list = []
@@ -312,7 +368,7 @@ class _UserCallMonitor:
             self._tool = None
         self._leave_all()
 
-    def _on_call(self, code, offset, callable_, arg0):
+    def _on_call(self, code: CodeType, offset: int, callable_: object, arg0: object) -> object:
         if threading.get_ident() != self._thread:
             return None  # not DISABLE: that would switch the call site off for the block's thread too
         filename = code.co_filename
@@ -323,13 +379,14 @@ class _UserCallMonitor:
             return sys.monitoring.DISABLE
         return self._at_user_call(callable_)
 
-    def _at_user_call(self, callable_):
+    def _at_user_call(self, callable_: object) -> object:
+        """What ``sys.monitoring`` is told at a call of the user's (None, or ``DISABLE``)."""
         raise NotImplementedError
 
-    def _on_return(self, code, offset, callable_, arg0):
+    def _on_return(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         raise NotImplementedError
 
-    def _on_raise(self, code, offset, callable_, arg0):
+    def _on_raise(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         return self._on_return(code, offset, callable_, arg0)
 
     def _leave_all(self) -> None:
@@ -344,11 +401,11 @@ class _UserCallSwitch(_UserCallMonitor):
     operations and JAX's own jitted helpers keep the fast path.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._jit_type = compat.jit_type()
 
-    def _at_user_call(self, callable_):
+    def _at_user_call(self, callable_: object) -> None:
         if type(callable_) is self._jit_type:
             import jax
 
@@ -357,7 +414,7 @@ class _UserCallSwitch(_UserCallMonitor):
             self._entered.append((callable_, context))
         return None
 
-    def _on_return(self, code, offset, callable_, arg0):
+    def _on_return(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         if threading.get_ident() != self._thread:
             return None
         if self._entered and self._entered[-1][0] is callable_:
@@ -372,7 +429,7 @@ class _UserCallSwitch(_UserCallMonitor):
 _guarded_backend: list[bool] = []  # [whether device-to-host reads are guarded], once the backend is known
 
 
-def reads_allowed():
+def reads_allowed() -> contextlib.AbstractContextManager[object]:
     """A context in which our own reads of device values (key data, results looked at for NaN) pass
     any transfer guard: they are not the user's transfers. On CPU nothing is guarded (a no-op)."""
     import jax
@@ -382,6 +439,11 @@ def reads_allowed():
     if not _guarded_backend[0]:
         return contextlib.nullcontext()
     return jax.transfer_guard_device_to_host("allow")
+
+
+def _never_at_top_level() -> bool:
+    """The top-level check of a JAX that offers none (``_DirectUserJitCalls`` then never starts)."""
+    return False
 
 
 class _DirectUserJitCalls(_UserCallMonitor):
@@ -406,13 +468,15 @@ class _DirectUserJitCalls(_UserCallMonitor):
         super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
         self._observers = observers
         self._jit_type = compat.jit_type()
-        self._top_level = compat.top_level_check()
+        top_level = compat.top_level_check()
+        self._can_tell_top_level = top_level is not None  # else never started: the key-reuse path observes
+        self._top_level: Callable[[], bool] = top_level or _never_at_top_level
         self._checker_off = functools.partial(jax.debug_key_reuse, False)
 
     def start(self) -> bool:
-        return self._top_level is not None and super().start()
+        return self._can_tell_top_level and super().start()
 
-    def _at_user_call(self, callable_):
+    def _at_user_call(self, callable_: object) -> None:
         if type(callable_) is not self._jit_type or _state.depth or not self._top_level():
             # Not a jitted function; inside an observed call; or inside a trace (the user's code being
             # traced by jit, vmap, grad): there the key-reuse path decides, as without this class.
@@ -430,12 +494,12 @@ class _DirectUserJitCalls(_UserCallMonitor):
             raise
         return None
 
-    def _on_return(self, code, offset, callable_, arg0):
+    def _on_return(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
             self._leave(self._observers)
         return None
 
-    def _on_raise(self, code, offset, callable_, arg0):
+    def _on_raise(self, code: CodeType, offset: int, callable_: object, arg0: object) -> None:
         if threading.get_ident() == self._thread and self._entered and self._entered[-1][0] is callable_:
             self._leave(None)  # as on the key-reuse path: a call that raised is not shown to ``after``
         return None
@@ -444,7 +508,7 @@ class _DirectUserJitCalls(_UserCallMonitor):
         while self._entered:
             self._leave(None)
 
-    def _leave(self, observers) -> None:
+    def _leave(self, observers: tuple[CallObserver, ...] | None) -> None:
         _, name, context = self._entered.pop()
         try:
             for observer in observers or ():
@@ -471,14 +535,14 @@ def call_number() -> int | None:
     return None if details is None else details.get("number")
 
 
-def call_site():
+def call_site() -> tuple[FrameType, int] | None:
     """``(frame, line number)`` of the user's code that made the observed call, when the fast path
     knows it (it may be observed after the call, at the block's end); else None."""
     details = _state.call
     return None if details is None else details.get("site")
 
 
-def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:
+def donated_leaves(jit_info: Any, args: Sequence[Any] | None, kwargs: dict | None) -> list[tuple[str, Any]]:
     """``[(argument, array)]``: the array leaves of a call's arguments that ``donate_argnums`` /
     ``donate_argnames`` give away (deleted after the call); ``argument`` is "argument 0" or "lr="."""
     import jax
@@ -498,7 +562,7 @@ def donated_leaves(jit_info, args, kwargs) -> list[tuple[str, Any]]:
     return found
 
 
-def without_donation(jit_info):
+def without_donation(jit_info: Any) -> Any:  # jit's private options tuple (pjit's JitInfo)
     """The same jit options with nothing donated: a re-run of the call keeps its (copied) arguments."""
     try:
         return jit_info._replace(donate_argnums=(), donate_argnames=())
@@ -506,7 +570,7 @@ def without_donation(jit_info):
         return None
 
 
-def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py"):
+def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py") -> FrameType | None:
     """The innermost frame of JAX's jit dispatch (``cache_miss`` in pjit.py) on the current stack, or None.
 
     Its locals hold the call's original ``args`` and ``kwargs`` (static

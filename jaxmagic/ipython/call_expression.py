@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+from collections.abc import Collection
 from typing import Any
 
 from jaxmagic.report.wording import error_line, shown
@@ -40,7 +41,7 @@ def parse_python(text: str, what: str = "expression") -> ast.expr:
         ) from None
 
 
-def evaluate_node(expr: ast.expr, namespace: dict, what: str):
+def evaluate_node(expr: ast.expr, namespace: dict, what: str) -> Any:
     """The value of one parsed expression in ``namespace``; CallExpressionError naming ``what`` when it fails."""
     source = _source_of(expr)
     try:
@@ -111,7 +112,7 @@ def evaluate_call(text: str, namespace: dict) -> EvaluatedCall:
     return EvaluatedCall(text, function, args, kwargs)
 
 
-def split_call_and_options(line: str, flags=frozenset({"-h", "--help"})) -> tuple[str, str]:
+def split_call_and_options(line: str, flags: Collection[str] = frozenset({"-h", "--help"})) -> tuple[str, str]:
     """Separate ``risky(x, i) --errors index -o rep`` into the call and the options.
 
     Options may come before or after the call. A word starting with "-" is an

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
 from IPython.core.error import UsageError
 from IPython.core.magic import cell_magic, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument
@@ -19,6 +23,11 @@ from jaxmagic.ipython.option_types import (
     variable_name,
 )
 from jaxmagic.ipython.user_traceback import raise_users_error
+from jaxmagic.report import Report
+
+if TYPE_CHECKING:
+    from jaxmagic.ipython.call_expression import EvaluatedCall
+    from jaxmagic.probes.compiles.probe import compiles as CompilesProbe
 
 
 @magics_class
@@ -36,7 +45,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @cell_magic
-    def jax_nans(self, line, cell):
+    def jax_nans(self, line: str, cell: str) -> None:
         """Run the cell with NaN checking on; say which primitive made the NaN, and where.
 
         Checking is scoped to this cell (jax.debug_nans as a context manager),
@@ -78,7 +87,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @cell_magic
-    def jax_compiles(self, line, cell):
+    def jax_compiles(self, line: str, cell: str) -> None:
         """Count every compilation in the cell per function, and say why each function compiled again.
 
         For each compilation: the argument types, trace / lower / XLA compile
@@ -95,7 +104,7 @@ class CellMagics(MagicRunner):
         """
         __tracebackhide__ = True
 
-        def build_probe(args):
+        def build_probe(args: argparse.Namespace) -> CompilesProbe:
             if args.fn is not None and args.budget is None:
                 raise UsageError("--fn names the function that --budget applies to; give --budget N as well.")
             return probes.compiles(budget=args.budget, fn=args.fn, show_all=args.show_all, raise_over_budget=False)
@@ -116,7 +125,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @cell_magic
-    def jax_transfers(self, line, cell):
+    def jax_transfers(self, line: str, cell: str) -> None:
         """Run the cell under jax.transfer_guard; list each implicit host-to-device transfer with your line.
 
         NumPy arrays, Python scalars and lists given to JAX are copied to the
@@ -132,7 +141,7 @@ class CellMagics(MagicRunner):
     @magic_arguments()
     @output_option
     @cell_magic
-    def jax_leaks(self, line, cell):
+    def jax_leaks(self, line: str, cell: str) -> None:
         """Run the cell with tracer-leak checking; name the variable that holds each leaked tracer.
 
         Every function in the cell traces afresh (a function whose trace is
@@ -150,7 +159,7 @@ class CellMagics(MagicRunner):
     @magic_arguments()
     @output_option
     @cell_magic
-    def jax_per_device(self, line, cell):
+    def jax_per_device(self, line: str, cell: str) -> None:
         """Run the cell; show what each device printed inside shard_map, grouped by device.
 
         jax.debug.print inside a shard_map prints once per device, in no set
@@ -178,7 +187,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @cell_magic
-    def jax_profile(self, line, cell):
+    def jax_profile(self, line: str, cell: str) -> None:
         """Run the cell under jax.profiler.trace; say where the time went, by your source line and named_scope.
 
         Device time of every kernel, summed per line of your code and per
@@ -196,11 +205,11 @@ class CellMagics(MagicRunner):
             probe = probes.profile(save=args.save, warmup_runs=args.warmup)
         if trace_running():
             raise UsageError(f"%%jax_profile {PROFILER_BUSY}.")
-        if shown_if_unrunnable(self.shell, cell):
+        if shown_if_unrunnable(self._shell, cell):
             return None
         for run in range(1, args.warmup + 1):
             with capture_output():
-                outcome = run_cell_body(self.shell, cell)
+                outcome = run_cell_body(self._shell, cell)
             if outcome.exception is not None:
                 self._publish(probes.ProfileReport.warmup_failed(run, args.warmup, outcome.exception), args)
                 outcome.reraise()
@@ -231,7 +240,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @line_cell_magic
-    def jax_live(self, line, cell=None):
+    def jax_live(self, line: str, cell: str | None = None) -> None:
         """Live JAX arrays grouped by shape, dtype and placement, and the names that hold them.
 
         %jax_live lists every live array (jax.live_arrays()) in groups with
@@ -256,7 +265,7 @@ class CellMagics(MagicRunner):
         self._run_cell_in_probe(self.jax_live, probes.live_diff(**options), args, cell, explorer=explorer)
         return None
 
-    def _live_explorer(self, report) -> None:
+    def _live_explorer(self, report: Report) -> None:
         # deferred: ipywidgets is imported only when an explorer is asked for
         from jaxmagic.ipython.explorers.live import show_live_explorer
 
@@ -270,7 +279,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @cell_magic
-    def jax_print(self, line, cell):
+    def jax_print(self, line: str, cell: str) -> None:
         """Run the cell; show what jax.debug.print / log / callback produced, grouped by call site.
 
         Every line is kept with the print that made it (format string, your
@@ -288,7 +297,7 @@ class CellMagics(MagicRunner):
     @magic_arguments()
     @output_option
     @cell_magic
-    def jax_keys(self, line, cell):
+    def jax_keys(self, line: str, cell: str) -> None:
         """Run the cell with jax.debug_key_reuse(True); explain a reused key; count the keys each jitted function got.
 
         A typed key (jax.random.key) consumed twice stops the cell with JAX's
@@ -313,7 +322,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @cell_magic
-    def jax_doctor(self, line, cell):
+    def jax_doctor(self, line: str, cell: str) -> None:
         """Run the cell once under every probe; one dashboard with the findings in the order to fix them.
 
         NaN (watched, not raised: the first call that made a NaN is re-run
@@ -351,7 +360,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @line_cell_magic
-    def jax_debug(self, line, cell=None):
+    def jax_debug(self, line: str, cell: str | None = None) -> None:
         """Stop at your failing line of jitted code, with its values: %jax_debug after an error, %%jax_debug for breakpoints.
 
         %jax_debug after a cell failed in JAX code (a NaN under jax.debug_nans or
@@ -431,7 +440,7 @@ class CellMagics(MagicRunner):
     )
     @output_option
     @line_cell_magic
-    def jax_memory(self, line, cell=None):
+    def jax_memory(self, line: str, cell: str | None = None) -> None:
         """What fills a jitted program's peak memory, by your line, and ways down tried by compiling.
 
         %%jax_memory runs the cell as it is and measures every jitted program
@@ -453,7 +462,7 @@ class CellMagics(MagicRunner):
         __tracebackhide__ = True
         if cell is not None:
 
-            def build(args):
+            def build(args: argparse.Namespace) -> AbstractContextManager[Report]:
                 if args.call:
                     raise UsageError("%%jax_memory measures the cell's calls: give it no call (%jax_memory CALL does).")
                 return probes.memory(namespace=self.user_ns, try_ways=args.trials)
@@ -461,7 +470,7 @@ class CellMagics(MagicRunner):
             self._run_cell_magic(self.jax_memory, line, cell, build)
             return None
 
-        def run(call, args):
+        def run(call: EvaluatedCall, args: argparse.Namespace) -> tuple[Report, None]:
             report = probes.memory_of_call(call.function, call.args, call.kwargs, call=call.text, try_ways=args.trials)
             report.magic = "%jax_memory"
             return report, None

@@ -15,11 +15,16 @@ import contextlib
 import dataclasses
 import os
 import sys
-from types import FrameType
+from collections.abc import Iterator
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any
 
 import IPython
 
 from jaxmagic.ipython.user_traceback import raise_users_error
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 _IPYTHON_DIR = os.path.dirname(os.path.abspath(IPython.__file__))
 
@@ -32,7 +37,7 @@ class CellOutcome:
     # The body's displayed values (its last expression: ``Out[...]``), held to be shown after the report
     values: list = dataclasses.field(default_factory=list)
 
-    def show_values(self, shell) -> None:
+    def show_values(self, shell: InteractiveShell) -> None:
         """Show the values the body displayed, then let them go: a cell's result comes after its report.
         They were already stored as IPython stores them (``Out[n]``, ``_``) when the body made them, so a
         probe that asks what the cell's result is (``%%jax_live``) sees it there; only the drawing waits.
@@ -67,7 +72,7 @@ def _run_code_depth() -> int:
 
 
 @contextlib.contextmanager
-def _exceptions_captured(shell, outcome: CellOutcome):
+def _exceptions_captured(shell: InteractiveShell, outcome: CellOutcome) -> Iterator[None]:
     # run_code hands exceptions matching shell.custom_exceptions to
     # shell.CustomTB instead of printing them. We set both directly rather than
     # through set_custom_exc, whose wrapper would still emit an (empty) error.
@@ -77,7 +82,9 @@ def _exceptions_captured(shell, outcome: CellOutcome):
     saved = shell.custom_exceptions, shell.CustomTB
     body_depth = _run_code_depth() + 1
 
-    def capture(etype, value, tb, tb_offset=None):
+    def capture(
+        etype: type[BaseException], value: BaseException, tb: TracebackType | None, tb_offset: int | None = None
+    ) -> Any:
         if _run_code_depth() > body_depth:  # a cell run by the body: as IPython would have shown it
             if saved[0] and issubclass(etype, saved[0]):
                 return saved[1](etype, value, tb, tb_offset)
@@ -90,27 +97,29 @@ def _exceptions_captured(shell, outcome: CellOutcome):
     had_own_showtraceback = "showtraceback" in vars(shell)
     saved_showtraceback = shell.showtraceback
 
-    def showtraceback(*args, **kwargs):
+    def showtraceback(*args: Any, **kwargs: Any) -> None:
         error = sys.exc_info()[1]
         if isinstance(error, SystemExit) and _run_code_depth() == body_depth:
             outcome.exception = error
             return None
         return saved_showtraceback(*args, **kwargs)
 
-    shell.custom_exceptions, shell.CustomTB = (BaseException,), capture
-    shell.showtraceback = showtraceback
+    # An instance's methods replaced for the body's run (and put back): what no static type allows. IPython's
+    # attribute types are inferred only under check_untyped_defs, hence "unused-ignore" for the other setting.
+    shell.custom_exceptions, shell.CustomTB = (BaseException,), capture  # type: ignore[assignment, unused-ignore]
+    shell.showtraceback = showtraceback  # type: ignore[method-assign]
     try:
         yield
     finally:
         shell.custom_exceptions, shell.CustomTB = saved
         if had_own_showtraceback:
-            shell.showtraceback = saved_showtraceback
+            shell.showtraceback = saved_showtraceback  # type: ignore[method-assign]
         else:
             del shell.showtraceback  # the instance attribute; the class method shows through again
 
 
 @contextlib.contextmanager
-def _named_as_current_cell(shell):
+def _named_as_current_cell(shell: InteractiveShell) -> Iterator[None]:
     # IPython counted the magic's own cell before running it, so the body would
     # be filed under the next number: tracebacks and reports would say
     # "In [6]" for cell 5. Only the name changes; Out[] numbering is untouched.
@@ -120,15 +129,15 @@ def _named_as_current_cell(shell):
     had_own_cache = "cache" in vars(compiler)
     original = compiler.cache
 
-    def cache(transformed_code, number=0, raw_code=None):
+    def cache(transformed_code: str, number: int = 0, raw_code: str | None = None) -> str:
         return original(transformed_code, max(number - 1, 0), raw_code)
 
-    compiler.cache = cache
+    compiler.cache = cache  # type: ignore[method-assign, unused-ignore]  # the instance's, put back below
     try:
         yield
     finally:
         if had_own_cache:
-            compiler.cache = original
+            compiler.cache = original  # type: ignore[method-assign, unused-ignore]
         else:
             del compiler.cache  # the instance attribute; the class method shows through again
 
@@ -138,7 +147,7 @@ _RUNNABLE_CELLS: dict[tuple, bool] = {}
 _RUNNABLE_CELLS_KEPT = 256
 
 
-def shown_if_unrunnable(shell, cell: str) -> bool:
+def shown_if_unrunnable(shell: InteractiveShell, cell: str) -> bool:
     """If the body cannot run at all (it does not parse or compile), let IPython show why; return True.
 
     A body that cannot run needs no probe and no report. IPython shows its
@@ -164,6 +173,7 @@ def shown_if_unrunnable(shell, cell: str) -> bool:
         transformed = shell.transform_cell(cell)
         filename = _cell_filename(shell, transformed, cell)
         tree = shell.compile.ast_parse(transformed, filename=filename)
+        assert isinstance(tree, ast.Module)  # ast_parse's "exec" mode: typed as any AST
         compile(tree, filename, "exec", shell.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, True)
         if len(_RUNNABLE_CELLS) >= _RUNNABLE_CELLS_KEPT:
             _RUNNABLE_CELLS.pop(next(iter(_RUNNABLE_CELLS)))  # the oldest
@@ -180,14 +190,14 @@ def shown_if_unrunnable(shell, cell: str) -> bool:
     return True
 
 
-def _cell_filename(shell, transformed: str, cell: str) -> str:
+def _cell_filename(shell: InteractiveShell, transformed: str, cell: str) -> str:
     # The name IPython gives the body when it runs it, and its text in linecache,
     # so the syntax error shows the cell's line.
     number = max(getattr(shell, "execution_count", 1) - 1, 0)
     return shell.compile.cache(transformed, number, cell)
 
 
-def numbered_as_shown(shell, cell: str) -> str:
+def numbered_as_shown(shell: InteractiveShell, cell: str) -> str:
     """The body with the magic's line(s) above it as comments, so that its lines are numbered as the user
     sees the cell: line 5 of a report or a traceback is the editor's line 5, not the 5th line after
     ``%%jax_nans``. IPython hands a cell magic only the lines below its own; the whole cell is the
@@ -207,14 +217,14 @@ def numbered_as_shown(shell, cell: str) -> str:
 
 
 @contextlib.contextmanager
-def _displayed_values_held(shell, outcome: CellOutcome):
+def _displayed_values_held(shell: InteractiveShell, outcome: CellOutcome) -> Iterator[None]:
     # IPython displays an expression statement's value through sys.displayhook while the cell runs; here
     # it is stored at once (Out[n], _, the cell's result) and drawn after the report
     # (``CellOutcome.show_values``) instead of above it.
     saved = sys.displayhook
     hook = shell.displayhook
 
-    def hold(value) -> None:
+    def hold(value: object) -> None:
         hook.check_for_underscore()
         if value is not None and not hook.quiet():
             hook.update_user_ns(value)
@@ -228,7 +238,7 @@ def _displayed_values_held(shell, outcome: CellOutcome):
         sys.displayhook = saved
 
 
-def run_cell_body(shell, cell: str, hold_values: bool = False) -> CellOutcome:
+def run_cell_body(shell: InteractiveShell, cell: str, hold_values: bool = False) -> CellOutcome:
     """Run ``cell`` in ``shell`` as a normal cell; capture (do not show) its exception. ``hold_values``:
     keep the values it displays (``Out[...]``) in the outcome, to show after the report."""
     outcome = CellOutcome()

@@ -13,12 +13,16 @@ import contextvars
 import re
 import sys
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
 
 from jaxmagic.report.source import cell_label
 
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
-def stdin_available(shell) -> bool:
+
+def stdin_available(shell: InteractiveShell | None) -> bool:
     """Whether a debugger can read commands here (so it stops instead of recording)."""
     kernel = getattr(shell, "kernel", None)
     if kernel is not None:
@@ -73,7 +77,7 @@ def post_mortem(traceback: TracebackType, header: str) -> None:
     from IPython.core.debugger import Pdb
 
     class CellPdb(Pdb):
-        def format_stack_entry(self, frame_lineno, lprefix: str = ": ") -> str:
+        def format_stack_entry(self, frame_lineno: tuple[FrameType, int], lprefix: str = ": ") -> str:
             entry = super().format_stack_entry(frame_lineno, lprefix)
             filename = self.canonic(frame_lineno[0].f_code.co_filename)
             return cell_places(entry, filename, cell_label(filename))

@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 
 from jaxmagic._jax import retrace
 
 _EVENT = "post_run_cell"
 
 
-def install(ipython) -> None:
+def install(ipython: InteractiveShell) -> None:
     if "jax" in sys.modules:
         retrace.create_context()
         return
@@ -35,7 +42,7 @@ def install(ipython) -> None:
         ipython.events.register(_EVENT, _after_cell)
 
 
-def uninstall(ipython) -> None:
+def uninstall(ipython: InteractiveShell) -> None:
     sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _ContextAfterJaxImport)]
     if _after_cell in ipython.events.callbacks[_EVENT]:
         ipython.events.unregister(_EVENT, _after_cell)
@@ -45,7 +52,9 @@ class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
     """Finds nothing itself: at the import of ``jax`` it asks the finders after it for the package's
     spec and has its loader create jaxmagic's context once the package has run. Removes itself."""
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != "jax":
             return None
         if self in sys.meta_path:
@@ -62,7 +71,7 @@ class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
         if run is None:
             return spec
 
-        def exec_module(module):
+        def exec_module(module: ModuleType) -> None:
             run(module)
             del loader.exec_module  # this loader object is the package's alone; put its method back
             _create_quietly()
@@ -71,7 +80,7 @@ class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _after_cell(result) -> None:
+def _after_cell(result: ExecutionResult) -> None:
     if "jax" not in sys.modules:
         return
     from IPython import get_ipython  # deferred: runs after each cell only once JAX is imported

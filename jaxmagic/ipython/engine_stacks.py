@@ -7,8 +7,13 @@ Only on an engine: the kernel is ipyparallel's (``IPythonParallelKernel``, with 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def engine_id(ipython) -> int | None:
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+
+def engine_id(ipython: InteractiveShell) -> int | None:
     """This engine's id when ``ipython`` is the shell of an ipyparallel engine, else None."""
     kernel = getattr(ipython, "kernel", None)
     if kernel is None or not type(kernel).__module__.startswith("ipyparallel."):
@@ -17,7 +22,7 @@ def engine_id(ipython) -> int | None:
     return number if isinstance(number, int) and number >= 0 else None
 
 
-def install(ipython) -> None:
+def install(ipython: InteractiveShell) -> None:
     number = engine_id(ipython)
     if number is None:
         return
@@ -30,7 +35,7 @@ def install(ipython) -> None:
         pass
 
 
-def uninstall(ipython) -> None:
+def uninstall(ipython: InteractiveShell) -> None:
     if engine_id(ipython) is None:
         return
     from jaxmagic.probes.gather.stack_dump import stop_listening  # deferred: see install

@@ -27,10 +27,15 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from IPython.display import display
 
-_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+_hooks: weakref.WeakKeyDictionary[InteractiveShell, ExplainerHook] = weakref.WeakKeyDictionary()
 
 # What IPython does itself with an exception from parsing a cell (run_cell_async).
 _PARSE_ERRORS = (OverflowError, SyntaxError, ValueError, TypeError, MemoryError)
@@ -39,11 +44,13 @@ _PARSE_ERRORS = (OverflowError, SyntaxError, ValueError, TypeError, MemoryError)
 class ExplainerHook:
     """``shell.CustomTB`` while the explainer is on."""
 
-    def __init__(self, shell):
+    def __init__(self, shell: InteractiveShell) -> None:
         self.shell = shell
         self.previous = (shell.custom_exceptions, shell.CustomTB)
 
-    def __call__(self, etype, value, tb, tb_offset=None):
+    def __call__(
+        self, etype: type[BaseException], value: BaseException, tb: TracebackType | None, tb_offset: int | None = None
+    ) -> Any:
         shell = self.shell
         called_from = sys._getframe(1).f_code.co_name  # "run_code", or "run_cell_async" while parsing
         if called_from == "run_code":
@@ -75,22 +82,24 @@ class ExplainerHook:
             pass
 
 
-def is_on(shell) -> bool:
+def is_on(shell: InteractiveShell) -> bool:
     hook = _hooks.get(shell)
     return hook is not None and shell.CustomTB is hook
 
 
-def install(shell) -> bool:
+def install(shell: InteractiveShell) -> bool:
     """Put the explainer in place; False if it already was."""
     if is_on(shell):
         return False
     hook = ExplainerHook(shell)
     _hooks[shell] = hook
-    shell.custom_exceptions, shell.CustomTB = (Exception,), hook
+    # IPython declares CustomTB a bound method (seen under check_untyped_defs only); any callable with its
+    # signature is called the same way
+    shell.custom_exceptions, shell.CustomTB = (Exception,), hook  # type: ignore[assignment, unused-ignore]
     return True
 
 
-def uninstall(shell) -> bool:
+def uninstall(shell: InteractiveShell) -> bool:
     """Put the previous handler back; False if the explainer was not on."""
     hook = _hooks.pop(shell, None)
     if hook is None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython import explainer_hook, watch_hook
-from jaxmagic.ipython.call_expression import split_scope_and_call
+from jaxmagic.ipython.call_expression import EvaluatedCall, split_scope_and_call
 from jaxmagic.ipython.lazy_arguments import magic_arguments
 from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import (
@@ -22,6 +25,7 @@ from jaxmagic.ipython.option_types import (
     variable_name,
     vmap_axes,
 )
+from jaxmagic.report import Report
 
 
 @magics_class
@@ -40,7 +44,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_stages(self, line):
+    def jax_stages(self, line: str) -> None:
         """Time one jitted call stage by stage: trace, lower, compile, first run, steady run.
 
         The call (f(x, y); f is jitted here if it is not) is taken apart with
@@ -77,7 +81,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_check(self, line):
+    def jax_check(self, line: str) -> None:
         """Run one call under jit(checkify.checkify(f, errors=...)) and list every error found.
 
         Finds your checkify.check failures, NaNs (with the primitive),
@@ -87,7 +91,7 @@ class LineMagics(MagicRunner):
         __tracebackhide__ = True
         from jaxmagic.probes.check import error_set  # deferred: a probe imports JAX, which %load_ext must not
 
-        def checked_call(text, args):
+        def checked_call(text: str, args: argparse.Namespace) -> EvaluatedCall:
             with self._options_checked(self.jax_check):
                 error_set(args.errors)  # a wrong --errors is said before the call is evaluated
             return self._evaluate(text)
@@ -146,7 +150,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_sharding(self, line):
+    def jax_sharding(self, line: str) -> None:
         """Show which device holds which block of an array: typeof, mesh, PartitionSpec, a drawing.
 
         Works for 0-D to N-D arrays (pick the drawn dimensions with --dims),
@@ -160,7 +164,10 @@ class LineMagics(MagicRunner):
         """
         __tracebackhide__ = True
 
-        def call_or_value(text, args):
+        # the call (when the arrays are its results), else the array's value; and the expression's text
+        ShardingInputs = tuple[EvaluatedCall | None, Any, str]
+
+        def call_or_value(text: str, args: argparse.Namespace) -> ShardingInputs:
             from jaxmagic.ipython.expression import callee_is_jitted, parse_expression  # deferred: reads JAX's jit type
 
             with expression_checked():
@@ -168,7 +175,7 @@ class LineMagics(MagicRunner):
                 as_call = args.intermediates or args.collectives or callee_is_jitted(text, self.user_ns)
             return (self._evaluate(text), None, text) if as_call else (None, self._evaluate_value(text), text)
 
-        def run(inputs, args):
+        def run(inputs: ShardingInputs, args: argparse.Namespace) -> tuple[Report, BaseException | None]:
             call, value, text = inputs
             if call is None:
                 report = probes.sharding(
@@ -186,7 +193,7 @@ class LineMagics(MagicRunner):
                 check_replicas=not args.no_check,
             )
 
-        def explorer(report, inputs, args):
+        def explorer(report: Report, inputs: ShardingInputs, args: argparse.Namespace) -> Callable[[], None] | None:
             if not args.explore:
                 return None
             # deferred: ipywidgets is imported only when an explorer is asked for
@@ -222,7 +229,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_devices(self, line):
+    def jax_devices(self, line: str) -> None:
         """Give this kernel N fake CPU devices (before the JAX backend starts), or list the devices.
 
         Put it right after %load_ext jaxmagic: JAX fixes the device count when
@@ -242,7 +249,7 @@ class LineMagics(MagicRunner):
     @argument("what", nargs="*", help="on | off | an exception (e.g. err); default: the last exception.")
     @output_option
     @line_magic
-    def jax_explain(self, line):
+    def jax_explain(self, line: str) -> None:
         """Explain tracer errors: `%jax_explain on|off`, or explain one exception now.
 
         With `on` (the default when jaxmagic is loaded), a tracer-family error
@@ -273,8 +280,8 @@ class LineMagics(MagicRunner):
         if word in ("on", "off"):
             if args.output:
                 raise UsageError("-o stores the explanation of an exception; `%jax_explain on|off` makes none.")
-            changed = (explainer_hook.install if word == "on" else explainer_hook.uninstall)(self.shell)
-            state = "on" if explainer_hook.is_on(self.shell) else "off"
+            changed = (explainer_hook.install if word == "on" else explainer_hook.uninstall)(self._shell)
+            state = "on" if explainer_hook.is_on(self._shell) else "off"
             print(f"jaxmagic tracer-error explainer: {state}" + ("" if changed else " (unchanged)"))
             return
         error = self._given_or_last_error(
@@ -293,7 +300,7 @@ class LineMagics(MagicRunner):
     @argument("--all", action="store_true", dest="all_flags", help="List every flag with its value.")
     @output_option
     @line_magic
-    def jax_config(self, line):
+    def jax_config(self, line: str) -> None:
         """List the JAX flags that differ from a fresh process's defaults, with both values.
 
         A debugging switch left on (jax_debug_nans, jax_check_tracer_leaks,
@@ -313,7 +320,7 @@ class LineMagics(MagicRunner):
     @argument("--show-host", action="store_true", help="Keep the host name (hidden by default).")
     @output_option
     @line_magic
-    def jax_env(self, line):
+    def jax_env(self, line: str) -> None:
         """jax.print_environment_info(), ready to paste into an issue: host name hidden unless --show-host.
 
         Also lists the JAX_* / XLA_* environment variables of this process.
@@ -331,7 +338,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_traceback(self, line):
+    def jax_traceback(self, line: str) -> None:
         """Show (or switch) JAX's traceback filtering mode, and your frames of the last exception.
 
         The five modes of jax_traceback_filtering decide how much of JAX's own
@@ -380,7 +387,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_hlo(self, line):
+    def jax_hlo(self, line: str) -> None:
         """Find your named_scope in the jaxpr, StableHLO and optimized HLO of a call; memory before running.
 
         %jax_hlo [SCOPE] EXPR traces, lowers and compiles EXPR (e.g.
@@ -400,7 +407,10 @@ class LineMagics(MagicRunner):
         needs = "a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
         namespace = self.user_ns
 
-        def scoped_call(text, args):
+        # the call, the sweep of one of its names (--sweep), the scope asked about and the stages
+        HloInputs = tuple[EvaluatedCall, Sweep | None, str | None, list[str]]
+
+        def scoped_call(text: str, args: argparse.Namespace) -> HloInputs:
             try:
                 scope, call_text = split_scope_and_call(text)
             except ValueError as error:
@@ -411,17 +421,17 @@ class LineMagics(MagicRunner):
                 raise UsageError(f"%jax_hlo needs {needs}")
             sweep_name, sweep_values = args.sweep or ("", [])
 
-            def evaluated(value=None):
+            def evaluated(value: object = None) -> EvaluatedCall:
                 return self._evaluate(call_text, namespace if not sweep_name else {**namespace, sweep_name: value})
 
-            def build(value):
+            def build(value: object) -> tuple[Any, list[Any], dict[str, Any]]:
                 built = evaluated(value)
                 return built.function, built.args, built.kwargs
 
             call = evaluated(sweep_values[0] if sweep_values else None)
             return call, Sweep(sweep_name, sweep_values, build) if sweep_name else None, scope, stages
 
-        def run(inputs, args):
+        def run(inputs: HloInputs, args: argparse.Namespace) -> tuple[Report, BaseException | None]:
             call, sweep, scope, stages = inputs
             return probes.run_hlo_call(
                 call.function,
@@ -435,7 +445,7 @@ class LineMagics(MagicRunner):
                 every_scope=args.explore,
             )
 
-        def explorer(report, inputs, args):
+        def explorer(report: Report, inputs: HloInputs, args: argparse.Namespace) -> Callable[[], None] | None:
             if not args.explore:
                 return None
             # deferred: ipywidgets is imported only when an explorer is asked for
@@ -463,7 +473,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_bisect(self, line):
+    def jax_bisect(self, line: str) -> None:
         """Run a call jitted, op by op (disable_jit) and as a float64 reference; say which layer is wrong.
 
         jit wrong, eager right: the compilation layer (look at %jax_hlo);
@@ -484,7 +494,7 @@ class LineMagics(MagicRunner):
         """
         __tracebackhide__ = True
 
-        def reference_and_call(text, args):
+        def reference_and_call(text: str, args: argparse.Namespace) -> tuple[Any, EvaluatedCall]:
             reference = None
             if args.ref is not None:
                 ref_text = args.ref.strip()
@@ -493,7 +503,7 @@ class LineMagics(MagicRunner):
                 reference = self._evaluate_value(ref_text)
             return reference, self._evaluate(text)
 
-        def run(inputs, args):
+        def run(inputs: tuple[Any, EvaluatedCall], args: argparse.Namespace) -> tuple[Report, BaseException | None]:
             reference, call = inputs
             return probes.run_bisect_call(
                 call.function,
@@ -532,7 +542,7 @@ class LineMagics(MagicRunner):
         help="Bind the watch's log (it keeps growing while the watch is on).",
     )
     @line_magic
-    def jax_watch(self, line):
+    def jax_watch(self, line: str) -> None:
         """Watch every later cell for NaN, recompilation, transfers, growing memory and reused keys.
 
         `%jax_watch` (= on) watches each later cell on JAX's fast path until
@@ -545,7 +555,7 @@ class LineMagics(MagicRunner):
         args = self._parse(self.jax_watch, line)
         if args.panel and args.what == "off":
             raise UsageError("--panel shows the running watch's findings; `%jax_watch off` stops the watch.")
-        watch = watch_hook.current(self.shell)
+        watch = watch_hook.current(self._shell)
         if args.what == "on":
             with self._options_checked(self.jax_watch):
                 wanted = probes.Watch(only=args.only or (), budget=args.budget)
@@ -564,10 +574,10 @@ class LineMagics(MagicRunner):
                 )
             else:
                 watch = wanted
-                watch_hook.install(self.shell, watch)
+                watch_hook.install(self._shell, watch)
                 print(f"jaxmagic watch: on ({', '.join(watch.log.areas)}; budget {args.budget})")
         elif args.what == "off":
-            watch = watch_hook.uninstall(self.shell) or watch
+            watch = watch_hook.uninstall(self._shell) or watch
             if watch is None:
                 print("jaxmagic watch: off (unchanged)")
         if args.what != "on" and watch is not None:
@@ -580,7 +590,7 @@ class LineMagics(MagicRunner):
             # deferred: ipywidgets is imported only when an explorer is asked for
             from jaxmagic.ipython.explorers.watch_panel import show_watch_panel
 
-            watch_hook.set_panel(self.shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
+            watch_hook.set_panel(self._shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
 
     @magic_arguments()
     @argument(
@@ -611,7 +621,7 @@ class LineMagics(MagicRunner):
     )
     @output_option
     @line_magic
-    def jax_gather(self, line):
+    def jax_gather(self, line: str) -> None:
         """Merge one magic's report from every engine of an ipyparallel view: a row per process, the differences.
 
         Run a magic on every engine with `%%px`, binding its report (`%%jax_doctor -o rep`),
@@ -645,7 +655,7 @@ class LineMagics(MagicRunner):
         report = probes.gather_from_engines(view, args.name, args.timeout, values=args.values)
         self._publish(report, args)
 
-    def _ipyparallel_view(self, name: str | None):
+    def _ipyparallel_view(self, name: str | None) -> Any:  # an ipyparallel view (an optional, untyped library)
         """The view named ``name``, or the one DirectView of the namespace; a UsageError otherwise."""
         ipp = sys.modules.get("ipyparallel")
         if name is not None:

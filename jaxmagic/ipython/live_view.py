@@ -22,8 +22,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING
 
-from IPython.display import display
+from IPython.display import DisplayHandle, display
 
 from jaxmagic.render import static_bundle
 from jaxmagic.report import Status
@@ -31,11 +34,14 @@ from jaxmagic.report.document import Document, Paragraph, Section
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import counted
 
+if TYPE_CHECKING:
+    from jaxmagic.probes._support.progress import Board, Snapshot
+
 DELAY = 1.0  # seconds before a cell counts as long
 INTERVAL = 0.5  # at most two refreshes a second
 
 
-def _count_text(counters) -> str:
+def _count_text(counters: Iterable[tuple[str, int]]) -> str:
     # "implicit transfers: 1": the counter's name as the probe gives it, never "1 implicit transfers"
     return ", ".join(f"{name}: {value:,}" for name, value in counters if value)
 
@@ -43,7 +49,7 @@ def _count_text(counters) -> str:
 COUNTS_ARE_NOT_FINDINGS = "counts so far, not findings: the report says which of them matter."
 
 
-def progress_document(title: str, elapsed: float, snapshot) -> Document:
+def progress_document(title: str, elapsed: float, snapshot: Snapshot) -> Document:
     """The live card: a RUNNING badge, what was found so far - the findings the final report will tell - and,
     apart and said to be such, what was counted."""
     counts = _count_text(snapshot.counters)
@@ -74,13 +80,13 @@ class LiveView:
     def __init__(
         self,
         title: str,
-        board,
+        board: Board,
         *,
         in_kernel: bool,
         only_with_findings: bool = False,
         delay: float = DELAY,
         interval: float = INTERVAL,
-    ):
+    ) -> None:
         self.title = title
         self.board = board
         self.delay, self.interval = delay, interval
@@ -92,7 +98,7 @@ class LiveView:
             and (in_kernel or self.terminal)
             and not _on_ipyparallel_engine()
         )
-        self.handle = None  # the display handle, once the card was shown
+        self.handle: DisplayHandle | None = None  # once the card was shown
         self.replaced = False  # the card was replaced by the report (or by a note that there is none)
         self.updates = 0
         self._stop = threading.Event()
@@ -111,7 +117,9 @@ class LiveView:
             self._thread.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
         if self.handle is not None and not self.replaced:
             # The magic itself failed before it had a report: the card must not stay RUNNING.
@@ -145,7 +153,7 @@ class LiveView:
     def _refresh_loop(self) -> None:
         if self._stop.wait(self.delay):
             return
-        last = None
+        last: Snapshot | None = None
         while True:
             try:
                 snapshot = self.board.snapshot()
@@ -157,7 +165,7 @@ class LiveView:
             if self._stop.wait(self.interval):
                 return
 
-    def _show(self, snapshot) -> None:
+    def _show(self, snapshot: Snapshot) -> None:
         elapsed = time.perf_counter() - self._started
         if self.terminal:
             text = progress_document(self.title, elapsed, snapshot).headline

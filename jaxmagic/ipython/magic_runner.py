@@ -6,18 +6,38 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
 from IPython.core.magic_arguments import parse_argstring
 
 from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic.ipython.call_expression import CallExpressionError, evaluate_call, split_call_and_options
+from jaxmagic.ipython.call_expression import (
+    CallExpressionError,
+    EvaluatedCall,
+    evaluate_call,
+    split_call_and_options,
+)
 from jaxmagic.ipython.cell_runner import CellOutcome, run_cell_body, shown_if_unrunnable
 from jaxmagic.ipython.user_traceback import raise_users_error
+from jaxmagic.report import Report
 from jaxmagic.report.wording import first_line, shown
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jaxmagic.ipython.live_view import LiveView
+
+# A magic's bound method (``self.jax_nans``): IPython's ``magic_arguments`` gives it the ``parser`` it is parsed
+# with at run time, an attribute no static type declares.
+MagicMethod = Any
+Probe = TypeVar("Probe", bound=AbstractContextManager[Report])
 
 
 class _ProbesOnFirstUse:
@@ -27,7 +47,7 @@ class _ProbesOnFirstUse:
     import; loading the extension should cost almost nothing.
     """
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         from jaxmagic import probes as module  # deferred: this is the deferral
 
         return getattr(module, name)
@@ -37,7 +57,7 @@ probes = _ProbesOnFirstUse()
 
 
 @contextlib.contextmanager
-def expression_checked():
+def expression_checked() -> Iterator[None]:
     """A call or expression that does not parse or evaluate: IPython's UsageError with our message."""
     try:
         yield
@@ -47,12 +67,17 @@ def expression_checked():
 
 class MagicRunner(Magics):
     @property
-    def user_ns(self) -> dict:
-        """The namespace the user's cells run in (a registered Magics always has its shell)."""
+    def _shell(self) -> InteractiveShell:
+        """The shell the magics run in (a registered Magics always has its shell)."""
         assert self.shell is not None
-        return self.shell.user_ns
+        return self.shell
 
-    def _parse(self, magic, line: str):
+    @property
+    def user_ns(self) -> dict:
+        """The namespace the user's cells run in."""
+        return self._shell.user_ns
+
+    def _parse(self, magic: MagicMethod, line: str) -> argparse.Namespace:
         try:
             args = parse_argstring(magic, line)
         except UsageError as error:  # argparse's message echoes the words it rejects: keep it one short line
@@ -66,7 +91,7 @@ class MagicRunner(Magics):
 
     @staticmethod
     @contextlib.contextmanager
-    def _options_checked(magic, **flag_of):
+    def _options_checked(magic: MagicMethod, **flag_of: str) -> Iterator[None]:
         """Turn a probe's ProbeArgumentError into a UsageError that names the magic's option.
 
         A parameter maps to the option whose argparse ``dest`` it equals, unless
@@ -91,7 +116,13 @@ class MagicRunner(Magics):
     def _in_kernel(self) -> bool:
         return getattr(self.shell, "kernel", None) is not None
 
-    def _publish(self, report, args, live_view=None, explorer=None) -> None:
+    def _publish(
+        self,
+        report: Report,
+        args: argparse.Namespace,
+        live_view: LiveView | None = None,
+        explorer: Callable[[Report], None] | None = None,
+    ) -> None:
         """Store (-o NAME) and show the report; then ``explorer(report)`` shows its explorer (--explore)."""
         if getattr(args, "output", None):
             self.user_ns[args.output] = report
@@ -101,7 +132,13 @@ class MagicRunner(Magics):
         if explorer is not None:
             explorer(report)
 
-    def _run_cell_magic(self, magic, line: str, cell: str, build_probe):
+    def _run_cell_magic(
+        self,
+        magic: MagicMethod,
+        line: str,
+        cell: str,
+        build_probe: Callable[[argparse.Namespace], Probe],
+    ) -> Probe:
         """The shape of every cell magic: parse the options, build the probe from them, run the cell in it.
 
         ``build_probe(args)`` returns the probe (a ProbeArgumentError it raises
@@ -115,10 +152,17 @@ class MagicRunner(Magics):
         self._run_cell_in_probe(magic, probe, args, cell)
         return probe
 
-    def _run_cell_in_probe(self, magic, probe, args, cell: str, explorer=None) -> None:
+    def _run_cell_in_probe(
+        self,
+        magic: MagicMethod,
+        probe: AbstractContextManager[Report],
+        args: argparse.Namespace,
+        cell: str,
+        explorer: Callable[[Report], None] | None = None,
+    ) -> None:
         """Run the cell inside ``probe``; show the report (and ``explorer``'s); then raise the cell's own exception."""
         __tracebackhide__ = True
-        if shown_if_unrunnable(self.shell, cell):
+        if shown_if_unrunnable(self._shell, cell):
             return
         # deferred: the probes are imported when a magic first runs, never at %load_ext
         from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
@@ -128,7 +172,7 @@ class MagicRunner(Magics):
         with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self._in_kernel) as view:
             try:
                 with probe as report:
-                    outcome = run_cell_body(self.shell, cell, hold_values=True)
+                    outcome = run_cell_body(self._shell, cell, hold_values=True)
                     outcome.reraise()
             except AlreadyActive as error:
                 if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
@@ -143,15 +187,15 @@ class MagicRunner(Magics):
                     # of an interrupt at its prompt is a KeyboardInterrupt): the report, then that error.
                     outcome.exception = error
             self._publish(report, args, live_view=view, explorer=explorer)
-        outcome.show_values(self.shell)
+        outcome.show_values(self._shell)
         outcome.reraise()
 
-    def _split(self, magic, line: str) -> tuple[str, str]:
+    def _split(self, magic: MagicMethod, line: str) -> tuple[str, str]:
         """The expression and the options of a line magic's line (options may come first or last)."""
         flags = {option for action in magic.parser._actions if action.nargs == 0 for option in action.option_strings}
         return split_call_and_options(line, flags | {"-h", "--help"})
 
-    def _evaluate(self, call_text: str, namespace: dict | None = None):
+    def _evaluate(self, call_text: str, namespace: dict | None = None) -> EvaluatedCall:
         with expression_checked():
             return evaluate_call(call_text, self.user_ns if namespace is None else namespace)
 
@@ -167,13 +211,23 @@ class MagicRunner(Magics):
             raise UsageError(none_left)
         return error
 
-    def _evaluate_value(self, text: str):
+    def _evaluate_value(self, text: str) -> Any:
         from jaxmagic.ipython.expression import evaluate_expression  # deferred: reads JAX's jit type
 
         with expression_checked():
             return evaluate_expression(text, self.user_ns)
 
-    def _run_call_magic(self, magic, line: str, *, needs: str, run, evaluate=None, flag_of=None, explorer=None) -> None:
+    def _run_call_magic(
+        self,
+        magic: MagicMethod,
+        line: str,
+        *,
+        needs: str,
+        run: Callable[[Any, argparse.Namespace], tuple[Report, BaseException | None]],
+        evaluate: Callable[[str, argparse.Namespace], Any] | None = None,
+        flag_of: dict[str, str] | None = None,
+        explorer: Callable[[Report, Any, argparse.Namespace], Callable[[], None] | None] | None = None,
+    ) -> None:
         """The shape of every line magic that takes a call: parse, evaluate, probe, show, raise.
 
         ``evaluate(text, args)`` turns the expression into the probe's inputs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+from collections.abc import Callable
 
 from IPython.core.magic_arguments import argument
 
@@ -23,7 +24,7 @@ OUTPUT_HELP = "Store the report object in the user namespace under NAME, for the
 LARGEST_COUNT = 100_000
 
 
-def bounded_int(low: int, high: int = LARGEST_COUNT):
+def bounded_int(low: int, high: int = LARGEST_COUNT) -> Callable[[str], int]:
     """A converter accepting whole numbers from ``low`` to ``high``."""
 
     def convert(text: str) -> int:
@@ -65,7 +66,7 @@ def dimension_pair(text: str) -> list[int]:
     return dims
 
 
-def vmap_axes(text: str):
+def vmap_axes(text: str) -> int | None | tuple[int | None, ...]:
     """``"0"`` -> 0, ``"0,None"`` -> (0, None): vmap's in_axes."""
     try:
         axes = tuple(None if part.strip() == "None" else int(part) for part in text.split(","))

@@ -12,16 +12,20 @@ HTML collapses its sections with ``<details>``, which is all the widget did.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from IPython.display import display
 
 from jaxmagic.render import static_bundle
 from jaxmagic.render.terminal import print_rich
-from jaxmagic.report import Status
+from jaxmagic.report import Report, Status
 from jaxmagic.report.document import Document, Paragraph, Section
 
+if TYPE_CHECKING:
+    from jaxmagic.ipython.live_view import LiveView
 
-def display_report(report, in_kernel: bool, live_view=None) -> None:
+
+def display_report(report: Report, in_kernel: bool, live_view: LiveView | None = None) -> None:
     """Show a report in the current IPython frontend.
 
     In a kernel (a notebook, VS Code, Qt console) the static bundle is shown - in
@@ -39,7 +43,7 @@ def display_report(report, in_kernel: bool, live_view=None) -> None:
     display(bundle, raw=True)
 
 
-def _document_of(report) -> Document:
+def _document_of(report: Report) -> Document:
     """The report's document; when laying it out fails (a bug of jaxmagic's), a short one saying so, so
     that the cell's own exception, raised after the report, is never replaced by jaxmagic's."""
     try:

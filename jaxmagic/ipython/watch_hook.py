@@ -16,22 +16,26 @@ import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jaxmagic.ipython.live_view import LiveView
+    from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult, InteractiveShell
 
-_hooks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    from jaxmagic.ipython.explorers.watch_panel import WatchPanel
+    from jaxmagic.ipython.live_view import LiveView
+    from jaxmagic.probes.watch import Watch
+
+_hooks: weakref.WeakKeyDictionary[InteractiveShell, WatchHook] = weakref.WeakKeyDictionary()
 _OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)
 
 
 class WatchHook:
-    def __init__(self, shell, watch):
+    def __init__(self, shell: InteractiveShell, watch: Watch) -> None:
         self.shell = shell
         self.watch = watch
         self.thread = threading.get_ident()
         self.live_view: LiveView | None = None
         self.stack: list[str] = []  # per running cell: "watch", "magic" (jaxmagic's), "control" (%jax_watch only)
-        self.panel = None  # %jax_watch --panel: refreshed from the log after each watched cell
+        self.panel: WatchPanel | None = None  # %jax_watch --panel: refreshed from the log after each watched cell
 
-    def pre_run_cell(self, info=None) -> None:
+    def pre_run_cell(self, info: ExecutionInfo | None = None) -> None:
         if threading.get_ident() != self.thread:
             self.stack.append("other")
             return
@@ -55,7 +59,7 @@ class WatchHook:
         ns = self.shell.user_ns
         return tuple(v for v in (ns.get("Out"), ns.get("_"), ns.get("__"), ns.get("___")) if v is not None)
 
-    def post_run_cell(self, result=None) -> None:
+    def post_run_cell(self, result: ExecutionResult | None = None) -> None:
         kind = self.stack.pop() if self.stack else ""
         if kind != "watch" or not self.watch.in_cell:
             return
@@ -83,7 +87,7 @@ class WatchHook:
                 pass
 
 
-def _live_view(watch, in_kernel: bool) -> LiveView | None:
+def _live_view(watch: Watch, in_kernel: bool) -> LiveView | None:
     """A live view of the watched cell that shows itself only once a new problem is seen."""
     from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
     from jaxmagic.probes._support.progress import Board  # deferred: %load_ext imports no probe
@@ -95,25 +99,25 @@ def _live_view(watch, in_kernel: bool) -> LiveView | None:
     return view
 
 
-def set_panel(shell, panel) -> None:
+def set_panel(shell: InteractiveShell, panel: WatchPanel | None) -> None:
     """The panel (``explorers.watch_panel.WatchPanel``) the running watch refreshes after each cell."""
     hook = _hooks.get(shell)
     if hook is not None:
         hook.panel = panel
 
 
-def current_panel(shell):
+def current_panel(shell: InteractiveShell) -> WatchPanel | None:
     """The running watch's panel (None without ``--panel``)."""
     hook = _hooks.get(shell)
     return hook.panel if hook is not None else None
 
 
-def current(shell):
+def current(shell: InteractiveShell) -> Watch | None:
     hook = _hooks.get(shell)
     return hook.watch if hook is not None else None
 
 
-def install(shell, watch) -> None:
+def install(shell: InteractiveShell, watch: Watch) -> None:
     uninstall(shell)
     hook = WatchHook(shell, watch)
     _hooks[shell] = hook
@@ -121,7 +125,7 @@ def install(shell, watch) -> None:
     shell.events.register("post_run_cell", hook.post_run_cell)
 
 
-def uninstall(shell):
+def uninstall(shell: InteractiveShell) -> Watch | None:
     """Stop watching; the watch that was on (or None)."""
     hook = _hooks.pop(shell, None)
     if hook is None:

@@ -31,8 +31,9 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,8 +42,11 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import device_colours
 from jaxmagic.report import Concern, failed
-from jaxmagic.report.document import Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
 
 _WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)
 
@@ -95,87 +99,84 @@ class PerDeviceReport(Report):
             return f"{len(self.prints)} line(s) printed, none inside a shard_map: nothing to split by device."
         return f"{len(tagged)} line(s) printed inside shard_map by {len(devices)} device(s), grouped by device."
 
-    def document(self):
-
+    def document(self) -> Document:
         sections = []
         for site in self.sites:
             prints = [p for p in self.prints if p.site == site.key]
-            if not prints:
-                continue
-            blocks = [
-                Paragraph(
-                    f"Format `{site.fmt}`"
-                    + (
-                        ", inside a shard_map over mesh axes " + ", ".join(f"`{a}`" for a in site.axes)
-                        if site.axes
-                        else ""
-                    )
-                )
-            ]
-            if site.line:
-                blocks.append(SourceLines([site.line]))
-            if site.axes:
-                colours = device_colours(site.device_ids) if site.device_ids else {}
-                grouped: dict[tuple, list[str]] = {}
-                for p in prints:
-                    grouped.setdefault(tuple(p.position), []).append(p.text)
-                rows_n = site.axis_sizes[0] if len(site.axis_sizes) > 1 else 1
-                cols_n = (
-                    max(1, len(site.device_ids) // rows_n)
-                    if site.device_ids
-                    else (int(_prod(site.axis_sizes[1:])) if len(site.axis_sizes) > 1 else site.axis_sizes[0])
-                )
-                cells = []
-                for position, texts in sorted(grouped.items()):
-                    flat = _flat_index(list(position), site.axis_sizes)
-                    r, c = divmod(flat, cols_n)
-                    device = site.device_ids[flat] if site.device_ids else None
-                    name = f"device {device}" if device is not None else f"position {position}"
-                    shown = texts[-1] if len(texts) == 1 else f"{texts[-1]} (+{len(texts) - 1} earlier)"
-                    cells.append(
-                        GridCell(
-                            r, c, name, detail=_short(shown), colour=colours.get(device, ""), tooltip="\n".join(texts)
-                        )
-                    )
-                axes = ", ".join(f"{a}={n}" for a, n in zip(site.axes, site.axis_sizes))
-                blocks.append(
-                    Grid(rows_n, cols_n, cells, caption=f"mesh {axes}: each device's last line", wrap=rows_n == 1)
-                )
-                rows = []
-                for position, texts in sorted(grouped.items()):
-                    flat = _flat_index(list(position), site.axis_sizes)
-                    device = str(site.device_ids[flat]) if site.device_ids else "?"
-                    coords = ", ".join(f"{a}={i}" for a, i in zip(site.axes, position))
-                    rows += [[device, coords, text] for text in texts]
-                blocks.append(Table(["device", "mesh position", "printed"], rows))
-            else:
-                blocks.append(Paragraph("Printed outside any shard_map (once for the whole array):"))
-                blocks.append(Table(["printed"], [[p.text] for p in prints]))
-            where = (
-                f" in {site.line.function} ({site.line.label or site.line.filename}, line {site.line.lineno})"
-                if site.line
-                else ""
-            )
-            sections.append(Section(f"jax.debug.print{where}", blocks))
+            if prints:
+                sections.append(_site_section(site, prints))
         untagged = [p for p in self.prints if not p.site]
         if untagged:
-            sections.append(
-                Section(
-                    "Not tagged",
-                    [
-                        Paragraph(
-                            f"{len(untagged)} line(s) came from functions traced before this cell, which JAX does not trace "
-                            "again, so they carry no device tag. Define the function in the cell (or call "
-                            "jax.clear_caches() first) to see them per device."
-                        ),
-                        Table(["printed"], [[p.text] for p in untagged]),
-                    ],
-                )
-            )
+            sections.append(_untagged_section(untagged))
         return Document("%%jax_per_device", self.status, self.summary, sections, nothing_to_do=self.unexplained())
 
 
-def _prod(values) -> int:
+def _site_section(site: PrintSite, prints: list[DevicePrint]) -> Section:
+    """One print site: its format, its line, then what each device printed (or the lines, outside a shard_map)."""
+    on_mesh = ", inside a shard_map over mesh axes " + ", ".join(f"`{a}`" for a in site.axes) if site.axes else ""
+    blocks: list[Block] = [Paragraph(f"Format `{site.fmt}`" + on_mesh)]
+    if site.line:
+        blocks.append(SourceLines([site.line]))
+    if site.axes:
+        blocks += _per_device_blocks(site, prints)
+    else:
+        blocks.append(Paragraph("Printed outside any shard_map (once for the whole array):"))
+        blocks.append(Table(["printed"], [[p.text] for p in prints]))
+    where = (
+        f" in {site.line.function} ({site.line.label or site.line.filename}, line {site.line.lineno})"
+        if site.line
+        else ""
+    )
+    return Section(f"jax.debug.print{where}", blocks)
+
+
+def _per_device_blocks(site: PrintSite, prints: list[DevicePrint]) -> list[Block]:
+    """A print inside a shard_map: a grid of the mesh with each device's last line, then every line."""
+    colours = device_colours(site.device_ids) if site.device_ids else {}
+    grouped: dict[tuple[int, ...], list[str]] = {}
+    for p in prints:
+        grouped.setdefault(tuple(p.position), []).append(p.text)
+    rows_n = site.axis_sizes[0] if len(site.axis_sizes) > 1 else 1
+    cols_n = (
+        max(1, len(site.device_ids) // rows_n)
+        if site.device_ids
+        else (int(_prod(site.axis_sizes[1:])) if len(site.axis_sizes) > 1 else site.axis_sizes[0])
+    )
+    cells = []
+    for position, texts in sorted(grouped.items()):
+        flat = _flat_index(list(position), site.axis_sizes)
+        r, c = divmod(flat, cols_n)
+        device = site.device_ids[flat] if site.device_ids else None
+        name = f"device {device}" if device is not None else f"position {position}"
+        shown = texts[-1] if len(texts) == 1 else f"{texts[-1]} (+{len(texts) - 1} earlier)"
+        colour = colours.get(device, "") if device is not None else ""
+        cells.append(GridCell(r, c, name, detail=_short(shown), colour=colour, tooltip="\n".join(texts)))
+    axes = ", ".join(f"{a}={n}" for a, n in zip(site.axes, site.axis_sizes))
+    grid = Grid(rows_n, cols_n, cells, caption=f"mesh {axes}: each device's last line", wrap=rows_n == 1)
+    rows = []
+    for position, texts in sorted(grouped.items()):
+        flat = _flat_index(list(position), site.axis_sizes)
+        device_name = str(site.device_ids[flat]) if site.device_ids else "?"
+        coords = ", ".join(f"{a}={i}" for a, i in zip(site.axes, position))
+        rows += [[device_name, coords, text] for text in texts]
+    return [grid, Table(["device", "mesh position", "printed"], rows)]
+
+
+def _untagged_section(untagged: list[DevicePrint]) -> Section:
+    return Section(
+        "Not tagged",
+        [
+            Paragraph(
+                f"{len(untagged)} line(s) came from functions traced before this cell, which JAX does not trace "
+                "again, so they carry no device tag. Define the function in the cell (or call "
+                "jax.clear_caches() first) to see them per device."
+            ),
+            Table(["printed"], [[p.text] for p in untagged]),
+        ],
+    )
+
+
+def _prod(values: Iterable[int]) -> int:
     out = 1
     for v in values:
         out *= int(v)
@@ -258,7 +259,7 @@ def _locate_on_mesh(site: PrintSite) -> None:
             site.device_ids = [int(d.id) for d in np.asarray(concrete.devices).flat]
 
 
-def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]):
+def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]) -> Mesh | None:
     """The concrete Mesh of the shard_map being traced, found on the Python stack (None if not found).
 
     Inside the body only an abstract mesh is visible; the frames of JAX's

@@ -25,8 +25,8 @@ import dataclasses
 import statistics
 import time
 import types
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
@@ -35,6 +35,9 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import error_line, format_bytes, short_dtype
+
+if TYPE_CHECKING:
+    from jax.stages import Compiled, Traced, Wrapped
 
 DEFAULT_RUNS = 20
 
@@ -119,7 +122,7 @@ class StagesReport(Report):
             text += f" - compiling costs as much as {ratio:,.0f} runs"
         return text + "."
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = []
         if self.trace_seconds is not None:
@@ -216,7 +219,7 @@ def _bytes(n: int) -> str:
     return f"{format_bytes(n)} ({n:,} B)" if n >= 1024 else format_bytes(n)
 
 
-def _short(aval) -> str:
+def _short(aval: object) -> str:
     shape = ",".join(str(d) for d in getattr(aval, "shape", ()))
     return f"{short_dtype(str(getattr(aval, 'dtype', '?')))}[{shape}]"
 
@@ -297,7 +300,9 @@ def run_call(
     return report, error
 
 
-def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
+def _fresh_jitted(
+    fn: Callable[..., Any], is_jitted: bool, report: StagesReport
+) -> tuple[Wrapped, tuple[int, ...], tuple[str, ...]]:
     """A jitted fresh copy of the Python function, with the same jit options; else the function as is.
 
     Returns (jitted callable, static argument positions, static argument names).
@@ -317,7 +322,7 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
             "as shardings that are not copied), so its own jit was timed; stages it had done "
             "before come from JAX's caches."
         )
-        return (fn if is_jitted else jittable.jit(fn)), static_positions, static_names
+        return (fn if compat.is_jitted(fn) else jittable.jit(fn)), static_positions, static_names
     report.fresh_copy = True
     options: dict[str, Any] = {}
     if info is not None:
@@ -334,7 +339,7 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
     return jax.jit(copy, **options), static_positions, static_names
 
 
-def _plain_jit_options(info) -> bool:
+def _plain_jit_options(info: object) -> bool:
     leaves = (
         *getattr(info, "out_shardings_leaves", ()),
         *getattr(info, "in_layouts_leaves", ()),
@@ -349,7 +354,7 @@ def _plain_jit_options(info) -> bool:
     )
 
 
-def _copy_function(fn):
+def _copy_function(fn: object) -> types.FunctionType | None:
     if not isinstance(fn, types.FunctionType):
         return None
     copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -360,7 +365,7 @@ def _copy_function(fn):
     return copy
 
 
-def _describe(report: StagesReport, traced, compiled) -> None:
+def _describe(report: StagesReport, traced: Traced, compiled: Compiled) -> None:
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     with contextlib.suppress(Exception):
@@ -378,11 +383,11 @@ def _describe(report: StagesReport, traced, compiled) -> None:
         if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
             cost = cost[0] if cost else {}
         for key, _ in COST_FIELDS:
-            if key in cost:
+            if cost and key in cost:  # None: this backend has no cost analysis
                 report.cost[key] = float(cost[key])
 
 
-def _time_runs(report: StagesReport, compiled, args, kwargs, runs: int) -> None:
+def _time_runs(report: StagesReport, compiled: Compiled, args: Sequence[Any], kwargs: dict, runs: int) -> None:
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     start = time.perf_counter()
@@ -407,17 +412,17 @@ class _Events(dict):
 
 
 @contextlib.contextmanager
-def _compile_events():
+def _compile_events() -> Iterator[_Events]:
     """The durations of the compile events in the block, by event name (the last one of each)."""
     from jax import monitoring  # deferred: importing jaxmagic.probes imports no JAX
 
     events = _Events()
     events.traced = False
 
-    def listener(event: str, duration: float, **kwargs: Any) -> None:
+    def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == EVENT_TRACE:
             events.traced = True
-        events[event] = duration
+        events[event] = duration_secs
 
     monitoring.register_event_duration_secs_listener(listener)
     try:

@@ -25,7 +25,7 @@ from jaxmagic._jax import compat
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import code_kind, user_lines
 from jaxmagic.report.wording import error_line
 
@@ -121,7 +121,7 @@ class TracebackReport(Report):
             f"{self.frames_total} frames are yours."
         )
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = []
         if self.error:
@@ -137,7 +137,7 @@ class TracebackReport(Report):
                 facts.append(("__cause__", self.cause))
             if self.notes:
                 facts.append(("notes", str(self.notes)))
-            blocks = [Facts(facts)]
+            blocks: list[Block] = [Facts(facts)]
             if self.your_frames:
                 blocks.append(SourceLines(self.your_frames, "Outermost first; the last one raised:"))
             sections.append(Section("Your frames of the last error", blocks))

@@ -34,10 +34,12 @@ from html import escape
 
 from jaxmagic.report import Status
 from jaxmagic.report.document import (
+    Block,
     Document,
     Evidence,
     Facts,
     Grid,
+    GridCell,
     Paragraph,
     Section,
     SourceLines,
@@ -192,7 +194,7 @@ def _table(rows_html: str, cls: str = "") -> str:
     )
 
 
-def _block_html(block) -> str:
+def _block_html(block: Block) -> str:
     if isinstance(block, Paragraph):
         return f'<p style="margin:3px 0;text-align:left">{inline_html(block.text)}</p>'
     if isinstance(block, Facts):
@@ -312,7 +314,7 @@ def _reflowing_table(table: Table, numeric: list[bool]) -> str:
     )
 
 
-def _rows(block) -> int:
+def _rows(block: Block) -> int:
     """Roughly how many lines a block takes on screen: decides which sections start open."""
     if isinstance(block, Facts):
         return len(block.pairs)
@@ -412,7 +414,7 @@ def _grid_html(grid: Grid) -> str:
     return "".join(parts)
 
 
-def _cell_html(cell, show_detail: bool, place: str) -> str:
+def _cell_html(cell: GridCell, show_detail: bool, place: str) -> str:
     """One coloured box of a grid; ``place`` positions it (grid tracks, or a tile's size)."""
     style = f"{CELL_BOX};{place}"
     klass = "jm-cell"

@@ -22,7 +22,7 @@ class ShowsItself:
     def document(self) -> Document:
         raise NotImplementedError
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
         return static_bundle(self.document())
 
     def __str__(self) -> str:

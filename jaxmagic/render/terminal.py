@@ -8,18 +8,22 @@ next line; nothing is cut short with "…" (rich's default for a squeezed cell).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table, what_to_do
 
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
 _STYLE = {Status.OK: "green", Status.PROBLEM: "bold red", Status.ERROR: "yellow", Status.RUNNING: "cyan"}
 
 
-def print_rich(doc: Document, console=None) -> bool:
+def print_rich(doc: Document, console: Console | None = None) -> bool:
     """Print ``doc`` with rich (to ``console``, else stdout); False if rich is not importable."""
     try:
         # deferred: rich is imported only to draw in a terminal (%load_ext does not need it)
-        from rich.console import Console, Group, RenderableType
+        from rich.console import Console, Group
         from rich.panel import Panel
         from rich.table import Table as RichTable
         from rich.text import Text
@@ -69,7 +73,7 @@ def print_rich(doc: Document, console=None) -> bool:
 _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
 
 
-def _rich_grid(grid: Grid):
+def _rich_grid(grid: Grid) -> RenderableType:
     """A Grid as a rich table: one coloured box per cell, edge labels as header and first column."""
     # deferred: rich is imported only to draw (print_rich has checked that it imports)
     from rich.console import Group

@@ -12,7 +12,18 @@ from __future__ import annotations
 import re
 import textwrap
 
-from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table, what_to_do
+from jaxmagic.report.document import (
+    Block,
+    Document,
+    Evidence,
+    Facts,
+    Grid,
+    GridCell,
+    Paragraph,
+    SourceLines,
+    Table,
+    what_to_do,
+)
 
 DEFAULT_WIDTH = 100
 INDENT = "  "  # blocks sit under their section title
@@ -110,7 +121,7 @@ def _break_point(word: str, width: int) -> int:
     return width
 
 
-def block_lines(block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[str]:
+def block_lines(block: Block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[str]:
     if isinstance(block, Paragraph):
         return wrap(block.text, width)
     if isinstance(block, Facts):
@@ -192,7 +203,7 @@ def _grid_lines(grid: Grid) -> list[str]:
     by_place = {(c.row, c.col): c for c in grid.cells}
     show_detail = any(c.detail for c in grid.cells)
 
-    def label(cell) -> str:
+    def label(cell: GridCell | None) -> str:
         if cell is None:
             return ""
         mark = _CELL_MARKS.get(cell.style, "")

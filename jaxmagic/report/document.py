@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 from jaxmagic.report import SourceLine, Status
 
@@ -91,7 +92,8 @@ Block = Paragraph | Facts | Table | SourceLines | Evidence | Grid
 @dataclasses.dataclass
 class Section:
     title: str
-    blocks: list[Block]
+    # a Sequence, not a list: renderers only read it, and a builder's list[Paragraph] is then a valid argument
+    blocks: Sequence[Block]
     # drawn open whatever the report's length: what the report is for (a stopped frame's values), never a
     # fold the reader has to find (renderers otherwise open the first section, or all of a short report)
     pinned: bool = False

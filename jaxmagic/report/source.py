@@ -15,7 +15,9 @@ import os
 import re
 import sys
 import traceback
-from types import FrameType, TracebackType
+from collections.abc import Callable
+from types import CodeType, FrameType, TracebackType
+from typing import Any
 
 from jaxmagic.report import SourceLine
 from jaxmagic.report.code_owner import JAXMAGIC_DIR, kind_of_file
@@ -27,7 +29,7 @@ def is_user_file(filename: str) -> bool:
     return kind_of_file(filename) == "user"
 
 
-def innermost_user_frame(frame):
+def innermost_user_frame(frame: FrameType | None) -> FrameType | None:
     """``frame``, or the nearest frame it was called from, that runs the user's code; None if none does."""
     while frame is not None and not is_user_file(frame.f_code.co_filename):
         frame = frame.f_back
@@ -79,7 +81,7 @@ def user_call_site(frame: FrameType | None) -> FrameType | None:
     return None
 
 
-def running_shell():
+def running_shell() -> Any:
     """The running IPython shell, or None. Never imports IPython: without it loaded there is no shell."""
     ipython = sys.modules.get("IPython")
     get_ipython = getattr(ipython, "get_ipython", None)
@@ -246,7 +248,7 @@ def first_library_function(tb: TracebackType | None) -> str:
     return frames[last_user + 1].name
 
 
-def _own_code(fun):
+def _own_code(fun: object) -> CodeType | None:
     code = getattr(fun, "__code__", None)
     if code is None:
         call = next((vars(cls)["__call__"] for cls in type(fun).__mro__ if "__call__" in vars(cls)), None)
@@ -254,7 +256,7 @@ def _own_code(fun):
     return code
 
 
-def defining_code(fun, is_user=is_user_file):
+def defining_code(fun: object, is_user: Callable[[str], bool] = is_user_file) -> tuple[CodeType | None, str]:
     """(the code object where the function jax.jit was given is defined, what was wrapped around it).
 
     jit is often given a wrapper: ``functools.partial(f, ...)``, ``jax.grad(f)``

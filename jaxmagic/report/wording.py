@@ -73,7 +73,7 @@ def ended(text: str) -> str:
     return text if text.rstrip().endswith((".", "!", "?", "…")) else text + "."
 
 
-def shown(value, limit: int = 60, quoted: bool = True) -> str:
+def shown(value: object, limit: int = 60, quoted: bool = True) -> str:
     """A value of the user's in a message, on one line and cut short, so a UsageError stays readable.
 
     ``str(value)`` (or its repr when ``str`` raises), its whitespace runs made one space, at most

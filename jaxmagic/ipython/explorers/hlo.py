@@ -141,7 +141,7 @@ def header_html(data: dict[str, Any]) -> str:
     )
 
 
-def show_hlo_explorer(data: dict[str, Any], in_kernel: bool = True):
+def show_hlo_explorer(data: dict[str, Any], in_kernel: bool = True) -> widgets.Widget | None:
     if not data.get("scope_ops"):
         if data.get("failure"):
             print("jaxmagic: the program could not be built, so there is nothing to explore (see the report above).")

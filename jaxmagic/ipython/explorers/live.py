@@ -113,7 +113,7 @@ class LiveExplorer:
         self.details.value = details_html(self.groups[n]) if n is not None else ""
 
 
-def show_live_explorer(data: dict[str, Any], in_kernel: bool = True):
+def show_live_explorer(data: dict[str, Any], in_kernel: bool = True) -> widgets.Widget | None:
     if not data.get("groups"):
         print("jaxmagic: no live array group to explore.")
         return None

@@ -191,7 +191,9 @@ def grid_html(
     return "".join(parts)
 
 
-def _cell_html(layout, block, colours, selected) -> str:
+def _cell_html(
+    layout: dict[str, Any], block: dict[str, Any] | None, colours: dict[int, str], selected: int | None
+) -> str:
     size = "min-width:56px;height:34px;text-align:center;font-family:monospace;font-size:12px"
     if block is None:
         return f'<td style="{size};border:1px dashed rgba(128,128,128,.6)"></td>'
@@ -266,7 +268,7 @@ class ShardingExplorer:
         self.selected = None
         self._dims_changed(chunks)
 
-    def _device_row(self, layout) -> None:
+    def _device_row(self, layout: dict[str, Any]) -> None:
         colours = device_colours([d["id"] for d in layout["devices"]])
         self._device_buttons = {}
         if len(layout["devices"]) > MAX_DEVICE_BUTTONS:
@@ -293,7 +295,7 @@ class ShardingExplorer:
             buttons.append(button)
         self.devices.children = buttons
 
-    def _dims_changed(self, chunks=None) -> None:
+    def _dims_changed(self, chunks: list[list[tuple[int, int]]] | None = None) -> None:
         if self._building:
             return
         layout = self.layout
@@ -317,7 +319,7 @@ class ShardingExplorer:
         self._follow_selection()
         self.draw()
 
-    def _slice_moved(self, _change) -> None:
+    def _slice_moved(self, _change: object) -> None:
         if not self._building:
             self.draw()
 
@@ -361,7 +363,7 @@ class ShardingExplorer:
             )
         self.info.value = self._info_html(layout, replicas)
 
-    def _info_html(self, layout, replicas: list[int]) -> str:
+    def _info_html(self, layout: dict[str, Any], replicas: list[int]) -> str:
         spec = f'<div><code style="{CODE}">{breakable_html(layout.get("typeof", ""))}</code> ' + (
             f'<code style="{CODE}">{breakable_html(layout.get("spec", ""))}</code></div>'
         )
@@ -401,7 +403,7 @@ def show_sharding_explorer(
     inputs: list[dict[str, Any]],
     intermediates: list[dict[str, Any]] | None = None,
     in_kernel: bool = True,
-):
+) -> widgets.Widget | None:
     sources = sharding_sources(report_data, inputs, intermediates)
     if not sources:
         print("jaxmagic: no array with a layout to explore.")

@@ -76,13 +76,15 @@ def wrapping_row(children: list) -> widgets.HBox:
     return widgets.HBox(children, layout=widgets.Layout(flex_flow="row wrap", max_width="100%"))
 
 
-def explorer_bundle(widget) -> dict[str, Any]:
+def explorer_bundle(widget: widgets.Widget) -> dict[str, Any]:
     """The widget's view with an empty ``text/plain``: the line shown before it speaks for it."""
     view = widget._repr_mimebundle_()[WIDGET_VIEW]  # ipywidgets' display protocol: the view's model id
     return {WIDGET_VIEW: view, "text/plain": ""}
 
 
-def show_explorer(build: Callable[[], Any], what: str, in_kernel: bool = True, again: str = RUN_AGAIN):
+def show_explorer(
+    build: Callable[[], widgets.Widget], what: str, in_kernel: bool = True, again: str = RUN_AGAIN
+) -> widgets.Widget | None:
     """Build the explorer and display it as its own output; returns the widget (None when not shown).
 
     ``again`` says how a saved notebook's reader gets the explorer back. An explorer that cannot be

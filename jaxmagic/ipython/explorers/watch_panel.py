@@ -9,12 +9,15 @@ magic to run next; choosing one shows its details and fix.
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, TITLE, frame, full_width, show_explorer
 from jaxmagic.render.html import CODE, MUTED, breakable_html, inline_html
+
+if TYPE_CHECKING:
+    from jaxmagic.probes.watch import WatchLog
 
 ALL_AREAS = "all areas"
 WHAT = "every finding of this watch session"
@@ -51,7 +54,7 @@ def finding_row(finding: dict[str, Any]) -> str:
     return f"{finding_place(finding)} | {finding.get('area', '')} | {seen} | {magic}"
 
 
-def signature(log) -> tuple:
+def signature(log: WatchLog) -> tuple:
     """What the panel shows of a log, compared cheaply after each cell (no ``to_dict()`` when unchanged)."""
     return tuple((f.cell, f.area, f.headline, f.count) for f in log.findings)
 
@@ -78,7 +81,7 @@ class WatchPanel:
         self.findings.observe(lambda _change: self._show_details(), names="value")
         self.show(log_data)
 
-    def refresh(self, log) -> bool:
+    def refresh(self, log: WatchLog) -> bool:
         """Redraw from the log when its findings changed; True when redrawn."""
         if signature(log) == self._shown:
             return False
@@ -144,11 +147,11 @@ def details_html(finding: dict[str, Any]) -> str:
     return f'<div style="{EXPLORER_TEXT}">{"".join(parts)}</div>'
 
 
-def show_watch_panel(log, in_kernel: bool = True) -> WatchPanel | None:
+def show_watch_panel(log: WatchLog, in_kernel: bool = True) -> WatchPanel | None:
     """Display the panel for ``log`` (a ``WatchLog``); the panel to refresh after each cell, or None."""
     panels: list[WatchPanel] = []
 
-    def build():
+    def build() -> widgets.Widget:
         panel = WatchPanel(log.to_dict(), shown=signature(log))
         panels.append(panel)
         return panel.widget

@@ -10,8 +10,9 @@ converts them (argument dtypes), and name the line that depends on it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,8 +24,14 @@ from jaxmagic.probes.bisect.program_difference import first_difference
 from jaxmagic.probes.bisect.report import BeforeProgram, ReorderedDict, short_number
 from jaxmagic.report.provenance import Provenance
 
+if TYPE_CHECKING:
+    from jax.tree_util import PyTreeDef
 
-def pytree_stage(found: BeforeProgram, call: BisectedCall, rebuilt) -> bool:
+# A call's traced arguments: (positional, keyword), as ``BisectedCall.given`` holds them.
+CallArguments = tuple[list[Any], dict[str, Any]]
+
+
+def pytree_stage(found: BeforeProgram, call: BisectedCall, rebuilt: CallArguments) -> bool:
     """Eager with the arguments rebuilt as jit rebuilds them (True: that explains it, named in ``found``)."""
     reordered = _reordered_dicts(call.given, rebuilt, call.dynamic_names)
     customs = _custom_nodes(call.given, call.dynamic_names)
@@ -83,7 +90,7 @@ def pytree_stage(found: BeforeProgram, call: BisectedCall, rebuilt) -> bool:
     return True
 
 
-def dtype_stage(found: BeforeProgram, call: BisectedCall, treedef) -> bool:
+def dtype_stage(found: BeforeProgram, call: BisectedCall, treedef: PyTreeDef) -> bool:
     """Eager with the leaves converted as jit converts them (True: that explains it, named in ``found``)."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
@@ -126,7 +133,7 @@ def dtype_stage(found: BeforeProgram, call: BisectedCall, treedef) -> bool:
     return True
 
 
-def _reordered_dicts(given, rebuilt, names: list[str]) -> list[ReorderedDict]:
+def _reordered_dicts(given: CallArguments, rebuilt: CallArguments, names: list[str]) -> list[ReorderedDict]:
     found: list[ReorderedDict] = []
     positional, keywords = given
     positional_rebuilt, keywords_rebuilt = rebuilt
@@ -142,7 +149,14 @@ def _reordered_dicts(given, rebuilt, names: list[str]) -> list[ReorderedDict]:
     return found
 
 
-def _which_dicts(reordered: list[ReorderedDict], given, rebuilt, names: list[str], gap, rtol: float) -> None:
+def _which_dicts(
+    reordered: list[ReorderedDict],
+    given: CallArguments,
+    rebuilt: CallArguments,
+    names: list[str],
+    gap: Callable[[CallArguments], float],
+    rtol: float,
+) -> None:
     """Sort each reordered dict alone (the first four) and see whether eager then gives jit's numbers."""
     for entry in reordered[:4]:
         positional, keywords = given
@@ -155,7 +169,7 @@ def _which_dicts(reordered: list[ReorderedDict], given, rebuilt, names: list[str
             entry.explains = None
 
 
-def _sort_at(a, b, path: str, target: str):
+def _sort_at(a: Any, b: Any, path: str, target: str) -> Any:  # pytrees
     """``a`` with the one dict at ``target`` in jit's key order (``b``'s), every other dict as given."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         keys = list(b.keys()) if path == target else list(a.keys())
@@ -173,7 +187,7 @@ def _sort_at(a, b, path: str, target: str):
     return a
 
 
-def _walk_dicts(a, b, path: str, found: list[ReorderedDict], depth: int) -> None:
+def _walk_dicts(a: object, b: object, path: str, found: list[ReorderedDict], depth: int) -> None:
     if depth > 20 or len(found) > 16:
         return
     if isinstance(a, Mapping) and isinstance(b, Mapping):
@@ -188,13 +202,13 @@ def _walk_dicts(a, b, path: str, found: list[ReorderedDict], depth: int) -> None
             _walk_dicts(x, y, f"{path}[{i}]", found, depth + 1)
 
 
-def _custom_nodes(given, names: list[str]) -> list[tuple[str, str]]:
+def _custom_nodes(given: CallArguments, names: list[str]) -> list[tuple[str, str]]:
     """(path, type name) of the custom pytree nodes among the arguments (not dict, list, tuple, None)."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     found: list[tuple[str, str]] = []
 
-    def visit(node, path: str, depth: int) -> None:
+    def visit(node: object, path: str, depth: int) -> None:
         if depth > 20 or len(found) > 16 or node is None:
             return
         if isinstance(node, Mapping) and type(node) in (dict,):
@@ -217,7 +231,7 @@ def _custom_nodes(given, names: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax) -> tuple[list, dict[str, str]]:
+def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax: ModuleType) -> tuple[list, dict[str, str]]:
     """The leaves as jit hands them to the function, and {what was converted: the first argument
     (path) holding such a leaf}."""
     converted: list = []
@@ -257,7 +271,9 @@ def _dict_words(reordered: list[ReorderedDict]) -> str:
 # -- the line that depends on the order ---------------------------------------------------
 
 
-def _order_line(found: BeforeProgram, call: BisectedCall, rebuilt, reordered: list[ReorderedDict]) -> None:
+def _order_line(
+    found: BeforeProgram, call: BisectedCall, rebuilt: CallArguments, reordered: list[ReorderedDict]
+) -> None:
     """Trace the function twice, the dicts in the order given and in jit's order: the first operation
     that differs is where the order reaches the computation (its ``source_info``); the line that
     iterates the dict is read from the function's source."""
@@ -266,8 +282,8 @@ def _order_line(found: BeforeProgram, call: BisectedCall, rebuilt, reordered: li
     leaves, treedef = jax.tree_util.tree_flatten(call.given)
     inner = call.inner
 
-    def traced(in_given_order: bool):
-        def run(flat):
+    def traced(in_given_order: bool) -> Any:  # a ClosedJaxpr
+        def run(flat: list) -> Any:
             tree = jax.tree_util.tree_unflatten(treedef, flat)
             if in_given_order:
                 tree = in_order_of(call.given, tree)
@@ -323,7 +339,7 @@ def _order_line(found: BeforeProgram, call: BisectedCall, rebuilt, reordered: li
     )
 
 
-def _custom_node_line(found: BeforeProgram, inner, customs: list[tuple[str, str]]) -> None:
+def _custom_node_line(found: BeforeProgram, inner: Callable[..., Any], customs: list[tuple[str, str]]) -> None:
     path, kind = customs[0]
     found.argument = path
     iterating = iterating_lines(inner, [p.split("[", 1)[0] for p, _ in customs])
@@ -341,12 +357,13 @@ def _custom_node_line(found: BeforeProgram, inner, customs: list[tuple[str, str]
     )
 
 
-def in_order_of(original, tree):
+def in_order_of(original: Any, tree: Any) -> Any:  # pytrees
     """``tree`` (as jit rebuilt it) with every dict in the key order of ``original``."""
     if isinstance(original, Mapping) and isinstance(tree, Mapping):
         items = [(k, in_order_of(original[k], tree[k])) for k in original if k in tree]
+        mapping_type: Any = type(tree)  # Mapping declares no constructor; dict-like ones take items (tried)
         try:
-            return type(tree)(items)
+            return mapping_type(items)
         except Exception:
             return dict(items)
     if isinstance(original, (list, tuple)) and isinstance(tree, (list, tuple)) and len(original) == len(tree):

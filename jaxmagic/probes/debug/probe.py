@@ -105,7 +105,7 @@ def _calls_users_code(call: FailingCall) -> bool:
     return _is_users(call.function) or any(callable(value) and _is_users(value) for _, value in call.args)
 
 
-def _is_users(function) -> bool:
+def _is_users(function: object) -> bool:
     """Whether ``function`` is (through jit, vmap, grad, partial) defined in the user's code - a call of JAX's
     that is given one (``lax.scan(body, c0, xs)``) runs the user's code too."""
     try:
@@ -156,39 +156,13 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         report.unavailable = f"{type(error).__name__} stopped the cell: nothing failed, so nothing is re-run"
         return DebugSession(report)
     located = _calls_with_lines(error.__traceback__)
-    candidates = [found.call for found in located]
     # The innermost call of the user's own function with concrete arguments: the least to run again, and its
     # frame is where the cell's computation was (a failing jitted call's outer frames only led to it).
     calls = [found for found in reversed(located) if _calls_users_code(found.call) and not _has_tracer(found.call)]
     donated = [found for found in calls if _has_deleted(found.call)]
     calls = [found for found in calls if found not in donated]
     if not calls:
-        as_it_failed = _where_it_failed(error, report, located)
-        if as_it_failed is not None:
-            return as_it_failed
-        if donated:
-            report.unavailable = (
-                f"`{donated[0].call.source}` cannot run again: an argument's buffer was donated to the call that "
-                "failed (donate_argnums) and no copy was kept; run the cell again without donation, then %jax_debug"
-            )
-        elif not candidates:
-            report.unavailable = (
-                "No call on your lines of the traceback can be evaluated again without side effects (its callee "
-                "or an argument is computed by a call, or a name it reads is gone)"
-            )
-        elif not any(_calls_users_code(call) for call in candidates):
-            report.unavailable = (
-                "The calls on your lines of the traceback that can be evaluated again call JAX's or a library's "
-                f"functions ({', '.join(f'`{call.source}`' for call in candidates[:3])}), not a function of yours "
-                "to run again op by op"
-            )
-        else:
-            report.unavailable = (
-                "The arguments of the failing calls of your functions are traced values of a trace that has "
-                "ended: there is nothing concrete to run again"
-            )
-        report.callers = [_frame_view(tb) for tb in _user_entries(error.__traceback__)]
-        return DebugSession(report)
+        return _without_a_rerun(error, report, located, donated)
     chosen = calls[0]
     call, report.call_line = chosen.call, chosen.line
     # the user's frames that led to the re-run call, as they were when it failed (the call's own included)
@@ -206,7 +180,7 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         fast=not eager,
         line=report.call_line,
     )
-    del calls, candidates, located, chosen
+    del calls, located, chosen
     _fill_log(report, log)
     if rerun_error is None and nan_error:
         # a NaN of the backward pass the re-run did not raise again (a vmap ran compiled, its derivative batched):
@@ -234,6 +208,40 @@ def debug_after(error: BaseException | None, *, eager: bool = False) -> DebugSes
         )
         return DebugSession(report)
     return _stopped(report, outer + rerun)
+
+
+def _without_a_rerun(
+    error: Exception, report: DebugReport, located: list[_Located], donated: list[_Located]
+) -> DebugSession:
+    """No call of the user's can run again: the session at the failing frame as it was (when it was kept),
+    else the report of why nothing can be re-run."""
+    candidates = [found.call for found in located]
+    as_it_failed = _where_it_failed(error, report, located)
+    if as_it_failed is not None:
+        return as_it_failed
+    if donated:
+        report.unavailable = (
+            f"`{donated[0].call.source}` cannot run again: an argument's buffer was donated to the call that "
+            "failed (donate_argnums) and no copy was kept; run the cell again without donation, then %jax_debug"
+        )
+    elif not candidates:
+        report.unavailable = (
+            "No call on your lines of the traceback can be evaluated again without side effects (its callee "
+            "or an argument is computed by a call, or a name it reads is gone)"
+        )
+    elif not any(_calls_users_code(call) for call in candidates):
+        report.unavailable = (
+            "The calls on your lines of the traceback that can be evaluated again call JAX's or a library's "
+            f"functions ({', '.join(f'`{call.source}`' for call in candidates[:3])}), not a function of yours "
+            "to run again op by op"
+        )
+    else:
+        report.unavailable = (
+            "The arguments of the failing calls of your functions are traced values of a trace that has "
+            "ended: there is nothing concrete to run again"
+        )
+    report.callers = [_frame_view(tb) for tb in _user_entries(error.__traceback__)]
+    return DebugSession(report)
 
 
 def _stopped(report: DebugReport, entries: list[TracebackType]) -> DebugSession:

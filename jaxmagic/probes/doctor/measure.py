@@ -76,20 +76,30 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
                 report.transfers = stack.enter_context(transfers(mode="log", host_observer=host))
             observers = ((watch,) if watch is not None else ()) + ((host,) if host is not None else ())
 
-            def calls_unseen():
+            def calls_unseen() -> None:
                 report.notes.append(
                     "The cell switched jax.debug_nans (or debug_infs) itself, which takes over the hook the "
                     "doctor watches jitted calls through: calls made while it was on (and after it, until a "
                     "call traced a function) were not watched for NaN, keys or NumPy arguments."
                 )
 
-            watching = {"only_user_calls": True, "fast_path": True, "on_calls_unseen": calls_unseen}
+            # Both ways watch the user's own calls on JAX's fast path.
             if "keys" not in skip:
                 report.keys = stack.enter_context(
-                    keys(record=True, check_calls=False, also_observe=observers, **watching)
+                    keys(
+                        record=True,
+                        check_calls=False,
+                        also_observe=observers,
+                        only_user_calls=True,
+                        fast_path=True,
+                        on_calls_unseen=calls_unseen,
+                    )
                 )
             elif observers:
-                if not stack.enter_context(jit_calls.observing_calls(*observers, **watching)):
+                watched = jit_calls.observing_calls(
+                    *observers, only_user_calls=True, fast_path=True, on_calls_unseen=calls_unseen
+                )
+                if not stack.enter_context(watched):
                     report.notes.append("This JAX gives no way to see single calls: NaNs were not watched.")
             progress.publish(lambda: _doctor_progress(report, watch))
             yield report
@@ -134,7 +144,7 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
 
 
 def _explain_nan(
-    report: DoctorReport, watch, namespace: dict | None, before: dict[str, int], under_own_key: bool
+    report: DoctorReport, watch: NanWatch, namespace: dict | None, before: dict[str, int], under_own_key: bool
 ) -> None:
     """Explain the first NaN the watch saw. When the leak probe ran, the cell's calls were traced under the
     doctor's cache key (``RETRACE_TOKEN``): the explanation reads the call's program from there, as the

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
+from jaxmagic.probes._support.host_arguments import HostArgumentUse
+from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
+from jaxmagic.probes._support.nan.watch import NanSighting
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes.compiles import RecompileCause, budget_magic, why_compiled_again
 from jaxmagic.probes.compiles.cost_sections import cost_findings, is_big
-from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
+from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, CompileReport, library_sentence
 from jaxmagic.probes.keys import key_findings
-from jaxmagic.probes.memory.report import out_of_memory_finding
+from jaxmagic.probes.keys.report import KeyReport
+from jaxmagic.probes.leaks.report import LeakReport
+from jaxmagic.probes.live.report import LiveReport
+from jaxmagic.probes.memory.report import OutOfMemoryReport, out_of_memory_finding
+from jaxmagic.probes.nans.report import NanReport
 from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
-from jaxmagic.probes.transfers.report import repeated_copies
+from jaxmagic.probes.transfers.report import TransferReport, repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, fits_headline
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table, fits_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import counted, ended, error_line, format_bytes
 
@@ -72,20 +80,20 @@ class DoctorReport(Report):
     checked: list[str] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
     findings: list[Finding] = dataclasses.field(default_factory=list)
-    nan_sighting: object = None  # _nan_watch.NanSighting
+    nan_sighting: NanSighting | None = None  # the NaN watch's first call with a NaN result
     jitted_calls_watched: int | None = None  # calls of the user's jitted functions the NaN watch saw
-    inf_sighting: object = None  # _nan_watch.NanSighting of the first call whose results held inf, no NaN seen
-    # NonFiniteLeaf of the variables the cell bound that hold NaN or inf, when the watch saw no NaN
-    nonfinite_left: list = dataclasses.field(default_factory=list)
-    nans: object = None  # NanReport of the re-run of the first NaN-producing call
-    compiles: object = None  # CompileReport
-    leaks: object = None  # LeakReport
-    keys: object = None  # KeyReport
-    transfers: object = None  # TransferReport
-    live: object = None  # LiveReport (a snapshot, taken only when arrays piled up)
-    memory: object = None  # OutOfMemoryReport, when the cell ran out of memory
-    live_growth: dict = dataclasses.field(default_factory=dict)  # "float32[32, 16]" -> arrays added by the cell
-    host_arguments: list = dataclasses.field(default_factory=list)  # HostArgumentUse: NumPy arrays given to jit
+    inf_sighting: NanSighting | None = None  # the first call whose results held inf, no NaN seen
+    # the variables the cell bound that hold NaN or inf, when the watch saw no NaN
+    nonfinite_left: list[NonFiniteLeaf] = dataclasses.field(default_factory=list)
+    nans: NanReport | None = None  # the re-run of the first NaN-producing call
+    compiles: CompileReport | None = None
+    leaks: LeakReport | None = None
+    keys: KeyReport | None = None
+    transfers: TransferReport | None = None
+    live: LiveReport | None = None  # a snapshot, taken only when arrays piled up
+    memory: OutOfMemoryReport | None = None  # when the cell ran out of memory
+    live_growth: dict[str, int] = dataclasses.field(default_factory=dict)  # "float32[32, 16]" -> arrays added
+    host_arguments: list[HostArgumentUse] = dataclasses.field(default_factory=list)  # NumPy arrays given to jit
     other_error: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -116,80 +124,96 @@ class DoctorReport(Report):
         listed = "; ".join(f"{i}. {f.area} ({f.short or f.title})" for i, f in enumerate(self.findings, 1))
         if not fits_headline(head + listed + failed):  # the first in words, the others by area (each below)
             first = self.findings[0]
-            others = "; ".join(f"{i}. {f.area}" for i, f in enumerate(self.findings[1:], 2))
-            listed = f"1. {first.area} ({first.short or first.title})" + (f"; {others}" if others else "")
+            by_area = "; ".join(f"{i}. {f.area}" for i, f in enumerate(self.findings[1:], 2))
+            listed = f"1. {first.area} ({first.short or first.title})" + (f"; {by_area}" if by_area else "")
         return head + listed + "." + failed
 
-    def document(self):
-        sections = []
-        if self.findings:
-            # The magic to run next goes under the finding, not in a column of its own: the table then
-            # fits a narrow notebook (900 px with the sidebar open) without scrolling.
-            rows = [
-                [str(i), f.area, f"{f.title} - look closer with `{f.next_magic}`", _where(f.line)]
-                for i, f in enumerate(self.findings, 1)
-            ]
-            sections.append(
-                Section(
-                    "Findings, in the order to fix them",
-                    [
-                        Table(["#", "area", "finding", "your line"], rows),
-                        Paragraph(ORDER_OF_ATTACK),
-                    ],
-                )
-            )
-            for i, f in enumerate(self.findings, 1):
-                blocks = []
-                if f.evidence:
-                    blocks.append(Facts([("evidence", f.evidence)]))
-                if f.provenance is not None:
-                    blocks += provenance_blocks(f.provenance, "it")
-                elif f.line:
-                    blocks.append(SourceLines([f.line]))
-                if f.fix and i > 1:  # the first finding's fix is the document's own line, under the headline
-                    blocks.append(Paragraph(f.fix))
-                blocks.append(Paragraph(f"Next: `{f.next_magic}` on the same cell shows the details."))
-                if f.debug_step:
-                    blocks.append(Paragraph(f.debug_step))
-                sections.append(Section(f"{i}. {f.area}", [Paragraph(f.title)] + blocks))
-        rows = []
-        for probe in PROBES:
-            rank, area, magic = AREAS[probe]
-            if probe in self.skipped:
-                rows.append([probe, "skipped (--skip)", "-"])
-                continue
-            found = [f for f in self.findings if f.probe == probe]
-            sub = getattr(self, probe, None)
-            result = "; ".join(f.title for f in found) if found else _clean_text(probe, sub, self)
-            rows.append([probe, result, f"`{magic}`"])
-        sections.append(Section("Every probe", [Table(["probe", "result", "magic"], rows)]))
-        how = [Paragraph(n) for n in self.notes]
-        how.append(
-            Paragraph(
-                "All probes ran together, around one run of the cell. None of them stopped it for a finding it can "
-                "record: the first NaN was noted (not raised) and only the call that made it was run again after the "
-                "cell, under jax.debug_nans; reused keys were recorded; transfers were logged. A tracer leak would "
-                "still stop the cell, as under %%jax_leaks."
-            )
+    def document(self) -> Document:
+        sections = _findings_sections(self.findings) if self.findings else []
+        sections += [_every_probe_section(self), _how_combined_section(self.notes)]
+        return Document(
+            "%%jax_doctor", self.status, self.summary, sections, fix=_first_fix(self), nothing_to_do=self.unexplained()
         )
-        how.append(
-            Paragraph(
-                "The doctor watches the calls of jitted functions your own code makes - directly or through a "
-                "library's jit wrapper such as eqx.filter_jit or nnx.jit - after each call, with the calls left "
-                "on JAX's fast path; NaNs made by eager operations are not watched - %%jax_nans sees those. "
-                "Functions are traced and compiled once more the first time the doctor sees them, under a cache "
-                "key the doctor keeps."
-            )
+
+
+def _findings_sections(findings: list[Finding]) -> list[Section]:
+    """The table of the findings in the order to fix them, then a section for each."""
+    # The magic to run next goes under the finding, not in a column of its own: the table then
+    # fits a narrow notebook (900 px with the sidebar open) without scrolling.
+    rows = [
+        [str(i), f.area, f"{f.title} - look closer with `{f.next_magic}`", _where(f.line)]
+        for i, f in enumerate(findings, 1)
+    ]
+    sections = [
+        Section(
+            "Findings, in the order to fix them",
+            [Table(["#", "area", "finding", "your line"], rows), Paragraph(ORDER_OF_ATTACK)],
         )
-        sections.append(Section("How the probes were combined", how))
-        first = self.findings[0] if self.findings else None
-        fix = ""
-        if first is not None and first.fix:
-            fix = f"{first.area}: {first.fix}"
-        elif first is not None:  # as the watch does: the magic that looks closer
-            closer = first.next_magic or AREAS.get(first.probe, (0, "", "%%jax_doctor"))[2]
-            fix = f"{first.area}: run `{closer}` on this cell: it looks closer than the doctor does."
-        return Document("%%jax_doctor", self.status, self.summary, sections, fix=fix, nothing_to_do=self.unexplained())
+    ]
+    for i, f in enumerate(findings, 1):
+        blocks: list[Block] = [Paragraph(f.title)]
+        if f.evidence:
+            blocks.append(Facts([("evidence", f.evidence)]))
+        if f.provenance is not None:
+            blocks += provenance_blocks(f.provenance, "it")
+        elif f.line:
+            blocks.append(SourceLines([f.line]))
+        if f.fix and i > 1:  # the first finding's fix is the document's own line, under the headline
+            blocks.append(Paragraph(f.fix))
+        blocks.append(Paragraph(f"Next: `{f.next_magic}` on the same cell shows the details."))
+        if f.debug_step:
+            blocks.append(Paragraph(f.debug_step))
+        sections.append(Section(f"{i}. {f.area}", blocks))
+    return sections
+
+
+def _every_probe_section(report: DoctorReport) -> Section:
+    """Each probe with what it found (or its clean result) and its magic."""
+    rows = []
+    for probe in PROBES:
+        _rank, _area, magic = AREAS[probe]
+        if probe in report.skipped:
+            rows.append([probe, "skipped (--skip)", "-"])
+            continue
+        found = [f for f in report.findings if f.probe == probe]
+        sub = getattr(report, probe, None)
+        result = "; ".join(f.title for f in found) if found else _clean_text(probe, sub, report)
+        rows.append([probe, result, f"`{magic}`"])
+    return Section("Every probe", [Table(["probe", "result", "magic"], rows)])
+
+
+def _how_combined_section(notes: list[str]) -> Section:
+    how = [Paragraph(n) for n in notes]
+    how.append(
+        Paragraph(
+            "All probes ran together, around one run of the cell. None of them stopped it for a finding it can "
+            "record: the first NaN was noted (not raised) and only the call that made it was run again after the "
+            "cell, under jax.debug_nans; reused keys were recorded; transfers were logged. A tracer leak would "
+            "still stop the cell, as under %%jax_leaks."
+        )
+    )
+    how.append(
+        Paragraph(
+            "The doctor watches the calls of jitted functions your own code makes - directly or through a "
+            "library's jit wrapper such as eqx.filter_jit or nnx.jit - after each call, with the calls left "
+            "on JAX's fast path; NaNs made by eager operations are not watched - %%jax_nans sees those. "
+            "Functions are traced and compiled once more the first time the doctor sees them, under a cache "
+            "key the doctor keeps."
+        )
+    )
+    return Section("How the probes were combined", how)
+
+
+def _first_fix(report: DoctorReport) -> str:
+    """The document's fix line: the first finding's fix, else the magic that looks closer at it."""
+    first = report.findings[0] if report.findings else None
+    if first is None:
+        return ""
+    if first.fix:
+        return f"{first.area}: {first.fix}"
+    # as the watch does: the magic that looks closer
+    closer = first.next_magic or AREAS.get(first.probe, (0, "", "%%jax_doctor"))[2]
+    return f"{first.area}: run `{closer}` on this cell: it looks closer than the doctor does."
 
 
 def _where(line: SourceLine | None) -> str:
@@ -198,7 +222,7 @@ def _where(line: SourceLine | None) -> str:
     return f"{line.label or line.filename}:{line.lineno} `{line.code}`" if line.code else line.where
 
 
-def _clean_text(probe: str, sub, report: DoctorReport) -> str:
+def _clean_text(probe: str, sub: Any, report: DoctorReport) -> str:  # sub: the probe's report, or None
     if probe == "nans":
         if report.nan_sighting is not None:
             return "NaN seen (see the finding)"
@@ -244,7 +268,7 @@ def _clean_text(probe: str, sub, report: DoctorReport) -> str:
 # -- findings ------------------------------------------------------------------
 
 
-def _finding(probe: str, title: str, **fields) -> Finding:
+def _finding(probe: str, title: str, **fields: Any) -> Finding:
     rank, area, magic = AREAS[probe]
     fields.setdefault("next_magic", magic)
     return Finding(probe=probe, rank=rank, area=area, title=title, **fields)
@@ -328,7 +352,7 @@ def _left_nonfinite_findings(report: DoctorReport) -> list[Finding]:
     ]
 
 
-def later_text(s, nan, later: str) -> str:
+def later_text(s: NanSighting, nan: NanReport | None, later: str) -> str:
     text = later
     if nan is not None and nan.found and nan.nonfinite:
         names = [_leaf_path(leaf.name) for leaf in nan.nonfinite]

@@ -6,7 +6,8 @@ import contextlib
 import difflib
 import inspect
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
 from typing import Any
 
 from jaxmagic._jax import compat, jittable
@@ -155,12 +156,12 @@ def run_call(
     return report, None
 
 
-def _function_name(fn) -> str:
+def _function_name(fn: object) -> str:
     target = inspect.unwrap(fn) if callable(fn) else fn
     return getattr(target, "__name__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _traced_name(closed, fn) -> str:
+def _traced_name(closed: object, fn: object) -> str:
     info = getattr(closed, "debug_info", None)
     name = getattr(info, "func_name", None) if info is not None else None
     return name or _function_name(fn)
@@ -175,13 +176,13 @@ _WORK_EVENTS = {
 
 
 @contextlib.contextmanager
-def _work_events():
+def _work_events() -> Iterator[set[str]]:
     """The names of the compile events JAX reported in the block (a set, emptied by ``_note_cached``)."""
     from jax import monitoring
 
     seen: set[str] = set()
 
-    def listener(event: str, duration: float, **kwargs: Any) -> None:
+    def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
         seen.add(event)
 
     monitoring.register_event_duration_secs_listener(listener)
@@ -204,7 +205,7 @@ def _note_cached(report: HloReport, step: str, seen: set[str]) -> None:
     seen.clear()
 
 
-def _timed(report: HloReport, step: str, build: Callable[[], Any], failed: list[Exception]):
+def _timed[T](report: HloReport, step: str, build: Callable[[], T], failed: list[Exception]) -> T | None:
     start = time.perf_counter()
     try:
         result = build()
@@ -218,7 +219,7 @@ def _timed(report: HloReport, step: str, build: Callable[[], Any], failed: list[
     return result
 
 
-def _innermost_user_line(tb) -> SourceLine | None:
+def _innermost_user_line(tb: TracebackType | None) -> SourceLine | None:
     found = None
     while tb is not None:
         code = tb.tb_frame.f_code

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
@@ -18,6 +21,10 @@ from jaxmagic.probes.sharding.report import (
 )
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
+
+if TYPE_CHECKING:
+    from jax.extend.core import JaxprEqn
+    from jax.stages import Compiled, Traced, Wrapped
 
 
 def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str], dict[str, str]]:
@@ -34,7 +41,9 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
     return names, kw_names
 
 
-def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -> list[LeafSharding]:
+def inputs_as_compiled(
+    jitted: Wrapped, compiled: Compiled, traced: Traced, args: tuple, kwargs: dict, call_text: str
+) -> list[LeafSharding]:
     """One row per flat input of the call, in the order of ``compiled.input_shardings``' leaves, each with
     its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of
     the program's parameters uses); an input JAX pruned says so instead of taking the next one's place."""
@@ -60,7 +69,7 @@ def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -
     return leaves
 
 
-def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
+def _leaf_rows(name: str, shardings: Any, infos: Any, values: Any) -> list[LeafSharding]:  # pytrees
     """One row per leaf of one argument, walked by the argument's own structure (``infos``, its
     ``args_info``): a None *argument* has no leaf, a None *sharding* at a leaf is an input JAX pruned."""
     import jax  # deferred: importing jaxmagic does not import JAX
@@ -96,7 +105,7 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     return rows
 
 
-def outputs_as_compiled(traced, compiled) -> list[LeafSharding]:
+def outputs_as_compiled(traced: Traced, compiled: Compiled) -> list[LeafSharding]:
     import jax  # deferred: importing jaxmagic does not import JAX
 
     rows = []
@@ -116,7 +125,7 @@ def outputs_as_compiled(traced, compiled) -> list[LeafSharding]:
     return rows
 
 
-def _spec_text(sharding) -> str:
+def _spec_text(sharding: object) -> str:
     """``P('d',)`` for a NamedSharding; else plain words for one device or full replication."""
     spec = getattr(sharding, "spec", None)
     if spec is not None:
@@ -129,7 +138,7 @@ def _spec_text(sharding) -> str:
     return str(sharding)
 
 
-def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding], int]:
+def intermediate_shardings(traced: Traced, compiled: Compiled) -> tuple[list[IntermediateSharding], int]:
     """Compile an instrumented copy of the call that asks the compiler for every
     intermediate's sharding (``jax.debug.inspect_array_sharding`` after each
     top-level operation), with the same input and output shardings.
@@ -140,11 +149,42 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
     """
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    inspect_sharding_p = compat.inspect_sharding_primitive()
-
     closed = traced.jaxpr
-    jaxpr, consts = closed.jaxpr, closed.consts
+    rows, dropped = _intermediate_rows(closed.jaxpr)
+    row_of: dict[int, list[IntermediateSharding]] = {}
+    for row in rows:
+        row_of.setdefault(row.index, []).append(row)
     reported: dict[tuple[int, int], str] = {}
+
+    def record(key: tuple[int, int], sharding: Any) -> None:
+        reported[key] = _spec_text(sharding)
+
+    # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
+    parameters = program_inputs(compiled)
+    kept, pruned = parameters.kept, parameters.unread
+    all_shardings = input_shardings_flat(compiled)  # None at a pruned input
+    in_shardings = [all_shardings[i] for i in kept]
+    out_shardings = jax.tree_util.tree_leaves(
+        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+    )
+    abstract_args = [
+        jax.ShapeDtypeStruct(closed.in_avals[i].shape, closed.in_avals[i].dtype, sharding=s)
+        for i, s in zip(kept, in_shardings)
+    ]
+    instrumented = _inspecting_copy(closed, kept, pruned, set(row_of), record)
+    jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
+        *abstract_args
+    ).compile()
+    for row in rows:
+        outputs = [r for r in row_of[row.index]]
+        row.spec = reported.get((row.index, outputs.index(row)), "")
+    return rows, dropped
+
+
+def _intermediate_rows(jaxpr: Any) -> tuple[list[IntermediateSharding], int]:
+    """A row (its spec still "") for each array a top-level operation makes, up to ``MAX_INTERMEDIATES``,
+    and one for each of the user's own ``inspect_array_sharding`` calls; with how many were dropped."""
+    inspect_sharding_p = compat.inspect_sharding_primitive()
     rows: list[IntermediateSharding] = []
     dropped = 0
     for i, eqn in enumerate(jaxpr.eqns):
@@ -160,17 +200,28 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                 dropped += 1
                 continue
             rows.append(IntermediateSharding(i, _op_name(eqn), str(var.aval), "", line))
-    row_of: dict[int, list[IntermediateSharding]] = {}
-    for row in rows:
-        row_of.setdefault(row.index, []).append(row)
+    return rows, dropped
 
-    def record(key, sharding):
-        reported[key] = _spec_text(sharding)
 
-    def instrumented(*flat_args):
+def _inspecting_copy(
+    closed: Any,
+    kept: Sequence[int],
+    pruned: Iterable[int],
+    inspected: set[int],
+    record: Callable[[tuple[int, int], Any], None],
+) -> Callable[..., list]:
+    """The call's program as a Python function over its kept inputs that re-binds every top-level
+    equation and, after each one in ``inspected``, asks for each output's sharding:
+    ``record((equation, output), sharding)`` (the user's own inspect calls record as output 0)."""
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    inspect_sharding_p = compat.inspect_sharding_primitive()
+    jaxpr, consts = closed.jaxpr, closed.consts
+
+    def instrumented(*flat_args: Any) -> list:
         env: dict = {}
 
-        def read(v):
+        def read(v: Any) -> Any:
             return v.val if compat.is_literal(v) else env[v]
 
         for var, const in zip(jaxpr.constvars, consts):
@@ -183,7 +234,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
         for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(v) for v in eqn.invars]
             if eqn.primitive is inspect_sharding_p:
-                inspect_sharding_p.bind(*invals, callback=lambda s, key=(i, 0): record(key, s))
+                inspect_sharding_p.bind(*invals, callback=functools.partial(record, (i, 0)))
                 continue
             bind_params = eqn.primitive.get_bind_params(eqn.params)
             subfuns, bind_params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
@@ -194,32 +245,14 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                 if type(var).__name__ == "DropVar":
                     continue
                 env[var] = out
-                if i in row_of and hasattr(var.aval, "shape"):
-                    jax.debug.inspect_array_sharding(out, callback=lambda s, key=(i, j): record(key, s))
+                if i in inspected and hasattr(var.aval, "shape"):
+                    jax.debug.inspect_array_sharding(out, callback=functools.partial(record, (i, j)))
         return [read(v) for v in jaxpr.outvars]
 
-    # Only the inputs the program reads, each with its own compiled sharding (a pruned one has None)
-    parameters = program_inputs(compiled)
-    kept, pruned = parameters.kept, parameters.unread
-    all_shardings = input_shardings_flat(compiled)  # None at a pruned input
-    in_shardings = [all_shardings[i] for i in kept]
-    out_shardings = jax.tree_util.tree_leaves(
-        compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
-    )
-    abstract_args = [
-        jax.ShapeDtypeStruct(closed.in_avals[i].shape, closed.in_avals[i].dtype, sharding=s)
-        for i, s in zip(kept, in_shardings)
-    ]
-    jax.jit(instrumented, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings)).lower(
-        *abstract_args
-    ).compile()
-    for row in rows:
-        outputs = [r for r in row_of[row.index]]
-        row.spec = reported.get((row.index, outputs.index(row)), "")
-    return rows, dropped
+    return instrumented
 
 
-def constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
+def constraint_checks(traced: Traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:
     """Every ``sharding_constraint`` of the top-level program, checked against the shardings that came out."""
     closed = traced.jaxpr
     jaxpr = closed.jaxpr
@@ -258,7 +291,7 @@ def constraint_checks(traced, outputs: list[LeafSharding], arrays: list[ArrayLay
     return checks
 
 
-def _op_name(eqn) -> str:
+def _op_name(eqn: JaxprEqn) -> str:
     name = eqn.primitive.name
     inner = eqn.params.get("name")
     return (
@@ -268,7 +301,7 @@ def _op_name(eqn) -> str:
     )
 
 
-def _eqn_line(eqn) -> SourceLine | None:
+def _eqn_line(eqn: JaxprEqn) -> SourceLine | None:
     frames = compat.user_frames(getattr(eqn.source_info, "traceback", None))
     for frame in frames:  # innermost first
         if is_user_file(frame.file_name):
