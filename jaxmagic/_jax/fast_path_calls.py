@@ -73,7 +73,6 @@ class CallState(Protocol):
     call: dict | None
 
 
-
 class FastPathCalls:
     """Observe the user's top-level jitted calls (``start`` / ``stop``); see the module docstring."""
 
