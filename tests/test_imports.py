@@ -1,18 +1,22 @@
 """Where a module may import inside a function: only where deferring protects start-up (docs/DESIGN.md).
 
-Two lines are drawn. JAX is imported by the user, never by jaxmagic: no module imports ``jax`` or
-``jaxlib`` at its top (``%load_ext`` must not start JAX; ``%jax_watch`` imports its probes before
-the user's first cell and tells a cell that used JAX by ``"jax" in sys.modules``), so every JAX
-import sits in the function that needs it. Everything else is imported at the top of the module,
-except in the modules ``%load_ext`` loads (which import the probes and heavy libraries on first
-use) and for an optional dependency (ipyparallel, or a library the user debugs through: flax,
-equinox, ...), imported only when the user's program has; such an import says why on its line:
-``# deferred: <why>``.
+Two lines are drawn. JAX is imported by the user, never by ``%load_ext`` or by turning the watch on:
+``ipython/``, ``report/``, ``render/`` and the package's ``__init__`` import no ``jax`` or ``jaxlib`` at
+their top, and import no probe at their top either; ``probes/`` and ``_jax/`` import JAX at their top
+like any library, and are imported only once JAX is, or is about to be, used: by a magic as it runs, or
+by the watch at the first cell that begins with ``jax`` in ``sys.modules`` (so ``"jax" in sys.modules``
+still tells a cell that used JAX). A JAX import inside a function of ``probes/`` or ``_jax/`` is a
+version guard (in a ``try`` or an ``if``) or says why on its line: ``# deferred: <why>``. Everything
+else is imported at the top of the module, except in the modules ``%load_ext`` loads (which import the
+probes and heavy libraries on first use) and for an optional dependency (ipyparallel, or a library the
+user debugs through: flax, equinox, ...), imported only when the user's program has; such an import
+says why on its line too.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -30,6 +34,31 @@ from IPython.testing.globalipapp import start_ipython
 start_ipython().run_line_magic("load_ext", "jaxmagic")
 print("\\n".join(sorted(sys.modules)))
 """
+
+# Turning the watch on and running a cell without JAX import no JAX; the first cell that begins with JAX
+# imported starts the watch, which then watches it.
+WATCH_BEFORE_JAX = """
+import sys
+from IPython.testing.globalipapp import start_ipython
+from jaxmagic.ipython import watch_hook
+ip = start_ipython()
+ip.run_line_magic("load_ext", "jaxmagic")
+ip.run_line_magic("jax_watch", "on")
+ip.run_cell("total = sum(range(10))")
+print("after a cell without JAX:", "jax" in sys.modules, "jaxmagic.probes" in sys.modules)
+ip.run_cell("import jax, jax.numpy as jnp")
+ip.run_cell("y = jax.jit(jnp.log)(-jnp.ones(3))")
+log = watch_hook.current(ip).log
+print("watched:", log.cells_watched, sorted({finding.area for finding in log.findings}))
+"""
+
+# The layers %load_ext and the watch's hook load: no JAX (and no probe) at their top.
+JAX_FREE_LAYERS = ("jaxmagic.ipython", "jaxmagic.render", "jaxmagic.report")
+
+# A reason a JAX import was deferred for that no longer holds: probes/ and _jax/ import JAX at their top.
+STALE_REASON = re.compile(
+    r"imports? no JAX|not import JAX|JAX only when a probe runs|JAX is imported (where|only)", re.I
+)
 
 # Layers whose modules may defer imports though %load_ext loads only some of them: what a magic shows
 # (renderers, live view) loads when it is first shown, so ``%load_ext`` stays fast (issue 44).
@@ -88,14 +117,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _function_level_imports(path: Path):
-    """(line number, top-level package imported, source line) of each import inside a def."""
+def _function_level_imports(path: Path, with_guards: bool = False):
+    """(line number, top-level packages imported, source line) of each import inside a def; with
+    ``with_guards``, also whether a ``try``, ``if`` or ``with`` inside the def holds it."""
     source = path.read_text()
     lines = source.splitlines()
     for function in ast.walk(ast.parse(source)):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        for node in ast.walk(function):
+        for node, guarded in _imports_below(function.body, guarded=False):
             if isinstance(node, ast.Import):
                 packages = [alias.name.split(".")[0] for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -108,7 +138,23 @@ def _function_level_imports(path: Path):
             while above >= 0 and lines[above].strip().startswith(("#", "from ", "import ")):
                 text = f"{text}  {lines[above].strip()}"
                 above -= 1
-            yield node.lineno, packages, text
+            yield (node.lineno, packages, text, guarded) if with_guards else (node.lineno, packages, text)
+
+
+def _imports_below(statements, guarded: bool):
+    """Each import among ``statements`` and the blocks they hold (not nested defs: ``ast.walk`` visits those
+    itself), with whether a ``try``/``if``/``with`` holds it."""
+    for node in statements:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, guarded
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            guard = guarded or isinstance(node, (ast.Try, ast.If, ast.With))
+            for field in ("body", "orelse", "finalbody"):
+                yield from _imports_below(getattr(node, field, []), guard)
+            for handler in getattr(node, "handlers", []):
+                yield from _imports_below(handler.body, guard)
+            for case in getattr(node, "cases", []):
+                yield from _imports_below(case.body, guard)
 
 
 def _module_level_imports(path: Path):
@@ -132,17 +178,52 @@ def _module_level_imports(path: Path):
     yield from walk(tree.body)
 
 
-def test_no_module_imports_jax_at_its_top():
+def test_the_layers_load_ext_loads_import_no_jax_at_their_top():
     offenders = [
         f"{path.relative_to(ROOT)}:{lineno}"
         for path in sorted(PACKAGE.rglob("*.py"))
+        if _module_name(path) == "jaxmagic" or _module_name(path).startswith(JAX_FREE_LAYERS)
         for lineno, packages in _module_level_imports(path)
         if {"jax", "jaxlib"} & set(packages)
     ]
     assert offenders == []
-    code = "import sys, jaxmagic, jaxmagic.probes; sys.exit(1 if 'jax' in sys.modules else 0)"
+    code = "import sys, jaxmagic; sys.exit(1 if 'jax' in sys.modules or 'jaxmagic.probes' in sys.modules else 0)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, "importing jaxmagic.probes imported JAX" + result.stderr[-2000:]
+    assert result.returncode == 0, "importing jaxmagic imported JAX or the probes" + result.stderr[-2000:]
+
+
+def test_turning_the_watch_on_imports_no_jax_and_it_starts_with_the_users():
+    result = subprocess.run(
+        [sys.executable, "-c", WATCH_BEFORE_JAX], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "after a cell without JAX: False False" in result.stdout, result.stdout[-2000:]
+    assert "watched: 1 ['NaN']" in result.stdout, result.stdout[-2000:]
+
+
+def _jax_imports_in_functions(path: Path):
+    """(line number, whether a ``try``/``if``/``with`` in the function guards it, its text with the
+    comments above) of each JAX import inside a def."""
+    for lineno, packages, text, guarded in _function_level_imports(path, with_guards=True):
+        if {"jax", "jaxlib"} & set(packages):
+            yield lineno, guarded, text
+
+
+def test_jax_imports_in_functions_are_guards_or_say_why():
+    """``probes/`` and ``_jax/`` import JAX at their top: one inside a function is a version guard or
+    says why it cannot be at the top; "importing jaxmagic imports no JAX" is no longer a reason."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for lineno, guarded, text in _jax_imports_in_functions(path):
+            where = f"{path.relative_to(ROOT)}:{lineno}"
+            reason = text.partition("# deferred:")[2]
+            if guarded and not reason:
+                continue
+            if not reason.strip():
+                offenders.append(f"{where}: import JAX at the top of the module ({text.strip()})")
+            elif STALE_REASON.search(reason) and "load_ext" not in reason:
+                offenders.append(f"{where}: probes/ and _jax/ import JAX at their top ({text.strip()})")
+    assert offenders == [], "\n".join(offenders)
 
 
 def test_function_level_imports_only_where_deferring_protects_start_up():

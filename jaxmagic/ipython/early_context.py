@@ -12,7 +12,8 @@ run - before the rest of the importing cell defines and compiles anything (a
 context made after that cell made every function it compiled compile again in
 the next cell, and ``%%jax_compiles`` saw a cause nobody wrote). Should that
 fail (another finder serves ``jax``, an import error), the context is made after
-the first cell that imported JAX.
+the first cell that imported JAX. ``_jax/retrace.py`` imports JAX at its top, as every
+``_jax`` module does: it is imported only once ``jax`` is in ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -27,14 +28,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 
-from jaxmagic._jax import retrace
-
 _EVENT = "post_run_cell"
 
 
 def install(ipython: InteractiveShell) -> None:
     if "jax" in sys.modules:
-        retrace.create_context()
+        _create_context()
         return
     if not any(isinstance(finder, _ContextAfterJaxImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _ContextAfterJaxImport())
@@ -91,8 +90,14 @@ def _after_cell(result: ExecutionResult) -> None:
     _create_quietly()
 
 
+def _create_context() -> None:
+    from jaxmagic._jax import retrace  # deferred: imports JAX; %load_ext runs this module before the user has
+
+    retrace.create_context()
+
+
 def _create_quietly() -> None:
     try:
-        retrace.create_context()
+        _create_context()
     except Exception:  # a broken JAX install: the magics say so when used; never fail the user's import here
         pass

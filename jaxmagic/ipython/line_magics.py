@@ -26,6 +26,7 @@ from jaxmagic.ipython.option_types import (
     vmap_axes,
 )
 from jaxmagic.report import Report
+from jaxmagic.report.watch_areas import UnknownArea, areas_named
 
 
 @magics_class
@@ -555,31 +556,16 @@ class LineMagics(MagicRunner):
         args = self._parse(self.jax_watch, line)
         if args.panel and args.what == "off":
             raise UsageError("--panel shows the running watch's findings; `%jax_watch off` stops the watch.")
-        watch = watch_hook.current(self._shell)
         if args.what == "on":
-            with self._options_checked(self.jax_watch):
-                wanted = probes.Watch(only=args.only or (), budget=args.budget)
-            if watch is not None:  # already on: its session and findings are kept, never replaced silently
-                log = watch.log
-                running = f"{', '.join(log.areas)}; budget {log.budget}"
-                if (log.areas, log.budget) != (wanted.log.areas, wanted.log.budget):
-                    raise UsageError(
-                        f"%jax_watch is already on ({running}; {log.cells_watched} cell(s) watched, "
-                        f"{len(log.findings)} finding(s)): `%jax_watch off` ends it and shows its findings, then "
-                        "`%jax_watch on` with the new options starts a new session."
-                    )
-                print(
-                    f"jaxmagic watch: already on ({running}), unchanged: {log.cells_watched} cell(s) watched, "
-                    f"{len(log.findings)} finding(s) kept (`%jax_watch status` shows them)"
-                )
-            else:
-                watch = wanted
-                watch_hook.install(self._shell, watch)
-                print(f"jaxmagic watch: on ({', '.join(watch.log.areas)}; budget {args.budget})")
-        elif args.what == "off":
-            watch = watch_hook.uninstall(self._shell) or watch
-            if watch is None:
-                print("jaxmagic watch: off (unchanged)")
+            self._switch_watch_on(args)
+            # -o and --panel hold the watch's log: they start the watch now (its probes import JAX)
+            watch = watch_hook.current(self._shell) if args.output or args.panel else None
+        else:  # status and off show the log: a watch turned on before JAX is imported starts now
+            watch = watch_hook.current(self._shell)
+            if args.what == "off":
+                watch = watch_hook.uninstall(self._shell) or watch
+                if watch is None:
+                    print("jaxmagic watch: off (unchanged)")
         if args.what != "on" and watch is not None:
             self._publish(watch.log, args)
         elif args.output:
@@ -591,6 +577,34 @@ class LineMagics(MagicRunner):
             from jaxmagic.ipython.explorers.watch_panel import show_watch_panel
 
             watch_hook.set_panel(self._shell, show_watch_panel(watch.log, in_kernel=self._in_kernel))
+
+    def _switch_watch_on(self, args: argparse.Namespace) -> None:
+        """``%jax_watch on``: install the watch's hook, checking the options without importing the probes
+        (they import JAX, and the watch starts at the first cell that begins with JAX imported)."""
+        try:
+            areas = areas_named(args.only)
+        except UnknownArea as error:
+            raise UsageError(f"--only {error}.") from None
+        hook = watch_hook.running(self._shell)
+        if hook is None:
+            watch_hook.install(
+                self._shell, lambda: probes.Watch(only=areas, budget=args.budget), areas=areas, budget=args.budget
+            )
+            print(f"jaxmagic watch: on ({', '.join(areas)}; budget {args.budget})")
+            return
+        # already on: its session and findings are kept, never replaced silently
+        running = f"{', '.join(hook.areas)}; budget {hook.budget}"
+        cells, findings = hook.so_far()
+        if (hook.areas, hook.budget) != (areas, args.budget):
+            raise UsageError(
+                f"%jax_watch is already on ({running}; {cells} cell(s) watched, {findings} finding(s)): "
+                "`%jax_watch off` ends it and shows its findings, then `%jax_watch on` with the new options "
+                "starts a new session."
+            )
+        print(
+            f"jaxmagic watch: already on ({running}), unchanged: {cells} cell(s) watched, "
+            f"{findings} finding(s) kept (`%jax_watch status` shows them)"
+        )
 
     @magic_arguments()
     @argument(

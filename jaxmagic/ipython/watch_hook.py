@@ -6,13 +6,21 @@ error or an interrupt too, so nothing stays switched on. Cells that use one of
 jaxmagic's own magics are not watched (a cell magic's report covers its cell,
 and its probe does not nest with the watch), nor are cells run inside them.
 A cell's new findings are shown under it; a clean cell prints nothing.
+
+The watch's probes import JAX, and a cell that runs before the user has imported
+JAX has nothing to watch: ``%jax_watch on`` only installs the hook, which starts
+the watch session at the first cell that begins with ``jax`` in ``sys.modules``
+(or when the magic is asked for the watch's log). So turning the watch on
+imports no JAX, and ``"jax" in sys.modules`` still tells a cell that used it.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,13 +35,30 @@ _OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)
 
 
 class WatchHook:
-    def __init__(self, shell: InteractiveShell, watch: Watch) -> None:
+    def __init__(
+        self, shell: InteractiveShell, start_watch: Callable[[], Watch], areas: list[str], budget: int
+    ) -> None:
         self.shell = shell
-        self.watch = watch
+        self.areas, self.budget = areas, budget  # the options it was turned on with, known before it starts
+        self._start_watch = start_watch
+        self.started: Watch | None = None
         self.thread = threading.get_ident()
         self.live_view: LiveView | None = None
         self.stack: list[str] = []  # per running cell: "watch", "magic" (jaxmagic's), "control" (%jax_watch only)
         self.panel: WatchPanel | None = None  # %jax_watch --panel: refreshed from the log after each watched cell
+
+    @property
+    def watch(self) -> Watch:
+        """The watch session, started on first use (its probes import JAX)."""
+        if self.started is None:
+            self.started = self._start_watch()
+        return self.started
+
+    def so_far(self) -> tuple[int, int]:
+        """Cells watched and findings so far (none before the watch started)."""
+        if self.started is None:
+            return 0, 0
+        return self.started.log.cells_watched, len(self.started.log.findings)
 
     def pre_run_cell(self, info: ExecutionInfo | None = None) -> None:
         if threading.get_ident() != self.thread:
@@ -48,6 +73,8 @@ class WatchHook:
             self.stack.append("inner")
             return
         self.stack.append("watch")
+        if self.started is None and "jax" not in sys.modules:
+            return  # no JAX yet: nothing to watch, and starting the watch would import it
         count = getattr(self.shell, "execution_count", 0)
         self.watch.begin_cell(f"In [{count}]", self._history())
         self.live_view = None
@@ -61,7 +88,7 @@ class WatchHook:
 
     def post_run_cell(self, result: ExecutionResult | None = None) -> None:
         kind = self.stack.pop() if self.stack else ""
-        if kind != "watch" or not self.watch.in_cell:
+        if kind != "watch" or self.started is None or not self.started.in_cell:
             return
         count = getattr(result, "execution_count", None)
         view, self.live_view = self.live_view, None
@@ -112,21 +139,28 @@ def current_panel(shell: InteractiveShell) -> WatchPanel | None:
     return hook.panel if hook is not None else None
 
 
+def running(shell: InteractiveShell) -> WatchHook | None:
+    """The hook of the watch that is on (started or not), or None."""
+    return _hooks.get(shell)
+
+
 def current(shell: InteractiveShell) -> Watch | None:
+    """The watch that is on (started now if it had not: its probes import JAX), or None."""
     hook = _hooks.get(shell)
     return hook.watch if hook is not None else None
 
 
-def install(shell: InteractiveShell, watch: Watch) -> None:
+def install(shell: InteractiveShell, start_watch: Callable[[], Watch], areas: list[str], budget: int) -> None:
+    """Turn the watch on: ``start_watch`` makes its session when a cell first begins with JAX imported."""
     uninstall(shell)
-    hook = WatchHook(shell, watch)
+    hook = WatchHook(shell, start_watch, areas, budget)
     _hooks[shell] = hook
     shell.events.register("pre_run_cell", hook.pre_run_cell)
     shell.events.register("post_run_cell", hook.post_run_cell)
 
 
 def uninstall(shell: InteractiveShell) -> Watch | None:
-    """Stop watching; the watch that was on (or None)."""
+    """Stop watching; the watch that was on (None if it was off or had not started)."""
     hook = _hooks.pop(shell, None)
     if hook is None:
         return None
@@ -135,5 +169,6 @@ def uninstall(shell: InteractiveShell) -> Watch | None:
             shell.events.unregister(event, callback)
         except ValueError:
             pass
-    hook.watch.close()
-    return hook.watch
+    if hook.started is not None:
+        hook.started.close()
+    return hook.started

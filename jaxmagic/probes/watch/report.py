@@ -10,9 +10,9 @@ from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
+from jaxmagic.report.watch_areas import AREAS
 from jaxmagic.report.wording import counted
 
-AREAS = ("NaN", "recompilation", "transfers", "memory", "random keys")
 NOT_WATCHED = (
     "Tracer leaks are not watched: finding one means tracing every function afresh with leak checking, at "
     "every cell (%%jax_leaks or %%jax_doctor on a cell checks them)."

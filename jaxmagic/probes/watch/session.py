@@ -44,7 +44,8 @@ from jaxmagic.probes.nans.sighting import (
     nan_finding_text,
 )
 from jaxmagic.probes.transfers.report import repeated_copies
-from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
+from jaxmagic.probes.watch.report import CellFindings, WatchFinding, WatchLog
+from jaxmagic.report.watch_areas import UnknownArea, areas_named
 from jaxmagic.report.wording import counted, format_bytes, short_dtype
 
 if TYPE_CHECKING:
@@ -64,15 +65,10 @@ COUNT_SHARE, COUNT_ALWAYS, COUNT_EVERY = 0.05, 0.0002, 10
 
 def check_areas(only: Iterable[str]) -> list[str]:
     """The areas to watch (all by default); ProbeArgumentError for an unknown one."""
-    if not only:
-        return list(AREAS)
-    wanted = [a.strip().strip("'\"").strip() for a in only if a.strip().strip("'\"").strip()]
-    lower = {a.lower(): a for a in AREAS}
-    lower.update({"nans": "NaN", "nan": "NaN", "keys": "random keys", "compiles": "recompilation"})
-    unknown = [a for a in wanted if a.lower() not in lower]
-    if unknown:
-        raise ProbeArgumentError("only", f"takes areas among {', '.join(AREAS)}; unknown: {', '.join(unknown)}")
-    return list(dict.fromkeys(lower[a.lower()] for a in wanted))
+    try:
+        return areas_named(only)
+    except UnknownArea as error:
+        raise ProbeArgumentError("only", str(error)) from None
 
 
 class Watch:
