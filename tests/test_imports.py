@@ -234,7 +234,7 @@ def test_function_level_imports_only_where_deferring_protects_start_up():
         protects_start_up = _module_name(path) in at_load_ext or _module_name(path).startswith(LOAD_PATH_LAYERS)
         for lineno, packages, text in _function_level_imports(path):
             if set(packages) <= {"jax", "jaxlib"}:
-                continue  # JAX is always imported where it is used (see the module's docstring)
+                continue  # JAX imports have their own rule: test_jax_imports_in_functions_are_guards_or_say_why
             where = f"{path.relative_to(ROOT)}:{lineno}"
             optional = any(package in OPTIONAL for package in packages)
             if not (protects_start_up or optional):
