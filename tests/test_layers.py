@@ -199,8 +199,8 @@ def _function_local_imports(path: Path) -> list[tuple[int, str, bool]]:
 
 
 def test_function_local_imports_only_defer_an_import():
-    """Inside a function, an import defers JAX, the probes or the renderers (at %load_ext), IPython or rich
-    (drawing only)."""
+    """Inside a function, an import defers JAX, the probes, ``_jax`` (both import JAX) or the renderers (at
+    %load_ext), IPython or rich (drawing only)."""
     offenders = []
     for path in _modules():
         relative = path.relative_to(PACKAGE).as_posix()
@@ -214,7 +214,9 @@ def test_function_local_imports_only_defer_an_import():
                     at_load
                     and (
                         module == "jaxmagic"
-                        or module.startswith(("jaxmagic.probes", "jaxmagic.ipython", "jaxmagic.render"))
+                        or module.startswith(
+                            ("jaxmagic.probes", "jaxmagic._jax", "jaxmagic.ipython", "jaxmagic.render")
+                        )
                     )
                 )
             )
