@@ -38,7 +38,7 @@ OTHER_BLOCK = f"background:transparent;border:1px dashed rgba(128,128,128,.6);{M
 
 def input_layouts(args: tuple, kwargs: dict) -> list[dict[str, Any]]:
     """The layouts of a call's input arrays as plain data (``to_dict()`` shape); no array data is read."""
-    import jax  # deferred: JAX is imported where it is used
+    import jax  # deferred: ipython/ imports no JAX at its top (%load_ext)
 
     layouts = []
     leaves, _ = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))
@@ -53,7 +53,7 @@ def intermediate_layouts(report_data: dict[str, Any], args: tuple, kwargs: dict)
     """The blocks of each ``--intermediates`` value, from the spec the compiler chose and its type, laid over
     the mesh of the call's inputs (a ``ShapeDtypeStruct`` with that sharding: no data). A value whose spec
     or type does not read as a ``NamedSharding`` over that mesh is left out (the report lists it)."""
-    import jax  # deferred: JAX is imported where it is used
+    import jax  # deferred: ipython/ imports no JAX at its top (%load_ext)
 
     call = report_data.get("call") or {}
     meshes = [
