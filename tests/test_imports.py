@@ -35,16 +35,18 @@ start_ipython().run_line_magic("load_ext", "jaxmagic")
 print("\\n".join(sorted(sys.modules)))
 """
 
-# Turning the watch on and running a cell without JAX import no JAX; the first cell that begins with JAX
-# imported starts the watch, which then watches it.
+# Turning the watch on and running a cell without JAX (or one that fails) import no JAX; the first cell that
+# begins with JAX imported starts the watch, which then watches it.
 WATCH_BEFORE_JAX = """
 import sys
 from IPython.testing.globalipapp import start_ipython
-from jaxmagic.ipython import watch_hook
+from jaxmagic.ipython import early_context, watch_hook
 ip = start_ipython()
 ip.run_line_magic("load_ext", "jaxmagic")
 ip.run_line_magic("jax_watch", "on")
+early_context.when_jax_imported(ip, lambda: print("waited for JAX:", "jax" in sys.modules))
 ip.run_cell("total = sum(range(10))")
+ip.run_cell("1 / 0")  # the explainer sees an error raised without JAX: not JAX's, it imports nothing
 print("after a cell without JAX:", "jax" in sys.modules, "jaxmagic.probes" in sys.modules)
 ip.run_cell("import jax, jax.numpy as jnp")
 ip.run_cell("y = jax.jit(jnp.log)(-jnp.ones(3))")
@@ -198,6 +200,8 @@ def test_turning_the_watch_on_imports_no_jax_and_it_starts_with_the_users():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "after a cell without JAX: False False" in result.stdout, result.stdout[-2000:]
+    # what waits for JAX (the engine's stack-dump listener) runs once the user's `import jax` has run
+    assert "waited for JAX: True" in result.stdout.split("after a cell without JAX")[1], result.stdout[-2000:]
     assert "watched: 1 ['NaN']" in result.stdout, result.stdout[-2000:]
 
 

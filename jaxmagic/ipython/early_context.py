@@ -14,13 +14,17 @@ the next cell, and ``%%jax_compiles`` saw a cause nobody wrote). Should that
 fail (another finder serves ``jax``, an import error), the context is made after
 the first cell that imported JAX. ``_jax/retrace.py`` imports JAX at its top, as every
 ``_jax`` module does: it is imported only once ``jax`` is in ``sys.modules``.
+
+Whatever else of jaxmagic must run as soon as JAX is there, and would import it if run
+before, waits here too (``when_jax_imported``: the engine's stack-dump listener), as
+treescope sets up its JAX support only once ``jax`` has been imported.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 
 _EVENT = "post_run_cell"
+_waiting: list[Callable[[], None]] = []  # run after the context once JAX is imported (when_jax_imported)
 
 
 def install(ipython: InteractiveShell) -> None:
@@ -41,7 +46,17 @@ def install(ipython: InteractiveShell) -> None:
         ipython.events.register(_EVENT, _after_cell)
 
 
+def when_jax_imported(ipython: InteractiveShell, run: Callable[[], None]) -> None:
+    """Call ``run`` once the user's ``import jax`` has run (now if it has); it never fails their import."""
+    if "jax" in sys.modules:
+        _quietly(run)
+        return
+    _waiting.append(run)
+    install(ipython)
+
+
 def uninstall(ipython: InteractiveShell) -> None:
+    _waiting.clear()
     sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _ContextAfterJaxImport)]
     if _after_cell in ipython.events.callbacks[_EVENT]:
         ipython.events.unregister(_EVENT, _after_cell)
@@ -73,7 +88,7 @@ class _ContextAfterJaxImport(importlib.abc.MetaPathFinder):
         def exec_module(module: ModuleType) -> None:
             run(module)
             del loader.exec_module  # this loader object is the package's alone; put its method back
-            _create_quietly()
+            _after_jax_import()
 
         loader.exec_module = exec_module
         return spec
@@ -85,9 +100,9 @@ def _after_cell(result: ExecutionResult) -> None:
     from IPython import get_ipython  # deferred: runs after each cell only once JAX is imported
 
     shell = get_ipython()
+    _after_jax_import()
     if shell is not None:
         uninstall(shell)
-    _create_quietly()
 
 
 def _create_context() -> None:
@@ -96,8 +111,14 @@ def _create_context() -> None:
     retrace.create_context()
 
 
-def _create_quietly() -> None:
+def _after_jax_import() -> None:
+    _quietly(_create_context)
+    while _waiting:
+        _quietly(_waiting.pop(0))
+
+
+def _quietly(run: Callable[[], None]) -> None:
     try:
-        _create_context()
+        run()
     except Exception:  # a broken JAX install: the magics say so when used; never fail the user's import here
         pass

@@ -2,15 +2,21 @@
 
 Only on an engine: the kernel is ipyparallel's (``IPythonParallelKernel``, with an
 ``engine_id``). The user's own kernel's signal handling is never changed. See
-``probes/gather/stack_dump.py`` for the signal, the file and why.
+``probes/gather/stack_dump.py`` for the signal, the file and why. The probes import JAX, so the
+engine listens once its ``import jax`` has run (``early_context.when_jax_imported``): a hang
+``%jax_gather`` is asked about is in JAX, and ``%load_ext`` imports no JAX.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jaxmagic.ipython import early_context
+
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
+
+_listening: set[int] = set()  # the engine id this process listens for, once it does
 
 
 def engine_id(ipython: InteractiveShell) -> int | None:
@@ -24,20 +30,25 @@ def engine_id(ipython: InteractiveShell) -> int | None:
 
 def install(ipython: InteractiveShell) -> None:
     number = engine_id(ipython)
-    if number is None:
-        return
-    # deferred: the probes are imported on first use (%load_ext stays light), and only on an engine
+    if number is not None:
+        early_context.when_jax_imported(ipython, lambda: _listen(number))
+
+
+def _listen(number: int) -> None:
+    # deferred: importing a probe imports JAX, which the user has just imported (see install)
     from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
 
     try:
         listen_for_stack_requests(number)
     except OSError:  # no writable temporary directory: %jax_gather says it got no stack
-        pass
+        return
+    _listening.add(number)
 
 
 def uninstall(ipython: InteractiveShell) -> None:
-    if engine_id(ipython) is None:
+    if engine_id(ipython) is None or not _listening:
         return
-    from jaxmagic.probes.gather.stack_dump import stop_listening  # deferred: see install
+    from jaxmagic.probes.gather.stack_dump import stop_listening  # deferred: see _listen
 
     stop_listening()
+    _listening.clear()

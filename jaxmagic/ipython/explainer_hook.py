@@ -66,6 +66,8 @@ class ExplainerHook:
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
 
     def _explain(self, error: BaseException) -> None:
+        if "jax" not in sys.modules:
+            return  # not JAX's error, and the probes that explain would import JAX
         try:
             # deferred: the probes (and JAX) are imported when an error is explained, not at %load_ext
             from jaxmagic.probes.explain import already_explained, explain_any
