@@ -200,9 +200,15 @@ def test_a_vmap_whose_temporaries_fill_the_peak_is_offered_lax_map_chunks():
     nearest_v = jax.jit(jax.vmap(second_nearest, in_axes=(0, None)))
     x = jax.ShapeDtypeStruct((BIG,), jnp.float32)
     [program] = memory_of_call(nearest_v, (x, x), call="nearest_v(x, x)").programs
-    best = program.offered[0]
-    assert best.kind == "chunk" and best.fits and best.peak_after <= program.peak_bytes / 8 + (1 << 24)
-    assert best.code == f"jax.lax.map(lambda m: second_nearest(m, x), x, batch_size={BIG // 8})"
+    [chunks] = [w for w in program.offered if w.kind == "chunk"]
+    assert chunks.peak_after <= program.peak_bytes / 8 + (1 << 24)
+    assert chunks.code == f"jax.lax.map(lambda m: second_nearest(m, x), x, batch_size={BIG // 8})"
+    # Its 8 GiB fits when the host has that much free (a quiet machine): then it is offered first. Under load
+    # a smaller input, halved until it fits, comes first - what fits is ranked by the memory free right then.
+    if chunks.fits:
+        assert program.offered[0] is chunks
+    else:
+        assert program.offered[0].fits or not any(w.fits for w in program.offered)
 
 
 # -- real out-of-memory errors ---------------------------------------------------------------------------
