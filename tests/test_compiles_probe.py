@@ -27,12 +27,12 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.compiles import CompileBudgetExceeded
+from jaxmagic.probes._compiles import CompileBudgetExceeded
 from jaxmagic.render import static_bundle
 
 # the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
-compiles_module = importlib.import_module("jaxmagic.probes.compiles")
-limits_module = importlib.import_module("jaxmagic.probes.compiles.limits")
+compiles_module = importlib.import_module("jaxmagic.probes._compiles")
+limits_module = importlib.import_module("jaxmagic.probes._compiles.limits")
 
 
 def test_static_argument_value_change_is_named_with_its_values():

@@ -103,7 +103,7 @@ def test_the_doctor_gives_the_same_tried_fix():
 
 
 def _explained(function, *args):
-    from jaxmagic.probes.explain import explain
+    from jaxmagic.probes._explain import explain
 
     try:
         function(*args)

@@ -189,7 +189,7 @@ class CellMagics(MagicRunner):
         and what to look at next. With each program's memory_analysis().
         """
         __tracebackhide__ = True
-        from jaxmagic.probes.profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see above)
+        from jaxmagic.probes._profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see above)
 
         args = self._parse(self.jax_profile, line)
         with self._options_checked(self.jax_profile):

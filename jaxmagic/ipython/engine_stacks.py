@@ -2,7 +2,7 @@
 
 Only on an engine: the kernel is ipyparallel's (``IPythonParallelKernel``, with an
 ``engine_id``). The user's own kernel's signal handling is never changed. See
-``probes/gather/stack_dump.py`` for the signal, the file and why.
+``probes/_gather/stack_dump.py`` for the signal, the file and why.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def install(ipython) -> None:
     if number is None:
         return
     # deferred: the probes are imported on first use (%load_ext stays light), and only on an engine
-    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
+    from jaxmagic.probes._gather.stack_dump import listen_for_stack_requests
 
     try:
         listen_for_stack_requests(number)
@@ -33,6 +33,6 @@ def install(ipython) -> None:
 def uninstall(ipython) -> None:
     if engine_id(ipython) is None:
         return
-    from jaxmagic.probes.gather.stack_dump import stop_listening  # deferred: see install
+    from jaxmagic.probes._gather.stack_dump import stop_listening  # deferred: see install
 
     stop_listening()

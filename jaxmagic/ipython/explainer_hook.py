@@ -61,7 +61,7 @@ class ExplainerHook:
     def _explain(self, error: BaseException) -> None:
         try:
             # deferred: the probes (and JAX) are imported when an error is explained, not at %load_ext
-            from jaxmagic.probes.explain import already_explained, explain_any
+            from jaxmagic.probes._explain import already_explained, explain_any
 
             if already_explained(error):
                 return

@@ -1,6 +1,6 @@
 """``%jax_watch`` as IPython ``pre_run_cell`` / ``post_run_cell`` callbacks.
 
-Each top-level cell of the main thread is watched (``probes.watch.Watch``)
+Each top-level cell of the main thread is watched (``probes._watch.Watch``)
 from ``pre_run_cell`` to ``post_run_cell``; post_run_cell runs after an
 error or an interrupt too, so nothing stays switched on. Cells that use one of
 jaxmagic's own magics are not watched (a cell magic's report covers its cell,

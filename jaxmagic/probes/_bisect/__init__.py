@@ -58,8 +58,8 @@ again), ``pytree_boundary`` (dict order, custom nodes, argument dtypes),
 first operation where two traces differ).
 """
 
-from jaxmagic.probes.bisect.probe import bisect, bisect_of_call, run_call
-from jaxmagic.probes.bisect.report import (
+from jaxmagic.probes._bisect.probe import bisect, bisect_of_call, run_call
+from jaxmagic.probes._bisect.report import (
     NEXT_STEPS,
     STAGES,
     VERDICTS,

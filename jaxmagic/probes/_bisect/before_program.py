@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from jaxmagic.probes._bisect.bisected_call import BisectedCall
+from jaxmagic.probes._bisect.pytree_boundary import dtype_stage, pytree_stage
+from jaxmagic.probes._bisect.report import BeforeProgram, short_number
+from jaxmagic.probes._bisect.trace_time import nondeterministic_stage, stale_stage
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes.bisect.bisected_call import BisectedCall
-from jaxmagic.probes.bisect.pytree_boundary import dtype_stage, pytree_stage
-from jaxmagic.probes.bisect.report import BeforeProgram, short_number
-from jaxmagic.probes.bisect.trace_time import nondeterministic_stage, stale_stage
 
 
 def before_program(fn: Callable, args: tuple, kwargs: dict, **checks: Any) -> BeforeProgram:

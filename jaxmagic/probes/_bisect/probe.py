@@ -14,12 +14,12 @@ import numpy as np
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._bisect.before_program import before_program
+from jaxmagic.probes._bisect.bisected_call import python_function
+from jaxmagic.probes._bisect.pytree_boundary import in_order_of
+from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
+from jaxmagic.probes._hlo import captured_constants_of_call
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.bisect.before_program import before_program
-from jaxmagic.probes.bisect.bisected_call import python_function
-from jaxmagic.probes.bisect.pytree_boundary import in_order_of
-from jaxmagic.probes.bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
-from jaxmagic.probes.hlo import captured_constants_of_call
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
 

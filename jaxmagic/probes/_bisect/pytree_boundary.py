@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._bisect.bisected_call import BisectedCall
+from jaxmagic.probes._bisect.function_source import iterating_lines, loop_holds, reading_lines
+from jaxmagic.probes._bisect.program_difference import first_difference
+from jaxmagic.probes._bisect.report import BeforeProgram, ReorderedDict, short_number
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes.bisect.bisected_call import BisectedCall
-from jaxmagic.probes.bisect.function_source import iterating_lines, loop_holds, reading_lines
-from jaxmagic.probes.bisect.program_difference import first_difference
-from jaxmagic.probes.bisect.report import BeforeProgram, ReorderedDict, short_number
 from jaxmagic.report.provenance import Provenance
 
 

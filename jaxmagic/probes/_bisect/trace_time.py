@@ -14,11 +14,11 @@ import random
 import numpy as np
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._bisect.bisected_call import BisectedCall
+from jaxmagic.probes._bisect.function_source import names_on, nondeterministic_lines, outer_names_on
+from jaxmagic.probes._bisect.program_difference import first_difference
+from jaxmagic.probes._bisect.report import BeforeProgram, short_number
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes.bisect.bisected_call import BisectedCall
-from jaxmagic.probes.bisect.function_source import names_on, nondeterministic_lines, outer_names_on
-from jaxmagic.probes.bisect.program_difference import first_difference
-from jaxmagic.probes.bisect.report import BeforeProgram, short_number
 from jaxmagic.report.provenance import Provenance
 
 

@@ -42,14 +42,14 @@ loops unrolled, constants), ``slow_programs`` (which compilations to examine, ke
 why) and ``cost_sections`` (their concerns, headline, sections and the findings the doctor and watch tell).
 """
 
-from jaxmagic.probes.compiles.causes import classify
-from jaxmagic.probes.compiles.collector import (
+from jaxmagic.probes._compiles.causes import classify
+from jaxmagic.probes._compiles.collector import (
     EVENT_BACKEND_COMPILE,
     EVENT_LOWER,
     EVENT_TRACE,
 )
-from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
-from jaxmagic.probes.compiles.limits import (
+from jaxmagic.probes._compiles.function_state import CompileHistory, FunctionState
+from jaxmagic.probes._compiles.limits import (
     CHANGES_KEPT,
     DETAILS_PER_FUNCTION,
     DETAILS_TOTAL,
@@ -57,8 +57,8 @@ from jaxmagic.probes.compiles.limits import (
     LOG_LINE_CHARS,
     STATIC_VALUES_KEPT,
 )
-from jaxmagic.probes.compiles.probe import CONFIG_NAMES, compiles
-from jaxmagic.probes.compiles.report import (
+from jaxmagic.probes._compiles.probe import CONFIG_NAMES, compiles
+from jaxmagic.probes._compiles.report import (
     CAUSE_TITLES,
     FIXES,
     Compilation,
@@ -66,9 +66,9 @@ from jaxmagic.probes.compiles.report import (
     CompileReport,
     FunctionCompiles,
 )
-from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
-from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES
-from jaxmagic.probes.compiles.why_again import RecompileCause, budget_magic, why_compiled_again
+from jaxmagic.probes._compiles.stack import CallInfo, StaticValue, static_value
+from jaxmagic.probes._compiles.static_fixes import STATIC_FIXES
+from jaxmagic.probes._compiles.why_again import RecompileCause, budget_magic, why_compiled_again
 
 __all__ = [
     "CAUSE_TITLES",

@@ -18,10 +18,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from jaxmagic.probes._compiles.report import FunctionCompiles
+from jaxmagic.probes._compiles.static_fixes import why_it_stays_static
+from jaxmagic.probes._compiles.static_trial import TRIAL_SECONDS
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.static_fixes import why_it_stays_static
-from jaxmagic.probes.compiles.static_trial import TRIAL_SECONDS
 
 UNTRIED_MARK = "(A suggestion: not tried on your code.)"  # baked_fix's last sentence, replaced by the trial's
 CLOSURE_UNTRIED = (

@@ -15,13 +15,18 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
-from jaxmagic.probes.compiles import limits
-from jaxmagic.probes.compiles.cause import Cause
-from jaxmagic.probes.compiles.function_state import FunctionState
-from jaxmagic.probes.compiles.identity_causes import function_rebuilt, metadata_cause, rebuilt_cause, same_metadata_text
-from jaxmagic.probes.compiles.leaf_causes import leaf_cause, unseen_change
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.stack import CallInfo, StaticValue
+from jaxmagic.probes._compiles import limits
+from jaxmagic.probes._compiles.cause import Cause
+from jaxmagic.probes._compiles.function_state import FunctionState
+from jaxmagic.probes._compiles.identity_causes import (
+    function_rebuilt,
+    metadata_cause,
+    rebuilt_cause,
+    same_metadata_text,
+)
+from jaxmagic.probes._compiles.leaf_causes import leaf_cause, unseen_change
+from jaxmagic.probes._compiles.report import FunctionCompiles
+from jaxmagic.probes._compiles.stack import CallInfo, StaticValue
 
 
 def classify(

@@ -19,30 +19,30 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compile
-from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.wrapped import jax_dirs, library_of
-from jaxmagic.probes.compiles import limits
-from jaxmagic.probes.compiles.baked_trial import say_baked_untried, try_baked_fix
-from jaxmagic.probes.compiles.cache_misses import CacheMisses
-from jaxmagic.probes.compiles.causes import classify
-from jaxmagic.probes.compiles.donations import KEPT as DONATIONS_KEPT
-from jaxmagic.probes.compiles.donations import unread_donations
-from jaxmagic.probes.compiles.field_trial import say_field_untried, try_field_fix
-from jaxmagic.probes.compiles.function_state import CompileHistory, FunctionState
-from jaxmagic.probes.compiles.program_size import ProgramSize
-from jaxmagic.probes.compiles.report import Compilation, CompileReport, FunctionCompiles
-from jaxmagic.probes.compiles.slow_programs import SlowPrograms
-from jaxmagic.probes.compiles.stack import (
+from jaxmagic.probes._compiles import limits
+from jaxmagic.probes._compiles.baked_trial import say_baked_untried, try_baked_fix
+from jaxmagic.probes._compiles.cache_misses import CacheMisses
+from jaxmagic.probes._compiles.causes import classify
+from jaxmagic.probes._compiles.donations import KEPT as DONATIONS_KEPT
+from jaxmagic.probes._compiles.donations import unread_donations
+from jaxmagic.probes._compiles.field_trial import say_field_untried, try_field_fix
+from jaxmagic.probes._compiles.function_state import CompileHistory, FunctionState
+from jaxmagic.probes._compiles.program_size import ProgramSize
+from jaxmagic.probes._compiles.report import Compilation, CompileReport, FunctionCompiles
+from jaxmagic.probes._compiles.slow_programs import SlowPrograms
+from jaxmagic.probes._compiles.stack import (
     TRANSFORMATION_RULES,
     CallInfo,
     StaticValue,
     read_jit_frame,
     read_transformed_program,
 )
-from jaxmagic.probes.compiles.stale_globals import stale_globals
-from jaxmagic.probes.compiles.static_trial import say_untried, try_static_fix
-from jaxmagic.probes.compiles.user_arguments import read_user_arguments, user_paths
-from jaxmagic.probes.compiles.why_again import why_compiled_again
+from jaxmagic.probes._compiles.stale_globals import stale_globals
+from jaxmagic.probes._compiles.static_trial import say_untried, try_static_fix
+from jaxmagic.probes._compiles.user_arguments import read_user_arguments, user_paths
+from jaxmagic.probes._compiles.why_again import why_compiled_again
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.wrapped import jax_dirs, library_of
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 

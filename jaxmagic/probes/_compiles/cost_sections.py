@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxmagic.probes.compiles.cache_misses import CacheMiss
-from jaxmagic.probes.compiles.donations import UnusableDonation
-from jaxmagic.probes.compiles.program_size import CONSTANT_BYTES, ProgramSize
-from jaxmagic.probes.compiles.stale_globals import StaleGlobal
+from jaxmagic.probes._compiles.cache_misses import CacheMiss
+from jaxmagic.probes._compiles.donations import UnusableDonation
+from jaxmagic.probes._compiles.program_size import CONSTANT_BYTES, ProgramSize
+from jaxmagic.probes._compiles.stale_globals import StaleGlobal
 from jaxmagic.report import Concern, SourceLine, act, note
 from jaxmagic.report.document import Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

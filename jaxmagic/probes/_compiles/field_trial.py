@@ -16,10 +16,10 @@ import copy
 import re
 from typing import Any
 
+from jaxmagic.probes._compiles.report import FunctionCompiles
+from jaxmagic.probes._compiles.static_fixes import why_it_stays_static
+from jaxmagic.probes._compiles.static_trial import TRIAL_SECONDS
 from jaxmagic.probes._support.fixes.traced_trial import decided_in_python, trace_with, traced_scalar
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.static_fixes import why_it_stays_static
-from jaxmagic.probes.compiles.static_trial import TRIAL_SECONDS
 
 NUMBER_TYPES = ("int", "float", "bool")  # a static field of these types can be made an array
 _STEP = re.compile(r"\.(?P<attr>\w+)|\[(?P<index>\d+)\]|\[(?P<key>'[^']*'|\"[^\"]*\")\]")

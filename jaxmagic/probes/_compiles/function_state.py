@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.stack import StaticValue
+from jaxmagic.probes._compiles.report import FunctionCompiles
+from jaxmagic.probes._compiles.stack import StaticValue
 
 
 @dataclasses.dataclass

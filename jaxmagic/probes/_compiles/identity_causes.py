@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.probes.compiles import limits
-from jaxmagic.probes.compiles.baked import baked_changes
-from jaxmagic.probes.compiles.cause import Cause
-from jaxmagic.probes.compiles.field_trial import NUMBER_TYPES
-from jaxmagic.probes.compiles.function_state import FunctionState
-from jaxmagic.probes.compiles.metadata import MetaChange, metadata_changes
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.stack import CallInfo
-from jaxmagic.probes.compiles.why_again import baked_fix
-from jaxmagic.probes.compiles.wording import line_text
+from jaxmagic.probes._compiles import limits
+from jaxmagic.probes._compiles.baked import baked_changes
+from jaxmagic.probes._compiles.cause import Cause
+from jaxmagic.probes._compiles.field_trial import NUMBER_TYPES
+from jaxmagic.probes._compiles.function_state import FunctionState
+from jaxmagic.probes._compiles.metadata import MetaChange, metadata_changes
+from jaxmagic.probes._compiles.report import FunctionCompiles
+from jaxmagic.probes._compiles.stack import CallInfo
+from jaxmagic.probes._compiles.why_again import baked_fix
+from jaxmagic.probes._compiles.wording import line_text
 from jaxmagic.report.source import is_user_file, source_line
 
 _METADATA = re.compile(

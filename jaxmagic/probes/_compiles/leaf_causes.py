@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from jaxmagic.probes.compiles import limits
-from jaxmagic.probes.compiles.cause import Cause
-from jaxmagic.probes.compiles.report import FunctionCompiles
-from jaxmagic.probes.compiles.stack import CallInfo
-from jaxmagic.probes.compiles.user_arguments import LeafValue
+from jaxmagic.probes._compiles import limits
+from jaxmagic.probes._compiles.cause import Cause
+from jaxmagic.probes._compiles.report import FunctionCompiles
+from jaxmagic.probes._compiles.stack import CallInfo
+from jaxmagic.probes._compiles.user_arguments import LeafValue
 
 
 def leaf_cause(

@@ -7,13 +7,13 @@ import time
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._compiles.collector import Collector
+from jaxmagic.probes._compiles.donations import DonationWarnings
+from jaxmagic.probes._compiles.function_state import CompileHistory
+from jaxmagic.probes._compiles.logs import compile_logs_captured
+from jaxmagic.probes._compiles.report import CompileReport
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.compiles.collector import Collector
-from jaxmagic.probes.compiles.donations import DonationWarnings
-from jaxmagic.probes.compiles.function_state import CompileHistory
-from jaxmagic.probes.compiles.logs import compile_logs_captured
-from jaxmagic.probes.compiles.report import CompileReport
 from jaxmagic.report.wording import counted, error_line
 
 CONFIG_NAMES = ("jax_log_compiles", "jax_explain_cache_misses")

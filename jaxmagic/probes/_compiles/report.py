@@ -11,16 +11,16 @@ import re
 from typing import Any
 
 from jaxmagic._jax.compile_log import bare_name
+from jaxmagic.probes._compiles import limits
+from jaxmagic.probes._compiles.cache_misses import CacheMiss
+from jaxmagic.probes._compiles.cause_words import CAUSE_TITLES, FIXES
+from jaxmagic.probes._compiles.cost_sections import cost_concerns, cost_fix, cost_headline, cost_sections
+from jaxmagic.probes._compiles.donations import UnusableDonation
+from jaxmagic.probes._compiles.program_size import ProgramSize
+from jaxmagic.probes._compiles.stale_globals import StaleGlobal
+from jaxmagic.probes._compiles.static_fixes import STATIC_FIXES, number_fix_tried
+from jaxmagic.probes._compiles.wording import cause_priority, line_text, stage_times, value_sequence
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.compiles import limits
-from jaxmagic.probes.compiles.cache_misses import CacheMiss
-from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES, FIXES
-from jaxmagic.probes.compiles.cost_sections import cost_concerns, cost_fix, cost_headline, cost_sections
-from jaxmagic.probes.compiles.donations import UnusableDonation
-from jaxmagic.probes.compiles.program_size import ProgramSize
-from jaxmagic.probes.compiles.stale_globals import StaleGlobal
-from jaxmagic.probes.compiles.static_fixes import STATIC_FIXES, number_fix_tried
-from jaxmagic.probes.compiles.wording import cause_priority, line_text, stage_times, value_sequence
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

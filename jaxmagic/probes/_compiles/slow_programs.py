@@ -14,8 +14,8 @@ from typing import Any
 
 from jaxmagic._jax.compile_frames import program_compiling
 from jaxmagic._jax.constants_as_arguments import lowered_without_constants
-from jaxmagic.probes.compiles.cost_sections import SLOW_FLOOR, SLOW_SECONDS, SLOW_SHARE, is_slow
-from jaxmagic.probes.compiles.program_size import CONSTANT_BYTES, ProgramSize, measure
+from jaxmagic.probes._compiles.cost_sections import SLOW_FLOOR, SLOW_SECONDS, SLOW_SHARE, is_slow
+from jaxmagic.probes._compiles.program_size import CONSTANT_BYTES, ProgramSize, measure
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line, format_bytes

@@ -13,7 +13,7 @@ import dataclasses
 import weakref
 from typing import Any
 
-from jaxmagic.probes.compiles.baked import BakedValue, baked_values
+from jaxmagic.probes._compiles.baked import BakedValue, baked_values
 from jaxmagic.report import SourceLine
 
 GLOBAL_READ = "a global read by"  # the mark baked.py gives a value read as a global (BakedValue.held_by)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from jaxmagic.probes._support.fixes.traced_trial import decided_in_python
 
 if TYPE_CHECKING:
-    from jaxmagic.probes.compiles.report import FunctionCompiles
+    from jaxmagic.probes._compiles.report import FunctionCompiles
 
 # The fix for a static argument, by the kind of its values (``StaticValue.kind``).
 STATIC_FIXES = {

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jaxmagic.probes._compiles.report import FunctionCompiles
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
-from jaxmagic.probes.compiles.report import FunctionCompiles
 
 TRIAL_SECONDS = 2.0  # the longest trace of the user's function jaxmagic repeats to try a fix
 

@@ -17,11 +17,11 @@ import types
 import weakref
 from typing import Any
 
+from jaxmagic.probes._compiles.metadata import pytree_metadata
+from jaxmagic.probes._compiles.stack import CallInfo, StaticValue, static_value
 from jaxmagic.probes._support import call_names
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arrays
 from jaxmagic.probes._support.wrapped import HeldFunction, entry_arguments
-from jaxmagic.probes.compiles.metadata import pytree_metadata
-from jaxmagic.probes.compiles.stack import CallInfo, StaticValue, static_value
 from jaxmagic.report.wording import short_dtype
 
 MAX_LEAVES = 2_000  # leaves of the user's arguments recorded per compilation

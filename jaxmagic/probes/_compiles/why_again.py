@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from jaxmagic.probes.compiles.baked_trial import CLOSURE_UNTRIED, UNTRIED_MARK
-from jaxmagic.probes.compiles.cause_words import CAUSE_TITLES
+from jaxmagic.probes._compiles.baked_trial import CLOSURE_UNTRIED, UNTRIED_MARK
+from jaxmagic.probes._compiles.cause_words import CAUSE_TITLES
 
 if TYPE_CHECKING:  # the types only: causes.py and the collector pass them in
-    from jaxmagic.probes.compiles.report import FunctionCompiles
-    from jaxmagic.probes.compiles.stack import CallInfo
+    from jaxmagic.probes._compiles.report import FunctionCompiles
+    from jaxmagic.probes._compiles.stack import CallInfo
 
 
 def budget_magic(function: str) -> str:

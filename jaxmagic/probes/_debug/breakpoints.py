@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 from jaxmagic._jax.debugger_backends import BreakFrame, batch_elements_told, batch_position, breakpoint_backend
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._debug.report import FrameView, values_table
+from jaxmagic.probes._debug.values import summarize
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.debug.report import FrameView, values_table
-from jaxmagic.probes.debug.values import summarize
 from jaxmagic.report import Concern, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section
 from jaxmagic.report.source import enclosing_function, is_jaxmagic_file, is_user_file, source_line

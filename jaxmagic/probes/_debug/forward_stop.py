@@ -25,9 +25,9 @@ import numpy as np
 
 from jaxmagic._jax.compat import transformed_function
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced
+from jaxmagic.probes._debug.stepping import Step, SteppingLog, all_finite, where
 from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.producer import search
-from jaxmagic.probes.debug.stepping import Step, SteppingLog, all_finite, where
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_line
 

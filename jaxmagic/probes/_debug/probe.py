@@ -23,12 +23,12 @@ import re
 import types
 from types import TracebackType
 
+from jaxmagic.probes._debug.forward_stop import forward_line_of_nan, stop_before
+from jaxmagic.probes._debug.report import DebugReport, FrameView, StepView
+from jaxmagic.probes._debug.stepping import SteppingLog, run_call
+from jaxmagic.probes._debug.values import frame_values, host_copy, summarize, tree_leaves
+from jaxmagic.probes._nans import explain_call, offered_fix
 from jaxmagic.probes._support.nan.failing_call import FailingCall, failing_calls
-from jaxmagic.probes.debug.forward_stop import forward_line_of_nan, stop_before
-from jaxmagic.probes.debug.report import DebugReport, FrameView, StepView
-from jaxmagic.probes.debug.stepping import SteppingLog, run_call
-from jaxmagic.probes.debug.values import frame_values, host_copy, summarize, tree_leaves
-from jaxmagic.probes.nans import explain_call, offered_fix
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of, runs_a_cell_magic
 from jaxmagic.report.wording import error_line, message_of

@@ -41,9 +41,8 @@ silent logic bugs such as a random key that never changes.
 
 from __future__ import annotations
 
-from jaxmagic.probes._support.host_arguments import HostArgumentUse as HostArgument
-from jaxmagic.probes.doctor.measure import doctor
-from jaxmagic.probes.doctor.report import (
+from jaxmagic.probes._doctor.measure import doctor
+from jaxmagic.probes._doctor.report import (
     AREAS,
     LIVE_PILE_UP,
     ORDER_OF_ATTACK,
@@ -53,8 +52,9 @@ from jaxmagic.probes.doctor.report import (
     Finding,
     rank_findings,
 )
-from jaxmagic.probes.nans.sighting import explain_nan_sighting
-from jaxmagic.probes.transfers.report import REPEATED_TRANSFERS
+from jaxmagic.probes._nans.sighting import explain_nan_sighting
+from jaxmagic.probes._support.host_arguments import HostArgumentUse as HostArgument
+from jaxmagic.probes._transfers.report import REPEATED_TRANSFERS
 
 __all__ = [
     "AREAS",

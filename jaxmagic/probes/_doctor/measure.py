@@ -14,26 +14,26 @@ from collections.abc import Iterator
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
-from jaxmagic.probes._support import progress
-from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.explained import mark_explained
-from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
-from jaxmagic.probes._support.nan.nonfinite import bindings, nonfinite_rebound
-from jaxmagic.probes._support.nan.watch import NanWatch
-from jaxmagic.probes.compiles import compiles
-from jaxmagic.probes.doctor.report import (
+from jaxmagic.probes._compiles import compiles
+from jaxmagic.probes._doctor.report import (
     LIVE_PILE_UP,
     PROBES,
     RETRACE_TOKEN,
     DoctorReport,
     rank_findings,
 )
-from jaxmagic.probes.keys import keys
-from jaxmagic.probes.leaks import leaks
-from jaxmagic.probes.live import live
-from jaxmagic.probes.memory import explain_out_of_memory, is_out_of_memory
-from jaxmagic.probes.nans.sighting import explain_nan_sighting
-from jaxmagic.probes.transfers import transfers
+from jaxmagic.probes._keys import keys
+from jaxmagic.probes._leaks import leaks
+from jaxmagic.probes._live import live
+from jaxmagic.probes._memory import explain_out_of_memory, is_out_of_memory
+from jaxmagic.probes._nans.sighting import explain_nan_sighting
+from jaxmagic.probes._support import progress
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.explained import mark_explained
+from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
+from jaxmagic.probes._support.nan.nonfinite import bindings, nonfinite_rebound
+from jaxmagic.probes._support.nan.watch import NanWatch
+from jaxmagic.probes._transfers import transfers
 from jaxmagic.report.wording import error_line
 
 

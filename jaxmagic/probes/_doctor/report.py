@@ -1,6 +1,6 @@
 """The doctor's report: its findings, ranked in the order to fix them, their wording and ``document()``.
 
-What the probes measured (``jaxmagic.probes.doctor.measure``) becomes one
+What the probes measured (``jaxmagic.probes._doctor.measure``) becomes one
 Finding per area here; ``rank_findings`` orders them (the order of attack in
 ``jaxmagic.probes.doctor``'s docstring).
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from jaxmagic.probes._compiles import RecompileCause, budget_magic, why_compiled_again
+from jaxmagic.probes._compiles.cost_sections import cost_findings, is_big
+from jaxmagic.probes._compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
+from jaxmagic.probes._keys import key_findings
+from jaxmagic.probes._memory.report import out_of_memory_finding
+from jaxmagic.probes._nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.compiles import RecompileCause, budget_magic, why_compiled_again
-from jaxmagic.probes.compiles.cost_sections import cost_findings, is_big
-from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
-from jaxmagic.probes.keys import key_findings
-from jaxmagic.probes.memory.report import out_of_memory_finding
-from jaxmagic.probes.nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
-from jaxmagic.probes.transfers.report import repeated_copies
+from jaxmagic.probes._transfers.report import repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, fits_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks

@@ -30,11 +30,11 @@ the fix for its kind, tried on the value as JAX wrote it). A tracer
 kept past its trace is explained by the leak probe (``probes.leaks``).
 """
 
+from jaxmagic.probes._explain.kinds import KINDS, ErrorKind, classify
+from jaxmagic.probes._explain.probe import explain, explain_any, explain_or_say_why
+from jaxmagic.probes._explain.program_fixes import static_expression
+from jaxmagic.probes._explain.report import TracedName, TracerErrorReport, UnexplainedErrorReport
 from jaxmagic.probes._support.explained import already_explained
-from jaxmagic.probes.explain.kinds import KINDS, ErrorKind, classify
-from jaxmagic.probes.explain.probe import explain, explain_any, explain_or_say_why
-from jaxmagic.probes.explain.program_fixes import static_expression
-from jaxmagic.probes.explain.report import TracedName, TracerErrorReport, UnexplainedErrorReport
 
 __all__ = [
     "KINDS",

@@ -7,11 +7,11 @@ import dataclasses
 import keyword
 import re
 
-from jaxmagic.probes._support.fixes.fitters import fit
+from jaxmagic.probes._explain.kinds import ErrorKind
+from jaxmagic.probes._explain.line_fixes.fitters import fit
+from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.fixes.line_code import Resolve, read_line
-from jaxmagic.probes.explain.kinds import ErrorKind
-from jaxmagic.probes.explain.report import TracerErrorReport
 
 
 def fixes_for(kind: ErrorKind, report: TracerErrorReport, resolve: Resolve = lambda name: None) -> list[Fix]:

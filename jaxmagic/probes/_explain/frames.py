@@ -10,9 +10,9 @@ import sys
 import types
 from typing import Any
 
+from jaxmagic.probes._explain.report import TracedName
 from jaxmagic.probes._support.fixes.line_code import Resolve
 from jaxmagic.probes._support.tracers import text
-from jaxmagic.probes.explain.report import TracedName
 from jaxmagic.report.source import is_user_file
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from jaxmagic.probes._explain.frames import tracers_on_failing_line
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.tracers import text
-from jaxmagic.probes.explain.frames import tracers_on_failing_line
 from jaxmagic.report.wording import message_of
 
 

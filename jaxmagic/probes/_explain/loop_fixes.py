@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from jaxmagic._jax.loop_call import loop_call
 from jaxmagic._jax.transform_stack import Transformation
+from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.fixes.traced_trial import carried_leaf, trace_body_with_constant
-from jaxmagic.probes.explain.report import TracerErrorReport
 
 LOOPS = ("scan", "fori_loop", "while_loop")
 _RAN = " (jaxmagic traced your loop body once more to try it; its output while tracing was not shown)"

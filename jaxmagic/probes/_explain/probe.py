@@ -15,26 +15,26 @@ import sys
 import types
 
 from jaxmagic._jax.transform_stack import Transformation, stack_at_raise, transformations
-from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.fixes.leak_fixes import leak_fixes
-from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.tracers import origin as tracer_origin
-from jaxmagic.probes._support.tracers import text
-from jaxmagic.probes.explain.fixes import fixes_for
-from jaxmagic.probes.explain.frames import (
+from jaxmagic.probes._explain.fixes import fixes_for
+from jaxmagic.probes._explain.frames import (
     innermost_user_frame,
     lambda_body,
     parameter_names,
     resolver,
     tracers_on_failing_line,
 )
-from jaxmagic.probes.explain.kinds import KINDS, classify
-from jaxmagic.probes.explain.non_array import explain_non_array_argument, is_non_array_argument
-from jaxmagic.probes.explain.program_fixes import fit_static_fixes
-from jaxmagic.probes.explain.report import TracerErrorReport, UnexplainedErrorReport
-from jaxmagic.probes.explain.unhashable_static import explain_unhashable_static, is_unhashable_static
-from jaxmagic.probes.leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
-from jaxmagic.probes.memory import explain_out_of_memory, is_out_of_memory
+from jaxmagic.probes._explain.kinds import KINDS, classify
+from jaxmagic.probes._explain.non_array import explain_non_array_argument, is_non_array_argument
+from jaxmagic.probes._explain.program_fixes import fit_static_fixes
+from jaxmagic.probes._explain.report import TracerErrorReport, UnexplainedErrorReport
+from jaxmagic.probes._explain.unhashable_static import explain_unhashable_static, is_unhashable_static
+from jaxmagic.probes._leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
+from jaxmagic.probes._memory import explain_out_of_memory, is_out_of_memory
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.fixes.leak_fixes import leak_fixes
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes._support.tracers import origin as tracer_origin
+from jaxmagic.probes._support.tracers import text
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of

@@ -17,20 +17,20 @@ import types
 from collections.abc import Callable
 
 from jaxmagic._jax.transform_stack import Transformation, jit_call, jit_caller
-from jaxmagic.probes._support.fixes import trial as fix_trial
-from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.fixes.library_static import (
+from jaxmagic.probes._explain.branch_fixes import branch_operand_fix
+from jaxmagic.probes._explain.fixes import NEW_PARAMETER
+from jaxmagic.probes._explain.frames import innermost_user_frame
+from jaxmagic.probes._explain.kinds import classify
+from jaxmagic.probes._explain.library_static import (
     callable_static_fix,
     library_jit_call,
     library_static_fix,
 )
+from jaxmagic.probes._explain.line_fixes import trial as fix_trial
+from jaxmagic.probes._explain.loop_fixes import carried_value_fix
+from jaxmagic.probes._explain.report import TracerErrorReport
+from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.tracers import text
-from jaxmagic.probes.explain.branch_fixes import branch_operand_fix
-from jaxmagic.probes.explain.fixes import NEW_PARAMETER
-from jaxmagic.probes.explain.frames import innermost_user_frame
-from jaxmagic.probes.explain.kinds import classify
-from jaxmagic.probes.explain.loop_fixes import carried_value_fix
-from jaxmagic.probes.explain.report import TracerErrorReport
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line
 

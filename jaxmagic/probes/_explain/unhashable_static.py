@@ -21,10 +21,10 @@ import sys
 import types
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._explain.frames import innermost_user_frame
+from jaxmagic.probes._explain.unhashable_static_report import UnhashableStaticReport
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
-from jaxmagic.probes.explain.frames import innermost_user_frame
-from jaxmagic.probes.explain.unhashable_static_report import UnhashableStaticReport
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import message_of
 

@@ -8,8 +8,8 @@ answer is: ``stack_dump`` (the engine's side: its stack on a signal), ``stacks``
 (asking for it and reading it), ``hangs`` (the finding: who runs Python, who waits).
 """
 
-from jaxmagic.probes.gather.merge import engine_entry, entry_of, gather, gather_from_engines, merge
-from jaxmagic.probes.gather.report import GatherFinding, GatherReport, ProcessEntry
+from jaxmagic.probes._gather.merge import engine_entry, entry_of, gather, gather_from_engines, merge
+from jaxmagic.probes._gather.report import GatherFinding, GatherReport, ProcessEntry
 
 __all__ = [
     "GatherFinding",

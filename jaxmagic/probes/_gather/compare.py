@@ -27,10 +27,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic.probes.gather.hangs import not_finished, without_report
-from jaxmagic.probes.gather.programs import joined, program_differences
-from jaxmagic.probes.gather.ranges import grouped, who
-from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
+from jaxmagic.probes._gather.hangs import not_finished, without_report
+from jaxmagic.probes._gather.programs import joined, program_differences
+from jaxmagic.probes._gather.ranges import grouped, who
+from jaxmagic.probes._gather.report import GatherFinding, ProcessEntry
 
 Dict = dict[str, Any]
 

@@ -10,9 +10,9 @@ collective some never join: another program on some, or a process that left).
 
 from __future__ import annotations
 
-from jaxmagic.probes.gather.ranges import grouped, who
-from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
-from jaxmagic.probes.gather.stacks import user_stack_text
+from jaxmagic.probes._gather.ranges import grouped, who
+from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
+from jaxmagic.probes._gather.stacks import user_stack_text
 
 
 def not_finished(entries: list[ProcessEntry]) -> list[GatherFinding]:

@@ -27,11 +27,11 @@ import socket
 import time
 
 from jaxmagic._jax import distributed_store
-from jaxmagic.probes.gather.compare import differences
-from jaxmagic.probes.gather.engine_exits import EngineExits, engine_left
-from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherReport, ProcessEntry
-from jaxmagic.probes.gather.stacks import dump_stacks
-from jaxmagic.probes.gather.values import values_from_engines, values_through_store
+from jaxmagic.probes._gather.compare import differences
+from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
+from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherReport, ProcessEntry
+from jaxmagic.probes._gather.stacks import dump_stacks
+from jaxmagic.probes._gather.values import values_from_engines, values_through_store
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxmagic._jax.program_prints import op_name
-from jaxmagic.probes.gather.report import GatherFinding, ProcessEntry
+from jaxmagic.probes._gather.report import GatherFinding, ProcessEntry
 
 Dict = dict[str, Any]
 

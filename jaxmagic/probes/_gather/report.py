@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxmagic.probes._gather.ranges import process_ranges
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.gather.ranges import process_ranges
 from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Paragraph, Section, Table
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jaxmagic.probes.gather.stack_dump import INFO_MARK, STACK_SIGNAL, stack_dir
+from jaxmagic.probes._gather.stack_dump import INFO_MARK, STACK_SIGNAL, stack_dir
 from jaxmagic.report.source import code_kind
 from jaxmagic.report.wording import error_line
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat, distributed_store
-from jaxmagic.probes.gather.engine_exits import EngineExits, engine_left
-from jaxmagic.probes.gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
+from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
+from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 

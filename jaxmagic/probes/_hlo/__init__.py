@@ -22,10 +22,10 @@ and captured constants), ``memory`` (memory and cost figures, the sweep);
 ``records`` and ``report`` hold the report, its wording and its document.
 """
 
-from jaxmagic.probes.hlo.captured_values import captured_constants_of_call
-from jaxmagic.probes.hlo.memory import Sweep
-from jaxmagic.probes.hlo.probe import hlo, hlo_of_call, parse_stages, run_call
-from jaxmagic.probes.hlo.records import (
+from jaxmagic.probes._hlo.captured_values import captured_constants_of_call
+from jaxmagic.probes._hlo.memory import Sweep
+from jaxmagic.probes._hlo.probe import hlo, hlo_of_call, parse_stages, run_call
+from jaxmagic.probes._hlo.records import (
     STAGES,
     BakedLiteral,
     CapturedConstant,
@@ -35,7 +35,7 @@ from jaxmagic.probes.hlo.records import (
     ScopeOp,
     SweepPoint,
 )
-from jaxmagic.probes.hlo.report import HloReport
+from jaxmagic.probes._hlo.report import HloReport
 
 __all__ = [
     "hlo",

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 import numpy as np
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._hlo.global_assignment import last_assignment
+from jaxmagic.probes._hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
+from jaxmagic.probes._hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
 from jaxmagic.probes._support.attribution import of_allocation, of_equation, of_numpy_built, root_array
-from jaxmagic.probes._support.global_assignment import last_assignment
-from jaxmagic.probes.hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
-from jaxmagic.probes.hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 

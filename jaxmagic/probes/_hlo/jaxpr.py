@@ -7,8 +7,8 @@ import functools
 import numpy as np
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.hlo.name_paths import NamePath, parse_name
-from jaxmagic.probes.hlo.scopes import StageOp
+from jaxmagic.probes._hlo.name_paths import NamePath, parse_name
+from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import strip_ansi

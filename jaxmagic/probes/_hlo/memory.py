@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxmagic._jax import compat, jittable
-from jaxmagic.probes.hlo.records import MemoryFigures, SweepPoint
+from jaxmagic.probes._hlo.records import MemoryFigures, SweepPoint
 from jaxmagic.report.wording import error_line
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 
+from jaxmagic.probes._hlo.name_paths import parse_name
+from jaxmagic.probes._hlo.scopes import StageOp
+from jaxmagic.probes._hlo.stablehlo import first_user_frame
 from jaxmagic.probes._support.hlo_text import HloInstruction
-from jaxmagic.probes.hlo.name_paths import parse_name
-from jaxmagic.probes.hlo.scopes import StageOp
-from jaxmagic.probes.hlo.stablehlo import first_user_frame
 from jaxmagic.report import SourceLine
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.hlo.records import (
+from jaxmagic.probes._hlo.records import (
     STAGES,
     BakedLiteral,
     CapturedConstant,
@@ -15,6 +14,7 @@ from jaxmagic.probes.hlo.records import (
     ScopeOp,
     SweepPoint,
 )
+from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import provenance_blocks

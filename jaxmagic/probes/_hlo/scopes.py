@@ -8,9 +8,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic.probes.hlo.name_paths import NamePath, find_run, parse_name, scope_path
-from jaxmagic.probes.hlo.records import Kernel, ScopeNode, ScopeOp
-from jaxmagic.probes.hlo.report import HloReport
+from jaxmagic.probes._hlo.name_paths import NamePath, find_run, parse_name, scope_path
+from jaxmagic.probes._hlo.records import Kernel, ScopeNode, ScopeOp
+from jaxmagic.probes._hlo.report import HloReport
 from jaxmagic.report import SourceLine
 
 

@@ -4,8 +4,8 @@ ships (operation locations: name paths and call stacks)."""
 from __future__ import annotations
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.hlo.name_paths import parse_name
-from jaxmagic.probes.hlo.scopes import StageOp
+from jaxmagic.probes._hlo.name_paths import parse_name
+from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
 

@@ -46,11 +46,11 @@ Modules: ``probe`` (``keys()``), ``reuse`` (explaining a ``KeyReuseError``),
 ``%%jax_keys``, the doctor and the watch).
 """
 
-from jaxmagic.probes.keys.draws import MAX_DRAW_LINES
-from jaxmagic.probes.keys.findings import KeyFinding, key_findings
-from jaxmagic.probes.keys.flows import MAX_FLOW_VALUES
-from jaxmagic.probes.keys.probe import CONFIG_NAMES, keys
-from jaxmagic.probes.keys.report import (
+from jaxmagic.probes._keys.draws import MAX_DRAW_LINES
+from jaxmagic.probes._keys.findings import KeyFinding, key_findings
+from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES
+from jaxmagic.probes._keys.probe import CONFIG_NAMES, keys
+from jaxmagic.probes._keys.report import (
     FIX,
     LEGACY_NOTE,
     KeyFlow,
@@ -60,7 +60,7 @@ from jaxmagic.probes.keys.report import (
     RepeatedDraw,
     SharedKeyDraw,
 )
-from jaxmagic.probes.keys.reuse import explain_key_reuse
+from jaxmagic.probes._keys.reuse import explain_key_reuse
 
 __all__ = [
     "CONFIG_NAMES",

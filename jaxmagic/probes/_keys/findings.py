@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from jaxmagic.probes.keys.wording import FIX
+from jaxmagic.probes._keys.wording import FIX
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 
 if TYPE_CHECKING:  # the report imports this module: its types only for annotations
-    from jaxmagic.probes.keys.report import KeyFlow, KeyReport, RepeatedDraw
+    from jaxmagic.probes._keys.report import KeyFlow, KeyReport, RepeatedDraw
 
 LEGACY = " (a legacy uint32 key, followed by its data)"
 

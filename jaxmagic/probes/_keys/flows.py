@@ -11,18 +11,18 @@ from types import FrameType
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, prng_checks
-from jaxmagic.probes._support import attribution, call_names
-from jaxmagic.probes._support.nan.watch import call_site
-from jaxmagic.probes.keys.fixes import shared_key_fix
-from jaxmagic.probes.keys.jit_params import argument_name, function_is_users
-from jaxmagic.probes.keys.library_state import (
+from jaxmagic.probes._keys.fixes import shared_key_fix
+from jaxmagic.probes._keys.jit_params import argument_name, function_is_users
+from jaxmagic.probes._keys.library_state import (
     dropped_update,
     folded_inputs,
     holder_of,
     state_jit_fix,
     tried_under_state_jit,
 )
-from jaxmagic.probes.keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
+from jaxmagic.probes._keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
+from jaxmagic.probes._support import attribution, call_names
+from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report.source import code_kind, line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument

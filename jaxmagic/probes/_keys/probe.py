@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._keys.draws import random_calls_followed
+from jaxmagic.probes._keys.flows import KeyWatch
+from jaxmagic.probes._keys.report import KeyReport, KeyReuse
+from jaxmagic.probes._keys.reuse import explain_key_reuse
 from jaxmagic.probes._support.explained import mark_explained
-from jaxmagic.probes.keys.draws import random_calls_followed
-from jaxmagic.probes.keys.flows import KeyWatch
-from jaxmagic.probes.keys.report import KeyReport, KeyReuse
-from jaxmagic.probes.keys.reuse import explain_key_reuse
 from jaxmagic.report.wording import error_line
 
 CONFIG_NAMES = ("jax_debug_key_reuse",)

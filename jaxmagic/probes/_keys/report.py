@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._keys.findings import key_findings
+from jaxmagic.probes._keys.wording import FIX, LEGACY_NOTE
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.keys.findings import key_findings
-from jaxmagic.probes.keys.wording import FIX, LEGACY_NOTE
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table, split_headline
 from jaxmagic.report.provenance import Provenance, provenance_blocks

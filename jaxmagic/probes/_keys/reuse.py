@@ -7,11 +7,11 @@ import sys
 from types import FrameType
 
 from jaxmagic._jax import prng_checks
+from jaxmagic.probes._keys.draws import handed_over
+from jaxmagic.probes._keys.fixes import same_key_draws_fix, split_off_fix
+from jaxmagic.probes._keys.jit_params import argument_name
+from jaxmagic.probes._keys.report import FIX, KeyReuse
 from jaxmagic.probes._support import attribution, call_names
-from jaxmagic.probes.keys.draws import handed_over
-from jaxmagic.probes.keys.fixes import same_key_draws_fix, split_off_fix
-from jaxmagic.probes.keys.jit_params import argument_name
-from jaxmagic.probes.keys.report import FIX, KeyReuse
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import (

@@ -25,14 +25,14 @@ UnexpectedTracerError, a tracer kept past its trace; the tracers your variables
 hold), ``report`` (the report, its wording and ``LEAK_FIX``).
 """
 
-from jaxmagic.probes.leaks.explanations import (
+from jaxmagic.probes._leaks.explanations import (
     explain_kept_tracer,
     explain_leak,
     explain_unexpected_tracer,
     held_tracers,
 )
-from jaxmagic.probes.leaks.probe import CONFIG_NAMES, leaks
-from jaxmagic.probes.leaks.report import LEAK_FIX, HeldTracer, LeakedTracer, LeakReport, UnexpectedTracer
+from jaxmagic.probes._leaks.probe import CONFIG_NAMES, leaks
+from jaxmagic.probes._leaks.report import LEAK_FIX, HeldTracer, LeakedTracer, LeakReport, UnexpectedTracer
 
 __all__ = [
     "CONFIG_NAMES",

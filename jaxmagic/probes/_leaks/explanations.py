@@ -24,11 +24,11 @@ from jaxmagic._jax.transform_stack import (
     transformations,
     unfiltered_traceback,
 )
-from jaxmagic.probes._support.holders.library_records import held_in_library_records
+from jaxmagic.probes._leaks.library_records import held_in_library_records
+from jaxmagic.probes._leaks.report import HeldTracer, LeakedTracer, LeakReport, UnexpectedTracer
 from jaxmagic.probes._support.holders.search import KIND_NAME, find_held, user_roots
 from jaxmagic.probes._support.tracers import origin as tracer_origin
 from jaxmagic.probes._support.tracers import text
-from jaxmagic.probes.leaks.report import HeldTracer, LeakedTracer, LeakReport, UnexpectedTracer
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines

@@ -27,8 +27,8 @@ strings and numbers.
 
 from __future__ import annotations
 
-from jaxmagic.probes.live.measure import live, live_diff
-from jaxmagic.probes.live.report import (
+from jaxmagic.probes._live.measure import live, live_diff
+from jaxmagic.probes._live.report import (
     KIND_ELSEWHERE,
     KIND_JIT_CACHE,
     KIND_RESULT,

@@ -1,7 +1,7 @@
 """The live-array probe's measuring: snapshot ``jax.live_arrays()``, group the arrays, name their holders.
 
 See ``jaxmagic.probes.live`` for what is looked at; the report is
-``jaxmagic.probes.live.report``.
+``jaxmagic.probes._live.report``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxmagic._jax import compat
+from jaxmagic.probes._live.kept_alone import kept_alone
+from jaxmagic.probes._live.report import (
+    CONTAINER_ARRAYS,
+    KIND_ELSEWHERE,
+    KIND_JIT_CACHE,
+    ContainerFinding,
+    DeviceMemory,
+    LiveGroup,
+    LiveReport,
+)
 from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.probes._support.holders.search import (
     KIND_NAME,
@@ -26,16 +36,6 @@ from jaxmagic.probes._support.holders.search import (
     find_holders,
     namespace_roots,
     traceback_roots,
-)
-from jaxmagic.probes.live.kept_alone import kept_alone
-from jaxmagic.probes.live.report import (
-    CONTAINER_ARRAYS,
-    KIND_ELSEWHERE,
-    KIND_JIT_CACHE,
-    ContainerFinding,
-    DeviceMemory,
-    LiveGroup,
-    LiveReport,
 )
 from jaxmagic.report.wording import error_line
 

@@ -1,7 +1,7 @@
 """The live-array probe's report: the groups of live arrays, their holders, its wording and ``document()``.
 
 The measuring - snapshots, grouping, the holder search - is
-``jaxmagic.probes.live.measure``.
+``jaxmagic.probes._live.measure``.
 """
 
 from __future__ import annotations

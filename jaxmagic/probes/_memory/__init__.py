@@ -19,8 +19,8 @@ role), ``ways_down`` (donation, the batch gradient, jax.checkpoint, a smaller in
 read), ``capacity`` (what the device or host can give), ``records`` and ``report``.
 """
 
-from jaxmagic.probes.memory.probe import explain_out_of_memory, held_arrays, is_out_of_memory, memory, memory_of_call
-from jaxmagic.probes.memory.records import (
+from jaxmagic.probes._memory.probe import explain_out_of_memory, held_arrays, is_out_of_memory, memory, memory_of_call
+from jaxmagic.probes._memory.records import (
     ARGUMENT,
     OUTPUT,
     SAVED_FOR_BACKWARD,
@@ -32,7 +32,7 @@ from jaxmagic.probes.memory.records import (
     ProgramMemory,
     WayDown,
 )
-from jaxmagic.probes.memory.report import MemoryReport, OutOfMemoryReport
+from jaxmagic.probes._memory.report import MemoryReport, OutOfMemoryReport
 
 __all__ = [
     "ARGUMENT",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from jaxmagic.probes.memory.records import Capacity
+from jaxmagic.probes._memory.records import Capacity
 
 
 def capacity(device=None) -> Capacity:

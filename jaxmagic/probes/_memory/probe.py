@@ -14,15 +14,15 @@ from collections.abc import Callable, Iterator
 from jaxmagic._jax import compat
 from jaxmagic._jax.jit_programs import CapturedCall, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._live import live
+from jaxmagic.probes._memory.capacity import capacity
+from jaxmagic.probes._memory.failed_call import FailedCall, failed_call, out_of_memory_message
+from jaxmagic.probes._memory.program import CompiledCall, program_memory
+from jaxmagic.probes._memory.records import Capacity, EagerAllocation, HeldArrays, ProgramMemory
+from jaxmagic.probes._memory.report import MemoryReport, OutOfMemoryReport
+from jaxmagic.probes._memory.ways_down import FITS_SHARE, ways_down
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.explained import mark_explained
-from jaxmagic.probes.live import live
-from jaxmagic.probes.memory.capacity import capacity
-from jaxmagic.probes.memory.failed_call import FailedCall, failed_call, out_of_memory_message
-from jaxmagic.probes.memory.program import CompiledCall, program_memory
-from jaxmagic.probes.memory.records import Capacity, EagerAllocation, HeldArrays, ProgramMemory
-from jaxmagic.probes.memory.report import MemoryReport, OutOfMemoryReport
-from jaxmagic.probes.memory.ways_down import FITS_SHARE, ways_down
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import error_line, short_dtype

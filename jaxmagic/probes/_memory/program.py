@@ -18,12 +18,10 @@ from typing import Any
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.compile_dumps import compile_with_memory_dumps
-from jaxmagic.probes._support.buffer_assignment import BufferAssignment, parse_buffer_assignment
-from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
-from jaxmagic.probes._support.users_python import users_python_watched
-from jaxmagic.probes.hlo.memory import memory_figures
-from jaxmagic.probes.hlo.stablehlo import first_user_frame
-from jaxmagic.probes.memory.records import (
+from jaxmagic.probes._hlo.memory import memory_figures
+from jaxmagic.probes._hlo.stablehlo import first_user_frame
+from jaxmagic.probes._memory.buffer_assignment import BufferAssignment, parse_buffer_assignment
+from jaxmagic.probes._memory.records import (
     ARGUMENT,
     OUTPUT,
     SAVED_FOR_BACKWARD,
@@ -31,6 +29,8 @@ from jaxmagic.probes.memory.records import (
     PeakBuffer,
     ProgramMemory,
 )
+from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
+from jaxmagic.probes._support.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_user_file
 from jaxmagic.report.wording import error_line

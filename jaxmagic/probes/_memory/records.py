@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic.probes.hlo.records import MemoryFigures
+from jaxmagic.probes._hlo.records import MemoryFigures
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import format_bytes
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.memory.records import (
+from jaxmagic.probes._memory.records import (
     ARGUMENT,
     SAVED_FOR_BACKWARD,
     Capacity,
@@ -17,6 +16,7 @@ from jaxmagic.probes.memory.records import (
     ProgramMemory,
     WayDown,
 )
+from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import ended, format_bytes

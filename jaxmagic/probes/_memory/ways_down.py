@@ -29,8 +29,8 @@ from typing import Any
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.transform_chain import per_example_gradient, vmapped
-from jaxmagic.probes.memory.program import CompiledCall, program_memory
-from jaxmagic.probes.memory.records import (
+from jaxmagic.probes._memory.program import CompiledCall, program_memory
+from jaxmagic.probes._memory.records import (
     OUTPUT,
     SAVED_FOR_BACKWARD,
     TEMPORARY,

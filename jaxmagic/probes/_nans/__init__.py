@@ -20,21 +20,21 @@ search, is offered, and in what words) and ``sighting`` (explaining a NaN that
 is in ``probes/_support/nan/``.
 """
 
-from jaxmagic.probes._support.fixes.values import FixTrial
-from jaxmagic.probes._support.nan.inside import InsideSearch
-from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
-from jaxmagic.probes._support.nan.producer import LoopPosition, NanProducer, OperandValue, ProducerSearch
-from jaxmagic.probes.nans.causes import FORWARD_CAUSES
-from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
-from jaxmagic.probes.nans.probe import CONFIG_NAMES, nans
-from jaxmagic.probes.nans.report import BACKWARD_EXPLANATION, NanReport
-from jaxmagic.probes.nans.sighting import (
+from jaxmagic.probes._nans.causes import FORWARD_CAUSES
+from jaxmagic.probes._nans.fixes import nan_fix, nan_fixes
+from jaxmagic.probes._nans.inside import InsideSearch
+from jaxmagic.probes._nans.probe import CONFIG_NAMES, nans
+from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport
+from jaxmagic.probes._nans.sighting import (
     explain_call,
     explain_nan_sighting,
     nan_finding_provenance,
     nan_finding_text,
     offered_fix,
 )
+from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
+from jaxmagic.probes._support.nan.producer import LoopPosition, NanProducer, OperandValue, ProducerSearch
+from jaxmagic.probes._support.nan.value_fixes import FixTrial
 
 __all__ = [
     "BACKWARD_EXPLANATION",

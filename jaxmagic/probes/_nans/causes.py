@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from jaxmagic.probes._nans.library_parameters import parameter_default
 from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes.nans.library_parameters import parameter_default
 
 # What usually makes each primitive produce NaN/inf in a forward computation.
 FORWARD_CAUSES = {

@@ -11,13 +11,13 @@ import dataclasses
 import inspect
 import re
 
-from jaxmagic.probes._support.fixes.values import CLAMP_BEFORE, FINITE_FILL, FLOAT32, FixTrial
-from jaxmagic.probes._support.fixes.widened import LINE_IN_FLOAT32
+from jaxmagic.probes._nans.causes import FORWARD_CAUSES, lost_constant_cause, overflowed
+from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.report import NanReport
+from jaxmagic.probes._nans.tried_fixes import Choice, choose, untried, values_of
 from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes.nans.causes import FORWARD_CAUSES, lost_constant_cause, overflowed
-from jaxmagic.probes.nans.library_parameters import library_object, parameters_of
-from jaxmagic.probes.nans.report import NanReport
-from jaxmagic.probes.nans.tried_fixes import Choice, choose, untried, values_of
+from jaxmagic.probes._support.nan.value_fixes import CLAMP_BEFORE, FINITE_FILL, FLOAT32, FixTrial
+from jaxmagic.probes._support.nan.widened import LINE_IN_FLOAT32
 from jaxmagic.report import SourceLine
 
 _ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")

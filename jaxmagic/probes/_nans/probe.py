@@ -5,7 +5,7 @@ frames give the call path and the expressions to search; the producer search
 (``probes/_support/nan/producer.py``) names the operation that made the value,
 and the count of the user's call sites names the loop's pass that failed.
 With ``inside``, the first call of each jitted function is also evaluated op by
-op before it runs (``probes/_support/nan/inside.py``).
+op before it runs (``probes/_nans/inside.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from jaxmagic._jax import compat, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
+from jaxmagic.probes._nans.fixes import nan_fix, nan_fixes
+from jaxmagic.probes._nans.inside import InsideSearch, search_inside
+from jaxmagic.probes._nans.report import NanReport, scope_text
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
-from jaxmagic.probes._support.nan.inside import InsideSearch, search_inside
 from jaxmagic.probes._support.nan.nonfinite import (
     NonFiniteLeaf,
     bindings,
@@ -33,9 +36,6 @@ from jaxmagic.probes._support.nan.nonfinite import (
     nonfinite_rebound,
 )
 from jaxmagic.probes._support.nan.producer import ProducerSearch, search
-from jaxmagic.probes.nans.call_sites import CallSiteCounts, counting_call_sites
-from jaxmagic.probes.nans.fixes import nan_fix, nan_fixes
-from jaxmagic.probes.nans.report import NanReport, scope_text
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, is_user_file, source_line, user_lines

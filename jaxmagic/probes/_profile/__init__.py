@@ -27,9 +27,9 @@ from the trace's events and the programs' HLO) and ``report`` (the report,
 its wording and its document).
 """
 
-from jaxmagic.probes.profile.build import build_report
-from jaxmagic.probes.profile.probe import PROFILER_BUSY, ProfilerBusy, profile, trace_running
-from jaxmagic.probes.profile.report import (
+from jaxmagic.probes._profile.build import build_report
+from jaxmagic.probes._profile.probe import PROFILER_BUSY, ProfilerBusy, profile, trace_running
+from jaxmagic.probes._profile.report import (
     HOST_NOTE,
     NO_SCOPE,
     SHARED_NOTE,

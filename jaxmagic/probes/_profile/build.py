@@ -1,7 +1,7 @@
 """Building the profile report from a trace: kernel time summed per line, named_scope, kernel and program.
 
 The trace's kernel events are matched with the programs' HLO text (``jaxmagic._jax.jit_programs``,
-``probes.profile.kernel_sources``), which says which named_scope and which line of the user's each
+``probes._profile.kernel_sources``), which says which named_scope and which line of the user's each
 instruction came from; jaxlib's host events and the compile probe's figures split the wall time.
 """
 
@@ -11,8 +11,8 @@ import os
 from collections.abc import Sequence
 
 from jaxmagic._jax.jit_programs import CompiledProgram
-from jaxmagic.probes.profile.kernel_sources import KernelSource, ProgramSources, program_sources
-from jaxmagic.probes.profile.report import (
+from jaxmagic.probes._profile.kernel_sources import KernelSource, ProgramSources, program_sources
+from jaxmagic.probes._profile.report import (
     NO_SCOPE,
     TOP_KERNELS,
     KernelTime,
@@ -23,7 +23,7 @@ from jaxmagic.probes.profile.report import (
     ScopeTime,
     WallTime,
 )
-from jaxmagic.probes.profile.trace_events import (
+from jaxmagic.probes._profile.trace_events import (
     DISPATCH_PREFIX,
     TRANSFER_NAMES,
     TraceEvent,

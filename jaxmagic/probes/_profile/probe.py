@@ -10,11 +10,11 @@ import time
 from jaxmagic._jax import compat
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import ProgramCapture
+from jaxmagic.probes._compiles import compiles
+from jaxmagic.probes._profile.build import build_report
+from jaxmagic.probes._profile.report import ProfileReport
+from jaxmagic.probes._profile.trace_events import CELL_MARK, TraceEvent, events_from_profile_data
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.compiles import compiles
-from jaxmagic.probes.profile.build import build_report
-from jaxmagic.probes.profile.report import ProfileReport
-from jaxmagic.probes.profile.trace_events import CELL_MARK, TraceEvent, events_from_profile_data
 from jaxmagic.report.wording import error_line
 
 PROFILER_BUSY = (

@@ -29,10 +29,10 @@ Modules: ``probe`` (the entry points), ``layouts`` (an array's blocks),
 ``report`` (the report and its wording).
 """
 
-from jaxmagic.probes.sharding.layouts import layout_of
-from jaxmagic.probes.sharding.probe import run_call, sharding, sharding_of_call
-from jaxmagic.probes.sharding.replicas import PREVIEW_ELEMENTS
-from jaxmagic.probes.sharding.report import (
+from jaxmagic.probes._sharding.layouts import layout_of
+from jaxmagic.probes._sharding.probe import run_call, sharding, sharding_of_call
+from jaxmagic.probes._sharding.replicas import PREVIEW_ELEMENTS
+from jaxmagic.probes._sharding.report import (
     MAX_INTERMEDIATES,
     ArrayLayout,
     Block,

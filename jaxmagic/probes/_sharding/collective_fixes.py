@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.program_inputs import input_shardings_flat
+from jaxmagic.probes._sharding.collectives import count_collectives, spec_axes
+from jaxmagic.probes._sharding.report import CallShardings, Collective, CollectiveFix
 from jaxmagic.probes._support.hlo_text import parse_hlo_module
-from jaxmagic.probes.sharding.collectives import count_collectives, spec_axes
-from jaxmagic.probes.sharding.report import CallShardings, Collective, CollectiveFix
 from jaxmagic.report.wording import error_line, format_bytes
 
 MAX_TRIALS = 3  # each trial is one compilation of the program

@@ -18,6 +18,11 @@ from __future__ import annotations
 
 import re
 
+from jaxmagic.probes._hlo.jaxpr import scope_names, walk_eqns
+from jaxmagic.probes._hlo.name_paths import parse_name, scope_path
+from jaxmagic.probes._hlo.stablehlo import first_user_frame
+from jaxmagic.probes._sharding.data_flow import parameters_reached
+from jaxmagic.probes._sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.hlo_text import (
     HloComputation,
@@ -29,11 +34,6 @@ from jaxmagic.probes._support.hlo_text import (
     parse_hlo_module,
     shape_bytes,
 )
-from jaxmagic.probes.hlo.jaxpr import scope_names, walk_eqns
-from jaxmagic.probes.hlo.name_paths import parse_name, scope_path
-from jaxmagic.probes.hlo.stablehlo import first_user_frame
-from jaxmagic.probes.sharding.data_flow import parameters_reached
-from jaxmagic.probes.sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
 from jaxmagic.report import SourceLine
 
 # Instructions that only move or view data: a collective whose result reaches the output through

@@ -8,8 +8,8 @@ import math
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
-from jaxmagic.probes.sharding.layouts import axes_of
-from jaxmagic.probes.sharding.report import (
+from jaxmagic.probes._sharding.layouts import axes_of
+from jaxmagic.probes._sharding.report import (
     MAX_INTERMEDIATES,
     ArrayLayout,
     ConstraintCheck,

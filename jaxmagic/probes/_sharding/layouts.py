@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic.probes.sharding.replicas import block_bounds, compare_replicas
-from jaxmagic.probes.sharding.report import ArrayLayout, Block, DeviceInfo, MeshInfo
+from jaxmagic.probes._sharding.replicas import block_bounds, compare_replicas
+from jaxmagic.probes._sharding.report import ArrayLayout, Block, DeviceInfo, MeshInfo
 
 
 def layouts_of_tree(value: Any, check_replicas: bool, root: str = "") -> tuple[list[ArrayLayout], list[list[str]]]:

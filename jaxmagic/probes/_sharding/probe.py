@@ -7,18 +7,18 @@ from typing import Any
 
 from jaxmagic._jax import compat, jittable
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes.sharding.collective_fixes import try_collective_fixes
-from jaxmagic.probes.sharding.collectives import chosen_around, list_collectives
-from jaxmagic.probes.sharding.compiled import (
+from jaxmagic.probes._sharding.collective_fixes import try_collective_fixes
+from jaxmagic.probes._sharding.collectives import chosen_around, list_collectives
+from jaxmagic.probes._sharding.compiled import (
     constraint_checks,
     inputs_as_compiled,
     intermediate_shardings,
     outputs_as_compiled,
 )
-from jaxmagic.probes.sharding.layouts import layouts_of_tree
-from jaxmagic.probes.sharding.report import CallShardings, ShardingReport
+from jaxmagic.probes._sharding.layouts import layouts_of_tree
+from jaxmagic.probes._sharding.report import CallShardings, ShardingReport
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report.wording import error_line
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat
-from jaxmagic.probes.sharding.report import ArrayLayout, CopyGroup
+from jaxmagic.probes._sharding.report import ArrayLayout, CopyGroup
 from jaxmagic.report.wording import error_line
 
 # Blocks up to this many elements show their values when copies differ.

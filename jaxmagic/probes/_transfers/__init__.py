@@ -30,8 +30,8 @@ with ``sys.monitoring``), ``capture_file`` (where descriptor 2 points meanwhile)
 matter, shared with ``%%jax_doctor`` and ``%jax_watch``).
 """
 
-from jaxmagic.probes.transfers.probe import CONFIG_NAMES, MODES, parse_transfer, transfers
-from jaxmagic.probes.transfers.report import Transfer, TransferReport
-from jaxmagic.probes.transfers.wording import WHY
+from jaxmagic.probes._transfers.probe import CONFIG_NAMES, MODES, parse_transfer, transfers
+from jaxmagic.probes._transfers.report import Transfer, TransferReport
+from jaxmagic.probes._transfers.wording import WHY
 
 __all__ = ["CONFIG_NAMES", "MODES", "WHY", "Transfer", "TransferReport", "parse_transfer", "transfers"]

@@ -14,7 +14,7 @@ very type are then its calls' too, when no other array of the line has that type
 from __future__ import annotations
 
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
-from jaxmagic.probes.transfers.report import Transfer, TransferReport
+from jaxmagic.probes._transfers.report import Transfer, TransferReport
 
 
 def name_copies(report: TransferReport, uses: list[HostArgumentUse]) -> None:

@@ -63,10 +63,10 @@ from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.attribution import started_by
 from jaxmagic.probes._support.host_arguments import HostArguments
-from jaxmagic.probes.transfers.capture_file import CaptureFile
-from jaxmagic.probes.transfers.host_values import argument_of, host_arguments, line_text
-from jaxmagic.probes.transfers.named_copies import name_copies
-from jaxmagic.probes.transfers.report import MAX_GROUPS, Transfer, TransferReport
+from jaxmagic.probes._transfers.capture_file import CaptureFile
+from jaxmagic.probes._transfers.host_values import argument_of, host_arguments, line_text
+from jaxmagic.probes._transfers.named_copies import name_copies
+from jaxmagic.probes._transfers.report import MAX_GROUPS, Transfer, TransferReport
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import innermost_user_line, is_user_file, source_line, user_lines

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from jaxmagic.probes._support.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
+from jaxmagic.probes._transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

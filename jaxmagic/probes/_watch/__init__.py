@@ -2,12 +2,12 @@
 
 Usage without IPython::
 
-    w = jaxmagic.probes.watch.Watch(budget=2)
+    w = jaxmagic.probes._watch.Watch(budget=2)
     w.begin_cell("step 1"); train(...); print(w.end_cell())
     w.close(); w.log.to_dict()
 """
 
-from jaxmagic.probes.watch.report import AREAS, NOT_WATCHED, CellFindings, WatchFinding, WatchLog
-from jaxmagic.probes.watch.session import Watch
+from jaxmagic.probes._watch.report import AREAS, NOT_WATCHED, CellFindings, WatchFinding, WatchLog
+from jaxmagic.probes._watch.session import Watch
 
 __all__ = ["AREAS", "NOT_WATCHED", "CellFindings", "Watch", "WatchFinding", "WatchLog"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._compiles.why_again import RecompileCause
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes.compiles.why_again import RecompileCause
 from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

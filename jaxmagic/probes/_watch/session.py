@@ -25,24 +25,24 @@ import time
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
-from jaxmagic.probes._support.nan.watch import NanWatch
-from jaxmagic.probes.compiles import CompileHistory, budget_magic, compiles, why_compiled_again
-from jaxmagic.probes.compiles.cost_sections import cost_findings
-from jaxmagic.probes.compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
-from jaxmagic.probes.keys import key_findings, keys
-from jaxmagic.probes.memory import explain_out_of_memory, is_out_of_memory
-from jaxmagic.probes.memory.report import out_of_memory_finding
-from jaxmagic.probes.nans.sighting import (
+from jaxmagic.probes._compiles import CompileHistory, budget_magic, compiles, why_compiled_again
+from jaxmagic.probes._compiles.cost_sections import cost_findings
+from jaxmagic.probes._compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
+from jaxmagic.probes._keys import key_findings, keys
+from jaxmagic.probes._memory import explain_out_of_memory, is_out_of_memory
+from jaxmagic.probes._memory.report import out_of_memory_finding
+from jaxmagic.probes._nans.sighting import (
     debug_step,
     explain_nan_sighting,
     inf_sighting_text,
     nan_finding_provenance,
     nan_finding_text,
 )
-from jaxmagic.probes.transfers.report import repeated_copies
-from jaxmagic.probes.watch.report import AREAS, CellFindings, WatchFinding, WatchLog
+from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
+from jaxmagic.probes._support.nan.watch import NanWatch
+from jaxmagic.probes._transfers.report import repeated_copies
+from jaxmagic.probes._watch.report import AREAS, CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.wording import counted, format_bytes, short_dtype
 
 MEMORY_CELLS = 3  # a (shape, dtype) whose live count grows in this many cells in a row

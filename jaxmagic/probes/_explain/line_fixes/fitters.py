@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from jaxmagic.probes._support.fixes.control_flow import fit_bool, fit_int
-from jaxmagic.probes._support.fixes.conversions import fit_array, fit_concrete
+from jaxmagic.probes._explain.line_fixes.control_flow import fit_bool, fit_int
+from jaxmagic.probes._explain.line_fixes.conversions import fit_array, fit_concrete
+from jaxmagic.probes._explain.line_fixes.indexing import fit_bool_index, fit_shape, fit_slice
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.fixes.indexing import fit_bool_index, fit_shape, fit_slice
 from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced
 
 

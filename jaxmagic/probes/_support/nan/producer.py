@@ -57,7 +57,6 @@ import numpy as np
 
 from jaxmagic._jax import compat, finite_flags, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.fixes.values import FixTrial
 from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.probes._support.nan import added_epsilon, lost_constant, producer_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
@@ -81,6 +80,7 @@ from jaxmagic.probes._support.nan.host_values import (
     readable,
 )
 from jaxmagic.probes._support.nan.masked_rows import note_neg_inf_rows
+from jaxmagic.probes._support.nan.value_fixes import FixTrial
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, is_user_file
@@ -169,7 +169,7 @@ class NanProducer:
     lost_constant: lost_constant.LostConstant | None = None
     # a positive constant added to its input that did not lift a negative value (`rsqrt(var + 1e-5)`, var < 0)
     added_epsilon: added_epsilon.AddedEpsilon | None = None
-    # the fixes of the operation tried on its recorded inputs, then on the whole program (_support/fixes/values.py)
+    # the fixes of the operation tried on its recorded inputs, then on the whole program (probes/_support/nan/value_fixes.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
 
     @property

@@ -280,7 +280,7 @@ class NanWatch(jit_calls.CallObserver):
         """Flush, then hand over the sighting and the call to re-run (kept no longer here).
 
         The re-run itself, under the NaN probe, is the doctor's
-        (``jaxmagic.probes.nans.sighting.explain_nan_sighting``): a support
+        (``jaxmagic.probes._nans.sighting.explain_nan_sighting``): a support
         module runs no probe.
         """
         self.flush()

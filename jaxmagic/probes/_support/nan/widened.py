@@ -21,7 +21,13 @@ import numpy as np
 
 from jaxmagic._jax import compat
 from jaxmagic._jax.jaxpr_eval import Position
-from jaxmagic.probes._support.fixes.values import MAX_CALL_EQUATIONS, FixTrial, bad_text, calls_python, equation_count
+from jaxmagic.probes._support.nan.value_fixes import (
+    MAX_CALL_EQUATIONS,
+    FixTrial,
+    bad_text,
+    calls_python,
+    equation_count,
+)
 from jaxmagic.report import SourceLine
 
 LINE_IN_FLOAT32 = "line_float32"  # the user's line computed in float32 (forward and derivative), cast back at its edge

@@ -1,0 +1,104 @@
+"""Rewrite the module names and file paths of issue 55.3/55.4's moves in the given files (re-runnable).
+
+    .venv/bin/python tools/rename_modules.py FILE...     # e.g. $(git ls-files '*.py' '*.md' '*.toml')
+
+A branch written before the moves still says ``jaxmagic.probes.nans.probe`` or
+``probes/_support/nan/inside.py``; this turns them into the names after the moves. Running it twice
+changes nothing. A probe's own public name (``jaxmagic.probes.nans(...)``, ``jaxmagic.probes.nans`` in
+prose) is left alone: only a module path is rewritten - a dotted name followed by a further name or a
+quote, or after ``from``/``import``, and a file path.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+# Helpers with one probe using them, moved into it; the NaN fixes tried on values, into the NaN theme.
+SUPPORT_MOVES = {
+    "_support/buffer_assignment": "memory/buffer_assignment",
+    "_support/global_assignment": "hlo/global_assignment",
+    "_support/nan/inside": "nans/inside",
+    "_support/holders/library_records": "leaks/library_records",
+    "_support/fixes/fitters": "explain/line_fixes/fitters",
+    "_support/fixes/control_flow": "explain/line_fixes/control_flow",
+    "_support/fixes/conversions": "explain/line_fixes/conversions",
+    "_support/fixes/indexing": "explain/line_fixes/indexing",
+    "_support/fixes/trial": "explain/line_fixes/trial",
+    "_support/fixes/library_static": "explain/library_static",
+    "_support/fixes/values": "_support/nan/value_fixes",
+    "_support/fixes/widened": "_support/nan/widened",
+}
+
+# Every probe module is private: ``jaxmagic.probes`` binds the public names (``probes.nans`` is the
+# function), so a subpackage named like its probe was hidden behind it.
+PROBES = [
+    "bisect",
+    "check",
+    "compiles",
+    "config",
+    "debug",
+    "devices",
+    "doctor",
+    "explain",
+    "gather",
+    "hlo",
+    "keys",
+    "leaks",
+    "live",
+    "memory",
+    "nans",
+    "per_device",
+    "prints",
+    "profile",
+    "sharding",
+    "stages",
+    "tracebacks",
+    "transfers",
+    "watch",
+]
+
+
+def _private(path: str) -> str:
+    """``nans/inside`` -> ``_nans/inside``: a probe's package or module after the moves."""
+    head, _, rest = path.partition("/")
+    return "/".join(filter(None, ["_" + head if head in PROBES else head, rest]))
+
+
+def _rules() -> list[tuple[re.Pattern[str], str]]:
+    rules = []
+    for old, new in SUPPORT_MOVES.items():
+        new = _private(new)
+        old_dotted, new_dotted = old.replace("/", "."), new.replace("/", ".")
+        rules.append((re.compile(rf"\bjaxmagic\.probes\.{re.escape(old_dotted)}\b"), f"jaxmagic.probes.{new_dotted}"))
+        rules.append((re.compile(rf"(?<![\w.])(probes/)?{re.escape(old)}(?=\.py|/|\b)"), f"probes/{new}"))
+    names = "|".join(PROBES)
+    # a module path: followed by a further name or a quote, or imported
+    rules.append((re.compile(rf"\bjaxmagic\.probes\.({names})(?=\.\w|[\"'])"), r"jaxmagic.probes._\1"))
+    rules.append((re.compile(rf"\b(from|import) jaxmagic\.probes\.({names})\b"), r"\1 jaxmagic.probes._\2"))
+    rules.append((re.compile(rf"(?<![\w.])probes/({names})(?=/|\.py\b)"), r"probes/_\1"))
+    return rules
+
+
+RULES = _rules()
+
+
+def rewrite(text: str) -> str:
+    for pattern, replacement in RULES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def main(paths: list[str]) -> None:
+    for name in paths:
+        path = Path(name)
+        text = path.read_text()
+        new = rewrite(text)
+        if new != text:
+            path.write_text(new)
+            print(f"rewrote {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
