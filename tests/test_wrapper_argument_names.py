@@ -1,5 +1,5 @@
 """A library's jit wrapper's arguments are named as the user's call passed them, in every probe (issue 52,
-item 2; ``probes/_support/call_names.py``).
+item 2; ``probes/_support/calls/call_names.py``).
 
 ``eqx.filter_jit`` hands jax.jit ``(dynamic_donate, dynamic_nodonate, static)`` and ``nnx.jit`` each graph
 node as its ``NodeStates``, so JAX's names for the leaves are the library's: the NumPy batches of an

@@ -29,6 +29,15 @@ SUPPORT_MOVES = {
     "_support/fixes/library_static": "explain/library_static",
     "_support/fixes/values": "_support/nan/value_fixes",
     "_support/fixes/widened": "_support/nan/widened",
+    # what several probes share, by theme: the user's call and its arguments; running the user's code again
+    "_support/bound_arguments": "_support/calls/bound_arguments",
+    "_support/call_names": "_support/calls/call_names",
+    "_support/wrapped": "_support/calls/wrapped",
+    "_support/host_arguments": "_support/calls/host_arguments",
+    "_support/line_values": "_support/calls/line_values",
+    "_support/library_calls": "_support/calls/library_calls",
+    "_support/kept_state": "_support/rerun/kept_state",
+    "_support/users_python": "_support/rerun/users_python",
 }
 
 # Every probe module is private: ``jaxmagic.probes`` binds the public names (``probes.nans`` is the
@@ -84,7 +93,32 @@ def _rules() -> list[tuple[re.Pattern[str], str]]:
 RULES = _rules()
 
 
+FROM_IMPORT = re.compile(
+    r"^(?P<indent>[ \t]*)from jaxmagic\.probes\.(?P<package>[\w.]+) import (?P<names>[\w ,]+)$", re.M
+)
+
+
+def _split_from_import(match: re.Match[str]) -> str:
+    """``from jaxmagic.probes._support import attribution, call_names``: each moved module from its new package."""
+    indent, package = match["indent"], match["package"].replace(".", "/")
+    by_package: dict[str, list[str]] = {}
+    for imported in match["names"].split(","):
+        module = imported.split()[0] if imported.strip() else ""
+        if not module:
+            continue
+        moved = SUPPORT_MOVES.get(f"{package}/{module}")
+        new_package = _private(moved.rpartition("/")[0]) if moved else package
+        by_package.setdefault(new_package, []).append(imported.strip())
+    if list(by_package) == [package]:
+        return match[0]
+    return "\n".join(
+        f"{indent}from jaxmagic.probes.{new.replace('/', '.')} import {', '.join(names)}"
+        for new, names in by_package.items()
+    )
+
+
 def rewrite(text: str) -> str:
+    text = FROM_IMPORT.sub(_split_from_import, text)
     for pattern, replacement in RULES:
         text = pattern.sub(replacement, text)
     return text

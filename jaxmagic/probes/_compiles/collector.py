@@ -42,7 +42,7 @@ from jaxmagic.probes._compiles.static_trial import say_untried, try_static_fix
 from jaxmagic.probes._compiles.user_arguments import read_user_arguments, user_paths
 from jaxmagic.probes._compiles.why_again import why_compiled_again
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.wrapped import jax_dirs, library_of
+from jaxmagic.probes._support.calls.wrapped import jax_dirs, library_of
 from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from jaxmagic.probes._compiles.metadata import pytree_metadata
 from jaxmagic.probes._compiles.stack import CallInfo, StaticValue, static_value
-from jaxmagic.probes._support import call_names
+from jaxmagic.probes._support.calls import call_names
+from jaxmagic.probes._support.calls.wrapped import HeldFunction, entry_arguments
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arrays
-from jaxmagic.probes._support.wrapped import HeldFunction, entry_arguments
 from jaxmagic.report.wording import short_dtype
 
 MAX_LEAVES = 2_000  # leaves of the user's arguments recorded per compilation

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced, vmap_parts
-from jaxmagic.probes._support.kept_state import KeptState, kept
+from jaxmagic.probes._support.rerun.kept_state import KeptState, kept
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_line, is_jaxmagic_file
 

@@ -53,7 +53,7 @@ from jaxmagic.probes._doctor.report import (
     rank_findings,
 )
 from jaxmagic.probes._nans.sighting import explain_nan_sighting
-from jaxmagic.probes._support.host_arguments import HostArgumentUse as HostArgument
+from jaxmagic.probes._support.calls.host_arguments import HostArgumentUse as HostArgument
 from jaxmagic.probes._transfers.report import REPEATED_TRANSFERS
 
 __all__ = [

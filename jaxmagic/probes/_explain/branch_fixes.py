@@ -23,9 +23,9 @@ import linecache
 from jaxmagic._jax.loop_call import branch_call
 from jaxmagic._jax.transform_stack import Transformation
 from jaxmagic.probes._explain.report import TracerErrorReport
+from jaxmagic.probes._support.calls.line_values import parsed_line
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.fixes.traced_trial import abstract_value, carried_leaf
-from jaxmagic.probes._support.line_values import parsed_line
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
 

@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from jaxmagic.probes._explain.non_array_report import NonArrayArgumentReport
-from jaxmagic.probes._support.bound_arguments import by_parameter
+from jaxmagic.probes._support.calls.bound_arguments import by_parameter
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.kept_state import kept
+from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, message_of
 

@@ -23,8 +23,8 @@ import types
 from jaxmagic._jax import compat
 from jaxmagic.probes._explain.frames import innermost_user_frame
 from jaxmagic.probes._explain.unhashable_static_report import UnhashableStaticReport
+from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import message_of
 

@@ -12,7 +12,8 @@ import numpy as np
 from jaxmagic._jax import jit_calls, prng_checks
 from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
 from jaxmagic.probes._keys.report import KeyReport, KeyReuse, LegacyKeyUse, RepeatedDraw
-from jaxmagic.probes._support import attribution, library_calls
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.probes._support.nan.watch import user_frame
 from jaxmagic.report.source import is_user_file, line_of, names_in_scope, source_line
 

@@ -21,7 +21,8 @@ from jaxmagic.probes._keys.library_state import (
     tried_under_state_jit,
 )
 from jaxmagic.probes._keys.report import ConstantKeyDraw, KeyFlow, KeyReport, LoopKeyDraw, SharedKeyDraw
-from jaxmagic.probes._support import attribution, call_names
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report.source import code_kind, line_of
 

@@ -25,7 +25,7 @@ import io
 import sys
 
 from jaxmagic._jax import compat, jit_calls
-from jaxmagic.probes._support.kept_state import kept
+from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report.source import code_kind
 
 # The library whose state-carrying jit a key's holder calls for, by the module of the holder's class.

@@ -11,7 +11,8 @@ from jaxmagic.probes._keys.draws import handed_over
 from jaxmagic.probes._keys.fixes import same_key_draws_fix, split_off_fix
 from jaxmagic.probes._keys.jit_params import argument_name
 from jaxmagic.probes._keys.report import FIX, KeyReuse
-from jaxmagic.probes._support import attribution, call_names
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.calls import call_names
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import (

@@ -30,7 +30,7 @@ from jaxmagic.probes._memory.records import (
     ProgramMemory,
 )
 from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
-from jaxmagic.probes._support.users_python import users_python_watched
+from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_user_file
 from jaxmagic.report.wording import error_line

@@ -17,7 +17,7 @@ from jaxmagic.probes._nans.probe import apply_search, conclude, nans_of_call
 from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport
 from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
-from jaxmagic.probes._support.users_python import users_python_watched
+from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from types import FrameType, ModuleType
 
 from jaxmagic._jax import compat
-from jaxmagic.probes._support import library_calls
+from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line, user_lines_of_stack

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ast
 
-from jaxmagic.probes._support.host_arguments import host_type
-from jaxmagic.probes._support.line_values import NOTHING, parsed_line, value_of
+from jaxmagic.probes._support.calls.host_arguments import host_type
+from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.report.source import source_line
 
 

@@ -13,7 +13,7 @@ very type are then its calls' too, when no other array of the line has that type
 
 from __future__ import annotations
 
-from jaxmagic.probes._support.host_arguments import HostArgumentUse
+from jaxmagic.probes._support.calls.host_arguments import HostArgumentUse
 from jaxmagic.probes._transfers.report import Transfer, TransferReport
 
 

@@ -62,7 +62,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.attribution import started_by
-from jaxmagic.probes._support.host_arguments import HostArguments
+from jaxmagic.probes._support.calls.host_arguments import HostArguments
 from jaxmagic.probes._transfers.capture_file import CaptureFile
 from jaxmagic.probes._transfers.host_values import argument_of, host_arguments, line_text
 from jaxmagic.probes._transfers.named_copies import name_copies

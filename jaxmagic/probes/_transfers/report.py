@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from jaxmagic.probes._support.host_arguments import HostArgumentUse
+from jaxmagic.probes._support.calls.host_arguments import HostArgumentUse
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
 from jaxmagic.report import Concern, SourceLine, act, failed, note

@@ -39,7 +39,7 @@ from jaxmagic.probes._nans.sighting import (
     nan_finding_text,
 )
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.host_arguments import HostArguments, live_counts
+from jaxmagic.probes._support.calls.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes._transfers.report import repeated_copies
 from jaxmagic.probes._watch.report import AREAS, CellFindings, WatchFinding, WatchLog

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import compat, jit_calls, program_inputs
-from jaxmagic.probes._support import call_names
+from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxmagic._jax import compat, finite_flags
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.library_calls import package_of
+from jaxmagic.probes._support.calls.library_calls import package_of
 from jaxmagic.probes._support.nan.host_values import any_bad, host_array
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import code_kind

@@ -57,7 +57,6 @@ import numpy as np
 
 from jaxmagic._jax import compat, finite_flags, jit_calls
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.probes._support.nan import added_epsilon, lost_constant, producer_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
@@ -81,6 +80,7 @@ from jaxmagic.probes._support.nan.host_values import (
 )
 from jaxmagic.probes._support.nan.masked_rows import note_neg_inf_rows
 from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, is_user_file
