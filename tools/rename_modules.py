@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # Helpers with one probe using them, moved into it; the NaN fixes tried on values, into the NaN theme.
-SUPPORT_MOVES = {
+MOVES = {
     "_support/buffer_assignment": "memory/buffer_assignment",
     "_support/global_assignment": "hlo/global_assignment",
     "_support/nan/inside": "nans/inside",
@@ -38,6 +38,9 @@ SUPPORT_MOVES = {
     "_support/library_calls": "_support/calls/library_calls",
     "_support/kept_state": "_support/rerun/kept_state",
     "_support/users_python": "_support/rerun/users_python",
+    # a module hidden by the function its package binds (`_debug.breakpoints` was the probe function)
+    "debug/breakpoints": "debug/breakpoint_probe",
+    "gather/merge": "gather/merging",
 }
 
 # Every probe module is private: ``jaxmagic.probes`` binds the public names (``probes.nans`` is the
@@ -75,10 +78,13 @@ def _private(path: str) -> str:
     return "/".join(filter(None, ["_" + head if head in PROBES else head, rest]))
 
 
+# a move's old path as written before the probes became private, and after (a branch may have either)
+MOVED = {written: _private(new) for old, new in MOVES.items() for written in (old, _private(old))}
+
+
 def _rules() -> list[tuple[re.Pattern[str], str]]:
     rules = []
-    for old, new in SUPPORT_MOVES.items():
-        new = _private(new)
+    for old, new in MOVED.items():
         old_dotted, new_dotted = old.replace("/", "."), new.replace("/", ".")
         rules.append((re.compile(rf"\bjaxmagic\.probes\.{re.escape(old_dotted)}\b"), f"jaxmagic.probes.{new_dotted}"))
         rules.append((re.compile(rf"(?<![\w.])(probes/)?{re.escape(old)}(?=\.py|/|\b)"), f"probes/{new}"))
@@ -106,8 +112,8 @@ def _split_from_import(match: re.Match[str]) -> str:
         module = imported.split()[0] if imported.strip() else ""
         if not module:
             continue
-        moved = SUPPORT_MOVES.get(f"{package}/{module}")
-        new_package = _private(moved.rpartition("/")[0]) if moved else package
+        moved = MOVED.get(f"{package}/{module}")
+        new_package = moved.rpartition("/")[0] if moved else package
         by_package.setdefault(new_package, []).append(imported.strip())
     if list(by_package) == [package]:
         return match[0]

@@ -5,7 +5,13 @@ vmaps fast); ``breakpoints`` serves ``jax.debug.breakpoint()`` inside a ``%%jax_
 ``report`` is the data both give.
 """
 
-from jaxmagic.probes._debug.breakpoints import BreakpointHit, BreakpointReport, DebuggerQuit, breakpoints, ended_by_quit
+from jaxmagic.probes._debug.breakpoint_probe import (
+    BreakpointHit,
+    BreakpointReport,
+    DebuggerQuit,
+    breakpoints,
+    ended_by_quit,
+)
 from jaxmagic.probes._debug.probe import DebugSession, debug_after
 from jaxmagic.probes._debug.report import DebugReport, FrameView, StepView, ValueSummary
 

@@ -8,7 +8,7 @@ answer is: ``stack_dump`` (the engine's side: its stack on a signal), ``stacks``
 (asking for it and reading it), ``hangs`` (the finding: who runs Python, who waits).
 """
 
-from jaxmagic.probes._gather.merge import engine_entry, entry_of, gather, gather_from_engines, merge
+from jaxmagic.probes._gather.merging import engine_entry, entry_of, gather, gather_from_engines, merge
 from jaxmagic.probes._gather.report import GatherFinding, GatherReport, ProcessEntry
 
 __all__ = [
