@@ -267,7 +267,7 @@ class ProducerListener(Listener):
     step_flags = True
 
     @property
-    def step_flag_key(self):
+    def step_flag_key(self):  # type: ignore[override]  # the base declares a plain attribute; this key follows the stage
         # with given infinities in play, an iteration whose inputs hold inf may still make the value
         return (self.stage, self.strict, self.given.any)
 

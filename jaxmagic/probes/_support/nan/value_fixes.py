@@ -92,33 +92,53 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     """The fixes that can be written for this operation on its input values, naive ones first (so that the
     report can say why the obvious fix does not do): each applies a transformation to the inputs, then
     the program's own equation. [] for an operation no value fix is known for."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     name = eqn.primitive.name
     if not any(_float_value(v) for v in inputs):
         return []
-    if any(_has_inf(v) for v in inputs):  # an inf it was given (a mask's -inf fill): a finite fill instead
+    if any(_has_inf(v) for v in inputs):
+        return [_finite_fill(eqn)]
+    half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
+    if name in _WIDENED and half:
+        return [_widened(eqn)]
+    if name in ("div", "rem") and len(inputs) == 2:
+        return _division_candidates(eqn, inputs)
+    return _input_candidates(eqn, inputs)
 
-        def filled(ins: list) -> list:
-            finite = [
-                jnp.nan_to_num(v, posinf=jnp.finfo(v.dtype).max, neginf=jnp.finfo(v.dtype).min) if _has_inf(v) else v
-                for v in ins
-            ]
-            return compat.bind_equation(eqn, finite)
 
-        return [_Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)]
+def _finite_fill(eqn) -> _Candidate:
+    """An inf the operation was given (a mask's -inf fill): a finite fill instead."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    def filled(ins: list) -> list:
+        finite = [
+            jnp.nan_to_num(v, posinf=jnp.finfo(v.dtype).max, neginf=jnp.finfo(v.dtype).min) if _has_inf(v) else v
+            for v in ins
+        ]
+        return compat.bind_equation(eqn, finite)
+
+    return _Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
+
+
+def _widened(eqn) -> _Candidate:
+    """An overflow of half precision: the same operation in float32 (the result's largest value then says
+    whether it may go back to the half type after)."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    def widened(ins: list) -> list:
+        return compat.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
+
+    return _Candidate(FLOAT32, "v.astype(jnp.float32)", widened)
+
+
+def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
+    """Fixes of an operation's first input: kept in the domain where the operation is finite."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    name = eqn.primitive.name
 
     def on_input(transform: Callable) -> Callable[[list], list]:
         return lambda ins: compat.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
 
-    half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
-    if name in _WIDENED and half:
-        # an overflow of half precision: the same operation in float32 (the result's largest value then says
-        # whether it may go back to the half type after)
-        def widened(ins: list) -> list:
-            return compat.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
-
-        return [_Candidate(FLOAT32, "v.astype(jnp.float32)", widened)]
     eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
     if name in ("sqrt", "rsqrt"):
         return [
@@ -158,25 +178,31 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
         return [_Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0)))]
     if name == "acosh":
         return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
-    if name in ("div", "rem") and len(inputs) == 2:
-        symbol = "/" if name == "div" else "%"
-        den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
-
-        def guarded(ins: list) -> list:
-            num, den = ins
-            ok = den != 0
-            out = compat.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
-            return [jnp.where(ok, out, jnp.zeros_like(out))]
-
-        return [
-            _Candidate(
-                "eps",
-                f"num {symbol} (den + {den_eps:g})",
-                lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
-            ),
-            _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
-        ]
     return []
+
+
+def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
+    """A division (or remainder) by 0: a denominator kept from 0, or the result guarded."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    name = eqn.primitive.name
+    symbol = "/" if name == "div" else "%"
+    den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
+
+    def guarded(ins: list) -> list:
+        num, den = ins
+        ok = den != 0
+        out = compat.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
+        return [jnp.where(ok, out, jnp.zeros_like(out))]
+
+    return [
+        _Candidate(
+            "eps",
+            f"num {symbol} (den + {den_eps:g})",
+            lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
+        ),
+        _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
+    ]
 
 
 def _has_inf(value) -> bool:
