@@ -37,77 +37,18 @@ def fit_bool(
     static = static_fixes(fixes)
     test = line.test
     if line.statement == "assert" and test is not None:
-        message = line.tree.body[0].msg  # type: ignore[attr-defined]
-        said = line.text(message) if message is not None else '"..."'
-        return [
-            written_fix(
-                f"checkify.check({line.text(test)}, {said})",
-                "keep the check in the compiled program: from jax.experimental import checkify; call the jitted "
-                "function as checkify.checkify(f)(...), which returns (err, out); err.throw() raises your message",
-            ),
-            Fix(
-                "the assert outside the traced function",
-                "the check is about the inputs: assert on them before the call, where they are concrete",
-            ),
-            *static,
-        ]
+        return _assert_fixes(line, test, static)
     condition = _jnp_condition(line, test) if test is not None else "cond"
     if line.raises is not None and test is not None:  # `if bad: raise ...` is a check, like an assert
-        return [
-            written_fix(
-                f"checkify.check(jnp.logical_not({condition}), {line.raises})",
-                "keep the check in the compiled program: from jax.experimental import checkify; call the jitted "
-                "function as checkify.checkify(f)(...), which returns (err, out); err.throw() raises your message",
-            ),
-            Fix(
-                "the check outside the traced function",
-                "the check is about the inputs: test them before the call, where they are concrete",
-            ),
-            *static,
-        ]
-    if line.statement == "while" and line.update is not None and test is not None:
-        name, value = line.update
-        if uses(test, {name}):
-            written = f"{name} = lax.while_loop(lambda {name}: {condition}, lambda {name}: {value}, {name})"
-            return [written_fix(written, _when(fixes, "lax.while_loop") + ": the loop's one variable is its state")] + [
-                f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
-            ]
+        return _raise_fixes(condition, line.raises, static)
     if line.statement == "while":
-        return [Fix(f"lax.while_loop(lambda state: {condition}, body_fn, init)", _when(fixes, "lax.while_loop"))] + [
-            f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))
-        ]
+        return _while_fixes(fixes, line, condition)
     if test is None:
-        chosen = _conditional_expression(line, names)
-        if chosen is not None:
-            written, node = chosen
-            branches = f"lambda: {line.text(node.body)}, lambda: {line.text(node.orelse)}"
-            cond = _replaced(line, node, f"lax.cond({_jnp_condition(line, node.test)}, {branches})")
-            return [
-                written_fix(
-                    written,
-                    "the conditional expression only chooses a value: both are computed, one is kept elementwise",
-                ),
-                written_fix(cond, _when(fixes, "lax.cond")),
-                *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
-            ]
-        bool_ops = [n for n in ast.walk(line.tree) if isinstance(n, ast.BoolOp) and uses(n, names)]
-        if bool_ops:
-            written = _jnp_condition(line, bool_ops[0])
-            return [
-                written_fix(
-                    written, "and/or/not call bool() on their operands; the jax.numpy functions work elementwise"
-                ),
-                *drop(fixes, "lax.while_loop"),
-            ]
+        found = _expression_fixes(fixes, line, names)
+        if found is not None:
+            return found
     if line.choice is not None and test is not None:
-        receiver, if_true, if_false = line.choice
-        where = f"jnp.where({condition}, {if_true}, {if_false})"
-        written = where if receiver == "return" else f"{receiver} = {where}"
-        return [
-            written_fix(written, "the if only chooses a value: both are computed, one is kept elementwise"),
-            written_fix(f"lax.cond({condition}, lambda: {if_true}, lambda: {if_false})", _when(fixes, "lax.cond")),
-            *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
-        ]
+        return _choice_fixes(fixes, line.choice, condition)
     rewritten = []
     for fix in drop(fixes, "lax.while_loop"):
         if fix.use.startswith("jnp.where"):
@@ -116,6 +57,89 @@ def fit_bool(
             fix = dataclasses.replace(fix, use=f"lax.cond({condition}, true_fn, false_fn, operand)")
         rewritten.append(fix)
     return rewritten
+
+
+_CHECKIFY_WHEN = (
+    "keep the check in the compiled program: from jax.experimental import checkify; call the jitted "
+    "function as checkify.checkify(f)(...), which returns (err, out); err.throw() raises your message"
+)
+
+
+def _assert_fixes(line: LineCode, test: ast.expr, static: list[Fix]) -> list[Fix]:
+    """``assert cond, message`` on a traced value: a checkify check, or the assert before the call."""
+    message = line.tree.body[0].msg  # type: ignore[attr-defined]
+    said = line.text(message) if message is not None else '"..."'
+    return [
+        written_fix(f"checkify.check({line.text(test)}, {said})", _CHECKIFY_WHEN),
+        Fix(
+            "the assert outside the traced function",
+            "the check is about the inputs: assert on them before the call, where they are concrete",
+        ),
+        *static,
+    ]
+
+
+def _raise_fixes(condition: str, raises: str, static: list[Fix]) -> list[Fix]:
+    """``if bad: raise ...`` on a traced value: a checkify check of the opposite, or the check before the call."""
+    return [
+        written_fix(f"checkify.check(jnp.logical_not({condition}), {raises})", _CHECKIFY_WHEN),
+        Fix(
+            "the check outside the traced function",
+            "the check is about the inputs: test them before the call, where they are concrete",
+        ),
+        *static,
+    ]
+
+
+def _while_fixes(fixes: list[Fix], line: LineCode, condition: str) -> list[Fix]:
+    """A ``while`` on a traced value: ``lax.while_loop``, written out when the loop updates one variable."""
+    others = [f for f in fixes if not f.use.startswith(("jnp.where", "lax.cond", "lax.while_loop"))]
+    if line.update is not None and line.test is not None:
+        name, value = line.update
+        if uses(line.test, {name}):
+            written = f"{name} = lax.while_loop(lambda {name}: {condition}, lambda {name}: {value}, {name})"
+            return [
+                written_fix(written, _when(fixes, "lax.while_loop") + ": the loop's one variable is its state")
+            ] + others
+    return [Fix(f"lax.while_loop(lambda state: {condition}, body_fn, init)", _when(fixes, "lax.while_loop"))] + others
+
+
+def _expression_fixes(fixes: list[Fix], line: LineCode, names: set[str]) -> list[Fix] | None:
+    """A line with no ``if``/``while``: its ``a if cond else b`` or its ``and``/``or``/``not`` on a traced
+    value written with JAX; None when it has neither."""
+    chosen = _conditional_expression(line, names)
+    if chosen is not None:
+        written, node = chosen
+        branches = f"lambda: {line.text(node.body)}, lambda: {line.text(node.orelse)}"
+        cond = _replaced(line, node, f"lax.cond({_jnp_condition(line, node.test)}, {branches})")
+        return [
+            written_fix(
+                written,
+                "the conditional expression only chooses a value: both are computed, one is kept elementwise",
+            ),
+            written_fix(cond, _when(fixes, "lax.cond")),
+            *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
+        ]
+    bool_ops = [n for n in ast.walk(line.tree) if isinstance(n, ast.BoolOp) and uses(n, names)]
+    if bool_ops:
+        written = _jnp_condition(line, bool_ops[0])
+        return [
+            written_fix(written, "and/or/not call bool() on their operands; the jax.numpy functions work elementwise"),
+            *drop(fixes, "lax.while_loop"),
+        ]
+    return None
+
+
+def _choice_fixes(fixes: list[Fix], choice: tuple[str, str, str], condition: str) -> list[Fix]:
+    """An ``if`` that only chooses a value (``receiver`` = one of two): ``jnp.where`` or ``lax.cond``."""
+    receiver, if_true, if_false = choice
+    where = f"jnp.where({condition}, {if_true}, {if_false})"
+    written = where if receiver == "return" else f"{receiver} = {where}"
+    return [
+        written_fix(written, "the if only chooses a value: both are computed, one is kept elementwise"),
+        written_fix(f"lax.cond({condition}, lambda: {if_true}, lambda: {if_false})", _when(fixes, "lax.cond")),
+        *drop(fixes, "lax.while_loop", "jnp.where", "lax.cond"),
+    ]
 
 
 def _conditional_expression(line: LineCode, names: set[str]) -> tuple[str, ast.IfExp] | None:

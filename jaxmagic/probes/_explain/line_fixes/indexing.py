@@ -51,20 +51,8 @@ def _slice_fixes(
 ) -> list[Fix]:
     array = line.text(node.value)
     start = line.text(piece.lower) if piece.lower is not None else "0"
-    upper = piece.upper
-    if upper is None:
-        size = f"{array}.shape[{axis}] - {start}"
-    elif (
-        isinstance(upper, ast.BinOp)
-        and isinstance(upper.op, ast.Add)
-        and piece.lower is not None
-        and ast.dump(upper.left) == ast.dump(piece.lower)
-    ):
-        size = line.text(upper.right)
-    else:
-        size = f"{line.text(upper)} - {start}" if piece.lower is not None else line.text(upper)
-    size_node = ast.parse(size, mode="eval")
-    size_traced = sorted(set(traced_parts(size_node, names)))
+    size = _slice_size(line, array, axis, piece, start)
+    size_traced = sorted(set(traced_parts(ast.parse(size, mode="eval"), names)))
     needs = (
         f"; {', '.join(f'`{n}`' for n in size_traced)} must then be static (the length is a shape)"
         if size_traced
@@ -72,25 +60,7 @@ def _slice_fixes(
     )
     at = node.value if isinstance(node.value, ast.Attribute) and node.value.attr == "at" else None
     if at is not None:
-        target = line.text(at.value)
-        setter = next(
-            (
-                n
-                for n in ast.walk(line.tree)
-                if isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute)
-                and n.func.value is node
-                and n.func.attr == "set"
-                and len(n.args) == 1
-            ),
-            None,
-        )
-        when = "write a window at a traced position; the update's length is fixed" + needs
-        if setter is not None:  # x.at[i:i + k].set(v): the update is v
-            update = line.text(setter.args[0])
-            found = [written_fix(f"lax.dynamic_update_slice_in_dim({target}, {update}, {start}, axis={axis})", when)]
-        else:
-            found = [Fix(f"lax.dynamic_update_slice_in_dim({target}, update, {start}, axis={axis})", when)]
+        found = _window_update_fixes(line, node, at, axis, start, needs)
     else:
         leading = ":, " * axis
         found = [
@@ -109,19 +79,60 @@ def _slice_fixes(
         written = re.sub(r"static_argnames=\([^)]*\)", f"static_argnames={tuple(size_traced)!r}", static[0].use)
         static = [dataclasses.replace(static[0], use=written, when="the length is a setting, not data")]
     rank = _rank_of(array, traced)
-    if at is None and piece.lower is None and upper is not None and axis == 0 and rank:
-        bound = line.text(upper)
-        mask = f"jnp.arange({array}.shape[0]) < {bound}"
-        mask = f"({mask})[:" + ", None" * (rank - 1) + "]" if rank > 1 else mask
-        found.insert(
-            0,
-            written_fix(
-                f"jnp.where({mask}, {array}, 0)",
-                f"keep the full length and zero the entries from {bound} on: the shape stays static "
-                "(what follows must take the full length)",
-            ),
-        )
+    if at is None and piece.lower is None and piece.upper is not None and axis == 0 and rank:
+        found.insert(0, _masked_prefix_fix(array, line.text(piece.upper), rank))
     return static + found
+
+
+def _slice_size(line: LineCode, array: str, axis: int, piece: ast.Slice, start: str) -> str:
+    """The length of the window ``piece`` takes along ``axis``, as code: ``k`` for ``x[i:i + k]``."""
+    upper = piece.upper
+    if upper is None:
+        return f"{array}.shape[{axis}] - {start}"
+    if (
+        isinstance(upper, ast.BinOp)
+        and isinstance(upper.op, ast.Add)
+        and piece.lower is not None
+        and ast.dump(upper.left) == ast.dump(piece.lower)
+    ):
+        return line.text(upper.right)
+    return f"{line.text(upper)} - {start}" if piece.lower is not None else line.text(upper)
+
+
+def _window_update_fixes(
+    line: LineCode, node: ast.Subscript, at: ast.Attribute, axis: int, start: str, needs: str
+) -> list[Fix]:
+    """``x.at[i:i + k]...`` at a traced position: ``lax.dynamic_update_slice_in_dim``, with the update
+    written in when the line sets one (``x.at[i:i + k].set(v)``)."""
+    target = line.text(at.value)
+    setter = next(
+        (
+            n
+            for n in ast.walk(line.tree)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.value is node
+            and n.func.attr == "set"
+            and len(n.args) == 1
+        ),
+        None,
+    )
+    when = "write a window at a traced position; the update's length is fixed" + needs
+    if setter is not None:
+        update = line.text(setter.args[0])
+        return [written_fix(f"lax.dynamic_update_slice_in_dim({target}, {update}, {start}, axis={axis})", when)]
+    return [Fix(f"lax.dynamic_update_slice_in_dim({target}, update, {start}, axis={axis})", when)]
+
+
+def _masked_prefix_fix(array: str, bound: str, rank: int) -> Fix:
+    """``x[:n]`` with a traced ``n``: the full length kept and the entries from ``n`` on zeroed."""
+    mask = f"jnp.arange({array}.shape[0]) < {bound}"
+    mask = f"({mask})[:" + ", None" * (rank - 1) + "]" if rank > 1 else mask
+    return written_fix(
+        f"jnp.where({mask}, {array}, 0)",
+        f"keep the full length and zero the entries from {bound} on: the shape stays static "
+        "(what follows must take the full length)",
+    )
 
 
 def _rank_of(expression: str, traced: Sequence[Traced]) -> int:
