@@ -10,8 +10,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from jaxmagic import probes
-from jaxmagic._jax.compat import profiler_session_active
 from jaxmagic._jax.jit_programs import CompiledProgram
+from jaxmagic._jax.runtime import profiler_session_active
 from jaxmagic.probes._profile import NO_SCOPE, build_report
 from jaxmagic.probes._profile.kernel_sources import program_sources, scope_of
 from jaxmagic.probes._profile.trace_events import events_from_trace_json, self_times, union_ns

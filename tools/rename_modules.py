@@ -1,5 +1,8 @@
 """Rewrite the module names and file paths of issue 55.3/55.4's moves in the given files (re-runnable).
 
+The moves: every probe module private (``probes.nans`` -> ``probes._nans``), ``probes/_support`` helpers
+with one user moved into it (``MOVES``), and ``_jax/compat.py`` split by theme (``COMPAT_SPLIT``).
+
     .venv/bin/python tools/rename_modules.py FILE...     # e.g. $(git ls-files '*.py' '*.md' '*.toml')
 
 A branch written before the moves still says ``jaxmagic.probes.nans.probe`` or
@@ -11,6 +14,7 @@ quote, or after ``from``/``import``, and a file path.
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -98,6 +102,138 @@ def _rules() -> list[tuple[re.Pattern[str], str]]:
 
 RULES = _rules()
 
+# _jax/compat.py split by theme: each function -> the module of _jax/ that now holds it.
+COMPAT_SPLIT = {
+    "addressable_shards": "array_shards",
+    "per_device_bytes": "array_shards",
+    "bind_equation": "jaxpr_parts",
+    "called_function": "jaxpr_parts",
+    "closed_parts": "jaxpr_parts",
+    "inspect_sharding_primitive": "jaxpr_parts",
+    "is_literal": "jaxpr_parts",
+    "jaxpr_equation_printer": "jaxpr_parts",
+    "jaxpr_function": "jaxpr_parts",
+    "jaxpr_types": "jaxpr_parts",
+    "mlir_ir": "jaxpr_parts",
+    "name_stack_text": "jaxpr_parts",
+    "program_source": "jaxpr_parts",
+    "scan_operands": "jaxpr_parts",
+    "scope_entry_type": "jaxpr_parts",
+    "sub_jaxprs": "jaxpr_parts",
+    "user_context": "jaxpr_parts",
+    "while_operands": "jaxpr_parts",
+    "with_params": "jaxpr_parts",
+    "abstract_value": "jit_internals",
+    "clear_dispatch_cache": "jit_internals",
+    "compiled_call": "jit_internals",
+    "function_being_traced": "jit_internals",
+    "has_abstract_value": "jit_internals",
+    "is_eager_operation": "jit_internals",
+    "is_jitted": "jit_internals",
+    "jit_arguments": "jit_internals",
+    "jit_cache_miss_code": "jit_internals",
+    "jit_options": "jit_internals",
+    "jit_program": "jit_internals",
+    "jit_type": "jit_internals",
+    "post_hook_state": "jit_internals",
+    "transformed_function": "jit_internals",
+    "call_with_key_reuse_checks": "key_internals",
+    "random_core": "key_internals",
+    "typed_key_data": "key_internals",
+    "traceback_frames": "recorded_sources",
+    "tracer_line_info": "recorded_sources",
+    "tracing_where_traced": "recorded_sources",
+    "user_frame": "recorded_sources",
+    "user_frames": "recorded_sources",
+    "backend_started": "runtime",
+    "profiler_session_active": "runtime",
+    "top_level_check": "runtime",
+    "trace_context_size": "runtime",
+    "traceback_filtering_mode": "runtime",
+    "unregister_duration_listener": "runtime",
+}
+_COMPAT_USE = re.compile(r"(?:(?<=_jax\.)|(?<![\w.]))compat\.(\w+)\b")
+_COMPAT_IMPORT = re.compile(
+    r"^(?P<indent>[ \t]*)from jaxmagic\._jax import (?P<names>[\w ,]+?)(?P<comment>[ \t]*#.*)?$", re.M
+)
+_COMPAT_FROM = re.compile(
+    r"^(?P<indent>[ \t]*)from jaxmagic\._jax\.compat import (?P<names>[\w ,]+?)(?P<comment>[ \t]*#.*)?$", re.M
+)
+
+
+def _split_compat(text: str) -> str:
+    """``compat.bind_equation`` -> ``jaxpr_parts.bind_equation``, and each import of ``compat`` -> the
+    theme modules its scope uses (a function's own import: that function's; the module's: the rest)."""
+    if "compat" not in text:
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:  # not Python (a page): names in prose only
+        return _COMPAT_USE.sub(lambda m: f"{COMPAT_SPLIT[m[1]]}.{m[1]}" if m[1] in COMPAT_SPLIT else m[0], text)
+    lines = text.split("\n")
+    local_scopes = []  # (first line, last line) of functions importing compat themselves
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                if (
+                    isinstance(inner, ast.ImportFrom)
+                    and inner.module == "jaxmagic._jax"
+                    and any(a.name == "compat" for a in inner.names)
+                ):
+                    local_scopes.append((node.lineno, node.end_lineno or node.lineno))
+
+    uses = [
+        (node.lineno, COMPAT_SPLIT[node.attr])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "compat"
+        and node.attr in COMPAT_SPLIT
+    ]
+
+    def themes_in(first: int, last: int, exclude: list[tuple[int, int]]) -> list[str]:
+        """The theme modules the code (not the prose) of lines ``first``..``last`` uses, but in ``exclude``."""
+        return sorted(
+            {
+                theme
+                for number, theme in uses
+                if first <= number <= last and not any(a <= number <= b for a, b in exclude)
+            }
+        )
+
+    def scope_of(number: int) -> tuple[int, int, list[tuple[int, int]]]:
+        inner = [s for s in local_scopes if s[0] <= number <= s[1]]
+        if inner:
+            a, b = max(inner)
+            return a, b, []
+        return 1, len(lines), local_scopes
+
+    def imports(match: re.Match[str]) -> str:
+        names = [n.strip() for n in match["names"].split(",") if n.strip()]
+        if "compat" not in names:
+            return match[0]
+        number = text.count("\n", 0, match.start()) + 1
+        themes = themes_in(*scope_of(number))
+        kept = sorted(set(names) - {"compat"} | set(themes))
+        if not kept:
+            return ""
+        return f"{match['indent']}from jaxmagic._jax import {', '.join(kept)}{match['comment'] or ''}"
+
+    def from_compat(match: re.Match[str]) -> str:
+        by_theme: dict[str, list[str]] = {}
+        for name in (n.strip() for n in match["names"].split(",") if n.strip()):
+            by_theme.setdefault(COMPAT_SPLIT.get(name.split()[0], "compat"), []).append(name)
+        return "\n".join(
+            f"{match['indent']}from jaxmagic._jax.{theme} import {', '.join(names)}{match['comment'] or ''}"
+            for theme, names in sorted(by_theme.items())
+        )
+
+    text = _COMPAT_IMPORT.sub(imports, text)
+    text = _COMPAT_FROM.sub(from_compat, text)
+    return _COMPAT_USE.sub(lambda m: f"{COMPAT_SPLIT[m[1]]}.{m[1]}" if m[1] in COMPAT_SPLIT else m[0], text)
+
 
 FROM_IMPORT = re.compile(
     r"^(?P<indent>[ \t]*)from jaxmagic\.probes\.(?P<package>[\w.]+) import (?P<names>[\w ,]+)$", re.M
@@ -124,6 +260,7 @@ def _split_from_import(match: re.Match[str]) -> str:
 
 
 def rewrite(text: str) -> str:
+    text = _split_compat(text)
     text = FROM_IMPORT.sub(_split_from_import, text)
     for pattern, replacement in RULES:
         text = pattern.sub(replacement, text)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import runtime
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import id_list
@@ -142,7 +142,7 @@ def devices(count: int | None = None) -> DevicesReport:
             f"must be at most {MAX_FAKE_DEVICES:,} fake CPU devices (the backend would not start), got {count:,}",
         )
     report = DevicesReport(
-        requested=count, backend_started=compat.backend_started(), xla_flags=os.environ.get("XLA_FLAGS", "")
+        requested=count, backend_started=runtime.backend_started(), xla_flags=os.environ.get("XLA_FLAGS", "")
     )
     if count is not None and not report.backend_started:
         jax.config.update("jax_num_cpu_devices", count)

@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic._jax import compat, jittable
+from jaxmagic._jax import jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
@@ -257,7 +257,7 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})  # stages_of_call(fn, args) passes kwargs=None
     name = getattr(fn, "__name__", type(fn).__name__)
     report = StagesReport(call=call_text or f"{name}(...)", function=name)
-    is_jitted = compat.is_jitted(fn)
+    is_jitted = jit_internals.is_jitted(fn)
     report.jitted_here = not is_jitted
     jitted, static_positions, static_names = _fresh_jitted(fn, is_jitted, report)
     report.abstract_arguments = any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves((args, kwargs)))
@@ -305,7 +305,7 @@ def _fresh_jitted(fn, is_jitted: bool, report: StagesReport):
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     original = getattr(fn, "__wrapped__", None) if is_jitted else fn
-    info = compat.jit_options(fn) if is_jitted else None
+    info = jit_internals.jit_options(fn) if is_jitted else None
     static_positions = tuple(getattr(info, "static_argnums", ()) or ())
     static_names = tuple(getattr(info, "static_argnames", ()) or ())
     copy = _copy_function(original)
@@ -423,4 +423,4 @@ def _compile_events():
     try:
         yield events
     finally:
-        compat.unregister_duration_listener(listener)
+        runtime.unregister_duration_listener(listener)

@@ -21,7 +21,7 @@ import sys
 import traceback
 from types import TracebackType
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import runtime
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine
@@ -61,7 +61,7 @@ def resolved_mode(mode: str | None = None) -> str:
         return mode
     if mode != jax.config.jax_traceback_filtering:
         return _auto()
-    return compat.traceback_filtering_mode() or _auto()  # private API moved: JAX's documented rule
+    return runtime.traceback_filtering_mode() or _auto()  # private API moved: JAX's documented rule
 
 
 def _auto() -> str:

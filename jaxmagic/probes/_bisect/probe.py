@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from jaxmagic._jax import compat, jittable
+from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._bisect.before_program import before_program
 from jaxmagic.probes._bisect.bisected_call import python_function
@@ -49,7 +49,7 @@ def _is_static(value: Any) -> bool:
 
 
 def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Wrapped, str]:
-    if compat.is_jitted(fn):
+    if jit_internals.is_jitted(fn):
         return fn, "the jitted function as given"
     static = tuple(i for i, a in enumerate(args) if _is_static(a))
     static_names = tuple(k for k, v in kwargs.items() if _is_static(v))
@@ -78,11 +78,11 @@ def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Wrapped:
         return jittable.jit(fn, static_argnums=static, static_argnames=static_names)
     info = known.get(key)
     if info is not None:
-        jitted = compat.compiled_call(fn, info)
+        jitted = jit_internals.compiled_call(fn, info)
         if jitted is not None:
             return jitted
     jitted = jittable.jit(fn, static_argnums=static, static_argnames=static_names)
-    info = compat.jit_options(jitted)
+    info = jit_internals.jit_options(jitted)
     if info is not None and len(known) < 8:
         known[key] = info
     return jitted
@@ -335,7 +335,7 @@ def run_call(
                 report.verdict = "before_program"
         del jit_result, eager_result, reference, sample
     report.captured = _captured(jitted, fn, args, kwargs, namespace)
-    return report, failed.get("jit" if compat.is_jitted(fn) else "eager")
+    return report, failed.get("jit" if jit_internals.is_jitted(fn) else "eager")
 
 
 def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) -> BeforeProgram:

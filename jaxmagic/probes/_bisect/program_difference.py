@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 
 
 def _digest(value) -> str:
@@ -22,7 +22,7 @@ def _digest(value) -> str:
 def _eqn_key(eqn, ids: dict) -> tuple:
     operands = []
     for var in eqn.invars:
-        if compat.is_literal(var):
+        if jaxpr_parts.is_literal(var):
             operands.append(("literal", repr(getattr(var, "val", var))))
         else:
             operands.append(ids.get(id(var), "?"))

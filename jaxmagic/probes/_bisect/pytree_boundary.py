@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._bisect.bisected_call import BisectedCall
 from jaxmagic.probes._bisect.function_source import iterating_lines, loop_holds, reading_lines
 from jaxmagic.probes._bisect.program_difference import first_difference
@@ -279,7 +279,7 @@ def _order_line(found: BeforeProgram, call: BisectedCall, rebuilt, reordered: li
     eqn_line = None
     try:
         as_given, as_jit = traced(True), traced(False)
-        eqn = first_difference(*compat.closed_parts(as_given), *compat.closed_parts(as_jit))
+        eqn = first_difference(*jaxpr_parts.closed_parts(as_given), *jaxpr_parts.closed_parts(as_jit))
         if eqn is not None:
             found.provenance = attribution.of_equation(eqn)
             eqn_line = found.provenance.made_at

@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._bisect.bisected_call import BisectedCall
 from jaxmagic.probes._bisect.function_source import names_on, nondeterministic_lines, outer_names_on
 from jaxmagic.probes._bisect.program_difference import first_difference
@@ -104,7 +104,7 @@ def _stale_line(found: BeforeProgram, inner, used_program, fresh_program, static
     eqn = None
     if used_program is not None and fresh_program is not None:
         try:
-            eqn = first_difference(*compat.closed_parts(fresh_program), *compat.closed_parts(used_program))
+            eqn = first_difference(*jaxpr_parts.closed_parts(fresh_program), *jaxpr_parts.closed_parts(used_program))
         except Exception:
             eqn = None
     names: list[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._compiles.collector import Collector
 from jaxmagic.probes._compiles.donations import DonationWarnings
@@ -97,7 +97,7 @@ class compiles:
 
 
 def _unregister(listener) -> None:
-    compat.unregister_duration_listener(listener)  # restored by preserved_jax_state in any case
+    runtime.unregister_duration_listener(listener)  # restored by preserved_jax_state in any case
 
 
 def compile_progress(report: CompileReport) -> tuple[list[tuple[str, int]], list[str]]:

@@ -21,7 +21,7 @@ import ast
 import dataclasses
 import linecache
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line
@@ -167,7 +167,7 @@ def measure(program) -> tuple[int, list[LineSize], list[BakedConstant]]:
                     index = wanted.get(id(var))
                     if index is not None and index not in constant_lines:
                         constant_lines[index] = key
-            stack.extend(compat.sub_jaxprs(eqn))
+            stack.extend(jaxpr_parts.sub_jaxprs(eqn))
         wanted = {}  # constants are the outer program's; inner ones are variables of their own
     lines = []
     for key, count in sorted(counts.items(), key=lambda item: -item[1])[:LINES_KEPT]:
@@ -192,7 +192,7 @@ def _users_line(traceback) -> tuple[str, int, str] | None:
     """(file, line, function) of the innermost frame of the user's own code inside the traced function (JAX
     cuts an equation's traceback at the transformation's entry: the line that called ``jit`` is not in it,
     so a library callable jitted in the user's training loop has no line of the user's)."""
-    for frame in compat.user_frames(traceback):  # innermost first; JAX's own frames left out, libraries kept
+    for frame in recorded_sources.user_frames(traceback):  # innermost first; JAX's own frames left out, libraries kept
         if is_user_file(frame.file_name):
             return (frame.file_name, frame.start_line, frame.function_name)
     return None

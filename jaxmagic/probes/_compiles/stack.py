@@ -13,7 +13,7 @@ import types
 import weakref
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic.probes._compiles.baked import BakedValue, baked_values
 from jaxmagic.probes._compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, jitted_by_its_caller
@@ -78,7 +78,7 @@ TRANSFORMATION_RULES = {
 
 def read_transformed_program(local_vars, info: CallInfo, is_user) -> None:
     """The jitted function whose transformed program ``_pjit_call_impl`` compiles (its ``jaxpr``)."""
-    source = compat.program_source(local_vars.get("jaxpr"))
+    source = jaxpr_parts.program_source(local_vars.get("jaxpr"))
     if source is None:
         info.kind = "library"
         return
@@ -97,7 +97,7 @@ def read_jit_frame(
     jit_info = local_vars.get("jit_info")
     args = local_vars.get("args", ()) or ()
     kwargs = local_vars.get("kwargs", {}) or {}
-    if compat.is_eager_operation(fun):
+    if jit_internals.is_eager_operation(fun):
         info.kind = "eager"
         return None
     with contextlib.suppress(TypeError):

@@ -23,7 +23,7 @@ from types import FrameType, TracebackType
 
 import numpy as np
 
-from jaxmagic._jax.compat import transformed_function
+from jaxmagic._jax.jit_internals import transformed_function
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced
 from jaxmagic.probes._debug.stepping import Step, SteppingLog, all_finite, where
 from jaxmagic.probes._support.nan.failing_call import FailingCall

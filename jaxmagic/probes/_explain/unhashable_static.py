@@ -20,7 +20,7 @@ import re
 import sys
 import types
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals
 from jaxmagic.probes._explain.frames import innermost_user_frame
 from jaxmagic.probes._explain.unhashable_static_report import UnhashableStaticReport
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
@@ -91,9 +91,9 @@ def _static_call(frame: types.FrameType | None, tb) -> tuple[str, list[str], lis
         if not isinstance(node, ast.Call):
             continue
         callee = value_of(node.func, frame)
-        if callee is NOTHING or not compat.is_jitted(callee):
+        if callee is NOTHING or not jit_internals.is_jitted(callee):
             continue
-        options = compat.jit_options(callee)
+        options = jit_internals.jit_options(callee)
         if options is None:
             continue
         names = list(getattr(options.fun_signature, "parameters", {}) or {})

@@ -47,7 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from jaxmagic._jax.compat import is_jitted
+from jaxmagic._jax.jit_internals import is_jitted
 from jaxmagic.report.source import is_user_file
 
 STACK_SIGNAL = "SIGWINCH"

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat, distributed_store
+from jaxmagic._jax import array_shards, distributed_store
 from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.report.source import running_shell
@@ -48,7 +48,7 @@ Dict = dict[str, Any]
 def host_value(leaf) -> np.ndarray:
     """A leaf's value on this process: all of it, or this process's first shard of a global array."""
     if hasattr(leaf, "addressable_shards") and not getattr(leaf, "is_fully_addressable", True):
-        with compat.addressable_shards(leaf) as shards:  # never the leaf's own: jaxlib keeps what it makes
+        with array_shards.addressable_shards(leaf) as shards:  # never the leaf's own: jaxlib keeps what it makes
             return np.asarray(shards[0].data)  # replicated: this process's copy
     return np.asarray(leaf)
 

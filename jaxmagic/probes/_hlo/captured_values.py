@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic.probes._hlo.global_assignment import last_assignment
 from jaxmagic.probes._hlo.jaxpr import aval_text, eqn_line, eqn_text, walk_eqns
 from jaxmagic.probes._hlo.records import BAKED_CONSTANT_BYTES, BakedLiteral, CapturedConstant
@@ -201,7 +201,7 @@ def baked_literals(walked: list, env: NameEnvironment, printer=None) -> list[Bak
     seen: set[tuple] = set()
     candidates = env.scalar_values()
     for eqn, _segments, _back, _subs, parents in walked:
-        literals = [v for v in eqn.invars if compat.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
+        literals = [v for v in eqn.invars if jaxpr_parts.is_literal(v) and _rounded(_scalar(v.val)) in candidates]
         if not literals:
             continue  # no global or closure value equals any literal here: nothing to look up
         line = eqn_line(eqn, parents)
@@ -558,8 +558,8 @@ def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any]
     if not inspect.isfunction(original):
         return None
     options: dict[str, Any] = {}
-    if compat.is_jitted(fn):
-        info = compat.jit_options(fn)
+    if jit_internals.is_jitted(fn):
+        info = jit_internals.jit_options(fn)
         if info is None or getattr(info, "user_specified_in_shardings", True) or getattr(info, "device", None):
             return None
         if getattr(info, "backend", None):

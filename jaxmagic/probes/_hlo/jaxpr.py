@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._hlo.name_paths import NamePath, parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
@@ -15,7 +15,7 @@ from jaxmagic.report.wording import strip_ansi
 
 
 def _sub_jaxprs(eqn):
-    return compat.sub_jaxprs(eqn)
+    return jaxpr_parts.sub_jaxprs(eqn)
 
 
 def walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, parents: tuple = ()):
@@ -42,7 +42,7 @@ def walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, par
 def scope_names(walked: list) -> set[str]:
     """Every user scope name on a name stack of the program (structured: Scope entries)."""
     names: set[str] = set()
-    scope_type = compat.scope_entry_type()
+    scope_type = jaxpr_parts.scope_entry_type()
     for eqn, _segments, _back, _subs, _parents in walked:
         for entry in eqn.source_info.name_stack.stack:
             if scope_type is None or isinstance(entry, scope_type):
@@ -53,7 +53,7 @@ def scope_names(walked: list) -> set[str]:
 
 
 def jaxpr_ops(walked: list, function: str, printer=None) -> list[StageOp]:
-    """The operations of the walked jaxpr; ``printer`` (``compat.jaxpr_equation_printer``) names
+    """The operations of the walked jaxpr; ``printer`` (``jaxpr_parts.jaxpr_equation_printer``) names
     their variables as the printed jaxpr does."""
     ops = []
     for eqn, segments, backward, subs, parents in walked:

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic._jax import compat, jittable
+from jaxmagic._jax import jit_internals, jittable
 from jaxmagic.probes._hlo.records import MemoryFigures, SweepPoint
 from jaxmagic.report.wording import error_line
 
@@ -59,7 +59,7 @@ def sweep_point(sweep: Sweep, value) -> SweepPoint:
     point = SweepPoint(value=repr(value))
     try:
         fn, args, kwargs = sweep.build(value)
-        jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
+        jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
         compiled = jitted.lower(*args, **kwargs).compile()
     except Exception as error:
         point.failure = error_line(error)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jaxmagic._jax import compat, jittable
+from jaxmagic._jax import jaxpr_parts, jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._hlo.captured_values import NameEnvironment, baked_literals, captured_constants, fresh_trace_of
 from jaxmagic.probes._hlo.jaxpr import jaxpr_ops, scope_names, signature, walk_eqns
@@ -96,7 +96,7 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})
     failed: list[Exception] = []  # the exception of the stage that failed, for the magic to raise
     stages = parse_stages(stage)
-    jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
+    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     report = HloReport(
         call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)",
         scope=scope or "",
@@ -112,7 +112,7 @@ def run_call(
         report.function = f"jit({_traced_name(closed, fn)})"
         report.inputs, report.outputs = signature(traced)
         walked = list(walk_eqns(closed))
-        printer = compat.jaxpr_equation_printer(closed)  # equations named as str(traced.jaxpr) names them
+        printer = jaxpr_parts.jaxpr_equation_printer(closed)  # equations named as str(traced.jaxpr) names them
         traced_ops = jaxpr_ops(walked, report.function, printer)
         known = scope_names(walked)
         query = split_query(scope) if scope else ()
@@ -188,7 +188,7 @@ def _work_events():
     try:
         yield seen
     finally:
-        compat.unregister_duration_listener(listener)
+        runtime.unregister_duration_listener(listener)
 
 
 _PERSISTENT_CACHE_READ = "/jax/compilation_cache/cache_retrieval_time_sec"

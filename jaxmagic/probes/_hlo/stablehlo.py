@@ -3,7 +3,7 @@ ships (operation locations: name paths and call stacks)."""
 
 from __future__ import annotations
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._hlo.name_paths import parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
@@ -20,7 +20,7 @@ def stablehlo_ops(lowered) -> list[StageOp]:
     callee's operations - whose own locations are relative (``loc("max")``) -
     are named under the call's location, as XLA names them after inlining.
     """
-    ir = compat.mlir_ir()
+    ir = jaxpr_parts.mlir_ir()
 
     module = lowered.compiler_ir("stablehlo")
     functions = {}
@@ -85,7 +85,7 @@ def _join_name(prefix: str, name: str | None) -> str:
 
 def _location_name(location) -> str | None:
     """The operation's name path: the outermost name of its MLIR location (None if it has none)."""
-    ir = compat.mlir_ir()
+    ir = jaxpr_parts.mlir_ir()
 
     if isinstance(location, ir.NameLoc):
         return location.name_str
@@ -103,7 +103,7 @@ def _location_frames(location) -> list[tuple[str, int, str]]:
     below the operation's name, call sites whose callee is the function's
     name around its file position.
     """
-    ir = compat.mlir_ir()
+    ir = jaxpr_parts.mlir_ir()
 
     frames: list[tuple[str, int, str]] = []
 

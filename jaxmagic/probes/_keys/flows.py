@@ -10,7 +10,7 @@ from types import FrameType
 
 import numpy as np
 
-from jaxmagic._jax import compat, jit_calls, prng_checks
+from jaxmagic._jax import jaxpr_parts, jit_calls, key_internals, prng_checks
 from jaxmagic.probes._keys.fixes import shared_key_fix
 from jaxmagic.probes._keys.jit_params import argument_name, function_is_users
 from jaxmagic.probes._keys.library_state import (
@@ -255,7 +255,7 @@ def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
         if eqn.primitive.name == "random_wrap":
             found |= {i for i in inputs[:1] if i is not None}
         elif depth < 4:
-            for sub in compat.sub_jaxprs(eqn):
+            for sub in jaxpr_parts.sub_jaxprs(eqn):
                 inner = getattr(sub, "jaxpr", sub)
                 if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's
                     found |= {n for i in _wrapped_inputs(inner, depth + 1) if (n := inputs[i]) is not None}
@@ -265,7 +265,7 @@ def _wrapped_inputs(jaxpr, depth: int = 0) -> set[int]:
 def key_fingerprint(key) -> tuple[bytes, object]:
     """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
     if jit_calls.is_typed_key(key):
-        base = compat.typed_key_data(key)
+        base = key_internals.typed_key_data(key)
     else:
         base = key  # a raw uint32 key is its own key data
     data = np.asarray(base)

@@ -24,7 +24,7 @@ import contextlib
 import io
 import sys
 
-from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report.source import code_kind
 
@@ -38,20 +38,20 @@ def folded_inputs(jaxpr, depth: int = 0) -> dict[int, set[int]]:
     the key of a ``random_fold_in`` whose data is another input; a key used any other way is left out."""
     invars = list(jaxpr.invars)
     index = {id(v): i for i, v in enumerate(invars)}
-    read = {id(v) for e in jaxpr.eqns for v in e.invars if not compat.is_literal(v)}
-    read |= {id(v) for v in jaxpr.outvars if not compat.is_literal(v)}
+    read = {id(v) for e in jaxpr.eqns for v in e.invars if not jaxpr_parts.is_literal(v)}
+    read |= {id(v) for v in jaxpr.outvars if not jaxpr_parts.is_literal(v)}
     folded: dict[int, set[int]] = {}
     other: set[int] = set()
     for eqn in jaxpr.eqns:
         if eqn.outvars and not any(id(v) in read for v in eqn.outvars) and not eqn.effects:
             continue  # its result is never read (the key-reuse checker's `random_unwrap`s): no use of the key
         for position, var in enumerate(eqn.invars):
-            i = index.get(id(var)) if not compat.is_literal(var) else None
+            i = index.get(id(var)) if not jaxpr_parts.is_literal(var) else None
             if i is None:
                 continue
             if eqn.primitive.name == "random_fold_in" and position == 0:
                 data = eqn.invars[1]
-                j = index.get(id(data)) if not compat.is_literal(data) else None
+                j = index.get(id(data)) if not jaxpr_parts.is_literal(data) else None
                 if j is None:
                     other.add(i)  # folded with a constant or a computed value: not a counter carried in
                 else:
@@ -68,7 +68,7 @@ def folded_inputs(jaxpr, depth: int = 0) -> dict[int, set[int]]:
                     if _reads(inner, position):
                         other.add(i)
                     continue
-                outer = [index.get(id(v)) if not compat.is_literal(v) else None for v in eqn.invars]
+                outer = [index.get(id(v)) if not jaxpr_parts.is_literal(v) else None for v in eqn.invars]
                 mapped = {outer[j] for j in inside[position]}
                 if None in mapped:
                     other.add(i)
@@ -79,10 +79,10 @@ def folded_inputs(jaxpr, depth: int = 0) -> dict[int, set[int]]:
 
 def _call_body(eqn):
     """The body of a call equation that passes its inputs through (a nested jit); None for anything else."""
-    subs = compat.sub_jaxprs(eqn)
+    subs = jaxpr_parts.sub_jaxprs(eqn)
     if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
         return None
-    inner = compat.closed_parts(subs[0])[0]
+    inner = jaxpr_parts.closed_parts(subs[0])[0]
     return inner if len(inner.invars) == len(eqn.invars) else None
 
 
@@ -95,8 +95,8 @@ def dropped_update(jaxpr, position: int) -> bool:
     """Whether ``jaxpr`` computes a new value of its input ``position`` (``add``/``sub`` of it) that it neither
     returns nor reads: the counter a library advances in place, lost through the jit."""
     var = jaxpr.invars[position]
-    read = {id(v) for e in jaxpr.eqns for v in e.invars if not compat.is_literal(v)}
-    read |= {id(v) for v in jaxpr.outvars if not compat.is_literal(v)}
+    read = {id(v) for e in jaxpr.eqns for v in e.invars if not jaxpr_parts.is_literal(v)}
+    read |= {id(v) for v in jaxpr.outvars if not jaxpr_parts.is_literal(v)}
     return any(
         e.primitive.name in ("add", "sub") and any(v is var for v in e.invars) and id(e.outvars[0]) not in read
         for e in jaxpr.eqns
@@ -106,7 +106,7 @@ def dropped_update(jaxpr, position: int) -> bool:
 def carried_out(jaxpr, position: int) -> bool:
     """Whether an output of ``jaxpr`` is a new value of its input ``position`` (``add``/``sub`` of it)."""
     var = jaxpr.invars[position]
-    outputs = {id(v) for v in jaxpr.outvars if not compat.is_literal(v)}
+    outputs = {id(v) for v in jaxpr.outvars if not jaxpr_parts.is_literal(v)}
     return any(
         e.primitive.name in ("add", "sub") and any(v is var for v in e.invars) and id(e.outvars[0]) in outputs
         for e in jaxpr.eqns
@@ -173,7 +173,7 @@ def tried_under_state_jit(jit: str, fun, arguments: tuple, kwargs: dict) -> tupl
         with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()), kept(fun, [*arguments, *kwargs.values()]):
             traced = module.jit(fun).trace(*arguments, **kwargs)
         program = getattr(getattr(traced, "traced", traced), "jaxpr", None)
-        jaxpr = compat.closed_parts(program)[0]
+        jaxpr = jaxpr_parts.closed_parts(program)[0]
     except Exception as error:
         return False, f"not tried: tracing under {jit} failed ({type(error).__name__}: {error})"
     counters = {j for data in folded_inputs(jaxpr).values() for j in data}

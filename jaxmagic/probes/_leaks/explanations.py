@@ -14,7 +14,7 @@ import re
 import types
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import recorded_sources
 from jaxmagic._jax.transform_stack import (
     Transformation,
     of_traceback,
@@ -43,8 +43,8 @@ def _is_tracer(value: Any) -> bool:
 
 def _creation_line(tracer: Any) -> SourceLine | None:
     """The user line where JAX recorded that the tracer was made, if it recorded one."""
-    line_info = compat.tracer_line_info(tracer)  # a tracer may have none
-    frame = compat.user_frame(getattr(line_info, "traceback", None))
+    line_info = recorded_sources.tracer_line_info(tracer)  # a tracer may have none
+    frame = recorded_sources.user_frame(getattr(line_info, "traceback", None))
     if frame is None:
         return None
     return source_line(frame.file_name, frame.start_line, text.short_qualname(frame.function_name))

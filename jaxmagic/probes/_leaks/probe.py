@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic._jax.transform_stack import leak_error_stacks
@@ -27,10 +27,10 @@ _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 
 def _whose_trace() -> str:
     """ "user" or "library": where the function jit is tracing now is defined; "" if the stack does not say."""
-    fun = compat.function_being_traced()
+    fun = jit_internals.function_being_traced()
     if fun is None:
         return ""
-    if compat.is_eager_operation(fun):
+    if jit_internals.is_eager_operation(fun):
         return "library"
     code, _ = defining_code(fun)
     if code is None:

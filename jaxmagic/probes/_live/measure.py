@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import array_shards, jaxpr_parts, runtime
 from jaxmagic.probes._live.kept_alone import kept_alone
 from jaxmagic.probes._live.report import (
     CONTAINER_ARRAYS,
@@ -55,7 +55,7 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     report = LiveReport(mode="snapshot", top=top)
-    if not compat.backend_started():
+    if not runtime.backend_started():
         # No backend, no arrays: say so rather than start one (XLA_FLAGS may still be on their way).
         report.backend_started = False
         return report
@@ -85,7 +85,7 @@ def live_diff(
 
     report = LiveReport(mode="cell", top=top)
     gc.collect()
-    arrays = jax.live_arrays() if compat.backend_started() else []  # no backend yet: nothing alive before
+    arrays = jax.live_arrays() if runtime.backend_started() else []  # no backend yet: nothing alive before
     before = {id(a): weakref.ref(a) for a in arrays}
     report.before_arrays = len(arrays)
     report.before_bytes = _nbytes(arrays)
@@ -108,7 +108,7 @@ def _finish_cell_report(report, before, before_sizes, namespace, out_cache, outp
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     gc.collect()
-    if not compat.backend_started():  # the block used no JAX array at all
+    if not runtime.backend_started():  # the block used no JAX array at all
         report.backend_started = False
         return
     arrays = jax.live_arrays()
@@ -376,7 +376,7 @@ def _jit_cache_constants(
     who refers to the lists among them: the jaxprs. Every constant of those
     jaxprs is then known, sampled or not.
     """
-    jaxpr_types = compat.jaxpr_types()
+    jaxpr_types = jaxpr_parts.jaxpr_types()
     taken: dict[int, int] = {}
     sample = []
     for a in itertools.compress(subject, map(unheld.__contains__, map(id, subject))):
@@ -432,9 +432,9 @@ def _nbytes(arrays) -> int:
 
 def _device_bytes(a) -> int:
     """Bytes the array's shards take on this process's devices (from its sharding: asking for its shards
-    would leave jaxlib's per-shard arrays alive with it - ``compat.addressable_shards``)."""
+    would leave jaxlib's per-shard arrays alive with it - ``array_shards.addressable_shards``)."""
     try:
-        return compat.per_device_bytes(a)
+        return array_shards.per_device_bytes(a)
     except Exception:
         return _nbytes_one(a)
 

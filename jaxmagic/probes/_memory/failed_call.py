@@ -26,7 +26,7 @@ from typing import Any
 
 import executing
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
 
@@ -125,7 +125,7 @@ def _call_of(node: ast.Call, frame: FrameType, lineno: int) -> FailedCall | None
         function = scope.pure(node.func)
     except Exception:
         return None
-    jitted = compat.is_jitted(function) or _is_compiled(function)
+    jitted = jit_internals.is_jitted(function) or _is_compiled(function)
     if not jitted and not _is_jax_function(function):
         return None
     line = source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import runtime
 from jaxmagic._jax.jit_programs import CapturedCall, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._live import live
@@ -195,7 +195,7 @@ def _eager(call: FailedCall) -> EagerAllocation:
 
 def held_arrays(namespace: dict | None) -> list[HeldArrays]:
     """The live arrays holding memory already, by group, with their holders (``%jax_live``'s search)."""
-    if not compat.backend_started():
+    if not runtime.backend_started():
         return []
     try:
         snapshot = live(namespace=namespace)

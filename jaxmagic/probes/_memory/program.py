@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic._jax import compat, jittable
+from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.compile_dumps import compile_with_memory_dumps
 from jaxmagic.probes._hlo.memory import memory_figures
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
@@ -55,7 +55,7 @@ def program_memory(
     """The memory of ``fn(*args, **kwargs)``, compiled but never run; arguments may be arrays (even ones a
     failed call left unreadable) or ``jax.ShapeDtypeStruct``s."""
     kwargs = dict(kwargs or {})
-    jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
+    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
     try:
         entry, _ = defining_code(jitted)

@@ -27,7 +27,7 @@ import types
 import warnings
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic._jax.transform_chain import per_example_gradient, vmapped
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
 from jaxmagic.probes._memory.records import (
@@ -69,7 +69,7 @@ def ways_down(call: CompiledCall, program: ProgramMemory, capacity: Capacity | N
 def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     import jax
 
-    info = compat.jit_options(call.jitted)
+    info = jit_internals.jit_options(call.jitted)
     static = set(getattr(info, "static_argnums", ()) or ())
     positional_info, _ = call.traced.args_info
     outputs = {(tuple(a.shape), str(a.dtype)) for a in call.traced.jaxpr.out_avals}
@@ -88,7 +88,7 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         return []
     names = ", ".join(f"`{_parameter(parameters, i)}`" for i in donate)
     argnums = f"({', '.join(map(str, donate))},)" if len(donate) == 1 else f"({', '.join(map(str, donate))})"
-    program_fn = compat.jaxpr_function(call.traced.jaxpr)
+    program_fn = jaxpr_parts.jaxpr_function(call.traced.jaxpr)
     flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in call.traced.jaxpr.in_avals]
     # JAX warns "Some donated buffers were not usable" of our trial, not of the user's code: not shown
     with warnings.catch_warnings():
@@ -277,7 +277,7 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     ):
         wrapped = jax.checkpoint(layer, policy=policy) if policy is not None else jax.checkpoint(layer)
         copied = _with_global(entry, name, wrapped)
-        info = compat.jit_options(call.jitted)
+        info = jit_internals.jit_options(call.jitted)
         jitted = jax.jit(copied, static_argnums=tuple(getattr(info, "static_argnums", ()) or ()))
         tried, _ = program_memory(jitted, call.args, call.kwargs)
         policy_text = f", policy={text}" if text else ""

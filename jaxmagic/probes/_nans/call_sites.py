@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals, runtime
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 
@@ -43,7 +43,7 @@ class CallSiteCounts:
         tight loop: the step's work evicts the callback from the caches (issue 56)."""
         by_code, user_file, block_thread = self._by_code, {}, self._thread
         get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
-        jitted, jit_type, top_level = self.jitted, compat.jit_type(), compat.top_level_check()
+        jitted, jit_type, top_level = self.jitted, jit_internals.jit_type(), runtime.top_level_check()
         user_jit: dict = {}  # jitted function -> its name if defined in the user's code, else ""
         last = [None, None]  # the code of the last call site counted, and its {offset: calls}
 

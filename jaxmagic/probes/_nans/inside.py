@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_eval import Walk
 from jaxmagic.probes._support.nan.equation_origin import provenance_of, public_name, user_line
 from jaxmagic.probes._support.nan.given import CAME_IN, GivenInfinities
@@ -117,7 +117,7 @@ def search_inside(program, args: list, *, function: str = "", call: int = 1, bud
 
     found = InsideSearch(function=function, call=call)
     listener = _InsideListener(budget)
-    jaxpr, consts = compat.closed_parts(program)
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
     # The call's arguments are given: what --inside checks is what the call itself made of them.
     listener.given.arguments([*jaxpr.constvars, *jaxpr.invars], [*consts, *args])
     quiet = quiet_evaluation()
@@ -135,12 +135,12 @@ def search_inside(program, args: list, *, function: str = "", call: int = 1, bud
         found.reached_output = outputs is not None and any_bad(outputs)
         if listener.masked is not None:
             eqn, path = listener.masked
-            name = eqn.params.get("name") if compat.sub_jaxprs(eqn) else None
+            name = eqn.params.get("name") if jaxpr_parts.sub_jaxprs(eqn) else None
             if name is None:  # a primitive: by its own name ("rsqrt", "select_n", "clamp", "min")
                 found.masked_primitive = found.masked_by = eqn.primitive.name
             else:  # a jitted library function by the name the user wrote ("jnp.where"); a function of the user's by its own
                 found.masked_primitive = str(name)
-                filename = compat.called_function(eqn)[1]
+                filename = jaxpr_parts.called_function(eqn)[1]
                 if filename and is_user_file(filename):
                     found.masked_by = str(name)
                 else:

@@ -19,7 +19,7 @@ import traceback as traceback_module
 from collections.abc import Iterator
 from types import TracebackType
 
-from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax import jit_calls, jit_internals
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
@@ -350,7 +350,7 @@ def _check_forward(found: ProducerSearch, call: FailingCall, args: list, want_na
     JAX transformation of another (``jax.grad(loss)``), that function is evaluated alone on the same
     values: the same operation making the same value on the same line is a forward value."""
     p = found.producer
-    transformed = compat.transformed_function(call.function)
+    transformed = jit_internals.transformed_function(call.function)
     wrapped = call.forward or transformed
     if p is None or not p.derivative or p.phase != "forward" or not callable(wrapped):
         return

@@ -7,7 +7,7 @@ import dataclasses
 import os
 import time
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import runtime
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import ProgramCapture
 from jaxmagic.probes._compiles import compiles
@@ -32,7 +32,7 @@ class ProfilerBusy(AlreadyActive):
 
 def trace_running() -> bool:
     """True while a jax.profiler trace is running (a profile cannot start then)."""
-    return compat.profiler_session_active()
+    return runtime.profiler_session_active()
 
 
 class profile:
@@ -56,7 +56,7 @@ class profile:
     def __enter__(self) -> ProfileReport:
         import jax  # deferred: importing the package does not import JAX
 
-        if compat.profiler_session_active():
+        if runtime.profiler_session_active():
             raise ProfilerBusy()
         if self.save is not None:
             os.makedirs(self.save, exist_ok=True)
@@ -97,7 +97,7 @@ class profile:
                 if self._stack is not None:  # set by __enter__, which ran
                     self._stack.__exit__(exc_type, exc, tb)
             finally:
-                if compat.profiler_session_active():  # interrupted while stopping: never leave it running
+                if runtime.profiler_session_active():  # interrupted while stopping: never leave it running
                     with contextlib.suppress(Exception):
                         jax.profiler.stop_trace()
         try:

@@ -14,7 +14,7 @@ A fix is offered only when the program compiled with it has fewer collectives.
 
 from __future__ import annotations
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic._jax.program_inputs import input_shardings_flat
 from jaxmagic.probes._sharding.collectives import count_collectives, spec_axes
 from jaxmagic.probes._sharding.report import CallShardings, Collective, CollectiveFix
@@ -89,7 +89,7 @@ def _shardings(compiled):
 
 def _outputs_given(jitted) -> bool:
     """True when the user's jit fixed the output shardings (then a trial keeps them)."""
-    info = compat.jit_options(jitted)
+    info = jit_internals.jit_options(jitted)
     leaves = getattr(info, "out_shardings_leaves", ()) or ()
     return any(type(s).__name__ != "UnspecifiedValue" for s in leaves)
 
@@ -99,7 +99,7 @@ def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> tup
 
     closed = traced.jaxpr
     _, out_shardings = _shardings(compiled)
-    run = function or compat.jaxpr_function(closed)
+    run = function or jaxpr_parts.jaxpr_function(closed)
     abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(closed.in_avals, in_shardings)]
     if _outputs_given(jitted):  # the user's out_shardings stay; else the compiler chooses, as it did for the call
         jitted_variant = jax.jit(run, in_shardings=tuple(in_shardings), out_shardings=list(out_shardings))
@@ -195,7 +195,7 @@ def _program_without(closed, skipped: int):
         env: dict = {}
 
         def read(v):
-            return v.val if compat.is_literal(v) else env[v]
+            return v.val if jaxpr_parts.is_literal(v) else env[v]
 
         for var, value in zip(jaxpr.constvars, consts):
             env[var] = value
@@ -203,7 +203,7 @@ def _program_without(closed, skipped: int):
             env[var] = value
         for i, eqn in enumerate(jaxpr.eqns):
             values = [read(v) for v in eqn.invars]
-            outs = values if i == skipped else compat.bind_equation(eqn, values)
+            outs = values if i == skipped else jaxpr_parts.bind_equation(eqn, values)
             for var, out in zip(eqn.outvars, outs):
                 env[var] = out
         return [read(v) for v in jaxpr.outvars]

@@ -6,7 +6,7 @@ import ast
 import contextlib
 import math
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, jit_internals, recorded_sources
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
 from jaxmagic.probes._sharding.layouts import axes_of
 from jaxmagic.probes._sharding.report import (
@@ -39,7 +39,7 @@ def inputs_as_compiled(jitted, compiled, traced, args, kwargs, call_text: str) -
     its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of
     the program's parameters uses); an input JAX pruned says so instead of taking the next one's place."""
     arg_names, kw_names = _argument_names(call_text, args, kwargs)
-    info = compat.jit_options(jitted)
+    info = jit_internals.jit_options(jitted)
     static = {i % len(args) for i in getattr(info, "static_argnums", ()) or ()} if args else set()
     in_args, in_kwargs = compiled.input_shardings
     info_args, info_kwargs = traced.args_info
@@ -65,7 +65,7 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     ``args_info``): a None *argument* has no leaf, a None *sharding* at a leaf is an input JAX pruned."""
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    is_info = lambda i: compat.has_abstract_value(i) or hasattr(i, "shape")  # noqa: E731
+    is_info = lambda i: jit_internals.has_abstract_value(i) or hasattr(i, "shape")  # noqa: E731
     info_leaves, structure = jax.tree_util.tree_flatten_with_path(infos, is_leaf=is_info)
     try:
         sharding_leaves = structure.flatten_up_to(shardings)  # type: ignore[attr-defined]  # jaxlib has it; the stubs do not
@@ -77,7 +77,7 @@ def _leaf_rows(name: str, shardings, infos, values) -> list[LeafSharding]:
     value_leaves = jax.tree_util.tree_leaves(values) if values is not None else []
     rows = []
     for n, ((key_path, info), sharding) in enumerate(zip(info_leaves, sharding_leaves)):
-        aval = compat.abstract_value(info)
+        aval = jit_internals.abstract_value(info)
         value = value_leaves[n] if len(value_leaves) == len(info_leaves) else None
         row = LeafSharding(
             path=name + jax.tree_util.keystr(key_path),
@@ -140,7 +140,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
     """
     import jax  # deferred: importing jaxmagic does not import JAX
 
-    inspect_sharding_p = compat.inspect_sharding_primitive()
+    inspect_sharding_p = jaxpr_parts.inspect_sharding_primitive()
 
     closed = traced.jaxpr
     jaxpr, consts = closed.jaxpr, closed.consts
@@ -171,7 +171,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
         env: dict = {}
 
         def read(v):
-            return v.val if compat.is_literal(v) else env[v]
+            return v.val if jaxpr_parts.is_literal(v) else env[v]
 
         for var, const in zip(jaxpr.constvars, consts):
             env[var] = const
@@ -187,7 +187,7 @@ def intermediate_shardings(traced, compiled) -> tuple[list[IntermediateSharding]
                 continue
             bind_params = eqn.primitive.get_bind_params(eqn.params)
             subfuns, bind_params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
-            with compat.user_context(eqn), eqn.ctx.manager:
+            with jaxpr_parts.user_context(eqn), eqn.ctx.manager:
                 outs = eqn.primitive.bind(*subfuns, *invals, **bind_params)
             outs = outs if eqn.primitive.multiple_results else [outs]
             for j, (var, out) in enumerate(zip(eqn.outvars, outs)):
@@ -269,7 +269,7 @@ def _op_name(eqn) -> str:
 
 
 def _eqn_line(eqn) -> SourceLine | None:
-    frames = compat.user_frames(getattr(eqn.source_info, "traceback", None))
+    frames = recorded_sources.user_frames(getattr(eqn.source_info, "traceback", None))
     for frame in frames:  # innermost first
         if is_user_file(frame.file_name):
             return source_line(frame.file_name, frame.start_line, frame.function_name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jaxmagic._jax import compat, jittable
+from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._sharding.collective_fixes import try_collective_fixes
 from jaxmagic.probes._sharding.collectives import chosen_around, list_collectives
@@ -79,8 +79,8 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})
     name = getattr(fn, "__name__", None) or type(fn).__name__
     text = call_text or f"{name}(...)"
-    was_jitted = compat.is_jitted(fn)
-    jitted = fn if compat.is_jitted(fn) else jittable.jit(fn)
+    was_jitted = jit_internals.is_jitted(fn)
+    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     report = ShardingReport(expression=text, dims=list(dims) if dims else None, replicas_checked=check_replicas)
     call = report.call = CallShardings(
         function=name, was_jitted=was_jitted, intermediates_asked=intermediates, collectives_asked=collectives

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import array_shards
 from jaxmagic.probes._sharding.report import ArrayLayout, CopyGroup
 from jaxmagic.report.wording import error_line
 
@@ -23,7 +23,7 @@ def block_bounds(index, size: int) -> tuple[int, int]:
 
 def compare_replicas(x, layout: ArrayLayout) -> None:
     """Compare, bit for bit, the local copies of every block held by several devices."""
-    with compat.addressable_shards(x) as shards:  # never x.addressable_shards: jaxlib keeps what it makes
+    with array_shards.addressable_shards(x) as shards:  # never x.addressable_shards: jaxlib keeps what it makes
         _compare(x, layout, shards)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat, jit_calls, program_inputs
+from jaxmagic._jax import jit_calls, program_inputs, runtime
 from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.nan.watch import call_site
 from jaxmagic.report import SourceLine
@@ -285,7 +285,7 @@ def live_counts(skip_ids: frozenset = frozenset()) -> tuple[dict[tuple, int], in
     cannot pay.
     """
 
-    if not compat.backend_started():
+    if not runtime.backend_started():
         return {}, 0
     import jax
 

@@ -6,7 +6,7 @@ A rule can name a fix that does not work at the value the operation got: "clamp 
 value is tried where the producer search found it (``_support/nan/producer.py``):
 
 1. on the operation's own recorded inputs - the candidate's transformation applied to them, then the
-   program's own equation (``compat.bind_equation``: same primitive, same parameters, same dtype);
+   program's own equation (``jaxpr_parts.bind_equation``: same primitive, same parameters, same dtype);
 2. where it made the operation finite, on the whole failing program: evaluated again with that one
    equation replaced by the fixed one, its outputs checked. Under a gradient the program's derivative
    equations read the value before the fix, so instead the fixed operation's own derivative is evaluated
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
 DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)
@@ -114,7 +114,7 @@ def _finite_fill(eqn) -> _Candidate:
             jnp.nan_to_num(v, posinf=jnp.finfo(v.dtype).max, neginf=jnp.finfo(v.dtype).min) if _has_inf(v) else v
             for v in ins
         ]
-        return compat.bind_equation(eqn, finite)
+        return jaxpr_parts.bind_equation(eqn, finite)
 
     return _Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
 
@@ -125,7 +125,7 @@ def _widened(eqn) -> _Candidate:
     import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     def widened(ins: list) -> list:
-        return compat.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
+        return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
 
     return _Candidate(FLOAT32, "v.astype(jnp.float32)", widened)
 
@@ -137,7 +137,7 @@ def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
     name = eqn.primitive.name
 
     def on_input(transform: Callable) -> Callable[[list], list]:
-        return lambda ins: compat.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
+        return lambda ins: jaxpr_parts.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
 
     eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
     if name in ("sqrt", "rsqrt"):
@@ -192,14 +192,14 @@ def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
     def guarded(ins: list) -> list:
         num, den = ins
         ok = den != 0
-        out = compat.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
+        out = jaxpr_parts.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
         return [jnp.where(ok, out, jnp.zeros_like(out))]
 
     return [
         _Candidate(
             "eps",
             f"num {symbol} (den + {den_eps:g})",
-            lambda ins: compat.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
+            lambda ins: jaxpr_parts.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
         ),
         _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
     ]
@@ -248,7 +248,7 @@ def _back_in(half: str, outputs: list) -> str:
 
 def differentiated(eqn, path) -> bool:
     """The program computes this operation's derivative too (it sits under ``jvp``: a gradient was taken)."""
-    stacks = [compat.name_stack_text(eqn), *(compat.name_stack_text(position.eqn) for position in path)]
+    stacks = [jaxpr_parts.name_stack_text(eqn), *(jaxpr_parts.name_stack_text(position.eqn) for position in path)]
     return any("jvp(" in stack or "transpose(" in stack for stack in stacks)
 
 
@@ -320,8 +320,8 @@ def calls_python(jaxpr, seen: set | None = None) -> str:
     for eqn in jaxpr.eqns:
         if "callback" in eqn.primitive.name or eqn.primitive.name in ("debug_print", "io_callback"):
             return eqn.primitive.name
-        for sub in compat.sub_jaxprs(eqn):
-            found = calls_python(compat.closed_parts(sub)[0], seen)
+        for sub in jaxpr_parts.sub_jaxprs(eqn):
+            found = calls_python(jaxpr_parts.closed_parts(sub)[0], seen)
             if found:
                 return found
     return ""
@@ -333,7 +333,7 @@ def equation_count(jaxpr, seen: set | None = None) -> int:
         return 0
     seen.add(id(jaxpr))
     return len(jaxpr.eqns) + sum(
-        equation_count(compat.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in compat.sub_jaxprs(e)
+        equation_count(jaxpr_parts.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in jaxpr_parts.sub_jaxprs(e)
     )
 
 
@@ -351,7 +351,7 @@ class _Replaced:
         env: dict = {}
 
         def read(var):
-            return var.val if compat.is_literal(var) else env[var]
+            return var.val if jaxpr_parts.is_literal(var) else env[var]
 
         env.update(zip(jaxpr.constvars, consts))
         env.update(zip(jaxpr.invars, args))
@@ -362,7 +362,7 @@ class _Replaced:
             elif id(eqn) in self.on_path:
                 outputs = self._open(eqn, inputs)
             else:
-                outputs = compat.bind_equation(eqn, inputs)
+                outputs = jaxpr_parts.bind_equation(eqn, inputs)
             if eqn is self.observed:
                 self.seen = list(outputs)
             env.update(zip(eqn.outvars, outputs))
@@ -373,8 +373,8 @@ class _Replaced:
 
         name = eqn.primitive.name
         if name == "scan":
-            consts, carry, xs = compat.scan_operands(eqn, inputs)
-            body, body_consts = compat.closed_parts(eqn.params["jaxpr"])
+            consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
+            body, body_consts = jaxpr_parts.closed_parts(eqn.params["jaxpr"])
             n = len(carry)
 
             def step(c, x):
@@ -386,9 +386,9 @@ class _Replaced:
             )
             return [*final, *ys]
         if name == "while":
-            cond_consts, body_consts, carry = compat.while_operands(eqn, inputs)
-            cond, cond_closed = compat.closed_parts(eqn.params["cond_jaxpr"])
-            body, body_closed = compat.closed_parts(eqn.params["body_jaxpr"])
+            cond_consts, body_consts, carry = jaxpr_parts.while_operands(eqn, inputs)
+            cond, cond_closed = jaxpr_parts.closed_parts(eqn.params["cond_jaxpr"])
+            body, body_closed = jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])
             return list(
                 jax.lax.while_loop(
                     lambda c: self.run(cond, cond_closed, [*cond_consts, *c])[0],
@@ -397,15 +397,15 @@ class _Replaced:
                 )
             )
         if name == "cond":
-            branches = [compat.closed_parts(b) for b in eqn.params["branches"]]
+            branches = [jaxpr_parts.closed_parts(b) for b in eqn.params["branches"]]
             return list(
                 jax.lax.switch(
                     inputs[0], [lambda *a, b=b: self.run(b[0], b[1], list(a)) for b in branches], *inputs[1:]
                 )
             )
-        subs = compat.sub_jaxprs(eqn)
+        subs = jaxpr_parts.sub_jaxprs(eqn)
         if len(subs) == 1:
-            jaxpr, consts = compat.closed_parts(subs[0])
+            jaxpr, consts = jaxpr_parts.closed_parts(subs[0])
             if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
                 return self.run(jaxpr, consts, inputs)
         raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
@@ -419,7 +419,7 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     passed = [t for t in trials if t.finite]
     if not passed:
         return
-    jaxpr, consts = compat.closed_parts(program)
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
     unfixed = bad_text(before or [])
     why = ""
     if before is None:
@@ -473,7 +473,7 @@ def _try_replaced(
     equations after it read the replaced value, a derivative's coefficients too. Never raises."""
     import jax  # deferred: importing jaxmagic.probes imports no JAX
 
-    jaxpr, consts = compat.closed_parts(program)
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
     why = ""
     if before is None:
         why = "the program could not be evaluated"
@@ -520,7 +520,7 @@ def try_constant(
     def replaced(ins: list) -> list:
         changed = list(ins)
         changed[operand] = jnp.asarray(value, dtype=dtype)
-        return compat.bind_equation(written, changed)
+        return jaxpr_parts.bind_equation(written, changed)
 
     return _try_replaced(FixTrial(CONSTANT, code), written, replaced, producer, path, program, values, before)
 
@@ -537,7 +537,7 @@ def try_clamped_before(
     def replaced(ins: list) -> list:
         changed = list(ins)
         changed[operand] = jnp.maximum(changed[operand], jnp.zeros((), dtype=changed[operand].dtype))
-        return compat.bind_equation(added, changed)
+        return jaxpr_parts.bind_equation(added, changed)
 
     return _try_replaced(FixTrial(CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
 

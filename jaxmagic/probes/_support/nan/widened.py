@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_eval import Position
 from jaxmagic.probes._support.nan.value_fixes import (
     MAX_CALL_EQUATIONS,
@@ -52,27 +52,27 @@ class _Widened:
         env: dict = {}
 
         def read(var):
-            return var.val if compat.is_literal(var) else env[var]
+            return var.val if jaxpr_parts.is_literal(var) else env[var]
 
         env.update(zip(jaxpr.constvars, consts))
         env.update(zip(jaxpr.invars, args))
         for eqn in jaxpr.eqns:
             inputs = [read(v) for v in eqn.invars]
             widen = inside or self.on_line(eqn, path)
-            subs = compat.sub_jaxprs(eqn)
+            subs = jaxpr_parts.sub_jaxprs(eqn)
             if widen and not subs:
-                outputs = compat.bind_equation(_widened_params(eqn), [_up(v) for v in inputs])
+                outputs = jaxpr_parts.bind_equation(_widened_params(eqn), [_up(v) for v in inputs])
                 self.widened += 1
             elif subs and (widen or self._holds_line(eqn, path)):
                 if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
                     raise NotImplementedError(f"`{eqn.primitive.name}` on the line is not opened to widen it")
-                inner, inner_consts = compat.closed_parts(subs[0])
+                inner, inner_consts = jaxpr_parts.closed_parts(subs[0])
                 if len(inner.invars) != len(inputs) or len(inner.outvars) != len(eqn.outvars):
                     raise NotImplementedError(f"`{eqn.primitive.name}` does not pass its inputs through")
                 given = inputs if widen else [_as(v, var) for v, var in zip(inputs, inner.invars)]
                 outputs = self.run(inner, inner_consts, given, (*path, Position(eqn, "call")), inside=widen)
             else:  # off the line: what the line gives back is cast to the dtype the program gave it
-                outputs = compat.bind_equation(eqn, [_as(v, var) for v, var in zip(inputs, eqn.invars)])
+                outputs = jaxpr_parts.bind_equation(eqn, [_as(v, var) for v, var in zip(inputs, eqn.invars)])
             env.update(zip(eqn.outvars, outputs))
         results = [read(v) for v in jaxpr.outvars]
         if inside:
@@ -82,9 +82,9 @@ class _Widened:
     def _holds_line(self, eqn, path: tuple) -> bool:
         """Whether an equation of the line sits in ``eqn``'s sub-programs, at any depth."""
         inside = (*path, Position(eqn, "call"))
-        for sub in compat.sub_jaxprs(eqn):
-            for e in compat.closed_parts(sub)[0].eqns:
-                if self.on_line(e, inside) or (compat.sub_jaxprs(e) and self._holds_line(e, inside)):
+        for sub in jaxpr_parts.sub_jaxprs(eqn):
+            for e in jaxpr_parts.closed_parts(sub)[0].eqns:
+                if self.on_line(e, inside) or (jaxpr_parts.sub_jaxprs(e) and self._holds_line(e, inside)):
                     return True
         return False
 
@@ -102,7 +102,7 @@ def _as(value, var):
     """``value`` in the dtype the program gave ``var`` (a literal keeps its own)."""
     wanted = getattr(getattr(var, "aval", None), "dtype", None)
     dtype = getattr(value, "dtype", None)
-    if wanted is None or dtype is None or dtype == wanted or compat.is_literal(var):
+    if wanted is None or dtype is None or dtype == wanted or jaxpr_parts.is_literal(var):
         return value
     return value.astype(wanted)
 
@@ -111,7 +111,7 @@ def _widened_params(eqn):
     """``eqn`` with every half-precision dtype among its parameters (``convert_element_type``'s
     ``new_dtype``, ``dot_general``'s ``preferred_element_type``) made float32."""
     changed = {k: np.dtype(np.float32) for k, v in eqn.params.items() if _is_half_dtype(v)}
-    return compat.with_params(eqn, **changed) if changed else eqn
+    return jaxpr_parts.with_params(eqn, **changed) if changed else eqn
 
 
 def _is_half_dtype(value) -> bool:
@@ -153,7 +153,7 @@ def try_line_in_float32(line: SourceLine, code: str, line_of, program, values: l
     an equation and its path -> its user line) computing in float32, its results cast back where they leave
     the line: are the program's outputs finite? ``code``: the fix as written. Never raises."""
     trial = FixTrial(LINE_IN_FLOAT32, code)
-    jaxpr, consts = compat.closed_parts(program)
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
     why = ""
     if before is None:
         why = "the program could not be evaluated"
