@@ -8,6 +8,9 @@ people. ``run_X_call`` (same arguments as ``X_of_call``) also returns the call's
 own exception, ``(report, exception or None)``: the magics show the report and
 then raise it. A bad option raises ``ProbeArgumentError`` (a ValueError) naming
 the parameter.
+
+The names bound here are the API. Each probe's own module is private (``_nans``, ``_compiles``, ...),
+so that ``jaxmagic.probes.nans`` is the probe and ``import jaxmagic.probes._nans as m`` the module.
 """
 
 from jaxmagic.probes._bisect import BisectReport, bisect, bisect_of_call
