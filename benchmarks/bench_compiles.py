@@ -31,7 +31,7 @@ import time
 
 from harness import Row, alternate, make_shell, median, per_call_benchmark, quartiles, quiet, run_cell
 
-EXPLAIN_LIMIT = importlib.import_module("jaxmagic.probes.compiles").EXPLAIN_LIMIT
+EXPLAIN_LIMIT = importlib.import_module("jaxmagic.probes._compiles").EXPLAIN_LIMIT
 
 CALLS = 10_000
 REPETITIONS = 15

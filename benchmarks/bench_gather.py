@@ -85,7 +85,7 @@ def answers(data: dict, processes: int) -> list[dict]:
 
 
 def run() -> list[Row]:
-    from jaxmagic.probes.gather import gather_from_engines
+    from jaxmagic.probes._gather import gather_from_engines
 
     data = doctor_data()
     views = {n: StandInView(answers(data, n)) for n in (1024, 4096)}

@@ -140,10 +140,10 @@ def _raises_under_debug_nans(function, args) -> None:
 
 def _equations(program) -> int:
     """Equations of a traced program, those of its sub-programs (jit, custom_jvp, ...) included."""
-    from jaxmagic._jax import compat
+    from jaxmagic._jax import jaxpr_parts
 
-    jaxpr, _ = compat.closed_parts(program)
-    return sum(1 + sum(_equations(sub) for sub in compat.sub_jaxprs(eqn)) for eqn in jaxpr.eqns)
+    jaxpr, _ = jaxpr_parts.closed_parts(program)
+    return sum(1 + sum(_equations(sub) for sub in jaxpr_parts.sub_jaxprs(eqn)) for eqn in jaxpr.eqns)
 
 
 def _step_rows(shell, layers: int, width: int, batch: int) -> list[Row]:

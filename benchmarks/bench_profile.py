@@ -88,7 +88,7 @@ def synthetic_trace(n_events: int):
     import jax.numpy as jnp
 
     from jaxmagic._jax.jit_programs import CompiledProgram
-    from jaxmagic.probes.profile.kernel_sources import program_sources
+    from jaxmagic.probes._profile.kernel_sources import program_sources
 
     def two_scopes(w, x):
         with jax.named_scope("big"):
@@ -112,8 +112,8 @@ def synthetic_trace(n_events: int):
 
 
 def build_from_trace(trace, programs) -> tuple[float, object]:
-    from jaxmagic.probes.profile import build_report
-    from jaxmagic.probes.profile.trace_events import events_from_trace_json
+    from jaxmagic.probes._profile import build_report
+    from jaxmagic.probes._profile.trace_events import events_from_trace_json
     from jaxmagic.render import static_bundle
 
     start = time.perf_counter()

@@ -249,7 +249,7 @@ def quartiles(values: list[float], digits: int = 3) -> str:
 # that counts calls costs at least (``_jax/fast_path_calls`` puts its hook in the same place).
 PER_CALL_SETUP = """
 import jax, jax.numpy as jnp
-from jaxmagic._jax.compat import post_hook_state as _bench_post_hook_state
+from jaxmagic._jax.jit_internals import post_hook_state as _bench_post_hook_state
 _bench_small_step = jax.jit(lambda s, x: s * 0.999 + x)
 _bench_small_arg = jnp.ones(8)
 _bench_large_step = jax.jit(lambda s, w: jnp.tanh(s @ w) @ w.T * 0.5)

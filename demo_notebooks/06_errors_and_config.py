@@ -62,7 +62,7 @@ assert jax.config.jax_traceback_filtering == "auto"        # the failed update c
 
 # %%
 assert tb_modes.mode == "auto" and tb_modes.resolved == "tracebackhide"
-from jaxmagic.probes.tracebacks import MODES
+from jaxmagic.probes._tracebacks import MODES
 assert sorted(MODES) == MODES_HERE
 
 
@@ -160,7 +160,7 @@ assert "JAX has removed its internal frames" in tb_auto and "JAX has removed" no
 assert len(tb_off_env.splitlines()) > len(tb_auto.splitlines())
 assert 'Invalid value "bogus" for JAX flag jax_traceback_filtering' in tb_bad
 
-AUTO_OUTSIDE = "from jaxmagic.probes.tracebacks import resolved_mode\nprint('RESULT', resolved_mode())"
+AUTO_OUTSIDE = "from jaxmagic.probes._tracebacks import resolved_mode\nprint('RESULT', resolved_mode())"
 assert result_lines(run_py(AUTO_OUTSIDE)) == ["quiet_remove_frames"]
 
 

@@ -152,7 +152,7 @@ print(sum(map(len, APIS.values())), "APIs of the table exist in JAX", jax.__vers
 import pathlib, traceback
 import jax.numpy as jnp
 import jaxmagic
-from jaxmagic.probes.compiles import EVENT_BACKEND_COMPILE
+from jaxmagic.probes._compiles import EVENT_BACKEND_COMPILE
 
 def norm_loss(b):
     return jnp.linalg.norm(b)                       # its gradient at 0 is 0/0

@@ -23,7 +23,7 @@ def gather(report, timeout: float = 60.0, values=None, values_name: str = "value
     ``values_name`` in the report) is compared leaf by leaf: digests first, then only the
     values of the leaves that differ.
     """
-    from jaxmagic.probes.gather import gather as gather_reports  # deferred: importing jaxmagic imports no probe
+    from jaxmagic.probes._gather import gather as gather_reports  # deferred: importing jaxmagic imports no probe
 
     return gather_reports(report, timeout=timeout, values=values, values_name=values_name)
 

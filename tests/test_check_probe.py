@@ -8,7 +8,7 @@ import pytest
 from jax.experimental import checkify
 
 from jaxmagic import probes
-from jaxmagic.probes.check import error_set
+from jaxmagic.probes._check import error_set
 from jaxmagic.report import Status
 
 

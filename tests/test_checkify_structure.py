@@ -81,7 +81,7 @@ def test_exception_frames_name_file_line_function():
 
 
 def test_exception_class_names_are_the_kinds_check_maps():
-    from jaxmagic.probes.check import _KIND_OF_CLASS
+    from jaxmagic.probes._check import _KIND_OF_CLASS
 
     def every_kind(x, i):
         checkify.check(jnp.all(x > 0), "x must be positive")

@@ -284,7 +284,7 @@ ENTRY %main (x: f32[4], flag: pred[]) -> f32[4] {
 def test_a_collective_in_a_cond_branch_is_not_followed_and_says_so():
     # data_flow follows while carries only: a branch's parameter is not traced, and the answer is marked
     # incomplete, so no cause is claimed from what was not seen
-    from jaxmagic.probes.sharding.data_flow import parameters_reached
+    from jaxmagic.probes._sharding.data_flow import parameters_reached
 
     module = parse_hlo_module(COND_HLO)
     [collective] = [i for i in module.instructions() if collective_kind(i)]

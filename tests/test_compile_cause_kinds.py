@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-cause = importlib.import_module("jaxmagic.probes.compiles.cause")
-causes = importlib.import_module("jaxmagic.probes.compiles.causes")
-model = importlib.import_module("jaxmagic.probes.compiles.model")
+cause = importlib.import_module("jaxmagic.probes._compiles.cause")
+causes = importlib.import_module("jaxmagic.probes._compiles.causes")
+model = importlib.import_module("jaxmagic.probes._compiles.model")
 
 COMPILES = Path(__file__).resolve().parents[1] / "jaxmagic" / "probes" / "compiles"
 NOTHING_TO_FIX = {"first"}  # a first compilation is no problem: the one kind without a fix

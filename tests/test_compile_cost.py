@@ -15,7 +15,7 @@ import numpy as np
 from jaxmagic import probes
 from jaxmagic._jax.compile_log import parse_persistent_cache_line
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.compiles.program_size import measure
+from jaxmagic.probes._compiles.program_size import measure
 
 
 def test_an_unrolled_python_loop_is_named_with_its_line_and_equations_per_iteration():

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxmagic import probes
-from jaxmagic.probes.compiles.cost_sections import cost_concerns, cost_findings, is_big
+from jaxmagic.probes._compiles.cost_sections import cost_concerns, cost_findings, is_big
 
 nn = pytest.importorskip("flax.linen")
 optax = pytest.importorskip("optax")

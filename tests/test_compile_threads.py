@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic import probes
-from jaxmagic.probes.explain import explain_any
+from jaxmagic.probes._explain import explain_any
 from tests.test_transfers_everywhere import findings_of_each, through_all_three
 
 DEAD_INPUT = """

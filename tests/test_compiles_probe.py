@@ -27,13 +27,13 @@ from jaxmagic._jax.compile_log import (
     signature_text,
 )
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.compiles import CompileBudgetExceeded
-from jaxmagic.probes.compiles.fixes import fix_for, main_fix
+from jaxmagic.probes._compiles import CompileBudgetExceeded
+from jaxmagic.probes._compiles.fixes import fix_for, main_fix
 from jaxmagic.render import static_bundle
 
 # the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
-compiles_module = importlib.import_module("jaxmagic.probes.compiles")
-limits_module = importlib.import_module("jaxmagic.probes.compiles.model")  # how much is kept
+compiles_module = importlib.import_module("jaxmagic.probes._compiles")
+limits_module = importlib.import_module("jaxmagic.probes._compiles.model")  # how much is kept
 
 
 def test_static_argument_value_change_is_named_with_its_values():

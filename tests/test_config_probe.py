@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 from jaxmagic import probes
-from jaxmagic.probes.config import default_config
-from jaxmagic.probes.tracebacks import MODES, resolved_mode
+from jaxmagic.probes._config import default_config
+from jaxmagic.probes._tracebacks import MODES, resolved_mode
 
 
 def test_nothing_changed_in_a_clean_process():
@@ -111,7 +111,7 @@ def test_removing_frames_removes_jax_frames():
 
 def test_auto_means_quiet_remove_frames_outside_ipython():
     # A fresh plain Python process (this test session may host an IPython shell).
-    code = "from jaxmagic.probes.tracebacks import resolved_mode; print(resolved_mode('auto'), resolved_mode())"
+    code = "from jaxmagic.probes._tracebacks import resolved_mode; print(resolved_mode('auto'), resolved_mode())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["quiet_remove_frames", "quiet_remove_frames"], done.stderr
     assert resolved_mode("off") == "off"

@@ -215,9 +215,9 @@ def test_a_key_used_twice_inside_a_jitted_function_is_found_without_the_checker_
 
 
 def test_a_cell_that_switches_debug_nans_itself_is_told_what_was_not_watched():
-    from jaxmagic._jax import compat
+    from jaxmagic._jax import jit_internals
 
-    hook = compat.post_hook_state()
+    hook = jit_internals.post_hook_state()
     with jax.debug_nans(True):
         pass
     before = hook.get_local()  # what leaving the cell's own debug_nans block leaves, with or without the doctor

@@ -98,8 +98,8 @@ def test_the_rule_and_its_line():
 def test_a_report_built_with_each_finding_says_what_to_do():
     """Findings no cell here makes happen at will (XLA's order of unordered prints, copies of a replicated
     value that differ on 8 devices): the reports built with them."""
-    from jaxmagic.probes.prints import ObservedCall, OutOfOrder, PrintReport, PrintSite
-    from jaxmagic.probes.sharding import CallShardings, LeafSharding, ShardingReport
+    from jaxmagic.probes._prints import ObservedCall, OutOfOrder, PrintReport, PrintSite
+    from jaxmagic.probes._sharding import CallShardings, LeafSharding, ShardingReport
 
     prints = PrintReport(sites=[PrintSite(key="a", fmt="a", position=1)], calls=[ObservedCall(1, "f")])
     prints.out_of_order = [OutOfOrder(1, "f", ["b", "a"], ["a", "b"])]

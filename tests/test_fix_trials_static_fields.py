@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxmagic import probes
-from jaxmagic.probes.compiles.fixes import main_fix
+from jaxmagic.probes._compiles.fixes import main_fix
 
 
 def _function(report, name):

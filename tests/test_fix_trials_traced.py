@@ -15,7 +15,7 @@ import pytest
 from jax import lax
 
 from jaxmagic import probes
-from jaxmagic.probes.compiles.fixes import main_fix
+from jaxmagic.probes._compiles.fixes import main_fix
 
 # -- %%jax_compiles, the doctor and the watch: "pass the static number traced" -------------------------
 
@@ -104,7 +104,7 @@ def test_the_doctor_gives_the_same_tried_fix():
 
 
 def _explained(function, *args):
-    from jaxmagic.probes.explain import explain
+    from jaxmagic.probes._explain import explain
 
     try:
         function(*args)

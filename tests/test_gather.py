@@ -22,7 +22,7 @@ import time
 import pytest
 
 import jaxmagic.probes as probes
-from jaxmagic.probes.gather import entry_of, merge
+from jaxmagic.probes._gather import entry_of, merge
 
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is the optional extra jaxmagic[parallel]")
 

@@ -17,8 +17,8 @@ import pytest
 
 import jaxmagic.probes as probes
 from jaxmagic._jax.program_prints import print_of_text
-from jaxmagic.probes.gather import ProcessEntry, entry_of, merge
-from jaxmagic.probes.gather.values import differing_leaves, largest_difference, value_finding
+from jaxmagic.probes._gather import ProcessEntry, entry_of, merge
+from jaxmagic.probes._gather.values import differing_leaves, largest_difference, value_finding
 
 pytest.importorskip("ipyparallel", reason="ipyparallel is the optional extra jaxmagic[parallel]")
 
@@ -116,7 +116,7 @@ def test_program_prints_ignore_locations_a_cell_file_differs_by_process():
 
 
 def _rows(trees: list[dict]) -> tuple[list, dict]:
-    from jaxmagic.probes.gather.values import leaf_digest, leaves_of
+    from jaxmagic.probes._gather.values import leaf_digest, leaves_of
 
     rows, values = [], {}
     for index, tree in enumerate(trees):
@@ -190,7 +190,7 @@ class PerEngineView:
 def test_jax_gather_values_fetches_only_the_leaves_that_differ_and_forgets_the_kept_tree(ip):
     import jax.numpy as jnp
 
-    from jaxmagic.probes.gather import values as values_module
+    from jaxmagic.probes._gather import values as values_module
 
     replicated = [{"w": jnp.ones((4, 3)), "b": jnp.zeros(3)} for _ in range(3)]
     replicated[1]["w"] = replicated[1]["w"].at[0, 0].set(3.0)
@@ -263,7 +263,7 @@ def test_an_expression_that_fails_on_the_engines_is_named_per_engine_not_raised(
 
 
 def test_a_leaf_split_across_processes_is_not_compared_and_is_named_in_the_notes():
-    from jaxmagic.probes.gather.values import leaf_digest, split_note
+    from jaxmagic.probes._gather.values import leaf_digest, split_note
 
     class RowsOfAGlobalArray:  # the shape of a jax.Array sharded over the processes of a job
         shape, dtype, is_fully_addressable = (8, 3), "float32", False

@@ -19,8 +19,8 @@ import time
 import pytest
 from IPython.core.error import UsageError
 
-from jaxmagic.probes.gather import entry_of, merge
-from jaxmagic.probes.gather.engine_exits import how_engines_ended
+from jaxmagic.probes._gather import entry_of, merge
+from jaxmagic.probes._gather.engine_exits import how_engines_ended
 
 
 class InProcessView:

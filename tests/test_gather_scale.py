@@ -31,10 +31,10 @@ import pytest
 
 import jaxmagic.probes as probes
 from jaxmagic.ipython import engine_stacks
-from jaxmagic.probes.gather import ProcessEntry, merge
-from jaxmagic.probes.gather.ranges import grouped, process_ranges
-from jaxmagic.probes.gather.stack_dump import INFO_MARK, dump_file_name, stack_dir
-from jaxmagic.probes.gather.stacks import dump_stacks, where_it_is
+from jaxmagic.probes._gather import ProcessEntry, merge
+from jaxmagic.probes._gather.ranges import grouped, process_ranges
+from jaxmagic.probes._gather.stack_dump import INFO_MARK, dump_file_name, stack_dir
+from jaxmagic.probes._gather.stacks import dump_stacks, where_it_is
 
 USER = "/home/me/train.py"
 JAX = "/venv/lib/python3.13/site-packages/jax/_src"
@@ -209,7 +209,7 @@ TWO_DUMPS = textwrap.dedent(
     """
     import os, signal, sys, threading, time
     import jax, jax.numpy as jnp
-    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
+    from jaxmagic.probes._gather.stack_dump import listen_for_stack_requests
     print(listen_for_stack_requests(int(sys.argv[1])), flush=True)
 
     @jax.jit
@@ -262,7 +262,7 @@ def test_real_dumps_tell_a_process_blocked_in_a_jitted_call_from_one_in_a_python
 THREADS_COME_AND_GO = textwrap.dedent(
     """
     import sys, threading, time
-    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
+    from jaxmagic.probes._gather.stack_dump import listen_for_stack_requests
     print(listen_for_stack_requests(int(sys.argv[1])), flush=True)
     end = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < end:   # a loader's worker threads, started and ended all the time
@@ -306,7 +306,7 @@ def test_the_script_path_names_a_process_that_never_sent_its_entry_after_the_tim
     """Three processes, process 2 stuck before jaxmagic.gather: process 0 polls the arrival count (never 3),
     reads what arrived in one request when the time is up and names process 2."""
     from jaxmagic._jax import distributed_store
-    from jaxmagic.probes.gather import gather
+    from jaxmagic.probes._gather import gather
 
     store: dict[str, bytes] = {}
     other = ProcessEntry(1, headline="fine", status="ok", kind="jax_nans", report={"kind": "jax_nans"})
@@ -341,7 +341,7 @@ def test_listening_here_answers_a_signal_with_this_thread_waiting_in_its_call_an
     import threading
     import time
 
-    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests, stop_listening
+    from jaxmagic.probes._gather.stack_dump import listen_for_stack_requests, stop_listening
 
     path = listen_for_stack_requests(9997)
     assert path is not None and path.exists()

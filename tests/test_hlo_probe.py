@@ -16,8 +16,8 @@ from jaxmagic import probes
 from jaxmagic.ipython.call_expression import split_scope_and_call
 from jaxmagic.ipython.option_types import sweep as parse_sweep
 from jaxmagic.probes import ProbeArgumentError
-from jaxmagic.probes.hlo import Sweep, parse_stages
-from jaxmagic.probes.hlo.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
+from jaxmagic.probes._hlo import Sweep, parse_stages
+from jaxmagic.probes._hlo.name_paths import collapse_repeats, find_run, parse_name, scope_path, split_query
 from jaxmagic.report import Status
 
 
@@ -508,8 +508,8 @@ def test_equations_keep_the_variable_names_of_the_printed_jaxpr():
 def test_a_compile_read_from_the_persistent_cache_is_not_called_a_compile():
     # Only the labelling, from the events JAX reports: with the persistent cache, the backend-compile
     # event wraps a disk read; the report must not call that a compile time.
-    from jaxmagic.probes.hlo.probe import _note_cached
-    from jaxmagic.probes.hlo.report import HloReport
+    from jaxmagic.probes._hlo.probe import _note_cached
+    from jaxmagic.probes._hlo.report import HloReport
 
     report = HloReport(call="f(x)", seconds={"compile": 0.004})
     _note_cached(

@@ -5,11 +5,11 @@ import inspect
 import jax
 import pytest
 
-from jaxmagic._jax import compat, prng_checks
+from jaxmagic._jax import array_shards, jit_internals, key_internals, prng_checks, recorded_sources, runtime
 
 
 def test_keys_random_core_has_the_key_check():
-    core = compat.random_core()
+    core = key_internals.random_core()
     assert core is not None, "jax._src.random.core is gone"
     check = getattr(core, prng_checks.CHECK_NAME, None)
     assert callable(check), "jax._src.random.core._check_prng_key is gone"
@@ -25,7 +25,7 @@ def test_keys_eager_random_calls_pass_through_the_patched_check(make_key):
         assert following
         jax.random.uniform(key, (2,))
         jax.random.permutation(key, 4)
-    assert prng_checks.key_check() is getattr(compat.random_core(), prng_checks.CHECK_NAME)
+    assert prng_checks.key_check() is getattr(key_internals.random_core(), prng_checks.CHECK_NAME)
     names = [name for name, _, _ in seen]
     assert "uniform" in names and "permutation" in names
     name, k, frame = next(item for item in seen if item[0] == "uniform")
@@ -49,7 +49,7 @@ def test_jit_options_are_read_from_the_jitted_function():
     def f(x, n):
         return x * n
 
-    info = compat.jit_options(jax.jit(f, static_argnums=(1,), donate_argnums=(0,)))
+    info = jit_internals.jit_options(jax.jit(f, static_argnums=(1,), donate_argnums=(0,)))
     assert info is not None, "a jitted function no longer keeps its options in _jit_info"
     assert tuple(info.static_argnums) == (1,) and tuple(info.donate_argnums) == (0,)
     for field in ("static_argnames", "donate_argnames", "keep_unused"):
@@ -60,8 +60,8 @@ def test_an_eager_operation_is_told_from_a_users_jitted_function():
     from jax._src import dispatch  # the structure under test is private by nature
 
     eager = dispatch.xla_primitive_callable(jax.lax.sin_p)  # what jnp.sin(x) outside jit compiles
-    assert compat.is_eager_operation(eager.__wrapped__), "eager primitives are no longer marked _apply_primitive"
-    assert not compat.is_eager_operation(jax.jit(lambda x: x).__wrapped__)
+    assert jit_internals.is_eager_operation(eager.__wrapped__), "eager primitives are no longer marked _apply_primitive"
+    assert not jit_internals.is_eager_operation(jax.jit(lambda x: x).__wrapped__)
 
 
 def test_a_tracer_keeps_the_line_it_was_made_on():
@@ -69,26 +69,26 @@ def test_a_tracer_keeps_the_line_it_was_made_on():
 
     def f(x):
         y = x * 2
-        lines.append(compat.tracer_line_info(y))
+        lines.append(recorded_sources.tracer_line_info(y))
         return y
 
     jax.jit(f)(1.0)
     info = lines[0]
     assert info is not None and hasattr(info, "traceback"), "tracers no longer keep their source info"
-    frame = compat.user_frame(info.traceback)
+    frame = recorded_sources.user_frame(info.traceback)
     assert frame is not None and frame.function_name.endswith("f")
 
 
 def test_traced_argument_info_has_an_abstract_value():
     traced = jax.jit(lambda x: x + 1).trace(jax.numpy.ones((2, 3)))
-    leaf = jax.tree_util.tree_leaves(traced.args_info, is_leaf=compat.has_abstract_value)[0]
-    assert compat.has_abstract_value(leaf), "ArgInfo no longer keeps _aval"
-    assert tuple(compat.abstract_value(leaf).shape) == (2, 3)
+    leaf = jax.tree_util.tree_leaves(traced.args_info, is_leaf=jit_internals.has_abstract_value)[0]
+    assert jit_internals.has_abstract_value(leaf), "ArgInfo no longer keeps _aval"
+    assert tuple(jit_internals.abstract_value(leaf).shape) == (2, 3)
 
 
 def test_typed_key_data_reads_the_raw_words():
     key = jax.random.key(7)
-    assert (jax.numpy.asarray(compat.typed_key_data(key)) == jax.random.key_data(key)).all()
+    assert (jax.numpy.asarray(key_internals.typed_key_data(key)) == jax.random.key_data(key)).all()
 
 
 def test_debug_loops_are_replaced_where_user_code_and_fori_loop_find_them_and_put_back():
@@ -208,7 +208,7 @@ def test_top_level_check_agrees_with_jax_own_trace_state_clean():
     import jax.numpy as jnp
     from jax._src import core
 
-    fast = compat.top_level_check()
+    fast = runtime.top_level_check()
     assert fast is not None and fast() is True and core.trace_state_clean() is True
     seen = []
 
@@ -337,15 +337,15 @@ def test_a_compilation_dumps_its_buffer_assignment_and_live_ranges():
 
 def test_addressable_shards_come_from_a_view_that_shares_the_buffers_and_goes():
     # jaxlib caches the per-shard arrays of `addressable_shards` on the array asked (`_arrays`, no setter);
-    # compat.addressable_shards asks a second Array over the same buffers (`_rewrap_with_aval_and_sharding`)
+    # array_shards.addressable_shards asks a second Array over the same buffers (`_rewrap_with_aval_and_sharding`)
     import gc
 
     x = jax.numpy.arange(6.0) * 2
     assert hasattr(x, "_rewrap_with_aval_and_sharding"), "jaxlib's ArrayImpl no longer rewraps"
     gc.collect()
     before = len(jax.live_arrays())
-    with compat.addressable_shards(x) as shards:
+    with array_shards.addressable_shards(x) as shards:
         assert len(shards) == 1 and shards[0].data.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()  # no copy
     gc.collect()
     assert len(jax.live_arrays()) == before, "the view's per-shard arrays outlived it"
-    assert compat.per_device_bytes(x) == 6 * 4
+    assert array_shards.per_device_bytes(x) == 6 * 4

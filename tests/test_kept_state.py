@@ -1,5 +1,5 @@
 """A probe that runs the user's code again puts back what that run wrote into the user's objects
-(`probes/_support/kept_state.py`): nnx.jit writes its outputs into the Modules a call reaches, and a
+(`probes/_support/rerun/kept_state.py`): nnx.jit writes its outputs into the Modules a call reaches, and a
 write that fails under a probe's trace left a Module with no attributes at all."""
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-from jaxmagic.probes._support.kept_state import kept  # noqa: E402
+from jaxmagic.probes._support.rerun.kept_state import kept  # noqa: E402
 
 
 class Holder:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from jaxmagic.report import SourceLine
 
-findings = importlib.import_module("jaxmagic.probes.keys.findings")
-report_module = importlib.import_module("jaxmagic.probes.keys.report")
+findings = importlib.import_module("jaxmagic.probes._keys.findings")
+report_module = importlib.import_module("jaxmagic.probes._keys.report")
 
 
 def _line(lineno: int) -> SourceLine:
@@ -20,7 +20,7 @@ def _line(lineno: int) -> SourceLine:
 def test_the_findings_module_does_not_import_the_report():
     tree = ast.parse(Path(findings.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert "jaxmagic.probes.keys.report" not in imported
+    assert "jaxmagic.probes._keys.report" not in imported
 
 
 def test_every_kind_makes_its_finding_in_the_order_told():

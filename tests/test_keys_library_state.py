@@ -71,7 +71,7 @@ def test_a_dropout_stream_through_plain_jax_jit_gets_nnx_jit_tried_not_split():
 
 
 def test_the_watch_gives_the_same_fix_for_the_dropout_stream():
-    from jaxmagic.probes.watch import Watch
+    from jaxmagic.probes._watch import Watch
 
     forward, model, x = _plain_jit()
     watch = Watch()

@@ -369,7 +369,7 @@ def test_split_off_key_that_is_used_elsewhere_keeps_the_general_fix():
     with pytest.raises(jax.errors.KeyReuseError):
         with probes.keys() as report:
             chain(3)
-    from jaxmagic.probes.keys import FIX
+    from jaxmagic.probes._keys import FIX
 
     assert report.reuse[0].fix == FIX  # `sub` is read: the code is not the split-off shape
 
@@ -491,7 +491,7 @@ def test_one_key_per_element_is_not_flagged():
 
 
 def test_the_legacy_keys_remembered_are_bounded_and_the_report_says_so(monkeypatch):
-    from jaxmagic.probes.keys import draws
+    from jaxmagic.probes._keys import draws
 
     monkeypatch.setattr(draws, "MAX_CONSUMED_KEYS", 2)
     with probes.keys() as report:

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxmagic"
 
 # Mentions of jax._src outside _jax/ that are text, not imports: file paths a traceback
 # is classified by, and the name of JAX's logger in a message.
-JAX_SRC_TEXT_ALLOWED = {"probes/tracebacks.py", "probes/prints.py"}
+JAX_SRC_TEXT_ALLOWED = {"probes/_tracebacks.py", "probes/_prints.py"}
 
 
 def _modules(under: str = "") -> list[Path]:

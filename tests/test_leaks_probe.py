@@ -10,8 +10,8 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
+from jaxmagic.probes._leaks.explanations import _path_from_chain
 from jaxmagic.probes._support.tracers.text import leak_blocks
-from jaxmagic.probes.leaks.explanations import _path_from_chain
 
 
 def run_leak(namespace: dict, fn, *args):

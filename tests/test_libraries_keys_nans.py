@@ -376,7 +376,7 @@ def test_a_key_folded_with_a_constant_in_a_loop_body_is_found_and_a_carried_key_
 def test_the_watch_says_it_looked_at_nothing_when_a_numpyro_svi_loop_calls_no_jitted_function():
     # numpyro threads: an unconstrained guide parameter goes negative, the ELBO is NaN from step 2;
     # svi.update called without jit runs eager operations only, which the watch does not check
-    from jaxmagic.probes.watch import Watch
+    from jaxmagic.probes._watch import Watch
 
     infer = pytest.importorskip("numpyro.infer")
     optax = pytest.importorskip("optax")

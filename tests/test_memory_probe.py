@@ -16,8 +16,7 @@ jnp = jax.numpy
 
 from jaxmagic import probes  # noqa: E402
 from jaxmagic._jax.compile_dumps import compile_with_memory_dumps  # noqa: E402
-from jaxmagic.probes._support.buffer_assignment import parse_buffer_assignment  # noqa: E402
-from jaxmagic.probes.memory import (  # noqa: E402
+from jaxmagic.probes._memory import (  # noqa: E402
     ARGUMENT,
     OUTPUT,
     SAVED_FOR_BACKWARD,
@@ -25,7 +24,8 @@ from jaxmagic.probes.memory import (  # noqa: E402
     explain_out_of_memory,
     memory_of_call,
 )
-from jaxmagic.probes.memory.program import program_memory  # noqa: E402
+from jaxmagic.probes._memory.buffer_assignment import parse_buffer_assignment  # noqa: E402
+from jaxmagic.probes._memory.program import program_memory  # noqa: E402
 
 BIG = 2**17  # 131072 points: a 64 GiB f32[131072,131072] temporary, more than this machine's host has
 

@@ -5,7 +5,7 @@ parameters, ``optax.adam``'s ``m / (jnp.sqrt(v + eps_root) + eps)`` adds its def
 float16 holds as 0.0 (its smallest positive value is ~6e-08); where a gradient is 0, that is 0/0. The
 producer search follows the zero denominator back to that constant (``_support/nan/lost_constant.py``),
 the report says what it became, and the fix offered is the same constant with a value the dtype holds,
-tried by evaluating the program again with it in place (``_support/fixes/values.try_constant``).
+tried by evaluating the program again with it in place (``probes/_support/nan/value_fixes.try_constant``).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def test_the_doctor_says_the_same_cause_and_fix_for_adam_in_float16():
 
 
 def test_the_watch_says_the_same_cause_and_fix_for_adam_in_float16():
-    from jaxmagic.probes.watch import Watch
+    from jaxmagic.probes._watch import Watch
 
     step, arguments = _adam_float16_step()
     watch = Watch()

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from jaxmagic.probes._support.fixes.values import FixTrial
-from jaxmagic.probes._support.fixes.widened import LINE_IN_FLOAT32
+from jaxmagic.probes._nans.fix_rule import FixRule
+from jaxmagic.probes._nans.fixes import RULES, nan_fix, rule_for
+from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._support.nan.lost_constant import LostConstant
 from jaxmagic.probes._support.nan.producer import NanProducer, OperandValue
-from jaxmagic.probes.nans.fix_rule import FixRule
-from jaxmagic.probes.nans.fixes import RULES, nan_fix, rule_for
-from jaxmagic.probes.nans.report import NanReport
+from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._support.nan.widened import LINE_IN_FLOAT32
 from jaxmagic.report import SourceLine
 
 

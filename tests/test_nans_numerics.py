@@ -28,7 +28,7 @@ def _by_key(data) -> dict:
 
 
 def _watched(run) -> str:
-    from jaxmagic.probes.watch import Watch
+    from jaxmagic.probes._watch import Watch
 
     watch = Watch()
     watch.begin_cell("a watched cell")

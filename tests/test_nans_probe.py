@@ -199,7 +199,7 @@ def test_inf_without_infs_option_says_to_turn_inf_checks_on():
 def test_call_sites_are_counted_on_the_blocks_thread_only():
     import threading
 
-    from jaxmagic.probes.nans.call_sites import counting_call_sites
+    from jaxmagic.probes._nans.call_sites import counting_call_sites
 
     def work(fail):
         if fail:

@@ -50,7 +50,7 @@ LOOK = """
 import gc, json, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jaxmagic import probes
-from jaxmagic._jax import compat
+
 
 mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
 w = jax.device_put(jnp.arange(8 * 8 * 6, dtype=jnp.float32).reshape(8, 8, 6), NamedSharding(mesh, P("data")))
@@ -64,7 +64,7 @@ report = probes.sharding(w, expression="w")  # compares the two copies of each b
 after_sharding = alive()
 live = probes.live(namespace={"w": w})
 after_live = alive()
-with compat.addressable_shards(w) as shards:
+with array_shards.addressable_shards(w) as shards:
     during = len(shards)
 print(json.dumps({
     "before": before, "after_sharding": after_sharding, "after_live": after_live, "after_shards": alive(),

@@ -54,14 +54,14 @@ def test_the_one_rule_act_before_failed_and_notes_never_count():
 
 
 def test_reports_with_a_finding_are_not_ok_and_say_why_in_to_dict():
-    from jaxmagic.probes.compiles import CompileReport
-    from jaxmagic.probes.doctor import DoctorReport, Finding
-    from jaxmagic.probes.keys import KeyReport
-    from jaxmagic.probes.leaks import LeakReport
-    from jaxmagic.probes.nans import NanReport
-    from jaxmagic.probes.sharding import CallShardings, LeafSharding, ShardingReport
-    from jaxmagic.probes.transfers import Transfer, TransferReport
-    from jaxmagic.probes.watch import WatchFinding, WatchLog
+    from jaxmagic.probes._compiles import CompileReport
+    from jaxmagic.probes._doctor import DoctorReport, Finding
+    from jaxmagic.probes._keys import KeyReport
+    from jaxmagic.probes._leaks import LeakReport
+    from jaxmagic.probes._nans import NanReport
+    from jaxmagic.probes._sharding import CallShardings, LeafSharding, ShardingReport
+    from jaxmagic.probes._transfers import Transfer, TransferReport
+    from jaxmagic.probes._watch import WatchFinding, WatchLog
 
     line = SourceLine("<cell>", 3, "<module>", "y = step(params, x)")
     moved = LeafSharding("params['w']", "float32[16,4]", "P()", given="single device CPU 0", matches=False)

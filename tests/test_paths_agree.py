@@ -366,7 +366,7 @@ def counted_out(text: str) -> str:
 
 
 def test_a_tracer_leak_is_one_finding_and_the_watch_says_it_does_not_check_leaks(shell):
-    from jaxmagic.probes.watch import NOT_WATCHED
+    from jaxmagic.probes._watch import NOT_WATCHED
 
     magic, setup, cell, expected = SCENARIOS["tracer_appended_to_a_list"]
     reports = through_three_paths(shell, magic, setup, cell)

@@ -13,7 +13,7 @@ from jax._src import debugging
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.prints import ObservedCall, PrintedLine, PrintReport, PrintSite, _find_out_of_order
+from jaxmagic.probes._prints import ObservedCall, PrintedLine, PrintReport, PrintSite, _find_out_of_order
 
 
 def test_lines_grouped_by_site_in_order_with_counts(capsys):

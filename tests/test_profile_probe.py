@@ -10,11 +10,11 @@ import pytest
 from IPython.core.error import UsageError
 
 from jaxmagic import probes
-from jaxmagic._jax.compat import profiler_session_active
 from jaxmagic._jax.jit_programs import CompiledProgram
-from jaxmagic.probes.profile import NO_SCOPE, build_report
-from jaxmagic.probes.profile.kernel_sources import program_sources, scope_of
-from jaxmagic.probes.profile.trace_events import events_from_trace_json, self_times, union_ns
+from jaxmagic._jax.runtime import profiler_session_active
+from jaxmagic.probes._profile import NO_SCOPE, build_report
+from jaxmagic.probes._profile.kernel_sources import program_sources, scope_of
+from jaxmagic.probes._profile.trace_events import events_from_trace_json, self_times, union_ns
 
 
 def two_scopes(w, x):
@@ -194,7 +194,7 @@ def test_scope_of_op_names():
 
 def test_interval_helpers():
     assert union_ns([(0, 10), (5, 20), (30, 40)]) == 30
-    from jaxmagic.probes.profile.trace_events import TraceEvent
+    from jaxmagic.probes._profile.trace_events import TraceEvent
 
     outer = TraceEvent("while", 1, 0, 100, op="while")
     inner = TraceEvent("body", 1, 10, 30, op="body")

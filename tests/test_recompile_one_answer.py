@@ -14,8 +14,8 @@ import functools
 
 import pytest
 
-from jaxmagic.probes.compiles import compiles
-from jaxmagic.probes.compiles.baked import baked_changes, baked_values
+from jaxmagic.probes._compiles import compiles
+from jaxmagic.probes._compiles.baked import baked_changes, baked_values
 
 
 def cell(ip, source: str):

@@ -227,13 +227,13 @@ def test_identical_leaks_cell_compiles_nothing_the_second_time(shell):
 
     import jax.monitoring
 
-    from jaxmagic._jax import compat
+    from jaxmagic._jax import runtime
 
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     try:
         assert shell.run_cell(cell).success
     finally:
-        compat.unregister_duration_listener(on_duration)
+        runtime.unregister_duration_listener(on_duration)
     assert compiles == []
 
 

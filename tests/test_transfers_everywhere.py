@@ -124,8 +124,8 @@ def looks_at_two_calls(monkeypatch):
     """The watch's and %%jax_transfers' samplers look only at each function's first two calls (on a fast
     loop they look at a share of the calls, by time): the others are counted at the paths seen."""
     from jaxmagic._jax import call_sampling
-    from jaxmagic.probes.transfers import probe
-    from jaxmagic.probes.watch import session
+    from jaxmagic.probes._transfers import probe
+    from jaxmagic.probes._watch import session
 
     def sampler():
         return call_sampling.CallSampler(share=0.0, credit=0.0, first_calls=2)

@@ -13,7 +13,7 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
-from jaxmagic.probes.transfers import capture_file, parse_transfer
+from jaxmagic.probes._transfers import capture_file, parse_transfer
 
 
 @pytest.fixture(scope="module")
@@ -372,7 +372,7 @@ def quick_quiet(monkeypatch):
     sampler looks at every call here: what these tests follow is which line made a copy, and on a busy
     machine the sampler (3% of the block's time after each function's first 40 calls) skipped the every-50th
     call's NumPy argument - the copies were then on the right line but not named by the array (1 + 3)."""
-    module = sys.modules["jaxmagic.probes.transfers.probe"]
+    module = sys.modules["jaxmagic.probes._transfers.probe"]
     monkeypatch.setattr(module, "QUIET_LINES", 30)
     monkeypatch.setattr(module, "QUIET_RUNS", 3)
     sampler = sys.modules["jaxmagic._jax.call_sampling"].CallSampler

@@ -86,7 +86,7 @@ def test_recompiling_helper_called_from_a_library_like_function(shell):
 
 
 def test_metrics_list_growing_across_cells(shell, monkeypatch):
-    from jaxmagic.probes.watch import session
+    from jaxmagic.probes._watch import session
 
     # Counted after every cell, however many arrays earlier tests left alive (the share rule that
     # skips slow counts has its own test below).
@@ -241,7 +241,7 @@ def test_nan_made_by_a_call_not_looked_at_is_seen_at_the_end_and_said_so(shell, 
     # cell ends: the NaN is told, and the report says which calls were not looked at - never that
     # the last call made it.
     from jaxmagic._jax import call_sampling
-    from jaxmagic.probes.watch import session
+    from jaxmagic.probes._watch import session
 
     monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0, first_calls=0))
     cell(shell, "%jax_watch -o wlog")
@@ -262,7 +262,7 @@ def test_counts_stay_exact_when_skipped_calls_are_only_counted(shell, monkeypatc
     # A call on jit's Python path (a new shape: compiled) in the middle, and a second line calling the same
     # function, leave the counts exact; the NaN the last call returns is still seen, at its own line.
     from jaxmagic._jax import call_sampling
-    from jaxmagic.probes.watch import session
+    from jaxmagic.probes._watch import session
 
     monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0, first_calls=0))
     cell(shell, "%jax_watch -o wlog")
@@ -305,7 +305,7 @@ def test_live_arrays_are_counted_after_a_share_of_the_cells_when_counting_is_slo
     # but at least every COUNT_EVERY cells; a cheap count is done after every cell.
     import time
 
-    from jaxmagic.probes.watch import session
+    from jaxmagic.probes._watch import session
 
     watch = session.Watch()
     watch._cell_began = time.perf_counter()  # a cell that began now: short

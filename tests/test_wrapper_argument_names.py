@@ -1,5 +1,5 @@
 """A library's jit wrapper's arguments are named as the user's call passed them, in every probe (issue 52,
-item 2; ``probes/_support/call_names.py``).
+item 2; ``probes/_support/calls/call_names.py``).
 
 ``eqx.filter_jit`` hands jax.jit ``(dynamic_donate, dynamic_nodonate, static)`` and ``nnx.jit`` each graph
 node as its ``NodeStates``, so JAX's names for the leaves are the library's: the NumPy batches of an
@@ -153,7 +153,7 @@ def test_the_keys_of_an_nnx_rngs_given_to_nnx_jit_are_named_by_the_rngs_path():
 def test_a_compile_cause_jax_named_by_the_wrappers_packing_is_told_in_the_users_names(monkeypatch):
     """A model with more leaves than the compile probe records of the user's arguments: the cause comes from
     JAX's cache-miss explanation, whose paths are ``eqx.filter_jit``'s (``dynamic_nodonate['rest'][0]``)."""
-    user_arguments = importlib.import_module("jaxmagic.probes.compiles.user_arguments")
+    user_arguments = importlib.import_module("jaxmagic.probes._compiles.user_arguments")
     monkeypatch.setattr(user_arguments, "MAX_LEAVES", 3)  # the MLP's 6 leaves stand for a large model's
     model = eqx.nn.MLP(4, 1, 16, 2, key=jax.random.PRNGKey(0))
 

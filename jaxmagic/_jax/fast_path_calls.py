@@ -8,7 +8,7 @@ without moving them off the C++ path:
 
 * JAX's C++ jit calls a thread-local *post hook* after each call it serves
   from its cache, with the call's own arguments and its result - the hook
-  ``jax.debug_nans`` puts its NaN check in (``compat.post_hook_state``);
+  ``jax.debug_nans`` puts its NaN check in (``jit_internals.post_hook_state``);
 * every other call runs jit's Python path, ``cache_miss`` in pjit.py; a
   ``sys.monitoring`` PY_RETURN event on that one code object (no other code
   pays for it) gives the result, and the frame the call's function, jit
@@ -17,7 +17,7 @@ without moving them off the C++ path:
 Observers get what the key-reuse path gives them: the name, the flat
 arguments (hoisted constants first), the jit parameters (``params["jaxpr"]``)
 and the flat results. The program of a fast-path call is looked up by its
-signature in the programs the block has seen (``compat.jit_program`` traces
+signature in the programs the block has seen (``jit_internals.jit_program`` traces
 nothing for a signature JAX has traced). Only calls made by the
 user's code - directly, or through a library's jit wrapper such as
 ``eqx.filter_jit`` or ``nnx.jit`` (then at the user's line that called the
@@ -54,7 +54,7 @@ from time import perf_counter
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import code_kind, user_call_site
@@ -108,7 +108,7 @@ class FastPathCalls:
         self._programs: dict[tuple, tuple] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
         self._traced: dict[int, object] = {}  # id(closed jaxpr) -> it, told to on_trace once
         self._thread = threading.get_ident()
-        self._hook_state: Any = None  # JAX's thread-local post-hook state (compat.post_hook_state)
+        self._hook_state: Any = None  # JAX's thread-local post-hook state (jit_internals.post_hook_state)
         self._previous_hook: Any = None
         self._previous_local: Any = None
         self._installed: Callable | None = None
@@ -117,7 +117,11 @@ class FastPathCalls:
         self._replaced = False  # a trace ran while JAX's own NaN check had replaced our hook
 
     def start(self) -> bool:
-        hook_state, code, top_level = compat.post_hook_state(), compat.jit_cache_miss_code(), compat.top_level_check()
+        hook_state, code, top_level = (
+            jit_internals.post_hook_state(),
+            jit_internals.jit_cache_miss_code(),
+            runtime.top_level_check(),
+        )
         if hook_state is None or code is None or top_level is None:
             return False
         try:
@@ -281,7 +285,7 @@ class FastPathCalls:
             if caller is None:
                 return None
             p, jit_info, args, kwargs = local["p"], local["jit_info"], local["args"], local["kwargs"]
-            found = compat.jit_arguments(jit_info, args, kwargs)
+            found = jit_internals.jit_arguments(jit_info, args, kwargs)
             if found is None:
                 return None
             self._programs.setdefault(self._program_key(jit_info, *found), (jit_info, list(p.consts), p.params))
@@ -381,16 +385,16 @@ class FastPathCalls:
     def _fast_path_call(
         self, jitted: Any, args: tuple, kwargs: dict, output: Any, number: int, caller: FrameType, lineno: int
     ) -> None:
-        jit_info = compat.jit_options(jitted)
+        jit_info = jit_internals.jit_options(jitted)
         if jit_info is None:
             return
-        found = compat.jit_arguments(jit_info, args, kwargs)
+        found = jit_internals.jit_arguments(jit_info, args, kwargs)
         if found is None:
             return
         key = self._program_key(jit_info, *found)
         program = self._programs.get(key)
         if program is None:  # compiled before the block: from JAX's trace cache, once per signature
-            traced = compat.jit_program(jitted._fun, jit_info, args, kwargs)
+            traced = jit_internals.jit_program(jitted._fun, jit_info, args, kwargs)
             if traced is None:
                 return
             program = self._programs[key] = (jit_info, *traced)

@@ -15,7 +15,7 @@ This module does that generically:
   and read the same value on the host at every question about it;
 * a :class:`Listener` looks at its inputs and outputs and may ask to look
   inside (``look_inside``). Only then is the equation opened: the sub-programs
-  are found in its parameters (``compat.sub_jaxprs``), and one small rule per
+  are found in its parameters (``jaxpr_parts.sub_jaxprs``), and one small rule per
   primitive says how the equation's inputs reach them - ``scan`` slices ``xs``
   and threads the carry iteration by iteration, ``while`` alternates cond and
   body, ``cond``/``switch`` picks the branch its index selects. Every other
@@ -56,7 +56,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from jaxmagic._jax import compat, finite_flags
+from jaxmagic._jax import finite_flags, jaxpr_parts
 
 MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
 # equations run ahead of the listener, their NaN/inf checks read at once (``finite_flags``)
@@ -140,7 +140,7 @@ class Checkpoint:
 def _runs_alone(eqn) -> bool:
     """Run only once the listener has seen every equation before it: one it may open, and one with
     effects or a host callback (the user's Python runs no more often than unprobed, nor earlier)."""
-    return bool(compat.sub_jaxprs(eqn) or getattr(eqn, "effects", None) or "callback" in eqn.primitive.name)
+    return bool(jaxpr_parts.sub_jaxprs(eqn) or getattr(eqn, "effects", None) or "callback" in eqn.primitive.name)
 
 
 class _EndInvestigation(Exception):
@@ -158,7 +158,7 @@ class Walk:
     def run(self, program, args: list) -> list:
         """The program's outputs. With ``resume`` (a former walk's ``checkpoints`` on the same program and
         arguments), the deepest checkpoint's listener record is taken on first."""
-        jaxpr, consts = compat.closed_parts(program)
+        jaxpr, consts = jaxpr_parts.closed_parts(program)
         if self._resume:
             self.listener.restore(self._resume[max(self._resume, key=len)].state)
         return self._walk(jaxpr, consts, args, (), top=True)
@@ -180,7 +180,7 @@ class Walk:
         env: dict = {}
 
         def read(var):
-            return var.val if compat.is_literal(var) else env[var]
+            return var.val if jaxpr_parts.is_literal(var) else env[var]
 
         for var, value in zip(jaxpr.constvars, consts):
             env[var] = value
@@ -207,7 +207,7 @@ class Walk:
                     if resumed is not None and all(v in resumed.env for v in eqn.outvars):
                         outputs = [resumed.env[v] for v in eqn.outvars]  # what the first walk computed from these
                     else:
-                        outputs = compat.bind_equation(eqn, inputs)
+                        outputs = jaxpr_parts.bind_equation(eqn, inputs)
                     finite_flags.note(outputs)
                     for var, value in zip(eqn.outvars, outputs):
                         env[var] = value
@@ -228,7 +228,7 @@ class Walk:
         """The listener's turn at one equation that ran: checkpoint, open it if asked, visit."""
         if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
             self.checkpoints[chain] = Checkpoint(index, eqn, list(args), env, self.listener.state())
-        if compat.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
+        if jaxpr_parts.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
             try:
                 self._open(eqn, inputs, path)
             except _EndInvestigation:
@@ -250,7 +250,7 @@ class Walk:
         elif name == "cond":
             branches = eqn.params["branches"]
             index = int(max(0, min(len(branches) - 1, int(inputs[0]))))
-            jaxpr, consts = compat.closed_parts(branches[index])
+            jaxpr, consts = jaxpr_parts.closed_parts(branches[index])
             self._walk(jaxpr, consts, inputs[1:], (*path, Position(eqn, "cond", index)))
         elif name == "custom_linear_solve":
             # what the primitive computes is its `solve` program on that program's constants and the
@@ -258,12 +258,12 @@ class Walk:
             lengths, programs = eqn.params["const_lengths"], eqn.params["jaxprs"]
             start = sum(lengths[:2])  # the inputs are the constants of matvec, vecmat, solve, transpose_solve, then b
             solve_inputs = [*inputs[start : start + lengths[2]], *inputs[sum(lengths) :]]
-            jaxpr, consts = compat.closed_parts(programs.solve)
+            jaxpr, consts = jaxpr_parts.closed_parts(programs.solve)
             self._walk(jaxpr, consts, solve_inputs, (*path, Position(eqn, "call")))
         else:
-            subs = compat.sub_jaxprs(eqn)
+            subs = jaxpr_parts.sub_jaxprs(eqn)
             if len(subs) == 1:
-                jaxpr, consts = compat.closed_parts(subs[0])
+                jaxpr, consts = jaxpr_parts.closed_parts(subs[0])
                 if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
                     self._walk(jaxpr, consts, inputs, (*path, Position(eqn, "call")))
                     return
@@ -273,7 +273,7 @@ class Walk:
         """The compiled function of a loop body (kept across walks)."""
         import jax
 
-        return _kept((program,), ("body",), lambda: jax.jit(compat.jaxpr_function(program)))
+        return _kept((program,), ("body",), lambda: jax.jit(jaxpr_parts.jaxpr_function(program)))
 
     def _flag(self) -> tuple[Callable, Hashable]:
         """The listener's flag as a function of the iteration's inputs and outputs alone, and its key
@@ -283,10 +283,10 @@ class Walk:
         return (lambda ins, outs: flag(key, ins, outs)), (type(listener), key)
 
     def _open_scan(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
-        consts, carry, xs = compat.scan_operands(eqn, inputs)
+        consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
         length, reverse = int(eqn.params["length"]), bool(eqn.params.get("reverse"))
         run_body = None if self.listener.step_flags else self._body(eqn.params["jaxpr"])
-        jaxpr, body_consts = compat.closed_parts(eqn.params["jaxpr"])
+        jaxpr, body_consts = jaxpr_parts.closed_parts(eqn.params["jaxpr"])
         step = 0  # in the order the scan runs its iterations
         while step < length:
             if self.listener.step_flags:
@@ -320,7 +320,7 @@ class Walk:
         flag, flag_key = self._flag()
 
         def make():
-            body = compat.jaxpr_function(program)
+            body = jaxpr_parts.jaxpr_function(program)
 
             def flagged(consts, carry, xs, length):
                 def step(state, x):
@@ -344,11 +344,11 @@ class Walk:
         return start + int(index), list(saved)
 
     def _open_while(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
-        cond_consts, body_consts, carry = compat.while_operands(eqn, inputs)
+        cond_consts, body_consts, carry = jaxpr_parts.while_operands(eqn, inputs)
         flags = self.listener.step_flags
         run_cond = None if flags else self._body(eqn.params["cond_jaxpr"])
         run_body = None if flags else self._body(eqn.params["body_jaxpr"])
-        jaxpr, consts = compat.closed_parts(eqn.params["body_jaxpr"])
+        jaxpr, consts = jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])
         i = 0
         while i < MAX_LOOP_ITERATIONS:
             if self.listener.step_flags:
@@ -383,8 +383,8 @@ class Walk:
         flag, flag_key = self._flag()
 
         def make():
-            cond = compat.jaxpr_function(cond_program)
-            body = compat.jaxpr_function(body_program)
+            cond = jaxpr_parts.jaxpr_function(cond_program)
+            body = jaxpr_parts.jaxpr_function(body_program)
 
             def flagged(cond_consts, body_consts, carry):
                 def keep_going(state):

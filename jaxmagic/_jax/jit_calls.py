@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import CodeType, FrameType
 from typing import Any, Protocol
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals, key_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
@@ -257,7 +257,7 @@ def _call_hook(
         if call_checks == "off":
             return raw_impl(*args, **params)
         try:
-            return compat.call_with_key_reuse_checks(prim, raw_impl, args, params, original_call)
+            return key_internals.call_with_key_reuse_checks(prim, raw_impl, args, params, original_call)
         except reuse_error as error:
             report(error, "call", name, params, args)
             if call_checks == "raise":
@@ -403,7 +403,7 @@ class _UserCallSwitch(_UserCallMonitor):
 
     def __init__(self) -> None:
         super().__init__()
-        self._jit_type = compat.jit_type()
+        self._jit_type = jit_internals.jit_type()
 
     def _at_user_call(self, callable_: object) -> None:
         if type(callable_) is self._jit_type:
@@ -467,8 +467,8 @@ class _DirectUserJitCalls(_UserCallMonitor):
 
         super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
         self._observers = observers
-        self._jit_type = compat.jit_type()
-        top_level = compat.top_level_check()
+        self._jit_type = jit_internals.jit_type()
+        top_level = runtime.top_level_check()
         self._can_tell_top_level = top_level is not None  # else never started: the key-reuse path observes
         self._top_level: Callable[[], bool] = top_level or _never_at_top_level
         self._checker_off = functools.partial(jax.debug_key_reuse, False)

@@ -8,7 +8,7 @@ JAX gives only for a ``Compiled`` object. To get one per program that ran:
 * ``sys.monitoring`` CALL events in the user's own code (library code switches
   its events off at the first hit) show each call of a jitted function, before
   it happens. At the first call of each jitted function in the block its C++
-  dispatch cache is emptied (``compat.clear_dispatch_cache``), so that call
+  dispatch cache is emptied (``jit_internals.clear_dispatch_cache``), so that call
   takes jit's Python path once - JAX finds the program in its own caches,
   nothing compiles again - and a PY_START event on that path (``cache_miss``)
   shows the call's arguments. Calls that compile anyway take the same path.
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
@@ -88,10 +88,10 @@ class ProgramCapture:
         import jax
 
         self._thread = threading.get_ident()
-        self._code = compat.jit_cache_miss_code()
+        self._code = jit_internals.jit_cache_miss_code()
         if self._code is None:
             return self
-        self._jit_type = compat.jit_type()
+        self._jit_type = jit_internals.jit_type()
         self._compiled_type = jax.stages.Compiled
         self._tracer = jax.core.Tracer
         try:
@@ -135,7 +135,7 @@ class ProgramCapture:
             key = id(callable_)
             if key not in self._cleared:
                 self._cleared[key] = callable_  # held, so its id is not reused within the block
-                compat.clear_dispatch_cache(callable_)
+                jit_internals.clear_dispatch_cache(callable_)
             self._pending = (callable_, code, offset)
         return None
 

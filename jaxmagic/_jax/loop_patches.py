@@ -2,7 +2,7 @@
 
 A call re-run op by op (``jax.disable_jit()``) runs a ``scan``'s body once per step in
 Python, and a ``vmap`` still traces its function. ``%jax_debug`` makes both fast by
-running them compiled up to the failing step or element (``probes/debug/stepping.py``);
+running them compiled up to the failing step or element (``probes/_debug/stepping.py``);
 to see them it replaces the names user code calls them by: ``jax.lax.scan`` (which
 ``lax.fori_loop`` calls as a global of JAX's loops module) and ``jax.vmap``. JAX's own
 code keeps the functions it imported, so only the user's calls meet the stand-ins.

@@ -1,7 +1,7 @@
 """Following each eager jax.random call: every one passes its key through ``random_core._check_prng_key``.
 
 The one place jaxmagic patches JAX's PRNG internals (``jax._src.random.core``,
-read through ``compat.random_core``). ``tests/test_jax_structure.py`` checks
+read through ``key_internals.random_core``). ``tests/test_jax_structure.py`` checks
 that JAX still has the function, its signature and the calls through it.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, key_internals
 from jaxmagic.report.source import is_user_file
 
 CHECK_NAME = "_check_prng_key"  # (name, key, *, allow_batched=False) -> (key, wrapped); looked up at each call
@@ -21,7 +21,7 @@ CHECK_NAME = "_check_prng_key"  # (name, key, *, allow_batched=False) -> (key, w
 
 def key_check():
     """JAX's ``_check_prng_key`` (the jax.random functions' key check), or None on another layout."""
-    core = compat.random_core()
+    core = key_internals.random_core()
     return None if core is None else getattr(core, CHECK_NAME, None)
 
 
@@ -34,7 +34,7 @@ def following_key_checks(follow: Callable[[str, object, object], None]) -> Itera
     in ``follow`` is dropped: following is ours, never the user's error.
     Yields False (and follows nothing) where this JAX has no such check.
     """
-    core = compat.random_core()
+    core = key_internals.random_core()
     original = key_check()
     if original is None:
         yield False
@@ -332,7 +332,7 @@ def _draws_bits(program, depth: int = 0) -> bool:
         if eqn.primitive.name == "random_bits":
             return True
         if depth < 8:
-            for sub in compat.sub_jaxprs(eqn):
+            for sub in jaxpr_parts.sub_jaxprs(eqn):
                 if _draws_bits(getattr(sub, "jaxpr", sub), depth + 1):
                     return True
     return False
@@ -350,12 +350,12 @@ def shared_key_draws(closed) -> list[tuple]:
             seen[0] += 1
             if seen[0] > _MAX_EQUATIONS or depth > 8:
                 return
-            vmapped = under_vmap or "vmap" in compat.name_stack_text(eqn)
+            vmapped = under_vmap or "vmap" in jaxpr_parts.name_stack_text(eqn)
             keys = [v for v in eqn.invars if _is_key(v) and not is_literal_var(v)]
             name = eqn.primitive.name
-            subs = compat.sub_jaxprs(eqn)
+            subs = jaxpr_parts.sub_jaxprs(eqn)
             if name == "random_bits" or (keys and subs and name in ("jit", "pjit", "closed_call")):
-                called, filename = compat.called_function(eqn) if subs else ("", "")
+                called, filename = jaxpr_parts.called_function(eqn) if subs else ("", "")
                 library = name == "random_bits" or (filename and not is_user_file(filename))
                 if library:
                     if (
@@ -401,7 +401,7 @@ def loop_invariant_draws(closed) -> list[tuple]:
             name = eqn.primitive.name
             if name == "random_bits" and loop is not None and not inputs_vary:
                 found.append((eqn, list(enclosing), loop))
-            subs = compat.sub_jaxprs(eqn)
+            subs = jaxpr_parts.sub_jaxprs(eqn)
             if name in _LOOPS:
                 _walk_loop(eqn, [*enclosing, eqn])
             elif subs and loop is not None:
@@ -418,7 +418,7 @@ def loop_invariant_draws(closed) -> list[tuple]:
         if inner is None or (eqn.primitive.name == "scan" and int(eqn.params.get("length", 2)) < 2):
             return
         if eqn.primitive.name == "scan":
-            _, carry, xs = compat.scan_operands(eqn, list(inner.invars))  # the body's inputs, split as the scan's
+            _, carry, xs = jaxpr_parts.scan_operands(eqn, list(inner.invars))  # the body's inputs, split as the scan's
             changing = [*carry, *xs]
         else:
             changing = list(inner.invars[int(eqn.params["body_nconsts"]) :])  # the carry
@@ -432,7 +432,7 @@ def loop_invariant_draws(closed) -> list[tuple]:
             if eqn.primitive.name in _LOOPS:
                 _walk_loop(eqn, [*enclosing, eqn])
                 continue
-            for sub in compat.sub_jaxprs(eqn):
+            for sub in jaxpr_parts.sub_jaxprs(eqn):
                 walk(getattr(sub, "jaxpr", sub), [*enclosing, eqn])
 
     try:
@@ -474,7 +474,7 @@ def constant_key_draws(closed) -> list[tuple]:
                 maker = (eqn, list(enclosing))
             if name == "random_bits" and not inputs_vary:
                 found.append((eqn, list(enclosing), maker))
-            subs = compat.sub_jaxprs(eqn) if name not in _LOOPS else []
+            subs = jaxpr_parts.sub_jaxprs(eqn) if name not in _LOOPS else []
             for sub in subs:
                 inner = getattr(sub, "jaxpr", sub)
                 if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's

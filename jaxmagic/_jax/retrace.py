@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import runtime
 from jaxmagic._jax.own_settings import note_own_context_created, note_own_value
 
 # One token for every block that names none: a token per block would make an identical
@@ -77,9 +77,9 @@ def create_context() -> bool:
     make = getattr(jax, "make_user_context", None)
     if make is None or _context is not None:
         return False
-    size = compat.trace_context_size()
+    size = runtime.trace_context_size()
     _context = make(None)
-    note_own_context_created(size, compat.trace_context_size())  # never the user's cause (own_settings)
+    note_own_context_created(size, runtime.trace_context_size())  # never the user's cause (own_settings)
     return True
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals
 from jaxmagic.report.source import code_kind
 
 
@@ -38,7 +38,7 @@ def _cells(fn) -> dict[str, Any]:
 def _jax_wrappers(fn, depth: int = 12):
     """(code name, closure cells) of each wrapper JAX made around ``fn``, outermost first, then the
     function inside them all as ("", {"fun": f})."""
-    current = getattr(fn, "__wrapped__", fn) if compat.is_jitted(fn) else fn
+    current = getattr(fn, "__wrapped__", fn) if jit_internals.is_jitted(fn) else fn
     for _ in range(depth):
         code = getattr(current, "__code__", None)
         if code is None or code_kind(code.co_filename) != "jax":

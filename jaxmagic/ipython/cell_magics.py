@@ -27,7 +27,7 @@ from jaxmagic.report import Report
 
 if TYPE_CHECKING:
     from jaxmagic.ipython.call_expression import EvaluatedCall
-    from jaxmagic.probes.compiles.probe import compiles as CompilesProbe
+    from jaxmagic.probes._compiles.probe import compiles as CompilesProbe
 
 
 @magics_class
@@ -198,7 +198,7 @@ class CellMagics(MagicRunner):
         and what to look at next. With each program's memory_analysis().
         """
         __tracebackhide__ = True
-        from jaxmagic.probes.profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see above)
+        from jaxmagic.probes._profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see above)
 
         args = self._parse(self.jax_profile, line)
         with self._options_checked(self.jax_profile):

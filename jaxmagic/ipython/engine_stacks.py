@@ -2,7 +2,7 @@
 
 Only on an engine: the kernel is ipyparallel's (``IPythonParallelKernel``, with an
 ``engine_id``). The user's own kernel's signal handling is never changed. See
-``probes/gather/stack_dump.py`` for the signal, the file and why. The probes import JAX, so the
+``probes/_gather/stack_dump.py`` for the signal, the file and why. The probes import JAX, so the
 engine listens once its ``import jax`` has run (``early_context.when_jax_imported``): a hang
 ``%jax_gather`` is asked about is in JAX, and ``%load_ext`` imports no JAX.
 """
@@ -36,7 +36,7 @@ def install(ipython: InteractiveShell) -> None:
 
 def _listen(number: int) -> None:
     # deferred: importing a probe imports JAX, which the user has just imported (see install)
-    from jaxmagic.probes.gather.stack_dump import listen_for_stack_requests
+    from jaxmagic.probes._gather.stack_dump import listen_for_stack_requests
 
     try:
         listen_for_stack_requests(number)
@@ -48,7 +48,7 @@ def _listen(number: int) -> None:
 def uninstall(ipython: InteractiveShell) -> None:
     if engine_id(ipython) is None or not _listening:
         return
-    from jaxmagic.probes.gather.stack_dump import stop_listening  # deferred: see _listen
+    from jaxmagic.probes._gather.stack_dump import stop_listening  # deferred: see _listen
 
     stop_listening()
     _listening.clear()

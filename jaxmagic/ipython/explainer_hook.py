@@ -70,7 +70,7 @@ class ExplainerHook:
             return  # not JAX's error, and the probes that explain would import JAX
         try:
             # deferred: the probes (and JAX) are imported when an error is explained, not at %load_ext
-            from jaxmagic.probes.explain import already_explained, explain_any
+            from jaxmagic.probes._explain import already_explained, explain_any
 
             if already_explained(error):
                 return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jit_internals
 from jaxmagic.ipython.call_expression import CallExpressionError, parse_python, shown_error
 from jaxmagic.report.wording import shown
 
@@ -44,4 +44,4 @@ def callee_is_jitted(text: str, namespace: dict) -> bool:
         function = eval(compile(ast.Expression(body=node.func), "<jaxmagic>", "eval"), namespace)
     except Exception:
         return False
-    return compat.is_jitted(function)
+    return jit_internals.is_jitted(function)

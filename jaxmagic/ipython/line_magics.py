@@ -90,7 +90,7 @@ class LineMagics(MagicRunner):
         silently). For a vmapped function, the failing samples' indices.
         """
         __tracebackhide__ = True
-        from jaxmagic.probes.check import error_set  # deferred: a probe imports JAX, which %load_ext must not
+        from jaxmagic.probes._check import error_set  # deferred: a probe imports JAX, which %load_ext must not
 
         def checked_call(text: str, args: argparse.Namespace) -> EvaluatedCall:
             with self._options_checked(self.jax_check):
@@ -403,7 +403,7 @@ class LineMagics(MagicRunner):
         --explore adds an explorer of every scope after the report.
         """
         __tracebackhide__ = True
-        from jaxmagic.probes.hlo import Sweep, parse_stages  # deferred: imports JAX (see above)
+        from jaxmagic.probes._hlo import Sweep, parse_stages  # deferred: imports JAX (see above)
 
         needs = "a call, e.g. %jax_hlo model(params, x) or %jax_hlo encoder model(params, x)"
         namespace = self.user_ns

@@ -1,6 +1,6 @@
 """``%jax_watch`` as IPython ``pre_run_cell`` / ``post_run_cell`` callbacks.
 
-Each top-level cell of the main thread is watched (``probes.watch.Watch``)
+Each top-level cell of the main thread is watched (``probes._watch.Watch``)
 from ``pre_run_cell`` to ``post_run_cell``; post_run_cell runs after an
 error or an interrupt too, so nothing stays switched on. Cells that use one of
 jaxmagic's own magics are not watched (a cell magic's report covers its cell,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from jaxmagic.ipython.explorers.watch_panel import WatchPanel
     from jaxmagic.ipython.live_view import LiveView
-    from jaxmagic.probes.watch import Watch
+    from jaxmagic.probes._watch import Watch
 
 _hooks: weakref.WeakKeyDictionary[InteractiveShell, WatchHook] = weakref.WeakKeyDictionary()
 _OWN_MAGIC = re.compile(r"^\s*%{1,2}jax_(\w+)", re.MULTILINE)

@@ -17,7 +17,7 @@ from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, TITLE, frame, full_w
 from jaxmagic.render.html import CODE, MUTED, breakable_html, inline_html
 
 if TYPE_CHECKING:
-    from jaxmagic.probes.watch import WatchLog
+    from jaxmagic.probes._watch import WatchLog
 
 ALL_AREAS = "all areas"
 WHAT = "every finding of this watch session"

@@ -30,8 +30,8 @@ import tracemalloc
 from collections.abc import Sequence
 from types import FrameType, ModuleType
 
-from jaxmagic._jax import compat
-from jaxmagic.probes._support import library_calls
+from jaxmagic._jax import jaxpr_parts, recorded_sources
+from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line, user_lines_of_stack
@@ -108,9 +108,9 @@ def transform_path(eqn, enclosing: Sequence = ()) -> list[str]:
     """
     path: list[str] = []
     for outer in enclosing:
-        path += _name_stack_segments(compat.name_stack_text(outer))
+        path += _name_stack_segments(jaxpr_parts.name_stack_text(outer))
         path.append(_body_name(outer))
-    path += _name_stack_segments(compat.name_stack_text(eqn))
+    path += _name_stack_segments(jaxpr_parts.name_stack_text(eqn))
     return [seg for i, seg in enumerate(path) if i == 0 or seg != path[i - 1]]
 
 
@@ -154,7 +154,7 @@ def _called_library(frames: list, user_index: int) -> str:
 
 def user_line_called(traceback) -> tuple[SourceLine | None, str]:
     """(the innermost user line of a JAX traceback, the library function that line called)."""
-    frames = compat.traceback_frames(traceback)  # innermost first
+    frames = recorded_sources.traceback_frames(traceback)  # innermost first
     for i, (filename, lineno, function) in enumerate(frames):
         if is_user_file(filename):
             return source_line(filename, lineno, _short_function(function)), _called_library(frames, i)

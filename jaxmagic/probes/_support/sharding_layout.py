@@ -507,105 +507,122 @@ def _call_sections(report) -> list[Section]:
     call = report.call
     sections = []
     if call.constraints:
-        rows = [
-            [
-                c.requested,
-                c.typeof,
-                (c.came_out + (f" ({c.copies} full copies)" if c.copies > 1 else "")) if c.came_out else "not observed",
-                "; ".join(c.uneven) + " does not divide evenly" if c.uneven else "-",
-                f"{c.line.label or c.line.filename}:{c.line.lineno}" if c.line else "-",
-            ]
-            for c in call.constraints
-        ]
-        blocks: list[Block] = [Table(["asked for", "value", "came out", "why", "line"], rows)]
-        for c in call.unhonoured_constraints[:2]:
-            blocks.append(Paragraph(f"{c.text}. {c.fix}"))
-        title = "Sharding constraints not honoured" if call.unhonoured_constraints else "Sharding constraints"
-        sections.append(Section(title, blocks))
+        sections.append(_constraints_section(report))
     if call.inputs or call.outputs:
-        blocks = []
-        how = (
-            ""
-            if call.was_jitted
-            else f" (`{call.function}` is not jitted; jaxmagic compiled `jax.jit({call.function})`)"
+        sections.append(_compiled_shardings_section(report))
+    if call.intermediates_asked:
+        sections.append(_inside_section(report))
+    elif call.inputs:
+        sections.append(_inside_hint_section())
+    return sections
+
+
+def _constraints_section(report) -> Section:
+    """The sharding constraints in the call: asked for, came out, and why not where not honoured."""
+    call = report.call
+    rows = [
+        [
+            c.requested,
+            c.typeof,
+            (c.came_out + (f" ({c.copies} full copies)" if c.copies > 1 else "")) if c.came_out else "not observed",
+            "; ".join(c.uneven) + " does not divide evenly" if c.uneven else "-",
+            f"{c.line.label or c.line.filename}:{c.line.lineno}" if c.line else "-",
+        ]
+        for c in call.constraints
+    ]
+    blocks: list[Block] = [Table(["asked for", "value", "came out", "why", "line"], rows)]
+    for c in call.unhonoured_constraints[:2]:
+        blocks.append(Paragraph(f"{c.text}. {c.fix}"))
+    title = "Sharding constraints not honoured" if call.unhonoured_constraints else "Sharding constraints"
+    return Section(title, blocks)
+
+
+def _compiled_shardings_section(report) -> Section:
+    """The shardings the call was compiled with, per argument and result, beside the arguments' own."""
+    call = report.call
+    blocks: list[Block] = []
+    how = "" if call.was_jitted else f" (`{call.function}` is not jitted; jaxmagic compiled `jax.jit({call.function})`)"
+    blocks.append(Paragraph(f"The shardings `{report.expression}` was compiled with{how}:"))
+    rows = [
+        [
+            "in",
+            f"`{leaf.path}`",
+            leaf.typeof,
+            leaf.spec if leaf.read else "none: the program never reads it (JAX dropped it)",
+            "" if leaf.matches is None else ("same" if leaf.matches else f"differs: {leaf.given}"),
+        ]
+        for leaf in call.inputs
+    ]
+    rows += [["out", f"`{leaf.path}`", leaf.typeof, leaf.spec, ""] for leaf in call.outputs]
+    blocks.append(Table(["", "value", "type", "compiled sharding", "the argument's own"], rows))
+    unread = [leaf.path for leaf in call.inputs if not leaf.read]
+    if unread:
+        them = "them" if len(unread) > 1 else "it"
+        names = ", ".join(f"`{path}`" for path in unread)
+        blocks.append(
+            Paragraph(
+                f"The program never reads {names}: JAX compiled it without {them} "
+                f"(nothing is transferred, laid out or donated for {them})."
+            )
         )
-        blocks.append(Paragraph(f"The shardings `{report.expression}` was compiled with{how}:"))
+    moved = call.resharded_inputs
+    if moved:
+        blocks.append(
+            Paragraph(
+                f"{len(moved)} argument(s) arrive with a sharding other than the compiled one "
+                f"({', '.join(leaf.path for leaf in moved)}): JAX moves them to the compiled layout on every call. "
+                "Place them with `jax.device_put(x, sharding)` once, or pass `in_shardings` that match."
+            )
+        )
+    return Section("Compiled shardings", blocks)
+
+
+def _inside_section(report) -> Section:
+    """The sharding the compiler chose for each value inside the call (``--intermediates``)."""
+    call = report.call
+    blocks: list[Block] = []
+    if call.intermediates_failure:
+        blocks.append(Paragraph(f"Could not inspect the intermediates: {call.intermediates_failure}"))
+    if call.intermediates:
+        blocks.append(
+            Paragraph(
+                "Each value computed at the top level of the call, with its type at trace time (explicit "
+                "shardings show as `8@axis`) and the sharding the compiler chose, as "
+                "`jax.debug.inspect_array_sharding` reports it at compile time (an instrumented copy of the "
+                "call was compiled for this, not run)."
+            )
+        )
         rows = [
             [
-                "in",
-                f"`{leaf.path}`",
-                leaf.typeof,
-                leaf.spec if leaf.read else "none: the program never reads it (JAX dropped it)",
-                "" if leaf.matches is None else ("same" if leaf.matches else f"differs: {leaf.given}"),
+                str(row.index),
+                (row.line.label or row.line.filename) + f":{row.line.lineno}" if row.line else "",
+                row.op + (" (yours)" if row.yours else ""),
+                row.typeof,
+                row.spec or "(not reported)",
             ]
-            for leaf in call.inputs
+            for row in call.intermediates
         ]
-        rows += [["out", f"`{leaf.path}`", leaf.typeof, leaf.spec, ""] for leaf in call.outputs]
-        blocks.append(Table(["", "value", "type", "compiled sharding", "the argument's own"], rows))
-        unread = [leaf.path for leaf in call.inputs if not leaf.read]
-        if unread:
-            them = "them" if len(unread) > 1 else "it"
-            names = ", ".join(f"`{path}`" for path in unread)
-            blocks.append(
-                Paragraph(
-                    f"The program never reads {names}: JAX compiled it without {them} "
-                    f"(nothing is transferred, laid out or donated for {them})."
-                )
+        blocks.append(Table(["#", "line", "operation", "type at trace time", "compiler chose"], rows))
+        lines = list({row.line.where: row.line for row in call.intermediates if row.line}.values())
+        if lines:
+            blocks.append(SourceLines(lines[:12], caption="Your lines:"))
+        if call.intermediates_dropped:
+            blocks.append(Paragraph(f"{call.intermediates_dropped} more values not listed."))
+    return Section("Inside the call", blocks)
+
+
+def _inside_hint_section() -> Section:
+    """Without ``--intermediates``: how to see inside the call."""
+    return Section(
+        "Inside the call",
+        [
+            Paragraph(
+                "Add `--intermediates` to see the sharding the compiler chose for every value computed inside the "
+                "call (jaxmagic compiles an instrumented copy with `jax.debug.inspect_array_sharding` after each "
+                "operation; nothing is run)."
             )
-        moved = call.resharded_inputs
-        if moved:
-            blocks.append(
-                Paragraph(
-                    f"{len(moved)} argument(s) arrive with a sharding other than the compiled one "
-                    f"({', '.join(leaf.path for leaf in moved)}): JAX moves them to the compiled layout on every call. "
-                    "Place them with `jax.device_put(x, sharding)` once, or pass `in_shardings` that match."
-                )
-            )
-        sections.append(Section("Compiled shardings", blocks))
-    if call.intermediates_asked:
-        blocks = []
-        if call.intermediates_failure:
-            blocks.append(Paragraph(f"Could not inspect the intermediates: {call.intermediates_failure}"))
-        if call.intermediates:
-            blocks.append(
-                Paragraph(
-                    "Each value computed at the top level of the call, with its type at trace time (explicit "
-                    "shardings show as `8@axis`) and the sharding the compiler chose, as "
-                    "`jax.debug.inspect_array_sharding` reports it at compile time (an instrumented copy of the "
-                    "call was compiled for this, not run)."
-                )
-            )
-            rows = [
-                [
-                    str(row.index),
-                    (row.line.label or row.line.filename) + f":{row.line.lineno}" if row.line else "",
-                    row.op + (" (yours)" if row.yours else ""),
-                    row.typeof,
-                    row.spec or "(not reported)",
-                ]
-                for row in call.intermediates
-            ]
-            blocks.append(Table(["#", "line", "operation", "type at trace time", "compiler chose"], rows))
-            lines = list({row.line.where: row.line for row in call.intermediates if row.line}.values())
-            if lines:
-                blocks.append(SourceLines(lines[:12], caption="Your lines:"))
-            if call.intermediates_dropped:
-                blocks.append(Paragraph(f"{call.intermediates_dropped} more values not listed."))
-        sections.append(Section("Inside the call", blocks))
-    elif call.inputs:
-        sections.append(
-            Section(
-                "Inside the call",
-                [
-                    Paragraph(
-                        "Add `--intermediates` to see the sharding the compiler chose for every value computed inside the "
-                        "call (jaxmagic compiles an instrumented copy with `jax.debug.inspect_array_sharding` after each "
-                        "operation; nothing is run)."
-                    )
-                ],
-            )
-        )
-    return sections
+        ],
+    )
 
 
 def _devices_section(arrays) -> Section:

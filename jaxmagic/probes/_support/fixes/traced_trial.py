@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxmagic.probes._support.kept_state import kept
+from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
 

@@ -134,107 +134,12 @@ def find_holders(
     followed (3 reaches ``trainer.history[0]`` and ``hist['acts'][3]``).
     ``budget`` bounds the number of values looked at.
     """
-    result = HolderSearch(best_kind={}, runs={}, group_labels={})
-    runs, group_labels = result.runs, result.group_labels
-    kind_counts, label_counts = result.kind_counts, result.label_counts
-
-    met_again = result.met_again
-
-    def mark(target: int, group: int, kind: str) -> None:
-        best_kind = result.best_kind
-        current = best_kind.get(target)
-        if current is None:
-            best_kind[target] = kind
-            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
-            return
-        met_again.add(target)
-        if KIND_ORDER[kind] < KIND_ORDER[current]:
-            best_kind[target] = kind
-            kind_counts[(group, current)] -= 1
-            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
-
-    index_runs = result.index_runs
-
-    containers, members = result.containers, result.members
-
-    def on_hit(target: int, group: int, kind: str, path: str, _depth: int, container: str = "") -> None:
-        mark(target, group, kind)
-        if container:
-            held = containers.get((group, kind, container))
-            if held is None:
-                containers[(group, kind, container)] = [1, target]
-                members[(group, kind, container)] = [target]
-            else:
-                held[0] += 1
-                members[(group, kind, container)].append(target)
-        label_counts[group] = label_counts.get(group, 0) + 1
-        index = _FIRST_INDEX.search(path)
-        if index is not None:  # an element of a list of containers: merged into a run with its siblings
-            number = int(index.group(1))
-            key = (group, kind, (path[: index.start()], path[index.end() :]))
-            run = index_runs.get(key)
-            if run is None:
-                index_runs[key] = [number, number, 1]
-                result.index_first[key] = target
-            else:
-                run[0], run[1], run[2] = min(run[0], number), max(run[1], number), run[2] + 1
-            return
-        listed = group_labels.setdefault(group, [])
-        if len(listed) < labels_per_group:
-            listed.append((kind, path))
-
-    def on_items(
-        indices, targets: list[int], groups: list[int], kind: str, container: str, _note: str, _depth: int
-    ) -> None:
-        # The elements of one list/tuple that are targets, in index order.
-        best_kind = result.best_kind
-        one_group = groups.count(groups[0]) == len(groups)
-        if one_group:
-            held = containers.get((groups[0], kind, container))
-            if held is None:
-                containers[(groups[0], kind, container)] = [len(targets), targets[0]]
-                members[(groups[0], kind, container)] = list(targets)
-            else:
-                held[0] += len(targets)
-                members[(groups[0], kind, container)].extend(targets)
-        else:
-            for target, group in zip(targets, groups):
-                held = containers.get((group, kind, container))
-                if held is None:
-                    containers[(group, kind, container)] = [1, target]
-                    members[(group, kind, container)] = [target]
-                else:
-                    held[0] += 1
-                    members[(group, kind, container)].append(target)
-        if one_group and best_kind.keys().isdisjoint(targets):
-            # One group, none seen before (a list of like arrays): the run and the counts at once.
-            group = groups[0]
-            known = len(best_kind)
-            if best_kind:
-                best_kind.update(zip(targets, itertools.repeat(kind)))
-            else:  # the first hits: the dict itself, not a copy
-                result.best_kind = best_kind = dict.fromkeys(targets, kind)
-            if len(best_kind) - known < len(targets):  # one array at two indices of the list: met again
-                met_again.update(t for t, n in collections.Counter(targets).items() if n > 1)
-            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + len(targets)
-            run = runs.get((group, kind, container))
-            if run is None:
-                runs[(group, kind, container)] = [indices[0], indices[-1], len(indices)]
-            else:
-                run[0], run[1], run[2] = min(run[0], indices[0]), max(run[1], indices[-1]), run[2] + len(indices)
-            return
-        for index, target, group in zip(indices, targets, groups):
-            mark(target, group, kind)
-            run = runs.get((group, kind, container))
-            if run is None:
-                runs[(group, kind, container)] = [index, index, 1]
-            else:
-                run[0], run[1], run[2] = min(run[0], index), max(run[1], index), run[2] + 1
-
+    recorder = _HolderRecorder(HolderSearch(best_kind={}, runs={}, group_labels={}), labels_per_group)
+    result = recorder.result
     result.visited, result.truncated, root_hits = walk(
         roots,
-        on_items=on_items,
-        on_hit=on_hit,
+        on_items=recorder.on_items,
+        on_hit=recorder.on_hit,
         target_ids=group_of,
         max_depth=max_depth,
         edges=LIVE_EDGES,
@@ -244,6 +149,107 @@ def find_holders(
     # an empty dict (no copy); the order does not change the result.
     _record_root_hits(result, root_hits, labels_per_group)
     return result
+
+
+class _HolderRecorder:
+    """The walk's callbacks for ``find_holders``: each hit written into one ``HolderSearch``.
+
+    The walk calls them once per target found (a list of like arrays at once), so they read the
+    result's dicts directly and make no text for a target beyond its path.
+    """
+
+    def __init__(self, result: HolderSearch, labels_per_group: int):
+        self.result = result
+        self.labels_per_group = labels_per_group
+
+    def mark(self, target: int, group: int, kind: str) -> None:
+        """``target`` held by a holder of ``kind``: kept if it is the best kind seen for it."""
+        best_kind, kind_counts = self.result.best_kind, self.result.kind_counts
+        current = best_kind.get(target)
+        if current is None:
+            best_kind[target] = kind
+            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
+            return
+        self.result.met_again.add(target)
+        if KIND_ORDER[kind] < KIND_ORDER[current]:
+            best_kind[target] = kind
+            kind_counts[(group, current)] -= 1
+            kind_counts[(group, kind)] = kind_counts.get((group, kind), 0) + 1
+
+    def hold(self, group: int, kind: str, container: str, targets: list[int]) -> None:
+        """``container`` (a path) holds ``targets`` of ``group`` itself."""
+        key = (group, kind, container)
+        held = self.result.containers.get(key)
+        if held is None:
+            self.result.containers[key] = [len(targets), targets[0]]
+            self.result.members[key] = list(targets)
+        else:
+            held[0] += len(targets)
+            self.result.members[key].extend(targets)
+
+    def on_hit(self, target: int, group: int, kind: str, path: str, _depth: int, container: str = "") -> None:
+        result = self.result
+        self.mark(target, group, kind)
+        if container:
+            self.hold(group, kind, container, [target])
+        result.label_counts[group] = result.label_counts.get(group, 0) + 1
+        index = _FIRST_INDEX.search(path)
+        if index is not None:  # an element of a list of containers: merged into a run with its siblings
+            number = int(index.group(1))
+            key = (group, kind, (path[: index.start()], path[index.end() :]))
+            run = result.index_runs.get(key)
+            if run is None:
+                result.index_runs[key] = [number, number, 1]
+                result.index_first[key] = target
+            else:
+                run[0], run[1], run[2] = min(run[0], number), max(run[1], number), run[2] + 1
+            return
+        listed = result.group_labels.setdefault(group, [])
+        if len(listed) < self.labels_per_group:
+            listed.append((kind, path))
+
+    def on_items(
+        self, indices, targets: list[int], groups: list[int], kind: str, container: str, _note: str, _depth: int
+    ) -> None:
+        """The elements of one list/tuple that are targets, in index order."""
+        one_group = groups.count(groups[0]) == len(groups)
+        if one_group:
+            self.hold(groups[0], kind, container, targets)
+        else:
+            for target, group in zip(targets, groups):
+                self.hold(group, kind, container, [target])
+        if one_group and self.result.best_kind.keys().isdisjoint(targets):
+            self._record_like_arrays(indices, targets, groups[0], kind, container)
+            return
+        runs = self.result.runs
+        for index, target, group in zip(indices, targets, groups):
+            self.mark(target, group, kind)
+            _extend_run(runs, (group, kind, container), index, index, 1)
+
+    def _record_like_arrays(self, indices, targets: list[int], group: int, kind: str, container: str) -> None:
+        """One group, none seen before (a list of like arrays): the run and the counts at once."""
+        result = self.result
+        best_kind = result.best_kind
+        known = len(best_kind)
+        if best_kind:
+            best_kind.update(zip(targets, itertools.repeat(kind)))
+        else:  # the first hits: the dict itself, not a copy
+            result.best_kind = best_kind = dict.fromkeys(targets, kind)
+        if len(best_kind) - known < len(targets):  # one array at two indices of the list: met again
+            result.met_again.update(t for t, n in collections.Counter(targets).items() if n > 1)
+        result.kind_counts[(group, kind)] = result.kind_counts.get((group, kind), 0) + len(targets)
+        _extend_run(result.runs, (group, kind, container), indices[0], indices[-1], len(indices))
+
+
+def _extend_run(
+    runs: dict[tuple[int, str, str], list[int]], key: tuple[int, str, str], low: int, high: int, count: int
+) -> None:
+    """A run of list indices ``[min, max, count]`` grown by ``count`` indices from ``low`` to ``high``."""
+    run = runs.get(key)
+    if run is None:
+        runs[key] = [low, high, count]
+    else:
+        run[0], run[1], run[2] = min(run[0], low), max(run[1], high), run[2] + count
 
 
 def _record_root_hits(result: HolderSearch, root_hits: RootHits, labels_per_group: int) -> None:

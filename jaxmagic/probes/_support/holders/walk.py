@@ -156,96 +156,117 @@ def collector_paused() -> Iterator[None]:
 
 
 def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_items, restart_names, budget):
-    by_id = target_ids is not None
-    key_get = target_ids.get if by_id else functools.partial(_test_target, is_target)
-    visited: set[int] = set()
+    walker = _Walker(on_items, on_hit, target_ids, is_target, edges, max_items, restart_names)
+    root_hits, frontier = walker.roots(roots, max_depth > 0)
     keep_alive = []  # ids stay unique only while the objects live
-    slots: dict[type, list[str]] = {}  # caches of this walk, per type: they hold no class after it
-    kinds: dict[type, int] = {}
-    descendable = functools.partial(_descendable, edges=edges, kinds=kinds)
-    count = 0
     truncated = False
-    frontier: list[tuple[str, str, Any, str]] = []  # (label, note, object, kind)
-    # The roots as columns, looked up by C loops (map, compress): a namespace may hold a
-    # million names, most of them neither targets nor containers.
-    roots = roots if type(roots) is list else list(roots)
-    values = list(map(operator.itemgetter(1), roots))
-    ids = list(map(id, values))
-    keys = list(map(key_get, ids if by_id else values))
-    del values
-    count += len(ids)
-    hit = list(map(operator.is_not, keys, itertools.repeat(None)))
-    root_hits = RootHits(
-        list(itertools.compress(ids, hit)),
-        list(itertools.compress(keys, hit)),
-        list(itertools.compress(map(operator.itemgetter(2), roots), hit)),
-        list(itertools.compress(map(operator.itemgetter(0), roots), hit)),
-    )
-    del ids, keys
-    if max_depth > 0:
-        for label, value, kind in itertools.compress(roots, map(operator.not_, hit)):
-            if descendable(value):
-                frontier.append((label, "", value, kind))
-    del hit
-
-    def named(label: str, note: str, step: str, relation: str) -> tuple[str, str]:
-        if not relation or relation is IN_LIBRARY_PYTREE:
-            return label + step, note
-        if restart_names:
-            return step, f" ({relation} {label}{note})"
-        what = "closure variable" if relation == "closed over by" else "default argument"
-        return f"{label} ({what} {step})", note
-
     depth = 0
     while frontier and depth < max_depth:
         depth += 1
         following: list[tuple[str, str, Any, str]] = []
         go_deeper = depth < max_depth
         for label, note, container, kind in frontier:
-            if id(container) in visited:
+            if id(container) in walker.visited:
                 continue
-            visited.add(id(container))
+            walker.visited.add(id(container))
             keep_alive.append(container)
             if type(container) is list or type(container) is tuple:
-                # The common case, kept tight: the lookups run as C loops (map), and no text is
-                # made for elements that are not hits.
-                items = container if max_items is None or len(container) <= max_items else container[:max_items]
-                ids = list(map(id, items))
-                keys = list(map(key_get, ids if by_id else items))
-                count += len(ids)
-                if None not in keys:  # every element is a target: a list of arrays
-                    if keys:
-                        on_items(range(len(ids)), ids, keys, kind, label, note, depth)
-                else:
-                    indices = [i for i, k in enumerate(keys) if k is not None]
-                    if indices:
-                        on_items(
-                            indices, [ids[i] for i in indices], [keys[i] for i in indices], kind, label, note, depth
-                        )
-                    if go_deeper:
-                        for index, (child, key) in enumerate(zip(items, keys)):
-                            if key is None and descendable(child):
-                                following.append((f"{label}[{index}]", note, child, kind))
+                walker.sequence(label, note, container, kind, depth, following if go_deeper else None)
             else:
-                for step, index, child, relation in _children(container, edges, max_items, slots, kinds):
-                    count += 1
-                    key = key_get(id(child)) if by_id else key_get(child)
-                    if key is None:
-                        if go_deeper and descendable(child):
-                            following.append((*named(label, note, step, relation), child, kind))
-                    elif index is not None:
-                        on_items([index], [id(child)], [key], kind, label, note, depth)
-                    else:
-                        child_label, child_note = named(label, note, step, relation)
-                        holder = "" if relation is IN_LIBRARY_PYTREE else label + note
-                        on_hit(id(child), key, kind, child_label + child_note, depth, holder)
-            if count > budget:
+                walker.children(label, note, container, kind, depth, following if go_deeper else None)
+            if walker.count > budget:
                 truncated = True
                 following = []
                 break
         frontier = following
     del keep_alive
-    return count, truncated, root_hits
+    return walker.count, truncated, root_hits
+
+
+class _Walker:
+    """One walk's state and its visits: the roots, a list or tuple, any other container's children."""
+
+    def __init__(self, on_items, on_hit, target_ids, is_target, edges, max_items, restart_names):
+        self.on_items, self.on_hit = on_items, on_hit
+        self.by_id = target_ids is not None
+        self.key_get = target_ids.get if self.by_id else functools.partial(_test_target, is_target)
+        self.edges, self.max_items, self.restart_names = edges, max_items, restart_names
+        self.visited: set[int] = set()
+        self.slots: dict[type, list[str]] = {}  # caches of this walk, per type: they hold no class after it
+        self.kinds: dict[type, int] = {}
+        self.descendable = functools.partial(_descendable, edges=edges, kinds=self.kinds)
+        self.count = 0  # values looked at
+
+    def roots(self, roots, descend: bool) -> tuple[RootHits, list[tuple[str, str, Any, str]]]:
+        """The roots that are targets, and the frontier of those to descend into: (label, note, object, kind)."""
+        # The roots as columns, looked up by C loops (map, compress): a namespace may hold a
+        # million names, most of them neither targets nor containers.
+        roots = roots if type(roots) is list else list(roots)
+        values = list(map(operator.itemgetter(1), roots))
+        ids = list(map(id, values))
+        keys = list(map(self.key_get, ids if self.by_id else values))
+        del values
+        self.count += len(ids)
+        hit = list(map(operator.is_not, keys, itertools.repeat(None)))
+        root_hits = RootHits(
+            list(itertools.compress(ids, hit)),
+            list(itertools.compress(keys, hit)),
+            list(itertools.compress(map(operator.itemgetter(2), roots), hit)),
+            list(itertools.compress(map(operator.itemgetter(0), roots), hit)),
+        )
+        frontier = []
+        if descend:
+            for label, value, kind in itertools.compress(roots, map(operator.not_, hit)):
+                if self.descendable(value):
+                    frontier.append((label, "", value, kind))
+        return root_hits, frontier
+
+    def sequence(self, label: str, note: str, container, kind: str, depth: int, following: list | None) -> None:
+        """A list or tuple: the common case, kept tight. The lookups run as C loops (map), and no text is
+        made for elements that are not hits. ``following`` (None at the last depth) gets the elements to
+        descend into."""
+        max_items = self.max_items
+        items = container if max_items is None or len(container) <= max_items else container[:max_items]
+        ids = list(map(id, items))
+        keys = list(map(self.key_get, ids if self.by_id else items))
+        self.count += len(ids)
+        if None not in keys:  # every element is a target: a list of arrays
+            if keys:
+                self.on_items(range(len(ids)), ids, keys, kind, label, note, depth)
+            return
+        indices = [i for i, k in enumerate(keys) if k is not None]
+        if indices:
+            self.on_items(indices, [ids[i] for i in indices], [keys[i] for i in indices], kind, label, note, depth)
+        if following is not None:
+            descendable = self.descendable
+            for position, (child, key) in enumerate(zip(items, keys)):
+                if key is None and descendable(child):
+                    following.append((f"{label}[{position}]", note, child, kind))
+
+    def children(self, label: str, note: str, container, kind: str, depth: int, following: list | None) -> None:
+        """A dict, object, function, set or library pytree: each child the edges allow."""
+        key_get, by_id, named = self.key_get, self.by_id, self.named
+        for step, index, child, relation in _children(container, self.edges, self.max_items, self.slots, self.kinds):
+            self.count += 1
+            key = key_get(id(child)) if by_id else key_get(child)
+            if key is None:
+                if following is not None and self.descendable(child):
+                    following.append((*named(label, note, step, relation), child, kind))
+            elif index is not None:
+                self.on_items([index], [id(child)], [key], kind, label, note, depth)
+            else:
+                child_label, child_note = named(label, note, step, relation)
+                holder = "" if relation is IN_LIBRARY_PYTREE else label + note
+                self.on_hit(id(child), key, kind, child_label + child_note, depth, holder)
+
+    def named(self, label: str, note: str, step: str, relation: str) -> tuple[str, str]:
+        """(label, note) of a child reached by ``step``: a closure variable or a default names itself."""
+        if not relation or relation is IN_LIBRARY_PYTREE:
+            return label + step, note
+        if self.restart_names:
+            return step, f" ({relation} {label}{note})"
+        what = "closure variable" if relation == "closed over by" else "default argument"
+        return f"{label} ({what} {step})", note
 
 
 def _test_target(is_target: Callable[[Any], bool], value: Any) -> Any:

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._support.nan.lost_constant import operand_source
 from jaxmagic.report import SourceLine
 
@@ -56,7 +56,7 @@ def find(producer_eqn, made_by: dict) -> tuple[AddedEpsilon, object] | None:
         return None
     for k, operand in enumerate(eqn.invars):
         other = eqn.invars[1 - k]
-        if not compat.is_literal(operand) or compat.is_literal(other):
+        if not jaxpr_parts.is_literal(operand) or jaxpr_parts.is_literal(other):
             continue
         value = np.asarray(operand.val)
         if value.size != 1 or not (np.issubdtype(value.dtype, np.floating) or str(value.dtype) == "bfloat16"):

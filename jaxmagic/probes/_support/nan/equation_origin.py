@@ -3,7 +3,7 @@
 An equation's ``source_info`` holds the traceback of the Python code that
 traced it. A backward-pass equation is traced by JAX's transpose rules, so its
 own frames are JAX's: while a search traces a program
-(``compat.tracing_where_traced``), JAX says which traceback each one was
+(``recorded_sources.tracing_where_traced``), JAX says which traceback each one was
 attributed to - the forward line it differentiates - and that table is kept
 here for the search (``remember_attributions``, ``forget_attributions``).
 """
@@ -15,7 +15,7 @@ import linecache
 import os
 import weakref
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -24,13 +24,13 @@ from jaxmagic.report.source import is_user_file, source_line, whole_expression
 _attributed: dict = {}  # id(traceback) -> the traceback JAX attributed it to, during a search
 
 # The same, kept with each traced program (``Jaxpr``) for its own equations, as long as it lives: JAX
-# caches a program first traced inside a search (under ``compat.tracing_where_traced``), and a later
+# caches a program first traced inside a search (under ``recorded_sources.tracing_where_traced``), and a later
 # search of the same function reads it from that cache, with the tracebacks the first search gave it.
 _kept_attributions: dict[int, tuple[weakref.ref, dict]] = {}  # id(jaxpr) -> (it, its table)
 
 
 def remember_attributions(program, attributed: dict) -> None:
-    """Keep, for the search under way, what ``program``'s trace attributed (``compat.tracing_where_traced``)."""
+    """Keep, for the search under way, what ``program``'s trace attributed (``recorded_sources.tracing_where_traced``)."""
     _attributed.update(_attributions_of(program, attributed))
 
 
@@ -41,12 +41,12 @@ def forget_attributions() -> None:
 
 def _programs_in(program) -> list:
     """``program``'s ``Jaxpr`` and every sub-program's, at any depth."""
-    found, todo = [], [compat.closed_parts(program)[0]]
+    found, todo = [], [jaxpr_parts.closed_parts(program)[0]]
     while todo:
         jaxpr = todo.pop()
         found.append(jaxpr)
         for eqn in jaxpr.eqns:
-            todo.extend(getattr(sub, "jaxpr", sub) for sub in compat.sub_jaxprs(eqn))
+            todo.extend(getattr(sub, "jaxpr", sub) for sub in jaxpr_parts.sub_jaxprs(eqn))
     return found
 
 
@@ -93,7 +93,7 @@ def in_users_derivative_rule(eqn) -> bool:
     """Whether ``eqn`` was written by the user's own derivative rule (a ``custom_vjp`` backward function,
     a ``custom_jvp`` rule): JAX's custom-derivative machinery called the innermost user frame that made it,
     so it is code of the user's, not JAX's derivative of it."""
-    frames = compat.traceback_frames(eqn.source_info.traceback)  # innermost first
+    frames = recorded_sources.traceback_frames(eqn.source_info.traceback)  # innermost first
     for position, (filename, _, _) in enumerate(frames):
         if is_user_file(filename):
             caller = frames[position + 1][0] if position + 1 < len(frames) else ""
@@ -108,7 +108,7 @@ def expression_of(eqn, line: SourceLine | None, path=()) -> str:
     if line is None:
         return ""
     for traceback in _tracebacks_of(eqn, path):
-        for frame in compat.user_frames(traceback):
+        for frame in recorded_sources.user_frames(traceback):
             if (frame.file_name, frame.start_line) != (
                 line.filename,
                 line.lineno,
@@ -147,7 +147,7 @@ def library_called_on(line: SourceLine, eqn, path=()) -> str | None:
 def _line_of(traceback) -> SourceLine | None:
     """The user's line of a traceback. A backward-pass equation is attributed to its forward line,
     except when the user's own code traced it during the backward pass: a ``custom_vjp`` rule."""
-    frames = compat.traceback_frames(traceback)
+    frames = recorded_sources.traceback_frames(traceback)
     attributed = _attributed.get(id(traceback))
     for i, (filename, lineno, function) in enumerate(frames):
         if is_user_file(filename):
@@ -197,7 +197,7 @@ def provenance_of(eqn, path, line: SourceLine | None, position: str) -> Provenan
         provenance.library_function = library_called_on(line, eqn, path) or ""
     inside_library = set()  # a library function's own jit (``jit(_std)``) is no transformation of the user's
     for enclosing in path:
-        function, filename = compat.called_function(enclosing.eqn)
+        function, filename = jaxpr_parts.called_function(enclosing.eqn)
         if filename and not is_user_file(filename) and "name" in enclosing.eqn.params:
             inside_library.add(f"jit({enclosing.eqn.params['name']})")
     provenance.transforms = [t for t in provenance.transforms if t not in inside_library]
@@ -206,4 +206,6 @@ def provenance_of(eqn, path, line: SourceLine | None, position: str) -> Provenan
 
 def name_stack(eqn, path) -> str:
     """The name stack from the top-level program down to ``eqn`` (a body's equations carry only their own part)."""
-    return "/".join(filter(None, [*(compat.name_stack_text(p.eqn) for p in path), compat.name_stack_text(eqn)]))
+    return "/".join(
+        filter(None, [*(jaxpr_parts.name_stack_text(p.eqn) for p in path), jaxpr_parts.name_stack_text(eqn)])
+    )

@@ -21,7 +21,7 @@ from typing import Any
 
 import executing
 
-from jaxmagic._jax.compat import is_jitted, transformed_function
+from jaxmagic._jax.jit_internals import is_jitted, transformed_function
 from jaxmagic.probes._support.nan.nonfinite import looks_like_array_tree
 from jaxmagic.report.source import user_tracebacks
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_eval import Position
 
 RESULT, DROPPED = "result", "dropped"
@@ -30,7 +30,7 @@ def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> str:
     ``path`` is where ``eqn`` sits (the opened equations above it, outermost first), as the walk
     recorded it. A loop or a branch on the way counts all of its outputs as reached (conservative:
     a value in a loop body may reach any of the loop's results)."""
-    levels = [compat.closed_parts(program)[0]]
+    levels = [jaxpr_parts.closed_parts(program)[0]]
     for position in path:
         inner = _level_of(position)
         if inner is None:
@@ -60,13 +60,13 @@ def _level_of(position: Position):
     """The jaxpr the walk opened at ``position``."""
     eqn = position.eqn
     if position.kind == "cond":
-        return compat.closed_parts(eqn.params["branches"][int(position.index or 0)])[0]
-    subs = compat.sub_jaxprs(eqn)
+        return jaxpr_parts.closed_parts(eqn.params["branches"][int(position.index or 0)])[0]
+    subs = jaxpr_parts.sub_jaxprs(eqn)
     if position.kind == "scan":
-        return compat.closed_parts(eqn.params["jaxpr"])[0]
+        return jaxpr_parts.closed_parts(eqn.params["jaxpr"])[0]
     if position.kind == "while":
-        return compat.closed_parts(eqn.params["body_jaxpr"])[0]
-    return compat.closed_parts(subs[0])[0] if len(subs) == 1 else None
+        return jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])[0]
+    return jaxpr_parts.closed_parts(subs[0])[0] if len(subs) == 1 else None
 
 
 def _flow(jaxpr, start, reached: set[int]) -> list[int]:
@@ -79,16 +79,16 @@ def _flow(jaxpr, start, reached: set[int]) -> list[int]:
             continue
         if "transpose" in str(candidate.source_info.name_stack):
             continue
-        if any(id(v) in reached for v in candidate.invars if not compat.is_literal(v)):
+        if any(id(v) in reached for v in candidate.invars if not jaxpr_parts.is_literal(v)):
             reached |= {id(v) for v in candidate.outvars}
-    return [i for i, v in enumerate(jaxpr.outvars) if not compat.is_literal(v) and id(v) in reached]
+    return [i for i, v in enumerate(jaxpr.outvars) if not jaxpr_parts.is_literal(v) and id(v) in reached]
 
 
 def _dropped(jaxpr, reached: set[int]) -> bool:
     """Whether a reached value of ``jaxpr`` made by a non-transposed equation is read by nothing: not by an
     equation, not an output (the forward result ``jax.grad`` drops: ``_`` of its program)."""
-    read = {id(v) for e in jaxpr.eqns for v in e.invars if not compat.is_literal(v)}
-    read |= {id(v) for v in jaxpr.outvars if not compat.is_literal(v)}
+    read = {id(v) for e in jaxpr.eqns for v in e.invars if not jaxpr_parts.is_literal(v)}
+    read |= {id(v) for v in jaxpr.outvars if not jaxpr_parts.is_literal(v)}
     return any(
         id(v) in reached and id(v) not in read
         for e in jaxpr.eqns

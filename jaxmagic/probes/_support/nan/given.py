@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxmagic._jax import compat, finite_flags
+from jaxmagic._jax import finite_flags, jaxpr_parts, recorded_sources
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.library_calls import package_of
+from jaxmagic.probes._support.calls.library_calls import package_of
 from jaxmagic.probes._support.nan.host_values import any_bad, host_array
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import code_kind
@@ -57,7 +57,7 @@ NAN, INF, GIVEN, CAME_IN, NOTHING = "nan", "inf", "given", "came in", ""
 def library_writing(eqn) -> str:
     """The library (its public callable, else its package) whose own code made ``eqn``: the first frame
     outside JAX, innermost first, is a library's rather than the user's; "" when it is the user's."""
-    frames = compat.traceback_frames(eqn.source_info.traceback)  # innermost first
+    frames = recorded_sources.traceback_frames(eqn.source_info.traceback)  # innermost first
     for filename, _, _ in frames:
         kind = code_kind(filename)
         if kind in ("jax", "python", "jaxmagic"):
@@ -83,21 +83,21 @@ def _infinite(value) -> np.ndarray | None:
 def body_pairs(eqn, kind: str) -> list[tuple]:
     """``(outer var, sub-program var, is a loop carry)`` for the inputs of an opened equation: a call's
     parameters, a cond branch's inputs, a loop body's constants, carry (as it starts) and slices."""
-    subs = compat.sub_jaxprs(eqn)
+    subs = jaxpr_parts.sub_jaxprs(eqn)
     if kind == "cond":
         branches = eqn.params.get("branches", ())
-        return [(o, i, False) for b in branches for o, i in zip(eqn.invars[1:], compat.closed_parts(b)[0].invars)]
+        return [(o, i, False) for b in branches for o, i in zip(eqn.invars[1:], jaxpr_parts.closed_parts(b)[0].invars)]
     if kind in ("scan", "while"):
         if kind == "scan":
-            consts, carry, xs = compat.scan_operands(eqn, list(eqn.invars))
-            body = compat.closed_parts(eqn.params["jaxpr"])[0]
+            consts, carry, xs = jaxpr_parts.scan_operands(eqn, list(eqn.invars))
+            body = jaxpr_parts.closed_parts(eqn.params["jaxpr"])[0]
         else:
-            _, consts, carry = compat.while_operands(eqn, list(eqn.invars))
-            xs, body = [], compat.closed_parts(eqn.params["body_jaxpr"])[0]
+            _, consts, carry = jaxpr_parts.while_operands(eqn, list(eqn.invars))
+            xs, body = [], jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])[0]
         flags = [False] * len(consts) + [True] * len(carry) + [False] * len(xs)
         return list(zip([*consts, *carry, *xs], body.invars, flags))
     if len(subs) == 1:
-        return [(o, i, False) for o, i in zip(eqn.invars, compat.closed_parts(subs[0])[0].invars)]
+        return [(o, i, False) for o, i in zip(eqn.invars, jaxpr_parts.closed_parts(subs[0])[0].invars)]
     return []
 
 
@@ -135,7 +135,7 @@ class GivenInfinities:
 
     def written(self, var) -> bool:
         """A constant written into the program, or a value made of such constants alone."""
-        return compat.is_literal(var) or id(var) in self.constant
+        return jaxpr_parts.is_literal(var) or id(var) in self.constant
 
     def is_given(self, var) -> bool:
         return (self.written_given and self.written(var)) or id(var) in self.origin
@@ -158,15 +158,15 @@ class GivenInfinities:
         for outer, inner, carry in body_pairs(position.eqn, position.kind):
             # a carry changes from one iteration to the next: never a constant; its given infinities (a
             # running max started at -inf) are taken as given in the iteration searched, as they started
-            if not carry and (compat.is_literal(outer) or id(outer) in self.constant):
+            if not carry and (jaxpr_parts.is_literal(outer) or id(outer) in self.constant):
                 self.constant.add(id(inner))
             elif carry:
                 self.constant.discard(id(inner))
             if id(outer) in self.source:
                 self.source[id(inner)] = self.source[id(outer)]
-            written = self.written_given and compat.is_literal(outer) and _infinite(outer.val) is not None
+            written = self.written_given and jaxpr_parts.is_literal(outer) and _infinite(outer.val) is not None
             if id(outer) in self.origin or written:
-                self.origin[id(inner)] = self.origin.get(id(outer)) if not compat.is_literal(outer) else None
+                self.origin[id(inner)] = self.origin.get(id(outer)) if not jaxpr_parts.is_literal(outer) else None
             else:
                 self.origin.pop(id(inner), None)
 
@@ -250,7 +250,7 @@ class GivenInfinities:
         its outputs are what that program's were."""
         self.enter(path)
         held = [self.written(var) for var in eqn.invars]
-        if held and all(held) and any(not compat.is_literal(var) for var in eqn.invars):
+        if held and all(held) and any(not jaxpr_parts.is_literal(var) for var in eqn.invars):
             self.constant.update(id(var) for var in eqn.outvars)
         inner = self._inner_outvars(eqn) if opened else None
         self._note_source(eqn, inputs, outputs, path, kind, inner)
@@ -291,13 +291,13 @@ class GivenInfinities:
         return next((self.source[id(v)] for v in eqn.invars if id(v) in self.source), None)
 
     def _inner_outvars(self, eqn) -> list | None:
-        subs = compat.sub_jaxprs(eqn)
+        subs = jaxpr_parts.sub_jaxprs(eqn)
         if eqn.primitive.name == "cond" or len(subs) != 1:
             return None  # which branch ran is not kept here: passed on as for any other equation
-        return list(compat.closed_parts(subs[0])[0].outvars)
+        return list(jaxpr_parts.closed_parts(subs[0])[0].outvars)
 
     def _inner_given(self, var) -> bool:
-        return (compat.is_literal(var) and _infinite(var.val) is not None) or id(var) in self.origin
+        return (jaxpr_parts.is_literal(var) and _infinite(var.val) is not None) or id(var) in self.origin
 
     def _origin_of(self, eqn, inputs, line_of, path) -> SourceLine | None:
         """The line that wrote the given infinity ``eqn`` passes on: its input's, or its own when it

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxmagic._jax import compat, finite_flags
+from jaxmagic._jax import finite_flags, jaxpr_parts
 from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.report.wording import short_dtype
 
@@ -93,7 +93,7 @@ def definiteness(matrices, index: tuple, eqn) -> tuple[str, str]:
     for jitter in JITTERS:
         try:
             jittered = (matrices + jitter * scale * np.eye(n)).astype(matrices.dtype)
-            if not any_bad(compat.bind_equation(eqn, [jittered])):
+            if not any_bad(jaxpr_parts.bind_equation(eqn, [jittered])):
                 return text, f"{jitter * scale:.0e}"
         except Exception:
             return text, ""

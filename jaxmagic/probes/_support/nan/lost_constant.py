@@ -20,7 +20,7 @@ import linecache
 
 import numpy as np
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import code_kind
 
@@ -79,7 +79,7 @@ def find(producer_eqn, made_by: dict) -> tuple[LostConstant, object] | None:
             if eqn is None or eqn.primitive.name not in _FOLLOWED:
                 continue
             for k, operand in enumerate(eqn.invars):
-                if compat.is_literal(operand):
+                if jaxpr_parts.is_literal(operand):
                     lost = _lost(eqn, k, operand)
                     if lost is not None:
                         return lost, eqn
@@ -126,9 +126,9 @@ class OperandSource:
 def operand_source(eqn, k: int) -> OperandSource | None:
     """The text of operand ``k`` of ``eqn`` (and of the other one) from the columns of the equation's
     innermost frame outside jaxmagic; None when the equation spans lines or no frame was recorded."""
-    # the innermost frame outside jaxmagic: a search traces under ``compat.tracing_where_traced``, whose own
+    # the innermost frame outside jaxmagic: a search traces under ``recorded_sources.tracing_where_traced``, whose own
     # frame records each traceback
-    frames = compat.user_frames(eqn.source_info.traceback)
+    frames = recorded_sources.user_frames(eqn.source_info.traceback)
     frame = next((f for f in frames if code_kind(f.file_name) != "jaxmagic"), None)
     if frame is None or frame.start_line != frame.end_line:
         return None

@@ -55,10 +55,8 @@ import io
 
 import numpy as np
 
-from jaxmagic._jax import compat, finite_flags, jit_calls
+from jaxmagic._jax import finite_flags, jaxpr_parts, jit_calls, recorded_sources
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.fixes.values import FixTrial
-from jaxmagic.probes._support.kept_state import kept
 from jaxmagic.probes._support.nan import added_epsilon, lost_constant, producer_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
@@ -81,6 +79,8 @@ from jaxmagic.probes._support.nan.host_values import (
     readable,
 )
 from jaxmagic.probes._support.nan.masked_rows import note_neg_inf_rows
+from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, is_user_file
@@ -169,7 +169,7 @@ class NanProducer:
     lost_constant: lost_constant.LostConstant | None = None
     # a positive constant added to its input that did not lift a negative value (`rsqrt(var + 1e-5)`, var < 0)
     added_epsilon: added_epsilon.AddedEpsilon | None = None
-    # the fixes of the operation tried on its recorded inputs, then on the whole program (_support/fixes/values.py)
+    # the fixes of the operation tried on its recorded inputs, then on the whole program (probes/_support/nan/value_fixes.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
 
     @property
@@ -266,8 +266,9 @@ class ProducerListener(Listener):
 
     step_flags = True
 
+    # the base (jaxpr_eval.Listener) declares a plain attribute; this key follows the search's stage
     @property
-    def step_flag_key(self):
+    def step_flag_key(self) -> tuple[str, bool, bool]:  # type: ignore[override]
         # with given infinities in play, an iteration whose inputs hold inf may still make the value
         return (self.stage, self.strict, self.given.any)
 
@@ -393,7 +394,7 @@ class ProducerListener(Listener):
         otherwise. On the producer's own expression it is the producer's own derivative (log's 1/x at the 0
         where log made -inf), and the user's operation is the one named."""
         made_from = self.given.made_from(eqn)
-        if made_from is None or made_from[0] is self._producer_eqn or compat.sub_jaxprs(made_from[0]):
+        if made_from is None or made_from[0] is self._producer_eqn or jaxpr_parts.sub_jaxprs(made_from[0]):
             return None
         line, own = user_line(made_from[0], made_from[3]), producer.line
         if line is not None and own is not None and (line.filename, line.lineno) == (own.filename, own.lineno):
@@ -413,9 +414,9 @@ class ProducerListener(Listener):
         producer.nan_maker_line = user_line(eqn, path)
         library = next(
             (
-                public_name(*compat.called_function(p.eqn))
+                public_name(*jaxpr_parts.called_function(p.eqn))
                 for p in path
-                if p.kind == "call" and code_kind(compat.called_function(p.eqn)[1]) == "jax"
+                if p.kind == "call" and code_kind(jaxpr_parts.called_function(p.eqn)[1]) == "jax"
             ),
             "",
         )
@@ -470,7 +471,7 @@ class ProducerListener(Listener):
                     shape=list(array.shape),
                     dtype=str(array.dtype),
                     made_by=maker.primitive.name if maker is not None else "",
-                    constant=compat.is_literal(var),
+                    constant=jaxpr_parts.is_literal(var),
                     made_from=[self._maker_name(v) for v in maker.invars] if maker is not None else [],
                 )
             )
@@ -480,7 +481,7 @@ class ProducerListener(Listener):
             if position.kind in ("scan", "while", "cond"):
                 loops.append(LoopPosition(position.kind, int(position.index), user_line(position.eqn, path)))
                 continue
-            function, filename = compat.called_function(position.eqn)
+            function, filename = jaxpr_parts.called_function(position.eqn)
             if filename and not is_user_file(filename):
                 # JAX's own jitted helper (jit(_std)) by its public name; another library's call may be its
                 # wrapper around the user's function (eqx.filter_jit): what the line called is in its traceback
@@ -583,14 +584,14 @@ def _trace_and_walk(
 
     source = result.searched
     try:
-        with compat.tracing_where_traced() as attributed:
+        with recorded_sources.tracing_where_traced() as attributed:
             program = jax.make_jaxpr(traced)(*values)
             remember_attributions(program, attributed)
     except Exception as error:
         result.failure = f"tracing {source or 'the call'} failed: {error_line(error)}"
         return result
     # Arrays the function closes over are constants of its program: infinities there are given too.
-    jaxpr, consts = compat.closed_parts(program)
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
     given_inf = want_nan and only_infinities([*consts, *values])
     # First the operation that made a NaN from inputs holding none (given infinities aside); if every
     # NaN came from an inf some operation made, the first operation that made a non-finite value (and

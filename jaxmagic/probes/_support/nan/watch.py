@@ -43,7 +43,7 @@ import sys
 
 import numpy as np
 
-from jaxmagic._jax import compat, jit_calls
+from jaxmagic._jax import jit_calls, jit_internals
 from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.nonfinite import is_inexact
 from jaxmagic.report import SourceLine
@@ -280,7 +280,7 @@ class NanWatch(jit_calls.CallObserver):
         """Flush, then hand over the sighting and the call to re-run (kept no longer here).
 
         The re-run itself, under the NaN probe, is the doctor's
-        (``jaxmagic.probes.nans.sighting.explain_nan_sighting``): a support
+        (``jaxmagic.probes._nans.sighting.explain_nan_sighting``): a support
         module runs no probe.
         """
         self.flush()
@@ -328,7 +328,7 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
         info = jit_calls.without_donation(info)
         if info is None:
             return None
-    jitted = compat.compiled_call(fun, info)
+    jitted = jit_internals.compiled_call(fun, info)
     if jitted is None:
         return None
     return FailingCall(f"{name}(...)", jitted, [(f"argument {i}", a) for i, a in enumerate(args)], dict(kwargs or {}))

@@ -15,7 +15,7 @@ import linecache
 import re
 from collections.abc import Sequence
 
-from jaxmagic._jax import compat
+from jaxmagic._jax import recorded_sources
 from jaxmagic._jax.transform_stack import line_info, traced_for
 from jaxmagic.probes._support.tracers.text import TRANSFORMATION_OF_TRACER, short_qualname
 from jaxmagic.report import SourceLine
@@ -39,7 +39,7 @@ def of_tracer(
     primal). A tracer made at ``started`` or at one of the ``outside`` lines (the calls that started
     the traces) is an input of the trace, not a value computed in it: then ``made_at`` stays empty."""
     info = line_info(tracer)
-    frame = compat.user_frame(getattr(info, "traceback", None))
+    frame = recorded_sources.user_frame(getattr(info, "traceback", None))
     line = source_line(frame.file_name, frame.start_line, short_qualname(frame.function_name)) if frame else None
     if line is None:
         return Provenance(

@@ -1,0 +1,54 @@
+"""The first operation where two traces of one function differ: where a changed input reaches the computation."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from jaxmagic._jax import jaxpr_parts
+
+
+def _digest(value) -> str:
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return repr(type(value))
+    if array.nbytes > 1 << 24:
+        return f"{array.shape} {array.dtype}"
+    return f"{array.shape} {array.dtype} {hashlib.sha1(array.tobytes()).hexdigest()}"
+
+
+def _eqn_key(eqn, ids: dict) -> tuple:
+    operands = []
+    for var in eqn.invars:
+        if jaxpr_parts.is_literal(var):
+            operands.append(("literal", repr(getattr(var, "val", var))))
+        else:
+            operands.append(ids.get(id(var), "?"))
+    for var in eqn.outvars:  # numbered in order of definition, apart from the inputs and constants
+        ids[-1] = ids.get(-1, 0) + 1
+        ids[id(var)] = ("value", ids[-1])
+    params = tuple(
+        (name, repr(value))
+        for name, value in sorted(eqn.params.items())
+        if isinstance(value, (int, float, str, bool, tuple))
+        and not any(hasattr(v, "eqns") for v in (value if isinstance(value, tuple) else ()))
+    )
+    return (eqn.primitive.name, tuple(operands), params)
+
+
+def first_difference(a, consts_a: list, b, consts_b: list):
+    """The first equation of ``a`` that differs from ``b``'s (primitive, operands by position, params,
+    constants by value)."""
+    ids_a: dict = {id(v): i for i, v in enumerate(a.invars)}
+    ids_b: dict = {id(v): i for i, v in enumerate(b.invars)}
+    for ids, program, consts in ((ids_a, a, consts_a), (ids_b, b, consts_b)):
+        for var, value in zip(getattr(program, "constvars", ()), consts):
+            ids[id(var)] = ("constant", _digest(value))
+    for i, eqn in enumerate(a.eqns):
+        if i >= len(b.eqns):
+            return eqn
+        if _eqn_key(eqn, ids_a) != _eqn_key(b.eqns[i], ids_b):
+            return eqn
+    return None

@@ -1,0 +1,69 @@
+"""Memory and cost of the compiled program (``memory_analysis()``, ``cost_analysis()``), and the sweep
+that compiles the call once per value of one size."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from jaxmagic._jax import jit_internals, jittable
+from jaxmagic.probes._hlo.records import MemoryFigures, SweepPoint
+from jaxmagic.report.wording import error_line
+
+
+@dataclasses.dataclass
+class Sweep:
+    """``--sweep B=64,256,1024``: ``build(value)`` returns ``(fn, args, kwargs)`` for one value."""
+
+    name: str
+    values: list
+    build: Callable[[Any], tuple]
+
+
+def memory_figures(compiled) -> MemoryFigures | None:
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:
+        return None
+    if stats is None:
+        return None
+
+    def get(name: str) -> int:
+        return int(getattr(stats, name, 0) or 0)
+
+    return MemoryFigures(
+        argument_bytes=get("argument_size_in_bytes"),
+        output_bytes=get("output_size_in_bytes"),
+        alias_bytes=get("alias_size_in_bytes"),
+        temp_bytes=get("temp_size_in_bytes"),
+        generated_code_bytes=get("generated_code_size_in_bytes"),
+        peak_bytes=get("peak_memory_in_bytes"),
+    )
+
+
+def cost_figures(compiled) -> dict[str, float]:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:
+        return {}
+    if isinstance(cost, (list, tuple)):  # older JAX: one dict per device program
+        cost = cost[0] if cost else {}
+    if not isinstance(cost, dict):
+        return {}
+    return {k: float(v) for k, v in cost.items() if k in ("flops", "transcendentals", "bytes accessed")}
+
+
+def sweep_point(sweep: Sweep, value) -> SweepPoint:
+
+    point = SweepPoint(value=repr(value))
+    try:
+        fn, args, kwargs = sweep.build(value)
+        jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
+        compiled = jitted.lower(*args, **kwargs).compile()
+    except Exception as error:
+        point.failure = error_line(error)
+        return point
+    point.memory = memory_figures(compiled)
+    point.flops = cost_figures(compiled).get("flops")
+    return point

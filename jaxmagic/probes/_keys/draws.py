@@ -1,0 +1,266 @@
+"""Eager jax.random calls followed by their key data: legacy uint32 keys, and the same numbers drawn again per line."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import cast
+
+import numpy as np
+
+from jaxmagic._jax import jit_calls, prng_checks
+from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw
+from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
+from jaxmagic.probes._keys.report import KeyReport
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.calls import library_calls
+from jaxmagic.probes._support.nan.watch import user_frame
+from jaxmagic.report import SourceLine
+from jaxmagic.report.source import is_user_file, line_of, names_in_scope, source_line
+
+# jax.random functions that read a key without drawing from it
+_NOT_DRAWING = frozenset({"key_data", "key_impl"})
+# ... and those that derive a new key without consuming theirs (JAX's key-reuse rules: fold_in is a
+# Source, not a Sink; a draw or a split consumes)
+_NOT_CONSUMING = _NOT_DRAWING | {"fold_in", "clone", "wrap_key_data"}
+MAX_DRAW_LINES = 200  # lines followed per block
+MAX_CONSUMED_KEYS = 20_000  # legacy key data remembered per block (~200 bytes each), to find one consumed on two lines
+_EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other arguments
+
+
+# Where a draw is counted: (jax.random function, the user's file, line, the library between, the place of
+# the user frame the library ran from)
+Place = tuple[str, str, int, str, "tuple[str, int] | None"]
+
+
+def line_of_place(where: Place, function: str) -> SourceLine | None:
+    """The SourceLine of a (jax.random function, filename, line number, ...) place of a call in ``function``."""
+    _name, filename, lineno = where[:3]
+    return source_line(filename, lineno, function.rsplit("<locals>.", 1)[-1]) if filename else None
+
+
+def handed_over(
+    user: FrameType | None, key: object, random_frame: FrameType | None, require_holder: bool = False
+) -> tuple[FrameType | None, str, FrameType | None]:
+    """Who gave ``key`` to the jax.random function running in ``random_frame``.
+
+    ``(frame, library, inner)``: when the user's innermost frame ``user`` called jax.random itself,
+    ``(user, "", None)``. When a library sits between (numpyro's ``seed`` handler, a Flax module),
+    ``library`` is its public callable, and ``frame`` is the innermost frame of the user's whose
+    variables hold the key - the line that handed it over - with ``inner`` the user frame the
+    library ran from when that is another (a model function called by the handler); ``frame`` stays
+    ``user`` when no frame of the user's holds the key (a key the library split off itself) - None
+    then with ``require_holder``."""
+    if user is None:
+        return None, "", None
+    between = []
+    frame = random_frame.f_back if random_frame is not None else None
+    while frame is not None and frame is not user:
+        between.append((frame.f_code.co_filename, frame.f_code.co_qualname))
+        frame = frame.f_back
+    library = library_calls.library_called(between[::-1])
+    if not library:
+        return user, "", None
+    digest = None
+    holder: FrameType | None = user
+    while holder is not None:
+        if is_user_file(holder.f_code.co_filename):
+            if digest is None:
+                digest = key_fingerprint(key)[0]
+            if _holds_key(holder, key, digest):
+                return holder, library, (user if holder is not user else None)
+        holder = holder.f_back
+    return (None if require_holder else user), library, None
+
+
+def _holds_key(frame: FrameType, key: object, digest: bytes) -> bool:
+    """Whether a variable of ``frame`` is ``key`` or a key with its data (keys are compared by data:
+    a library may convert the array it was given)."""
+    values = list(names_in_scope(frame).values())  # a cell's globals too, inside its comprehension
+    if any(value is key for value in values):
+        return True
+    for value in values:
+        dtype = getattr(value, "dtype", None)
+        if dtype is None or getattr(value, "shape", None) != getattr(key, "shape", ()):
+            continue
+        if dtype == getattr(key, "dtype", None):
+            try:
+                if key_fingerprint(value)[0] == digest:
+                    return True
+            except Exception:
+                continue
+    return False
+
+
+def _place(frame: FrameType | None) -> tuple[str, int] | None:
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+
+
+def _draw_fingerprint(key: object, frame: FrameType | None) -> tuple[bytes, object] | None:
+    """Digest of a concrete key's data and the drawing function's other arguments; None under a trace."""
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    if isinstance(key, jax.core.Tracer):
+        return None
+    digest, data = key_fingerprint(key)
+    others = []
+    if frame is not None:
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        for name in names:
+            if name != "key":
+                others.append(f"{name}={_argument_fingerprint(frame.f_locals.get(name))}")
+    extra = hashlib.blake2b("|".join(others).encode(), digest_size=_EXTRA_DIGEST).digest()
+    return digest + extra, data
+
+
+def _argument_fingerprint(value: object) -> str:
+    import jax  # deferred: importing jaxmagic does not import JAX
+
+    if isinstance(value, jax.core.Tracer):
+        return f"tracer {id(value)}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        if getattr(value, "size", 0) <= 4096:
+            try:
+                array = np.asarray(value)
+                return f"{array.dtype}{array.shape}:" + hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
+            except Exception:
+                pass
+        return f"array id {id(value)}"
+    try:
+        return repr(value)[:400]
+    except Exception:
+        return f"{type(value).__name__} id {id(value)}"
+
+
+@contextlib.contextmanager
+def random_calls_followed(report: KeyReport) -> Iterator[None]:
+    """Follow each eager jax.random call by its key's data (see ``_jax.prng_checks``).
+
+    Lists the calls given a raw uint32 key, and counts per (function, line of
+    yours) the distinct key data and other arguments each call was given.
+    """
+    follower = _DrawFollower(report)
+    try:
+        with prng_checks.following_key_checks(follower.follow):
+            yield
+    finally:
+        follower.finish()
+
+
+class _DrawFollower:
+    """What ``random_calls_followed`` keeps while it follows: legacy key uses and draws per place, and the
+    legacy key data consumed (``follow`` may run on several threads: ``lock`` guards them)."""
+
+    def __init__(self, report: KeyReport) -> None:
+        self.report = report
+        self.uses: dict[Place, LegacyKeyUse] = {}
+        self.draws: dict[Place, tuple[RepeatedDraw, dict[bytes, list[object]]]] = {}
+        # legacy keys, which JAX's checker cannot follow: key data -> (place, API, the consuming function)
+        self.consumed: dict[bytes, tuple[Place, str, str]] = {}
+        self.reuses: dict[tuple[Place, Place], KeyReuse] = {}
+        self.lock = threading.Lock()
+
+    def follow(self, name: str, key: object, frame_seen: object) -> None:
+        """One eager jax.random call ``name`` given ``key``, running in ``frame_seen``."""
+        if not hasattr(key, "dtype"):
+            return
+        frame = cast("FrameType | None", frame_seen)
+        legacy = not jit_calls.is_typed_key(key)
+        user: FrameType | None = user_frame()  # its SourceLine (reading the line's text) is made once per line
+        with jit_calls.reads_allowed():  # reading keys is ours, not one of the user's transfers
+            user, library, inner = handed_over(user, key, frame)
+        if user is None:
+            if legacy:
+                self._legacy_use((name, "", 0, "", None), None)
+            return
+        where: Place = (name, user.f_code.co_filename, user.f_lineno, library, _place(inner))
+        if legacy:
+            self._legacy_use(where, user)
+        if name in _NOT_DRAWING:
+            return
+        with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
+            found = _draw_fingerprint(key, frame)
+        if found is None:
+            return
+        fingerprint, data = found
+        with self.lock:
+            if legacy and name not in _NOT_CONSUMING:
+                self._note_consumed(fingerprint[:-_EXTRA_DIGEST], name, where, user)
+            self._count_draw(where, user, inner, legacy, fingerprint, data)
+
+    def _legacy_use(self, where: Place, user: FrameType | None) -> None:
+        with self.lock:
+            use = self.uses.get(where)
+            if use is None:
+                line = line_of(user)
+                use = self.uses[where] = LegacyKeyUse(
+                    where[0], line, provenance=attribution.of_source_line(line, attribution.started_by(user))
+                )
+                self.report.legacy.append(use)
+            use.count += 1
+
+    def _count_draw(
+        self, where: Place, user: FrameType, inner: FrameType | None, legacy: bool, fingerprint: bytes, data: object
+    ) -> None:
+        """One more call drawing at ``where``, with key data and other arguments ``fingerprint``. Called with
+        ``lock`` held."""
+        entry = self.draws.get(where)
+        if entry is None:
+            if len(self.draws) >= MAX_DRAW_LINES:
+                return
+            name, library = where[0], where[3]
+            line = line_of(user)
+            provenance = attribution.of_source_line(line, attribution.started_by(user))
+            if provenance is not None and library:
+                provenance.library_function = library
+            draw = RepeatedDraw(name, line, legacy=legacy, provenance=provenance, library=library)
+            draw.consumed_at = line_of(inner) if inner is not None else None
+            entry = self.draws[where] = (draw, {})
+            self.report.draws.append(draw)
+        draw, seen = entry
+        draw.calls += 1
+        if fingerprint in seen:
+            seen[fingerprint][1] = cast(int, seen[fingerprint][1]) + 1
+        elif len(seen) < MAX_FLOW_VALUES:
+            seen[fingerprint] = [data, 1]
+        draw.distinct = len(seen)
+
+    def _note_consumed(self, digest: bytes, name: str, where: Place, user: FrameType) -> None:
+        """A legacy key's data consumed on a second line: the reuse JAX raises for a typed key, recorded.
+        Called with ``lock`` held."""
+        first = self.consumed.get(digest)
+        if first is None:
+            if len(self.consumed) < MAX_CONSUMED_KEYS:
+                self.consumed[digest] = (where, name, user.f_code.co_qualname)
+                self.report.legacy_keys_followed = len(self.consumed)
+            else:
+                self.report.legacy_keys_limit = MAX_CONSUMED_KEYS
+            return
+        if first[0] == where:  # the same line again: a loop, counted per line as a repeated draw
+            return
+        pair = (first[0], where)
+        reuse = self.reuses.get(pair)
+        if reuse is not None:
+            reuse.count += 1
+            return
+        line = line_of(user)
+        self.reuses[pair] = reuse = KeyReuse(
+            message=f"legacy uint32 key data consumed by jax.random.{first[1]} and again by jax.random.{name}",
+            consumer=f"jax.random.{name}",
+            reused_at=line,
+            first_used_at=line_of_place(first[0], first[2]),
+            provenance=attribution.of_source_line(line, attribution.started_by(user)),
+        )
+        self.report.reuse.append(reuse)
+
+    def finish(self) -> None:
+        """Each draw's most repeated key, rendered once when the block ends."""
+        for draw, seen in self.draws.values():
+            if seen:
+                data, times = max(seen.values(), key=lambda item: cast(int, item[1]))
+                draw.repeated_key, draw.repeated_times = render_key(data), cast(int, times)
+        self.draws.clear()

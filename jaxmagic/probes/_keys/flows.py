@@ -1,0 +1,291 @@
+"""The keys each jitted function of yours receives: distinct typed (and ``random_wrap``-ed legacy) keys per argument."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from jaxmagic._jax import jaxpr_parts, jit_calls, key_internals, prng_checks
+from jaxmagic.probes._keys.findings import ConstantKeyDraw, KeyFlow, LoopKeyDraw, SameNumbersDraw, SharedKeyDraw
+from jaxmagic.probes._keys.fixes import shared_key_fix
+from jaxmagic.probes._keys.jit_params import argument_name, function_is_users
+from jaxmagic.probes._keys.library_state import (
+    dropped_update,
+    folded_inputs,
+    holder_of,
+    state_jit_fix,
+    tried_under_state_jit,
+)
+from jaxmagic.probes._keys.report import KeyReport
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.calls import call_names
+from jaxmagic.probes._support.nan.watch import call_site
+from jaxmagic.report import SourceLine
+from jaxmagic.report.provenance import Provenance
+from jaxmagic.report.source import code_kind, line_of
+
+MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
+
+
+def made_by_users_line() -> bool:
+    """Whether the observed jitted call was made by the user's own line, though its function is a library's
+    (``jax.jit(model.apply)``, ``jax.jit(hk.transform(f).apply)``): the keys the user hands it are the user's,
+    as the NaN watch takes the call as the user's. A call a library's code makes (numpyro's sampler) is not."""
+    if jit_calls.call_site() is not None:  # the fast path records the user's own calls only
+        return True
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and code_kind(frame.f_code.co_filename) in ("jax", "jaxmagic"):
+        frame = frame.f_back
+    return frame is not None and code_kind(frame.f_code.co_filename) == "user"
+
+
+class KeyWatch(jit_calls.CallObserver):
+    """Counts the distinct typed keys each argument of the user's jitted functions receives."""
+
+    def __init__(self, report: KeyReport) -> None:
+        self.report = report
+        self.flows: dict[tuple[str, int], KeyFlow] = {}
+        self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
+        self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
+        self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
+        self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
+        self.constants_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
+        # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
+        self.draw_findings: dict[tuple[str, str, str, int, str], SameNumbersDraw] = {}
+        self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
+        self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
+        self.lock = threading.Lock()
+
+    def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
+        if not is_jit or not (function_is_users(params) or made_by_users_line()):
+            return
+        self._shared_draws(name, params)
+        self._loop_draws(name, params)
+        self._constant_draws(name, params)
+        legacy = self._legacy_arguments(params)
+        folded, dropped = self._folded_arguments(params)
+        for index, value in enumerate(args):
+            if not jit_calls.is_typed_key(value) and index not in legacy:
+                continue
+            with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
+                fingerprint, shown = key_fingerprint(value)
+                # a key only folded with other arguments (fold_in(key, count)) draws anew when they change
+                with_data = [j for j in sorted(folded.get(index, ())) if j < len(args)]
+                for j in with_data:
+                    fingerprint += key_fingerprint(args[j])[0]
+            key = (name, index)
+            with self.lock:
+                flow = self.flows.get(key)
+                if flow is None:
+                    caller, lineno = call_site()
+                    through = call_names.user_call(caller) if caller is not None else None  # a library's wrapper
+                    argument = (
+                        (through.name_of(value) if through is not None else "")
+                        or argument_name(params, index)
+                        or f"argument {index}"
+                    )
+                    del through
+                    line = line_of(caller, lineno)
+                    flow = self.flows[key] = KeyFlow(
+                        name,
+                        argument,
+                        first_call=line,
+                        legacy=index in legacy,
+                        provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
+                    )
+                    flow.folded_with = [argument_name(params, j) or f"argument {j}" for j in with_data]
+                    self.report.flows.append(flow)
+                    self.seen[key] = {}
+                flow.calls += 1
+                seen = self.seen[key]
+                if fingerprint in seen:
+                    seen[fingerprint][1] += 1
+                    if key not in self.state_asked and any(dropped.get(j) for j in with_data):
+                        self.state_asked.add(key)  # asked once per argument: its holder does not change
+                        flow.fix = self._library_state_fix(name, value, [args[j] for j in with_data if dropped.get(j)])
+                elif len(seen) < MAX_FLOW_VALUES:
+                    seen[fingerprint] = [shown, 1]
+                flow.distinct = len(seen)
+
+    def _shared_draws(self, name: str, params: dict[str, Any]) -> None:
+        """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""
+
+        def finding(line: SourceLine | None, api: str, provenance: Provenance, _site: object) -> SharedKeyDraw:
+            key, fix = shared_key_fix(line, api)
+            return SharedKeyDraw(name, api, line, key=key, fix=fix, provenance=provenance)
+
+        self._draws_of_program(
+            name, params, self.shared_seen, prng_checks.shared_key_draws, finding, self.report.shared
+        )
+
+    def _loop_draws(self, name: str, params: dict[str, Any]) -> None:
+        """Draws in a loop body with a key that is the same at every pass, searched once per program."""
+
+        def finding(line: SourceLine | None, api: str, provenance: Provenance, loop: Any) -> LoopKeyDraw:
+            return LoopKeyDraw(name, api, line, loop=loop.primitive.name, provenance=provenance)
+
+        self._draws_of_program(
+            name, params, self.loops_seen, prng_checks.loop_invariant_draws, finding, self.report.loop_draws
+        )
+
+    def _constant_draws(self, name: str, params: dict[str, Any]) -> None:
+        """Draws with a key made of constants inside the function (or closed over), searched once per program."""
+
+        def finding(line: SourceLine | None, api: str, provenance: Provenance, maker: Any) -> ConstantKeyDraw:
+            key_line = None
+            if maker is not None:  # the line of the user's that made the key (jax.random.PRNGKey(0))
+                made = attribution.of_equation(*maker).made_at
+                key_line = made if made is not None and made != line else None
+            return ConstantKeyDraw(name, api, line, key_line=key_line, provenance=provenance)
+
+        self._draws_of_program(
+            name, params, self.constants_seen, prng_checks.constant_key_draws, finding, self.report.constant_draws
+        )
+
+    def _draws_of_program(
+        self,
+        name: str,
+        params: dict[str, Any],
+        searched: dict[int, Any],
+        search: Callable[..., Iterable[Any]],
+        make: Callable[[SourceLine | None, str, Provenance, Any], SameNumbersDraw],
+        into: list[Any],
+    ) -> None:
+        """Count, once per call, the findings ``search`` (draw equations of a program) gives for the called
+        program - one per line and API of ``name``, made by ``make`` and added to ``into`` when new. A
+        program is searched once; ``searched`` remembers it."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return
+        known = searched.get(id(jaxpr))
+        if known is not None and known[0] is jaxpr:
+            for finding in known[1]:
+                finding.calls += 1
+            return
+        found = []
+        caller, _ = call_site()
+        started = attribution.started_by(caller) if caller is not None else None
+        for eqn, enclosing, *site in search(jaxpr):
+            provenance = attribution.of_equation(eqn, enclosing, started)
+            provenance.transforms = [f"jit({name})", *provenance.transforms]
+            line = provenance.made_at
+            api = provenance.library_function or "jax.random"
+            spot = (search.__name__, name, line.filename if line else "", line.lineno if line else 0, api)
+            finding = self.draw_findings.get(spot)
+            if finding is None:
+                finding = self.draw_findings[spot] = make(line, api, provenance, site[0] if site else None)
+                into.append(finding)
+            finding.calls += 1
+            found.append(finding)
+        if len(searched) < 1000:
+            searched[id(jaxpr)] = (jaxpr, found)
+
+    def _folded_arguments(self, params: dict[str, Any]) -> tuple[dict[int, set[int]], dict[int, bool]]:
+        """The key arguments the called program only folds other arguments into, with those; and, for each of
+        those, whether the program computes a new value of it and drops it (a library's counter lost)."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return {}, {}
+        cached = self.folded.get(id(jaxpr))
+        if cached is not None and cached[0] is jaxpr:
+            return cached[1], cached[2]
+        try:
+            folded = folded_inputs(jaxpr)
+            dropped = {j: dropped_update(jaxpr, j) for data in folded.values() for j in data}
+        except Exception:  # another jaxpr layout: keys counted by their own data
+            folded, dropped = {}, {}
+        if len(self.folded) < 1000:
+            self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
+        return folded, dropped
+
+    def _library_state_fix(self, name: str, key: object, counters: list[object]) -> str:
+        """The fix of a key a library keeps with a counter the jit drops: the library's own jit, tried by tracing
+        the user's function under it on this call's arguments; "" when no library object holds the pair."""
+        details = jit_calls.call_locals() or {}
+        fun, arguments, kwargs = details.get("fun"), details.get("args"), details.get("kwargs") or {}
+        if fun is None or arguments is None:
+            return ""
+        try:
+            names = list(inspect.signature(fun).parameters)
+        except (TypeError, ValueError):
+            names = []
+        holder = next(
+            (h for c in counters if (h := holder_of(tuple(arguments), dict(kwargs), key, c, names))),
+            None,
+        )
+        if holder is None:
+            return ""
+        path, kind, jit = holder
+        worked, why = tried_under_state_jit(jit, fun, tuple(arguments), dict(kwargs))
+        return state_jit_fix(name, path, kind, jit, worked, why)
+
+    def _legacy_arguments(self, params: dict[str, Any]) -> frozenset[int]:
+        """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        if jaxpr is None:
+            return frozenset()
+        cached = self.legacy_arguments.get(id(jaxpr))
+        if cached is not None and cached[0] is jaxpr:
+            return cached[1]
+        try:
+            found = frozenset(_wrapped_inputs(jaxpr))
+        except Exception:  # another jaxpr layout: follow typed keys only
+            found = frozenset()
+        if len(self.legacy_arguments) < 1000:
+            self.legacy_arguments[id(jaxpr)] = (jaxpr, found)
+        return found
+
+    def finish(self) -> None:
+        """Fill in each flow's most repeated key (rendered once, at the end)."""
+        self.legacy_arguments.clear()
+        self.folded.clear()
+        self.shared_seen.clear()
+        self.constants_seen.clear()
+        for key, flow in self.flows.items():
+            seen = self.seen.get(key)
+            if seen:
+                data, times = max(seen.values(), key=lambda item: item[1])
+                flow.repeated_key, flow.repeated_times = render_key(data), times
+        self.seen.clear()
+
+
+def _wrapped_inputs(jaxpr: Any, depth: int = 0) -> set[int]:
+    """Indices of the program's inputs that reach ``random_wrap`` (a raw key made a typed one), through calls."""
+    invars = list(jaxpr.invars)
+    found: set[int] = set()
+    for eqn in jaxpr.eqns:
+        inputs = [invars.index(v) if v in invars else None for v in eqn.invars]
+        if eqn.primitive.name == "random_wrap":
+            found |= {i for i in inputs[:1] if i is not None}
+        elif depth < 4:
+            for sub in jaxpr_parts.sub_jaxprs(eqn):
+                inner = getattr(sub, "jaxpr", sub)
+                if len(inner.invars) == len(eqn.invars):  # a call: its inputs are the equation's
+                    found |= {n for i in _wrapped_inputs(inner, depth + 1) if (n := inputs[i]) is not None}
+    return found
+
+
+def key_fingerprint(key: object) -> tuple[bytes, object]:
+    """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
+    if jit_calls.is_typed_key(key):
+        base = key_internals.typed_key_data(key)
+    else:
+        base = key  # a raw uint32 key is its own key data
+    data = np.asarray(base)
+    raw = data.tobytes() + str(data.shape).encode()
+    # A key or two is a few bytes: its data is its own fingerprint; a batch of keys is digested.
+    return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data
+
+
+def render_key(data: Any) -> str:
+    return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")

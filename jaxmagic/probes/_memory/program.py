@@ -1,0 +1,223 @@
+"""One jitted call's memory, by the user's line: compile it (never run it) and read what is live at its peak.
+
+The call is traced as JAX traces it (from JAX's cache when the user already made that call: the user's
+Python does not run again) and compiled once more with XLA's dumps on (``_jax.compile_dumps``). The
+buffers live at the peak come from XLA's live ranges; each is tied to the HLO instruction that defines
+it, and through that instruction's metadata to JAX's name path and the user's line
+(``_support.hlo_text``). What a buffer is for comes from the buffer assignment (a parameter's
+allocation, an output's, the temporaries) and, for a temporary made in the forward pass and read by an
+instruction of the backward pass (``transpose(...)`` in JAX's name path), "saved for the backward pass".
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from jaxmagic._jax import jit_internals, jittable
+from jaxmagic._jax.compile_dumps import compile_with_memory_dumps
+from jaxmagic.probes._hlo.memory import memory_figures
+from jaxmagic.probes._hlo.stablehlo import first_user_frame
+from jaxmagic.probes._memory.buffer_assignment import BufferAssignment, parse_buffer_assignment
+from jaxmagic.probes._memory.records import (
+    ARGUMENT,
+    OUTPUT,
+    SAVED_FOR_BACKWARD,
+    TEMPORARY,
+    PeakBuffer,
+    ProgramMemory,
+)
+from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
+from jaxmagic.probes._support.rerun.users_python import users_python_watched
+from jaxmagic.report import SourceLine
+from jaxmagic.report.source import defining_code, is_user_file
+from jaxmagic.report.wording import error_line
+
+SHOWN_BUFFERS = 8  # groups of buffers kept per program, largest first (the rest is "other buffers")
+
+
+@dataclasses.dataclass
+class CompiledCall:
+    """What the analysis keeps of a call to try ways down: the jitted callable and its traced program."""
+
+    jitted: Any
+    args: tuple
+    kwargs: dict
+    traced: Any  # jax.stages.Traced
+    compiled: Any  # the Compiled with dumps (its program is the user's)
+
+
+def program_memory(
+    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", called_at=None
+) -> tuple[ProgramMemory, CompiledCall | None]:
+    """The memory of ``fn(*args, **kwargs)``, compiled but never run; arguments may be arrays (even ones a
+    failed call left unreadable) or ``jax.ShapeDtypeStruct``s."""
+    kwargs = dict(kwargs or {})
+    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
+    report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
+    try:
+        entry, _ = defining_code(jitted)
+        with users_python_watched(entry if entry is not None and is_user_file(entry.co_filename) else None) as ran:
+            traced = jitted.trace(*args, **kwargs)
+        report.traced_again = ran.ran_again  # not found in JAX's trace cache: the user's Python ran
+        report.signature = _signature(traced)
+        compiled, dumps = compile_with_memory_dumps(traced.lower())
+    except Exception as error:
+        report.problem = f"it could not be compiled: {error_line(error)}"
+        return report, None
+    report.figures = memory_figures(compiled)
+    module = parse_hlo_module(dumps.hlo or compiled.as_text() or "")
+    assignment = parse_buffer_assignment(dumps.buffer_assignment, dumps.live_range)
+    # XLA's live ranges give the peak itself; memory_analysis()'s peak_memory_in_bytes leaves the
+    # temporaries out on CPU (1 MiB for a program with a 64 GiB temporary), so it is the last resort.
+    figures = report.figures
+    report.peak_bytes = assignment.peak_bytes or (max(figures.total_bytes, figures.peak_bytes) if figures else 0)
+    if assignment.peak:
+        report.buffers = peak_buffers(module, assignment)
+    else:
+        report.buffers_problem = (
+            "XLA wrote no live ranges for this program, so the buffers live at its peak are unknown"
+        )
+    return report, CompiledCall(jitted, tuple(args), kwargs, traced, compiled)
+
+
+def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[PeakBuffer]:
+    """The buffers live at the peak, folded by (shape, role, operation, line), largest first."""
+    instructions = {i.name: i for i in module.instructions()}
+    readers: dict[str, list[HloInstruction]] = {}
+    for instruction in instructions.values():
+        for operand in instruction.operands:
+            readers.setdefault(operand, []).append(instruction)
+    groups: dict[tuple, PeakBuffer] = {}
+    for value in assignment.peak:
+        instruction = instructions.get(value.instruction)
+        if instruction is None or (not value.shape_index and instruction.shape.lstrip().startswith("(")):
+            continue  # a tuple's own buffer: a table of pointers to its elements, listed on their own
+        buffer = _buffer_of(module, assignment, instruction, value.shape_index, value.size, readers, instructions)
+        line = buffer.made_at
+        key = (buffer.shape, buffer.role, buffer.operation, buffer.argument, line and (line.filename, line.lineno))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = buffer
+        else:
+            group.count += 1
+            group.bytes += buffer.bytes
+    return sorted(groups.values(), key=lambda b: -b.bytes)
+
+
+def _buffer_of(module, assignment, instruction, shape_index, size, readers, instructions) -> PeakBuffer:
+    shape = _element_shape(instruction.shape, shape_index)
+    op_name = instruction.op_names[0] if instruction.op_names else ""
+    made_at = _user_line(module, instruction)
+    found = assignment.allocation_of(instruction.name)
+    allocation = found[0] if found is not None else None
+    if instruction.opcode == "parameter" and allocation is not None and allocation.parameter is not None:
+        return PeakBuffer(shape, size, ARGUMENT, "", argument=op_name, made_at=None)
+    role = OUTPUT if allocation is not None and allocation.live_out else TEMPORARY
+    if role == TEMPORARY and not _backward(op_name) and _read_backward(module, instruction, readers):
+        role = SAVED_FOR_BACKWARD
+    # Made in place: XLA gave it the memory of a value it reads (a sort over its operand). Memory shared
+    # with a value live at another time is reuse, not "in place", and is not told.
+    operands = set(instruction.operands)
+    reuses = []
+    for other in assignment.sharing(instruction.name):
+        made = instructions.get(other)
+        if made is not None and other in operands and made.opcode != "parameter" and made.op_names:
+            line = _user_line(module, made)
+            reuses.append(f"`{_operation(made.op_names[0])}`" + (f" at line {line.lineno}" if line is not None else ""))
+    return PeakBuffer(
+        shape, size, role, _operation(op_name), scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses))
+    )
+
+
+def _user_line(module: HloModuleText, instruction: HloInstruction) -> SourceLine | None:
+    return first_user_frame([(f.file, f.line, f.function) for f in module.stack(instruction)])
+
+
+def _operation(op_name: str) -> str:
+    """The operation's own name: the last segment of JAX's name path (``jit(f)/jvp()/tanh`` -> ``tanh``)."""
+    return op_name.rsplit("/", 1)[-1] if op_name else ""
+
+
+def _backward(op_name: str) -> bool:
+    return "transpose(" in op_name
+
+
+def _read_backward(module: HloModuleText, instruction: HloInstruction, readers: dict) -> bool:
+    """Whether an instruction of the backward pass reads the value (directly, or inside the fusion that does)."""
+    seen: set[str] = set()
+    todo = [instruction.name]
+    while todo:
+        name = todo.pop()
+        for reader in readers.get(name, ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode in ("bitcast", "get-tuple-element", "tuple", "copy"):
+                todo.append(reader.name)  # the same value passed on
+                continue
+            names = list(reader.op_names)
+            for _, computation in reader.called:
+                comp = module.computations.get(computation)
+                names += [n for i in (comp.instructions if comp else ()) for n in i.op_names]
+            if any(_backward(n) for n in names):
+                return True
+    return False
+
+
+def _element_shape(shape: str, index: str) -> str:
+    """The shape at a tuple index (``(f32[2], s32[])`` at "1" -> ``s32[]``), without its layout."""
+    current = shape
+    for part in (p for p in index.split(",") if p):
+        elements = _tuple_elements(current)
+        if not elements or int(part) >= len(elements):
+            break
+        current = elements[int(part)]
+    return current.split("{", 1)[0].strip()
+
+
+def _tuple_elements(shape: str) -> list[str]:
+    shape = shape.strip()
+    if not shape.startswith("("):
+        return []
+    elements, depth, start = [], 0, 1
+    for i, char in enumerate(shape):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        if (char == "," and depth == 1) or (char == ")" and depth == 0):
+            elements.append(shape[start:i].strip())
+            start = i + 1
+    return [e for e in elements if e]
+
+
+def _signature(traced) -> str:
+    """The program's inputs, repeats folded: ``6 x float32[128,512], float32[2048,128]``."""
+    try:
+        avals = [str(a) for a in traced.jaxpr.in_avals]
+    except Exception:
+        return ""
+    counts: dict[str, int] = {}
+    for aval in avals:
+        counts[aval] = counts.get(aval, 0) + 1
+    return ", ".join(aval if n == 1 else f"{n} x {aval}" for aval, n in counts.items())
+
+
+def _callee(call: str) -> str:
+    """The name the call's text gives its function (``per_ex_grad`` of ``per_ex_grad(w, x, y)``): a user's name
+    for a transformed function says more than the function it wraps; "" for another kind of callee."""
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return ""
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+        return ast.unparse(node.func)
+    return ""
+
+
+def _name_of(fn: Callable) -> str:
+    inner = getattr(fn, "__wrapped__", fn)
+    return getattr(inner, "__name__", None) or getattr(fn, "__name__", None) or type(fn).__name__

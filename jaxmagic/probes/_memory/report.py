@@ -1,0 +1,430 @@
+"""The memory reports: ``OutOfMemoryReport`` (an out-of-memory error explained, wherever it surfaced) and
+``MemoryReport`` (``%%jax_memory`` / ``%jax_memory CALL``: each program's peak by the user's line). Both are
+data plus small section builders, one per section, shared through ``program_sections``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from jaxmagic.probes._memory.records import (
+    ARGUMENT,
+    SAVED_FOR_BACKWARD,
+    Capacity,
+    EagerAllocation,
+    HeldArrays,
+    ProgramMemory,
+    WayDown,
+)
+from jaxmagic.probes._support.report_base import Report
+from jaxmagic.report import Concern, SourceLine, act, failed, note
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.wording import ended, format_bytes
+
+# Allocator settings of JAX's GPU client (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).
+ALLOCATOR_SETTINGS = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate on demand, not 75% up front), "
+    "XLA_PYTHON_CLIENT_MEM_FRACTION=.90 (a larger share), or XLA_PYTHON_CLIENT_ALLOCATOR=platform "
+    "(no pool: slow, but frees at once); set before JAX starts"
+)
+
+
+# -- what both reports say of one program -----------------------------------------------------------
+
+
+def peak_sentence(program: ProgramMemory, available: int | None = None, short: bool = False) -> str:
+    """ "`nearest` needs 64 GiB at its peak (22.7 GiB available); 64 GiB of it is one f32[131072,131072]
+    temporary made by `sort` at In [3], line 5 (in place over `abs` at line 4)" - or, when activations kept
+    for the backward pass fill most of it, how much they take and which function made them."""
+    have = f" ({format_bytes(available)} available)" if available is not None else ""
+    text = f"`{program.function}` needs {format_bytes(program.peak_bytes)} at its peak{have}"
+    saved = [b for b in program.buffers if b.role == SAVED_FOR_BACKWARD]
+    saved_bytes = sum(b.bytes for b in saved)
+    if saved and saved_bytes * 2 >= program.peak_bytes:
+        functions = list(dict.fromkeys(f"`{b.made_at.function}`" for b in saved if b.made_at is not None))
+        made = f", made in {', '.join(functions[:3])}" if functions else ""
+        return f"{text}; {format_bytes(saved_bytes)} of it are activations saved for the backward pass{made}"
+    if program.buffers:
+        top = program.buffers[0]
+        what = ("one " + top.shape if top.count == 1 else top.what) + (
+            f" {top.role}" if top.role != ARGUMENT and not short else ""
+        )
+        over = f" (in place over {', '.join(top.reuses)})" if top.reuses and not short else ""
+        made_by = top.made_by
+        if short and top.made_at is not None and top.operation:  # the line alone: the cell is said once
+            made_by = f"`{top.operation}` at {short_place(top.made_at)}"
+        text += f"; {format_bytes(top.bytes)} of it is {what} made by {made_by}{over}"
+    return text
+
+
+def short_place(line: SourceLine) -> str:
+    """``In [9], line 4`` (a cell) or ``train.py, line 4``: where, without the function, for a headline."""
+    return f"{line.label or os.path.basename(line.filename)}, line {line.lineno}"
+
+
+def way_down_text(way: WayDown) -> str:
+    """ "donate `params` (donate_argnums=(0,)): peak 74 MiB -> 58 MiB, fits (compiled ...; traced again)"."""
+    fits = ", fits" if way.fits else ", still does not fit" if way.fits is False else ""
+    again = "; your function was traced again" if way.traced_again else ""
+    return f"{way.title}: {way.effect}{fits} (tried by compiling{again})"
+
+
+def first_way_down(programs: list[ProgramMemory]) -> str:
+    """The fix line: the first offered way down of the largest program, with what compiling it showed."""
+    for program in sorted(programs, key=lambda p: -p.peak_bytes):
+        if program.offered:
+            way = program.offered[0]
+            code = f" Write `{way.code.split('  #')[0]}`." if way.code else ""
+            return f"{way_down_text(way)}.{code}"
+    return ""
+
+
+def buffers_section(program: ProgramMemory) -> Section:
+    rows = []
+    shown = 0
+    for buffer in program.buffers[:8]:
+        line = buffer.made_at.where if buffer.made_at is not None else "-"
+        made = buffer.operation + (f" over {', '.join(buffer.reuses)}" if buffer.reuses else "")
+        rows.append([buffer.what, format_bytes(buffer.bytes), buffer.role, buffer.argument or made or "-", line])
+        shown += buffer.bytes
+    rest = sum(b.bytes for b in program.buffers[8:])
+    if rest:
+        rows.append([f"{len(program.buffers) - 8} more groups", format_bytes(rest), "", "", ""])
+    blocks: list[Block] = []
+    if rows:
+        blocks.append(Table(["buffers", "bytes", "what for", "made by", "your line"], rows))
+        lines = _lines_of(program)
+        if lines:
+            blocks.append(SourceLines(lines, "the lines that made the largest buffers"))
+    else:
+        blocks.append(Paragraph(f"Not known: {program.buffers_problem or program.problem or 'XLA said nothing'}."))
+    saved = sum(b.bytes for b in program.buffers if b.role == SAVED_FOR_BACKWARD)
+    if saved:
+        blocks.append(
+            Paragraph(
+                f"{format_bytes(saved)} of the peak are activations of the forward pass kept for the backward "
+                "pass (read by operations under transpose(...))."
+            )
+        )
+    return Section(f"What fills the peak of `{program.function}` ({format_bytes(program.peak_bytes)})", blocks)
+
+
+def _lines_of(program: ProgramMemory) -> list[SourceLine]:
+    seen: dict[tuple, SourceLine] = {}
+    for buffer in program.buffers[:4]:
+        if buffer.made_at is not None:
+            seen.setdefault((buffer.made_at.filename, buffer.made_at.lineno), buffer.made_at)
+    return sorted(seen.values(), key=lambda line: line.lineno)
+
+
+def ways_section(program: ProgramMemory) -> Section | None:
+    if not program.ways_down:
+        return None
+    offered = program.offered
+    rows = [
+        [way.title, format_bytes(way.peak_after or 0), _fits_word(way), f"`{way.code}`" if way.code else "-", way.how]
+        for way in offered
+    ]
+    blocks: list[Block] = []
+    if rows:
+        blocks.append(Table(["change", "new peak", "fits", "write", "how it was tried"], rows))
+    left = [w for w in program.ways_down if w not in offered]
+    if left:
+        blocks.append(
+            Paragraph(
+                ("Nothing tried lowered the peak. " if not rows else "")
+                + "Tried and not offered: "
+                + "; ".join(f"{w.title or w.kind} ({w.effect})" for w in left)
+                + "."
+            )
+        )
+    return Section(f"Ways down from {format_bytes(program.peak_bytes)}, tried by compiling", blocks)
+
+
+def _fits_word(way: WayDown) -> str:
+    return "yes" if way.fits else "no" if way.fits is False else "-"
+
+
+def figures_facts(program: ProgramMemory) -> list[tuple[str, str]]:
+    facts = [("function", f"`{program.function}`")]
+    if program.call:
+        facts.append(("call", f"`{program.call}`"))
+    if program.called_at is not None:
+        facts.append(("called at", program.called_at.where))
+    if program.signature:
+        facts.append(("arguments", program.signature))
+    figures = program.figures
+    if figures is not None:
+        facts.append(
+            (
+                "memory_analysis()",
+                f"arguments {format_bytes(figures.argument_bytes)}, outputs {format_bytes(figures.output_bytes)}, "
+                f"temporaries {format_bytes(figures.temp_bytes)}, aliased {format_bytes(figures.alias_bytes)}, "
+                f"generated code {format_bytes(figures.generated_code_bytes)}",
+            )
+        )
+    facts.append(("peak", f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the buffers live at once)"))
+    traced = (
+        "traced again (not in JAX's trace cache): your function ran at trace time"
+        if program.traced_again
+        else "read from JAX's trace cache, compiled again; nothing of yours ran"
+    )
+    facts.append(("measured", traced))
+    return facts
+
+
+def held_section(held: list[HeldArrays]) -> Section | None:
+    if not held:
+        return None
+    rows = [[h.what, format_bytes(h.bytes), ", ".join(h.holders[:4]) or "no name of yours"] for h in held]
+    return Section("Arrays already holding memory", [Table(["arrays", "bytes", "held by"], rows)])
+
+
+# -- an out-of-memory error explained ----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class OutOfMemoryReport(Report):
+    """An out-of-memory error, explained: the call whose program ran out, what filled it by line, ways down."""
+
+    kind = "jax_explain"
+
+    error_type: str = "JaxRuntimeError"
+    error_kind: str = "out_of_memory"  # beside the explainer's other kinds: one field to read
+    message: str = ""
+    asked: int | None = None  # bytes XLA could not get
+    capacity: Capacity | None = None
+    program: ProgramMemory | None = None  # the jitted call that ran out
+    eager: EagerAllocation | None = None  # or: an allocation outside any program
+    surfaced_at: SourceLine | None = None  # a later read where the error surfaced (asynchronous dispatch)
+    read: str = ""  # the name read there
+    held: list[HeldArrays] = dataclasses.field(default_factory=list)
+    allocator: bool = False  # the program fits what the device can give: the allocator failed, not the size
+    problem: str = ""  # why the call could not be told or analysed
+
+    def concerns(self) -> list[Concern]:
+        if self.program is None and self.eager is None:
+            return [failed(f"{self.error_type}: out of memory; {self.problem or 'the call could not be told'}")]
+        return [act(f"{self.error_type} explained: out of memory")]
+
+    @property
+    def summary(self) -> str:
+        asked = f" asking for {format_bytes(self.asked)}" if self.asked else ""
+        available = self.capacity.available if self.capacity is not None else None
+        have = f"; {format_bytes(available)} available" if available is not None else ""
+        if self.eager is not None:
+            made = f" makes {self.eager.shape} ({format_bytes(self.eager.bytes)})" if self.eager.shape else ""
+            return f"Out of memory outside any jitted program: `{self.eager.call}`{made}{have}."
+        if self.program is None:
+            return f"Out of memory{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
+        later = (
+            f" (raised at {short_place(self.surfaced_at)}, where `{self.read}` is read)"
+            if self.surfaced_at is not None
+            else ""
+        )
+        called = f" called at {self.program.called_at.where}" if self.program.called_at is not None else ""
+        if self.allocator:
+            return (
+                f"Out of memory{asked} in `{self.program.function}`{called}{later}, though its program needs only "
+                f"{format_bytes(self.program.peak_bytes)}{have}: the allocator could not give it, not the program's size."
+            )
+        return f"Out of memory: {peak_sentence(self.program, available, short=True)}{later}."
+
+    @property
+    def fix(self) -> str:
+        if self.allocator:
+            return f"Free memory held elsewhere, or set {ALLOCATOR_SETTINGS}."
+        if self.program is not None:
+            return first_way_down([self.program]) or (
+                "Nothing tried lowered the peak enough: see the ways tried below." if self.program.ways_down else ""
+            )
+        if self.eager is not None:
+            return "Make the array smaller, or build it inside a jitted function that reduces it (XLA can fuse a reduction so the whole array never exists)."
+        # the call could not be told: the next step that tells it
+        return (
+            "Measure the call that ran out without running it: %jax_memory CALL (its arguments may be "
+            "jax.ShapeDtypeStruct), or run the cell under %%jax_memory."
+        )
+
+    def document(self) -> Document:
+        sections: list[Section] = []
+        if self.program is not None:
+            sections.append(buffers_section(self.program))
+            ways = ways_section(self.program)
+            if ways is not None:
+                sections.append(ways)
+        sections.append(Section("The error", [Facts(self._error_facts())]))
+        if self.program is not None:
+            sections.append(Section("The program", [Facts(figures_facts(self.program))]))
+        held = held_section(self.held)
+        if held is not None:
+            sections.append(held)
+        sections.append(Section("Why", [Paragraph(p) for p in self._why()]))
+        return Document(
+            "%jax_explain", self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained()
+        )
+
+    def _error_facts(self) -> list[tuple[str, str]]:
+        facts = [("error", f"{self.error_type}: {self.message}")]
+        if self.asked:
+            facts.append(("asked for", format_bytes(self.asked)))
+        if self.capacity is not None:
+            facts.append(("the device", self.capacity.described))
+        if self.surfaced_at is not None:
+            facts.append(("surfaced at", f"{self.surfaced_at.where}, reading `{self.read}`"))
+        if self.eager is not None:
+            facts.append(
+                ("allocation", f"`{self.eager.call}`" + (f" -> {self.eager.shape}" if self.eager.shape else ""))
+            )
+        if self.problem:
+            facts.append(("not told", self.problem))
+        return facts
+
+    def _why(self) -> list[str]:
+        why = []
+        if self.surfaced_at is not None:
+            why.append(
+                "JAX dispatches a jitted call asynchronously: the call returns at once, and an error of its "
+                f"program is raised where a result is first read - here `{self.read}` at "
+                f"{self.surfaced_at.where} - not on the line that made it."
+            )
+        if self.allocator:
+            why.append(
+                "The program's own peak fits what the device reports free, so the allocation failed for another "
+                "reason: memory held by other arrays or processes, fragmentation, or a pool sized at start "
+                f"(GPU: {ALLOCATOR_SETTINGS})."
+            )
+        elif self.program is not None:
+            why.append(
+                "XLA allocates a program's buffers when it runs; the peak is what its buffers live at one time "
+                "need. A way down changes what is live at once: donating an argument lets an output reuse it, "
+                "jax.checkpoint recomputes activations instead of keeping them, a smaller input shrinks every "
+                "buffer made from it. Each was compiled, never run, to measure its peak."
+            )
+        if self.capacity is not None and self.capacity.device.startswith("cpu"):
+            why.append(
+                "On CPU, XLA allocates from the host: what it can get is the host's available memory, and an "
+                "allocation the host cannot give raises the same RESOURCE_EXHAUSTED error as a GPU's."
+            )
+        return why
+
+
+# -- %%jax_memory -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MemoryReport(Report):
+    """``%%jax_memory`` / ``%jax_memory CALL``: each jitted program's peak by line, and ways down tried."""
+
+    kind = "jax_memory"
+
+    programs: list[ProgramMemory] = dataclasses.field(default_factory=list)  # largest peak first
+    capacity: Capacity | None = None
+    held: list[HeldArrays] = dataclasses.field(default_factory=list)
+    out_of_memory: OutOfMemoryReport | None = None  # the cell ran out
+    other_error: str = ""  # the cell failed for another reason
+    notes: list[str] = dataclasses.field(default_factory=list)
+    magic: str = "%%jax_memory"  # the form that made it: "%jax_memory" measured one call
+
+    def concerns(self) -> list[Concern]:
+        found: list[Concern] = []
+        if self.out_of_memory is not None:
+            found += self.out_of_memory.concerns()
+        available = self.capacity.available if self.capacity is not None else None
+        for program in self.programs:
+            if available is not None and program.peak_bytes > available:
+                found.append(act(f"`{program.function}` needs more than the device can give"))
+            elif program.offered:
+                found.append(note(f"`{program.function}` can go lower"))
+        if self.other_error:
+            found.append(failed(self.other_error))
+        return found
+
+    @property
+    def summary(self) -> str:
+        if self.out_of_memory is not None:
+            return self.out_of_memory.summary
+        failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
+        if not self.programs:
+            return (
+                "No jitted call to measure: the cell made none (eager operations are not programs of their own)."
+                + failed
+            )
+        available = self.capacity.available if self.capacity is not None else None
+        more = f" The largest of {len(self.programs)} programs." if len(self.programs) > 1 else ""
+        return f"{peak_sentence(self.programs[0], available)}.{more}{failed}"
+
+    @property
+    def fix(self) -> str:
+        if self.out_of_memory is not None:
+            return self.out_of_memory.fix
+        return first_way_down(self.programs)
+
+    def document(self) -> Document:
+        sections: list[Section] = []
+        if self.out_of_memory is not None and self.out_of_memory.program is None:
+            sections.append(Section("The error", [Facts(self.out_of_memory._error_facts())]))
+        for program in self.programs:
+            sections.append(buffers_section(program))
+            ways = ways_section(program)
+            if ways is not None:
+                sections.append(ways)
+        if self.programs:
+            rows = [
+                [f"`{p.function}`", format_bytes(p.peak_bytes), p.signature, p.called_at.where if p.called_at else "-"]
+                for p in self.programs
+            ]
+            sections.append(
+                Section("Programs the cell ran", [Table(["function", "peak", "arguments", "called at"], rows)])
+            )
+        if self.capacity is not None:
+            sections.append(Section("The device", [Paragraph(self.capacity.described)]))
+        held = held_section(self.held)
+        if held is not None:
+            sections.append(held)
+        if self.out_of_memory is not None:
+            sections.append(Section("Why", [Paragraph(p) for p in self.out_of_memory._why()]))
+        if self.notes:
+            sections.append(Section("Notes", [Paragraph(n) for n in self.notes]))
+        return Document(self.magic, self.status, self.summary, sections, fix=self.fix, nothing_to_do=self.unexplained())
+
+
+# -- the doctor's and the watch's finding --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MemoryFindingText:
+    """An out-of-memory error as the doctor and the watch tell it: the words of ``OutOfMemoryReport``."""
+
+    title: str
+    short: str
+    evidence: str
+    fix: str
+    line: SourceLine | None
+    function: str = ""
+
+
+def out_of_memory_finding(report: OutOfMemoryReport) -> MemoryFindingText:
+    """The one wording of an out-of-memory finding, for ``%%jax_doctor`` and ``%jax_watch``."""
+    program = report.program
+    line = None
+    if program is not None and program.buffers:
+        line = next((b.made_at for b in program.buffers if b.made_at is not None), program.called_at)
+    elif program is not None:
+        line = program.called_at
+    short = f"`{program.function}` needs {format_bytes(program.peak_bytes)}" if program is not None else "out of memory"
+    evidence = []
+    if report.asked:
+        evidence.append(f"XLA asked for {format_bytes(report.asked)}")
+    if report.capacity is not None:
+        evidence.append(report.capacity.described)
+    if report.surfaced_at is not None:
+        evidence.append(f"the error surfaced at {report.surfaced_at.where}, reading `{report.read}`")
+    return MemoryFindingText(
+        title=report.summary,
+        short=short,
+        evidence="; ".join(evidence),
+        fix=report.fix,
+        line=line,
+        function=program.function if program is not None else "",
+    )

@@ -1,0 +1,77 @@
+"""Why a primitive makes NaN or inf: the causes the report's explanation and the fixes both name."""
+
+from __future__ import annotations
+
+from jaxmagic.probes._nans.library_parameters import parameter_default
+from jaxmagic.probes._support.nan.producer import NanProducer
+
+# What usually makes each primitive produce NaN/inf in a forward computation.
+FORWARD_CAUSES = {
+    "log": "log of a negative number gives NaN, log(0) gives -inf",
+    "log1p": "log1p of a number below -1 gives NaN",
+    "sqrt": "square root of a negative number",
+    "rsqrt": "1/sqrt of a negative number (or of 0: inf)",
+    "div": "0/0 gives NaN, x/0 gives inf",
+    "rem": "remainder by zero",
+    "pow": "a negative base with a non-integer exponent, or 0 to a negative power",
+    "asin": "asin of a value outside [-1, 1]",
+    "acos": "acos of a value outside [-1, 1]",
+    "atanh": "atanh of a value outside (-1, 1)",
+    "acosh": "acosh of a value below 1",
+    "sub": "inf - inf",
+    "add": "inf + (-inf)",
+    "mul": "0 * inf",
+    "exp": "exp overflowing float range gives inf (and inf - inf later gives NaN)",
+    "dot_general": "a NaN/inf entering a matrix product, or overflow",
+    "reduce_sum": "a sum that overflows, or that adds up values already infinite",
+}
+
+
+_ARITHMETIC = ("mul", "add", "sub", "dot_general", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
+
+
+def overflowed(p: NanProducer) -> str:
+    """Why an arithmetic operation made inf from finite values: its result is above its dtype's largest
+    value (float16's is 65504) - not 0 * inf, which needs an inf to begin with; "" for anything else."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "")
+    if p.value != "inf" or p.primitive not in _ARITHMETIC or not dtype:
+        return ""
+    try:
+        largest = f"{float(jnp.finfo(dtype).max):.6g}"  # bfloat16's too
+    except (TypeError, ValueError):
+        return ""
+    return f"the result is above the largest {dtype} value ({largest}): it overflowed to inf"
+
+
+def is_a_fix(text: str) -> bool:
+    """Whether a NaN probe's fix text says what to do, not only the usual cause (``nans.fixes`` words a
+    cause alone as "`exp`: typically ...", which must not be shown as the report's fix)."""
+    head = text.split(":", 1)
+    return bool(text) and not (len(head) == 2 and head[1].lstrip().startswith("typically "))
+
+
+_VERB = {"add": "added to it", "add_any": "added to it", "sub": "subtracted from it", "max": "it was floored at"}
+
+
+def lost_constant_cause(p: NanProducer) -> str:
+    """Why the zero operand was 0 when the program adds a constant to it that its low-precision dtype holds as
+    0.0 (``lost_constant``): "the constant added to it (`1e-8`) is 0.0 in float16: float16 cannot hold numbers
+    below ~6e-08". Only what was seen: the number when the source wrote one, a library parameter's default
+    said to be its default; "" when there is no such constant or the source wrote 0."""
+    lost = p.lost_constant
+    if lost is None or lost.written_value == 0.0:
+        return ""
+    verb = _VERB.get(lost.operation, "used")
+    cannot = f"{lost.dtype} cannot hold numbers below ~{lost.smallest:.0e}"
+    if lost.observed_lost:
+        return f"the constant {verb} (`{lost.written}`) is 0.0 in {lost.dtype}: {cannot}"
+    default = parameter_default(p.library_function, lost.written) if lost.written and p.library_function else None
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and 0 < abs(default) < lost.smallest / 2:
+        return (
+            f"the constant {verb} (`{lost.written}`, {default:g} by default in `{p.library_function}`) is "
+            f"0.0 in {lost.dtype}: {cannot}"
+        )
+    named = f" (`{lost.written}`)" if lost.written else ""
+    return f"the constant {verb}{named} is 0.0 in {lost.dtype}, so it does not keep the value from 0 ({cannot})"

@@ -1,0 +1,555 @@
+"""A NaN/inf fix tried on the values before it is offered.
+
+A rule can name a fix that does not work at the value the operation got: "clamp the input of
+``rsqrt`` at 0" for a variance that rounded below 0, when ``rsqrt(0)`` is inf; "clip to [-1, 1]" for
+``arctanh``, whose value at 1 is inf. So every candidate fix of an operation that made a non-finite
+value is tried where the producer search found it (``_support/nan/producer.py``):
+
+1. on the operation's own recorded inputs - the candidate's transformation applied to them, then the
+   program's own equation (``jaxpr_parts.bind_equation``: same primitive, same parameters, same dtype);
+2. where it made the operation finite, on the whole failing program: evaluated again with that one
+   equation replaced by the fixed one, its outputs checked. Under a gradient the program's derivative
+   equations read the value before the fix, so instead the fixed operation's own derivative is evaluated
+   on the inputs (``jax.jvp``): a clip to 1 before ``arccos`` has derivative 0 * inf = NaN there.
+
+Only JAX primitives run, on arrays the search recorded: no user Python (a program that calls back into
+Python - ``pure_callback``, ``debug.print`` - is not re-run). A candidate is data: its code, written with
+``v`` (or ``num``/``den``) the value given to the operation, and what its trial gave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from jaxmagic._jax import jaxpr_parts
+
+ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
+DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)
+FLOAT32 = "float32"  # the operation computed in float32: its result changes the dtype the program goes on in
+# elementwise operations (and a sum) that overflow half precision and carry no dtype in their parameters
+_WIDENED = ("mul", "add", "sub", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
+FINITE_FILL = "finite_fill"  # an infinite input replaced by the dtype's largest finite value: changed at its source
+MAX_CALL_TRIALS = 2  # whole-program trials per NaN: each evaluates the program once more
+MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a trial
+
+
+@dataclasses.dataclass
+class FixTrial:
+    """One candidate fix of the operation that made the value, and what trying it gave."""
+
+    key: str  # "clamp", "clamp_eps", "eps", "floor", "clip", "clip_eps", "guard", "float32", "finite_fill"
+    code: str  # with `v` (or `num`, `den`) the value given to the operation: "jnp.maximum(v, 0.0) + 1e-06"
+    tried: bool = False
+    finite: bool = False  # the fixed operation's output - and the program's outputs where tried - finite
+    result: str = ""  # the operation: "finite", "still inf at 3 of 16 elements", "not tried: ..."
+    call_result: str = ""  # the whole program: "finite", "still inf at 1 of 4 elements", "not tried: ..."
+    offered: bool = False  # the report offers it as the fix (set by the NaN probe's rule)
+
+    @property
+    def failed(self) -> bool:
+        return self.tried and not self.finite
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    key: str
+    code: str
+    fixed: Callable[[list], list]  # the fixed operation's outputs from the recorded inputs
+
+
+def _floats(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.floating) or str(dtype) == "bfloat16"
+
+
+def _float_value(value) -> bool:
+    """An array (or a constant written into the program: a Python float) of floats."""
+    dtype = getattr(value, "dtype", None)
+    return _floats(dtype if dtype is not None else np.asarray(value).dtype)
+
+
+def representable_eps(wanted: float, dtype) -> float:
+    """``wanted`` when ``dtype`` holds it as a normal number, else the power of ten just above the dtype's
+    smallest normal number: float16 turns 1e-8 into 0.0 and 1e-6 into a subnormal (which the CPU may flush
+    to 0), so an epsilon for float16 is 1e-4 (optax#1754); bfloat16 holds 1e-8."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    try:
+        tiny = float(jnp.finfo(np.dtype(dtype)).tiny)
+    except (TypeError, ValueError):
+        return wanted
+    return wanted if wanted >= tiny else float(10.0 ** math.ceil(math.log10(tiny)))
+
+
+def _operation_dtype(inputs: list) -> str:
+    return next((str(v.dtype) for v in inputs if hasattr(v, "dtype") and _floats(v.dtype)), "float32")
+
+
+def candidates(eqn, inputs: list) -> list[_Candidate]:
+    """The fixes that can be written for this operation on its input values, naive ones first (so that the
+    report can say why the obvious fix does not do): each applies a transformation to the inputs, then
+    the program's own equation. [] for an operation no value fix is known for."""
+    name = eqn.primitive.name
+    if not any(_float_value(v) for v in inputs):
+        return []
+    if any(_has_inf(v) for v in inputs):
+        return [_finite_fill(eqn)]
+    half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
+    if name in _WIDENED and half:
+        return [_widened(eqn)]
+    if name in ("div", "rem") and len(inputs) == 2:
+        return _division_candidates(eqn, inputs)
+    return _input_candidates(eqn, inputs)
+
+
+def _finite_fill(eqn) -> _Candidate:
+    """An inf the operation was given (a mask's -inf fill): a finite fill instead."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    def filled(ins: list) -> list:
+        finite = [
+            jnp.nan_to_num(v, posinf=jnp.finfo(v.dtype).max, neginf=jnp.finfo(v.dtype).min) if _has_inf(v) else v
+            for v in ins
+        ]
+        return jaxpr_parts.bind_equation(eqn, finite)
+
+    return _Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
+
+
+def _widened(eqn) -> _Candidate:
+    """An overflow of half precision: the same operation in float32 (the result's largest value then says
+    whether it may go back to the half type after)."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    def widened(ins: list) -> list:
+        return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
+
+    return _Candidate(FLOAT32, "v.astype(jnp.float32)", widened)
+
+
+def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
+    """Fixes of an operation's first input: kept in the domain where the operation is finite."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    name = eqn.primitive.name
+
+    def on_input(transform: Callable) -> Callable[[list], list]:
+        return lambda ins: jaxpr_parts.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
+
+    eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
+    if name in ("sqrt", "rsqrt"):
+        return [
+            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
+            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
+            _Candidate("clamp_eps", f"jnp.maximum(v, 0.0) + {eps:g}", on_input(lambda v: jnp.maximum(v, 0.0) + eps)),
+        ]
+    if name == "log":
+        return [
+            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
+            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
+            _Candidate(
+                "floor",
+                "jnp.maximum(v, jnp.finfo(v.dtype).tiny)",
+                on_input(lambda v: jnp.maximum(v, jnp.finfo(v.dtype).tiny)),
+            ),
+        ]
+    if name == "log1p":
+        return [
+            _Candidate("clamp", "jnp.maximum(v, -1.0)", on_input(lambda v: jnp.maximum(v, -1.0))),
+            _Candidate(
+                "floor",
+                "jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)",
+                on_input(lambda v: jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)),
+            ),
+        ]
+    if name in ("acos", "asin", "atanh"):
+        return [
+            _Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0))),
+            _Candidate(
+                "clip_eps",
+                "jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)",
+                on_input(lambda v: jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)),
+            ),
+        ]
+    if name == "pow" and len(inputs) == 2:  # a negative base to a non-integer power (jax-ml/jax#7440)
+        return [_Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0)))]
+    if name == "acosh":
+        return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
+    return []
+
+
+def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
+    """A division (or remainder) by 0: a denominator kept from 0, or the result guarded."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    name = eqn.primitive.name
+    symbol = "/" if name == "div" else "%"
+    den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
+
+    def guarded(ins: list) -> list:
+        num, den = ins
+        ok = den != 0
+        out = jaxpr_parts.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
+        return [jnp.where(ok, out, jnp.zeros_like(out))]
+
+    return [
+        _Candidate(
+            "eps",
+            f"num {symbol} (den + {den_eps:g})",
+            lambda ins: jaxpr_parts.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
+        ),
+        _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
+    ]
+
+
+def _has_inf(value) -> bool:
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return False
+    return _floats(array.dtype) and bool(np.isinf(array.astype(np.float32)).any())
+
+
+def bad_text(values: list) -> str:
+    """ "" when every float value is finite, else "still inf at 3 of 16 elements"."""
+    bad = total = 0
+    nan = inf = False
+    for value in values:
+        try:
+            array = np.asarray(value)
+        except Exception:
+            continue
+        if not _floats(array.dtype):
+            continue
+        array = array.astype(np.float64) if str(array.dtype) == "bfloat16" else array
+        mask = ~np.isfinite(array)
+        bad += int(mask.sum())
+        total += int(array.size)
+        nan = nan or bool(np.isnan(array).any())
+        inf = inf or bool(np.isinf(array).any())
+    if not bad:
+        return ""
+    what = "NaN and inf" if nan and inf else "NaN" if nan else "inf"
+    return f"still {what} at {bad} of {total} element{'s' if total != 1 else ''}"
+
+
+def _back_in(half: str, outputs: list) -> str:
+    """Whether float32 results fit the half type again: " (largest 1.2e+05, above float16's 65504)"."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    largest = max((float(np.max(np.abs(np.asarray(v, np.float64)))) for v in outputs if np.size(v)), default=0.0)
+    limit = float(jnp.finfo(half).max)
+    fits = "within" if largest <= limit else "above"
+    return f" (largest {largest:.3g}, {fits} {half}'s {limit:.5g})"
+
+
+def differentiated(eqn, path) -> bool:
+    """The program computes this operation's derivative too (it sits under ``jvp``: a gradient was taken)."""
+    stacks = [jaxpr_parts.name_stack_text(eqn), *(jaxpr_parts.name_stack_text(position.eqn) for position in path)]
+    return any("jvp(" in stack or "transpose(" in stack for stack in stacks)
+
+
+def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
+    """The fixed operation's partial derivatives at ``inputs`` (``jax.jvp`` along each float input): where
+    the fix itself has a derivative of 0 (a clip past its bound) times an infinite one, it is NaN - as the
+    gradient of the written fix would be (jax#23649: `arccos(clip(y, -1, 1))`)."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+    import jax.numpy as jnp
+
+    varying = [i for i, v in enumerate(inputs) if hasattr(v, "dtype") and _floats(v.dtype)]  # not a written constant
+
+    def of(*values):
+        filled = list(inputs)
+        for i, value in zip(varying, values):
+            filled[i] = value
+        return fixed(filled)
+
+    primals = [jnp.asarray(inputs[i]) for i in varying]
+    derivatives = []
+    for k in range(len(primals)):  # one input at a time: a sum of partial derivatives could overflow by itself
+        directions = [jnp.ones_like(v) if j == k else jnp.zeros_like(v) for j, v in enumerate(primals)]
+        derivatives += list(jax.jvp(of, primals, directions)[1])
+    return derivatives
+
+
+def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[FixTrial]:
+    """Every candidate fix of ``eqn`` tried on its recorded ``inputs``: the fixed operation's outputs finite
+    - and, ``with_derivative`` (the program takes a gradient through it), its derivative there too?"""
+    trials = []
+    for candidate in candidates(eqn, inputs):
+        trial = FixTrial(candidate.key, candidate.code)
+        # a fill or a dtype changes the value where it is made, not at this operation: its derivative here
+        # would be taken through the replacement of an infinity (or a cast), which the written fix has not
+        at_source = candidate.key in (FINITE_FILL, FLOAT32)
+        try:
+            outputs = candidate.fixed(list(inputs))
+            derivative = _derivative_outputs(candidate.fixed, list(inputs)) if with_derivative and not at_source else []
+        except Exception as error:  # a dtype the transformation does not take
+            trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            trials.append(trial)
+            continue
+        trial.tried = True
+        bad = bad_text(outputs)
+        trial.finite, trial.result = not bad, bad or "finite"
+        if trial.key == FLOAT32 and not bad:
+            trial.result += _back_in(next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
+        if with_derivative and not bad and at_source:
+            trial.result += " (its derivative not tried: the fix is made where the value is made)"
+        elif with_derivative and not bad:
+            bad_derivative = bad_text(derivative)
+            trial.finite = not bad_derivative
+            trial.result += (
+                ", but its derivative " + bad_derivative if bad_derivative else ", and its derivative finite"
+            )
+        trials.append(trial)
+    return trials
+
+
+# -- the whole program with one equation replaced ---------------------------------------------------
+
+
+def calls_python(jaxpr, seen: set | None = None) -> str:
+    """The first equation of ``jaxpr`` (or of its sub-programs) that runs Python when evaluated: a callback."""
+    seen = set() if seen is None else seen
+    if id(jaxpr) in seen:
+        return ""
+    seen.add(id(jaxpr))
+    for eqn in jaxpr.eqns:
+        if "callback" in eqn.primitive.name or eqn.primitive.name in ("debug_print", "io_callback"):
+            return eqn.primitive.name
+        for sub in jaxpr_parts.sub_jaxprs(eqn):
+            found = calls_python(jaxpr_parts.closed_parts(sub)[0], seen)
+            if found:
+                return found
+    return ""
+
+
+def equation_count(jaxpr, seen: set | None = None) -> int:
+    seen = set() if seen is None else seen
+    if id(jaxpr) in seen:
+        return 0
+    seen.add(id(jaxpr))
+    return len(jaxpr.eqns) + sum(
+        equation_count(jaxpr_parts.closed_parts(s)[0], seen) for e in jaxpr.eqns for s in jaxpr_parts.sub_jaxprs(e)
+    )
+
+
+class _Replaced:
+    """Evaluates a program with one equation (``target``, reached through the equations ``on_path``)
+    replaced by ``fixed``: the other equations are bound as they are, the ones on the path are opened
+    (a loop is run by ``lax.scan``/``lax.while_loop`` with its body evaluated this way, traced)."""
+
+    def __init__(self, target, on_path: set[int], fixed: Callable[[list], list], observed=None):
+        self.target, self.on_path, self.fixed = target, on_path, fixed
+        self.observed = observed  # an equation whose outputs are kept (``seen``) as the program runs
+        self.seen: list = []
+
+    def run(self, jaxpr, consts: list, args: list) -> list:
+        env: dict = {}
+
+        def read(var):
+            return var.val if jaxpr_parts.is_literal(var) else env[var]
+
+        env.update(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+        for eqn in jaxpr.eqns:
+            inputs = [read(v) for v in eqn.invars]
+            if eqn is self.target:
+                outputs = self.fixed(inputs)
+            elif id(eqn) in self.on_path:
+                outputs = self._open(eqn, inputs)
+            else:
+                outputs = jaxpr_parts.bind_equation(eqn, inputs)
+            if eqn is self.observed:
+                self.seen = list(outputs)
+            env.update(zip(eqn.outvars, outputs))
+        return [read(v) for v in jaxpr.outvars]
+
+    def _open(self, eqn, inputs: list) -> list:
+        import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+        name = eqn.primitive.name
+        if name == "scan":
+            consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
+            body, body_consts = jaxpr_parts.closed_parts(eqn.params["jaxpr"])
+            n = len(carry)
+
+            def step(c, x):
+                out = self.run(body, body_consts, [*consts, *c, *(x or [])])
+                return out[:n], out[n:]
+
+            final, ys = jax.lax.scan(
+                step, carry, xs or None, length=int(eqn.params["length"]), reverse=bool(eqn.params.get("reverse"))
+            )
+            return [*final, *ys]
+        if name == "while":
+            cond_consts, body_consts, carry = jaxpr_parts.while_operands(eqn, inputs)
+            cond, cond_closed = jaxpr_parts.closed_parts(eqn.params["cond_jaxpr"])
+            body, body_closed = jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])
+            return list(
+                jax.lax.while_loop(
+                    lambda c: self.run(cond, cond_closed, [*cond_consts, *c])[0],
+                    lambda c: self.run(body, body_closed, [*body_consts, *c]),
+                    list(carry),
+                )
+            )
+        if name == "cond":
+            branches = [jaxpr_parts.closed_parts(b) for b in eqn.params["branches"]]
+            return list(
+                jax.lax.switch(
+                    inputs[0], [lambda *a, b=b: self.run(b[0], b[1], list(a)) for b in branches], *inputs[1:]
+                )
+            )
+        subs = jaxpr_parts.sub_jaxprs(eqn)
+        if len(subs) == 1:
+            jaxpr, consts = jaxpr_parts.closed_parts(subs[0])
+            if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
+                return self.run(jaxpr, consts, inputs)
+        raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
+
+
+def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, before: list | None) -> None:
+    """The candidates that made the operation finite, tried on the whole program (``program`` on
+    ``values``, the search's): ``call_result`` says whether its outputs are finite with that one equation
+    fixed. ``path``: the producer search's positions of the equations the operation sits in; ``before``:
+    the program's outputs unfixed (None when its evaluation failed)."""
+    passed = [t for t in trials if t.finite]
+    if not passed:
+        return
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
+    unfixed = bad_text(before or [])
+    why = ""
+    if before is None:
+        why = "the program could not be evaluated"
+    elif not unfixed:
+        why = "its outputs were finite without the fix (the value did not reach them)"
+    elif calls_python(jaxpr):
+        why = f"the program calls back into Python (`{calls_python(jaxpr)}`), which a trial must not run"
+    elif differentiated(eqn, path):  # the program's derivative of it reads the unfixed value: not the written fix
+        why = "the program also computes its derivative, from the value before the fix (the fixed operation's derivative was tried instead)"
+    elif any(position.kind == "while" for position in path):  # the fix may change when it ends, or never end it
+        why = "the operation is inside a while loop, and a fixed value may change when (or whether) it ends"
+    elif equation_count(jaxpr) > MAX_CALL_EQUATIONS:
+        why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
+    built = {c.key: c for c in candidates(eqn, inputs)}
+    on_path = {id(position.eqn) for position in path}
+    for number, trial in enumerate(passed):
+        if trial.key == FLOAT32:  # the rest of the program computes in the half type
+            trial.call_result = "not tried: the rest of the program would go on in float32 from here"
+            continue
+        if trial.key == FINITE_FILL:  # the fill is written where the inf is, which other operations read too
+            trial.call_result = (
+                "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
+            )
+            continue
+        if why or number >= MAX_CALL_TRIALS:
+            trial.call_result = f"not tried: {why or 'enough whole-program trials were made'}"
+            continue
+        replaced = _Replaced(eqn, on_path, built[trial.key].fixed)
+        try:
+            outputs = replaced.run(jaxpr, consts, list(values))
+        except Exception as error:
+            trial.call_result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            continue
+        bad = bad_text(outputs)
+        if bad:  # what the unfixed program left, beside it: another operation may make one too
+            bad += f" ({unfixed.removeprefix('still ')} without the fix)"
+        trial.call_result = bad or "finite"
+        trial.finite = not bad
+
+
+CONSTANT = "constant"  # the constant written into the program replaced by one its dtype holds
+CLAMP_BEFORE = "clamp_before"  # the value an epsilon is added to clamped at 0 before it: jnp.maximum(var, 0.0) + eps
+
+
+def _try_replaced(
+    trial: FixTrial, written, replaced: Callable[[list], list], producer, path, program, values: list, before
+) -> FixTrial:
+    """``trial`` tried by evaluating ``program`` on ``values`` with equation ``written`` (beside ``producer``,
+    same ``path``) replaced by ``replaced``: the producer's outputs and the program's outputs finite? The
+    equations after it read the replaced value, a derivative's coefficients too. Never raises."""
+    import jax  # deferred: importing jaxmagic.probes imports no JAX
+
+    jaxpr, consts = jaxpr_parts.closed_parts(program)
+    why = ""
+    if before is None:
+        why = "the program could not be evaluated"
+    elif calls_python(jaxpr):
+        why = f"the program calls back into Python (`{calls_python(jaxpr)}`), which a trial must not run"
+    elif any(position.kind == "while" for position in path):
+        why = "the operation is inside a while loop, and a changed value may change when (or whether) it ends"
+    elif equation_count(jaxpr) > MAX_CALL_EQUATIONS:
+        why = f"the program has more than {MAX_CALL_EQUATIONS} operations"
+    if why:
+        trial.result = f"not tried: {why}"
+        return trial
+    run = _Replaced(written, {id(position.eqn) for position in path}, replaced, observed=producer)
+    try:
+        outputs = run.run(jaxpr, consts, list(values))
+    except Exception as error:
+        trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return trial
+    trial.tried = True
+    if run.seen and not any(isinstance(v, jax.core.Tracer) for v in run.seen):
+        made = bad_text(run.seen)
+        trial.result = made or "finite"
+    else:  # evaluated traced, inside a loop: its outputs there are not concrete
+        trial.result = "not observed (it runs inside a loop)"
+    bad = bad_text(outputs)
+    if bad:
+        bad += f" ({bad_text(before or []).removeprefix('still ')} without the fix)"
+    trial.call_result = bad or "finite"
+    trial.finite = not bad and trial.result in ("finite", "not observed (it runs inside a loop)")
+    return trial
+
+
+def try_constant(
+    written, operand: int, value: float, code: str, producer, path, program, values: list, before: list | None
+) -> FixTrial:
+    """The program evaluated again with the constant operand ``operand`` of equation ``written`` (a
+    ``Literal``: an ``eps`` its dtype turned into 0) replaced by ``value`` in the same dtype: the producer's
+    outputs and the program's outputs finite? ``written`` sits beside ``producer`` (same ``path``). Only
+    JAX primitives run, as for every trial; never raises."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    dtype = np.asarray(written.invars[operand].val).dtype
+
+    def replaced(ins: list) -> list:
+        changed = list(ins)
+        changed[operand] = jnp.asarray(value, dtype=dtype)
+        return jaxpr_parts.bind_equation(written, changed)
+
+    return _try_replaced(FixTrial(CONSTANT, code), written, replaced, producer, path, program, values, before)
+
+
+def try_clamped_before(
+    added, operand: int, code: str, producer, path, program, values: list, before: list | None
+) -> FixTrial:
+    """The program evaluated again with operand ``operand`` of equation ``added`` (the value an epsilon is
+    added to: a variance that rounded below 0) clamped at 0 before the add: the producer's outputs and the
+    program's outputs finite? Under a gradient the backward pass then computes with the clamped forward
+    values (the clamp's own derivative, 0 below 0, is not in the program evaluated). Never raises."""
+    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
+
+    def replaced(ins: list) -> list:
+        changed = list(ins)
+        changed[operand] = jnp.maximum(changed[operand], jnp.zeros((), dtype=changed[operand].dtype))
+        return jaxpr_parts.bind_equation(added, changed)
+
+    return _try_replaced(FixTrial(CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
+
+
+def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:
+    """Every candidate fix of ``eqn`` (the producer) tried on its recorded ``inputs``, and those that made
+    it finite on the whole ``program`` evaluated on ``values`` (``before``: its outputs unfixed). Never
+    raises: a trial that cannot be made says so in its ``result``."""
+    try:
+        trials = try_on_operation(eqn, inputs, with_derivative=differentiated(eqn, path))
+        try_on_program(trials, eqn, inputs, path, program, values, before)
+    except Exception as error:  # a structure this module does not know: no fix is claimed tried
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return [FixTrial("", "", result=f"not tried: the trial failed ({reason})")]
+    return trials
