@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from jax.tree_util import tree_map, tree_unflatten
 
 
 def every_error(err) -> list[tuple[Any, list[int] | None]]:
@@ -22,8 +23,6 @@ def every_error(err) -> list[tuple[Any, list[int] | None]]:
     ``mapped_index`` is the sample's index under ``vmap`` (None without one).
     A JAX without the private fields gives the first error only (public API).
     """
-    from jax.tree_util import tree_map, tree_unflatten  # deferred: importing jaxmagic.probes imports no JAX
-
     try:  # private fields: one entry per kind of check that can fail
         preds, codes, metadata, payloads = err._pred, err._code, err._metadata, err._payload
     except AttributeError:  # a future JAX: fall back to the public, first-error-only API

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 
+import jax
+from jax._src import core
+from jax._src.interpreters import partial_eval
+
 
 def lowered_without_constants(program) -> tuple[int, float]:
     """Lower ``program`` with its constants as arguments: (characters of StableHLO text, seconds)."""
-    import jax  # deferred: importing the package does not import JAX
-    from jax._src import core
-    from jax._src.interpreters import partial_eval
-
     detached = partial_eval.convert_constvars_jaxpr(program)
     specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in detached.invars]  # type: ignore[attr-defined]  # ShapedArray
 

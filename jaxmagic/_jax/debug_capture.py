@@ -48,7 +48,9 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
+import jax
 import numpy as np
+from jax._src import debugging
 
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.report import SourceLine
@@ -193,7 +195,6 @@ def _wrap_print_bind(original: Callable[..., Any]) -> Callable[..., Any]:
         static = dict(params.get("static_args", ()))
         if capture is None or any(_is_site_value(v) for v in static.values()):
             return original(*dyn_args, **params)  # not capturing, or a re-bind of a print already tagged
-        from jax._src import debugging
 
         if threading.get_ident() != _capture_thread:  # another thread's print: tagged so it is printed as usual
             args, kwargs = debugging.merge_callback_args(params["in_tree"], dyn_args, params["static_args"])
@@ -228,7 +229,6 @@ def _wrap_callback_bind(original: Callable[..., Any]) -> Callable[..., Any]:
         capture = _active
         if capture is None or isinstance(callback, _RecordingCallback) or threading.get_ident() != _capture_thread:
             return original(*dyn_args, callback=callback, **params)
-        from jax._src import debugging
 
         ordered = params.get("effect") is debugging.ordered_debug_effect
         site = _keep(capture, _new_site(_callback_name(callback), "callback", ordered, sys._getframe(1)))
@@ -296,8 +296,6 @@ def _recording_format_callback(
 ) -> None:
     """JAX's print formatter, plus: take our hidden arguments out and hand the line to the capture."""
 
-    from jax._src import debugging
-
     hidden = {name: kwargs.pop(name) for name in list(kwargs) if name.startswith(HIDDEN_PREFIX)}
     if has_placeholders:
         with np.printoptions(**np_printoptions):
@@ -334,8 +332,6 @@ def capturing(capture: Capture) -> Iterator[Capture]:
     Does not nest: a second capture while one is active raises AlreadyActive.
     """
     global _active, _capture_thread
-    import jax
-    from jax._src import debugging
 
     if _active is not None:
         raise AlreadyActive(

@@ -22,6 +22,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax.numpy as jnp
+from jax import lax
+from jax._src import debugging
+from jax._src.debugger import core
+from jax._src.interpreters import batching
+
 
 @dataclasses.dataclass
 class BreakFrame:
@@ -55,7 +61,6 @@ def breakpoint_backend(
     """Within the block, ``jax.debug.breakpoint()`` (without ``backend=``) calls ``backend(frames)``, frames
     innermost first. An exception of a ``quiet`` type the backend raises is not logged by JAX (it logs every
     callback's exception with its traceback before raising it)."""
-    from jax._src.debugger import core  # deferred: jaxmagic imports JAX only when a probe runs
 
     def debugger(frames, thread_id, **kwargs) -> None:
         backend(_frames(frames))
@@ -112,11 +117,6 @@ class _AtElement:
 @contextlib.contextmanager
 def batch_elements_told() -> Iterator[None]:
     """Within the block, ``vmap`` of a ``debug_callback`` (a breakpoint) tells each element's callback its index."""
-    import jax.numpy as jnp  # deferred: jaxmagic imports JAX only when a probe runs
-    from jax import lax  # deferred: as above
-    from jax._src import debugging  # deferred: as above
-    from jax._src.interpreters import batching  # deferred: as above
-
     primitive = debugging.debug_callback_p
     table = batching.fancy_primitive_batchers  # what `primitive_batchers[p] = rule` fills, wrapped
     original = table[primitive]

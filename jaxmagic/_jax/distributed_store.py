@@ -9,10 +9,10 @@ store; its client is ``jax._src.distributed.global_state.client``.
 
 from __future__ import annotations
 
+from jax._src import distributed
+
 
 def _state():
-    from jax._src import distributed
-
     return distributed.global_state
 
 

@@ -54,6 +54,8 @@ from time import perf_counter
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+import jax
+
 from jaxmagic._jax import jit_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
@@ -415,8 +417,6 @@ class FastPathCalls:
         caller: FrameType,
         lineno: int,
     ) -> None:
-        import jax
-
         flat_args = (*consts, *dynamic)
         outputs = jax.tree_util.tree_leaves(output)
         name = str(params.get("name", "jit"))

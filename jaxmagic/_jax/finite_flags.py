@@ -23,6 +23,8 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 _active: list[_Flags] = []  # the flags of the checking() in effect (innermost last)
@@ -37,9 +39,6 @@ class _Flags:
 @functools.cache
 def _checker():
     """``[holds NaN, holds inf]`` of an array, computed where it lives (compiled per shape and dtype)."""
-    import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
-    import jax.numpy as jnp
-
     return jax.jit(lambda x: jnp.stack([jnp.any(jnp.isnan(x)), jnp.any(jnp.isinf(x))]))
 
 
@@ -62,7 +61,6 @@ def note(values) -> None:
     """Dispatch the check of every floating device array of ``values`` not checked yet (no wait)."""
     if not _active:
         return
-    import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
 
     flags = _active[-1]
     for value in values:
@@ -80,7 +78,6 @@ def settle() -> None:
     """Read the flags dispatched since the last call, all at once."""
     if not _active or not _active[-1].pending:
         return
-    import jax  # deferred: importing jaxmagic._jax.finite_flags imports no JAX
 
     flags = _active[-1]
     pending, flags.pending = flags.pending, []

@@ -56,6 +56,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from jaxmagic._jax import finite_flags, jaxpr_parts
 
 MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
@@ -271,8 +274,6 @@ class Walk:
 
     def _body(self, program):
         """The compiled function of a loop body (kept across walks)."""
-        import jax
-
         return _kept((program,), ("body",), lambda: jax.jit(jaxpr_parts.jaxpr_function(program)))
 
     def _flag(self) -> tuple[Callable, Hashable]:
@@ -310,9 +311,6 @@ class Walk:
     def _first_flagged_scan(self, eqn, consts, carry, xs, start: int):
         """``(step, carry before it)`` of the first iteration from ``start`` on that the listener's flag
         marks, from one compiled run of the rest of the scan; None when none is marked."""
-        import jax
-        import jax.numpy as jnp
-
         program = eqn.params["jaxpr"]
         n_carry, length = len(carry), int(eqn.params["length"])
         reverse = bool(eqn.params.get("reverse"))
@@ -376,9 +374,6 @@ class Walk:
     def _first_flagged_while(self, eqn, cond_consts, body_consts, carry):
         """``(iterations before it, carry before it)`` of the first iteration the listener's flag marks,
         from one compiled run of the rest of the loop; None when none is marked."""
-        import jax
-        import jax.numpy as jnp
-
         cond_program, body_program = eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"]
         flag, flag_key = self._flag()
 

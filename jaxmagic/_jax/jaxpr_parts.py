@@ -13,6 +13,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from jax._src import core, source_info_util
+from jax._src.debugging import inspect_sharding_p
+from jax._src.lib.mlir import ir
+
 if TYPE_CHECKING:
     from jax._src.core import JaxprEqn, JaxprPpContext, JaxprPpSettings, Primitive
 
@@ -27,22 +31,16 @@ def closed_parts(program: Any) -> tuple[Any, list]:
 
 def sub_jaxprs(eqn: JaxprEqn) -> list:
     """The sub-programs an equation holds in its parameters (scan/while/cond bodies, calls)."""
-    from jax._src import core
-
     return list(core.jaxprs_in_params(eqn.params))
 
 
 def is_literal(var: object) -> bool:
     """True for a constant written into an equation (a ``Literal``), False for a variable."""
-    from jax._src import core
-
     return isinstance(var, core.Literal)
 
 
 def jaxpr_types() -> tuple[type, ...]:
     """``Jaxpr`` and ``ClosedJaxpr``: the objects that hold a traced program's constants."""
-    from jax._src import core
-
     return tuple(t for t in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None)) if t)
 
 
@@ -89,8 +87,6 @@ def scope_entry_type() -> type | None:
 
 def user_context(eqn: JaxprEqn) -> contextlib.AbstractContextManager[None]:
     """A context that makes equations bound inside it carry ``eqn``'s source info and name stack."""
-    from jax._src import source_info_util
-
     return source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack)
 
 
@@ -99,8 +95,6 @@ def bind_equation(eqn: JaxprEqn, values: list) -> list:
 
     A jitted call's donation is dropped: the values are the user's own arrays (a probe's re-evaluation
     must not delete them) and are read again when the equation is opened."""
-    from jax._src import source_info_util
-
     subfuns, bind_params = _bind_params(eqn)
     if any(bind_params.get("donated_invars", ())):  # a jitted call that donates: its inputs are read again after
         bind_params = {**bind_params, "donated_invars": (False,) * len(bind_params["donated_invars"])}
@@ -125,8 +119,6 @@ def _bind_params(eqn: JaxprEqn) -> tuple[Sequence[Any], dict[str, Any]]:
 def jaxpr_function(program: Any) -> Callable[..., list]:
     """A Python function running ``program`` (a ``ClosedJaxpr`` or open ``Jaxpr``) on its inputs, returning
     the list of its outputs; traceable, so it can be jitted or used inside ``lax.scan``."""
-    from jax._src import core
-
     jaxpr, consts = closed_parts(program)
 
     def run(*args: Any) -> list:
@@ -153,15 +145,11 @@ def while_operands(eqn: JaxprEqn, args: list) -> tuple[list, list, list]:
 
 def inspect_sharding_primitive() -> Primitive:
     """The primitive ``jax.debug.inspect_array_sharding`` binds."""
-    from jax._src.debugging import inspect_sharding_p
-
     return inspect_sharding_p
 
 
 def mlir_ir() -> ModuleType:
     """JAX's bundled MLIR Python bindings (``ir``), to read StableHLO locations."""
-    from jax._src.lib.mlir import ir
-
     return ir
 
 

@@ -40,6 +40,10 @@ from collections.abc import Callable, Iterator, Sequence
 from types import CodeType, FrameType
 from typing import Any, Protocol
 
+import jax
+from jax._src import pjit
+from jax.experimental.key_reuse import _core as key_reuse
+
 from jaxmagic._jax import jit_internals, key_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.exclusive import AlreadyActive
@@ -88,8 +92,6 @@ def available() -> bool:
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
     """Run a block (a probe's own re-run of a call) unobserved and without key checks."""
-    import jax
-
     depth = _state.depth
     _state.depth = depth + 1
     try:
@@ -153,7 +155,6 @@ def observing_calls(
             "cannot run inside another magic that follows every jit call: "
             "%%jax_keys, %%jax_print, %%jax_transfers and %%jax_doctor do not combine with one another"
         )
-    from jax.experimental.key_reuse import _core as key_reuse
 
     original_call = key_reuse.call_impl_with_key_reuse_checks
     original_check = key_reuse.check_key_reuse_jaxpr
@@ -191,7 +192,6 @@ def _started_monitor(
         switch = _UserCallSwitch()
         if switch.start():
             return switch
-    import jax
 
     stack.enter_context(jax.debug_key_reuse(True))  # every call takes the key-reuse path
     direct_calls = _DirectUserJitCalls(observers) if direct else None
@@ -218,7 +218,6 @@ def _check_modes(call_checks: str, trace_checks: str, direct_user_jit_calls: boo
 def _key_reuse_patched(call: Callable[..., Any], check: Callable[..., Any]) -> Iterator[None]:
     """Our ``call`` and ``check`` in place of the key-reuse checker's two functions for the block."""
     global _active
-    from jax.experimental.key_reuse import _core as key_reuse
 
     original_call = key_reuse.call_impl_with_key_reuse_checks
     original_check = key_reuse.check_key_reuse_jaxpr
@@ -246,9 +245,6 @@ def _call_hook(
 ) -> Callable[..., Any]:
     """The block's ``call_impl_with_key_reuse_checks``: each outermost call of the block's thread is shown
     to ``observers`` around it, and checked for key reuse as ``call_checks`` says."""
-    import jax
-    from jax._src import pjit
-
     reuse_error = jax.errors.KeyReuseError
     jit_p = pjit.jit_p
 
@@ -292,8 +288,6 @@ def _trace_check_hooks(
 ) -> tuple[Callable[..., Any], Callable[[Any, str], None]]:
     """The block's ``check_key_reuse_jaxpr`` (each program the block's thread traces, checked as
     ``trace_checks`` says) and the check of a program a fast-path call traced or ran."""
-    import jax
-
     reuse_error = jax.errors.KeyReuseError
 
     def check(jaxpr: Any, *rest: Any, **kwargs: Any) -> Any:
@@ -407,8 +401,6 @@ class _UserCallSwitch(_UserCallMonitor):
 
     def _at_user_call(self, callable_: object) -> None:
         if type(callable_) is self._jit_type:
-            import jax
-
             context = jax.debug_key_reuse(True)
             context.__enter__()
             self._entered.append((callable_, context))
@@ -432,8 +424,6 @@ _guarded_backend: list[bool] = []  # [whether device-to-host reads are guarded],
 def reads_allowed() -> contextlib.AbstractContextManager[object]:
     """A context in which our own reads of device values (key data, results looked at for NaN) pass
     any transfer guard: they are not the user's transfers. On CPU nothing is guarded (a no-op)."""
-    import jax
-
     if not _guarded_backend:
         _guarded_backend.append(jax.default_backend() != "cpu")
     if not _guarded_backend[0]:
@@ -463,8 +453,6 @@ class _DirectUserJitCalls(_UserCallMonitor):
     """
 
     def __init__(self, observers: tuple):
-        import jax
-
         super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
         self._observers = observers
         self._jit_type = jit_internals.jit_type()
@@ -545,8 +533,6 @@ def call_site() -> tuple[FrameType, int] | None:
 def donated_leaves(jit_info: Any, args: Sequence[Any] | None, kwargs: dict | None) -> list[tuple[str, Any]]:
     """``[(argument, array)]``: the array leaves of a call's arguments that ``donate_argnums`` /
     ``donate_argnames`` give away (deleted after the call); ``argument`` is "argument 0" or "lr="."""
-    import jax
-
     found: list[tuple[str, Any]] = []
     args, kwargs = tuple(args or ()), dict(kwargs or {})
     for i in getattr(jit_info, "donate_argnums", ()) or ():
@@ -597,7 +583,6 @@ def is_typed_key(value: Any) -> bool:
         return _key_dtypes[dtype]
     except (KeyError, TypeError):
         pass
-    import jax
 
     try:
         typed = bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))

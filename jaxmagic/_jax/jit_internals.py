@@ -13,6 +13,8 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+import jax
+
 if TYPE_CHECKING:
     from jax.stages import Wrapped
 
@@ -37,8 +39,6 @@ def _identity(x: object) -> object:
 @functools.cache
 def jit_type() -> type:
     """The class of the objects ``jax.jit`` returns (jaxlib's PjitFunction)."""
-    import jax
-
     return type(jax.jit(_identity))
 
 

@@ -33,6 +33,7 @@ import sys
 import threading
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import jit_internals
@@ -85,8 +86,6 @@ class ProgramCapture:
         self._thread = threading.get_ident()  # the block's thread (set again on entering)
 
     def __enter__(self) -> ProgramCapture:
-        import jax
-
         self._thread = threading.get_ident()
         self._code = jit_internals.jit_cache_miss_code()
         if self._code is None:
@@ -154,8 +153,6 @@ class ProgramCapture:
         return None
 
     def _capture(self, pending, frame) -> None:
-        import jax
-
         function = pending[0]
         args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
@@ -229,8 +226,6 @@ def _user_site(frame) -> tuple[str, int, str] | None:
 
 def _spec(leaf):
     """A ShapeDtypeStruct for an array (a sharding only when it spans devices); other leaves as they are."""
-    import jax
-
     if isinstance(leaf, jax.Array):
         sharding = leaf.sharding if len(leaf.sharding.device_set) > 1 else None
         return jax.ShapeDtypeStruct(
@@ -242,8 +237,6 @@ def _spec(leaf):
 
 
 def _spec_key(spec) -> Any:
-    import jax
-
     if isinstance(spec, jax.ShapeDtypeStruct):
         return ("spec", spec.shape, str(spec.dtype), spec.weak_type, str(spec.sharding))
     try:

@@ -16,6 +16,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import jax
+
 if TYPE_CHECKING:
     from jax.stages import Wrapped
 
@@ -48,6 +50,4 @@ def jittable(fn: Callable) -> Callable:
 
 def jit(fn: Callable, **options: Any) -> Wrapped:
     """``jax.jit(fn, **options)`` that never crashes the process (see the module docstring)."""
-    import jax  # deferred: importing jaxmagic imports no JAX
-
     return jax.jit(jittable(fn), **options)

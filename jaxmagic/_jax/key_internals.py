@@ -10,6 +10,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import jax
+
 if TYPE_CHECKING:
     from jax._src.core import Primitive
 
@@ -28,8 +30,6 @@ def typed_key_data(key: Any) -> Any:  # a jax.Array of uint32
     """The raw uint32 data of a typed key without copying it (``jax.random.key_data`` when JAX keeps it elsewhere)."""
     base = getattr(key, "_base_array", None)
     if base is None:
-        import jax
-
         base = jax.random.key_data(key)
     return base
 
@@ -59,8 +59,6 @@ def call_with_key_reuse_checks(
     tuples of them are cached (nothing that could hold an array or a function alive); everything
     else, and any other JAX layout, goes through ``original`` unchanged.
     """
-    import jax
-
     try:
         from jax.experimental.key_reuse import _core as key_reuse
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic.report.source import code_kind
@@ -57,8 +58,6 @@ def _read(kind: str, scope: dict, function: str) -> LoopCall | None:
         init, xs = scope["init_flat"].unflatten(), scope["x_avals"].unflatten()
         return LoopCall(lambda carry, x: body(carry, x)[0], init, xs, 0)
     if kind == "fori_loop":
-        import jax  # deferred: importing jaxmagic imports no JAX
-
         index = jax.ShapeDtypeStruct((), np.dtype(scope.get("dtype") or np.int32))
         return LoopCall(lambda carry, i: body(i, carry), scope["init_val"], index, 1)
     if kind == "while_loop":

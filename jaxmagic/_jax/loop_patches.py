@@ -14,6 +14,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+import jax
+from jax._src.lax.control_flow import loops
+
 
 class LoopFunctions(NamedTuple):
     """JAX's own ``scan`` and ``vmap``, for the stand-ins to call."""
@@ -26,9 +29,6 @@ class LoopFunctions(NamedTuple):
 def loops_replaced(scan: Callable[..., Any], vmap: Callable[..., Any]) -> Iterator[LoopFunctions]:
     """Within the block, user code calling ``jax.lax.scan`` / ``lax.fori_loop`` / ``jax.vmap`` calls ``scan`` /
     ``vmap``; JAX's own are put back however the block ends."""
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-    from jax._src.lax.control_flow import loops  # deferred: as above
-
     originals = LoopFunctions(loops.scan, jax.vmap)
     places = [(jax.lax, "scan", scan), (loops, "scan", scan), (jax, "vmap", vmap)]
     saved = [(module, name, getattr(module, name)) for module, name, _ in places]

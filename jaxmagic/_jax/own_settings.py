@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import threading
 
+import jax
+
 _lock = threading.Lock()
 _own_values: dict[str, set[str]] = {}  # context name -> str() of the values jaxmagic has set
 _own_growth: set[tuple[str, str]] = set()  # (entries after, entries before) jaxmagic's own context was created
@@ -50,8 +52,6 @@ def own_values(name: str) -> frozenset[str]:
 
 def users_values() -> dict[str, str]:
     """The user's own value of each setting jaxmagic has set, as JAX prints them (taken now, outside our blocks)."""
-    import jax
-
     values = {}
     with _lock:
         names = list(_own_values)

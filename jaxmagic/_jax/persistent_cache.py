@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import jax
+from jax._src import compilation_cache
+
 
 @dataclasses.dataclass
 class CacheState:
@@ -21,9 +24,6 @@ class CacheState:
 
 
 def cache_state() -> CacheState:
-    import jax  # deferred: importing the package does not import JAX
-    from jax._src import compilation_cache
-
     cache = getattr(compilation_cache, "_cache", None)
     used = getattr(cache, "_path", None) if cache is not None else None
     base = getattr(used, "path", None) or used  # an LRUCache keeps an epath.Path

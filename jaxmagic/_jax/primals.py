@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+
 
 def primal_value(value: Any) -> Any | None:
     """The concrete forward value under the differentiation tracers around ``value``; None when there is none
     (``value`` is no tracer, or a trace other than differentiation's - vmap, jit - holds it)."""
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     current = value
     for _ in range(16):  # nested grads: a tracer's primal may be a tracer of the outer grad
         if not isinstance(current, jax.core.Tracer):

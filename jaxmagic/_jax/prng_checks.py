@@ -11,7 +11,9 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
+import jax
 import numpy as np
+from jax._src import core
 
 from jaxmagic._jax import jaxpr_parts, key_internals
 from jaxmagic.report.source import is_user_file
@@ -106,15 +108,13 @@ def checked_program_is_users(error: BaseException) -> bool | None:
 
 def _key_reuse_module():
     try:
-        from jax.experimental.key_reuse import _core  # deferred: importing jaxmagic does not import JAX
+        from jax.experimental.key_reuse import _core
     except Exception:
         return None
     return _core
 
 
 def _is_key(var) -> bool:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     dtype = getattr(getattr(var, "aval", None), "dtype", None)
     try:
         return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
@@ -175,8 +175,6 @@ def _first_consumer(jaxpr, targets, module, depth: int = 0):
 
 
 def is_literal_var(var) -> bool:
-    from jax._src import core  # deferred: importing jaxmagic does not import JAX
-
     return isinstance(var, core.Literal)
 
 
@@ -292,8 +290,6 @@ def passes_with_sibling(loop_eqn, program, eqn) -> bool | None:
     siblings = [v for v in producer.outvars if v is not keys[0]]
     if len(siblings) != 1:
         return None
-    import jax  # deferred: importing jaxmagic does not import JAX
-    from jax._src import core  # deferred: as above
 
     try:
         sibling = siblings[0]

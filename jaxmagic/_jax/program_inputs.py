@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from types import FrameType
 
+from jax._src.interpreters import pxla
+
 
 @dataclasses.dataclass(frozen=True)
 class ProgramInputs:
@@ -75,8 +77,6 @@ def inputs_jit_prunes(jaxpr) -> frozenset[int]:
     outputs, effects kept), so an input read only by code whose result is never used counts as pruned - as
     jit prunes it - where a scan of the equations' inputs would count it as read. Empty when not known
     (another JAX, a program with dynamic shapes); the caller leaves out ``keep_unused=True`` calls."""
-    from jax._src.interpreters import pxla  # deferred: importing jaxmagic imports no JAX
-
     inner = getattr(jaxpr, "jaxpr", jaxpr)
     prune = getattr(pxla, "prune_unused_inputs", None)
     invars = getattr(inner, "invars", None)

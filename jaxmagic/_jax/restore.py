@@ -15,6 +15,9 @@ import logging
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import jax
+from jax._src import monitoring
+
 # The listener lists of jax._src.monitoring, by attribute name. Probes register
 # listeners through the public API; we restore the lists themselves, in place,
 # so that references other code holds to them stay valid.
@@ -126,9 +129,6 @@ def take_snapshot(config_names: tuple[str, ...] | None = None) -> JaxStateSnapsh
     Importing jax does not start a backend, so this is safe before the user has
     chosen devices.
     """
-    import jax
-    from jax._src import monitoring
-
     loggers = {
         name: LoggerState(lg.level, tuple(lg.handlers), lg.propagate, lg.disabled, tuple(lg.filters))
         for name, lg in jax_loggers().items()
@@ -145,9 +145,6 @@ def restore_snapshot(snapshot: JaxStateSnapshot, config_names: tuple[str, ...] |
     user's cell changed on purpose (``jax_enable_x64``, say) is left as the
     cell set it.
     """
-    import jax
-    from jax._src import monitoring
-
     names = snapshot.config if config_names is None else config_names
     now = _config_values(jax, config_names)
     for name in names:

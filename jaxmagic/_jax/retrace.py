@@ -25,6 +25,8 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 
+import jax
+
 from jaxmagic._jax import runtime
 from jaxmagic._jax.own_settings import note_own_context_created, note_own_value
 
@@ -72,7 +74,6 @@ def create_context() -> bool:
     Importing JAX is the caller's decision: this imports it.
     """
     global _context
-    import jax
 
     make = getattr(jax, "make_user_context", None)
     if make is None or _context is not None:
@@ -93,8 +94,6 @@ def fresh_traces(token: str | None = None) -> Iterator[Retrace]:
     identical cell run again compiles nothing new. A trace reused that way was
     made - and checked, for a probe that checks traces - in an earlier block.
     """
-    import jax
-
     make = getattr(jax, "make_user_context", None)
     if make is None:  # older JAX: the blunt tool
         jax.clear_caches()

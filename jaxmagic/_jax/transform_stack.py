@@ -288,7 +288,7 @@ def leak_error_stacks() -> Iterator[list[list[Transformation]]]:
     """
     recorded: list[list[Transformation]] = []
     try:
-        from jax._src import core  # deferred: JAX is imported only by the probe that asks
+        from jax._src import core
     except Exception:
         yield recorded
         return

@@ -17,6 +17,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import jax
+from jax.experimental import checkify
+
 from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans import NanReport, explain_call, nan_fix, offered_fix
@@ -48,8 +51,6 @@ KIND_TITLES = {
 
 def error_set(names: str | list[str]):
     """checkify's error set for names like "nan,index" (see ERROR_SET_NAMES)."""
-    from jax.experimental import checkify  # deferred: importing jaxmagic.probes imports no JAX
-
     sets = {
         "user": checkify.user_checks,
         "nan": checkify.nan_checks,
@@ -263,9 +264,6 @@ def run_call(
     raises (a Python error, a tracer error) gives an exception here. The magic
     shows the report, then raises it.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-    from jax.experimental import checkify
-
     args, kwargs = tuple(args), dict(kwargs or {})
     names = [n.strip() for n in errors.split(",")] if isinstance(errors, str) else list(errors)
     report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)

@@ -27,6 +27,8 @@ import socket
 import subprocess
 import sys
 
+import jax
+
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, act
 from jaxmagic.report.document import Document, Evidence, Facts, Paragraph, Section, Table
@@ -47,8 +49,6 @@ def jax_environment_variables() -> dict[str, str]:
 
 def default_config(refresh: bool = False) -> dict[str, str]:
     """``{flag: repr(default value)}`` as a fresh process of this interpreter sees it (cached)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     key = (sys.executable, jax.__version__)
     if refresh or key not in _defaults_cache:
         done = subprocess.run(
@@ -172,8 +172,6 @@ def config_diff(*, all_flags: bool = False, pattern: str = "", refresh: bool = F
     ``all_flags`` lists every flag; ``pattern`` lists the flags whose name
     contains it (case-insensitive).
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     defaults = default_config(refresh=refresh)
     current = {name: repr(value) for name, value in jax.config.values.items()}
     flags = [Flag(name, value, defaults.get(name, "")) for name, value in sorted(current.items())]
@@ -261,8 +259,6 @@ def environment(*, show_host: bool = False) -> EnvReport:
 
     This asks for the devices, so it starts the JAX backend if none is running.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     info = jax.print_environment_info(return_string=True) or ""  # a string when asked for one
     if not show_host:
         info = _NODE.sub(f"node='{HIDDEN}'", info)

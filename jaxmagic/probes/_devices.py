@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import jax
+
 from jaxmagic._jax import runtime
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
@@ -132,8 +134,6 @@ def devices(count: int | None = None) -> DevicesReport:
     Without ``count``, list the devices (starting the backend if needed).
     Raises ProbeArgumentError (a ValueError) for a count below 1 or above MAX_FAKE_DEVICES.
     """
-    import jax
-
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise ProbeArgumentError("count", f"must be a positive whole number of devices, got {shown(count)}")
     if count is not None and count > MAX_FAKE_DEVICES:

@@ -33,9 +33,11 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING
 
+import jax
 import numpy as np
+from jax import lax
+from jax.sharding import Mesh
 
 from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
@@ -44,9 +46,6 @@ from jaxmagic.probes._support.sharding_layout import device_colours
 from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Block, Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import error_line
-
-if TYPE_CHECKING:
-    from jax.sharding import Mesh
 
 _WHERE = HIDDEN_PREFIX + "where"  # hidden keyword: the device's mesh coordinates (an int array)
 
@@ -226,8 +225,6 @@ class _Recorder(Capture):
     def hidden_arguments(self, site: PrintSite) -> dict:
         if not site.axes:
             return {}
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-        from jax import lax  # deferred: importing jaxmagic.probes imports no JAX
 
         return {_WHERE: jax.numpy.stack([lax.axis_index(a) for a in site.axes])}
 
@@ -246,8 +243,6 @@ class _Recorder(Capture):
 
 def _locate_on_mesh(site: PrintSite) -> None:
     """Fill the site's mesh axes when it is traced inside a fully manual shard_map (all axes manual)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     mesh = jax.sharding.get_abstract_mesh()
     manual = tuple(getattr(mesh, "manual_axes", ()) or ())
     names = tuple(getattr(mesh, "axis_names", ()) or ())
@@ -265,8 +260,6 @@ def _mesh_of_enclosing_shard_map(axis_names: tuple[str, ...]) -> Mesh | None:
     Inside the body only an abstract mesh is visible; the frames of JAX's
     shard_map implementation hold the concrete one as their ``mesh`` local.
     """
-    from jax.sharding import Mesh  # deferred: importing jaxmagic.probes imports no JAX
-
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_filename.endswith("shard_map.py"):

@@ -44,6 +44,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
@@ -408,8 +410,6 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self.call_printed = False
 
     def after(self, name: str, is_jit: bool, args: tuple, params: dict, outputs: list) -> None:
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-
         try:
             jax.effects_barrier()  # this call's prints arrive now, before the next call starts
         finally:

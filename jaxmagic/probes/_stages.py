@@ -28,6 +28,9 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jax
+from jax import monitoring
+
 from jaxmagic._jax import jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
@@ -253,8 +256,6 @@ def run_call(
 
     The magic shows the report, then raises it.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if runs < 1:
         raise ProbeArgumentError("runs", f"must be 1 or more, got {runs}")
     args, kwargs = tuple(args), dict(kwargs or {})  # stages_of_call(fn, args) passes kwargs=None
@@ -307,8 +308,6 @@ def _fresh_jitted(
 
     Returns (jitted callable, static argument positions, static argument names).
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     original = getattr(fn, "__wrapped__", None) if is_jitted else fn
     info = jit_internals.jit_options(fn) if is_jitted else None
     static_positions = tuple(getattr(info, "static_argnums", ()) or ())
@@ -366,8 +365,6 @@ def _copy_function(fn: object) -> types.FunctionType | None:
 
 
 def _describe(report: StagesReport, traced: Traced, compiled: Compiled) -> None:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     with contextlib.suppress(Exception):
         report.argument_types = [_short(a) for a in traced.jaxpr.in_avals]
     with contextlib.suppress(Exception):
@@ -388,8 +385,6 @@ def _describe(report: StagesReport, traced: Traced, compiled: Compiled) -> None:
 
 
 def _time_runs(report: StagesReport, compiled: Compiled, args: Sequence[Any], kwargs: dict, runs: int) -> None:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     start = time.perf_counter()
     out = compiled(*args, **kwargs)
     jax.block_until_ready(out)
@@ -414,8 +409,6 @@ class _Events(dict):
 @contextlib.contextmanager
 def _compile_events() -> Iterator[_Events]:
     """The durations of the compile events in the block, by event name (the last one of each)."""
-    from jax import monitoring  # deferred: importing jaxmagic.probes imports no JAX
-
     events = _Events()
     events.traced = False
 

@@ -21,6 +21,8 @@ import sys
 import traceback
 from types import TracebackType
 
+import jax
+
 from jaxmagic._jax import runtime
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
@@ -54,8 +56,6 @@ READING_ORDER = [
 
 def resolved_mode(mode: str | None = None) -> str:
     """What ``auto`` (or ``mode``) means in this process: the mode JAX actually applies."""
-    import jax
-
     mode = mode or jax.config.jax_traceback_filtering
     if mode not in (None, "auto"):
         return mode
@@ -76,8 +76,6 @@ def _auto() -> str:
 
 def set_traceback_filtering(mode: str) -> str:
     """Switch ``jax_traceback_filtering`` for everything that follows; return the previous mode."""
-    import jax
-
     if mode not in MODES:
         raise ProbeArgumentError("mode", f"{mode!r} is not a traceback filtering mode; choose from {', '.join(MODES)}")
     previous = jax.config.jax_traceback_filtering
@@ -181,8 +179,6 @@ def _skip_ipython_runner(tb: TracebackType | None) -> TracebackType | None:
 
 def traceback_view(error: BaseException | None = None, *, previous_mode: str = "") -> TracebackReport:
     """The filtering mode, and - for ``error`` - your frames and how many frames JAX added."""
-    import jax
-
     mode = jax.config.jax_traceback_filtering
     report = TracebackReport(mode=mode, resolved=resolved_mode(), previous_mode=previous_mode)
     if error is None:

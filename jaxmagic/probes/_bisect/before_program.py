@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from jaxmagic.probes._bisect.bisected_call import BisectedCall
 from jaxmagic.probes._bisect.pytree_boundary import dtype_stage, pytree_stage
 from jaxmagic.probes._bisect.report import BeforeProgram, short_number
@@ -56,8 +58,6 @@ def _checks(fn: Callable, args: tuple, kwargs: dict, **options: Any) -> BeforePr
         nondeterministic_stage(found, call, eager_again)
         return found
     notes = [f"the eager call run again repeats its numbers (max relative difference {short_number(eager_again)})"]
-
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     try:
         leaves, treedef = jax.tree_util.tree_flatten(call.given)

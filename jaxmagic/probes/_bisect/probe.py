@@ -7,6 +7,9 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import jax
+import jax.numpy as jnp
+
 if TYPE_CHECKING:
     from jax.stages import Wrapped
 
@@ -38,8 +41,6 @@ RANDOM_PRIMITIVES = (
 
 def _is_static(value: Any) -> bool:
     """An argument jit cannot trace (a string, a function, None, ...): passed as a static argument."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic, jax.Array)):
         return False
     leaves = jax.tree.leaves(value)
@@ -89,14 +90,10 @@ def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Wrapped:
 
 
 def _leaves(tree) -> list[tuple[str, Any]]:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     return [(jax.tree_util.keystr(path) or "result", leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)]
 
 
 def _as64(leaf) -> np.ndarray:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jax.random.key_data(leaf)
     array = np.asarray(leaf)
@@ -145,8 +142,6 @@ def _describe(result) -> list[str]:
 
 
 def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception]):
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         result = thunk()
         jax.block_until_ready(result)
@@ -162,9 +157,6 @@ def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception])
 
 
 def _upcast(value):
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     def leaf(x):
         if isinstance(x, float):
             return x
@@ -180,8 +172,6 @@ def _upcast(value):
 
 def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
     """Why a float64 run of ``fn`` would not be a sound reference ("" when it would be)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     dynamic = [i for i, a in enumerate(args) if not _is_static(a)]
     dynamic_kw = {k: v for k, v in kwargs.items() if not _is_static(v)}
 
@@ -279,8 +269,6 @@ def run_call(
     that fails only in the other way (a tracer error under jit of a plain
     function) is a finding of the report, not the user's error.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     args, kwargs = tuple(args), dict(kwargs or {})
     if ref is not None:
         _check_reference(ref)
@@ -341,7 +329,6 @@ def run_call(
 def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) -> BeforeProgram:
     """Is the jit/eager difference already in what the runs receive? Re-runs the eager call (see
     ``before_program.py``); never raises."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     def run_eager(new_args, new_kwargs):
         with jax.disable_jit():
@@ -399,8 +386,6 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
 
 def _check_reference(ref) -> None:
     """ProbeArgumentError unless ``ref`` is numbers: an array, a scalar or a pytree of them."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     leaves = jax.tree.leaves(ref)
     numeric = (bool, int, float, complex, np.ndarray, np.generic, jax.Array)
     wrong = next((leaf for leaf in leaves if not isinstance(leaf, numeric)), None)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
@@ -92,8 +93,6 @@ def pytree_stage(found: BeforeProgram, call: BisectedCall, rebuilt: CallArgument
 
 def dtype_stage(found: BeforeProgram, call: BisectedCall, treedef: PyTreeDef) -> bool:
     """Eager with the leaves converted as jit converts them (True: that explains it, named in ``found``)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     converted, changed = _as_jit_leaves(jax.tree_util.tree_flatten_with_path(call.given)[0], call.dynamic_names, jax)
     if not changed:
         return False
@@ -204,8 +203,6 @@ def _walk_dicts(a: object, b: object, path: str, found: list[ReorderedDict], dep
 
 def _custom_nodes(given: CallArguments, names: list[str]) -> list[tuple[str, str]]:
     """(path, type name) of the custom pytree nodes among the arguments (not dict, list, tuple, None)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     found: list[tuple[str, str]] = []
 
     def visit(node: object, path: str, depth: int) -> None:
@@ -250,8 +247,6 @@ def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax: ModuleType) ->
 
 def _leaf_name(path: tuple, names: list[str]) -> str:
     """``(SequenceKey(0), SequenceKey(1), DictKey('w'))`` of ``(positional, keywords)`` -> ``n['w']``."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if len(path) < 2:
         return "an argument"
     which, key = path[0], path[1]
@@ -277,8 +272,6 @@ def _order_line(
     """Trace the function twice, the dicts in the order given and in jit's order: the first operation
     that differs is where the order reaches the computation (its ``source_info``); the line that
     iterates the dict is read from the function's source."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     leaves, treedef = jax.tree_util.tree_flatten(call.given)
     inner = call.inner
 

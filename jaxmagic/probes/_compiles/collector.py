@@ -9,6 +9,8 @@ import threading
 from types import FrameType
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import program_prints
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
@@ -279,7 +281,6 @@ class Collector:
         # compilation (1,000 shapes: ~50 s instead of ~1 s). The first ones say what there is to say.
         if threading.get_ident() != self._thread:
             return  # the setting is thread-local; another thread's context is not ours to change
-        import jax  # deferred: importing the package does not import JAX
 
         self._explaining = False
         self.report.explanations_stopped = name

@@ -20,6 +20,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 MAX_NODES = 400  # pytree nodes looked at per argument
 MAX_FIELDS = 64  # static fields kept per argument
 
@@ -141,8 +143,6 @@ def _attributes(obj: Any) -> list[tuple[str, object]]:
 
 def pytree_metadata(name: str, value: Any) -> dict[str, MetaValue]:
     """The static fields of the user-defined pytree nodes in ``value`` (an argument called ``name``)."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     found: dict[str, MetaValue] = {}
     stack = [(name, value)]
     nodes = 0

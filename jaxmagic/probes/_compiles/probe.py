@@ -7,6 +7,9 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+import jax
+from jax import monitoring
+
 from jaxmagic._jax import runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._compiles.collector import Collector
@@ -64,9 +67,6 @@ class compiles:
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> CompileReport:
-        import jax  # deferred: importing the package does not import JAX
-        from jax import monitoring
-
         stack = contextlib.ExitStack()
         stack.enter_context(preserved_jax_state(CONFIG_NAMES))
         collector = Collector(self.report, stack, self._history, self.try_fixes, self.slowest)

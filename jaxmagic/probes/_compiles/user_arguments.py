@@ -17,6 +17,8 @@ import types
 import weakref
 from typing import Any
 
+import jax
+
 from jaxmagic.probes._compiles.metadata import pytree_metadata
 from jaxmagic.probes._compiles.stack import CallInfo, StaticValue, static_value
 from jaxmagic.probes._support.calls import call_names
@@ -103,8 +105,6 @@ class LeafValue:
 
 def argument_leaves(arguments: dict[str, Any], static_arguments: list) -> dict[str, LeafValue]:
     """Every leaf of the user's arguments by the path the user types (``model.cfg``, ``batch['x']``)."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     held = _identities(static_arguments)
     out: dict[str, LeafValue] = {}
     for name, value in arguments.items():

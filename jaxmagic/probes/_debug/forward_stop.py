@@ -21,6 +21,8 @@ from __future__ import annotations
 import sys
 from types import FrameType, TracebackType
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax.jit_internals import transformed_function
@@ -94,9 +96,6 @@ class _DerivativeElements:
 
     def _search(self, fun, in_axes, out_axes):
         """``jit(vmap(element -> whether its outputs and their derivative are finite))``."""
-        import jax  # deferred: jaxmagic imports JAX only when a probe runs
-        import jax.numpy as jnp  # deferred: as above
-
         assert self.original is not None
 
         def checked(*element):
@@ -122,8 +121,6 @@ class _DerivativeElements:
 
 
 def _take(arg, element: int, axis: int):
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     return jax.tree.map(lambda leaf: leaf.take(element, axis=axis), arg)
 
 
@@ -133,8 +130,6 @@ def stop_before(
     """Run the forward function of ``call`` op by op (``jax.disable_jit``) until ``line`` is about to run;
     (the traceback that stops there, "") or (None, why it did not stop). A ``jax.vmap`` on the way runs only
     its first element whose derivative is not finite (``log``: which, and how it was found)."""
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     forward = call.forward or transformed_function(call.function)
     if not callable(forward):
         # the gradient is taken inside the call (a train step calling `jax.grad`, `eqx.filter_value_and_grad`,

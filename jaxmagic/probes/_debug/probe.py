@@ -23,6 +23,8 @@ import re
 import types
 from types import TracebackType
 
+import jax
+
 from jaxmagic.probes._debug.forward_stop import forward_line_of_nan, stop_before
 from jaxmagic.probes._debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes._debug.stepping import SteppingLog, run_call
@@ -62,8 +64,6 @@ class DebugSession:
 
 def _has_deleted(call: FailingCall) -> bool:
     """Whether an argument's buffer is gone: donated to the call that failed (``donate_argnums``) or deleted."""
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     values = [value for _, value in call.args] + list(call.kwargs.values())
     return any(
         isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and leaf.is_deleted()
@@ -72,8 +72,6 @@ def _has_deleted(call: FailingCall) -> bool:
 
 
 def _has_tracer(call: FailingCall) -> bool:
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     values = [value for _, value in call.args] + list(call.kwargs.values())
     try:
         return any(isinstance(leaf, jax.core.Tracer) for leaf in tree_leaves(values))

@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced, vmap_parts
@@ -62,9 +64,6 @@ class SteppingLog:
 def all_finite(tree, nan_only: bool = False):
     """Whether every float leaf is finite - or, ``nan_only``, holds no NaN: under ``jax.debug_nans`` alone an
     inf is no error, and a step that only made one (``log(0)``) would not stop op by op."""
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-    import jax.numpy as jnp  # deferred: as above
-
     good = (lambda leaf: ~jnp.isnan(leaf)) if nan_only else jnp.isfinite
     checks = [
         jnp.all(good(leaf))
@@ -77,8 +76,6 @@ def all_finite(tree, nan_only: bool = False):
 @contextlib.contextmanager
 def _compiled():
     """The compiled search runs with jit on and no NaN checking (it looks for the NaN itself)."""
-    import jax  # deferred: as above
-
     with jax.disable_jit(False), jax.debug_nans(False), jax.debug_infs(False):
         yield
 
@@ -91,8 +88,6 @@ _SEARCHES: weakref.WeakKeyDictionary[Any, dict[tuple, Callable[..., Any]]] = wea
 
 def _kept(function, key: tuple, build: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[..., Any]:
     """``build(call_function)`` jitted, kept for ``function`` under ``key`` when it can be weakly referenced."""
-    import jax  # deferred: as above
-
     try:
         reference = weakref.ref(function)
     except TypeError:  # a builtin, a bound method's fresh object: built for this run only
@@ -106,8 +101,6 @@ def _kept(function, key: tuple, build: Callable[[Callable[..., Any]], Callable[.
 def _scan_search(original, f, length, reverse, nan_only: bool):
     """``scan`` of ``f`` that also carries the first step whose carry or outputs are not finite, and the carry
     that went into it."""
-    import jax  # deferred: as above
-    import jax.numpy as jnp  # deferred: as above
 
     def searching(state, x):
         carry, step, first, saved = state
@@ -152,7 +145,6 @@ class Stepper:
     # -- scan ------------------------------------------------------------------------------------
     def scan(self, f, init, xs=None, length=None, reverse=False, unroll=1, **options):
         __tracebackhide__ = True
-        import jax  # deferred: as above
 
         assert self.original is not None
         original = self.original.scan
@@ -198,7 +190,6 @@ class Stepper:
 
         def stepped(*args, **kwargs):
             __tracebackhide__ = True
-            import jax  # deferred: as above
 
             if not self.fast or not jax.config.jax_disable_jit or kwargs or options:
                 return batched(*args, **kwargs)
@@ -210,7 +201,6 @@ class Stepper:
         """``vmap(fun, in_axes, out_axes)(*args)``: compiled with a finiteness flag per element, then the first
         element that is not finite op by op, unbatched."""
         __tracebackhide__ = True
-        import jax  # deferred: as above
 
         assert self.original is not None
         original = self.original.vmap
@@ -260,8 +250,6 @@ def run_call(
 ) -> tuple[BaseException | None, SteppingLog]:
     """Run ``call()`` op by op (NaN/inf/key-reuse checking as asked) with the fast loop and vmap stand-ins; return the
     exception it raised (None if it finished) and the stepping log."""
-    import jax  # deferred: as above
-
     # The compiled searches look for a NaN or an inf; any other error is left to run op by op, where it raises.
     fast = fast and (nan_check or inf_check)
     stepper = Stepper(fast, nan_only=nan_check and not inf_check)

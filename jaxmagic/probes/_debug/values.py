@@ -7,6 +7,7 @@ import types
 import warnings
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax.primals import primal_value
@@ -19,16 +20,12 @@ FEW = 6  # values shown per array
 
 def tree_leaves(value) -> list:
     """``jax.tree.leaves``, quiet about iterables it keeps as leaves (a generator among a frame's values)."""
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return jax.tree.leaves(value)
 
 
 def _as_host_array(value) -> np.ndarray | None:
-    import jax  # deferred: jaxmagic imports JAX only when a probe runs
-
     if isinstance(value, jax.core.Tracer):
         return None
     if isinstance(value, jax.Array):
@@ -60,8 +57,6 @@ def _array_summary(name: str, value, array: np.ndarray) -> ValueSummary:
 
 def summarize(name: str, value: Any) -> ValueSummary | None:
     """A value of a frame as data; None for modules, functions and classes (the frame's tools, not its data)."""
-    import jax  # deferred: as above
-
     if isinstance(value, (types.ModuleType, type)) or inspect.isroutine(value) or isinstance(value, types.FrameType):
         return None
     array = _as_host_array(value)
@@ -145,8 +140,6 @@ def frame_values(frame: types.FrameType) -> tuple[list[ValueSummary], list[str]]
 
 def host_copy(value):
     """``value`` with its arrays as NumPy copies (for ``--ns``); None when it holds no concrete value."""
-    import jax  # deferred: as above
-
     array = _as_host_array(value)
     if array is not None:
         return np.array(array, copy=True)

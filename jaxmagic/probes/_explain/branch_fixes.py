@@ -20,6 +20,8 @@ import inspect
 import io
 import linecache
 
+import jax
+
 from jaxmagic._jax.loop_call import branch_call
 from jaxmagic._jax.transform_stack import Transformation
 from jaxmagic.probes._explain.report import TracerErrorReport
@@ -113,15 +115,11 @@ def _name(function) -> str:
 
 
 def _is_python_value(value) -> bool:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     return isinstance(value, (bool, int, float)) and not isinstance(value, jax.core.Tracer)
 
 
 def _tried(kind: str, branch: str, argument: str, found, leaf: tuple) -> Fix:
     """Trace every branch with the operand leaf a Python constant and the other array operands abstract."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     index, value = leaf
     leaves, tree = jax.tree.flatten(found.operands)
     given = [abstract_value(x) for x in leaves]

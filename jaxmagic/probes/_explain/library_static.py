@@ -34,6 +34,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax.transform_stack import library_callable_jit_call
@@ -102,8 +103,6 @@ def library_jit_call(frames: list) -> LibraryJitCall | None:
 
 def _python_type(value) -> str:
     """ "int" for an integer scalar array, "float", "bool"; "" for a value that is no concrete scalar array."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer) or getattr(value, "size", 0) != 1:
         return ""
     return {"b": "bool", "i": "int", "u": "int", "f": "float"}.get(value.dtype.kind, "")
@@ -219,8 +218,6 @@ def callable_static_fix(
     the user's parameters reach it through its ``*args``, where ``static_argnames`` does not see them, so
     the fix names their positions (``static_argnums``) among the call's arguments, and is tried with
     ``jax.jit(...).trace`` on them. None when the call is not such a call or the positions cannot be told."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     found = library_callable_jit_call(frames)
     if found is None:
         return None

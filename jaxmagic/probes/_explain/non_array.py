@@ -36,6 +36,7 @@ import sys
 import types
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic.probes._explain.non_array_report import NonArrayArgumentReport
@@ -158,8 +159,6 @@ def _call_of(tb: types.TracebackType | None) -> _Call | None:
 
 def _non_array_leaves(call: _Call) -> dict[str, str]:
     """path -> what it is, for every leaf of the traced arguments that is not an array ("model.activation")."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     bound = _bound(call)
     out: dict[str, str] = {}
     for index, (name, value) in enumerate(bound.items()):
@@ -236,8 +235,6 @@ def _equinox_why(report: NonArrayArgumentReport) -> str:
 
 def _tried(fix: Fix, call: _Call, report: NonArrayArgumentReport) -> Fix:
     """Trace the function again the fix's way, with the call's own arguments (abstract: nothing compiles)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if fix.checked:
         return fix  # said already why it is not tried
     fun, args, kwargs = call.fun, call.args, call.kwargs

@@ -16,6 +16,8 @@ import sys
 import types
 from collections.abc import Callable
 
+import jax
+
 from jaxmagic._jax.transform_stack import Transformation, jit_call, jit_caller
 from jaxmagic.probes._explain.branch_fixes import branch_operand_fix
 from jaxmagic.probes._explain.fixes import NEW_PARAMETER
@@ -284,8 +286,6 @@ def _line_trial(
 
 def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list) -> Fix:
     """Trace the user's jitted function again with ``names`` static and the same arguments (no compile)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     call = jit_call(frames, jitted.function)
     if call is None:
         return dataclasses.replace(fix, checked="suggestion: not tried (the call's arguments were not found)")

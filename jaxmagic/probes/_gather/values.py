@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import array_shards, distributed_store
@@ -71,8 +72,6 @@ def leaf_digest(path: str, leaf) -> Dict:
 
 def leaves_of(tree) -> list[tuple[str, Any]]:
     """(keystr path, leaf) of every leaf of a pytree."""
-    import jax  # deferred: jaxmagic does not import JAX at import
-
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat]
 

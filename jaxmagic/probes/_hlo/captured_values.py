@@ -14,6 +14,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+import jax
+
 if TYPE_CHECKING:
     from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
     from jax.stages import Wrapped
@@ -603,8 +605,6 @@ def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any]
         }
 
     def trace() -> ClosedJaxpr:
-        import jax  # deferred: importing the probes does not import JAX
-
         copy = functools.wraps(original)(lambda *a, **k: original(*a, **k))
         return jax.jit(copy, **options).trace(*args, **kwargs).jaxpr
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
@@ -101,8 +102,6 @@ def eqn_text(eqn, printer=None) -> str:
 
 
 def signature(traced) -> tuple[list[str], list[str]]:
-    import jax  # deferred: importing the probes does not import JAX
-
     info = getattr(traced.jaxpr, "debug_info", None)
     names = list(getattr(info, "arg_names", None) or [])
     avals = jax.tree_util.tree_leaves(traced.in_avals)

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
+from jax import monitoring
+
 from jaxmagic._jax import jaxpr_parts, jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._hlo.captured_values import NameEnvironment, baked_literals, captured_constants, fresh_trace_of
@@ -178,8 +180,6 @@ _WORK_EVENTS = {
 @contextlib.contextmanager
 def _work_events() -> Iterator[set[str]]:
     """The names of the compile events JAX reported in the block (a set, emptied by ``_note_cached``)."""
-    from jax import monitoring
-
     seen: set[str] = set()
 
     def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import cast
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
@@ -101,8 +102,6 @@ def _place(frame: FrameType | None) -> tuple[str, int] | None:
 
 def _draw_fingerprint(key: object, frame: FrameType | None) -> tuple[bytes, object] | None:
     """Digest of a concrete key's data and the drawing function's other arguments; None under a trace."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     if isinstance(key, jax.core.Tracer):
         return None
     digest, data = key_fingerprint(key)
@@ -118,8 +117,6 @@ def _draw_fingerprint(key: object, frame: FrameType | None) -> tuple[bytes, obje
 
 
 def _argument_fingerprint(value: object) -> str:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     if isinstance(value, jax.core.Tracer):
         return f"tracer {id(value)}"
     if hasattr(value, "shape") and hasattr(value, "dtype"):

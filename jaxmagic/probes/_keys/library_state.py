@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report.source import code_kind
@@ -122,8 +124,6 @@ def holder_of(
     arguments that holds both ``key`` and the ``counter`` folded into it, when it is a library's whose jit
     carries state (``model.drop.rngs``, ``flax.nnx.RngStream``, ``nnx.jit``); else None. ``names``: the
     function's parameter names, for the positional arguments."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     roots = [(names[i] if i < len(names) else f"args[{i}]", a) for i, a in enumerate(arguments)]
     for name, value in [*roots, *kwargs.items()]:
         try:

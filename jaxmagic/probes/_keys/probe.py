@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
@@ -45,8 +47,6 @@ def keys(
     left on JAX's C++ path (cheaper still; needs ``record`` and not
     ``check_calls``; ``on_calls_unseen``, ``sampler``: see ``jit_calls.observing_calls``).
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     report = KeyReport(recorded=record)
     mode = "record" if record else "raise"
     report.calls_checked = check_calls

@@ -7,6 +7,8 @@ import sys
 from types import FrameType
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import prng_checks
 from jaxmagic.probes._keys.draws import handed_over
 from jaxmagic.probes._keys.findings import KeyReuse
@@ -193,6 +195,4 @@ def _fix(reuse: KeyReuse) -> str:
 
 
 def _is_random_api(name: str) -> bool:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     return callable(getattr(jax.random, name, None))

@@ -14,6 +14,8 @@ import re
 import types
 from typing import Any
 
+from jax.core import Tracer
+
 from jaxmagic._jax import recorded_sources
 from jaxmagic._jax.transform_stack import (
     Transformation,
@@ -36,8 +38,6 @@ from jaxmagic.report.wording import message_of
 
 
 def _is_tracer(value: Any) -> bool:
-    from jax.core import Tracer  # deferred: importing jaxmagic.probes imports no JAX
-
     return isinstance(value, Tracer)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import jax
+
 from jaxmagic._jax import jit_internals
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
@@ -40,8 +42,6 @@ def _whose_trace() -> str:
 
 @contextlib.contextmanager
 def _trace_names(report: LeakReport) -> Iterator[None]:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     def on_event(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event != _TRACE_EVENT:
             return
@@ -73,8 +73,6 @@ def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) ->
     hold leaked tracers. ``retrace_token`` (see ``_jax.retrace.fresh_traces``):
     blocks with the same token share their traces, each checked when made.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     report = LeakReport()
     try:
         with (

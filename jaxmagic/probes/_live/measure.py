@@ -15,7 +15,9 @@ import os
 import tracemalloc
 import weakref
 from collections.abc import Hashable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import jax
 
 from jaxmagic._jax import array_shards, jaxpr_parts, runtime
 from jaxmagic.probes._live.kept_alone import kept_alone
@@ -40,9 +42,6 @@ from jaxmagic.probes._support.holders.search import (
 )
 from jaxmagic.report.wording import error_line
 
-if TYPE_CHECKING:
-    import jax
-
 PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces
 
 # -- the probe ----------------------------------------------------------------
@@ -56,8 +55,6 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
     ``top``: how many groups the rendered report shows (the report keeps all).
     ``profile``: also save ``jax.profiler.save_device_memory_profile`` there.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     report = LiveReport(mode="snapshot", top=top)
     if not runtime.backend_started():
         # No backend, no arrays: say so rather than start one (XLA_FLAGS may still be on their way).
@@ -85,8 +82,6 @@ def live_diff(
     ``_``), is not counted as left behind. The block's exception propagates
     unchanged; the report is filled in before it does.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     report = LiveReport(mode="cell", top=top)
     gc.collect()
     arrays = jax.live_arrays() if runtime.backend_started() else []  # no backend yet: nothing alive before
@@ -117,8 +112,6 @@ def _finish_cell_report(
     profile: str | None,
 ) -> None:
     """Fill in what the block left alive (called on the way out of ``live(mode="cell")``)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     gc.collect()
     if not runtime.backend_started():  # the block used no JAX array at all
         report.backend_started = False
@@ -163,8 +156,6 @@ def _describe(
     report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set, created: list | None = None
 ) -> None:
     """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     report.total_arrays = len(arrays)
     subject = arrays if created is None else created
     if excluded:
@@ -496,8 +487,6 @@ def _placement(a: jax.Array) -> str:
 
 
 def _device_memory() -> list[DeviceMemory]:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     out = []
     for device in jax.local_devices()[:8]:
         try:
@@ -514,8 +503,6 @@ def _device_memory() -> list[DeviceMemory]:
 
 
 def _save_profile(report: LiveReport, path: str) -> None:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     jax.profiler.save_device_memory_profile(path)
     report.profile_path = path
     report.profile_bytes = os.path.getsize(path)

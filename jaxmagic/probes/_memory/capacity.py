@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 
+import jax
+
 from jaxmagic.probes._memory.records import Capacity
 
 
 def capacity(device=None) -> Capacity:
     """What ``device`` (default: JAX's first device) can still give, and how that was found."""
-    import jax
-
     if device is None:
         device = jax.devices()[0]
     name = f"{device.platform}:{device.id}"

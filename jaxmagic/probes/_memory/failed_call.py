@@ -25,6 +25,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import executing
+import jax
 
 from jaxmagic._jax import jit_internals
 from jaxmagic.report import SourceLine
@@ -149,8 +150,6 @@ def _call_of(node: ast.Call, frame: FrameType, lineno: int) -> FailedCall | None
 
 def _names_holding_the_error(user_tb: TracebackType) -> list[str]:
     """Names read on the failing line whose arrays hold the error (reading them raises it again)."""
-    import jax
-
     node = _executing(user_tb)
     statement = node
     while statement is not None and not isinstance(statement, ast.stmt):
@@ -170,8 +169,6 @@ def _names_holding_the_error(user_tb: TracebackType) -> list[str]:
 
 
 def _leaves(value) -> list:
-    import jax
-
     try:
         return jax.tree.leaves(value)
     except Exception:
@@ -227,8 +224,6 @@ def _function_at(frame: FrameType, filename: str) -> str:
 
 
 def _is_compiled(function) -> bool:
-    import jax
-
     return isinstance(function, jax.stages.Compiled)
 
 
@@ -269,7 +264,6 @@ class _Scope:
         calls = any(isinstance(n, ast.Call) for n in ast.walk(node))
         if not reads_arrays and not calls:
             return self._eval(node)  # arithmetic of Python numbers (2 ** 17): a static value stays one
-        import jax
 
         return jax.eval_shape(lambda: self._eval(node))
 

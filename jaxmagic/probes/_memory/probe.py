@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+import jax
+
 from jaxmagic._jax import runtime
 from jaxmagic._jax.jit_programs import CapturedCall, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
@@ -175,8 +177,6 @@ def _capacity(message) -> Capacity:
 
 def _eager(call: FailedCall) -> EagerAllocation:
     """What an eager operation or a copy on the user's line makes: its result's shape, traced (not run)."""
-    import jax
-
     found = EagerAllocation(call.text)
     args, kwargs = call.args, call.kwargs or {}
     if args is None:
@@ -210,8 +210,6 @@ def held_arrays(namespace: dict | None) -> list[HeldArrays]:
 
 
 def _argument_bytes(call: CapturedCall) -> int:
-    import jax
-
     return sum(
         int(getattr(leaf, "size", 0)) * getattr(getattr(leaf, "dtype", None), "itemsize", 0)
         for leaf in jax.tree.leaves((call.args, call.kwargs))

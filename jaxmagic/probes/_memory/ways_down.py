@@ -27,6 +27,9 @@ import types
 import warnings
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic._jax.transform_chain import per_example_gradient, vmapped
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
@@ -67,8 +70,6 @@ def ways_down(call: CompiledCall, program: ProgramMemory, capacity: Capacity | N
 
 
 def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
-    import jax
-
     info = jit_internals.jit_options(call.jitted)
     static = set(getattr(info, "static_argnums", ()) or ())
     positional_info, _ = call.traced.args_info
@@ -123,9 +124,6 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
 
 
 def _batch_gradient(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
-    import jax
-    import jax.numpy as jnp
-
     chain = per_example_gradient(call.jitted)
     if chain is None or not any(b.role == OUTPUT for b in program.buffers[:1]):
         return []
@@ -163,8 +161,6 @@ def _batch_gradient(call: CompiledCall, program: ProgramMemory) -> list[WayDown]
 
 
 def _chunked_vmap(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
-    import jax
-
     mapping = vmapped(call.jitted)
     if mapping is None or mapping.out_axes != 0 or call.kwargs:
         return []
@@ -221,7 +217,6 @@ def _argument_texts(call: str, count: int) -> list[str]:
 
 def _lax_map_of(g, axes: list, size: int):
     """``g`` mapped over the axis-0 arguments a chunk of ``size`` at a time, the others held fixed."""
-    import jax
 
     def chunked(*args):
         mapped = tuple(a for a, axis in zip(args, axes) if axis == 0)
@@ -239,8 +234,6 @@ def _lax_map_of(g, axes: list, size: int):
 
 
 def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
-    import jax
-
     saved = [b for b in program.buffers if b.role == SAVED_FOR_BACKWARD and b.made_at is not None]
     saved_bytes = sum(b.bytes for b in saved)
     if not saved or saved_bytes < SAVED_SHARE * program.peak_bytes:
@@ -327,8 +320,6 @@ def _function_copy(function: types.FunctionType, globals_: dict) -> types.Functi
 
 
 def _smaller_input(call: CompiledCall, program: ProgramMemory, available: int) -> list[WayDown]:
-    import jax
-
     largest = program.buffers[0] if program.buffers else None
     sizes = _dims(largest.shape) if largest is not None else []
     leaves = jax.tree_util.tree_flatten_with_path((call.args, call.kwargs))[0]
@@ -383,8 +374,6 @@ def _leading(leaf) -> int | None:
 
 
 def _resized(leaf, size: int, smaller: int):
-    import jax
-
     shape = getattr(leaf, "shape", None)
     if not shape or int(shape[0]) != size:
         return leaf
@@ -428,8 +417,6 @@ def _parameter(parameters: list[str], index: int) -> str:
 
 
 def _path_name(path, parameters: list[str]) -> str:
-    import jax
-
     if not path:
         return "argument"
     first, rest = path[0], path[1:]

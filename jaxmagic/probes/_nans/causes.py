@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from jaxmagic.probes._nans.library_parameters import parameter_default
 from jaxmagic.probes._support.nan.producer import NanProducer
 
@@ -33,8 +35,6 @@ _ARITHMETIC = ("mul", "add", "sub", "dot_general", "reduce_sum", "integer_pow", 
 def overflowed(p: NanProducer) -> str:
     """Why an arithmetic operation made inf from finite values: its result is above its dtype's largest
     value (float16's is 65504) - not 0 * inf, which needs an inf to begin with; "" for anything else."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "")
     if p.value != "inf" or p.primitive not in _ARITHMETIC or not dtype:
         return ""

@@ -19,6 +19,8 @@ import traceback as traceback_module
 from collections.abc import Iterator
 from types import TracebackType
 
+import jax
+
 from jaxmagic._jax import jit_calls, jit_internals
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jax_prints import jax_prints_collected
@@ -50,8 +52,6 @@ _MESSAGE = re.compile(r"invalid value \((nan|inf)\) encountered in ([\w.\-]+)")
 
 
 def _checks_on(infs: bool) -> contextlib.ExitStack:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     stack = contextlib.ExitStack()
     stack.enter_context(jax.debug_nans(True))
     if infs:
@@ -60,8 +60,6 @@ def _checks_on(infs: bool) -> contextlib.ExitStack:
 
 
 def _checks_off() -> contextlib.ExitStack:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     stack = contextlib.ExitStack()
     stack.enter_context(jax.debug_nans(False))
     stack.enter_context(jax.debug_infs(False))
@@ -467,7 +465,6 @@ def _library_called(tb: TracebackType | None) -> str:
 def _locate_op_by_eager_rerun(report: NanReport, call: FailingCall, infs: bool) -> None:
     # Under disable_jit every op runs eagerly with its source information, so
     # a backward-pass NaN comes with the forward line that made the op.
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     try:
         with jax.disable_jit(), _checks_on(infs), contextlib.redirect_stdout(io.StringIO()):

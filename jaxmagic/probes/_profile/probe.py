@@ -7,6 +7,8 @@ import dataclasses
 import os
 import time
 
+import jax
+
 from jaxmagic._jax import runtime
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import ProgramCapture
@@ -54,8 +56,6 @@ class profile:
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> ProfileReport:
-        import jax  # deferred: importing the package does not import JAX
-
         if runtime.profiler_session_active():
             raise ProfilerBusy()
         if self.save is not None:
@@ -83,7 +83,6 @@ class profile:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         __tracebackhide__ = True
-        import jax  # deferred: importing the package does not import JAX
 
         wall = time.perf_counter() - self._started
         profile_data, stop_problem = None, ""

@@ -14,6 +14,9 @@ A fix is offered only when the program compiled with it has fewer collectives.
 
 from __future__ import annotations
 
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
 from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic._jax.program_inputs import input_shardings_flat
 from jaxmagic.probes._sharding.collectives import count_collectives, spec_axes
@@ -74,9 +77,6 @@ def _count(collectives: list[Collective], kind: str) -> int:
 def _shardings(compiled):
     """The call's flat input and output shardings; an input the program does not read (JAX gives it
     None) is placed replicated, so the positions stay those of the program's inputs."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-    from jax.sharding import NamedSharding, PartitionSpec  # deferred: as above
-
     inputs = input_shardings_flat(compiled)  # by the call's input structure: a None argument is no input
     outputs = jax.tree_util.tree_leaves(  # a None the function returns is no output
         compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
@@ -95,8 +95,6 @@ def _outputs_given(jitted) -> bool:
 
 
 def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> tuple[dict[str, int], int]:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     closed = traced.jaxpr
     _, out_shardings = _shardings(compiled)
     run = function or jaxpr_parts.jaxpr_function(closed)
@@ -112,8 +110,6 @@ def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> tup
 def _without_axes(
     jitted, traced, compiled, split: list[tuple[int, str]], axes: list[str], before: int
 ) -> CollectiveFix:
-    from jax.sharding import NamedSharding, PartitionSpec  # deferred: importing jaxmagic does not import JAX
-
     in_shardings, _ = _shardings(compiled)
     changed = list(in_shardings)
     changes, code, costs = [], [], []

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+import jax
+
 from jaxmagic.probes._hlo.jaxpr import scope_names, walk_eqns
 from jaxmagic.probes._hlo.name_paths import parse_name, scope_path
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
@@ -44,8 +46,6 @@ _AXIS = re.compile(r"'([^']+)'")
 
 def mesh_of(compiled):
     """The mesh of the call's first NamedSharding (inputs, then outputs); None without one."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     is_sharding = lambda s: isinstance(s, jax.sharding.Sharding)  # noqa: E731
     leaves = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_sharding)
     leaves += jax.tree_util.tree_leaves(compiled.output_shardings, is_leaf=is_sharding)

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jax
+
 from jaxmagic._jax import jaxpr_parts, jit_internals, recorded_sources
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
 from jaxmagic.probes._sharding.layouts import axes_of
@@ -72,8 +74,6 @@ def inputs_as_compiled(
 def _leaf_rows(name: str, shardings: Any, infos: Any, values: Any) -> list[LeafSharding]:  # pytrees
     """One row per leaf of one argument, walked by the argument's own structure (``infos``, its
     ``args_info``): a None *argument* has no leaf, a None *sharding* at a leaf is an input JAX pruned."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     is_info = lambda i: jit_internals.has_abstract_value(i) or hasattr(i, "shape")  # noqa: E731
     info_leaves, structure = jax.tree_util.tree_flatten_with_path(infos, is_leaf=is_info)
     try:
@@ -106,8 +106,6 @@ def _leaf_rows(name: str, shardings: Any, infos: Any, values: Any) -> list[LeafS
 
 
 def outputs_as_compiled(traced: Traced, compiled: Compiled) -> list[LeafSharding]:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     rows = []
     shardings = jax.tree_util.tree_flatten_with_path(
         compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
@@ -147,8 +145,6 @@ def intermediate_shardings(traced: Traced, compiled: Compiled) -> tuple[list[Int
     callbacks fire during compilation. The user's own ``inspect_array_sharding``
     calls are recorded too (their callbacks are not called again).
     """
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     closed = traced.jaxpr
     rows, dropped = _intermediate_rows(closed.jaxpr)
     row_of: dict[int, list[IntermediateSharding]] = {}
@@ -213,8 +209,6 @@ def _inspecting_copy(
     """The call's program as a Python function over its kept inputs that re-binds every top-level
     equation and, after each one in ``inspected``, asks for each output's sharding:
     ``record((equation, output), sharding)`` (the user's own inspect calls record as output 0)."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     inspect_sharding_p = jaxpr_parts.inspect_sharding_primitive()
     jaxpr, consts = closed.jaxpr, closed.consts
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic.probes._sharding.replicas import block_bounds, compare_replicas
@@ -11,8 +12,6 @@ from jaxmagic.probes._sharding.report import ArrayLayout, Block, DeviceInfo, Mes
 
 
 def layouts_of_tree(value: Any, check_replicas: bool, root: str = "") -> tuple[list[ArrayLayout], list[list[str]]]:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     leaves, _ = jax.tree_util.tree_flatten_with_path(value)
     layouts, others = [], []
     for key_path, leaf in leaves:
@@ -25,16 +24,12 @@ def layouts_of_tree(value: Any, check_replicas: bool, root: str = "") -> tuple[l
 
 
 def _has_layout(leaf: Any) -> bool:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     if isinstance(leaf, jax.Array):
         return not isinstance(leaf, jax.core.Tracer)
     return isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is not None
 
 
 def _what_is(leaf: Any) -> str:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     if isinstance(leaf, jax.core.Tracer):
         return "a tracer (inside a transformation there is no concrete layout; use jax.typeof)"
     if isinstance(leaf, np.ndarray):
@@ -48,8 +43,6 @@ def _what_is(leaf: Any) -> str:
 
 def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLayout:
     """The layout of one jax.Array (or ShapeDtypeStruct with a sharding)."""
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     shape = tuple(int(n) for n in x.shape)
     sharding = x.sharding
     has_data = isinstance(x, jax.Array)
@@ -123,8 +116,6 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
 
 
 def _is_addressable(device) -> bool:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     return device.process_index == jax.process_index()
 
 

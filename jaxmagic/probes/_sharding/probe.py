@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._sharding.collective_fixes import try_collective_fixes
@@ -74,8 +76,6 @@ def run_call(
     it); its compiled shardings come from ``jit(f).lower(...).compile()``, which
     JAX serves from the compilation it just made.
     """
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     args, kwargs = tuple(args), dict(kwargs or {})
     name = getattr(fn, "__name__", None) or type(fn).__name__
     text = call_text or f"{name}(...)"

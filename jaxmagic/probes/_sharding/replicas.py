@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import array_shards
@@ -28,8 +29,6 @@ def compare_replicas(x, layout: ArrayLayout) -> None:
 
 
 def _compare(x, layout: ArrayLayout, shards: list) -> None:
-    import jax  # deferred: importing jaxmagic does not import JAX
-
     by_index: dict[tuple, list] = {}
     for shard in shards:
         key = tuple(block_bounds(s, n) for s, n in zip(shard.index, x.shape))

@@ -30,6 +30,9 @@ import tracemalloc
 from collections.abc import Sequence
 from types import FrameType, ModuleType
 
+import jax
+import jax.numpy as jnp
+
 from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.report import SourceLine
@@ -164,9 +167,6 @@ def user_line_called(traceback) -> tuple[SourceLine | None, str]:
 def public_name(function: str, filename: str = "") -> str:
     """``logsumexp`` in ``jax/_src/nn/functions.py`` -> ``jax.nn.logsumexp``: the name a user writes;
     "" when no public namespace of JAX has it (``Primitive.bind``, an operator's helper)."""
-    import jax
-    import jax.numpy as jnp
-
     name = function.split(".")[-1]
     if "<" in name or "." in function.rsplit("<locals>.", 1)[-1]:
         return ""  # a method or a local helper of JAX's: not something the user called by name

@@ -53,6 +53,8 @@ import threading
 from collections.abc import Iterator
 from types import CodeType, FrameType
 
+import jax
+
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.compile_log import short_types
@@ -110,8 +112,6 @@ def transfers(mode: str = "log", *, host_observer: HostArguments | None = None) 
     (``named_copies``); ``host_observer``: an observer the caller feeds itself
     (``%%jax_doctor`` observes the calls for every probe at once), read at the end.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if mode not in MODES:
         raise ProbeArgumentError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     report = TransferReport(mode=mode)

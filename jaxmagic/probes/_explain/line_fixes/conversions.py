@@ -8,6 +8,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+import jax.numpy as jnp
+
 from jaxmagic.probes._support.fixes.fix import Fix, written_fix
 from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced, dotted, uses
 from jaxmagic.report.source import is_user_file
@@ -171,8 +173,6 @@ def _debug_print(line: LineCode, call: ast.Call) -> str:
 def fit_concrete(
     fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
 ) -> list[Fix]:
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     calls = line.calls()
     converted = [(c, arg) for n, c in calls if (arg := _conversion_argument(line, n, c)) and uses(c, names)]
     printing = next((c for n, c in calls if n == "print" and uses(c, names)), None)

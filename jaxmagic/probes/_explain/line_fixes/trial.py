@@ -16,12 +16,11 @@ import contextlib
 import importlib
 import io
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import jax
 
 from jaxmagic.report.wording import error_line
-
-if TYPE_CHECKING:
-    import jax
 
 # Names a rewritten line may use besides the failing frame's: the modules fixes are written with.
 _MODULES = {"jax": "jax", "jnp": "jax.numpy", "lax": "jax.lax", "math": "math"}
@@ -56,8 +55,6 @@ def try_on_shapes(
     becomes a ``jax.ShapeDtypeStruct`` of its shape and dtype, unless ``concrete`` gives the
     value the call passed for it (a name the fix makes static).
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     expression = expression_of(code)
     if expression is None:
         return "not tried", "the fix is not one expression"
@@ -136,8 +133,6 @@ def _holds_own_function(value) -> bool:
 
 
 def _abstract(tracer: Any) -> jax.ShapeDtypeStruct:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     aval = tracer.aval
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False)))
 

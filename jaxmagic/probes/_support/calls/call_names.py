@@ -26,6 +26,8 @@ import sys
 from types import FrameType
 from typing import Any
 
+import jax
+
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, entry_arguments, held_by_wrapper
 from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line
@@ -59,8 +61,6 @@ class UserCall:
     def jax_paths(self, jitted_args: tuple, jitted_kwargs: dict, parameters: list[str]) -> dict[str, str]:
         """JAX's name for each leaf of the call the wrapper made (``dynamic_nodonate['rest'][13]``: the jitted
         function's parameter and the leaf's path, as its cache-miss explanation writes it) -> the user's."""
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-
         named: dict[str, str] = {}
         given = [*zip(parameters, jitted_args), *jitted_kwargs.items()]
         for parameter, value in given:
@@ -118,8 +118,6 @@ def user_call(user_frame: FrameType | None = None) -> UserCall | None:
 
 
 def _leaves(value) -> list[tuple[str, Any]]:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         return [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]]
     except Exception:

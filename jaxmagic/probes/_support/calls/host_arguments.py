@@ -21,6 +21,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, program_inputs, runtime
@@ -75,8 +76,6 @@ def host_type(value) -> str:
     if isinstance(value, float):
         return "f32[] weak"
     if isinstance(value, (np.ndarray, np.generic)):
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-
         try:
             dtype = jax.dtypes.canonicalize_dtype(value.dtype)
         except Exception:
@@ -214,7 +213,6 @@ def host_leaves(jit_info, args, kwargs) -> list[HostLeaf]:
 def _arrays_in(value, argument: int | str, first: tuple[_Step, ...]) -> list[HostLeaf]:
     if type(value) is np.ndarray:  # the usual case, without flattening
         return [HostLeaf(argument, "", first, value)] if value.size > 1 else []
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     if isinstance(value, (jax.Array, int, float, complex, str, bytes, type(None))):
         return []
@@ -287,7 +285,6 @@ def live_counts(skip_ids: frozenset = frozenset()) -> tuple[dict[tuple, int], in
 
     if not runtime.backend_started():
         return {}, 0
-    import jax
 
     counts: dict[tuple, int] = {}
     total = 0

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxmagic.probes._support.rerun.kept_state import kept
@@ -82,8 +83,6 @@ def decided_in_python(failure: str) -> bool:
 def abstract_value(value: Any) -> Any:
     """A ``jax.ShapeDtypeStruct`` of an array or a Python number (weak-typed, as jit traces one); the value
     itself for anything else (it stays as given)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(value, bool):
         return jax.ShapeDtypeStruct((), np.dtype(bool))
     if isinstance(value, (int, float, complex)):
@@ -99,8 +98,6 @@ def abstract_value(value: Any) -> Any:
 
 def abstract_arguments(args: tuple, kwargs: dict, static_positions: set[int], static_names: set[str]):
     """(args, kwargs) with every leaf of a non-static argument an abstract value; static ones as given."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     abstract_args = tuple(a if i in static_positions else jax.tree.map(abstract_value, a) for i, a in enumerate(args))
     abstract_kwargs = {k: v if k in static_names else jax.tree.map(abstract_value, v) for k, v in kwargs.items()}
     return abstract_args, abstract_kwargs
@@ -109,7 +106,6 @@ def abstract_arguments(args: tuple, kwargs: dict, static_positions: set[int], st
 def abstract_arrays(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """(args, kwargs) with every array leaf an abstract value and every other value as given (a Python
     number stays a number: bound values a trial keeps static, as the program had them)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
 
     def arrays_only(leaf: Any) -> Any:
         is_array = getattr(leaf, "aval", None) is not None or isinstance(leaf, np.ndarray)
@@ -121,8 +117,6 @@ def abstract_arrays(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 def traced_scalar(value: Any) -> Any:
     """The abstract value a fix "pass it as an array" gives a static Python number: ``jnp.int32(n)``'s
     ``int32[]`` for an int, ``float32[]`` for a float, ``bool[]`` for a bool; None for anything else."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(value, bool):
         return jax.ShapeDtypeStruct((), np.dtype(bool))
     if isinstance(value, int):
@@ -144,8 +138,6 @@ def trace_with(
     the function's own output while it is traced is not shown. ``extra``: more traced inputs (abstract
     values) that ``place(args, kwargs, tracers)`` puts where no pytree leaf is - a static field of an
     argument made an array, say - before ``fun`` is called."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     is_abstract = lambda leaf: isinstance(leaf, jax.ShapeDtypeStruct)  # noqa: E731
     try:
         leaves, tree = jax.tree.flatten((args, kwargs), is_leaf=is_abstract)
@@ -189,8 +181,6 @@ class _NotApplied(Exception):
 def carried_leaf(init: Any, path: str) -> tuple[int, Any] | None:
     """(position among the carry's leaves, initial value) of the carry leaf JAX names ``path`` relative to
     the carry (``[1]`` of "the argument c[1]"); None when no leaf has that path."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     leaves, _ = jax.tree_util.tree_flatten_with_path(init)
     for position, (key_path, leaf) in enumerate(leaves):
         if jax.tree_util.keystr(key_path) == path:
@@ -205,8 +195,6 @@ def trace_body_with_constant(
     ``position`` a Python constant (its initial value, as a closure would give it) and every other input
     abstract: (the trial, whether the body returns that leaf unchanged - the condition for keeping it out of
     the carry)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     leaves, tree = jax.tree.flatten(init)
     constant = leaves[position]
     abstract = [abstract_value(leaf) for leaf in leaves]

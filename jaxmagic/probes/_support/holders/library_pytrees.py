@@ -22,6 +22,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import jax
+
 from jaxmagic.report.source import is_user_file
 
 # Packages whose classes are no library pytrees: Python's own and the shell's.
@@ -31,8 +33,6 @@ _NOT_LIBRARIES = frozenset({"builtins", "__main__", "abc", "typing", "collection
 def is_library_pytree(cls: type, sample: Any) -> bool:
     """Whether objects of ``cls`` are pytree nodes of a library: ``cls`` or a base class is defined in an
     installed package (not the user's files, not Python's own), and JAX flattens ``sample`` into children."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if not _defined_in_library(cls):
         return False
     try:
@@ -60,8 +60,6 @@ def leaves_with_paths(obj: Any, max_items: int | None) -> Iterator[tuple[str, An
     then for each public attribute the flattening leaves out (a module's static fields, which may
     hold anything the user stored: ``.last_hidden``). None when JAX cannot flatten it, or names a
     leaf only by its position among the leaves."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         leaves = jax.tree_util.tree_flatten_with_path(obj)[0]
         children = jax.tree_util.tree_flatten(obj, is_leaf=lambda x: x is not obj)[0]
@@ -77,8 +75,6 @@ def leaves_with_paths(obj: Any, max_items: int | None) -> Iterator[tuple[str, An
 
 
 def _paths(obj: Any, leaves: list, children: list) -> Iterator[tuple[str, Any]]:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     for path, leaf in leaves:
         yield jax.tree_util.keystr(path), leaf
     covered = set(map(id, children))

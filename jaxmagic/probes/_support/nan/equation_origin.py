@@ -15,6 +15,9 @@ import linecache
 import os
 import weakref
 
+import jax
+import jax.numpy as jnp
+
 from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
@@ -160,9 +163,6 @@ def _line_of(traceback) -> SourceLine | None:
 
 def public_name(function: str, filename: str = "") -> str:
     """``std`` -> ``jnp.std``: the public name a user would write, best effort."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     name = function.split(".")[-1].lstrip("_")
     if "<" in name:
         return ""

@@ -8,6 +8,7 @@ the first bad element of the output (``-1.0``, or ``f32[3] in [-1.0, 2.0]``).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts
@@ -17,8 +18,6 @@ from jaxmagic.report.wording import short_dtype
 
 def host_array(value):
     """``value`` as a NumPy array of floats (or complex numbers); None for a tracer or anything else."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(value, jax.core.Tracer):
         return None
     if isinstance(value, jax.Array) and not is_inexact(value.dtype):
@@ -124,8 +123,6 @@ def shape_text(array) -> str:
 
 
 def readable(value) -> bool:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         np.asarray(value)
     except Exception:

@@ -18,6 +18,7 @@ import ast
 import dataclasses
 import linecache
 
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts, recorded_sources
@@ -59,8 +60,6 @@ def low_precision(dtype: str) -> bool:
 
 def smallest_positive(dtype: str) -> float:
     """The dtype's smallest positive value (its smallest subnormal): float16's 5.96e-08."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     return float(jnp.finfo(dtype).smallest_subnormal)
 
 

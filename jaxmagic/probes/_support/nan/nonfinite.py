@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 MAX_LEAVES = 10_000  # a scan is a diagnosis aid, not worth minutes on giant trees
@@ -32,8 +33,6 @@ class NonFiniteLeaf:
 
 def _host_values(leaf):
     """The leaf as a NumPy array, or None if it is not an inexact array we can read."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(leaf, jax.core.Tracer):
         return None
     if isinstance(leaf, jax.Array):
@@ -53,8 +52,6 @@ def _host_values(leaf):
 def is_inexact(dtype) -> bool:
     """A floating or complex dtype, bfloat16 and the other ml_dtypes floats included (NumPy does not
     count them inexact: a bfloat16 NaN went unsearched)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         return bool(jax.dtypes.issubdtype(dtype, jax.numpy.inexact))
     except TypeError:  # PRNG key dtypes and other extended dtypes
@@ -63,8 +60,6 @@ def is_inexact(dtype) -> bool:
 
 def nonfinite_leaves(tree, holder: str) -> list[NonFiniteLeaf]:
     """The leaves of ``tree`` that contain NaN or inf, in tree order."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         leaves = jax.tree_util.tree_leaves_with_path(tree)
     except Exception:
@@ -91,8 +86,6 @@ def looks_like_array_tree(value) -> bool:
     call gets fresh copies) rather than closing over the user's object, which a library's jit wrapper
     writes its outputs back into - under a trace that leaves tracers in it, or a half-cleared object
     when the write fails (an nnx Module lost every attribute that way)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if isinstance(value, (jax.Array, np.ndarray)):
         return True
     if isinstance(value, (list, tuple, dict)):

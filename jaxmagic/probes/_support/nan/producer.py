@@ -53,6 +53,8 @@ import contextlib
 import dataclasses
 import io
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, jit_calls, recorded_sources
@@ -275,8 +277,6 @@ class ProducerListener(Listener):
     @staticmethod
     def step_flag(key, inputs, outputs):
         """``look_inside`` for a loop iteration, traced: found by one compiled run of the loop."""
-        import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
         stage, strict, given_inf = key
 
         def bad(values, nan_only):
@@ -546,8 +546,6 @@ def search(
     infinities written into the program: the producer is the first operation that
     made a NaN or inf no input gave it (``given.GivenInfinities``).
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     result = ProducerSearch(searched=source)
     kwargs = dict(kwargs or {})
     leaves, tree = jax.tree_util.tree_flatten((list(args), kwargs))
@@ -580,8 +578,6 @@ def search(
 def _trace_and_walk(
     traced, values: list, result: ProducerSearch, want_nan: bool, with_fixes: bool = True
 ) -> ProducerSearch:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     source = result.searched
     try:
         with recorded_sources.tracing_where_traced() as attributed:
@@ -653,8 +649,6 @@ def _trace_and_walk(
 def quiet_evaluation() -> contextlib.ExitStack:
     """What evaluating a user's program op by op runs under: NaN/inf checks off (the search looks for
     them itself), its prints discarded, and our own call observation paused."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     quiet = contextlib.ExitStack()
     quiet.enter_context(jax.debug_nans(False))
     quiet.enter_context(jax.debug_infs(False))

@@ -23,6 +23,8 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
@@ -75,8 +77,6 @@ def representable_eps(wanted: float, dtype) -> float:
     """``wanted`` when ``dtype`` holds it as a normal number, else the power of ten just above the dtype's
     smallest normal number: float16 turns 1e-8 into 0.0 and 1e-6 into a subnormal (which the CPU may flush
     to 0), so an epsilon for float16 is 1e-4 (optax#1754); bfloat16 holds 1e-8."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     try:
         tiny = float(jnp.finfo(np.dtype(dtype)).tiny)
     except (TypeError, ValueError):
@@ -107,7 +107,6 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
 
 def _finite_fill(eqn) -> _Candidate:
     """An inf the operation was given (a mask's -inf fill): a finite fill instead."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     def filled(ins: list) -> list:
         finite = [
@@ -122,7 +121,6 @@ def _finite_fill(eqn) -> _Candidate:
 def _widened(eqn) -> _Candidate:
     """An overflow of half precision: the same operation in float32 (the result's largest value then says
     whether it may go back to the half type after)."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     def widened(ins: list) -> list:
         return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
@@ -132,8 +130,6 @@ def _widened(eqn) -> _Candidate:
 
 def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
     """Fixes of an operation's first input: kept in the domain where the operation is finite."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     name = eqn.primitive.name
 
     def on_input(transform: Callable) -> Callable[[list], list]:
@@ -183,8 +179,6 @@ def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
 
 def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
     """A division (or remainder) by 0: a denominator kept from 0, or the result guarded."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     name = eqn.primitive.name
     symbol = "/" if name == "div" else "%"
     den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
@@ -238,8 +232,6 @@ def bad_text(values: list) -> str:
 
 def _back_in(half: str, outputs: list) -> str:
     """Whether float32 results fit the half type again: " (largest 1.2e+05, above float16's 65504)"."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     largest = max((float(np.max(np.abs(np.asarray(v, np.float64)))) for v in outputs if np.size(v)), default=0.0)
     limit = float(jnp.finfo(half).max)
     fits = "within" if largest <= limit else "above"
@@ -256,9 +248,6 @@ def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
     """The fixed operation's partial derivatives at ``inputs`` (``jax.jvp`` along each float input): where
     the fix itself has a derivative of 0 (a clip past its bound) times an infinite one, it is NaN - as the
     gradient of the written fix would be (jax#23649: `arccos(clip(y, -1, 1))`)."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-    import jax.numpy as jnp
-
     varying = [i for i, v in enumerate(inputs) if hasattr(v, "dtype") and _floats(v.dtype)]  # not a written constant
 
     def of(*values):
@@ -369,8 +358,6 @@ class _Replaced:
         return [read(v) for v in jaxpr.outvars]
 
     def _open(self, eqn, inputs: list) -> list:
-        import jax  # deferred: importing jaxmagic.probes imports no JAX
-
         name = eqn.primitive.name
         if name == "scan":
             consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
@@ -471,8 +458,6 @@ def _try_replaced(
     """``trial`` tried by evaluating ``program`` on ``values`` with equation ``written`` (beside ``producer``,
     same ``path``) replaced by ``replaced``: the producer's outputs and the program's outputs finite? The
     equations after it read the replaced value, a derivative's coefficients too. Never raises."""
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     jaxpr, consts = jaxpr_parts.closed_parts(program)
     why = ""
     if before is None:
@@ -513,8 +498,6 @@ def try_constant(
     ``Literal``: an ``eps`` its dtype turned into 0) replaced by ``value`` in the same dtype: the producer's
     outputs and the program's outputs finite? ``written`` sits beside ``producer`` (same ``path``). Only
     JAX primitives run, as for every trial; never raises."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     dtype = np.asarray(written.invars[operand].val).dtype
 
     def replaced(ins: list) -> list:
@@ -532,7 +515,6 @@ def try_clamped_before(
     added to: a variance that rounded below 0) clamped at 0 before the add: the producer's outputs and the
     program's outputs finite? Under a gradient the backward pass then computes with the clamped forward
     values (the clamp's own derivative, 0 below 0, is not in the program evaluated). Never raises."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
 
     def replaced(ins: list) -> list:
         changed = list(ins)

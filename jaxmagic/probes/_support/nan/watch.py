@@ -41,6 +41,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jit_calls, jit_internals
@@ -127,8 +129,6 @@ def _deleted(value) -> bool:
 
 def _copied(leaves) -> list:
     """Device copies of ``leaves`` (dispatched, not waited for: they are made before a later call donates them)."""
-    import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
     return [jnp.copy(leaf) for leaf in leaves]
 
 
@@ -295,8 +295,6 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
     the call's own arguments (static ones included); ``_cpp_pjit`` makes the
     same jitted function from them, sharing its caches.
     """
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     if jit_locals is None:
         return None
     fun, info, args, kwargs = jit_locals

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
@@ -47,8 +48,6 @@ class _Widened:
         self.widened = 0  # equations computed in float32
 
     def run(self, jaxpr, consts: list, args: list, path: tuple = (), inside: bool = False) -> list:
-        import jax.numpy as jnp  # deferred: importing jaxmagic.probes imports no JAX
-
         env: dict = {}
 
         def read(var):

@@ -22,6 +22,7 @@ import functools
 import types
 from collections.abc import Iterator
 
+import jax
 import numpy as np
 
 from jaxmagic.report.source import is_user_file
@@ -125,8 +126,6 @@ def _put_back(attributes: _Attributes) -> None:
 
 
 def _recorded(roots) -> list[_Attributes]:
-    import jax  # deferred: importing jaxmagic.probes imports no JAX
-
     seen: set[int] = set()
     recorded: list[_Attributes] = []
     pending = list(roots)
