@@ -9,7 +9,7 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.sharding_layout import sharding_document
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block as DocumentBlock
-from jaxmagic.report.document import Paragraph, Section, SourceLines, Table, fits_headline
+from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table, fits_headline
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import format_bytes
 
@@ -436,7 +436,7 @@ class ShardingReport(Report):
         label = "outputs" if self.call else "arrays"
         return f"`{what}`: {len(self.arrays)} {label} over {len(devices)} device(s)."
 
-    def document(self):
+    def document(self) -> Document:
         document = sharding_document(self)
         if self.call is not None and self.call.collectives_asked:
             document.sections.insert(0, collectives_section(self.call))

@@ -79,7 +79,7 @@ class WatchFinding(Report):
             blocks.append(Paragraph(self.debug_step))
         return blocks
 
-    def document(self):
+    def document(self) -> Document:
 
         details = [Section(f"{self.area}: details", self.blocks(with_fix=False))]
         return Document("%jax_watch", self.status, self.headline, details, fix=self.what_to_do)
@@ -118,7 +118,7 @@ class CellFindings(Report):
         others = ", ".join(f.area for f in self.findings[1:])
         return f"{self.cell}: {self.findings[0].title}; also {others}."
 
-    def document(self):
+    def document(self) -> Document:
 
         first = next((f for f in self.findings if f.fix), self.findings[0] if self.findings else None)
         sections = [Section(f.title, f.blocks(with_fix=f is not first)) for f in self.findings]
@@ -172,7 +172,7 @@ class WatchLog(Report):
         more = f" and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
         return f"Watch {state} ({watched}): {counted(len(self.findings), 'finding')} - {named}{more}."
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = []
         if self.findings:
