@@ -4,16 +4,13 @@ general fix and its place in the priority order, and every cause the probe makes
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
 
-cause = importlib.import_module("jaxmagic.probes._compiles.cause")
-causes = importlib.import_module("jaxmagic.probes._compiles.causes")
-model = importlib.import_module("jaxmagic.probes._compiles.model")
+from jaxmagic.probes._compiles import cause, causes, model
 
-COMPILES = Path(__file__).resolve().parents[1] / "jaxmagic" / "probes" / "compiles"
+COMPILES = Path(__file__).resolve().parents[1] / "jaxmagic" / "probes" / "_compiles"
 NOTHING_TO_FIX = {"first"}  # a first compilation is no problem: the one kind without a fix
 
 

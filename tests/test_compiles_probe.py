@@ -7,7 +7,6 @@ another test can hide (or add) a compilation.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 from functools import partial
@@ -17,6 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+# the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
+import jaxmagic.probes._compiles as compiles_module
+import jaxmagic.probes._compiles.model as limits_module  # how much is kept
 from jaxmagic import probes
 from jaxmagic._jax.compile_log import (
     argument_passing_changes,
@@ -30,10 +32,6 @@ from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes._compiles import CompileBudgetExceeded
 from jaxmagic.probes._compiles.fixes import fix_for, main_fix
 from jaxmagic.render import static_bundle
-
-# the module (``probes.compiles`` is the probe itself, which shadows it as an attribute)
-compiles_module = importlib.import_module("jaxmagic.probes._compiles")
-limits_module = importlib.import_module("jaxmagic.probes._compiles.model")  # how much is kept
 
 
 def test_static_argument_value_change_is_named_with_its_values():

@@ -4,13 +4,11 @@ the ``KeyFinding`` it makes), and the findings module does not import the report
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
+from jaxmagic.probes._keys import findings
+from jaxmagic.probes._keys import report as report_module
 from jaxmagic.report import SourceLine
-
-findings = importlib.import_module("jaxmagic.probes._keys.findings")
-report_module = importlib.import_module("jaxmagic.probes._keys.report")
 
 
 def _line(lineno: int) -> SourceLine:

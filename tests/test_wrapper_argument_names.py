@@ -13,8 +13,6 @@ every time"); ``Dropout``'s ``rngs`` (google/flax#3815) given to an ``nnx.jit`` 
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -153,7 +151,8 @@ def test_the_keys_of_an_nnx_rngs_given_to_nnx_jit_are_named_by_the_rngs_path():
 def test_a_compile_cause_jax_named_by_the_wrappers_packing_is_told_in_the_users_names(monkeypatch):
     """A model with more leaves than the compile probe records of the user's arguments: the cause comes from
     JAX's cache-miss explanation, whose paths are ``eqx.filter_jit``'s (``dynamic_nodonate['rest'][0]``)."""
-    user_arguments = importlib.import_module("jaxmagic.probes._compiles.user_arguments")
+    from jaxmagic.probes._compiles import user_arguments
+
     monkeypatch.setattr(user_arguments, "MAX_LEAVES", 3)  # the MLP's 6 leaves stand for a large model's
     model = eqx.nn.MLP(4, 1, 16, 2, key=jax.random.PRNGKey(0))
 
