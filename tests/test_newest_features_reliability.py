@@ -50,6 +50,7 @@ LOOK = """
 import gc, json, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from jaxmagic import probes
+from jaxmagic._jax import array_shards
 
 
 mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
