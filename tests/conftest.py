@@ -3,6 +3,9 @@
 Every test is marked by what it needs, so `make test-fast` can leave out what is slow to start:
 ``browser`` (JupyterLab in Chromium), ``kernel`` (a notebook kernel or a fresh Python process),
 ``cluster`` (ipyparallel engines), ``slow`` (a second or more: tests/slow_tests.txt, measured).
+``accelerator`` tests need a TPU or GPU and are skipped where JAX has none (CI): they run in the
+accelerator lane on a lent machine (tools/accelerator/); what they parse is recorded there and replayed
+here by tests that are not so marked (tests/fixtures/accelerator/).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def pytest_configure(config):
         ("kernel", "runs a notebook kernel or a fresh Python process"),
         ("cluster", "starts ipyparallel engines"),
         ("slow", "takes a second or more (tests/slow_tests.txt)"),
+        ("accelerator", "needs a TPU or GPU: skipped where JAX has none (tools/accelerator/ runs them)"),
     ]:
         config.addinivalue_line("markers", f"{name}: {what}")
 
@@ -70,6 +74,14 @@ def pytest_collection_modifyitems(config, items):
     listed_files = {node.split("::")[0] for node in slow}
     if listed_files <= collected_files:  # the whole suite was collected: say which listed tests are gone
         config.stash[_GONE_SLOW_IDS] = sorted(slow - seen)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("accelerator") is not None:
+        import jax  # deferred: only an accelerator test starts a backend to ask which one
+
+        if jax.default_backend() == "cpu":
+            pytest.skip("needs a TPU or GPU; JAX here has only the CPU")
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -123,8 +124,12 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
     nb = nbformat.read(path, as_version=4)
     env_before = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugger warning on stderr
+    # JAXMAGIC_KERNEL_TRANSPORT=ipc: the lent TPU machine opens no TCP socket, not even on the loopback
+    # (tools/accelerator/device.sh); the kernel then talks over unix sockets.
+    transport = os.environ.get("JAXMAGIC_KERNEL_TRANSPORT", "tcp")
     client = NotebookClient(
         nb,
+        km=KernelManager(kernel_name=KERNEL_NAME, transport=transport),
         kernel_name=KERNEL_NAME,
         timeout=CELL_TIMEOUT_S,
         resources={"metadata": {"path": str(path.parent)}},
