@@ -103,27 +103,31 @@ def read_device_plane(plane_name: str, lines: list[PlaneLine], reading: TraceRea
 
 
 def _read_kernel_lines(device: str, lines: list[PlaneLine], reading: TraceReading) -> bool:
-    """The kernels that carry their own ``hlo_op`` and ``hlo_module`` (a GPU's stream lines); True if any."""
+    """The kernels that carry their own ``hlo_op`` and ``hlo_module`` (a GPU's stream lines); True if any.
+
+    A device activity that names no XLA op (CUPTI gives every launch and copy a ``correlation_id``: a copy
+    the host asked for, a kernel launched outside XLA) is counted and said, not dropped silently.
+    """
     found: list[TraceEvent] = []
     stray, stray_ns = 0, 0.0
     for line in lines:
         if line.name in (MODULES_LINE, OPS_LINE, *REPEAT_LINES) or line.name.startswith("_"):
             continue  # "_counters_": samples, not spans
-        events = line.load()
-        kernels = [_kernel(event, line.thread) for event in events if event.stats.get("hlo_op")]
-        found.extend(k for k in kernels if k.module)
-        if kernels:  # a kernel line: what on it is no XLA op is said, not dropped silently
-            unowned = [e for e in events if not e.stats.get("hlo_op") or not e.stats.get("hlo_module")]
-            stray += len(unowned)
-            stray_ns += sum(e.duration_ns for e in unowned)
+        for event in line.load():
+            stats = event.stats
+            if stats.get("hlo_op") and stats.get("hlo_module"):
+                found.append(_kernel(event, line.thread))
+            elif "correlation_id" in stats:
+                stray += 1
+                stray_ns += event.duration_ns
     if not found:
         return False
     reading.events.extend(found)
     reading.devices.append(f"{device} (its kernels' XLA op stats)")
     if stray:
         reading.notes.append(
-            f"{device}: {stray} event(s) on its kernel lines ({stray_ns / 1e6:.3f} ms) name no XLA program "
-            "(copies or memsets the host asked for, kernels launched outside XLA): not in the kernel time."
+            f"{device}: {stray} device activit{'y' if stray == 1 else 'ies'} ({stray_ns / 1e6:.3f} ms) named no "
+            "XLA op (copies the host asked for, kernels launched outside XLA): not in the kernel time."
         )
     return True
 
