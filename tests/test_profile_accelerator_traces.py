@@ -22,7 +22,8 @@ from jax.profiler import ProfileData
 
 from jaxmagic._jax.jit_programs import CompiledProgram
 from jaxmagic.probes._profile import build_report
-from jaxmagic.probes._profile.device_planes import op_name
+from jaxmagic.probes._profile.device_planes import PlaneEvent, PlaneLine, op_name, read_device_plane
+from jaxmagic.probes._profile.events import TraceReading
 from jaxmagic.probes._profile.trace_events import read_profile_data, read_trace_json
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "accelerator"
@@ -143,7 +144,7 @@ def test_a_device_plane_without_an_op_line_says_why():
     report = build_report(read_trace_json(trace), wall_seconds=0.001)
     assert not report.events_supported
     assert report.summary.startswith("1.00 ms: no kernel time could be read from the trace (TPU 0: its trace has")
-    assert "no `XLA Ops` line" in report.summary and "its lines: Steps" in report.summary
+    assert "no XLA op events" in report.summary and "it recorded events on: Steps" in report.summary
     assert report.to_dict()["status"] == "ok" and report.to_dict()["concerns"][0]["severity"] == "note"
 
 
@@ -172,3 +173,13 @@ def test_ops_outside_every_program_run_are_said():
         "TPU 1: 1 op run(s) fell outside every program run of its `XLA Modules` line (the trace started or "
         "stopped during a run); they are counted without a program."
     ]
+
+
+def test_an_idle_device_is_not_a_reading_problem():
+    # A cell with no device work on a TPU: the plane and its lines are there, empty; nothing to say.
+    samples = PlaneLine("_counters_", 3, lambda: [PlaneEvent("power", 0.0, 0.0, {"power": 1.0})])
+    reading = TraceReading()
+    read_device_plane(
+        "/device:TPU:0", [PlaneLine("XLA Modules", 1, list), PlaneLine("XLA Ops", 2, list), samples], reading
+    )
+    assert (reading.events, reading.devices, reading.notes) == ([], [], [])

@@ -55,11 +55,22 @@ class PlaneEvent:
 
 @dataclasses.dataclass
 class PlaneLine:
-    """A line of a device plane; ``load`` reads its events only if the line is read."""
+    """A line of a device plane; ``load`` reads its events only if the line is read, and once."""
 
     name: str
     thread: int
-    load: Callable[[], list[PlaneEvent]]
+    read: Callable[[], list[PlaneEvent]]
+    _events: list[PlaneEvent] | None = None
+
+    def load(self) -> list[PlaneEvent]:
+        if self._events is None:
+            self._events = self.read()
+        return self._events
+
+    @property
+    def is_samples(self) -> bool:
+        """A counter line (``_counters_``: power, temperature samples), not spans of work."""
+        return self.name.startswith("_")
 
 
 def device_of(plane_name: str) -> str:
@@ -74,16 +85,14 @@ def read_device_plane(plane_name: str, lines: list[PlaneLine], reading: TraceRea
     if _read_kernel_lines(device, lines, reading):
         return
     ops_line = next((line for line in lines if line.name == OPS_LINE), None)
-    if ops_line is None:
-        named = ", ".join(line.name for line in lines if not line.name.startswith("_")) or "none"
-        reading.notes.append(
-            f"{device}: its trace has no line of XLA ops (no `{OPS_LINE}` line, no kernel with an `hlo_op` "
-            f"stat; its lines: {named}), so its device time is not counted here."
-        )
-        return
-    ops = ops_line.load()
-    if not ops:
-        reading.notes.append(f"{device}: its `{OPS_LINE}` line is empty: no op of it ran while the trace was on.")
+    ops = ops_line.load() if ops_line is not None else []
+    if ops_line is None or not ops:
+        busy = [line.name for line in lines if not line.is_samples and line.load()]
+        if busy:  # the device recorded work, but no op this reader knows: say so (an idle device says nothing)
+            reading.notes.append(
+                f"{device}: its trace has no XLA op events (no `{OPS_LINE}` line with events, no kernel with an "
+                f"`hlo_op` stat; it recorded events on: {', '.join(busy)}), so its device time is not counted here."
+            )
         return
     modules_line = next((line for line in lines if line.name == MODULES_LINE), None)
     modules = modules_line.load() if modules_line is not None else []
@@ -93,7 +102,7 @@ def read_device_plane(plane_name: str, lines: list[PlaneLine], reading: TraceRea
     if modules_line is None:
         reading.notes.append(
             f"{device}: its trace has no `{MODULES_LINE}` line, so its ops cannot be told apart by program "
-            "or run: each op counts as one run of an unnamed program."
+            "or run: they count as one unnamed program."
         )
     elif outside:
         reading.notes.append(
@@ -111,8 +120,8 @@ def _read_kernel_lines(device: str, lines: list[PlaneLine], reading: TraceReadin
     found: list[TraceEvent] = []
     stray, stray_ns = 0, 0.0
     for line in lines:
-        if line.name in (MODULES_LINE, OPS_LINE, *REPEAT_LINES) or line.name.startswith("_"):
-            continue  # "_counters_": samples, not spans
+        if line.name in (MODULES_LINE, OPS_LINE, *REPEAT_LINES) or line.is_samples:
+            continue
         for event in line.load():
             stats = event.stats
             if stats.get("hlo_op") and stats.get("hlo_module"):
