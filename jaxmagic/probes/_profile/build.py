@@ -11,8 +11,14 @@ import os
 from collections.abc import Sequence
 
 from jaxmagic._jax.jit_programs import CompiledProgram
-from jaxmagic.probes._profile.events import TraceEvent, TraceReading
-from jaxmagic.probes._profile.kernel_sources import KernelSource, ProgramSources, program_sources, source_from_trace
+from jaxmagic.probes._profile.events import OpOrigin, TraceEvent, TraceReading
+from jaxmagic.probes._profile.kernel_sources import (
+    KernelSource,
+    ProgramSources,
+    program_sources,
+    short_text,
+    source_from_trace,
+)
 from jaxmagic.probes._profile.report import (
     NO_SCOPE,
     TOP_KERNELS,
@@ -125,13 +131,14 @@ def _per_program(kernels: list[TraceEvent], own: list[float]) -> dict[tuple[str,
 def _run_count(group: dict) -> int:
     """A program's runs: its distinct run ids; without any (a GPU's kernels carry none), the runs of its
     least-run op - every run runs each op of the program's entry at least once."""
-    if group["runs"] != {""}:
-        return len(group["runs"])
+    named = group["runs"] - {""}
+    if named:
+        return len(named)
     return min(runs for _ns, runs, _origin in group["ops"].values())
 
 
 def _runs_counted_by_ops(per_program: dict[tuple[str, str], dict]) -> list[str]:
-    named = sorted({f"`{module}`" for (module, _id), group in per_program.items() if module and group["runs"] == {""}})
+    named = sorted({f"`{module}`" for (module, _id), group in per_program.items() if module and group["runs"] <= {""}})
     if not named:
         return []
     return [
@@ -182,7 +189,9 @@ def _program_row(module: str, program: CompiledProgram | None, identified: bool)
     )
 
 
-def _kernel_row(name: str, module: str, ns: float, runs: int, total_ns: float, source: KernelSource | None, origin):
+def _kernel_row(
+    name: str, module: str, ns: float, runs: int, total_ns: float, source: KernelSource | None, origin: OpOrigin | None
+) -> KernelTime:
     row = KernelTime(name=name, program=module, seconds=ns / 1e9, runs=runs, share=ns / total_ns if total_ns else 0.0)
     if source is not None:
         row.opcode, row.op_types, row.hlo = source.opcode, list(source.op_types), source.text
@@ -191,7 +200,7 @@ def _kernel_row(name: str, module: str, ns: float, runs: int, total_ns: float, s
         row.lines = list(dict.fromkeys(_short_where(o.file, o.line) for o in owners if o.line))
     elif origin is not None:  # a device trace names the op's instruction even where nothing places it
         row.opcode = origin.category
-        row.hlo = origin.instruction if len(origin.instruction) <= 300 else origin.instruction[:297] + "..."
+        row.hlo = short_text(origin.instruction)
     return row
 
 
@@ -205,7 +214,7 @@ def _short_where(filename: str, lineno: int) -> str:
     return f"{label}:{lineno}"
 
 
-def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, program_calls, known) -> None:
+def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, program_calls, known: bool) -> None:
     if source is None or not source.owners:
         if known:  # XLA's own instructions (a copy, a layout change) carry no metadata
             what = f"`{module}`: ops XLA added (copies, layouts), no line in their metadata"

@@ -82,8 +82,12 @@ def _describe(module: HloModuleText, kernel: HloInstruction) -> KernelSource:
     owners = tuple(Owner(key[0], key[1], key[2], key[3], cost / total) for key, cost in shares.items())
     opcode = kernel.opcode + (f" ({kernel.fusion_kind})" if kernel.fusion_kind else "")
     op_types = tuple(dict.fromkeys(filter(None, (m.op_type or _primitive(m) for m in made))))
-    text = kernel.text if len(kernel.text) <= 300 else kernel.text[:297] + "..."
-    return KernelSource(kernel.name, opcode, op_types, owners, text)
+    return KernelSource(kernel.name, opcode, op_types, owners, short_text(kernel.text))
+
+
+def short_text(text: str) -> str:
+    """An instruction's HLO line as a report keeps it: at most 300 characters."""
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 _DIMS = re.compile(r"\[([\d,]*)\]")
@@ -215,6 +219,7 @@ def source_from_trace(name: str, origin: OpOrigin) -> KernelSource | None:
     if not where[1] and not scope:
         return None
     primitive = _split(origin.name_stack)[-1] if "/" in origin.name_stack else ""
-    text = origin.instruction if len(origin.instruction) <= 300 else origin.instruction[:297] + "..."
     owner = Owner(scope, where[0], where[1], "", 1.0)
-    return KernelSource(name, origin.category, (primitive,) if primitive else (), (owner,), text)
+    return KernelSource(
+        name, origin.category, (primitive,) if primitive else (), (owner,), short_text(origin.instruction)
+    )
