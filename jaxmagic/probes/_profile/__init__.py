@@ -21,10 +21,16 @@ compilation, host dispatch, device execution and waiting.
 Python's own function calls are not traced (``python_tracer_level=0``): they
 would slow the Python code under measurement several-fold.
 
+On a TPU or GPU the kernels are read from the device's own plane of the trace
+(``device_planes``: a TPU's ``XLA Ops`` line, each op placed in its program run by
+the ``XLA Modules`` event around it; a GPU's stream lines, whose kernels carry their
+XLA op); what a plane lacks becomes a note of the report, never silence.
+
 The package: ``probe`` (the ``profile`` context manager: the trace, the
-program capture and the compile probe around the block), ``build`` (the report
-from the trace's events and the programs' HLO) and ``report`` (the report,
-its wording and its document).
+program capture and the compile probe around the block), ``trace_events`` and
+``device_planes`` (a trace read into ``events``: the host's lines, the devices'
+planes), ``build`` (the report from the trace's events and the programs' HLO) and
+``report`` (the report, its wording and its document).
 """
 
 from jaxmagic.probes._profile.build import build_report

@@ -11,7 +11,14 @@ import os
 from collections.abc import Sequence
 
 from jaxmagic._jax.jit_programs import CompiledProgram
-from jaxmagic.probes._profile.kernel_sources import KernelSource, ProgramSources, program_sources
+from jaxmagic.probes._profile.events import OpOrigin, TraceEvent, TraceReading
+from jaxmagic.probes._profile.kernel_sources import (
+    KernelSource,
+    ProgramSources,
+    program_sources,
+    short_text,
+    source_from_trace,
+)
 from jaxmagic.probes._profile.report import (
     NO_SCOPE,
     TOP_KERNELS,
@@ -26,7 +33,6 @@ from jaxmagic.probes._profile.report import (
 from jaxmagic.probes._profile.trace_events import (
     DISPATCH_PREFIX,
     TRANSFER_NAMES,
-    TraceEvent,
     other_threads,
     outermost,
     overlap_ns,
@@ -37,15 +43,19 @@ from jaxmagic.report.source import source_line
 
 
 def build_report(
-    events: list[TraceEvent],
+    events: list[TraceEvent] | TraceReading,
     programs: Sequence[CompiledProgram] = (),
     *,
     wall_seconds: float | None = None,
     compile_report=None,
     warmup_runs: int = 0,
 ) -> ProfileReport:
-    """The report of one traced block: ``events`` from ``trace_events``, the programs' HLO, the compile report."""
+    """The report of one traced block: ``events`` (or a whole ``TraceReading``, with its devices and notes)
+    from ``trace_events``, the programs' HLO, the compile report."""
     report = ProfileReport(warmup_runs=warmup_runs)
+    if isinstance(events, TraceReading):
+        report.devices, report.trace_notes = list(events.devices), list(events.notes)
+        events = events.events
     events, others = other_threads(events)  # what other threads did is theirs, not the block's
     if others is not None and (others.calls or others.kernel_ns or others.transfers or others.shared):
         report.other_threads = OtherThreadWork(
@@ -58,21 +68,10 @@ def build_report(
 
     sources = _sources_by_module(programs)
     own = self_times(kernels)
-    # group the kernel runs by program (module + program_id), then choose its HLO by the ops that ran
-    per_program: dict[tuple[str, str], dict] = {}
-    for event, self_ns in zip(kernels, own):
-        group = per_program.get((event.module, event.program_id))
-        if group is None:
-            group = per_program[(event.module, event.program_id)] = {"ops": {}, "runs": set(), "ns": 0.0}
-        op = group["ops"].get(event.op)
-        if op is None:
-            op = group["ops"][event.op] = [0.0, 0]
-        op[0] += self_ns
-        op[1] += 1
-        group["runs"].add(event.run_id)
-        group["ns"] += self_ns
+    per_program = _per_program(kernels, own)
     total_ns = sum(own) or 0.0
     report.device_seconds = total_ns / 1e9
+    report.trace_notes.extend(_runs_counted_by_ops(per_program))
 
     lines: dict[tuple, dict] = {}
     scopes: dict[str, list[float]] = {}  # path -> [inclusive ns, self ns]
@@ -85,14 +84,16 @@ def build_report(
         row = program_rows.get(key)
         if row is None:
             row = program_rows[key] = _program_row(module, program, described is not None)
-        row.calls += len(group["runs"])
+        calls = _run_count(group)
+        row.calls += calls
         row.device_seconds += group["ns"] / 1e9
-        for op_name, (ns, runs) in group["ops"].items():
+        for op_name, (ns, runs, origin) in group["ops"].items():
             source = described.kernels.get(op_name) if described else None
-            kernel_rows.append(_kernel_row(op_name, module, ns, runs, total_ns, source))
-            _attribute(
-                lines, scopes, ns, runs, op_name, module, row, source, ((module, program_id), len(group["runs"]))
-            )
+            if source is None and origin is not None:  # the trace itself places the op (a TPU's saved trace)
+                source = source_from_trace(op_name, origin)
+            kernel_rows.append(_kernel_row(op_name, module, ns, runs, total_ns, source, origin))
+            known = described is not None or source is not None
+            _attribute(lines, scopes, ns, runs, op_name, module, row, source, ((module, program_id), calls), known)
     report.kernel_count = len(kernel_rows)
     kernel_rows.sort(key=lambda k: -k.seconds)
     report.kernels = kernel_rows[:TOP_KERNELS]
@@ -107,6 +108,43 @@ def build_report(
     report.scopes = _scope_rows(scopes, total_ns)
     report.time = _wall_time(events, kernels, dispatches, wall_seconds, compile_report)
     return report
+
+
+def _per_program(kernels: list[TraceEvent], own: list[float]) -> dict[tuple[str, str], dict]:
+    """The kernel runs grouped by program (module + program_id): per op its time, runs and what the trace
+    says of it; the program's run ids; its time."""
+    per_program: dict[tuple[str, str], dict] = {}
+    for event, self_ns in zip(kernels, own):
+        group = per_program.get((event.module, event.program_id))
+        if group is None:
+            group = per_program[(event.module, event.program_id)] = {"ops": {}, "runs": set(), "ns": 0.0}
+        op = group["ops"].get(event.op)
+        if op is None:
+            op = group["ops"][event.op] = [0.0, 0, event.origin]
+        op[0] += self_ns
+        op[1] += 1
+        group["runs"].add(event.run_id)
+        group["ns"] += self_ns
+    return per_program
+
+
+def _run_count(group: dict) -> int:
+    """A program's runs: its distinct run ids; without any (a GPU's kernels carry none), the runs of its
+    least-run op - every run runs each op of the program's entry at least once."""
+    named = group["runs"] - {""}
+    if named:
+        return len(named)
+    return min(runs for _ns, runs, _origin in group["ops"].values())
+
+
+def _runs_counted_by_ops(per_program: dict[tuple[str, str], dict]) -> list[str]:
+    named = sorted({f"`{module}`" for (module, _id), group in per_program.items() if module and group["runs"] <= {""}})
+    if not named:
+        return []
+    return [
+        f"The trace gives no run id for {', '.join(named[:4])}: its runs are counted as those of its least-run "
+        "kernel (a kernel in a loop or a branch runs more or fewer times than the program)."
+    ]
 
 
 def _sources_by_module(programs) -> dict[str, list[tuple[CompiledProgram, ProgramSources]]]:
@@ -151,13 +189,18 @@ def _program_row(module: str, program: CompiledProgram | None, identified: bool)
     )
 
 
-def _kernel_row(name: str, module: str, ns: float, runs: int, total_ns: float, source: KernelSource | None):
+def _kernel_row(
+    name: str, module: str, ns: float, runs: int, total_ns: float, source: KernelSource | None, origin: OpOrigin | None
+) -> KernelTime:
     row = KernelTime(name=name, program=module, seconds=ns / 1e9, runs=runs, share=ns / total_ns if total_ns else 0.0)
     if source is not None:
         row.opcode, row.op_types, row.hlo = source.opcode, list(source.op_types), source.text
         owners = sorted(source.owners, key=lambda o: -o.weight)  # the larger share first
         row.scopes = list(dict.fromkeys(o.scope or NO_SCOPE for o in owners))
         row.lines = list(dict.fromkeys(_short_where(o.file, o.line) for o in owners if o.line))
+    elif origin is not None:  # a device trace names the op's instruction even where nothing places it
+        row.opcode = origin.category
+        row.hlo = short_text(origin.instruction)
     return row
 
 
@@ -171,13 +214,14 @@ def _short_where(filename: str, lineno: int) -> str:
     return f"{label}:{lineno}"
 
 
-def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, program_calls) -> None:
+def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, program_calls, known: bool) -> None:
     if source is None or not source.owners:
-        what = (
-            f"`{module}` (its HLO was not seen)"
-            if program_row.identified or program_row.calls
-            else f"`{module}`: an eager operation or a program run by library code"
-        )
+        if known:  # XLA's own instructions (a copy, a layout change) carry no metadata
+            what = f"`{module}`: ops XLA added (copies, layouts), no line in their metadata"
+        elif program_row.identified or program_row.calls:
+            what = f"`{module}` (its HLO was not seen)"
+        else:
+            what = f"`{module}`: an eager operation or a program run by library code"
         entry = lines.setdefault(("", 0, module), {"ns": 0.0, "runs": 0, "kernels": 0, "shared": 0, "scopes": {}})
         entry["ns"] += ns
         entry["runs"] += runs

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from jaxmagic.probes._profile.events import OpOrigin
 from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.report.source import is_user_file
 
@@ -81,8 +82,12 @@ def _describe(module: HloModuleText, kernel: HloInstruction) -> KernelSource:
     owners = tuple(Owner(key[0], key[1], key[2], key[3], cost / total) for key, cost in shares.items())
     opcode = kernel.opcode + (f" ({kernel.fusion_kind})" if kernel.fusion_kind else "")
     op_types = tuple(dict.fromkeys(filter(None, (m.op_type or _primitive(m) for m in made))))
-    text = kernel.text if len(kernel.text) <= 300 else kernel.text[:297] + "..."
-    return KernelSource(kernel.name, opcode, op_types, owners, text)
+    return KernelSource(kernel.name, opcode, op_types, owners, short_text(kernel.text))
+
+
+def short_text(text: str) -> str:
+    """An instruction's HLO line as a report keeps it: at most 300 characters."""
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 _DIMS = re.compile(r"\[([\d,]*)\]")
@@ -199,3 +204,22 @@ def _split(op_name: str) -> list[str]:
         current.append(char)
     parts.append("".join(current))
     return [p for p in parts if p]
+
+
+def source_from_trace(name: str, origin: OpOrigin) -> KernelSource | None:
+    """What a device trace says of one op by itself, as a kernel's description (one owner, its whole time).
+
+    For an op whose program's HLO was not seen: a TPU's saved trace names the op's scope (``tf_op``, JAX's
+    name stack) and the Python stack of its line; the innermost of the user's frames is the line, as for
+    HLO metadata. None when the trace says neither.
+    """
+    user = next((frame for frame in origin.frames if is_user_file(frame[0])), None)
+    where = user or (origin.frames[0] if origin.frames else ("", 0))
+    scope = scope_of(origin.name_stack) if origin.name_stack else ""
+    if not where[1] and not scope:
+        return None
+    primitive = _split(origin.name_stack)[-1] if "/" in origin.name_stack else ""
+    owner = Owner(scope, where[0], where[1], "", 1.0)
+    return KernelSource(
+        name, origin.category, (primitive,) if primitive else (), (owner,), short_text(origin.instruction)
+    )

@@ -14,8 +14,9 @@ from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import ProgramCapture
 from jaxmagic.probes._compiles import compiles
 from jaxmagic.probes._profile.build import build_report
+from jaxmagic.probes._profile.events import TraceReading
 from jaxmagic.probes._profile.report import ProfileReport
-from jaxmagic.probes._profile.trace_events import CELL_MARK, TraceEvent, events_from_profile_data
+from jaxmagic.probes._profile.trace_events import CELL_MARK, read_profile_data
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report.wording import error_line
 
@@ -101,10 +102,11 @@ class profile:
                         jax.profiler.stop_trace()
         try:
             programs = self._capture.programs()
-            events: list[TraceEvent] = events_from_profile_data(profile_data) if profile_data is not None else []
+            # the same reading a recorded trace gets (tests replay TPU/GPU traces through it)
+            reading = read_profile_data(profile_data) if profile_data is not None else TraceReading()
             del profile_data
             built = build_report(
-                events,
+                reading,
                 programs,
                 wall_seconds=wall,
                 compile_report=self._compile_report,

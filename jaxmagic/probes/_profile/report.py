@@ -169,6 +169,8 @@ class ProfileReport(Report):
     other_error: str = ""  # the block failed: "ValueError: ..."
     failed_in_warmup: int = 0  # the warm-up run (1-based) that failed; the profile did not run
     other_threads: OtherThreadWork | None = None  # what other threads ran meanwhile (not counted)
+    devices: list[str] = dataclasses.field(default_factory=list)  # where kernel time came from: "TPU 0 (...)"
+    trace_notes: list[str] = dataclasses.field(default_factory=list)  # what the trace could not give, and why
 
     @classmethod
     def warmup_failed(cls, run: int, runs: int, error: BaseException) -> ProfileReport:
@@ -207,7 +209,8 @@ class ProfileReport(Report):
 
     def concerns(self) -> list[Concern]:
         others = [note(self.other_threads.sentence)] if self.other_threads is not None else []
-        return ([failed(self.other_error)] if self.other_error else []) + others
+        unread = [note(text) for text in self.trace_notes]
+        return ([failed(self.other_error)] if self.other_error else []) + others + unread
 
     @property
     def summary(self) -> str:
@@ -233,8 +236,13 @@ class ProfileReport(Report):
         t = self.time
         wall = _ms(t.wall)
         if not self.events_supported:
+            why = (
+                f"no kernel time could be read from the trace ({self.trace_notes[0].rstrip('.')})"
+                if self.trace_notes
+                else "this JAX's profiler emitted no kernel events"
+            )
             return (
-                f"{wall}: this JAX's profiler emitted no kernel events, so device time cannot be split by "
+                f"{wall}: {why}, so device time cannot be split by "
                 f"line or scope; {_pct(t.compile, t.wall)} compilation, {_pct(t.dispatch, t.wall)} host dispatch."
             )
         if self.host_only:
@@ -299,11 +307,14 @@ class ProfileReport(Report):
         also = self.also_found  # the summary's sentences its headline had no room for, right below it
         if also:
             sections.append(Section("Also", [Paragraph(text) for text in also], pinned=True))
+        if self.trace_notes:
+            unread = [Paragraph(text) for text in self.trace_notes]
+            sections.append(Section("What the trace could not give", unread, pinned=True))
         sections.append(wall_time_section(self))
         steps = self.next_steps
         if steps:
             sections.append(Section("What to look at next", [Paragraph(s) for s in steps]))
-        if not self.events_supported:
+        if not self.events_supported and not self.trace_notes:
             sections.append(Section("No kernel events", [Paragraph(NO_KERNEL_EVENTS)]))
         if self.lines:
             sections.append(by_line_section(self.lines))
@@ -440,6 +451,8 @@ def programs_section(programs: list[ProgramTime], capture_note: str) -> Section:
 def trace_section(report: ProfileReport) -> Section:
     """ "Trace": how the profile was taken, where it was saved and how to open it."""
     facts = [("profiler", "jax.profiler.trace, Python tracer off")]
+    if report.devices:
+        facts.append(("kernel time read from", "; ".join(report.devices)))
     if report.saved_to:
         facts.append(("saved to", report.saved_to))
     blocks: list[Block] = [Facts(facts)]

@@ -1,7 +1,7 @@
 """Reading a profiler trace into the few kinds of events the profile probe needs.
 
-Two sources give the same events (JAX 0.12, CPU measured; GPU planes have the
-same kernel stats per stream):
+Two sources give the same events (``read_profile_data``, ``read_trace_json``: the events, and
+notes on what could not be read):
 
 * the ``ProfileData`` that ``jax.profiler.trace(None)`` keeps in memory (planes
   of lines of events, times in ns from the trace's start, stats as pairs);
@@ -16,6 +16,10 @@ an eager operation, which JAX runs as a small jitted program); calls made while
 another is under way (tracing calls ``jnp`` functions) nest inside it.
 ``DevicePut`` spans are host-to-device copies.
 
+On CPU (measured, JAX 0.12) the kernels run on host threads, read here. An accelerator's kernels are
+on a plane of its own (``/device:TPU:0``, ``/device:GPU:0``; in JSON, a process of that name), read by
+``device_planes`` into the same kernel events.
+
 Each Python thread has a line of its own (named ``python``); the probe marks the block's thread with a
 ``CELL_MARK`` annotation at its start, and ``other_threads`` sets aside what other threads did while the
 block ran (a data loader, a thread looping on its own jitted function): the dispatches and copies on
@@ -27,8 +31,12 @@ carry no caller): it stays the block's, and is named.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import warnings
+
+from jaxmagic.probes._profile.device_planes import PlaneEvent, PlaneLine, device_of, read_device_plane
+from jaxmagic.probes._profile.events import TraceEvent, TraceReading
 
 DISPATCH_PREFIX = "PjitFunction("
 TRANSFER_NAMES = ("DevicePut",)
@@ -36,34 +44,19 @@ CELL_MARK = "jaxmagic.profile: the block's thread"  # a TraceAnnotation the prob
 _SKIPPED_PLANES = ("/host:metadata", "Task Environment")
 
 
-@dataclasses.dataclass(slots=True)
-class TraceEvent:
-    name: str
-    thread: int  # one number per (plane, line) or (pid, tid)
-    start_ns: float
-    duration_ns: float
-    module: str = ""  # kernels: hlo_module
-    op: str = ""  # kernels: hlo_op
-    program_id: str = ""
-    run_id: str = ""
-
-    @property
-    def end_ns(self) -> float:
-        return self.start_ns + self.duration_ns
-
-    @property
-    def is_kernel(self) -> bool:
-        return bool(self.op)
-
-
 def events_from_profile_data(profile_data) -> list[TraceEvent]:
-    """The kernel, dispatch and transfer events of a ``jax.profiler.ProfileData``.
+    """The kernel, dispatch and transfer events of a ``jax.profiler.ProfileData`` (``read_profile_data``'s events)."""
+    return read_profile_data(profile_data).events
+
+
+def read_profile_data(profile_data) -> TraceReading:
+    """A ``jax.profiler.ProfileData`` read: the host's lines here, each device plane by ``device_planes``.
 
     Reading an event's stats through jaxlib's bindings is the slow part, so a
-    name once seen without kernel stats (jaxlib's host events, ``end: ...``
+    name once seen without kernel stats on the host (jaxlib's host events, ``end: ...``
     markers) is not looked at again.
     """
-    events: list[TraceEvent] = []
+    reading = TraceReading()
     host_names: set[str] = set()
     thread = 0
     with warnings.catch_warnings():
@@ -72,40 +65,64 @@ def events_from_profile_data(profile_data) -> list[TraceEvent]:
         for plane in profile_data.planes:
             if plane.name in _SKIPPED_PLANES:
                 continue
+            if device_of(plane.name):
+                lines = []
+                for line in plane.lines:
+                    thread += 1
+                    lines.append(PlaneLine(line.name, thread, functools.partial(_plane_events, line)))
+                read_device_plane(plane.name, lines, reading)
+                continue
             for line in plane.lines:
                 thread += 1
-                for event in line.events:
-                    name = event.name
-                    if name in host_names:
-                        continue
-                    if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES or name == CELL_MARK:
-                        events.append(TraceEvent(name, thread, event.start_ns, event.duration_ns))
-                        continue
-                    stats = dict(event.stats)  # ~10 pairs; a later pair of one key wins, as it did in a loop
-                    op = stats.get("hlo_op", "")
-                    if not op:
-                        host_names.add(name)
-                        continue
-                    events.append(
-                        TraceEvent(
-                            name,
-                            thread,
-                            event.start_ns,
-                            event.duration_ns,
-                            stats.get("hlo_module", ""),
-                            op,
-                            str(stats.get("program_id", "")),
-                            str(stats.get("run_id", "")),
-                        )
-                    )
-    return events
+                _host_line(line, thread, host_names, reading.events)
+    return reading
+
+
+def _plane_events(line) -> list[PlaneEvent]:
+    return [PlaneEvent(e.name, e.start_ns, e.duration_ns, dict(e.stats)) for e in line.events]
+
+
+def _host_line(line, thread: int, host_names: set[str], events: list[TraceEvent]) -> None:
+    """The dispatch, transfer and kernel events of one host line (a thread: Python's, XLA:CPU's workers)."""
+    for event in line.events:
+        name = event.name
+        if name in host_names:
+            continue
+        if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES or name == CELL_MARK:
+            events.append(TraceEvent(name, thread, event.start_ns, event.duration_ns))
+            continue
+        stats = dict(event.stats)  # ~10 pairs; a later pair of one key wins, as it did in a loop
+        op = stats.get("hlo_op", "")
+        if not op:
+            host_names.add(name)
+            continue
+        events.append(
+            TraceEvent(
+                name,
+                thread,
+                event.start_ns,
+                event.duration_ns,
+                stats.get("hlo_module", ""),
+                op,
+                str(stats.get("program_id", "")),
+                str(stats.get("run_id", "")),
+            )
+        )
 
 
 def events_from_trace_json(trace: dict | list) -> list[TraceEvent]:
-    """The kernel, dispatch and transfer events of a Chrome/Perfetto JSON trace (already loaded)."""
+    """The kernel, dispatch and transfer events of a Chrome/Perfetto JSON trace (``read_trace_json``'s events)."""
+    return read_trace_json(trace).events
+
+
+def read_trace_json(trace: dict | list) -> TraceReading:
+    """A Chrome/Perfetto JSON trace (already loaded) read: host threads here, each device's events by
+    ``device_planes`` (a process named ``/device:TPU:0`` is that device's plane, its threads its lines)."""
     raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    processes, thread_names = _json_names(raw)
+    reading = TraceReading()
     threads: dict[tuple, int] = {}
-    events: list[TraceEvent] = []
+    device_lines: dict[object, dict[object, list[PlaneEvent]]] = {}
     for item in raw:
         if not isinstance(item, dict) or item.get("ph") != "X":
             continue
@@ -115,13 +132,38 @@ def events_from_trace_json(trace: dict | list) -> list[TraceEvent]:
         if thread is None:
             thread = threads[key] = len(threads) + 1
         start, duration = float(item.get("ts", 0)) * 1e3, float(item.get("dur", 0)) * 1e3
+        if device_of(processes.get(key[0], "")):
+            args = item.get("args")
+            stats = args if isinstance(args, dict) else {}
+            device_lines.setdefault(key[0], {}).setdefault(key[1], []).append(PlaneEvent(name, start, duration, stats))
+            continue
         if name.startswith(DISPATCH_PREFIX) or name in TRANSFER_NAMES or name == CELL_MARK:
-            events.append(TraceEvent(name, thread, start, duration))
+            reading.events.append(TraceEvent(name, thread, start, duration))
             continue
         args = item.get("args")
         if isinstance(args, dict) and "hlo_op" in args:
-            events.append(_kernel(name, thread, start, duration, args))
-    return events
+            reading.events.append(_kernel(name, thread, start, duration, args))
+    for pid, lines in device_lines.items():
+        plane = [
+            PlaneLine(str(thread_names.get((pid, tid), tid)), threads[(pid, tid)], functools.partial(list, events))
+            for tid, events in lines.items()
+        ]
+        read_device_plane(processes[pid], plane, reading)
+    return reading
+
+
+def _json_names(raw: list) -> tuple[dict[object, str], dict[tuple, str]]:
+    """The process names (``/device:TPU:0``) and thread names (``XLA Ops``) of a JSON trace's metadata events."""
+    processes: dict[object, str] = {}
+    threads: dict[tuple, str] = {}
+    for item in raw:
+        if not isinstance(item, dict) or item.get("ph") != "M" or not isinstance(item.get("args"), dict):
+            continue
+        if item.get("name") == "process_name":
+            processes[item.get("pid")] = str(item["args"].get("name", ""))
+        elif item.get("name") == "thread_name":
+            threads[(item.get("pid"), item.get("tid"))] = str(item["args"].get("name", ""))
+    return processes, threads
 
 
 def _kernel(name: str, thread: int, start: float, duration: float, stats: dict) -> TraceEvent:
