@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
-import re
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -28,24 +27,10 @@ import executing
 import jax
 
 from jaxmagic._jax import jit_internals
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage, read_message
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
 
-_MESSAGE = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|out of memory|Ran out of memory", re.IGNORECASE)
-_ASKED = re.compile(r"(?:allocating|allocate|reserve)\s+([\d,]+)\s*(?:bytes|B\b)", re.IGNORECASE)
-_TPU_USED = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) (\w+)")
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-@dataclasses.dataclass
-class OutOfMemoryMessage:
-    """What XLA's message says: the bytes it asked for, or (a TPU compiler) what it used of what it had."""
-
-    text: str  # the message's first line
-    asked: int | None = None
-    used: int | None = None
-    capacity: int | None = None
-    at_compile: bool = False  # the compiler ran out (TPU), not an allocation at run time
 
 
 def out_of_memory_message(error: BaseException) -> OutOfMemoryMessage | None:
@@ -57,18 +42,7 @@ def out_of_memory_message(error: BaseException) -> OutOfMemoryMessage | None:
         text = str(error)
     except Exception:
         return None
-    if not _MESSAGE.search(text) or "RESOURCE_EXHAUSTED" not in text and "memory" not in text.lower():
-        return None
-    found = OutOfMemoryMessage(text.strip().splitlines()[0] if text.strip() else "")
-    asked = _ASKED.search(text)
-    if asked:
-        found.asked = int(asked.group(1).replace(",", ""))
-    used = _TPU_USED.search(text)
-    if used:
-        found.used = int(float(used.group(1)) * _UNITS[used.group(2)])
-        found.capacity = int(float(used.group(3)) * _UNITS[used.group(4)])
-        found.at_compile = "compile" in text.lower()
-    return found
+    return read_message(text)
 
 
 @dataclasses.dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._hlo.records import MemoryFigures
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import format_bytes
 
@@ -110,6 +111,14 @@ class ProgramMemory:
     ways_down: list[WayDown] = dataclasses.field(default_factory=list)
     problem: str = ""  # why the program could not be compiled at all
     traced_again: bool = False  # measuring it traced the user's function again (not in JAX's trace cache)
+    platform: str = ""  # the backend it was compiled for: "cpu", "tpu", "gpu"
+    compile_error: OutOfMemoryMessage | None = None  # the compiler ran out of memory (XLA:TPU): its message
+    live_bytes: int = 0  # what the buffers live at once add up to (XLA's live ranges); ``peak_bytes`` >= it
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What XLA reserves for the program: arguments + outputs + temporaries - aliased (0 when unknown)."""
+        return self.figures.total_bytes if self.figures is not None else 0
 
     @property
     def offered(self) -> list[WayDown]:
