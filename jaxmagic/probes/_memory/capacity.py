@@ -25,13 +25,21 @@ def capacity(device=None) -> Capacity:
         stats = device.memory_stats()
     except Exception:  # a backend without the call
         stats = None
-    if stats and stats.get("bytes_limit"):
-        limit, in_use = int(stats["bytes_limit"]), int(stats.get("bytes_in_use", 0))
-        free = int(stats.get("largest_free_block_bytes") or limit - in_use)
-        return Capacity(free, limit, in_use, f"memory_stats() of {name}", name)
+    found = stats_capacity(stats, name)
+    if found is not None:
+        return found
     if device.platform == "cpu":
         return host_capacity(name)
     return Capacity(None, source=f"memory_stats() of {name} gives no bytes_limit", device=name)
+
+
+def stats_capacity(stats: dict | None, name: str) -> Capacity | None:
+    """What ``device.memory_stats()`` says the device can give (None without a ``bytes_limit``: CPU)."""
+    if not stats or not stats.get("bytes_limit"):
+        return None
+    limit, in_use = int(stats["bytes_limit"]), int(stats.get("bytes_in_use", 0) or 0)
+    free = int(stats.get("largest_free_block_bytes") or limit - in_use)
+    return Capacity(free, limit, in_use, f"memory_stats() of {name}", name)
 
 
 def host_capacity(device: str = "cpu:0") -> Capacity:

@@ -32,7 +32,6 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
 
 
-
 def out_of_memory_message(error: BaseException) -> OutOfMemoryMessage | None:
     """The out-of-memory facts of ``error``; None for any other error. Only JAX's runtime errors count (a
     NumPy MemoryError is the host's, not a device's)."""
@@ -60,8 +59,10 @@ class FailedCall:
     problem: str = ""  # why the arguments could not be rebuilt
 
 
-def failed_call(error: BaseException) -> FailedCall | None:
-    """The call that ran out of memory, found as the module docstring says; None when it cannot be told."""
+def failed_call(error: BaseException, function: str = "") -> FailedCall | None:
+    """The call that ran out of memory, found as the module docstring says; None when it cannot be told.
+    ``function``: the name XLA's message gives the program (``nearest`` of ``jit_nearest``): of the calls on
+    a line, the one of that name first (``outer(nearest(x))``)."""
     user_tbs = user_tracebacks(error.__traceback__)
     if not user_tbs:
         return None
@@ -79,11 +80,17 @@ def failed_call(error: BaseException) -> FailedCall | None:
         node = _executing(user_tb)
         # the call running, else a jitted call whose result it reads (`nearest(x).block_until_ready()`):
         # the outermost one, whose result the line was using when the error arose
-        for call in [n for n in ast.walk(node) if isinstance(n, ast.Call)] if node is not None else []:
-            found = _call_of(call, user_tb.tb_frame, user_tb.tb_lineno)
-            if found is not None:
-                return found
+        calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)] if node is not None else []
+        found_here = [f for f in (_call_of(c, user_tb.tb_frame, user_tb.tb_lineno) for c in calls) if f is not None]
+        named = [f for f in found_here if function and _name(f.function) == function]
+        if named or found_here:
+            return (named or found_here)[0]
     return None
+
+
+def _name(function: Any) -> str:
+    inner = getattr(function, "__wrapped__", function)
+    return str(getattr(inner, "__name__", "") or getattr(function, "__name__", ""))
 
 
 def _executing(user_tb: TracebackType) -> ast.AST | None:

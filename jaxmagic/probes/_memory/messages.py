@@ -33,14 +33,16 @@ _FREE = re.compile(r"There (?:are|is)\s+" + _SIZE + r" free")
 _RESERVABLE = re.compile(r"and\s+" + _SIZE + r" reservable")
 _REQUIRED = re.compile(r"required for HLO temporaries \(" + _SIZE + r"\) exceeds available (\w+) \(" + _SIZE + r"\)")
 _TPU_USED = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) (\w+)")
-_MODULE = re.compile(r"HLO module:\s*([\w.\-]+)|(?:loading|load) program '([\w.\-]+)'")
+_MODULE = re.compile(r"HLO module:\s*([\w\-]+(?:\.\w[\w\-]*)*)|(?:loading|load) program '([\w.\-]+)'")
 _CODE = re.compile(r"\b(E\d{4}): (\w+):")
 _ALLOCATOR = re.compile(r"Allocator \((\w+)\) ran out of memory trying to allocate\s+" + _SIZE)
 
 # "Peak buffers:" of the GPU's BufferAssignment OOM Debugging
 _BUFFER = re.compile(r"^\s*Buffer (\d+):\s*$")
 _BUFFER_SIZE = re.compile(r"^\s*Size:\s*" + _SIZE + r"\s*$")
-_OPERATOR = re.compile(r'^\s*Operator:\s*op_name="((?:[^"\\]|\\.)*)"(?:.*source_file="([^"]*)")?(?:.*source_line=(\d+))?')
+_OPERATOR = re.compile(
+    r'^\s*Operator:\s*op_name="((?:[^"\\]|\\.)*)"(?:.*source_file="([^"]*)")?(?:.*source_line=(\d+))?'
+)
 _LABEL = re.compile(r"^\s*XLA Label:\s*(\S+)")
 _SHAPE = re.compile(r"^\s*(Shape|Entry Parameter Subshape):\s*(\S+)")
 _STAT = re.compile(r"^\s*(parameter|constant|maybe_live_out|preallocated temp|total) allocation:\s*" + _SIZE)

@@ -135,7 +135,7 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
         else:
             group.count += 1
             group.bytes += buffer.bytes
-    return sorted(groups.values(), key=lambda b: -b.bytes)
+    return sorted(groups.values(), key=lambda b: (-b.bytes, b.role == ARGUMENT))  # at one size, what it made first
 
 
 def _buffer_of(module, assignment, instruction, shape_index, size, readers, instructions) -> PeakBuffer:
@@ -156,14 +156,17 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
     # with a value live at another time is reuse, not "in place", and is not told.
     operands = set(instruction.operands)
     reuses = []
-    for other in assignment.sharing(instruction.name):
+    for other in assignment.sharing(instruction.name, shape_index):
         made = instructions.get(other)
-        if made is not None and other in operands and made.opcode != "parameter" and made.op_names:
+        if made is None or other not in operands or made.opcode == "parameter":
+            continue
+        if made.op_names:
             line = _user_line(module, made)
             reuses.append(f"`{_operation(made.op_names[0])}`" + (f" at line {line.lineno}" if line is not None else ""))
-    return PeakBuffer(
-        shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses))
-    )
+        else:
+            what, line = _borrowed_line(module, made, readers, instructions)
+            reuses.append(f"XLA's {what}" + (f" (line {line.lineno})" if line is not None else ""))
+    return PeakBuffer(shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses)))
 
 
 _PASSED_ON = ("copy", "bitcast", "get-tuple-element", "transpose", "reshape", "copy-start", "copy-done")

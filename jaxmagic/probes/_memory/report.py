@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.records import (
     ARGUMENT,
     SAVED_FOR_BACKWARD,
     Capacity,
     EagerAllocation,
+    FreeHeld,
     HeldArrays,
     ProgramMemory,
     WayDown,
@@ -54,6 +56,9 @@ def peak_sentence(program: ProgramMemory, available: int | None = None, short: b
         if short and top.made_at is not None and top.operation:  # the line alone: the cell is said once
             made_by = f"`{top.operation}` at {short_place(top.made_at)}"
         text += f"; {format_bytes(top.bytes)} of it is {what} made by {made_by}{over}"
+    if program.compile_error is not None and not short:
+        code = f" ({program.compile_error.code})" if program.compile_error.code else ""
+        text += f"; XLA's compiler refused it{code}"
     return text
 
 
@@ -66,7 +71,8 @@ def way_down_text(way: WayDown) -> str:
     """ "donate `params` (donate_argnums=(0,)): peak 74 MiB -> 58 MiB, fits (compiled ...; traced again)"."""
     fits = ", fits" if way.fits else ", still does not fit" if way.fits is False else ""
     again = "; your function was traced again" if way.traced_again else ""
-    return f"{way.title}: {way.effect}{fits} (tried by compiling{again})"
+    where = f" for {way.platform}" if way.platform else ""
+    return f"{way.title}: {way.effect}{fits} (tried by compiling{where}{again})"
 
 
 def first_way_down(programs: list[ProgramMemory]) -> str:
@@ -163,7 +169,16 @@ def figures_facts(program: ProgramMemory) -> list[tuple[str, str]]:
                 f"generated code {format_bytes(figures.generated_code_bytes)}",
             )
         )
-    facts.append(("peak", f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the buffers live at once)"))
+    facts.append(("peak", _peak_source(program)))
+    if program.compile_error is not None:
+        facts.append(
+            (
+                "compiled",
+                f"refused by XLA's compiler for {program.platform or 'this device'}: {program.compile_error.text}",
+            )
+        )
+    elif program.platform:
+        facts.append(("compiled", f"for {program.platform}"))
     traced = (
         "traced again (not in JAX's trace cache): your function ran at trace time"
         if program.traced_again
@@ -171,6 +186,18 @@ def figures_facts(program: ProgramMemory) -> list[tuple[str, str]]:
     )
     facts.append(("measured", traced))
     return facts
+
+
+def _peak_source(program: ProgramMemory) -> str:
+    live, reserved = program.live_bytes, program.reserved_bytes
+    if live and live >= reserved:
+        return f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the buffers live at once)"
+    if live:
+        return (
+            f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and its temporaries' block; "
+            f"the buffers live at once take {format_bytes(live)})"
+        )
+    return f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and temporaries)"
 
 
 def held_section(held: list[HeldArrays]) -> Section | None:
@@ -201,6 +228,8 @@ class OutOfMemoryReport(Report):
     held: list[HeldArrays] = dataclasses.field(default_factory=list)
     allocator: bool = False  # the program fits what the device can give: the allocator failed, not the size
     problem: str = ""  # why the call could not be told or analysed
+    facts: OutOfMemoryMessage | None = None  # what the message says (its whole text, a compiler's figures)
+    free_held: FreeHeld | None = None  # the program fits alone: freeing what is held is the first way down
 
     def concerns(self) -> list[Concern]:
         if self.program is None and self.eager is None:
@@ -216,22 +245,40 @@ class OutOfMemoryReport(Report):
             made = f" makes {self.eager.shape} ({format_bytes(self.eager.bytes)})" if self.eager.shape else ""
             return f"Out of memory outside any jitted program: `{self.eager.call}`{made}{have}."
         if self.program is None:
-            return f"Out of memory{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
+            return f"{self._out_of_memory()}{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
         later = (
             f" (raised at {short_place(self.surfaced_at)}, where `{self.read}` is read)"
             if self.surfaced_at is not None
             else ""
         )
         called = f" called at {self.program.called_at.where}" if self.program.called_at is not None else ""
+        if self.free_held is not None:
+            held = format_bytes(self.free_held.held_bytes)
+            return (
+                f"Out of memory{asked} in `{self.program.function}`{called}{later}: its program needs "
+                f"{format_bytes(self.program.peak_bytes)} of the device's {format_bytes(self.free_held.limit)}, "
+                f"and arrays you hold take {held} of it."
+            )
         if self.allocator:
             return (
                 f"Out of memory{asked} in `{self.program.function}`{called}{later}, though its program needs only "
                 f"{format_bytes(self.program.peak_bytes)}{have}: the allocator could not give it, not the program's size."
             )
-        return f"Out of memory: {peak_sentence(self.program, available, short=True)}{later}."
+        return f"{self._out_of_memory()}: {peak_sentence(self.program, available, short=True)}{later}."
+
+    def _out_of_memory(self) -> str:
+        facts = self.facts
+        if facts is not None and facts.at_compile:
+            figures = ""
+            if facts.required and facts.capacity:
+                figures = f" ({format_bytes(facts.required)} of temporaries for {format_bytes(facts.capacity)} of {facts.memory or 'memory'})"
+            return f"Out of memory while compiling{figures}, before anything ran"
+        return "Out of memory"
 
     @property
     def fix(self) -> str:
+        if self.free_held is not None:
+            return self.free_held.text[0].upper() + self.free_held.text[1:] + "."
         if self.allocator:
             return f"Free memory held elsewhere, or set {ALLOCATOR_SETTINGS}."
         if self.program is not None:
@@ -266,8 +313,18 @@ class OutOfMemoryReport(Report):
 
     def _error_facts(self) -> list[tuple[str, str]]:
         facts = [("error", f"{self.error_type}: {self.message}")]
+        said = self.facts
+        if said is not None and said.whole and said.whole != self.message:
+            facts.append(("the whole message", said.whole))
+        if said is not None and said.module:
+            facts.append(("XLA's module", f"`{said.module}`" + (f" ({said.code})" if said.code else "")))
+        if said is not None and said.required:
+            facts.append(("the compiler needed", f"{format_bytes(said.required)} of temporaries"))
         if self.asked:
             facts.append(("asked for", format_bytes(self.asked)))
+        if said is not None and said.free is not None:
+            reservable = f", {format_bytes(said.reservable)} of it in one piece" if said.reservable is not None else ""
+            facts.append(("free then", format_bytes(said.free) + reservable))
         if self.capacity is not None:
             facts.append(("the device", self.capacity.described))
         if self.surfaced_at is not None:
@@ -288,18 +345,35 @@ class OutOfMemoryReport(Report):
                 f"program is raised where a result is first read - here `{self.read}` at "
                 f"{self.surfaced_at.where} - not on the line that made it."
             )
-        if self.allocator:
+        facts = self.facts
+        if facts is not None and facts.at_compile:
+            why.append(
+                "XLA lays out every buffer of a program while it compiles it; a compiler that finds no room "
+                "(XLA:TPU's CompileTimeHbmOom) refuses the program before it runs. It wrote its buffer assignment "
+                "and live ranges first: the buffers above are from them. A way down is proven the same way - "
+                "compiled for this device, where a program that still does not fit is refused again."
+            )
+        if self.free_held is not None:
+            why.append(
+                "The program was compiled again and alone needs less than the device has; the device's "
+                "memory_stats() show the rest held by live arrays, and the runtime could not reserve the program "
+                "beside them. Freeing them (or moving them to the host) is the way down that changes no code "
+                "of the program."
+            )
+        elif self.allocator:
             why.append(
                 "The program's own peak fits what the device reports free, so the allocation failed for another "
                 "reason: memory held by other arrays or processes, fragmentation, or a pool sized at start "
                 f"(GPU: {ALLOCATOR_SETTINGS})."
             )
-        elif self.program is not None:
+        elif self.program is not None and not (facts is not None and facts.at_compile):
             why.append(
                 "XLA allocates a program's buffers when it runs; the peak is what its buffers live at one time "
                 "need. A way down changes what is live at once: donating an argument lets an output reuse it, "
-                "jax.checkpoint recomputes activations instead of keeping them, a smaller input shrinks every "
-                "buffer made from it. Each was compiled, never run, to measure its peak."
+                "jax.checkpoint recomputes activations instead of keeping them, computing the results a block of "
+                "rows at a time (where the program's data flow says each result row needs only its own) keeps "
+                "one block's buffers. Each was compiled for this device, never run, to measure its peak; a peak "
+                "is never less than what XLA's memory_analysis() says the program reserves."
             )
         if self.capacity is not None and self.capacity.device.startswith("cpu"):
             why.append(
@@ -332,7 +406,9 @@ class MemoryReport(Report):
             found += self.out_of_memory.concerns()
         available = self.capacity.available if self.capacity is not None else None
         for program in self.programs:
-            if available is not None and program.peak_bytes > available:
+            if program.compile_error is not None:
+                found.append(act(f"`{program.function}` does not fit: XLA's compiler refused it"))
+            elif available is not None and program.peak_bytes > available:
                 found.append(act(f"`{program.function}` needs more than the device can give"))
             elif program.offered:
                 found.append(note(f"`{program.function}` can go lower"))
