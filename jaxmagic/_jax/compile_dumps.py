@@ -35,6 +35,7 @@ class MemoryDumps:
     hlo: str = ""
     buffer_assignment: str = ""
     live_range: str = ""
+    platform: str = ""  # what the program was compiled for: "cpu", "tpu", "cuda"
 
 
 _SUFFIXES = {
@@ -60,19 +61,30 @@ def compile_with_memory_dumps(lowered: Any) -> tuple[Any, MemoryDumps]:
     compiling raises, the texts are read before the folder goes: ``DumpedCompileError``."""
     folder = tempfile.mkdtemp(prefix="jaxmagic-xla-")
     try:
+        platform = _platform(lowered)
         try:
             compiled = lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
         except Exception as error:
-            raise DumpedCompileError(error, read_memory_dumps(folder)) from error
-        return compiled, read_memory_dumps(folder)
+            raise DumpedCompileError(error, read_memory_dumps(folder, platform)) from error
+        return compiled, read_memory_dumps(folder, platform)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def read_memory_dumps(folder: str) -> MemoryDumps:
+def _platform(lowered: Any) -> str:
+    """The platform a lowered program is for ("" when this JAX keeps it elsewhere)."""
+    lowering = getattr(lowered, "_lowering", None)  # no public name for it (JAX 0.12: a MeshComputation)
+    platforms = getattr(lowering, "_platforms", None)
+    if platforms:
+        return str(platforms[0])
+    backend = getattr(lowering, "compile_args", {}).get("backend") if lowering is not None else None
+    return str(getattr(backend, "platform", "") or "")
+
+
+def read_memory_dumps(folder: str, platform: str = "") -> MemoryDumps:
     """The texts of the last module dumped in ``folder`` (one compilation writes one module; a program
     that calls others writes its own module last)."""
-    dumps = MemoryDumps()
+    dumps = MemoryDumps(platform=platform)
     names = sorted(os.listdir(folder))
     for name in names:
         for suffix, field in _SUFFIXES.items():

@@ -13,6 +13,7 @@ import os
 
 import jax
 
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.records import Capacity
 
 
@@ -89,3 +90,16 @@ def _read_int(path: str) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def capacity_at_failure(message: OutOfMemoryMessage, now: Capacity) -> Capacity:
+    """What the device could give when the error was raised: the runtime's own figure when its message has one
+    (TPU: "There are 2.76G free"; the arrays held then may be gone by now), with the limit ``memory_stats()``
+    gives; a compiler's figure for what it had when nothing else says; else the device's figures now."""
+    if message.free is not None:
+        total = now.total if now.total is not None else None
+        in_use = total - message.free if total is not None else None
+        return Capacity(message.free, total, in_use, "the runtime's message (free when it failed)", now.device)
+    if message.capacity and now.available is None:
+        return Capacity(message.capacity, message.capacity, None, "the compiler's message", now.device)
+    return now

@@ -17,7 +17,7 @@ from jaxmagic._jax import runtime
 from jaxmagic._jax.jit_programs import CapturedCall, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._live import live
-from jaxmagic.probes._memory.capacity import capacity
+from jaxmagic.probes._memory.capacity import capacity, capacity_at_failure
 from jaxmagic.probes._memory.failed_call import FailedCall, failed_call, out_of_memory_message
 from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
@@ -98,23 +98,25 @@ def explain_failed_call(
             report.problem, report.program = report.program.problem, None
     program = report.program
     available = cap.available if cap is not None else None
-    if program is not None and program.compile_error is None:
-        report.free_held = _free_held(program, cap, held)
-        if available is not None and report.free_held is None:
-            report.allocator = program.peak_bytes <= available * FITS_SHARE and not program.offered
+    if program is None or program.compile_error is None:
+        # what the program needs: measured by compiling it, else the runtime's own reservation for it
+        needs = program.peak_bytes if program is not None else (message.asked if message.kind == "program" else None)
+        report.free_held = _free_held(needs, cap, held)
+    if program is not None and program.compile_error is None and available is not None and report.free_held is None:
+        report.allocator = program.peak_bytes <= available * FITS_SHARE and not program.offered
     return report
 
 
-def _free_held(program: ProgramMemory, cap: Capacity | None, held: list[HeldArrays]) -> FreeHeld | None:
-    """Freeing what is held, when the measured program fits the device alone but not beside what is held."""
-    if cap is None or cap.total is None or cap.in_use is None or cap.available is None:
+def _free_held(needs: int | None, cap: Capacity | None, held: list[HeldArrays]) -> FreeHeld | None:
+    """Freeing what is held, when the program fits the device alone but not beside what is held."""
+    if needs is None or cap is None or cap.total is None or cap.in_use is None or cap.available is None:
         return None
     named = [h for h in held if h.holders]
     held_bytes = sum(h.bytes for h in named)
-    alone = program.peak_bytes <= cap.total * FITS_SHARE
-    if not named or not alone or program.peak_bytes <= cap.available:
+    alone = needs <= cap.total * FITS_SHARE
+    if not named or not alone or needs <= cap.available:
         return None
-    found = FreeHeld(program.peak_bytes, cap.total, cap.in_use, held_bytes, [n for h in named for n in h.holders])
+    found = FreeHeld(needs, cap.total, cap.in_use, held_bytes, [n for h in named for n in h.holders])
     return found if found.fits_after else None
 
 
@@ -204,10 +206,7 @@ def _try(program: ProgramMemory, compiled: CompiledCall, cap: Capacity | None) -
 
 
 def _capacity(message: OutOfMemoryMessage) -> Capacity:
-    found = capacity()
-    if message.capacity and found.available is None:  # a TPU compiler's own figures
-        found = Capacity(message.capacity, message.capacity, None, "the compiler's message", found.device)
-    return found
+    return capacity_at_failure(message, capacity())
 
 
 def _eager(call: FailedCall) -> EagerAllocation:

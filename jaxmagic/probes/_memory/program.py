@@ -93,6 +93,7 @@ def read_program(report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None
     The peak is never less than what XLA reserves for the program - its arguments, outputs and temporaries'
     block, less what outputs alias (``memory_analysis()``, or the same sums of the buffer assignment when the
     compiler ran out): the live ranges say which buffers fill it, never that it needs less."""
+    report.platform = dumps.platform or report.platform
     module = parse_hlo_module(dumps.hlo or (compiled.as_text() if compiled is not None else "") or "")
     assignment = parse_buffer_assignment(dumps.buffer_assignment, dumps.live_range)
     figures = memory_figures(compiled) if compiled is not None else None

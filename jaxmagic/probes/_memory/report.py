@@ -85,6 +85,18 @@ def first_way_down(programs: list[ProgramMemory]) -> str:
     return ""
 
 
+def _nothing_offered(program: ProgramMemory) -> str:
+    """The fix line when no way down is offered: why, from what was tried - never a way not proven."""
+    if not program.ways_down:
+        return ""
+    untried = [w for w in program.ways_down if w.peak_after is None]
+    if len(untried) == len(program.ways_down):
+        return (
+            f"No way down could be measured ({untried[0].title or untried[0].kind}: {untried[0].problem}); see below."
+        )
+    return "Nothing tried lowered the peak enough: see the ways tried below."
+
+
 def buffers_section(program: ProgramMemory) -> Section:
     rows = []
     shown = 0
@@ -200,6 +212,23 @@ def _peak_source(program: ProgramMemory) -> str:
     return f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and temporaries)"
 
 
+def listed_section(facts: OutOfMemoryMessage) -> Section | None:
+    """The peak buffers XLA's GPU message lists itself (``BufferAssignment OOM Debugging``), when the program
+    could not be compiled again here: its own words, with the line its metadata names."""
+    if not facts.buffers:
+        return None
+    rows = []
+    for buffer in facts.buffers[:8]:
+        made = "argument" if buffer.parameter else (buffer.op_name.rsplit("/", 1)[-1] or buffer.label or "-")
+        line = f"{os.path.basename(buffer.source_file)}, line {buffer.source_line}" if buffer.source_file else "-"
+        rows.append([buffer.shape or "-", format_bytes(buffer.size), buffer.label or "-", made, line])
+    stats = ", ".join(f"{k} {format_bytes(v)}" for k, v in facts.stats.items())
+    blocks: list[Block] = [Table(["buffer", "bytes", "XLA label", "made by", "line"], rows)]
+    if stats:
+        blocks.append(Paragraph(f"XLA's allocation stats: {stats}."))
+    return Section("The peak buffers XLA's message lists", blocks)
+
+
 def held_section(held: list[HeldArrays]) -> Section | None:
     if not held:
         return None
@@ -232,7 +261,7 @@ class OutOfMemoryReport(Report):
     free_held: FreeHeld | None = None  # the program fits alone: freeing what is held is the first way down
 
     def concerns(self) -> list[Concern]:
-        if self.program is None and self.eager is None:
+        if self.program is None and self.eager is None and self.free_held is None:
             return [failed(f"{self.error_type}: out of memory; {self.problem or 'the call could not be told'}")]
         return [act(f"{self.error_type} explained: out of memory")]
 
@@ -244,6 +273,8 @@ class OutOfMemoryReport(Report):
         if self.eager is not None:
             made = f" makes {self.eager.shape} ({format_bytes(self.eager.bytes)})" if self.eager.shape else ""
             return f"Out of memory outside any jitted program: `{self.eager.call}`{made}{have}."
+        if self.program is None and self.free_held is not None:
+            return self._held_summary(asked, "")
         if self.program is None:
             return f"{self._out_of_memory()}{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
         later = (
@@ -253,18 +284,24 @@ class OutOfMemoryReport(Report):
         )
         called = f" called at {self.program.called_at.where}" if self.program.called_at is not None else ""
         if self.free_held is not None:
-            held = format_bytes(self.free_held.held_bytes)
-            return (
-                f"Out of memory{asked} in `{self.program.function}`{called}{later}: its program needs "
-                f"{format_bytes(self.program.peak_bytes)} of the device's {format_bytes(self.free_held.limit)}, "
-                f"and arrays you hold take {held} of it."
-            )
+            return self._held_summary(asked, called + later)
         if self.allocator:
             return (
                 f"Out of memory{asked} in `{self.program.function}`{called}{later}, though its program needs only "
                 f"{format_bytes(self.program.peak_bytes)}{have}: the allocator could not give it, not the program's size."
             )
         return f"{self._out_of_memory()}: {peak_sentence(self.program, available, short=True)}{later}."
+
+    def _held_summary(self, asked: str, where: str) -> str:
+        assert self.free_held is not None
+        facts = self.facts
+        name = self.program.function if self.program is not None else (facts.function if facts is not None else "")
+        needs = "its program needs" if self.program is not None else "the runtime reserves"
+        return (
+            f"Out of memory{asked} in `{name or 'the program'}`{where}: {needs} "
+            f"{format_bytes(self.free_held.program_bytes)} of the device's {format_bytes(self.free_held.limit)}, "
+            f"and arrays you hold take {format_bytes(self.free_held.held_bytes)} of it."
+        )
 
     def _out_of_memory(self) -> str:
         facts = self.facts
@@ -282,9 +319,7 @@ class OutOfMemoryReport(Report):
         if self.allocator:
             return f"Free memory held elsewhere, or set {ALLOCATOR_SETTINGS}."
         if self.program is not None:
-            return first_way_down([self.program]) or (
-                "Nothing tried lowered the peak enough: see the ways tried below." if self.program.ways_down else ""
-            )
+            return first_way_down([self.program]) or _nothing_offered(self.program)
         if self.eager is not None:
             return "Make the array smaller, or build it inside a jitted function that reduces it (XLA can fuse a reduction so the whole array never exists)."
         # the call could not be told: the next step that tells it
@@ -300,6 +335,9 @@ class OutOfMemoryReport(Report):
             ways = ways_section(self.program)
             if ways is not None:
                 sections.append(ways)
+        listed = listed_section(self.facts) if self.program is None and self.facts is not None else None
+        if listed is not None:
+            sections.append(listed)
         sections.append(Section("The error", [Facts(self._error_facts())]))
         if self.program is not None:
             sections.append(Section("The program", [Facts(figures_facts(self.program))]))
