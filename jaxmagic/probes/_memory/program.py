@@ -69,7 +69,6 @@ def program_memory(
         report.traced_again = ran.ran_again  # not found in JAX's trace cache: the user's Python ran
         report.signature = _signature(traced)
         lowered = traced.lower()
-        report.platform = jax.default_backend()  # where jit compiles a call of uncommitted arrays
         compiled, dumps = compile_with_memory_dumps(lowered)
     except DumpedCompileError as failure:
         message = read_message(str(failure.error))
@@ -93,7 +92,7 @@ def read_program(report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None
     The peak is never less than what XLA reserves for the program - its arguments, outputs and temporaries'
     block, less what outputs alias (``memory_analysis()``, or the same sums of the buffer assignment when the
     compiler ran out): the live ranges say which buffers fill it, never that it needs less."""
-    report.platform = dumps.platform or report.platform
+    report.platform = dumps.platform or report.platform or jax.default_backend()  # what it was compiled for
     module = parse_hlo_module(dumps.hlo or (compiled.as_text() if compiled is not None else "") or "")
     assignment = parse_buffer_assignment(dumps.buffer_assignment, dumps.live_range)
     figures = memory_figures(compiled) if compiled is not None else None

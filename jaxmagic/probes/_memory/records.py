@@ -44,6 +44,8 @@ class PeakBuffer:
         if self.role == ARGUMENT:
             return f"argument `{self.argument}`" if self.argument else "an argument"
         where = f" at {self.made_at.where}" if self.made_at is not None else ""
+        if "`" in self.operation:  # XLA's own buffer, told by its neighbour ("iota for `sort`")
+            return f"XLA's {self.operation}{where}"
         return f"`{self.operation}`{where}" if self.operation else f"an operation{where}"
 
 

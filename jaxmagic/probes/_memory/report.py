@@ -54,7 +54,7 @@ def peak_sentence(program: ProgramMemory, available: int | None = None, short: b
         over = f" (in place over {', '.join(top.reuses)})" if top.reuses and not short else ""
         made_by = top.made_by
         if short and top.made_at is not None and top.operation:  # the line alone: the cell is said once
-            made_by = f"`{top.operation}` at {short_place(top.made_at)}"
+            made_by = made_by.split(" at ")[0] + f" at {short_place(top.made_at)}"
         text += f"; {format_bytes(top.bytes)} of it is {what} made by {made_by}{over}"
     if program.compile_error is not None and not short:
         code = f" ({program.compile_error.code})" if program.compile_error.code else ""
