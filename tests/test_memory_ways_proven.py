@@ -39,10 +39,7 @@ def _specs(n: int = BIG, columns: int = 4):
 def _reserved(compiled) -> int:
     stats = compiled.memory_analysis()
     return (
-        stats.argument_size_in_bytes
-        + stats.output_size_in_bytes
-        + stats.temp_size_in_bytes
-        - stats.alias_size_in_bytes
+        stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
     )
 
 

@@ -89,15 +89,19 @@ class BufferAssignment:
     peak_time: int | None = None
     xla_peak_time: int | None = None  # the time XLA's own "(peak)" section names
     xla_peak_bytes: int = 0  # what is live then, counted here (less than ``peak_bytes``: XLA's was not the peak)
+    _index: dict | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def allocation_of(
         self, instruction: str, shape_index: str | None = None
     ) -> tuple[Allocation, AssignedValue] | None:
-        for allocation in self.allocations:
-            for value in allocation.values:
-                if value.instruction == instruction and (shape_index is None or value.shape_index == shape_index):
-                    return allocation, value
-        return None
+        """The allocation holding a value (its first element's, without a shape index)."""
+        if self._index is None:  # built once: a large program has thousands of values
+            self._index = {}
+            for allocation in self.allocations:
+                for value in allocation.values:
+                    self._index.setdefault((value.instruction, value.shape_index), (allocation, value))
+                    self._index.setdefault((value.instruction, None), (allocation, value))
+        return self._index.get((instruction, shape_index))
 
     def sharing(self, instruction: str, shape_index: str | None = None) -> list[str]:
         """The other values held in the same memory as ``instruction``'s (same allocation, offset and size),
@@ -252,12 +256,12 @@ def _peak_from_ranges(assignment: BufferAssignment, xla_time: int | None, xla_si
         if totals[xla_time] >= peak * (1 - XLA_PEAK_TOLERANCE):  # XLA's own choice, where it is the peak
             time = xla_time
     assignment.peak_time, assignment.peak_bytes = time, peak
-    live: dict[tuple, LiveRange] = {}
-    for ranges_ in by_slot.values():
-        at = [r for r in ranges_ if r.start <= time <= r.end]
+    at_peak: dict[tuple, LiveRange] = {}
+    for ranges in by_slot.values():
+        at = [r for r in ranges if r.start <= time <= r.end]
         if at:  # in place: the value made last, over the one it replaces
             newest = max(at, key=lambda r: (r.start, sizes[r]))
-            live[slots[newest]] = newest
+            at_peak[slots[newest]] = newest
     assignment.peak = sorted(
-        (PeakValue(r.instruction, r.shape_index, sizes[r]) for r in live.values()), key=lambda v: -v.size
+        (PeakValue(r.instruction, r.shape_index, sizes[r]) for r in at_peak.values()), key=lambda v: -v.size
     )
