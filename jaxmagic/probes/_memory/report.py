@@ -10,6 +10,7 @@ import os
 from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.records import (
     ARGUMENT,
+    OFFER_ORDER,
     SAVED_FOR_BACKWARD,
     Capacity,
     EagerAllocation,
@@ -90,6 +91,7 @@ def _nothing_offered(program: ProgramMemory) -> str:
     if not program.ways_down:
         return ""
     untried = [w for w in program.ways_down if w.peak_after is None]
+    untried.sort(key=lambda w: OFFER_ORDER.index(w.kind) if w.kind in OFFER_ORDER else len(OFFER_ORDER))
     if len(untried) == len(program.ways_down):
         return (
             f"No way down could be measured ({untried[0].title or untried[0].kind}: {untried[0].problem}); see below."
