@@ -27,7 +27,7 @@ def shell(ip):
 
 def _way(fix: str) -> str:
     """The way down a fix line offers, without its figures: what the device has free moves between runs (the
-    host's MemAvailable), so how far a smaller input must go can differ by a halving."""
+    host's MemAvailable), so the block size that fits can differ."""
     return re.sub(r"[\d,.]+ ?(GiB|MiB|KiB)?", "N", fix.split(":")[0])
 
 
@@ -44,7 +44,7 @@ def _fix_of_explainer(shell) -> str:
 
 def test_every_path_tells_the_same_call_and_way_down(shell):
     fix = _fix_of_explainer(shell)
-    assert fix.startswith("give `nearest_p` at most")
+    assert fix.startswith("`nearest_p` on ") and "rows at a time" in fix
 
     result = shell.run_cell("%%jax_memory -o rep_mem\n" + CELL)
     assert type(result.error_in_exec).__name__ == "JaxRuntimeError"  # the user's error, raised unchanged

@@ -225,11 +225,11 @@ def test_an_error_surfacing_at_a_later_read_is_traced_back_to_the_call():
     assert report.program.call == "nearest(jnp.linspace(0.0, 1.0, BIG))"
     assert report.program.buffers[0].made_at.lineno == _line_of(nearest, "jnp.sort(d, axis=0)")
     assert not report.allocator and not report.program.traced_again
-    [smaller] = [w for w in report.program.ways_down if w.kind == "smaller_input"]
-    assert smaller.peak_after < report.program.peak_bytes
-    assert smaller.fits == (smaller.peak_after <= report.capacity.available * 0.9)  # free memory moves: either
-    assert "square of the rows" in smaller.how
-    assert report.fix.startswith("give `nearest` at most")
+    # the sort runs down axis 0, so each result reads every row of `x[:, None]`: the blocks are of `x[None, :]`
+    [rows] = [w for w in report.program.ways_down if w.kind == "rows"]
+    assert rows.peak_after < report.program.peak_bytes / 4 and "`x[None, :]`" in rows.code
+    assert rows.fits == (rows.peak_after <= report.capacity.available * 0.9)  # free memory moves: either
+    assert report.fix.startswith("`nearest` on ") and "against all of `x`" in report.fix
     assert report.status.value == "problem"
     assert explain_out_of_memory(caught.value) is report  # kept on the exception: measured once
 

@@ -1,15 +1,21 @@
 """Reading XLA's buffer assignment and live ranges (the texts ``_jax.compile_dumps`` gets): the one
 place jaxmagic parses them, as ``hlo_text`` is for the module itself.
 
-Two texts, both written by XLA for one compiled module:
+Two texts, both written by XLA for one compiled module (CPU, GPU and TPU write the same form):
 
 * the buffer assignment: ``allocation N: size S, <kind>...:`` followed by the values assigned to it
-  (`` value: <id name @index> (size=..,offset=..): shape``). The kind says what the memory is for:
+  (`` value: <id name{index} @color> (size=..,offset=..): shape``). The kind says what the memory is for:
   ``parameter K`` (an argument of the program), ``maybe-live-out`` (an output), ``preallocated-temp``
   (the temporaries, all in one block), ``thread-local`` and ``constant`` (scalars of reducer bodies,
   literals);
-* the live ranges: the scheduled instructions, each buffer's range, and ``Live ranges at T (peak):``
-  followed by every buffer live at that point (``name{index}: N bytes (cumulative: M bytes)``).
+* the live ranges: the scheduled instructions, each buffer's range (``name{index}:start-end``, both ends
+  included) and ``Live ranges at T (peak):`` followed by the buffers XLA says are live at T.
+
+The peak is computed here from every buffer's range, not taken from XLA's ``(peak)`` section: XLA:CPU of
+jaxlib 0.12 names a time after a 64 GiB temporary died as the peak of ``exp(...) @ w`` (2 MiB live), and
+a trial compiled with donation then "needed" 4.5 MiB. XLA's time is kept when it is a peak by this count.
+Each piece of memory (allocation, offset) is counted once: a value made in place over another (a sort
+over its operand, an output over a donated argument) is live beside it for one step in one memory.
 
 The parser is tolerant: a line it does not understand is skipped, never fatal.
 """
@@ -40,6 +46,7 @@ class AssignedValue:
     instruction: str
     size: int
     offset: int
+    shape_index: str = ""  # "" for a whole value, "0" / "1,2" for a tuple element
 
 
 @dataclasses.dataclass
@@ -51,23 +58,55 @@ class PeakValue:
     size: int
 
 
+@dataclasses.dataclass(frozen=True)
+class LiveRange:
+    instruction: str
+    shape_index: str
+    start: int
+    end: int  # included
+
+
+@dataclasses.dataclass
+class Totals:
+    """What the allocations add up to, as ``memory_analysis()`` counts them (also when compiling failed)."""
+
+    arguments: int = 0
+    outputs: int = 0
+    temporaries: int = 0
+    aliased: int = 0  # outputs written over an argument (a parameter's allocation that is also live out)
+
+    @property
+    def total(self) -> int:
+        return self.arguments + self.outputs + self.temporaries - self.aliased
+
+
 @dataclasses.dataclass
 class BufferAssignment:
     allocations: list[Allocation]
     peak: list[PeakValue]  # largest first; [] when XLA wrote no live ranges
     peak_bytes: int  # what the buffers live at the peak add up to (0 when unknown)
+    ranges: list[LiveRange] = dataclasses.field(default_factory=list)
+    peak_time: int | None = None
+    xla_peak_time: int | None = None  # the time XLA's own "(peak)" section names
+    xla_peak_bytes: int = 0  # what is live then, counted here (less than ``peak_bytes``: XLA's was not the peak)
+    _index: dict | None = dataclasses.field(default=None, repr=False, compare=False)
 
-    def allocation_of(self, instruction: str) -> tuple[Allocation, AssignedValue] | None:
-        for allocation in self.allocations:
-            for value in allocation.values:
-                if value.instruction == instruction:
-                    return allocation, value
-        return None
+    def allocation_of(
+        self, instruction: str, shape_index: str | None = None
+    ) -> tuple[Allocation, AssignedValue] | None:
+        """The allocation holding a value (its first element's, without a shape index)."""
+        if self._index is None:  # built once: a large program has thousands of values
+            self._index = {}
+            for allocation in self.allocations:
+                for value in allocation.values:
+                    self._index.setdefault((value.instruction, value.shape_index), (allocation, value))
+                    self._index.setdefault((value.instruction, None), (allocation, value))
+        return self._index.get((instruction, shape_index))
 
-    def sharing(self, instruction: str) -> list[str]:
+    def sharing(self, instruction: str, shape_index: str | None = None) -> list[str]:
         """The other values held in the same memory as ``instruction``'s (same allocation, offset and size),
         in XLA's order."""
-        found = self.allocation_of(instruction)
+        found = self.allocation_of(instruction, shape_index)
         if found is None:
             return []
         allocation, mine = found
@@ -77,12 +116,31 @@ class BufferAssignment:
             if v.instruction != instruction and (v.offset, v.size) == (mine.offset, mine.size)
         ]
 
+    def totals(self) -> Totals:
+        found = Totals()
+        for allocation in self.allocations:
+            if allocation.parameter is not None:
+                found.arguments += allocation.size
+                if allocation.live_out:
+                    found.aliased += allocation.size
+            if allocation.live_out:
+                found.outputs += allocation.size
+            if allocation.temporary:
+                found.temporaries += allocation.size
+        return found
+
+
+# XLA's "(peak)" time is kept when what is live then is this close to the most live at any time: at XLA:TPU's
+# time a layout copy and a sort's indices are live, one step later the sort's results over them plus the
+# 512 bytes of its tuple - the same memory, told by the buffers XLA itself names.
+XLA_PEAK_TOLERANCE = 1e-3
 
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
-_VALUE = re.compile(r"^\s*value: <\d+ ([\w.\-]+) @[\d,]*> \(size=(\d+),offset=(\d+)\)")
+_VALUE = re.compile(r"^\s*value: <\d+ ([\w.\-]+)(?:\{([\d,]*)\})? @[\d,]*> \(size=(\d+),offset=(\d+)\)")
 _PARAMETER = re.compile(r"\bparameter (\d+)\b")
-_PEAK_HEADER = re.compile(r"^\s*Live ranges at \d+ \(peak\):\s*$")
+_PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):\s*$")
 _PEAK_VALUE = re.compile(r"^\s*([\w.\-]+)\{([\d,]*)\}: (\d+) bytes")
+_RANGE = re.compile(r"^\s*([\w.\-]+)\{([\d,]*)\}:(\d+)-(\d+)\s*$")
 
 
 def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> BufferAssignment:
@@ -90,49 +148,120 @@ def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> Buf
     for line in buffer_assignment.splitlines():
         header = _ALLOCATION.match(line)
         if header:
-            kinds = header.group(3)
-            parameter = _PARAMETER.search(kinds)
-            allocations.append(
-                Allocation(
-                    index=int(header.group(1)),
-                    size=int(header.group(2)),
-                    parameter=int(parameter.group(1)) if parameter else None,
-                    live_out="maybe-live-out" in kinds,
-                    temporary="preallocated-temp" in kinds,
-                    thread_local="thread-local" in kinds,
-                    constant="constant" in kinds,
-                )
-            )
+            allocations.append(_allocation(header))
             continue
         value = _VALUE.match(line)
         if value and allocations:
-            name, size, offset = value.group(1), int(value.group(2)), int(value.group(3))
-            allocations[-1].values.append(AssignedValue(name, size, offset))
-    peak = _peak_values(live_range)
-    peak.sort(key=lambda v: -v.size)
-    assignment = BufferAssignment(allocations, peak, 0)
-    # A donated argument and the output written over it are two values live at the peak in one memory:
-    # each piece of memory is counted once.
-    slots: dict[tuple, int] = {}
-    for live in peak:
-        found = assignment.allocation_of(live.instruction)
-        slot = (found[0].index, found[1].offset) if found is not None else ("unassigned", live.instruction)
-        slots[slot] = max(slots.get(slot, 0), live.size)
-    assignment.peak_bytes = sum(slots.values())
+            name, index = value.group(1), value.group(2) or ""
+            allocations[-1].values.append(AssignedValue(name, int(value.group(3)), int(value.group(4)), index))
+    assignment = BufferAssignment(allocations, [], 0)
+    xla_time, xla_peak = _xla_peak(live_range)
+    assignment.ranges = _ranges(live_range)
+    if assignment.ranges:
+        _peak_from_ranges(assignment, xla_time, {(v.instruction, v.shape_index): v.size for v in xla_peak})
+    elif xla_peak:  # a text with the peak's list and no ranges: XLA's word is all there is
+        assignment.peak = sorted(xla_peak, key=lambda v: -v.size)
+        assignment.peak_bytes = sum(_slot_sizes(assignment, assignment.peak).values())
+        assignment.peak_time = assignment.xla_peak_time = xla_time
     return assignment
 
 
-def _peak_values(live_range: str) -> list[PeakValue]:
+def _allocation(header: re.Match) -> Allocation:
+    kinds = header.group(3)
+    parameter = _PARAMETER.search(kinds)
+    return Allocation(
+        index=int(header.group(1)),
+        size=int(header.group(2)),
+        parameter=int(parameter.group(1)) if parameter else None,
+        live_out="maybe-live-out" in kinds,
+        temporary="preallocated-temp" in kinds,
+        thread_local="thread-local" in kinds,
+        constant="constant" in kinds,
+    )
+
+
+def _xla_peak(live_range: str) -> tuple[int | None, list[PeakValue]]:
     values: list[PeakValue] = []
-    inside = False
+    time: int | None = None
     for line in live_range.splitlines():
-        if _PEAK_HEADER.match(line):
-            inside = True
+        header = _PEAK_HEADER.match(line)
+        if header:
+            time = int(header.group(1))
             continue
-        if not inside:
+        if time is None:
             continue
         match = _PEAK_VALUE.match(line)
         if match is None:
             break  # the section ends where its value lines do
         values.append(PeakValue(match.group(1), match.group(2), int(match.group(3))))
-    return values
+    return time, values
+
+
+def _ranges(live_range: str) -> list[LiveRange]:
+    found = []
+    inside = False
+    for line in live_range.splitlines():
+        if line.strip() == "BufferLiveRange:":
+            inside = True
+            continue
+        if inside:
+            match = _RANGE.match(line)
+            if match is None:
+                break
+            found.append(LiveRange(match.group(1), match.group(2), int(match.group(3)), int(match.group(4))))
+    return found
+
+
+def _slot(assignment: BufferAssignment, instruction: str, index: str) -> tuple:
+    found = assignment.allocation_of(instruction, index)
+    return (found[0].index, found[1].offset) if found is not None else ("unassigned", instruction, index)
+
+
+def _slot_sizes(assignment: BufferAssignment, values: list[PeakValue]) -> dict[tuple, int]:
+    slots: dict[tuple, int] = {}
+    for value in values:
+        slot = _slot(assignment, value.instruction, value.shape_index)
+        slots[slot] = max(slots.get(slot, 0), value.size)
+    return slots
+
+
+def _peak_from_ranges(assignment: BufferAssignment, xla_time: int | None, xla_sizes: dict) -> None:
+    """The time most memory is live, and what is live then - by every buffer's range, each slot once."""
+    sizes: dict[LiveRange, int] = {}
+    slots: dict[LiveRange, tuple] = {}
+    for live in assignment.ranges:
+        found = assignment.allocation_of(live.instruction, live.shape_index)
+        sizes[live] = found[1].size if found is not None else xla_sizes.get((live.instruction, live.shape_index), 0)
+        slots[live] = _slot(assignment, live.instruction, live.shape_index)
+    last = max(r.end for r in assignment.ranges)
+    totals = [0] * (last + 2)
+    by_slot: dict[tuple, list[LiveRange]] = {}
+    for live in assignment.ranges:
+        by_slot.setdefault(slots[live], []).append(live)
+    steps = [0] * (last + 2)
+    for ranges in by_slot.values():  # per slot and stretch of time: the largest value live then (in place)
+        bounds = sorted({r.start for r in ranges} | {r.end + 1 for r in ranges})
+        for begin, stop in zip(bounds, bounds[1:]):
+            size = max((sizes[r] for r in ranges if r.start <= begin <= r.end), default=0)
+            steps[begin] += size
+            steps[stop] -= size
+    running = 0
+    for time in range(last + 1):
+        running += steps[time]
+        totals[time] = running
+    peak = max(totals)
+    time = totals.index(peak)
+    if xla_time is not None and xla_time < len(totals):
+        assignment.xla_peak_time, assignment.xla_peak_bytes = xla_time, totals[xla_time]
+        if totals[xla_time] >= peak * (1 - XLA_PEAK_TOLERANCE):  # XLA's own choice, where it is the peak
+            time = xla_time
+    assignment.peak_time, assignment.peak_bytes = time, peak
+    at_peak: dict[tuple, LiveRange] = {}
+    for ranges in by_slot.values():
+        at = [r for r in ranges if r.start <= time <= r.end]
+        if at:  # in place: the value made last, over the one it replaces
+            newest = max(at, key=lambda r: (r.start, sizes[r]))
+            at_peak[slots[newest]] = newest
+    assignment.peak = sorted(
+        (PeakValue(r.instruction, r.shape_index, sizes[r]) for r in at_peak.values()), key=lambda v: -v.size
+    )

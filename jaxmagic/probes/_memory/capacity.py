@@ -13,6 +13,7 @@ import os
 
 import jax
 
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.records import Capacity
 
 
@@ -25,13 +26,21 @@ def capacity(device=None) -> Capacity:
         stats = device.memory_stats()
     except Exception:  # a backend without the call
         stats = None
-    if stats and stats.get("bytes_limit"):
-        limit, in_use = int(stats["bytes_limit"]), int(stats.get("bytes_in_use", 0))
-        free = int(stats.get("largest_free_block_bytes") or limit - in_use)
-        return Capacity(free, limit, in_use, f"memory_stats() of {name}", name)
+    found = stats_capacity(stats, name)
+    if found is not None:
+        return found
     if device.platform == "cpu":
         return host_capacity(name)
     return Capacity(None, source=f"memory_stats() of {name} gives no bytes_limit", device=name)
+
+
+def stats_capacity(stats: dict | None, name: str) -> Capacity | None:
+    """What ``device.memory_stats()`` says the device can give (None without a ``bytes_limit``: CPU)."""
+    if not stats or not stats.get("bytes_limit"):
+        return None
+    limit, in_use = int(stats["bytes_limit"]), int(stats.get("bytes_in_use", 0) or 0)
+    free = int(stats.get("largest_free_block_bytes") or limit - in_use)
+    return Capacity(free, limit, in_use, f"memory_stats() of {name}", name)
 
 
 def host_capacity(device: str = "cpu:0") -> Capacity:
@@ -81,3 +90,16 @@ def _read_int(path: str) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def capacity_at_failure(message: OutOfMemoryMessage, now: Capacity) -> Capacity:
+    """What the device could give when the error was raised: the runtime's own figure when its message has one
+    (TPU: "There are 2.76G free"; the arrays held then may be gone by now), with the limit ``memory_stats()``
+    gives; a compiler's figure for what it had when nothing else says; else the device's figures now."""
+    if message.free is not None:
+        total = now.total if now.total is not None else None
+        in_use = total - message.free if total is not None else None
+        return Capacity(message.free, total, in_use, "the runtime's message (free when it failed)", now.device)
+    if message.capacity and now.available is None:
+        return Capacity(message.capacity, message.capacity, None, "the compiler's message", now.device)
+    return now

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
-import re
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -28,24 +27,9 @@ import executing
 import jax
 
 from jaxmagic._jax import jit_internals
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage, read_message
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
-
-_MESSAGE = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|out of memory|Ran out of memory", re.IGNORECASE)
-_ASKED = re.compile(r"(?:allocating|allocate|reserve)\s+([\d,]+)\s*(?:bytes|B\b)", re.IGNORECASE)
-_TPU_USED = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) (\w+)")
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-@dataclasses.dataclass
-class OutOfMemoryMessage:
-    """What XLA's message says: the bytes it asked for, or (a TPU compiler) what it used of what it had."""
-
-    text: str  # the message's first line
-    asked: int | None = None
-    used: int | None = None
-    capacity: int | None = None
-    at_compile: bool = False  # the compiler ran out (TPU), not an allocation at run time
 
 
 def out_of_memory_message(error: BaseException) -> OutOfMemoryMessage | None:
@@ -57,18 +41,7 @@ def out_of_memory_message(error: BaseException) -> OutOfMemoryMessage | None:
         text = str(error)
     except Exception:
         return None
-    if not _MESSAGE.search(text) or "RESOURCE_EXHAUSTED" not in text and "memory" not in text.lower():
-        return None
-    found = OutOfMemoryMessage(text.strip().splitlines()[0] if text.strip() else "")
-    asked = _ASKED.search(text)
-    if asked:
-        found.asked = int(asked.group(1).replace(",", ""))
-    used = _TPU_USED.search(text)
-    if used:
-        found.used = int(float(used.group(1)) * _UNITS[used.group(2)])
-        found.capacity = int(float(used.group(3)) * _UNITS[used.group(4)])
-        found.at_compile = "compile" in text.lower()
-    return found
+    return read_message(text)
 
 
 @dataclasses.dataclass
@@ -86,8 +59,10 @@ class FailedCall:
     problem: str = ""  # why the arguments could not be rebuilt
 
 
-def failed_call(error: BaseException) -> FailedCall | None:
-    """The call that ran out of memory, found as the module docstring says; None when it cannot be told."""
+def failed_call(error: BaseException, function: str = "") -> FailedCall | None:
+    """The call that ran out of memory, found as the module docstring says; None when it cannot be told.
+    ``function``: the name XLA's message gives the program (``nearest`` of ``jit_nearest``): of the calls on
+    a line, the one of that name first (``outer(nearest(x))``)."""
     user_tbs = user_tracebacks(error.__traceback__)
     if not user_tbs:
         return None
@@ -105,11 +80,17 @@ def failed_call(error: BaseException) -> FailedCall | None:
         node = _executing(user_tb)
         # the call running, else a jitted call whose result it reads (`nearest(x).block_until_ready()`):
         # the outermost one, whose result the line was using when the error arose
-        for call in [n for n in ast.walk(node) if isinstance(n, ast.Call)] if node is not None else []:
-            found = _call_of(call, user_tb.tb_frame, user_tb.tb_lineno)
-            if found is not None:
-                return found
+        calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)] if node is not None else []
+        found_here = [f for f in (_call_of(c, user_tb.tb_frame, user_tb.tb_lineno) for c in calls) if f is not None]
+        named = [f for f in found_here if function and _name(f.function) == function]
+        if named or found_here:
+            return (named or found_here)[0]
     return None
+
+
+def _name(function: Any) -> str:
+    inner = getattr(function, "__wrapped__", function)
+    return str(getattr(inner, "__name__", "") or getattr(function, "__name__", ""))
 
 
 def _executing(user_tb: TracebackType) -> ast.AST | None:

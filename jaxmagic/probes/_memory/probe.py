@@ -17,10 +17,11 @@ from jaxmagic._jax import runtime
 from jaxmagic._jax.jit_programs import CapturedCall, ProgramCapture
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._live import live
-from jaxmagic.probes._memory.capacity import capacity
+from jaxmagic.probes._memory.capacity import capacity, capacity_at_failure
 from jaxmagic.probes._memory.failed_call import FailedCall, failed_call, out_of_memory_message
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
-from jaxmagic.probes._memory.records import Capacity, EagerAllocation, HeldArrays, ProgramMemory
+from jaxmagic.probes._memory.records import Capacity, EagerAllocation, FreeHeld, HeldArrays, ProgramMemory
 from jaxmagic.probes._memory.report import MemoryReport, OutOfMemoryReport
 from jaxmagic.probes._memory.ways_down import FITS_SHARE, ways_down
 from jaxmagic.probes._support import progress
@@ -53,34 +54,70 @@ def explain_out_of_memory(
     kept = getattr(error, _KEPT, None)
     if isinstance(kept, OutOfMemoryReport) and (kept.program is None or kept.program.ways_down or not try_ways):
         return kept
-    report = OutOfMemoryReport(error_type=type(error).__name__, message=message.text, asked=message.asked)
-    report.capacity = _capacity(message)
+    problem = ""
     try:
-        call = failed_call(error)
-    except Exception as problem:  # the explanation is a bonus: never fail on the user's error
-        call, report.problem = None, f"reading the traceback failed ({error_line(problem)})"
+        call = failed_call(error, message.function)
+    except Exception as failure:  # the explanation is a bonus: never fail on the user's error
+        call, problem = None, f"reading the traceback failed ({error_line(failure)})"
+    report = explain_failed_call(
+        message, call, _capacity(message), held_arrays(namespace), try_ways=try_ways, error_type=type(error).__name__
+    )
+    report.problem = report.problem or problem
+    try:
+        setattr(error, _KEPT, report)
+    except Exception:  # an exception that takes no attributes: measured again if asked again
+        pass
+    return report
+
+
+def explain_failed_call(
+    message: OutOfMemoryMessage,
+    call: FailedCall | None,
+    cap: Capacity | None,
+    held: list[HeldArrays],
+    *,
+    try_ways: bool = True,
+    error_type: str = "JaxRuntimeError",
+) -> OutOfMemoryReport:
+    """The report from what the error said, the call found, the device's figures and the arrays held: the
+    live path's second half, which a recorded TPU error replays in CI with the same code."""
+    report = OutOfMemoryReport(
+        error_type=error_type, message=message.text, asked=message.asked, capacity=cap, facts=message, held=held
+    )
+    named = f" (XLA's module `{message.module}`)" if message.module else ""
     if call is None:
-        report.problem = report.problem or "no line of yours calls a jitted function or JAX there"
+        report.problem = f"no line of yours calls a jitted function or JAX there{named}"
     elif not call.jitted:
         report.eager = _eager(call)
     elif call.args is None:
         report.problem = f"`{call.text}` at {call.line.where}: {call.problem}"
     else:
         report.surfaced_at, report.read = call.surfaced_at, call.read
-        report.program = _measured(
-            call.function, call.args, call.kwargs or {}, call.text, call.line, report.capacity, try_ways
-        )
+        report.program = _measured(call.function, call.args, call.kwargs or {}, call.text, call.line, cap, try_ways)
         if report.program.problem:
             report.problem, report.program = report.program.problem, None
-    available = report.capacity.available if report.capacity else None
-    if report.program is not None and available is not None:
-        report.allocator = report.program.peak_bytes <= available * FITS_SHARE and not report.program.offered
-    report.held = held_arrays(namespace)
-    try:
-        setattr(error, _KEPT, report)
-    except Exception:  # an exception that takes no attributes: measured again if asked again
-        pass
+    program = report.program
+    available = cap.available if cap is not None else None
+    if program is None or program.compile_error is None:
+        # what the program needs: measured by compiling it, else the runtime's own reservation for it
+        needs = program.peak_bytes if program is not None else (message.asked if message.kind == "program" else None)
+        report.free_held = _free_held(needs, cap, held)
+    if program is not None and program.compile_error is None and available is not None and report.free_held is None:
+        report.allocator = program.peak_bytes <= available * FITS_SHARE and not program.offered
     return report
+
+
+def _free_held(needs: int | None, cap: Capacity | None, held: list[HeldArrays]) -> FreeHeld | None:
+    """Freeing what is held, when the program fits the device alone but not beside what is held."""
+    if needs is None or cap is None or cap.total is None or cap.in_use is None or cap.available is None:
+        return None
+    named = [h for h in held if h.holders]
+    held_bytes = sum(h.bytes for h in named)
+    alone = needs <= cap.total * FITS_SHARE
+    if not named or not alone or needs <= cap.available:
+        return None
+    found = FreeHeld(needs, cap.total, cap.in_use, held_bytes, [n for h in named for n in h.holders])
+    return found if found.fits_after else None
 
 
 def memory_of_call(
@@ -168,11 +205,8 @@ def _try(program: ProgramMemory, compiled: CompiledCall, cap: Capacity | None) -
         program.buffers_problem = program.buffers_problem or f"ways down not tried: {error_line(problem)}"
 
 
-def _capacity(message) -> Capacity:
-    found = capacity()
-    if message.capacity and found.available is None:  # a TPU compiler's own figures
-        found = Capacity(message.capacity, message.capacity, message.used, "the compiler's message", found.device)
-    return found
+def _capacity(message: OutOfMemoryMessage) -> Capacity:
+    return capacity_at_failure(message, capacity())
 
 
 def _eager(call: FailedCall) -> EagerAllocation:

@@ -16,11 +16,15 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from jaxmagic._jax import jit_internals, jittable
-from jaxmagic._jax.compile_dumps import compile_with_memory_dumps
+from jaxmagic._jax.compile_dumps import DumpedCompileError, MemoryDumps, compile_with_memory_dumps
 from jaxmagic.probes._hlo.memory import memory_figures
+from jaxmagic.probes._hlo.records import MemoryFigures
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
 from jaxmagic.probes._memory.buffer_assignment import BufferAssignment, parse_buffer_assignment
+from jaxmagic.probes._memory.messages import read_message
 from jaxmagic.probes._memory.records import (
     ARGUMENT,
     OUTPUT,
@@ -46,14 +50,15 @@ class CompiledCall:
     args: tuple
     kwargs: dict
     traced: Any  # jax.stages.Traced
-    compiled: Any  # the Compiled with dumps (its program is the user's)
+    compiled: Any  # the Compiled with dumps (its program is the user's); None when the compiler ran out
 
 
 def program_memory(
     fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", called_at=None
 ) -> tuple[ProgramMemory, CompiledCall | None]:
     """The memory of ``fn(*args, **kwargs)``, compiled but never run; arguments may be arrays (even ones a
-    failed call left unreadable) or ``jax.ShapeDtypeStruct``s."""
+    failed call left unreadable) or ``jax.ShapeDtypeStruct``s. A compiler that runs out of memory (XLA:TPU)
+    still says what filled the program: its dumps are read, and ``compile_error`` keeps its message."""
     kwargs = dict(kwargs or {})
     jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
@@ -63,24 +68,50 @@ def program_memory(
             traced = jitted.trace(*args, **kwargs)
         report.traced_again = ran.ran_again  # not found in JAX's trace cache: the user's Python ran
         report.signature = _signature(traced)
-        compiled, dumps = compile_with_memory_dumps(traced.lower())
+        lowered = traced.lower()
+        compiled, dumps = compile_with_memory_dumps(lowered)
+    except DumpedCompileError as failure:
+        message = read_message(str(failure.error))
+        if message is None or not message.at_compile:
+            report.problem = f"it could not be compiled: {error_line(failure.error)}"
+            return report, None
+        report.compile_error = message
+        read_program(report, failure.dumps, None)
+        return report, CompiledCall(jitted, tuple(args), kwargs, traced, None)
     except Exception as error:
         report.problem = f"it could not be compiled: {error_line(error)}"
         return report, None
-    report.figures = memory_figures(compiled)
-    module = parse_hlo_module(dumps.hlo or compiled.as_text() or "")
+    read_program(report, dumps, compiled)
+    return report, CompiledCall(jitted, tuple(args), kwargs, traced, compiled)
+
+
+def read_program(report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None) -> ProgramMemory:
+    """Fill ``report`` from XLA's texts of one compilation (and its ``memory_analysis()`` when it compiled):
+    the one reading of a program, for the user's call, every trial, and a recorded TPU compilation alike.
+
+    The peak is never less than what XLA reserves for the program - its arguments, outputs and temporaries'
+    block, less what outputs alias (``memory_analysis()``, or the same sums of the buffer assignment when the
+    compiler ran out): the live ranges say which buffers fill it, never that it needs less."""
+    report.platform = dumps.platform or report.platform or jax.default_backend()  # what it was compiled for
+    module = parse_hlo_module(dumps.hlo or (compiled.as_text() if compiled is not None else "") or "")
     assignment = parse_buffer_assignment(dumps.buffer_assignment, dumps.live_range)
-    # XLA's live ranges give the peak itself; memory_analysis()'s peak_memory_in_bytes leaves the
-    # temporaries out on CPU (1 MiB for a program with a 64 GiB temporary), so it is the last resort.
-    figures = report.figures
-    report.peak_bytes = assignment.peak_bytes or (max(figures.total_bytes, figures.peak_bytes) if figures else 0)
+    figures = memory_figures(compiled) if compiled is not None else None
+    if figures is None and assignment.allocations:
+        totals = assignment.totals()
+        figures = MemoryFigures(totals.arguments, totals.outputs, totals.aliased, totals.temporaries)
+    report.figures = figures
+    reserved = figures.total_bytes if figures is not None else 0
+    report.live_bytes = assignment.peak_bytes
+    report.peak_bytes = max(assignment.peak_bytes, reserved)
     if assignment.peak:
         report.buffers = peak_buffers(module, assignment)
-    else:
+    elif report.peak_bytes:
         report.buffers_problem = (
             "XLA wrote no live ranges for this program, so the buffers live at its peak are unknown"
         )
-    return report, CompiledCall(jitted, tuple(args), kwargs, traced, compiled)
+    if not report.peak_bytes and not report.buffers_problem:
+        report.buffers_problem = "XLA wrote no buffer assignment and no memory figures for this program"
+    return report
 
 
 def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[PeakBuffer]:
@@ -104,32 +135,64 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
         else:
             group.count += 1
             group.bytes += buffer.bytes
-    return sorted(groups.values(), key=lambda b: -b.bytes)
+    return sorted(groups.values(), key=lambda b: (-b.bytes, b.role == ARGUMENT))  # at one size, what it made first
 
 
 def _buffer_of(module, assignment, instruction, shape_index, size, readers, instructions) -> PeakBuffer:
     shape = _element_shape(instruction.shape, shape_index)
     op_name = instruction.op_names[0] if instruction.op_names else ""
     made_at = _user_line(module, instruction)
-    found = assignment.allocation_of(instruction.name)
+    found = assignment.allocation_of(instruction.name, shape_index)
     allocation = found[0] if found is not None else None
     if instruction.opcode == "parameter" and allocation is not None and allocation.parameter is not None:
         return PeakBuffer(shape, size, ARGUMENT, "", argument=op_name, made_at=None)
     role = OUTPUT if allocation is not None and allocation.live_out else TEMPORARY
     if role == TEMPORARY and not _backward(op_name) and _read_backward(module, instruction, readers):
         role = SAVED_FOR_BACKWARD
+    operation = _operation(op_name)
+    if not op_name and made_at is None:  # XLA's own buffer (a layout copy, a sort's indices): its neighbour's line
+        operation, made_at = _borrowed_line(module, instruction, readers, instructions)
     # Made in place: XLA gave it the memory of a value it reads (a sort over its operand). Memory shared
     # with a value live at another time is reuse, not "in place", and is not told.
     operands = set(instruction.operands)
     reuses = []
-    for other in assignment.sharing(instruction.name):
+    for other in assignment.sharing(instruction.name, shape_index):
         made = instructions.get(other)
-        if made is not None and other in operands and made.opcode != "parameter" and made.op_names:
+        if made is None or other not in operands or made.opcode == "parameter":
+            continue
+        if made.op_names:
             line = _user_line(module, made)
             reuses.append(f"`{_operation(made.op_names[0])}`" + (f" at line {line.lineno}" if line is not None else ""))
-    return PeakBuffer(
-        shape, size, role, _operation(op_name), scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses))
-    )
+        else:
+            what, line = _borrowed_line(module, made, readers, instructions)
+            reuses.append(f"XLA's {what}" + (f" (line {line.lineno})" if line is not None else ""))
+    return PeakBuffer(shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses)))
+
+
+_PASSED_ON = ("copy", "bitcast", "get-tuple-element", "transpose", "reshape", "copy-start", "copy-done")
+
+
+def _borrowed_line(module, instruction, readers, instructions) -> tuple[str, SourceLine | None]:
+    """An instruction XLA made without metadata takes the line of the value it moves (a layout ``copy`` of
+    ``abs``'s output) or, when it reads no such value, of the instruction it was made for (an ``iota`` of a
+    sort's indices): ("copy of `abs`", line) / ("iota for `sort`", line); (opcode, None) when neither says."""
+    for direction, neighbours in (
+        ("of", lambda i: [instructions[o] for o in i.operands if o in instructions]),
+        ("for", lambda i: readers.get(i.name, [])),
+    ):
+        seen: set[str] = set()
+        todo = list(neighbours(instruction))
+        while todo:
+            other = todo.pop(0)
+            if other.name in seen or len(seen) > 16:
+                continue
+            seen.add(other.name)
+            line = _user_line(module, other)
+            if other.op_names and line is not None:
+                return f"{instruction.opcode} {direction} `{_operation(other.op_names[0])}`", line
+            if other.opcode in _PASSED_ON:  # the same value passed on: look one step further
+                todo += neighbours(other)
+    return instruction.opcode, None
 
 
 def _user_line(module: HloModuleText, instruction: HloInstruction) -> SourceLine | None:

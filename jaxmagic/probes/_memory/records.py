@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._hlo.records import MemoryFigures
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import format_bytes
 
@@ -13,7 +14,7 @@ from jaxmagic.report.wording import format_bytes
 # 64 GiB temporary lowers the peak, but changes nothing the user would notice).
 WORTH_OFFERING = 0.05
 
-OFFER_ORDER = ("batch_gradient", "checkpoint", "chunk", "smaller_input", "donate")
+OFFER_ORDER = ("batch_gradient", "checkpoint", "chunk", "rows", "donate")
 
 # What a buffer live at the peak is for (XLA's buffer assignment, plus where its readers are).
 ARGUMENT, OUTPUT, TEMPORARY, SAVED_FOR_BACKWARD = "argument", "output", "temporary", "saved for backward"
@@ -43,6 +44,8 @@ class PeakBuffer:
         if self.role == ARGUMENT:
             return f"argument `{self.argument}`" if self.argument else "an argument"
         where = f" at {self.made_at.where}" if self.made_at is not None else ""
+        if "`" in self.operation:  # XLA's own buffer, told by its neighbour ("iota for `sort`")
+            return f"XLA's {self.operation}{where}"
         return f"`{self.operation}`{where}" if self.operation else f"an operation{where}"
 
 
@@ -77,16 +80,24 @@ class WayDown:
     problem: str = ""
     fits: bool | None = None  # whether the new peak fits the device's capacity (None: unknown)
     traced_again: bool = False  # the user's function was traced again to try it
+    refused: bool = False  # the compiler ran out of memory compiling it (XLA:TPU): it does not fit, proven
+    platform: str = ""  # what it was compiled for ("tpu"): the proof holds for that device
 
     @property
     def lowers(self) -> bool:
-        return self.peak_after is not None and self.peak_after <= self.peak_before * (1 - WORTH_OFFERING)
+        return (
+            not self.refused
+            and self.peak_after is not None
+            and self.peak_after <= self.peak_before * (1 - WORTH_OFFERING)
+        )
 
     @property
     def effect(self) -> str:
         if self.peak_after is None:
             return f"could not be tried: {self.problem}" if self.problem else "could not be tried"
         before, after = format_bytes(self.peak_before), format_bytes(self.peak_after)
+        if self.refused:
+            return f"the compiler for {self.platform or 'this device'} refused it: it needs {after}"
         if not self.lowers:
             saved = self.peak_before - self.peak_after
             if saved > 0:
@@ -110,6 +121,14 @@ class ProgramMemory:
     ways_down: list[WayDown] = dataclasses.field(default_factory=list)
     problem: str = ""  # why the program could not be compiled at all
     traced_again: bool = False  # measuring it traced the user's function again (not in JAX's trace cache)
+    platform: str = ""  # the backend it was compiled for: "cpu", "tpu", "gpu"
+    compile_error: OutOfMemoryMessage | None = None  # the compiler ran out of memory (XLA:TPU): its message
+    live_bytes: int = 0  # what the buffers live at once add up to (XLA's live ranges); ``peak_bytes`` >= it
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What XLA reserves for the program: arguments + outputs + temporaries - aliased (0 when unknown)."""
+        return self.figures.total_bytes if self.figures is not None else 0
 
     @property
     def offered(self) -> list[WayDown]:
@@ -133,6 +152,39 @@ class HeldArrays:
     what: str  # "12 x f32[4096,4096]"
     bytes: int
     holders: list[str] = dataclasses.field(default_factory=list)  # "cache[0..11]", "Out[4]"
+
+
+@dataclasses.dataclass
+class FreeHeld:
+    """The first way down when the program alone fits the device and beside what is held it does not:
+    free or move the arrays held (``del``, ``jax.device_get``, ``.delete()``). Figures, all measured: the
+    program's peak (compiled), the device's limit and use (``memory_stats()``), the arrays held (live)."""
+
+    program_bytes: int
+    limit: int
+    in_use: int
+    held_bytes: int  # what the held arrays named below take
+    holders: list[str] = dataclasses.field(default_factory=list)  # "cache[0..7]"
+
+    @property
+    def room_after(self) -> int:
+        """What the device could give once they are freed."""
+        return self.limit - max(self.in_use - self.held_bytes, 0)
+
+    @property
+    def fits_after(self) -> bool:
+        return self.program_bytes <= self.room_after
+
+    @property
+    def text(self) -> str:
+        names = ", ".join(f"`{h}`" for h in self.holders[:4]) or "arrays no name of yours holds"
+        first = self.holders[0].split("[")[0] if self.holders else "x"
+        return (
+            f"free what is held first: {names} hold{'s' if len(self.holders) == 1 else ''} "
+            f"{format_bytes(self.held_bytes)}; `del {first}`, or keep it on the host with `jax.device_get`, or "
+            f"`.delete()` it - the program needs {format_bytes(self.program_bytes)} of the device's "
+            f"{format_bytes(self.limit)}, {format_bytes(self.room_after)} free once they are gone"
+        )
 
 
 @dataclasses.dataclass

@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.records import (
     ARGUMENT,
+    OFFER_ORDER,
     SAVED_FOR_BACKWARD,
     Capacity,
     EagerAllocation,
+    FreeHeld,
     HeldArrays,
     ProgramMemory,
     WayDown,
@@ -52,8 +55,11 @@ def peak_sentence(program: ProgramMemory, available: int | None = None, short: b
         over = f" (in place over {', '.join(top.reuses)})" if top.reuses and not short else ""
         made_by = top.made_by
         if short and top.made_at is not None and top.operation:  # the line alone: the cell is said once
-            made_by = f"`{top.operation}` at {short_place(top.made_at)}"
+            made_by = made_by.split(" at ")[0] + f" at {short_place(top.made_at)}"
         text += f"; {format_bytes(top.bytes)} of it is {what} made by {made_by}{over}"
+    if program.compile_error is not None and not short:
+        code = f" ({program.compile_error.code})" if program.compile_error.code else ""
+        text += f"; XLA's compiler refused it{code}"
     return text
 
 
@@ -66,7 +72,8 @@ def way_down_text(way: WayDown) -> str:
     """ "donate `params` (donate_argnums=(0,)): peak 74 MiB -> 58 MiB, fits (compiled ...; traced again)"."""
     fits = ", fits" if way.fits else ", still does not fit" if way.fits is False else ""
     again = "; your function was traced again" if way.traced_again else ""
-    return f"{way.title}: {way.effect}{fits} (tried by compiling{again})"
+    where = f" for {way.platform}" if way.platform else ""
+    return f"{way.title}: {way.effect}{fits} (tried by compiling{where}{again})"
 
 
 def first_way_down(programs: list[ProgramMemory]) -> str:
@@ -77,6 +84,19 @@ def first_way_down(programs: list[ProgramMemory]) -> str:
             code = f" Write `{way.code.split('  #')[0]}`." if way.code else ""
             return f"{way_down_text(way)}.{code}"
     return ""
+
+
+def _nothing_offered(program: ProgramMemory) -> str:
+    """The fix line when no way down is offered: why, from what was tried - never a way not proven."""
+    if not program.ways_down:
+        return ""
+    untried = [w for w in program.ways_down if w.peak_after is None]
+    untried.sort(key=lambda w: OFFER_ORDER.index(w.kind) if w.kind in OFFER_ORDER else len(OFFER_ORDER))
+    if len(untried) == len(program.ways_down):
+        return (
+            f"No way down could be measured ({untried[0].title or untried[0].kind}: {untried[0].problem}); see below."
+        )
+    return "Nothing tried lowered the peak enough: see the ways tried below."
 
 
 def buffers_section(program: ProgramMemory) -> Section:
@@ -163,7 +183,16 @@ def figures_facts(program: ProgramMemory) -> list[tuple[str, str]]:
                 f"generated code {format_bytes(figures.generated_code_bytes)}",
             )
         )
-    facts.append(("peak", f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the buffers live at once)"))
+    facts.append(("peak", _peak_source(program)))
+    if program.compile_error is not None:
+        facts.append(
+            (
+                "compiled",
+                f"refused by XLA's compiler for {program.platform or 'this device'}: {program.compile_error.text}",
+            )
+        )
+    elif program.platform:
+        facts.append(("compiled", f"for {program.platform}"))
     traced = (
         "traced again (not in JAX's trace cache): your function ran at trace time"
         if program.traced_again
@@ -171,6 +200,35 @@ def figures_facts(program: ProgramMemory) -> list[tuple[str, str]]:
     )
     facts.append(("measured", traced))
     return facts
+
+
+def _peak_source(program: ProgramMemory) -> str:
+    live, reserved = program.live_bytes, program.reserved_bytes
+    if live and live >= reserved:
+        return f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the buffers live at once)"
+    if live:
+        return (
+            f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and its temporaries' block; "
+            f"the buffers live at once take {format_bytes(live)})"
+        )
+    return f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and temporaries)"
+
+
+def listed_section(facts: OutOfMemoryMessage) -> Section | None:
+    """The peak buffers XLA's GPU message lists itself (``BufferAssignment OOM Debugging``), when the program
+    could not be compiled again here: its own words, with the line its metadata names."""
+    if not facts.buffers:
+        return None
+    rows = []
+    for buffer in facts.buffers[:8]:
+        made = "argument" if buffer.parameter else (buffer.op_name.rsplit("/", 1)[-1] or buffer.label or "-")
+        line = f"{os.path.basename(buffer.source_file)}, line {buffer.source_line}" if buffer.source_file else "-"
+        rows.append([buffer.shape or "-", format_bytes(buffer.size), buffer.label or "-", made, line])
+    stats = ", ".join(f"{k} {format_bytes(v)}" for k, v in facts.stats.items())
+    blocks: list[Block] = [Table(["buffer", "bytes", "XLA label", "made by", "line"], rows)]
+    if stats:
+        blocks.append(Paragraph(f"XLA's allocation stats: {stats}."))
+    return Section("The peak buffers XLA's message lists", blocks)
 
 
 def held_section(held: list[HeldArrays]) -> Section | None:
@@ -201,9 +259,11 @@ class OutOfMemoryReport(Report):
     held: list[HeldArrays] = dataclasses.field(default_factory=list)
     allocator: bool = False  # the program fits what the device can give: the allocator failed, not the size
     problem: str = ""  # why the call could not be told or analysed
+    facts: OutOfMemoryMessage | None = None  # what the message says (its whole text, a compiler's figures)
+    free_held: FreeHeld | None = None  # the program fits alone: freeing what is held is the first way down
 
     def concerns(self) -> list[Concern]:
-        if self.program is None and self.eager is None:
+        if self.program is None and self.eager is None and self.free_held is None:
             return [failed(f"{self.error_type}: out of memory; {self.problem or 'the call could not be told'}")]
         return [act(f"{self.error_type} explained: out of memory")]
 
@@ -215,29 +275,53 @@ class OutOfMemoryReport(Report):
         if self.eager is not None:
             made = f" makes {self.eager.shape} ({format_bytes(self.eager.bytes)})" if self.eager.shape else ""
             return f"Out of memory outside any jitted program: `{self.eager.call}`{made}{have}."
+        if self.program is None and self.free_held is not None:
+            return self._held_summary(asked, "")
         if self.program is None:
-            return f"Out of memory{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
+            return f"{self._out_of_memory()}{asked}{have}: jaxmagic could not tell which call ran out ({self.problem})."
         later = (
             f" (raised at {short_place(self.surfaced_at)}, where `{self.read}` is read)"
             if self.surfaced_at is not None
             else ""
         )
         called = f" called at {self.program.called_at.where}" if self.program.called_at is not None else ""
+        if self.free_held is not None:
+            return self._held_summary(asked, called + later)
         if self.allocator:
             return (
                 f"Out of memory{asked} in `{self.program.function}`{called}{later}, though its program needs only "
                 f"{format_bytes(self.program.peak_bytes)}{have}: the allocator could not give it, not the program's size."
             )
-        return f"Out of memory: {peak_sentence(self.program, available, short=True)}{later}."
+        return f"{self._out_of_memory()}: {peak_sentence(self.program, available, short=True)}{later}."
+
+    def _held_summary(self, asked: str, where: str) -> str:
+        assert self.free_held is not None
+        facts = self.facts
+        name = self.program.function if self.program is not None else (facts.function if facts is not None else "")
+        needs = "its program needs" if self.program is not None else "the runtime reserves"
+        return (
+            f"Out of memory{asked} in `{name or 'the program'}`{where}: {needs} "
+            f"{format_bytes(self.free_held.program_bytes)} of the device's {format_bytes(self.free_held.limit)}, "
+            f"and arrays you hold take {format_bytes(self.free_held.held_bytes)} of it."
+        )
+
+    def _out_of_memory(self) -> str:
+        facts = self.facts
+        if facts is not None and facts.at_compile:
+            figures = ""
+            if facts.required and facts.capacity:
+                figures = f" ({format_bytes(facts.required)} of temporaries for {format_bytes(facts.capacity)} of {facts.memory or 'memory'})"
+            return f"Out of memory while compiling{figures}, before anything ran"
+        return "Out of memory"
 
     @property
     def fix(self) -> str:
+        if self.free_held is not None:
+            return self.free_held.text[0].upper() + self.free_held.text[1:] + "."
         if self.allocator:
             return f"Free memory held elsewhere, or set {ALLOCATOR_SETTINGS}."
         if self.program is not None:
-            return first_way_down([self.program]) or (
-                "Nothing tried lowered the peak enough: see the ways tried below." if self.program.ways_down else ""
-            )
+            return first_way_down([self.program]) or _nothing_offered(self.program)
         if self.eager is not None:
             return "Make the array smaller, or build it inside a jitted function that reduces it (XLA can fuse a reduction so the whole array never exists)."
         # the call could not be told: the next step that tells it
@@ -253,6 +337,9 @@ class OutOfMemoryReport(Report):
             ways = ways_section(self.program)
             if ways is not None:
                 sections.append(ways)
+        listed = listed_section(self.facts) if self.program is None and self.facts is not None else None
+        if listed is not None:
+            sections.append(listed)
         sections.append(Section("The error", [Facts(self._error_facts())]))
         if self.program is not None:
             sections.append(Section("The program", [Facts(figures_facts(self.program))]))
@@ -266,8 +353,18 @@ class OutOfMemoryReport(Report):
 
     def _error_facts(self) -> list[tuple[str, str]]:
         facts = [("error", f"{self.error_type}: {self.message}")]
+        said = self.facts
+        if said is not None and said.whole and said.whole != self.message:
+            facts.append(("the whole message", said.whole))
+        if said is not None and said.module:
+            facts.append(("XLA's module", f"`{said.module}`" + (f" ({said.code})" if said.code else "")))
+        if said is not None and said.required:
+            facts.append(("the compiler needed", f"{format_bytes(said.required)} of temporaries"))
         if self.asked:
             facts.append(("asked for", format_bytes(self.asked)))
+        if said is not None and said.free is not None:
+            reservable = f", {format_bytes(said.reservable)} of it in one piece" if said.reservable is not None else ""
+            facts.append(("free then", format_bytes(said.free) + reservable))
         if self.capacity is not None:
             facts.append(("the device", self.capacity.described))
         if self.surfaced_at is not None:
@@ -288,18 +385,35 @@ class OutOfMemoryReport(Report):
                 f"program is raised where a result is first read - here `{self.read}` at "
                 f"{self.surfaced_at.where} - not on the line that made it."
             )
-        if self.allocator:
+        facts = self.facts
+        if facts is not None and facts.at_compile:
+            why.append(
+                "XLA lays out every buffer of a program while it compiles it; a compiler that finds no room "
+                "(XLA:TPU's CompileTimeHbmOom) refuses the program before it runs. It wrote its buffer assignment "
+                "and live ranges first: the buffers above are from them. A way down is proven the same way - "
+                "compiled for this device, where a program that still does not fit is refused again."
+            )
+        if self.free_held is not None:
+            why.append(
+                "The program was compiled again and alone needs less than the device has; the device's "
+                "memory_stats() show the rest held by live arrays, and the runtime could not reserve the program "
+                "beside them. Freeing them (or moving them to the host) is the way down that changes no code "
+                "of the program."
+            )
+        elif self.allocator:
             why.append(
                 "The program's own peak fits what the device reports free, so the allocation failed for another "
                 "reason: memory held by other arrays or processes, fragmentation, or a pool sized at start "
                 f"(GPU: {ALLOCATOR_SETTINGS})."
             )
-        elif self.program is not None:
+        elif self.program is not None and not (facts is not None and facts.at_compile):
             why.append(
                 "XLA allocates a program's buffers when it runs; the peak is what its buffers live at one time "
                 "need. A way down changes what is live at once: donating an argument lets an output reuse it, "
-                "jax.checkpoint recomputes activations instead of keeping them, a smaller input shrinks every "
-                "buffer made from it. Each was compiled, never run, to measure its peak."
+                "jax.checkpoint recomputes activations instead of keeping them, computing the results a block of "
+                "rows at a time (where the program's data flow says each result row needs only its own) keeps "
+                "one block's buffers. Each was compiled for this device, never run, to measure its peak; a peak "
+                "is never less than what XLA's memory_analysis() says the program reserves."
             )
         if self.capacity is not None and self.capacity.device.startswith("cpu"):
             why.append(
@@ -332,7 +446,9 @@ class MemoryReport(Report):
             found += self.out_of_memory.concerns()
         available = self.capacity.available if self.capacity is not None else None
         for program in self.programs:
-            if available is not None and program.peak_bytes > available:
+            if program.compile_error is not None:
+                found.append(act(f"`{program.function}` does not fit: XLA's compiler refused it"))
+            elif available is not None and program.peak_bytes > available:
                 found.append(act(f"`{program.function}` needs more than the device can give"))
             elif program.offered:
                 found.append(note(f"`{program.function}` can go lower"))

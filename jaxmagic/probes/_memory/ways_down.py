@@ -37,15 +37,17 @@ from jaxmagic.probes._memory.records import (
     OUTPUT,
     SAVED_FOR_BACKWARD,
     TEMPORARY,
+    WORTH_OFFERING,
     Capacity,
     ProgramMemory,
     WayDown,
 )
+from jaxmagic.probes._memory.row_blocks import RowSplit, block_program, row_splits
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line, format_bytes
 
 FITS_SHARE = 0.9  # a peak "fits" when it takes at most this share of what the device can give
-SMALLER_TRIES = 6  # halvings tried for a smaller input
+ROW_TRIES = 3  # block sizes tried for the results a block of rows at a time
 SAVED_SHARE = 0.2  # activations saved for the backward pass worth a checkpoint: this share of the peak
 
 
@@ -58,10 +60,15 @@ def ways_down(call: CompiledCall, program: ProgramMemory, capacity: Capacity | N
         except Exception as error:  # a candidate we cannot build is one fewer, never a failed report
             found.append(WayDown(attempt.__name__.strip("_"), "", "", program.peak_bytes, problem=error_line(error)))
     available = capacity.available if capacity is not None else None
-    if available is not None and program.peak_bytes > available * FITS_SHARE:
-        found += _smaller_input(call, program, available)
+    if program.compile_error is not None or (available is not None and program.peak_bytes > available * FITS_SHARE):
+        try:
+            found += _row_blocks(call, program, available)
+        except Exception as error:
+            found.append(WayDown("rows", "", "", program.peak_bytes, problem=error_line(error)))
     for way in found:
-        if way.peak_after is not None and available is not None:
+        if way.refused:  # the compiler refused the trial: proven not to fit
+            way.fits = False
+        elif way.peak_after is not None and available is not None:
             way.fits = way.peak_after <= available * FITS_SHARE
     return found
 
@@ -89,12 +96,21 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         return []
     names = ", ".join(f"`{_parameter(parameters, i)}`" for i in donate)
     argnums = f"({', '.join(map(str, donate))},)" if len(donate) == 1 else f"({', '.join(map(str, donate))})"
+    avals = call.traced.jaxpr.in_avals
+    # Donation lets an output reuse an argument's memory: it frees at most the donated arguments, never a
+    # temporary. A peak lower than that bound is a misreading of the trial, never a claim.
+    freed = sum(math.prod(avals[i].shape) * avals[i].dtype.itemsize for i in flat)
+    title = f"donate {names} (donate_argnums={argnums})"
+    if freed < WORTH_OFFERING * program.peak_bytes:
+        why = f"not compiled: donation frees at most the donated {format_bytes(freed)} of the {format_bytes(program.peak_bytes)} peak"
+        return [WayDown("donate", title, "", program.peak_bytes, problem=why)]
     program_fn = jaxpr_parts.jaxpr_function(call.traced.jaxpr)
-    flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in call.traced.jaxpr.in_avals]
+    flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
     # JAX warns "Some donated buffers were not usable" of our trial, not of the user's code: not shown
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
+    tried.peak_bytes = max(tried.peak_bytes, program.peak_bytes - freed)
     wrapped = getattr(call.jitted, "__wrapped__", None)
     plain = isinstance(wrapped, types.FunctionType) and is_user_file(wrapped.__code__.co_filename)
     code = (
@@ -105,12 +121,14 @@ def _donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     where = "" if plain else f" on the jax.jit that makes `{program.function}`"
     way = WayDown(
         "donate",
-        f"donate {names} (donate_argnums={argnums}{where})",
+        f"{title[:-1]}{where})",
         code,
         program.peak_bytes,
         tried.peak_bytes if not tried.problem else None,
         how=f"compiled the traced program of `{program.function}` with those arguments donated",
         problem=tried.problem,
+        refused=tried.compile_error is not None,
+        platform=tried.platform,
     )
     if way.lowers and way.code:
         way.code += (
@@ -152,6 +170,8 @@ def _batch_gradient(call: CompiledCall, program: ProgramMemory) -> list[WayDown]
             tried.peak_bytes if not tried.problem else None,
             how=f"compiled grad(mean(vmap({name}))) for the same arguments",
             problem=tried.problem,
+            refused=tried.compile_error is not None,
+            platform=tried.platform,
             traced_again=True,
         )
     ]
@@ -196,6 +216,8 @@ def _chunked_vmap(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
                 tried.peak_bytes if not tried.problem else None,
                 how=f"compiled jax.lax.map of the vmapped function with batch_size={size}",
                 problem=tried.problem,
+                refused=tried.compile_error is not None,
+                platform=tried.platform,
                 traced_again=True,
             )
         )
@@ -283,6 +305,8 @@ def _checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
                 tried.peak_bytes if not tried.problem else None,
                 how=f"compiled `{program.function}` with `{name}` checkpointed: {recomputed}",
                 problem=tried.problem,
+                refused=tried.compile_error is not None,
+                platform=tried.platform,
                 traced_again=True,
             )
         )
@@ -316,83 +340,88 @@ def _function_copy(function: types.FunctionType, globals_: dict) -> types.Functi
     return copy
 
 
-# -- a smaller input ---------------------------------------------------------------------------------
+# -- blocks of rows ----------------------------------------------------------------------------------
 
 
-def _smaller_input(call: CompiledCall, program: ProgramMemory, available: int) -> list[WayDown]:
-    largest = program.buffers[0] if program.buffers else None
-    sizes = _dims(largest.shape) if largest is not None else []
-    leaves = jax.tree_util.tree_flatten_with_path((call.args, call.kwargs))[0]
-    axis_sizes = [s for s in sizes if any(_leading(leaf) == s for _, leaf in leaves)]
-    if not axis_sizes:
-        return []
-    size = max(axis_sizes)
-    parameters = _parameter_names(call.jitted)
-    scaled_names = sorted({_path_name(path, parameters) for path, leaf in leaves if _leading(leaf) == size})
-    names = ", ".join(f"`{n}`" for n in scaled_names)
-    tried_sizes: list[tuple[int, int]] = []
-    problem = ""
-    for k in range(1, SMALLER_TRIES + 1):
-        smaller = size >> k
-        if smaller < 1:
+def _row_blocks(call: CompiledCall, program: ProgramMemory, available: int | None) -> list[WayDown]:
+    """The results a block of an input's rows at a time, where the traced program says that is the same
+    computation (``row_blocks``): compiled at block sizes that divide the rows, smallest first that fits."""
+    splits, refused = row_splits(call.traced.jaxpr)
+    if not splits:
+        why = refused[0] if refused else "no input's rows carry the rows of every result"
+        return [WayDown("rows", "the results a block of rows at a time", "", program.peak_bytes, problem=why)]
+    split = min(splits, key=lambda s: (not s.whole, len(s.uses)))
+    names = _flat_names(call)
+    name = names[split.input] if split.input < len(names) else f"input {split.input}"
+    target = (available or program.peak_bytes) * FITS_SHARE / 2  # room for what does not shrink with the rows
+    divisors = [d for d in range(2, split.rows + 1) if split.rows % d == 0 and program.peak_bytes / d <= target]
+    divisors = [d for d in divisors if d >= 2][:1] or [d for d in range(2, split.rows + 1) if split.rows % d == 0][-1:]
+    ways: list[WayDown] = []
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in call.traced.jaxpr.in_avals]
+    count = divisors[0] if divisors else 0
+    for _ in range(ROW_TRIES if count else 0):
+        block = split.rows // count
+        tried, _ = program_memory(jax.jit(block_program(call.traced.jaxpr, split, block)), specs)
+        ways.append(_row_way(program, split, name, block, tried, call))
+        if tried.problem or (
+            available is not None and tried.compile_error is None and tried.peak_bytes <= available * FITS_SHARE
+        ):
             break
-        args, kwargs = jax.tree.map(lambda leaf, n=smaller: _resized(leaf, size, n), (call.args, call.kwargs))
-        tried, _ = program_memory(call.jitted, args, kwargs)
-        if tried.problem:
-            problem = f"at {smaller}: {tried.problem}"
+        bigger = [d for d in range(count + 1, split.rows + 1) if split.rows % d == 0 and d >= 2 * count]
+        if not bigger:
             break
-        tried_sizes.append((smaller, tried.peak_bytes))
-        if tried.peak_bytes <= available * FITS_SHARE:
-            break
-    if not tried_sizes:
-        title = f"a smaller {names} (axis 0, now {size})"
-        return [WayDown("smaller_input", title, "", program.peak_bytes, problem=problem or "no size was tried")]
-    smaller, peak = tried_sizes[-1]
-    growth = _growth(size, program.peak_bytes, *tried_sizes[0])
-    tried_text = ", ".join(f"{n:,}: {format_bytes(p)}" for n, p in tried_sizes)
-    return [
-        WayDown(
-            "smaller_input",
-            f"give `{program.function}` at most {smaller:,} of {names}'s {size:,} rows at a time",
-            "",
-            program.peak_bytes,
-            peak,
-            how=f"compiled at {tried_text}{growth}",
-            traced_again=True,
+        count = bigger[0]
+    return ways
+
+
+def _row_way(
+    program: ProgramMemory, split: RowSplit, name: str, block: int, tried: ProgramMemory, call: CompiledCall
+) -> WayDown:
+    fn = program.function
+    blocks = f"{name}.reshape({split.rows // block}, {block}{', ...' if split.rank > 1 else ''})"
+    texts = _argument_texts(program.call, len(call.args)) if program.call else []
+    if not texts or not all(t.isidentifier() for t in texts):  # `f(jnp.linspace(...))`: its parameters' names
+        texts = _parameter_names(call.jitted)
+    elif len(texts) == len(_flat_names(call)):  # one array per argument: the call's own names
+        name = texts[split.input]
+    uses = ", ".join(f"`{u.text}`" if u.text else f"line {u.line.start_line}" for u in split.uses if u.line is not None)
+    at = f" (line {split.uses[0].line.start_line})" if split.uses and split.uses[0].line is not None else ""
+    if split.whole:
+        title = f"`{fn}` on {block:,} of `{name}`'s {split.rows:,} rows at a time"
+        inner = ", ".join("q" if t == name else t for t in texts)
+        code = f"jax.lax.map(lambda q: {fn}({inner}), {blocks})" if name in texts and set(split.out_axes) == {0} else ""
+    else:
+        title = f"`{fn}` on {block:,} of `{name}`'s {split.rows:,} rows at a time, against all of `{name}`"
+        code = (
+            f"jax.lax.map(lambda q: {fn}_rows(q, {', '.join(texts) or '...'}), {blocks})"
+            f"  # {fn}_rows: `{fn}` reading the block `q` for {uses or 'those rows'}{at}"
         )
-    ]
+    return WayDown(
+        "rows",
+        title,
+        code,
+        program.peak_bytes,
+        tried.peak_bytes if not tried.problem else None,
+        how=(
+            f"compiled jax.lax.map over {split.rows // block} blocks of the traced program, where it reads "
+            f"`{name}` as rows ({uses or 'all its uses'}; the program's data flow says each result row needs only its own)"
+        ),
+        problem=tried.problem,
+        refused=tried.compile_error is not None,
+        platform=tried.platform,
+    )
 
 
-def _dims(shape: str) -> list[int]:
-    inside = shape[shape.find("[") + 1 : shape.find("]")] if "[" in shape else ""
-    return [int(d) for d in inside.split(",") if d.strip().isdigit()]
+def _flat_names(call: CompiledCall) -> list[str]:
+    """Each flat input's name as the user's call passes it (``pts``, ``params['w']``)."""
+    parameters = _parameter_names(call.jitted)
+    leaves = jax.tree_util.tree_flatten_with_path((call.args, call.kwargs))[0]
+    return [_path_name(path, parameters) for path, _ in leaves]
 
 
 def _leading(leaf) -> int | None:
     shape = getattr(leaf, "shape", None)
     return int(shape[0]) if shape else None
-
-
-def _resized(leaf, size: int, smaller: int):
-    shape = getattr(leaf, "shape", None)
-    if not shape or int(shape[0]) != size:
-        return leaf
-    return jax.ShapeDtypeStruct((smaller, *shape[1:]), leaf.dtype, weak_type=bool(getattr(leaf, "weak_type", False)))
-
-
-def _growth(size: int, peak: int, smaller: int, smaller_peak: int) -> str:
-    """How the peak grows with the size, from two compiled points (", the peak grows as its square")."""
-    if smaller_peak <= 0 or smaller >= size:
-        return ""
-    exponent = math.log(peak / smaller_peak) / math.log(size / smaller)
-    if 1.8 <= exponent <= 2.2:
-        return "; the peak grows as the square of the rows"
-    if 0.8 <= exponent <= 1.2:
-        return "; the peak grows in proportion to the rows"
-    return ""
-
-
-# -- naming ------------------------------------------------------------------------------------------
 
 
 def _parameter_names(fn) -> list[str]:

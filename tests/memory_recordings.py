@@ -1,0 +1,88 @@
+"""Replaying compilations recorded on a TPU (``tools/accelerator/record_memory.py``) through the memory probe.
+
+Every compilation the probe makes goes through ``program.compile_with_memory_dumps``. ``replaying(folders)``
+puts in its place a function that answers from recordings: a compilation of the same module name and input
+shapes (and ordinal, in the order they came) gets what XLA wrote for it on the device - its dumps, read by
+the live path's own ``read_memory_dumps``, and its ``memory_analysis()`` or the compiler's error. A
+compilation nobody recorded raises, as a compiler without a TPU would: the probe says it could not try it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import jax
+
+from jaxmagic._jax.compile_dumps import DumpedCompileError, MemoryDumps, read_memory_dumps
+from jaxmagic.probes._memory import program as program_module
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "accelerator", "tpu-v5e-jax0.12")
+
+
+class RecordedCompiled:
+    """What the probe reads of a ``Compiled``: its ``memory_analysis()`` as recorded (None when not)."""
+
+    def __init__(self, figures: dict | None, hlo: str):
+        self._figures, self._hlo = figures, hlo
+
+    def memory_analysis(self):
+        return SimpleNamespace(**self._figures) if self._figures else None
+
+    def as_text(self) -> str:
+        return self._hlo
+
+
+def key_of(lowered, seen: dict) -> str:
+    """The recorder's key: module name, input shapes, and how many compilations of that pair came before."""
+    first = lowered.as_text().splitlines()[0]
+    module = re.search(r"module @([\w.\-]+)", first)
+    shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in jax.tree.leaves(lowered.args_info))
+    base = f"{module.group(1) if module else 'module'}({shapes})"
+    seen[base] = seen.get(base, -1) + 1
+    return f"{base}#{seen[base]}"
+
+
+def recordings(*folders: str) -> dict[str, tuple[str, dict]]:
+    found: dict[str, tuple[str, dict]] = {}
+    for folder in folders:
+        with open(os.path.join(folder, "index.json")) as file:
+            for entry in json.load(file):
+                found[entry["key"]] = (folder, entry)
+    return found
+
+
+@contextlib.contextmanager
+def replaying(*folders: str) -> Iterator[list[str]]:
+    """Compilations answered from ``folders``' recordings; yields the keys asked for, in order."""
+    known = recordings(*folders)
+    asked: list[str] = []
+    seen: dict = {}
+
+    def compile_from_recording(lowered):
+        key = key_of(lowered, seen)
+        asked.append(key)
+        if key not in known:
+            error = RuntimeError(f"no recording of {key} on the TPU: nothing here compiles for it")
+            raise DumpedCompileError(error, MemoryDumps())
+        folder, entry = known[key]
+        where = os.path.join(folder, entry["dir"])
+        dumps = read_memory_dumps(where, entry.get("platform", ""))
+        error_text = entry.get("error")
+        if error_text is None and entry.get("error_file"):
+            with open(os.path.join(where, entry["error_file"])) as file:
+                error_text = file.read()
+        if error_text:
+            raise DumpedCompileError(RuntimeError(error_text.strip()), dumps)
+        return RecordedCompiled(entry.get("memory_analysis"), dumps.hlo), dumps
+
+    real = program_module.compile_with_memory_dumps
+    program_module.compile_with_memory_dumps = compile_from_recording
+    try:
+        yield asked
+    finally:
+        program_module.compile_with_memory_dumps = real

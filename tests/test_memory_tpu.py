@@ -1,0 +1,206 @@
+"""Out of memory on a TPU (and a GPU, on paper), replayed in CI from what the devices wrote.
+
+A TPU's usual out-of-memory error is raised by its compiler: XLA:TPU lays out the program's buffers, finds
+no room, writes its buffer assignment and live ranges, and raises CompileTimeHbmOom. The recordings
+(``fixtures/accelerator/tpu-v5e-jax0.12``, from a v5e chip with JAX 0.12.0.1) are fed to the code the live
+path runs: ``read_message`` for the error's text, ``read_memory_dumps`` + ``read_program`` for the dumps,
+``explain_failed_call`` for the report, every compilation answered from the recordings (``memory_recordings``)
+- and one nobody recorded is not tried, never measured on CPU instead (XLA:CPU needs half the temporaries).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+from memory_recordings import FIXTURES, replaying  # noqa: E402
+
+from jaxmagic._jax.compile_dumps import read_memory_dumps  # noqa: E402
+from jaxmagic.probes._memory.capacity import capacity_at_failure, stats_capacity  # noqa: E402
+from jaxmagic.probes._memory.failed_call import FailedCall  # noqa: E402
+from jaxmagic.probes._memory.messages import read_message  # noqa: E402
+from jaxmagic.probes._memory.probe import explain_failed_call, memory_of_call  # noqa: E402
+from jaxmagic.probes._memory.program import read_program  # noqa: E402
+from jaxmagic.probes._memory.records import HeldArrays, ProgramMemory  # noqa: E402
+from jaxmagic.report import SourceLine  # noqa: E402
+
+GPU = os.path.join(os.path.dirname(FIXTURES), "gpu-public")
+GiB = 1 << 30
+TEMPORARIES = 51_200_000_512  # the recorded buffer assignment's preallocated temporaries (47.68 GiB)
+
+
+def _text(path: str) -> str:
+    with open(path) as file:
+        return "".join(line for line in file if not line.startswith("# "))
+
+
+def _stats() -> dict:
+    with open(os.path.join(FIXTURES, "memory_stats.json")) as file:
+        return json.load(file)
+
+
+@jax.jit
+def nearest(x):
+    d = jnp.abs(x[:, None] - x[None, :])
+    return jnp.sort(d, axis=0)[1]
+
+
+def _call(n: int) -> FailedCall:
+    line = SourceLine("/tmp/recording/.tpu/diag.py", 26, "<module>", "nn = nearest(x)")
+    return FailedCall(nearest, "nearest(x)", line, args=(jax.ShapeDtypeStruct((n,), jnp.float32),), kwargs={})
+
+
+# -- the messages ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["error.txt", "error_jax0.10.2.txt"])
+def test_the_compilers_message_is_read_in_both_wordings(name):
+    said = read_message(_text(os.path.join(FIXTURES, "compile_time_oom", name)))
+    assert said is not None and said.at_compile and said.kind == "compile"
+    assert (said.module, said.function, said.memory) == ("jit_nearest", "nearest", "HBM")
+    assert abs(said.required - TEMPORARIES) < 0.01 * GiB  # "47.68G": libtpu's G is GiB
+    assert abs(said.capacity - _stats()["bytes_limit"]) < 0.01 * GiB
+    assert said.code == ("E1000: CompileTimeHbmOom" if name == "error.txt" else "")
+
+
+def test_the_run_time_message_keeps_the_program_and_the_free_memory():
+    said = read_message(_text(os.path.join(FIXTURES, "run_time_oom.txt")))
+    assert said.kind == "program" and said.code == "E0101: RuntimeProgramAllocationFailure"
+    assert said.module == "jit_nearest" and abs(said.asked - 11.94 * GiB) < 0.01 * GiB
+    assert abs(said.free - 2.76 * GiB) < 0.01 * GiB and said.reservable == said.free
+    assert "Attempting to reserve 11.94G" in said.whole  # the allocator's whole message is kept
+
+
+def test_a_reservation_that_more_free_memory_cannot_meet_is_read():
+    """pytorch/xla#3470: 6.78G free, 3.33G reservable in one piece, 6.48G asked - fragmentation."""
+    said = read_message(_text(os.path.join(GPU, "tpu_reserve_pytorch_xla_3470.txt")))
+    assert said.kind == "program" and said.free > said.asked > said.reservable
+
+
+def test_gpu_buffer_assignment_messages_are_read():
+    said = read_message(_text(os.path.join(GPU, "bfc_buffer_assignment_13428.txt")))
+    assert said.kind == "allocation" and said.asked == 6291456
+    assert said.stats["parameter"] == 6 * (1 << 20) and said.stats["total"] == 12 * (1 << 20)
+    first, second = said.buffers
+    assert (first.shape, first.label, first.source_line) == ("f32[4096,128,3]", "concatenate", 689)
+    assert first.op_name.endswith("concatenate[dimension=0]") and first.size == 6 * (1 << 20)
+    assert second.parameter and second.shape == "f32[256,128,3]" and second.size == 384 * 1024
+
+    said = read_message(_text(os.path.join(GPU, "bfc_allocator_t5x_870.txt")))
+    assert said.allocator == "GPU_1_bfc" and said.asked == 29995136256  # "rounded to", exact
+    assert [b.label for b in said.buffers] == ["custom-call", "fusion"]
+    assert said.buffers[1].source_file.endswith("layers.py") and said.buffers[1].source_line == 652
+
+    said = read_message(_text(os.path.join(GPU, "bfc_stats_afprofile_8.txt")))
+    assert said.asked == 4770354232 and said.stats["preallocated temp"] > 4 * GiB and not said.buffers
+
+
+def test_gpu_listed_buffers_are_shown_when_the_call_cannot_be_measured():
+    said = read_message(_text(os.path.join(GPU, "bfc_buffer_assignment_13428.txt")))
+    report = explain_failed_call(said, None, None, [])
+    text = str(report)
+    assert "The peak buffers XLA's message lists" in text and "models.py, line 689" in text
+    assert report.status.value == "error"  # the call was not told: said so, never OK
+
+
+# -- the dumps -------------------------------------------------------------------------------------------
+
+
+def test_the_recorded_dumps_name_xlas_own_buffers_by_their_neighbours_lines():
+    """A layout `copy` of abs's output and an `iota.clone` for the sort's indices fill the TPU's peak: neither
+    has op metadata; each takes the line of the value it moves or the instruction it was made for."""
+    dumps = read_memory_dumps(os.path.join(FIXTURES, "compile_time_oom"), "tpu")
+    program = read_program(ProgramMemory("nearest"), dumps)
+    assert program.figures.temp_bytes == TEMPORARIES
+    assert program.peak_bytes == TEMPORARIES + 2 * 323584  # arguments + outputs + temporaries
+    made = {(b.shape, b.operation, b.made_at.lineno) for b in program.buffers if b.made_at is not None}
+    assert made == {("f32[80000,80000]", "copy of `abs`", 5), ("s32[80000,80000]", "iota for `sort`", 6)}
+    assert all(b.made_by != "-" and (b.operation or b.argument) for b in program.buffers)
+
+
+def test_xlas_own_peak_time_is_checked_against_every_live_range():
+    """XLA:CPU names a time after exp's 64 GiB temporary died as the peak of exp(...) @ w (2 MiB live); the
+    peak here is counted from every buffer's range, and never below what memory_analysis() reserves."""
+    big = 2**17
+
+    @jax.jit
+    def kern(pts, w):
+        k = jnp.exp(-((pts[:, None] - pts[None, :]) ** 2))
+        return k @ w
+
+    specs = (jax.ShapeDtypeStruct((big,), jnp.float32), jax.ShapeDtypeStruct((big, 1), jnp.float32))
+    compiled = kern.lower(*specs).compile()
+    needs = compiled.memory_analysis().temp_size_in_bytes
+    [program] = memory_of_call(kern, specs, try_ways=False).programs
+    assert needs >= big * big * 4 and program.peak_bytes >= needs
+    assert program.buffers[0].shape == f"f32[{big},{big}]" and program.buffers[0].operation == "exp"
+
+
+# -- the report, replayed ----------------------------------------------------------------------------------
+
+
+def test_the_compile_time_oom_is_explained_from_the_recording():
+    said = read_message(_text(os.path.join(FIXTURES, "compile_time_oom", "error.txt")))
+    cap = capacity_at_failure(said, stats_capacity(_stats(), "tpu:0"))
+    with replaying(os.path.join(FIXTURES, "compile_time_oom"), os.path.join(FIXTURES, "fits")) as asked:
+        report = explain_failed_call(said, _call(80_000), cap, [])
+    program = report.program
+    assert asked[0] == "jit_nearest(float32[80000])#0"
+    assert program is not None and program.compile_error is not None and program.platform == "tpu"
+    assert report.summary.startswith("Out of memory while compiling (47.7 GiB of temporaries for 15.8 GiB of HBM)")
+    assert "XLA's iota for `sort` at diag.py, line 6" in report.summary
+    assert report.status.value == "problem"
+    text = str(report)
+    assert "XLA's compiler refused it" not in report.summary and "refused by XLA's compiler for tpu" in text
+    assert "Why" in text and "CompileTimeHbmOom" in text
+    # the way down that applies (the sort's keys in blocks) compiles for the TPU; not recorded here, so not tried
+    [rows] = [w for w in program.ways_down if w.kind == "rows"]
+    assert rows.peak_after is None and "no recording" in rows.problem and not program.offered
+    assert report.fix.startswith("No way down could be measured (`nearest` on 10,000 of `x`'s 80,000 rows")
+    assert not any(w.platform == "cpu" for w in program.ways_down)  # never a CPU stand-in
+
+
+def test_jax_memory_call_measures_a_program_the_compiler_refuses():
+    """`%jax_memory nearest(x)` on the TPU: the compiler refuses the program; the report is of it, not "no call"."""
+    with replaying(os.path.join(FIXTURES, "compile_time_oom")):
+        report = memory_of_call(nearest, (jax.ShapeDtypeStruct((80_000,), jnp.float32),), call="nearest(x)")
+    [program] = report.programs
+    assert program.compile_error is not None and program.peak_bytes > TEMPORARIES
+    assert "No jitted call" not in report.summary and report.status.value == "problem"
+    assert any("refused" in c.text for c in report.concerns())
+
+
+def test_a_smaller_program_that_fits_is_read_as_the_device_wrote_it():
+    with replaying(os.path.join(FIXTURES, "fits")):
+        report = memory_of_call(nearest, (jax.ShapeDtypeStruct((20_000,), jnp.float32),), try_ways=False)
+    [program] = report.programs
+    assert program.compile_error is None and program.platform == "tpu"
+    assert 3.2e9 < program.peak_bytes < 3.3e9
+
+
+def test_the_run_time_oom_offers_freeing_what_is_held_first():
+    """8 arrays of f32[20000,20000] held, then a program of 11.94 GiB that alone fits the 15.75 GiB chip."""
+    said = read_message(_text(os.path.join(FIXTURES, "run_time_oom.txt")))
+    cap = capacity_at_failure(said, stats_capacity(_stats(), "tpu:0"))
+    held = [HeldArrays("8 x f32[20000,20000]", 8 * 20_000 * 20_000 * 4, ["held[0..7]"])]
+    with replaying(os.path.join(FIXTURES, "fits")):  # nearest on 40,000 points: not recorded, so not measured
+        report = explain_failed_call(said, _call(40_000), cap, held)
+    assert report.free_held is not None and report.free_held.fits_after
+    assert report.fix.startswith("Free what is held first: `held[0..7]` holds 11.9 GiB; `del held`")
+    assert "jax.device_get" in report.fix and ".delete()" in report.fix
+    assert "arrays you hold take 11.9 GiB" in report.summary
+    assert "Attempting to reserve 11.94G" in str(report)  # the allocator's whole message
+
+
+def test_every_recorded_tpu_text_is_a_fixture_the_tests_read():
+    """The fixtures folder holds only what these tests read (no stray recording left unused)."""
+    used = {"error.txt", "error_jax0.10.2.txt", "index.json", "run_time_oom.txt", "memory_stats.json", "README.md"}
+    for path in glob.glob(os.path.join(FIXTURES, "**", "*"), recursive=True):
+        name = os.path.basename(path)
+        assert os.path.isdir(path) or name in used or "after_optimizations" in name, path
