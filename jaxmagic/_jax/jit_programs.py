@@ -38,7 +38,7 @@ import numpy as np
 
 from jaxmagic._jax import jit_internals
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
-from jaxmagic.report.source import is_user_file
+from jaxmagic.report.source import code_kind, is_user_file, user_call_site
 from jaxmagic.report.wording import error_line
 
 MAX_PROGRAMS = 64  # distinct (function, signature) pairs captured per block
@@ -77,7 +77,7 @@ class ProgramCapture:
         self.available = False
         self._calls: dict[tuple, CapturedCall] = {}
         self._cleared: dict[int, Any] = {}
-        self._user: dict[str, bool] = {}
+        self._user: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
         self._pending: tuple | None = None
         self._compiled: dict[int, tuple] = {}  # id -> (jax.stages.Compiled, call site), called directly
         self._tool: MonitoringTool | None = None
@@ -118,12 +118,16 @@ class ProgramCapture:
     def _on_call(self, code, offset, callable_, arg0):
         if threading.get_ident() != self._thread:  # another thread's call (a data loader): not the block's
             return None  # not DISABLE: the line may run on the block's thread too
-        user = self._user.get(code.co_filename)
-        if user is None:
-            user = self._user[code.co_filename] = is_user_file(code.co_filename)
-        if not user:
-            return sys.monitoring.DISABLE
         kind = type(callable_)
+        whose = self._user.get(code.co_filename)
+        if whose is None:
+            whose = self._user[code.co_filename] = code_kind(code.co_filename)
+        if whose != "user":
+            # A library's call of a jitted function it made for the user (``nnx.jit``'s ``jitted_fn``,
+            # ``eqx.filter_jit``'s ``_cached``) is the user's program, seen at the user's line that called
+            # the library; any other call site in a library (or in JAX) is switched off at its first event.
+            if whose != "library" or kind is not self._jit_type or not self._made_for_user(callable_):
+                return sys.monitoring.DISABLE
         if kind is self._compiled_type:  # jit(f).lower(x).compile() called: its text is at hand
             if id(callable_) not in self._compiled and len(self._compiled) < MAX_PROGRAMS:
                 caller = sys._getframe(1)
@@ -137,6 +141,19 @@ class ProgramCapture:
                 jit_internals.clear_dispatch_cache(callable_)
             self._pending = (callable_, code, offset)
         return None
+
+    def _made_for_user(self, jitted) -> bool:
+        """Whether a library's call of ``jitted`` is made for the user: the function is not JAX's own (a
+        ``jnp`` helper an eager optax update calls) and a user's frame is behind the library's frames."""
+        fun = getattr(jitted, "_fun", None)
+        code = getattr(fun, "__code__", None) or getattr(getattr(fun, "__wrapped__", None), "__code__", None)
+        if code is not None and code_kind(code.co_filename) == "jax":
+            return False
+        frame = sys._getframe(2)  # the library's frame making the call (1 is ``_on_call``)
+        try:
+            return user_call_site(frame) is not None
+        finally:
+            del frame
 
     def _on_start(self, code, offset):
         if threading.get_ident() != self._thread:

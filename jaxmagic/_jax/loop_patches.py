@@ -1,4 +1,5 @@
-"""Put stand-ins for ``jax.lax.scan`` and ``jax.vmap`` in place while ``%jax_debug`` re-runs a call.
+"""Put stand-ins for ``jax.lax.scan`` and ``jax.vmap`` in place while ``%jax_debug`` re-runs a call, and
+for ``jax.lax.scan`` alone while the memory probe traces a call with one scan's body checkpointed.
 
 A call re-run op by op (``jax.disable_jit()``) runs a ``scan``'s body once per step in
 Python, and a ``vmap`` still traces its function. ``%jax_debug`` makes both fast by
@@ -36,6 +37,22 @@ def loops_replaced(scan: Callable[..., Any], vmap: Callable[..., Any]) -> Iterat
         for module, name, replacement in places:
             setattr(module, name, replacement)
         yield originals
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def scan_replaced(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """Within the block, code calling ``jax.lax.scan`` (user code, and libraries calling it by that name:
+    ``lax.fori_loop``, Flax's scans) calls ``make(JAX's own scan)``; JAX's own is put back however it ends."""
+    stand_in = make(loops.scan)
+    places = [(jax.lax, "scan"), (loops, "scan")]
+    saved = [(module, name, getattr(module, name)) for module, name in places]
+    try:
+        for module, name in places:
+            setattr(module, name, stand_in)
+        yield
     finally:
         for module, name, value in saved:
             setattr(module, name, value)

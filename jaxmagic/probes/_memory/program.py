@@ -33,6 +33,7 @@ from jaxmagic.probes._memory.records import (
     PeakBuffer,
     ProgramMemory,
 )
+from jaxmagic.probes._memory.scan_stacks import read_on, stack_of, stacking_instruction
 from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
@@ -150,7 +151,15 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
     if role == TEMPORARY and not _backward(op_name) and _read_backward(module, instruction, readers):
         role = SAVED_FOR_BACKWARD
     operation = _operation(op_name)
-    if not op_name and made_at is None:  # XLA's own buffer (a layout copy, a sort's indices): its neighbour's line
+    stack = stack_of(
+        module,
+        stacking_instruction(module, instruction, shape_index, instructions),
+        instructions,
+        lambda i: _user_line(module, i),
+    )
+    if stack is not None:  # a scan's stack: the body's value and line, not XLA's update on the scan's line
+        operation, made_at = stack.operation or operation, stack.made_at or made_at
+    elif not op_name and made_at is None:  # XLA's own buffer (a layout copy, a sort's indices): its neighbour's line
         operation, made_at = _borrowed_line(module, instruction, readers, instructions)
     # Made in place: XLA gave it the memory of a value it reads (a sort over its operand). Memory shared
     # with a value live at another time is reuse, not "in place", and is not told.
@@ -166,7 +175,10 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
         else:
             what, line = _borrowed_line(module, made, readers, instructions)
             reuses.append(f"XLA's {what}" + (f" (line {line.lineno})" if line is not None else ""))
-    return PeakBuffer(shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses)))
+    found = PeakBuffer(shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses)))
+    if stack is not None:
+        found.stacked, found.scan_at, found.carry = stack.rows, stack.scan_at, stack.carry
+    return found
 
 
 _PASSED_ON = ("copy", "bitcast", "get-tuple-element", "transpose", "reshape", "copy-start", "copy-done")
@@ -214,7 +226,8 @@ def _read_backward(module: HloModuleText, instruction: HloInstruction, readers: 
     todo = [instruction.name]
     while todo:
         name = todo.pop()
-        for reader in readers.get(name, ()):
+        # a loop body's result is read on as the loop's output (the backward loop reads a scan's stacks)
+        for reader in [*readers.get(name, ()), *read_on(module, name, readers)]:
             if reader.name in seen:
                 continue
             seen.add(reader.name)

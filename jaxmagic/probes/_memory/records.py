@@ -13,8 +13,12 @@ from jaxmagic.report.wording import format_bytes
 # A way down is offered when it takes at least this share off the peak (a donated 1 MiB argument beside a
 # 64 GiB temporary lowers the peak, but changes nothing the user would notice).
 WORTH_OFFERING = 0.05
+FITS_SHARE = 0.9  # a peak "fits" when it takes at most this share of what the device can give
 
-OFFER_ORDER = ("batch_gradient", "checkpoint", "chunk", "rows", "donate")
+# The kinds of ways down (``WayDown.kind``), each tried by one module of ``ways_down``; at one peak they are
+# offered in this order - a change of the program before donation, which deletes the caller's arrays.
+BATCH_GRADIENT, CHECKPOINT, CHUNK, ROWS, DONATE = "batch_gradient", "checkpoint", "chunk", "rows", "donate"
+OFFER_ORDER = (BATCH_GRADIENT, CHECKPOINT, CHUNK, ROWS, DONATE)
 
 # What a buffer live at the peak is for (XLA's buffer assignment, plus where its readers are).
 ARGUMENT, OUTPUT, TEMPORARY, SAVED_FOR_BACKWARD = "argument", "output", "temporary", "saved for backward"
@@ -33,6 +37,19 @@ class PeakBuffer:
     made_at: SourceLine | None = None
     count: int = 1
     reuses: list[str] = dataclasses.field(default_factory=list)  # "`abs` at line 4": made in place over those
+    # a scan's stack of the body's value, one row per iteration (``made_at`` is the body's line):
+    stacked: int = 0  # its rows (the scan's iterations); 0 when not a scan's stack
+    scan_at: SourceLine | None = None  # the line that called the scan
+    carry: bool = False  # the stack holds the carry the body got (``made_at`` makes the next one)
+
+    @property
+    def stacking(self) -> str:
+        """ "stacked by the scan at line 12, 8 rows" ("" for a buffer no scan stacks)."""
+        if not self.stacked:
+            return ""
+        what = "the carry " if self.carry else ""
+        at = f" at line {self.scan_at.lineno}" if self.scan_at is not None else ""
+        return f"{what}stacked by the scan{at}, {self.stacked} rows"
 
     @property
     def what(self) -> str:
@@ -44,6 +61,8 @@ class PeakBuffer:
         if self.role == ARGUMENT:
             return f"argument `{self.argument}`" if self.argument else "an argument"
         where = f" at {self.made_at.where}" if self.made_at is not None else ""
+        if self.stacking:
+            where += f" ({self.stacking})"
         if "`" in self.operation:  # XLA's own buffer, told by its neighbour ("iota for `sort`")
             return f"XLA's {self.operation}{where}"
         return f"`{self.operation}`{where}" if self.operation else f"an operation{where}"
@@ -71,7 +90,7 @@ class Capacity:
 class WayDown:
     """One change tried by compiling (never by running): its program's peak beside the original's."""
 
-    kind: str  # "donate", "checkpoint", "batch_gradient", "smaller_input"
+    kind: str  # one of OFFER_ORDER
     title: str  # "donate `params` (donate_argnums=(0,))"
     code: str  # what to write
     peak_before: int

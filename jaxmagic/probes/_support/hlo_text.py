@@ -67,6 +67,10 @@ class HloInstruction:
     text: str = ""  # the instruction's line, stripped
     operands: tuple[str, ...] = ()  # the instructions it reads, without the leading %
     parameter_number: int | None = None  # for ``parameter(N)``: N
+    # per operand, the tuple element it reads (``%while.14#2``, newer printers) or None (the whole value);
+    # a ``get-tuple-element``'s own ``index=N`` (older printers) is ``tuple_index``
+    operand_indices: tuple[int | None, ...] = ()
+    tuple_index: int | None = None
 
 
 @dataclasses.dataclass
@@ -193,7 +197,9 @@ def parse_hlo_module(text: str) -> HloModuleText:
 
 
 def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
-    match = _INSTRUCTION.match(line)
+    # XLA numbers long tuples' elements in comments (``/*index=5*/``), whose "=" the shape pattern stops at:
+    # without this a loop's ``while`` and its body's tuples of six or more elements were not read at all
+    match = _INSTRUCTION.match(_INDEX_COMMENT.sub("", line) if "/*index=" in line else line)
     if not match:
         return None
     is_root, name, shape, opcode, rest = match.groups()
@@ -210,7 +216,9 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
                 called.append((attribute, target))
     kind = _FUSION_KIND.search(rest) if opcode == "fusion" else None
     operand_text = _operand_list(rest)
-    operands = tuple(_OPERAND.findall(operand_text))
+    referenced = _OPERAND_REF.findall(operand_text)
+    operands = tuple(name for name, _ in referenced)
+    gte_index = _TUPLE_INDEX.search(rest) if opcode == "get-tuple-element" else None
     number = operand_text.strip() if opcode == "parameter" else ""
     op_name = metadata.get("op_name", "")
     frame_id = metadata.get("stack_frame_id", "")
@@ -231,11 +239,15 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
         text=line.strip(),
         operands=operands,
         parameter_number=int(number) if number.isdigit() else None,
+        operand_indices=tuple(int(index) if index else None for _, index in referenced),
+        tuple_index=int(gte_index.group(1)) if gte_index else None,
     )
 
 
 # An operand in the list: "%name" (newer printers) or "f32[4,8]{1,0} %name" (older ones).
-_OPERAND = re.compile(r"%([\w.\-]+)")
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+_OPERAND_REF = re.compile(r"%([\w.\-]+)(?:#(\d+))?")  # with the tuple element a newer printer reads inline
+_TUPLE_INDEX = re.compile(r"\bindex=(\d+)")
 
 
 def _operand_list(rest: str) -> str:

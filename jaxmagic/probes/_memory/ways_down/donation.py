@@ -1,0 +1,108 @@
+"""Donation: the arguments an output of the same shape and dtype can be written over, donated.
+
+The traced program is compiled with those arguments donated (the user's Python is not traced again). It frees at
+most the donated arguments, never a temporary: under ``WORTH_OFFERING`` of the peak it is not compiled, and a
+trial's peak is never taken below the peak less what it frees. A program a library's jit made (``nnx.jit``,
+``eqx.filter_jit``) is donated through that wrapper's own spelling (``_support/calls/library_transforms``).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import warnings
+
+import jax
+
+from jaxmagic._jax import jaxpr_parts, jit_internals
+from jaxmagic.probes._memory.program import CompiledCall, program_memory
+from jaxmagic.probes._memory.records import DONATE, WORTH_OFFERING, ProgramMemory, WayDown
+from jaxmagic.probes._memory.ways_down.naming import parameter, parameter_names
+from jaxmagic.probes._support.calls.library_transforms import LibraryJit, library_jit
+from jaxmagic.report.source import is_user_file
+from jaxmagic.report.wording import format_bytes
+
+
+def donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
+    info = jit_internals.jit_options(call.jitted)
+    static = set(getattr(info, "static_argnums", ()) or ())
+    positional_info, _ = call.traced.args_info
+    outputs = {(tuple(a.shape), str(a.dtype)) for a in call.traced.jaxpr.out_avals}
+    parameters = parameter_names(call.jitted)
+    wrapper = library_jit(call.jitted)
+    dynamic = [i for i in range(len(call.args)) if i not in static]
+    donate, flat, every, start = [], [], [], 0
+    for position, arg_info in zip(dynamic, positional_info):
+        leaves = jax.tree.leaves(arg_info)
+        indices = list(range(start, start + len(leaves)))
+        start += len(leaves)
+        every += indices
+        if leaves and not any(leaf.donated for leaf in leaves):
+            if any((tuple(leaf.shape), str(leaf.dtype)) in outputs for leaf in leaves):
+                donate.append(position)
+                flat += indices
+    if not donate:
+        return []
+    if wrapper is not None and wrapper.library == "equinox":
+        flat = every  # eqx.filter_jit donates every array it is given, or none (donate="all")
+    names = ", ".join(f"`{parameter(parameters, i)}`" for i in donate)
+    argnums = f"({', '.join(map(str, donate))},)" if len(donate) == 1 else f"({', '.join(map(str, donate))})"
+    avals = call.traced.jaxpr.in_avals
+    # Donation lets an output reuse an argument's memory: it frees at most the donated arguments, never a
+    # temporary. A peak lower than that bound is a misreading of the trial, never a claim.
+    freed = sum(math.prod(avals[i].shape) * avals[i].dtype.itemsize for i in flat)
+    title = _title(call, wrapper, names, argnums, program)
+    if freed < WORTH_OFFERING * program.peak_bytes:
+        why = f"not compiled: donation frees at most the donated {format_bytes(freed)} of the {format_bytes(program.peak_bytes)} peak"
+        return [WayDown(DONATE, title, "", program.peak_bytes, problem=why)]
+    program_fn = jaxpr_parts.jaxpr_function(call.traced.jaxpr)
+    flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    # JAX warns "Some donated buffers were not usable" of our trial, not of the user's code: not shown
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
+    tried.peak_bytes = max(tried.peak_bytes, program.peak_bytes - freed)
+    way = WayDown(
+        DONATE,
+        title,
+        _code(call, wrapper, [parameter(parameters, i) for i in donate], argnums),
+        program.peak_bytes,
+        tried.peak_bytes if not tried.problem else None,
+        how=f"compiled the traced program of `{program.function}` with those arguments donated",
+        problem=tried.problem,
+        refused=tried.compile_error is not None,
+        platform=tried.platform,
+    )
+    if way.lowers and way.code:
+        deleted = "every array argument is" if wrapper is not None and wrapper.library == "equinox" else f"{names} are"
+        way.code += (
+            f"  # {deleted} deleted by the call: rebind them to its results "
+            f"({format_bytes(program.peak_bytes - (way.peak_after or 0))} less)"
+        )
+    return [way]
+
+
+def _title(call: CompiledCall, wrapper: LibraryJit | None, names: str, argnums: str, program: ProgramMemory) -> str:
+    if wrapper is None:
+        where = "" if _users_function(call) else f" on the jax.jit that makes `{program.function}`"
+        return f"donate {names} (donate_argnums={argnums}{where})"
+    if wrapper.library == "equinox":
+        return f'donate every array argument of `{wrapper.held.name}` ({wrapper.wrapper}(..., donate="all"))'
+    plain = [n.strip("`") for n in names.split(", ")]
+    return f"donate {names} ({wrapper.wrapper}(..., donate_argnames={wrapper.argnames(plain)}))"
+
+
+def _code(call: CompiledCall, wrapper: LibraryJit | None, names: list[str], argnums: str) -> str:
+    """What to write: the user's jit with the arguments donated; "" when the user wrote no jit we can name."""
+    if wrapper is not None:
+        return wrapper.donate_code(names, every=True)
+    wrapped = _users_function(call)
+    return f"jax.jit({wrapped.__name__}, donate_argnums={argnums})" if wrapped is not None else ""
+
+
+def _users_function(call: CompiledCall) -> types.FunctionType | None:
+    """The user's plain function a ``jax.jit`` holds (not one of JAX's transformations around it)."""
+    wrapped = getattr(call.jitted, "__wrapped__", None)
+    if isinstance(wrapped, types.FunctionType) and is_user_file(wrapped.__code__.co_filename):
+        return wrapped
+    return None
