@@ -14,15 +14,13 @@ import contextlib
 import dataclasses
 import io
 import re
-import sys
 import traceback as traceback_module
 from collections.abc import Iterator
 from types import TracebackType
 
 import jax
 
-from jaxmagic._jax import jit_calls, jit_internals
-from jaxmagic._jax.exclusive import AlreadyActive
+from jaxmagic._jax import jit_internals
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
