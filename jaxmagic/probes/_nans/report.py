@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax.numpy as jnp
+
 from jaxmagic.probes._nans.causes import FORWARD_CAUSES, is_a_fix, lost_constant_cause, overflowed
 from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.scope import Scope
@@ -224,6 +226,9 @@ class NanReport(Report):
                 f"discarded: the result is finite, but jax.debug_nans raises on it {_gradient_clause(p)}."
             )
         phase = "a backward pass (gradient)" if p.phase == "backward" else "the forward computation"
+        limit = _limit_crossed(p)
+        if limit:  # the dtype whose limit was crossed is the cause: said first (issue 63.7)
+            return f"{what} from an overflow: {limit}{_at(p.line)}{loops}{call}."
         if p.nan_maker and p.value == "inf":
             return (
                 f"NaN in {phase}: `{p.primitive}`{inside} made inf{at}{loops}{call}, and `{p.nan_maker}` "
@@ -320,6 +325,23 @@ class NanReport(Report):
         if self.nonfinite:
             return text + " The inputs were already non-finite: see the table of non-finite values."
         return text + " Look at the values reaching that line (jax.debug.print, or %jax_check on the call)."
+
+
+def _limit_crossed(p: NanProducer) -> str:
+    """ "`256 ** k` overflowed int32 (4294967296 > 2147483647, its largest) and wrapped to 0, then `div` made
+    inf of it"; "`jnp.sum(x)` overflowed float16 (78000.0 > 65504, its largest)"; "" when no limit was."""
+    wrapped = p.integer_overflow
+    if wrapped is not None:
+        what = wrapped.expression or wrapped.operation
+        return (
+            f"`{what}` overflowed {wrapped.dtype} ({wrapped.exact} > {wrapped.limit}, its largest) and wrapped "
+            f"to {wrapped.wrapped}, then `{p.primitive}` made {p.value} of it"
+        )
+    if p.primitive == "convert_element_type" and p.operands and overflowed(p):
+        what = f"`{p.expression}`" if p.expression else f"a {p.operands[0].dtype} value"
+        largest = f"{float(jnp.finfo(p.output_dtype).max):.6g}"
+        return f"{what} overflowed {p.output_dtype} ({p.operands[0].value} > {largest}, its largest)"
+    return ""
 
 
 def _at(line: SourceLine | None) -> str:

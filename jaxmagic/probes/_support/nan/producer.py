@@ -59,7 +59,7 @@ import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, jit_calls, recorded_sources
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.nan import added_epsilon, lost_constant, producer_fixes
+from jaxmagic.probes._support.nan import added_epsilon, integer_overflow, lost_constant, producer_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -173,6 +173,9 @@ class NanProducer:
     added_epsilon: added_epsilon.AddedEpsilon | None = None
     # the fixes of the operation tried on its recorded inputs, then on the whole program (probes/_support/nan/value_fixes.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
+    output_dtype: str = ""  # the dtype of the value it made ("float16": a sum converted back overflowed it)
+    # an integer operation on the way to its inputs that wrapped around (`256 ** k` in int32 is 0 at k = 4)
+    integer_overflow: integer_overflow.IntegerOverflow | None = None
 
     @property
     def forward_line(self) -> SourceLine | None:
@@ -236,6 +239,8 @@ class ProducerListener(Listener):
         self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
         self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
         self._producer_eqn = None
+        # id(eqn) -> (inputs, outputs, path) of the integer arithmetic evaluated: a wrap-around is read from them
+        self._integer: dict = {}
 
     def sought(self, made: str) -> bool:
         """Whether an equation that did ``made`` (``GivenInfinities.made``) is the producer this pass seeks."""
@@ -325,6 +330,8 @@ class ProducerListener(Listener):
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
+        if self.stage == "producer" and _integer_arithmetic(eqn, outputs):
+            self._integer[id(eqn)] = (list(inputs), list(outputs), path)
         note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
         self.given.enter(path)
         made = self.given.made(eqn, inputs, outputs)
@@ -441,6 +448,7 @@ class ProducerListener(Listener):
     site: tuple | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
     lost_site: tuple | None = None  # (the equation adding a constant its dtype holds as 0, the constant's index)
     epsilon_site: object = None  # the equation adding a positive constant to the producer's input
+    integer_site: tuple | None = None  # (eqn, inputs, path, exact values) of an integer operation that wrapped
 
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         self.site = (eqn, list(inputs), path)
@@ -448,6 +456,8 @@ class ProducerListener(Listener):
         self.lost_site = (lost[1], lost[0].operand) if lost is not None else None
         epsilon = added_epsilon.find(eqn, self._made_by) if lost is None else None
         self.epsilon_site = epsilon[1] if epsilon is not None else None
+        wrapped = integer_overflow.find(eqn, self._made_by, self._integer)
+        self.integer_site = wrapped[1] if wrapped is not None else None
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
         # A NaN is never passed on as given: when the output holds one, that is what the equation made.
@@ -498,6 +508,8 @@ class ProducerListener(Listener):
         if eqn.primitive.name == "cholesky" and operands and readable(inputs[0]):
             operands[0].value, jitter = definiteness(np.asarray(inputs[0]), index, eqn)
         return NanProducer(
+            integer_overflow=wrapped[0] if wrapped is not None else None,
+            output_dtype=str(out.dtype),
             lost_constant=lost[0] if lost is not None else None,
             added_epsilon=epsilon[0] if epsilon is not None else None,
             jitter=jitter,
@@ -519,6 +531,17 @@ class ProducerListener(Listener):
             bad_count=int(np.count_nonzero(mask)),
             name_stack=stack,
         )
+
+
+_INTEGER_ARITHMETIC = ("pow", "integer_pow", "mul", "add", "sub", "square", "neg", "reduce_sum", "reduce_prod")
+
+
+def _integer_arithmetic(eqn, outputs) -> bool:
+    """An integer result of arithmetic (or of a call: a jitted ``jnp.power``) that may have wrapped around."""
+    if not outputs or not (eqn.primitive.name in _INTEGER_ARITHMETIC or jaxpr_parts.sub_jaxprs(eqn)):
+        return False
+    dtype = getattr(outputs[0], "dtype", None)
+    return dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)
 
 
 # -- the search -------------------------------------------------------------------------
@@ -637,9 +660,10 @@ def _trace_and_walk(
                 "only (no transposed one): it is a value of the forward computation, not only of the derivative."
             )
     if producer is not None and listener.site is not None and with_fixes:
-        sites = (listener.site, listener.lost_site, listener.epsilon_site)
+        sites = (listener.site, listener.lost_site, listener.epsilon_site, listener.integer_site)
         producer.fix_trials = producer_fixes.tried(producer, sites, program, values, outputs)
-    listener.site = listener.lost_site = listener.epsilon_site = None  # hold the user's program
+    listener.site = listener.lost_site = listener.epsilon_site = listener.integer_site = None  # hold the user's program
+    listener._integer = {}
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
     found.stopped_at = list(dict.fromkeys(found.stopped_at))
