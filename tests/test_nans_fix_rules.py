@@ -98,6 +98,17 @@ EXAMPLES: dict[str, NanProducer] = {
     "root_derivative": NanProducer(
         "div", "inf", derivative=True, expression="jnp.sqrt(x)", operands=[_op("0.5"), _op("0.0", made_by="sqrt")]
     ),
+    "log_derivative": NanProducer(
+        "div",
+        "nan",
+        derivative=True,
+        phase="backward",
+        line=_line("h = -jnp.sum(p * jnp.log(p))"),
+        primal="log",
+        primal_value="0.0",
+        operands=[_op("0.0"), _op("0.0")],
+        fix_trials=[_finite("double_where", "jnp.where(v > 0, jnp.log(jnp.where(v > 0, v, 1.0)), 0.0)")],
+    ),
     "cholesky": NanProducer("cholesky", "nan", operands=[_op("f32[2,2] not positive definite")]),
     "root_of_negative": NanProducer("sqrt", "nan", line=_line("r = jnp.sqrt(v)"), operands=[_op("-1.0")]),
     "negative_power": NanProducer("pow", "nan", line=_line("r = v ** 0.5"), operands=[_op("-2.0"), _op("0.5")]),

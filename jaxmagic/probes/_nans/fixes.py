@@ -56,6 +56,7 @@ RULES: tuple[FixRule, ...] = (
     program.ARC_DERIVATIVE,
     program.ARCTAN2_DERIVATIVE,
     program.ROOT_DERIVATIVE,
+    program.LOG_DERIVATIVE,
     program.CHOLESKY,
     domain.ROOT_OF_NEGATIVE,
     domain.NEGATIVE_POWER,

@@ -226,6 +226,8 @@ class NanReport(Report):
                 f"discarded: the result is finite, but jax.debug_nans raises on it {_gradient_clause(p)}."
             )
         phase = "a backward pass (gradient)" if p.phase == "backward" else "the forward computation"
+        if p.phase == "forward" and p.derivative:  # jax.jvp, jacfwd, hessian: JAX's derivative, not a forward value
+            phase = "a derivative JAX computed in forward mode (jvp)"
         limit = _limit_crossed(p)
         if limit:  # the dtype whose limit was crossed is the cause: said first (issue 63.7)
             return f"{what} from an overflow: {limit}{_at(p.line)}{loops}{call}."
