@@ -27,10 +27,20 @@ def readable_by_reach(program, stack: str) -> bool:
     is the transposed half), under one ``jvp``. In forward mode (``jax.jvp``, ``jacfwd``, the outer half of
     ``jax.hessian``) the tangents flow to the result through non-transposed operations too: there a
     coefficient of the derivative (``0.5 / sqrt(x)``) reaches the result like a forward value."""
-    if stack.count("jvp(") != 1:
+    return stack.count("jvp(") == 1 and _transposes(jaxpr_parts.closed_parts(program)[0], set())
+
+
+def _transposes(jaxpr, seen: set[int]) -> bool:
+    """Whether ``jaxpr`` or a sub-program of it (a jitted train step's body) holds a transposed equation."""
+    if id(jaxpr) in seen:
         return False
-    jaxpr = jaxpr_parts.closed_parts(program)[0]
-    return any("transpose" in str(e.source_info.name_stack) for e in jaxpr.eqns)
+    seen.add(id(jaxpr))
+    for eqn in jaxpr.eqns:
+        if "transpose" in str(eqn.source_info.name_stack):
+            return True
+        if any(_transposes(jaxpr_parts.closed_parts(sub)[0], seen) for sub in jaxpr_parts.sub_jaxprs(eqn)):
+            return True
+    return False
 
 
 def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> str:
