@@ -164,3 +164,14 @@ def wider_trials(found: IntegerOverflow, site: tuple) -> list[FixTrial]:
         trial.result = f"{got:.6g}{at}, no wrap-around" if close else f"{got:.6g}{at}: still not the exact value"
         trials.append(trial)
     return trials
+
+
+INTEGER_ARITHMETIC = ("pow", "integer_pow", "mul", "add", "sub", "square", "neg", "reduce_sum", "reduce_prod")
+
+
+def integer_arithmetic(eqn, outputs) -> bool:
+    """An integer result of arithmetic (or of a call: a jitted ``jnp.power``) that may have wrapped around."""
+    if not outputs or not (eqn.primitive.name in INTEGER_ARITHMETIC or jaxpr_parts.sub_jaxprs(eqn)):
+        return False
+    dtype = getattr(outputs[0], "dtype", None)
+    return dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)

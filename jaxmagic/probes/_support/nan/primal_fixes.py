@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic.probes._support.nan.equation_origin import user_line
 from jaxmagic.probes._support.nan.value_fixes import FixTrial, bad_text, representable_eps
+from jaxmagic.report import SourceLine
 
 # the operations whose derivative is infinite at a point their value is finite (0 for all three)
 SINGULAR = ("sqrt", "log", "pow")
@@ -96,3 +98,22 @@ def tried(eqn, inputs: list, order: int) -> list[FixTrial]:
         )
         trials.append(trial)
     return trials
+
+
+def primal_of(eqn, line: SourceLine | None, made_by: dict, read_by: dict, recorded: dict) -> tuple | None:
+    """``(eqn, inputs, path)`` of the user's ``sqrt``/``log``/``pow`` on the same line whose derivative ``eqn``
+    computes: the one that made an input of it (``0.5 / sqrt(x)``) or that reads one of its inputs (``g / x``
+    for ``log``, ``x ** (p - 1)`` for ``pow``); None when there is none. ``made_by``: id(var) -> equation;
+    ``read_by``: id(var) -> the recorded equations reading it; ``recorded``: id(eqn) -> (inputs, path)."""
+    if line is None:
+        return None
+    variables = [v for v in eqn.invars if not jaxpr_parts.is_literal(v)]
+    near = [made_by.get(id(v)) for v in variables] + [r for v in variables for r in read_by.get(id(v), [])]
+    for candidate in near:
+        if candidate is None or candidate is eqn or id(candidate) not in recorded:
+            continue
+        inputs, path = recorded[id(candidate)]
+        at = user_line(candidate, path)
+        if at is not None and (at.filename, at.lineno) == (line.filename, line.lineno):
+            return candidate, inputs, path
+    return None

@@ -344,7 +344,7 @@ class ProducerListener(Listener):
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
-        if self.stage == "producer" and _integer_arithmetic(eqn, outputs):
+        if self.stage == "producer" and integer_overflow.integer_arithmetic(eqn, outputs):
             self._integer[id(eqn)] = (list(inputs), list(outputs), path)
         if self.stage == "producer" and eqn.primitive.name in primal_fixes.SINGULAR:
             self._primal[id(eqn)] = (list(inputs), path)
@@ -459,23 +459,6 @@ class ProducerListener(Listener):
         if "transpose" in name_stack(eqn, path):
             producer.phase = "backward"
 
-    def _primal_of(self, eqn, line: SourceLine | None) -> tuple | None:
-        """``(eqn, inputs, path)`` of the user's ``sqrt``/``log``/``pow`` on the same line whose derivative
-        ``eqn`` computes: the one that made an input of it (``0.5 / sqrt(x)``) or that reads one of its inputs
-        (``g / x`` for ``log``, ``x ** (p - 1)`` for ``pow``); None when there is none."""
-        if line is None:
-            return None
-        near = [self._made_by.get(id(v)) for v in eqn.invars if not jaxpr_parts.is_literal(v)]
-        near += [r for v in eqn.invars if not jaxpr_parts.is_literal(v) for r in self._read_by.get(id(v), [])]
-        for candidate in near:
-            if candidate is None or candidate is eqn or id(candidate) not in self._primal:
-                continue
-            inputs, path = self._primal[id(candidate)]
-            at = user_line(candidate, path)
-            if at is not None and (at.filename, at.lineno) == (line.filename, line.lineno):
-                return candidate, inputs, path
-        return None
-
     def _maker_name(self, var) -> str:
         maker = self._made_by.get(id(var))
         return maker.primitive.name if maker is not None else ""
@@ -541,7 +524,9 @@ class ProducerListener(Listener):
         library = provenance.library_function or library  # the line's own call first, as for the NaN maker
         provenance.library_function = library
         differentiated = ("jvp" in stack or "transpose" in stack) and not in_rule
-        self.primal_site = self._primal_of(eqn, line) if differentiated else None
+        self.primal_site = (
+            primal_fixes.primal_of(eqn, line, self._made_by, self._read_by, self._primal) if differentiated else None
+        )
         primal, primal_value = "", ""
         if self.primal_site is not None:
             primal = self.primal_site[0].primitive.name
@@ -576,17 +561,6 @@ class ProducerListener(Listener):
             bad_count=int(np.count_nonzero(mask)),
             name_stack=stack,
         )
-
-
-_INTEGER_ARITHMETIC = ("pow", "integer_pow", "mul", "add", "sub", "square", "neg", "reduce_sum", "reduce_prod")
-
-
-def _integer_arithmetic(eqn, outputs) -> bool:
-    """An integer result of arithmetic (or of a call: a jitted ``jnp.power``) that may have wrapped around."""
-    if not outputs or not (eqn.primitive.name in _INTEGER_ARITHMETIC or jaxpr_parts.sub_jaxprs(eqn)):
-        return False
-    dtype = getattr(outputs[0], "dtype", None)
-    return dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)
 
 
 # -- the search -------------------------------------------------------------------------
