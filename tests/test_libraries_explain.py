@@ -55,3 +55,26 @@ def test_plain_jit_args_element_is_still_jaxs_name():
 
     report = probes.explain(_raised(lambda: jax.jit(pick)(jnp.ones(3), 1.0)))
     assert report is not None and report.depends_on == ["args[1]"]
+
+
+def test_a_tracer_error_in_optax_code_under_jit_is_no_leak_and_gets_inject_hyperparams_static_args():
+    # google-deepmind/optax#412: `jax.jit(opt.init)` of `inject_hyperparams(adafactor)` raises
+    # TracerBoolConversionError in Optax's `_factored_dims` (`if shape[d] < min_dim_size_to_factor`) while jit
+    # traces Optax's init: the trace is running, so it is no tracer kept past its trace; the `if` is Optax's, so
+    # the fix is the library's own option (static_args), tried by tracing Optax's init rebuilt with it.
+    import jax
+
+    optax = pytest.importorskip("optax")
+    opt = optax.inject_hyperparams(optax.adafactor)(learning_rate=0.1)
+    params = {"w": jnp.ones((200, 200))}
+    report = probes.explain(_raised(lambda: jax.jit(opt.init)(params)))
+    assert report is not None and report.error_kind == "bool", report and report.error_kind
+    assert report.raised_in is not None and report.raised_in.function == "_factored_dims"
+    assert report.raised_in.filename.endswith("optax/_src/factorized.py")
+    (fix,) = report.fixes
+    assert fix.use == "optax.inject_hyperparams(optax.adafactor, static_args=('min_dim_size_to_factor',))(...)"
+    assert fix.checked.startswith("checked: its init traces under jax.jit"), fix.checked
+    assert "leak" not in report.summary and "jnp.where" not in str(report)
+    # the fix as offered: Optax's init traces under jit with the hyperparameter static
+    fixed = optax.inject_hyperparams(optax.adafactor, static_args=("min_dim_size_to_factor",))(learning_rate=0.1)
+    jax.jit(fixed.init)(params)

@@ -60,6 +60,7 @@ def fit_array(
             twins[call.func] = twin
         elif uses(call, names) and _is_library(module):
             foreign.append((name, call))
+    twins.update(_numpy_functions_given(line, resolve))
     if foreign:
         name, call = foreign[0]
         operand = next((line.text(a) for a in call.args if uses(a, names)), "x")
@@ -75,6 +76,23 @@ def fit_array(
     statement = line.tree.body[0]
     rewritten = _replace_functions(line, statement, twins)
     return [written_fix(rewritten, "the same functions from jax.numpy / jax.scipy, which trace")]
+
+
+def _numpy_functions_given(line: LineCode, resolve: Resolve) -> dict[ast.expr, str]:
+    """NumPy's functions the line hands to another call (``jax.jit(np.asarray)(xs)``, ``jax.vmap(np.sin)``):
+    the transformation traces them, and they convert their traced argument - their JAX twins trace."""
+    found: dict[ast.expr, str] = {}
+    for _name, call in line.calls():
+        for argument in call.args:
+            if not isinstance(argument, (ast.Attribute, ast.Name)):
+                continue
+            resolved = resolve(dotted(argument))
+            if resolved is None or not callable(resolved[0]) or resolved[1].split(".")[0] != "numpy":
+                continue
+            twin = _twin(resolved[1], dotted(argument).rsplit(".", 1)[-1])
+            if twin:
+                found[argument] = twin
+    return found
 
 
 def _replace_functions(line: LineCode, statement: ast.stmt, twins: dict[ast.expr, str]) -> str:

@@ -94,6 +94,9 @@ def try_on_shapes(
     except Exception as failure:
         return ("traced-error" if is_tracer_error(failure) else "error"), error_line(failure)
     shapes_text = ", ".join(f"{n}: {_short(scope[n])}" for n in order)
+    if not shapes_text and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Call) for n in ast.walk(expression)):
+        # `jax.jit(jnp.asarray)(xs)`: a transformation the line applies traces the values it is given
+        return "ok", "the values your line gives it"
     return "ok", shapes_text + body_of if shapes_text else ""
 
 
@@ -115,6 +118,8 @@ def _lambda_body(function: ast.Lambda, scope: dict[str, Any], tracer_class: type
 def _calls_only_jax(function: ast.expr, traced: set[str]) -> bool:
     """A call of a JAX or math function (``jnp.sin``, ``lax.dynamic_slice_in_dim``) or a method of a
     traced value (``x.astype``)."""
+    if isinstance(function, ast.Call):  # `jax.jit(jnp.asarray)(xs)`: what a JAX transformation returns
+        return _calls_only_jax(function.func, traced)
     root = function
     while isinstance(root, ast.Attribute):
         root = root.value
