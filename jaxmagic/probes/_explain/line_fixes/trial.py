@@ -68,13 +68,17 @@ def try_on_shapes(
         body_of = " (the lambda's body, on the shapes its parameters had)"
     names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
     traced = {n for n in names if isinstance(scope.get(n), tracer_class) and n not in concrete}
+    # the line's own name for a JAX module (`import jax.numpy as np`) is JAX's as much as `jnp`
+    modules = {n for n in names if _is_jax_module(scope.get(n))}
     for node in ast.walk(expression):
-        if isinstance(node, ast.Call) and not _calls_only_jax(node.func, traced):
+        if isinstance(node, ast.Call) and not _calls_only_jax(node.func, traced | modules):
             return "not tried", f"`{ast.unparse(node.func)}` is not a JAX function"
     missing = [n for n in names if n not in scope and n not in _MODULES and n not in concrete]
     if missing:
         return "not tried", f"`{missing[0]}` is not a name of your function"
-    handed = [n for n in names if n in scope and n not in _MODULES and _holds_own_function(scope[n])]
+    handed = [
+        n for n in names if n in scope and n not in _MODULES and n not in modules and _holds_own_function(scope[n])
+    ]
     if handed:  # lax.switch(i, branches, x) would call them: not tried, to run nothing of the user's
         return "not tried", f"`{handed[0]}` holds functions of yours"
     values = {n: importlib.import_module(m) for n, m in _MODULES.items() if n in names and n not in scope}
@@ -124,6 +128,10 @@ def _calls_only_jax(function: ast.expr, traced: set[str]) -> bool:
     while isinstance(root, ast.Attribute):
         root = root.value
     return isinstance(root, ast.Name) and (root.id in _MODULES or (root.id in traced and root is not function))
+
+
+def _is_jax_module(value: Any) -> bool:
+    return isinstance(value, type(ast)) and (value.__name__ == "jax" or value.__name__.startswith("jax."))
 
 
 def _holds_own_function(value) -> bool:
