@@ -178,6 +178,25 @@ def jit_call(frames: list[tuple[FrameType, int]], function: str):
     return None
 
 
+def transformation_call(frames: list[tuple[FrameType, int]], function: str):
+    """``(fun, args, kwargs)`` a JAX transformation's API frame among ``frames`` (``grad_f``,
+    ``value_and_grad_f``, ``vmap_f``, jit's ``cache_miss``) holds for the user's ``function``: what it was
+    given and called with; None when there is none. The caller must not keep them past its check."""
+    for frame, _ in frames:
+        code = frame.f_code
+        entry = _API_FRAMES.get(code.co_name)
+        if entry is None or not _is_jax_file(code.co_filename):
+            continue
+        try:
+            fun, args, kwargs = (frame.f_locals.get(k) for k in (entry[1], "args", "kwargs"))
+        except Exception:
+            continue
+        user = _user_function(fun)
+        if user is not None and user[0] == function and isinstance(args, tuple) and isinstance(kwargs, dict):
+            return fun, args, kwargs
+    return None
+
+
 def library_callable_jit_call(frames: list[tuple[FrameType, int]]):
     """``(fun, args, kwargs, static, caller)`` of the outermost jitted call among ``frames`` whose function
     is a library's callable that runs the user's code (``jax.jit(model.apply)`` of a Flax Linen module,

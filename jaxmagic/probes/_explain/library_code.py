@@ -104,7 +104,7 @@ def _inject_static_fix(found: LibraryRaise, tb: types.TracebackType | None) -> F
     del frame, local
     names = [n for n in found.traced if isinstance(numeric, dict) and n in numeric]
     optax = sys.modules.get("optax")
-    if not names or factory is None or optax is None:
+    if not names or factory is None or optax is None or not isinstance(numeric, dict):
         return None
     public = _public_factory(optax, factory)
     static = "(" + ", ".join(repr(n) for n in names) + ("," if len(names) == 1 else "") + ")"

@@ -25,6 +25,7 @@ from jaxmagic.probes._explain.frames import (
 )
 from jaxmagic.probes._explain.kinds import KINDS, classify
 from jaxmagic.probes._explain.library_code import library_fixes, library_raise
+from jaxmagic.probes._explain.library_trace import explain_library_trace, is_library_trace_error
 from jaxmagic.probes._explain.non_array import explain_non_array_argument, is_non_array_argument
 from jaxmagic.probes._explain.program_fixes import fit_static_fixes
 from jaxmagic.probes._explain.report import TracerErrorReport, UnexplainedErrorReport
@@ -348,6 +349,8 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
         return explain_non_array_argument(error)
     if is_unhashable_static(error):
         return explain_unhashable_static(error)
+    if is_library_trace_error(error):  # a library's own trace-level error (Flax's TraceContextError)
+        return explain_library_trace(error)
     return explain(error, namespace)
 
 
