@@ -243,7 +243,8 @@ z = jax.grad(lambda v: jnp.sum(v ** 2))(y)
 # %%
 assert healthy.found is False and healthy.status.value == "ok" and healthy.nonfinite == []
 # It says what was checked: the cell called no jitted function of its own, so every operation ran eagerly
-assert healthy.summary.startswith("No NaN in what was checked: the output of every eager operation")
+assert healthy.summary.startswith("No NaN in what was checked: the output of each eager operation JAX checked")
+assert "Not looked inside compiled code" in healthy.summary and "--inside" in healthy.summary
 assert jax.config.jax_debug_nans is False          # the cell's checking ended with the cell
 
 

@@ -944,3 +944,36 @@ def test_a_value_traced_only_by_lax_scan_is_said_to_be_scans_not_jits():
     # under a jit the same helper is jit's: the trace, not the class, decides
     jitted = probes.explain(raised(lambda: jax.jit(_positive)(jnp.ones(4))))
     assert jitted.to_dict()["transformation"] == "jit"
+
+
+def test_a_numpy_function_given_to_jit_is_a_numpy_conversion_not_a_leak():
+    # google/brax#321's shape: a function that is not the user's (there brax's env.step, here NumPy's own
+    # np.asarray) is handed to jax.jit on the user's line and converts its traced argument while jit traces it.
+    # The trace is running - no tracer kept past its trace - and the fix is the function's JAX twin on that
+    # line, tried by tracing the rewritten line (nothing of the user's runs).
+    def convert(xs):
+        return jax.jit(np.asarray)(xs)
+
+    report = probes.explain(raised(lambda: convert(jnp.ones(3))))
+    assert report is not None and report.error_kind == "array", report and report.error_kind
+    assert "leak" not in report.summary
+    assert report.fixes[0].use == "jax.jit(jnp.asarray)(xs)", report.fixes
+    assert report.fixes[0].checked.startswith("checked: traces"), report.fixes[0].checked
+
+
+def test_arange_of_a_fixed_length_from_a_traced_start_gets_a_fixed_range_plus_the_start():
+    # jax-ml/jax#19433: `np.arange(x[0] - 1, x[0] + 1)` (jax.numpy imported as np) under jit always has length 2,
+    # but its start is traced. The fix is a range of that fixed length plus the start, written with the line's own
+    # names and tried by tracing the rewritten line; "a fixed size and a mask" is not the first word.
+    import jax.numpy as np_jax
+
+    def around(x):
+        np = np_jax
+        return np.arange(x[0] - 1, x[0] + 1)
+
+    report = probes.explain(raised(lambda: jax.jit(around)(jnp.zeros(1, dtype=jnp.int32))))
+    assert report is not None and report.error_kind == "concrete"
+    first = report.fixes[0]
+    assert first.use == "np.arange(2) + (x[0] - 1)", report.fixes
+    assert first.checked.startswith("checked: traces with x: int32[1]"), first.checked
+    assert jnp.array_equal(jax.jit(lambda x: np_jax.arange(2) + (x[0] - 1))(jnp.array([5])), jnp.array([4, 5]))

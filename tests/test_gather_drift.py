@@ -257,7 +257,7 @@ def test_an_expression_that_fails_on_the_engines_is_named_per_engine_not_raised(
     ip.run_line_magic("jax_gather", "--values params['<b>missing</b>'] --view view2 -o merged")
     data = ip.user_ns["merged"].to_dict()
     (failed,) = data["findings"]  # the engines answered: what failed, not a hang (issue 52, 7b)
-    assert failed["area"] == "no report" and "KeyError" in failed["summary"], failed
+    assert failed["area"] == "values" and "KeyError" in failed["summary"], failed
     html = ip.user_ns["merged"]._repr_mimebundle_()["text/html"]
     assert "<b>missing" not in html and "KeyError" in html  # the expression's text is escaped
 

@@ -74,8 +74,44 @@ def test_a_report_name_no_engine_bound_is_said_so_not_a_hang(ip):
 def test_a_values_expression_that_fails_on_the_engines_names_its_error(ip):
     merged = _gather(ip, "--values params_nowhere --timeout 5", [{}, {}])
     (finding,) = merged.to_dict()["findings"]
-    assert finding["area"] == "no report"
-    assert "`params_nowhere` failed here: NameError: name 'params_nowhere' is not defined" in finding["summary"]
+    assert finding["area"] == "values"
+    assert "`params_nowhere` raised on every process" in finding["summary"]
+    assert "NameError: name 'params_nowhere' is not defined" in finding["summary"]
+
+
+def test_a_report_name_with_a_values_expression_that_fails_everywhere_is_not_agreement(ip):
+    # issue 63.10: `%jax_gather NAME --values EXPR` with EXPR raising on every engine said "[OK] The 2 processes
+    # agree" (NAME's reports did; the errors were only in the notes). The expression's error, per engine, is a
+    # finding: its values were never compared.
+    from jaxmagic.probes import GatherReport
+
+    engines = [{"rep_v": GatherReport(name="a")}, {"rep_v": GatherReport(name="a")}]
+    merged = _gather(ip, "rep_v --values params['w'] --timeout 5", [{**e, "params": {}} for e in engines])
+    assert merged.status.value == "problem" and "agree" not in merged.summary, merged.summary
+    (finding,) = [f for f in merged.to_dict()["findings"] if f["area"] == "values"]
+    assert finding["summary"].startswith("`params['w']` raised on every process"), finding
+    assert "KeyError: 'w'" in finding["summary"]
+
+
+def test_the_expression_failures_are_decided_from_the_gathered_records():
+    # the decision on the records values_from_engines gathers, without engines: one engine raised, one answered
+    from jaxmagic.probes._gather.report import NO_REPORT, ProcessEntry
+    from jaxmagic.probes._gather.values import expression_failures
+
+    entries = [
+        ProcessEntry(0, 0, status="ok", kind="values", headline="3 leaf(s) of `state`"),
+        ProcessEntry(
+            1, 1, status=NO_REPORT, kind="values", error="`state` failed here: NameError: name 'state' is not defined"
+        ),
+        ProcessEntry(2, 2, status=NO_REPORT, error="no report: `rep` is not bound here"),  # a name, not the expression
+    ]
+    (finding,) = expression_failures(entries, "state")
+    assert finding.processes == [1] and "raised on 1 of 3 process(es)" in finding.summary
+    assert "process 1: NameError: name 'state' is not defined" in finding.summary
+    assert expression_failures(entries[:1], "state") == []
+    # the unbound name stays the "no report" finding, the expression's failure is not told twice
+    (no_report,) = [f for f in merge(entries).findings if f.area == "no report"]
+    assert no_report.processes == [2]
 
 
 def test_a_name_that_is_not_a_name_and_an_expression_that_does_not_parse_are_usage_errors(ip):

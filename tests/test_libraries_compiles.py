@@ -241,6 +241,33 @@ def test_filter_jit_array_shape_change_is_named_by_the_users_path():
     assert "dynamic_nodonate" not in str(report).split("JAX's compile log")[0]
 
 
+def test_filter_jit_weakly_typed_state_leaf_is_a_weak_type_cause_not_types():
+    # google/jaxopt#451 (and patrick-kidger/equinox#817 via jax-ml/jax#23302): a solver state whose scalar leaf is
+    # weakly typed after `init` (made from a Python float) and typed after `update` compiles `update` again. Under
+    # eqx.filter_jit the change is read from the user's own leaves; it is the weak-type kind, as JAX's explanation
+    # of the same change under jax.jit is - not "argument types changed".
+    class State(eqx.Module):
+        params: jax.Array
+        stepsize: jax.Array
+
+    def init(params):
+        return State(params, jnp.asarray(1.0))  # weakly typed: f32[] weak
+
+    @eqx.filter_jit
+    def update(state, grad):
+        stepsize = jnp.minimum(state.stepsize, jnp.max(jnp.abs(grad)))  # typed: f32[]
+        return State(state.params - stepsize * grad, stepsize)
+
+    state = init(jnp.ones(3))
+    with probes.compiles() as report:
+        state = update(state, jnp.full(3, 0.5, dtype=jnp.float32))
+        state = update(state, jnp.full(3, 0.5, dtype=jnp.float32))
+    f = _function(report, "update")
+    assert f["count"] == 2 and f["causes"] == {"first": 1, "weak_type": 1}, f
+    assert f["change_examples"]["weak_type"][0] == "`state.stepsize`: f32[] weak -> f32[]", f
+    assert "weak type" in report.summary and "jnp.float32" in str(report)
+
+
 def test_linen_and_optax_inside_the_users_jit_stay_the_users():
     linen = pytest.importorskip("flax.linen")
     optax = pytest.importorskip("optax")

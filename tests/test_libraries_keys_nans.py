@@ -550,3 +550,46 @@ def test_an_inf_a_librarys_own_code_wrote_is_not_blamed_on_the_users_line():
     assert "Your line" not in data["fix"] and "wrote an inf" not in data["fix"], data["fix"]
     # named by what the line called when JAX kept the library's frames, else said neutrally - never the user's
     assert data["producer"]["written_inf_by"] or "in what your line" in data["fix"], data["fix"]
+
+
+def test_dropout_under_nnx_vmap_with_one_stream_for_the_batch_gets_split_rngs_not_jax_random_split():
+    # google/flax#4195: `nnx.vmap(f, in_axes=(None, 0))(model, xs)` gives every element of the batch the Module's
+    # one random stream, so Dropout draws the same mask for all. The key is the Module's (nnx.Rngs), not one the
+    # user's line passes: the fix is nnx.split_rngs with StateAxes, as the thread's maintainer answered.
+    import jax
+
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.lin = nnx.Linear(4, 4, rngs=rngs)
+            self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+        def __call__(self, x):
+            return self.drop(self.lin(x))
+
+    model, xs = Model(nnx.Rngs(0)), jnp.ones((8, 4))
+
+    @nnx.jit
+    def run(model, xs):
+        return nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))(model, xs)
+
+    with probes.keys() as report:
+        ys = run(model, xs)
+    assert bool((ys == ys[0]).all())  # the bug: one mask for the whole batch
+    (shared,) = report.shared
+    assert shared.api == "flax.nnx.Dropout.__call__"
+    assert "nnx.split_rngs(splits=n)" in shared.fix and "nnx.StateAxes" in shared.fix, shared.fix
+    assert "jax.random.split(key, n)" not in shared.fix and "not tried" in shared.fix
+
+    # the fix as offered: each element gets its own mask
+    state_axes = nnx.StateAxes({nnx.RngState: 0, ...: None})
+
+    @nnx.split_rngs(splits=8)
+    @nnx.vmap(in_axes=(state_axes, 0))
+    def per_element(m, x):
+        return m(x)
+
+    fixed = per_element(model, xs)
+    assert not bool((fixed == fixed[0]).all())
+    jax.block_until_ready(fixed)

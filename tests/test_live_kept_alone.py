@@ -88,3 +88,29 @@ def test_the_magic_in_a_notebook_loop(shell):
 @pytest.fixture
 def shell(ip):
     return ip
+
+
+def test_a_list_that_gains_one_array_per_step_is_a_finding_with_the_host_side_fix():
+    # markean/aimz#268: a fit loop "accumulates the per-step losses as device scalars" in a list the user keeps;
+    # here also one Jacobian per step (`history.append(J)`). Nothing else holds them, so no array is "kept alone"
+    # beside another holder, and fewer than 100 made no container finding: [OK] with no word. A list, tuple or
+    # deque of 10 or more arrays of one shape is arrays accumulating in one container of the user's.
+    @jax.jit
+    def step(w):
+        return w * 0.5, jnp.sum(w**2), jnp.outer(w, w)
+
+    ns: dict = {"losses": [], "history": [], "params": {f"w{i}": jnp.ones(7607) for i in range(12)}}
+    w = jnp.ones(7)
+    for _ in range(25):
+        w, loss, jac = step(w)
+        ns["losses"].append(loss)
+        ns["history"].append(jac)
+    del loss, jac
+    report = probes.live(namespace=ns)
+    found = {c.container: c for c in report.containers}
+    assert {"losses", "history"} <= set(found) and "params" not in found, found  # a dict of 12 is data
+    assert (found["history"].count, found["history"].shape) == (25, (7, 7))
+    assert report.status is Status.PROBLEM
+    text = str(report)
+    assert "accumulating in one container of yours" in text
+    assert "`jax.device_get(x)`" in text and "`float(loss)`" in text and "`del history`" in text

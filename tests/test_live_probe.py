@@ -372,7 +372,7 @@ def test_metrics_appended_in_a_loop_to_an_attribute(allocations_recorded):
     assert finding["shape"] == [] and finding["dtype"] == "float32" and finding["kind"] == "sequence"
     assert finding["provenance"]["made_at"]["code"] == "loss = train_step(w, x)"
     assert finding["provenance"]["function"] == "test_metrics_appended_in_a_loop_to_an_attribute"
-    assert "float(x)" in finding["fix"] and "del trainer.history" in finding["fix"]
+    assert "float(loss)" in finding["fix"] and "del trainer.history" in finding["fix"]
 
 
 def test_without_tracemalloc_the_line_is_not_told_and_says_why():
@@ -404,9 +404,14 @@ def test_list_of_metric_dicts_is_one_finding_and_typed_keys_count_by_key_data(al
 
 
 def test_fewer_than_the_threshold_is_no_finding():
-    small = [jnp.ones((1049,)) for _ in range(99)]
-    report = probes.live(namespace={"small": small})
-    assert report.containers == [] and report.group((1049,)).holders == ["small[0..98]"]
+    # a list accumulates from 10 like arrays (issue 63.9: one per step); a dict or object from 100
+    small = [jnp.ones((1049,)) for _ in range(9)]
+    table = {f"k{i}": jnp.ones((1053,)) for i in range(99)}
+    report = probes.live(namespace={"small": small, "table": table})
+    assert report.containers == [] and report.group((1049,)).holders == ["small[0..8]"]
+    ten = [jnp.ones((1049,)) for _ in range(10)]
+    (finding,) = probes.live(namespace={"ten": ten, "table": table}).containers
+    assert (finding.container, finding.count, finding.kind) == ("ten", 10, "sequence")
 
 
 def test_groups_carry_the_line_that_made_them_while_tracemalloc_traces(allocations_recorded):

@@ -390,6 +390,19 @@ def test_syntax_error_is_shown_once_by_ipython_without_a_report(shell, capsys, b
     assert shown.count("Error:") == 1 and "jaxmagic" not in shown
 
 
+@pytest.mark.parametrize("body", ["x = (1,\n", "return 1\n"])
+def test_a_nested_cell_magic_whose_body_does_not_compile_shows_its_syntax_error_once(shell, capsys, body):
+    # issue 63.11: under %%jax_nans, %%jax_compiles' body is the one that cannot run; it was shown by the inner
+    # magic, then a second time through jaxmagic's frames by the outer one. Now once, the user's own line.
+    shell.user_ns.pop("syntax_rep", None)
+    capsys.readouterr()
+    result = shell.run_cell("%%jax_nans -o syntax_rep\n%%jax_compiles\n" + body)
+    shown = capsys.readouterr().out
+    assert "syntax_rep" not in shell.user_ns
+    assert isinstance(result.error_in_exec, SyntaxError)
+    assert shown.count("Error:") == 1 and "jaxmagic" not in shown and "line 3" in shown, shown
+
+
 def test_a_cell_that_ran_is_checked_again_once_an_input_transformer_breaks_it(shell, capsys):
     # The magic remembers which cell texts compile, so a re-run cell is not compiled twice; what a
     # text compiles to also depends on IPython's transformers, so a new one makes it check again.
@@ -409,3 +422,44 @@ def test_a_cell_that_ran_is_checked_again_once_an_input_transformer_breaks_it(sh
     assert "syntax_rep" not in shell.user_ns
     assert isinstance(result.error_in_exec, SyntaxError)
     assert shell.run_cell("%%jax_nans -o syntax_rep\n" + body).success  # and runs again without it
+
+
+class _Refused(Exception):
+    """The user's own exception, raised by their function while it is traced."""
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ("raise _Refused('bad batch')", "_Refused"),
+        ("return max(x.sum(), 2.0)", "TracerBoolConversionError"),  # Python's max on a traced scalar
+        ("return x + 'a'", "TypeError"),
+    ],
+)
+def test_jax_memory_call_raises_the_users_exception_after_its_report(shell, capsys, body, error):
+    # issue 63.11: the function raising while traced made "[OK] No jitted call to measure: the cell made none",
+    # the error only in a note, nothing raised. Now the report says the call raised, and the cell fails with the
+    # user's own exception after it, as %jax_hlo and %jax_stages do.
+    shell.user_ns["_Refused"] = _Refused
+    shell.run_cell(f"def mem_fails(x):\n    {body}\n")
+    shell.user_ns.pop("mem_rep", None)
+    capsys.readouterr()
+    result = shell.run_cell("%jax_memory mem_fails(jnp.ones(3)) -o mem_rep")
+    assert type(result.error_in_exec).__name__ == error, result.error_in_exec
+    report = shell.user_ns["mem_rep"]
+    assert report.status.value == "error" and report.summary.startswith("Nothing measured: the call raised "), report
+    assert error in report.summary and "the cell made none" not in report.summary
+    shown = capsys.readouterr()
+    traceback = shown.out + shown.err
+    assert "in mem_fails" in traceback and "/jaxmagic/" not in traceback, traceback  # the user's frame, not ours
+
+
+@pytest.mark.parametrize("folder", ["/proc/nope", "afile/sub", "a" * 300])
+def test_profile_save_into_a_folder_it_cannot_create_is_a_usage_error(shell, tmp_path, folder):
+    # issue 63.11: os.makedirs' FileNotFoundError / NotADirectoryError / OSError came out raw from the probe.
+    from IPython.core.error import UsageError
+
+    (tmp_path / "afile").write_text("")
+    where = folder if folder.startswith("/") else str(tmp_path / folder)
+    with pytest.raises(UsageError, match="--save cannot create the folder"):
+        shell.run_cell_magic("jax_profile", f"--save {where}", "x = 1\n")

@@ -317,3 +317,30 @@ def test_explain_any_and_the_explainer_take_it():
         float(nn[0])
     report = probes.explain_any(caught.value)
     assert type(report).__name__ == "OutOfMemoryReport" and report.error_kind == "out_of_memory"
+
+
+def test_one_dump_folder_for_the_process_and_a_program_compiled_again_keeps_its_buffers():
+    # issue 63.11: a new xla_dump_to folder per compilation was a new compiler option each time, so JAX kept one
+    # more executable per %%jax_memory run (~1.1 MB that never came back). With one folder, the same program
+    # compiled again is served from JAX's cache and XLA writes nothing: its texts are the ones kept.
+    import os
+
+    import jax.numpy as jnp
+
+    from jaxmagic._jax import compile_dumps
+
+    @jax.jit
+    def twice(x):
+        return jnp.sin(x) @ x.T
+
+    x = jnp.ones((32, 32))
+    twice(x)
+    peaks, folders = [], set()
+    for _ in range(3):
+        with probes.memory() as report:
+            twice(x)
+        (program,) = report.programs
+        peaks.append((program.peak_bytes, len(program.buffers)))
+        folders.add(compile_dumps._dump_folder())
+    assert len(folders) == 1 and os.listdir(folders.pop()) == []  # one folder, emptied after each compilation
+    assert peaks[0][1] > 0 and peaks == [peaks[0]] * 3, peaks  # the buffers at the peak, every time

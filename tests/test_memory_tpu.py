@@ -124,6 +124,7 @@ def test_the_recorded_dumps_name_xlas_own_buffers_by_their_neighbours_lines():
     assert all(b.made_by != "-" and (b.operation or b.argument) for b in program.buffers)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's peak; a TPU fuses exp into the dot")
 def test_xlas_own_peak_time_is_checked_against_every_live_range():
     """XLA:CPU names a time after exp's 64 GiB temporary died as the peak of exp(...) @ w (2 MiB live); the
     peak here is counted from every buffer's range, and never below what memory_analysis() reserves."""
@@ -199,8 +200,57 @@ def test_the_run_time_oom_offers_freeing_what_is_held_first():
 
 
 def test_every_recorded_tpu_text_is_a_fixture_the_tests_read():
-    """The fixtures folder holds only what these tests read (no stray recording left unused)."""
+    """The memory recordings hold only what these tests read (no stray recording left unused)."""
     used = {"error.txt", "error_jax0.10.2.txt", "index.json", "run_time_oom.txt", "memory_stats.json", "README.md"}
-    for path in glob.glob(os.path.join(FIXTURES, "**", "*"), recursive=True):
-        name = os.path.basename(path)
-        assert os.path.isdir(path) or name in used or "after_optimizations" in name, path
+    recorded = (".error.txt", ".memory_stats.json", ".report.json")  # record_memory.py's files per program
+    folders = ("compile_time_oom", "fits", "ways_recorded")
+    for folder in folders:
+        for path in glob.glob(os.path.join(FIXTURES, folder, "**", "*"), recursive=True):
+            name = os.path.basename(path)
+            assert os.path.isdir(path) or name in used or name.endswith(recorded) or "after_optimizations" in name
+
+
+# -- ways down measured on the TPU (tools/accelerator/record_memory.py, 2026-12-06) ---------------------------
+
+WAYS = os.path.join(FIXTURES, "ways_recorded")
+
+
+def _recorded(case: str) -> tuple[str, dict]:
+    folder = os.path.join(WAYS, case)
+    with open(os.path.join(folder, f"{case}.report.json")) as file:
+        return _text(os.path.join(folder, f"{case}.error.txt")), json.load(file)
+
+
+def _ways(report) -> dict[str, object]:
+    return {way.kind: way for way in report.program.ways_down}
+
+
+def test_the_compile_time_oom_is_answered_by_a_way_down_compiled_for_the_tpu():
+    """The recording's second compilation is the way down the live report offered, compiled by XLA:TPU: 80,000
+    points sorted in blocks of 10,000 rows need 5.96 GiB. Replayed, the report offers it as measured there."""
+    error, live = _recorded("compile_time_oom")
+    said = read_message(error)
+    cap = capacity_at_failure(said, stats_capacity(_stats(), "tpu:0"))
+    with replaying(os.path.join(WAYS, "compile_time_oom")) as asked:
+        report = explain_failed_call(said, _call(80_000), cap, [])
+    assert asked == ["jit_nearest(float32[80000])#0", "jit_run(float32[80000])#0"]
+    rows = _ways(report)["rows"]
+    assert (rows.platform, rows.fits, rows.peak_after) == ("tpu", True, 6_401_763_840)
+    assert report.fix.startswith("`nearest` on 10,000 of `x`'s 80,000 rows at a time, against all of `x`: peak")
+    assert "tried by compiling for tpu" in report.fix and "jax.lax.map(" in report.fix
+    live_rows = next(w for w in live["program"]["ways_down"] if w["kind"] == "rows")
+    assert (live_rows["peak_after"], live_rows["platform"]) == (rows.peak_after, "tpu")  # as the device said
+
+
+def test_the_run_time_oom_frees_what_is_held_and_measures_the_program_on_the_tpu():
+    """8 x f32[20000,20000] held (11.9 GiB), then nearest on 40,000 points: 11.94 GiB that alone fits."""
+    error, live = _recorded("run_time_oom")
+    said = read_message(error)
+    cap = capacity_at_failure(said, stats_capacity(_stats(), "tpu:0"))
+    held = [HeldArrays("8 x f32[20000,20000]", 8 * 20_000 * 20_000 * 4, ["held[0..7]"])]
+    with replaying(os.path.join(WAYS, "run_time_oom")):
+        report = explain_failed_call(said, _call(40_000), cap, held)
+    assert report.program.peak_bytes == live["program"]["peak_bytes"] == 12_820_839_936
+    assert report.fix.startswith("Free what is held first: `held[0..7]` holds 11.9 GiB")
+    assert "There are 3.77G free" in str(report)  # the allocator's whole message, as recorded
+    assert _ways(report)["rows"].platform == "tpu"

@@ -12,6 +12,7 @@ import pytest
 from jaxmagic.probes._nans.fix_rule import FixRule
 from jaxmagic.probes._nans.fixes import RULES, nan_fix, rule_for
 from jaxmagic.probes._nans.report import NanReport
+from jaxmagic.probes._support.nan.integer_overflow import WIDER, IntegerOverflow
 from jaxmagic.probes._support.nan.lost_constant import LostConstant
 from jaxmagic.probes._support.nan.producer import NanProducer, OperandValue
 from jaxmagic.probes._support.nan.value_fixes import FixTrial
@@ -33,6 +34,23 @@ def _finite(key: str, code: str) -> FixTrial:
 
 # rule key -> the producer of a NaN it is the rule for
 EXAMPLES: dict[str, NanProducer] = {
+    "integer_overflow": NanProducer(
+        "div",
+        "inf",
+        line=_line("s = 1 / 256 ** k"),
+        operands=[_op("1.0"), _op("0.0", made_by="convert_element_type")],
+        integer_overflow=IntegerOverflow("mul", "int32", "2147483647", "4294967296", "0", [3], None, "256 ** k"),
+        fix_trials=[_finite(WIDER, "float32")],
+    ),
+    "narrowed_overflow": NanProducer(
+        "convert_element_type",
+        "inf",
+        line=_line("t = jnp.sum(x)"),
+        library_function="jnp.sum",
+        output_dtype="float16",
+        operands=[_op("78000.0", made_by="reduce_sum")],
+        fix_trials=[_finite("float32", "v (kept in float32)")],
+    ),
     "lost_constant": NanProducer(
         "div",
         "nan",
@@ -79,6 +97,17 @@ EXAMPLES: dict[str, NanProducer] = {
     ),
     "root_derivative": NanProducer(
         "div", "inf", derivative=True, expression="jnp.sqrt(x)", operands=[_op("0.5"), _op("0.0", made_by="sqrt")]
+    ),
+    "log_derivative": NanProducer(
+        "div",
+        "nan",
+        derivative=True,
+        phase="backward",
+        line=_line("h = -jnp.sum(p * jnp.log(p))"),
+        primal="log",
+        primal_value="0.0",
+        operands=[_op("0.0"), _op("0.0")],
+        fix_trials=[_finite("double_where", "jnp.where(v > 0, jnp.log(jnp.where(v > 0, v, 1.0)), 0.0)")],
     ),
     "cholesky": NanProducer("cholesky", "nan", operands=[_op("f32[2,2] not positive definite")]),
     "root_of_negative": NanProducer("sqrt", "nan", line=_line("r = jnp.sqrt(v)"), operands=[_op("-1.0")]),

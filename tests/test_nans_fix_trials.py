@@ -183,13 +183,16 @@ def test_when_no_candidate_makes_the_call_finite_none_is_offered_and_the_report_
     assert "No fix is offered: tried on the values of" in data["fix"]
 
 
-def test_a_derivative_fix_says_why_it_was_not_tried():
-    # the gradient of a norm at 0 (0/0 in JAX's derivative): its fix, the double where, rewrites the line
+def test_a_derivative_fix_is_tried_on_the_users_operation_and_says_why_the_call_was_not():
+    # the gradient of a norm at 0 (0/0 in JAX's derivative): its fix, the double where, rewrites the user's
+    # square root; it is tried on the value that square root got, with its derivative (issue 63.6)
     data = _nans(lambda: jax.grad(lambda x: jnp.linalg.norm(x))(jnp.zeros(2)))
     assert data["producer"]["derivative"] and "double-where safe norm" in data["fix"]
-    assert [(f["tried"], f["result"]) for f in data["fixes"]] == [
-        (False, "not tried: it rewrites your line, and trying it would run your Python again")
+    assert [(f["key"], f["tried"], f["result"]) for f in data["fixes"]] == [
+        ("primal_clamp", True, "finite, and its derivative finite"),
+        ("double_where", True, "finite, and its derivative finite"),
     ]
+    assert all(f["call_result"].startswith("not tried: the program's derivative") for f in data["fixes"])
 
 
 def test_flax_layer_norm_with_epsilon_0_the_fix_is_tried_through_flaxs_own_code():

@@ -43,3 +43,24 @@ def test_profile_splits_device_time_by_line_and_scope():
     top = data["lines"][0]
     assert top["line"]["lineno"] == _line_of(_matmul_then_tanh, "y = a @ a")
     assert "matmul" in top["scopes"] and top["calls"] == 3
+
+
+@jax.jit
+def _nearest(x):
+    d = jnp.abs(x[:, None] - x[None, :])
+    return jnp.sort(d, axis=0)[1]
+
+
+def test_a_compile_time_out_of_memory_gets_a_way_down_compiled_for_the_device():
+    """80,000 points need 47.7 GiB of temporaries on a TPU v5e (15.75 GiB): the compiler refuses the program;
+    the report is of that program, and its way down is compiled for the device, not for the CPU."""
+    from jaxmagic.probes._memory.probe import memory_of_call  # deferred: the probe's module, as the tests of it
+
+    limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit", 0)
+    if not 0 < limit < 40 * 2**30:
+        pytest.skip("the program fits a device of this size")
+    report = memory_of_call(_nearest, (jax.ShapeDtypeStruct((80_000,), jnp.float32),), call="_nearest(x)")
+    [program] = report.programs
+    assert program.compile_error is not None and "No jitted call" not in report.summary
+    rows = next(way for way in program.ways_down if way.kind == "rows")
+    assert rows.platform == jax.default_backend() and rows.fits and rows.peak_after < limit

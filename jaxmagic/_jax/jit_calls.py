@@ -72,6 +72,7 @@ class _CallState(threading.local):
 
     depth = 0
     call: dict | None = None
+    primitive: Any = None  # the primitive of the outermost call being observed (``observed_primitive``)
 
 
 _state = _CallState()
@@ -87,6 +88,12 @@ def available() -> bool:
     return callable(getattr(key_reuse, "call_impl_with_key_reuse_checks", None)) and callable(
         getattr(key_reuse, "check_key_reuse_jaxpr", None)
     )
+
+
+def observed_primitive() -> Any:
+    """The primitive of the outermost call an observer's ``before``/``after`` is being shown (``cond``,
+    ``while``, ``jit``), so that it can bind the same call again (on the calling thread; None outside)."""
+    return _state.primitive
 
 
 @contextlib.contextmanager
@@ -268,7 +275,7 @@ def _call_hook(
         name = str(params.get("name", "jit")) if is_jit else str(getattr(prim, "name", prim))
         if _state.depth:  # inside an observed call: checked, not shown to the observers
             return checked(prim, raw_impl, name, args, params)
-        _state.depth = 1
+        _state.depth, _state.primitive = 1, prim
         try:
             for observer in observers:
                 observer.before(name, is_jit, args, params)
@@ -278,7 +285,7 @@ def _call_hook(
                 observer.after(name, is_jit, args, params, outputs)
             return result
         finally:
-            _state.depth = 0
+            _state.depth, _state.primitive = 0, None
 
     return call
 

@@ -178,6 +178,25 @@ def jit_call(frames: list[tuple[FrameType, int]], function: str):
     return None
 
 
+def transformation_call(frames: list[tuple[FrameType, int]], function: str):
+    """``(fun, args, kwargs)`` a JAX transformation's API frame among ``frames`` (``grad_f``,
+    ``value_and_grad_f``, ``vmap_f``, jit's ``cache_miss``) holds for the user's ``function``: what it was
+    given and called with; None when there is none. The caller must not keep them past its check."""
+    for frame, _ in frames:
+        code = frame.f_code
+        entry = _API_FRAMES.get(code.co_name)
+        if entry is None or not _is_jax_file(code.co_filename):
+            continue
+        try:
+            fun, args, kwargs = (frame.f_locals.get(k) for k in (entry[1], "args", "kwargs"))
+        except Exception:
+            continue
+        user = _user_function(fun)
+        if user is not None and user[0] == function and isinstance(args, tuple) and isinstance(kwargs, dict):
+            return fun, args, kwargs
+    return None
+
+
 def library_callable_jit_call(frames: list[tuple[FrameType, int]]):
     """``(fun, args, kwargs, static, caller)`` of the outermost jitted call among ``frames`` whose function
     is a library's callable that runs the user's code (``jax.jit(model.apply)`` of a Flax Linen module,
@@ -347,6 +366,46 @@ def trace_running_on(tracer, frames: list[tuple[FrameType, int]]) -> bool:
         except Exception:
             continue
     return False
+
+
+def traced_below(frames: list[tuple[FrameType, int]], start: int) -> bool:
+    """Whether the error whose stack is ``frames`` was raised while a transformation traced code called from
+    ``frames[start]`` (the user's failing line): a frame after it holds a tracer whose trace a JAX frame keeps
+    in a local of its own - the frame that runs a function under that trace (``trace``; never ``self``, which
+    a method of an ended trace applied to a leaked tracer holds too). ``jax.jit(opt.init)(params)``: Optax's
+    ``_factored_dims`` holds the traced hyperparameter while jit's ``trace_to_jaxpr`` holds its trace."""
+    traces: dict[int, object] = {}
+    for frame, _ in frames[start + 1 :]:
+        try:
+            values = list(frame.f_locals.values())
+        except Exception:
+            continue
+        for value in values:
+            trace = getattr(value, "_trace", None) if _is_tracer(value) else None
+            if trace is not None:
+                traces[id(trace)] = trace
+        del values
+    if not traces:
+        return False
+    try:
+        for frame, _ in frames:
+            if not _is_jax_file(frame.f_code.co_filename):
+                continue
+            try:
+                held = [value for name, value in frame.f_locals.items() if name != "self"]
+            except Exception:
+                continue
+            if any(id(value) in traces and value is traces[id(value)] for value in held):
+                return True
+        return False
+    finally:
+        traces.clear()
+
+
+def _is_tracer(value) -> bool:
+    core = sys.modules.get("jax.core")
+    tracer = getattr(core, "Tracer", None)
+    return tracer is not None and isinstance(value, tracer)
 
 
 def made_by(tracer):

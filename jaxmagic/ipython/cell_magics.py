@@ -470,10 +470,9 @@ class CellMagics(MagicRunner):
             self._run_cell_magic(self.jax_memory, line, cell, build)
             return None
 
-        def run(call: EvaluatedCall, args: argparse.Namespace) -> tuple[Report, None]:
-            report = probes.memory_of_call(call.function, call.args, call.kwargs, call=call.text, try_ways=args.trials)
-            report.magic = "%jax_memory"
-            return report, None
+        def run(call: EvaluatedCall, args: argparse.Namespace) -> tuple[Report, BaseException | None]:
+            # the call's own exception (raised while traced) comes after the report, as %jax_hlo's does
+            return probes.run_memory_call(call.function, call.args, call.kwargs, call=call.text, try_ways=args.trials)
 
         self._run_call_magic(
             self.jax_memory,

@@ -156,6 +156,9 @@ def shown_if_unrunnable(shell: InteractiveShell, cell: str) -> bool:
     without the magic would be, so "Run All" stops there. ``return 1`` parses
     but does not compile, so both are tried.
     """
+    inner = _inner_magic_body(shell, cell)
+    if inner is not None:  # `%%jax_compiles` under `%%jax_nans`: its body is the one that must compile
+        return shown_if_unrunnable(shell, inner)
     # Whether a text compiles depends on it, the compiler's flags (``from __future__`` in an earlier
     # cell) and the transformers IPython applies first; a cell run again (the loop one re-runs while
     # tuning) is not transformed and compiled a second time before its run.
@@ -188,6 +191,24 @@ def shown_if_unrunnable(shell: InteractiveShell, cell: str) -> bool:
     if magic_cell is not None and magic_cell.error_in_exec is None:
         magic_cell.error_in_exec = result.error_before_exec or result.error_in_exec
     return True
+
+
+def _inner_magic_body(shell: InteractiveShell, cell: str) -> str | None:
+    """The body of a jaxmagic cell magic that is itself the body (``%%jax_compiles`` under ``%%jax_nans``); None
+    for any other body. The outer body always compiles (IPython makes it a ``run_cell_magic`` call): only the
+    inner one can fail, and it is shown once, here, as IPython shows a cell's syntax error - not again by the
+    inner magic and a third time through the outer magic's frames. Other libraries' cell magics are left to run
+    their bodies their way (``%%bash``'s is no Python)."""
+    stripped = cell.lstrip()
+    if not stripped.startswith("%%"):
+        return None
+    first, _, rest = stripped.partition("\n")
+    name = first[2:].split(maxsplit=1)[0] if first[2:].strip() else ""
+    magic = shell.find_cell_magic(name) if name else None
+    owner = getattr(magic, "__self__", None)
+    if owner is None or not type(owner).__module__.startswith("jaxmagic."):
+        return None
+    return rest
 
 
 def _cell_filename(shell: InteractiveShell, transformed: str, cell: str) -> str:

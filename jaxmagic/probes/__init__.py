@@ -35,7 +35,14 @@ from jaxmagic.probes._hlo import run_call as run_hlo_call
 from jaxmagic.probes._keys import KeyReport, keys
 from jaxmagic.probes._leaks import LeakReport, leaks
 from jaxmagic.probes._live import LiveReport, live, live_diff
-from jaxmagic.probes._memory import MemoryReport, OutOfMemoryReport, explain_out_of_memory, memory, memory_of_call
+from jaxmagic.probes._memory import (
+    MemoryReport,
+    OutOfMemoryReport,
+    explain_out_of_memory,
+    memory,
+    memory_of_call,
+    run_memory_call,
+)
 from jaxmagic.probes._nans import NanReport, nans
 from jaxmagic.probes._per_device import PerDeviceReport, per_device
 from jaxmagic.probes._prints import PrintReport, prints
@@ -85,6 +92,7 @@ __all__ = [
     "LeakReport",
     "memory",
     "memory_of_call",
+    "run_memory_call",
     "explain_out_of_memory",
     "MemoryReport",
     "OutOfMemoryReport",

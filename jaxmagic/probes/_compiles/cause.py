@@ -197,3 +197,14 @@ class Cause:
     def __post_init__(self) -> None:
         if self.cause not in KINDS:
             raise ValueError(f"{self.cause!r} is no kind of cause declared in compiles/cause.py")
+
+
+WEAK = " weak"  # how a type text marks a weakly typed value ("f32[] weak"), in the compile log and the user's leaves
+
+
+def only_weak_type_differs(pairs: list[tuple[str, str]]) -> bool:
+    """True when type texts (before, now) that changed differ only in being weakly typed ("f32[] weak" vs
+    "f32[]"): the ``weak_type`` kind, whichever way the types were read - the compile log's, JAX's explanation,
+    or the user's own leaves behind a library's jit wrapper."""
+    changed = [(a, b) for a, b in pairs if a != b]
+    return bool(changed) and all(a.removesuffix(WEAK) == b.removesuffix(WEAK) for a, b in changed)

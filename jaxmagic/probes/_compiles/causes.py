@@ -19,7 +19,7 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.own_settings import CONTEXT_COUNT, is_own_difference
 from jaxmagic.probes._compiles import model
-from jaxmagic.probes._compiles.cause import Cause
+from jaxmagic.probes._compiles.cause import Cause, only_weak_type_differs
 from jaxmagic.probes._compiles.function_state import FunctionState
 from jaxmagic.probes._compiles.identity_causes import (
     function_rebuilt,
@@ -463,9 +463,7 @@ def _static_changes(before: dict[str, StaticValue] | None, now: dict[str, Static
 
 def _only_weak_type_differs(before: list[str], now: list[str]) -> bool:
     """True when the compile log's types differ only in being weakly typed ("f32[4] weak" vs "f32[4]")."""
-    if len(before) != len(now) or before == now:
-        return False
-    return all(a.removesuffix(" weak") == b.removesuffix(" weak") for a, b in zip(before, now))
+    return len(before) == len(now) and only_weak_type_differs(list(zip(before, now)))
 
 
 def _leaf_changes(before: list[str], now: list[str], parameter_names: list[str]) -> list[str]:

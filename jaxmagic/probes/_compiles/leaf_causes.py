@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jaxmagic.probes._compiles import model
-from jaxmagic.probes._compiles.cause import Cause
+from jaxmagic.probes._compiles.cause import Cause, only_weak_type_differs
 from jaxmagic.probes._compiles.model import FunctionCompiles
 from jaxmagic.probes._compiles.stack import CallInfo
 from jaxmagic.probes._compiles.user_arguments import LeafValue
@@ -22,11 +22,12 @@ def leaf_cause(
         changes = [f"`{p}`: a new leaf" for p in added] + [f"`{p}`: no longer there" for p in removed]
         changes = changes[: model.CHANGES_KEPT]
         return Cause("pytree", "The structure of an argument changed: " + "; ".join(changes) + ".", changes)
-    arrays = [
-        f"`{p}`: {before[p].array_type} -> {v.array_type}"
+    retyped = [
+        (p, before[p].array_type, v.array_type)
         for p, v in now.items()
         if v.array_type and before[p].array_type and v.array_type != before[p].array_type
     ]
+    arrays = [f"`{p}`: {a} -> {b}" for p, a, b in retyped]
     identity, changed = [], []
     for path, leaf in now.items():
         value, old = leaf.value, before[path].value
@@ -57,6 +58,13 @@ def leaf_cause(
         return Cause(cause, why + "; ".join(texts) + f". {rule}", texts)
     if arrays:
         arrays = arrays[: model.CHANGES_KEPT]
+        if only_weak_type_differs([(a, b) for _p, a, b in retyped]):  # the same kind as JAX's own explanation's
+            return Cause(
+                "weak_type",
+                "A weakly typed value (a Python scalar, or an array whose dtype came from one) and a typed one are "
+                "different argument types (weak typing): " + "; ".join(arrays) + ".",
+                arrays,
+            )
         return Cause("types", "Argument types changed from the last compilation: " + "; ".join(arrays) + ".", arrays)
     return None
 

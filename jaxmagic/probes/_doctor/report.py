@@ -17,7 +17,7 @@ from jaxmagic.probes._compiles.report import LIBRARY_RECOMPILE_FIX, CompileRepor
 from jaxmagic.probes._keys import key_findings
 from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._leaks.report import LeakReport
-from jaxmagic.probes._live.report import LiveReport
+from jaxmagic.probes._live.report import KEEP_ON_HOST, LiveReport
 from jaxmagic.probes._memory.report import OutOfMemoryReport, out_of_memory_finding
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
@@ -476,8 +476,8 @@ def _live_findings(report: DoctorReport) -> list[Finding]:
                 _finding(
                     "live",
                     f"{added} more `{g.type_text}` alive after the cell ({format_bytes(added * g.bytes_each)}){held}",
-                    fix="Arrays kept in a list grow with every step: keep Python numbers "
-                    "(float(loss)) or del the container; x.delete() frees an array at once.",
+                    fix=f"Arrays kept in a list grow with every step: {KEEP_ON_HOST} (del the container); "
+                    "x.delete() frees an array at once.",
                 )
             )
     return found[:3]

@@ -157,6 +157,19 @@ KINDS: dict[str, ErrorKind] = {
             ),
         ),
         ErrorKind(
+            "library_trace",
+            "a library's object changed inside a JAX transformation that did not make it",
+            "nnx.merge(...) then a Dropout, or a Module's attribute set, inside a function given to jax.grad",
+            "{library} keeps its objects' state (a Module's variables, a random stream's count) in Python objects and "
+            "refuses to change one from inside a JAX transformation that started after it was made: JAX's "
+            "transformation would not carry the change out, so the object would hold a tracer afterwards. The "
+            "library's own transformations carry that state in and out.",
+            (
+                Fix("the library's own transformation (nnx.grad for jax.grad)", "it carries the objects' state"),
+                Fix("pass the object as an argument", "a transformation carries only its arguments' state"),
+            ),
+        ),
+        ErrorKind(
             "key_reuse",
             "a PRNG key used twice",
             "jax.random.normal(key) twice with the same key, with jax_debug_key_reuse on",

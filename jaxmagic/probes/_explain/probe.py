@@ -24,6 +24,8 @@ from jaxmagic.probes._explain.frames import (
     tracers_on_failing_line,
 )
 from jaxmagic.probes._explain.kinds import KINDS, classify
+from jaxmagic.probes._explain.library_code import library_fixes, library_raise
+from jaxmagic.probes._explain.library_trace import explain_library_trace, is_library_trace_error
 from jaxmagic.probes._explain.non_array import explain_non_array_argument, is_non_array_argument
 from jaxmagic.probes._explain.program_fixes import fit_static_fixes
 from jaxmagic.probes._explain.report import TracerErrorReport, UnexplainedErrorReport
@@ -118,6 +120,10 @@ def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorR
         fit_static_fixes(report, inside, frames, error.__traceback__)
     finally:
         del frames
+    raised = library_raise(error.__traceback__)
+    if raised is not None:  # the operation is the library's: no rewrite of the user's line is its fix
+        report.raised_in = raised.line
+        report.fixes, report.rejected_fixes = library_fixes(raised, error.__traceback__), []
     return report
 
 
@@ -343,6 +349,8 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
         return explain_non_array_argument(error)
     if is_unhashable_static(error):
         return explain_unhashable_static(error)
+    if is_library_trace_error(error):  # a library's own trace-level error (Flax's TraceContextError)
+        return explain_library_trace(error)
     return explain(error, namespace)
 
 

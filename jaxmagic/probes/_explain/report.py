@@ -54,6 +54,7 @@ class TracerErrorReport(Report):
     disguised_as: str = ""  # a leak JAX raised as another error: the kind it looked like ("array", "" for none)
     provenance: Provenance | None = None  # where the offending value was made, in what, started by which call
     failing_lambda: str = ""  # the body of the lambda that raised, when the failing line is more than it
+    raised_in: SourceLine | None = None  # a library's line that raised, below your innermost line
 
     def concerns(self) -> list[Concern]:
         return [act(f"{self.error_type} explained")]  # the error the user hit, and its cause
@@ -159,7 +160,10 @@ class TracerErrorReport(Report):
             )
             if self.provenance is not None and self.provenance.made_at is not None:
                 caption = "Where it was used (the line that raised), as context:"
-            sections.append(Section("Your line", [SourceLines(self.your_lines[-4:], caption)]))
+            blocks = [SourceLines(self.your_lines[-4:], caption)]
+            if self.raised_in is not None:
+                blocks.append(SourceLines([self.raised_in], "Raised in a library's code that your line called:"))
+            sections.append(Section("Your line", blocks))
         if self.leaked_from and (self.provenance is None or self.provenance.made_at != self.leaked_from):
             sections.append(
                 Section(

@@ -99,7 +99,8 @@ def _without_stacks(stuck: list[ProcessEntry], total: int) -> GatherFinding:
 def without_report(entries: list[ProcessEntry]) -> list[GatherFinding]:
     """Processes that answered with nothing to merge: the name is unbound there, or the --values expression
     failed there - what failed, never a hang."""
-    empty = [e for e in entries if e.status == NO_REPORT]
+    # an engine whose --values expression raised is told by values.expression_failures, with its error
+    empty = [e for e in entries if e.status == NO_REPORT and e.kind != "values"]
     if not empty:
         return []
     return [

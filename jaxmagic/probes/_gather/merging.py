@@ -31,7 +31,7 @@ from jaxmagic.probes._gather.compare import differences
 from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherReport, ProcessEntry
 from jaxmagic.probes._gather.stacks import dump_stacks
-from jaxmagic.probes._gather.values import values_from_engines, values_through_store
+from jaxmagic.probes._gather.values import expression_failures, values_from_engines, values_through_store
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
 
@@ -157,6 +157,7 @@ def _with_values(view, name: str, timeout: float, expression: str, client, targe
         report.notes += [f"{e.name}: `{expression}` - {e.error}" for e in entries if e.error]
     else:
         report = merge(entries, expression)
+    report.findings[:0] = expression_failures(entries, expression)  # first: why nothing was compared there
     if finding is not None:
         report.findings.append(finding)
     report.notes += notes

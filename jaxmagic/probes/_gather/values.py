@@ -30,6 +30,7 @@ import numpy as np
 
 from jaxmagic._jax import array_shards, distributed_store
 from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
+from jaxmagic.probes._gather.ranges import grouped
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
@@ -279,7 +280,8 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
             status = "missing" if late else NO_REPORT if answer else "failed"  # the expression failed there
             if error is not None and engine_left(error):
                 why, status = exits.why(engine, error), STOPPED
-            entries.append(ProcessEntry(process, engine, status=status, headline=why, error=why))
+            kind = "values" if status == NO_REPORT else ""  # the expression raised: ``expression_failures``
+            entries.append(ProcessEntry(process, engine, status=status, headline=why, error=why, kind=kind))
             continue
         leaves = answer["leaves"]
         entry = ProcessEntry(
@@ -314,6 +316,27 @@ def values_from_engines(client, targets: list[int], expression: str, timeout: fl
         notes.append(f"Fewer than two engines gave `{expression}`: nothing to compare.")
     notes += split_note(expression, rows)
     return entries, value_finding(expression, rows, {p: differing[p] for p in sorted(differing)}, values), notes
+
+
+def expression_failures(entries: list[ProcessEntry], expression: str) -> list[GatherFinding]:
+    """The finding for the engines on which ``--values EXPR`` raised (they answered: no hang), with each one's
+    error; none when it raised nowhere. Whatever else was gathered (``NAME``'s reports agreeing), the values were
+    not compared there - never "agree"."""
+    failed = [e for e in entries if e.status == NO_REPORT and e.kind == "values"]
+    if not failed:
+        return []
+    where = "every process" if len(failed) == len(entries) else f"{len(failed)} of {len(entries)} process(es)"
+    errors = grouped([(e.process, e.name, e.error.removeprefix(f"`{expression}` failed here: ")) for e in failed])
+    return [
+        GatherFinding(
+            area="values",
+            processes=[e.process if e.process is not None else e.engine for e in failed],
+            summary=f"`{expression}` raised on {where}, so its values were not compared there: " + "; ".join(errors),
+            details=[f"{e.name}: {e.error}" for e in failed],
+            fix="Give --values an expression each engine can evaluate in its own namespace (the name bound "
+            "there, e.g. by a %%px cell), then gather again.",
+        )
+    ]
 
 
 def split_note(expression: str, rows: list[tuple[ProcessEntry, list[Dict]]]) -> list[str]:

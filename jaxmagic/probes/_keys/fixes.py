@@ -246,8 +246,32 @@ def draw_key_name(line: SourceLine | None, api: str) -> tuple[str, str]:
     return "", ""
 
 
+# A library whose layers draw from random streams the Module keeps (not from a key the user's line passes):
+# module -> how a vmap splits those streams per element (flax.nnx: google/flax#4195)
+_STREAM_SPLITS = {
+    "flax.nnx": (
+        "`{api}` draws from the random stream its Module keeps (`nnx.Rngs`), not from a key your line passes, so "
+        "`jax.random.split` on your line does not reach it: split the streams across the batch where you vmap - "
+        "`@nnx.split_rngs(splits=n)` above `@nnx.vmap(in_axes=(nnx.StateAxes({{nnx.RngState: 0, ...: None}}), 0))` "
+        "(n the batch size: the random state gets one key per element, the rest of the Module is shared) - a "
+        "suggestion: not tried (it changes how you vmap). If the same mask for every element is what you want, "
+        "nothing needs changing."
+    ),
+    "flax.linen": (
+        "`{api}` draws from the random stream the Module's scope keeps (`make_rng`), not from a key your line "
+        "passes: with Linen's own vmap, `nn.vmap(..., variable_axes={{'params': None}}, split_rngs={{'params': "
+        "False, 'dropout': True}})`, each element gets its own stream - a suggestion: not tried (it changes how "
+        "you vmap)."
+    ),
+}
+
+
 def shared_key_fix(line: SourceLine | None, api: str) -> tuple[str, str]:
-    """(the key's name, the fix) for a draw under vmap with one key for the whole batch."""
+    """(the key's name, the fix) for a draw under vmap with one key for the whole batch. A library layer that
+    draws from its own streams (``flax.nnx.Dropout.__call__``) gets the library's way to split them."""
+    stream = next((words for module, words in _STREAM_SPLITS.items() if api.startswith(module + ".")), None)
+    if stream is not None:
+        return "", stream.format(api=api)
     key, call = draw_key_name(line, api)
     if not key:
         return "", (

@@ -22,6 +22,7 @@ from jaxmagic._jax.transform_stack import (
     of_traceback,
     stack_at_raise,
     trace_running_on,
+    traced_below,
     traced_for,
     transformations,
     unfiltered_traceback,
@@ -323,14 +324,14 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     if failing is None:
         return None
     frames = stack_at_raise(error)
-    upto = (
-        [entry for entry in frames[: [f for f, _ in frames].index(failing) + 1]]
-        if any(f is failing for f, _ in frames)
-        else []
-    )
+    index = next((i for i, (f, _) in enumerate(frames) if f is failing), None)
+    upto = frames[: index + 1] if index is not None else []
+    # a transformation the failing line applied to a function not the user's (``jax.jit(opt.init)(params)``)
+    # was tracing it when the error came: the tracer is that trace's own, running - no leak
+    below = index is not None and traced_below(frames, index)
     del frames  # the frames inside the failing line's call may hold a leaked tracer's trace: only callers count
     inside = transformations(upto)
-    if inside:  # the failing line ran while a transformation traced it: a tracer there is no leak
+    if inside or below:  # the failing line ran while a transformation traced it: a tracer there is no leak
         del failing, upto
         return None
     code = source_line(failing.f_code.co_filename, lineno, failing.f_code.co_name)
@@ -359,6 +360,9 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     )
     if not candidates and not mentioned:
         return None
+    if not candidates and _traced_other_code(message_of(error)):
+        del upto
+        return None
     if any(trace_running_on(value, upto) for value in candidates.values()):
         candidates.clear()  # traced by a transformation no API frame names (make_jaxpr, lax.cond): no leak
         del upto
@@ -377,6 +381,17 @@ def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> 
     candidates.clear()
     del tracer, in_namespace
     return facts
+
+
+def _traced_other_code(message: str) -> bool:
+    """No tracer was found, and JAX's message says it was tracing a function that is not the user's - one of
+    a library or NumPy given to a transformation on the user's line (``jax.jit(np.asarray)(xs)``: "while
+    tracing the function asarray for jit"), whose frames JAX's traceback filtering may have removed. A
+    leaked tracer is one a function of the user's made and stored: its message names that function."""
+    context = text.tracing_context(message)
+    if context.function in ("", "<unknown>") or context.created_on:
+        return False
+    return not (context.file and is_user_file(context.file))
 
 
 def _failing_user_frame(error: BaseException) -> tuple[types.FrameType | None, int]:

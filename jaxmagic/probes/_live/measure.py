@@ -22,13 +22,14 @@ import jax
 from jaxmagic._jax import array_shards, jaxpr_parts, runtime
 from jaxmagic.probes._live.kept_alone import kept_alone
 from jaxmagic.probes._live.report import (
-    CONTAINER_ARRAYS,
+    KEEP_ON_HOST,
     KIND_ELSEWHERE,
     KIND_JIT_CACHE,
     ContainerFinding,
     DeviceMemory,
     LiveGroup,
     LiveReport,
+    accumulates_from,
 )
 from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.probes._support.holders.search import (
@@ -174,9 +175,15 @@ def _describe(
     jit_held = _jit_cache_constants(subject, unheld, group_of) if unheld else {}
     _count_holder_kinds(groups, group_index, search, {target: group_of[target] for target in unheld}, jit_held)
     _name_holders(groups, search, group_index)
-    report.containers = _container_findings(search, groups, group_index, subject, cell=created is not None)
     ours = [arrays, subject] + ([created] if created is not None else [])
     report.kept_alone = kept_alone(search, groups, group_index, subject, ours)
+    # a list that alone keeps its arrays is told with that checked evidence, not twice
+    alone = {k.container for k in report.kept_alone}
+    report.containers = [
+        c
+        for c in _container_findings(search, groups, group_index, subject, cell=created is not None)
+        if c.container not in alone
+    ]
     report.allocations_recorded = tracemalloc.is_tracing()
     if report.allocations_recorded:
         # The line that made one array of each of the largest groups: one traceback lookup per group.
@@ -302,7 +309,7 @@ def _container_findings(
     *,
     cell: bool,
 ) -> list[ContainerFinding]:
-    """Containers of the user's holding ``CONTAINER_ARRAYS`` or more arrays of one group.
+    """Containers of the user's holding ``accumulates_from(kind)`` or more arrays of one group (fewer for a list).
 
     From the counts the holder search kept per container (lists, tuples, deques, dicts,
     objects' attributes) and per run of like containers (``train_metrics[0..39]['preds']``,
@@ -332,7 +339,7 @@ def _container_findings(
             found[key] = [count, first_id, _run_label(before, after, low, high, count), "nested"]
         else:
             entry[0] += count
-    flagged = [(key, entry) for key, entry in found.items() if entry[0] >= CONTAINER_ARRAYS]
+    flagged = [(key, entry) for key, entry in found.items() if entry[0] >= accumulates_from(entry[3])]
     if not flagged:
         return []
     samples = {}
@@ -381,8 +388,8 @@ def _container_fix(container: str, count: int, group: LiveGroup, key_data: bool)
             f"({count} arrays, one buffer each); `del {container}` frees them."
         )
     return (
-        f"Suggestion (not tried): keep Python numbers (`float(x)`) if you only need the values, or stack "
-        f"them into one array (`jnp.stack(...)`) when you store them; `del {container}` frees them."
+        f"Suggestion (not tried): {KEEP_ON_HOST} (`del {container}` frees them); or stack them into one array "
+        "(`jnp.stack(...)`) when you store them."
     )
 
 

@@ -22,6 +22,19 @@ KIND_RESULT = "result"  # the cell's own result (Out[n])
 
 _SHOWN_HOLDERS = 6
 CONTAINER_ARRAYS = 100  # arrays of one shape and dtype in one container of the user's from here on: a finding
+# ... in one list, tuple or deque of the user's (a sequence, not a dict of parameters): one array appended per
+# step (`history.append(J)`, per-step losses) accumulates on the device long before it reaches a hundred
+SEQUENCE_ARRAYS = 10
+# how to keep what a list accumulates, said wherever arrays pile up (%jax_live, the doctor, the watch)
+KEEP_ON_HOST = (
+    "keep them on the host as you append them - `float(loss)` for a scalar, `jax.device_get(x)` for an array (a "
+    "NumPy copy: the device buffer goes once nothing else holds it) - or drop them"
+)
+
+
+def accumulates_from(kind: str) -> int:
+    """How many like arrays in one container of the user's make a finding: fewer for a sequence."""
+    return SEQUENCE_ARRAYS if kind == "sequence" else CONTAINER_ARRAYS
 
 
 @dataclasses.dataclass
@@ -95,8 +108,8 @@ class ContainerFinding:
     @property
     def sentence(self) -> str:
         return (
-            f"`{self.container}` holds {self.count} arrays `{self.type_text}` "
-            f"({format_bytes(self.bytes)} in {self.count} separate buffers)"
+            f"`{self.container}` holds {self.count} arrays `{self.type_text}`, arrays of one shape accumulating in one "
+            f"container of yours ({format_bytes(self.bytes)} in {self.count} separate buffers)"
         )
 
 
@@ -428,7 +441,11 @@ def containers_section(containers: list[ContainerFinding]) -> Section:
             blocks.append(Paragraph(finding.fix))
     if len(containers) > 8:
         blocks.append(Paragraph(f"... and {len(containers) - 8} more container(s) (see `to_dict()`)."))
-    return Section(f"Containers holding {CONTAINER_ARRAYS} or more arrays of one shape", blocks)
+    return Section(
+        f"Containers of yours accumulating arrays of one shape ({SEQUENCE_ARRAYS} or more in a list, tuple or deque; "
+        f"{CONTAINER_ARRAYS} or more in a dict or object)",
+        blocks,
+    )
 
 
 def kept_alone_section(kept_alone: list[KeptAlone], fix: str) -> Section:

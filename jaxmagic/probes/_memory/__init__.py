@@ -19,7 +19,14 @@ role), ``ways_down`` (donation, the batch gradient, jax.checkpoint, a smaller in
 read), ``capacity`` (what the device or host can give), ``records`` and ``report``.
 """
 
-from jaxmagic.probes._memory.probe import explain_out_of_memory, held_arrays, is_out_of_memory, memory, memory_of_call
+from jaxmagic.probes._memory.probe import (
+    explain_out_of_memory,
+    held_arrays,
+    is_out_of_memory,
+    memory,
+    memory_of_call,
+    run_memory_call,
+)
 from jaxmagic.probes._memory.records import (
     ARGUMENT,
     OUTPUT,
@@ -52,4 +59,5 @@ __all__ = [
     "is_out_of_memory",
     "memory",
     "memory_of_call",
+    "run_memory_call",
 ]

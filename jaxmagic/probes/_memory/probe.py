@@ -124,15 +124,37 @@ def memory_of_call(
     fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", try_ways: bool = True
 ) -> MemoryReport:
     """``%jax_memory CALL``: the call's program measured (compiled, never run); arguments may be
-    ``jax.ShapeDtypeStruct`` values."""
+    ``jax.ShapeDtypeStruct`` values. Never raises for the call's own exception: the report says it
+    (``run_memory_call`` also hands it back)."""
+    return run_memory_call(fn, args, kwargs, call=call, try_ways=try_ways)[0]
+
+
+def run_memory_call(
+    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", try_ways: bool = True
+) -> tuple[MemoryReport, Exception | None]:
+    """``memory_of_call``, with the exception the user's function raised while traced (None if none): the
+    magic shows the report, then raises it, as ``%jax_hlo`` and ``%jax_stages`` do."""
+    error = None
     with preserved_jax_state(()):
-        report = MemoryReport(capacity=capacity())
-        program = _measured(fn, tuple(args), dict(kwargs or {}), call, None, report.capacity, try_ways)
+        report = MemoryReport(capacity=capacity(), magic="%jax_memory")
+        try:
+            program, compiled = program_memory(fn, tuple(args), dict(kwargs or {}), call=call, raise_traced=True)
+        except Exception as raised:  # the user's function raised while traced: told, then handed back
+            error = raised
+            report.other_error = error_line(raised)
+            report.notes.append(f"`{call or _name_of_call(fn)}` raised while traced, so nothing was measured.")
+            return report, error
+        if try_ways and compiled is not None:
+            _try(program, compiled, report.capacity)
         if program.problem:
             report.notes.append(f"`{program.function}` could not be measured: {program.problem}.")
         else:
             report.programs.append(program)
-    return report
+    return report, error
+
+
+def _name_of_call(fn: Callable) -> str:
+    return f"{getattr(fn, '__name__', type(fn).__name__)}(...)"
 
 
 @contextlib.contextmanager

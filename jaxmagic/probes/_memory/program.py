@@ -55,18 +55,29 @@ class CompiledCall:
 
 
 def program_memory(
-    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", called_at=None
+    fn: Callable,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    call: str = "",
+    called_at=None,
+    raise_traced: bool = False,
 ) -> tuple[ProgramMemory, CompiledCall | None]:
     """The memory of ``fn(*args, **kwargs)``, compiled but never run; arguments may be arrays (even ones a
     failed call left unreadable) or ``jax.ShapeDtypeStruct``s. A compiler that runs out of memory (XLA:TPU)
-    still says what filled the program: its dumps are read, and ``compile_error`` keeps its message."""
+    still says what filled the program: its dumps are read, and ``compile_error`` keeps its message.
+    ``raise_traced``: the exception of tracing the user's function is raised (``%jax_memory CALL`` shows its
+    report, then raises it as the call would)."""
     kwargs = dict(kwargs or {})
     jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
+    tracing = False
     try:
         entry, _ = defining_code(jitted)
         with users_python_watched(entry if entry is not None and is_user_file(entry.co_filename) else None) as ran:
+            tracing = True
             traced = jitted.trace(*args, **kwargs)
+            tracing = False
         report.traced_again = ran.ran_again  # not found in JAX's trace cache: the user's Python ran
         report.signature = _signature(traced)
         lowered = traced.lower()
@@ -80,6 +91,8 @@ def program_memory(
         read_program(report, failure.dumps, None)
         return report, CompiledCall(jitted, tuple(args), kwargs, traced, None)
     except Exception as error:
+        if raise_traced and tracing:  # the user's function raised while traced: the user's error
+            raise
         report.problem = f"it could not be compiled: {error_line(error)}"
         return report, None
     read_program(report, dumps, compiled)

@@ -461,6 +461,8 @@ class MemoryReport(Report):
         if self.out_of_memory is not None:
             return self.out_of_memory.summary
         failed = f" The cell failed with {ended(self.other_error)}" if self.other_error else ""
+        if not self.programs and self.other_error and self.magic == "%jax_memory":
+            return f"Nothing measured: the call raised {ended(self.other_error)} while traced."
         if not self.programs:
             return (
                 "No jitted call to measure: the cell made none (eager operations are not programs of their own)."

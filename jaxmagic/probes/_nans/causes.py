@@ -36,13 +36,29 @@ def overflowed(p: NanProducer) -> str:
     """Why an arithmetic operation made inf from finite values: its result is above its dtype's largest
     value (float16's is 65504) - not 0 * inf, which needs an inf to begin with; "" for anything else."""
     dtype = next((op.dtype for op in p.operands if op.dtype.startswith(("float", "bfloat"))), "")
+    if p.value == "inf" and p.primitive == "convert_element_type" and p.output_dtype.startswith(("float", "bfloat")):
+        narrow = p.output_dtype
+        if not p.operands or p.operands[0].dtype == narrow:
+            return ""
+        got = p.operands[0].value
+        return (
+            f"its {p.operands[0].dtype} value {got} is above {narrow}'s largest, {_largest(narrow)} "
+            f"(`jnp.finfo(jnp.{narrow}).max`): converting it to {narrow} overflowed to inf"
+        )
     if p.value != "inf" or p.primitive not in _ARITHMETIC or not dtype:
         return ""
+    return (
+        f"the result is above the largest {dtype} value ({_largest(dtype)}, `jnp.finfo(jnp.{dtype}).max`): it "
+        "overflowed to inf"
+    )
+
+
+def _largest(dtype: str) -> str:
+    """ "65504" for float16 (bfloat16's and float32's: 3.40282e+38)."""
     try:
-        largest = f"{float(jnp.finfo(dtype).max):.6g}"  # bfloat16's too
+        return f"{float(jnp.finfo(dtype).max):.6g}"
     except (TypeError, ValueError):
-        return ""
-    return f"the result is above the largest {dtype} value ({largest}): it overflowed to inf"
+        return "its largest value"
 
 
 def is_a_fix(text: str) -> bool:

@@ -22,6 +22,7 @@ from jaxmagic.probes._nans.fix_rule import (
 from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.tried_fixes import choose, values_of
+from jaxmagic.probes._support.nan.primal_fixes import DOUBLE_WHERE, PRIMAL_CLAMP
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.nan.value_fixes import FINITE_FILL, FLOAT32
 from jaxmagic.probes._support.nan.widened import LINE_IN_FLOAT32
@@ -249,6 +250,11 @@ def _expression(p: NanProducer) -> str:
     return p.expression or (p.line.code.strip() if p.line is not None else "")
 
 
+def _line_code(p: NanProducer) -> str:
+    """The whole line the operation is on (the expression may be only a part of it: `jnp.log(p)`)."""
+    return p.line.code if p.line is not None else _expression(p)
+
+
 def _std_at_zero_fix(report: NanReport, p: NanProducer) -> str:
     return (
         f"The gradient of `jnp.std`{code_of(p)} where the variance is 0 (all entries equal) is 0.5/sqrt(0) = inf "
@@ -299,33 +305,81 @@ ARCTAN2_DERIVATIVE = FixRule(
 )
 
 
+def _primal_tried(report: NanReport, p: NanProducer, what: str) -> tuple[str, str]:
+    """(the fix's code, how it was tried) from the trials of the user's operation whose derivative this is
+    (``primal_fixes``): the double where first, then the clamp; ("", "") when neither was tried finite."""
+    choice = choose(report, p, [DOUBLE_WHERE, PRIMAL_CLAMP])
+    if choice.offered is None:
+        return "", choice.tried_text
+    tried = choice.tried_text.replace(
+        f"`{p.primitive}` ", f"{what} rewritten so (`v` = {p.primal_value or 'the value it got'}): ", 1
+    )
+    return choice.offered.code, tried
+
+
 def _root_derivative_fix(report: NanReport, p: NanProducer) -> str:
-    """The derivative of a square root at 0 (of a norm, or elementwise): the double where."""
+    """The derivative of a square root at 0 (of a norm, or elementwise): the double where (or a clamp) at
+    the user's square root - tried on the value it got, with its derivatives - never a guard inside JAX's
+    derivative rule."""
     library = p.library_function
     what = f"`{library}`" if library else "the square root"
-    if library == "jnp.linalg.norm" or any(
+    code, tried = _primal_tried(report, p, f"`{p.primal or 'sqrt'}`")
+    norm = library == "jnp.linalg.norm" or any(
         op.made_by in SQRT_LIKE and {"reduce_sum", "dot_general"} & set(op.made_from) for op in p.operands
-    ):  # a norm: the square root of a sum of squares
+    )
+    if norm:  # a norm: the square root of a sum of squares
         safe = (
             "Use the double-where safe norm, so that the gradient is finite at 0 too (`v` the vector "
             "whose norm is taken): `ss = jnp.sum(v**2, axis=-1); jnp.where(ss > 0, jnp.sqrt(jnp.where(ss > 0, "
-            "ss, 1.0)), 0.0)`."
+            "ss, 1.0)), 0.0)`"
+            + (" - or, for the squared norm, `jnp.sum(v**2)` itself." if "** 2" in _line_code(p) else ".")
         )
     else:  # an elementwise square root
-        square = re.search(r"\*\*\s*2\b", _expression(p))
+        square = re.search(r"\*\*\s*2\b|jnp\.square\(", _expression(p))
+        written = code or "jnp.where(v > 0, jnp.sqrt(jnp.where(v > 0, v, 1.0)), 0.0)"
         safe = (
-            f"Use the double where, so that the gradient is finite at 0 too (`v` the value given to {what} "
-            "there): `jnp.where(v > 0, jnp.sqrt(jnp.where(v > 0, v, 1.0)), 0.0)`"
+            f"Write it so that its derivative is finite at 0 too (`v` the value given to {what} there): `{written}`"
             + (" - or `jnp.abs(...)` for the square root of a square." if square else ".")
         )
-    return f"The derivative of {what}{code_of(p)} at 0 is 0.5/sqrt(0) = inf ({p.description}). {safe}" + SUGGESTION
+    said = f"The derivative of {what}{code_of(p)} at 0 is 0.5/sqrt(0) = inf ({p.description})."
+    if code:
+        return f"{said} {safe} {tried}"
+    return f"{said} {safe} {tried}".rstrip() if tried else f"{said} {safe}" + SUGGESTION
 
 
 ROOT_DERIVATIVE = FixRule(
     key="root_derivative",
-    applies=lambda p: _sqrt_made(p) and p.derivative and zero_operand(p),
+    applies=lambda p: _sqrt_made(p) and p.derivative and zero_operand(p) and p.primal in ("", "sqrt", "pow"),
     words=_root_derivative_fix,
     says="at 0 is 0.5/sqrt(0) = inf",
+    tries=(DOUBLE_WHERE, PRIMAL_CLAMP),
+)
+
+
+def _log_derivative_fix(report: NanReport, p: NanProducer) -> str:
+    """The derivative of ``log`` at 0 (1/0; 0/0 under ``x * log(x)``): the double where (or a floor) at the
+    user's ``log``, tried on the value it got with its derivative."""
+    code, tried = _primal_tried(report, p, "`log`")
+    said = f"The derivative of `log`{code_of(p)} at 0 is 1/0 ({p.description}): `log` got {p.primal_value}."
+    if not code:
+        return f"{said} {tried}".rstrip()
+    xlogy = (
+        " For `x * jnp.log(x)`, `jax.scipy.special.xlogy(x, x)` is 0 at 0 with a finite gradient."
+        if re.search(r"(\w+)\s*\*\s*jnp\.log\(\s*\1\s*\)", _line_code(p))
+        else ""
+    )
+    return (
+        f"{said} Write it so that its derivative is finite at 0 too (`v` the value given to `log`): `{code}`."
+        f"{xlogy} {tried}"
+    )
+
+
+LOG_DERIVATIVE = FixRule(
+    key="log_derivative",
+    applies=lambda p: p.derivative and p.primal == "log",
+    words=_log_derivative_fix,
+    says="The derivative of `log`",
+    tries=(DOUBLE_WHERE, PRIMAL_CLAMP),
 )
 
 

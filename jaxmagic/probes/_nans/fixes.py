@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._nans import fix_rules_domain as domain
+from jaxmagic.probes._nans import fix_rules_limits as limits
 from jaxmagic.probes._nans import fix_rules_program as program
 from jaxmagic.probes._nans.causes import FORWARD_CAUSES
 from jaxmagic.probes._nans.fix_rule import (
@@ -34,6 +35,7 @@ __all__ = ["IN_FLOAT32", "IN_FLOAT32_NOT_TRIED", "NOT_TRIED", "RULES", "SUGGESTI
 
 # Tried in this order; the first rule that applies speaks (its "" is the answer: no fix known), unless its
 # words are None (its trial showed it does not fit: the next rule speaks). Where the order matters:
+# - an integer operation that wrapped around before the producer is the cause upstream of everything else: first;
 # - the constant a low-precision dtype holds as 0 is the cause seen in the program: before the operation's own rule;
 # - a backward-pass or half-precision overflow, before anything its primitive (an `exp`, a `sub`) would match;
 # - a written inf before a fully masked row (a row that is all -inf is the masked-row rule's, even if written);
@@ -42,9 +44,11 @@ __all__ = ["IN_FLOAT32", "IN_FLOAT32_NOT_TRIED", "NOT_TRIED", "RULES", "SUGGESTI
 # - the log of a probability before the log of a value out of its domain;
 # - the usual cause last: it is no fix, only what usually makes the primitive produce NaN.
 RULES: tuple[FixRule, ...] = (
+    limits.INTEGER_OVERFLOW,
     domain.LOST_CONSTANT,
     program.DERIVATIVE_OVERFLOW,
     program.HALF_OVERFLOW,
+    limits.NARROWED_OVERFLOW,
     program.WRITTEN_INF,
     program.MASKED_ROW,
     program.DISCARDED_BRANCH,
@@ -52,6 +56,7 @@ RULES: tuple[FixRule, ...] = (
     program.ARC_DERIVATIVE,
     program.ARCTAN2_DERIVATIVE,
     program.ROOT_DERIVATIVE,
+    program.LOG_DERIVATIVE,
     program.CHOLESKY,
     domain.ROOT_OF_NEGATIVE,
     domain.NEGATIVE_POWER,

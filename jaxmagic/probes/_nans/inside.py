@@ -52,6 +52,8 @@ class InsideSearch:
     budget_reached: bool = False  # more than MAX_INSIDE_EQUATIONS: later sub-programs were run whole
     failure: str = ""  # why the evaluation failed
     fix: str = ""  # the NaN probe's fix for the producer (nans.fixes), as %%jax_nans words it
+    # an eager operation JAX ran with its own checks off (the branches of a `cond` under `vmap`), looked at after
+    unchecked: bool = False
 
 
 class _InsideListener(ProducerListener):

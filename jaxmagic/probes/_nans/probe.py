@@ -14,21 +14,20 @@ import contextlib
 import dataclasses
 import io
 import re
-import sys
 import traceback as traceback_module
 from collections.abc import Iterator
 from types import TracebackType
 
 import jax
 
-from jaxmagic._jax import jit_calls, jit_internals
-from jaxmagic._jax.exclusive import AlreadyActive
+from jaxmagic._jax import jit_internals
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
-from jaxmagic.probes._nans.fixes import nan_fix, nan_fixes
-from jaxmagic.probes._nans.inside import InsideSearch, search_inside
-from jaxmagic.probes._nans.report import NanReport, scope_text
+from jaxmagic.probes._nans.fixes import nan_fixes
+from jaxmagic.probes._nans.inside_calls import FirstCalls, evaluating_inside
+from jaxmagic.probes._nans.report import NanReport
+from jaxmagic.probes._nans.scope import Scope
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.nan.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.probes._support.nan.nonfinite import (
@@ -100,12 +99,13 @@ def _checked(
     report = NanReport(checks=["nan", "inf"] if infs else ["nan"], inside=inside)
     before = bindings(namespace)
     counts = None
+    observer: FirstCalls | None = None
     try:
         with (
             preserved_jax_state(CONFIG_NAMES),
             jax_prints_collected(report.jax_messages),
             counting_call_sites() as counts,
-            _evaluating_inside(report, counts) if inside else contextlib.nullcontext(),
+            evaluating_inside(report, counts) if inside else contextlib.nullcontext() as observer,
             _checks_on(infs),
         ):
             yield report
@@ -127,14 +127,18 @@ def _checked(
     finally:
         report.nonfinite += nonfinite_rebound(namespace, before)
         report.jit_calls = dict(counts.jitted) if counts is not None else {}
-        evaluated = sum(1 for found in report.inside_searches if not found.failure)
-        tried = not any(note.startswith("--inside") for note in report.notes)
-        if inside and tried and not report.inside_searches and counts is not None:
-            report.notes.append(
-                "--inside evaluated no call op by op: the cell called no jitted function of its own directly "
-                "(calls through jax.grad, vmap or a library are not evaluated)."
-            )
-        report.checked_scope = scope_text(report.jit_calls, inside=evaluated, counted=counts is not None)
+        _conclude_scope(report, counts is not None, observer)
+
+
+def _conclude_scope(report: NanReport, counted: bool, observer: FirstCalls | None) -> None:
+    """What the checks (and --inside) looked at, for the report's scope and its clean headline."""
+    scope = Scope(report.jit_calls, counted=counted)
+    if observer is not None:
+        scope.inside, scope.evaluated, scope.unevaluated = True, observer.evaluated, dict(observer.unevaluated)
+        if not report.inside_searches and not observer.unevaluated:
+            report.notes.append("--inside evaluated nothing op by op: the cell ran no compiled computation.")
+    report.checked_scope = scope.paragraph()
+    report.checked_headline = scope.headline(report.checked)
 
 
 def _explain(
@@ -504,74 +508,3 @@ def _scan_result_without_checks(report: NanReport, call: FailingCall) -> None:
         f"{call.source} was called once more with checking off, to list which leaves of its "
         f"result are non-finite ({len(leaves)} found)."
     )
-
-
-def _inside_fix(found: InsideSearch) -> str:
-    """The fix %%jax_nans offers for this producer, by the same rules (tried on the values where the search
-    could, else said to be untried): an --inside finding is a NaN or inf like any other."""
-    p = found.producer
-    if p is None:
-        return ""
-    return nan_fix(NanReport(found=True, value=p.value, primitive=p.primitive, phase=p.phase, producer=p))
-
-
-class _FirstCalls(jit_calls.CallObserver):
-    """Evaluates the first call of each jitted function the user's code called, op by op, before it runs."""
-
-    def __init__(self, report: NanReport, counts: CallSiteCounts):
-        self.report, self.counts = report, counts
-        self.seen: set[str] = set()
-
-    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
-        program = params.get("jaxpr")
-        if not is_jit or program is None or name in self.seen or name not in self.counts.jitted:
-            return  # an eager operation (jnp functions run as jitted programs too), or a later call
-        self.seen.add(name)
-        try:
-            found = search_inside(program, list(args), function=name, call=self.counts.jitted[name])
-            started = attribution.started_by(sys._getframe(1))
-            for made in (found.producer.provenance if found.producer else None, found.masked_provenance):
-                if made is not None:
-                    made.started_by = started
-                    if f"jit({name})" not in made.transforms:
-                        made.transforms.insert(0, f"jit({name})")  # the program evaluated is this jit's body
-            if found.producer is not None:
-                found.fix = _inside_fix(found)
-        except Exception as error:  # never let the check break the user's call
-            found = InsideSearch(function=name, failure=f"evaluating `{name}` op by op failed: {error_line(error)}")
-        self.report.inside_searches.append(found)
-        if found.failure:
-            self.report.notes.append(found.failure)
-        else:
-            self.report.notes.append(
-                f"--inside: call {found.call} of `{name}` was evaluated op by op on its own arguments just before "
-                f"it ran ({found.equations} operations, with the checks off)."
-            )
-        if found.budget_reached:
-            self.report.notes.append(
-                f"`{name}` has more operations than --inside evaluates one by one ({found.equations}); the "
-                "sub-programs after that were run whole, and only their outputs were checked."
-            )
-        if found.stopped_at:
-            self.report.notes.append(
-                f"--inside could not look inside `{'`, `'.join(found.stopped_at)}` in `{name}`: only its outputs were checked."
-            )
-
-
-@contextlib.contextmanager
-def _evaluating_inside(report: NanReport, counts: CallSiteCounts | None) -> Iterator[None]:
-    if counts is None:
-        report.notes.append(
-            "--inside needs sys.monitoring to see your calls, and it was unavailable: nothing was evaluated op by op."
-        )
-        yield
-        return
-    with contextlib.ExitStack() as stack:
-        try:
-            observed = stack.enter_context(jit_calls.observing_calls(_FirstCalls(report, counts)))
-        except AlreadyActive as error:  # another probe follows every call: the cell runs without --inside
-            report.notes.append(f"--inside did not run: {error}")
-            observed = True
-        if not observed:
-            report.notes.append("--inside could not observe jitted calls in this JAX: nothing was evaluated op by op.")
-        yield

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax.numpy as jnp
+
 from jaxmagic.probes._nans.causes import FORWARD_CAUSES, is_a_fix, lost_constant_cause, overflowed
 from jaxmagic.probes._nans.inside import InsideSearch
+from jaxmagic.probes._nans.scope import Scope
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.nan.value_fixes import FixTrial
@@ -96,6 +99,7 @@ class NanReport(Report):
     fixes: list[FixTrial] = dataclasses.field(default_factory=list)
     jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
     checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)
+    checked_headline: str = ""  # a clean report's headline: what was checked and what not (``scope.Scope``)
     inside: bool = False  # --inside: the first call of each jitted function was evaluated op by op
     inside_searches: list[InsideSearch] = dataclasses.field(default_factory=list)  # one per call evaluated
 
@@ -188,9 +192,8 @@ class NanReport(Report):
                 "itself (a try/except), so it never reached %%jax_nans: could not tell which operation made the "
                 "NaN. Run the failing call without the try/except under %%jax_nans to find it."
             )
-        # the scope's first clause (what was looked at); what was not, and --inside, are under "What was checked"
-        scope = (self.checked_scope or scope_text(self.jit_calls)).split("; ", 1)[0].rstrip(".")
-        return f"No {self.checked} in what was checked: {scope}."
+        # what was looked at and, in the same paragraph, what was not (inside compiled code) and --inside
+        return self.checked_headline or Scope(self.jit_calls).headline(self.checked)
 
     def _producer_summary(self, p: NanProducer, what: str) -> str:
         inside = f" inside `{p.library_function}`" if p.library_function else ""
@@ -223,6 +226,11 @@ class NanReport(Report):
                 f"discarded: the result is finite, but jax.debug_nans raises on it {_gradient_clause(p)}."
             )
         phase = "a backward pass (gradient)" if p.phase == "backward" else "the forward computation"
+        if p.phase == "forward" and p.derivative:  # jax.jvp, jacfwd, hessian: JAX's derivative, not a forward value
+            phase = "a derivative JAX computed in forward mode (jvp)"
+        limit = _limit_crossed(p)
+        if limit:  # the dtype whose limit was crossed is the cause: said first (issue 63.7)
+            return f"{what} from an overflow: {limit}{_at(p.line)}{loops}{call}."
         if p.nan_maker and p.value == "inf":
             return (
                 f"NaN in {phase}: `{p.primitive}`{inside} made inf{at}{loops}{call}, and `{p.nan_maker}` "
@@ -321,45 +329,21 @@ class NanReport(Report):
         return text + " Look at the values reaching that line (jax.debug.print, or %jax_check on the call)."
 
 
-def _calls_text(jit_calls: dict[str, int]) -> str:
-    parts = [f"{n} call{'s' if n != 1 else ''} of `{name}`" for name, n in jit_calls.items()]
-    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else ""
-
-
-def scope_text(jit_calls: dict[str, int], inside: int = 0, counted: bool = True) -> str:
-    """What ``jax.debug_nans``/``debug_infs`` looked at in this cell, in words: the outputs of the
-    compiled programs of the jitted calls the cell made (``jit_calls``) and of every eager operation;
-    ``inside``: how many calls were also evaluated op by op (``--inside``)."""
-    calls = _calls_text(jit_calls)
-    if not counted:
-        text = (
-            "the outputs of every compiled program and every eager operation the cell ran (its jitted calls could "
-            "not be counted: sys.monitoring was unavailable); values inside compiled programs are checked only "
-            "where they reach an output"
-        )
-    elif calls:
-        text = (
-            f"the outputs of {calls} made by the cell (and of every eager operation); values inside compiled "
-            "programs are checked only where they reach an output"
-        )
-    else:
-        text = (
-            "the output of every eager operation (the cell called no jitted function directly); values inside a "
-            "compiled program (a jitted function called through jax.grad, vmap or a library) are checked only where "
-            "they reach its output"
-        )
-    if inside:
-        later = " (later calls only where values reach an output)" if sum(jit_calls.values()) > inside else ""
-        first = "the first call of each jitted function" if inside > 1 else "the first call"
-        return text + (
-            f"; with --inside, {first} was also evaluated op by op ({inside} call{'s' if inside != 1 else ''}), "
-            f"every intermediate checked{later}."
-        )
-    if not calls:
+def _limit_crossed(p: NanProducer) -> str:
+    """ "`256 ** k` overflowed int32 (4294967296 > 2147483647, its largest) and wrapped to 0, then `div` made
+    inf of it"; "`jnp.sum(x)` overflowed float16 (78000.0 > 65504, its largest)"; "" when no limit was."""
+    wrapped = p.integer_overflow
+    if wrapped is not None:
+        what = wrapped.expression or wrapped.operation
         return (
-            text + " - `%%jax_nans --inside` checks every intermediate of the jitted functions a cell calls directly."
+            f"`{what}` overflowed {wrapped.dtype} ({wrapped.exact} > {wrapped.limit}, its largest) and wrapped "
+            f"to {wrapped.wrapped}, then `{p.primitive}` made {p.value} of it"
         )
-    return text + " - `%%jax_nans --inside` checks every intermediate."
+    if p.primitive == "convert_element_type" and p.operands and overflowed(p):
+        what = f"`{p.expression}`" if p.expression else f"a {p.operands[0].dtype} value"
+        largest = f"{float(jnp.finfo(p.output_dtype).max):.6g}"
+        return f"{what} overflowed {p.output_dtype} ({p.operands[0].value} > {largest}, its largest)"
+    return ""
 
 
 def _at(line: SourceLine | None) -> str:
@@ -372,7 +356,12 @@ def inside_summary(found: InsideSearch, count: int = 1) -> str:
     assert p is not None, "only a call with a finding (NanReport.inside_findings) is summarised"
     inside = f" inside `{p.library_function}`" if p.library_function else ""
     made = f"`{p.primitive}`{inside} made {p.value}{_at(p.line)}, in call {found.call} of `{found.function}`"
-    more = f" ({count - 1} more jitted function{'s' if count > 2 else ''} made one too)" if count > 1 else ""
+    more = f" ({count - 1} more compiled computation{'s' if count > 2 else ''} made one too)" if count > 1 else ""
+    if found.unchecked:
+        return (
+            f"`{p.primitive}`{inside} made {p.value}{_at(p.line)} in an operation JAX ran eagerly with its checks "
+            f"off (it does so for the branches of a `cond` under `vmap`): no check saw it{more}."
+        )
     if found.masked_by:
         return (
             f"{made}, and `{found.masked_by}`{_at(found.masked_line)} masked it: the output is finite, so "
@@ -564,8 +553,15 @@ def inside_searches(report: NanReport) -> list[Section]:
     """A section per call ``--inside`` evaluated operation by operation and found a value in, then their scope."""
     if not report.inside_findings:
         return []
-    sections = [_inside_section(found) for found in report.inside_findings]
-    return [*sections, Section("What was checked", [Paragraph(report.checked_scope or scope_text(report.jit_calls))])]
+    return [_inside_section(found) for found in report.inside_findings]
+
+
+def what_was_checked(report: NanReport) -> list[Section]:
+    """What the checks looked at and what they did not, when nothing was caught (a clean report, or one
+    whose findings ``--inside`` made): the whole of what its headline says in short."""
+    if report.found or report.python_error:
+        return []
+    return [Section("What was checked", [Paragraph(report.checked_scope or Scope(report.jit_calls).paragraph())])]
 
 
 def how_this_was_found(report: NanReport) -> list[Section]:
@@ -596,6 +592,7 @@ SECTIONS: tuple[Callable[[NanReport], list[Section]], ...] = (
     why_python_raised,
     non_finite_values,
     inside_searches,
+    what_was_checked,
     how_this_was_found,
     what_jax_printed,
 )

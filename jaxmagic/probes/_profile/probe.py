@@ -38,6 +38,17 @@ def trace_running() -> bool:
     return runtime.profiler_session_active()
 
 
+def _make_folder(save: str) -> None:
+    """Create the ``save`` folder; one the system refuses (``/proc/nope``, a path through a file, a name too
+    long) is a ``ProbeArgumentError`` naming the option, with the system's reason."""
+    try:
+        os.makedirs(save, exist_ok=True)
+    except (OSError, ValueError) as error:  # ValueError: a name with a NUL byte
+        reason = getattr(error, "strerror", None) or str(error)
+        shown = save if len(save) <= 80 else f"{save[:60]}...({len(save)} characters)"
+        raise ProbeArgumentError("save", f"cannot create the folder {shown!r}: {reason}") from None
+
+
 class profile:
     """Run a block under ``jax.profiler.trace`` and report where its time went.
 
@@ -52,6 +63,8 @@ class profile:
             raise ProbeArgumentError("save", f"takes a directory; {save!r} is a file")
         if warmup_runs < 0:
             raise ProbeArgumentError("warmup_runs", "takes a number of runs, 0 or more")
+        if save is not None:
+            _make_folder(save)  # here, where a bad folder is an argument error (the magic's UsageError)
         self.save = save
         self.report = ProfileReport(warmup_runs=warmup_runs)
         self._stack: contextlib.ExitStack | None = None
@@ -60,7 +73,7 @@ class profile:
         if runtime.profiler_session_active():
             raise ProfilerBusy()
         if self.save is not None:
-            os.makedirs(self.save, exist_ok=True)
+            _make_folder(self.save)  # made at construction; again, should it have gone since
         # The compile probe keeps the JAX state contract (config, loggers, listeners) for the block;
         # the profiler and the call capture touch none of it.
         stack = contextlib.ExitStack()

@@ -31,6 +31,7 @@ from jaxmagic.probes._compiles import CompileHistory, budget_magic, compiles, wh
 from jaxmagic.probes._compiles.cost_sections import cost_findings
 from jaxmagic.probes._compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes._keys import key_findings, keys
+from jaxmagic.probes._live.report import KEEP_ON_HOST
 from jaxmagic.probes._memory import explain_out_of_memory, is_out_of_memory
 from jaxmagic.probes._memory.report import out_of_memory_finding
 from jaxmagic.probes._nans.sighting import (
@@ -468,8 +469,8 @@ class Watch:
                     area="memory",
                     headline=f"live `{text}` arrays grew {in_a_row(streak)} ({after.get(key, 0)} now)",
                     details=f"{after.get(key, 0) - before.get(key, 0)} more in this cell",
-                    fix="Arrays kept in a list grow with every step: keep Python numbers (float(loss)) or del "
-                    "the container; x.delete() frees an array at once.",
+                    fix=f"Arrays kept in a list grow with every step: {KEEP_ON_HOST} (del the container); "
+                    "x.delete() frees an array at once.",
                     next_magic="%jax_live",
                 )
         if self._bytes_start is not None and total - self._bytes_start >= self.memory_bytes:

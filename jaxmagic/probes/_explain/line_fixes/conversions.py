@@ -60,6 +60,7 @@ def fit_array(
             twins[call.func] = twin
         elif uses(call, names) and _is_library(module):
             foreign.append((name, call))
+    twins.update(_numpy_functions_given(line, resolve))
     if foreign:
         name, call = foreign[0]
         operand = next((line.text(a) for a in call.args if uses(a, names)), "x")
@@ -75,6 +76,23 @@ def fit_array(
     statement = line.tree.body[0]
     rewritten = _replace_functions(line, statement, twins)
     return [written_fix(rewritten, "the same functions from jax.numpy / jax.scipy, which trace")]
+
+
+def _numpy_functions_given(line: LineCode, resolve: Resolve) -> dict[ast.expr, str]:
+    """NumPy's functions the line hands to another call (``jax.jit(np.asarray)(xs)``, ``jax.vmap(np.sin)``):
+    the transformation traces them, and they convert their traced argument - their JAX twins trace."""
+    found: dict[ast.expr, str] = {}
+    for _name, call in line.calls():
+        for argument in call.args:
+            if not isinstance(argument, (ast.Attribute, ast.Name)):
+                continue
+            resolved = resolve(dotted(argument))
+            if resolved is None or not callable(resolved[0]) or resolved[1].split(".")[0] != "numpy":
+                continue
+            twin = _twin(resolved[1], dotted(argument).rsplit(".", 1)[-1])
+            if twin:
+                found[argument] = twin
+    return found
 
 
 def _replace_functions(line: LineCode, statement: ast.stmt, twins: dict[ast.expr, str]) -> str:
@@ -170,6 +188,36 @@ def _debug_print(line: LineCode, call: ast.Call) -> str:
     return f"jax.debug.print({', '.join([quoted, *values])})"
 
 
+def _fixed_window(line: LineCode, call: ast.Call) -> str:
+    """``jnp.arange(2) + (x[0] - 1)`` for ``jnp.arange(x[0] - 1, x[0] + 1)``: a range whose stop is its start
+    plus a fixed number (both written as one expression plus or minus a literal), any step 1; "" otherwise."""
+    if len(call.args) != 2 or any(k.arg != "dtype" for k in call.keywords):
+        return ""
+    start, stop = (_base_and_offset(a) for a in call.args)
+    if start is None or stop is None or ast.dump(start[0]) != ast.dump(stop[0]):
+        return ""
+    length = stop[1] - start[1]
+    if not isinstance(length, int) or length <= 0:
+        return ""
+    first = line.text(call.args[0])
+    first = first if isinstance(call.args[0], (ast.Name, ast.Attribute, ast.Subscript)) else f"({first})"
+    dtype = "".join(f", {line.text(k)}" for k in call.keywords)
+    return f"{line.text(call.func)}({length}{dtype}) + {first}"
+
+
+def _base_and_offset(node: ast.expr) -> tuple[ast.expr, int | float] | None:
+    """(E, c) for ``E + c``, ``E - c``, ``c + E`` or ``E`` itself (c 0), c an int literal; None otherwise."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        right, left = node.right, node.left
+        if isinstance(right, ast.Constant) and type(right.value) is int:
+            return left, right.value if isinstance(node.op, ast.Add) else -right.value
+        if isinstance(node.op, ast.Add) and isinstance(left, ast.Constant) and type(left.value) is int:
+            return right, left.value
+    if isinstance(node, ast.Constant):
+        return None  # a literal start or stop: the length is not the question
+    return node, 0
+
+
 def fit_concrete(
     fixes: list[Fix], line: LineCode, names: set[str], traced: Sequence[Traced], resolve: Resolve
 ) -> list[Fix]:
@@ -216,6 +264,15 @@ def fit_concrete(
                 f"{dotted(repeated.func)}({written}, total_repeat_length=N)",
                 "the repeat counts are data: give the output's length N (a setting or a shape); the output is "
                 "cut or padded to it",
+            )
+        )
+    window = next((w for n, c in calls if n.rsplit(".", 1)[-1] == "arange" and (w := _fixed_window(line, c))), None)
+    if window is not None:
+        found.append(
+            written_fix(
+                window,
+                "the length is fixed (stop - start does not depend on the traced value): only the start is data, "
+                "so make a fixed-length range and add the start to it",
             )
         )
     kept = []

@@ -68,13 +68,17 @@ def try_on_shapes(
         body_of = " (the lambda's body, on the shapes its parameters had)"
     names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
     traced = {n for n in names if isinstance(scope.get(n), tracer_class) and n not in concrete}
+    # the line's own name for a JAX module (`import jax.numpy as np`) is JAX's as much as `jnp`
+    modules = {n for n in names if _is_jax_module(scope.get(n))}
     for node in ast.walk(expression):
-        if isinstance(node, ast.Call) and not _calls_only_jax(node.func, traced):
+        if isinstance(node, ast.Call) and not _calls_only_jax(node.func, traced | modules):
             return "not tried", f"`{ast.unparse(node.func)}` is not a JAX function"
     missing = [n for n in names if n not in scope and n not in _MODULES and n not in concrete]
     if missing:
         return "not tried", f"`{missing[0]}` is not a name of your function"
-    handed = [n for n in names if n in scope and n not in _MODULES and _holds_own_function(scope[n])]
+    handed = [
+        n for n in names if n in scope and n not in _MODULES and n not in modules and _holds_own_function(scope[n])
+    ]
     if handed:  # lax.switch(i, branches, x) would call them: not tried, to run nothing of the user's
         return "not tried", f"`{handed[0]}` holds functions of yours"
     values = {n: importlib.import_module(m) for n, m in _MODULES.items() if n in names and n not in scope}
@@ -94,6 +98,9 @@ def try_on_shapes(
     except Exception as failure:
         return ("traced-error" if is_tracer_error(failure) else "error"), error_line(failure)
     shapes_text = ", ".join(f"{n}: {_short(scope[n])}" for n in order)
+    if not shapes_text and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Call) for n in ast.walk(expression)):
+        # `jax.jit(jnp.asarray)(xs)`: a transformation the line applies traces the values it is given
+        return "ok", "the values your line gives it"
     return "ok", shapes_text + body_of if shapes_text else ""
 
 
@@ -115,10 +122,16 @@ def _lambda_body(function: ast.Lambda, scope: dict[str, Any], tracer_class: type
 def _calls_only_jax(function: ast.expr, traced: set[str]) -> bool:
     """A call of a JAX or math function (``jnp.sin``, ``lax.dynamic_slice_in_dim``) or a method of a
     traced value (``x.astype``)."""
+    if isinstance(function, ast.Call):  # `jax.jit(jnp.asarray)(xs)`: what a JAX transformation returns
+        return _calls_only_jax(function.func, traced)
     root = function
     while isinstance(root, ast.Attribute):
         root = root.value
     return isinstance(root, ast.Name) and (root.id in _MODULES or (root.id in traced and root is not function))
+
+
+def _is_jax_module(value: Any) -> bool:
+    return isinstance(value, type(ast)) and (value.__name__ == "jax" or value.__name__.startswith("jax."))
 
 
 def _holds_own_function(value) -> bool:

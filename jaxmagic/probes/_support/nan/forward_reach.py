@@ -22,6 +22,27 @@ from jaxmagic._jax.jaxpr_eval import Position
 RESULT, DROPPED = "result", "dropped"
 
 
+def readable_by_reach(program, stack: str) -> bool:
+    """Whether the data flow can tell a forward value here: in reverse mode only (``jax.grad``: the derivative
+    is the transposed half), under one ``jvp``. In forward mode (``jax.jvp``, ``jacfwd``, the outer half of
+    ``jax.hessian``) the tangents flow to the result through non-transposed operations too: there a
+    coefficient of the derivative (``0.5 / sqrt(x)``) reaches the result like a forward value."""
+    return stack.count("jvp(") == 1 and _transposes(jaxpr_parts.closed_parts(program)[0], set())
+
+
+def _transposes(jaxpr, seen: set[int]) -> bool:
+    """Whether ``jaxpr`` or a sub-program of it (a jitted train step's body) holds a transposed equation."""
+    if id(jaxpr) in seen:
+        return False
+    seen.add(id(jaxpr))
+    for eqn in jaxpr.eqns:
+        if "transpose" in str(eqn.source_info.name_stack):
+            return True
+        if any(_transposes(jaxpr_parts.closed_parts(sub)[0], seen) for sub in jaxpr_parts.sub_jaxprs(eqn)):
+            return True
+    return False
+
+
 def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> str:
     """Whether ``eqn``'s outputs flow to ``program``'s outputs through non-transposed equations only
     (``RESULT``), or to a value computed that way and read by nothing (``DROPPED``: the loss ``jax.grad``

@@ -59,7 +59,7 @@ import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, jit_calls, recorded_sources
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.nan import added_epsilon, lost_constant, producer_fixes
+from jaxmagic.probes._support.nan import added_epsilon, integer_overflow, lost_constant, primal_fixes, producer_fixes
 from jaxmagic.probes._support.nan.equation_origin import (
     expression_of,
     forget_attributions,
@@ -70,7 +70,7 @@ from jaxmagic.probes._support.nan.equation_origin import (
     remember_attributions,
     user_line,
 )
-from jaxmagic.probes._support.nan.forward_reach import RESULT, reaches_result_forward
+from jaxmagic.probes._support.nan.forward_reach import RESULT, reaches_result_forward, readable_by_reach
 from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, library_writing, opened_kind
 from jaxmagic.probes._support.nan.host_values import (
     any_bad,
@@ -173,6 +173,13 @@ class NanProducer:
     added_epsilon: added_epsilon.AddedEpsilon | None = None
     # the fixes of the operation tried on its recorded inputs, then on the whole program (probes/_support/nan/value_fixes.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
+    # for an operation of JAX's derivative rule: the user's operation whose derivative it is ("sqrt") and the
+    # value that operation got there ("0.0"), where the fixes a user can write are tried (primal_fixes.py)
+    primal: str = ""
+    primal_value: str = ""
+    output_dtype: str = ""  # the dtype of the value it made ("float16": a sum converted back overflowed it)
+    # an integer operation on the way to its inputs that wrapped around (`256 ** k` in int32 is 0 at k = 4)
+    integer_overflow: integer_overflow.IntegerOverflow | None = None
 
     @property
     def forward_line(self) -> SourceLine | None:
@@ -236,6 +243,12 @@ class ProducerListener(Listener):
         self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
         self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
         self._producer_eqn = None
+        # id(eqn) -> (inputs, outputs, path) of the integer arithmetic evaluated: a wrap-around is read from them
+        self._integer: dict = {}
+        # id(eqn) -> (inputs, path) of the operations whose derivative can be infinite (sqrt, log, pow), and
+        # id(var) -> those that read it: the primal of a derivative's operation is found through them
+        self._primal: dict = {}
+        self._read_by: dict = {}
 
     def sought(self, made: str) -> bool:
         """Whether an equation that did ``made`` (``GivenInfinities.made``) is the producer this pass seeks."""
@@ -307,12 +320,18 @@ class ProducerListener(Listener):
             set(self._opened),
             self.result.equations,
             list(self.result.stopped_at),
+            (dict(self._integer), dict(self._primal), {k: list(v) for k, v in self._read_by.items()}),
         )
 
     def restore(self, state) -> None:
-        given, made_by, neg_inf_rows, opened, equations, stopped_at = state
+        given, made_by, neg_inf_rows, opened, equations, stopped_at, (integer, primal, read_by) = state
         self.given.restore(given)
         self._made_by, self.neg_inf_rows, self._opened = dict(made_by), dict(neg_inf_rows), set(opened)
+        self._integer, self._primal, self._read_by = (
+            dict(integer),
+            dict(primal),
+            {k: list(v) for k, v in read_by.items()},
+        )
         self.result.equations, self.result.stopped_at = equations, list(stopped_at)
 
     def visit(self, eqn, inputs, outputs, path) -> bool:
@@ -325,6 +344,12 @@ class ProducerListener(Listener):
         self.result.equations += 1
         for var in eqn.outvars:
             self._made_by[id(var)] = eqn
+        if self.stage == "producer" and integer_overflow.integer_arithmetic(eqn, outputs):
+            self._integer[id(eqn)] = (list(inputs), list(outputs), path)
+        if self.stage == "producer" and eqn.primitive.name in primal_fixes.SINGULAR:
+            self._primal[id(eqn)] = (list(inputs), path)
+            for var in eqn.invars:
+                self._read_by.setdefault(id(var), []).append(eqn)
         note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
         self.given.enter(path)
         made = self.given.made(eqn, inputs, outputs)
@@ -441,6 +466,8 @@ class ProducerListener(Listener):
     site: tuple | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
     lost_site: tuple | None = None  # (the equation adding a constant its dtype holds as 0, the constant's index)
     epsilon_site: object = None  # the equation adding a positive constant to the producer's input
+    integer_site: tuple | None = None  # (eqn, inputs, path, exact values) of an integer operation that wrapped
+    primal_site: tuple | None = None  # (eqn, inputs, path) of the user's operation a derivative's operation is of
 
     def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
         self.site = (eqn, list(inputs), path)
@@ -448,6 +475,8 @@ class ProducerListener(Listener):
         self.lost_site = (lost[1], lost[0].operand) if lost is not None else None
         epsilon = added_epsilon.find(eqn, self._made_by) if lost is None else None
         self.epsilon_site = epsilon[1] if epsilon is not None else None
+        wrapped = integer_overflow.find(eqn, self._made_by, self._integer)
+        self.integer_site = wrapped[1] if wrapped is not None else None
         # The first element of the kind sought: a NaN when the producer must make one (beside it, an inf
         # passed through from an input - a masked -inf - is no value it made).
         # A NaN is never passed on as given: when the output holds one, that is what the equation made.
@@ -494,10 +523,23 @@ class ProducerListener(Listener):
         provenance = provenance_of(eqn, path, line, ", ".join(loop.text for loop in loops))
         library = provenance.library_function or library  # the line's own call first, as for the NaN maker
         provenance.library_function = library
+        differentiated = ("jvp" in stack or "transpose" in stack) and not in_rule
+        self.primal_site = (
+            primal_fixes.primal_of(eqn, line, self._made_by, self._read_by, self._primal) if differentiated else None
+        )
+        primal, primal_value = "", ""
+        if self.primal_site is not None:
+            primal = self.primal_site[0].primitive.name
+            first = self.primal_site[1][0]
+            primal_value = operand_at(np.asarray(first), out.shape, index) if readable(first) else ""
         jitter = ""
         if eqn.primitive.name == "cholesky" and operands and readable(inputs[0]):
             operands[0].value, jitter = definiteness(np.asarray(inputs[0]), index, eqn)
         return NanProducer(
+            primal=primal,
+            primal_value=primal_value,
+            integer_overflow=wrapped[0] if wrapped is not None else None,
+            output_dtype=str(out.dtype),
             lost_constant=lost[0] if lost is not None else None,
             added_epsilon=epsilon[0] if epsilon is not None else None,
             jitter=jitter,
@@ -624,7 +666,8 @@ def _trace_and_walk(
     found.result_finite = outputs is not None and not any_bad(outputs)
     if producer is not None and producer.derivative and producer.phase == "forward" and listener.site is not None:
         eqn, _, path = listener.site
-        reached = reaches_result_forward(program, eqn, path)  # a train step returning the loss it differentiated
+        # a train step returning the loss it differentiated (reverse mode only: forward mode's tangents flow forward)
+        reached = reaches_result_forward(program, eqn, path) if readable_by_reach(program, producer.name_stack) else ""
         if reached:
             producer.derivative = False
             into = (
@@ -637,9 +680,10 @@ def _trace_and_walk(
                 "only (no transposed one): it is a value of the forward computation, not only of the derivative."
             )
     if producer is not None and listener.site is not None and with_fixes:
-        sites = (listener.site, listener.lost_site, listener.epsilon_site)
+        sites = (listener.site, listener.lost_site, listener.epsilon_site, listener.integer_site, listener.primal_site)
         producer.fix_trials = producer_fixes.tried(producer, sites, program, values, outputs)
-    listener.site = listener.lost_site = listener.epsilon_site = None  # hold the user's program
+    listener.site = listener.lost_site = listener.epsilon_site = listener.integer_site = None  # hold the user's program
+    listener.primal_site, listener._integer, listener._primal, listener._read_by = None, {}, {}, {}
     if found.producer is not None and not found.result_finite:
         found.producer.discarded_by, found.producer.discarded_line = "", None
     found.stopped_at = list(dict.fromkeys(found.stopped_at))

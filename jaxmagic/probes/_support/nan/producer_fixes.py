@@ -9,7 +9,7 @@ a line, that line in float32 (``fixes/widened.py``) - no rewrite of a derivative
 
 from __future__ import annotations
 
-from jaxmagic.probes._support.nan import lost_constant
+from jaxmagic.probes._support.nan import integer_overflow, lost_constant, primal_fixes
 from jaxmagic.probes._support.nan.equation_origin import user_line
 from jaxmagic.probes._support.nan.value_fixes import (
     DIVISION_EPS,
@@ -27,12 +27,21 @@ _OVERFLOWING = ("mul", "add", "add_any", "sub", "neg", "dot_general", "reduce_su
 
 def tried(producer, sites: tuple, program, values: list, outputs) -> list[FixTrial]:
     """Every fix of ``producer`` the search can try, tried. ``sites``: ``(eqn, inputs, path)`` of the producer,
-    ``(equation, operand)`` of a lost constant or None, the add of an epsilon or None."""
-    (eqn, inputs, path), lost_site, epsilon_site = sites
+    ``(equation, operand)`` of a lost constant or None, the add of an epsilon or None, the integer operation that
+    wrapped around on the way to its inputs or None (computed in a wider dtype: the cause, tried first)."""
+    (eqn, inputs, path), lost_site, epsilon_site, integer_site, primal_site = sites
+    wrapped = []
+    if producer.integer_overflow is not None and integer_site is not None:
+        wrapped = integer_overflow.wider_trials(producer.integer_overflow, integer_site)
+    if producer.derivative and primal_site is not None:
+        # an operation of JAX's derivative rule: the fixes are the user's operation's, never a guard in the rule
+        primal_eqn, primal_inputs, _ = primal_site
+        order = max(producer.name_stack.count("jvp("), 1)
+        return wrapped + primal_fixes.tried(primal_eqn, primal_inputs, order)
     if producer.derivative and producer.phase != "forward":  # JAX's backward pass: no operation there is the user's
-        return _derivative_overflow(producer, program, values, outputs)
+        return wrapped + _derivative_overflow(producer, program, values, outputs)
     # an operation the user wrote (one under jvp too: the NaN probe may find it a forward value)
-    trials = try_fixes(eqn, inputs, path, program, values, outputs)
+    trials = wrapped + try_fixes(eqn, inputs, path, program, values, outputs)
     if producer.lost_constant is not None and lost_site is not None:
         trials.append(_constant_trial(producer.lost_constant, lost_site, eqn, path, program, values, outputs))
     if producer.added_epsilon is not None and epsilon_site is not None:

@@ -100,6 +100,8 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
     if name in _WIDENED and half:
         return [_widened(eqn)]
+    if name == "convert_element_type" and _narrowed_float(eqn, inputs):
+        return [_not_narrowed(eqn, inputs)]
     if name in ("div", "rem") and len(inputs) == 2:
         return _division_candidates(eqn, inputs)
     return _input_candidates(eqn, inputs)
@@ -126,6 +128,22 @@ def _widened(eqn) -> _Candidate:
         return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
 
     return _Candidate(FLOAT32, "v.astype(jnp.float32)", widened)
+
+
+def _narrowed_float(eqn, inputs: list) -> bool:
+    """A conversion from a float dtype to a narrower float one (float32 to float16: a sum JAX accumulated in
+    float32, converted back)."""
+    new = eqn.params.get("new_dtype")
+    old = getattr(inputs[0], "dtype", None) if inputs else None
+    if new is None or old is None or not (_floats(new) and _floats(old)):
+        return False
+    return float(jnp.finfo(new).max) < float(jnp.finfo(old).max)
+
+
+def _not_narrowed(eqn, inputs: list) -> _Candidate:
+    """The value kept in the wider dtype it was computed in: the conversion left out."""
+    wide = str(inputs[0].dtype)
+    return _Candidate(FLOAT32, f"v (kept in {wide})", lambda ins: [ins[0]])
 
 
 def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
@@ -284,7 +302,8 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
         bad = bad_text(outputs)
         trial.finite, trial.result = not bad, bad or "finite"
         if trial.key == FLOAT32 and not bad:
-            trial.result += _back_in(next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
+            narrow = str(eqn.params.get("new_dtype", "")) if eqn.primitive.name == "convert_element_type" else ""
+            trial.result += _back_in(narrow or next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
         if with_derivative and not bad and at_source:
             trial.result += " (its derivative not tried: the fix is made where the value is made)"
         elif with_derivative and not bad:
