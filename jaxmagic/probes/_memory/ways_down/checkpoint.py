@@ -81,7 +81,7 @@ def _function_checkpoint(
     itself while the call is traced again, under a cache key of jaxmagic's own."""
     title = f"jax.checkpoint around `{name}`"
     entry = getattr(call.jitted, "__wrapped__", None)
-    plain = isinstance(entry, types.FunctionType) and library_jit(call.jitted) is None
+    plain = isinstance(entry, types.FunctionType) and library_jit(call.jitted, call.args) is None
     namespace = entry.__globals__ if plain else _namespace_of(call, filename, name)
     layer = namespace.get(name) if namespace is not None else None
     if namespace is None or not _is_function_of(layer, filename):
@@ -128,7 +128,7 @@ def _namespace_of(call: CompiledCall, filename: str, name: str) -> dict | None:
 
 def _users_entry(call: CompiledCall) -> Any:
     """The user's function the jitted call runs: ``jax.jit``'s own, or the one a library's jit holds."""
-    wrapper = library_jit(call.jitted)
+    wrapper = library_jit(call.jitted, call.args)
     return wrapper.held.function if wrapper is not None else getattr(call.jitted, "__wrapped__", None)
 
 
@@ -188,13 +188,13 @@ def _method_remat(
         tried, first_use = _traced_with(call, found, method, replacement, f"{filename}:{qualname}:{text}")
         how = f"compiled `{program.function}` with `{qualname}` decorated with {decorator}: {recomputed}"
         how += _FIRST_USE if first_use else ""
-        note = f" ({remat.note})" if remat.note else ""
+        note = f", {remat.note}" if remat.note else ""
         ways.append(
             _way(
                 program,
                 tried,
                 f"{decorator} on `{qualname}`" + (" keeping matrix products" if text else ""),
-                f"{decorator}{note} above `def {method}` in `class {owner}`",
+                f"{decorator}  # above `def {method}` in `class {owner}`{note}",
                 how,
             )
         )

@@ -29,7 +29,7 @@ def donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     positional_info, _ = call.traced.args_info
     outputs = {(tuple(a.shape), str(a.dtype)) for a in call.traced.jaxpr.out_avals}
     parameters = parameter_names(call.jitted)
-    wrapper = library_jit(call.jitted)
+    wrapper = library_jit(call.jitted, call.args)
     dynamic = [i for i in range(len(call.args)) if i not in static]
     donate, flat, every, start = [], [], [], 0
     for position, arg_info in zip(dynamic, positional_info):

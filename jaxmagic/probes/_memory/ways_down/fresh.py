@@ -20,7 +20,7 @@ def fresh_jit(call: CompiledCall) -> Any:
     function is traced in what its wrapper sets up around it (``LibraryJit.tracing``)."""
     info = jit_internals.jit_options(call.jitted)
     inner = getattr(call.jitted, "_fun", None) or getattr(call.jitted, "__wrapped__", None) or call.jitted
-    wrapper = library_jit(call.jitted)
+    wrapper = library_jit(call.jitted, call.args)
 
     @functools.wraps(inner)
     def traced_afresh(*args: Any, **kwargs: Any) -> Any:

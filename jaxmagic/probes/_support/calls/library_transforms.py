@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from jaxmagic._jax import jit_internals
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, own_code
 from jaxmagic.report.code_owner import module_of_file
 from jaxmagic.report.source import is_user_file
@@ -49,7 +50,8 @@ REMATS = {
 }
 # Libraries whose modules are known and whose remat cannot decorate a method: why, said in a report.
 NO_METHOD_REMAT = {
-    "haiku": "hk.remat checkpoints a function of arrays; a Haiku module's method takes the module first",
+    "haiku": "hk.remat works only inside hk.transform, so it cannot decorate a Haiku module's method where its "
+    "class is defined (calling hk.remat inside the method was not tried)",
 }
 
 
@@ -103,9 +105,10 @@ class LibraryJit:
 _JITS = {"flax.nnx": ("flax.nnx", "nnx.jit"), "equinox": ("equinox", "eqx.filter_jit")}
 
 
-def library_jit(jitted: Any) -> LibraryJit | None:
-    """The library jit behind ``jitted`` (a ``jax.jit`` a library made for the user), or None for the
-    user's own ``jax.jit``."""
+def library_jit(jitted: Any, args: tuple = ()) -> LibraryJit | None:
+    """The library jit behind ``jitted`` (a ``jax.jit`` a library made for the user) called with ``args``,
+    or None for the user's own ``jax.jit``. ``eqx.filter_jit`` makes one ``jax.jit`` per function name and
+    passes the user's function among its static arguments: the call's ``args`` are searched too."""
     fun = getattr(jitted, "_fun", None) or getattr(jitted, "__wrapped__", None)
     code = own_code(fun) if fun is not None else None
     if code is None or is_user_file(code.co_filename):
@@ -113,6 +116,7 @@ def library_jit(jitted: Any) -> LibraryJit | None:
     module = module_of_file(code.co_filename)
     for prefix, (library, wrapper) in _JITS.items():
         if module == prefix or module.startswith(prefix + "."):
-            held = find_held_function(fun, (), (), is_user_file)
+            static = getattr(jit_internals.jit_options(jitted), "static_argnums", ()) or ()
+            held = find_held_function(fun, tuple(args), static, is_user_file)
             return LibraryJit(library, wrapper, held, fun) if held is not None else None
     return None
