@@ -159,7 +159,8 @@ class ProgramMemory:
         def rank(way: WayDown) -> tuple:
             near_lowest = (way.peak_after or 0) <= lowest * (1 + WORTH_OFFERING)  # peaks this close are one
             order = OFFER_ORDER.index(way.kind) if way.kind in OFFER_ORDER else len(OFFER_ORDER)
-            return (not way.fits, not near_lowest, order if near_lowest else 0, way.peak_after or 0)
+            # at one peak and kind, a change the user can write as it was tried before one described only
+            return (not way.fits, not near_lowest, order if near_lowest else 0, not way.code, way.peak_after or 0)
 
         return sorted(lowering, key=rank)
 

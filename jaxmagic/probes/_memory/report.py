@@ -47,6 +47,8 @@ def peak_sentence(program: ProgramMemory, available: int | None = None, short: b
         functions = list(dict.fromkeys(f"`{b.made_at.function}`" for b in saved if b.made_at is not None))
         made = f", made in {', '.join(functions[:3])}" if functions else ""
         return f"{text}; {format_bytes(saved_bytes)} of it are activations saved for the backward pass{made}"
+    if program.buffers and program.buffers[0].stacked:
+        return text + _stacks_clause(program, short)
     if program.buffers:
         top = program.buffers[0]
         what = ("one " + top.shape if top.count == 1 else top.what) + (
@@ -61,6 +63,34 @@ def peak_sentence(program: ProgramMemory, available: int | None = None, short: b
         code = f" ({program.compile_error.code})" if program.compile_error.code else ""
         text += f"; XLA's compiler refused it{code}"
     return text
+
+
+def _stacks_clause(program: ProgramMemory, short: bool) -> str:
+    """ "; 384 MiB of it is what the scan at line 12 stacks for the backward pass, one row per iteration:
+    3 x f32[8,2048,2048] made in `block` (lines 8, 9)" - the largest buffer a scan's stack."""
+    top = program.buffers[0]
+    where = (top.scan_at.filename, top.scan_at.lineno) if top.scan_at is not None else None
+    stacks = (
+        [b for b in program.buffers if b.stacked and (b.scan_at.filename, b.scan_at.lineno) == where]
+        if where is not None
+        else [top]
+    )
+    total = sum(b.bytes for b in stacks)
+    count = sum(b.count for b in stacks)
+    shapes = list(dict.fromkeys(b.shape for b in stacks))
+    what = f"{count} x {shapes[0]}" if len(shapes) == 1 else f"{count} buffers"
+    lines = sorted({b.made_at.lineno for b in stacks if b.made_at is not None})
+    functions = list(dict.fromkeys(f"`{b.made_at.function}`" for b in stacks if b.made_at is not None))
+    made = (
+        f" made in {', '.join(functions)} (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})"
+        if lines
+        else ""
+    )
+    kept = " for the backward pass" if all(b.role == SAVED_FOR_BACKWARD for b in stacks) else ""
+    scan = f"the scan at line {top.scan_at.lineno}" if top.scan_at is not None else "a scan"
+    if short:
+        return f"; {format_bytes(total)} of it is what {scan} stacks{kept}"
+    return f"; {format_bytes(total)} of it is what {scan} stacks{kept}, one row per iteration: {what}{made}"
 
 
 def short_place(line: SourceLine) -> str:
@@ -105,6 +135,7 @@ def buffers_section(program: ProgramMemory) -> Section:
     for buffer in program.buffers[:8]:
         line = buffer.made_at.where if buffer.made_at is not None else "-"
         made = buffer.operation + (f" over {', '.join(buffer.reuses)}" if buffer.reuses else "")
+        made += f" ({buffer.stacking})" if buffer.stacking else ""
         rows.append([buffer.what, format_bytes(buffer.bytes), buffer.role, buffer.argument or made or "-", line])
         shown += buffer.bytes
     rest = sum(b.bytes for b in program.buffers[8:])

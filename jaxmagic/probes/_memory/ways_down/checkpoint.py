@@ -47,7 +47,9 @@ def checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     if not saved or sum(b.bytes for b in saved) < SAVED_SHARE * program.peak_bytes:
         return []
     stacked = [b for b in saved if b.stacked and b.scan_at is not None]
-    layers = [b for b in saved if b not in stacked]
+    # a scan's body is checkpointed as a whole; a method the body calls (a library module's layer scanned
+    # over: ``nnx.scan`` of ``Block.__call__``) is also a layer the library's remat can decorate
+    layers = [b for b in saved if b not in stacked or "." in (b.made_at.function if b.made_at else "")]
     ways: list[WayDown] = []
     if sum(b.bytes for b in stacked) >= SAVED_SHARE * program.peak_bytes:
         ways += scan_body_checkpoint(call, program, stacked)
