@@ -41,14 +41,14 @@ def peak_sentence(program: ProgramMemory, available: int | None = None, short: b
     for the backward pass fill most of it, how much they take and which function made them."""
     have = f" ({format_bytes(available)} available)" if available is not None else ""
     text = f"`{program.function}` needs {format_bytes(program.peak_bytes)} at its peak{have}"
+    if program.buffers and program.buffers[0].stacked:
+        return text + _stacks_clause(program, short)
     saved = [b for b in program.buffers if b.role == SAVED_FOR_BACKWARD]
     saved_bytes = sum(b.bytes for b in saved)
     if saved and saved_bytes * 2 >= program.peak_bytes:
         functions = list(dict.fromkeys(f"`{b.made_at.function}`" for b in saved if b.made_at is not None))
         made = f", made in {', '.join(functions[:3])}" if functions else ""
         return f"{text}; {format_bytes(saved_bytes)} of it are activations saved for the backward pass{made}"
-    if program.buffers and program.buffers[0].stacked:
-        return text + _stacks_clause(program, short)
     if program.buffers:
         top = program.buffers[0]
         what = ("one " + top.shape if top.count == 1 else top.what) + (
