@@ -12,7 +12,11 @@ assignment, live ranges), its ``memory_analysis()`` or the compiler's error, key
 * ``compile_time_oom`` - ``nearest`` (sort of pairwise distances) on 80,000 points: XLA:TPU refuses it at
   compile time; then ``explain_out_of_memory`` of that error, whose ways down compile for the TPU;
 * ``run_time_oom`` - 8 arrays of f32[20000,20000] held, then ``nearest`` on 40,000 points (fits alone);
-* ``kernel`` - ``exp(-(pts[:, None] - pts[None, :]) ** 2) @ w`` on 2**17 points (issue 63.1's program).
+* ``kernel`` - ``exp(-(pts[:, None] - pts[None, :]) ** 2) @ w`` on 2**17 points (issue 63.1's program);
+* ``scan_layers`` - ``jax.grad`` through ``jax.lax.scan(block, x, params)`` over 8 layers of width 2048
+  (issue 63.2), measured with ``memory_of_call`` (compiled, no error): whether XLA:TPU's module still shows
+  the scan's stacks as ``dynamic_update_index_in_dim`` updates in the loop body (``scan_stacks``), and what
+  ``jax.checkpoint`` on the body takes off there.
 
 Also ``memory_stats.json`` (``device.memory_stats()`` before and after the arrays are held), each error's
 whole text, and each report as text and ``to_dict()`` JSON. Nothing here needs more than the device.
@@ -31,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic.probes._memory import program as program_module
-from jaxmagic.probes._memory.probe import explain_out_of_memory
+from jaxmagic.probes._memory.probe import explain_out_of_memory, memory_of_call
 
 _REAL = program_module.compile_with_memory_dumps
 
@@ -115,6 +119,40 @@ def kern(pts, w):
     return k @ w
 
 
+def scan_block(x, w):
+    w1, w2 = w
+    h = jnp.tanh(x @ w1)
+    return x + h @ w2, None
+
+
+def scan_loss(params, x):
+    y, _ = jax.lax.scan(scan_block, x, params)
+    return (y**2).mean()
+
+
+def _measured(outdir: str, name: str) -> None:
+    """A program that fits, measured as ``%jax_memory CALL`` measures it: every compilation and the report."""
+    index: list = []
+    where = os.path.join(outdir, name)
+    shutil.rmtree(where, ignore_errors=True)
+    os.makedirs(where)
+    program_module.compile_with_memory_dumps = _recorder(where, index, {})
+    try:
+        w = jax.ShapeDtypeStruct((8, 2048, 2048), jnp.float32)
+        report = memory_of_call(jax.jit(jax.grad(scan_loss)), ((w, w), jax.ShapeDtypeStruct((2048, 2048), jnp.float32)))
+        with open(os.path.join(where, f"{name}.report.txt"), "w") as file:
+            file.write(str(report))
+        with open(os.path.join(where, f"{name}.report.json"), "w") as file:
+            json.dump(report.to_dict(), file, indent=1, default=str)
+        print(f"{name}: {report.summary[:160]}")
+    except Exception:
+        traceback.print_exc()
+    finally:
+        program_module.compile_with_memory_dumps = _REAL
+        with open(os.path.join(where, "index.json"), "w") as file:
+            json.dump(index, file, indent=1)
+
+
 def _stats():
     try:
         return jax.devices()[0].memory_stats()
@@ -176,6 +214,7 @@ def main(outdir: str, cpu_check: bool = False) -> None:
         _scenario(outdir, "run_time_oom", run_time)
         held.clear()
     _scenario(outdir, "kernel", kernel)
+    _measured(outdir, "scan_layers")
     with open(os.path.join(outdir, "memory_stats.json"), "w") as file:
         json.dump(_stats(), file, indent=1)
 
