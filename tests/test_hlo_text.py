@@ -255,3 +255,42 @@ ENTRY %main (x: f32[2]) -> f32[2] {
     (_, neg) = parse_hlo_module(text).instructions()
     assert neg.op_names == ('jit(f)/odd {scope} = "x"/neg',) and neg.stack_frame_id == 3
     assert neg.called == ()
+
+
+# XLA:CPU of jaxlib 0.12, a scan's forward loop under jax.grad (trimmed): six tuple elements, numbered by XLA in
+# comments, and tuple elements read inline (``%while.14#2``).
+LONG_TUPLE_LOOP = """HloModule jit_loss, is_scheduled=true
+
+%region_0.3 (arg_tuple.1: (s32[], f32[4,4], f32[8,4,4], f32[8,4,4], f32[8,4,4], /*index=5*/f32[8,4,4])) -> (s32[], f32[4,4], f32[8,4,4], f32[8,4,4], f32[8,4,4], /*index=5*/f32[8,4,4]) {
+  %arg_tuple.1 = (s32[], f32[4,4]{1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, /*index=5*/f32[8,4,4]{2,1,0}) parameter(0)
+  %copy.11 = f32[4,4]{1,0} copy(%arg_tuple.1#1)
+  ROOT %tuple.19 = (s32[], f32[4,4]{1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, /*index=5*/f32[8,4,4]{2,1,0}) tuple(%arg_tuple.1#0, %copy.11, %arg_tuple.1#2, %arg_tuple.1#3, %arg_tuple.1#4, /*index=5*/%arg_tuple.1#5)
+}
+
+ENTRY %main.7 (t: (s32[], f32[4,4], f32[8,4,4], f32[8,4,4], f32[8,4,4], /*index=5*/f32[8,4,4])) -> f32[8,4,4] {
+  %t = (s32[], f32[4,4]{1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, /*index=5*/f32[8,4,4]{2,1,0}) parameter(0)
+  %while.14 = (s32[], f32[4,4]{1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, f32[8,4,4]{2,1,0}, /*index=5*/f32[8,4,4]{2,1,0}) while(%t), condition=%region_1.4, body=%region_0.3, metadata={op_name="jit(loss)/jvp()/while"}
+  ROOT %copy.3 = f32[8,4,4]{2,1,0} copy(%while.14#5)
+}
+"""
+
+
+def test_a_loop_carrying_six_values_and_its_elements_read_inline():
+    """XLA's `/*index=5*/` holds an "=", which the shape pattern stopped at: the while, its body's parameter and
+    root were not read at all. Each operand's tuple element is kept (`%while.14#5` reads element 5)."""
+    module = parse_hlo_module(LONG_TUPLE_LOOP)
+    names = {i.name: i for i in module.instructions()}
+    assert {"while.14", "arg_tuple.1", "tuple.19", "t"} <= set(names)
+    loop = names["while.14"]
+    assert loop.opcode == "while" and ("body", "region_0.3") in loop.called and loop.operands == ("t",)
+    assert module.callers["region_0.3"][1] is loop
+    root = names["tuple.19"]
+    assert root.is_root and root.operands[1] == "copy.11" and root.operand_indices[5] == 5
+    assert names["copy.11"].operands == ("arg_tuple.1",) and names["copy.11"].operand_indices == (1,)
+    assert names["copy.3"].operand_indices == (5,)
+
+
+def test_a_get_tuple_element_says_its_index():
+    names = {i.name: i for i in parse_hlo_module(SCAN_MODULE).instructions()}
+    assert names["get-tuple-element.19"].tuple_index == 3 and names["get-tuple-element.8"].tuple_index == 0
+    assert names["reduce_add_fusion"].tuple_index is None
