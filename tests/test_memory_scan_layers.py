@@ -109,7 +109,7 @@ def test_the_trial_leaves_jax_lax_scan_as_it_was(scan_report):
 def test_a_scan_imported_under_another_name_is_said_untried_never_measured_as_the_same_program():
     """`from jax.lax import scan`: the stand-in is never met; the way says so instead of "not lower"."""
     namespace: dict = {"jnp": jnp, "block": block}
-    exec(  # noqa: S102 - a module of the user's that imported scan by name
+    exec(  # a module of the user's that imported scan by name
         "from jax.lax import scan\ndef loss_named(params, x):\n    y, _ = scan(block, x, params)\n    return (y ** 2).mean()\n",
         namespace,
     )

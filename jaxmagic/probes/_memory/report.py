@@ -69,12 +69,8 @@ def _stacks_clause(program: ProgramMemory, short: bool) -> str:
     """ "; 384 MiB of it is what the scan at line 12 stacks for the backward pass, one row per iteration:
     3 x f32[8,2048,2048] made in `block` (lines 8, 9)" - the largest buffer a scan's stack."""
     top = program.buffers[0]
-    where = (top.scan_at.filename, top.scan_at.lineno) if top.scan_at is not None else None
-    stacks = (
-        [b for b in program.buffers if b.stacked and (b.scan_at.filename, b.scan_at.lineno) == where]
-        if where is not None
-        else [top]
-    )
+    where = _place(top.scan_at)
+    stacks = [b for b in program.buffers if b.stacked and _place(b.scan_at) == where] if where else [top]
     total = sum(b.bytes for b in stacks)
     count = sum(b.count for b in stacks)
     shapes = list(dict.fromkeys(b.shape for b in stacks))
@@ -91,6 +87,10 @@ def _stacks_clause(program: ProgramMemory, short: bool) -> str:
     if short:
         return f"; {format_bytes(total)} of it is what {scan} stacks{kept}"
     return f"; {format_bytes(total)} of it is what {scan} stacks{kept}, one row per iteration: {what}{made}"
+
+
+def _place(line: SourceLine | None) -> tuple[str, int] | None:
+    return (line.filename, line.lineno) if line is not None else None
 
 
 def short_place(line: SourceLine) -> str:

@@ -82,18 +82,19 @@ def _function_checkpoint(
     jitted a function of that module; else (``jax.jit(jax.grad(loss))``, a library's jit) in the module
     itself while the call is traced again, under a cache key of jaxmagic's own."""
     title = f"jax.checkpoint around `{name}`"
-    entry = getattr(call.jitted, "__wrapped__", None)
-    plain = isinstance(entry, types.FunctionType) and library_jit(call.jitted, call.args) is None
-    namespace = entry.__globals__ if plain else _namespace_of(call, filename, name)
+    wrapped_by_jit = getattr(call.jitted, "__wrapped__", None)
+    entry = wrapped_by_jit if isinstance(wrapped_by_jit, types.FunctionType) else None
+    plain = entry is not None and library_jit(call.jitted, call.args) is None
+    namespace = entry.__globals__ if entry is not None and plain else _namespace_of(call, filename, name)
     layer = namespace.get(name) if namespace is not None else None
-    if namespace is None or not _is_function_of(layer, filename):
+    if namespace is None or not isinstance(layer, types.FunctionType) or not _is_function_of(layer, filename):
         why = f"`{name}` is not a function your module names globally (a closure or a local function)"
         return [WayDown(CHECKPOINT, title, f"{name} = jax.checkpoint({name})", program.peak_bytes, problem=why)]
     ways = []
     for policy, text in ((None, ""), (jax.checkpoint_policies.dots_with_no_batch_dims_saveable, DOTS)):
         wrapped = jax.checkpoint(layer, policy=policy) if policy is not None else jax.checkpoint(layer)
         how = f"compiled `{program.function}` with `{name}` checkpointed: {recomputed}"
-        if plain:
+        if entry is not None and plain:
             info = jit_internals.jit_options(call.jitted)
             jitted = jax.jit(
                 _with_global(entry, name, wrapped), static_argnums=tuple(getattr(info, "static_argnums", ()) or ())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import jax
@@ -95,7 +96,7 @@ def _tried(call: CompiledCall, scan_at: SourceLine, policy_name: str | None) -> 
 
 def _called_from(line: SourceLine) -> bool:
     """Whether the innermost user frame calling the stand-in is ``line``."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     try:
         while frame is not None and not is_user_file(frame.f_code.co_filename):
             frame = frame.f_back

@@ -37,7 +37,7 @@ class LibraryRemat:
     decorator: str  # "@nnx.remat"
     note: str = ""  # what to mind when writing it ("above @nn.compact")
 
-    def make(self) -> Callable[[Callable], Callable] | None:
+    def make(self) -> Callable[..., Callable] | None:
         """The library's remat, from the modules the user's program loaded (None when it is not loaded)."""
         return getattr(sys.modules.get(self.module), self.function, None)
 
