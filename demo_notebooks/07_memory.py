@@ -20,7 +20,7 @@
 #   (the cell's own displayed result aside), with their holders;
 # * `%jax_memory CALL` / `%%jax_memory` say **what fills a program's peak, by your line** (XLA's
 #   buffer assignment and live ranges) and try ways down by compiling them (donation, `jax.checkpoint`,
-#   the batch gradient, the largest input that fits); a real out-of-memory error is explained by the
+#   the batch gradient, blocks of rows); a real out-of-memory error is explained by the
 #   explainer wherever it surfaces.
 #
 # Neither magic keeps an array alive itself: snapshots are ids and weak references, reports hold
@@ -153,7 +153,8 @@ print(rep_mem.fix)
 # `RESOURCE_EXHAUSTED` error a GPU does - but not on the call: JAX dispatches asynchronously, the call
 # returns at once, and the error surfaces where the result is first read (`print(nn[:3])`). The
 # explainer (on by default) follows the array read back to the call that made it, names the line
-# whose buffer filled the peak, and gives the largest input that fits, found by compiling smaller ones.
+# whose buffer filled the peak, and computes the results a block of rows at a time - the block size found by
+# compiling the blocked program.
 
 # %% tags=["raises-exception"]
 @jax.jit
@@ -170,8 +171,8 @@ oom = jaxmagic.probes.explain_out_of_memory(err)      # the explainer's report, 
 assert oom.asked == 2**34 * 4 and oom.read == "nn"
 assert oom.program.buffers[0].shape == "f32[131072,131072]" and oom.program.buffers[0].operation == "sort"
 assert "jnp.sort(d, axis=0)" in oom.program.buffers[0].made_at.code
-[smaller] = [w for w in oom.program.offered if w.kind == "smaller_input"]
-assert smaller.peak_after < oom.program.peak_bytes and "square of the rows" in smaller.how
+[rows] = [w for w in oom.program.offered if w.kind == "rows"]   # the results a block of rows at a time
+assert rows.peak_after < oom.program.peak_bytes and "blocks of the traced program" in rows.how
 del err, nn
 
 # %% [markdown]
@@ -228,6 +229,39 @@ assert best.kind == "checkpoint" and best.code == "block = jax.checkpoint(block)
 assert best.peak_after < prog.peak_bytes / 2 and best.traced_again
 
 # %% [markdown]
+# ### Scan over layers: the stacked residuals, by the body's line
+#
+# Large models stack their layers' weights and `jax.lax.scan` over them. Under `jax.grad` the scan keeps,
+# for every layer, each value of the body the backward pass reads - stacked, one row per layer. XLA writes
+# those stacks with a `dynamic_update_slice` on the scan's line; the report names the body's line that made
+# each value instead, and tries `jax.checkpoint` on the scan's body - the code to paste - by compiling it
+# (shapes only: nothing is allocated).
+
+# %%
+def layer(x, w):
+    w1, w2 = w
+    h = jnp.tanh(x @ w1)
+    return x + h @ w2, None
+
+def scan_loss(params, x):
+    y, _ = jax.lax.scan(layer, x, params)
+    return (y ** 2).mean()
+
+scan_step = jax.jit(jax.grad(scan_loss))
+stacked_w = jax.ShapeDtypeStruct((8, 512, 512), jnp.float32)
+
+# %%
+# %jax_memory scan_step((stacked_w, stacked_w), jax.ShapeDtypeStruct((1024, 512), jnp.float32)) -o rep_scan
+
+# %%
+[prog] = rep_scan.programs
+stacks = [b for b in prog.buffers if b.stacked]
+assert {b.made_at.code for b in stacks} >= {"h = jnp.tanh(x @ w1)"}      # the body's line, not the scan's
+assert all(b.stacked == 8 and b.role == "saved for backward" for b in stacks)
+best = prog.offered[0]
+assert best.code == "jax.lax.scan(jax.checkpoint(layer), x, params)" and best.peak_after < prog.peak_bytes
+
+# %% [markdown]
 # ### Exercise: donate what the update replaces
 #
 # An optimizer update makes new parameters as large as the old ones; without donation both are alive
@@ -250,7 +284,7 @@ update_donated = jax.jit(update, donate_argnums=(0, 1))       # the way down it 
 after = jaxmagic.probes.memory_of_call(update_donated, (big, big)).programs[0]
 assert after.peak_bytes == donate.peak_after < prog.peak_bytes
 assert not [w for w in after.offered if w.kind == "donate"]   # nothing left to donate
-del rep_mem, rep_step, rep_upd, prog, best, after, params, xb, ks
+del rep_mem, rep_step, rep_scan, rep_upd, prog, best, after, params, xb, ks, stacks
 
 # %% [markdown]
 # ## 7.2 `jax.profiler.save_device_memory_profile`: who allocated the memory
