@@ -34,7 +34,7 @@ eqx = pytest.importorskip("equinox")
 optax = pytest.importorskip("optax")
 hk = pytest.importorskip("haiku")
 
-from jaxmagic.probes._memory import SAVED_FOR_BACKWARD, memory  # noqa: E402
+from jaxmagic.probes._memory import SAVED_FOR_BACKWARD, explain_out_of_memory, memory, memory_of_call  # noqa: E402
 
 D, N, B = 256, 4, 1024  # width, layers, batch
 
@@ -154,6 +154,44 @@ def test_donation_through_nnx_jit_is_spelled_as_nnx_jit_and_frees_only_arguments
     assert donate.peak_after is not None and program.peak_bytes - donate.peak_after <= arguments
     donated = nnx.jit(nnx_train_step, donate_argnames=("model", "optimizer")).lower(model, optimizer, x).compile()
     assert donate.peak_after >= _reserved(donated)
+
+
+def test_jax_memory_call_of_an_nnx_jit_function_opens_it_as_the_cell_does(nnx_cell):
+    """`%jax_memory train_step(model, optimizer, x)`: the wrapper is opened as nnx.jit's own `trace` opens it
+    (its graph split into states), never traced under a jax.jit of ours - where the updates nnx.jit makes in
+    place are no output, and the backward pass they need would be measured away."""
+    report, model, optimizer, x = nnx_cell
+    cell = _only_program(report)
+    train_step = nnx.jit(nnx_train_step)
+    called = _only_program(memory_of_call(train_step, (model, optimizer, x), call="train_step(model, optimizer, x)"))
+    assert called.function == "train_step" and called.peak_bytes == cell.peak_bytes
+    [remat] = [w for w in called.ways_down if w.kind == "checkpoint" and "keeping" not in w.title]
+    [cell_remat] = [w for w in cell.ways_down if w.kind == "checkpoint" and "keeping" not in w.title]
+    assert remat.peak_after == cell_remat.peak_after and remat.lowers
+
+
+@eqx.filter_jit
+def eqx_nearest(x):
+    d = jnp.abs(x[:, None] - x[None, :])
+    return jnp.sort(d, axis=0)[1]  # the 64 GiB sort
+
+
+def test_an_out_of_memory_error_inside_eqx_filter_jit_is_explained_with_its_program():
+    """A real RESOURCE_EXHAUSTED raised inside `eqx.filter_jit`'s call: the call on the user's line is the
+    library's wrapper, opened to its program with the arguments rebuilt as shapes (eqx keeps non-arrays
+    static: the shapes stand in as arrays while it partitions them)."""
+    try:
+        eqx_nearest(jnp.linspace(0.0, 1.0, 2**17))
+    except Exception as raised:
+        error = raised
+    else:
+        pytest.fail("the 64 GiB program ran")
+    report = explain_out_of_memory(error)
+    assert report is not None and report.program is not None, report and report.problem
+    assert report.program.function == "eqx_nearest"
+    top = report.program.buffers[0]
+    assert top.shape == "f32[131072,131072]" and top.operation == "sort"
+    assert top.made_at.lineno == _line(eqx_nearest.__wrapped__, "jnp.sort(d, axis=0)")
 
 
 # -- Flax NNX: scan over layers --------------------------------------------------------------------------------

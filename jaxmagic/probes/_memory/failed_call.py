@@ -28,6 +28,7 @@ import jax
 
 from jaxmagic._jax import jit_internals
 from jaxmagic.probes._memory.messages import OutOfMemoryMessage, read_message
+from jaxmagic.probes._support.calls.library_transforms import is_library_jit
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
 
@@ -107,7 +108,7 @@ def _call_of(node: ast.Call, frame: FrameType, lineno: int) -> FailedCall | None
         function = scope.pure(node.func)
     except Exception:
         return None
-    jitted = jit_internals.is_jitted(function) or _is_compiled(function)
+    jitted = jit_internals.is_jitted(function) or _is_compiled(function) or is_library_jit(function)
     if not jitted and not _is_jax_function(function):
         return None
     line = source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name)

@@ -12,6 +12,7 @@ instruction of the backward pass (``transpose(...)`` in JAX's name path), "saved
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ from jaxmagic.probes._memory.records import (
     ProgramMemory,
 )
 from jaxmagic.probes._memory.scan_stacks import read_on, stack_of, stacking_instruction
+from jaxmagic.probes._support.calls.library_transforms import library_jit, library_program
 from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
@@ -69,12 +71,21 @@ def program_memory(
     ``raise_traced``: the exception of tracing the user's function is raised (``%jax_memory CALL`` shows its
     report, then raises it as the call would)."""
     kwargs = dict(kwargs or {})
-    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
+    try:
+        # a library's jit wrapper (``nnx.jit``, ``eqx.filter_jit``): the jax.jit it runs, with its arguments
+        fn, args, kwargs = library_program(fn, tuple(args), kwargs) or (fn, args, kwargs)
+    except Exception as error:
+        report.problem = f"the library's wrapper could not be opened: {error_line(error)}"
+        return report, None
+    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
     tracing = False
     try:
-        entry, _ = defining_code(jitted)
-        with users_python_watched(entry if entry is not None and is_user_file(entry.co_filename) else None) as ran:
+        # a library's jit runs the user's function inside its own (its trace needs the library's context)
+        wrapper = library_jit(jitted, tuple(args))
+        entry = wrapper.held.code if wrapper is not None else defining_code(jitted)[0]
+        watched = entry if entry is not None and is_user_file(entry.co_filename) else None
+        with users_python_watched(watched) as ran, wrapper.tracing() if wrapper else contextlib.nullcontext():
             tracing = True
             traced = jitted.trace(*args, **kwargs)
             tracing = False

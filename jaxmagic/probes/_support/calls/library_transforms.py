@@ -21,6 +21,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import numpy as np
+
 from jaxmagic._jax import jit_internals
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, own_code
 from jaxmagic.report.code_owner import module_of_file
@@ -120,3 +123,59 @@ def library_jit(jitted: Any, args: tuple = ()) -> LibraryJit | None:
             held = find_held_function(fun, tuple(args), static, is_user_file)
             return LibraryJit(library, wrapper, held, fun) if held is not None else None
     return None
+
+
+# -- which jitted program a library wrapper's call runs ----------------------------------------------------
+
+
+def is_library_jit(fn: Any) -> bool:
+    """Whether ``fn`` is a library's jit wrapper this module can open (``nnx.jit``'s, ``eqx.filter_jit``'s)."""
+    return _opener(fn) is not None
+
+
+def library_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict] | None:
+    """The ``jax.jit``-ed function a library wrapper's call ``fn(*args, **kwargs)`` runs, with the arguments
+    the wrapper gives it - the library's own repacking, as its ``trace``/``lower`` do it, nothing run; None
+    for anything else."""
+    opener = _opener(fn)
+    return opener(fn, tuple(args), dict(kwargs)) if opener is not None else None
+
+
+def _opener(fn: Any) -> Callable[[Any, tuple, dict], tuple[Any, tuple, dict]] | None:
+    module = type(fn).__module__ or ""
+    if module.startswith("flax.nnx.") and hasattr(fn, "jitted_fn") and hasattr(fn, "_get_pure_args_kwargs"):
+        return _nnx_program
+    if module == "equinox._jit" and hasattr(fn, "_cached") and hasattr(fn, "_signature"):
+        return _eqx_program
+    return None
+
+
+def _nnx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """``nnx.jit``: its wrapper splits the graph nodes into states under its update context
+    (``JitWrapped.trace`` does the same) and calls ``jitted_fn`` with them."""
+    graph = sys.modules["flax.nnx.graph"]
+    with graph.update_context(fn):
+        pure_args, pure_kwargs = fn._get_pure_args_kwargs(args, kwargs)
+    return fn.jitted_fn, tuple(pure_args), dict(pure_kwargs)
+
+
+def _eqx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """``eqx.filter_jit``: its ``_call`` partitions the arguments into (donated, not donated, static) and calls
+    ``_cached`` with them; the same partition, read from its own ``_preprocess``."""
+    jit_module = sys.modules["equinox._jit"]
+    info = (fn._signature, fn._dynamic_fun, fn._static_fun, fn.donate_first, fn.donate_rest)
+    # eqx traces arrays and keeps every other leaf static: a shape (a call rebuilt without running it) stands
+    # in as an empty NumPy array while it partitions, and takes its place again among the traced parts
+    shapes: dict[int, Any] = {}
+
+    def stand_in(leaf: Any) -> Any:
+        if isinstance(leaf, jax.ShapeDtypeStruct):
+            marker = np.empty((0,), leaf.dtype)
+            shapes[id(marker)] = leaf
+            return marker
+        return leaf
+
+    args, kwargs = jax.tree.map(stand_in, (args, kwargs))
+    dynamic_donate, dynamic_nodonate, static = jit_module._preprocess(info, args, kwargs, return_static=True)
+    dynamic = jax.tree.map(lambda leaf: shapes.get(id(leaf), leaf), (dynamic_donate, dynamic_nodonate))
+    return fn._cached, (*dynamic, static), {}
