@@ -324,7 +324,7 @@ def leak_error_stacks() -> Iterator[list[list[Transformation]]]:
     def on_start(started, offset):
         if started is code:
             try:
-                recorded.append(of_stack(sys._getframe(1)))
+                recorded.append(of_stack(sys._getframe(1 + tool.frames_between)))
             except Exception:
                 pass
 

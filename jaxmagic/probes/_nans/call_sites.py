@@ -20,7 +20,7 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from jaxmagic._jax import jit_internals, runtime
-from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 
 
@@ -44,7 +44,7 @@ class CallSiteCounts:
         tight loop: the step's work evicts the callback from the caches (issue 56)."""
         by_code, block_thread = self._by_code, self._thread
         user_file: dict[str, bool] = {}
-        get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
+        get_ident, disable = threading.get_ident, DISABLE
         jitted, jit_type, top_level = self.jitted, jit_internals.jit_type(), runtime.top_level_check()
         user_jit: dict[object, str] = {}  # jitted function -> its name if defined in the user's code, else ""
         last: list[Any] = [None, None]  # the code of the last call site counted, and its {offset: calls}
@@ -99,7 +99,7 @@ def _defined_by_user(jitted: object) -> bool:
 def counting_call_sites() -> Iterator[CallSiteCounts | None]:
     """Count the user's calls in the block; yield None when ``sys.monitoring`` is missing or all its tools are taken."""
     try:
-        tool = MonitoringTool("jaxmagic call sites")
+        tool = MonitoringTool("jaxmagic call sites", calls=True)
     except NoFreeToolId:
         yield None
         return
