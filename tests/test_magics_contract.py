@@ -14,6 +14,7 @@ import textwrap
 import pytest
 from IPython.core.error import UsageError
 
+from jaxmagic._jax.monitoring_tool import watchers_held
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.ipython.magics import JaxMagics
 from jaxmagic.render import static_bundle
@@ -277,6 +278,7 @@ def test_leaves_no_trace(shell, magic, case):
     result = shell.run_cell(getattr(EXAMPLES[magic], case).format(out="rep"))
     after = take_snapshot()
     assert before.differences(after) == []
+    assert watchers_held() == []  # sys.monitoring's tool ids (Python 3.11: its settrace stand-in) released
     if case == "interrupt":
         assert isinstance(result.error_in_exec, KeyboardInterrupt)
     if case == "ok":

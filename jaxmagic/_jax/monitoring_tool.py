@@ -49,6 +49,13 @@ def restart_events() -> None:
         trace_events.restart_events()
 
 
+def watchers_held() -> list[str]:
+    """The names of the watchers holding a tool now: empty once every block released its own (a contract test)."""
+    if HAS_MONITORING:
+        return [name for tool in TOOL_IDS if (name := _monitoring.get_tool(tool)) is not None]
+    return trace_events.held()
+
+
 class MonitoringTool:
     """A claimed tool id. ``release()`` (or leaving the ``with`` block) undoes all it set.
 

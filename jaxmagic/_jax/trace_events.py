@@ -4,7 +4,8 @@ Python 3.11 has no ``sys.monitoring``. Its ``sys.settrace`` gives the thread tha
 PY_START (``call`` at a frame's first ``RESUME``, not at a generator's resumption), PY_RETURN (``return`` at a
 ``RETURN_VALUE``: not a ``yield``, not an exception leaving the frame), LINE (``line``, in the frames the trace
 function follows line by line) and RAISE (``exception``, in each frame an exception passes through, as
-RAISE-watching code here expects). ``StandInTool`` offers them with ``sys.monitoring``'s callback signatures,
+RAISE-watching code here expects; no LINE for a one-line function's body, as in Python 3.13, whose answers
+the tests and the documentation give). ``StandInTool`` offers them with ``sys.monitoring``'s callback signatures,
 ``DISABLE`` and ``restart_events``, so a watcher written for ``sys.monitoring`` runs on it unchanged, but:
 
 * one thread: it sees the thread that claimed it (every watcher here follows its block's thread only);
@@ -22,6 +23,7 @@ RAISE-watching code here expects). ``StandInTool`` offers them with ``sys.monito
 from __future__ import annotations
 
 import dis
+import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -49,6 +51,7 @@ DISABLE: Any = object()  # a callback's answer: this location no longer calls ba
 
 _RESUME = dis.opmap.get("RESUME", -1)
 _RETURN_VALUE = dis.opmap["RETURN_VALUE"]
+_FUNCTION = inspect.CO_OPTIMIZED  # a function's code (lambdas, 3.11's comprehensions), not a module or class body
 _LOCAL = Events.PY_RETURN | Events.LINE | Events.RAISE  # the events a frame's own trace function gives
 
 
@@ -113,6 +116,15 @@ def restart_events() -> None:
     """What every tool of this thread switched off, on again."""
     for tool in _thread_hooks().tools:
         tool.restart()
+
+
+def held() -> list[str]:
+    """The names of this thread's tools, and "sys.settrace" while the trace function is still ours."""
+    hooks = _thread_hooks()
+    names = [tool.name for tool in hooks.tools]
+    if sys.gettrace() is hooks.trace:
+        names.append("sys.settrace")
+    return names
 
 
 class _ThreadHooks:
@@ -195,6 +207,8 @@ class _ThreadHooks:
         try:
             if event == "line":
                 line = frame.f_lineno
+                if line == code.co_firstlineno and code.co_flags & _FUNCTION:
+                    return self.local  # a one-line function's body (a lambda): Python 3.13 gives it no LINE event
                 for tool in self.tools:
                     if tool.events_for(code) & Events.LINE and (code, line) not in tool.lines_off:
                         callback = tool.callbacks.get(Events.LINE)
