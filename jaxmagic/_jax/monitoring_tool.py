@@ -30,9 +30,19 @@ _monitoring: Any = getattr(sys, "monitoring", None)  # Python 3.12+; None on 3.1
 HAS_MONITORING = _monitoring is not None
 DISABLE: Any = _monitoring.DISABLE if HAS_MONITORING else trace_events.DISABLE
 
-# The plain words a report gives for what Python 3.11 lacks (it stands after "could not ...": "(...)").
-NO_MONITORING = "Python 3.11 has no sys.monitoring; Python 3.12+ has it"
-_NO_CALLS = NO_MONITORING + ", and 3.11's trace hook does not see calls of jitted functions"
+# The plain words a report gives for what Python 3.11 lacks (they stand after "could not ...:").
+NO_MONITORING = "Python 3.11 has no sys.monitoring (Python 3.12+ has it)"
+_NO_CALLS = NO_MONITORING + ", and 3.11's trace hook does not see a jitted function called"
+_SETTRACE_HELD = NO_MONITORING + ", and its stand-in, sys.settrace, is held by a debugger or coverage tool"
+_ALL_TAKEN = "every sys.monitoring tool id jaxmagic may use was taken"
+
+
+def why_no_tool(*, calls: bool = False) -> str:
+    """Why a watcher (one needing CALL events: ``calls``) could not be had, in the words a report shows
+    after "could not ...:" - this Python lacks what it needs, or others hold it. Never says "taken" on 3.11."""
+    if HAS_MONITORING:
+        return _ALL_TAKEN
+    return _NO_CALLS if calls else _SETTRACE_HELD
 
 
 class NoFreeToolId(RuntimeError):
@@ -75,7 +85,7 @@ class MonitoringTool:
             try:
                 self._stand_in: trace_events.StandInTool | None = trace_events.StandInTool(name)
             except trace_events.SettraceTaken:
-                raise NoFreeToolId(NO_MONITORING + "; its stand-in, sys.settrace, is held by a debugger") from None
+                raise NoFreeToolId(_SETTRACE_HELD) from None
             self.id = -1
             self.frames_between = trace_events.FRAMES_BETWEEN
             self._events: Any = trace_events.Events
@@ -85,7 +95,7 @@ class MonitoringTool:
         free = next((tool for tool in TOOL_IDS if monitoring.get_tool(tool) is None), None)
         if free is None:
             taken = ", ".join(f"{tool}: {monitoring.get_tool(tool)}" for tool in TOOL_IDS)
-            raise NoFreeToolId(f"every sys.monitoring tool id jaxmagic may use is taken ({taken})")
+            raise NoFreeToolId(f"{_ALL_TAKEN} ({taken})")
         monitoring.use_tool_id(free, name)
         self._stand_in = None
         self.id = free

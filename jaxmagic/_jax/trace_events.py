@@ -47,10 +47,12 @@ class Events:
 
 
 OFFERED = Events.PY_START | Events.PY_RETURN | Events.LINE | Events.RAISE
-DISABLE: Any = object()  # a callback's answer: this location no longer calls back (as sys.monitoring.DISABLE)
+# A callback's answer: this location no longer calls back. sys.monitoring's own where it exists, so the
+# stand-in can be tried on Python 3.12+ too (the tests do) with watchers that return that one.
+DISABLE: Any = getattr(getattr(sys, "monitoring", None), "DISABLE", object())
 
 _RESUME = dis.opmap.get("RESUME", -1)
-_RETURN_VALUE = dis.opmap["RETURN_VALUE"]
+_RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap)
 _FUNCTION = inspect.CO_OPTIMIZED  # a function's code (lambdas, 3.11's comprehensions), not a module or class body
 _LOCAL = Events.PY_RETURN | Events.LINE | Events.RAISE  # the events a frame's own trace function gives
 
@@ -220,7 +222,7 @@ class _ThreadHooks:
                         else:
                             tool.lines_on.add(code)
             elif event == "return":
-                if code.co_code[frame.f_lasti] == _RETURN_VALUE:  # not a yield, not an exception leaving
+                if code.co_code[frame.f_lasti] in _RETURNS:  # not a yield, not an exception leaving
                     for tool in self.tools:
                         if tool.events_for(code) & Events.PY_RETURN:
                             callback = tool.callbacks.get(Events.PY_RETURN)

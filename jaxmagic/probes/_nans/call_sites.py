@@ -97,7 +97,8 @@ def _defined_by_user(jitted: object) -> bool:
 
 @contextlib.contextmanager
 def counting_call_sites() -> Iterator[CallSiteCounts | None]:
-    """Count the user's calls in the block; yield None when ``sys.monitoring`` is missing or all its tools are taken."""
+    """Count the user's calls in the block; yield None when no watcher of calls can be had
+    (``monitoring_tool.why_no_tool(calls=True)`` says why: Python 3.11, or every tool id taken)."""
     try:
         tool = MonitoringTool("jaxmagic call sites", calls=True)
     except NoFreeToolId:

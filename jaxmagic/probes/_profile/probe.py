@@ -132,7 +132,7 @@ class profile:
             setattr(self.report, field.name, getattr(built, field.name))
         if not self._capture.available and not self.report.capture_note:
             self.report.capture_note = (
-                "The jitted calls could not be followed here (no free sys.monitoring tool id), so kernels "
+                f"The jitted calls could not be followed here ({self._capture.unavailable}), so kernels "
                 "show by name only, without lines or scopes."
             )
         elif self._capture.overflow and not self.report.capture_note:

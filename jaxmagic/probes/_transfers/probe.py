@@ -184,11 +184,11 @@ _SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorde
 
 
 def _claimed_tool(report: TransferReport) -> MonitoringTool | None:
-    """A sys.monitoring tool id for following the cell, or None (then said in the report)."""
+    """A watcher (a ``sys.monitoring`` tool id) for following the cell, or None (then said in the report)."""
     try:
         return MonitoringTool("jaxmagic transfers")
-    except NoFreeToolId:
-        report.lines_followed = False
+    except NoFreeToolId as why:
+        report.lines_followed, report.lines_unfollowed = False, str(why)
         return None
 
 
