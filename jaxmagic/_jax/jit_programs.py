@@ -43,7 +43,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_internals
-from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
 
@@ -163,7 +163,7 @@ class ProgramCapture:
         if user is None:
             user = self._user[code.co_filename] = is_user_file(code.co_filename)
         if not user:
-            return sys.monitoring.DISABLE
+            return DISABLE
         kind = type(callable_)
         if kind is self._compiled_type:  # jit(f).lower(x).compile() called: its text is at hand
             if id(callable_) not in self._compiled and len(self._compiled) < MAX_PROGRAMS:

@@ -13,7 +13,6 @@ entered the block is counted.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import CodeType, TracebackType

@@ -500,7 +500,9 @@ class _GuardLog:
         if user:
             self._user_codes.add(id(code))
         if user and self._tool is not None:
-            caller = sys._getframe(3 + self._between).f_back  # 0: here, 1: _other_line, 2: on_line, 3: the function's own frame
+            caller = sys._getframe(
+                3 + self._between
+            ).f_back  # 0: here, 1: _other_line, 2: on_line, 3: the function's own frame
             if caller is not None and not is_user_file(caller.f_code.co_filename):
                 self._tool.watch_code(code, self._tool.events.PY_RETURN)
         return user
