@@ -240,3 +240,20 @@ def test_jax_from_a_folder_on_pythonpath_leaves_the_users_lines_to_the_user(tmp_
     assert got["nan_line"] == [str(script), lines.index("    y = jnp.log(x - 1.0)") + 1]
     call = lines.index("        step(jnp.ones(n), 2.0)") + 1
     assert got["compile_lines"] == [[str(script), call]] * 2
+
+
+def test_the_profile_is_read_in_memory_and_leaves_no_folder(tmp_path, monkeypatch):
+    """JAX 0.10's ``stop_trace()`` returns nothing and writes ``start_trace(None)``'s trace to ``./None``:
+    ``_jax/profiler_trace.py`` reads it back from a temporary folder it removes."""
+    monkeypatch.chdir(tmp_path)
+
+    @jax.jit
+    def matmul(x):
+        return jnp.tanh(x @ x).sum()
+
+    x = jnp.ones((128, 128))
+    matmul(x).block_until_ready()
+    with probes.profile() as rep:
+        matmul(x).block_until_ready()
+    assert "matmul" in json.dumps(rep.to_dict())
+    assert list(tmp_path.iterdir()) == []
