@@ -230,7 +230,9 @@ def test_jax_from_a_folder_on_pythonpath_leaves_the_users_lines_to_the_user(tmp_
         shutil.copytree(info, target / info.name)
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(ROOT)]), "JAX_PLATFORMS": "cpu"}
+    # what PYTHONPATH held stays after (the TPU image's JAX folder, with numpy beside it)
+    path = [str(target), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
