@@ -46,7 +46,7 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line
 
 MAX_PENDING = 16
-MAX_PENDING_COPIES = 2
+MAX_PENDING_COPIES = 4
 
 
 @dataclasses.dataclass
