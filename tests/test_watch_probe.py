@@ -351,7 +351,10 @@ def test_an_optional_argument_left_to_none_then_given_a_float_is_told_at_its_fir
 def test_a_new_jit_wrapper_per_call_is_told_at_its_first_repeat(shell):
     # jax-ml/jax#9288: jax.jit(lambda ...) built inside the loop compiles at every iteration.
     cell(shell, "%jax_watch -o wlog")
-    cell(shell, "def body(i):\n    return i + 1\ni = jnp.int32(0)\nfor _ in range(2):\n    i = jax.jit(lambda v: body(v))(i)")
+    cell(
+        shell,
+        "def body(i):\n    return i + 1\ni = jnp.int32(0)\nfor _ in range(2):\n    i = jax.jit(lambda v: body(v))(i)",
+    )
     (found,) = findings(shell, "recompilation")
     assert found["count"] == 2 and found["cause"]["kind"] == "new_function"
 
@@ -366,7 +369,9 @@ def test_a_last_partial_batch_and_a_static_mode_stay_within_the_budget(shell):
         "from functools import partial\n"
         "@partial(jax.jit, static_argnames='train')\ndef forward(x, train):\n    return x * 0.5 if train else x\n",
     )
-    cell(shell, "data = jnp.ones((100, 4))\nfor start in range(0, 100, 32):\n    m = batch_mean(data[start:start + 32])")
+    cell(
+        shell, "data = jnp.ones((100, 4))\nfor start in range(0, 100, 32):\n    m = batch_mean(data[start:start + 32])"
+    )
     cell(shell, "y = forward(data, train=True)\ny = forward(data, train=False)")
     assert findings(shell) == []
     cell(shell, "m = batch_mean(jnp.ones((3, 4)))")  # a third shape: past the budget of 2
