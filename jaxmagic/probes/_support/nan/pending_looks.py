@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ MAX_PENDING = 16
 MAX_PENDING_COPIES = 4
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one made per look: slots make it cheaper
 class PendingLook:
     """One look not read yet: who made the call, what the verdict is about, and the verdict itself."""
 
@@ -59,16 +60,22 @@ class PendingLook:
     previous: int  # the number of the function's call looked at before this one
     site: tuple[str, int, str] | None  # (file, line, function) of the user's line that made the call
     indices: list[int]  # the outputs the verdict is about (the float ones), in its order
-    shapes: list[tuple[int, ...]]
-    args: list  # the call's flat arguments: whether a NaN came in, read only when the call returned one
+    args: Sequence  # the call's flat arguments: whether a NaN came in, read only when the call returned one
     jit_locals: tuple | None  # (function, jit options, args, kwargs) to replay the call
     kept: dict | None  # the watch's copies of what the call donated, and of its results
     codes: Any = None  # the device's verdict (finite_flags.nonfinite_codes); None: read ``outputs`` on the host
     outputs: list | None = None  # the float outputs themselves, for a look read on the host
+    shapes: list[tuple[int, ...]] | None = None  # the float outputs' shapes, for a verdict (outputs not kept)
 
     @property
     def line(self) -> SourceLine | None:
         return source_line(*self.site) if self.site is not None else None
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        """The shape of the ``i``-th float output (the verdict's order)."""
+        if self.shapes is not None:
+            return self.shapes[i]
+        return tuple(getattr((self.outputs or [])[i], "shape", ()))
 
     def ready(self) -> bool:
         """Whether reading it now waits for nothing (a look read on the host is read at the next look)."""

@@ -199,19 +199,20 @@ class NanWatch(jit_calls.CallObserver):
         floats = [outputs[i] for i in indices]
         frame, lineno = call_site()  # kept as words, not the frame: a frame keeps its locals alive
         site = (frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame is not None else None
-        shapes = [tuple(getattr(out, "shape", ())) for out in floats]
-        look = PendingLook(name, is_jit, number, previous, site, indices, shapes, list(args), jit_locals, kept)
-        if is_jit and self._on_device(floats):
+        look = PendingLook(name, is_jit, number, previous, site, indices, args, jit_locals, kept)
+        if is_jit and (self._platform != "cpu" or VERDICTS_ON_DEVICE) and self._on_device(floats):
             signature = finite_flags.signature_of(floats)
             if signature in self._signatures or finite_flags.has_verdict_program(signature):
                 look.codes = finite_flags.nonfinite_codes(floats, signature)
+                look.shapes = [tuple(getattr(out, "shape", ())) for out in floats]
             else:  # its first call: read on the host, no program compiled for a function called once
                 self._signatures.add(signature)
         if look.codes is None:  # read on the host: its results, or the copies of those a later call donates
             look.outputs = [kept["results"].get(id(out), out) for out in floats] if kept is not None else floats
-        self._looks.add(look)
-        while self._looks.over_limit():  # the device is far behind: wait for the oldest look
-            self._read(self._looks.take(wait=True))
+        looks = self._looks
+        looks.add(look)
+        while looks.over_limit():  # the device is far behind: wait for the oldest look
+            self._read(looks.take(wait=True))
 
     def _on_device(self, floats: list) -> bool:
         """Whether verdicts are the device's (``VERDICTS_ON_DEVICE``; by default off the CPU)."""
@@ -272,7 +273,7 @@ class NanWatch(jit_calls.CallObserver):
                         jitted=look.is_jit,
                         call_number=look.number,
                         line=look.line,
-                        leaves=[f"output {look.indices[i]} {look.shapes[i]}" for i in infinite[:4]],
+                        leaves=[f"output {look.indices[i]} {look.shape(i)}" for i in infinite[:4]],
                     )
             return
         if self.sighting is not None:
@@ -288,7 +289,7 @@ class NanWatch(jit_calls.CallObserver):
             jitted=look.is_jit,
             call_number=number,
             line=look.line,
-            leaves=[f"output {look.indices[i]} {look.shapes[i]}" for i in bad[:4]],
+            leaves=[f"output {look.indices[i]} {look.shape(i)}" for i in bad[:4]],
             came_in=came_in,
             calls_with_nan=1,
             unread_before=(previous + 1, number - 1) if number - previous > 1 else None,
