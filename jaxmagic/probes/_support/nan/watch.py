@@ -203,7 +203,8 @@ class NanWatch(jit_calls.CallObserver):
         if is_jit and (self._platform != "cpu" or VERDICTS_ON_DEVICE) and self._on_device(floats):
             signature = finite_flags.signature_of(floats)
             if signature in self._signatures or finite_flags.has_verdict_program(signature):
-                look.codes = finite_flags.nonfinite_codes(floats, signature)
+                with jit_calls.reads_allowed():  # its copy to the host is ours, not a transfer of the user's
+                    look.codes = finite_flags.nonfinite_codes(floats, signature)
                 look.shapes = [tuple(getattr(out, "shape", ())) for out in floats]
             else:  # its first call: read on the host, no program compiled for a function called once
                 self._signatures.add(signature)
