@@ -140,6 +140,13 @@ def _verdict_program():
     return jax.jit(lambda *leaves: jnp.stack([_code(leaf) for leaf in leaves]))
 
 
+@functools.cache
+def _one_process() -> bool:
+    """Whether this is the only JAX process (asked once a verdict is wanted: the backend runs by then, and its
+    process count is fixed from its start): every array is then fully addressable, no need to ask each."""
+    return jax.process_count() == 1
+
+
 def signature_of(leaves) -> tuple:
     """What a verdict program is compiled for: the results' shapes and dtypes."""
     return tuple((leaf.shape, leaf.dtype) for leaf in leaves)
@@ -157,7 +164,7 @@ def nonfinite_codes(leaves, signature: tuple):
 
     The program is jaxmagic's own (``OWN_PROGRAMS``): its compilation is no compilation of the user's."""
     try:
-        if not all(leaf.is_fully_addressable for leaf in leaves):
+        if not _one_process() and not all(leaf.is_fully_addressable for leaf in leaves):
             return None  # a program over another process's shards would need that process to run it too
         with OWN_PROGRAMS:
             codes = _verdict_program()(*leaves)
