@@ -96,6 +96,8 @@ def slow_step(x, w):
 def test_the_loop_is_not_held_up_by_its_looks(on_device):
     # A look that read the previous call's results waited for that call: by the loop's end every call but
     # the last had finished. Looks that wait for nothing leave the loop's calls queued at its end.
+    if jax.default_backend() != "cpu":
+        pytest.skip("the step is long against a look only on the CPU (an accelerator computes it in microseconds)")
     x0, w = jnp.ones((1200, 1200)), jnp.full((1200, 1200), 0.001)
     warm = Watch(only=["NaN"])
     _watched(warm, lambda: [slow_step(x0, w) for _ in range(2)][-1].block_until_ready())  # compiled, both
