@@ -124,7 +124,8 @@ def known(value) -> tuple[bool, bool] | None:
 # The NaN watch's verdicts: a code per float result of a call.
 FINITE, INF, NAN = 0, 1, 2
 _CODE_KINDS = ("", "inf", "nan")  # a code -> what ``read_codes`` says of that result
-_verdict_signatures: set[tuple] = set()  # the results' (shape, dtype)s a verdict program was compiled for
+_verdict_signatures: set[tuple] = set()  # the results' signatures a verdict program was compiled for
+VERDICT_SIGNATURES = 4096  # the most remembered
 
 
 def _code(x):
@@ -134,10 +135,16 @@ def _code(x):
     return jnp.max(each, initial=jnp.int8(FINITE))
 
 
+def jaxmagic_nan_verdict(*leaves):
+    """The codes of all of a call's float results in one program (one dispatch a look). Named so that a
+    compile log or a profile the user reads says whose program it is."""
+    return jnp.stack([_code(leaf) for leaf in leaves])
+
+
 @functools.cache
 def _verdict_program():
-    """The codes of all of a call's float results in one program (one dispatch a look; compiled per signature)."""
-    return jax.jit(lambda *leaves: jnp.stack([_code(leaf) for leaf in leaves]))
+    """``jaxmagic_nan_verdict`` jitted once for the process (compiled per signature of results)."""
+    return jax.jit(jaxmagic_nan_verdict)
 
 
 @functools.cache
@@ -148,8 +155,8 @@ def _one_process() -> bool:
 
 
 def signature_of(leaves) -> tuple:
-    """What a verdict program is compiled for: the results' shapes and dtypes."""
-    return tuple((leaf.shape, leaf.dtype) for leaf in leaves)
+    """What a verdict program is compiled for: the results' shapes, dtypes and weak types."""
+    return tuple((leaf.shape, leaf.dtype, leaf.weak_type) for leaf in leaves)
 
 
 def has_verdict_program(signature: tuple) -> bool:
@@ -171,6 +178,8 @@ def nonfinite_codes(leaves, signature: tuple):
             codes.copy_to_host_async()
     except Exception:
         return None
+    if len(_verdict_signatures) >= VERDICT_SIGNATURES:  # a bound: one forgotten compiles again, once
+        _verdict_signatures.clear()
     _verdict_signatures.add(signature)
     return codes
 
