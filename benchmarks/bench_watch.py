@@ -22,7 +22,8 @@ theirs (goal <= 2 KiB).
 
 The MLP rows (``mlp_rows``; issue 60.3, for the accelerator): a 300-step training
 loop of a plain-JAX MLP (784-512-512-10, batch 128, SGD, jitted step; params
-donated or not), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
+donated or not; or with dropout, a new key split per step - the keys area reads
+each key's data on the host), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
 looks once waited for each step: 2.45-2.49x); then what one NaN look costs on
 that step, looking at every call (no sampling), on the host (the CPU's way, the
 TPU's before) and on the device (the accelerator's way), in microseconds beside
@@ -194,8 +195,20 @@ def _mlp_sgd(params, x, y):
     loss, grads = jax.value_and_grad(_mlp_loss)(params, x, y)
     return jax.tree.map(lambda p, g: p - 0.05 * g, params, grads), loss
 
+def _mlp_loss_dropout(params, x, y, key):
+    for w, b in params[:-1]:
+        key, sub = jax.random.split(key)
+        x = jax.nn.relu(x @ w + b) * jax.random.bernoulli(sub, 0.9, (x.shape[0], w.shape[1])) / 0.9
+    w, b = params[-1]
+    return -jnp.mean(jnp.sum(jax.nn.log_softmax(x @ w + b) * y, axis=-1))
+
+def _mlp_sgd_dropout(params, x, y, key):
+    loss, grads = jax.value_and_grad(_mlp_loss_dropout)(params, x, y, key)
+    return jax.tree.map(lambda p, g: p - 0.05 * g, params, grads), loss
+
 mlp_step = jax.jit(_mlp_sgd)
 mlp_step_donated = jax.jit(_mlp_sgd, donate_argnums=(0,))
+mlp_step_dropout = jax.jit(_mlp_sgd_dropout)
 _k1, _k2 = jax.random.split(jax.random.key(0))
 mlp_x = jax.random.normal(_k1, (128, 784))
 mlp_y = jax.nn.one_hot(jax.random.randint(_k2, (128,), 0, 10), 10)
@@ -206,7 +219,12 @@ mlp_params0 = _mlp_init(jax.random.key(1))
 def mlp_loop(steps: int, step: str = "mlp_step") -> str:
     """A cell: ``steps`` training steps from fresh params, waited for at the end (as a user reads the loss)."""
     copy = "jax.tree.map(jnp.copy, mlp_params0)"  # a donating step deletes what it is given
-    return f"p = {copy}\nfor _ in range({steps}):\n    p, loss = {step}(p, mlp_x, mlp_y)\nmlp_loss_last = float(loss)"
+    call = f"p, loss = {step}(p, mlp_x, mlp_y)"
+    if step == "mlp_step_dropout":  # a new key each step, split from the last (the keys area reads each)
+        copy += ", jax.random.key(2)"
+        call = "key, sub = jax.random.split(key)\n    p, loss = mlp_step_dropout(p, mlp_x, mlp_y, sub)"
+    target = "p, key" if step == "mlp_step_dropout" else "p"
+    return f"{target} = {copy}\nfor _ in range({steps}):\n    {call}\nmlp_loss_last = float(loss)"
 
 
 def looking_at_every_call(body: str, on_device: bool) -> str:
@@ -228,7 +246,12 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
     run_cell(shell, MLP_SETUP)
     compile_row = verdict_compile_row(shell)
     rows = []
-    for step in ("mlp_step", "mlp_step_donated"):
+    cases = {
+        "mlp_step": "params not donated",
+        "mlp_step_donated": "donated params",
+        "mlp_step_dropout": "a new dropout key per step",
+    }
+    for step, what in cases.items():
         cells = {"bare": mlp_loop(steps, step), "watched": mlp_loop(steps, step)}
         run_cell(shell, "%jax_watch -o _mlp_log")
         run_cell(shell, cells["watched"])  # warm-up: compiled, the verdict program too
@@ -243,7 +266,6 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
         run_cell(shell, "%jax_watch off")
         log = shell.user_ns["_mlp_log"]
         r = [w / b for w, b in zip(watched, bare)]
-        what = "donated params" if step.endswith("donated") else "params not donated"
         rows.append(
             Row(
                 f"watched vs bare: {steps}-step MLP training loop ({what})",
