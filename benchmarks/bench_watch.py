@@ -273,7 +273,7 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
                 median(bare),
                 goal=1.05,
                 values=r,
-                note=f"{repetitions} reps, wall-clock; middle half {quartiles(r, 3)}; {log.coverage}",
+                note=f"{repetitions} reps, wall-clock; middle half {quartiles(r, 3) if len(r) > 1 else '-'}; {log.coverage}",
             )
         )
         rows.append(
