@@ -19,6 +19,18 @@ Then a soak (``soak.py``): 2,000 small JAX cells watched and 2,000 unwatched, in
 chunks of 100: the late/early time ratio of the watched cells against the
 unwatched cells' own (goal <= 1.1x), and the RSS growth per cell more than
 theirs (goal <= 2 KiB).
+
+The MLP rows (``mlp_rows``; issue 60.3, for the accelerator): a 300-step training
+loop of a plain-JAX MLP (784-512-512-10, batch 128, SGD, jitted step; params
+donated or not; or with dropout, a new key split per step - the keys area reads
+each key's data on the host), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
+looks once waited for each step: 2.45-2.49x); then what one NaN look costs on
+that step, looking at every call (no sampling), on the host (the CPU's way, the
+TPU's before) and on the device (the accelerator's way), in microseconds beside
+an empty post hook (the floor); and the verdict program's first compilation.
+Only these rows, e.g. on the TPU:
+
+    python benchmarks/bench_watch.py mlp [--steps 300] [--reps 9]
 """
 
 from __future__ import annotations
@@ -28,7 +40,18 @@ import textwrap
 import time
 from pathlib import Path
 
-from harness import Row, make_shell, median, per_call_benchmark, quartiles, run_cell, timed
+from harness import (
+    PER_CALL_SETUP,
+    Row,
+    alternate_by_both_clocks,
+    make_shell,
+    median,
+    per_call_benchmark,
+    quartiles,
+    run_cell,
+    timed,
+    with_empty_hook,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "demo_notebooks"))  # the section 9 script
 import section9_script
@@ -147,12 +170,192 @@ def soak_rows(cells: int = 2000) -> list[Row]:
     ]
 
 
+MLP_STEPS, MLP_REPS = 300, 9
+MLP_SETUP = """
+import jax, jax.numpy as jnp
+from jaxmagic.probes import Watch as _BenchWatch
+import jaxmagic.probes._watch.session as _bench_session
+from jaxmagic._jax.call_sampling import CallSampler as _BenchSampler
+from jaxmagic.probes._support.nan import watch as _bench_nan
+
+def _mlp_init(key, sizes=(784, 512, 512, 10)):
+    params = []
+    for m, n in zip(sizes[:-1], sizes[1:]):
+        key, sub = jax.random.split(key)
+        params.append((jax.random.normal(sub, (m, n)) * (2.0 / m) ** 0.5, jnp.zeros(n)))
+    return params
+
+def _mlp_loss(params, x, y):
+    for w, b in params[:-1]:
+        x = jax.nn.relu(x @ w + b)
+    w, b = params[-1]
+    return -jnp.mean(jnp.sum(jax.nn.log_softmax(x @ w + b) * y, axis=-1))
+
+def _mlp_sgd(params, x, y):
+    loss, grads = jax.value_and_grad(_mlp_loss)(params, x, y)
+    return jax.tree.map(lambda p, g: p - 0.05 * g, params, grads), loss
+
+def _mlp_loss_dropout(params, x, y, key):
+    for w, b in params[:-1]:
+        key, sub = jax.random.split(key)
+        x = jax.nn.relu(x @ w + b) * jax.random.bernoulli(sub, 0.9, (x.shape[0], w.shape[1])) / 0.9
+    w, b = params[-1]
+    return -jnp.mean(jnp.sum(jax.nn.log_softmax(x @ w + b) * y, axis=-1))
+
+def _mlp_sgd_dropout(params, x, y, key):
+    loss, grads = jax.value_and_grad(_mlp_loss_dropout)(params, x, y, key)
+    return jax.tree.map(lambda p, g: p - 0.05 * g, params, grads), loss
+
+mlp_step = jax.jit(_mlp_sgd)
+mlp_step_donated = jax.jit(_mlp_sgd, donate_argnums=(0,))
+mlp_step_dropout = jax.jit(_mlp_sgd_dropout)
+_k1, _k2 = jax.random.split(jax.random.key(0))
+mlp_x = jax.random.normal(_k1, (128, 784))
+mlp_y = jax.nn.one_hot(jax.random.randint(_k2, (128,), 0, 10), 10)
+mlp_params0 = _mlp_init(jax.random.key(1))
+"""
+
+
+def mlp_loop(steps: int, step: str = "mlp_step") -> str:
+    """A cell: ``steps`` training steps from fresh params, waited for at the end (as a user reads the loss)."""
+    copy = "jax.tree.map(jnp.copy, mlp_params0)"  # a donating step deletes what it is given
+    call = f"p, loss = {step}(p, mlp_x, mlp_y)"
+    if step == "mlp_step_dropout":  # a new key each step, split from the last (the keys area reads each)
+        copy += ", jax.random.key(2)"
+        call = "key, sub = jax.random.split(key)\n    p, loss = mlp_step_dropout(p, mlp_x, mlp_y, sub)"
+    target = "p, key" if step == "mlp_step_dropout" else "p"
+    return f"{target} = {copy}\nfor _ in range({steps}):\n    {call}\nmlp_loss_last = float(loss)"
+
+
+def looking_at_every_call(body: str, on_device: bool) -> str:
+    """``body`` under the watch's NaN area alone, every call looked at (no sampling), its verdicts on the
+    device or on the host: what one look costs."""
+    return (
+        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n_bench_nan.VERDICTS_ON_DEVICE = {on_device}\n"
+        "_bw = _BenchWatch(only=['NaN'])\n_bw.begin_cell('In [0]')\ntry:\n"
+        + textwrap.indent(body, "    ")
+        + "\nfinally:\n    _bw.end_cell()\n    _bench_session.CallSampler = _BenchSampler\n"
+        "    _bench_nan.VERDICTS_ON_DEVICE = None"
+    )
+
+
+def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
+    """The MLP rows of the module docstring (wall-clock: what a user waits, waits for the device included)."""
+    shell = make_shell()
+    run_cell(shell, PER_CALL_SETUP)  # the floor's empty hook
+    run_cell(shell, MLP_SETUP)
+    compile_row = verdict_compile_row(shell)
+    rows = []
+    cases = {
+        "mlp_step": "params not donated",
+        "mlp_step_donated": "donated params",
+        "mlp_step_dropout": "a new dropout key per step",
+    }
+    for step, what in cases.items():
+        cells = {"bare": mlp_loop(steps, step), "watched": mlp_loop(steps, step)}
+        run_cell(shell, "%jax_watch -o _mlp_log")
+        run_cell(shell, cells["watched"])  # warm-up: compiled, the verdict program too
+        run_cell(shell, "%jax_watch off")
+        run_cell(shell, cells["bare"])
+        bare, watched, losses = [], [], set()
+        for rep in range(repetitions):
+            for state in ("bare", "watched") if rep % 2 == 0 else ("watched", "bare"):
+                run_cell(shell, "%jax_watch" if state == "watched" else "%jax_watch off")
+                (watched if state == "watched" else bare).append(timed(lambda c=cells[state]: run_cell(shell, c)))
+                losses.add(shell.user_ns["mlp_loss_last"])
+        run_cell(shell, "%jax_watch off")
+        log = shell.user_ns["_mlp_log"]
+        r = [w / b for w, b in zip(watched, bare)]
+        rows.append(
+            Row(
+                f"watched vs bare: {steps}-step MLP training loop ({what})",
+                median(watched),
+                median(bare),
+                goal=1.05,
+                values=r,
+                note=f"{repetitions} reps, wall-clock; middle half {quartiles(r, 3) if len(r) > 1 else '-'}; {log.coverage}",
+            )
+        )
+        rows.append(
+            Row(
+                f"the watched MLP loop ({what}) computes the same loss and finds nothing",
+                compare="check",
+                goal=True,
+                value=len(losses) == 1 and not log.findings,
+                note=f"loss {sorted(losses)}; {len(log.findings)} finding(s)",
+            )
+        )
+    return rows + per_look_rows(shell, max(steps // 3, 50), repetitions) + [compile_row]
+
+
+def per_look_rows(shell, steps: int, repetitions: int) -> list[Row]:
+    """Microseconds one NaN look adds to the MLP step, on the host and on the device, beside the floor."""
+    body = mlp_loop(steps)
+    cells = {
+        "plain": body,
+        "floor": with_empty_hook(body),
+        "host": looking_at_every_call(body, on_device=False),
+        "device": looking_at_every_call(body, on_device=True),
+    }
+    for cell in cells.values():  # compiled under every variant, verdict program included
+        run_cell(shell, cell)
+    cpu, wall = alternate_by_both_clocks(shell, cells, repetitions)
+    step_us = median(wall["plain"]) / steps * 1e6
+    rows = []
+    for name, label, baseline in (
+        ("floor", "an empty post hook (the floor)", "plain"),
+        ("host", "a NaN look at every call, read on the host", "floor"),
+        ("device", "a NaN look at every call, verdict on the device", "floor"),
+    ):
+        added = [(w - b) / steps for w, b in zip(wall[name], wall[baseline])]
+        added_cpu = [(c - b) / steps for c, b in zip(cpu[name], cpu[baseline])]
+        rows.append(
+            Row(
+                f"MLP step + {label}: wall-clock per call over {'the plain loop' if baseline == 'plain' else 'the floor'}",
+                compare="difference",
+                values=added,
+                note=f"thread CPU {median(added_cpu) * 1e6:+.1f} us ({min(added_cpu) * 1e6:+.1f} to "
+                f"{max(added_cpu) * 1e6:+.1f}); step {step_us:.0f} us wall; {steps} calls, {repetitions} reps",
+            )
+        )
+    return rows
+
+
+def verdict_compile_row(shell) -> Row:
+    """How long the verdict program for the MLP step's results takes to compile and run the first time."""
+    run_cell(
+        shell,
+        "from jaxmagic._jax import finite_flags as _ff\nimport time as _t\n"
+        "_leaves = [l for l in jax.tree_util.tree_leaves(mlp_step(mlp_params0, mlp_x, mlp_y))]\n"
+        "_sig = _ff.signature_of(_leaves)\n_first = _t.perf_counter()\n"
+        "_ff.read_codes(_ff.nonfinite_codes(_leaves, _sig))\n_verdict_first = _t.perf_counter() - _first\n"
+        "_first = _t.perf_counter()\n_ff.read_codes(_ff.nonfinite_codes(_leaves, _sig))\n"
+        "_verdict_again = _t.perf_counter() - _first",
+    )
+    first, again = shell.user_ns["_verdict_first"], shell.user_ns["_verdict_again"]
+    return Row(
+        "the verdict program over the MLP step's results: first use (compiles) and a later one",
+        first,
+        again,
+        compare="difference",
+        note="once per signature of results in the process (a function's second call compiles it; its first is "
+        "read on the host)",
+    )
+
+
 def run() -> list[Row]:
-    """The ratios above, then the microseconds added per call (``harness.per_call_rows``)."""
-    return ratio_rows() + per_call_benchmark("watch")
+    """The ratios above, the MLP rows, then the microseconds added per call (``harness.per_call_rows``)."""
+    return ratio_rows() + mlp_rows() + per_call_benchmark("watch")
+
+
+def _option(name: str, default: int) -> int:
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
 
 if __name__ == "__main__":
     from harness import table
 
-    print(table(run()))
+    if "mlp" in sys.argv[1:]:
+        print(table(mlp_rows(_option("--steps", MLP_STEPS), _option("--reps", MLP_REPS))))
+    else:
+        print(table(run()))

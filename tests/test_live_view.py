@@ -121,9 +121,11 @@ for step in range(8):
     time.sleep(0.4)
 """
 
+# The argument types of the loop above (jnp.full(2, 1.0) is weakly typed; jnp.ones(2) is not, and would be a
+# recompilation the watch tells at once: avoidable)
 CLEAN_WATCHED_LOOP = """
 for step in range(6):
-    w = update(jnp.ones(2), jnp.ones(2))
+    w = update(jnp.ones(2), jnp.full(2, 1.0))
     time.sleep(0.4)
 """
 

@@ -8,6 +8,9 @@ import pytest
 
 from jaxmagic._jax.monitoring_tool import TOOL_IDS, MonitoringTool, NoFreeToolId
 
+# sys.monitoring's tool ids (Python 3.12+); Python 3.11's stand-in is tested in tests/test_floor.py
+pytestmark = pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="Python 3.11 has no sys.monitoring")
+
 
 def _free(tool: int) -> bool:
     return sys.monitoring.get_tool(tool) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
+import jax
 import pytest
 
 from jaxmagic._jax.restore import take_snapshot
@@ -314,3 +315,84 @@ def test_live_arrays_are_counted_after_a_share_of_the_cells_when_counting_is_slo
     assert watch._counts_in_consecutive_cells is False  # memory findings then say "counts", not "cells"
     watch._count_seconds = 0.0001
     assert all(watch._count_due() for _ in range(3))
+
+
+# -- avoidable recompilations are told at their first repeat (issue 63.5) ---------------------------------
+
+
+def test_a_python_float_accumulator_fed_back_as_an_array_is_told_at_its_first_repeat(shell):
+    # jax-ml/jax#4274 (and google/jaxopt#451): a scalar started as a Python float is weakly typed; the jitted
+    # step returns a float32 array, so the second call compiles again - within the budget, but avoidable.
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "@jax.jit\ndef accumulate(total, x):\n    return total + jnp.sum(x)\n")
+    result = cell(shell, "total = 0.0\nfor batch in range(5):\n    total = accumulate(total, jnp.ones(3))")
+    assert result.success and float(shell.user_ns["total"]) == 15.0
+    (found,) = findings(shell, "recompilation")
+    assert found["function"] == "accumulate" and found["count"] == 2
+    assert found["cause"]["kind"] == "weak_type" and "avoidable" in found["summary"]
+    assert "dtype" in found["fix"]
+    cell(shell, "for batch in range(3):\n    total = accumulate(total, jnp.ones(3))")
+    assert len(findings(shell, "recompilation")) == 1  # compiled no more: nothing new
+
+
+def test_an_optional_argument_left_to_none_then_given_a_float_is_told_at_its_first_repeat(shell):
+    # jax-ml/jax#2720's shape: an optional argument defaulting to None, given a Python float later - a new
+    # cache key (left to its default in one call), and a new program, compiled within the budget.
+    cell(shell, "%jax_watch -o wlog")
+    cell(shell, "@jax.jit\ndef shrink(w, decay=None):\n    return w if decay is None else w * (1.0 - decay)\n")
+    cell(shell, "w = shrink(jnp.ones(3))")
+    assert findings(shell) == []  # one compilation
+    cell(shell, "w = shrink(w, 0.01)")
+    (found,) = findings(shell, "recompilation")
+    assert found["function"] == "shrink" and found["count"] == 2 and found["cause"]["kind"] == "passing"
+    assert "`decay`" in found["summary"] or "decay" in found["details"]
+
+
+def test_a_new_jit_wrapper_per_call_is_told_at_its_first_repeat(shell):
+    # jax-ml/jax#9288: jax.jit(lambda ...) built inside the loop compiles at every iteration.
+    cell(shell, "%jax_watch -o wlog")
+    cell(
+        shell,
+        "def body(i):\n    return i + 1\ni = jnp.int32(0)\nfor _ in range(2):\n    i = jax.jit(lambda v: body(v))(i)",
+    )
+    (found,) = findings(shell, "recompilation")
+    assert found["count"] == 2 and found["cause"]["kind"] == "new_function"
+
+
+def test_a_last_partial_batch_and_a_static_mode_stay_within_the_budget(shell):
+    # A new shape (the epoch's last, smaller batch) and a static flag's two values (train, then eval) compile
+    # twice by design: told only past the budget.
+    cell(shell, "%jax_watch -o wlog")
+    cell(
+        shell,
+        "@jax.jit\ndef batch_mean(x):\n    return x.mean(axis=0)\n"
+        "from functools import partial\n"
+        "@partial(jax.jit, static_argnames='train')\ndef forward(x, train):\n    return x * 0.5 if train else x\n",
+    )
+    cell(
+        shell, "data = jnp.ones((100, 4))\nfor start in range(0, 100, 32):\n    m = batch_mean(data[start:start + 32])"
+    )
+    cell(shell, "y = forward(data, train=True)\ny = forward(data, train=False)")
+    assert findings(shell) == []
+    cell(shell, "m = batch_mean(jnp.ones((3, 4)))")  # a third shape: past the budget of 2
+    (found,) = findings(shell, "recompilation")
+    assert found["function"] == "batch_mean" and found["count"] == 3 and "avoidable" not in found["summary"]
+
+
+def test_the_live_view_shows_an_avoidable_recompilation_while_the_cell_runs():
+    from jaxmagic.probes import Watch
+
+    watch = Watch(only=["recompilation"])
+
+    @jax.jit
+    def halve(x):
+        return x / 2
+
+    watch.begin_cell("In [1]")
+    try:
+        halve(1.0)
+        halve(jax.numpy.float32(1.0))  # a float32 array after a Python float: weak type
+        _, live = watch.live_progress()
+    finally:
+        watch.end_cell()
+    assert live and "`halve` compiled 2 times so far (budget 2, avoidable)" in live[0]

@@ -69,7 +69,8 @@ def lowering_in_progress(frame: FrameType | None) -> Lowering | None:
         names = list(local.get("arg_names") or [""] * len(in_avals))
         platforms = [str(p) for p in local.get("platforms") or ()]
         with_donation = [str(p) for p in local.get("platforms_with_donation") or ()]
-        out_avals = list(local.get("out_avals") or [])
+        # JAX 0.12 passes out_avals; 0.10 a ClosedJaxpr, whose out_avals they are
+        out_avals = list(local.get("out_avals") or getattr(local.get("jaxpr"), "out_avals", None) or [])
         module = str(local.get("module_name") or "")
     finally:
         del found

@@ -115,6 +115,7 @@ class FastPathCalls:
         self._previous_local: Any = None
         self._installed: Callable | None = None
         self._tool: MonitoringTool | None = None
+        self._between = 0  # frames between a callback and its event's frame (MonitoringTool.frames_between)
         self.lost = False
         self._replaced = False  # a trace ran while JAX's own NaN check had replaced our hook
 
@@ -130,7 +131,7 @@ class FastPathCalls:
             tool = MonitoringTool("jaxmagic jit calls")
         except NoFreeToolId:
             return False
-        self._tool, self._top_level = tool, top_level
+        self._tool, self._top_level, self._between = tool, top_level, tool.frames_between
         tool.on(tool.events.PY_RETURN, self._on_miss_return)
         tool.on(tool.events.PY_START, self._on_miss_start)
         tool.watch_code(code, tool.events.PY_RETURN | tool.events.PY_START)
@@ -278,7 +279,7 @@ class FastPathCalls:
                 self._keep_hook()
             if threading.get_ident() != self._thread or self._state.depth or not self._top_level():
                 return None  # another thread's call, our own re-run, or a call inside a trace
-            frame = sys._getframe(1)
+            frame = sys._getframe(1 + self._between)
             caller = frame.f_back
             while caller is not None and caller.f_code.co_name == "reraise_with_filtered_traceback":
                 caller = caller.f_back  # jax's api_boundary wrapper around cache_miss
@@ -307,7 +308,7 @@ class FastPathCalls:
         try:
             if threading.get_ident() != self._thread or self._state.depth:
                 return None
-            frame = sys._getframe(1)
+            frame = sys._getframe(1 + self._between)
             local = frame.f_locals
             jit_info = local.get("jit_info")
             if jit_info is None or not donates(jit_info) or not self._top_level():

@@ -14,6 +14,12 @@ than XLA's CPU reduction (measured on f32[256,1024]: ~60 µs against ~270 µs).
 Flags are kept only inside ``checking()`` (one producer search), by the
 array's identity, holding the array so that no id is reused meanwhile; outside
 it every function here is a no-op and ``known`` answers None.
+
+The NaN watch asks the same question of a jitted call's results while the
+user's cell runs, and must not wait for them either (``nonfinite_codes``): one
+compiled reduction over all of the call's float results, giving one code per
+result, dispatched behind the call with its copy to the host started; the watch
+keeps only that small array and reads it later (``read_codes``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxmagic._jax.own_programs import OWN_PROGRAMS
 
 _active: list[_Flags] = []  # the flags of the checking() in effect (innermost last)
 
@@ -111,3 +119,75 @@ def known(value) -> tuple[bool, bool] | None:
     if entry is None or entry[0] is not value:
         return None
     return entry[1], entry[2]
+
+
+# The NaN watch's verdicts: a code per float result of a call.
+FINITE, INF, NAN = 0, 1, 2
+_CODE_KINDS = ("", "inf", "nan")  # a code -> what ``read_codes`` says of that result
+_verdict_signatures: set[tuple] = set()  # the results' signatures a verdict program was compiled for
+VERDICT_SIGNATURES = 4096  # the most remembered
+
+
+def _code(x):
+    """NAN when ``x`` holds a NaN, INF when it holds inf and no NaN, else FINITE: one pass over ``x`` (the
+    largest of each element's code), 0 for an empty array."""
+    each = jnp.where(jnp.isnan(x), jnp.int8(NAN), jnp.isinf(x).astype(jnp.int8))
+    return jnp.max(each, initial=jnp.int8(FINITE))
+
+
+def jaxmagic_nan_verdict(*leaves):
+    """The codes of all of a call's float results in one program (one dispatch a look). Named so that a
+    compile log or a profile the user reads says whose program it is."""
+    return jnp.stack([_code(leaf) for leaf in leaves])
+
+
+@functools.cache
+def _verdict_program():
+    """``jaxmagic_nan_verdict`` jitted once for the process (compiled per signature of results)."""
+    return jax.jit(jaxmagic_nan_verdict)
+
+
+@functools.cache
+def _one_process() -> bool:
+    """Whether this is the only JAX process (asked once a verdict is wanted: the backend runs by then, and its
+    process count is fixed from its start): every array is then fully addressable, no need to ask each."""
+    return jax.process_count() == 1
+
+
+def signature_of(leaves) -> tuple:
+    """What a verdict program is compiled for: the results' shapes, dtypes and weak types."""
+    return tuple((leaf.shape, leaf.dtype, leaf.weak_type) for leaf in leaves)
+
+
+def has_verdict_program(signature: tuple) -> bool:
+    """Whether a verdict program for ``signature`` was compiled already (by any watch in this process)."""
+    return signature in _verdict_signatures
+
+
+def nonfinite_codes(leaves, signature: tuple):
+    """One code per leaf (``FINITE``/``INF``/``NAN``, int8) as a device array, computed where the leaves
+    live, dispatched without waiting and its copy to the host started; None when that cannot be done here
+    (leaves on several processes' devices, a deleted leaf, an odd dtype): then read them on the host.
+
+    The program is jaxmagic's own (``OWN_PROGRAMS``): its compilation is no compilation of the user's."""
+    try:
+        if not _one_process() and not all(leaf.is_fully_addressable for leaf in leaves):
+            return None  # a program over another process's shards would need that process to run it too
+        with OWN_PROGRAMS:
+            codes = _verdict_program()(*leaves)
+            codes.copy_to_host_async()
+    except Exception:
+        return None
+    if len(_verdict_signatures) >= VERDICT_SIGNATURES:  # a bound: one forgotten compiles again, once
+        _verdict_signatures.clear()
+    _verdict_signatures.add(signature)
+    return codes
+
+
+def read_codes(codes) -> list[str] | None:
+    """What ``nonfinite_codes`` found, per leaf: "nan", "inf" or "" (finite); None if it failed to run.
+    Waits for the verdict (and so for the call it is about) if it is not ready: ask ``codes.is_ready()``."""
+    try:
+        return [_CODE_KINDS[int(code)] for code in np.asarray(codes)]
+    except Exception:  # the verdict's program failed on the device
+        return None

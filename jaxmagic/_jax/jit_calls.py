@@ -48,7 +48,7 @@ from jaxmagic._jax import jit_internals, key_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
-from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic.report.source import is_user_file
 
@@ -352,7 +352,7 @@ class _UserCallMonitor:
 
     def start(self) -> bool:
         try:
-            tool = MonitoringTool("jaxmagic jit calls")
+            tool = MonitoringTool("jaxmagic jit calls", calls=True)
         except NoFreeToolId:
             return False
         events = tool.events
@@ -377,7 +377,7 @@ class _UserCallMonitor:
         if user is None:
             user = self._user[filename] = self._is_user_file(filename)
         if not user:
-            return sys.monitoring.DISABLE
+            return DISABLE
         return self._at_user_call(callable_)
 
     def _at_user_call(self, callable_: object) -> object:

@@ -75,6 +75,20 @@ def jit_cache_miss_code() -> CodeType | None:
         return None
 
 
+def jitted_again(fun: Any, jit_info: Any) -> Any | None:
+    """The jitted function of a ``cache_miss`` frame (its ``fun`` and ``jit_info`` locals), made again: pjit's
+    own ``_cpp_pjit`` on the same function and options, so JAX's caches serve it (nothing traces again). None
+    when the frame held neither or this JAX builds jitted functions otherwise."""
+    if fun is None or jit_info is None:
+        return None
+    try:
+        from jax._src import pjit  # guard: a private builder, absent from another JAX
+
+        return pjit._cpp_pjit(fun, jit_info)
+    except Exception:
+        return None
+
+
 def clear_dispatch_cache(jitted: object) -> bool:
     """Empty the C++ dispatch cache of one jitted function, so its next call takes the Python path.
 

@@ -16,11 +16,20 @@ JAX gives only for a ``Compiled`` object. To get one per program that ran:
   arguments as they are) until the block ends; then ``f.lower(*specs).compile()``
   gives the program's text and ``memory_analysis()`` - from JAX's caches, cheap.
 
+Where no CALL events can be had (Python 3.11 has no ``sys.monitoring``; its trace hook does not see a
+jitted function called), the calls are seen as ``fast_path_calls`` sees them: JAX's post hook after each
+call its C++ dispatch served from its cache (the call's own function and arguments; the user's frame is
+the hook's caller), and PY_START on ``cache_miss`` before the others (the function rebuilt from that
+frame's ``fun`` and ``jit_info``: ``jit_internals.jitted_again``). A ``Compiled`` called directly is not seen there.
+
 A ``jax.stages.Compiled`` the user calls directly (``jit(f).lower(x).compile()``)
 gives its text at once and is kept until the block ends.
 
-Calls made while JAX traces (tracer arguments), calls from library code and
-calls on other threads than the block's are not captured. A function called again with a signature compiled in an earlier
+A call a library makes of a jitted function it made for the user (``nnx.jit``'s ``jitted_fn``,
+``eqx.filter_jit``'s ``_cached``: not JAX's own function, a user's frame behind the library's) is the
+user's, at the user's line that called the library; every other library call site is switched off at its
+first event. Calls made while JAX traces (tracer arguments) and calls on other threads than the block's
+are not captured. A function called again with a signature compiled in an earlier
 cell is seen only at its first signature (its later programs show by kernel
 name). Costs: one Python callback per call in the user's code, and one
 Python-path dispatch (under a millisecond on CPU) per jitted function.
@@ -37,7 +46,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_internals
-from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import code_kind, is_user_file, user_call_site
 from jaxmagic.report.wording import error_line
 
@@ -69,19 +78,25 @@ class CapturedCall:
 class ProgramCapture:
     """Context manager: see the user's jitted calls; ``programs()`` afterwards compiles their text.
 
-    ``available`` is False when this Python or JAX offers no way to see them
-    (no ``sys.monitoring``, no free tool id, no jit dispatch path to watch).
+    ``available`` is False when this Python or JAX offers no way to see them (no watcher could be had, no
+    jit dispatch path to watch); ``unavailable`` then says why, in words.
     """
 
     def __init__(self):
         self.available = False
+        self.unavailable = "this JAX has no jit dispatch path jaxmagic can watch"
         self._calls: dict[tuple, CapturedCall] = {}
         self._cleared: dict[int, Any] = {}
-        self._user: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
+        self._user: dict[str, bool] = {}
+        self._kinds: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
         self._pending: tuple | None = None
         self._compiled: dict[int, tuple] = {}  # id -> (jax.stages.Compiled, call site), called directly
         self._tool: MonitoringTool | None = None
         self._code = None
+        self._hook_state: Any = None  # JAX's post-hook state, when calls are seen through it (no CALL events)
+        self._hook: Any = None
+        self._previous_local: Any = None
+        self._between = 0  # frames between a callback and its event's frame (MonitoringTool.frames_between)
         self.overflow = 0
         self._thread = threading.get_ident()  # the block's thread (set again on entering)
 
@@ -94,22 +109,52 @@ class ProgramCapture:
         self._compiled_type = jax.stages.Compiled
         self._tracer = jax.core.Tracer
         try:
-            tool = MonitoringTool("jaxmagic profile")
-        except NoFreeToolId:
-            return self
+            tool = MonitoringTool("jaxmagic profile", calls=True)
+        except NoFreeToolId as why:
+            self.unavailable = str(why)
+            return self._enter_without_calls()
         events = tool.events
         tool.on(events.CALL, self._on_call)
         tool.on(events.PY_START, self._on_start)
         tool.watch(events.CALL)
         tool.watch_code(self._code, events.PY_START)
         self._tool = tool
-        self.available = True
+        self.available, self.unavailable = True, ""
+        return self
+
+    def _enter_without_calls(self) -> ProgramCapture:
+        """See the calls through JAX's post hook and ``cache_miss`` (see the module docstring)."""
+        hook_state = jit_internals.post_hook_state()
+        if hook_state is None or self._code is None:
+            return self
+        try:
+            tool = MonitoringTool("jaxmagic profile")
+        except NoFreeToolId as why:
+            self.unavailable = str(why)
+            return self
+        tool.on(tool.events.PY_START, self._on_miss_start)
+        tool.watch_code(self._code, tool.events.PY_START)
+        self._tool, self._between = tool, tool.frames_between
+        previous, capture = hook_state.value, self._after_fast_call
+
+        def hook(jitted: Any, args: tuple, kwargs: dict, output: Any) -> None:
+            capture(jitted, args, kwargs)
+            if previous is not None:  # jax.debug_nans' check, or another watcher's hook: still runs
+                previous(jitted, args, kwargs, output)
+
+        self._hook_state, self._hook = hook_state, hook
+        self._previous_local = hook_state.swap_local(hook)
+        self.available, self.unavailable = True, ""
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._tool is not None:
             self._tool.release()
             self._tool = None
+        if self._hook_state is not None:
+            if self._hook_state.get_local() is self._hook:  # else the block set its own (jax.debug_nans): left
+                self._hook_state.set_local(self._previous_local)
+            self._hook_state = self._hook = self._previous_local = None
         self._cleared.clear()
         self._pending = None
 
@@ -119,15 +164,15 @@ class ProgramCapture:
         if threading.get_ident() != self._thread:  # another thread's call (a data loader): not the block's
             return None  # not DISABLE: the line may run on the block's thread too
         kind = type(callable_)
-        whose = self._user.get(code.co_filename)
+        whose = self._kinds.get(code.co_filename)
         if whose is None:
-            whose = self._user[code.co_filename] = code_kind(code.co_filename)
+            whose = self._kinds[code.co_filename] = code_kind(code.co_filename)
         if whose != "user":
             # A library's call of a jitted function it made for the user (``nnx.jit``'s ``jitted_fn``,
             # ``eqx.filter_jit``'s ``_cached``) is the user's program, seen at the user's line that called
             # the library; any other call site in a library (or in JAX) is switched off at its first event.
-            if whose != "library" or kind is not self._jit_type or not self._made_for_user(callable_):
-                return sys.monitoring.DISABLE
+            if whose != "library" or kind is not self._jit_type or not self._made_for_user(callable_, 2):
+                return DISABLE
         if kind is self._compiled_type:  # jit(f).lower(x).compile() called: its text is at hand
             if id(callable_) not in self._compiled and len(self._compiled) < MAX_PROGRAMS:
                 caller = sys._getframe(1)
@@ -142,14 +187,15 @@ class ProgramCapture:
             self._pending = (callable_, code, offset)
         return None
 
-    def _made_for_user(self, jitted) -> bool:
+    def _made_for_user(self, jitted, depth: int) -> bool:
         """Whether a library's call of ``jitted`` is made for the user: the function is not JAX's own (a
-        ``jnp`` helper an eager optax update calls) and a user's frame is behind the library's frames."""
+        ``jnp`` helper an eager optax update calls) and a user's frame is behind the library's frames.
+        ``depth``: the library's frame making the call, counted from the caller of this method."""
         fun = getattr(jitted, "_fun", None)
         code = getattr(fun, "__code__", None) or getattr(getattr(fun, "__wrapped__", None), "__code__", None)
         if code is not None and code_kind(code.co_filename) == "jax":
             return False
-        frame = sys._getframe(2)  # the library's frame making the call (1 is ``_on_call``)
+        frame = sys._getframe(depth)
         try:
             return user_call_site(frame) is not None
         finally:
@@ -169,9 +215,49 @@ class ProgramCapture:
             pass  # a call we cannot read is shown by kernel name only
         return None
 
+    def _after_fast_call(self, jitted: Any, args: tuple, kwargs: dict) -> None:
+        """The post hook's part: a call the C++ dispatch served from its cache, made by the user's code."""
+        try:
+            if threading.get_ident() != self._thread:
+                return
+            caller = sys._getframe(2)  # 0: here, 1: the hook, 2: the frame that called the jitted function
+            code = caller.f_code
+            user = self._user.get(code.co_filename)
+            if user is None:
+                user = self._user[code.co_filename] = is_user_file(code.co_filename)
+            if not user and not (code_kind(code.co_filename) == "library" and self._made_for_user(jitted, 3)):
+                return  # a library's call is the user's only when made for the user (``_on_call``)
+            if len(self._calls) >= MAX_PROGRAMS:
+                self.overflow += 1
+                return
+            self._capture_arguments(jitted, args, kwargs, _user_site(caller, start=caller))
+        except Exception:
+            pass  # a call we cannot read is shown by kernel name only
+
+    def _on_miss_start(self, code, offset):
+        """PY_START on ``cache_miss`` without a CALL event before it: the function is rebuilt from its frame."""
+        try:
+            if threading.get_ident() != self._thread:
+                return None
+            frame = sys._getframe(1 + self._between)
+            local = frame.f_locals
+            jitted = jit_internals.jitted_again(local.get("fun"), local.get("jit_info"))
+            if jitted is None:
+                return None
+            if len(self._calls) >= MAX_PROGRAMS:
+                self.overflow += 1
+                return None
+            self._capture((jitted, None, None), frame)
+        except Exception:
+            pass
+        return None
+
     def _capture(self, pending, frame) -> None:
         function = pending[0]
         args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
+        self._capture_arguments(function, args, kwargs, _user_site(frame))
+
+    def _capture_arguments(self, function: Any, args: tuple, kwargs: dict, site: tuple[str, int, str] | None) -> None:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         specs = []
         for leaf in leaves:
@@ -182,7 +268,7 @@ class ProgramCapture:
         if key in self._calls:
             return
         spec_args, spec_kwargs = jax.tree_util.tree_unflatten(treedef, specs)
-        self._calls[key] = CapturedCall(function, tuple(spec_args), dict(spec_kwargs), _user_site(frame))
+        self._calls[key] = CapturedCall(function, tuple(spec_args), dict(spec_kwargs), site)
 
     # -- after the block -------------------------------------------------------
 
@@ -228,9 +314,9 @@ def _module_name(text: str) -> str:
     return text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule ") else ""
 
 
-def _user_site(frame) -> tuple[str, int, str] | None:
-    """(filename, line, function) of the innermost user frame above jit's dispatch frame."""
-    frame = frame.f_back
+def _user_site(frame, start=None) -> tuple[str, int, str] | None:
+    """(filename, line, function) of the innermost user frame above jit's dispatch frame (or from ``start``)."""
+    frame = start if start is not None else frame.f_back
     try:
         while frame is not None:
             if is_user_file(frame.f_code.co_filename):

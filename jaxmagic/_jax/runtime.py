@@ -53,7 +53,8 @@ def profiler_session_active() -> bool:
     try:
         from jax._src import profiler
 
-        return getattr(profiler._profile_state, "session", None) is not None
+        state = profiler._profile_state  # JAX 0.12 names the running session `session`, 0.10 `profile_session`
+        return getattr(state, "session", None) is not None or getattr(state, "profile_session", None) is not None
     except Exception:
         return False
 

@@ -303,7 +303,7 @@ def leak_error_stacks() -> Iterator[list[list[Transformation]]]:
     """Record, for each leak error JAX builds in the block, the transformations on the stack then.
 
     Yields a list that receives one list of ``Transformation`` per leak error (in order).
-    Without a free ``sys.monitoring`` tool id nothing is recorded.
+    Without a watcher (``monitoring_tool``: every tool id taken) nothing is recorded.
     """
     recorded: list[list[Transformation]] = []
     try:
@@ -324,7 +324,7 @@ def leak_error_stacks() -> Iterator[list[list[Transformation]]]:
     def on_start(started, offset):
         if started is code:
             try:
-                recorded.append(of_stack(sys._getframe(1)))
+                recorded.append(of_stack(sys._getframe(1 + tool.frames_between)))
             except Exception:
                 pass
 

@@ -232,8 +232,9 @@ def _block_html(block: Block) -> str:
         for i, line in enumerate(block.lines):
             last = i == len(block.lines) - 1
             emphasis = ";font-weight:600" if last else ""
+            marked = ' class="jm-last"' if last else ""
             lines.append(
-                f"<div{' class="jm-last"' if last else ''}>"
+                f"<div{marked}>"
                 f'<div style="{MUTED}">{breakable_html(line.where)}</div>'
                 f'<div style="white-space:pre-wrap;padding-left:1.5em{emphasis}">{breakable_html(line.code)}</div>'
                 "</div>"

@@ -7,7 +7,7 @@
 #
 #   tools/accelerator/device.sh receive          copy the carried .accel/parts/* to /tmp/accel/parts
 #   tools/accelerator/device.sh install N        once all N parts are there: unpack, install into /tmp/site12
-#   tools/accelerator/device.sh lane ENV [STEP]  ENV jax012|stock; STEP tests|smoke|bench|notebooks|all
+#   tools/accelerator/device.sh lane ENV [STEP]  ENV jax012|stock; STEP tests|bench|notebooks|all
 #
 # /tmp survives between calls while the machine stays warm (100 s idle), so parts sent by one call each
 # add up there. Logs go to $OUT (what comes back), one file per step.
@@ -31,8 +31,8 @@ use_env() {  # sets PY and PYTHONPATH for the lane's JAX
         PY=python3
         if [ ! -d /tmp/site11 ]; then
             PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
-                --index-url file:///opt/pypi/simple --target /tmp/site11 ipython rich executing pytest >/dev/null 2>&1 ||
-                echo "installing IPython, rich, executing, pytest from the machine's index failed"
+                --index-url file:///opt/pypi/simple --target /tmp/site11 ipython rich executing pytest ipywidgets >/dev/null 2>&1 ||
+                echo "installing IPython, rich, executing, pytest, ipywidgets from the machine's index failed"
             rm -rf /tmp/site11/jax /tmp/site11/jaxlib /tmp/site11/numpy*  # the image's own JAX stays first
         fi
         # Add to PYTHONPATH: the image's JAX 0.10.2 lives on it.
@@ -61,8 +61,15 @@ install() {
     PYTHONPATH="$REPO:/tmp/site12" "$PY" -c 'import jax; print(jax.__version__, jax.devices())'
 }
 
-step_tests() {  # the tests marked accelerator (skipped where there is none) and the floor lane's smoke
-    "$PY" -m pytest -p no:cacheprovider -q -m "accelerator or floor" tests/ 2>&1 | tee "$OUT/tests-$1.log" | tail -25
+# The live checks (tests/test_on_accelerator.py: skipped where there is no device), the replays of what the
+# device recorded (they must hold on the device too), and the floor lane's files: every magic's smoke, the
+# fallback paths, the private JAX structure _jax/ reads (tools/floor_lane.sh).
+LANE_TESTS="tests/test_on_accelerator.py tests/test_profile_accelerator_traces.py tests/test_memory_tpu.py
+    tests/test_magics_contract.py tests/test_floor.py tests/test_jax_structure.py tests/test_checkify_structure.py"
+
+step_tests() {
+    # shellcheck disable=SC2086 # the list is words
+    "$PY" -m pytest -p no:cacheprovider -q ${LANE_PYTEST_ARGS:-} $LANE_TESTS 2>&1 | tee "$OUT/tests-$1.log" | tail -25
 }
 
 step_bench() {  # the benchmarks whose figures docs/overhead.md gives a TPU column

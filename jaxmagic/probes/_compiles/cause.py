@@ -17,6 +17,11 @@ class CauseKind:
     key: str  # what a report's data holds: ``Cause.cause``, ``FunctionCompiles.causes``
     title: str  # a few words: "static argument value changed"
     fix: str = ""  # the general fix ("" where there is nothing to fix: a first compilation)
+    # A recompilation of this kind is avoidable: the fix keeps the program and only changes how it is called
+    # or built (a weak type, a new wrapper per call, an argument passed in two ways), so no second compilation
+    # was meant. ``%jax_watch`` tells it at its first repeat; other kinds - a new shape (the last, partial
+    # batch), a static argument's new value (a mode: train/eval), a setting - only past its budget.
+    avoidable: bool = False
 
 
 # Which cause to name first when two are equally frequent: the ones people find hardest first.
@@ -32,6 +37,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="static_identity",
+        avoidable=True,
         title="static argument is a new object each call, hashed by identity",
         fix=(
             "The static argument is hashed by identity: a new object each call is a new cache key, however "
@@ -41,6 +47,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="baked_constant",
+        avoidable=True,
         title="a Python value baked in: a new function per value",
         fix=(
             "A Python value the jitted function closes over (or a functools.partial binds) is a constant of the "
@@ -51,6 +58,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="new_function",
+        avoidable=True,
         title="a new jit wrapper built at each call",
         fix=(
             "jax.jit was applied to a newly built function each time (jax.jit(jax.grad(f)) inside a helper, "
@@ -70,6 +78,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="weak_type",
+        avoidable=True,
         title="weakly typed vs typed argument (weak type)",
         fix=(
             "A weakly typed value - a Python scalar, or an array whose dtype came from one, such as "
@@ -80,6 +89,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="passing",
+        avoidable=True,
         title="argument passed in two ways (keyword, position, default)",
         fix=(
             "The same argument was passed in two ways - by keyword in one call and positionally in another, or "
@@ -98,6 +108,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="pytree_identity",
+        avoidable=True,
         title="a static field holds a new object each call, compared by identity",
         fix=(
             "A static field (pytree metadata) is compared with == as part of the cache key; a jit wrapper, "
@@ -108,6 +119,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="pytree",
+        avoidable=True,
         title="argument structure changed",
         fix=(
             "The argument's structure (dict keys, list length, None vs array) is part of the cache key. Keep "

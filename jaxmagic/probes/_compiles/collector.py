@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from jaxmagic._jax import program_prints
+from jaxmagic._jax import own_programs, program_prints
 from jaxmagic._jax.compile_log import (
     CacheMissExplanation,
     bare_name,
@@ -103,6 +103,8 @@ class Collector:
     def on_log(self, message: str) -> None:
         if threading.get_ident() != self._thread:  # logged while another thread compiled: not the block's
             return
+        if own_programs.running():  # a program of jaxmagic's own (the NaN watch's verdict): not the user's
+            return
         with self._lock:
             self.report.log_lines += 1
             cache_line = parse_persistent_cache_line(message)
@@ -125,6 +127,8 @@ class Collector:
             if event == EVENT_BACKEND_COMPILE:
                 with self._lock:
                     self.report.other_thread_compilations += 1
+            return
+        if own_programs.running():  # a program of jaxmagic's own (the NaN watch's verdict): not the user's
             return
         if event == EVENT_BACKEND_COMPILE:
             info = self._inspect_stack()  # before taking the lock: only reads this thread's frames

@@ -50,7 +50,7 @@ def _array_summary(name: str, value, array: np.ndarray) -> ValueSummary:
         summary.nan_count = int(np.isnan(as_float).sum())
         summary.inf_count = int(np.isinf(as_float).sum())
         if finite.size:
-            summary.minimum, summary.maximum = float(finite.min()), float(finite.max())
+            summary.minimum, summary.maximum = float(np.min(finite)), float(np.max(finite))
             summary.mean = float(finite.mean())
     return summary
 

@@ -29,6 +29,7 @@ from typing import Any
 import jax
 
 from jaxmagic._jax.transform_stack import Transformation, stack_at_raise, transformation_call, transformations
+from jaxmagic.probes._explain.kinds import KINDS
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.report.source import code_kind, user_lines
@@ -67,8 +68,6 @@ def is_library_trace_error(error: BaseException) -> bool:
 
 def explain_library_trace(error: BaseException) -> TracerErrorReport:
     """The report of a library's trace-level error, with the library's fixes (tried where a trace can tell)."""
-    from jaxmagic.probes._explain.kinds import KINDS  # deferred: kinds imports this module's neighbours
-
     kind = KINDS["library_trace"]
     package = type(error).__module__.split(".")[0]
     report = TracerErrorReport(

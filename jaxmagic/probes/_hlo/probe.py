@@ -8,7 +8,7 @@ import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from jax import monitoring
 
@@ -205,7 +205,10 @@ def _note_cached(report: HloReport, step: str, seen: set[str]) -> None:
     seen.clear()
 
 
-def _timed[T](report: HloReport, step: str, build: Callable[[], T], failed: list[Exception]) -> T | None:
+T = TypeVar("T")  # a TypeVar, not def _timed[T]: Python 3.11 is supported
+
+
+def _timed(report: HloReport, step: str, build: Callable[[], T], failed: list[Exception]) -> T | None:
     start = time.perf_counter()
     try:
         result = build()

@@ -178,7 +178,7 @@ def memory(*, namespace: dict | None = None, try_ways: bool = True) -> Iterator[
 
 def _finish(report: MemoryReport, capture: ProgramCapture, error, namespace, try_ways: bool) -> None:
     if not capture.available:
-        report.notes.append("This Python or JAX offers no way to see the cell's jitted calls.")
+        report.notes.append(f"The cell's jitted calls could not be seen: {capture.unavailable}.")
     calls = capture.captured_calls()
     if capture.overflow:
         report.notes.append(f"{capture.overflow} more jitted calls were not measured (at most 64 are seen).")

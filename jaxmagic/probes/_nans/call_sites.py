@@ -13,14 +13,13 @@ entered the block is counted.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import CodeType, TracebackType
 from typing import Any
 
 from jaxmagic._jax import jit_internals, runtime
-from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic.report.source import is_user_file
 
 
@@ -44,7 +43,7 @@ class CallSiteCounts:
         tight loop: the step's work evicts the callback from the caches (issue 56)."""
         by_code, block_thread = self._by_code, self._thread
         user_file: dict[str, bool] = {}
-        get_ident, disable = threading.get_ident, sys.monitoring.DISABLE
+        get_ident, disable = threading.get_ident, DISABLE
         jitted, jit_type, top_level = self.jitted, jit_internals.jit_type(), runtime.top_level_check()
         user_jit: dict[object, str] = {}  # jitted function -> its name if defined in the user's code, else ""
         last: list[Any] = [None, None]  # the code of the last call site counted, and its {offset: calls}
@@ -97,9 +96,10 @@ def _defined_by_user(jitted: object) -> bool:
 
 @contextlib.contextmanager
 def counting_call_sites() -> Iterator[CallSiteCounts | None]:
-    """Count the user's calls in the block; yield None when ``sys.monitoring`` is missing or all its tools are taken."""
+    """Count the user's calls in the block; yield None when no watcher of calls can be had
+    (``monitoring_tool.why_no_tool(calls=True)`` says why: Python 3.11, or every tool id taken)."""
     try:
-        tool = MonitoringTool("jaxmagic call sites")
+        tool = MonitoringTool("jaxmagic call sites", calls=True)
     except NoFreeToolId:
         yield None
         return

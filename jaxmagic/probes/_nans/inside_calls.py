@@ -21,6 +21,7 @@ import jax
 
 from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
+from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic.probes._nans.call_sites import CallSiteCounts
 from jaxmagic.probes._nans.fixes import nan_fix
 from jaxmagic.probes._nans.inside import InsideSearch, search_inside
@@ -173,7 +174,7 @@ def evaluating_inside(report: NanReport, counts: CallSiteCounts | None) -> Itera
     """The block with ``--inside``'s observer on; yields it (None when it could not observe)."""
     if counts is None:
         report.notes.append(
-            "--inside needs sys.monitoring to see your calls, and it was unavailable: nothing was evaluated op by op."
+            f"--inside could not see your calls ({why_no_tool(calls=True)}): nothing was evaluated op by op."
         )
         yield None
         return

@@ -22,6 +22,7 @@ import jax
 
 from jaxmagic._jax import jit_internals
 from jaxmagic._jax.jax_prints import jax_prints_collected
+from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
 from jaxmagic.probes._nans.fixes import nan_fixes
@@ -132,7 +133,7 @@ def _checked(
 
 def _conclude_scope(report: NanReport, counted: bool, observer: FirstCalls | None) -> None:
     """What the checks (and --inside) looked at, for the report's scope and its clean headline."""
-    scope = Scope(report.jit_calls, counted=counted)
+    scope = Scope(report.jit_calls, counted=counted, uncounted="" if counted else why_no_tool(calls=True))
     if observer is not None:
         scope.inside, scope.evaluated, scope.unevaluated = True, observer.evaluated, dict(observer.unevaluated)
         if not report.inside_searches and not observer.unevaluated:

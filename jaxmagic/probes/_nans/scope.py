@@ -31,6 +31,7 @@ class Scope:
 
     jit_calls: dict[str, int]
     counted: bool = True
+    uncounted: str = ""  # why the calls could not be counted, in words (monitoring_tool.why_no_tool)
     inside: bool = False
     evaluated: int = 0
     unevaluated: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
@@ -77,6 +78,8 @@ class Scope:
     def paragraph(self) -> str:
         """The whole scope, for the "What was checked" paragraph (``NanReport.checked_scope``)."""
         text = self.looked()
+        if not self.counted and self.uncounted:
+            text += f" (its jitted calls could not be counted: {self.uncounted})"
         text += "; values inside compiled programs are checked only where they reach an output"
         if self.inside and self.counted:
             if not self.evaluated:

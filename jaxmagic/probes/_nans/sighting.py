@@ -12,6 +12,7 @@ import contextlib
 import io
 
 from jaxmagic._jax import jit_calls
+from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic.probes._nans.causes import is_a_fix
 from jaxmagic.probes._nans.probe import apply_search, conclude, nans_of_call
 from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport
@@ -146,7 +147,7 @@ def _searched_without_rerun(call: FailingCall) -> NanReport | None:
 def _how_traced(ran: list[str] | None) -> str:
     """Whether getting the program ran the user's Python again, said plainly (the trace-count rule)."""
     if ran is None:
-        return "(whether your Python ran again to trace it could not be told: sys.monitoring was taken)"
+        return f"(whether your Python ran again to trace it could not be told: {why_no_tool()})"
     if not ran:
         return "(from JAX's cache: your Python did not run again)"
     names = ", ".join(f"`{name}`" for name in ran[:3])

@@ -9,7 +9,7 @@ import time
 
 import jax
 
-from jaxmagic._jax import runtime
+from jaxmagic._jax import profiler_trace, runtime
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.jit_programs import ProgramCapture
 from jaxmagic.probes._compiles import compiles
@@ -83,9 +83,7 @@ class profile:
             self._capture = stack.enter_context(ProgramCapture())
             options = jax.profiler.ProfileOptions()
             options.python_tracer_level = 0
-            # start_trace is annotated without None, which the ProfilerSession behind it takes: no directory,
-            # the trace stays in memory
-            jax.profiler.start_trace(self.save, create_perfetto_trace=self.save is not None, profiler_options=options)  # type: ignore[arg-type]
+            profiler_trace.start(self.save, options)  # kept in memory, or written to self.save too
             with jax.profiler.TraceAnnotation(CELL_MARK):  # marks the block's thread in the trace
                 pass
         except BaseException:
@@ -102,7 +100,7 @@ class profile:
         profile_data, stop_problem = None, ""
         try:
             try:
-                profile_data = jax.profiler.stop_trace()
+                profile_data = profiler_trace.stop(self.save)
             except RuntimeError as problem:  # the block stopped the trace itself
                 stop_problem = error_line(problem)
         finally:
@@ -132,7 +130,7 @@ class profile:
             setattr(self.report, field.name, getattr(built, field.name))
         if not self._capture.available and not self.report.capture_note:
             self.report.capture_note = (
-                "The jitted calls could not be followed here (no free sys.monitoring tool id), so kernels "
+                f"The jitted calls could not be followed here ({self._capture.unavailable}), so kernels "
                 "show by name only, without lines or scopes."
             )
         elif self._capture.overflow and not self.report.capture_note:

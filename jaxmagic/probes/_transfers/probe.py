@@ -59,7 +59,7 @@ from jaxmagic._jax import jit_calls
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.compile_log import short_types
 from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId, restart_events
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
@@ -184,11 +184,11 @@ _SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorde
 
 
 def _claimed_tool(report: TransferReport) -> MonitoringTool | None:
-    """A sys.monitoring tool id for following the cell, or None (then said in the report)."""
+    """A watcher (a ``sys.monitoring`` tool id) for following the cell, or None (then said in the report)."""
     try:
         return MonitoringTool("jaxmagic transfers")
-    except NoFreeToolId:
-        report.lines_followed = False
+    except NoFreeToolId as why:
+        report.lines_followed, report.lines_unfollowed = False, str(why)
         return None
 
 
@@ -198,11 +198,13 @@ class _BlockedTransfers:
     def __init__(self, report: TransferReport):
         self.report = report
         self._tool: MonitoringTool | None = None
+        self._between = 0  # frames between a callback and its event's frame (MonitoringTool.frames_between)
         self._thread = threading.get_ident()
 
     def __enter__(self) -> _BlockedTransfers:
         self._tool = _claimed_tool(self.report)
         if self._tool is not None:
+            self._between = self._tool.frames_between
             self._tool.on(self._tool.events.RAISE, self._on_raise)
             self._tool.watch(self._tool.events.RAISE)
         return self
@@ -228,7 +230,7 @@ class _BlockedTransfers:
         report = self.report
         report.total += 1
         if len(report.transfers) < MAX_GROUPS:
-            frame = sys._getframe(1)
+            frame = sys._getframe(1 + self._between)
             line = innermost_user_line(frame)
             provenance = Provenance(
                 made_at=line,
@@ -254,6 +256,7 @@ class _GuardLog:
         self._pending = b""
         self._user_file: dict[str, bool] = {}
         self._tool: MonitoringTool | None = None
+        self._between = 0  # frames between a callback and its event's frame (MonitoringTool.frames_between)
         self._lock = threading.Lock()
         self._thread = threading.get_ident()
         self._native_thread = threading.get_native_id()  # what JAX's log lines name their writer by
@@ -285,7 +288,7 @@ class _GuardLog:
             self._stop_following()
             self._frame_of_line = None
             if self._quiet:
-                sys.monitoring.restart_events()  # a switched-off line stays off for the next block: see top
+                restart_events()  # a switched-off line stays off for the next block: see top
             with contextlib.suppress(Exception):
                 sys.stderr.flush()
             self.check()
@@ -334,7 +337,7 @@ class _GuardLog:
     def _follow_every_line(self) -> None:
         self._quiet.clear()
         if self._tool is not None:
-            sys.monitoring.restart_events()
+            restart_events()
 
     def _quieting(self, code, line_number: int):
         """The LINE event of a user line after QUIET_LINES lines without a transfer: DISABLE once the
@@ -344,7 +347,7 @@ class _GuardLog:
         runs = self._runs[key] = self._runs.get(key, 0) + 1
         if runs >= QUIET_RUNS:
             self._quiet.append(key)
-            return sys.monitoring.DISABLE
+            return DISABLE
         if self._quiet:
             self._follow_every_line()
         return None
@@ -431,6 +434,7 @@ class _GuardLog:
     def _start_following(self) -> None:
         self._tool = _claimed_tool(self.report)
         if self._tool is not None:
+            self._between = self._tool.frames_between
             self._tool.on(self._tool.events.LINE, self._line_callback())
             self._tool.on(self._tool.events.PY_RETURN, self._return_callback())
             self._tool.watch(self._tool.events.LINE)  # PY_RETURN: per code object, see _first_sight
@@ -472,9 +476,9 @@ class _GuardLog:
         if user is None:
             user = self._first_sight(code)
         if not user:
-            return sys.monitoring.DISABLE  # library code: never call back for this line again
+            return DISABLE  # library code: never call back for this line again
         if self._capture.view[self._capture.read]:
-            self._frame_of_line = sys._getframe(2)  # 0: here, 1: on_line, 2: the frame of the new line
+            self._frame_of_line = sys._getframe(2 + self._between)  # 0: here, 1: on_line, 2: the frame of the new line
             try:
                 self.check()  # what was written since the previous user line belongs to it
             finally:
@@ -496,7 +500,9 @@ class _GuardLog:
         if user:
             self._user_codes.add(id(code))
         if user and self._tool is not None:
-            caller = sys._getframe(3).f_back  # 0: here, 1: _other_line, 2: on_line, 3: the function's own frame
+            caller = sys._getframe(
+                3 + self._between
+            ).f_back  # 0: here, 1: _other_line, 2: on_line, 3: the function's own frame
             if caller is not None and not is_user_file(caller.f_code.co_filename):
                 self._tool.watch_code(code, self._tool.events.PY_RETURN)
         return user
@@ -510,14 +516,14 @@ class _GuardLog:
         block_thread, get_ident = self._thread, threading.get_ident
         user_file = self._user_file
         capture, view, check = self._capture, self._capture.view, self.check
-        calls = self._calls
+        calls, between = self._calls, self._between
 
         def on_return(code, _offset: int, _value):  # only for the user's functions a library called
             if get_ident() != block_thread:
                 return None
             if view[capture.read]:
                 check()  # written by the function's last line: that line's
-            caller = sys._getframe(1).f_back
+            caller = sys._getframe(1 + between).f_back
             if caller is None:
                 return None
             name = caller.f_code.co_filename

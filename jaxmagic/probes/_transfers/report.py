@@ -113,7 +113,8 @@ class TransferReport(Report):
     total: int = 0  # every implicit transfer seen, also those not kept in a group
     blocked: bool = False  # disallow: the block stopped at a transfer (the error was not caught)
     message: str = ""  # disallow: JAX's error, first line
-    lines_followed: bool = True  # False when sys.monitoring had no free tool id
+    lines_followed: bool = True  # False when no watcher could follow them (lines_unfollowed says why)
+    lines_unfollowed: str = ""  # why, in words ("Python 3.11 has no sys.monitoring ...")
     # the NumPy arrays the jitted calls were given (the same records %%jax_doctor and %jax_watch report)
     host_arguments: list[HostArgumentUse] = dataclasses.field(default_factory=list)
     calls_unobserved: str = ""  # why the jitted calls were not observed (another probe observed them)
@@ -233,8 +234,8 @@ def implicit_transfers_section(report: TransferReport) -> Section:
     if not report.lines_followed:
         blocks.append(
             Paragraph(
-                "Lines could not be followed (sys.monitoring had no free tool id), so the "
-                "transfers are listed without their line."
+                f"Lines could not be followed ({report.lines_unfollowed or 'no watcher could be had'}), so the "
+                "transfers are counted but not tied to their lines."
             )
         )
     return Section("Implicit transfers", blocks)

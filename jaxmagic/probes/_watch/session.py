@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic.probes._compiles import CompileHistory, budget_magic, compiles, why_compiled_again
+from jaxmagic.probes._compiles.cause import KINDS
 from jaxmagic.probes._compiles.cost_sections import cost_findings
 from jaxmagic.probes._compiles.report import LIBRARY_RECOMPILE_FIX, library_sentence
 from jaxmagic.probes._keys import key_findings, keys
@@ -118,8 +119,9 @@ class Watch:
         return counters, findings
 
     def _over_budget_so_far(self) -> list[str]:
-        """Functions over the compilation budget in this cell so far (with the cells before), not told yet:
-        the finding the cell's report will make, shown while the cell still runs."""
+        """Functions over the compilation budget in this cell so far (with the cells before), or compiled again
+        for an avoidable cause, not told yet: the finding the cell's report will make, shown while the cell
+        still runs."""
         report = self._compiles
         if report is None:
             return []
@@ -129,9 +131,16 @@ class Watch:
                 continue
             function = (f.name, f.defined_at)
             total = self._compilations.get(function, 0) + f.count
-            if total > self.log.budget and ("recompilation", *function) not in self._told:
+            try:
+                due = self._recompilation_due(total, f.main_cause)
+            except RuntimeError:  # its causes changed meanwhile (the cell's thread compiles): at the next refresh
+                continue
+            if due and ("recompilation", *function) not in self._told:
                 where = f", called at {f.first_line.where}" if f.first_line is not None else ""
-                over.append(f"`{f.name}` compiled {counted(total, 'time')} so far (budget {self.log.budget}){where}")
+                avoidable = "" if total > self.log.budget else ", avoidable"
+                over.append(
+                    f"`{f.name}` compiled {counted(total, 'time')} so far (budget {self.log.budget}{avoidable}){where}"
+                )
         return over
 
     def begin_cell(self, label: str, held: tuple = ()) -> None:
@@ -336,13 +345,15 @@ class Watch:
             if key in self._told:
                 self._told[key].count = total
                 continue
-            if total > self.log.budget:
+            if self._recompilation_due(total, f.again.kind if f.again is not None else f.main_cause):
                 # The cause is %%jax_compiles' own (compiles.why_again), compared across the watched cells
                 cause = f.again or why_compiled_again(f)
+                within = "" if total > self.log.budget else ", avoidable: told within the budget"
                 found += self._new(
                     key,
                     area="recompilation",
-                    headline=f"`{f.name}` compiled {counted(total, 'time')} (budget {self.log.budget}): {cause.reason}",
+                    headline=f"`{f.name}` compiled {counted(total, 'time')} (budget {self.log.budget}{within}): "
+                    f"{cause.reason}",
                     function=f.name,
                     line=f.first_line,
                     details=cause.evidence,
@@ -375,6 +386,16 @@ class Watch:
                 provenance=cost.provenance,
             )
         return found
+
+    def _recompilation_due(self, total: int, kind: str) -> bool:
+        """Whether a function compiled ``total`` times in the watched cells, again mainly for a cause of
+        ``kind``, is a finding: past the budget, or at its first repeat when the cause is avoidable (a weak
+        type, a new wrapper per call: ``CauseKind.avoidable``) - a new shape, a static mode, waits for the
+        budget. The one place the watch decides it; the live view asks here too."""
+        if total > self.log.budget:
+            return True
+        cause = KINDS.get(kind)
+        return total >= 2 and cause is not None and cause.avoidable
 
     def _transfer_findings(self, hosts: HostArguments) -> list[WatchFinding]:
         found = []

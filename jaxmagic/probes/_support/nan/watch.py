@@ -8,9 +8,13 @@ jitted function and every eager operation (``jaxmagic._jax.jit_calls``) and look
 at their float results for NaN. The first call whose results hold a NaN while
 its arguments held none produced it; later calls only pass it on.
 
-A call's results are looked at when the next call starts, when they are
-normally computed already, so the watch does not make the program wait; the
-last call's results are looked at when the cell ends (``flush``).
+A call's results are never read as the call returns: on an accelerator a
+small verdict program of the watch's own is dispatched behind the call and read
+once it is ready, at a later call or when the cell ends; on the CPU (and for the
+first call of each signature) the results are read at the next call, when they
+are normally computed already, or when the cell ends (``flush``). See
+``pending_looks``: a look keeps the call's identity and number beside its
+verdict, so a NaN read later is still told at the call that made it.
 
 To name the operation and the line, that one call - not the cell - is run once
 more after the cell, under the NaN probe (``jax.debug_nans``, its producer
@@ -45,12 +49,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmagic._jax import jit_calls, jit_internals
+from jaxmagic._jax import finite_flags, jit_calls, jit_internals
+from jaxmagic._jax.own_programs import OWN_PROGRAMS
 from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.nan.nonfinite import is_inexact
+from jaxmagic.probes._support.nan.pending_looks import PendingLook, PendingLooks, host_array
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_frame, source_line, whole_expression
+from jaxmagic.report.source import innermost_user_frame, whole_expression
 from jaxmagic.report.wording import format_bytes
+
+# Verdicts computed on the device (``pending_looks``): None decides by where the results live (not on the
+# CPU); True or False forces it - the tests check the accelerator's mechanism on the CPU with True.
+VERDICTS_ON_DEVICE: bool | None = None
 
 
 @dataclasses.dataclass
@@ -74,22 +84,10 @@ class NanSighting:
     )  # donated arguments the re-run used the watch's copies of
 
 
-def _float_nonfinite(value) -> str:
-    """ "nan" when a float array holds a NaN, "inf" when it holds inf and no NaN, "" when finite or not
-    readable here; one pass over a finite array, as a NaN test alone costs."""
-    try:
-        array = np.asarray(value)
-        if np.isfinite(array).all():
-            return ""
-        return "nan" if np.isnan(array).any() else "inf"
-    except Exception:  # not readable here (deleted, on another process)
-        return ""
-
-
 def _float_has_nan(value) -> bool:
     """True when a float array holds a NaN (call only for float values; see ``_is_float``)."""
     try:
-        return bool(np.isnan(np.asarray(value)).any())
+        return bool(np.isnan(host_array(value)).any())
     except Exception:  # not readable here (deleted, on another process)
         return False
 
@@ -128,17 +126,19 @@ def _deleted(value) -> bool:
 
 
 def _copied(leaves) -> list:
-    """Device copies of ``leaves`` (dispatched, not waited for: they are made before a later call donates them)."""
-    return [jnp.copy(leaf) for leaf in leaves]
+    """Device copies of ``leaves`` (dispatched, not waited for: they are made before a later call donates them);
+    programs of jaxmagic's own, not the user's compilations."""
+    with OWN_PROGRAMS:
+        return [jnp.copy(leaf) for leaf in leaves]
 
 
 class NanWatch(jit_calls.CallObserver):
     """A call observer that remembers the first NaN-producing call (see the module docstring).
 
-    A call's results are looked at when the next call starts (or at ``flush``):
-    by then they are usually computed, so the watch does not make the program
-    wait for each result the moment it is dispatched. Only the last call's
-    arguments and results are held until then.
+    A call's results are looked at without waiting for them (``pending_looks``):
+    a verdict the device computes, read once ready, or on the CPU the results
+    read at the next call. A look not read yet holds its call's arguments (to
+    replay a NaN-making call), a look read on the host its results too.
     """
 
     def __init__(self, copy_limit: int = DONATED_COPY_LIMIT):
@@ -148,8 +148,9 @@ class NanWatch(jit_calls.CallObserver):
         self.inf_sighting: NanSighting | None = None
         self.copy_limit = copy_limit
         self._pending_rerun: FailingCall | None = None
-        # (name, is_jit, args, outputs, number, user frame, its line, the jit frame's locals, kept copies)
-        self._last: tuple | None = None
+        self._looks = PendingLooks()  # the looks not read yet, oldest first
+        self._platform = ""  # where the first results looked at live ("cpu", "tpu"): read them there or not
+        self._signatures: set[tuple] = set()  # results' signatures looked at once on the host (no verdict program)
         self._calls: dict[str, int] = {}  # name -> calls seen
         self._looked_at: dict[str, int] = {}  # name -> the number of its last call seen
         self._before_call: list = []  # (donated argument, its copy) of the call about to run
@@ -176,7 +177,7 @@ class NanWatch(jit_calls.CallObserver):
         return sum(list(self._calls.values()))
 
     def before(self, name, is_jit, args, params) -> None:
-        self.flush()
+        self._read_looks(wait=False)
 
     def after(self, name, is_jit, args, params, outputs) -> None:
         self._calls[name] = counted = self._calls.get(name, 0) + 1
@@ -192,10 +193,38 @@ class NanWatch(jit_calls.CallObserver):
                 if jit_calls.donates(jit_locals[1]):
                     kept = self._keep_donated(jit_locals, outputs)
         self._before_call = []
-        if not any(_is_float(out) for out in outputs):
+        indices = [i for i, out in enumerate(outputs) if _is_float(out)]
+        if not indices:
             return
-        frame, lineno = call_site()
-        self._last = (name, is_jit, args, outputs, number, frame, lineno, jit_locals, kept, previous)
+        floats = [outputs[i] for i in indices]
+        frame, lineno = call_site()  # kept as words, not the frame: a frame keeps its locals alive
+        site = (frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame is not None else None
+        look = PendingLook(name, is_jit, number, previous, site, indices, args, jit_locals, kept)
+        if is_jit and (self._platform != "cpu" or VERDICTS_ON_DEVICE) and self._on_device(floats):
+            signature = finite_flags.signature_of(floats)
+            if signature in self._signatures or finite_flags.has_verdict_program(signature):
+                with jit_calls.reads_allowed():  # its copy to the host is ours, not a transfer of the user's
+                    look.codes = finite_flags.nonfinite_codes(floats, signature)
+                look.shapes = [tuple(getattr(out, "shape", ())) for out in floats]
+            else:  # its first call: read on the host, no program compiled for a function called once
+                self._signatures.add(signature)
+        if look.codes is None:  # read on the host: its results, or the copies of those a later call donates
+            look.outputs = [kept["results"].get(id(out), out) for out in floats] if kept is not None else floats
+        looks = self._looks
+        looks.add(look)
+        while looks.over_limit():  # the device is far behind: wait for the oldest look
+            self._read(looks.take(wait=True))
+
+    def _on_device(self, floats: list) -> bool:
+        """Whether verdicts are the device's (``VERDICTS_ON_DEVICE``; by default off the CPU)."""
+        if VERDICTS_ON_DEVICE is not None:
+            return VERDICTS_ON_DEVICE
+        if not self._platform:  # read once: the first results looked at say where the cell computes
+            try:
+                self._platform = next(iter(floats[0].devices())).platform
+            except Exception:
+                self._platform = "cpu"
+        return self._platform != "cpu"
 
     def _keep_donated(self, jit_locals, outputs) -> dict:
         """For a call of a function that donates: the copies of its donated arguments (by the id of the
@@ -222,59 +251,71 @@ class NanWatch(jit_calls.CallObserver):
         return copies
 
     def flush(self) -> None:
-        """Look at the last call's results now."""
-        last, self._last = self._last, None
-        if last is None:
+        """Read every look not read yet, waiting for what it is about."""
+        self._read_looks(wait=True)
+
+    def _read_looks(self, wait: bool) -> None:
+        """Read the looks whose verdicts are ready (all of them with ``wait``), oldest first."""
+        while (look := self._looks.take(wait)) is not None:
+            self._read(look)
+
+    def _read(self, look: PendingLook | None) -> None:
+        """What one look found: the first call whose results held a NaN (or inf), counted after it."""
+        if look is None:
             return
-        name, is_jit, args, outputs, number, frame, lineno, jit_locals, kept, previous = last
-        if kept is not None:  # results donated to a later call, arguments donated to this one: their copies
-            outputs = [kept["results"].get(id(out), out) for out in outputs]
-            args = [kept["arguments"].get(id(a), a) for a in args]
+        kinds = look.kinds()
+        bad = [i for i, kind in enumerate(kinds) if kind == "nan"]
+        if not bad:
+            if self.inf_sighting is None and self.sighting is None:
+                infinite = [i for i, kind in enumerate(kinds) if kind == "inf"]
+                if infinite:
+                    self.inf_sighting = NanSighting(
+                        function=look.name,
+                        jitted=look.is_jit,
+                        call_number=look.number,
+                        line=look.line,
+                        leaves=[f"output {look.indices[i]} {look.shape(i)}" for i in infinite[:4]],
+                    )
+            return
+        if self.sighting is not None:
+            self.sighting.calls_with_nan += 1
+            return
+        kept = look.kept
+        args = [kept["arguments"].get(id(a), a) for a in look.args] if kept is not None else look.args
         with jit_calls.reads_allowed():  # our reads are not the user's transfers
-            kinds = [_float_nonfinite(out) if _is_float(out) else "" for out in outputs]
-            bad = [i for i, kind in enumerate(kinds) if kind == "nan"]
-            if not bad:
-                if self.inf_sighting is None and self.sighting is None:
-                    infinite = [i for i, kind in enumerate(kinds) if kind == "inf"]
-                    if infinite:
-                        self.inf_sighting = NanSighting(
-                            function=name,
-                            jitted=is_jit,
-                            call_number=number,
-                            line=source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame else None,
-                            leaves=[f"output {i} {tuple(getattr(outputs[i], 'shape', ()))}" for i in infinite[:4]],
-                        )
-                return
-            if self.sighting is not None:
-                self.sighting.calls_with_nan += 1
-                return
             came_in = any(_is_float(a) and _float_has_nan(a) for a in args)
+        number, previous = look.number, look.previous
         sighting = NanSighting(
-            function=name,
-            jitted=is_jit,
+            function=look.name,
+            jitted=look.is_jit,
             call_number=number,
-            line=source_line(frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame else None,
-            leaves=[f"output {i} {tuple(getattr(outputs[i], 'shape', ()))}" for i in bad[:4]],
+            line=look.line,
+            leaves=[f"output {look.indices[i]} {look.shape(i)}" for i in bad[:4]],
             came_in=came_in,
             calls_with_nan=1,
             unread_before=(previous + 1, number - 1) if number - previous > 1 else None,
         )
         self.sighting = sighting
-        if is_jit and not came_in:
-            call = _rebuilt_call(name, jit_locals, kept)
-            if isinstance(call, str):
-                sighting.rerun_note = call
-            elif call is None:
-                sighting.rerun_note = (
-                    "The call could not be repeated safely (JAX did not dispatch it from Python), so it was not re-run."
-                )
-            else:
-                if sighting.line is not None:  # named as the user's line wrote it, as %%jax_nans names the statement
-                    call.source = whole_expression(sighting.line.code, 0, 0, called=name) or call.source
-                self._pending_rerun, sighting.call_source = call, call.source
-                if kept is not None:
-                    sighting.donated = sorted({argument for argument, _ in jit_calls.donated_leaves(*jit_locals[1:])})
+        if look.is_jit and not came_in:
+            self._keep_rerun(sighting, look)
         self._results = self._before_call = []  # nothing more is re-run: the copies are not needed
+
+    def _keep_rerun(self, sighting: NanSighting, look: PendingLook) -> None:
+        """Keep the NaN-making call, rebuilt, for ``take_rerun`` (or say in the sighting why it cannot be)."""
+        name, jit_locals, kept = look.name, look.jit_locals, look.kept
+        call = _rebuilt_call(name, jit_locals, kept)
+        if isinstance(call, str):
+            sighting.rerun_note = call
+        elif call is None:
+            sighting.rerun_note = (
+                "The call could not be repeated safely (JAX did not dispatch it from Python), so it was not re-run."
+            )
+        else:
+            if sighting.line is not None:  # named as the user's line wrote it, as %%jax_nans names the statement
+                call.source = whole_expression(sighting.line.code, 0, 0, called=name) or call.source
+            self._pending_rerun, sighting.call_source = call, call.source
+            if kept is not None and jit_locals is not None:
+                sighting.donated = sorted({argument for argument, _ in jit_calls.donated_leaves(*jit_locals[1:])})
 
     def take_rerun(self) -> tuple[NanSighting | None, FailingCall | None]:
         """Flush, then hand over the sighting and the call to re-run (kept no longer here).

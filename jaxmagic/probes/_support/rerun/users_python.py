@@ -24,7 +24,7 @@ class UsersPython:
 
     def __init__(self) -> None:
         self.ran: list[str] = []
-        self.known = True  # False: sys.monitoring had no free tool id, nothing could be told
+        self.known = True  # False: no watcher could be had (monitoring_tool.why_no_tool), nothing could be told
 
     @property
     def ran_again(self) -> bool:
