@@ -366,3 +366,20 @@ def test_haiku_apply_under_jax_jit_is_measured_and_hk_remat_is_said_not_tried():
     [remat] = [w for w in program.ways_down if w.kind == "checkpoint"]
     assert remat.peak_after is None and "hk.transform" in remat.problem and remat not in program.offered
     assert "hk.remat" not in report.fix
+
+
+def test_on_python_3_11_the_post_hook_sees_an_nnx_jit_call_as_the_users(monkeypatch, nnx_cell):
+    """Where there are no CALL events (``monitoring_tool`` as on Python 3.11), jitted calls are seen by JAX's
+    post hook: nnx.jit's call of its `jitted_fn`, served from the C++ cache, is the user's too."""
+    from jaxmagic._jax import monitoring_tool
+
+    monkeypatch.setattr(monitoring_tool, "HAS_MONITORING", False)
+    _, model, optimizer, x = nnx_cell
+    train_step = nnx.jit(nnx_train_step)
+    train_step(model, optimizer, x)  # compiled before the block: the block's call is a fast-path one
+    with memory(try_ways=False) as report:
+        train_step(model, optimizer, x)
+    assert [p.function for p in report.programs] == ["nnx_train_step"]
+    assert report.programs[0].called_at.lineno == _line(
+        test_on_python_3_11_the_post_hook_sees_an_nnx_jit_call_as_the_users, "        train_step(model, optimizer, x)\n"
+    )
