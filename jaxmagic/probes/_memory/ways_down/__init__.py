@@ -27,15 +27,15 @@ from jaxmagic.probes._memory.records import (
     ProgramMemory,
     WayDown,
 )
-from jaxmagic.probes._memory.ways_down.checkpoint import checkpoint
-from jaxmagic.probes._memory.ways_down.donation import donation
+from jaxmagic.probes._memory.ways_down.checkpoint import checkpointed
+from jaxmagic.probes._memory.ways_down.donation import donated
 from jaxmagic.probes._memory.ways_down.rows import row_blocks
 from jaxmagic.probes._memory.ways_down.vmaps import batch_gradient, chunked_vmap
 from jaxmagic.report.wording import error_line
 
 __all__ = ["FITS_SHARE", "ways_down"]
 
-_ATTEMPTS = ((DONATE, donation), (BATCH_GRADIENT, batch_gradient), (CHECKPOINT, checkpoint), (CHUNK, chunked_vmap))
+_ATTEMPTS = ((DONATE, donated), (BATCH_GRADIENT, batch_gradient), (CHECKPOINT, checkpointed), (CHUNK, chunked_vmap))
 
 
 def ways_down(call: CompiledCall, program: ProgramMemory, capacity: Capacity | None) -> list[WayDown]:

@@ -31,18 +31,18 @@ import jax
 
 from jaxmagic._jax import jit_internals
 from jaxmagic._jax.retrace import fresh_traces
+from jaxmagic.probes._memory.library_transforms import LibraryRemat, library_jit, remat_for_class
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
 from jaxmagic.probes._memory.records import CHECKPOINT, SAVED_FOR_BACKWARD, PeakBuffer, ProgramMemory, WayDown
 from jaxmagic.probes._memory.ways_down.fresh import fresh_jit
 from jaxmagic.probes._memory.ways_down.scan_bodies import scan_body_checkpoint
-from jaxmagic.probes._support.calls.library_transforms import LibraryRemat, library_jit, remat_for_class
 from jaxmagic.report.wording import format_bytes
 
 SAVED_SHARE = 0.2  # activations saved for the backward pass worth a checkpoint: this share of the peak
 DOTS = "jax.checkpoint_policies.dots_with_no_batch_dims_saveable"
 
 
-def checkpoint(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
+def checkpointed(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     saved = [b for b in program.buffers if b.role == SAVED_FOR_BACKWARD and b.made_at is not None]
     if not saved or sum(b.bytes for b in saved) < SAVED_SHARE * program.peak_bytes:
         return []

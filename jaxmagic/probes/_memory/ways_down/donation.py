@@ -3,7 +3,7 @@
 The traced program is compiled with those arguments donated (the user's Python is not traced again). It frees at
 most the donated arguments, never a temporary: under ``WORTH_OFFERING`` of the peak it is not compiled, and a
 trial's peak is never taken below the peak less what it frees. A program a library's jit made (``nnx.jit``,
-``eqx.filter_jit``) is donated through that wrapper's own spelling (``_support/calls/library_transforms``).
+``eqx.filter_jit``) is donated through that wrapper's own spelling (``_memory/library_transforms``).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import warnings
 import jax
 
 from jaxmagic._jax import jaxpr_parts, jit_internals
+from jaxmagic.probes._memory.library_transforms import LibraryJit, library_jit
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
 from jaxmagic.probes._memory.records import DONATE, WORTH_OFFERING, ProgramMemory, WayDown
 from jaxmagic.probes._memory.ways_down.naming import parameter, parameter_names
-from jaxmagic.probes._support.calls.library_transforms import LibraryJit, library_jit
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import format_bytes
 
 
-def donation(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
+def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     info = jit_internals.jit_options(call.jitted)
     static = set(getattr(info, "static_argnums", ()) or ())
     positional_info, _ = call.traced.args_info

@@ -10,8 +10,8 @@ from typing import Any
 import jax
 
 from jaxmagic._jax import jit_internals
+from jaxmagic.probes._memory.library_transforms import library_jit
 from jaxmagic.probes._memory.program import CompiledCall
-from jaxmagic.probes._support.calls.library_transforms import library_jit
 
 
 def fresh_jit(call: CompiledCall) -> Any:

@@ -8,6 +8,10 @@ library's own remat - ``nnx.remat``, ``eqx.filter_checkpoint``, Flax Linen's ``n
 decorator it keeps the module's name and so its parameters' paths; ``nn.remat(Block)`` renames them
 ``CheckpointBlock_0``) - which handles the module's state where ``jax.checkpoint`` cannot take ``self``.
 
+It lives with the memory probe, its one user (a helper lives in ``_support`` once two probes use it:
+``%jax_hlo`` and ``%jax_sharding`` of a wrapper's call could open it with ``library_program`` too); it reads
+the libraries' objects with ``_support/calls/wrapped`` (which user function a library's callable holds).
+
 Which library a class or a wrapper belongs to is read from the modules its code lives in
 (``code_owner.module_of_file``, ``__module__`` along the class's MRO); the library's functions are taken
 from ``sys.modules`` - the user's program imported them; nothing is imported here.
