@@ -405,3 +405,20 @@ def test_a_table_lines_up_its_columns_when_it_fits_and_stacks_its_rows_when_it_d
     assert [int(b.split()[-1]) for b in bases[0]] == floors
     assert body.count(f"calc(({threshold - 0.5:.1f}px - 100%) * 999)") >= 3 * 6  # labels and bases, every row
     assert body.count('class="jm-label"') == 12 and body.count('class="jm-th"') == 6
+
+
+def test_one_arrow_style_in_every_report():
+    """Issue 61: "1 MiB -> 16 MiB, temporaries 256 B → 4 KiB" mixed two arrows in one headline. Reports write
+    "->" (the HTML keeps it whole, the text renderer never breaks it): no source of jaxmagic writes another."""
+    from pathlib import Path
+
+    import jaxmagic
+
+    package = Path(jaxmagic.__file__).parent
+    mixed = [
+        f"{path.relative_to(package)}:{number}"
+        for path in package.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "\u2192" in line or "\\u2192" in line or "&rarr;" in line and "dim" not in line
+    ]
+    assert mixed == [], f"another arrow than -> in: {mixed}"
