@@ -110,6 +110,56 @@ def test_every_magic_has_a_page_with_the_help_it_prints(site):
                 assert heading in text, f"{page.name} has no section {heading!r}"
 
 
+def test_every_magic_page_carries_the_usage_its_help_prints_in_its_markdown():
+    """Issue 61: on a code host a Sphinx directive is an empty code block. Each page's Markdown holds its usage
+    and options, written from the magic's parser by tools/write_magic_help.py; this fails while they differ."""
+    from magic_help import HELP_START, page_block, stale_pages
+
+    assert stale_pages() == [], "run .venv/bin/python tools/write_magic_help.py"
+    for name in registered_magics():
+        page = ROOT / "docs" / "magics" / f"{name}.md"
+        if page.exists():
+            block = page_block(page.read_text())
+            assert block and block.startswith(HELP_START) and "```text\n%" in block and "| argument |" in block
+            assert "{jaxmagic-help}" not in page.read_text()
+
+
+def test_a_changed_option_makes_the_page_stale(monkeypatch):
+    """The check can fail: a help text that changes is a page that differs."""
+    import magic_help
+
+    real = magic_help.option_rows
+    monkeypatch.setattr(magic_help, "option_rows", lambda name: [*real(name), ("--new", "A new option.")])
+    assert "jax_nans" in magic_help.stale_pages()
+
+
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+
+
+def relative_links(markdown: Path) -> list[str]:
+    """The relative link and image targets of a Markdown file, as a code host resolves them (code left out)."""
+    text = _CODE.sub("", markdown.read_text())
+    targets = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", text)
+    return [t for t in targets if not urlsplit(t).scheme and not t.startswith("#")]
+
+
+def test_no_relative_link_of_the_docs_markdown_is_dead_in_the_repository():
+    """Issue 61: docs/notebooks/index.md linked 12 notebooks that exist only after the docs build. Every page is
+    read on a code host too: each relative link leads to a file of the repository (the site maps the notebooks'
+    links to their pages)."""
+    pages = [README, *(ROOT / "docs").rglob("*.md")]
+    pages = [p for p in pages if "_generated" not in p.parts]
+    dead = [
+        f"{page.relative_to(ROOT)}: {link}"
+        for page in pages
+        for link in relative_links(page)
+        if not (page.parent / link.split("#")[0]).exists()
+    ]
+    assert dead == []
+    index = (ROOT / "docs" / "notebooks" / "index.md").read_text()
+    assert index.count("](../../demo_notebooks/") == len(list((ROOT / "demo_notebooks").glob("[0-9]*.ipynb")))
+
+
 # A resource the browser fetches by itself when it shows a page (links a reader follows are not).
 RESOURCE = re.compile(
     r"<(?:script|img|iframe|source|embed|video|audio|track|input)\b[^>]*?\s(?:src|srcset|poster)=[\"']([^\"']+)"
