@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import nbformat
+from nbformat.sign import NotebookNotary
 import pytest
 from jupyterlab_session import JS_TEXT_CONTRAST, Watched, browser, lab_server, require_chromium
 
@@ -91,7 +92,7 @@ def lab():
             pytest.fail(message)
         pytest.skip(message)
     with lab_server() as server, browser() as chromium:
-        notary = nbformat.sign.NotebookNotary(data_dir=str(server.root.parent / "data"))
+        notary = NotebookNotary(data_dir=str(server.root.parent / "data"))
         for path in notebooks:
             shutil.copy(path, server.root / path.name)
             nb = nbformat.read(server.root / path.name, as_version=4)

@@ -254,8 +254,8 @@ def test_columns_of_measurements_are_right_aligned_and_others_left():
 
     table = Table(["line", "time", "share"], [["In [1]:4", "12.3 ms", "45%"], ["In [1]:5", "1,234.0 ms", "-"]])
     html = render_html(Document("%%jax_profile", Status.OK, "h", [Section("s", [table])]))
-    cells = re.findall(r'class="jm-td" role="cell" style="([^"]*)">(.*?)</div>', html)
-    right = {html_text(text) for style, text in cells if "text-align:right" in style}
+    cells = re.findall(r'class="jm-td" role="cell" style="[^"]*">(.*?)</div>', html)
+    right = {html_text(text) for text in cells if "text-align:right" in text}
     assert right == {"12.3 ms", "45%", "1,234.0 ms", "-"}
 
 

@@ -94,7 +94,8 @@ def table_html(table: Table) -> str:
         sum(len(str(row[k])) for row in table.rows if k < len(row)) / max(len(table.rows), 1)
         for k in range(len(table.columns))
     ]
-    grow = [max(1, round(a / 8)) for a in average]  # wordy columns take more of what is left
+    # Wordy columns take more of what is left; a column of numbers none (it is as wide as its widest number).
+    grow = [0 if n else max(1, round(a / 8)) for a, n in zip(average, numeric)]
     # No wider than its widest row needs: a small table stays small on a wide screen.
     natural = sum(
         max([f] + [len(str(row[k]).replace("`", "")) * _CHAR_PX[small] + _CELL_PAD_PX for row in table.rows])
@@ -104,14 +105,13 @@ def table_html(table: Table) -> str:
     # Wide: the column's narrowest width; narrow: the row's width less the label's.
     basis = [either(threshold, f"{f}px", f"calc(100% - {label_width})") for f in floors]
     cell = [
-        f"flex:{g} 1 {f}px;flex-basis:{b};box-sizing:border-box;padding:2px 6px" + (";text-align:right" if n else "")
-        for f, g, b, n in zip(floors, grow, basis, numeric)
+        f"flex:{g} 1 {f}px;flex-basis:{b};box-sizing:border-box;padding:2px 6px" for f, g, b in zip(floors, grow, basis)
     ]
     head = "".join(
-        f'<div class="jm-th" role="columnheader" style="{style};height:0;overflow:hidden;white-space:nowrap;'
+        f'<div class="jm-th" role="columnheader" style="{style}{";text-align:right" if n else ""};height:0;overflow:hidden;white-space:nowrap;'
         f"line-height:{HEAD_LINE_PX}px;padding-top:0;padding-bottom:{HEAD_LINE_PX}px;"
         f'padding-bottom:min({HEAD_LINE_PX}px,{wide(threshold)})">{escape(column)}</div>'
-        for column, style in zip(table.columns, cell)
+        for column, style, n in zip(table.columns, cell, numeric)
     )
     label = (
         "flex:0 0 auto;box-sizing:border-box;width:0;overflow:hidden;white-space:nowrap;text-overflow:ellipsis;"
@@ -122,8 +122,8 @@ def table_html(table: Table) -> str:
     for row in table.rows:
         cells = "".join(
             f'<div class="jm-label" aria-hidden="true" title="{escape(column)}" style="{label}">{escape(column)}</div>'
-            f'<div class="jm-td" role="cell" style="{style}">{whole_words_html(str(text))}</div>'
-            for column, style, text in zip(table.columns, cell, row)
+            f'<div class="jm-td" role="cell" style="{style}">{_value_html(str(text), f, n)}</div>'
+            for column, style, text, f, n in zip(table.columns, cell, row, floors, numeric)
         )
         rows.append(
             f'<div class="jm-row" role="row" style="display:flex;flex-wrap:wrap;border-top:{LINE};{LINE_COLOUR}">'
@@ -138,6 +138,15 @@ def table_html(table: Table) -> str:
         f'<div class="jm-row jm-head" role="row" style="display:flex;flex-wrap:wrap;{TINT};font-weight:600">'
         f"{head}</div>{''.join(rows)}</div></div>"
     )
+
+
+def _value_html(text: str, floor: float, numeric: bool) -> str:
+    """A cell's text; a number right-aligned within its column's width - at the column's right edge while the table
+    fits (a column of numbers does not grow), beside its label when the row is stacked."""
+    if not numeric:
+        return whole_words_html(text)
+    box = f"display:inline-block;min-width:{floor - _CELL_PAD_PX:.0f}px;text-align:right;white-space:nowrap"
+    return f'<span style="{box}">{escape(text)}</span>'
 
 
 _ROOT = "overflow-x:auto;margin:4px 0;line-height:1.4;overflow-wrap:normal;word-break:keep-all"
