@@ -127,7 +127,7 @@ def _measure(page, expected: int) -> list[dict]:
     return page.evaluate(JS_MEASURE)
 
 
-def _shoot(page, folder: Path, limit: int = 8) -> None:
+def _shoot(page, folder: Path, limit: int = 40) -> None:
     """The report cells that hold a table, as the reader sees them (at most ``limit``)."""
     folder.mkdir(parents=True, exist_ok=True)
     cells = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(".jaxmagic .jm-table, .jaxmagic .jm-facts"))

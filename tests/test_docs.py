@@ -218,9 +218,45 @@ def test_pages_in_chromium_ask_for_nothing_off_the_machine(site):
                         assert page.locator("h1").count() >= 1, f"{name} at {width} px shows no title"
                     else:  # the search page runs its index (searchindex.js) in the browser
                         page.wait_for_selector("#search-results li", timeout=15_000)
+                        # issue 61: opened from disk, each result shows an excerpt too (file:// refuses fetch())
+                        page.wait_for_selector("#search-results li p.context", timeout=15_000)
+                        excerpts = page.locator("#search-results li p.context").all_inner_texts()
+                        assert any("nan" in text.lower() for text in excerpts), excerpts[:3]
+                        page.screenshot(path=str(shots / f"search_excerpts_{width}.png"))
+                        assert watch.console_errors == [], watch.console_errors
                     page.close()
             finally:
                 context.close()
+
+
+@pytest.mark.browser
+def test_reports_in_the_docs_follow_the_site_s_dark_theme(site):
+    """Issue 61: report cards stayed white in Furo's dark mode. They take JupyterLab's theme variables, which the
+    site's CSS maps to Furo's: dark cards on the dark site, light ones on the light site."""
+    from jupyterlab_session import browser
+
+    shots = ROOT / "build" / "browser" / "docs"
+    shots.mkdir(parents=True, exist_ok=True)
+    page_file = site / "notebooks" / "03_numerical_problems.html"
+    measure = """() => [...document.querySelectorAll('.jaxmagic')].slice(0, 5).map(r => {
+        const [red, green, blue] = getComputedStyle(r).backgroundColor.match(/\\d+/g).map(Number);
+        return (0.2126 * red + 0.7152 * green + 0.0722 * blue) / 255; })"""
+    with browser() as chromium:
+        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+        try:
+            page = context.new_page()
+            for theme, bright in (("light", lambda v: v > 0.8), ("dark", lambda v: v < 0.2)):
+                page.add_init_script(f"localStorage.setItem('theme', '{theme}')")
+                page.goto(page_file.as_uri())
+                page.wait_for_load_state("load")
+                found = page.evaluate(measure)
+                if not found:
+                    pytest.skip("notebook 03 has no executed outputs here: run `make demo` first")
+                assert all(bright(value) for value in found), (theme, found)
+                page.locator(".jaxmagic").first.scroll_into_view_if_needed()
+                page.screenshot(path=str(shots / f"report_in_docs_{theme}.png"))
+        finally:
+            context.close()
 
 
 def readme_links() -> list[str]:

@@ -235,7 +235,7 @@ def notebooks_source(app: Sphinx) -> None:
 # ---------------------------------------------------------------- search excerpts opened from disk
 
 PAGE_TEXT = "jaxmagic_page_text.js"  # under _static/: every page's text, for the search page's excerpts
-_TAGS = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.S)
+_TAGS = re.compile(r"<(script|style)\b.*?</\1>|<a class=\"headerlink\".*?</a>|<[^>]+>", re.S)  # "¶" links too
 
 
 def collect_page_text(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object) -> None:
