@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 
 import nbformat
-from nbformat.sign import NotebookNotary
 import pytest
 from jupyterlab_session import JS_TEXT_CONTRAST, Watched, browser, lab_server, require_chromium
+from nbformat.sign import NotebookNotary
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "build" / "notebooks"

@@ -68,7 +68,7 @@ def _words_px(text: str, char_px: float) -> float:
     return widest
 
 
-def column_floors(table: Table) -> list[float]:
+def column_floors(table: Table) -> list[int]:
     """Each column's narrowest width in px: its widest word (a shape, a name, a number) or its whole header
     (a header stays on one line), with the cell's padding."""
     small = len(table.columns) >= WIDE_TABLE_COLUMNS

@@ -90,7 +90,7 @@ def _rich_table(block: Table, width: int) -> RenderableType:
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
         return table
-    stacked = []
+    stacked: list[RenderableType] = []
     for row in rows:
         grid = RichTable.grid(padding=(0, 2))
         grid.add_column(style="bold", max_width=max(int(width * 0.4), 1))
