@@ -145,7 +145,13 @@ def _value_html(text: str, floor: float, numeric: bool) -> str:
     fits (a column of numbers does not grow), beside its label when the row is stacked."""
     if not numeric:
         return whole_words_html(text)
-    box = f"display:inline-block;min-width:{floor - _CELL_PAD_PX:.0f}px;text-align:right;white-space:nowrap"
+    width = floor - _CELL_PAD_PX
+    # As wide as the column while the cell is (the table fits); no wider than the number once the cell is wider
+    # (the row is stacked), so the number sits beside its label. 4 px of slack for rounding.
+    box = (
+        f"display:inline-block;text-align:right;white-space:nowrap;min-width:{width:.0f}px;"
+        f"min-width:calc({width:.0f}px - max(0px, (100% - {width + 4:.0f}px) * 999))"
+    )
     return f'<span style="{box}">{escape(text)}</span>'
 
 
