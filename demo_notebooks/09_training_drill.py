@@ -455,9 +455,16 @@ assert np.allclose(losses_fixed, losses_v3[:N_DRILL], atol=1e-6)   # the doctor 
 # cell under `jax.debug_nans`, as the doctor does, to name the operation. On loops of very short steps
 # the watch looks at a share of the calls only, to cost a few percent (every call is counted, so call
 # numbers stay exact); `watch_log.coverage` says how many it looked at.
+#
+# `--panel` adds one panel for the whole session under this cell. While the watched cells below run,
+# it grows by a line each time a new problem is told (its cell, area, line, how often it was seen and
+# the magic to look closer with) - here, after the next cell, the NaN, the recompilation and the
+# reused key - and choosing a line shows that finding's details and fix, so the findings of a long
+# session stay in one place while you scroll on. (A saved notebook keeps a line saying to run the cell
+# again instead: a widget needs the kernel.)
 
 # %%
-# %jax_watch -o watch_log
+# %jax_watch on --panel -o watch_log
 
 # %%
 step_v0_watched = make_train_step_v0(loss_v0)

@@ -24,6 +24,8 @@ sys.path.insert(0, str(ROOT / "demo_notebooks"))  # section9_script, the chapter
 _FILE_MARKS = {
     "test_browser.py": "browser",
     "test_browser_explorers.py": "browser",
+    "test_browser_notebooks.py": "browser",  # the executed demo notebooks in JupyterLab
+    "test_readme.py": "kernel",  # the README's commands: a fresh Python process, a build
     "test_notebooks.py": "kernel",
     "test_watch_notebook.py": "kernel",
     "test_live_view.py": "kernel",

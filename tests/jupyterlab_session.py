@@ -53,6 +53,32 @@ LAB_SETTINGS = {
 }
 
 
+# JavaScript for a page: the contrast of an element's text as painted - its colour's alpha and every opacity up
+# to ``top`` blended over the opaque colour behind it (translucent backgrounds composited, white below all).
+JS_TEXT_CONTRAST = """
+const rgbaOf = (css) => { const m = css && css.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+  const p = m[1].split(',').map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+const overOf = (top, below) => top.slice(0, 3).map((c, i) => c * top[3] + below[i] * (1 - top[3]));
+const paintedBehind = (el) => {
+  const layers = [];
+  for (let e = el; e; e = e.parentElement) {
+    const bg = rgbaOf(getComputedStyle(e).backgroundColor);
+    if (bg && bg[3] > 0) { layers.push(bg); if (bg[3] >= 1) break; }
+  }
+  return layers.reverse().reduce((below, top) => overOf(top, below), [255, 255, 255]);
+};
+const lumOf = (c) => { const [r, g, b] = c.map(v => { v /= 255;
+  return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+const textContrast = (el, top) => {
+  let alpha = 1;
+  for (let e = el; e && e !== top.parentElement; e = e.parentElement) alpha *= Number(getComputedStyle(e).opacity);
+  const fg = rgbaOf(getComputedStyle(el).color), bg = paintedBehind(el);
+  const [x, y] = [lumOf(overOf([fg[0], fg[1], fg[2], fg[3] * alpha], bg)), lumOf(bg)].sort((p, q) => q - p);
+  return (x + 0.05) / (y + 0.05);
+};
+"""
+
+
 def require_chromium() -> str:
     """The Chromium path; skips the test without it (fails under CI, which must install it)."""
     if os.path.exists(CHROMIUM):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyterlab_session import Watched, browser, lab_server, require_chromium
+from jupyterlab_session import JS_TEXT_CONTRAST, Watched, browser, lab_server, require_chromium
 from test_magics_contract import EXAMPLES, SETUP, registered_magics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +115,7 @@ const contrast = (a, b) => { const [x, y] = [luminance(a), luminance(b)].sort((p
 JS_REPORTS = (
     """() => {"""
     + JS_HELPERS
+    + JS_TEXT_CONTRAST
     + """
   const lab = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const root = lab ? lab.node : document.body;  // JupyterLab: the open notebook's tab only
@@ -127,7 +128,7 @@ JS_REPORTS = (
       const head = r.querySelector('.jm-headline'), title = r.querySelector('.jm-title'),
             badge = r.querySelector('.jm-badge'), rect = r.getBoundingClientRect();
       const area = r.closest('.jp-OutputArea-output, .jp-RenderedHTMLCommon') || r.parentElement;
-      const cells = [...r.querySelectorAll('td')];
+      const cells = [...r.querySelectorAll('td, .jm-td')];
       const bg = backgroundOf(r), fg = getComputedStyle(head).color;
       return {
         headline: head ? head.innerText.trim() : '',
@@ -143,12 +144,13 @@ JS_REPORTS = (
                               rect.right - area.getBoundingClientRect().right, 0),
         sections: r.querySelectorAll('details.jm-section').length,
         // tables too wide to wrap scroll sideways inside the report: how many do, here
-        scrolled_tables: [...r.querySelectorAll('table')].filter(t => t.checkVisibility() && t.parentElement.scrollWidth >
-                                                                  t.parentElement.clientWidth + 1)
-                                                          .map(t => [t.parentElement.scrollWidth,
-                                                                     t.parentElement.clientWidth,
-                                                                     t.innerText.slice(0, 40)]),
+        scrolled_tables: [...r.querySelectorAll('.jm-table, .jm-facts')]
+          .filter(t => t.checkVisibility() && t.scrollWidth > t.clientWidth + 1)
+          .map(t => [t.scrollWidth, t.clientWidth, t.innerText.slice(0, 40)]),
         title: title ? title.innerText : '',
+        // issue 61: the muted labels of code frames ("In [12], line 2, in block") were 4.43:1 on the code tint
+        muted_contrast: Math.min(99, ...[...r.querySelectorAll('[style*="opacity"]')]
+          .filter(e => e.checkVisibility() && e.innerText.trim()).map(e => textContrast(e, r))),
         // a FOUND or FAILED report says what to do under its headline, outside every fold, and it is seen
         fix_in_sight: !badge || !['FOUND', 'FAILED'].includes(badge.innerText.trim()) ||
           [...r.querySelectorAll('.jm-fix')].some(f => !f.closest('details') && f.checkVisibility()
@@ -232,6 +234,7 @@ def _check_every_report(found: dict, expected: int) -> None:
         assert report["visible"] and report["headline"] and report["headline_height"] > 0, report
         assert report["text_contrast"] >= 4.5, f"headline hard to read: {report}"
         assert report["badge_contrast"] >= 4.5, f"badge hard to read: {report}"
+        assert report["muted_contrast"] >= 4.5, f"muted text hard to read: {report}"
         assert report["fix_in_sight"], f"a report that found something shows no fix outside its folds: {report}"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import re
+import time
 
 import pytest
 from jupyter_client.manager import start_new_kernel
@@ -164,7 +165,7 @@ def test_an_interrupt_at_a_breakpoint_prompt_is_a_keyboard_interrupt(kernel):
     msg_id = kernel.execute(BREAKPOINT_CELL, allow_stdin=True)
     kernel.get_stdin_msg(timeout=180)
     MANAGERS[kernel].interrupt_kernel()
-    errors, shown = [], []
+    errors, shown, tracebacks = [], [], []
     while True:
         msg = kernel.get_iopub_msg(timeout=120)
         if msg["parent_header"].get("msg_id") != msg_id:
@@ -172,20 +173,56 @@ def test_an_interrupt_at_a_breakpoint_prompt_is_a_keyboard_interrupt(kernel):
         content = msg["content"]
         if msg["msg_type"] == "error":
             errors.append(f"{content['ename']}: {content['evalue']}")
+            tracebacks.append(ANSI.sub("", "\n".join(content["traceback"])))
         elif msg["msg_type"] == "stream":
             shown.append(content["text"])
-        elif msg["msg_type"] in ("display_data", "execute_result"):
+        elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):  # the report replaces
+            # the live view
             shown.append(content["data"].get("text/plain", ""))
         elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
             break
     text = ANSI.sub("", "".join(shown))
     assert errors == ["KeyboardInterrupt: Interrupted by user at a jax.debug.breakpoint() prompt"]
+    # Issue 61: the traceback showed jaxmagic's own frame (user_traceback.py, raise_users_error); it ends in the
+    # cell's line that was running
+    assert "user_traceback" not in tracebacks[0] and "raise_users_error" not in tracebacks[0], tracebacks[0]
+    assert "jaxmagic" not in tracebacks[0].replace("%%jax_debug", "") and "jax.jit(outer)" in tracebacks[0]
     assert "CpuCallback" not in text and "callback failed" not in text
     assert "interrupted at its prompt, which ended the cell (KeyboardInterrupt)" in text  # the report, first
     check, _, _ = converse(
         kernel, "from jax._src.debugger import core\nprint(sorted(core._debugger_registry), bp_rep.interrupted)", []
     )
     assert "jaxmagic" not in check and "True" in check
+
+
+def _reply_to(kernel, msg_id: str) -> dict:
+    while True:
+        reply = kernel.get_shell_msg(timeout=120)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
+def test_an_interrupt_before_the_breakpoint_is_reached_says_so(kernel):
+    """Issue 61: interrupted before any breakpoint ran, the report said "The cell raised KeyboardInterrupt: ."."""
+    slow = BREAKPOINT_CELL.replace(
+        "jax.jit(outer)", "import time\nfor _ in range(600):\n    time.sleep(0.1)\njax.jit(outer)"
+    )
+    msg_id = kernel.execute(slow, allow_stdin=True)
+    time.sleep(3)
+    MANAGERS[kernel].interrupt_kernel()
+    shown = []
+    while True:
+        msg = kernel.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):  # the live view, then
+            shown.append(msg["content"]["data"].get("text/plain", ""))  # the report in its place
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    _reply_to(kernel, msg_id)  # taken off the shell channel: the next test reads its own reply there
+    text = " ".join(ANSI.sub("", shown[-1]).split())
+    assert "the cell was interrupted (KeyboardInterrupt) before one ran" in text, text[-1500:]
+    assert "KeyboardInterrupt: ." not in text and "raised KeyboardInterrupt" not in text
 
 
 def test_without_stdin_every_breakpoint_hit_is_recorded_instead_of_hanging(kernel):

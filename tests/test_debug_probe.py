@@ -8,6 +8,7 @@ notebook (jax#11880) and under ``vmap`` (jax#22693).
 from __future__ import annotations
 
 import json
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -294,11 +295,33 @@ def test_end_of_input_at_the_prompt_quits_and_an_interrupt_is_a_keyboard_interru
     def interrupted(prompt: str) -> str:
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt), breakpoints(ask=interrupted, say=lambda text: None) as report:
+    with pytest.raises(KeyboardInterrupt) as stopped, breakpoints(ask=interrupted, say=lambda text: None) as report:
         jax.jit(shift)(jnp.arange(2.0))
     assert report.interrupted and not report.quit and report.error == ""
     assert "interrupted at its prompt" in report.summary
     assert not [r for r in caplog.records if "callback failed" in r.getMessage()]  # JAX's log of it: kept out
+    # Issue 61: the interrupt carries the traceback of the line that was running, so once jaxmagic's frames are
+    # taken out (user_traceback) the user's line is what the traceback ends in - not jaxmagic's raise
+    frames = [entry.filename for entry in traceback.extract_tb(stopped.value.__traceback__)]
+    assert any(name == __file__ for name in frames), frames
+
+
+def test_an_interrupt_before_any_breakpoint_says_so_with_no_empty_message():
+    """Issue 61: interrupted before the breakpoint was reached, the report said "The cell raised
+    KeyboardInterrupt: ." - an interrupt is the user stopping the cell, and it has no message to quote."""
+    from jaxmagic.report.wording import error_line
+
+    def never(prompt: str) -> str:
+        raise AssertionError("no breakpoint was reached")
+
+    with pytest.raises(KeyboardInterrupt), breakpoints(ask=never, say=lambda text: None) as report:
+        raise KeyboardInterrupt
+    assert report.interrupted and report.error == "" and report.hit_count == 0
+    assert report.summary == (
+        "No jax.debug.breakpoint() was hit: the cell was interrupted (KeyboardInterrupt) before one ran."
+    )
+    assert report.status.value == "ok" and ": ." not in str(report)
+    assert error_line(KeyboardInterrupt()) == "KeyboardInterrupt" and error_line(ValueError("x")) == "ValueError: x"
 
 
 CELL_SETUP = """

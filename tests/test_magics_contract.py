@@ -7,6 +7,7 @@ a registered magic without examples fails ``test_every_magic_has_examples``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import textwrap
@@ -377,7 +378,12 @@ LOAD_WITHOUT_BACKEND = textwrap.dedent("""
 
 
 def test_load_ext_does_not_start_a_backend():
-    proc = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_BACKEND], capture_output=True, text=True, timeout=300)
+    # The CPU's fake devices say the backend started only after the flag was set. On a TPU machine the child
+    # runs on the CPU: this process holds the chip, which one process at a time can open.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_BACKEND], capture_output=True, text=True, timeout=300, env=env
+    )
     assert "backend started: False" in proc.stdout, proc.stdout + proc.stderr
     assert "devices: 4" in proc.stdout, proc.stdout + proc.stderr
 

@@ -80,7 +80,8 @@ def test_html_stands_alone():
     for tag in ("td", "th", "table", "p", "code", "summary", "pre"):
         bare = re.findall(rf"<{tag}>", html)
         assert bare == [], f"<{tag}> without an inline style"
-    assert html.count("text-align:left") >= 3  # JupyterLab right-aligns table cells
+    assert "text-align:left" in html  # JupyterLab right-aligns table cells (<td>): tables here are <div>s
+    assert "<td" not in html and "<table" not in html
 
 
 def test_html_sections_collapse_without_javascript():
@@ -103,9 +104,10 @@ def test_html_colours_follow_the_theme_with_fallbacks_the_sanitizer_keeps():
     assert "border-left:5px solid #cf222e;border-left-color:var(--jp-error-color1,#cf222e)" in card
 
 
-def test_html_long_tokens_can_wrap_and_options_stay_whole():
+def test_html_long_tokens_wrap_between_tokens_in_prose_and_options_stay_whole():
+    prose = render_html(Document("t", Status.OK, "h", [Section("S", [Paragraph(WIDE_CALL)])]))
+    assert "jit(<wbr>&lt;lambda&gt;<wbr>)(<wbr>float32[<wbr>64,<wbr>128],<wbr>" in prose
     html = render_html(WIDE)
-    assert "jit(<wbr>&lt;lambda&gt;<wbr>)(<wbr>float32[<wbr>64,<wbr>128],<wbr>" in html
     facts = render_html(
         Document("t", Status.OK, "h", [Section("S", [Facts([("fix", "%%jax_compiles --budget 1 --fn f")])])])
     )
@@ -115,10 +117,38 @@ def test_html_long_tokens_can_wrap_and_options_stay_whole():
         )
     assert '<span style="white-space:nowrap">-&gt;</span>' in html
     assert "%reset -f out" in render_html(Document("t", Status.OK, "`%reset -f out`", []))  # one hyphen: no break
-    # too wide for a narrow notebook (~418 px beside the file browser): it reflows instead of scrolling sideways
-    assert 'class="jm-table jm-reflow"' in html and "<table" not in html and "overflow-x" not in html
-    narrow = render_html(Document("t", Status.OK, "h", [Section("S", [Table(["a", "b"], [["1", "2"]])])]))
-    assert 'style="max-width:100%;overflow-x:auto"><table' in narrow  # a table that fits stays one
+
+
+WIDE_CALL = "jit(<lambda>)(float32[64,128], {'b': float32[128], 'w': float32[128,128]})"
+# A word (a run without spaces) inside a table cell's HTML: what a browser could break inside.
+_WORD_IN_CELL = re.compile(r'class="jm-td"[^>]*>(.*?)</div>')
+
+
+def test_table_cells_break_at_spaces_only():
+    """Issue 61: "fu nct ion", "floa t32 [8,4 ]", "f32[2048,5 12]" at 900 px. A cell holds no <wbr>, no
+    overflow-wrap:anywhere, and every word a browser could break inside (a bracket, a hyphen, a slash) is on
+    one line: the cell's code, or a span, says white-space:nowrap."""
+    rows = [
+        ["function", "sgd", "float32[8,4]", "donated argument"],
+        ["`f32[2048,512]`", "`jit(f)(float32[4])`", "a-b c/d e", "`x = step(params, batch)`"],
+    ]
+    html = render_html(Document("t", Status.OK, "h", [Section("S", [Table(["a", "b", "c", "d"], rows), WIDE_TABLE])]))
+    assert "<wbr>" not in html and "anywhere" not in html
+    cells = _WORD_IN_CELL.findall(html)
+    assert len(cells) == 8 + 12
+    for cell in cells:
+        text = re.sub(r"<(code|span) style=\"[^\"]*white-space:nowrap[^\"]*\">[^<]*</\1>", "", cell)
+        text = re.sub(r"</?code[^>]*>", "", text)
+        assert not [w for w in text.split() if re.search(r"[^\w.]", html_text(w)) and len(html_text(w)) > 1], cell
+
+
+def html_text(fragment: str) -> str:
+    import html as html_module
+
+    return html_module.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+WIDE_TABLE = WIDE.sections[0].blocks[0]
 
 
 def test_text_and_rich_show_the_same_facts(capsys):
@@ -131,21 +161,54 @@ def test_text_and_rich_show_the_same_facts(capsys):
         assert fragment in rich_out
 
 
-@pytest.mark.parametrize("width", [80, 100])
-def test_text_wraps_long_cells_at_the_width(width):
-    text = render_text(WIDE, width=width)
+def test_text_keeps_a_table_s_columns_side_by_side_when_each_fits_at_its_longest_word():
+    text = render_text(WIDE, width=100)
     lines = text.splitlines()
-    assert max(len(line) for line in lines) <= width, "\n".join(line for line in lines if len(line) > width)
+    assert max(len(line) for line in lines) <= 100, "\n".join(line for line in lines if len(line) > 100)
     assert "…" not in text
-    # Read the columns back from the rule under the header: each cell's text is all there.
+    # Read the columns back from the rule under the header: each cell's text is all there, no word broken.
     rule_index = next(i for i, line in enumerate(lines) if set(line.strip()) <= {"-", " "} and "--" in line)
     spans = [m.span() for m in re.finditer(r"-+", lines[rule_index])]
     body = lines[rule_index + 1 :]
-    columns = ["".join(line[a:b] for line in body).replace(" ", "") for a, b in spans]
-    for row in WIDE.sections[0].blocks[0].rows:
+    columns = [" ".join(line[a:b].strip() for line in body) for a, b in spans]
+    for row in WIDE_TABLE.rows:
         for column, cell in zip(columns, row):
-            assert cell.replace("`", "").replace(" ", "") in column, cell
+            assert " ".join(cell.replace("`", "").split()) in " ".join(column.split()), cell
     assert not any(re.search(r"(^|\s)--$", line.rstrip()) for line in lines)  # never "--" / "budget 1"
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+def test_text_stacks_a_table_too_wide_for_the_line_and_breaks_no_word(width):
+    """Issue 61: a table whose columns cannot sit side by side at their longest words is stacked, each row as
+    `label  value` lines; no word (a shape, a name, a number) is split across lines."""
+    text = render_text(WIDE, width=width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    words = set(text.split())
+    for row in WIDE_TABLE.rows:
+        for cell in row:
+            for word in cell.replace("`", "").split():
+                assert word in words, (word, width)
+    assert "jit(<lambda>)(float32[64,128]," in words and "f32[64,128]" in words
+
+
+def test_text_knows_the_terminal_s_width(monkeypatch):
+    import os
+    import shutil
+    import sys
+
+    from jaxmagic.render import text as text_module
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Tty())
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(100, 24): os.terminal_size((52, 24)))
+    assert text_module.text_width() == 52
+    assert max(len(line) for line in render_text(WIDE).splitlines()) <= 52
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a kernel's stream: no terminal, the default
+    assert text_module.text_width() == text_module.DEFAULT_WIDTH
 
 
 @pytest.mark.parametrize("width", [80, 100])
@@ -191,8 +254,8 @@ def test_columns_of_measurements_are_right_aligned_and_others_left():
 
     table = Table(["line", "time", "share"], [["In [1]:4", "12.3 ms", "45%"], ["In [1]:5", "1,234.0 ms", "-"]])
     html = render_html(Document("%%jax_profile", Status.OK, "h", [Section("s", [table])]))
-    cells = re.findall(r'<td style="([^"]*)">([^<]*)', html)
-    right = {text for style, text in cells if "text-align:right" in style}
+    cells = re.findall(r'class="jm-td" role="cell" style="[^"]*">(.*?)</div>', html)
+    right = {html_text(text) for text in cells if "text-align:right" in text}
     assert right == {"12.3 ms", "45%", "1,234.0 ms", "-"}
 
 
@@ -318,18 +381,44 @@ def test_code_never_breaks_inside_a_name(code):
                 ), (width, line)
 
 
-def test_a_table_too_wide_for_a_narrow_notebook_reflows_with_its_columns_aligned():
-    """Issue 53: %%jax_compiles' and %%jax_profile's tables scrolled sideways by 11-76 px at 900 px with the file
-    browser open. Each cell starts at its column's narrowest width - the same in every row, whatever its own
-    text - so the columns line up, and wrap to a second line together when the notebook is narrow."""
+def test_a_table_lines_up_its_columns_when_it_fits_and_stacks_its_rows_when_it_does_not():
+    """Issue 61 (after 53): the width the output area really has decides, in CSS - each cell's basis is its
+    column's narrowest width while the table fits (the same in every row and the header, so the columns line up),
+    and the row's width less its label's when it does not; the header's height and the labels' width switch on
+    the same threshold. The sanitized fallback (no calc) is the table at its narrowest width, scrolling."""
+    from jaxmagic.render.html_tables import column_floors
+
     columns = ["#", "function", "your line", "cause: what changed", "argument types", "trace / lower / XLA compile"]
     rows = [
         ["1", "`convert_element_type`", "In [3]:3 `w5 = jnp.ones((64, 64))`", "eager operation", "f32[]", "1.3 / 0.7"],
         ["2", "`mlp_step`", "In [3]:6 `mlp_step_jit(w5, x)`", "argument types changed", "f32[16,64]", "4.7 / 8.5"],
     ]
-    html = render_html(Document("t", Status.PROBLEM, "h", [Section("S", [Table(columns, rows)])]))
-    body = html[html.index('class="jm-table jm-reflow"') :]
-    sizes = re.findall(r'<div class="jm-row"[^>]*>(.*?)</div></div>', body)
-    flex = [re.findall(r"flex:(\d+ 1 \d+px)", row) for row in sizes]
-    assert len(flex) == 3 and flex[0] == flex[1] == flex[2] and len(flex[0]) == 6  # header and rows alike
-    assert "convert_element_type" in body and "<wbr>" not in body.split("convert_element_type")[0][-5:]
+    table = Table(columns, rows)
+    html = render_html(Document("t", Status.PROBLEM, "h", [Section("S", [table])]))
+    floors = column_floors(table)
+    threshold = sum(floors)
+    assert floors[1] >= len("convert_element_type") * 7 and floors[5] >= len(columns[5]) * 7  # word; whole header
+    body = html[html.index('class="jm-table"') :]
+    assert f"min-width:{threshold}px;min-width:calc(0px)" in body  # sanitized: scrolls at its narrowest width
+    bases = [re.findall(r'class="jm-t[dh]"[^>]*style="flex:(\d+ 1 \d+)px', row) for row in body.split('role="row"')[1:]]
+    assert len(bases) == 3 and bases[0] == bases[1] == bases[2] and len(bases[0]) == 6  # header and rows alike
+    assert [int(b.split()[-1]) for b in bases[0]] == floors
+    assert body.count(f"calc(({threshold - 0.5:.1f}px - 100%) * 999)") >= 3 * 6  # labels and bases, every row
+    assert body.count('class="jm-label"') == 12 and body.count('class="jm-th"') == 6
+
+
+def test_one_arrow_style_in_every_report():
+    """Issue 61: "1 MiB -> 16 MiB, temporaries 256 B → 4 KiB" mixed two arrows in one headline. Reports write
+    "->" (the HTML keeps it whole, the text renderer never breaks it): no source of jaxmagic writes another."""
+    from pathlib import Path
+
+    import jaxmagic
+
+    package = Path(jaxmagic.__file__).parent
+    mixed = [
+        f"{path.relative_to(package)}:{number}"
+        for path in package.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "\u2192" in line or "\\u2192" in line or "&rarr;" in line and "dim" not in line
+    ]
+    assert mixed == [], f"another arrow than -> in: {mixed}"

@@ -80,7 +80,7 @@ def test_the_wheel_holds_every_file_of_the_package_and_its_license(dist):
     missing = sorted(source - names)
     assert missing == [], f"files of jaxmagic/ missing from the wheel: {missing}"
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
-    for field in ("License-Expression: Apache-2.0", "Requires-Python: >=3.12", "Classifier: Framework :: Jupyter"):
+    for field in ("License-Expression: Apache-2.0", "Requires-Python: >=3.11", "Classifier: Framework :: Jupyter"):
         assert field in metadata, f"METADATA lacks {field!r}"
 
 

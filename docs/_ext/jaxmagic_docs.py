@@ -1,8 +1,11 @@
 """Sphinx extension of jaxmagic's documentation: what the docs take from the code itself.
 
-- ``{jaxmagic-help} NAME`` (a directive): a magic's usage line(s), description and options, built
-  from the parser IPython's ``magic_arguments`` made for the magic - the same object that prints
-  ``%NAME?`` - so the reference page and the help cannot disagree.
+- Each magic's page (``magics/NAME.md``) carries its usage line(s), description and options as Markdown,
+  written by ``tools/write_magic_help.py`` from the parser IPython's ``magic_arguments`` made for the magic - the
+  same object that prints ``%NAME?`` (``magic_help.py``); reading a page whose block differs from it is a
+  warning (an error under ``-W``), so the page and the help cannot disagree.
+- Links to the demo notebooks where they live in the repository (``demo_notebooks/NN_name.ipynb``, which a
+  code host shows) become links to their pages on the site.
 - ``{jaxmagic-api}`` (a directive): ``autodoc`` entries for every name in ``jaxmagic.probes.__all__``,
   grouped by the comment lines of that list.
 - At ``builder-inited``: a page ``magics/NAME.md`` is generated for every registered magic that has no
@@ -14,13 +17,16 @@
 from __future__ import annotations
 
 import ast
+import html
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 from docutils import nodes
 from docutils.statemachine import StringList
+from magic_help import help_markdown, page_block, registered_magics
 from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 from sphinx.util import logging
@@ -39,116 +45,36 @@ GENERATED_MAGICS = DOCS / "magics" / "_generated"  # generated: pages of magics 
 # ---------------------------------------------------------------- magics and their help
 
 
-def registered_magics() -> dict[str, list[str]]:
-    """Each magic's name -> its forms as typed (``["%jax_debug", "%%jax_debug"]``), from the class the extension registers."""
-    from jaxmagic.ipython.magics import JaxMagics
-
-    forms: dict[str, list[str]] = {}
-    for kind, prefix in (("line", "%"), ("cell", "%%")):
-        for name in JaxMagics.magics[kind]:
-            forms.setdefault(name, []).append(prefix + name)
-    return dict(sorted(forms.items()))
-
-
-def magic_parser(name: str):
-    from jaxmagic.ipython.magics import JaxMagics
-
-    function = getattr(JaxMagics, name)
-    parser = getattr(function, "parser", None)
-    if parser is None:
-        raise ValueError(f"magic {name} has no magic_arguments parser, so its help cannot be documented")
-    return parser
+def check_magic_help(app: Sphinx, docname: str, source: list[str]) -> None:
+    """A magic's page must say what ``%NAME?`` says: its generated block (``magic_help.HELP_START``) is checked
+    as the page is read; a stale one is a warning, so ``make docs`` (-W) fails until tools/write_magic_help.py runs."""
+    folder, _, name = docname.partition("/")
+    if folder != "magics" or name not in registered_magics():
+        return
+    app.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "cell_magics.py"))
+    app.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "line_magics.py"))
+    if page_block(source[0]) != help_markdown(name):
+        logger.warning(
+            f"docs/magics/{name}.md: its usage and options differ from %{name}? (or are missing): "
+            "run `.venv/bin/python tools/write_magic_help.py`",
+            location=docname,
+        )
 
 
-def usage_lines(name: str) -> list[str]:
-    """The usage line of each form of the magic, as ``%NAME?`` prints it (IPython writes one ``%`` for every form)."""
-    parser = magic_parser(name)
-    text = parser.format_usage()
-    text = text.split("%", 1)[1] if "%" in text else text  # IPython's prefix is "::\n\n  %"
-    usage = " ".join(text.split())  # argparse wraps long usage lines
-    arguments = usage[len(parser.prog) :]
-    return [form + arguments for form in registered_magics()[name]]
+# The demo notebooks are linked where they live in the repository (``../../demo_notebooks/NN_name.ipynb``),
+# which a code host shows; the site shows each as its own page, ``notebooks/NN_name``.
+_NOTEBOOK_LINK = re.compile(r"\]\((?:\.\./)+demo_notebooks/(\d\d_\w+)\.ipynb(#[^)\s]*)?\)")
 
 
-def description_paragraphs(name: str) -> list[str]:
-    import inspect
+def link_notebook_pages(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Each link to a demo notebook in the repository becomes a link to its page on the site."""
+    here = Path(docname).parent
 
-    text = inspect.cleandoc(magic_parser(name).description or "")
-    return [" ".join(block.split()) for block in text.split("\n\n") if block.strip()]
+    def page(match: re.Match) -> str:
+        target = os.path.relpath(Path("notebooks") / f"{match.group(1)}.ipynb", here)
+        return f"]({target}{match.group(2) or ''})"
 
-
-def option_rows(name: str) -> list[tuple[str, str]]:
-    """(invocation as the help writes it, help text) for every argument of the magic, positional ones first."""
-    parser = magic_parser(name)
-    formatter = parser._get_formatter()
-    rows = []
-    actions = [a for a in parser._actions if not a.option_strings] + [a for a in parser._actions if a.option_strings]
-    for action in actions:
-        if action.help == "==SUPPRESS==" or "-h" in action.option_strings:
-            continue
-        invocation = formatter._format_action_invocation(action)
-        # As argparse prints it: %-formatted (so "%%px" in the source reads "%px", as in %name?).
-        help_text = " ".join(formatter._expand_help(action).split()) if action.help else ""
-        rows.append((invocation, help_text))
-    return rows
-
-
-class MagicHelp(SphinxDirective):
-    """``{jaxmagic-help} jax_nans``: usage, description and options of a magic, from its own parser."""
-
-    required_arguments = 1
-
-    def run(self) -> list[nodes.Node]:
-        name = self.arguments[0].lstrip("%")
-        if name not in registered_magics():
-            raise self.error(f"{name} is not a registered magic (JaxMagics.magics)")
-        self.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "cell_magics.py"))
-        self.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "line_magics.py"))
-        self.env.note_dependency(__file__)  # this directive itself
-        result: list[nodes.Node] = []
-
-        usage = nodes.section(ids=[f"usage-{name}"], names=[f"usage-{name}"])
-        usage += nodes.title(text="Usage")
-        usage += nodes.literal_block(text="\n".join(usage_lines(name)), language="text", classes=["jaxmagic-usage"])
-        for text in description_paragraphs(name):
-            usage += nodes.paragraph(text=text)
-        note = nodes.paragraph()
-        note += nodes.Text("This part is generated from the magic's own help: ")
-        note += nodes.literal(text=f"%{name}?")
-        note += nodes.Text(" prints the same text in a notebook.")
-        note["classes"].append("jaxmagic-help-source")
-        usage += note
-        result.append(usage)
-
-        rows = option_rows(name)
-        options = nodes.section(ids=[f"options-{name}"], names=[f"options-{name}"])
-        options += nodes.title(text="Options")
-        table = nodes.table(classes=["jaxmagic-options"])
-        group = nodes.tgroup(cols=2)
-        table += group
-        group += nodes.colspec(colwidth=30)
-        group += nodes.colspec(colwidth=70)
-        head = nodes.thead()
-        group += head
-        head += self._row("argument", "what it does", literal=False)
-        body = nodes.tbody()
-        group += body
-        for invocation, help_text in rows:
-            body += self._row(invocation, help_text, literal=True)
-        options += table
-        result.append(options)
-        return result
-
-    @staticmethod
-    def _row(first: str, second: str, *, literal: bool) -> nodes.row:
-        row = nodes.row()
-        cell = nodes.entry()
-        cell += nodes.paragraph("", "", nodes.literal(text=first) if literal else nodes.Text(first))
-        row += cell
-        cell = nodes.entry()
-        cell += nodes.paragraph(text=second)
-        row += cell
-        return row
+    source[0] = _NOTEBOOK_LINK.sub(page, source[0])
 
 
 # ---------------------------------------------------------------- the probes' API
@@ -224,7 +150,7 @@ def generate_magic_pages(app: Sphinx) -> None:
             f"# {title}\n\n"
             "```{note}\nThis magic has no guide page yet: what follows is its own help. "
             f"Write `docs/magics/{name}.md` (see any other page there) to replace this one.\n```\n\n"
-            f"```{{jaxmagic-help}} {name}\n```\n",
+            f"{help_markdown(name)}\n",
         )
         logger.info(f"jaxmagic docs: {name} has no page of its own; generated {GENERATED_MAGICS.name}/{name}.md")
     if GENERATED_MAGICS.exists():
@@ -306,10 +232,41 @@ def notebooks_source(app: Sphinx) -> None:
         logger.info(f"jaxmagic docs: {name} changed since `make demo` ran it; its page says so")
 
 
+# ---------------------------------------------------------------- search excerpts opened from disk
+
+PAGE_TEXT = "jaxmagic_page_text.js"  # under _static/: every page's text, for the search page's excerpts
+_TAGS = re.compile(r"<(script|style)\b.*?</\1>|<a class=\"headerlink\".*?</a>|<[^>]+>", re.S)  # "¶" links too
+
+
+def collect_page_text(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object) -> None:
+    """Keep the text of each page's body: Sphinx's search page shows an excerpt of each page it finds, read by
+    fetching the page - which a browser refuses for a site opened from disk (file://)."""
+    body = context.get("body")
+    if body and doctree is not None:
+        texts = app.env.__dict__.setdefault("jaxmagic_page_text", {})
+        texts[pagename] = " ".join(html.unescape(_TAGS.sub(" ", body)).split())
+
+
+def write_page_text(app: Sphinx, exception: Exception | None) -> None:
+    """``_static/jaxmagic_page_text.js``: the page texts ``_static/jaxmagic_offline_search.js`` answers the search
+    page's fetches with on a file:// page."""
+    texts = app.env.__dict__.get("jaxmagic_page_text")
+    if exception is not None or app.builder.format != "html" or not texts:
+        return
+    static = Path(app.outdir) / "_static"
+    static.mkdir(exist_ok=True)
+    payload = json.dumps(dict(sorted(texts.items())), ensure_ascii=True, separators=(",", ":"))
+    write_if_changed(static / PAGE_TEXT, f"window.JAXMAGIC_PAGE_TEXT = {payload};\n")
+
+
 def setup(app: Sphinx) -> dict:
-    app.add_directive("jaxmagic-help", MagicHelp)
     app.add_directive("jaxmagic-api", ProbesApi)
     app.connect("builder-inited", generate_magic_pages)
     app.connect("builder-inited", notebooks_source)
     app.connect("source-read", list_generated_pages)
+    app.connect("source-read", check_magic_help)
+    app.connect("source-read", link_notebook_pages)
+    app.connect("html-page-context", collect_page_text)
+    app.connect("build-finished", write_page_text)
+    app.add_js_file("jaxmagic_offline_search.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -20,9 +20,12 @@ itself:
   holding ``var()``, so each such colour is preceded by a value it keeps that
   reads on light and dark alike (a translucent grey) or by nothing at all,
   letting the theme's own colours show through.
-* **Wraps in narrow windows**: long tokens (a call signature, a leaf path)
-  carry ``<wbr>`` break points, wide tables and drawings scroll sideways
-  inside the report instead of pushing it past the notebook's edge.
+* **Fits narrow windows**: in prose, long tokens (a call signature, a leaf
+  path) carry ``<wbr>`` break points between tokens; a table lines its columns
+  up when the output area is wide enough and stacks each row (label: value)
+  when it is not, never splitting a word (``html_tables.py``); drawings
+  scroll sideways inside the report instead of pushing it past the
+  notebook's edge.
 
 Every string that came from the user or from JAX is escaped here, in one place.
 """
@@ -32,6 +35,20 @@ from __future__ import annotations
 import re
 from html import escape
 
+from jaxmagic.render.html_inline import (
+    CARD,
+    CODE,
+    LINE,
+    LINE_COLOUR,
+    MONO,
+    MUTED,
+    SANS,
+    SCROLLS,
+    TINT,
+    breakable_html,
+    inline_html,
+)
+from jaxmagic.render.html_tables import facts_html, table_html
 from jaxmagic.report import Status
 from jaxmagic.report.document import (
     Block,
@@ -44,9 +61,11 @@ from jaxmagic.report.document import (
     Section,
     SourceLines,
     Table,
-    numeric_columns,
     what_to_do,
 )
+
+# The styles and inline text the explorers share with the reports (ipython/explorers/) are read from here.
+__all__ = ["CODE", "LINE", "LINE_COLOUR", "MONO", "MUTED", "SANS", "breakable_html", "inline_html", "render_html"]
 
 # Accent per status: a fixed colour (kept by the sanitizer, readable on light and
 # dark) then JupyterLab's themed equivalent.
@@ -56,23 +75,6 @@ STATUS_ACCENTS = {
     Status.ERROR: ("#9a6700", "--jp-warn-color1"),
     Status.RUNNING: ("#0969da", "--jp-brand-color1"),
 }
-
-MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono',monospace"
-SANS = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif"
-# A translucent grey reads on any background; the variable gives the theme's own.
-TINT = "background:rgba(128,128,128,.12);background:var(--jp-layout-color2,#f6f8fa)"
-LINE = "1px solid rgba(128,128,128,.35)"
-LINE_COLOUR = "border-color:var(--jp-border-color2,#d0d7de)"
-MUTED = "color:var(--jp-content-font-color2,#57606a)"
-CARD = (
-    f"{SANS};font-size:13px;line-height:1.45;text-align:left;border:{LINE};{LINE_COLOUR};"
-    "border-radius:6px;padding:8px 12px;margin:4px 0;max-width:980px;box-sizing:border-box;"
-    "overflow-wrap:break-word;background:var(--jp-layout-color1,var(--vscode-editor-background,#fff));"
-    "color:var(--jp-content-font-color1,var(--vscode-editor-foreground,#1f2328))"
-)
-CODE = f"{MONO};font-size:12px;{TINT};padding:0 3px;border-radius:3px;white-space:normal"
-CELL = f"border:{LINE};{LINE_COLOUR};padding:2px 6px;text-align:left;vertical-align:top;white-space:normal"
-SCROLLS = "max-width:100%;overflow-x:auto"  # a wide table or drawing scrolls inside the report
 
 # A section opens by default when it is the first, or when the whole report is short.
 SHORT_REPORT_ROWS = 14
@@ -132,100 +134,13 @@ def render_section_html(section: Section, open_: bool = True) -> str:
     )
 
 
-_BACKTICKS = re.compile(r"`([^`\n]+)`")
-
-
-def inline_html(text: str) -> str:
-    """Escaped text in which `backticked` spans (a primitive, a call) are shown as code."""
-    if "`" not in text:  # most table cells: nothing to split (a report has hundreds)
-        return breakable_html(text)
-    parts = _BACKTICKS.split(text)
-    return "".join(
-        f'<code style="{CODE}">{breakable_html(part)}</code>' if i % 2 else breakable_html(part)
-        for i, part in enumerate(parts)
-    )
-
-
-WIDE_TABLE_COLUMNS = 5
-_LONG_RUN_CHARS = 14  # a 900 px notebook with the sidebar open leaves ~420 px for a table
-# Between tokens only: never inside a name, dotted or not (`optax.softmax_cross_entropy`, `jnp.float32` and
-# `jnp.finfo(v.dtype).tiny` stay whole - a reader takes `jnp.|float32` for two things)
-_BREAK_AFTER = re.compile(r"(?<=[(\[{,/=:|>])")
-# A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
-_SPECIAL_WORD = re.compile(rf"\S{{{_LONG_RUN_CHARS},}}|\S*(?:--|->)\S*")
-
-
-def breakable_html(text: str) -> str:
-    """``text`` escaped, with ``<wbr>`` break points inside long unbroken runs.
-
-    A call signature such as ``jit(step)(float32[64,128], {'b': float32[128]})``
-    or a leaf path has no space to wrap at: it would widen its table past a
-    narrow window. Break points go after brackets, commas, slashes and the like,
-    where a reader expects a line to continue - never inside a name. An option
-    such as ``--budget`` and an arrow ``->`` are kept whole: browsers break after
-    their hyphen.
-    """
-    if len(text) < _LONG_RUN_CHARS and "--" not in text and "->" not in text:
-        return escape(text)  # no run long enough to break, nothing to keep whole
-    # The text between special words is escaped in one piece: a report has hundreds of words.
-    out, start = [], 0
-    for match in _SPECIAL_WORD.finditer(text):
-        out.append(escape(text[start : match.start()]))
-        word = match.group(0)
-        if len(word) >= _LONG_RUN_CHARS:
-            out.append("<wbr>".join(escape(piece) for piece in _BREAK_AFTER.split(word)))
-        else:
-            out.append(f'<span style="white-space:nowrap">{escape(word)}</span>')
-        start = match.end()
-    out.append(escape(text[start:]))
-    return "".join(out)
-
-
-def _fact_value_html(value: str) -> str:
-    # A bare value (a primitive, a call) is code; prose marks its code with backticks.
-    return inline_html(value) if "`" in value else f'<code style="{CODE}">{breakable_html(value)}</code>'
-
-
-def _table(rows_html: str, cls: str = "") -> str:
-    klass = f' class="{cls}"' if cls else ""
-    return (
-        f'<div style="{SCROLLS}"><table{klass} style="border-collapse:collapse;margin:4px 0;width:auto;'
-        f'table-layout:auto;font-size:12.5px;line-height:1.4">{rows_html}</table></div>'
-    )
-
-
 def _block_html(block: Block) -> str:
     if isinstance(block, Paragraph):
         return f'<p style="margin:3px 0;text-align:left">{inline_html(block.text)}</p>'
     if isinstance(block, Facts):
-        rows = "".join(
-            f'<tr><th style="{CELL};{TINT};font-weight:600">{inline_html(k)}</th>'
-            f'<td style="{CELL}">{_fact_value_html(v)}</td></tr>'
-            for k, v in block.pairs
-        )
-        return _table(rows, "jm-facts")
+        return facts_html(block)
     if isinstance(block, Table):
-        numeric = numeric_columns(block)
-        if len(block.columns) > 1 and sum(_column_floors(block)) > NARROW_PX:
-            return _reflowing_table(block, numeric)
-        align = [";text-align:right" if n else "" for n in numeric]
-        if len(block.columns) >= WIDE_TABLE_COLUMNS:
-            # Five columns or more do not fit the ~420 px a 900 px notebook with its sidebar leaves: a smaller
-            # font, and text cells that may break inside a word rather than scroll the table sideways
-            align = [
-                f"{a};font-size:11.5px;padding:2px 4px" + ("" if n else ";overflow-wrap:anywhere")
-                for a, n in zip(align, numeric)
-            ]
-        head = "".join(
-            f'<th style="{CELL};{TINT};font-weight:600{a}">{escape(c)}</th>' for c, a in zip(block.columns, align)
-        )
-        body = "".join(
-            "<tr>"
-            + "".join(f'<td style="{CELL}{a}">{inline_html(str(cell))}</td>' for cell, a in zip(row, align))
-            + "</tr>"
-            for row in block.rows
-        )
-        return _table(f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody>")
+        return table_html(block)
     if isinstance(block, SourceLines):
         caption = f'<p style="margin:3px 0">{inline_html(block.caption)}</p>' if block.caption else ""
         lines = []
@@ -252,67 +167,6 @@ def _block_html(block: Block) -> str:
     if isinstance(block, Grid):
         return _grid_html(block)
     raise TypeError(f"unknown block {type(block).__name__}")
-
-
-# The width a notebook leaves a report's table at 900 px with the file browser open (measured: 418 px in
-# JupyterLab 4.6), and what one character of a wide table takes at most (11.5 px monospace code, 11.5 px bold
-# headers), with a cell's padding and border.
-NARROW_PX = 410
-_CHAR_PX = 7.3
-_CELL_PAD_PX = 16
-_SPACES = re.compile(r"\s+")
-
-
-def _column_floors(table: Table) -> list[int]:
-    """Each column's narrowest width in px: its longest piece that no line may break (a word, or a piece of a
-    long token between the break points ``breakable_html`` gives), header included."""
-    floors = []
-    for k, column in enumerate(table.columns):
-        texts = [column] + [str(row[k]) for row in table.rows if k < len(row)]
-        longest = max(
-            (
-                len(piece)
-                for text in texts
-                for word in _SPACES.split(text.replace("`", ""))
-                for piece in (_BREAK_AFTER.split(word) if len(word) >= _LONG_RUN_CHARS else [word])
-            ),
-            default=1,
-        )
-        floors.append(round(longest * _CHAR_PX) + _CELL_PAD_PX)
-    return floors
-
-
-def _reflowing_table(table: Table, numeric: list[bool]) -> str:
-    """A table whose cells cannot all sit side by side in a narrow notebook, drawn as rows of
-    flex boxes instead of scrolling sideways: each cell starts at its column's narrowest width and the cells
-    share what is left, the same way in every row (a cell's size never depends on its own text), so the columns
-    line up; where a row is too narrow, the same columns go to a second line in every row, under the header's
-    same second line. Nothing breaks inside a name and nothing needs a style the sanitizer drops."""
-    floors = _column_floors(table)
-    average = [
-        sum(len(str(row[k])) for row in table.rows if k < len(row)) / max(len(table.rows), 1)
-        for k in range(len(table.columns))
-    ]
-    grow = [max(1, round(a / 8)) for a in average]  # wordy columns take more of what is left
-
-    def row_html(cells: list[str], head: bool) -> str:
-        style = f"display:flex;flex-wrap:wrap;border-bottom:{LINE};{LINE_COLOUR}" + (
-            f";{TINT};font-weight:600" if head else ""
-        )
-        boxes = "".join(
-            f'<div style="flex:{g} 1 {f}px;min-width:0;box-sizing:border-box;padding:2px 4px'
-            f'{";text-align:right" if n else ""}">{cell}</div>'
-            for cell, f, g, n in zip(cells, floors, grow, numeric)
-        )
-        return f'<div class="jm-row" style="{style}">{boxes}</div>'
-
-    head = row_html([escape(c) for c in table.columns], head=True)
-    body = "".join(row_html([inline_html(str(cell)) for cell in row], head=False) for row in table.rows)
-    font = "11.5px" if len(table.columns) >= WIDE_TABLE_COLUMNS else "12.5px"
-    return (
-        f'<div class="jm-table jm-reflow" role="table" style="margin:4px 0;font-size:{font};line-height:1.4;'
-        f'border-top:{LINE};{LINE_COLOUR}">{head}{body}</div>'
-    )
 
 
 def _rows(block: Block) -> int:

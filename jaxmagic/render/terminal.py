@@ -1,8 +1,10 @@
 """Terminal IPython: a report drawn with rich (colour, boxed tables), when rich is present.
 
 Without rich, or when output is not a terminal, the plain text renderer is used.
-Table cells wrap at spaces and fold a word too long for its column onto the
-next line; nothing is cut short with "…" (rich's default for a squeezed cell).
+Table cells wrap at spaces; a table whose columns cannot all sit side by side at
+their longest word (the console's width decides) stacks each row as
+``label  value`` lines, as the text renderer does, so no word is split; nothing
+is cut short with "…" (rich's default for a squeezed cell).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from jaxmagic.render.text import COLUMN_GAP, column_widths, fits_side_by_side
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Evidence, Facts, Grid, Paragraph, SourceLines, Table, what_to_do
 
@@ -48,12 +51,7 @@ def print_rich(doc: Document, console: Console | None = None) -> bool:
                     grid.add_row(Text(name, style="bold"), Text(value, style="cyan"))
                 parts.append(grid)
             elif isinstance(block, Table):
-                table = RichTable(show_edge=False, header_style="bold")
-                for column in block.columns:
-                    table.add_column(column, overflow="fold")
-                for row in block.rows:
-                    table.add_row(*(Text(str(cell).replace("`", "")) for cell in row))
-                parts.append(table)
+                parts.append(_rich_table(block, (console or Console()).width - PANEL_EDGES))
             elif isinstance(block, SourceLines):
                 if block.caption:
                     parts.append(Text(block.caption))
@@ -71,6 +69,37 @@ def print_rich(doc: Document, console: Console | None = None) -> bool:
 
 
 _COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
+PANEL_EDGES = 4  # the panel's border and padding, left and right
+
+
+def _rich_table(block: Table, width: int) -> RenderableType:
+    """A table with its columns side by side when each fits at its longest word (rich's table puts three
+    characters between columns), else each row stacked as ``label  value`` lines."""
+    # deferred: rich is imported only to draw (print_rich has checked that it imports)
+    from rich.console import Group
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    rows = [[str(cell).replace("`", "") for cell in row] for row in block.rows]
+    # rich's table: " │ " between columns, a space at either edge (the text renderer: two spaces between)
+    room = width - 2 - (len(block.columns) - 1) * (3 - len(COLUMN_GAP))
+    if fits_side_by_side(block.columns, rows, room):
+        table = RichTable(show_edge=False, header_style="bold")
+        for column, fixed in zip(block.columns, column_widths(block.columns, rows, room)):
+            table.add_column(column, overflow="fold", width=fixed)
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))
+        return table
+    stacked: list[RenderableType] = []
+    for row in rows:
+        grid = RichTable.grid(padding=(0, 2))
+        grid.add_column(style="bold", max_width=max(int(width * 0.4), 1))
+        grid.add_column(overflow="fold")
+        for column, cell in zip(block.columns, row):
+            grid.add_row(column, Text(cell))
+        stacked.append(grid)
+        stacked.append(Text(""))
+    return Group(*stacked[:-1])
 
 
 def _rich_grid(grid: Grid) -> RenderableType:

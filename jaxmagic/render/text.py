@@ -1,15 +1,19 @@
 """Plain text for a report: the ``text/plain`` part and terminal IPython.
 
-Text is laid out for a given width (100 columns by default, the terminal's in a
-terminal): paragraphs and table cells wrap at spaces - never inside an option
-such as ``--budget`` - and a token too long for its column breaks after a
-bracket, comma or dot. Nothing is cut short: every character of every cell is
-in the output.
+Text is laid out for a given width (the terminal's in a terminal, else 100
+columns: ``text_width``): paragraphs and table cells wrap at spaces - never
+inside an option such as ``--budget``. A table whose columns cannot all sit side
+by side at their longest word stacks each row instead (``label  value`` lines),
+so a shape, a name or a number in a table is never split; only a word longer
+than a whole line breaks, after a bracket, comma or dot. Nothing is cut short:
+every character of every cell is in the output.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 import textwrap
 
 from jaxmagic.report.document import (
@@ -28,10 +32,23 @@ from jaxmagic.report.document import (
 DEFAULT_WIDTH = 100
 INDENT = "  "  # blocks sit under their section title
 COLUMN_GAP = "  "
-MIN_COLUMN = 8  # a column is never squeezed below this (or its longest word, if shorter)
+ROW_LABEL_SHARE = 0.4  # a stacked row's labels take at most this share of the line
 
 
-def render_text(doc: Document, width: int = DEFAULT_WIDTH) -> str:
+def text_width() -> int:
+    """The width text is laid out for: the terminal's when output goes to one, else ``DEFAULT_WIDTH`` (a kernel's
+    output has no width the kernel can know; its front end shows the HTML)."""
+    try:
+        if sys.stdout is not None and sys.stdout.isatty():
+            return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, 20)
+    except (AttributeError, ValueError, OSError):  # a replaced or closed stdout
+        pass
+    return DEFAULT_WIDTH
+
+
+def render_text(doc: Document, width: int | None = None) -> str:
+    """``doc`` as plain text, ``width`` columns wide (None: ``text_width()``)."""
+    width = text_width() if width is None else width
     out = wrap(f"{doc.title} [{doc.status.word}] {doc.headline}", width, subsequent_indent=INDENT)
     label, what = what_to_do(doc)
     if what:
@@ -125,13 +142,8 @@ def block_lines(block: Block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[
     if isinstance(block, Paragraph):
         return wrap(block.text, width)
     if isinstance(block, Facts):
-        name_width = max((len(k) for k, _ in block.pairs), default=0)
-        lines = []
-        for name, value in block.pairs:
-            value_lines = wrap(value, max(width - name_width - len(COLUMN_GAP), MIN_COLUMN))
-            lines.append(f"{name.ljust(name_width)}{COLUMN_GAP}{value_lines[0]}".rstrip())
-            lines.extend(" " * (name_width + len(COLUMN_GAP)) + more for more in value_lines[1:])
-        return lines
+        name_width = min(max((len(k) for k, _ in block.pairs), default=0), max(int(width * ROW_LABEL_SHARE), 1))
+        return [line for name, value in block.pairs for line in labelled_lines(name, value, name_width, width)]
     if isinstance(block, Table):
         return table_lines(block.columns, [[str(c).replace("`", "") for c in row] for row in block.rows], width)
     if isinstance(block, SourceLines):
@@ -153,31 +165,41 @@ def block_lines(block: Block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[
     raise TypeError(f"unknown block {type(block).__name__}")
 
 
-def column_widths(columns: list[str], rows: list[list[str]], width: int) -> list[int]:
-    """Widths that fit the table in ``width`` columns, taking from the widest column first.
-
-    Each column keeps at least its longest word (up to MIN_COLUMN), so short
-    columns (a count, a time) are never wrapped to make room for a long one.
-    """
-    cells = [columns] + rows
-    natural = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    floor = [
-        min(natural[i], max(MIN_COLUMN, min(max((len(w) for row in cells for w in row[i].split()), default=1), 12)))
+def longest_words(columns: list[str], rows: list[list[str]]) -> list[int]:
+    """Each column's narrowest width: its longest word, header included (no line breaks inside a word)."""
+    return [
+        max((len(word) for row in [columns] + rows if i < len(row) for word in row[i].split()), default=1)
         for i in range(len(columns))
     ]
+
+
+def column_widths(columns: list[str], rows: list[list[str]], width: int) -> list[int]:
+    """Widths that fit the table in ``width`` columns, taking from the widest column first, never below a
+    column's longest word (so no word breaks: ``table_lines`` stacks the rows of a table that cannot fit)."""
+    cells = [columns] + rows
+    natural = [max(len(row[i]) for row in cells if i < len(row)) for i in range(len(columns))]
+    floor = longest_words(columns, rows)
     widths = list(natural)
     room = width - len(COLUMN_GAP) * (len(columns) - 1)
     while sum(widths) > room:
         shrinkable = [i for i in range(len(widths)) if widths[i] > floor[i]]
         if not shrinkable:
-            break  # narrower than the floors allow: let the lines run long rather than lose text
+            break  # narrower than the floors allow: table_lines stacks the rows instead
         widest = max(shrinkable, key=lambda i: widths[i])
         widths[widest] -= 1
     return widths
 
 
+def fits_side_by_side(columns: list[str], rows: list[list[str]], width: int) -> bool:
+    """Whether every column fits beside the others at its longest word."""
+    return sum(longest_words(columns, rows)) + len(COLUMN_GAP) * (len(columns) - 1) <= width
+
+
 def table_lines(columns: list[str], rows: list[list[str]], width: int) -> list[str]:
-    """A table whose cells wrap within their column, with a rule under the header."""
+    """A table whose cells wrap within their column, with a rule under the header - or, when its columns cannot
+    all sit side by side without breaking a word, each row stacked as ``label  value`` lines."""
+    if not fits_side_by_side(columns, rows, width):
+        return stacked_lines(columns, rows, width)
     widths = column_widths(columns, rows, width)
     lines = []
     for row_index, row in enumerate([columns] + rows):
@@ -188,6 +210,37 @@ def table_lines(columns: list[str], rows: list[list[str]], width: int) -> list[s
         if row_index == 0:
             lines.append(COLUMN_GAP.join("-" * w for w in widths))
     return lines
+
+
+def stacked_lines(columns: list[str], rows: list[list[str]], width: int) -> list[str]:
+    """Each row as one ``label  value`` line per column, rows apart by a blank line: the table at any width,
+    no word broken unless it is longer than the line."""
+    label_width = min(max(len(c) for c in columns), max(int(width * ROW_LABEL_SHARE), 1))
+    lines: list[str] = []
+    for row in rows:
+        if lines:
+            lines.append("")
+        for column, cell in zip(columns, row):
+            lines.extend(labelled_lines(column, cell, label_width, width))
+    return lines
+
+
+def labelled_lines(label: str, value: str, label_width: int, width: int) -> list[str]:
+    """``label  value``, the value wrapped beside its label - or under it, the whole line wide, when its longest
+    word does not fit beside it."""
+    labels = wrap(label, label_width)
+    value_width = width - label_width - len(COLUMN_GAP)
+    if value_width < MIN_VALUE or max(map(len, value.split()), default=0) > value_width:
+        return labels + wrap(value, width)
+    values = wrap(value, value_width)
+    return [
+        f"{(labels[k] if k < len(labels) else '').ljust(label_width)}{COLUMN_GAP}"
+        f"{values[k] if k < len(values) else ''}".rstrip()
+        for k in range(max(len(labels), len(values)))
+    ]
+
+
+MIN_VALUE = 8  # a value column narrower than this goes under its label instead
 
 
 _CELL_MARKS = {"muted": "~", "alert": "!"}

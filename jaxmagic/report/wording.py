@@ -63,8 +63,10 @@ def first_line(error: BaseException | str) -> str:
 
 
 def error_line(error: BaseException) -> str:
-    """``"TypeError: first line of the message"``, for a report's one-line account of an exception."""
-    return f"{type(error).__name__}: {first_line(error)}"
+    """``"TypeError: first line of the message"``, for a report's one-line account of an exception; the type
+    alone when it has no message (``KeyboardInterrupt``, not "KeyboardInterrupt: ")."""
+    line = first_line(error)
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def ended(text: str) -> str:

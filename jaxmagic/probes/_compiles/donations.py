@@ -1,8 +1,10 @@
 """ "Some donated buffers were not usable": which argument of which call, why, and what to change.
 
 JAX's warning (jax#9237, jax#9675, jax#12514) lists only types. While the block runs, the warning is
-seen as it is shown (the user still sees JAX's own text), and JAX's lowering frame - still on the stack -
-names the arguments it could not reuse (``_jax.compile_frames.lowering_in_progress``). On CPU, JAX 0.12
+seen as it is shown, and JAX's lowering frame - still on the stack - names the arguments it could not reuse
+(``_jax.compile_frames.lowering_in_progress``). A warning the report explains that way is not shown as well
+(the report says it, naming the argument, above the cell's output); one it could not read is shown as JAX
+wrote it. On CPU, JAX 0.12
 implements donation: a donated argument an output reuses is deleted by the call; one no output can reuse
 is kept, and this warning is the only sign.
 """
@@ -144,12 +146,14 @@ class DonationWarnings:
     Adds one filter that passes that warning every time to ``warnings.showwarning`` (not once per place:
     each compilation is another function or argument), wrapped to record it and then do what the user's
     own filters say (ignored: not shown; error: raised; else shown - each time, where "default" would
-    show one text once); both are taken back on exit, and only if still ours, so a cell that changes its
-    warning filters keeps its own.
+    show one text once - unless ``hide_explained`` and the warning was recorded: the report tells it);
+    both are taken back on exit, and only if still ours, so a cell that changes its warning filters keeps
+    its own.
     """
 
-    def __init__(self, found: list[UnusableDonation]):
+    def __init__(self, found: list[UnusableDonation], hide_explained: bool = True):
         self.found = found
+        self.hide_explained = hide_explained
         self._thread = threading.get_ident()
         self._shown: Any = None
         self._ours: Any = None
@@ -169,14 +173,15 @@ class DonationWarnings:
         ) -> None:
             if WARNING_TEXT not in str(message):
                 return shown(message, category, filename, lineno, file, line)
+            explained = False
             if threading.get_ident() == self._thread:
                 with contextlib.suppress(Exception):  # a frame layout we do not know: JAX's warning still shows
-                    self._record(sys._getframe(1))
+                    explained = self._record(sys._getframe(1))
             # What the user's own filters (those after ours) say of it: ignored stays unseen, an error raises.
             action = self._users_action(str(message), category, lineno, sys._getframe(1))
             if action == "error":
                 raise message if isinstance(message, Warning) else category(message)
-            if action != "ignore":
+            if action != "ignore" and not (explained and self.hide_explained):
                 shown(message, category, filename, lineno, file, line)
 
         warnings.showwarning = showwarning
@@ -211,10 +216,11 @@ class DonationWarnings:
                 return action
         return getattr(warnings, "defaultaction", "default")  # not in the stubs
 
-    def _record(self, frame: FrameType) -> None:
+    def _record(self, frame: FrameType) -> bool:
+        """Record the warning's donations; whether the report now names them (else JAX's text must show)."""
         lowering = lowering_in_progress(frame)
         if lowering is None or len(self.found) >= KEPT:
-            return
+            return False
         line, started = None, None
         match = _MODULE.match(lowering.module)
         function = bare_name(match["name"] if match else lowering.module) or "?"
@@ -233,4 +239,6 @@ class DonationWarnings:
                 current = current.f_back
         finally:
             del current
-        self.found.extend(donations_of(lowering, function, line, started))
+        named = donations_of(lowering, function, line, started)
+        self.found.extend(named)
+        return bool(named)

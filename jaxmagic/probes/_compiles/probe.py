@@ -6,6 +6,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from types import TracebackType
+from typing import Literal
 
 import jax
 from jax import monitoring
@@ -41,7 +42,10 @@ class compiles:
     for a caller that may not show the report. ``slowest``: examine where the size of the cell's slowest
     compilation comes from even when it is not slow (``%%jax_compiles``, the doctor); False examines only
     slow ones (the watch). Slow: over 1 s, or over 0.2 s and half the block's time (``cost_sections``).
-    Donated buffers JAX could not reuse and persistent-cache misses are reported too.
+    Donated buffers JAX could not reuse and persistent-cache misses are reported too; JAX's own "Some donated
+    buffers were not usable" warning for a donation the report names is not shown beside it
+    (``donation_warnings="explained"``), or is, as JAX wrote it (``"shown"``: a caller that does not show these
+    findings, such as ``%%jax_profile``).
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class compiles:
         history: CompileHistory | None = None,
         try_fixes: bool = True,
         slowest: bool = True,
+        donation_warnings: Literal["explained", "shown"] = "explained",
     ):
         if budget is not None and budget < 0:
             raise ProbeArgumentError("budget", f"must be 0 or more, got {budget}")
@@ -62,6 +67,7 @@ class compiles:
         self._history = history
         self.try_fixes = try_fixes
         self.slowest = slowest
+        self.hide_explained_warnings = donation_warnings == "explained"
         self._started = 0.0
         self._collector: Collector | None = None
         self._stack: contextlib.ExitStack | None = None
@@ -72,7 +78,7 @@ class compiles:
         collector = Collector(self.report, stack, self._history, self.try_fixes, self.slowest)
         try:
             stack.enter_context(compile_logs_captured(collector.on_log))
-            stack.enter_context(DonationWarnings(self.report.donations))
+            stack.enter_context(DonationWarnings(self.report.donations, self.hide_explained_warnings))
             monitoring.register_event_duration_secs_listener(collector.on_duration)  # type: ignore[arg-type]  # JAX's Protocol names the second parameter duration_secs
             stack.callback(_unregister, collector.on_duration)
             stack.enter_context(jax.log_compiles(True))

@@ -72,7 +72,8 @@ class BreakpointReport(Report):
     hit_count: int = 0
     interactive: bool = False  # commands were read from the notebook at each hit
     quit: bool = False  # the user typed q (or ended the input): the cell was stopped there
-    interrupted: bool = False  # interrupted while a prompt waited: the cell ended with a KeyboardInterrupt
+    # interrupted while a prompt waited (or before any breakpoint was reached): the cell ended with a KeyboardInterrupt
+    interrupted: bool = False
     error: str = ""  # the cell's own error, if it raised one
 
     kind = "jax_debug"
@@ -81,13 +82,16 @@ class BreakpointReport(Report):
         # A breakpoint hit is what the user asked for, not a problem: the cell's own error is the only failure.
         hits = [note(f"{self.hit_count} breakpoint hit(s)")] if self.hit_count else []
         quit_ = [note("quit at a breakpoint (q): the cell ended there")] if self.quit else []
-        stopped = [note("interrupted at a breakpoint: the cell ended there")] if self.interrupted else []
+        where = "at a breakpoint" if self.hit_count else "before any breakpoint was reached"
+        stopped = [note(f"interrupted {where}: the cell ended there")] if self.interrupted else []
         error = [failed(f"the cell raised {self.error}")] if self.error and not self.quit else []
         return error + hits + quit_ + stopped
 
     @property
     def summary(self) -> str:
         if not self.hit_count:
+            if self.interrupted:
+                return "No jax.debug.breakpoint() was hit: the cell was interrupted (KeyboardInterrupt) before one ran."
             return "No jax.debug.breakpoint() was hit." + (f" The cell raised {self.error}." if self.error else "")
         first = self.hits[0].frame.line
         said = f"{self.hit_count} breakpoint hit(s), the first at `{first.code}` ({first.where})"
@@ -117,6 +121,11 @@ class BreakpointReport(Report):
             sections.append(Section("More hits", [Paragraph(f"{self.hit_count - len(self.hits)} more, not recorded.")]))
         if self.interactive and self.hit_count:
             how = "Commands were read from the notebook at each hit."
+        elif self.interactive and self.interrupted:
+            how = (
+                "jaxmagic served jax.debug.breakpoint() for this cell: a hit would have read commands from the "
+                "notebook (the kernel's input box), but the cell was interrupted before one ran."
+            )
         elif self.interactive:
             how = (
                 "jaxmagic served jax.debug.breakpoint() for this cell: a hit would have read commands from the "
@@ -137,7 +146,8 @@ class BreakpointReport(Report):
 
 HELP = (
     "p EXPR / pp EXPR: print a value; l: list the source; u / d: up / down a frame of yours; w: where; "
-    "c: continue; q: quit the cell; anything else runs as Python in the frame's values."
+    "c: continue; q: quit the cell (JupyterLab's input box cannot send Ctrl-D: type q); anything else runs as Python "
+    "in the frame's values."
 )
 
 
@@ -277,11 +287,15 @@ class breakpoints:
         self._stack.__exit__(kind, error, tb)
         if error is not None:
             self.report.quit = ended_by_quit(error)
-            self.report.interrupted = not self.report.quit and _ended_by(error, DebuggerInterrupted)
-            if self.report.interrupted:
-                # the interrupt the user made, not JAX's wrapping of it ("INTERNAL: CpuCallback error")
-                raise KeyboardInterrupt("Interrupted by user at a jax.debug.breakpoint() prompt") from None
-            if not self.report.quit:
+            at_prompt = not self.report.quit and _ended_by(error, DebuggerInterrupted)
+            # an interrupt at the prompt, or before any breakpoint was reached: the user stopped it, nothing failed
+            self.report.interrupted = at_prompt or isinstance(error, KeyboardInterrupt)
+            if at_prompt:
+                # the interrupt the user made, not JAX's wrapping of it ("INTERNAL: CpuCallback error"), raised
+                # with the traceback of the cell's line that was running (no frame of jaxmagic's is left last)
+                interrupt = KeyboardInterrupt("Interrupted by user at a jax.debug.breakpoint() prompt")
+                raise interrupt.with_traceback(tb) from None
+            if not self.report.quit and not self.report.interrupted:
                 self.report.error = error_line(error)
 
 

@@ -183,8 +183,8 @@ class HloReport(Report):
             first, last = good[0], good[-1]
             text += (
                 f": outputs {format_bytes(first.output_bytes)} -> {format_bytes(last.output_bytes)}, temporaries "
-                f"{format_bytes(first.temp_bytes)} \u2192 {format_bytes(last.temp_bytes)}, total {format_bytes(first.total_bytes)} "
-                f"\u2192 {format_bytes(last.total_bytes)}"
+                f"{format_bytes(first.temp_bytes)} -> {format_bytes(last.temp_bytes)}, total {format_bytes(first.total_bytes)} "
+                f"-> {format_bytes(last.total_bytes)}"
             )
         failed = [p for p in self.sweep if p.failure]
         if failed:

@@ -78,7 +78,7 @@ class profile:
         # the profiler and the call capture touch none of it.
         stack = contextlib.ExitStack()
         try:
-            self._compiles = compiles(raise_over_budget=False)
+            self._compiles = compiles(raise_over_budget=False, donation_warnings="shown")  # not in this report
             self._compile_report = stack.enter_context(self._compiles)
             self._capture = stack.enter_context(ProgramCapture())
             options = jax.profiler.ProfileOptions()
