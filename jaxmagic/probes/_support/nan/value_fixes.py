@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
 DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)
@@ -345,7 +346,7 @@ def equation_count(jaxpr, seen: set | None = None) -> int:
     )
 
 
-class _Replaced:
+class _Replaced(Interpreter):
     """Evaluates a program with one equation (``target``, reached through the equations ``on_path``)
     replaced by ``fixed``: the other equations are bound as they are, the ones on the path are opened
     (a loop is run by ``lax.scan``/``lax.while_loop`` with its body evaluated this way, traced)."""
@@ -355,66 +356,16 @@ class _Replaced:
         self.observed = observed  # an equation whose outputs are kept (``seen``) as the program runs
         self.seen: list = []
 
-    def run(self, jaxpr, consts: list, args: list) -> list:
-        env: dict = {}
+    def outputs(self, level: Level, eqn, inputs: list) -> list:
+        if eqn is self.target:
+            return self.fixed(inputs)
+        if id(eqn) in self.on_path:
+            return self.descend(eqn, inputs, level.path)
+        return jaxpr_parts.bind_equation(eqn, inputs)
 
-        def read(var):
-            return var.val if jaxpr_parts.is_literal(var) else env[var]
-
-        env.update(zip(jaxpr.constvars, consts))
-        env.update(zip(jaxpr.invars, args))
-        for eqn in jaxpr.eqns:
-            inputs = [read(v) for v in eqn.invars]
-            if eqn is self.target:
-                outputs = self.fixed(inputs)
-            elif id(eqn) in self.on_path:
-                outputs = self._open(eqn, inputs)
-            else:
-                outputs = jaxpr_parts.bind_equation(eqn, inputs)
-            if eqn is self.observed:
-                self.seen = list(outputs)
-            env.update(zip(eqn.outvars, outputs))
-        return [read(v) for v in jaxpr.outvars]
-
-    def _open(self, eqn, inputs: list) -> list:
-        name = eqn.primitive.name
-        if name == "scan":
-            consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
-            body, body_consts = jaxpr_parts.closed_parts(eqn.params["jaxpr"])
-            n = len(carry)
-
-            def step(c, x):
-                out = self.run(body, body_consts, [*consts, *c, *(x or [])])
-                return out[:n], out[n:]
-
-            final, ys = jax.lax.scan(
-                step, carry, xs or None, length=int(eqn.params["length"]), reverse=bool(eqn.params.get("reverse"))
-            )
-            return [*final, *ys]
-        if name == "while":
-            cond_consts, body_consts, carry = jaxpr_parts.while_operands(eqn, inputs)
-            cond, cond_closed = jaxpr_parts.closed_parts(eqn.params["cond_jaxpr"])
-            body, body_closed = jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])
-            return list(
-                jax.lax.while_loop(
-                    lambda c: self.run(cond, cond_closed, [*cond_consts, *c])[0],
-                    lambda c: self.run(body, body_closed, [*body_consts, *c]),
-                    list(carry),
-                )
-            )
-        if name == "cond":
-            branches = [jaxpr_parts.closed_parts(b) for b in eqn.params["branches"]]
-            return list(
-                jax.lax.switch(
-                    inputs[0], [lambda *a, b=b: self.run(b[0], b[1], list(a)) for b in branches], *inputs[1:]
-                )
-            )
-        subs = jaxpr_parts.sub_jaxprs(eqn)
-        if len(subs) == 1:
-            jaxpr, consts = jaxpr_parts.closed_parts(subs[0])
-            if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
-                return self.run(jaxpr, consts, inputs)
-        raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
+    def after(self, level: Level, eqn, inputs: list, outputs: list) -> None:
+        if eqn is self.observed:
+            self.seen = list(outputs)
 
 
 def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, before: list | None) -> None:
@@ -456,7 +407,7 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
             continue
         replaced = _Replaced(eqn, on_path, built[trial.key].fixed)
         try:
-            outputs = replaced.run(jaxpr, consts, list(values))
+            outputs = replaced.evaluate(jaxpr, consts, list(values))
         except Exception as error:
             trial.call_result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             continue
@@ -492,7 +443,7 @@ def _try_replaced(
         return trial
     run = _Replaced(written, {id(position.eqn) for position in path}, replaced, observed=producer)
     try:
-        outputs = run.run(jaxpr, consts, list(values))
+        outputs = run.evaluate(jaxpr, consts, list(values))
     except Exception as error:
         trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return trial
