@@ -20,7 +20,6 @@ search, is offered, and in what words) and ``sighting`` (explaining a NaN that
 is in ``probes/_support/nan/``.
 """
 
-from jaxmagic.probes._nans.causes import FORWARD_CAUSES
 from jaxmagic.probes._nans.fixes import nan_fix, nan_fixes
 from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.probe import CONFIG_NAMES, nans
@@ -39,7 +38,6 @@ from jaxmagic.probes._support.nan.value_fixes import FixTrial
 __all__ = [
     "BACKWARD_EXPLANATION",
     "CONFIG_NAMES",
-    "FORWARD_CAUSES",
     "FixTrial",
     "InsideSearch",
     "LoopPosition",

@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 
-from jaxmagic.probes._nans.causes import FORWARD_CAUSES, is_a_fix, lost_constant_cause, overflowed
+from jaxmagic.probes._nans.causes import is_a_fix, lost_constant_cause, overflowed
 from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.scope import Scope
 from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
+from jaxmagic.probes._support.nan.primitives import primitive
 from jaxmagic.probes._support.nan.producer import NanProducer
 from jaxmagic.probes._support.nan.value_fixes import FixTrial
 from jaxmagic.probes._support.report_base import Report
@@ -283,7 +284,7 @@ class NanReport(Report):
         if p is not None and p.phase == "forward" and not p.derivative and overflowed(p):
             return f"{p.description}: {overflowed(p)}."
         if p is not None and p.phase == "forward" and not p.derivative:
-            cause = FORWARD_CAUSES.get(p.primitive)
+            cause = primitive(p.primitive).forward_cause
             text = f"{p.description}" + (f": {cause}." if cause else ".")
             lost = lost_constant_cause(p)
             if lost:
@@ -322,7 +323,7 @@ class NanReport(Report):
             )
         if self.phase == "backward":
             return BACKWARD_EXPLANATION
-        cause = FORWARD_CAUSES.get(self.primitive)
+        cause = primitive(self.primitive).forward_cause
         text = f"`{self.primitive}` produced {self.value}" + (f": typically {cause}." if cause else ".")
         if self.nonfinite:
             return text + " The inputs were already non-finite: see the table of non-finite values."

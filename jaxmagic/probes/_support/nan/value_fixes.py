@@ -29,13 +29,11 @@ import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
+from jaxmagic.probes._support.nan.fix_keys import FixKey
+from jaxmagic.probes._support.nan.primitives import InputFix, primitive
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
 DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)
-FLOAT32 = "float32"  # the operation computed in float32: its result changes the dtype the program goes on in
-# elementwise operations (and a sum) that overflow half precision and carry no dtype in their parameters
-_WIDENED = ("mul", "add", "sub", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
-FINITE_FILL = "finite_fill"  # an infinite input replaced by the dtype's largest finite value: changed at its source
 MAX_CALL_TRIALS = 2  # whole-program trials per NaN: each evaluates the program once more
 MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a trial
 
@@ -44,13 +42,20 @@ MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a 
 class FixTrial:
     """One candidate fix of the operation that made the value, and what trying it gave."""
 
-    key: str  # "clamp", "clamp_eps", "eps", "floor", "clip", "clip_eps", "guard", "float32", "finite_fill"
+    key: str  # what the candidate does, a ``FixKey`` ("clamp", "eps", "float32"): kept as its plain value (data)
     code: str  # with `v` (or `num`, `den`) the value given to the operation: "jnp.maximum(v, 0.0) + 1e-06"
     tried: bool = False
     finite: bool = False  # the fixed operation's output - and the program's outputs where tried - finite
     result: str = ""  # the operation: "finite", "still inf at 3 of 16 elements", "not tried: ..."
     call_result: str = ""  # the whole program: "finite", "still inf at 1 of 4 elements", "not tried: ..."
     offered: bool = False  # the report offers it as the fix (set by the NaN probe's rule)
+
+    def __post_init__(self) -> None:
+        self.key = FixKey(self.key).value  # one of the kinds declared, held as plain data (no enum in a report)
+
+    @property
+    def kind(self) -> FixKey:
+        return FixKey(self.key)
 
     @property
     def failed(self) -> bool:
@@ -59,7 +64,7 @@ class FixTrial:
 
 @dataclasses.dataclass(frozen=True)
 class _Candidate:
-    key: str
+    key: FixKey
     code: str
     fixed: Callable[[list], list]  # the fixed operation's outputs from the recorded inputs
 
@@ -94,18 +99,19 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     report can say why the obvious fix does not do): each applies a transformation to the inputs, then
     the program's own equation. [] for an operation no value fix is known for."""
     name = eqn.primitive.name
+    row = primitive(name)
     if not any(_float_value(v) for v in inputs):
         return []
     if any(_has_inf(v) for v in inputs):
         return [_finite_fill(eqn)]
     half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
-    if name in _WIDENED and half:
+    if row.widened and half:
         return [_widened(eqn)]
     if name == "convert_element_type" and _narrowed_float(eqn, inputs):
         return [_not_narrowed(eqn, inputs)]
-    if name in ("div", "rem") and len(inputs) == 2:
-        return _division_candidates(eqn, inputs)
-    return _input_candidates(eqn, inputs)
+    if row.divides and len(inputs) == 2:
+        return _division_candidates(eqn, inputs, row.divides)
+    return _input_candidates(eqn, inputs, row.input_fixes)
 
 
 def _finite_fill(eqn) -> _Candidate:
@@ -118,7 +124,7 @@ def _finite_fill(eqn) -> _Candidate:
         ]
         return jaxpr_parts.bind_equation(eqn, finite)
 
-    return _Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
+    return _Candidate(FixKey.FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
 
 
 def _widened(eqn) -> _Candidate:
@@ -128,7 +134,7 @@ def _widened(eqn) -> _Candidate:
     def widened(ins: list) -> list:
         return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
 
-    return _Candidate(FLOAT32, "v.astype(jnp.float32)", widened)
+    return _Candidate(FixKey.FLOAT32, "v.astype(jnp.float32)", widened)
 
 
 def _narrowed_float(eqn, inputs: list) -> bool:
@@ -144,62 +150,22 @@ def _narrowed_float(eqn, inputs: list) -> bool:
 def _not_narrowed(eqn, inputs: list) -> _Candidate:
     """The value kept in the wider dtype it was computed in: the conversion left out."""
     wide = str(inputs[0].dtype)
-    return _Candidate(FLOAT32, f"v (kept in {wide})", lambda ins: [ins[0]])
+    return _Candidate(FixKey.FLOAT32, f"v (kept in {wide})", lambda ins: [ins[0]])
 
 
-def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
-    """Fixes of an operation's first input: kept in the domain where the operation is finite."""
-    name = eqn.primitive.name
-
-    def on_input(transform: Callable) -> Callable[[list], list]:
-        return lambda ins: jaxpr_parts.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
-
+def _input_candidates(eqn, inputs: list, fixes: tuple[InputFix, ...]) -> list[_Candidate]:
+    """Fixes of an operation's first input (its row's ``input_fixes``): kept in the domain where the
+    operation is finite."""
     eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
-    if name in ("sqrt", "rsqrt"):
-        return [
-            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
-            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
-            _Candidate("clamp_eps", f"jnp.maximum(v, 0.0) + {eps:g}", on_input(lambda v: jnp.maximum(v, 0.0) + eps)),
-        ]
-    if name == "log":
-        return [
-            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
-            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
-            _Candidate(
-                "floor",
-                "jnp.maximum(v, jnp.finfo(v.dtype).tiny)",
-                on_input(lambda v: jnp.maximum(v, jnp.finfo(v.dtype).tiny)),
-            ),
-        ]
-    if name == "log1p":
-        return [
-            _Candidate("clamp", "jnp.maximum(v, -1.0)", on_input(lambda v: jnp.maximum(v, -1.0))),
-            _Candidate(
-                "floor",
-                "jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)",
-                on_input(lambda v: jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)),
-            ),
-        ]
-    if name in ("acos", "asin", "atanh"):
-        return [
-            _Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0))),
-            _Candidate(
-                "clip_eps",
-                "jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)",
-                on_input(lambda v: jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)),
-            ),
-        ]
-    if name == "pow" and len(inputs) == 2:  # a negative base to a non-integer power (jax-ml/jax#7440)
-        return [_Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0)))]
-    if name == "acosh":
-        return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
-    return []
+
+    def on_input(fix: InputFix) -> Callable[[list], list]:
+        return lambda ins: jaxpr_parts.bind_equation(eqn, [fix.fixed(ins[0], eps), *ins[1:]])
+
+    return [_Candidate(fix.key, fix.code.format(eps=eps), on_input(fix)) for fix in fixes]
 
 
-def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
-    """A division (or remainder) by 0: a denominator kept from 0, or the result guarded."""
-    name = eqn.primitive.name
-    symbol = "/" if name == "div" else "%"
+def _division_candidates(eqn, inputs: list, symbol: str) -> list[_Candidate]:
+    """A division (or remainder: ``symbol``) by 0: a denominator kept from 0, or the result guarded."""
     den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
 
     def guarded(ins: list) -> list:
@@ -210,11 +176,11 @@ def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
 
     return [
         _Candidate(
-            "eps",
+            FixKey.EPS,
             f"num {symbol} (den + {den_eps:g})",
             lambda ins: jaxpr_parts.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
         ),
-        _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
+        _Candidate(FixKey.GUARD, f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
     ]
 
 
@@ -291,7 +257,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
         trial = FixTrial(candidate.key, candidate.code)
         # a fill or a dtype changes the value where it is made, not at this operation: its derivative here
         # would be taken through the replacement of an infinity (or a cast), which the written fix has not
-        at_source = candidate.key in (FINITE_FILL, FLOAT32)
+        at_source = candidate.key in (FixKey.FINITE_FILL, FixKey.FLOAT32)
         try:
             outputs = candidate.fixed(list(inputs))
             derivative = _derivative_outputs(candidate.fixed, list(inputs)) if with_derivative and not at_source else []
@@ -302,7 +268,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
         trial.tried = True
         bad = bad_text(outputs)
         trial.finite, trial.result = not bad, bad or "finite"
-        if trial.key == FLOAT32 and not bad:
+        if trial.key == FixKey.FLOAT32 and not bad:
             narrow = str(eqn.params.get("new_dtype", "")) if eqn.primitive.name == "convert_element_type" else ""
             trial.result += _back_in(narrow or next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
         if with_derivative and not bad and at_source:
@@ -394,10 +360,10 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     built = {c.key: c for c in candidates(eqn, inputs)}
     on_path = {id(position.eqn) for position in path}
     for number, trial in enumerate(passed):
-        if trial.key == FLOAT32:  # the rest of the program computes in the half type
+        if trial.key == FixKey.FLOAT32:  # the rest of the program computes in the half type
             trial.call_result = "not tried: the rest of the program would go on in float32 from here"
             continue
-        if trial.key == FINITE_FILL:  # the fill is written where the inf is, which other operations read too
+        if trial.key == FixKey.FINITE_FILL:  # the fill is written where the inf is, which other operations read too
             trial.call_result = (
                 "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
             )
@@ -405,7 +371,7 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
         if why or number >= MAX_CALL_TRIALS:
             trial.call_result = f"not tried: {why or 'enough whole-program trials were made'}"
             continue
-        replaced = _Replaced(eqn, on_path, built[trial.key].fixed)
+        replaced = _Replaced(eqn, on_path, built[trial.kind].fixed)
         try:
             outputs = replaced.evaluate(jaxpr, consts, list(values))
         except Exception as error:
@@ -416,10 +382,6 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
             bad += f" ({unfixed.removeprefix('still ')} without the fix)"
         trial.call_result = bad or "finite"
         trial.finite = not bad
-
-
-CONSTANT = "constant"  # the constant written into the program replaced by one its dtype holds
-CLAMP_BEFORE = "clamp_before"  # the value an epsilon is added to clamped at 0 before it: jnp.maximum(var, 0.0) + eps
 
 
 def _try_replaced(
@@ -475,7 +437,7 @@ def try_constant(
         changed[operand] = jnp.asarray(value, dtype=dtype)
         return jaxpr_parts.bind_equation(written, changed)
 
-    return _try_replaced(FixTrial(CONSTANT, code), written, replaced, producer, path, program, values, before)
+    return _try_replaced(FixTrial(FixKey.CONSTANT, code), written, replaced, producer, path, program, values, before)
 
 
 def try_clamped_before(
@@ -491,7 +453,7 @@ def try_clamped_before(
         changed[operand] = jnp.maximum(changed[operand], jnp.zeros((), dtype=changed[operand].dtype))
         return jaxpr_parts.bind_equation(added, changed)
 
-    return _try_replaced(FixTrial(CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
+    return _try_replaced(FixTrial(FixKey.CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
 
 
 def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:
@@ -503,5 +465,5 @@ def try_fixes(eqn, inputs: list, path, program, values: list, before: list | Non
         try_on_program(trials, eqn, inputs, path, program, values, before)
     except Exception as error:  # a structure this module does not know: no fix is claimed tried
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        return [FixTrial("", "", result=f"not tried: the trial failed ({reason})")]
+        return [FixTrial(FixKey.NONE, "", result=f"not tried: the trial failed ({reason})")]
     return trials

@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position
+from jaxmagic.probes._support.nan.fix_keys import FixKey
 from jaxmagic.probes._support.nan.value_fixes import (
     MAX_CALL_EQUATIONS,
     FixTrial,
@@ -31,7 +32,6 @@ from jaxmagic.probes._support.nan.value_fixes import (
 )
 from jaxmagic.report import SourceLine
 
-LINE_IN_FLOAT32 = "line_float32"  # the user's line computed in float32 (forward and derivative), cast back at its edge
 HALF = ("float16", "bfloat16")
 _MODULES = ("jax", "jnp", "np", "lax", "numpy", "nn", "optax", "nnx", "eqx", "hk", "math")
 
@@ -150,7 +150,7 @@ def try_line_in_float32(line: SourceLine, code: str, line_of, program, values: l
     """The searched ``program`` evaluated on ``values`` with every equation of the user's ``line`` (``line_of``:
     an equation and its path -> its user line) computing in float32, its results cast back where they leave
     the line: are the program's outputs finite? ``code``: the fix as written. Never raises."""
-    trial = FixTrial(LINE_IN_FLOAT32, code)
+    trial = FixTrial(FixKey.LINE_IN_FLOAT32, code)
     jaxpr = jaxpr_parts.closed_parts(program)[0]
     why = ""
     if before is None:
