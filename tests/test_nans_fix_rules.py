@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from jaxmagic.probes._nans.fix_rule import FixRule
-from jaxmagic.probes._nans.fixes import RULES, nan_fix, rule_for
+from jaxmagic.probes._nans.fixes.rules import RULES, nan_fix, rule_for
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._support.nan.fix_keys import FixKey
 from jaxmagic.probes._support.nan.integer_overflow import IntegerOverflow

@@ -20,7 +20,7 @@ search, is offered, and in what words) and ``sighting`` (explaining a NaN that
 is in ``probes/_support/nan/``.
 """
 
-from jaxmagic.probes._nans.fixes import nan_fix, nan_fixes
+from jaxmagic.probes._nans.fixes.rules import nan_fix, nan_fixes
 from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.probe import CONFIG_NAMES, nans
 from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport

@@ -23,7 +23,7 @@ from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic.probes._nans.call_sites import CallSiteCounts
-from jaxmagic.probes._nans.fixes import nan_fix
+from jaxmagic.probes._nans.fixes.rules import nan_fix
 from jaxmagic.probes._nans.inside import InsideSearch, search_inside
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.scope import FAILED, LATER, LIBRARY

@@ -25,7 +25,7 @@ from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
-from jaxmagic.probes._nans.fixes import nan_fixes
+from jaxmagic.probes._nans.fixes.rules import nan_fixes
 from jaxmagic.probes._nans.inside_calls import FirstCalls, evaluating_inside
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.scope import Scope

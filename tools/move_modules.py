@@ -1,0 +1,128 @@
+"""Move modules of the package and rewrite every reference to them: ``git mv``, then imports and paths.
+
+    .venv/bin/python tools/move_modules.py OLD=NEW [OLD=NEW ...]
+
+OLD and NEW are dotted module names (``jaxmagic.probes._support.nan.producer=jaxmagic.probes._nans.search.producer``);
+a package moves whole when OLD names a folder. Each move is made with ``git mv`` (a new package gets an empty
+``__init__.py``), then the references are rewritten in every file git tracks (Python, Markdown, notebooks,
+text): the dotted name, the ``from PARENT import NAME`` form, and the path (``probes/_support/nan/producer.py``,
+also the short ``_support/nan/producer`` of the docs). Run again after a merge, it moves nothing that has moved
+already and rewrites the references the merged work still makes to the old names (a NEW inside OLD, as
+``_nans.fixes`` -> ``_nans.fixes.rules``, is never rewritten twice). Nothing else is changed: the formatter and
+the import sorter run after it (``ruff check --fix --select I``, ``ruff format``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT_SUFFIXES = {".py", ".md", ".txt", ".ipynb", ".toml", ".cfg", ".rst", ".sh", ".json"}
+PROBES = "jaxmagic/probes/"
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
+def _ensure_package(folder: Path) -> None:
+    """Every folder from ``jaxmagic`` down to ``folder`` is a package."""
+    for parent in [folder, *folder.parents]:
+        if parent == Path("jaxmagic") or not str(parent).startswith("jaxmagic"):
+            break
+        init = ROOT / parent / "__init__.py"
+        if not init.exists():
+            init.parent.mkdir(parents=True, exist_ok=True)
+            init.write_text("")
+            _git("add", str(parent / "__init__.py"))
+
+
+def _move(old: str, new: str) -> None:
+    """``git mv`` the module (a ``.py`` file) or package (a folder) ``old`` to ``new``; nothing when ``new`` is
+    there already (moved by an earlier run)."""
+    source, target = Path(*old.split(".")), Path(*new.split("."))
+    if (ROOT / target.with_suffix(".py")).exists() or (ROOT / target).is_dir():
+        print(f"moved already: {old}")
+        return
+    if (ROOT / source.with_suffix(".py")).exists():
+        source, target = source.with_suffix(".py"), target.with_suffix(".py")
+    elif not (ROOT / source).is_dir():
+        print(f"not found: {old}")
+        return
+    _ensure_package(target.parent)
+    _git("mv", str(source), str(target))
+    print(f"git mv {source} {target}")
+
+
+def _guarded(old: str, new: str, sep: str, after: str) -> str:
+    """A pattern for ``old`` as a whole name (``after``: what may not follow it). Where ``new`` extends ``old``
+    (``_nans.fixes`` -> ``_nans.fixes.rules``), ``old`` followed by a module of the new package is that module,
+    not ``old``: the text already reads the new name, and is left alone."""
+    guard = ""
+    if new.startswith(old + sep):
+        folder = ROOT / Path(*new.replace("/", ".").split(".")).parent
+        names = sorted({p.stem for p in folder.iterdir()} if folder.is_dir() else {new[len(old) + 1 :].split(sep)[0]})
+        guard = f"(?!{re.escape(sep)}(?:{'|'.join(map(re.escape, names))})(?![\\w]))"
+    return f"(?<![\\w.]){re.escape(old)}{guard}(?!{after})"
+
+
+def _rewrites(old: str, new: str) -> list[tuple[re.Pattern[str], str]]:
+    """(pattern, replacement) pairs for one move: dotted names, ``from PARENT import NAME``, paths."""
+    pairs = []
+    package = (ROOT / Path(*new.split("."))).is_dir()  # a folder moved: its paths go on with "/"
+    old_parent, _, old_name = old.rpartition(".")
+    new_parent, _, new_name = new.rpartition(".")
+    # `from a.b import c` / `from a.b import c as d`, one name alone on the line
+    pairs.append(
+        (
+            re.compile(
+                rf"^(\s*)from {re.escape(old_parent)} import {re.escape(old_name)}\b(?=\s*(as\s+\w+\s*)?$)", re.M
+            ),
+            rf"\1from {new_parent} import {new_name}",
+        )
+    )
+    pairs.append((re.compile(_guarded(old, new, ".", r"\w")), new))
+    old_path, new_path = old.replace(".", "/"), new.replace(".", "/")
+    after = r"\w" if package else r"[\w/]"
+    pairs.append((re.compile(_guarded(old_path, new_path, "/", after)), new_path))
+    # the docs' short forms, from below probes/: `_support/nan/producer.py`, `_support/holders/`
+    if old_path.startswith(PROBES) and new_path.startswith(PROBES):
+        short_old, short_new = old_path[len(PROBES) :], new_path[len(PROBES) :]
+        pairs.append((re.compile(_guarded(short_old, short_new, "/", after)), short_new))
+    return pairs
+
+
+def _tracked_text_files() -> list[Path]:
+    names = _git("ls-files").splitlines()
+    skip = ("jaxmagic.egg-info/", "tools/move_modules.py")
+    return [ROOT / n for n in names if Path(n).suffix in TEXT_SUFFIXES and not n.startswith(skip)]
+
+
+def main(argv: list[str]) -> int:
+    moves = [tuple(arg.split("=", 1)) for arg in argv]
+    if not moves or any(len(m) != 2 for m in moves):
+        print(__doc__)
+        return 2
+    for old, new in moves:
+        _move(old, new)
+    rewrites = [pair for old, new in moves for pair in _rewrites(old, new)]
+    changed = 0
+    for path in _tracked_text_files():
+        if not path.exists():
+            continue
+        text = path.read_text()
+        updated = text
+        for pattern, replacement in rewrites:
+            updated = pattern.sub(replacement, updated)
+        if updated != text:
+            path.write_text(updated)
+            changed += 1
+    print(f"rewrote references in {changed} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
