@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from jaxmagic.probes._nans.fix_rule import FixRule
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import FixRule
+from jaxmagic.probes._nans.fixes.lost_constant import LostConstant
 from jaxmagic.probes._nans.fixes.rules import RULES, nan_fix, rule_for
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.integer_overflow import IntegerOverflow
-from jaxmagic.probes._support.nan.lost_constant import LostConstant
-from jaxmagic.probes._support.nan.producer import NanProducer, OperandValue
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.integer_overflow import IntegerOverflow
+from jaxmagic.probes._nans.search.producer import NanProducer, OperandValue
 from jaxmagic.report import SourceLine
 
 

@@ -57,6 +57,17 @@ def _move(old: str, new: str) -> None:
     print(f"git mv {source} {target}")
 
 
+def _drop_if_empty(folder: Path) -> None:
+    """A package the moves emptied (its ``__init__.py`` alone left, and empty) is removed."""
+    init = ROOT / folder / "__init__.py"
+    rest = (
+        [p for p in (ROOT / folder).iterdir() if p.name not in ("__init__.py", "__pycache__")] if init.exists() else [1]
+    )
+    if not rest and not init.read_text().strip():
+        _git("rm", "-q", str(folder / "__init__.py"))
+        print(f"git rm {folder / '__init__.py'}")
+
+
 def _guarded(old: str, new: str, sep: str, after: str) -> str:
     """A pattern for ``old`` as a whole name (``after``: what may not follow it). Where ``new`` extends ``old``
     (``_nans.fixes`` -> ``_nans.fixes.rules``), ``old`` followed by a module of the new package is that module,
@@ -73,18 +84,9 @@ def _rewrites(old: str, new: str) -> list[tuple[re.Pattern[str], str]]:
     """(pattern, replacement) pairs for one move: dotted names, ``from PARENT import NAME``, paths."""
     pairs = []
     package = (ROOT / Path(*new.split("."))).is_dir()  # a folder moved: its paths go on with "/"
-    old_parent, _, old_name = old.rpartition(".")
-    new_parent, _, new_name = new.rpartition(".")
-    # `from a.b import c` / `from a.b import c as d`, one name alone on the line
-    pairs.append(
-        (
-            re.compile(
-                rf"^(\s*)from {re.escape(old_parent)} import {re.escape(old_name)}\b(?=\s*(as\s+\w+\s*)?$)", re.M
-            ),
-            rf"\1from {new_parent} import {new_name}",
-        )
-    )
     pairs.append((re.compile(_guarded(old, new, ".", r"\w")), new))
+    if old.startswith("jaxmagic.probes.") and new.startswith("jaxmagic.probes."):  # the docs' ``probes._x.y``
+        pairs.append((re.compile(_guarded(old[len("jaxmagic.") :], new[len("jaxmagic.") :], ".", r"\w")), new[9:]))
     old_path, new_path = old.replace(".", "/"), new.replace(".", "/")
     after = r"\w" if package else r"[\w/]"
     pairs.append((re.compile(_guarded(old_path, new_path, "/", after)), new_path))
@@ -95,6 +97,36 @@ def _rewrites(old: str, new: str) -> list[tuple[re.Pattern[str], str]]:
     return pairs
 
 
+_FROM_IMPORT = re.compile(r"^([ \t]*)from ([\w.]+) import (\(([^)]*)\)|([^\n(]+))[ \t]*$", re.M)
+
+
+def _from_imports(text: str, modules: dict[str, str]) -> str:
+    """``from PARENT import a, b as c`` where a module named moved: each name imported from its new parent,
+    one statement per parent (the import sorter joins and orders them after)."""
+
+    def rewrite(match: re.Match[str]) -> str:
+        indent, parent = match[1], match[2]
+        names = match[4] if match[4] is not None else match[5]
+        if "#" in names:
+            return match[0]
+        entries = [n.strip() for n in names.replace("\n", " ").split(",") if n.strip()]
+        groups: dict[str, list[str]] = {}
+        for entry in entries:
+            name, _, alias = entry.partition(" as ")
+            moved = modules.get(f"{parent}.{name.strip()}")
+            if moved is None:
+                groups.setdefault(parent, []).append(entry)
+                continue
+            new_parent, _, new_name = moved.rpartition(".")
+            alias = alias.strip() or (name.strip() if new_name != name.strip() else "")
+            groups.setdefault(new_parent, []).append(new_name + (f" as {alias}" if alias else ""))
+        if list(groups) == [parent]:
+            return match[0]
+        return "\n".join(f"{indent}from {p} import {', '.join(n)}" for p, n in groups.items())
+
+    return _FROM_IMPORT.sub(rewrite, text)
+
+
 def _tracked_text_files() -> list[Path]:
     names = _git("ls-files").splitlines()
     skip = ("jaxmagic.egg-info/", "tools/move_modules.py")
@@ -102,19 +134,20 @@ def _tracked_text_files() -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    moves = [tuple(arg.split("=", 1)) for arg in argv]
-    if not moves or any(len(m) != 2 for m in moves):
+    moves = [(old, new) for old, _, new in (arg.partition("=") for arg in argv)]
+    if not moves or not all(old and new for old, new in moves):
         print(__doc__)
         return 2
     for old, new in moves:
         _move(old, new)
+        _drop_if_empty(Path(*old.split(".")).parent)
     rewrites = [pair for old, new in moves for pair in _rewrites(old, new)]
     changed = 0
     for path in _tracked_text_files():
         if not path.exists():
             continue
         text = path.read_text()
-        updated = text
+        updated = _from_imports(text, dict(moves)) if path.suffix in (".py", ".ipynb") else text
         for pattern, replacement in rewrites:
             updated = pattern.sub(replacement, updated)
         if updated != text:

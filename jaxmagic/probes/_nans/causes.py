@@ -1,13 +1,13 @@
 """Why a primitive made NaN or inf: the causes the report's explanation and the fixes both name (what usually
-makes each primitive produce them is its row's ``forward_cause``, ``_support/nan/primitives.py``)."""
+makes each primitive produce them is its row's ``forward_cause``, ``_nans/primitives.py``)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxmagic.probes._nans.library_parameters import parameter_default
-from jaxmagic.probes._support.nan.primitives import primitive
-from jaxmagic.probes._support.nan.producer import NanProducer
+from jaxmagic.probes._nans.fixes.library_parameters import parameter_default
+from jaxmagic.probes._nans.primitives import primitive
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 
 def overflowed(p: NanProducer) -> str:

@@ -8,12 +8,12 @@ from collections.abc import Callable
 import jax.numpy as jnp
 
 from jaxmagic.probes._nans.causes import is_a_fix, lost_constant_cause, overflowed
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.inside import InsideSearch
+from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
+from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.scope import Scope
-from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
-from jaxmagic.probes._support.nan.primitives import primitive
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
@@ -96,7 +96,7 @@ class NanReport(Report):
     provenance: Provenance | None = None  # made_at (the producing line), function, transformations, started_by
     fix: str = ""  # the fix that matches the producing operation and the values it saw ("" when none is known)
     # the fixes considered, as data: each tried on the values (`tried`, `result`, `call_result`) or why not;
-    # `offered` marks the one `fix` offers (nans/fixes.py, probes/_support/nan/value_fixes.py)
+    # `offered` marks the one `fix` offers (nans/fixes.py, probes/_nans/fixes/value_fixes.py)
     fixes: list[FixTrial] = dataclasses.field(default_factory=list)
     jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
     checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic.probes._nans import fix_rules_domain as domain
-from jaxmagic.probes._nans import fix_rules_limits as limits
-from jaxmagic.probes._nans import fix_rules_program as program
-from jaxmagic.probes._nans.fix_rule import (
+from jaxmagic.probes._nans.fixes import fix_rules_domain as domain
+from jaxmagic.probes._nans.fixes import fix_rules_limits as limits
+from jaxmagic.probes._nans.fixes import fix_rules_program as program
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import (
     IN_FLOAT32,
     IN_FLOAT32_NOT_TRIED,
     NOT_TRIED,
@@ -25,12 +26,11 @@ from jaxmagic.probes._nans.fix_rule import (
     code_of,
     library_owned,
 )
+from jaxmagic.probes._nans.fixes.tried_fixes import untried
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
+from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import untried
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.primitives import primitive
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 __all__ = ["IN_FLOAT32", "IN_FLOAT32_NOT_TRIED", "NOT_TRIED", "RULES", "SUGGESTION", "nan_fix", "nan_fixes"]
 

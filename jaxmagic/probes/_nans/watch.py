@@ -45,9 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jit_calls, jit_internals
+from jaxmagic.probes._nans.nonfinite import is_inexact
 from jaxmagic.probes._support.calls.call_site import call_site
-from jaxmagic.probes._support.nan.failing_call import FailingCall
-from jaxmagic.probes._support.nan.nonfinite import is_inexact
+from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import source_line, whole_expression
 from jaxmagic.report.wording import format_bytes

@@ -3,7 +3,7 @@
 A rule can name a fix that does not work at the value the operation got: "clamp the input of
 ``rsqrt`` at 0" for a variance that rounded below 0, when ``rsqrt(0)`` is inf; "clip to [-1, 1]" for
 ``arctanh``, whose value at 1 is inf. So every candidate fix of an operation that made a non-finite
-value is tried where the producer search found it (``_support/nan/producer.py``):
+value is tried where the producer search found it (``_nans/search/producer.py``):
 
 1. on the operation's own recorded inputs - the candidate's transformation applied to them, then the
    program's own equation (``jaxpr_parts.bind_equation``: same primitive, same parameters, same dtype);
@@ -29,8 +29,8 @@ import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.primitives import InputFix, primitive
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.primitives import InputFix, primitive
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
 DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)

@@ -1,6 +1,6 @@
 """What is known about each primitive that makes NaN or inf: one row per primitive, read by the causes the
 report names (``_nans/causes.py``), the candidate fixes the search tries (``value_fixes.candidates``), the
-integer overflow search and the fix rules (``_nans/fix_rules_domain.py``).
+integer overflow search and the fix rules (``_nans/fixes/fix_rules_domain.py``).
 
 To teach jaxmagic a primitive: give it a row here - its usual cause, whether it overflows, the candidate
 fixes of its input (in the order they are offered, naive ones first) and, for a rule to speak of it, its
@@ -15,7 +15,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from jaxmagic.probes._support.nan.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 
 
 @dataclasses.dataclass(frozen=True)

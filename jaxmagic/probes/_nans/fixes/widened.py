@@ -22,8 +22,8 @@ import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.value_fixes import (
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import (
     MAX_CALL_EQUATIONS,
     FixTrial,
     bad_text,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import inspect
 
 from jaxmagic.probes._nans.causes import lost_constant_cause
-from jaxmagic.probes._nans.fix_rule import (
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import (
     IN_FLOAT32_NOT_TRIED,
     FixRule,
     as_called,
@@ -18,12 +19,11 @@ from jaxmagic.probes._nans.fix_rule import (
     library_owned,
     operand_float,
 )
-from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.tried_fixes import Choice, choose
+from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import Choice, choose
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.primitives import primitive
-from jaxmagic.probes._support.nan.producer import NanProducer
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 _ZEROS = ("0.0", "-0.0", "0")
 

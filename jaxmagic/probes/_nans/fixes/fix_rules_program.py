@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from jaxmagic.probes._nans.causes import overflowed
-from jaxmagic.probes._nans.fix_rule import (
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import (
     HALF,
     SUGGESTION,
     FixRule,
@@ -19,11 +20,10 @@ from jaxmagic.probes._nans.fix_rule import (
     float_dtype,
     zero_operand,
 )
-from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.tried_fixes import choose, values_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import choose, values_of
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.producer import NanProducer
+from jaxmagic.probes._nans.search.producer import NanProducer
 from jaxmagic.report import SourceLine
 
 ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")

@@ -12,7 +12,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from jaxmagic.probes._support.nan.failing_call import looks_like_array_tree
+from jaxmagic.probes._support.rerun.failing_call import looks_like_array_tree
 
 MAX_LEAVES = 10_000  # a scan is a diagnosis aid, not worth minutes on giant trees
 

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic.probes._support.nan.equation_origin import user_line
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.value_fixes import FixTrial, bad_text, representable_eps
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial, bad_text, representable_eps
+from jaxmagic.probes._nans.search.equation_origin import user_line
 from jaxmagic.report import SourceLine
 
 # the operations whose derivative is infinite at a point their value is finite (0 for all three)

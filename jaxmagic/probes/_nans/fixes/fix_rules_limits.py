@@ -14,11 +14,11 @@ import inspect
 import jax.numpy as jnp
 
 from jaxmagic.probes._nans.causes import overflowed
-from jaxmagic.probes._nans.fix_rule import FixRule, code_of
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import FixRule, code_of
+from jaxmagic.probes._nans.fixes.tried_fixes import choose, values_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import choose, values_of
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.producer import NanProducer
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 
 def _narrowed_fix(report: NanReport, p: NanProducer) -> str:

@@ -1,7 +1,7 @@
 """Which of a NaN's candidate fixes the report offers, and how it says they were tried.
 
 The producer search tries each candidate fix of the operation that made the value on that
-operation's recorded inputs, then on the whole failing program (``probes/_support/nan/value_fixes.py``). A rule
+operation's recorded inputs, then on the whole failing program (``probes/_nans/fixes/value_fixes.py``). A rule
 of ``nans.fixes`` names the candidates that fit what it saw, in the order it prefers them; the first
 that made everything finite is offered, the ones before it that failed are said to have failed (with
 what they left), and when none survived the report says what was tried and offers none.
@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 
 def values_of(report: NanReport) -> str:

@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic.probes._support.nan.equation_origin import expression_of, public_name, user_line
-from jaxmagic.probes._support.nan.fix_keys import FixKey
-from jaxmagic.probes._support.nan.primitives import primitive
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
+from jaxmagic.probes._nans.primitives import primitive
+from jaxmagic.probes._nans.search.equation_origin import expression_of, public_name, user_line
 from jaxmagic.report import SourceLine
 
 MAX_EQUATIONS = 200  # equations read back at most (a training step's inputs reach far back)
