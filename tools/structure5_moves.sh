@@ -19,9 +19,8 @@ move $(for m in producer given equation_origin forward_reach host_values masked_
      $S.failing_call=$P._support.rerun.failing_call
 # 3. the holder search to %jax_live, whose question it answers (who keeps arrays alive); %%jax_leaks asks it too
 move $P._support.holders=$P._live.holders
-# 4. the fixes of a tracer error's line to %jax_explain's line fixes; the tracers' origin and text to _explain/tracers
-move $(for m in fix leak_fixes line_code traced_trial; do echo $P._support.fixes.$m=$P._explain.line_fixes.$m; done)
-move $P._support.tracers=$P._explain.tracers
+# 4. a tracer's origin and its words to %%jax_leaks (%jax_explain, which imports it already, asks it too)
+move $P._support.tracers=$P._leaks.tracers
 # 5. reading HLO text to %jax_hlo; a sharding's layout grid to %jax_sharding
 move $P._support.hlo_text=$P._hlo.hlo_text
 move $P._support.sharding_layout=$P._sharding.sharding_layout

@@ -25,8 +25,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from jaxmagic.probes._support.holders.roots import KIND_NAME
-from jaxmagic.probes._support.holders.search import Held, find_held
+from jaxmagic.probes._live.holders.roots import KIND_NAME
+from jaxmagic.probes._live.holders.search import Held, find_held
 from jaxmagic.probes._support.tracers.text import LeakBlock
 
 _MAX_NODES = 100_000  # a definition larger than this is not read
