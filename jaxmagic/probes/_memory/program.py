@@ -20,6 +20,7 @@ import jax
 
 from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.compile_dumps import DumpedCompileError, MemoryDumps, compile_with_memory_dumps
+from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._hlo.memory import memory_figures
 from jaxmagic.probes._hlo.records import MemoryFigures
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
@@ -33,7 +34,6 @@ from jaxmagic.probes._memory.records import (
     PeakBuffer,
     ProgramMemory,
 )
-from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_user_file

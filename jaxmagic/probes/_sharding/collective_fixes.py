@@ -20,9 +20,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 from jaxmagic._jax.program_inputs import input_shardings_flat
+from jaxmagic.probes._hlo.hlo_text import parse_hlo_module
 from jaxmagic.probes._sharding.collectives import count_collectives, spec_axes
 from jaxmagic.probes._sharding.report import CallShardings, Collective, CollectiveFix
-from jaxmagic.probes._support.hlo_text import parse_hlo_module
 from jaxmagic.report.wording import error_line, format_bytes
 
 MAX_TRIALS = 3  # each trial is one compilation of the program
