@@ -76,7 +76,10 @@ def _guarded(old: str, new: str, sep: str, after: str) -> str:
     if new.startswith(old + sep):
         folder = ROOT / Path(*new.replace("/", ".").split(".")).parent
         names = sorted({p.stem for p in folder.iterdir()} if folder.is_dir() else {new[len(old) + 1 :].split(sep)[0]})
-        guard = f"(?!{re.escape(sep)}(?:{'|'.join(map(re.escape, names))})(?![\\w]))"
+        alternatives = "|".join(map(re.escape, names))
+        guard = f"(?!{re.escape(sep)}(?:{alternatives})(?![\\w]))"
+        if sep == ".":  # `from old import submodule`: the package, not the module that moved into it
+            guard += f"(?! import \\(?\\s*(?:{alternatives})\\b)"
     return f"(?<![\\w.]){re.escape(old)}{guard}(?!{after})"
 
 
@@ -129,7 +132,7 @@ def _from_imports(text: str, modules: dict[str, str]) -> str:
 
 def _tracked_text_files() -> list[Path]:
     names = _git("ls-files").splitlines()
-    skip = ("jaxmagic.egg-info/", "tools/move_modules.py")
+    skip = ("jaxmagic.egg-info/", "tools/move_modules.py", "tools/structure5_moves.sh")
     return [ROOT / n for n in names if Path(n).suffix in TEXT_SUFFIXES and not n.startswith(skip)]
 
 
