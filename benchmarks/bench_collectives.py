@@ -61,11 +61,11 @@ def child() -> dict:
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from jaxmagic.probes._hlo.hlo_text import parse_hlo_module
     from jaxmagic.probes._sharding.collective_fixes import try_collective_fixes
     from jaxmagic.probes._sharding.collectives import list_collectives
     from jaxmagic.probes._sharding.compiled import inputs_as_compiled, outputs_as_compiled
     from jaxmagic.probes._sharding.report import CallShardings
-    from jaxmagic.probes._support.hlo_text import parse_hlo_module
 
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
     sizes = [256, 512, 512, 256, 16]

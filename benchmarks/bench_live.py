@@ -70,7 +70,7 @@ def holder_search_seconds(names: int) -> float:
 
     import jax.numpy as jnp
 
-    from jaxmagic.probes._support.holders.search import find_holders, namespace_roots
+    from jaxmagic.probes._live.holders.search import find_holders, namespace_roots
 
     base = jnp.arange(3.0)
     namespace = {f"v{i}": base + 0 for i in range(names)}

@@ -150,7 +150,7 @@ def _step_rows(shell, layers: int, width: int, batch: int) -> list[Row]:
     """The producer search on a training step whose layer 9 makes the NaN, forward or backward."""
     import jax
 
-    from jaxmagic.probes._support.nan.producer import search
+    from jaxmagic.probes._nans.search.producer import search
 
     run_cell(shell, STEP_SETUP.format(layers=layers, width=width, batch=batch, bad_layer=BAD_LAYER))
     ns = shell.user_ns
@@ -221,7 +221,7 @@ def _step_rows(shell, layers: int, width: int, batch: int) -> list[Row]:
 
 
 def run() -> list[Row]:
-    from jaxmagic.probes._support.nan.producer import search
+    from jaxmagic.probes._nans.search.producer import search
 
     shell = make_shell()
     run_cell(shell, SETUP)

@@ -176,7 +176,7 @@ import jax, jax.numpy as jnp
 from jaxmagic.probes import Watch as _BenchWatch
 import jaxmagic.probes._watch.session as _bench_session
 from jaxmagic._jax.call_sampling import CallSampler as _BenchSampler
-from jaxmagic.probes._support.nan import watch as _bench_nan
+from jaxmagic.probes._nans import watch as _bench_nan
 
 def _mlp_init(key, sizes=(784, 512, 512, 10)):
     params = []

@@ -121,7 +121,7 @@ assert drawing[start + 2] == "  0:4 | CPU 0 | CPU 1 |" and drawing[start + 4] ==
 # %jax_sharding r -o rep_r
 
 # %%
-from jaxmagic.probes._support.sharding_layout import layout_grids
+from jaxmagic.probes._sharding.sharding_layout import layout_grids
 
 def labels(report):
     grid = layout_grids(report.layout)[0][0]

@@ -27,7 +27,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmagic import probes
-from jaxmagic.probes._support.sharding_layout import drawn_dims, layout_grids
+from jaxmagic.probes._sharding.sharding_layout import drawn_dims, layout_grids
 from jaxmagic.render import static_bundle
 from jaxmagic.report.document import Grid
 

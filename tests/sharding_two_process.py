@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jaxmagic import probes  # noqa: E402
-from jaxmagic.probes._support.sharding_layout import layout_grids  # noqa: E402
+from jaxmagic.probes._sharding.sharding_layout import layout_grids  # noqa: E402
 from jaxmagic.render import static_bundle  # noqa: E402
 
 mesh = jax.make_mesh((2, 2), ("data", "model"))

@@ -82,7 +82,7 @@ def test_a_quoted_part_of_a_line_is_a_whole_expression_or_nothing():
 
 
 def test_a_tracers_type_is_read_whole():
-    from jaxmagic.probes._support.tracers.text import tracer_aval
+    from jaxmagic.probes._leaks.tracers.text import tracer_aval
 
     assert tracer_aval("aval=f32[16,32], batched=f32[4,16,32]") == "f32[16,32] (batched f32[4,16,32])"
     assert tracer_aval("primal=2.0, typeof(tangent)=f32[3,4]") == "f32[3,4]"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxmagic.probes._support.hlo_text import collective_kind, device_groups, parse_hlo_module, shape_bytes
+from jaxmagic.probes._hlo.hlo_text import collective_kind, device_groups, parse_hlo_module, shape_bytes
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -30,6 +30,7 @@ from jaxmagic._jax.compile_log import (
 )
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes._compiles import CompileBudgetExceeded
+from jaxmagic.probes._compiles.cause import KINDS
 from jaxmagic.probes._compiles.fixes import fix_for, main_fix
 from jaxmagic.render import static_bundle
 
@@ -1109,7 +1110,7 @@ def test_an_argument_left_to_its_default_in_one_call_is_a_way_of_passing_it():
         h(x, "train")
     assert [c.cause for c in rep.compilations_of("h")] == ["first", "passing", "passing"]
     assert rep.compilations_of("h")[1].changes == ["mode: passed in one call, left to its default in the other"]
-    assert "keys" not in fix_for(rep.function("h"), "passing")
+    assert "keys" not in fix_for(rep.function("h"), KINDS["passing"])
 
 
 def test_jax_clear_caches_in_the_loop_is_named_not_a_new_wrapper():
@@ -1125,7 +1126,7 @@ def test_jax_clear_caches_in_the_loop_is_named_not_a_new_wrapper():
             add(x, x)
             jax.clear_caches()
     assert [c.cause for c in rep.compilations_of("add")] == ["first", "cache_cleared", "cache_cleared"], rep.summary
-    assert "jax.clear_caches()" in fix_for(rep.function("add"), "cache_cleared")
+    assert "jax.clear_caches()" in fix_for(rep.function("add"), KINDS["cache_cleared"])
 
 
 def test_a_scan_outside_jit_given_a_new_lambda_each_time_is_a_finding():
@@ -1157,7 +1158,7 @@ def test_a_static_nan_is_told_it_never_equals_itself():
     with probes.compiles() as rep:
         for _ in range(3):
             fill_nans(jnp.ones(2), float("nan"))
-    fix = fix_for(rep.function("fill_nans"), "static_identity")
+    fix = fix_for(rep.function("fill_nans"), KINDS["static_identity"])
     assert "NaN, which never equals itself" in fix and "__eq__" not in fix
 
 
@@ -1186,7 +1187,7 @@ def test_an_int_then_a_float_scalar_gets_the_fix_to_pass_one_kind():
     with probes.compiles() as rep:
         scale(x, 1)
         scale(x, 1.5)
-    fix = fix_for(rep.function("scale"), "types")
+    fix = fix_for(rep.function("scale"), KINDS["types"])
     assert "`float(s)`" in fix and "bucket" not in fix
 
 

@@ -323,7 +323,7 @@ def test_doctor_nan_finding_names_the_line_in_loss_fn_as_jax_nans_does(donate):
 
 
 def test_donated_arguments_over_the_copy_limit_are_named_not_guessed():
-    from jaxmagic.probes._support.nan.watch import NanWatch
+    from jaxmagic.probes._nans.watch import NanWatch
 
     def fresh_step(w, x):  # not compiled before: the calls take the same paths in any test order
         return sgd_step(w, x)

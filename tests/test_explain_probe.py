@@ -9,7 +9,7 @@ import pytest
 from jax import lax
 
 from jaxmagic import probes
-from jaxmagic.probes._support.tracers.text import english_list, split_names, tracing_context
+from jaxmagic.probes._leaks.tracers.text import english_list, split_names, tracing_context
 from jaxmagic.render import static_bundle
 
 

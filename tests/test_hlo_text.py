@@ -1,4 +1,4 @@
-"""jaxmagic.probes._support.hlo_text: the one parser of optimized-HLO text, on fixed samples.
+"""jaxmagic.probes._hlo.hlo_text: the one parser of optimized-HLO text, on fixed samples.
 
 The samples are real ``Compiled.as_text()`` output of JAX 0.12 (paths changed)
 plus a hand-written module in the older inline-metadata format, so these tests
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxmagic.probes._support.hlo_text import HloFrame, parse_hlo_module
+from jaxmagic.probes._hlo.hlo_text import HloFrame, parse_hlo_module
 
 # jax.jit(f) of a scan inside named_scope("outer") whose body is in named_scope("inner"):
 #     def f(x, w):                                              # line 2

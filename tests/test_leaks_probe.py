@@ -11,7 +11,7 @@ import pytest
 from jaxmagic import probes
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.probes._leaks.explanations import _path_from_chain
-from jaxmagic.probes._support.tracers.text import leak_blocks
+from jaxmagic.probes._leaks.tracers.text import leak_blocks
 
 
 def run_leak(namespace: dict, fn, *args):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxmagic import probes
-from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, find_holders, namespace_roots
+from jaxmagic.probes._live.holders.search import KIND_NAME, KIND_OUTPUT, find_holders, namespace_roots
 from jaxmagic.render import static_bundle
 from jaxmagic.report import Status
 

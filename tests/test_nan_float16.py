@@ -3,9 +3,9 @@
 optax#1754 / optax#1755 (and chainer#6299, pykoi#69, glide-finetune#6 for other libraries): with float16
 parameters, ``optax.adam``'s ``m / (jnp.sqrt(v + eps_root) + eps)`` adds its default ``eps=1e-8``, which
 float16 holds as 0.0 (its smallest positive value is ~6e-08); where a gradient is 0, that is 0/0. The
-producer search follows the zero denominator back to that constant (``_support/nan/lost_constant.py``),
+producer search follows the zero denominator back to that constant (``_nans/fixes/lost_constant.py``),
 the report says what it became, and the fix offered is the same constant with a value the dtype holds,
-tried by evaluating the program again with it in place (``probes/_support/nan/value_fixes.try_constant``).
+tried by evaluating the program again with it in place (``probes/_nans/fixes/value_fixes.try_constant``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 through `%%jax_nans`, `%%jax_nans --inside`, `%%jax_doctor` and `%jax_watch` names the same producer.
 
 Written infinities (a mask's `-jnp.inf`) and infinities the arguments held are given, not made
-(`probes/_support/nan/given.py`); the NaN made of them, or an inf an operation made beside them, is the
+(`probes/_nans/search/given.py`); the NaN made of them, or an inf an operation made beside them, is the
 finding - on every path. Programs in the shapes of public threads, each cited where it is defined.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxmagic.probes._support.nan.producer import search
+from jaxmagic.probes._nans.search.producer import search
 
 # Each case: the cell defining the jitted function and its arguments, the call, and what every path names.
 CASES = {

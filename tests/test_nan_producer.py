@@ -23,9 +23,9 @@ from jax.sharding import PartitionSpec as P
 from jaxmagic import probes
 from jaxmagic.probes._nans import LoopPosition, NanProducer, NanReport
 from jaxmagic.probes._nans.inside import search_inside
-from jaxmagic.probes._support.nan import producer as nan_producer
-from jaxmagic.probes._support.nan.failing_call import failing_expressions
-from jaxmagic.probes._support.nan.producer import search
+from jaxmagic.probes._nans.search import producer as nan_producer
+from jaxmagic.probes._nans.search.producer import search
+from jaxmagic.probes._support.rerun.failing_call import failing_expressions
 from jaxmagic.render import static_bundle
 from tests.test_nans_probe import assert_holds_no_jax_objects
 

@@ -16,7 +16,7 @@ import pytest
 
 from jaxmagic import probes
 from jaxmagic._jax import finite_flags, jaxpr_eval
-from jaxmagic.probes._support.nan import given, host_values
+from jaxmagic.probes._nans.search import given, host_values
 
 
 def caught(thunk):

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from jaxmagic.probes._nans.fix_rule import FixRule
-from jaxmagic.probes._nans.fixes import RULES, nan_fix, rule_for
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import FixRule
+from jaxmagic.probes._nans.fixes.lost_constant import LostConstant
+from jaxmagic.probes._nans.fixes.rules import RULES, nan_fix, rule_for
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._support.nan.integer_overflow import WIDER, IntegerOverflow
-from jaxmagic.probes._support.nan.lost_constant import LostConstant
-from jaxmagic.probes._support.nan.producer import NanProducer, OperandValue
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
-from jaxmagic.probes._support.nan.widened import LINE_IN_FLOAT32
+from jaxmagic.probes._nans.search.integer_overflow import IntegerOverflow
+from jaxmagic.probes._nans.search.producer import NanProducer, OperandValue
 from jaxmagic.report import SourceLine
 
 
@@ -40,7 +40,7 @@ EXAMPLES: dict[str, NanProducer] = {
         line=_line("s = 1 / 256 ** k"),
         operands=[_op("1.0"), _op("0.0", made_by="convert_element_type")],
         integer_overflow=IntegerOverflow("mul", "int32", "2147483647", "4294967296", "0", [3], None, "256 ** k"),
-        fix_trials=[_finite(WIDER, "float32")],
+        fix_trials=[_finite(FixKey.WIDER, "float32")],
     ),
     "narrowed_overflow": NanProducer(
         "convert_element_type",
@@ -66,7 +66,7 @@ EXAMPLES: dict[str, NanProducer] = {
         derivative=True,
         line=_line("loss = jax.nn.log_softmax(x).sum()"),
         operands=[_op("f16[65546] in [1.0, 1.0]", "float16")],
-        fix_trials=[FixTrial(LINE_IN_FLOAT32, "x.astype(jnp.float32)", True, True, "line in float32", "finite")],
+        fix_trials=[FixTrial(FixKey.LINE_IN_FLOAT32, "x.astype(jnp.float32)", True, True, "line in float32", "finite")],
     ),
     "half_overflow": NanProducer("exp", "inf", line=_line("e = jnp.exp(x)"), operands=[_op("12.0", "float16")]),
     "written_inf": NanProducer(

@@ -2,7 +2,7 @@
 
 The producer search tries each candidate fix of the operation that made the value on that
 operation's recorded inputs, then on the whole failing program with that one equation fixed
-(``probes/_support/nan/value_fixes.py``); ``%%jax_nans``, the doctor and the watch offer only a fix that
+(``probes/_nans/fixes/value_fixes.py``); ``%%jax_nans``, the doctor and the watch offer only a fix that
 stayed finite, say which naive one failed and with what, and list them all in ``to_dict()["fixes"]``.
 """
 

@@ -1,8 +1,7 @@
-"""The package tree says what it holds: a name is one thing, and ``probes/_support`` holds only what probes share."""
+"""The package tree says what it holds: a name is one thing, and ``probes/_support`` holds only its declared themes."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import pkgutil
 import types
@@ -37,48 +36,24 @@ def test_probe_modules_are_private_and_the_public_names_are_not_modules():
     ]
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PROBES.parent.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+# What ``probes/_support`` may hold: the themes every probe may need, whatever its domain (docs/DESIGN.md, the layer
+# table). A module of one domain lives in the probe whose question it answers, however many probes use it (the
+# NaN search in ``_nans``, the holder search in ``_live``); probes import each other for it.
+SUPPORT_THEMES = {
+    "report_base.py": "the base of every probe's report",
+    "arguments.py": "a probe's bad option (ProbeArgumentError)",
+    "progress.py": "a long measurement's progress",
+    "explained.py": "an error a report explained already",
+    "attribution.py": "where a value was made: one answer for every finding",
+    "calls": "the user's call: its arguments by name, through a library's wrapper, from the host, its call site",
+    "rerun": "running the user's code again: the failing call, its kept state, the user's Python watched",
+    "fixes": "a fix of the user's line and its trial by tracing (%jax_explain, %%jax_leaks, %%jax_compiles)",
+}
 
 
-def _imports(path: Path) -> set[str]:
-    """The jaxmagic.probes modules a file imports, ``from package import module`` read as the module."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in names if name.startswith("jaxmagic.probes.")}
-
-
-def _probe_users() -> dict[str, set[str]]:
-    """Each ``_support`` module -> the probes that import it, directly or through other ``_support`` modules."""
-    importers: dict[str, set[str]] = {}
-    for path in PROBES.rglob("*.py"):
-        for name in _imports(path):
-            importers.setdefault(name, set()).add(_module_name(path))
-    support = "jaxmagic.probes._support"
-
-    def users(module: str, seen: frozenset[str]) -> set[str]:
-        found = set()
-        for importer in importers.get(module, set()) - seen:
-            if importer.startswith(support + ".") or importer == support:
-                found |= users(importer, seen | {importer})
-            elif importer != "jaxmagic.probes":  # the public names, not a probe
-                found.add(importer.split(".")[2])  # the probe: jaxmagic.probes._nans.probe -> _nans
-        return found
-
-    return {
-        _module_name(path): users(_module_name(path), frozenset({_module_name(path)}))
-        for path in (PROBES / "_support").rglob("*.py")
-        if path.name != "__init__.py"
-    }
-
-
-def test_support_holds_only_what_several_probes_use():
-    # A helper with one probe using it lives in that probe's package (docs/DESIGN.md, the layer table).
-    one_user = {module: sorted(users) for module, users in _probe_users().items() if len(users) < 2}
-    assert one_user == {}
+def test_support_holds_only_its_declared_themes():
+    held = sorted(
+        path.name for path in (PROBES / "_support").iterdir() if path.name not in ("__init__.py", "__pycache__")
+    )
+    assert [name for name in held if name not in SUPPORT_THEMES] == [], "a module of one domain lives in its probe"
+    assert [name for name in SUPPORT_THEMES if name not in held] == [], "a theme declared and gone: strike it"

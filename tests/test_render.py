@@ -310,7 +310,7 @@ def test_grid_labels_are_readable_on_every_palette_colour():
     (issue 45: #b3261e on #a6cee3 was 3.9:1)."""
     import re
 
-    from jaxmagic.probes._support.sharding_layout import PALETTE
+    from jaxmagic.probes._sharding.sharding_layout import PALETTE
     from jaxmagic.render.html import render_html
     from jaxmagic.report import Status
     from jaxmagic.report.document import Document, Grid, GridCell, Section

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxmagic.probes._support.sharding_layout import device_colours, id_list
+from jaxmagic.probes._sharding.sharding_layout import device_colours, id_list
 from jaxmagic.render.html import render_html
 from jaxmagic.render.text import render_text
 from jaxmagic.report import Status

@@ -2,7 +2,7 @@
 
 On a TPU each look that read a call's results on the host waited for the call, so a watched 300-step MLP
 loop ran 2.45x its unwatched time. There a look now dispatches a verdict program of its own behind the call
-and reads the verdict later (``probes/_support/nan/pending_looks.py``). CI has no accelerator: these tests
+and reads the verdict later (``probes/_nans/pending_looks.py``). CI has no accelerator: these tests
 force that mechanism on the CPU (``watch.VERDICTS_ON_DEVICE``) and check what it promises - no look reads a
 result of the user's on the host, the loop is not held up, the verdict read late still names the call that
 made the NaN and its line, the cell computes what it computes unwatched, and nothing stays alive.
@@ -20,8 +20,8 @@ import pytest
 from jax._src.array import ArrayImpl
 
 from jaxmagic.probes import Watch
-from jaxmagic.probes._support.nan import pending_looks
-from jaxmagic.probes._support.nan import watch as nan_watch
+from jaxmagic.probes._nans import pending_looks
+from jaxmagic.probes._nans import watch as nan_watch
 
 
 @pytest.fixture

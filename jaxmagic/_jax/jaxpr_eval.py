@@ -3,7 +3,7 @@
 ``jax.core.eval_jaxpr`` runs a program's top-level equations; a ``scan`` or a
 nested ``jit`` is one opaque step there. To say *which* operation inside a
 loop body made a value, the NaN producer search needs to open those steps.
-This module does that generically:
+This module does that generically, as a policy of the one evaluator (``jaxpr_interpreter``):
 
 * every equation is first run as a whole (``bind``: compiled, fast);
 * equations that need no decision of the listener to run (no sub-program it
@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import finite_flags, jaxpr_parts
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position, branch_parts, call_parts, solve_parts
 
 MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
 # equations run ahead of the listener, their NaN/inf checks read at once (``finite_flags``)
@@ -80,15 +81,6 @@ def _kept(programs: tuple, kind: tuple, make: Callable[[], Callable]) -> Callabl
             _compiled.popitem(last=False)
     _compiled.move_to_end(key)
     return entry[1]
-
-
-@dataclasses.dataclass(frozen=True)
-class Position:
-    """Where an opened equation sits: the equation, and the iteration (scan/while) or branch (cond)."""
-
-    eqn: Any
-    kind: str  # "scan", "while", "cond" or "call"
-    index: int | None = None  # iteration of a loop, branch of a cond, None for a call
 
 
 class Listener:
@@ -150,8 +142,20 @@ class _EndInvestigation(Exception):
     """Raised inside an opened equation when the listener has seen enough; caught at the top level."""
 
 
-class Walk:
-    """Evaluate ``program`` on ``args`` for ``listener``; ``run`` returns the program's outputs."""
+@dataclasses.dataclass
+class _Ahead:
+    """A level's part of the walk: the chain of checkpointed calls that leads to it (None when not only
+    such calls do), the checkpoint it resumed from, and the equations run ahead of the listener."""
+
+    chain: tuple | None
+    resumed: Checkpoint | None
+    pending: list[tuple[int, Any, list, list]] = dataclasses.field(default_factory=list)
+
+
+class Walk(Interpreter):
+    """Evaluate ``program`` on ``args`` for ``listener``; ``run`` returns the program's outputs. The
+    interpreter's policy of the producer search: every equation bound (run ahead of the listener, its
+    NaN/inf checks read once a batch), then shown to the listener, which may open it."""
 
     def __init__(self, listener: Listener, resume: dict | None = None):
         self.listener = listener
@@ -161,10 +165,9 @@ class Walk:
     def run(self, program, args: list) -> list:
         """The program's outputs. With ``resume`` (a former walk's ``checkpoints`` on the same program and
         arguments), the deepest checkpoint's listener record is taken on first."""
-        jaxpr, consts = jaxpr_parts.closed_parts(program)
         if self._resume:
             self.listener.restore(self._resume[max(self._resume, key=len)].state)
-        return self._walk(jaxpr, consts, args, (), top=True)
+        return super().run(program, args)
 
     def _chain(self, path: tuple[Position, ...]) -> tuple | None:
         """The key of a level reached only through calls, each the checkpointed equation of its level
@@ -177,60 +180,55 @@ class Walk:
             key = (*key, id(position.eqn))
         return key
 
-    # -- one level ----------------------------------------------------------------
+    # -- one level: the interpreter's hooks ------------------------------------------
 
-    def _walk(self, jaxpr, consts: list, args: list, path: tuple[Position, ...], top: bool = False) -> list:
-        env: dict = {}
-
-        def read(var):
-            return var.val if jaxpr_parts.is_literal(var) else env[var]
-
-        for var, value in zip(jaxpr.constvars, consts):
-            env[var] = value
-        for var, value in zip(jaxpr.invars, args):
-            env[var] = value
-        chain, start = self._chain(path), 0
+    def enter(self, level: Level) -> None:
+        """A level a former walk kept a checkpoint on, on the same arrays, starts at it with its values."""
+        chain = self._chain(level.path)
         resumed = self._resume.get(chain) if chain is not None else None
+        args = level.args
         if resumed is not None and len(resumed.args) == len(args) and all(a is b for a, b in zip(resumed.args, args)):
-            env, start = dict(resumed.env), resumed.index
+            level.env, level.index = dict(resumed.env), resumed.index
         else:
             resumed = None
-        index = start
-        while index < len(jaxpr.eqns):
-            # Run ahead through the equations that need no decision of the listener to run, dispatching
-            # each output's NaN/inf check beside them; read the checks once; then show each to the listener.
-            ahead: list[tuple[int, Any, list, list]] = []
-            failure = None
-            try:
-                while index < len(jaxpr.eqns) and len(ahead) < AHEAD:
-                    eqn = jaxpr.eqns[index]
-                    if ahead and _runs_alone(eqn):
-                        break
-                    inputs = [read(v) for v in eqn.invars]
-                    if resumed is not None and all(v in resumed.env for v in eqn.outvars):
-                        outputs = [resumed.env[v] for v in eqn.outvars]  # what the first walk computed from these
-                    else:
-                        outputs = jaxpr_parts.bind_equation(eqn, inputs)
-                    finite_flags.note(outputs)
-                    for var, value in zip(eqn.outvars, outputs):
-                        env[var] = value
-                    ahead.append((index, eqn, inputs, outputs))
-                    index += 1
-                    if _runs_alone(eqn):
-                        break
-            except Exception as error:  # the listener still sees the equations before the one that failed
-                failure = error
-            finite_flags.settle()
-            for at, eqn, inputs, outputs in ahead:
-                self._show(at, eqn, inputs, outputs, args, env, chain, path, top)
-            if failure is not None:
-                raise failure
-        return [read(v) for v in jaxpr.outvars]
+        level.state = _Ahead(chain, resumed)
 
-    def _show(self, index: int, eqn, inputs: list, outputs: list, args: list, env: dict, chain, path, top: bool):
+    def before(self, level: Level, eqn) -> None:
+        if level.state.pending and _runs_alone(eqn):  # it runs once the listener has seen the ones before
+            self._show_pending(level)
+
+    def outputs(self, level: Level, eqn, inputs: list) -> list:
+        """Bound, or what the first walk computed from these; each output's NaN/inf check dispatched."""
+        resumed = level.state.resumed
+        if resumed is not None and all(v in resumed.env for v in eqn.outvars):
+            outputs = [resumed.env[v] for v in eqn.outvars]
+        else:
+            outputs = jaxpr_parts.bind_equation(eqn, inputs)
+        finite_flags.note(outputs)
+        return outputs
+
+    def after(self, level: Level, eqn, inputs: list, outputs: list) -> None:
+        pending = level.state.pending
+        pending.append((level.index, eqn, inputs, outputs))
+        if _runs_alone(eqn) or len(pending) >= AHEAD:
+            self._show_pending(level)
+
+    def leave(self, level: Level) -> None:
+        """At the level's end - or when an equation failed: the listener still sees the ones before it."""
+        self._show_pending(level)
+
+    def _show_pending(self, level: Level) -> None:
+        """Read the checks of the equations run ahead at once; then show each to the listener."""
+        pending, level.state.pending = level.state.pending, []
+        finite_flags.settle()
+        for index, eqn, inputs, outputs in pending:
+            self._show(level, index, eqn, inputs, outputs)
+
+    def _show(self, level: Level, index: int, eqn, inputs: list, outputs: list) -> None:
         """The listener's turn at one equation that ran: checkpoint, open it if asked, visit."""
+        chain, path, top = level.state.chain, level.path, not level.path
         if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
-            self.checkpoints[chain] = Checkpoint(index, eqn, list(args), env, self.listener.state())
+            self.checkpoints[chain] = Checkpoint(index, eqn, list(level.args), level.env, self.listener.state())
         if jaxpr_parts.sub_jaxprs(eqn) and self.listener.look_inside(eqn, inputs, outputs, path):
             try:
                 self._open(eqn, inputs, path)
@@ -251,26 +249,16 @@ class Walk:
         elif name == "while":
             self._open_while(eqn, inputs, path)
         elif name == "cond":
-            branches = eqn.params["branches"]
-            index = int(max(0, min(len(branches) - 1, int(inputs[0]))))
-            jaxpr, consts = jaxpr_parts.closed_parts(branches[index])
-            self._walk(jaxpr, consts, inputs[1:], (*path, Position(eqn, "cond", index)))
+            index, jaxpr, consts, branch_inputs = branch_parts(eqn, inputs)
+            self.evaluate(jaxpr, consts, branch_inputs, (*path, Position(eqn, "cond", index)))
         elif name == "custom_linear_solve":
-            # what the primitive computes is its `solve` program on that program's constants and the
-            # right-hand side (JAX's own impl); the other three programs serve its derivatives
-            lengths, programs = eqn.params["const_lengths"], eqn.params["jaxprs"]
-            start = sum(lengths[:2])  # the inputs are the constants of matvec, vecmat, solve, transpose_solve, then b
-            solve_inputs = [*inputs[start : start + lengths[2]], *inputs[sum(lengths) :]]
-            jaxpr, consts = jaxpr_parts.closed_parts(programs.solve)
-            self._walk(jaxpr, consts, solve_inputs, (*path, Position(eqn, "call")))
+            self.evaluate(*solve_parts(eqn, inputs), (*path, Position(eqn, "call")))
         else:
-            subs = jaxpr_parts.sub_jaxprs(eqn)
-            if len(subs) == 1:
-                jaxpr, consts = jaxpr_parts.closed_parts(subs[0])
-                if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
-                    self._walk(jaxpr, consts, inputs, (*path, Position(eqn, "call")))
-                    return
-            self.listener.cannot_open(eqn, path)
+            called = call_parts(eqn, inputs)
+            if called is None:
+                self.listener.cannot_open(eqn, path)
+            else:
+                self.evaluate(*called, (*path, Position(eqn, "call")))
 
     def _body(self, program):
         """The compiled function of a loop body (kept across walks)."""
@@ -299,12 +287,12 @@ class Walk:
             step_inputs = [*consts, *carry, *(x[i] for x in xs)]
             position = (*path, Position(eqn, "scan", i))
             if self.listener.step_flags:  # flagged: evaluate it op by op (its outputs come from that too)
-                step_outputs = self._walk(jaxpr, body_consts, step_inputs, position)
+                step_outputs = self.evaluate(jaxpr, body_consts, step_inputs, position)
             else:
                 assert run_body is not None  # made whenever the listener does not flag steps
                 step_outputs = list(run_body(*step_inputs))
                 if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
-                    self._walk(jaxpr, body_consts, step_inputs, position)
+                    self.evaluate(jaxpr, body_consts, step_inputs, position)
             carry = step_outputs[: len(carry)]
             step += 1
 
@@ -362,12 +350,12 @@ class Walk:
             step_inputs = [*body_consts, *carry]
             position = (*path, Position(eqn, "while", i))
             if self.listener.step_flags:
-                step_outputs = self._walk(jaxpr, consts, step_inputs, position)
+                step_outputs = self.evaluate(jaxpr, consts, step_inputs, position)
             else:
                 assert run_body is not None  # made whenever the listener does not flag steps
                 step_outputs = list(run_body(*step_inputs))
                 if self.listener.look_inside(eqn, step_inputs, step_outputs, position):
-                    self._walk(jaxpr, consts, step_inputs, position)
+                    self.evaluate(jaxpr, consts, step_inputs, position)
             carry = step_outputs
             i += 1
 

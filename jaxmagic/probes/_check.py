@@ -24,8 +24,8 @@ from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans import NanReport, explain_call, nan_fix, offered_fix
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.nan.failing_call import FailingCall
 from jaxmagic.probes._support.report_base import Report
+from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.source import is_user_file, source_line

@@ -21,9 +21,9 @@ import os
 import jax
 
 from jaxmagic._jax import runtime
+from jaxmagic.probes._sharding.sharding_layout import id_list
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.sharding_layout import id_list
 from jaxmagic.report import Concern, Status, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.wording import shown

@@ -41,8 +41,8 @@ from jax.sharding import Mesh
 
 from jaxmagic._jax.debug_capture import HIDDEN_PREFIX, Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic.probes._sharding.sharding_layout import device_colours
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.sharding_layout import device_colours
 from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Block, Document, Grid, GridCell, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.wording import error_line

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, LABEL, frame, show_explorer, wrapping_row
 from jaxmagic.probes._sharding import layout_of
-from jaxmagic.probes._support.sharding_layout import device_colours, dims_by_splits, id_list
+from jaxmagic.probes._sharding.sharding_layout import device_colours, dims_by_splits, id_list
 from jaxmagic.render.html import CODE, MUTED, breakable_html
 
 WHAT = "the layouts (the dimensions drawn, slices, each device's blocks and replicas)"

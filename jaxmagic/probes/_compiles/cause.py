@@ -16,6 +16,16 @@ class CauseKind:
 
     key: str  # what a report's data holds: ``Cause.cause``, ``FunctionCompiles.causes``
     title: str  # a few words: "static argument value changed"
+    # What the probe does with a compilation of this kind: read from these, never from the key.
+    again: bool = True  # the user's code compiled it again (False: a first compilation, jaxmagic's own setting)
+    types: bool = False  # the arguments' types changed: the changed arguments are counted
+    named_alone: bool = False  # JAX's explanation of it is the whole cause: no changed static argument beside it
+    static_values: bool = False  # about a static argument's values: named with them, its fix fits their kind
+    values_are_evidence: bool = False  # the values seen (static or baked) show it, not the examples of changes
+    jax_unexplained: bool = False  # JAX does not explain it (JAX 0.12): jaxmagic compares the static values
+    fix_tried_after: bool = False  # a trial after the block words the fix of its compilations
+    fix_per_compilation: bool = True  # a compilation of it carries a fix (False: a first, eager or library one)
+    evidence: str = ""  # what changed, where no value or example shows it
     fix: str = ""  # the general fix ("" where there is nothing to fix: a first compilation)
     # A recompilation of this kind is avoidable: the fix keeps the program and only changes how it is called
     # or built (a weak type, a new wrapper per call, an argument passed in two ways), so no second compilation
@@ -28,6 +38,10 @@ class CauseKind:
 CAUSE_KINDS: tuple[CauseKind, ...] = (
     CauseKind(
         key="static",
+        static_values=True,
+        values_are_evidence=True,
+        jax_unexplained=True,
+        fix_tried_after=True,
         title="static argument value changed",
         fix=(
             "A static argument is part of the compiled program: every new value compiles it again. Keep "
@@ -38,6 +52,9 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     CauseKind(
         key="static_identity",
         avoidable=True,
+        static_values=True,
+        values_are_evidence=True,
+        jax_unexplained=True,
         title="static argument is a new object each call, hashed by identity",
         fix=(
             "The static argument is hashed by identity: a new object each call is a new cache key, however "
@@ -48,6 +65,9 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     CauseKind(
         key="baked_constant",
         avoidable=True,
+        named_alone=True,
+        values_are_evidence=True,
+        fix_tried_after=True,
         title="a Python value baked in: a new function per value",
         fix=(
             "A Python value the jitted function closes over (or a functools.partial binds) is a constant of the "
@@ -59,6 +79,8 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     CauseKind(
         key="new_function",
         avoidable=True,
+        named_alone=True,
+        evidence="jit was given a newly built function (a new wrapper) at each call",
         title="a new jit wrapper built at each call",
         fix=(
             "jax.jit was applied to a newly built function each time (jax.jit(jax.grad(f)) inside a helper, "
@@ -79,6 +101,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     CauseKind(
         key="weak_type",
         avoidable=True,
+        types=True,
         title="weakly typed vs typed argument (weak type)",
         fix=(
             "A weakly typed value - a Python scalar, or an array whose dtype came from one, such as "
@@ -99,6 +122,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="pytree_static",
+        fix_tried_after=True,
         title="a static field of an argument changed value",
         fix=(
             "A static field (pytree metadata) is part of the compiled program: every new value compiles "
@@ -128,6 +152,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="types",
+        types=True,
         title="argument types changed",
         fix=(
             "Each new shape or dtype compiles the function again. Keep dtypes consistent (.astype), and for "
@@ -144,6 +169,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="no_retrace",
+        evidence="compiled again without tracing again",
         title="compiled again without re-tracing",
         fix=(
             "The traced program was reused but compiled again: a different jit option (donate_argnums, "
@@ -152,6 +178,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="unexplained",
+        jax_unexplained=True,
         title="JAX could not say",
         fix=(
             "JAX said only 'cache miss explanation unavailable'. In JAX 0.12 that is what a changed "
@@ -163,6 +190,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="library",
+        fix_per_compilation=False,
         title="a library's own jitted function",
         fix=(
             "A library jitted this function itself, for the arguments your call gave it: compiled once per new "
@@ -171,6 +199,7 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="eager",
+        fix_per_compilation=False,
         title="eager operation",
         fix=(
             "Operations outside jit run as small compiled programs, one per new shape and dtype. They are "
@@ -179,18 +208,23 @@ CAUSE_KINDS: tuple[CauseKind, ...] = (
     ),
     CauseKind(
         key="jaxmagic",
+        again=False,
         title="jaxmagic's own setting (once)",
         fix=(
             "Nothing in your code: the compilation came from a cache-key entry jaxmagic sets (see the cause), "
             "and happens once per function and argument types."
         ),
     ),
-    CauseKind(key="first", title="first compilation"),
+    CauseKind(key="first", again=False, named_alone=True, fix_per_compilation=False, title="first compilation"),
 )
 
 KINDS = {kind.key: kind for kind in CAUSE_KINDS}
 CAUSE_TITLES = {kind.key: kind.title for kind in CAUSE_KINDS}
 FIXES = {kind.key: kind.fix for kind in CAUSE_KINDS if kind.fix}
+# The kinds a rule names alone (compared as objects: ``kind is STATIC``)
+FIRST, STATIC, STATIC_IDENTITY, BAKED_CONSTANT, PYTREE_STATIC, TYPES, JAXMAGIC = (
+    KINDS[key] for key in ("first", "static", "static_identity", "baked_constant", "pytree_static", "types", "jaxmagic")
+)
 
 
 def cause_priority(key: str) -> int:
@@ -209,6 +243,10 @@ class Cause:
     def __post_init__(self) -> None:
         if self.cause not in KINDS:
             raise ValueError(f"{self.cause!r} is no kind of cause declared in compiles/cause.py")
+
+    @property
+    def kind(self) -> CauseKind:
+        return KINDS[self.cause]
 
 
 WEAK = " weak"  # how a type text marks a weakly typed value ("f32[] weak"), in the compile log and the user's leaves

@@ -119,10 +119,10 @@ def jax_explanation(call: Compiling) -> list[Cause] | None:
     if explained is None:  # "unavailable", "debug_info", "other": JAX could not name it; static values can
         return None
     static = call.static
-    if explained.cause in ("first", "new_function", "baked_constant"):
+    if explained.kind.named_alone:
         return [explained]
     same_types = call.types is not None and call.state.last_types is not None and call.types == call.state.last_types
-    if static is not None and explained.cause in ("types", "weak_type") and same_types:
+    if static is not None and explained.kind.types and same_types:
         # JAX compares with the closest earlier key, which may be one with other types; against
         # the previous compilation only the static argument changed.
         return [static]

@@ -25,7 +25,7 @@ from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compi
 from jaxmagic.probes._compiles import model
 from jaxmagic.probes._compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes._compiles.cache_misses import CacheMisses
-from jaxmagic.probes._compiles.cause import Cause
+from jaxmagic.probes._compiles.cause import FIRST, Cause, CauseKind
 from jaxmagic.probes._compiles.causes import classify
 from jaxmagic.probes._compiles.donations import KEPT as DONATIONS_KEPT
 from jaxmagic.probes._compiles.donations import unread_donations
@@ -57,7 +57,6 @@ from jaxmagic.report.wording import error_line
 # would run the user's function again unsaid) offers the static-number fix untried
 UNTRIED_HERE = "jaxmagic does not trace your function again here; %%jax_compiles on the cell tries it"
 
-TRIED_CAUSES = ("static", "pytree_static", "baked_constant")  # causes whose fix a trial may reword
 
 EVENT_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENT_TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -336,8 +335,9 @@ class Collector:
                     say_field_untried(state.summary, state.changed_fields, "the call's arguments were not kept")
                     say_baked_untried(state.summary, "the call's arguments were not kept")
                 for compilation in self.report.compilations:  # the compilations' fixes say what the trials found
-                    if compilation.function == state.summary.name and compilation.cause in TRIED_CAUSES:
-                        compilation.fix = fix_for(state.summary, compilation.cause)
+                    kind = compilation.cause_kind
+                    if compilation.function == state.summary.name and kind.fix_tried_after:
+                        compilation.fix = fix_for(state.summary, kind)
                 state.trial_arguments = state.trial_partial = state.trial_function = None
             self.report.functions.sort(key=lambda f: (f.kind != "user", -f.count))
             for state in self._functions.values():
@@ -383,8 +383,8 @@ def _count(summary: FunctionCompiles, found: list[Cause], pending: _Pending, sec
     summary.count += 1
     for each in found:
         summary.causes[each.cause] = summary.causes.get(each.cause, 0) + 1
-        if each.cause != "first":
-            _record_changes(summary, each.cause, each.changes)
+        if each.kind is not FIRST:
+            _record_changes(summary, each.kind, each.changes)
     summary.trace_seconds += pending.trace_seconds or 0.0
     summary.lower_seconds += pending.lower_seconds or 0.0
     summary.compile_seconds += seconds
@@ -441,7 +441,7 @@ def _compilation(
         line=line,
         jax_explanation=pending.explanation.text if pending.explanation else "",
         log=list(pending.log),
-        fix=fix_for(summary, cause) if cause not in ("first", "eager", "library") else "",
+        fix=fix_for(summary, found[0].kind) if found[0].kind.fix_per_compilation else "",
         provenance=attribution.of_source_line(
             line,
             source_line(*info.started_site) if info.started_site else None,
@@ -505,12 +505,12 @@ def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict |
     summary.baked_values = {name: list(texts) for name, texts in state.baked_seen.items() if len(texts) > 1}
 
 
-def _record_changes(summary: FunctionCompiles, cause: str, changes: list[str]) -> None:
-    examples = summary.change_examples.setdefault(cause, [])
+def _record_changes(summary: FunctionCompiles, kind: CauseKind, changes: list[str]) -> None:
+    examples = summary.change_examples.setdefault(kind.key, [])
     for change in changes[: model.CHANGES_KEPT]:
         if change not in examples and not _continued(examples, change) and len(examples) < 6:
             examples.append(change)
-    if cause in ("types", "weak_type"):
+    if kind.types:
         for change in changes[: model.CHANGES_KEPT]:
             key = change.split(":", 1)[0]
             if key in summary.changed_arguments or len(summary.changed_arguments) < 50:

@@ -16,6 +16,7 @@ import copy
 import re
 from typing import Any
 
+from jaxmagic.probes._compiles.cause import PYTREE_STATIC, STATIC
 from jaxmagic.probes._compiles.fixes import why_it_stays_static
 from jaxmagic.probes._compiles.model import FunctionCompiles
 from jaxmagic.probes._compiles.static_trial import TRIAL_SECONDS
@@ -81,7 +82,7 @@ def _fix_key(fields: dict[str, tuple[str, str]]) -> str:
     """The cause whose fix the trial words: a field of an argument ("model.n_iter"), or a whole argument
     ("lr", a number a library's jit wrapper keeps static)."""
     path = next(iter(fields))
-    return "pytree_static" if "." in path or "[" in path else "static"
+    return PYTREE_STATIC.key if "." in path or "[" in path else STATIC.key
 
 
 def _word_fix(summary: FunctionCompiles, fields: dict[str, tuple[str, str]]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.probes._compiles.cause import FIXES
+from jaxmagic.probes._compiles.cause import STATIC, STATIC_IDENTITY, TYPES, CauseKind
 from jaxmagic.probes._compiles.model import FunctionCompiles
 
 # The fix for a static argument, by the kind of its values (``StaticValue.kind``).
@@ -105,30 +105,31 @@ def number_fix_tried(function: FunctionCompiles, general: str) -> str:
 
 def main_fix(function: FunctionCompiles) -> str:
     """What to do about the function's main cause (for a static argument: what fits the kind of its values)."""
-    return fix_for(function, function.main_cause)
+    kind = function.main_kind
+    return fix_for(function, kind) if kind is not None else ""
 
 
-def fix_for(function: FunctionCompiles, cause: str) -> str:
+def fix_for(function: FunctionCompiles, kind: CauseKind) -> str:
     """What to do about one cause of the function's compilations: its named fix, its general one, or both."""
-    named = function.field_fixes.get(cause, "")
-    if named and (cause != "static_identity" or " is NaN, " in named):  # a NaN is no object to build once
+    named = function.field_fixes.get(kind.key, "")
+    if named and (kind is not STATIC_IDENTITY or " is NaN, " in named):  # a NaN is no object to build once
         return named
-    general = _general_fix(function, cause)
+    general = _general_fix(function, kind)
     return f"{named} {general}" if named and general else named or general
 
 
-def _general_fix(function: FunctionCompiles, cause: str) -> str:
-    if cause in ("static", "static_identity"):
+def _general_fix(function: FunctionCompiles, cause: CauseKind) -> str:
+    if cause.static_values:
         kinds = [function.static_kinds.get(name, "") for name in function.static_values]
-        kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause == "static")), "")
-        if kind and cause == "static_identity":
-            return f"{FIXES[cause].split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
-        if kind == "number" and cause == "static":
-            return number_fix_tried(function, FIXES["static"])
+        kind = next((k for k in kinds if k in STATIC_FIXES and (k != "number" or cause is STATIC)), "")
+        if kind and cause is STATIC_IDENTITY:
+            return f"{cause.fix.split(': ', 1)[0]}. {STATIC_FIXES[kind]}"
+        if kind == "number" and cause is STATIC:
+            return number_fix_tried(function, STATIC.fix)
         if kind:
-            return f"{FIXES[cause]} {STATIC_FIXES[kind]}"
-    if cause == "types":
-        scalars = [_scalar_kind_change(change) for change in function.change_examples.get("types", [])]
+            return f"{cause.fix} {STATIC_FIXES[kind]}"
+    if cause is TYPES:
+        scalars = [_scalar_kind_change(change) for change in function.change_examples.get(TYPES.key, [])]
         if scalars and all(scalars):
             name = scalars[0]
             return (
@@ -136,7 +137,7 @@ def _general_fix(function: FunctionCompiles, cause: str) -> str:
                 f"`1.5` are i32[] and f32[]): different argument types. Pass the same kind every time, e.g. "
                 f"`float({name})` (or `jnp.float32({name})`) where you call it."
             )
-    return FIXES.get(cause, "")
+    return cause.fix
 
 
 _SCALAR_CHANGE = re.compile(

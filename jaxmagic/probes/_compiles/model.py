@@ -10,7 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxmagic.probes._compiles.cause import CAUSE_TITLES, cause_priority
+from jaxmagic.probes._compiles.cause import (
+    BAKED_CONSTANT,
+    CAUSE_TITLES,
+    FIRST,
+    JAXMAGIC,
+    KINDS,
+    STATIC_IDENTITY,
+    CauseKind,
+    cause_priority,
+)
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 
@@ -51,6 +60,11 @@ class Compilation:
     log: list[str] = dataclasses.field(default_factory=list)
     fix: str = ""  # the fix for this compilation's cause, naming the argument or field, when there is one
     provenance: Provenance | None = None  # made_at: the call that compiled; started_by: the cell line
+
+    @property
+    def cause_kind(self) -> CauseKind:
+        """The kind of its main cause."""
+        return KINDS[self.cause]
 
 
 @dataclasses.dataclass
@@ -114,8 +128,13 @@ class FunctionCompiles:
     @property
     def causes_again(self) -> list[str]:
         """Why it compiled again, most frequent first (ties: the more telling cause first)."""
-        again = [cause for cause in self.causes if cause not in ("first", "jaxmagic")]
+        again = [cause for cause in self.causes if KINDS[cause].again]
         return sorted(again, key=lambda cause: (-self.causes[cause], cause_priority(cause)))
+
+    @property
+    def kinds_again(self) -> list[CauseKind]:
+        """The kinds of ``causes_again``, in its order."""
+        return [KINDS[cause] for cause in self.causes_again]
 
     @property
     def main_cause(self) -> str:
@@ -123,14 +142,19 @@ class FunctionCompiles:
         again = self.causes_again
         if again:
             return again[0]
-        if "jaxmagic" in self.causes and "first" not in self.causes:
-            return "jaxmagic"
-        return "first" if self.causes else ""
+        if JAXMAGIC.key in self.causes and FIRST.key not in self.causes:
+            return JAXMAGIC.key
+        return FIRST.key if self.causes else ""
 
-    def cause_text(self, cause: str) -> str:
+    @property
+    def main_kind(self) -> CauseKind | None:
+        """The kind of ``main_cause`` (None when it compiled nothing)."""
+        return KINDS.get(self.main_cause)
+
+    def cause_text(self, kind: CauseKind) -> str:
         """One cause with its evidence: "static argument value changed: `step` 0 -> 1 -> 2"."""
-        title = CAUSE_TITLES.get(cause, cause)
-        if cause == "static_identity" and self.static_ids:
+        title = kind.title
+        if kind is STATIC_IDENTITY and self.static_ids:
             parts = []
             for name, ids in self.static_ids.items():
                 if len(ids) < 2:
@@ -142,16 +166,16 @@ class FunctionCompiles:
                 )
             if parts:
                 return f"{title}: {'; '.join(parts)}"
-        if cause in ("static", "static_identity") and self.static_values:  # else: a wrapper's, in the examples
+        if kind.static_values and self.static_values:  # else: a wrapper's, in the examples
             parts = [
                 f"`{name}` {value_sequence(values, self.static_value_counts.get(name, 0))}"
                 for name, values in self.static_values.items()
-                if len(values) > 1 or cause == "static_identity"
+                if len(values) > 1 or kind is STATIC_IDENTITY
             ]
             return f"{title}: {'; '.join(parts)}" if parts else title
-        if cause == "baked_constant" and self.baked_values:
+        if kind is BAKED_CONSTANT and self.baked_values:
             return f"{title}: " + "; ".join(f"`{n}` {' -> '.join(v)}" for n, v in self.baked_values.items())
-        examples = self.change_examples.get(cause, [])
+        examples = self.change_examples.get(kind.key, [])
         if examples:
             return f"{title}: {'; '.join(examples[:3])}" + ("; ..." if len(examples) > 3 else "")
         return title
@@ -159,32 +183,31 @@ class FunctionCompiles:
     @property
     def reason(self) -> str:
         """Why it compiled again, with the evidence, in a few words (every cause, most frequent first)."""
-        again = self.causes_again
+        again = self.kinds_again
         if not again:
             return CAUSE_TITLES.get(self.main_cause, self.main_cause)
-        text = ", and ".join(self.cause_text(cause) for cause in again[:3])
+        text = ", and ".join(self.cause_text(kind) for kind in again[:3])
         return text + (f", and {len(again) - 3} more cause(s)" if len(again) > 3 else "")
 
     @property
     def evidence(self) -> str:
         """What changed between its compilations, as far as it is known."""
         parts = []
-        for cause in self.causes_again[:3]:
-            if cause == "new_function":
-                parts.append("jit was given a newly built function (a new wrapper) at each call")
-            elif cause == "no_retrace":
-                parts.append("compiled again without tracing again")
-            elif cause in ("static", "static_identity", "baked_constant") or self.change_examples.get(cause):
-                parts.append(self.cause_text(cause).split(": ", 1)[-1])
+        for kind in self.kinds_again[:3]:
+            if kind.evidence:
+                parts.append(kind.evidence)
+            elif kind.values_are_evidence or self.change_examples.get(kind.key):
+                parts.append(self.cause_text(kind).split(": ", 1)[-1])
         text = "; ".join(parts)
-        if text and self.main_cause in ("static", "static_identity") and self.distinct_argument_types == 1:
+        main = self.main_kind
+        if text and main is not None and main.static_values and self.distinct_argument_types == 1:
             text += " - with the same argument types every time"
         return text
 
     @property
     def cause_breakdown(self) -> str:
         """Every cause with its count, most frequent first: "1 first compilation, 7 static argument value changed"."""
-        ordered = sorted(self.causes.items(), key=lambda item: (item[0] != "first", -item[1]))
+        ordered = sorted(self.causes.items(), key=lambda item: (item[0] != FIRST.key, -item[1]))
         return ", ".join(f"{n} {CAUSE_TITLES.get(cause, cause)}" for cause, n in ordered)
 
 

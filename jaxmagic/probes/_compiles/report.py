@@ -11,7 +11,6 @@ import dataclasses
 
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._compiles.cache_misses import CacheMiss
-from jaxmagic.probes._compiles.cause import CAUSE_TITLES
 from jaxmagic.probes._compiles.cost_sections import cost_concerns, cost_fix, cost_headline, cost_sections
 from jaxmagic.probes._compiles.donations import UnusableDonation
 from jaxmagic.probes._compiles.fixes import main_fix
@@ -185,8 +184,7 @@ class CompileReport(Report):
             return f"`{f.name}` compiled {counted(f.count, 'time')}: {ended(f.reason)}"
         if recompiled:
             parts = ", ".join(
-                f"`{f.name}` ({f.count}x: {' + '.join(CAUSE_TITLES[c] for c in f.causes_again[:2])})"
-                for f in recompiled[:3]
+                f"`{f.name}` ({f.count}x: {' + '.join(k.title for k in f.kinds_again[:2])})" for f in recompiled[:3]
             )
             more = f" and {len(recompiled) - 3} more" if len(recompiled) > 3 else ""
             return f"{len(recompiled)} functions compiled more than once: {parts}{more} (each below)."

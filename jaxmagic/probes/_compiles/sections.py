@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from jaxmagic._jax.compile_log import bare_name
 from jaxmagic.probes._compiles import model
-from jaxmagic.probes._compiles.cause import CAUSE_TITLES
+from jaxmagic.probes._compiles.cause import CAUSE_TITLES, FIRST, CauseKind
 from jaxmagic.probes._compiles.fixes import fix_for
 from jaxmagic.probes._compiles.model import Compilation, FunctionCompiles, line_text
 from jaxmagic.report.document import Block, Evidence, Facts, Paragraph, Section, Table
@@ -71,11 +71,11 @@ def recompiled_section(
         for f in recompiled[:8]
     ]
     blocks: list[Block] = [Table(["function", "compilations", "what changed"], rows)]
-    if any(f.main_cause in ("static", "unexplained", "static_identity") for f in recompiled):
+    if any(f.main_kind is not None and f.main_kind.jax_unexplained for f in recompiled):
         blocks.append(Paragraph(_STATIC_UNEXPLAINED))
     blocks += _what_to_do(recompiled[:8], told_fix)
     for f in recompiled[:3]:
-        again = next((c for c in compilations if c.function == f.name and c.cause != "first"), None)
+        again = next((c for c in compilations if c.function == f.name and c.cause_kind is not FIRST), None)
         if again is not None and again.provenance is not None:
             blocks += provenance_blocks(again.provenance, f"compilation {again.number} of `{f.name}` (the call)")
     return [Section("Recompiled", blocks)]
@@ -83,17 +83,17 @@ def recompiled_section(
 
 def _what_to_do(recompiled: list[FunctionCompiles], told_fix: str) -> list[Block]:
     """One "What to do" per fix, naming every function it is for (a fix told under the headline is not)."""
-    by_fix: dict[tuple[str, str], list[str]] = {}
+    by_fix: dict[tuple[CauseKind, str], list[str]] = {}
     for f in recompiled:
-        for cause in f.causes_again[:3]:
-            fix = fix_for(f, cause)
+        for kind in f.kinds_again[:3]:
+            fix = fix_for(f, kind)
             if fix:
-                by_fix.setdefault((cause, fix), []).append(f"`{f.name}`")
+                by_fix.setdefault((kind, fix), []).append(f"`{f.name}`")
     blocks: list[Block] = []
-    for (cause, fix), names in by_fix.items():
+    for (kind, fix), names in by_fix.items():
         if told_fix.endswith(fix) and len(names) == 1 and told_fix.startswith(f"{names[0]}:"):
             continue
-        blocks.append(Paragraph(f"What to do ({', '.join(names)}, {CAUSE_TITLES[cause]}): {fix}"))
+        blocks.append(Paragraph(f"What to do ({', '.join(names)}, {kind.title}): {fix}"))
     return blocks
 
 

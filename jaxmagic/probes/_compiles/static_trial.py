@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jaxmagic.probes._compiles.cause import STATIC
 from jaxmagic.probes._compiles.model import FunctionCompiles
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
 
@@ -55,7 +56,7 @@ def try_static_fix(
 
 def changing_static_numbers(summary: FunctionCompiles) -> list[str]:
     """The static arguments that are numbers and compiled the function again with new values."""
-    if "static" not in summary.causes:
+    if STATIC.key not in summary.causes:
         return []
     return [
         name

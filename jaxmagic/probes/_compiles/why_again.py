@@ -12,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from jaxmagic.probes._compiles.baked_trial import CLOSURE_UNTRIED, UNTRIED_MARK
-from jaxmagic.probes._compiles.cause import CAUSE_TITLES
+from jaxmagic.probes._compiles.cause import BAKED_CONSTANT, CAUSE_TITLES, STATIC, STATIC_IDENTITY
 from jaxmagic.probes._compiles.fixes import main_fix
 
 if TYPE_CHECKING:  # the types only: causes.py and the collector pass them in
@@ -45,13 +45,13 @@ class RecompileCause:
 
 def why_compiled_again(f: FunctionCompiles) -> RecompileCause:
     """The cause object of a function that compiled again (its main cause, the names and values it is about)."""
-    kind = f.main_cause
+    kind, main = f.main_cause, f.main_kind
     values: dict[str, list[str]] = {}
-    if kind == "baked_constant":
+    if main is BAKED_CONSTANT:
         values = dict(f.baked_values)
-    elif kind == "static":
+    elif main is STATIC:
         values = {name: texts for name, texts in f.static_values.items() if len(texts) > 1}
-    elif kind == "static_identity":
+    elif main is STATIC_IDENTITY:
         values = {name: f.static_values.get(name, []) for name, ids in f.static_ids.items() if len(ids) > 1}
     return RecompileCause(
         function=f.name,

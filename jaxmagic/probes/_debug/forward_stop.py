@@ -2,7 +2,7 @@
 
 A NaN made only by a derivative (``jnp.linalg.norm`` at 0: 0.5/sqrt(0) times 0) is raised by JAX's
 backward pass, where no frame of the user's runs: an op-by-op re-run stops in JAX's code. The line
-whose derivative it was is known to the NaN producer search (``_support/nan/producer.py``: the
+whose derivative it was is known to the NaN producer search (``_nans/search/producer.py``: the
 backward equation is attributed to the forward one). This re-runs the forward function alone - the
 function the transformation was applied to, or the failing call itself when it takes the gradient
 inside (a train step calling ``eqx.filter_value_and_grad``) - op by op, and stops *before* that line runs, so its
@@ -28,8 +28,8 @@ import numpy as np
 from jaxmagic._jax.jit_internals import transformed_function
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced
 from jaxmagic.probes._debug.stepping import Step, SteppingLog, all_finite, where
-from jaxmagic.probes._support.nan.failing_call import FailingCall
-from jaxmagic.probes._support.nan.producer import search
+from jaxmagic.probes._nans.search.producer import search
+from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import innermost_user_line
 

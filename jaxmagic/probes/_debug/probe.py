@@ -12,7 +12,7 @@ Usage without IPython::
     session.release()                         # drop the frames (and their arrays)
 
 The failing call is found on the user's lines of the error's traceback and evaluated
-without side effects (``_support/nan/failing_call.py``); calling it is the one thing
+without side effects (``_support/rerun/failing_call.py``); calling it is the one thing
 repeated, and the report says so.
 """
 
@@ -30,7 +30,7 @@ from jaxmagic.probes._debug.report import DebugReport, FrameView, StepView
 from jaxmagic.probes._debug.stepping import SteppingLog, run_call
 from jaxmagic.probes._debug.values import frame_values, host_copy, summarize, tree_leaves
 from jaxmagic.probes._nans import explain_call, offered_fix
-from jaxmagic.probes._support.nan.failing_call import FailingCall, failing_calls
+from jaxmagic.probes._support.rerun.failing_call import FailingCall, failing_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of, runs_a_cell_magic
 from jaxmagic.report.wording import error_line, message_of

@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxmagic._jax.primals import primal_value
 from jaxmagic.probes._debug.report import ValueSummary
-from jaxmagic.probes._support.nan.nonfinite import is_inexact
+from jaxmagic.probes._nans.nonfinite import is_inexact
 from jaxmagic.report.wording import shown
 
 FEW = 6  # values shown per array

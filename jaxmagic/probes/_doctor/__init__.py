@@ -14,7 +14,7 @@ everything after it; the doctor uses them so that they do not:
 
 * NaN: ``jax.debug_nans`` raises at the first NaN - at step 0 of a training
   loop, before any recompilation or key problem could show. The doctor watches
-  the results of every call instead (``jaxmagic.probes._support.nan.watch``) and, after the
+  the results of every call instead (``jaxmagic.probes._nans.watch``) and, after the
   cell, re-runs only the one jitted call that first produced a NaN, with the
   same arguments, under the ``%%jax_nans`` probe - a jitted function is pure,
   so nothing the user would mind happens twice. The cell itself is never run

@@ -26,13 +26,13 @@ from jaxmagic.probes._keys import keys
 from jaxmagic.probes._leaks import leaks
 from jaxmagic.probes._live import live
 from jaxmagic.probes._memory import explain_out_of_memory, is_out_of_memory
+from jaxmagic.probes._nans.nonfinite import bindings, nonfinite_rebound
 from jaxmagic.probes._nans.sighting import explain_nan_sighting
+from jaxmagic.probes._nans.watch import NanWatch
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.calls.host_arguments import HostArguments, live_counts
 from jaxmagic.probes._support.explained import mark_explained
-from jaxmagic.probes._support.nan.nonfinite import bindings, nonfinite_rebound
-from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes._transfers import transfers
 from jaxmagic.report.wording import error_line
 

@@ -19,11 +19,11 @@ from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._leaks.report import LeakReport
 from jaxmagic.probes._live.report import KEEP_ON_HOST, LiveReport
 from jaxmagic.probes._memory.report import OutOfMemoryReport, out_of_memory_finding
+from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.sighting import debug_step, inf_sighting_text, nan_finding_provenance, nan_finding_text
+from jaxmagic.probes._nans.watch import NanSighting
 from jaxmagic.probes._support.calls.host_arguments import HostArgumentUse
-from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
-from jaxmagic.probes._support.nan.watch import NanSighting
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._transfers.report import TransferReport, repeated_copies
 from jaxmagic.report import Concern, SourceLine, act, failed

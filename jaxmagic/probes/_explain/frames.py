@@ -11,8 +11,8 @@ import types
 from typing import Any
 
 from jaxmagic.probes._explain.report import TracedName
+from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.line_code import Resolve
-from jaxmagic.probes._support.tracers import text
 from jaxmagic.report.source import is_user_file
 
 

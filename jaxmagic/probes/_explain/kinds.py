@@ -7,8 +7,8 @@ import dataclasses
 import sys
 
 from jaxmagic.probes._explain.frames import tracers_on_failing_line
+from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.tracers import text
 from jaxmagic.report.wording import message_of
 
 

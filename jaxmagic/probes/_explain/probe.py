@@ -31,12 +31,12 @@ from jaxmagic.probes._explain.program_fixes import fit_static_fixes
 from jaxmagic.probes._explain.report import TracerErrorReport, UnexplainedErrorReport
 from jaxmagic.probes._explain.unhashable_static import explain_unhashable_static, is_unhashable_static
 from jaxmagic.probes._leaks import UnexpectedTracer, explain_kept_tracer, explain_leak, explain_unexpected_tracer
+from jaxmagic.probes._leaks.tracers import origin as tracer_origin
+from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._memory import explain_out_of_memory, is_out_of_memory
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.fixes.leak_fixes import leak_fixes
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.tracers import origin as tracer_origin
-from jaxmagic.probes._support.tracers import text
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of

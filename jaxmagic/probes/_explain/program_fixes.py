@@ -31,8 +31,8 @@ from jaxmagic.probes._explain.library_static import (
 from jaxmagic.probes._explain.line_fixes import trial as fix_trial
 from jaxmagic.probes._explain.loop_fixes import carried_value_fix
 from jaxmagic.probes._explain.report import TracerErrorReport
+from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.probes._support.tracers import text
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.tracers import text
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmagic.probes._leaks.tracers.text import english_list
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.tracers.text import english_list
 from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
 

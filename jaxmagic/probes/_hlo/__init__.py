@@ -13,7 +13,7 @@ but never run, so arguments may be ``jax.ShapeDtypeStruct``s and nothing is
 allocated. The probe reads each stage from its structured source where JAX has
 one - the jaxpr's equations and their ``source_info.name_stack``, the StableHLO
 module through the MLIR Python bindings JAX ships (operation locations) - and
-the optimized HLO from its text, through ``jaxmagic.probes._support.hlo_text`` only.
+the optimized HLO from its text, through ``jaxmagic.probes._hlo.hlo_text`` only.
 
 One module per concept: ``probe`` (trace, lower, compile; fill the report),
 ``jaxpr``, ``stablehlo`` and ``optimized_hlo`` (each stage's operations),

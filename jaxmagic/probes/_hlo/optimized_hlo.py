@@ -1,14 +1,14 @@
 """Stage 3, optimized HLO: the compiled module's instructions and kernels, read from its text through
-``jaxmagic.probes._support.hlo_text`` only."""
+``jaxmagic.probes._hlo.hlo_text`` only."""
 
 from __future__ import annotations
 
 import functools
 
+from jaxmagic.probes._hlo.hlo_text import HloInstruction
 from jaxmagic.probes._hlo.name_paths import parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
-from jaxmagic.probes._support.hlo_text import HloInstruction
 from jaxmagic.report import SourceLine
 
 

@@ -15,6 +15,7 @@ from jax import monitoring
 from jaxmagic._jax import jaxpr_parts, jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._hlo.captured_values import NameEnvironment, baked_literals, captured_constants, fresh_trace_of
+from jaxmagic.probes._hlo.hlo_text import parse_hlo_module
 from jaxmagic.probes._hlo.jaxpr import jaxpr_ops, scope_names, signature, walk_eqns
 from jaxmagic.probes._hlo.memory import Sweep, cost_figures, memory_figures, sweep_point
 from jaxmagic.probes._hlo.name_paths import split_query
@@ -24,7 +25,6 @@ from jaxmagic.probes._hlo.report import HloReport
 from jaxmagic.probes._hlo.scopes import ScopePaths, StageOp, collect_scope, every_scope_ops, scope_tree
 from jaxmagic.probes._hlo.stablehlo import stablehlo_ops
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.hlo_text import parse_hlo_module
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line

@@ -18,7 +18,7 @@ from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, key_fingerprint, render
 from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls import library_calls
-from jaxmagic.probes._support.nan.watch import user_frame
+from jaxmagic.probes._support.calls.call_site import user_frame
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import is_user_file, line_of, names_in_scope, source_line
 

@@ -26,7 +26,7 @@ from jaxmagic.probes._keys.library_state import (
 from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls import call_names
-from jaxmagic.probes._support.nan.watch import call_site
+from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, line_of

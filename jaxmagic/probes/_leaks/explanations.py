@@ -29,9 +29,9 @@ from jaxmagic._jax.transform_stack import (
 )
 from jaxmagic.probes._leaks.library_records import held_in_library_records
 from jaxmagic.probes._leaks.report import HeldTracer, LeakedTracer, LeakReport, UnexpectedTracer
-from jaxmagic.probes._support.holders.search import KIND_NAME, Held, find_held, user_roots
-from jaxmagic.probes._support.tracers import origin as tracer_origin
-from jaxmagic.probes._support.tracers import text
+from jaxmagic.probes._leaks.tracers import origin as tracer_origin
+from jaxmagic.probes._leaks.tracers import text
+from jaxmagic.probes._live.holders.search import KIND_NAME, Held, find_held, user_roots
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import is_user_file, source_line, user_lines

@@ -25,9 +25,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from jaxmagic.probes._support.holders.roots import KIND_NAME
-from jaxmagic.probes._support.holders.search import Held, find_held
-from jaxmagic.probes._support.tracers.text import LeakBlock
+from jaxmagic.probes._leaks.tracers.text import LeakBlock
+from jaxmagic.probes._live.holders.roots import KIND_NAME
+from jaxmagic.probes._live.holders.search import Held, find_held
 
 _MAX_NODES = 100_000  # a definition larger than this is not read
 _PYTHON_TYPES = frozenset({"list", "tuple", "dict", "set", "frozenset", "cell", "function", "method", "module", "type"})

@@ -18,8 +18,8 @@ from jaxmagic._jax.retrace import fresh_traces
 from jaxmagic._jax.transform_stack import leak_error_stacks
 from jaxmagic.probes._leaks.explanations import explain_unexpected_tracer, fill_leak_report, held_tracers
 from jaxmagic.probes._leaks.report import LeakReport
+from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.explained import mark_explained
-from jaxmagic.probes._support.tracers import text
 from jaxmagic.report.source import defining_code, is_user_file
 from jaxmagic.report.wording import error_line, message_of
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import itertools
 import sys
 
+from jaxmagic.probes._live.holders.search import KIND_NAME, HolderSearch
 from jaxmagic.probes._live.report import CONTAINER_ARRAYS, KeptAlone, LiveGroup
-from jaxmagic.probes._support.holders.search import KIND_NAME, HolderSearch
 
 
 def kept_alone(

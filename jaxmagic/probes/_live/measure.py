@@ -20,6 +20,15 @@ from typing import Any
 import jax
 
 from jaxmagic._jax import array_shards, jaxpr_parts, runtime
+from jaxmagic.probes._live.holders.search import (
+    KIND_NAME,
+    KIND_OUTPUT,
+    KIND_TRACEBACK,
+    HolderSearch,
+    find_holders,
+    namespace_roots,
+    traceback_roots,
+)
 from jaxmagic.probes._live.kept_alone import kept_alone
 from jaxmagic.probes._live.report import (
     KEEP_ON_HOST,
@@ -32,15 +41,6 @@ from jaxmagic.probes._live.report import (
     accumulates_from,
 )
 from jaxmagic.probes._support.attribution import of_allocation
-from jaxmagic.probes._support.holders.search import (
-    KIND_NAME,
-    KIND_OUTPUT,
-    KIND_TRACEBACK,
-    HolderSearch,
-    find_holders,
-    namespace_roots,
-    traceback_roots,
-)
 from jaxmagic.report.wording import error_line
 
 PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces

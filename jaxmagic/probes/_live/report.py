@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxmagic.probes._support.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
+from jaxmagic.probes._live.holders.search import KIND_NAME, KIND_OUTPUT, KIND_TRACEBACK
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, Status, act, failed
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, Table, split_headline

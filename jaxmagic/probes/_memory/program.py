@@ -4,7 +4,7 @@ The call is traced as JAX traces it (from JAX's cache when the user already made
 Python does not run again) and compiled once more with XLA's dumps on (``_jax.compile_dumps``). The
 buffers live at the peak come from XLA's live ranges; each is tied to the HLO instruction that defines
 it, and through that instruction's metadata to JAX's name path and the user's line
-(``_support.hlo_text``). What a buffer is for comes from the buffer assignment (a parameter's
+(``_hlo.hlo_text``). What a buffer is for comes from the buffer assignment (a parameter's
 allocation, an output's, the temporaries) and, for a temporary made in the forward pass and read by an
 instruction of the backward pass (``transpose(...)`` in JAX's name path), "saved for the backward pass".
 """
@@ -21,6 +21,7 @@ import jax
 
 from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.compile_dumps import DumpedCompileError, MemoryDumps, compile_with_memory_dumps
+from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._hlo.memory import memory_figures
 from jaxmagic.probes._hlo.records import MemoryFigures
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
@@ -36,7 +37,6 @@ from jaxmagic.probes._memory.records import (
     ProgramMemory,
 )
 from jaxmagic.probes._memory.scan_stacks import read_on, stack_of, stacking_instruction
-from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import defining_code, is_user_file

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText
+from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText
 from jaxmagic.report import SourceLine
 
 STACKING = "dynamic_update_index_in_dim"  # the name JAX's scan lowering gives the update of its stacks

@@ -13,18 +13,22 @@ traced in the process (chapter section 3.1); the scoped form does not.
 
 The package: ``probe`` (``nans()``: the checks, and the search once one
 raised), ``call_sites`` (which pass of the user's loop failed), ``report`` (the
-report and its wording), ``causes`` (what makes each primitive give NaN/inf),
-``fixes`` (the fix for what was found; ``tried_fixes``: which candidate, tried on the values by the
-search, is offered, and in what words) and ``sighting`` (explaining a NaN that
-``%%jax_doctor`` or ``%jax_watch`` saw, for their reports). The search itself
-is in ``probes/_support/nan/``.
+report and its wording), ``causes`` (why a primitive made NaN/inf: ``primitives``
+holds what is known of each), ``sighting`` (explaining a NaN that ``%%jax_doctor``
+or ``%jax_watch`` saw, for their reports), ``watch`` (their NaN watch), ``scope``
+and ``inside``/``inside_calls`` (what a clean report checked, ``--inside``), and by
+role: ``search/`` (which operation made the value, from what: ``producer``,
+``given``, ...) and ``fixes/`` (the candidate fixes tried on the values, ``value_fixes``,
+and the rules that word one, ``rules``).
 """
 
-from jaxmagic.probes._nans.causes import FORWARD_CAUSES
-from jaxmagic.probes._nans.fixes import nan_fix, nan_fixes
+from jaxmagic.probes._nans.fixes.rules import nan_fix, nan_fixes
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.inside import InsideSearch
+from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._nans.probe import CONFIG_NAMES, nans
 from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport
+from jaxmagic.probes._nans.search.producer import LoopPosition, NanProducer, OperandValue, ProducerSearch
 from jaxmagic.probes._nans.sighting import (
     explain_call,
     explain_nan_sighting,
@@ -32,14 +36,10 @@ from jaxmagic.probes._nans.sighting import (
     nan_finding_text,
     offered_fix,
 )
-from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
-from jaxmagic.probes._support.nan.producer import LoopPosition, NanProducer, OperandValue, ProducerSearch
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
 
 __all__ = [
     "BACKWARD_EXPLANATION",
     "CONFIG_NAMES",
-    "FORWARD_CAUSES",
     "FixTrial",
     "InsideSearch",
     "LoopPosition",

@@ -1,35 +1,13 @@
-"""Why a primitive makes NaN or inf: the causes the report's explanation and the fixes both name."""
+"""Why a primitive made NaN or inf: the causes the report's explanation and the fixes both name (what usually
+makes each primitive produce them is its row's ``forward_cause``, ``_nans/primitives.py``)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxmagic.probes._nans.library_parameters import parameter_default
-from jaxmagic.probes._support.nan.producer import NanProducer
-
-# What usually makes each primitive produce NaN/inf in a forward computation.
-FORWARD_CAUSES = {
-    "log": "log of a negative number gives NaN, log(0) gives -inf",
-    "log1p": "log1p of a number below -1 gives NaN",
-    "sqrt": "square root of a negative number",
-    "rsqrt": "1/sqrt of a negative number (or of 0: inf)",
-    "div": "0/0 gives NaN, x/0 gives inf",
-    "rem": "remainder by zero",
-    "pow": "a negative base with a non-integer exponent, or 0 to a negative power",
-    "asin": "asin of a value outside [-1, 1]",
-    "acos": "acos of a value outside [-1, 1]",
-    "atanh": "atanh of a value outside (-1, 1)",
-    "acosh": "acosh of a value below 1",
-    "sub": "inf - inf",
-    "add": "inf + (-inf)",
-    "mul": "0 * inf",
-    "exp": "exp overflowing float range gives inf (and inf - inf later gives NaN)",
-    "dot_general": "a NaN/inf entering a matrix product, or overflow",
-    "reduce_sum": "a sum that overflows, or that adds up values already infinite",
-}
-
-
-_ARITHMETIC = ("mul", "add", "sub", "dot_general", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
+from jaxmagic.probes._nans.fixes.library_parameters import parameter_default
+from jaxmagic.probes._nans.primitives import primitive
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 
 def overflowed(p: NanProducer) -> str:
@@ -45,7 +23,7 @@ def overflowed(p: NanProducer) -> str:
             f"its {p.operands[0].dtype} value {got} is above {narrow}'s largest, {_largest(narrow)} "
             f"(`jnp.finfo(jnp.{narrow}).max`): converting it to {narrow} overflowed to inf"
         )
-    if p.value != "inf" or p.primitive not in _ARITHMETIC or not dtype:
+    if p.value != "inf" or not primitive(p.primitive).overflows or not dtype:
         return ""
     return (
         f"the result is above the largest {dtype} value ({_largest(dtype)}, `jnp.finfo(jnp.{dtype}).max`): it "

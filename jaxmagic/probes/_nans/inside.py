@@ -16,11 +16,11 @@ import dataclasses
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_eval import Walk
-from jaxmagic.probes._support.nan.equation_origin import provenance_of, public_name, user_line
-from jaxmagic.probes._support.nan.given import CAME_IN, GivenInfinities
-from jaxmagic.probes._support.nan.host_values import any_bad, has_inexact
-from jaxmagic.probes._support.nan.masked_rows import note_neg_inf_rows
-from jaxmagic.probes._support.nan.producer import (
+from jaxmagic.probes._nans.search.equation_origin import provenance_of, public_name, user_line
+from jaxmagic.probes._nans.search.given import CAME_IN, GivenInfinities
+from jaxmagic.probes._nans.search.host_values import any_bad, has_inexact
+from jaxmagic.probes._nans.search.masked_rows import note_neg_inf_rows
+from jaxmagic.probes._nans.search.producer import (
     SELECTS,
     NanProducer,
     ProducerListener,

@@ -23,13 +23,13 @@ from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic.probes._nans.call_sites import CallSiteCounts
-from jaxmagic.probes._nans.fixes import nan_fix
+from jaxmagic.probes._nans.fixes.rules import nan_fix
 from jaxmagic.probes._nans.inside import InsideSearch, search_inside
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.scope import FAILED, LATER, LIBRARY
+from jaxmagic.probes._nans.search.host_values import any_bad
+from jaxmagic.probes._nans.search.producer import quiet_evaluation
 from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.nan.host_values import any_bad
-from jaxmagic.probes._support.nan.producer import quiet_evaluation
 from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
 

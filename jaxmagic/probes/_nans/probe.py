@@ -2,7 +2,7 @@
 
 The checks are on for the block only. When one raises, the traceback's user
 frames give the call path and the expressions to search; the producer search
-(``probes/_support/nan/producer.py``) names the operation that made the value,
+(``probes/_nans/search/producer.py``) names the operation that made the value,
 and the count of the user's call sites names the loop's pass that failed.
 With ``inside``, the first call of each jitted function is also evaluated op by
 op before it runs (``probes/_nans/inside.py``).
@@ -25,19 +25,19 @@ from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
-from jaxmagic.probes._nans.fixes import nan_fixes
+from jaxmagic.probes._nans.fixes.rules import nan_fixes
 from jaxmagic.probes._nans.inside_calls import FirstCalls, evaluating_inside
-from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.scope import Scope
-from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.nan.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
-from jaxmagic.probes._support.nan.nonfinite import (
+from jaxmagic.probes._nans.nonfinite import (
     NonFiniteLeaf,
     bindings,
     nonfinite_leaves,
     nonfinite_rebound,
 )
-from jaxmagic.probes._support.nan.producer import ProducerSearch, search
+from jaxmagic.probes._nans.report import NanReport
+from jaxmagic.probes._nans.scope import Scope
+from jaxmagic.probes._nans.search.producer import ProducerSearch, search
+from jaxmagic.probes._support import attribution
+from jaxmagic.probes._support.rerun.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import code_kind, is_user_file, source_line, user_lines
@@ -398,7 +398,7 @@ def _put_found(report: NanReport, found: ProducerSearch) -> None:
 
 
 def _rule_text(found: ProducerSearch) -> str:
-    """How the search told a made value from a given one (``_support/nan/given.py``), as the note ends."""
+    """How the search told a made value from a given one (``_nans/search/given.py``), as the note ends."""
     given = [
         *(
             [

@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 
-from jaxmagic.probes._nans.causes import FORWARD_CAUSES, is_a_fix, lost_constant_cause, overflowed
+from jaxmagic.probes._nans.causes import is_a_fix, lost_constant_cause, overflowed
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.inside import InsideSearch
+from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
+from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.scope import Scope
-from jaxmagic.probes._support.nan.nonfinite import NonFiniteLeaf
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.producer import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
@@ -95,7 +96,7 @@ class NanReport(Report):
     provenance: Provenance | None = None  # made_at (the producing line), function, transformations, started_by
     fix: str = ""  # the fix that matches the producing operation and the values it saw ("" when none is known)
     # the fixes considered, as data: each tried on the values (`tried`, `result`, `call_result`) or why not;
-    # `offered` marks the one `fix` offers (nans/fixes.py, probes/_support/nan/value_fixes.py)
+    # `offered` marks the one `fix` offers (nans/fixes.py, probes/_nans/fixes/value_fixes.py)
     fixes: list[FixTrial] = dataclasses.field(default_factory=list)
     jit_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # jitted function -> calls the cell made
     checked_scope: str = ""  # what the checks covered: "the outputs of 2 call(s) of `f` ..." (set after the cell)
@@ -283,7 +284,7 @@ class NanReport(Report):
         if p is not None and p.phase == "forward" and not p.derivative and overflowed(p):
             return f"{p.description}: {overflowed(p)}."
         if p is not None and p.phase == "forward" and not p.derivative:
-            cause = FORWARD_CAUSES.get(p.primitive)
+            cause = primitive(p.primitive).forward_cause
             text = f"{p.description}" + (f": {cause}." if cause else ".")
             lost = lost_constant_cause(p)
             if lost:
@@ -322,7 +323,7 @@ class NanReport(Report):
             )
         if self.phase == "backward":
             return BACKWARD_EXPLANATION
-        cause = FORWARD_CAUSES.get(self.primitive)
+        cause = primitive(self.primitive).forward_cause
         text = f"`{self.primitive}` produced {self.value}" + (f": typically {cause}." if cause else ".")
         if self.nonfinite:
             return text + " The inputs were already non-finite: see the table of non-finite values."

@@ -1,6 +1,6 @@
 """A NaN another probe saw, explained by the NaN probe: the protocol of ``%%jax_doctor`` and ``%jax_watch``.
 
-Those probes run the user's code with a ``NanWatch`` (``probes/_support/nan/watch.py``), which
+Those probes run the user's code with a ``NanWatch`` (``probes/_nans/watch.py``), which
 notes the first call whose result held a NaN and keeps what it takes to repeat it. After the cell,
 ``explain_nan_sighting`` repeats that call under ``nans()`` to name the operation and the line, and
 ``nan_finding_text`` and ``nan_finding_provenance`` word the finding for their reports.
@@ -16,8 +16,8 @@ from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic.probes._nans.causes import is_a_fix
 from jaxmagic.probes._nans.probe import apply_search, conclude, nans_of_call
 from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport
-from jaxmagic.probes._support.nan.failing_call import FailingCall
-from jaxmagic.probes._support.nan.watch import NanSighting, NanWatch
+from jaxmagic.probes._nans.watch import NanSighting, NanWatch
+from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._profile.events import OpOrigin
-from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.report.source import is_user_file
 
 _NOT_WORK = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}

@@ -18,7 +18,7 @@ Usage without IPython::
     report.call.collective_fixes  # input layouts / constraints tried by compiling again, with the new count
 
 The report is data only (strings and numbers): the drawing is made from it by
-``jaxmagic.probes._support.sharding_layout``. Reading the layout touches no array data;
+``jaxmagic.probes._sharding.sharding_layout``. Reading the layout touches no array data;
 only the replica check reads the copies of blocks held by more than one local
 device, to compare them bit for bit (chapter section 8.3: a ``shard_map`` with
 ``check_vma=False`` returns a "replicated" value whose copies differ).

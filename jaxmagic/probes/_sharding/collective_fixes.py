@@ -18,10 +18,11 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmagic._jax import jaxpr_parts, jit_internals
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 from jaxmagic._jax.program_inputs import input_shardings_flat
+from jaxmagic.probes._hlo.hlo_text import parse_hlo_module
 from jaxmagic.probes._sharding.collectives import count_collectives, spec_axes
 from jaxmagic.probes._sharding.report import CallShardings, Collective, CollectiveFix
-from jaxmagic.probes._support.hlo_text import parse_hlo_module
 from jaxmagic.report.wording import error_line, format_bytes
 
 MAX_TRIALS = 3  # each trial is one compilation of the program
@@ -185,23 +186,19 @@ def _without_constraints(jitted, traced, compiled, call: CallShardings, before: 
 
 def _program_without(closed, skipped: int):
     """The program with its equation number ``skipped`` (a sharding constraint) passing its input on."""
-    jaxpr, consts = closed.jaxpr, closed.consts
 
     def run(*args):
-        env: dict = {}
-
-        def read(v):
-            return v.val if jaxpr_parts.is_literal(v) else env[v]
-
-        for var, value in zip(jaxpr.constvars, consts):
-            env[var] = value
-        for var, value in zip(jaxpr.invars, args):
-            env[var] = value
-        for i, eqn in enumerate(jaxpr.eqns):
-            values = [read(v) for v in eqn.invars]
-            outs = values if i == skipped else jaxpr_parts.bind_equation(eqn, values)
-            for var, out in zip(eqn.outvars, outs):
-                env[var] = out
-        return [read(v) for v in jaxpr.outvars]
+        return _Without(skipped).run(closed, list(args))
 
     return run
+
+
+class _Without(Interpreter):
+    """The interpreter's policy of ``_program_without``: the top-level equation ``skipped`` passes its
+    inputs on as its outputs; every other equation is bound as it is."""
+
+    def __init__(self, skipped: int):
+        self.skipped = skipped
+
+    def outputs(self, level: Level, eqn, inputs: list) -> list:
+        return inputs if level.index == self.skipped else jaxpr_parts.bind_equation(eqn, inputs)

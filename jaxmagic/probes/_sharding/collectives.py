@@ -1,6 +1,6 @@
 """The collectives XLA inserted into a compiled call: each one's line, scope, mesh axes, bytes and cause.
 
-Read from the optimized HLO (``Compiled.as_text()``, parsed by ``_support/hlo_text.py`` only): every
+Read from the optimized HLO (``Compiled.as_text()``, parsed by ``_hlo/hlo_text.py`` only): every
 all-gather, all-reduce, reduce-scatter, all-to-all and collective-permute (an async ``-start`` counts
 once, its ``-done`` is the same transfer). The user's line comes from the instruction's metadata
 (``stack_frame_id``) - or, when XLA kept none on the collective (a relayout of a parameter is named
@@ -20,13 +20,7 @@ import re
 
 import jax
 
-from jaxmagic.probes._hlo.jaxpr import scope_names, walk_eqns
-from jaxmagic.probes._hlo.name_paths import parse_name, scope_path
-from jaxmagic.probes._hlo.stablehlo import first_user_frame
-from jaxmagic.probes._sharding.data_flow import parameters_reached
-from jaxmagic.probes._sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
-from jaxmagic.probes._support import attribution
-from jaxmagic.probes._support.hlo_text import (
+from jaxmagic.probes._hlo.hlo_text import (
     HloComputation,
     HloInstruction,
     HloModuleText,
@@ -36,6 +30,12 @@ from jaxmagic.probes._support.hlo_text import (
     parse_hlo_module,
     shape_bytes,
 )
+from jaxmagic.probes._hlo.jaxpr import scope_names, walk_eqns
+from jaxmagic.probes._hlo.name_paths import parse_name, scope_path
+from jaxmagic.probes._hlo.stablehlo import first_user_frame
+from jaxmagic.probes._sharding.data_flow import parameters_reached
+from jaxmagic.probes._sharding.report import CallShardings, Collective, IntermediateSharding, LeafSharding
+from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 
 # Instructions that only move or view data: a collective whose result reaches the output through

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from jaxmagic._jax import jaxpr_parts, jit_internals, recorded_sources
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
 from jaxmagic.probes._sharding.layouts import axes_of
 from jaxmagic.probes._sharding.report import (
@@ -209,41 +210,48 @@ def _inspecting_copy(
     """The call's program as a Python function over its kept inputs that re-binds every top-level
     equation and, after each one in ``inspected``, asks for each output's sharding:
     ``record((equation, output), sharding)`` (the user's own inspect calls record as output 0)."""
-    inspect_sharding_p = jaxpr_parts.inspect_sharding_primitive()
     jaxpr, consts = closed.jaxpr, closed.consts
 
     def instrumented(*flat_args: Any) -> list:
-        env: dict = {}
-
-        def read(v: Any) -> Any:
-            return v.val if jaxpr_parts.is_literal(v) else env[v]
-
-        for var, const in zip(jaxpr.constvars, consts):
-            env[var] = const
-        for i in pruned:  # only dead code can read an input JAX pruned: a stand-in of its type
-            with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
-                env[jaxpr.invars[i]] = jax.numpy.zeros(jaxpr.invars[i].aval.shape, jaxpr.invars[i].aval.dtype)
-        for var, arg in zip([jaxpr.invars[i] for i in kept], flat_args):
-            env[var] = arg
-        for i, eqn in enumerate(jaxpr.eqns):
-            invals = [read(v) for v in eqn.invars]
-            if eqn.primitive is inspect_sharding_p:
-                inspect_sharding_p.bind(*invals, callback=functools.partial(record, (i, 0)))
-                continue
-            bind_params = eqn.primitive.get_bind_params(eqn.params)
-            subfuns, bind_params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
-            with jaxpr_parts.user_context(eqn), eqn.ctx.manager:
-                outs = eqn.primitive.bind(*subfuns, *invals, **bind_params)
-            outs = outs if eqn.primitive.multiple_results else [outs]
-            for j, (var, out) in enumerate(zip(eqn.outvars, outs)):
-                if type(var).__name__ == "DropVar":
-                    continue
-                env[var] = out
-                if i in inspected and hasattr(var.aval, "shape"):
-                    jax.debug.inspect_array_sharding(out, callback=functools.partial(record, (i, j)))
-        return [read(v) for v in jaxpr.outvars]
+        given = dict(zip(kept, flat_args))
+        args = [given.get(i, _NOT_GIVEN) for i in range(len(jaxpr.invars))]
+        return _Inspecting(set(pruned), inspected, record).evaluate(jaxpr, consts, args)
 
     return instrumented
+
+
+_NOT_GIVEN = object()  # an input of the program the instrumented copy does not take
+
+
+class _Inspecting(Interpreter):
+    """The interpreter's policy of ``_inspecting_copy``: the top-level equations bound as they are, the
+    shardings asked for after each one in ``inspected``."""
+
+    def __init__(self, pruned: set[int], inspected: set[int], record: Callable[[tuple[int, int], Any], None]):
+        self.pruned, self.inspected, self.record = pruned, inspected, record
+        self.inspect_sharding_p = jaxpr_parts.inspect_sharding_primitive()
+
+    def enter(self, level: Level) -> None:
+        for i, var in enumerate(level.jaxpr.invars):
+            if level.env[var] is not _NOT_GIVEN:
+                continue
+            del level.env[var]
+            if i in self.pruned:  # only dead code can read an input JAX pruned: a stand-in of its type
+                with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
+                    level.env[var] = jax.numpy.zeros(var.aval.shape, var.aval.dtype)
+
+    def outputs(self, level: Level, eqn: Any, inputs: list) -> list:
+        if eqn.primitive is self.inspect_sharding_p:
+            self.inspect_sharding_p.bind(*inputs, callback=functools.partial(self.record, (level.index, 0)))
+            return []
+        return jaxpr_parts.bind_equation(eqn, inputs)
+
+    def after(self, level: Level, eqn: Any, inputs: list, outputs: list) -> None:
+        if eqn.primitive is self.inspect_sharding_p or level.index not in self.inspected:
+            return
+        for j, (var, out) in enumerate(zip(eqn.outvars, outputs)):
+            if type(var).__name__ != "DropVar" and hasattr(var.aval, "shape"):
+                jax.debug.inspect_array_sharding(out, callback=functools.partial(self.record, (level.index, j)))
 
 
 def constraint_checks(traced: Traced, outputs: list[LeafSharding], arrays: list[ArrayLayout]) -> list[ConstraintCheck]:

@@ -1,6 +1,6 @@
 """Which entry parameters of a compiled program an instruction's operands are computed from, through loops.
 
-Read from the optimized HLO (``_support/hlo_text.py``). Inside the entry computation that is a walk over
+Read from the optimized HLO (``_hlo/hlo_text.py``). Inside the entry computation that is a walk over
 operands. A ``while`` (what ``lax.scan``, ``fori_loop`` and ``while_loop`` compile to) carries one tuple:
 its body reads element ``k`` with ``get-tuple-element(param), index=k``, and element ``k`` holds, on the
 first iteration, element ``k`` of the loop's initial tuple and, on a later one, element ``k`` of the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from jaxmagic.probes._support.hlo_text import HloInstruction, HloModuleText
+from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText
 
 _INDEX = re.compile(r"\bindex=(\d+)")
 

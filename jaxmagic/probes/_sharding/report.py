@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxmagic.probes._sharding.sharding_layout import sharding_document
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.probes._support.sharding_layout import sharding_document
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block as DocumentBlock
 from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table, fits_headline

@@ -5,7 +5,7 @@
 on JAX's fast path (the post-call hook and ``cache_miss`` monitoring, through
 ``jaxmagic.probes.keys(record=True, check_calls=False, fast_path=True)``, which
 also counts the keys each function gets), the NaN watch
-(``probes._support.nan.watch``), NumPy arguments
+(``probes._nans.watch``), NumPy arguments
 (``probes._support.host_arguments``) and the compile log
 (``jaxmagic.probes.compiles``). ``end_cell()`` switches every one of them off
 again - nothing of JAX stays on between cells - re-runs the first NaN-making
@@ -42,9 +42,9 @@ from jaxmagic.probes._nans.sighting import (
     nan_finding_provenance,
     nan_finding_text,
 )
+from jaxmagic.probes._nans.watch import NanWatch
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.calls.host_arguments import HostArguments, live_counts
-from jaxmagic.probes._support.nan.watch import NanWatch
 from jaxmagic.probes._transfers.report import repeated_copies
 from jaxmagic.probes._watch.report import CellFindings, WatchFinding, WatchLog
 from jaxmagic.report.watch_areas import UnknownArea, areas_named

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts
-from jaxmagic.probes._support.nan.nonfinite import is_inexact
+from jaxmagic.probes._nans.nonfinite import is_inexact
 from jaxmagic.report.wording import short_dtype
 
 

@@ -59,8 +59,10 @@ import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, jit_calls, recorded_sources
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
-from jaxmagic.probes._support.nan import added_epsilon, integer_overflow, lost_constant, primal_fixes, producer_fixes
-from jaxmagic.probes._support.nan.equation_origin import (
+from jaxmagic.probes._nans.fixes import added_epsilon, lost_constant, primal_fixes, producer_fixes
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
+from jaxmagic.probes._nans.search import integer_overflow
+from jaxmagic.probes._nans.search.equation_origin import (
     expression_of,
     forget_attributions,
     in_users_derivative_rule,
@@ -70,9 +72,9 @@ from jaxmagic.probes._support.nan.equation_origin import (
     remember_attributions,
     user_line,
 )
-from jaxmagic.probes._support.nan.forward_reach import RESULT, reaches_result_forward, readable_by_reach
-from jaxmagic.probes._support.nan.given import GIVEN, INF, NAN, GivenInfinities, library_writing, opened_kind
-from jaxmagic.probes._support.nan.host_values import (
+from jaxmagic.probes._nans.search.forward_reach import RESULT, reaches_result_forward, readable_by_reach
+from jaxmagic.probes._nans.search.given import GIVEN, INF, NAN, GivenInfinities, library_writing, opened_kind
+from jaxmagic.probes._nans.search.host_values import (
     any_bad,
     bad_mask,
     definiteness,
@@ -80,8 +82,7 @@ from jaxmagic.probes._support.nan.host_values import (
     operand_at,
     readable,
 )
-from jaxmagic.probes._support.nan.masked_rows import note_neg_inf_rows
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.masked_rows import note_neg_inf_rows
 from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -171,7 +172,7 @@ class NanProducer:
     lost_constant: lost_constant.LostConstant | None = None
     # a positive constant added to its input that did not lift a negative value (`rsqrt(var + 1e-5)`, var < 0)
     added_epsilon: added_epsilon.AddedEpsilon | None = None
-    # the fixes of the operation tried on its recorded inputs, then on the whole program (probes/_support/nan/value_fixes.py)
+    # the fixes of the operation tried on its recorded inputs, then on the whole program (probes/_nans/fixes/value_fixes.py)
     fix_trials: list[FixTrial] = dataclasses.field(default_factory=list)
     # for an operation of JAX's derivative rule: the user's operation whose derivative it is ("sqrt") and the
     # value that operation got there ("0.0"), where the fixes a user can write are tried (primal_fixes.py)

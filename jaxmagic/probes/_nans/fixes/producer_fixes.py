@@ -9,9 +9,8 @@ a line, that line in float32 (``fixes/widened.py``) - no rewrite of a derivative
 
 from __future__ import annotations
 
-from jaxmagic.probes._support.nan import integer_overflow, lost_constant, primal_fixes
-from jaxmagic.probes._support.nan.equation_origin import user_line
-from jaxmagic.probes._support.nan.value_fixes import (
+from jaxmagic.probes._nans.fixes import lost_constant, primal_fixes
+from jaxmagic.probes._nans.fixes.value_fixes import (
     DIVISION_EPS,
     FixTrial,
     representable_eps,
@@ -19,7 +18,9 @@ from jaxmagic.probes._support.nan.value_fixes import (
     try_constant,
     try_fixes,
 )
-from jaxmagic.probes._support.nan.widened import HALF, in_float32_code, try_line_in_float32
+from jaxmagic.probes._nans.fixes.widened import HALF, in_float32_code, try_line_in_float32
+from jaxmagic.probes._nans.search import integer_overflow
+from jaxmagic.probes._nans.search.equation_origin import user_line
 
 # arithmetic that overflows a half-precision dtype to inf from finite values (a sum of 65,546 ones in float16)
 _OVERFLOWING = ("mul", "add", "add_any", "sub", "neg", "dot_general", "reduce_sum", "integer_pow", "square", "exp")

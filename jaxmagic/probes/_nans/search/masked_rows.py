@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxmagic.probes._support.nan.equation_origin import user_line
-from jaxmagic.probes._support.nan.host_values import host_array
+from jaxmagic.probes._nans.search.equation_origin import user_line
+from jaxmagic.probes._nans.search.host_values import host_array
 
 _MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
 

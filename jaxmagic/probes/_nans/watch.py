@@ -43,7 +43,6 @@ limit) is named in the note that says why the call was not repeated.
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -51,11 +50,12 @@ import numpy as np
 
 from jaxmagic._jax import finite_flags, jit_calls, jit_internals
 from jaxmagic._jax.own_programs import OWN_PROGRAMS
-from jaxmagic.probes._support.nan.failing_call import FailingCall
-from jaxmagic.probes._support.nan.nonfinite import is_inexact
-from jaxmagic.probes._support.nan.pending_looks import PendingLook, PendingLooks, host_array
+from jaxmagic.probes._nans.nonfinite import is_inexact
+from jaxmagic.probes._nans.pending_looks import PendingLook, PendingLooks, host_array
+from jaxmagic.probes._support.calls.call_site import call_site
+from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_frame, whole_expression
+from jaxmagic.report.source import whole_expression
 from jaxmagic.report.wording import format_bytes
 
 # Verdicts computed on the device (``pending_looks``): None decides by where the results live (not on the
@@ -371,18 +371,3 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
     if jitted is None:
         return None
     return FailingCall(f"{name}(...)", jitted, [(f"argument {i}", a) for i, a in enumerate(args)], dict(kwargs or {}))
-
-
-def user_frame():
-    """The innermost frame of the user's code that led to the caller of this function."""
-    return innermost_user_frame(sys._getframe(2))
-
-
-def call_site():
-    """``(frame, line number)`` of the user's code that made the observed call (the innermost user frame
-    that led to the caller of this function, unless the fast path recorded it); ``(None, 0)`` if none."""
-    site = jit_calls.call_site()
-    if site is not None:
-        return site
-    frame = innermost_user_frame(sys._getframe(2))
-    return frame, frame.f_lineno if frame is not None else 0

@@ -3,7 +3,7 @@
 A rule can name a fix that does not work at the value the operation got: "clamp the input of
 ``rsqrt`` at 0" for a variance that rounded below 0, when ``rsqrt(0)`` is inf; "clip to [-1, 1]" for
 ``arctanh``, whose value at 1 is inf. So every candidate fix of an operation that made a non-finite
-value is tried where the producer search found it (``_support/nan/producer.py``):
+value is tried where the producer search found it (``_nans/search/producer.py``):
 
 1. on the operation's own recorded inputs - the candidate's transformation applied to them, then the
    program's own equation (``jaxpr_parts.bind_equation``: same primitive, same parameters, same dtype);
@@ -28,13 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.primitives import InputFix, primitive
 
 ADDED_EPS = 1e-6  # the epsilon added to a value kept away from 0 (what normalisation layers use, 1e-5/1e-6)
 DIVISION_EPS = 1e-8  # the epsilon users add to a denominator (underflows to 0 in float16: see representable_eps)
-FLOAT32 = "float32"  # the operation computed in float32: its result changes the dtype the program goes on in
-# elementwise operations (and a sum) that overflow half precision and carry no dtype in their parameters
-_WIDENED = ("mul", "add", "sub", "reduce_sum", "integer_pow", "square", "pow", "exp", "exp2")
-FINITE_FILL = "finite_fill"  # an infinite input replaced by the dtype's largest finite value: changed at its source
 MAX_CALL_TRIALS = 2  # whole-program trials per NaN: each evaluates the program once more
 MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a trial
 
@@ -43,13 +42,20 @@ MAX_CALL_EQUATIONS = 20_000  # a program this long is not evaluated again for a 
 class FixTrial:
     """One candidate fix of the operation that made the value, and what trying it gave."""
 
-    key: str  # "clamp", "clamp_eps", "eps", "floor", "clip", "clip_eps", "guard", "float32", "finite_fill"
+    key: str  # what the candidate does, a ``FixKey`` ("clamp", "eps", "float32"): kept as its plain value (data)
     code: str  # with `v` (or `num`, `den`) the value given to the operation: "jnp.maximum(v, 0.0) + 1e-06"
     tried: bool = False
     finite: bool = False  # the fixed operation's output - and the program's outputs where tried - finite
     result: str = ""  # the operation: "finite", "still inf at 3 of 16 elements", "not tried: ..."
     call_result: str = ""  # the whole program: "finite", "still inf at 1 of 4 elements", "not tried: ..."
     offered: bool = False  # the report offers it as the fix (set by the NaN probe's rule)
+
+    def __post_init__(self) -> None:
+        self.key = FixKey(self.key).value  # one of the kinds declared, held as plain data (no enum in a report)
+
+    @property
+    def kind(self) -> FixKey:
+        return FixKey(self.key)
 
     @property
     def failed(self) -> bool:
@@ -58,7 +64,7 @@ class FixTrial:
 
 @dataclasses.dataclass(frozen=True)
 class _Candidate:
-    key: str
+    key: FixKey
     code: str
     fixed: Callable[[list], list]  # the fixed operation's outputs from the recorded inputs
 
@@ -93,18 +99,19 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     report can say why the obvious fix does not do): each applies a transformation to the inputs, then
     the program's own equation. [] for an operation no value fix is known for."""
     name = eqn.primitive.name
+    row = primitive(name)
     if not any(_float_value(v) for v in inputs):
         return []
     if any(_has_inf(v) for v in inputs):
         return [_finite_fill(eqn)]
     half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
-    if name in _WIDENED and half:
+    if row.widened and half:
         return [_widened(eqn)]
     if name == "convert_element_type" and _narrowed_float(eqn, inputs):
         return [_not_narrowed(eqn, inputs)]
-    if name in ("div", "rem") and len(inputs) == 2:
-        return _division_candidates(eqn, inputs)
-    return _input_candidates(eqn, inputs)
+    if row.divides and len(inputs) == 2:
+        return _division_candidates(eqn, inputs, row.divides)
+    return _input_candidates(eqn, inputs, row.input_fixes)
 
 
 def _finite_fill(eqn) -> _Candidate:
@@ -117,7 +124,7 @@ def _finite_fill(eqn) -> _Candidate:
         ]
         return jaxpr_parts.bind_equation(eqn, finite)
 
-    return _Candidate(FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
+    return _Candidate(FixKey.FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
 
 
 def _widened(eqn) -> _Candidate:
@@ -127,7 +134,7 @@ def _widened(eqn) -> _Candidate:
     def widened(ins: list) -> list:
         return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
 
-    return _Candidate(FLOAT32, "v.astype(jnp.float32)", widened)
+    return _Candidate(FixKey.FLOAT32, "v.astype(jnp.float32)", widened)
 
 
 def _narrowed_float(eqn, inputs: list) -> bool:
@@ -143,62 +150,22 @@ def _narrowed_float(eqn, inputs: list) -> bool:
 def _not_narrowed(eqn, inputs: list) -> _Candidate:
     """The value kept in the wider dtype it was computed in: the conversion left out."""
     wide = str(inputs[0].dtype)
-    return _Candidate(FLOAT32, f"v (kept in {wide})", lambda ins: [ins[0]])
+    return _Candidate(FixKey.FLOAT32, f"v (kept in {wide})", lambda ins: [ins[0]])
 
 
-def _input_candidates(eqn, inputs: list) -> list[_Candidate]:
-    """Fixes of an operation's first input: kept in the domain where the operation is finite."""
-    name = eqn.primitive.name
-
-    def on_input(transform: Callable) -> Callable[[list], list]:
-        return lambda ins: jaxpr_parts.bind_equation(eqn, [transform(ins[0]), *ins[1:]])
-
+def _input_candidates(eqn, inputs: list, fixes: tuple[InputFix, ...]) -> list[_Candidate]:
+    """Fixes of an operation's first input (its row's ``input_fixes``): kept in the domain where the
+    operation is finite."""
     eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
-    if name in ("sqrt", "rsqrt"):
-        return [
-            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
-            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
-            _Candidate("clamp_eps", f"jnp.maximum(v, 0.0) + {eps:g}", on_input(lambda v: jnp.maximum(v, 0.0) + eps)),
-        ]
-    if name == "log":
-        return [
-            _Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0))),
-            _Candidate("eps", f"v + {eps:g}", on_input(lambda v: v + eps)),
-            _Candidate(
-                "floor",
-                "jnp.maximum(v, jnp.finfo(v.dtype).tiny)",
-                on_input(lambda v: jnp.maximum(v, jnp.finfo(v.dtype).tiny)),
-            ),
-        ]
-    if name == "log1p":
-        return [
-            _Candidate("clamp", "jnp.maximum(v, -1.0)", on_input(lambda v: jnp.maximum(v, -1.0))),
-            _Candidate(
-                "floor",
-                "jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)",
-                on_input(lambda v: jnp.maximum(v, -1.0 + jnp.finfo(v.dtype).eps)),
-            ),
-        ]
-    if name in ("acos", "asin", "atanh"):
-        return [
-            _Candidate("clip", "jnp.clip(v, -1.0, 1.0)", on_input(lambda v: jnp.clip(v, -1.0, 1.0))),
-            _Candidate(
-                "clip_eps",
-                "jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)",
-                on_input(lambda v: jnp.clip(v, -1.0 + jnp.finfo(v.dtype).eps, 1.0 - jnp.finfo(v.dtype).eps)),
-            ),
-        ]
-    if name == "pow" and len(inputs) == 2:  # a negative base to a non-integer power (jax-ml/jax#7440)
-        return [_Candidate("clamp", "jnp.maximum(v, 0.0)", on_input(lambda v: jnp.maximum(v, 0.0)))]
-    if name == "acosh":
-        return [_Candidate("floor", "jnp.maximum(v, 1.0)", on_input(lambda v: jnp.maximum(v, 1.0)))]
-    return []
+
+    def on_input(fix: InputFix) -> Callable[[list], list]:
+        return lambda ins: jaxpr_parts.bind_equation(eqn, [fix.fixed(ins[0], eps), *ins[1:]])
+
+    return [_Candidate(fix.key, fix.code.format(eps=eps), on_input(fix)) for fix in fixes]
 
 
-def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
-    """A division (or remainder) by 0: a denominator kept from 0, or the result guarded."""
-    name = eqn.primitive.name
-    symbol = "/" if name == "div" else "%"
+def _division_candidates(eqn, inputs: list, symbol: str) -> list[_Candidate]:
+    """A division (or remainder: ``symbol``) by 0: a denominator kept from 0, or the result guarded."""
     den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
 
     def guarded(ins: list) -> list:
@@ -209,11 +176,11 @@ def _division_candidates(eqn, inputs: list) -> list[_Candidate]:
 
     return [
         _Candidate(
-            "eps",
+            FixKey.EPS,
             f"num {symbol} (den + {den_eps:g})",
             lambda ins: jaxpr_parts.bind_equation(eqn, [ins[0], ins[1] + den_eps]),
         ),
-        _Candidate("guard", f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
+        _Candidate(FixKey.GUARD, f"jnp.where(den != 0, num {symbol} jnp.where(den != 0, den, 1.0), 0.0)", guarded),
     ]
 
 
@@ -290,7 +257,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
         trial = FixTrial(candidate.key, candidate.code)
         # a fill or a dtype changes the value where it is made, not at this operation: its derivative here
         # would be taken through the replacement of an infinity (or a cast), which the written fix has not
-        at_source = candidate.key in (FINITE_FILL, FLOAT32)
+        at_source = candidate.key in (FixKey.FINITE_FILL, FixKey.FLOAT32)
         try:
             outputs = candidate.fixed(list(inputs))
             derivative = _derivative_outputs(candidate.fixed, list(inputs)) if with_derivative and not at_source else []
@@ -301,7 +268,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
         trial.tried = True
         bad = bad_text(outputs)
         trial.finite, trial.result = not bad, bad or "finite"
-        if trial.key == FLOAT32 and not bad:
+        if trial.key == FixKey.FLOAT32 and not bad:
             narrow = str(eqn.params.get("new_dtype", "")) if eqn.primitive.name == "convert_element_type" else ""
             trial.result += _back_in(narrow or next(str(v.dtype) for v in inputs if hasattr(v, "dtype")), outputs)
         if with_derivative and not bad and at_source:
@@ -345,7 +312,7 @@ def equation_count(jaxpr, seen: set | None = None) -> int:
     )
 
 
-class _Replaced:
+class _Replaced(Interpreter):
     """Evaluates a program with one equation (``target``, reached through the equations ``on_path``)
     replaced by ``fixed``: the other equations are bound as they are, the ones on the path are opened
     (a loop is run by ``lax.scan``/``lax.while_loop`` with its body evaluated this way, traced)."""
@@ -355,66 +322,16 @@ class _Replaced:
         self.observed = observed  # an equation whose outputs are kept (``seen``) as the program runs
         self.seen: list = []
 
-    def run(self, jaxpr, consts: list, args: list) -> list:
-        env: dict = {}
+    def outputs(self, level: Level, eqn, inputs: list) -> list:
+        if eqn is self.target:
+            return self.fixed(inputs)
+        if id(eqn) in self.on_path:
+            return self.descend(eqn, inputs, level.path)
+        return jaxpr_parts.bind_equation(eqn, inputs)
 
-        def read(var):
-            return var.val if jaxpr_parts.is_literal(var) else env[var]
-
-        env.update(zip(jaxpr.constvars, consts))
-        env.update(zip(jaxpr.invars, args))
-        for eqn in jaxpr.eqns:
-            inputs = [read(v) for v in eqn.invars]
-            if eqn is self.target:
-                outputs = self.fixed(inputs)
-            elif id(eqn) in self.on_path:
-                outputs = self._open(eqn, inputs)
-            else:
-                outputs = jaxpr_parts.bind_equation(eqn, inputs)
-            if eqn is self.observed:
-                self.seen = list(outputs)
-            env.update(zip(eqn.outvars, outputs))
-        return [read(v) for v in jaxpr.outvars]
-
-    def _open(self, eqn, inputs: list) -> list:
-        name = eqn.primitive.name
-        if name == "scan":
-            consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
-            body, body_consts = jaxpr_parts.closed_parts(eqn.params["jaxpr"])
-            n = len(carry)
-
-            def step(c, x):
-                out = self.run(body, body_consts, [*consts, *c, *(x or [])])
-                return out[:n], out[n:]
-
-            final, ys = jax.lax.scan(
-                step, carry, xs or None, length=int(eqn.params["length"]), reverse=bool(eqn.params.get("reverse"))
-            )
-            return [*final, *ys]
-        if name == "while":
-            cond_consts, body_consts, carry = jaxpr_parts.while_operands(eqn, inputs)
-            cond, cond_closed = jaxpr_parts.closed_parts(eqn.params["cond_jaxpr"])
-            body, body_closed = jaxpr_parts.closed_parts(eqn.params["body_jaxpr"])
-            return list(
-                jax.lax.while_loop(
-                    lambda c: self.run(cond, cond_closed, [*cond_consts, *c])[0],
-                    lambda c: self.run(body, body_closed, [*body_consts, *c]),
-                    list(carry),
-                )
-            )
-        if name == "cond":
-            branches = [jaxpr_parts.closed_parts(b) for b in eqn.params["branches"]]
-            return list(
-                jax.lax.switch(
-                    inputs[0], [lambda *a, b=b: self.run(b[0], b[1], list(a)) for b in branches], *inputs[1:]
-                )
-            )
-        subs = jaxpr_parts.sub_jaxprs(eqn)
-        if len(subs) == 1:
-            jaxpr, consts = jaxpr_parts.closed_parts(subs[0])
-            if len(jaxpr.invars) == len(inputs) and len(jaxpr.outvars) == len(eqn.outvars):
-                return self.run(jaxpr, consts, inputs)
-        raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
+    def after(self, level: Level, eqn, inputs: list, outputs: list) -> None:
+        if eqn is self.observed:
+            self.seen = list(outputs)
 
 
 def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, before: list | None) -> None:
@@ -443,10 +360,10 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
     built = {c.key: c for c in candidates(eqn, inputs)}
     on_path = {id(position.eqn) for position in path}
     for number, trial in enumerate(passed):
-        if trial.key == FLOAT32:  # the rest of the program computes in the half type
+        if trial.key == FixKey.FLOAT32:  # the rest of the program computes in the half type
             trial.call_result = "not tried: the rest of the program would go on in float32 from here"
             continue
-        if trial.key == FINITE_FILL:  # the fill is written where the inf is, which other operations read too
+        if trial.key == FixKey.FINITE_FILL:  # the fill is written where the inf is, which other operations read too
             trial.call_result = (
                 "not tried: the infinity is written elsewhere; only this operation's inputs were changed"
             )
@@ -454,9 +371,9 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
         if why or number >= MAX_CALL_TRIALS:
             trial.call_result = f"not tried: {why or 'enough whole-program trials were made'}"
             continue
-        replaced = _Replaced(eqn, on_path, built[trial.key].fixed)
+        replaced = _Replaced(eqn, on_path, built[trial.kind].fixed)
         try:
-            outputs = replaced.run(jaxpr, consts, list(values))
+            outputs = replaced.evaluate(jaxpr, consts, list(values))
         except Exception as error:
             trial.call_result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             continue
@@ -465,10 +382,6 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
             bad += f" ({unfixed.removeprefix('still ')} without the fix)"
         trial.call_result = bad or "finite"
         trial.finite = not bad
-
-
-CONSTANT = "constant"  # the constant written into the program replaced by one its dtype holds
-CLAMP_BEFORE = "clamp_before"  # the value an epsilon is added to clamped at 0 before it: jnp.maximum(var, 0.0) + eps
 
 
 def _try_replaced(
@@ -492,7 +405,7 @@ def _try_replaced(
         return trial
     run = _Replaced(written, {id(position.eqn) for position in path}, replaced, observed=producer)
     try:
-        outputs = run.run(jaxpr, consts, list(values))
+        outputs = run.evaluate(jaxpr, consts, list(values))
     except Exception as error:
         trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return trial
@@ -524,7 +437,7 @@ def try_constant(
         changed[operand] = jnp.asarray(value, dtype=dtype)
         return jaxpr_parts.bind_equation(written, changed)
 
-    return _try_replaced(FixTrial(CONSTANT, code), written, replaced, producer, path, program, values, before)
+    return _try_replaced(FixTrial(FixKey.CONSTANT, code), written, replaced, producer, path, program, values, before)
 
 
 def try_clamped_before(
@@ -540,7 +453,7 @@ def try_clamped_before(
         changed[operand] = jnp.maximum(changed[operand], jnp.zeros((), dtype=changed[operand].dtype))
         return jaxpr_parts.bind_equation(added, changed)
 
-    return _try_replaced(FixTrial(CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
+    return _try_replaced(FixTrial(FixKey.CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
 
 
 def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:
@@ -552,5 +465,5 @@ def try_fixes(eqn, inputs: list, path, program, values: list, before: list | Non
         try_on_program(trials, eqn, inputs, path, program, values, before)
     except Exception as error:  # a structure this module does not know: no fix is claimed tried
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        return [FixTrial("", "", result=f"not tried: the trial failed ({reason})")]
+        return [FixTrial(FixKey.NONE, "", result=f"not tried: the trial failed ({reason})")]
     return trials

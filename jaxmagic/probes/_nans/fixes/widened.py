@@ -21,8 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic._jax.jaxpr_eval import Position
-from jaxmagic.probes._support.nan.value_fixes import (
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import (
     MAX_CALL_EQUATIONS,
     FixTrial,
     bad_text,
@@ -31,7 +32,6 @@ from jaxmagic.probes._support.nan.value_fixes import (
 )
 from jaxmagic.report import SourceLine
 
-LINE_IN_FLOAT32 = "line_float32"  # the user's line computed in float32 (forward and derivative), cast back at its edge
 HALF = ("float16", "bfloat16")
 _MODULES = ("jax", "jnp", "np", "lax", "numpy", "nn", "optax", "nnx", "eqx", "hk", "math")
 
@@ -40,43 +40,37 @@ def _half(dtype) -> bool:
     return str(dtype) in HALF
 
 
-class _Widened:
-    """Evaluates a program with the equations ``on_line`` tells computing in float32."""
+class _Widened(Interpreter):
+    """Evaluates a program with the equations ``on_line`` tells computing in float32. A level's state:
+    whether it is inside the line (a call of the line opened: all of it computes in float32)."""
 
     def __init__(self, on_line: Callable[[object, tuple], bool]):
         self.on_line = on_line
         self.widened = 0  # equations computed in float32
 
-    def run(self, jaxpr, consts: list, args: list, path: tuple = (), inside: bool = False) -> list:
-        env: dict = {}
+    def run(self, program, args: list) -> list:
+        jaxpr, consts = jaxpr_parts.closed_parts(program)
+        return _cast_back(jaxpr, self.evaluate(jaxpr, consts, args, state=False))
 
-        def read(var):
-            return var.val if jaxpr_parts.is_literal(var) else env[var]
-
-        env.update(zip(jaxpr.constvars, consts))
-        env.update(zip(jaxpr.invars, args))
-        for eqn in jaxpr.eqns:
-            inputs = [read(v) for v in eqn.invars]
-            widen = inside or self.on_line(eqn, path)
-            subs = jaxpr_parts.sub_jaxprs(eqn)
-            if widen and not subs:
-                outputs = jaxpr_parts.bind_equation(_widened_params(eqn), [_up(v) for v in inputs])
-                self.widened += 1
-            elif subs and (widen or self._holds_line(eqn, path)):
-                if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
-                    raise NotImplementedError(f"`{eqn.primitive.name}` on the line is not opened to widen it")
-                inner, inner_consts = jaxpr_parts.closed_parts(subs[0])
-                if len(inner.invars) != len(inputs) or len(inner.outvars) != len(eqn.outvars):
-                    raise NotImplementedError(f"`{eqn.primitive.name}` does not pass its inputs through")
-                given = inputs if widen else [_as(v, var) for v, var in zip(inputs, inner.invars)]
-                outputs = self.run(inner, inner_consts, given, (*path, Position(eqn, "call")), inside=widen)
-            else:  # off the line: what the line gives back is cast to the dtype the program gave it
-                outputs = jaxpr_parts.bind_equation(eqn, [_as(v, var) for v, var in zip(inputs, eqn.invars)])
-            env.update(zip(eqn.outvars, outputs))
-        results = [read(v) for v in jaxpr.outvars]
-        if inside:
-            return results
-        return [jnp.asarray(_as(v, var)) for v, var in zip(results, jaxpr.outvars)]
+    def outputs(self, level: Level, eqn, inputs: list) -> list:
+        path = level.path
+        widen = level.state or self.on_line(eqn, path)
+        subs = jaxpr_parts.sub_jaxprs(eqn)
+        if widen and not subs:
+            outputs = jaxpr_parts.bind_equation(_widened_params(eqn), [_up(v) for v in inputs])
+            self.widened += 1
+            return outputs
+        if subs and (widen or self._holds_line(eqn, path)):
+            if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
+                raise NotImplementedError(f"`{eqn.primitive.name}` on the line is not opened to widen it")
+            inner, inner_consts = jaxpr_parts.closed_parts(subs[0])
+            if len(inner.invars) != len(inputs) or len(inner.outvars) != len(eqn.outvars):
+                raise NotImplementedError(f"`{eqn.primitive.name}` does not pass its inputs through")
+            given = inputs if widen else [_as(v, var) for v, var in zip(inputs, inner.invars)]
+            results = self.evaluate(inner, inner_consts, given, (*path, Position(eqn, "call")), state=widen)
+            return results if widen else _cast_back(inner, results)
+        # off the line: what the line gives back is cast to the dtype the program gave it
+        return jaxpr_parts.bind_equation(eqn, [_as(v, var) for v, var in zip(inputs, eqn.invars)])
 
     def _holds_line(self, eqn, path: tuple) -> bool:
         """Whether an equation of the line sits in ``eqn``'s sub-programs, at any depth."""
@@ -86,6 +80,11 @@ class _Widened:
                 if self.on_line(e, inside) or (jaxpr_parts.sub_jaxprs(e) and self._holds_line(e, inside)):
                     return True
         return False
+
+
+def _cast_back(jaxpr, results: list) -> list:
+    """A level's results outside the line: each in the dtype the program gave it."""
+    return [jnp.asarray(_as(v, var)) for v, var in zip(results, jaxpr.outvars)]
 
 
 def _up(value):
@@ -151,8 +150,8 @@ def try_line_in_float32(line: SourceLine, code: str, line_of, program, values: l
     """The searched ``program`` evaluated on ``values`` with every equation of the user's ``line`` (``line_of``:
     an equation and its path -> its user line) computing in float32, its results cast back where they leave
     the line: are the program's outputs finite? ``code``: the fix as written. Never raises."""
-    trial = FixTrial(LINE_IN_FLOAT32, code)
-    jaxpr, consts = jaxpr_parts.closed_parts(program)
+    trial = FixTrial(FixKey.LINE_IN_FLOAT32, code)
+    jaxpr = jaxpr_parts.closed_parts(program)[0]
     why = ""
     if before is None:
         why = "the program could not be evaluated"
@@ -170,7 +169,7 @@ def try_line_in_float32(line: SourceLine, code: str, line_of, program, values: l
 
     widened = _Widened(on_line)
     try:
-        outputs = widened.run(jaxpr, consts, list(values))
+        outputs = widened.run(program, list(values))
     except Exception as error:
         trial.result = f"not tried: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return trial

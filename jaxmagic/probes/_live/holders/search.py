@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jaxmagic.probes._support.holders.roots import (
+from jaxmagic.probes._live.holders.roots import (
     KIND_NAME,
     KIND_ORDER,
     KIND_OUTPUT,
@@ -51,7 +51,7 @@ from jaxmagic.probes._support.holders.roots import (
     traceback_roots,
     user_roots,
 )
-from jaxmagic.probes._support.holders.walk import (
+from jaxmagic.probes._live.holders.walk import (
     BUDGET,
     CLASSES,
     CLOSURES,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 
-from jaxmagic.probes._nans.causes import FORWARD_CAUSES, lost_constant_cause
-from jaxmagic.probes._nans.fix_rule import (
+from jaxmagic.probes._nans.causes import lost_constant_cause
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import (
     IN_FLOAT32_NOT_TRIED,
     FixRule,
     as_called,
@@ -18,11 +19,11 @@ from jaxmagic.probes._nans.fix_rule import (
     library_owned,
     operand_float,
 )
-from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.tried_fixes import Choice, choose
+from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import Choice, choose
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import CLAMP_BEFORE
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 _ZEROS = ("0.0", "-0.0", "0")
 
@@ -40,9 +41,9 @@ def _lost_constant_fix(report: NanReport, p: NanProducer) -> str | None:
     owned = library_owned(library)
     if owned and lost.written in parameters_of(library_object(library, stop_at_class=False)):
         for trial in p.fix_trials:
-            if trial.key == "constant":  # what the user writes: the library's parameter, not its line
+            if trial.key == FixKey.CONSTANT:  # what the user writes: the library's parameter, not its line
                 trial.code = f"{library}(..., {lost.written}={value})"
-    choice = choose(report, p, ["constant"], naive=("eps",))
+    choice = choose(report, p, [FixKey.CONSTANT], naive=(FixKey.EPS,))
     fix = choice.offered
     if fix is None:
         return None
@@ -73,7 +74,7 @@ def _lost_constant_fix(report: NanReport, p: NanProducer) -> str | None:
 def lost_zero(p: NanProducer, lost_cause: str) -> str:
     """ "The denominator inside `optax.scale_by_adam` (`tx.update(g, s, p)`) was 0 (...): the constant ..." """
     inside = f" inside `{p.library_function}`" if library_owned(p.library_function) else ""
-    if p.primitive in ("div", "rem"):
+    if primitive(p.primitive).divides:
         return f"The denominator{inside}{code_of(p)} was 0 ({p.description}): {lost_cause}."
     return f"{p.description}{inside}{code_of(p)}: {lost_cause}."
 
@@ -85,7 +86,7 @@ LOST_CONSTANT = FixRule(
     applies=lambda p: p.phase == "forward" and not p.derivative and bool(lost_constant_cause(p)),
     words=_lost_constant_fix,
     says="0.0 in",
-    tries=("constant",),
+    tries=(FixKey.CONSTANT,),
 )
 
 
@@ -97,18 +98,18 @@ def _root_fix(report: NanReport, p: NanProducer) -> str:
     if got is None:
         return ""
     prim, library, code = p.primitive, p.library_function, code_of(p)
-    why = {"clamp": "rsqrt(0) is inf"} if prim == "rsqrt" else {}
+    why = primitive(prim).fails  # rsqrt(0) is inf
     if got < 0 and p.added_epsilon is not None:  # the epsilon added to it did not lift a negative value
         before = _clamped_before_epsilon(report, p, got)
         if before:
             return before
     if prim == "rsqrt" and got >= 0:
-        choice = choose(report, p, ["eps", "clamp_eps"], why)
+        choice = choose(report, p, [FixKey.EPS, FixKey.CLAMP_EPS], why)
     else:
-        choice = choose(report, p, ["clamp", "clamp_eps"], why)
+        choice = choose(report, p, [FixKey.CLAMP, FixKey.CLAMP_EPS], why)
     fix = choice.offered
     eps_parameter = _layer_epsilon(library)
-    if fix is not None and fix.key == "eps" and eps_parameter is not None:
+    if fix is not None and fix.key == FixKey.EPS and eps_parameter is not None:
         name, default = eps_parameter
         given = f" (its default: {default:g})" if isinstance(default, float) else ""
         return (
@@ -142,7 +143,7 @@ def _clamped_before_epsilon(report: NanReport, p: NanProducer, got: float) -> st
     operation's own candidates then speak)."""
     added = p.added_epsilon
     assert added is not None, "said only of a producer with an epsilon added to its input"
-    choice = choose(report, p, [CLAMP_BEFORE])
+    choice = choose(report, p, [FixKey.CLAMP_BEFORE])
     if choice.offered is None:
         return ""
     written = f" in place of `{added.expression}`" if added.expression else ""
@@ -176,7 +177,7 @@ ROOT_OF_NEGATIVE = FixRule(
     applies=lambda p: p.primitive in ("sqrt", "rsqrt") and not p.derivative,
     words=_root_fix,
     says="sqrt` got",
-    tries=(CLAMP_BEFORE, "eps", "clamp", "clamp_eps"),
+    tries=(FixKey.CLAMP_BEFORE, FixKey.EPS, FixKey.CLAMP, FixKey.CLAMP_EPS),
 )
 
 
@@ -187,7 +188,7 @@ def _power_fix(report: NanReport, p: NanProducer) -> str:
     if got is None or got >= 0:
         return ""
     code = code_of(p)
-    choice = choose(report, p, ["clamp"])
+    choice = choose(report, p, [FixKey.CLAMP])
     if choice.offered is None:
         return f"`pow` got the negative base {got:g}{code}. {choice.tried_text}".rstrip()
     return (
@@ -201,7 +202,7 @@ NEGATIVE_POWER = FixRule(
     applies=lambda p: p.primitive == "pow" and not p.derivative,
     words=_power_fix,
     says="got the negative base",
-    tries=("clamp",),
+    tries=(FixKey.CLAMP,),
 )
 
 
@@ -239,7 +240,7 @@ def _division_fix(report: NanReport, p: NanProducer) -> str:
     library, code = p.library_function, code_of(p)
     den = p.operands[1]
     lost = lost_constant_cause(p)  # its constant in a value the dtype holds did not make it finite
-    choice = choose(report, p, ["guard"], naive=("eps", "constant") if lost else ("eps",))
+    choice = choose(report, p, [FixKey.GUARD], naive=(FixKey.EPS, FixKey.CONSTANT) if lost else (FixKey.EPS,))
     what = (
         lost_zero(p, lost)
         if lost
@@ -253,10 +254,10 @@ def _division_fix(report: NanReport, p: NanProducer) -> str:
 
 ZERO_DENOMINATOR = FixRule(
     key="zero_denominator",
-    applies=lambda p: p.primitive in ("div", "rem") and len(p.operands) == 2 and p.operands[1].value in _ZEROS,
+    applies=lambda p: bool(primitive(p.primitive).divides) and len(p.operands) == 2 and p.operands[1].value in _ZEROS,
     words=_division_fix,
     says="The denominator",
-    tries=("guard",),
+    tries=(FixKey.GUARD,),
 )
 
 
@@ -264,8 +265,8 @@ def _log_fix(report: NanReport, p: NanProducer) -> str:
     """``log`` of 0 (an epsilon) or of a negative value (a clamp), offered when the trial was finite.
     (``log``, ``log1p``, ``acos``, ... made under jvp are the primal's: no derivative computes them.)"""
     got = operand_float(p)
-    order = ["eps", "floor"] if got is not None and got >= 0 else ["clamp", "floor"]
-    choice = choose(report, p, order, {"clamp": "log(0) is -inf", "eps": "a negative value stays negative"})
+    order = [FixKey.EPS, FixKey.FLOOR] if got is not None and got >= 0 else [FixKey.CLAMP, FixKey.FLOOR]
+    choice = choose(report, p, order, {**primitive("log").fails, FixKey.EPS: "a negative value stays negative"})
     said = f"`log` got {p.operands[0].value if p.operands else 'a value out of its domain'}{code_of(p)}"
     if choice.offered is None:
         return f"{said}. {choice.tried_text}" if choice.tried_text else ""
@@ -282,23 +283,15 @@ LOG_OUT_OF_DOMAIN = FixRule(
     applies=lambda p: p.primitive == "log" and not p.library_function,
     words=_log_fix,
     says="`log` got",
-    tries=("eps", "clamp", "floor"),
+    tries=(FixKey.EPS, FixKey.CLAMP, FixKey.FLOOR),
 )
-
-
-_DOMAIN = {  # operation -> (its domain, the candidates in the order offered, why a candidate can fail)
-    "acos": ("[-1, 1]", ["clip", "clip_eps"], {}),
-    "asin": ("[-1, 1]", ["clip", "clip_eps"], {}),
-    "atanh": ("(-1, 1)", ["clip", "clip_eps"], {"clip": "atanh(1) is inf"}),
-    "acosh": ("[1, inf)", ["floor"], {}),
-    "log1p": ("(-1, inf)", ["clamp", "floor"], {"clamp": "log1p(-1) is -inf"}),
-}
 
 
 def _domain_fix(report: NanReport, p: NanProducer) -> str:
     """An operation given a value just outside its domain - a cosine similarity that rounded to 1.0000001
     before ``arccos`` - is kept inside it by a clip, tried on the values."""
-    domain, order, why = _DOMAIN[p.primitive]
+    row = primitive(p.primitive)
+    domain, order, why = row.domain, [fix.key for fix in row.input_fixes], row.fails
     got = p.operands[0].value if p.operands else "a value"
     choice = choose(report, p, order, why)
     said = f"`{p.primitive}` got {got}{code_of(p)}, outside its domain {domain}"
@@ -315,17 +308,17 @@ def _domain_fix(report: NanReport, p: NanProducer) -> str:
 
 OUT_OF_DOMAIN = FixRule(
     key="out_of_domain",
-    applies=lambda p: p.primitive in _DOMAIN and p.phase == "forward" and not p.library_function,
+    applies=lambda p: bool(primitive(p.primitive).domain) and p.phase == "forward" and not p.library_function,
     words=_domain_fix,
     says="outside its domain",
-    tries=("clip", "clip_eps", "clamp", "floor"),
+    tries=(FixKey.CLIP, FixKey.CLIP_EPS, FixKey.CLAMP, FixKey.FLOOR),
 )
 
 
 # The last rule: no fix, only the usual cause ("`exp`: typically ..."), which ``causes.is_a_fix`` tells apart
 FORWARD_CAUSE = FixRule(
     key="forward_cause",
-    applies=lambda p: p.phase == "forward" and not p.derivative and p.primitive in FORWARD_CAUSES,
-    words=lambda report, p: f"`{p.primitive}`: typically {FORWARD_CAUSES[p.primitive]}.",
+    applies=lambda p: p.phase == "forward" and not p.derivative and bool(primitive(p.primitive).forward_cause),
+    words=lambda report, p: f"`{p.primitive}`: typically {primitive(p.primitive).forward_cause}.",
     says=": typically ",
 )

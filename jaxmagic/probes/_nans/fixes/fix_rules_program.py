@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from jaxmagic.probes._nans.causes import overflowed
-from jaxmagic.probes._nans.fix_rule import (
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import (
     HALF,
     SUGGESTION,
     FixRule,
@@ -19,13 +20,10 @@ from jaxmagic.probes._nans.fix_rule import (
     float_dtype,
     zero_operand,
 )
-from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.tried_fixes import choose, values_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import choose, values_of
-from jaxmagic.probes._support.nan.primal_fixes import DOUBLE_WHERE, PRIMAL_CLAMP
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FINITE_FILL, FLOAT32
-from jaxmagic.probes._support.nan.widened import LINE_IN_FLOAT32
+from jaxmagic.probes._nans.search.producer import NanProducer
 from jaxmagic.report import SourceLine
 
 ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")
@@ -39,8 +37,8 @@ def _derivative_overflow_fix(report: NanReport, p: NanProducer) -> str:
     float16's log_softmax derivative, jax#40409): no guard the user writes reaches it; their line computed in
     float32 does, tried by evaluating the program again with that line's operations in float32."""
     half = next(op.dtype for op in p.operands if op.dtype in HALF)
-    choice = choose(report, p, [LINE_IN_FLOAT32])
-    trial = next(t for t in p.fix_trials if t.key == LINE_IN_FLOAT32)
+    choice = choose(report, p, [FixKey.LINE_IN_FLOAT32])
+    trial = next(t for t in p.fix_trials if t.key == FixKey.LINE_IN_FLOAT32)
     inside = f" inside `{p.library_function}`" if p.library_function else ""
     line = p.expression or (p.line.code.strip() if p.line is not None else "your line")
     then = f"; `{p.nan_maker}` then made NaN of it ({p.nan_maker_values})" if p.nan_maker else ""
@@ -66,10 +64,12 @@ def _derivative_overflow_fix(report: NanReport, p: NanProducer) -> str:
 
 DERIVATIVE_OVERFLOW = FixRule(
     key="derivative_overflow",
-    applies=lambda p: p.derivative and p.phase != "forward" and any(t.key == LINE_IN_FLOAT32 for t in p.fix_trials),
+    applies=lambda p: (
+        p.derivative and p.phase != "forward" and any(t.key == FixKey.LINE_IN_FLOAT32 for t in p.fix_trials)
+    ),
     words=_derivative_overflow_fix,
     says="in the backward pass",
-    tries=(LINE_IN_FLOAT32,),
+    tries=(FixKey.LINE_IN_FLOAT32,),
 )
 
 
@@ -77,7 +77,7 @@ def _half_overflow_fix(report: NanReport, p: NanProducer) -> str:
     """A forward operation whose result is above its half-precision dtype's largest value: computed in
     float32, offered when that trial was finite (and said whether the result fits back)."""
     half = next(op.dtype for op in p.operands if op.dtype in HALF)
-    choice = choose(report, p, [FLOAT32])
+    choice = choose(report, p, [FixKey.FLOAT32])
     said = f"`{p.primitive}`{code_of(p)} overflowed {half}."
     if choice.offered is None:  # float32 overflows too (or it could not be tried)
         tried = f" {choice.tried_text}" if choice.tried_text else SUGGESTION
@@ -100,7 +100,7 @@ HALF_OVERFLOW = FixRule(
     ),
     words=_half_overflow_fix,
     says="overflowed",
-    tries=(FLOAT32,),
+    tries=(FixKey.FLOAT32,),
 )
 
 
@@ -154,7 +154,7 @@ def _finite_fill_tried(report: NanReport, p: NanProducer, advice: str = "") -> s
         f"If such values should not count, leave the inf out of `{p.primitive}` "
         "(`jnp.where(jnp.isfinite(v), v, jnp.finfo(v.dtype).min)` on the library's result)."
     )
-    choice = choose(report, p, [FINITE_FILL])
+    choice = choose(report, p, [FixKey.FINITE_FILL])
     if choice.offered is not None:
         return f"{advice} " + choice.tried_text.replace(
             ": `", ", the infinity it got replaced by the finite extreme: `", 1
@@ -167,7 +167,7 @@ WRITTEN_INF = FixRule(
     applies=lambda p: p.written_inf is not None and not p.neg_inf_rows,
     words=_written_inf_fix,
     says="into NaN",
-    tries=(FINITE_FILL,),
+    tries=(FixKey.FINITE_FILL,),
 )
 
 
@@ -194,7 +194,7 @@ def _masked_row_fix(report: NanReport, p: NanProducer) -> str:
         f"{name}{code} got {p.neg_inf_rows} in which every entry is -inf (a fully masked row): there the "
         f"max it subtracts is -inf too, and -inf - (-inf) is NaN (in {in_what})."
     )
-    choice = choose(report, p, [FINITE_FILL])
+    choice = choose(report, p, [FixKey.FINITE_FILL])
     if choice.tried_text and choice.offered is None:  # a finite fill leaves it non-finite: not offered
         return f"{said} Leave rows with no unmasked entry out of the loss. A finite fill is not offered: {choice.tried_text}"
     tried = f" {choice.tried_text}" if choice.offered is not None else SUGGESTION
@@ -216,7 +216,7 @@ MASKED_ROW = FixRule(
     ),
     words=_masked_row_fix,
     says="every entry is -inf (a fully masked row)",
-    tries=(FINITE_FILL,),
+    tries=(FixKey.FINITE_FILL,),
 )
 
 
@@ -308,7 +308,7 @@ ARCTAN2_DERIVATIVE = FixRule(
 def _primal_tried(report: NanReport, p: NanProducer, what: str) -> tuple[str, str]:
     """(the fix's code, how it was tried) from the trials of the user's operation whose derivative this is
     (``primal_fixes``): the double where first, then the clamp; ("", "") when neither was tried finite."""
-    choice = choose(report, p, [DOUBLE_WHERE, PRIMAL_CLAMP])
+    choice = choose(report, p, [FixKey.DOUBLE_WHERE, FixKey.PRIMAL_CLAMP])
     if choice.offered is None:
         return "", choice.tried_text
     tried = choice.tried_text.replace(
@@ -352,7 +352,7 @@ ROOT_DERIVATIVE = FixRule(
     applies=lambda p: _sqrt_made(p) and p.derivative and zero_operand(p) and p.primal in ("", "sqrt", "pow"),
     words=_root_derivative_fix,
     says="at 0 is 0.5/sqrt(0) = inf",
-    tries=(DOUBLE_WHERE, PRIMAL_CLAMP),
+    tries=(FixKey.DOUBLE_WHERE, FixKey.PRIMAL_CLAMP),
 )
 
 
@@ -379,7 +379,7 @@ LOG_DERIVATIVE = FixRule(
     applies=lambda p: p.derivative and p.primal == "log",
     words=_log_derivative_fix,
     says="The derivative of `log`",
-    tries=(DOUBLE_WHERE, PRIMAL_CLAMP),
+    tries=(FixKey.DOUBLE_WHERE, FixKey.PRIMAL_CLAMP),
 )
 
 
@@ -406,7 +406,7 @@ CHOLESKY = FixRule(
     applies=lambda p: p.primitive == "cholesky" and not p.derivative,
     words=_cholesky_fix,
     says="needs a positive definite matrix",
-    tries=("jitter",),  # found by the search itself (``NanProducer.jitter``), not a ``FixTrial``
+    tries=(FixKey.JITTER,),  # found by the search itself (``NanProducer.jitter``), not a ``FixTrial``
 )
 
 

@@ -20,9 +20,10 @@ from types import TracebackType
 from typing import Any
 
 import executing
+import jax
+import numpy as np
 
 from jaxmagic._jax.jit_internals import is_jitted, transformed_function
-from jaxmagic.probes._support.nan.nonfinite import looks_like_array_tree
 from jaxmagic.report.source import user_tracebacks
 
 _PURE_NODES = (
@@ -67,6 +68,28 @@ class FailingCall:
 
     def __call__(self):
         return self.function(*(v for _, v in self.args), **self.kwargs)
+
+
+def looks_like_array_tree(value) -> bool:
+    """Cheap test: is ``value`` an array, or a pytree that holds arrays - a list/tuple/dict, or an object of
+    a registered pytree class (a Flax nnx Module or Optimizer, an Equinox Module, a flax struct)?
+
+    A library's state object must count: a re-evaluated call takes it as an argument (flattened, so the
+    call gets fresh copies) rather than closing over the user's object, which a library's jit wrapper
+    writes its outputs back into - under a trace that leaves tracers in it, or a half-cleared object
+    when the write fails (an nnx Module lost every attribute that way)."""
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return True
+    if isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return any(looks_like_array_tree(v) for v in list(items)[:64])
+    if isinstance(value, type) or jax.tree_util.all_leaves([value]):
+        return False  # not a pytree node: a leaf of its own (a function, a number, an unregistered class)
+    try:
+        leaves = jax.tree_util.tree_leaves(value)
+    except Exception:  # a flatten rule of the user's that fails: not something to pass as arrays
+        return False
+    return any(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves)
 
 
 def _is_jax_transformation(fn) -> bool:

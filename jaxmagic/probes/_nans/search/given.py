@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, recorded_sources
+from jaxmagic.probes._nans.search.host_values import any_bad, host_array
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls.library_calls import package_of
-from jaxmagic.probes._support.nan.host_values import any_bad, host_array
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import code_kind
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmagic.probes._nans import fix_rules_domain as domain
-from jaxmagic.probes._nans import fix_rules_limits as limits
-from jaxmagic.probes._nans import fix_rules_program as program
-from jaxmagic.probes._nans.causes import FORWARD_CAUSES
-from jaxmagic.probes._nans.fix_rule import (
+from jaxmagic.probes._nans.fixes import fix_rules_domain as domain
+from jaxmagic.probes._nans.fixes import fix_rules_limits as limits
+from jaxmagic.probes._nans.fixes import fix_rules_program as program
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import (
     IN_FLOAT32,
     IN_FLOAT32_NOT_TRIED,
     NOT_TRIED,
@@ -26,10 +26,11 @@ from jaxmagic.probes._nans.fix_rule import (
     code_of,
     library_owned,
 )
+from jaxmagic.probes._nans.fixes.tried_fixes import untried
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
+from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import untried
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 __all__ = ["IN_FLOAT32", "IN_FLOAT32_NOT_TRIED", "NOT_TRIED", "RULES", "SUGGESTION", "nan_fix", "nan_fixes"]
 
@@ -86,7 +87,7 @@ def nan_fixes(report: NanReport) -> tuple[str, list[FixTrial]]:
     p = report.producer
     fixes = [dataclasses.replace(t) for t in p.fix_trials] if p is not None else []
     if p is not None and p.primitive == "cholesky" and p.jitter and "Tried on these values" in text:
-        fixes.append(FixTrial("jitter", f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
+        fixes.append(FixTrial(FixKey.JITTER, f"K + {p.jitter} * jnp.eye(K.shape[-1])", True, True, "finite", "", True))
     if SUGGESTION in text:  # a fix in words that rewrites the line (a cause alone is no fix)
         fixes.append(untried("", NOT_TRIED))
     if IN_FLOAT32_NOT_TRIED in text:
@@ -102,10 +103,9 @@ def nan_fix(report: NanReport) -> str:
     user's line gives it: never a rewrite of code the user cannot edit."""
     p = report.producer
     if p is None:  # JAX named the primitive, no search found the operation: the usual cause, when forward
-        if report.primitive in FORWARD_CAUSES and report.phase == "forward":
-            return (
-                f"`{report.primitive}` produced {report.value or 'NaN'}: typically {FORWARD_CAUSES[report.primitive]}."
-            )
+        cause = primitive(report.primitive).forward_cause
+        if cause and report.phase == "forward":
+            return f"`{report.primitive}` produced {report.value or 'NaN'}: typically {cause}."
         return ""
     for trial in p.fix_trials:
         trial.offered = False

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic._jax.jaxpr_eval import Position
+from jaxmagic._jax.jaxpr_interpreter import Position
 
 RESULT, DROPPED = "result", "dropped"
 

@@ -17,17 +17,16 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic.probes._support.nan.equation_origin import user_line
-from jaxmagic.probes._support.nan.value_fixes import FixTrial, bad_text, representable_eps
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial, bad_text, representable_eps
+from jaxmagic.probes._nans.search.equation_origin import user_line
 from jaxmagic.report import SourceLine
 
 # the operations whose derivative is infinite at a point their value is finite (0 for all three)
 SINGULAR = ("sqrt", "log", "pow")
-PRIMAL_CLAMP = "primal_clamp"  # the primal's input kept at or above a small epsilon: jnp.sqrt(jnp.maximum(v, eps))
-DOUBLE_WHERE = "double_where"  # the primal's input made safe where it is not used: jnp.where(ok, f(where(ok, v, 1)), 0)
 
 
-def _candidates(eqn, value) -> list[tuple[str, str, Callable]]:
+def _candidates(eqn, value) -> list[tuple[FixKey, str, Callable]]:
     """(key, code, fixed) of each fix of the primal ``eqn`` (``fixed`` maps its first input to its output)."""
     name = eqn.primitive.name
     dtype = str(getattr(value, "dtype", "float32"))
@@ -52,8 +51,8 @@ def _candidates(eqn, value) -> list[tuple[str, str, Callable]]:
         "pow": ("jnp.maximum(v, {eps}) ** p", "jnp.where(v > 0, jnp.where(v > 0, v, 1.0) ** p, 0.0)"),
     }[name]
     return [
-        (PRIMAL_CLAMP, written[0].format(eps=f"{eps:g}"), clamp),
-        (DOUBLE_WHERE, written[1], double_where),
+        (FixKey.PRIMAL_CLAMP, written[0].format(eps=f"{eps:g}"), clamp),
+        (FixKey.DOUBLE_WHERE, written[1], double_where),
     ]
 
 

@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any
 
-from jaxmagic.probes._support.holders.walk import collector_paused, is_library_module
+from jaxmagic.probes._live.holders.walk import collector_paused, is_library_module
 from jaxmagic.report.source import running_shell
 
 # Kinds of holder, in order of preference: a user-visible name explains an

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from jaxmagic.probes._nans.library_parameters import library_object, parameters_of
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._support.nan.producer import NanProducer
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 # A fix that rewrites the user's line (a double where, a log-probability from logits, a dtype): trying it
 # would mean running the user's Python again, which a trial never does.
@@ -40,7 +41,7 @@ class FixRule:
     applies: Callable[[NanProducer], bool]  # when it speaks, read from the producer alone
     words: Words  # the fix in words (and which tried candidate it offers: ``tried_fixes.choose``)
     says: str  # a phrase every fix it words holds, so a test ties the key to its words
-    tries: tuple[str, ...] = ()  # the candidate fixes (``FixTrial.key``) it offers from, in its order; () none
+    tries: tuple[FixKey, ...] = ()  # the candidate fixes (``FixTrial.key``) it offers from, in its order; () none
 
     def __post_init__(self) -> None:
         if not (self.key and self.says):

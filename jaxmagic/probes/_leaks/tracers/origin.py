@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from jaxmagic._jax import recorded_sources
 from jaxmagic._jax.transform_stack import line_info, traced_for
-from jaxmagic.probes._support.tracers.text import TRANSFORMATION_OF_TRACER, short_qualname
+from jaxmagic.probes._leaks.tracers.text import TRANSFORMATION_OF_TRACER, short_qualname
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.source import source_line

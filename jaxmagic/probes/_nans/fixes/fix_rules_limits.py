@@ -14,12 +14,11 @@ import inspect
 import jax.numpy as jnp
 
 from jaxmagic.probes._nans.causes import overflowed
-from jaxmagic.probes._nans.fix_rule import FixRule, code_of
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.fix_rule import FixRule, code_of
+from jaxmagic.probes._nans.fixes.tried_fixes import choose, values_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.tried_fixes import choose, values_of
-from jaxmagic.probes._support.nan.integer_overflow import WIDER
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FLOAT32
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 
 def _narrowed_fix(report: NanReport, p: NanProducer) -> str:
@@ -29,7 +28,7 @@ def _narrowed_fix(report: NanReport, p: NanProducer) -> str:
     library = p.library_function
     inside = f"`{library}`{code_of(p)}" if library else f"the value{code_of(p)}"
     said = f"{inside}: {overflowed(p)}."
-    choice = choose(report, p, [FLOAT32])
+    choice = choose(report, p, [FixKey.FLOAT32])
     if choice.offered is None:
         return f"{said} {choice.tried_text}".rstrip()
     takes_dtype = "dtype" in _jnp_parameters(library)
@@ -58,7 +57,7 @@ NARROWED_OVERFLOW = FixRule(
     ),
     words=_narrowed_fix,
     says="`jnp.finfo(jnp.",
-    tries=(FLOAT32,),
+    tries=(FixKey.FLOAT32,),
 )
 
 
@@ -75,7 +74,7 @@ def _integer_overflow_fix(report: NanReport, p: NanProducer) -> str:
         f"(`jnp.iinfo(jnp.{wrapped.dtype}).max`), and `{wrapped.operation}` gave {wrapped.exact}{at}, which "
         f"wrapped around to {wrapped.wrapped} - then `{p.primitive}` made {p.value} of it ({p.description})."
     )
-    by_code = {t.code: t for t in p.fix_trials if t.key == WIDER}
+    by_code = {t.code: t for t in p.fix_trials if t.key == FixKey.WIDER}
     finite = [t for t in by_code.values() if t.finite]
     where = values_of(report)
     if not finite:
@@ -106,5 +105,5 @@ INTEGER_OVERFLOW = FixRule(
     applies=lambda p: p.integer_overflow is not None,
     words=_integer_overflow_fix,
     says="`jnp.iinfo(jnp.",
-    tries=(WIDER,),
+    tries=(FixKey.WIDER,),
 )

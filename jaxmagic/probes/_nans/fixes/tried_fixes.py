@@ -1,7 +1,7 @@
 """Which of a NaN's candidate fixes the report offers, and how it says they were tried.
 
 The producer search tries each candidate fix of the operation that made the value on that
-operation's recorded inputs, then on the whole failing program (``probes/_support/nan/value_fixes.py``). A rule
+operation's recorded inputs, then on the whole failing program (``probes/_nans/fixes/value_fixes.py``). A rule
 of ``nans.fixes`` names the candidates that fit what it saw, in the order it prefers them; the first
 that made everything finite is offered, the ones before it that failed are said to have failed (with
 what they left), and when none survived the report says what was tried and offers none.
@@ -10,10 +10,12 @@ what they left), and when none survived the report says what was tried and offer
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._support.nan.producer import NanProducer
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.search.producer import NanProducer
 
 
 def values_of(report: NanReport) -> str:
@@ -54,9 +56,9 @@ class Choice:
 def choose(
     report: NanReport,
     p: NanProducer,
-    order: list[str],
-    why_failed: dict[str, str] | None = None,
-    naive: tuple[str, ...] = (),
+    order: list[FixKey],
+    why_failed: Mapping[FixKey, str] | None = None,
+    naive: tuple[FixKey, ...] = (),
 ) -> Choice:
     """The first of the candidates ``order`` names (by key) that the trials found finite, in the words of
     the report. The candidates before it that failed, and the ``naive`` ones (never offered: the fix a
@@ -70,7 +72,7 @@ def choose(
     before = considered[: considered.index(offered)] if offered is not None else considered
     for trial in [by_key[k] for k in naive if k in by_key] + before:
         if trial.failed:
-            reason = (why_failed or {}).get(trial.key, "")
+            reason = (why_failed or {}).get(trial.kind, "")
             failed.append(
                 f"`{trial.code}` was tried too and is not offered: on the same values, {_outcome(trial, p.primitive)}"
                 + (f" ({reason})" if reason else "")
@@ -87,4 +89,4 @@ def choose(
 
 def untried(code: str, why: str) -> FixTrial:
     """A fix the report offers without having tried it, and why it could not be tried."""
-    return FixTrial("rule", code, tried=False, result=f"not tried: {why}", offered=True)
+    return FixTrial(FixKey.RULE, code, tried=False, result=f"not tried: {why}", offered=True)

@@ -19,11 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic.probes._support.nan.equation_origin import expression_of, public_name, user_line
-from jaxmagic.probes._support.nan.value_fixes import FixTrial
+from jaxmagic.probes._nans.fixes.fix_keys import FixKey
+from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
+from jaxmagic.probes._nans.primitives import primitive
+from jaxmagic.probes._nans.search.equation_origin import expression_of, public_name, user_line
 from jaxmagic.report import SourceLine
 
-WIDER = "wider_dtype"  # the FixTrial key: the overflowing integer operation computed in a wider dtype
 MAX_EQUATIONS = 200  # equations read back at most (a training step's inputs reach far back)
 MAX_HOPS = 12  # levels of equations read back from the producer's inputs (a square-and-multiply power: ~8)
 
@@ -150,7 +151,9 @@ def wider_trials(found: IntegerOverflow, site: tuple) -> list[FixTrial]:
     trials = []
     wider = [("float32", jnp.float32)] + ([("int64", jnp.int64)] if jax.config.jax_enable_x64 else [])
     for name, dtype in wider:
-        trial = FixTrial(WIDER, name, call_result=f"not tried: the rest of the program would go on in {name} from here")
+        trial = FixTrial(
+            FixKey.WIDER, name, call_result=f"not tried: the rest of the program would go on in {name} from here"
+        )
         try:
             with jax.debug_nans(False), jax.debug_infs(False):
                 value = _in_dtype(eqn, inputs, dtype)
@@ -166,12 +169,9 @@ def wider_trials(found: IntegerOverflow, site: tuple) -> list[FixTrial]:
     return trials
 
 
-INTEGER_ARITHMETIC = ("pow", "integer_pow", "mul", "add", "sub", "square", "neg", "reduce_sum", "reduce_prod")
-
-
 def integer_arithmetic(eqn, outputs) -> bool:
     """An integer result of arithmetic (or of a call: a jitted ``jnp.power``) that may have wrapped around."""
-    if not outputs or not (eqn.primitive.name in INTEGER_ARITHMETIC or jaxpr_parts.sub_jaxprs(eqn)):
+    if not outputs or not (primitive(eqn.primitive.name).wraps or jaxpr_parts.sub_jaxprs(eqn)):
         return False
     dtype = getattr(outputs[0], "dtype", None)
     return dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic.probes._support.nan.lost_constant import operand_source
+from jaxmagic.probes._nans.fixes.lost_constant import operand_source
 from jaxmagic.report import SourceLine
 
 # operations of a value that must not be negative, and which of their operands that is
