@@ -64,7 +64,7 @@ def test_scan_body_forward_names_log_its_line_and_iteration():
     assert p.loops == [LoopPosition("scan", 2, p.loops[0].line)]
     assert p.loops[0].line.code == "return lax.scan(decay_body, level0, drains)"
     assert [op.value for op in p.operands] == ["-0.5"]
-    assert p.description == "`log` got -0.5, iteration 2"
+    assert p.description == "`log` got -0.5, iteration 2 (counted from 0)"
     assert "`log`" in report.summary and "iteration 2" in report.summary
     assert report.where_line.code == "return level, jnp.log(level)"
 

@@ -112,7 +112,8 @@ class LoopPosition:
 
     @property
     def text(self) -> str:
-        return f"branch {self.index} of `cond`" if self.primitive == "cond" else f"iteration {self.index}"
+        # counted from 0, as %jax_debug says it: "iteration 2" alone reads as the second (issue 61)
+        return f"branch {self.index} of `cond`" if self.primitive == "cond" else f"iteration {self.index} (counted from 0)"
 
 
 @dataclasses.dataclass
