@@ -65,7 +65,8 @@ def test_a_params_dict_and_an_optax_state_are_data_not_copies():
     report = probes.live(namespace={"w": w, "params": params, "opt_state": opt_state})
     assert report.group((7621,), "float32").count >= 5
     assert [k for k in report.kept_alone if k.shape == (7621,)] == []
-    assert report.status is Status.OK
+    # no finding on them; the report's status also counts what other tests left alive in this process
+    assert [c for c in report.containers if c.shape == (7621,)] == []
 
 
 def test_the_magic_in_a_notebook_loop(shell):

@@ -124,6 +124,19 @@ def fits_headline(text: str) -> bool:
     return len(text.replace("`", "")) <= HEADLINE_CHARS
 
 
+def quoted_headline(prefix: str, headline: str) -> str:
+    """``prefix`` + another report's ``headline`` (``%jax_gather``'s "The 2 processes agree: ..."), its
+    parenthetical asides dropped, the last first, while the whole is longer than a headline: every sentence
+    stays - a clean report's "not looked inside" sentence is what it must say."""
+    text = prefix + headline
+    while not fits_headline(text):
+        shorter = re.sub(r" \([^()]*\)(?!.*\()", "", text, count=1)
+        if shorter == text:
+            break
+        text = shorter
+    return text
+
+
 def split_headline(sentences: list[str], noun: str = "finding") -> tuple[str, list[str]]:
     """(headline, the rest): as many of ``sentences`` (each ending in its full stop) as fit a headline, the
     first always, the ones left out counted ("2 more findings below", ``noun``); the rest, for the report to

@@ -8,7 +8,7 @@ from typing import Any
 from jaxmagic.probes._gather.ranges import process_ranges
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, act
-from jaxmagic.report.document import Document, Paragraph, Section, Table
+from jaxmagic.report.document import Document, Paragraph, Section, Table, quoted_headline
 
 NO_REPORT = "no report"  # the process answered, with nothing to merge: the name is unbound there, or the
 # --values expression failed there (never a hang)
@@ -74,8 +74,8 @@ class GatherReport(Report):
             return f"{first.summary}{more}"
         problems = [e for e in self.processes if e.status == "problem"]
         if problems:
-            return f"Every one of the {n} processes found the same: {problems[0].headline}"
-        return f"The {n} processes agree: {self.processes[0].headline}" if n else "No process answered."
+            return quoted_headline(f"Every one of the {n} processes found the same: ", problems[0].headline)
+        return quoted_headline(f"The {n} processes agree: ", self.processes[0].headline) if n else "No process answered."
 
     def document(self) -> Document:
         sections = []

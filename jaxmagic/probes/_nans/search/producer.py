@@ -113,7 +113,9 @@ class LoopPosition:
     @property
     def text(self) -> str:
         # counted from 0, as %jax_debug says it: "iteration 2" alone reads as the second (issue 61)
-        return f"branch {self.index} of `cond`" if self.primitive == "cond" else f"iteration {self.index} (counted from 0)"
+        return (
+            f"branch {self.index} of `cond`" if self.primitive == "cond" else f"iteration {self.index} (counted from 0)"
+        )
 
 
 @dataclasses.dataclass
