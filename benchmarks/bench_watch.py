@@ -176,7 +176,7 @@ import jax, jax.numpy as jnp
 from jaxmagic.probes import Watch as _BenchWatch
 import jaxmagic.probes._watch.session as _bench_session
 from jaxmagic._jax.call_sampling import CallSampler as _BenchSampler
-from jaxmagic.probes._nans import watch as _bench_nan
+from jaxmagic._jax import call_sampling as _bench_sampling
 
 def _mlp_init(key, sizes=(784, 512, 512, 10)):
     params = []
@@ -231,11 +231,11 @@ def looking_at_every_call(body: str, on_device: bool) -> str:
     """``body`` under the watch's NaN area alone, every call looked at (no sampling), its verdicts on the
     device or on the host: what one look costs."""
     return (
-        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n_bench_nan.VERDICTS_ON_DEVICE = {on_device}\n"
+        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n_bench_sampling.LOOKS_DEFERRED = {on_device}\n"
         "_bw = _BenchWatch(only=['NaN'])\n_bw.begin_cell('In [0]')\ntry:\n"
         + textwrap.indent(body, "    ")
         + "\nfinally:\n    _bw.end_cell()\n    _bench_session.CallSampler = _BenchSampler\n"
-        "    _bench_nan.VERDICTS_ON_DEVICE = None"
+        "    _bench_sampling.LOOKS_DEFERRED = None"
     )
 
 

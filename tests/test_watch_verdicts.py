@@ -3,7 +3,7 @@
 On a TPU each look that read a call's results on the host waited for the call, so a watched 300-step MLP
 loop ran 2.45x its unwatched time. There a look now dispatches a verdict program of its own behind the call
 and reads the verdict later (``probes/_nans/pending_looks.py``). CI has no accelerator: these tests
-force that mechanism on the CPU (``watch.VERDICTS_ON_DEVICE``) and check what it promises - no look reads a
+force that mechanism on the CPU (``call_sampling.LOOKS_DEFERRED``) and check what it promises - no look reads a
 result of the user's on the host, the loop is not held up, the verdict read late still names the call that
 made the NaN and its line, the cell computes what it computes unwatched, and nothing stays alive.
 """
@@ -19,14 +19,22 @@ import numpy as np
 import pytest
 from jax._src.array import ArrayImpl
 
+from jaxmagic._jax import call_sampling
 from jaxmagic.probes import Watch
 from jaxmagic.probes._nans import pending_looks
 from jaxmagic.probes._nans import watch as nan_watch
+from jaxmagic.probes._watch import session
 
 
 @pytest.fixture
 def on_device(monkeypatch):
-    monkeypatch.setattr(nan_watch, "VERDICTS_ON_DEVICE", True)
+    monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", True)
+
+
+@pytest.fixture
+def every_call(monkeypatch):
+    """Every call looked at: where a test is about what a look does, not about which calls are looked at."""
+    monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=None))
 
 
 @pytest.fixture
@@ -65,7 +73,7 @@ def _watched(watch: Watch, body):
         watch.cell_findings = watch.end_cell()
 
 
-def test_no_look_reads_a_result_and_the_late_verdict_names_the_call_and_line(on_device, host_reads):
+def test_no_look_reads_a_result_and_the_late_verdict_names_the_call_and_line(on_device, every_call, host_reads):
     w0 = jnp.ones(4)
     lrs = [jnp.float32(i / 35.5) for i in range(60)]
     watch = Watch(only=["NaN"])
@@ -93,7 +101,7 @@ def slow_step(x, w):
     return jnp.tanh(x @ w) @ w * 0.01  # ~0.1-0.3 s here: long against the microseconds of a look
 
 
-def test_the_loop_is_not_held_up_by_its_looks(on_device):
+def test_the_loop_is_not_held_up_by_its_looks(on_device, every_call):
     # A look that read the previous call's results waited for that call: by the loop's end every call but
     # the last had finished. Looks that wait for nothing leave the loop's calls queued at its end.
     if jax.default_backend() != "cpu":
