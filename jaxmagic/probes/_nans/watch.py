@@ -56,6 +56,7 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.source import whole_expression
 from jaxmagic.report.wording import format_bytes
 
+
 @dataclasses.dataclass
 class NanSighting:
     """The first call that produced a NaN, and how many calls returned one."""
