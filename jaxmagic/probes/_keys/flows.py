@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts, jit_calls, key_internals, prng_checks
+from jaxmagic.probes._keys import key_reads
 from jaxmagic.probes._keys.findings import ConstantKeyDraw, KeyFlow, LoopKeyDraw, SameNumbersDraw, SharedKeyDraw
 from jaxmagic.probes._keys.fixes import shared_key_fix
 from jaxmagic.probes._keys.jit_params import argument_name, function_is_users
@@ -301,7 +302,7 @@ def _wrapped_inputs(jaxpr: Any, depth: int = 0) -> set[int]:
 def key_fingerprint(key: object) -> tuple[bytes, object]:
     """A digest of a typed key's raw data, and the data (rendered only if shown); reads it (waiting for it),
     consumes nothing."""
-    return data_fingerprint(np.asarray(key_data(key)))
+    return data_fingerprint(key_reads.host_array(key_data(key)))
 
 
 def key_data(key: object) -> object:

@@ -99,7 +99,13 @@ def _finish(arrays: Sequence[object], then: Then) -> None:
     """Read ``arrays`` on the host and call ``then``; a failure is ours, never the user's error."""
     try:
         with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
-            hosts = [np.asarray(array) for array in arrays]
+            hosts = [host_array(array) for array in arrays]
         then(hosts)
     except Exception:
         pass
+
+
+def host_array(value: object) -> np.ndarray:
+    """``value`` read on the host (waiting for it): every read of a key's data the keys area makes goes through
+    here."""
+    return np.asarray(value)
