@@ -258,9 +258,17 @@ def test_deferred_looks_take_two_first_calls_then_the_budget_and_host_reads_fort
         looked[deferred] = (made[-1].deferred, made[-1].first_calls, watch.log.calls_looked_at)
     # calls 1 and 2, or 1-40, then the last call of the loop when the cell ends
     assert looked == {True: (True, 2, 3), False: (False, 40, 41)}
-    explicit = call_sampling.CallSampler(first_calls=5)
+    decided = call_sampling.CallSampler()
+    decided.saw_results([jnp.ones(2)])  # LOOKS_DEFERRED is False here: read on the host
+    assert (decided.first_calls, decided.credit) == (call_sampling.FIRST_CALLS, call_sampling.CREDIT) == (40, 0.002)
+    monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", None)  # by where the results live: the CPU here
+    explicit = call_sampling.CallSampler(first_calls=5, credit=0.5)
     explicit.saw_results([jnp.ones(2)])
-    assert explicit.first_calls == 5 and explicit.deferred is False  # a count given is kept
+    assert (explicit.first_calls, explicit.credit, explicit.deferred) == (5, 0.5, jax.default_backend() != "cpu")
+    monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", True)
+    deferred = call_sampling.CallSampler()
+    deferred.saw_results([jnp.ones(2)])
+    assert (deferred.first_calls, deferred.credit) == (2, call_sampling.CREDIT_DEFERRED)
 
 
 def test_a_donating_calls_copies_are_one_program_of_jaxmagics_own(on_device, every_call, monkeypatch):
