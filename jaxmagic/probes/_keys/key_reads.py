@@ -28,6 +28,10 @@ import numpy as np
 from jaxmagic._jax import call_sampling, jit_calls
 
 MAX_PENDING = 64  # reads started and not finished; then the oldest is finished, waiting for it
+# Reads started between two looks for finished ones: an eager draw is followed at every call (not a share), so
+# asking after each whether the last key is there was a lock, a readiness check and a transfer-guard context
+# per call; 16 at a time they are finished together.
+SETTLE_EVERY = 16
 
 # What is done with the data read: called with each array of the read as a NumPy array.
 Then = Callable[[list[np.ndarray]], None]
@@ -45,19 +49,21 @@ class KeyReads:
         """Call ``then`` with ``arrays`` read on the host: now where looks are not deferred, else once they are
         all there (at a later read or at ``settle(wait=True)``)."""
         if not self.deferred(arrays):
-            _finish(arrays, then)
+            with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
+                _finish(arrays, then)
             return
-        with jit_calls.reads_allowed():  # the copy is ours, not a transfer of the user's
-            for array in arrays:
-                start = getattr(array, "copy_to_host_async", None)
-                if start is not None:
-                    try:
-                        start()
-                    except Exception:  # deleted, or not copyable: read (and found failed) when finished
-                        pass
+        for array in arrays:
+            start = getattr(array, "copy_to_host_async", None)
+            if start is not None:
+                try:
+                    start()
+                except Exception:  # a transfer guard of the user's, deleted: read (under reads_allowed) when finished
+                    pass
         with self._lock:
             self._pending.append((arrays, then))
-        self.settle(wait=False)
+            due = len(self._pending) >= SETTLE_EVERY
+        if due:
+            self.settle(wait=False)
 
     def deferred(self, arrays: Sequence[object]) -> bool:
         """Whether reads are deferred here: decided at the first read, by where its ``arrays`` live."""
@@ -68,8 +74,11 @@ class KeyReads:
     def settle(self, wait: bool) -> None:
         """Finish the reads whose data is there, oldest first, up to the first that is not (over ``MAX_PENDING``
         the oldest is finished anyway, waiting for it); with ``wait``, every one."""
-        while (oldest := self._next(wait)) is not None:
-            _finish(*oldest)
+        if not self._pending:
+            return
+        with jit_calls.reads_allowed():  # reading the keys is ours, not one of the user's transfers
+            while (oldest := self._next(wait)) is not None:
+                _finish(*oldest)
 
     def _next(self, wait: bool) -> tuple[Sequence[object], Then] | None:
         with self._lock:
@@ -96,11 +105,10 @@ def _ready(arrays: Sequence[object]) -> bool:
 
 
 def _finish(arrays: Sequence[object], then: Then) -> None:
-    """Read ``arrays`` on the host and call ``then``; a failure is ours, never the user's error."""
+    """Read ``arrays`` on the host and call ``then`` (under ``jit_calls.reads_allowed``); a failure is ours, never
+    the user's error."""
     try:
-        with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
-            hosts = [host_array(array) for array in arrays]
-        then(hosts)
+        then([host_array(array) for array in arrays])
     except Exception:
         pass
 
