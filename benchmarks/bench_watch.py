@@ -298,7 +298,7 @@ def where_the_time_goes(shell, cell: str) -> str:
     waiting limit while the loop ran, or at the cell's end) and a key's data read before it was there."""
     from jaxmagic._jax import call_sampling  # deferred: the bench's instruments, installed for this run only
     from jaxmagic.probes._keys import key_reads
-    from jaxmagic.probes._support.nan import pending_looks, watch
+    from jaxmagic.probes._nans import pending_looks, watch
     from jaxmagic.probes._watch import session
 
     counts = {"verdicts": 0, "verdicts at the end": 0, "verdicts in all": 0, "keys": 0, "keys in all": 0}

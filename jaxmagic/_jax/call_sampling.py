@@ -17,7 +17,7 @@ decided here once per block from where the first call looked at left its results
   (NumPy reads a result in place), so a NaN at call 37 of a loop is seen at
   call 37, whatever the machine's load, for about a millisecond;
 * deferred (an accelerator: the look dispatches a verdict program and reads it
-  later, ``probes/_support/nan/pending_looks.py``): ``FIRST_CALLS_DEFERRED``
+  later, ``probes/_nans/pending_looks.py``): ``FIRST_CALLS_DEFERRED``
   (2), then the time budget alone. There a look's host cost is about one
   dispatch of the step itself: on a TPU v5e a 300-step MLP loop (~288 us a
   step, 76 ms) paid +432 us a look, so the first 40 calls alone cost 17 ms -
