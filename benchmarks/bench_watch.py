@@ -176,7 +176,7 @@ import jax, jax.numpy as jnp
 from jaxmagic.probes import Watch as _BenchWatch
 import jaxmagic.probes._watch.session as _bench_session
 from jaxmagic._jax.call_sampling import CallSampler as _BenchSampler
-from jaxmagic.probes._nans import watch as _bench_nan
+from jaxmagic._jax import call_sampling as _bench_sampling
 
 def _mlp_init(key, sizes=(784, 512, 512, 10)):
     params = []
@@ -231,11 +231,11 @@ def looking_at_every_call(body: str, on_device: bool) -> str:
     """``body`` under the watch's NaN area alone, every call looked at (no sampling), its verdicts on the
     device or on the host: what one look costs."""
     return (
-        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n_bench_nan.VERDICTS_ON_DEVICE = {on_device}\n"
+        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n_bench_sampling.LOOKS_DEFERRED = {on_device}\n"
         "_bw = _BenchWatch(only=['NaN'])\n_bw.begin_cell('In [0]')\ntry:\n"
         + textwrap.indent(body, "    ")
         + "\nfinally:\n    _bw.end_cell()\n    _bench_session.CallSampler = _BenchSampler\n"
-        "    _bench_nan.VERDICTS_ON_DEVICE = None"
+        "    _bench_sampling.LOOKS_DEFERRED = None"
     )
 
 
@@ -265,6 +265,7 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
                 losses.add(shell.user_ns["mlp_loss_last"])
         run_cell(shell, "%jax_watch off")
         log = shell.user_ns["_mlp_log"]
+        where = where_the_time_goes(shell, cells["watched"])
         r = [w / b for w, b in zip(watched, bare)]
         rows.append(
             Row(
@@ -277,6 +278,9 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
             )
         )
         rows.append(
+            Row(f"  where the watched loop's time goes ({what}), one more watched run", compare="check", note=where)
+        )
+        rows.append(
             Row(
                 f"the watched MLP loop ({what}) computes the same loss and finds nothing",
                 compare="check",
@@ -285,7 +289,99 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
                 note=f"loss {sorted(losses)}; {len(log.findings)} finding(s)",
             )
         )
-    return rows + per_look_rows(shell, max(steps // 3, 50), repetitions) + [compile_row]
+    return rows + per_look_rows(shell, max(steps // 3, 50), repetitions) + [eager_key_row(shell, steps), compile_row]
+
+
+def where_the_time_goes(shell, cell: str) -> str:
+    """One more watched run of ``cell``, instrumented (not timed): the calls looked at, whether looks were
+    deferred, and the reads that waited for the device - a NaN verdict read before it was ready (over the
+    waiting limit while the loop ran, or at the cell's end) and a key's data read before it was there."""
+    from jaxmagic._jax import call_sampling  # deferred: the bench's instruments, installed for this run only
+    from jaxmagic.probes._keys import key_reads
+    from jaxmagic.probes._nans import pending_looks, watch
+    from jaxmagic.probes._watch import session
+
+    counts = {"verdicts": 0, "verdicts at the end": 0, "verdicts in all": 0, "keys": 0, "keys in all": 0}
+    samplers: list = []
+    at_end = [False]
+    kinds, flush, finish, sampler = (
+        pending_looks.PendingLook.kinds,
+        watch.NanWatch.flush,
+        key_reads._finish,
+        session.CallSampler,
+    )
+
+    def counted_kinds(look):
+        counts["verdicts in all"] += 1
+        if not look.ready():
+            counts["verdicts at the end" if at_end[0] else "verdicts"] += 1
+        return kinds(look)
+
+    def flagged_flush(nan_watch):
+        at_end[0] = True
+        return flush(nan_watch)
+
+    def counted_finish(arrays, then):
+        counts["keys in all"] += 1
+        counts["keys"] += not all(a.is_ready() for a in arrays if hasattr(a, "is_ready"))
+        return finish(arrays, then)
+
+    def kept_sampler():
+        samplers.append(sampler())
+        return samplers[-1]
+
+    pending_looks.PendingLook.kinds, watch.NanWatch.flush, key_reads._finish = (
+        counted_kinds,
+        flagged_flush,
+        counted_finish,
+    )
+    session.CallSampler = kept_sampler
+    try:
+        run_cell(shell, "%jax_watch -o _where_log")
+        run_cell(shell, cell)
+        run_cell(shell, "%jax_watch off")
+    finally:
+        pending_looks.PendingLook.kinds, watch.NanWatch.flush, key_reads._finish = kinds, flush, finish
+        session.CallSampler = sampler
+    log, used = shell.user_ns["_where_log"], samplers[-1] if samplers else None
+    deferred = "deferred" if used is not None and used.deferred else "read on the host"
+    first = f"first {used.first_calls} calls, credit {used.credit * 1e3:g} ms" if used is not None else ""
+    return (
+        f"looks {deferred} ({first}, share {call_sampling.SHARE:.0%}): {log.calls_looked_at} of {log.calls_counted} "
+        f"calls looked at; NaN verdicts read before ready: {counts['verdicts']} while the loop ran, "
+        f"{counts['verdicts at the end']} at the cell's end (of {counts['verdicts in all']} read); "
+        f"key reads that waited: {counts['keys']} of {counts['keys in all']}"
+    )
+
+
+def eager_key_row(shell, steps: int) -> Row:
+    """What the keys area adds to each eager ``jax.random.split`` (it follows every one, not a share): a loop of
+    ``steps`` splits, watched (keys only) against bare, thread CPU and wall-clock per split."""
+    body = (
+        f"_k = jax.random.key(3)\nfor _ in range({steps}):\n    _k, _sub = jax.random.split(_k)\n_k.block_until_ready()"
+    )
+    cells = {"bare": body, "watched": watched_keys_only(body)}
+    for cell in cells.values():
+        run_cell(shell, cell)
+    cpu, wall = alternate_by_both_clocks(shell, cells, 9)
+    added = [(w - b) / steps for w, b in zip(wall["watched"], wall["bare"])]
+    added_cpu = [(c - b) / steps for c, b in zip(cpu["watched"], cpu["bare"])]
+    return Row(
+        "an eager jax.random.split followed by the keys area: wall-clock per split over bare",
+        compare="difference",
+        values=added,
+        note=f"thread CPU {median(added_cpu) * 1e6:+.1f} us; a split {median(wall['bare']) / steps * 1e6:.0f} us "
+        f"wall bare; {steps} splits, 9 reps",
+    )
+
+
+def watched_keys_only(body: str) -> str:
+    """``body`` under the watch's keys area alone (``Watch(only=['random keys'])``)."""
+    return (
+        "_bkw = _BenchWatch(only=['random keys'])\n_bkw.begin_cell('In [0]')\ntry:\n"
+        + textwrap.indent(body, "    ")
+        + "\nfinally:\n    _bkw.end_cell()"
+    )
 
 
 def per_look_rows(shell, steps: int, repetitions: int) -> list[Row]:

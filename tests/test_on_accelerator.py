@@ -64,3 +64,40 @@ def test_a_compile_time_out_of_memory_gets_a_way_down_compiled_for_the_device():
     assert program.compile_error is not None and "No jitted call" not in report.summary
     rows = next(way for way in program.ways_down if way.kind == "rows")
     assert rows.platform == jax.default_backend() and rows.fits and rows.peak_after < limit
+
+
+@jax.jit
+def _sgd_until_nan(w, lr):
+    return jnp.sqrt(w - lr)  # NaN once lr > 1: at call 37 of the loop below
+
+
+def test_a_watched_loops_verdicts_arrive_and_name_the_call(monkeypatch):
+    """On the device the watch defers its looks: a verdict program dispatched behind each call, read later. Every
+    call looked at (the sampler's choice is not under test), the loop's NaN is read late and still names call 37
+    and its line; then with the sampler's own choice, looks are deferred and start with two first calls."""
+    from jaxmagic._jax import call_sampling, finite_flags
+    from jaxmagic.probes import Watch
+    from jaxmagic.probes._watch import session
+
+    made: list[call_sampling.CallSampler] = []
+
+    def every_call() -> call_sampling.CallSampler:
+        made.append(call_sampling.CallSampler(share=None))
+        return made[-1]
+
+    monkeypatch.setattr(session, "CallSampler", every_call)
+    w0, lrs = jnp.ones(4), [jnp.float32(i / 35.5) for i in range(60)]
+    watch = Watch(only=["NaN"])
+    watch.begin_cell("In [1]")  # call 1's look is read on the host; from call 2 on, the device's verdicts
+    outs = [_sgd_until_nan(w0, lr) for lr in lrs]
+    found = watch.end_cell()
+    signature = finite_flags.signature_of([outs[0]])
+    assert made[-1].deferred is True and finite_flags.has_verdict_program(signature)
+    (nan,) = [f.to_dict() for f in found.findings]
+    assert nan["function"] == "_sgd_until_nan" and nan["call"] == 37
+    assert nan["line"]["lineno"] == _line_of(_sgd_until_nan, "return jnp.sqrt(w - lr)")
+    monkeypatch.setattr(session, "CallSampler", lambda: made.append(call_sampling.CallSampler()) or made[-1])
+    watch.begin_cell("In [2]")
+    [_sgd_until_nan(w0, lrs[0]) for _ in range(10)][-1].block_until_ready()
+    watch.end_cell()
+    assert (made[-1].deferred, made[-1].first_calls) == (True, call_sampling.FIRST_CALLS_DEFERRED)

@@ -5,10 +5,29 @@ a few microseconds to tens of microseconds of Python, however small the call:
 on a loop of a 7 us jitted step, looking at every call makes it several times
 slower. ``%jax_watch`` must cost at most a few percent, so it looks at every
 call while the time it spent looking stays within ``share`` of the time since
-the block began (plus a fixed ``credit``), and only counts the others. The
-first ``first_calls`` calls of each function are always looked at (a NaN at
-call 37 of a loop is seen at call 37, whatever the machine's load). On steps that take long against the look (a training
-step of a model), every call is looked at; on tiny steps, a regular sample.
+the block began (plus a fixed ``credit``), and only counts the others. On steps
+that take long against the look (a training step of a model), every call is
+looked at; on tiny steps, a regular sample.
+
+The first ``first_calls`` calls of each function are always looked at; how many,
+and the ``credit``, depend on whether the looks are *deferred* (``looks_deferred``),
+decided here once per block from where the first call looked at left its results:
+
+* read on the host (the CPU): ``FIRST_CALLS`` (40). A look there is ~20-50 us
+  (NumPy reads a result in place), so a NaN at call 37 of a loop is seen at
+  call 37, whatever the machine's load, for about a millisecond;
+* deferred (an accelerator: the look dispatches a verdict program and reads it
+  later, ``probes/_nans/pending_looks.py``): ``FIRST_CALLS_DEFERRED``
+  (2), then the time budget alone. There a look's host cost is about one
+  dispatch of the step itself: on a TPU v5e a 300-step MLP loop (~288 us a
+  step, 76 ms) paid +432 us a look, so the first 40 calls alone cost 17 ms -
+  1.29x the loop (2.46x with donated params, 1.86x with a key per step; issue 60
+  item 3). By the budget from the start - the first two calls, then
+  ``CREDIT_DEFERRED`` (1 ms: the two first looks spend about that already;
+  ``CREDIT``'s 2 ms is 40-100 looks on the host, 4-5 there) plus ``SHARE`` of the
+  block - that loop gets ~4 looks and the last call's, ~2.4 ms. The report says
+  how many calls were looked at; a NaN made by a call not looked at is told
+  with those calls named.
 
 Every call is counted, so the call numbers observers are given stay exact;
 ``skipped`` says, per function, how many calls were not looked at (the calls less
@@ -19,23 +38,60 @@ NaN" apart from "an earlier call, not looked at, made it".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from time import perf_counter
 
 # Of the block's time spent looking at calls (the rest of the watch's cost is the hook itself: ~1 us a call
 # in a loop, 5% of a 20 us step). A look costs more than the time it is charged (the step's caches are
 # cold after it): at 3% a loop of a 5 us step ran 1.31x its unwatched time, at 1% 1.25x (issue 56).
 SHARE = 0.01
-CREDIT = 0.002  # seconds of looking every block may spend first, whatever its length
-FIRST_CALLS = 40  # the first calls of each function in a block are always looked at, however busy the machine
+CREDIT = 0.002  # seconds of looking every block may spend first, whatever its length (looks read on the host)
+CREDIT_DEFERRED = 0.001  # ... where looks are deferred (see the module docstring)
+FIRST_CALLS = 40  # the first calls of each function in a block always looked at, where looks are read on the host
+FIRST_CALLS_DEFERRED = 2  # ... where looks are deferred (see the module docstring)
+
+# Whether looks are deferred: None decides by where the results live (anywhere but the CPU); True or False
+# forces it - the tests check the accelerator's mechanism on the CPU with True. Read by every look that
+# defers a read (the NaN watch's verdicts, the keys' data) and by the sampler, so that they agree.
+LOOKS_DEFERRED: bool | None = None
+
+
+def looks_deferred(platform: str) -> bool:
+    """Whether looks at arrays living on ``platform`` ("cpu", "tpu", "gpu") are read later (``LOOKS_DEFERRED``)."""
+    return LOOKS_DEFERRED if LOOKS_DEFERRED is not None else platform != "cpu"
+
+
+def platform_of(values: Iterable[object]) -> str:
+    """Where the first array among ``values`` lives ("cpu", "tpu", ...); "cpu" when none says (no array)."""
+    for value in values:
+        devices = getattr(value, "devices", None)
+        if devices is not None:
+            try:
+                return str(next(iter(devices())).platform)
+            except Exception:  # deleted, or not a JAX array after all
+                continue
+    return "cpu"
 
 
 class CallSampler:
-    """Count the user's calls per function and say which to look at (``due``); see the module docstring."""
+    """Count the user's calls per function and say which to look at (``due``); see the module docstring.
 
-    def __init__(self, share: float | None = SHARE, credit: float = CREDIT, first_calls: int = FIRST_CALLS):
+    ``first_calls``, ``credit``: the calls of each function always looked at, the seconds of looking
+    every block may spend first; None (the default) decides them from whether looks are deferred, told
+    by ``saw_results`` at the first call looked at.
+    """
+
+    def __init__(
+        self, share: float | None = SHARE, credit: float | None = None, first_calls: int | None = None
+    ) -> None:
         self.share = share
-        self.credit = credit
-        self.first_calls = first_calls
+        self.credit = CREDIT if credit is None else credit
+        self._credit_by_deferral = credit is None
+        self._by_deferral = first_calls is None
+        # Before the first call is looked at (always: it is the first), the host's count: a call's number
+        # is compared with it only from the second call on, after ``saw_results``.
+        self.first_calls = FIRST_CALLS if first_calls is None else first_calls
+        self.deferred: bool | None = None  # whether looks are deferred; None until the first call looked at
         self.start = perf_counter()
         self.spent = 0.0  # seconds spent looking at calls
         # The first moment at which spent <= credit + share * (now - start) holds again: one
@@ -43,6 +99,16 @@ class CallSampler:
         self.next_look = float("-inf")
         self.calls: dict = {}  # the called function (the Python one jit wraps) -> calls counted
         self.looked: dict = {}  # the same key -> calls looked at (due when made)
+
+    def saw_results(self, results: Iterable[object]) -> None:
+        """Decide, once per block, whether looks are deferred from where a call's ``results`` live, and so
+        how many first calls of each function are always looked at, and the credit."""
+        if self.deferred is None:
+            self.deferred = looks_deferred(platform_of(results))
+            if self._by_deferral:
+                self.first_calls = FIRST_CALLS_DEFERRED if self.deferred else FIRST_CALLS
+            if self._credit_by_deferral:
+                self.credit = CREDIT_DEFERRED if self.deferred else CREDIT
 
     def count(self, function) -> int:
         """Count one call of ``function``, looked at whatever the share (a call on jit's Python path); its

@@ -212,7 +212,7 @@ class FastPathCalls:
         ~0.6 us) and settle its function until the next look is due."""
         getframe, state, user_files, made_by_user = sys._getframe, self._state, self._user, self._made_by_user
         sampler, unlooked, fast_path_call, settled = self._sampler, self._unlooked, self._fast_path_call, self._settled
-        calls, looked, first_calls = sampler.calls, sampler.looked, sampler.first_calls
+        calls, looked = sampler.calls, sampler.looked
         skip_counters = self._skip_counters
         # The usual case, one observer counting skipped calls (host arguments): its wanted functions and method.
         one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, _count_nothing)
@@ -236,7 +236,8 @@ class FastPathCalls:
                 function = jitted._fun
                 number = calls[function] = calls.get(function, 0) + 1
                 now = perf_counter()
-                if number <= first_calls or now >= sampler.next_look:
+                # first_calls read at each call: the sampler decides it at the first call looked at
+                if number <= sampler.first_calls or now >= sampler.next_look:
                     looked[function] = looked.get(function, 0) + 1
                     unlooked.pop(function, None)
                     fast_path_call(jitted, args, kwargs, output, number, caller, caller.f_lineno)
@@ -420,6 +421,8 @@ class FastPathCalls:
     ) -> None:
         flat_args = (*consts, *dynamic)
         outputs = jax.tree_util.tree_leaves(output)
+        if self._sampler.deferred is None:  # the block's first look: are looks deferred (how many first calls)
+            self._sampler.saw_results(outputs)
         name = str(params.get("name", "jit"))
         closed = params.get("jaxpr")
         if self._on_trace is not None and closed is not None and id(closed) not in self._traced:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from types import FrameType
 from typing import cast
 
@@ -14,7 +15,8 @@ import numpy as np
 
 from jaxmagic._jax import jit_calls, prng_checks
 from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw
-from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, key_fingerprint, render_key
+from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_data, key_fingerprint, render_key
+from jaxmagic.probes._keys.key_reads import KeyReads
 from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls import library_calls
@@ -100,20 +102,48 @@ def _place(frame: FrameType | None) -> tuple[str, int] | None:
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
-def _draw_fingerprint(key: object, frame: FrameType | None) -> tuple[bytes, object] | None:
-    """Digest of a concrete key's data and the drawing function's other arguments; None under a trace."""
+# A draw's other arguments, for its fingerprint: "name=text", or (name, index of the array read with the key)
+Others = list["str | tuple[str, int]"]
+
+
+def _draw_parts(key: object, frame: FrameType | None) -> tuple[list[object], Others] | None:
+    """What a draw's fingerprint is made of: the arrays to read on the host (the key's data first, then the
+    drawing function's small array arguments) and its other arguments; None under a trace."""
     if isinstance(key, jax.core.Tracer):
         return None
-    digest, data = key_fingerprint(key)
-    others = []
+    arrays: list[object] = [key_data(key)]
+    others: Others = []
     if frame is not None:
         code = frame.f_code
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         for name in names:
-            if name != "key":
-                others.append(f"{name}={_argument_fingerprint(frame.f_locals.get(name))}")
-    extra = hashlib.blake2b("|".join(others).encode(), digest_size=_EXTRA_DIGEST).digest()
-    return digest + extra, data
+            if name == "key":
+                continue
+            value = frame.f_locals.get(name)
+            if _read_with_key(value):
+                arrays.append(value)
+                others.append((name, len(arrays) - 1))
+            else:
+                others.append(f"{name}={_argument_fingerprint(value)}")
+    return arrays, others
+
+
+def _draw_fingerprint(data: list[np.ndarray], others: Others) -> bytes:
+    """Digest of a key's data and the drawing function's other arguments (``_draw_parts``), read: ``data``."""
+    digest = data_fingerprint(data[0])[0]
+    texts = [other if isinstance(other, str) else f"{other[0]}={_array_text(data[other[1]])}" for other in others]
+    return digest + hashlib.blake2b("|".join(texts).encode(), digest_size=_EXTRA_DIGEST).digest()
+
+
+def _read_with_key(value: object) -> bool:
+    """An argument whose values are part of the draw's fingerprint (a small array), read with the key."""
+    if isinstance(value, jax.core.Tracer) or jit_calls.is_typed_key(value):
+        return False
+    return hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "size", 0) <= 4096
+
+
+def _array_text(array: np.ndarray) -> str:
+    return f"{array.dtype}{array.shape}:" + hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
 
 
 def _argument_fingerprint(value: object) -> str:
@@ -122,8 +152,7 @@ def _argument_fingerprint(value: object) -> str:
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         if getattr(value, "size", 0) <= 4096:
             try:
-                array = np.asarray(value)
-                return f"{array.dtype}{array.shape}:" + hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
+                return _array_text(np.asarray(value))
             except Exception:
                 pass
         return f"array id {id(value)}"
@@ -160,6 +189,7 @@ class _DrawFollower:
         self.consumed: dict[bytes, tuple[Place, str, str]] = {}
         self.reuses: dict[tuple[Place, Place], KeyReuse] = {}
         self.lock = threading.Lock()
+        self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
 
     def follow(self, name: str, key: object, frame_seen: object) -> None:
         """One eager jax.random call ``name`` given ``key``, running in ``frame_seen``."""
@@ -179,15 +209,47 @@ class _DrawFollower:
             self._legacy_use(where, user)
         if name in _NOT_DRAWING:
             return
-        with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
-            found = _draw_fingerprint(key, frame)
-        if found is None:
+        parts = _draw_parts(key, frame)
+        if parts is None:
             return
-        fingerprint, data = found
+        arrays, others = parts
         with self.lock:
-            if legacy and name not in _NOT_CONSUMING:
-                self._note_consumed(fingerprint[:-_EXTRA_DIGEST], name, where, user)
-            self._count_draw(where, user, inner, legacy, fingerprint, data)
+            drawn = self._draw_at(where, user, inner, legacy)
+        consumer = None
+        if legacy and name not in _NOT_CONSUMING:  # what a reuse found once the data is read names
+            started = self._started_by(user, arrays)
+            consumer = (name, where, user.f_code.co_qualname, user.f_code.co_name, started)
+        # Read without waiting where looks are deferred (``key_reads``): counted once the data is there.
+        self.reads.read(arrays, partial(self._count, drawn, others, consumer))
+
+    def _started_by(self, user: FrameType, arrays: list[object]) -> Callable[[], SourceLine | None]:
+        """The line that started the draw (a reuse's provenance): taken now where the read is deferred (the frame
+        runs on meanwhile); else the read is finished before ``follow`` returns, and it is taken only if asked."""
+        if self.reads.deferred(arrays):
+            line = attribution.started_by(user)
+            return lambda: line
+        return partial(attribution.started_by, user)
+
+    def _count(
+        self,
+        drawn: tuple[RepeatedDraw, dict[bytes, list[object]]] | None,
+        others: Others,
+        consumer: tuple[str, Place, str, str, Callable[[], SourceLine | None]] | None,
+        data: list[np.ndarray],
+    ) -> None:
+        """Count one draw, its key's data (and small array arguments) read on the host: ``data``."""
+        fingerprint = _draw_fingerprint(data, others)
+        with self.lock:
+            if consumer is not None:
+                self._note_consumed(fingerprint[:-_EXTRA_DIGEST], *consumer)
+            if drawn is None:
+                return
+            draw, seen = drawn
+            if fingerprint in seen:
+                seen[fingerprint][1] = cast(int, seen[fingerprint][1]) + 1
+            elif len(seen) < MAX_FLOW_VALUES:
+                seen[fingerprint] = [data[0], 1]
+            draw.distinct = len(seen)
 
     def _legacy_use(self, where: Place, user: FrameType | None) -> None:
         with self.lock:
@@ -200,15 +262,15 @@ class _DrawFollower:
                 self.report.legacy.append(use)
             use.count += 1
 
-    def _count_draw(
-        self, where: Place, user: FrameType, inner: FrameType | None, legacy: bool, fingerprint: bytes, data: object
-    ) -> None:
-        """One more call drawing at ``where``, with key data and other arguments ``fingerprint``. Called with
-        ``lock`` held."""
+    def _draw_at(
+        self, where: Place, user: FrameType, inner: FrameType | None, legacy: bool
+    ) -> tuple[RepeatedDraw, dict[bytes, list[object]]] | None:
+        """One more call drawing at ``where``: its draw (made at the first, with the line the frame runs now) and
+        the key data seen there; None past ``MAX_DRAW_LINES``. Called with ``lock`` held."""
         entry = self.draws.get(where)
         if entry is None:
             if len(self.draws) >= MAX_DRAW_LINES:
-                return
+                return None
             name, library = where[0], where[3]
             line = line_of(user)
             provenance = attribution.of_source_line(line, attribution.started_by(user))
@@ -218,21 +280,25 @@ class _DrawFollower:
             draw.consumed_at = line_of(inner) if inner is not None else None
             entry = self.draws[where] = (draw, {})
             self.report.draws.append(draw)
-        draw, seen = entry
-        draw.calls += 1
-        if fingerprint in seen:
-            seen[fingerprint][1] = cast(int, seen[fingerprint][1]) + 1
-        elif len(seen) < MAX_FLOW_VALUES:
-            seen[fingerprint] = [data, 1]
-        draw.distinct = len(seen)
+        entry[0].calls += 1
+        return entry
 
-    def _note_consumed(self, digest: bytes, name: str, where: Place, user: FrameType) -> None:
-        """A legacy key's data consumed on a second line: the reuse JAX raises for a typed key, recorded.
-        Called with ``lock`` held."""
+    def _note_consumed(
+        self,
+        digest: bytes,
+        name: str,
+        where: Place,
+        qualname: str,
+        function: str,
+        started_by: Callable[[], SourceLine | None],
+    ) -> None:
+        """A legacy key's data consumed on a second line: the reuse JAX raises for a typed key, recorded
+        (``where``, ``qualname``, ``function``, ``started_by``: the consuming call's, taken at the call). Called
+        with ``lock`` held."""
         first = self.consumed.get(digest)
         if first is None:
             if len(self.consumed) < MAX_CONSUMED_KEYS:
-                self.consumed[digest] = (where, name, user.f_code.co_qualname)
+                self.consumed[digest] = (where, name, qualname)
                 self.report.legacy_keys_followed = len(self.consumed)
             else:
                 self.report.legacy_keys_limit = MAX_CONSUMED_KEYS
@@ -244,18 +310,19 @@ class _DrawFollower:
         if reuse is not None:
             reuse.count += 1
             return
-        line = line_of(user)
+        line = source_line(where[1], where[2], function)
         self.reuses[pair] = reuse = KeyReuse(
             message=f"legacy uint32 key data consumed by jax.random.{first[1]} and again by jax.random.{name}",
             consumer=f"jax.random.{name}",
             reused_at=line,
             first_used_at=line_of_place(first[0], first[2]),
-            provenance=attribution.of_source_line(line, attribution.started_by(user)),
+            provenance=attribution.of_source_line(line, started_by()),
         )
         self.report.reuse.append(reuse)
 
     def finish(self) -> None:
-        """Each draw's most repeated key, rendered once when the block ends."""
+        """Count the keys still being read, then each draw's most repeated key, rendered once when the block ends."""
+        self.reads.settle(wait=True)
         for draw, seen in self.draws.values():
             if seen:
                 data, times = max(seen.values(), key=lambda item: cast(int, item[1]))

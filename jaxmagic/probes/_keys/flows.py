@@ -7,15 +7,18 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from functools import partial
 from types import FrameType
 from typing import Any
 
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts, jit_calls, key_internals, prng_checks
+from jaxmagic.probes._keys import key_reads
 from jaxmagic.probes._keys.findings import ConstantKeyDraw, KeyFlow, LoopKeyDraw, SameNumbersDraw, SharedKeyDraw
 from jaxmagic.probes._keys.fixes import shared_key_fix
 from jaxmagic.probes._keys.jit_params import argument_name, function_is_users
+from jaxmagic.probes._keys.key_reads import KeyReads
 from jaxmagic.probes._keys.library_state import (
     dropped_update,
     folded_inputs,
@@ -62,6 +65,7 @@ class KeyWatch(jit_calls.CallObserver):
         self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
         self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
         self.lock = threading.Lock()
+        self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
 
     def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
         if not is_jit or not (function_is_users(params) or made_by_users_line()):
@@ -71,48 +75,67 @@ class KeyWatch(jit_calls.CallObserver):
         self._constant_draws(name, params)
         legacy = self._legacy_arguments(params)
         folded, dropped = self._folded_arguments(params)
+        self.reads.settle(wait=False)  # the keys of earlier calls whose data is there by now
         for index, value in enumerate(args):
             if not jit_calls.is_typed_key(value) and index not in legacy:
                 continue
-            with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
-                fingerprint, shown = key_fingerprint(value)
-                # a key only folded with other arguments (fold_in(key, count)) draws anew when they change
-                with_data = [j for j in sorted(folded.get(index, ())) if j < len(args)]
-                for j in with_data:
-                    fingerprint += key_fingerprint(args[j])[0]
+            # a key only folded with other arguments (fold_in(key, count)) draws anew when they change
+            with_data = [j for j in sorted(folded.get(index, ())) if j < len(args)]
             key = (name, index)
             with self.lock:
                 flow = self.flows.get(key)
                 if flow is None:
-                    caller, lineno = call_site()
-                    through = call_names.user_call(caller) if caller is not None else None  # a library's wrapper
-                    argument = (
-                        (through.name_of(value) if through is not None else "")
-                        or argument_name(params, index)
-                        or f"argument {index}"
-                    )
-                    del through
-                    line = line_of(caller, lineno)
-                    flow = self.flows[key] = KeyFlow(
-                        name,
-                        argument,
-                        first_call=line,
-                        legacy=index in legacy,
-                        provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
-                    )
-                    flow.folded_with = [argument_name(params, j) or f"argument {j}" for j in with_data]
-                    self.report.flows.append(flow)
-                    self.seen[key] = {}
+                    flow = self._new_flow(key, name, index, value, params, legacy, with_data)
                 flow.calls += 1
-                seen = self.seen[key]
-                if fingerprint in seen:
-                    seen[fingerprint][1] += 1
-                    if key not in self.state_asked and any(dropped.get(j) for j in with_data):
-                        self.state_asked.add(key)  # asked once per argument: its holder does not change
-                        flow.fix = self._library_state_fix(name, value, [args[j] for j in with_data if dropped.get(j)])
-                elif len(seen) < MAX_FLOW_VALUES:
-                    seen[fingerprint] = [shown, 1]
-                flow.distinct = len(seen)
+            fix = None  # a library's key whose counter the jit drops: its fix, if the key turns out repeated
+            if key not in self.state_asked and any(dropped.get(j) for j in with_data):
+                counters = [args[j] for j in with_data if dropped.get(j)]
+                fix = partial(self._library_state_fix, name, value, counters, dict(jit_calls.call_locals() or {}))
+            # Read without waiting where looks are deferred (``key_reads``): counted once the data is there.
+            data = [key_data(value), *(key_data(args[j]) for j in with_data)]
+            self.reads.read(data, partial(self._count_key, key, fix))
+
+    def _new_flow(
+        self, key: tuple[str, int], name: str, index: int, value: object, params: dict[str, Any], legacy, with_data
+    ) -> KeyFlow:
+        """The flow of an argument's keys, at its first call (its line and names are the call's: taken now).
+        Called with ``lock`` held."""
+        caller, lineno = call_site()
+        through = call_names.user_call(caller) if caller is not None else None  # a library's wrapper
+        argument = (
+            (through.name_of(value) if through is not None else "")
+            or argument_name(params, index)
+            or f"argument {index}"
+        )
+        del through
+        line = line_of(caller, lineno)
+        flow = self.flows[key] = KeyFlow(
+            name,
+            argument,
+            first_call=line,
+            legacy=index in legacy,
+            provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
+        )
+        flow.folded_with = [argument_name(params, j) or f"argument {j}" for j in with_data]
+        self.report.flows.append(flow)
+        self.seen[key] = {}
+        return flow
+
+    def _count_key(self, key: tuple[str, int], fix: Callable[[], str] | None, data: list[np.ndarray]) -> None:
+        """Count one call's key (and the arguments folded into it), read on the host: ``data``."""
+        fingerprint, shown = data_fingerprint(data[0])
+        for folded in data[1:]:
+            fingerprint += data_fingerprint(folded)[0]
+        with self.lock:
+            flow, seen = self.flows[key], self.seen[key]
+            if fingerprint in seen:
+                seen[fingerprint][1] += 1
+                if fix is not None and key not in self.state_asked:
+                    self.state_asked.add(key)  # asked once per argument: its holder does not change
+                    flow.fix = fix()
+            elif len(seen) < MAX_FLOW_VALUES:
+                seen[fingerprint] = [shown, 1]
+            flow.distinct = len(seen)
 
     def _shared_draws(self, name: str, params: dict[str, Any]) -> None:
         """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""
@@ -207,10 +230,10 @@ class KeyWatch(jit_calls.CallObserver):
             self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
         return folded, dropped
 
-    def _library_state_fix(self, name: str, key: object, counters: list[object]) -> str:
+    def _library_state_fix(self, name: str, key: object, counters: list[object], details: dict) -> str:
         """The fix of a key a library keeps with a counter the jit drops: the library's own jit, tried by tracing
-        the user's function under it on this call's arguments; "" when no library object holds the pair."""
-        details = jit_calls.call_locals() or {}
+        the user's function under it on the call's arguments (``details``: ``jit_calls.call_locals()`` at the
+        call); "" when no library object holds the pair."""
         fun, arguments, kwargs = details.get("fun"), details.get("args"), details.get("kwargs") or {}
         if fun is None or arguments is None:
             return ""
@@ -246,7 +269,8 @@ class KeyWatch(jit_calls.CallObserver):
         return found
 
     def finish(self) -> None:
-        """Fill in each flow's most repeated key (rendered once, at the end)."""
+        """Count the keys still being read, then fill in each flow's most repeated key (rendered once, at the end)."""
+        self.reads.settle(wait=True)
         self.legacy_arguments.clear()
         self.folded.clear()
         self.shared_seen.clear()
@@ -276,12 +300,18 @@ def _wrapped_inputs(jaxpr: Any, depth: int = 0) -> set[int]:
 
 
 def key_fingerprint(key: object) -> tuple[bytes, object]:
-    """A digest of a typed key's raw data, and the data (rendered only if shown); reads it, consumes nothing."""
-    if jit_calls.is_typed_key(key):
-        base = key_internals.typed_key_data(key)
-    else:
-        base = key  # a raw uint32 key is its own key data
-    data = np.asarray(base)
+    """A digest of a typed key's raw data, and the data (rendered only if shown); reads it (waiting for it),
+    consumes nothing."""
+    return data_fingerprint(key_reads.host_array(key_data(key)))
+
+
+def key_data(key: object) -> object:
+    """A key's raw data where it lives, not read: a typed key's uint32 data; a raw uint32 key is its own."""
+    return key_internals.typed_key_data(key) if jit_calls.is_typed_key(key) else key
+
+
+def data_fingerprint(data: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """``key_fingerprint`` of key data read on the host."""
     raw = data.tobytes() + str(data.shape).encode()
     # A key or two is a few bytes: its data is its own fingerprint; a batch of keys is digested.
     return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data

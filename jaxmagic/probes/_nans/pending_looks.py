@@ -29,10 +29,16 @@ it is read: a NaN-making call is replayed from them, and its arguments tell a Na
 made by the call from one that came in. While the call is queued the device
 holds those arguments anyway; a look that stays unread long after (the last one
 before a stretch of calls not looked at) holds them as the host-read look always
-held its call's arguments and results. At most ``MAX_PENDING`` looks wait (then
-the oldest is read, waiting for it: the device still has the others queued), and
+held its call's arguments and results. At most ``MAX_PENDING`` looks wait, and
 at most ``MAX_PENDING_COPIES`` of them with copies of donated arguments (device
-memory the size of the arguments each).
+memory the size of the arguments each). Over either limit, the verdicts already
+there are read first, in any order (``read_ready``): a look whose results were
+all finite finds nothing and needs nothing it held, so it leaves the queue; any
+other keeps its place with its verdict, so looks are still told oldest first.
+Only if that frees no place is the oldest read, waiting for it (the device still
+has the others queued). A donating loop looked at call after call once held 4
+looks with copies, then waited for the device at every look: on a TPU v5e, 2.2 ms
+a look, 2.46x the loop (issue 60 item 3).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class PendingLook:
     codes: Any = None  # the device's verdict (finite_flags.nonfinite_codes); None: read ``outputs`` on the host
     outputs: list | None = None  # the float outputs themselves, for a look read on the host
     shapes: list[tuple[int, ...]] | None = None  # the float outputs' shapes, for a verdict (outputs not kept)
+    found: list[str] | None = None  # the verdict once read out of turn (``PendingLooks.read_ready``)
 
     @property
     def line(self) -> SourceLine | None:
@@ -81,7 +88,7 @@ class PendingLook:
 
     def ready(self) -> bool:
         """Whether reading it now waits for nothing (a look read on the host is read at the next look)."""
-        if self.codes is None:
+        if self.codes is None or self.found is not None:
             return True
         try:
             return bool(self.codes.is_ready())
@@ -90,6 +97,8 @@ class PendingLook:
 
     def kinds(self) -> list[str]:
         """Per float output: "nan", "inf" or "" (finite, or not readable here)."""
+        if self.found is not None:
+            return self.found
         if self.codes is not None:
             with jit_calls.reads_allowed():  # our reads are not the user's transfers
                 found = finite_flags.read_codes(self.codes)
@@ -116,6 +125,19 @@ class PendingLooks:
 
     def over_limit(self) -> bool:
         return len(self._looks) > MAX_PENDING or self._with_copies > MAX_PENDING_COPIES
+
+    def read_ready(self) -> None:
+        """Read every device verdict that is there already, in any order, without waiting: a look whose results
+        were all finite leaves the queue (with what it held); any other keeps its place and its verdict."""
+        left: deque[PendingLook] = deque()
+        for look in self._looks:
+            if look.found is None and look.codes is not None and look.ready():
+                look.found = look.kinds()
+                if not any(look.found):
+                    self._with_copies -= look.kept is not None
+                    continue
+            left.append(look)
+        self._looks = left
 
     def take(self, wait: bool) -> PendingLook | None:
         """The oldest look, when it is ready or ``wait``; else None (the later ones wait behind it, so

@@ -45,11 +45,9 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxmagic._jax import finite_flags, jit_calls, jit_internals
-from jaxmagic._jax.own_programs import OWN_PROGRAMS
+from jaxmagic._jax import call_sampling, finite_flags, jit_calls, jit_internals, own_programs
 from jaxmagic.probes._nans.nonfinite import is_inexact
 from jaxmagic.probes._nans.pending_looks import PendingLook, PendingLooks, host_array
 from jaxmagic.probes._support.calls.call_site import call_site
@@ -57,10 +55,6 @@ from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
 from jaxmagic.report.source import whole_expression
 from jaxmagic.report.wording import format_bytes
-
-# Verdicts computed on the device (``pending_looks``): None decides by where the results live (not on the
-# CPU); True or False forces it - the tests check the accelerator's mechanism on the CPU with True.
-VERDICTS_ON_DEVICE: bool | None = None
 
 
 @dataclasses.dataclass
@@ -125,13 +119,6 @@ def _deleted(value) -> bool:
         return False
 
 
-def _copied(leaves) -> list:
-    """Device copies of ``leaves`` (dispatched, not waited for: they are made before a later call donates them);
-    programs of jaxmagic's own, not the user's compilations."""
-    with OWN_PROGRAMS:
-        return [jnp.copy(leaf) for leaf in leaves]
-
-
 class NanWatch(jit_calls.CallObserver):
     """A call observer that remembers the first NaN-producing call (see the module docstring).
 
@@ -169,7 +156,7 @@ class NanWatch(jit_calls.CallObserver):
                 f"its donated arguments ({format_bytes(size)}) are over the {format_bytes(self.copy_limit)} the watch copies",
             )
             return
-        self._before_call = list(zip(leaves, _copied(leaves)))
+        self._before_call = list(zip(leaves, own_programs.copied(leaves)))
 
     @property
     def calls_seen(self) -> int:
@@ -200,7 +187,7 @@ class NanWatch(jit_calls.CallObserver):
         frame, lineno = call_site()  # kept as words, not the frame: a frame keeps its locals alive
         site = (frame.f_code.co_filename, lineno, frame.f_code.co_name) if frame is not None else None
         look = PendingLook(name, is_jit, number, previous, site, indices, args, jit_locals, kept)
-        if is_jit and (self._platform != "cpu" or VERDICTS_ON_DEVICE) and self._on_device(floats):
+        if is_jit and self._on_device(floats):
             signature = finite_flags.signature_of(floats)
             if signature in self._signatures or finite_flags.has_verdict_program(signature):
                 with jit_calls.reads_allowed():  # its copy to the host is ours, not a transfer of the user's
@@ -212,19 +199,17 @@ class NanWatch(jit_calls.CallObserver):
             look.outputs = [kept["results"].get(id(out), out) for out in floats] if kept is not None else floats
         looks = self._looks
         looks.add(look)
+        if looks.over_limit():  # the verdicts there already first, in any order: a clean one frees its place
+            looks.read_ready()
         while looks.over_limit():  # the device is far behind: wait for the oldest look
             self._read(looks.take(wait=True))
 
     def _on_device(self, floats: list) -> bool:
-        """Whether verdicts are the device's (``VERDICTS_ON_DEVICE``; by default off the CPU)."""
-        if VERDICTS_ON_DEVICE is not None:
-            return VERDICTS_ON_DEVICE
+        """Whether verdicts are the device's: where looks are deferred (``call_sampling.looks_deferred``, by
+        default anywhere but the CPU)."""
         if not self._platform:  # read once: the first results looked at say where the cell computes
-            try:
-                self._platform = next(iter(floats[0].devices())).platform
-            except Exception:
-                self._platform = "cpu"
-        return self._platform != "cpu"
+            self._platform = call_sampling.platform_of(floats)
+        return call_sampling.looks_deferred(self._platform)
 
     def _keep_donated(self, jit_locals, outputs) -> dict:
         """For a call of a function that donates: the copies of its donated arguments (by the id of the
@@ -246,7 +231,7 @@ class NanWatch(jit_calls.CallObserver):
             self._results = []
             self._not_copied = f"the results of the call before it ({format_bytes(size)}) are over the {format_bytes(self.copy_limit)} the watch copies"
         else:
-            self._results = list(zip(arrays, _copied(arrays)))
+            self._results = list(zip(arrays, own_programs.copied(arrays)))
             copies["results"] = {id(original): copy for original, copy in self._results}
         return copies
 
