@@ -75,7 +75,9 @@ class GatherReport(Report):
         problems = [e for e in self.processes if e.status == "problem"]
         if problems:
             return quoted_headline(f"Every one of the {n} processes found the same: ", problems[0].headline)
-        return quoted_headline(f"The {n} processes agree: ", self.processes[0].headline) if n else "No process answered."
+        return (
+            quoted_headline(f"The {n} processes agree: ", self.processes[0].headline) if n else "No process answered."
+        )
 
     def document(self) -> Document:
         sections = []
