@@ -353,7 +353,7 @@ def test_a_new_jit_wrapper_per_call_is_told_at_its_first_repeat(shell):
     cell(shell, "%jax_watch -o wlog")
     cell(
         shell,
-        "def body(i):\n    return i + 1\ni = jnp.int32(0)\nfor _ in range(2):\n    i = jax.jit(lambda v: body(v))(i)",
+        "def body(i):\n    return i + 1\ni = jnp.int32(0)\nfor step in range(2):\n    i = jax.jit(lambda v: body(v))(i)",
     )
     (found,) = findings(shell, "recompilation")
     assert found["count"] == 2 and found["cause"]["kind"] == "new_function"
