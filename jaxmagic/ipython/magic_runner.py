@@ -2,8 +2,8 @@
 
 ``MagicRunner`` is the base of ``JaxMagics``: each magic is a module of ``ipython/magic/`` that declares
 its options (``@magic_arguments()``), says which probe to build and hands both to the runner given as its
-first argument; it declares itself as a ``Magic`` (the function and the forms it is typed in), which the
-registry (``ipython/magic/__init__.py``) gathers for ``JaxMagics``.
+first argument; the registry (``ipython/magic/__init__.py``) names each as a ``Magic`` (its name and the
+forms it is typed in), of which ``JaxMagics`` is composed.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -48,15 +49,23 @@ PREFIX: dict[Form, str] = {"line": "%", "cell": "%%"}
 
 @dataclasses.dataclass(frozen=True)
 class Magic:
-    """One magic as its module declares it: the function (``runner, line[, cell]``; its options and help on it,
-    ``@magic_arguments()``) and the forms it is typed in (``("line", "cell")``: ``%jax_live`` and ``%%jax_live``)."""
+    """One magic as the registry declares it (``ipython/magic/__init__.py``): its name - the module of
+    ``ipython/magic/`` that declares its options and runs it, and the function of that name there - and the
+    forms it is typed in (``("line", "cell")``: ``%jax_live`` and ``%%jax_live``)."""
 
-    function: ArgumentMagic
+    name: str
     forms: tuple[Form, ...]
 
     @property
-    def name(self) -> str:
-        return self.function.__name__
+    def module(self) -> str:
+        return f"jaxmagic.ipython.magic.{self.name}"
+
+    @property
+    def function(self) -> ArgumentMagic:
+        """The magic's function (``runner, line[, cell]``; its options and help on it, ``@magic_arguments()``),
+        its module imported on first use: ``%load_ext`` imports no magic's module."""
+        function: ArgumentMagic = getattr(importlib.import_module(self.module), self.name)
+        return function
 
     @property
     def typed(self) -> list[str]:

@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.call_expression import EvaluatedCall
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option, positive_float
 from jaxmagic.report import Report
 
@@ -79,6 +79,3 @@ def jax_bisect(runner: MagicRunner, line: str) -> None:
         evaluate=reference_and_call,
         run=run,
     )
-
-
-MAGIC = Magic(jax_bisect, ("line",))

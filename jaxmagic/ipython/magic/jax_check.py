@@ -8,7 +8,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.call_expression import EvaluatedCall
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option, vmap_axes
 
 
@@ -53,6 +53,3 @@ def jax_check(runner: MagicRunner, line: str) -> None:
         ),
         flag_of={"vmap_axes": "--vmap"},
     )
-
-
-MAGIC = Magic(jax_check, ("line",))

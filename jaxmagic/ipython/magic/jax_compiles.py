@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import bounded_int, output_option
 from jaxmagic.ipython.user_traceback import raise_users_error
 
@@ -77,6 +77,3 @@ def with_causes(doc: str) -> str:
 
 
 UNEXPLAINED = ' (JAX itself only says "explanation unavailable" there)'
-
-
-MAGIC = Magic(jax_compiles, ("cell",))

@@ -6,7 +6,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -29,6 +29,3 @@ def jax_config(runner: MagicRunner, line: str) -> None:
     except RuntimeError as error:
         raise UsageError(str(error)) from None
     runner.publish(report, args)
-
-
-MAGIC = Magic(jax_config, ("line",))

@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython import debugger
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option, variable_name
 
 
@@ -103,6 +103,3 @@ def _after_the_error(runner: MagicRunner, args: argparse.Namespace, interactive:
             debugger.post_mortem(session.traceback, "jaxmagic: in your frame" + (f", {position}" if position else ""))
     finally:
         session.release()
-
-
-MAGIC = Magic(jax_debug, ("line", "cell"))

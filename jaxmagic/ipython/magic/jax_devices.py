@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -29,6 +29,3 @@ def jax_devices(runner: MagicRunner, line: str) -> None:
     with runner.options_checked(jax_devices):
         report = probes.devices(count)
     runner.publish(report, args)
-
-
-MAGIC = Magic(jax_devices, ("line",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import comma_list, output_option
 
 
@@ -32,6 +32,3 @@ def jax_doctor(runner: MagicRunner, line: str, cell: str) -> None:
     """
     __tracebackhide__ = True
     runner.run_cell_magic(jax_doctor, line, cell, lambda args: probes.doctor(skip=args.skip, namespace=runner.user_ns))
-
-
-MAGIC = Magic(jax_doctor, ("cell",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -20,6 +20,3 @@ def jax_env(runner: MagicRunner, line: str) -> None:
     """
     args = runner.parse(jax_env, line)
     runner.publish(probes.environment(show_host=args.show_host), args)
-
-
-MAGIC = Magic(jax_env, ("line",))

@@ -7,7 +7,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython import explainer_hook
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -59,6 +59,3 @@ def jax_explain(runner: MagicRunner, line: str) -> None:
     report = probes.explain_or_say_why(error, namespace=runner.user_ns)
     del error
     runner.publish(report, args)
-
-
-MAGIC = Magic(jax_explain, ("line",))

@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option, positive_float
 
 
@@ -96,6 +96,3 @@ def _ipyparallel_view(
             "(`rc = ipp.Cluster(n=2).start_and_connect_sync(); dv = rc[:]`) or name one with --view."
         )
     return views[0]
-
-
-MAGIC = Magic(jax_gather, ("line",))

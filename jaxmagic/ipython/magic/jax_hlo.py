@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.call_expression import EvaluatedCall, split_scope_and_call
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option, sweep
 from jaxmagic.report import Report
 
@@ -125,6 +125,3 @@ def _explorer(runner: MagicRunner, report: Report, args: argparse.Namespace) -> 
 
     data = report.to_dict()
     return lambda: show_hlo_explorer(data, in_kernel=runner.in_kernel)
-
-
-MAGIC = Magic(jax_hlo, ("line",))

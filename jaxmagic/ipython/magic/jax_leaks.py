@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -23,6 +23,3 @@ def jax_leaks(runner: MagicRunner, line: str, cell: str) -> None:
     """
     __tracebackhide__ = True
     runner.run_cell_magic(jax_leaks, line, cell, lambda args: probes.leaks(namespace=runner.user_ns))
-
-
-MAGIC = Magic(jax_leaks, ("cell",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import bounded_int, output_option, profile_path
 from jaxmagic.report import Report
 
@@ -63,6 +63,3 @@ def _live_explorer(runner: MagicRunner, report: Report) -> None:
     from jaxmagic.ipython.explorers.live import show_live_explorer
 
     show_live_explorer(report.to_dict(), in_kernel=runner.in_kernel)
-
-
-MAGIC = Magic(jax_live, ("line", "cell"))

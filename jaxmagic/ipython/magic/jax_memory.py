@@ -10,7 +10,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.call_expression import EvaluatedCall
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 from jaxmagic.report import Report
 
@@ -71,6 +71,3 @@ def jax_memory(runner: MagicRunner, line: str, cell: str | None = None) -> None:
         run=run,
     )
     return None
-
-
-MAGIC = Magic(jax_memory, ("line", "cell"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -43,6 +43,3 @@ def jax_nans(runner: MagicRunner, line: str, cell: str) -> None:
         cell,
         lambda args: probes.nans(infs=args.infs, namespace=runner.user_ns, inside=args.inside),
     )
-
-
-MAGIC = Magic(jax_nans, ("cell",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -30,6 +30,3 @@ def jax_print(runner: MagicRunner, line: str, cell: str) -> None:
     """
     __tracebackhide__ = True
     runner.run_cell_magic(jax_print, line, cell, lambda args: probes.prints(echo=args.echo))
-
-
-MAGIC = Magic(jax_print, ("cell",))

@@ -8,7 +8,7 @@ from IPython.utils.capture import capture_output
 
 from jaxmagic.ipython.cell_runner import run_cell_body, shown_if_unrunnable
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import bounded_int, output_option
 
 
@@ -55,6 +55,3 @@ def jax_profile(runner: MagicRunner, line: str, cell: str) -> None:
             outcome.reraise()
     runner.run_cell_in_probe(jax_profile, probe, args, cell)
     return None
-
-
-MAGIC = Magic(jax_profile, ("cell",))

@@ -10,7 +10,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.call_expression import EvaluatedCall
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, expression_checked, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import dimension_pair, output_option
 from jaxmagic.report import Report
 
@@ -135,6 +135,3 @@ def _explorer(
         except Exception:  # the inputs' layouts are extra: the outputs are still explored
             pass
     return lambda: show_sharding_explorer(data, given, inside, in_kernel=runner.in_kernel)
-
-
-MAGIC = Magic(jax_sharding, ("line",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import bounded_int, output_option
 
 
@@ -39,6 +39,3 @@ def jax_stages(runner: MagicRunner, line: str) -> None:
             call.function, call.args, call.kwargs, runs=args.runs, call_text=call.text
         ),
     )
-
-
-MAGIC = Magic(jax_stages, ("line",))

@@ -7,7 +7,7 @@ import sys
 from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import output_option
 
 
@@ -38,6 +38,3 @@ def jax_traceback(runner: MagicRunner, line: str) -> None:
     report = probes.traceback_view(error, previous_mode=previous)
     del error
     runner.publish(report, args)
-
-
-MAGIC = Magic(jax_traceback, ("line",))

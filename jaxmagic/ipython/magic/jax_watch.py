@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument
 
 from jaxmagic.ipython import watch_hook
 from jaxmagic.ipython.lazy_arguments import magic_arguments
-from jaxmagic.ipython.magic_runner import Magic, MagicRunner, probes
+from jaxmagic.ipython.magic_runner import MagicRunner, probes
 from jaxmagic.ipython.option_types import bounded_int, comma_list, variable_name
 from jaxmagic.report.watch_areas import UnknownArea, areas_named
 
@@ -95,6 +95,3 @@ def _switch_watch_on(runner: MagicRunner, args: argparse.Namespace) -> None:
         f"jaxmagic watch: already on ({running}), unchanged: {cells} cell(s) watched, "
         f"{findings} finding(s) kept (`%jax_watch status` shows them)"
     )
-
-
-MAGIC = Magic(jax_watch, ("line",))
