@@ -122,6 +122,7 @@ def _explorer(runner: MagicRunner, report: Report, args: argparse.Namespace) -> 
         return None
     # deferred: ipywidgets is imported only when an explorer is asked for
     from jaxmagic.ipython.explorers.hlo import show_hlo_explorer
+    from jaxmagic.probes import HloReport  # deferred: the probes, loaded already by the magic's run
 
-    data = report.to_dict()
-    return lambda: show_hlo_explorer(data, in_kernel=runner.in_kernel)
+    assert isinstance(report, HloReport)
+    return lambda: show_hlo_explorer(report, in_kernel=runner.in_kernel)

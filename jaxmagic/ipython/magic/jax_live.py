@@ -61,5 +61,7 @@ def jax_live(runner: MagicRunner, line: str, cell: str | None = None) -> None:
 def _live_explorer(runner: MagicRunner, report: Report) -> None:
     # deferred: ipywidgets is imported only when an explorer is asked for
     from jaxmagic.ipython.explorers.live import show_live_explorer
+    from jaxmagic.probes import LiveReport  # deferred: the probes, loaded already by the magic's run
 
-    show_live_explorer(report.to_dict(), in_kernel=runner.in_kernel)
+    assert isinstance(report, LiveReport)
+    show_live_explorer(report, in_kernel=runner.in_kernel)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic_arguments import argument
 
@@ -13,6 +13,9 @@ from jaxmagic.ipython.lazy_arguments import magic_arguments
 from jaxmagic.ipython.magic_runner import MagicRunner, expression_checked, probes
 from jaxmagic.ipython.option_types import dimension_pair, output_option
 from jaxmagic.report import Report
+
+if TYPE_CHECKING:
+    from jaxmagic.probes._sharding.report import ArrayLayout
 
 
 @magic_arguments()
@@ -119,19 +122,17 @@ def _explorer(
     if not args.explore:
         return None
     # deferred: ipywidgets is imported only when an explorer is asked for
-    from jaxmagic.ipython.explorers.sharding import (
-        input_layouts,
-        intermediate_layouts,
-        show_sharding_explorer,
-    )
+    from jaxmagic.ipython.explorers.sharding import input_layouts, intermediate_layouts, show_sharding_explorer
+    from jaxmagic.probes import ShardingReport  # deferred: the probes, loaded already by the magic's run
 
+    assert isinstance(report, ShardingReport)
     call = inputs[0]
-    data = report.to_dict()
-    given, inside = [], []
+    given: list[ArrayLayout] = []
+    inside: list[ArrayLayout] = []
     if call is not None:
         try:
             given = input_layouts(tuple(call.args), call.kwargs)
-            inside = intermediate_layouts(data, tuple(call.args), call.kwargs)
+            inside = intermediate_layouts(report, tuple(call.args), call.kwargs)
         except Exception:  # the inputs' layouts are extra: the outputs are still explored
             pass
-    return lambda: show_sharding_explorer(data, given, inside, in_kernel=runner.in_kernel)
+    return lambda: show_sharding_explorer(report, given, inside, in_kernel=runner.in_kernel)
