@@ -38,7 +38,7 @@ def jax_profile(runner: MagicRunner, line: str, cell: str) -> None:
     and what to look at next. With each program's memory_analysis().
     """
     __tracebackhide__ = True
-    from jaxmagic.probes._profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see above)
+    from jaxmagic.probes._profile import PROFILER_BUSY, trace_running  # deferred: imports JAX (see magic_runner.probes)
 
     args = runner.parse(jax_profile, line)
     with runner.options_checked(jax_profile):
