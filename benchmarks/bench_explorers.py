@@ -3,12 +3,12 @@
 Fake devices must be set before JAX starts, so the measurements run in a child process with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=64``.
 
-* 64-device 4-D layout (a 4x4x4 mesh, ``P('a', 'b', 'c', None)``, 64 blocks): ``report.to_dict()``
+* 64-device 4-D layout (a 4x4x4 mesh, ``P('a', 'b', 'c', None)``, 64 blocks): the report
   plus every widget of the sharding explorer (64 device buttons, dimension choosers, slicers,
   the drawn grid), then one device clicked. Goal: <= 0.2 s.
 * A program of 5,500 jaxpr equations (17,500 operations over jaxpr, StableHLO and optimized HLO;
   500 ``named_scope`` blocks of a few operations each, grad of it):
-  ``report.to_dict()`` plus the scope explorer with its first scope drawn. Goal: <= 0.2 s. The
+  the report plus the scope explorer with its first scope drawn. Goal: <= 0.2 s. The
   probe's own extra work to record every operation by scope (``every_scope=True``) is measured
   against the same probe without it (info: the compile dominates).
 
@@ -36,7 +36,7 @@ def run() -> list[Row]:
 
     return [
         Row(
-            "--explore: 64-device 4-D layout, to_dict + sharding explorer + a click",
+            "--explore: 64-device 4-D layout, sharding explorer + a click",
             median(m["sharding"]),
             0.0,
             compare="difference",
@@ -44,8 +44,7 @@ def run() -> list[Row]:
             note=f"4x4x4 mesh, 64 blocks; {spread('sharding')}",
         ),
         Row(
-            f"--explore: {m['equations']:,} jaxpr equations ({m['ops']:,} operations in 3 stages), "
-            "to_dict + scope explorer",
+            f"--explore: {m['equations']:,} jaxpr equations ({m['ops']:,} operations in 3 stages), scope explorer",
             median(m["hlo"]),
             0.0,
             compare="difference",
@@ -77,7 +76,7 @@ def child() -> None:
     sharding_times = []
     for _ in range(REPETITIONS):
         start = time.perf_counter()
-        explorer = ShardingExplorer(sharding_sources(report.to_dict(), []))
+        explorer = ShardingExplorer(sharding_sources(report, []))
         explorer.select(37)
         sharding_times.append(time.perf_counter() - start)
         explorer.widget.close_all()  # closes every widget built so far
@@ -97,7 +96,7 @@ def child() -> None:
     hlo_times, probe_every, probe_plain = [], [], []
     for _ in range(REPETITIONS):
         start = time.perf_counter()
-        explorer = HloExplorer(hlo_report.to_dict())
+        explorer = HloExplorer(hlo_report)
         hlo_times.append(time.perf_counter() - start)
         explorer.widget.close_all()
     for _ in range(3):

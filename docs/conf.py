@@ -1,6 +1,6 @@
 """Sphinx configuration of jaxmagic's documentation (``make docs``: build/docs/html/index.html).
 
-Sphinx + myst-nb, as JAX, Flax and Optax build theirs (docs/DESIGN.md says why). Everything is local:
+Sphinx + myst-nb, as JAX, Flax and Optax build theirs (docs/design/docs_and_release.md says why). Everything is local:
 no theme, font, script or style sheet comes from the internet, at build time or when a page is viewed
 (tests/test_docs.py checks the built pages). The demo notebooks are the executed copies `make demo`
 wrote; they are never executed here.

@@ -53,14 +53,14 @@ def test_a_syntax_error_is_shown_at_the_editors_line(ip, capsys):
 
 def test_a_magic_line_is_shown_as_typed_not_as_ipythons_rewrite(ip):
     ip.run_cell(
-        "import sys\nfrom jaxmagic.report.source import line_of\n%time typed_x = 1\n"
+        "import sys\nfrom jaxmagic.usercode.source import line_of\n%time typed_x = 1\n"
         "typed_line = line_of(sys._getframe(), 3).code\n"
     )
     assert ip.user_ns["typed_line"] == "%time typed_x = 1"
 
 
 def test_as_typed_puts_back_magics_and_shell_escapes():
-    from jaxmagic.report.source import as_typed
+    from jaxmagic.usercode.source import as_typed
 
     assert as_typed("get_ipython().run_line_magic('jax_bisect', 'f(x)')") == "%jax_bisect f(x)"
     assert as_typed("r = get_ipython().run_line_magic('time', \"x = 'a'\")") == "r = %time x = 'a'"
@@ -69,7 +69,7 @@ def test_as_typed_puts_back_magics_and_shell_escapes():
 
 
 def test_a_quoted_part_of_a_line_is_a_whole_expression_or_nothing():
-    from jaxmagic.report.source import whole_expression
+    from jaxmagic.usercode.source import whole_expression
 
     line = "log_jit = jax.jit(lambda x: jnp.log(x))"
     assert whole_expression(line, 28, 38) == "jnp.log(x)"

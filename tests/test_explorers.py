@@ -1,4 +1,4 @@
-"""Explorers (``--explore``, ``--panel``): nothing without the flag, a real fallback line, built from to_dict().
+"""Explorers (``--explore``, ``--panel``): nothing without the flag, a real fallback line, built from the typed report.
 
 The programs are shaped like real threads: a 4-D activation sharded over a 2x4 mesh and a
 replicated weight (jax#18324: "which device has which block of my 4-D array"), a NaN from a
@@ -131,16 +131,16 @@ def test_the_watch_panel_lists_every_finding_and_clean_cells_add_nothing(ip, sho
         panel = watch_hook.current_panel(ip)
         assert "Nothing found yet" in panel.header.value
         ip.run_cell("def log_step(v):\n    return jnp.log(v)\ny_nan = jax.jit(log_step)(-jnp.ones(3))")
-        cell = panel.data["findings"][0]["cell"]
+        cell = panel.shown[0].cell
         assert [row for row, _ in panel.findings.options][0].split(" | ") == [
             f"{cell}, line 2",  # the line is in the cell that ran: the cell is said once (issue 53)
             "NaN",
             "seen 1x",
             "%%jax_nans",
         ]
-        shown_before = panel.data
+        shown_before = panel.shown
         ip.run_cell("z_clean = jnp.ones(2) + 1")
-        assert panel.data is shown_before, "a clean cell redraws nothing"
+        assert panel.shown is shown_before, "a clean cell redraws nothing"
         ip.run_cell("for n in (1, 2, 3):\n    jax.jit(lambda a: a * 2)(jnp.ones(n))")
         rows = [row for row, _ in panel.findings.options]
         assert [r.split(" | ")[1] for r in rows] == ["NaN", "recompilation"], rows
@@ -150,8 +150,9 @@ def test_the_watch_panel_lists_every_finding_and_clean_cells_add_nothing(ip, sho
         panel.areas.value = "NaN"
         assert len(panel.findings.options) == 1
         assert "jnp.log" in panel.details.value and "Fix:" in panel.details.value
-        # the panel holds the log's plain data only
-        json.dumps(panel.data)
+        # the panel holds the findings as drawn (copies: the log's count on), plain data only
+        assert all(shown is not found for shown, found in zip(panel.shown, watch_hook.current(ip).log.findings))
+        json.dumps([finding.to_dict() for finding in panel.shown])
     finally:
         ip.run_line_magic("jax_watch", "off")
 
@@ -169,7 +170,7 @@ def layer(a, w):
     return a.sum(axis=1), w * 2
 report, error = probes.run_sharding_call(jax.jit(layer), (acts, w), {}, call_text="layer(acts, w)")
 assert error is None, error
-ex = ShardingExplorer(sharding_sources(report.to_dict(), input_layouts((acts, w), {})))
+ex = ShardingExplorer(sharding_sources(report, input_layouts((acts, w), {})))
 out = {"arrays": [label for label, _ in ex.array.options], "dims": [ex.rows.value, ex.cols.value],
        "slices": sorted(ex._slice_widgets)}
 ex.rows.value = 1
@@ -224,8 +225,8 @@ def test_the_hlo_explorer_shows_a_scopes_operations_in_every_stage(ip, shown):
     ip.run_cell("%jax_hlo jax.grad(mlp)(params_m, jnp.ones((2, 8))) --explore -o hlo_rep")
     from jaxmagic.ipython.explorers.hlo import HloExplorer
 
-    data = ip.user_ns["hlo_rep"].to_dict()
-    explorer = HloExplorer(data)
+    report = ip.user_ns["hlo_rep"]
+    explorer = HloExplorer(report)
     labels = [label for label, _ in explorer.scopes.options]
     assert [label.split("  (")[0] for label in labels][:3] == ["encoder", "\u00b7\u00b7 attn", "head"]
     explorer.scopes.value = "encoder/attn"
@@ -235,8 +236,8 @@ def test_the_hlo_explorer_shows_a_scopes_operations_in_every_stage(ip, shown):
     assert "stablehlo.tanh" in stablehlo and "attn" in stablehlo
     assert "in " in hlo, "an optimized-HLO operation names the kernel it runs in"
     assert "flops" in explorer.header.value
-    assert data["scope_ops"] and all(op["inner"] == "" or op["inner"].split("/")[0] in ("encoder", "head")
-                                     for op in data["scope_ops"])  # fmt: skip
+    assert report.scope_ops and all(op.inner == "" or op.inner.split("/")[0] in ("encoder", "head")
+                                    for op in report.scope_ops)  # fmt: skip
 
 
 def test_the_live_explorer_sorts_filters_and_names_holders_and_lines(ip, shown):
@@ -255,7 +256,7 @@ def test_the_live_explorer_sorts_filters_and_names_holders_and_lines(ip, shown):
     assert "live-array groups" in line["text/plain"]
     from jaxmagic.ipython.explorers.live import LiveExplorer
 
-    explorer = LiveExplorer(ip.user_ns["live_rep"].to_dict())
+    explorer = LiveExplorer(ip.user_ns["live_rep"])
     rows = [row for row, _ in explorer.list.options]
     assert rows[0].startswith("float32[256,256]  x1  256 KiB") and "big_table" in rows[0], rows
     explorer.sort.value = "count"
@@ -298,8 +299,7 @@ def f(a):
     h = jnp.sin(a)
     return h.sum(axis=1)
 report, error = probes.run_sharding_call(jax.jit(f), (x,), {}, call_text="f(x)", intermediates=True)
-data = report.to_dict()
-ex = ShardingExplorer(sharding_sources(data, input_layouts((x,), {}), intermediate_layouts(data, (x,), {})))
+ex = ShardingExplorer(sharding_sources(report, input_layouts((x,), {}), intermediate_layouts(report, (x,), {})))
 ex.array.value = len(ex.array.options) - 1
 ex.select(5)
 print(json.dumps({"arrays": [label for label, _ in ex.array.options], "info": ex.info.value,

@@ -184,7 +184,7 @@ SCRIPT = """
 import json
 import jax, jax.numpy as jnp
 from jaxmagic import probes
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 
 @jax.jit

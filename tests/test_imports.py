@@ -1,7 +1,7 @@
 """Where a module may import inside a function: only where deferring protects start-up (docs/DESIGN.md).
 
 Two lines are drawn. JAX is imported by the user, never by ``%load_ext`` or by turning the watch on:
-``ipython/``, ``report/``, ``render/`` and the package's ``__init__`` import no ``jax`` or ``jaxlib`` at
+``ipython/``, ``report/``, ``usercode/``, ``render/`` and the package's ``__init__`` import no ``jax`` or ``jaxlib`` at
 their top, and import no probe at their top either; ``probes/`` and ``_jax/`` import JAX at their top
 like any library, and are imported only once JAX is, or is about to be, used: by a magic as it runs, or
 by the watch at the first cell that begins with ``jax`` in ``sys.modules`` (so ``"jax" in sys.modules``
@@ -55,7 +55,7 @@ print("watched:", log.cells_watched, sorted({finding.area for finding in log.fin
 """
 
 # The layers %load_ext and the watch's hook load: no JAX (and no probe) at their top.
-JAX_FREE_LAYERS = ("jaxmagic.ipython", "jaxmagic.render", "jaxmagic.report")
+JAX_FREE_LAYERS = ("jaxmagic.ipython", "jaxmagic.render", "jaxmagic.report", "jaxmagic.usercode")
 
 # A reason a JAX import was deferred for that no longer holds: probes/ and _jax/ import JAX at their top.
 STALE_REASON = re.compile(
@@ -64,7 +64,7 @@ STALE_REASON = re.compile(
 
 # Layers whose modules may defer imports though %load_ext loads only some of them: what a magic shows
 # (renderers, live view) loads when it is first shown, so ``%load_ext`` stays fast (issue 44).
-LOAD_PATH_LAYERS = ("jaxmagic.ipython", "jaxmagic.render", "jaxmagic.report")
+LOAD_PATH_LAYERS = ("jaxmagic.ipython", "jaxmagic.render", "jaxmagic.report", "jaxmagic.usercode")
 
 
 def _modules_loaded_at_load_ext() -> set[str]:

@@ -38,7 +38,7 @@ def test_top_level_holds_only_subpackages():
     entries = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
     files = {name for name in entries if (PACKAGE / name).is_file()}
     assert files == {"__init__.py"}, f"modules at the package top level: {sorted(files - {'__init__.py'})}"
-    assert {"ipython", "probes", "_jax", "report", "render"} <= entries
+    assert {"ipython", "probes", "_jax", "usercode", "report", "render"} <= entries
 
 
 def test_probes_import_without_ipython():
@@ -70,7 +70,7 @@ def test_jax_private_modules_only_under_underscore_jax():
     assert offenders == []
 
 
-@pytest.mark.parametrize("layer", ["render", "report", "_jax"])
+@pytest.mark.parametrize("layer", ["render", "report", "usercode", "_jax"])
 def test_lower_layers_import_no_probe_and_no_magic(layer):
     offenders = [
         f"{path.relative_to(PACKAGE)}: {name}"
@@ -108,8 +108,33 @@ def test_the_report_model_imports_only_itself():
     assert offenders == []
 
 
+def test_user_code_inspection_imports_only_itself_and_the_model():
+    """``usercode/`` (frames, tracebacks, whose a file is) reads the live program and speaks the model's terms."""
+    allowed = ("jaxmagic.usercode", "jaxmagic.report")
+    offenders = [f"{path}: {name}" for path, name in _jaxmagic_imports("usercode") if not name.startswith(allowed)]
+    assert offenders == []
+
+
+def test_the_report_model_inspects_no_live_program():
+    """The model is data: no frame, traceback, installed package or running shell is read in ``report/``."""
+    inspecting = ("sys", "inspect", "traceback", "linecache", "sysconfig", "importlib.metadata", "IPython")
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in _modules("report")
+        for name in _imported_modules(path)
+        if name in inspecting
+    ]
+    assert offenders == []
+
+
 def test_probe_support_imports_no_probe():
-    support_or_lower = ("jaxmagic.probes._support", "jaxmagic._jax", "jaxmagic.report", "jaxmagic.render")
+    support_or_lower = (
+        "jaxmagic.probes._support",
+        "jaxmagic._jax",
+        "jaxmagic.usercode",
+        "jaxmagic.report",
+        "jaxmagic.render",
+    )
     offenders = [
         f"{path}: {name}"
         for path, name in _jaxmagic_imports("probes/_support")

@@ -44,4 +44,10 @@ def test_every_body_is_checked_and_the_report_layers_are_fully_annotated():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     assert config.get("check_untyped_defs") is True
     strict = {name for o in config.get("overrides", []) if o.get("disallow_untyped_defs") for name in o["module"]}
-    assert {"jaxmagic.report.*", "jaxmagic.render.*", "jaxmagic.ipython.*", "jaxmagic.probes.*.report"} <= strict
+    assert {
+        "jaxmagic.report.*",
+        "jaxmagic.usercode.*",
+        "jaxmagic.render.*",
+        "jaxmagic.ipython.*",
+        "jaxmagic.probes.*.report",
+    } <= strict

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxmagic.report import code_owner
+from jaxmagic.usercode import code_owner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ USER_SCRIPT = """
 import json, sys
 import jax, jax.numpy as jnp, optax
 from jaxmagic import probes
-from jaxmagic.report.source import code_kind, is_user_file
+from jaxmagic.usercode.source import code_kind, is_user_file
 
 
 @jax.jit
@@ -193,7 +193,7 @@ import json
 import jax.numpy as jnp
 import myproj
 from jaxmagic import probes
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 try:
     with probes.nans() as found:

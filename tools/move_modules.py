@@ -132,7 +132,7 @@ def _from_imports(text: str, modules: dict[str, str]) -> str:
 
 def _tracked_text_files() -> list[Path]:
     names = _git("ls-files").splitlines()
-    skip = ("jaxmagic.egg-info/", "tools/move_modules.py", "tools/structure5_moves.sh")
+    skip = ("jaxmagic.egg-info/", "tools/move_modules.py", "tools/structure5_moves.sh", "tools/structure5b_moves.sh")
     return [ROOT / n for n in names if Path(n).suffix in TEXT_SUFFIXES and not n.startswith(skip)]
 
 

@@ -51,8 +51,7 @@ def check_magic_help(app: Sphinx, docname: str, source: list[str]) -> None:
     folder, _, name = docname.partition("/")
     if folder != "magics" or name not in registered_magics():
         return
-    app.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "cell_magics.py"))
-    app.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "line_magics.py"))
+    app.env.note_dependency(str(ROOT / "jaxmagic" / "ipython" / "magic" / f"{name}.py"))
     if page_block(source[0]) != help_markdown(name):
         logger.warning(
             f"docs/magics/{name}.md: its usage and options differ from %{name}? (or are missing): "

@@ -20,20 +20,18 @@ _BLOCK = re.compile(re.escape(HELP_START) + r".*?" + re.escape(HELP_END), re.S)
 
 
 def registered_magics() -> dict[str, list[str]]:
-    """Each magic's name -> its forms as typed (``["%jax_debug", "%%jax_debug"]``), from the class the extension registers."""
-    from jaxmagic.ipython.magics import JaxMagics
+    """Each magic's name -> its forms as typed (``["%jax_debug", "%%jax_debug"]``), from the magics' registry
+    (``jaxmagic/ipython/magic/``), of which the class the extension registers is composed."""
+    from jaxmagic.ipython.magic import MAGICS
 
-    forms: dict[str, list[str]] = {}
-    for kind, prefix in (("line", "%"), ("cell", "%%")):
-        for name in JaxMagics.magics[kind]:
-            forms.setdefault(name, []).append(prefix + name)
-    return dict(sorted(forms.items()))
+    return dict(sorted((magic.name, magic.typed) for magic in MAGICS))
 
 
 def magic_parser(name: str):
-    from jaxmagic.ipython.magics import JaxMagics
+    from jaxmagic.ipython.magic import MAGICS
 
-    parser = getattr(getattr(JaxMagics, name), "parser", None)
+    magic = next((magic for magic in MAGICS if magic.name == name), None)
+    parser = getattr(magic.function, "parser", None) if magic is not None else None
     if parser is None:
         raise ValueError(f"magic {name} has no magic_arguments parser, so its help cannot be documented")
     return parser

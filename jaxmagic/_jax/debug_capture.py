@@ -54,7 +54,7 @@ from jax._src import debugging
 
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_line
+from jaxmagic.usercode.source import innermost_user_line
 
 HIDDEN_PREFIX = "_jaxmagic_"
 SITE_ARG = HIDDEN_PREFIX + "site"

@@ -59,7 +59,7 @@ import jax
 from jaxmagic._jax import jit_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
-from jaxmagic.report.source import code_kind, user_call_site
+from jaxmagic.usercode.source import code_kind, user_call_site
 
 # The most calls a settled function is only counted for before the sampler's rule is asked again.
 SETTLED_CALLS = 4096

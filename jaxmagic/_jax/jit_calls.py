@@ -50,7 +50,7 @@ from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
 from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 CHECK_MODES = ("off", "raise", "record")
 

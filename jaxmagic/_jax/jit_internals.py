@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from typing import TYPE_CHECKING
 
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped

@@ -47,8 +47,8 @@ import numpy as np
 
 from jaxmagic._jax import jit_internals
 from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
-from jaxmagic.report.source import code_kind, is_user_file, user_call_site
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import code_kind, is_user_file, user_call_site
 
 MAX_PROGRAMS = 64  # distinct (function, signature) pairs captured per block
 

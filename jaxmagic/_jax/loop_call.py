@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ import numpy as np
 from jax._src import core
 
 from jaxmagic._jax import jaxpr_parts, key_internals
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 CHECK_NAME = "_check_prng_key"  # (name, key, *, allow_batched=False) -> (key, wrapped); looked up at each call
 

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from jaxmagic._jax import jit_internals
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 
 @dataclasses.dataclass

@@ -25,7 +25,7 @@ from types import FrameType, TracebackType
 
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import code_kind, defining_code, is_user_file, source_line
+from jaxmagic.usercode.source import code_kind, defining_code, is_user_file, source_line
 
 # code name of a JAX API frame -> (transformation, the local that holds the function it was given)
 _API_FRAMES = {

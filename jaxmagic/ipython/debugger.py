@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
-from jaxmagic.report.source import cell_label
+from jaxmagic.usercode.source import cell_label
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell

@@ -10,6 +10,10 @@ takes the same ``@argument`` decorators and builds the parser with IPython's own
 ``{jaxmagic-help}`` directive, the usage-error mapping), or the magic's ``__doc__`` - what ``%name?``,
 ``%magic`` and a front end's inspector print, so the help they show is the parser's, as before.
 
+Help that enumerates what the code declares (``%%jax_compiles``' causes, from ``_compiles/cause.py``) is written
+into the docstring at that first build too: ``magic_arguments(filled=...)`` takes the function that fills it, so
+the declarations are read (and their modules imported) only when the help is asked for.
+
 The magic becomes an ``ArgumentMagic``, a descriptor that binds like a function
 (``JaxMagics().jax_nans`` is a bound method IPython registers and calls); other attributes are the
 function's (IPython's markers such as ``needs_local_scope``, ``has_arguments``).
@@ -28,8 +32,9 @@ from IPython.core.magic_arguments import MagicArgumentParser, construct_parser
 class ArgumentMagic:
     """A magic method with ``@argument`` decorators; its parser and full docstring are made on first use."""
 
-    def __init__(self, function: Callable[..., Any]):
+    def __init__(self, function: Callable[..., Any], filled: Callable[[str], str] | None = None):
         self.__wrapped__ = function
+        self._filled = filled
         self.__name__: str = function.__name__
         self.__qualname__: str = function.__qualname__
         self.__module__: str = function.__module__
@@ -49,6 +54,8 @@ class ArgumentMagic:
         if parser is None:
             with self._lock:
                 if self._parser is None:
+                    if self._filled is not None:
+                        self.__wrapped__.__doc__ = self._filled(self.__wrapped__.__doc__ or "")
                     self._parser = construct_parser(self.__wrapped__)  # also sets the function's __doc__
                 parser = self._parser
         return parser
@@ -66,9 +73,12 @@ class ArgumentMagic:
         return getattr(self.__wrapped__, name)
 
 
-def magic_arguments(name: str | None = None) -> Callable[[Callable[..., Any]], ArgumentMagic]:
+def magic_arguments(
+    name: str | None = None, filled: Callable[[str], str] | None = None
+) -> Callable[[Callable[..., Any]], ArgumentMagic]:
     """In place of ``IPython.core.magic_arguments.magic_arguments``: the outermost decorator of a magic
-    whose ``@argument``s follow; ``name`` as IPython's (the name the usage line gives)."""
+    whose ``@argument``s follow; ``name`` as IPython's (the name the usage line gives). ``filled(doc)``, when
+    given, returns the docstring with what it enumerates written in, before the help is first built."""
 
     def decorate(function: Callable[..., Any]) -> ArgumentMagic:
         if not getattr(function, "has_arguments", False):
@@ -76,6 +86,6 @@ def magic_arguments(name: str | None = None) -> Callable[[Callable[..., Any]], A
             function.decorators = []  # type: ignore[attr-defined]
         if name is not None:
             function.argcmd_name = name  # type: ignore[attr-defined]
-        return ArgumentMagic(function)
+        return ArgumentMagic(function, filled)
 
     return decorate

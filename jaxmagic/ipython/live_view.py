@@ -31,8 +31,8 @@ from IPython.display import DisplayHandle, display
 from jaxmagic.render import static_bundle
 from jaxmagic.report import Status
 from jaxmagic.report.document import Document, Paragraph, Section
-from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import counted
+from jaxmagic.usercode.source import running_shell
 
 if TYPE_CHECKING:
     from jaxmagic.probes._support.progress import Board, Snapshot

@@ -1,17 +1,21 @@
 """What every jaxmagic magic does around its probe: parse the line, run the cell or call, show, raise.
 
-``MagicRunner`` is the base of ``JaxMagics``: the magics themselves (in
-``magics.py``) only declare their options and say which probe to build.
+``MagicRunner`` is the base of ``JaxMagics``: each magic is a module of ``ipython/magic/`` that declares
+its options (``@magic_arguments()``), says which probe to build and hands both to the runner given as its
+first argument; the registry (``ipython/magic/__init__.py``) names each as a ``Magic`` (its name and the
+forms it is typed in), of which ``JaxMagics`` is composed.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
@@ -32,12 +36,41 @@ from jaxmagic.report.wording import first_line, shown
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from jaxmagic.ipython.lazy_arguments import ArgumentMagic
     from jaxmagic.ipython.live_view import LiveView
 
-# A magic's bound method (``self.jax_nans``): IPython's ``magic_arguments`` gives it the ``parser`` it is parsed
-# with at run time, an attribute no static type declares.
+# A magic (``jax_nans`` of its module, or JaxMagics' bound ``jax_nans``): ``magic_arguments`` gives it the
+# ``parser`` it is parsed with at run time and its ``__name__``.
 MagicMethod = Any
 Probe = TypeVar("Probe", bound=AbstractContextManager[Report])
+Form = Literal["line", "cell"]
+PREFIX: dict[Form, str] = {"line": "%", "cell": "%%"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Magic:
+    """One magic as the registry declares it (``ipython/magic/__init__.py``): its name - the module of
+    ``ipython/magic/`` that declares its options and runs it, and the function of that name there - and the
+    forms it is typed in (``("line", "cell")``: ``%jax_live`` and ``%%jax_live``)."""
+
+    name: str
+    forms: tuple[Form, ...]
+
+    @property
+    def module(self) -> str:
+        return f"jaxmagic.ipython.magic.{self.name}"
+
+    @property
+    def function(self) -> ArgumentMagic:
+        """The magic's function (``runner, line[, cell]``; its options and help on it, ``@magic_arguments()``),
+        its module imported on first use: ``%load_ext`` imports no magic's module."""
+        function: ArgumentMagic = getattr(importlib.import_module(self.module), self.name)
+        return function
+
+    @property
+    def typed(self) -> list[str]:
+        """The forms as typed: ``["%jax_live", "%%jax_live"]``."""
+        return [PREFIX[form] + self.name for form in self.forms]
 
 
 class _ProbesOnFirstUse:
@@ -67,7 +100,7 @@ def expression_checked() -> Iterator[None]:
 
 class MagicRunner(Magics):
     @property
-    def _shell(self) -> InteractiveShell:
+    def ipython(self) -> InteractiveShell:
         """The shell the magics run in (a registered Magics always has its shell)."""
         assert self.shell is not None
         return self.shell
@@ -75,9 +108,9 @@ class MagicRunner(Magics):
     @property
     def user_ns(self) -> dict:
         """The namespace the user's cells run in."""
-        return self._shell.user_ns
+        return self.ipython.user_ns
 
-    def _parse(self, magic: MagicMethod, line: str) -> argparse.Namespace:
+    def parse(self, magic: MagicMethod, line: str) -> argparse.Namespace:
         try:
             args = parse_argstring(magic, line)
         except UsageError as error:  # argparse's message echoes the words it rejects: keep it one short line
@@ -91,7 +124,7 @@ class MagicRunner(Magics):
 
     @staticmethod
     @contextlib.contextmanager
-    def _options_checked(magic: MagicMethod, **flag_of: str) -> Iterator[None]:
+    def options_checked(magic: MagicMethod, **flag_of: str) -> Iterator[None]:
         """Turn a probe's ProbeArgumentError into a UsageError that names the magic's option.
 
         A parameter maps to the option whose argparse ``dest`` it equals, unless
@@ -113,10 +146,10 @@ class MagicRunner(Magics):
             raise UsageError(f"{flag} {error.problem}.") from None
 
     @property
-    def _in_kernel(self) -> bool:
+    def in_kernel(self) -> bool:
         return getattr(self.shell, "kernel", None) is not None
 
-    def _publish(
+    def publish(
         self,
         report: Report,
         args: argparse.Namespace,
@@ -128,11 +161,11 @@ class MagicRunner(Magics):
             self.user_ns[args.output] = report
         from jaxmagic.ipython.show_report import display_report  # deferred: the renderers load on first use
 
-        display_report(report, in_kernel=self._in_kernel, live_view=live_view)
+        display_report(report, in_kernel=self.in_kernel, live_view=live_view)
         if explorer is not None:
             explorer(report)
 
-    def _run_cell_magic(
+    def run_cell_magic(
         self,
         magic: MagicMethod,
         line: str,
@@ -146,13 +179,13 @@ class MagicRunner(Magics):
         does after the report (``%%jax_compiles --budget``).
         """
         __tracebackhide__ = True
-        args = self._parse(magic, line)
-        with self._options_checked(magic):
+        args = self.parse(magic, line)
+        with self.options_checked(magic):
             probe = build_probe(args)
-        self._run_cell_in_probe(magic, probe, args, cell)
+        self.run_cell_in_probe(magic, probe, args, cell)
         return probe
 
-    def _run_cell_in_probe(
+    def run_cell_in_probe(
         self,
         magic: MagicMethod,
         probe: AbstractContextManager[Report],
@@ -162,17 +195,17 @@ class MagicRunner(Magics):
     ) -> None:
         """Run the cell inside ``probe``; show the report (and ``explorer``'s); then raise the cell's own exception."""
         __tracebackhide__ = True
-        if shown_if_unrunnable(self._shell, cell):
+        if shown_if_unrunnable(self.ipython, cell):
             return
         # deferred: the probes are imported when a magic first runs, never at %load_ext
         from jaxmagic.ipython.live_view import LiveView  # deferred: the renderers load on first use
         from jaxmagic.probes._support.progress import collecting
 
         outcome = CellOutcome()
-        with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self._in_kernel) as view:
+        with collecting() as board, LiveView(f"%%{magic.__name__}", board, in_kernel=self.in_kernel) as view:
             try:
                 with probe as report:
-                    outcome = run_cell_body(self._shell, cell, hold_values=True)
+                    outcome = run_cell_body(self.ipython, cell, hold_values=True)
                     outcome.reraise()
             except AlreadyActive as error:
                 if error is outcome.exception:  # a magic inside the cell said so: the cell's own error
@@ -186,23 +219,23 @@ class MagicRunner(Magics):
                     # The probe told the cell's error for what it was (%%jax_debug: JAX's "CpuCallback error"
                     # of an interrupt at its prompt is a KeyboardInterrupt): the report, then that error.
                     outcome.exception = error
-            self._publish(report, args, live_view=view, explorer=explorer)
-        outcome.show_values(self._shell)
+            self.publish(report, args, live_view=view, explorer=explorer)
+        outcome.show_values(self.ipython)
         outcome.reraise()
 
-    def _split(self, magic: MagicMethod, line: str) -> tuple[str, str]:
+    def split(self, magic: MagicMethod, line: str) -> tuple[str, str]:
         """The expression and the options of a line magic's line (options may come first or last)."""
         flags = {option for action in magic.parser._actions if action.nargs == 0 for option in action.option_strings}
         return split_call_and_options(line, flags | {"-h", "--help"})
 
-    def _evaluate(self, call_text: str, namespace: dict | None = None) -> EvaluatedCall:
+    def evaluate(self, call_text: str, namespace: dict | None = None) -> EvaluatedCall:
         with expression_checked():
             return evaluate_call(call_text, self.user_ns if namespace is None else namespace)
 
-    def _given_or_last_error(self, text: str, magic: str, takes: str, none_left: str) -> BaseException:
+    def given_or_last_error(self, text: str, magic: str, takes: str, none_left: str) -> BaseException:
         """The exception ``text`` names (``%jax_explain err``), else the last failed cell's (IPython keeps it)."""
         if text:
-            error = self._evaluate_value(text)
+            error = self.evaluate_value(text)
             if not isinstance(error, BaseException):
                 raise UsageError(f"%{magic} takes {takes}; {text!r} is a {type(error).__name__}.")
             return error
@@ -211,13 +244,13 @@ class MagicRunner(Magics):
             raise UsageError(none_left)
         return error
 
-    def _evaluate_value(self, text: str) -> Any:
+    def evaluate_value(self, text: str) -> Any:
         from jaxmagic.ipython.expression import evaluate_expression  # deferred: reads JAX's jit type
 
         with expression_checked():
             return evaluate_expression(text, self.user_ns)
 
-    def _run_call_magic(
+    def run_call_magic(
         self,
         magic: MagicMethod,
         line: str,
@@ -238,16 +271,16 @@ class MagicRunner(Magics):
         the explorer after the report (or None): it keeps plain data only.
         """
         __tracebackhide__ = True
-        text, option_text = self._split(magic, line)
-        args = self._parse(magic, option_text)
+        text, option_text = self.split(magic, line)
+        args = self.parse(magic, option_text)
         if not text:
             raise UsageError(f"%{magic.__name__} needs {needs}")
-        inputs = evaluate(text, args) if evaluate is not None else self._evaluate(text)
-        with self._options_checked(magic, **(flag_of or {})):
+        inputs = evaluate(text, args) if evaluate is not None else self.evaluate(text)
+        with self.options_checked(magic, **(flag_of or {})):
             report, error = run(inputs, args)
         show_explorer = explorer(report, inputs, args) if explorer is not None else None
         del inputs  # keep no user array alive
-        self._publish(report, args)
+        self.publish(report, args)
         if show_explorer is not None:
             show_explorer()  # its own output, after the report; the user's error still follows
         raise_users_error(error)

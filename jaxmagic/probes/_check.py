@@ -28,8 +28,8 @@ from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Document, Paragraph, Section, SourceLines, Table
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line, message_of
+from jaxmagic.usercode.source import is_user_file, source_line
 
 ERROR_SET_NAMES = ("user", "nan", "div", "index", "float", "all")
 

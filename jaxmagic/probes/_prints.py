@@ -54,8 +54,8 @@ from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
-from jaxmagic.report.source import innermost_user_frame, source_line
 from jaxmagic.report.wording import ended, error_line, shown
+from jaxmagic.usercode.source import innermost_user_frame, source_line
 
 RETRACE_TOKEN = "jaxmagic-print"
 MAX_LINES = 5000  # lines kept; later ones are only counted

@@ -28,8 +28,8 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
-from jaxmagic.report.source import code_kind, user_lines
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import code_kind, user_lines
 
 MODES: dict[str, str] = {
     "auto": "The default. Under IPython >= 7.17 (notebooks) it means tracebackhide; in a plain Python "

@@ -1,6 +1,6 @@
 """``%jax_hlo EXPR --explore``: the ``named_scope`` tree; a scope chosen shows its operations per stage.
 
-Built from the report's ``to_dict()``: its scope tree (counts per stage) and ``scope_ops`` (every
+Built from the report (``HloReport``): its scope tree (counts per stage) and ``scope_ops`` (every
 operation of every stage with its scope path, line and text, recorded by the probe only under
 ``--explore``). Choosing a scope shows its jaxpr, StableHLO and optimized-HLO lines side by side
 (descendant scopes included), each with the user's line that made it and, in HLO, the kernel it
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, LABEL, TITLE, frame, full_width, show_explorer, wrapping_row
 from jaxmagic.render.html import LINE, MONO, MUTED, breakable_html
 from jaxmagic.report.wording import format_bytes
+
+if TYPE_CHECKING:
+    from jaxmagic.probes._hlo.report import HloReport, ScopeOp
 
 WHAT = "the program's named scopes (each scope's operations in every stage)"
 STAGE_TITLES = {"jaxpr": "jaxpr", "stablehlo": "StableHLO", "hlo": "optimized HLO"}
@@ -28,12 +31,12 @@ SHOWN_PER_STAGE = 200  # lines drawn per stage for one scope; the rest are count
 COLUMN_MIN_PX = 260
 
 
-def ops_by_scope(ops: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+def ops_by_scope(ops: list[ScopeOp]) -> dict[str, dict[str, list[int]]]:
     """scope path -> stage -> indices of its operations, each scope with its descendants' operations."""
     grouped: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for n, op in enumerate(ops):
-        path = op.get("inner", "")
-        stage = op.get("stage", "")
+        path = op.inner
+        stage = op.stage
         if not path:
             grouped[OUTSIDE][stage].append(n)
             continue
@@ -54,30 +57,30 @@ def scope_label(path: str, counts: dict[str, int], stages: list[str]) -> str:
     return f"{name}  ({shown})"
 
 
-def where(op: dict[str, Any]) -> str:
-    line = op.get("line")
+def where(op: ScopeOp) -> str:
+    line = op.line
     if not line:
         return ""
-    return f"{line.get('label') or line.get('filename', '')}:{line.get('lineno')}"
+    return f"{line.label or line.filename}:{line.lineno}"
 
 
-def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str:
+def stage_html(ops: list[ScopeOp], indices: list[int], stage: str) -> str:
     """One stage's column: each operation's text, the user's line, the kernel (HLO)."""
     title = STAGE_TITLES.get(stage, stage)
     rows = []
     for n in indices[:SHOWN_PER_STAGE]:
         op = ops[n]
         made = where(op)
-        kernel = f" in {op['kernel']}" if op.get("kernel") else ""
+        kernel = f" in {op.kernel}" if op.kernel else ""
         rows.append(
             f'<div style="border-bottom:{LINE};padding:1px 0">'
             # break between tokens only (render.breakable_html), never inside a name: `jit(mode|l)` read as two
             f'<code style="{MONO};white-space:pre-wrap;overflow-wrap:normal;font-size:11px;line-height:1.3">'
-            f"{breakable_html(op.get('text') or op.get('name', ''))}"
+            f"{breakable_html(op.text or op.name)}"
             "</code>"
             + (
                 f'<div style="{LABEL}">{html.escape(made)}{html.escape(kernel)}'
-                f"{' (backward)' if op.get('backward') else ''}</div>"
+                f"{' (backward)' if op.backward else ''}</div>"
                 if made or kernel
                 else ""
             )
@@ -95,17 +98,17 @@ def stage_html(ops: list[dict[str, Any]], indices: list[int], stage: str) -> str
 
 
 class HloExplorer:
-    def __init__(self, data: dict[str, Any]):
-        self.ops = data.get("scope_ops", [])
-        self.stages = [s for s in data.get("stages", []) if s in STAGE_TITLES]
+    def __init__(self, report: HloReport):
+        self.ops = report.scope_ops
+        self.stages = [s for s in report.stages if s in STAGE_TITLES]
         self.grouped = ops_by_scope(self.ops)
-        paths = [node["path"] for node in data.get("tree", [])]
+        paths = [node.path for node in report.tree]
         if OUTSIDE in self.grouped:
             paths.append(OUTSIDE)
         options = [
             (scope_label(p, {s: len(v) for s, v in self.grouped.get(p, {}).items()}, self.stages), p) for p in paths
         ]
-        self.header = widgets.HTML(header_html(data))
+        self.header = widgets.HTML(header_html(report))
         self.scopes = widgets.Select(options=options, rows=min(12, max(3, len(options))),
                                      layout=full_width())  # fmt: skip
         self.columns = [
@@ -126,8 +129,8 @@ class HloExplorer:
             column.value = stage_html(self.ops, per_stage.get(stage, []), stage) if path is not None else ""
 
 
-def header_html(data: dict[str, Any]) -> str:
-    cost = data.get("cost") or {}
+def header_html(report: HloReport) -> str:
+    cost = report.cost
     figures = []
     if cost.get("flops"):
         figures.append(f"{cost['flops']:,.0f} flops")
@@ -135,20 +138,20 @@ def header_html(data: dict[str, Any]) -> str:
         figures.append(f"{format_bytes(int(cost['bytes accessed']))} accessed")
     whole = f" Whole program (XLA's cost_analysis): {', '.join(figures)}." if figures else ""
     return (
-        f'<div style="{EXPLORER_TEXT}"><b style="{TITLE}">{breakable_html(data.get("function", ""))}</b> '
-        f"{len(data.get('scope_ops', [])):,} operations over {len(data.get('stages', []))} stage(s); "
+        f'<div style="{EXPLORER_TEXT}"><b style="{TITLE}">{breakable_html(report.function)}</b> '
+        f"{len(report.scope_ops):,} operations over {len(report.stages)} stage(s); "
         f"choose a scope.{html.escape(whole)} XLA gives no figure per operation.</div>"
     )
 
 
-def show_hlo_explorer(data: dict[str, Any], in_kernel: bool = True) -> widgets.Widget | None:
-    if not data.get("scope_ops"):
-        if data.get("failure"):
+def show_hlo_explorer(report: HloReport, in_kernel: bool = True) -> widgets.Widget | None:
+    if not report.scope_ops:
+        if report.failure:
             print("jaxmagic: the program could not be built, so there is nothing to explore (see the report above).")
         else:  # built, with no operation in any stage (a function returning None or only its inputs)
             print(
-                f"jaxmagic: {data.get('function') or 'the program'} has no operation in any stage (it computes "
+                f"jaxmagic: {report.function or 'the program'} has no operation in any stage (it computes "
                 "nothing from its inputs), so there is nothing to explore."
             )
         return None
-    return show_explorer(lambda: HloExplorer(data).widget, WHAT, in_kernel=in_kernel)
+    return show_explorer(lambda: HloExplorer(report).widget, WHAT, in_kernel=in_kernel)

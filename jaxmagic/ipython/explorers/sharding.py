@@ -1,6 +1,6 @@
 """``%jax_sharding EXPR --explore``: choose the two dimensions drawn, slice the others, click a device.
 
-Built from the report's ``to_dict()`` layouts (blocks with their index ranges and holders, the
+Built from the report's layouts (``ArrayLayout``: blocks with their index ranges and holders, the
 same data the static drawing uses) plus, for a call, the layouts of the call's input arrays,
 read while the kernel still has them (no array data is read). Clicking a device highlights the
 blocks it holds and names the devices holding copies of them (its replicas); the array chooser
@@ -11,10 +11,9 @@ mesh from the spec the compiler chose), or the value's leaves.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import html
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 
@@ -22,6 +21,9 @@ from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, LABEL, frame, show_e
 from jaxmagic.probes._sharding import layout_of
 from jaxmagic.probes._sharding.sharding_layout import device_colours, dims_by_splits, id_list
 from jaxmagic.render.html import CODE, MUTED, breakable_html
+
+if TYPE_CHECKING:
+    from jaxmagic.probes._sharding.report import ArrayLayout, Block, ShardingReport
 
 WHAT = "the layouts (the dimensions drawn, slices, each device's blocks and replicas)"
 MAX_DEVICE_BUTTONS = 256  # past this many devices a dropdown chooses the device
@@ -36,8 +38,8 @@ REPLICA_BORDER = f"2px dashed {STRONG}"
 OTHER_BLOCK = f"background:transparent;border:1px dashed rgba(128,128,128,.6);{MUTED}"
 
 
-def input_layouts(args: tuple, kwargs: dict) -> list[dict[str, Any]]:
-    """The layouts of a call's input arrays as plain data (``to_dict()`` shape); no array data is read."""
+def input_layouts(args: tuple, kwargs: dict) -> list[ArrayLayout]:
+    """The layouts of a call's input arrays (plain data, as the report's); no array data is read."""
     import jax  # deferred: ipython/ imports no JAX at its top (%load_ext)
 
     layouts = []
@@ -45,35 +47,35 @@ def input_layouts(args: tuple, kwargs: dict) -> list[dict[str, Any]]:
     for key_path, leaf in leaves:
         if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
             path = _argument_path(jax.tree_util.keystr(key_path))
-            layouts.append(dataclasses.asdict(layout_of(leaf, path=path, check_replicas=False)))
+            layouts.append(layout_of(leaf, path=path, check_replicas=False))
     return layouts
 
 
-def intermediate_layouts(report_data: dict[str, Any], args: tuple, kwargs: dict) -> list[dict[str, Any]]:
+def intermediate_layouts(report: ShardingReport, args: tuple, kwargs: dict) -> list[ArrayLayout]:
     """The blocks of each ``--intermediates`` value, from the spec the compiler chose and its type, laid over
     the mesh of the call's inputs (a ``ShapeDtypeStruct`` with that sharding: no data). A value whose spec
     or type does not read as a ``NamedSharding`` over that mesh is left out (the report lists it)."""
     import jax  # deferred: ipython/ imports no JAX at its top (%load_ext)
 
-    call = report_data.get("call") or {}
+    call = report.call
     meshes = [
         leaf.sharding.mesh
         for leaf in jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
         if isinstance(getattr(leaf, "sharding", None), jax.sharding.NamedSharding)
     ]
-    if not meshes or not call.get("intermediates"):
+    if not meshes or call is None or not call.intermediates:
         return []
     mesh = meshes[0]
     layouts = []
-    for value in call["intermediates"]:
-        spec, shape_dtype = spec_entries(value.get("spec", "")), type_shape(value.get("typeof", ""))
+    for value in call.intermediates:
+        spec, shape_dtype = spec_entries(value.spec), type_shape(value.typeof)
         if spec is None or shape_dtype is None:
             continue
         try:
             sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
             struct = jax.ShapeDtypeStruct(shape_dtype[0], shape_dtype[1], sharding=sharding)
-            path = f"{value.get('op', '')} (equation {value.get('index')})"
-            layouts.append(dataclasses.asdict(layout_of(struct, path=path, check_replicas=False)))
+            path = f"{value.op} (equation {value.index})"
+            layouts.append(layout_of(struct, path=path, check_replicas=False))
         except Exception:  # another mesh, an axis of another size: the report's table still lists it
             continue
     return layouts
@@ -116,15 +118,15 @@ def _argument_path(keystr: str) -> str:
     return keystr
 
 
-def chunks_per_dim(layout: dict[str, Any]) -> list[list[tuple[int, int]]]:
+def chunks_per_dim(layout: ArrayLayout) -> list[list[tuple[int, int]]]:
     """The distinct [start, stop) ranges of each dimension, in order."""
-    rank = len(layout["shape"])
-    return [sorted({(b["index"][d][0], b["index"][d][1]) for b in layout["blocks"]}) for d in range(rank)]
+    rank = len(layout.shape)
+    return [sorted({(b.index[d][0], b.index[d][1]) for b in layout.blocks}) for d in range(rank)]
 
 
-def default_dims(layout: dict[str, Any]) -> tuple[int | None, int | None]:
+def default_dims(layout: ArrayLayout) -> tuple[int | None, int | None]:
     """The (row, column) dimensions drawn first: the last two split ones (as the static drawing does)."""
-    rank = len(layout["shape"])
+    rank = len(layout.shape)
     if rank == 0:
         return None, None
     if rank == 1:
@@ -132,13 +134,13 @@ def default_dims(layout: dict[str, Any]) -> tuple[int | None, int | None]:
     return dims_by_splits(chunks_per_dim(layout))
 
 
-def blocks_held(layout: dict[str, Any], device: int) -> list[dict[str, Any]]:
-    return [b for b in layout["blocks"] if device in b["holders"]]
+def blocks_held(layout: ArrayLayout, device: int) -> list[Block]:
+    return [b for b in layout.blocks if device in b.holders]
 
 
-def replicas_of(layout: dict[str, Any], device: int) -> list[int]:
+def replicas_of(layout: ArrayLayout, device: int) -> list[int]:
     """The other devices holding a copy of a block ``device`` holds."""
-    return sorted({h for b in blocks_held(layout, device) for h in b["holders"] if h != device})
+    return sorted({h for b in blocks_held(layout, device) for h in b.holders if h != device})
 
 
 def index_text(index: list[list[int]]) -> str:
@@ -149,7 +151,7 @@ def index_text(index: list[list[int]]) -> str:
 
 
 def grid_html(
-    layout: dict[str, Any],
+    layout: ArrayLayout,
     row_dim: int | None,
     col_dim: int | None,
     slices: dict[int, tuple[int, int]],
@@ -160,12 +162,12 @@ def grid_html(
     ``slices`` gives, for every other dimension, the block range shown. With a device selected, its
     blocks are outlined and the others faded.
     """
-    colours = device_colours([d["id"] for d in layout["devices"]])
+    colours = device_colours([d.id for d in layout.devices])
     chunks = chunks_per_dim(layout)
     rows = chunks[row_dim] if row_dim is not None else [None]
     cols = chunks[col_dim] if col_dim is not None else [None]
-    by_index = {tuple(tuple(r) for r in b["index"]): b for b in layout["blocks"]}
-    rank = len(layout["shape"])
+    by_index = {tuple(tuple(r) for r in b.index): b for b in layout.blocks}
+    rank = len(layout.shape)
     head = "".join(f'<th style="{LABEL};padding:0 4px">{a}:{b}</th>' for a, b in (c for c in cols if c is not None))
     parts = ['<table class="jm-explorer-grid" style="border-collapse:separate;border-spacing:3px">']
     if col_dim is not None:
@@ -191,16 +193,14 @@ def grid_html(
     return "".join(parts)
 
 
-def _cell_html(
-    layout: dict[str, Any], block: dict[str, Any] | None, colours: dict[int, str], selected: int | None
-) -> str:
+def _cell_html(layout: ArrayLayout, block: Block | None, colours: dict[int, str], selected: int | None) -> str:
     size = "min-width:56px;height:34px;text-align:center;font-family:monospace;font-size:12px"
     if block is None:
         return f'<td style="{size};border:1px dashed rgba(128,128,128,.6)"></td>'
-    holders = block["holders"]
+    holders = block.holders
     mine = selected is not None and selected in holders
-    platform = layout["devices"][0]["platform"].upper() if layout["devices"] else ""
-    title = f"{index_text(block['index'])} on {platform} {id_list(holders)}"
+    platform = layout.devices[0].platform.upper() if layout.devices else ""
+    title = f"{index_text(block.index)} on {platform} {id_list(holders)}"
     if selected is not None and not mine:
         look = OTHER_BLOCK
     else:
@@ -213,9 +213,9 @@ def _cell_html(
 
 
 class ShardingExplorer:
-    """The widgets, and what they show, for a list of (source, layout dict) pairs."""
+    """The widgets, and what they show, for a list of (source, layout) pairs."""
 
-    def __init__(self, sources: list[tuple[str, dict[str, Any]]]):
+    def __init__(self, sources: list[tuple[str, ArrayLayout]]):
         self.sources = sources
         self.array = widgets.Dropdown(
             options=[(array_label(source, layout), n) for n, (source, layout) in enumerate(sources)],
@@ -243,17 +243,17 @@ class ShardingExplorer:
         self._choose_array()
 
     @property
-    def layout(self) -> dict[str, Any]:
+    def layout(self) -> ArrayLayout:
         return self.sources[self.array.value][1]
 
     def _choose_array(self) -> None:
         layout = self.layout
         self._building = True
-        rank = len(layout["shape"])
+        rank = len(layout.shape)
         chunks = chunks_per_dim(layout)
-        dim_axes = layout.get("dim_axes") or [[] for _ in range(rank)]
+        dim_axes = layout.dim_axes or [[] for _ in range(rank)]
         options = [
-            (f"dim {d} ({layout['shape'][d]}" + (f" over {','.join(dim_axes[d])})" if dim_axes[d] else ")"), d)
+            (f"dim {d} ({layout.shape[d]}" + (f" over {','.join(dim_axes[d])})" if dim_axes[d] else ")"), d)
             for d in range(rank)
         ]
         row, col = default_dims(layout)
@@ -268,30 +268,29 @@ class ShardingExplorer:
         self.selected = None
         self._dims_changed(chunks)
 
-    def _device_row(self, layout: dict[str, Any]) -> None:
-        colours = device_colours([d["id"] for d in layout["devices"]])
+    def _device_row(self, layout: ArrayLayout) -> None:
+        colours = device_colours([d.id for d in layout.devices])
         self._device_buttons = {}
-        if len(layout["devices"]) > MAX_DEVICE_BUTTONS:
+        if len(layout.devices) > MAX_DEVICE_BUTTONS:
             chooser = widgets.Dropdown(
-                options=[("no device", None)]
-                + [(f"{d['platform'].upper()} {d['id']}", d["id"]) for d in layout["devices"]],
+                options=[("no device", None)] + [(f"{d.platform.upper()} {d.id}", d.id) for d in layout.devices],
                 description="device",
             )
             chooser.observe(lambda change: self.select(change["new"]), names="value")
             self.devices.children = [chooser]
             return
         buttons = []
-        for device in layout["devices"]:
+        for device in layout.devices:
             button = widgets.Button(
-                description=f"{device['platform'].upper()} {device['id']}",
-                tooltip=f"highlight the blocks of {device['platform'].upper()} {device['id']} and its replicas",
+                description=f"{device.platform.upper()} {device.id}",
+                tooltip=f"highlight the blocks of {device.platform.upper()} {device.id} and its replicas",
                 layout=widgets.Layout(width="auto"),
             )
-            button.style.button_color = colours.get(device["id"], "#ddd")
+            button.style.button_color = colours.get(device.id, "#ddd")
             button.style.text_color = ON_PASTEL  # the theme's button text (white in dark) is unreadable on pastel
             button.add_class("jm-device")
-            button.on_click(lambda _b, device_id=device["id"]: self.select(device_id))
-            self._device_buttons[device["id"]] = button
+            button.on_click(lambda _b, device_id=device.id: self.select(device_id))
+            self._device_buttons[device.id] = button
             buttons.append(button)
         self.devices.children = buttons
 
@@ -300,7 +299,7 @@ class ShardingExplorer:
             return
         layout = self.layout
         chunks = chunks or chunks_per_dim(layout)
-        rank = len(layout["shape"])
+        rank = len(layout.shape)
         drawn = {self.rows.value, self.cols.value}
         sliced = []
         self._slice_widgets = {}
@@ -341,13 +340,13 @@ class ShardingExplorer:
         self._building = True  # one drawing after, not one per slicer moved
         try:
             for d, slicer in self._slice_widgets.items():
-                slicer.value = tuple(held[0]["index"][d])
+                slicer.value = tuple(held[0].index[d])
         finally:
             self._building = False
 
     def draw(self) -> None:
         layout = self.layout
-        rank = len(layout["shape"])
+        rank = len(layout.shape)
         row, col = (self.rows.value, self.cols.value) if rank >= 2 else default_dims(layout)
         if rank >= 2 and row == col:
             self.grid.value = f'<p style="{EXPLORER_TEXT}">Choose two different dimensions to draw.</p>'
@@ -363,14 +362,14 @@ class ShardingExplorer:
             )
         self.info.value = self._info_html(layout, replicas)
 
-    def _info_html(self, layout: dict[str, Any], replicas: list[int]) -> str:
-        spec = f'<div><code style="{CODE}">{breakable_html(layout.get("typeof", ""))}</code> ' + (
-            f'<code style="{CODE}">{breakable_html(layout.get("spec", ""))}</code></div>'
+    def _info_html(self, layout: ArrayLayout, replicas: list[int]) -> str:
+        spec = f'<div><code style="{CODE}">{breakable_html(layout.typeof)}</code> ' + (
+            f'<code style="{CODE}">{breakable_html(layout.spec)}</code></div>'
         )
         if self.selected is None:
             return f'<div style="{EXPLORER_TEXT}">{spec}<div>Click a device to highlight its blocks.</div></div>'
         held = blocks_held(layout, self.selected)
-        where = ", ".join(index_text(b["index"]) for b in held) or "no block"
+        where = ", ".join(index_text(b.index) for b in held) or "no block"
         copies = (
             f"copies of them on {len(replicas)} other device(s): {id_list(replicas)} (dashed)"
             if replicas
@@ -382,29 +381,28 @@ class ShardingExplorer:
         )
 
 
-def array_label(source: str, layout: dict[str, Any]) -> str:
+def array_label(source: str, layout: ArrayLayout) -> str:
     """``input: args[0] float32[8@data,4]``; a bare value is ``value: float32[...]``."""
-    path = layout.get("path") or ""
-    return " ".join(part for part in (f"{source}:", path, layout.get("typeof", "")) if part)
+    return " ".join(part for part in (f"{source}:", layout.path, layout.typeof) if part)
 
 
 def sharding_sources(
-    report_data: dict[str, Any], inputs: list[dict[str, Any]], intermediates: list[dict[str, Any]] | None = None
-) -> list[tuple[str, dict[str, Any]]]:
+    report: ShardingReport, inputs: list[ArrayLayout], intermediates: list[ArrayLayout] | None = None
+) -> list[tuple[str, ArrayLayout]]:
     """(source, layout) pairs: a call's inputs, its outputs, then its intermediates; or the value's leaves."""
-    is_call = report_data.get("call") is not None
-    outputs = [("output" if is_call else "value", layout) for layout in report_data.get("arrays", [])]
+    is_call = report.call is not None
+    outputs = [("output" if is_call else "value", layout) for layout in report.arrays]
     inside = [("intermediate", layout) for layout in intermediates or []]
     return [("input", layout) for layout in inputs] + outputs + inside
 
 
 def show_sharding_explorer(
-    report_data: dict[str, Any],
-    inputs: list[dict[str, Any]],
-    intermediates: list[dict[str, Any]] | None = None,
+    report: ShardingReport,
+    inputs: list[ArrayLayout],
+    intermediates: list[ArrayLayout] | None = None,
     in_kernel: bool = True,
 ) -> widgets.Widget | None:
-    sources = sharding_sources(report_data, inputs, intermediates)
+    sources = sharding_sources(report, inputs, intermediates)
     if not sources:
         print("jaxmagic: no array with a layout to explore.")
         return None

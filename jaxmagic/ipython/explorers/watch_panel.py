@@ -1,23 +1,26 @@
 """``%jax_watch --panel``: one panel for the session listing every finding so far, updated as cells run.
 
-Built from the watch log's ``to_dict()`` (plain data: no array, no user function), rebuilt
-only when the log's findings changed (a new one, or one seen again): a clean cell adds
+Built from the watch log's findings (``WatchFinding``s, copied when drawn: plain data, no array, no user
+function), rebuilt only when the log's findings changed (a new one, or one seen again): a clean cell adds
 nothing and costs one comparison. Each finding shows its cell, area, line and count, and the
 magic to run next; choosing one shows its details and fix.
 """
 
 from __future__ import annotations
 
+import copy
 import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 
 from jaxmagic.ipython.explorers.shown import EXPLORER_TEXT, TITLE, frame, full_width, show_explorer
 from jaxmagic.render.html import CODE, MUTED, breakable_html, inline_html
+from jaxmagic.report import SourceLine
 
 if TYPE_CHECKING:
     from jaxmagic.probes._watch import WatchLog
+    from jaxmagic.probes._watch.report import WatchFinding
 
 ALL_AREAS = "all areas"
 WHAT = "every finding of this watch session"
@@ -28,30 +31,35 @@ AGAIN = (
 )
 
 
-def finding_where(finding: dict[str, Any]) -> str:
+def finding_line(finding: WatchFinding) -> SourceLine | None:
+    """The user's line of the finding: its own, else the line that made its value."""
+    return finding.line or (finding.provenance.made_at if finding.provenance is not None else None)
+
+
+def finding_where(finding: WatchFinding) -> str:
     """``In [4], line 3`` (the user's line of the finding), else the cell alone."""
-    line = finding.get("line") or (finding.get("provenance") or {}).get("made_at")
+    line = finding_line(finding)
     if line:
-        place = line.get("label") or line.get("filename", "")
-        return f"{place}, line {line.get('lineno')}"
-    return finding.get("cell", "")
+        place = line.label or line.filename
+        return f"{place}, line {line.lineno}"
+    return finding.cell
 
 
-def finding_place(finding: dict[str, Any]) -> str:
+def finding_place(finding: WatchFinding) -> str:
     """Where the finding is, each place said once: ``In [4], line 2`` when the line is in the cell that
     ran, ``In [3], line 2 (seen in In [5])`` when a cell called a function another cell defined."""
-    cell = finding.get("cell", "")
+    cell = finding.cell
     where = finding_where(finding)
     if not cell or where == cell or where.startswith(f"{cell}, "):
         return where
     return f"{where} (seen in {cell})"
 
 
-def finding_row(finding: dict[str, Any]) -> str:
+def finding_row(finding: WatchFinding) -> str:
     """One line of the list: where, area, count, what to run next."""
-    seen = f"seen {finding.get('count', 1)}x"
-    magic = finding.get("next_magic") or "-"
-    return f"{finding_place(finding)} | {finding.get('area', '')} | {seen} | {magic}"
+    seen = f"seen {finding.count}x"
+    magic = finding.next_magic or "-"
+    return f"{finding_place(finding)} | {finding.area} | {seen} | {magic}"
 
 
 def signature(log: WatchLog) -> tuple:
@@ -62,7 +70,7 @@ def signature(log: WatchLog) -> tuple:
 class WatchPanel:
     """The session's panel; ``refresh(log)`` after each watched cell (the watch hook calls it)."""
 
-    def __init__(self, log_data: dict[str, Any], shown: tuple | None = None):
+    def __init__(self, log: WatchLog):
         self.header = widgets.HTML()
         self.areas = widgets.ToggleButtons(
             options=[ALL_AREAS], value=ALL_AREAS, description="", style={"button_width": "auto"},
@@ -75,28 +83,31 @@ class WatchPanel:
             layout=frame(),
         )
         self.widget.add_class("jaxmagic-watch-panel")
-        self._shown = shown  # the signature of the log ``log_data`` came from
-        self.data: dict[str, Any] = {}  # the log's to_dict() the panel shows
+        self._shown: tuple | None = None  # the signature of the log when last drawn
+        self.shown: list[WatchFinding] = []  # the log's findings the panel shows, as they were when drawn
+        self.cells_watched = 0
         self.areas.observe(lambda _change: self._list(), names="value")
         self.findings.observe(lambda _change: self._show_details(), names="value")
-        self.show(log_data)
+        self.refresh(log)
 
     def refresh(self, log: WatchLog) -> bool:
         """Redraw from the log when its findings changed; True when redrawn."""
         if signature(log) == self._shown:
             return False
-        self.show(log.to_dict())
+        self.show(log)
         self._shown = signature(log)
         return True
 
-    def show(self, data: dict[str, Any]) -> None:
-        self.data = data
-        found = data.get("findings", [])
-        areas = list(dict.fromkeys(f.get("area", "") for f in found))
+    def show(self, log: WatchLog) -> None:
+        # copies: a finding seen again counts on in the log, the panel shows what it drew until it redraws
+        self.shown = [copy.copy(finding) for finding in log.findings]
+        self.cells_watched = log.cells_watched
+        found = self.shown
+        areas = list(dict.fromkeys(f.area for f in found))
         self.areas.options = [ALL_AREAS, *areas]
         if self.areas.value not in self.areas.options:
             self.areas.value = ALL_AREAS
-        cells = data.get("cells_watched", 0)
+        cells = self.cells_watched
         if found:
             text = f"{len(found)} finding(s) in {cells} watched cell(s); choose one for its fix and next step."
         else:
@@ -107,9 +118,9 @@ class WatchPanel:
         )
         self._list()
 
-    def _visible(self) -> list[dict[str, Any]]:
+    def _visible(self) -> list[WatchFinding]:
         area = self.areas.value
-        return [f for f in self.data.get("findings", []) if area == ALL_AREAS or f.get("area") == area]
+        return [f for f in self.shown if area == ALL_AREAS or f.area == area]
 
     def _list(self) -> None:
         visible = self._visible()
@@ -128,22 +139,20 @@ class WatchPanel:
         self.details.value = details_html(visible[index])
 
 
-def details_html(finding: dict[str, Any]) -> str:
+def details_html(finding: WatchFinding) -> str:
     """The chosen finding: headline, its line, the fix and the magic to run next (all escaped; Markdown's
     `code` drawn as code, as the static report draws it, broken between tokens only)."""
-    parts = [f"<div><b>{inline_html(finding.get('headline', ''))}</b></div>"]
-    line = finding.get("line") or (finding.get("provenance") or {}).get("made_at")
+    parts = [f"<div><b>{inline_html(finding.headline)}</b></div>"]
+    line = finding_line(finding)
     if line:
         parts.append(
             f'<div><span style="{MUTED}">{html.escape(finding_where(finding))}:</span> '
-            f'<code style="{CODE}">{breakable_html(line.get("code", ""))}</code></div>'
+            f'<code style="{CODE}">{breakable_html(line.code)}</code></div>'
         )
-    if finding.get("fix"):
-        parts.append(f"<div><b>Fix:</b> {inline_html(finding['fix'])}</div>")  # `code` as code, escaped
-    if finding.get("next_magic"):
-        parts.append(
-            f'<div>Next: <code style="{CODE}">{breakable_html(finding["next_magic"])}</code> on that cell.</div>'
-        )
+    if finding.fix:
+        parts.append(f"<div><b>Fix:</b> {inline_html(finding.fix)}</div>")  # `code` as code, escaped
+    if finding.next_magic:
+        parts.append(f'<div>Next: <code style="{CODE}">{breakable_html(finding.next_magic)}</code> on that cell.</div>')
     return f'<div style="{EXPLORER_TEXT}">{"".join(parts)}</div>'
 
 
@@ -152,7 +161,7 @@ def show_watch_panel(log: WatchLog, in_kernel: bool = True) -> WatchPanel | None
     panels: list[WatchPanel] = []
 
     def build() -> widgets.Widget:
-        panel = WatchPanel(log.to_dict(), shown=signature(log))
+        panel = WatchPanel(log)
         panels.append(panel)
         return panel.widget
 

@@ -8,7 +8,7 @@ import textwrap
 import types
 
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.usercode.source import is_user_file, source_line
 
 _NONDETERMINISTIC = ("random", "time", "perf_counter", "monotonic", "datetime", "now", "urandom", "uuid")
 

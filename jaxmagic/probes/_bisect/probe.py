@@ -23,8 +23,8 @@ from jaxmagic.probes._bisect.pytree_boundary import in_order_of
 from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import user_lines
 
 DEFAULT_RTOL = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
 RANDOM_PRIMITIVES = (

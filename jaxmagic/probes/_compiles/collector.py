@@ -50,8 +50,8 @@ from jaxmagic.probes._compiles.why_again import why_compiled_again
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls.wrapped import jax_dirs, library_of
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import cell_label, is_jaxmagic_file, is_user_file, source_line
 
 # why a probe made with try_fixes=False (the watch: it shows a finding once, so a trial after a later cell
 # would run the user's function again unsaid) offers the static-number fix untried

@@ -26,7 +26,7 @@ from jaxmagic._jax.program_inputs import UnreadDonation
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_jaxmagic_file, is_user_file, source_line
+from jaxmagic.usercode.source import is_jaxmagic_file, is_user_file, source_line
 
 WARNING_TEXT = "Some donated buffers were not usable"
 KEPT = 20

@@ -15,7 +15,7 @@ from jaxmagic.probes._compiles.model import FunctionCompiles, line_text
 from jaxmagic.probes._compiles.stack import CallInfo
 from jaxmagic.probes._compiles.why_again import baked_fix
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.usercode.source import is_user_file, source_line
 
 _METADATA = re.compile(
     r"now (?P<now>.*) with pytree metadata (?P<a>.*) and before (?P<before>.*) with pytree metadata (?P<b>.*), so"

@@ -8,7 +8,7 @@ short sequence (one iteration of a Python loop, unrolled) and the constants by t
 It reads the program only: nothing of the user's runs.
 
 A line's equations are counted at the user's own innermost line inside the traced function
-(``report.source.is_user_file``), not at JAX's notion of a user frame, which includes every library: an
+(``usercode.source.is_user_file``), not at JAX's notion of a user frame, which includes every library: an
 Optax or Flax line that ``jax.tree.map``s over 40 leaves repeats one sequence 40 times without any loop
 (jax#16084, jax#4667), and is the user's ``tx.update(...)`` line here. A repeat is a loop unrolled only
 when that line sits in the body of a ``for``/``while`` of the user's source in the same function (the
@@ -25,8 +25,8 @@ from typing import Any
 from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import format_bytes
+from jaxmagic.usercode.source import is_user_file, source_line
 
 UNROLLED_EQUATIONS = 100  # a line with this many equations, repeating one sequence, is a loop unrolled
 CONSTANT_BYTES = 1 << 20  # constants past this size are worth passing as arguments

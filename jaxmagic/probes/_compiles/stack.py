@@ -19,7 +19,7 @@ from jaxmagic.probes._compiles.baked import BakedValue, baked_values
 from jaxmagic.probes._compiles.metadata import DEFAULT_REPR, MetaValue, fields_text, identity_check, pytree_metadata
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, jitted_by_its_caller
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments, abstract_arrays
-from jaxmagic.report.source import defining_code
+from jaxmagic.usercode.source import defining_code
 
 
 @dataclasses.dataclass

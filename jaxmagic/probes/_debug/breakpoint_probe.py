@@ -30,8 +30,8 @@ from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, failed, note
 from jaxmagic.report.document import Document, Facts, Paragraph, Section
-from jaxmagic.report.source import enclosing_function, is_jaxmagic_file, is_user_file, source_line
 from jaxmagic.report.wording import error_line, exception_chain, message_of
+from jaxmagic.usercode.source import enclosing_function, is_jaxmagic_file, is_user_file, source_line
 
 MAX_HITS = 100  # hits recorded in full; later ones are counted
 END_OF_INPUT, INTERRUPT = "<end of input>", "<interrupt>"  # recorded as the commands that ended a prompt

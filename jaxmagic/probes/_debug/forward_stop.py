@@ -31,7 +31,7 @@ from jaxmagic.probes._debug.stepping import Step, SteppingLog, all_finite, where
 from jaxmagic.probes._nans.search.producer import search
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_line
+from jaxmagic.usercode.source import innermost_user_line
 
 
 class StoppedBeforeLine(Exception):

@@ -32,8 +32,8 @@ from jaxmagic.probes._debug.values import frame_values, host_copy, summarize, tr
 from jaxmagic.probes._nans import explain_call, offered_fix
 from jaxmagic.probes._support.rerun.failing_call import FailingCall, failing_calls
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import defining_code, is_jaxmagic_file, is_user_file, line_of, runs_a_cell_magic
 from jaxmagic.report.wording import error_line, message_of
+from jaxmagic.usercode.source import defining_code, is_jaxmagic_file, is_user_file, line_of, runs_a_cell_magic
 
 
 @dataclasses.dataclass

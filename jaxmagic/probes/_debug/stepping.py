@@ -33,7 +33,7 @@ import numpy as np
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced, vmap_parts
 from jaxmagic.probes._support.rerun.kept_state import KeptState, kept
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import innermost_user_line, is_jaxmagic_file
+from jaxmagic.usercode.source import innermost_user_line, is_jaxmagic_file
 
 
 @dataclasses.dataclass

@@ -28,8 +28,8 @@ from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.calls.line_values import parsed_line
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.fixes.traced_trial import abstract_value, carried_leaf
-from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import user_lines
 
 BRANCHING = ("cond", "switch")
 _RAN = " (jaxmagic traced your branches once more to try it; their output while tracing was not shown)"

@@ -13,7 +13,7 @@ from typing import Any
 from jaxmagic.probes._explain.report import TracedName
 from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.line_code import Resolve
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 
 def parameter_names(code: types.CodeType) -> tuple[str, ...]:

@@ -28,8 +28,8 @@ import jax
 from jaxmagic.probes._support.calls.library_calls import library_called, package_of
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import code_kind, is_user_file, source_line
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import code_kind, is_user_file, source_line
 
 _INJECT_MODULE = "optax.schedules._inject"  # where optax.inject_hyperparams' init_fn / update_fn live
 

@@ -39,8 +39,8 @@ import numpy as np
 
 from jaxmagic._jax.transform_stack import library_callable_jit_call
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.report.source import code_kind, is_user_file
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import code_kind, is_user_file
 
 # The library whose jit wrapper the user called, by the module of the wrapper's class.
 _LIBRARIES = {"equinox": "eqx.filter_jit", "flax.nnx": "nnx.jit"}

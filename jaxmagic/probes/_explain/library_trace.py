@@ -5,7 +5,7 @@ made in (Flax NNX's ``TraceContextError``: "Cannot mutate RngCount from a differ
 (google/flax#5050), or whose ``loss`` calls a Module it closes over (google/flax#3997's shape under jax.grad):
 the library refuses to mutate its state from inside a transformation that does not carry that state out. It is
 no tracer error of JAX's, so the explainer declined it ("not a tracer error"). Told by mechanism: the error's
-class is a library's (``report.code_owner``), its message speaks of a trace, and a JAX transformation of the
+class is a library's (``usercode.code_owner``), its message speaks of a trace, and a JAX transformation of the
 user's function was running when it was raised (``transform_stack``).
 
 The fixes are the library's (``_LIBRARY_FIXES``, by the error class's package): for Flax NNX, the same
@@ -32,8 +32,8 @@ from jaxmagic._jax.transform_stack import Transformation, stack_at_raise, transf
 from jaxmagic.probes._explain.kinds import KINDS
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.report.source import code_kind, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
+from jaxmagic.usercode.source import code_kind, user_lines
 
 _TRACE_WORDS = re.compile(r"\btrace\b|\btrace level\b|\btracing\b", re.IGNORECASE)
 # a JAX transformation on the user's line and its twin in the library's module: (JAX's name, the library's)

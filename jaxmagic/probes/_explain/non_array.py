@@ -43,8 +43,8 @@ from jaxmagic.probes._explain.non_array_report import NonArrayArgumentReport
 from jaxmagic.probes._support.calls.bound_arguments import by_parameter
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.rerun.kept_state import kept
-from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line, message_of
+from jaxmagic.usercode.source import user_lines
 
 _TRACED_ARGUMENT = re.compile(
     r"Error interpreting argument to (?P<function>.*?) as an abstract array\. The problematic value is of type "

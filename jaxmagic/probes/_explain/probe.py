@@ -38,8 +38,8 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.fixes.leak_fixes import leak_fixes
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
+from jaxmagic.usercode.source import is_user_file, source_line, user_lines
 
 
 def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorReport | None:

@@ -33,8 +33,8 @@ from jaxmagic.probes._explain.loop_fixes import carried_value_fix
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import is_user_file, source_line
 
 # jax.numpy calls and what computes the same on static values, kept concrete: an operator, a Python
 # or ``math`` function ("" for a conversion that is dropped: ``jnp.asarray(n)`` is ``n``)

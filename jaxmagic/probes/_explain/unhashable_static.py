@@ -25,8 +25,8 @@ from jaxmagic.probes._explain.frames import innermost_user_frame
 from jaxmagic.probes._explain.unhashable_static_report import UnhashableStaticReport
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.fixes.fix import Fix
-from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import message_of
+from jaxmagic.usercode.source import user_lines
 
 _MESSAGE = re.compile(
     r"Non-hashable static arguments are not supported\. An error occurred while trying to hash an object of "

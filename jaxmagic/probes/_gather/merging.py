@@ -32,8 +32,8 @@ from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherReport, ProcessEntry
 from jaxmagic.probes._gather.stacks import dump_stacks
 from jaxmagic.probes._gather.values import expression_failures, values_from_engines, values_through_store
-from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import running_shell
 
 
 def entry_of(report, *, process: int | None, engine: int | None = None, name: str = "") -> ProcessEntry:

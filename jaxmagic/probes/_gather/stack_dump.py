@@ -48,7 +48,7 @@ from types import FrameType
 from typing import Any
 
 from jaxmagic._jax.jit_internals import is_jitted
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 STACK_SIGNAL = "SIGWINCH"
 INFO_MARK = "jaxmagic-stack-info: "  # the line after a dump that carries the samples (JSON)

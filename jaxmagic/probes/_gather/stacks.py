@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxmagic.probes._gather.stack_dump import INFO_MARK, STACK_SIGNAL, stack_dir
-from jaxmagic.report.source import code_kind
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import code_kind
 
 # -- reading a dump -----------------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ from jaxmagic._jax import array_shards, distributed_store
 from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
 from jaxmagic.probes._gather.ranges import grouped
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
-from jaxmagic.report.source import running_shell
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import running_shell
 
 MAX_FETCHED = 16  # differing leaves whose values are fetched to measure the difference
 ROUNDING = 1e-5  # a largest difference below this, relative to the values, is rounding

@@ -16,7 +16,7 @@ import linecache
 import re
 
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import cell_label, is_user_file, running_shell, source_line
+from jaxmagic.usercode.source import cell_label, is_user_file, running_shell, source_line
 
 _CELL_NUMBER = re.compile(r"In \[(\d+)\]")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)

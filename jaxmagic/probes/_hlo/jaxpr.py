@@ -11,8 +11,8 @@ from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._hlo.name_paths import NamePath, parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import strip_ansi
+from jaxmagic.usercode.source import is_user_file, source_line
 
 
 def _sub_jaxprs(eqn):

@@ -26,8 +26,8 @@ from jaxmagic.probes._hlo.scopes import ScopePaths, StageOp, collect_scope, ever
 from jaxmagic.probes._hlo.stablehlo import stablehlo_ops
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import is_user_file, source_line
 
 
 def parse_stages(text: str | Iterable[str]) -> list[str]:

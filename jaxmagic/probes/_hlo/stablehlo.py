@@ -7,7 +7,7 @@ from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._hlo.name_paths import parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.usercode.source import is_user_file, source_line
 
 _NOT_OPERATIONS = {"func.return", "stablehlo.return", "func.call", "func.func"}
 _CONTROL_FLOW = {"stablehlo.while", "stablehlo.if", "stablehlo.case"}

@@ -22,7 +22,7 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.probes._support.calls.call_site import user_frame
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, line_of, names_in_scope, source_line
+from jaxmagic.usercode.source import is_user_file, line_of, names_in_scope, source_line
 
 # jax.random functions that read a key without drawing from it
 _NOT_DRAWING = frozenset({"key_data", "key_impl"})

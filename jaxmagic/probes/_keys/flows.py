@@ -32,7 +32,7 @@ from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import code_kind, line_of
+from jaxmagic.usercode.source import code_kind, line_of
 
 MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
 

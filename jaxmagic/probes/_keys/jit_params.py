@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 
 def argument_name(params: dict, index: int) -> str:

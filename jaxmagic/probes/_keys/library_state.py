@@ -30,7 +30,7 @@ import jax
 
 from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic.probes._support.rerun.kept_state import kept
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 # The library whose state-carrying jit a key's holder calls for, by the module of the holder's class.
 _STATE_JITS = {"flax.nnx": ("nnx.jit", "flax.nnx")}

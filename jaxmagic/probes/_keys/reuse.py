@@ -19,7 +19,8 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls import call_names
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import (
+from jaxmagic.report.wording import message_of
+from jaxmagic.usercode.source import (
     code_kind,
     first_library_function,
     innermost_user_frame,
@@ -28,7 +29,6 @@ from jaxmagic.report.source import (
     user_lines,
     user_lines_of_stack,
 )
-from jaxmagic.report.wording import message_of
 
 _PASSED = re.compile(r"Previously-consumed key passed to (?P<function>.+?) at index (?P<index>\d+)")
 _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is already consumed")

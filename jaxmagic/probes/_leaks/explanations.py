@@ -34,8 +34,8 @@ from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._live.holders.search import KIND_NAME, Held, find_held, user_roots
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file, source_line, user_lines
 from jaxmagic.report.wording import message_of
+from jaxmagic.usercode.source import is_user_file, source_line, user_lines
 
 
 def _is_tracer(value: Any) -> bool:

@@ -20,8 +20,8 @@ from jaxmagic.probes._leaks.explanations import explain_unexpected_tracer, fill_
 from jaxmagic.probes._leaks.report import LeakReport
 from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.explained import mark_explained
-from jaxmagic.report.source import defining_code, is_user_file
 from jaxmagic.report.wording import error_line, message_of
+from jaxmagic.usercode.source import defining_code, is_user_file
 
 CONFIG_NAMES = ("jax_check_tracer_leaks",)
 _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"

@@ -30,7 +30,7 @@ from jaxmagic._jax import jit_internals
 from jaxmagic.probes._memory.library_transforms import is_library_jit
 from jaxmagic.probes._memory.messages import OutOfMemoryMessage, read_message
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line, user_tracebacks
+from jaxmagic.usercode.source import is_user_file, source_line, user_tracebacks
 
 
 def out_of_memory_message(error: BaseException) -> OutOfMemoryMessage | None:

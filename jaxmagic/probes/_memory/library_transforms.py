@@ -30,8 +30,8 @@ import numpy as np
 
 from jaxmagic._jax import jit_internals
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, own_code
-from jaxmagic.report.code_owner import module_of_file
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.code_owner import module_of_file
+from jaxmagic.usercode.source import is_user_file
 
 
 @dataclasses.dataclass(frozen=True)

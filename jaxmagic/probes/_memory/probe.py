@@ -27,8 +27,8 @@ from jaxmagic.probes._memory.ways_down import FITS_SHARE, ways_down
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.explained import mark_explained
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import error_line, short_dtype
+from jaxmagic.usercode.source import source_line
 
 MAX_PROGRAMS = 8  # programs of a cell measured (largest arguments first)
 WAYS_FOR = 3  # programs of a cell whose ways down are tried (largest peaks first): each trial compiles

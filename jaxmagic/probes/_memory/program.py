@@ -39,8 +39,8 @@ from jaxmagic.probes._memory.records import (
 from jaxmagic.probes._memory.scan_stacks import read_on, stack_of, stacking_instruction
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import defining_code, is_user_file
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import defining_code, is_user_file
 
 SHOWN_BUFFERS = 8  # groups of buffers kept per program, largest first (the rest is "other buffers")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from jaxmagic._jax import jit_internals, runtime
 from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 
 class CallSiteCounts:

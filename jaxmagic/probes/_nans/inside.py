@@ -28,8 +28,8 @@ from jaxmagic.probes._nans.search.producer import (
 )
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import is_user_file
 
 MAX_INSIDE_EQUATIONS = 20_000  # equations evaluated op by op per call; past it, no sub-program is opened
 

@@ -30,8 +30,8 @@ from jaxmagic.probes._nans.scope import FAILED, LATER, LIBRARY
 from jaxmagic.probes._nans.search.host_values import any_bad
 from jaxmagic.probes._nans.search.producer import quiet_evaluation
 from jaxmagic.probes._support import attribution
-from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import is_user_file
 
 
 def inside_fix(found: InsideSearch) -> str:

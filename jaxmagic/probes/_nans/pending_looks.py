@@ -52,7 +52,7 @@ import numpy as np
 
 from jaxmagic._jax import finite_flags, jit_calls
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import source_line
+from jaxmagic.usercode.source import source_line
 
 MAX_PENDING = 16
 MAX_PENDING_COPIES = 4

@@ -40,8 +40,8 @@ from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.rerun.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import code_kind, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import counted, error_line, first_line, message_of
+from jaxmagic.usercode.source import code_kind, is_user_file, source_line, user_lines
 
 CONFIG_NAMES = ("jax_debug_nans", "jax_debug_infs")
 

@@ -53,8 +53,8 @@ from jaxmagic.probes._nans.pending_looks import PendingLook, PendingLooks, host_
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import whole_expression
 from jaxmagic.report.wording import format_bytes
+from jaxmagic.usercode.source import whole_expression
 
 
 @dataclasses.dataclass

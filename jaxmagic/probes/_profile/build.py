@@ -39,7 +39,7 @@ from jaxmagic.probes._profile.trace_events import (
     self_times,
     union_ns,
 )
-from jaxmagic.report.source import source_line
+from jaxmagic.usercode.source import source_line
 
 
 def build_report(

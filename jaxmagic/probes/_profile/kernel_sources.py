@@ -18,7 +18,7 @@ import re
 
 from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText, parse_hlo_module
 from jaxmagic.probes._profile.events import OpOrigin
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 _NOT_WORK = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
 _TRANSFORM = re.compile(

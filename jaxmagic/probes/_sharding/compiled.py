@@ -23,7 +23,7 @@ from jaxmagic.probes._sharding.report import (
     LeafSharding,
 )
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file, source_line
+from jaxmagic.usercode.source import is_user_file, source_line
 
 if TYPE_CHECKING:
     from jax.extend.core import JaxprEqn

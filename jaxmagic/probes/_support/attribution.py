@@ -14,7 +14,7 @@ call. The sources, most structured first:
 - the line JAX's own error message names ("... from line file.py:4:8 (f)");
 - a NumPy object's allocation traceback (``tracemalloc``, when it was tracing).
 
-User code versus library is decided by ``report.source.is_user_file`` alone, never by
+User code versus library is decided by ``usercode.source.is_user_file`` alone, never by
 names: a Flax or Optax frame is a library frame, a frame of the user's own module is not.
 """
 
@@ -37,7 +37,7 @@ from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line, user_lines_of_stack
+from jaxmagic.usercode.source import code_kind, innermost_user_frame, is_user_file, source_line, user_lines_of_stack
 
 __all__ = [
     "Provenance",

@@ -11,7 +11,7 @@ import ast
 
 from jaxmagic.probes._support.calls.host_arguments import host_type
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
-from jaxmagic.report.source import source_line
+from jaxmagic.usercode.source import source_line
 
 
 def line_text(frame) -> str:

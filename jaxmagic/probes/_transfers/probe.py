@@ -71,8 +71,8 @@ from jaxmagic.probes._transfers.named_copies import name_copies
 from jaxmagic.probes._transfers.report import MAX_GROUPS, Transfer, TransferReport
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import innermost_user_line, is_user_file, source_line, user_lines
 from jaxmagic.report.wording import error_line, first_line, message_of
+from jaxmagic.usercode.source import innermost_user_line, is_user_file, source_line, user_lines
 
 CONFIG_NAMES = (
     "jax_transfer_guard",

@@ -13,7 +13,7 @@ from jaxmagic.probes._transfers.wording import HOST_ARRAY_FIX, WHY, transfer_fix
 from jaxmagic.report import Concern, SourceLine, act, failed, note
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
-from jaxmagic.report.source import quoted_code
+from jaxmagic.usercode.source import quoted_code
 
 MAX_GROUPS = 200  # distinct (line, value) groups kept; further transfers are only counted
 REPEATED_TRANSFERS = 2  # implicit copies of one host array from one line from which they count as per-step copies

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jaxmagic.probes._support.fixes.fix import Fix, written_fix
 from jaxmagic.probes._support.fixes.line_code import LineCode, Resolve, Traced, dotted, uses
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 # -- a traced value converted to a NumPy array ------------------------------------------------------
 

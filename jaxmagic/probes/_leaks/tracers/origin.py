@@ -20,7 +20,7 @@ from jaxmagic._jax.transform_stack import line_info, traced_for
 from jaxmagic.probes._leaks.tracers.text import TRANSFORMATION_OF_TRACER, short_qualname
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import source_line
+from jaxmagic.usercode.source import source_line
 
 
 def transformation_of(tracer) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 # Packages whose classes are no library pytrees: Python's own and the shell's.
 _NOT_LIBRARIES = frozenset({"builtins", "__main__", "abc", "typing", "collections", "dataclasses", "enum"})

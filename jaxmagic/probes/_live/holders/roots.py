@@ -13,7 +13,7 @@ import types
 from typing import Any
 
 from jaxmagic.probes._live.holders.walk import collector_paused, is_library_module
-from jaxmagic.report.source import running_shell
+from jaxmagic.usercode.source import running_shell
 
 # Kinds of holder, in order of preference: a user-visible name explains an
 # array better than IPython's cache or a traceback does.

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from jaxmagic.probes._live.holders.library_pytrees import is_library_pytree, leaves_with_paths
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 # Edges the walk may follow besides container items, attributes and slots.
 CLOSURES = "closures"  # a function's closure cells ("closed over by", "closure variable")

@@ -19,8 +19,8 @@ from jaxmagic.probes._memory.library_transforms import LibraryJit, library_jit
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
 from jaxmagic.probes._memory.records import DONATE, WORTH_OFFERING, ProgramMemory, WayDown
 from jaxmagic.probes._memory.ways_down.naming import parameter, parameter_names
-from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import format_bytes
+from jaxmagic.usercode.source import is_user_file
 
 
 def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:

@@ -25,8 +25,8 @@ from jaxmagic.probes._memory.program import CompiledCall, program_memory
 from jaxmagic.probes._memory.records import CHECKPOINT, PeakBuffer, ProgramMemory, WayDown
 from jaxmagic.probes._memory.ways_down.fresh import fresh_jit
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import is_user_file
 from jaxmagic.report.wording import format_bytes
+from jaxmagic.usercode.source import is_user_file
 
 POLICIES = (  # (policy, how the user writes it): none (recompute everything), then keeping matrix products
     (None, ""),

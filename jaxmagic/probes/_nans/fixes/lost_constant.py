@@ -23,7 +23,7 @@ import numpy as np
 
 from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 # The floating dtypes narrow enough that a usual epsilon (1e-8, 1e-6) may not survive the conversion
 LOW_PRECISION = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")

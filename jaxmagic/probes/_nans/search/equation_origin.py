@@ -22,7 +22,7 @@ from jaxmagic._jax import jaxpr_parts, recorded_sources
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import is_user_file, source_line, whole_expression
+from jaxmagic.usercode.source import is_user_file, source_line, whole_expression
 
 _attributed: dict = {}  # id(traceback) -> the traceback JAX attributed it to, during a search
 

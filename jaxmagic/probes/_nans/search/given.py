@@ -33,7 +33,7 @@ from jaxmagic.probes._nans.search.host_values import any_bad, host_array
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls.library_calls import package_of
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import code_kind
+from jaxmagic.usercode.source import code_kind
 
 # Primitives that compute each output element from the input elements at the same position (inputs of
 # the output's shape, or scalars): an inf they give where no input held a given inf was made by them.

@@ -86,8 +86,8 @@ from jaxmagic.probes._nans.search.masked_rows import note_neg_inf_rows
 from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
-from jaxmagic.report.source import code_kind, is_user_file
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import code_kind, is_user_file
 
 _OPERAND_NAMES = {
     "div": ("numerator", "denominator"),

@@ -30,7 +30,7 @@ import jax
 
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, entry_arguments, held_by_wrapper
-from jaxmagic.report.source import code_kind, innermost_user_frame, is_user_file, source_line
+from jaxmagic.usercode.source import code_kind, innermost_user_frame, is_user_file, source_line
 
 MAX_LEAVES = 4_000  # leaves of the user's arguments named per call
 _STACK_DEPTH = 400  # frames walked from an observer out to the user's line

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from jaxmagic._jax import jit_calls
-from jaxmagic.report.source import innermost_user_frame
+from jaxmagic.usercode.source import innermost_user_frame
 
 
 def user_frame():

@@ -28,8 +28,8 @@ from jaxmagic._jax import jit_calls, program_inputs, runtime
 from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.report import SourceLine
-from jaxmagic.report.source import source_line
 from jaxmagic.report.wording import short_dtype
+from jaxmagic.usercode.source import source_line
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 
-from jaxmagic.report.code_owner import module_of_file
+from jaxmagic.usercode.code_owner import module_of_file
 
 # frames of the standard library's plumbing between a library's public function and its body
 _PLUMBING = ("functools.py", "contextlib.py", "abc.py", "source_info_util.py")  # the last: jax.named_scope

@@ -28,7 +28,7 @@ import types
 from typing import Any
 
 from jaxmagic.probes._support.calls.bound_arguments import by_parameter
-from jaxmagic.report.code_owner import jax_dirs
+from jaxmagic.usercode.code_owner import jax_dirs
 
 MAX_SEARCHED = 2_000  # objects looked at when searching a callable or static arguments for the user's function
 

@@ -24,8 +24,8 @@ import jax
 import numpy as np
 
 from jaxmagic.probes._support.rerun.kept_state import kept
-from jaxmagic.report.source import user_lines
 from jaxmagic.report.wording import error_line
+from jaxmagic.usercode.source import user_lines
 
 
 @dataclasses.dataclass(frozen=True)

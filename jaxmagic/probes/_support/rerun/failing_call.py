@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax.jit_internals import is_jitted, transformed_function
-from jaxmagic.report.source import user_tracebacks
+from jaxmagic.usercode.source import user_tracebacks
 
 _PURE_NODES = (
     ast.Name,

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 _MAX_OBJECTS = 20_000
 # attributes through which a library's wrapper of a function reaches the function it wraps

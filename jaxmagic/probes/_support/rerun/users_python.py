@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from types import CodeType
 
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
-from jaxmagic.report.source import is_user_file
+from jaxmagic.usercode.source import is_user_file
 
 
 class UsersPython:

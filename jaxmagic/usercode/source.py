@@ -2,7 +2,7 @@
 
 The user's code is the notebook cells and the files no installed package holds (their own modules,
 a project installed editable): JAX, IPython, the standard library, installed packages - wherever
-they were imported from - and jaxmagic itself are not (``report.code_owner`` decides whose a file
+they were imported from - and jaxmagic itself are not (``usercode.code_owner`` decides whose a file
 is). A report shows the lines a person wrote.
 """
 
@@ -20,7 +20,7 @@ from types import CodeType, FrameType, TracebackType
 from typing import Any
 
 from jaxmagic.report import SourceLine
-from jaxmagic.report.code_owner import JAXMAGIC_DIR, kind_of_file
+from jaxmagic.usercode.code_owner import JAXMAGIC_DIR, kind_of_file
 
 
 @functools.lru_cache(maxsize=16_384)  # asked for every frame walked: each file name is judged once
@@ -59,7 +59,7 @@ _WRAPPER_DEPTH = 12
 def code_kind(filename: str) -> str:
     """Whose code a file is: "user", "jaxmagic", "jax" (jax and jaxlib: JAX's own operations and
     helpers), "python" (frozen and generated code) or "library" (any other installed package), by
-    what its module is (``report.code_owner``), wherever it was imported from."""
+    what its module is (``usercode.code_owner``), wherever it was imported from."""
     return kind_of_file(filename)
 
 

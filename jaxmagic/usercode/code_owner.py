@@ -19,7 +19,7 @@ per package (NixOS/nixpkgs#511567), a container's ``/opt`` checkouts (NVIDIA/JAX
   working copy its owner edits. An unversioned ``name.egg-info`` is setuptools' build metadata in such
   a project folder (legacy ``setup.py develop``), not an installation.
 
-Cheap by construction: callers cache per file name (``report.source``); a miss costs prefix tests
+Cheap by construction: callers cache per file name (``usercode.source``); a miss costs prefix tests
 against the folders, and each folder's metadata is read once.
 """
 
@@ -31,7 +31,7 @@ import os
 import sys
 import sysconfig
 
-# jaxmagic's own files (this file is jaxmagic/report/code_owner.py)
+# jaxmagic's own files (this file is jaxmagic/usercode/code_owner.py)
 JAXMAGIC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
