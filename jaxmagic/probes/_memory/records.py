@@ -104,6 +104,7 @@ class WayDown:
     # why a way that lowers the peak is still not offered: donating what the caller may use after the call
     # ("`params` may be used after the call (the line does not rebind it); donate only if you no longer need it")
     withheld: str = ""
+    skipped: bool = False  # not compiled on purpose: it could not take enough off the peak (``problem`` says why)
 
     @property
     def lowers(self) -> bool:
