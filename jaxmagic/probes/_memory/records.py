@@ -104,7 +104,12 @@ class WayDown:
     # why a way that lowers the peak is still not offered: donating what the caller may use after the call
     # ("`params` may be used after the call (the line does not rebind it); donate only if you no longer need it")
     withheld: str = ""
-    skipped: bool = False  # not compiled on purpose: it could not take enough off the peak (``problem`` says why)
+
+    @property
+    def unmeasured(self) -> bool:
+        """Its trial was built (``how``) and no peak came back: not measured here - a compile nothing here can
+        make for the device, a trace that failed. A way never built (not applicable, not worth compiling) is not."""
+        return self.peak_after is None and bool(self.how)
 
     @property
     def lowers(self) -> bool:

@@ -136,7 +136,7 @@ def _nothing_offered(program: ProgramMemory) -> str:
             f"No way down could be measured ({untried[0].title or untried[0].kind}: {untried[0].problem}); see below."
         )
     withheld = [w for w in program.ways_down if w.lowers and w.withheld]
-    unmeasured = [w for w in untried if not w.skipped]
+    unmeasured = [w for w in untried if w.unmeasured]
     said = []
     if unmeasured:
         said.append(f"Not measured: {unmeasured[0].title or unmeasured[0].kind} ({unmeasured[0].problem}).")
@@ -201,7 +201,7 @@ def ways_section(program: ProgramMemory) -> Section | None:
         blocks.append(Table(["change", "new peak", "fits", "write", "how it was tried"], rows))
     left = [w for w in program.ways_down if w not in offered]
     withheld = [w for w in left if w.lowers and w.withheld]
-    untried = [w for w in left if w.peak_after is None and not w.skipped]
+    untried = [w for w in left if w.unmeasured]
     tried = [w for w in left if w not in withheld and w not in untried]
     for label, ways in (("Lower, not offered", withheld), ("Tried and not offered", tried), ("Not measured", untried)):
         if ways:
@@ -531,7 +531,7 @@ class MemoryReport(Report):
             return found
         # nothing offered: a way that lowered the peak but is withheld, or one not measured here, is said
         largest = self.programs[0]
-        if any((w.peak_after is None and not w.skipped) or (w.lowers and w.withheld) for w in largest.ways_down):
+        if any(w.unmeasured or (w.lowers and w.withheld) for w in largest.ways_down):
             return _nothing_offered(largest)
         return ""
 

@@ -1,16 +1,24 @@
 """What a scan stacks, read from the optimized module: the user's value behind each stacked buffer.
 
 ``jax.lax.scan`` lowers to an XLA ``while`` loop; every value the body returns per iteration (its ``ys``, and
-under ``jax.grad`` the residuals the backward pass reads: a layer's activations, once per layer) is written
-into a buffer of ``length`` rows by a ``dynamic-update-slice`` that JAX's lowering of scan made
-(``.../jit(dynamic_update_index_in_dim)/dynamic_update_slice``), carrying the frames of the ``scan(...)``
-call. That instruction is XLA's; its *update* operand is the user's value - ``tanh`` at the body's
-``h = jnp.tanh(x @ w1)`` - and so is the line a report names (``Stack``), with the scan's own line beside
-it. A stacked carry (the value the body got each iteration) is named by the line that makes the next one.
+under ``jax.grad`` the residuals the backward pass reads - a layer's activations, once per layer - and the
+per-layer gradients the backward loop writes) is written into a buffer of ``length`` rows by a
+``dynamic-update-slice`` that JAX's lowering of scan made (``.../jit(dynamic_update_index_in_dim)/
+dynamic_update_slice``), carrying the frames of the ``scan(...)`` call. That instruction is XLA's; its *update*
+operand is the user's value - ``tanh`` at the body's ``h = jnp.tanh(x @ w1)`` - and so is the line a report
+names (``Stack``), with the scan's own line beside it. A stacked carry (the value the body got each
+iteration) is named by the line that makes the next one.
 
-The loop's stacks leave it as the ``while``'s outputs and the backward loop reads them: ``read_on`` follows a
-value from a loop body's root to the loop's output at the same tuple index, so that "read by the backward
-pass" crosses the loop boundary.
+One reading for every compiler's way of stacking: a stack is a value the loop carries at one element of its
+tuple, and the body's root at that element writes its next version. XLA:CPU names the loop's output element
+(``while.4{2}``) as live at the peak, the update a bare ``dynamic-update-slice`` or a fusion's root; XLA:TPU's
+peak comes before the loop, where the stacks are the zeros it starts from (a ``broadcast``, its layout ``copy``,
+a ``fusion`` making bf16 zeros) placed in the tuple the ``while`` takes, updated in place by multi-output
+fusions (one element of the fused root tuple each), the carry read straight from the body's parameter
+(``%wide.arg_tuple.6#1``) - ``stacking_instruction`` goes from any of them to the update.
+
+``read_by`` follows a value element by element through tuples, loops and moves, so that "read by the backward
+pass" crosses the loops' edges: into the forward loop, out as its output, into the backward loop.
 """
 
 from __future__ import annotations

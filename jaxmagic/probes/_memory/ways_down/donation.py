@@ -46,7 +46,7 @@ def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     title = _title(call, wrapper, names, argnums, program)
     if freed < WORTH_OFFERING * program.peak_bytes:
         why = f"not compiled: donation frees at most the donated {format_bytes(freed)} of the {format_bytes(program.peak_bytes)} peak"
-        return [WayDown(DONATE, title, "", program.peak_bytes, problem=why, skipped=True)]
+        return [WayDown(DONATE, title, "", program.peak_bytes, problem=why)]
     program_fn = jaxpr_parts.jaxpr_function(call.traced.jaxpr)
     flat_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
     # JAX warns "Some donated buffers were not usable" of our trial, not of the user's code: not shown
