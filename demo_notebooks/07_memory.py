@@ -131,8 +131,9 @@ assert [p.memory.output_bytes for p in rep_mean.sweep] == [out_b for _, out_b, _
 # the buffers live at the peak, each with its shape, the operation and your line that made it, and
 # what it is for - an argument, an output, a temporary, or an activation saved for the backward pass.
 # Then it tries ways down **by compiling** them and shows the new peak beside the old: here the
-# gradient of the mean instead of one gradient per example, and donating `x`, whose buffer the
-# per-example output could take.
+# gradient of the mean instead of one gradient per example. Donating `x`, whose buffer the per-example
+# output could take, is tried too but not offered: donation deletes `x`, and the call's line does not
+# show that you no longer need it.
 
 # %%
 # %jax_memory per_ex_grad(spec_w, jax.ShapeDtypeStruct((1024, P_dim), jnp.float32), jax.ShapeDtypeStruct((1024,), jnp.float32)) -o rep_mem
@@ -255,7 +256,7 @@ stacked_w = jax.ShapeDtypeStruct((8, 512, 512), jnp.float32)
 
 # %%
 [prog] = rep_scan.programs
-stacks = [b for b in prog.buffers if b.stacked]
+stacks = [b for b in prog.buffers if b.stacked and b.role != "output"]  # the gradients are stacked too
 assert {b.made_at.code for b in stacks} >= {"h = jnp.tanh(x @ w1)"}      # the body's line, not the scan's
 assert all(b.stacked == 8 and b.role == "saved for backward" for b in stacks)
 best = prog.offered[0]
@@ -265,26 +266,43 @@ assert best.code == "jax.lax.scan(jax.checkpoint(layer), x, params)" and best.pe
 # ### Exercise: donate what the update replaces
 #
 # An optimizer update makes new parameters as large as the old ones; without donation both are alive
-# at the peak. Measure `update`, take the way down it offers, and measure again.
+# at the peak. Donating the old ones lets XLA write the new ones over them - and deletes them, so it
+# is a way down only where your line no longer needs them: `params = update_jit(params, grads)` rebinds
+# `params`, `new_params = update_jit(params, grads)` keeps it (reading it afterwards would fail with
+# "Array has been deleted"). Measure both lines, take the way down offered, and measure again.
 
 # %%
 def update(params, grads):
     return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
 
-big = {"w": jax.ShapeDtypeStruct((2048, 2048), jnp.float32), "b": jax.ShapeDtypeStruct((2048,), jnp.float32)}
+update_jit = jax.jit(update)
+params = {"w": jnp.ones((2048, 2048)), "b": jnp.ones((2048,))}
+grads = jax.tree.map(jnp.ones_like, params)
+big = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
 
 # %%
-# %jax_memory jax.jit(update)(big, big) -o rep_upd
+# %%jax_memory -o rep_kept
+new_params = update_jit(params, grads)
+
+# %%
+[prog] = rep_kept.programs
+[kept] = [w for w in prog.ways_down if w.kind == "donate"]
+assert kept.lowers and kept not in prog.offered                # measured lower, not offered:
+print(kept.withheld)                                            # `params` may be used after the call
+
+# %%
+# %%jax_memory -o rep_upd
+params = update_jit(params, grads)
 
 # %%
 [prog] = rep_upd.programs
 [donate] = [w for w in prog.offered if w.kind == "donate"]
 print(donate.title, "->", donate.effect)
-update_donated = jax.jit(update, donate_argnums=(0, 1))       # the way down it offered
+update_donated = jax.jit(update, donate_argnums=(0,))         # the way down it offered: `params` only
 after = jaxmagic.probes.memory_of_call(update_donated, (big, big)).programs[0]
 assert after.peak_bytes == donate.peak_after < prog.peak_bytes
-assert not [w for w in after.offered if w.kind == "donate"]   # nothing left to donate
-del rep_mem, rep_step, rep_scan, rep_upd, prog, best, after, params, xb, ks, stacks
+assert not [w for w in after.offered if w.kind == "donate"]   # nothing left to offer
+del rep_mem, rep_step, rep_scan, rep_kept, rep_upd, prog, best, after, params, grads, new_params, xb, ks, stacks
 
 # %% [markdown]
 # ## 7.2 `jax.profiler.save_device_memory_profile`: who allocated the memory

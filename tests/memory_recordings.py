@@ -56,9 +56,23 @@ def recordings(*folders: str) -> dict[str, tuple[str, dict]]:
     return found
 
 
+def relocated(hlo: str, sources: dict[str, str]) -> str:
+    """The module's frames read from this checkout: a recorded file path ending in a key of ``sources``
+    (``tools/accelerator/record_memory.py``, wherever the device's checkout was) becomes its value, so the
+    user's lines are this checkout's and a trial that retraces the program meets the recorded line."""
+
+    def local(match: re.Match) -> str:
+        path = match.group(2)
+        here = next((local for suffix, local in sources.items() if path.endswith(suffix)), path)
+        return f'{match.group(1)}"{here}"'
+
+    return re.sub(r'(?m)^(\d+ )"([^"]*)"$', local, hlo) if sources else hlo
+
+
 @contextlib.contextmanager
-def replaying(*folders: str) -> Iterator[list[str]]:
-    """Compilations answered from ``folders``' recordings; yields the keys asked for, in order."""
+def replaying(*folders: str, sources: dict[str, str] | None = None) -> Iterator[list[str]]:
+    """Compilations answered from ``folders``' recordings; yields the keys asked for, in order. ``sources``:
+    recorded file paths (by their end) read from this checkout's files (``relocated``)."""
     known = recordings(*folders)
     asked: list[str] = []
     seen: dict = {}
@@ -67,11 +81,12 @@ def replaying(*folders: str) -> Iterator[list[str]]:
         key = key_of(lowered, seen)
         asked.append(key)
         if key not in known:
-            error = RuntimeError(f"no recording of {key} on the TPU: nothing here compiles for it")
+            error = RuntimeError(f"no recording of {key}: nothing here compiles for the TPU")
             raise DumpedCompileError(error, MemoryDumps())
         folder, entry = known[key]
         where = os.path.join(folder, entry["dir"])
         dumps = read_memory_dumps(where, entry.get("platform", ""))
+        dumps.hlo = relocated(dumps.hlo, sources or {})
         error_text = entry.get("error")
         if error_text is None and entry.get("error_file"):
             with open(os.path.join(where, entry["error_file"])) as file:

@@ -18,7 +18,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-from jaxmagic.probes._memory import SAVED_FOR_BACKWARD, memory_of_call  # noqa: E402
+from jaxmagic.probes._memory import OUTPUT, SAVED_FOR_BACKWARD, memory_of_call  # noqa: E402
 from jaxmagic.probes._memory.program import program_memory  # noqa: E402
 
 LAYERS, HIDDEN, BATCH = 8, 512, 1024
@@ -67,7 +67,7 @@ def test_stacked_residuals_are_named_by_the_body_line_that_made_them(scan_report
     """Not "dynamic_update_slice" on the `lax.scan(...)` line: XLA's stacking update writes the body's value,
     and that value's line (`h = jnp.tanh(x @ w1)`) is what the report names, with the scan's line beside it."""
     [program] = scan_report.programs
-    stacks = [b for b in program.buffers if b.stacked]
+    stacks = [b for b in program.buffers if b.stacked and b.role != OUTPUT]
     assert stacks and all(b.stacked == LAYERS and b.shape == f"f32[{LAYERS},{BATCH},{HIDDEN}]" for b in stacks)
     assert all(b.role == SAVED_FOR_BACKWARD for b in stacks)  # read by the backward loop, across the loop's edge
     assert all(b.scan_at.lineno == _line(loss, "jax.lax.scan(block") for b in stacks)
@@ -80,6 +80,18 @@ def test_stacked_residuals_are_named_by_the_body_line_that_made_them(scan_report
     data = scan_report.to_dict()["programs"][0]["buffers"]
     assert any(d["stacked"] == LAYERS and d["made_at"]["lineno"] == tanh_line for d in data)
     assert "what the scan at line" in scan_report.summary and "stacks for the backward pass" in scan_report.summary
+
+
+def test_the_gradients_the_backward_loop_stacks_are_named_by_the_lines_of_their_weights(scan_report):
+    """The outputs of `jax.grad` are stacks too: the backward loop writes one layer's gradient per iteration into
+    a buffer that starts as zeros before the loop (XLA names those zeros, not the update, as live at the peak).
+    Each is named by the body's line that reads its weight - `w1`'s at `h = jnp.tanh(x @ w1)` - never "fusion"."""
+    [program] = scan_report.programs
+    outputs = [b for b in program.buffers if b.role == OUTPUT]
+    assert outputs and all(b.stacked == LAYERS and b.shape == f"f32[{LAYERS},{HIDDEN},{HIDDEN}]" for b in outputs)
+    lines = {b.made_at.lineno for b in outputs}
+    assert lines == {_line(block, "jnp.tanh(x @ w1)"), _line(block, "return x + h @ w2")}
+    assert "what the scan at line" in scan_report.summary  # the residuals' stacks, not the gradients'
 
 
 def test_checkpoint_on_the_scan_body_is_compiled_and_offered_as_code_to_paste(scan_report):

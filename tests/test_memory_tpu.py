@@ -11,6 +11,8 @@ path runs: ``read_message`` for the error's text, ``read_memory_dumps`` + ``read
 from __future__ import annotations
 
 import glob
+import importlib.util
+import inspect
 import json
 import os
 
@@ -19,15 +21,16 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-from memory_recordings import FIXTURES, replaying  # noqa: E402
+from memory_recordings import FIXTURES, recordings, replaying  # noqa: E402
 
 from jaxmagic._jax.compile_dumps import read_memory_dumps  # noqa: E402
 from jaxmagic.probes._memory.capacity import capacity_at_failure, stats_capacity  # noqa: E402
 from jaxmagic.probes._memory.failed_call import FailedCall  # noqa: E402
 from jaxmagic.probes._memory.messages import read_message  # noqa: E402
 from jaxmagic.probes._memory.probe import explain_failed_call, memory_of_call  # noqa: E402
-from jaxmagic.probes._memory.program import read_program  # noqa: E402
-from jaxmagic.probes._memory.records import HeldArrays, ProgramMemory  # noqa: E402
+from jaxmagic.probes._memory.program import program_memory, read_program  # noqa: E402
+from jaxmagic.probes._memory.records import SAVED_FOR_BACKWARD, HeldArrays, ProgramMemory  # noqa: E402
+from jaxmagic.probes._memory.ways_down import ways_down  # noqa: E402
 from jaxmagic.report import SourceLine  # noqa: E402
 
 GPU = os.path.join(os.path.dirname(FIXTURES), "gpu-public")
@@ -254,3 +257,116 @@ def test_the_run_time_oom_frees_what_is_held_and_measures_the_program_on_the_tpu
     assert report.fix.startswith("Free what is held first: `held[0..7]` holds 11.9 GiB")
     assert "There are 3.77G free" in str(report)  # the allocator's whole message, as recorded
     assert _ways(report)["rows"].platform == "tpu"
+
+
+# -- scan over layers compiled by XLA:TPU (record_memory.py's `scan_layers`, 2026-12-06) ----------------------
+
+RECORDER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "accelerator", "record_memory.py")
+SCAN = os.path.join(WAYS, "scan_layers")
+# the recording's frames name the recorder's file where the device's checkout had it: read from this one
+SOURCES = {"tools/accelerator/record_memory.py": RECORDER}
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    """The recorder's own module: the program the TPU compiled, at the lines its frames name."""
+    spec = importlib.util.spec_from_file_location("record_memory_replayed", RECORDER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _scan_specs():
+    w = jax.ShapeDtypeStruct((8, 2048, 2048), jnp.float32)
+    return (w, w), jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
+
+
+def _line(fn, text: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.fixture(scope="module")
+def scan_replayed(recorder):
+    """`memory_of_call(jax.jit(jax.grad(scan_loss)), specs)` as the recorder made it, every compilation
+    answered by XLA:TPU's dumps (one nobody recorded raises, as a machine without a TPU would)."""
+    with replaying(SCAN, sources=SOURCES) as asked:
+        report = memory_of_call(jax.jit(jax.grad(recorder.scan_loss)), _scan_specs())
+    return report, asked
+
+
+def test_the_tpus_scan_stacks_are_named_by_the_body_lines_that_made_them(recorder, scan_replayed):
+    """XLA:TPU keeps the stacks as the zeros the loop starts from (a `broadcast`, its layout `copy`, a bf16
+    `fusion`) and updates them in place with multi-output fusions in the loop body, the carry read straight
+    from the loop's parameter: the live report named them `broadcast`, `copy`, `fusion` with no line. Read
+    through the same mechanism as XLA:CPU's, they are the body's values, one row per layer."""
+    report, _ = scan_replayed
+    [program] = report.programs
+    assert program.platform == "tpu" and program.peak_bytes == 889_645_056  # 848 MiB, as the device said
+    stacks = [b for b in program.buffers if b.stacked]
+    tanh_line, carry_line = _line(recorder.scan_block, "jnp.tanh(x @ w1)"), _line(recorder.scan_block, "return x + h")
+    assert {(b.shape, b.operation, b.made_at.lineno, b.carry) for b in stacks} == {
+        ("f32[8,2048,2048]", "mul", tanh_line, False),  # tanh's derivative, kept in f32
+        ("bf16[8,2048,2048]", "tanh", tanh_line, False),  # h, kept in bf16 for the backward matmul
+        ("bf16[8,2048,2048]", "add", carry_line, True),  # each layer's input: the carry
+    }
+    assert all(b.stacked == 8 and b.role == SAVED_FOR_BACKWARD for b in stacks)
+    assert {b.scan_at.lineno for b in stacks} == {_line(recorder.scan_loss, "jax.lax.scan(scan_block")}
+    converts = {b.operation for b in program.buffers if b.shape == "bf16[8,2048,2048]" and not b.stacked}
+    assert converts == {"convert of argument `params[0]`", "convert of argument `params[1]`"}  # weights, no activation
+    assert report.summary.startswith("`scan_loss` needs 848 MiB at its peak")
+    assert "256 MiB of it is what the scan at line" in report.summary and "for the backward pass" in report.summary
+    # the device's own report (2026-12-06, before this reading) said "128 MiB of it is one f32[8,2048,2048]
+    # temporary made by `broadcast`": the zeros the f32 stack starts from
+    assert "`broadcast`" not in report.summary and not any(b.operation in ("broadcast", "fusion") for b in stacks)
+
+
+def test_checkpointing_the_tpus_scan_body_is_not_measured_here_and_never_on_cpu(recorder, scan_replayed):
+    """The trial retraces the recorder's scan with its body checkpointed and compiles it for the TPU: nothing
+    here compiles for the TPU until a device run records it, so it is said not measured - naming the body and
+    the lines of its stacks - never measured on CPU in its place."""
+    report, asked = scan_replayed
+    [program] = report.programs
+    ways = [w for w in program.ways_down if w.kind == "checkpoint"]
+    trials = [k for k in asked if k.startswith("jit_scan_loss(") and not k.endswith("#0")]
+    assert len(ways) == 2 and len(trials) == 2  # no policy, then keeping matrix products: each compiled
+    lines = f"lines {_line(recorder.scan_block, 'jnp.tanh(x @ w1)')}, {_line(recorder.scan_block, 'return x + h')}"
+    assert all(f"body of the scan at line {_line(recorder.scan_loss, 'jax.lax.scan(')}" in w.title for w in ways)
+    assert all(lines in w.title for w in ways)
+    assert ways[0].code == "jax.lax.scan(jax.checkpoint(scan_block), x, params)"
+    assert not any(w.platform == "cpu" for w in program.ways_down)
+    recorded = set(recordings(SCAN))
+    if not recorded.issuperset(trials):  # today's recording: made before its stacks were read on the TPU
+        assert all(w.peak_after is None and "nothing here compiles for the TPU" in w.problem for w in ways)
+        assert report.fix.startswith("No way down offered. Not measured: jax.checkpoint around the body")
+        assert lines in report.fix
+    else:  # once tools/accelerator/record_memory.py has run again on the device, the trials are measured there
+        assert all(w.platform == "tpu" and w.peak_after is not None for w in ways)
+        assert program.offered and program.offered[0].kind == "checkpoint"
+
+
+def test_the_tpus_donation_of_a_gradient_functions_params_is_measured_and_not_offered(recorder):
+    """The live report's headline fix was donating `params`: XLA:TPU writes the gradients over them (848 ->
+    592 MiB, compiled there), and the caller's `params - lr * grads` then reads a deleted array. Replayed with
+    the call's line, it is measured as the device measured it and not offered; without one, it cannot be told."""
+    line = SourceLine(RECORDER, 1, "train", "grads = grad_step(params, x)")
+    with replaying(SCAN, sources=SOURCES):
+        program, compiled = program_memory(jax.jit(jax.grad(recorder.scan_loss)), _scan_specs(), called_at=line)
+        ways = ways_down(compiled, program, None)
+    [donate] = [w for w in ways if w.kind == "donate"]
+    assert (donate.platform, donate.peak_after) == ("tpu", 621_209_600) and donate.lowers
+    assert donate.withheld.startswith("`params` may be used after the call (the line does not rebind it)")
+    program.ways_down = ways
+    assert donate not in program.offered
+    with open(os.path.join(SCAN, "scan_layers.report.json")) as file:
+        live = json.load(file)
+    recorded = live["programs"][0]["ways_down"][0]
+    assert recorded["kind"] == "donate" and recorded["peak_after"] == donate.peak_after  # as the device said
+
+
+def test_without_the_calls_line_the_tpus_donation_cannot_be_told_and_is_not_offered(scan_replayed):
+    """The recorder measured the call with no line of its own: whether `params` is needed after it is unknown."""
+    report, _ = scan_replayed
+    [donate] = [w for w in report.programs[0].ways_down if w.kind == "donate"]
+    assert donate.lowers and donate.withheld.startswith("whether `params` is used after the call cannot be told")
+    assert "Not offered: donate `params`" in report.fix and not report.fix.startswith("donate")

@@ -14,9 +14,9 @@ assignment, live ranges), its ``memory_analysis()`` or the compiler's error, key
 * ``run_time_oom`` - 8 arrays of f32[20000,20000] held, then ``nearest`` on 40,000 points (fits alone);
 * ``kernel`` - ``exp(-(pts[:, None] - pts[None, :]) ** 2) @ w`` on 2**17 points (issue 63.1's program);
 * ``scan_layers`` - ``jax.grad`` through ``jax.lax.scan(block, x, params)`` over 8 layers of width 2048
-  (issue 63.2), measured with ``memory_of_call`` (compiled, no error): whether XLA:TPU's module still shows
-  the scan's stacks as ``dynamic_update_index_in_dim`` updates in the loop body (``scan_stacks``), and what
-  ``jax.checkpoint`` on the body takes off there.
+  (issue 63.2), measured with ``memory_of_call`` (compiled, no error): XLA:TPU's stacks (``scan_stacks``),
+  the donation trial, and both ``jax.checkpoint`` trials on the body, compiled for the TPU (the replay keeps
+  ``scan_block``/``scan_loss`` at these lines: their frames name them; move nothing above them).
 
 Also ``memory_stats.json`` (``device.memory_stats()`` before and after the arrays are held), each error's
 whole text, and each report as text and ``to_dict()`` JSON. Nothing here needs more than the device.
@@ -145,12 +145,34 @@ def _measured(outdir: str, name: str) -> None:
         with open(os.path.join(where, f"{name}.report.json"), "w") as file:
             json.dump(report.to_dict(), file, indent=1, default=str)
         print(f"{name}: {report.summary[:160]}")
+        _check_trials(name, report, index)
     except Exception:
         traceback.print_exc()
     finally:
         program_module.compile_with_memory_dumps = _REAL
         with open(os.path.join(where, "index.json"), "w") as file:
             json.dump(index, file, indent=1)
+
+
+# The trials tests/test_memory_tpu.py replays for ``scan_layers``, in the order the probe compiles them: the
+# donation of ``params`` (measured, not offered: a gradient function's caller still needs them), then
+# ``jax.checkpoint`` on the scan's body without a policy and keeping matrix products. The checkpoint trials
+# are compiled only when ``scan_stacks`` reads XLA:TPU's stacks (the zeros the loop starts from, updated by
+# multi-output fusions); the replay asks for them under the same keys, each then measured as the TPU did.
+_SCAN_TRIALS = ("donate", "checkpoint", "checkpoint")
+
+
+def _check_trials(name: str, report, index: list) -> None:
+    """Say, in the device run's log, which trials were compiled for the device and which were not: a trial
+    missing here is one the replay cannot measure (its test then says it was not measured)."""
+    ways = [way for program in report.programs for way in program.ways_down]
+    for way in ways:
+        said = f"peak {way.peak_after}" if way.peak_after is not None else f"not measured: {way.problem[:120]}"
+        print(f"  {name}: {way.kind} ({way.platform or '-'}): {said}")
+    kinds = tuple(way.kind for way in ways)
+    if name == "scan_layers" and kinds != _SCAN_TRIALS:
+        print(f"  {name}: expected the trials {_SCAN_TRIALS}, the probe tried {kinds}: the replay will not match")
+    print(f"  {name}: {len(index)} compilations recorded: " + ", ".join(entry["key"] for entry in index))
 
 
 def _stats():

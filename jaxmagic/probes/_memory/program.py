@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,7 @@ from jaxmagic.probes._memory.records import (
     PeakBuffer,
     ProgramMemory,
 )
-from jaxmagic.probes._memory.scan_stacks import read_on, stack_of, stacking_instruction
+from jaxmagic.probes._memory.scan_stacks import read_by, stack_of, stacking_instruction
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line
@@ -172,12 +173,13 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
     if instruction.opcode == "parameter" and allocation is not None and allocation.parameter is not None:
         return PeakBuffer(shape, size, ARGUMENT, "", argument=op_name, made_at=None)
     role = OUTPUT if allocation is not None and allocation.live_out else TEMPORARY
-    if role == TEMPORARY and not _backward(op_name) and _read_backward(module, instruction, readers):
+    backward = functools.partial(_of_backward, module)
+    if role == TEMPORARY and not _backward(op_name) and read_by(module, instruction, shape_index, readers, backward):
         role = SAVED_FOR_BACKWARD
     operation = _operation(op_name)
     stack = stack_of(
         module,
-        stacking_instruction(module, instruction, shape_index, instructions),
+        stacking_instruction(module, instruction, shape_index, instructions, readers),
         instructions,
         lambda i: _user_line(module, i),
     )
@@ -185,6 +187,8 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
         operation, made_at = stack.operation or operation, stack.made_at or made_at
     elif not op_name and made_at is None:  # XLA's own buffer (a layout copy, a sort's indices): its neighbour's line
         operation, made_at = _borrowed_line(module, instruction, readers, instructions)
+        if _ARGUMENTS in operation and role == SAVED_FOR_BACKWARD:
+            role = TEMPORARY  # an argument in another dtype or layout (bf16 weights for the MXU): no activation
     # Made in place: XLA gave it the memory of a value it reads (a sort over its operand). Memory shared
     # with a value live at another time is reuse, not "in place", and is not told.
     operands = set(instruction.operands)
@@ -205,13 +209,26 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
     return found
 
 
-_PASSED_ON = ("copy", "bitcast", "get-tuple-element", "transpose", "reshape", "copy-start", "copy-done")
+_PASSED_ON = (
+    "copy",
+    "bitcast",
+    "get-tuple-element",
+    "transpose",
+    "reshape",
+    "copy-start",
+    "copy-done",
+    "async-start",  # XLA:TPU's asynchronous copy of an argument's slices into faster memory
+    "async-done",
+)
+_ARGUMENTS = " of argument `"
 
 
 def _borrowed_line(module, instruction, readers, instructions) -> tuple[str, SourceLine | None]:
     """An instruction XLA made without metadata takes the line of the value it moves (a layout ``copy`` of
     ``abs``'s output) or, when it reads no such value, of the instruction it was made for (an ``iota`` of a
-    sort's indices): ("copy of `abs`", line) / ("iota for `sort`", line); (opcode, None) when neither says."""
+    sort's indices): ("copy of `abs`", line) / ("iota for `sort`", line); a value it moves that is an argument
+    of the program names it, with no line (XLA:TPU's bf16 ``convert`` of f32 weights: "convert of argument
+    `params[0]`"); (opcode, None) when none says."""
     for direction, neighbours in (
         ("of", lambda i: [instructions[o] for o in i.operands if o in instructions]),
         ("for", lambda i: readers.get(i.name, [])),
@@ -226,9 +243,19 @@ def _borrowed_line(module, instruction, readers, instructions) -> tuple[str, Sou
             line = _user_line(module, other)
             if other.op_names and line is not None:
                 return f"{instruction.opcode} {direction} `{_operation(other.op_names[0])}`", line
+            if direction == "of" and _is_argument(module, other):
+                return f"{instruction.opcode}{_ARGUMENTS}{other.op_names[0]}`", None
             if other.opcode in _PASSED_ON:  # the same value passed on: look one step further
                 todo += neighbours(other)
     return instruction.opcode, None
+
+
+def _is_argument(module: HloModuleText, instruction: HloInstruction) -> bool:
+    """An entry parameter JAX named (``params[0]``): one of the program's arguments."""
+    if instruction.opcode != "parameter" or not instruction.op_names:
+        return False
+    computation = module.computations.get(instruction.computation)
+    return computation is not None and computation.is_entry
 
 
 def _user_line(module: HloModuleText, instruction: HloInstruction) -> SourceLine | None:
@@ -244,27 +271,13 @@ def _backward(op_name: str) -> bool:
     return "transpose(" in op_name
 
 
-def _read_backward(module: HloModuleText, instruction: HloInstruction, readers: dict) -> bool:
-    """Whether an instruction of the backward pass reads the value (directly, or inside the fusion that does)."""
-    seen: set[str] = set()
-    todo = [instruction.name]
-    while todo:
-        name = todo.pop()
-        # a loop body's result is read on as the loop's output (the backward loop reads a scan's stacks)
-        for reader in [*readers.get(name, ()), *read_on(module, name, readers)]:
-            if reader.name in seen:
-                continue
-            seen.add(reader.name)
-            if reader.opcode in ("bitcast", "get-tuple-element", "tuple", "copy"):
-                todo.append(reader.name)  # the same value passed on
-                continue
-            names = list(reader.op_names)
-            for _, computation in reader.called:
-                comp = module.computations.get(computation)
-                names += [n for i in (comp.instructions if comp else ()) for n in i.op_names]
-            if any(_backward(n) for n in names):
-                return True
-    return False
+def _of_backward(module: HloModuleText, reader: HloInstruction) -> bool:
+    """Whether an instruction of the backward pass (``transpose(...)``) is ``reader`` or runs inside it (a fusion)."""
+    names = list(reader.op_names)
+    for _, computation in reader.called:
+        called = module.computations.get(computation)
+        names += [n for i in (called.instructions if called else ()) for n in i.op_names]
+    return any(_backward(n) for n in names)
 
 
 def _element_shape(shape: str, index: str) -> str:

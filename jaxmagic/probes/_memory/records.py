@@ -101,6 +101,15 @@ class WayDown:
     traced_again: bool = False  # the user's function was traced again to try it
     refused: bool = False  # the compiler ran out of memory compiling it (XLA:TPU): it does not fit, proven
     platform: str = ""  # what it was compiled for ("tpu"): the proof holds for that device
+    # why a way that lowers the peak is still not offered: donating what the caller may use after the call
+    # ("`params` may be used after the call (the line does not rebind it); donate only if you no longer need it")
+    withheld: str = ""
+
+    @property
+    def unmeasured(self) -> bool:
+        """Its trial was built (``how``) and no peak came back: not measured here - a compile nothing here can
+        make for the device, a trace that failed. A way never built (not applicable, not worth compiling) is not."""
+        return self.peak_after is None and bool(self.how)
 
     @property
     def lowers(self) -> bool:
@@ -122,6 +131,8 @@ class WayDown:
             if saved > 0:
                 return f"peak {after} ({format_bytes(saved)} less than {before}): too little to offer"
             return f"peak {after}, not lower than {before}: not offered"
+        if self.withheld:
+            return f"peak {before} -> {after}, not offered: {self.withheld}"
         return f"peak {before} -> {after}"
 
 
@@ -153,7 +164,7 @@ class ProgramMemory:
     def offered(self) -> list[WayDown]:
         """The ways down that lowered the peak: those that fit first, then the lowest peak; at one peak, a
         change of the program before donation (which deletes the caller's arrays)."""
-        lowering = [w for w in self.ways_down if w.lowers]
+        lowering = [w for w in self.ways_down if w.lowers and not w.withheld]
         lowest = min((w.peak_after or 0 for w in lowering), default=0)
 
         def rank(way: WayDown) -> tuple:

@@ -70,7 +70,14 @@ def _stacks_clause(program: ProgramMemory, short: bool) -> str:
     3 x f32[8,2048,2048] made in `block` (lines 8, 9)" - the largest buffer a scan's stack."""
     top = program.buffers[0]
     where = _place(top.scan_at)
-    stacks = [b for b in program.buffers if b.stacked and _place(b.scan_at) == where] if where else [top]
+    # what the top one is stacked for: residuals the backward pass reads, or the scan's (or its gradient's) outputs
+    saved = top.role == SAVED_FOR_BACKWARD
+    stacks = [
+        b
+        for b in program.buffers
+        if b.stacked and _place(b.scan_at) == where and (b.role == SAVED_FOR_BACKWARD) == saved
+    ]
+    stacks = stacks if where else [top]
     total = sum(b.bytes for b in stacks)
     count = sum(b.count for b in stacks)
     shapes = list(dict.fromkeys(b.shape for b in stacks))
@@ -117,7 +124,9 @@ def first_way_down(programs: list[ProgramMemory]) -> str:
 
 
 def _nothing_offered(program: ProgramMemory) -> str:
-    """The fix line when no way down is offered: why, from what was tried - never a way not proven."""
+    """The fix line when no way down is offered: why, from what was tried - never a way not proven. A way
+    that lowered the peak but is withheld (donating what the caller may still use) and one that could not be
+    measured here (a trial nothing here compiles for the device) are said as such, never as a fix."""
     if not program.ways_down:
         return ""
     untried = [w for w in program.ways_down if w.peak_after is None]
@@ -126,6 +135,17 @@ def _nothing_offered(program: ProgramMemory) -> str:
         return (
             f"No way down could be measured ({untried[0].title or untried[0].kind}: {untried[0].problem}); see below."
         )
+    withheld = [w for w in program.ways_down if w.lowers and w.withheld]
+    unmeasured = [w for w in untried if w.unmeasured]
+    said = []
+    if unmeasured:
+        said.append(f"Not measured: {unmeasured[0].title or unmeasured[0].kind} ({unmeasured[0].problem}).")
+    if withheld:
+        way = withheld[0]
+        before, after = format_bytes(way.peak_before), format_bytes(way.peak_after or 0)
+        said.append(f"Not offered: {way.title or way.kind}, peak {before} -> {after}: {way.withheld}.")
+    if said:
+        return "No way down offered. " + " ".join(said)
     return "Nothing tried lowered the peak enough: see the ways tried below."
 
 
@@ -180,15 +200,14 @@ def ways_section(program: ProgramMemory) -> Section | None:
     if rows:
         blocks.append(Table(["change", "new peak", "fits", "write", "how it was tried"], rows))
     left = [w for w in program.ways_down if w not in offered]
-    if left:
-        blocks.append(
-            Paragraph(
-                ("Nothing tried lowered the peak. " if not rows else "")
-                + "Tried and not offered: "
-                + "; ".join(f"{w.title or w.kind} ({w.effect})" for w in left)
-                + "."
-            )
-        )
+    withheld = [w for w in left if w.lowers and w.withheld]
+    untried = [w for w in left if w.unmeasured]
+    tried = [w for w in left if w not in withheld and w not in untried]
+    for label, ways in (("Lower, not offered", withheld), ("Tried and not offered", tried), ("Not measured", untried)):
+        if ways:
+            blocks.append(Paragraph(f"{label}: " + "; ".join(f"{w.title or w.kind} ({w.effect})" for w in ways) + "."))
+    if not rows and not withheld and tried:
+        blocks.insert(0, Paragraph("Nothing tried lowered the peak."))
     return Section(f"Ways down from {format_bytes(program.peak_bytes)}, tried by compiling", blocks)
 
 
@@ -507,7 +526,14 @@ class MemoryReport(Report):
     def fix(self) -> str:
         if self.out_of_memory is not None:
             return self.out_of_memory.fix
-        return first_way_down(self.programs)
+        found = first_way_down(self.programs)
+        if found or not self.programs:
+            return found
+        # nothing offered: a way that lowered the peak but is withheld, or one not measured here, is said
+        largest = self.programs[0]
+        if any(w.unmeasured or (w.lowers and w.withheld) for w in largest.ways_down):
+            return _nothing_offered(largest)
+        return ""
 
     def document(self) -> Document:
         sections: list[Section] = []

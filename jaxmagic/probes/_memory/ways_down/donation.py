@@ -19,30 +19,22 @@ from jaxmagic.probes._memory.library_transforms import LibraryJit, library_jit
 from jaxmagic.probes._memory.program import CompiledCall, program_memory
 from jaxmagic.probes._memory.records import DONATE, WORTH_OFFERING, ProgramMemory, WayDown
 from jaxmagic.probes._memory.ways_down.naming import parameter, parameter_names
+from jaxmagic.probes._support.calls.after_call import FREE, KEPT, AfterCall, argument_after_call
 from jaxmagic.report.wording import format_bytes
 from jaxmagic.usercode.source import is_user_file
 
 
 def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
-    info = jit_internals.jit_options(call.jitted)
-    static = set(getattr(info, "static_argnums", ()) or ())
     positional_info, _ = call.traced.args_info
-    outputs = {(tuple(a.shape), str(a.dtype)) for a in call.traced.jaxpr.out_avals}
     parameters = parameter_names(call.jitted)
     wrapper = library_jit(call.jitted, call.args)
-    dynamic = [i for i in range(len(call.args)) if i not in static]
-    donate, flat, every, start = [], [], [], 0
-    for position, arg_info in zip(dynamic, positional_info):
-        leaves = jax.tree.leaves(arg_info)
-        indices = list(range(start, start + len(leaves)))
-        start += len(leaves)
-        every += indices
-        if leaves and not any(leaf.donated for leaf in leaves):
-            if any((tuple(leaf.shape), str(leaf.dtype)) in outputs for leaf in leaves):
-                donate.append(position)
-                flat += indices
-    if not donate:
+    candidates, flat_of, every = _candidates(call, positional_info)
+    if not candidates:
         return []
+    free, kept = _needed_after(call, program, wrapper, candidates, parameters)
+    # donate what the caller no longer needs; when it needs them all, the trial still says what donating frees
+    donate = free if free else candidates
+    flat = [i for position in donate for i in flat_of[position]]
     if wrapper is not None and wrapper.library == "equinox":
         flat = every  # eqx.filter_jit donates every array it is given, or none (donate="all")
     names = ", ".join(f"`{parameter(parameters, i)}`" for i in donate)
@@ -62,16 +54,21 @@ def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         warnings.simplefilter("ignore")
         tried, _ = program_memory(jax.jit(program_fn, donate_argnums=tuple(flat)), flat_specs)
     tried.peak_bytes = max(tried.peak_bytes, program.peak_bytes - freed)
+    left_out = _left_out(list(kept.values()))
     way = WayDown(
         DONATE,
         title,
         _code(call, wrapper, [parameter(parameters, i) for i in donate], argnums),
         program.peak_bytes,
         tried.peak_bytes if not tried.problem else None,
-        how=f"compiled the traced program of `{program.function}` with those arguments donated",
+        how=f"compiled the traced program of `{program.function}` with those arguments donated"
+        + (f" (left out: {left_out})" if free and kept else ""),
         problem=tried.problem,
         refused=tried.compile_error is not None,
         platform=tried.platform,
+        withheld=""
+        if free
+        else f"{left_out}; donate only if you no longer need " + ("them" if len(kept) > 1 else "it"),
     )
     if way.lowers and way.code:
         deleted = "every array argument is" if wrapper is not None and wrapper.library == "equinox" else f"{names} are"
@@ -80,6 +77,78 @@ def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
             f"({format_bytes(program.peak_bytes - (way.peak_after or 0))} less)"
         )
     return [way]
+
+
+def _candidates(call: CompiledCall, positional_info) -> tuple[list[int], dict[int, list[int]], list[int]]:
+    """The positions of arguments an output of the same shape and dtype can be written over (none donated
+    already), each position's flat inputs, and every flat input of a dynamic argument."""
+    info = jit_internals.jit_options(call.jitted)
+    static = set(getattr(info, "static_argnums", ()) or ())
+    outputs = {(tuple(a.shape), str(a.dtype)) for a in call.traced.jaxpr.out_avals}
+    dynamic = [i for i in range(len(call.args)) if i not in static]
+    candidates: list[int] = []
+    flat_of: dict[int, list[int]] = {}
+    every: list[int] = []
+    start = 0
+    for position, arg_info in zip(dynamic, positional_info):
+        leaves = jax.tree.leaves(arg_info)
+        flat_of[position] = list(range(start, start + len(leaves)))
+        start += len(leaves)
+        every += flat_of[position]
+        if leaves and not any(leaf.donated for leaf in leaves):
+            if any((tuple(leaf.shape), str(leaf.dtype)) in outputs for leaf in leaves):
+                candidates.append(position)
+    return candidates, flat_of, every
+
+
+def _needed_after(
+    call: CompiledCall, program: ProgramMemory, wrapper: LibraryJit | None, candidates: list[int], parameters: list[str]
+) -> tuple[list[int], dict[int, AfterCall]]:
+    """(the candidates the caller no longer needs after the call, {position: why the caller may still need
+    it}) - read from the call's line (``_support/calls/after_call``): a donated array is deleted by the call.
+    ``nnx.jit`` puts a graph node's new state back into the caller's object (``model`` stays usable);
+    ``eqx.filter_jit(donate="all")`` donates every array argument, so every one the line passes must be free."""
+    line = program.called_at.code if program.called_at is not None else program.call
+    callee = program.function
+    if wrapper is not None and wrapper.library == "equinox":
+        passed = [argument_after_call(line, callee, i) for i in range(_count(line, callee))]
+        kept = {i: after for i, after in enumerate(passed) if after.verdict != FREE}
+        if not passed:
+            kept = {0: argument_after_call(line, callee, 0)}
+        return ([] if kept else list(candidates)), kept
+    free: list[int] = []
+    kept_by: dict[int, AfterCall] = {}
+    for position in candidates:
+        if wrapper is not None and wrapper.library == "flax.nnx" and not hasattr(call.args[position], "shape"):
+            free.append(position)  # nnx.jit writes the graph node's new state back into the caller's object
+            continue
+        after = argument_after_call(line, callee, position, parameter(parameters, position))
+        if after.verdict == FREE:
+            free.append(position)
+        else:
+            kept_by[position] = after
+    return free, kept_by
+
+
+def _left_out(kept: list[AfterCall]) -> str:
+    """Why the caller may still need these arguments, the names the line leaves bound said once:
+    "`params`, `grads` may be used after the call (the line rebinds neither)"."""
+    named = [after.written for after in kept if after.verdict == KEPT]
+    said = [after.why for after in kept if after.verdict != KEPT]
+    if len(named) == 1:
+        said.insert(0, next(after.why for after in kept if after.verdict == KEPT))
+    elif named:
+        rebinds = "neither" if len(named) == 2 else "none of them"
+        said.insert(0, f"{', '.join(f'`{n}`' for n in named)} may be used after the call (the line rebinds {rebinds})")
+    return "; ".join(said)
+
+
+def _count(line: str, callee: str) -> int:
+    """How many arguments the line's call of ``callee`` passes (0 when it cannot be read)."""
+    count = 0
+    while argument_after_call(line, callee, count).written:
+        count += 1
+    return count
 
 
 def _title(call: CompiledCall, wrapper: LibraryJit | None, names: str, argnums: str, program: ProgramMemory) -> str:

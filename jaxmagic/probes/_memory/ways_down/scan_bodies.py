@@ -46,8 +46,10 @@ def scan_body_checkpoint(call: CompiledCall, program: ProgramMemory, stacked: li
     kept = sum(b.bytes for b in buffers)
     body = _body_text(scan_at)
     lines = sorted({b.made_at.lineno for b in buffers if b.made_at is not None})
-    made = f" (lines {', '.join(map(str, lines))})" if lines else ""
+    made = f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})" if lines else ""
+    # the body's lines that made the stacks are named in the title: an untried way still says what it is about
     title = f"jax.checkpoint around the body of the scan at line {scan_at.lineno}" + (f", `{body}`" if body else "")
+    title += f", whose stacks{made} are recomputed" if lines else ""
     recomputed = f"its {format_bytes(kept)} of stacked residuals{made} recomputed layer by layer in the backward pass"
     ways = []
     for policy, text in POLICIES:
