@@ -414,7 +414,9 @@ def test_a_sampled_donating_loop_copies_only_for_a_next_look_and_says_why_it_can
     monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0))
     copies: list[int] = []
     program = own_programs._copy_program()
-    monkeypatch.setattr(own_programs, "_copy_program", lambda: lambda *leaves: copies.append(len(leaves)) or program(*leaves))
+    monkeypatch.setattr(
+        own_programs, "_copy_program", lambda: lambda *leaves: copies.append(len(leaves)) or program(*leaves)
+    )
 
     def step(w, x):
         return w * 0.5 + jnp.log(x), jnp.sum(w)

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxmagic._jax import jit_calls, key_internals, prng_checks
 from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw
-from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_data, key_fingerprint, render_key
+from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_fingerprint, render_key
 from jaxmagic.probes._keys.key_reads import KeyReads
 from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._support import attribution
@@ -385,6 +385,8 @@ class _DrawFollower:
     def finish(self) -> None:
         """Count the keys still being read, then each draw's most repeated key, rendered once when the block ends."""
         self.reads.settle(wait=True)
+        self._places.clear()  # the user's code objects, kept by id while the block ran
+        self._started.clear()
         for draw, seen in self.draws.values():
             if seen:
                 data, times = max(seen.values(), key=lambda item: cast(int, item[1]))
