@@ -122,3 +122,14 @@ def test_a_deferred_loop_keeps_no_key_alive_and_a_few_draws_are_read_one_by_one(
     _watched(lambda: noise_loop(None))
     gc.collect()
     assert [ref() for ref in kept] == [None] * 3
+
+
+def test_a_loop_of_more_draws_than_the_keys_kept_is_no_finding(on_device):
+    # 1,100 fresh keys at one line: past the first 1,000 kept, a new key is still counted as distinct (once
+    # reported as "the same key data in 1 of its 1100 calls").
+    def long_loop():
+        key = jax.random.key(7)
+        for _ in range(1100):
+            key, _sub = jax.random.split(key)
+
+    assert not [f for f in _watched(long_loop)[1] if f["area"] == "random keys"]

@@ -309,9 +309,10 @@ class _DrawFollower:
             draw, seen = drawn
             if fingerprint in seen:
                 seen[fingerprint][1] = cast(int, seen[fingerprint][1]) + 1
-            elif len(seen) < MAX_FLOW_VALUES:
-                seen[fingerprint] = [data[0], 1]
-            draw.distinct = len(seen)
+            else:  # a new key past the first MAX_FLOW_VALUES is still a distinct one (counted, not kept)
+                if len(seen) < MAX_FLOW_VALUES:
+                    seen[fingerprint] = [data[0], 1]
+                draw.distinct += 1
 
     def _legacy_use(self, where: Place, user: FrameType | None) -> None:
         with self.lock:
