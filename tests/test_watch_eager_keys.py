@@ -3,7 +3,7 @@
 Every eager ``jax.random`` call is followed (not a share of them): a key reused once in a 300-step loop is a
 finding. On a TPU v5e reading each draw's key on the host cost +186 us a ``split`` (1.28x a dropout loop), so
 where looks are deferred the keys' data is read in batches (``probes/_keys/key_reads.py``): one program of
-jaxmagic's own stacks 32 draws' key data and one copy reaches the host. These tests force that path on the
+jaxmagic's own stacks 128 draws' key data and one copy reaches the host. These tests force that path on the
 CPU (``call_sampling.LOOKS_DEFERRED``) and check what it promises: a reuse at step 37 is still found, named
 at its line, with as many host reads as batches; the cell computes what it computes unwatched and keeps
 nothing alive.
@@ -79,7 +79,7 @@ def test_a_key_reused_at_step_37_of_a_300_step_deferred_loop_is_found_from_batch
     (repeated,) = [f for f in draws if "2 of its" in f["headline"]]
     assert repeated["function"] == "jax.random.normal" and f"2 of its {STEPS} calls" in repeated["headline"]
     assert repeated["line"]["code"] == "jax.random.normal(sub, (3,))"
-    # ~900 draws (299 splits, 600 normals): their keys read in batches of 32, never one by one in the loop
+    # ~900 draws (299 splits, 600 normals): their keys read in batches of 128, never one by one in the loop
     assert reads["stacks"] and all(n % key_reads.BATCH == 0 for n in reads["stacks"])
     assert len(reads["host"]) <= len(reads["stacks"]) + key_reads.MIN_BATCH
     assert not [f for f in found if f["area"] == "recompilation"]  # the stack program is none of the user's

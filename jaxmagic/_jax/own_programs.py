@@ -16,7 +16,7 @@ paid at every look at a donating call (issue 60 item 3).
 
 The keys area reads the data of the keys of eager draws in batches
 (``probes/_keys/key_reads.py``): ``stacked`` puts a batch of same-shaped key
-data into one array, so that one program and one copy to the host serve 32
+data into one array, so that one program and one copy to the host serve 128
 draws instead of a copy to the host each (~150 us of the host's time per draw
 on a TPU v5e).
 """

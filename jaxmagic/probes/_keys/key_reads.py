@@ -18,7 +18,7 @@ gathered, ``BATCH`` at a time, and the arrays of one shape, dtype and placement
 among them are stacked on their device by one program of jaxmagic's own
 (``own_programs.stacked``, padded to a multiple of ``BATCH``: one compilation per
 key shape in the process) whose result alone is copied to the host: one
-dispatch and one copy for 32 draws. The batch is finished once its copies are
+dispatch and one copy for 128 draws (a key is 8 bytes: 128 held are nothing). The batch is finished once its copies are
 there (``is_ready``), at a later read or at the block's end; every read gets the
 rows of its own arrays, as if read one by one. Fewer than ``MIN_BATCH`` reads
 left at the block's end are copied one by one (no program compiled for a few).
@@ -27,7 +27,7 @@ An array the stack cannot take (deleted, placed apart) is copied alone.
 What is done with the data must not depend on when it runs: whatever it needs of
 the moment of the call (the user's line, the call's arguments) is taken when the
 read is asked for. A pending read holds those, and the key's data, until it is
-finished (at most ``BATCH`` gathered and ``MAX_IN_FLIGHT`` batches).
+finished (at most ``BATCH`` gathered and ``MAX_IN_FLIGHT`` batches of keys' data).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 
 from jaxmagic._jax import call_sampling, jit_calls, own_programs
 
-BATCH = 32  # deferred reads gathered into one batch: one program of jaxmagic's own and one copy to the host
+BATCH = 128  # deferred reads gathered into one batch: one program of jaxmagic's own and one copy to the host
 MIN_BATCH = 8  # fewer reads than this left at the block's end are copied one by one
 MAX_IN_FLIGHT = 4  # batches dispatched and not finished; over it the oldest is finished, waiting for it
 
