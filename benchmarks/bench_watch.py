@@ -23,7 +23,7 @@ theirs (goal <= 2 KiB).
 The MLP rows (``mlp_rows``; issue 60.3, for the accelerator): a 300-step training
 loop of a plain-JAX MLP (784-512-512-10, batch 128, SGD, jitted step; params
 donated or not; or with dropout, a new key split per step - the keys area reads
-each key's data on the host), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
+every key's data, in batches of 128 where looks are deferred), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
 looks once waited for each step: 2.45-2.49x); then what one NaN look costs on
 that step, looking at every call (no sampling), on the host (the CPU's way, the
 TPU's before) and on the device (the accelerator's way), in microseconds beside
