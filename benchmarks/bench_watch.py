@@ -23,14 +23,17 @@ theirs (goal <= 2 KiB).
 The MLP rows (``mlp_rows``; issue 60.3, for the accelerator): a 300-step training
 loop of a plain-JAX MLP (784-512-512-10, batch 128, SGD, jitted step; params
 donated or not; or with dropout, a new key split per step - the keys area reads
-each key's data on the host), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
+every key's data, in batches of 128 where looks are deferred), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
 looks once waited for each step: 2.45-2.49x); then what one NaN look costs on
 that step, looking at every call (no sampling), on the host (the CPU's way, the
 TPU's before) and on the device (the accelerator's way), in microseconds beside
 an empty post hook (the floor); and the verdict program's first compilation.
-Only these rows, e.g. on the TPU:
+The donating step's look is measured with and without
+its copy of the results (made only when the next call will be looked at). Only
+these rows, e.g. on the TPU (``--deferred``: the accelerator's way forced on the
+CPU, for an estimate):
 
-    python benchmarks/bench_watch.py mlp [--steps 300] [--reps 9]
+    python benchmarks/bench_watch.py mlp [--steps 300] [--reps 9] [--deferred]
 """
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ from jaxmagic.probes import Watch as _BenchWatch
 import jaxmagic.probes._watch.session as _bench_session
 from jaxmagic._jax.call_sampling import CallSampler as _BenchSampler
 from jaxmagic._jax import call_sampling as _bench_sampling
+_bench_next_call_due = _BenchSampler.next_call_due
 
 def _mlp_init(key, sizes=(784, 512, 512, 10)):
     params = []
@@ -227,15 +231,19 @@ def mlp_loop(steps: int, step: str = "mlp_step") -> str:
     return f"{target} = {copy}\nfor _ in range({steps}):\n    {call}\nmlp_loss_last = float(loss)"
 
 
-def looking_at_every_call(body: str, on_device: bool) -> str:
+def looking_at_every_call(body: str, on_device: bool, copies: bool = True) -> str:
     """``body`` under the watch's NaN area alone, every call looked at (no sampling), its verdicts on the
-    device or on the host: what one look costs."""
+    device or on the host: what one look costs. ``copies=False``: a donating call's results are never copied
+    for the next call's replay (what a look costs without its copy program)."""
+    due = "" if copies else "_BenchSampler.next_call_due = lambda self, number: False\n"
     return (
-        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n_bench_sampling.LOOKS_DEFERRED = {on_device}\n"
+        f"_bench_session.CallSampler = lambda: _BenchSampler(share=None)\n{due}"
+        f"_bench_was_deferred = _bench_sampling.LOOKS_DEFERRED\n_bench_sampling.LOOKS_DEFERRED = {on_device}\n"
         "_bw = _BenchWatch(only=['NaN'])\n_bw.begin_cell('In [0]')\ntry:\n"
         + textwrap.indent(body, "    ")
         + "\nfinally:\n    _bw.end_cell()\n    _bench_session.CallSampler = _BenchSampler\n"
-        "    _bench_sampling.LOOKS_DEFERRED = None"
+        "    _BenchSampler.next_call_due = _bench_next_call_due\n"
+        "    _bench_sampling.LOOKS_DEFERRED = _bench_was_deferred"
     )
 
 
@@ -257,12 +265,15 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
         run_cell(shell, cells["watched"])  # warm-up: compiled, the verdict program too
         run_cell(shell, "%jax_watch off")
         run_cell(shell, cells["bare"])
-        bare, watched, losses = [], [], set()
+        warm_up = shell.user_ns["_mlp_log"]  # the first watched run compiled: its share allowed more looks
+        bare, watched, losses, looks = [], [], set(), []
         for rep in range(repetitions):
             for state in ("bare", "watched") if rep % 2 == 0 else ("watched", "bare"):
-                run_cell(shell, "%jax_watch" if state == "watched" else "%jax_watch off")
+                run_cell(shell, "%jax_watch -o _mlp_log" if state == "watched" else "%jax_watch off")
                 (watched if state == "watched" else bare).append(timed(lambda c=cells[state]: run_cell(shell, c)))
                 losses.add(shell.user_ns["mlp_loss_last"])
+                if state == "watched":
+                    looks.append(shell.user_ns["_mlp_log"].calls_looked_at)
         run_cell(shell, "%jax_watch off")
         log = shell.user_ns["_mlp_log"]
         where = where_the_time_goes(shell, cells["watched"])
@@ -274,7 +285,9 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
                 median(bare),
                 goal=1.05,
                 values=r,
-                note=f"{repetitions} reps, wall-clock; middle half {quartiles(r, 3) if len(r) > 1 else '-'}; {log.coverage}",
+                note=f"{repetitions} reps, wall-clock; middle half {quartiles(r, 3) if len(r) > 1 else '-'}; "
+                f"{min(looks)}-{max(looks)} of the {log.calls_counted} calls looked at in the timed runs (the "
+                f"warm-up run, which compiled, {warm_up.calls_looked_at}: its budget is 1% of a longer cell)",
             )
         )
         rows.append(
@@ -295,21 +308,27 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
 def where_the_time_goes(shell, cell: str) -> str:
     """One more watched run of ``cell``, instrumented (not timed): the calls looked at, whether looks were
     deferred, and the reads that waited for the device - a NaN verdict read before it was ready (over the
-    waiting limit while the loop ran, or at the cell's end) and a key's data read before it was there."""
-    from jaxmagic._jax import call_sampling  # deferred: the bench's instruments, installed for this run only
+    waiting limit while the loop ran, or at the cell's end) and a batch of keys' data read before it was
+    there - with the programs of jaxmagic's own it dispatched: copies of a donating call's arguments or
+    results, key batches."""
+    from jaxmagic._jax import call_sampling, own_programs  # deferred: the bench's instruments, for this run only
     from jaxmagic.probes._keys import key_reads
     from jaxmagic.probes._nans import pending_looks, watch
     from jaxmagic.probes._watch import session
 
-    counts = {"verdicts": 0, "verdicts at the end": 0, "verdicts in all": 0, "keys": 0, "keys in all": 0}
+    counts = dict.fromkeys(("verdicts", "verdicts at the end", "verdicts in all", "keys", "keys in all"), 0)
+    counts.update(dict.fromkeys(("batches", "batches waited", "copies"), 0))
     samplers: list = []
     at_end = [False]
-    kinds, flush, finish, sampler = (
+    originals = (
         pending_looks.PendingLook.kinds,
         watch.NanWatch.flush,
         key_reads._finish,
+        key_reads.Batch.finish,
+        own_programs.copied,
         session.CallSampler,
     )
+    kinds, flush, finish, batch_finish, copied, sampler = originals
 
     def counted_kinds(look):
         counts["verdicts in all"] += 1
@@ -321,27 +340,35 @@ def where_the_time_goes(shell, cell: str) -> str:
         at_end[0] = True
         return flush(nan_watch)
 
-    def counted_finish(arrays, then):
+    def counted_finish(arrays, then):  # a key read on the host at once (the CPU's way)
         counts["keys in all"] += 1
         counts["keys"] += not all(a.is_ready() for a in arrays if hasattr(a, "is_ready"))
         return finish(arrays, then)
+
+    def counted_batch(batch):  # a batch of keys' data read (the accelerator's way)
+        counts["batches"] += 1
+        counts["keys in all"] += len(batch.reads)
+        counts["batches waited"] += not batch.ready()
+        return batch_finish(batch)
+
+    def counted_copies(leaves):
+        counts["copies"] += 1
+        return copied(leaves)
 
     def kept_sampler():
         samplers.append(sampler())
         return samplers[-1]
 
-    pending_looks.PendingLook.kinds, watch.NanWatch.flush, key_reads._finish = (
-        counted_kinds,
-        flagged_flush,
-        counted_finish,
-    )
+    pending_looks.PendingLook.kinds, watch.NanWatch.flush = counted_kinds, flagged_flush
+    key_reads._finish, key_reads.Batch.finish, own_programs.copied = counted_finish, counted_batch, counted_copies
     session.CallSampler = kept_sampler
     try:
         run_cell(shell, "%jax_watch -o _where_log")
         run_cell(shell, cell)
         run_cell(shell, "%jax_watch off")
     finally:
-        pending_looks.PendingLook.kinds, watch.NanWatch.flush, key_reads._finish = kinds, flush, finish
+        pending_looks.PendingLook.kinds, watch.NanWatch.flush = kinds, flush
+        key_reads._finish, key_reads.Batch.finish, own_programs.copied = finish, batch_finish, copied
         session.CallSampler = sampler
     log, used = shell.user_ns["_where_log"], samplers[-1] if samplers else None
     deferred = "deferred" if used is not None and used.deferred else "read on the host"
@@ -349,8 +376,10 @@ def where_the_time_goes(shell, cell: str) -> str:
     return (
         f"looks {deferred} ({first}, share {call_sampling.SHARE:.0%}): {log.calls_looked_at} of {log.calls_counted} "
         f"calls looked at; NaN verdicts read before ready: {counts['verdicts']} while the loop ran, "
-        f"{counts['verdicts at the end']} at the cell's end (of {counts['verdicts in all']} read); "
-        f"key reads that waited: {counts['keys']} of {counts['keys in all']}"
+        f"{counts['verdicts at the end']} at the cell's end (of {counts['verdicts in all']} read); copy programs of "
+        f"a donating call's arguments or results: {counts['copies']}; keys' data read: {counts['keys in all']} "
+        f"({counts['keys']} read at once waited; {counts['batches']} batches of up to {key_reads.BATCH}, "
+        f"{counts['batches waited']} read before ready)"
     )
 
 
@@ -385,13 +414,17 @@ def watched_keys_only(body: str) -> str:
 
 
 def per_look_rows(shell, steps: int, repetitions: int) -> list[Row]:
-    """Microseconds one NaN look adds to the MLP step, on the host and on the device, beside the floor."""
-    body = mlp_loop(steps)
+    """Microseconds one NaN look adds to the MLP step, on the host and on the device, beside the floor; and on
+    the donating step, a look that copies the call's results (for the next call's replay) and one that does not."""
+    body, donated = mlp_loop(steps), mlp_loop(steps, "mlp_step_donated")
     cells = {
         "plain": body,
         "floor": with_empty_hook(body),
         "host": looking_at_every_call(body, on_device=False),
         "device": looking_at_every_call(body, on_device=True),
+        "donated floor": with_empty_hook(donated),
+        "donated copies": looking_at_every_call(donated, on_device=True),
+        "donated no copies": looking_at_every_call(donated, on_device=True, copies=False),
     }
     for cell in cells.values():  # compiled under every variant, verdict program included
         run_cell(shell, cell)
@@ -399,15 +432,21 @@ def per_look_rows(shell, steps: int, repetitions: int) -> list[Row]:
     step_us = median(wall["plain"]) / steps * 1e6
     rows = []
     for name, label, baseline in (
-        ("floor", "an empty post hook (the floor)", "plain"),
-        ("host", "a NaN look at every call, read on the host", "floor"),
-        ("device", "a NaN look at every call, verdict on the device", "floor"),
+        ("floor", "MLP step + an empty post hook (the floor)", "plain"),
+        ("host", "MLP step + a NaN look at every call, read on the host", "floor"),
+        ("device", "MLP step + a NaN look at every call, verdict on the device", "floor"),
+        (
+            "donated copies",
+            "donating MLP step + a look at every call copying its results, on the device",
+            "donated floor",
+        ),
+        ("donated no copies", "donating MLP step + a look at every call, no copy, on the device", "donated floor"),
     ):
         added = [(w - b) / steps for w, b in zip(wall[name], wall[baseline])]
         added_cpu = [(c - b) / steps for c, b in zip(cpu[name], cpu[baseline])]
         rows.append(
             Row(
-                f"MLP step + {label}: wall-clock per call over {'the plain loop' if baseline == 'plain' else 'the floor'}",
+                f"{label}: wall-clock per call over {'the plain loop' if baseline == 'plain' else 'the floor'}",
                 compare="difference",
                 values=added,
                 note=f"thread CPU {median(added_cpu) * 1e6:+.1f} us ({min(added_cpu) * 1e6:+.1f} to "
@@ -452,6 +491,10 @@ if __name__ == "__main__":
     from harness import table
 
     if "mlp" in sys.argv[1:]:
+        if "--deferred" in sys.argv:  # the accelerator's way on the CPU (LOOKS_DEFERRED), for an estimate
+            from jaxmagic._jax import call_sampling
+
+            call_sampling.LOOKS_DEFERRED = True
         print(table(mlp_rows(_option("--steps", MLP_STEPS), _option("--reps", MLP_REPS))))
     else:
         print(table(run()))

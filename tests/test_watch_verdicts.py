@@ -167,7 +167,8 @@ def test_looks_wait_behind_the_oldest_and_are_bounded(monkeypatch):
             return self.number != 1  # the first look's verdict is never ready
 
     def look(number: int, copies: bool = False) -> pending_looks.PendingLook:
-        return Late("f", True, number, number - 1, None, [0], [(3,)], [], None, {} if copies else None)
+        kept = {"arguments": {}, "results": {0: "a copy"}} if copies else None  # what a donating call's look holds
+        return Late("f", True, number, number - 1, None, [0], [(3,)], [], None, kept)
 
     looks = pending_looks.PendingLooks()
     for number in (1, 2, 3):
@@ -321,7 +322,8 @@ def test_over_the_waiting_limit_the_ready_verdicts_are_read_first(monkeypatch):
     codes = {1: [0], 2: [0], 3: [2], 4: [0], 5: [0]}  # call 3's results held a NaN
     looks = pending_looks.PendingLooks()
     for number, code in codes.items():
-        looks.add(Late("f", True, number, number - 1, None, [0], [], None, {}, codes=np.array(code, np.int8)))
+        kept = {"arguments": {0: "a copy"}, "results": {}}
+        looks.add(Late("f", True, number, number - 1, None, [0], [], None, kept, codes=np.array(code, np.int8)))
     assert looks.over_limit()
     looks.read_ready()
     assert not looks.over_limit() and len(looks) == 2  # calls 1 (not ready) and 3 (its NaN) left, in order
@@ -401,3 +403,39 @@ def test_no_look_reads_a_key_on_the_host_and_the_keys_are_counted_at_the_end(on_
     keys.clear()
     gc.collect()
     assert [ref() for ref in kept] == [None] * 6
+
+
+def test_a_sampled_donating_loop_copies_only_for_a_next_look_and_says_why_it_cannot_replay(on_device, monkeypatch):
+    # Looks at calls 1, 2 (the first calls) and the last (the block's end): only call 1's results are copied
+    # (call 2's arguments, replayable); a NaN made by the last call is still told at its call and line, and
+    # why it was not replayed (the call before it was not looked at), never lost.
+    from jaxmagic._jax import own_programs
+
+    monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0))
+    copies: list[int] = []
+    program = own_programs._copy_program()
+    monkeypatch.setattr(
+        own_programs, "_copy_program", lambda: lambda *leaves: copies.append(len(leaves)) or program(*leaves)
+    )
+
+    def step(w, x):
+        return w * 0.5 + jnp.log(x), jnp.sum(w)
+
+    train_step = jax.jit(step, donate_argnums=(0,))
+    xs = [jnp.ones(3)] * 299 + [-jnp.ones(3)]  # the last call makes the NaN
+    train_step(jnp.ones(3), xs[0])  # compiled before the cell: its calls there take the fast path
+    watch = Watch(only=["NaN"])
+
+    def loop():
+        w = jnp.ones(3)
+        for x in xs:
+            w, loss = train_step(w, x)
+        return w
+
+    w = _watched(watch, loop)
+    assert watch.log.calls_looked_at == 3 and copies == [2]  # call 1's results (w, loss) for call 2's replay
+    (nan,) = [f.to_dict() for f in watch.cell_findings.findings]
+    assert nan["call"] == 300 and "calls 3-299 were not looked at" in nan["headline"]
+    assert nan["line"]["code"].strip() == "w, loss = train_step(w, x)"
+    assert "whose results it was given, was not looked at" in nan["details"]
+    assert np.isnan(np.asarray(w)).all()

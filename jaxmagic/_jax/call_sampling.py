@@ -139,6 +139,24 @@ class CallSampler:
         else:
             self.next_look = float("inf")
 
+    def next_call_due(self, number: int) -> bool:
+        """Whether the call after call ``number`` of a function will be looked at, as far as a look at call
+        ``number`` can tell: one of the first calls, every call (no share), or the next look due within the
+        block's mean interval between the function's calls, this look counted at the mean cost of a look so
+        far. The NaN watch copies a donating call's results for the next call's replay only then (a copy
+        the next look does not use was a program and a device copy of the params for nothing)."""
+        if number < self.first_calls or self.share is None:
+            return True
+        if self.share <= 0:
+            return False
+        looks = sum(list(self.looked.values())) or 1
+        over = self.spent * (1 + 1 / looks) - self.credit
+        if over <= 0:
+            return True
+        now = perf_counter()
+        interval = (now - self.start) / max(number, 1)
+        return now + interval >= self.start + over / self.share
+
     @property
     def total_calls(self) -> int:
         return sum(list(self.calls.values()))

@@ -34,7 +34,8 @@ watch copies them to replay the call).
 With a ``CallSampler`` (``call_sampling``), every fast-path call is counted but
 only the calls it says are due are observed, so that observing costs a bounded
 share of the block's time; observers find the call's number (its count in the
-block, per function) in ``jit_calls.call_number()``. The last call of each
+block, per function) in ``jit_calls.call_number()``, and whether the function's next call will be
+looked at in ``jit_calls.next_call_observed()``. The last call of each
 function, if skipped, is observed when the block ends (with its own line, as
 ``jit_calls.call_site()`` gives every observed call's). An observer with a ``count_skipped(function,
 number, args, kwargs)`` method is told the skipped calls of the functions in its ``skipped_wanted``
@@ -50,6 +51,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from time import perf_counter
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -117,6 +119,7 @@ class FastPathCalls:
         self._tool: MonitoringTool | None = None
         self._between = 0  # frames between a callback and its event's frame (MonitoringTool.frames_between)
         self.lost = False
+        self._ending = False  # observing each function's last call as the block ends
         self._replaced = False  # a trace ran while JAX's own NaN check had replaced our hook
 
     def start(self) -> bool:
@@ -162,6 +165,7 @@ class FastPathCalls:
         """Observe each function's last call of the block when the sampler skipped it: a NaN a skipped
         call made and passed on to the end of the block is then still seen (its line, as it was)."""
         self._unsettle()
+        self._ending = True  # no call comes after these (``jit_calls.next_call_observed``)
         unlooked = dict(self._unlooked)  # the dict itself stays: the hook holds it
         self._unlooked.clear()
         for function, (jitted, args, kwargs, output, caller, offset) in unlooked.items():
@@ -432,6 +436,7 @@ class FastPathCalls:
         self._state.call = {
             "fun": fun, "jit_info": jit_info, "args": args, "kwargs": kwargs,
             "number": number, "site": (caller, lineno),
+            "next_observed": _never if self._ending else partial(self._sampler.next_call_due, number),
         }  # fmt: skip
         try:
             # The call has run already; observers are told "before" and "after" in a row.
@@ -465,6 +470,11 @@ def line_at(code: CodeType, offset: int) -> int:
 def donates(jit_info: Any) -> bool:
     """True when the jitted function was made with ``donate_argnums`` / ``donate_argnames``."""
     return bool(getattr(jit_info, "donate_argnums", ()) or getattr(jit_info, "donate_argnames", ()))
+
+
+def _never() -> bool:
+    """No call of the function comes after this one (the block is ending)."""
+    return False
 
 
 def _count_nothing(function: object, number: int, args: tuple, kwargs: dict) -> None:

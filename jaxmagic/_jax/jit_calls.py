@@ -530,6 +530,20 @@ def call_number() -> int | None:
     return None if details is None else details.get("number")
 
 
+def next_call_observed() -> bool:
+    """Whether the observed call's function's next call will be observed too, as far as the fast path's sampler
+    can tell (``CallSampler.next_call_due``; False for a last call observed as the block ends); True where
+    every call is observed."""
+    details = _state.call
+    predict = None if details is None else details.get("next_observed")
+    if predict is None:
+        return True
+    try:
+        return bool(predict())
+    except Exception:
+        return True
+
+
 def call_site() -> tuple[FrameType, int] | None:
     """``(frame, line number)`` of the user's code that made the observed call, when the fast path
     knows it (it may be observed after the call, at the block's end); else None."""

@@ -169,6 +169,21 @@ def user_lines_of_stack(frame: FrameType | None) -> list[SourceLine]:
     return lines[::-1]
 
 
+def outermost_user_frame(frame: FrameType | None) -> FrameType | None:
+    """The frame of ``user_lines_of_stack(frame)``'s first line (the outermost user frame, by the same rule),
+    found without reading a line or a line number: a caller that caches the line by the frame's code and
+    instruction (a loop's eager draws) pays for the walk alone. None if no frame is the user's."""
+    found = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            found = frame
+        elif found is not None and is_jaxmagic_file(filename):
+            break
+        frame = frame.f_back
+    return found
+
+
 def runs_a_cell_magic(filename: str, lineno: int) -> bool:
     """Whether this line of a cell is IPython's call of a cell magic (``%%jax_nans`` rewritten as
     ``get_ipython().run_cell_magic(...)``): the magic's call, not a line of the user's code. An error the

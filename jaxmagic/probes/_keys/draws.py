@@ -7,22 +7,22 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
-from types import FrameType
+from types import CodeType, FrameType
 from typing import cast
 
 import jax
 import numpy as np
 
-from jaxmagic._jax import jit_calls, prng_checks
+from jaxmagic._jax import jit_calls, key_internals, prng_checks
 from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw
-from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_data, key_fingerprint, render_key
+from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_fingerprint, render_key
 from jaxmagic.probes._keys.key_reads import KeyReads
 from jaxmagic.probes._keys.report import KeyReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.probes._support.calls.call_site import user_frame
 from jaxmagic.report import SourceLine
-from jaxmagic.usercode.source import is_user_file, line_of, names_in_scope, source_line
+from jaxmagic.usercode.source import is_user_file, line_of, names_in_scope, outermost_user_frame, source_line
 
 # jax.random functions that read a key without drawing from it
 _NOT_DRAWING = frozenset({"key_data", "key_impl"})
@@ -37,6 +37,17 @@ _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other argume
 # Where a draw is counted: (jax.random function, the user's file, line, the library between, the place of
 # the user frame the library ran from)
 Place = tuple[str, str, int, str, "tuple[str, int] | None"]
+
+
+_TYPED_KEY_CLASSES: set[type] = set()  # the classes typed keys were seen to be (one type check a draw, not a dtype's)
+
+
+def _typed_key(key: object) -> bool:
+    """``jit_calls.is_typed_key``, its class remembered when it is one (every instance of it is)."""
+    if jit_calls.is_typed_key(key) and not isinstance(key, jax.core.Tracer):
+        _TYPED_KEY_CLASSES.add(type(key))
+        return True
+    return False
 
 
 def line_of_place(where: Place, function: str) -> SourceLine | None:
@@ -106,20 +117,17 @@ def _place(frame: FrameType | None) -> tuple[str, int] | None:
 Others = list["str | tuple[str, int]"]
 
 
-def _draw_parts(key: object, frame: FrameType | None) -> tuple[list[object], Others] | None:
+def _draw_parts(key: object, frame: FrameType | None, legacy: bool) -> tuple[list[object], Others] | None:
     """What a draw's fingerprint is made of: the arrays to read on the host (the key's data first, then the
     drawing function's small array arguments) and its other arguments; None under a trace."""
     if isinstance(key, jax.core.Tracer):
         return None
-    arrays: list[object] = [key_data(key)]
+    arrays: list[object] = [key if legacy else key_internals.typed_key_data(key)]
     others: Others = []
     if frame is not None:
-        code = frame.f_code
-        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-        for name in names:
-            if name == "key":
-                continue
-            value = frame.f_locals.get(name)
+        local = frame.f_locals  # one view of the frame's variables (each ``f_locals`` makes another)
+        for name in _argument_names(frame.f_code):
+            value = local.get(name)
             if _read_with_key(value):
                 arrays.append(value)
                 others.append((name, len(arrays) - 1))
@@ -128,11 +136,35 @@ def _draw_parts(key: object, frame: FrameType | None) -> tuple[list[object], Oth
     return arrays, others
 
 
+_names_of_code: dict[int, tuple[CodeType, tuple[str, ...]]] = {}  # id(code) -> (code, its argument names)
+
+
+def _argument_names(code: CodeType) -> tuple[str, ...]:
+    """The arguments of a jax.random function other than its key, by the function's code (kept by id: hashing
+    a code object hashes its bytecode)."""
+    known = _names_of_code.get(id(code))
+    if known is not None and known[0] is code:
+        return known[1]
+    names = tuple(n for n in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if n != "key")
+    if len(_names_of_code) < 1000:
+        _names_of_code[id(code)] = (code, names)
+    return names
+
+
+_others_digests: dict[tuple, bytes] = {}  # a draw's other arguments, all words (no array read) -> their digest
+
+
 def _draw_fingerprint(data: list[np.ndarray], others: Others) -> bytes:
     """Digest of a key's data and the drawing function's other arguments (``_draw_parts``), read: ``data``."""
     digest = data_fingerprint(data[0])[0]
-    texts = [other if isinstance(other, str) else f"{other[0]}={_array_text(data[other[1]])}" for other in others]
-    return digest + hashlib.blake2b("|".join(texts).encode(), digest_size=_EXTRA_DIGEST).digest()
+    words = tuple(others) if len(data) == 1 else None  # no array read with the key: the same words, the same digest
+    extra = _others_digests.get(words) if words is not None else None
+    if extra is None:
+        texts = [other if isinstance(other, str) else f"{other[0]}={_array_text(data[other[1]])}" for other in others]
+        extra = hashlib.blake2b("|".join(texts).encode(), digest_size=_EXTRA_DIGEST).digest()
+        if words is not None and len(_others_digests) < 4096:
+            _others_digests[words] = extra
+    return digest + extra
 
 
 def _read_with_key(value: object) -> bool:
@@ -190,26 +222,38 @@ class _DrawFollower:
         self.reuses: dict[tuple[Place, Place], KeyReuse] = {}
         self.lock = threading.Lock()
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
+        # (jax.random function, id(code), instruction) of a user's line calling it itself -> (code, its place)
+        self._places: dict[tuple[str, int, int], tuple[CodeType, Place]] = {}
+        # (id(code), instruction) of the outermost user frame -> (code, its line): a legacy draw's started_by
+        self._started: dict[tuple[int, int], tuple[CodeType, SourceLine | None]] = {}
 
     def follow(self, name: str, key: object, frame_seen: object) -> None:
         """One eager jax.random call ``name`` given ``key``, running in ``frame_seen``."""
         if not hasattr(key, "dtype"):
             return
         frame = cast("FrameType | None", frame_seen)
-        legacy = not jit_calls.is_typed_key(key)
-        user: FrameType | None = user_frame()  # its SourceLine (reading the line's text) is made once per line
-        with jit_calls.reads_allowed():  # reading keys is ours, not one of the user's transfers
-            user, library, inner = handed_over(user, key, frame)
-        if user is None:
-            if legacy:
-                self._legacy_use((name, "", 0, "", None), None)
-            return
-        where: Place = (name, user.f_code.co_filename, user.f_lineno, library, _place(inner))
+        legacy = type(key) not in _TYPED_KEY_CLASSES and not _typed_key(key)
+        placed = self._direct_place(name, frame)
+        if placed is not None:  # a line of the user's seen before, calling jax.random itself: no frame walk
+            user: FrameType | None
+            user, where = placed
+            inner = None
+        else:
+            user = user_frame()  # its SourceLine (reading the line's text) is made once per line
+            with jit_calls.reads_allowed():  # reading keys is ours, not one of the user's transfers
+                user, library, inner = handed_over(user, key, frame)
+            if user is None:
+                if legacy:
+                    self._legacy_use((name, "", 0, "", None), None)
+                return
+            where = (name, user.f_code.co_filename, user.f_lineno, library, _place(inner))
+            if not library and frame is not None and frame.f_back is user:
+                self._remember_place(name, user, where)
         if legacy:
             self._legacy_use(where, user)
         if name in _NOT_DRAWING:
             return
-        parts = _draw_parts(key, frame)
+        parts = _draw_parts(key, frame, legacy)
         if parts is None:
             return
         arrays, others = parts
@@ -222,13 +266,42 @@ class _DrawFollower:
         # Read without waiting where looks are deferred (``key_reads``): counted once the data is there.
         self.reads.read(arrays, partial(self._count, drawn, others, consumer))
 
+    def _direct_place(self, name: str, frame: FrameType | None) -> tuple[FrameType, Place] | None:
+        """The user's frame and the place of a draw whose jax.random function (running in ``frame``) was called by
+        a line of the user's seen before (``_remember_place``): a loop's draws are placed by a dictionary read,
+        not a walk of the stack and a line number (an eager draw is followed at every call)."""
+        caller = frame.f_back if frame is not None else None
+        if caller is None:
+            return None
+        code = caller.f_code
+        known = self._places.get((name, id(code), caller.f_lasti))
+        if known is None or known[0] is not code:
+            return None
+        return caller, known[1]
+
+    def _remember_place(self, name: str, user: FrameType, where: Place) -> None:
+        """Keep ``where`` for the instruction of the user's code that called jax.random ``name`` itself (no
+        library between): the same instruction is the same line, the same place (``_direct_place``)."""
+        if len(self._places) < MAX_DRAW_LINES * 4:
+            self._places[(name, id(user.f_code), user.f_lasti)] = (user.f_code, where)
+
     def _started_by(self, user: FrameType, arrays: list[object]) -> Callable[[], SourceLine | None]:
         """The line that started the draw (a reuse's provenance): taken now where the read is deferred (the frame
-        runs on meanwhile); else the read is finished before ``follow`` returns, and it is taken only if asked."""
-        if self.reads.deferred(arrays):
-            line = attribution.started_by(user)
-            return lambda: line
-        return partial(attribution.started_by, user)
+        runs on meanwhile); else the read is finished before ``follow`` returns, and it is taken only if asked.
+        Taken now, it is the outermost user frame's line, read once per instruction of that frame's code."""
+        if not self.reads.deferred(arrays):
+            return partial(attribution.started_by, user)
+        outer = outermost_user_frame(user)
+        if outer is None:
+            return lambda: None
+        code = outer.f_code
+        known = self._started.get((id(code), outer.f_lasti))
+        if known is None or known[0] is not code:
+            known = (code, line_of(outer))
+            if len(self._started) < MAX_DRAW_LINES * 4:
+                self._started[(id(code), outer.f_lasti)] = known
+        line = known[1]
+        return lambda: line
 
     def _count(
         self,
@@ -247,9 +320,10 @@ class _DrawFollower:
             draw, seen = drawn
             if fingerprint in seen:
                 seen[fingerprint][1] = cast(int, seen[fingerprint][1]) + 1
-            elif len(seen) < MAX_FLOW_VALUES:
-                seen[fingerprint] = [data[0], 1]
-            draw.distinct = len(seen)
+            else:  # a new key past the first MAX_FLOW_VALUES is still a distinct one (counted, not kept)
+                if len(seen) < MAX_FLOW_VALUES:
+                    seen[fingerprint] = [data[0], 1]
+                draw.distinct += 1
 
     def _legacy_use(self, where: Place, user: FrameType | None) -> None:
         with self.lock:
@@ -323,6 +397,8 @@ class _DrawFollower:
     def finish(self) -> None:
         """Count the keys still being read, then each draw's most repeated key, rendered once when the block ends."""
         self.reads.settle(wait=True)
+        self._places.clear()  # the user's code objects, kept by id while the block ran
+        self._started.clear()
         for draw, seen in self.draws.values():
             if seen:
                 data, times = max(seen.values(), key=lambda item: cast(int, item[1]))

@@ -34,7 +34,8 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.usercode.source import code_kind, line_of
 
-MAX_FLOW_VALUES = 1000  # distinct key fingerprints kept per argument
+# distinct key fingerprints kept per argument (a repeat of one kept is found; later new keys are counted only)
+MAX_FLOW_VALUES = 1000
 
 
 def made_by_users_line() -> bool:
@@ -133,9 +134,10 @@ class KeyWatch(jit_calls.CallObserver):
                 if fix is not None and key not in self.state_asked:
                     self.state_asked.add(key)  # asked once per argument: its holder does not change
                     flow.fix = fix()
-            elif len(seen) < MAX_FLOW_VALUES:
-                seen[fingerprint] = [shown, 1]
-            flow.distinct = len(seen)
+            else:  # a new key past the first MAX_FLOW_VALUES is still a distinct one (counted, not kept)
+                if len(seen) < MAX_FLOW_VALUES:
+                    seen[fingerprint] = [shown, 1]
+                flow.distinct += 1
 
     def _shared_draws(self, name: str, params: dict[str, Any]) -> None:
         """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""

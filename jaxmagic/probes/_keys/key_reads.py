@@ -7,14 +7,27 @@ accelerator a key an eager ``split`` made is queued behind the training step
 before it, so each read waited for that step - a watched 300-step MLP loop with a
 dropout key split per step ran 1.86x its unwatched time on a TPU v5e (issue 60
 item 3). Where looks are deferred (``call_sampling.looks_deferred``: anywhere but
-the CPU, or forced), a read is started instead (``copy_to_host_async``) and kept,
-with what is to be done with the data, until ``is_ready()`` says it is there: it
-is finished at a later read (oldest first, never waiting), or when the block ends
+the CPU, or forced), a read is kept, with what is to be done with the data, and
+finished later, oldest first, never waiting (``settle``), or when the block ends
 (``settle(wait=True)``). On the CPU every read is finished at once, as before.
+
+A copy to the host per key was still ~150 us of the host's time per eager draw
+on a TPU v5e (+186 us a ``split``, 1.28x the dropout loop, issue 60 item 3), as
+eager draws are followed at every call, not a share. So deferred reads are
+gathered, ``BATCH`` at a time, and the arrays of one shape, dtype and placement
+among them are stacked on their device by one program of jaxmagic's own
+(``own_programs.stacked``, padded to a multiple of ``BATCH``: one compilation per
+key shape in the process) whose result alone is copied to the host: one
+dispatch and one copy for 128 draws (a key is 8 bytes: 128 held are nothing). The batch is finished once its copies are
+there (``is_ready``), at a later read or at the block's end; every read gets the
+rows of its own arrays, as if read one by one. Fewer than ``MIN_BATCH`` reads
+left at the block's end are copied one by one (no program compiled for a few).
+An array the stack cannot take (deleted, placed apart) is copied alone.
 
 What is done with the data must not depend on when it runs: whatever it needs of
 the moment of the call (the user's line, the call's arguments) is taken when the
-read is started. A pending read holds those, and the key, until it is finished.
+read is asked for. A pending read holds those, and the key's data, until it is
+finished (at most ``BATCH`` gathered and ``MAX_IN_FLIGHT`` batches of keys' data).
 """
 
 from __future__ import annotations
@@ -25,25 +38,26 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from jaxmagic._jax import call_sampling, jit_calls
+from jaxmagic._jax import call_sampling, jit_calls, own_programs
 
-MAX_PENDING = 64  # reads started and not finished; then the oldest is finished, waiting for it
-# Reads started between two looks for finished ones: an eager draw is followed at every call (not a share), so
-# asking after each whether the last key is there was a lock, a readiness check and a transfer-guard context
-# per call; 16 at a time they are finished together.
-SETTLE_EVERY = 16
+BATCH = 128  # deferred reads gathered into one batch: one program of jaxmagic's own and one copy to the host
+MIN_BATCH = 8  # fewer reads than this left at the block's end are copied one by one
+MAX_IN_FLIGHT = 4  # batches dispatched and not finished; over it the oldest is finished, waiting for it
 
 # What is done with the data read: called with each array of the read as a NumPy array.
 Then = Callable[[list[np.ndarray]], None]
+Read = tuple[Sequence[object], Then]
 
 
 class KeyReads:
-    """The reads of one follower (one block), finished in the order they were started."""
+    """The reads of one follower (one block), finished in the order they were asked for."""
 
     def __init__(self) -> None:
-        self._pending: deque[tuple[Sequence[object], Then]] = deque()
+        self._gathering: list[Read] = []  # deferred reads not dispatched yet
+        self._in_flight: deque[Batch] = deque()  # dispatched, oldest first
         self._deferred: bool | None = None  # decided at the first read, by where its arrays live
         self._lock = threading.Lock()  # eager draws may be followed on several threads
+        self.batches = 0  # batches dispatched in the block (the bench and the tests read it)
 
     def read(self, arrays: Sequence[object], then: Then) -> None:
         """Call ``then`` with ``arrays`` read on the host: now where looks are not deferred, else once they are
@@ -52,17 +66,11 @@ class KeyReads:
             with jit_calls.reads_allowed():  # reading the key is ours, not one of the user's transfers
                 _finish(arrays, then)
             return
-        for array in arrays:
-            start = getattr(array, "copy_to_host_async", None)
-            if start is not None:
-                try:
-                    start()
-                except Exception:  # a transfer guard of the user's, deleted: read (under reads_allowed) when finished
-                    pass
         with self._lock:
-            self._pending.append((arrays, then))
-            due = len(self._pending) >= SETTLE_EVERY
+            self._gathering.append((arrays, then))
+            due = len(self._gathering) >= BATCH
         if due:
+            self._dispatch(stack=True)
             self.settle(wait=False)
 
     def deferred(self, arrays: Sequence[object]) -> bool:
@@ -71,24 +79,121 @@ class KeyReads:
             self._deferred = call_sampling.looks_deferred(call_sampling.platform_of(arrays))
         return self._deferred
 
+    def _dispatch(self, stack: bool) -> None:
+        """Start the copies of the reads gathered so far to the host (stacked where ``stack``): one batch."""
+        with self._lock:
+            reads, self._gathering = self._gathering, []
+        if reads:
+            batch = Batch(reads, stack)
+            with self._lock:
+                self._in_flight.append(batch)
+                self.batches += 1
+
     def settle(self, wait: bool) -> None:
-        """Finish the reads whose data is there, oldest first, up to the first that is not (over ``MAX_PENDING``
-        the oldest is finished anyway, waiting for it); with ``wait``, every one."""
-        if not self._pending:
+        """Finish the batches whose data is there, oldest first, up to the first that is not (over
+        ``MAX_IN_FLIGHT`` the oldest is finished anyway, waiting for it); with ``wait``, every read."""
+        if wait and self._gathering:
+            self._dispatch(stack=len(self._gathering) >= MIN_BATCH)
+        if not self._in_flight:
             return
         with jit_calls.reads_allowed():  # reading the keys is ours, not one of the user's transfers
             while (oldest := self._next(wait)) is not None:
-                _finish(*oldest)
+                oldest.finish()
 
-    def _next(self, wait: bool) -> tuple[Sequence[object], Then] | None:
+    def _next(self, wait: bool) -> Batch | None:
         with self._lock:
-            pending = self._pending
-            if not pending or not (wait or len(pending) > MAX_PENDING or _ready(pending[0][0])):
+            flight = self._in_flight
+            if not flight or not (wait or len(flight) > MAX_IN_FLIGHT or flight[0].ready()):
                 return None
-            return pending.popleft()
+            return flight.popleft()
 
     def __len__(self) -> int:
-        return len(self._pending)
+        """Reads asked for and not finished."""
+        return len(self._gathering) + sum(len(batch.reads) for batch in list(self._in_flight))
+
+
+class Batch:
+    """Reads whose copies to the host were started together: where each array's data will be read from."""
+
+    def __init__(self, reads: list[Read], stack: bool) -> None:
+        self.reads = reads
+        self.outputs: list[object] = []  # what is copied to the host: a stacked array, or one array alone
+        # per read, per array: (index in outputs, row of a stacked output or None for one alone)
+        self.places: list[list[tuple[int, int | None]]] = [[] for _ in reads]
+        groups: dict[tuple, list[tuple[int, object]]] = {}
+        for i, (arrays, _) in enumerate(reads):
+            for array in arrays:
+                signature = _signature(array) if stack else None
+                if signature is None:
+                    self.places[i].append((self._alone(array), None))
+                else:
+                    groups.setdefault(signature, []).append((i, array))
+        for members in groups.values():
+            self._stacked(members)
+
+    def _alone(self, array: object) -> int:
+        """Start the copy of one array to the host; its index in ``outputs``."""
+        start = getattr(array, "copy_to_host_async", None)
+        if start is not None:
+            try:
+                start()
+            except Exception:  # a transfer guard of the user's, deleted: read (under reads_allowed) when finished
+                pass
+        self.outputs.append(array)
+        return len(self.outputs) - 1
+
+    def _stacked(self, members: list[tuple[int, object]]) -> None:
+        """Stack arrays of one signature (padded to a multiple of ``BATCH``: one compilation per shape) and
+        start the copy of the stack; each alone where one program cannot take them."""
+        arrays = [array for _, array in members]
+        padded = arrays + [arrays[0]] * (-len(arrays) % BATCH)
+        try:
+            if len(arrays) < 2:
+                raise ValueError("one array: copied alone")
+            index = self._alone(own_programs.stacked(padded))
+        except Exception:
+            for i, array in members:
+                self.places[i].append((self._alone(array), None))
+            return
+        for row, (i, _) in enumerate(members):
+            self.places[i].append((index, row))
+
+    def ready(self) -> bool:
+        """Whether finishing it now waits for nothing."""
+        return _ready(self.outputs)
+
+    def finish(self) -> None:
+        """Read the copies on the host and call each read's ``then`` with its own arrays, in order (a failure
+        is ours, never the user's error; a read with an array that could not be read is dropped)."""
+        host: list[np.ndarray | None] = []
+        for output in self.outputs:
+            try:
+                host.append(host_array(output))
+            except Exception:  # deleted since: its reads are not counted
+                host.append(None)
+        for (_, then), places in zip(self.reads, self.places):
+            data = [host[index] if row is None else _row(host[index], row) for index, row in places]
+            if any(d is None for d in data):
+                continue
+            try:
+                then(data)  # type: ignore[arg-type]
+            except Exception:
+                pass
+
+
+def _row(stack: np.ndarray | None, row: int) -> np.ndarray | None:
+    return None if stack is None else stack[row]
+
+
+def _signature(array: object) -> tuple | None:
+    """What arrays stacked together share (shape, dtype, placement); None for a value that is not a JAX array
+    (read as it is) or one already deleted."""
+    try:
+        if not hasattr(array, "copy_to_host_async") or array.is_deleted():  # type: ignore[attr-defined]
+            return None
+        return (array.shape, array.dtype, array.sharding)  # type: ignore[attr-defined]
+    except Exception:
+        return None
 
 
 def _ready(arrays: Sequence[object]) -> bool:

@@ -121,7 +121,7 @@ class PendingLooks:
 
     def add(self, look: PendingLook) -> None:
         self._looks.append(look)
-        self._with_copies += look.kept is not None
+        self._with_copies += holds_copies(look)
 
     def over_limit(self) -> bool:
         return len(self._looks) > MAX_PENDING or self._with_copies > MAX_PENDING_COPIES
@@ -134,7 +134,7 @@ class PendingLooks:
             if look.found is None and look.codes is not None and look.ready():
                 look.found = look.kinds()
                 if not any(look.found):
-                    self._with_copies -= look.kept is not None
+                    self._with_copies -= holds_copies(look)
                     continue
             left.append(look)
         self._looks = left
@@ -145,12 +145,19 @@ class PendingLooks:
         if not self._looks or not (wait or self._looks[0].ready()):
             return None
         look = self._looks.popleft()
-        self._with_copies -= look.kept is not None
+        self._with_copies -= holds_copies(look)
         return look
 
     def clear(self) -> None:
         self._looks.clear()
         self._with_copies = 0
+
+
+def holds_copies(look: PendingLook) -> bool:
+    """Whether ``look`` holds the watch's copies of donated arguments or results (device memory the size of
+    the params): a look at a donating call copies only what a later replay will use."""
+    kept = look.kept
+    return kept is not None and bool(kept.get("arguments") or kept.get("results"))
 
 
 def float_nonfinite(value) -> str:
