@@ -125,6 +125,18 @@ def test_legacy_keys_are_listed_and_followed_by_their_data():
     )
 
 
+def test_a_typed_key_drawn_first_leaves_legacy_keys_legacy():
+    # Typed and uint32 keys are both jax.Array (ArrayImpl): only the dtype tells them apart, so
+    # nothing learnt from a typed key's class may mark the next raw key typed.
+    with probes.keys() as report:
+        jax.random.normal(jax.random.key(1), (2,))
+        raw = jax.random.PRNGKey(0)
+        jax.random.normal(raw, (3,)), jax.random.normal(raw, (3,))
+    assert [(u.api, u.count) for u in report.legacy] == [("normal", 2)]
+    [draw] = report.repeated_draws
+    assert (draw.api, draw.calls, draw.legacy) == ("normal", 2, True)
+
+
 # -- shapes from public issue threads: legacy PRNGKey code, eager reuse per epoch -------------
 
 

@@ -39,17 +39,6 @@ _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other argume
 Place = tuple[str, str, int, str, "tuple[str, int] | None"]
 
 
-_TYPED_KEY_CLASSES: set[type] = set()  # the classes typed keys were seen to be (one type check a draw, not a dtype's)
-
-
-def _typed_key(key: object) -> bool:
-    """``jit_calls.is_typed_key``, its class remembered when it is one (every instance of it is)."""
-    if jit_calls.is_typed_key(key) and not isinstance(key, jax.core.Tracer):
-        _TYPED_KEY_CLASSES.add(type(key))
-        return True
-    return False
-
-
 def line_of_place(where: Place, function: str) -> SourceLine | None:
     """The SourceLine of a (jax.random function, filename, line number, ...) place of a call in ``function``."""
     _name, filename, lineno = where[:3]
@@ -232,7 +221,7 @@ class _DrawFollower:
         if not hasattr(key, "dtype"):
             return
         frame = cast("FrameType | None", frame_seen)
-        legacy = type(key) not in _TYPED_KEY_CLASSES and not _typed_key(key)
+        legacy = not jit_calls.is_typed_key(key)  # by dtype: a typed key and a uint32 key are both ArrayImpl
         placed = self._direct_place(name, frame)
         if placed is not None:  # a line of the user's seen before, calling jax.random itself: no frame walk
             user: FrameType | None
