@@ -96,3 +96,23 @@ def test_int32_cube_that_wrapped_negative_before_sqrt_is_an_overflow_not_a_negat
 def test_without_an_overflow_no_dtype_limit_is_named():
     data = _caught(inverse_scales, jnp.array([0.0]) * jnp.inf)  # inf came from elsewhere: not an int wrap
     assert data["producer"] is None or data["producer"]["integer_overflow"] is None
+
+
+def penalty(x):
+    # issue 63.4's shape (a hinge written with jnp.inf): the inf is written in the code, no limit was crossed
+    return jnp.sum(jnp.where(x > 0, 0.0, x * jnp.inf))
+
+
+def test_an_inf_written_in_the_code_is_passed_on_not_an_overflow():
+    with pytest.raises(FloatingPointError):
+        with probes.nans(infs=True) as report:
+            penalty(jnp.array([1.0, -1.0, 2.0]))
+    data = report.to_dict()
+    p = data["producer"]
+    assert (p["primitive"], p["value"]) == ("mul", "inf")
+    assert "overflow" not in data["summary"]
+    assert data["fix"].startswith("`mul`: passed on an inf written into the program (`x * jnp.inf`)")
+    assert "typically" not in data["fix"]  # `mul`'s usual cause (0 * inf) makes NaN, not this inf
+    (tried,) = [f for f in data["fixes"] if f["tried"]]
+    assert tried["code"] == "jnp.finfo(dtype).max in place of jnp.inf" and not tried["offered"]
+    assert "The fix tried on the values did not make it finite" in report.fix_line  # not "No fix was tried"

@@ -7,6 +7,8 @@ test_nans_fix_trials.py, test_nan_float16.py, test_nans_numerics.py and the libr
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
@@ -129,6 +131,12 @@ EXAMPLES: dict[str, NanProducer] = {
         line=_line("a = jnp.arccos(c)"),
         operands=[_op("1.0000001")],
         fix_trials=[_finite("clip", "jnp.clip(v, -1.0, 1.0)")],
+    ),
+    "passed_on_inf": NanProducer(
+        "mul",
+        "inf",
+        line=_line("return jnp.sum(jnp.where(x > 0, 0.0, x * jnp.inf))"),
+        operands=[_op("1.0"), dataclasses.replace(_op("inf"), role="right", constant=True)],
     ),
     "forward_cause": NanProducer("mul", "nan", operands=[_op("0.0"), _op("inf")]),
 }

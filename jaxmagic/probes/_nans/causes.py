@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from jaxmagic.probes._nans.fixes.library_parameters import parameter_default
 from jaxmagic.probes._nans.primitives import primitive
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.producer import NanProducer, OperandValue
 
 
 def overflowed(p: NanProducer) -> str:
@@ -23,12 +23,18 @@ def overflowed(p: NanProducer) -> str:
             f"its {p.operands[0].dtype} value {got} is above {narrow}'s largest, {_largest(narrow)} "
             f"(`jnp.finfo(jnp.{narrow}).max`): converting it to {narrow} overflowed to inf"
         )
-    if p.value != "inf" or not primitive(p.primitive).overflows or not dtype:
+    if p.value != "inf" or not primitive(p.primitive).overflows or not dtype or written_inf(p) is not None:
         return ""
     return (
         f"the result is above the largest {dtype} value ({_largest(dtype)}, `jnp.finfo(jnp.{dtype}).max`): it "
         "overflowed to inf"
     )
+
+
+def written_inf(p: NanProducer) -> OperandValue | None:
+    """The infinity written into the program (a literal: `x * jnp.inf`) that the operation got, if any: then its
+    inf was passed on, not made by overflowing."""
+    return next((op for op in p.operands if op.constant and op.value.lstrip("-+") == "inf"), None)
 
 
 def _largest(dtype: str) -> str:
@@ -41,9 +47,9 @@ def _largest(dtype: str) -> str:
 
 def is_a_fix(text: str) -> bool:
     """Whether a NaN probe's fix text says what to do, not only the usual cause (``nans.fixes`` words a
-    cause alone as "`exp`: typically ...", which must not be shown as the report's fix)."""
+    cause alone as "`exp`: typically ..." or "`mul`: passed on an inf ...", which must not be shown as the report's fix)."""
     head = text.split(":", 1)
-    return bool(text) and not (len(head) == 2 and head[1].lstrip().startswith("typically "))
+    return bool(text) and not (len(head) == 2 and head[1].lstrip().startswith(("typically ", "passed on an inf ")))
 
 
 _VERB = {"add": "added to it", "add_any": "added to it", "sub": "subtracted from it", "max": "it was floored at"}

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 
-from jaxmagic.probes._nans.causes import is_a_fix, lost_constant_cause, overflowed
+from jaxmagic.probes._nans.causes import is_a_fix, lost_constant_cause, overflowed, written_inf
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
@@ -259,10 +259,15 @@ class NanReport(Report):
         if self.found and self.producer is None and any(leaf.name.startswith("argument ") for leaf in self.nonfinite):
             return "Find where the argument got it: check the data before the call (`jnp.isnan(x).any()`), or run the cell that made it under %%jax_nans."
         if self.found:
-            return (
-                f"{cause}No fix was tried for what was found; `%jax_debug` in the next cell stops at the line with "
-                "the values that reached it."
+            tried = sum(1 for fix in self.fixes if fix.tried)
+            none_worked = (
+                "No fix was tried for what was found"
+                if not tried
+                else "The fix tried on the values did not make it finite (below)"
+                if tried == 1
+                else f"None of the {tried} fixes tried on the values made it finite (below)"
             )
+            return f"{cause}{none_worked}; `%jax_debug` in the next cell stops at the line with the values that reached it."
         if self.check_fired_and_caught:
             return "Run the failing call without the try/except under %%jax_nans: it then names the operation and the line."
         if self.nonfinite:
@@ -281,6 +286,12 @@ class NanReport(Report):
             )
         if p is not None and p.discarded_by:
             return DISCARDED_EXPLANATION.format(by=p.discarded_by)
+        if p is not None and p.value == "inf" and (inf := written_inf(p)) is not None:
+            return (
+                f"{p.description}, and its {inf.role} operand is {inf.value} written into the program (a "
+                f"`jnp.inf` in the code): no value overflowed, `{p.primitive}` passed that inf on and it reached "
+                "what was checked."
+            )
         if p is not None and p.phase == "forward" and not p.derivative and overflowed(p):
             return f"{p.description}: {overflowed(p)}."
         if p is not None and p.phase == "forward" and not p.derivative:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 
-from jaxmagic.probes._nans.causes import lost_constant_cause
+from jaxmagic.probes._nans.causes import lost_constant_cause, written_inf
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.fix_rule import (
     IN_FLOAT32_NOT_TRIED,
@@ -312,6 +312,24 @@ OUT_OF_DOMAIN = FixRule(
     words=_domain_fix,
     says="outside its domain",
     tries=(FixKey.CLIP, FixKey.CLIP_EPS, FixKey.CLAMP, FixKey.FLOOR),
+)
+
+
+def _passed_on_inf(report: NanReport, p: NanProducer) -> str:
+    inf = written_inf(p)
+    assert inf is not None, "said only of a producer that got a written inf"
+    return (
+        f"`{p.primitive}`: passed on an inf written into the program{code_of(p)}, its {inf.role} operand "
+        f"{inf.value}: no operation made it, nothing overflowed."
+    )
+
+
+# An inf made of an inf the code wrote (`x * jnp.inf`): no operation's usual cause applies (a cause, no fix)
+PASSED_ON_INF = FixRule(
+    key="passed_on_inf",
+    applies=lambda p: p.value == "inf" and written_inf(p) is not None,
+    words=_passed_on_inf,
+    says="passed on an inf written into the program",
 )
 
 

@@ -65,6 +65,7 @@ RULES: tuple[FixRule, ...] = (
     program.LOG_PROBABILITY,
     domain.LOG_OUT_OF_DOMAIN,
     domain.OUT_OF_DOMAIN,
+    domain.PASSED_ON_INF,
     domain.FORWARD_CAUSE,
 )
 

@@ -103,7 +103,7 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     if not any(_float_value(v) for v in inputs):
         return []
     if any(_has_inf(v) for v in inputs):
-        return [_finite_fill(eqn)]
+        return [_finite_fill(eqn, inputs)]
     half = next((str(v.dtype) for v in inputs if str(getattr(v, "dtype", "")) in ("float16", "bfloat16")), "")
     if row.widened and half:
         return [_widened(eqn)]
@@ -114,8 +114,15 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     return _input_candidates(eqn, inputs, row.input_fixes)
 
 
-def _finite_fill(eqn) -> _Candidate:
-    """An inf the operation was given (a mask's -inf fill): a finite fill instead."""
+def _finite_fill(eqn, inputs: list) -> _Candidate:
+    """An inf the operation was given (a mask's -inf fill, a `x * jnp.inf`): a finite fill instead, named by
+    the sign of the infs it got."""
+    infs = [a[np.isinf(a)] for a in (np.asarray(v).astype(np.float32) for v in inputs if _has_inf(v))]
+    signs = {bool(negative) for inf in infs for negative in np.signbit(inf)}
+    label = {
+        frozenset({True}): "jnp.finfo(dtype).min in place of -jnp.inf",
+        frozenset({False}): "jnp.finfo(dtype).max in place of jnp.inf",
+    }.get(frozenset(signs), "jnp.finfo(dtype).max and .min in place of jnp.inf and -jnp.inf")
 
     def filled(ins: list) -> list:
         finite = [
@@ -124,7 +131,7 @@ def _finite_fill(eqn) -> _Candidate:
         ]
         return jaxpr_parts.bind_equation(eqn, finite)
 
-    return _Candidate(FixKey.FINITE_FILL, "jnp.finfo(dtype).min in place of -jnp.inf", filled)
+    return _Candidate(FixKey.FINITE_FILL, label, filled)
 
 
 def _widened(eqn) -> _Candidate:
