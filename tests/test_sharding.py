@@ -268,24 +268,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_on_loopback():
+def test_two_processes_on_loopback(tmp_path):
     port = free_port()
     command = [sys.executable, str(TESTS / "sharding_two_process.py"), str(port)]
-    procs = [
-        subprocess.Popen(command + [str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-        for i in range(2)
-    ]
+    # Each process writes to a file, not a pipe: a result line past the pipe's 64 KiB (the report's HTML) would
+    # block the process not read yet, and its peer then waits for it in jax.distributed.shutdown().
+    outputs = [(tmp_path / f"out{i}.txt", tmp_path / f"err{i}.txt") for i in range(2)]
+    procs = []
+    for i, (out_path, err_path) in enumerate(outputs):
+        with out_path.open("w") as out, err_path.open("w") as err:
+            procs.append(subprocess.Popen(command + [str(i)], stdout=out, stderr=err, text=True, env=clean_env()))
     results = []
     try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=180)
-            assert proc.returncode == 0, err[-4000:]
-            results.append(json.loads(out.split("RESULT ", 1)[1].splitlines()[0]))
+        for proc, (out_path, err_path) in zip(procs, outputs):
+            proc.wait(timeout=180)
+            assert proc.returncode == 0, err_path.read_text()[-4000:]
+            results.append(json.loads(out_path.read_text().split("RESULT ", 1)[1].splitlines()[0]))
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-                proc.communicate()
+                proc.wait()
     first, second = results
     assert first["global"] == second["global"] and len(first["global"]) == 4
     a, b = (r["split"] for r in results)
