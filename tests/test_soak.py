@@ -23,7 +23,7 @@ from test_magics_contract import EXAMPLES, SETUP
 from jaxmagic._jax.restore import take_snapshot
 from jaxmagic.ipython.call_expression import split_call_and_options
 
-ROUNDS = 5  # 5 x 3 cases x every magic: ~300 runs, under a minute
+ROUNDS = 3  # 3 x 3 cases x every magic after a warm-up round: ~220 runs, about 35 s
 # Generous: JAX's own caches and IPython's history wobble by a few KB a run. An unbounded cache of ours
 # (a retrace token per cell compiled everything again: ~430 KB a run) is far above it.
 MARGIN_PER_RUN = 100 * 1024
