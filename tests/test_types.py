@@ -50,4 +50,9 @@ def test_every_body_is_checked_and_the_report_layers_are_fully_annotated():
         "jaxmagic.render.*",
         "jaxmagic.ipython.*",
         "jaxmagic.probes.*.report",
+        "jaxmagic.probes._compiles.*",
+        "jaxmagic.probes._keys.*",
+        "jaxmagic.probes._leaks.*",
+        "jaxmagic.probes._watch.*",
+        "jaxmagic.probes._doctor.*",
     } <= strict

@@ -113,7 +113,7 @@ class ConfigReport(Report):
         more = f" and {len(self.changed) - 4} more" if len(self.changed) > 4 else ""
         return f"{len(self.changed)} of {self.total} JAX flags differ from a fresh process: {names}{more}."
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = []
         if self.changed:
@@ -225,7 +225,7 @@ class EnvReport(Report):
         host = "host name shown" if self.host_shown else "host name hidden (--show-host shows it)"
         return f"{versions}; devices: {self.devices}; {host}."
 
-    def document(self):
+    def document(self) -> Document:
 
         sections = [
             Section(

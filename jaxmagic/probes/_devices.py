@@ -64,7 +64,7 @@ class DevicesReport(Report):
             return f"Too late for {n} devices: the JAX backend already started with {self.cpu_devices} CPU device(s)."
         return f"{len(self.devices)} device(s) on the {self.default_backend} backend."
 
-    def document(self):
+    def document(self) -> Document:
 
         facts = []
         if self.requested is not None:

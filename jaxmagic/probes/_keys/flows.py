@@ -97,7 +97,14 @@ class KeyWatch(jit_calls.CallObserver):
             self.reads.read(data, partial(self._count_key, key, fix))
 
     def _new_flow(
-        self, key: tuple[str, int], name: str, index: int, value: object, params: dict[str, Any], legacy, with_data
+        self,
+        key: tuple[str, int],
+        name: str,
+        index: int,
+        value: object,
+        params: dict[str, Any],
+        legacy: frozenset[int],
+        with_data: list[int],
     ) -> KeyFlow:
         """The flow of an argument's keys, at its first call (its line and names are the call's: taken now).
         Called with ``lock`` held."""

@@ -23,7 +23,7 @@ from jaxmagic.report.provenance import Provenance
 from jaxmagic.usercode.source import source_line
 
 
-def transformation_of(tracer) -> str:
+def transformation_of(tracer: object) -> str:
     """The transformation whose trace made ``tracer``: what JAX recorded on that trace (its debug info's
     ``traced_for``: "jit", "scan", "while_loop", "cond", "vmap"...), else what the tracer's class says. One
     class serves several staging transformations (a ``DynamicJaxprTracer`` is jit's and scan's alike), so the
@@ -33,7 +33,10 @@ def transformation_of(tracer) -> str:
 
 
 def of_tracer(
-    tracer, transforms: Sequence[str] = (), started: SourceLine | None = None, outside: Sequence[SourceLine] = ()
+    tracer: object,
+    transforms: Sequence[str] = (),
+    started: SourceLine | None = None,
+    outside: Sequence[SourceLine] = (),
 ) -> Provenance:
     """Where a tracer was made, from the line information JAX keeps on it (a grad tracer's on its
     primal). A tracer made at ``started`` or at one of the ``outside`` lines (the calls that started
