@@ -51,6 +51,7 @@ def test_every_body_is_checked_and_the_report_layers_are_fully_annotated():
         "jaxmagic.ipython.*",
         "jaxmagic.probes.*.report",
         "jaxmagic.probes._compiles.*",
+        "jaxmagic.probes._nans.*",
         "jaxmagic.probes._keys.*",
         "jaxmagic.probes._leaks.*",
         "jaxmagic.probes._watch.*",

@@ -11,7 +11,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jax._src import core, source_info_util
 from jax._src.debugging import inspect_sharding_p
@@ -19,6 +19,8 @@ from jax._src.lib.mlir import ir
 
 if TYPE_CHECKING:
     from jax._src.core import JaxprEqn, JaxprPpContext, JaxprPpSettings, Primitive
+
+    from jaxmagic._jax.types import Literal
 
 
 def closed_parts(program: Any) -> tuple[Any, list]:
@@ -34,7 +36,7 @@ def sub_jaxprs(eqn: JaxprEqn) -> list:
     return list(core.jaxprs_in_params(eqn.params))
 
 
-def is_literal(var: object) -> bool:
+def is_literal(var: object) -> TypeGuard[Literal]:
     """True for a constant written into an equation (a ``Literal``), False for a variable."""
     return isinstance(var, core.Literal)
 

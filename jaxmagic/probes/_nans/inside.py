@@ -13,9 +13,12 @@ masked it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_eval import Walk
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Program, Value
 from jaxmagic.probes._nans.search.equation_origin import provenance_of, public_name, user_line
 from jaxmagic.probes._nans.search.given import CAME_IN, GivenInfinities
 from jaxmagic.probes._nans.search.host_values import any_bad, has_inexact
@@ -65,14 +68,14 @@ class _InsideListener(ProducerListener):
 
     step_flags = False  # masked values never show in a loop step's inputs or outputs: each step is opened
 
-    def __init__(self, budget: int = MAX_INSIDE_EQUATIONS):
+    def __init__(self, budget: int = MAX_INSIDE_EQUATIONS) -> None:
         super().__init__(want_nan=False, strict=False)
         self.given = GivenInfinities(written_given=True)  # a written -inf is no finding of --inside
         self.budget = budget
         self.budget_reached = False
-        self.masked: tuple | None = None  # (eqn, path) of the masking equation
+        self.masked: tuple[Equation, tuple[Position, ...]] | None = None  # (eqn, path) of the masking equation
 
-    def look_inside(self, eqn, inputs, outputs, path) -> bool:
+    def look_inside(self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]) -> bool:
         if self.stage != "producer":
             return False
         if self.result.equations >= self.budget:
@@ -84,7 +87,7 @@ class _InsideListener(ProducerListener):
         self._opened.add(id(eqn))
         return True
 
-    def visit(self, eqn, inputs, outputs, path) -> bool:
+    def visit(self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]) -> bool:
         """Returning True inside an opened equation leaves it (and every loop iteration after): done
         when the mask is found, and when the budget is spent (the rest then runs compiled, whole)."""
         self.result.equations += 1
@@ -113,7 +116,9 @@ class _InsideListener(ProducerListener):
         return False
 
 
-def search_inside(program, args: list, *, function: str = "", call: int = 1, budget: int = MAX_INSIDE_EQUATIONS):
+def search_inside(
+    program: Program, args: Sequence[Value], *, function: str = "", call: int = 1, budget: int = MAX_INSIDE_EQUATIONS
+) -> InsideSearch:
     """Evaluate a jitted call's traced program (``program``, a Jaxpr or ClosedJaxpr) on its flat
     arguments op by op; an ``InsideSearch``. Never raises; runs with NaN/inf checks off."""
 

@@ -22,6 +22,7 @@ import jax
 from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.monitoring_tool import why_no_tool
+from jaxmagic._jax.types import ClosedJaxpr, Program, Value
 from jaxmagic.probes._nans.call_sites import CallSiteCounts
 from jaxmagic.probes._nans.fixes.rules import nan_fix
 from jaxmagic.probes._nans.inside import InsideSearch, search_inside
@@ -94,7 +95,9 @@ class FirstCalls(jit_calls.CallObserver):
         if program is not None:
             self._evaluate(program, list(args), name, 1, False, unchecked=True)
 
-    def _evaluate(self, program, args: list, name: str, call: int, is_jit: bool, unchecked: bool = False) -> None:
+    def _evaluate(
+        self, program: Program, args: list[Value], name: str, call: int, is_jit: bool, unchecked: bool = False
+    ) -> None:
         try:
             found = search_inside(program, args, function=name, call=call)
             found.unchecked = unchecked
@@ -141,7 +144,7 @@ def _param_values(params: dict) -> list:
     return values
 
 
-def _users_program(program) -> bool:
+def _users_program(program: Program) -> bool:
     """Whether a jitted call's program is a function of the user's (by the file JAX recorded it from)."""
     info = getattr(getattr(program, "jaxpr", program), "debug_info", None)
     filename = str(getattr(info, "func_filename", "") or "")
@@ -154,7 +157,7 @@ def _caller_line() -> object:
     return (line.filename, line.lineno) if line is not None else None
 
 
-def _one_equation(params: dict, args: tuple):
+def _one_equation(params: dict[str, object], args: tuple[Value, ...]) -> ClosedJaxpr | None:
     """The observed call (``cond``, ``while``, ``scan``, or an eager ``div``) as a program of one equation,
     traced by binding the same primitive with the same parameters (no user Python runs); None when it could
     not be traced. JAX keeps the source of the equation being evaluated as the current one, so the equation

@@ -11,6 +11,7 @@ import dataclasses
 
 import jax
 import numpy as np
+from jax.typing import DTypeLike
 
 from jaxmagic.probes._support.rerun.failing_call import looks_like_array_tree
 
@@ -33,7 +34,7 @@ class NonFiniteLeaf:
         return f"{self.holder}{self.path}"
 
 
-def _host_values(leaf):
+def _host_values(leaf: object) -> np.ndarray | None:
     """The leaf as a NumPy array, or None if it is not an inexact array we can read."""
     if isinstance(leaf, jax.core.Tracer):
         return None
@@ -51,7 +52,7 @@ def _host_values(leaf):
     return values
 
 
-def is_inexact(dtype) -> bool:
+def is_inexact(dtype: DTypeLike) -> bool:
     """A floating or complex dtype, bfloat16 and the other ml_dtypes floats included (NumPy does not
     count them inexact: a bfloat16 NaN went unsearched)."""
     try:
@@ -60,7 +61,7 @@ def is_inexact(dtype) -> bool:
         return False
 
 
-def nonfinite_leaves(tree, holder: str) -> list[NonFiniteLeaf]:
+def nonfinite_leaves(tree: object, holder: str) -> list[NonFiniteLeaf]:
     """The leaves of ``tree`` that contain NaN or inf, in tree order."""
     try:
         leaves = jax.tree_util.tree_leaves_with_path(tree)

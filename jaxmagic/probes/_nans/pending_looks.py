@@ -45,14 +45,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jit_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import source_line
+
+# (function, jit options, args, kwargs) of a jitted call, read from JAX's dispatch frame: to replay the call
+JitLocals: TypeAlias = tuple[Callable[..., object] | None, object, Sequence[object] | None, dict[str, object] | None]
+
+
+class KeptCopies(TypedDict):
+    """The watch's copies of what a donating call gave away, and of its results."""
+
+    arguments: dict[int, object]  # id(donated argument) -> its copy
+    missing: list[str]  # the donated arguments deleted before a copy was made ("argument 0", "lr=")
+    results: dict[int, object]  # id(result) -> its copy (the next call's donated arguments)
+    why: str  # why some were not copied
+
 
 MAX_PENDING = 16
 MAX_PENDING_COPIES = 4
@@ -69,8 +82,8 @@ class PendingLook:
     site: tuple[str, int, str] | None  # (file, line, function) of the user's line that made the call
     indices: list[int]  # the outputs the verdict is about (the float ones), in its order
     args: Sequence  # the call's flat arguments: whether a NaN came in, read only when the call returned one
-    jit_locals: tuple | None  # (function, jit options, args, kwargs) to replay the call
-    kept: dict | None  # the watch's copies of what the call donated, and of its results
+    jit_locals: JitLocals | None  # (function, jit options, args, kwargs) to replay the call
+    kept: KeptCopies | None  # the watch's copies of what the call donated, and of its results
     codes: Any = None  # the device's verdict (finite_flags.nonfinite_codes); None: read ``outputs`` on the host
     outputs: list | None = None  # the float outputs themselves, for a look read on the host
     shapes: list[tuple[int, ...]] | None = None  # the float outputs' shapes, for a verdict (outputs not kept)
@@ -160,7 +173,7 @@ def holds_copies(look: PendingLook) -> bool:
     return kept is not None and bool(kept.get("arguments") or kept.get("results"))
 
 
-def float_nonfinite(value) -> str:
+def float_nonfinite(value: object) -> str:
     """ "nan" when a float array holds a NaN, "inf" when it holds inf and no NaN, "" when finite or not
     readable here; one pass over a finite array, as a NaN test alone costs. Waits for the array."""
     try:
@@ -172,7 +185,7 @@ def float_nonfinite(value) -> str:
         return ""
 
 
-def host_array(value) -> np.ndarray:
+def host_array(value: object) -> np.ndarray:
     """``value`` read on the host (waiting for it): every read of a call's values the NaN watch makes goes
     through here."""
     return np.asarray(value)

@@ -47,13 +47,15 @@ why the call was not repeated.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import jax
 import numpy as np
 
 from jaxmagic._jax import call_sampling, finite_flags, jit_calls, jit_internals, own_programs
 from jaxmagic.probes._nans.nonfinite import is_inexact
-from jaxmagic.probes._nans.pending_looks import PendingLook, PendingLooks, host_array
+from jaxmagic.probes._nans.pending_looks import JitLocals, KeptCopies, PendingLook, PendingLooks, host_array
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
@@ -82,7 +84,7 @@ class NanSighting:
     )  # donated arguments the re-run used the watch's copies of
 
 
-def _float_has_nan(value) -> bool:
+def _float_has_nan(value: object) -> bool:
     """True when a float array holds a NaN (call only for float values; see ``_is_float``)."""
     try:
         return bool(np.isnan(host_array(value)).any())
@@ -90,10 +92,10 @@ def _float_has_nan(value) -> bool:
         return False
 
 
-_float_dtypes: dict = {}
+_float_dtypes: dict[object, bool] = {}  # dtype -> a float one
 
 
-def _is_float(value) -> bool:
+def _is_float(value: object) -> bool:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return False
@@ -123,15 +125,18 @@ NOT_EXPECTED = (
 )
 
 
-def _nbytes(leaves) -> int:
+def _nbytes(leaves: Iterable[object]) -> int:
     return sum(int(getattr(leaf, "nbytes", 0) or 0) for leaf in leaves)
 
 
-def _deleted(value) -> bool:
+def _deleted(value: jax.Array) -> bool:
     try:
         return bool(value.is_deleted())
     except Exception:
         return False
+
+
+_Tree = TypeVar("_Tree")  # a pytree, given back with the same structure
 
 
 class NanWatch(jit_calls.CallObserver):
@@ -143,7 +148,7 @@ class NanWatch(jit_calls.CallObserver):
     replay a NaN-making call), a look read on the host its results too.
     """
 
-    def __init__(self, copy_limit: int = DONATED_COPY_LIMIT):
+    def __init__(self, copy_limit: int = DONATED_COPY_LIMIT) -> None:
         self.sighting: NanSighting | None = None
         # the first call whose results held inf and no NaN, while no NaN was seen: a NaN watch that stays quiet
         # about it would let the doctor and the watch say OK on a result %%jax_nans reports (jax-ml/jax#37763)
@@ -159,7 +164,7 @@ class NanWatch(jit_calls.CallObserver):
         self._results: list = []  # (result, its copy) of the last call of a function that donates
         self._not_copied = ""  # why the last call's donated arguments or results were not copied
 
-    def before_donation(self, args, kwargs, jit_info) -> None:
+    def before_donation(self, args: Sequence[object], kwargs: dict[str, object] | None, jit_info: object) -> None:
         """A call of a function that donates is about to run on jit's Python path: copy what it donates."""
         if self.sighting is not None:
             return
@@ -178,10 +183,12 @@ class NanWatch(jit_calls.CallObserver):
         """Calls watched so far (read by a live view from another thread)."""
         return sum(list(self._calls.values()))
 
-    def before(self, name, is_jit, args, params) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[object, ...], params: dict[str, object]) -> None:
         self._read_looks(wait=False)
 
-    def after(self, name, is_jit, args, params, outputs) -> None:
+    def after(
+        self, name: str, is_jit: bool, args: tuple[object, ...], params: dict[str, object], outputs: list[object]
+    ) -> None:
         self._calls[name] = counted = self._calls.get(name, 0) + 1
         number = (jit_calls.call_number() if is_jit else None) or counted
         previous, self._looked_at[name] = self._looked_at.get(name, 0), number
@@ -226,7 +233,7 @@ class NanWatch(jit_calls.CallObserver):
             self._platform = call_sampling.platform_of(floats)
         return call_sampling.looks_deferred(self._platform)
 
-    def _keep_donated(self, jit_locals, outputs, after_the_last_look: bool) -> dict:
+    def _keep_donated(self, jit_locals: JitLocals, outputs: list[object], after_the_last_look: bool) -> KeptCopies:
         """For a call of a function that donates: the copies of its donated arguments (by the id of the
         deleted array), and copies of its results (its next call's donated arguments) when the next call will
         be looked at (``jit_calls.next_call_observed``: on a fast loop the watch looks at a share of the calls,
@@ -234,7 +241,7 @@ class NanWatch(jit_calls.CallObserver):
         ``after_the_last_look``: the call before it was looked at (its results copied, if they were)."""
         _, info, args, kwargs = jit_locals
         held = self._before_call + self._results
-        copies: dict = {"arguments": {}, "missing": [], "results": {}, "why": ""}
+        copies: KeptCopies = {"arguments": {}, "missing": [], "results": {}, "why": ""}
         for argument, leaf in jit_calls.donated_leaves(info, args, kwargs):
             copy = next((c for original, c in held if original is leaf), None)
             if copy is not None:
@@ -335,7 +342,7 @@ class NanWatch(jit_calls.CallObserver):
         return self.sighting, call
 
 
-def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
+def _rebuilt_call(name: str, jit_locals: JitLocals | None, kept: KeptCopies | None = None) -> FailingCall | str | None:
     """The jitted call, rebuilt from JAX's dispatch frame: the same function, options and arguments.
 
     JAX's ``cache_miss`` frame holds the user's function, its jit options and
@@ -366,7 +373,7 @@ def _rebuilt_call(name: str, jit_locals, kept=None) -> FailingCall | str | None:
                 "the function are not known; %%jax_nans on the cell finds them."
             )
 
-        def restored(value):
+        def restored(value: _Tree) -> _Tree:
             return jax.tree_util.tree_map(lambda leaf: kept["arguments"].get(id(leaf), leaf), value)
 
         args, kwargs = restored(tuple(args)), restored(dict(kwargs or {}))

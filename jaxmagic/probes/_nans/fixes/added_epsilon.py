@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.types import Equation
 from jaxmagic.probes._nans.fixes.lost_constant import operand_source
 from jaxmagic.report import SourceLine
 
@@ -44,7 +45,7 @@ class AddedEpsilon:
         return f"jnp.maximum({value}, 0.0) + {constant}"
 
 
-def find(producer_eqn, made_by: dict) -> tuple[AddedEpsilon, object] | None:
+def find(producer_eqn: Equation, made_by: dict[int, Equation]) -> tuple[AddedEpsilon, Equation] | None:
     """``(the epsilon, the add equation)`` when the producer's domain operand was made by adding a positive
     constant written into the program (that its dtype holds: one it turns into 0 is ``lost_constant``'s);
     None otherwise. ``made_by``: the producer search's equation of each variable (by ``id``)."""

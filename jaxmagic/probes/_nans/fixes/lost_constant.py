@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts, recorded_sources
+from jaxmagic._jax.types import Equation, Literal
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import code_kind
 
@@ -63,7 +64,7 @@ def smallest_positive(dtype: str) -> float:
     return float(jnp.finfo(dtype).smallest_subnormal)
 
 
-def find(producer_eqn, made_by: dict) -> tuple[LostConstant, object] | None:
+def find(producer_eqn: Equation, made_by: dict[int, Equation]) -> tuple[LostConstant, Equation] | None:
     """``(the constant, its equation)`` when the producer's zero operand was made by ``add``/``sub``/``max``
     equations, one of which adds a ``Literal`` that is 0 in a low-precision dtype; None otherwise.
     ``made_by``: the producer search's equation of each variable (by ``id``) evaluated so far."""
@@ -90,7 +91,7 @@ def find(producer_eqn, made_by: dict) -> tuple[LostConstant, object] | None:
     return None
 
 
-def _lost(eqn, k: int, literal) -> LostConstant | None:
+def _lost(eqn: Equation, k: int, literal: Literal) -> LostConstant | None:
     value = np.asarray(literal.val)
     dtype = str(value.dtype)
     if not low_precision(dtype) or value.size != 1 or float(value.astype(np.float32).reshape(())) != 0.0:
@@ -100,7 +101,7 @@ def _lost(eqn, k: int, literal) -> LostConstant | None:
     return None if found.written_value == 0.0 else found  # the source wrote 0: nothing was lost
 
 
-def _read_source(found: LostConstant, eqn, k: int) -> None:
+def _read_source(found: LostConstant, eqn: Equation, k: int) -> None:
     """The operand's text and value from the columns of the equation's innermost frame (its own code: the
     user's or a library's)."""
     source = operand_source(eqn, k)
@@ -122,7 +123,7 @@ class OperandSource:
     number: float | None = None  # the operand's value when its text is a number
 
 
-def operand_source(eqn, k: int) -> OperandSource | None:
+def operand_source(eqn: Equation, k: int) -> OperandSource | None:
     """The text of operand ``k`` of ``eqn`` (and of the other one) from the columns of the equation's
     innermost frame outside jaxmagic; None when the equation spans lines or no frame was recorded."""
     # the innermost frame outside jaxmagic: a search traces under ``recorded_sources.tracing_where_traced``, whose own

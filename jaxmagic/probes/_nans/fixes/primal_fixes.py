@@ -12,11 +12,14 @@ derivatives - as many as the failing program takes (``jax.hessian``: two) - eval
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Value
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial, bad_text, representable_eps
 from jaxmagic.probes._nans.search.equation_origin import user_line
@@ -25,21 +28,28 @@ from jaxmagic.report import SourceLine
 # the operations whose derivative is infinite at a point their value is finite (0 for all three)
 SINGULAR = ("sqrt", "log", "pow")
 
+# an elementwise operation on the primal's first input, fixed (its other inputs bound)
+Elementwise: TypeAlias = Callable[[jax.Array], jax.Array]
+# (inputs, path) of a singular operation the walk evaluated, by id(equation)
+PrimalRecord: TypeAlias = tuple[list[Value], tuple[Position, ...]]
+# (eqn, inputs, path) of the user's operation a derivative's operation is of
+PrimalSite: TypeAlias = tuple[Equation, list[Value], tuple[Position, ...]]
 
-def _candidates(eqn, value) -> list[tuple[FixKey, str, Callable]]:
+
+def _candidates(eqn: Equation, value: jax.Array) -> list[tuple[FixKey, str, Callable[[list[Value]], Elementwise]]]:
     """(key, code, fixed) of each fix of the primal ``eqn`` (``fixed`` maps its first input to its output)."""
     name = eqn.primitive.name
     dtype = str(getattr(value, "dtype", "float32"))
     eps = representable_eps(1e-12 if name != "log" else 1e-30, dtype)
 
-    def bound(v, rest=None):
+    def bound(v: jax.Array, rest: list[Value] | None = None) -> jax.Array:
         return jaxpr_parts.bind_equation(eqn, [v, *(rest or [])])[0]
 
-    def clamp(rest):
+    def clamp(rest: list[Value]) -> Elementwise:
         return lambda v: bound(jnp.maximum(v, jnp.asarray(eps, v.dtype)), rest)
 
-    def double_where(rest):
-        def fixed(v):
+    def double_where(rest: list[Value]) -> Elementwise:
+        def fixed(v: jax.Array) -> jax.Array:
             ok = v > 0
             return jnp.where(ok, bound(jnp.where(ok, v, jnp.ones_like(v)), rest), jnp.zeros_like(v))
 
@@ -56,7 +66,7 @@ def _candidates(eqn, value) -> list[tuple[FixKey, str, Callable]]:
     ]
 
 
-def _derivatives(fixed: Callable, value, order: int) -> list:
+def _derivatives(fixed: Elementwise, value: jax.Array, order: int) -> list[jax.Array]:
     """The first ``order`` derivatives of an elementwise ``fixed`` at ``value`` (forward mode, along ones)."""
     found, function = [], fixed
     for _ in range(order):
@@ -65,7 +75,7 @@ def _derivatives(fixed: Callable, value, order: int) -> list:
     return found
 
 
-def tried(eqn, inputs: list, order: int) -> list[FixTrial]:
+def tried(eqn: Equation, inputs: list[Value], order: int) -> list[FixTrial]:
     """Each fix of the primal operation ``eqn`` (``sqrt``, ``log``, ``pow``) tried on its recorded ``inputs``:
     its value and its first ``order`` derivatives finite there? Never raises."""
     if eqn.primitive.name not in SINGULAR or not inputs:
@@ -99,7 +109,13 @@ def tried(eqn, inputs: list, order: int) -> list[FixTrial]:
     return trials
 
 
-def primal_of(eqn, line: SourceLine | None, made_by: dict, read_by: dict, recorded: dict) -> tuple | None:
+def primal_of(
+    eqn: Equation,
+    line: SourceLine | None,
+    made_by: dict[int, Equation],
+    read_by: dict[int, list[Equation]],
+    recorded: dict[int, PrimalRecord],
+) -> PrimalSite | None:
     """``(eqn, inputs, path)`` of the user's ``sqrt``/``log``/``pow`` on the same line whose derivative ``eqn``
     computes: the one that made an input of it (``0.5 / sqrt(x)``) or that reads one of its inputs (``g / x``
     for ``log``, ``x ** (p - 1)`` for ``pow``); None when there is none. ``made_by``: id(var) -> equation;

@@ -9,6 +9,10 @@ a line, that line in float32 (``fixes/widened.py``) - no rewrite of a derivative
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Program, Value
 from jaxmagic.probes._nans.fixes import lost_constant, primal_fixes
 from jaxmagic.probes._nans.fixes.value_fixes import (
     DIVISION_EPS,
@@ -22,16 +26,31 @@ from jaxmagic.probes._nans.fixes.widened import HALF, in_float32_code, try_line_
 from jaxmagic.probes._nans.search import integer_overflow
 from jaxmagic.probes._nans.search.equation_origin import user_line
 
+if TYPE_CHECKING:
+    from jaxmagic.probes._nans.search.producer import NanProducer
+
+# (eqn, inputs, path) of the producer: where its fixes are tried
+ProducerSite: TypeAlias = tuple[Equation, list[Value], tuple[Position, ...]]
+# (the equation adding a constant its dtype holds as 0, the constant's operand)
+LostSite: TypeAlias = tuple[Equation, int]
+# the producer's site, and those of its causes found: a lost constant, an added epsilon (the add), an integer
+# operation that wrapped around, the primal of a derivative's operation
+Sites: TypeAlias = tuple[
+    ProducerSite, LostSite | None, Equation | None, integer_overflow.IntegerSite | None, primal_fixes.PrimalSite | None
+]
+
 # arithmetic that overflows a half-precision dtype to inf from finite values (a sum of 65,546 ones in float16)
 _OVERFLOWING = ("mul", "add", "add_any", "sub", "neg", "dot_general", "reduce_sum", "integer_pow", "square", "exp")
 
 
-def tried(producer, sites: tuple, program, values: list, outputs) -> list[FixTrial]:
+def tried(
+    producer: NanProducer, sites: Sites, program: Program, values: list[Value], outputs: list[Value] | None
+) -> list[FixTrial]:
     """Every fix of ``producer`` the search can try, tried. ``sites``: ``(eqn, inputs, path)`` of the producer,
     ``(equation, operand)`` of a lost constant or None, the add of an epsilon or None, the integer operation that
     wrapped around on the way to its inputs or None (computed in a wider dtype: the cause, tried first)."""
     (eqn, inputs, path), lost_site, epsilon_site, integer_site, primal_site = sites
-    wrapped = []
+    wrapped: list[FixTrial] = []
     if producer.integer_overflow is not None and integer_site is not None:
         wrapped = integer_overflow.wider_trials(producer.integer_overflow, integer_site)
     if producer.derivative and primal_site is not None:
@@ -51,7 +70,9 @@ def tried(producer, sites: tuple, program, values: list, outputs) -> list[FixTri
     return trials
 
 
-def _derivative_overflow(producer, program, values: list, outputs) -> list[FixTrial]:
+def _derivative_overflow(
+    producer: NanProducer, program: Program, values: list[Value], outputs: list[Value] | None
+) -> list[FixTrial]:
     """A derivative's operation that overflowed half precision: its line in float32, tried on the program."""
     half = next((op.dtype for op in producer.operands if op.dtype in HALF), "")
     if not half or producer.value != "inf" or producer.primitive not in _OVERFLOWING or producer.line is None:
@@ -62,7 +83,13 @@ def _derivative_overflow(producer, program, values: list, outputs) -> list[FixTr
 
 
 def _constant_trial(
-    lost: lost_constant.LostConstant, site: tuple, producer_eqn, path, program, values: list, outputs
+    lost: lost_constant.LostConstant,
+    site: LostSite,
+    producer_eqn: Equation,
+    path: tuple[Position, ...],
+    program: Program,
+    values: list[Value],
+    outputs: list[Value] | None,
 ) -> FixTrial:
     """The constant the dtype held as 0 replaced by the nearest epsilon it holds (float16: 1e-4), the
     program evaluated again: the fix written where the constant is (``+ 1e-4``, a library's ``eps=1e-4``)."""

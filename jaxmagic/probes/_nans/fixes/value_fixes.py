@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import DTypeLike
 
 from jaxmagic._jax import jaxpr_parts
-from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
+from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position
+from jaxmagic._jax.types import Equation, Jaxpr, Literal, Program, Value
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.primitives import InputFix, primitive
 
@@ -69,17 +72,17 @@ class _Candidate:
     fixed: Callable[[list], list]  # the fixed operation's outputs from the recorded inputs
 
 
-def _floats(dtype) -> bool:
+def _floats(dtype: DTypeLike) -> bool:
     return np.issubdtype(np.dtype(dtype), np.floating) or str(dtype) == "bfloat16"
 
 
-def _float_value(value) -> bool:
+def _float_value(value: Value) -> bool:
     """An array (or a constant written into the program: a Python float) of floats."""
     dtype = getattr(value, "dtype", None)
     return _floats(dtype if dtype is not None else np.asarray(value).dtype)
 
 
-def representable_eps(wanted: float, dtype) -> float:
+def representable_eps(wanted: float, dtype: DTypeLike) -> float:
     """``wanted`` when ``dtype`` holds it as a normal number, else the power of ten just above the dtype's
     smallest normal number: float16 turns 1e-8 into 0.0 and 1e-6 into a subnormal (which the CPU may flush
     to 0), so an epsilon for float16 is 1e-4 (optax#1754); bfloat16 holds 1e-8."""
@@ -90,11 +93,11 @@ def representable_eps(wanted: float, dtype) -> float:
     return wanted if wanted >= tiny else float(10.0 ** math.ceil(math.log10(tiny)))
 
 
-def _operation_dtype(inputs: list) -> str:
+def _operation_dtype(inputs: Sequence[Value]) -> str:
     return next((str(v.dtype) for v in inputs if hasattr(v, "dtype") and _floats(v.dtype)), "float32")
 
 
-def candidates(eqn, inputs: list) -> list[_Candidate]:
+def candidates(eqn: Equation, inputs: list[Value]) -> list[_Candidate]:
     """The fixes that can be written for this operation on its input values, naive ones first (so that the
     report can say why the obvious fix does not do): each applies a transformation to the inputs, then
     the program's own equation. [] for an operation no value fix is known for."""
@@ -114,7 +117,7 @@ def candidates(eqn, inputs: list) -> list[_Candidate]:
     return _input_candidates(eqn, inputs, row.input_fixes)
 
 
-def _finite_fill(eqn, inputs: list) -> _Candidate:
+def _finite_fill(eqn: Equation, inputs: list[Value]) -> _Candidate:
     """An inf the operation was given (a mask's -inf fill, a `x * jnp.inf`): a finite fill instead, named by
     the sign of the infs it got."""
     infs = [a[np.isinf(a)] for a in (np.asarray(v).astype(np.float32) for v in inputs if _has_inf(v))]
@@ -134,7 +137,7 @@ def _finite_fill(eqn, inputs: list) -> _Candidate:
     return _Candidate(FixKey.FINITE_FILL, label, filled)
 
 
-def _widened(eqn) -> _Candidate:
+def _widened(eqn: Equation) -> _Candidate:
     """An overflow of half precision: the same operation in float32 (the result's largest value then says
     whether it may go back to the half type after)."""
 
@@ -144,7 +147,7 @@ def _widened(eqn) -> _Candidate:
     return _Candidate(FixKey.FLOAT32, "v.astype(jnp.float32)", widened)
 
 
-def _narrowed_float(eqn, inputs: list) -> bool:
+def _narrowed_float(eqn: Equation, inputs: list[Value]) -> bool:
     """A conversion from a float dtype to a narrower float one (float32 to float16: a sum JAX accumulated in
     float32, converted back)."""
     new = eqn.params.get("new_dtype")
@@ -154,13 +157,13 @@ def _narrowed_float(eqn, inputs: list) -> bool:
     return float(jnp.finfo(new).max) < float(jnp.finfo(old).max)
 
 
-def _not_narrowed(eqn, inputs: list) -> _Candidate:
+def _not_narrowed(eqn: Equation, inputs: list[Value]) -> _Candidate:
     """The value kept in the wider dtype it was computed in: the conversion left out."""
     wide = str(inputs[0].dtype)
     return _Candidate(FixKey.FLOAT32, f"v (kept in {wide})", lambda ins: [ins[0]])
 
 
-def _input_candidates(eqn, inputs: list, fixes: tuple[InputFix, ...]) -> list[_Candidate]:
+def _input_candidates(eqn: Equation, inputs: list[Value], fixes: tuple[InputFix, ...]) -> list[_Candidate]:
     """Fixes of an operation's first input (its row's ``input_fixes``): kept in the domain where the
     operation is finite."""
     eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
@@ -171,7 +174,7 @@ def _input_candidates(eqn, inputs: list, fixes: tuple[InputFix, ...]) -> list[_C
     return [_Candidate(fix.key, fix.code.format(eps=eps), on_input(fix)) for fix in fixes]
 
 
-def _division_candidates(eqn, inputs: list, symbol: str) -> list[_Candidate]:
+def _division_candidates(eqn: Equation, inputs: list[Value], symbol: str) -> list[_Candidate]:
     """A division (or remainder: ``symbol``) by 0: a denominator kept from 0, or the result guarded."""
     den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
 
@@ -191,7 +194,7 @@ def _division_candidates(eqn, inputs: list, symbol: str) -> list[_Candidate]:
     ]
 
 
-def _has_inf(value) -> bool:
+def _has_inf(value: Value) -> bool:
     try:
         array = np.asarray(value)
     except Exception:
@@ -230,7 +233,7 @@ def _back_in(half: str, outputs: list) -> str:
     return f" (largest {largest:.3g}, {fits} {half}'s {limit:.5g})"
 
 
-def differentiated(eqn, path) -> bool:
+def differentiated(eqn: Equation, path: Sequence[Position]) -> bool:
     """The program computes this operation's derivative too (it sits under ``jvp``: a gradient was taken)."""
     stacks = [jaxpr_parts.name_stack_text(eqn), *(jaxpr_parts.name_stack_text(position.eqn) for position in path)]
     return any("jvp(" in stack or "transpose(" in stack for stack in stacks)
@@ -242,7 +245,7 @@ def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
     gradient of the written fix would be (jax#23649: `arccos(clip(y, -1, 1))`)."""
     varying = [i for i, v in enumerate(inputs) if hasattr(v, "dtype") and _floats(v.dtype)]  # not a written constant
 
-    def of(*values):
+    def of(*values: Value) -> list[Value]:
         filled = list(inputs)
         for i, value in zip(varying, values):
             filled[i] = value
@@ -256,7 +259,7 @@ def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
     return derivatives
 
 
-def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[FixTrial]:
+def try_on_operation(eqn: Equation, inputs: list[Value], with_derivative: bool = False) -> list[FixTrial]:
     """Every candidate fix of ``eqn`` tried on its recorded ``inputs``: the fixed operation's outputs finite
     - and, ``with_derivative`` (the program takes a gradient through it), its derivative there too?"""
     trials = []
@@ -293,7 +296,7 @@ def try_on_operation(eqn, inputs: list, with_derivative: bool = False) -> list[F
 # -- the whole program with one equation replaced ---------------------------------------------------
 
 
-def calls_python(jaxpr, seen: set | None = None) -> str:
+def calls_python(jaxpr: Jaxpr, seen: set[int] | None = None) -> str:
     """The first equation of ``jaxpr`` (or of its sub-programs) that runs Python when evaluated: a callback."""
     seen = set() if seen is None else seen
     if id(jaxpr) in seen:
@@ -309,7 +312,7 @@ def calls_python(jaxpr, seen: set | None = None) -> str:
     return ""
 
 
-def equation_count(jaxpr, seen: set | None = None) -> int:
+def equation_count(jaxpr: Jaxpr, seen: set[int] | None = None) -> int:
     seen = set() if seen is None else seen
     if id(jaxpr) in seen:
         return 0
@@ -324,24 +327,38 @@ class _Replaced(Interpreter):
     replaced by ``fixed``: the other equations are bound as they are, the ones on the path are opened
     (a loop is run by ``lax.scan``/``lax.while_loop`` with its body evaluated this way, traced)."""
 
-    def __init__(self, target, on_path: set[int], fixed: Callable[[list], list], observed=None):
+    def __init__(
+        self,
+        target: Equation,
+        on_path: set[int],
+        fixed: Callable[[list[Value]], list[Value]],
+        observed: Equation | None = None,
+    ) -> None:
         self.target, self.on_path, self.fixed = target, on_path, fixed
         self.observed = observed  # an equation whose outputs are kept (``seen``) as the program runs
-        self.seen: list = []
+        self.seen: list[Value] = []
 
-    def outputs(self, level: Level, eqn, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         if eqn is self.target:
             return self.fixed(inputs)
         if id(eqn) in self.on_path:
             return self.descend(eqn, inputs, level.path)
         return jaxpr_parts.bind_equation(eqn, inputs)
 
-    def after(self, level: Level, eqn, inputs: list, outputs: list) -> None:
+    def after(self, level: Level, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> None:
         if eqn is self.observed:
             self.seen = list(outputs)
 
 
-def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, values: list, before: list | None) -> None:
+def try_on_program(
+    trials: list[FixTrial],
+    eqn: Equation,
+    inputs: list[Value],
+    path: Sequence[Position],
+    program: Program,
+    values: list[Value],
+    before: list[Value] | None,
+) -> None:
     """The candidates that made the operation finite, tried on the whole program (``program`` on
     ``values``, the search's): ``call_result`` says whether its outputs are finite with that one equation
     fixed. ``path``: the producer search's positions of the equations the operation sits in; ``before``:
@@ -392,7 +409,14 @@ def try_on_program(trials: list[FixTrial], eqn, inputs: list, path, program, val
 
 
 def _try_replaced(
-    trial: FixTrial, written, replaced: Callable[[list], list], producer, path, program, values: list, before
+    trial: FixTrial,
+    written: Equation,
+    replaced: Callable[[list[Value]], list[Value]],
+    producer: Equation,
+    path: Sequence[Position],
+    program: Program,
+    values: list[Value],
+    before: list[Value] | None,
 ) -> FixTrial:
     """``trial`` tried by evaluating ``program`` on ``values`` with equation ``written`` (beside ``producer``,
     same ``path``) replaced by ``replaced``: the producer's outputs and the program's outputs finite? The
@@ -431,13 +455,21 @@ def _try_replaced(
 
 
 def try_constant(
-    written, operand: int, value: float, code: str, producer, path, program, values: list, before: list | None
+    written: Equation,
+    operand: int,
+    value: float,
+    code: str,
+    producer: Equation,
+    path: Sequence[Position],
+    program: Program,
+    values: list[Value],
+    before: list[Value] | None,
 ) -> FixTrial:
     """The program evaluated again with the constant operand ``operand`` of equation ``written`` (a
     ``Literal``: an ``eps`` its dtype turned into 0) replaced by ``value`` in the same dtype: the producer's
     outputs and the program's outputs finite? ``written`` sits beside ``producer`` (same ``path``). Only
     JAX primitives run, as for every trial; never raises."""
-    dtype = np.asarray(written.invars[operand].val).dtype
+    dtype = np.asarray(cast(Literal, written.invars[operand]).val).dtype  # a Literal: the constant the dtype held as 0
 
     def replaced(ins: list) -> list:
         changed = list(ins)
@@ -448,7 +480,14 @@ def try_constant(
 
 
 def try_clamped_before(
-    added, operand: int, code: str, producer, path, program, values: list, before: list | None
+    added: Equation,
+    operand: int,
+    code: str,
+    producer: Equation,
+    path: Sequence[Position],
+    program: Program,
+    values: list[Value],
+    before: list[Value] | None,
 ) -> FixTrial:
     """The program evaluated again with operand ``operand`` of equation ``added`` (the value an epsilon is
     added to: a variance that rounded below 0) clamped at 0 before the add: the producer's outputs and the
@@ -463,7 +502,14 @@ def try_clamped_before(
     return _try_replaced(FixTrial(FixKey.CLAMP_BEFORE, code), added, replaced, producer, path, program, values, before)
 
 
-def try_fixes(eqn, inputs: list, path, program, values: list, before: list | None) -> list[FixTrial]:
+def try_fixes(
+    eqn: Equation,
+    inputs: list[Value],
+    path: Sequence[Position],
+    program: Program,
+    values: list[Value],
+    before: list[Value] | None,
+) -> list[FixTrial]:
     """Every candidate fix of ``eqn`` (the producer) tried on its recorded ``inputs``, and those that made
     it finite on the whole ``program`` evaluated on ``values`` (``before``: its outputs unfixed). Never
     raises: a trial that cannot be made says so in its ``result``."""

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position
+from jaxmagic._jax.types import Atom, Equation, Jaxpr, Program, Value
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.value_fixes import (
     MAX_CALL_EQUATIONS,
@@ -32,11 +34,14 @@ from jaxmagic.probes._nans.fixes.value_fixes import (
 )
 from jaxmagic.report import SourceLine
 
+if TYPE_CHECKING:
+    from jaxmagic.probes._nans.search.given import LineOf
+
 HALF = ("float16", "bfloat16")
 _MODULES = ("jax", "jnp", "np", "lax", "numpy", "nn", "optax", "nnx", "eqx", "hk", "math")
 
 
-def _half(dtype) -> bool:
+def _half(dtype: object) -> bool:
     return str(dtype) in HALF
 
 
@@ -44,15 +49,15 @@ class _Widened(Interpreter):
     """Evaluates a program with the equations ``on_line`` tells computing in float32. A level's state:
     whether it is inside the line (a call of the line opened: all of it computes in float32)."""
 
-    def __init__(self, on_line: Callable[[object, tuple], bool]):
+    def __init__(self, on_line: Callable[[Equation, tuple[Position, ...]], bool]) -> None:
         self.on_line = on_line
         self.widened = 0  # equations computed in float32
 
-    def run(self, program, args: list) -> list:
+    def run(self, program: Program, args: list[Value]) -> list[Value]:
         jaxpr, consts = jaxpr_parts.closed_parts(program)
         return _cast_back(jaxpr, self.evaluate(jaxpr, consts, args, state=False))
 
-    def outputs(self, level: Level, eqn, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         path = level.path
         widen = level.state or self.on_line(eqn, path)
         subs = jaxpr_parts.sub_jaxprs(eqn)
@@ -72,7 +77,7 @@ class _Widened(Interpreter):
         # off the line: what the line gives back is cast to the dtype the program gave it
         return jaxpr_parts.bind_equation(eqn, [_as(v, var) for v, var in zip(inputs, eqn.invars)])
 
-    def _holds_line(self, eqn, path: tuple) -> bool:
+    def _holds_line(self, eqn: Equation, path: tuple[Position, ...]) -> bool:
         """Whether an equation of the line sits in ``eqn``'s sub-programs, at any depth."""
         inside = (*path, Position(eqn, "call"))
         for sub in jaxpr_parts.sub_jaxprs(eqn):
@@ -82,12 +87,12 @@ class _Widened(Interpreter):
         return False
 
 
-def _cast_back(jaxpr, results: list) -> list:
+def _cast_back(jaxpr: Jaxpr, results: list[Value]) -> list[Value]:
     """A level's results outside the line: each in the dtype the program gave it."""
     return [jnp.asarray(_as(v, var)) for v, var in zip(results, jaxpr.outvars)]
 
 
-def _up(value):
+def _up(value: Value) -> Value:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         dtype = np.asarray(value).dtype
@@ -96,7 +101,7 @@ def _up(value):
     return value
 
 
-def _as(value, var):
+def _as(value: Value, var: Atom) -> Value:
     """``value`` in the dtype the program gave ``var`` (a literal keeps its own)."""
     wanted = getattr(getattr(var, "aval", None), "dtype", None)
     dtype = getattr(value, "dtype", None)
@@ -105,14 +110,14 @@ def _as(value, var):
     return value.astype(wanted)
 
 
-def _widened_params(eqn):
+def _widened_params(eqn: Equation) -> Equation:
     """``eqn`` with every half-precision dtype among its parameters (``convert_element_type``'s
     ``new_dtype``, ``dot_general``'s ``preferred_element_type``) made float32."""
     changed = {k: np.dtype(np.float32) for k, v in eqn.params.items() if _is_half_dtype(v)}
     return jaxpr_parts.with_params(eqn, **changed) if changed else eqn
 
 
-def _is_half_dtype(value) -> bool:
+def _is_half_dtype(value: object) -> bool:
     try:
         return isinstance(value, np.dtype) and _half(value)
     except TypeError:
@@ -138,7 +143,7 @@ def in_float32_code(expression: str, dtype: str) -> str:
         return ""
 
     class _Cast(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
             if node.id != names[0] or not isinstance(node.ctx, ast.Load):
                 return node
             return ast.parse(f"{node.id}.astype(jnp.float32)", mode="eval").body
@@ -146,7 +151,9 @@ def in_float32_code(expression: str, dtype: str) -> str:
     return ast.unparse(_Cast().visit(tree))
 
 
-def try_line_in_float32(line: SourceLine, code: str, line_of, program, values: list, before: list | None) -> FixTrial:
+def try_line_in_float32(
+    line: SourceLine, code: str, line_of: LineOf, program: Program, values: list[Value], before: list[Value] | None
+) -> FixTrial:
     """The searched ``program`` evaluated on ``values`` with every equation of the user's ``line`` (``line_of``:
     an equation and its path -> its user line) computing in float32, its results cast back where they leave
     the line: are the program's outputs finite? ``code``: the fix as written. Never raises."""
@@ -163,7 +170,7 @@ def try_line_in_float32(line: SourceLine, code: str, line_of, program, values: l
         trial.result = f"not tried: {why}"
         return trial
 
-    def on_line(eqn, path) -> bool:
+    def on_line(eqn: Equation, path: tuple[Position, ...]) -> bool:
         made = line_of(eqn, path)
         return made is not None and (made.filename, made.lineno) == (line.filename, line.lineno)
 

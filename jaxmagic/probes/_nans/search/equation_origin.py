@@ -14,11 +14,14 @@ import functools
 import linecache
 import os
 import weakref
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts, recorded_sources
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Jaxpr, Program, Traceback
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -32,7 +35,7 @@ _attributed: dict = {}  # id(traceback) -> the traceback JAX attributed it to, d
 _kept_attributions: dict[int, tuple[weakref.ref, dict]] = {}  # id(jaxpr) -> (it, its table)
 
 
-def remember_attributions(program, attributed: dict) -> None:
+def remember_attributions(program: Program, attributed: dict[int, Traceback]) -> None:
     """Keep, for the search under way, what ``program``'s trace attributed (``recorded_sources.tracing_where_traced``)."""
     _attributed.update(_attributions_of(program, attributed))
 
@@ -42,7 +45,7 @@ def forget_attributions() -> None:
     _attributed.clear()
 
 
-def _programs_in(program) -> list:
+def _programs_in(program: Program) -> list[Jaxpr]:
     """``program``'s ``Jaxpr`` and every sub-program's, at any depth."""
     found, todo = [], [jaxpr_parts.closed_parts(program)[0]]
     while todo:
@@ -57,12 +60,12 @@ def _drop_kept(key: int, _program: object) -> None:
     _kept_attributions.pop(key, None)  # the program is gone: a new one may get its id
 
 
-def _attributions_of(program, attributed: dict) -> dict:
+def _attributions_of(program: Program, attributed: dict[int, Traceback]) -> dict[int, Traceback]:
     """The attributions of ``program``'s equations: those this trace made (``attributed``) and those
     kept from an earlier search's trace of a sub-program JAX has cached since. This trace's are kept
     with each of its jaxprs, for the tracebacks its equations hold (held by them: their ids stay theirs
     while the jaxpr lives) and those the tracebacks were attributed to in turn (held by the table)."""
-    found: dict = {}
+    found: dict[int, Traceback] = {}
     for jaxpr in _programs_in(program):
         kept = _kept_attributions.get(id(jaxpr))
         if kept is None or kept[0]() is not jaxpr:
@@ -82,7 +85,7 @@ def _attributions_of(program, attributed: dict) -> dict:
     return found
 
 
-def user_line(eqn, path=()) -> SourceLine | None:
+def user_line(eqn: Equation, path: Sequence[Position] = ()) -> SourceLine | None:
     """The innermost user frame that made ``eqn``; inside a nested jit JAX records only the frames
     below the jit, so the enclosing equations of ``path`` are asked in turn (innermost first)."""
     for made in (eqn, *(p.eqn for p in reversed(path))):
@@ -92,7 +95,7 @@ def user_line(eqn, path=()) -> SourceLine | None:
     return None
 
 
-def in_users_derivative_rule(eqn) -> bool:
+def in_users_derivative_rule(eqn: Equation) -> bool:
     """Whether ``eqn`` was written by the user's own derivative rule (a ``custom_vjp`` backward function,
     a ``custom_jvp`` rule): JAX's custom-derivative machinery called the innermost user frame that made it,
     so it is code of the user's, not JAX's derivative of it."""
@@ -104,7 +107,7 @@ def in_users_derivative_rule(eqn) -> bool:
     return False
 
 
-def expression_of(eqn, line: SourceLine | None, path=()) -> str:
+def expression_of(eqn: Equation, line: SourceLine | None, path: Sequence[Position] = ()) -> str:
     """The part of ``line`` whose evaluation made ``eqn`` (``jnp.log(1 - p)``), read from the columns
     JAX records with each frame - following a backward equation to the forward one it was attributed
     to; "" when that is the whole line, spans lines, or is not recorded."""
@@ -123,10 +126,10 @@ def expression_of(eqn, line: SourceLine | None, path=()) -> str:
     return ""
 
 
-def _tracebacks_of(eqn, path=()) -> list:
+def _tracebacks_of(eqn: Equation, path: Sequence[Position] = ()) -> list[Traceback]:
     """The equation's traceback, those it was attributed to in turn (a backward-pass equation to its forward
     one), then its enclosing equations' (innermost first) and theirs."""
-    tracebacks: list = []
+    tracebacks: list[Traceback] = []
     for made in (eqn, *(p.eqn for p in reversed(path))):
         traceback = made.source_info.traceback
         while traceback is not None and id(traceback) not in {id(t) for t in tracebacks}:
@@ -135,7 +138,7 @@ def _tracebacks_of(eqn, path=()) -> list:
     return tracebacks
 
 
-def library_called_on(line: SourceLine, eqn, path=()) -> str | None:
+def library_called_on(line: SourceLine, eqn: Equation, path: Sequence[Position] = ()) -> str | None:
     """The library function ``line`` called where it made ``eqn``: read from the first of the equation's
     tracebacks (``_tracebacks_of``) whose innermost user line is ``line``; None when none is - then what a
     traceback's line called is another line's (a loop's call: ``jax.lax.scan`` around the body that called
@@ -147,7 +150,7 @@ def library_called_on(line: SourceLine, eqn, path=()) -> str | None:
     return None
 
 
-def _line_of(traceback) -> SourceLine | None:
+def _line_of(traceback: Traceback | None) -> SourceLine | None:
     """The user's line of a traceback. A backward-pass equation is attributed to its forward line,
     except when the user's own code traced it during the backward pass: a ``custom_vjp`` rule."""
     frames = recorded_sources.traceback_frames(traceback)
@@ -178,7 +181,7 @@ def public_name(function: str, filename: str = "") -> str:
     return name
 
 
-def provenance_of(eqn, path, line: SourceLine | None, position: str) -> Provenance:
+def provenance_of(eqn: Equation, path: Sequence[Position], line: SourceLine | None, position: str) -> Provenance:
     """Where the producer was made (``attribution.of_equation``), its line the one the search attributes
     (a backward-pass operation at its forward line) and the library function called there by public name;
     ``position``: its loop iterations and branches, in words."""
@@ -204,7 +207,7 @@ def provenance_of(eqn, path, line: SourceLine | None, position: str) -> Provenan
     return provenance
 
 
-def name_stack(eqn, path) -> str:
+def name_stack(eqn: Equation, path: Sequence[Position]) -> str:
     """The name stack from the top-level program down to ``eqn`` (a body's equations carry only their own part)."""
     return "/".join(
         filter(None, [*(jaxpr_parts.name_stack_text(p.eqn) for p in path), jaxpr_parts.name_stack_text(eqn)])

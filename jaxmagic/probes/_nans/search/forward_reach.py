@@ -18,11 +18,12 @@ from typing import Any
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Jaxpr, Program
 
 RESULT, DROPPED = "result", "dropped"
 
 
-def readable_by_reach(program, stack: str) -> bool:
+def readable_by_reach(program: Program, stack: str) -> bool:
     """Whether the data flow can tell a forward value here: in reverse mode only (``jax.grad``: the derivative
     is the transposed half), under one ``jvp``. In forward mode (``jax.jvp``, ``jacfwd``, the outer half of
     ``jax.hessian``) the tangents flow to the result through non-transposed operations too: there a
@@ -30,7 +31,7 @@ def readable_by_reach(program, stack: str) -> bool:
     return stack.count("jvp(") == 1 and _transposes(jaxpr_parts.closed_parts(program)[0], set())
 
 
-def _transposes(jaxpr, seen: set[int]) -> bool:
+def _transposes(jaxpr: Jaxpr, seen: set[int]) -> bool:
     """Whether ``jaxpr`` or a sub-program of it (a jitted train step's body) holds a transposed equation."""
     if id(jaxpr) in seen:
         return False
@@ -43,7 +44,7 @@ def _transposes(jaxpr, seen: set[int]) -> bool:
     return False
 
 
-def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> str:
+def reaches_result_forward(program: Program, eqn: Equation, path: tuple[Position, ...]) -> str:
     """Whether ``eqn``'s outputs flow to ``program``'s outputs through non-transposed equations only
     (``RESULT``), or to a value computed that way and read by nothing (``DROPPED``: the loss ``jax.grad``
     drops); "" when neither.
@@ -77,7 +78,7 @@ def reaches_result_forward(program, eqn, path: tuple[Position, ...]) -> str:
     return ""
 
 
-def _level_of(position: Position):
+def _level_of(position: Position) -> Jaxpr | None:
     """The jaxpr the walk opened at ``position``."""
     eqn = position.eqn
     if position.kind == "cond":
@@ -90,7 +91,7 @@ def _level_of(position: Position):
     return jaxpr_parts.closed_parts(subs[0])[0] if len(subs) == 1 else None
 
 
-def _flow(jaxpr, start, reached: set[int]) -> list[int]:
+def _flow(jaxpr: Jaxpr, start: Equation, reached: set[int]) -> list[int]:
     """Propagate ``reached`` (ids of variables) forward from ``start`` through ``jaxpr``'s non-transposed
     equations; the indices of ``jaxpr``'s outputs it reaches."""
     begun = False
@@ -105,7 +106,7 @@ def _flow(jaxpr, start, reached: set[int]) -> list[int]:
     return [i for i, v in enumerate(jaxpr.outvars) if not jaxpr_parts.is_literal(v) and id(v) in reached]
 
 
-def _dropped(jaxpr, reached: set[int]) -> bool:
+def _dropped(jaxpr: Jaxpr, reached: set[int]) -> bool:
     """Whether a reached value of ``jaxpr`` made by a non-transposed equation is read by nothing: not by an
     equation, not an output (the forward result ``jax.grad`` drops: ``_`` of its program)."""
     read = {id(v) for e in jaxpr.eqns for v in e.invars if not jaxpr_parts.is_literal(v)}

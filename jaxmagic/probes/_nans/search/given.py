@@ -26,9 +26,14 @@ overflow to ``+inf`` next to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
+
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, recorded_sources
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Atom, Equation, Value, Var
 from jaxmagic.probes._nans.search.host_values import any_bad, host_array
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.calls.library_calls import package_of
@@ -53,8 +58,23 @@ _OPENED_FOR_GIVEN = ("call", "cond")
 
 NAN, INF, GIVEN, CAME_IN, NOTHING = "nan", "inf", "given", "came in", ""
 
+# (eqn, inputs, outputs, path) of an equation the walk evaluated: what made an inf, kept by variable
+Made: TypeAlias = tuple[Equation, list[Value], list[Value], tuple[Position, ...]]
+# the user's line of an equation reached through ``path`` (``equation_origin.user_line``)
+LineOf: TypeAlias = Callable[[Equation, tuple[Position, ...]], SourceLine | None]
+# what a walk resuming at a checkpoint takes on (``GivenInfinities.state``)
+GivenState: TypeAlias = tuple[
+    dict[int, SourceLine | None],
+    set[int],
+    SourceLine | None,
+    bool,
+    set[tuple[tuple[int, int | None], ...]],
+    dict[int, Made],
+    dict[tuple[str, int], str],
+]
 
-def library_writing(eqn) -> str:
+
+def library_writing(eqn: Equation) -> str:
     """The library (its public callable, else its package) whose own code made ``eqn``: the first frame
     outside JAX, innermost first, is a library's rather than the user's; "" when it is the user's."""
     frames = recorded_sources.traceback_frames(eqn.source_info.traceback)  # innermost first
@@ -69,7 +89,7 @@ def library_writing(eqn) -> str:
     return ""
 
 
-def _infinite(value) -> np.ndarray | None:
+def _infinite(value: Value) -> np.ndarray | None:
     flags = finite_flags.known(value)
     if flags is not None and not flags[1]:
         return None  # checked once as the walk ran it (finite_flags): no inf
@@ -80,7 +100,7 @@ def _infinite(value) -> np.ndarray | None:
     return mask if mask.any() else None
 
 
-def body_pairs(eqn, kind: str) -> list[tuple]:
+def body_pairs(eqn: Equation, kind: str) -> list[tuple[Atom, Var, bool]]:
     """``(outer var, sub-program var, is a loop carry)`` for the inputs of an opened equation: a call's
     parameters, a cond branch's inputs, a loop body's constants, carry (as it starts) and slices."""
     subs = jaxpr_parts.sub_jaxprs(eqn)
@@ -121,32 +141,34 @@ class GivenInfinities:
         self.any = False  # some given infinity was met
         # id(var) -> (eqn, inputs, outputs, path) of the equation that made the inf it holds (not given): what
         # a NaN made later of it was made from, followed through the equations that passed it on
-        self.source: dict[int, tuple] = {}
-        self._entered: set = set()  # (id(eqn), index) of opened equations whose inputs were seeded
+        self.source: dict[int, Made] = {}
+        self._entered: set[tuple[tuple[int, int | None], ...]] = (
+            set()
+        )  # (id(eqn), index) of opened equations whose inputs were seeded
 
     # -- what is given ------------------------------------------------------------------
 
-    def arguments(self, invars, values) -> None:
+    def arguments(self, invars: Sequence[Var], values: Sequence[Value]) -> None:
         """The searched call's inputs (and the constants it closes over) that hold inf and no NaN: given."""
         for var, value in zip(invars, values):
             if _infinite(value) is not None and not any_bad([value], want_nan=True):
                 self.origin[id(var)] = None
                 self.any = True
 
-    def written(self, var) -> bool:
+    def written(self, var: Atom) -> bool:
         """A constant written into the program, or a value made of such constants alone."""
         return jaxpr_parts.is_literal(var) or id(var) in self.constant
 
-    def is_given(self, var) -> bool:
+    def is_given(self, var: Atom) -> bool:
         return (self.written_given and self.written(var)) or id(var) in self.origin
 
-    def free(self, eqn, inputs) -> list:
+    def free(self, eqn: Equation, inputs: Sequence[Value]) -> list[Value]:
         """The inputs of ``eqn`` that are neither written constants nor given infinities."""
         if len(inputs) != len(eqn.invars):
             return list(inputs)
         return [value for var, value in zip(eqn.invars, inputs) if not (self.written(var) or self.is_given(var))]
 
-    def enter(self, path) -> None:
+    def enter(self, path: Sequence[Position]) -> None:
         """Inside an opened equation: its sub-program's inputs are given where the equation's were."""
         if not path:
             return
@@ -172,7 +194,7 @@ class GivenInfinities:
 
     # -- the rule -------------------------------------------------------------------------
 
-    def made(self, eqn, inputs, outputs) -> str:
+    def made(self, eqn: Equation, inputs: Sequence[Value], outputs: Sequence[Value]) -> str:
         """What ``eqn`` did: ``NAN`` or ``INF`` (it made a value no input explains), ``GIVEN`` (its
         infinities are given ones passed on), ``CAME_IN`` (an input already held a value made before),
         or ``NOTHING``."""
@@ -207,14 +229,14 @@ class GivenInfinities:
                 return INF
         return GIVEN
 
-    def may_pass_on_written_nan(self, eqn, inputs, outputs) -> bool:
+    def may_pass_on_written_nan(self, eqn: Equation, inputs: Sequence[Value], outputs: Sequence[Value]) -> bool:
         """Whether ``eqn`` gives a NaN and got a NaN written into the program (a call to open: inside, the
         select that passed it on is found - ``jnp.where``'s ``_where``)."""
         if len(inputs) != len(eqn.invars) or not any_bad(outputs, want_nan=True):
             return False
         return any(self.written(var) and any_bad([v], want_nan=True) for var, v in zip(eqn.invars, inputs))
 
-    def passes_on_written_nan(self, eqn, inputs, outputs) -> bool:
+    def passes_on_written_nan(self, eqn: Equation, inputs: Sequence[Value], outputs: Sequence[Value]) -> bool:
         """Whether every NaN ``eqn`` gives is a NaN written into the program that it passed on: an
         elementwise equation (a select) whose NaNs sit where a written input (``jnp.nan`` in
         ``jnp.where(mask, x, jnp.nan)``, a library's NaN for an input outside its domain) held one, and
@@ -244,7 +266,16 @@ class GivenInfinities:
                 return False
         return True
 
-    def note(self, eqn, inputs, outputs, path, kind: str, opened: bool, line_of) -> None:
+    def note(
+        self,
+        eqn: Equation,
+        inputs: list[Value],
+        outputs: list[Value],
+        path: tuple[Position, ...],
+        kind: str,
+        opened: bool,
+        line_of: LineOf,
+    ) -> None:
         """Record what ``eqn``'s outputs are: given (passed on, written), made of constants, made by it or
         by an earlier equation (``source``), or none of these. ``opened``: its sub-program was walked, so
         its outputs are what that program's were."""
@@ -269,7 +300,15 @@ class GivenInfinities:
             self.origin[id(var)] = line
         self.any = True
 
-    def _note_source(self, eqn, inputs, outputs, path, kind: str, inner: list | None) -> None:
+    def _note_source(
+        self,
+        eqn: Equation,
+        inputs: list[Value],
+        outputs: list[Value],
+        path: tuple[Position, ...],
+        kind: str,
+        inner: list[Atom] | None,
+    ) -> None:
         """Which equation made the inf each output holds: this one (``INF``), the one its sub-program's
         output names, or the one that made the non-finite input it got."""
         record = (eqn, inputs, outputs, path) if kind == INF and inner is None else None
@@ -286,20 +325,22 @@ class GivenInfinities:
             else:
                 self.source.pop(id(var), None)
 
-    def made_from(self, eqn) -> tuple | None:
+    def made_from(self, eqn: Equation) -> Made | None:
         """``(eqn, inputs, outputs, path)`` of the equation that made the inf ``eqn`` got, if one did."""
         return next((self.source[id(v)] for v in eqn.invars if id(v) in self.source), None)
 
-    def _inner_outvars(self, eqn) -> list | None:
+    def _inner_outvars(self, eqn: Equation) -> list[Atom] | None:
         subs = jaxpr_parts.sub_jaxprs(eqn)
         if eqn.primitive.name == "cond" or len(subs) != 1:
             return None  # which branch ran is not kept here: passed on as for any other equation
         return list(jaxpr_parts.closed_parts(subs[0])[0].outvars)
 
-    def _inner_given(self, var) -> bool:
+    def _inner_given(self, var: Atom) -> bool:
         return (jaxpr_parts.is_literal(var) and _infinite(var.val) is not None) or id(var) in self.origin
 
-    def _origin_of(self, eqn, inputs, line_of, path) -> SourceLine | None:
+    def _origin_of(
+        self, eqn: Equation, inputs: Sequence[Value], line_of: LineOf, path: tuple[Position, ...]
+    ) -> SourceLine | None:
         """The line that wrote the given infinity ``eqn`` passes on: its input's, or its own when it
         got the infinity from a constant written into the program."""
         for var, value in zip(eqn.invars, inputs):
@@ -320,11 +361,11 @@ class GivenInfinities:
         """The library whose code wrote the infinity attributed to the user's ``line``; "" when the line did."""
         return self.library_writes.get((line.filename, line.lineno), "") if line is not None else ""
 
-    def written_line_of_inputs(self, eqn) -> SourceLine | None:
+    def written_line_of_inputs(self, eqn: Equation) -> SourceLine | None:
         """The line that wrote a given infinity ``eqn`` got (a mask's ``-inf`` fill), if one did."""
         return next((self.origin[id(v)] for v in eqn.invars if self.origin.get(id(v)) is not None), None)
 
-    def opens_for_given(self, eqn, inputs, outputs, kind: str) -> bool:
+    def opens_for_given(self, eqn: Equation, inputs: Sequence[Value], outputs: Sequence[Value], kind: str) -> bool:
         """A call or cond whose outputs hold inf and that got given infinities: opened to tell the ones it
         passed on from any it made."""
         return (
@@ -335,7 +376,7 @@ class GivenInfinities:
 
     # -- a walk resuming at a checkpoint takes these on ------------------------------------------
 
-    def state(self) -> tuple:
+    def state(self) -> GivenState:
         return (
             dict(self.origin),
             set(self.constant),
@@ -346,13 +387,13 @@ class GivenInfinities:
             dict(self.library_writes),
         )
 
-    def restore(self, state: tuple) -> None:
+    def restore(self, state: GivenState) -> None:
         origin, constant, self.first_written, self.any, entered, source, library_writes = state
         self.origin, self.constant, self._entered, self.source = dict(origin), set(constant), set(entered), dict(source)
         self.library_writes = dict(library_writes)
 
 
-def opened_kind(eqn) -> str:
+def opened_kind(eqn: Equation) -> str:
     """How the walk opens ``eqn``: "scan", "while", "cond" or "call"."""
     name = eqn.primitive.name
     return name if name in ("scan", "while", "cond") else "call"

@@ -8,15 +8,18 @@ the first bad element of the output (``-1.0``, or ``f32[3] in [-1.0, 2.0]``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import jax
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts
+from jaxmagic._jax.types import Equation, Value
 from jaxmagic.probes._nans.nonfinite import is_inexact
 from jaxmagic.report.wording import short_dtype
 
 
-def host_array(value):
+def host_array(value: Value) -> np.ndarray | None:
     """``value`` as a NumPy array of floats (or complex numbers); None for a tracer or anything else."""
     if isinstance(value, jax.core.Tracer):
         return None
@@ -31,14 +34,14 @@ def host_array(value):
     return array
 
 
-def holds_none(value, want_nan: bool) -> bool:
+def holds_none(value: Value, want_nan: bool) -> bool:
     """``value`` is known to hold no NaN (``want_nan``) or no non-finite number, from its check made once
     as the walk ran it (``finite_flags``): no need to read it again."""
     flags = finite_flags.known(value)
     return flags is not None and not (flags[0] or (not want_nan and flags[1]))
 
 
-def bad_mask(value, want_nan: bool):
+def bad_mask(value: Value, want_nan: bool) -> np.ndarray | None:
     """Where ``value`` holds NaN (``want_nan``) or any non-finite number; None where it holds none."""
     if holds_none(value, want_nan):
         return None
@@ -49,17 +52,17 @@ def bad_mask(value, want_nan: bool):
     return mask if mask.any() else None
 
 
-def any_bad(values, want_nan: bool = False) -> bool:
+def any_bad(values: Iterable[Value], want_nan: bool = False) -> bool:
     """Some of ``values`` hold NaN (``want_nan``) or any non-finite number."""
     return any(bad_mask(v, want_nan) is not None for v in values)
 
 
-def only_infinities(values) -> bool:
+def only_infinities(values: Sequence[Value]) -> bool:
     """Some of ``values`` hold inf, none holds NaN."""
     return any_bad(values) and not any_bad(values, want_nan=True)
 
 
-def _number(x) -> str:
+def _number(x: object) -> str:
     if isinstance(x, np.floating):
         return str(x)  # the shortest text that reads back as this float32/float64
     if isinstance(x, float):
@@ -74,7 +77,7 @@ def _number(x) -> str:
 JITTERS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)  # tried in turn, times the mean of the diagonal
 
 
-def definiteness(matrices, index: tuple, eqn) -> tuple[str, str]:
+def definiteness(matrices: np.ndarray, index: tuple[int, ...], eqn: Equation) -> tuple[str, str]:
     """What a Cholesky factorization got, at the first bad element's matrix: ``"a 4x4 matrix whose smallest
     eigenvalue is -1.2e-08 (not positive definite)"``, and the smallest jitter (a multiple of the mean
     of its diagonal, added to every matrix's diagonal) with which the program's own equation ``eqn``
@@ -99,7 +102,7 @@ def definiteness(matrices, index: tuple, eqn) -> tuple[str, str]:
     return text, ""
 
 
-def operand_at(value, out_shape: tuple, index: tuple) -> str:
+def operand_at(value: Value, out_shape: tuple[int, ...], index: tuple[int, ...]) -> str:
     """The operand's value at the output's element ``index`` (broadcast to ``out_shape``); a summary of
     the whole operand when no single element applies (``f32[3] in [-1.0, 2.0], 1 zero(s)``)."""
     array = np.asarray(value)
@@ -117,12 +120,12 @@ def operand_at(value, out_shape: tuple, index: tuple) -> str:
     return shape_text(array)
 
 
-def shape_text(array) -> str:
+def shape_text(array: np.ndarray) -> str:
     """``f32[3,4]``."""
     return f"{short_dtype(str(array.dtype))}[{','.join(map(str, array.shape))}]"
 
 
-def readable(value) -> bool:
+def readable(value: Value) -> bool:
     try:
         np.asarray(value)
     except Exception:
@@ -130,5 +133,5 @@ def readable(value) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
-def has_inexact(values) -> bool:
+def has_inexact(values: Iterable[Value]) -> bool:
     return any(host_array(v) is not None for v in values)

@@ -12,13 +12,17 @@ computation in a wider dtype on those inputs is the fix, tried: float32 always, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Value
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.primitives import primitive
@@ -44,7 +48,7 @@ def _exact(name: str, params: dict) -> Callable[[list], np.ndarray] | None:
     return None
 
 
-def _exact_of_call(eqn) -> Callable[[list], np.ndarray] | None:
+def _exact_of_call(eqn: Equation) -> Callable[[list[np.ndarray]], np.ndarray] | None:
     """A jitted JAX function (``jnp.power`` runs as one) by the NumPy function of the same name, which
     ``jax.numpy`` mirrors: ``np.power`` on float64 values."""
     name = public_name(*jaxpr_parts.called_function(eqn))
@@ -54,6 +58,12 @@ def _exact_of_call(eqn) -> Callable[[list], np.ndarray] | None:
     if not callable(numpy_function) or name not in ("jnp.power", "jnp.multiply", "jnp.add", "jnp.square", "jnp.prod"):
         return None
     return lambda ins: numpy_function(*ins)
+
+
+# (inputs, outputs, path) of an integer equation the walk evaluated, by id(equation)
+IntegerRecord: TypeAlias = tuple[list[Value], list[Value], tuple[Position, ...]]
+# (eqn, inputs, path, exact values) of the integer operation that wrapped around
+IntegerSite: TypeAlias = tuple[Equation, list[Value], tuple[Position, ...], np.ndarray]
 
 
 @dataclasses.dataclass
@@ -70,11 +80,13 @@ class IntegerOverflow:
     expression: str = ""  # `256 ** k`
 
 
-def _integer(value) -> bool:
+def _integer(value: Value) -> bool:
     return np.issubdtype(np.asarray(value).dtype, np.integer)
 
 
-def find(producer_eqn, made_by: dict, recorded: dict) -> tuple[IntegerOverflow, tuple] | None:
+def find(
+    producer_eqn: Equation, made_by: dict[int, Equation], recorded: dict[int, IntegerRecord]
+) -> tuple[IntegerOverflow, IntegerSite] | None:
     """The first integer operation that wrapped around among those that computed ``producer_eqn``'s inputs
     (``made_by``: id(var) -> equation; ``recorded``: id(equation) -> (inputs, outputs, path) of the integer
     equations the walk evaluated), with its site ``(eqn, inputs, path, exact)``; None when none did."""
@@ -95,7 +107,7 @@ def find(producer_eqn, made_by: dict, recorded: dict) -> tuple[IntegerOverflow, 
     return None
 
 
-def _overflowed(eqn, record) -> tuple[IntegerOverflow, tuple] | None:
+def _overflowed(eqn: Equation, record: IntegerRecord | None) -> tuple[IntegerOverflow, IntegerSite] | None:
     if record is None:
         return None
     inputs, outputs, path = record
@@ -132,7 +144,7 @@ def _overflowed(eqn, record) -> tuple[IntegerOverflow, tuple] | None:
     return found, (eqn, inputs, path, exact)
 
 
-def _in_dtype(eqn, inputs: list, dtype) -> np.ndarray:
+def _in_dtype(eqn: Equation, inputs: list[Value], dtype: DTypeLike) -> np.ndarray:
     """``eqn`` computed again on ``inputs`` cast to ``dtype``: the same primitive and parameters (or, for a
     jitted ``jnp`` function, that function), as the user's line would compute it on values of that dtype."""
     cast = [jnp.asarray(v).astype(dtype) for v in inputs]
@@ -142,7 +154,7 @@ def _in_dtype(eqn, inputs: list, dtype) -> np.ndarray:
     return np.asarray(jaxpr_parts.bind_equation(eqn, cast)[0])
 
 
-def wider_trials(found: IntegerOverflow, site: tuple) -> list[FixTrial]:
+def wider_trials(found: IntegerOverflow, site: IntegerSite) -> list[FixTrial]:
     """The overflowing operation computed again on its recorded inputs in float32 - and in int64 when x64 is
     on - with JAX: do the results hold the exact values (float32: to its precision) where the dtype wrapped?"""
     eqn, inputs, _, exact = site
@@ -169,7 +181,7 @@ def wider_trials(found: IntegerOverflow, site: tuple) -> list[FixTrial]:
     return trials
 
 
-def integer_arithmetic(eqn, outputs) -> bool:
+def integer_arithmetic(eqn: Equation, outputs: Sequence[Value]) -> bool:
     """An integer result of arithmetic (or of a call: a jitted ``jnp.power``) that may have wrapped around."""
     if not outputs or not (primitive(eqn.primitive.name).wraps or jaxpr_parts.sub_jaxprs(eqn)):
         return False

@@ -6,15 +6,21 @@ NaN. The producer search (and ``--inside``) note, by the user's line, which max-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Equation, Value
 from jaxmagic.probes._nans.search.equation_origin import user_line
 from jaxmagic.probes._nans.search.host_values import host_array
 
 _MAX_OF_ROWS = ("logsumexp", "log_softmax", "softmax", "_softmax")
 
 
-def note_neg_inf_rows(found: dict, eqn, inputs, path) -> None:
+def note_neg_inf_rows(
+    found: dict[tuple[str, int], str], eqn: Equation, inputs: Sequence[Value], path: Sequence[Position]
+) -> None:
     """A ``reduce_max`` (or a jitted logsumexp/log_softmax/softmax) whose input holds rows that are all
     -inf - a fully masked attention row: recorded by the user's line, for the fix."""
     axes = None

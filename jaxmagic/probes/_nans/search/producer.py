@@ -52,6 +52,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeAlias, cast
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +61,11 @@ import numpy as np
 
 from jaxmagic._jax import finite_flags, jaxpr_parts, jit_calls, recorded_sources
 from jaxmagic._jax.jaxpr_eval import Listener, Walk
+from jaxmagic._jax.jaxpr_interpreter import Position
+from jaxmagic._jax.types import Atom, Equation, Value
 from jaxmagic.probes._nans.fixes import added_epsilon, lost_constant, primal_fixes, producer_fixes
+from jaxmagic.probes._nans.fixes.primal_fixes import PrimalRecord, PrimalSite
+from jaxmagic.probes._nans.fixes.producer_fixes import LostSite, ProducerSite
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.search import integer_overflow
 from jaxmagic.probes._nans.search.equation_origin import (
@@ -73,7 +79,16 @@ from jaxmagic.probes._nans.search.equation_origin import (
     user_line,
 )
 from jaxmagic.probes._nans.search.forward_reach import RESULT, reaches_result_forward, readable_by_reach
-from jaxmagic.probes._nans.search.given import GIVEN, INF, NAN, GivenInfinities, library_writing, opened_kind
+from jaxmagic.probes._nans.search.given import (
+    GIVEN,
+    INF,
+    NAN,
+    GivenInfinities,
+    GivenState,
+    Made,
+    library_writing,
+    opened_kind,
+)
 from jaxmagic.probes._nans.search.host_values import (
     any_bad,
     bad_mask,
@@ -82,6 +97,7 @@ from jaxmagic.probes._nans.search.host_values import (
     operand_at,
     readable,
 )
+from jaxmagic.probes._nans.search.integer_overflow import IntegerRecord, IntegerSite
 from jaxmagic.probes._nans.search.masked_rows import note_neg_inf_rows
 from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.report import SourceLine
@@ -100,6 +116,17 @@ _OPERAND_NAMES = {
 }
 
 SELECTS = ("select_n", "_where", "where", "select")
+
+# what a walk resuming at a checkpoint takes on (``ProducerListener.state``)
+ListenerState: TypeAlias = tuple[
+    GivenState,
+    dict[int, Equation],
+    dict[tuple[str, int], str],
+    set[int],
+    int,
+    list[str],
+    tuple[dict[int, IntegerRecord], dict[int, PrimalRecord], dict[int, list[Equation]]],
+]
 
 
 @dataclasses.dataclass
@@ -235,7 +262,7 @@ class ProducerListener(Listener):
     """The producer search's answers to the walk (``jaxpr_eval.Walk``): which equation to open, and what
     each equation that ran tells - the producer, then the NaN maker, then what discarded the value."""
 
-    def __init__(self, want_nan: bool, strict: bool):
+    def __init__(self, want_nan: bool, strict: bool) -> None:
         self.want_nan = want_nan  # a NaN was caught (not only an inf)
         self.strict = strict  # the producer must make a NaN itself (from inputs holding none it did not get given)
         # Which infinities were given (the arguments', written constants'), not made: the one rule of
@@ -243,22 +270,24 @@ class ProducerListener(Listener):
         self.given = GivenInfinities(written_given=want_nan)
         self.result = ProducerSearch()
         self.stage = "producer"  # then "nan_maker" (producer made inf), then "absorber"
-        self._made_by: dict = {}
-        self.neg_inf_rows: dict = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
-        self._opened: set = set()  # equations looked inside: what they made is an inner equation's doing
-        self._producer_eqn = None
+        self._made_by: dict[int, Equation] = {}
+        self.neg_inf_rows: dict[
+            tuple[str, int], str
+        ] = {}  # (file, line) -> "1 of 3 rows (axis 1)": a max over entries all -inf
+        self._opened: set[int] = set()  # equations looked inside: what they made is an inner equation's doing
+        self._producer_eqn: Equation | None = None
         # id(eqn) -> (inputs, outputs, path) of the integer arithmetic evaluated: a wrap-around is read from them
-        self._integer: dict = {}
+        self._integer: dict[int, IntegerRecord] = {}
         # id(eqn) -> (inputs, path) of the operations whose derivative can be infinite (sqrt, log, pow), and
         # id(var) -> those that read it: the primal of a derivative's operation is found through them
-        self._primal: dict = {}
-        self._read_by: dict = {}
+        self._primal: dict[int, PrimalRecord] = {}
+        self._read_by: dict[int, list[Equation]] = {}
 
     def sought(self, made: str) -> bool:
         """Whether an equation that did ``made`` (``GivenInfinities.made``) is the producer this pass seeks."""
         return made == NAN or (made == INF and not self.strict)
 
-    def look_inside(self, eqn, inputs, outputs, path) -> bool:
+    def look_inside(self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]) -> bool:
         self.given.enter(path)
         if self.stage == "producer":
             made = self.given.made(eqn, inputs, outputs)
@@ -279,7 +308,7 @@ class ProducerListener(Listener):
             self._opened.add(id(eqn))
         return wanted
 
-    def cannot_open(self, eqn, path) -> None:
+    def cannot_open(self, eqn: Equation, path: tuple[Position, ...]) -> None:
         self.result.stopped_at.append(eqn.primitive.name)
         self._opened.discard(id(eqn))
 
@@ -292,11 +321,11 @@ class ProducerListener(Listener):
         return (self.stage, self.strict, self.given.any)
 
     @staticmethod
-    def step_flag(key, inputs, outputs):
+    def step_flag(key: tuple[str, bool, bool], inputs: list[jax.Array], outputs: list[jax.Array]) -> jax.Array:
         """``look_inside`` for a loop iteration, traced: found by one compiled run of the loop."""
         stage, strict, given_inf = key
 
-        def bad(values, nan_only):
+        def bad(values: list[jax.Array], nan_only: bool) -> jax.Array:
             flags = [
                 jnp.any(jnp.isnan(v) if nan_only else ~jnp.isfinite(v))
                 for v in values
@@ -310,13 +339,13 @@ class ProducerListener(Listener):
             return ~bad(inputs, True) & bad(outputs, True)
         return jnp.array(False)
 
-    def checkpoint(self, eqn, outputs) -> bool:
+    def checkpoint(self, eqn: Equation, outputs: list[Value]) -> bool:
         """The strict pass (a NaN from finite inputs) keeps its values before the first non-finite one
         on each level it goes down through: when it finds no producer, the second pass starts there.
         Nothing before that point is opened or recorded differently in the two passes."""
         return self.strict and any_bad(outputs)
 
-    def state(self):
+    def state(self) -> ListenerState:
         return (
             self.given.state(),
             dict(self._made_by),
@@ -327,7 +356,7 @@ class ProducerListener(Listener):
             (dict(self._integer), dict(self._primal), {k: list(v) for k, v in self._read_by.items()}),
         )
 
-    def restore(self, state) -> None:
+    def restore(self, state: ListenerState) -> None:
         given, made_by, neg_inf_rows, opened, equations, stopped_at, (integer, primal, read_by) = state
         self.given.restore(given)
         self._made_by, self.neg_inf_rows, self._opened = dict(made_by), dict(neg_inf_rows), set(opened)
@@ -338,7 +367,7 @@ class ProducerListener(Listener):
         )
         self.result.equations, self.result.stopped_at = equations, list(stopped_at)
 
-    def visit(self, eqn, inputs, outputs, path) -> bool:
+    def visit(self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]) -> bool:
         """Record the producer, then the NaN maker, then (top level only) what discarded the NaN.
 
         An equation that was opened and held the producer has moved the stage
@@ -352,8 +381,8 @@ class ProducerListener(Listener):
             self._integer[id(eqn)] = (list(inputs), list(outputs), path)
         if self.stage == "producer" and eqn.primitive.name in primal_fixes.SINGULAR:
             self._primal[id(eqn)] = (list(inputs), path)
-            for var in eqn.invars:
-                self._read_by.setdefault(id(var), []).append(eqn)
+            for read in eqn.invars:
+                self._read_by.setdefault(id(read), []).append(eqn)
         note_neg_inf_rows(self.neg_inf_rows, eqn, inputs, path)
         self.given.enter(path)
         made = self.given.made(eqn, inputs, outputs)
@@ -390,7 +419,7 @@ class ProducerListener(Listener):
                 return False
             producer = self.result.producer
             assert producer is not None, "the stage moves on to the NaN maker once the producer is recorded"
-            elsewhere: tuple | None = self._made_elsewhere(eqn, producer)
+            elsewhere = self._made_elsewhere(eqn, producer)
             if elsewhere is not None:
                 # the inf this NaN was made of came from another line's operation than the first that made one
                 producer = self.result.producer = self._producer(elsewhere[0], elsewhere[1], elsewhere[2], elsewhere[3])
@@ -407,16 +436,18 @@ class ProducerListener(Listener):
                     producer.discarded_by = "lax.cond"  # vmap turns a cond on a batched predicate into a select
         return False
 
-    def _passes_on_written_nan(self, eqn, inputs, outputs) -> bool:
+    def _passes_on_written_nan(self, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> bool:
         constant = bool(eqn.outvars) and all(id(var) in self.given.constant for var in eqn.outvars)
         return not constant and self.given.passes_on_written_nan(eqn, inputs, outputs)
 
-    def _note_written_nan(self, producer: NanProducer, eqn, inputs, outputs) -> None:
+    def _note_written_nan(
+        self, producer: NanProducer, eqn: Equation, inputs: list[Value], outputs: list[Value]
+    ) -> None:
         if self._passes_on_written_nan(eqn, inputs, outputs):
             producer.written_nan = True
             producer.written_nan_by = library_writing(eqn)
 
-    def _made_elsewhere(self, eqn, producer: NanProducer) -> tuple | None:
+    def _made_elsewhere(self, eqn: Equation, producer: NanProducer) -> Made | None:
         """``(eqn, inputs, outputs, path)`` of the operation that made the inf ``eqn`` made NaN of, when it
         is another part of the code than the producer's (an overflow after a forward -inf of another line; the
         backward pass of `log_softmax(x)` overflowing after the forward `.sum()` of the same line did); None
@@ -432,7 +463,14 @@ class ProducerListener(Listener):
                 return None
         return made_from
 
-    def _nan_maker(self, producer: NanProducer, eqn, inputs, outputs, path) -> None:
+    def _nan_maker(
+        self,
+        producer: NanProducer,
+        eqn: Equation,
+        inputs: list[Value],
+        outputs: list[Value],
+        path: tuple[Position, ...],
+    ) -> None:
         bad = [m for m in (bad_mask(o, True) for o in outputs) if m is not None]
         mask = bad[0]
         index = tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
@@ -450,7 +488,7 @@ class ProducerListener(Listener):
             "",
         )
         loops = [
-            LoopPosition(p.kind, int(p.index), user_line(p.eqn, path))
+            LoopPosition(p.kind, int(cast(int, p.index)), user_line(p.eqn, path))  # a loop's or cond's: an index
             for p in path
             if p.kind in ("scan", "while", "cond")
         ]
@@ -463,17 +501,19 @@ class ProducerListener(Listener):
         if "transpose" in name_stack(eqn, path):
             producer.phase = "backward"
 
-    def _maker_name(self, var) -> str:
+    def _maker_name(self, var: Atom) -> str:
         maker = self._made_by.get(id(var))
         return maker.primitive.name if maker is not None else ""
 
-    site: tuple | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
-    lost_site: tuple | None = None  # (the equation adding a constant its dtype holds as 0, the constant's index)
-    epsilon_site: object = None  # the equation adding a positive constant to the producer's input
-    integer_site: tuple | None = None  # (eqn, inputs, path, exact values) of an integer operation that wrapped
-    primal_site: tuple | None = None  # (eqn, inputs, path) of the user's operation a derivative's operation is of
+    site: ProducerSite | None = None  # (equation, its inputs, path) of the producer: where its fixes are tried
+    lost_site: LostSite | None = None  # (the equation adding a constant its dtype holds as 0, the constant's index)
+    epsilon_site: Equation | None = None  # the equation adding a positive constant to the producer's input
+    integer_site: IntegerSite | None = None  # (eqn, inputs, path, exact values) of an integer operation that wrapped
+    primal_site: PrimalSite | None = None  # (eqn, inputs, path) of the user's operation a derivative's operation is of
 
-    def _producer(self, eqn, inputs, outputs, path) -> NanProducer:
+    def _producer(
+        self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]
+    ) -> NanProducer:
         self.site = (eqn, list(inputs), path)
         lost = lost_constant.find(eqn, self._made_by)
         self.lost_site = (lost[1], lost[0].operand) if lost is not None else None
@@ -512,7 +552,8 @@ class ProducerListener(Listener):
         loops, calls, library = [], [], ""
         for position in path:
             if position.kind in ("scan", "while", "cond"):
-                loops.append(LoopPosition(position.kind, int(position.index), user_line(position.eqn, path)))
+                at = cast(int, position.index)  # an iteration or a branch: never None
+                loops.append(LoopPosition(position.kind, int(at), user_line(position.eqn, path)))
                 continue
             function, filename = jaxpr_parts.called_function(position.eqn)
             if filename and not is_user_file(filename):
@@ -571,14 +612,14 @@ class ProducerListener(Listener):
 
 
 def search(
-    function,
-    args: list,
-    kwargs: dict | None = None,
+    function: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, object] | None = None,
     *,
     source: str = "",
     want_nan: bool = True,
     with_fixes: bool = True,
-):
+) -> ProducerSearch:
     """Trace ``function(*args, **kwargs)`` and evaluate it to find the producer. Never raises.
 
     ``with_fixes=False``: a search whose producer only locates something (the forward check, the debugger's
@@ -600,7 +641,7 @@ def search(
         result.failure = "its arguments are tracers (it runs inside a transformation)"
         return result
 
-    def traced(*values):
+    def traced(*values: Value) -> object:
         filled = list(leaves)
         for i, value in zip(dynamic, values):
             filled[i] = value
@@ -622,7 +663,7 @@ def search(
 
 
 def _trace_and_walk(
-    traced, values: list, result: ProducerSearch, want_nan: bool, with_fixes: bool = True
+    traced: Callable[..., object], values: list[Value], result: ProducerSearch, want_nan: bool, with_fixes: bool = True
 ) -> ProducerSearch:
     source = result.searched
     try:
