@@ -17,8 +17,8 @@ from jaxmagic.probes._nans.fixes.lost_constant import LostConstant
 from jaxmagic.probes._nans.fixes.rules import RULES, nan_fix, rule_for
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.report import NanReport
+from jaxmagic.probes._nans.search.found import NanProducer, OperandValue
 from jaxmagic.probes._nans.search.integer_overflow import IntegerOverflow
-from jaxmagic.probes._nans.search.producer import NanProducer, OperandValue
 from jaxmagic.report import SourceLine
 
 

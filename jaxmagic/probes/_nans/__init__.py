@@ -28,7 +28,7 @@ from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._nans.probe import CONFIG_NAMES, nans
 from jaxmagic.probes._nans.report import BACKWARD_EXPLANATION, NanReport
-from jaxmagic.probes._nans.search.producer import LoopPosition, NanProducer, OperandValue, ProducerSearch
+from jaxmagic.probes._nans.search.found import LoopPosition, NanProducer, OperandValue, ProducerSearch
 from jaxmagic.probes._nans.sighting import (
     explain_call,
     explain_nan_sighting,

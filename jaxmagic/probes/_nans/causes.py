@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from jaxmagic.probes._nans.fixes.library_parameters import parameter_default
 from jaxmagic.probes._nans.primitives import primitive
-from jaxmagic.probes._nans.search.producer import NanProducer, OperandValue
+from jaxmagic.probes._nans.search.found import NanProducer, OperandValue
 
 
 def overflowed(p: NanProducer) -> str:

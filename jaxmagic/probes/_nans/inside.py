@@ -20,15 +20,11 @@ from jaxmagic._jax.jaxpr_eval import Walk
 from jaxmagic._jax.jaxpr_interpreter import Position
 from jaxmagic._jax.types import Equation, Program, Value
 from jaxmagic.probes._nans.search.equation_origin import provenance_of, public_name, user_line
+from jaxmagic.probes._nans.search.found import NanProducer
 from jaxmagic.probes._nans.search.given import CAME_IN, GivenInfinities
 from jaxmagic.probes._nans.search.host_values import any_bad, has_inexact
 from jaxmagic.probes._nans.search.masked_rows import note_neg_inf_rows
-from jaxmagic.probes._nans.search.producer import (
-    SELECTS,
-    NanProducer,
-    ProducerListener,
-    quiet_evaluation,
-)
+from jaxmagic.probes._nans.search.producer import SELECTS, ProducerListener, quiet_evaluation
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import error_line

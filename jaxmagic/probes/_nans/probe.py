@@ -35,7 +35,8 @@ from jaxmagic.probes._nans.nonfinite import (
 )
 from jaxmagic.probes._nans.report import NanReport
 from jaxmagic.probes._nans.scope import Scope
-from jaxmagic.probes._nans.search.producer import ProducerSearch, search
+from jaxmagic.probes._nans.search.found import ProducerSearch
+from jaxmagic.probes._nans.search.producer import search
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.rerun.failing_call import FailingCall, enters_jax, failing_calls, failing_expressions
 from jaxmagic.report import SourceLine

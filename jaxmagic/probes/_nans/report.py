@@ -13,7 +13,7 @@ from jaxmagic.probes._nans.inside import InsideSearch
 from jaxmagic.probes._nans.nonfinite import NonFiniteLeaf
 from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.scope import Scope
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table

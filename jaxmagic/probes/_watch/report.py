@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmagic.probes._compiles.why_again import RecompileCause
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 
 # A fix that rewrites the user's line (a double where, a log-probability from logits, a dtype): trying it
 # would mean running the user's Python again, which a trial never does.

@@ -23,7 +23,7 @@ from jaxmagic.probes._nans.fixes.library_parameters import library_object, param
 from jaxmagic.probes._nans.fixes.tried_fixes import Choice, choose
 from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 
 _ZEROS = ("0.0", "-0.0", "0")
 

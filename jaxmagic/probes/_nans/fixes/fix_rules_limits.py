@@ -18,7 +18,7 @@ from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.fix_rule import FixRule, code_of
 from jaxmagic.probes._nans.fixes.tried_fixes import choose, values_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 
 
 def _narrowed_fix(report: NanReport, p: NanProducer) -> str:

@@ -23,7 +23,7 @@ from jaxmagic.probes._nans.fixes.fix_rule import (
 from jaxmagic.probes._nans.fixes.library_parameters import library_object, parameters_of
 from jaxmagic.probes._nans.fixes.tried_fixes import choose, values_of
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 from jaxmagic.report import SourceLine
 
 ROW_FUNCTIONS = ("jax.nn.logsumexp", "jax.nn.log_softmax", "jax.nn.softmax", "jax.scipy.special.logsumexp")

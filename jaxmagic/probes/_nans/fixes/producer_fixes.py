@@ -27,7 +27,7 @@ from jaxmagic.probes._nans.search import integer_overflow
 from jaxmagic.probes._nans.search.equation_origin import user_line
 
 if TYPE_CHECKING:
-    from jaxmagic.probes._nans.search.producer import NanProducer
+    from jaxmagic.probes._nans.search.found import NanProducer
 
 # (eqn, inputs, path) of the producer: where its fixes are tried
 ProducerSite: TypeAlias = tuple[Equation, list[Value], tuple[Position, ...]]

@@ -30,7 +30,7 @@ from jaxmagic.probes._nans.fixes.tried_fixes import untried
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.primitives import primitive
 from jaxmagic.probes._nans.report import NanReport
-from jaxmagic.probes._nans.search.producer import NanProducer
+from jaxmagic.probes._nans.search.found import NanProducer
 
 __all__ = ["IN_FLOAT32", "IN_FLOAT32_NOT_TRIED", "NOT_TRIED", "RULES", "SUGGESTION", "nan_fix", "nan_fixes"]
 
