@@ -39,7 +39,7 @@ class BisectedCall:
             full[i] = value
         return tuple(full), {**self.kwargs, **new_kwargs}
 
-    def gap_to_jit(self, dynamic_tree) -> float:
+    def gap_to_jit(self, dynamic_tree: tuple[list[Any], dict[str, Any]]) -> float:
         """Max relative difference between jit's result and eager run with these traced arguments."""
         return self.distance(self.run_eager(*self.with_dynamic(*dynamic_tree)), self.jit_result)
 

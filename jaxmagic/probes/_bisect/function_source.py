@@ -6,6 +6,8 @@ import ast
 import inspect
 import textwrap
 import types
+from collections.abc import Callable
+from typing import Any
 
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import is_user_file, source_line
@@ -13,7 +15,7 @@ from jaxmagic.usercode.source import is_user_file, source_line
 _NONDETERMINISTIC = ("random", "time", "perf_counter", "monotonic", "datetime", "now", "urandom", "uuid")
 
 
-def _source_tree(fn) -> tuple[ast.AST | None, str, int]:
+def _source_tree(fn: Callable[..., Any]) -> tuple[ast.AST | None, str, int]:
     try:
         lines, start = inspect.getsourcelines(fn)
         filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
@@ -26,20 +28,20 @@ def _source_tree(fn) -> tuple[ast.AST | None, str, int]:
     return tree, filename, start - 1
 
 
-def _line(filename: str, lineno: int, fn) -> SourceLine | None:
+def _line(filename: str, lineno: int, fn: Callable[..., Any]) -> SourceLine | None:
     if not is_user_file(filename):
         return None
     return source_line(filename, lineno, getattr(fn, "__name__", ""))
 
 
-def _names_of(node) -> str:
+def _names_of(node: ast.expr) -> str:
     """``d`` for ``d``, ``d.values()``'s receiver; ``params['x']`` -> ``params``."""
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def iterating_lines(fn, names: list[str]) -> list[SourceLine]:
+def iterating_lines(fn: Callable[..., Any], names: list[str]) -> list[SourceLine]:
     """Lines of ``fn``'s source that iterate one of ``names`` in its own order: ``.values()``, ``.items()``,
     ``.keys()``, ``for k in d``, ``list(d)``, ``iter(d)``, ``zip(d, ...)``, ``*d``."""
     tree, filename, offset = _source_tree(fn)
@@ -48,7 +50,7 @@ def iterating_lines(fn, names: list[str]) -> list[SourceLine]:
     wanted = set(names)
     hits: list[int] = []
 
-    def iterable(node) -> bool:
+    def iterable(node: ast.expr) -> bool:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -80,7 +82,7 @@ def iterating_lines(fn, names: list[str]) -> list[SourceLine]:
     return [line for line in lines if line is not None]
 
 
-def loop_holds(fn, loop_line: int, body_line: int) -> bool:
+def loop_holds(fn: Callable[..., Any], loop_line: int, body_line: int) -> bool:
     """True when a ``for`` statement on ``loop_line`` has ``body_line`` in its body (file line numbers)."""
     tree, _filename, offset = _source_tree(fn)
     if tree is None:
@@ -96,7 +98,7 @@ def loop_holds(fn, loop_line: int, body_line: int) -> bool:
     return False
 
 
-def _from_jax(fn, name: str) -> bool:
+def _from_jax(fn: Callable[..., Any], name: str) -> bool:
     """True when ``name`` in ``fn`` is JAX's (``from jax import random``): deterministic given its key."""
     value = (getattr(fn, "__globals__", {}) or {}).get(name)
     closure = dict(
@@ -111,7 +113,7 @@ def _from_jax(fn, name: str) -> bool:
     return module.split(".")[0] in ("jax", "jaxlib")
 
 
-def nondeterministic_lines(fn) -> list[SourceLine]:
+def nondeterministic_lines(fn: Callable[..., Any]) -> list[SourceLine]:
     """Lines of ``fn``'s source that call something giving new values at each call (``np.random.*``,
     ``random.*``, ``time.time()``, ``datetime.now()``) or change state outside the function
     (``global``/``nonlocal`` names assigned, ``.append`` on a name that is not local)."""
@@ -152,7 +154,7 @@ def nondeterministic_lines(fn) -> list[SourceLine]:
     return [line for line in lines if line is not None]
 
 
-def reading_lines(fn, name: str) -> list[SourceLine]:
+def reading_lines(fn: Callable[..., Any], name: str) -> list[SourceLine]:
     """Lines of ``fn``'s source that read the name ``name``."""
     tree, filename, offset = _source_tree(fn)
     if tree is None:
@@ -164,7 +166,7 @@ def reading_lines(fn, name: str) -> list[SourceLine]:
     return [line for line in lines if line is not None]
 
 
-def outer_names_on(fn, lineno: int) -> list[str]:
+def outer_names_on(fn: Callable[..., Any], lineno: int) -> list[str]:
     """Names read on ``lineno`` of ``fn`` that are its globals or closed-over variables."""
     code = getattr(fn, "__code__", None)
     tree, _filename, offset = _source_tree(fn)
@@ -186,7 +188,7 @@ def outer_names_on(fn, lineno: int) -> list[str]:
     return found
 
 
-def names_on(fn, lineno: int) -> list[str]:
+def names_on(fn: Callable[..., Any], lineno: int) -> list[str]:
     """Names read on ``lineno`` of ``fn`` (file line number)."""
     tree, _filename, offset = _source_tree(fn)
     if tree is None:
@@ -198,5 +200,6 @@ def names_on(fn, lineno: int) -> list[str]:
     ]
 
 
-def _is_module(value) -> bool:
+def _is_module(value: object) -> bool:
+
     return isinstance(value, types.ModuleType)

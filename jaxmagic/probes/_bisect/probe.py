@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxmagic._jax import jit_internals, jittable
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic._jax.types import ClosedJaxpr, Jaxpr
 from jaxmagic.probes._bisect.before_program import before_program
 from jaxmagic.probes._bisect.bisected_call import python_function
 from jaxmagic.probes._bisect.pytree_boundary import in_order_of
@@ -89,18 +90,21 @@ def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Wrapped:
     return jitted
 
 
-def _leaves(tree) -> list[tuple[str, Any]]:
+_Tree = TypeVar("_Tree")
+
+
+def _leaves(tree: object) -> list[tuple[str, Any]]:
     return [(jax.tree_util.keystr(path) or "result", leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)]
 
 
-def _as64(leaf) -> np.ndarray:
+def _as64(leaf: object) -> np.ndarray:
     if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         leaf = jax.random.key_data(leaf)
     array = np.asarray(leaf)
     return array.astype(np.complex128 if np.iscomplexobj(array) else np.float64)
 
 
-def _leaves64(tree) -> list[tuple[str, np.ndarray]]:
+def _leaves64(tree: object) -> list[tuple[str, np.ndarray]]:
     """(path, float64 or complex128 NumPy copy) of each leaf: converted once per result, then compared."""
     return [(path, _as64(leaf)) for path, leaf in _leaves(tree)]
 
@@ -137,11 +141,11 @@ def _compare(
     run.worst_leaf = worst_leaf if len(leaves) > 1 else ""
 
 
-def _describe(result) -> list[str]:
+def _describe(result: object) -> list[str]:
     return [f"{tuple(np.shape(leaf))} {getattr(leaf, 'dtype', type(leaf).__name__)}" for _, leaf in _leaves(result)]
 
 
-def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception]):
+def _run(run: RunResult, thunk: Callable[[], object], failed: dict[str, Exception]) -> object:
     try:
         result = thunk()
         jax.block_until_ready(result)
@@ -156,8 +160,8 @@ def _run(run: RunResult, thunk: Callable[[], Any], failed: dict[str, Exception])
     return result
 
 
-def _upcast(value):
-    def leaf(x):
+def _upcast(value: _Tree) -> _Tree:
+    def leaf(x: object) -> object:
         if isinstance(x, float):
             return x
         if isinstance(x, (jax.Array, np.ndarray, np.generic)) and jnp.issubdtype(x.dtype, jnp.floating):
@@ -175,7 +179,7 @@ def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
     dynamic = [i for i, a in enumerate(args) if not _is_static(a)]
     dynamic_kw = {k: v for k, v in kwargs.items() if not _is_static(v)}
 
-    def with_statics(dyn, dyn_kw):
+    def with_statics(dyn: Sequence[object], dyn_kw: dict[str, object]) -> object:
         full = list(args)
         for i, value in zip(dynamic, dyn):
             full[i] = value
@@ -187,7 +191,7 @@ def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
         return f"tracing it in float64 failed ({type(error).__name__})"
     narrow, randoms = set(), set()
 
-    def walk(jaxpr):
+    def walk(jaxpr: Jaxpr) -> None:
         for eqn in jaxpr.eqns:
             if eqn.primitive.name in RANDOM_PRIMITIVES:
                 randoms.add(eqn.primitive.name)
@@ -280,7 +284,7 @@ def run_call(
         jit_result = _run(report.jit, lambda: jitted(*args, **kwargs), failed)
         report.eager = RunResult("eager", "op by op under jax.disable_jit()")
 
-        def eager():
+        def eager() -> object:
             with jax.disable_jit():
                 return fn(*args, **kwargs)
 
@@ -307,7 +311,7 @@ def run_call(
                         "jax.enable_x64); every value of the computation is float64"
                     )
 
-                    def reference_run():
+                    def reference_run() -> object:
                         with jax.disable_jit():
                             return fn(*up_args, **up_kwargs)
 
@@ -326,25 +330,34 @@ def run_call(
     return report, failed.get("jit" if jit_internals.is_jitted(fn) else "eager")
 
 
-def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) -> BeforeProgram:
+def _before_program(
+    report: BisectReport,
+    fn: Callable[..., Any],
+    jitted: Wrapped,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    jit_result: object,
+    eager_result: object,
+) -> BeforeProgram:
     """Is the jit/eager difference already in what the runs receive? Re-runs the eager call (see
     ``before_program.py``); never raises."""
 
-    def run_eager(new_args, new_kwargs):
+    def run_eager(new_args: tuple[Any, ...], new_kwargs: dict[str, Any]) -> object:
         with jax.disable_jit():
             result = fn(*new_args, **new_kwargs)
         jax.block_until_ready(result)
         return result
 
-    def run_jit():
+    def run_jit() -> object:
         result = jitted(*args, **kwargs)
         jax.block_until_ready(result)
         return result
 
-    def fresh_jit():
+    def fresh_jit() -> tuple[object, ClosedJaxpr | None, ClosedJaxpr | None]:
         inner = python_function(fn)
 
-        def fresh(*fresh_args, **fresh_kwargs):  # a new function object: nothing of JAX's caches fits it
+        # a new function object: nothing of JAX's caches fits it
+        def fresh(*fresh_args: object, **fresh_kwargs: object) -> object:
             return inner(*fresh_args, **fresh_kwargs)
 
         static = tuple(i for i, a in enumerate(args) if _is_static(a))
@@ -358,7 +371,7 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
             programs = None, None
         return (result, *programs)
 
-    def distance(a, b) -> float:
+    def distance(a: object, b: object) -> float:
         probe = RunResult("jit", "")
         try:
             _compare(probe, _leaves64(a), _leaves64(b), symmetric=True)
@@ -384,7 +397,7 @@ def _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result) 
         return BeforeProgram(checked=f"could not check what the runs receive, because {error_line(error)}")
 
 
-def _check_reference(ref) -> None:
+def _check_reference(ref: object) -> None:
     """ProbeArgumentError unless ``ref`` is numbers: an array, a scalar or a pytree of them."""
     leaves = jax.tree.leaves(ref)
     numeric = (bool, int, float, complex, np.ndarray, np.generic, jax.Array)
@@ -397,7 +410,7 @@ def _check_reference(ref) -> None:
             raise ProbeArgumentError("ref", f"takes numbers, got an array of {leaf.dtype}")
 
 
-def _judge(report: BisectReport, jit_result, eager_result, reference) -> None:
+def _judge(report: BisectReport, jit_result: object, eager_result: object, reference: object) -> None:
     jit, eager = report.jit, report.eager
     assert jit is not None and eager is not None  # run_call runs both before judging
     runs = [r for r in (jit, eager, report.reference) if r is not None]

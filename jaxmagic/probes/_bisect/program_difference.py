@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.types import Equation, Jaxpr, Value
+
+# id(variable) -> its number among the program's (an input's position, ("value", n), ("constant", digest));
+# the count of values numbered so far under -1
+_Ids = dict[int, Any]
 
 
-def _digest(value) -> str:
+def _digest(value: Value) -> str:
     try:
         array = np.asarray(value)
     except Exception:
@@ -19,8 +25,8 @@ def _digest(value) -> str:
     return f"{array.shape} {array.dtype} {hashlib.sha1(array.tobytes()).hexdigest()}"
 
 
-def _eqn_key(eqn, ids: dict) -> tuple:
-    operands = []
+def _eqn_key(eqn: Equation, ids: _Ids) -> tuple[str, tuple[object, ...], tuple[tuple[str, str], ...]]:
+    operands: list[object] = []
     for var in eqn.invars:
         if jaxpr_parts.is_literal(var):
             operands.append(("literal", repr(getattr(var, "val", var))))
@@ -38,11 +44,12 @@ def _eqn_key(eqn, ids: dict) -> tuple:
     return (eqn.primitive.name, tuple(operands), params)
 
 
-def first_difference(a, consts_a: list, b, consts_b: list):
+def first_difference(a: Jaxpr, consts_a: list[Value], b: Jaxpr, consts_b: list[Value]) -> Equation | None:
     """The first equation of ``a`` that differs from ``b``'s (primitive, operands by position, params,
     constants by value)."""
-    ids_a: dict = {id(v): i for i, v in enumerate(a.invars)}
-    ids_b: dict = {id(v): i for i, v in enumerate(b.invars)}
+    ids_a: _Ids = {id(v): i for i, v in enumerate(a.invars)}
+    ids_b: _Ids = {id(v): i for i, v in enumerate(b.invars)}
+
     for ids, program, consts in ((ids_a, a, consts_a), (ids_b, b, consts_b)):
         for var, value in zip(getattr(program, "constvars", ()), consts):
             ids[id(var)] = ("constant", _digest(value))

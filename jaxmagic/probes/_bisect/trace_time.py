@@ -10,10 +10,13 @@ eager's numbers).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.types import Program
 from jaxmagic.probes._bisect.bisected_call import BisectedCall
 from jaxmagic.probes._bisect.function_source import names_on, nondeterministic_lines, outer_names_on
 from jaxmagic.probes._bisect.program_difference import first_difference
@@ -100,7 +103,13 @@ def stale_stage(found: BeforeProgram, call: BisectedCall, notes: list[str]) -> b
     return False
 
 
-def _stale_line(found: BeforeProgram, inner, used_program, fresh_program, statics: list[str]) -> None:
+def _stale_line(
+    found: BeforeProgram,
+    inner: Callable[..., Any],
+    used_program: Program | None,
+    fresh_program: Program | None,
+    statics: list[str],
+) -> None:
     eqn = None
     if used_program is not None and fresh_program is not None:
         try:
@@ -141,7 +150,12 @@ def _stale_line(found: BeforeProgram, inner, used_program, fresh_program, static
     )
 
 
-def _with_global_random_state_kept(run_eager, args, kwargs, distance) -> float | None:
+def _with_global_random_state_kept(
+    run_eager: Callable[[tuple[Any, ...], dict[str, Any]], object],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    distance: Callable[[Any, Any], float],
+) -> float | None:
     """Run the eager call twice from the same NumPy and Python global random states; the difference
     of the two runs (None when a run failed). The states are left as the first run left them."""
     numpy_state, python_state = np.random.get_state(), random.getstate()

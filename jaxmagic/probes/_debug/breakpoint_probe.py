@@ -21,6 +21,7 @@ import linecache
 import pprint
 import traceback
 from collections.abc import Callable
+from types import TracebackType
 
 from jaxmagic._jax.debugger_backends import BreakFrame, batch_elements_told, batch_position, breakpoint_backend
 from jaxmagic._jax.restore import preserved_jax_state
@@ -283,7 +284,7 @@ class breakpoints:
             self._stack = stack.pop_all()
         return self.report
 
-    def __exit__(self, kind, error, tb) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self._stack.__exit__(kind, error, tb)
         if error is not None:
             self.report.quit = ended_by_quit(error)

@@ -19,7 +19,9 @@ unbatched, to the line - its values are that element's.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,9 @@ from jaxmagic.probes._nans.search.producer import search
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import innermost_user_line
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction
 
 
 class StoppedBeforeLine(Exception):
@@ -51,15 +56,17 @@ class _DerivativeElements:
     """The stand-in for ``jax.vmap`` while the forward function runs: the first element whose derivative is not
     finite runs alone, unbatched (``log`` says which); without one, the vmap runs as JAX runs it."""
 
-    def __init__(self, log: SteppingLog):
+    def __init__(self, log: SteppingLog) -> None:
         self.log = log
         self.original: LoopFunctions | None = None
 
-    def vmap(self, fun, in_axes=0, out_axes=0, **options):
+    def vmap(
+        self, fun: Callable[..., Any], in_axes: object = 0, out_axes: object = 0, **options: Any
+    ) -> Callable[..., Any]:
         assert self.original is not None
         batched = self.original.vmap(fun, in_axes, out_axes, **options)
 
-        def stepped(*args, **kwargs):
+        def stepped(*args: object, **kwargs: object) -> object:
             __tracebackhide__ = True
             line = innermost_user_line(sys._getframe(1))
             axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
@@ -94,15 +101,15 @@ class _DerivativeElements:
 
         return stepped
 
-    def _search(self, fun, in_axes, out_axes):
+    def _search(self, fun: Callable[..., Any], in_axes: object, out_axes: object) -> Callable[..., Any]:
         """``jit(vmap(element -> whether its outputs and their derivative are finite))``."""
         assert self.original is not None
 
-        def checked(*element):
+        def checked(*element: object) -> jax.Array:
             leaves, tree = jax.tree.flatten(element)
             varying = [i for i, leaf in enumerate(leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
 
-            def of(*values):
+            def of(*values: object) -> object:
                 filled = list(leaves)
                 for i, value in zip(varying, values):
                     filled[i] = value
@@ -120,7 +127,7 @@ class _DerivativeElements:
         return jax.jit(self.original.vmap(checked, in_axes, 0))
 
 
-def _take(arg, element: int, axis: int):
+def _take(arg: object, element: int, axis: int) -> object:
     return jax.tree.map(lambda leaf: leaf.take(element, axis=axis), arg)
 
 
@@ -139,12 +146,12 @@ def stop_before(
         return None, "the function the gradient is taken of could not be told"
     target = (line.filename, line.lineno)
 
-    def local(frame: FrameType, event: str, _arg):
+    def local(frame: FrameType, event: str, _arg: object) -> TraceFunction:
         if event == "line" and (frame.f_code.co_filename, frame.f_lineno) == target:
             raise StoppedBeforeLine(f"stopped before {line.code}")
         return local
 
-    def calls(frame: FrameType, event: str, _arg):
+    def calls(frame: FrameType, event: str, _arg: object) -> TraceFunction | None:
         # only frames of the line's file are followed line by line: everything else runs at full speed
         return local if event == "call" and frame.f_code.co_filename == line.filename else None
 

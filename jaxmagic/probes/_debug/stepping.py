@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax.loop_patches import LoopFunctions, loops_replaced, vmap_parts
+from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.probes._support.rerun.kept_state import KeptState, kept
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import innermost_user_line, is_jaxmagic_file
@@ -61,7 +62,7 @@ class SteppingLog:
     put_back: str = ""  # the re-run wrote into the user's objects and they were put back (kept_state)
 
 
-def all_finite(tree, nan_only: bool = False):
+def all_finite(tree: object, nan_only: bool = False) -> jax.Array:
     """Whether every float leaf is finite - or, ``nan_only``, holds no NaN: under ``jax.debug_nans`` alone an
     inf is no error, and a step that only made one (``log(0)``) would not stop op by op."""
     good = (lambda leaf: ~jnp.isnan(leaf)) if nan_only else jnp.isfinite
@@ -74,7 +75,7 @@ def all_finite(tree, nan_only: bool = False):
 
 
 @contextlib.contextmanager
-def _compiled():
+def _compiled() -> Iterator[None]:
     """The compiled search runs with jit on and no NaN checking (it looks for the NaN itself)."""
     with jax.disable_jit(False), jax.debug_nans(False), jax.debug_infs(False):
         yield
@@ -86,7 +87,9 @@ def _compiled():
 _SEARCHES: weakref.WeakKeyDictionary[Any, dict[tuple, Callable[..., Any]]] = weakref.WeakKeyDictionary()
 
 
-def _kept(function, key: tuple, build: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[..., Any]:
+def _kept(
+    function: Callable[..., Any], key: tuple[object, ...], build: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Callable[..., Any]:
     """``build(call_function)`` jitted, kept for ``function`` under ``key`` when it can be weakly referenced."""
     try:
         reference = weakref.ref(function)
@@ -98,28 +101,32 @@ def _kept(function, key: tuple, build: Callable[[Callable[..., Any]], Callable[.
     return searches[key]
 
 
-def _scan_search(original, f, length, reverse, nan_only: bool):
+def _scan_search(
+    original: Callable[..., Any], f: Callable[..., Any], length: int | None, reverse: bool, nan_only: bool
+) -> Callable[[Any, Any], Any]:
     """``scan`` of ``f`` that also carries the first step whose carry or outputs are not finite, and the carry
     that went into it."""
 
-    def searching(state, x):
+    def searching(state: tuple[Any, Any, Any, Any], x: Any) -> tuple[tuple[Any, Any, Any, Any], Any]:
         carry, step, first, saved = state
         new_carry, y = f(carry, x)
         failed = (first < 0) & ~all_finite((new_carry, y), nan_only)
         saved = jax.tree.map(lambda kept, now: jnp.where(failed, now, kept), saved, carry)
         return (new_carry, step + 1, jnp.where(failed, step, first), saved), y
 
-    def run(init, xs):
+    def run(init: object, xs: object) -> Any:
         start = (init, jnp.int32(0), jnp.int32(-1), init)
         return original(searching, start, xs, length=length, reverse=reverse)
 
     return run
 
 
-def _vmap_search(original, fun, in_axes, out_axes, nan_only: bool):
+def _vmap_search(
+    original: Callable[..., Any], fun: Callable[..., Any], in_axes: object, out_axes: object, nan_only: bool
+) -> Callable[..., Any]:
     """``vmap`` of ``fun`` that also returns, per element, whether its outputs are all finite."""
 
-    def checked(*element):
+    def checked(*element: object) -> tuple[object, jax.Array]:
         out = fun(*element)
         return out, all_finite(out, nan_only)
 
@@ -129,7 +136,7 @@ def _vmap_search(original, fun, in_axes, out_axes, nan_only: bool):
 class Stepper:
     """The stand-ins for ``scan`` and ``vmap`` during one re-run, and what they recorded."""
 
-    def __init__(self, fast: bool, nan_only: bool = False):
+    def __init__(self, fast: bool, nan_only: bool = False) -> None:
         self.fast = fast
         self.nan_only = nan_only  # the failure looked for is a NaN (jax.debug_nans alone): an inf is no failure
         self.log = SteppingLog()
@@ -143,7 +150,16 @@ class Stepper:
             yield self.log
 
     # -- scan ------------------------------------------------------------------------------------
-    def scan(self, f, init, xs=None, length=None, reverse=False, unroll=1, **options):
+    def scan(
+        self,
+        f: Callable[..., Any],
+        init: object,
+        xs: object = None,
+        length: int | None = None,
+        reverse: bool = False,
+        unroll: int | bool = 1,
+        **options: Any,
+    ) -> object:
         __tracebackhide__ = True
 
         assert self.original is not None
@@ -171,7 +187,15 @@ class Stepper:
         )
         return original(f, init, xs, length=length, reverse=reverse, unroll=unroll)
 
-    def _search_scan(self, original, f, init, xs, length, reverse):
+    def _search_scan(
+        self,
+        original: Callable[..., Any],
+        f: Callable[..., Any],
+        init: object,
+        xs: object,
+        length: int | None,
+        reverse: bool,
+    ) -> tuple[object, object, int, object]:
         """One compiled run: the final carry, the outputs, the first step whose carry or outputs are not
         finite (-1 if none) and the carry that went into it."""
 
@@ -183,12 +207,14 @@ class Stepper:
         return final, ys, int(first), carry_in
 
     # -- vmap ------------------------------------------------------------------------------------
-    def vmap(self, fun, in_axes=0, out_axes=0, **options):
+    def vmap(
+        self, fun: Callable[..., Any], in_axes: object = 0, out_axes: object = 0, **options: Any
+    ) -> Callable[..., Any]:
         assert self.original is not None
         original = self.original.vmap
         batched = original(fun, in_axes, out_axes, **options)
 
-        def stepped(*args, **kwargs):
+        def stepped(*args: object, **kwargs: object) -> object:
             __tracebackhide__ = True
 
             if not self.fast or not jax.config.jax_disable_jit or kwargs or options:
@@ -197,7 +223,14 @@ class Stepper:
 
         return stepped
 
-    def run_vmapped(self, fun, in_axes, out_axes, args: tuple, line: SourceLine | None):
+    def run_vmapped(
+        self,
+        fun: Callable[..., Any],
+        in_axes: object,
+        out_axes: object,
+        args: tuple[object, ...],
+        line: SourceLine | None,
+    ) -> object:
         """``vmap(fun, in_axes, out_axes)(*args)``: compiled with a finiteness flag per element, then the first
         element that is not finite op by op, unbatched."""
         __tracebackhide__ = True
@@ -240,7 +273,7 @@ def where(line: SourceLine | None) -> str:
 
 
 def run_call(
-    call,
+    call: FailingCall,
     *,
     nan_check: bool,
     inf_check: bool,

@@ -18,14 +18,14 @@ from jaxmagic.report.wording import shown
 FEW = 6  # values shown per array
 
 
-def tree_leaves(value) -> list:
+def tree_leaves(value: object) -> list[object]:
     """``jax.tree.leaves``, quiet about iterables it keeps as leaves (a generator among a frame's values)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return jax.tree.leaves(value)
 
 
-def _as_host_array(value) -> np.ndarray | None:
+def _as_host_array(value: object) -> np.ndarray | None:
     if isinstance(value, jax.core.Tracer):
         return None
     if isinstance(value, jax.Array):
@@ -40,7 +40,7 @@ def _as_host_array(value) -> np.ndarray | None:
     return None
 
 
-def _array_summary(name: str, value, array: np.ndarray) -> ValueSummary:
+def _array_summary(name: str, value: object, array: np.ndarray) -> ValueSummary:
     summary = ValueSummary(name, "array", type(value).__name__, shape=list(array.shape), dtype=str(array.dtype))
     flat = array.ravel()
     summary.values = np.array2string(flat[:FEW], precision=4, threshold=FEW) + (" ..." if flat.size > FEW else "")
@@ -111,7 +111,7 @@ def summarize(name: str, value: Any) -> ValueSummary | None:
     return ValueSummary(name, "other", type(value).__name__, values=shown(_safe_repr(value), limit=120, quoted=False))
 
 
-def _safe_repr(value) -> str:
+def _safe_repr(value: object) -> str:
     try:
         return repr(value)
     except Exception as error:  # a user's __repr__ may raise: say so rather than fail the report
@@ -138,7 +138,7 @@ def frame_values(frame: types.FrameType) -> tuple[list[ValueSummary], list[str]]
     return values, arguments
 
 
-def host_copy(value):
+def host_copy(value: object) -> object:
     """``value`` with its arrays as NumPy copies (for ``--ns``); None when it holds no concrete value."""
     array = _as_host_array(value)
     if array is not None:

@@ -19,10 +19,12 @@ import functools
 import inspect
 import io
 import linecache
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
-from jaxmagic._jax.loop_call import branch_call
+from jaxmagic._jax.loop_call import BranchCall, branch_call
 from jaxmagic._jax.transform_stack import Transformation
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.calls.line_values import parsed_line
@@ -68,7 +70,7 @@ def branch_operand_fix(report: TracerErrorReport, inside: list[Transformation], 
     return None
 
 
-def _rewritten(found, kind: str, argument: str, index: int) -> str:
+def _rewritten(found: BranchCall, kind: str, argument: str, index: int) -> str:
     """The user's ``lax.cond``/``lax.switch`` call with the operand dropped and the branches' parameter for it
     removed, when it is one line, the operand a whole positional argument and every branch a lambda there;
     "" otherwise (the sentence is offered then)."""
@@ -103,22 +105,22 @@ def _rewritten(found, kind: str, argument: str, index: int) -> str:
 class _ReadAs(ast.NodeTransformer):
     """A branch's reads of its parameter, written as the operand the call passed (``n`` -> ``npix``)."""
 
-    def __init__(self, parameter: str, operand: ast.expr):
+    def __init__(self, parameter: str, operand: ast.expr) -> None:
         self.parameter, self.operand = parameter, operand
 
     def visit_Name(self, node: ast.Name) -> ast.expr:
         return copy.deepcopy(self.operand) if node.id == self.parameter else node
 
 
-def _name(function) -> str:
+def _name(function: Callable[..., Any]) -> str:
     return getattr(function.func if isinstance(function, functools.partial) else function, "__name__", "")
 
 
-def _is_python_value(value) -> bool:
+def _is_python_value(value: object) -> bool:
     return isinstance(value, (bool, int, float)) and not isinstance(value, jax.core.Tracer)
 
 
-def _tried(kind: str, branch: str, argument: str, found, leaf: tuple) -> Fix:
+def _tried(kind: str, branch: str, argument: str, found: BranchCall, leaf: tuple[int, Any]) -> Fix:
     """Trace every branch with the operand leaf a Python constant and the other array operands abstract."""
     index, value = leaf
     leaves, tree = jax.tree.flatten(found.operands)
@@ -130,8 +132,9 @@ def _tried(kind: str, branch: str, argument: str, found, leaf: tuple) -> Fix:
     how = f"tracing every branch with `{argument}` as the Python value {value!r}"
     when = _WHEN.format(kind=kind, branch=branch, argument=argument)
 
-    def with_constant(branch_fn):
-        def traced(*arrays):
+    def with_constant(branch_fn: Callable[..., Any]) -> Callable[..., Any]:
+        def traced(*arrays: object) -> object:
+
             filled = list(given)
             for k, array in zip(traced_at, arrays, strict=True):
                 filled[k] = array

@@ -98,7 +98,7 @@ def resolver(tb: types.TracebackType | None) -> Resolve:
     scopes = (dict(frame.f_locals), frame.f_globals) if frame is not None else ()
     del frame
 
-    def resolve(name: str):
+    def resolve(name: str) -> tuple[Any, str] | None:
         first, *rest = name.split(".")
         scope = next((s for s in (*scopes, vars(builtins)) if first in s), None)
         if scope is None:

@@ -101,7 +101,7 @@ def library_jit_call(frames: list) -> LibraryJitCall | None:
     return LibraryJitCall(wrapper, function, code.co_name, arguments, decorated)
 
 
-def _python_type(value) -> str:
+def _python_type(value: object) -> str:
     """ "int" for an integer scalar array, "float", "bool"; "" for a value that is no concrete scalar array."""
     if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer) or getattr(value, "size", 0) != 1:
         return ""

@@ -264,7 +264,7 @@ def _tried(fix: Fix, call: _Call, report: NonArrayArgumentReport) -> Fix:
     )
 
 
-def _differentiated(fun) -> str:
+def _differentiated(fun: object) -> str:
     """ "grad" / "value_and_grad" when the jitted function is ``jax.grad(f)`` / ``jax.value_and_grad(f)`` of
     the user's function with its defaults (by the wrapper JAX's api module makes), else ""."""
     code = getattr(fun, "__code__", None)
@@ -278,7 +278,7 @@ def _differentiated(fun) -> str:
     return ""
 
 
-def _closed_over(function, name: str) -> Any:
+def _closed_over(function: object, name: str) -> Any:
     code, cells = getattr(function, "__code__", None), getattr(function, "__closure__", None) or ()
     if code is None or name not in code.co_freevars:
         return None

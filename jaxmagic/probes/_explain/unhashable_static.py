@@ -80,7 +80,7 @@ def _class_named(type_path: str, frame: types.FrameType | None) -> type | None:
     return next((c for c in candidates if isinstance(c, type) and c.__qualname__ == name), None)
 
 
-def _static_call(frame: types.FrameType | None, tb) -> tuple[str, list[str], list[str]]:
+def _static_call(frame: types.FrameType | None, tb: types.TracebackType | None) -> tuple[str, list[str], list[str]]:
     """(the jitted function the failing line calls, its static parameters, the line's expressions at them);
     ("", [], []) when the line calls no jitted function jaxmagic can read without running code."""
     if frame is None:
@@ -107,7 +107,7 @@ def _static_call(frame: types.FrameType | None, tb) -> tuple[str, list[str], lis
     return "", [], []
 
 
-def _line_in(frame: types.FrameType, tb) -> int:
+def _line_in(frame: types.FrameType, tb: types.TracebackType | None) -> int:
     """The failing line of ``frame``: its traceback entry's line (the frame's own line has moved on)."""
     while tb is not None:
         if tb.tb_frame is frame:

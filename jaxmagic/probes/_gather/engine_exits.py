@@ -16,8 +16,12 @@ import contextlib
 import os
 import re
 import signal
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    from ipyparallel import Client
 
 _REGISTERED = re.compile(r"Completed registration with id (\d+)")
 _SIGNALLED = re.compile(r"received signal (\d+), stopping")
@@ -33,7 +37,7 @@ def engine_left(error: BaseException) -> bool:
 class EngineExits:
     """Why engines that left are gone, read from the cluster once, when the first one is met."""
 
-    def __init__(self, client):
+    def __init__(self, client: Client) -> None:
         self._client = client
         self._ended: dict[int, str] | None = None
 
@@ -44,7 +48,7 @@ class EngineExits:
         return f"its engine {how}" if how else f"its engine left the controller ({error_line(error)})"
 
 
-def how_engines_ended(client) -> dict[int, str]:
+def how_engines_ended(client: Client) -> dict[int, str]:
     """Engine id -> how its process ended ("was killed by SIGKILL", "was stopped by SIGTERM", "exited with
     status 3"), for the engines of ``client.cluster`` whose process ended; {} without a cluster."""
     cluster = getattr(client, "cluster", None)
@@ -69,7 +73,7 @@ def how_engines_ended(client) -> dict[int, str]:
 _RUNNING = object()
 
 
-def _exit_status(process):
+def _exit_status(process: Any) -> object:  # a launcher's subprocess.Popen or psutil.Process, or None
     """The process's exit status (negative: the signal that killed it), None if unknown, ``_RUNNING``."""
     if process is None:
         return None
@@ -95,7 +99,8 @@ def _log_tail(path: str) -> str:
         return ""
 
 
-def _how(status, log: str) -> str:
+def _how(status: object, log: str) -> str:
+
     signalled = _SIGNALLED.findall(log)
     if signalled:
         name = _signal_name(int(signalled[-1]))

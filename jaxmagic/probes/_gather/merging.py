@@ -25,6 +25,7 @@ import dataclasses
 import json
 import socket
 import time
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import distributed_store
 from jaxmagic.probes._gather.compare import differences
@@ -35,8 +36,11 @@ from jaxmagic.probes._gather.values import expression_failures, values_from_engi
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import running_shell
 
+if TYPE_CHECKING:
+    from ipyparallel import Client, DirectView
 
-def entry_of(report, *, process: int | None, engine: int | None = None, name: str = "") -> ProcessEntry:
+
+def entry_of(report: object, *, process: int | None, engine: int | None = None, name: str = "") -> ProcessEntry:
     """This process's entry for ``report`` (any jaxmagic report, or None when there is none; ``name``: what
     it was looked up by, for the wording)."""
     host = socket.gethostname()
@@ -77,7 +81,7 @@ def merge(entries: list[ProcessEntry], name: str = "", notes: list[str] | None =
 # -- ipyparallel engines ------------------------------------------------------------------
 
 
-def engine_entry(name: str) -> dict:
+def engine_entry(name: str) -> dict[str, Any]:
     """Run on an engine: the entry of the report bound to ``name`` in the engine's namespace."""
     shell = running_shell()  # an engine is an IPython kernel: its namespace holds the report
     namespace = shell.user_ns if shell is not None else {}
@@ -91,7 +95,7 @@ STACK_WAIT = 1.0  # seconds after the timeout for late engines' stacks (a dump t
 _process_of_engine: dict[tuple[str, int], int] = {}
 
 
-def gather_from_engines(view, name: str, timeout: float, values: str = "") -> GatherReport:
+def gather_from_engines(view: DirectView, name: str, timeout: float, values: str = "") -> GatherReport:
     """Ask every engine of ``view`` for its report ``name``; wait at most ``timeout`` seconds for the reports,
     then at most ``min(timeout, STACK_WAIT)`` more for the stacks of engines that did not answer.
 
@@ -143,11 +147,13 @@ def gather_from_engines(view, name: str, timeout: float, values: str = "") -> Ga
     return merge(entries, name, notes)
 
 
-def _session_of(client) -> str:
+def _session_of(client: Client) -> str:
     return str(getattr(getattr(client, "session", None), "session", "") or id(client))
 
 
-def _with_values(view, name: str, timeout: float, expression: str, client, targets: list) -> GatherReport:
+def _with_values(
+    view: DirectView, name: str, timeout: float, expression: str, client: Client, targets: list[int]
+) -> GatherReport:
     started = time.monotonic()
     entries, finding, notes = values_from_engines(client, targets, expression, timeout)
     if name:
@@ -169,7 +175,9 @@ def _with_values(view, name: str, timeout: float, expression: str, client, targe
 _rounds = {"n": 0}  # every process calls gather the same number of times: the n-th calls meet
 
 
-def gather(report, timeout: float = 60.0, values=None, values_name: str = "values") -> GatherReport | None:
+def gather(
+    report: object, timeout: float = 60.0, values: object = None, values_name: str = "values"
+) -> GatherReport | None:
     """Bring ``report`` from every process of a ``jax.distributed`` job to process 0, merged.
 
     Returns the merged report on process 0 and None on the others. Processes whose

@@ -20,11 +20,14 @@ import re
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic.probes._gather.stack_dump import INFO_MARK, STACK_SIGNAL, stack_dir
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import code_kind
+
+if TYPE_CHECKING:
+    from ipyparallel import Client
 
 # -- reading a dump -----------------------------------------------------------------------------
 
@@ -186,7 +189,7 @@ class _Watched:
     last_size: int = -1
 
 
-def dump_stacks(client, engines: list[int], wait: float) -> dict[int, dict[str, Any]]:
+def dump_stacks(client: Client, engines: list[int], wait: float) -> dict[int, dict[str, Any]]:
     """Ask each engine for its stack; at most ``wait`` seconds in all. engine -> ``where_it_is``'s dict,
     or {"state": "unknown", "where": why there is none}."""
     directory = stack_dir()

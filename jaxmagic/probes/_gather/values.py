@@ -23,7 +23,8 @@ import json
 import socket
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -34,6 +35,9 @@ from jaxmagic.probes._gather.ranges import grouped
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import running_shell
+
+if TYPE_CHECKING:
+    from ipyparallel import AsyncResult, Client
 
 MAX_FETCHED = 16  # differing leaves whose values are fetched to measure the difference
 ROUNDING = 1e-5  # a largest difference below this, relative to the values, is rounding
@@ -47,7 +51,7 @@ Dict = dict[str, Any]
 # -- on every engine ---------------------------------------------------------------------
 
 
-def host_value(leaf) -> np.ndarray:
+def host_value(leaf: object) -> np.ndarray:
     """A leaf's value on this process: all of it, or this process's first shard of a global array."""
     if hasattr(leaf, "addressable_shards") and not getattr(leaf, "is_fully_addressable", True):
         with array_shards.addressable_shards(leaf) as shards:  # never the leaf's own: jaxlib keeps what it makes
@@ -55,14 +59,14 @@ def host_value(leaf) -> np.ndarray:
     return np.asarray(leaf)
 
 
-def split_across_processes(leaf) -> bool:
+def split_across_processes(leaf: object) -> bool:
     """A global array whose processes hold different parts of it: their copies are not meant to be equal."""
     if getattr(leaf, "is_fully_addressable", True):
         return False
     return not getattr(getattr(leaf, "sharding", None), "is_fully_replicated", False)
 
 
-def leaf_digest(path: str, leaf) -> Dict:
+def leaf_digest(path: str, leaf: Any) -> Dict:  # a pytree leaf: an array (a global one too), a number, anything
     if split_across_processes(leaf):  # named in the notes, never compared
         return {"path": path, "shape": list(leaf.shape), "dtype": str(leaf.dtype), "digest": "", "split": True}
     value = host_value(leaf)
@@ -71,7 +75,7 @@ def leaf_digest(path: str, leaf) -> Dict:
     return {"path": path, "shape": list(value.shape), "dtype": str(value.dtype), "digest": digest.hexdigest()}
 
 
-def leaves_of(tree) -> list[tuple[str, Any]]:
+def leaves_of(tree: object) -> list[tuple[str, Any]]:
     """(keystr path, leaf) of every leaf of a pytree."""
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat]
@@ -210,7 +214,7 @@ def _gap(difference: float) -> str:
     return f"{difference:.3g}" if np.isfinite(difference) else "NaN or inf on one side"
 
 
-def _number(value) -> str:
+def _number(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
@@ -263,7 +267,9 @@ def _why_they_drift(gaps: list[Dict]) -> str:
 # -- from ipyparallel engines ----------------------------------------------------------------
 
 
-def values_from_engines(client, targets: list[int], expression: str, timeout: float):
+def values_from_engines(
+    client: Client, targets: list[int], expression: str, timeout: float
+) -> tuple[list[ProcessEntry], GatherFinding | None, list[str]]:
     """(one entry per engine, the values finding or None, notes): ``expression`` compared across engines."""
     token = uuid.uuid4().hex
     deadline = time.monotonic() + timeout
@@ -350,14 +356,14 @@ def split_note(expression: str, rows: list[tuple[ProcessEntry, list[Dict]]]) -> 
     ]
 
 
-def _ask(client, engine: int, function, *args):
+def _ask(client: Client, engine: int, function: Callable[..., object], *args: object) -> AsyncResult | Exception:
     try:
         return client[engine].apply_async(function, *args)
     except Exception as error:  # the engine is gone: named as failed
         return error
 
 
-def _answer(result, deadline: float, timeout: float) -> tuple[Any, str, BaseException | None]:
+def _answer(result: AsyncResult | Exception, deadline: float, timeout: float) -> tuple[Any, str, BaseException | None]:
     """(the engine's answer, or None and why not, and the error that said so)."""
     try:
         if isinstance(result, Exception):
@@ -372,7 +378,9 @@ def _answer(result, deadline: float, timeout: float) -> tuple[Any, str, BaseExce
 # -- a script on every process, through jax.distributed's key-value store -------------------------
 
 
-def values_through_store(tree, name: str, prefix: str, process: int, count: int, timeout: float):
+def values_through_store(
+    tree: object, name: str, prefix: str, process: int, count: int, timeout: float
+) -> tuple[GatherFinding | None, list[str]] | None:
     """Compare ``tree`` across the job's processes; on process 0 (finding or None, notes), None elsewhere.
 
     Every process puts its digests; process 0 names the leaves that differ under ``ask``;

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts, recorded_sources
+from jaxmagic._jax.types import Equation, Traceback
 from jaxmagic.probes._support.calls import library_calls
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
@@ -93,7 +94,7 @@ def transforms_of_name_path(op_name: str) -> list[str]:
     return _name_stack_segments(op_name)[:-1]
 
 
-def _body_name(eqn) -> str:
+def _body_name(eqn: Equation) -> str:
     """What an enclosing equation is, seen from an equation inside it."""
     primitive = eqn.primitive.name
     if primitive in ("jit", "pjit", "closed_call", "core_call"):
@@ -102,7 +103,7 @@ def _body_name(eqn) -> str:
     return _BODIES.get(primitive, primitive)
 
 
-def transform_path(eqn, enclosing: Sequence = ()) -> list[str]:
+def transform_path(eqn: Equation, enclosing: Sequence[Equation] = ()) -> list[str]:
     """The transformations around ``eqn``, outermost first.
 
     ``enclosing`` holds the equations whose sub-programs contain it, outermost first
@@ -138,7 +139,7 @@ _DISPATCH_FILES = (
 )
 
 
-def _called_library(frames: list, user_index: int) -> str:
+def _called_library(frames: list[tuple[str, int, str]], user_index: int) -> str:
     """The library function the user's frame at ``user_index`` called (frames innermost first):
     a public JAX name (``jax.nn.logsumexp``), or another library's public callable as the user would
     type it (``numpyro.distributions.Normal.log_prob``, see ``library_calls``);
@@ -155,7 +156,7 @@ def _called_library(frames: list, user_index: int) -> str:
     return ""
 
 
-def user_line_called(traceback) -> tuple[SourceLine | None, str]:
+def user_line_called(traceback: Traceback | None) -> tuple[SourceLine | None, str]:
     """(the innermost user line of a JAX traceback, the library function that line called)."""
     frames = recorded_sources.traceback_frames(traceback)  # innermost first
     for i, (filename, lineno, function) in enumerate(frames):
@@ -203,7 +204,7 @@ def _mirrored_namespace(path: str) -> tuple[str, ModuleType] | None:
     return (dotted, module) if module is not None else None
 
 
-def _defined_in(public, path: str) -> bool:
+def _defined_in(public: object, path: str) -> bool:
     """Whether the public object ``public`` is the function whose frame ran in ``path``: a name alone
     is not enough (``loggamma`` in ``jax/_src/scipy/special.py`` is not ``jax.random.loggamma``,
     jax-ml/jax#38240's program). Objects without code of their own (``jnp.add``'s ufunc) and frames
@@ -216,7 +217,9 @@ def _defined_in(public, path: str) -> bool:
     return code.co_filename.replace("\\", "/") == path
 
 
-def of_equation(eqn, enclosing: Sequence = (), started: SourceLine | None = None, position: str = "") -> Provenance:
+def of_equation(
+    eqn: Equation, enclosing: Sequence[Equation] = (), started: SourceLine | None = None, position: str = ""
+) -> Provenance:
     """Where ``eqn`` of a traced program was made.
 
     Inside a nested jit JAX records only the frames below that jit, so when the
@@ -314,7 +317,7 @@ def of_source_line(
 # the allocation was made by it (directly, or through NumPy), never through JAX.
 
 
-def root_array(obj):
+def root_array(obj: object) -> object:
     """The NumPy array a view (JAX's ``TypedNdArray`` of a constant is one) was made from."""
     seen = 0
     while seen < 16:
@@ -325,7 +328,7 @@ def root_array(obj):
     return obj
 
 
-def allocation_traceback(obj):
+def allocation_traceback(obj: object) -> tuple[list[tracemalloc.Frame], str] | tuple[None, str]:
     """``tracemalloc``'s frames for ``obj`` (innermost first), or (None, why not)."""
     if not tracemalloc.is_tracing():
         why = "allocations are recorded only while tracemalloc traces (`tracemalloc.start(25)` before the code that makes them)"
@@ -339,7 +342,7 @@ def allocation_traceback(obj):
     return list(reversed(list(trace))), ""
 
 
-def of_numpy_built(obj) -> Provenance:
+def of_numpy_built(obj: object) -> Provenance:
     """The user's line that built a NumPy array (also when ``obj`` is a view of it, such as the
     constant JAX keeps), from ``tracemalloc``; unknown, with the reason, when the array was
     allocated by JAX (a converted copy) or before allocations were recorded."""
@@ -364,7 +367,7 @@ def of_numpy_built(obj) -> Provenance:
     return Provenance(unknown="no frame of your code allocated it")
 
 
-def of_allocation(obj) -> Provenance:
+def of_allocation(obj: object) -> Provenance:
     """The user's line whose call allocated ``obj`` (any Python object: a JAX array's Python
     object is made by the user's line that called ``jax.random.split``, ``jnp.ones``, a jitted
     function or iterated an array), from ``tracemalloc``; unknown with the reason otherwise."""
@@ -379,7 +382,7 @@ def of_allocation(obj) -> Provenance:
     return Provenance(unknown="no frame of your code was among the frames tracemalloc kept")
 
 
-def _made_by(frame, frames) -> Provenance:
+def _made_by(frame: tracemalloc.Frame, frames: Sequence[tracemalloc.Frame]) -> Provenance:
     """A provenance from tracemalloc's frame of the user's that allocated, named with its function
     (tracemalloc keeps no function names: the source says which ``def`` holds the line)."""
     function = enclosing_function(frame.filename, frame.lineno)
@@ -387,7 +390,7 @@ def _made_by(frame, frames) -> Provenance:
     return Provenance(made_at=line, function=function, started_by=_outermost_user(frames))
 
 
-def _outermost_user(frames) -> SourceLine | None:
+def _outermost_user(frames: Sequence[tracemalloc.Frame]) -> SourceLine | None:
     for frame in reversed(frames):
         if is_user_file(frame.filename):
             function = enclosing_function(frame.filename, frame.lineno)
@@ -418,7 +421,7 @@ def enclosing_function(filename: str, lineno: int) -> str:
 # -- the library function a line called (the NaN producer search) ------------------------------
 
 
-def library_called(traceback) -> str:
+def library_called(traceback: Traceback | None) -> str:
     """The library function (public name) that the innermost user line of a JAX traceback called;
     "" when it called none. For an equation JAX traced for a backward pass, pass the traceback of
     the forward line it was attributed to."""

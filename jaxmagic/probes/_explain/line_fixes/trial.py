@@ -88,7 +88,7 @@ def try_on_shapes(
     shapes = [_abstract(scope[n]) for n in order]
     compiled = compile(ast.Expression(expression), "<jaxmagic fix>", "eval")
 
-    def evaluate(*abstract):
+    def evaluate(*abstract: object) -> object:
         # one namespace, as globals: a lambda in the expression (lax.cond's branches) sees it too
         return eval(compiled, {"__builtins__": __builtins__, **values, **dict(zip(order, abstract))})
 
@@ -134,7 +134,7 @@ def _is_jax_module(value: Any) -> bool:
     return isinstance(value, type(ast)) and (value.__name__ == "jax" or value.__name__.startswith("jax."))
 
 
-def _holds_own_function(value) -> bool:
+def _holds_own_function(value: object) -> bool:
     """A function that is not JAX's, or a list/tuple/dict of such (a JAX function may call it)."""
     items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
     for item in items:

@@ -45,7 +45,7 @@ class UserCall:
     written: dict[int, str]  # id(the user's leaf) -> its path from what the line wrote ("X_host", "np_x[i]")
     leaves: list  # the user's leaves: held while the mapping is used, so an id stays its object's
 
-    def name_of(self, leaf, as_written: bool = False) -> str:
+    def name_of(self, leaf: object, as_written: bool = False) -> str:
         """The user's path of a leaf the wrapper gave jit (the same object, or the NumPy array a view of JAX's
         was made from): by the user's function's parameter, as JAX names a jitted function's arguments; or,
         ``as_written``, from the expression the user's line passed where it passed a name, attribute or
@@ -58,7 +58,9 @@ class UserCall:
             leaf = getattr(leaf, "base", None)
         return ""
 
-    def jax_paths(self, jitted_args: tuple, jitted_kwargs: dict, parameters: list[str]) -> dict[str, str]:
+    def jax_paths(
+        self, jitted_args: tuple[object, ...], jitted_kwargs: dict[str, object], parameters: list[str]
+    ) -> dict[str, str]:
         """JAX's name for each leaf of the call the wrapper made (``dynamic_nodonate['rest'][13]``: the jitted
         function's parameter and the leaf's path, as its cache-miss explanation writes it) -> the user's."""
         named: dict[str, str] = {}
@@ -117,7 +119,7 @@ def user_call(user_frame: FrameType | None = None) -> UserCall | None:
     return UserCall(held.name, paths, as_written, leaves)
 
 
-def _leaves(value) -> list[tuple[str, Any]]:
+def _leaves(value: object) -> list[tuple[str, Any]]:
     try:
         return [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]]
     except Exception:
@@ -125,7 +127,7 @@ def _leaves(value) -> list[tuple[str, Any]]:
 
 
 def _written_for(
-    arguments: dict[str, Any], entry: FrameType, holder, held: HeldFunction, user_frame: FrameType
+    arguments: dict[str, Any], entry: FrameType, holder: object, held: HeldFunction, user_frame: FrameType
 ) -> dict[str, str]:
     """Parameter -> what the user's line wrote for it (a name, an attribute, a subscript), for the
     parameters the line passed such an expression: matched by the value the wrapper's entry received."""
@@ -150,7 +152,7 @@ def _written_for(
     return written
 
 
-def passed_expressions(fun, frame, lineno: int) -> dict[int | str, str]:
+def passed_expressions(fun: object, frame: FrameType, lineno: int) -> dict[int | str, str]:
     """``{position or keyword: expression}``: what the user's line wrote for the arguments of its call of
     ``fun`` (a name, an attribute or a subscript: ``X_host``, ``self.Ainv``, ``np_x[i]``); {} when the call
     is not told (the callee is not a name of the frame, or the line calls something else)."""

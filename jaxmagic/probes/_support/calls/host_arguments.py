@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, program_inputs, runtime
+from jaxmagic._jax.types import Program
 from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.report import SourceLine
@@ -67,7 +68,7 @@ class HostArgumentUse:
         )
 
 
-def host_type(value) -> str:
+def host_type(value: object) -> str:
     """How the transfer guard writes a host value's type (``f32[8,5]``, ``f32[] weak``); "" for no host value."""
     if isinstance(value, bool):
         return "bool[] weak"
@@ -101,7 +102,7 @@ class HostLeaf:
 class HostArguments(jit_calls.CallObserver):
     """Counts, per (function, argument path, shape, dtype), the calls that were given a NumPy array."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seen: dict[tuple, HostArgumentUse] = {}
         # function (the Python one jit wraps) -> [(key in seen, steps to the leaf, (shape, dtype))]: where its
         # looked-at calls held NumPy arrays, followed again in the calls a sampler skips
@@ -111,7 +112,7 @@ class HostArguments(jit_calls.CallObserver):
         self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
         self._unused: dict[int, tuple[Any, frozenset[int]]] = {}  # id(program) -> (it, inputs it never reads)
 
-    def before(self, name, is_jit, args, params) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
         if not is_jit:
             return
         local = jit_calls.call_locals()
@@ -165,10 +166,10 @@ class HostArguments(jit_calls.CallObserver):
                     self._paths.setdefault(fun, []).append((key, leaf.steps, kind))
             entry.calls += 1
 
-    def after(self, *args) -> None:
+    def after(self, *args: object) -> None:
         pass
 
-    def _unused_inputs(self, closed, count: int) -> frozenset[int]:
+    def _unused_inputs(self, closed: Program | None, count: int) -> frozenset[int]:
         """The positions among a call's ``count`` flat inputs that jit prunes from its program (never read,
         or read only by code whose result is unused: not copied); empty when not known."""
         if closed is None:
@@ -181,7 +182,7 @@ class HostArguments(jit_calls.CallObserver):
         self._unused[id(closed)] = (closed, unused)
         return unused
 
-    def count_skipped(self, function, number: int, args: tuple, kwargs: dict) -> None:
+    def count_skipped(self, function: object, number: int, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         """A call the sampler did not look at: count the NumPy arrays it holds where looked-at calls held them."""
         paths = self._paths.get(function)
         if not paths:
@@ -194,7 +195,7 @@ class HostArguments(jit_calls.CallObserver):
                 seen[key].calls += 1
 
 
-def host_leaves(jit_info, args, kwargs) -> list[HostLeaf]:
+def host_leaves(jit_info: object, args: Sequence[object] | None, kwargs: Mapping[str, object] | None) -> list[HostLeaf]:
     """The NumPy arrays of more than one element among the dynamic arguments of a call, anywhere in
     their pytrees, in JAX's flattening order."""
     args, kwargs = tuple(args or ()), dict(kwargs or {})
@@ -210,7 +211,7 @@ def host_leaves(jit_info, args, kwargs) -> list[HostLeaf]:
     return found
 
 
-def _arrays_in(value, argument: int | str, first: tuple[_Step, ...]) -> list[HostLeaf]:
+def _arrays_in(value: object, argument: int | str, first: tuple[_Step, ...]) -> list[HostLeaf]:
     if type(value) is np.ndarray:  # the usual case, without flattening
         return [HostLeaf(argument, "", first, value)] if value.size > 1 else []
 
@@ -227,7 +228,7 @@ def _arrays_in(value, argument: int | str, first: tuple[_Step, ...]) -> list[Hos
     ]
 
 
-def _steps(first: tuple[_Step, ...], path) -> tuple[_Step, ...] | None:
+def _steps(first: tuple[_Step, ...], path: Sequence[object]) -> tuple[_Step, ...] | None:
     """The path as steps ``_follow`` can take again (dict keys, sequence indices, attributes); None when a
     step is only JAX's (a custom node's flattened index)."""
     steps = list(first)
@@ -243,7 +244,7 @@ def _steps(first: tuple[_Step, ...], path) -> tuple[_Step, ...] | None:
     return tuple(steps)
 
 
-def _follow(args: tuple, kwargs: dict, steps: tuple[_Step, ...]):
+def _follow(args: tuple[object, ...], kwargs: dict[str, object], steps: tuple[_Step, ...]) -> object:
     """The value at ``steps`` in ``(args, kwargs)``, reading containers only (no user code); None if absent."""
     value: Any = (args, kwargs)
     try:
@@ -261,12 +262,12 @@ def _follow(args: tuple, kwargs: dict, steps: tuple[_Step, ...]):
     return value
 
 
-def parameter_name(fun, index: int) -> str:
+def parameter_name(fun: object, index: int) -> str:
     """The name of the ``index``-th positional parameter of ``fun`` ("" when it has none)."""
     try:
         names = [
             p.name
-            for p in inspect.signature(fun).parameters.values()
+            for p in inspect.signature(cast(Callable[..., Any], fun)).parameters.values()  # not one: TypeError
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
     except (TypeError, ValueError):

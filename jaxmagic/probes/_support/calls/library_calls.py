@@ -51,7 +51,8 @@ def _resolve(module_name: str, qualname: str) -> str:
     return f"{module_name}.{qualname}"
 
 
-def _reaches(owner, attributes: list[str]) -> bool:
+def _reaches(owner: object, attributes: list[str]) -> bool:
+
     value = owner
     for name in attributes:
         value = getattr(value, name, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from types import FrameType
 
 
 def parsed_line(code: str) -> ast.AST | None:
@@ -25,7 +26,7 @@ def parsed_line(code: str) -> ast.AST | None:
 NOTHING = object()
 
 
-def value_of(node, frame):
+def value_of(node: ast.expr, frame: FrameType) -> object:
     """The value of a name (``batch``), attribute (``data.x``) or constant subscript (``d['x']``) in
     ``frame``, read without running user code; a literal number as written; else ``NOTHING``."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):

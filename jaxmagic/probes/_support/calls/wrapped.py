@@ -25,6 +25,7 @@ import inspect
 import os
 import sys
 import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from jaxmagic.probes._support.calls.bound_arguments import by_parameter
@@ -57,7 +58,7 @@ def library_of(filename: str) -> str:
     return ""
 
 
-def jitted_by_its_caller(fun, called_from_user: bool) -> bool:
+def jitted_by_its_caller(fun: object, called_from_user: bool) -> bool:
     """True for a library's function the user jitted themselves: the jitted callable was called from the user's
     line and the function is not one of the library's own jitted functions (those are defined at its modules'
     top level) but a closure a factory made or a method bound to an object (``jax.jit(tx.update)`` of an optax
@@ -75,7 +76,7 @@ def jitted_by_its_caller(fun, called_from_user: bool) -> bool:
     return "<locals>" in getattr(fun, "__qualname__", "")
 
 
-def own_code(fun) -> types.CodeType | None:
+def own_code(fun: object) -> types.CodeType | None:
     """The code a callable runs first: a function's, or its class's ``__call__`` for a callable object."""
     code = getattr(fun, "__code__", None)
     if isinstance(code, types.CodeType):
@@ -85,7 +86,7 @@ def own_code(fun) -> types.CodeType | None:
     return code if isinstance(code, types.CodeType) else None
 
 
-def user_code(fun, is_user) -> types.CodeType | None:
+def user_code(fun: object, is_user: Callable[[str], bool]) -> types.CodeType | None:
     """The user's code of a callable, through ``functools.partial`` and ``__wrapped__``; None if not the user's.
 
     A callable object counts when its class's ``__call__`` is the user's (a Linen or Haiku module).
@@ -118,21 +119,26 @@ def user_code(fun, is_user) -> types.CodeType | None:
     return None
 
 
-def _class_file(cls) -> str:
+def _class_file(cls: type) -> str:
     try:
         return inspect.getfile(cls)
     except (TypeError, OSError):
         return ""
 
 
-def display_name(fun, code: types.CodeType) -> str:
+def display_name(fun: object, code: types.CodeType) -> str:
     """The user's function as they wrote it: ``step``, or ``MLP.__call__`` for a callable object."""
     if isinstance(getattr(fun, "__code__", None), types.CodeType) or isinstance(fun, functools.partial):
         return code.co_name
     return f"{type(fun).__name__}.{code.co_name}"
 
 
-def find_held_function(fun, args: tuple, static_argnums, is_user) -> HeldFunction | None:
+def find_held_function(
+    fun: object,
+    args: tuple[object, ...],
+    static_argnums: Iterable[object] | None,
+    is_user: Callable[[str], bool],
+) -> HeldFunction | None:
     """The user's callable that ``fun`` (a jitted callable whose code is in a library file) holds, or None.
 
     Looked for in ``fun`` itself (``__wrapped__``, its closure, ``__self__``, its attributes) and then in
@@ -169,7 +175,7 @@ def find_held_function(fun, args: tuple, static_argnums, is_user) -> HeldFunctio
     return HeldFunction(function, code, display_name(function, code), library)
 
 
-def held_by_wrapper(holder, is_user) -> HeldFunction | None:
+def held_by_wrapper(holder: object, is_user: Callable[[str], bool]) -> HeldFunction | None:
     """The user's callable a library's wrapper object holds - the ``self`` of the frame the user's line
     called (``eqx.filter_jit``'s ``_JitWrapper``, ``nnx.jit``'s ``JitWrapped``, a partial binding one to
     an instance) - or None when it holds none."""
@@ -186,7 +192,7 @@ def held_by_wrapper(holder, is_user) -> HeldFunction | None:
     return HeldFunction(function, code, display_name(function, code), library)
 
 
-def _innermost_code(fun) -> types.CodeType | None:
+def _innermost_code(fun: object) -> types.CodeType | None:
     """The code of the innermost function of a ``__wrapped__`` chain (a library's decorated method)."""
     code = None
     for _ in range(8):
@@ -201,7 +207,7 @@ def _innermost_code(fun) -> types.CodeType | None:
 
 
 def _search_callable(
-    fun, is_user, follow_self: bool = True, skip_root: bool = True
+    fun: object, is_user: Callable[[str], bool], follow_self: bool = True, skip_root: bool = True
 ) -> tuple[Any, types.CodeType, str] | None:
     """The user's callable reachable from ``fun`` through wrappers, closures, ``__self__`` and attributes.
 
@@ -230,9 +236,9 @@ def _search_callable(
     return None
 
 
-def _held_by(value, follow_self: bool = True) -> list:
+def _held_by(value: object, follow_self: bool = True) -> list[object]:
     """What a callable keeps: the function it wraps, its closure's values, its bound instance, its attributes."""
-    held: list = []
+    held: list[object] = []
     if isinstance(value, functools.partial):
         held.append(value.func)
     wrapped = getattr(value, "__wrapped__", None)
@@ -254,7 +260,7 @@ def _held_by(value, follow_self: bool = True) -> list:
     return held
 
 
-def _search_values(values: list, is_user) -> tuple[Any, types.CodeType, str] | None:
+def _search_values(values: list[object], is_user: Callable[[str], bool]) -> tuple[Any, types.CodeType, str] | None:
     """The first user callable inside (tuples, lists, dicts of) static arguments."""
     stack = list(reversed(values))
     looked = 0
@@ -274,7 +280,7 @@ def _search_values(values: list, is_user) -> tuple[Any, types.CodeType, str] | N
     return None
 
 
-def entry_arguments(local_vars: dict, code: types.CodeType, held: HeldFunction) -> dict[str, Any] | None:
+def entry_arguments(local_vars: dict[str, Any], code: types.CodeType, held: HeldFunction) -> dict[str, Any] | None:
     """The user's arguments by parameter name, read from the library's entry point (the frame the user's
     line called: its ``*args`` and ``**kwargs``); None when they cannot be told."""
     if not code.co_flags & inspect.CO_VARARGS:

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -96,7 +96,9 @@ def abstract_value(value: Any) -> Any:
     return value
 
 
-def abstract_arguments(args: tuple, kwargs: dict, static_positions: set[int], static_names: set[str]):
+def abstract_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any], static_positions: set[int], static_names: set[str]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(args, kwargs) with every leaf of a non-static argument an abstract value; static ones as given."""
     abstract_args = tuple(a if i in static_positions else jax.tree.map(abstract_value, a) for i, a in enumerate(args))
     abstract_kwargs = {k: v if k in static_names else jax.tree.map(abstract_value, v) for k, v in kwargs.items()}
@@ -145,7 +147,7 @@ def trace_with(
         return TraceTrial("not tried", f"the call's arguments could not be read: {error_line(failure)}")
     holes = [i for i, leaf in enumerate(leaves) if is_abstract(leaf)]
 
-    def call(*traced):
+    def call(*traced: object) -> object:
         filled = list(leaves)
         for i, value in zip(holes, traced):
             filled[i] = value
@@ -201,7 +203,7 @@ def trace_body_with_constant(
     one_step = jax.tree.map(lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype), step)
     unchanged = []
 
-    def traced(carry_leaves, x):
+    def traced(carry_leaves: Sequence[Any], x: Any) -> None:
         filled = list(carry_leaves)
         filled[position] = constant
         out = jax.tree.leaves(step_body(jax.tree.unflatten(tree, filled), x))

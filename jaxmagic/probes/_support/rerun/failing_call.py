@@ -16,7 +16,8 @@ import ast
 import copy
 import dataclasses
 import functools
-from types import TracebackType
+from collections.abc import Callable
+from types import FrameType, TracebackType
 from typing import Any
 
 import executing
@@ -66,11 +67,11 @@ class FailingCall:
     # values (an inf) that an outer frame's code made
     frame: int = 0
 
-    def __call__(self):
+    def __call__(self) -> object:
         return self.function(*(v for _, v in self.args), **self.kwargs)
 
 
-def looks_like_array_tree(value) -> bool:
+def looks_like_array_tree(value: object) -> bool:
     """Cheap test: is ``value`` an array, or a pytree that holds arrays - a list/tuple/dict, or an object of
     a registered pytree class (a Flax nnx Module or Optimizer, an Equinox Module, a flax struct)?
 
@@ -92,17 +93,17 @@ def looks_like_array_tree(value) -> bool:
     return any(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves)
 
 
-def _is_jax_transformation(fn) -> bool:
+def _is_jax_transformation(fn: object) -> bool:
     target = fn.func if isinstance(fn, functools.partial) else fn
     return (getattr(target, "__module__", "") or "").split(".")[0] == "jax"
 
 
 class _Evaluator:
-    def __init__(self, frame):
+    def __init__(self, frame: FrameType) -> None:
         self.globals = frame.f_globals
         self.locals = dict(frame.f_locals)
 
-    def eval(self, node: ast.expr):
+    def eval(self, node: ast.expr) -> Any:  # the value of the user's expression: a function, an array, anything
         """Evaluate a side-effect-free expression, or raise ValueError."""
         self._check(node)
         code = compile(ast.Expression(body=node), "<jaxmagic re-evaluation>", "eval")
@@ -196,7 +197,7 @@ def _expression_at(user_tb: TracebackType) -> FailingCall | None:
     return None
 
 
-def _as_function(node: ast.expr, frame) -> FailingCall | None:
+def _as_function(node: ast.expr, frame: FrameType) -> FailingCall | None:
 
     evaluator = _Evaluator(frame)
     try:
@@ -219,7 +220,13 @@ def _as_function(node: ast.expr, frame) -> FailingCall | None:
     return FailingCall(text, function, arrays, {}, forward=forward, forward_of=forward_of)
 
 
-def _compiled(node: ast.expr, arrays: list, scope: dict, frame, extra: dict | None = None):
+def _compiled(
+    node: ast.expr,
+    arrays: list[tuple[str, Any]],
+    scope: dict[str, Any],
+    frame: FrameType,
+    extra: dict[str, Any] | None = None,
+) -> Callable[..., Any] | None:
     """``node`` as a function of the arrays it reads, compiled with the frame's file and line numbers."""
     try:
         tree = ast.parse(f"lambda {', '.join(name for name, _ in arrays)}: ({ast.unparse(node)})", mode="eval")
@@ -237,7 +244,9 @@ def _compiled(node: ast.expr, arrays: list, scope: dict, frame, extra: dict | No
 _FORWARD = "_jaxmagic_forward"
 
 
-def _without_transformation(node: ast.expr, arrays: list, scope: dict, frame):
+def _without_transformation(
+    node: ast.expr, arrays: list[tuple[str, Any]], scope: dict[str, Any], frame: FrameType
+) -> tuple[Callable[..., Any] | None, str]:
     """``node`` with its first callee that is a JAX transformation of a function (``jax.grad(loss)``)
     replaced by that function, and that function's name; (None, "") when it has none."""
     evaluator = _Evaluator(frame)

@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import jax
 import numpy as np
@@ -58,7 +58,7 @@ class KeptState:
 
 
 @contextlib.contextmanager
-def kept(*roots) -> Iterator[KeptState]:
+def kept(*roots: object) -> Iterator[KeptState]:
     """Put back, on exit, the attributes of every object reachable from ``roots`` that changed."""
     state = KeptState()
     try:
@@ -82,7 +82,7 @@ def _slot_names(cls: type) -> list[str]:
     return names
 
 
-def _attributes_of(holder) -> _Attributes | None:
+def _attributes_of(holder: object) -> _Attributes | None:
     try:
         mapping = object.__getattribute__(holder, "__dict__")
     except AttributeError:
@@ -125,7 +125,7 @@ def _put_back(attributes: _Attributes) -> None:
         object.__setattr__(holder, name, value)
 
 
-def _recorded(roots) -> list[_Attributes]:
+def _recorded(roots: Iterable[object]) -> list[_Attributes]:
     seen: set[int] = set()
     recorded: list[_Attributes] = []
     pending = list(roots)
@@ -166,7 +166,7 @@ def _reached_by_function(function: types.FunctionType) -> list:
     return reached
 
 
-def _filled(cell) -> bool:
+def _filled(cell: types.CellType) -> bool:
     try:
         _ = cell.cell_contents
     except ValueError:  # an empty cell: the variable is not bound yet
