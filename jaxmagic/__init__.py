@@ -9,10 +9,19 @@ effect. The probes (``jaxmagic.probes``) work without IPython.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jaxmagic.probes._gather.report import GatherReport
+
 __version__ = "0.1.0"
 
 
-def gather(report, timeout: float = 60.0, values=None, values_name: str = "values"):
+def gather(
+    report: object, timeout: float = 60.0, values: object = None, values_name: str = "values"
+) -> GatherReport | None:
     """Merge ``report`` from every process of a ``jax.distributed`` job on process 0 (None elsewhere).
 
     For scripts launched on every host: each process calls it with its own report
@@ -28,7 +37,7 @@ def gather(report, timeout: float = 60.0, values=None, values_name: str = "value
     return gather_reports(report, timeout=timeout, values=values, values_name=values_name)
 
 
-def load_ipython_extension(ipython) -> None:
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     # deferred: `import jaxmagic.probes` runs this package's __init__ and must not import IPython
     from jaxmagic.ipython.magics import JaxMagics
 
@@ -47,7 +56,7 @@ def load_ipython_extension(ipython) -> None:
     engine_stacks.install(ipython)
 
 
-def unload_ipython_extension(ipython) -> None:
+def unload_ipython_extension(ipython: InteractiveShell) -> None:
     from jaxmagic.ipython.magics import JaxMagics  # deferred: IPython layer (see load_ipython_extension)
 
     manager = ipython.magics_manager

@@ -110,14 +110,14 @@ class CallSampler:
             if self._credit_by_deferral:
                 self.credit = CREDIT_DEFERRED if self.deferred else CREDIT
 
-    def count(self, function) -> int:
+    def count(self, function: object) -> int:
         """Count one call of ``function``, looked at whatever the share (a call on jit's Python path); its
         number (1 for the first call in the block)."""
         number = self.calls[function] = self.calls.get(function, 0) + 1
         self.looked[function] = self.looked.get(function, 0) + 1
         return number
 
-    def take(self, function) -> int:
+    def take(self, function: object) -> int:
         """Count one call of ``function``: its number when it is due to be looked at within the share
         (always, with no share), else 0 (counted as skipped). ``fast_path_calls``' post hook does the
         same inline (a method call there is ~0.2 us a call)."""

@@ -11,13 +11,16 @@ structure, so a JAX release that changes it fails there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jax.tree_util import tree_map, tree_unflatten
 
+if TYPE_CHECKING:
+    from jax._src.checkify import Error, JaxException
 
-def every_error(err) -> list[tuple[Any, list[int] | None]]:
+
+def every_error(err: Error) -> list[tuple[Any, list[int] | None]]:
     """``(exception, mapped_index)`` for every error ``err`` holds, in JAX's effect order.
 
     ``mapped_index`` is the sample's index under ``vmap`` (None without one).
@@ -29,8 +32,8 @@ def every_error(err) -> list[tuple[Any, list[int] | None]]:
         exc = err.get_exception()
         return [] if exc is None else [(exc, None)]
     found = []
-    for effect, pred in preds.items():
-        pred = np.asarray(pred)
+    for effect, effect_pred in preds.items():
+        pred = np.asarray(effect_pred)
         code = np.asarray(codes[effect])
         for index in zip(*np.nonzero(pred)) if pred.ndim else ([()] if pred else []):
             payload = tree_map(lambda x, i=index: np.asarray(x)[i], payloads[effect])
@@ -39,7 +42,7 @@ def every_error(err) -> list[tuple[Any, list[int] | None]]:
     return found
 
 
-def error_frames(exc) -> list[tuple[str, int, str]]:
+def error_frames(exc: JaxException) -> list[tuple[str, int, str]]:
     """``(file, line, function)`` of the frames where a checkify exception was made, innermost first."""
     frames = getattr(getattr(exc, "traceback_info", None), "frames", None) or []
     return [(frame.file_name, frame.line_num, frame.function_name) for frame in frames]

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jax._src.core import AbstractValue
+
+    from jaxmagic._jax.types import Program
 
 _PROGRAM_FRAME = ("pjit.py", "_pjit_call_impl_python")
 _LOWERING_FRAME = ("mlir.py", "lower_jaxpr_to_module")
@@ -27,7 +33,7 @@ def _find_frame(frame: FrameType | None, where: tuple[str, str], depth: int = 60
     return None
 
 
-def program_compiling(frame: FrameType | None):
+def program_compiling(frame: FrameType | None) -> Program | None:
     """The traced program (``ClosedJaxpr``) jit is compiling, from the stack at the compilation; None when
     it is not there (an ahead-of-time ``.lower().compile()``, a program compiled under a transformation)."""
     found = _find_frame(frame, _PROGRAM_FRAME)
@@ -82,7 +88,7 @@ def lowering_in_progress(frame: FrameType | None) -> Lowering | None:
     return Lowering(module, donated, [_type_text(a) for a in out_avals], platforms, with_donation)
 
 
-def _type_text(aval) -> str:
+def _type_text(aval: AbstractValue) -> str:
     try:
         return aval.str_short(short_dtypes=False)
     except Exception:

@@ -273,7 +273,7 @@ def _explained_type(text: str) -> tuple[str, str, str, bool, str]:
     return display, match["dtype"], match["shape"], weak, sharding
 
 
-def _what_changed(before, now) -> str:
+def _what_changed(before: tuple[str, str, str, bool, str], now: tuple[str, str, str, bool, str]) -> str:
     _, dtype0, shape0, weak0, sharding0 = before
     _, dtype1, shape1, weak1, sharding1 = now
     if dtype0 != dtype1 and shape0 != shape1:

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -39,14 +39,14 @@ class BreakFrame:
     locals: dict[str, Any]
 
 
-def _frames(debugger_frames) -> list[BreakFrame]:
+def _frames(debugger_frames: Iterable[core.DebuggerFrame]) -> list[BreakFrame]:
     return [BreakFrame(frame.filename, frame.lineno, dict(frame.locals)) for frame in debugger_frames]
 
 
 class _Unlogged(logging.Filter):
     """Drops JAX's "jax.debug.callback failed" log record of an exception the backend raises on purpose."""
 
-    def __init__(self, quiet: tuple[type[BaseException], ...]):
+    def __init__(self, quiet: tuple[type[BaseException], ...]) -> None:
         super().__init__()
         self.quiet = quiet
 
@@ -63,7 +63,7 @@ def breakpoint_backend(
     innermost first. An exception of a ``quiet`` type the backend raises is not logged by JAX (it logs every
     callback's exception with its traceback before raising it)."""
 
-    def debugger(frames, thread_id, **kwargs) -> None:
+    def debugger(frames: list[core.DebuggerFrame], thread_id: int | None, **kwargs: object) -> None:
         backend(_frames(frames))
 
     registry = core._debugger_registry
@@ -101,10 +101,10 @@ def batch_position() -> tuple[int, ...]:
 class _AtElement:
     """A debug callback for one batch element: says its index while the callback runs."""
 
-    def __init__(self, index: int, callback: Callable[..., Any]):
+    def __init__(self, index: int, callback: Callable[..., Any]) -> None:
         self.index, self.callback = index, callback
 
-    def __call__(self, *args):
+    def __call__(self, *args: object) -> object:
         before = _POSITION.indices
         _POSITION.indices = (*before, self.index)  # an outer vmap's wrapper runs first: its index is already there
         try:
@@ -112,7 +112,7 @@ class _AtElement:
         finally:
             _POSITION.indices = before
 
-    def __eq__(self, other) -> bool:  # JAX compares equation parameters when it caches traced programs
+    def __eq__(self, other: object) -> bool:  # JAX compares equation parameters when it caches traced programs
         return isinstance(other, _AtElement) and (self.index, self.callback) == (other.index, other.callback)
 
     def __hash__(self) -> int:
@@ -126,7 +126,14 @@ def batch_elements_told() -> Iterator[None]:
     table = batching.fancy_primitive_batchers  # what `primitive_batchers[p] = rule` fills, wrapped
     original = table[primitive]
 
-    def rule(axis_data, args, dims, *, callback, **params):
+    def rule(
+        axis_data: object,
+        args: Sequence[jax.Array],
+        dims: Sequence[int | None],
+        *,
+        callback: Callable[..., Any],
+        **params: object,
+    ) -> tuple[list[jax.Array], Sequence[int | None]]:
         # JAX's debug_batching_rule, with each element's callback told its index
         if all(d is None for d in dims):
             out = primitive.bind(*args, callback=callback, **params)

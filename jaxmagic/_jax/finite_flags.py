@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmagic._jax.own_programs import OWN_PROGRAMS
+from jaxmagic._jax.types import Value
 
 _active: list[_Flags] = []  # the flags of the checking() in effect (innermost last)
 
@@ -45,7 +46,7 @@ class _Flags:
 
 
 @functools.cache
-def _checker():
+def _checker() -> Callable[[jax.Array], jax.Array]:
     """``[holds NaN, holds inf]`` of an array, computed where it lives (compiled per shape and dtype)."""
     return jax.jit(lambda x: jnp.stack([jnp.any(jnp.isnan(x)), jnp.any(jnp.isinf(x))]))
 
@@ -60,12 +61,12 @@ def checking() -> Iterator[None]:
         _active.pop()
 
 
-def checked_on_host(array) -> bool:
+def checked_on_host(array: jax.Array) -> bool:
     """The array lives on the CPU: NumPy reads it in place, faster than a compiled check there."""
     return all(device.platform == "cpu" for device in array.devices())
 
 
-def note(values) -> None:
+def note(values: Iterable[Value]) -> None:
     """Dispatch the check of every floating device array of ``values`` not checked yet (no wait)."""
     if not _active:
         return
@@ -111,7 +112,7 @@ def settle() -> None:
             flags.known[id(value)] = (value, nan, bool(np.isinf(array).any()))
 
 
-def known(value) -> tuple[bool, bool] | None:
+def known(value: object) -> tuple[bool, bool] | None:
     """``(holds NaN, holds inf)`` of ``value`` when its check was read, else None."""
     if not _active:
         return None
@@ -128,21 +129,21 @@ _verdict_signatures: set[tuple] = set()  # the results' signatures a verdict pro
 VERDICT_SIGNATURES = 4096  # the most remembered
 
 
-def _code(x):
+def _code(x: jax.Array) -> jax.Array:
     """NAN when ``x`` holds a NaN, INF when it holds inf and no NaN, else FINITE: one pass over ``x`` (the
     largest of each element's code), 0 for an empty array."""
     each = jnp.where(jnp.isnan(x), jnp.int8(NAN), jnp.isinf(x).astype(jnp.int8))
     return jnp.max(each, initial=jnp.int8(FINITE))
 
 
-def jaxmagic_nan_verdict(*leaves):
+def jaxmagic_nan_verdict(*leaves: jax.Array) -> jax.Array:
     """The codes of all of a call's float results in one program (one dispatch a look). Named so that a
     compile log or a profile the user reads says whose program it is."""
     return jnp.stack([_code(leaf) for leaf in leaves])
 
 
 @functools.cache
-def _verdict_program():
+def _verdict_program() -> Callable[..., jax.Array]:
     """``jaxmagic_nan_verdict`` jitted once for the process (compiled per signature of results)."""
     return jax.jit(jaxmagic_nan_verdict)
 
@@ -154,7 +155,7 @@ def _one_process() -> bool:
     return jax.process_count() == 1
 
 
-def signature_of(leaves) -> tuple:
+def signature_of(leaves: Iterable[Value]) -> tuple[tuple[tuple[int, ...], np.dtype, bool], ...]:
     """What a verdict program is compiled for: the results' shapes, dtypes and weak types."""
     return tuple((leaf.shape, leaf.dtype, leaf.weak_type) for leaf in leaves)
 
@@ -164,7 +165,7 @@ def has_verdict_program(signature: tuple) -> bool:
     return signature in _verdict_signatures
 
 
-def nonfinite_codes(leaves, signature: tuple):
+def nonfinite_codes(leaves: Sequence[Value], signature: tuple) -> jax.Array | None:
     """One code per leaf (``FINITE``/``INF``/``NAN``, int8) as a device array, computed where the leaves
     live, dispatched without waiting and its copy to the host started; None when that cannot be done here
     (leaves on several processes' devices, a deleted leaf, an odd dtype): then read them on the host.
@@ -184,7 +185,7 @@ def nonfinite_codes(leaves, signature: tuple):
     return codes
 
 
-def read_codes(codes) -> list[str] | None:
+def read_codes(codes: jax.Array) -> list[str] | None:
     """What ``nonfinite_codes`` found, per leaf: "nan", "inf" or "" (finite); None if it failed to run.
     Waits for the verdict (and so for the call it is about) if it is not ready: ask ``codes.is_ready()``."""
     try:

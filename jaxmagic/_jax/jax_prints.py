@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from typing import TextIO
 
 JAX_PRINT_PREFIXES = ("Invalid nan value encountered in the",)
 
 
 class _FilteredStdout:
-    def __init__(self, target, collected: list[str]):
+    def __init__(self, target: TextIO, collected: list[str]) -> None:
         self._target = target
         self._collected = collected
         self._swallow_newline = False
@@ -33,7 +34,7 @@ class _FilteredStdout:
             return len(text)
         return self._target.write(text)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         return getattr(self._target, name)
 
 

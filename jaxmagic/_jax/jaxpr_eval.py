@@ -61,6 +61,7 @@ import jax.numpy as jnp
 
 from jaxmagic._jax import finite_flags, jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level, Position, branch_parts, call_parts, solve_parts
+from jaxmagic._jax.types import Equation, Program, Value, Var
 
 MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once already; this is a guard
 # equations run ahead of the listener, their NaN/inf checks read at once (``finite_flags``)
@@ -68,6 +69,11 @@ AHEAD = 64
 KEPT_COMPILED = 16  # compiled loops and bodies kept across walks (each holds its program and executable)
 
 _compiled: OrderedDict[tuple, tuple[tuple, Callable]] = OrderedDict()  # key -> (programs held, jitted function)
+
+# what a loop searched compiled carries: (carry, carry before the flagged iteration, found, its index, iteration)
+_LoopState = tuple[list[Value], list[Value], jax.Array, jax.Array, jax.Array]
+# what the compiled search of a loop gives: the carry before the flagged iteration, found, its index
+_Flagged = tuple[list[jax.Array], jax.Array, jax.Array]
 
 
 def _kept(programs: tuple, kind: tuple, make: Callable[[], Callable]) -> Callable:
@@ -91,33 +97,33 @@ class Listener:
     # reused for any later listener of the same class with an equal key.
     step_flag_key: Hashable = None
 
-    def look_inside(self, eqn, inputs: list, outputs: list, path: tuple[Position, ...]) -> bool:
+    def look_inside(self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]) -> bool:
         """Open this equation (or this loop iteration)? ``eqn`` is the equation being opened."""
         return False
 
-    def visit(self, eqn, inputs: list, outputs: list, path: tuple[Position, ...]) -> bool:
+    def visit(self, eqn: Equation, inputs: list[Value], outputs: list[Value], path: tuple[Position, ...]) -> bool:
         """An equation ran (after it was opened, if it was). Return True to end the investigation:
         the walk leaves every opened equation and goes on with the top level."""
         return False
 
-    def cannot_open(self, eqn, path: tuple[Position, ...]) -> None:
+    def cannot_open(self, eqn: Equation, path: tuple[Position, ...]) -> None:
         """``look_inside`` asked for an equation this module has no rule for."""
 
     @staticmethod
-    def step_flag(key, inputs: list, outputs: list):
+    def step_flag(key: Any, inputs: list[Value], outputs: list[Value]) -> jax.Array:
         """``look_inside`` for one loop iteration, as a traced boolean (inputs and outputs are tracers);
         used when ``step_flags`` is True. A function of ``key`` (the listener's ``step_flag_key``) alone."""
         raise NotImplementedError
 
-    def checkpoint(self, eqn, outputs: list) -> bool:
+    def checkpoint(self, eqn: Equation, outputs: list[Value]) -> bool:
         """Keep the walk's state just before this equation (the first one marked on its level)?"""
         return False
 
-    def state(self):
+    def state(self) -> object:
         """The listener's record so far, for a later walk resuming at a checkpoint (see ``restore``)."""
         return None
 
-    def restore(self, state) -> None:
+    def restore(self, state: Any) -> None:
         """Take on a record made by ``state`` (a walk resuming at a checkpoint skips what made it)."""
 
 
@@ -126,13 +132,13 @@ class Checkpoint:
     """One level of a walk just before the first equation the listener marked there."""
 
     index: int  # the marked equation's position in its level
-    eqn: Any  # the marked equation
-    args: list  # the level's arguments: resumed only on the same arrays
-    env: dict  # var -> value: the level's values, all of them once the first walk has left the level
-    state: Any  # the listener's record then
+    eqn: Equation  # the marked equation
+    args: list[Value]  # the level's arguments: resumed only on the same arrays
+    env: dict[Var, Value]  # the level's values, all of them once the first walk has left the level
+    state: object  # the listener's record then
 
 
-def _runs_alone(eqn) -> bool:
+def _runs_alone(eqn: Equation) -> bool:
     """Run only once the listener has seen every equation before it: one it may open, and one with
     effects or a host callback (the user's Python runs no more often than unprobed, nor earlier)."""
     return bool(jaxpr_parts.sub_jaxprs(eqn) or getattr(eqn, "effects", None) or "callback" in eqn.primitive.name)
@@ -147,9 +153,9 @@ class _Ahead:
     """A level's part of the walk: the chain of checkpointed calls that leads to it (None when not only
     such calls do), the checkpoint it resumed from, and the equations run ahead of the listener."""
 
-    chain: tuple | None
+    chain: tuple[int, ...] | None
     resumed: Checkpoint | None
-    pending: list[tuple[int, Any, list, list]] = dataclasses.field(default_factory=list)
+    pending: list[tuple[int, Equation, list[Value], list[Value]]] = dataclasses.field(default_factory=list)
 
 
 class Walk(Interpreter):
@@ -157,22 +163,23 @@ class Walk(Interpreter):
     interpreter's policy of the producer search: every equation bound (run ahead of the listener, its
     NaN/inf checks read once a batch), then shown to the listener, which may open it."""
 
-    def __init__(self, listener: Listener, resume: dict | None = None):
+    def __init__(self, listener: Listener, resume: dict[tuple[int, ...], Checkpoint] | None = None) -> None:
         self.listener = listener
-        self.checkpoints: dict[tuple, Checkpoint] = {}  # by the calls that lead to the level: see ``resume``
+        # by the calls that lead to the level: see ``resume``
+        self.checkpoints: dict[tuple[int, ...], Checkpoint] = {}
         self._resume = resume or {}
 
-    def run(self, program, args: list) -> list:
+    def run(self, program: Program, args: list[Value]) -> list[Value]:
         """The program's outputs. With ``resume`` (a former walk's ``checkpoints`` on the same program and
         arguments), the deepest checkpoint's listener record is taken on first."""
         if self._resume:
             self.listener.restore(self._resume[max(self._resume, key=len)].state)
         return super().run(program, args)
 
-    def _chain(self, path: tuple[Position, ...]) -> tuple | None:
+    def _chain(self, path: tuple[Position, ...]) -> tuple[int, ...] | None:
         """The key of a level reached only through calls, each the checkpointed equation of its level
         (one line of levels per walk: what a resumed walk goes down through first); None elsewhere."""
-        key: tuple = ()
+        key: tuple[int, ...] = ()
         for position in path:
             kept = self.checkpoints.get(key) or self._resume.get(key)
             if position.kind != "call" or kept is None or kept.eqn is not position.eqn:
@@ -193,11 +200,11 @@ class Walk(Interpreter):
             resumed = None
         level.state = _Ahead(chain, resumed)
 
-    def before(self, level: Level, eqn) -> None:
+    def before(self, level: Level, eqn: Equation) -> None:
         if level.state.pending and _runs_alone(eqn):  # it runs once the listener has seen the ones before
             self._show_pending(level)
 
-    def outputs(self, level: Level, eqn, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         """Bound, or what the first walk computed from these; each output's NaN/inf check dispatched."""
         resumed = level.state.resumed
         if resumed is not None and all(v in resumed.env for v in eqn.outvars):
@@ -207,7 +214,7 @@ class Walk(Interpreter):
         finite_flags.note(outputs)
         return outputs
 
-    def after(self, level: Level, eqn, inputs: list, outputs: list) -> None:
+    def after(self, level: Level, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> None:
         pending = level.state.pending
         pending.append((level.index, eqn, inputs, outputs))
         if _runs_alone(eqn) or len(pending) >= AHEAD:
@@ -224,7 +231,7 @@ class Walk(Interpreter):
         for index, eqn, inputs, outputs in pending:
             self._show(level, index, eqn, inputs, outputs)
 
-    def _show(self, level: Level, index: int, eqn, inputs: list, outputs: list) -> None:
+    def _show(self, level: Level, index: int, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> None:
         """The listener's turn at one equation that ran: checkpoint, open it if asked, visit."""
         chain, path, top = level.state.chain, level.path, not level.path
         if chain is not None and chain not in self.checkpoints and self.listener.checkpoint(eqn, outputs):
@@ -242,7 +249,7 @@ class Walk(Interpreter):
 
     # -- opening an equation -------------------------------------------------------
 
-    def _open(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
+    def _open(self, eqn: Equation, inputs: list[Value], path: tuple[Position, ...]) -> None:
         name = eqn.primitive.name
         if name == "scan":
             self._open_scan(eqn, inputs, path)
@@ -260,7 +267,7 @@ class Walk(Interpreter):
             else:
                 self.evaluate(*called, (*path, Position(eqn, "call")))
 
-    def _body(self, program):
+    def _body(self, program: Program) -> Callable[..., list[jax.Array]]:
         """The compiled function of a loop body (kept across walks)."""
         return _kept((program,), ("body",), lambda: jax.jit(jaxpr_parts.jaxpr_function(program)))
 
@@ -271,7 +278,7 @@ class Walk(Interpreter):
         flag, key = type(listener).step_flag, listener.step_flag_key
         return (lambda ins, outs: flag(key, ins, outs)), (type(listener), key)
 
-    def _open_scan(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
+    def _open_scan(self, eqn: Equation, inputs: list[Value], path: tuple[Position, ...]) -> None:
         consts, carry, xs = jaxpr_parts.scan_operands(eqn, inputs)
         length, reverse = int(eqn.params["length"]), bool(eqn.params.get("reverse"))
         run_body = None if self.listener.step_flags else self._body(eqn.params["jaxpr"])
@@ -296,7 +303,9 @@ class Walk(Interpreter):
             carry = step_outputs[: len(carry)]
             step += 1
 
-    def _first_flagged_scan(self, eqn, consts, carry, xs, start: int):
+    def _first_flagged_scan(
+        self, eqn: Equation, consts: list[Value], carry: list[Value], xs: list[Value], start: int
+    ) -> tuple[int, list[Value]] | None:
         """``(step, carry before it)`` of the first iteration from ``start`` on that the listener's flag
         marks, from one compiled run of the rest of the scan; None when none is marked."""
         program = eqn.params["jaxpr"]
@@ -305,11 +314,11 @@ class Walk(Interpreter):
         rest = [x[: length - start] if reverse else x[start:] for x in xs]
         flag, flag_key = self._flag()
 
-        def make():
+        def make() -> Callable[..., _Flagged]:
             body = jaxpr_parts.jaxpr_function(program)
 
-            def flagged(consts, carry, xs, length):
-                def step(state, x):
+            def flagged(consts: list[Value], carry: list[Value], xs: list[Value], length: int) -> _Flagged:
+                def step(state: _LoopState, x: list[Value] | None) -> tuple[_LoopState, None]:
                     carry, saved, found, index, i = state
                     ins = [*consts, *carry, *(x or ())]
                     outs = body(*ins)
@@ -317,7 +326,7 @@ class Walk(Interpreter):
                     saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
                     return (list(outs[:n_carry]), saved, found | hit, jnp.where(hit, i, index), i + 1), None
 
-                init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
+                init: _LoopState = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
                 final, _ = jax.lax.scan(step, init, list(xs) if xs else None, length=length, reverse=reverse)
                 return final[1], final[2], final[3]
 
@@ -329,7 +338,7 @@ class Walk(Interpreter):
             return None
         return start + int(index), list(saved)
 
-    def _open_while(self, eqn, inputs: list, path: tuple[Position, ...]) -> None:
+    def _open_while(self, eqn: Equation, inputs: list[Value], path: tuple[Position, ...]) -> None:
         cond_consts, body_consts, carry = jaxpr_parts.while_operands(eqn, inputs)
         flags = self.listener.step_flags
         run_cond = None if flags else self._body(eqn.params["cond_jaxpr"])
@@ -359,21 +368,23 @@ class Walk(Interpreter):
             carry = step_outputs
             i += 1
 
-    def _first_flagged_while(self, eqn, cond_consts, body_consts, carry):
+    def _first_flagged_while(
+        self, eqn: Equation, cond_consts: list[Value], body_consts: list[Value], carry: list[Value]
+    ) -> tuple[int, list[Value]] | None:
         """``(iterations before it, carry before it)`` of the first iteration the listener's flag marks,
         from one compiled run of the rest of the loop; None when none is marked."""
         cond_program, body_program = eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"]
         flag, flag_key = self._flag()
 
-        def make():
+        def make() -> Callable[..., _Flagged]:
             cond = jaxpr_parts.jaxpr_function(cond_program)
             body = jaxpr_parts.jaxpr_function(body_program)
 
-            def flagged(cond_consts, body_consts, carry):
-                def keep_going(state):
+            def flagged(cond_consts: list[Value], body_consts: list[Value], carry: list[Value]) -> _Flagged:
+                def keep_going(state: _LoopState) -> jax.Array:
                     return cond(*cond_consts, *state[0])[0]
 
-                def step(state):
+                def step(state: _LoopState) -> _LoopState:
                     carry, saved, found, index, i = state
                     ins = [*body_consts, *carry]
                     outs = body(*ins)
@@ -381,7 +392,7 @@ class Walk(Interpreter):
                     saved = [jnp.where(hit, c, s) for c, s in zip(carry, saved)]
                     return list(outs), saved, found | hit, jnp.where(hit, i, index), i + 1
 
-                init = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
+                init: _LoopState = (list(carry), list(carry), jnp.array(False), jnp.array(-1), jnp.array(0))
                 final = jax.lax.while_loop(keep_going, step, init)
                 return final[1], final[2], final[3]
 

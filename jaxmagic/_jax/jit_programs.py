@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+from types import CodeType, FrameType
 from typing import Any
 
 import jax
@@ -82,7 +83,7 @@ class ProgramCapture:
     jit dispatch path to watch); ``unavailable`` then says why, in words.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.available = False
         self.unavailable = "this JAX has no jit dispatch path jaxmagic can watch"
         self._calls: dict[tuple, CapturedCall] = {}
@@ -92,7 +93,7 @@ class ProgramCapture:
         self._pending: tuple | None = None
         self._compiled: dict[int, tuple] = {}  # id -> (jax.stages.Compiled, call site), called directly
         self._tool: MonitoringTool | None = None
-        self._code = None
+        self._code: CodeType | None = None
         self._hook_state: Any = None  # JAX's post-hook state, when calls are seen through it (no CALL events)
         self._hook: Any = None
         self._previous_local: Any = None
@@ -105,9 +106,9 @@ class ProgramCapture:
         self._code = jit_internals.jit_cache_miss_code()
         if self._code is None:
             return self
-        self._jit_type = jit_internals.jit_type()
-        self._compiled_type = jax.stages.Compiled
-        self._tracer = jax.core.Tracer
+        self._jit_type: type = jit_internals.jit_type()
+        self._compiled_type: type = jax.stages.Compiled
+        self._tracer: type = jax.core.Tracer
         try:
             tool = MonitoringTool("jaxmagic profile", calls=True)
         except NoFreeToolId as why:
@@ -160,7 +161,7 @@ class ProgramCapture:
 
     # -- callbacks (run inside the user's code: small and never raising) --------
 
-    def _on_call(self, code, offset, callable_, arg0):
+    def _on_call(self, code: CodeType, offset: int, callable_: object, arg0: object) -> object:
         if threading.get_ident() != self._thread:  # another thread's call (a data loader): not the block's
             return None  # not DISABLE: the line may run on the block's thread too
         kind = type(callable_)
@@ -187,7 +188,7 @@ class ProgramCapture:
             self._pending = (callable_, code, offset)
         return None
 
-    def _made_for_user(self, jitted, depth: int) -> bool:
+    def _made_for_user(self, jitted: object, depth: int) -> bool:
         """Whether a library's call of ``jitted`` is made for the user: the function is not JAX's own (a
         ``jnp`` helper an eager optax update calls) and a user's frame is behind the library's frames.
         ``depth``: the library's frame making the call, counted from the caller of this method."""
@@ -201,7 +202,7 @@ class ProgramCapture:
         finally:
             del frame
 
-    def _on_start(self, code, offset):
+    def _on_start(self, code: CodeType, offset: int) -> None:
         if threading.get_ident() != self._thread:
             return None
         pending, self._pending = self._pending, None
@@ -234,7 +235,7 @@ class ProgramCapture:
         except Exception:
             pass  # a call we cannot read is shown by kernel name only
 
-    def _on_miss_start(self, code, offset):
+    def _on_miss_start(self, code: CodeType, offset: int) -> None:
         """PY_START on ``cache_miss`` without a CALL event before it: the function is rebuilt from its frame."""
         try:
             if threading.get_ident() != self._thread:
@@ -252,7 +253,7 @@ class ProgramCapture:
             pass
         return None
 
-    def _capture(self, pending, frame) -> None:
+    def _capture(self, pending: tuple[object, ...], frame: FrameType) -> None:
         function = pending[0]
         args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
         self._capture_arguments(function, args, kwargs, _user_site(frame))
@@ -314,20 +315,21 @@ def _module_name(text: str) -> str:
     return text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule ") else ""
 
 
-def _user_site(frame, start=None) -> tuple[str, int, str] | None:
+def _user_site(frame: FrameType, start: FrameType | None = None) -> tuple[str, int, str] | None:
     """(filename, line, function) of the innermost user frame above jit's dispatch frame (or from ``start``)."""
-    frame = start if start is not None else frame.f_back
+    current = start if start is not None else frame.f_back
+    del frame
     try:
-        while frame is not None:
-            if is_user_file(frame.f_code.co_filename):
-                return frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name
-            frame = frame.f_back
+        while current is not None:
+            if is_user_file(current.f_code.co_filename):
+                return current.f_code.co_filename, current.f_lineno or 0, current.f_code.co_name
+            current = current.f_back
         return None
     finally:
-        del frame
+        del current
 
 
-def _spec(leaf):
+def _spec(leaf: object) -> object:
     """A ShapeDtypeStruct for an array (a sharding only when it spans devices); other leaves as they are."""
     if isinstance(leaf, jax.Array):
         sharding = leaf.sharding if len(leaf.sharding.device_set) > 1 else None
@@ -339,7 +341,7 @@ def _spec(leaf):
     return leaf
 
 
-def _spec_key(spec) -> Any:
+def _spec_key(spec: object) -> tuple[object, ...]:
     if isinstance(spec, jax.ShapeDtypeStruct):
         return ("spec", spec.shape, str(spec.dtype), spec.weak_type, str(spec.sharding))
     try:
@@ -358,7 +360,7 @@ MEMORY_FIELDS = {
 }
 
 
-def _memory(compiled) -> dict[str, int]:
+def _memory(compiled: jax.stages.Compiled) -> dict[str, int]:
     try:
         analysis = compiled.memory_analysis()
     except Exception:

@@ -39,7 +39,7 @@ def jittable(fn: Callable) -> Callable:
     if can_be_weakly_referenced(fn):
         return fn
 
-    def call(*args, **kwargs):
+    def call(*args: object, **kwargs: object) -> object:
         return fn(*args, **kwargs)
 
     name = getattr(fn, "__name__", None) or type(fn).__name__

@@ -64,14 +64,15 @@ class VmapParts(NamedTuple):
     out_axes: Any
 
 
-def _cells(function) -> dict[str, Any]:
+def _cells(function: object) -> dict[str, Any]:
     code = getattr(function, "__code__", None)
     if code is None:
         return {}
-    return dict(zip(code.co_freevars, (cell.cell_contents for cell in function.__closure__ or ())))
+    closure = getattr(function, "__closure__", None)  # a function's: a callable with a __code__ is one
+    return dict(zip(code.co_freevars, (cell.cell_contents for cell in closure or ())))
 
 
-def vmap_parts(function) -> VmapParts | None:
+def vmap_parts(function: object) -> VmapParts | None:
     """The function, ``in_axes`` and ``out_axes`` of a callable made by ``jax.vmap`` (through a ``jax.jit``
     around it), read from the closure of JAX's ``vmap_f`` (which JAX's ``api_boundary`` wrapper holds as
     ``fun``); None for any other callable."""

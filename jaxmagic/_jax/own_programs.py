@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -59,14 +59,14 @@ def running() -> bool:
     return OWN_PROGRAMS.running()
 
 
-def jaxmagic_copies(*leaves):
+def jaxmagic_copies(*leaves: jax.Array) -> list[jax.Array]:
     """Copies of ``leaves``, made where they live (XLA gives each output a buffer of its own: no input is
     donated). Named so that a compile log or a profile the user reads says whose program it is."""
     return [jnp.copy(leaf) for leaf in leaves]
 
 
 @functools.cache
-def _copy_program():
+def _copy_program() -> Callable[..., list[jax.Array]]:
     """``jaxmagic_copies`` jitted once for the process (compiled per signature of the leaves)."""
     return jax.jit(jaxmagic_copies)
 
@@ -84,18 +84,18 @@ def copied(leaves: Sequence) -> list:
             return [jnp.copy(leaf) for leaf in leaves]
 
 
-def jaxmagic_stack(*leaves):
+def jaxmagic_stack(*leaves: jax.Array) -> jax.Array:
     """``leaves`` (all of one shape and dtype, on one device) stacked into one array. Named as ``jaxmagic_copies``."""
     return jnp.stack(leaves)
 
 
 @functools.cache
-def _stack_program():
+def _stack_program() -> Callable[..., jax.Array]:
     """``jaxmagic_stack`` jitted once for the process (compiled per count, shape and dtype of the leaves)."""
     return jax.jit(jaxmagic_stack)
 
 
-def stacked(leaves: Sequence):
+def stacked(leaves: Sequence) -> jax.Array:
     """``leaves`` stacked on their device by one program of jaxmagic's own, dispatched without waiting; raises
     what JAX raises where one program cannot take them (a deleted leaf, leaves on several devices)."""
     with OWN_PROGRAMS:

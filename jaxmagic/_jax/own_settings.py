@@ -28,7 +28,7 @@ _own_growth: set[tuple[str, str]] = set()  # (entries after, entries before) jax
 CONTEXT_COUNT = "number of tracing context values"
 
 
-def note_own_value(name: str, value) -> None:
+def note_own_value(name: str, value: object) -> None:
     """Record that jaxmagic runs code with the trace-context setting ``name`` = ``value``."""
     with _lock:
         _own_values.setdefault(name, set()).add(str(value))

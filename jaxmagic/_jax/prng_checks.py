@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from types import FrameType, ModuleType
+from typing import cast
 
 import jax
 import numpy as np
 from jax._src import core
 
 from jaxmagic._jax import jaxpr_parts, key_internals
+from jaxmagic._jax.types import Atom, Equation, Jaxpr, Program
 from jaxmagic.usercode.source import is_user_file
 
 CHECK_NAME = "_check_prng_key"  # (name, key, *, allow_batched=False) -> (key, wrapped); looked up at each call
 
+# what the key-reuse search finds: (the equation, the call equations it is inside outermost first, its program)
+Culprit = tuple[Equation, list[Equation], Jaxpr]
+# an equation with the equations it is inside, outermost first
+Enclosed = tuple[Equation, list[Equation]]
 
-def key_check():
+
+def key_check() -> Callable[..., tuple[jax.Array, bool]] | None:
     """JAX's ``_check_prng_key`` (the jax.random functions' key check), or None on another layout."""
     core = key_internals.random_core()
     return None if core is None else getattr(core, CHECK_NAME, None)
@@ -42,7 +50,7 @@ def following_key_checks(follow: Callable[[str, object, object], None]) -> Itera
         yield False
         return
 
-    def check(name, key, *args, **kwargs):
+    def check(name: str, key: object, *args: object, **kwargs: object) -> tuple[jax.Array, bool]:
         try:
             follow(str(name), key, sys._getframe(1))
         except Exception:  # following is ours: never the user's error
@@ -66,10 +74,10 @@ def following_key_checks(follow: Callable[[str, object, object], None]) -> Itera
 _SIGNATURE_FUNCTION = "jaxpr_type_signature"
 
 
-def reuse_equations(error: BaseException) -> list:
+def reuse_equations(error: BaseException) -> list[Equation]:
     """The equations JAX's key-reuse check was inside when it raised ``error``, outermost first;
     [] when it was raised elsewhere (a call checked at run time, another JAX layout)."""
-    found = []
+    found: list[Equation] = []
     for frame in _check_frames(error):
         try:
             eqn = frame.f_locals.get("eqn")
@@ -80,7 +88,7 @@ def reuse_equations(error: BaseException) -> list:
     return found
 
 
-def _check_frames(error: BaseException):
+def _check_frames(error: BaseException) -> Iterator[FrameType]:
     """The frames of JAX's key-reuse check in ``error``'s traceback, outermost first."""
     tb = getattr(error, "__traceback__", None)
     while tb is not None:
@@ -106,7 +114,7 @@ def checked_program_is_users(error: BaseException) -> bool | None:
     return None
 
 
-def _key_reuse_module():
+def _key_reuse_module() -> ModuleType | None:
     try:
         from jax.experimental.key_reuse import _core
     except Exception:
@@ -114,7 +122,7 @@ def _key_reuse_module():
     return _core
 
 
-def _is_key(var) -> bool:
+def _is_key(var: Atom) -> bool:
     dtype = getattr(getattr(var, "aval", None), "dtype", None)
     try:
         return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
@@ -122,12 +130,12 @@ def _is_key(var) -> bool:
         return False
 
 
-def _loop_parts(eqn):
+def _loop_parts(eqn: Equation) -> tuple[Jaxpr, int, int] | None:
     """(body jaxpr, number of constants, number of carries) of a ``scan`` or ``while`` equation; None otherwise."""
     name = eqn.primitive.name
     if name == "scan":
         closed = eqn.params.get("jaxpr")
-        body = getattr(closed, "jaxpr", closed)
+        body = cast(Jaxpr, getattr(closed, "jaxpr", closed))  # a loop equation holds its body
         if "num_consts" in eqn.params:
             consts, carry = int(eqn.params["num_consts"]), int(eqn.params["num_carry"])
         else:
@@ -135,18 +143,18 @@ def _loop_parts(eqn):
         return body, consts, carry
     if name == "while":
         closed = eqn.params.get("body_jaxpr")
-        body = getattr(closed, "jaxpr", closed)
+        body = cast(Jaxpr, getattr(closed, "jaxpr", closed))
         consts = int(eqn.params.get("body_nconsts", 0))
         return body, consts, len(body.outvars)
     return None
 
 
-def _first_consumer(jaxpr, targets, module, depth: int = 0):
+def _first_consumer(jaxpr: Jaxpr, targets: Collection[Atom], module: ModuleType, depth: int = 0) -> Culprit | None:
     """The first equation of ``jaxpr`` that consumes one of ``targets`` (variables, followed through
     the equations that only pass a key on), with the call equations it is inside: (eqn, [calls]) or None."""
-    forwards: dict = {}
+    forwards: dict[Atom, Atom] = {}
 
-    def resolve(var):
+    def resolve(var: Atom) -> Atom:
         for _ in range(len(forwards) + 1):
             if var in forwards:
                 var = forwards[var]
@@ -174,11 +182,11 @@ def _first_consumer(jaxpr, targets, module, depth: int = 0):
     return None
 
 
-def is_literal_var(var) -> bool:
+def is_literal_var(var: object) -> bool:
     return isinstance(var, core.Literal)
 
 
-def _inside_user_call(eqn, index: int, module, depth: int):
+def _inside_user_call(eqn: Equation, index: int, module: ModuleType, depth: int) -> Culprit | None:
     """When ``eqn`` calls a function of the user's (a nested jit of theirs), the equation inside it
     that consumes its argument ``index``: the line inside that function, not the call."""
     if depth >= 4 or eqn.primitive.name not in ("jit", "pjit", "closed_call", "core_call"):
@@ -198,7 +206,7 @@ def _inside_user_call(eqn, index: int, module, depth: int):
     return culprit, [eqn, *calls], program
 
 
-def loop_reuse_culprit(loop_eqn, message: str):
+def loop_reuse_culprit(loop_eqn: Equation, message: str) -> Culprit | None:
     """For a ``KeyReuseError`` JAX raised at a ``scan``/``while`` (a ``fori_loop``) - "... body function
     leads to key reuse when repeatedly executed" - the equation inside the body that draws with the key
     that is reused at the next pass, with the call equations between the body and it and the
@@ -227,7 +235,7 @@ def loop_reuse_culprit(loop_eqn, message: str):
         return None
 
 
-def _consumed_constant(body, consts: int, module) -> bool:
+def _consumed_constant(body: Jaxpr, consts: int, module: ModuleType) -> bool:
     try:
         signature = module.jaxpr_type_signature(body)
     except Exception:
@@ -235,9 +243,9 @@ def _consumed_constant(body, consts: int, module) -> bool:
     return any(np.any(s.mask) for s in signature.sinks if s.idx < consts)
 
 
-def _forwarded_inputs(body, outgoing: set, module) -> set:
+def _forwarded_inputs(body: Jaxpr, outgoing: set[Atom], module: ModuleType) -> set[Atom]:
     """Inputs of ``body`` that reach one of ``outgoing`` only through equations that pass a key on."""
-    forwards: dict = {}
+    forwards: dict[Atom, Atom] = {}
     for eqn in body.eqns:
         try:
             signature = module.key_reuse_signature_from_eqn(eqn)
@@ -245,7 +253,7 @@ def _forwarded_inputs(body, outgoing: set, module) -> set:
             continue
         for in_idx, out_idx in signature.forwards:
             forwards[eqn.outvars[out_idx]] = eqn.invars[in_idx]
-    found = set()
+    found: set[Atom] = set()
     for var in outgoing:
         for _ in range(len(forwards) + 1):
             if var in forwards:
@@ -257,7 +265,7 @@ def _forwarded_inputs(body, outgoing: set, module) -> set:
     return found
 
 
-def split_sibling_unused(program, eqn) -> bool | None:
+def split_sibling_unused(program: Jaxpr, eqn: Equation) -> bool | None:
     """Whether ``eqn`` draws with one key of a ``split`` whose other keys ``program`` never reads
     (``key, sub = split(key)``; ``normal(key)``; ``sub`` unused): True, False, or None when ``eqn``'s
     key does not come from a split in ``program``."""
@@ -275,7 +283,7 @@ def split_sibling_unused(program, eqn) -> bool | None:
     return bool(siblings) and all(id(v) not in read for v in siblings)
 
 
-def passes_with_sibling(loop_eqn, program, eqn) -> bool | None:
+def passes_with_sibling(loop_eqn: Equation, program: Jaxpr, eqn: Equation) -> bool | None:
     """Try the fix on the traced program: ``eqn`` (in the loop body ``program``) draws with the other key
     of its split instead, and JAX's key-reuse check of the loop runs again. True: it passes; False: it
     still reports a reuse; None: it could not be tried (the draw is not directly in the body)."""
@@ -322,7 +330,7 @@ def passes_with_sibling(loop_eqn, program, eqn) -> bool | None:
 _MAX_EQUATIONS = 5000
 
 
-def _draws_bits(program, depth: int = 0) -> bool:
+def _draws_bits(program: Jaxpr, depth: int = 0) -> bool:
     """Whether the program draws random bits (a split or a fold_in alone draws nothing)."""
     for eqn in program.eqns:
         if eqn.primitive.name == "random_bits":
@@ -334,14 +342,14 @@ def _draws_bits(program, depth: int = 0) -> bool:
     return False
 
 
-def shared_key_draws(closed) -> list[tuple]:
+def shared_key_draws(closed: Program) -> list[Enclosed]:
     """Draws under ``vmap`` with a single (unbatched) key in a user's traced program:
     ``[(draw equation, enclosing equations outermost first)]``, at most one per drawing equation."""
     program = getattr(closed, "jaxpr", closed)
-    found: list[tuple] = []
+    found: list[Enclosed] = []
     seen = [0]
 
-    def walk(jaxpr, enclosing: list, under_vmap: bool, depth: int) -> None:
+    def walk(jaxpr: Jaxpr, enclosing: list[Equation], under_vmap: bool, depth: int) -> None:
         for eqn in jaxpr.eqns:
             seen[0] += 1
             if seen[0] > _MAX_EQUATIONS or depth > 8:
@@ -357,7 +365,7 @@ def shared_key_draws(closed) -> list[tuple]:
                     if (
                         vmapped
                         and keys
-                        and tuple(keys[0].aval.shape) == ()
+                        and tuple(cast(core.ShapedArray, keys[0].aval).shape) == ()
                         and (name == "random_bits" or _draws_bits(getattr(subs[0], "jaxpr", subs[0])))
                     ):
                         found.append((eqn, list(enclosing)))
@@ -375,7 +383,7 @@ def shared_key_draws(closed) -> list[tuple]:
 _LOOPS = {"scan": "jaxpr", "while": "body_jaxpr"}  # loop primitive -> its body's parameter
 
 
-def loop_invariant_draws(closed) -> list[tuple]:
+def loop_invariant_draws(closed: Program) -> list[tuple[Equation, list[Equation], Equation]]:
     """Draws inside a loop body (``lax.scan``, ``fori_loop``, ``while_loop``, ``lax.map``) whose key does
     not change between passes - made only from values the body closes over, not from its carry or its
     per-pass inputs (``jax.random.bernoulli(jax.random.fold_in(key, 7), ...)`` with ``key`` from outside,
@@ -383,10 +391,10 @@ def loop_invariant_draws(closed) -> list[tuple]:
     key-reuse checker sees no reuse there (``fold_in`` consumes nothing).
     ``[(draw equation, enclosing equations outermost first, the loop equation)]``, one per drawing equation."""
     program = getattr(closed, "jaxpr", closed)
-    found: list[tuple] = []
+    found: list[tuple[Equation, list[Equation], Equation]] = []
     seen = [0]
 
-    def follow_changes(jaxpr, varying: set, enclosing: list, loop) -> None:
+    def follow_changes(jaxpr: Jaxpr, varying: set[int], enclosing: list[Equation], loop: Equation | None) -> None:
         """Propagate "changes between passes" through ``jaxpr`` (ids in ``varying``); record the draws
         of ``loop``'s body whose key does not change."""
         for eqn in jaxpr.eqns:
@@ -408,7 +416,7 @@ def loop_invariant_draws(closed) -> list[tuple]:
             if inputs_vary:
                 varying.update(id(v) for v in eqn.outvars)
 
-    def _walk_loop(eqn, enclosing: list) -> None:
+    def _walk_loop(eqn: Equation, enclosing: list[Equation]) -> None:
         body = eqn.params.get(_LOOPS[eqn.primitive.name])
         inner = getattr(body, "jaxpr", body)
         if inner is None or (eqn.primitive.name == "scan" and int(eqn.params.get("length", 2)) < 2):
@@ -420,7 +428,7 @@ def loop_invariant_draws(closed) -> list[tuple]:
             changing = list(inner.invars[int(eqn.params["body_nconsts"]) :])  # the carry
         follow_changes(inner, {id(v) for v in changing}, enclosing, eqn)
 
-    def walk(jaxpr, enclosing: list) -> None:
+    def walk(jaxpr: Jaxpr, enclosing: list[Equation]) -> None:
         for eqn in jaxpr.eqns:
             seen[0] += 1
             if seen[0] > _MAX_EQUATIONS or len(enclosing) > 8:
@@ -447,17 +455,17 @@ def loop_invariant_draws(closed) -> list[tuple]:
 _MAKERS = ("random_seed", "random_wrap")  # what turns a seed or raw data into a key
 
 
-def constant_key_draws(closed) -> list[tuple]:
+def constant_key_draws(closed: Program) -> list[tuple[Equation, list[Equation], Enclosed | None]]:
     """Draws (``random_bits``) outside any loop whose key depends on none of the program's inputs:
     ``[(draw equation, enclosing equations outermost first, (the equation that made the key, its enclosing
     equations) or None)]``.
     A path the walk cannot map (a branch's operands, a loop) counts as depending on the inputs: nothing
     is claimed there."""
     program = getattr(closed, "jaxpr", closed)
-    found: list[tuple] = []
+    found: list[tuple[Equation, list[Equation], Enclosed | None]] = []
     seen = [0]
 
-    def walk(jaxpr, varying: set, made: dict, enclosing: list) -> None:
+    def walk(jaxpr: Jaxpr, varying: set[int], made: dict[int, Enclosed], enclosing: list[Equation]) -> None:
         for eqn in jaxpr.eqns:
             seen[0] += 1
             if seen[0] > _MAX_EQUATIONS or len(enclosing) > 8:

@@ -14,8 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from jax._src.interpreters import pxla
+
+from jaxmagic._jax.types import Program
+
+if TYPE_CHECKING:
+    import jax
+    from jax._src.core import AbstractValue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,16 +50,17 @@ class ProgramInputs:
         return [i for i in range(self.inputs) if i not in self.kept]
 
 
-def input_shardings_flat(compiled) -> list:
+def input_shardings_flat(compiled: jax.stages.Compiled) -> list:
     """One sharding per flat input of ``compiled`` (a ``jax.stages.Compiled``), None where JAX pruned it.
 
     Flattened by the call's own input structure (``in_tree``): a None the user passed as an argument is
     no input at all, while a None sharding at an input's place is a pruned input; flattening the
     shardings alone cannot tell the two apart."""
-    return list(compiled.in_tree.flatten_up_to(compiled.input_shardings))
+    # jaxlib's PyTreeDef: its stub has no flatten_up_to
+    return list(compiled.in_tree.flatten_up_to(compiled.input_shardings))  # type: ignore[attr-defined]
 
 
-def program_inputs(compiled) -> ProgramInputs:
+def program_inputs(compiled: jax.stages.Compiled) -> ProgramInputs:
     """Read from a ``jax.stages.Compiled``: the executable's kept inputs and hoisted constants.
 
     Without the private fields (another JAX), the public ``input_shardings`` still say which inputs
@@ -69,7 +77,7 @@ def program_inputs(compiled) -> ProgramInputs:
     return ProgramInputs(len(shardings), constants, kept)
 
 
-def inputs_jit_prunes(jaxpr) -> frozenset[int]:
+def inputs_jit_prunes(jaxpr: Program) -> frozenset[int]:
     """The flat inputs of a traced program (a ``ClosedJaxpr`` or ``Jaxpr``, as pjit's ``jaxpr`` parameter) that
     jit leaves out of the compiled program: nothing is transferred or donated for them.
 
@@ -141,7 +149,7 @@ def donated_unread_at_compile(frame: FrameType | None) -> list[UnreadDonation]:
     ]
 
 
-def _type_text(aval) -> str:
+def _type_text(aval: AbstractValue) -> str:
     try:
         return aval.str_short(short_dtypes=False)
     except Exception:

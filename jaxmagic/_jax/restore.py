@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import jax
@@ -106,7 +107,7 @@ def jax_loggers() -> dict[str, logging.Logger]:
     return dict(loggers)
 
 
-def _config_values(jax, names: tuple[str, ...] | None) -> dict[str, Any]:
+def _config_values(jax: ModuleType, names: tuple[str, ...] | None) -> dict[str, Any]:
     """The current values of the config options ``names`` (every option's, for None); unknown names are left out."""
     if names is None:
         return dict(jax.config.values)

@@ -6,6 +6,7 @@ closure cells of ``vmap_f``, ``grad_f``, ``value_and_grad_f`` in JAX's own files
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from jaxmagic._jax import jit_internals
@@ -22,12 +23,13 @@ class PerExampleGradient:
     has_aux: bool
 
 
-def _cells(fn) -> dict[str, Any]:
+def _cells(fn: object) -> dict[str, Any]:
     code = getattr(fn, "__code__", None)
-    if code is None or not fn.__closure__:
+    closure = getattr(fn, "__closure__", None)  # a function's: a callable with a __code__ is one
+    if code is None or not closure:
         return {}
     values = {}
-    for name, cell in zip(code.co_freevars, fn.__closure__):
+    for name, cell in zip(code.co_freevars, closure):
         try:
             values[name] = cell.cell_contents
         except ValueError:  # an empty cell
@@ -35,7 +37,7 @@ def _cells(fn) -> dict[str, Any]:
     return values
 
 
-def _jax_wrappers(fn, depth: int = 12):
+def _jax_wrappers(fn: object, depth: int = 12) -> Iterator[tuple[str, dict[str, Any]]]:
     """(code name, closure cells) of each wrapper JAX made around ``fn``, outermost first, then the
     function inside them all as ("", {"fun": f})."""
     current = getattr(fn, "__wrapped__", fn) if jit_internals.is_jitted(fn) else fn
@@ -52,7 +54,7 @@ def _jax_wrappers(fn, depth: int = 12):
         current = inner
 
 
-def per_example_gradient(fn) -> PerExampleGradient | None:
+def per_example_gradient(fn: object) -> PerExampleGradient | None:
     """``f``, ``in_axes`` and the gradient's ``argnums`` when ``fn`` is (a jit of) ``vmap(grad(f))``."""
     in_axes = None
     seen_vmap = False
@@ -80,7 +82,7 @@ class Vmapped:
     out_axes: Any
 
 
-def vmapped(fn) -> Vmapped | None:
+def vmapped(fn: object) -> Vmapped | None:
     """``g`` and the axes when ``fn`` is (a jit of) ``jax.vmap(g, ...)``; None otherwise."""
     wrappers = iter(_jax_wrappers(fn))
     for name, cells in wrappers:

@@ -20,12 +20,16 @@ import contextlib
 import dataclasses
 import functools
 import sys
-from collections.abc import Iterator
-from types import FrameType, TracebackType
+from collections.abc import Callable, Iterator
+from types import CodeType, FrameType, TracebackType
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import code_kind, defining_code, is_user_file, source_line
+
+if TYPE_CHECKING:
+    from jax._src.source_info_util import SourceInfo
 
 # code name of a JAX API frame -> (transformation, the local that holds the function it was given)
 _API_FRAMES = {
@@ -73,7 +77,18 @@ def _is_jax_file(filename: str) -> bool:
     return code_kind(filename) == "jax"
 
 
-def _user_function(value):
+class JitStatic(TypedDict):
+    """A jit's own static arguments, as ``jax.jit`` was given them."""
+
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+
+
+# what a transformation's API frame holds for the user's function: (fun, args, kwargs)
+Call = tuple[Callable[..., object], tuple[object, ...], dict[str, object]]
+
+
+def _user_function(value: object) -> tuple[str, CodeType] | None:
     """(short name, code) of the user's function ``value`` stands for, or None."""
     for _ in range(8):  # a WrappedFun keeps the function as .f, a partial as .func
         inner = getattr(value, "f", None) if hasattr(value, "transforms") else None
@@ -97,7 +112,7 @@ def _user_function(value):
 def transformations(frames: list[tuple[FrameType, int]]) -> list[Transformation]:
     """The transformations among ``frames`` (outermost first, each with its current line)."""
     found: list[Transformation] = []
-    seen_codes: list = []  # the user function of the previous transformation, to fold grad_f > vjp > ...
+    seen_codes: list[CodeType] = []  # the user function of the previous transformation, to fold grad_f > vjp > ...
     caller: SourceLine | None = None
     for frame, lineno in frames:
         code = frame.f_code
@@ -126,7 +141,7 @@ def transformations(frames: list[tuple[FrameType, int]]) -> list[Transformation]
     return found
 
 
-def _parameters(code) -> tuple[str, ...]:
+def _parameters(code: CodeType) -> tuple[str, ...]:
     count = code.co_argcount + code.co_kwonlyargcount
     names = code.co_varnames[:count]
     return tuple(n for n in names if n != "self")
@@ -156,7 +171,9 @@ def stack_at_raise(error: BaseException) -> list[tuple[FrameType, int]]:
     return frames[::-1]
 
 
-def jit_call(frames: list[tuple[FrameType, int]], function: str):
+def jit_call(
+    frames: list[tuple[FrameType, int]], function: str
+) -> tuple[Callable[..., object], tuple[object, ...], dict[str, object], JitStatic] | None:
     """``(fun, args, kwargs, static)`` of the jitted call of the user's ``function`` among ``frames``
     (jit's ``cache_miss`` keeps them; ``static`` is the jit's own ``{"static_argnums": ...,
     "static_argnames": ...}``), or None. The caller must not keep them past its check."""
@@ -170,15 +187,15 @@ def jit_call(frames: list[tuple[FrameType, int]], function: str):
             continue
         user = _user_function(fun)
         if user is not None and user[0] == function and isinstance(args, tuple) and isinstance(kwargs, dict):
-            static = {
+            static: JitStatic = {
                 "static_argnums": tuple(getattr(info, "static_argnums", ()) or ()),
                 "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()),
             }
-            return fun, args, kwargs, static
+            return cast("Callable[..., object]", fun), args, kwargs, static  # jit takes only a callable
     return None
 
 
-def transformation_call(frames: list[tuple[FrameType, int]], function: str):
+def transformation_call(frames: list[tuple[FrameType, int]], function: str) -> Call | None:
     """``(fun, args, kwargs)`` a JAX transformation's API frame among ``frames`` (``grad_f``,
     ``value_and_grad_f``, ``vmap_f``, jit's ``cache_miss``) holds for the user's ``function``: what it was
     given and called with; None when there is none. The caller must not keep them past its check."""
@@ -193,11 +210,13 @@ def transformation_call(frames: list[tuple[FrameType, int]], function: str):
             continue
         user = _user_function(fun)
         if user is not None and user[0] == function and isinstance(args, tuple) and isinstance(kwargs, dict):
-            return fun, args, kwargs
+            return cast("Callable[..., object]", fun), args, kwargs  # as each transformation takes
     return None
 
 
-def library_callable_jit_call(frames: list[tuple[FrameType, int]]):
+def library_callable_jit_call(
+    frames: list[tuple[FrameType, int]],
+) -> tuple[Callable[..., object], tuple[object, ...], dict[str, object], JitStatic, tuple[FrameType, int]] | None:
     """``(fun, args, kwargs, static, caller)`` of the outermost jitted call among ``frames`` whose function
     is a library's callable that runs the user's code (``jax.jit(model.apply)`` of a Flax Linen module,
     ``jax.jit(hk.transform(f).apply)``), called from the user's line (``caller``: that frame and line);
@@ -221,11 +240,11 @@ def library_callable_jit_call(frames: list[tuple[FrameType, int]]):
             return None
         if not isinstance(kwargs, dict):
             return None
-        static = {
+        static: JitStatic = {
             "static_argnums": tuple(getattr(info, "static_argnums", ()) or ()),
             "static_argnames": tuple(getattr(info, "static_argnames", ()) or ()),
         }
-        return fun, args, kwargs, static, caller
+        return cast("Callable[..., object]", fun), args, kwargs, static, caller
     return None
 
 
@@ -247,7 +266,7 @@ def jit_caller(frames: list[tuple[FrameType, int]], function: str) -> tuple[Fram
     return None
 
 
-def traced_for(tracer) -> tuple[str, str]:
+def traced_for(tracer: object) -> tuple[str, str]:
     """(transformation, function) of the trace that made ``tracer``, from the debug info jit keeps on
     its trace (``("jit", "step")``); a name JAX does not know (a callable object) is ""."""
     trace = getattr(made_by(tracer), "_trace", None)
@@ -321,7 +340,7 @@ def leak_error_stacks() -> Iterator[list[list[Transformation]]]:
         yield recorded
         return
 
-    def on_start(started, offset):
+    def on_start(started: CodeType, offset: int) -> None:
         if started is code:
             try:
                 recorded.append(of_stack(sys._getframe(1 + tool.frames_between)))
@@ -336,7 +355,7 @@ def leak_error_stacks() -> Iterator[list[list[Transformation]]]:
         tool.release()
 
 
-def trace_ended(tracer) -> bool | None:
+def trace_ended(tracer: object) -> bool | None:
     """True when the trace that made ``tracer`` has ended (the tracer leaked), None if JAX does not say."""
     trace = getattr(tracer, "_trace", None)
     is_valid = getattr(trace, "is_valid", None)
@@ -348,7 +367,7 @@ def trace_ended(tracer) -> bool | None:
         return None
 
 
-def trace_running_on(tracer, frames: list[tuple[FrameType, int]]) -> bool:
+def trace_running_on(tracer: object, frames: list[tuple[FrameType, int]]) -> bool:
     """Whether the trace that made ``tracer`` was still being traced where ``frames`` were (the stack
     of an error, outermost first): a JAX frame on it holds that trace in a variable (``trace`` of
     the function that runs the user's function under it). Every way into a trace sets one up so -
@@ -402,19 +421,19 @@ def traced_below(frames: list[tuple[FrameType, int]], start: int) -> bool:
         traces.clear()
 
 
-def _is_tracer(value) -> bool:
+def _is_tracer(value: object) -> bool:
     core = sys.modules.get("jax.core")
     tracer = getattr(core, "Tracer", None)
     return tracer is not None and isinstance(value, tracer)
 
 
-def made_by(tracer):
+def made_by(tracer: object) -> object:
     """The tracer a grad tracer wraps (``primal``), whose line JAX records; else the tracer itself."""
     primal = getattr(tracer, "primal", None)
     return primal if primal is not None and hasattr(primal, "_trace") else tracer
 
 
-def line_info(tracer):
+def line_info(tracer: object) -> SourceInfo | None:
     """The source info JAX recorded where ``tracer`` was made: ``_line_info`` of a jit tracer (a grad
     tracer's primal), ``source_info`` of a vmap tracer; None when it recorded none."""
     made = made_by(tracer)
