@@ -63,4 +63,11 @@ def test_every_body_is_checked_and_the_report_layers_are_fully_annotated():
         "jaxmagic.probes._support.*",
         "jaxmagic._jax.*",
         "jaxmagic",
+        "jaxmagic.probes._sharding.*",
+        "jaxmagic.probes._memory.*",
+        "jaxmagic.probes._hlo.*",
+        "jaxmagic.probes._profile.*",
+        "jaxmagic.probes._live.*",
+        "jaxmagic.probes._check",
+        "jaxmagic.probes._transfers.*",
     } <= strict

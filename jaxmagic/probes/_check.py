@@ -14,7 +14,7 @@ integer division by zero gives a value (chapter section 3.2).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -22,7 +22,7 @@ from jax.experimental import checkify
 
 from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
-from jaxmagic.probes._nans import NanReport, explain_call, nan_fix, offered_fix
+from jaxmagic.probes._nans import NanProducer, NanReport, explain_call, nan_fix, offered_fix
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
@@ -49,7 +49,7 @@ KIND_TITLES = {
 }
 
 
-def error_set(names: str | list[str]):
+def error_set(names: str | list[str]) -> frozenset[checkify.ErrorCategory]:
     """checkify's error set for names like "nan,index" (see ERROR_SET_NAMES)."""
     sets = {
         "user": checkify.user_checks,
@@ -67,7 +67,7 @@ def error_set(names: str | list[str]):
             f"names unknown error sets {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(ERROR_SET_NAMES)}, comma-separated",
         )
-    combined: frozenset = frozenset()
+    combined: frozenset[checkify.ErrorCategory] = frozenset()
     for name in wanted:
         combined = combined | sets[name]
     return combined
@@ -81,7 +81,7 @@ class CheckError:
     message: str
     mapped_index: list[int] | None = None  # vmapped call: index of the failing sample
     line: SourceLine | None = None
-    producer: object = None  # NanProducer of a "nan" error: the operation, its iteration and values
+    producer: NanProducer | None = None  # NanProducer of a "nan" error: the operation, its iteration and values
     fix: str = ""  # a "nan" error's fix, the NaN probe's (``nans.offered_fix``): what %%jax_nans offers for it
 
 
@@ -124,7 +124,7 @@ class CheckReport(Report):
         kinds = ", ".join(KIND_TITLES[k].split(" (")[0] for k in self.kinds)
         return f"{self.call}: {len(self.errors)} error(s) - {kinds}."
 
-    def document(self):
+    def document(self) -> Document:
         sections = []
         if self.errors:
             batched = any(e.mapped_index is not None for e in self.errors)
@@ -139,12 +139,12 @@ class CheckReport(Report):
                 for e in self.errors
             ]
             sections.append(Section("Errors", [Table(columns, rows)]))
-            located = [e for e in self.errors if e.producer is not None]
+            located = [e.producer for e in self.errors if e.producer is not None]
             if located:
                 sections.append(
                     Section(
                         "Where the NaN was made",
-                        [Paragraph(_producer_text(e.producer)) for e in located],
+                        [Paragraph(_producer_text(producer)) for producer in located],
                     )
                 )
             lines = [e.line for e in self.errors if e.line]
@@ -220,7 +220,7 @@ def _kind_fix(first: CheckError, errors: list[CheckError]) -> str:
     )
 
 
-def _producer_text(producer) -> str:
+def _producer_text(producer: NanProducer) -> str:
     inside = f" inside `{producer.library_function}`" if producer.library_function else ""
     text = f"{producer.description}{inside} ({producer.phase} pass)"
     if producer.nan_maker:
@@ -229,7 +229,12 @@ def _producer_text(producer) -> str:
 
 
 def check(
-    fn: Callable, *args: Any, errors: str | list[str] = "all", call_text: str = "", vmap_axes=None, **kwargs: Any
+    fn: Callable,
+    *args: Any,
+    errors: str | list[str] = "all",
+    call_text: str = "",
+    vmap_axes: int | Sequence[object] | None = None,
+    **kwargs: Any,
 ) -> CheckReport:
     """``check_of_call(fn, args, kwargs, ...)`` for people: the call's own keywords may not be
     named ``errors``, ``call_text`` or ``vmap_axes`` here (use :func:`check_of_call` then)."""
@@ -256,7 +261,7 @@ def run_call(
     *,
     errors: str | list[str] = "all",
     call_text: str = "",
-    vmap_axes=None,
+    vmap_axes: int | Sequence[object] | None = None,
 ) -> tuple[CheckReport, Exception | None]:
     """Like :func:`check_of_call`, also returning the call's own exception (None if it ran).
 
@@ -291,7 +296,9 @@ def run_call(
     return report, None
 
 
-def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
+def _locate_nans(
+    report: CheckReport, checked_fn: Callable[..., object], args: Sequence[object], kwargs: Mapping[str, object]
+) -> None:
     """checkify names the primitive, and a line only when the user's code made it: the NaN probe's own
     explanation of the call (``nans.explain_call``: its producer search, as ``%%jax_nans``'s) adds the line
     inside a library function, the loop iteration, the values and the tried fix."""
@@ -313,14 +320,14 @@ def _locate_nans(report: CheckReport, checked_fn, args, kwargs) -> None:
             return
 
 
-def _errors_of(err) -> list[CheckError]:
+def _errors_of(err: checkify.Error) -> list[CheckError]:
     """Every error an ``Error`` value holds, not just the first one ``err.get()`` shows."""
     found = [_error_from(exc, mapped_index) for exc, mapped_index in checkify_errors.every_error(err)]
     found.sort(key=lambda e: (e.mapped_index or [], list(KIND_TITLES).index(e.kind) if e.kind in KIND_TITLES else 9))
     return found
 
 
-def _error_from(exc, mapped_index) -> CheckError:
+def _error_from(exc: BaseException, mapped_index: list[int] | None) -> CheckError:
     kind = _KIND_OF_CLASS.get(type(exc).__name__, type(exc).__name__)
     message = message_of(exc).strip()
     return CheckError(kind, message, mapped_index, _user_line(checkify_errors.error_frames(exc)))

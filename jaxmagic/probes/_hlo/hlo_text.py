@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import math
 import re
+from collections.abc import Iterator
 
 # Roles of the computations an instruction refers to; "fused" bodies run inside
 # one kernel, "applied" ones are scalar reducers/comparators (to_apply=...),
@@ -92,7 +93,7 @@ class HloModuleText:
     def entry(self) -> HloComputation | None:
         return next((c for c in self.computations.values() if c.is_entry), None)
 
-    def instructions(self):
+    def instructions(self) -> Iterator[HloInstruction]:
         for computation in self.computations.values():
             yield from computation.instructions
 

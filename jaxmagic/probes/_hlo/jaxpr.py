@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeAlias
 
 import jax
 import numpy as np
@@ -14,12 +16,22 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import strip_ansi
 from jaxmagic.usercode.source import is_user_file, source_line
 
+if TYPE_CHECKING:
+    from jax.stages import Traced
 
-def _sub_jaxprs(eqn):
+    from jaxmagic._jax.types import Equation, Program
+
+# what walk_eqns yields: (eqn, segments, backward, sub_jaxprs, parents)
+Walked: TypeAlias = "tuple[Equation, tuple[str, ...], bool, list[Program], tuple[Equation, ...]]"
+
+
+def _sub_jaxprs(eqn: Equation) -> list[Program]:
     return jaxpr_parts.sub_jaxprs(eqn)
 
 
-def walk_eqns(jaxpr, segments: tuple[str, ...] = (), backward: bool = False, parents: tuple = ()):
+def walk_eqns(
+    jaxpr: Program, segments: tuple[str, ...] = (), backward: bool = False, parents: tuple[Equation, ...] = ()
+) -> Iterator[Walked]:
     """Yield ``(eqn, segments, backward, sub_jaxprs, parents)`` for every equation, sub-jaxprs included.
 
     ``segments`` is the name path above the equation: the enclosing equations'
@@ -53,7 +65,7 @@ def scope_names(walked: list) -> set[str]:
     return names
 
 
-def jaxpr_ops(walked: list, function: str, printer=None) -> list[StageOp]:
+def jaxpr_ops(walked: list[Walked], function: str, printer: Callable[[Equation], str] | None = None) -> list[StageOp]:
     """The operations of the walked jaxpr; ``printer`` (``jaxpr_parts.jaxpr_equation_printer``) names
     their variables as the printed jaxpr does."""
     ops = []
@@ -75,7 +87,7 @@ def jaxpr_ops(walked: list, function: str, printer=None) -> list[StageOp]:
     return ops
 
 
-def eqn_line(eqn, parents: tuple = ()) -> SourceLine | None:
+def eqn_line(eqn: Equation, parents: tuple[Equation, ...] = ()) -> SourceLine | None:
     """The innermost line of the user's code on the equation's stack.
 
     An equation inside a call (the max in jax.nn.relu's custom_jvp) may have been
@@ -92,7 +104,7 @@ def eqn_line(eqn, parents: tuple = ()) -> SourceLine | None:
     return None
 
 
-def eqn_text(eqn, printer=None) -> str:
+def eqn_text(eqn: Equation, printer: Callable[[Equation], str] | None = None) -> str:
     """The equation as JAX prints it; with ``printer``, with the names ``str(jaxpr)`` gives its variables."""
     try:
         text = strip_ansi(printer(eqn) if printer is not None else str(eqn)).strip()
@@ -101,7 +113,7 @@ def eqn_text(eqn, printer=None) -> str:
     return text if len(text) <= 240 else text[:237] + "..."
 
 
-def signature(traced) -> tuple[list[str], list[str]]:
+def signature(traced: Traced) -> tuple[list[str], list[str]]:
     info = getattr(traced.jaxpr, "debug_info", None)
     names = list(getattr(info, "arg_names", None) or [])
     avals = jax.tree_util.tree_leaves(traced.in_avals)
@@ -111,7 +123,7 @@ def signature(traced) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
-def aval_text(aval) -> str:
+def aval_text(aval: object) -> str:
     shape = getattr(aval, "shape", ())
     dtype = getattr(aval, "dtype", "")
     short = np.dtype(dtype).name if dtype is not None and str(dtype) else str(dtype)

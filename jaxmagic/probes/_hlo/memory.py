@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax import jit_internals, jittable
 from jaxmagic.probes._hlo.records import MemoryFigures, SweepPoint
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    from jax.stages import Compiled
 
 
 @dataclasses.dataclass
@@ -21,7 +24,7 @@ class Sweep:
     build: Callable[[Any], tuple]
 
 
-def memory_figures(compiled) -> MemoryFigures | None:
+def memory_figures(compiled: Compiled) -> MemoryFigures | None:
     try:
         stats = compiled.memory_analysis()
     except Exception:
@@ -42,7 +45,7 @@ def memory_figures(compiled) -> MemoryFigures | None:
     )
 
 
-def cost_figures(compiled) -> dict[str, float]:
+def cost_figures(compiled: Compiled) -> dict[str, float]:
     try:
         cost = compiled.cost_analysis()
     except Exception:
@@ -54,7 +57,7 @@ def cost_figures(compiled) -> dict[str, float]:
     return {k: float(v) for k, v in cost.items() if k in ("flops", "transcendentals", "bytes accessed")}
 
 
-def sweep_point(sweep: Sweep, value) -> SweepPoint:
+def sweep_point(sweep: Sweep, value: object) -> SweepPoint:
 
     point = SweepPoint(value=repr(value))
     try:

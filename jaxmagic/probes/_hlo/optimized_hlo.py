@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 
-from jaxmagic.probes._hlo.hlo_text import HloInstruction
+from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText
 from jaxmagic.probes._hlo.name_paths import parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
 from jaxmagic.report import SourceLine
 
 
-def hlo_ops(module) -> list[StageOp]:
+def hlo_ops(module: HloModuleText) -> list[StageOp]:
     """The operations XLA will run: every instruction with a name path, fusions and reducer bodies aside."""
     ops = []
     for instruction in module.instructions():
@@ -40,7 +40,7 @@ def _text_of(instruction: HloInstruction) -> str:
     return instruction.text
 
 
-def hlo_kernels(module) -> list[StageOp]:
+def hlo_kernels(module: HloModuleText) -> list[StageOp]:
     """Instructions that run as code (entry and loop computations), labelled by their op_name."""
     ops = []
     for instruction in module.instructions():
@@ -62,5 +62,5 @@ def hlo_kernels(module) -> list[StageOp]:
     return ops
 
 
-def _hlo_line(module, instruction) -> SourceLine | None:
+def _hlo_line(module: HloModuleText, instruction: HloInstruction) -> SourceLine | None:
     return first_user_frame([(f.file, f.line, f.function) for f in module.stack(instruction)])

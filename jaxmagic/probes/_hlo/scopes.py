@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic.probes._hlo.name_paths import NamePath, find_run, parse_name, scope_path
 from jaxmagic.probes._hlo.records import Kernel, ScopeNode, ScopeOp
 from jaxmagic.probes._hlo.report import HloReport
 from jaxmagic.report import SourceLine
+
+if TYPE_CHECKING:
+    from jaxmagic.probes._hlo.hlo_text import HloInstruction, HloModuleText
 
 
 @dataclasses.dataclass
@@ -56,7 +59,11 @@ def _matches(op: StageOp, scopes: ScopePaths, query: tuple[str, ...]) -> tuple[s
 
 
 def collect_scope(
-    report: HloReport, per_stage: dict[str, list[StageOp]], scopes: ScopePaths, query: tuple[str, ...], module
+    report: HloReport,
+    per_stage: dict[str, list[StageOp]],
+    scopes: ScopePaths,
+    query: tuple[str, ...],
+    module: HloModuleText | None,
 ) -> None:
     kernel_ops: dict[str, int] = {}
     kernels_seen: dict[str, Any] = {}
@@ -106,7 +113,7 @@ def collect_scope(
 
 
 def every_scope_ops(
-    per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str], module
+    per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str], module: HloModuleText | None
 ) -> list[ScopeOp]:
     """Every operation of every stage with its whole scope path as ``inner`` ("" outside any scope), its
     line, its text and, in HLO, the kernel that runs it: plain data for an explorer of all scopes."""
@@ -132,7 +139,7 @@ def every_scope_ops(
     return ops
 
 
-def _fused_instructions(module, kernel) -> list:
+def _fused_instructions(module: HloModuleText, kernel: HloInstruction) -> list[HloInstruction]:
     """The instructions inside a fusion (nested fusions included), or the instruction itself."""
     if kernel.opcode != "fusion":
         return [kernel]
@@ -151,13 +158,15 @@ def _fused_instructions(module, kernel) -> list:
     return out
 
 
-def scope_tree(per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str]):
+def scope_tree(
+    per_stage: dict[str, list[StageOp]], scopes: ScopePaths, stages: list[str]
+) -> tuple[list[ScopeNode], dict[str, int]]:
     """Each scope path (and its ancestors) with operation counts per stage, descendants included."""
     counts: dict[tuple[str, ...], dict[str, int]] = {}
     unscoped: dict[str, int] = {}
     order: list[tuple[str, ...]] = []
 
-    def add(path: tuple[str, ...], key: str):
+    def add(path: tuple[str, ...], key: str) -> None:
         if not path:
             unscoped[key] = unscoped.get(key, 0) + 1
             return

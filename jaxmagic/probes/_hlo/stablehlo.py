@@ -3,17 +3,26 @@ ships (operation locations: name paths and call stacks)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
+
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic.probes._hlo.name_paths import parse_name
 from jaxmagic.probes._hlo.scopes import StageOp
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import is_user_file, source_line
 
+if TYPE_CHECKING:
+    from jax.extend.mlir import ir as mlir
+    from jax.stages import Lowered
+
+_Frames: TypeAlias = list[tuple[str, int, str]]  # (file, line, function), innermost first
+
 _NOT_OPERATIONS = {"func.return", "stablehlo.return", "func.call", "func.func"}
 _CONTROL_FLOW = {"stablehlo.while", "stablehlo.if", "stablehlo.case"}
 
 
-def stablehlo_ops(lowered) -> list[StageOp]:
+def stablehlo_ops(lowered: Lowered) -> list[StageOp]:
     """Operations of the StableHLO module with their location names and user frames.
 
     Calls into private functions (``func.call @relu``) are followed, and the
@@ -23,6 +32,7 @@ def stablehlo_ops(lowered) -> list[StageOp]:
     ir = jaxpr_parts.mlir_ir()
 
     module = lowered.compiler_ir("stablehlo")
+    assert module is not None  # JAX gives None only for a dialect it does not know
     functions = {}
     for op in module.body.operations:
         operation = op.operation
@@ -33,17 +43,19 @@ def stablehlo_ops(lowered) -> list[StageOp]:
     if main is None:
         return ops
 
-    def walk_regions(operation, prefix: str, outer_frames, depth: int):
+    def walk_regions(
+        operation: mlir.Operation, prefix: str, outer_frames: Callable[[], _Frames] | None, depth: int
+    ) -> None:
         for region in operation.regions:
             for block in region.blocks:
                 for child in block.operations:
                     visit(child.operation, prefix, outer_frames, depth)
 
-    def visit(operation, prefix: str, outer_frames, depth: int):
+    def visit(operation: mlir.Operation, prefix: str, outer_frames: Callable[[], _Frames] | None, depth: int) -> None:
         location = operation.location
         full = _join_name(prefix, _location_name(location))
 
-        def frames(location=location, outer=outer_frames):
+        def frames(location: mlir.Location = location, outer: Callable[[], _Frames] | None = outer_frames) -> _Frames:
             # Read only for the operations that are shown; an op of a called function has no
             # file location of its own and takes its call's.
             return _location_frames(location) or (outer() if outer else [])
@@ -83,7 +95,7 @@ def _join_name(prefix: str, name: str | None) -> str:
     return f"{prefix}/{name}"
 
 
-def _location_name(location) -> str | None:
+def _location_name(location: mlir.Location) -> str | None:
     """The operation's name path: the outermost name of its MLIR location (None if it has none)."""
     ir = jaxpr_parts.mlir_ir()
 
@@ -96,7 +108,7 @@ def _location_name(location) -> str | None:
     return None
 
 
-def _location_frames(location) -> list[tuple[str, int, str]]:
+def _location_frames(location: mlir.Location) -> list[tuple[str, int, str]]:
     """``(file, line, function)`` of an MLIR location's call stack, innermost first.
 
     JAX writes ``loc("jit(f)/encoder/dot_general"(callsite("f"("x.py":4:2) at ...)))``:
@@ -107,7 +119,7 @@ def _location_frames(location) -> list[tuple[str, int, str]]:
 
     frames: list[tuple[str, int, str]] = []
 
-    def visit(loc, function: str = "", top: bool = False):
+    def visit(loc: mlir.Location, function: str = "", top: bool = False) -> None:
         if isinstance(loc, ir.NameLoc):
             visit(loc.child_loc, "" if top else loc.name_str)
         elif isinstance(loc, ir.CallSiteLoc):

@@ -17,7 +17,7 @@ from jaxmagic.probes._memory.messages import OutOfMemoryMessage
 from jaxmagic.probes._memory.records import Capacity
 
 
-def capacity(device=None) -> Capacity:
+def capacity(device: jax.Device | None = None) -> Capacity:
     """What ``device`` (default: JAX's first device) can still give, and how that was found."""
     if device is None:
         device = jax.devices()[0]

@@ -150,14 +150,14 @@ def _names_holding_the_error(user_tb: TracebackType) -> list[str]:
     return names
 
 
-def _leaves(value) -> list:
+def _leaves(value: object) -> list[object]:
     try:
         return jax.tree.leaves(value)
     except Exception:
         return []
 
 
-def _holds_error(array) -> bool:
+def _holds_error(array: jax.Array) -> bool:
     try:
         array.block_until_ready()
     except Exception as error:  # the program that made it failed: the same error again
@@ -205,11 +205,11 @@ def _function_at(frame: FrameType, filename: str) -> str:
     return frame.f_code.co_name if frame.f_code.co_filename == filename else "<module>"
 
 
-def _is_compiled(function) -> bool:
+def _is_compiled(function: object) -> bool:
     return isinstance(function, jax.stages.Compiled)
 
 
-def _is_jax_function(function) -> bool:
+def _is_jax_function(function: object) -> bool:
     module = getattr(function, "__module__", "") or ""
     return module == "jax" or module.startswith(("jax.", "jaxlib"))
 
@@ -220,22 +220,22 @@ _PURE = (ast.Name, ast.Attribute, ast.Constant, ast.Load, ast.Tuple, ast.List, a
 class _Scope:
     """Evaluates expressions of a frame: pure ones as they are, others as shapes under ``jax.eval_shape``."""
 
-    def __init__(self, frame: FrameType):
+    def __init__(self, frame: FrameType) -> None:
         self.globals = frame.f_globals
         self.locals = dict(frame.f_locals)
 
-    def _eval(self, node: ast.expr):
+    def _eval(self, node: ast.expr) -> object:
         code = compile(ast.Expression(body=node), "<jaxmagic: the call's arguments>", "eval")
         return eval(code, self.globals, self.locals)
 
-    def pure(self, node: ast.expr):
+    def pure(self, node: ast.expr) -> object:
         """Names, attributes, literals and their tuples: nothing runs but attribute lookups."""
         for child in ast.walk(node):
             if not isinstance(child, _PURE) and not isinstance(child, ast.expr_context):
                 raise ValueError(f"{type(child).__name__} in {ast.unparse(node)}")
         return self._eval(node)
 
-    def abstract(self, node: ast.expr):
+    def abstract(self, node: ast.expr) -> object:
         try:
             return self.pure(node)
         except ValueError:
@@ -259,5 +259,5 @@ class _Scope:
                     raise ValueError(f"it calls {ast.unparse(child.func)}")
 
 
-def _is_array_like(value) -> bool:
+def _is_array_like(value: object) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")

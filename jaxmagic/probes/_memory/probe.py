@@ -176,7 +176,13 @@ def memory(*, namespace: dict | None = None, try_ways: bool = True) -> Iterator[
             _finish(report, capture, error, namespace, try_ways)
 
 
-def _finish(report: MemoryReport, capture: ProgramCapture, error, namespace, try_ways: bool) -> None:
+def _finish(
+    report: MemoryReport,
+    capture: ProgramCapture,
+    error: BaseException | None,
+    namespace: dict[str, object] | None,
+    try_ways: bool,
+) -> None:
     if not capture.available:
         report.notes.append(f"The cell's jitted calls could not be seen: {capture.unavailable}.")
     calls = capture.captured_calls()
@@ -212,7 +218,13 @@ def _finish(report: MemoryReport, capture: ProgramCapture, error, namespace, try
 
 
 def _measured(
-    fn, args, kwargs, text: str, line: SourceLine | None, cap: Capacity | None, try_ways: bool
+    fn: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    text: str,
+    line: SourceLine | None,
+    cap: Capacity | None,
+    try_ways: bool,
 ) -> ProgramMemory:
     program, compiled = program_memory(fn, args, kwargs, call=text, called_at=line)
     if try_ways and compiled is not None:

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -43,6 +43,9 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import defining_code, is_user_file
 
+if TYPE_CHECKING:
+    from jax.stages import Traced
+
 SHOWN_BUFFERS = 8  # groups of buffers kept per program, largest first (the rest is "other buffers")
 
 
@@ -63,7 +66,7 @@ def program_memory(
     kwargs: dict | None = None,
     *,
     call: str = "",
-    called_at=None,
+    called_at: SourceLine | None = None,
     raise_traced: bool = False,
 ) -> tuple[ProgramMemory, CompiledCall | None]:
     """The memory of ``fn(*args, **kwargs)``, compiled but never run; arguments may be arrays (even ones a
@@ -144,9 +147,9 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
     """The buffers live at the peak, folded by (shape, role, operation, line), largest first."""
     instructions = {i.name: i for i in module.instructions()}
     readers: dict[str, list[HloInstruction]] = {}
-    for instruction in instructions.values():
-        for operand in instruction.operands:
-            readers.setdefault(operand, []).append(instruction)
+    for reader in instructions.values():
+        for operand in reader.operands:
+            readers.setdefault(operand, []).append(reader)
     groups: dict[tuple, PeakBuffer] = {}
     for value in assignment.peak:
         instruction = instructions.get(value.instruction)
@@ -164,7 +167,15 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
     return sorted(groups.values(), key=lambda b: (-b.bytes, b.role == ARGUMENT))  # at one size, what it made first
 
 
-def _buffer_of(module, assignment, instruction, shape_index, size, readers, instructions) -> PeakBuffer:
+def _buffer_of(
+    module: HloModuleText,
+    assignment: BufferAssignment,
+    instruction: HloInstruction,
+    shape_index: str,
+    size: int,
+    readers: dict[str, list[HloInstruction]],
+    instructions: dict[str, HloInstruction],
+) -> PeakBuffer:
     shape = _element_shape(instruction.shape, shape_index)
     op_name = instruction.op_names[0] if instruction.op_names else ""
     made_at = _user_line(module, instruction)
@@ -203,10 +214,12 @@ def _buffer_of(module, assignment, instruction, shape_index, size, readers, inst
         else:
             what, line = _borrowed_line(module, made, readers, instructions)
             reuses.append(f"XLA's {what}" + (f" (line {line.lineno})" if line is not None else ""))
-    found = PeakBuffer(shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses)))
+    buffer = PeakBuffer(
+        shape, size, role, operation, scope=op_name, made_at=made_at, reuses=list(dict.fromkeys(reuses))
+    )
     if stack is not None:
-        found.stacked, found.scan_at, found.carry = stack.rows, stack.scan_at, stack.carry
-    return found
+        buffer.stacked, buffer.scan_at, buffer.carry = stack.rows, stack.scan_at, stack.carry
+    return buffer
 
 
 _PASSED_ON = (
@@ -223,7 +236,12 @@ _PASSED_ON = (
 _ARGUMENTS = " of argument `"
 
 
-def _borrowed_line(module, instruction, readers, instructions) -> tuple[str, SourceLine | None]:
+def _borrowed_line(
+    module: HloModuleText,
+    instruction: HloInstruction,
+    readers: dict[str, list[HloInstruction]],
+    instructions: dict[str, HloInstruction],
+) -> tuple[str, SourceLine | None]:
     """An instruction XLA made without metadata takes the line of the value it moves (a layout ``copy`` of
     ``abs``'s output) or, when it reads no such value, of the instruction it was made for (an ``iota`` of a
     sort's indices): ("copy of `abs`", line) / ("iota for `sort`", line); a value it moves that is an argument
@@ -307,7 +325,7 @@ def _tuple_elements(shape: str) -> list[str]:
     return [e for e in elements if e]
 
 
-def _signature(traced) -> str:
+def _signature(traced: Traced) -> str:
     """The program's inputs, repeats folded: ``6 x float32[128,512], float32[2048,128]``."""
     try:
         avals = [str(a) for a in traced.jaxpr.in_avals]

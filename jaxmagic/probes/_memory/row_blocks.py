@@ -26,14 +26,15 @@ import dataclasses
 import itertools
 import linecache
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.recorded_sources import user_frame
+from jaxmagic._jax.types import Atom, Equation, Jaxpr, Value
 
 MAX_USES = 4  # uses of one input split every way (2**4 - 1 subsets)
 
@@ -51,6 +52,13 @@ CUMULATIVE = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())
 CALL_JAXPR = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
               "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr",
               "checkpoint": "jaxpr", "remat": "jaxpr"}  # fmt: skip
+
+
+class _Frame(Protocol):
+    """What a frame of JAX's recorded traceback (``source_info_util.Frame``) gives here."""
+
+    file_name: str
+    start_line: int
 
 
 class NotRows(Exception):
@@ -144,7 +152,9 @@ def _analyse(closed: Any, index: int, chosen: set[int], rows: int) -> tuple[int,
     return tuple(int(a) for a in axes if a is not None)
 
 
-def _walk_top(walk: _Walk, jaxpr, consts, flat: list, index: int, chosen: set[int], rows: Any) -> list:
+def _walk_top(
+    walk: _Walk, jaxpr: Jaxpr, consts: Sequence[Value], flat: list[Value], index: int, chosen: set[int], rows: Any
+) -> list:
     """The top-level jaxpr: the input read as rows by the chosen equations, whole by the others."""
     for var, value in zip(jaxpr.constvars, consts):
         _bind(walk, var, None, value)
@@ -162,7 +172,7 @@ def _walk_top(walk: _Walk, jaxpr, consts, flat: list, index: int, chosen: set[in
     return [_value(walk, v) for v in jaxpr.outvars] if walk.evaluate else []
 
 
-def _walk_inner(walk: _Walk, eqn, states: list, values: list) -> tuple[list, list]:
+def _walk_inner(walk: _Walk, eqn: Equation, states: list[int | None], values: list[Value]) -> tuple[list, list]:
     """A call's program, inlined: its equations walked with the caller's states (and values)."""
     jaxpr, consts = jaxpr_parts.closed_parts(eqn.params[CALL_JAXPR[eqn.primitive.name]])
     inner = _Walk(walk.block, walk.rows, walk.evaluate)
@@ -180,25 +190,25 @@ def _walk_inner(walk: _Walk, eqn, states: list, values: list) -> tuple[list, lis
     return [_state(inner, v) for v in jaxpr.outvars], out_values
 
 
-def _bind(walk: _Walk, var, state: int | None, value: Any) -> None:
+def _bind(walk: _Walk, var: Atom, state: int | None, value: Value) -> None:
     walk.states[var] = state
     if walk.evaluate:
         walk.values[var] = value
 
 
-def _state(walk: _Walk, var) -> int | None:
+def _state(walk: _Walk, var: Atom) -> int | None:
     return None if jaxpr_parts.is_literal(var) else walk.states.get(var)
 
 
-def _value(walk: _Walk, var) -> Any:
+def _value(walk: _Walk, var: Atom) -> Value:
     return var.val if jaxpr_parts.is_literal(var) else walk.values[var]
 
 
-def _shape(var) -> tuple[int, ...]:
+def _shape(var: Atom) -> tuple[int, ...]:
     return tuple(getattr(getattr(var, "aval", None), "shape", ()) or ())
 
 
-def _equation(walk: _Walk, eqn, states: list, values: list) -> None:
+def _equation(walk: _Walk, eqn: Equation, states: list[int | None], values: list[Value]) -> None:
     name = eqn.primitive.name
     if all(s is None for s in states):  # free of the rows: as it is, full size
         outs = jaxpr_parts.bind_equation(eqn, values) if walk.evaluate else [None] * len(eqn.outvars)
@@ -225,7 +235,7 @@ def _equation(walk: _Walk, eqn, states: list, values: list) -> None:
         _bind(walk, var, out_axis, value)
 
 
-def _rule(walk: _Walk, eqn, states: list) -> tuple[Any, dict, set[int]]:
+def _rule(walk: _Walk, eqn: Equation, states: list[int | None]) -> tuple[Any, dict, set[int]]:
     """(the results' row axis, the parameters to bind at the block's size, operands to slice to the block)."""
     name, params = eqn.primitive.name, eqn.params
     rows = sorted({s for s in states if s is not None})
@@ -256,7 +266,7 @@ def _rule(walk: _Walk, eqn, states: list) -> tuple[Any, dict, set[int]]:
     raise NotRows(f"{line} reads the rows along the axis it works on, or is not one the split knows")
 
 
-def _dot_general(eqn, states: list) -> int:
+def _dot_general(eqn: Equation, states: list[int | None]) -> int:
     (contract_l, contract_r), (batch_l, batch_r) = eqn.params["dimension_numbers"]
     lhs, rhs = states
     rank_l, rank_r = len(_shape(eqn.invars[0])), len(_shape(eqn.invars[1]))
@@ -271,7 +281,7 @@ def _dot_general(eqn, states: list) -> int:
     raise NotRows("`dot_general` sums over the rows")
 
 
-def _free_operands(walk: _Walk, eqn, states: list, a: int) -> set[int]:
+def _free_operands(walk: _Walk, eqn: Equation, states: list[int | None], a: int) -> set[int]:
     """Operands free of the rows beside row-carrying ones: fine when they do not vary along the row axis
     (sliced to the block when they have all its rows)."""
     sliced = set()
@@ -286,7 +296,7 @@ def _free_operands(walk: _Walk, eqn, states: list, a: int) -> set[int]:
     return sliced
 
 
-def _constant_axes(walk: _Walk, eqn) -> frozenset[int]:
+def _constant_axes(walk: _Walk, eqn: Equation) -> frozenset[int]:
     """Axes along which a free value does not vary (a broadcast along them, an iota across them)."""
     name, params = eqn.primitive.name, eqn.params
     out = _shape(eqn.outvars[0]) if eqn.outvars else ()
@@ -322,18 +332,18 @@ def _whole_axis(params: dict, a: int, size: int) -> bool:
     return params["start_indices"][a] == 0 and params["limit_indices"][a] == size and strides[a] == 1
 
 
-def _with(values, index: int, size: int) -> tuple:
+def _with(values: Sequence[int], index: int, size: int) -> tuple[int, ...]:
     changed = list(values)
     changed[index] = size
     return tuple(changed)
 
 
-def _use(eqn, k: int, var) -> RowUse:
+def _use(eqn: Equation, k: int, var: Atom) -> RowUse:
     frame = user_frame(eqn.source_info.traceback)
     return RowUse(k, frame, _text_at(frame) if frame is not None else "")
 
 
-def _text_at(frame) -> str:
+def _text_at(frame: _Frame) -> str:
     """The source text a frame's columns span (``pts[:, None]``), when it is one line."""
     start, end = getattr(frame, "start_column", None), getattr(frame, "end_column", None)
     if frame.start_line != getattr(frame, "end_line", frame.start_line) or start is None or end is None:

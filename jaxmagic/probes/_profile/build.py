@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from jaxmagic._jax.jit_programs import CompiledProgram
 from jaxmagic.probes._profile.events import OpOrigin, TraceEvent, TraceReading
@@ -41,13 +42,16 @@ from jaxmagic.probes._profile.trace_events import (
 )
 from jaxmagic.usercode.source import source_line
 
+if TYPE_CHECKING:
+    from jaxmagic.probes._compiles.report import CompileReport
+
 
 def build_report(
     events: list[TraceEvent] | TraceReading,
     programs: Sequence[CompiledProgram] = (),
     *,
     wall_seconds: float | None = None,
-    compile_report=None,
+    compile_report: CompileReport | None = None,
     warmup_runs: int = 0,
 ) -> ProfileReport:
     """The report of one traced block: ``events`` (or a whole ``TraceReading``, with its devices and notes)
@@ -147,7 +151,7 @@ def _runs_counted_by_ops(per_program: dict[tuple[str, str], dict]) -> list[str]:
     ]
 
 
-def _sources_by_module(programs) -> dict[str, list[tuple[CompiledProgram, ProgramSources]]]:
+def _sources_by_module(programs: Sequence[CompiledProgram]) -> dict[str, list[tuple[CompiledProgram, ProgramSources]]]:
     found: dict[str, list] = {}
     for program in programs:
         if not program.hlo_text:
@@ -214,7 +218,18 @@ def _short_where(filename: str, lineno: int) -> str:
     return f"{label}:{lineno}"
 
 
-def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, program_calls, known: bool) -> None:
+def _attribute(
+    lines: dict[tuple[str, int, str], dict[str, Any]],
+    scopes: dict[str, list[float]],
+    ns: float,
+    runs: int,
+    op_name: str,
+    module: str,
+    program_row: ProgramTime,
+    source: KernelSource | None,
+    program_calls: tuple[tuple[str, str], int],
+    known: bool,
+) -> None:
     if source is None or not source.owners:
         if known:  # XLA's own instructions (a copy, a layout change) carry no metadata
             what = f"`{module}`: ops XLA added (copies, layouts), no line in their metadata"
@@ -246,7 +261,7 @@ def _attribute(lines, scopes, ns, runs, op_name, module, program_row, source, pr
         _add_scope(scopes, owner.scope or NO_SCOPE, share)
 
 
-def _add_scope(scopes, path: str, ns: float) -> None:
+def _add_scope(scopes: dict[str, list[float]], path: str, ns: float) -> None:
     entry = scopes.setdefault(path, [0.0, 0.0])
     entry[1] += ns
     if path == NO_SCOPE:
@@ -286,7 +301,7 @@ def _scope_rows(scopes: dict, total_ns: float) -> list[ScopeTime]:
     # a tree: siblings by time, children right after their parent; outside any scope last
     by_path = {r.path: r for r in rows}
 
-    def sort_key(row: ScopeTime):
+    def sort_key(row: ScopeTime) -> tuple[tuple[float, str], ...]:
         if row.path == NO_SCOPE:
             return ((float("inf"), row.path),)
         parts = row.path.split("/")
@@ -296,7 +311,13 @@ def _scope_rows(scopes: dict, total_ns: float) -> list[ScopeTime]:
     return rows
 
 
-def _wall_time(events, kernels, dispatches, wall_seconds, compile_report) -> WallTime:
+def _wall_time(
+    events: list[TraceEvent],
+    kernels: list[TraceEvent],
+    dispatches: list[TraceEvent],
+    wall_seconds: float | None,
+    compile_report: CompileReport | None,
+) -> WallTime:
     t = WallTime()
     kernel_spans = [(k.start_ns, k.end_ns) for k in kernels]
     dispatch_spans = [(d.start_ns, d.end_ns) for d in dispatches]

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from types import TracebackType
 
 import jax
 
@@ -29,7 +30,7 @@ PROFILER_BUSY = (
 class ProfilerBusy(AlreadyActive):
     """A jax.profiler trace is already running; traces do not nest."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(PROFILER_BUSY)
 
 
@@ -93,7 +94,9 @@ class profile:
         self._started = time.perf_counter()
         return self.report
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         __tracebackhide__ = True
 
         wall = time.perf_counter() - self._started

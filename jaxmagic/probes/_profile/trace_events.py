@@ -34,9 +34,13 @@ import dataclasses
 import functools
 import re
 import warnings
+from typing import TYPE_CHECKING
 
 from jaxmagic.probes._profile.device_planes import PlaneEvent, PlaneLine, device_of, read_device_plane
 from jaxmagic.probes._profile.events import TraceEvent, TraceReading
+
+if TYPE_CHECKING:
+    from jax.profiler import ProfileData, ProfileLine
 
 DISPATCH_PREFIX = "PjitFunction("
 TRANSFER_NAMES = ("DevicePut",)
@@ -44,12 +48,12 @@ CELL_MARK = "jaxmagic.profile: the block's thread"  # a TraceAnnotation the prob
 _SKIPPED_PLANES = ("/host:metadata", "Task Environment")
 
 
-def events_from_profile_data(profile_data) -> list[TraceEvent]:
+def events_from_profile_data(profile_data: ProfileData) -> list[TraceEvent]:
     """The kernel, dispatch and transfer events of a ``jax.profiler.ProfileData`` (``read_profile_data``'s events)."""
     return read_profile_data(profile_data).events
 
 
-def read_profile_data(profile_data) -> TraceReading:
+def read_profile_data(profile_data: ProfileData) -> TraceReading:
     """A ``jax.profiler.ProfileData`` read: the host's lines here, each device plane by ``device_planes``.
 
     Reading an event's stats through jaxlib's bindings is the slow part, so a
@@ -78,11 +82,11 @@ def read_profile_data(profile_data) -> TraceReading:
     return reading
 
 
-def _plane_events(line) -> list[PlaneEvent]:
+def _plane_events(line: ProfileLine) -> list[PlaneEvent]:
     return [PlaneEvent(e.name, e.start_ns, e.duration_ns, dict(e.stats)) for e in line.events]
 
 
-def _host_line(line, thread: int, host_names: set[str], events: list[TraceEvent]) -> None:
+def _host_line(line: ProfileLine, thread: int, host_names: set[str], events: list[TraceEvent]) -> None:
     """The dispatch, transfer and kernel events of one host line (a thread: Python's, XLA:CPU's workers)."""
     for event in line.events:
         name = event.name

@@ -14,8 +14,11 @@ A fix is offered only when the program compiled with it has fewer collectives.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
+
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
@@ -25,6 +28,11 @@ from jaxmagic.probes._sharding.collectives import count_collectives, spec_axes
 from jaxmagic.probes._sharding.report import CallShardings, Collective, CollectiveFix
 from jaxmagic.report.wording import error_line, format_bytes
 
+if TYPE_CHECKING:
+    from jax.stages import Compiled, Traced, Wrapped
+
+    from jaxmagic._jax.types import ClosedJaxpr, Equation, Value
+
 MAX_TRIALS = 3  # each trial is one compilation of the program
 # Collectives that only move blocks: another input layout can make them unnecessary. An all-reduce or
 # reduce-scatter sums over a split dimension - that is the computation itself, and undoing the split
@@ -33,7 +41,7 @@ RELAYOUTS = ("all-gather", "all-to-all", "collective-permute")
 
 
 def try_collective_fixes(
-    jitted, traced, compiled, call: CallShardings, collectives: list[Collective]
+    jitted: Wrapped, traced: Traced, compiled: Compiled, call: CallShardings, collectives: list[Collective]
 ) -> list[CollectiveFix]:
     before = len(collectives)
     moved_before = sum(c.bytes_per_device for c in collectives)
@@ -75,7 +83,7 @@ def _count(collectives: list[Collective], kind: str) -> int:
     return sum(1 for c in collectives if c.kind == kind)
 
 
-def _shardings(compiled):
+def _shardings(compiled: Compiled) -> tuple[list[Sharding | None], list[Sharding]]:
     """The call's flat input and output shardings; an input the program does not read (JAX gives it
     None) is placed replicated, so the positions stay those of the program's inputs."""
     inputs = input_shardings_flat(compiled)  # by the call's input structure: a None argument is no input
@@ -88,14 +96,20 @@ def _shardings(compiled):
     return inputs, outputs
 
 
-def _outputs_given(jitted) -> bool:
+def _outputs_given(jitted: Wrapped) -> bool:
     """True when the user's jit fixed the output shardings (then a trial keeps them)."""
     info = jit_internals.jit_options(jitted)
     leaves = getattr(info, "out_shardings_leaves", ()) or ()
     return any(type(s).__name__ != "UnspecifiedValue" for s in leaves)
 
 
-def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> tuple[dict[str, int], int]:
+def _compile_count(
+    jitted: Wrapped,
+    traced: Traced,
+    compiled: Compiled,
+    in_shardings: Sequence[Sharding | None],
+    function: Callable[..., object] | None = None,
+) -> tuple[dict[str, int], int]:
     closed = traced.jaxpr
     _, out_shardings = _shardings(compiled)
     run = function or jaxpr_parts.jaxpr_function(closed)
@@ -109,13 +123,13 @@ def _compile_count(jitted, traced, compiled, in_shardings, function=None) -> tup
 
 
 def _without_axes(
-    jitted, traced, compiled, split: list[tuple[int, str]], axes: list[str], before: int
+    jitted: Wrapped, traced: Traced, compiled: Compiled, split: list[tuple[int, str]], axes: list[str], before: int
 ) -> CollectiveFix:
     in_shardings, _ = _shardings(compiled)
     changed = list(in_shardings)
     changes, code, costs = [], [], []
     for index, path in split:  # a row of CallShardings.inputs is the call's flat input of that index
-        sharding = in_shardings[index]
+        sharding = cast(NamedSharding, in_shardings[index])  # split over mesh axes: a NamedSharding
         entries = []
         for entry in tuple(getattr(sharding, "spec", ()) or ()):
             names = entry if isinstance(entry, tuple) else (entry,) if entry is not None else ()
@@ -124,13 +138,13 @@ def _without_axes(
         while entries and entries[-1] is None:
             entries.pop()
         spec = PartitionSpec(*entries)
-        changed[index] = NamedSharding(sharding.mesh, spec)
+        changed[index] = relaid = NamedSharding(sharding.mesh, spec)
         changes.append(f"`{path}` as {spec}")
         code.append(f"{path} = jax.device_put({path}, NamedSharding({path}.sharding.mesh, {spec}))")
         aval = traced.jaxpr.in_avals[index] if index < len(traced.jaxpr.in_avals) else None
         if aval is not None:
             held_before = _size(sharding.shard_shape(aval.shape)) * aval.dtype.itemsize
-            held_after = _size(changed[index].shard_shape(aval.shape)) * aval.dtype.itemsize
+            held_after = _size(relaid.shard_shape(aval.shape)) * aval.dtype.itemsize
             if held_after > held_before:
                 costs.append(f"{format_bytes(held_after)} of `{path}` instead of {format_bytes(held_before)}")
     over = ", ".join(repr(a) for a in axes)
@@ -150,14 +164,16 @@ def _without_axes(
     return fix
 
 
-def _size(shape) -> int:
+def _size(shape: Sequence[int]) -> int:
     total = 1
     for n in shape:
         total *= int(n)
     return total
 
 
-def _without_constraints(jitted, traced, compiled, call: CallShardings, before: int) -> list[CollectiveFix]:
+def _without_constraints(
+    jitted: Wrapped, traced: Traced, compiled: Compiled, call: CallShardings, before: int
+) -> list[CollectiveFix]:
     """Each top-level ``sharding_constraint`` left out in turn."""
     closed = traced.jaxpr
     positions = [i for i, eqn in enumerate(closed.jaxpr.eqns) if eqn.primitive.name == "sharding_constraint"]
@@ -184,10 +200,10 @@ def _without_constraints(jitted, traced, compiled, call: CallShardings, before: 
     return fixes
 
 
-def _program_without(closed, skipped: int):
+def _program_without(closed: ClosedJaxpr, skipped: int) -> Callable[..., list[Value]]:
     """The program with its equation number ``skipped`` (a sharding constraint) passing its input on."""
 
-    def run(*args):
+    def run(*args: Value) -> list[Value]:
         return _Without(skipped).run(closed, list(args))
 
     return run
@@ -197,8 +213,8 @@ class _Without(Interpreter):
     """The interpreter's policy of ``_program_without``: the top-level equation ``skipped`` passes its
     inputs on as its outputs; every other equation is bound as it is."""
 
-    def __init__(self, skipped: int):
+    def __init__(self, skipped: int) -> None:
         self.skipped = skipped
 
-    def outputs(self, level: Level, eqn, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         return inputs if level.index == self.skipped else jaxpr_parts.bind_equation(eqn, inputs)

@@ -17,6 +17,7 @@ gradient's all-reduce over the batch axis is what data parallelism costs. Fixes 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, TypeAlias
 
 import jax
 
@@ -38,13 +39,18 @@ from jaxmagic.probes._sharding.report import CallShardings, Collective, Intermed
 from jaxmagic.probes._support import attribution
 from jaxmagic.report import SourceLine
 
+if TYPE_CHECKING:
+    from jax.stages import Compiled, Traced
+
+_Users: TypeAlias = "dict[str, list[HloInstruction]]"  # instruction name -> the instructions that read it
+
 # Instructions that only move or view data: a collective whose result reaches the output through
 # these alone was made for the output's sharding.
 _PASS_THROUGH = {"bitcast", "copy", "tuple", "get-tuple-element", "reshape", "transpose"}
 _AXIS = re.compile(r"'([^']+)'")
 
 
-def mesh_of(compiled):
+def mesh_of(compiled: Compiled) -> jax.sharding.Mesh | None:
     """The mesh of the call's first NamedSharding (inputs, then outputs); None without one."""
     is_sharding = lambda s: isinstance(s, jax.sharding.Sharding)  # noqa: E731
     leaves = jax.tree_util.tree_leaves(compiled.input_shardings, is_leaf=is_sharding)
@@ -66,7 +72,9 @@ def count_collectives(module: HloModuleText) -> tuple[dict[str, int], int]:
     return counts, moved
 
 
-def _traffic(instruction: HloInstruction, kind: str, by_name) -> tuple[int, int, list[HloInstruction]]:
+def _traffic(
+    instruction: HloInstruction, kind: str, by_name: dict[str, HloInstruction]
+) -> tuple[int, int, list[HloInstruction]]:
     """Bytes each device receives, the size of its groups, and the operands read."""
     groups = device_groups(instruction)
     group_size = max((len(g) for g in groups.groups), default=1) if groups.groups else 2
@@ -76,12 +84,12 @@ def _traffic(instruction: HloInstruction, kind: str, by_name) -> tuple[int, int,
 
 
 def list_collectives(
-    compiled,
+    compiled: Compiled,
     call: CallShardings,
     *,
     started: SourceLine | None = None,
     module: HloModuleText | None = None,
-    traced=None,
+    traced: Traced | None = None,
 ) -> list[Collective]:
     """Every collective of ``compiled`` (the call's ``Compiled``), with ``call``'s inputs and outputs as causes.
 
@@ -120,7 +128,18 @@ def list_collectives(
     return found
 
 
-def _collective(module, computation, instruction, kind, by_name, users, call, mesh, started, known) -> Collective:
+def _collective(
+    module: HloModuleText,
+    computation: HloComputation,
+    instruction: HloInstruction,
+    kind: str,
+    by_name: dict[str, HloInstruction],
+    users: _Users,
+    call: CallShardings,
+    mesh: tuple[list[str], list[int], list[int]],
+    started: SourceLine | None,
+    known: set[str],
+) -> Collective:
     names, sizes, device_ids = mesh
     groups = device_groups(instruction)
     members = groups.groups or [list(pair) for pair in groups.pairs]
@@ -246,7 +265,7 @@ def _moved_bytes(kind: str, operand_bytes: int, result_bytes: int, group_size: i
     return int(operand_bytes * share)  # reduce-scatter, all-to-all
 
 
-def _where(module: HloModuleText, instruction: HloInstruction, users) -> tuple[list, str, bool]:
+def _where(module: HloModuleText, instruction: HloInstruction, users: _Users) -> tuple[list, str, bool]:
     """The instruction's frames and op_name; when it has no frame of its own, its first reader's."""
     frames = [(f.file, f.line, f.function) for f in module.stack(instruction)]
     op_name = instruction.op_names[0] if instruction.op_names else ""
@@ -278,7 +297,16 @@ def spec_axes(spec: str) -> list[str]:
     return _AXIS.findall(spec)
 
 
-def _cause(kind, axes, instruction, users, inputs, outputs, op_name, computation) -> tuple[str, str]:
+def _cause(
+    kind: str,
+    axes: list[str],
+    instruction: HloInstruction,
+    users: _Users,
+    inputs: list[LeafSharding],
+    outputs: list[LeafSharding],
+    op_name: str,
+    computation: HloComputation,
+) -> tuple[str, str]:
     split = [leaf for leaf in inputs if set(spec_axes(leaf.spec)) & set(axes)]
     over = ", ".join(repr(a) for a in axes)
     if kind == "all-reduce" and parse_name(op_name).backward and split:
@@ -314,7 +342,7 @@ def _cause(kind, axes, instruction, users, inputs, outputs, op_name, computation
     return "", ""
 
 
-def _feeds_output(instruction: HloInstruction, users, computation: HloComputation) -> bool:
+def _feeds_output(instruction: HloInstruction, users: _Users, computation: HloComputation) -> bool:
     """True when the result reaches the computation's root only through data movement."""
     if not computation.is_entry:
         return False

@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from numpy.typing import DTypeLike
 
 from jaxmagic.probes._sharding.replicas import block_bounds, compare_replicas
 from jaxmagic.probes._sharding.report import ArrayLayout, Block, DeviceInfo, MeshInfo
@@ -115,18 +116,18 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
     return layout
 
 
-def _is_addressable(device) -> bool:
+def _is_addressable(device: jax.Device) -> bool:
     return device.process_index == jax.process_index()
 
 
-def _itemsize(dtype) -> int:
+def _itemsize(dtype: DTypeLike) -> int:
     try:
         return int(np.dtype(dtype).itemsize)
     except TypeError:  # extended dtypes such as PRNG keys
         return int(getattr(dtype, "itemsize", 0) or 0)
 
 
-def axes_of(entry) -> list[str]:
+def axes_of(entry: object) -> list[str]:
     if entry is None:
         return []
     if isinstance(entry, (tuple, list)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -22,6 +22,11 @@ from jaxmagic.probes._sharding.report import CallShardings, ShardingReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    from jax.stages import Compiled, Traced, Wrapped
+
+    from jaxmagic.report import SourceLine
 
 
 def sharding(
@@ -124,7 +129,14 @@ def run_call(
     return report, error
 
 
-def _list_collectives(jitted, traced, compiled, call: CallShardings, started, try_fixes: bool) -> None:
+def _list_collectives(
+    jitted: Wrapped,
+    traced: Traced,
+    compiled: Compiled,
+    call: CallShardings,
+    started: SourceLine | None,
+    try_fixes: bool,
+) -> None:
     """``call.collectives`` from the compiled program, and the fixes tried for them (compiled, not run)."""
     try:
         call.collectives = list_collectives(compiled, call, started=started, traced=traced)

@@ -15,20 +15,20 @@ from jaxmagic.report.wording import error_line
 PREVIEW_ELEMENTS = 16
 
 
-def block_bounds(index, size: int) -> tuple[int, int]:
+def block_bounds(index: slice | int, size: int) -> tuple[int, int]:
     if isinstance(index, slice):
         start, stop, _ = index.indices(size)
         return start, stop
     return int(index), int(index) + 1
 
 
-def compare_replicas(x, layout: ArrayLayout) -> None:
+def compare_replicas(x: jax.Array, layout: ArrayLayout) -> None:
     """Compare, bit for bit, the local copies of every block held by several devices."""
     with array_shards.addressable_shards(x) as shards:  # never x.addressable_shards: jaxlib keeps what it makes
         _compare(x, layout, shards)
 
 
-def _compare(x, layout: ArrayLayout, shards: list) -> None:
+def _compare(x: jax.Array, layout: ArrayLayout, shards: list) -> None:
     by_index: dict[tuple, list] = {}
     for shard in shards:
         key = tuple(block_bounds(s, n) for s, n in zip(shard.index, x.shape))
@@ -65,7 +65,7 @@ def _compare(x, layout: ArrayLayout, shards: list) -> None:
     layout.replica_check = "differ" if layout.blocks_differing else "consistent"
 
 
-def _same_bits(a, b) -> bool:
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Bit-for-bit equality (NaN payloads and -0.0 included), compared as unsigned integers."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -76,7 +76,7 @@ def _same_bits(a, b) -> bool:
     return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
 
 
-def _preview(copy, reference) -> str:
+def _preview(copy: np.ndarray, reference: np.ndarray) -> str:
     """The copy's values for small blocks; else how far it is from the first copy."""
     if copy.size <= PREVIEW_ELEMENTS:
         with np.printoptions(precision=6, suppress=True, threshold=PREVIEW_ELEMENTS):

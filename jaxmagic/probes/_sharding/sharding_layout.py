@@ -20,7 +20,8 @@ from __future__ import annotations
 import colorsys
 import itertools
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from jaxmagic.render.text import block_lines
 from jaxmagic.report.document import (
@@ -36,6 +37,10 @@ from jaxmagic.report.document import (
     Table,
 )
 from jaxmagic.report.wording import format_bytes
+
+if TYPE_CHECKING:  # the report module imports this one
+    from jaxmagic.probes._sharding.report import ArrayLayout, DeviceInfo, ShardingReport
+    from jaxmagic.probes._sharding.report import Block as LayoutBlock
 
 # Light colours, far apart in hue, so dark labels stay readable on all of them.
 PALETTE = [
@@ -88,13 +93,13 @@ def id_list(ids: list[int]) -> str:
     return ",".join(parts)
 
 
-def holders_label(layout, holders: list[int]) -> str:
+def holders_label(layout: ArrayLayout, holders: list[int]) -> str:
     """ "CPU 0,2": the platform and the ids of the devices holding a block."""
     platforms = sorted({layout.device(h).platform.upper() for h in holders})
     return f"{'/'.join(platforms)} {id_list(holders)}"
 
 
-def drawn_dims(layout, dims: list[int] | None = None) -> tuple[int | None, int | None]:
+def drawn_dims(layout: ArrayLayout, dims: list[int] | None = None) -> tuple[int | None, int | None]:
     """The (row, column) dimensions to draw; None where the picture has no such axis.
 
     Rank 0: (None, None); rank 1: (None, 0); rank 2: (0, 1). For rank > 2 the
@@ -126,11 +131,11 @@ def dims_by_splits(chunks: list) -> tuple[int, int]:
     return rank - 2, rank - 1
 
 
-def _chunks_per_dim(layout) -> list[list[tuple[int, int]]]:
+def _chunks_per_dim(layout: ArrayLayout) -> list[list[tuple[int, ...]]]:
     return [sorted({tuple(b.index[d]) for b in layout.blocks}) for d in range(len(layout.shape))]
 
 
-def layout_grids(layout, dims: list[int] | None = None, name: str = "") -> tuple[list[Grid], list[str]]:
+def layout_grids(layout: ArrayLayout, dims: list[int] | None = None, name: str = "") -> tuple[list[Grid], list[str]]:
     """The drawing of one array: one Grid per facet, and notes about what was left out.
 
     ``name`` is used in facet captions (``name[0:2, :, :]``); default: the leaf's path, else "x".
@@ -160,7 +165,7 @@ def layout_grids(layout, dims: list[int] | None = None, name: str = "") -> tuple
     return grids, notes
 
 
-def _facet_caption(name, layout, key, facet_dims) -> str:
+def _facet_caption(name: str, layout: ArrayLayout, key: tuple[tuple[int, ...], ...], facet_dims: list[int]) -> str:
     parts = []
     for d in range(len(layout.shape)):
         if d in facet_dims:
@@ -171,7 +176,15 @@ def _facet_caption(name, layout, key, facet_dims) -> str:
     return f"{name}[{', '.join(parts)}]"
 
 
-def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> Grid:
+def _facet_grid(
+    layout: ArrayLayout,
+    blocks: list[LayoutBlock],
+    row_dim: int | None,
+    col_dim: int | None,
+    chunks: list[list[tuple[int, ...]]],
+    colours: dict[int, str],
+    caption: str,
+) -> Grid:
     # A picture split along one axis only is a row of blocks, whatever the rank:
     # draw it as one, so that many blocks can wrap instead of running off the page.
     if row_dim is not None and col_dim is not None:
@@ -179,8 +192,8 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
             row_dim = None
         elif len(chunks[col_dim]) == 1 and len(chunks[row_dim]) > WRAP_1D_AFTER:
             row_dim, col_dim = None, row_dim
-    row_chunks = chunks[row_dim] if row_dim is not None else [None]
-    col_chunks = chunks[col_dim] if col_dim is not None else [None]
+    row_chunks: Sequence[tuple[int, ...] | None] = chunks[row_dim] if row_dim is not None else [None]
+    col_chunks: Sequence[tuple[int, ...] | None] = chunks[col_dim] if col_dim is not None else [None]
     wrap = row_dim is None and len(col_chunks) > WRAP_1D_AFTER
     cells = []
     for block in blocks:
@@ -210,7 +223,16 @@ def _facet_grid(layout, blocks, row_dim, col_dim, chunks, colours, caption) -> G
     return grid
 
 
-def _cell(layout, block, r, c, row_dim, col_dim, colours, with_ranges: bool = False) -> GridCell:
+def _cell(
+    layout: ArrayLayout,
+    block: LayoutBlock,
+    r: int,
+    c: int,
+    row_dim: int | None,
+    col_dim: int | None,
+    colours: dict[int, str],
+    with_ranges: bool = False,
+) -> GridCell:
     local = [h for h in block.holders if layout.device(h).addressable]
     label = holders_label(layout, block.holders)
     style = detail = ""
@@ -237,7 +259,7 @@ def _cell(layout, block, r, c, row_dim, col_dim, colours, with_ranges: bool = Fa
     )
 
 
-def _tooltip(layout, block) -> str:
+def _tooltip(layout: ArrayLayout, block: LayoutBlock) -> str:
     name = layout.path or "x"
     shape = "x".join(map(str, block.shape)) or "scalar"
     lines = [
@@ -256,7 +278,7 @@ def _tooltip(layout, block) -> str:
 # -- the whole report ----------------------------------------------------------------
 
 
-def sharding_document(report) -> Document:
+def sharding_document(report: ShardingReport) -> Document:
     title = "%jax_sharding"
     sections = []
     arrays = report.arrays
@@ -312,7 +334,7 @@ def sharding_document(report) -> Document:
     )
 
 
-def _array_blocks(layout, dims, with_facts: bool, name: str = "") -> list:
+def _array_blocks(layout: ArrayLayout, dims: list[int] | None, with_facts: bool, name: str = "") -> list[Block]:
     blocks: list[Block] = []
     if with_facts:
         blocks.append(Facts(_facts(layout)))
@@ -333,13 +355,15 @@ def _array_blocks(layout, dims, with_facts: bool, name: str = "") -> list:
     return blocks
 
 
-def _this_process(layout) -> str:
+def _this_process(layout: ArrayLayout) -> str:
     mine = sorted({d.process for d in layout.devices if d.addressable})
     return ",".join(map(str, mine)) or "?"
 
 
-def _drawn_dims_text(layout, row_dim, col_dim) -> str:
-    def describe(d):
+def _drawn_dims_text(layout: ArrayLayout, row_dim: int | None, col_dim: int | None) -> str:
+    assert row_dim is not None and col_dim is not None  # rank > 2: both are drawn
+
+    def describe(d: int) -> str:
         axes = layout.dim_axes[d] if d < len(layout.dim_axes) else []
         how = f"split over {', '.join(repr(a) for a in axes)}" if axes else "not split"
         return f"dimension {d} (size {layout.shape[d]}, {how})"
@@ -358,7 +382,7 @@ def _drawn_dims_text(layout, row_dim, col_dim) -> str:
     return text + " Choose others with --dims I,J."
 
 
-def _facts(layout) -> list[tuple[str, str]]:
+def _facts(layout: ArrayLayout) -> list[tuple[str, str]]:
     facts = [("jax.typeof", layout.typeof)]
     if layout.spec:
         facts.append(("PartitionSpec", layout.spec))
@@ -404,7 +428,7 @@ def _facts(layout) -> list[tuple[str, str]]:
     return facts
 
 
-def _replica_words(layout) -> str:
+def _replica_words(layout: ArrayLayout) -> str:
     check = layout.replica_check
     if check == "consistent":
         return f"all copies identical ({layout.copies_compared} local copies compared bit for bit)"
@@ -426,7 +450,7 @@ REPLICA_FIX = (
 )
 
 
-def sharding_fix(report) -> str:
+def sharding_fix(report: ShardingReport) -> str:
     """What to do about what the report found first, as its summary leads with it: copies that differ, a
     constraint not honoured, arguments copied at every call; "" when it found none of these."""
     if any(a.replica_check == "differ" for a in report.arrays):
@@ -444,7 +468,7 @@ def sharding_fix(report) -> str:
     return ""
 
 
-def _replica_section(report) -> Section | None:
+def _replica_section(report: ShardingReport) -> Section | None:
     differing = [a for a in report.arrays if a.replica_check == "differ"]
     if not differing:
         return None
@@ -475,7 +499,7 @@ def _replica_section(report) -> Section | None:
     return Section("Copies that differ", blocks)
 
 
-def _arrays_table(arrays) -> Table:
+def _arrays_table(arrays: list[ArrayLayout]) -> Table:
     rows = []
     for layout in arrays:
         shapes = sorted({tuple(b.shape) for b in layout.blocks})
@@ -493,7 +517,7 @@ def _arrays_table(arrays) -> Table:
     return Table(["array", "jax.typeof", "sharding", "shard shape", "bytes per device", "copies"], rows)
 
 
-def _short_replica(layout) -> str:
+def _short_replica(layout: ArrayLayout) -> str:
     return {
         "consistent": "identical",
         "differ": "DIFFER",
@@ -503,8 +527,9 @@ def _short_replica(layout) -> str:
     }.get(layout.replica_check, layout.replica_check)
 
 
-def _call_sections(report) -> list[Section]:
+def _call_sections(report: ShardingReport) -> list[Section]:
     call = report.call
+    assert call is not None  # the sections of a call's report
     sections = []
     if call.constraints:
         sections.append(_constraints_section(report))
@@ -517,9 +542,10 @@ def _call_sections(report) -> list[Section]:
     return sections
 
 
-def _constraints_section(report) -> Section:
+def _constraints_section(report: ShardingReport) -> Section:
     """The sharding constraints in the call: asked for, came out, and why not where not honoured."""
     call = report.call
+    assert call is not None  # the sections of a call's report
     rows = [
         [
             c.requested,
@@ -537,9 +563,10 @@ def _constraints_section(report) -> Section:
     return Section(title, blocks)
 
 
-def _compiled_shardings_section(report) -> Section:
+def _compiled_shardings_section(report: ShardingReport) -> Section:
     """The shardings the call was compiled with, per argument and result, beside the arguments' own."""
     call = report.call
+    assert call is not None  # the sections of a call's report
     blocks: list[Block] = []
     how = "" if call.was_jitted else f" (`{call.function}` is not jitted; jaxmagic compiled `jax.jit({call.function})`)"
     blocks.append(Paragraph(f"The shardings `{report.expression}` was compiled with{how}:"))
@@ -577,9 +604,10 @@ def _compiled_shardings_section(report) -> Section:
     return Section("Compiled shardings", blocks)
 
 
-def _inside_section(report) -> Section:
+def _inside_section(report: ShardingReport) -> Section:
     """The sharding the compiler chose for each value inside the call (``--intermediates``)."""
     call = report.call
+    assert call is not None  # the sections of a call's report
     blocks: list[Block] = []
     if call.intermediates_failure:
         blocks.append(Paragraph(f"Could not inspect the intermediates: {call.intermediates_failure}"))
@@ -625,9 +653,9 @@ def _inside_hint_section() -> Section:
     )
 
 
-def _devices_section(arrays) -> Section:
+def _devices_section(arrays: list[ArrayLayout]) -> Section:
     per_device: dict[int, int] = {}
-    info: dict[int, Any] = {}  # device id -> its DeviceInfo (probes/sharding, not importable here)
+    info: dict[int, DeviceInfo] = {}  # device id -> its DeviceInfo
     blocks_of: dict[int, list[str]] = {}
     for layout in arrays:
         for device_id, size in layout.bytes_per_device().items():

@@ -28,7 +28,7 @@ class CaptureFile:
     microseconds. Where mapping fails, every check asks the file instead.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.file = tempfile.TemporaryFile(mode="w+b")
         self.fd = self.file.fileno()
         self.read = 0  # bytes handed on so far

@@ -8,17 +8,18 @@ running user code - and typed as the guard writes them, so a copy can name its a
 from __future__ import annotations
 
 import ast
+from types import FrameType
 
 from jaxmagic.probes._support.calls.host_arguments import host_type
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.usercode.source import source_line
 
 
-def line_text(frame) -> str:
+def line_text(frame: FrameType) -> str:
     return source_line(frame.f_code.co_filename, frame.f_lineno, "").code
 
 
-def host_arguments(frame, code: str) -> list[tuple[str, str]]:
+def host_arguments(frame: FrameType, code: str) -> list[tuple[str, str]]:
     """The arguments of the calls on one line that are host values (NumPy arrays, Python scalars) in
     ``frame``'s variables, as (expression, type). Names, attributes and subscripts with constant
     keys are looked up without running user code; literals are typed as written."""

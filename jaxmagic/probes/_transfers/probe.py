@@ -50,8 +50,9 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
+from typing import TypeAlias
 
 import jax
 
@@ -180,6 +181,9 @@ _QUIET_UNKNOWN = (
     "listed made it. From then on every line was followed again, so the same transfer made again is listed "
     "with its exact line"
 )
+# where a transfer was made: the user's line running (file, line, function), None before the first, or
+# (file, line) of each line that had gone quiet, one of which made it
+_Place: TypeAlias = tuple[str, int, str] | tuple[tuple[str, int], ...] | None
 _SEEN = "_jaxmagic_transfer_recorded"  # set on a guard error once it is recorded, so it counts once
 
 
@@ -209,12 +213,12 @@ class _BlockedTransfers:
             self._tool.watch(self._tool.events.RAISE)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._tool is not None:
             self._tool.release()
             self._tool = None
 
-    def _on_raise(self, code, offset, exception) -> None:
+    def _on_raise(self, code: CodeType, offset: int, exception: BaseException) -> None:
         if threading.get_ident() != self._thread:
             return
         # RAISE fires in every frame the exception passes through; the attribute makes it count once.
@@ -246,7 +250,7 @@ class _GuardLog:
 
     def __init__(self, report: TransferReport):
         self.report = report
-        self._groups: dict[tuple, Transfer] = {}
+        self._groups: dict[tuple[tuple[str, str], _Place], Transfer] = {}
         # [code object, line number] of the user's line running ([None, 0] before the first), and the
         # user lines in a row without a transfer (-inf: lines never go quiet again in this block): a
         # list the LINE callback writes in place (cheaper there than attributes)
@@ -283,7 +287,7 @@ class _GuardLog:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self._stop_following()
             self._frame_of_line = None
@@ -339,7 +343,7 @@ class _GuardLog:
         if self._tool is not None:
             restart_events()
 
-    def _quieting(self, code, line_number: int):
+    def _quieting(self, code: CodeType, line_number: int) -> object:
         """The LINE event of a user line after QUIET_LINES lines without a transfer: DISABLE once the
         line ran QUIET_RUNS times since; a line that ran fewer times while others are quiet switches
         their events on again, so that the line after it is seen (see the top)."""
@@ -392,7 +396,7 @@ class _GuardLog:
             self._describe(group)
             report.transfers.append(group)
 
-    def _same_kind(self, found: tuple[str, str], place) -> Transfer | None:
+    def _same_kind(self, found: tuple[str, str], place: _Place) -> Transfer | None:
         """The group an undescribed copy belongs to: JAX's C++ fast path does not describe the value, so at a
         place (a line, or the lines one of which made it) with one kind of copy described by a slower call
         (the first), it is that kind again."""
@@ -444,7 +448,7 @@ class _GuardLog:
             self._tool.release()
             self._tool = None
 
-    def _line_callback(self):
+    def _line_callback(self) -> Callable[[CodeType, int], object]:
         """The LINE callback. It runs on every line of the user's code, so its usual case - the block's
         thread, a user's line already seen, nothing written since the previous line - does the least
         it can: an identity test (or a set lookup), one byte of the memory map and two stores into a
@@ -455,7 +459,7 @@ class _GuardLog:
         capture, view, at, user_codes = self._capture, self._capture.view, self._at, self._user_codes
         other_line, quieting = self._other_line, self._quieting
 
-        def on_line(code, line_number: int):
+        def on_line(code: CodeType, line_number: int) -> object:
             # `code is at[0]`: the line before ran in the same code object (a loop, a function's body)
             if get_ident() == block_thread and (code is at[0] or id(code) in user_codes) and not view[capture.read]:
                 at[0] = code
@@ -468,7 +472,7 @@ class _GuardLog:
 
         return on_line
 
-    def _other_line(self, code, line_number: int):
+    def _other_line(self, code: CodeType, line_number: int) -> object:
         """Every other LINE event: another thread's, a code object's first, or after a write."""
         if threading.get_ident() != self._thread:  # another thread's line (a data loader) made none of the
             return None  # block's transfers (the guard is thread-local); not DISABLE: the line may be shared
@@ -486,7 +490,7 @@ class _GuardLog:
         self._at[0], self._at[1] = code, line_number
         return None
 
-    def _first_sight(self, code) -> bool:
+    def _first_sight(self, code: CodeType) -> bool:
         """Whether ``code`` is the user's (asked once per code object, at its first line). A function
         of the user's that a library called - JAX tracing it for a jitted call, a transformation -
         also gets PY_RETURN events (for this code object only, so ordinary calls cost nothing more):
@@ -507,7 +511,7 @@ class _GuardLog:
                 self._tool.watch_code(code, self._tool.events.PY_RETURN)
         return user
 
-    def _return_callback(self):
+    def _return_callback(self) -> Callable[[CodeType, int, object], object]:
         """The PY_RETURN callback: when a function of the user's returns, the line that called it
         runs again - also when JAX called it, tracing it for a jitted call: then the host arguments
         of that call are copied after the trace, and belong to the user's line that made the call,
@@ -518,7 +522,9 @@ class _GuardLog:
         capture, view, check = self._capture, self._capture.view, self.check
         calls, between = self._calls, self._between
 
-        def on_return(code, _offset: int, _value):  # only for the user's functions a library called
+        def on_return(
+            code: CodeType, _offset: int, _value: object
+        ) -> object:  # only for the user's functions a library called
             if get_ident() != block_thread:
                 return None
             if view[capture.read]:

@@ -39,7 +39,7 @@ import collections
 import dataclasses
 import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from jaxmagic.probes._live.holders.roots import (
@@ -209,7 +209,14 @@ class _HolderRecorder:
             listed.append((kind, path))
 
     def on_items(
-        self, indices, targets: list[int], groups: list[int], kind: str, container: str, _note: str, _depth: int
+        self,
+        indices: Sequence[int],
+        targets: list[int],
+        groups: list[int],
+        kind: str,
+        container: str,
+        _note: str,
+        _depth: int,
     ) -> None:
         """The elements of one list/tuple that are targets, in index order."""
         one_group = groups.count(groups[0]) == len(groups)
@@ -226,7 +233,9 @@ class _HolderRecorder:
             self.mark(target, group, kind)
             _extend_run(runs, (group, kind, container), index, index, 1)
 
-    def _record_like_arrays(self, indices, targets: list[int], group: int, kind: str, container: str) -> None:
+    def _record_like_arrays(
+        self, indices: Sequence[int], targets: list[int], group: int, kind: str, container: str
+    ) -> None:
         """One group, none seen before (a list of like arrays): the run and the counts at once."""
         result = self.result
         best_kind = result.best_kind
@@ -351,7 +360,9 @@ def find_held(
     def on_hit(target: int, _key: Any, _kind: str, path: str, depth: int, _container: str = "") -> None:
         found.setdefault(target, {}).setdefault(path, depth)
 
-    def on_items(indices, targets, _keys, _kind, label: str, note: str, depth: int) -> None:
+    def on_items(
+        indices: Sequence[int], targets: list[int], _keys: list[Any], _kind: str, label: str, note: str, depth: int
+    ) -> None:
         for index, target in zip(indices, targets):
             found.setdefault(target, {}).setdefault(f"{label}[{index}]{note}", depth)
 

@@ -155,10 +155,21 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_items, restart_names, budget):
+def _walk(
+    roots: Iterable[tuple[str, Any, str]],
+    on_items: Callable[..., None],
+    on_hit: Callable[..., None],
+    target_ids: dict[int, Any] | None,
+    is_target: Callable[[Any], bool] | None,
+    max_depth: int,
+    edges: frozenset[str],
+    max_items: int | None,
+    restart_names: bool,
+    budget: int,
+) -> tuple[int, bool, RootHits]:
     walker = _Walker(on_items, on_hit, target_ids, is_target, edges, max_items, restart_names)
     root_hits, frontier = walker.roots(roots, max_depth > 0)
-    keep_alive = []  # ids stay unique only while the objects live
+    keep_alive: list[object] = []  # ids stay unique only while the objects live
     truncated = False
     depth = 0
     while frontier and depth < max_depth:
@@ -186,10 +197,19 @@ def _walk(roots, on_items, on_hit, target_ids, is_target, max_depth, edges, max_
 class _Walker:
     """One walk's state and its visits: the roots, a list or tuple, any other container's children."""
 
-    def __init__(self, on_items, on_hit, target_ids, is_target, edges, max_items, restart_names):
+    def __init__(
+        self,
+        on_items: Callable[..., None],
+        on_hit: Callable[..., None],
+        target_ids: dict[int, Any] | None,
+        is_target: Callable[[Any], bool] | None,
+        edges: frozenset[str],
+        max_items: int | None,
+        restart_names: bool,
+    ) -> None:
         self.on_items, self.on_hit = on_items, on_hit
         self.by_id = target_ids is not None
-        self.key_get = target_ids.get if self.by_id else functools.partial(_test_target, is_target)
+        self.key_get = target_ids.get if target_ids is not None else functools.partial(_test_target, is_target)
         self.edges, self.max_items, self.restart_names = edges, max_items, restart_names
         self.visited: set[int] = set()
         self.slots: dict[type, list[str]] = {}  # caches of this walk, per type: they hold no class after it
@@ -197,7 +217,9 @@ class _Walker:
         self.descendable = functools.partial(_descendable, edges=edges, kinds=self.kinds)
         self.count = 0  # values looked at
 
-    def roots(self, roots, descend: bool) -> tuple[RootHits, list[tuple[str, str, Any, str]]]:
+    def roots(
+        self, roots: Iterable[tuple[str, Any, str]], descend: bool
+    ) -> tuple[RootHits, list[tuple[str, str, Any, str]]]:
         """The roots that are targets, and the frontier of those to descend into: (label, note, object, kind)."""
         # The roots as columns, looked up by C loops (map, compress): a namespace may hold a
         # million names, most of them neither targets nor containers.
@@ -221,7 +243,15 @@ class _Walker:
                     frontier.append((label, "", value, kind))
         return root_hits, frontier
 
-    def sequence(self, label: str, note: str, container, kind: str, depth: int, following: list | None) -> None:
+    def sequence(
+        self,
+        label: str,
+        note: str,
+        container: list[Any] | tuple[Any, ...],
+        kind: str,
+        depth: int,
+        following: list[tuple[str, str, Any, str]] | None,
+    ) -> None:
         """A list or tuple: the common case, kept tight. The lookups run as C loops (map), and no text is
         made for elements that are not hits. ``following`` (None at the last depth) gets the elements to
         descend into."""
@@ -243,7 +273,15 @@ class _Walker:
                 if key is None and descendable(child):
                     following.append((f"{label}[{position}]", note, child, kind))
 
-    def children(self, label: str, note: str, container, kind: str, depth: int, following: list | None) -> None:
+    def children(
+        self,
+        label: str,
+        note: str,
+        container: object,
+        kind: str,
+        depth: int,
+        following: list[tuple[str, str, Any, str]] | None,
+    ) -> None:
         """A dict, object, function, set or library pytree: each child the edges allow."""
         key_get, by_id, named = self.key_get, self.by_id, self.named
         for step, index, child, relation in _children(container, self.edges, self.max_items, self.slots, self.kinds):
@@ -269,7 +307,9 @@ class _Walker:
         return f"{label} ({what} {step})", note
 
 
-def _test_target(is_target: Callable[[Any], bool], value: Any) -> Any:
+def _test_target(is_target: Callable[[Any], bool] | None, value: Any) -> Any:
+    if is_target is None:  # neither target_ids nor is_target given: nothing is a target
+        return None
     try:
         return True if is_target(value) else None
     except Exception:
@@ -440,7 +480,7 @@ def _key_text(key: Any) -> str:
     return f"[<{type(key).__name__}>]"  # never the repr of a user's object: that would run its code
 
 
-def _key_data(value: Any):
+def _key_data(value: Any) -> object:
     """The uint32 array inside a typed PRNG key array (``jax.random.key``), else None."""
     if type(value).__name__ != "PRNGKeyArray":
         return None

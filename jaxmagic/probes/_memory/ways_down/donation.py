@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import types
 import warnings
+from collections.abc import Sequence
 
 import jax
 
@@ -79,7 +80,9 @@ def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     return [way]
 
 
-def _candidates(call: CompiledCall, positional_info) -> tuple[list[int], dict[int, list[int]], list[int]]:
+def _candidates(
+    call: CompiledCall, positional_info: Sequence[object]
+) -> tuple[list[int], dict[int, list[int]], list[int]]:
     """The positions of arguments an output of the same shape and dtype can be written over (none donated
     already), each position's flat inputs, and every flat input of a dynamic argument."""
     info = jit_internals.jit_options(call.jitted)

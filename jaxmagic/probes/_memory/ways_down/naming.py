@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Callable, Sequence
 
 import jax
 
@@ -28,12 +29,12 @@ def flat_names(call: CompiledCall) -> list[str]:
     return [path_name(path, parameters) for path, _ in leaves]
 
 
-def leading(leaf) -> int | None:
+def leading(leaf: object) -> int | None:
     shape = getattr(leaf, "shape", None)
     return int(shape[0]) if shape else None
 
 
-def parameter_names(fn) -> list[str]:
+def parameter_names(fn: Callable[..., object]) -> list[str]:
     inner = fn
     for _ in range(6):  # through jit and functools.wraps to the user's own function
         nxt = getattr(inner, "__wrapped__", None)
@@ -54,7 +55,7 @@ def parameter(parameters: list[str], index: int) -> str:
     return parameters[index] if index < len(parameters) else f"argument {index}"
 
 
-def path_name(path, parameters: list[str]) -> str:
+def path_name(path: Sequence[object], parameters: list[str]) -> str:
     if not path:
         return "argument"
     first, rest = path[0], path[1:]

@@ -83,7 +83,7 @@ def _tried(call: CompiledCall, scan_at: SourceLine, policy_name: str | None) -> 
     reached = [0]
 
     def checkpointed_scan(original: Callable[..., Any]) -> Callable[..., Any]:
-        def scan(f, *args, **kwargs):
+        def scan(f: Callable[..., Any], *args: object, **kwargs: object) -> object:
             if _called_from(scan_at):
                 reached[0] += 1
                 f = jax.checkpoint(f, policy=policy) if policy is not None else jax.checkpoint(f)

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import jax
 import jax.numpy as jnp
 
@@ -34,8 +36,8 @@ def batch_gradient(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         return []
     f, in_axes, argnums = chain.function, chain.in_axes, chain.argnums
 
-    def batch_gradient(*args):
-        def mean_loss(*inner):
+    def batch_gradient(*args: object) -> object:
+        def mean_loss(*inner: object) -> jax.Array:
             return jnp.mean(jax.vmap(f, in_axes=in_axes)(*inner))
 
         return jax.grad(mean_loss, argnums=argnums)(*args)
@@ -113,13 +115,13 @@ def chunked_vmap(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
     return ways
 
 
-def _lax_map_of(g, axes: list, size: int):
+def _lax_map_of(g: Callable[..., object], axes: list[int | None], size: int) -> Callable[..., object]:
     """``g`` mapped over the axis-0 arguments a chunk of ``size`` at a time, the others held fixed."""
 
-    def chunked(*args):
+    def chunked(*args: object) -> object:
         mapped = tuple(a for a, axis in zip(args, axes) if axis == 0)
 
-        def one(m):
+        def one(m: Iterable[object]) -> object:
             parts = iter(m)
             return g(*(next(parts) if axis == 0 else a for a, axis in zip(args, axes)))
 
