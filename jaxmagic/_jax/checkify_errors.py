@@ -17,7 +17,7 @@ import numpy as np
 from jax.tree_util import tree_map, tree_unflatten
 
 if TYPE_CHECKING:
-    from jax._src.checkify import Error, JaxException
+    from jax._src.checkify import Error
 
 
 def every_error(err: Error) -> list[tuple[Any, list[int] | None]]:
@@ -42,7 +42,7 @@ def every_error(err: Error) -> list[tuple[Any, list[int] | None]]:
     return found
 
 
-def error_frames(exc: JaxException) -> list[tuple[str, int, str]]:
+def error_frames(exc: BaseException) -> list[tuple[str, int, str]]:
     """``(file, line, function)`` of the frames where a checkify exception was made, innermost first."""
     frames = getattr(getattr(exc, "traceback_info", None), "frames", None) or []
     return [(frame.file_name, frame.line_num, frame.function_name) for frame in frames]
