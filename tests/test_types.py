@@ -38,36 +38,11 @@ def test_unchecked_modules_only_shrink():
     assert missing == [], f"no such module (moved or removed: drop it from the list): {missing}"
 
 
-def test_every_body_is_checked_and_the_report_layers_are_fully_annotated():
-    """Issue 55: the strictness only grows. Every function body is type-checked, and the layers a report
-    travels through to the screen annotate every function."""
+def test_every_body_is_checked_and_every_function_is_annotated():
+    """Issues 55 and 62: the strictness only grows. Every function body is type-checked, and every function of
+    the package is annotated (no override may switch it off for a module)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     assert config.get("check_untyped_defs") is True
-    strict = {name for o in config.get("overrides", []) if o.get("disallow_untyped_defs") for name in o["module"]}
-    assert {
-        "jaxmagic.report.*",
-        "jaxmagic.usercode.*",
-        "jaxmagic.render.*",
-        "jaxmagic.ipython.*",
-        "jaxmagic.probes.*.report",
-        "jaxmagic.probes._compiles.*",
-        "jaxmagic.probes._nans.*",
-        "jaxmagic.probes._keys.*",
-        "jaxmagic.probes._leaks.*",
-        "jaxmagic.probes._watch.*",
-        "jaxmagic.probes._doctor.*",
-        "jaxmagic.probes._bisect.*",
-        "jaxmagic.probes._debug.*",
-        "jaxmagic.probes._gather.*",
-        "jaxmagic.probes._explain.*",
-        "jaxmagic.probes._support.*",
-        "jaxmagic._jax.*",
-        "jaxmagic",
-        "jaxmagic.probes._sharding.*",
-        "jaxmagic.probes._memory.*",
-        "jaxmagic.probes._hlo.*",
-        "jaxmagic.probes._profile.*",
-        "jaxmagic.probes._live.*",
-        "jaxmagic.probes._check",
-        "jaxmagic.probes._transfers.*",
-    } <= strict
+    assert config.get("disallow_untyped_defs") is True
+    loosened = [o["module"] for o in config.get("overrides", []) if o.get("disallow_untyped_defs") is False]
+    assert loosened == [], loosened
