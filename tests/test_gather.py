@@ -248,14 +248,15 @@ def test_an_engine_stuck_in_a_python_loop_is_named_with_its_stack_and_the_line(c
 
 def test_a_busy_engine_is_named_after_the_timeout_and_one_killed_mid_cell_as_failed(cluster, ip):
     client, view = cluster
-    busy = client[1].execute("import time\ntime.sleep(20)", block=False)
+    # long enough to outlast the 3 s timeout and the gather's own seconds, short enough not to be waited for long
+    busy = client[1].execute("import time\ntime.sleep(9)", block=False)
     ip.user_ns["dv"] = view
     started = time.monotonic()
     ip.run_line_magic("jax_gather", "rep --timeout 3 -o merged")
     assert time.monotonic() - started < 15
     stuck = [f for f in ip.user_ns["merged"].to_dict()["findings"] if f["area"] == "not finished"]
     assert stuck and stuck[0]["processes"] == [1], stuck
-    assert "process 1 waits in `time.sleep(20)` in `<module>` at line 2" in stuck[0]["summary"], stuck
+    assert "process 1 waits in `time.sleep(9)` in `<module>` at line 2" in stuck[0]["summary"], stuck
     assert "did not answer within 3 s" in ip.user_ns["merged"].processes[1].headline
     busy.get(timeout=60)
     pid = client[1].apply_sync(os.getpid)
