@@ -502,6 +502,21 @@ def test_one_key_per_element_is_not_flagged():
     assert report.shared == [] and report.status.value == "ok"
 
 
+def test_one_key_for_a_whole_batch_vmapped_without_jit_is_found_at_the_eager_draw():
+    # The same shape run eagerly (no jit around the vmap: no program to search) - the draw runs under vmap's trace
+    # with the key unbatched, so every stream still gets the same noise; with a key per element, nothing.
+    with probes.keys() as report:
+        key = jax.random.key(0)
+        ys = jax.vmap(stream_noise, in_axes=(0, None))(jnp.zeros((4, 2)), key)
+        fixed = jax.vmap(stream_noise)(jnp.zeros((4, 2)), jax.random.split(jax.random.key(1), 4))
+    assert bool(jnp.all(ys == ys[0])) and not bool(jnp.all(fixed == fixed[0]))
+    [shared] = report.shared
+    assert shared.api == "jax.random.normal" and shared.key == "key" and shared.calls == 1
+    assert shared.line is not None and shared.line.code.strip() == "noise = jax.random.normal(key, x.shape)"
+    assert "Split `key` into one key per element" in shared.fix
+    assert report.status.value == "problem" and "one key for the whole vmapped batch" in report.summary
+
+
 def test_the_legacy_keys_remembered_are_bounded_and_the_report_says_so(monkeypatch):
     from jaxmagic.probes._keys import draws
 

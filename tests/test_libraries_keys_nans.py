@@ -552,6 +552,35 @@ def test_an_inf_a_librarys_own_code_wrote_is_not_blamed_on_the_users_line():
     assert data["producer"]["written_inf_by"] or "in what your line" in data["fix"], data["fix"]
 
 
+def test_dropout_under_nnx_vmap_without_jit_is_found_too_and_the_split_streams_are_not():
+    # google/flax#4195 run as most notebooks do, with no nnx.jit around it: the draws are eager (under vmap's
+    # trace), not in a program to search - they were "OK" before.
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+        def __call__(self, x):
+            return self.drop(x)
+
+    with probes.keys() as report:
+        ys = nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))(Model(nnx.Rngs(dropout=0)), jnp.ones((4, 8)))
+    assert bool((ys == ys[0]).all())
+    (shared,) = report.shared
+    assert shared.api == "flax.nnx.Dropout.__call__" and "nnx.split_rngs(splits=n)" in shared.fix
+
+    @nnx.split_rngs(splits=4)
+    @nnx.vmap(in_axes=(nnx.StateAxes({nnx.RngState: 0, ...: None}), 0))
+    def per_element(m, x):
+        return m(x)
+
+    with probes.keys() as fixed:
+        ys = per_element(Model(nnx.Rngs(dropout=0)), jnp.ones((4, 8)))
+    assert not bool((ys == ys[0]).all())
+    assert fixed.shared == [] and fixed.status.value == "ok"
+
+
 def test_dropout_under_nnx_vmap_with_one_stream_for_the_batch_gets_split_rngs_not_jax_random_split():
     # google/flax#4195: `nnx.vmap(f, in_axes=(None, 0))(model, xs)` gives every element of the batch the Module's
     # one random stream, so Dropout draws the same mask for all. The key is the Module's (nnx.Rngs), not one the

@@ -34,6 +34,20 @@ def typed_key_data(key: Any) -> Any:  # a jax.Array of uint32
     return base
 
 
+def one_key_for_a_vmapped_batch(key: object) -> bool:
+    """Whether a key given to an eager jax.random call is the same for every element of the batch a ``vmap``
+    (``jax.vmap``, ``nnx.vmap``) is tracing now: the call runs under vmap's trace and the key is no traced value
+    of it (closed over, or passed with ``in_axes=None``), so every element draws the same numbers. False where
+    this JAX keeps no current trace to ask."""
+    try:
+        from jax._src import core
+
+        trace = core.trace_ctx.trace
+    except (ImportError, AttributeError):
+        return False
+    return type(trace).__name__ == "BatchTrace" and not isinstance(key, jax.core.Tracer)
+
+
 _key_reuse_signatures: dict = {}  # (primitive, params, argument types) -> KeyReuseSignature
 
 

@@ -14,7 +14,8 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, key_internals, prng_checks
-from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw
+from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw, SharedKeyDraw
+from jaxmagic.probes._keys.fixes import shared_key_fix
 from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_fingerprint, render_key
 from jaxmagic.probes._keys.key_reads import KeyReads
 from jaxmagic.probes._keys.report import KeyReport
@@ -209,6 +210,7 @@ class _DrawFollower:
         # legacy keys, which JAX's checker cannot follow: key data -> (place, API, the consuming function)
         self.consumed: dict[bytes, tuple[Place, str, str]] = {}
         self.reuses: dict[tuple[Place, Place], KeyReuse] = {}
+        self.shared: dict[Place, SharedKeyDraw] = {}  # eager draws under vmap with one key for the batch
         self.lock = threading.Lock()
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
         # (jax.random function, id(code), instruction) of a user's line calling it itself -> (code, its place)
@@ -242,6 +244,8 @@ class _DrawFollower:
             self._legacy_use(where, user)
         if name in _NOT_DRAWING:
             return
+        if name not in _NOT_CONSUMING and key_internals.one_key_for_a_vmapped_batch(key):
+            self._shared_draw(name, where, user)
         parts = _draw_parts(key, frame, legacy)
         if parts is None:
             return
@@ -254,6 +258,21 @@ class _DrawFollower:
             consumer = (name, where, user.f_code.co_qualname, user.f_code.co_name, started)
         # Read without waiting where looks are deferred (``key_reads``): counted once the data is there.
         self.reads.read(arrays, partial(self._count, drawn, others, consumer))
+
+    def _shared_draw(self, name: str, where: Place, user: FrameType) -> None:
+        """An eager draw under ``vmap`` whose key is the same for the whole batch (``nnx.vmap`` with the Module's
+        streams not split, a key closed over): found here, where no jitted program holds it (``flows`` finds it in
+        a jitted one), and counted per call at its place."""
+        with self.lock:
+            found = self.shared.get(where)
+            if found is None:
+                api = where[3] or f"jax.random.{name}"
+                line = line_of_place(where, user.f_code.co_name)
+                key, fix = shared_key_fix(line, api)
+                found = SharedKeyDraw(user.f_code.co_name, api, line, key=key, fix=fix)
+                self.shared[where] = found
+                self.report.shared.append(found)
+            found.calls += 1
 
     def _direct_place(self, name: str, frame: FrameType | None) -> tuple[FrameType, Place] | None:
         """The user's frame and the place of a draw whose jax.random function (running in ``frame``) was called by
