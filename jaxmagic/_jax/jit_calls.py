@@ -593,10 +593,13 @@ def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py") -> Fr
 
 
 _key_dtypes: dict = {}
+_key_array_types: set[type] = set()  # classes whose every instance is an array of typed keys (JAX's PRNGKeyArray)
 
 
 def is_typed_key(value: Any) -> bool:
     """True for an array of typed PRNG keys (``jax.random.key``), not for legacy uint32 keys."""
+    if type(value) in _key_array_types:  # asked at every eager draw: a key array's dtype is made per access
+        return True
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return False
@@ -613,4 +616,6 @@ def is_typed_key(value: Any) -> bool:
         _key_dtypes[dtype] = typed
     except TypeError:
         pass
+    if typed and type(value).__name__ == "PRNGKeyArray":  # JAX's key array: its instances are all keys
+        _key_array_types.add(type(value))
     return typed

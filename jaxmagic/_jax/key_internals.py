@@ -6,6 +6,7 @@ key-reuse check with the signatures JAX computes per call cached.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -40,12 +41,21 @@ def one_key_for_a_vmapped_batch(key: object) -> bool:
     of it (closed over, or passed with ``in_axes=None``), so every element draws the same numbers. False where
     this JAX keeps no current trace to ask."""
     try:
-        from jax._src import core
-
-        trace = core.trace_ctx.trace
-    except (ImportError, AttributeError):
+        trace = _trace_context().trace
+    except AttributeError:
         return False
     return type(trace).__name__ == "BatchTrace" and not isinstance(key, jax.core.Tracer)
+
+
+@functools.cache
+def _trace_context() -> Any:
+    """JAX's current-trace context (``core.trace_ctx``), looked up once: asked at every eager draw."""
+    try:
+        from jax._src import core
+
+        return core.trace_ctx
+    except (ImportError, AttributeError):
+        return None
 
 
 _key_reuse_signatures: dict = {}  # (primitive, params, argument types) -> KeyReuseSignature

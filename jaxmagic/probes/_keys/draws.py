@@ -1,12 +1,29 @@
-"""Eager jax.random calls followed by their key data: legacy uint32 keys, and the same numbers drawn again per line."""
+"""Eager jax.random calls followed by their key data: legacy uint32 keys, and the same numbers drawn again per line.
+
+Every eager draw is followed, not a share of them (a key reused once in a 300-step loop is a finding), so what
+one costs is paid at every step of a loop that splits a dropout key per step. A draw at an instruction of the
+user's seen before (``_Spot``), given a typed key outside a trace and plain other arguments (a shape, a dtype,
+a number), is counted in a few dictionary reads (``_DrawFollower._counted_quickly``): the place is the
+instruction's, the other arguments' words are kept per value (``_plain_word``), the draw is counted there and
+its key's data read later, in batches where looks are deferred (``key_reads``); everything else - the first
+draw of a line, a library between, a legacy key, an array argument read with the key, a draw under ``vmap`` -
+goes the whole way. It counts what the whole way counts (``tests/test_watch_key_follower.py``). On the CPU the
+keys area added ~29 us to an eager ``split`` before, ~18-22 us since (``key_reads`` batches included).
+
+Under ``%jax_watch`` (a ``sampler``) the time following takes is charged to the watch's ``CallSampler``, a
+tenth of a millisecond at a time: the draws are all followed, and the looks at the jitted calls get what is
+left of the share (``_jax/call_sampling.py``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
+from time import perf_counter
 from types import CodeType, FrameType
 from typing import cast
 
@@ -14,6 +31,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, key_internals, prng_checks
+from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic.probes._keys.findings import KeyReuse, LegacyKeyUse, RepeatedDraw, SharedKeyDraw
 from jaxmagic.probes._keys.fixes import shared_key_fix
 from jaxmagic.probes._keys.flows import MAX_FLOW_VALUES, data_fingerprint, key_fingerprint, render_key
@@ -31,6 +49,7 @@ _NOT_DRAWING = frozenset({"key_data", "key_impl"})
 # Source, not a Sink; a draw or a split consumes)
 _NOT_CONSUMING = _NOT_DRAWING | {"fold_in", "clone", "wrap_key_data"}
 MAX_DRAW_LINES = 200  # lines followed per block
+CHARGED_EVERY = 1e-4  # seconds of following gathered before they are charged to the block's sampler
 MAX_CONSUMED_KEYS = 20_000  # legacy key data remembered per block (~200 bytes each), to find one consumed on two lines
 _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other arguments
 
@@ -105,6 +124,7 @@ def _place(frame: FrameType | None) -> tuple[str, int] | None:
 
 # A draw's other arguments, for its fingerprint: "name=text", or (name, index of the array read with the key)
 Others = list["str | tuple[str, int]"]
+OthersRead = Sequence["str | tuple[str, int]"]  # ... as counted: a list, or the words of plain arguments
 
 
 def _draw_parts(key: object, frame: FrameType | None, legacy: bool) -> tuple[list[object], Others] | None:
@@ -118,12 +138,56 @@ def _draw_parts(key: object, frame: FrameType | None, legacy: bool) -> tuple[lis
         local = frame.f_locals  # one view of the frame's variables (each ``f_locals`` makes another)
         for name in _argument_names(frame.f_code):
             value = local.get(name)
-            if _read_with_key(value):
+            word = _plain_word(name, value)
+            if word is not None:
+                others.append(word)
+            elif _read_with_key(value):
                 arrays.append(value)
                 others.append((name, len(arrays) - 1))
             else:
                 others.append(f"{name}={_argument_fingerprint(value)}")
     return arrays, others
+
+
+def _plain_words(names: tuple[str, ...], frame: FrameType) -> tuple[str, ...] | None:
+    """The words of a draw's other arguments when all are plain (``_plain_word``), else None: the draw's
+    fingerprint is then made as ``_draw_parts`` makes it."""
+    local = frame.f_locals
+    words = []
+    for name in names:
+        word = _plain_word(name, local.get(name))
+        if word is None:
+            return None
+        words.append(word)
+    return tuple(words)
+
+
+# (argument name, type, value) of a plain argument -> its word in a draw's fingerprint ("shape=(3,)")
+_plain_words_of: dict[tuple[str, type, object], str] = {}
+_PLAIN_TYPES = frozenset({int, bool, str, type(None)})
+
+
+def _plain_word(name: str, value: object) -> str | None:
+    """``name=fingerprint`` of a plain argument - a number, a string, None, a shape (a tuple of ints), a dtype -
+    as ``_argument_fingerprint`` writes it, kept per value: an eager draw in a loop gets the same ones at every
+    call (its ``shape``, ``dtype``, ``num``), and its fingerprint is made at every call. None for another value."""
+    kind = type(value)
+    if not (
+        kind in _PLAIN_TYPES
+        or (kind is tuple and all(type(v) is int for v in value))  # type: ignore[attr-defined]
+        or isinstance(value, (np.dtype, type))
+    ):
+        return None
+    try:
+        found = (name, kind, value)
+        word = _plain_words_of.get(found)
+    except TypeError:  # not hashable after all
+        return None
+    if word is None:
+        word = f"{name}={_argument_fingerprint(value)}"
+        if len(_plain_words_of) < 4096:
+            _plain_words_of[found] = word
+    return word
 
 
 _names_of_code: dict[int, tuple[CodeType, tuple[str, ...]]] = {}  # id(code) -> (code, its argument names)
@@ -144,7 +208,7 @@ def _argument_names(code: CodeType) -> tuple[str, ...]:
 _others_digests: dict[tuple, bytes] = {}  # a draw's other arguments, all words (no array read) -> their digest
 
 
-def _draw_fingerprint(data: list[np.ndarray], others: Others) -> bytes:
+def _draw_fingerprint(data: list[np.ndarray], others: OthersRead) -> bytes:
     """Digest of a key's data and the drawing function's other arguments (``_draw_parts``), read: ``data``."""
     digest = data_fingerprint(data[0])[0]
     words = tuple(others) if len(data) == 1 else None  # no array read with the key: the same words, the same digest
@@ -159,7 +223,7 @@ def _draw_fingerprint(data: list[np.ndarray], others: Others) -> bytes:
 
 def _read_with_key(value: object) -> bool:
     """An argument whose values are part of the draw's fingerprint (a small array), read with the key."""
-    if isinstance(value, jax.core.Tracer) or jit_calls.is_typed_key(value):
+    if isinstance(value, (jax.core.Tracer, type)) or jit_calls.is_typed_key(value):
         return False
     return hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "size", 0) <= 4096
 
@@ -171,6 +235,8 @@ def _array_text(array: np.ndarray) -> str:
 def _argument_fingerprint(value: object) -> str:
     if isinstance(value, jax.core.Tracer):
         return f"tracer {id(value)}"
+    if isinstance(value, type):  # a scalar type (dtype=np.float32): its class attributes are no array's
+        return repr(value)[:400]
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         if getattr(value, "size", 0) <= 4096:
             try:
@@ -185,26 +251,42 @@ def _argument_fingerprint(value: object) -> str:
 
 
 @contextlib.contextmanager
-def random_calls_followed(report: KeyReport) -> Iterator[None]:
+def random_calls_followed(report: KeyReport, sampler: CallSampler | None = None) -> Iterator[None]:
     """Follow each eager jax.random call by its key's data (see ``_jax.prng_checks``).
 
     Lists the calls given a raw uint32 key, and counts per (function, line of
     yours) the distinct key data and other arguments each call was given.
+    ``sampler``: the block's ``CallSampler`` (the watch's), charged the time following takes - every draw is
+    followed, and the looks at the block's calls get what is left of its share.
     """
-    follower = _DrawFollower(report)
+    follower = _DrawFollower(report, sampler)
     try:
-        with prng_checks.following_key_checks(follower.follow):
+        with prng_checks.following_key_checks(follower.timed_follow if sampler is not None else follower.follow):
             yield
     finally:
         follower.finish()
+
+
+@dataclasses.dataclass(slots=True)
+class _Spot:
+    """An instruction of the user's code that calls a jax.random function itself: its place, and once a draw of
+    a typed key there was counted, the drawing function's other arguments and the draw counted there."""
+
+    code: CodeType  # the user's code (the key is its id: compared, so that a reused id is not taken for it)
+    where: Place
+    consumes: bool  # the function consumes its key (not fold_in, clone, ...): a vmapped batch's one key matters
+    names: tuple[str, ...] = ()
+    drawn: tuple[RepeatedDraw, dict[bytes, list[object]]] | None = None
 
 
 class _DrawFollower:
     """What ``random_calls_followed`` keeps while it follows: legacy key uses and draws per place, and the
     legacy key data consumed (``follow`` may run on several threads: ``lock`` guards them)."""
 
-    def __init__(self, report: KeyReport) -> None:
+    def __init__(self, report: KeyReport, sampler: CallSampler | None = None) -> None:
         self.report = report
+        self.sampler = sampler
+        self.unspent = 0.0  # seconds spent following not charged to the sampler yet
         self.uses: dict[Place, LegacyKeyUse] = {}
         self.draws: dict[Place, tuple[RepeatedDraw, dict[bytes, list[object]]]] = {}
         # legacy keys, which JAX's checker cannot follow: key data -> (place, API, the consuming function)
@@ -213,21 +295,35 @@ class _DrawFollower:
         self.shared: dict[Place, SharedKeyDraw] = {}  # eager draws under vmap with one key for the batch
         self.lock = threading.Lock()
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
-        # (jax.random function, id(code), instruction) of a user's line calling it itself -> (code, its place)
-        self._places: dict[tuple[str, int, int], tuple[CodeType, Place]] = {}
+        # (jax.random function, id(code), instruction) of a user's line calling it itself -> what is known there
+        self._places: dict[tuple[str, int, int], _Spot] = {}
         # (id(code), instruction) of the outermost user frame -> (code, its line): a legacy draw's started_by
         self._started: dict[tuple[int, int], tuple[CodeType, SourceLine | None]] = {}
 
+    def timed_follow(self, name: str, key: object, frame_seen: object) -> None:
+        """``follow``, its time charged to the block's sampler (``random_calls_followed``): a tenth of a
+        millisecond at a time, so that the looks at the calls pay for the draws followed."""
+        started = perf_counter()
+        try:
+            self.follow(name, key, frame_seen)
+        finally:
+            self.unspent += perf_counter() - started
+            if self.unspent >= CHARGED_EVERY and self.sampler is not None:
+                spent, self.unspent = self.unspent, 0.0
+                self.sampler.spent_looking(spent)
+
     def follow(self, name: str, key: object, frame_seen: object) -> None:
         """One eager jax.random call ``name`` given ``key``, running in ``frame_seen``."""
+        frame = cast("FrameType | None", frame_seen)
+        spot = self._spot(name, frame)
+        if spot is not None and spot.drawn is not None and self._counted_quickly(spot, key, frame):
+            return
         if not hasattr(key, "dtype"):
             return
-        frame = cast("FrameType | None", frame_seen)
         legacy = not jit_calls.is_typed_key(key)  # by dtype: a typed key and a uint32 key are both ArrayImpl
-        placed = self._direct_place(name, frame)
-        if placed is not None:  # a line of the user's seen before, calling jax.random itself: no frame walk
-            user: FrameType | None
-            user, where = placed
+        user: FrameType | None
+        if spot is not None:  # a line of the user's seen before, calling jax.random itself: no frame walk
+            user, where = cast(FrameType, cast(FrameType, frame).f_back), spot.where
             inner = None
         else:
             user = user_frame()  # its SourceLine (reading the line's text) is made once per line
@@ -239,7 +335,7 @@ class _DrawFollower:
                 return
             where = (name, user.f_code.co_filename, user.f_lineno, library, _place(inner))
             if not library and frame is not None and frame.f_back is user:
-                self._remember_place(name, user, where)
+                spot = self._remember_place(name, user, where)
         if legacy:
             self._legacy_use(where, user)
         if name in _NOT_DRAWING:
@@ -256,8 +352,30 @@ class _DrawFollower:
         if legacy and name not in _NOT_CONSUMING:  # what a reuse found once the data is read names
             started = self._started_by(user, arrays)
             consumer = (name, where, user.f_code.co_qualname, user.f_code.co_name, started)
+        elif (
+            not legacy and spot is not None and drawn is not None and frame is not None
+        ):  # the next draws here: ``_counted_quickly``
+            spot.names, spot.drawn = _argument_names(frame.f_code), drawn
         # Read without waiting where looks are deferred (``key_reads``): counted once the data is there.
         self.reads.read(arrays, partial(self._count, drawn, others, consumer))
+
+    def _counted_quickly(self, spot: _Spot, key: object, frame: FrameType | None) -> bool:
+        """Count a draw of a typed key at a place where one was counted before (``spot``), when the usual case
+        holds - no trace, no vmapped batch, plain other arguments: what ``follow`` does then, in a few
+        dictionary reads (an eager draw is followed at every call: a dropout key split per training step).
+        False (nothing done) otherwise: ``follow`` goes the whole way."""
+        if not jit_calls.is_typed_key(key) or isinstance(key, jax.core.Tracer) or frame is None:
+            return False
+        if spot.consumes and key_internals.one_key_for_a_vmapped_batch(key):
+            return False
+        words = _plain_words(spot.names, frame)
+        drawn = spot.drawn
+        if words is None or drawn is None:
+            return False
+        with self.lock:
+            drawn[0].calls += 1
+        self.reads.read([key_internals.typed_key_data(key)], partial(self._count, drawn, words, None))
+        return True
 
     def _shared_draw(self, name: str, where: Place, user: FrameType) -> None:
         """An eager draw under ``vmap`` whose key is the same for the whole batch (``nnx.vmap`` with the Module's
@@ -274,24 +392,28 @@ class _DrawFollower:
                 self.report.shared.append(found)
             found.calls += 1
 
-    def _direct_place(self, name: str, frame: FrameType | None) -> tuple[FrameType, Place] | None:
-        """The user's frame and the place of a draw whose jax.random function (running in ``frame``) was called by
-        a line of the user's seen before (``_remember_place``): a loop's draws are placed by a dictionary read,
-        not a walk of the stack and a line number (an eager draw is followed at every call)."""
+    def _spot(self, name: str, frame: FrameType | None) -> _Spot | None:
+        """What is known of the place of a draw whose jax.random function (running in ``frame``) was called by a
+        line of the user's seen before (``_remember_place``): a loop's draws are placed by a dictionary read, not
+        a walk of the stack and a line number (an eager draw is followed at every call)."""
         caller = frame.f_back if frame is not None else None
         if caller is None:
             return None
         code = caller.f_code
         known = self._places.get((name, id(code), caller.f_lasti))
-        if known is None or known[0] is not code:
+        if known is None or known.code is not code:
             return None
-        return caller, known[1]
+        return known
 
-    def _remember_place(self, name: str, user: FrameType, where: Place) -> None:
+    def _remember_place(self, name: str, user: FrameType, where: Place) -> _Spot | None:
         """Keep ``where`` for the instruction of the user's code that called jax.random ``name`` itself (no
-        library between): the same instruction is the same line, the same place (``_direct_place``)."""
-        if len(self._places) < MAX_DRAW_LINES * 4:
-            self._places[(name, id(user.f_code), user.f_lasti)] = (user.f_code, where)
+        library between): the same instruction is the same line, the same place (``_spot``)."""
+        if len(self._places) >= MAX_DRAW_LINES * 4:
+            return None
+        spot = self._places[(name, id(user.f_code), user.f_lasti)] = _Spot(
+            user.f_code, where, name not in _NOT_CONSUMING
+        )
+        return spot
 
     def _started_by(self, user: FrameType, arrays: list[object]) -> Callable[[], SourceLine | None]:
         """The line that started the draw (a reuse's provenance): taken now where the read is deferred (the frame
@@ -314,7 +436,7 @@ class _DrawFollower:
     def _count(
         self,
         drawn: tuple[RepeatedDraw, dict[bytes, list[object]]] | None,
-        others: Others,
+        others: OthersRead,
         consumer: tuple[str, Place, str, str, Callable[[], SourceLine | None]] | None,
         data: list[np.ndarray],
     ) -> None:

@@ -1,4 +1,12 @@
-"""The keys each jitted function of yours receives: distinct typed (and ``random_wrap``-ed legacy) keys per argument."""
+"""The keys each jitted function of yours receives: distinct typed (and ``random_wrap``-ed legacy) keys per argument.
+
+A called program is also searched for draws that give the same numbers at every call (one key for a vmapped
+batch, a constant key, a key that does not change between a loop's passes) and for the key arguments it only
+folds counters into. Each search walks the whole program: it is done once per program in the process
+(``searched_once``), not once per block - a watched notebook calls the same compiled step cell after cell, and
+the searches of a small MLP's step were ~1-2 ms of every watched cell (2% of a 300-step loop on a TPU, whose
+cell is ~90 ms; issue 60 item 3). The findings themselves are made per block from what was found.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,11 @@ import hashlib
 import inspect
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -203,9 +212,10 @@ class KeyWatch(jit_calls.CallObserver):
                 finding.calls += 1
             return
         found = []
-        caller, _ = call_site()
+        draws = searched_once(search.__name__, jaxpr, lambda j: list(search(j)))
+        caller, _ = call_site() if draws else (None, 0)
         started = attribution.started_by(caller) if caller is not None else None
-        for eqn, enclosing, *site in search(jaxpr):
+        for eqn, enclosing, *site in draws:
             provenance = attribution.of_equation(eqn, enclosing, started)
             provenance.transforms = [f"jit({name})", *provenance.transforms]
             line = provenance.made_at
@@ -230,11 +240,7 @@ class KeyWatch(jit_calls.CallObserver):
         cached = self.folded.get(id(jaxpr))
         if cached is not None and cached[0] is jaxpr:
             return cached[1], cached[2]
-        try:
-            folded = folded_inputs(jaxpr)
-            dropped = {j: dropped_update(jaxpr, j) for data in folded.values() for j in data}
-        except Exception:  # another jaxpr layout: keys counted by their own data
-            folded, dropped = {}, {}
+        folded, dropped = searched_once("folded", jaxpr, _folded_and_dropped)
         if len(self.folded) < 1000:
             self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
         return folded, dropped
@@ -269,10 +275,7 @@ class KeyWatch(jit_calls.CallObserver):
         cached = self.legacy_arguments.get(id(jaxpr))
         if cached is not None and cached[0] is jaxpr:
             return cached[1]
-        try:
-            found = frozenset(_wrapped_inputs(jaxpr))
-        except Exception:  # another jaxpr layout: follow typed keys only
-            found = frozenset()
+        found = searched_once("wrapped", jaxpr, _wrapped_or_none)
         if len(self.legacy_arguments) < 1000:
             self.legacy_arguments[id(jaxpr)] = (jaxpr, found)
         return found
@@ -290,6 +293,50 @@ class KeyWatch(jit_calls.CallObserver):
                 data, times = max(seen.values(), key=lambda item: item[1])
                 flow.repeated_key, flow.repeated_times = render_key(data), times
         self.seen.clear()
+
+
+# A program's searches (its shared-key, loop and constant-key draws, folded and wrapped key inputs), remembered
+# across blocks by the program's identity: a watched notebook runs the same compiled step cell after cell, and
+# each search walks the whole program (~1-2 ms a cell for a small MLP's step; a TPU loop of 300 such steps is
+# ~90 ms). Held by a weak reference to the program: a program gone is searched again if its id comes back.
+_searches: dict[tuple[str, int], tuple[weakref.ref[Any], Any]] = {}
+SEARCHES_KEPT = 512  # searches remembered; past it all are forgotten (searched again once)
+_T = TypeVar("_T")
+
+
+def searched_once(kind: str, jaxpr: Any, search: Callable[[Any], _T]) -> _T:
+    """``search(jaxpr)``, done once per program and ``kind`` in the process (``_searches``). Its result is
+    shared: read it, never change it."""
+    key = (kind, id(jaxpr))
+    known = _searches.get(key)
+    if known is not None and known[0]() is jaxpr:
+        return cast(_T, known[1])
+    result = search(jaxpr)
+    try:
+        reference = weakref.ref(jaxpr)
+    except TypeError:  # a program that takes no weak reference: searched at each block
+        return result
+    if len(_searches) >= SEARCHES_KEPT:
+        _searches.clear()
+    _searches[key] = (reference, result)
+    return result
+
+
+def _folded_and_dropped(jaxpr: Any) -> tuple[dict[int, set[int]], dict[int, bool]]:
+    """``folded_inputs`` of the program and, for each argument folded into a key, whether the program drops
+    its new value (``dropped_update``); nothing where the program's layout is another."""
+    try:
+        folded = folded_inputs(jaxpr)
+        return folded, {j: dropped_update(jaxpr, j) for data in folded.values() for j in data}
+    except Exception:  # another jaxpr layout: keys counted by their own data
+        return {}, {}
+
+
+def _wrapped_or_none(jaxpr: Any) -> frozenset[int]:
+    try:
+        return frozenset(_wrapped_inputs(jaxpr))
+    except Exception:  # another jaxpr layout: follow typed keys only
+        return frozenset()
 
 
 def _wrapped_inputs(jaxpr: Any, depth: int = 0) -> set[int]:
@@ -319,9 +366,18 @@ def key_data(key: object) -> object:
     return key_internals.typed_key_data(key) if jit_calls.is_typed_key(key) else key
 
 
+_shape_texts: dict[tuple[int, ...], bytes] = {}  # a shape -> its text in a fingerprint (made per key read)
+
+
 def data_fingerprint(data: np.ndarray) -> tuple[bytes, np.ndarray]:
     """``key_fingerprint`` of key data read on the host."""
-    raw = data.tobytes() + str(data.shape).encode()
+    shape = data.shape
+    text = _shape_texts.get(shape)
+    if text is None:
+        text = str(shape).encode()
+        if len(_shape_texts) < 1024:
+            _shape_texts[shape] = text
+    raw = data.tobytes() + text
     # A key or two is a few bytes: its data is its own fingerprint; a batch of keys is digested.
     return (raw if len(raw) <= 64 else hashlib.blake2b(raw, digest_size=16).digest()), data
 

@@ -189,10 +189,10 @@ def _signature(array: object) -> tuple | None:
     """What arrays stacked together share (shape, dtype, placement); None for a value that is not a JAX array
     (read as it is) or one already deleted."""
     try:
-        if not hasattr(array, "copy_to_host_async") or array.is_deleted():  # type: ignore[attr-defined]
+        if array.is_deleted():  # type: ignore[attr-defined]
             return None
         return (array.shape, array.dtype, array.sharding)  # type: ignore[attr-defined]
-    except Exception:
+    except Exception:  # not a JAX array (no is_deleted)
         return None
 
 

@@ -55,7 +55,7 @@ def keys(
     try:
         with (
             preserved_jax_state(CONFIG_NAMES),
-            random_calls_followed(report),
+            random_calls_followed(report, sampler),
             jit_calls.observing_calls(
                 watch,
                 *also_observe,
