@@ -143,10 +143,10 @@ class ProgramSize:
 def measure(program: Any) -> tuple[int, list[LineSize], list[BakedConstant]]:
     """Count ``program``'s equations by the user's line (sub-programs included) and its constants."""
     jaxpr = getattr(program, "jaxpr", program)
-    counts: dict[tuple | None, int] = {}
-    sequences: dict[tuple, list[str]] = {}
+    counts: dict[tuple[str, int, str] | None, int] = {}
+    sequences: dict[tuple[str, int, str], list[str]] = {}
     total = 0
-    constant_lines: dict[int, tuple] = {}
+    constant_lines: dict[int, tuple[str, int, str]] = {}
     constvars = list(getattr(jaxpr, "constvars", []))
     wanted = {id(v): i for i, v in enumerate(constvars)}
     stack = [jaxpr]
