@@ -238,7 +238,7 @@ class _Inspecting(Interpreter):
             del level.env[var]
             if i in self.pruned:  # only dead code can read an input JAX pruned: a stand-in of its type
                 with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
-                    level.env[var] = jax.numpy.zeros(var.aval.shape, var.aval.dtype)
+                    level.env[var] = jax.numpy.zeros(var.aval.shape, var.aval.dtype)  # type: ignore[attr-defined]  # a ShapedArray
 
     def outputs(self, level: Level, eqn: Any, inputs: list) -> list:
         if eqn.primitive is self.inspect_sharding_p:
