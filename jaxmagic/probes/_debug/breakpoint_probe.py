@@ -156,7 +156,11 @@ class _Session:
     """The command loop at one hit."""
 
     def __init__(
-        self, frames: list[BreakFrame], namespace: dict, ask: Callable[[str], str], say: Callable[[str], None]
+        self,
+        frames: list[BreakFrame],
+        namespace: dict[str, object],
+        ask: Callable[[str], str],
+        say: Callable[[str], None],
     ):
         self.frames, self.namespace, self.ask, self.say = frames, namespace, ask, say
         self.index = 0  # 0 = innermost
@@ -239,7 +243,10 @@ class breakpoints:
     """Serve ``jax.debug.breakpoint()`` for a block: read commands with ``ask``, or record each hit."""
 
     def __init__(
-        self, ask: Callable[[str], str] | None = None, namespace: dict | None = None, say: Callable[[str], None] = print
+        self,
+        ask: Callable[[str], str] | None = None,
+        namespace: dict[str, object] | None = None,
+        say: Callable[[str], None] = print,
     ):
         self.ask, self.namespace, self.say = ask, namespace or {}, say
         self.report = BreakpointReport(interactive=ask is not None)

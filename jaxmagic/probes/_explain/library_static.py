@@ -52,7 +52,7 @@ class LibraryJitCall:
     and the user's own arguments (read at the wrapper's entry point). Not kept past the report."""
 
     wrapper: str  # "eqx.filter_jit", "nnx.jit"
-    function: Callable  # the user's function the wrapper holds
+    function: Callable[..., object]  # the user's function the wrapper holds
     name: str  # its name, as the user wrote it: "step"
     arguments: dict[str, Any]  # the user's arguments, bound to the function's parameters
     decorated: bool  # the function was decorated with the wrapper (``@eqx.filter_jit``)
@@ -190,7 +190,7 @@ def _call_text(call: LibraryJitCall, replaced: dict[str, str]) -> str:
     return f"{call.name}({', '.join(parts)})"
 
 
-def _call_bound(function: Callable, arguments: dict[str, Any], run: Callable) -> Any:
+def _call_bound(function: Callable[..., object], arguments: dict[str, Any], run: Callable) -> Any:
     """``run(function, args, kwargs)`` with ``arguments`` bound back to the function's parameters."""
     signature = inspect.signature(function)
     bound = inspect.BoundArguments(signature, arguments)

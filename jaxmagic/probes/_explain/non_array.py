@@ -62,8 +62,8 @@ _CALL_FRAMES = {"cache_miss": "jit", "eval_shape": "eval_shape", "value_and_grad
 class _Call:
     transformation: str  # "jit", "eval_shape", "grad", "value_and_grad"
     fun: Any
-    args: tuple
-    kwargs: dict
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
     argnums: tuple[int, ...] | None = None  # the differentiated arguments (grad), None: all (jit)
     static: tuple = ()  # jit's static_argnums and static_argnames: not traced
 

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from jaxmagic._jax import prng_checks
+from jaxmagic._jax.types import Params
 from jaxmagic.probes._keys.draws import handed_over
 from jaxmagic.probes._keys.findings import KeyReuse
 from jaxmagic.probes._keys.fixes import same_key_draws_fix, split_off_fix
@@ -35,7 +36,11 @@ _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is a
 
 
 def explain_key_reuse(
-    error: BaseException, where: str = "", function: str = "", params: dict | None = None, args: tuple = ()
+    error: BaseException,
+    where: str = "",
+    function: str = "",
+    params: Params | None = None,
+    args: tuple[object, ...] = (),
 ) -> KeyReuse:
     """The facts of a ``KeyReuseError``: who got the key, which argument, where it was used and first used;
     for a key a library consumed, the library and the user's line that handed the key over (``args``:

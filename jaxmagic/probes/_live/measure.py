@@ -48,7 +48,9 @@ PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up 
 # -- the probe ----------------------------------------------------------------
 
 
-def live(*, namespace: dict | None = None, top: int | None = None, profile: str | None = None) -> LiveReport:
+def live(
+    *, namespace: dict[str, object] | None = None, top: int | None = None, profile: str | None = None
+) -> LiveReport:
     """Every live JAX array, grouped, with the names that hold each group.
 
     ``namespace``: the variables to search for holders (a notebook's user
@@ -75,7 +77,7 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
 
 @contextlib.contextmanager
 def live_diff(
-    *, namespace: dict | None = None, top: int | None = None, profile: str | None = None
+    *, namespace: dict[str, object] | None = None, top: int | None = None, profile: str | None = None
 ) -> Iterator[LiveReport]:
     """Snapshot the live arrays before and after the block; report the ones it created that are still alive.
 
@@ -154,7 +156,11 @@ def _result_arrays(
 
 
 def _describe(
-    report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set, created: list | None = None
+    report: LiveReport,
+    arrays: list,
+    namespace: dict[str, object] | None,
+    excluded: frozenset | set,
+    created: list | None = None,
 ) -> None:
     """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
     report.total_arrays = len(arrays)

@@ -112,7 +112,7 @@ class LibraryJit:
 _JITS = {"flax.nnx": ("flax.nnx", "nnx.jit"), "equinox": ("equinox", "eqx.filter_jit")}
 
 
-def library_jit(jitted: Any, args: tuple = ()) -> LibraryJit | None:
+def library_jit(jitted: Any, args: tuple[object, ...] = ()) -> LibraryJit | None:
     """The library jit behind ``jitted`` (a ``jax.jit`` a library made for the user) called with ``args``,
     or None for the user's own ``jax.jit``. ``eqx.filter_jit`` makes one ``jax.jit`` per function name and
     passes the user's function among its static arguments: the call's ``args`` are searched too."""
@@ -137,7 +137,7 @@ def is_library_jit(fn: Any) -> bool:
     return _opener(fn) is not None
 
 
-def library_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict] | None:
+def library_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[Any, tuple, dict] | None:
     """The ``jax.jit``-ed function a library wrapper's call ``fn(*args, **kwargs)`` runs, with the arguments
     the wrapper gives it - the library's own repacking, as its ``trace``/``lower`` do it, nothing run; None
     for anything else."""
@@ -154,7 +154,7 @@ def _opener(fn: Any) -> Callable[[Any, tuple, dict], tuple[Any, tuple, dict]] | 
     return None
 
 
-def _nnx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+def _nnx_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[Any, tuple, dict]:
     """``nnx.jit``: its wrapper splits the graph nodes into states under its update context
     (``JitWrapped.trace`` does the same) and calls ``jitted_fn`` with them."""
     graph = sys.modules["flax.nnx.graph"]
@@ -163,7 +163,7 @@ def _nnx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
     return fn.jitted_fn, tuple(pure_args), dict(pure_kwargs)
 
 
-def _eqx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+def _eqx_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[Any, tuple, dict]:
     """``eqx.filter_jit``: its ``_call`` partitions the arguments into (donated, not donated, static) and calls
     ``_cached`` with them; the same partition, read from its own ``_preprocess``."""
     jit_module = sys.modules["equinox._jit"]

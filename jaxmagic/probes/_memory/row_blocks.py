@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.recorded_sources import user_frame
-from jaxmagic._jax.types import Atom, Equation, Jaxpr, Value
+from jaxmagic._jax.types import Atom, Equation, Jaxpr, Params, Value
 
 MAX_USES = 4  # uses of one input split every way (2**4 - 1 subsets)
 
@@ -327,7 +327,7 @@ def _kept_axis(before: tuple[int, ...], after: tuple[int, ...], a: int) -> int:
     raise NotRows("`reshape` mixes the rows with another axis")
 
 
-def _whole_axis(params: dict, a: int, size: int) -> bool:
+def _whole_axis(params: Params, a: int, size: int) -> bool:
     strides = params.get("strides") or (1,) * len(params["start_indices"])
     return params["start_indices"][a] == 0 and params["limit_indices"][a] == size and strides[a] == 1
 

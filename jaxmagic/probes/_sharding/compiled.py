@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from jax.stages import Compiled, Traced, Wrapped
 
 
-def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str], dict[str, str]]:
+def _argument_names(
+    call_text: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[list[str], dict[str, str]]:
     """Source text of each argument of ``f(x, y, k=z)``: ["x", "y"], {"k": "z"}."""
     names = [f"args[{i}]" for i in range(len(args))]
     kw_names = {k: k for k in kwargs}
@@ -45,7 +47,12 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
 
 
 def inputs_as_compiled(
-    jitted: Wrapped, compiled: Compiled, traced: Traced, args: tuple, kwargs: dict, call_text: str
+    jitted: Wrapped,
+    compiled: Compiled,
+    traced: Traced,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    call_text: str,
 ) -> list[LeafSharding]:
     """One row per flat input of the call, in the order of ``compiled.input_shardings``' leaves, each with
     its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of

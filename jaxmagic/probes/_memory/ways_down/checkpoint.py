@@ -152,7 +152,7 @@ def _with_global(entry: types.FunctionType, name: str, value: Any) -> types.Func
     return _function_copy(entry, copied)
 
 
-def _function_copy(function: types.FunctionType, globals_: dict) -> types.FunctionType:
+def _function_copy(function: types.FunctionType, globals_: dict[str, object]) -> types.FunctionType:
     copy = types.FunctionType(
         function.__code__, globals_, function.__name__, function.__defaults__, function.__closure__
     )

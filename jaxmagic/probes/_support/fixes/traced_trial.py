@@ -105,7 +105,7 @@ def abstract_arguments(
     return abstract_args, abstract_kwargs
 
 
-def abstract_arrays(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def abstract_arrays(args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[tuple, dict]:
     """(args, kwargs) with every array leaf an abstract value and every other value as given (a Python
     number stays a number: bound values a trial keeps static, as the program had them)."""
 
@@ -129,9 +129,9 @@ def traced_scalar(value: Any) -> Any:
 
 
 def trace_with(
-    fun: Callable,
-    args: tuple,
-    kwargs: dict,
+    fun: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
     extra: tuple = (),
     place: Callable[[tuple, dict, tuple], tuple[tuple, dict]] | None = None,
 ) -> TraceTrial:
