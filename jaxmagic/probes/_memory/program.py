@@ -150,7 +150,7 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
     for reader in instructions.values():
         for operand in reader.operands:
             readers.setdefault(operand, []).append(reader)
-    groups: dict[tuple, PeakBuffer] = {}
+    groups: dict[tuple[object, ...], PeakBuffer] = {}  # (shape, role, operation, argument, line)
     for value in assignment.peak:
         instruction = instructions.get(value.instruction)
         if instruction is None or (not value.shape_index and instruction.shape.lstrip().startswith("(")):
