@@ -215,7 +215,7 @@ def baked_literals(
     walked: list[WalkedEqn], env: NameEnvironment, printer: EqnPrinter | None = None
 ) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[str, str, int, str]] = set()  # (name, file, line, literal)
     candidates = env.scalar_values()
     for eqn, _segments, _back, _subs, parents in walked:
         literals = [v for v in eqn.invars if _is_literal(v) and _rounded(_scalar(v.val)) in candidates]

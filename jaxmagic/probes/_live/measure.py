@@ -15,7 +15,7 @@ import os
 import tracemalloc
 import weakref
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -42,6 +42,9 @@ from jaxmagic.probes._live.report import (
 )
 from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.report.wording import error_line
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces
 
@@ -157,10 +160,10 @@ def _result_arrays(
 
 def _describe(
     report: LiveReport,
-    arrays: list,
+    arrays: list[jax.Array],
     namespace: dict[str, object] | None,
-    excluded: frozenset | set,
-    created: list | None = None,
+    excluded: frozenset[int] | set[int],
+    created: list[jax.Array] | None = None,
 ) -> None:
     """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
     report.total_arrays = len(arrays)
@@ -322,7 +325,8 @@ def _container_findings(
     the key data of a list of typed keys): linear in what the search visited. The line that
     made the arrays is read from ``tracemalloc`` for one array of each container.
     """
-    found: dict[tuple[int, str], list] = {}  # (group, container) -> [count, first id, holders label, kind]
+    # (group, container) -> [count, first id, holders label, kind]: a record changed in place, so Any
+    found: dict[tuple[int, str], list[Any]] = {}
     for (tag, kind, container), (count, first) in search.containers.items():
         if kind != KIND_NAME:
             continue
@@ -454,7 +458,7 @@ def _jit_cache_constants(
     return found
 
 
-_SIZES: dict[tuple, int] = {}
+_SIZES: dict[tuple[tuple[int, ...], np.dtype], int] = {}  # (shape, dtype) -> bytes
 
 
 def _nbytes_one(a: jax.Array) -> int:
