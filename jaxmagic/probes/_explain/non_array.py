@@ -65,7 +65,7 @@ class _Call:
     args: tuple[object, ...]
     kwargs: dict[str, object]
     argnums: tuple[int, ...] | None = None  # the differentiated arguments (grad), None: all (jit)
-    static: tuple = ()  # jit's static_argnums and static_argnames: not traced
+    static: tuple[int | str, ...] = ()  # jit's static_argnums and static_argnames: not traced
 
 
 def is_non_array_argument(error: BaseException) -> bool:
@@ -111,7 +111,7 @@ def explain_non_array_argument(error: BaseException) -> NonArrayArgumentReport |
         del call
 
 
-def _without_frames(error: BaseException, found: re.Match) -> NonArrayArgumentReport:
+def _without_frames(error: BaseException, found: re.Match[str]) -> NonArrayArgumentReport:
     """jit's message alone: the first such leaf, its type; the fixes not tried."""
     path = found["path"]
     shown = re.match(r"<function (?P<name>[\w.<>]+) at 0x", found["function"])

@@ -14,6 +14,7 @@ import jax
 from jaxmagic._jax import jaxpr_parts, jit_internals, recorded_sources
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
+from jaxmagic._jax.types import Equation, Value
 from jaxmagic.probes._sharding.layouts import axes_of
 from jaxmagic.probes._sharding.report import (
     MAX_INTERMEDIATES,
@@ -213,13 +214,13 @@ def _inspecting_copy(
     pruned: Iterable[int],
     inspected: set[int],
     record: Callable[[tuple[int, int], Any], None],
-) -> Callable[..., list]:
+) -> Callable[..., list[Value]]:
     """The call's program as a Python function over its kept inputs that re-binds every top-level
     equation and, after each one in ``inspected``, asks for each output's sharding:
     ``record((equation, output), sharding)`` (the user's own inspect calls record as output 0)."""
     jaxpr, consts = closed.jaxpr, closed.consts
 
-    def instrumented(*flat_args: Any) -> list:
+    def instrumented(*flat_args: Any) -> list[Value]:
         given = dict(zip(kept, flat_args))
         args = [given.get(i, _NOT_GIVEN) for i in range(len(jaxpr.invars))]
         return _Inspecting(set(pruned), inspected, record).evaluate(jaxpr, consts, args)
@@ -247,13 +248,13 @@ class _Inspecting(Interpreter):
                 with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
                     level.env[var] = jax.numpy.zeros(var.aval.shape, var.aval.dtype)  # type: ignore[attr-defined]  # a ShapedArray
 
-    def outputs(self, level: Level, eqn: Any, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         if eqn.primitive is self.inspect_sharding_p:
             self.inspect_sharding_p.bind(*inputs, callback=functools.partial(self.record, (level.index, 0)))
             return []
         return jaxpr_parts.bind_equation(eqn, inputs)
 
-    def after(self, level: Level, eqn: Any, inputs: list, outputs: list) -> None:
+    def after(self, level: Level, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> None:
         if eqn.primitive is self.inspect_sharding_p or level.index not in self.inspected:
             return
         for j, (var, out) in enumerate(zip(eqn.outvars, outputs)):
