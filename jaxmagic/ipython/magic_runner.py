@@ -106,7 +106,7 @@ class MagicRunner(Magics):
         return self.shell
 
     @property
-    def user_ns(self) -> dict:
+    def user_ns(self) -> dict[str, object]:
         """The namespace the user's cells run in."""
         return self.ipython.user_ns
 

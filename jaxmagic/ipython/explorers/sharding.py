@@ -83,7 +83,7 @@ def intermediate_layouts(
     return layouts
 
 
-def spec_entries(text: str) -> tuple | None:
+def spec_entries(text: str) -> tuple[object, ...] | None:
     """``P('data', None, ('a', 'b'))`` -> ``('data', None, ('a', 'b'))``; None when it is not that form."""
     text = text.strip()
     if not (text.startswith("P(") and text.endswith(")")):
