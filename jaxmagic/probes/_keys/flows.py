@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterable
 from functools import partial
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.usercode.source import code_kind, line_of
 
+if TYPE_CHECKING:
+    from jaxmagic._jax.fast_path_calls import CallDetails
+    from jaxmagic._jax.types import Jaxpr
+
 # distinct key fingerprints kept per argument (a repeat of one kept is found; later new keys are counted only)
 MAX_FLOW_VALUES = 1000
 
@@ -56,14 +60,24 @@ class KeyWatch(jit_calls.CallObserver):
     def __init__(self, report: KeyReport) -> None:
         self.report = report
         self.flows: dict[tuple[str, int], KeyFlow] = {}
-        self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
-        self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
-        self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
-        self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
-        self.constants_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
+        # flow -> key fingerprint -> [its text, times seen]: a record changed in place, so Any
+        self.seen: dict[tuple[str, int], dict[bytes, list[Any]]] = {}
+        self.legacy_arguments: dict[
+            int, tuple[Jaxpr, frozenset[int]]
+        ] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
+        # id(jaxpr) -> (jaxpr, its shared-key draws): programs already searched for shared draws
+        self.shared_seen: dict[int, tuple[Jaxpr, list[SameNumbersDraw]]] = {}
+        self.loops_seen: dict[
+            int, tuple[Jaxpr, list[SameNumbersDraw]]
+        ] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
+        self.constants_seen: dict[
+            int, tuple[Jaxpr, list[SameNumbersDraw]]
+        ] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
         # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
         self.draw_findings: dict[tuple[str, str, str, int, str], SameNumbersDraw] = {}
-        self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
+        self.folded: dict[
+            int, tuple[Jaxpr, dict[int, set[int]], dict[int, bool]]
+        ] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
         self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
         self.lock = threading.Lock()
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
@@ -185,7 +199,7 @@ class KeyWatch(jit_calls.CallObserver):
         self,
         name: str,
         params: dict[str, Any],
-        searched: dict[int, Any],
+        searched: dict[int, tuple[Jaxpr, list[SameNumbersDraw]]],
         search: Callable[..., Iterable[Any]],
         make: Callable[[SourceLine | None, str, Provenance, Any], SameNumbersDraw],
         into: list[Any],
@@ -197,6 +211,7 @@ class KeyWatch(jit_calls.CallObserver):
         jaxpr = getattr(closed, "jaxpr", closed)
         if jaxpr is None:
             return
+        finding: SameNumbersDraw | None  # declared apart: the draws known, then the one found per spot
         known = searched.get(id(jaxpr))
         if known is not None and known[0] is jaxpr:
             for finding in known[1]:
@@ -239,7 +254,7 @@ class KeyWatch(jit_calls.CallObserver):
             self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
         return folded, dropped
 
-    def _library_state_fix(self, name: str, key: object, counters: list[object], details: dict) -> str:
+    def _library_state_fix(self, name: str, key: object, counters: list[object], details: CallDetails) -> str:
         """The fix of a key a library keeps with a counter the jit drops: the library's own jit, tried by tracing
         the user's function under it on the call's arguments (``details``: ``jit_calls.call_locals()`` at the
         call); "" when no library object holds the pair."""

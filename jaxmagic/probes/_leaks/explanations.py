@@ -87,7 +87,7 @@ def held_tracers(namespace: dict[str, object] | None) -> list[HeldTracer]:
     return held
 
 
-def _find_tracers(namespace: dict[str, object]) -> tuple[dict, dict]:
+def _find_tracers(namespace: dict[str, object]) -> tuple[dict[int, list[Held]], dict[int, Any]]:
     tracers: dict[int, Any] = {}
 
     def is_target(value: Any) -> bool:
