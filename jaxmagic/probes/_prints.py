@@ -428,7 +428,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
 
     def finish_calls(self) -> None:
         """Give each call that printed its source line (looked up once per distinct line)."""
-        lines: dict[tuple, SourceLine] = {}
+        lines: dict[tuple[str, int, str], SourceLine] = {}
         for call in self.report.calls:
             where = self.call_sites.get(call.number)
             if where is not None:

@@ -198,7 +198,7 @@ class StagesReport(Report):
 
 def _grouped(types: list[str]) -> str:
     """``["f32[3]", "f32[3]", "i32[]"]`` -> ``"f32[3] x2, i32[]"``: repeated neighbours counted."""
-    groups: list[list] = []
+    groups: list[list[Any]] = []  # [type, times in a row]: changed in place
     for t in types:
         if groups and groups[-1][0] == t:
             groups[-1][1] += 1
@@ -416,7 +416,7 @@ def _time_runs(
     report.steady_run_min_seconds = min(times)
 
 
-class _Events(dict):
+class _Events(dict[str, float]):
     traced: bool | None = None
 
 

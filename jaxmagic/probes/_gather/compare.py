@@ -142,7 +142,9 @@ def key_data(report: Dict) -> dict[str, str]:
 # -- comparing ------------------------------------------------------------------------
 
 
-def _split(entries: list[ProcessEntry], read: Callable[[Dict], Any]) -> tuple[list, list]:
+def _split(
+    entries: list[ProcessEntry], read: Callable[[Dict], Any]
+) -> tuple[list[tuple[ProcessEntry, Any]], list[tuple[ProcessEntry, Any]]]:
     values = [(e, read(e.report)) for e in entries]
     return [(e, v) for e, v in values if v], [(e, v) for e, v in values if not v]
 
@@ -225,14 +227,14 @@ def _compile_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     return findings
 
 
-def _program_signature(compiled: Dict | None) -> tuple:
+def _program_signature(compiled: Dict | None) -> tuple[object, object, str]:
     """What must be equal on every process for them to run the same programs of one function."""
     compiled = compiled or {}
     statics = compiled.get("statics") or {}
     return compiled.get("count", 0), compiled.get("types", ""), repr(sorted(statics.items()))
 
 
-def _odd_ones_out(seen: list) -> list[ProcessEntry]:
+def _odd_ones_out(seen: list[tuple[ProcessEntry, Any]]) -> list[ProcessEntry]:
     """The processes whose value differs from the most common one (all of them when there is no majority)."""
     keys = [_program_signature(f) for _e, f in seen]
     common, count = Counter(keys).most_common(1)[0]  # one pass: linear in processes

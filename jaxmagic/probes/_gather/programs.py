@@ -149,7 +149,7 @@ def _signature(func_line: str) -> str:
     return "(" + ", ".join(part.split(": ", 1)[-1].split(" {")[0] for part in inside.split(", %")) + ")"
 
 
-def _line_of(program: Dict, op: list) -> str:
+def _line_of(program: Dict, op: list[Any]) -> str:  # op: [digest, text, index into lines], as JSON
     lines = program.get("lines") or []
     return lines[op[2]] if 0 <= op[2] < len(lines) else ""
 
