@@ -103,7 +103,7 @@ class Report:
 
     kind: ClassVar[str] = "report"  # the magic's name, e.g. "jax_nans"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         data = _jsonable(dataclasses.asdict(self))
         data["kind"] = self.kind
         data["status"] = self.status.value
