@@ -57,7 +57,7 @@ def called_function(eqn: JaxprEqn) -> tuple[str, str]:
     return "", ""
 
 
-def program_source(jaxpr: Any) -> tuple[str, str, int] | None:
+def program_source(jaxpr: Program | None) -> tuple[str, str, int] | None:
     """(function name, file, line) a traced program was made from, from its debug info
     (``func_src_info``: "predict at /path/model.py:12"); None when JAX recorded none."""
     info = getattr(getattr(jaxpr, "jaxpr", jaxpr), "debug_info", None)
@@ -178,7 +178,7 @@ class EquationPrinter:
             return str(eqn)
 
 
-def jaxpr_equation_printer(jaxpr: Any) -> EquationPrinter:
+def jaxpr_equation_printer(jaxpr: Jaxpr) -> EquationPrinter:
     """A printer of one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
     ``str(jaxpr)`` gives it.
 

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.recorded_sources import user_frame
-from jaxmagic._jax.types import Atom, Equation, Jaxpr, Params, Value
+from jaxmagic._jax.types import Atom, Equation, Jaxpr, Params, Program, Value
 
 MAX_USES = 4  # uses of one input split every way (2**4 - 1 subsets)
 
@@ -98,7 +98,7 @@ class _Walk:
     values: dict[Atom, Value] = dataclasses.field(default_factory=dict)
 
 
-def row_splits(closed: Any) -> tuple[list[RowSplit], list[str]]:
+def row_splits(closed: Program) -> tuple[list[RowSplit], list[str]]:
     """Every split of an input's uses that gives the rows of every result; and why the others do not."""
     jaxpr, _ = jaxpr_parts.closed_parts(closed)
     found: list[RowSplit] = []
@@ -120,7 +120,7 @@ def row_splits(closed: Any) -> tuple[list[RowSplit], list[str]]:
     return found, list(dict.fromkeys(refused))
 
 
-def block_program(closed: Any, split: RowSplit, block: int) -> Callable[..., list[Value]]:
+def block_program(closed: Program, split: RowSplit, block: int) -> Callable[..., list[Value]]:
     """The program computing ``closed``'s results with ``jax.lax.map`` over blocks of ``block`` rows of the
     split's input (``block`` divides its rows): flat inputs in, flat outputs out, traceable."""
     jaxpr, consts = jaxpr_parts.closed_parts(closed)
@@ -144,7 +144,7 @@ def block_program(closed: Any, split: RowSplit, block: int) -> Callable[..., lis
     return run
 
 
-def _analyse(closed: Any, index: int, chosen: set[int], rows: int) -> tuple[int, ...]:
+def _analyse(closed: Program, index: int, chosen: set[int], rows: int) -> tuple[int, ...]:
     jaxpr, consts = jaxpr_parts.closed_parts(closed)
     walk = _Walk(rows, rows, False)
     _walk_top(walk, jaxpr, consts, [None] * len(jaxpr.invars), index, chosen, None)

@@ -14,7 +14,7 @@ import jax
 from jaxmagic._jax import jaxpr_parts, jit_internals, recorded_sources
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
-from jaxmagic._jax.types import Equation, Value
+from jaxmagic._jax.types import ClosedJaxpr, Equation, Jaxpr, Value
 from jaxmagic.probes._sharding.layouts import axes_of
 from jaxmagic.probes._sharding.report import (
     MAX_INTERMEDIATES,
@@ -186,7 +186,7 @@ def intermediate_shardings(traced: Traced, compiled: Compiled) -> tuple[list[Int
     return rows, dropped
 
 
-def _intermediate_rows(jaxpr: Any) -> tuple[list[IntermediateSharding], int]:
+def _intermediate_rows(jaxpr: Jaxpr) -> tuple[list[IntermediateSharding], int]:
     """A row (its spec still "") for each array a top-level operation makes, up to ``MAX_INTERMEDIATES``,
     and one for each of the user's own ``inspect_array_sharding`` calls; with how many were dropped."""
     inspect_sharding_p = jaxpr_parts.inspect_sharding_primitive()
@@ -209,7 +209,7 @@ def _intermediate_rows(jaxpr: Any) -> tuple[list[IntermediateSharding], int]:
 
 
 def _inspecting_copy(
-    closed: Any,
+    closed: ClosedJaxpr,
     kept: Sequence[int],
     pruned: Iterable[int],
     inspected: set[int],

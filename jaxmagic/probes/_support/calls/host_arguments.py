@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, program_inputs, runtime
-from jaxmagic._jax.types import Program
+from jaxmagic._jax.types import Params, Program, Value
 from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.report import SourceLine
@@ -117,7 +117,7 @@ class HostArguments(jit_calls.CallObserver):
         self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
         self._unused: dict[int, tuple[Any, frozenset[int]]] = {}  # id(program) -> (it, inputs it never reads)
 
-    def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params) -> None:
         if not is_jit:
             return
         local = jit_calls.call_locals()
