@@ -180,9 +180,11 @@ def tried_under_state_jit(
         with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()), kept(fun, [*arguments, *kwargs.values()]):
             traced = module.jit(fun).trace(*arguments, **kwargs)
         program = getattr(getattr(traced, "traced", traced), "jaxpr", None)
-        jaxpr = jaxpr_parts.closed_parts(program)[0]  # type: ignore[arg-type]  # None: raises below, uncaught
     except Exception as error:
         return False, f"not tried: tracing under {jit} failed ({type(error).__name__}: {error})"
+    if program is None:  # a library version whose traced object keeps no jaxpr: nothing to read
+        return False, f"not tried: tracing under {jit} gave no program to read"
+    jaxpr = jaxpr_parts.closed_parts(program)[0]
     counters = {j for data in folded_inputs(jaxpr).values() for j in data}
     if not counters:
         return False, f"under {jit} no key of the program is folded with a counter"
