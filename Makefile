@@ -19,7 +19,7 @@ demo: venv
 	$(PY) tools/run_notebooks.py
 
 # Both lanes run on every core, up to four workers (pytest-xdist; tests/conftest.py says what each worker takes).
-XDIST := -n auto --maxprocesses=4 --dist loadgroup --no-loadscope-reorder
+XDIST := -n auto --maxprocesses=4
 
 test: venv
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)

@@ -56,11 +56,13 @@ _HEAP_BOUND_FIRST = (
     "test_soak.py",
 )
 _GONE_SLOW_IDS = pytest.StashKey[list]()
-# `make test` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``): each file is one work unit, so a
-# file's tests run in order on one worker and its module fixtures start once; files that share something outside
-# the process - a JupyterLab and Chromium each, ipyparallel's profile, the build/ and dist/ folders - run on one
-# worker, one after another. The longest units go first (``--no-loadscope-reorder`` keeps this order), so the
-# browser tests' ~5 minutes run beside the rest of the suite rather than after it.
+# `make test` runs the suite on two workers (pytest-xdist, ``-n``): each file is one unit of work
+# (``pytest_xdist_make_scheduler`` below), so a file's tests run in order on one worker and its module fixtures
+# start once; files that share something outside the process - a JupyterLab and Chromium each, ipyparallel's
+# profile, the build/ and dist/ folders - are one unit, run on one worker one after another. The longest units go
+# first, in the order the collection sorts them, so the browser tests' ~5 minutes run beside the rest of the suite
+# rather than after it. (xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames
+# ``item._nodeid``, which pytest 9 no longer reads, so every test became its own unit.)
 _SHARED_UNITS = {
     "test_browser.py": "browser",
     "test_browser_explorers.py": "browser",
@@ -82,7 +84,6 @@ def pytest_configure(config):
         ("cluster", "starts ipyparallel engines"),
         ("slow", "takes half a second or more (tests/slow_tests.txt)"),
         ("accelerator", "needs a TPU or GPU: skipped where JAX has none (tools/accelerator/ runs them)"),
-        ("xdist_group", "the work unit of `make test`'s workers (set here per file; pytest-xdist reads it)"),
     ]:
         config.addinivalue_line("markers", f"{name}: {what}")
 
@@ -101,7 +102,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(_FILE_MARKS[file_name])
         if item.nodeid.removeprefix("tests/") in slow:
             item.add_marker("slow")
-        item.add_marker(pytest.mark.xdist_group(_SHARED_UNITS.get(file_name, file_name)))
     longest = {unit: rank for rank, unit in enumerate(_LONGEST_UNITS_FIRST)}
     first = {name: rank for rank, name in enumerate(_HEAP_BOUND_FIRST)}
     items.sort(  # stable: the rest keep their order
@@ -113,10 +113,29 @@ def pytest_collection_modifyitems(config, items):
     _note_gone_slow_ids(config, [item.nodeid for item in items])
 
 
+def unit_of(node_id: str) -> str:
+    """The unit of work a test belongs to under pytest-xdist: its file, or the unit its file shares."""
+    file_name = node_id.split("::")[0].rsplit("/", 1)[-1]
+    return _SHARED_UNITS.get(file_name, file_name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Every distributed run hands out whole units (``unit_of``), in collection order: the longest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # not by count of tests: the collection put the longest first
+    return UnitScheduling(config, log)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     """Under pytest-xdist the controller collects nothing itself: a worker's collection says which are gone."""
-    _note_gone_slow_ids(node.config, [nodeid.split("@")[0] for nodeid in ids])
+    _note_gone_slow_ids(node.config, list(ids))
 
 
 def _note_gone_slow_ids(config, node_ids: list[str]) -> None:

@@ -184,7 +184,9 @@ def main(argv: list[str]) -> int:
         print("no demo notebooks found under demo_notebooks/")
         return 1
     with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, os.cpu_count() or 1))) as pool:
-        started = {path: pool.submit(_announced_run, path) for path in sorted(paths, key=_expected_seconds, reverse=True)}
+        started = {
+            path: pool.submit(_announced_run, path) for path in sorted(paths, key=_expected_seconds, reverse=True)
+        }
         runs = [started[path].result() for path in paths]
     width = max(len(r.path.name) for r in runs)
     print(f"\n{'notebook'.ljust(width)}  cells  result  seconds")
