@@ -60,8 +60,8 @@ _GONE_SLOW_IDS = pytest.StashKey[list]()
 # (``pytest_xdist_make_scheduler`` below), so a file's tests run in order on one worker and its module fixtures
 # start once; files that share something outside the process - a JupyterLab and Chromium each, ipyparallel's
 # profile, the build/ and dist/ folders - are one unit, run on one worker one after another. The longest units go
-# first, in the order the collection sorts them, so the browser tests' ~5 minutes run beside the rest of the suite
-# rather than after it. (xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames
+# first after the heap-bound files, in the order the collection sorts them, so the browser tests' ~5 minutes run
+# beside the rest of the suite rather than after it. (xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames
 # ``item._nodeid``, which pytest 9 no longer reads, so every test became its own unit.)
 _SHARED_UNITS = {
     "test_browser.py": "browser",
@@ -102,14 +102,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(_FILE_MARKS[file_name])
         if item.nodeid.removeprefix("tests/") in slow:
             item.add_marker("slow")
-    longest = {unit: rank for rank, unit in enumerate(_LONGEST_UNITS_FIRST)}
-    first = {name: rank for rank, name in enumerate(_HEAP_BOUND_FIRST)}
-    items.sort(  # stable: the rest keep their order
-        key=lambda item: (
-            longest.get(_SHARED_UNITS.get(item.path.name, ""), len(longest)),
-            first.get(item.path.name, len(first)),
-        )
-    )
+    # the heap-bound files first (each worker's heap is small then), the longest units next, the rest in their order
+    heap_bound = {name: (0, rank) for rank, name in enumerate(_HEAP_BOUND_FIRST)}
+    longest = {unit: (1, rank) for rank, unit in enumerate(_LONGEST_UNITS_FIRST)}
+    items.sort(key=lambda item: heap_bound.get(item.path.name) or longest.get(unit_of(item.nodeid)) or (2, 0))
     _note_gone_slow_ids(config, [item.nodeid for item in items])
 
 
