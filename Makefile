@@ -18,12 +18,15 @@ venv:
 demo: venv
 	$(PY) tools/run_notebooks.py
 
+# Both lanes run on every core, up to four workers (pytest-xdist; tests/conftest.py says what each worker takes).
+XDIST := -n auto --maxprocesses=4
+
 test: venv
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The lane to run while working (about five minutes on this 2-core machine, 1,199 tests): no browser, kernel, cluster or slow test.
 test-fast: venv
-	$(PY) -m pytest -m "not browser and not kernel and not cluster and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not browser and not kernel and not cluster and not slow" $(PYTEST_ARGS)
 
 # Python 3.11 + JAX 0.10.2, the oldest supported (a stock TPU image's): about a minute and a half from nothing.
 venv-floor:

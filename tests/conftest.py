@@ -2,7 +2,7 @@
 
 Every test is marked by what it needs, so `make test-fast` can leave out what is slow to start:
 ``browser`` (JupyterLab in Chromium), ``kernel`` (a notebook kernel or a fresh Python process),
-``cluster`` (ipyparallel engines), ``slow`` (a second or more: tests/slow_tests.txt, measured).
+``cluster`` (ipyparallel engines), ``slow`` (half a second or more: tests/slow_tests.txt, measured).
 ``accelerator`` tests need a TPU or GPU and are skipped where JAX has none (CI): they run in the
 accelerator lane on a lent machine (tools/accelerator/); what they parse is recorded there and replayed
 here by tests that are not so marked (tests/fixtures/accelerator/).
@@ -56,6 +56,25 @@ _HEAP_BOUND_FIRST = (
     "test_soak.py",
 )
 _GONE_SLOW_IDS = pytest.StashKey[list]()
+# `make test` runs the suite on two workers (pytest-xdist, ``-n``): each file is one unit of work
+# (``pytest_xdist_make_scheduler`` below), so a file's tests run in order on one worker and its module fixtures
+# start once; files that share something outside the process - a JupyterLab and Chromium each, ipyparallel's
+# profile, the build/ and dist/ folders - are one unit, run on one worker one after another. The longest units go
+# first after the heap-bound files, in the order the collection sorts them, so the browser tests' ~5 minutes run
+# beside the rest of the suite rather than after it. (xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames
+# ``item._nodeid``, which pytest 9 no longer reads, so every test became its own unit.)
+_SHARED_UNITS = {
+    "test_browser.py": "browser",
+    "test_browser_explorers.py": "browser",
+    "test_browser_notebooks.py": "browser",
+    "test_gather.py": "cluster",
+    "test_gather_errors.py": "cluster",
+    "test_gather_scale.py": "cluster",
+    "test_docs.py": "build",
+    "test_readme.py": "build",
+    "test_wheel.py": "build",
+}
+_LONGEST_UNITS_FIRST = ("browser", "cluster", "build")
 
 
 def pytest_configure(config):
@@ -63,7 +82,7 @@ def pytest_configure(config):
         ("browser", "drives JupyterLab in headless Chromium"),
         ("kernel", "runs a notebook kernel or a fresh Python process"),
         ("cluster", "starts ipyparallel engines"),
-        ("slow", "takes a second or more (tests/slow_tests.txt)"),
+        ("slow", "takes half a second or more (tests/slow_tests.txt)"),
         ("accelerator", "needs a TPU or GPU: skipped where JAX has none (tools/accelerator/ runs them)"),
     ]:
         config.addinivalue_line("markers", f"{name}: {what}")
@@ -77,21 +96,49 @@ def _slow_ids() -> set[str]:
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(config, items):
     slow = _slow_ids()
-    seen = set()
     for item in items:
         file_name = item.path.name
         if file_name in _FILE_MARKS:
             item.add_marker(_FILE_MARKS[file_name])
-        node = item.nodeid.removeprefix("tests/")
-        if node in slow:
+        if item.nodeid.removeprefix("tests/") in slow:
             item.add_marker("slow")
-            seen.add(node)
-    first = {name: rank for rank, name in enumerate(_HEAP_BOUND_FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
-    collected_files = {item.path.name for item in items}
-    listed_files = {node.split("::")[0] for node in slow}
-    if listed_files <= collected_files:  # the whole suite was collected: say which listed tests are gone
-        config.stash[_GONE_SLOW_IDS] = sorted(slow - seen)
+    # the heap-bound files first (each worker's heap is small then), the longest units next, the rest in their order
+    heap_bound = {name: (0, rank) for rank, name in enumerate(_HEAP_BOUND_FIRST)}
+    longest = {unit: (1, rank) for rank, unit in enumerate(_LONGEST_UNITS_FIRST)}
+    items.sort(key=lambda item: heap_bound.get(item.path.name) or longest.get(unit_of(item.nodeid)) or (2, 0))
+    _note_gone_slow_ids(config, [item.nodeid for item in items])
+
+
+def unit_of(node_id: str) -> str:
+    """The unit of work a test belongs to under pytest-xdist: its file, or the unit its file shares."""
+    file_name = node_id.split("::")[0].rsplit("/", 1)[-1]
+    return _SHARED_UNITS.get(file_name, file_name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Every distributed run hands out whole units (``unit_of``), in collection order: the longest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # not by count of tests: the collection put the longest first
+    return UnitScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under pytest-xdist the controller collects nothing itself: a worker's collection says which are gone."""
+    _note_gone_slow_ids(node.config, list(ids))
+
+
+def _note_gone_slow_ids(config, node_ids: list[str]) -> None:
+    """When the whole suite was collected, keep the ids tests/slow_tests.txt lists that it no longer holds."""
+    slow, collected = _slow_ids(), {nodeid.removeprefix("tests/") for nodeid in node_ids}
+    if {node.split("::")[0] for node in slow} <= {nodeid.split("::")[0] for nodeid in collected}:
+        config.stash[_GONE_SLOW_IDS] = sorted(slow - collected)
 
 
 def pytest_runtest_setup(item):

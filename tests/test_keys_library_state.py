@@ -119,3 +119,21 @@ def test_a_users_own_fold_in_of_a_step_is_no_reuse_but_a_constant_step_is():
             noisy(x, key, jnp.uint32(0))
     (flow,) = report.repeated_flows
     assert flow.folded_with == ["step"] and flow.fix == ""  # no library state: the general fix
+
+
+def test_a_library_jit_whose_trace_keeps_no_program_is_not_tried_and_does_not_raise(monkeypatch):
+    """The docstring's "never raises": a flax.nnx whose ``jit(f).trace`` gives an object with no jaxpr (another
+    version's shape) was read as a program outside the try and raised AttributeError (found by typing it)."""
+    import sys
+    import types
+
+    from jaxmagic.probes._keys import library_state
+
+    class _Traced:  # no .jaxpr, no .traced
+        pass
+
+    fake = types.ModuleType("flax.nnx")
+    fake.jit = lambda fun: types.SimpleNamespace(trace=lambda *a, **k: _Traced())  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flax.nnx", fake)
+    worked, why = library_state.tried_under_state_jit("nnx.jit", lambda x: x, (1,), {})
+    assert (worked, why) == (False, "not tried: tracing under nnx.jit gave no program to read")

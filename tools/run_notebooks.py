@@ -5,7 +5,9 @@
 Each notebook runs in a fresh kernel of the project's environment (the
 "jaxmagic" kernel spec that tools/venv.sh installs into .venv), with widget
 state stored, and is written executed under build/notebooks/. Exit status 1 if
-any notebook failed.
+any notebook failed. Notebooks run side by side, one per core (at most
+``PARALLEL``), the longest first: each in its own kernel, so no run sees
+another's state; the table lists them in their order.
 
 Beside each executed notebook goes a stamp, ``NN_name.stamp.json``: the hash
 of every input of the run (``inputs_digest``: the notebook, every file under
@@ -27,6 +29,7 @@ import os
 import platform
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -40,6 +43,7 @@ NOTEBOOK_DIR = ROOT / "demo_notebooks"
 BUILD_DIR = ROOT / "build" / "notebooks"
 KERNEL_NAME = "jaxmagic"
 CELL_TIMEOUT_S = 600
+PARALLEL = 2  # kernels at once: a notebook keeps about one core busy (its compiles), the machine of CI has two
 
 
 @dataclasses.dataclass
@@ -122,8 +126,6 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
     stamp_path(output_path).unlink(missing_ok=True)  # an old stamp must never describe the new file
     inputs = inputs_digest(path)  # before the run: an edit made during it makes the stamp stale
     nb = nbformat.read(path, as_version=4)
-    env_before = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
-    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # silences a debugger warning on stderr
     # JAXMAGIC_KERNEL_TRANSPORT=ipc: the lent TPU machine opens no TCP socket, not even on the loopback
     # (tools/accelerator/device.sh); the kernel then talks over unix sockets.
     transport = os.environ.get("JAXMAGIC_KERNEL_TRANSPORT", "tcp")
@@ -140,12 +142,11 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
     start = time.perf_counter()
     error = ""
     try:
-        client.execute()
+        # The kernel's own environment (not os.environ: notebooks run in threads side by side) silences a
+        # debugger warning on stderr.
+        client.execute(env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
     except CellExecutionError as failure:
         error = str(failure).strip()
-    finally:
-        if env_before is None:
-            os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
     seconds = time.perf_counter() - start
     nbformat.write(nb, output_path)
     code_cells = sum(1 for cell in nb.cells if cell.cell_type == "code")
@@ -163,15 +164,30 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
     return NotebookRun(path, output_path, code_cells, seconds, error)
 
 
+def _expected_seconds(path: Path) -> float:
+    """How long ``path`` took when it last ran here (its stamp), else its count of code cells: the longest start
+    first, so the last to finish is a short one."""
+    try:
+        return float(json.loads(stamp_path(BUILD_DIR / path.name).read_text())["seconds"])
+    except (OSError, ValueError, KeyError):
+        return sum(1 for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")
+
+
+def _announced_run(path: Path) -> NotebookRun:
+    print(f"running {path.name} ...", flush=True)
+    return execute_notebook(path)
+
+
 def main(argv: list[str]) -> int:
     paths = [Path(a).resolve() for a in argv] or demo_notebooks()
     if not paths:
         print("no demo notebooks found under demo_notebooks/")
         return 1
-    runs = []
-    for path in paths:
-        print(f"running {path.name} ...", flush=True)
-        runs.append(execute_notebook(path))
+    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, os.cpu_count() or 1))) as pool:
+        started = {
+            path: pool.submit(_announced_run, path) for path in sorted(paths, key=_expected_seconds, reverse=True)
+        }
+        runs = [started[path].result() for path in paths]
     width = max(len(r.path.name) for r in runs)
     print(f"\n{'notebook'.ljust(width)}  cells  result  seconds")
     for run in runs:

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass
+    import jax
 
 
 @contextlib.contextmanager
-def addressable_shards(x: Any) -> Iterator[list]:
+def addressable_shards(x: Any) -> Iterator[list[jax.Shard]]:
     """``x.addressable_shards``, taken from a second ``Array`` object over the same device buffers (no copy).
 
     jaxlib caches the per-shard arrays it makes for ``addressable_shards`` (``_arrays``) on the array asked,

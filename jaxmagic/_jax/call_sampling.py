@@ -101,8 +101,8 @@ class CallSampler:
         # The first moment at which spent <= credit + share * (now - start) holds again: one
         # comparison a call (``take`` runs at every call of the loop), moved on by ``spent_looking``.
         self.next_look = float("-inf")
-        self.calls: dict = {}  # the called function (the Python one jit wraps) -> calls counted
-        self.looked: dict = {}  # the same key -> calls looked at (due when made)
+        self.calls: dict[object, int] = {}  # the called function (the Python one jit wraps) -> calls counted
+        self.looked: dict[object, int] = {}  # the same key -> calls looked at (due when made)
 
     def saw_results(self, results: Iterable[object]) -> None:
         """Decide, once per block, whether looks are deferred from where a call's ``results`` live, and so
@@ -166,7 +166,7 @@ class CallSampler:
         return sum(list(self.calls.values()))
 
     @property
-    def skipped(self) -> dict:
+    def skipped(self) -> dict[object, int]:
         """Per function, the calls not looked at (only functions with some)."""
         looked = self.looked
         return {f: n - looked.get(f, 0) for f, n in list(self.calls.items()) if n > looked.get(f, 0)}

@@ -54,17 +54,30 @@ from collections.abc import Callable
 from functools import partial
 from time import perf_counter
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import jax
 
 from jaxmagic._jax import jit_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
+from jaxmagic._jax.types import Params, Value
 from jaxmagic.usercode.source import code_kind, user_call_site
 
 # The most calls a settled function is only counted for before the sampler's rule is asked again.
 SETTLED_CALLS = 4096
+
+# The observed call's details, as observers read them (``jit_calls.call_locals``): "fun", "jit_info", "args",
+# "kwargs", "number", "site", "next_observed" - each of its own kind.
+CallDetails: TypeAlias = dict[str, Any]
+# What JAX's post hook is given: (the jitted function, its args, its kwargs, its output).
+PostHook: TypeAlias = Callable[[Any, tuple[object, ...], dict[str, object], Any], None]
+# What an observer's ``count_skipped`` is given: (the function, the call's number, its args, its kwargs).
+SkipCounter: TypeAlias = Callable[[object, int, tuple[object, ...], dict[str, object]], None]
+# A call the sampler skipped: (the jitted function, args, kwargs, output, the user's frame, its instruction offset).
+_Unlooked: TypeAlias = tuple[Any, tuple[object, ...], dict[str, object], Any, FrameType, int]
+# A traced program's key: (id(jit info), signature, each dynamic leaf's (type, shape, dtype, weak type)).
+_ProgramKey: TypeAlias = tuple[int, object, tuple[tuple[type[object], object, object, object], ...]]
 
 if TYPE_CHECKING:
     from jaxmagic._jax.jit_calls import CallObserver
@@ -74,7 +87,7 @@ class CallState(Protocol):
     """``jit_calls``' thread-local: ``depth`` > 0 inside an observed call, ``call`` the observed call's details."""
 
     depth: int
-    call: dict | None
+    call: CallDetails | None
 
 
 class FastPathCalls:
@@ -102,20 +115,22 @@ class FastPathCalls:
         self._on_trace = on_trace
         self._on_lost = on_lost
         self._sampler = sampler or CallSampler(share=None)  # none given: every call is observed
-        self._unlooked: dict = {}  # function -> its last call, when the sampler skipped it
+        self._unlooked: dict[object, _Unlooked] = {}  # function -> its last call, when the sampler skipped it
         # jitted function -> [calls counted, the call number due a look, its last call's (args, kwargs,
         # output) or None, the function, the user's frame and instruction offset of the call that settled
         # it, whether an observer counts its skipped calls]: a function whose calls are only counted until
         # its next look is due (``_made_hook``); its counts join the sampler's at ``_unsettle``
-        self._settled: dict[Any, list] = {}
+        self._settled: dict[object, list[Any]] = {}
         self._user: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
-        self._programs: dict[tuple, tuple] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
+        self._programs: dict[
+            _ProgramKey, tuple[Any, list[Value], Params]
+        ] = {}  # (id(jit info), signature, leaf types) -> (jit info, consts, params)
         self._traced: dict[int, object] = {}  # id(closed jaxpr) -> it, told to on_trace once
         self._thread = threading.get_ident()
         self._hook_state: Any = None  # JAX's thread-local post-hook state (jit_internals.post_hook_state)
         self._previous_hook: Any = None
         self._previous_local: Any = None
-        self._installed: Callable | None = None
+        self._installed: PostHook | None = None
         self._tool: MonitoringTool | None = None
         self._between = 0  # frames between a callback and its event's frame (MonitoringTool.frames_between)
         self.lost = False
@@ -179,7 +194,7 @@ class FastPathCalls:
 
     # -- the two hooks (inside the user's calls: never raising an error of ours) ------------
 
-    def _made_hook(self) -> Callable:
+    def _made_hook(self) -> PostHook:
         """The post hook: a closure over what it reads, as it runs after every fast-path call of the
         block's thread - on a loop of a 9 us step each 0.1 us here is 1% of the cell. Its usual case is
         a function *settled* since its last skipped call (``_settled``): its calls from the same line
@@ -188,9 +203,9 @@ class FastPathCalls:
         operation costs about twice what it costs in a tight loop). Every other call takes ``full``."""
         state, settled, previous, full = self._state, self._settled, self._previous_hook, self._full_hook()
         skip_counters = self._skip_counters
-        one_counter: Callable = skip_counters[0][1] if len(skip_counters) == 1 else _count_nothing
+        one_counter: SkipCounter = skip_counters[0][1] if len(skip_counters) == 1 else _count_nothing
 
-        def hook(jitted: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def hook(jitted: Any, args: tuple[object, ...], kwargs: dict[str, object], output: Any) -> None:
             entry = settled.get(jitted)
             # Settled, not due, and called from the same instruction of the same running frame (that
             # frame's f_lasti is its call in progress: no sys._getframe), outside our own looks.
@@ -209,7 +224,7 @@ class FastPathCalls:
 
         return hook
 
-    def _full_hook(self) -> Callable:
+    def _full_hook(self) -> PostHook:
         """What the post hook does for a call of a function not settled (or due a look): find the user's
         line, count the call (the sampler's ``take`` inlined: a method call is ~0.2 us), look at it when
         due, else keep it (its line as its instruction offset: ``f_lineno`` scans the code's line table,
@@ -222,7 +237,7 @@ class FastPathCalls:
         one_wanted, one_counter = skip_counters[0] if len(skip_counters) == 1 else ({}, _count_nothing)
         other_counters = () if len(skip_counters) == 1 else skip_counters
 
-        def full(jitted: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def full(jitted: Any, args: tuple[object, ...], kwargs: dict[str, object], output: Any) -> None:
             try:
                 entry = settled.pop(jitted, None)
                 if entry is not None:  # its calls counted while settled, and the last of them
@@ -380,7 +395,7 @@ class FastPathCalls:
         return kind == "jax"
 
     @staticmethod
-    def _program_key(jit_info: Any, signature: object, dynamic: list) -> tuple:
+    def _program_key(jit_info: Any, signature: object, dynamic: list[Value]) -> _ProgramKey:
         return (
             id(jit_info),
             signature,
@@ -391,7 +406,14 @@ class FastPathCalls:
         )
 
     def _fast_path_call(
-        self, jitted: Any, args: tuple, kwargs: dict, output: Any, number: int, caller: FrameType, lineno: int
+        self,
+        jitted: Any,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        output: Any,
+        number: int,
+        caller: FrameType,
+        lineno: int,
     ) -> None:
         jit_info = jit_internals.jit_options(jitted)
         if jit_info is None:
@@ -413,12 +435,12 @@ class FastPathCalls:
         self,
         fun: Callable[..., Any],
         jit_info: Any,
-        args: tuple,
-        kwargs: dict,
-        consts: list,
-        params: dict[str, Any],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        consts: list[Value],
+        params: Params,
         output: Any,
-        dynamic: list,
+        dynamic: list[Value],
         number: int,
         caller: FrameType,
         lineno: int,
@@ -477,7 +499,7 @@ def _never() -> bool:
     return False
 
 
-def _count_nothing(function: object, number: int, args: tuple, kwargs: dict) -> None:
+def _count_nothing(function: object, number: int, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
     """No observer counts skipped calls (never called: no function is wanted)."""
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,9 @@ import numpy as np
 
 from jaxmagic._jax.own_programs import OWN_PROGRAMS
 from jaxmagic._jax.types import Value
+
+# what a verdict program is compiled for: the results' (shape, dtype, weak type), in order
+Signature: TypeAlias = tuple[tuple[tuple[int, ...], np.dtype, bool], ...]
 
 _active: list[_Flags] = []  # the flags of the checking() in effect (innermost last)
 
@@ -125,7 +128,7 @@ def known(value: object) -> tuple[bool, bool] | None:
 # The NaN watch's verdicts: a code per float result of a call.
 FINITE, INF, NAN = 0, 1, 2
 _CODE_KINDS = ("", "inf", "nan")  # a code -> what ``read_codes`` says of that result
-_verdict_signatures: set[tuple] = set()  # the results' signatures a verdict program was compiled for
+_verdict_signatures: set[Signature] = set()  # the results' signatures a verdict program was compiled for
 VERDICT_SIGNATURES = 4096  # the most remembered
 
 
@@ -155,17 +158,17 @@ def _one_process() -> bool:
     return jax.process_count() == 1
 
 
-def signature_of(leaves: Iterable[Value]) -> tuple[tuple[tuple[int, ...], np.dtype, bool], ...]:
+def signature_of(leaves: Iterable[Value]) -> Signature:
     """What a verdict program is compiled for: the results' shapes, dtypes and weak types."""
     return tuple((leaf.shape, leaf.dtype, leaf.weak_type) for leaf in leaves)
 
 
-def has_verdict_program(signature: tuple) -> bool:
+def has_verdict_program(signature: Signature) -> bool:
     """Whether a verdict program for ``signature`` was compiled already (by any watch in this process)."""
     return signature in _verdict_signatures
 
 
-def nonfinite_codes(leaves: Sequence[Value], signature: tuple) -> jax.Array | None:
+def nonfinite_codes(leaves: Sequence[Value], signature: Signature) -> jax.Array | None:
     """One code per leaf (``FINITE``/``INF``/``NAN``, int8) as a device array, computed where the leaves
     live, dispatched without waiting and its copy to the host started; None when that cannot be done here
     (leaves on several processes' devices, a deleted leaf, an odd dtype): then read them on the host.

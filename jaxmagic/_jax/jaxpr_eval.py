@@ -68,7 +68,9 @@ MAX_LOOP_ITERATIONS = 1_000_000  # a while loop the search re-runs ended once al
 AHEAD = 64
 KEPT_COMPILED = 16  # compiled loops and bodies kept across walks (each holds its program and executable)
 
-_compiled: OrderedDict[tuple, tuple[tuple, Callable]] = OrderedDict()  # key -> (programs held, jitted function)
+_compiled: OrderedDict[tuple[Hashable, ...], tuple[tuple[Program, ...], Callable[..., Any]]] = (
+    OrderedDict()
+)  # key -> (programs held, jitted function)
 
 # what a loop searched compiled carries: (carry, carry before the flagged iteration, found, its index, iteration)
 _LoopState = tuple[list[Value], list[Value], jax.Array, jax.Array, jax.Array]
@@ -76,7 +78,9 @@ _LoopState = tuple[list[Value], list[Value], jax.Array, jax.Array, jax.Array]
 _Flagged = tuple[list[jax.Array], jax.Array, jax.Array]
 
 
-def _kept(programs: tuple, kind: tuple, make: Callable[[], Callable]) -> Callable:
+def _kept(
+    programs: tuple[Program, ...], kind: tuple[Hashable, ...], make: Callable[[], Callable[..., Any]]
+) -> Callable[..., Any]:
     """The jitted function ``make()`` gives for the loop ``programs`` and ``kind``, made once and kept
     for later walks: kept by the programs' ids, and holding them so that no id is reused meanwhile."""
     key = (*map(id, programs), *kind)
@@ -271,7 +275,7 @@ class Walk(Interpreter):
         """The compiled function of a loop body (kept across walks)."""
         return _kept((program,), ("body",), lambda: jax.jit(jaxpr_parts.jaxpr_function(program)))
 
-    def _flag(self) -> tuple[Callable, Hashable]:
+    def _flag(self) -> tuple[Callable[[list[Value], list[Value]], jax.Array], Hashable]:
         """The listener's flag as a function of the iteration's inputs and outputs alone, and its key
         (what a compiled loop is kept by)."""
         listener = self.listener

@@ -30,13 +30,14 @@ from typing import Any
 import jax
 
 from jaxmagic._jax import jaxpr_parts
+from jaxmagic._jax.types import Equation, Jaxpr, Program, Value, Var
 
 
 @dataclasses.dataclass(frozen=True)
 class Position:
     """Where an opened equation sits: the equation, and the iteration (scan/while) or branch (cond)."""
 
-    eqn: Any
+    eqn: Equation
     kind: str  # "scan", "while", "cond" or "call"
     index: int | None = None  # iteration of a loop, branch of a cond, None for a call
 
@@ -45,10 +46,10 @@ class Position:
 class Level:
     """One program being evaluated: the top one, or a sub-program an equation opened."""
 
-    jaxpr: Any
-    args: list
+    jaxpr: Jaxpr
+    args: list[Value]
     path: tuple[Position, ...]  # the equations opened to reach it, outermost first; () at the top
-    env: dict  # var -> value
+    env: dict[Var, Value]  # var -> value
     index: int = 0  # the equation evaluated now (a policy's ``enter`` may start further on)
     state: Any = None  # what the policy keeps for this level
 
@@ -60,14 +61,14 @@ class Interpreter:
     """Evaluates a program equation by equation; a subclass is a policy, overriding the hooks it needs.
     The base binds every equation as it is (``jaxpr_parts.bind_equation``)."""
 
-    def run(self, program: Any, args: list) -> list:
+    def run(self, program: Program, args: list[Value]) -> list[Value]:
         """The outputs of ``program`` (a ``ClosedJaxpr`` or an open ``Jaxpr``) on ``args``."""
         jaxpr, consts = jaxpr_parts.closed_parts(program)
         return self.evaluate(jaxpr, consts, args)
 
     def evaluate(
-        self, jaxpr: Any, consts: list, args: list, path: tuple[Position, ...] = (), state: Any = None
-    ) -> list:
+        self, jaxpr: Jaxpr, consts: list[Value], args: list[Value], path: tuple[Position, ...] = (), state: Any = None
+    ) -> list[Value]:
         """The outputs of one level: ``jaxpr`` on ``consts`` and ``args``, reached through ``path``;
         ``state``: what the policy keeps for the level, given by the equation that opens it."""
         level = Level(jaxpr, list(args), path, {}, state=state)
@@ -94,14 +95,14 @@ class Interpreter:
     def enter(self, level: Level) -> None:
         """The level's constants and arguments are bound; no equation has run."""
 
-    def before(self, level: Level, eqn: Any) -> None:
+    def before(self, level: Level, eqn: Equation) -> None:
         """``eqn`` is next; its inputs are not read yet."""
 
-    def outputs(self, level: Level, eqn: Any, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         """``eqn``'s outputs from ``inputs``: bound as it is. A policy may replace them, or ``descend``."""
         return jaxpr_parts.bind_equation(eqn, inputs)
 
-    def after(self, level: Level, eqn: Any, inputs: list, outputs: list) -> None:
+    def after(self, level: Level, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> None:
         """``eqn`` ran: its outputs are bound."""
 
     def leave(self, level: Level) -> None:
@@ -109,7 +110,7 @@ class Interpreter:
 
     # -- descending into an equation's sub-programs ------------------------------------
 
-    def descend(self, eqn: Any, inputs: list, path: tuple[Position, ...]) -> list:
+    def descend(self, eqn: Equation, inputs: list[Value], path: tuple[Position, ...]) -> list[Value]:
         """``eqn``'s outputs computed by evaluating its sub-programs with this interpreter, traced where
         the equation loops or branches (its body evaluated under ``lax.scan``/``lax.while_loop``, its
         branches under ``lax.switch``); a call is evaluated as its sub-program. ``path`` is passed on
@@ -120,7 +121,7 @@ class Interpreter:
             body, body_consts = jaxpr_parts.closed_parts(eqn.params["jaxpr"])
             n = len(carry)
 
-            def step(c: list, x: list | None) -> tuple[list, list]:
+            def step(c: list[Value], x: list[Value] | None) -> tuple[list[Value], list[Value]]:
                 out = self.evaluate(body, body_consts, [*consts, *c, *(x or [])], path)
                 return out[:n], out[n:]
 
@@ -154,7 +155,7 @@ class Interpreter:
         raise NotImplementedError(f"`{name}` cannot be evaluated with an operation inside it replaced")
 
 
-def call_parts(eqn: Any, inputs: list) -> tuple[Any, list, list] | None:
+def call_parts(eqn: Equation, inputs: list[Value]) -> tuple[Jaxpr, list[Value], list[Value]] | None:
     """``(jaxpr, consts, inputs)`` of the one sub-program an equation runs as a call - taking the
     equation's inputs and giving its outputs (``jit``, ``closed_call``, ``remat``, ``custom_jvp_call``,
     ...); None for any other equation."""
@@ -167,7 +168,7 @@ def call_parts(eqn: Any, inputs: list) -> tuple[Any, list, list] | None:
     return jaxpr, consts, list(inputs)
 
 
-def branch_parts(eqn: Any, inputs: list) -> tuple[int, Any, list, list]:
+def branch_parts(eqn: Equation, inputs: list[Value]) -> tuple[int, Jaxpr, list[Value], list[Value]]:
     """``(branch, jaxpr, consts, inputs)`` of the branch a ``cond`` equation's concrete index picks."""
     branches = eqn.params["branches"]
     index = int(max(0, min(len(branches) - 1, int(inputs[0]))))
@@ -175,7 +176,7 @@ def branch_parts(eqn: Any, inputs: list) -> tuple[int, Any, list, list]:
     return index, jaxpr, consts, list(inputs[1:])
 
 
-def solve_parts(eqn: Any, inputs: list) -> tuple[Any, list, list]:
+def solve_parts(eqn: Equation, inputs: list[Value]) -> tuple[Jaxpr, list[Value], list[Value]]:
     """``(jaxpr, consts, inputs)`` of what a ``custom_linear_solve`` equation computes: its ``solve``
     program on that program's constants and the right-hand side (JAX's own impl); the other three
     programs serve its derivatives."""

@@ -20,10 +20,10 @@ from jax._src.lib.mlir import ir
 if TYPE_CHECKING:
     from jax._src.core import JaxprEqn, JaxprPpContext, JaxprPpSettings, Primitive
 
-    from jaxmagic._jax.types import Literal
+    from jaxmagic._jax.types import Jaxpr, Literal, Program, Value
 
 
-def closed_parts(program: Any) -> tuple[Any, list]:
+def closed_parts(program: Program) -> tuple[Jaxpr, list[Value]]:
     """``(jaxpr, consts)`` of a ``ClosedJaxpr``; an open ``Jaxpr`` (remat's body) has no consts."""
     inner = getattr(program, "jaxpr", None)
     if inner is not None and hasattr(program, "consts"):
@@ -31,7 +31,7 @@ def closed_parts(program: Any) -> tuple[Any, list]:
     return program, []
 
 
-def sub_jaxprs(eqn: JaxprEqn) -> list:
+def sub_jaxprs(eqn: JaxprEqn) -> list[Program]:
     """The sub-programs an equation holds in its parameters (scan/while/cond bodies, calls)."""
     return list(core.jaxprs_in_params(eqn.params))
 
@@ -57,7 +57,7 @@ def called_function(eqn: JaxprEqn) -> tuple[str, str]:
     return "", ""
 
 
-def program_source(jaxpr: Any) -> tuple[str, str, int] | None:
+def program_source(jaxpr: Program | None) -> tuple[str, str, int] | None:
     """(function name, file, line) a traced program was made from, from its debug info
     (``func_src_info``: "predict at /path/model.py:12"); None when JAX recorded none."""
     info = getattr(getattr(jaxpr, "jaxpr", jaxpr), "debug_info", None)
@@ -92,7 +92,7 @@ def user_context(eqn: JaxprEqn) -> contextlib.AbstractContextManager[None]:
     return source_info_util.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack)
 
 
-def bind_equation(eqn: JaxprEqn, values: list) -> list:
+def bind_equation(eqn: JaxprEqn, values: list[Value]) -> list[Value]:
     """Run one equation on concrete values as ``jax.core.eval_jaxpr`` does; its outputs as a list.
 
     A jitted call's donation is dropped: the values are the user's own arrays (a probe's re-evaluation
@@ -118,18 +118,18 @@ def _bind_params(eqn: JaxprEqn) -> tuple[Sequence[Any], dict[str, Any]]:
     return (), got
 
 
-def jaxpr_function(program: Any) -> Callable[..., list]:
+def jaxpr_function(program: Program) -> Callable[..., list[Value]]:
     """A Python function running ``program`` (a ``ClosedJaxpr`` or open ``Jaxpr``) on its inputs, returning
     the list of its outputs; traceable, so it can be jitted or used inside ``lax.scan``."""
     jaxpr, consts = closed_parts(program)
 
-    def run(*args: Any) -> list:
+    def run(*args: Value) -> list[Value]:
         return core.eval_jaxpr(jaxpr, consts, *args)
 
     return run
 
 
-def scan_operands(eqn: JaxprEqn, args: list) -> tuple[list, list, list]:
+def scan_operands(eqn: JaxprEqn, args: list[Value]) -> tuple[list[Value], list[Value], list[Value]]:
     """``(consts, carry, xs)`` of a ``scan`` equation's inputs, in the body's input order."""
     params = eqn.params
     if "ft_in" in params:  # JAX >= 0.10: flat trees say which inputs are which
@@ -139,7 +139,7 @@ def scan_operands(eqn: JaxprEqn, args: list) -> tuple[list, list, list]:
     return list(args[:n_consts]), list(args[n_consts : n_consts + n_carry]), list(args[n_consts + n_carry :])
 
 
-def while_operands(eqn: JaxprEqn, args: list) -> tuple[list, list, list]:
+def while_operands(eqn: JaxprEqn, args: list[Value]) -> tuple[list[Value], list[Value], list[Value]]:
     """``(cond_consts, body_consts, carry)`` of a ``while`` equation's inputs."""
     n_cond, n_body = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
     return list(args[:n_cond]), list(args[n_cond : n_cond + n_body]), list(args[n_cond + n_body :])
@@ -178,7 +178,7 @@ class EquationPrinter:
             return str(eqn)
 
 
-def jaxpr_equation_printer(jaxpr: Any) -> EquationPrinter:
+def jaxpr_equation_printer(jaxpr: Jaxpr) -> EquationPrinter:
     """A printer of one equation of ``jaxpr`` (or of its sub-jaxprs) with the variable names
     ``str(jaxpr)`` gives it.
 

@@ -47,9 +47,10 @@ from jax.experimental.key_reuse import _core as key_reuse
 from jaxmagic._jax import jit_internals, key_internals, runtime
 from jaxmagic._jax.call_sampling import CallSampler
 from jaxmagic._jax.exclusive import AlreadyActive
-from jaxmagic._jax.fast_path_calls import FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
+from jaxmagic._jax.fast_path_calls import CallDetails, FastPathCalls, donates  # noqa: F401 (donates: re-exported for observers)
 from jaxmagic._jax.monitoring_tool import DISABLE, MonitoringTool, NoFreeToolId
 from jaxmagic._jax.own_settings import note_own_value
+from jaxmagic._jax.types import Params, Value
 from jaxmagic.usercode.source import is_user_file
 
 CHECK_MODES = ("off", "raise", "record")
@@ -58,10 +59,10 @@ CHECK_MODES = ("off", "raise", "record")
 class CallObserver:
     """Receives the outermost calls. Both methods may raise only on purpose (a probe stopping the cell)."""
 
-    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params) -> None:
         pass
 
-    def after(self, name: str, is_jit: bool, args: tuple, params: dict, outputs: list) -> None:
+    def after(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params, outputs: list[Value]) -> None:
         pass
 
 
@@ -71,7 +72,7 @@ class _CallState(threading.local):
     on a missing attribute raises and catches an AttributeError: ~1.3 us, at every jitted call."""
 
     depth = 0
-    call: dict | None = None
+    call: CallDetails | None = None
     primitive: Any = None  # the primitive of the outermost call being observed (``observed_primitive``)
 
 
@@ -167,7 +168,7 @@ def observing_calls(
     original_check = key_reuse.check_key_reuse_jaxpr
     block_thread = threading.get_ident()  # only the block's own thread is observed (and checked our way)
 
-    def report(error: BaseException, where: str, function: str, params: dict, args: tuple = ()) -> None:
+    def report(error: BaseException, where: str, function: str, params: Params, args: tuple[Value, ...] = ()) -> None:
         if on_key_reuse is not None:
             on_key_reuse(error, where, function, params, args)
 
@@ -240,7 +241,7 @@ def _key_reuse_patched(call: Callable[..., Any], check: Callable[..., Any]) -> I
 
 
 # What ``observing_calls`` tells of a key reuse: (error, "call" or "trace", function, params, args).
-_ReuseReport = Callable[[BaseException, str, str, dict, tuple], None]
+_ReuseReport = Callable[[BaseException, str, str, Params, tuple[Value, ...]], None]
 
 
 def _call_hook(
@@ -255,7 +256,7 @@ def _call_hook(
     reuse_error = jax.errors.KeyReuseError
     jit_p = pjit.jit_p
 
-    def checked(prim: Any, raw_impl: Callable[..., Any], name: str, args: tuple, params: dict) -> Any:
+    def checked(prim: Any, raw_impl: Callable[..., Any], name: str, args: tuple[Value, ...], params: Params) -> Any:
         __tracebackhide__ = True
         if call_checks == "off":
             return raw_impl(*args, **params)
@@ -343,8 +344,9 @@ class _UserCallMonitor:
 
     def __init__(self) -> None:
         self._is_user_file = is_user_file
-        self._user: dict = {}
-        self._entered: list = []
+        self._user: dict[str, bool] = {}  # file name -> whether it is the user's
+        # (callable, its entered context) here; (callable, name, entered context) in ``_DirectUserJitCalls``
+        self._entered: list[tuple[Any, ...]] = []
         self._tool: MonitoringTool | None = None
         # sys.monitoring reports every thread's calls; only the block's thread is watched (the
         # checker's switch is thread-local: entered in another thread, it would stay on there).
@@ -459,7 +461,7 @@ class _DirectUserJitCalls(_UserCallMonitor):
     operations are still observed on the key-reuse path.
     """
 
-    def __init__(self, observers: tuple):
+    def __init__(self, observers: tuple[CallObserver, ...]):
         super().__init__()  # self._entered holds (callable, name, the entered checker-off context)
         self._observers = observers
         self._jit_type = jit_internals.jit_type()
@@ -513,7 +515,7 @@ class _DirectUserJitCalls(_UserCallMonitor):
             _state.depth = 0
 
 
-def call_locals() -> dict | None:
+def call_locals() -> CallDetails | None:
     """The observed jitted call's ``fun``, ``jit_info``, ``args`` and ``kwargs`` (static arguments
     included), for an observer to read during ``before``/``after``; None when not known."""
     details = _state.call
@@ -551,7 +553,9 @@ def call_site() -> tuple[FrameType, int] | None:
     return None if details is None else details.get("site")
 
 
-def donated_leaves(jit_info: Any, args: Sequence[Any] | None, kwargs: dict | None) -> list[tuple[str, Any]]:
+def donated_leaves(
+    jit_info: Any, args: Sequence[Any] | None, kwargs: dict[str, object] | None
+) -> list[tuple[str, Any]]:
     """``[(argument, array)]``: the array leaves of a call's arguments that ``donate_argnums`` /
     ``donate_argnames`` give away (deleted after the call); ``argument`` is "argument 0" or "lr="."""
     found: list[tuple[str, Any]] = []
@@ -592,7 +596,7 @@ def find_caller_frame(name: str = "cache_miss", filename: str = "pjit.py") -> Fr
     return None
 
 
-_key_dtypes: dict = {}
+_key_dtypes: dict[object, bool] = {}  # dtype -> whether it is a typed key's
 _key_array_types: set[type] = set()  # classes whose every instance is an array of typed keys (JAX's PRNGKeyArray)
 
 

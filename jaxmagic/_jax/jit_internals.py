@@ -26,6 +26,8 @@ from jaxmagic.usercode.source import code_kind
 if TYPE_CHECKING:
     from jax.stages import Wrapped
 
+    from jaxmagic._jax.types import Params, Value
+
 
 def is_jitted(fn: object) -> TypeGuard[Wrapped]:
     """True for a ``jax.jit`` wrapper: it can be traced and lowered without being called."""
@@ -125,7 +127,9 @@ def post_hook_state() -> Any:  # jaxlib's thread-local config state, or None
         return None
 
 
-def jit_arguments(jit_info: Any, args: tuple, kwargs: dict) -> tuple[Any, list] | None:
+def jit_arguments(
+    jit_info: Any, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[object, list[Value]] | None:
     """``(signature, dynamic arguments)`` of a call of a jitted function (its ``_jit_info``) as its dispatch sees it, or None.
 
     The signature (hashable: the static arguments, the pytree structure) with
@@ -148,7 +152,9 @@ def jit_arguments(jit_info: Any, args: tuple, kwargs: dict) -> tuple[Any, list] 
         return None
 
 
-def jit_program(fun: Callable[..., Any], jit_info: Any, args: tuple, kwargs: dict) -> tuple[list, dict] | None:
+def jit_program(
+    fun: Callable[..., Any], jit_info: Any, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[list[Value], Params] | None:
     """``(hoisted constants, jit parameters)`` of a call of a jitted ``fun``, from JAX's trace cache, or None.
 
     Traces only if this signature was never traced in the current context; the

@@ -71,8 +71,8 @@ class CapturedCall:
     """A jitted call the block made: arrays as ``jax.ShapeDtypeStruct``s, other arguments as given."""
 
     function: Any  # the jitted callable (held until the block ends)
-    args: tuple
-    kwargs: dict
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
     call_site: tuple[str, int, str] | None
 
 
@@ -86,12 +86,13 @@ class ProgramCapture:
     def __init__(self) -> None:
         self.available = False
         self.unavailable = "this JAX has no jit dispatch path jaxmagic can watch"
-        self._calls: dict[tuple, CapturedCall] = {}
+        self._calls: dict[tuple[int, object, tuple[object, ...]], CapturedCall] = {}  # (id, treedef, specs)
         self._cleared: dict[int, Any] = {}
         self._user: dict[str, bool] = {}
         self._kinds: dict[str, str] = {}  # file name -> whose code it is (source.code_kind)
-        self._pending: tuple | None = None
-        self._compiled: dict[int, tuple] = {}  # id -> (jax.stages.Compiled, call site), called directly
+        self._pending: tuple[object, CodeType, int] | None = None  # (callable, code, offset)
+        # id -> (jax.stages.Compiled, call site), called directly; Any: it is told by its type at run time
+        self._compiled: dict[int, tuple[Any, tuple[str, int, str]]] = {}
         self._tool: MonitoringTool | None = None
         self._code: CodeType | None = None
         self._hook_state: Any = None  # JAX's post-hook state, when calls are seen through it (no CALL events)
@@ -138,7 +139,7 @@ class ProgramCapture:
         self._tool, self._between = tool, tool.frames_between
         previous, capture = hook_state.value, self._after_fast_call
 
-        def hook(jitted: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def hook(jitted: Any, args: tuple[object, ...], kwargs: dict[str, object], output: Any) -> None:
             capture(jitted, args, kwargs)
             if previous is not None:  # jax.debug_nans' check, or another watcher's hook: still runs
                 previous(jitted, args, kwargs, output)
@@ -216,7 +217,7 @@ class ProgramCapture:
             pass  # a call we cannot read is shown by kernel name only
         return None
 
-    def _after_fast_call(self, jitted: Any, args: tuple, kwargs: dict) -> None:
+    def _after_fast_call(self, jitted: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         """The post hook's part: a call the C++ dispatch served from its cache, made by the user's code."""
         try:
             if threading.get_ident() != self._thread:
@@ -258,7 +259,9 @@ class ProgramCapture:
         args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
         self._capture_arguments(function, args, kwargs, _user_site(frame))
 
-    def _capture_arguments(self, function: Any, args: tuple, kwargs: dict, site: tuple[str, int, str] | None) -> None:
+    def _capture_arguments(
+        self, function: Any, args: tuple[object, ...], kwargs: dict[str, object], site: tuple[str, int, str] | None
+    ) -> None:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         specs = []
         for leaf in leaves:

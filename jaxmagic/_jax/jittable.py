@@ -30,7 +30,7 @@ def can_be_weakly_referenced(fn: Any) -> bool:
     return True
 
 
-def jittable(fn: Callable) -> Callable:
+def jittable(fn: Callable[..., object]) -> Callable[..., object]:
     """``fn`` itself when ``jax.jit`` can wrap it safely; else a plain Python function calling it.
 
     The wrapper carries ``fn``'s name (so reports and JAX's messages name
@@ -48,6 +48,6 @@ def jittable(fn: Callable) -> Callable:
     return call
 
 
-def jit(fn: Callable, **options: Any) -> Wrapped:
+def jit(fn: Callable[..., object], **options: Any) -> Wrapped:
     """``jax.jit(fn, **options)`` that never crashes the process (see the module docstring)."""
     return jax.jit(jittable(fn), **options)

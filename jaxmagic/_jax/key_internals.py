@@ -15,6 +15,9 @@ import jax
 
 if TYPE_CHECKING:
     from jax._src.core import Primitive
+    from jax.experimental.key_reuse._core import KeyReuseSignature
+
+    from jaxmagic._jax.types import Params, Value
 
 
 def random_core() -> ModuleType | None:
@@ -58,7 +61,10 @@ def _trace_context() -> Any:
         return None
 
 
-_key_reuse_signatures: dict = {}  # (primitive, params, argument types) -> KeyReuseSignature
+# (primitive, params, argument types) -> its KeyReuseSignature
+_key_reuse_signatures: dict[
+    tuple[Primitive, tuple[tuple[str, object], ...], tuple[object, ...]], KeyReuseSignature
+] = {}
 
 
 _SIMPLE_PARAMS = (int, float, str, bool, type(None))
@@ -71,7 +77,7 @@ def _simple(value: object) -> bool:
 
 
 def call_with_key_reuse_checks(
-    prim: Primitive, raw_impl: Callable[..., Any], args: tuple, params: dict, original: Callable[..., Any]
+    prim: Primitive, raw_impl: Callable[..., Any], args: tuple[Value, ...], params: Params, original: Callable[..., Any]
 ) -> Any:
     """``original(prim, raw_impl, *args, **params)`` - JAX's per-call key-reuse check - with the
     signature of a primitive whose signature JAX computes per call cached.

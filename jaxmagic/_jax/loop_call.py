@@ -49,7 +49,7 @@ def loop_call(frames: list[tuple[FrameType, int]], kind: str, function: str) -> 
     return found
 
 
-def _read(kind: str, scope: dict, function: str) -> LoopCall | None:
+def _read(kind: str, scope: dict[str, Any], function: str) -> LoopCall | None:
     body = scope.get("f" if kind == "scan" else "body_fun")
     inner = body.func if isinstance(body, functools.partial) else body
     if body is None or getattr(inner, "__name__", "") != function:
@@ -69,8 +69,8 @@ def _read(kind: str, scope: dict, function: str) -> LoopCall | None:
 class BranchCall:
     """One ``lax.cond`` / ``lax.switch`` call: its branches and the operands it passes to each."""
 
-    branches: tuple[Callable, ...]
-    operands: tuple
+    branches: tuple[Callable[..., object], ...]
+    operands: tuple[object, ...]
     called_at: tuple[str, int] | None = None  # (file, line) of the frame that called ``cond``/``switch``
 
 

@@ -26,9 +26,13 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
+
+if TYPE_CHECKING:
+    from jaxmagic._jax.types import Value
 
 
 class _Depth(threading.local):
@@ -71,7 +75,7 @@ def _copy_program() -> Callable[..., list[jax.Array]]:
     return jax.jit(jaxmagic_copies)
 
 
-def copied(leaves: Sequence) -> list:
+def copied(leaves: Sequence[Value]) -> list[jax.Array]:
     """Device copies of ``leaves`` in one program of jaxmagic's own, dispatched without waiting (made before a
     later call donates the originals); a copy per leaf where one program cannot take them all (leaves
     committed to different devices)."""
@@ -95,7 +99,7 @@ def _stack_program() -> Callable[..., jax.Array]:
     return jax.jit(jaxmagic_stack)
 
 
-def stacked(leaves: Sequence) -> jax.Array:
+def stacked(leaves: Sequence[Value]) -> jax.Array:
     """``leaves`` stacked on their device by one program of jaxmagic's own, dispatched without waiting; raises
     what JAX raises where one program cannot take them (a deleted leaf, leaves on several devices)."""
     with OWN_PROGRAMS:

@@ -50,7 +50,7 @@ class ProgramInputs:
         return [i for i in range(self.inputs) if i not in self.kept]
 
 
-def input_shardings_flat(compiled: jax.stages.Compiled) -> list:
+def input_shardings_flat(compiled: jax.stages.Compiled) -> list[jax.sharding.Sharding | None]:
     """One sharding per flat input of ``compiled`` (a ``jax.stages.Compiled``), None where JAX pruned it.
 
     Flattened by the call's own input structure (``in_tree``): a None the user passed as an argument is

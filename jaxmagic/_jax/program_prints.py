@@ -25,8 +25,12 @@ import re
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from jaxmagic._jax import distributed_store
+
+if TYPE_CHECKING:
+    from jaxmagic.report import JsonDict
 
 MAX_OPS = 400  # operations kept (digest, text, line) per program; the whole program's digest covers all
 OP_TEXT_CHARS = 160
@@ -52,10 +56,10 @@ class ProgramPrint:
     digest: str  # of the lowered text without locations (16 hex digits)
     op_count: int
     # the first MAX_OPS operations: [digest (8 hex digits), text without locations (cut), index into lines or -1]
-    ops: list[list] = dataclasses.field(default_factory=list)
+    ops: list[list[str | int]] = dataclasses.field(default_factory=list)
     lines: list[str] = dataclasses.field(default_factory=list)  # "In [3], line 4: h = x @ w" (user lines, distinct)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JsonDict:
         return dataclasses.asdict(self)
 
 
@@ -109,7 +113,7 @@ def print_of_text(text: str, user_line: Callable[[str, int], str]) -> ProgramPri
         elif raw.strip():
             body.append(raw)
     whole = hashlib.blake2b(digest_size=8)
-    ops: list[list] = []
+    ops: list[list[str | int]] = []
     lines: list[str] = []
     line_index: dict[str, int] = {}
     resolved: dict[str, str] = {}

@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass
+    from jax._src.source_info_util import Frame
+
+    from jaxmagic._jax.types import Traceback
 
 
-def user_frames(traceback: Any) -> list:  # a jaxlib Traceback
+def user_frames(traceback: Traceback | None) -> list[Frame]:
     """JAX's user frames (innermost first) of a traceback JAX recorded (an equation's
     ``source_info.traceback``, a tracer's line info); [] when there is none."""
     if traceback is None:
@@ -47,7 +49,7 @@ def tracer_line_info(tracer: object) -> Any:  # source_info_util.SourceInfo, or 
 
 
 @contextlib.contextmanager
-def tracing_where_traced() -> Iterator[dict[int, Any]]:
+def tracing_where_traced() -> Iterator[dict[int, Traceback]]:
     """While active, every equation traced keeps the traceback of the place it was traced at,
     even where JAX attributes it to another line (the backward pass attributes each transposed
     equation to its forward line, and so loses the line of a user's ``custom_vjp`` rule).
@@ -63,8 +65,8 @@ def tracing_where_traced() -> Iterator[dict[int, Any]]:
     original = source_info_util.current
     get_traceback = source_info_util.xla_client.Traceback.get_traceback
     context = source_info_util._source_info_context
-    attributed: dict = {}
-    kept: list = []
+    attributed: dict[int, Traceback] = {}
+    kept: list[Traceback] = []
 
     def current() -> Any:
         info = context.context

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -34,10 +34,10 @@ class LoggerState(NamedTuple):
     # A named tuple, not a frozen dataclass: a snapshot makes one per jax logger (~25) at every
     # cell, and a frozen dataclass's __init__ costs several times a tuple's.
     level: int
-    handlers: tuple
+    handlers: tuple[logging.Handler, ...]
     propagate: bool
     disabled: bool
-    filters: tuple = ()
+    filters: tuple[logging._FilterType, ...] = ()  # typeshed's name for what Logger.filters holds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class JaxStateSnapshot:
 
     config: dict[str, Any]
     loggers: dict[str, LoggerState]
-    listeners: dict[str, tuple]
+    listeners: dict[str, tuple[Callable[..., object], ...]]  # jax.monitoring's listener lists
 
     def differences(self, other: JaxStateSnapshot) -> list[str]:
         """Human-readable list of what differs between two snapshots (empty if equal)."""

@@ -35,7 +35,7 @@ from jaxmagic._jax.own_settings import note_own_context_created, note_own_value
 # stays in JAX's caches (memory grew by ~430 KB per %%jax_leaks run, without bound).
 DEFAULT_TOKEN = "jaxmagic"
 
-_context: Callable[[str], contextlib.AbstractContextManager] | None = None  # jax.make_user_context's
+_context: Callable[[str], contextlib.AbstractContextManager[None]] | None = None  # jax.make_user_context's
 
 
 @dataclasses.dataclass

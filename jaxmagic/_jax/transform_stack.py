@@ -22,7 +22,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterator
 from types import CodeType, FrameType, TracebackType
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, cast
 
 from jaxmagic._jax.monitoring_tool import MonitoringTool, NoFreeToolId
 from jaxmagic.report import SourceLine
@@ -30,6 +30,9 @@ from jaxmagic.usercode.source import code_kind, defining_code, is_user_file, sou
 
 if TYPE_CHECKING:
     from jax._src.source_info_util import SourceInfo
+
+# A stack as the explanations read it: its frames outermost first, each with its current line.
+Frames: TypeAlias = list[tuple[FrameType, int]]
 
 # code name of a JAX API frame -> (transformation, the local that holds the function it was given)
 _API_FRAMES = {

@@ -6,7 +6,9 @@ traceback an equation's ``source_info`` records).
 
 ``Value`` is what an equation reads or writes when a program is evaluated: a ``jax.Array``, a NumPy
 array or scalar, a Python number (a ``Literal``'s ``val``), or a tracer where a loop body is evaluated
-traced - nothing narrower holds for all of them, so it is ``Any`` under its own name.
+traced - nothing narrower holds for all of them, so it is ``Any`` under its own name. ``Params`` is an
+equation's ``params`` (and a call's, as ``jit_calls`` observes it): each primitive keeps its own kinds of
+value under its own names (a ``Program``, a tuple of axes, a dtype, a flag), so the values are ``Any``.
 
 The classes come from ``jax.extend.core`` (JAX 0.10.2 and the installed JAX both have them, as
 ``jax._src.core``'s own classes; ``Traceback`` from ``jax._src.source_info_util``) for the type checker only: at run time every name here is
@@ -37,5 +39,6 @@ else:
     Traceback = Any
 
 Value: TypeAlias = Any
+Params: TypeAlias = dict[str, Any]
 
-__all__ = ["Atom", "ClosedJaxpr", "Equation", "Jaxpr", "Literal", "Program", "Traceback", "Value", "Var"]
+__all__ = ["Atom", "ClosedJaxpr", "Equation", "Jaxpr", "Literal", "Params", "Program", "Traceback", "Value", "Var"]

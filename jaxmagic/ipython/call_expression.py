@@ -41,7 +41,7 @@ def parse_python(text: str, what: str = "expression") -> ast.expr:
         ) from None
 
 
-def evaluate_node(expr: ast.expr, namespace: dict, what: str) -> Any:
+def evaluate_node(expr: ast.expr, namespace: dict[str, object], what: str) -> Any:
     """The value of one parsed expression in ``namespace``; CallExpressionError naming ``what`` when it fails."""
     source = _source_of(expr)
     try:
@@ -66,7 +66,7 @@ def shown_error(error: BaseException) -> str:
     return shown(error_line(error), limit=160, quoted=False)
 
 
-def evaluate_call(text: str, namespace: dict) -> EvaluatedCall:
+def evaluate_call(text: str, namespace: dict[str, object]) -> EvaluatedCall:
     """Evaluate ``f(a, b, k=c)`` in ``namespace`` without calling ``f``."""
     text = text.strip()
     if not text:

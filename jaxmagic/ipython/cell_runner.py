@@ -35,7 +35,7 @@ class CellOutcome:
 
     exception: BaseException | None = None
     # The body's displayed values (its last expression: ``Out[...]``), held to be shown after the report
-    values: list = dataclasses.field(default_factory=list)
+    values: list[object] = dataclasses.field(default_factory=list)
 
     def show_values(self, shell: InteractiveShell) -> None:
         """Show the values the body displayed, then let them go: a cell's result comes after its report.
@@ -143,7 +143,8 @@ def _named_as_current_cell(shell: InteractiveShell) -> Iterator[None]:
 
 
 # Cell texts (with what their compiling depends on) known to compile, oldest first.
-_RUNNABLE_CELLS: dict[tuple, bool] = {}
+# (cell, compiler flags, input transformers, AST transformers) -> True
+_RUNNABLE_CELLS: dict[tuple[str, int, tuple[object, ...], tuple[object, ...], tuple[object, ...]], bool] = {}
 _RUNNABLE_CELLS_KEPT = 256
 
 

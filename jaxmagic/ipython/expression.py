@@ -21,7 +21,7 @@ def parse_expression(text: str) -> ast.expr:
     return parse_python(text)
 
 
-def evaluate_expression(text: str, namespace: dict) -> Any:
+def evaluate_expression(text: str, namespace: dict[str, object]) -> Any:
     """The value of ``text`` in ``namespace``; CallExpressionError if it does not evaluate."""
     node = parse_expression(text)
     try:
@@ -32,7 +32,7 @@ def evaluate_expression(text: str, namespace: dict) -> Any:
         raise CallExpressionError(f"{shown(text.strip())} does not evaluate: {shown_error(error)}") from None
 
 
-def callee_is_jitted(text: str, namespace: dict) -> bool:
+def callee_is_jitted(text: str, namespace: dict[str, object]) -> bool:
     """True when ``text`` is a call whose function is a ``jax.jit`` wrapper (has ``lower`` and ``trace``).
 
     Evaluates only the callee, never calls it; False when it does not evaluate.

@@ -139,7 +139,7 @@ class LiveView:
             sys.stdout.flush()
             self._status_width = 0
 
-    def show_report(self, bundle: dict) -> bool:
+    def show_report(self, bundle: dict[str, str]) -> bool:
         """Replace the card with the final report; False when no card was shown (show it as usual)."""
         self.stop()
         if self.handle is None:

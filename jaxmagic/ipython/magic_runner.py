@@ -106,7 +106,7 @@ class MagicRunner(Magics):
         return self.shell
 
     @property
-    def user_ns(self) -> dict:
+    def user_ns(self) -> dict[str, object]:
         """The namespace the user's cells run in."""
         return self.ipython.user_ns
 
@@ -228,7 +228,7 @@ class MagicRunner(Magics):
         flags = {option for action in magic.parser._actions if action.nargs == 0 for option in action.option_strings}
         return split_call_and_options(line, flags | {"-h", "--help"})
 
-    def evaluate(self, call_text: str, namespace: dict | None = None) -> EvaluatedCall:
+    def evaluate(self, call_text: str, namespace: dict[str, object] | None = None) -> EvaluatedCall:
         with expression_checked():
             return evaluate_call(call_text, self.user_ns if namespace is None else namespace)
 

@@ -75,13 +75,13 @@ def vmap_axes(text: str) -> int | None | tuple[int | None, ...]:
     return axes[0] if len(axes) == 1 else axes
 
 
-def sweep(text: str) -> tuple[str, list]:
+def sweep(text: str) -> tuple[str, list[object]]:
     """``"B=64,256,1024"`` -> ``("B", [64, 256, 1024])``."""
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name.isidentifier() or not values.strip():
         raise argparse.ArgumentTypeError(f"takes NAME=V1,V2,... such as B=64,256,1024, got {shown(text)}")
-    parsed = []
+    parsed: list[object] = []
     for raw in values.split(","):
         try:
             parsed.append(ast.literal_eval(raw.strip()))

@@ -81,7 +81,7 @@ class WatchHook:
         if self.watch.in_cell:
             self.live_view = _live_view(self.watch, in_kernel=getattr(self.shell, "kernel", None) is not None)
 
-    def _history(self) -> tuple:
+    def _history(self) -> tuple[object, ...]:
         """What IPython holds for its output history: its arrays are not the cells' growing memory."""
         ns = self.shell.user_ns
         return tuple(v for v in (ns.get("Out"), ns.get("_"), ns.get("__"), ns.get("___")) if v is not None)

@@ -229,7 +229,7 @@ def _producer_text(producer: NanProducer) -> str:
 
 
 def check(
-    fn: Callable,
+    fn: Callable[..., object],
     *args: Any,
     errors: str | list[str] = "all",
     call_text: str = "",
@@ -241,7 +241,12 @@ def check(
     return check_of_call(fn, args, kwargs, errors=errors, call_text=call_text, vmap_axes=vmap_axes)
 
 
-def check_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> CheckReport:
+def check_of_call(
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    **options: Any,
+) -> CheckReport:
     """Run ``fn(*args, **kwargs)`` under ``jit(checkify(fn, errors))`` and report every error.
 
     ``options`` are :func:`run_call`'s. With ``vmap_axes`` the call is
@@ -255,9 +260,9 @@ def check_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = N
 
 
 def run_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
     *,
     errors: str | list[str] = "all",
     call_text: str = "",

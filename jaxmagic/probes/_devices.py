@@ -108,7 +108,7 @@ class DevicesReport(Report):
                 )
             )
         if self.devices:
-            groups: dict[tuple, list[int]] = {}
+            groups: dict[tuple[str, str, str], list[int]] = {}  # (platform, kind, process) -> device ids
             for device_id, platform, kind, process in self.devices:
                 groups.setdefault((platform, kind, process), []).append(int(device_id))
             rows = [

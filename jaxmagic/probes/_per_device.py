@@ -33,6 +33,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from types import FrameType
+from typing import Any
 
 import jax
 import numpy as np
@@ -75,9 +76,9 @@ class PerDeviceReport(Report):
     def per_device_prints(self) -> list[DevicePrint]:
         return [p for p in self.prints if p.position]
 
-    def by_device(self) -> dict:
+    def by_device(self) -> dict[int | tuple[int, ...], list[str]]:
         """{device id (or mesh position tuple when the mesh is unknown): [lines, in order]}."""
-        grouped: dict = {}
+        grouped: dict[int | tuple[int, ...], list[str]] = {}
         for p in sorted(self.per_device_prints, key=lambda p: (p.position, self.prints.index(p))):
             grouped.setdefault(p.device if p.device is not None else tuple(p.position), []).append(p.text)
         return grouped
@@ -222,13 +223,13 @@ class _Recorder(Capture):
             self.report.sites.append(site)
             return site
 
-    def hidden_arguments(self, site: PrintSite) -> dict:
+    def hidden_arguments(self, site: PrintSite) -> dict[str, Any]:
         if not site.axes:
             return {}
 
         return {_WHERE: jax.numpy.stack([lax.axis_index(a) for a in site.axes])}
 
-    def on_print(self, site: PrintSite | None, text: str, hidden: dict, is_log: bool) -> bool:
+    def on_print(self, site: PrintSite | None, text: str, hidden: dict[str, Any], is_log: bool) -> bool:
 
         where = hidden.get(_WHERE)
         position = [int(i) for i in np.asarray(where).reshape(-1)] if where is not None else []

@@ -50,6 +50,7 @@ from jaxmagic._jax import jit_calls
 from jaxmagic._jax.debug_capture import Capture, PrintSite, capturing
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.retrace import fresh_traces
+from jaxmagic._jax.types import Params, Value
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
@@ -400,7 +401,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self._add(self.register(site).key, f"{site.fmt}({arguments})")
 
     # CallObserver
-    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params) -> None:
         self.report.calls_observed += 1
         self.call = self.report.calls_observed
         # Where the call was made: a (file, line, function) tuple now, its source line only for the
@@ -409,7 +410,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
         self.call_sites[self.call] = self._caller()
         self.call_printed = False
 
-    def after(self, name: str, is_jit: bool, args: tuple, params: dict, outputs: list) -> None:
+    def after(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params, outputs: list[Value]) -> None:
         try:
             jax.effects_barrier()  # this call's prints arrive now, before the next call starts
         finally:
@@ -427,7 +428,7 @@ class _Recorder(Capture, jit_calls.CallObserver):
 
     def finish_calls(self) -> None:
         """Give each call that printed its source line (looked up once per distinct line)."""
-        lines: dict[tuple, SourceLine] = {}
+        lines: dict[tuple[str, int, str], SourceLine] = {}
         for call in self.report.calls:
             where = self.call_sites.get(call.number)
             if where is not None:

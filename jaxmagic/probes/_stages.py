@@ -198,7 +198,7 @@ class StagesReport(Report):
 
 def _grouped(types: list[str]) -> str:
     """``["f32[3]", "f32[3]", "i32[]"]`` -> ``"f32[3] x2, i32[]"``: repeated neighbours counted."""
-    groups: list[list] = []
+    groups: list[list[Any]] = []  # [type, times in a row]: changed in place
     for t in types:
         if groups and groups[-1][0] == t:
             groups[-1][1] += 1
@@ -230,7 +230,9 @@ def _short(aval: object) -> str:
 # -- the probe ------------------------------------------------------------------
 
 
-def stages(fn: Callable, *args: Any, runs: int = DEFAULT_RUNS, call_text: str = "", **kwargs: Any) -> StagesReport:
+def stages(
+    fn: Callable[..., object], *args: Any, runs: int = DEFAULT_RUNS, call_text: str = "", **kwargs: Any
+) -> StagesReport:
     """Trace, lower, compile and run ``fn(*args, **kwargs)``, timing each stage separately.
 
     ``fn`` may be jitted or not (then it is jitted here). With ``jax.ShapeDtypeStruct``
@@ -239,7 +241,12 @@ def stages(fn: Callable, *args: Any, runs: int = DEFAULT_RUNS, call_text: str = 
     return stages_of_call(fn, args, kwargs, runs=runs, call_text=call_text)
 
 
-def stages_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> StagesReport:
+def stages_of_call(
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    **options: Any,
+) -> StagesReport:
     """``stages`` with the call's arguments given as a sequence and a dict (any keyword names allowed).
 
     ``options`` are :func:`run_call`'s. Never raises for the call's own
@@ -250,7 +257,12 @@ def stages_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = 
 
 
 def run_call(
-    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, runs: int = DEFAULT_RUNS, call_text: str = ""
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    *,
+    runs: int = DEFAULT_RUNS,
+    call_text: str = "",
 ) -> tuple[StagesReport, Exception | None]:
     """Like :func:`stages_of_call`, also returning the exception of the stage that failed (None if none).
 
@@ -384,7 +396,9 @@ def _describe(report: StagesReport, traced: Traced, compiled: Compiled) -> None:
                 report.cost[key] = float(cost[key])
 
 
-def _time_runs(report: StagesReport, compiled: Compiled, args: Sequence[Any], kwargs: dict, runs: int) -> None:
+def _time_runs(
+    report: StagesReport, compiled: Compiled, args: Sequence[Any], kwargs: dict[str, object], runs: int
+) -> None:
     start = time.perf_counter()
     out = compiled(*args, **kwargs)
     jax.block_until_ready(out)
@@ -402,7 +416,7 @@ def _time_runs(report: StagesReport, compiled: Compiled, args: Sequence[Any], kw
     report.steady_run_min_seconds = min(times)
 
 
-class _Events(dict):
+class _Events(dict[str, float]):
     traced: bool | None = None
 
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 if TYPE_CHECKING:
     from jaxmagic.report.document import Document
+
+# A report's ``to_dict()`` data: JSON-serialisable, its values of every JSON kind (strings, numbers, lists,
+# nested dicts), each field its own - so ``Any``, under this one name.
+JsonDict: TypeAlias = dict[str, Any]
 
 
 class Status(str, enum.Enum):  # noqa: UP042 - reports compare and serialise it as a str
@@ -99,7 +103,7 @@ class Report:
 
     kind: ClassVar[str] = "report"  # the magic's name, e.g. "jax_nans"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         data = _jsonable(dataclasses.asdict(self))
         data["kind"] = self.kind
         data["status"] = self.status.value

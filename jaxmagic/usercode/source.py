@@ -121,14 +121,14 @@ def as_typed(code: str) -> str:
     if "get_ipython()" not in code:
         return code
 
-    def magic(match: re.Match) -> str:
+    def magic(match: re.Match[str]) -> str:
         try:
             name, line = ast.literal_eval(match["name"]), ast.literal_eval(match["line"])
         except (ValueError, SyntaxError):
             return match[0]
         return f"%{name} {line}".rstrip()
 
-    def shell(match: re.Match) -> str:
+    def shell(match: re.Match[str]) -> str:
         try:
             return "!" + ast.literal_eval(match["line"])
         except (ValueError, SyntaxError):

@@ -38,7 +38,7 @@ REPLICA_BORDER = f"2px dashed {STRONG}"
 OTHER_BLOCK = f"background:transparent;border:1px dashed rgba(128,128,128,.6);{MUTED}"
 
 
-def input_layouts(args: tuple, kwargs: dict) -> list[ArrayLayout]:
+def input_layouts(args: tuple[object, ...], kwargs: dict[str, object]) -> list[ArrayLayout]:
     """The layouts of a call's input arrays (plain data, as the report's); no array data is read."""
     import jax  # deferred: ipython/ imports no JAX at its top (%load_ext)
 
@@ -51,7 +51,9 @@ def input_layouts(args: tuple, kwargs: dict) -> list[ArrayLayout]:
     return layouts
 
 
-def intermediate_layouts(report: ShardingReport, args: tuple, kwargs: dict) -> list[ArrayLayout]:
+def intermediate_layouts(
+    report: ShardingReport, args: tuple[object, ...], kwargs: dict[str, object]
+) -> list[ArrayLayout]:
     """The blocks of each ``--intermediates`` value, from the spec the compiler chose and its type, laid over
     the mesh of the call's inputs (a ``ShapeDtypeStruct`` with that sharding: no data). A value whose spec
     or type does not read as a ``NamedSharding`` over that mesh is left out (the report lists it)."""
@@ -81,7 +83,7 @@ def intermediate_layouts(report: ShardingReport, args: tuple, kwargs: dict) -> l
     return layouts
 
 
-def spec_entries(text: str) -> tuple | None:
+def spec_entries(text: str) -> tuple[object, ...] | None:
     """``P('data', None, ('a', 'b'))`` -> ``('data', None, ('a', 'b'))``; None when it is not that form."""
     text = text.strip()
     if not (text.startswith("P(") and text.endswith(")")):

@@ -71,7 +71,7 @@ def full_width() -> widgets.Layout:
     return widgets.Layout(width="auto", align_self="stretch")
 
 
-def wrapping_row(children: list) -> widgets.HBox:
+def wrapping_row(children: list[widgets.Widget]) -> widgets.HBox:
     """Controls side by side while they fit, then on the next line (a 900 px window with the sidebar open)."""
     return widgets.HBox(children, layout=widgets.Layout(flex_flow="row wrap", max_width="100%"))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import ipywidgets as widgets
 
@@ -62,7 +62,11 @@ def finding_row(finding: WatchFinding) -> str:
     return f"{finding_place(finding)} | {finding.area} | {seen} | {magic}"
 
 
-def signature(log: WatchLog) -> tuple:
+# (cell, area, headline, count) of each finding
+Signature: TypeAlias = tuple[tuple[str, str, str, int], ...]
+
+
+def signature(log: WatchLog) -> Signature:
     """What the panel shows of a log, compared cheaply after each cell (no ``to_dict()`` when unchanged)."""
     return tuple((f.cell, f.area, f.headline, f.count) for f in log.findings)
 
@@ -83,7 +87,7 @@ class WatchPanel:
             layout=frame(),
         )
         self.widget.add_class("jaxmagic-watch-panel")
-        self._shown: tuple | None = None  # the signature of the log when last drawn
+        self._shown: Signature | None = None  # the signature of the log when last drawn
         self.shown: list[WatchFinding] = []  # the log's findings the panel shows, as they were when drawn
         self.cells_watched = 0
         self.areas.observe(lambda _change: self._list(), names="value")

@@ -25,7 +25,9 @@ from jaxmagic.probes._bisect.trace_time import nondeterministic_stage, stale_sta
 from jaxmagic.probes._support import attribution
 
 
-def before_program(fn: Callable, args: tuple, kwargs: dict, **checks: Any) -> BeforeProgram:
+def before_program(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object], **checks: Any
+) -> BeforeProgram:
     """Re-run the eager call with what jit gave the function, stage by stage; the first stage after
     which eager gives jit's numbers is where the difference was made (see :func:`_checks` for the
     keywords). The finding's provenance is started by the user's line that made the bisecting call."""
@@ -35,7 +37,9 @@ def before_program(fn: Callable, args: tuple, kwargs: dict, **checks: Any) -> Be
     return found
 
 
-def _checks(fn: Callable, args: tuple, kwargs: dict, **options: Any) -> BeforeProgram:
+def _checks(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object], **options: Any
+) -> BeforeProgram:
     """Re-run the eager call with what jit gave the function, stage by stage; the first stage after
     which eager gives jit's numbers is where the difference was made.
 

@@ -12,11 +12,11 @@ from typing import Any
 class BisectedCall:
     """The call being bisected and the ways to run it again (see ``before_program.py``)."""
 
-    fn: Callable
-    args: tuple
-    kwargs: dict
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
     is_static: Callable[[Any], bool]
-    run_eager: Callable[[tuple, dict], Any]
+    run_eager: Callable[[tuple[object, ...], dict[str, object]], Any]
     run_jit: Callable[[], Any]
     eager_result: Any
     jit_result: Any
@@ -32,7 +32,9 @@ class BisectedCall:
         self.dynamic_names = [self.names[i] for i in self.dynamic] + self.dynamic_kw
         self.given = ([self.args[i] for i in self.dynamic], {k: self.kwargs[k] for k in self.dynamic_kw})
 
-    def with_dynamic(self, new_args: list, new_kwargs: dict) -> tuple[tuple, dict]:
+    def with_dynamic(
+        self, new_args: list[object], new_kwargs: dict[str, object]
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         """The call's arguments with the traced ones replaced (the static ones as given)."""
         full = list(self.args)
         for i, value in zip(self.dynamic, new_args):
@@ -44,7 +46,7 @@ class BisectedCall:
         return self.distance(self.run_eager(*self.with_dynamic(*dynamic_tree)), self.jit_result)
 
 
-def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+def argument_names(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> list[str]:
     try:
         bound = inspect.signature(python_function(fn)).bind_partial(*args, **kwargs)
         positional = list(bound.arguments)[: len(args)]
@@ -55,7 +57,7 @@ def argument_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     return [f"argument {i}" for i in range(len(args))]
 
 
-def python_function(fn: Callable) -> Callable:
+def python_function(fn: Callable[..., object]) -> Callable[..., object]:
     """The user's Python function behind a ``jax.jit`` wrapper (``__wrapped__``)."""
     inner = fn
     for _ in range(8):

@@ -50,7 +50,7 @@ def _is_static(value: Any) -> bool:
     )
 
 
-def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Wrapped, str]:
+def _jitted(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[Wrapped, str]:
     if jit_internals.is_jitted(fn):
         return fn, "the jitted function as given"
     static = tuple(i for i, a in enumerate(args) if _is_static(a))
@@ -68,10 +68,12 @@ def _jitted(fn: Callable, args: tuple, kwargs: dict) -> tuple[Wrapped, str]:
 # served by JAX's C++ cache, but its trace - read for the captured arrays - is keyed by the jit
 # options' identity and would be made again at every run (~0.3 ms). The options hold nothing fn does
 # not hold itself (its signature), and the entry goes when fn does.
-_jit_options: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_jit_options: weakref.WeakKeyDictionary[Callable[..., object], dict[tuple[tuple[int, ...], tuple[str, ...]], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _jit_again(fn: Callable, static: tuple, static_names: tuple) -> Wrapped:
+def _jit_again(fn: Callable[..., object], static: tuple[int, ...], static_names: tuple[str, ...]) -> Wrapped:
     """``jax.jit(fn, static_argnums=..., static_argnames=...)``, with the jit options of the last run of ``fn``."""
     key = (static, static_names)
     try:
@@ -174,7 +176,7 @@ def _upcast(value: _Tree) -> _Tree:
     return in_order_of(value, jax.tree.map(leaf, value))
 
 
-def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
+def _float64_blockers(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> str:
     """Why a float64 run of ``fn`` would not be a sound reference ("" when it would be)."""
     dynamic = [i for i, a in enumerate(args) if not _is_static(a)]
     dynamic_kw = {k: v for k, v in kwargs.items() if not _is_static(v)}
@@ -215,7 +217,13 @@ def _float64_blockers(fn: Callable, args: tuple, kwargs: dict) -> str:
     return ""
 
 
-def _captured(jitted: Wrapped, fn: Callable, args: tuple, kwargs: dict, namespace: dict | None) -> list[CapturedArray]:
+def _captured(
+    jitted: Wrapped,
+    fn: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    namespace: dict[str, object] | None,
+) -> list[CapturedArray]:
     """The arrays the program holds as constants. ``jitted`` already ran with these arguments, so its
     trace comes from JAX's cache: only the constants are looked at, not a whole %jax_hlo report."""
 
@@ -230,12 +238,12 @@ def _captured(jitted: Wrapped, fn: Callable, args: tuple, kwargs: dict, namespac
 
 
 def bisect(
-    fn: Callable,
+    fn: Callable[..., object],
     *args: Any,
     ref: Any = None,
     rtol: float | None = None,
     call_text: str = "",
-    namespace: dict | None = None,
+    namespace: dict[str, object] | None = None,
     **kwargs: Any,
 ) -> BisectReport:
     """``bisect_of_call(fn, args, kwargs, ...)`` for people: the call's own keywords may not be
@@ -243,7 +251,12 @@ def bisect(
     return bisect_of_call(fn, args, kwargs, ref=ref, rtol=rtol, call_text=call_text, namespace=namespace)
 
 
-def bisect_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> BisectReport:
+def bisect_of_call(
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    **options: Any,
+) -> BisectReport:
     """Run ``fn(*args, **kwargs)`` jitted, op by op and as a reference; say which layer is wrong.
 
     ``options`` are :func:`run_call`'s. ``ref``: the expected result (a pytree
@@ -257,14 +270,14 @@ def bisect_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = 
 
 
 def run_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
     *,
     ref: Any = None,
     rtol: float | None = None,
     call_text: str = "",
-    namespace: dict | None = None,
+    namespace: dict[str, object] | None = None,
 ) -> tuple[BisectReport, Exception | None]:
     """Like :func:`bisect_of_call`, also returning the exception of the call as written (None if it ran).
 

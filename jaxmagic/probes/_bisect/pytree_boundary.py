@@ -228,10 +228,12 @@ def _custom_nodes(given: CallArguments, names: list[str]) -> list[tuple[str, str
     return found
 
 
-def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax: ModuleType) -> tuple[list, dict[str, str]]:
+def _as_jit_leaves(
+    paths_and_leaves: list[tuple[tuple[object, ...], object]], names: list[str], jax: ModuleType
+) -> tuple[list[object], dict[str, str]]:
     """The leaves as jit hands them to the function, and {what was converted: the first argument
     (path) holding such a leaf}."""
-    converted: list = []
+    converted: list[object] = []
     changed: dict[str, str] = {}
     for path, leaf in paths_and_leaves:
         if isinstance(leaf, (bool, int, float, complex)):
@@ -245,7 +247,7 @@ def _as_jit_leaves(paths_and_leaves: list, names: list[str], jax: ModuleType) ->
     return converted, changed
 
 
-def _leaf_name(path: tuple, names: list[str]) -> str:
+def _leaf_name(path: tuple[object, ...], names: list[str]) -> str:
     """``(SequenceKey(0), SequenceKey(1), DictKey('w'))`` of ``(positional, keywords)`` -> ``n['w']``."""
     if len(path) < 2:
         return "an argument"
@@ -276,7 +278,7 @@ def _order_line(
     inner = call.inner
 
     def traced(in_given_order: bool) -> Any:  # a ClosedJaxpr
-        def run(flat: list) -> Any:
+        def run(flat: list[object]) -> Any:
             tree = jax.tree_util.tree_unflatten(treedef, flat)
             if in_given_order:
                 tree = in_order_of(call.given, tree)

@@ -143,7 +143,7 @@ class RunResult:
 @dataclasses.dataclass
 class CapturedArray:
     name: str
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     nbytes: int
     line: SourceLine | None = None

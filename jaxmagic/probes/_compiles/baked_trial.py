@@ -16,10 +16,11 @@ closure cell that other functions may share (and that a later call would then se
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
+from jaxmagic.probes._compiles.baked import BakedValue
 from jaxmagic.probes._compiles.fixes import why_it_stays_static
 from jaxmagic.probes._compiles.model import FunctionCompiles
+from jaxmagic.probes._compiles.stack import TrialPartial
 from jaxmagic.probes._compiles.static_trial import TRIAL_SECONDS
 from jaxmagic.probes._support.fixes.traced_trial import trace_with, traced_scalar
 
@@ -33,7 +34,11 @@ _NUMBERS = ("int", "float", "bool")
 
 
 def try_baked_fix(
-    summary: FunctionCompiles, partial: tuple[Any, tuple, dict] | None, args: tuple, kwargs: dict, baked: dict | None
+    summary: FunctionCompiles,
+    partial: TrialPartial | None,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    baked: dict[str, BakedValue] | None,
 ) -> None:
     """Trace the partial's function with the baked number passed traced; the outcome words the fix
     (``summary.field_fixes["baked_constant"]``, ``baked_fix_trial``, ``baked_fix_works``). ``partial``:

@@ -23,6 +23,7 @@ from jaxmagic._jax.compile_log import (
 from jaxmagic._jax.own_settings import users_values
 from jaxmagic._jax.program_inputs import UnreadDonation, donated_unread_at_compile
 from jaxmagic.probes._compiles import model
+from jaxmagic.probes._compiles.baked import BakedValue
 from jaxmagic.probes._compiles.baked_trial import say_baked_untried, try_baked_fix
 from jaxmagic.probes._compiles.cache_misses import CacheMisses
 from jaxmagic.probes._compiles.cause import FIRST, Cause, CauseKind
@@ -82,8 +83,8 @@ class Collector:
         self._stack = stack
         self._thread = threading.get_ident()
         self._lock = threading.Lock()
-        self._functions: dict[tuple, FunctionState] = {}
-        self._last_of_name: dict[tuple, FunctionState] = {}
+        self._functions: dict[tuple[str, str, str, int], FunctionState] = {}
+        self._last_of_name: dict[tuple[str, str], FunctionState] = {}
         # What arrived for a function since its last compilation, by bare name. Cleared at every
         # compilation: leftovers belong to functions traced inside another one (inlined, never compiled).
         self._pending_log: dict[str, list[str]] = {}
@@ -495,7 +496,7 @@ def _record_static(summary: FunctionCompiles, state: FunctionState, values: dict
             kept.append(text)
 
 
-def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict | None) -> None:
+def _record_baked(summary: FunctionCompiles, state: FunctionState, baked: dict[str, BakedValue] | None) -> None:
     """Keep the values the function carried, and the first distinct texts of each (the values seen)."""
     state.last_baked = dict(baked) if baked is not None else None
     for name, value in (baked or {}).items():

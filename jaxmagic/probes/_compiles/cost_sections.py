@@ -34,7 +34,7 @@ def is_big(size: ProgramSize) -> bool:
 class CostFinding:
     """One of these findings as the doctor and the watch tell it (the same words as ``%%jax_compiles``)."""
 
-    key: tuple  # what makes it the same finding in a later cell
+    key: tuple[str, ...]  # what makes it the same finding in a later cell
     headline: str
     short: str
     fix: str
@@ -47,7 +47,7 @@ def cost_findings(
     donations: list[UnusableDonation],
     misses: list[CacheMiss],
     stale: Sequence[StaleGlobal] = (),
-) -> list:
+) -> list[CostFinding]:
     found = [
         CostFinding(("stale global", g.function, g.name), g.headline.rstrip("."), g.short, g.fix, g.line, None)
         for g in stale[:3]

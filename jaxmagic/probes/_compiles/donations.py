@@ -59,7 +59,9 @@ class UnusableDonation:
         return f"donated {name} of `{self.function}` " + ("never read" if self.unread else "not reused")
 
 
-def donations_of(lowering: Lowering, function: str, line: SourceLine | None, started: SourceLine | None) -> list:
+def donations_of(
+    lowering: Lowering, function: str, line: SourceLine | None, started: SourceLine | None
+) -> list[UnusableDonation]:
     """The unusable donations of one lowering, each with its reason and fix."""
     if lowering.platforms and not lowering.platforms_with_donation:
         why_platform = f"JAX does not implement donation on {', '.join(lowering.platforms)}: the buffer is copied."

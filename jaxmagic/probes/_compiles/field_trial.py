@@ -29,8 +29,8 @@ _STEP = re.compile(r"\.(?P<attr>\w+)|\[(?P<index>\d+)\]|\[(?P<key>'[^']*'|\"[^\"
 def try_field_fix(
     summary: FunctionCompiles,
     function: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
     positions: dict[str, int],
     fields: dict[str, tuple[str, str]],
 ) -> None:
@@ -52,7 +52,9 @@ def try_field_fix(
         return say_field_untried(summary, fields, f"where the call passed `{root}` could not be told")
     value = traced_scalar(True if type_name == "bool" else 1.0 if type_name == "float" else 1)
 
-    def place(given_args: tuple, given_kwargs: dict, tracers: tuple) -> tuple[tuple, dict]:
+    def place(
+        given_args: tuple[object, ...], given_kwargs: dict[str, object], tracers: tuple[object, ...]
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         if root in given_kwargs:
             return given_args, {**given_kwargs, root: _replaced(given_kwargs[root], steps, tracers[0])}
         at = positions[root]

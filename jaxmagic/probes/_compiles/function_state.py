@@ -6,30 +6,39 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxmagic.probes._compiles.baked import BakedValue
+from jaxmagic.probes._compiles.metadata import MetaValue
 from jaxmagic.probes._compiles.model import FunctionCompiles
-from jaxmagic.probes._compiles.stack import StaticValue
+from jaxmagic.probes._compiles.stack import StaticValue, TrialArguments, TrialPartial
+from jaxmagic.probes._compiles.user_arguments import LeafValue
 
 
 @dataclasses.dataclass
 class FunctionState:
     summary: FunctionCompiles
-    signatures: set = dataclasses.field(default_factory=set)
+    signatures: set[int] = dataclasses.field(default_factory=set)
     last_types: list[str] | None = None
     last_static: dict[str, StaticValue] | None = None
-    last_metadata: dict | None = None  # static fields of pytree arguments at the last compilation (MetaValue)
-    static_seen: dict[str, set] = dataclasses.field(default_factory=dict)
+    last_metadata: dict[str, MetaValue] | None = (
+        None  # static fields of pytree arguments at the last compilation (MetaValue)
+    )
+    static_seen: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     last_function: Any = None  # weakref to the Python function jit traced at the last compilation
-    last_leaves: dict | None = None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
+    last_leaves: dict[str, LeafValue] | None = (
+        None  # the user's arguments leaf by leaf, when a library repacked them (LeafValue)
+    )
     # the last call's arguments to try a static-argument fix on (CallInfo.trial_arguments); dropped after the block
-    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None
-    trial_partial: tuple[Any, tuple, dict] | None = None  # CallInfo.trial_partial; dropped after the block
+    trial_arguments: TrialArguments | None = None
+    trial_partial: TrialPartial | None = None  # CallInfo.trial_partial; dropped after the block
     trial_function: Any = None  # CallInfo.trial_function (a library wrapper's user function); dropped after
     # the static number fields of pytree arguments whose value changed: path -> (type name, "Owner.field"),
     # for the trial of making them arrays (field_trial.py)
     changed_fields: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     explained: int = 0
     detailed: int = 0
-    last_baked: dict | None = None  # the values the function carried at the last compilation (BakedValue)
+    last_baked: dict[str, BakedValue] | None = (
+        None  # the values the function carried at the last compilation (BakedValue)
+    )
     baked_seen: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # a baked value's texts, in order
     earlier: int = 0  # compilations in earlier blocks (the watch's earlier cells), carried by CompileHistory
 
@@ -60,4 +69,4 @@ class CompileHistory:
     as rebuilt, not as compiled for the first time. Strings, hashes and weak references only."""
 
     def __init__(self) -> None:
-        self.states: dict[tuple, FunctionState] = {}
+        self.states: dict[tuple[str, str, str, int], FunctionState] = {}

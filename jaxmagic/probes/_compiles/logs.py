@@ -5,14 +5,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from jaxmagic._jax.compile_log import is_compile_log_message
 from jaxmagic._jax.restore import jax_loggers
 
 # The probes active now (nested ones included) and the one filter that feeds them all. A
 # filter that drops a record stops the others from seeing it, so there is only ever one.
-_LOG_SINKS: list = []
-_LOG_FILTER: list = []  # [the filter, the loggers it is on], while any probe is active
+_LOG_SINKS: list[Callable[[str], None]] = []
+# [the filter, the loggers it is on], while any probe is active: a pair changed in place, so Any
+_LOG_FILTER: list[Any] = []
 
 
 class _CompileLogFilter(logging.Filter):

@@ -23,6 +23,7 @@ import linecache
 from typing import Any
 
 from jaxmagic._jax import jaxpr_parts, recorded_sources
+from jaxmagic._jax.types import Program
 from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.report.wording import format_bytes
@@ -140,13 +141,13 @@ class ProgramSize:
         return f"{took}: {self.equations} equations."
 
 
-def measure(program: Any) -> tuple[int, list[LineSize], list[BakedConstant]]:
+def measure(program: Program) -> tuple[int, list[LineSize], list[BakedConstant]]:
     """Count ``program``'s equations by the user's line (sub-programs included) and its constants."""
     jaxpr = getattr(program, "jaxpr", program)
-    counts: dict[tuple | None, int] = {}
-    sequences: dict[tuple, list[str]] = {}
+    counts: dict[tuple[str, int, str] | None, int] = {}
+    sequences: dict[tuple[str, int, str], list[str]] = {}
     total = 0
-    constant_lines: dict[int, tuple] = {}
+    constant_lines: dict[int, tuple[str, int, str]] = {}
     constvars = list(getattr(jaxpr, "constvars", []))
     wanted = {id(v): i for i, v in enumerate(constvars)}
     stack = [jaxpr]

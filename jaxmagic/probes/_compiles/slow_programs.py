@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from types import FrameType
-from typing import Any
 
 from jaxmagic._jax.compile_frames import program_compiling
 from jaxmagic._jax.constants_as_arguments import lowered_without_constants
+from jaxmagic._jax.types import Program
 from jaxmagic.probes._compiles.cost_sections import SLOW_FLOOR, SLOW_SECONDS, SLOW_SHARE, is_slow
 from jaxmagic.probes._compiles.program_size import CONSTANT_BYTES, ProgramSize, measure
 from jaxmagic.report import SourceLine
@@ -26,7 +26,7 @@ KEPT = 3  # slow compilations examined per block (the slowest first)
 @dataclasses.dataclass
 class _Kept:
     size: ProgramSize
-    program: Any  # the traced program; dropped after the block
+    program: Program | None  # the traced program (None: not on the stack); dropped after the block
     call: SourceLine | None
     started: SourceLine | None
 
@@ -80,7 +80,7 @@ class SlowPrograms:
         return examined
 
 
-def _examine(size: ProgramSize, program: Any, call: SourceLine | None, started: SourceLine | None) -> None:
+def _examine(size: ProgramSize, program: Program, call: SourceLine | None, started: SourceLine | None) -> None:
     size.equations, size.lines, size.constants = measure(program)
     size.constant_bytes = sum(c.bytes for c in size.constants)
     loop = size.unrolled
@@ -114,7 +114,7 @@ def _examine(size: ProgramSize, program: Any, call: SourceLine | None, started: 
         )
 
 
-def _constants_trial(program: Any, size: ProgramSize) -> str:
+def _constants_trial(program: Program, size: ProgramSize) -> str:
     """Lower the same equations with the constants as arguments (no code of the user's runs)."""
     try:
         characters, seconds = lowered_without_constants(program)

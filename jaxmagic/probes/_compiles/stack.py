@@ -12,7 +12,7 @@ import re
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from jaxmagic._jax import jaxpr_parts, jit_internals
 from jaxmagic.probes._compiles.baked import BakedValue, baked_values
@@ -20,6 +20,11 @@ from jaxmagic.probes._compiles.metadata import DEFAULT_REPR, MetaValue, fields_t
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, jitted_by_its_caller
 from jaxmagic.probes._support.fixes.traced_trial import abstract_arguments, abstract_arrays
 from jaxmagic.usercode.source import defining_code
+
+# (the call's args, its kwargs, parameter name -> position), array leaves abstract: to trace the function again
+TrialArguments: TypeAlias = tuple[tuple[object, ...], dict[str, object], dict[str, int]]
+# (a weakref to a functools.partial's function, its bound args, its bound keywords), array leaves abstract
+TrialPartial: TypeAlias = tuple[weakref.ref[Callable[..., object]], tuple[object, ...], dict[str, object]]
 
 
 @dataclasses.dataclass
@@ -56,10 +61,10 @@ class CallInfo:
     # traced argument an abstract value (shape and dtype) and the static ones as given; only when a
     # static argument is a number (the fix "pass it traced" is offered for those). Dropped after the block.
     program: Any = None  # program_prints.ProgramPrint of the program compiled, in a multi-process job
-    trial_arguments: tuple[tuple, dict, dict[str, int]] | None = None  # (args, kwargs, parameter name -> position)
+    trial_arguments: TrialArguments | None = None  # (args, kwargs, parameter name -> position)
     # A functools.partial jit was given, for the baked-value trial (baked_trial.py): (weakref to its function,
     # its bound args, its bound keywords), arrays among them abstract. Dropped after the block.
-    trial_partial: tuple[Any, tuple, dict] | None = None
+    trial_partial: TrialPartial | None = None
     # The user's function a library's jit wrapper holds (weakref), to try a fix on with ``trial_arguments``
     # read at the wrapper's entry (the user's own arguments, arrays abstract). Dropped after the block.
     trial_function: Any = None

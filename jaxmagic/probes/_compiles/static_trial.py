@@ -20,7 +20,11 @@ TRIAL_SECONDS = 2.0  # the longest trace of the user's function jaxmagic repeats
 
 
 def try_static_fix(
-    summary: FunctionCompiles, function: Any, args: tuple, kwargs: dict, positions: dict[str, int]
+    summary: FunctionCompiles,
+    function: Any,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    positions: dict[str, int],
 ) -> None:
     """Trace ``function`` with its changing static numbers traced; the outcome goes into ``summary``
     (``static_fix_trial``, ``static_fix_works``, ``traced_again_to_try``), which words the fix from it."""
@@ -71,6 +75,6 @@ def say_untried(summary: FunctionCompiles, why: str) -> None:
         summary.static_fix_trial = f"not tried ({why})"
 
 
-def _dtype_of(args: tuple, kwargs: dict, positions: dict[str, int], name: str) -> str:
+def _dtype_of(args: tuple[object, ...], kwargs: dict[str, object], positions: dict[str, int], name: str) -> str:
     value = kwargs[name] if name in kwargs else args[positions[name]]
     return "float32" if isinstance(value, float) else "bool_" if isinstance(value, bool) else "int32"

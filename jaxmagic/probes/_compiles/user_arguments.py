@@ -31,10 +31,10 @@ MAX_IDENTITIES = 40_000  # objects whose ids are gathered from the static argume
 
 
 def read_user_arguments(
-    local_vars: dict,
+    local_vars: dict[str, object],
     code: types.CodeType,
     held: HeldFunction,
-    static_arguments: list,
+    static_arguments: list[object],
     info: CallInfo,
     for_trial: bool = False,
 ) -> bool:
@@ -103,7 +103,7 @@ class LeafValue:
     frozen: str = ""  # for an object compared by identity: what a frozen dataclass of its fields would do
 
 
-def argument_leaves(arguments: dict[str, Any], static_arguments: list) -> dict[str, LeafValue]:
+def argument_leaves(arguments: dict[str, Any], static_arguments: list[object]) -> dict[str, LeafValue]:
     """Every leaf of the user's arguments by the path the user types (``model.cfg``, ``batch['x']``)."""
     held = _identities(static_arguments)
     out: dict[str, LeafValue] = {}
@@ -147,7 +147,7 @@ def _array_type(leaf: Any) -> str:
     return f"{short_dtype(str(leaf.dtype))}[{dims}]{weak}"
 
 
-def _identities(values: list) -> set[int]:
+def _identities(values: list[object]) -> set[int]:
     """The ids of everything inside (tuples, lists, dicts of) the static arguments jit was given."""
     found: set[int] = set()
     stack = list(values)

@@ -30,7 +30,7 @@ from jaxmagic.probes._debug.values import summarize
 from jaxmagic.probes._support import progress
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, failed, note
-from jaxmagic.report.document import Document, Facts, Paragraph, Section
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section
 from jaxmagic.report.wording import error_line, exception_chain, message_of
 from jaxmagic.usercode.source import enclosing_function, is_jaxmagic_file, is_user_file, source_line
 
@@ -109,7 +109,7 @@ class BreakpointReport(Report):
             facts = [("line", hit.frame.line.code), ("where", hit.frame.line.where)]
             if hit.batch_index:
                 facts.append(("vmap", "batch element " + ", ".join(map(str, hit.batch_index))))
-            blocks: list = [Facts(facts)]
+            blocks: list[Block] = [Facts(facts)]
             if hit.frame.values:
                 blocks.append(values_table(hit.frame))
             if hit.callers:
@@ -156,14 +156,18 @@ class _Session:
     """The command loop at one hit."""
 
     def __init__(
-        self, frames: list[BreakFrame], namespace: dict, ask: Callable[[str], str], say: Callable[[str], None]
+        self,
+        frames: list[BreakFrame],
+        namespace: dict[str, object],
+        ask: Callable[[str], str],
+        say: Callable[[str], None],
     ):
         self.frames, self.namespace, self.ask, self.say = frames, namespace, ask, say
         self.index = 0  # 0 = innermost
         self.commands: list[str] = []
-        self.scopes: dict[int, dict] = {}
+        self.scopes: dict[int, dict[str, object]] = {}
 
-    def scope(self) -> dict:
+    def scope(self) -> dict[str, object]:
         """The frame's values over the notebook's names; names a statement binds stay for the next command."""
         if self.index not in self.scopes:
             self.scopes[self.index] = {**self.namespace, **self.frames[self.index].locals}
@@ -239,7 +243,10 @@ class breakpoints:
     """Serve ``jax.debug.breakpoint()`` for a block: read commands with ``ask``, or record each hit."""
 
     def __init__(
-        self, ask: Callable[[str], str] | None = None, namespace: dict | None = None, say: Callable[[str], None] = print
+        self,
+        ask: Callable[[str], str] | None = None,
+        namespace: dict[str, object] | None = None,
+        say: Callable[[str], None] = print,
     ):
         self.ask, self.namespace, self.say = ask, namespace or {}, say
         self.report = BreakpointReport(interactive=ask is not None)

@@ -114,7 +114,7 @@ class DebugReport(Report):
                 )
             )
         if self.callers:
-            blocks: list = [SourceLines([frame.line for frame in self.callers], caption="outermost first")]
+            blocks: list[Block] = [SourceLines([frame.line for frame in self.callers], caption="outermost first")]
             for frame in self.callers:
                 if frame.values:
                     blocks += [Paragraph(f"In `{frame.line.function}`:"), values_table(frame)]

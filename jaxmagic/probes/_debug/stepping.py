@@ -84,7 +84,7 @@ def _compiled() -> Iterator[None]:
 # The compiled searches, kept per user function (weakly: a search holds its function only by a weak
 # reference, so nothing of the user's is kept alive) and per loop shape: debugging the same failure again
 # compiles nothing new, as JAX keeps its own eager operations compiled.
-_SEARCHES: weakref.WeakKeyDictionary[Any, dict[tuple, Callable[..., Any]]] = weakref.WeakKeyDictionary()
+_SEARCHES: weakref.WeakKeyDictionary[Any, dict[tuple[object, ...], Callable[..., Any]]] = weakref.WeakKeyDictionary()
 
 
 def _kept(

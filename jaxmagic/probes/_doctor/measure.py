@@ -38,7 +38,7 @@ from jaxmagic.report.wording import error_line
 
 
 def doctor(
-    *, skip: list[str] | tuple[str, ...] = (), namespace: dict | None = None
+    *, skip: list[str] | tuple[str, ...] = (), namespace: dict[str, object] | None = None
 ) -> contextlib.AbstractContextManager[DoctorReport]:
     """Run the block under every probe not in ``skip``; the report ranks what they found.
 
@@ -55,7 +55,7 @@ def doctor(
 
 
 @contextlib.contextmanager
-def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorReport]:
+def _doctor_block(skip: list[str], namespace: dict[str, object] | None) -> Iterator[DoctorReport]:
     report = DoctorReport(checked=[p for p in PROBES if p not in skip], skipped=skip)
     host = HostArguments() if "transfers" not in skip else None  # NumPy arrays given to jitted calls
     watch = NanWatch() if "nans" not in skip else None
@@ -117,7 +117,7 @@ def _doctor_block(skip: list[str], namespace: dict | None) -> Iterator[DoctorRep
 
 
 @contextlib.contextmanager
-def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]:
+def _live_growth(report: DoctorReport, namespace: dict[str, object] | None) -> Iterator[None]:
     """Count live arrays by shape and dtype before and after; name the holders only of groups that grew.
 
     Counting needs no garbage collection (a full collection costs tens of
@@ -144,7 +144,11 @@ def _live_growth(report: DoctorReport, namespace: dict | None) -> Iterator[None]
 
 
 def _explain_nan(
-    report: DoctorReport, watch: NanWatch, namespace: dict | None, before: dict[str, int], under_own_key: bool
+    report: DoctorReport,
+    watch: NanWatch,
+    namespace: dict[str, object] | None,
+    before: dict[str, int],
+    under_own_key: bool,
 ) -> None:
     """Explain the first NaN the watch saw. When the leak probe ran, the cell's calls were traced under the
     doctor's cache key (``RETRACE_TOKEN``): the explanation reads the call's program from there, as the

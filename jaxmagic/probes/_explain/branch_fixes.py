@@ -25,7 +25,7 @@ from typing import Any
 import jax
 
 from jaxmagic._jax.loop_call import BranchCall, branch_call
-from jaxmagic._jax.transform_stack import Transformation
+from jaxmagic._jax.transform_stack import Frames, Transformation
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.calls.line_values import parsed_line
 from jaxmagic.probes._support.fixes.fix import Fix
@@ -42,7 +42,7 @@ _WHEN = (
 )
 
 
-def branch_operand_fix(report: TracerErrorReport, inside: list[Transformation], frames: list) -> Fix | None:
+def branch_operand_fix(report: TracerErrorReport, inside: list[Transformation], frames: Frames) -> Fix | None:
     """The tried "close over it, not an operand" fix when the failing value is (made from) an operand of the
     ``lax.cond``/``lax.switch`` whose branch failed and that operand was a Python value; else None. The
     branching is JAX's "for cond" of the message (``report.transformation``) or the innermost on the stack."""

@@ -37,7 +37,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxmagic._jax.transform_stack import library_callable_jit_call
+from jaxmagic._jax.transform_stack import Frames, library_callable_jit_call
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import code_kind, is_user_file
@@ -52,7 +52,7 @@ class LibraryJitCall:
     and the user's own arguments (read at the wrapper's entry point). Not kept past the report."""
 
     wrapper: str  # "eqx.filter_jit", "nnx.jit"
-    function: Callable  # the user's function the wrapper holds
+    function: Callable[..., object]  # the user's function the wrapper holds
     name: str  # its name, as the user wrote it: "step"
     arguments: dict[str, Any]  # the user's arguments, bound to the function's parameters
     decorated: bool  # the function was decorated with the wrapper (``@eqx.filter_jit``)
@@ -62,7 +62,7 @@ def _is_jax_frame(filename: str) -> bool:
     return code_kind(filename) == "jax"
 
 
-def library_jit_call(frames: list) -> LibraryJitCall | None:
+def library_jit_call(frames: Frames) -> LibraryJitCall | None:
     """The library jit wrapper the user's line called among ``frames`` (outermost first, JAX's too), or None
     when the user called jax.jit (or nothing) directly."""
     entry: FrameType | None = None  # the frame right after the user's last one, before jit
@@ -190,7 +190,11 @@ def _call_text(call: LibraryJitCall, replaced: dict[str, str]) -> str:
     return f"{call.name}({', '.join(parts)})"
 
 
-def _call_bound(function: Callable, arguments: dict[str, Any], run: Callable) -> Any:
+def _call_bound(
+    function: Callable[..., object],
+    arguments: dict[str, Any],
+    run: Callable[[Callable[..., object], tuple[Any, ...], dict[str, Any]], Any],
+) -> Any:
     """``run(function, args, kwargs)`` with ``arguments`` bound back to the function's parameters."""
     signature = inspect.signature(function)
     bound = inspect.BoundArguments(signature, arguments)
@@ -212,7 +216,7 @@ def _trace(attempt: Callable[[], Any], what: str, how: str, is_tracer_error: Cal
 
 
 def callable_static_fix(
-    fix: Fix, names: list[str], frames: list, is_tracer_error: Callable[[BaseException], bool]
+    fix: Fix, names: list[str], frames: Frames, is_tracer_error: Callable[[BaseException], bool]
 ) -> Fix | None:
     """``fix`` for a library's callable the user gave jax.jit (``jax.jit(model.apply)``, ``jax.jit(t.apply)``):
     the user's parameters reach it through its ``*args``, where ``static_argnames`` does not see them, so
@@ -249,7 +253,7 @@ def callable_static_fix(
     return Fix(use, when, result)
 
 
-def _traced_parameters(frames: list, names: list[str]) -> dict[str, Any]:
+def _traced_parameters(frames: Frames, names: list[str]) -> dict[str, Any]:
     """The positional parameters (without ``self``) of the user's traced function that has ``names`` among
     them, with their values there (tracers), in order; {} when none has them."""
     for frame, _ in frames:

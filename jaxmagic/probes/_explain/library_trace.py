@@ -28,7 +28,7 @@ from typing import Any
 
 import jax
 
-from jaxmagic._jax.transform_stack import Transformation, stack_at_raise, transformation_call, transformations
+from jaxmagic._jax.transform_stack import Frames, Transformation, stack_at_raise, transformation_call, transformations
 from jaxmagic.probes._explain.kinds import KINDS
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.fixes.fix import Fix
@@ -94,7 +94,7 @@ def explain_library_trace(error: BaseException) -> TracerErrorReport:
     return report
 
 
-def _library_fixes(names: LibraryFixes, outer: Transformation, frames: list) -> list[Fix]:
+def _library_fixes(names: LibraryFixes, outer: Transformation, frames: Frames) -> list[Fix]:
     """The library's transformation in place of JAX's on the user's line (tried), an argument in place of a
     closed-over object when that fails, and ``copy=True`` on the function's ``nnx.merge``."""
     found: list[Fix] = []
@@ -144,7 +144,7 @@ def _twin_call(code: str, alias: str) -> tuple[str, str] | None:
 
 
 def _tried_twin(
-    written: tuple[str, str], names: LibraryFixes, library: types.ModuleType, outer: Transformation, frames: list
+    written: tuple[str, str], names: LibraryFixes, library: types.ModuleType, outer: Transformation, frames: Frames
 ) -> Fix:
     """The library's twin of the transformation, traced with ``jax.eval_shape`` on copies of the call's arguments."""
     text, name = written

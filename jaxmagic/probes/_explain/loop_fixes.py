@@ -12,7 +12,7 @@ changes at each step cannot be a constant.
 from __future__ import annotations
 
 from jaxmagic._jax.loop_call import loop_call
-from jaxmagic._jax.transform_stack import Transformation
+from jaxmagic._jax.transform_stack import Frames, Transformation
 from jaxmagic.probes._explain.report import TracerErrorReport
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.fixes.traced_trial import carried_leaf, trace_body_with_constant
@@ -21,7 +21,7 @@ LOOPS = ("scan", "fori_loop", "while_loop")
 _RAN = " (jaxmagic traced your loop body once more to try it; its output while tracing was not shown)"
 
 
-def carried_value_fix(report: TracerErrorReport, inside: list[Transformation], frames: list) -> Fix | None:
+def carried_value_fix(report: TracerErrorReport, inside: list[Transformation], frames: Frames) -> Fix | None:
     """The tried "keep it out of the carry" fix when the failing value is (made from) an element of a bare
     loop's carry; None when it is not, or when a jit is on the stack (its static arguments are the fix)."""
     if any(t.name == "jit" for t in inside) or not inside or inside[-1].name not in LOOPS:
@@ -69,7 +69,7 @@ def carried_value_fix(report: TracerErrorReport, inside: list[Transformation], f
     return Fix(use, when, checked + _RAN)
 
 
-def _name_bound_to(report: TracerErrorReport, frames: list, body: str, carry: str, path: str) -> str:
+def _name_bound_to(report: TracerErrorReport, frames: Frames, body: str, carry: str, path: str) -> str:
     """The traced name on the failing line bound to the carry's leaf at ``path`` in the body's frame (``n`` of
     ``total, n = c`` for ``c[1]``); "" when none is."""
     for frame, _ in reversed(frames):

@@ -62,10 +62,10 @@ _CALL_FRAMES = {"cache_miss": "jit", "eval_shape": "eval_shape", "value_and_grad
 class _Call:
     transformation: str  # "jit", "eval_shape", "grad", "value_and_grad"
     fun: Any
-    args: tuple
-    kwargs: dict
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
     argnums: tuple[int, ...] | None = None  # the differentiated arguments (grad), None: all (jit)
-    static: tuple = ()  # jit's static_argnums and static_argnames: not traced
+    static: tuple[int | str, ...] = ()  # jit's static_argnums and static_argnames: not traced
 
 
 def is_non_array_argument(error: BaseException) -> bool:
@@ -111,7 +111,7 @@ def explain_non_array_argument(error: BaseException) -> NonArrayArgumentReport |
         del call
 
 
-def _without_frames(error: BaseException, found: re.Match) -> NonArrayArgumentReport:
+def _without_frames(error: BaseException, found: re.Match[str]) -> NonArrayArgumentReport:
     """jit's message alone: the first such leaf, its type; the fixes not tried."""
     path = found["path"]
     shown = re.match(r"<function (?P<name>[\w.<>]+) at 0x", found["function"])

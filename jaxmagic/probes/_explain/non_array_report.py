@@ -8,7 +8,7 @@ import dataclasses
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 
 
 @dataclasses.dataclass
@@ -72,7 +72,7 @@ class NonArrayArgumentReport(Report):
         sections.append(Section("What", [Facts(facts)]))
         working = self.working_fixes
         rows = [[f"`{fix.use}`", fix.when, fix.checked] for fix in working]
-        blocks: list = [Table(["write", "when", "tried"], rows)] if rows else []
+        blocks: list[Block] = [Table(["write", "when", "tried"], rows)] if rows else []
         failing = [f for f in self.fixes if f not in working]
         if failing:
             blocks.append(
@@ -83,7 +83,7 @@ class NonArrayArgumentReport(Report):
                 )
             )
         sections.append(Section("Fixes", blocks))
-        why: list = [
+        why: list[Block] = [
             Paragraph(
                 f"jax.{self.transformation} turns every leaf of the arguments it traces into a traced array; a "
                 "function, a string or another object among them cannot be one. Pass only arrays (and numbers) "

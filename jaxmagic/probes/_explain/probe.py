@@ -42,7 +42,7 @@ from jaxmagic.report.wording import error_line, first_line, message_of
 from jaxmagic.usercode.source import is_user_file, source_line, user_lines
 
 
-def explain(error: BaseException, namespace: dict | None = None) -> TracerErrorReport | None:
+def explain(error: BaseException, namespace: dict[str, object] | None = None) -> TracerErrorReport | None:
     """Explain a tracer-family error; None when ``error`` is of another kind.
 
     ``namespace`` (the user's variables) lets an UnexpectedTracerError name the
@@ -326,7 +326,7 @@ def _jax_hint(message: str) -> str:
     return ""
 
 
-def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: dict | None) -> None:
+def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: dict[str, object] | None) -> None:
 
     facts = explain_unexpected_tracer(error, namespace)
     report.traced_function = facts.function if facts.function != "<unknown>" else ""
@@ -338,7 +338,7 @@ def _add_leak_facts(report: TracerErrorReport, error: BaseException, namespace: 
     report.traced_names = []
 
 
-def explain_any(error: BaseException, namespace: dict | None = None) -> Report | None:
+def explain_any(error: BaseException, namespace: dict[str, object] | None = None) -> Report | None:
     """A report for any error the explainer knows: tracer errors, JAX's "Leaked trace" errors, a value jit
     cannot take, and running out of memory (``probes.memory``)."""
     if is_out_of_memory(error):
@@ -354,7 +354,7 @@ def explain_any(error: BaseException, namespace: dict | None = None) -> Report |
     return explain(error, namespace)
 
 
-def explain_or_say_why(error: BaseException, namespace: dict | None = None) -> Report:
+def explain_or_say_why(error: BaseException, namespace: dict[str, object] | None = None) -> Report:
     """``explain_any``'s report, or - for an error it does not explain - a report saying so and why."""
     try:
         report = explain_any(error, namespace)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import jax
 
-from jaxmagic._jax.transform_stack import Transformation, jit_call, jit_caller
+from jaxmagic._jax.transform_stack import Frames, Transformation, jit_call, jit_caller
 from jaxmagic.probes._explain.branch_fixes import branch_operand_fix
 from jaxmagic.probes._explain.fixes import NEW_PARAMETER
 from jaxmagic.probes._explain.frames import innermost_user_frame
@@ -121,7 +121,7 @@ def _static_names(use: str) -> list[str]:
 
 
 def fit_static_fixes(
-    report: TracerErrorReport, inside: list[Transformation], frames: list, tb: types.TracebackType | None = None
+    report: TracerErrorReport, inside: list[Transformation], frames: Frames, tb: types.TracebackType | None = None
 ) -> None:
     """Make the fixes apply to this program: static_argnames only for a parameter of the jitted function
     (from its code); for a value a jax.numpy call computed from static values, the expression that keeps
@@ -222,7 +222,7 @@ def _line_trial(
     report: TracerErrorReport,
     fixes: list[Fix],
     jits: dict[str, Transformation],
-    frames: list,
+    frames: Frames,
     tb: types.TracebackType | None,
 ) -> Callable[[Fix], Fix]:
     """``trial(fix) -> fix``: a fix written as a line of JAX code, traced on the shapes of the failing
@@ -255,7 +255,7 @@ def _line_trial(
         if not fix.from_line or fix_trial.expression_of(fix.use) is None:
             return untried(fix, checked="suggestion: not tried")
 
-        def attempt(given: dict) -> tuple[str, str]:
+        def attempt(given: dict[str, object]) -> tuple[str, str]:
             is_tracer_error = lambda failure: classify(failure) is not None  # noqa: E731
             return fix_trial.try_on_shapes(fix.use, scope, core.Tracer, given, is_tracer_error)
 
@@ -284,7 +284,7 @@ def _line_trial(
     return trial
 
 
-def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list) -> Fix:
+def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: Frames) -> Fix:
     """Trace the user's jitted function again with ``names`` static and the same arguments (no compile)."""
     call = jit_call(frames, jitted.function)
     if call is None:
@@ -330,7 +330,7 @@ def _try_static(fix: Fix, jitted: Transformation, names: list[str], frames: list
     return dataclasses.replace(fix, use=use, checked=result + " (jaxmagic traced your function once more to try it)")
 
 
-def _jit_as_given(frames: list, function: str, option: str) -> tuple[str, str] | None:
+def _jit_as_given(frames: Frames, function: str, option: str) -> tuple[str, str] | None:
     """A static fix written for what the user gave jax.jit, when that is not ``function`` by its name:
     the call line's ``jax.jit(jax.vmap(f, ...))`` (jitting bare ``f`` drops the vmap), or a function
     decorated with ``@jax.jit`` (jitting the jitted function again still traces the argument).
@@ -385,7 +385,7 @@ def _jitted_name(use: str) -> str:
     return match.group(1) if match else ""
 
 
-def _parameters_of_frames(frames: list) -> dict[str, set[str]]:
+def _parameters_of_frames(frames: Frames) -> dict[str, set[str]]:
     """The parameter names of each user function running in ``frames``, by its name."""
     found: dict[str, set[str]] = {}
     for frame, _ in frames:

@@ -9,7 +9,7 @@ from jaxmagic.probes._leaks.tracers import text
 from jaxmagic.probes._support.fixes.fix import Fix
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, act, failed
-from jaxmagic.report.document import Document, Facts, Paragraph, Section, SourceLines, Table
+from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 
 
@@ -172,7 +172,7 @@ class TracerErrorReport(Report):
                 )
             )
         rows = [[f"`{fix.use}`", fix.when, fix.checked] for fix in self.fixes]
-        fix_blocks: list = [Table(["write", "when", "tried"], rows)] if rows else []
+        fix_blocks: list[Block] = [Table(["write", "when", "tried"], rows)] if rows else []
         if self.rejected_fixes:
             fix_blocks.append(
                 Paragraph(

@@ -31,8 +31,7 @@ from jaxmagic.probes._gather.hangs import not_finished, without_report
 from jaxmagic.probes._gather.programs import joined, program_differences
 from jaxmagic.probes._gather.ranges import grouped, who
 from jaxmagic.probes._gather.report import GatherFinding, ProcessEntry
-
-Dict = dict[str, Any]
+from jaxmagic.report import JsonDict
 
 
 def differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
@@ -46,7 +45,7 @@ def differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
 # -- reading one report -----------------------------------------------------------------
 
 
-def _parts(report: Dict, kind: str) -> list[Dict]:
+def _parts(report: JsonDict, kind: str) -> list[JsonDict]:
     """The sub-reports of ``kind`` in a report: itself, or the doctor's sub-report of that probe."""
     if report.get("kind") == kind:
         return [report]
@@ -54,7 +53,7 @@ def _parts(report: Dict, kind: str) -> list[Dict]:
     return [nested] if isinstance(nested, dict) else []
 
 
-def _where(line: Dict | None) -> str:
+def _where(line: JsonDict | None) -> str:
     if not line:
         return ""
     place = f"{line.get('label') or line.get('filename')}, line {line.get('lineno')}"
@@ -62,7 +61,7 @@ def _where(line: Dict | None) -> str:
     return f"{place}: {code}" if code else place
 
 
-def nan_of(report: Dict) -> Dict | None:
+def nan_of(report: JsonDict) -> JsonDict | None:
     """{function, line, call, summary} of the first NaN a report found; None when it found none."""
     for nans in _parts(report, "jax_nans"):
         if nans.get("found"):
@@ -97,9 +96,9 @@ def nan_of(report: Dict) -> Dict | None:
     return None
 
 
-def compiled_functions(report: Dict) -> dict[str, Dict]:
+def compiled_functions(report: JsonDict) -> dict[str, JsonDict]:
     """Your functions' compilations: name -> {count, types, statics}."""
-    out: dict[str, Dict] = {}
+    out: dict[str, JsonDict] = {}
     for compiles in _parts(report, "jax_compiles"):
         for function in compiles.get("functions") or []:
             if function.get("kind") == "user":
@@ -114,7 +113,7 @@ def compiled_functions(report: Dict) -> dict[str, Dict]:
     return out
 
 
-def memory_growth(report: Dict) -> int:
+def memory_growth(report: JsonDict) -> int:
     """Arrays the report saw pile up (the doctor's growth, a cell's arrays left behind, a watch finding)."""
     growth = sum(int(v) for v in (report.get("live_growth") or {}).values())
     if report.get("kind") == "jax_live" and report.get("mode") == "cell":
@@ -125,7 +124,7 @@ def memory_growth(report: Dict) -> int:
     return growth
 
 
-def key_data(report: Dict) -> dict[str, str]:
+def key_data(report: JsonDict) -> dict[str, str]:
     """Which key each function argument (or eager draw) got: site -> key data."""
     out = {}
     for keys in _parts(report, "jax_keys"):
@@ -142,7 +141,9 @@ def key_data(report: Dict) -> dict[str, str]:
 # -- comparing ------------------------------------------------------------------------
 
 
-def _split(entries: list[ProcessEntry], read: Callable[[Dict], Any]) -> tuple[list, list]:
+def _split(
+    entries: list[ProcessEntry], read: Callable[[JsonDict], Any]
+) -> tuple[list[tuple[ProcessEntry, Any]], list[tuple[ProcessEntry, Any]]]:
     values = [(e, read(e.report)) for e in entries]
     return [(e, v) for e, v in values if v], [(e, v) for e, v in values if not v]
 
@@ -225,14 +226,14 @@ def _compile_differences(entries: list[ProcessEntry]) -> list[GatherFinding]:
     return findings
 
 
-def _program_signature(compiled: Dict | None) -> tuple:
+def _program_signature(compiled: JsonDict | None) -> tuple[object, object, str]:
     """What must be equal on every process for them to run the same programs of one function."""
     compiled = compiled or {}
     statics = compiled.get("statics") or {}
     return compiled.get("count", 0), compiled.get("types", ""), repr(sorted(statics.items()))
 
 
-def _odd_ones_out(seen: list) -> list[ProcessEntry]:
+def _odd_ones_out(seen: list[tuple[ProcessEntry, Any]]) -> list[ProcessEntry]:
     """The processes whose value differs from the most common one (all of them when there is no majority)."""
     keys = [_program_signature(f) for _e, f in seen]
     common, count = Counter(keys).most_common(1)[0]  # one pass: linear in processes

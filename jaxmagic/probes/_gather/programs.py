@@ -15,8 +15,7 @@ from typing import Any
 
 from jaxmagic._jax.program_prints import op_name
 from jaxmagic.probes._gather.report import GatherFinding, ProcessEntry
-
-Dict = dict[str, Any]
+from jaxmagic.report import JsonDict
 
 FIX = (
     "Processes that run different programs wait for each other in their next collective (psum, all-gather, a "
@@ -26,10 +25,10 @@ FIX = (
 )
 
 
-def compiled_programs(report: Dict) -> dict[str, list[Dict]]:
+def compiled_programs(report: JsonDict) -> dict[str, list[JsonDict]]:
     """Each function's digested programs (compile order) in a ``%%jax_compiles`` report or the doctor's."""
     parts = [report] if report.get("kind") == "jax_compiles" else [report.get("compiles")]
-    out: dict[str, list[Dict]] = {}
+    out: dict[str, list[JsonDict]] = {}
     for part in parts:
         if not isinstance(part, dict):
             continue
@@ -68,7 +67,7 @@ def joined(findings: list[GatherFinding], programs: list[GatherFinding]) -> list
     return out
 
 
-def _function_difference(name: str, seen: list[tuple[ProcessEntry, list[Dict]]]) -> GatherFinding | None:
+def _function_difference(name: str, seen: list[tuple[ProcessEntry, list[JsonDict]]]) -> GatherFinding | None:
     """The processes that compiled a program of ``name`` most processes did not, each beside one that did not.
 
     Compared as sets, not in compile order: a program compiled in an earlier cell is in JAX's
@@ -109,7 +108,7 @@ def _function_difference(name: str, seen: list[tuple[ProcessEntry, list[Dict]]])
     )
 
 
-def _first_difference(reference_name: str, reference: Dict, other: Dict) -> tuple[str, str, str]:
+def _first_difference(reference_name: str, reference: JsonDict, other: JsonDict) -> tuple[str, str, str]:
     """(how the programs differ, the user's line of the first differing operation, its name).
 
     A signature that differs (``func.func``: other argument shapes) is said, and the first operation
@@ -149,10 +148,10 @@ def _signature(func_line: str) -> str:
     return "(" + ", ".join(part.split(": ", 1)[-1].split(" {")[0] for part in inside.split(", %")) + ")"
 
 
-def _line_of(program: Dict, op: list) -> str:
+def _line_of(program: JsonDict, op: list[Any]) -> str:  # op: [digest, text, index into lines], as JSON
     lines = program.get("lines") or []
     return lines[op[2]] if 0 <= op[2] < len(lines) else ""
 
 
-def _count(program: Dict) -> int:
+def _count(program: JsonDict) -> int:
     return int(program.get("op_count") or len(program.get("ops") or []))

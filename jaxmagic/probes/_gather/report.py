@@ -8,7 +8,7 @@ from typing import Any
 from jaxmagic.probes._gather.ranges import process_ranges
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, act
-from jaxmagic.report.document import Document, Paragraph, Section, Table, quoted_headline
+from jaxmagic.report.document import Block, Document, Paragraph, Section, Table, quoted_headline
 
 NO_REPORT = "no report"  # the process answered, with nothing to merge: the name is unbound there, or the
 # --values expression failed there (never a hang)
@@ -86,7 +86,7 @@ class GatherReport(Report):
                 [f.area, process_ranges(f.processes) or "?", f.function and f"`{f.function}`", f.summary]
                 for f in self.findings
             ]
-            blocks: list = [Table(["area", "processes", "function", "what differs"], rows)]
+            blocks: list[Block] = [Table(["area", "processes", "function", "what differs"], rows)]
             for finding in self.findings:
                 per_process = "; ".join(finding.details)
                 text = " ".join(part for part in (f"{per_process}." if per_process else "", finding.fix) if part)

@@ -33,6 +33,7 @@ from jaxmagic._jax import array_shards, distributed_store
 from jaxmagic.probes._gather.engine_exits import EngineExits, engine_left
 from jaxmagic.probes._gather.ranges import grouped
 from jaxmagic.probes._gather.report import NO_REPORT, STOPPED, GatherFinding, ProcessEntry
+from jaxmagic.report import JsonDict
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import running_shell
 
@@ -44,8 +45,6 @@ ROUNDING = 1e-5  # a largest difference below this, relative to the values, is r
 
 MAX_KEPT = 4  # trees an engine keeps between the rounds (one per comparison under way)
 _KEPT: dict[str, dict[str, Any]] = {}  # on an engine: token -> {path: leaf}, between the two rounds
-
-Dict = dict[str, Any]
 
 
 # -- on every engine ---------------------------------------------------------------------
@@ -66,7 +65,7 @@ def split_across_processes(leaf: object) -> bool:
     return not getattr(getattr(leaf, "sharding", None), "is_fully_replicated", False)
 
 
-def leaf_digest(path: str, leaf: Any) -> Dict:  # a pytree leaf: an array (a global one too), a number, anything
+def leaf_digest(path: str, leaf: Any) -> JsonDict:  # a pytree leaf: an array (a global one too), a number, anything
     if split_across_processes(leaf):  # named in the notes, never compared
         return {"path": path, "shape": list(leaf.shape), "dtype": str(leaf.dtype), "digest": "", "split": True}
     value = host_value(leaf)
@@ -81,12 +80,12 @@ def leaves_of(tree: object) -> list[tuple[str, Any]]:
     return [(jax.tree_util.keystr(path), leaf) for path, leaf in flat]
 
 
-def digests_here(expression: str, token: str) -> Dict:
+def digests_here(expression: str, token: str) -> JsonDict:
     """Run on an engine: evaluate ``expression`` (once) in its namespace and digest every leaf."""
     shell = running_shell()
     namespace = shell.user_ns if shell is not None else {}
     process = distributed_store.process_index_and_count()[0] if distributed_store.initialized() else None
-    answer: Dict = {"process": process, "host": socket.gethostname(), "leaves": [], "error": ""}
+    answer: JsonDict = {"process": process, "host": socket.gethostname(), "leaves": [], "error": ""}
     try:
         leaves = leaves_of(eval(expression, namespace))  # the user's expression, as the magic line says
         answer["leaves"] = [leaf_digest(path, leaf) for path, leaf in leaves]
@@ -108,7 +107,7 @@ def values_here(token: str, paths: list[str]) -> dict[str, np.ndarray]:
 # -- comparing -----------------------------------------------------------------------------
 
 
-def differing_leaves(rows: list[tuple[ProcessEntry, list[Dict]]]) -> dict[str, list[ProcessEntry]]:
+def differing_leaves(rows: list[tuple[ProcessEntry, list[JsonDict]]]) -> dict[str, list[ProcessEntry]]:
     """path -> the processes whose leaf differs from the most common one (all, when none is most common).
 
     A leaf missing on some processes (another tree structure) counts as differing there.
@@ -131,7 +130,7 @@ def differing_leaves(rows: list[tuple[ProcessEntry, list[Dict]]]) -> dict[str, l
     return out
 
 
-def largest_difference(reference: np.ndarray, other: np.ndarray) -> Dict:
+def largest_difference(reference: np.ndarray, other: np.ndarray) -> JsonDict:
     """{difference, relative, index, ours, theirs, differing} of two values of one leaf (same shape)."""
     if reference.shape != other.shape:
         return {"shape": True}
@@ -154,7 +153,7 @@ def largest_difference(reference: np.ndarray, other: np.ndarray) -> Dict:
 
 def value_finding(
     expression: str,
-    rows: list[tuple[ProcessEntry, list[Dict]]],
+    rows: list[tuple[ProcessEntry, list[JsonDict]]],
     differing: dict[str, list[ProcessEntry]],
     values: dict[int, dict[str, np.ndarray]],
 ) -> GatherFinding | None:
@@ -218,12 +217,12 @@ def _number(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _shape_text(rows: list[tuple[ProcessEntry, list[Dict]]], index: int, path: str) -> str:
+def _shape_text(rows: list[tuple[ProcessEntry, list[JsonDict]]], index: int, path: str) -> str:
     leaf = next((leaf for leaf in rows[index][1] if leaf["path"] == path), None)
     return "no such leaf" if leaf is None else f"{leaf['dtype']}{leaf['shape']}"
 
 
-def _why_they_drift(gaps: list[Dict]) -> str:
+def _why_they_drift(gaps: list[JsonDict]) -> str:
     """What makes processes diverge: what the measured differences show, the rest as possibilities."""
     said = []
     if any(g["integer"] for g in gaps):
@@ -274,7 +273,7 @@ def values_from_engines(
     token = uuid.uuid4().hex
     deadline = time.monotonic() + timeout
     asked = {engine: _ask(client, engine, digests_here, expression, f"{token}/{engine}") for engine in targets}
-    rows: list[tuple[ProcessEntry, list[Dict]]] = []
+    rows: list[tuple[ProcessEntry, list[JsonDict]]] = []
     entries = []
     exits = EngineExits(client)
     for engine, result in asked.items():
@@ -345,7 +344,7 @@ def expression_failures(entries: list[ProcessEntry], expression: str) -> list[Ga
     ]
 
 
-def split_note(expression: str, rows: list[tuple[ProcessEntry, list[Dict]]]) -> list[str]:
+def split_note(expression: str, rows: list[tuple[ProcessEntry, list[JsonDict]]]) -> list[str]:
     split = sorted({leaf["path"] for _e, leaves in rows for leaf in leaves if leaf.get("split")})
     if not split:
         return []
@@ -397,7 +396,7 @@ def values_through_store(
         kept = dict(leaves)
         distributed_store.put(f"{prefix}values/data/{process}", _packed({p: host_value(kept[p]) for p in paths}))
         return None
-    rows: list[tuple[ProcessEntry, list[Dict]]] = []
+    rows: list[tuple[ProcessEntry, list[JsonDict]]] = []
     for other in range(count):
         data = distributed_store.wait_for(f"{prefix}values/digests/{other}", max(0.001, deadline - time.monotonic()))
         if data is not None:

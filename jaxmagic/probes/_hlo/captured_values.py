@@ -215,7 +215,7 @@ def baked_literals(
     walked: list[WalkedEqn], env: NameEnvironment, printer: EqnPrinter | None = None
 ) -> list[BakedLiteral]:
     found: list[BakedLiteral] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[str, str, int, str]] = set()  # (name, file, line, literal)
     candidates = env.scalar_values()
     for eqn, _segments, _back, _subs, parents in walked:
         literals = [v for v in eqn.invars if _is_literal(v) and _rounded(_scalar(v.val)) in candidates]
@@ -402,11 +402,11 @@ def _local_names(filename: str, lineno: int) -> frozenset[str]:
 
 def captured_constants_of_call(
     jitted: Wrapped,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
     *,
-    fn: Callable,
-    namespace: dict | None = None,
+    fn: Callable[..., object],
+    namespace: dict[str, object] | None = None,
     building_lines: bool = False,
 ) -> list[CapturedConstant]:
     """The arrays ``jitted(*args, **kwargs)`` holds as constants, named from ``fn``'s globals and closure.
@@ -585,7 +585,9 @@ def _not_recorded(value: np.ndarray) -> bool:
         return True
 
 
-def fresh_trace_of(fn: Callable, args: tuple, kwargs: dict) -> Callable[[], Any] | None:
+def fresh_trace_of(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> Callable[[], Any] | None:
     """A function that traces a fresh copy of ``fn`` (the Python function under its jit) with the
     same static arguments, so that JAX's caches cannot answer and its NumPy code runs again; None
     when ``fn`` is no plain Python function or its jit has options a copy would not keep."""

@@ -22,7 +22,7 @@ _CELL_NUMBER = re.compile(r"In \[(\d+)\]")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
-def last_assignment(name: str, module_globals: dict) -> SourceLine | None:
+def last_assignment(name: str, module_globals: dict[str, object]) -> SourceLine | None:
     """The user's line that last bound the global ``name`` of ``module_globals`` (a notebook's namespace or
     a module's), or None when no source of the user's binds it."""
     shell = running_shell()

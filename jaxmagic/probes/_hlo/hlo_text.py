@@ -424,7 +424,7 @@ def _groups_over_axes(mesh_axes: list[tuple[str, int]], axes: list[str]) -> list
     sizes = [size for _, size in mesh_axes]
     if not sizes or any(size <= 0 for size in sizes) or any(a not in names for a in axes):
         return []
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[int, ...], list[int]] = {}
     for number in range(math.prod(sizes)):
         index, rest = [], number
         for size in reversed(sizes):

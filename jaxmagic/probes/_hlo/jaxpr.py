@@ -52,7 +52,7 @@ def walk_eqns(
                 yield from walk_eqns(getattr(sub, "jaxpr", sub), here + marker, back, parents + (eqn,))
 
 
-def scope_names(walked: list) -> set[str]:
+def scope_names(walked: list[Walked]) -> set[str]:
     """Every user scope name on a name stack of the program (structured: Scope entries)."""
     names: set[str] = set()
     scope_type = jaxpr_parts.scope_entry_type()

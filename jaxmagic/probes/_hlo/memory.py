@@ -4,8 +4,8 @@ that compiles the call once per value of one size."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from jaxmagic._jax import jit_internals, jittable
 from jaxmagic.probes._hlo.records import MemoryFigures, SweepPoint
@@ -20,8 +20,8 @@ class Sweep:
     """``--sweep B=64,256,1024``: ``build(value)`` returns ``(fn, args, kwargs)`` for one value."""
 
     name: str
-    values: list
-    build: Callable[[Any], tuple]
+    values: list[object]
+    build: Callable[[object], tuple[Callable[..., object], Sequence[object], dict[str, object]]]
 
 
 def memory_figures(compiled: Compiled) -> MemoryFigures | None:

@@ -45,12 +45,12 @@ def parse_stages(text: str | Iterable[str]) -> list[str]:
 
 
 def hlo(
-    fn: Callable,
+    fn: Callable[..., object],
     *args: Any,
     scope: str | None = None,
     stage: str | Iterable[str] = "all",
     call_text: str = "",
-    namespace: dict | None = None,
+    namespace: dict[str, object] | None = None,
     sweep: Sweep | None = None,
     **kwargs: Any,
 ) -> HloReport:
@@ -61,7 +61,12 @@ def hlo(
     )
 
 
-def hlo_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> HloReport:
+def hlo_of_call(
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    **options: Any,
+) -> HloReport:
     """Trace, lower and compile ``fn(*args, **kwargs)`` (never run it) and report on the program.
 
     ``options`` are :func:`run_call`'s. With ``scope`` (``"encoder"``,
@@ -79,14 +84,14 @@ def hlo_of_call(fn: Callable, args: tuple | list = (), kwargs: dict | None = Non
 
 
 def run_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
     *,
     scope: str | None = None,
     stage: str | Iterable[str] = "all",
     call_text: str = "",
-    namespace: dict | None = None,
+    namespace: dict[str, object] | None = None,
     sweep: Sweep | None = None,
     every_scope: bool = False,
 ) -> tuple[HloReport, Exception | None]:

@@ -76,7 +76,7 @@ class CapturedConstant:
 
     name: str  # "TABLE", or "" when it is not a visible global/closure value
     kind: str  # "global", "closure" or "" (made inside the function)
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     nbytes: int
     line: SourceLine | None = None  # where the program first uses it (its equation's source_info)

@@ -15,7 +15,7 @@ from jaxmagic.probes._hlo.records import (
     SweepPoint,
 )
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Concern, SourceLine, act, failed
+from jaxmagic.report import Concern, JsonDict, SourceLine, act, failed
 from jaxmagic.report.document import Block, Document, Evidence, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import provenance_blocks
 from jaxmagic.report.wording import format_bytes
@@ -57,7 +57,7 @@ class HloReport(Report):
     # asked (``every_scope=True``: %jax_hlo --explore), never drawn in the report
     scope_ops: list[ScopeOp] = dataclasses.field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JsonDict:
         """As every report's; ``scope_ops`` (thousands of records under --explore) is copied from each record's
         attributes: the dicts ``dataclasses.asdict`` gives, without its deep copy of every value."""
         data = super(HloReport, dataclasses.replace(self, scope_ops=[])).to_dict()
@@ -592,7 +592,7 @@ def _sweep_growth(name: str, points: list[SweepPoint]) -> str:
     )
 
 
-def _scope_op_dict(op: ScopeOp) -> dict:
+def _scope_op_dict(op: ScopeOp) -> JsonDict:
     """``dataclasses.asdict(op)``: a ScopeOp's fields are plain values and one flat SourceLine
     (tests/test_explorers.py checks the two agree)."""
     data = dict(vars(op))

@@ -205,7 +205,9 @@ def _argument_names(code: CodeType) -> tuple[str, ...]:
     return names
 
 
-_others_digests: dict[tuple, bytes] = {}  # a draw's other arguments, all words (no array read) -> their digest
+_others_digests: dict[
+    tuple[str | tuple[str, int], ...], bytes
+] = {}  # a draw's other arguments, all words (no array read) -> their digest
 
 
 def _draw_fingerprint(data: list[np.ndarray], others: OthersRead) -> bytes:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
 from types import FrameType
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -43,6 +43,10 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.usercode.source import code_kind, line_of
 
+if TYPE_CHECKING:
+    from jaxmagic._jax.fast_path_calls import CallDetails
+    from jaxmagic._jax.types import Jaxpr, Params, Value
+
 # distinct key fingerprints kept per argument (a repeat of one kept is found; later new keys are counted only)
 MAX_FLOW_VALUES = 1000
 
@@ -65,19 +69,29 @@ class KeyWatch(jit_calls.CallObserver):
     def __init__(self, report: KeyReport) -> None:
         self.report = report
         self.flows: dict[tuple[str, int], KeyFlow] = {}
-        self.seen: dict[tuple[str, int], dict[bytes, list]] = {}
-        self.legacy_arguments: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
-        self.shared_seen: dict[int, object] = {}  # id(jaxpr) -> jaxpr: programs already searched for shared draws
-        self.loops_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
-        self.constants_seen: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
+        # flow -> key fingerprint -> [its text, times seen]: a record changed in place, so Any
+        self.seen: dict[tuple[str, int], dict[bytes, list[Any]]] = {}
+        self.legacy_arguments: dict[
+            int, tuple[Jaxpr, frozenset[int]]
+        ] = {}  # id(jaxpr) -> (jaxpr, argument indices), for the block
+        # id(jaxpr) -> (jaxpr, its shared-key draws): programs already searched for shared draws
+        self.shared_seen: dict[int, tuple[Jaxpr, list[SameNumbersDraw]]] = {}
+        self.loops_seen: dict[
+            int, tuple[Jaxpr, list[SameNumbersDraw]]
+        ] = {}  # id(jaxpr) -> (jaxpr, its loop draws): programs searched once
+        self.constants_seen: dict[
+            int, tuple[Jaxpr, list[SameNumbersDraw]]
+        ] = {}  # id(jaxpr) -> (jaxpr, its constant-key draws)
         # (search, function, file, line, api) -> finding: shared-key, loop and constant-key draws, one per place
         self.draw_findings: dict[tuple[str, str, str, int, str], SameNumbersDraw] = {}
-        self.folded: dict[int, tuple] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
+        self.folded: dict[
+            int, tuple[Jaxpr, dict[int, set[int]], dict[int, bool]]
+        ] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
         self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
         self.lock = threading.Lock()
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
 
-    def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params) -> None:
         if not is_jit or not (function_is_users(params) or made_by_users_line()):
             return
         self._shared_draws(name, params)
@@ -111,7 +125,7 @@ class KeyWatch(jit_calls.CallObserver):
         name: str,
         index: int,
         value: object,
-        params: dict[str, Any],
+        params: Params,
         legacy: frozenset[int],
         with_data: list[int],
     ) -> KeyFlow:
@@ -155,7 +169,7 @@ class KeyWatch(jit_calls.CallObserver):
                     seen[fingerprint] = [shown, 1]
                 flow.distinct += 1
 
-    def _shared_draws(self, name: str, params: dict[str, Any]) -> None:
+    def _shared_draws(self, name: str, params: Params) -> None:
         """Draws under vmap with one key for the whole batch, searched once per program; counted per call."""
 
         def finding(line: SourceLine | None, api: str, provenance: Provenance, _site: object) -> SharedKeyDraw:
@@ -166,7 +180,7 @@ class KeyWatch(jit_calls.CallObserver):
             name, params, self.shared_seen, prng_checks.shared_key_draws, finding, self.report.shared
         )
 
-    def _loop_draws(self, name: str, params: dict[str, Any]) -> None:
+    def _loop_draws(self, name: str, params: Params) -> None:
         """Draws in a loop body with a key that is the same at every pass, searched once per program."""
 
         def finding(line: SourceLine | None, api: str, provenance: Provenance, loop: Any) -> LoopKeyDraw:
@@ -176,7 +190,7 @@ class KeyWatch(jit_calls.CallObserver):
             name, params, self.loops_seen, prng_checks.loop_invariant_draws, finding, self.report.loop_draws
         )
 
-    def _constant_draws(self, name: str, params: dict[str, Any]) -> None:
+    def _constant_draws(self, name: str, params: Params) -> None:
         """Draws with a key made of constants inside the function (or closed over), searched once per program."""
 
         def finding(line: SourceLine | None, api: str, provenance: Provenance, maker: Any) -> ConstantKeyDraw:
@@ -193,8 +207,8 @@ class KeyWatch(jit_calls.CallObserver):
     def _draws_of_program(
         self,
         name: str,
-        params: dict[str, Any],
-        searched: dict[int, Any],
+        params: Params,
+        searched: dict[int, tuple[Jaxpr, list[SameNumbersDraw]]],
         search: Callable[..., Iterable[Any]],
         make: Callable[[SourceLine | None, str, Provenance, Any], SameNumbersDraw],
         into: list[Any],
@@ -206,6 +220,7 @@ class KeyWatch(jit_calls.CallObserver):
         jaxpr = getattr(closed, "jaxpr", closed)
         if jaxpr is None:
             return
+        finding: SameNumbersDraw | None  # declared apart: the draws known, then the one found per spot
         known = searched.get(id(jaxpr))
         if known is not None and known[0] is jaxpr:
             for finding in known[1]:
@@ -230,7 +245,7 @@ class KeyWatch(jit_calls.CallObserver):
         if len(searched) < 1000:
             searched[id(jaxpr)] = (jaxpr, found)
 
-    def _folded_arguments(self, params: dict[str, Any]) -> tuple[dict[int, set[int]], dict[int, bool]]:
+    def _folded_arguments(self, params: Params) -> tuple[dict[int, set[int]], dict[int, bool]]:
         """The key arguments the called program only folds other arguments into, with those; and, for each of
         those, whether the program computes a new value of it and drops it (a library's counter lost)."""
         closed = params.get("jaxpr")
@@ -245,7 +260,7 @@ class KeyWatch(jit_calls.CallObserver):
             self.folded[id(jaxpr)] = (jaxpr, folded, dropped)
         return folded, dropped
 
-    def _library_state_fix(self, name: str, key: object, counters: list[object], details: dict) -> str:
+    def _library_state_fix(self, name: str, key: object, counters: list[object], details: CallDetails) -> str:
         """The fix of a key a library keeps with a counter the jit drops: the library's own jit, tried by tracing
         the user's function under it on the call's arguments (``details``: ``jit_calls.call_locals()`` at the
         call); "" when no library object holds the pair."""
@@ -266,7 +281,7 @@ class KeyWatch(jit_calls.CallObserver):
         worked, why = tried_under_state_jit(jit, fun, tuple(arguments), dict(kwargs))
         return state_jit_fix(name, path, kind, jit, worked, why)
 
-    def _legacy_arguments(self, params: dict[str, Any]) -> frozenset[int]:
+    def _legacy_arguments(self, params: Params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
         closed = params.get("jaxpr")
         jaxpr = getattr(closed, "jaxpr", closed)
@@ -339,7 +354,7 @@ def _wrapped_or_none(jaxpr: Any) -> frozenset[int]:
         return frozenset()
 
 
-def _wrapped_inputs(jaxpr: Any, depth: int = 0) -> set[int]:
+def _wrapped_inputs(jaxpr: Jaxpr, depth: int = 0) -> set[int]:
     """Indices of the program's inputs that reach ``random_wrap`` (a raw key made a typed one), through calls."""
     invars = list(jaxpr.invars)
     found: set[int] = set()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 
+from jaxmagic._jax.types import Params
 from jaxmagic.usercode.source import is_user_file
 
 
-def argument_name(params: dict, index: int) -> str:
+def argument_name(params: Params, index: int) -> str:
     closed = params.get("jaxpr")
     info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
     names = getattr(info, "arg_names", None)
@@ -20,7 +21,7 @@ def argument_name(params: dict, index: int) -> str:
 _users_functions: dict[str, bool] = {}  # a traced function's "f at file:line" -> whether the file is the user's
 
 
-def function_is_users(params: dict) -> bool:
+def function_is_users(params: Params) -> bool:
     closed = params.get("jaxpr")
     info = getattr(getattr(closed, "jaxpr", closed), "debug_info", None)
     where = str(getattr(info, "func_src_info", "") or "")

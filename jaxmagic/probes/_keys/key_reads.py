@@ -35,10 +35,17 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from jaxmagic._jax import call_sampling, jit_calls, own_programs
+
+if TYPE_CHECKING:
+    from jax.sharding import Sharding
+
+# What arrays stacked together share: (shape, dtype, placement).
+_Signature: TypeAlias = "tuple[tuple[int, ...], np.dtype, Sharding]"
 
 BATCH = 128  # deferred reads gathered into one batch: one program of jaxmagic's own and one copy to the host
 MIN_BATCH = 8  # fewer reads than this left at the block's end are copied one by one
@@ -120,7 +127,7 @@ class Batch:
         self.outputs: list[object] = []  # what is copied to the host: a stacked array, or one array alone
         # per read, per array: (index in outputs, row of a stacked output or None for one alone)
         self.places: list[list[tuple[int, int | None]]] = [[] for _ in reads]
-        groups: dict[tuple, list[tuple[int, object]]] = {}
+        groups: dict[_Signature, list[tuple[int, object]]] = {}
         for i, (arrays, _) in enumerate(reads):
             for array in arrays:
                 signature = _signature(array) if stack else None
@@ -185,7 +192,7 @@ def _row(stack: np.ndarray | None, row: int) -> np.ndarray | None:
     return None if stack is None else stack[row]
 
 
-def _signature(array: object) -> tuple | None:
+def _signature(array: object) -> _Signature | None:
     """What arrays stacked together share (shape, dtype, placement); None for a value that is not a JAX array
     (read as it is) or one already deleted."""
     try:

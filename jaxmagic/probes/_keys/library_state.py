@@ -29,6 +29,7 @@ from typing import Any
 import jax
 
 from jaxmagic._jax import jaxpr_parts, jit_calls
+from jaxmagic._jax.types import Equation, Jaxpr
 from jaxmagic.probes._support.rerun.kept_state import kept
 from jaxmagic.usercode.source import code_kind
 
@@ -37,7 +38,7 @@ _STATE_JITS = {"flax.nnx": ("nnx.jit", "flax.nnx")}
 _DEPTH = 4  # calls followed into
 
 
-def folded_inputs(jaxpr: Any, depth: int = 0) -> dict[int, set[int]]:
+def folded_inputs(jaxpr: Jaxpr, depth: int = 0) -> dict[int, set[int]]:
     """``{key input: inputs folded into it}`` for the inputs of ``jaxpr`` every use of which (through calls) is
     the key of a ``random_fold_in`` whose data is another input; a key used any other way is left out."""
     invars = list(jaxpr.invars)
@@ -81,7 +82,7 @@ def folded_inputs(jaxpr: Any, depth: int = 0) -> dict[int, set[int]]:
     return {i: data for i, data in folded.items() if i not in other}
 
 
-def _call_body(eqn: Any) -> Any:
+def _call_body(eqn: Equation) -> Any:
     """The body of a call equation that passes its inputs through (a nested jit); None for anything else."""
     subs = jaxpr_parts.sub_jaxprs(eqn)
     if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
@@ -90,12 +91,12 @@ def _call_body(eqn: Any) -> Any:
     return inner if len(inner.invars) == len(eqn.invars) else None
 
 
-def _reads(jaxpr: Any, position: int) -> bool:
+def _reads(jaxpr: Jaxpr, position: int) -> bool:
     var = jaxpr.invars[position]
     return any(v is var for e in jaxpr.eqns for v in e.invars) or any(v is var for v in jaxpr.outvars)
 
 
-def dropped_update(jaxpr: Any, position: int) -> bool:
+def dropped_update(jaxpr: Jaxpr, position: int) -> bool:
     """Whether ``jaxpr`` computes a new value of its input ``position`` (``add``/``sub`` of it) that it neither
     returns nor reads: the counter a library advances in place, lost through the jit."""
     var = jaxpr.invars[position]
@@ -107,7 +108,7 @@ def dropped_update(jaxpr: Any, position: int) -> bool:
     )
 
 
-def carried_out(jaxpr: Any, position: int) -> bool:
+def carried_out(jaxpr: Jaxpr, position: int) -> bool:
     """Whether an output of ``jaxpr`` is a new value of its input ``position`` (``add``/``sub`` of it)."""
     var = jaxpr.invars[position]
     outputs = {id(v) for v in jaxpr.outvars if not jaxpr_parts.is_literal(v)}
@@ -179,9 +180,11 @@ def tried_under_state_jit(
         with jit_calls.paused(), contextlib.redirect_stdout(io.StringIO()), kept(fun, [*arguments, *kwargs.values()]):
             traced = module.jit(fun).trace(*arguments, **kwargs)
         program = getattr(getattr(traced, "traced", traced), "jaxpr", None)
-        jaxpr = jaxpr_parts.closed_parts(program)[0]
     except Exception as error:
         return False, f"not tried: tracing under {jit} failed ({type(error).__name__}: {error})"
+    if program is None:  # a library version whose traced object keeps no jaxpr: nothing to read
+        return False, f"not tried: tracing under {jit} gave no program to read"
+    jaxpr = jaxpr_parts.closed_parts(program)[0]
     counters = {j for data in folded_inputs(jaxpr).values() for j in data}
     if not counters:
         return False, f"under {jit} no key of the program is folded with a counter"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import jax
 
 from jaxmagic._jax import jit_calls
 from jaxmagic._jax.own_settings import note_own_value
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic._jax.types import Params
 from jaxmagic.probes._keys.draws import random_calls_followed
 from jaxmagic.probes._keys.findings import KeyReuse
 from jaxmagic.probes._keys.flows import KeyWatch
@@ -96,7 +96,7 @@ class _Reuses:
         self.seen: dict[tuple[object, ...], KeyReuse] = {}
 
     def on_reuse(
-        self, error: BaseException, where: str, function: str, params: dict[str, Any], args: tuple[object, ...] = ()
+        self, error: BaseException, where: str, function: str, params: Params, args: tuple[object, ...] = ()
     ) -> None:
         reuse = explain_key_reuse(error, where, function, params, args)
         report = self.report

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import sys
 from types import FrameType
-from typing import Any
 
 import jax
 
 from jaxmagic._jax import prng_checks
+from jaxmagic._jax.types import Equation, Params
 from jaxmagic.probes._keys.draws import handed_over
 from jaxmagic.probes._keys.findings import KeyReuse
 from jaxmagic.probes._keys.fixes import same_key_draws_fix, split_off_fix
@@ -35,7 +35,11 @@ _IN_TRACE = re.compile(r"In (?P<function>[\w\-.]+), argument (?P<index>\d+) is a
 
 
 def explain_key_reuse(
-    error: BaseException, where: str = "", function: str = "", params: dict | None = None, args: tuple = ()
+    error: BaseException,
+    where: str = "",
+    function: str = "",
+    params: Params | None = None,
+    args: tuple[object, ...] = (),
 ) -> KeyReuse:
     """The facts of a ``KeyReuseError``: who got the key, which argument, where it was used and first used;
     for a key a library consumed, the library and the user's line that handed the key over (``args``:
@@ -109,7 +113,7 @@ def _handed_over(key: object) -> tuple[str, SourceLine | None]:
     return library, line_of(holder) if isinstance(holder, FrameType) else None
 
 
-def _in_loop_body(eqn: Any, message: str) -> bool:
+def _in_loop_body(eqn: Equation, message: str) -> bool:
     return eqn.primitive.name in ("scan", "while") and "when repeatedly executed" in message
 
 
@@ -120,7 +124,9 @@ def _jit_prefix(function: str, transforms: list[str]) -> list[str]:
     return transforms
 
 
-def _explain_loop(reuse: KeyReuse, equations: list[Any], message: str, started: SourceLine | None, traced: str) -> None:
+def _explain_loop(
+    reuse: KeyReuse, equations: list[Equation], message: str, started: SourceLine | None, traced: str
+) -> None:
     """A key reused from one pass of a loop to the next: the line in the body that draws with it."""
     loop_eqn = equations[-1]
     reuse.where = "trace"
@@ -169,7 +175,7 @@ def _explain_loop(reuse: KeyReuse, equations: list[Any], message: str, started: 
         )
 
 
-def _provenance(reuse: KeyReuse, equations: list[Any], started: SourceLine | None) -> Provenance:
+def _provenance(reuse: KeyReuse, equations: list[Equation], started: SourceLine | None) -> Provenance:
     """Where the reused key was drawn with: the equation JAX's check was at, else the line of the use."""
     if reuse.where == "trace" and equations:
         provenance = attribution.of_equation(equations[-1], equations[:-1], started)

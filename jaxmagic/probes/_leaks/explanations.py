@@ -58,7 +58,7 @@ def _aval(tracer: Any) -> str:
         return str(getattr(tracer, "aval", ""))
 
 
-def held_tracers(namespace: dict | None) -> list[HeldTracer]:
+def held_tracers(namespace: dict[str, object] | None) -> list[HeldTracer]:
     """Tracers that the variables of ``namespace`` hold (every one of them is a leaked tracer)."""
     if not namespace:
         return []
@@ -87,7 +87,7 @@ def held_tracers(namespace: dict | None) -> list[HeldTracer]:
     return held
 
 
-def _find_tracers(namespace: dict) -> tuple[dict, dict]:
+def _find_tracers(namespace: dict[str, object]) -> tuple[dict[int, list[Held]], dict[int, Any]]:
     tracers: dict[int, Any] = {}
 
     def is_target(value: Any) -> bool:
@@ -99,7 +99,7 @@ def _find_tracers(namespace: dict) -> tuple[dict, dict]:
     return find_held(user_roots(namespace), is_target), tracers
 
 
-def explain_leak(error: BaseException, namespace: dict | None = None) -> LeakReport:
+def explain_leak(error: BaseException, namespace: dict[str, object] | None = None) -> LeakReport:
     """A report for JAX's "Leaked trace ..." error raised by leak checking switched on some other way."""
     report = LeakReport()
     fill_leak_report(report, error, namespace)
@@ -111,7 +111,10 @@ def explain_leak(error: BaseException, namespace: dict | None = None) -> LeakRep
 
 
 def fill_leak_report(
-    report: LeakReport, error: BaseException, namespace: dict | None, stack: list[Transformation] | None = None
+    report: LeakReport,
+    error: BaseException,
+    namespace: dict[str, object] | None,
+    stack: list[Transformation] | None = None,
 ) -> None:
     """Fill ``report`` from a leak error. ``stack``: the transformations on the stack when JAX raised it
     (recorded by the probe); without it they are read from the traceback when JAX kept its frames."""
@@ -147,7 +150,7 @@ class _LeakedTrace:
         blocks: list[text.LeakBlock],
         stack: list[Transformation],
         call_path: list[SourceLine],
-        namespace: dict | None,
+        namespace: dict[str, object] | None,
     ) -> _LeakedTrace:
         found, tracers = _find_tracers(namespace) if namespace else ({}, {})
         if namespace:  # kept in a library's record of your object (nnx.jit's graph definition): named as your attribute
@@ -275,7 +278,7 @@ def _path_from_chain(chain: list[text.ChainLink]) -> str:
     return path
 
 
-def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> UnexpectedTracer:
+def explain_unexpected_tracer(error: BaseException, namespace: dict[str, object] | None) -> UnexpectedTracer:
     """The facts of an UnexpectedTracerError: used where, created where, held by which variable."""
     facts = text.escaped_tracer(message_of(error))
     lines = user_lines(error.__traceback__)
@@ -314,7 +317,7 @@ def explain_unexpected_tracer(error: BaseException, namespace: dict | None) -> U
     )
 
 
-def explain_kept_tracer(error: BaseException, namespace: dict | None = None) -> UnexpectedTracer | None:
+def explain_kept_tracer(error: BaseException, namespace: dict[str, object] | None = None) -> UnexpectedTracer | None:
     """A tracer kept past its trace that reached an operation raising another kind of error (JAX 0.12:
     ``jax.device_put`` says "Argument of type <class '...DynamicJaxprTracer'> is not a valid JAX type";
     ``np.asarray`` raises TracerArrayConversionError). Told by the tracer it carries - a tracer in the

@@ -96,7 +96,7 @@ def _is_graph_definition(record: Any) -> bool:
     )
 
 
-def _static_attributes(record: Any) -> list[tuple[tuple, Any]]:
+def _static_attributes(record: Any) -> list[tuple[tuple[object, ...], Any]]:
     """``[((attribute, ...), value)]``: the values kept in the definition, by their path from its first node.
 
     The attributes are in the order the nodes were visited, depth first: a node takes the next
@@ -104,9 +104,9 @@ def _static_attributes(record: Any) -> list[tuple[tuple, Any]]:
     next node; a ``Static`` one holds its value; any other (an array's place) holds nothing here.
     """
     nodes, attributes = iter(record.nodes), iter(record.attributes)
-    statics: list[tuple[tuple, Any]] = []
+    statics: list[tuple[tuple[object, ...], Any]] = []
 
-    def visit(path: tuple, depth: int) -> None:
+    def visit(path: tuple[object, ...], depth: int) -> None:
         node = next(nodes)
         count = getattr(node, "num_attributes", None)
         if not isinstance(count, int) or depth > 64:
@@ -126,7 +126,7 @@ def _static_attributes(record: Any) -> list[tuple[tuple, Any]]:
     return statics
 
 
-def _path_text(path: tuple) -> str:
+def _path_text(path: tuple[object, ...]) -> str:
     return "".join(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]" for key in path)
 
 

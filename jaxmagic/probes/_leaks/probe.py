@@ -64,7 +64,7 @@ def _trace_names(report: LeakReport) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def leaks(*, namespace: dict | None = None, retrace_token: str | None = None) -> Iterator[LeakReport]:
+def leaks(*, namespace: dict[str, object] | None = None, retrace_token: str | None = None) -> Iterator[LeakReport]:
     """Check every trace in the block for leaked tracers, tracing cached functions afresh.
 
     On a leak JAX's ``Exception("Leaked trace ...")`` propagates unchanged; an

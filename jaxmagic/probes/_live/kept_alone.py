@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
 
 from jaxmagic.probes._live.holders.search import KIND_NAME, HolderSearch
 from jaxmagic.probes._live.report import CONTAINER_ARRAYS, KeptAlone, LiveGroup
 
+if TYPE_CHECKING:
+    import jax
+
 
 def kept_alone(
-    search: HolderSearch, groups: list[LiveGroup], group_index: dict, subject: list, ours: list[list]
+    search: HolderSearch,
+    groups: list[LiveGroup],
+    group_index: dict[Hashable, int],
+    subject: list[jax.Array],
+    ours: list[list[jax.Array]],
 ) -> list[KeptAlone]:
     """The containers that alone keep arrays alive beside like arrays others hold (``ours``: the probe's
     own lists of the arrays, each holding every array of ``subject``). A container of ``CONTAINER_ARRAYS``
@@ -67,7 +76,7 @@ def kept_alone(
     return found
 
 
-def _held_once(subject: list, wanted: set[int], ours: list[list]) -> set[int]:
+def _held_once(subject: list[jax.Array], wanted: set[int], ours: list[list[jax.Array]]) -> set[int]:
     """Of the ``wanted`` array ids, those exactly one object refers to besides ``ours`` (the probe's own
     lists, each holding every array of ``subject``): their reference count, less ours, is that of an
     object one list holds (measured the same way here, so the interpreter's own counting cancels out)."""

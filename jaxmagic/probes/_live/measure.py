@@ -15,7 +15,7 @@ import os
 import tracemalloc
 import weakref
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -43,12 +43,17 @@ from jaxmagic.probes._live.report import (
 from jaxmagic.probes._support.attribution import of_allocation
 from jaxmagic.report.wording import error_line
 
+if TYPE_CHECKING:
+    import numpy as np
+
 PROVENANCE_GROUPS = 20  # groups (largest first) whose making line is looked up when tracemalloc traces
 
 # -- the probe ----------------------------------------------------------------
 
 
-def live(*, namespace: dict | None = None, top: int | None = None, profile: str | None = None) -> LiveReport:
+def live(
+    *, namespace: dict[str, object] | None = None, top: int | None = None, profile: str | None = None
+) -> LiveReport:
     """Every live JAX array, grouped, with the names that hold each group.
 
     ``namespace``: the variables to search for holders (a notebook's user
@@ -75,7 +80,7 @@ def live(*, namespace: dict | None = None, top: int | None = None, profile: str 
 
 @contextlib.contextmanager
 def live_diff(
-    *, namespace: dict | None = None, top: int | None = None, profile: str | None = None
+    *, namespace: dict[str, object] | None = None, top: int | None = None, profile: str | None = None
 ) -> Iterator[LiveReport]:
     """Snapshot the live arrays before and after the block; report the ones it created that are still alive.
 
@@ -154,7 +159,11 @@ def _result_arrays(
 
 
 def _describe(
-    report: LiveReport, arrays: list, namespace: dict | None, excluded: frozenset | set, created: list | None = None
+    report: LiveReport,
+    arrays: list[jax.Array],
+    namespace: dict[str, object] | None,
+    excluded: frozenset[int] | set[int],
+    created: list[jax.Array] | None = None,
 ) -> None:
     """Fill ``report`` with the totals of ``arrays`` and the groups of ``created`` (default: all) minus ``excluded``."""
     report.total_arrays = len(arrays)
@@ -316,7 +325,8 @@ def _container_findings(
     the key data of a list of typed keys): linear in what the search visited. The line that
     made the arrays is read from ``tracemalloc`` for one array of each container.
     """
-    found: dict[tuple[int, str], list] = {}  # (group, container) -> [count, first id, holders label, kind]
+    # (group, container) -> [count, first id, holders label, kind]: a record changed in place, so Any
+    found: dict[tuple[int, str], list[Any]] = {}
     for (tag, kind, container), (count, first) in search.containers.items():
         if kind != KIND_NAME:
             continue
@@ -448,7 +458,7 @@ def _jit_cache_constants(
     return found
 
 
-_SIZES: dict[tuple, int] = {}
+_SIZES: dict[tuple[tuple[int, ...], np.dtype], int] = {}  # (shape, dtype) -> bytes
 
 
 def _nbytes_one(a: jax.Array) -> int:

@@ -41,7 +41,7 @@ def accumulates_from(kind: str) -> int:
 class LiveGroup:
     """Live arrays of one shape, dtype and placement."""
 
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     placement: str  # "cpu:0", or the sharding for arrays spread over devices
     count: int = 0
@@ -86,7 +86,7 @@ class ContainerFinding:
     container: str  # "metrics", "state.history", "keys"
     holders: str  # how its arrays are named: "metrics[0..1999]", "keys[0..1999] (key data)"
     count: int
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     bytes_each: int
     bytes: int  # count * bytes_each
@@ -120,7 +120,7 @@ class KeptAlone:
 
     container: str  # "bs", "state.history"
     count: int  # arrays nothing but the container refers to (checked with the garbage collector)
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     bytes: int
     others: list[str] = dataclasses.field(default_factory=list)  # other holders of like arrays: "x"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TypeAlias
 
 
 @dataclasses.dataclass
@@ -89,7 +90,9 @@ class BufferAssignment:
     peak_time: int | None = None
     xla_peak_time: int | None = None  # the time XLA's own "(peak)" section names
     xla_peak_bytes: int = 0  # what is live then, counted here (less than ``peak_bytes``: XLA's was not the peak)
-    _index: dict | None = dataclasses.field(default=None, repr=False, compare=False)
+    _index: dict[tuple[str, str | None], tuple[Allocation, AssignedValue]] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     def allocation_of(
         self, instruction: str, shape_index: str | None = None
@@ -166,7 +169,7 @@ def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> Buf
     return assignment
 
 
-def _allocation(header: re.Match) -> Allocation:
+def _allocation(header: re.Match[str]) -> Allocation:
     kinds = header.group(3)
     parameter = _PARAMETER.search(kinds)
     return Allocation(
@@ -212,30 +215,36 @@ def _ranges(live_range: str) -> list[LiveRange]:
     return found
 
 
-def _slot(assignment: BufferAssignment, instruction: str, index: str) -> tuple:
+# What one buffer occupies: its allocation's (index, offset), or ("unassigned", instruction, shape index).
+_Slot: TypeAlias = tuple[int, int] | tuple[str, str, str]
+
+
+def _slot(assignment: BufferAssignment, instruction: str, index: str) -> _Slot:
     found = assignment.allocation_of(instruction, index)
     return (found[0].index, found[1].offset) if found is not None else ("unassigned", instruction, index)
 
 
-def _slot_sizes(assignment: BufferAssignment, values: list[PeakValue]) -> dict[tuple, int]:
-    slots: dict[tuple, int] = {}
+def _slot_sizes(assignment: BufferAssignment, values: list[PeakValue]) -> dict[_Slot, int]:
+    slots: dict[_Slot, int] = {}
     for value in values:
         slot = _slot(assignment, value.instruction, value.shape_index)
         slots[slot] = max(slots.get(slot, 0), value.size)
     return slots
 
 
-def _peak_from_ranges(assignment: BufferAssignment, xla_time: int | None, xla_sizes: dict) -> None:
+def _peak_from_ranges(
+    assignment: BufferAssignment, xla_time: int | None, xla_sizes: dict[tuple[str, str], int]
+) -> None:
     """The time most memory is live, and what is live then - by every buffer's range, each slot once."""
     sizes: dict[LiveRange, int] = {}
-    slots: dict[LiveRange, tuple] = {}
+    slots: dict[LiveRange, _Slot] = {}
     for live in assignment.ranges:
         found = assignment.allocation_of(live.instruction, live.shape_index)
         sizes[live] = found[1].size if found is not None else xla_sizes.get((live.instruction, live.shape_index), 0)
         slots[live] = _slot(assignment, live.instruction, live.shape_index)
     last = max(r.end for r in assignment.ranges)
     totals = [0] * (last + 2)
-    by_slot: dict[tuple, list[LiveRange]] = {}
+    by_slot: dict[_Slot, list[LiveRange]] = {}
     for live in assignment.ranges:
         by_slot.setdefault(slots[live], []).append(live)
     steps = [0] * (last + 2)
@@ -256,7 +265,7 @@ def _peak_from_ranges(assignment: BufferAssignment, xla_time: int | None, xla_si
         if totals[xla_time] >= peak * (1 - XLA_PEAK_TOLERANCE):  # XLA's own choice, where it is the peak
             time = xla_time
     assignment.peak_time, assignment.peak_bytes = time, peak
-    at_peak: dict[tuple, LiveRange] = {}
+    at_peak: dict[_Slot, LiveRange] = {}
     for ranges in by_slot.values():
         at = [r for r in ranges if r.start <= time <= r.end]
         if at:  # in place: the value made last, over the one it replaces

@@ -34,7 +34,7 @@ def capacity(device: jax.Device | None = None) -> Capacity:
     return Capacity(None, source=f"memory_stats() of {name} gives no bytes_limit", device=name)
 
 
-def stats_capacity(stats: dict | None, name: str) -> Capacity | None:
+def stats_capacity(stats: dict[str, int] | None, name: str) -> Capacity | None:
     """What ``device.memory_stats()`` says the device can give (None without a ``bytes_limit``: CPU)."""
     if not stats or not stats.get("bytes_limit"):
         return None

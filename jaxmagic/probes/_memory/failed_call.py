@@ -52,8 +52,8 @@ class FailedCall:
     function: Any  # the jitted callable, or the JAX function called eagerly
     text: str  # "nearest(jnp.linspace(0.0, 1.0, 2 ** 17))"
     line: SourceLine
-    args: tuple | None = None
-    kwargs: dict | None = None
+    args: tuple[object, ...] | None = None
+    kwargs: dict[str, object] | None = None
     jitted: bool = True
     surfaced_at: SourceLine | None = None  # the later read where the error surfaced (None: at the call)
     read: str = ""  # the name read there that held the error ("nn")

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import numpy as np
@@ -32,6 +32,9 @@ from jaxmagic._jax import jit_internals
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, own_code
 from jaxmagic.usercode.code_owner import module_of_file
 from jaxmagic.usercode.source import is_user_file
+
+# What a library wrapper's call runs: (the jax.jit-ed function, the args and kwargs the wrapper gives it).
+LibraryProgram: TypeAlias = tuple[Any, tuple[object, ...], dict[str, object]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,7 @@ class LibraryRemat:
     decorator: str  # "@nnx.remat"
     note: str = ""  # what to mind when writing it ("above @nn.compact")
 
-    def make(self) -> Callable[..., Callable] | None:
+    def make(self) -> Callable[..., Callable[..., object]] | None:
         """The library's remat, from the modules the user's program loaded (None when it is not loaded)."""
         return getattr(sys.modules.get(self.module), self.function, None)
 
@@ -85,7 +88,7 @@ class LibraryJit:
     held: HeldFunction  # the user's function
     function: Any = None  # the library's function jax.jit was given (nnx's ``JitFn``, eqx's ``fun_wrapped``)
 
-    def tracing(self) -> contextlib.AbstractContextManager:
+    def tracing(self) -> contextlib.AbstractContextManager[object]:
         """What the library's function needs around it to be traced again outside the wrapper's call:
         ``nnx.jit``'s function merges the graph under its wrapper's update context (its ``ctxtag``)."""
         if self.library == "flax.nnx":
@@ -112,7 +115,7 @@ class LibraryJit:
 _JITS = {"flax.nnx": ("flax.nnx", "nnx.jit"), "equinox": ("equinox", "eqx.filter_jit")}
 
 
-def library_jit(jitted: Any, args: tuple = ()) -> LibraryJit | None:
+def library_jit(jitted: Any, args: tuple[object, ...] = ()) -> LibraryJit | None:
     """The library jit behind ``jitted`` (a ``jax.jit`` a library made for the user) called with ``args``,
     or None for the user's own ``jax.jit``. ``eqx.filter_jit`` makes one ``jax.jit`` per function name and
     passes the user's function among its static arguments: the call's ``args`` are searched too."""
@@ -137,7 +140,7 @@ def is_library_jit(fn: Any) -> bool:
     return _opener(fn) is not None
 
 
-def library_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict] | None:
+def library_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> LibraryProgram | None:
     """The ``jax.jit``-ed function a library wrapper's call ``fn(*args, **kwargs)`` runs, with the arguments
     the wrapper gives it - the library's own repacking, as its ``trace``/``lower`` do it, nothing run; None
     for anything else."""
@@ -145,7 +148,7 @@ def library_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dic
     return opener(fn, tuple(args), dict(kwargs)) if opener is not None else None
 
 
-def _opener(fn: Any) -> Callable[[Any, tuple, dict], tuple[Any, tuple, dict]] | None:
+def _opener(fn: Any) -> Callable[[Any, tuple[object, ...], dict[str, object]], LibraryProgram] | None:
     module = type(fn).__module__ or ""
     if module.startswith("flax.nnx.") and hasattr(fn, "jitted_fn") and hasattr(fn, "_get_pure_args_kwargs"):
         return _nnx_program
@@ -154,7 +157,7 @@ def _opener(fn: Any) -> Callable[[Any, tuple, dict], tuple[Any, tuple, dict]] | 
     return None
 
 
-def _nnx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+def _nnx_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> LibraryProgram:
     """``nnx.jit``: its wrapper splits the graph nodes into states under its update context
     (``JitWrapped.trace`` does the same) and calls ``jitted_fn`` with them."""
     graph = sys.modules["flax.nnx.graph"]
@@ -163,7 +166,7 @@ def _nnx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
     return fn.jitted_fn, tuple(pure_args), dict(pure_kwargs)
 
 
-def _eqx_program(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+def _eqx_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> LibraryProgram:
     """``eqx.filter_jit``: its ``_call`` partitions the arguments into (donated, not donated, static) and calls
     ``_cached`` with them; the same partition, read from its own ``_preprocess``."""
     jit_module = sys.modules["equinox._jit"]

@@ -42,7 +42,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def explain_out_of_memory(
-    error: BaseException, namespace: dict | None = None, *, try_ways: bool = True
+    error: BaseException, namespace: dict[str, object] | None = None, *, try_ways: bool = True
 ) -> OutOfMemoryReport | None:
     """The explanation of an out-of-memory error; None for any other error. Never raises for the user's error.
 
@@ -121,7 +121,12 @@ def _free_held(needs: int | None, cap: Capacity | None, held: list[HeldArrays]) 
 
 
 def memory_of_call(
-    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", try_ways: bool = True
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    *,
+    call: str = "",
+    try_ways: bool = True,
 ) -> MemoryReport:
     """``%jax_memory CALL``: the call's program measured (compiled, never run); arguments may be
     ``jax.ShapeDtypeStruct`` values. Never raises for the call's own exception: the report says it
@@ -130,7 +135,12 @@ def memory_of_call(
 
 
 def run_memory_call(
-    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, *, call: str = "", try_ways: bool = True
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    *,
+    call: str = "",
+    try_ways: bool = True,
 ) -> tuple[MemoryReport, Exception | None]:
     """``memory_of_call``, with the exception the user's function raised while traced (None if none): the
     magic shows the report, then raises it, as ``%jax_hlo`` and ``%jax_stages`` do."""
@@ -153,12 +163,12 @@ def run_memory_call(
     return report, error
 
 
-def _name_of_call(fn: Callable) -> str:
+def _name_of_call(fn: Callable[..., object]) -> str:
     return f"{getattr(fn, '__name__', type(fn).__name__)}(...)"
 
 
 @contextlib.contextmanager
-def memory(*, namespace: dict | None = None, try_ways: bool = True) -> Iterator[MemoryReport]:
+def memory(*, namespace: dict[str, object] | None = None, try_ways: bool = True) -> Iterator[MemoryReport]:
     """``%%jax_memory``: run the block as it is and measure every jitted program it ran; explain an
     out-of-memory error it raised (the error is raised again unchanged)."""
     report = MemoryReport()
@@ -261,7 +271,7 @@ def _eager(call: FailedCall) -> EagerAllocation:
     return found
 
 
-def held_arrays(namespace: dict | None) -> list[HeldArrays]:
+def held_arrays(namespace: dict[str, object] | None) -> list[HeldArrays]:
     """The live arrays holding memory already, by group, with their holders (``%jax_live``'s search)."""
     if not runtime.backend_started():
         return []

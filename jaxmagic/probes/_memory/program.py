@@ -15,7 +15,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -54,16 +54,16 @@ class CompiledCall:
     """What the analysis keeps of a call to try ways down: the jitted callable and its traced program."""
 
     jitted: Any
-    args: tuple
-    kwargs: dict
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
     traced: Any  # jax.stages.Traced
     compiled: Any  # the Compiled with dumps (its program is the user's); None when the compiler ran out
 
 
 def program_memory(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
+    fn: Callable[..., object],
+    args: Sequence[object] = (),
+    kwargs: dict[str, object] | None = None,
     *,
     call: str = "",
     called_at: SourceLine | None = None,
@@ -150,7 +150,7 @@ def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[Pe
     for reader in instructions.values():
         for operand in reader.operands:
             readers.setdefault(operand, []).append(reader)
-    groups: dict[tuple, PeakBuffer] = {}
+    groups: dict[tuple[object, ...], PeakBuffer] = {}  # (shape, role, operation, argument, line)
     for value in assignment.peak:
         instruction = instructions.get(value.instruction)
         if instruction is None or (not value.shape_index and instruction.shape.lstrip().startswith("(")):
@@ -349,6 +349,6 @@ def _callee(call: str) -> str:
     return ""
 
 
-def _name_of(fn: Callable) -> str:
+def _name_of(fn: Callable[..., object]) -> str:
     inner = getattr(fn, "__wrapped__", fn)
     return getattr(inner, "__name__", None) or getattr(fn, "__name__", None) or type(fn).__name__

@@ -167,7 +167,7 @@ class ProgramMemory:
         lowering = [w for w in self.ways_down if w.lowers and not w.withheld]
         lowest = min((w.peak_after or 0 for w in lowering), default=0)
 
-        def rank(way: WayDown) -> tuple:
+        def rank(way: WayDown) -> tuple[bool, bool, int, bool, int]:
             near_lowest = (way.peak_after or 0) <= lowest * (1 + WORTH_OFFERING)  # peaks this close are one
             order = OFFER_ORDER.index(way.kind) if way.kind in OFFER_ORDER else len(OFFER_ORDER)
             # at one peak and kind, a change the user can write as it was tried before one described only

@@ -181,7 +181,7 @@ def buffers_section(program: ProgramMemory) -> Section:
 
 
 def _lines_of(program: ProgramMemory) -> list[SourceLine]:
-    seen: dict[tuple, SourceLine] = {}
+    seen: dict[tuple[str, int], SourceLine] = {}
     for buffer in program.buffers[:4]:
         if buffer.made_at is not None:
             seen.setdefault((buffer.made_at.filename, buffer.made_at.lineno), buffer.made_at)

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.recorded_sources import user_frame
-from jaxmagic._jax.types import Atom, Equation, Jaxpr, Value
+from jaxmagic._jax.types import Atom, Equation, Jaxpr, Params, Program, Value
 
 MAX_USES = 4  # uses of one input split every way (2**4 - 1 subsets)
 
@@ -91,12 +91,14 @@ class _Walk:
     block: int  # the block's rows (evaluating), or the input's (analysing)
     rows: int  # the input's rows
     evaluate: bool
-    states: dict = dataclasses.field(default_factory=dict)
-    constant: dict = dataclasses.field(default_factory=dict)  # free var -> axes it does not vary along
-    values: dict = dataclasses.field(default_factory=dict)
+    states: dict[Atom, int | None] = dataclasses.field(default_factory=dict)
+    constant: dict[Atom, frozenset[int]] = dataclasses.field(
+        default_factory=dict
+    )  # free var -> axes it does not vary along
+    values: dict[Atom, Value] = dataclasses.field(default_factory=dict)
 
 
-def row_splits(closed: Any) -> tuple[list[RowSplit], list[str]]:
+def row_splits(closed: Program) -> tuple[list[RowSplit], list[str]]:
     """Every split of an input's uses that gives the rows of every result; and why the others do not."""
     jaxpr, _ = jaxpr_parts.closed_parts(closed)
     found: list[RowSplit] = []
@@ -118,17 +120,17 @@ def row_splits(closed: Any) -> tuple[list[RowSplit], list[str]]:
     return found, list(dict.fromkeys(refused))
 
 
-def block_program(closed: Any, split: RowSplit, block: int) -> Callable[..., list]:
+def block_program(closed: Program, split: RowSplit, block: int) -> Callable[..., list[Value]]:
     """The program computing ``closed``'s results with ``jax.lax.map`` over blocks of ``block`` rows of the
     split's input (``block`` divides its rows): flat inputs in, flat outputs out, traceable."""
     jaxpr, consts = jaxpr_parts.closed_parts(closed)
     chosen = {u.equation for u in split.uses}
 
-    def run(*flat: Any) -> list:
+    def run(*flat: Any) -> list[Value]:
         x = flat[split.input]
         blocks = x.reshape((split.rows // block, block) + tuple(x.shape[1:]))
 
-        def one(rows: Any) -> list:
+        def one(rows: Any) -> list[Value]:
             walk = _Walk(block, split.rows, True)
             return _walk_top(walk, jaxpr, consts, list(flat), split.input, chosen, rows)
 
@@ -142,7 +144,7 @@ def block_program(closed: Any, split: RowSplit, block: int) -> Callable[..., lis
     return run
 
 
-def _analyse(closed: Any, index: int, chosen: set[int], rows: int) -> tuple[int, ...]:
+def _analyse(closed: Program, index: int, chosen: set[int], rows: int) -> tuple[int, ...]:
     jaxpr, consts = jaxpr_parts.closed_parts(closed)
     walk = _Walk(rows, rows, False)
     _walk_top(walk, jaxpr, consts, [None] * len(jaxpr.invars), index, chosen, None)
@@ -154,7 +156,7 @@ def _analyse(closed: Any, index: int, chosen: set[int], rows: int) -> tuple[int,
 
 def _walk_top(
     walk: _Walk, jaxpr: Jaxpr, consts: Sequence[Value], flat: list[Value], index: int, chosen: set[int], rows: Any
-) -> list:
+) -> list[Value]:
     """The top-level jaxpr: the input read as rows by the chosen equations, whole by the others."""
     for var, value in zip(jaxpr.constvars, consts):
         _bind(walk, var, None, value)
@@ -172,7 +174,9 @@ def _walk_top(
     return [_value(walk, v) for v in jaxpr.outvars] if walk.evaluate else []
 
 
-def _walk_inner(walk: _Walk, eqn: Equation, states: list[int | None], values: list[Value]) -> tuple[list, list]:
+def _walk_inner(
+    walk: _Walk, eqn: Equation, states: list[int | None], values: list[Value]
+) -> tuple[list[int | None], list[Value]]:
     """A call's program, inlined: its equations walked with the caller's states (and values)."""
     jaxpr, consts = jaxpr_parts.closed_parts(eqn.params[CALL_JAXPR[eqn.primitive.name]])
     inner = _Walk(walk.block, walk.rows, walk.evaluate)
@@ -235,7 +239,7 @@ def _equation(walk: _Walk, eqn: Equation, states: list[int | None], values: list
         _bind(walk, var, out_axis, value)
 
 
-def _rule(walk: _Walk, eqn: Equation, states: list[int | None]) -> tuple[Any, dict, set[int]]:
+def _rule(walk: _Walk, eqn: Equation, states: list[int | None]) -> tuple[Any, Params, set[int]]:
     """(the results' row axis, the parameters to bind at the block's size, operands to slice to the block)."""
     name, params = eqn.primitive.name, eqn.params
     rows = sorted({s for s in states if s is not None})
@@ -327,7 +331,7 @@ def _kept_axis(before: tuple[int, ...], after: tuple[int, ...], a: int) -> int:
     raise NotRows("`reshape` mixes the rows with another axis")
 
 
-def _whole_axis(params: dict, a: int, size: int) -> bool:
+def _whole_axis(params: Params, a: int, size: int) -> bool:
     strides = params.get("strides") or (1,) * len(params["start_indices"])
     return params["start_indices"][a] == 0 and params["limit_indices"][a] == size and strides[a] == 1
 

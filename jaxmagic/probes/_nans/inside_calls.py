@@ -22,7 +22,7 @@ import jax
 from jaxmagic._jax import jaxpr_parts, jit_calls
 from jaxmagic._jax.exclusive import AlreadyActive
 from jaxmagic._jax.monitoring_tool import why_no_tool
-from jaxmagic._jax.types import ClosedJaxpr, Program, Value
+from jaxmagic._jax.types import ClosedJaxpr, Params, Program, Value
 from jaxmagic.probes._nans.call_sites import CallSiteCounts
 from jaxmagic.probes._nans.fixes.rules import nan_fix
 from jaxmagic.probes._nans.inside import InsideSearch, search_inside
@@ -57,7 +57,7 @@ class FirstCalls(jit_calls.CallObserver):
     def _skip(self, reason: tuple[str, str]) -> None:
         self.unevaluated[reason] = self.unevaluated.get(reason, 0) + 1
 
-    def before(self, name: str, is_jit: bool, args: tuple, params: dict) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params) -> None:
         if is_jit:
             program = params.get("jaxpr")
             if program is None:
@@ -82,7 +82,7 @@ class FirstCalls(jit_calls.CallObserver):
                 return
         self._evaluate(program, list(args), label, self.counts.jitted.get(name, 1) if is_jit else 1, is_jit)
 
-    def after(self, name: str, is_jit: bool, args: tuple, params: dict, outputs: list) -> None:
+    def after(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params, outputs: list[Value]) -> None:
         """An eager operation JAX ran with its checks off (inside ``core.jaxpr_as_fun``: the branches of a
         ``cond`` under ``vmap``) is looked at here, once per operation and line: JAX did not check it."""
         if is_jit or jax.config.jax_debug_nans or not outputs:
@@ -137,7 +137,7 @@ class FirstCalls(jit_calls.CallObserver):
             )
 
 
-def _param_values(params: dict) -> list:
+def _param_values(params: Params) -> list[object]:
     values = []
     for value in params.values():
         values += list(value) if isinstance(value, (tuple, list)) else [value]

@@ -81,14 +81,14 @@ def nonfinite_leaves(tree: object, holder: str) -> list[NonFiniteLeaf]:
     return found
 
 
-def bindings(namespace: dict | None) -> dict[str, int]:
+def bindings(namespace: dict[str, object] | None) -> dict[str, int]:
     """What each of the user's names is bound to (by ``id``), to tell later which a cell bound or rebound."""
     if namespace is None:
         return {}
     return {name: id(value) for name, value in namespace.items() if not name.startswith("_")}
 
 
-def nonfinite_rebound(namespace: dict | None, before: dict[str, int]) -> list[NonFiniteLeaf]:
+def nonfinite_rebound(namespace: dict[str, object] | None, before: dict[str, int]) -> list[NonFiniteLeaf]:
     """Non-finite leaves of the variables the cell bound or rebound (``before``: ``bindings`` before it)."""
     if namespace is None:
         return []

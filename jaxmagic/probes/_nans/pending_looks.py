@@ -51,6 +51,7 @@ from typing import Any, TypeAlias, TypedDict
 import numpy as np
 
 from jaxmagic._jax import finite_flags, jit_calls
+from jaxmagic._jax.types import Value
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import source_line
 
@@ -81,11 +82,11 @@ class PendingLook:
     previous: int  # the number of the function's call looked at before this one
     site: tuple[str, int, str] | None  # (file, line, function) of the user's line that made the call
     indices: list[int]  # the outputs the verdict is about (the float ones), in its order
-    args: Sequence  # the call's flat arguments: whether a NaN came in, read only when the call returned one
+    args: Sequence[Value]  # the call's flat arguments: whether a NaN came in, read only when the call returned one
     jit_locals: JitLocals | None  # (function, jit options, args, kwargs) to replay the call
     kept: KeptCopies | None  # the watch's copies of what the call donated, and of its results
     codes: Any = None  # the device's verdict (finite_flags.nonfinite_codes); None: read ``outputs`` on the host
-    outputs: list | None = None  # the float outputs themselves, for a look read on the host
+    outputs: list[Value] | None = None  # the float outputs themselves, for a look read on the host
     shapes: list[tuple[int, ...]] | None = None  # the float outputs' shapes, for a verdict (outputs not kept)
     found: list[str] | None = None  # the verdict once read out of turn (``PendingLooks.read_ready``)
 

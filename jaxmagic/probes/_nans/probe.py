@@ -24,6 +24,7 @@ from jaxmagic._jax import jit_internals
 from jaxmagic._jax.jax_prints import jax_prints_collected
 from jaxmagic._jax.monitoring_tool import why_no_tool
 from jaxmagic._jax.restore import preserved_jax_state
+from jaxmagic._jax.types import Value
 from jaxmagic.probes._nans.call_sites import CallSiteCounts, counting_call_sites
 from jaxmagic.probes._nans.fixes.rules import nan_fixes
 from jaxmagic.probes._nans.inside_calls import FirstCalls, evaluating_inside
@@ -68,7 +69,9 @@ def _checks_off() -> contextlib.ExitStack:
 
 
 @contextlib.contextmanager
-def nans(*, infs: bool = False, namespace: dict | None = None, inside: bool = False) -> Iterator[NanReport]:
+def nans(
+    *, infs: bool = False, namespace: dict[str, object] | None = None, inside: bool = False
+) -> Iterator[NanReport]:
     """Check every JAX computation in the block for NaN (and inf with ``infs``).
 
     On a NaN the block's ``FloatingPointError`` propagates unchanged; the
@@ -96,7 +99,7 @@ def nans_of_call(call: FailingCall, *, infs: bool = False) -> Iterator[NanReport
 
 @contextlib.contextmanager
 def _checked(
-    *, infs: bool, namespace: dict | None, inside: bool, outermost: FailingCall | None = None
+    *, infs: bool, namespace: dict[str, object] | None, inside: bool, outermost: FailingCall | None = None
 ) -> Iterator[NanReport]:
     report = NanReport(checks=["nan", "inf"] if infs else ["nan"], inside=inside)
     before = bindings(namespace)
@@ -348,7 +351,7 @@ def _searched(call: FailingCall, *, want_nan: bool) -> ProducerSearch:
     return found
 
 
-def _check_forward(found: ProducerSearch, call: FailingCall, args: list, want_nan: bool) -> None:
+def _check_forward(found: ProducerSearch, call: FailingCall, args: list[Value], want_nan: bool) -> None:
     """A producer traced under ``jvp`` (not transposed) is a value of the forward computation or one JAX
     computed only for the derivative; the name stack does not tell which. When the failing function is a
     JAX transformation of another (``jax.grad(loss)``), that function is evaluated alone on the same

@@ -54,6 +54,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import call_sampling, finite_flags, jit_calls, jit_internals, own_programs
+from jaxmagic._jax.types import Value
 from jaxmagic.probes._nans.nonfinite import is_inexact
 from jaxmagic.probes._nans.pending_looks import JitLocals, KeptCopies, PendingLook, PendingLooks, host_array
 from jaxmagic.probes._support.calls.call_site import call_site
@@ -157,11 +158,15 @@ class NanWatch(jit_calls.CallObserver):
         self._pending_rerun: FailingCall | None = None
         self._looks = PendingLooks()  # the looks not read yet, oldest first
         self._platform = ""  # where the first results looked at live ("cpu", "tpu"): read them there or not
-        self._signatures: set[tuple] = set()  # results' signatures looked at once on the host (no verdict program)
+        self._signatures: set[finite_flags.Signature] = (
+            set()
+        )  # results' signatures looked at once on the host (no verdict program)
         self._calls: dict[str, int] = {}  # name -> calls seen
         self._looked_at: dict[str, int] = {}  # name -> the number of its last call seen
-        self._before_call: list = []  # (donated argument, its copy) of the call about to run
-        self._results: list = []  # (result, its copy) of the last call of a function that donates
+        self._before_call: list[tuple[object, jax.Array]] = []  # (donated argument, its copy) of the call about to run
+        self._results: list[
+            tuple[object, jax.Array]
+        ] = []  # (result, its copy) of the last call of a function that donates
         self._not_copied = ""  # why the last call's donated arguments or results were not copied
 
     def before_donation(self, args: Sequence[object], kwargs: dict[str, object] | None, jit_info: object) -> None:
@@ -226,7 +231,7 @@ class NanWatch(jit_calls.CallObserver):
         while looks.over_limit():  # the device is far behind: wait for the oldest look
             self._read(looks.take(wait=True))
 
-    def _on_device(self, floats: list) -> bool:
+    def _on_device(self, floats: list[Value]) -> bool:
         """Whether verdicts are the device's: where looks are deferred (``call_sampling.looks_deferred``, by
         default anywhere but the CPU)."""
         if not self._platform:  # read once: the first results looked at say where the cell computes

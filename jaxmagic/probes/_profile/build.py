@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from jaxmagic._jax.jit_programs import CompiledProgram
 from jaxmagic.probes._profile.events import OpOrigin, TraceEvent, TraceReading
@@ -45,6 +45,13 @@ from jaxmagic.usercode.source import source_line
 if TYPE_CHECKING:
     from jaxmagic.probes._compiles.report import CompileReport
 
+    class _ProgramRuns(TypedDict):
+        """One program's kernel runs (``_per_program``)."""
+
+        ops: dict[str, list[Any]]  # op -> [self ns, runs, its OpOrigin or None]: changed in place
+        runs: set[str]  # its run ids
+        ns: float
+
 
 def build_report(
     events: list[TraceEvent] | TraceReading,
@@ -77,10 +84,10 @@ def build_report(
     report.device_seconds = total_ns / 1e9
     report.trace_notes.extend(_runs_counted_by_ops(per_program))
 
-    lines: dict[tuple, dict] = {}
+    lines: dict[tuple[str, int, str], dict[str, Any]] = {}  # (file, line, function) -> its figures
     scopes: dict[str, list[float]] = {}  # path -> [inclusive ns, self ns]
     kernel_rows: list[KernelTime] = []
-    program_rows: dict[tuple, ProgramTime] = {}
+    program_rows: dict[tuple[str, int | str], ProgramTime] = {}
     for (module, program_id), group in per_program.items():
         found = _choose(sources.get(module, []), group["ops"])
         program, described = found if found else (None, None)
@@ -114,10 +121,10 @@ def build_report(
     return report
 
 
-def _per_program(kernels: list[TraceEvent], own: list[float]) -> dict[tuple[str, str], dict]:
+def _per_program(kernels: list[TraceEvent], own: list[float]) -> dict[tuple[str, str], _ProgramRuns]:
     """The kernel runs grouped by program (module + program_id): per op its time, runs and what the trace
     says of it; the program's run ids; its time."""
-    per_program: dict[tuple[str, str], dict] = {}
+    per_program: dict[tuple[str, str], _ProgramRuns] = {}
     for event, self_ns in zip(kernels, own):
         group = per_program.get((event.module, event.program_id))
         if group is None:
@@ -132,7 +139,7 @@ def _per_program(kernels: list[TraceEvent], own: list[float]) -> dict[tuple[str,
     return per_program
 
 
-def _run_count(group: dict) -> int:
+def _run_count(group: _ProgramRuns) -> int:
     """A program's runs: its distinct run ids; without any (a GPU's kernels carry none), the runs of its
     least-run op - every run runs each op of the program's entry at least once."""
     named = group["runs"] - {""}
@@ -141,7 +148,7 @@ def _run_count(group: dict) -> int:
     return min(runs for _ns, runs, _origin in group["ops"].values())
 
 
-def _runs_counted_by_ops(per_program: dict[tuple[str, str], dict]) -> list[str]:
+def _runs_counted_by_ops(per_program: dict[tuple[str, str], _ProgramRuns]) -> list[str]:
     named = sorted({f"`{module}`" for (module, _id), group in per_program.items() if module and group["runs"] <= {""}})
     if not named:
         return []
@@ -152,7 +159,7 @@ def _runs_counted_by_ops(per_program: dict[tuple[str, str], dict]) -> list[str]:
 
 
 def _sources_by_module(programs: Sequence[CompiledProgram]) -> dict[str, list[tuple[CompiledProgram, ProgramSources]]]:
-    found: dict[str, list] = {}
+    found: dict[str, list[tuple[CompiledProgram, ProgramSources]]] = {}
     for program in programs:
         if not program.hlo_text:
             continue
@@ -164,7 +171,9 @@ def _sources_by_module(programs: Sequence[CompiledProgram]) -> dict[str, list[tu
     return found
 
 
-def _choose(candidates: list, ops: dict) -> tuple | None:
+def _choose(
+    candidates: list[tuple[CompiledProgram, ProgramSources]], ops: dict[str, list[Any]]
+) -> tuple[CompiledProgram, ProgramSources] | None:
     """The captured program whose instructions include every kernel that ran (the first such), or None."""
     names = set(ops)
     for program, described in candidates:
@@ -272,7 +281,7 @@ def _add_scope(scopes: dict[str, list[float]], path: str, ns: float) -> None:
         scopes.setdefault("/".join(parts[:depth]), [0.0, 0.0])[0] += ns
 
 
-def _line_rows(lines: dict, total_ns: float) -> list[LineTime]:
+def _line_rows(lines: dict[tuple[str, int, str], dict[str, Any]], total_ns: float) -> list[LineTime]:
     rows = []
     for (filename, lineno, function), entry in lines.items():
         line = source_line(filename, lineno, function) if lineno else None
@@ -293,7 +302,7 @@ def _line_rows(lines: dict, total_ns: float) -> list[LineTime]:
     return rows
 
 
-def _scope_rows(scopes: dict, total_ns: float) -> list[ScopeTime]:
+def _scope_rows(scopes: dict[str, list[float]], total_ns: float) -> list[ScopeTime]:
     rows = [
         ScopeTime(path, inclusive / 1e9, own / 1e9, inclusive / total_ns if total_ns else 0.0)
         for path, (inclusive, own) in scopes.items()

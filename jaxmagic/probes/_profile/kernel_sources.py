@@ -72,7 +72,7 @@ def _describe(module: HloModuleText, kernel: HloInstruction) -> KernelSource:
     members = [kernel] + _inside(module, kernel)
     made = [m for m in members if m.opcode not in _NOT_WORK and _has_origin(m)]
     shapes = {i.name: i.shape for i in members}
-    shares: dict[tuple, float] = {}
+    shares: dict[tuple[str, str, int, str], float] = {}  # (scope, file, line, function) -> cost
     for member in made:
         scope = scope_of(member.op_names[0]) if member.op_names else ""
         frame = _user_frame(module, member)

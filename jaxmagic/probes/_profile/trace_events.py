@@ -42,6 +42,8 @@ from jaxmagic.probes._profile.events import TraceEvent, TraceReading
 if TYPE_CHECKING:
     from jax.profiler import ProfileData, ProfileLine
 
+    from jaxmagic.report import JsonDict
+
 DISPATCH_PREFIX = "PjitFunction("
 TRANSFER_NAMES = ("DevicePut",)
 CELL_MARK = "jaxmagic.profile: the block's thread"  # a TraceAnnotation the probe makes on the block's thread
@@ -114,18 +116,18 @@ def _host_line(line: ProfileLine, thread: int, host_names: set[str], events: lis
         )
 
 
-def events_from_trace_json(trace: dict | list) -> list[TraceEvent]:
+def events_from_trace_json(trace: JsonDict | list[object]) -> list[TraceEvent]:
     """The kernel, dispatch and transfer events of a Chrome/Perfetto JSON trace (``read_trace_json``'s events)."""
     return read_trace_json(trace).events
 
 
-def read_trace_json(trace: dict | list) -> TraceReading:
+def read_trace_json(trace: JsonDict | list[object]) -> TraceReading:
     """A Chrome/Perfetto JSON trace (already loaded) read: host threads here, each device's events by
     ``device_planes`` (a process named ``/device:TPU:0`` is that device's plane, its threads its lines)."""
     raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     processes, thread_names = _json_names(raw)
     reading = TraceReading()
-    threads: dict[tuple, int] = {}
+    threads: dict[tuple[object, object], int] = {}  # (pid, tid) -> its number
     device_lines: dict[object, dict[object, list[PlaneEvent]]] = {}
     for item in raw:
         if not isinstance(item, dict) or item.get("ph") != "X":
@@ -156,10 +158,10 @@ def read_trace_json(trace: dict | list) -> TraceReading:
     return reading
 
 
-def _json_names(raw: list) -> tuple[dict[object, str], dict[tuple, str]]:
+def _json_names(raw: list[object]) -> tuple[dict[object, str], dict[tuple[object, object], str]]:
     """The process names (``/device:TPU:0``) and thread names (``XLA Ops``) of a JSON trace's metadata events."""
     processes: dict[object, str] = {}
-    threads: dict[tuple, str] = {}
+    threads: dict[tuple[object, object], str] = {}
     for item in raw:
         if not isinstance(item, dict) or item.get("ph") != "M" or not isinstance(item.get("args"), dict):
             continue
@@ -170,7 +172,7 @@ def _json_names(raw: list) -> tuple[dict[object, str], dict[tuple, str]]:
     return processes, threads
 
 
-def _kernel(name: str, thread: int, start: float, duration: float, stats: dict) -> TraceEvent:
+def _kernel(name: str, thread: int, start: float, duration: float, stats: dict[str, object]) -> TraceEvent:
     return TraceEvent(
         name,
         thread,

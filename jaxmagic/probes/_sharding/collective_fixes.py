@@ -90,7 +90,7 @@ def _shardings(compiled: Compiled) -> tuple[list[Sharding | None], list[Sharding
     outputs = jax.tree_util.tree_leaves(  # a None the function returns is no output
         compiled.output_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
     )
-    mesh = next((s.mesh for s in inputs + outputs if getattr(s, "mesh", None) is not None), None)
+    mesh = next((s.mesh for s in inputs + outputs if getattr(s, "mesh", None) is not None), None)  # type: ignore[union-attr]  # getattr said it has one
     if mesh is not None:
         inputs = [NamedSharding(mesh, PartitionSpec()) if s is None else s for s in inputs]
     return inputs, outputs

@@ -265,7 +265,9 @@ def _moved_bytes(kind: str, operand_bytes: int, result_bytes: int, group_size: i
     return int(operand_bytes * share)  # reduce-scatter, all-to-all
 
 
-def _where(module: HloModuleText, instruction: HloInstruction, users: _Users) -> tuple[list, str, bool]:
+def _where(
+    module: HloModuleText, instruction: HloInstruction, users: _Users
+) -> tuple[list[tuple[str, int, str]], str, bool]:
     """The instruction's frames and op_name; when it has no frame of its own, its first reader's."""
     frames = [(f.file, f.line, f.function) for f in module.stack(instruction)]
     op_name = instruction.op_names[0] if instruction.op_names else ""

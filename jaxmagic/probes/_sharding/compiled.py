@@ -14,6 +14,7 @@ import jax
 from jaxmagic._jax import jaxpr_parts, jit_internals, recorded_sources
 from jaxmagic._jax.jaxpr_interpreter import Interpreter, Level
 from jaxmagic._jax.program_inputs import input_shardings_flat, program_inputs
+from jaxmagic._jax.types import ClosedJaxpr, Equation, Jaxpr, Value
 from jaxmagic.probes._sharding.layouts import axes_of
 from jaxmagic.probes._sharding.report import (
     MAX_INTERMEDIATES,
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
     from jax.stages import Compiled, Traced, Wrapped
 
 
-def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str], dict[str, str]]:
+def _argument_names(
+    call_text: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[list[str], dict[str, str]]:
     """Source text of each argument of ``f(x, y, k=z)``: ["x", "y"], {"k": "z"}."""
     names = [f"args[{i}]" for i in range(len(args))]
     kw_names = {k: k for k in kwargs}
@@ -45,7 +48,12 @@ def _argument_names(call_text: str, args: tuple, kwargs: dict) -> tuple[list[str
 
 
 def inputs_as_compiled(
-    jitted: Wrapped, compiled: Compiled, traced: Traced, args: tuple, kwargs: dict, call_text: str
+    jitted: Wrapped,
+    compiled: Compiled,
+    traced: Traced,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    call_text: str,
 ) -> list[LeafSharding]:
     """One row per flat input of the call, in the order of ``compiled.input_shardings``' leaves, each with
     its entry parameter in the compiled program (``_jax.program_inputs``: the one mapping every reader of
@@ -178,7 +186,7 @@ def intermediate_shardings(traced: Traced, compiled: Compiled) -> tuple[list[Int
     return rows, dropped
 
 
-def _intermediate_rows(jaxpr: Any) -> tuple[list[IntermediateSharding], int]:
+def _intermediate_rows(jaxpr: Jaxpr) -> tuple[list[IntermediateSharding], int]:
     """A row (its spec still "") for each array a top-level operation makes, up to ``MAX_INTERMEDIATES``,
     and one for each of the user's own ``inspect_array_sharding`` calls; with how many were dropped."""
     inspect_sharding_p = jaxpr_parts.inspect_sharding_primitive()
@@ -201,18 +209,18 @@ def _intermediate_rows(jaxpr: Any) -> tuple[list[IntermediateSharding], int]:
 
 
 def _inspecting_copy(
-    closed: Any,
+    closed: ClosedJaxpr,
     kept: Sequence[int],
     pruned: Iterable[int],
     inspected: set[int],
     record: Callable[[tuple[int, int], Any], None],
-) -> Callable[..., list]:
+) -> Callable[..., list[Value]]:
     """The call's program as a Python function over its kept inputs that re-binds every top-level
     equation and, after each one in ``inspected``, asks for each output's sharding:
     ``record((equation, output), sharding)`` (the user's own inspect calls record as output 0)."""
     jaxpr, consts = closed.jaxpr, closed.consts
 
-    def instrumented(*flat_args: Any) -> list:
+    def instrumented(*flat_args: Any) -> list[Value]:
         given = dict(zip(kept, flat_args))
         args = [given.get(i, _NOT_GIVEN) for i in range(len(jaxpr.invars))]
         return _Inspecting(set(pruned), inspected, record).evaluate(jaxpr, consts, args)
@@ -238,15 +246,15 @@ class _Inspecting(Interpreter):
             del level.env[var]
             if i in self.pruned:  # only dead code can read an input JAX pruned: a stand-in of its type
                 with contextlib.suppress(Exception):  # a type zeros cannot make (a typed key): dead code then fails
-                    level.env[var] = jax.numpy.zeros(var.aval.shape, var.aval.dtype)
+                    level.env[var] = jax.numpy.zeros(var.aval.shape, var.aval.dtype)  # type: ignore[attr-defined]  # a ShapedArray
 
-    def outputs(self, level: Level, eqn: Any, inputs: list) -> list:
+    def outputs(self, level: Level, eqn: Equation, inputs: list[Value]) -> list[Value]:
         if eqn.primitive is self.inspect_sharding_p:
             self.inspect_sharding_p.bind(*inputs, callback=functools.partial(self.record, (level.index, 0)))
             return []
         return jaxpr_parts.bind_equation(eqn, inputs)
 
-    def after(self, level: Level, eqn: Any, inputs: list, outputs: list) -> None:
+    def after(self, level: Level, eqn: Equation, inputs: list[Value], outputs: list[Value]) -> None:
         if eqn.primitive is self.inspect_sharding_p or level.index not in self.inspected:
             return
         for j, (var, out) in enumerate(zip(eqn.outvars, outputs)):

@@ -78,7 +78,7 @@ def layout_of(x: Any, *, path: str = "", check_replicas: bool = True) -> ArrayLa
         layout.spec = str(spec)
         layout.dim_axes = [axes_of(entry) for entry in tuple(spec)] + [[] for _ in range(len(shape) - len(spec))]
     index_map = sharding.devices_indices_map(shape)
-    blocks: dict[tuple, list[int]] = {}
+    blocks: dict[tuple[tuple[int, int], ...], list[int]] = {}
     device_objects = {}
     for device, index in index_map.items():
         key = tuple(block_bounds(s, n) for s, n in zip(index, shape))

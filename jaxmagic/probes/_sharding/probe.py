@@ -47,7 +47,10 @@ def sharding(
 
 
 def sharding_of_call(
-    fn: Callable, args: tuple | list = (), kwargs: dict | None = None, **options: Any
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
+    **options: Any,
 ) -> ShardingReport:
     """Run ``fn(*args, **kwargs)`` (jitted) and report the shardings it was compiled with.
 
@@ -59,9 +62,9 @@ def sharding_of_call(
 
 
 def run_call(
-    fn: Callable,
-    args: tuple | list = (),
-    kwargs: dict | None = None,
+    fn: Callable[..., object],
+    args: tuple[object, ...] | list[object] = (),
+    kwargs: dict[str, object] | None = None,
     *,
     call_text: str = "",
     intermediates: bool = False,

@@ -28,8 +28,8 @@ def compare_replicas(x: jax.Array, layout: ArrayLayout) -> None:
         _compare(x, layout, shards)
 
 
-def _compare(x: jax.Array, layout: ArrayLayout, shards: list) -> None:
-    by_index: dict[tuple, list] = {}
+def _compare(x: jax.Array, layout: ArrayLayout, shards: list[jax.Shard]) -> None:
+    by_index: dict[tuple[tuple[int, ...], ...], list[jax.Shard]] = {}
     for shard in shards:
         key = tuple(block_bounds(s, n) for s, n in zip(shard.index, x.shape))
         by_index.setdefault(key, []).append(shard)

@@ -118,7 +118,7 @@ def drawn_dims(layout: ArrayLayout, dims: list[int] | None = None) -> tuple[int 
     return dims_by_splits(_chunks_per_dim(layout))
 
 
-def dims_by_splits(chunks: list) -> tuple[int, int]:
+def dims_by_splits(chunks: Sequence[Sequence[tuple[int, ...]]]) -> tuple[int, int]:
     """For rank >= 2, given each dimension's distinct blocks: the last two split dimensions, else a split
     dimension with the last other one, else the last two (the static drawing and the explorer agree)."""
     rank = len(chunks)
@@ -145,7 +145,7 @@ def layout_grids(layout: ArrayLayout, dims: list[int] | None = None, name: str =
     chunks = _chunks_per_dim(layout)
     facet_dims = [d for d in range(rank) if d not in (row_dim, col_dim)]
     colours = device_colours([d.id for d in layout.devices])
-    facets: dict[tuple, list] = {}
+    facets: dict[tuple[tuple[int, ...], ...], list[LayoutBlock]] = {}
     for block in layout.blocks:
         facets.setdefault(tuple(tuple(block.index[d]) for d in facet_dims), []).append(block)
     notes = []

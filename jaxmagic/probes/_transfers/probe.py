@@ -52,7 +52,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import jax
 
@@ -254,7 +254,7 @@ class _GuardLog:
         # [code object, line number] of the user's line running ([None, 0] before the first), and the
         # user lines in a row without a transfer (-inf: lines never go quiet again in this block): a
         # list the LINE callback writes in place (cheaper there than attributes)
-        self._at: list = [None, 0, 0]
+        self._at: list[Any] = [None, 0, 0]
         self._runs: dict[tuple[CodeType, int], int] = {}  # (code, line) -> runs after QUIET_LINES clean ones
         self._quiet: list[tuple[CodeType, int]] = []  # (code, line) of the lines whose events are off
         self._pending = b""
@@ -270,7 +270,7 @@ class _GuardLog:
         self._frame_of_line: FrameType | None = None  # while check() runs from a LINE event: the frame of the new line
         self._code_state: dict[int, bool] = {}  # id(code) -> the user's code (kept in _codes)
         self._user_codes: set[int] = set()  # the ids in _code_state of the user's code objects
-        self._codes: list = []
+        self._codes: list[CodeType] = []
 
     # -- descriptor 2 -------------------------------------------------------------
 

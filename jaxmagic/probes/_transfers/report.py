@@ -55,7 +55,7 @@ class Transfer:
 class RepeatedCopy:
     """Host data copied to the device again and again: the finding, in the same words on every path."""
 
-    identity: tuple  # what it is about, the same from cell to cell (the watch tells it once, then counts)
+    identity: tuple[object, ...]  # what it is about, the same from cell to cell (the watch tells it once, then counts)
     function: str  # the jitted function given it; "" for a copy only the transfer log saw
     headline: str
     line: SourceLine | None

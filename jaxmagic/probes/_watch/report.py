@@ -7,7 +7,7 @@ import dataclasses
 from jaxmagic.probes._compiles.why_again import RecompileCause
 from jaxmagic.probes._nans.search.found import NanProducer
 from jaxmagic.probes._support.report_base import Report
-from jaxmagic.report import Concern, SourceLine, act
+from jaxmagic.report import Concern, JsonDict, SourceLine, act
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.watch_areas import AREAS
@@ -62,9 +62,9 @@ class WatchFinding(Report):
         closer = self.next_magic or "%%jax_doctor"  # the doctor looks at every area, closer than the watch
         return f"Run `{closer}` on {self.cell}: it looks closer than the watch does."
 
-    def blocks(self, with_fix: bool = True) -> list:
+    def blocks(self, with_fix: bool = True) -> list[Block]:
         """The finding's details; ``with_fix=False`` when its fix is the document's own line already."""
-        blocks: list = []
+        blocks: list[Block] = []
         if self.details:
             blocks.append(Facts([("evidence", self.details)]))
         if self.provenance is not None:
@@ -141,7 +141,7 @@ class WatchLog(Report):
     findings: list[WatchFinding] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JsonDict:
         data = super().to_dict()
         data["findings"] = [f.to_dict() for f in self.findings]
         return data

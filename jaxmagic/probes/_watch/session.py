@@ -88,15 +88,15 @@ class Watch:
         self._keys: KeyReport | None = None
         self._compiles: CompileReport | None = None
         self._sampler: CallSampler | None = None
-        self._compilations: dict[tuple, int] = {}  # (name, defined at) -> compilations in watched cells
+        self._compilations: dict[tuple[str, str], int] = {}  # (name, defined at) -> compilations in watched cells
         # What each function last compiled with, from cell to cell: a function rebuilt once per cell is told
         # as rebuilt (and its baked value named), as %%jax_compiles tells it in one cell
         self._compile_history = CompileHistory()
-        self._told: dict[tuple, WatchFinding] = {}
+        self._told: dict[tuple[object, ...], WatchFinding] = {}  # (area, what it is about...) -> finding
         self._live_before: LiveCounts = {}
-        self._streaks: dict[tuple, int] = {}
+        self._streaks: dict[tuple[tuple[int, ...], Any], int] = {}  # a LiveCounts key -> cells it grew in a row
         self._bytes_start: int | None = None
-        self._held: tuple = ()
+        self._held: tuple[object, ...] = ()
         self._cell_began = 0.0
         self._count_seconds = 0.0  # how long the last count of the live arrays took
         self._cells_since_count = 0
@@ -143,7 +143,7 @@ class Watch:
                 )
         return over
 
-    def begin_cell(self, label: str, held: tuple = ()) -> None:
+    def begin_cell(self, label: str, held: tuple[object, ...] = ()) -> None:
         """Switch the watch on for one cell; never raises.
 
         ``held``: values whose arrays are not the cell's to count (IPython's ``Out``, ``_``, ...).
@@ -196,7 +196,7 @@ class Watch:
     def end_cell(
         self,
         label: str | None = None,
-        held: tuple = (),
+        held: tuple[object, ...] = (),
         error: BaseException | None = None,
         namespace: dict[str, Any] | None = None,
     ) -> CellFindings:
@@ -257,7 +257,7 @@ class Watch:
         if text not in self.log.notes:
             self.log.notes.append(text)
 
-    def _new(self, key: tuple, **fields: Any) -> list[WatchFinding]:
+    def _new(self, key: tuple[object, ...], **fields: Any) -> list[WatchFinding]:
         told = self._told.get(key)
         if told is not None:
             told.count += fields.get("count", 1) if fields.get("area") != "recompilation" else 0

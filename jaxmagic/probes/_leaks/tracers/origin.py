@@ -142,7 +142,7 @@ def stored_line(
     return source_line(filename, found[0], name.group(1) if name else function)
 
 
-def _lines_matching(lines: list[tuple[int, str]], patterns: list[re.Pattern]) -> list[int]:
+def _lines_matching(lines: list[tuple[int, str]], patterns: list[re.Pattern[str]]) -> list[int]:
     found = []
     for number, text in lines:
         code = text.split("#", 1)[0]

@@ -74,7 +74,7 @@ def leaves_with_paths(obj: Any, max_items: int | None) -> Iterator[tuple[str, An
     return _paths(obj, leaves, children)
 
 
-def _paths(obj: Any, leaves: list, children: list) -> Iterator[tuple[str, Any]]:
+def _paths(obj: Any, leaves: list[tuple[tuple[object, ...], Any]], children: list[object]) -> Iterator[tuple[str, Any]]:
     for path, leaf in leaves:
         yield jax.tree_util.keystr(path), leaf
     covered = set(map(id, children))

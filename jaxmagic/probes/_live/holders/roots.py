@@ -44,7 +44,7 @@ _IPYTHON_NAMES = {
 _OUTPUT_ALIASES = ("_", "__", "___")
 
 
-def namespace_roots(namespace: dict | None) -> list[tuple[str, Any, str]]:
+def namespace_roots(namespace: dict[str, object] | None) -> list[tuple[str, Any, str]]:
     """The roots to search from in a (possibly IPython) namespace: (label, object, kind).
 
     User variables come first; IPython's output cache (``Out[n]``, ``_``) is a

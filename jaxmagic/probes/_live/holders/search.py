@@ -105,7 +105,9 @@ class HolderSearch:
     # (group, kind, container path) -> [targets it holds directly, id of the first]: a list, dict, deque,
     # tuple or object holding arrays itself (``metrics``, ``state.history``, ``hist['acts']``)
     containers: dict[tuple[int, str, str], list[int]] = dataclasses.field(default_factory=dict)
-    index_first: dict[tuple, int] = dataclasses.field(default_factory=dict)  # index_runs key -> its first target
+    index_first: dict[tuple[int, str, tuple[str, str]], int] = dataclasses.field(
+        default_factory=dict
+    )  # index_runs key -> its first target
     # (group, kind, container path) -> the targets it holds directly (the keys of ``containers``), and the
     # targets the search met more than once (two names, a name and an element, a library pytree's leaf and
     # an attribute): an array one container holds beside like arrays that others hold too is a copy it

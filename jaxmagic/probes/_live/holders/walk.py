@@ -89,12 +89,12 @@ _BUILTIN_CONTAINERS = frozenset({list, tuple, dict, collections.deque})
 def walk(
     roots: Iterable[tuple[str, Any, str]],
     *,
-    on_items: Callable,
-    on_hit: Callable,
-    target_ids: dict | None = None,
+    on_items: Callable[..., None],
+    on_hit: Callable[..., None],
+    target_ids: dict[int, Any] | None = None,
     is_target: Callable[[Any], bool] | None = None,
     max_depth: int = 3,
-    edges: frozenset = LIVE_EDGES,
+    edges: frozenset[str] = LIVE_EDGES,
     max_items: int | None = None,
     restart_names: bool = False,
     budget: int = BUDGET,
@@ -131,7 +131,7 @@ class RootHits(NamedTuple):
     """
 
     ids: list[int]
-    keys: list  # the targets' keys (``target_ids`` values, or True)
+    keys: list[Any]  # the targets' keys (``target_ids`` values, or True)
     kinds: list[str]
     labels: list[str]
 
@@ -320,7 +320,7 @@ def _test_target(is_target: Callable[[Any], bool] | None, value: Any) -> Any:
 _LEAF, _NONEMPTY, _FUNCTION, _MODULE, _CLASS, _ALWAYS, _KEY, _OBJECT, _PYTREE = range(9)
 
 
-def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
+def _descendable(value: Any, edges: frozenset[str], kinds: dict[type, int]) -> bool:
     """Whether ``value`` may hold a target that a person would name through it."""
     cls = type(value)
     kind = kinds.get(cls)
@@ -347,7 +347,7 @@ def _descendable(value: Any, edges: frozenset, kinds: dict) -> bool:
     return _key_data(value) is not None  # _KEY: the live array is the key data inside it
 
 
-def _type_kind(cls: type, edges: frozenset, sample: Any) -> int:
+def _type_kind(cls: type, edges: frozenset[str], sample: Any) -> int:
     if issubclass(cls, _LEAF_TYPES):
         return _LEAF
     if cls in _BUILTIN_CONTAINERS:
@@ -376,7 +376,7 @@ def _type_kind(cls: type, edges: frozenset, sample: Any) -> int:
 
 
 def _children(
-    obj: Any, edges: frozenset, max_items: int | None, slots: dict[type, list[str]], kinds: dict[type, int]
+    obj: Any, edges: frozenset[str], max_items: int | None, slots: dict[type, list[str]], kinds: dict[type, int]
 ) -> Iterator[tuple[str, int | None, Any, str]]:
     """``(step, int index or None, child, relation)`` for each reference ``obj`` holds that a person
     could name. ``relation`` is "" for an ordinary step (``[0]``, ``.attr``), ``IN_LIBRARY_PYTREE``
@@ -451,7 +451,7 @@ def _children(
         yield f".{name}", None, value, ""
 
 
-def _function_children(fn: types.FunctionType, edges: frozenset) -> Iterator[tuple[str, int | None, Any, str]]:
+def _function_children(fn: types.FunctionType, edges: frozenset[str]) -> Iterator[tuple[str, int | None, Any, str]]:
     code = fn.__code__
     if CLOSURES in edges:
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
@@ -515,7 +515,7 @@ def _defined_by_user(cls: type) -> bool:
     return mod is not None and is_user_file(getattr(mod, "__file__", None) or "")
 
 
-def _own_dict(obj: Any) -> dict | types.MappingProxyType | None:
+def _own_dict(obj: Any) -> dict[str, Any] | types.MappingProxyType[str, Any] | None:
     try:
         namespace = object.__getattribute__(obj, "__dict__")
     except Exception:

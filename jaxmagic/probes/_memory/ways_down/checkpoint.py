@@ -119,7 +119,7 @@ def _traced_with(call: CompiledCall, owner: Any, name: str, value: Any, token: s
     return tried, retrace.first_use
 
 
-def _namespace_of(call: CompiledCall, filename: str, name: str) -> dict | None:
+def _namespace_of(call: CompiledCall, filename: str, name: str) -> dict[str, Any] | None:
     """The module namespace (the jitted function's, one loaded from ``filename``, ``__main__``) whose global
     ``name`` is a function defined in ``filename``."""
     entry = _users_entry(call)
@@ -152,7 +152,7 @@ def _with_global(entry: types.FunctionType, name: str, value: Any) -> types.Func
     return _function_copy(entry, copied)
 
 
-def _function_copy(function: types.FunctionType, globals_: dict) -> types.FunctionType:
+def _function_copy(function: types.FunctionType, globals_: dict[str, object]) -> types.FunctionType:
     copy = types.FunctionType(
         function.__code__, globals_, function.__name__, function.__defaults__, function.__closure__
     )
@@ -233,7 +233,7 @@ def _class_of(call: CompiledCall, filename: str, qualname: str) -> type | str:
     return f"no module of yours names the class of `{qualname}` globally"
 
 
-def _modules_of(filename: str) -> list[dict]:
+def _modules_of(filename: str) -> list[dict[str, Any]]:
     found = [vars(m) for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename]
     main = sys.modules.get("__main__")
     return found + ([vars(main)] if main is not None else [])

@@ -25,7 +25,7 @@ def library_object(library: str, stop_at_class: bool) -> object | None:
     return None
 
 
-def parameters_of(value: object) -> dict:
+def parameters_of(value: object) -> dict[str, inspect.Parameter]:
     try:
         return dict(inspect.signature(value).parameters) if callable(value) else {}
     except (TypeError, ValueError):

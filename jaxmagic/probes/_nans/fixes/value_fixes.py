@@ -69,7 +69,7 @@ class FixTrial:
 class _Candidate:
     key: FixKey
     code: str
-    fixed: Callable[[list], list]  # the fixed operation's outputs from the recorded inputs
+    fixed: Callable[[list[Value]], list[Value]]  # the fixed operation's outputs from the recorded inputs
 
 
 def _floats(dtype: DTypeLike) -> bool:
@@ -127,7 +127,7 @@ def _finite_fill(eqn: Equation, inputs: list[Value]) -> _Candidate:
         frozenset({False}): "jnp.finfo(dtype).max in place of jnp.inf",
     }.get(frozenset(signs), "jnp.finfo(dtype).max and .min in place of jnp.inf and -jnp.inf")
 
-    def filled(ins: list) -> list:
+    def filled(ins: list[Value]) -> list[Value]:
         finite = [
             jnp.nan_to_num(v, posinf=jnp.finfo(v.dtype).max, neginf=jnp.finfo(v.dtype).min) if _has_inf(v) else v
             for v in ins
@@ -141,7 +141,7 @@ def _widened(eqn: Equation) -> _Candidate:
     """An overflow of half precision: the same operation in float32 (the result's largest value then says
     whether it may go back to the half type after)."""
 
-    def widened(ins: list) -> list:
+    def widened(ins: list[Value]) -> list[Value]:
         return jaxpr_parts.bind_equation(eqn, [v.astype(jnp.float32) if _floats(v.dtype) else v for v in ins])
 
     return _Candidate(FixKey.FLOAT32, "v.astype(jnp.float32)", widened)
@@ -168,7 +168,7 @@ def _input_candidates(eqn: Equation, inputs: list[Value], fixes: tuple[InputFix,
     operation is finite."""
     eps = representable_eps(ADDED_EPS, _operation_dtype(inputs))
 
-    def on_input(fix: InputFix) -> Callable[[list], list]:
+    def on_input(fix: InputFix) -> Callable[[list[Value]], list[Value]]:
         return lambda ins: jaxpr_parts.bind_equation(eqn, [fix.fixed(ins[0], eps), *ins[1:]])
 
     return [_Candidate(fix.key, fix.code.format(eps=eps), on_input(fix)) for fix in fixes]
@@ -178,7 +178,7 @@ def _division_candidates(eqn: Equation, inputs: list[Value], symbol: str) -> lis
     """A division (or remainder: ``symbol``) by 0: a denominator kept from 0, or the result guarded."""
     den_eps = representable_eps(DIVISION_EPS, _operation_dtype(inputs[1:]))
 
-    def guarded(ins: list) -> list:
+    def guarded(ins: list[Value]) -> list[Value]:
         num, den = ins
         ok = den != 0
         out = jaxpr_parts.bind_equation(eqn, [num, jnp.where(ok, den, jnp.ones_like(den))])[0]
@@ -202,7 +202,7 @@ def _has_inf(value: Value) -> bool:
     return _floats(array.dtype) and bool(np.isinf(array.astype(np.float32)).any())
 
 
-def bad_text(values: list) -> str:
+def bad_text(values: list[Value]) -> str:
     """ "" when every float value is finite, else "still inf at 3 of 16 elements"."""
     bad = total = 0
     nan = inf = False
@@ -225,7 +225,7 @@ def bad_text(values: list) -> str:
     return f"still {what} at {bad} of {total} element{'s' if total != 1 else ''}"
 
 
-def _back_in(half: str, outputs: list) -> str:
+def _back_in(half: str, outputs: list[Value]) -> str:
     """Whether float32 results fit the half type again: " (largest 1.2e+05, above float16's 65504)"."""
     largest = max((float(np.max(np.abs(np.asarray(v, np.float64)))) for v in outputs if np.size(v)), default=0.0)
     limit = float(jnp.finfo(half).max)
@@ -239,7 +239,7 @@ def differentiated(eqn: Equation, path: Sequence[Position]) -> bool:
     return any("jvp(" in stack or "transpose(" in stack for stack in stacks)
 
 
-def _derivative_outputs(fixed: Callable[[list], list], inputs: list) -> list:
+def _derivative_outputs(fixed: Callable[[list[Value]], list[Value]], inputs: list[Value]) -> list[Value]:
     """The fixed operation's partial derivatives at ``inputs`` (``jax.jvp`` along each float input): where
     the fix itself has a derivative of 0 (a clip past its bound) times an infinite one, it is NaN - as the
     gradient of the written fix would be (jax#23649: `arccos(clip(y, -1, 1))`)."""
@@ -471,7 +471,7 @@ def try_constant(
     JAX primitives run, as for every trial; never raises."""
     dtype = np.asarray(cast(Literal, written.invars[operand]).val).dtype  # a Literal: the constant the dtype held as 0
 
-    def replaced(ins: list) -> list:
+    def replaced(ins: list[Value]) -> list[Value]:
         changed = list(ins)
         changed[operand] = jnp.asarray(value, dtype=dtype)
         return jaxpr_parts.bind_equation(written, changed)
@@ -494,7 +494,7 @@ def try_clamped_before(
     program's outputs finite? Under a gradient the backward pass then computes with the clamped forward
     values (the clamp's own derivative, 0 below 0, is not in the program evaluated). Never raises."""
 
-    def replaced(ins: list) -> list:
+    def replaced(ins: list[Value]) -> list[Value]:
         changed = list(ins)
         changed[operand] = jnp.maximum(changed[operand], jnp.zeros((), dtype=changed[operand].dtype))
         return jaxpr_parts.bind_equation(added, changed)

@@ -27,12 +27,12 @@ from jaxmagic.report import SourceLine
 from jaxmagic.report.provenance import Provenance
 from jaxmagic.usercode.source import is_user_file, source_line, whole_expression
 
-_attributed: dict = {}  # id(traceback) -> the traceback JAX attributed it to, during a search
+_attributed: dict[int, Traceback] = {}  # id(traceback) -> the traceback JAX attributed it to, during a search
 
 # The same, kept with each traced program (``Jaxpr``) for its own equations, as long as it lives: JAX
 # caches a program first traced inside a search (under ``recorded_sources.tracing_where_traced``), and a later
 # search of the same function reads it from that cache, with the tracebacks the first search gave it.
-_kept_attributions: dict[int, tuple[weakref.ref, dict]] = {}  # id(jaxpr) -> (it, its table)
+_kept_attributions: dict[int, tuple[weakref.ref[Jaxpr], dict[int, Traceback]]] = {}  # id(jaxpr) -> (it, its table)
 
 
 def remember_attributions(program: Program, attributed: dict[int, Traceback]) -> None:

@@ -22,7 +22,7 @@ from jax.typing import DTypeLike
 
 from jaxmagic._jax import jaxpr_parts
 from jaxmagic._jax.jaxpr_interpreter import Position
-from jaxmagic._jax.types import Equation, Value
+from jaxmagic._jax.types import Equation, Params, Value
 from jaxmagic.probes._nans.fixes.fix_keys import FixKey
 from jaxmagic.probes._nans.fixes.value_fixes import FixTrial
 from jaxmagic.probes._nans.primitives import primitive
@@ -33,7 +33,7 @@ MAX_EQUATIONS = 200  # equations read back at most (a training step's inputs rea
 MAX_HOPS = 12  # levels of equations read back from the producer's inputs (a square-and-multiply power: ~8)
 
 
-def _exact(name: str, params: dict) -> Callable[[list], np.ndarray] | None:
+def _exact(name: str, params: Params) -> Callable[[list[np.ndarray]], np.ndarray] | None:
     """The operation on float64 host values (what it computes without wrapping), or None when unknown."""
     elementwise = {"pow": np.power, "mul": np.multiply, "add": np.add, "sub": np.subtract}
     if name in elementwise:

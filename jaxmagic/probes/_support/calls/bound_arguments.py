@@ -6,7 +6,9 @@ import inspect
 from typing import Any
 
 
-def by_parameter(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+def by_parameter(
+    signature: inspect.Signature, args: tuple[object, ...], kwargs: dict[str, object]
+) -> dict[str, Any] | None:
     """Parameter name -> value given (``args[0]`` for an element of ``*args``, a ``**kwargs`` entry by its
     key), in the signature's order; None when the arguments do not fit the signature."""
     try:

@@ -43,7 +43,7 @@ class UserCall:
     function: str  # the user's function the wrapper holds ("make_step")
     paths: dict[int, str]  # id(the user's leaf) -> its path by parameter ("xb", "batch['x']"), as jax.jit names it
     written: dict[int, str]  # id(the user's leaf) -> its path from what the line wrote ("X_host", "np_x[i]")
-    leaves: list  # the user's leaves: held while the mapping is used, so an id stays its object's
+    leaves: list[object]  # the user's leaves: held while the mapping is used, so an id stays its object's
 
     def name_of(self, leaf: object, as_written: bool = False) -> str:
         """The user's path of a leaf the wrapper gave jit (the same object, or the NumPy array a view of JAX's
@@ -107,7 +107,7 @@ def user_call(user_frame: FrameType | None = None) -> UserCall | None:
     written = _written_for(arguments, entry, holder, held, user_frame)
     paths: dict[int, str] = {}
     as_written: dict[int, str] = {}
-    leaves: list = []
+    leaves: list[object] = []
     for parameter, value in arguments.items():
         for path, leaf in _leaves(value):
             if len(leaves) >= MAX_LEAVES:

@@ -19,18 +19,23 @@ import dataclasses
 import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import jax
 import numpy as np
 
 from jaxmagic._jax import jit_calls, program_inputs, runtime
-from jaxmagic._jax.types import Program
+from jaxmagic._jax.types import Params, Program, Value
 from jaxmagic.probes._support.calls import call_names
 from jaxmagic.probes._support.calls.call_site import call_site
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import short_dtype
 from jaxmagic.usercode.source import source_line
+
+# One finding's key: (function, the user's (file, line), argument position or keyword, path inside, host type).
+_UseKey: TypeAlias = tuple[str, tuple[str, int] | None, int | str, str, str]
+# An array's (shape, dtype).
+_Kind: TypeAlias = tuple[tuple[int, ...], np.dtype]
 
 
 @dataclasses.dataclass
@@ -103,16 +108,16 @@ class HostArguments(jit_calls.CallObserver):
     """Counts, per (function, argument path, shape, dtype), the calls that were given a NumPy array."""
 
     def __init__(self) -> None:
-        self.seen: dict[tuple, HostArgumentUse] = {}
+        self.seen: dict[_UseKey, HostArgumentUse] = {}
         # function (the Python one jit wraps) -> [(key in seen, steps to the leaf, (shape, dtype))]: where its
         # looked-at calls held NumPy arrays, followed again in the calls a sampler skips
-        self._paths: dict[Any, list[tuple[tuple, tuple[_Step, ...], tuple]]] = {}
+        self._paths: dict[Any, list[tuple[_UseKey, tuple[_Step, ...], _Kind]]] = {}
         self.skipped_wanted = self._paths  # the functions whose skipped calls ``count_skipped`` is told
         self._last_counted: dict[Any, int] = {}  # function -> the number of the last call counted
         self._looked_at: dict[Any, int] = {}  # function -> its calls looked at (given to ``before``)
         self._unused: dict[int, tuple[Any, frozenset[int]]] = {}  # id(program) -> (it, inputs it never reads)
 
-    def before(self, name: str, is_jit: bool, args: tuple[Any, ...], params: dict[str, Any]) -> None:
+    def before(self, name: str, is_jit: bool, args: tuple[Value, ...], params: Params) -> None:
         if not is_jit:
             return
         local = jit_calls.call_locals()
@@ -275,7 +280,7 @@ def parameter_name(fun: object, index: int) -> str:
     return names[index] if index < len(names) else ""
 
 
-def live_counts(skip_ids: frozenset = frozenset()) -> tuple[dict[tuple, int], int]:
+def live_counts(skip_ids: frozenset[int] = frozenset()) -> tuple[dict[_Kind, int], int]:
     """Live JAX arrays counted by (shape, dtype), and their bytes; ({}, 0) before the backend starts.
 
     Arrays whose ``id`` is in ``skip_ids`` (e.g. those IPython's ``Out`` holds) are not counted.
@@ -287,7 +292,7 @@ def live_counts(skip_ids: frozenset = frozenset()) -> tuple[dict[tuple, int], in
     if not runtime.backend_started():
         return {}, 0
 
-    counts: dict[tuple, int] = {}
+    counts: dict[_Kind, int] = {}
     total = 0
     for array in jax.live_arrays():
         if skip_ids and id(array) in skip_ids:

@@ -105,7 +105,9 @@ def abstract_arguments(
     return abstract_args, abstract_kwargs
 
 
-def abstract_arrays(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def abstract_arrays(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[tuple[object, ...], dict[str, object]]:
     """(args, kwargs) with every array leaf an abstract value and every other value as given (a Python
     number stays a number: bound values a trial keeps static, as the program had them)."""
 
@@ -129,11 +131,14 @@ def traced_scalar(value: Any) -> Any:
 
 
 def trace_with(
-    fun: Callable,
-    args: tuple,
-    kwargs: dict,
-    extra: tuple = (),
-    place: Callable[[tuple, dict, tuple], tuple[tuple, dict]] | None = None,
+    fun: Callable[..., object],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    extra: tuple[object, ...] = (),
+    place: Callable[
+        [tuple[object, ...], dict[str, object], tuple[object, ...]], tuple[tuple[object, ...], dict[str, object]]
+    ]
+    | None = None,
 ) -> TraceTrial:
     """Trace ``fun(*args, **kwargs)`` with ``jax.eval_shape``: every ``ShapeDtypeStruct`` leaf is a traced
     input, every other value is passed as given (a static argument). Nothing is compiled or computed;

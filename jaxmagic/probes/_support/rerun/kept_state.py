@@ -36,8 +36,8 @@ _SKIPPED = (str, bytes, int, float, complex, bool, type(None), type, types.Modul
 @dataclasses.dataclass
 class _Attributes:
     holder: object
-    mapping: dict | None  # a copy of its __dict__
-    slots: dict  # slot name -> value, for the slots that were set
+    mapping: dict[str, object] | None  # a copy of its __dict__
+    slots: dict[str, object]  # slot name -> value, for the slots that were set
 
 
 @dataclasses.dataclass
@@ -154,9 +154,9 @@ def _recorded(roots: Iterable[object]) -> list[_Attributes]:
     return recorded
 
 
-def _reached_by_function(function: types.FunctionType) -> list:
+def _reached_by_function(function: types.FunctionType) -> list[object]:
     """A function's closure and defaults; for the user's own functions also the globals its code names."""
-    reached: list = [cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell)]
+    reached: list[object] = [cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell)]
     reached += list(function.__defaults__ or ()) + list((function.__kwdefaults__ or {}).values())
     reached += [getattr(function, name, None) for name in ("__wrapped__",)]
     code = function.__code__
