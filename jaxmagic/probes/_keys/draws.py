@@ -8,7 +8,8 @@ instruction's, the other arguments' words are kept per value (``_plain_word``), 
 its key's data read later, in batches where looks are deferred (``key_reads``); everything else - the first
 draw of a line, a library between, a legacy key, an array argument read with the key, a draw under ``vmap`` -
 goes the whole way. It counts what the whole way counts (``tests/test_watch_key_follower.py``). On the CPU the
-keys area added ~29 us to an eager ``split`` before, ~18-22 us since (``key_reads`` batches included).
+keys area added ~29 us to an eager ``split`` (~72 us bare) before, ~22 us since, ``key_reads`` batches included
+(the thread's CPU time, the quietest paired run; +-10 us of noise on a shared 2-core machine).
 
 Under ``%jax_watch`` (a ``sampler``) the time following takes is charged to the watch's ``CallSampler``, a
 tenth of a millisecond at a time: the draws are all followed, and the looks at the jitted calls get what is
