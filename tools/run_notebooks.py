@@ -174,7 +174,8 @@ def _expected_seconds(path: Path) -> float:
 
 
 def _announced_run(path: Path) -> NotebookRun:
-    print(f"running {path.name} ...", flush=True)
+    sys.stdout.write(f"running {path.name} ...\n")  # one write: two threads' lines do not run together
+    sys.stdout.flush()
     return execute_notebook(path)
 
 
