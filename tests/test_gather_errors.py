@@ -214,4 +214,3 @@ def test_real_engines_stopped_with_term_and_killed_are_named_as_such(ip):
         ip.user_ns.pop("dv_err", None)
         client.close()
         cluster.stop_cluster_sync()
-
