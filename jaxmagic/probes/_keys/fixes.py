@@ -261,7 +261,7 @@ _STREAM_SPLITS = {
         "`{api}` draws from the random stream the Module's scope keeps (`make_rng`), not from a key your line "
         "passes: with Linen's own vmap, `nn.vmap(..., variable_axes={{'params': None}}, split_rngs={{'params': "
         "False, 'dropout': True}})`, each element gets its own stream - a suggestion: not tried (it changes how "
-        "you vmap)."
+        "you vmap). If the same mask for every element is what you want, nothing needs changing."
     ),
 }
 
@@ -277,7 +277,8 @@ def shared_key_fix(line: SourceLine | None, api: str) -> tuple[str, str]:
         return "", (
             "Give each element of the batch its own key: split the key into one key per element "
             "(`jax.random.split(key, n)`, n the batch size) and pass them through `jax.vmap` with the data "
-            "(a suggestion: not tried)."
+            "(a suggestion: not tried). If the same numbers for every element are what you want, nothing needs "
+            "changing."
         )
     return key, (
         f"`{call}` draws with `{key}`, which is not batched: vmap runs the draw once and every element gets "
