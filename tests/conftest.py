@@ -61,8 +61,8 @@ _GONE_SLOW_IDS = pytest.StashKey[list]()
 # start once; files that share something outside the process - a JupyterLab and Chromium each, ipyparallel's
 # profile, the build/ and dist/ folders - are one unit, run on one worker one after another. The longest units go
 # first after the heap-bound files, in the order the collection sorts them, so the browser tests' ~5 minutes run
-# beside the rest of the suite rather than after it. (xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames
-# ``item._nodeid``, which pytest 9 no longer reads, so every test became its own unit.)
+# beside the rest of the suite rather than after it. (xdist's own ``--dist loadgroup`` cannot do this with
+# pytest 9: it renames ``item._nodeid``, which pytest 9 no longer reads, so every test became its own unit.)
 _SHARED_UNITS = {
     "test_browser.py": "browser",
     "test_browser_explorers.py": "browser",
@@ -130,8 +130,10 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
-    """Under pytest-xdist the controller collects nothing itself: a worker's collection says which are gone."""
-    _note_gone_slow_ids(node.config, list(ids))
+    """Under pytest-xdist the controller collects nothing itself: a worker's collection says which are gone (its
+    ids are what is left after ``-m``/``-k``: with either, nothing can be told)."""
+    if not (node.config.option.markexpr or node.config.option.keyword):
+        _note_gone_slow_ids(node.config, list(ids))
 
 
 def _note_gone_slow_ids(config, node_ids: list[str]) -> None:
