@@ -5,7 +5,8 @@ An engine whose process ended is no longer registered: ``client[i]`` raises ``In
 process that started the engines knows: ``ipp.Cluster(...)`` (``client.cluster``) keeps one
 launcher per engine process, with the process (its exit status: ``-9`` when killed by SIGKILL) and
 the engine's log file, where the engine writes "Completed registration with id N" (which engine it
-was) and, on SIGTERM, "received signal 15, stopping" before it exits with status 1. A client that
+was) and, on SIGTERM, "received signal 15, stopping" before it exits with status 1 - and, once it
+noticed the end, the exit code and the log's text in the engine set. A client that
 connected to engines started elsewhere (``ipp.Client()``) has no cluster: the answer is then that
 the engine left the controller, without why.
 """
@@ -57,17 +58,33 @@ def how_engines_ended(client: Client) -> dict[int, str]:
     if not isinstance(engine_sets, dict):
         return ended
     for engine_set in engine_sets.values():
-        launchers = getattr(engine_set, "launchers", None)
-        for launcher in launchers.values() if isinstance(launchers, dict) else ():
-            with contextlib.suppress(Exception):  # a launcher of another kind (MPI, SSH): not told
-                status = _exit_status(getattr(launcher, "process", None))
-                if status is _RUNNING:
-                    continue
-                log = _log_tail(str(getattr(launcher, "output_file", "") or ""))
-                engine = _REGISTERED.search(log)
-                if engine is not None:
-                    ended[int(engine.group(1))] = _how(status, log)
+        for status, log in _ended_processes(engine_set):
+            engine = _REGISTERED.search(log)
+            if engine is not None:
+                ended[int(engine.group(1))] = _how(status, log)
     return ended
+
+
+def _ended_processes(engine_set: Any) -> list[tuple[object, str]]:
+    """(exit status, log) of each ended engine process of one engine set. Once the set's waiting thread has
+    noticed an end, ipyparallel drops that launcher from ``launchers`` and keeps what it knew elsewhere: the exit
+    code in ``stop_data["engines"][identifier]``, the log's text in ``outputs[identifier]`` (the file itself is
+    removed). Both places are read: which one holds a process depends on a race with that thread."""
+    found: list[tuple[object, str]] = []
+    launchers = getattr(engine_set, "launchers", None)
+    for launcher in list(launchers.values()) if isinstance(launchers, dict) else ():
+        with contextlib.suppress(Exception):  # a launcher of another kind (MPI, SSH): not told
+            status = _exit_status(getattr(launcher, "process", None))
+            if status is not _RUNNING:
+                found.append((status, _log_tail(str(getattr(launcher, "output_file", "") or ""))))
+    stopped = getattr(engine_set, "stop_data", None)
+    stopped = stopped.get("engines") if isinstance(stopped, dict) else None
+    outputs = getattr(engine_set, "outputs", None)
+    for identifier, data in list(stopped.items()) if isinstance(stopped, dict) else ():
+        output = outputs.get(identifier) if isinstance(outputs, dict) else None
+        status = data.get("exit_code") if isinstance(data, dict) else None
+        found.append((status, _text_ends(output) if isinstance(output, str) else ""))
+    return found
 
 
 _RUNNING = object()
@@ -97,6 +114,11 @@ def _log_tail(path: str) -> str:
             return (head + b"\n" + log.read()).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _text_ends(text: str) -> str:
+    """A kept log's start (the registration line) and end (how it stopped), as ``_log_tail`` reads a file."""
+    return text if len(text) <= 2 * _LOG_TAIL else text[:_LOG_TAIL] + "\n" + text[-_LOG_TAIL:]
 
 
 def _how(status: object, log: str) -> str:
