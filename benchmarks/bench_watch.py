@@ -33,7 +33,9 @@ its copy of the results (made only when the next call will be looked at). Only
 these rows, e.g. on the TPU (``--deferred``: the accelerator's way forced on the
 CPU, for an estimate):
 
-    python benchmarks/bench_watch.py mlp [--steps 300] [--reps 9] [--deferred]
+    python benchmarks/bench_watch.py mlp [--steps 300] [--reps 9] [--deferred] [--parts]
+
+``--parts``: where the watch's time on those loops goes instead (``parts_rows``).
 """
 
 from __future__ import annotations
@@ -305,6 +307,49 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
     return rows + per_look_rows(shell, max(steps // 3, 50), repetitions) + [eager_key_row(shell, steps), compile_row]
 
 
+def parts_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
+    """Where the watch's time on the MLP loop goes, by wall-clock against the bare loop in the same run: its
+    cost per cell (an empty cell, watched against bare), the loop with the looks cut to the first call and the
+    last one (the hooks and the cell), and the loop as watched (the looks the rest)."""
+    shell = make_shell()
+    run_cell(shell, MLP_SETUP)
+    no_looks = "_bench_session.CallSampler = lambda: _BenchSampler(share=0.0, credit=0.0, first_calls=0)"
+    rows = []
+    for step in ("mlp_step", "mlp_step_donated", "mlp_step_dropout"):
+        loop = mlp_loop(steps, step)
+        # (the untimed cell before it, the timed cell): the watch is switched in the untimed one
+        cells = {
+            "bare": ("%jax_watch off", loop),
+            "watched": ("%jax_watch", loop),
+            "first and last looks": (f"%jax_watch\n{no_looks}", loop),
+            "empty bare": ("%jax_watch off", "pass"),
+            "empty watched": ("%jax_watch", "pass"),
+        }
+        wall: dict[str, list[float]] = {name: [] for name in cells}
+        order = list(cells)
+        for rep in range(repetitions + 1):  # the first round warms up (compiles), untimed
+            for name in order[rep % len(order) :] + order[: rep % len(order)]:
+                run_cell(shell, "_bench_session.CallSampler = _BenchSampler\n" + cells[name][0])
+                took = timed(lambda c=cells[name][1]: run_cell(shell, c))
+                if rep:
+                    wall[name].append(took)
+        run_cell(shell, "_bench_session.CallSampler = _BenchSampler\n%jax_watch off")
+        bare = median(wall["bare"])
+        per_cell = [w - b for w, b in zip(wall["empty watched"], wall["empty bare"])]
+        for name in ("watched", "first and last looks"):
+            added = [w - b for w, b in zip(wall[name], wall["bare"])]
+            rows.append(
+                Row(
+                    f"{step}: {name} - bare, {steps} steps",
+                    compare="difference",
+                    values=added,
+                    note=f"bare {bare * 1e3:.1f} ms; {median(added) / bare * 100:.1f}% of it; {repetitions} reps",
+                )
+            )
+        rows.append(Row(f"{step}: an empty cell watched - bare", compare="difference", values=per_cell))
+    return rows
+
+
 def where_the_time_goes(shell, cell: str) -> str:
     """One more watched run of ``cell``, instrumented (not timed): the calls looked at, whether looks were
     deferred, and the reads that waited for the device - a NaN verdict read before it was ready (over the
@@ -495,6 +540,7 @@ if __name__ == "__main__":
             from jaxmagic._jax import call_sampling
 
             call_sampling.LOOKS_DEFERRED = True
-        print(table(mlp_rows(_option("--steps", MLP_STEPS), _option("--reps", MLP_REPS))))
+        rows = parts_rows if "--parts" in sys.argv else mlp_rows
+        print(table(rows(_option("--steps", MLP_STEPS), _option("--reps", MLP_REPS))))
     else:
         print(table(run()))

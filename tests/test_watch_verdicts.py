@@ -234,9 +234,9 @@ def test_the_verdict_programs_are_not_counted_among_the_users_compilations(on_de
 # -- the watch on a TPU training step (issue 60 item 3): which calls, the copies, the waiting limit, the keys --
 
 
-def test_deferred_looks_take_two_first_calls_then_the_budget_and_host_reads_forty(monkeypatch):
+def test_deferred_looks_take_the_first_call_then_the_budget_and_host_reads_forty(monkeypatch):
     # A look on an accelerator costs about one dispatch of the step: the sampler gives deferred looks the
-    # first two calls of each function, then its time budget alone; read on the host, the first 40.
+    # first call of each function, then its time budget alone (no credit); read on the host, the first 40.
     made: list[call_sampling.CallSampler] = []
 
     def no_budget() -> call_sampling.CallSampler:  # nothing to spend: only the first calls (and the last)
@@ -245,6 +245,7 @@ def test_deferred_looks_take_two_first_calls_then_the_budget_and_host_reads_fort
 
     monkeypatch.setattr(session, "CallSampler", no_budget)
     step = jax.jit(lambda s: s * 0.5 + 1.0)
+    step(jnp.zeros(3))  # compiled before: a loop of calls on jit's fast path, as a training loop's
     looked = {}
     for deferred in (True, False):
         monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", deferred)
@@ -257,8 +258,8 @@ def test_deferred_looks_take_two_first_calls_then_the_budget_and_host_reads_fort
 
         _watched(watch, loop)
         looked[deferred] = (made[-1].deferred, made[-1].first_calls, watch.log.calls_looked_at)
-    # calls 1 and 2, or 1-40, then the last call of the loop when the cell ends
-    assert looked == {True: (True, 2, 3), False: (False, 40, 41)}
+    # call 1, or 1-40, then the last call of the loop when the cell ends
+    assert looked == {True: (True, 1, 2), False: (False, 40, 41)}
     decided = call_sampling.CallSampler()
     decided.saw_results([jnp.ones(2)])  # LOOKS_DEFERRED is False here: read on the host
     assert (decided.first_calls, decided.credit) == (call_sampling.FIRST_CALLS, call_sampling.CREDIT) == (40, 0.002)
@@ -269,7 +270,7 @@ def test_deferred_looks_take_two_first_calls_then_the_budget_and_host_reads_fort
     monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", True)
     deferred = call_sampling.CallSampler()
     deferred.saw_results([jnp.ones(2)])
-    assert (deferred.first_calls, deferred.credit) == (2, call_sampling.CREDIT_DEFERRED)
+    assert (deferred.first_calls, deferred.credit) == (1, 0.0)
 
 
 def test_a_donating_calls_copies_are_one_program_of_jaxmagics_own(on_device, every_call, monkeypatch):
@@ -406,12 +407,12 @@ def test_no_look_reads_a_key_on_the_host_and_the_keys_are_counted_at_the_end(on_
 
 
 def test_a_sampled_donating_loop_copies_only_for_a_next_look_and_says_why_it_cannot_replay(on_device, monkeypatch):
-    # Looks at calls 1, 2 (the first calls) and the last (the block's end): only call 1's results are copied
-    # (call 2's arguments, replayable); a NaN made by the last call is still told at its call and line, and
+    # Looks at calls 1, 2 (two first calls asked for) and the last (the block's end): only call 1's results are
+    # copied (call 2's arguments, replayable); a NaN made by the last call is still told at its call and line, and
     # why it was not replayed (the call before it was not looked at), never lost.
     from jaxmagic._jax import own_programs
 
-    monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0))
+    monkeypatch.setattr(session, "CallSampler", lambda: call_sampling.CallSampler(share=0.0, credit=0.0, first_calls=2))
     copies: list[int] = []
     program = own_programs._copy_program()
     monkeypatch.setattr(
