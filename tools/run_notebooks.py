@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,7 +44,9 @@ NOTEBOOK_DIR = ROOT / "demo_notebooks"
 BUILD_DIR = ROOT / "build" / "notebooks"
 KERNEL_NAME = "jaxmagic"
 CELL_TIMEOUT_S = 600
-PARALLEL = 2  # kernels at once: a notebook keeps about one core busy (its compiles), the machine of CI has two
+# kernels at once: a notebook keeps about one core busy (its compiles), the machine of CI has two; 1 on the lent TPU
+# machine, where one process at a time holds the chip (tools/accelerator/device.sh)
+PARALLEL = int(os.environ.get("JAXMAGIC_NOTEBOOKS_AT_ONCE", "2"))
 
 
 @dataclasses.dataclass
@@ -129,9 +132,12 @@ def execute_notebook(path: Path, build_dir: Path = BUILD_DIR) -> NotebookRun:
     # JAXMAGIC_KERNEL_TRANSPORT=ipc: the lent TPU machine opens no TCP socket, not even on the loopback
     # (tools/accelerator/device.sh); the kernel then talks over unix sockets.
     transport = os.environ.get("JAXMAGIC_KERNEL_TRANSPORT", "tcp")
+    # Over ipc the "ip" is the sockets' path: jupyter_client's default is relative ("kernel-ipc"), and the kernel
+    # runs in the notebook's folder, so it would listen where its client never looks.
+    where = {"ip": tempfile.mkdtemp(prefix="jaxmagic-kernel-") + "/kernel"} if transport == "ipc" else {}
     client = NotebookClient(
         nb,
-        km=KernelManager(kernel_name=KERNEL_NAME, transport=transport),
+        km=KernelManager(kernel_name=KERNEL_NAME, transport=transport, **where),
         kernel_name=KERNEL_NAME,
         timeout=CELL_TIMEOUT_S,
         resources={"metadata": {"path": str(path.parent)}},

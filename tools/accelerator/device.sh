@@ -77,9 +77,13 @@ step_bench() {  # the benchmarks whose figures docs/overhead.md gives a TPU colu
 }
 
 step_notebooks() {  # the demo notebooks that fit one device, in kernels over ipc (no socket opens here)
-    local kern=/tmp/accel/kernel
-    "$PY" -m ipykernel install --prefix "$kern" --name jaxmagic >/dev/null 2>&1
-    JUPYTER_PATH="$kern/share/jupyter" JAXMAGIC_KERNEL_TRANSPORT=ipc \
+    # The kernelspec runs tools/accelerator/ipc_kernel.py (ipykernel's IOPub pipe binds TCP, which aborts
+    # the kernel here); one notebook at a time: one process at a time holds the chip.
+    local spec=/tmp/accel/kernel/share/jupyter/kernels/jaxmagic
+    mkdir -p "$spec"
+    printf '{"argv": ["%s", "%s/tools/accelerator/ipc_kernel.py", "-f", "{connection_file}"], "display_name": "jaxmagic (ipc)", "language": "python"}\n' \
+        "$PY" "$REPO" > "$spec/kernel.json"
+    JUPYTER_PATH=/tmp/accel/kernel/share/jupyter JAXMAGIC_KERNEL_TRANSPORT=ipc JAXMAGIC_NOTEBOOKS_AT_ONCE=1 \
         "$PY" tools/run_notebooks.py ${NOTEBOOKS:-} 2>&1 | tee "$OUT/notebooks-$1.log" | tail -40
 }
 
