@@ -122,9 +122,14 @@ class CompileCounter:
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The current environment without XLA_FLAGS and JAX_* variables, plus ``extra``."""
+    """The current environment without XLA_FLAGS and JAX_* variables (``JAXMAGIC_CHILD_JAX_PLATFORMS``, where
+    set, as JAX_PLATFORMS), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
     env["PYTHON_COLORS"] = "0"  # no ANSI codes in tracebacks printed by the child
+    # One process at a time holds a TPU chip: where the kernel holds it (the accelerator lane sets this to
+    # "cpu", tools/accelerator/device.sh), a child runs JAX there instead of failing on libtpu's lockfile.
+    if os.environ.get("JAXMAGIC_CHILD_JAX_PLATFORMS"):
+        env["JAX_PLATFORMS"] = os.environ["JAXMAGIC_CHILD_JAX_PLATFORMS"]
     env.update(extra or {})
     return env
 
