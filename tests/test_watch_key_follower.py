@@ -103,7 +103,7 @@ def test_a_key_reused_once_is_found_by_the_watch_and_every_draw_is_counted(defer
 
 def test_the_time_following_takes_is_charged_to_the_watch_sampler(monkeypatch):
     monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", True)
-    sampler = CallSampler()
+    sampler = CallSampler(credit=0.0)  # no credit: any time charged moves the next look on
     with draws.random_calls_followed(KeyReport(), sampler):
         key = jax.random.key(0)
         for _ in range(200):
@@ -142,3 +142,31 @@ def test_a_program_is_searched_for_draws_once_across_watched_cells(monkeypatch):
     assert len(searches) == 1  # the first cell's first call searched the program; the others asked the cache
     assert any("whole vmapped batch" in f.get("summary", "") or "vmapped batch" in f["headline"] for f in told[0])
     assert watch.log.findings and all(f.count >= 1 for f in watch.log.findings)
+
+
+def test_quick_draws_ask_for_their_key_data_a_batch_at_a_time(deferred, monkeypatch):
+    # A read per draw was half the follower's time: the quick draws of a loop are handed to the key reads
+    # BATCH at a time (one entry, one ``then``), the rest of a batch when the block ends - and counted all.
+    from jaxmagic.probes._keys import key_reads
+
+    asked: list[int] = []
+    read = key_reads.KeyReads.read
+
+    def counted(self, arrays, then):
+        asked.append(len(arrays))
+        return read(self, arrays, then)
+
+    monkeypatch.setattr(key_reads.KeyReads, "read", counted)
+    splits = 2 * key_reads.BATCH + 30
+
+    def loop():
+        key = jax.random.key(5)
+        for _ in range(splits):
+            key, _sub = jax.random.split(key)
+        return key
+
+    _, report = _followed(loop, quick=True)
+    # the first split goes the whole way (its line is new), the others are quick: two full batches and the rest
+    assert asked == [1, key_reads.BATCH, key_reads.BATCH, splits - 1 - 2 * key_reads.BATCH]
+    (split,) = report.draws
+    assert (split.calls, split.distinct, split.repeated_times) == (splits, splits, 1)  # no key drawn twice

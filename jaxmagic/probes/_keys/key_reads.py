@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 # What arrays stacked together share: (shape, dtype, placement).
 _Signature: TypeAlias = "tuple[tuple[int, ...], np.dtype, Sharding]"
 
-BATCH = 128  # deferred reads gathered into one batch: one program of jaxmagic's own and one copy to the host
-MIN_BATCH = 8  # fewer reads than this left at the block's end are copied one by one
+BATCH = 128  # arrays of deferred reads gathered into one batch: one program of jaxmagic's own and one copy to the host
+MIN_BATCH = 8  # fewer arrays than this left at the block's end are copied one by one
 MAX_IN_FLIGHT = 4  # batches dispatched and not finished; over it the oldest is finished, waiting for it
 
 # What is done with the data read: called with each array of the read as a NumPy array.
@@ -61,6 +61,7 @@ class KeyReads:
 
     def __init__(self) -> None:
         self._gathering: list[Read] = []  # deferred reads not dispatched yet
+        self._gathered = 0  # the arrays of those reads (a read may hold a batch of draws' keys)
         self._in_flight: deque[Batch] = deque()  # dispatched, oldest first
         self._deferred: bool | None = None  # decided at the first read, by where its arrays live
         self._lock = threading.Lock()  # eager draws may be followed on several threads
@@ -75,7 +76,8 @@ class KeyReads:
             return
         with self._lock:
             self._gathering.append((arrays, then))
-            due = len(self._gathering) >= BATCH
+            self._gathered += len(arrays)
+            due = self._gathered >= BATCH
         if due:
             self._dispatch(stack=True)
             self.settle(wait=False)
@@ -89,7 +91,7 @@ class KeyReads:
     def _dispatch(self, stack: bool) -> None:
         """Start the copies of the reads gathered so far to the host (stacked where ``stack``): one batch."""
         with self._lock:
-            reads, self._gathering = self._gathering, []
+            reads, self._gathering, self._gathered = self._gathering, [], 0
         if reads:
             batch = Batch(reads, stack)
             with self._lock:
@@ -100,7 +102,7 @@ class KeyReads:
         """Finish the batches whose data is there, oldest first, up to the first that is not (over
         ``MAX_IN_FLIGHT`` the oldest is finished anyway, waiting for it); with ``wait``, every read."""
         if wait and self._gathering:
-            self._dispatch(stack=len(self._gathering) >= MIN_BATCH)
+            self._dispatch(stack=self._gathered >= MIN_BATCH)
         if not self._in_flight:
             return
         with jit_calls.reads_allowed():  # reading the keys is ours, not one of the user's transfers
