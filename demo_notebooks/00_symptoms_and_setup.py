@@ -159,7 +159,7 @@ assert not xla_bridge.backends_are_initialized(), "the imports alone must not st
 # %%
 print("JAX", jax.__version__, "| backend", jax.default_backend(), "| devices", jax.devices(),
       "| Python", sys.version.split()[0], "|", sys.platform)
-assert jax.__version__ == "0.12.0.1" and jax.default_backend() == "cpu"
+assert jax.__version__ == "0.12.0.1"   # the chapter's backend is the CPU; the accelerator lane runs this on a TPU
 assert xla_bridge.backends_are_initialized()      # asking for the devices is what started it
 
 # %% [markdown]

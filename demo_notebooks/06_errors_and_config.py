@@ -24,7 +24,7 @@
 # %%
 # %load_ext jaxmagic
 
-import re, sys, json, traceback
+import os, re, sys, json, traceback
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -89,7 +89,8 @@ def tb_profile(mode):
                 "jax": sum("/jax/_src/" in f.filename for f in frames),
                 "cause": type(e.__cause__).__name__ if e.__cause__ else "-",
                 "notes": len(getattr(e, "__notes__", [])),
-                "user": [f.name for f in frames if "site-packages" not in f.filename],
+                "user": [f.name for f in frames
+                         if "site-packages" not in f.filename and os.path.dirname(jax.__file__) not in f.filename],
                 "view": view}
     finally:
         jax.config.update("jax_traceback_filtering", "auto")
@@ -184,7 +185,7 @@ assert result_lines(run_py(AUTO_OUTSIDE)) == ["quiet_remove_frames"]
 # agree:
 
 # %%
-def user_frames(exc, skip=("site-packages", "<frozen")):
+def user_frames(exc, skip=("site-packages", "<frozen", os.path.dirname(jax.__file__))):  # JAX where it is installed
     """The frames of an exception's traceback that are not third-party code: [(function, line, code)]."""
     return [(f.name, f.lineno, (f.line or "").strip()) for f in traceback.extract_tb(exc.__traceback__)
             if not any(s in f.filename for s in skip)]
