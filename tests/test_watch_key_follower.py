@@ -170,3 +170,23 @@ def test_quick_draws_ask_for_their_key_data_a_batch_at_a_time(deferred, monkeypa
     assert asked == [1, key_reads.BATCH, key_reads.BATCH, splits - 1 - 2 * key_reads.BATCH]
     (split,) = report.draws
     assert (split.calls, split.distinct, split.repeated_times) == (splits, splits, 1)  # no key drawn twice
+
+
+def test_a_batch_of_quick_draws_is_stacked_apart_from_the_reads_gathered_before_it(monkeypatch):
+    # Stacked together, 3 whole-way reads and a quick batch of BATCH would be padded to 2 * BATCH: a second
+    # compilation of the stack program (slow on a TPU) for nothing.
+    from jaxmagic._jax import own_programs
+    from jaxmagic.probes._keys import key_reads
+
+    monkeypatch.setattr(call_sampling, "LOOKS_DEFERRED", True)
+    stacked: list[int] = []
+    stack = own_programs.stacked
+    monkeypatch.setattr(own_programs, "stacked", lambda leaves: stacked.append(len(leaves)) or stack(leaves))
+    reads, counted = key_reads.KeyReads(), []
+    keys = [jax.random.key_data(jax.random.key(i)) for i in range(key_reads.BATCH + 3)]
+    for key in keys[:3]:
+        reads.read([key], counted.append)
+    reads.read(keys[3:], counted.append)
+    reads.settle(wait=True)
+    assert stacked == [key_reads.BATCH]  # the quick batch alone; the 3 before it copied one by one
+    assert [len(rows) for rows in counted] == [1, 1, 1, key_reads.BATCH]

@@ -75,6 +75,12 @@ class KeyReads:
                 _finish(arrays, then)
             return
         with self._lock:
+            # a batch of draws asked for at once (``draws._read_quick``) goes into a batch of its own: stacked with
+            # the few gathered before it, it would be padded to twice BATCH, another compilation of the stack
+            first = self._gathered if self._gathering and self._gathered + len(arrays) > BATCH else 0
+        if first:
+            self._dispatch(stack=first >= MIN_BATCH)
+        with self._lock:
             self._gathering.append((arrays, then))
             self._gathered += len(arrays)
             due = self._gathered >= BATCH
