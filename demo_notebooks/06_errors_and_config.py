@@ -185,7 +185,9 @@ assert result_lines(run_py(AUTO_OUTSIDE)) == ["quiet_remove_frames"]
 # agree:
 
 # %%
-def user_frames(exc, skip=("site-packages", "<frozen", os.path.dirname(jax.__file__))):  # JAX where it is installed
+JAX_DIR = os.path.dirname(jax.__file__)   # JAX's frames, wherever it is installed (not always site-packages)
+
+def user_frames(exc, skip=("site-packages", "<frozen", JAX_DIR)):
     """The frames of an exception's traceback that are not third-party code: [(function, line, code)]."""
     return [(f.name, f.lineno, (f.line or "").strip()) for f in traceback.extract_tb(exc.__traceback__)
             if not any(s in f.filename for s in skip)]
