@@ -44,9 +44,7 @@ NOTEBOOK_DIR = ROOT / "demo_notebooks"
 BUILD_DIR = ROOT / "build" / "notebooks"
 KERNEL_NAME = "jaxmagic"
 CELL_TIMEOUT_S = 600
-# kernels at once: a notebook keeps about one core busy (its compiles), the machine of CI has two; 1 on the lent TPU
-# machine, where one process at a time holds the chip (tools/accelerator/device.sh)
-PARALLEL = int(os.environ.get("JAXMAGIC_NOTEBOOKS_AT_ONCE", "2"))
+PARALLEL = 2  # kernels at once: a notebook keeps about one core busy (its compiles), the machine of CI has two
 
 
 @dataclasses.dataclass

@@ -78,7 +78,7 @@ step_bench() {  # the benchmarks whose figures docs/overhead.md gives a TPU colu
 
 step_notebooks() {  # the demo notebooks that fit one device, in kernels over ipc (no socket opens here)
     # The kernelspec runs tools/accelerator/ipc_kernel.py (ipykernel's IOPub pipe binds TCP, which aborts
-    # the kernel here); one notebook at a time: one process at a time holds the chip.
+    # the kernel here).
     local spec=/tmp/accel/kernel/share/jupyter/kernels/jaxmagic
     mkdir -p "$spec"
     printf '{"argv": ["%s", "%s/tools/accelerator/ipc_kernel.py", "-f", "{connection_file}"], "display_name": "jaxmagic (ipc)", "language": "python"}\n' \
@@ -88,8 +88,8 @@ step_notebooks() {  # the demo notebooks that fit one device, in kernels over ip
     local notebook
     for notebook in ${NOTEBOOKS:-demo_notebooks/[01]*.ipynb}; do
         pkill -f tools/accelerator/ipc_kernel.py; sleep 1
-        JUPYTER_PATH=/tmp/accel/kernel/share/jupyter JAXMAGIC_KERNEL_TRANSPORT=ipc JAXMAGIC_NOTEBOOKS_AT_ONCE=1 \
-            JAXMAGIC_CHILD_JAX_PLATFORMS=cpu PYTHONWARNINGS="ignore:Transparent hugepages" \
+        JUPYTER_PATH=/tmp/accel/kernel/share/jupyter JAXMAGIC_KERNEL_TRANSPORT=ipc JAXMAGIC_CHILD_JAX_PLATFORMS=cpu \
+            PYTHONWARNINGS="ignore:Transparent hugepages" \
             "$PY" tools/run_notebooks.py "$notebook" 2>&1 | tee -a "$OUT/notebooks-$1.log" | grep -E "pass|FAIL"
     done
 }

@@ -59,6 +59,10 @@ MAX_CONSUMED_KEYS = 20_000  # legacy key data remembered per block (~200 bytes e
 _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other arguments
 
 
+# A quick draw waiting for its key's data to be asked for: (its draw and the key data seen there, the other
+# arguments' words, the key's data)
+_QuickDraw = tuple[tuple[RepeatedDraw, dict[bytes, list[object]]], tuple[str, ...], object]
+
 # Where a draw is counted: (jax.random function, the user's file, line, the library between, the place of
 # the user frame the library ran from)
 Place = tuple[str, str, int, str, "tuple[str, int] | None"]
@@ -304,7 +308,7 @@ class _DrawFollower:
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
         # quick draws (``_counted_quickly``) whose key data is not asked for yet: (draw, other arguments' words,
         # the key's data), handed to ``reads`` as one read of up to ``BATCH`` arrays (``_read_quick``)
-        self._quick: list[tuple[tuple[RepeatedDraw, dict[bytes, list[object]]], tuple[str, ...], object]] = []
+        self._quick: list[_QuickDraw] = []
         # (jax.random function, id(code), instruction) of a user's line calling it itself -> what is known there
         self._places: dict[tuple[str, int, int], _Spot] = {}
         # (id(code), instruction) of the outermost user frame -> (code, its line): a legacy draw's started_by
@@ -393,9 +397,7 @@ class _DrawFollower:
         self._read_quick(quick)
         return True
 
-    def _read_quick(
-        self, quick: list[tuple[tuple[RepeatedDraw, dict[bytes, list[object]]], tuple[str, ...], object]]
-    ) -> None:
+    def _read_quick(self, quick: list[_QuickDraw]) -> None:
         """Ask for the key data of a batch of quick draws in one read (one entry of ``reads``, one ``then``: per
         draw only a tuple kept), each counted as ``follow`` counts it once the data is there."""
 
