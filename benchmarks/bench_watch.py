@@ -61,6 +61,8 @@ from harness import (
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "demo_notebooks"))  # the section 9 script
 import section9_script
 
+from jaxmagic.report.watch_areas import AREAS
+
 REPETITIONS = 7
 CALLS = 20_000
 STEPS = 200
@@ -312,23 +314,28 @@ def parts_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]
     cost per cell (an empty cell, watched against bare), the loop with the looks cut to the first call and the
     last one (the hooks and the cell), and the loop as watched (the looks the rest)."""
     shell = make_shell()
+    run_cell(shell, PER_CALL_SETUP)  # the floor's empty hook
     run_cell(shell, MLP_SETUP)
     no_looks = "_bench_session.CallSampler = lambda: _BenchSampler(share=0.0, credit=0.0, first_calls=0)"
     rows = []
     for step in ("mlp_step", "mlp_step_donated", "mlp_step_dropout"):
         loop = mlp_loop(steps, step)
-        # (the untimed cell before it, the timed cell): the watch is switched in the untimed one
+        # (the untimed cell before it, the timed cell): the watch is switched on in the untimed one, after off
         cells = {
-            "bare": ("%jax_watch off", loop),
+            "bare": ("pass", loop),
             "watched": ("%jax_watch", loop),
             "first and last looks": (f"%jax_watch\n{no_looks}", loop),
-            "empty bare": ("%jax_watch off", "pass"),
+            "empty hook (the floor)": ("pass", with_empty_hook(loop)),
+            "empty bare": ("pass", "pass"),
             "empty watched": ("%jax_watch", "pass"),
         }
+        for area in AREAS:  # each area alone, its looks cut as above: which one costs what
+            cells[f"{area} alone, first and last looks"] = (f"%jax_watch --only '{area}'\n{no_looks}", loop)
         wall: dict[str, list[float]] = {name: [] for name in cells}
         order = list(cells)
         for rep in range(repetitions + 1):  # the first round warms up (compiles), untimed
             for name in order[rep % len(order) :] + order[: rep % len(order)]:
+                run_cell(shell, "%jax_watch off")
                 run_cell(shell, "_bench_session.CallSampler = _BenchSampler\n" + cells[name][0])
                 took = timed(lambda c=cells[name][1]: run_cell(shell, c))
                 if rep:
@@ -336,7 +343,9 @@ def parts_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]
         run_cell(shell, "_bench_session.CallSampler = _BenchSampler\n%jax_watch off")
         bare = median(wall["bare"])
         per_cell = [w - b for w, b in zip(wall["empty watched"], wall["empty bare"])]
-        for name in ("watched", "first and last looks"):
+        for name in ["watched", "first and last looks", "empty hook (the floor)"] + [
+            f"{area} alone, first and last looks" for area in AREAS
+        ]:
             added = [w - b for w, b in zip(wall[name], wall["bare"])]
             rows.append(
                 Row(

@@ -10,6 +10,8 @@ jitted program for draws (``flows.searched_once``) run once per program, not onc
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,11 +95,14 @@ def test_a_key_reused_once_is_found_by_the_watch_and_every_draw_is_counted(defer
         many_draws(reuse_at=40)
     finally:
         found = [f.to_dict() for f in watch.end_cell().findings]
-    repeated = [f for f in found if "2 of its" in f["headline"]]
-    # the lines drawing with it: each counted at every call (noise()'s line once more, under vmap)
+    repeated = [f for f in found if " in 2 of " in f["headline"]]
+    # the lines drawing with it: each counted at every call (noise()'s line once more, under vmap), the keys of
+    # the first FIRST_COMPARED quick draws compared (the reuse at 40 among them), then a share
+    calls = rf"({STEPS}|{STEPS + 1})"
     assert repeated and all(
-        f"2 of its {STEPS} calls" in f["headline"] or f"2 of its {STEPS + 1} calls" in f["headline"] for f in repeated
-    )
+        re.search(rf"in 2 of (its {calls} calls|the \d+ calls compared \(of {calls}\))", f["headline"])
+        for f in repeated
+    ), [f["headline"] for f in repeated]
     assert any("whole vmapped batch" in f["headline"] or "vmapped batch" in f.get("summary", "") for f in found)
 
 
@@ -190,3 +195,47 @@ def test_a_batch_of_quick_draws_is_stacked_apart_from_the_reads_gathered_before_
     reads.settle(wait=True)
     assert stacked == [key_reads.BATCH]  # the quick batch alone; the 3 before it copied one by one
     assert [len(rows) for rows in counted] == [1, 1, 1, key_reads.BATCH]
+
+
+def _dropout_loop(steps: int, split: bool = True):
+    """A loop drawing a dropout mask per step, its key split per step (or, the bug, never split)."""
+    key, total = jax.random.key(0), jnp.zeros(3)
+    for _ in range(steps):
+        sub = key
+        if split:
+            key, sub = jax.random.split(key)
+        total = total + jax.random.bernoulli(sub, 0.9, (3,))
+    return total
+
+
+def test_the_watch_compares_the_keys_of_a_share_of_a_lines_draws_and_says_how_many(deferred, monkeypatch):
+    # no share past the first FIRST_COMPARED: what the watch compares is then exact, whatever the machine's speed
+    monkeypatch.setattr(draws, "COMPARED_SHARE", 0.0)
+    watch = Watch(only=["random keys"])
+    watch.begin_cell("In [1]")
+    try:
+        value = _dropout_loop(100)
+    finally:
+        found = watch.end_cell().findings
+    assert np.array_equal(value, _dropout_loop(100)) and not found
+    # two lines (split, bernoulli), each counted at every call; the first draw the whole way, then 40 quick ones
+    compared = 2 * (1 + draws.FIRST_COMPARED)
+    assert (watch.log.draws_counted, watch.log.draws_compared) == (200, compared)
+    assert f"The keys of {compared} of the 200 eager jax.random calls" in watch.log.coverage
+
+    with probes.keys(record=True) as report:  # %%jax_keys: every call's key compared
+        _dropout_loop(100)
+    assert all(d.compared == d.calls == 100 for d in report.draws)
+
+
+def test_a_key_never_split_is_found_by_the_watch_in_the_draws_it_compared(deferred, monkeypatch):
+    monkeypatch.setattr(draws, "COMPARED_SHARE", 0.0)
+    watch = Watch(only=["random keys"])
+    watch.begin_cell("In [1]")
+    try:
+        _dropout_loop(100, split=False)
+    finally:
+        found = [f.to_dict() for f in watch.end_cell().findings]
+    (repeated,) = [f for f in found if f["function"] == "jax.random.bernoulli"]
+    compared = 1 + draws.FIRST_COMPARED
+    assert f"in {compared} of the {compared} calls compared (of 100)" in repeated["headline"], repeated["headline"]

@@ -248,7 +248,10 @@ class FastPathCalls:
                 caller = getframe(2)  # the hook's caller
                 if state.depth:
                     return
-                if user_files.get(caller.f_code.co_filename) != "user":
+                kind = user_files.get(caller.f_code.co_filename)
+                if kind == "jax":  # JAX's own code made the call (an eager op's parts): as ``made_by_user`` says
+                    return
+                if kind != "user":
                     caller = made_by_user(caller, jitted._fun)  # the user's line behind a library's wrapper
                 if caller is None:
                     return

@@ -16,8 +16,12 @@ draw; asked for a batch of draws at a time, the follower's own time per split on
 deferred way) went from ~28 us to ~15 us, the reads' part from ~14 us to ~6 us.
 
 Under ``%jax_watch`` (a ``sampler``) the time following takes is charged to the watch's ``CallSampler``, a
-tenth of a millisecond at a time: the draws are all followed, and the looks at the jitted calls get what is
-left of the share (``_jax/call_sampling.py``).
+tenth of a millisecond at a time, and the looks at the jitted calls get what is left of the share
+(``_jax/call_sampling.py``). There every draw is counted, but a quick draw's key data is compared only for the
+first ``FIRST_COMPARED`` draws at its place and then within ``COMPARED_SHARE`` of the block's time (a sampler of
+the follower's own): a dropout key split per training step costs the quick path's checks and a count, not a
+read, at most steps. The report says how many draws' keys were compared (``RepeatedKeys.compared``); a key
+repeated at every step is seen in any two. ``%%jax_keys`` (no sampler) compares every draw's key.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ _NOT_DRAWING = frozenset({"key_data", "key_impl"})
 _NOT_CONSUMING = _NOT_DRAWING | {"fold_in", "clone", "wrap_key_data"}
 MAX_DRAW_LINES = 200  # lines followed per block
 CHARGED_EVERY = 1e-4  # seconds of following gathered before they are charged to the block's sampler
+FIRST_COMPARED = 40  # under the watch: the draws at a place whose key data is always compared, then ...
+COMPARED_SHARE = 0.01  # ... those within this share of the block's time (the time following takes)
 MAX_CONSUMED_KEYS = 20_000  # legacy key data remembered per block (~200 bytes each), to find one consumed on two lines
 _EXTRA_DIGEST = 16  # bytes of a draw's fingerprint that digest its other arguments
 
@@ -267,8 +273,9 @@ def random_calls_followed(report: KeyReport, sampler: CallSampler | None = None)
 
     Lists the calls given a raw uint32 key, and counts per (function, line of
     yours) the distinct key data and other arguments each call was given.
-    ``sampler``: the block's ``CallSampler`` (the watch's), charged the time following takes - every draw is
-    followed, and the looks at the block's calls get what is left of its share.
+    ``sampler``: the block's ``CallSampler`` (the watch's), charged the time following takes - the looks at the
+    block's calls get what is left of its share - and the key data of a place's draws past its first
+    ``FIRST_COMPARED`` compared within ``COMPARED_SHARE`` of the block's time (each draw still counted).
     """
     follower = _DrawFollower(report, sampler)
     try:
@@ -297,7 +304,11 @@ class _DrawFollower:
     def __init__(self, report: KeyReport, sampler: CallSampler | None = None) -> None:
         self.report = report
         self.sampler = sampler
-        self.unspent = 0.0  # seconds spent following not charged to the sampler yet
+        # under the watch: which quick draws' key data is compared (a share of the time, per place)
+        self.compare_due = (
+            CallSampler(share=COMPARED_SHARE, credit=0.0, first_calls=FIRST_COMPARED) if sampler is not None else None
+        )
+        self.unspent = 0.0  # seconds spent following not charged to the samplers yet
         self.uses: dict[Place, LegacyKeyUse] = {}
         self.draws: dict[Place, tuple[RepeatedDraw, dict[bytes, list[object]]]] = {}
         # legacy keys, which JAX's checker cannot follow: key data -> (place, API, the consuming function)
@@ -322,9 +333,10 @@ class _DrawFollower:
             self.follow(name, key, frame_seen)
         finally:
             self.unspent += perf_counter() - started
-            if self.unspent >= CHARGED_EVERY and self.sampler is not None:
+            if self.unspent >= CHARGED_EVERY and self.sampler is not None and self.compare_due is not None:
                 spent, self.unspent = self.unspent, 0.0
                 self.sampler.spent_looking(spent)
+                self.compare_due.spent_looking(spent)
 
     def follow(self, name: str, key: object, frame_seen: object) -> None:
         """One eager jax.random call ``name`` given ``key``, running in ``frame_seen``."""
@@ -382,8 +394,13 @@ class _DrawFollower:
             return False
         if spot.consumes and key_internals.one_key_for_a_vmapped_batch(key):
             return False
-        words = _plain_words(spot.names, frame)
         drawn = spot.drawn
+        due = self.compare_due
+        if drawn is not None and due is not None and not due.take(spot.where):  # counted, its key not compared
+            with self.lock:
+                drawn[0].calls += 1
+            return True
+        words = _plain_words(spot.names, frame)
         if words is None or drawn is None:
             return False
         data = key_internals.typed_key_data(key)
@@ -402,8 +419,11 @@ class _DrawFollower:
         draw only a tuple kept), each counted as ``follow`` counts it once the data is there."""
 
         def count_each(rows: list[np.ndarray]) -> None:
-            for (drawn, words, _), row in zip(quick, rows):
-                self._count(drawn, words, None, [row])
+            # what ``_count`` does per draw, the lock taken once for the batch (~2 us a draw before, on the CPU)
+            fingerprints = [_draw_fingerprint([row], words) for (_, words, _), row in zip(quick, rows)]
+            with self.lock:
+                for (drawn, _, _), fingerprint, row in zip(quick, fingerprints, rows):
+                    self._tally(drawn, fingerprint, row)
 
         self.reads.read([data for _, _, data in quick], count_each)
 
@@ -475,15 +495,22 @@ class _DrawFollower:
         with self.lock:
             if consumer is not None:
                 self._note_consumed(fingerprint[:-_EXTRA_DIGEST], *consumer)
-            if drawn is None:
-                return
-            draw, seen = drawn
-            if fingerprint in seen:
-                seen[fingerprint][1] = cast(int, seen[fingerprint][1]) + 1
-            else:  # a new key past the first MAX_FLOW_VALUES is still a distinct one (counted, not kept)
-                if len(seen) < MAX_FLOW_VALUES:
-                    seen[fingerprint] = [data[0], 1]
-                draw.distinct += 1
+            if drawn is not None:
+                self._tally(drawn, fingerprint, data[0])
+
+    @staticmethod
+    def _tally(drawn: tuple[RepeatedDraw, dict[bytes, list[object]]], fingerprint: bytes, key_data: np.ndarray) -> None:
+        """One more key drawn with at a place (``drawn``): the times its data (``fingerprint``) was seen there.
+        Called with ``lock`` held."""
+        draw, seen = drawn
+        draw.compared = (draw.compared or 0) + 1
+        found = seen.get(fingerprint)
+        if found is not None:
+            found[1] = cast(int, found[1]) + 1
+        else:  # a new key past the first MAX_FLOW_VALUES is still a distinct one (counted, not kept)
+            if len(seen) < MAX_FLOW_VALUES:
+                seen[fingerprint] = [key_data, 1]
+            draw.distinct += 1
 
     def _legacy_use(self, where: Place, user: FrameType | None) -> None:
         with self.lock:
@@ -510,7 +537,7 @@ class _DrawFollower:
             provenance = attribution.of_source_line(line, attribution.started_by(user))
             if provenance is not None and library:
                 provenance.library_function = library
-            draw = RepeatedDraw(name, line, legacy=legacy, provenance=provenance, library=library)
+            draw = RepeatedDraw(name, line, legacy=legacy, provenance=provenance, library=library, compared=0)
             draw.consumed_at = line_of(inner) if inner is not None else None
             entry = self.draws[where] = (draw, {})
             self.report.draws.append(draw)

@@ -38,6 +38,10 @@ class RepeatedKeys:
     """The keys one place received, counted by their data: what a key flow and an eager draw share."""
 
     calls: int = 0
+    # of them, the calls whose key data was read and compared (the watch compares a share of a place's eager draws;
+    # a key that could not be read - deleted since - is not compared): what ``distinct`` and the repeats count in.
+    # The probes count it from 0; None (a finding made whole, as a report read back) is every call.
+    compared: int | None = None
     distinct: int = 0  # distinct key data (an eager draw: distinct (key data, other arguments))
     repeated_key: str = ""  # the data of the key seen most often, e.g. "[1797259609 2579123966]"
     repeated_times: int = 0
@@ -45,13 +49,29 @@ class RepeatedKeys:
     provenance: Provenance | None = None
 
     @property
+    def compared_calls(self) -> int:
+        """The calls whose key data was compared (``compared``, every call where not counted)."""
+        return self.calls if self.compared is None else min(self.compared, self.calls)
+
+    @property
     def repeated(self) -> bool:
-        return self.calls > 1 and self.distinct < self.calls
+        return self.compared_calls > 1 and self.distinct < self.compared_calls
+
+    @property
+    def all_compared(self) -> bool:
+        return self.compared_calls >= self.calls
+
+    @property
+    def calls_compared(self) -> str:
+        """The calls the counts are of: "300 calls", or "the 52 calls compared (of 300)" where not all were."""
+        if self.all_compared:
+            return f"{self.calls} calls"
+        return f"the {self.compared_calls} calls compared (of {self.calls})"
 
     @property
     def evidence(self) -> str:
         return (
-            f"{self.distinct} distinct key(s) in {self.calls} calls; the repeated key's data is {self.repeated_key}: "
+            f"{self.distinct} distinct key(s) in {self.calls_compared}; the repeated key's data is {self.repeated_key}: "
             "the same random numbers (e.g. the same dropout mask) every call" + (LEGACY if self.legacy else "")
         )
 
@@ -171,7 +191,8 @@ class KeyFlow(RepeatedKeys):
         """The repeated key in one sentence: what every report that tells it says."""
         kind = " legacy uint32" if self.legacy else ""
         return (
-            f"`{self.function}` got the same{kind} key in {self.repeated_times} of its {self.calls} calls "
+            f"`{self.function}` got the same{kind} key in {self.repeated_times} of "
+            f"{'its ' if self.all_compared else ''}{self.calls_compared} "
             f"(argument `{self.argument}`)"
         )
 
@@ -218,7 +239,7 @@ class RepeatedDraw(RepeatedKeys):
             where = f" at {self.line.where}" if self.line else ""
         return (
             f"`jax.random.{self.api}`{inside}{where} got the same {kind} data and other arguments "
-            f"in {self.repeated_times} of its {self.calls} calls"
+            f"in {self.repeated_times} of {'its ' if self.all_compared else ''}{self.calls_compared}"
         )
 
     @property

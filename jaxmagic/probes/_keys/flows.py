@@ -146,6 +146,7 @@ class KeyWatch(jit_calls.CallObserver):
             first_call=line,
             legacy=index in legacy,
             provenance=attribution.of_source_line(line, attribution.started_by(caller), [f"jit({name})"]),
+            compared=0,
         )
         flow.folded_with = [argument_name(params, j) or f"argument {j}" for j in with_data]
         self.report.flows.append(flow)
@@ -159,6 +160,7 @@ class KeyWatch(jit_calls.CallObserver):
             fingerprint += data_fingerprint(folded)[0]
         with self.lock:
             flow, seen = self.flows[key], self.seen[key]
+            flow.compared = (flow.compared or 0) + 1
             if fingerprint in seen:
                 seen[fingerprint][1] += 1
                 if fix is not None and key not in self.state_asked:

@@ -14,6 +14,7 @@ from jaxmagic.probes._keys.findings import (
     LegacyKeyUse,
     LoopKeyDraw,
     RepeatedDraw,
+    RepeatedKeys,
     SameNumbersDraw,
     SharedKeyDraw,
 )
@@ -137,7 +138,7 @@ class KeyReport(Report):
             if flows:
                 f = flows[0]
                 parts.append(
-                    f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in {f.calls} call(s)."
+                    f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in {f.calls_compared}."
                 )
             else:
                 parts.append("No key was reused (no typed key reached a jitted function of yours).")
@@ -274,7 +275,7 @@ def keys_per_jitted_function(report: KeyReport) -> list[Section]:
         [
             f"`{f.function}`",
             f"`{f.argument}`",
-            str(f.calls),
+            calls_cell(f),
             str(f.distinct),
             (f"{f.repeated_times} x {f.repeated_key}" if f.repeated else "-"),
             f"{f.first_call.label or f.first_call.filename}:{f.first_call.lineno}" if f.first_call else "-",
@@ -317,6 +318,11 @@ def keys_per_jitted_function(report: KeyReport) -> list[Section]:
     return [Section("Keys per jitted function", blocks)]
 
 
+def calls_cell(keys: RepeatedKeys) -> str:
+    """A table's calls cell: "300", or "300 (52 compared)" where not every call's key was compared."""
+    return str(keys.calls) if keys.all_compared else f"{keys.calls} ({keys.compared_calls} compared)"
+
+
 def eager_random_calls_per_line(report: KeyReport) -> list[Section]:
     """The table of eager jax.random calls, the repeated ones first."""
     if not report.draws:
@@ -326,7 +332,7 @@ def eager_random_calls_per_line(report: KeyReport) -> list[Section]:
         [
             f"`jax.random.{d.api}`" + (f" in `{d.library}`" if d.library else ""),
             "legacy uint32" if d.legacy else "typed",
-            str(d.calls),
+            calls_cell(d),
             str(d.distinct),
             (f"{d.repeated_times} x {d.repeated_key}" if d.repeated else "-"),
             d.line.where if d.line else "-",

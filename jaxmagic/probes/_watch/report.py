@@ -138,6 +138,8 @@ class WatchLog(Report):
     cells_watched: int = 0
     calls_counted: int = 0  # calls of the user's jitted functions in watched cells
     calls_looked_at: int = 0  # of them, those whose results, keys and arguments were looked at
+    draws_counted: int = 0  # eager jax.random calls of the user's lines in watched cells
+    draws_compared: int = 0  # of them, those whose key data was compared with the line's other draws
     findings: list[WatchFinding] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -148,16 +150,25 @@ class WatchLog(Report):
 
     @property
     def coverage(self) -> str:
-        """Which calls were looked at: all, or a share (fast loops), said in numbers."""
+        """Which calls were looked at, and whose eager draws' keys compared: all, or a share, said in numbers."""
         if self.calls_looked_at == self.calls_counted:
-            return f"Every one of the {counted(self.calls_counted, 'call')} of your jitted functions was looked at."
-        return (
-            f"{self.calls_looked_at:,} of the {self.calls_counted:,} calls of your jitted functions were looked at "
-            "(results read for NaN, keys and NumPy arguments noted); the others were counted only: on loops of "
-            "short steps the watch looks at a share of the calls, to cost a few percent. A NaN made by a call not "
-            "looked at is seen at the next call looked at, if it is still there; %%jax_nans or %%jax_doctor "
-            "on a cell looks at every call."
-        )
+            said = f"Every one of the {counted(self.calls_counted, 'call')} of your jitted functions was looked at."
+        else:
+            said = (
+                f"{self.calls_looked_at:,} of the {self.calls_counted:,} calls of your jitted functions were looked "
+                "at (results read for NaN, keys and NumPy arguments noted); the others were counted only: on loops "
+                "of short steps the watch looks at a share of the calls, to cost a few percent. A NaN made by a call "
+                "not looked at is seen at the next call looked at, if it is still there; %%jax_nans or %%jax_doctor "
+                "on a cell looks at every call."
+            )
+        if self.draws_compared < self.draws_counted:
+            said += (
+                f" The keys of {self.draws_compared:,} of the {self.draws_counted:,} eager jax.random calls on your "
+                "lines were compared with the others of their line (the first 40 at each line, then a share: a "
+                "dropout key split per step would cost a read a step); a key repeated at every call is seen in any "
+                "two, a key repeated once may not be - %%jax_keys compares every call's."
+            )
+        return said
 
     def concerns(self) -> list[Concern]:
         return [act(f.headline) for f in self.findings]

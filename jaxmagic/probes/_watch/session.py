@@ -416,6 +416,8 @@ class Watch:
         return found
 
     def _key_findings(self, keys: KeyReport) -> list[WatchFinding]:
+        self.log.draws_counted += sum(d.calls for d in keys.draws)
+        self.log.draws_compared += sum(d.compared_calls for d in keys.draws)
         found = []
         for k in key_findings(keys):  # %%jax_keys' and the doctor's findings, in their words
             found += self._new(
