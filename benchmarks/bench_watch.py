@@ -22,8 +22,9 @@ theirs (goal <= 2 KiB).
 
 The MLP rows (``mlp_rows``; issue 60.3, for the accelerator): a 300-step training
 loop of a plain-JAX MLP (784-512-512-10, batch 128, SGD, jitted step; params
-donated or not; or with dropout, a new key split per step - the keys area reads
-every key's data, in batches of 128 where looks are deferred), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
+donated or not; or with dropout, a new key split per step - the keys area counts
+every draw and compares the keys of a line's first 40 and then of a share, read in batches of 128 where looks
+are deferred), bare against ``%jax_watch``, by wall-clock (on a TPU the watch's
 looks once waited for each step: 2.45-2.49x); then what one NaN look costs on
 that step, looking at every call (no sampling), on the host (the CPU's way, the
 TPU's before) and on the device (the accelerator's way), in microseconds beside
@@ -438,7 +439,7 @@ def where_the_time_goes(shell, cell: str) -> str:
 
 
 def eager_key_row(shell, steps: int) -> Row:
-    """What the keys area adds to each eager ``jax.random.split`` (it follows every one, not a share): a loop of
+    """What the keys area adds to each eager ``jax.random.split`` (it counts every one, compares a share): a loop of
     ``steps`` splits, watched (keys only) against bare, thread CPU and wall-clock per split."""
     body = (
         f"_k = jax.random.key(3)\nfor _ in range({steps}):\n    _k, _sub = jax.random.split(_k)\n_k.block_until_ready()"

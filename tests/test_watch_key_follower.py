@@ -4,7 +4,8 @@ An eager draw is followed at every call (a dropout key split per training step):
 the user's seen before is counted in a few dictionary reads (``draws._DrawFollower._counted_quickly``); these
 tests check that it counts exactly what the whole way counts - distinct keys, repeats, the other arguments -
 that a draw of the same line under vmap with one key for the batch is still found, that the cell computes what
-it computes unwatched, and that the time following takes is charged to the watch's sampler. The searches of a
+it computes unwatched, that the time following takes is charged to the watch's sampler, and that under the watch
+the keys of a line's first draws and then of a share are compared, the report saying how many. The searches of a
 jitted program for draws (``flows.searched_once``) run once per program, not once per watched cell.
 """
 

@@ -30,9 +30,9 @@ decided here once per block from where the first call looked at left its results
   says how many calls were looked at; a NaN made by a call not looked at is told
   with those calls named.
 
-The keys area follows every eager draw (a key reused once is a finding), not a share; where the watch runs it,
-the time following takes is charged here (``spent_looking``), so that the looks get what is left of the share
-(``probes/_keys/draws.py``): on a loop that splits a dropout key per step they are fewer, the draws all followed.
+The keys area counts every eager draw; where the watch runs it, it compares the keys of a line's first 40 draws
+and then of those within a share of its own (``probes/_keys/draws.py``), and the time following takes is charged
+here too (``spent_looking``), so that the looks get what is left of the share.
 
 Every call is counted, so the call numbers observers are given stay exact;
 ``skipped`` says, per function, how many calls were not looked at (the calls less

@@ -1,7 +1,8 @@
 """Eager jax.random calls followed by their key data: legacy uint32 keys, and the same numbers drawn again per line.
 
-Every eager draw is followed, not a share of them (a key reused once in a 300-step loop is a finding), so what
-one costs is paid at every step of a loop that splits a dropout key per step. A draw at an instruction of the
+Every eager draw is followed and counted (under ``%%jax_keys`` its key compared too: a key reused once in a
+300-step loop is a finding), so what one costs is paid at every step of a loop that splits a dropout key per
+step. A draw at an instruction of the
 user's seen before (``_Spot``), given a typed key outside a trace and plain other arguments (a shape, a dtype,
 a number), is counted in a few dictionary reads (``_DrawFollower._counted_quickly``): the place is the
 instruction's, the other arguments' words are kept per value (``_plain_word``), the draw is counted there and
