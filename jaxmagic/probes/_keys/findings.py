@@ -65,7 +65,7 @@ class RepeatedKeys:
     def calls_compared(self) -> str:
         """The calls the counts are of: "300 calls", or "the 52 calls compared (of 300)" where not all were."""
         if self.all_compared:
-            return f"{self.calls} calls"
+            return f"{self.calls} call{'' if self.calls == 1 else 's'}"
         return f"the {self.compared_calls} calls compared (of {self.calls})"
 
     @property
