@@ -440,3 +440,29 @@ def test_a_sampled_donating_loop_copies_only_for_a_next_look_and_says_why_it_can
     assert nan["line"]["code"].strip() == "w, loss = train_step(w, x)"
     assert "whose results it was given, was not looked at" in nan["details"]
     assert np.isnan(np.asarray(w)).all()
+
+
+def test_a_watched_cells_first_look_copies_no_results_for_a_next_call_it_will_not_look_at(on_device, monkeypatch):
+    # Deferred looks take each function's first call, then the 1% share: at the first look nothing was spent yet,
+    # and the look was counted at nothing - the next call always "due" - so every watched cell copied the donated
+    # params once for a replay no look used (a device copy of the whole model, on the accelerator).
+    from jaxmagic._jax import own_programs
+
+    copies: list[int] = []
+    program = own_programs._copy_program()
+    monkeypatch.setattr(
+        own_programs, "_copy_program", lambda: lambda *leaves: copies.append(len(leaves)) or program(*leaves)
+    )
+    train_step = jax.jit(lambda w, x: (w * 0.99 + x, jnp.sum(w)), donate_argnums=(0,))
+    train_step(jnp.ones(3), jnp.ones(3))  # compiled before the cell
+    watch = Watch(only=["NaN"])
+
+    def loop():
+        w = jnp.ones(3)
+        for _ in range(300):
+            w, loss = train_step(w, jnp.ones(3))
+        return float(loss)
+
+    assert _watched(watch, loop) == loop()
+    assert watch.log.calls_looked_at < 300 and copies == []  # the first and the last call (and the share's)
+    assert not watch.cell_findings.findings

@@ -104,6 +104,7 @@ class CallSampler:
         self.next_look = float("-inf")
         self.calls: dict[object, int] = {}  # the called function (the Python one jit wraps) -> calls counted
         self.looked: dict[object, int] = {}  # the same key -> calls looked at (due when made)
+        self.look_began: float | None = None  # when the look in progress (or the last one) began
 
     def saw_results(self, results: Iterable[object]) -> None:
         """Decide, once per block, whether looks are deferred from where a call's ``results`` live, and so
@@ -148,14 +149,18 @@ class CallSampler:
         """Whether the call after call ``number`` of a function will be looked at, as far as a look at call
         ``number`` can tell: one of the first calls, every call (no share), or the next look due within the
         block's mean interval between the function's calls, this look counted at the mean cost of a look so
-        far. The NaN watch copies a donating call's results for the next call's replay only then (a copy
-        the next look does not use was a program and a device copy of the params for nothing)."""
+        far, and at least at what it took so far (``look_began``: at the block's first look nothing is spent
+        yet - counted at nothing, it was always "due", and a donating step's results were copied at every
+        watched cell's first call on an accelerator, for a next call not looked at). The NaN watch copies a
+        donating call's results for the next call's replay only then (a copy the next look does not use was a
+        program and a device copy of the params for nothing)."""
         if number < self.first_calls or self.share is None:
             return True
         if self.share <= 0:
             return False
         looks = sum(list(self.looked.values())) or 1
-        over = self.spent * (1 + 1 / looks) - self.credit
+        so_far = perf_counter() - self.look_began if self.look_began is not None else 0.0
+        over = self.spent + max(self.spent / looks, so_far) - self.credit
         if over <= 0:
             return True
         now = perf_counter()

@@ -448,6 +448,7 @@ class FastPathCalls:
         caller: FrameType,
         lineno: int,
     ) -> None:
+        self._sampler.look_began = perf_counter()  # what this look costs so far (``next_call_due``)
         flat_args = (*consts, *dynamic)
         outputs = jax.tree_util.tree_leaves(output)
         if self._sampler.deferred is None:  # the block's first look: are looks deferred (how many first calls)
