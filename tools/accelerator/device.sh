@@ -7,6 +7,8 @@
 #
 #   tools/accelerator/device.sh receive          copy the carried .accel/parts/* to /tmp/accel/parts
 #   tools/accelerator/device.sh install N        once all N parts are there: unpack, install into /tmp/site12
+#   tools/accelerator/device.sh install-libs     after install, in a call carrying .accel/libs/libs00: Flax,
+#                                                Optax, Equinox into /tmp/site12 (demo notebook 11)
 #   tools/accelerator/device.sh lane ENV [STEP]  ENV jax012|stock; STEP tests|bench|notebooks|all
 #
 # /tmp survives between calls while the machine stays warm (100 s idle), so parts sent by one call each
@@ -61,6 +63,17 @@ install() {
     PYTHONPATH="$REPO:/tmp/site12" "$PY" -c 'import jax; print(jax.__version__, jax.devices())'
 }
 
+install_libs() {
+    local PY; PY=$(python312)
+    [ -e .accel/libs/libs00 ] || { echo "carry .accel/libs/libs00 (tools/accelerator/pack.sh libs)"; exit 1; }
+    rm -rf /tmp/accel/libwheels && mkdir -p /tmp/accel/libwheels
+    tar -x -C /tmp/accel/libwheels -f .accel/libs/libs00
+    PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --isolated -q --no-index --no-deps --no-compile \
+        --no-cache-dir --target /tmp/site12 /tmp/accel/libwheels/wheels/*.whl || exit 1
+    rm -rf /tmp/accel/libwheels
+    PYTHONPATH="$REPO:/tmp/site12" "$PY" -c 'import flax, optax, equinox; print(flax.__version__, optax.__version__, equinox.__version__)'
+}
+
 # The live checks (tests/test_on_accelerator.py: skipped where there is no device), the replays of what the
 # device recorded (they must hold on the device too), and the floor lane's files: every magic's smoke, the
 # fallback paths, the private JAX structure _jax/ reads (tools/floor_lane.sh).
@@ -97,6 +110,7 @@ step_notebooks() {  # the demo notebooks that fit one device, in kernels over ip
 case "${1:-}" in
 receive) receive ;;
 install) install "${2:?how many parts}" ;;
+install-libs) install_libs ;;
 lane)
     use_env "${2:?jax012 or stock}"
     "$PY" -c 'import sys, jax; print(sys.version.split()[0], "JAX", jax.__version__, jax.devices())'
@@ -108,5 +122,5 @@ lane)
     *) echo "unknown step $3"; exit 2 ;;
     esac
     ;;
-*) sed -n 2,13p "$0"; exit 2 ;;
+*) sed -n 2,15p "$0"; exit 2 ;;
 esac
