@@ -66,7 +66,8 @@ class RepeatedKeys:
         """The calls the counts are of: "300 calls", or "the 52 calls compared (of 300)" where not all were."""
         if self.all_compared:
             return f"{self.calls} call{'' if self.calls == 1 else 's'}"
-        return f"the {self.compared_calls} calls compared (of {self.calls})"
+        compared = self.compared_calls
+        return f"the {compared} call{'' if compared == 1 else 's'} compared (of {self.calls})"
 
     @property
     def evidence(self) -> str:
