@@ -186,6 +186,8 @@ import jaxmagic.probes._watch.session as _bench_session
 from jaxmagic._jax.call_sampling import CallSampler as _BenchSampler
 from jaxmagic._jax import call_sampling as _bench_sampling
 _bench_next_call_due = _BenchSampler.next_call_due
+from jaxmagic.probes._keys.draws import _DrawFollower as _BenchFollower
+_bench_timed_follow = _BenchFollower.timed_follow
 
 def _mlp_init(key, sizes=(784, 512, 512, 10)):
     params = []
@@ -313,11 +315,14 @@ def mlp_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
 def parts_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]:
     """Where the watch's time on the MLP loop goes, by wall-clock against the bare loop in the same run: its
     cost per cell (an empty cell, watched against bare), the loop with the looks cut to the first call and the
-    last one (the hooks and the cell), and the loop as watched (the looks the rest)."""
+    last one (the hooks and the cell), and the loop as watched (the looks the rest); beside them the floor (an
+    empty post hook: JAX's own cost of a Python hook, e.g. on a donating call), each area alone with the looks
+    cut, and for the dropout loop the keys area with no eager draw followed (its own machinery)."""
     shell = make_shell()
     run_cell(shell, PER_CALL_SETUP)  # the floor's empty hook
     run_cell(shell, MLP_SETUP)
     no_looks = "_bench_session.CallSampler = lambda: _BenchSampler(share=0.0, credit=0.0, first_calls=0)"
+    restored = "_bench_session.CallSampler = _BenchSampler\n_BenchFollower.timed_follow = _bench_timed_follow"
     rows = []
     for step in ("mlp_step", "mlp_step_donated", "mlp_step_dropout"):
         loop = mlp_loop(steps, step)
@@ -332,21 +337,25 @@ def parts_rows(steps: int = MLP_STEPS, repetitions: int = MLP_REPS) -> list[Row]
         }
         for area in AREAS:  # each area alone, its looks cut as above: which one costs what
             cells[f"{area} alone, first and last looks"] = (f"%jax_watch --only '{area}'\n{no_looks}", loop)
+        if step == "mlp_step_dropout":  # the keys area's own machinery: its eager draws not followed at all
+            no_follow = "_BenchFollower.timed_follow = lambda *args: None"
+            cells["random keys alone, no draw followed"] = (
+                f"%jax_watch --only 'random keys'\n{no_looks}\n{no_follow}",
+                loop,
+            )
         wall: dict[str, list[float]] = {name: [] for name in cells}
         order = list(cells)
         for rep in range(repetitions + 1):  # the first round warms up (compiles), untimed
             for name in order[rep % len(order) :] + order[: rep % len(order)]:
                 run_cell(shell, "%jax_watch off")
-                run_cell(shell, "_bench_session.CallSampler = _BenchSampler\n" + cells[name][0])
+                run_cell(shell, f"{restored}\n{cells[name][0]}")
                 took = timed(lambda c=cells[name][1]: run_cell(shell, c))
                 if rep:
                     wall[name].append(took)
-        run_cell(shell, "_bench_session.CallSampler = _BenchSampler\n%jax_watch off")
+        run_cell(shell, f"{restored}\n%jax_watch off")
         bare = median(wall["bare"])
         per_cell = [w - b for w, b in zip(wall["empty watched"], wall["empty bare"])]
-        for name in ["watched", "first and last looks", "empty hook (the floor)"] + [
-            f"{area} alone, first and last looks" for area in AREAS
-        ]:
+        for name in [n for n in cells if n not in ("bare", "empty bare", "empty watched")]:
             added = [w - b for w, b in zip(wall[name], wall["bare"])]
             rows.append(
                 Row(
