@@ -26,6 +26,7 @@ from jaxmagic._jax import jaxpr_parts, jit_calls, key_internals, prng_checks
 from jaxmagic.probes._keys import key_reads
 from jaxmagic.probes._keys.findings import ConstantKeyDraw, KeyFlow, LoopKeyDraw, SameNumbersDraw, SharedKeyDraw
 from jaxmagic.probes._keys.fixes import shared_key_fix
+from jaxmagic.probes._keys.idle_keys import idle_inputs
 from jaxmagic.probes._keys.jit_params import argument_name, function_is_users
 from jaxmagic.probes._keys.key_reads import KeyReads
 from jaxmagic.probes._keys.library_state import (
@@ -99,10 +100,11 @@ class KeyWatch(jit_calls.CallObserver):
         self._constant_draws(name, params)
         legacy = self._legacy_arguments(params)
         folded, dropped = self._folded_arguments(params)
+        idle = self._idle_arguments(params)
         self.reads.settle(wait=False)  # the keys of earlier calls whose data is there by now
         for index, value in enumerate(args):
-            if not jit_calls.is_typed_key(value) and index not in legacy:
-                continue
+            if (not jit_calls.is_typed_key(value) and index not in legacy) or index in idle:
+                continue  # not a key, or one the program makes no random numbers from (carried through)
             # a key only folded with other arguments (fold_in(key, count)) draws anew when they change
             with_data = [j for j in sorted(folded.get(index, ())) if j < len(args)]
             key = (name, index)
@@ -282,6 +284,13 @@ class KeyWatch(jit_calls.CallObserver):
         path, kind, jit = holder
         worked, why = tried_under_state_jit(jit, fun, tuple(arguments), dict(kwargs))
         return state_jit_fix(name, path, kind, jit, worked, why)
+
+    def _idle_arguments(self, params: Params) -> frozenset[int]:
+        """The arguments the called program makes no random numbers from (``idle_keys``): an eval step's
+        train-state key, carried through."""
+        closed = params.get("jaxpr")
+        jaxpr = getattr(closed, "jaxpr", closed)
+        return frozenset() if jaxpr is None else searched_once("idle", jaxpr, idle_inputs)
 
     def _legacy_arguments(self, params: Params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""

@@ -64,7 +64,7 @@ def folded_inputs(jaxpr: Jaxpr, depth: int = 0) -> dict[int, set[int]]:
             elif eqn.primitive.name == "random_fold_in":
                 continue  # the data of a fold (a counter): not a key use
             else:
-                inner = _call_body(eqn) if depth < _DEPTH else None
+                inner = call_body(eqn) if depth < _DEPTH else None
                 if inner is None:
                     other.add(i)
                     continue
@@ -82,7 +82,7 @@ def folded_inputs(jaxpr: Jaxpr, depth: int = 0) -> dict[int, set[int]]:
     return {i: data for i, data in folded.items() if i not in other}
 
 
-def _call_body(eqn: Equation) -> Any:
+def call_body(eqn: Equation) -> Any:
     """The body of a call equation that passes its inputs through (a nested jit); None for anything else."""
     subs = jaxpr_parts.sub_jaxprs(eqn)
     if len(subs) != 1 or eqn.primitive.name in ("scan", "while", "cond"):
