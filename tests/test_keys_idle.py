@@ -66,6 +66,11 @@ def test_an_eval_step_carrying_the_train_states_key_is_no_repeated_key_and_a_tra
     with probes.keys(record=True) as report:
         _loop(eval_step)
     assert not report.repeated_flows and not report.concerns(), report.summary
+    # the OK says what it did not count, and why
+    assert (
+        report.summary
+        == "No key was reused (`eval_step`'s `state['key']`: carried through without a draw, not counted)."
+    )
     with probes.keys(record=True) as report:
         _loop(train_step)
     (flow,) = report.repeated_flows
@@ -122,7 +127,7 @@ def test_flax_train_states_key_given_to_an_eval_step_is_not_a_repeated_key():
     with probes.keys(record=True) as report:
         for _ in range(5):
             evaluate(state, x)
-    assert not report.repeated_flows, report.summary
+    assert not report.repeated_flows and "`evaluate`'s" in report.summary and "not counted" in report.summary
     with probes.keys(record=True) as report:
         s = state
         for _ in range(5):

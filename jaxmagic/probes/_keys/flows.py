@@ -89,6 +89,7 @@ class KeyWatch(jit_calls.CallObserver):
             int, tuple[Jaxpr, dict[int, set[int]], dict[int, bool]]
         ] = {}  # id(jaxpr) -> (jaxpr, key -> folded arguments, dropped updates)
         self.state_asked: set[tuple[str, int]] = set()  # flows whose library-state fix was looked for
+        self.carried: set[tuple[str, int]] = set()  # key arguments carried through without a draw, told once
         self.lock = threading.Lock()
         self.reads = KeyReads()  # the keys' data being read, counted once there (``key_reads``)
 
@@ -103,8 +104,11 @@ class KeyWatch(jit_calls.CallObserver):
         idle = self._idle_arguments(params)
         self.reads.settle(wait=False)  # the keys of earlier calls whose data is there by now
         for index, value in enumerate(args):
-            if (not jit_calls.is_typed_key(value) and index not in legacy) or index in idle:
-                continue  # not a key, or one the program makes no random numbers from (carried through)
+            if not jit_calls.is_typed_key(value) and index not in legacy:
+                continue
+            if index in idle:  # a key the program makes no random numbers from (carried through): not counted
+                self._carried(name, index, params)
+                continue
             # a key only folded with other arguments (fold_in(key, count)) draws anew when they change
             with_data = [j for j in sorted(folded.get(index, ())) if j < len(args)]
             key = (name, index)
@@ -284,6 +288,13 @@ class KeyWatch(jit_calls.CallObserver):
         path, kind, jit = holder
         worked, why = tried_under_state_jit(jit, fun, tuple(arguments), dict(kwargs))
         return state_jit_fix(name, path, kind, jit, worked, why)
+
+    def _carried(self, name: str, index: int, params: Params) -> None:
+        """Say once that argument ``index`` of ``name`` is a key the program carries without drawing from it."""
+        if (name, index) not in self.carried:
+            with self.lock:
+                self.carried.add((name, index))
+                self.report.carried.append(f"`{name}`'s `{argument_name(params, index) or f'argument {index}'}`")
 
     def _idle_arguments(self, params: Params) -> frozenset[int]:
         """The arguments the called program makes no random numbers from (``idle_keys``): an eval step's

@@ -43,6 +43,9 @@ class KeyReport(Report):
     legacy: list[LegacyKeyUse] = dataclasses.field(default_factory=list)
     draws: list[RepeatedDraw] = dataclasses.field(default_factory=list)  # eager jax.random calls, per line
     shared: list[SharedKeyDraw] = dataclasses.field(default_factory=list)  # one key for a whole vmapped batch
+    # key arguments a jitted function of yours carries without drawing from them ("`eval_step`'s `state['key']`"):
+    # not counted (``idle_keys``), said so
+    carried: list[str] = dataclasses.field(default_factory=list)
     recorded: bool = False  # reuse was recorded, not raised
     calls_checked: bool = True  # False: only traced functions were checked, not each call
     followed: bool = True  # False: this JAX gave no way to see calls (no key counts)
@@ -139,6 +142,10 @@ class KeyReport(Report):
                 f = flows[0]
                 parts.append(
                     f"No key was reused; `{f.function}` received {f.distinct} distinct key(s) in {f.calls_compared}."
+                )
+            elif self.carried:
+                parts.append(
+                    f"No key was reused ({', '.join(self.carried[:3])}: carried through without a draw, not counted)."
                 )
             else:
                 parts.append("No key was reused (no typed key reached a jitted function of yours).")
