@@ -37,8 +37,11 @@ def _idle_and_returned(jaxpr: Jaxpr, depth: int = 0) -> tuple[set[int], dict[int
     for eqn in jaxpr.eqns:
         if eqn.outvars and not any(id(v) in read for v in eqn.outvars) and not eqn.effects:
             continue  # its result is never read (the key-reuse checker's `random_unwrap`s): no use
-        given = [(p, same.get(id(v))) for p, v in enumerate(eqn.invars) if not jaxpr_parts.is_literal(v)]
-        given = [(p, i) for p, i in given if i is not None]
+        given: list[tuple[int, int]] = []  # (position in the equation, the input it is)
+        for p, v in enumerate(eqn.invars):
+            i = same.get(id(v)) if not jaxpr_parts.is_literal(v) else None
+            if i is not None:
+                given.append((p, i))
         if not given:
             continue
         inner = call_body(eqn) if depth < _DEPTH else None
