@@ -368,7 +368,8 @@ for r in act_log.records[:2]:
     print(f"  {r['layer']}: mean={r['mean']:.3f} std={r['std']:.3f} dead={r['dead']:.2f}")
 h0 = np.maximum(to64(x_cb) @ to64(params_cb[0][0]), 0)        # the first layer again, in NumPy float64
 assert [r["layer"] for r in act_log.records[:2]] == ["relu0", "relu1"]
-assert abs(act_log.records[0]["mean"] - h0.mean()) < 1e-5 and abs(act_log.records[0]["std"] - h0.std()) < 1e-5
+tol = 1e-5 if jax.default_backend() == "cpu" else 1e-2  # a TPU multiplies float32 in bfloat16 passes by default
+assert abs(act_log.records[0]["mean"] - h0.mean()) < tol and abs(act_log.records[0]["std"] - h0.std()) < tol
 # under vmap the callback runs per sample: 4 samples x 2 layers = 8 records after the 2 of the jit call
 assert len(act_log.records) == 2 + 8
 
