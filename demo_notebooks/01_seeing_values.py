@@ -564,9 +564,12 @@ assert kinds["fori index"] == "int" and kinds["argument inside vmap"] == "BatchT
 # %%
 def bisect_numeric(fn, *args, ref):
     """Run fn jitted and under disable_jit; return the largest absolute error of each against ref."""
-    err_jit = float(np.abs(to64(jax.jit(fn)(*args)) - ref).max())
-    with jax.disable_jit():
-        err_eager = float(np.abs(to64(fn(*args)) - ref).max())
+    # Full float32 matmuls: a TPU's default bfloat16 passes are 0.06 off here both ways (a TPU v5e), which would
+    # read as "both wrong"; "highest" changes nothing on a CPU.
+    with jax.default_matmul_precision("highest"):
+        err_jit = float(np.abs(to64(jax.jit(fn)(*args)) - ref).max())
+        with jax.disable_jit():
+            err_eager = float(np.abs(to64(fn(*args)) - ref).max())
     print(f"    jit error = {err_jit:.3g} | disable_jit error = {err_eager:.3g}")
     return err_jit, err_eager
 
@@ -591,7 +594,10 @@ print("jit wrong, eager right: the compilation layer" if err_jit > 1.0 else
 # `%jax_bisect CALL --ref EXPR` does the three runs and says which layer is wrong, with the largest
 # absolute and relative errors of each run. It also looks at the traced program for arrays the
 # function captures by closure - the pattern behind the chapter's miscompile - and names them.
-# (An `--ref` expression with spaces goes in quotes.)
+# (An `--ref` expression with spaces goes in quotes.) On a TPU, float32 matrix products run in bfloat16
+# passes by default, and both runs miss a float64 reference alike; before calling that "the algorithm",
+# the probe runs them again under `jax.default_matmul_precision("highest")` and, when that puts them
+# right, says the precision is the cause (the hand-made bisection above asks for "highest" itself).
 
 # %%
 # %jax_bisect closure_version(X_bug) --ref ref_bug -o bis_closure
@@ -600,11 +606,13 @@ print("jit wrong, eager right: the compilation layer" if err_jit > 1.0 else
 print(bis_closure.verdict, "| jit", bis_closure.jit.max_abs_error, "| eager", bis_closure.eager.max_abs_error)
 assert [c.name for c in bis_closure.captured] == ["W_bug"] and bis_closure.captured[0].shape == (128, 128)
 assert "captures `W_bug` by closure" in bis_closure.summary
-assert bis_closure.eager.max_rel_error < 1e-4
 if err_jit > 1.0:                                  # the miscompile (Apple Silicon)
     assert bis_closure.verdict == "compilation"
-else:                                              # here: both runs are right up to float32 rounding
+elif jax.default_backend() == "cpu":               # here: both runs are right up to float32 rounding
     assert bis_closure.verdict == "precision" and bis_closure.jit.max_rel_error < 1e-4
+    assert bis_closure.eager.max_rel_error < 1e-4
+else:  # a TPU: both 0.06 off at its default bfloat16 passes; the probe ran them again at "highest", right there
+    assert bis_closure.verdict == "matmul_precision" and bis_closure.matmul_precision.explains
 
 
 # %% [markdown]
@@ -624,8 +632,11 @@ assert err_jit < 1e-3 and err_eager < 1e-3
 
 # %%
 assert bis_param.captured == [] and bis_param.reference_kind == "float64"
-assert bis_param.verdict == "precision"
-assert abs(bis_param.jit.max_abs_error - err_jit) < 1e-6          # the same error the hand-made bisection found
+if jax.default_backend() == "cpu":
+    assert bis_param.verdict == "precision"
+    assert abs(bis_param.jit.max_abs_error - err_jit) < 1e-6      # the same error the hand-made bisection found
+else:                                                             # a TPU's default bfloat16 passes, as above
+    assert bis_param.verdict == "matmul_precision", bis_param.summary
 
 
 # %% [markdown]

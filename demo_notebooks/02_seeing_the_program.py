@@ -240,9 +240,16 @@ assert all(op.full_name.split("/jit(relu)")[0] in dbg for op in rep_enc.ops_in("
 # separately; together they are exactly the chapter's list.
 by_hand = {"%" + name for name, _ in enc_ops}
 found = {op.name for op in rep_enc.ops_in("hlo")} | {"%" + k.name for k in rep_enc.kernels if k.in_scope}
-assert found == by_hand, (found, by_hand)
 assert any(op.full_name.endswith("encoder/dot_general") for op in rep_enc.ops_in("hlo"))
-assert rep_enc.fused_away == []        # every kernel running encoder is labelled encoder
+if ON_CPU:
+    assert found == by_hand, (found, by_hand)
+    assert rep_enc.fused_away == []        # every kernel running encoder is labelled encoder
+else:
+    # XLA:TPU (a TPU v5e) fuses the whole network into one kernel labelled head/dot_general; encoder's part is
+    # a fusion nested inside it (convolution_maximum_fusion.clone.5): the regular expression finds it, but it
+    # is no kernel of its own - a profile shows encoder's time under the outer kernel, as the report says.
+    assert found <= by_hand and all("fusion" in name for name in by_hand - found), (found, by_hand)
+    assert rep_enc.fused_away and not any(k.in_scope for k in rep_enc.kernels)
 print(rep_enc.summary)
 
 
@@ -374,8 +381,10 @@ assert sorted(compiled.input_shardings[0][0]) == ["w1", "w2"]
 ma, ca = compiled.memory_analysis(), compiled.cost_analysis()
 assert rep_enc.inputs == ["params['w1']: f32[4,8]", "params['w2']: f32[8,2]", "x: f32[3,4]"]
 assert rep_enc.outputs == ["f32[]"] and set(rep_enc.seconds) == {"trace", "lower", "compile"}
-assert rep_enc.memory.argument_bytes == ma.argument_size_in_bytes == (4 * 8 + 8 * 2 + 3 * 4) * 4
-assert rep_enc.memory.output_bytes == ma.output_size_in_bytes == 4
+assert rep_enc.memory.argument_bytes == ma.argument_size_in_bytes
+# the inputs' float32s - exactly on the CPU; a TPU pads each array to its tiles (x's 12 floats take 2 KiB there)
+assert ma.argument_size_in_bytes == (4 * 8 + 8 * 2 + 3 * 4) * 4 if ON_CPU else ma.argument_size_in_bytes > 0
+assert rep_enc.memory.output_bytes == ma.output_size_in_bytes == (4 if ON_CPU else ma.output_size_in_bytes)  # a TPU pads
 assert rep_enc.memory.temp_bytes == ma.temp_size_in_bytes
 assert rep_enc.cost["flops"] == ca["flops"]
 print(f"arguments {ma.argument_size_in_bytes} B, outputs {ma.output_size_in_bytes} B, "

@@ -344,7 +344,8 @@ print(f"trace {1e3*(t1-t0):.1f} ms | lower {1e3*(t2-t1):.1f} ms | compile {1e3*(
 ref_deep = to64(x_deep)
 for w in ws_deep:
     ref_deep = np.tanh(ref_deep @ to64(w))
-assert np.isclose(float(co(ws_deep, x_deep)), ref_deep.sum(), rtol=1e-4)
+# 1e-4 on the CPU; a TPU multiplies float32 in bfloat16 passes by default (2.4e-3 off on a TPU v5e)
+assert np.isclose(float(co(ws_deep, x_deep)), ref_deep.sum(), rtol=1e-4 if jax.default_backend() == "cpu" else 1e-2)
 
 # %% [markdown]
 # `%jax_stages` does the same for any call, and adds the compiled program's `memory_analysis()` and
@@ -360,7 +361,9 @@ assert st.fresh_copy and st.cached_stages == [] and st.runs == 20
 assert st.xla_compile_seconds is not None                 # a real XLA compilation was timed
 assert st.compile_seconds is not None and st.steady_run_seconds is not None   # timed (printed below, not compared)
 assert st.argument_types == ["f32[32,32]"] * 40 + ["f32[8,32]"] and st.output_types == ["f32[]"]
-assert st.memory["argument_size_in_bytes"] == (40 * 32 * 32 + 8 * 32) * 4
+# the inputs' float32s - exactly on the CPU; a TPU pads an array to its tiles, so there at least that
+by_hand = (40 * 32 * 32 + 8 * 32) * 4
+assert st.memory["argument_size_in_bytes"] == by_hand if jax.default_backend() == "cpu" else st.memory["argument_size_in_bytes"] >= by_hand
 assert st.cost["flops"] > 40 * 2 * 8 * 32 * 32            # at least the 40 matrix products
 print(f"trace {st.trace_seconds*1e3:.1f} ms, lower {st.lower_seconds*1e3:.1f} ms, "
       f"compile {st.compile_seconds*1e3:.1f} ms, steady {st.steady_run_seconds*1e3:.3f} ms")
@@ -411,7 +414,10 @@ print({code: (t.calls, t.kernel_runs, t.kernels, t.scopes) for code, t in by_cod
 print("scopes:", [(s.path, f"{s.share:.0%}") for s in prof_deep.scopes])
 layer = by_code["x = jnp.tanh(x @ w)"]
 assert layer.line.function == "deep" and layer.calls == 20
-assert layer.kernel_runs == 1600                        # 20 calls x 40 layers x 2 kernels (the product, the tanh)
+if jax.default_backend() == "cpu":
+    assert layer.kernel_runs == 1600                    # 20 calls x 40 layers x 2 kernels (the product, the tanh)
+else:  # XLA:TPU fuses more: 20 kernels a call for the 40 layers (a TPU v5e)
+    assert layer.kernel_runs == layer.calls * layer.kernels
 assert layer.scopes == ["layers"]                       # its kernels are attributed to the named_scope
 assert prof_deep.scope("layers") is not None
 total = by_code["return x.sum()"]                       # the reduction: outside the scope, one kernel per call

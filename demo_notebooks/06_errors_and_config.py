@@ -226,7 +226,7 @@ _DEFAULTS_SCRIPT = """
 import jax, json
 print("RESULT " + json.dumps({k: repr(v) for k, v in jax.config.values.items()}))
 """
-DEFAULT_FLAGS = json.loads(result_lines(run_py(_DEFAULTS_SCRIPT))[0])
+DEFAULT_FLAGS = json.loads(result_lines(run_py(_DEFAULTS_SCRIPT, opens_device=False))[0])   # reads options only
 
 def nondefault_flags():
     """Options of this process that differ from the defaults: {name: (default, current)}."""
@@ -271,7 +271,7 @@ print("RESULT", jax.config.jax_debug_nans, jax.config.jax_log_compiles, jax.conf
 from jaxmagic.probes import config_diff
 for flag in config_diff().changed:
     print("RESULT", flag.name, flag.current, "|", flag.source)
-""", env={"JAX_DEBUG_NANS": "1", "JAX_LOG_COMPILES": "true", "JAX_TRACEBACK_FILTERING": "off"})
+""", env={"JAX_DEBUG_NANS": "1", "JAX_LOG_COMPILES": "true", "JAX_TRACEBACK_FILTERING": "off"}, opens_device=False)
 lines = result_lines(env_proc)
 print("\n".join(lines))
 assert lines[0] == "True True off"
@@ -304,7 +304,8 @@ assert "node='<removed>'" in safe_info
 # %%
 import platform
 assert env_rep.versions["jax"] == jax.__version__ == "0.12.0.1" and env_rep.versions["jaxlib"] == "0.12.0.1"
-assert env_rep.devices == "cpu-1, 1 local devices" and env_rep.process_count == "1"
+# on a TPU v5e: "TPU v5 lite-1, 1 local devices"
+assert env_rep.devices == f"{jax.devices()[0].device_kind}-1, 1 local devices" and env_rep.process_count == "1"
 assert "node='<hidden>'" in env_rep.text and platform.node() not in env_rep.text
 assert "system='Linux'" in env_rep.text           # the chapter's machine said Darwin
 print(env_rep.summary)

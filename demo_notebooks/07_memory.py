@@ -110,7 +110,11 @@ for B, out_b, out_p, _ in rows:
 assert [p.value for p in rep_sweep.sweep] == ["64", "256", "1024"]
 assert [p.memory.output_bytes for p in rep_sweep.sweep] == [out_p for _, _, out_p, _ in rows]
 assert [p.memory.temp_bytes for p in rep_sweep.sweep] == [t for *_, t in rows]
-assert [p.memory.argument_bytes for p in rep_sweep.sweep] == [(P_dim + B * P_dim + B) * 4 for B in (64, 256, 1024)]
+# the arguments w, x, y: (P + B*P + B) float32s - on the CPU exactly; a TPU pads an array to its tiles (y of 64
+# float32s takes 512 bytes there, 128 lanes), so there the figure is at least that
+arguments = [p.memory.argument_bytes for p in rep_sweep.sweep]
+by_hand = [(P_dim + B * P_dim + B) * 4 for B in (64, 256, 1024)]
+assert arguments == by_hand if ON_CPU else all(a >= h for a, h in zip(arguments, by_hand)), (arguments, by_hand)
 assert rep_sweep.memory.output_bytes == 64 * P_dim * 4       # the report's own figures: the first value
 assert rep_sweep.cached == ["trace", "lower", "compile"]      # B=64 was compiled in the loop above
 assert B == 1024                            # the loop's B above: --sweep binds B for the magic only
@@ -141,7 +145,7 @@ assert [p.memory.output_bytes for p in rep_mean.sweep] == [out_b for _, out_b, _
 
 # %%
 [prog] = rep_mem.programs
-assert prog.buffers[0].role == "output" and prog.buffers[0].shape == f"f32[1024,{P_dim}]"
+assert prog.buffers[0].role == "output" and prog.buffers[0].shape == f"f32[1024,{P_dim}]", prog.buffers[:3]
 offered = {w.kind: w for w in prog.offered}
 assert offered["batch_gradient"].peak_after < prog.peak_bytes            # compiled, measured, lower
 assert "jnp.mean(jax.vmap(per_example_loss" in offered["batch_gradient"].code

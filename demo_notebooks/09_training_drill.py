@@ -185,8 +185,10 @@ assert finite(g_ce) and not finite(g_reg)
 
 # %%
 # JAX's own error (the one %%jax_nans re-raised): its message names `mul`, and nothing in it names the penalty line
-import traceback
-error_frames = [f for f in traceback.extract_tb(error.__traceback__) if "site-packages" not in f.filename]
+import os, traceback
+JAX_DIR = os.path.dirname(jax.__file__) + os.sep                 # JAX's own package (not always in site-packages)
+error_frames = [f for f in traceback.extract_tb(error.__traceback__)
+                if "site-packages" not in f.filename and not f.filename.startswith(JAX_DIR)]
 print(f"{type(error).__name__}: {error} | __cause__: {error.__cause__!r} | traceback ends at:",
       error_frames[-1].name, "|", error_frames[-1].line)
 assert str(error) == "invalid value (nan) encountered in mul"
@@ -980,8 +982,6 @@ except Exception as e:
 quiz6_hidden = [f for f in quiz6_frames if f.f_locals.get("__tracebackhide__")]
 print(f"in this kernel: {len(quiz6_frames)} frames, {len(quiz6_hidden)} of them marked __tracebackhide__")
 assert 0 < len(quiz6_hidden) < len(quiz6_frames)
-import os
-JAX_DIR = os.path.dirname(jax.__file__) + os.sep                 # JAX's own package, not jaxmagic's
 assert all(f.f_code.co_filename.startswith(JAX_DIR) for f in quiz6_hidden)
 del quiz6_frames, quiz6_hidden
 # a script: JAX removes its frames and says so; with filtering off they are all there

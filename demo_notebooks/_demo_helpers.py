@@ -121,33 +121,40 @@ class CompileCounter:
         return len(self.events)
 
 
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def clean_env(extra: dict[str, str] | None = None, *, opens_device: bool = True) -> dict[str, str]:
     """The current environment without XLA_FLAGS and JAX_* variables (``JAXMAGIC_CHILD_JAX_PLATFORMS``, where
-    set, as JAX_PLATFORMS), plus ``extra``."""
+    set, as JAX_PLATFORMS for a child that ``opens_device``), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
     env["PYTHON_COLORS"] = "0"  # no ANSI codes in tracebacks printed by the child
     # One process at a time holds a TPU chip: where the kernel holds it (the accelerator lane sets this to
     # "cpu", tools/accelerator/device.sh), a child runs JAX there instead of failing on libtpu's lockfile.
-    if os.environ.get("JAXMAGIC_CHILD_JAX_PLATFORMS"):
+    # A child that only reads JAX's options opens no device and keeps the machine's defaults.
+    if opens_device and os.environ.get("JAXMAGIC_CHILD_JAX_PLATFORMS"):
         env["JAX_PLATFORMS"] = os.environ["JAXMAGIC_CHILD_JAX_PLATFORMS"]
     env.update(extra or {})
     return env
 
 
 def run_py(
-    code: str, *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 300
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float = 300,
+    opens_device: bool = True,
 ) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python process (this kernel's interpreter); return the CompletedProcess.
 
     Keys of ``env`` are added to a copy of the current environment from which
-    XLA_FLAGS and JAX_* were removed.
+    XLA_FLAGS and JAX_* were removed. ``opens_device=False``: the child only
+    reads JAX's configuration (see :func:`clean_env`).
     """
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         input=stdin,
         capture_output=True,
         text=True,
-        env=clean_env(env),
+        env=clean_env(env, opens_device=opens_device),
         timeout=timeout,
     )
 

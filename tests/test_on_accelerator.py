@@ -101,3 +101,18 @@ def test_a_watched_loops_verdicts_arrive_and_name_the_call(monkeypatch):
     [_sgd_until_nan(w0, lrs[0]) for _ in range(10)][-1].block_until_ready()
     watch.end_cell()
     assert (made[-1].deferred, made[-1].first_calls) == (True, call_sampling.FIRST_CALLS_DEFERRED)
+
+
+def test_bisect_tells_the_default_matmul_precision_from_an_algorithm_error():
+    """The chapter's closure example: a TPU's default bfloat16 passes put jit and eager 0.06 off the float64
+    reference alike (a TPU v5e); the probe says the precision, having run both again at "highest"."""
+    import numpy as np
+
+    w = jax.random.normal(jax.random.key(1), (128, 128)) / jnp.sqrt(128.0)
+    x = jax.random.normal(jax.random.key(2), (50, 128))
+    ref = (np.asarray(w, np.float64) @ np.asarray(x, np.float64).T).sum(0)
+    if jax.default_backend() != "tpu":
+        pytest.skip("a GPU's default float32 matmul precision depends on the GPU")
+    report = probes.bisect(lambda xs: jax.vmap(lambda row: jnp.sum(w @ row))(xs), x, ref=ref)
+    assert report.verdict == "matmul_precision", report.summary
+    assert report.matmul_precision.explains and max(report.matmul_precision.errors_after.values()) < 1e-4

@@ -5,7 +5,7 @@
 # everything jaxmagic and its test lane import, resolved by pip for CPython 3.12 on manylinux x86-64.
 #
 #   tools/accelerator/pack.sh            -> .accel/parts/part00 .. partNN (tar of the wheels, split)
-#   tools/accelerator/pack.sh libs       -> .accel/libs/libs00: Flax, Optax, Equinox and what they need beyond
+#   tools/accelerator/pack.sh libs       -> .accel/libs/libs00: Flax, Optax, Equinox, NumPyro, Haiku and what they need beyond
 #                                           the parts above (for demo notebook 11), one part (~33 MB)
 #
 # A device call carries the checkout and its carried paths, 64 MiB in all: the parts are cut so that one
@@ -25,7 +25,7 @@ if [ "${1:-}" = libs ]; then  # the libraries, less the wheels the parts hold al
     [ -e .accel/parts/part00 ] || { echo "pack the parts first (tools/accelerator/pack.sh)"; exit 1; }
     rm -rf .accel/libs .accel/libwheels && mkdir -p .accel/libs .accel/libwheels/wheels
     python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
-        -d .accel/libwheels/wheels -c constraints.txt flax optax equinox 2>&1 | grep -v "is ignored: it is neither" || true
+        -d .accel/libwheels/wheels -c constraints.txt flax optax equinox numpyro dm-haiku 2>&1 | grep -v "is ignored: it is neither" || true
     cat .accel/parts/part* | tar -t | sed 's|^wheels/||' | while read -r held; do
         [ -n "$held" ] && rm -f ".accel/libwheels/wheels/$held"
     done

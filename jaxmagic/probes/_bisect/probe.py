@@ -20,6 +20,7 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.types import ClosedJaxpr, Jaxpr
 from jaxmagic.probes._bisect.before_program import before_program
 from jaxmagic.probes._bisect.bisected_call import python_function
+from jaxmagic.probes._bisect.matmul_precision import PrecisionRetry, reduced_precision_platform, retry_at_full_precision
 from jaxmagic.probes._bisect.pytree_boundary import in_order_of
 from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
@@ -28,6 +29,7 @@ from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import user_lines
 
 DEFAULT_RTOL = {"float64": 1e-10, "float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
+OFF_REFERENCE = ("algorithm", "compilation", "eager_differs")  # verdicts of a run off the reference
 RANDOM_PRIMITIVES = (
     "random_bits",
     "random_wrap",
@@ -334,13 +336,47 @@ def run_call(
         dtypes = [str(getattr(leaf, "dtype", "float32")) for _, leaf in _leaves(sample)] if sample is not None else []
         report.rtol = rtol if rtol is not None else max((DEFAULT_RTOL.get(d, 1e-4) for d in dtypes), default=1e-4)
         _judge(report, jit_result, eager_result, reference)
-        if report.verdict != "failed" and (report.jit_vs_eager or 0.0) > report.rtol:
+        if report.verdict in OFF_REFERENCE and sample is not None:
+            report.matmul_precision = _matmul_precision(
+                report, lambda: jitted(*args, **kwargs), eager, sample, reference
+            )
+            if report.matmul_precision is not None and report.matmul_precision.explains:
+                report.verdict = "matmul_precision"
+        if report.verdict not in ("failed", "matmul_precision") and (report.jit_vs_eager or 0.0) > report.rtol:
             report.before_program = _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result)
             if report.before_program.explains:
                 report.verdict = "before_program"
         del jit_result, eager_result, reference, sample
     report.captured = _captured(jitted, fn, args, kwargs, namespace)
     return report, failed.get("jit" if jit_internals.is_jitted(fn) else "eager")
+
+
+def _matmul_precision(
+    report: BisectReport,
+    run_jit: Callable[[], object],
+    run_eager: Callable[[], object],
+    sample: object,
+    reference: object,
+) -> PrecisionRetry | None:
+    """Where float32 matmuls default to less than float32 (a TPU, a GPU), the runs that were off the
+    reference run again at full precision (``matmul_precision.py``); None on a CPU."""
+    platform = reduced_precision_platform(sample)
+    if not platform:
+        return None
+    runs = {"jit": (report.jit, run_jit), "eager": (report.eager, run_eager)}
+    off = {
+        name: run.max_rel_error
+        for name, (run, _) in runs.items()
+        if run is not None and run.max_rel_error is not None and run.max_rel_error > report.rtol
+    }
+    reference_leaves = _leaves64(reference)
+
+    def error_of(result: object) -> float:
+        again = RunResult("again", "")
+        _compare(again, _leaves64(result), reference_leaves)
+        return again.max_rel_error if again.max_rel_error is not None else math.inf
+
+    return retry_at_full_precision(platform, off, {name: runs[name][1] for name in off}, error_of, report.rtol)
 
 
 def _before_program(

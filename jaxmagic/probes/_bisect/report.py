@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxmagic.probes._bisect.matmul_precision import HOW as FULL_PRECISION
+from jaxmagic.probes._bisect.matmul_precision import PrecisionRetry
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, Status, act, failed
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
@@ -16,6 +18,10 @@ VERDICTS = {
     "precision": "jit and eager are both close to the reference but not equal to it: float32 precision",
     "compilation": "jit wrong, eager right: the compilation layer",
     "algorithm": "jit and eager are both wrong: the algorithm or the data",
+    "matmul_precision": (
+        "off the reference at this backend's default matmul precision only (float32 products in fewer bits); "
+        "right at full float32 precision"
+    ),
     "eager_differs": "eager wrong, jit right",
     "agree": "jit and eager agree (no reference to check them against)",
     "jit_differs": "jit and eager disagree (no reference to say which is right)",
@@ -37,6 +43,11 @@ NEXT_STEPS = {
         "compiled program (%jax_hlo on the same call: constants, fusions), at constants captured by "
         "closure (pass arrays as arguments) and at XLA flags; then shrink the function while the "
         "difference stays."
+    ),
+    "matmul_precision": (
+        f"Ask for full float32 products where these numbers matter: `with {FULL_PRECISION}:` around the "
+        "call, `precision=jax.lax.Precision.HIGHEST` on the `jnp.dot`/`jnp.matmul` that needs it, or "
+        "`jax.config.update('jax_default_matmul_precision', 'highest')` for the whole program (slower)."
     ),
     "algorithm": (
         "Compilation is not the cause: the eager run is as wrong. Check the formula and the data "
@@ -167,6 +178,8 @@ class BisectReport(Report):
     captured: list[CapturedArray] = dataclasses.field(default_factory=list)
     # when jit and eager disagree: whether what the runs receive already differs (dict order, dtypes, trace time)
     before_program: BeforeProgram | None = None
+    # on a TPU/GPU, when a run was off the reference: the off runs again at full float32 matmul precision
+    matmul_precision: PrecisionRetry | None = None
 
     def concerns(self) -> list[Concern]:
         if self.verdict == "failed":
@@ -204,6 +217,12 @@ class BisectReport(Report):
             text += "."
         elif before is not None and before.stage == "none":
             text += " What the runs receive was checked (dict order, dtypes, a new trace) and does not explain it."
+        retry = self.matmul_precision
+        if retry is not None and not retry.failure:
+            errors = ", ".join(f"{name} {short_number(e)}" for name, e in retry.errors_after.items())
+            text += f" Run again under {FULL_PRECISION} on this {retry.platform.upper()}: {errors}" + (
+                " - within the tolerance." if retry.explains else " - still off: not the matmul precision."
+            )
         if self.captured:
             names = ", ".join(f"`{c.name}`" for c in self.captured[:3])
             text += f" The jitted function captures {names} by closure (the section 1.4 trap)."
@@ -216,6 +235,8 @@ class BisectReport(Report):
         if self.next_step and self.next_step != fix:  # the fix is the document's own line
             verdict.append(Paragraph(self.next_step))
         sections.append(Section("Verdict", verdict))
+        if self.matmul_precision is not None:
+            sections.append(Section("Matmul precision", [Paragraph(self.matmul_precision.checked)]))
         if self.before_program is not None:
             sections.append(before_program_section(self.before_program, fix))
         if self.captured:

@@ -224,8 +224,7 @@ class KeyWatch(jit_calls.CallObserver):
         """Count, once per call, the findings ``search`` (draw equations of a program) gives for the called
         program - one per line and API of ``name``, made by ``make`` and added to ``into`` when new. A
         program is searched once; ``searched`` remembers it."""
-        closed = params.get("jaxpr")
-        jaxpr = getattr(closed, "jaxpr", closed)
+        jaxpr = _program_of(params)
         if jaxpr is None:
             return
         finding: SameNumbersDraw | None  # declared apart: the draws known, then the one found per spot
@@ -256,8 +255,7 @@ class KeyWatch(jit_calls.CallObserver):
     def _folded_arguments(self, params: Params) -> tuple[dict[int, set[int]], dict[int, bool]]:
         """The key arguments the called program only folds other arguments into, with those; and, for each of
         those, whether the program computes a new value of it and drops it (a library's counter lost)."""
-        closed = params.get("jaxpr")
-        jaxpr = getattr(closed, "jaxpr", closed)
+        jaxpr = _program_of(params)
         if jaxpr is None:
             return {}, {}
         cached = self.folded.get(id(jaxpr))
@@ -299,14 +297,12 @@ class KeyWatch(jit_calls.CallObserver):
     def _idle_arguments(self, params: Params) -> frozenset[int]:
         """The arguments the called program makes no random numbers from (``idle_keys``): an eval step's
         train-state key, carried through."""
-        closed = params.get("jaxpr")
-        jaxpr = getattr(closed, "jaxpr", closed)
+        jaxpr = _program_of(params)
         return frozenset() if jaxpr is None else searched_once("idle", jaxpr, idle_inputs)
 
     def _legacy_arguments(self, params: Params) -> frozenset[int]:
         """The arguments the called program wraps into keys (``random_wrap``): raw uint32 keys."""
-        closed = params.get("jaxpr")
-        jaxpr = getattr(closed, "jaxpr", closed)
+        jaxpr = _program_of(params)
         if jaxpr is None:
             return frozenset()
         cached = self.legacy_arguments.get(id(jaxpr))
@@ -421,3 +417,9 @@ def data_fingerprint(data: np.ndarray) -> tuple[bytes, np.ndarray]:
 
 def render_key(data: Any) -> str:
     return np.array2string(data.reshape(-1)[:4], separator=" ") + ("..." if data.size > 4 else "")
+
+
+def _program_of(params: Params) -> Any:
+    """The jaxpr a ``pjit`` equation calls (its params' ``jaxpr``, closed or not); None where it has none."""
+    closed = params.get("jaxpr")
+    return getattr(closed, "jaxpr", closed)

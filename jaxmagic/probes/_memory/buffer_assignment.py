@@ -17,6 +17,14 @@ a trial compiled with donation then "needed" 4.5 MiB. XLA's time is kept when it
 Each piece of memory (allocation, offset) is counted once: a value made in place over another (a sort
 over its operand, an output over a donated argument) is live beside it for one step in one memory.
 
+An allocation's ``color N`` is its memory space. Only color 0 is the device's main memory (HBM on a TPU or
+GPU, what ``memory_analysis()`` and an out-of-memory count): XLA:TPU also prefetches arguments into its
+alternate memory (``copy-start`` to layout ``S(1)``, color 1: a TPU v5e copied a 16 MiB argument there,
+which XLA's own ``(peak)`` list counts beside the HBM buffers; the device's ``peak_bytes_in_use`` did not
+grow by it) and keeps scalars and semaphores in colors 2 and 6. The peak's time is still found over every
+buffer's range (XLA's time where it is the peak, as before), but what is listed and summed then is the main
+memory's only, and so are the totals.
+
 The parser is tolerant: a line it does not understand is skipped, never fatal.
 """
 
@@ -36,7 +44,12 @@ class Allocation:
     temporary: bool = False  # XLA's preallocated temporaries
     thread_local: bool = False  # scalars of reducer and comparator bodies
     constant: bool = False
+    color: int = 0  # the memory space: 0 the device's main memory, others on-chip (a TPU's S(1), semaphores)
     values: list[AssignedValue] = dataclasses.field(default_factory=list)
+
+    @property
+    def in_main_memory(self) -> bool:
+        return self.color == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +135,8 @@ class BufferAssignment:
     def totals(self) -> Totals:
         found = Totals()
         for allocation in self.allocations:
+            if not allocation.in_main_memory:
+                continue
             if allocation.parameter is not None:
                 found.arguments += allocation.size
                 if allocation.live_out:
@@ -141,6 +156,7 @@ XLA_PEAK_TOLERANCE = 1e-3
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 _VALUE = re.compile(r"^\s*value: <\d+ ([\w.\-]+)(?:\{([\d,]*)\})? @[\d,]*> \(size=(\d+),offset=(\d+)\)")
 _PARAMETER = re.compile(r"\bparameter (\d+)\b")
+_COLOR = re.compile(r"\bcolor (\d+)\b")
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):\s*$")
 _PEAK_VALUE = re.compile(r"^\s*([\w.\-]+)\{([\d,]*)\}: (\d+) bytes")
 _RANGE = re.compile(r"^\s*([\w.\-]+)\{([\d,]*)\}:(\d+)-(\d+)\s*$")
@@ -163,7 +179,8 @@ def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> Buf
     if assignment.ranges:
         _peak_from_ranges(assignment, xla_time, {(v.instruction, v.shape_index): v.size for v in xla_peak})
     elif xla_peak:  # a text with the peak's list and no ranges: XLA's word is all there is
-        assignment.peak = sorted(xla_peak, key=lambda v: -v.size)
+        in_main = [v for v in xla_peak if _in_main_memory(assignment, v.instruction, v.shape_index)]
+        assignment.peak = sorted(in_main, key=lambda v: -v.size)
         assignment.peak_bytes = sum(_slot_sizes(assignment, assignment.peak).values())
         assignment.peak_time = assignment.xla_peak_time = xla_time
     return assignment
@@ -172,6 +189,7 @@ def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> Buf
 def _allocation(header: re.Match[str]) -> Allocation:
     kinds = header.group(3)
     parameter = _PARAMETER.search(kinds)
+    color = _COLOR.search(kinds)
     return Allocation(
         index=int(header.group(1)),
         size=int(header.group(2)),
@@ -180,6 +198,7 @@ def _allocation(header: re.Match[str]) -> Allocation:
         temporary="preallocated-temp" in kinds,
         thread_local="thread-local" in kinds,
         constant="constant" in kinds,
+        color=int(color.group(1)) if color else 0,
     )
 
 
@@ -213,6 +232,12 @@ def _ranges(live_range: str) -> list[LiveRange]:
                 break
             found.append(LiveRange(match.group(1), match.group(2), int(match.group(3)), int(match.group(4))))
     return found
+
+
+def _in_main_memory(assignment: BufferAssignment, instruction: str, shape_index: str) -> bool:
+    """Whether a buffer lives in the device's main memory (a buffer with no allocation is counted there)."""
+    found = assignment.allocation_of(instruction, shape_index)
+    return found is None or found[0].in_main_memory
 
 
 # What one buffer occupies: its allocation's (index, offset), or ("unassigned", instruction, shape index).
@@ -270,7 +295,10 @@ def _peak_from_ranges(
         at = [r for r in ranges if r.start <= time <= r.end]
         if at:  # in place: the value made last, over the one it replaces
             newest = max(at, key=lambda r: (r.start, sizes[r]))
-            at_peak[slots[newest]] = newest
+            if _in_main_memory(assignment, newest.instruction, newest.shape_index):
+                at_peak[slots[newest]] = newest
     assignment.peak = sorted(
         (PeakValue(r.instruction, r.shape_index, sizes[r]) for r in at_peak.values()), key=lambda v: -v.size
     )
+    # what the device's main memory holds then: an on-chip copy (color 1) is no byte of it
+    assignment.peak_bytes = sum(v.size for v in assignment.peak)

@@ -79,7 +79,7 @@ def _stacks_clause(program: ProgramMemory, short: bool) -> str:
     ]
     stacks = stacks if where else [top]
     total = sum(b.bytes for b in stacks)
-    count = sum(b.count for b in stacks)
+    count = sum(b.count for b in stacks if b.bytes)  # a value made in place over another is no buffer more
     shapes = list(dict.fromkeys(b.shape for b in stacks))
     what = f"{count} x {shapes[0]}" if len(shapes) == 1 else f"{count} buffers"
     lines = sorted({b.made_at.lineno for b in stacks if b.made_at is not None})

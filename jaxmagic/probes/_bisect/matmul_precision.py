@@ -1,0 +1,87 @@
+"""Is a run off the reference only because of the backend's default matrix-product precision?
+
+A TPU multiplies float32 matrices in bfloat16 passes unless asked for more (a GPU may use TF32), so a
+float32 matmul there misses a float64 reference by ~1e-2 relative, jitted and op by op alike - which
+would read as "both wrong: the algorithm". Before saying that, the probe runs the off runs again under
+``jax.default_matmul_precision("highest")``: if every one of them then meets the tolerance, the default
+precision is the cause, observed, and the fix was tried. On a CPU the setting changes nothing, so the
+check is skipped there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+
+from jaxmagic.report.wording import error_line
+
+# jax_default_matmul_precision values that already ask for full float32 products
+FULL_FLOAT32 = ("highest", "float32")
+HOW = 'jax.default_matmul_precision("highest")'
+
+
+@dataclasses.dataclass
+class PrecisionRetry:
+    """The off runs run again at full float32 matmul precision, and what they gave."""
+
+    platform: str  # "tpu", "gpu": where the results live
+    errors_before: dict[str, float]  # run name -> max relative error at the default precision
+    errors_after: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, at "highest"
+    explains: bool = False  # every run that was off is within the tolerance at "highest"
+    failure: str = ""  # why a run again could not be compared
+
+    @property
+    def checked(self) -> str:
+        """What was run and what it gave, in one sentence."""
+        names = " and ".join(self.errors_before)
+        if self.failure:
+            return f"Ran {names} again under {HOW}: {self.failure}."
+        pairs = ", ".join(
+            f"{name} {_short(self.errors_after[name])} (was {_short(self.errors_before[name])})"
+            for name in self.errors_before
+            if name in self.errors_after
+        )
+        return f"Ran {names} again under {HOW} (their Python ran again): max relative error {pairs}."
+
+
+def reduced_precision_platform(sample: object) -> str:
+    """The platform of ``sample``'s arrays when float32 matmuls there default to less than float32 and no
+    full precision was asked for; "" otherwise (a CPU computes them in full)."""
+    if str(jax.config.jax_default_matmul_precision or "").lower() in FULL_FLOAT32:
+        return ""
+    for leaf in jax.tree.leaves(sample):
+        devices = getattr(leaf, "devices", None)
+        if callable(devices):
+            try:
+                platforms = {d.platform for d in devices()}
+            except Exception:  # a deleted array: nothing to say where it lived
+                continue
+            return next((p for p in sorted(platforms) if p != "cpu"), "")
+    return ""
+
+
+def retry_at_full_precision(
+    platform: str,
+    errors_before: dict[str, float],
+    runs: dict[str, Callable[[], object]],
+    error_of: Callable[[object], float],
+    rtol: float,
+) -> PrecisionRetry:
+    """Run each of ``runs`` (the runs that were off) under ``HOW``; ``error_of`` its max relative error
+    against the reference. Never raises: a failed run again is said, not explained."""
+    retry = PrecisionRetry(platform=platform, errors_before=errors_before)
+    try:
+        with jax.default_matmul_precision("highest"):
+            for name, run in runs.items():
+                retry.errors_after[name] = error_of(run())
+    except Exception as error:  # the user's function may fail differently here: the verdict stands
+        retry.failure = f"it failed ({error_line(error)})"
+        return retry
+    retry.explains = all(error <= rtol for error in retry.errors_after.values())
+    return retry
+
+
+def _short(x: float) -> str:
+    return "0" if x == 0 else f"{x:.3g}"

@@ -1,0 +1,90 @@
+"""%jax_bisect on a backend whose float32 matmuls default to bfloat16 passes (a TPU; TF32 on a GPU).
+
+There, jit and eager miss a float64 reference alike (0.06 absolute on the chapter's closure example on a TPU
+v5e), which read as "both wrong: the algorithm". The probe runs the off runs again under
+``jax.default_matmul_precision("highest")`` and says the precision when that puts them right. The CPU ignores
+the setting, so here a function emulates a TPU's default - its products rounded through bfloat16 unless full
+precision is asked for - and the platform check is told the results live on a TPU. The live case is
+tests/test_on_accelerator.py's.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmagic import probes
+from jaxmagic.probes._bisect import matmul_precision
+from jaxmagic.probes._bisect import probe as bisect_probe
+from jaxmagic.render.text import render_text
+
+W = jax.random.normal(jax.random.key(1), (128, 128)) / jnp.sqrt(128.0)
+X = jax.random.normal(jax.random.key(2), (50, 128))
+REF = (np.asarray(W, np.float64) @ np.asarray(X, np.float64).T).sum(0)
+CALLS: list[str] = []
+
+
+def _as_a_tpu_multiplies(a):
+    """float32 operands rounded to bfloat16 unless full precision is asked for: a TPU's default pass."""
+    if str(jax.config.jax_default_matmul_precision or "").lower() in matmul_precision.FULL_FLOAT32:
+        return a
+    return a.astype(jnp.bfloat16).astype(jnp.float32)
+
+
+def products(x):
+    CALLS.append("ran")
+    return jax.vmap(lambda row: jnp.sum(_as_a_tpu_multiplies(W) @ _as_a_tpu_multiplies(row)))(x)
+
+
+@pytest.fixture
+def on_a_tpu(monkeypatch):
+    monkeypatch.setattr(bisect_probe, "reduced_precision_platform", lambda sample: "tpu")
+
+
+def test_runs_off_only_at_the_default_matmul_precision_are_said_so_with_the_fix_tried(on_a_tpu):
+    CALLS.clear()
+    report = probes.bisect(products, X, ref=REF, call_text="products(X)")
+    assert report.verdict == "matmul_precision" and report.status.value == "problem"
+    retry = report.matmul_precision
+    assert retry.explains and set(retry.errors_after) == {"jit", "eager"}
+    assert all(retry.errors_before[n] > 1e-3 > 1e-5 > retry.errors_after[n] for n in ("jit", "eager"))
+    assert "both wrong" not in report.summary and "within the tolerance" in report.summary
+    assert 'jax.default_matmul_precision("highest")' in report.fix
+    document = render_text(report.document())
+    assert "Ran jit and eager again under" in document and "their Python ran again" in document
+    assert len(CALLS) > 2  # the runs again are the user's Python again: said in the report (above)
+
+
+def test_an_algorithm_error_stays_one_and_says_the_precision_was_checked(on_a_tpu):
+    def variance(x):  # catastrophic cancellation: wrong at any matmul precision
+        return jnp.mean(x**2) - jnp.mean(x) ** 2
+
+    data = jnp.asarray(np.random.default_rng(0).normal(1e4, 1.0, 4096), jnp.float32)
+    ref = np.var(np.asarray(data, np.float64))
+    report = probes.bisect(variance, data, ref=ref)
+    assert report.verdict == "algorithm" and not report.matmul_precision.explains
+    assert "still off: not the matmul precision" in report.summary
+
+
+def test_no_retry_on_the_cpu_or_where_full_precision_was_asked_for():
+    on_cpu = jax.device_put(jnp.ones(3), jax.devices("cpu")[0])
+    assert matmul_precision.reduced_precision_platform(on_cpu) == ""
+    with jax.default_matmul_precision("highest"):
+        assert matmul_precision.reduced_precision_platform(jnp.ones(3)) == ""
+    if jax.default_backend() == "cpu":  # (the live case on a TPU: tests/test_on_accelerator.py)
+        report = probes.bisect(products, X, ref=REF)
+        assert report.verdict == "algorithm" and report.matmul_precision is None  # never a retry here
+
+
+def test_a_run_failing_at_full_precision_keeps_the_verdict(on_a_tpu):
+    def fails_when_asked(x):
+        if str(jax.config.jax_default_matmul_precision or "") == "highest":
+            raise RuntimeError("no such precision here")
+        return products(x)
+
+    report = probes.bisect(fails_when_asked, X, ref=REF)
+    assert report.verdict == "algorithm" and "it failed (RuntimeError: no such precision here)" in (
+        report.matmul_precision.checked
+    )
