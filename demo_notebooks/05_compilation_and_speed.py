@@ -528,7 +528,9 @@ for k, v in tg.items():
     print(f"  {k:30s} {v}")
 assert tg["device array argument"] == tg["explicit device_put"] == "allowed"
 assert tg["NumPy array argument"].startswith("blocked") and tg["Python scalar argument"].startswith("blocked")
-assert tg["float(result), device->host"] == "allowed"          # CPU only: blocked on GPU
+# reading a result back is a device->host copy: allowed on the CPU (nothing moves), blocked on a TPU or GPU
+ON_CPU = jax.default_backend() == "cpu"
+assert tg["float(result), device->host"] == "allowed" if ON_CPU else tg["float(result), device->host"].startswith("blocked")
 
 # %% [markdown]
 # `%%jax_transfers --mode disallow` runs a cell under the same guard and records each blocked
@@ -550,8 +552,8 @@ for name, fn in [("device array argument", lambda: f_tg(x_dev)),
 
 # %%
 assert tg2 == tg                                      # the magic changes nothing in what the cell sees
-assert rep_tg.total == 2 and not rep_tg.blocked       # two blocked, both caught by the cell
-numpy_t, scalar_t = rep_tg.transfers
+assert (rep_tg.total == 2 if ON_CPU else rep_tg.total >= 2) and not rep_tg.blocked   # all caught by the cell
+numpy_t, scalar_t = rep_tg.transfers[:2]
 assert (numpy_t.value, numpy_t.what) == ("f32[3]", "a NumPy array or other host data")
 assert (scalar_t.value, scalar_t.what) == ("f32[] weak", "a Python scalar")
 assert numpy_t.line.code == '("NumPy array argument", lambda: f_tg(np.ones(3, np.float32))),'
