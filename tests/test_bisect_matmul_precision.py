@@ -57,15 +57,29 @@ def test_runs_off_only_at_the_default_matmul_precision_are_said_so_with_the_fix_
     assert len(CALLS) > 2  # the runs again are the user's Python again: said in the report (above)
 
 
-def test_an_algorithm_error_stays_one_and_says_the_precision_was_checked(on_a_tpu):
-    def variance(x):  # catastrophic cancellation: wrong at any matmul precision
-        return jnp.mean(x**2) - jnp.mean(x) ** 2
+DATA = jnp.asarray(np.random.default_rng(0).normal(1e4, 1.0, 4096), jnp.float32)
+VARIANCE = np.var(np.asarray(DATA, np.float64))
 
-    data = jnp.asarray(np.random.default_rng(0).normal(1e4, 1.0, 4096), jnp.float32)
-    ref = np.var(np.asarray(data, np.float64))
-    report = probes.bisect(variance, data, ref=ref)
+
+def test_an_algorithm_error_stays_one_and_says_the_precision_was_checked(on_a_tpu):
+    def variance_by_a_product(x):  # catastrophic cancellation: wrong at any matmul precision
+        return jnp.dot(x, x) / x.size - jnp.mean(x) ** 2
+
+    report = probes.bisect(variance_by_a_product, DATA, ref=VARIANCE)
     assert report.verdict == "algorithm" and not report.matmul_precision.explains
     assert "still off: not the matmul precision" in report.summary
+
+
+def test_a_program_without_a_matrix_product_is_not_run_again(on_a_tpu):
+    runs = []
+
+    def variance(x):
+        runs.append("ran")
+        return jnp.mean(x**2) - jnp.mean(x) ** 2
+
+    report = probes.bisect(variance, DATA, ref=VARIANCE)
+    assert report.verdict == "algorithm" and report.matmul_precision is None
+    assert len(runs) == 2  # traced for jit once, op by op once: the check read the jit's trace JAX kept
 
 
 def test_no_retry_on_the_cpu_or_where_full_precision_was_asked_for():
@@ -88,3 +102,12 @@ def test_a_run_failing_at_full_precision_keeps_the_verdict(on_a_tpu):
     assert report.verdict == "algorithm" and "it failed (RuntimeError: no such precision here)" in (
         report.matmul_precision.checked
     )
+
+
+def test_matrix_products_are_found_inside_loops_and_nested_jits():
+    def scanned(x):
+        return jax.lax.scan(lambda c, row: (c + jax.jit(jnp.dot)(row, row), None), 0.0, x)[0]
+
+    assert matmul_precision.has_matrix_products(jax.make_jaxpr(scanned)(X))
+    assert matmul_precision.has_matrix_products(jax.make_jaxpr(lambda x: jnp.einsum("ij,kj->ik", x, x))(X))
+    assert not matmul_precision.has_matrix_products(jax.make_jaxpr(lambda x: jnp.cumsum(x * x))(X))

@@ -5,7 +5,8 @@ float32 matmul there misses a float64 reference by ~1e-2 relative, jitted and op
 would read as "both wrong: the algorithm". Before saying that, the probe runs the off runs again under
 ``jax.default_matmul_precision("highest")``: if every one of them then meets the tolerance, the default
 precision is the cause, observed, and the fix was tried. On a CPU the setting changes nothing, so the
-check is skipped there.
+check is skipped there; so it is for a program with no matrix product (read from the jit's trace, which
+JAX keeps from the run: the user's Python does not run for it).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from collections.abc import Callable
 
 import jax
 
+from jaxmagic._jax.jaxpr_parts import closed_parts, sub_jaxprs
+from jaxmagic._jax.types import Program
 from jaxmagic.report.wording import error_line
 
 # jax_default_matmul_precision values that already ask for full float32 products
 FULL_FLOAT32 = ("highest", "float32")
 HOW = 'jax.default_matmul_precision("highest")'
+# the primitives whose float32 precision jax_default_matmul_precision sets
+PRODUCTS = ("dot_general", "conv_general_dilated", "ragged_dot", "ragged_dot_general")
 
 
 @dataclasses.dataclass
@@ -60,6 +65,15 @@ def reduced_precision_platform(sample: object) -> str:
                 continue
             return next((p for p in sorted(platforms) if p != "cpu"), "")
     return ""
+
+
+def has_matrix_products(program: Program) -> bool:
+    """Whether a (closed) jaxpr, or any program inside it, multiplies matrices."""
+    jaxpr, _ = closed_parts(program)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in PRODUCTS or any(has_matrix_products(sub) for sub in sub_jaxprs(eqn)):
+            return True
+    return False
 
 
 def retry_at_full_precision(

@@ -20,7 +20,12 @@ from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic._jax.types import ClosedJaxpr, Jaxpr
 from jaxmagic.probes._bisect.before_program import before_program
 from jaxmagic.probes._bisect.bisected_call import python_function
-from jaxmagic.probes._bisect.matmul_precision import PrecisionRetry, reduced_precision_platform, retry_at_full_precision
+from jaxmagic.probes._bisect.matmul_precision import (
+    PrecisionRetry,
+    has_matrix_products,
+    reduced_precision_platform,
+    retry_at_full_precision,
+)
 from jaxmagic.probes._bisect.pytree_boundary import in_order_of
 from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
@@ -337,9 +342,7 @@ def run_call(
         report.rtol = rtol if rtol is not None else max((DEFAULT_RTOL.get(d, 1e-4) for d in dtypes), default=1e-4)
         _judge(report, jit_result, eager_result, reference)
         if report.verdict in OFF_REFERENCE and sample is not None:
-            report.matmul_precision = _matmul_precision(
-                report, lambda: jitted(*args, **kwargs), eager, sample, reference
-            )
+            report.matmul_precision = _matmul_precision(report, jitted, args, kwargs, eager, sample, reference)
             if report.matmul_precision is not None and report.matmul_precision.explains:
                 report.verdict = "matmul_precision"
         if report.verdict not in ("failed", "matmul_precision") and (report.jit_vs_eager or 0.0) > report.rtol:
@@ -353,17 +356,20 @@ def run_call(
 
 def _matmul_precision(
     report: BisectReport,
-    run_jit: Callable[[], object],
+    jitted: Wrapped,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     run_eager: Callable[[], object],
     sample: object,
     reference: object,
 ) -> PrecisionRetry | None:
     """Where float32 matmuls default to less than float32 (a TPU, a GPU), the runs that were off the
-    reference run again at full precision (``matmul_precision.py``); None on a CPU."""
+    reference run again at full precision (``matmul_precision.py``); None on a CPU or for a program with no
+    matrix product."""
     platform = reduced_precision_platform(sample)
-    if not platform:
+    if not platform or not _multiplies_matrices(jitted, args, kwargs):
         return None
-    runs = {"jit": (report.jit, run_jit), "eager": (report.eager, run_eager)}
+    runs = {"jit": (report.jit, lambda: jitted(*args, **kwargs)), "eager": (report.eager, run_eager)}
     off = {
         name: run.max_rel_error
         for name, (run, _) in runs.items()
@@ -377,6 +383,15 @@ def _matmul_precision(
         return again.max_rel_error if again.max_rel_error is not None else math.inf
 
     return retry_at_full_precision(platform, off, {name: runs[name][1] for name in off}, error_of, report.rtol)
+
+
+def _multiplies_matrices(jitted: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the jitted program has a matrix product; True when its trace cannot be had (then the retry
+    itself tells). The trace is JAX's cached one of the run: the user's Python does not run again."""
+    try:
+        return has_matrix_products(jitted.trace(*args, **kwargs).jaxpr)
+    except Exception:
+        return True
 
 
 def _before_program(
