@@ -422,3 +422,15 @@ def test_one_arrow_style_in_every_report():
         if "\u2192" in line or "\\u2192" in line or "&rarr;" in line and "dim" not in line
     ]
     assert mixed == [], f"another arrow than -> in: {mixed}"
+
+
+def test_a_number_with_a_negative_exponent_is_never_split_at_its_hyphen():
+    """A headline said "jit 2.11e-" at the end of one line and "07" at the start of the next (a 900 px
+    notebook): a browser breaks after a hyphen. Such a number is kept whole; words around it still wrap."""
+    from jaxmagic.render.html import breakable_html, inline_html
+
+    text = 'Run again under `jax.default_matmul_precision("highest")` on this TPU: jit 2.11e-07, eager 3E-5.'
+    for page in (breakable_html(text), inline_html(text)):
+        assert '<span style="white-space:nowrap">2.11e-07,</span>' in page
+        assert '<span style="white-space:nowrap">3E-5.</span>' in page
+    assert breakable_html("re-run it") == "re-run it"  # a hyphenated word may break as words do

@@ -49,8 +49,9 @@ LONG_RUN_CHARS = 14  # a 900 px notebook with the sidebar open leaves ~420 px fo
 # Between tokens only: never inside a name, dotted or not (`optax.softmax_cross_entropy`, `jnp.float32` and
 # `jnp.finfo(v.dtype).tiny` stay whole - a reader takes `jnp.|float32` for two things)
 BREAK_AFTER = re.compile(r"(?<=[(\[{,/=:|>])")
-# A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it.
-_SPECIAL_WORD = re.compile(rf"\S{{{LONG_RUN_CHARS},}}|\S*(?:--|->)\S*")
+# A word that needs more than escaping: a long unbroken run, or one with "--" / "->" in it, or a number with a
+# negative exponent ("2.11e-07": a browser breaks it after the hyphen, "2.11e-" and "07" on two lines).
+_SPECIAL_WORD = re.compile(rf"\S{{{LONG_RUN_CHARS},}}|\S*(?:--|->|\d[eE]-\d)\S*")
 
 
 def breakable_html(text: str) -> str:
@@ -61,9 +62,10 @@ def breakable_html(text: str) -> str:
     narrow window. Break points go after brackets, commas, slashes and the like,
     where a reader expects a line to continue - never inside a name. An option
     such as ``--budget`` and an arrow ``->`` are kept whole: browsers break after
-    their hyphen. (Table cells break at spaces only: ``whole_words_html``.)
+    their hyphen, and so is a number such as ``2.11e-07``. (Table cells break at spaces only:
+    ``whole_words_html``.)
     """
-    if len(text) < LONG_RUN_CHARS and "--" not in text and "->" not in text:
+    if len(text) < LONG_RUN_CHARS and "--" not in text and "->" not in text and "e-" not in text:
         return escape(text)  # no run long enough to break, nothing to keep whole
     # The text between special words is escaped in one piece: a report has hundreds of words.
     out, start = [], 0

@@ -42,13 +42,13 @@ class PrecisionRetry:
         """What was run and what it gave, in one sentence."""
         names = " and ".join(self.errors_before)
         if self.failure:
-            return f"Ran {names} again under {HOW}: {self.failure}."
+            return f"Ran {names} again under `{HOW}`: {self.failure}."
         pairs = ", ".join(
             f"{name} {_short(self.errors_after[name])} (was {_short(self.errors_before[name])})"
             for name in self.errors_before
             if name in self.errors_after
         )
-        return f"Ran {names} again under {HOW} (their Python ran again): max relative error {pairs}."
+        return f"Ran {names} again under `{HOW}` (their Python ran again): max relative error {pairs}."
 
 
 def reduced_precision_platform(sample: object) -> str:

@@ -220,7 +220,7 @@ class BisectReport(Report):
         retry = self.matmul_precision
         if retry is not None and not retry.failure:
             errors = ", ".join(f"{name} {short_number(e)}" for name, e in retry.errors_after.items())
-            text += f" Run again under {FULL_PRECISION} on this {retry.platform.upper()}: {errors}" + (
+            text += f" Run again under `{FULL_PRECISION}` on this {retry.platform.upper()}: {errors}" + (
                 " - within the tolerance." if retry.explains else " - still off: not the matmul precision."
             )
         if self.captured:
