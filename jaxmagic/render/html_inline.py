@@ -65,7 +65,7 @@ def breakable_html(text: str) -> str:
     their hyphen, and so is a number such as ``2.11e-07``. (Table cells break at spaces only:
     ``whole_words_html``.)
     """
-    if len(text) < LONG_RUN_CHARS and "--" not in text and "->" not in text and "e-" not in text:
+    if len(text) < LONG_RUN_CHARS and not _SPECIAL_WORD.search(text):
         return escape(text)  # no run long enough to break, nothing to keep whole
     # The text between special words is escaped in one piece: a report has hundreds of words.
     out, start = [], 0

@@ -11,44 +11,19 @@ JAX keeps from the run: the user's Python does not run for it).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import jax
 
 from jaxmagic._jax.jaxpr_parts import closed_parts, sub_jaxprs
 from jaxmagic._jax.types import Program
+from jaxmagic.probes._bisect.report import PrecisionRetry
 from jaxmagic.report.wording import error_line
 
 # jax_default_matmul_precision values that already ask for full float32 products
 FULL_FLOAT32 = ("highest", "float32")
-HOW = 'jax.default_matmul_precision("highest")'
 # the primitives whose float32 precision jax_default_matmul_precision sets
 PRODUCTS = ("dot_general", "conv_general_dilated", "ragged_dot", "ragged_dot_general")
-
-
-@dataclasses.dataclass
-class PrecisionRetry:
-    """The off runs run again at full float32 matmul precision, and what they gave."""
-
-    platform: str  # "tpu", "gpu": where the results live
-    errors_before: dict[str, float]  # run name -> max relative error at the default precision
-    errors_after: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, at "highest"
-    explains: bool = False  # every run that was off is within the tolerance at "highest"
-    failure: str = ""  # why a run again could not be compared
-
-    @property
-    def checked(self) -> str:
-        """What was run and what it gave, in one sentence."""
-        names = " and ".join(self.errors_before)
-        if self.failure:
-            return f"Ran {names} again under `{HOW}`: {self.failure}."
-        pairs = ", ".join(
-            f"{name} {_short(self.errors_after[name])} (was {_short(self.errors_before[name])})"
-            for name in self.errors_before
-            if name in self.errors_after
-        )
-        return f"Ran {names} again under `{HOW}` (their Python ran again): max relative error {pairs}."
 
 
 def reduced_precision_platform(sample: object) -> str:
@@ -83,7 +58,7 @@ def retry_at_full_precision(
     error_of: Callable[[object], float],
     rtol: float,
 ) -> PrecisionRetry:
-    """Run each of ``runs`` (the runs that were off) under ``HOW``; ``error_of`` its max relative error
+    """Run each of ``runs`` (the runs that were off) under ``FULL_PRECISION``; ``error_of`` its max relative error
     against the reference. Never raises: a failed run again is said, not explained."""
     retry = PrecisionRetry(platform=platform, errors_before=errors_before)
     try:
@@ -95,7 +70,3 @@ def retry_at_full_precision(
         return retry
     retry.explains = all(error <= rtol for error in retry.errors_after.values())
     return retry
-
-
-def _short(x: float) -> str:
-    return "0" if x == 0 else f"{x:.3g}"

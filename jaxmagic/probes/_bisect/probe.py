@@ -21,13 +21,12 @@ from jaxmagic._jax.types import ClosedJaxpr, Jaxpr
 from jaxmagic.probes._bisect.before_program import before_program
 from jaxmagic.probes._bisect.bisected_call import python_function
 from jaxmagic.probes._bisect.matmul_precision import (
-    PrecisionRetry,
     has_matrix_products,
     reduced_precision_platform,
     retry_at_full_precision,
 )
 from jaxmagic.probes._bisect.pytree_boundary import in_order_of
-from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, RunResult
+from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, PrecisionRetry, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
 from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.report.wording import error_line
@@ -369,12 +368,12 @@ def _matmul_precision(
     platform = reduced_precision_platform(sample)
     if not platform or not _multiplies_matrices(jitted, args, kwargs):
         return None
-    runs = {"jit": (report.jit, lambda: jitted(*args, **kwargs)), "eager": (report.eager, run_eager)}
     off = {
-        name: run.max_rel_error
-        for name, (run, _) in runs.items()
+        run.name: run.max_rel_error
+        for run in (report.jit, report.eager)
         if run is not None and run.max_rel_error is not None and run.max_rel_error > report.rtol
     }
+    calls = {"jit": lambda: jitted(*args, **kwargs), "eager": run_eager}
     reference_leaves = _leaves64(reference)
 
     def error_of(result: object) -> float:
@@ -382,7 +381,7 @@ def _matmul_precision(
         _compare(again, _leaves64(result), reference_leaves)
         return again.max_rel_error if again.max_rel_error is not None else math.inf
 
-    return retry_at_full_precision(platform, off, {name: runs[name][1] for name in off}, error_of, report.rtol)
+    return retry_at_full_precision(platform, off, {name: calls[name] for name in off}, error_of, report.rtol)
 
 
 def _multiplies_matrices(jitted: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

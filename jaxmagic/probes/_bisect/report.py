@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from jaxmagic.probes._bisect.matmul_precision import HOW as FULL_PRECISION
-from jaxmagic.probes._bisect.matmul_precision import PrecisionRetry
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, SourceLine, Status, act, failed
 from jaxmagic.report.document import Block, Document, Facts, Paragraph, Section, SourceLines, Table
 from jaxmagic.report.provenance import Provenance, provenance_blocks
 from jaxmagic.report.wording import format_bytes
 
+FULL_PRECISION = 'jax.default_matmul_precision("highest")'  # what ``matmul_precision.py`` runs the off runs under
 VERDICTS = {
     "ok": "jit, eager and the reference agree",
     "precision": "jit and eager are both close to the reference but not equal to it: float32 precision",
@@ -133,6 +132,30 @@ class BeforeProgram:
     def stage_short(self) -> str:
         """The stage in a few words, for the headline."""
         return STAGES_SHORT.get(self.stage, self.stage_text)
+
+
+@dataclasses.dataclass
+class PrecisionRetry:
+    """The off runs run again at full float32 matmul precision, and what they gave."""
+
+    platform: str  # "tpu", "gpu": where the results live
+    errors_before: dict[str, float]  # run name -> max relative error at the default precision
+    errors_after: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, at "highest"
+    explains: bool = False  # every run that was off is within the tolerance at "highest"
+    failure: str = ""  # why a run again could not be compared
+
+    @property
+    def checked(self) -> str:
+        """What was run and what it gave, in one sentence."""
+        names = " and ".join(self.errors_before)
+        if self.failure:
+            return f"Ran {names} again under `{FULL_PRECISION}`: {self.failure}."
+        pairs = ", ".join(
+            f"{name} {short_number(self.errors_after[name])} (was {short_number(self.errors_before[name])})"
+            for name in self.errors_before
+            if name in self.errors_after
+        )
+        return f"Ran {names} again under `{FULL_PRECISION}` (their Python ran again): max relative error {pairs}."
 
 
 @dataclasses.dataclass

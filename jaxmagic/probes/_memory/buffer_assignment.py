@@ -289,7 +289,7 @@ def _peak_from_ranges(
         assignment.xla_peak_time, assignment.xla_peak_bytes = xla_time, totals[xla_time]
         if totals[xla_time] >= peak * (1 - XLA_PEAK_TOLERANCE):  # XLA's own choice, where it is the peak
             time = xla_time
-    assignment.peak_time, assignment.peak_bytes = time, peak
+    assignment.peak_time = time
     at_peak: dict[_Slot, LiveRange] = {}
     for ranges in by_slot.values():
         at = [r for r in ranges if r.start <= time <= r.end]
