@@ -13,17 +13,20 @@ Two texts, both written by XLA for one compiled module (CPU, GPU and TPU write t
 
 The peak is computed here from every buffer's range, not taken from XLA's ``(peak)`` section: XLA:CPU of
 jaxlib 0.12 names a time after a 64 GiB temporary died as the peak of ``exp(...) @ w`` (2 MiB live), and
-a trial compiled with donation then "needed" 4.5 MiB. XLA's time is kept when it is a peak by this count.
-Each piece of memory (allocation, offset) is counted once: a value made in place over another (a sort
-over its operand, an output over a donated argument) is live beside it for one step in one memory.
+a trial compiled with donation then "needed" 4.5 MiB. It is the time the most temporaries are live: XLA
+holds the arguments and outputs for the whole run and one block for the temporaries, as large as they are
+at their most, so what is listed then - the temporaries live, every argument and output - adds up to what
+the device reserves (``memory_analysis()``, an out-of-memory's figure). XLA's time is kept when it is a
+peak by this count. Each piece of memory (allocation, offset) is counted once: a value made in place over
+another (a sort over its operand, an output over a donated argument) is live beside it for one step in one
+memory.
 
 An allocation's ``color N`` is its memory space. Only color 0 is the device's main memory (HBM on a TPU or
 GPU, what ``memory_analysis()`` and an out-of-memory count): XLA:TPU also prefetches arguments into its
 alternate memory (``copy-start`` to layout ``S(1)``, color 1: a TPU v5e copied a 16 MiB argument there,
 which XLA's own ``(peak)`` list counts beside the HBM buffers; the device's ``peak_bytes_in_use`` did not
-grow by it) and keeps scalars and semaphores in colors 2 and 6. The peak's time is still found over every
-buffer's range (XLA's time where it is the peak, as before), but what is listed and summed then is the main
-memory's only, and so are the totals.
+grow by it) and keeps scalars and semaphores in colors 2 and 6. The peak, what is listed then and the totals
+are the main memory's only.
 
 The parser is tolerant: a line it does not understand is skipped, never fatal.
 """
@@ -101,8 +104,6 @@ class BufferAssignment:
     peak_bytes: int  # what the buffers live at the peak add up to (0 when unknown)
     ranges: list[LiveRange] = dataclasses.field(default_factory=list)
     peak_time: int | None = None
-    xla_peak_time: int | None = None  # the time XLA's own "(peak)" section names
-    xla_peak_bytes: int = 0  # what is live then, counted here (less than ``peak_bytes``: XLA's was not the peak)
     _index: dict[tuple[str, str | None], tuple[Allocation, AssignedValue]] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
@@ -182,7 +183,7 @@ def parse_buffer_assignment(buffer_assignment: str, live_range: str = "") -> Buf
         in_main = [v for v in xla_peak if _in_main_memory(assignment, v.instruction, v.shape_index)]
         assignment.peak = sorted(in_main, key=lambda v: -v.size)
         assignment.peak_bytes = sum(_slot_sizes(assignment, assignment.peak).values())
-        assignment.peak_time = assignment.xla_peak_time = xla_time
+        assignment.peak_time = xla_time
     return assignment
 
 
@@ -257,48 +258,61 @@ def _slot_sizes(assignment: BufferAssignment, values: list[PeakValue]) -> dict[_
     return slots
 
 
-def _peak_from_ranges(
-    assignment: BufferAssignment, xla_time: int | None, xla_sizes: dict[tuple[str, str], int]
-) -> None:
-    """The time most memory is live, and what is live then - by every buffer's range, each slot once."""
-    sizes: dict[LiveRange, int] = {}
-    slots: dict[LiveRange, _Slot] = {}
-    for live in assignment.ranges:
-        found = assignment.allocation_of(live.instruction, live.shape_index)
-        sizes[live] = found[1].size if found is not None else xla_sizes.get((live.instruction, live.shape_index), 0)
-        slots[live] = _slot(assignment, live.instruction, live.shape_index)
-    last = max(r.end for r in assignment.ranges)
-    totals = [0] * (last + 2)
-    by_slot: dict[_Slot, list[LiveRange]] = {}
-    for live in assignment.ranges:
-        by_slot.setdefault(slots[live], []).append(live)
+def _live_over_time(by_slot: dict[_Slot, list[LiveRange]], sizes: dict[LiveRange, int], last: int) -> list[int]:
+    """The bytes live at each time: per slot and stretch of time, the largest value live then (in place)."""
     steps = [0] * (last + 2)
-    for ranges in by_slot.values():  # per slot and stretch of time: the largest value live then (in place)
+    for ranges in by_slot.values():
         bounds = sorted({r.start for r in ranges} | {r.end + 1 for r in ranges})
         for begin, stop in zip(bounds, bounds[1:]):
             size = max((sizes[r] for r in ranges if r.start <= begin <= r.end), default=0)
             steps[begin] += size
             steps[stop] -= size
-    running = 0
+    totals, running = [0] * (last + 1), 0
     for time in range(last + 1):
         running += steps[time]
         totals[time] = running
-    peak = max(totals)
-    time = totals.index(peak)
-    if xla_time is not None and xla_time < len(totals):
-        assignment.xla_peak_time, assignment.xla_peak_bytes = xla_time, totals[xla_time]
-        if totals[xla_time] >= peak * (1 - XLA_PEAK_TOLERANCE):  # XLA's own choice, where it is the peak
-            time = xla_time
+    return totals
+
+
+def _peak_from_ranges(
+    assignment: BufferAssignment, xla_time: int | None, xla_sizes: dict[tuple[str, str], int]
+) -> None:
+    """The peak's time and what the main memory holds then - by every buffer's range, each slot once.
+
+    The time is the one the most temporaries are live (then the most main memory): the temporaries' block is
+    as large as they are then, and it is what remat or smaller blocks of rows can shrink. Counting everything
+    live by its range instead chose, on XLA:TPU, the end of a scan's backward pass, where its gradients are
+    copied to the output, over the stacks the backward pass reads (tests/test_memory_tpu.py); and an output
+    made at the end was missing from a peak chosen before it."""
+    sizes: dict[LiveRange, int] = {}
+    slots: dict[LiveRange, _Slot] = {}
+    main: dict[_Slot, list[LiveRange]] = {}  # the main memory's slots: an on-chip copy (color 1) is no byte of it
+    temporaries: dict[_Slot, list[LiveRange]] = {}
+    whole_run: set[_Slot] = set()  # arguments' and outputs': held from the program's start to its end
+    for live in assignment.ranges:
+        found = assignment.allocation_of(live.instruction, live.shape_index)
+        sizes[live] = found[1].size if found is not None else xla_sizes.get((live.instruction, live.shape_index), 0)
+        slots[live] = slot = _slot(assignment, live.instruction, live.shape_index)
+        if found is None or found[0].in_main_memory:
+            main.setdefault(slot, []).append(live)
+            if found is not None and found[0].temporary:
+                temporaries.setdefault(slot, []).append(live)
+            elif found is not None and (found[0].parameter is not None or found[0].live_out):
+                whole_run.add(slot)
+    last = max(r.end for r in assignment.ranges)
+    scores = list(zip(_live_over_time(temporaries, sizes, last), _live_over_time(main, sizes, last)))
+    best = max(scores)
+    time = scores.index(best)
+    if xla_time is not None and xla_time < len(scores):
+        if all(xla >= most * (1 - XLA_PEAK_TOLERANCE) for xla, most in zip(scores[xla_time], best)):
+            time = xla_time  # XLA's own choice, where it is the peak
     assignment.peak_time = time
     at_peak: dict[_Slot, LiveRange] = {}
-    for ranges in by_slot.values():
-        at = [r for r in ranges if r.start <= time <= r.end]
+    for ranges in main.values():
+        at = [r for r in ranges if r.start <= time <= r.end] or (ranges if slots[ranges[0]] in whole_run else [])
         if at:  # in place: the value made last, over the one it replaces
-            newest = max(at, key=lambda r: (r.start, sizes[r]))
-            if _in_main_memory(assignment, newest.instruction, newest.shape_index):
-                at_peak[slots[newest]] = newest
+            at_peak[slots[at[0]]] = max(at, key=lambda r: (r.start, sizes[r]))
     assignment.peak = sorted(
         (PeakValue(r.instruction, r.shape_index, sizes[r]) for r in at_peak.values()), key=lambda v: -v.size
     )
-    # what the device's main memory holds then: an on-chip copy (color 1) is no byte of it
     assignment.peak_bytes = sum(v.size for v in assignment.peak)
