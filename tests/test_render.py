@@ -142,6 +142,21 @@ def test_table_cells_break_at_spaces_only():
         assert not [w for w in text.split() if re.search(r"[^\w.]", html_text(w)) and len(html_text(w)) > 1], cell
 
 
+def test_a_short_tuple_in_a_table_cell_is_one_token():
+    """A closure-captures table broke "(128," / "128)" at 900 px: cells break at spaces, and a tuple has one
+    after each comma. A short bracketed group whose only spaces follow commas is kept on one line; a long
+    one (a call's many arguments) still wraps after its commas, each word whole."""
+    from jaxmagic.render.html_inline import whole_words_html
+
+    assert whole_words_html("shape (128, 128) captured") == (
+        'shape <span style="white-space:nowrap">(128, 128)</span> captured'
+    )
+    assert '<span style="white-space:nowrap">x[0, 2]</span>' in whole_words_html("x[0, 2] read")
+    long = whole_words_html("(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)")
+    assert long.count("white-space:nowrap") == 11 and "(1," in long  # wraps between its items
+    assert "(line</span> " in whole_words_html("(line 124)")  # words in brackets are still words
+
+
 def html_text(fragment: str) -> str:
     import html as html_module
 

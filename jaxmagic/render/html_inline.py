@@ -85,6 +85,12 @@ def breakable_html(text: str) -> str:
 # closing bracket before an opening one (`jit(f)|(float32[4])`), and more. A word holding anything but letters,
 # digits, "_" and "." is kept on one line.
 _BREAKS_INSIDE = re.compile(r"(?<!\S)(?=\S\S)\S*[^\w\s.]\S*")  # a lone "/" or "-" needs nothing
+# A short bracketed group whose only spaces follow its commas - a shape or a tuple, "(128, 128)", "[0, 2]" - is
+# one token too: a cell broke "(128," / "128)". A longer one ("(float32[64,128], float32[128], ...)") wraps
+# after its commas.
+_GROUP = r"(?<!\S)\S*[(\[{][^\s()\[\]{}]*(?:, [^\s()\[\]{}]+)+[)\]}]\S*"
+_KEPT_WHOLE = re.compile(rf"{_GROUP}|{_BREAKS_INSIDE.pattern}")
+GROUP_CHARS = 24
 
 
 def whole_words_html(text: str) -> str:
@@ -102,13 +108,17 @@ def _code_word(code: str) -> str:
     return f'<code style="{CODE};white-space:nowrap">{escape(code)}</code>'  # one word: kept on one line
 
 
-def _whole_words(text: str) -> str:
+def _whole_words(text: str, tokens: re.Pattern[str] = _KEPT_WHOLE) -> str:
     if not _BREAKS_INSIDE.search(text):  # most cells: nothing a browser would break inside a word
         return escape(text)
     out, start = [], 0
-    for match in _BREAKS_INSIDE.finditer(text):
+    for match in tokens.finditer(text):
+        token = match.group(0)
         out.append(escape(text[start : match.start()]))
-        out.append(f"{NOWRAP}{escape(match.group(0))}</span>")
+        if " " in token and len(token) > GROUP_CHARS:  # a long group: each of its words whole
+            out.append(_whole_words(token, _BREAKS_INSIDE))
+        else:
+            out.append(f"{NOWRAP}{escape(token)}</span>")
         start = match.end()
     out.append(escape(text[start:]))
     return "".join(out)
