@@ -111,3 +111,90 @@ def test_matrix_products_are_found_inside_loops_and_nested_jits():
     assert matmul_precision.has_matrix_products(jax.make_jaxpr(scanned)(X))
     assert matmul_precision.has_matrix_products(jax.make_jaxpr(lambda x: jnp.einsum("ij,kj->ik", x, x))(X))
     assert not matmul_precision.has_matrix_products(jax.make_jaxpr(lambda x: jnp.cumsum(x * x))(X))
+
+
+# -- through Flax and Equinox: their layers' products, their jits, their retraces ------------------------------
+
+
+@pytest.fixture
+def tpu_default_products(on_a_tpu):
+    """Every float32 `dot_general` the CPU compiles at the default precision rounds its operands to bfloat16's
+    8 bits of mantissa, as a TPU's default pass does - in any library's layer, jitted or op by op - unless full
+    precision was asked for (the precision JAX binds then: HIGHEST). `reduce_precision`, not a convert to
+    bfloat16 and back: XLA:CPU removes that pair as excess precision under jit."""
+    from jax._src.interpreters import mlir
+    from jax._src.lax import lax as lax_internal
+
+    dot, highest = lax_internal.dot_general_p, (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+    cpu = mlir._platform_specific_lowerings["cpu"]
+    saved = cpu[dot]
+
+    def rounded(lhs, rhs, **params):
+        def bf16(a):
+            return jax.lax.reduce_precision(a, exponent_bits=8, mantissa_bits=7) if a.dtype == jnp.float32 else a
+
+        return dot.bind(bf16(lhs), bf16(rhs), **{**params, "precision": highest})
+
+    def lowering(ctx, lhs, rhs, *, precision, **params):
+        if precision is None or precision == (jax.lax.Precision.DEFAULT,) * 2:
+            return mlir.lower_fun(rounded, multiple_results=False)(ctx, lhs, rhs, precision=precision, **params)
+        return saved.rule(ctx, lhs, rhs, precision=precision, **params)
+
+    mlir.register_lowering(dot, lowering, platform="cpu")
+    jax.clear_caches()  # nothing compiled before may answer
+    try:
+        yield
+    finally:
+        cpu[dot] = saved
+        jax.clear_caches()  # nor anything compiled here, after
+
+
+def _float64(tree):
+    return jax.tree.map(lambda a: np.asarray(a, np.float64) if isinstance(a, jax.Array) else a, tree)
+
+
+def test_a_flax_models_products_at_the_default_precision_are_found_through_nnx_jit(tpu_default_products):
+    nnx = pytest.importorskip("flax.nnx")
+    model = nnx.Sequential(nnx.Linear(128, 256, rngs=nnx.Rngs(0)), nnx.relu, nnx.Linear(256, 4, rngs=nnx.Rngs(1)))
+    first, last = model.layers[0], model.layers[2]
+    hidden = np.maximum(np.asarray(X, np.float64) @ _float64(first.kernel[...]) + _float64(first.bias[...]), 0)
+    reference = hidden @ _float64(last.kernel[...]) + _float64(last.bias[...])
+
+    @nnx.jit
+    def predict(model, x):
+        return model(x)
+
+    report = probes.bisect(predict, model, X, ref=reference, call_text="predict(model, X)")
+    assert report.jit.how == "the jitted function as given"  # nnx.jit's own, with its retrace at "highest"
+    assert report.verdict == "matmul_precision", report.summary
+    retry = report.matmul_precision
+    assert set(retry.errors_after) == {"jit", "eager"}
+    assert all(retry.errors_before[n] > 1e-3 and retry.errors_after[n] < 1e-5 for n in ("jit", "eager"))
+
+
+def test_an_equinox_models_products_at_the_default_precision_are_found_through_filter_jit(tpu_default_products):
+    """`%jax_bisect step(mlp, x)` of an `eqx.filter_jit` function said "the jit run failed: Non-hashable
+    static arguments": the probe put jax.jit around the library's jit, the module (it holds its activation
+    functions) as a static argument. A callable that jits itself (it can be lowered) is run as given."""
+    eqx = pytest.importorskip("equinox")
+    mlp = eqx.nn.MLP(128, 4, 64, 2, key=jax.random.key(0))
+    with jax.enable_x64(True):
+        mlp64 = jax.tree.map(lambda a: a.astype(jnp.float64) if eqx.is_inexact_array(a) else a, mlp)
+        reference = np.asarray(jax.vmap(mlp64)(X.astype(jnp.float64)))
+
+    @eqx.filter_jit
+    def predict(model, x):
+        return jax.vmap(model)(x)
+
+    report = probes.bisect(predict, mlp, X, ref=reference, call_text="predict(mlp, X)")
+    assert report.jit.how.startswith("the jitted function as given") and not report.jit.error
+    assert report.verdict == "matmul_precision", report.summary
+    assert all(report.matmul_precision.errors_after[n] < 1e-5 for n in ("jit", "eager"))
+
+
+def test_an_equinox_filter_jit_is_bisected_as_the_user_calls_it():
+    eqx = pytest.importorskip("equinox")
+    mlp = eqx.nn.MLP(8, 2, 16, 1, key=jax.random.key(0))
+    report = probes.bisect(eqx.filter_jit(lambda m, x: jax.vmap(m)(x)), mlp, X[:, :8])
+    assert report.reference_kind == "float64" and not report.jit.error  # the module upcast, op by op
+    assert report.verdict == "precision" and report.status.value == "ok", report.summary  # float32's rounding

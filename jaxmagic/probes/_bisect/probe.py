@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +59,10 @@ def _is_static(value: Any) -> bool:
 def _jitted(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[Wrapped, str]:
     if jit_internals.is_jitted(fn):
         return fn, "the jitted function as given"
+    if callable(getattr(fn, "lower", None)):
+        # a library's jit (eqx.filter_jit): it jits itself, as the user calls it. jax.jit around it would
+        # pass a module holding functions as a static argument, and fail to hash it.
+        return cast("Wrapped", fn), "the jitted function as given (a library's jit)"
     static = tuple(i for i, a in enumerate(args) if _is_static(a))
     static_names = tuple(k for k, v in kwargs.items() if _is_static(v))
     how = "jax.jit(f)"
