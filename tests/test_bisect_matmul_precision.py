@@ -198,3 +198,19 @@ def test_an_equinox_filter_jit_is_bisected_as_the_user_calls_it():
     report = probes.bisect(eqx.filter_jit(lambda m, x: jax.vmap(m)(x)), mlp, X[:, :8])
     assert report.reference_kind == "float64" and not report.jit.error  # the module upcast, op by op
     assert report.verdict == "precision" and report.status.value == "ok", report.summary  # float32's rounding
+
+
+def test_a_library_jits_program_is_read_for_products_without_running_the_users_python(on_a_tpu):
+    """Whether to run again is read from the trace JAX kept of the library's own jax.jit (opened: eqx.filter_jit
+    has no `trace` of its own): a program without a matrix product runs twice in all, as with jax.jit."""
+    eqx = pytest.importorskip("equinox")
+    runs = []
+
+    @eqx.filter_jit
+    def variance(x):
+        runs.append("ran")
+        return jnp.mean(x**2) - jnp.mean(x) ** 2
+
+    report = probes.bisect(variance, DATA, ref=VARIANCE)
+    assert report.verdict == "algorithm" and report.matmul_precision is None
+    assert len(runs) == 2

@@ -24,6 +24,7 @@ from jaxmagic._jax import checkify_errors, jittable
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._nans import NanProducer, NanReport, explain_call, nan_fix, offered_fix
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.calls.library_wrappers import library_tracing, traced_arguments_only
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.probes._support.rerun.failing_call import FailingCall
 from jaxmagic.report import Concern, SourceLine, act, failed
@@ -279,14 +280,19 @@ def run_call(
     report = CheckReport(call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)", error_sets=names)
     # jax.vmap's wrapper announces itself in its docstring; nothing else marks it.
     report.vmapped_function = (getattr(fn, "__doc__", None) or "").startswith("Vectorized version of")
-    checked = checkify.checkify(jittable.jittable(fn), errors=error_set(names))
+    try:  # a library's jit (nnx.jit, eqx.filter_jit): its jax.jit, checked on what it traces
+        target, given, given_kw = traced_arguments_only(fn, args, kwargs)
+    except Exception as failure:  # the wrapper's own repacking of the arguments failed, as the call would
+        report.failure = error_line(failure)
+        return report, failure
+    checked = checkify.checkify(jittable.jittable(target), errors=error_set(names))
     if vmap_axes is not None:
         checked = jax.vmap(checked, in_axes=vmap_axes)
         report.vmap_axes = str(vmap_axes)
     checked = jax.jit(checked)
-    with preserved_jax_state(()):
+    with preserved_jax_state(()), library_tracing(getattr(target, "__jit__", None)):
         try:
-            err, _ = checked(*args, **kwargs)
+            err, _ = checked(*given, **given_kw)
         except Exception as failure:  # a bug in the call itself: reported, and handed back
             report.failure = error_line(failure)
             return report, failure

@@ -34,6 +34,7 @@ from jax import monitoring
 from jaxmagic._jax import jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.calls.library_wrappers import is_library_jit, jitted_program, library_tracing
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
@@ -273,6 +274,16 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})  # stages_of_call(fn, args) passes kwargs=None
     name = getattr(fn, "__name__", type(fn).__name__)
     report = StagesReport(call=call_text or f"{name}(...)", function=name)
+    if is_library_jit(fn):  # nnx.jit, eqx.filter_jit: the jax.jit inside, with the arguments it is given
+        try:
+            fn, args, kwargs = jitted_program(fn, args, kwargs)
+        except Exception as failure:  # the wrapper's own repacking of the arguments failed, as the call would
+            report.failed_stage, report.failure = "trace", error_line(failure)
+            return report, failure
+        report.notes.append(
+            f"`{name}` is a library's jit: its own jax.jit was timed, given the arguments the library gives it "
+            "(its repacking of yours), not the library's Python around it."
+        )
     is_jitted = jit_internals.is_jitted(fn)
     report.jitted_here = not is_jitted
     jitted, static_positions, static_names = _fresh_jitted(fn, is_jitted, report)
@@ -283,7 +294,8 @@ def run_call(
         stage = "trace"
         try:
             start = time.perf_counter()
-            traced = jitted.trace(*args, **kwargs)
+            with library_tracing(fn):
+                traced = jitted.trace(*args, **kwargs)
             report.trace_seconds = time.perf_counter() - start
             stage = "lower"
             start = time.perf_counter()

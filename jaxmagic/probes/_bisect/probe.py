@@ -29,6 +29,7 @@ from jaxmagic.probes._bisect.pytree_boundary import in_order_of
 from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, PrecisionRetry, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.calls.library_wrappers import jitted_program, library_tracing
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import user_lines
 
@@ -391,8 +392,10 @@ def _matmul_precision(
 def _multiplies_matrices(jitted: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether the jitted program has a matrix product; True when its trace cannot be had (then the retry
     itself tells). The trace is JAX's cached one of the run: the user's Python does not run again."""
-    try:
-        return has_matrix_products(jitted.trace(*args, **kwargs).jaxpr)
+    try:  # a library's jit (eqx.filter_jit) opened: its jax.jit, with the arguments it gave it
+        program, given, given_kw = jitted_program(jitted, args, kwargs)
+        with library_tracing(program):
+            return has_matrix_products(program.trace(*given, **given_kw).jaxpr)
     except Exception:
         return True
 

@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from jaxmagic._jax import jit_internals, jittable
 from jaxmagic.probes._hlo.records import MemoryFigures, SweepPoint
+from jaxmagic.probes._support.calls.library_wrappers import jitted_program, library_tracing
 from jaxmagic.report.wording import error_line
 
 if TYPE_CHECKING:
@@ -62,8 +62,10 @@ def sweep_point(sweep: Sweep, value: object) -> SweepPoint:
     point = SweepPoint(value=repr(value))
     try:
         fn, args, kwargs = sweep.build(value)
-        jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
-        compiled = jitted.lower(*args, **kwargs).compile()
+        jitted, args, kwargs = jitted_program(fn, args, kwargs)  # a library's jit opened
+        with library_tracing(jitted):
+            lowered = jitted.lower(*args, **kwargs)
+        compiled = lowered.compile()
     except Exception as error:
         point.failure = error_line(error)
         return point

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from jax import monitoring
 
-from jaxmagic._jax import jaxpr_parts, jit_internals, jittable, runtime
+from jaxmagic._jax import jaxpr_parts, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._hlo.captured_values import NameEnvironment, baked_literals, captured_constants, fresh_trace_of
 from jaxmagic.probes._hlo.hlo_text import parse_hlo_module
@@ -25,6 +25,7 @@ from jaxmagic.probes._hlo.report import HloReport
 from jaxmagic.probes._hlo.scopes import ScopePaths, StageOp, collect_scope, every_scope_ops, scope_tree
 from jaxmagic.probes._hlo.stablehlo import stablehlo_ops
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.calls.library_wrappers import is_library_jit, jitted_program, library_tracing
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import is_user_file, source_line
@@ -104,7 +105,13 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})
     failed: list[Exception] = []  # the exception of the stage that failed, for the magic to raise
     stages = parse_stages(stage)
-    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
+    opened = is_library_jit(fn)  # nnx.jit, eqx.filter_jit: the jax.jit inside, with the arguments it is given
+
+    def trace() -> Any:
+        jitted, given, given_kw = jitted_program(fn, args, kwargs)
+        with library_tracing(jitted):
+            return jitted.trace(*given, **given_kw)
+
     report = HloReport(
         call=call_text or f"{getattr(fn, '__name__', 'fn')}(...)",
         scope=scope or "",
@@ -112,7 +119,7 @@ def run_call(
         function=f"jit({_function_name(fn)})",
     )
     with preserved_jax_state(()), _work_events() as done:
-        traced = _timed(report, "trace", lambda: jitted.trace(*args, **kwargs), failed)
+        traced = _timed(report, "trace", trace, failed)
         if traced is None:
             return report, failed[0]
         _note_cached(report, "trace", done)
@@ -127,7 +134,8 @@ def run_call(
         known |= set(query)
         env = NameEnvironment(fn, namespace)
         report.literals = baked_literals(walked, env, printer)
-        report.constants = captured_constants(closed, walked, env, fresh_trace=fresh_trace_of(fn, args, kwargs))
+        fresh = None if opened else fresh_trace_of(fn, args, kwargs)  # a wrapper's arguments are not fn's
+        report.constants = captured_constants(closed, walked, env, fresh_trace=fresh)
         per_stage: dict[str, list[StageOp]] = {"jaxpr": traced_ops}
         module = None
         if "stablehlo" in stages or "hlo" in stages:

@@ -27,8 +27,8 @@ import executing
 import jax
 
 from jaxmagic._jax import jit_internals
-from jaxmagic.probes._memory.library_transforms import is_library_jit
 from jaxmagic.probes._memory.messages import OutOfMemoryMessage, read_message
+from jaxmagic.probes._support.calls.library_wrappers import is_library_jit
 from jaxmagic.report import SourceLine
 from jaxmagic.usercode.source import is_user_file, source_line, user_tracebacks
 

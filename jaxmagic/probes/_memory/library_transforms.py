@@ -8,9 +8,9 @@ library's own remat - ``nnx.remat``, ``eqx.filter_checkpoint``, Flax Linen's ``n
 decorator it keeps the module's name and so its parameters' paths; ``nn.remat(Block)`` renames them
 ``CheckpointBlock_0``) - which handles the module's state where ``jax.checkpoint`` cannot take ``self``.
 
-It lives with the memory probe, its one user (a helper lives in ``_support`` once two probes use it:
-``%jax_hlo`` and ``%jax_sharding`` of a wrapper's call could open it with ``library_program`` too); it reads
-the libraries' objects with ``_support/calls/wrapped`` (which user function a library's callable holds).
+It lives with the memory probe, its one user; it reads the libraries' objects with ``_support/calls/wrapped``
+(which user function a library's callable holds). Which ``jax.jit`` a wrapper's call runs is every probe's
+question: ``_support/calls/library_wrappers``.
 
 Which library a class or a wrapper belongs to is read from the modules its code lives in
 (``code_owner.module_of_file``, ``__module__`` along the class's MRO); the library's functions are taken
@@ -23,18 +23,13 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable
-from typing import Any, TypeAlias
-
-import jax
-import numpy as np
+from typing import Any
 
 from jaxmagic._jax import jit_internals
+from jaxmagic.probes._support.calls.library_wrappers import function_tracing
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, find_held_function, own_code
 from jaxmagic.usercode.code_owner import module_of_file
 from jaxmagic.usercode.source import is_user_file
-
-# What a library wrapper's call runs: (the jax.jit-ed function, the args and kwargs the wrapper gives it).
-LibraryProgram: TypeAlias = tuple[Any, tuple[object, ...], dict[str, object]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,12 +86,7 @@ class LibraryJit:
     def tracing(self) -> contextlib.AbstractContextManager[object]:
         """What the library's function needs around it to be traced again outside the wrapper's call:
         ``nnx.jit``'s function merges the graph under its wrapper's update context (its ``ctxtag``)."""
-        if self.library == "flax.nnx":
-            graph = sys.modules.get("flax.nnx.graph")
-            tag = getattr(self.function, "ctxtag", None)
-            if graph is not None and tag is not None and hasattr(graph, "update_context"):
-                return graph.update_context(tag)
-        return contextlib.nullcontext()
+        return function_tracing(self.function)
 
     def donate_code(self, names: list[str], every: bool) -> str:
         """The wrapper donating the user's arguments ``names`` (``every``: all the arrays it is given)."""
@@ -130,59 +120,3 @@ def library_jit(jitted: Any, args: tuple[object, ...] = ()) -> LibraryJit | None
             held = find_held_function(fun, tuple(args), static, is_user_file)
             return LibraryJit(library, wrapper, held, fun) if held is not None else None
     return None
-
-
-# -- which jitted program a library wrapper's call runs ----------------------------------------------------
-
-
-def is_library_jit(fn: Any) -> bool:
-    """Whether ``fn`` is a library's jit wrapper this module can open (``nnx.jit``'s, ``eqx.filter_jit``'s)."""
-    return _opener(fn) is not None
-
-
-def library_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> LibraryProgram | None:
-    """The ``jax.jit``-ed function a library wrapper's call ``fn(*args, **kwargs)`` runs, with the arguments
-    the wrapper gives it - the library's own repacking, as its ``trace``/``lower`` do it, nothing run; None
-    for anything else."""
-    opener = _opener(fn)
-    return opener(fn, tuple(args), dict(kwargs)) if opener is not None else None
-
-
-def _opener(fn: Any) -> Callable[[Any, tuple[object, ...], dict[str, object]], LibraryProgram] | None:
-    module = type(fn).__module__ or ""
-    if module.startswith("flax.nnx.") and hasattr(fn, "jitted_fn") and hasattr(fn, "_get_pure_args_kwargs"):
-        return _nnx_program
-    if module == "equinox._jit" and hasattr(fn, "_cached") and hasattr(fn, "_signature"):
-        return _eqx_program
-    return None
-
-
-def _nnx_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> LibraryProgram:
-    """``nnx.jit``: its wrapper splits the graph nodes into states under its update context
-    (``JitWrapped.trace`` does the same) and calls ``jitted_fn`` with them."""
-    graph = sys.modules["flax.nnx.graph"]
-    with graph.update_context(fn):
-        pure_args, pure_kwargs = fn._get_pure_args_kwargs(args, kwargs)
-    return fn.jitted_fn, tuple(pure_args), dict(pure_kwargs)
-
-
-def _eqx_program(fn: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> LibraryProgram:
-    """``eqx.filter_jit``: its ``_call`` partitions the arguments into (donated, not donated, static) and calls
-    ``_cached`` with them; the same partition, read from its own ``_preprocess``."""
-    jit_module = sys.modules["equinox._jit"]
-    info = (fn._signature, fn._dynamic_fun, fn._static_fun, fn.donate_first, fn.donate_rest)
-    # eqx traces arrays and keeps every other leaf static: a shape (a call rebuilt without running it) stands
-    # in as an empty NumPy array while it partitions, and takes its place again among the traced parts
-    shapes: dict[int, Any] = {}
-
-    def stand_in(leaf: Any) -> Any:
-        if isinstance(leaf, jax.ShapeDtypeStruct):
-            marker = np.empty((0,), leaf.dtype)
-            shapes[id(marker)] = leaf
-            return marker
-        return leaf
-
-    args, kwargs = jax.tree.map(stand_in, (args, kwargs))
-    dynamic_donate, dynamic_nodonate, static = jit_module._preprocess(info, args, kwargs, return_static=True)
-    dynamic = jax.tree.map(lambda leaf: shapes.get(id(leaf), leaf), (dynamic_donate, dynamic_nodonate))
-    return fn._cached, (*dynamic, static), {}

@@ -27,7 +27,7 @@ from jaxmagic.probes._hlo.memory import memory_figures
 from jaxmagic.probes._hlo.records import MemoryFigures
 from jaxmagic.probes._hlo.stablehlo import first_user_frame
 from jaxmagic.probes._memory.buffer_assignment import BufferAssignment, parse_buffer_assignment
-from jaxmagic.probes._memory.library_transforms import library_jit, library_program
+from jaxmagic.probes._memory.library_transforms import library_jit
 from jaxmagic.probes._memory.messages import read_message
 from jaxmagic.probes._memory.records import (
     ARGUMENT,
@@ -38,6 +38,7 @@ from jaxmagic.probes._memory.records import (
     ProgramMemory,
 )
 from jaxmagic.probes._memory.scan_stacks import read_by, stack_of, stacking_instruction
+from jaxmagic.probes._support.calls.library_wrappers import library_program
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line

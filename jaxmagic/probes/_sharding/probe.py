@@ -21,6 +21,7 @@ from jaxmagic.probes._sharding.layouts import layouts_of_tree
 from jaxmagic.probes._sharding.report import CallShardings, ShardingReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.arguments import ProbeArgumentError
+from jaxmagic.probes._support.calls.library_wrappers import is_library_jit, jitted_program, library_tracing
 from jaxmagic.report.wording import error_line
 
 if TYPE_CHECKING:
@@ -87,8 +88,8 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})
     name = getattr(fn, "__name__", None) or type(fn).__name__
     text = call_text or f"{name}(...)"
-    was_jitted = jit_internals.is_jitted(fn)
-    jitted = fn if jit_internals.is_jitted(fn) else jittable.jit(fn)
+    was_jitted = jit_internals.is_jitted(fn) or is_library_jit(fn)
+    jitted = fn if was_jitted else jittable.jit(fn)  # the call as the user makes it (a library's jit too)
     report = ShardingReport(expression=text, dims=list(dims) if dims else None, replicas_checked=check_replicas)
     call = report.call = CallShardings(
         function=name, was_jitted=was_jitted, intermediates_asked=intermediates, collectives_asked=collectives
@@ -106,15 +107,17 @@ def run_call(
         if result is not None:
             report.arrays, report.other_leaves = layouts_of_tree(result, check_replicas, root="result")
         del result
-        try:
-            traced = jitted.trace(*args, **kwargs)
+        try:  # the jax.jit that ran (a library's jit opened), with the arguments it was given
+            program, args, kwargs = jitted_program(fn if is_library_jit(fn) else jitted, args, kwargs)
+            with library_tracing(program):
+                traced = program.trace(*args, **kwargs)
             compiled = traced.lower().compile()
         except Exception as failure:  # the call's own error, reported above
             if error is None:
                 error = failure
                 report.failure = error_line(failure)
             return report, error
-        call.inputs = inputs_as_compiled(jitted, compiled, traced, args, kwargs, text)
+        call.inputs = inputs_as_compiled(program, compiled, traced, args, kwargs, text)
         call.outputs = outputs_as_compiled(traced, compiled)
         try:
             call.constraints = constraint_checks(traced, call.outputs, report.arrays)
@@ -126,7 +129,7 @@ def run_call(
             except Exception as failure:
                 call.intermediates_failure = error_line(failure)
         if collectives:
-            _list_collectives(jitted, traced, compiled, call, started, try_fixes)
+            _list_collectives(program, traced, compiled, call, started, try_fixes)
         del traced, compiled
     _check_dims(report)
     return report, error

@@ -1,0 +1,94 @@
+"""The probes that trace, lower or compile the user's call, given a library's jit: `eqx.filter_jit`, `nnx.jit`.
+
+Neither is `jax.jit`: each repacks the user's arguments and calls a `jax.jit` of its own. `%jax_hlo`,
+`%jax_stages`, `%jax_check` and `%jax_sharding` put `jax.jit` around the wrapper (or called `nnx.jit`'s own
+`trace`, which returns its own record), and failed where the user's call works: "Error interpreting argument
+to ... as an abstract array" (an Equinox module holds its activation functions), "Cannot mutate Param from a
+different trace level" (NNX), an AttributeError raised out of the magic. Each probe now opens the wrapper
+(`_support/calls/library_wrappers.py`): the library's `jax.jit`, with the arguments the library gives it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxmagic import probes
+
+eqx = pytest.importorskip("equinox")
+nnx = pytest.importorskip("flax.nnx")
+
+X = jnp.linspace(-1.0, 1.0, 32).reshape(4, 8)
+RAN: list[str] = []  # the user's Python, each time it runs (traced or not)
+
+
+def _equinox():
+    mlp = eqx.nn.MLP(8, 2, 16, 1, key=jax.random.key(0))
+
+    @eqx.filter_jit
+    def forward(model, x):
+        RAN.append("forward")
+        return jnp.log(jax.vmap(model)(x))  # a NaN where a row's output is negative
+
+    return forward, mlp
+
+
+def _flax():
+    layer = nnx.Linear(8, 2, rngs=nnx.Rngs(0))
+
+    @nnx.jit
+    def forward(model, x):
+        RAN.append("forward")
+        return jnp.log(model(x))
+
+    return forward, layer
+
+
+LIBRARIES = {"equinox": _equinox, "flax.nnx": _flax}
+
+
+@pytest.fixture(params=list(LIBRARIES))
+def wrapped(request):
+    forward, model = LIBRARIES[request.param]()
+    RAN.clear()
+    return forward, model
+
+
+def test_hlo_reads_the_librarys_program_without_running_the_users_python_again(wrapped):
+    forward, model = wrapped
+    forward(model, X)  # the user's call: traced once, its jax.jit's trace cached
+    report = probes.hlo(forward, model, X, call_text="forward(model, X)")
+    assert not report.failure and report.function == "jit(forward)"
+    assert any("[4,2]" in output for output in report.outputs)  # the user's program's result, read
+    assert report.memory is not None and report.memory.argument_bytes > 0
+    assert RAN == ["forward"]  # the library's jax.jit answered from JAX's trace cache
+
+
+def test_stages_times_the_librarys_jit_and_says_so(wrapped):
+    forward, model = wrapped
+    report = probes.stages(forward, model, X, call_text="forward(model, X)")
+    assert not report.failed_stage, report.failure
+    assert report.compile_seconds is not None and report.steady_run_seconds is not None
+    assert any("a library's jit" in note for note in report.notes)
+
+
+def test_check_finds_the_nan_inside_the_librarys_jit(wrapped):
+    forward, model = wrapped
+    report = probes.check(forward, model, X, call_text="forward(model, X)")
+    assert not report.failure
+    [error] = [e for e in report.errors if e.kind == "nan"]
+    assert error.line is not None and "jnp.log" in error.line.code
+
+
+def test_check_says_ok_through_the_librarys_jit_when_nothing_is_wrong(wrapped):
+    forward, model = wrapped
+    report = probes.check(forward, model, X, call_text="forward(model, X)", errors="div,index")
+    assert not report.failure and report.errors == [] and report.status.value == "ok"
+
+
+def test_sharding_runs_the_call_as_the_user_does_and_reads_its_program(wrapped):
+    forward, model = wrapped
+    report, error = probes.run_sharding_call(forward, (model, X), call_text="forward(model, X)")
+    assert error is None and not report.failure and report.call.was_jitted
+    assert report.arrays and report.call.outputs
