@@ -27,9 +27,9 @@ def _equinox():
     mlp = eqx.nn.MLP(8, 2, 16, 1, key=jax.random.key(0))
 
     @eqx.filter_jit
-    def forward(model, x):
+    def forward(m, x):
         RAN.append("forward")
-        return jnp.log(jax.vmap(model)(x))  # a NaN where a row's output is negative
+        return jnp.log(jax.vmap(m)(x))  # a NaN where a row's output is negative
 
     return forward, mlp
 
@@ -38,9 +38,9 @@ def _flax():
     layer = nnx.Linear(8, 2, rngs=nnx.Rngs(0))
 
     @nnx.jit
-    def forward(model, x):
+    def forward(m, x):
         RAN.append("forward")
-        return jnp.log(model(x))
+        return jnp.log(m(x))
 
     return forward, layer
 
@@ -92,3 +92,22 @@ def test_sharding_runs_the_call_as_the_user_does_and_reads_its_program(wrapped):
     report, error = probes.run_sharding_call(forward, (model, X), call_text="forward(model, X)")
     assert error is None and not report.failure and report.call.was_jitted
     assert report.arrays and report.call.outputs
+
+
+def test_the_librarys_arguments_are_named_as_the_users_call_names_them(wrapped):
+    """The library's jax.jit takes its own repacking of the user's arrays: `%jax_hlo` listed
+    `dynamic_nodonate['first'][0]: f32[16,8]` and `%jax_memory` "made by argument `dynamic_nodonate['first'][0]`"
+    for Equinox. The arrays are the user's own (not copies): named by the user's parameter and path."""
+    forward, model = wrapped
+    inputs = probes.hlo(forward, model, X, stage="jaxpr").inputs
+    memory = probes.memory_of_call(forward, (model, X), call="forward(model, X)")
+    [program] = memory.programs
+    arguments = {b.argument for b in program.buffers if b.argument}
+    if isinstance(model, eqx.Module):
+        assert inputs[0] == "m.layers[0].weight: f32[16,8]" and inputs[-1] == "x: f32[4,8]"
+        assert arguments == {"m.layers[0].weight", "m.layers[0].bias", "m.layers[1].weight", "m.layers[1].bias", "x"}
+        assert "argument `m.layers[0].weight`" in memory.summary
+    else:  # nnx.jit names the states by the parameter already; the path is the module's
+        assert {i.split(":")[0] for i in inputs} == {"m.kernel.value", "m.bias.value", "x"}
+        assert arguments == {"m.kernel.value", "m.bias.value", "x"}
+    assert not any("dynamic" in name or "states" in name for name in arguments)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 import jax
@@ -113,9 +114,12 @@ def eqn_text(eqn: Equation, printer: Callable[[Equation], str] | None = None) ->
     return text if len(text) <= 240 else text[:237] + "..."
 
 
-def signature(traced: Traced) -> tuple[list[str], list[str]]:
+def signature(traced: Traced, renamed: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The inputs ("name: f32[4,8]") and outputs of a trace; ``renamed``: the user's names for its arguments
+    ("" keeps JAX's), for a library's jit whose arguments are its own repacking of the user's."""
     info = getattr(traced.jaxpr, "debug_info", None)
     names = list(getattr(info, "arg_names", None) or [])
+    names = [new or old for old, new in itertools.zip_longest(names, renamed[: len(names)], fillvalue="")]
     avals = jax.tree_util.tree_leaves(traced.in_avals)
     inputs = [f"{names[i] if i < len(names) and names[i] else f'arg{i}'}: {aval_text(a)}" for i, a in enumerate(avals)]
     outs = jax.tree_util.tree_leaves(traced.out_info)

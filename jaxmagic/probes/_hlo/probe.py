@@ -25,7 +25,12 @@ from jaxmagic.probes._hlo.report import HloReport
 from jaxmagic.probes._hlo.scopes import ScopePaths, StageOp, collect_scope, every_scope_ops, scope_tree
 from jaxmagic.probes._hlo.stablehlo import stablehlo_ops
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.calls.library_wrappers import is_library_jit, jitted_program, library_tracing
+from jaxmagic.probes._support.calls.library_wrappers import (
+    is_library_jit,
+    jitted_program,
+    library_tracing,
+    user_argument_names,
+)
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import is_user_file, source_line
@@ -107,8 +112,13 @@ def run_call(
     stages = parse_stages(stage)
     opened = is_library_jit(fn)  # nnx.jit, eqx.filter_jit: the jax.jit inside, with the arguments it is given
 
+    renamed: list[str] = []  # a library's jit: the user's names for the arguments it repacked
+
     def trace() -> Any:
-        jitted, given, given_kw = jitted_program(fn, args, kwargs)
+        program = jitted_program(fn, args, kwargs)
+        if opened:
+            renamed.extend(user_argument_names(fn, args, kwargs, program))
+        jitted, given, given_kw = program
         with library_tracing(jitted):
             return jitted.trace(*given, **given_kw)
 
@@ -125,7 +135,7 @@ def run_call(
         _note_cached(report, "trace", done)
         closed = traced.jaxpr
         report.function = f"jit({_traced_name(closed, fn)})"
-        report.inputs, report.outputs = signature(traced)
+        report.inputs, report.outputs = signature(traced, renamed)
         walked = list(walk_eqns(closed))
         printer = jaxpr_parts.jaxpr_equation_printer(closed)  # equations named as str(traced.jaxpr) names them
         traced_ops = jaxpr_ops(walked, report.function, printer)

@@ -38,7 +38,7 @@ from jaxmagic.probes._memory.records import (
     ProgramMemory,
 )
 from jaxmagic.probes._memory.scan_stacks import read_by, stack_of, stacking_instruction
-from jaxmagic.probes._support.calls.library_wrappers import library_program
+from jaxmagic.probes._support.calls.library_wrappers import library_program, user_argument_names
 from jaxmagic.probes._support.rerun.users_python import users_python_watched
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line
@@ -77,9 +77,13 @@ def program_memory(
     report, then raises it as the call would)."""
     kwargs = dict(kwargs or {})
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
+    renamed: list[str] = []  # a library's jit: the user's names for the arguments it repacked
     try:
         # a library's jit wrapper (``nnx.jit``, ``eqx.filter_jit``): the jax.jit it runs, with its arguments
-        fn, args, kwargs = library_program(fn, tuple(args), kwargs) or (fn, args, kwargs)
+        opened = library_program(fn, tuple(args), kwargs)
+        if opened is not None:
+            renamed = user_argument_names(fn, args, kwargs, opened)
+            fn, args, kwargs = opened
     except Exception as error:
         report.problem = f"the library's wrapper could not be opened: {error_line(error)}"
         return report, None
@@ -95,6 +99,8 @@ def program_memory(
             traced = jitted.trace(*args, **kwargs)
             tracing = False
         report.traced_again = ran.ran_again  # not found in JAX's trace cache: the user's Python ran
+        info = getattr(traced.jaxpr, "debug_info", None)
+        names = dict(zip(getattr(info, "arg_names", None) or (), renamed))
         report.signature = _signature(traced)
         lowered = traced.lower()
         compiled, dumps = compile_with_memory_dumps(lowered)
@@ -104,18 +110,20 @@ def program_memory(
             report.problem = f"it could not be compiled: {error_line(failure.error)}"
             return report, None
         report.compile_error = message
-        read_program(report, failure.dumps, None)
+        read_program(report, failure.dumps, None, names)
         return report, CompiledCall(jitted, tuple(args), kwargs, traced, None)
     except Exception as error:
         if raise_traced and tracing:  # the user's function raised while traced: the user's error
             raise
         report.problem = f"it could not be compiled: {error_line(error)}"
         return report, None
-    read_program(report, dumps, compiled)
+    read_program(report, dumps, compiled, names)
     return report, CompiledCall(jitted, tuple(args), kwargs, traced, compiled)
 
 
-def read_program(report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None) -> ProgramMemory:
+def read_program(
+    report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None, renamed: dict[str, str] | None = None
+) -> ProgramMemory:
     """Fill ``report`` from XLA's texts of one compilation (and its ``memory_analysis()`` when it compiled):
     the one reading of a program, for the user's call, every trial, and a recorded TPU compilation alike.
 
@@ -123,7 +131,8 @@ def read_program(report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None
     block, less what outputs alias (``memory_analysis()``, or the same sums of the buffer assignment when the
     compiler ran out): the live ranges say which buffers fill it, never that it needs less."""
     report.platform = dumps.platform or report.platform or jax.default_backend()  # what it was compiled for
-    module = parse_hlo_module(dumps.hlo or (compiled.as_text() if compiled is not None else "") or "")
+    text = dumps.hlo or (compiled.as_text() if compiled is not None else "") or ""
+    module = _renamed(parse_hlo_module(text), renamed)
     assignment = parse_buffer_assignment(dumps.buffer_assignment, dumps.live_range)
     figures = memory_figures(compiled) if compiled is not None else None
     if figures is None and assignment.allocations:
@@ -142,6 +151,18 @@ def read_program(report: ProgramMemory, dumps: MemoryDumps, compiled: Any = None
     if not report.peak_bytes and not report.buffers_problem:
         report.buffers_problem = "XLA wrote no buffer assignment and no memory figures for this program"
     return report
+
+
+def _renamed(module: HloModuleText, names: dict[str, str] | None) -> HloModuleText:
+    """The module with its arguments named (``op_name`` metadata) as the user's call names them: ``names`` maps
+    a library's names for the arrays it repacked (``dynamic_nodonate['first'][0]``) to the user's
+    (``m.layers[0].weight``)."""
+    if names:
+        for instruction in module.instructions():
+            if instruction.opcode == "parameter" and instruction.op_names:
+                first = names.get(instruction.op_names[0]) or instruction.op_names[0]
+                instruction.op_names = (first, *instruction.op_names[1:])
+    return module
 
 
 def peak_buffers(module: HloModuleText, assignment: BufferAssignment) -> list[PeakBuffer]:

@@ -15,6 +15,7 @@ Nothing here imports a library: the wrappers are recognized by their class's mod
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -23,6 +24,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_internals, jittable
+from jaxmagic.probes._support.calls.bound_arguments import by_parameter
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -40,6 +42,37 @@ def jitted_program(
     if opened is not None:
         fn, args, kwargs = opened
     return (fn if jit_internals.is_jitted(fn) else jittable.jit(fn)), tuple(args), dict(kwargs)
+
+
+def user_argument_names(
+    fn: Any,
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+    opened: tuple[Any, Sequence[object], Mapping[str, object]],
+) -> list[str]:
+    """Per argument of an opened wrapper's ``jax.jit`` (its traced leaves, in JAX's order), the user's name for
+    the same array - ``m.layers[0].weight`` where the library's is ``dynamic_nodonate['first'][0]``; "" for one
+    that is not among the user's arrays. The library passes the user's arrays on, not copies: matched by
+    identity."""
+    try:
+        named = by_parameter(inspect.signature(fn), tuple(args), dict(kwargs))
+    except (TypeError, ValueError):
+        named = None
+    if named is None:
+        return []
+    users: dict[int, str] = {}
+    for name, value in named.items():
+        for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+            users.setdefault(id(leaf), name + jax.tree_util.keystr(path))
+    jitted, given, given_kw = opened
+    info = jit_internals.jit_options(jitted)
+    static = set(getattr(info, "static_argnums", ()) or ())
+    static_names = set(getattr(info, "static_argnames", ()) or ())
+    traced = (
+        [a for i, a in enumerate(given) if i not in static],
+        {k: v for k, v in given_kw.items() if k not in static_names},
+    )
+    return [users.get(id(leaf), "") for leaf in jax.tree.leaves(traced)]
 
 
 def traced_arguments_only(
