@@ -111,3 +111,14 @@ def test_the_librarys_arguments_are_named_as_the_users_call_names_them(wrapped):
         assert {i.split(":")[0] for i in inputs} == {"m.kernel.value", "m.bias.value", "x"}
         assert arguments == {"m.kernel.value", "m.bias.value", "x"}
     assert not any("dynamic" in name or "states" in name for name in arguments)
+
+
+def test_a_cells_library_jit_programs_name_the_users_arguments(wrapped, ip):
+    """`%%jax_memory` sees the program a library's jit ran from JAX's dispatch, with the library's repacked
+    arguments: the capture asks, while the call is on the stack, the user's names for them."""
+    forward, model = wrapped
+    ip.user_ns.update(forward=forward, model=model, X=X)
+    ip.run_cell("%%jax_memory -o found\ny = forward(model, X)")
+    [program] = ip.user_ns["found"].programs
+    arguments = {b.argument for b in program.buffers if b.argument}
+    assert "x" in arguments and all(name.startswith(("m.", "x")) for name in arguments), arguments

@@ -40,8 +40,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import numpy as np
@@ -74,6 +75,14 @@ class CapturedCall:
     args: tuple[object, ...]
     kwargs: dict[str, object]
     call_site: tuple[str, int, str] | None
+    # the user's names for the traced arguments, in JAX's order ("" where JAX's own name stands), when the
+    # capture was given a way to tell them: a library's jit repacks the user's arrays under its own names
+    argument_names: list[str] = dataclasses.field(default_factory=list)
+
+
+# Given a jitted callable and the arguments it is called with, while the call is on the stack: the user's
+# names for its traced arguments, in JAX's order ("" keeps JAX's); [] when they are JAX's own.
+ArgumentNamer: TypeAlias = Callable[[Any, tuple[object, ...], dict[str, object]], list[str]]
 
 
 class ProgramCapture:
@@ -83,7 +92,8 @@ class ProgramCapture:
     jit dispatch path to watch); ``unavailable`` then says why, in words.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, argument_names: ArgumentNamer | None = None) -> None:
+        self._argument_names = argument_names
         self.available = False
         self.unavailable = "this JAX has no jit dispatch path jaxmagic can watch"
         self._calls: dict[tuple[int, object, tuple[object, ...]], CapturedCall] = {}  # (id, treedef, specs)
@@ -272,7 +282,13 @@ class ProgramCapture:
         if key in self._calls:
             return
         spec_args, spec_kwargs = jax.tree_util.tree_unflatten(treedef, specs)
-        self._calls[key] = CapturedCall(function, tuple(spec_args), dict(spec_kwargs), site)
+        names = []
+        if self._argument_names is not None:
+            try:  # while the arrays are the user's own objects: read now, not from the specs kept
+                names = self._argument_names(function, tuple(args), dict(kwargs))
+            except Exception:
+                names = []  # JAX's names stand
+        self._calls[key] = CapturedCall(function, tuple(spec_args), dict(spec_kwargs), site, names)
 
     # -- after the block -------------------------------------------------------
 

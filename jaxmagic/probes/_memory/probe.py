@@ -25,6 +25,7 @@ from jaxmagic.probes._memory.records import Capacity, EagerAllocation, FreeHeld,
 from jaxmagic.probes._memory.report import MemoryReport, OutOfMemoryReport
 from jaxmagic.probes._memory.ways_down import FITS_SHARE, ways_down
 from jaxmagic.probes._support import progress
+from jaxmagic.probes._support.calls.library_wrappers import names_at_call
 from jaxmagic.probes._support.explained import mark_explained
 from jaxmagic.report import SourceLine
 from jaxmagic.report.wording import error_line, short_dtype
@@ -172,7 +173,7 @@ def memory(*, namespace: dict[str, object] | None = None, try_ways: bool = True)
     """``%%jax_memory``: run the block as it is and measure every jitted program it ran; explain an
     out-of-memory error it raised (the error is raised again unchanged)."""
     report = MemoryReport()
-    capture = ProgramCapture()
+    capture = ProgramCapture(argument_names=names_at_call)  # a library's jit: the user's names
     error: BaseException | None = None
     with preserved_jax_state(()):
         try:
@@ -212,7 +213,9 @@ def _finish(
     for call in sorted(calls, key=_argument_bytes, reverse=True)[:MAX_PROGRAMS]:
         if failed is not None and _same(call, failed):
             continue
-        program, compiled = program_memory(call.function, call.args, call.kwargs, called_at=_site(call))
+        program, compiled = program_memory(
+            call.function, call.args, call.kwargs, called_at=_site(call), renamed=call.argument_names
+        )
         if program.problem:
             report.notes.append(f"`{program.function}` could not be measured: {program.problem}.")
             continue

@@ -69,15 +69,18 @@ def program_memory(
     call: str = "",
     called_at: SourceLine | None = None,
     raise_traced: bool = False,
+    renamed: Sequence[str] = (),
 ) -> tuple[ProgramMemory, CompiledCall | None]:
     """The memory of ``fn(*args, **kwargs)``, compiled but never run; arguments may be arrays (even ones a
     failed call left unreadable) or ``jax.ShapeDtypeStruct``s. A compiler that runs out of memory (XLA:TPU)
     still says what filled the program: its dumps are read, and ``compile_error`` keeps its message.
     ``raise_traced``: the exception of tracing the user's function is raised (``%jax_memory CALL`` shows its
-    report, then raises it as the call would)."""
+    report, then raises it as the call would). ``renamed``: the user's names for the traced arguments, in
+    JAX's order, where a library's jit repacked them (a library wrapper given as ``fn`` is opened and named
+    here)."""
     kwargs = dict(kwargs or {})
     report = ProgramMemory(function=_callee(call) or _name_of(fn), call=call, called_at=called_at)
-    renamed: list[str] = []  # a library's jit: the user's names for the arguments it repacked
+    renamed = list(renamed)  # a library's jit: the user's names for the arguments it repacked
     try:
         # a library's jit wrapper (``nnx.jit``, ``eqx.filter_jit``): the jax.jit it runs, with its arguments
         opened = library_program(fn, tuple(args), kwargs)

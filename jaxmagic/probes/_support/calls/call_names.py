@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 
+from jaxmagic.probes._support.calls.bound_arguments import by_parameter
 from jaxmagic.probes._support.calls.line_values import NOTHING, parsed_line, value_of
 from jaxmagic.probes._support.calls.wrapped import HeldFunction, entry_arguments, held_by_wrapper
 from jaxmagic.usercode.source import code_kind, innermost_user_frame, is_user_file, source_line
@@ -104,7 +105,24 @@ def user_call(user_frame: FrameType | None = None) -> UserCall | None:
     arguments = entry_arguments(entry.f_locals, code, held)
     if arguments is None:
         return None
-    written = _written_for(arguments, entry, holder, held, user_frame)
+    return _named(held.name, arguments, _written_for(arguments, entry, holder, held, user_frame))
+
+
+def user_call_of(wrapper: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> UserCall | None:
+    """``user_call`` for a call whose arguments are known, not read from a frame: a magic's own line
+    (``%jax_hlo step(model, x)``) calling a library's jit wrapper; None when they do not fit its signature."""
+    try:
+        arguments = by_parameter(inspect.signature(wrapper), tuple(args), dict(kwargs))
+    except (TypeError, ValueError):
+        return None
+    if arguments is None:
+        return None
+    held = held_by_wrapper(wrapper, is_user_file)
+    return _named(held.name if held is not None else getattr(wrapper, "__name__", ""), arguments, {})
+
+
+def _named(function: str, arguments: dict[str, Any], written: dict[str, str]) -> UserCall:
+    """The call's leaves by the user's paths: by parameter, and from what the line wrote (``written``)."""
     paths: dict[int, str] = {}
     as_written: dict[int, str] = {}
     leaves: list[object] = []
@@ -116,7 +134,7 @@ def user_call(user_frame: FrameType | None = None) -> UserCall | None:
             if parameter in written:
                 as_written.setdefault(id(leaf), written[parameter] + path)
             leaves.append(leaf)
-    return UserCall(held.name, paths, as_written, leaves)
+    return UserCall(function, paths, as_written, leaves)
 
 
 def _leaves(value: object) -> list[tuple[str, Any]]:

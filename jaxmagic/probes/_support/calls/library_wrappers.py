@@ -15,7 +15,6 @@ Nothing here imports a library: the wrappers are recognized by their class's mod
 from __future__ import annotations
 
 import contextlib
-import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -24,7 +23,7 @@ import jax
 import numpy as np
 
 from jaxmagic._jax import jit_internals, jittable
-from jaxmagic.probes._support.calls.bound_arguments import by_parameter
+from jaxmagic.probes._support.calls import call_names
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -52,27 +51,23 @@ def user_argument_names(
 ) -> list[str]:
     """Per argument of an opened wrapper's ``jax.jit`` (its traced leaves, in JAX's order), the user's name for
     the same array - ``m.layers[0].weight`` where the library's is ``dynamic_nodonate['first'][0]``; "" for one
-    that is not among the user's arrays. The library passes the user's arrays on, not copies: matched by
-    identity."""
-    try:
-        named = by_parameter(inspect.signature(fn), tuple(args), dict(kwargs))
-    except (TypeError, ValueError):
-        named = None
-    if named is None:
+    that is not among the user's arrays (``call_names``: the library passes the user's arrays on, not copies)."""
+    call = call_names.user_call_of(fn, tuple(args), dict(kwargs))
+    if call is None:
         return []
-    users: dict[int, str] = {}
-    for name, value in named.items():
-        for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
-            users.setdefault(id(leaf), name + jax.tree_util.keystr(path))
-    jitted, given, given_kw = opened
-    info = jit_internals.jit_options(jitted)
-    static = set(getattr(info, "static_argnums", ()) or ())
-    static_names = set(getattr(info, "static_argnames", ()) or ())
-    traced = (
-        [a for i, a in enumerate(given) if i not in static],
-        {k: v for k, v in given_kw.items() if k not in static_names},
-    )
-    return [users.get(id(leaf), "") for leaf in jax.tree.leaves(traced)]
+    _, _, traced = _static_and_traced(*opened)
+    return [call.name_of(leaf) for leaf in jax.tree.leaves(traced)]
+
+
+def names_at_call(jitted: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> list[str]:
+    """While a library's jit wrapper is calling ``jitted`` with its repacking of the user's arguments (a
+    ``jit_programs.ArgumentNamer``): the user's names for what ``jitted`` traces, read from the wrapper's entry
+    frame on the stack (``call_names.user_call``); [] for the user's own ``jax.jit``, whose names are theirs."""
+    call = call_names.user_call()
+    if call is None:
+        return []
+    _, _, traced = _static_and_traced(jitted, args, kwargs)
+    return [call.name_of(leaf) for leaf in jax.tree.leaves(traced)]
 
 
 def traced_arguments_only(
@@ -86,11 +81,7 @@ def traced_arguments_only(
     if opened is None:
         return fn, tuple(args), dict(kwargs)
     jitted, given, given_kw = opened
-    info = jit_internals.jit_options(jitted)
-    static = set(getattr(info, "static_argnums", ()) or ())
-    static_names = set(getattr(info, "static_argnames", ()) or ())
-    dynamic = tuple(a for i, a in enumerate(given) if i not in static)
-    dynamic_kw = {k: v for k, v in given_kw.items() if k not in static_names}
+    static, static_names, (dynamic, dynamic_kw) = _static_and_traced(*opened)
 
     def traced_only(*traced: object, **traced_kw: object) -> object:
         positional, supplied = list(traced), []
@@ -101,6 +92,20 @@ def traced_arguments_only(
     traced_only.__name__ = traced_only.__qualname__ = getattr(fn, "__name__", None) or "call"
     traced_only.__jit__ = jitted  # type: ignore[attr-defined]
     return traced_only, dynamic, dynamic_kw
+
+
+def _static_and_traced(
+    jitted: Any, given: Sequence[object], given_kw: Mapping[str, object]
+) -> tuple[set[int], set[str], tuple[tuple[object, ...], dict[str, object]]]:
+    """The static argument positions and names of ``jitted``, and the arguments it traces."""
+    info = jit_internals.jit_options(jitted)
+    static = set(getattr(info, "static_argnums", ()) or ())
+    static_names = set(getattr(info, "static_argnames", ()) or ())
+    traced = (
+        tuple(a for i, a in enumerate(given) if i not in static),
+        {k: v for k, v in given_kw.items() if k not in static_names},
+    )
+    return static, static_names, traced
 
 
 def library_tracing(jitted: Any) -> contextlib.AbstractContextManager[object]:
