@@ -71,6 +71,7 @@ def test_stages_times_the_librarys_jit_and_says_so(wrapped):
     assert not report.failed_stage, report.failure
     assert report.compile_seconds is not None and report.steady_run_seconds is not None
     assert any("a library's jit" in note for note in report.notes)
+    assert not any("donation" in note for note in report.notes)  # eqx's jit donates its first argument: empty
 
 
 def test_check_finds_the_nan_inside_the_librarys_jit(wrapped):

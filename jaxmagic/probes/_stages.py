@@ -286,7 +286,7 @@ def run_call(
         )
     is_jitted = jit_internals.is_jitted(fn)
     report.jitted_here = not is_jitted
-    jitted, static_positions, static_names = _fresh_jitted(fn, is_jitted, report)
+    jitted, static_positions, static_names = _fresh_jitted(fn, is_jitted, report, (args, kwargs))
     report.abstract_arguments = any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves((args, kwargs)))
 
     error = None
@@ -326,7 +326,10 @@ def run_call(
 
 
 def _fresh_jitted(
-    fn: Callable[..., Any], is_jitted: bool, report: StagesReport
+    fn: Callable[..., Any],
+    is_jitted: bool,
+    report: StagesReport,
+    call: tuple[tuple[object, ...], dict[str, object]],
 ) -> tuple[Wrapped, tuple[int, ...], tuple[str, ...]]:
     """A jitted fresh copy of the Python function, with the same jit options; else the function as is.
 
@@ -354,7 +357,10 @@ def _fresh_jitted(
             "static_argnames": static_names or None,
             "keep_unused": info.keep_unused,
         }
-        if info.donate_argnums or info.donate_argnames:
+        args, kwargs = call
+        donated = [a for i, a in enumerate(args) if i in (info.donate_argnums or ())]
+        donated += [v for k, v in kwargs.items() if k in (info.donate_argnames or ())]
+        if jax.tree.leaves(donated):  # eqx.filter_jit's jit donates its first argument: empty unless asked
             report.notes.append(
                 "Buffer donation is left off in the timed copy, so repeated runs can reuse your "
                 "arrays (with donation the first run would invalidate them)."
