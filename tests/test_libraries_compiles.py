@@ -220,7 +220,44 @@ def test_nnx_jit_number_attribute_and_its_fixes():
     f = _function(report, "step")
     assert f["count"] == 3 and f["causes"] == {"first": 1, "pytree_static": 2}
     assert f["change_examples"]["pytree_static"][0] == "`model.n_iter` (Model.n_iter): 4 -> 5 -> 6"
-    assert "store it as an array (`jnp.asarray(...)`)" in f["field_fixes"]["pytree_static"]
+    assert (
+        "store it as an array from where it is first set (`self.n_iter = jnp.asarray(...)` in `Model.__init__`)"
+        in (f["field_fixes"]["pytree_static"])
+    )
+
+
+def test_nnx_an_attribute_that_held_a_number_takes_no_array_later_and_the_fix_says_where_to_set_it():
+    """The fix said "store it as an array (`jnp.asarray(...)`)": on a module whose `__init__` set the number,
+    `model.count = jnp.asarray(i)` raises in Flax 0.12 (the attribute stays static). Set as an array in
+    `__init__`, the later arrays are traced: one compilation - both run here."""
+
+    def make(first):
+        class Counter(nnx.Module):
+            def __init__(self):
+                self.w = nnx.Param(jnp.ones(3))
+                self.count = first
+
+        return Counter()
+
+    @nnx.jit
+    def step(model, x):
+        return model.w * x * model.count
+
+    x, model = jnp.ones(3), make(0)
+    with probes.compiles() as report:
+        for i in range(3):
+            model.count = i
+            step(model, x)
+    fix = _function(report, "step")["field_fixes"]["pytree_static"]
+    assert "`self.count = jnp.asarray(...)` in `Counter.__init__`" in fix
+    with pytest.raises(ValueError, match="static attribute"):
+        model.count = jnp.asarray(3)  # what "store it as an array" alone would have the user write
+    fixed = make(jnp.asarray(0))
+    with probes.compiles() as report:
+        for i in range(3):
+            fixed.count = jnp.asarray(i)
+            step(fixed, x)
+    assert _function(report, "step")["count"] == 1
 
 
 def test_filter_jit_array_shape_change_is_named_by_the_users_path():

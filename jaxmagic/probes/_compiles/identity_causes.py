@@ -65,11 +65,22 @@ def metadata_cause(summary: FunctionCompiles, state: FunctionState, info: CallIn
         summary.field_fixes["pytree_static"] = (
             f"`{first.path}` is a static attribute of `{first.owner}` (not an array): part of the structure "
             f"{info.library}'s jit wrapper compares at every call, so each new value ({first.before} -> "
-            f"{first.now}) compiles `{summary.name}` again. If it only feeds arithmetic, store it as an array "
-            f"(`jnp.asarray(...)`), which is traced; keep it a Python value only if it sets a shape or a loop "
+            f"{first.now}) compiles `{summary.name}` again. If it only feeds arithmetic, "
+            f"{_as_array(info.library, first)}; keep it a Python value only if it sets a shape or a loop "
             f"count, and then let it take few values."
         )
     return Cause("pytree_static", "A static field of an argument changed value: " + "; ".join(texts) + ".", texts)
+
+
+def _as_array(library: str, change: MetaChange) -> str:
+    """How the library lets an attribute be an array, which its jit traces."""
+    if library == "flax":  # NNX keeps an attribute that first held a Python value static: an array later raises
+        return (
+            f"store it as an array from where it is first set (`self.{change.field} = jnp.asarray(...)` in "
+            f"`{change.owner}.__init__`), which the wrapper traces - NNX keeps an attribute that first held a "
+            "Python value static, and assigning an array to it later raises ValueError"
+        )
+    return "store it as an array (`jnp.asarray(...)`), which the wrapper traces"
 
 
 def _identity_text(change: MetaChange) -> str:
