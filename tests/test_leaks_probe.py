@@ -490,4 +490,7 @@ def test_a_value_stored_by_a_method_the_traced_function_calls_is_found_there():
     first = report.to_dict()["leaked"][0]
     assert first["stored_at"]["code"] == "self.remembered = v" and first["stored_at"]["function"] == "_remember"
     text = " ".join(str(report).split())
-    assert "Here: `return the value from Layer.__call__` - `self.remembered = v` in `_remember`" in text
+    assert (
+        "Here: `self.remembered = v` - drop this line: with it `_remember`, which `Layer.__call__` calls, keeps a "
+        "traced value; return the value from `Layer.__call__` instead" in text
+    )  # the code shown is code (it read "`return the value from Layer.__call__`")

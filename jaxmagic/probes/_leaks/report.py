@@ -162,8 +162,13 @@ class LeakReport(Report):
             )
             tracer = f"a {first.aval} tracer" if first.aval else "a tracer"
             where = f"`{first.held_by[0]}` holds {tracer}" if first.held_by else f"{tracer} is still referenced"
-            more = len(self.leaked) - 1
-            extra = f" ({more} more leaked tracer{'s' if more > 1 else ''} below)" if more else ""
+            more = len(self.primary) - 1 if self.primary else len(self.leaked) - 1
+            through = len(self.leaked) - len(self.primary) if self.primary else 0
+            extra = ", ".join(
+                [f"{more} more leaked tracer{'s' if more > 1 else ''} below"] * bool(more)
+                + [f"{through} more kept alive only by {'it' if more == 0 else 'them'}"] * bool(through)
+            )
+            extra = f" ({extra})" if extra else ""
             started = (
                 f"; the trace was started at {_place(self.call_path[-1])}" if first.function and self.call_path else ""
             )

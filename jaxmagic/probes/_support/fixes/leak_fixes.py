@@ -38,9 +38,9 @@ def leak_fixes(
         # stored by a function the traced one calls (self._remember(h)): the traced one returns the value
         return [
             Fix(
-                f"return the value from {traced}",
-                f"`{line.source}` in `{function}`, which `{traced}` calls, keeps a traced value: drop it and "
-                f"return the value from `{traced}` (under jax.grad, with has_aux=True)",
+                line.source,
+                f"drop this line: with it `{function}`, which `{traced}` calls, keeps a traced value; return the "
+                f"value from `{traced}` instead (under jax.grad, with has_aux=True)",
             ),
             *(f for f in fixes if not f.use.startswith("return out")),
         ]
