@@ -36,8 +36,9 @@ def jax_memory(runner: MagicRunner, line: str, cell: str | None = None) -> None:
     %%jax_memory runs the cell as it is and measures every jitted program
     it ran; %jax_memory CALL measures one call without running it (its
     arguments may be jax.ShapeDtypeStruct: nothing is allocated). Each
-    program is compiled once more with XLA's dumps on: the peak (the
-    buffers live at one time, from XLA's live ranges), the largest buffers
+    program is compiled once more with XLA's dumps on: the peak (from XLA's
+    live ranges: the temporaries live when most are, with every argument
+    and output, which XLA holds for the whole run), the largest buffers
     with their shape, the operation and your line that made them, and
     whether each is an argument, an output, a temporary or an activation
     saved for the backward pass; what the device can give

@@ -153,7 +153,7 @@ class ProgramMemory:
     traced_again: bool = False  # measuring it traced the user's function again (not in JAX's trace cache)
     platform: str = ""  # the backend it was compiled for: "cpu", "tpu", "gpu"
     compile_error: OutOfMemoryMessage | None = None  # the compiler ran out of memory (XLA:TPU): its message
-    live_bytes: int = 0  # what the buffers live at once add up to (XLA's live ranges); ``peak_bytes`` >= it
+    live_bytes: int = 0  # arguments, outputs and the temporaries live when most are (XLA's live ranges); peak >= it
 
     @property
     def reserved_bytes(self) -> int:

@@ -255,11 +255,14 @@ def figures_facts(program: ProgramMemory) -> list[tuple[str, str]]:
 def _peak_source(program: ProgramMemory) -> str:
     live, reserved = program.live_bytes, program.reserved_bytes
     if live and live >= reserved:
-        return f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the buffers live at once)"
+        return (
+            f"{format_bytes(program.peak_bytes)} (XLA's live ranges: the arguments and outputs, and the "
+            "temporaries live when most are)"
+        )
     if live:
         return (
             f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and its temporaries' block; "
-            f"the buffers live at once take {format_bytes(live)})"
+            f"by its live ranges, arguments, outputs and the temporaries live when most are take {format_bytes(live)})"
         )
     return f"{format_bytes(program.peak_bytes)} (what XLA reserves: arguments, outputs and temporaries)"
 
@@ -458,8 +461,8 @@ class OutOfMemoryReport(Report):
             )
         elif self.program is not None and not (facts is not None and facts.at_compile):
             why.append(
-                "XLA allocates a program's buffers when it runs; the peak is what its buffers live at one time "
-                "need. A way down changes what is live at once: donating an argument lets an output reuse it, "
+                "XLA allocates a program's buffers when it runs: its arguments and outputs for the whole run, and one "
+                "block for its temporaries, as large as they are when most are live - the peak. A way down changes what is live at once: donating an argument lets an output reuse it, "
                 "jax.checkpoint recomputes activations instead of keeping them, computing the results a block of "
                 "rows at a time (where the program's data flow says each result row needs only its own) keeps "
                 "one block's buffers. Each was compiled for this device, never run, to measure its peak; a peak "
