@@ -123,3 +123,21 @@ def test_a_cells_library_jit_programs_name_the_users_arguments(wrapped, ip):
     [program] = ip.user_ns["found"].programs
     arguments = {b.argument for b in program.buffers if b.argument}
     assert "x" in arguments and all(name.startswith(("m.", "x")) for name in arguments), arguments
+
+
+def test_stages_and_check_of_a_donating_library_jit_leave_the_users_arrays_alive():
+    """`%jax_stages` timed nnx.jit's own function (not a plain function: no copy) with its donation on, and
+    its runs deleted the module's parameters ("Array has been deleted" at the second run, the user's model
+    gone). It is jitted again without donation, as a copy is; nothing of the user's is donated."""
+    layer = nnx.Linear(8, 2, rngs=nnx.Rngs(0))
+    mlp = eqx.nn.MLP(8, 2, 16, 1, key=jax.random.key(0))
+    calls = {
+        "nnx": (nnx.jit(lambda m, x: m(x), donate_argnames=("m",)), layer),
+        "eqx": (eqx.filter_jit(lambda m, x: jax.vmap(m)(x), donate="all"), mlp),
+    }
+    for name, (step, model) in calls.items():
+        report = probes.stages(step, model, X, call_text=f"step({name}, X)")
+        assert not report.failed_stage and report.steady_run_seconds is not None, report.failure
+        assert any("donation is left off" in note for note in report.notes)
+        assert probes.check(step, model, X).failure == ""
+        assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(model) if isinstance(leaf, jax.Array))

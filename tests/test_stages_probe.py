@@ -87,6 +87,17 @@ def test_donated_arguments_stay_valid():
     assert any("donation is left off" in note for note in rep.notes)
 
 
+def test_a_donating_jit_that_cannot_be_made_again_is_compiled_not_run():
+    """A jit whose options are not copied (shardings) is timed as it is: its runs would delete the arrays it
+    donates, the user's - compiled and said so, not run."""
+    cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    update = jax.jit(lambda p, g: p - g, donate_argnums=0, out_shardings=cpu)
+    p, g = jnp.ones(4), jnp.ones(4)
+    rep = probes.stages(update, p, g, runs=3)
+    assert not p.is_deleted() and rep.compile_seconds is not None and rep.first_run_seconds is None
+    assert "running it would delete your arrays" in rep.summary and not rep.failure
+
+
 def test_a_callable_that_cannot_be_copied_is_timed_as_it_is():
     def scale(x, k):
         return x * k

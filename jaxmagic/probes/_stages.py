@@ -79,6 +79,7 @@ class StagesReport(Report):
     steady_run_min_seconds: float | None = None
     runs: int = 0
     abstract_arguments: bool = False  # ShapeDtypeStruct arguments: compiled, not run
+    run_withheld: str = ""  # why the compiled program was not run (it would delete donated arrays of the user's)
     argument_types: list[str] = dataclasses.field(default_factory=list)
     output_types: list[str] = dataclasses.field(default_factory=list)
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -117,6 +118,8 @@ class StagesReport(Report):
         text = f"`{self.call}`: " + ", ".join(parts)
         if self.abstract_arguments:
             return text + " (abstract arguments: compiled, not run)."
+        if self.run_withheld:
+            return text + f" ({self.run_withheld})."
         text += (
             f"; first run {_time(self.first_run_seconds)}, then {_time(self.steady_run_seconds)} per run "
             f"(median of {self.runs})"
@@ -311,7 +314,7 @@ def run_call(
                 report.cached_stages.append("compile (this program was compiled before in this process)")
             _describe(report, traced, compiled)
             del traced, lowered
-            if not report.abstract_arguments:
+            if not report.abstract_arguments and not report.run_withheld:
                 stage = "run"
                 dynamic_args = [a for i, a in enumerate(args) if i not in static_positions]
                 dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
@@ -339,9 +342,21 @@ def _fresh_jitted(
     info = jit_internals.jit_options(fn) if is_jitted else None
     static_positions = tuple(getattr(info, "static_argnums", ()) or ())
     static_names = tuple(getattr(info, "static_argnames", ()) or ())
-    copy = _copy_function(original)
-    if is_jitted and (info is None or not _plain_jit_options(info)):
+    args, kwargs = call
+    donated = [a for i, a in enumerate(args) if i in (getattr(info, "donate_argnums", ()) or ())]
+    donated += [v for k, v in kwargs.items() if k in (getattr(info, "donate_argnames", ()) or ())]
+    donates = bool(jax.tree.leaves(donated))  # eqx.filter_jit's jit donates its first argument: empty unless asked
+    copy: Any = _copy_function(original)
+    plain = info is not None and _plain_jit_options(info)
+    if is_jitted and not plain:
         copy = None
+    elif copy is None and donates and callable(original):
+        copy = original  # a callable object (nnx.jit's function): jitted anew, without donation, as a copy is
+    if copy is None and donates:  # its runs would delete the arrays the call donates: the user's
+        report.run_withheld = (
+            "not run: the function donates arguments and its jit could not be made again without donation, "
+            "so running it would delete your arrays"
+        )
     if copy is None:
         report.notes.append(
             "The function could not be copied (not a plain Python function, or jit options such "
@@ -357,10 +372,7 @@ def _fresh_jitted(
             "static_argnames": static_names or None,
             "keep_unused": info.keep_unused,
         }
-        args, kwargs = call
-        donated = [a for i, a in enumerate(args) if i in (info.donate_argnums or ())]
-        donated += [v for k, v in kwargs.items() if k in (info.donate_argnames or ())]
-        if jax.tree.leaves(donated):  # eqx.filter_jit's jit donates its first argument: empty unless asked
+        if donates:
             report.notes.append(
                 "Buffer donation is left off in the timed copy, so repeated runs can reuse your "
                 "arrays (with donation the first run would invalidate them)."
