@@ -214,3 +214,26 @@ def test_a_library_jits_program_is_read_for_products_without_running_the_users_p
     report = probes.bisect(variance, DATA, ref=VARIANCE)
     assert report.verdict == "algorithm" and report.matmul_precision is None
     assert len(runs) == 2
+
+
+def test_a_donating_call_is_bisected_on_copies_and_the_users_arrays_outlive_it():
+    """`%jax_bisect update(P, G)` of a jit donating `P`: the jit run deleted `P`, then the float64 reference
+    raised "Array has been deleted" out of the magic. Each jit run gets copies of the arrays it donates."""
+    from functools import partial
+
+    @partial(jax.jit, donate_argnums=0)
+    def update(p, g):
+        return p - 0.1 * g
+
+    p, g = jnp.ones(4), jnp.ones(4)
+    report = probes.bisect(update, p, g)
+    assert report.verdict in ("precision", "exact") and not p.is_deleted()
+    assert report.jit.how.endswith("on copies of the arrays it donates")
+    eqx = pytest.importorskip("equinox")
+    mlp = eqx.nn.MLP(4, 4, 8, 1, key=jax.random.key(0))
+    step = eqx.filter_jit(lambda m, x: (jax.vmap(m)(x[None]), m.layers[0].weight * 2), donate="all")
+    report = probes.bisect(step, mlp, p)
+    assert not report.jit.error and not any(
+        leaf.is_deleted() for leaf in jax.tree.leaves(eqx.filter(mlp, eqx.is_array))
+    )
+    assert report.jit.how.endswith("on copies of the arrays it donates")

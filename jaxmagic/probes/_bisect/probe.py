@@ -29,7 +29,7 @@ from jaxmagic.probes._bisect.pytree_boundary import in_order_of
 from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, PrecisionRetry, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.calls.library_wrappers import jitted_program, library_tracing
+from jaxmagic.probes._support.calls.library_wrappers import donates_arrays, jitted_program, library_tracing
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import user_lines
 
@@ -104,6 +104,11 @@ def _jit_again(fn: Callable[..., object], static: tuple[int, ...], static_names:
 
 
 _Tree = TypeVar("_Tree")
+
+
+def _copies(tree: _Tree) -> _Tree:
+    """``tree`` with every JAX array copied: a run that donates them deletes the copies, not the user's."""
+    return jax.tree.map(lambda leaf: leaf.copy() if isinstance(leaf, jax.Array) else leaf, tree)
 
 
 def _leaves(tree: object) -> list[tuple[str, Any]]:
@@ -303,9 +308,16 @@ def run_call(
     failed: dict[str, Exception] = {}
     report = BisectReport(call=call_text or f"{getattr(fn, '__name__', 'f')}(...)")
     jitted, how = _jitted(fn, args, kwargs)
+    donates = donates_arrays(jitted, args, kwargs)  # then each jit run gets copies: the user's arrays outlive it
+    if donates:
+        how += ", on copies of the arrays it donates"
     with preserved_jax_state(("jax_enable_x64", "jax_disable_jit")):
         report.jit = RunResult("jit", how)
-        jit_result = _run(report.jit, lambda: jitted(*args, **kwargs), failed)
+
+        def run_jit() -> object:
+            return jitted(*_copies(args), **_copies(kwargs)) if donates else jitted(*args, **kwargs)
+
+        jit_result = _run(report.jit, run_jit, failed)
         report.eager = RunResult("eager", "op by op under jax.disable_jit()")
 
         def eager() -> object:
@@ -346,11 +358,11 @@ def run_call(
         report.rtol = rtol if rtol is not None else max((DEFAULT_RTOL.get(d, 1e-4) for d in dtypes), default=1e-4)
         _judge(report, jit_result, eager_result, reference)
         if report.verdict in OFF_REFERENCE and sample is not None:
-            report.matmul_precision = _matmul_precision(report, jitted, args, kwargs, eager, sample, reference)
+            report.matmul_precision = _matmul_precision(report, jitted, args, kwargs, run_jit, eager, sample, reference)
             if report.matmul_precision is not None and report.matmul_precision.explains:
                 report.verdict = "matmul_precision"
         if report.verdict not in ("failed", "matmul_precision") and (report.jit_vs_eager or 0.0) > report.rtol:
-            report.before_program = _before_program(report, fn, jitted, args, kwargs, jit_result, eager_result)
+            report.before_program = _before_program(report, fn, jitted, args, kwargs, run_jit, jit_result, eager_result)
             if report.before_program.explains:
                 report.verdict = "before_program"
         del jit_result, eager_result, reference, sample
@@ -363,6 +375,7 @@ def _matmul_precision(
     jitted: Wrapped,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    run_jit: Callable[[], object],
     run_eager: Callable[[], object],
     sample: object,
     reference: object,
@@ -378,7 +391,7 @@ def _matmul_precision(
         for run in (report.jit, report.eager)
         if run is not None and run.max_rel_error is not None and run.max_rel_error > report.rtol
     }
-    calls = {"jit": lambda: jitted(*args, **kwargs), "eager": run_eager}
+    calls = {"jit": run_jit, "eager": run_eager}
     reference_leaves = _leaves64(reference)
 
     def error_of(result: object) -> float:
@@ -406,6 +419,7 @@ def _before_program(
     jitted: Wrapped,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    run_jit: Callable[[], object],
     jit_result: object,
     eager_result: object,
 ) -> BeforeProgram:
@@ -418,8 +432,8 @@ def _before_program(
         jax.block_until_ready(result)
         return result
 
-    def run_jit() -> object:
-        result = jitted(*args, **kwargs)
+    def run_jit_again() -> object:
+        result = run_jit()
         jax.block_until_ready(result)
         return result
 
@@ -456,7 +470,7 @@ def _before_program(
             kwargs,
             is_static=_is_static,
             run_eager=run_eager,
-            run_jit=run_jit,
+            run_jit=run_jit_again,
             eager_result=eager_result,
             jit_result=jit_result,
             distance=distance,

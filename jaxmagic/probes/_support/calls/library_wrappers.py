@@ -70,6 +70,24 @@ def names_at_call(jitted: Any, args: tuple[object, ...], kwargs: dict[str, objec
     return [call.name_of(leaf) for leaf in jax.tree.leaves(traced)]
 
 
+def donates_arrays(fn: Any, args: Sequence[object], kwargs: Mapping[str, object]) -> bool:
+    """Whether the call ``fn(*args, **kwargs)`` donates an array - its ``jax.jit``'s ``donate_argnums`` /
+    ``donate_argnames``, or a library wrapper's (opened: ``eqx.filter_jit``'s jit always names its first
+    argument, empty unless ``donate=`` asks). A probe that runs the call more than once, or must leave the
+    user's arrays alive, runs it on copies then."""
+    try:
+        jitted, given, given_kw = library_program(fn, tuple(args), dict(kwargs)) or (fn, tuple(args), dict(kwargs))
+    except Exception:
+        return False
+    info = jit_internals.jit_options(jitted)
+    if info is None:
+        return False
+    positions = set(getattr(info, "donate_argnums", ()) or ())
+    names = set(getattr(info, "donate_argnames", ()) or ())
+    donated = [a for i, a in enumerate(given) if i in positions] + [v for k, v in given_kw.items() if k in names]
+    return any(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(donated))
+
+
 def traced_arguments_only(
     fn: Any, args: tuple[object, ...], kwargs: dict[str, object]
 ) -> tuple[Callable[..., object], tuple[object, ...], dict[str, object]]:
