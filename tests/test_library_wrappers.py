@@ -141,3 +141,17 @@ def test_stages_and_check_of_a_donating_library_jit_leave_the_users_arrays_alive
         assert any("donation is left off" in note for note in report.notes)
         assert probes.check(step, model, X).failure == ""
         assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(model) if isinstance(leaf, jax.Array))
+
+
+def test_sharding_of_a_donating_call_runs_on_copies_and_says_so():
+    """`%jax_sharding update(P, G)` ran the call as written, and its donation deleted `P`: the layouts it reads
+    are the same on copies, so it runs on those and says so."""
+    update = jax.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
+    p, g = jnp.ones(4), jnp.ones(4)
+    report, error = probes.run_sharding_call(update, (p, g), call_text="update(p, g)")
+    assert error is None and report.call.ran_on_copies and not p.is_deleted()
+    assert "it ran on copies of them" in str(report)
+    mlp = eqx.nn.MLP(4, 4, 8, 1, key=jax.random.key(0))
+    step = eqx.filter_jit(lambda m, x: m.layers[0].weight * 2, donate="all")
+    report, error = probes.run_sharding_call(step, (mlp, p), call_text="step(mlp, p)")
+    assert error is None and report.call.ran_on_copies and not mlp.layers[0].weight.is_deleted()

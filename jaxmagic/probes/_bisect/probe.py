@@ -29,7 +29,12 @@ from jaxmagic.probes._bisect.pytree_boundary import in_order_of
 from jaxmagic.probes._bisect.report import BeforeProgram, BisectReport, CapturedArray, PrecisionRetry, RunResult
 from jaxmagic.probes._hlo import captured_constants_of_call
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.calls.library_wrappers import donates_arrays, jitted_program, library_tracing
+from jaxmagic.probes._support.calls.library_wrappers import (
+    copies_of_arrays,
+    donates_arrays,
+    jitted_program,
+    library_tracing,
+)
 from jaxmagic.report.wording import error_line
 from jaxmagic.usercode.source import user_lines
 
@@ -104,11 +109,6 @@ def _jit_again(fn: Callable[..., object], static: tuple[int, ...], static_names:
 
 
 _Tree = TypeVar("_Tree")
-
-
-def _copies(tree: _Tree) -> _Tree:
-    """``tree`` with every JAX array copied: a run that donates them deletes the copies, not the user's."""
-    return jax.tree.map(lambda leaf: leaf.copy() if isinstance(leaf, jax.Array) else leaf, tree)
 
 
 def _leaves(tree: object) -> list[tuple[str, Any]]:
@@ -315,7 +315,7 @@ def run_call(
         report.jit = RunResult("jit", how)
 
         def run_jit() -> object:
-            return jitted(*_copies(args), **_copies(kwargs)) if donates else jitted(*args, **kwargs)
+            return jitted(*copies_of_arrays(args), **copies_of_arrays(kwargs)) if donates else jitted(*args, **kwargs)
 
         jit_result = _run(report.jit, run_jit, failed)
         report.eager = RunResult("eager", "op by op under jax.disable_jit()")

@@ -21,7 +21,13 @@ from jaxmagic.probes._sharding.layouts import layouts_of_tree
 from jaxmagic.probes._sharding.report import CallShardings, ShardingReport
 from jaxmagic.probes._support import attribution
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.calls.library_wrappers import is_library_jit, jitted_program, library_tracing
+from jaxmagic.probes._support.calls.library_wrappers import (
+    copies_of_arrays,
+    donates_arrays,
+    is_library_jit,
+    jitted_program,
+    library_tracing,
+)
 from jaxmagic.report.wording import error_line
 
 if TYPE_CHECKING:
@@ -98,7 +104,11 @@ def run_call(
     error: BaseException | None = None
     with preserved_jax_state(()):
         try:
-            result = jitted(*args, **kwargs)
+            if donates_arrays(fn, args, kwargs):  # run on copies: the layouts are the same, the user's arrays stay
+                call.ran_on_copies = True
+                result = jitted(*copies_of_arrays(args), **copies_of_arrays(kwargs))
+            else:
+                result = jitted(*args, **kwargs)
             jax.block_until_ready(result)
         except Exception as failure:
             error = failure

@@ -335,6 +335,7 @@ class CallShardings:
     collectives: list[Collective] = dataclasses.field(default_factory=list)
     collectives_failure: str = ""  # the compiled program could not be read: why
     collective_fixes: list[CollectiveFix] = dataclasses.field(default_factory=list)
+    ran_on_copies: bool = False  # the call donates arrays: it ran on copies of them, the user's kept
 
     @property
     def collectives_headline(self) -> str:
@@ -438,6 +439,18 @@ class ShardingReport(Report):
 
     def document(self) -> Document:
         document = sharding_document(self)
+        if self.call is not None and self.call.ran_on_copies:
+            document.sections.append(
+                Section(
+                    "The call",
+                    [
+                        Paragraph(
+                            "It donates arrays (donate_argnums, or a library's donate=): it ran on copies of them, "
+                            "so yours were not deleted; the layouts are the ones your own call gets."
+                        )
+                    ],
+                )
+            )
         if self.call is not None and self.call.collectives_asked:
             document.sections.insert(0, collectives_section(self.call))
             fix = self.call.collective_fix

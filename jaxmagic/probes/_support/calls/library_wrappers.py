@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import jax
 import numpy as np
@@ -86,6 +86,14 @@ def donates_arrays(fn: Any, args: Sequence[object], kwargs: Mapping[str, object]
     names = set(getattr(info, "donate_argnames", ()) or ())
     donated = [a for i, a in enumerate(given) if i in positions] + [v for k, v in given_kw.items() if k in names]
     return any(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(donated))
+
+
+_Tree = TypeVar("_Tree")
+
+
+def copies_of_arrays(tree: _Tree) -> _Tree:
+    """``tree`` with every JAX array copied: a run that donates them deletes the copies, not the user's."""
+    return jax.tree.map(lambda leaf: leaf.copy() if isinstance(leaf, jax.Array) else leaf, tree)
 
 
 def traced_arguments_only(
