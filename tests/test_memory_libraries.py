@@ -150,6 +150,8 @@ def test_donation_through_nnx_jit_is_spelled_as_nnx_jit_and_frees_only_arguments
     [donate] = [w for w in program.ways_down if w.kind == "donate"]
     assert donate.code.startswith('nnx.jit(nnx_train_step, donate_argnames=("model", "optimizer"))')
     assert "jax.jit" not in donate.title and "nnx.jit(" in donate.title
+    # nnx.jit writes the new state back into `model` and `optimizer`: nothing to rebind (it said "rebind them")
+    assert "nnx.jit puts the new state back into model, optimizer" in donate.code and "rebind" not in donate.code
     arguments = program.figures.argument_bytes
     assert donate.peak_after is not None and program.peak_bytes - donate.peak_after <= arguments
     donated = nnx.jit(nnx_train_step, donate_argnames=("model", "optimizer")).lower(model, optimizer, x).compile()

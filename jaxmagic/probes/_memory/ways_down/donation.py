@@ -72,11 +72,15 @@ def donated(call: CompiledCall, program: ProgramMemory) -> list[WayDown]:
         else f"{left_out}; donate only if you no longer need " + ("them" if len(kept) > 1 else "it"),
     )
     if way.lowers and way.code:
-        deleted = "every array argument is" if wrapper is not None and wrapper.library == "equinox" else f"{names} are"
-        way.code += (
-            f"  # {deleted} deleted by the call: rebind them to its results "
-            f"({format_bytes(program.peak_bytes - (way.peak_after or 0))} less)"
-        )
+        less = format_bytes(program.peak_bytes - (way.peak_after or 0))
+        nodes = wrapper is not None and wrapper.library == "flax.nnx"
+        if nodes and all(not hasattr(call.args[i], "shape") for i in donate):  # graph nodes, not arrays
+            way.code += f"  # nnx.jit puts the new state back into {names.replace('`', '')} ({less} less)"
+        else:
+            deleted = (
+                "every array argument is" if wrapper is not None and wrapper.library == "equinox" else f"{names} are"
+            )
+            way.code += f"  # {deleted} deleted by the call: rebind them to its results ({less} less)"
     return [way]
 
 
