@@ -449,3 +449,15 @@ def test_a_number_with_a_negative_exponent_is_never_split_at_its_hyphen():
         assert '<span style="white-space:nowrap">2.11e-07,</span>' in page
         assert '<span style="white-space:nowrap">3E-5.</span>' in page
     assert breakable_html("re-run it") == "re-run it"  # a hyphenated word may break as words do
+
+
+def test_a_short_tuple_in_a_text_table_cell_is_one_word():
+    """The terminal's tables break at spaces too: "(128, 128)" stays on one line at any width that holds it."""
+    from jaxmagic.render.text import block_lines
+    from jaxmagic.report.document import Table
+
+    table = Table(["name", "shape", "first used at"], [["W", "(128, 128)", "In [3], line 5, in products"]])
+    for width in (20, 30, 40, 80):
+        lines = block_lines(table, width)
+        assert any("(128, 128)" in line for line in lines), (width, lines)
+        assert "\ue000" not in "".join(lines)

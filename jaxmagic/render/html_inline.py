@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from html import escape
 
+from jaxmagic.render.tokens import GROUP_CHARS, GROUP_PATTERN
+
 MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono',monospace"
 SANS = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif"
 # A translucent grey reads on any background; the variable gives the theme's own.
@@ -85,12 +87,8 @@ def breakable_html(text: str) -> str:
 # closing bracket before an opening one (`jit(f)|(float32[4])`), and more. A word holding anything but letters,
 # digits, "_" and "." is kept on one line.
 _BREAKS_INSIDE = re.compile(r"(?<!\S)(?=\S\S)\S*[^\w\s.]\S*")  # a lone "/" or "-" needs nothing
-# A short bracketed group whose only spaces follow its commas - a shape or a tuple, "(128, 128)", "[0, 2]" - is
-# one token too: a cell broke "(128," / "128)". A longer one ("(float32[64,128], float32[128], ...)") wraps
-# after its commas.
-_GROUP = r"(?<!\S)\S*[(\[{][^\s()\[\]{}]*(?:, [^\s()\[\]{}]+)+[)\]}]\S*"
-_KEPT_WHOLE = re.compile(rf"{_GROUP}|{_BREAKS_INSIDE.pattern}")
-GROUP_CHARS = 24
+# A short tuple or index (``render/tokens``: "(128, 128)") is one token too
+_KEPT_WHOLE = re.compile(rf"{GROUP_PATTERN}|{_BREAKS_INSIDE.pattern}")
 
 
 def whole_words_html(text: str) -> str:

@@ -16,6 +16,7 @@ import shutil
 import sys
 import textwrap
 
+from jaxmagic.render.tokens import joined_groups, spaces_again
 from jaxmagic.report.document import (
     Block,
     Document,
@@ -144,8 +145,9 @@ def block_lines(block: Block, width: int = DEFAULT_WIDTH - len(INDENT)) -> list[
     if isinstance(block, Facts):
         name_width = min(max((len(k) for k, _ in block.pairs), default=0), max(int(width * ROW_LABEL_SHARE), 1))
         return [line for name, value in block.pairs for line in labelled_lines(name, value, name_width, width)]
-    if isinstance(block, Table):
-        return table_lines(block.columns, [[str(c).replace("`", "") for c in row] for row in block.rows], width)
+    if isinstance(block, Table):  # a short tuple in a cell is one word (render/tokens)
+        rows = [[joined_groups(str(c).replace("`", "")) for c in row] for row in block.rows]
+        return [spaces_again(line) for line in table_lines(block.columns, rows, width)]
     if isinstance(block, SourceLines):
         lines = wrap(block.caption, width) if block.caption else []
         for line in block.lines:
