@@ -446,12 +446,14 @@ def test_a_watched_cells_first_look_copies_no_results_for_a_next_call_it_will_no
     # Deferred looks take each function's first call, then the 1% share: at the first look nothing was spent yet,
     # and the look was counted at nothing - the next call always "due" - so every watched cell copied the donated
     # params once for a replay no look used (a device copy of the whole model, on the accelerator).
-    from jaxmagic._jax import own_programs
+    from jaxmagic._jax import jit_calls, own_programs
 
-    copies: list[int] = []
+    copies: list[int] = []  # the number of the call whose look made a copy
     program = own_programs._copy_program()
     monkeypatch.setattr(
-        own_programs, "_copy_program", lambda: lambda *leaves: copies.append(len(leaves)) or program(*leaves)
+        own_programs,
+        "_copy_program",
+        lambda: lambda *leaves: copies.append(jit_calls.call_number() or 0) or program(*leaves),
     )
     train_step = jax.jit(lambda w, x: (w * 0.99 + x, jnp.sum(w)), donate_argnums=(0,))
     train_step(jnp.ones(3), jnp.ones(3))  # compiled before the cell
@@ -464,5 +466,8 @@ def test_a_watched_cells_first_look_copies_no_results_for_a_next_call_it_will_no
         return float(loss)
 
     assert _watched(watch, loop) == loop()
-    assert watch.log.calls_looked_at < 300 and copies == []  # the first and the last call (and the share's)
+    assert watch.log.calls_looked_at < 300  # the first and the last call (and the share's)
+    # not at the first look; a look the share makes later may predict the next one (under load: CI once copied
+    # at a share look, its next call due by the clock) - a copy then is the sampler's guess, not this bug
+    assert 1 not in copies and len(copies) <= watch.log.calls_looked_at - 2, copies
     assert not watch.cell_findings.findings
