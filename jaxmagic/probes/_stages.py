@@ -34,7 +34,12 @@ from jax import monitoring
 from jaxmagic._jax import jit_internals, jittable, runtime
 from jaxmagic._jax.restore import preserved_jax_state
 from jaxmagic.probes._support.arguments import ProbeArgumentError
-from jaxmagic.probes._support.calls.library_wrappers import is_library_jit, jitted_program, library_tracing
+from jaxmagic.probes._support.calls.library_wrappers import (
+    donates_arrays,
+    is_library_jit,
+    jitted_program,
+    library_tracing,
+)
 from jaxmagic.probes._support.report_base import Report
 from jaxmagic.report import Concern, failed
 from jaxmagic.report.document import Document, Facts, Paragraph, Section, Table
@@ -342,10 +347,9 @@ def _fresh_jitted(
     info = jit_internals.jit_options(fn) if is_jitted else None
     static_positions = tuple(getattr(info, "static_argnums", ()) or ())
     static_names = tuple(getattr(info, "static_argnames", ()) or ())
-    args, kwargs = call
-    donated = [a for i, a in enumerate(args) if i in (getattr(info, "donate_argnums", ()) or ())]
-    donated += [v for k, v in kwargs.items() if k in (getattr(info, "donate_argnames", ()) or ())]
-    donates = bool(jax.tree.leaves(donated))  # eqx.filter_jit's jit donates its first argument: empty unless asked
+    donates = is_jitted and donates_arrays(
+        fn, *call
+    )  # eqx.filter_jit's jit names its first argument: empty unless asked
     copy: Any = _copy_function(original)
     plain = info is not None and _plain_jit_options(info)
     if is_jitted and not plain:

@@ -32,6 +32,7 @@ from jaxmagic.probes._support.arguments import ProbeArgumentError
 from jaxmagic.probes._support.calls.library_wrappers import (
     copies_of_arrays,
     donates_arrays,
+    is_library_jit,
     jitted_program,
     library_tracing,
 )
@@ -65,7 +66,7 @@ def _is_static(value: Any) -> bool:
 def _jitted(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> tuple[Wrapped, str]:
     if jit_internals.is_jitted(fn):
         return fn, "the jitted function as given"
-    if callable(getattr(fn, "lower", None)):
+    if is_library_jit(fn):
         # a library's jit (eqx.filter_jit): it jits itself, as the user calls it. jax.jit around it would
         # pass a module holding functions as a static argument, and fail to hash it.
         return cast("Wrapped", fn), "the jitted function as given (a library's jit)"

@@ -94,7 +94,8 @@ def run_call(
     args, kwargs = tuple(args), dict(kwargs or {})
     name = getattr(fn, "__name__", None) or type(fn).__name__
     text = call_text or f"{name}(...)"
-    was_jitted = jit_internals.is_jitted(fn) or is_library_jit(fn)
+    library = is_library_jit(fn)  # nnx.jit, eqx.filter_jit: run as given, its own jax.jit read after
+    was_jitted = jit_internals.is_jitted(fn) or library
     jitted = fn if was_jitted else jittable.jit(fn)  # the call as the user makes it (a library's jit too)
     report = ShardingReport(expression=text, dims=list(dims) if dims else None, replicas_checked=check_replicas)
     call = report.call = CallShardings(
@@ -118,7 +119,7 @@ def run_call(
             report.arrays, report.other_leaves = layouts_of_tree(result, check_replicas, root="result")
         del result
         try:  # the jax.jit that ran (a library's jit opened), with the arguments it was given
-            program, args, kwargs = jitted_program(fn if is_library_jit(fn) else jitted, args, kwargs)
+            program, args, kwargs = jitted_program(fn if library else jitted, args, kwargs)
             with library_tracing(program):
                 traced = program.trace(*args, **kwargs)
             compiled = traced.lower().compile()
